@@ -1,0 +1,160 @@
+//! What every execution engine promises, and the run set-up they share.
+//!
+//! # Fuel
+//! Fuel bounds a run's work. Engines charge it at exactly these points, and nowhere else,
+//! so the interpreter and the JIT agree on it to the unit:
+//!
+//! * a taken jump (conditional or `ja`) whose target slot is at or before its own slot
+//!   charges `pc - target + 1`, the length of the loop it closes;
+//! * every `call` (helper, local function or `callx`) charges 1.
+//!
+//! The charge is added before the transfer. If the total then exceeds the budget, the run
+//! stops with [`TrapKind::FuelExhausted`] at that instruction, and the reported
+//! `fuel_used` is the total including that charge. Straight-line code is bounded by the
+//! program's length, so this bounds every run.
+//!
+//! # Calls
+//! A local call pushes a frame: the callee's r10 is the caller's r10 minus
+//! [`STACK_FRAME_SIZE`]; r6-r9 are saved and restored across it; r1-r5 are passed as they
+//! are. A call that would make more than [`CALL_DEPTH_MAX`] frames live (the entry's
+//! included) stops with [`TrapKind::CallDepthExceeded`] at the call, after its fuel.
+//!
+//! # Memory
+//! Before a run, the engine maps a zeroed stack at [`RegionIdx::STACK`] (r10 starts at its
+//! end) and each global section at its region, writable sections as fresh copies. The
+//! embedder's regions are whatever it mapped in the [`MemoryMap`].
+
+use crate::helper::HelperHost;
+use crate::limits::{CALL_DEPTH_MAX, FUEL_DEFAULT, STACK_FRAME_SIZE, STACK_SIZE};
+use crate::memory::{MemoryMap, RegionIdx};
+use crate::program::{GlobalSection, VerifiedProgram};
+use crate::trap::{Trap, TrapKind};
+
+/// Per-run settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Fuel budget (see the module doc).
+    pub fuel: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { fuel: FUEL_DEFAULT }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// r0 at `exit` from the entry function, or the trap.
+    pub result: Result<u64, Trap>,
+    /// Fuel charged (see the module doc).
+    pub fuel_used: u64,
+}
+
+/// An execution engine bound to one verified program.
+pub trait Engine: Send + Sync {
+    /// The program this engine runs.
+    fn program(&self) -> &VerifiedProgram;
+
+    /// Runs the program once. `args` are r1-r5. Never panics on any program or input:
+    /// faults are [`Trap`]s in the outcome.
+    fn run(
+        &self,
+        mem: &mut MemoryMap<'_>,
+        args: [u64; 5],
+        opts: &RunOptions,
+        host: &mut dyn HelperHost,
+    ) -> RunOutcome;
+}
+
+/// The memory an engine owns for one run: the stack and copies of writable globals.
+#[derive(Debug)]
+pub struct RunMemory {
+    stack: Box<[u8]>,
+    globals: Vec<Vec<u8>>,
+}
+
+impl RunMemory {
+    /// Fresh run memory for `program`.
+    pub fn new(program: &VerifiedProgram) -> RunMemory {
+        RunMemory {
+            stack: vec![0u8; STACK_SIZE].into_boxed_slice(),
+            globals: program
+                .globals()
+                .iter()
+                .map(|g| if g.writable { g.data.clone() } else { Vec::new() })
+                .collect(),
+        }
+    }
+
+    /// Maps this run memory and `program`'s read-only globals into `mem`, runs `f` with
+    /// the initial frame pointer, and unmaps them again before returning.
+    pub fn with_mapped<R>(
+        &mut self,
+        program: &VerifiedProgram,
+        mem: &mut MemoryMap<'_>,
+        f: impl FnOnce(&mut MemoryMap<'_>, u64) -> R,
+    ) -> R {
+        // SAFETY: the stack and global buffers are owned by `self` and `program`, both
+        // borrowed for this whole call; the mappings are removed below before either
+        // borrow ends, and `f` cannot keep the map (it only borrows it).
+        unsafe {
+            mem.map_raw(RegionIdx::STACK, self.stack.as_mut_ptr(), self.stack.len(), true)
+                .expect("the stack slot is in the table and the stack is small");
+        }
+        let mut mapped = Vec::with_capacity(program.globals().len());
+        for (n, g) in program.globals().iter().enumerate() {
+            let Some(idx) = GlobalSection::region(n) else { break };
+            let (ptr, len) = if g.writable {
+                (self.globals[n].as_mut_ptr(), self.globals[n].len())
+            } else {
+                (g.data.as_ptr().cast_mut(), g.data.len())
+            };
+            // SAFETY: as above; read-only sections are mapped without write access, so
+            // the `cast_mut` pointer is never written through.
+            unsafe {
+                mem.map_raw(idx, ptr, len, g.writable)
+                    .expect("the verifier bounded global count and size");
+            }
+            mapped.push(idx);
+        }
+        let r = f(mem, RegionIdx::STACK.vaddr(STACK_SIZE as u32));
+        mem.unmap(RegionIdx::STACK);
+        for idx in mapped {
+            mem.unmap(idx);
+        }
+        r
+    }
+}
+
+/// Shared fuel and call-depth rules, so engines cannot drift apart.
+pub mod rules {
+    use super::*;
+
+    /// Fuel a taken jump at `pc` to `target` charges.
+    #[inline(always)]
+    pub fn jump_cost(pc: u32, target: u32) -> u64 {
+        if target <= pc {
+            u64::from(pc - target) + 1
+        } else {
+            0
+        }
+    }
+
+    /// Fuel a call charges.
+    pub const CALL_COST: u64 = 1;
+
+    /// The trap for exceeding the frame limit.
+    pub fn call_depth_trap(pc: u32) -> Trap {
+        Trap { pc, kind: TrapKind::CallDepthExceeded { depth_max: CALL_DEPTH_MAX as u32 } }
+    }
+
+    /// The trap for exceeding the fuel budget.
+    pub fn fuel_trap(pc: u32, budget: u64) -> Trap {
+        Trap { pc, kind: TrapKind::FuelExhausted { budget } }
+    }
+
+    /// Bytes each frame takes on the stack.
+    pub const FRAME_SIZE: u64 = STACK_FRAME_SIZE as u64;
+}

@@ -1,0 +1,1 @@
+//! Raw bytecode and ELF relocatable object loading. Being written (issue 2).

@@ -1,0 +1,1 @@
+//! Load-time verification. Being written (issue 2).
