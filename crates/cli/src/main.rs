@@ -1,5 +1,103 @@
 //! The `csx` command line: a thin clap layer over csx-host and csx-ebpf.
+//!
+//! Each command group is one module with an `Args` type (clap derive) and a `run`
+//! function returning the process's exit status; this file only parses, dispatches and
+//! turns errors into exit codes. To add a group `foo`: write `src/foo.rs` with
+//! `pub struct FooArgs` and `pub fn run(args: FooArgs, global: &GlobalArgs)`, then add a
+//! variant to [`Command`] and an arm to [`run`].
 
-fn main() {
-    println!("csx");
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod hex;
+mod vm;
+
+/// Exit statuses, the same for every command. Listed in `csx --help`.
+pub mod exit {
+    /// The command did what it was asked.
+    pub const SUCCESS: u8 = 0;
+    /// An operating error: unreadable file, bad input, a program the loader or verifier
+    /// rejected, a benchmark whose engines disagree.
+    pub const ERROR: u8 = 1;
+    /// The command line itself is wrong (clap's own status).
+    pub const USAGE: u8 = 2;
+    /// The eBPF program ran and trapped.
+    pub const TRAP: u8 = 3;
+}
+
+const EXIT_HELP: &str = "\
+Exit status:
+  0  success
+  1  error: unreadable file, bad input, program rejected by the loader or verifier,
+     engines that disagree in a benchmark
+  2  bad command line
+  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)";
+
+/// csx: a computational storage device in software.
+///
+/// Hosts load eBPF programs (C compiled with `clang -O2 -target bpf`) into a device and
+/// run them next to the data. `csx vm` runs and inspects programs locally, without a
+/// device; `csx bench` measures the VM.
+#[derive(Debug, Parser)]
+#[command(name = "csx", version, after_help = EXIT_HELP)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, clap::Args)]
+pub struct GlobalArgs {
+    /// Device to talk to, e.g. `inproc://`, `shm:///dev/shm/csx0`, `tcp://host:port`
+    /// (device commands only).
+    #[arg(long, global = true, env = "CSX_DEVICE", value_name = "URI")]
+    pub device: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run, disassemble and test eBPF programs on the local VM (no device needed).
+    Vm(vm::VmArgs),
+    /// Measure csx (the VM's engines against native code and other runtimes).
+    Bench(bench::BenchArgs),
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Vm(args) => vm::run(args, &cli.global),
+        Command::Bench(args) => bench::run(args, &cli.global),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(status) => ExitCode::from(status),
+        Err(e) => {
+            eprintln!("csx: error: {e:#}");
+            ExitCode::from(exit::ERROR)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn usage_status_is_clap_s() {
+        let e = Cli::try_parse_from(["csx", "vm", "run"]).expect_err("PROG is required");
+        assert_eq!(e.exit_code(), i32::from(exit::USAGE));
+    }
 }

@@ -1,1 +1,4 @@
-//! Placeholder; filled in by its issue.
+//! csx-device: the computational storage device runtime.
+
+pub mod filestore;
+pub mod nvm;

@@ -1,1 +1,1812 @@
-//! The reference interpreter. Being written (issue 2).
+//! The reference interpreter: the semantics every other engine must match in value,
+//! trap and fuel.
+//!
+//! [`Interpreter::new`] pre-decodes the verified program once into [`Op`]s, one per slot
+//! (so a slot index is still the pc traps report), with jump targets resolved, `lddw`
+//! merged into its first slot and every opcode/operand-form combination its own variant.
+//! [`Interpreter::run`] is then one `match` per instruction over that array, with no
+//! allocation after the run's stack.
+//!
+//! Semantics follow RFC 9669; the pitfalls other runtimes get wrong are called out where
+//! they are handled. Fuel and call depth follow [`crate::engine`] through
+//! [`crate::engine::rules`].
+//!
+//! Invariants: the interpreter trusts only what the verifier established (see
+//! [`crate::verifier`]): targets in range, no fall-through past the end, no write to r10,
+//! registers ≤ 10, direct helper ids known. Everything else (addresses, `callx` ids,
+//! recursion, loops) is checked as it runs, and every fault is a [`Trap`] with its pc.
+//!
+//! Atomics: regions may be shared by concurrent runs (a device's shared state), so an
+//! atomic instruction whose host address is naturally aligned uses a real host atomic
+//! (sequentially consistent, as RFC 9669 §5.3's fetch variants are fully ordered). An
+//! unaligned atomic, which eBPF does not forbid but no compiler emits, is performed as a
+//! plain read-modify-write: correct for one run, not atomic against concurrent runs.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome};
+use crate::helper::{call_helper, HelperHost};
+use crate::isa::*;
+use crate::limits::CALL_DEPTH_MAX;
+use crate::memory::MemoryMap;
+use crate::program::VerifiedProgram;
+use crate::trap::Trap;
+
+/// The interpreter for one verified program. Cheap to share across threads; every run
+/// has its own registers, stack and writable globals.
+pub struct Interpreter {
+    program: Arc<VerifiedProgram>,
+    ops: Box<[Op]>,
+}
+
+impl fmt::Debug for Interpreter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Interpreter")
+            .field("program", &self.program.name())
+            .field("slots", &self.ops.len())
+            .finish()
+    }
+}
+
+impl Interpreter {
+    /// Pre-decodes `program`.
+    pub fn new(program: Arc<VerifiedProgram>) -> Interpreter {
+        let ops = decode_program(program.insns());
+        Interpreter { program, ops }
+    }
+}
+
+impl Engine for Interpreter {
+    fn program(&self) -> &VerifiedProgram {
+        &self.program
+    }
+
+    fn run(
+        &self,
+        mem: &mut MemoryMap<'_>,
+        args: [u64; 5],
+        opts: &RunOptions,
+        host: &mut dyn HelperHost,
+    ) -> RunOutcome {
+        let mut run_mem = RunMemory::new(&self.program);
+        run_mem.with_mapped(&self.program, mem, |mem, fp| {
+            self.execute(mem, fp, args, opts.fuel, host)
+        })
+    }
+}
+
+/// Atomic read-modify-write operations (RFC 9669 §5.3, Table 11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AtomicOp {
+    Add,
+    Or,
+    And,
+    Xor,
+    FetchAdd,
+    FetchOr,
+    FetchAnd,
+    FetchXor,
+    Xchg,
+    CmpXchg,
+}
+
+/// One pre-decoded slot. `dst`/`src` are register numbers (≤ 10, verified); `imm` is the
+/// immediate sign-extended to 64 bits (32-bit operations use its low half); `target` is
+/// a resolved slot index; `off` is the memory offset.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    // ALU64 with an immediate operand.
+    Add64I { dst: u8, imm: u64 },
+    Sub64I { dst: u8, imm: u64 },
+    Mul64I { dst: u8, imm: u64 },
+    Div64I { dst: u8, imm: u64 },
+    SDiv64I { dst: u8, imm: u64 },
+    Mod64I { dst: u8, imm: u64 },
+    SMod64I { dst: u8, imm: u64 },
+    Or64I { dst: u8, imm: u64 },
+    And64I { dst: u8, imm: u64 },
+    Lsh64I { dst: u8, imm: u64 },
+    Rsh64I { dst: u8, imm: u64 },
+    Arsh64I { dst: u8, imm: u64 },
+    Xor64I { dst: u8, imm: u64 },
+    Mov64I { dst: u8, imm: u64 },
+    Neg64 { dst: u8 },
+    // ALU64 with a register operand.
+    Add64R { dst: u8, src: u8 },
+    Sub64R { dst: u8, src: u8 },
+    Mul64R { dst: u8, src: u8 },
+    Div64R { dst: u8, src: u8 },
+    SDiv64R { dst: u8, src: u8 },
+    Mod64R { dst: u8, src: u8 },
+    SMod64R { dst: u8, src: u8 },
+    Or64R { dst: u8, src: u8 },
+    And64R { dst: u8, src: u8 },
+    Lsh64R { dst: u8, src: u8 },
+    Rsh64R { dst: u8, src: u8 },
+    Arsh64R { dst: u8, src: u8 },
+    Xor64R { dst: u8, src: u8 },
+    Mov64R { dst: u8, src: u8 },
+    MovSx8To64 { dst: u8, src: u8 },
+    MovSx16To64 { dst: u8, src: u8 },
+    MovSx32To64 { dst: u8, src: u8 },
+    // ALU (32-bit) with an immediate operand; results are zero-extended.
+    Add32I { dst: u8, imm: u64 },
+    Sub32I { dst: u8, imm: u64 },
+    Mul32I { dst: u8, imm: u64 },
+    Div32I { dst: u8, imm: u64 },
+    SDiv32I { dst: u8, imm: u64 },
+    Mod32I { dst: u8, imm: u64 },
+    SMod32I { dst: u8, imm: u64 },
+    Or32I { dst: u8, imm: u64 },
+    And32I { dst: u8, imm: u64 },
+    Lsh32I { dst: u8, imm: u64 },
+    Rsh32I { dst: u8, imm: u64 },
+    Arsh32I { dst: u8, imm: u64 },
+    Xor32I { dst: u8, imm: u64 },
+    Mov32I { dst: u8, imm: u64 },
+    Neg32 { dst: u8 },
+    // ALU (32-bit) with a register operand.
+    Add32R { dst: u8, src: u8 },
+    Sub32R { dst: u8, src: u8 },
+    Mul32R { dst: u8, src: u8 },
+    Div32R { dst: u8, src: u8 },
+    SDiv32R { dst: u8, src: u8 },
+    Mod32R { dst: u8, src: u8 },
+    SMod32R { dst: u8, src: u8 },
+    Or32R { dst: u8, src: u8 },
+    And32R { dst: u8, src: u8 },
+    Lsh32R { dst: u8, src: u8 },
+    Rsh32R { dst: u8, src: u8 },
+    Arsh32R { dst: u8, src: u8 },
+    Xor32R { dst: u8, src: u8 },
+    Mov32R { dst: u8, src: u8 },
+    MovSx8To32 { dst: u8, src: u8 },
+    MovSx16To32 { dst: u8, src: u8 },
+    // Byte order (RFC 9669 §4.2). The VM is little-endian, so `le` only truncates and
+    // `be` and `bswap` swap (and truncate).
+    Trunc16 { dst: u8 },
+    Trunc32 { dst: u8 },
+    Swap16 { dst: u8 },
+    Swap32 { dst: u8 },
+    Swap64 { dst: u8 },
+    Nop,
+    // Loads and stores (RFC 9669 §5).
+    Lddw { dst: u8, imm: u64 },
+    LdxB { dst: u8, src: u8, off: i16 },
+    LdxH { dst: u8, src: u8, off: i16 },
+    LdxW { dst: u8, src: u8, off: i16 },
+    LdxDw { dst: u8, src: u8, off: i16 },
+    LdxSB { dst: u8, src: u8, off: i16 },
+    LdxSH { dst: u8, src: u8, off: i16 },
+    LdxSW { dst: u8, src: u8, off: i16 },
+    StB { dst: u8, off: i16, imm: u64 },
+    StH { dst: u8, off: i16, imm: u64 },
+    StW { dst: u8, off: i16, imm: u64 },
+    StDw { dst: u8, off: i16, imm: u64 },
+    StxB { dst: u8, src: u8, off: i16 },
+    StxH { dst: u8, src: u8, off: i16 },
+    StxW { dst: u8, src: u8, off: i16 },
+    StxDw { dst: u8, src: u8, off: i16 },
+    Atomic32 { op: AtomicOp, dst: u8, src: u8, off: i16 },
+    Atomic64 { op: AtomicOp, dst: u8, src: u8, off: i16 },
+    // Jumps (RFC 9669 §4.3).
+    Ja { target: u32 },
+    Jeq64I { dst: u8, imm: u64, target: u32 },
+    Jne64I { dst: u8, imm: u64, target: u32 },
+    Jgt64I { dst: u8, imm: u64, target: u32 },
+    Jge64I { dst: u8, imm: u64, target: u32 },
+    Jlt64I { dst: u8, imm: u64, target: u32 },
+    Jle64I { dst: u8, imm: u64, target: u32 },
+    Jsgt64I { dst: u8, imm: u64, target: u32 },
+    Jsge64I { dst: u8, imm: u64, target: u32 },
+    Jslt64I { dst: u8, imm: u64, target: u32 },
+    Jsle64I { dst: u8, imm: u64, target: u32 },
+    Jset64I { dst: u8, imm: u64, target: u32 },
+    Jeq64R { dst: u8, src: u8, target: u32 },
+    Jne64R { dst: u8, src: u8, target: u32 },
+    Jgt64R { dst: u8, src: u8, target: u32 },
+    Jge64R { dst: u8, src: u8, target: u32 },
+    Jlt64R { dst: u8, src: u8, target: u32 },
+    Jle64R { dst: u8, src: u8, target: u32 },
+    Jsgt64R { dst: u8, src: u8, target: u32 },
+    Jsge64R { dst: u8, src: u8, target: u32 },
+    Jslt64R { dst: u8, src: u8, target: u32 },
+    Jsle64R { dst: u8, src: u8, target: u32 },
+    Jset64R { dst: u8, src: u8, target: u32 },
+    Jeq32I { dst: u8, imm: u64, target: u32 },
+    Jne32I { dst: u8, imm: u64, target: u32 },
+    Jgt32I { dst: u8, imm: u64, target: u32 },
+    Jge32I { dst: u8, imm: u64, target: u32 },
+    Jlt32I { dst: u8, imm: u64, target: u32 },
+    Jle32I { dst: u8, imm: u64, target: u32 },
+    Jsgt32I { dst: u8, imm: u64, target: u32 },
+    Jsge32I { dst: u8, imm: u64, target: u32 },
+    Jslt32I { dst: u8, imm: u64, target: u32 },
+    Jsle32I { dst: u8, imm: u64, target: u32 },
+    Jset32I { dst: u8, imm: u64, target: u32 },
+    Jeq32R { dst: u8, src: u8, target: u32 },
+    Jne32R { dst: u8, src: u8, target: u32 },
+    Jgt32R { dst: u8, src: u8, target: u32 },
+    Jge32R { dst: u8, src: u8, target: u32 },
+    Jlt32R { dst: u8, src: u8, target: u32 },
+    Jle32R { dst: u8, src: u8, target: u32 },
+    Jsgt32R { dst: u8, src: u8, target: u32 },
+    Jsge32R { dst: u8, src: u8, target: u32 },
+    Jslt32R { dst: u8, src: u8, target: u32 },
+    Jsle32R { dst: u8, src: u8, target: u32 },
+    Jset32R { dst: u8, src: u8, target: u32 },
+    // Calls (RFC 9669 §4.3.1).
+    CallHelper { id: u32 },
+    CallLocal { target: u32 },
+    CallX { reg: u8 },
+    Exit,
+    /// The second slot of an `lddw`, or anything the verifier would have rejected:
+    /// never executed.
+    Invalid,
+}
+
+// Keep the hot array dense: two ops per cache line would halve the interpreter's
+// footprint again, but 16 bytes already fits every operand without indirection.
+const _: () = assert!(std::mem::size_of::<Op>() == 16);
+
+/// Decodes every slot; `lddw` is merged into its first slot and its second becomes
+/// [`Op::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
+fn decode_program(insns: &[Insn]) -> Box<[Op]> {
+    let mut ops = Vec::with_capacity(insns.len());
+    let mut pc = 0;
+    while pc < insns.len() {
+        let insn = insns[pc];
+        if insn.opc == OP_LDDW {
+            // The verifier checked the second slot exists.
+            let high = insns.get(pc + 1).map_or(0, |t| t.imm as u32);
+            let imm = u64::from(insn.imm as u32) | (u64::from(high) << 32);
+            ops.push(Op::Lddw { dst: insn.dst, imm });
+            ops.push(Op::Invalid);
+            pc += 2;
+        } else {
+            ops.push(decode(insn, pc));
+            pc += 1;
+        }
+    }
+    ops.truncate(insns.len());
+    ops.into_boxed_slice()
+}
+
+/// Decodes one verified instruction (not `lddw`).
+fn decode(insn: Insn, pc: usize) -> Op {
+    match insn.class() {
+        CLASS_ALU64 => decode_alu64(insn),
+        CLASS_ALU => decode_alu32(insn),
+        CLASS_JMP | CLASS_JMP32 => decode_jmp(insn, pc),
+        _ => decode_mem(insn),
+    }
+}
+
+fn decode_alu64(insn: Insn) -> Op {
+    let (dst, src) = (insn.dst, insn.src);
+    let imm = insn.imm as i64 as u64;
+    let signed = insn.off == 1;
+    match (insn.opc & 0xf0, insn.opc & SRC_X != 0) {
+        (ALU_ADD, false) => Op::Add64I { dst, imm },
+        (ALU_SUB, false) => Op::Sub64I { dst, imm },
+        (ALU_MUL, false) => Op::Mul64I { dst, imm },
+        (ALU_DIV, false) if signed => Op::SDiv64I { dst, imm },
+        (ALU_DIV, false) => Op::Div64I { dst, imm },
+        (ALU_MOD, false) if signed => Op::SMod64I { dst, imm },
+        (ALU_MOD, false) => Op::Mod64I { dst, imm },
+        (ALU_OR, false) => Op::Or64I { dst, imm },
+        (ALU_AND, false) => Op::And64I { dst, imm },
+        (ALU_LSH, false) => Op::Lsh64I { dst, imm },
+        (ALU_RSH, false) => Op::Rsh64I { dst, imm },
+        (ALU_ARSH, false) => Op::Arsh64I { dst, imm },
+        (ALU_XOR, false) => Op::Xor64I { dst, imm },
+        (ALU_MOV, false) => Op::Mov64I { dst, imm },
+        (ALU_NEG, false) => Op::Neg64 { dst },
+        (ALU_ADD, true) => Op::Add64R { dst, src },
+        (ALU_SUB, true) => Op::Sub64R { dst, src },
+        (ALU_MUL, true) => Op::Mul64R { dst, src },
+        (ALU_DIV, true) if signed => Op::SDiv64R { dst, src },
+        (ALU_DIV, true) => Op::Div64R { dst, src },
+        (ALU_MOD, true) if signed => Op::SMod64R { dst, src },
+        (ALU_MOD, true) => Op::Mod64R { dst, src },
+        (ALU_OR, true) => Op::Or64R { dst, src },
+        (ALU_AND, true) => Op::And64R { dst, src },
+        (ALU_LSH, true) => Op::Lsh64R { dst, src },
+        (ALU_RSH, true) => Op::Rsh64R { dst, src },
+        (ALU_ARSH, true) => Op::Arsh64R { dst, src },
+        (ALU_XOR, true) => Op::Xor64R { dst, src },
+        (ALU_MOV, true) => match insn.off {
+            8 => Op::MovSx8To64 { dst, src },
+            16 => Op::MovSx16To64 { dst, src },
+            32 => Op::MovSx32To64 { dst, src },
+            _ => Op::Mov64R { dst, src },
+        },
+        // `bswap` (RFC 9669 §4.2) swaps unconditionally.
+        (ALU_END, false) => swap(dst, insn.imm),
+        _ => Op::Invalid,
+    }
+}
+
+fn decode_alu32(insn: Insn) -> Op {
+    let (dst, src) = (insn.dst, insn.src);
+    let imm = insn.imm as i64 as u64;
+    let signed = insn.off == 1;
+    match (insn.opc & 0xf0, insn.opc & SRC_X != 0) {
+        (ALU_ADD, false) => Op::Add32I { dst, imm },
+        (ALU_SUB, false) => Op::Sub32I { dst, imm },
+        (ALU_MUL, false) => Op::Mul32I { dst, imm },
+        (ALU_DIV, false) if signed => Op::SDiv32I { dst, imm },
+        (ALU_DIV, false) => Op::Div32I { dst, imm },
+        (ALU_MOD, false) if signed => Op::SMod32I { dst, imm },
+        (ALU_MOD, false) => Op::Mod32I { dst, imm },
+        (ALU_OR, false) => Op::Or32I { dst, imm },
+        (ALU_AND, false) => Op::And32I { dst, imm },
+        (ALU_LSH, false) => Op::Lsh32I { dst, imm },
+        (ALU_RSH, false) => Op::Rsh32I { dst, imm },
+        (ALU_ARSH, false) => Op::Arsh32I { dst, imm },
+        (ALU_XOR, false) => Op::Xor32I { dst, imm },
+        (ALU_MOV, false) => Op::Mov32I { dst, imm },
+        (ALU_NEG, false) => Op::Neg32 { dst },
+        (ALU_ADD, true) => Op::Add32R { dst, src },
+        (ALU_SUB, true) => Op::Sub32R { dst, src },
+        (ALU_MUL, true) => Op::Mul32R { dst, src },
+        (ALU_DIV, true) if signed => Op::SDiv32R { dst, src },
+        (ALU_DIV, true) => Op::Div32R { dst, src },
+        (ALU_MOD, true) if signed => Op::SMod32R { dst, src },
+        (ALU_MOD, true) => Op::Mod32R { dst, src },
+        (ALU_OR, true) => Op::Or32R { dst, src },
+        (ALU_AND, true) => Op::And32R { dst, src },
+        (ALU_LSH, true) => Op::Lsh32R { dst, src },
+        (ALU_RSH, true) => Op::Rsh32R { dst, src },
+        (ALU_ARSH, true) => Op::Arsh32R { dst, src },
+        (ALU_XOR, true) => Op::Xor32R { dst, src },
+        (ALU_MOV, true) => match insn.off {
+            8 => Op::MovSx8To32 { dst, src },
+            16 => Op::MovSx16To32 { dst, src },
+            _ => Op::Mov32R { dst, src },
+        },
+        // `le` converts to little-endian: on this little-endian VM it only truncates
+        // (`le16`/`le32` clear the upper bits, a classic bug when skipped).
+        (ALU_END, false) => match insn.imm {
+            16 => Op::Trunc16 { dst },
+            32 => Op::Trunc32 { dst },
+            _ => Op::Nop,
+        },
+        // `be` converts to big-endian: a swap of the low `imm` bits.
+        (ALU_END, true) => swap(dst, insn.imm),
+        _ => Op::Invalid,
+    }
+}
+
+fn swap(dst: u8, width: i32) -> Op {
+    match width {
+        16 => Op::Swap16 { dst },
+        32 => Op::Swap32 { dst },
+        _ => Op::Swap64 { dst },
+    }
+}
+
+fn decode_jmp(insn: Insn, pc: usize) -> Op {
+    let (dst, src) = (insn.dst, insn.src);
+    // RFC 9669 §4.3: the 64-bit comparison uses the immediate sign-extended to 64 bits
+    // (one runtime zero-extends it); the 32-bit one uses its low half as is.
+    let imm = insn.imm as i64 as u64;
+    let is_32 = insn.class() == CLASS_JMP32;
+    let op = insn.opc & 0xf0;
+    // Targets were range-checked by the verifier; `ja32` takes its offset from imm.
+    let rel = if is_32 && op == JMP_JA { i64::from(insn.imm) } else { i64::from(insn.off) };
+    let target = (pc as i64 + rel + 1) as u32;
+    match (op, insn.opc & SRC_X != 0, is_32) {
+        (JMP_JA, false, _) => Op::Ja { target },
+        (JMP_CALL, false, false) if insn.src == CALL_SRC_LOCAL => {
+            Op::CallLocal { target: (pc as i64 + i64::from(insn.imm) + 1) as u32 }
+        }
+        (JMP_CALL, false, false) => Op::CallHelper { id: insn.imm as u32 },
+        (JMP_CALL, true, false) => Op::CallX { reg: dst },
+        (JMP_EXIT, false, false) => Op::Exit,
+        (JMP_JEQ, false, false) => Op::Jeq64I { dst, imm, target },
+        (JMP_JNE, false, false) => Op::Jne64I { dst, imm, target },
+        (JMP_JGT, false, false) => Op::Jgt64I { dst, imm, target },
+        (JMP_JGE, false, false) => Op::Jge64I { dst, imm, target },
+        (JMP_JLT, false, false) => Op::Jlt64I { dst, imm, target },
+        (JMP_JLE, false, false) => Op::Jle64I { dst, imm, target },
+        (JMP_JSGT, false, false) => Op::Jsgt64I { dst, imm, target },
+        (JMP_JSGE, false, false) => Op::Jsge64I { dst, imm, target },
+        (JMP_JSLT, false, false) => Op::Jslt64I { dst, imm, target },
+        (JMP_JSLE, false, false) => Op::Jsle64I { dst, imm, target },
+        (JMP_JSET, false, false) => Op::Jset64I { dst, imm, target },
+        (JMP_JEQ, true, false) => Op::Jeq64R { dst, src, target },
+        (JMP_JNE, true, false) => Op::Jne64R { dst, src, target },
+        (JMP_JGT, true, false) => Op::Jgt64R { dst, src, target },
+        (JMP_JGE, true, false) => Op::Jge64R { dst, src, target },
+        (JMP_JLT, true, false) => Op::Jlt64R { dst, src, target },
+        (JMP_JLE, true, false) => Op::Jle64R { dst, src, target },
+        (JMP_JSGT, true, false) => Op::Jsgt64R { dst, src, target },
+        (JMP_JSGE, true, false) => Op::Jsge64R { dst, src, target },
+        (JMP_JSLT, true, false) => Op::Jslt64R { dst, src, target },
+        (JMP_JSLE, true, false) => Op::Jsle64R { dst, src, target },
+        (JMP_JSET, true, false) => Op::Jset64R { dst, src, target },
+        (JMP_JEQ, false, true) => Op::Jeq32I { dst, imm, target },
+        (JMP_JNE, false, true) => Op::Jne32I { dst, imm, target },
+        (JMP_JGT, false, true) => Op::Jgt32I { dst, imm, target },
+        (JMP_JGE, false, true) => Op::Jge32I { dst, imm, target },
+        (JMP_JLT, false, true) => Op::Jlt32I { dst, imm, target },
+        (JMP_JLE, false, true) => Op::Jle32I { dst, imm, target },
+        (JMP_JSGT, false, true) => Op::Jsgt32I { dst, imm, target },
+        (JMP_JSGE, false, true) => Op::Jsge32I { dst, imm, target },
+        (JMP_JSLT, false, true) => Op::Jslt32I { dst, imm, target },
+        (JMP_JSLE, false, true) => Op::Jsle32I { dst, imm, target },
+        (JMP_JSET, false, true) => Op::Jset32I { dst, imm, target },
+        (JMP_JEQ, true, true) => Op::Jeq32R { dst, src, target },
+        (JMP_JNE, true, true) => Op::Jne32R { dst, src, target },
+        (JMP_JGT, true, true) => Op::Jgt32R { dst, src, target },
+        (JMP_JGE, true, true) => Op::Jge32R { dst, src, target },
+        (JMP_JLT, true, true) => Op::Jlt32R { dst, src, target },
+        (JMP_JLE, true, true) => Op::Jle32R { dst, src, target },
+        (JMP_JSGT, true, true) => Op::Jsgt32R { dst, src, target },
+        (JMP_JSGE, true, true) => Op::Jsge32R { dst, src, target },
+        (JMP_JSLT, true, true) => Op::Jslt32R { dst, src, target },
+        (JMP_JSLE, true, true) => Op::Jsle32R { dst, src, target },
+        (JMP_JSET, true, true) => Op::Jset32R { dst, src, target },
+        _ => Op::Invalid,
+    }
+}
+
+fn decode_mem(insn: Insn) -> Op {
+    let (dst, src, off) = (insn.dst, insn.src, insn.off);
+    let imm = insn.imm as i64 as u64;
+    match (insn.class(), insn.opc & 0xe0, insn.opc & 0x18) {
+        (CLASS_LDX, MODE_MEM, SIZE_B) => Op::LdxB { dst, src, off },
+        (CLASS_LDX, MODE_MEM, SIZE_H) => Op::LdxH { dst, src, off },
+        (CLASS_LDX, MODE_MEM, SIZE_W) => Op::LdxW { dst, src, off },
+        (CLASS_LDX, MODE_MEM, SIZE_DW) => Op::LdxDw { dst, src, off },
+        (CLASS_LDX, MODE_MEMSX, SIZE_B) => Op::LdxSB { dst, src, off },
+        (CLASS_LDX, MODE_MEMSX, SIZE_H) => Op::LdxSH { dst, src, off },
+        (CLASS_LDX, MODE_MEMSX, SIZE_W) => Op::LdxSW { dst, src, off },
+        (CLASS_ST, MODE_MEM, SIZE_B) => Op::StB { dst, off, imm },
+        (CLASS_ST, MODE_MEM, SIZE_H) => Op::StH { dst, off, imm },
+        (CLASS_ST, MODE_MEM, SIZE_W) => Op::StW { dst, off, imm },
+        (CLASS_ST, MODE_MEM, SIZE_DW) => Op::StDw { dst, off, imm },
+        (CLASS_STX, MODE_MEM, SIZE_B) => Op::StxB { dst, src, off },
+        (CLASS_STX, MODE_MEM, SIZE_H) => Op::StxH { dst, src, off },
+        (CLASS_STX, MODE_MEM, SIZE_W) => Op::StxW { dst, src, off },
+        (CLASS_STX, MODE_MEM, SIZE_DW) => Op::StxDw { dst, src, off },
+        (CLASS_STX, MODE_ATOMIC, SIZE_W | SIZE_DW) => {
+            let op = match insn.imm {
+                ATOMIC_ADD => AtomicOp::Add,
+                ATOMIC_OR => AtomicOp::Or,
+                ATOMIC_AND => AtomicOp::And,
+                ATOMIC_XOR => AtomicOp::Xor,
+                x if x == ATOMIC_ADD | ATOMIC_FETCH => AtomicOp::FetchAdd,
+                x if x == ATOMIC_OR | ATOMIC_FETCH => AtomicOp::FetchOr,
+                x if x == ATOMIC_AND | ATOMIC_FETCH => AtomicOp::FetchAnd,
+                x if x == ATOMIC_XOR | ATOMIC_FETCH => AtomicOp::FetchXor,
+                ATOMIC_XCHG => AtomicOp::Xchg,
+                ATOMIC_CMPXCHG => AtomicOp::CmpXchg,
+                _ => return Op::Invalid,
+            };
+            if insn.opc & 0x18 == SIZE_DW {
+                Op::Atomic64 { op, dst, src, off }
+            } else {
+                Op::Atomic32 { op, dst, src, off }
+            }
+        }
+        _ => Op::Invalid,
+    }
+}
+
+/// Registers saved by a local call (RFC 9669 §4.3.1: r6-r9 are callee-saved).
+#[derive(Clone, Copy, Default)]
+struct Frame {
+    return_pc: u32,
+    saved: [u64; 4],
+}
+
+/// `x` as the low half of a register, for 32-bit operations.
+#[inline(always)]
+fn lo(x: u64) -> u32 {
+    x as u32
+}
+
+/// RFC 9669 §4.1: division by zero yields 0.
+#[inline(always)]
+fn div64(a: u64, b: u64) -> u64 {
+    a.checked_div(b).unwrap_or(0)
+}
+
+/// RFC 9669 §4.1: modulo by zero leaves dst unchanged.
+#[inline(always)]
+fn mod64(a: u64, b: u64) -> u64 {
+    a.checked_rem(b).unwrap_or(a)
+}
+
+/// Signed division: by zero yields 0; `MIN / -1` wraps to `MIN` (x86 `idiv` faults).
+#[inline(always)]
+fn sdiv64(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        0
+    } else {
+        (a as i64).wrapping_div(b as i64) as u64
+    }
+}
+
+/// Signed modulo, truncated like C: by zero leaves dst; `MIN % -1` is 0.
+#[inline(always)]
+fn smod64(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        (a as i64).wrapping_rem(b as i64) as u64
+    }
+}
+
+/// 32-bit division; the result (or the unchanged dst of modulo by zero) is
+/// zero-extended, as every ALU32 result is.
+#[inline(always)]
+fn div32(a: u64, b: u64) -> u64 {
+    u64::from(lo(a).checked_div(lo(b)).unwrap_or(0))
+}
+
+#[inline(always)]
+fn mod32(a: u64, b: u64) -> u64 {
+    u64::from(lo(a).checked_rem(lo(b)).unwrap_or(lo(a)))
+}
+
+#[inline(always)]
+fn sdiv32(a: u64, b: u64) -> u64 {
+    if lo(b) == 0 {
+        0
+    } else {
+        u64::from((lo(a) as i32).wrapping_div(lo(b) as i32) as u32)
+    }
+}
+
+#[inline(always)]
+fn smod32(a: u64, b: u64) -> u64 {
+    if lo(b) == 0 {
+        u64::from(lo(a))
+    } else {
+        u64::from((lo(a) as i32).wrapping_rem(lo(b) as i32) as u32)
+    }
+}
+
+/// The new memory value of a non-exchanging atomic, or of `xchg`/`cmpxchg`.
+#[inline(always)]
+fn atomic_new(op: AtomicOp, old: u64, value: u64, expected: u64) -> u64 {
+    match op {
+        AtomicOp::Add | AtomicOp::FetchAdd => old.wrapping_add(value),
+        AtomicOp::Or | AtomicOp::FetchOr => old | value,
+        AtomicOp::And | AtomicOp::FetchAnd => old & value,
+        AtomicOp::Xor | AtomicOp::FetchXor => old ^ value,
+        AtomicOp::Xchg => value,
+        AtomicOp::CmpXchg if old == expected => value,
+        AtomicOp::CmpXchg => old,
+    }
+}
+
+/// Performs a 64-bit atomic at `p` and returns the old value.
+///
+/// # Safety
+/// `p` must be valid for reads and writes of 8 bytes, and every concurrent access to
+/// those bytes must be atomic or accepted as a race by the embedder
+/// ([`MemoryMap::map_raw`]).
+unsafe fn atomic64(p: *mut u8, op: AtomicOp, value: u64, expected: u64) -> u64 {
+    if p.align_offset(std::mem::align_of::<AtomicU64>()) != 0 {
+        // SAFETY: the caller guarantees 8 valid, writable bytes; unaligned accesses.
+        unsafe {
+            let old = p.cast::<u64>().read_unaligned();
+            p.cast::<u64>().write_unaligned(atomic_new(op, old, value, expected));
+            return old;
+        }
+    }
+    // SAFETY: `p` is aligned for `AtomicU64` (checked above) and valid for 8 bytes of
+    // reads and writes (the caller); concurrent accessors use atomics too (the caller).
+    let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+    let ord = Ordering::SeqCst;
+    match op {
+        AtomicOp::Add | AtomicOp::FetchAdd => a.fetch_add(value, ord),
+        AtomicOp::Or | AtomicOp::FetchOr => a.fetch_or(value, ord),
+        AtomicOp::And | AtomicOp::FetchAnd => a.fetch_and(value, ord),
+        AtomicOp::Xor | AtomicOp::FetchXor => a.fetch_xor(value, ord),
+        AtomicOp::Xchg => a.swap(value, ord),
+        AtomicOp::CmpXchg => match a.compare_exchange(expected, value, ord, ord) {
+            Ok(old) | Err(old) => old,
+        },
+    }
+}
+
+/// Performs a 32-bit atomic at `p` and returns the old value, zero-extended. `value`
+/// and `expected` use their low 32 bits (RFC 9669 §5.3).
+///
+/// # Safety
+/// As [`atomic64`], for 4 bytes.
+unsafe fn atomic32(p: *mut u8, op: AtomicOp, value: u64, expected: u64) -> u64 {
+    let (value, expected) = (lo(value), lo(expected));
+    if p.align_offset(std::mem::align_of::<AtomicU32>()) != 0 {
+        // SAFETY: the caller guarantees 4 valid, writable bytes; unaligned accesses.
+        unsafe {
+            let old = p.cast::<u32>().read_unaligned();
+            let new = atomic_new(op, old.into(), value.into(), expected.into());
+            p.cast::<u32>().write_unaligned(new as u32);
+            return old.into();
+        }
+    }
+    // SAFETY: as in `atomic64`, with `AtomicU32`'s alignment checked above.
+    let a = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
+    let ord = Ordering::SeqCst;
+    let old = match op {
+        AtomicOp::Add | AtomicOp::FetchAdd => a.fetch_add(value, ord),
+        AtomicOp::Or | AtomicOp::FetchOr => a.fetch_or(value, ord),
+        AtomicOp::And | AtomicOp::FetchAnd => a.fetch_and(value, ord),
+        AtomicOp::Xor | AtomicOp::FetchXor => a.fetch_xor(value, ord),
+        AtomicOp::Xchg => a.swap(value, ord),
+        AtomicOp::CmpXchg => match a.compare_exchange(expected, value, ord, ord) {
+            Ok(old) | Err(old) => old,
+        },
+    };
+    old.into()
+}
+
+impl Interpreter {
+    /// The dispatch loop. `pc` is advanced before an op runs, so inside an arm the
+    /// current instruction is `pc - 1` (what traps and fuel use).
+    #[allow(clippy::too_many_lines)]
+    fn execute(
+        &self,
+        mem: &mut MemoryMap<'_>,
+        frame_pointer: u64,
+        args: [u64; 5],
+        budget: u64,
+        host: &mut dyn HelperHost,
+    ) -> RunOutcome {
+        let ops = &*self.ops;
+        let functions = self.program.functions();
+        // 16 registers so that `reg & 15` indexes without a bounds check; r11-r15 are
+        // never named by a verified program.
+        let mut regs = [0u64; 16];
+        regs[1..6].copy_from_slice(&args);
+        regs[usize::from(REG_FP)] = frame_pointer;
+        let mut frames = [Frame::default(); CALL_DEPTH_MAX];
+        // Frames saved by local calls: live frames are `depth + 1`.
+        let mut depth = 0usize;
+        let mut fuel: u64 = 0;
+        let mut pc = self.program.entry() as usize;
+
+        macro_rules! r {
+            ($r:expr) => {
+                regs[usize::from($r & 0x0f)]
+            };
+        }
+        macro_rules! trap {
+            ($kind:expr) => {
+                return RunOutcome {
+                    result: Err(Trap { pc: (pc - 1) as u32, kind: $kind }),
+                    fuel_used: fuel,
+                }
+            };
+        }
+        macro_rules! charge {
+            ($cost:expr) => {
+                fuel = fuel.saturating_add($cost);
+                if fuel > budget {
+                    return RunOutcome {
+                        result: Err(rules::fuel_trap((pc - 1) as u32, budget)),
+                        fuel_used: fuel,
+                    };
+                }
+            };
+        }
+        macro_rules! jump {
+            ($target:expr) => {{
+                let target = $target;
+                if (target as usize) < pc {
+                    charge!(rules::jump_cost((pc - 1) as u32, target));
+                }
+                pc = target as usize;
+            }};
+        }
+        macro_rules! jump_if {
+            ($cond:expr, $target:expr) => {
+                if $cond {
+                    jump!($target)
+                }
+            };
+        }
+        macro_rules! addr {
+            ($base:expr, $off:expr) => {
+                r!($base).wrapping_add($off as i64 as u64)
+            };
+        }
+        macro_rules! load {
+            ($dst:expr, $src:expr, $off:expr, $size:expr) => {
+                match mem.load(addr!($src, $off), $size) {
+                    Ok(v) => v,
+                    Err(kind) => trap!(kind),
+                }
+            };
+        }
+        macro_rules! store {
+            ($dst:expr, $off:expr, $size:expr, $value:expr) => {
+                if let Err(kind) = mem.store(addr!($dst, $off), $size, $value) {
+                    trap!(kind)
+                }
+            };
+        }
+        macro_rules! helper {
+            ($id:expr) => {{
+                charge!(rules::CALL_COST);
+                let args = [regs[1], regs[2], regs[3], regs[4], regs[5]];
+                match call_helper(functions, host, mem, $id, args) {
+                    Ok(v) => regs[0] = v,
+                    Err(kind) => trap!(kind),
+                }
+            }};
+        }
+
+        loop {
+            // The verifier guarantees no path runs past the last slot or lands on an
+            // lddw tail, so indexing cannot fail for a verified program.
+            let op = ops[pc];
+            pc += 1;
+            match op {
+                Op::Add64I { dst, imm } => r!(dst) = r!(dst).wrapping_add(imm),
+                Op::Sub64I { dst, imm } => r!(dst) = r!(dst).wrapping_sub(imm),
+                Op::Mul64I { dst, imm } => r!(dst) = r!(dst).wrapping_mul(imm),
+                Op::Div64I { dst, imm } => r!(dst) = div64(r!(dst), imm),
+                Op::SDiv64I { dst, imm } => r!(dst) = sdiv64(r!(dst), imm),
+                Op::Mod64I { dst, imm } => r!(dst) = mod64(r!(dst), imm),
+                Op::SMod64I { dst, imm } => r!(dst) = smod64(r!(dst), imm),
+                Op::Or64I { dst, imm } => r!(dst) |= imm,
+                Op::And64I { dst, imm } => r!(dst) &= imm,
+                // Shift amounts are masked to the operand width (RFC 9669 §4.1).
+                Op::Lsh64I { dst, imm } => r!(dst) <<= imm & 63,
+                Op::Rsh64I { dst, imm } => r!(dst) >>= imm & 63,
+                Op::Arsh64I { dst, imm } => r!(dst) = ((r!(dst) as i64) >> (imm & 63)) as u64,
+                Op::Xor64I { dst, imm } => r!(dst) ^= imm,
+                Op::Mov64I { dst, imm } => r!(dst) = imm,
+                Op::Neg64 { dst } => r!(dst) = r!(dst).wrapping_neg(),
+                Op::Add64R { dst, src } => r!(dst) = r!(dst).wrapping_add(r!(src)),
+                Op::Sub64R { dst, src } => r!(dst) = r!(dst).wrapping_sub(r!(src)),
+                Op::Mul64R { dst, src } => r!(dst) = r!(dst).wrapping_mul(r!(src)),
+                Op::Div64R { dst, src } => r!(dst) = div64(r!(dst), r!(src)),
+                Op::SDiv64R { dst, src } => r!(dst) = sdiv64(r!(dst), r!(src)),
+                Op::Mod64R { dst, src } => r!(dst) = mod64(r!(dst), r!(src)),
+                Op::SMod64R { dst, src } => r!(dst) = smod64(r!(dst), r!(src)),
+                Op::Or64R { dst, src } => r!(dst) |= r!(src),
+                Op::And64R { dst, src } => r!(dst) &= r!(src),
+                Op::Lsh64R { dst, src } => r!(dst) <<= r!(src) & 63,
+                Op::Rsh64R { dst, src } => r!(dst) >>= r!(src) & 63,
+                Op::Arsh64R { dst, src } => {
+                    r!(dst) = ((r!(dst) as i64) >> (r!(src) & 63)) as u64
+                }
+                Op::Xor64R { dst, src } => r!(dst) ^= r!(src),
+                Op::Mov64R { dst, src } => r!(dst) = r!(src),
+                Op::MovSx8To64 { dst, src } => r!(dst) = r!(src) as i8 as i64 as u64,
+                Op::MovSx16To64 { dst, src } => r!(dst) = r!(src) as i16 as i64 as u64,
+                Op::MovSx32To64 { dst, src } => r!(dst) = r!(src) as i32 as i64 as u64,
+
+                // ALU32: operate on the low halves; the result is zero-extended.
+                Op::Add32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_add(lo(imm))),
+                Op::Sub32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_sub(lo(imm))),
+                Op::Mul32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_mul(lo(imm))),
+                Op::Div32I { dst, imm } => r!(dst) = div32(r!(dst), imm),
+                Op::SDiv32I { dst, imm } => r!(dst) = sdiv32(r!(dst), imm),
+                Op::Mod32I { dst, imm } => r!(dst) = mod32(r!(dst), imm),
+                Op::SMod32I { dst, imm } => r!(dst) = smod32(r!(dst), imm),
+                Op::Or32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) | lo(imm)),
+                Op::And32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) & lo(imm)),
+                Op::Lsh32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) << (imm & 31)),
+                Op::Rsh32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) >> (imm & 31)),
+                Op::Arsh32I { dst, imm } => {
+                    r!(dst) = u64::from(((lo(r!(dst)) as i32) >> (imm & 31)) as u32)
+                }
+                Op::Xor32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) ^ lo(imm)),
+                Op::Mov32I { dst, imm } => r!(dst) = u64::from(lo(imm)),
+                Op::Neg32 { dst } => r!(dst) = u64::from(lo(r!(dst)).wrapping_neg()),
+                Op::Add32R { dst, src } => {
+                    r!(dst) = u64::from(lo(r!(dst)).wrapping_add(lo(r!(src))))
+                }
+                Op::Sub32R { dst, src } => {
+                    r!(dst) = u64::from(lo(r!(dst)).wrapping_sub(lo(r!(src))))
+                }
+                Op::Mul32R { dst, src } => {
+                    r!(dst) = u64::from(lo(r!(dst)).wrapping_mul(lo(r!(src))))
+                }
+                Op::Div32R { dst, src } => r!(dst) = div32(r!(dst), r!(src)),
+                Op::SDiv32R { dst, src } => r!(dst) = sdiv32(r!(dst), r!(src)),
+                Op::Mod32R { dst, src } => r!(dst) = mod32(r!(dst), r!(src)),
+                Op::SMod32R { dst, src } => r!(dst) = smod32(r!(dst), r!(src)),
+                Op::Or32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) | lo(r!(src))),
+                Op::And32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) & lo(r!(src))),
+                Op::Lsh32R { dst, src } => {
+                    r!(dst) = u64::from(lo(r!(dst)) << (r!(src) & 31))
+                }
+                Op::Rsh32R { dst, src } => {
+                    r!(dst) = u64::from(lo(r!(dst)) >> (r!(src) & 31))
+                }
+                Op::Arsh32R { dst, src } => {
+                    r!(dst) = u64::from(((lo(r!(dst)) as i32) >> (r!(src) & 31)) as u32)
+                }
+                Op::Xor32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) ^ lo(r!(src))),
+                // `mov32 reg` zero-extends too.
+                Op::Mov32R { dst, src } => r!(dst) = u64::from(lo(r!(src))),
+                Op::MovSx8To32 { dst, src } => r!(dst) = u64::from(r!(src) as i8 as i32 as u32),
+                Op::MovSx16To32 { dst, src } => {
+                    r!(dst) = u64::from(r!(src) as i16 as i32 as u32)
+                }
+
+                Op::Trunc16 { dst } => r!(dst) = u64::from(r!(dst) as u16),
+                Op::Trunc32 { dst } => r!(dst) = u64::from(r!(dst) as u32),
+                Op::Swap16 { dst } => r!(dst) = u64::from((r!(dst) as u16).swap_bytes()),
+                Op::Swap32 { dst } => r!(dst) = u64::from((r!(dst) as u32).swap_bytes()),
+                Op::Swap64 { dst } => r!(dst) = r!(dst).swap_bytes(),
+                Op::Nop => {}
+
+                Op::Lddw { dst, imm } => {
+                    r!(dst) = imm;
+                    pc += 1;
+                }
+                Op::LdxB { dst, src, off } => r!(dst) = load!(dst, src, off, 1),
+                Op::LdxH { dst, src, off } => r!(dst) = load!(dst, src, off, 2),
+                Op::LdxW { dst, src, off } => r!(dst) = load!(dst, src, off, 4),
+                Op::LdxDw { dst, src, off } => r!(dst) = load!(dst, src, off, 8),
+                // Sign-extending loads (cpu v4, RFC 9669 §5.2).
+                Op::LdxSB { dst, src, off } => {
+                    r!(dst) = load!(dst, src, off, 1) as i8 as i64 as u64
+                }
+                Op::LdxSH { dst, src, off } => {
+                    r!(dst) = load!(dst, src, off, 2) as i16 as i64 as u64
+                }
+                Op::LdxSW { dst, src, off } => {
+                    r!(dst) = load!(dst, src, off, 4) as i32 as i64 as u64
+                }
+                Op::StB { dst, off, imm } => store!(dst, off, 1, imm),
+                Op::StH { dst, off, imm } => store!(dst, off, 2, imm),
+                Op::StW { dst, off, imm } => store!(dst, off, 4, imm),
+                Op::StDw { dst, off, imm } => store!(dst, off, 8, imm),
+                Op::StxB { dst, src, off } => store!(dst, off, 1, r!(src)),
+                Op::StxH { dst, src, off } => store!(dst, off, 2, r!(src)),
+                Op::StxW { dst, src, off } => store!(dst, off, 4, r!(src)),
+                Op::StxDw { dst, src, off } => store!(dst, off, 8, r!(src)),
+                Op::Atomic32 { op, dst, src, off } => {
+                    let p = match mem.translate(addr!(dst, off), 4, true) {
+                        Ok(p) => p,
+                        Err(kind) => trap!(kind),
+                    };
+                    // SAFETY: `translate` proved 4 writable (hence readable) bytes at
+                    // `p` in a region mapped for this run; concurrent accessors of a
+                    // shared region are the embedder's contract (`map_raw`).
+                    let old = unsafe { atomic32(p, op, r!(src), regs[0]) };
+                    write_back_atomic(&mut regs, op, src, old);
+                }
+                Op::Atomic64 { op, dst, src, off } => {
+                    let p = match mem.translate(addr!(dst, off), 8, true) {
+                        Ok(p) => p,
+                        Err(kind) => trap!(kind),
+                    };
+                    // SAFETY: as for `Atomic32`, with 8 bytes.
+                    let old = unsafe { atomic64(p, op, r!(src), regs[0]) };
+                    write_back_atomic(&mut regs, op, src, old);
+                }
+
+                Op::Ja { target } => jump!(target),
+                Op::Jeq64I { dst, imm, target } => jump_if!(r!(dst) == imm, target),
+                Op::Jne64I { dst, imm, target } => jump_if!(r!(dst) != imm, target),
+                Op::Jgt64I { dst, imm, target } => jump_if!(r!(dst) > imm, target),
+                Op::Jge64I { dst, imm, target } => jump_if!(r!(dst) >= imm, target),
+                Op::Jlt64I { dst, imm, target } => jump_if!(r!(dst) < imm, target),
+                Op::Jle64I { dst, imm, target } => jump_if!(r!(dst) <= imm, target),
+                Op::Jsgt64I { dst, imm, target } => {
+                    jump_if!((r!(dst) as i64) > imm as i64, target)
+                }
+                Op::Jsge64I { dst, imm, target } => {
+                    jump_if!((r!(dst) as i64) >= imm as i64, target)
+                }
+                Op::Jslt64I { dst, imm, target } => {
+                    jump_if!((r!(dst) as i64) < imm as i64, target)
+                }
+                Op::Jsle64I { dst, imm, target } => {
+                    jump_if!((r!(dst) as i64) <= imm as i64, target)
+                }
+                Op::Jset64I { dst, imm, target } => jump_if!(r!(dst) & imm != 0, target),
+                Op::Jeq64R { dst, src, target } => jump_if!(r!(dst) == r!(src), target),
+                Op::Jne64R { dst, src, target } => jump_if!(r!(dst) != r!(src), target),
+                Op::Jgt64R { dst, src, target } => jump_if!(r!(dst) > r!(src), target),
+                Op::Jge64R { dst, src, target } => jump_if!(r!(dst) >= r!(src), target),
+                Op::Jlt64R { dst, src, target } => jump_if!(r!(dst) < r!(src), target),
+                Op::Jle64R { dst, src, target } => jump_if!(r!(dst) <= r!(src), target),
+                Op::Jsgt64R { dst, src, target } => {
+                    jump_if!((r!(dst) as i64) > r!(src) as i64, target)
+                }
+                Op::Jsge64R { dst, src, target } => {
+                    jump_if!((r!(dst) as i64) >= r!(src) as i64, target)
+                }
+                Op::Jslt64R { dst, src, target } => {
+                    jump_if!((r!(dst) as i64) < r!(src) as i64, target)
+                }
+                Op::Jsle64R { dst, src, target } => {
+                    jump_if!((r!(dst) as i64) <= r!(src) as i64, target)
+                }
+                Op::Jset64R { dst, src, target } => jump_if!(r!(dst) & r!(src) != 0, target),
+                Op::Jeq32I { dst, imm, target } => jump_if!(lo(r!(dst)) == lo(imm), target),
+                Op::Jne32I { dst, imm, target } => jump_if!(lo(r!(dst)) != lo(imm), target),
+                Op::Jgt32I { dst, imm, target } => jump_if!(lo(r!(dst)) > lo(imm), target),
+                Op::Jge32I { dst, imm, target } => jump_if!(lo(r!(dst)) >= lo(imm), target),
+                Op::Jlt32I { dst, imm, target } => jump_if!(lo(r!(dst)) < lo(imm), target),
+                Op::Jle32I { dst, imm, target } => jump_if!(lo(r!(dst)) <= lo(imm), target),
+                Op::Jsgt32I { dst, imm, target } => {
+                    jump_if!((lo(r!(dst)) as i32) > lo(imm) as i32, target)
+                }
+                Op::Jsge32I { dst, imm, target } => {
+                    jump_if!((lo(r!(dst)) as i32) >= lo(imm) as i32, target)
+                }
+                Op::Jslt32I { dst, imm, target } => {
+                    jump_if!((lo(r!(dst)) as i32) < lo(imm) as i32, target)
+                }
+                Op::Jsle32I { dst, imm, target } => {
+                    jump_if!((lo(r!(dst)) as i32) <= lo(imm) as i32, target)
+                }
+                Op::Jset32I { dst, imm, target } => {
+                    jump_if!(lo(r!(dst)) & lo(imm) != 0, target)
+                }
+                Op::Jeq32R { dst, src, target } => {
+                    jump_if!(lo(r!(dst)) == lo(r!(src)), target)
+                }
+                Op::Jne32R { dst, src, target } => {
+                    jump_if!(lo(r!(dst)) != lo(r!(src)), target)
+                }
+                Op::Jgt32R { dst, src, target } => jump_if!(lo(r!(dst)) > lo(r!(src)), target),
+                Op::Jge32R { dst, src, target } => {
+                    jump_if!(lo(r!(dst)) >= lo(r!(src)), target)
+                }
+                Op::Jlt32R { dst, src, target } => jump_if!(lo(r!(dst)) < lo(r!(src)), target),
+                Op::Jle32R { dst, src, target } => {
+                    jump_if!(lo(r!(dst)) <= lo(r!(src)), target)
+                }
+                Op::Jsgt32R { dst, src, target } => {
+                    jump_if!((lo(r!(dst)) as i32) > lo(r!(src)) as i32, target)
+                }
+                Op::Jsge32R { dst, src, target } => {
+                    jump_if!((lo(r!(dst)) as i32) >= lo(r!(src)) as i32, target)
+                }
+                Op::Jslt32R { dst, src, target } => {
+                    jump_if!((lo(r!(dst)) as i32) < lo(r!(src)) as i32, target)
+                }
+                Op::Jsle32R { dst, src, target } => {
+                    jump_if!((lo(r!(dst)) as i32) <= lo(r!(src)) as i32, target)
+                }
+                Op::Jset32R { dst, src, target } => {
+                    jump_if!(lo(r!(dst)) & lo(r!(src)) != 0, target)
+                }
+
+                // Helper calls: r1-r5 are passed, r0 receives the result; r1-r5 keep
+                // their values (the ABI lets a program assume nothing about them, and
+                // every engine must leave them the same way).
+                Op::CallHelper { id } => helper!(i64::from(id)),
+                Op::CallX { reg } => helper!(r!(reg) as i64),
+                Op::CallLocal { target } => {
+                    charge!(rules::CALL_COST);
+                    if depth + 2 > CALL_DEPTH_MAX {
+                        return RunOutcome {
+                            result: Err(rules::call_depth_trap((pc - 1) as u32)),
+                            fuel_used: fuel,
+                        };
+                    }
+                    frames[depth] = Frame {
+                        return_pc: pc as u32,
+                        saved: [regs[6], regs[7], regs[8], regs[9]],
+                    };
+                    depth += 1;
+                    r!(REG_FP) = r!(REG_FP).wrapping_sub(rules::FRAME_SIZE);
+                    pc = target as usize;
+                }
+                Op::Exit => {
+                    if depth == 0 {
+                        return RunOutcome { result: Ok(regs[0]), fuel_used: fuel };
+                    }
+                    depth -= 1;
+                    let frame = frames[depth];
+                    regs[6..10].copy_from_slice(&frame.saved);
+                    r!(REG_FP) = r!(REG_FP).wrapping_add(rules::FRAME_SIZE);
+                    pc = frame.return_pc as usize;
+                }
+                Op::Invalid => unreachable!(
+                    "pc {}: the verifier admitted an instruction the interpreter cannot run",
+                    pc - 1
+                ),
+            }
+        }
+    }
+}
+
+/// Writes an atomic's fetched value: into `src` for the fetch variants and `xchg`, into
+/// r0 for `cmpxchg` (RFC 9669 §5.3); 32-bit values arrive zero-extended.
+#[inline(always)]
+fn write_back_atomic(regs: &mut [u64; 16], op: AtomicOp, src: u8, old: u64) {
+    match op {
+        AtomicOp::Add | AtomicOp::Or | AtomicOp::And | AtomicOp::Xor => {}
+        AtomicOp::CmpXchg => regs[0] = old,
+        _ => regs[usize::from(src & 0x0f)] = old,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every trap kind, the fuel and call rules, and each semantic pitfall listed in
+    //! ebpf-notes.md, on hand-built programs (`Insn::new`, no assembler).
+
+    use super::*;
+    use crate::helper::{ArgKind, ConformanceHost, FunctionSig, FunctionTable, HelperAbort};
+    use crate::limits::{STACK_FRAME_SIZE, STACK_SIZE};
+    use crate::memory::RegionIdx;
+    use crate::program::{GlobalSection, Program};
+    use crate::trap::TrapKind;
+    use crate::verifier::verify;
+
+    const EXIT: Insn = Insn::new(OP_EXIT, 0, 0, 0, 0);
+
+    fn alu64(op: u8, dst: u8, imm: i32) -> Insn {
+        Insn::new(CLASS_ALU64 | op | SRC_K, dst, 0, 0, imm)
+    }
+    fn alu64x(op: u8, dst: u8, src: u8) -> Insn {
+        Insn::new(CLASS_ALU64 | op | SRC_X, dst, src, 0, 0)
+    }
+    fn alu32(op: u8, dst: u8, imm: i32) -> Insn {
+        Insn::new(CLASS_ALU | op | SRC_K, dst, 0, 0, imm)
+    }
+    fn alu32x(op: u8, dst: u8, src: u8) -> Insn {
+        Insn::new(CLASS_ALU | op | SRC_X, dst, src, 0, 0)
+    }
+    fn mov(dst: u8, imm: i32) -> Insn {
+        alu64(ALU_MOV, dst, imm)
+    }
+    fn movx(dst: u8, src: u8) -> Insn {
+        alu64x(ALU_MOV, dst, src)
+    }
+    fn lddw(dst: u8, v: u64) -> [Insn; 2] {
+        [Insn::new(OP_LDDW, dst, 0, 0, v as i32), Insn::new(0, 0, 0, 0, (v >> 32) as i32)]
+    }
+    fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(CLASS_LDX | MODE_MEM | size, dst, src, off, 0)
+    }
+    fn ldxs(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(CLASS_LDX | MODE_MEMSX | size, dst, src, off, 0)
+    }
+    fn stx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
+        Insn::new(CLASS_STX | MODE_MEM | size, dst, src, off, 0)
+    }
+    fn st(size: u8, dst: u8, off: i16, imm: i32) -> Insn {
+        Insn::new(CLASS_ST | MODE_MEM | size, dst, 0, off, imm)
+    }
+    fn atomic(size: u8, dst: u8, src: u8, off: i16, op: i32) -> Insn {
+        Insn::new(CLASS_STX | MODE_ATOMIC | size, dst, src, off, op)
+    }
+    fn jmp(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
+        Insn::new(CLASS_JMP | op | SRC_K, dst, 0, off, imm)
+    }
+    fn ja(off: i16) -> Insn {
+        Insn::new(OP_JA, 0, 0, off, 0)
+    }
+    fn call_local(imm: i32) -> Insn {
+        Insn::new(OP_CALL, 0, CALL_SRC_LOCAL, 0, imm)
+    }
+    fn call(id: i32) -> Insn {
+        Insn::new(OP_CALL, 0, 0, 0, id)
+    }
+
+    /// One slot or an `lddw` pair, for [`prog!`].
+    trait Slots {
+        fn slots(&self) -> &[Insn];
+    }
+    impl Slots for Insn {
+        fn slots(&self) -> &[Insn] {
+            std::slice::from_ref(self)
+        }
+    }
+    impl Slots for [Insn; 2] {
+        fn slots(&self) -> &[Insn] {
+            self
+        }
+    }
+
+    /// Concatenates single slots and `lddw` pairs.
+    macro_rules! prog {
+        ($($e:expr),* $(,)?) => {{
+            let mut v: Vec<Insn> = Vec::new();
+            $( v.extend_from_slice(Slots::slots(&$e)); )*
+            v
+        }};
+    }
+
+    fn interp(program: Program, table: FunctionTable) -> Interpreter {
+        let verified = verify(program, Arc::new(table)).unwrap_or_else(|e| panic!("{e}"));
+        Interpreter::new(Arc::new(verified))
+    }
+
+    /// Runs `insns` with `mem` mapped read-write in region 2 (r1 = its address, r2 = its
+    /// length) under `fuel`, returning the outcome and the memory after the run.
+    fn run_full(insns: Vec<Insn>, mem: &mut [u8], fuel: u64) -> RunOutcome {
+        let engine = interp(Program::from_insns("t", insns), FunctionTable::conformance());
+        let mut map = MemoryMap::new();
+        let len = mem.len() as u64;
+        let addr = map.map_read_write(RegionIdx::EMBEDDER_FIRST, mem).expect("maps");
+        engine.run(&mut map, [addr, len, 0, 0, 0], &RunOptions { fuel }, &mut ConformanceHost)
+    }
+
+    fn run(insns: Vec<Insn>) -> u64 {
+        let out = run_full(insns, &mut [], 1_000_000);
+        out.result.unwrap_or_else(|t| panic!("trapped: {t}"))
+    }
+
+    fn run_mem(insns: Vec<Insn>, mem: &mut [u8]) -> u64 {
+        let out = run_full(insns, mem, 1_000_000);
+        out.result.unwrap_or_else(|t| panic!("trapped: {t}"))
+    }
+
+    fn trap(insns: Vec<Insn>, mem: &mut [u8]) -> Trap {
+        match run_full(insns, mem, 1_000_000).result {
+            Err(t) => t,
+            Ok(v) => panic!("expected a trap, got r0 = {v:#x}"),
+        }
+    }
+
+    const MEM: u64 = RegionIdx::EMBEDDER_FIRST.vaddr(0);
+    const STACK_END: u64 = RegionIdx::STACK.vaddr(STACK_SIZE as u32);
+
+    // ---- Traps ----
+
+    #[test]
+    fn out_of_bounds_stack() {
+        // Past the top of the stack: r10 itself, read through a copy.
+        let t = trap(prog![movx(1, 10), ldx(SIZE_DW, 0, 1, 0), EXIT], &mut []);
+        let kind = TrapKind::OutOfBounds { addr: STACK_END, size: 8, write: false };
+        assert_eq!(t, Trap { pc: 1, kind });
+        // Below the bottom of the whole stack.
+        let t = trap(prog![movx(1, 10), st(SIZE_B, 1, -4097, 0), EXIT], &mut []);
+        let kind = TrapKind::OutOfBounds { addr: STACK_END - 4097, size: 1, write: true };
+        assert_eq!(t, Trap { pc: 1, kind });
+        // Straddling the end.
+        let t = trap(prog![movx(1, 10), stx(SIZE_W, 1, 1, -2), EXIT], &mut []);
+        assert_eq!(t.kind, TrapKind::OutOfBounds { addr: STACK_END - 2, size: 4, write: true });
+    }
+
+    #[test]
+    fn out_of_bounds_embedder_region() {
+        let mut mem = [1u8, 2, 3, 4];
+        let t = trap(prog![ldx(SIZE_W, 0, 1, 1), EXIT], &mut mem);
+        assert_eq!(t, Trap { pc: 0, kind: TrapKind::OutOfBounds { addr: MEM + 1, size: 4, write: false } });
+        let t = trap(prog![mov(0, 0), st(SIZE_H, 1, 3, 9), EXIT], &mut mem);
+        assert_eq!(t, Trap { pc: 1, kind: TrapKind::OutOfBounds { addr: MEM + 3, size: 2, write: true } });
+        // A negative offset wraps below the region's start: out of bounds too.
+        let t = trap(prog![ldx(SIZE_B, 0, 1, -1), EXIT], &mut mem);
+        assert_eq!(t.kind, TrapKind::OutOfBounds { addr: MEM - 1, size: 1, write: false });
+        assert_eq!(mem, [1, 2, 3, 4], "a failed store writes nothing");
+    }
+
+    #[test]
+    fn null_and_unmapped() {
+        let t = trap(prog![mov(1, 0), ldx(SIZE_B, 0, 1, 0), EXIT], &mut []);
+        assert_eq!(t, Trap { pc: 1, kind: TrapKind::OutOfBounds { addr: 0, size: 1, write: false } });
+        // Region 7 is not mapped; region 40 is beyond the table.
+        for addr in [RegionIdx(7).vaddr(0), 40u64 << 32, u64::MAX] {
+            let t = trap(prog![lddw(1, addr), ldx(SIZE_DW, 0, 1, 0), EXIT], &mut []);
+            assert_eq!(t.kind, TrapKind::OutOfBounds { addr, size: 8, write: false });
+            assert_eq!(t.pc, 2);
+        }
+    }
+
+    #[test]
+    fn globals_and_read_only() {
+        let mut program = Program::from_insns(
+            "g",
+            prog![
+                lddw(1, RegionIdx::global(0).unwrap().vaddr(0)),
+                lddw(2, RegionIdx::global(1).unwrap().vaddr(0)),
+                ldx(SIZE_W, 0, 1, 0),  // rodata word
+                stx(SIZE_W, 2, 0, 0),  // copy into .data
+                ldx(SIZE_W, 0, 2, 0),
+                jmp(JMP_JEQ, 3, 0, 1), // r3 == 0: fine; 1: write rodata; 2: read past .data
+                ja(3),
+                jmp(JMP_JEQ, 3, 1, 1),
+                ldx(SIZE_B, 0, 2, 4),
+                st(SIZE_B, 1, 0, 1),
+                EXIT,
+            ],
+        );
+        program.globals = vec![
+            GlobalSection { name: ".rodata".into(), data: vec![7, 0, 0, 0], writable: false },
+            GlobalSection { name: ".data".into(), data: vec![0; 4], writable: true },
+        ];
+        let engine = interp(program, FunctionTable::new());
+        let run = |r3: u64| {
+            let mut map = MemoryMap::new();
+            engine.run(&mut map, [0, 0, r3, 0, 0], &RunOptions::default(), &mut ConformanceHost)
+        };
+        assert_eq!(run(0).result, Ok(7));
+        let ro = RegionIdx::global(0).unwrap().vaddr(0);
+        assert_eq!(run(1).result, Err(Trap { pc: 13, kind: TrapKind::ReadOnly { addr: ro, size: 1 } }));
+        let data_end = RegionIdx::global(1).unwrap().vaddr(4);
+        let kind = TrapKind::OutOfBounds { addr: data_end, size: 1, write: false };
+        assert_eq!(run(2).result, Err(Trap { pc: 12, kind }));
+        // Writable globals are fresh for every run.
+        let mut map = MemoryMap::new();
+        let twice = |map: &mut MemoryMap<'_>| {
+            engine.run(map, [0, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost)
+        };
+        assert_eq!(twice(&mut map).result, Ok(7));
+        assert_eq!(twice(&mut map).result, Ok(7));
+        // The engine unmapped its regions after the run.
+        assert!(map.load(ro, 1).is_err());
+        assert!(map.load(RegionIdx::STACK.vaddr(0), 1).is_err());
+    }
+
+    #[test]
+    fn read_only_embedder_region() {
+        let engine = interp(
+            Program::from_insns("ro", prog![st(SIZE_B, 1, 0, 1), EXIT]),
+            FunctionTable::new(),
+        );
+        let buf = [0u8; 4];
+        let mut map = MemoryMap::new();
+        let addr = map.map_read_only(RegionIdx::EMBEDDER_FIRST, &buf).unwrap();
+        let out = engine.run(&mut map, [addr, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
+        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::ReadOnly { addr, size: 1 } }));
+        // Atomics are writes too.
+        let engine = interp(
+            Program::from_insns("ro", prog![atomic(SIZE_W, 1, 2, 0, ATOMIC_ADD), EXIT]),
+            FunctionTable::new(),
+        );
+        let out = engine.run(&mut map, [addr, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
+        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::ReadOnly { addr, size: 4 } }));
+    }
+
+    #[test]
+    fn fuel_exhaustion_on_infinite_loop() {
+        let out = run_full(prog![ja(-1)], &mut [], 100);
+        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::FuelExhausted { budget: 100 } }));
+        // 101 iterations of cost 1: the charge that exceeds the budget is counted.
+        assert_eq!(out.fuel_used, 101);
+        // A budget of 0 stops at the first backward jump.
+        let out = run_full(prog![mov(0, 0), ja(-2)], &mut [], 0);
+        assert_eq!(out.result, Err(Trap { pc: 1, kind: TrapKind::FuelExhausted { budget: 0 } }));
+        assert_eq!(out.fuel_used, 2);
+    }
+
+    #[test]
+    fn fuel_accounting() {
+        // Loop of 3 slots run 10 times: 10 taken backward jumps of cost 3, minus the
+        // last not taken; plus 1 for a helper call; forward jumps are free.
+        let insns = prog![
+            mov(0, 0),
+            ja(0),                    // forward, free
+            alu64(ALU_ADD, 0, 1),     // loop head (pc 2)
+            mov(1, 0),
+            jmp(JMP_JLT, 0, 10, -3),  // back to pc 2 while r0 < 10: cost 3
+            call(5),                  // r0 = r1 = 0, cost 1
+            alu64(ALU_ADD, 0, 10),
+            EXIT,
+        ];
+        let out = run_full(insns, &mut [], 1000);
+        assert_eq!(out.result, Ok(10));
+        assert_eq!(out.fuel_used, 9 * 3 + 1);
+        // Exactly enough fuel succeeds; one less traps at the call.
+        let insns2 = prog![mov(1, 3), call(5), call(5), EXIT];
+        assert_eq!(run_full(insns2.clone(), &mut [], 2).result, Ok(3));
+        let out = run_full(insns2, &mut [], 1);
+        assert_eq!(out.result, Err(Trap { pc: 2, kind: TrapKind::FuelExhausted { budget: 1 } }));
+        assert_eq!(out.fuel_used, 2);
+    }
+
+    #[test]
+    fn call_depth_on_recursion() {
+        // main: call f; exit.  f: call f; exit.
+        let insns = prog![call_local(1), EXIT, call_local(-1), EXIT];
+        let out = run_full(insns, &mut [], 1000);
+        let depth_max = CALL_DEPTH_MAX as u32;
+        assert_eq!(out.result, Err(Trap { pc: 2, kind: TrapKind::CallDepthExceeded { depth_max } }));
+        // One call from main and seven recursive calls fit (8 frames); the eighth
+        // recursive call is charged, then traps.
+        assert_eq!(out.fuel_used, CALL_DEPTH_MAX as u64);
+    }
+
+    #[test]
+    fn bounded_recursion_returns() {
+        // f(r1): if r1 == 0 return 0; return f(r1 - 1) + 1, with r1 = 7 (8 frames).
+        let insns = prog![
+            mov(1, 7),
+            call_local(1),
+            EXIT,
+            jmp(JMP_JNE, 1, 0, 2), // f at pc 3
+            mov(0, 0),
+            EXIT,
+            alu64(ALU_SUB, 1, 1),
+            call_local(-5),
+            alu64(ALU_ADD, 0, 1),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 7);
+    }
+
+    #[test]
+    fn unknown_helper_via_callx() {
+        let insns = prog![mov(2, 99), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
+        let out = run_full(insns, &mut [], 10);
+        assert_eq!(out.result, Err(Trap { pc: 1, kind: TrapKind::UnknownHelper { id: 99 } }));
+        assert_eq!(out.fuel_used, 1);
+        // A negative id is reported as such.
+        let insns = prog![mov(2, -1), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
+        assert_eq!(trap(insns, &mut []).kind, TrapKind::UnknownHelper { id: -1 });
+        // callx to a known helper works (bpf_conformance callx: r2 = 5).
+        let insns = prog![mov(1, 42), mov(2, 5), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
+        assert_eq!(run(insns), 42);
+    }
+
+    /// A host whose helper 7 sums the bytes `(r1, r2)` points to.
+    struct SumHost;
+    impl HelperHost for SumHost {
+        fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+            match id {
+                7 => {
+                    let bytes = mem.slice(args[0], args[1]).map_err(|k| HelperAbort { code: -14, message: k.to_string() })?;
+                    Ok(bytes.iter().map(|&b| u64::from(b)).sum())
+                }
+                _ => Err(HelperAbort { code: -38, message: format!("no helper {id}") }),
+            }
+        }
+    }
+
+    fn sum_table() -> FunctionTable {
+        let mut t = FunctionTable::new();
+        t.insert(FunctionSig {
+            name: "sum".into(),
+            id: 7,
+            args: vec![ArgKind::PtrIn { len_arg: 1 }, ArgKind::Scalar],
+            version: 1,
+            doc: String::new(),
+        })
+        .unwrap();
+        t.insert(FunctionSig { name: "nothing".into(), id: 8, args: vec![], version: 1, doc: String::new() })
+            .unwrap();
+        t
+    }
+
+    #[test]
+    fn helper_pointer_argument_out_of_range() {
+        let engine = interp(Program::from_insns("h", prog![call(7), EXIT]), sum_table());
+        let mut buf = [1u8, 2, 3];
+        let mut map = MemoryMap::new();
+        let addr = map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).unwrap();
+        let opts = RunOptions::default();
+        let out = engine.run(&mut map, [addr, 3, 0, 0, 0], &opts, &mut SumHost);
+        assert_eq!(out.result, Ok(6));
+        let out = engine.run(&mut map, [addr, 4, 0, 0, 0], &opts, &mut SumHost);
+        let kind = TrapKind::HelperArgument { helper: 7, arg: 0, addr, len: 4 };
+        assert_eq!(out.result, Err(Trap { pc: 0, kind }));
+        // The stack is a valid argument.
+        let insns = prog![st(SIZE_B, 10, -1, 9), movx(1, 10), alu64(ALU_ADD, 1, -1), mov(2, 1), call(7), EXIT];
+        let engine = interp(Program::from_insns("h", insns), sum_table());
+        assert_eq!(engine.run(&mut map, [0; 5], &opts, &mut SumHost).result, Ok(9));
+    }
+
+    #[test]
+    fn helper_abort() {
+        let engine = interp(Program::from_insns("h", prog![mov(0, 0), call(8), EXIT]), sum_table());
+        let out = engine.run(&mut MemoryMap::new(), [0; 5], &RunOptions::default(), &mut SumHost);
+        let kind = TrapKind::HelperAbort { helper: 8, code: -38, message: "no helper 8".into() };
+        assert_eq!(out.result, Err(Trap { pc: 1, kind }));
+    }
+
+    // ---- Semantics and pitfalls ----
+
+    #[test]
+    fn jump_immediate_is_sign_extended() {
+        // RFC 9669 §4.3: imm is sign-extended for 64-bit comparisons.
+        let insns = prog![
+            mov(0, 0),
+            lddw(1, 0xffff_ffff_8000_0000),
+            jmp(JMP_JEQ, 1, i32::MIN, 1),
+            EXIT,
+            mov(0, 1),
+            // JMP32 compares the low halves: 0x8000_0000 == imm as u32.
+            Insn::new(CLASS_JMP32 | JMP_JEQ | SRC_K, 1, 0, 1, i32::MIN),
+            EXIT,
+            mov(0, 2),
+            // Unsigned 64-bit: 0x8000_0000 < 0xffff_ffff_8000_0001 after sign extension.
+            lddw(1, 0x8000_0000),
+            jmp(JMP_JLT, 1, i32::MIN + 1, 1),
+            EXIT,
+            mov(0, 3),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 3);
+    }
+
+    #[test]
+    fn signed_jumps() {
+        let insns = prog![
+            mov(0, 0),
+            mov(1, -5),
+            jmp(JMP_JSGT, 1, -6, 1),
+            EXIT,
+            mov(0, 1),
+            jmp(JMP_JGT, 1, -6, 1), // unsigned: 0xff..fb > 0xff..fa too
+            EXIT,
+            mov(0, 2),
+            jmp(JMP_JSLT, 1, 0, 1),
+            EXIT,
+            mov(0, 3),
+            jmp(JMP_JSET, 1, 2, 1), // -5 = ...1011: bit 1 set
+            EXIT,
+            mov(0, 4),
+            alu32(ALU_MOV, 2, -1),  // r2 = 0xffff_ffff
+            Insn::new(CLASS_JMP32 | JMP_JSLT | SRC_K, 2, 0, 1, 0), // as i32: -1 < 0
+            EXIT,
+            mov(0, 5),
+            Insn::new(CLASS_JMP | JMP_JSGT | SRC_K, 2, 0, 1, 0), // as i64: positive
+            EXIT,
+            mov(0, 6),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 6);
+    }
+
+    #[test]
+    fn alu32_zero_extends() {
+        assert_eq!(run(prog![mov(0, -1), alu32(ALU_ADD, 0, 0), EXIT]), 0xffff_ffff);
+        assert_eq!(run(prog![mov(1, -1), alu32x(ALU_MOV, 0, 1), EXIT]), 0xffff_ffff);
+        assert_eq!(run(prog![mov(0, -1), alu32(ALU_MOV, 0, -2), EXIT]), 0xffff_fffe);
+        assert_eq!(run(prog![mov(0, 1), alu32(ALU_NEG, 0, 0), EXIT]), 0xffff_ffff);
+        assert_eq!(run(prog![mov(0, 2), alu32(ALU_SUB, 0, 3), EXIT]), 0xffff_ffff);
+        // 64-bit mov of an immediate sign-extends.
+        assert_eq!(run(prog![mov(0, -1), EXIT]), u64::MAX);
+    }
+
+    #[test]
+    fn byte_order() {
+        let v = 0x1122_3344_5566_7788u64;
+        let end = |class: u8, x: u8, w: i32| prog![lddw(0, v), Insn::new(class | ALU_END | x, 0, 0, 0, w), EXIT];
+        assert_eq!(run(end(CLASS_ALU, SRC_K, 16)), 0x7788, "le16 truncates");
+        assert_eq!(run(end(CLASS_ALU, SRC_K, 32)), 0x5566_7788, "le32 truncates");
+        assert_eq!(run(end(CLASS_ALU, SRC_K, 64)), v);
+        assert_eq!(run(end(CLASS_ALU, SRC_X, 16)), 0x8877);
+        assert_eq!(run(end(CLASS_ALU, SRC_X, 32)), 0x8877_6655);
+        assert_eq!(run(end(CLASS_ALU, SRC_X, 64)), 0x8877_6655_4433_2211);
+        assert_eq!(run(end(CLASS_ALU64, SRC_K, 16)), 0x8877);
+        assert_eq!(run(end(CLASS_ALU64, SRC_K, 32)), 0x8877_6655);
+        assert_eq!(run(end(CLASS_ALU64, SRC_K, 64)), 0x8877_6655_4433_2211);
+    }
+
+    #[test]
+    fn division_and_modulo_by_zero() {
+        let v = 0xffff_ffff_0000_0005u64;
+        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_DIV, 0, 1), EXIT]), 0);
+        assert_eq!(run(prog![lddw(0, v), alu64(ALU_DIV, 0, 0), EXIT]), 0);
+        assert_eq!(run(prog![lddw(0, v), alu32(ALU_DIV, 0, 0), EXIT]), 0);
+        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_MOD, 0, 1), EXIT]), v);
+        assert_eq!(run(prog![lddw(0, v), alu64(ALU_MOD, 0, 0), EXIT]), v);
+        // 32-bit modulo by zero leaves dst, zero-extended.
+        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu32x(ALU_MOD, 0, 1), EXIT]), 5);
+        assert_eq!(run(prog![lddw(0, v), alu32(ALU_MOD, 0, 0), EXIT]), 5);
+        // The upper half of the divisor is ignored in 32-bit division.
+        assert_eq!(run(prog![mov(0, 10), lddw(1, 1 << 32), alu32x(ALU_DIV, 0, 1), EXIT]), 0);
+        // Signed forms by zero.
+        let sdiv = |class: u8, op: u8| Insn::new(class | op | SRC_K, 0, 0, 1, 0);
+        assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU64, ALU_DIV), EXIT]), 0);
+        assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU64, ALU_MOD), EXIT]), (-7i64) as u64);
+        assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU, ALU_MOD), EXIT]), 0xffff_fff9);
+        // A negative 64-bit divisor immediate is sign-extended (unsigned division).
+        assert_eq!(run(prog![mov(0, -1), alu64(ALU_DIV, 0, -1), EXIT]), 1);
+        assert_eq!(run(prog![mov(0, 12), alu64(ALU_DIV, 0, -1), EXIT]), 0);
+    }
+
+    #[test]
+    fn signed_division_edges() {
+        let sx = |class: u8, op: u8, imm: i32| Insn::new(class | op | SRC_K, 0, 0, 1, imm);
+        let min64 = i64::MIN as u64;
+        assert_eq!(run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_DIV, -1), EXIT]), min64);
+        assert_eq!(run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_MOD, -1), EXIT]), 0);
+        let min32 = 0x8000_0000u64;
+        assert_eq!(run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_DIV, -1), EXIT]), min32);
+        assert_eq!(run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_MOD, -1), EXIT]), 0);
+        // Register forms.
+        let sxr = |class: u8, op: u8| Insn::new(class | op | SRC_X, 0, 1, 1, 0);
+        assert_eq!(run(prog![lddw(0, min64), mov(1, -1), sxr(CLASS_ALU64, ALU_DIV), EXIT]), min64);
+        assert_eq!(run(prog![mov(0, i32::MIN), mov(1, -1), sxr(CLASS_ALU, ALU_MOD), EXIT]), 0);
+        // Truncating signed results: -7 / 2 = -3, -7 % 2 = -1, 7 % -2 = 1.
+        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_DIV, 2), EXIT]), (-3i64) as u64);
+        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_MOD, 2), EXIT]), u64::MAX);
+        assert_eq!(run(prog![mov(0, 7), sx(CLASS_ALU, ALU_MOD, -2), EXIT]), 1);
+        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU, ALU_DIV, 2), EXIT]), 0xffff_fffd);
+    }
+
+    #[test]
+    fn shifts_are_masked() {
+        assert_eq!(run(prog![mov(0, 1), alu64(ALU_LSH, 0, 65), EXIT]), 2);
+        assert_eq!(run(prog![mov(0, 1), alu32(ALU_LSH, 0, 33), EXIT]), 2);
+        assert_eq!(run(prog![mov(0, 1), mov(1, -1), alu64x(ALU_LSH, 0, 1), EXIT]), 1 << 63);
+        assert_eq!(run(prog![mov(0, -1), alu32(ALU_RSH, 0, 36), EXIT]), 0x0fff_ffff);
+        assert_eq!(run(prog![mov(0, -16), alu64(ALU_ARSH, 0, 66), EXIT]), (-4i64) as u64);
+        // arsh32 works on the low half's sign, then zero-extends.
+        assert_eq!(run(prog![mov(0, i32::MIN), alu32(ALU_ARSH, 0, 4), EXIT]), 0xf800_0000);
+        assert_eq!(run(prog![lddw(0, 0x8000_0000_0000_0000), mov(1, 32), alu32x(ALU_ARSH, 0, 1), EXIT]), 0);
+    }
+
+    #[test]
+    fn movsx() {
+        let sx = |class: u8, off: i16| Insn::new(class | ALU_MOV | SRC_X, 0, 1, off, 0);
+        let v = 0x0000_0001_8000_80f0u64;
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 8), EXIT]), (-16i64) as u64);
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 16), EXIT]), 0xffff_ffff_ffff_80f0);
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 32), EXIT]), 0xffff_ffff_8000_80f0);
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU, 8), EXIT]), 0xffff_fff0);
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU, 16), EXIT]), 0xffff_80f0);
+        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 0), EXIT]), v);
+    }
+
+    #[test]
+    fn loads_and_stores() {
+        let mut mem = [0x80u8, 0xff, 0x00, 0x90, 0, 0, 0, 0];
+        assert_eq!(run_mem(prog![ldxs(SIZE_B, 0, 1, 0), EXIT], &mut mem), (-128i64) as u64);
+        assert_eq!(run_mem(prog![ldxs(SIZE_H, 0, 1, 0), EXIT], &mut mem), 0xffff_ffff_ffff_ff80);
+        assert_eq!(run_mem(prog![ldxs(SIZE_W, 0, 1, 0), EXIT], &mut mem), 0xffff_ffff_9000_ff80);
+        assert_eq!(run_mem(prog![ldx(SIZE_W, 0, 1, 0), EXIT], &mut mem), 0x9000_ff80);
+        assert_eq!(run_mem(prog![ldx(SIZE_H, 0, 1, 1), EXIT], &mut mem), 0x00ff);
+        // st imm sign-extends then truncates; stdw stores the sign-extended imm.
+        run_mem(prog![st(SIZE_DW, 1, 0, -2), mov(0, 0), EXIT], &mut mem);
+        assert_eq!(mem, [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        run_mem(prog![st(SIZE_H, 1, 2, 0x1234), lddw(3, 0xaabb_ccdd_eeff_0011), stx(SIZE_B, 1, 3, 7), EXIT], &mut mem);
+        assert_eq!(mem, [0xfe, 0xff, 0x34, 0x12, 0xff, 0xff, 0xff, 0x11]);
+        // The stack starts zeroed and round-trips values.
+        let insns = prog![ldx(SIZE_DW, 0, 10, -8), lddw(3, 0x55), stx(SIZE_DW, 10, 3, -8), ldx(SIZE_DW, 4, 10, -8), alu64x(ALU_ADD, 0, 4), EXIT];
+        assert_eq!(run(insns), 0x55);
+    }
+
+    #[test]
+    fn ja32_uses_imm() {
+        let ja32 = |imm: i32| Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 0, imm);
+        let insns = prog![mov(0, 1), ja32(2), mov(0, 2), EXIT, alu64(ALU_ADD, 0, 10), EXIT];
+        assert_eq!(run(insns), 11);
+        // Backward ja32 pays fuel like ja.
+        let out = run_full(prog![ja32(-1)], &mut [], 5);
+        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::FuelExhausted { budget: 5 } }));
+        assert_eq!(out.fuel_used, 6);
+    }
+
+    #[test]
+    fn atomics_on_the_stack() {
+        let insns = prog![
+            st(SIZE_DW, 10, -8, 10),
+            mov(1, 5),
+            atomic(SIZE_DW, 10, 1, -8, ATOMIC_ADD | ATOMIC_FETCH), // r1 = 10, mem = 15
+            mov(2, 3),
+            atomic(SIZE_DW, 10, 2, -8, ATOMIC_OR),                 // mem = 15
+            atomic(SIZE_DW, 10, 2, -8, ATOMIC_AND | ATOMIC_FETCH), // r2 = 15, mem = 3
+            mov(3, 6),
+            atomic(SIZE_DW, 10, 3, -8, ATOMIC_XOR),                // mem = 5
+            mov(4, 100),
+            atomic(SIZE_DW, 10, 4, -8, ATOMIC_XCHG),               // r4 = 5, mem = 100
+            ldx(SIZE_DW, 0, 10, -8),
+            // r0 = 100*1000 + r1*100 + r2 ... combine: 100 + 10*1000 + 15*100000 + 5*10^7
+            alu64(ALU_MUL, 1, 1000),
+            alu64(ALU_MUL, 2, 100_000),
+            alu64(ALU_MUL, 4, 10_000_000),
+            alu64x(ALU_ADD, 0, 1),
+            alu64x(ALU_ADD, 0, 2),
+            alu64x(ALU_ADD, 0, 4),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 100 + 10_000 + 1_500_000 + 50_000_000);
+    }
+
+    #[test]
+    fn cmpxchg() {
+        // 64-bit: success stores src and returns the old value in r0.
+        let insns = prog![
+            st(SIZE_DW, 10, -8, 7),
+            mov(0, 7),
+            mov(1, 9),
+            atomic(SIZE_DW, 10, 1, -8, ATOMIC_CMPXCHG),
+            ldx(SIZE_DW, 2, 10, -8),
+            alu64(ALU_MUL, 2, 100),
+            alu64x(ALU_ADD, 0, 2),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 7 + 900);
+        // Failure leaves memory and loads the current value into r0.
+        let insns = prog![
+            st(SIZE_DW, 10, -8, 7),
+            mov(0, 8),
+            mov(1, 9),
+            atomic(SIZE_DW, 10, 1, -8, ATOMIC_CMPXCHG),
+            ldx(SIZE_DW, 2, 10, -8),
+            alu64(ALU_MUL, 2, 100),
+            alu64x(ALU_ADD, 0, 2),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 7 + 700);
+        // 32-bit: compares the low half of r0, and r0 receives the old value
+        // zero-extended, whether or not the exchange happens.
+        let insns = prog![
+            st(SIZE_W, 10, -4, -1),
+            mov(0, -1),   // r0 = 0xffff_ffff_ffff_ffff: low half matches
+            mov(1, 0x22),
+            atomic(SIZE_W, 10, 1, -4, ATOMIC_CMPXCHG),
+            ldx(SIZE_W, 2, 10, -4),
+            jmp(JMP_JEQ, 2, 0x22, 1),
+            EXIT,
+            EXIT,
+        ];
+        assert_eq!(run(insns), 0xffff_ffff);
+        let insns = prog![
+            st(SIZE_W, 10, -4, 5),
+            lddw(0, 0xffff_ffff_0000_0006),
+            mov(1, 0x22),
+            atomic(SIZE_W, 10, 1, -4, ATOMIC_CMPXCHG),
+            ldx(SIZE_W, 2, 10, -4),
+            jmp(JMP_JEQ, 2, 5, 1),
+            mov(0, -1),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 5);
+    }
+
+    #[test]
+    fn atomics_32_bit_fetch_zero_extends() {
+        let insns = prog![
+            st(SIZE_W, 10, -4, -2),
+            mov(1, -1), // only the low half (0xffff_ffff) is added
+            atomic(SIZE_W, 10, 1, -4, ATOMIC_ADD | ATOMIC_FETCH),
+            ldx(SIZE_W, 0, 10, -4),
+            jmp(JMP_JEQ, 0, -3, 1), // 0xffff_fffd after the wrapping add
+            EXIT,
+            movx(0, 1),
+            EXIT,
+        ];
+        assert_eq!(run(insns), 0xffff_fffe);
+        let insns = prog![lddw(1, 0xaaaa_aaaa_0000_0001), atomic(SIZE_W, 10, 1, -4, ATOMIC_XCHG), movx(0, 1), EXIT];
+        assert_eq!(run(insns), 0);
+    }
+
+    #[test]
+    fn unaligned_atomics() {
+        // At offset 1 of an 8-byte-aligned buffer the host address is misaligned: the
+        // operation falls back to a plain read-modify-write with the same result.
+        #[repr(align(8))]
+        struct Aligned([u8; 16]);
+        let mut buf = Aligned([0; 16]);
+        buf.0[1] = 40;
+        let insns = prog![
+            mov(2, 2),
+            atomic(SIZE_DW, 1, 2, 1, ATOMIC_ADD | ATOMIC_FETCH),
+            mov(3, 7),
+            atomic(SIZE_W, 1, 3, 9, ATOMIC_XCHG),
+            ldx(SIZE_DW, 0, 1, 1),
+            EXIT,
+        ];
+        assert_eq!(run_mem(insns, &mut buf.0), 42);
+        assert_eq!(buf.0[9], 7);
+        assert_eq!(buf.0[1], 42);
+    }
+
+    #[test]
+    fn atomics_are_atomic_across_threads() {
+        // Several runs add to one shared counter at the same time: no update is lost.
+        let insns = prog![
+            mov(2, 1),
+            mov(3, 0),
+            atomic(SIZE_DW, 1, 2, 0, ATOMIC_ADD),       // loop head
+            alu64(ALU_ADD, 3, 1),
+            jmp(JMP_JLT, 3, 10_000, -3),
+            mov(0, 0),
+            EXIT,
+        ];
+        let engine = Arc::new(interp(Program::from_insns("c", insns), FunctionTable::new()));
+        let counter = std::sync::atomic::AtomicU64::new(0);
+        let ptr = counter.as_ptr().cast::<u8>();
+        let addr = ptr as usize;
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let engine = Arc::clone(&engine);
+                s.spawn(move || {
+                    let mut map = MemoryMap::new();
+                    // SAFETY: `counter` outlives the scope; every access is atomic.
+                    let va = unsafe { map.map_raw(RegionIdx::EMBEDDER_FIRST, addr as *mut u8, 8, true) }.unwrap();
+                    let out = engine.run(&mut map, [va, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
+                    assert_eq!(out.result, Ok(0));
+                });
+            }
+        });
+        assert_eq!(counter.load(Ordering::SeqCst), 40_000);
+    }
+
+    #[test]
+    fn local_call_semantics() {
+        // main (0..): set r1-r9, store to its frame, call f, then check everything.
+        // f (F..): r0 = r1 + r5, clobber r6-r9, store to its own frame, r2 = r10.
+        let main = prog![
+            mov(1, 1),
+            mov(5, 5),
+            mov(6, 6),
+            mov(7, 7),
+            mov(8, 8),
+            mov(9, 9),
+            st(SIZE_DW, 10, -8, 77),
+            call_local(0), // patched below
+            // Expected: r0 = 6, r6-r9 intact, [r10-8] = 77, r10 - r2 = 512.
+            jmp(JMP_JNE, 0, 6, 12),
+            jmp(JMP_JNE, 6, 6, 11),
+            jmp(JMP_JNE, 7, 7, 10),
+            jmp(JMP_JNE, 8, 8, 9),
+            jmp(JMP_JNE, 9, 9, 8),
+            ldx(SIZE_DW, 3, 10, -8),
+            jmp(JMP_JNE, 3, 77, 6),
+            movx(4, 10),
+            alu64x(ALU_SUB, 4, 2),
+            jmp(JMP_JNE, 4, STACK_FRAME_SIZE as i32, 3),
+            // r1 was changed by the callee and stays changed.
+            jmp(JMP_JNE, 1, 100, 2),
+            mov(0, 1),
+            EXIT,
+            mov(0, -1),
+            EXIT,
+        ];
+        let f = prog![
+            movx(0, 1),
+            alu64x(ALU_ADD, 0, 5),
+            mov(1, 100),
+            mov(6, 0),
+            mov(7, 0),
+            mov(8, 0),
+            mov(9, 0),
+            st(SIZE_DW, 10, -8, 99),
+            movx(2, 10),
+            EXIT,
+        ];
+        let mut insns = main.clone();
+        let call_pc = 7;
+        insns[call_pc] = call_local((main.len() - call_pc - 1) as i32);
+        insns.extend(f);
+        assert_eq!(run(insns), 1);
+    }
+
+    #[test]
+    fn arguments_and_entry() {
+        // Execution starts at `entry`; r1-r5 are the arguments, r10 the stack end.
+        let mut program = Program::from_insns(
+            "e",
+            prog![mov(0, 9), EXIT, movx(0, 1), alu64x(ALU_ADD, 0, 5), movx(2, 10), alu64x(ALU_SUB, 2, 0), EXIT],
+        );
+        program.entry = 2;
+        let engine = interp(program, FunctionTable::new());
+        let out = engine.run(&mut MemoryMap::new(), [40, 0, 0, 0, 2], &RunOptions::default(), &mut ConformanceHost);
+        assert_eq!(out, RunOutcome { result: Ok(42), fuel_used: 0 });
+        assert_eq!(engine.program().entry(), 2);
+    }
+
+    #[test]
+    fn helper_calls_pass_arguments() {
+        // Helper 5 returns r1; r1-r5 are left as they were.
+        let insns = prog![mov(1, 3), call(5), alu64x(ALU_ADD, 0, 1), EXIT];
+        assert_eq!(run(insns), 6);
+    }
+
+    #[test]
+    fn lddw_and_mov64() {
+        assert_eq!(run(prog![lddw(0, 0x1122_3344_5566_7788), EXIT]), 0x1122_3344_5566_7788);
+        assert_eq!(run(prog![lddw(0, 0x8000_0000), EXIT]), 0x8000_0000);
+        // A jump over an lddw lands after both slots.
+        assert_eq!(run(prog![mov(0, 1), ja(2), lddw(0, 5), EXIT]), 1);
+    }
+
+    #[test]
+    fn arithmetic_wraps() {
+        assert_eq!(run(prog![mov(0, -1), alu64(ALU_ADD, 0, 2), EXIT]), 1);
+        assert_eq!(run(prog![lddw(0, i64::MIN as u64), alu64(ALU_NEG, 0, 0), EXIT]), i64::MIN as u64);
+        assert_eq!(run(prog![mov(0, i32::MIN), alu32(ALU_NEG, 0, 0), EXIT]), 0x8000_0000);
+        assert_eq!(run(prog![lddw(0, 1 << 62), alu64(ALU_MUL, 0, 4), EXIT]), 0);
+        assert_eq!(run(prog![mov(0, 0x10000), alu32(ALU_MUL, 0, 0x10000), EXIT]), 0);
+        assert_eq!(run(prog![mov(0, -1), alu64(ALU_MUL, 0, -1), EXIT]), 1);
+    }
+}

@@ -1,0 +1,29 @@
+//! `csx bench`: measurements of csx, each a subcommand in its own module.
+//!
+//! Every benchmark prints a human table by default and one JSON object with `--json`,
+//! and times work with [`measure`] so numbers from different benchmarks mean the same.
+
+use clap::{Args, Subcommand};
+
+use crate::GlobalArgs;
+
+pub mod measure;
+mod vm;
+
+/// Measure csx.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    Vm(vm::VmBenchArgs),
+}
+
+pub fn run(args: BenchArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
+    match args.command {
+        BenchCommand::Vm(a) => vm::run(a),
+    }
+}

@@ -1,0 +1,387 @@
+//! `csx vm`: run, disassemble and conformance-test eBPF programs on the local VM.
+//!
+//! Every command goes the same way: read the program (an ELF object from clang, or raw
+//! bytecode), load it against the helper table, verify it, build an engine (the
+//! interpreter or the Cranelift JIT), and run it with one memory region: r1 is its
+//! virtual address, r2 its length. Until device functions exist here, the helper table
+//! is the conformance suite's (helper 5 returns its first argument).
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::helper::{ConformanceHost, FunctionTable};
+use csx_ebpf::limits::FUEL_DEFAULT;
+use csx_ebpf::memory::{MemoryMap, RegionIdx};
+use csx_ebpf::program::{Program, VerifiedProgram};
+use csx_ebpf::trap::Trap;
+use serde::Serialize;
+
+use crate::{exit, hex, GlobalArgs};
+
+/// Run, disassemble and test eBPF programs locally.
+#[derive(Debug, Args)]
+pub struct VmArgs {
+    #[command(subcommand)]
+    command: VmCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum VmCommand {
+    Run(RunArgs),
+    Disasm(DisasmArgs),
+    ConformancePlugin(PluginArgs),
+}
+
+/// Which engine runs the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// The reference interpreter.
+    Interp,
+    /// The Cranelift JIT.
+    Jit,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Interp => "interp",
+            EngineKind::Jit => "jit",
+        }
+    }
+}
+
+/// `--interp | --jit`.
+#[derive(Debug, Clone, Copy, Args)]
+#[group(multiple = false)]
+struct EngineChoice {
+    /// Run on the reference interpreter.
+    #[arg(long)]
+    interp: bool,
+    /// Run on the Cranelift JIT (the default).
+    #[arg(long)]
+    jit: bool,
+}
+
+impl EngineChoice {
+    fn kind(self) -> EngineKind {
+        if self.interp {
+            EngineKind::Interp
+        } else {
+            EngineKind::Jit
+        }
+    }
+}
+
+/// Run a program and print r0 (in hex), or the trap.
+///
+/// PROG is an ELF object (`clang -O2 -target bpf -c prog.c`) or raw bytecode (8-byte
+/// little-endian slots). The program starts with r1 = the address of the memory
+/// (mapped read-write; empty unless --mem-file or --mem-hex) and r2 = its length.
+/// Helper 5 returns its first argument (the bpf_conformance helper); no other helpers
+/// exist yet.
+///
+/// Examples:
+///   csx vm run sum.o --mem-hex '0100000000000000 0200000000000000'
+///   csx vm run filter.o --entry filter --mem-file records.bin --repeat 1000 --json
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment, after_help = RUN_EXIT_HELP)]
+struct RunArgs {
+    /// The program: an ELF object or raw bytecode (detected by the ELF magic).
+    #[arg(value_name = "PROG")]
+    prog: PathBuf,
+    /// In an ELF object, the program to run: a function symbol or a section name
+    /// (needed when the object holds more than one).
+    #[arg(long, value_name = "NAME")]
+    entry: Option<String>,
+    /// Memory the program gets in r1/r2: the bytes of this file.
+    #[arg(long, value_name = "F", conflicts_with = "mem_hex")]
+    mem_file: Option<PathBuf>,
+    /// Memory the program gets in r1/r2, as hex ("01 02 ff" or "0102ff").
+    #[arg(long, value_name = "HEX")]
+    mem_hex: Option<String>,
+    #[command(flatten)]
+    engine: EngineChoice,
+    /// Fuel budget per run: charged at backward jumps and calls; running out is a trap.
+    #[arg(long, value_name = "N", default_value_t = FUEL_DEFAULT)]
+    fuel: u64,
+    /// Time the program: one warm-up run, then N runs on the same memory (not reset
+    /// between runs); prints the mean nanoseconds per run.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    repeat: Option<u64>,
+    /// Print one JSON object: r0, r0_hex, trap, fuel_used, engine, runs, ns_per_run.
+    #[arg(long)]
+    json: bool,
+}
+
+const RUN_EXIT_HELP: &str = "\
+Exit status: 0 the program returned (r0 printed); 1 error (unreadable file, bad memory
+argument, program rejected by the loader or verifier); 2 bad command line; 3 the
+program trapped (the trap, its pc and instruction are printed on stderr, or in the
+JSON object with --json).";
+
+/// Print a program's instructions in the assembler syntax.
+///
+/// The output is the text `csx_ebpf::asm` reads (the bpf_conformance `.data` syntax),
+/// one instruction per line with its slot number.
+#[derive(Debug, Args)]
+struct DisasmArgs {
+    /// The program: an ELF object or raw bytecode.
+    #[arg(value_name = "PROG")]
+    prog: PathBuf,
+    /// In an ELF object, the program to print: a function symbol or a section name.
+    #[arg(long, value_name = "NAME")]
+    entry: Option<String>,
+}
+
+/// Act as a bpf_conformance plugin.
+///
+/// The runner starts `csx vm conformance-plugin [MEM] [--interp | --jit]`, with MEM
+/// only when the test has memory, as hex bytes ("01  02  ..."). The program comes on
+/// stdin in the same form. The plugin runs it with r1 = the memory, r2 = its length and
+/// helper 5 = identity, prints r0 in hex and exits 0; on any error or trap it prints the
+/// reason on stderr and exits non-zero. Run the suite with, for example:
+///   bpf_conformance_runner --test_file_directory tests \
+///     --plugin_path csx --plugin_options "vm conformance-plugin --jit"
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+struct PluginArgs {
+    /// The test's memory as hex bytes, whitespace ignored.
+    #[arg(value_name = "MEM")]
+    memory: Option<String>,
+    #[command(flatten)]
+    engine: EngineChoice,
+}
+
+pub fn run(args: VmArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
+    match args.command {
+        VmCommand::Run(a) => run_program(a),
+        VmCommand::Disasm(a) => disasm(a),
+        VmCommand::ConformancePlugin(a) => conformance_plugin(a),
+    }
+}
+
+/// Whether `bytes` start with the ELF magic.
+fn is_elf(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x7fELF")
+}
+
+/// Loads a program from `bytes` (ELF or raw bytecode); `label` names it in errors.
+pub fn load_program(
+    label: &str,
+    bytes: &[u8],
+    entry: Option<&str>,
+    functions: &FunctionTable,
+) -> anyhow::Result<Program> {
+    if is_elf(bytes) {
+        csx_ebpf::loader::load_elf(bytes, entry, functions)
+            .with_context(|| format!("loading ELF object {label}"))
+    } else {
+        if let Some(name) = entry {
+            bail!("{label} is raw bytecode, not an ELF object: --entry {name} does not apply");
+        }
+        csx_ebpf::loader::load_raw(label, bytes)
+            .with_context(|| format!("loading raw bytecode {label}"))
+    }
+}
+
+/// Verifies `program` against `functions`.
+pub fn verify_program(
+    label: &str,
+    program: Program,
+    functions: Arc<FunctionTable>,
+) -> anyhow::Result<Arc<VerifiedProgram>> {
+    let verified = csx_ebpf::verifier::verify(program, functions)
+        .with_context(|| format!("verifying {label}"))?;
+    Ok(Arc::new(verified))
+}
+
+/// An engine for `program`, and how long building it took (JIT compile time).
+pub fn build_engine(
+    kind: EngineKind,
+    program: Arc<VerifiedProgram>,
+) -> anyhow::Result<(Box<dyn Engine>, Duration)> {
+    match kind {
+        EngineKind::Interp => {
+            let started = Instant::now();
+            let engine = csx_ebpf::interp::Interpreter::new(program);
+            Ok((Box::new(engine), started.elapsed()))
+        }
+        EngineKind::Jit => {
+            let name = program.name().to_string();
+            let jit = csx_ebpf_jit::JitProgram::compile(program)
+                .with_context(|| format!("JIT-compiling {name}"))?;
+            let took = jit.compile_time();
+            Ok((Box::new(jit), took))
+        }
+    }
+}
+
+/// Runs `engine` once with `memory` mapped read-write at the first embedder region.
+pub fn run_with_memory(engine: &dyn Engine, memory: &mut [u8], fuel: u64) -> RunOutcome {
+    let len = memory.len() as u64;
+    let mut map = MemoryMap::new();
+    let addr = map
+        .map_read_write(RegionIdx::EMBEDDER_FIRST, memory)
+        .expect("callers check the memory against the region size limit");
+    engine.run(&mut map, [addr, len, 0, 0, 0], &RunOptions { fuel }, &mut ConformanceHost)
+}
+
+/// Rejects memory the region table cannot map, with a message naming its source.
+fn check_memory_size(label: &str, memory: &[u8]) -> anyhow::Result<()> {
+    let limit = csx_ebpf::limits::REGION_SIZE_MAX;
+    if memory.len() as u64 > limit {
+        bail!("{label} is {} bytes, the largest region is {limit} bytes", memory.len());
+    }
+    Ok(())
+}
+
+fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))
+}
+
+/// A trap as printed: the fault, its pc and the instruction there.
+#[derive(Debug, Serialize)]
+struct TrapReport {
+    pc: u32,
+    message: String,
+    insn: String,
+}
+
+impl TrapReport {
+    fn new(trap: &Trap, program: &VerifiedProgram) -> TrapReport {
+        TrapReport {
+            pc: trap.pc,
+            message: trap.kind.to_string(),
+            insn: csx_ebpf::disasm::format_insn(program.insns(), trap.pc as usize),
+        }
+    }
+}
+
+impl std::fmt::Display for TrapReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "trap at pc {} (`{}`): {}", self.pc, self.insn, self.message)
+    }
+}
+
+/// The `--json` output of `csx vm run`.
+#[derive(Debug, Serialize)]
+struct RunReport {
+    engine: EngineKind,
+    r0: Option<u64>,
+    r0_hex: Option<String>,
+    trap: Option<TrapReport>,
+    fuel_used: u64,
+    runs: u64,
+    ns_per_run: Option<f64>,
+}
+
+fn run_program(args: RunArgs) -> anyhow::Result<u8> {
+    let label = args.prog.display().to_string();
+    let bytes = read_file(&args.prog, "program")?;
+    let mut memory = match (&args.mem_file, &args.mem_hex) {
+        (Some(path), _) => read_file(path, "memory file")?,
+        (None, Some(text)) => hex::parse(text).context("parsing --mem-hex")?,
+        (None, None) => Vec::new(),
+    };
+    check_memory_size("the memory", &memory)?;
+
+    let functions = Arc::new(FunctionTable::conformance());
+    let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
+    let program = verify_program(&label, program, functions)?;
+    let kind = args.engine.kind();
+    let (engine, _) = build_engine(kind, program)?;
+
+    // One run, or a warm-up followed by `repeat` timed runs.
+    let mut outcome = run_with_memory(engine.as_ref(), &mut memory, args.fuel);
+    let mut ns_per_run = None;
+    if let Some(repeat) = args.repeat {
+        let started = Instant::now();
+        for _ in 0..repeat {
+            outcome = run_with_memory(engine.as_ref(), &mut memory, args.fuel);
+        }
+        ns_per_run = Some(started.elapsed().as_nanos() as f64 / repeat as f64);
+    }
+
+    let trap = outcome.result.as_ref().err().map(|t| TrapReport::new(t, engine.program()));
+    let r0 = outcome.result.as_ref().ok().copied();
+    let report = RunReport {
+        engine: kind,
+        r0,
+        r0_hex: r0.map(|v| format!("{v:#x}")),
+        trap,
+        fuel_used: outcome.fuel_used,
+        runs: args.repeat.map_or(1, |n| n + 1),
+        ns_per_run,
+    };
+    print_run_report(&report, args.json)?;
+    Ok(if report.trap.is_some() { exit::TRAP } else { exit::SUCCESS })
+}
+
+fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report).context("encoding the report")?);
+        return Ok(());
+    }
+    match (&report.r0_hex, &report.trap) {
+        (Some(hex), _) => println!("{hex}"),
+        (None, Some(trap)) => eprintln!("csx: {trap} (fuel used {})", report.fuel_used),
+        (None, None) => unreachable!("a run returns a value or traps"),
+    }
+    if let Some(ns) = report.ns_per_run {
+        println!(
+            "{ns:.1} ns/run (mean of {} runs after 1 warm-up, {})",
+            report.runs - 1,
+            report.engine.name()
+        );
+    }
+    Ok(())
+}
+
+fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
+    let label = args.prog.display().to_string();
+    let bytes = read_file(&args.prog, "program")?;
+    let functions = FunctionTable::conformance();
+    let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
+    println!("; {} ({} slots, entry at slot {})", program.name, program.insns.len(), program.entry);
+    for (n, g) in program.globals.iter().enumerate() {
+        let access = if g.writable { "read-write" } else { "read-only" };
+        println!("; global {n}: {} ({} bytes, {access})", g.name, g.data.len());
+    }
+    print!("{}", csx_ebpf::disasm::disassemble(&program.insns));
+    Ok(exit::SUCCESS)
+}
+
+/// The bpf_conformance plugin protocol (see `PluginArgs`).
+fn conformance_plugin(args: PluginArgs) -> anyhow::Result<u8> {
+    let mut memory = match &args.memory {
+        Some(text) => hex::parse(text).context("parsing the memory argument")?,
+        None => Vec::new(),
+    };
+    check_memory_size("the memory", &memory)?;
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text).context("reading the program from stdin")?;
+    let code = hex::parse(&text).context("parsing the program on stdin")?;
+
+    let functions = Arc::new(FunctionTable::conformance());
+    let program = load_program("stdin", &code, None, &functions)?;
+    let program = verify_program("stdin", program, functions)?;
+    let (engine, _) = build_engine(args.engine.kind(), program)?;
+    let outcome = run_with_memory(engine.as_ref(), &mut memory, FUEL_DEFAULT);
+    match outcome.result {
+        Ok(r0) => {
+            println!("{r0:x}");
+            Ok(exit::SUCCESS)
+        }
+        Err(trap) => {
+            let report = TrapReport::new(&trap, engine.program());
+            eprintln!("csx: {report}");
+            Ok(exit::TRAP)
+        }
+    }
+}

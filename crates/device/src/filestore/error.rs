@@ -1,0 +1,107 @@
+//! The file store's error type: one enum for every operation, each variant naming the
+//! path, value and limit involved.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::path::PathError;
+use crate::nvm::NvmError;
+
+/// Errors of the file store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FileStoreError {
+    /// The path is not a valid device path (shown escaped and shortened).
+    #[error("invalid path \"{path}\": {source}")]
+    InvalidPath {
+        path: String,
+        #[source]
+        source: PathError,
+    },
+    /// No file has this path.
+    #[error("no such file: {path}")]
+    NotFound { path: String },
+    /// A proper prefix of the path is a file, so the path cannot name a file below it.
+    #[error("cannot create {path}: {file} is a file, not a directory")]
+    NotADirectory { path: String, file: String },
+    /// The path is a directory: files exist below it.
+    #[error("{path} is a directory")]
+    IsADirectory { path: String },
+    /// The namespace has too few free blocks; nothing was changed.
+    #[error("no space for {path}: {needed_bytes} bytes needed, {free_bytes} free")]
+    NoSpace {
+        path: String,
+        needed_bytes: u64,
+        free_bytes: u64,
+    },
+    /// The operation would make the file larger than [`super::FILE_SIZE_MAX`].
+    #[error("{path} would be {size_bytes} bytes, limit is {limit}")]
+    FileTooLarge {
+        path: String,
+        size_bytes: u128,
+        limit: u64,
+    },
+    /// The operation would split the file into more than
+    /// [`super::EXTENTS_PER_FILE_MAX`] extents; nothing was changed.
+    #[error("{path} would have {count} extents, limit is {limit}")]
+    TooManyExtents {
+        path: String,
+        count: usize,
+        limit: usize,
+    },
+    /// The store already holds [`super::FILES_MAX`] files.
+    #[error("cannot create {path}: the store holds {count} files, limit is {limit}")]
+    TooManyFiles {
+        path: String,
+        count: usize,
+        limit: usize,
+    },
+    /// The namespace failed.
+    #[error(transparent)]
+    Nvm(#[from] NvmError),
+    /// The image is smaller than the namespace the metadata describes.
+    #[error("nvm image {} is {size_bytes} bytes, its metadata describes {expected_bytes}: the image is truncated", path.display())]
+    ImageTruncated {
+        path: PathBuf,
+        size_bytes: u64,
+        expected_bytes: u64,
+    },
+    /// The image is larger than the namespace the metadata describes (another image?).
+    #[error("nvm image {} is {size_bytes} bytes, its metadata describes {expected_bytes}", path.display())]
+    ImageSizeMismatch {
+        path: PathBuf,
+        size_bytes: u64,
+        expected_bytes: u64,
+    },
+    /// [`super::FileStore::open`] found no metadata file.
+    #[error("file store metadata {} is missing", path.display())]
+    MetaMissing { path: PathBuf },
+    /// [`super::FileStore::create`] found a metadata file already.
+    #[error("file store metadata {} already exists", path.display())]
+    MetaExists { path: PathBuf },
+    /// Another handle (in this or another process) has the metadata open.
+    #[error("file store metadata {} is in use by another handle", path.display())]
+    MetaInUse { path: PathBuf },
+    /// The metadata file is not a valid store, or contradicts itself or the image.
+    #[error("file store metadata {} is corrupt: {reason}", path.display())]
+    MetaCorrupt { path: PathBuf, reason: String },
+    /// The metadata store failed.
+    #[error("file store metadata {} failed: {source}", path.display())]
+    Meta {
+        path: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    /// The state directory could not be prepared.
+    #[error("cannot {op} {}: {source}", path.display())]
+    StateDir {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// An earlier sync or commit failed, so what is durable is unknown; the store refuses
+    /// changes until it is reopened (which returns it to its last durable state).
+    #[error("file store is unusable after an earlier failure ({reason}); reopen it")]
+    Poisoned { reason: String },
+}

@@ -1,0 +1,622 @@
+//! The NVM namespace: the device's storage, one backing image file in the state directory.
+//!
+//! The namespace is addressed in bytes and in blocks of [`BLOCK_SIZE`] bytes; byte `n` of
+//! the namespace is byte `n` of the image file, with no header, so a host-side reader that
+//! knows a file's extents (see `filestore`) can read them straight from the image.
+//!
+//! Invariants:
+//! - The image's size is fixed at [`Nvm::create`], is a non-zero multiple of [`BLOCK_SIZE`]
+//!   and at most [`NVM_SIZE_MAX`]; [`Nvm::open`] refuses any other size.
+//! - Every access is bounds-checked against that size before any I/O; an out-of-range
+//!   access is a typed error, never a short read or a write that grows the image.
+//! - All I/O is positional (`pread`/`pwrite`), so one `Nvm` is shared by many threads
+//!   without a lock. Writes to overlapping ranges from different threads are not ordered
+//!   against each other; the file store above serialises them.
+//!
+//! # Cached and uncached reads
+//!
+//! [`Nvm::read_at`] goes through the OS page cache of the image, which is what a host
+//! reading the image sees. [`Nvm::read_at_uncached`] models a device reading its own
+//! media, which must not benefit from the host's page cache:
+//!
+//! - [`UncachedMode::Direct`]: the image is also opened with `O_DIRECT` and the read goes
+//!   through a bounce buffer aligned to [`DIRECT_IO_ALIGNMENT`], covering the requested
+//!   range widened to aligned boundaries. Linux writes back dirty cached pages of the
+//!   range before a direct read, so a direct read sees every completed `write_at`.
+//! - [`UncachedMode::Fadvise`]: where the file system refuses `O_DIRECT` (at open, or with
+//!   `EINVAL` on the first aligned read, as some tmpfs and FUSE mounts do) the read is a
+//!   plain `pread` followed by `posix_fadvise(POSIX_FADV_DONTNEED)` over the range, so the
+//!   pages do not stay cached for later reads. This is best effort: the read itself may
+//!   hit pages that were already cached, and on tmpfs the page cache is the storage.
+//!
+//! The mode is detected at open and reported by [`Nvm::uncached_mode`]; a direct read that
+//! later fails with `EINVAL` switches the namespace to `Fadvise` for good.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Bytes of one namespace block: the unit the file store allocates in. 4 KiB matches the
+/// page size and the logical block size of the NVMe drives csx models, so block-aligned
+/// I/O is also page-aligned and `O_DIRECT`-aligned.
+pub const BLOCK_SIZE: u64 = 4096;
+
+/// Bytes of the largest namespace image. Equal to `csx_proto::limits::NVM_SIZE_MAX`: it is
+/// the largest file ext4 holds with 4 KiB blocks, and keeps every byte offset far from
+/// `i64::MAX` (`off_t`).
+pub const NVM_SIZE_MAX: u64 = 16 << 40;
+
+/// Alignment of buffer address, file offset and length for `O_DIRECT` reads. Linux needs
+/// the logical block size of the underlying device (512 or 4096); 4096 satisfies both.
+pub const DIRECT_IO_ALIGNMENT: usize = 4096;
+
+/// Bytes of the bounce buffer one uncached read uses at most; larger reads are done in
+/// chunks of this size. Bounds the memory an uncached read allocates whatever its length.
+pub const BOUNCE_SIZE_MAX: usize = 1 << 20;
+
+const _: () = assert!(BLOCK_SIZE.is_power_of_two());
+const _: () = assert!(NVM_SIZE_MAX % BLOCK_SIZE == 0);
+const _: () = assert!(BLOCK_SIZE % DIRECT_IO_ALIGNMENT as u64 == 0);
+const _: () = assert!(BOUNCE_SIZE_MAX % DIRECT_IO_ALIGNMENT == 0);
+
+/// Errors of the NVM namespace.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NvmError {
+    /// The image could not be created, opened or inspected.
+    #[error("cannot {op} nvm image {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// [`Nvm::create`] found a file already at the path; it never overwrites one.
+    #[error("nvm image {} already exists", path.display())]
+    AlreadyExists { path: PathBuf },
+    /// The size is not a whole number of blocks.
+    #[error("nvm image {} is {size_bytes} bytes, not a multiple of the {block_size}-byte block", path.display())]
+    SizeNotBlockMultiple {
+        path: PathBuf,
+        size_bytes: u64,
+        block_size: u64,
+    },
+    /// The size is zero or above [`NVM_SIZE_MAX`].
+    #[error("nvm image {} is {size_bytes} bytes, must be between {min} and {max}", path.display())]
+    SizeOutOfRange {
+        path: PathBuf,
+        size_bytes: u64,
+        min: u64,
+        max: u64,
+    },
+    /// An access reaches past the end of the namespace.
+    #[error("nvm access of {len} bytes at offset {offset} is outside the {size_bytes}-byte namespace")]
+    OutOfRange { offset: u64, len: u64, size_bytes: u64 },
+    /// A read of the image failed.
+    #[error("read of {len} bytes at offset {offset} of nvm image {} failed: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        #[source]
+        source: io::Error,
+    },
+    /// A write to the image failed (for example the host file system is full: images are
+    /// sparse).
+    #[error("write of {len} bytes at offset {offset} of nvm image {} failed: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        #[source]
+        source: io::Error,
+    },
+    /// `fdatasync` of the image failed. What reached the media is unknown afterwards.
+    #[error("sync of nvm image {} failed: {source}", path.display())]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How [`Nvm::read_at_uncached`] avoids the OS page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UncachedMode {
+    /// `O_DIRECT` reads through an aligned bounce buffer.
+    Direct,
+    /// `pread` then `posix_fadvise(POSIX_FADV_DONTNEED)`: the file system refused
+    /// `O_DIRECT`.
+    Fadvise,
+}
+
+const MODE_DIRECT: u8 = 0;
+const MODE_FADVISE: u8 = 1;
+
+/// The NVM namespace over its backing image. `Send + Sync`; share it in an `Arc`.
+#[derive(Debug)]
+pub struct Nvm {
+    path: PathBuf,
+    /// Buffered descriptor for writes, cached reads and sync.
+    file: File,
+    /// A second descriptor opened with `O_DIRECT`, when the file system allows it.
+    direct: Option<File>,
+    /// `MODE_DIRECT` or `MODE_FADVISE`; only ever moves from direct to fadvise.
+    mode: AtomicU8,
+    size_bytes: u64,
+    /// Test-only record of what writes since the last sync overwrote, to simulate a power
+    /// loss (see [`Nvm::simulate_power_loss`]).
+    #[cfg(test)]
+    undo: std::sync::Mutex<Option<Vec<(u64, Vec<u8>)>>>,
+}
+
+impl Nvm {
+    /// Creates a new image of `size_bytes` (a non-zero multiple of [`BLOCK_SIZE`], at most
+    /// [`NVM_SIZE_MAX`]) at `path`, zero-filled and sparse, and makes its existence
+    /// durable. Refuses to replace an existing file.
+    pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> Result<Nvm, NvmError> {
+        let path = path.as_ref();
+        check_size(path, size_bytes)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::AlreadyExists => NvmError::AlreadyExists {
+                    path: path.to_path_buf(),
+                },
+                _ => io_error(path, "create", source),
+            })?;
+        file.set_len(size_bytes)
+            .map_err(|source| io_error(path, "size", source))?;
+        file.sync_all()
+            .map_err(|source| io_error(path, "sync", source))?;
+        sync_parent_dir(path).map_err(|source| io_error(path, "sync the directory of", source))?;
+        drop(file);
+        Nvm::open(path)
+    }
+
+    /// Opens an existing image; its size is the file's size, which must be valid.
+    pub fn open(path: impl AsRef<Path>) -> Result<Nvm, NvmError> {
+        let path = path.as_ref();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| io_error(path, "open", source))?;
+        let size_bytes = file
+            .metadata()
+            .map_err(|source| io_error(path, "stat", source))?
+            .len();
+        check_size(path, size_bytes)?;
+        let direct = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok();
+        let nvm = Nvm {
+            path: path.to_path_buf(),
+            file,
+            direct,
+            mode: AtomicU8::new(MODE_DIRECT),
+            size_bytes,
+            #[cfg(test)]
+            undo: std::sync::Mutex::new(None),
+        };
+        nvm.probe_direct();
+        Ok(nvm)
+    }
+
+    /// Bytes in the namespace.
+    pub fn size(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Blocks in the namespace.
+    pub fn block_count(&self) -> u64 {
+        self.size_bytes / BLOCK_SIZE
+    }
+
+    /// Path of the backing image.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The buffered descriptor of the image, for a host-side reader that maps it or asks
+    /// the page cache about it (`mmap`, `mincore`). Reads through it see the OS page cache.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// How [`Nvm::read_at_uncached`] currently avoids the page cache.
+    pub fn uncached_mode(&self) -> UncachedMode {
+        match self.mode.load(Ordering::Relaxed) {
+            MODE_DIRECT => UncachedMode::Direct,
+            _ => UncachedMode::Fadvise,
+        }
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` through the OS page cache.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), NvmError> {
+        self.check_range(offset, buf.len())?;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|source| self.read_error(offset, buf.len(), source))
+    }
+
+    /// Writes `data` at byte `offset` (buffered; durable after [`Nvm::sync`]).
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), NvmError> {
+        self.check_range(offset, data.len())?;
+        #[cfg(test)]
+        self.record_undo(offset, data.len());
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|source| NvmError::Write {
+                path: self.path.clone(),
+                offset,
+                len: data.len() as u64,
+                source,
+            })
+    }
+
+    /// Makes every completed write durable (`fdatasync`; the size never changes, so the
+    /// file's data is all there is to sync).
+    pub fn sync(&self) -> Result<(), NvmError> {
+        self.file.sync_data().map_err(|source| NvmError::Sync {
+            path: self.path.clone(),
+            source,
+        })?;
+        #[cfg(test)]
+        if let Some(log) = self.undo.lock().expect("undo lock").as_mut() {
+            log.clear();
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at byte `offset` without benefiting from, or filling, the OS
+    /// page cache: the device reading its own media. See the module docs for the two modes.
+    pub fn read_at_uncached(&self, offset: u64, buf: &mut [u8]) -> Result<(), NvmError> {
+        self.check_range(offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
+            match self.read_direct(direct, offset, buf) {
+                Ok(()) => return Ok(()),
+                Err(source) if source.raw_os_error() == Some(libc::EINVAL) => {
+                    // The file system accepted O_DIRECT at open but refuses aligned reads.
+                    self.mode.store(MODE_FADVISE, Ordering::Relaxed);
+                }
+                Err(source) => return Err(self.read_error(offset, buf.len(), source)),
+            }
+        }
+        self.read_fadvise(offset, buf)
+    }
+
+    /// Checks that `len` bytes at `offset` lie inside the namespace.
+    pub fn check_range(&self, offset: u64, len: usize) -> Result<(), NvmError> {
+        let len = len as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(NvmError::OutOfRange {
+                offset,
+                len,
+                size_bytes: self.size_bytes,
+            }),
+        }
+    }
+
+    /// Decides the uncached mode once: an aligned direct read of block 0 must succeed.
+    fn probe_direct(&self) {
+        let ok = match &self.direct {
+            Some(direct) => {
+                let mut bounce = AlignedBuf::new(DIRECT_IO_ALIGNMENT);
+                direct.read_exact_at(bounce.as_mut(), 0).is_ok()
+            }
+            None => false,
+        };
+        if !ok {
+            self.mode.store(MODE_FADVISE, Ordering::Relaxed);
+        }
+    }
+
+    /// One uncached read through `O_DIRECT`, chunked by [`BOUNCE_SIZE_MAX`].
+    fn read_direct(&self, direct: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let align = DIRECT_IO_ALIGNMENT as u64;
+        let end = offset + buf.len() as u64;
+        let mut bounce = AlignedBuf::new(BOUNCE_SIZE_MAX.min(aligned_span(offset, end)));
+        let mut pos = offset;
+        while pos < end {
+            // Widen [pos, chunk_end) to aligned boundaries; the image size is a multiple of
+            // the alignment, so the widened range stays inside the file.
+            let start_aligned = pos / align * align;
+            let span = (end.div_ceil(align) * align - start_aligned).min(bounce.len() as u64);
+            let chunk = &mut bounce.as_mut()[..span as usize];
+            direct.read_exact_at(chunk, start_aligned)?;
+            let skip = (pos - start_aligned) as usize;
+            let n = (span as usize - skip).min((end - pos) as usize);
+            let dst = (pos - offset) as usize;
+            buf[dst..dst + n].copy_from_slice(&chunk[skip..skip + n]);
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// One uncached read by `pread` and `POSIX_FADV_DONTNEED`.
+    fn read_fadvise(&self, offset: u64, buf: &mut [u8]) -> Result<(), NvmError> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|source| self.read_error(offset, buf.len(), source))?;
+        // The advice is best effort: its failure loses nothing but the eviction.
+        // SAFETY: posix_fadvise reads no memory of ours; the descriptor is valid for the
+        // lifetime of `self.file`, and offsets are within the image (checked above), so
+        // they fit in off_t (NVM_SIZE_MAX < i64::MAX).
+        let _ = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                buf.len() as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        Ok(())
+    }
+
+    fn read_error(&self, offset: u64, len: usize, source: io::Error) -> NvmError {
+        NvmError::Read {
+            path: self.path.clone(),
+            offset,
+            len: len as u64,
+            source,
+        }
+    }
+
+    /// Test hook: from now on, remember what each write overwrites until the next sync.
+    #[cfg(test)]
+    pub(crate) fn track_power_loss(&self) {
+        *self.undo.lock().expect("undo lock") = Some(Vec::new());
+    }
+
+    #[cfg(test)]
+    fn record_undo(&self, offset: u64, len: usize) {
+        if let Some(log) = self.undo.lock().expect("undo lock").as_mut() {
+            let mut old = vec![0u8; len];
+            self.file.read_exact_at(&mut old, offset).expect("undo read");
+            log.push((offset, old));
+        }
+    }
+
+    /// Test hook: simulates a power loss, as if the writes since the last sync had reached
+    /// the media or not. `keep(i)` decides for the `i`-th such write (in order); a write
+    /// not kept is undone, newest first, so the image holds exactly the synced content
+    /// plus the kept writes wherever no later undone write overlaps them.
+    #[cfg(test)]
+    pub(crate) fn simulate_power_loss(&self, mut keep: impl FnMut(usize) -> bool) {
+        let log = self.undo.lock().expect("undo lock").take().unwrap_or_default();
+        let decisions: Vec<bool> = (0..log.len()).map(&mut keep).collect();
+        for (i, (offset, old)) in log.iter().enumerate().rev() {
+            if !decisions[i] {
+                self.file.write_all_at(old, *offset).expect("undo write");
+            }
+        }
+    }
+}
+
+/// A heap buffer whose usable part starts at a [`DIRECT_IO_ALIGNMENT`] boundary. Built
+/// from an over-allocated `Vec`, so it needs no unsafe allocation code.
+struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let storage = vec![0u8; len + DIRECT_IO_ALIGNMENT];
+        let misalignment = storage.as_ptr() as usize % DIRECT_IO_ALIGNMENT;
+        let start = (DIRECT_IO_ALIGNMENT - misalignment) % DIRECT_IO_ALIGNMENT;
+        AlignedBuf {
+            storage,
+            start,
+            len,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// Bytes of `[start, end)` widened to [`DIRECT_IO_ALIGNMENT`] boundaries.
+fn aligned_span(start: u64, end: u64) -> usize {
+    let align = DIRECT_IO_ALIGNMENT as u64;
+    let span = end.div_ceil(align) * align - start / align * align;
+    usize::try_from(span).unwrap_or(usize::MAX)
+}
+
+fn check_size(path: &Path, size_bytes: u64) -> Result<(), NvmError> {
+    if size_bytes == 0 || size_bytes > NVM_SIZE_MAX {
+        return Err(NvmError::SizeOutOfRange {
+            path: path.to_path_buf(),
+            size_bytes,
+            min: BLOCK_SIZE,
+            max: NVM_SIZE_MAX,
+        });
+    }
+    if size_bytes % BLOCK_SIZE != 0 {
+        return Err(NvmError::SizeNotBlockMultiple {
+            path: path.to_path_buf(),
+            size_bytes,
+            block_size: BLOCK_SIZE,
+        });
+    }
+    Ok(())
+}
+
+fn io_error(path: &Path, op: &'static str, source: io::Error) -> NvmError {
+    NvmError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+/// Makes a directory entry created in `path`'s parent durable.
+pub(crate) fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    #[test]
+    fn create_write_read_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvm.img");
+        let nvm = Nvm::create(&path, 16 * BLOCK_SIZE).unwrap();
+        assert_eq!(nvm.size(), 16 * BLOCK_SIZE);
+        assert_eq!(nvm.block_count(), 16);
+        let data = pattern(10_000, 7);
+        nvm.write_at(123, &data).unwrap();
+        nvm.sync().unwrap();
+        drop(nvm);
+
+        let nvm = Nvm::open(&path).unwrap();
+        let mut back = vec![0u8; data.len()];
+        nvm.read_at(123, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut zeros = vec![1u8; 100];
+        nvm.read_at(20_000, &mut zeros).unwrap();
+        assert!(zeros.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn uncached_reads_match_cached_reads_at_any_alignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 600 * BLOCK_SIZE).unwrap();
+        let data = pattern(600 * BLOCK_SIZE as usize, 3);
+        nvm.write_at(0, &data).unwrap();
+        // Not synced: a direct read must still see the buffered writes.
+        let cases: &[(u64, usize)] = &[
+            (0, 0),
+            (0, 1),
+            (1, 4095),
+            (4095, 2),
+            (4096, 4096),
+            (5000, 3 * BOUNCE_SIZE_MAX + 17),
+            (600 * BLOCK_SIZE - 1, 1),
+        ];
+        for &(offset, len) in cases {
+            let mut got = vec![0u8; len];
+            nvm.read_at_uncached(offset, &mut got).unwrap();
+            assert_eq!(got, &data[offset as usize..offset as usize + len], "{offset} {len}");
+        }
+        // This machine's ext4 accepts O_DIRECT; other file systems fall back.
+        let _ = nvm.uncached_mode();
+    }
+
+    #[test]
+    fn fadvise_fallback_reads_correctly() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 4 * BLOCK_SIZE).unwrap();
+        nvm.mode.store(MODE_FADVISE, Ordering::Relaxed);
+        assert_eq!(nvm.uncached_mode(), UncachedMode::Fadvise);
+        let data = pattern(9000, 1);
+        nvm.write_at(10, &data).unwrap();
+        let mut got = vec![0u8; 9000];
+        nvm.read_at_uncached(10, &mut got).unwrap();
+        assert_eq!(got, data);
+    }
+
+    #[test]
+    fn out_of_range_accesses_are_typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 2 * BLOCK_SIZE).unwrap();
+        let mut buf = [0u8; 2];
+        let err = nvm.read_at(2 * BLOCK_SIZE - 1, &mut buf).unwrap_err();
+        assert!(matches!(
+            err,
+            NvmError::OutOfRange { offset: 8191, len: 2, size_bytes: 8192 }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "nvm access of 2 bytes at offset 8191 is outside the 8192-byte namespace"
+        );
+        assert!(nvm.read_at_uncached(u64::MAX, &mut buf).is_err());
+        assert!(nvm.write_at(8192, &[1]).is_err());
+        nvm.write_at(8192, &[]).unwrap();
+        assert_eq!(nvm.file().metadata().unwrap().len(), 8192);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvm.img");
+        assert!(matches!(
+            Nvm::create(&path, 0),
+            Err(NvmError::SizeOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Nvm::create(&path, NVM_SIZE_MAX + BLOCK_SIZE),
+            Err(NvmError::SizeOutOfRange { .. })
+        ));
+        assert!(matches!(
+            Nvm::create(&path, 5000),
+            Err(NvmError::SizeNotBlockMultiple { .. })
+        ));
+        Nvm::create(&path, BLOCK_SIZE).unwrap();
+        assert!(matches!(
+            Nvm::create(&path, BLOCK_SIZE),
+            Err(NvmError::AlreadyExists { .. })
+        ));
+        // A truncated image is refused on open, naming the file.
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let err = Nvm::open(&path).unwrap_err();
+        assert!(err.to_string().contains("nvm.img"), "{err}");
+        assert!(matches!(err, NvmError::SizeNotBlockMultiple { size_bytes: 100, .. }));
+        assert!(matches!(
+            Nvm::open(dir.path().join("missing.img")),
+            Err(NvmError::Io { op: "open", .. })
+        ));
+    }
+
+    #[test]
+    fn power_loss_undoes_unsynced_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 4 * BLOCK_SIZE).unwrap();
+        nvm.track_power_loss();
+        nvm.write_at(0, &[1; 10]).unwrap();
+        nvm.sync().unwrap();
+        nvm.write_at(0, &[2; 10]).unwrap();
+        nvm.write_at(5, &[3; 10]).unwrap();
+        nvm.simulate_power_loss(|_| false);
+        let mut got = [0u8; 16];
+        nvm.read_at(0, &mut got).unwrap();
+        assert_eq!(got, [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0]);
+    }
+}

@@ -1,0 +1,407 @@
+//! Control-flow analysis ahead of translation: which instructions each eBPF function
+//! reaches, where Cranelift blocks begin, and which short branches become `select`s.
+//!
+//! A *function* here is a start slot (the entry, or the target of a local `call`) and
+//! every slot reachable from it by fall-through and jumps, calls not followed. Defining
+//! functions by reachability rather than by the verifier's `function_starts` means
+//! translation never depends on how functions are laid out, only on where control can
+//! go; the verifier has already ruled out jumps that leave the program.
+//!
+//! If-conversion (why: Cranelift does not if-convert, and the branchy filters eBPF
+//! programs are made of then run ~10x slower than native code) picks two shapes whose
+//! arms hold only a few pure ALU instructions, nothing else jumps into, and so may run
+//! unconditionally:
+//!
+//! ```text
+//!  triangle                      diamond
+//!    pc:  if cond goto end         pc:    if cond goto else
+//!         arm (1..=ARM_MAX)               then-arm (0..=ARM_MAX)
+//!    end: ...                             ja join
+//!                                  else:  else-arm (1..=ARM_MAX)
+//!                                  join:  ...
+//! ```
+//!
+//! Forward jumps charge no fuel, so converting them changes no fuel count.
+
+use std::collections::{HashMap, HashSet};
+
+use csx_ebpf::isa::{
+    Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, JMP_CALL, JMP_EXIT,
+    JMP_JA, OP_LDDW, REG_FP, SRC_X,
+};
+
+/// Most instructions in one arm of a converted branch. Both arms always run, so the
+/// bound keeps the speculative work below the cost of a mispredicted branch.
+pub(crate) const ARM_MAX: u32 = 3;
+
+/// A control-flow fault in a program the verifier should have rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PlanError {
+    /// A jump or call names a slot outside the program, or the second half of an `lddw`.
+    BadTarget { pc: u32, target: i64 },
+    /// Execution would run past the last slot.
+    FallsOffEnd { pc: u32 },
+}
+
+/// How control leaves one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Falls through to the next instruction (the slot after, or two after an `lddw`).
+    Next,
+    /// `ja`: always jumps.
+    Jump(u32),
+    /// A conditional jump: to the target, or falls through.
+    Branch(u32),
+    /// A local call to the function starting at the slot; then falls through.
+    CallLocal(u32),
+    /// `exit`.
+    Exit,
+}
+
+/// The shape of a branch translated as straight-line code with `select`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IfConv {
+    /// The arm `pc + 1 .. end` runs when the condition is false.
+    Triangle { end: u32 },
+    /// The then-arm `pc + 1 .. else_start - 1` runs when the condition is false, the
+    /// else-arm `else_start .. join` when it is true.
+    Diamond { else_start: u32, join: u32 },
+}
+
+impl IfConv {
+    /// The slot where straight-line translation resumes.
+    pub(crate) fn resume(self) -> u32 {
+        match self {
+            IfConv::Triangle { end } => end,
+            IfConv::Diamond { join, .. } => join,
+        }
+    }
+}
+
+/// What translation needs to know about one eBPF function.
+#[derive(Clone, Debug)]
+pub(crate) struct FunctionPlan {
+    /// First slot.
+    pub start: u32,
+    /// Reachable instruction slots, ascending (second halves of `lddw` excluded).
+    pub pcs: Vec<u32>,
+    /// Slots that begin a Cranelift block.
+    pub leaders: HashSet<u32>,
+    /// Converted branches, by the slot of their conditional jump.
+    pub ifconv: HashMap<u32, IfConv>,
+}
+
+/// Every function of a program, the entry first.
+#[derive(Clone, Debug)]
+pub(crate) struct ProgramPlan {
+    pub functions: Vec<FunctionPlan>,
+    /// Whether any reachable instruction calls a helper (`call imm` or `callx`); only
+    /// then can the region table change during a run.
+    pub calls_helpers: bool,
+}
+
+/// Slots `insn` occupies.
+pub(crate) fn insn_len(insn: &Insn) -> u32 {
+    if insn.opc == OP_LDDW {
+        2
+    } else {
+        1
+    }
+}
+
+/// Whether `insn` is a helper call (`call imm` with src 0, or `callx`).
+pub(crate) fn is_helper_call(insn: &Insn) -> bool {
+    insn.class() == CLASS_JMP
+        && insn.opc & 0xf0 == JMP_CALL
+        && (insn.opc & SRC_X != 0 || insn.src != CALL_SRC_LOCAL)
+}
+
+fn target_of(insns: &[Insn], lddw_tails: &HashSet<u32>, pc: u32, rel: i64) -> Result<u32, PlanError> {
+    let target = i64::from(pc) + rel + 1;
+    match u32::try_from(target) {
+        Ok(t) if (t as usize) < insns.len() && !lddw_tails.contains(&t) => Ok(t),
+        _ => Err(PlanError::BadTarget { pc, target }),
+    }
+}
+
+/// How control leaves slot `pc`.
+pub(crate) fn flow(insns: &[Insn], lddw_tails: &HashSet<u32>, pc: u32) -> Result<Flow, PlanError> {
+    let insn = &insns[pc as usize];
+    let class = insn.class();
+    if class != CLASS_JMP && class != CLASS_JMP32 {
+        return Ok(Flow::Next);
+    }
+    let op = insn.opc & 0xf0;
+    Ok(match op {
+        JMP_JA if class == CLASS_JMP32 => {
+            Flow::Jump(target_of(insns, lddw_tails, pc, i64::from(insn.imm))?)
+        }
+        JMP_JA => Flow::Jump(target_of(insns, lddw_tails, pc, i64::from(insn.off))?),
+        JMP_EXIT => Flow::Exit,
+        JMP_CALL if insn.opc & SRC_X == 0 && insn.src == CALL_SRC_LOCAL => {
+            Flow::CallLocal(target_of(insns, lddw_tails, pc, i64::from(insn.imm))?)
+        }
+        JMP_CALL => Flow::Next,
+        _ => Flow::Branch(target_of(insns, lddw_tails, pc, i64::from(insn.off))?),
+    })
+}
+
+/// The slot after `pc` in straight-line order, checked to exist.
+fn next_pc(insns: &[Insn], pc: u32) -> Result<u32, PlanError> {
+    let next = pc + insn_len(&insns[pc as usize]);
+    if (next as usize) < insns.len() {
+        Ok(next)
+    } else {
+        Err(PlanError::FallsOffEnd { pc })
+    }
+}
+
+/// Plans every function reachable from `entry`.
+pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, PlanError> {
+    if entry as usize >= insns.len() {
+        return Err(PlanError::BadTarget { pc: entry, target: i64::from(entry) });
+    }
+    let lddw_tails = lddw_tails(insns);
+    // One stamp per function: slot `pc` was visited by the function being planned when
+    // `visited[pc]` equals its stamp. Avoids a fresh set per function.
+    let mut visited = vec![0u32; insns.len()];
+    let mut functions = Vec::new();
+    let mut seen_starts = HashSet::from([entry]);
+    let mut pending = vec![entry];
+    let mut calls_helpers = false;
+    while let Some(start) = pending.pop() {
+        let stamp = functions.len() as u32 + 1;
+        let (plan, callees) = plan_function(insns, &lddw_tails, start, &mut visited, stamp)?;
+        calls_helpers |= plan.pcs.iter().any(|&pc| is_helper_call(&insns[pc as usize]));
+        for callee in callees {
+            if seen_starts.insert(callee) {
+                pending.push(callee);
+            }
+        }
+        functions.push(plan);
+    }
+    Ok(ProgramPlan { functions, calls_helpers })
+}
+
+/// Slots holding the second half of an `lddw`, in straight-line decoding from slot 0.
+fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
+    let mut tails = HashSet::new();
+    let mut pc = 0usize;
+    while pc < insns.len() {
+        if insns[pc].opc == OP_LDDW {
+            tails.insert(pc as u32 + 1);
+            pc += 2;
+        } else {
+            pc += 1;
+        }
+    }
+    tails
+}
+
+fn plan_function(
+    insns: &[Insn],
+    lddw_tails: &HashSet<u32>,
+    start: u32,
+    visited: &mut [u32],
+    stamp: u32,
+) -> Result<(FunctionPlan, Vec<u32>), PlanError> {
+    // Reachability by depth-first search; `sources` counts jumps into each slot.
+    let mut pcs = Vec::new();
+    let mut callees = Vec::new();
+    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut flows: HashMap<u32, Flow> = HashMap::new();
+    let mut stack = vec![start];
+    visited[start as usize] = stamp;
+    while let Some(pc) = stack.pop() {
+        pcs.push(pc);
+        let f = flow(insns, lddw_tails, pc)?;
+        flows.insert(pc, f);
+        let mut succ = |t: u32, stack: &mut Vec<u32>| {
+            if visited[t as usize] != stamp {
+                visited[t as usize] = stamp;
+                stack.push(t);
+            }
+        };
+        match f {
+            Flow::Next => succ(next_pc(insns, pc)?, &mut stack),
+            Flow::CallLocal(callee) => {
+                callees.push(callee);
+                succ(next_pc(insns, pc)?, &mut stack);
+            }
+            Flow::Jump(t) => {
+                sources.entry(t).or_default().push(pc);
+                succ(t, &mut stack);
+            }
+            Flow::Branch(t) => {
+                sources.entry(t).or_default().push(pc);
+                succ(t, &mut stack);
+                succ(next_pc(insns, pc)?, &mut stack);
+            }
+            Flow::Exit => {}
+        }
+    }
+    pcs.sort_unstable();
+
+    // Pick the branches to convert, then the block starts the rest need.
+    let mut ifconv = HashMap::new();
+    let mut absorbed_jumps = HashSet::new();
+    for &pc in &pcs {
+        let Flow::Branch(t) = flows[&pc] else { continue };
+        if let Some((shape, ja)) = if_conversion(insns, &flows, &sources, pc, t) {
+            ifconv.insert(pc, shape);
+            absorbed_jumps.extend(ja);
+        }
+    }
+    let mut leaders = HashSet::from([start]);
+    for &pc in &pcs {
+        match flows[&pc] {
+            Flow::Jump(t) if !absorbed_jumps.contains(&pc) => {
+                leaders.insert(t);
+            }
+            Flow::Branch(t) if !ifconv.contains_key(&pc) => {
+                leaders.insert(t);
+                leaders.insert(next_pc(insns, pc)?);
+            }
+            _ => {}
+        }
+    }
+    Ok((FunctionPlan { start, pcs, leaders, ifconv }, callees))
+}
+
+/// Whether `insn` may run speculatively in a converted arm: a pure ALU operation that
+/// cannot trap. Division is pure too (by zero it yields 0 or keeps dst) but costs far
+/// more than the branch it would save.
+fn is_simple_alu(insn: &Insn) -> bool {
+    use csx_ebpf::isa::{ALU_DIV, ALU_MOD};
+    let class = insn.class();
+    (class == CLASS_ALU || class == CLASS_ALU64)
+        && insn.dst != REG_FP
+        && !matches!(insn.opc & 0xf0, ALU_DIV | ALU_MOD)
+}
+
+fn arm_is_simple(insns: &[Insn], from: u32, to: u32) -> bool {
+    to - from <= ARM_MAX && (from..to).all(|pc| is_simple_alu(&insns[pc as usize]))
+}
+
+/// The if-conversion of the conditional jump at `pc` to `t`, if it has a convertible
+/// shape, with the slot of the diamond's `ja` (which then needs no block of its own).
+fn if_conversion(
+    insns: &[Insn],
+    flows: &HashMap<u32, Flow>,
+    sources: &HashMap<u32, Vec<u32>>,
+    pc: u32,
+    t: u32,
+) -> Option<(IfConv, Option<u32>)> {
+    if t <= pc {
+        return None;
+    }
+    // Nothing but this branch may enter the region: arm instructions run unconditionally.
+    let untargeted = |from: u32, to: u32, except: Option<u32>| {
+        (from..to).all(|q| match sources.get(&q) {
+            None => true,
+            Some(s) => Some(q) == except && s.as_slice() == [pc],
+        })
+    };
+    // Diamond: the instruction before the target is a forward `ja` past the else-arm.
+    if t >= pc + 2 {
+        if let Some(&Flow::Jump(join)) = flows.get(&(t - 1)) {
+            if join > t
+                && arm_is_simple(insns, pc + 1, t - 1)
+                && arm_is_simple(insns, t, join)
+                && untargeted(pc + 1, join, Some(t))
+            {
+                return Some((IfConv::Diamond { else_start: t, join }, Some(t - 1)));
+            }
+        }
+    }
+    if arm_is_simple(insns, pc + 1, t) && untargeted(pc + 1, t, None) {
+        return Some((IfConv::Triangle { end: t }, None));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i(opc: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn::new(opc, dst, src, off, imm)
+    }
+
+    const MOV_K: u8 = 0xb7;
+    const ADD_K: u8 = 0x07;
+    const JEQ_K: u8 = 0x15;
+    const JA: u8 = 0x05;
+    const EXIT: u8 = 0x95;
+
+    #[test]
+    fn triangle_is_converted_and_needs_no_block() {
+        let p = [
+            i(MOV_K, 0, 0, 0, 1),
+            i(JEQ_K, 1, 0, 1, 0),
+            i(ADD_K, 0, 0, 0, 1),
+            i(EXIT, 0, 0, 0, 0),
+        ];
+        let plan = plan_program(&p, 0).unwrap();
+        let f = &plan.functions[0];
+        assert_eq!(f.ifconv.get(&1), Some(&IfConv::Triangle { end: 3 }));
+        assert_eq!(f.leaders, HashSet::from([0]));
+        assert!(!plan.calls_helpers);
+    }
+
+    #[test]
+    fn diamond_is_converted() {
+        let p = [
+            i(JEQ_K, 1, 0, 2, 0),
+            i(MOV_K, 0, 0, 0, 1),
+            i(JA, 0, 0, 1, 0),
+            i(MOV_K, 0, 0, 0, 2),
+            i(EXIT, 0, 0, 0, 0),
+        ];
+        let f = &plan_program(&p, 0).unwrap().functions[0];
+        assert_eq!(f.ifconv.get(&0), Some(&IfConv::Diamond { else_start: 3, join: 4 }));
+        assert_eq!(f.leaders, HashSet::from([0]));
+    }
+
+    #[test]
+    fn targeted_arm_is_not_converted() {
+        let p = [
+            i(JEQ_K, 1, 0, 2, 0),
+            i(JEQ_K, 2, 0, 0, 0),
+            i(MOV_K, 0, 0, 0, 1),
+            i(EXIT, 0, 0, 0, 0),
+        ];
+        let f = &plan_program(&p, 0).unwrap().functions[0];
+        // The first branch's arm holds a jump; the second one's arm is empty.
+        assert!(!f.ifconv.contains_key(&0));
+        assert_eq!(f.ifconv.get(&1), Some(&IfConv::Triangle { end: 2 }));
+    }
+
+    #[test]
+    fn loops_and_calls() {
+        let p = [
+            i(0x85, 0, 1, 0, 2), // call local 3
+            i(JA, 0, 0, -1, 0),  // ja -1: a self loop
+            i(EXIT, 0, 0, 0, 0), // unreachable
+            i(MOV_K, 0, 0, 0, 0),
+            i(EXIT, 0, 0, 0, 0),
+        ];
+        let plan = plan_program(&p, 0).unwrap();
+        assert_eq!(plan.functions.len(), 2);
+        assert_eq!(plan.functions[0].pcs, vec![0, 1]);
+        assert_eq!(plan.functions[1].start, 3);
+        assert!(plan.functions[0].leaders.contains(&1));
+    }
+
+    #[test]
+    fn bad_control_flow_is_reported() {
+        assert_eq!(
+            plan_program(&[i(JA, 0, 0, 5, 0)], 0).unwrap_err(),
+            PlanError::BadTarget { pc: 0, target: 6 }
+        );
+        assert_eq!(
+            plan_program(&[i(MOV_K, 0, 0, 0, 0)], 0).unwrap_err(),
+            PlanError::FallsOffEnd { pc: 0 }
+        );
+    }
+}

@@ -1,0 +1,4 @@
+//! csx-testkit integration tests: one binary, one module per topic.
+
+mod conformance;
+mod vectors;
