@@ -98,149 +98,603 @@ enum AtomicOp {
 #[derive(Clone, Copy, Debug)]
 enum Op {
     // ALU64 with an immediate operand.
-    Add64I { dst: u8, imm: u64 },
-    Sub64I { dst: u8, imm: u64 },
-    Mul64I { dst: u8, imm: u64 },
-    Div64I { dst: u8, imm: u64 },
-    SDiv64I { dst: u8, imm: u64 },
-    Mod64I { dst: u8, imm: u64 },
-    SMod64I { dst: u8, imm: u64 },
-    Or64I { dst: u8, imm: u64 },
-    And64I { dst: u8, imm: u64 },
-    Lsh64I { dst: u8, imm: u64 },
-    Rsh64I { dst: u8, imm: u64 },
-    Arsh64I { dst: u8, imm: u64 },
-    Xor64I { dst: u8, imm: u64 },
-    Mov64I { dst: u8, imm: u64 },
-    Neg64 { dst: u8 },
+    Add64I {
+        dst: u8,
+        imm: u64,
+    },
+    Sub64I {
+        dst: u8,
+        imm: u64,
+    },
+    Mul64I {
+        dst: u8,
+        imm: u64,
+    },
+    Div64I {
+        dst: u8,
+        imm: u64,
+    },
+    SDiv64I {
+        dst: u8,
+        imm: u64,
+    },
+    Mod64I {
+        dst: u8,
+        imm: u64,
+    },
+    SMod64I {
+        dst: u8,
+        imm: u64,
+    },
+    Or64I {
+        dst: u8,
+        imm: u64,
+    },
+    And64I {
+        dst: u8,
+        imm: u64,
+    },
+    Lsh64I {
+        dst: u8,
+        imm: u64,
+    },
+    Rsh64I {
+        dst: u8,
+        imm: u64,
+    },
+    Arsh64I {
+        dst: u8,
+        imm: u64,
+    },
+    Xor64I {
+        dst: u8,
+        imm: u64,
+    },
+    Mov64I {
+        dst: u8,
+        imm: u64,
+    },
+    Neg64 {
+        dst: u8,
+    },
     // ALU64 with a register operand.
-    Add64R { dst: u8, src: u8 },
-    Sub64R { dst: u8, src: u8 },
-    Mul64R { dst: u8, src: u8 },
-    Div64R { dst: u8, src: u8 },
-    SDiv64R { dst: u8, src: u8 },
-    Mod64R { dst: u8, src: u8 },
-    SMod64R { dst: u8, src: u8 },
-    Or64R { dst: u8, src: u8 },
-    And64R { dst: u8, src: u8 },
-    Lsh64R { dst: u8, src: u8 },
-    Rsh64R { dst: u8, src: u8 },
-    Arsh64R { dst: u8, src: u8 },
-    Xor64R { dst: u8, src: u8 },
-    Mov64R { dst: u8, src: u8 },
-    MovSx8To64 { dst: u8, src: u8 },
-    MovSx16To64 { dst: u8, src: u8 },
-    MovSx32To64 { dst: u8, src: u8 },
+    Add64R {
+        dst: u8,
+        src: u8,
+    },
+    Sub64R {
+        dst: u8,
+        src: u8,
+    },
+    Mul64R {
+        dst: u8,
+        src: u8,
+    },
+    Div64R {
+        dst: u8,
+        src: u8,
+    },
+    SDiv64R {
+        dst: u8,
+        src: u8,
+    },
+    Mod64R {
+        dst: u8,
+        src: u8,
+    },
+    SMod64R {
+        dst: u8,
+        src: u8,
+    },
+    Or64R {
+        dst: u8,
+        src: u8,
+    },
+    And64R {
+        dst: u8,
+        src: u8,
+    },
+    Lsh64R {
+        dst: u8,
+        src: u8,
+    },
+    Rsh64R {
+        dst: u8,
+        src: u8,
+    },
+    Arsh64R {
+        dst: u8,
+        src: u8,
+    },
+    Xor64R {
+        dst: u8,
+        src: u8,
+    },
+    Mov64R {
+        dst: u8,
+        src: u8,
+    },
+    MovSx8To64 {
+        dst: u8,
+        src: u8,
+    },
+    MovSx16To64 {
+        dst: u8,
+        src: u8,
+    },
+    MovSx32To64 {
+        dst: u8,
+        src: u8,
+    },
     // ALU (32-bit) with an immediate operand; results are zero-extended.
-    Add32I { dst: u8, imm: u64 },
-    Sub32I { dst: u8, imm: u64 },
-    Mul32I { dst: u8, imm: u64 },
-    Div32I { dst: u8, imm: u64 },
-    SDiv32I { dst: u8, imm: u64 },
-    Mod32I { dst: u8, imm: u64 },
-    SMod32I { dst: u8, imm: u64 },
-    Or32I { dst: u8, imm: u64 },
-    And32I { dst: u8, imm: u64 },
-    Lsh32I { dst: u8, imm: u64 },
-    Rsh32I { dst: u8, imm: u64 },
-    Arsh32I { dst: u8, imm: u64 },
-    Xor32I { dst: u8, imm: u64 },
-    Mov32I { dst: u8, imm: u64 },
-    Neg32 { dst: u8 },
+    Add32I {
+        dst: u8,
+        imm: u64,
+    },
+    Sub32I {
+        dst: u8,
+        imm: u64,
+    },
+    Mul32I {
+        dst: u8,
+        imm: u64,
+    },
+    Div32I {
+        dst: u8,
+        imm: u64,
+    },
+    SDiv32I {
+        dst: u8,
+        imm: u64,
+    },
+    Mod32I {
+        dst: u8,
+        imm: u64,
+    },
+    SMod32I {
+        dst: u8,
+        imm: u64,
+    },
+    Or32I {
+        dst: u8,
+        imm: u64,
+    },
+    And32I {
+        dst: u8,
+        imm: u64,
+    },
+    Lsh32I {
+        dst: u8,
+        imm: u64,
+    },
+    Rsh32I {
+        dst: u8,
+        imm: u64,
+    },
+    Arsh32I {
+        dst: u8,
+        imm: u64,
+    },
+    Xor32I {
+        dst: u8,
+        imm: u64,
+    },
+    Mov32I {
+        dst: u8,
+        imm: u64,
+    },
+    Neg32 {
+        dst: u8,
+    },
     // ALU (32-bit) with a register operand.
-    Add32R { dst: u8, src: u8 },
-    Sub32R { dst: u8, src: u8 },
-    Mul32R { dst: u8, src: u8 },
-    Div32R { dst: u8, src: u8 },
-    SDiv32R { dst: u8, src: u8 },
-    Mod32R { dst: u8, src: u8 },
-    SMod32R { dst: u8, src: u8 },
-    Or32R { dst: u8, src: u8 },
-    And32R { dst: u8, src: u8 },
-    Lsh32R { dst: u8, src: u8 },
-    Rsh32R { dst: u8, src: u8 },
-    Arsh32R { dst: u8, src: u8 },
-    Xor32R { dst: u8, src: u8 },
-    Mov32R { dst: u8, src: u8 },
-    MovSx8To32 { dst: u8, src: u8 },
-    MovSx16To32 { dst: u8, src: u8 },
+    Add32R {
+        dst: u8,
+        src: u8,
+    },
+    Sub32R {
+        dst: u8,
+        src: u8,
+    },
+    Mul32R {
+        dst: u8,
+        src: u8,
+    },
+    Div32R {
+        dst: u8,
+        src: u8,
+    },
+    SDiv32R {
+        dst: u8,
+        src: u8,
+    },
+    Mod32R {
+        dst: u8,
+        src: u8,
+    },
+    SMod32R {
+        dst: u8,
+        src: u8,
+    },
+    Or32R {
+        dst: u8,
+        src: u8,
+    },
+    And32R {
+        dst: u8,
+        src: u8,
+    },
+    Lsh32R {
+        dst: u8,
+        src: u8,
+    },
+    Rsh32R {
+        dst: u8,
+        src: u8,
+    },
+    Arsh32R {
+        dst: u8,
+        src: u8,
+    },
+    Xor32R {
+        dst: u8,
+        src: u8,
+    },
+    Mov32R {
+        dst: u8,
+        src: u8,
+    },
+    MovSx8To32 {
+        dst: u8,
+        src: u8,
+    },
+    MovSx16To32 {
+        dst: u8,
+        src: u8,
+    },
     // Byte order (RFC 9669 §4.2). The VM is little-endian, so `le` only truncates and
     // `be` and `bswap` swap (and truncate).
-    Trunc16 { dst: u8 },
-    Trunc32 { dst: u8 },
-    Swap16 { dst: u8 },
-    Swap32 { dst: u8 },
-    Swap64 { dst: u8 },
+    Trunc16 {
+        dst: u8,
+    },
+    Trunc32 {
+        dst: u8,
+    },
+    Swap16 {
+        dst: u8,
+    },
+    Swap32 {
+        dst: u8,
+    },
+    Swap64 {
+        dst: u8,
+    },
     Nop,
     // Loads and stores (RFC 9669 §5).
-    Lddw { dst: u8, imm: u64 },
-    LdxB { dst: u8, src: u8, off: i16 },
-    LdxH { dst: u8, src: u8, off: i16 },
-    LdxW { dst: u8, src: u8, off: i16 },
-    LdxDw { dst: u8, src: u8, off: i16 },
-    LdxSB { dst: u8, src: u8, off: i16 },
-    LdxSH { dst: u8, src: u8, off: i16 },
-    LdxSW { dst: u8, src: u8, off: i16 },
-    StB { dst: u8, off: i16, imm: u64 },
-    StH { dst: u8, off: i16, imm: u64 },
-    StW { dst: u8, off: i16, imm: u64 },
-    StDw { dst: u8, off: i16, imm: u64 },
-    StxB { dst: u8, src: u8, off: i16 },
-    StxH { dst: u8, src: u8, off: i16 },
-    StxW { dst: u8, src: u8, off: i16 },
-    StxDw { dst: u8, src: u8, off: i16 },
-    Atomic32 { op: AtomicOp, dst: u8, src: u8, off: i16 },
-    Atomic64 { op: AtomicOp, dst: u8, src: u8, off: i16 },
+    Lddw {
+        dst: u8,
+        imm: u64,
+    },
+    LdxB {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxH {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxW {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxDw {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxSB {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxSH {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    LdxSW {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    StB {
+        dst: u8,
+        off: i16,
+        imm: u64,
+    },
+    StH {
+        dst: u8,
+        off: i16,
+        imm: u64,
+    },
+    StW {
+        dst: u8,
+        off: i16,
+        imm: u64,
+    },
+    StDw {
+        dst: u8,
+        off: i16,
+        imm: u64,
+    },
+    StxB {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    StxH {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    StxW {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    StxDw {
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    Atomic32 {
+        op: AtomicOp,
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
+    Atomic64 {
+        op: AtomicOp,
+        dst: u8,
+        src: u8,
+        off: i16,
+    },
     // Jumps (RFC 9669 §4.3).
-    Ja { target: u32 },
-    Jeq64I { dst: u8, imm: u64, target: u32 },
-    Jne64I { dst: u8, imm: u64, target: u32 },
-    Jgt64I { dst: u8, imm: u64, target: u32 },
-    Jge64I { dst: u8, imm: u64, target: u32 },
-    Jlt64I { dst: u8, imm: u64, target: u32 },
-    Jle64I { dst: u8, imm: u64, target: u32 },
-    Jsgt64I { dst: u8, imm: u64, target: u32 },
-    Jsge64I { dst: u8, imm: u64, target: u32 },
-    Jslt64I { dst: u8, imm: u64, target: u32 },
-    Jsle64I { dst: u8, imm: u64, target: u32 },
-    Jset64I { dst: u8, imm: u64, target: u32 },
-    Jeq64R { dst: u8, src: u8, target: u32 },
-    Jne64R { dst: u8, src: u8, target: u32 },
-    Jgt64R { dst: u8, src: u8, target: u32 },
-    Jge64R { dst: u8, src: u8, target: u32 },
-    Jlt64R { dst: u8, src: u8, target: u32 },
-    Jle64R { dst: u8, src: u8, target: u32 },
-    Jsgt64R { dst: u8, src: u8, target: u32 },
-    Jsge64R { dst: u8, src: u8, target: u32 },
-    Jslt64R { dst: u8, src: u8, target: u32 },
-    Jsle64R { dst: u8, src: u8, target: u32 },
-    Jset64R { dst: u8, src: u8, target: u32 },
-    Jeq32I { dst: u8, imm: u64, target: u32 },
-    Jne32I { dst: u8, imm: u64, target: u32 },
-    Jgt32I { dst: u8, imm: u64, target: u32 },
-    Jge32I { dst: u8, imm: u64, target: u32 },
-    Jlt32I { dst: u8, imm: u64, target: u32 },
-    Jle32I { dst: u8, imm: u64, target: u32 },
-    Jsgt32I { dst: u8, imm: u64, target: u32 },
-    Jsge32I { dst: u8, imm: u64, target: u32 },
-    Jslt32I { dst: u8, imm: u64, target: u32 },
-    Jsle32I { dst: u8, imm: u64, target: u32 },
-    Jset32I { dst: u8, imm: u64, target: u32 },
-    Jeq32R { dst: u8, src: u8, target: u32 },
-    Jne32R { dst: u8, src: u8, target: u32 },
-    Jgt32R { dst: u8, src: u8, target: u32 },
-    Jge32R { dst: u8, src: u8, target: u32 },
-    Jlt32R { dst: u8, src: u8, target: u32 },
-    Jle32R { dst: u8, src: u8, target: u32 },
-    Jsgt32R { dst: u8, src: u8, target: u32 },
-    Jsge32R { dst: u8, src: u8, target: u32 },
-    Jslt32R { dst: u8, src: u8, target: u32 },
-    Jsle32R { dst: u8, src: u8, target: u32 },
-    Jset32R { dst: u8, src: u8, target: u32 },
+    Ja {
+        target: u32,
+    },
+    Jeq64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jne64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jgt64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jge64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jlt64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jle64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsgt64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsge64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jslt64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsle64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jset64I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jeq64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jne64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jgt64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jge64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jlt64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jle64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsgt64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsge64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jslt64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsle64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jset64R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jeq32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jne32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jgt32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jge32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jlt32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jle32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsgt32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsge32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jslt32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jsle32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jset32I {
+        dst: u8,
+        imm: u64,
+        target: u32,
+    },
+    Jeq32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jne32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jgt32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jge32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jlt32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jle32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsgt32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsge32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jslt32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jsle32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
+    Jset32R {
+        dst: u8,
+        src: u8,
+        target: u32,
+    },
     // Calls (RFC 9669 §4.3.1).
-    CallHelper { id: u32 },
-    CallLocal { target: u32 },
-    CallX { reg: u8 },
+    CallHelper {
+        id: u32,
+    },
+    CallLocal {
+        target: u32,
+    },
+    CallX {
+        reg: u8,
+    },
     Exit,
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
@@ -396,14 +850,20 @@ fn decode_jmp(insn: Insn, pc: usize) -> Op {
     let is_32 = insn.class() == CLASS_JMP32;
     let op = insn.opc & 0xf0;
     // Targets were range-checked by the verifier; `ja32` takes its offset from imm.
-    let rel = if is_32 && op == JMP_JA { i64::from(insn.imm) } else { i64::from(insn.off) };
+    let rel = if is_32 && op == JMP_JA {
+        i64::from(insn.imm)
+    } else {
+        i64::from(insn.off)
+    };
     let target = (pc as i64 + rel + 1) as u32;
     match (op, insn.opc & SRC_X != 0, is_32) {
         (JMP_JA, false, _) => Op::Ja { target },
-        (JMP_CALL, false, false) if insn.src == CALL_SRC_LOCAL => {
-            Op::CallLocal { target: (pc as i64 + i64::from(insn.imm) + 1) as u32 }
-        }
-        (JMP_CALL, false, false) => Op::CallHelper { id: insn.imm as u32 },
+        (JMP_CALL, false, false) if insn.src == CALL_SRC_LOCAL => Op::CallLocal {
+            target: (pc as i64 + i64::from(insn.imm) + 1) as u32,
+        },
+        (JMP_CALL, false, false) => Op::CallHelper {
+            id: insn.imm as u32,
+        },
         (JMP_CALL, true, false) => Op::CallX { reg: dst },
         (JMP_EXIT, false, false) => Op::Exit,
         (JMP_JEQ, false, false) => Op::Jeq64I { dst, imm, target },
@@ -597,7 +1057,8 @@ unsafe fn atomic64(p: *mut u8, op: AtomicOp, value: u64, expected: u64) -> u64 {
         // SAFETY: the caller guarantees 8 valid, writable bytes; unaligned accesses.
         unsafe {
             let old = p.cast::<u64>().read_unaligned();
-            p.cast::<u64>().write_unaligned(atomic_new(op, old, value, expected));
+            p.cast::<u64>()
+                .write_unaligned(atomic_new(op, old, value, expected));
             return old;
         }
     }
@@ -682,7 +1143,10 @@ impl Interpreter {
         macro_rules! trap {
             ($kind:expr) => {
                 return RunOutcome {
-                    result: Err(Trap { pc: (pc - 1) as u32, kind: $kind }),
+                    result: Err(Trap {
+                        pc: (pc - 1) as u32,
+                        kind: $kind,
+                    }),
                     fuel_used: fuel,
                 }
             };
@@ -778,9 +1242,7 @@ impl Interpreter {
                 Op::And64R { dst, src } => r!(dst) &= r!(src),
                 Op::Lsh64R { dst, src } => r!(dst) <<= r!(src) & 63,
                 Op::Rsh64R { dst, src } => r!(dst) >>= r!(src) & 63,
-                Op::Arsh64R { dst, src } => {
-                    r!(dst) = ((r!(dst) as i64) >> (r!(src) & 63)) as u64
-                }
+                Op::Arsh64R { dst, src } => r!(dst) = ((r!(dst) as i64) >> (r!(src) & 63)) as u64,
                 Op::Xor64R { dst, src } => r!(dst) ^= r!(src),
                 Op::Mov64R { dst, src } => r!(dst) = r!(src),
                 Op::MovSx8To64 { dst, src } => r!(dst) = r!(src) as i8 as i64 as u64,
@@ -820,12 +1282,8 @@ impl Interpreter {
                 Op::SMod32R { dst, src } => r!(dst) = smod32(r!(dst), r!(src)),
                 Op::Or32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) | lo(r!(src))),
                 Op::And32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) & lo(r!(src))),
-                Op::Lsh32R { dst, src } => {
-                    r!(dst) = u64::from(lo(r!(dst)) << (r!(src) & 31))
-                }
-                Op::Rsh32R { dst, src } => {
-                    r!(dst) = u64::from(lo(r!(dst)) >> (r!(src) & 31))
-                }
+                Op::Lsh32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) << (r!(src) & 31)),
+                Op::Rsh32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) >> (r!(src) & 31)),
                 Op::Arsh32R { dst, src } => {
                     r!(dst) = u64::from(((lo(r!(dst)) as i32) >> (r!(src) & 31)) as u32)
                 }
@@ -833,9 +1291,7 @@ impl Interpreter {
                 // `mov32 reg` zero-extends too.
                 Op::Mov32R { dst, src } => r!(dst) = u64::from(lo(r!(src))),
                 Op::MovSx8To32 { dst, src } => r!(dst) = u64::from(r!(src) as i8 as i32 as u32),
-                Op::MovSx16To32 { dst, src } => {
-                    r!(dst) = u64::from(r!(src) as i16 as i32 as u32)
-                }
+                Op::MovSx16To32 { dst, src } => r!(dst) = u64::from(r!(src) as i16 as i32 as u32),
 
                 Op::Trunc16 { dst } => r!(dst) = u64::from(r!(dst) as u16),
                 Op::Trunc32 { dst } => r!(dst) = u64::from(r!(dst) as u32),
@@ -1004,7 +1460,10 @@ impl Interpreter {
                 }
                 Op::Exit => {
                     if depth == 0 {
-                        return RunOutcome { result: Ok(regs[0]), fuel_used: fuel };
+                        return RunOutcome {
+                            result: Ok(regs[0]),
+                            fuel_used: fuel,
+                        };
                     }
                     depth -= 1;
                     let frame = frames[depth];
@@ -1066,7 +1525,10 @@ mod tests {
         alu64x(ALU_MOV, dst, src)
     }
     fn lddw(dst: u8, v: u64) -> [Insn; 2] {
-        [Insn::new(OP_LDDW, dst, 0, 0, v as i32), Insn::new(0, 0, 0, 0, (v >> 32) as i32)]
+        [
+            Insn::new(OP_LDDW, dst, 0, 0, v as i32),
+            Insn::new(0, 0, 0, 0, (v >> 32) as i32),
+        ]
     }
     fn ldx(size: u8, dst: u8, src: u8, off: i16) -> Insn {
         Insn::new(CLASS_LDX | MODE_MEM | size, dst, src, off, 0)
@@ -1128,11 +1590,21 @@ mod tests {
     /// Runs `insns` with `mem` mapped read-write in region 2 (r1 = its address, r2 = its
     /// length) under `fuel`, returning the outcome and the memory after the run.
     fn run_full(insns: Vec<Insn>, mem: &mut [u8], fuel: u64) -> RunOutcome {
-        let engine = interp(Program::from_insns("t", insns), FunctionTable::conformance());
+        let engine = interp(
+            Program::from_insns("t", insns),
+            FunctionTable::conformance(),
+        );
         let mut map = MemoryMap::new();
         let len = mem.len() as u64;
-        let addr = map.map_read_write(RegionIdx::EMBEDDER_FIRST, mem).expect("maps");
-        engine.run(&mut map, [addr, len, 0, 0, 0], &RunOptions { fuel }, &mut ConformanceHost)
+        let addr = map
+            .map_read_write(RegionIdx::EMBEDDER_FIRST, mem)
+            .expect("maps");
+        engine.run(
+            &mut map,
+            [addr, len, 0, 0, 0],
+            &RunOptions { fuel },
+            &mut ConformanceHost,
+        )
     }
 
     fn run(insns: Vec<Insn>) -> u64 {
@@ -1161,38 +1633,97 @@ mod tests {
     fn out_of_bounds_stack() {
         // Past the top of the stack: r10 itself, read through a copy.
         let t = trap(prog![movx(1, 10), ldx(SIZE_DW, 0, 1, 0), EXIT], &mut []);
-        let kind = TrapKind::OutOfBounds { addr: STACK_END, size: 8, write: false };
+        let kind = TrapKind::OutOfBounds {
+            addr: STACK_END,
+            size: 8,
+            write: false,
+        };
         assert_eq!(t, Trap { pc: 1, kind });
         // Below the bottom of the whole stack.
         let t = trap(prog![movx(1, 10), st(SIZE_B, 1, -4097, 0), EXIT], &mut []);
-        let kind = TrapKind::OutOfBounds { addr: STACK_END - 4097, size: 1, write: true };
+        let kind = TrapKind::OutOfBounds {
+            addr: STACK_END - 4097,
+            size: 1,
+            write: true,
+        };
         assert_eq!(t, Trap { pc: 1, kind });
         // Straddling the end.
         let t = trap(prog![movx(1, 10), stx(SIZE_W, 1, 1, -2), EXIT], &mut []);
-        assert_eq!(t.kind, TrapKind::OutOfBounds { addr: STACK_END - 2, size: 4, write: true });
+        assert_eq!(
+            t.kind,
+            TrapKind::OutOfBounds {
+                addr: STACK_END - 2,
+                size: 4,
+                write: true
+            }
+        );
     }
 
     #[test]
     fn out_of_bounds_embedder_region() {
         let mut mem = [1u8, 2, 3, 4];
         let t = trap(prog![ldx(SIZE_W, 0, 1, 1), EXIT], &mut mem);
-        assert_eq!(t, Trap { pc: 0, kind: TrapKind::OutOfBounds { addr: MEM + 1, size: 4, write: false } });
+        assert_eq!(
+            t,
+            Trap {
+                pc: 0,
+                kind: TrapKind::OutOfBounds {
+                    addr: MEM + 1,
+                    size: 4,
+                    write: false
+                }
+            }
+        );
         let t = trap(prog![mov(0, 0), st(SIZE_H, 1, 3, 9), EXIT], &mut mem);
-        assert_eq!(t, Trap { pc: 1, kind: TrapKind::OutOfBounds { addr: MEM + 3, size: 2, write: true } });
+        assert_eq!(
+            t,
+            Trap {
+                pc: 1,
+                kind: TrapKind::OutOfBounds {
+                    addr: MEM + 3,
+                    size: 2,
+                    write: true
+                }
+            }
+        );
         // A negative offset wraps below the region's start: out of bounds too.
         let t = trap(prog![ldx(SIZE_B, 0, 1, -1), EXIT], &mut mem);
-        assert_eq!(t.kind, TrapKind::OutOfBounds { addr: MEM - 1, size: 1, write: false });
+        assert_eq!(
+            t.kind,
+            TrapKind::OutOfBounds {
+                addr: MEM - 1,
+                size: 1,
+                write: false
+            }
+        );
         assert_eq!(mem, [1, 2, 3, 4], "a failed store writes nothing");
     }
 
     #[test]
     fn null_and_unmapped() {
         let t = trap(prog![mov(1, 0), ldx(SIZE_B, 0, 1, 0), EXIT], &mut []);
-        assert_eq!(t, Trap { pc: 1, kind: TrapKind::OutOfBounds { addr: 0, size: 1, write: false } });
+        assert_eq!(
+            t,
+            Trap {
+                pc: 1,
+                kind: TrapKind::OutOfBounds {
+                    addr: 0,
+                    size: 1,
+                    write: false
+                }
+            }
+        );
         // Region 7 is not mapped; region 40 is beyond the table.
         for addr in [RegionIdx(7).vaddr(0), 40u64 << 32, u64::MAX] {
             let t = trap(prog![lddw(1, addr), ldx(SIZE_DW, 0, 1, 0), EXIT], &mut []);
-            assert_eq!(t.kind, TrapKind::OutOfBounds { addr, size: 8, write: false });
+            assert_eq!(
+                t.kind,
+                TrapKind::OutOfBounds {
+                    addr,
+                    size: 8,
+                    write: false
+                }
+            );
             assert_eq!(t.pc, 2);
         }
     }
@@ -1204,36 +1735,64 @@ mod tests {
             prog![
                 lddw(1, RegionIdx::global(0).unwrap().vaddr(0)),
                 lddw(2, RegionIdx::global(1).unwrap().vaddr(0)),
-                ldx(SIZE_W, 0, 1, 0),  // rodata word
-                stx(SIZE_W, 2, 0, 0),  // copy into .data
+                ldx(SIZE_W, 0, 1, 0), // rodata word
+                stx(SIZE_W, 2, 0, 0), // copy into .data
                 ldx(SIZE_W, 0, 2, 0),
-                jmp(JMP_JEQ, 3, 0, 1), // r3 == 0: fine; 1: write rodata; 2: read past .data
-                ja(3),
-                jmp(JMP_JEQ, 3, 1, 1),
-                ldx(SIZE_B, 0, 2, 4),
-                st(SIZE_B, 1, 0, 1),
+                jmp(JMP_JNE, 3, 0, 1), // pc 7: r3 == 0 returns the word
+                EXIT,
+                jmp(JMP_JNE, 3, 1, 1), // r3 == 1 writes .rodata
+                st(SIZE_B, 1, 0, 1),   // pc 10
+                ldx(SIZE_B, 0, 2, 4),  // pc 11: reads past .data
                 EXIT,
             ],
         );
         program.globals = vec![
-            GlobalSection { name: ".rodata".into(), data: vec![7, 0, 0, 0], writable: false },
-            GlobalSection { name: ".data".into(), data: vec![0; 4], writable: true },
+            GlobalSection {
+                name: ".rodata".into(),
+                data: vec![7, 0, 0, 0],
+                writable: false,
+            },
+            GlobalSection {
+                name: ".data".into(),
+                data: vec![0; 4],
+                writable: true,
+            },
         ];
         let engine = interp(program, FunctionTable::new());
         let run = |r3: u64| {
             let mut map = MemoryMap::new();
-            engine.run(&mut map, [0, 0, r3, 0, 0], &RunOptions::default(), &mut ConformanceHost)
+            engine.run(
+                &mut map,
+                [0, 0, r3, 0, 0],
+                &RunOptions::default(),
+                &mut ConformanceHost,
+            )
         };
         assert_eq!(run(0).result, Ok(7));
         let ro = RegionIdx::global(0).unwrap().vaddr(0);
-        assert_eq!(run(1).result, Err(Trap { pc: 13, kind: TrapKind::ReadOnly { addr: ro, size: 1 } }));
+        assert_eq!(
+            run(1).result,
+            Err(Trap {
+                pc: 10,
+                kind: TrapKind::ReadOnly { addr: ro, size: 1 }
+            })
+        );
         let data_end = RegionIdx::global(1).unwrap().vaddr(4);
-        let kind = TrapKind::OutOfBounds { addr: data_end, size: 1, write: false };
-        assert_eq!(run(2).result, Err(Trap { pc: 12, kind }));
+        let kind = TrapKind::OutOfBounds {
+            addr: data_end,
+            size: 1,
+            write: false,
+        };
+        assert_eq!(run(2).result, Err(Trap { pc: 11, kind }));
         // Writable globals are fresh for every run.
         let mut map = MemoryMap::new();
         let twice = |map: &mut MemoryMap<'_>| {
-            engine.run(map, [0, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost)
+            engine.run(
+                map,
+                [0, 0, 0, 0, 0],
+                &RunOptions::default(),
+                &mut ConformanceHost,
+            )
         };
         assert_eq!(twice(&mut map).result, Ok(7));
         assert_eq!(twice(&mut map).result, Ok(7));
@@ -1251,26 +1810,60 @@ mod tests {
         let buf = [0u8; 4];
         let mut map = MemoryMap::new();
         let addr = map.map_read_only(RegionIdx::EMBEDDER_FIRST, &buf).unwrap();
-        let out = engine.run(&mut map, [addr, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
-        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::ReadOnly { addr, size: 1 } }));
+        let out = engine.run(
+            &mut map,
+            [addr, 0, 0, 0, 0],
+            &RunOptions::default(),
+            &mut ConformanceHost,
+        );
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 0,
+                kind: TrapKind::ReadOnly { addr, size: 1 }
+            })
+        );
         // Atomics are writes too.
         let engine = interp(
             Program::from_insns("ro", prog![atomic(SIZE_W, 1, 2, 0, ATOMIC_ADD), EXIT]),
             FunctionTable::new(),
         );
-        let out = engine.run(&mut map, [addr, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
-        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::ReadOnly { addr, size: 4 } }));
+        let out = engine.run(
+            &mut map,
+            [addr, 0, 0, 0, 0],
+            &RunOptions::default(),
+            &mut ConformanceHost,
+        );
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 0,
+                kind: TrapKind::ReadOnly { addr, size: 4 }
+            })
+        );
     }
 
     #[test]
     fn fuel_exhaustion_on_infinite_loop() {
         let out = run_full(prog![ja(-1)], &mut [], 100);
-        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::FuelExhausted { budget: 100 } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 0,
+                kind: TrapKind::FuelExhausted { budget: 100 }
+            })
+        );
         // 101 iterations of cost 1: the charge that exceeds the budget is counted.
         assert_eq!(out.fuel_used, 101);
         // A budget of 0 stops at the first backward jump.
         let out = run_full(prog![mov(0, 0), ja(-2)], &mut [], 0);
-        assert_eq!(out.result, Err(Trap { pc: 1, kind: TrapKind::FuelExhausted { budget: 0 } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 1,
+                kind: TrapKind::FuelExhausted { budget: 0 }
+            })
+        );
         assert_eq!(out.fuel_used, 2);
     }
 
@@ -1280,11 +1873,11 @@ mod tests {
         // last not taken; plus 1 for a helper call; forward jumps are free.
         let insns = prog![
             mov(0, 0),
-            ja(0),                    // forward, free
-            alu64(ALU_ADD, 0, 1),     // loop head (pc 2)
+            ja(0),                // forward, free
+            alu64(ALU_ADD, 0, 1), // loop head (pc 2)
             mov(1, 0),
-            jmp(JMP_JLT, 0, 10, -3),  // back to pc 2 while r0 < 10: cost 3
-            call(5),                  // r0 = r1 = 0, cost 1
+            jmp(JMP_JLT, 0, 10, -3), // back to pc 2 while r0 < 10: cost 3
+            call(5),                 // r0 = r1 = 0, cost 1
             alu64(ALU_ADD, 0, 10),
             EXIT,
         ];
@@ -1295,7 +1888,13 @@ mod tests {
         let insns2 = prog![mov(1, 3), call(5), call(5), EXIT];
         assert_eq!(run_full(insns2.clone(), &mut [], 2).result, Ok(3));
         let out = run_full(insns2, &mut [], 1);
-        assert_eq!(out.result, Err(Trap { pc: 2, kind: TrapKind::FuelExhausted { budget: 1 } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 2,
+                kind: TrapKind::FuelExhausted { budget: 1 }
+            })
+        );
         assert_eq!(out.fuel_used, 2);
     }
 
@@ -1305,7 +1904,13 @@ mod tests {
         let insns = prog![call_local(1), EXIT, call_local(-1), EXIT];
         let out = run_full(insns, &mut [], 1000);
         let depth_max = CALL_DEPTH_MAX as u32;
-        assert_eq!(out.result, Err(Trap { pc: 2, kind: TrapKind::CallDepthExceeded { depth_max } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 2,
+                kind: TrapKind::CallDepthExceeded { depth_max }
+            })
+        );
         // One call from main and seven recursive calls fit (8 frames); the eighth
         // recursive call is charged, then traps.
         assert_eq!(out.fuel_used, CALL_DEPTH_MAX as u64);
@@ -1313,9 +1918,10 @@ mod tests {
 
     #[test]
     fn bounded_recursion_returns() {
-        // f(r1): if r1 == 0 return 0; return f(r1 - 1) + 1, with r1 = 7 (8 frames).
+        // f(r1): if r1 == 0 return 0; return f(r1 - 1) + 1, with r1 = 6: main and
+        // f(6)..f(0) are exactly 8 frames.
         let insns = prog![
-            mov(1, 7),
+            mov(1, 6),
             call_local(1),
             EXIT,
             jmp(JMP_JNE, 1, 0, 2), // f at pc 3
@@ -1326,18 +1932,27 @@ mod tests {
             alu64(ALU_ADD, 0, 1),
             EXIT,
         ];
-        assert_eq!(run(insns), 7);
+        assert_eq!(run(insns), 6);
     }
 
     #[test]
     fn unknown_helper_via_callx() {
         let insns = prog![mov(2, 99), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
         let out = run_full(insns, &mut [], 10);
-        assert_eq!(out.result, Err(Trap { pc: 1, kind: TrapKind::UnknownHelper { id: 99 } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 1,
+                kind: TrapKind::UnknownHelper { id: 99 }
+            })
+        );
         assert_eq!(out.fuel_used, 1);
         // A negative id is reported as such.
         let insns = prog![mov(2, -1), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
-        assert_eq!(trap(insns, &mut []).kind, TrapKind::UnknownHelper { id: -1 });
+        assert_eq!(
+            trap(insns, &mut []).kind,
+            TrapKind::UnknownHelper { id: -1 }
+        );
         // callx to a known helper works (bpf_conformance callx: r2 = 5).
         let insns = prog![mov(1, 42), mov(2, 5), Insn::new(OP_CALLX, 2, 0, 0, 0), EXIT];
         assert_eq!(run(insns), 42);
@@ -1346,13 +1961,24 @@ mod tests {
     /// A host whose helper 7 sums the bytes `(r1, r2)` points to.
     struct SumHost;
     impl HelperHost for SumHost {
-        fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+        fn call(
+            &mut self,
+            id: u32,
+            args: [u64; 5],
+            mem: &mut MemoryMap<'_>,
+        ) -> Result<u64, HelperAbort> {
             match id {
                 7 => {
-                    let bytes = mem.slice(args[0], args[1]).map_err(|k| HelperAbort { code: -14, message: k.to_string() })?;
+                    let bytes = mem.slice(args[0], args[1]).map_err(|k| HelperAbort {
+                        code: -14,
+                        message: k.to_string(),
+                    })?;
                     Ok(bytes.iter().map(|&b| u64::from(b)).sum())
                 }
-                _ => Err(HelperAbort { code: -38, message: format!("no helper {id}") }),
+                _ => Err(HelperAbort {
+                    code: -38,
+                    message: format!("no helper {id}"),
+                }),
             }
         }
     }
@@ -1367,8 +1993,14 @@ mod tests {
             doc: String::new(),
         })
         .unwrap();
-        t.insert(FunctionSig { name: "nothing".into(), id: 8, args: vec![], version: 1, doc: String::new() })
-            .unwrap();
+        t.insert(FunctionSig {
+            name: "nothing".into(),
+            id: 8,
+            args: vec![],
+            version: 1,
+            doc: String::new(),
+        })
+        .unwrap();
         t
     }
 
@@ -1377,24 +2009,53 @@ mod tests {
         let engine = interp(Program::from_insns("h", prog![call(7), EXIT]), sum_table());
         let mut buf = [1u8, 2, 3];
         let mut map = MemoryMap::new();
-        let addr = map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).unwrap();
+        let addr = map
+            .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf)
+            .unwrap();
         let opts = RunOptions::default();
         let out = engine.run(&mut map, [addr, 3, 0, 0, 0], &opts, &mut SumHost);
         assert_eq!(out.result, Ok(6));
         let out = engine.run(&mut map, [addr, 4, 0, 0, 0], &opts, &mut SumHost);
-        let kind = TrapKind::HelperArgument { helper: 7, arg: 0, addr, len: 4 };
+        let kind = TrapKind::HelperArgument {
+            helper: 7,
+            arg: 0,
+            addr,
+            len: 4,
+        };
         assert_eq!(out.result, Err(Trap { pc: 0, kind }));
         // The stack is a valid argument.
-        let insns = prog![st(SIZE_B, 10, -1, 9), movx(1, 10), alu64(ALU_ADD, 1, -1), mov(2, 1), call(7), EXIT];
+        let insns = prog![
+            st(SIZE_B, 10, -1, 9),
+            movx(1, 10),
+            alu64(ALU_ADD, 1, -1),
+            mov(2, 1),
+            call(7),
+            EXIT
+        ];
         let engine = interp(Program::from_insns("h", insns), sum_table());
-        assert_eq!(engine.run(&mut map, [0; 5], &opts, &mut SumHost).result, Ok(9));
+        assert_eq!(
+            engine.run(&mut map, [0; 5], &opts, &mut SumHost).result,
+            Ok(9)
+        );
     }
 
     #[test]
     fn helper_abort() {
-        let engine = interp(Program::from_insns("h", prog![mov(0, 0), call(8), EXIT]), sum_table());
-        let out = engine.run(&mut MemoryMap::new(), [0; 5], &RunOptions::default(), &mut SumHost);
-        let kind = TrapKind::HelperAbort { helper: 8, code: -38, message: "no helper 8".into() };
+        let engine = interp(
+            Program::from_insns("h", prog![mov(0, 0), call(8), EXIT]),
+            sum_table(),
+        );
+        let out = engine.run(
+            &mut MemoryMap::new(),
+            [0; 5],
+            &RunOptions::default(),
+            &mut SumHost,
+        );
+        let kind = TrapKind::HelperAbort {
+            helper: 8,
+            code: -38,
+            message: "no helper 8".into(),
+        };
         assert_eq!(out.result, Err(Trap { pc: 1, kind }));
     }
 
@@ -1440,7 +2101,7 @@ mod tests {
             jmp(JMP_JSET, 1, 2, 1), // -5 = ...1011: bit 1 set
             EXIT,
             mov(0, 4),
-            alu32(ALU_MOV, 2, -1),  // r2 = 0xffff_ffff
+            alu32(ALU_MOV, 2, -1), // r2 = 0xffff_ffff
             Insn::new(CLASS_JMP32 | JMP_JSLT | SRC_K, 2, 0, 1, 0), // as i32: -1 < 0
             EXIT,
             mov(0, 5),
@@ -1454,11 +2115,26 @@ mod tests {
 
     #[test]
     fn alu32_zero_extends() {
-        assert_eq!(run(prog![mov(0, -1), alu32(ALU_ADD, 0, 0), EXIT]), 0xffff_ffff);
-        assert_eq!(run(prog![mov(1, -1), alu32x(ALU_MOV, 0, 1), EXIT]), 0xffff_ffff);
-        assert_eq!(run(prog![mov(0, -1), alu32(ALU_MOV, 0, -2), EXIT]), 0xffff_fffe);
-        assert_eq!(run(prog![mov(0, 1), alu32(ALU_NEG, 0, 0), EXIT]), 0xffff_ffff);
-        assert_eq!(run(prog![mov(0, 2), alu32(ALU_SUB, 0, 3), EXIT]), 0xffff_ffff);
+        assert_eq!(
+            run(prog![mov(0, -1), alu32(ALU_ADD, 0, 0), EXIT]),
+            0xffff_ffff
+        );
+        assert_eq!(
+            run(prog![mov(1, -1), alu32x(ALU_MOV, 0, 1), EXIT]),
+            0xffff_ffff
+        );
+        assert_eq!(
+            run(prog![mov(0, -1), alu32(ALU_MOV, 0, -2), EXIT]),
+            0xffff_fffe
+        );
+        assert_eq!(
+            run(prog![mov(0, 1), alu32(ALU_NEG, 0, 0), EXIT]),
+            0xffff_ffff
+        );
+        assert_eq!(
+            run(prog![mov(0, 2), alu32(ALU_SUB, 0, 3), EXIT]),
+            0xffff_ffff
+        );
         // 64-bit mov of an immediate sign-extends.
         assert_eq!(run(prog![mov(0, -1), EXIT]), u64::MAX);
     }
@@ -1466,9 +2142,15 @@ mod tests {
     #[test]
     fn byte_order() {
         let v = 0x1122_3344_5566_7788u64;
-        let end = |class: u8, x: u8, w: i32| prog![lddw(0, v), Insn::new(class | ALU_END | x, 0, 0, 0, w), EXIT];
+        let end = |class: u8, x: u8, w: i32| {
+            prog![lddw(0, v), Insn::new(class | ALU_END | x, 0, 0, 0, w), EXIT]
+        };
         assert_eq!(run(end(CLASS_ALU, SRC_K, 16)), 0x7788, "le16 truncates");
-        assert_eq!(run(end(CLASS_ALU, SRC_K, 32)), 0x5566_7788, "le32 truncates");
+        assert_eq!(
+            run(end(CLASS_ALU, SRC_K, 32)),
+            0x5566_7788,
+            "le32 truncates"
+        );
         assert_eq!(run(end(CLASS_ALU, SRC_K, 64)), v);
         assert_eq!(run(end(CLASS_ALU, SRC_X, 16)), 0x8877);
         assert_eq!(run(end(CLASS_ALU, SRC_X, 32)), 0x8877_6655);
@@ -1481,21 +2163,44 @@ mod tests {
     #[test]
     fn division_and_modulo_by_zero() {
         let v = 0xffff_ffff_0000_0005u64;
-        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_DIV, 0, 1), EXIT]), 0);
+        assert_eq!(
+            run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_DIV, 0, 1), EXIT]),
+            0
+        );
         assert_eq!(run(prog![lddw(0, v), alu64(ALU_DIV, 0, 0), EXIT]), 0);
         assert_eq!(run(prog![lddw(0, v), alu32(ALU_DIV, 0, 0), EXIT]), 0);
-        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_MOD, 0, 1), EXIT]), v);
+        assert_eq!(
+            run(prog![lddw(0, v), mov(1, 0), alu64x(ALU_MOD, 0, 1), EXIT]),
+            v
+        );
         assert_eq!(run(prog![lddw(0, v), alu64(ALU_MOD, 0, 0), EXIT]), v);
         // 32-bit modulo by zero leaves dst, zero-extended.
-        assert_eq!(run(prog![lddw(0, v), mov(1, 0), alu32x(ALU_MOD, 0, 1), EXIT]), 5);
+        assert_eq!(
+            run(prog![lddw(0, v), mov(1, 0), alu32x(ALU_MOD, 0, 1), EXIT]),
+            5
+        );
         assert_eq!(run(prog![lddw(0, v), alu32(ALU_MOD, 0, 0), EXIT]), 5);
         // The upper half of the divisor is ignored in 32-bit division.
-        assert_eq!(run(prog![mov(0, 10), lddw(1, 1 << 32), alu32x(ALU_DIV, 0, 1), EXIT]), 0);
+        assert_eq!(
+            run(prog![
+                mov(0, 10),
+                lddw(1, 1 << 32),
+                alu32x(ALU_DIV, 0, 1),
+                EXIT
+            ]),
+            0
+        );
         // Signed forms by zero.
         let sdiv = |class: u8, op: u8| Insn::new(class | op | SRC_K, 0, 0, 1, 0);
         assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU64, ALU_DIV), EXIT]), 0);
-        assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU64, ALU_MOD), EXIT]), (-7i64) as u64);
-        assert_eq!(run(prog![mov(0, -7), sdiv(CLASS_ALU, ALU_MOD), EXIT]), 0xffff_fff9);
+        assert_eq!(
+            run(prog![mov(0, -7), sdiv(CLASS_ALU64, ALU_MOD), EXIT]),
+            (-7i64) as u64
+        );
+        assert_eq!(
+            run(prog![mov(0, -7), sdiv(CLASS_ALU, ALU_MOD), EXIT]),
+            0xffff_fff9
+        );
         // A negative 64-bit divisor immediate is sign-extended (unsigned division).
         assert_eq!(run(prog![mov(0, -1), alu64(ALU_DIV, 0, -1), EXIT]), 1);
         assert_eq!(run(prog![mov(0, 12), alu64(ALU_DIV, 0, -1), EXIT]), 0);
@@ -1505,41 +2210,107 @@ mod tests {
     fn signed_division_edges() {
         let sx = |class: u8, op: u8, imm: i32| Insn::new(class | op | SRC_K, 0, 0, 1, imm);
         let min64 = i64::MIN as u64;
-        assert_eq!(run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_DIV, -1), EXIT]), min64);
-        assert_eq!(run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_MOD, -1), EXIT]), 0);
+        assert_eq!(
+            run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_DIV, -1), EXIT]),
+            min64
+        );
+        assert_eq!(
+            run(prog![lddw(0, min64), sx(CLASS_ALU64, ALU_MOD, -1), EXIT]),
+            0
+        );
         let min32 = 0x8000_0000u64;
-        assert_eq!(run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_DIV, -1), EXIT]), min32);
-        assert_eq!(run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_MOD, -1), EXIT]), 0);
+        assert_eq!(
+            run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_DIV, -1), EXIT]),
+            min32
+        );
+        assert_eq!(
+            run(prog![mov(0, i32::MIN), sx(CLASS_ALU, ALU_MOD, -1), EXIT]),
+            0
+        );
         // Register forms.
         let sxr = |class: u8, op: u8| Insn::new(class | op | SRC_X, 0, 1, 1, 0);
-        assert_eq!(run(prog![lddw(0, min64), mov(1, -1), sxr(CLASS_ALU64, ALU_DIV), EXIT]), min64);
-        assert_eq!(run(prog![mov(0, i32::MIN), mov(1, -1), sxr(CLASS_ALU, ALU_MOD), EXIT]), 0);
+        assert_eq!(
+            run(prog![
+                lddw(0, min64),
+                mov(1, -1),
+                sxr(CLASS_ALU64, ALU_DIV),
+                EXIT
+            ]),
+            min64
+        );
+        assert_eq!(
+            run(prog![
+                mov(0, i32::MIN),
+                mov(1, -1),
+                sxr(CLASS_ALU, ALU_MOD),
+                EXIT
+            ]),
+            0
+        );
         // Truncating signed results: -7 / 2 = -3, -7 % 2 = -1, 7 % -2 = 1.
-        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_DIV, 2), EXIT]), (-3i64) as u64);
-        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_MOD, 2), EXIT]), u64::MAX);
+        assert_eq!(
+            run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_DIV, 2), EXIT]),
+            (-3i64) as u64
+        );
+        assert_eq!(
+            run(prog![mov(0, -7), sx(CLASS_ALU64, ALU_MOD, 2), EXIT]),
+            u64::MAX
+        );
         assert_eq!(run(prog![mov(0, 7), sx(CLASS_ALU, ALU_MOD, -2), EXIT]), 1);
-        assert_eq!(run(prog![mov(0, -7), sx(CLASS_ALU, ALU_DIV, 2), EXIT]), 0xffff_fffd);
+        assert_eq!(
+            run(prog![mov(0, -7), sx(CLASS_ALU, ALU_DIV, 2), EXIT]),
+            0xffff_fffd
+        );
     }
 
     #[test]
     fn shifts_are_masked() {
         assert_eq!(run(prog![mov(0, 1), alu64(ALU_LSH, 0, 65), EXIT]), 2);
         assert_eq!(run(prog![mov(0, 1), alu32(ALU_LSH, 0, 33), EXIT]), 2);
-        assert_eq!(run(prog![mov(0, 1), mov(1, -1), alu64x(ALU_LSH, 0, 1), EXIT]), 1 << 63);
-        assert_eq!(run(prog![mov(0, -1), alu32(ALU_RSH, 0, 36), EXIT]), 0x0fff_ffff);
-        assert_eq!(run(prog![mov(0, -16), alu64(ALU_ARSH, 0, 66), EXIT]), (-4i64) as u64);
+        assert_eq!(
+            run(prog![mov(0, 1), mov(1, -1), alu64x(ALU_LSH, 0, 1), EXIT]),
+            1 << 63
+        );
+        assert_eq!(
+            run(prog![mov(0, -1), alu32(ALU_RSH, 0, 36), EXIT]),
+            0x0fff_ffff
+        );
+        assert_eq!(
+            run(prog![mov(0, -16), alu64(ALU_ARSH, 0, 66), EXIT]),
+            (-4i64) as u64
+        );
         // arsh32 works on the low half's sign, then zero-extends.
-        assert_eq!(run(prog![mov(0, i32::MIN), alu32(ALU_ARSH, 0, 4), EXIT]), 0xf800_0000);
-        assert_eq!(run(prog![lddw(0, 0x8000_0000_0000_0000), mov(1, 32), alu32x(ALU_ARSH, 0, 1), EXIT]), 0);
+        assert_eq!(
+            run(prog![mov(0, i32::MIN), alu32(ALU_ARSH, 0, 4), EXIT]),
+            0xf800_0000
+        );
+        assert_eq!(
+            run(prog![
+                lddw(0, 0x8000_0000_0000_0000),
+                mov(1, 32),
+                alu32x(ALU_ARSH, 0, 1),
+                EXIT
+            ]),
+            0
+        );
     }
 
     #[test]
     fn movsx() {
         let sx = |class: u8, off: i16| Insn::new(class | ALU_MOV | SRC_X, 0, 1, off, 0);
         let v = 0x0000_0001_8000_80f0u64;
-        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 8), EXIT]), (-16i64) as u64);
-        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 16), EXIT]), 0xffff_ffff_ffff_80f0);
-        assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 32), EXIT]), 0xffff_ffff_8000_80f0);
+        assert_eq!(
+            run(prog![lddw(1, v), sx(CLASS_ALU64, 8), EXIT]),
+            (-16i64) as u64
+        );
+        assert_eq!(
+            run(prog![lddw(1, v), sx(CLASS_ALU64, 16), EXIT]),
+            0xffff_ffff_ffff_80f0
+        );
+        assert_eq!(
+            run(prog![lddw(1, v), sx(CLASS_ALU64, 32), EXIT]),
+            0xffff_ffff_8000_80f0
+        );
         assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU, 8), EXIT]), 0xffff_fff0);
         assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU, 16), EXIT]), 0xffff_80f0);
         assert_eq!(run(prog![lddw(1, v), sx(CLASS_ALU64, 0), EXIT]), v);
@@ -1548,29 +2319,69 @@ mod tests {
     #[test]
     fn loads_and_stores() {
         let mut mem = [0x80u8, 0xff, 0x00, 0x90, 0, 0, 0, 0];
-        assert_eq!(run_mem(prog![ldxs(SIZE_B, 0, 1, 0), EXIT], &mut mem), (-128i64) as u64);
-        assert_eq!(run_mem(prog![ldxs(SIZE_H, 0, 1, 0), EXIT], &mut mem), 0xffff_ffff_ffff_ff80);
-        assert_eq!(run_mem(prog![ldxs(SIZE_W, 0, 1, 0), EXIT], &mut mem), 0xffff_ffff_9000_ff80);
-        assert_eq!(run_mem(prog![ldx(SIZE_W, 0, 1, 0), EXIT], &mut mem), 0x9000_ff80);
+        assert_eq!(
+            run_mem(prog![ldxs(SIZE_B, 0, 1, 0), EXIT], &mut mem),
+            (-128i64) as u64
+        );
+        assert_eq!(
+            run_mem(prog![ldxs(SIZE_H, 0, 1, 0), EXIT], &mut mem),
+            0xffff_ffff_ffff_ff80
+        );
+        assert_eq!(
+            run_mem(prog![ldxs(SIZE_W, 0, 1, 0), EXIT], &mut mem),
+            0xffff_ffff_9000_ff80
+        );
+        assert_eq!(
+            run_mem(prog![ldx(SIZE_W, 0, 1, 0), EXIT], &mut mem),
+            0x9000_ff80
+        );
         assert_eq!(run_mem(prog![ldx(SIZE_H, 0, 1, 1), EXIT], &mut mem), 0x00ff);
         // st imm sign-extends then truncates; stdw stores the sign-extended imm.
         run_mem(prog![st(SIZE_DW, 1, 0, -2), mov(0, 0), EXIT], &mut mem);
         assert_eq!(mem, [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
-        run_mem(prog![st(SIZE_H, 1, 2, 0x1234), lddw(3, 0xaabb_ccdd_eeff_0011), stx(SIZE_B, 1, 3, 7), EXIT], &mut mem);
+        run_mem(
+            prog![
+                st(SIZE_H, 1, 2, 0x1234),
+                lddw(3, 0xaabb_ccdd_eeff_0011),
+                stx(SIZE_B, 1, 3, 7),
+                EXIT
+            ],
+            &mut mem,
+        );
         assert_eq!(mem, [0xfe, 0xff, 0x34, 0x12, 0xff, 0xff, 0xff, 0x11]);
         // The stack starts zeroed and round-trips values.
-        let insns = prog![ldx(SIZE_DW, 0, 10, -8), lddw(3, 0x55), stx(SIZE_DW, 10, 3, -8), ldx(SIZE_DW, 4, 10, -8), alu64x(ALU_ADD, 0, 4), EXIT];
+        let insns = prog![
+            ldx(SIZE_DW, 0, 10, -8),
+            lddw(3, 0x55),
+            stx(SIZE_DW, 10, 3, -8),
+            ldx(SIZE_DW, 4, 10, -8),
+            alu64x(ALU_ADD, 0, 4),
+            EXIT
+        ];
         assert_eq!(run(insns), 0x55);
     }
 
     #[test]
     fn ja32_uses_imm() {
         let ja32 = |imm: i32| Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 0, imm);
-        let insns = prog![mov(0, 1), ja32(2), mov(0, 2), EXIT, alu64(ALU_ADD, 0, 10), EXIT];
+        let insns = prog![
+            mov(0, 1),
+            ja32(2),
+            mov(0, 2),
+            EXIT,
+            alu64(ALU_ADD, 0, 10),
+            EXIT
+        ];
         assert_eq!(run(insns), 11);
         // Backward ja32 pays fuel like ja.
         let out = run_full(prog![ja32(-1)], &mut [], 5);
-        assert_eq!(out.result, Err(Trap { pc: 0, kind: TrapKind::FuelExhausted { budget: 5 } }));
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc: 0,
+                kind: TrapKind::FuelExhausted { budget: 5 }
+            })
+        );
         assert_eq!(out.fuel_used, 6);
     }
 
@@ -1581,12 +2392,12 @@ mod tests {
             mov(1, 5),
             atomic(SIZE_DW, 10, 1, -8, ATOMIC_ADD | ATOMIC_FETCH), // r1 = 10, mem = 15
             mov(2, 3),
-            atomic(SIZE_DW, 10, 2, -8, ATOMIC_OR),                 // mem = 15
+            atomic(SIZE_DW, 10, 2, -8, ATOMIC_OR), // mem = 15
             atomic(SIZE_DW, 10, 2, -8, ATOMIC_AND | ATOMIC_FETCH), // r2 = 15, mem = 3
             mov(3, 6),
-            atomic(SIZE_DW, 10, 3, -8, ATOMIC_XOR),                // mem = 5
+            atomic(SIZE_DW, 10, 3, -8, ATOMIC_XOR), // mem = 5
             mov(4, 100),
-            atomic(SIZE_DW, 10, 4, -8, ATOMIC_XCHG),               // r4 = 5, mem = 100
+            atomic(SIZE_DW, 10, 4, -8, ATOMIC_XCHG), // r4 = 5, mem = 100
             ldx(SIZE_DW, 0, 10, -8),
             // r0 = 100*1000 + r1*100 + r2 ... combine: 100 + 10*1000 + 15*100000 + 5*10^7
             alu64(ALU_MUL, 1, 1000),
@@ -1630,7 +2441,7 @@ mod tests {
         // zero-extended, whether or not the exchange happens.
         let insns = prog![
             st(SIZE_W, 10, -4, -1),
-            mov(0, -1),   // r0 = 0xffff_ffff_ffff_ffff: low half matches
+            mov(0, -1), // r0 = 0xffff_ffff_ffff_ffff: low half matches
             mov(1, 0x22),
             atomic(SIZE_W, 10, 1, -4, ATOMIC_CMPXCHG),
             ldx(SIZE_W, 2, 10, -4),
@@ -1659,13 +2470,18 @@ mod tests {
             mov(1, -1), // only the low half (0xffff_ffff) is added
             atomic(SIZE_W, 10, 1, -4, ATOMIC_ADD | ATOMIC_FETCH),
             ldx(SIZE_W, 0, 10, -4),
-            jmp(JMP_JEQ, 0, -3, 1), // 0xffff_fffd after the wrapping add
+            Insn::new(CLASS_JMP32 | JMP_JEQ | SRC_K, 0, 0, 1, -3), // 0xffff_fffd
             EXIT,
             movx(0, 1),
             EXIT,
         ];
         assert_eq!(run(insns), 0xffff_fffe);
-        let insns = prog![lddw(1, 0xaaaa_aaaa_0000_0001), atomic(SIZE_W, 10, 1, -4, ATOMIC_XCHG), movx(0, 1), EXIT];
+        let insns = prog![
+            lddw(1, 0xaaaa_aaaa_0000_0001),
+            atomic(SIZE_W, 10, 1, -4, ATOMIC_XCHG),
+            movx(0, 1),
+            EXIT
+        ];
         assert_eq!(run(insns), 0);
     }
 
@@ -1696,13 +2512,16 @@ mod tests {
         let insns = prog![
             mov(2, 1),
             mov(3, 0),
-            atomic(SIZE_DW, 1, 2, 0, ATOMIC_ADD),       // loop head
+            atomic(SIZE_DW, 1, 2, 0, ATOMIC_ADD), // loop head
             alu64(ALU_ADD, 3, 1),
             jmp(JMP_JLT, 3, 10_000, -3),
             mov(0, 0),
             EXIT,
         ];
-        let engine = Arc::new(interp(Program::from_insns("c", insns), FunctionTable::new()));
+        let engine = Arc::new(interp(
+            Program::from_insns("c", insns),
+            FunctionTable::new(),
+        ));
         let counter = std::sync::atomic::AtomicU64::new(0);
         let ptr = counter.as_ptr().cast::<u8>();
         let addr = ptr as usize;
@@ -1712,8 +2531,15 @@ mod tests {
                 s.spawn(move || {
                     let mut map = MemoryMap::new();
                     // SAFETY: `counter` outlives the scope; every access is atomic.
-                    let va = unsafe { map.map_raw(RegionIdx::EMBEDDER_FIRST, addr as *mut u8, 8, true) }.unwrap();
-                    let out = engine.run(&mut map, [va, 0, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost);
+                    let va =
+                        unsafe { map.map_raw(RegionIdx::EMBEDDER_FIRST, addr as *mut u8, 8, true) }
+                            .unwrap();
+                    let out = engine.run(
+                        &mut map,
+                        [va, 0, 0, 0, 0],
+                        &RunOptions::default(),
+                        &mut ConformanceHost,
+                    );
                     assert_eq!(out.result, Ok(0));
                 });
             }
@@ -1776,12 +2602,31 @@ mod tests {
         // Execution starts at `entry`; r1-r5 are the arguments, r10 the stack end.
         let mut program = Program::from_insns(
             "e",
-            prog![mov(0, 9), EXIT, movx(0, 1), alu64x(ALU_ADD, 0, 5), movx(2, 10), alu64x(ALU_SUB, 2, 0), EXIT],
+            prog![
+                mov(0, 9),
+                EXIT,
+                movx(0, 1),
+                alu64x(ALU_ADD, 0, 5),
+                movx(2, 10),
+                alu64x(ALU_SUB, 2, 0),
+                EXIT
+            ],
         );
         program.entry = 2;
         let engine = interp(program, FunctionTable::new());
-        let out = engine.run(&mut MemoryMap::new(), [40, 0, 0, 0, 2], &RunOptions::default(), &mut ConformanceHost);
-        assert_eq!(out, RunOutcome { result: Ok(42), fuel_used: 0 });
+        let out = engine.run(
+            &mut MemoryMap::new(),
+            [40, 0, 0, 0, 2],
+            &RunOptions::default(),
+            &mut ConformanceHost,
+        );
+        assert_eq!(
+            out,
+            RunOutcome {
+                result: Ok(42),
+                fuel_used: 0
+            }
+        );
         assert_eq!(engine.program().entry(), 2);
     }
 
@@ -1794,7 +2639,10 @@ mod tests {
 
     #[test]
     fn lddw_and_mov64() {
-        assert_eq!(run(prog![lddw(0, 0x1122_3344_5566_7788), EXIT]), 0x1122_3344_5566_7788);
+        assert_eq!(
+            run(prog![lddw(0, 0x1122_3344_5566_7788), EXIT]),
+            0x1122_3344_5566_7788
+        );
         assert_eq!(run(prog![lddw(0, 0x8000_0000), EXIT]), 0x8000_0000);
         // A jump over an lddw lands after both slots.
         assert_eq!(run(prog![mov(0, 1), ja(2), lddw(0, 5), EXIT]), 1);
@@ -1803,10 +2651,190 @@ mod tests {
     #[test]
     fn arithmetic_wraps() {
         assert_eq!(run(prog![mov(0, -1), alu64(ALU_ADD, 0, 2), EXIT]), 1);
-        assert_eq!(run(prog![lddw(0, i64::MIN as u64), alu64(ALU_NEG, 0, 0), EXIT]), i64::MIN as u64);
-        assert_eq!(run(prog![mov(0, i32::MIN), alu32(ALU_NEG, 0, 0), EXIT]), 0x8000_0000);
+        assert_eq!(
+            run(prog![lddw(0, i64::MIN as u64), alu64(ALU_NEG, 0, 0), EXIT]),
+            i64::MIN as u64
+        );
+        assert_eq!(
+            run(prog![mov(0, i32::MIN), alu32(ALU_NEG, 0, 0), EXIT]),
+            0x8000_0000
+        );
         assert_eq!(run(prog![lddw(0, 1 << 62), alu64(ALU_MUL, 0, 4), EXIT]), 0);
-        assert_eq!(run(prog![mov(0, 0x10000), alu32(ALU_MUL, 0, 0x10000), EXIT]), 0);
+        assert_eq!(
+            run(prog![mov(0, 0x10000), alu32(ALU_MUL, 0, 0x10000), EXIT]),
+            0
+        );
         assert_eq!(run(prog![mov(0, -1), alu64(ALU_MUL, 0, -1), EXIT]), 1);
+    }
+
+    /// Random programs: whatever the verifier accepts, the interpreter runs without
+    /// panicking, on any arguments and a small fuel budget.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        const OPCODES: &[u8] = &[
+            0x07, 0x0f, 0x17, 0x1f, 0x27, 0x2f, 0x37, 0x3f, 0x47, 0x4f, 0x57, 0x5f, 0x67, 0x6f,
+            0x77, 0x7f, 0x87, 0x97, 0x9f, 0xa7, 0xaf, 0xb7, 0xbf, 0xc7, 0xcf, 0xd7, 0x04, 0x0c,
+            0x14, 0x1c, 0x24, 0x2c, 0x34, 0x3c, 0x44, 0x4c, 0x54, 0x5c, 0x64, 0x6c, 0x74, 0x7c,
+            0x84, 0x94, 0x9c, 0xa4, 0xac, 0xb4, 0xbc, 0xc4, 0xcc, 0xd4, 0xdc, 0x05, 0x15, 0x1d,
+            0x25, 0x2d, 0x35, 0x3d, 0x45, 0x4d, 0x55, 0x5d, 0x65, 0x6d, 0x75, 0x7d, 0xa5, 0xad,
+            0xb5, 0xbd, 0xc5, 0xcd, 0xd5, 0xdd, 0x06, 0x16, 0x1e, 0x26, 0x2e, 0x36, 0x3e, 0x46,
+            0x4e, 0x56, 0x5e, 0x66, 0x6e, 0x76, 0x7e, 0xa6, 0xae, 0xb6, 0xbe, 0xc6, 0xce, 0xd6,
+            0xde, 0x85, 0x8d, 0x95, 0x18, 0x61, 0x69, 0x71, 0x79, 0x81, 0x89, 0x91, 0x62, 0x6a,
+            0x72, 0x7a, 0x63, 0x6b, 0x73, 0x7b, 0xc3, 0xdb,
+        ];
+        const ATOMIC_OPS: &[i32] = &[0x00, 0x01, 0x40, 0x41, 0x50, 0x51, 0xa0, 0xa1, 0xe1, 0xf1];
+
+        /// Clears the fields the verifier requires to be zero, so that most generated
+        /// programs get as far as running.
+        fn sanitize(opc: u8, dst: u8, src: u8, off: i16, imm: i32) -> Vec<Insn> {
+            let class = opc & 0x07;
+            let x = opc & SRC_X != 0;
+            let op = opc & 0xf0;
+            let mut i = Insn::new(opc, dst, src, off, imm);
+            match class {
+                CLASS_ALU | CLASS_ALU64 => {
+                    i.dst = if dst == REG_FP { 0 } else { dst };
+                    if x {
+                        i.imm = 0
+                    } else {
+                        i.src = 0
+                    }
+                    i.off = match op {
+                        ALU_DIV | ALU_MOD => off & 1,
+                        ALU_MOV if x => [0, 8, 16, 32][(imm as usize) & 3],
+                        _ => 0,
+                    };
+                    if op == ALU_MOV && x && class == CLASS_ALU && i.off == 32 {
+                        i.off = 0;
+                    }
+                    if op == ALU_END {
+                        i.imm = [16, 32, 64, 16][(imm as usize) & 3];
+                        i.src = 0;
+                    }
+                    if op == ALU_NEG {
+                        i.imm = 0;
+                        i.src = 0;
+                    }
+                }
+                CLASS_JMP | CLASS_JMP32 => match op {
+                    JMP_JA => {
+                        i = Insn::new(opc, 0, 0, 0, 0);
+                        if class == CLASS_JMP32 {
+                            i.imm = i32::from(off)
+                        } else {
+                            i.off = off
+                        }
+                    }
+                    JMP_CALL if x => i = Insn::new(opc, dst, 0, 0, 0),
+                    JMP_CALL if off & 1 == 1 => i = Insn::new(opc, 0, 1, 0, imm % 8),
+                    JMP_CALL => i = Insn::new(opc, 0, 0, 0, 5),
+                    JMP_EXIT => i = Insn::new(opc, 0, 0, 0, 0),
+                    _ => {
+                        if x {
+                            i.imm = 0
+                        } else {
+                            i.src = 0
+                        }
+                    }
+                },
+                CLASS_LD => {
+                    let d = if dst == REG_FP { 0 } else { dst };
+                    // Pointers into the stack and the mapped buffer, or anything.
+                    let v = match imm & 3 {
+                        0 => RegionIdx::STACK.vaddr(4096 - 64),
+                        1 => MEM,
+                        _ => imm as u64,
+                    };
+                    return prog![lddw(d, v)].to_vec();
+                }
+                CLASS_LDX => {
+                    i.dst = if dst == REG_FP { 0 } else { dst };
+                    i.imm = 0;
+                }
+                CLASS_ST => i.src = 0,
+                _ if opc & 0xe0 == MODE_ATOMIC => {
+                    i.imm = ATOMIC_OPS[(imm as usize) % ATOMIC_OPS.len()];
+                    if i.src == REG_FP {
+                        i.src = 0
+                    }
+                }
+                _ => i.imm = 0,
+            }
+            vec![i]
+        }
+
+        /// Points every jump and local call at some instruction of the program (chosen
+        /// by its random offset), so that generated programs are mostly accepted.
+        fn retarget(insns: &mut [Insn]) {
+            let n = insns.len();
+            let mut tails = vec![false; n];
+            let mut pc = 0;
+            while pc < n {
+                if insns[pc].opc == OP_LDDW && pc + 1 < n {
+                    tails[pc + 1] = true;
+                    pc += 1;
+                }
+                pc += 1;
+            }
+            for pc in 0..n {
+                let i = insns[pc];
+                let class = i.class();
+                if tails[pc] || (class != CLASS_JMP && class != CLASS_JMP32) {
+                    continue;
+                }
+                let op = i.opc & 0xf0;
+                let uses_imm = (op == JMP_JA && class == CLASS_JMP32)
+                    || (op == JMP_CALL && i.src == CALL_SRC_LOCAL);
+                if op == JMP_EXIT || (op == JMP_CALL && !uses_imm) {
+                    continue;
+                }
+                let seed = if uses_imm { i.imm.unsigned_abs() as usize } else { usize::from(i.off.unsigned_abs()) };
+                let mut target = (seed * 7 + pc) % n;
+                if tails[target] {
+                    target -= 1;
+                }
+                let rel = target as i64 - pc as i64 - 1;
+                if uses_imm {
+                    insns[pc].imm = rel as i32;
+                } else {
+                    insns[pc].off = rel as i16;
+                }
+            }
+        }
+
+        fn insn() -> impl Strategy<Value = Vec<Insn>> {
+            (
+                prop::sample::select(OPCODES),
+                0u8..11,
+                0u8..11,
+                prop_oneof![-8i16..8, -520i16..0],
+                prop_oneof![-8i32..8, any::<i32>()],
+            )
+                .prop_map(|(opc, dst, src, off, imm)| sanitize(opc, dst, src, off, imm))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+            #[test]
+            fn verified_programs_never_panic(
+                parts in prop::collection::vec(insn(), 1..30),
+                args in prop::array::uniform5(prop_oneof![Just(MEM), Just(0u64), any::<u64>()]),
+            ) {
+                let mut insns: Vec<Insn> = parts.concat();
+                insns.push(EXIT);
+                retarget(&mut insns);
+                let table = Arc::new(FunctionTable::conformance());
+                if let Ok(v) = verify(Program::from_insns("fuzz", insns), table) {
+                    let engine = Interpreter::new(Arc::new(v));
+                    let mut buf = [0u8; 64];
+                    let mut map = MemoryMap::new();
+                    map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
+                    let out = engine.run(&mut map, args, &RunOptions { fuel: 500 }, &mut ConformanceHost);
+                    prop_assert!(out.fuel_used <= 500 || out.result.is_err());
+                }
+            }
+        }
     }
 }

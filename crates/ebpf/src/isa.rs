@@ -177,7 +177,7 @@ pub fn decode_all(bytes: &[u8]) -> Result<Vec<Insn>, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }
-    if bytes.len() % SLOT_SIZE != 0 {
+    if !bytes.len().is_multiple_of(SLOT_SIZE) {
         return Err(DecodeError::Misaligned { len: bytes.len() });
     }
     let slots = bytes.len() / SLOT_SIZE;

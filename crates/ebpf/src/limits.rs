@@ -41,5 +41,5 @@ pub const GLOBAL_SECTION_SIZE_MAX: usize = 1 << 20;
 /// Function-table entries: helper ids are dense small integers in practice.
 pub const FUNCTIONS_MAX: usize = 1024;
 
-const _: () = assert!(STACK_SIZE % 8 == 0);
+const _: () = assert!(STACK_SIZE.is_multiple_of(8));
 const _: () = assert!(GLOBAL_SECTION_SIZE_MAX as u64 <= REGION_SIZE_MAX);

@@ -650,6 +650,29 @@ impl<'d> Object<'d> {
         Ok(Symbol { name, place })
     }
 
+    /// The error for relocation `reloc` of section `section`, which the loader does
+    /// not apply: unsupported if its type is known, unknown otherwise.
+    fn refuse(&self, section: SectionIndex, reloc: &Reloc) -> LoadError {
+        let name = self.section_name(section);
+        let Some(kind) = relocation_name(reloc.r_type) else {
+            return LoadError::UnknownRelocation {
+                section: name,
+                offset: reloc.offset,
+                r_type: reloc.r_type,
+            };
+        };
+        let symbol = match self.symbol(section, reloc) {
+            Ok(symbol) => symbol.name,
+            Err(_) => format!("#{}", reloc.symbol),
+        };
+        LoadError::UnsupportedRelocation {
+            section: name,
+            offset: reloc.offset,
+            kind,
+            symbol,
+        }
+    }
+
     /// The executable sections reachable from `start` through call relocations,
     /// `start` included, in file order.
     fn reachable_code(&self, start: SectionIndex) -> Result<Vec<SectionIndex>, LoadError> {
@@ -793,30 +816,14 @@ impl<'o, 'd> Linker<'o, 'd> {
             match reloc.r_type {
                 R_BPF_64_64 => self.relocate_lddw(code_idx, slot, &reloc)?,
                 R_BPF_64_32 => self.relocate_call(code_idx, slot, &reloc, functions)?,
-                r_type => return Err(self.unsupported(code_idx, &reloc, r_type)),
+                _ => return Err(self.unsupported(code_idx, &reloc)),
             }
         }
         self.check_local_calls(code_idx)
     }
 
-    fn unsupported(&self, code_idx: usize, reloc: &Reloc, r_type: u32) -> LoadError {
-        let section = self.code[code_idx].name.clone();
-        match relocation_name(r_type) {
-            Some(kind) => LoadError::UnsupportedRelocation {
-                section,
-                offset: reloc.offset,
-                kind,
-                symbol: self
-                    .object
-                    .symbol(self.code[code_idx].idx, reloc)
-                    .map_or_else(|_| format!("#{}", reloc.symbol), |s| s.name),
-            },
-            None => LoadError::UnknownRelocation {
-                section,
-                offset: reloc.offset,
-                r_type,
-            },
-        }
+    fn unsupported(&self, code_idx: usize, reloc: &Reloc) -> LoadError {
+        self.object.refuse(self.code[code_idx].idx, reloc)
     }
 
     /// The program slot `reloc` applies to, checking it is a whole slot of the section.
@@ -886,7 +893,7 @@ impl<'o, 'd> Linker<'o, 'd> {
                     symbol: symbol.name,
                 })
             }
-            Place::Absolute => return Err(self.unsupported(code_idx, reloc, reloc.r_type)),
+            Place::Absolute => return Err(self.unsupported(code_idx, reloc)),
         };
         let n = self.global_index(code_idx, reloc, &symbol.name, target)?;
         let size = self.object.section_size(target)?;
@@ -1053,22 +1060,7 @@ impl<'o, 'd> Linker<'o, 'd> {
                 .iter()
                 .find(|r| r.r_type != R_BPF_NONE)
             {
-                return Err(match relocation_name(reloc.r_type) {
-                    Some(kind) => LoadError::UnsupportedRelocation {
-                        section: name,
-                        offset: reloc.offset,
-                        kind,
-                        symbol: self
-                            .object
-                            .symbol(idx, reloc)
-                            .map_or_else(|_| format!("#{}", reloc.symbol), |s| s.name),
-                    },
-                    None => LoadError::UnknownRelocation {
-                        section: name,
-                        offset: reloc.offset,
-                        r_type: reloc.r_type,
-                    },
-                });
+                return Err(self.object.refuse(idx, reloc));
             }
             let header = self.object.header(idx)?;
             let size = header.sh_size(LittleEndian);

@@ -47,10 +47,18 @@ pub enum VerifyError {
     #[error("program has {count} global sections, limit is {limit}")]
     TooManyGlobals { count: usize, limit: usize },
     #[error("global section `{name}` is {size} bytes, limit is {limit}")]
-    GlobalTooLarge { name: String, size: usize, limit: usize },
+    GlobalTooLarge {
+        name: String,
+        size: usize,
+        limit: usize,
+    },
     /// One instruction is invalid; `insn` is its disassembly.
     #[error("pc {pc} (`{insn}`): {reason}")]
-    Insn { pc: u32, insn: String, reason: InsnError },
+    Insn {
+        pc: u32,
+        insn: String,
+        reason: InsnError,
+    },
 }
 
 /// Why one instruction was rejected.
@@ -116,13 +124,19 @@ pub fn verify(
     let tails = find_lddw_tails(insns)?;
     let entry = program.entry;
     if entry as usize >= insns.len() {
-        return Err(VerifyError::EntryOutOfRange { entry, slots: insns.len() });
+        return Err(VerifyError::EntryOutOfRange {
+            entry,
+            slots: insns.len(),
+        });
     }
     if tails[entry as usize] {
         return Err(VerifyError::EntryInLddw { entry });
     }
 
-    let mut info = ProgramInfo { function_starts: vec![entry], ..ProgramInfo::default() };
+    let mut info = ProgramInfo {
+        function_starts: vec![entry],
+        ..ProgramInfo::default()
+    };
     let mut pc = 0;
     while pc < insns.len() {
         if !tails[pc] {
@@ -140,7 +154,9 @@ pub fn verify(
     info.function_starts.dedup();
     info.helpers_called.sort_unstable();
     info.helpers_called.dedup();
-    info.lddw_tails = (0..insns.len() as u32).filter(|&pc| tails[pc as usize]).collect();
+    info.lddw_tails = (0..insns.len() as u32)
+        .filter(|&pc| tails[pc as usize])
+        .collect();
 
     check_function_bounds(insns, &tails, &info.function_starts)?;
     let calls = check_paths(insns, &tails, entry, &info.function_starts)?;
@@ -150,7 +166,11 @@ pub fn verify(
 
 /// Builds the error for instruction `pc`.
 fn at(insns: &[Insn], pc: usize, reason: InsnError) -> VerifyError {
-    VerifyError::Insn { pc: pc as u32, insn: format_insn(insns, pc), reason }
+    VerifyError::Insn {
+        pc: pc as u32,
+        insn: format_insn(insns, pc),
+        reason,
+    }
 }
 
 /// Length, globals.
@@ -160,11 +180,17 @@ fn check_shape(program: &Program) -> Result<(), VerifyError> {
         return Err(VerifyError::Empty);
     }
     if slots > PROGRAM_SLOTS_MAX {
-        return Err(VerifyError::TooLong { slots, limit: PROGRAM_SLOTS_MAX });
+        return Err(VerifyError::TooLong {
+            slots,
+            limit: PROGRAM_SLOTS_MAX,
+        });
     }
     let count = program.globals.len();
     if count > GLOBAL_SECTIONS_MAX {
-        return Err(VerifyError::TooManyGlobals { count, limit: GLOBAL_SECTIONS_MAX });
+        return Err(VerifyError::TooManyGlobals {
+            count,
+            limit: GLOBAL_SECTIONS_MAX,
+        });
     }
     for g in &program.globals {
         if g.data.len() > GLOBAL_SECTION_SIZE_MAX {
@@ -292,15 +318,25 @@ fn check_alu(insn: Insn) -> Result<(), InsnError> {
         // sdiv and smod are div and mod with offset 1 (RFC 9669 §4.1).
         ALU_DIV | ALU_MOD => {
             if !matches!(insn.off, 0 | 1) {
-                return Err(InsnError::BadOffset { off: insn.off, allowed: "0 or 1" });
+                return Err(InsnError::BadOffset {
+                    off: insn.off,
+                    allowed: "0 or 1",
+                });
             }
         }
         // movsx is mov X with offset 8, 16 (or 32 in ALU64).
         ALU_MOV if is_x => {
             let ok = matches!(insn.off, 0 | 8 | 16) || (is_64 && insn.off == 32);
             if !ok {
-                let allowed = if is_64 { "0, 8, 16 or 32" } else { "0, 8 or 16" };
-                return Err(InsnError::BadOffset { off: insn.off, allowed });
+                let allowed = if is_64 {
+                    "0, 8, 16 or 32"
+                } else {
+                    "0, 8 or 16"
+                };
+                return Err(InsnError::BadOffset {
+                    off: insn.off,
+                    allowed,
+                });
             }
         }
         _ => reserved("offset", insn.off)?,
@@ -382,8 +418,12 @@ fn check_call(
     reserved("dst", insn.dst)?;
     match insn.src {
         0 => {
-            let known = u32::try_from(insn.imm).ok().filter(|&id| functions.get(id).is_some());
-            known.map(Facts::Helper).ok_or(InsnError::UnknownHelper { id: insn.imm })
+            let known = u32::try_from(insn.imm)
+                .ok()
+                .filter(|&id| functions.get(id).is_some());
+            known
+                .map(Facts::Helper)
+                .ok_or(InsnError::UnknownHelper { id: insn.imm })
         }
         CALL_SRC_LOCAL => {
             let target = pc as i64 + i64::from(insn.imm) + 1;
@@ -506,7 +546,11 @@ fn check_stack_access(off: i16, size: u8) -> Result<(), InsnError> {
     let start = i64::from(off);
     let end = start + i64::from(size);
     if start < -(STACK_FRAME_SIZE as i64) || end > 0 {
-        return Err(InsnError::StackOutOfFrame { off, size, frame: STACK_FRAME_SIZE });
+        return Err(InsnError::StackOutOfFrame {
+            off,
+            size,
+            frame: STACK_FRAME_SIZE,
+        });
     }
     Ok(())
 }
@@ -528,13 +572,19 @@ fn check_function_bounds(
             continue;
         }
         // Targets were range-checked per instruction, so they fit in u32.
-        let Some(target) = jump_target(*insn, pc) else { continue };
+        let Some(target) = jump_target(*insn, pc) else {
+            continue;
+        };
         let target = target as u32;
         let from = owner(starts, pc as u32);
         if owner(starts, target) != from {
             // A jump leaving code before the first function start enters a function.
             let function = from.or(owner(starts, target)).unwrap_or(0);
-            return Err(at(insns, pc, InsnError::JumpOutOfFunction { target, function }));
+            return Err(at(
+                insns,
+                pc,
+                InsnError::JumpOutOfFunction { target, function },
+            ));
         }
     }
     Ok(())
@@ -562,12 +612,12 @@ fn check_paths(
     let mut calls = Vec::new();
     while let Some(pc) = work.pop() {
         let insn = insns[pc as usize];
-        let mut next = Vec::with_capacity(2);
+        // At most two successors besides the fall-through: a jump or callee target.
+        let mut target = None;
         let mut falls_through = true;
-        if insn.opc == OP_LDDW {
-            debug_assert!(tails[pc as usize + 1]);
-        } else if let Some(target) = jump_target(insn, pc as usize) {
-            next.push(target as u32);
+        if let Some(t) = jump_target(insn, pc as usize) {
+            // Range-checked per instruction, so it fits in u32.
+            target = Some(t as u32);
             // `ja` and `ja32` are the unconditional jumps.
             falls_through = insn.opc & 0xf0 != JMP_JA;
         } else if insn.opc == OP_EXIT {
@@ -576,22 +626,23 @@ fn check_paths(
             let callee = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
             let caller = owner(starts, pc).unwrap_or(entry);
             calls.push(CallEdge { pc, caller, callee });
-            next.push(callee);
+            target = Some(callee);
         }
+        let mut after = None;
         if falls_through {
             let width = if insn.opc == OP_LDDW { 2 } else { 1 };
-            let after = pc as usize + width;
-            if after >= slots {
+            let next = pc as usize + width;
+            if next >= slots {
                 return Err(at(insns, pc as usize, InsnError::FallsOffEnd));
             }
-            let after = after as u32;
-            if starts.binary_search(&after).is_ok() {
-                let err = InsnError::FallsIntoFunction { function: after };
+            let next = next as u32;
+            if starts.binary_search(&next).is_ok() {
+                let err = InsnError::FallsIntoFunction { function: next };
                 return Err(at(insns, pc as usize, err));
             }
-            next.push(after);
+            after = Some(next);
         }
-        for t in next {
+        for t in [target, after].into_iter().flatten() {
             if !std::mem::replace(&mut seen[t as usize], true) {
                 work.push(t);
             }
@@ -608,7 +659,11 @@ fn check_call_depth(
     starts: &[u32],
     calls: &[CallEdge],
 ) -> Result<(), VerifyError> {
-    let index = |start: u32| starts.binary_search(&start).expect("every caller and callee is a start");
+    let index = |start: u32| {
+        starts
+            .binary_search(&start)
+            .expect("every caller and callee is a start")
+    };
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); starts.len()];
     for (i, c) in calls.iter().enumerate() {
         edges[index(c.caller)].push(i);
@@ -659,7 +714,10 @@ fn check_call_depth(
         let e = deepest[f].expect("a function deeper than one frame has a deepest call");
         frames += 1;
         if frames > CALL_DEPTH_MAX {
-            let reason = InsnError::CallDepthExceeded { depth: depth[root], limit: CALL_DEPTH_MAX };
+            let reason = InsnError::CallDepthExceeded {
+                depth: depth[root],
+                limit: CALL_DEPTH_MAX,
+            };
             return Err(at(insns, calls[e].pc as usize, reason));
         }
         f = index(calls[e].callee);
@@ -698,7 +756,10 @@ mod tests {
     }
 
     fn check(insns: Vec<Insn>) -> Result<VerifiedProgram, VerifyError> {
-        verify(Program::from_insns("test", insns), Arc::new(FunctionTable::conformance()))
+        verify(
+            Program::from_insns("test", insns),
+            Arc::new(FunctionTable::conformance()),
+        )
     }
 
     /// The pc and reason of an instruction-level rejection, after checking that the
@@ -707,7 +768,14 @@ mod tests {
         let copy = insns.clone();
         match check(insns) {
             Err(e @ VerifyError::Insn { .. }) => {
-                let VerifyError::Insn { pc, ref insn, ref reason } = e else { unreachable!() };
+                let VerifyError::Insn {
+                    pc,
+                    ref insn,
+                    ref reason,
+                } = e
+                else {
+                    unreachable!()
+                };
                 assert_eq!(insn, &format_insn(&copy, pc as usize));
                 assert_eq!(e.to_string(), format!("pc {pc} (`{insn}`): {reason}"));
                 (pc, reason.clone())
@@ -738,12 +806,18 @@ mod tests {
 
         let long = vec![EXIT; PROGRAM_SLOTS_MAX + 1];
         let e = check(long).unwrap_err();
-        assert_eq!(e.to_string(), "program has 1000001 instruction slots, limit is 1000000");
+        assert_eq!(
+            e.to_string(),
+            "program has 1000001 instruction slots, limit is 1000000"
+        );
 
         let mut p = Program::from_insns("p", vec![EXIT]);
         p.entry = 1;
         let e = verify(p, Arc::new(FunctionTable::new())).unwrap_err();
-        assert_eq!(e.to_string(), "entry slot 1 is outside the program of 1 slots");
+        assert_eq!(
+            e.to_string(),
+            "entry slot 1 is outside the program of 1 slots"
+        );
 
         let [a, b] = lddw(0, 1);
         let mut p = Program::from_insns("p", vec![a, b, EXIT]);
@@ -767,7 +841,10 @@ mod tests {
         let mut p = Program::from_insns("p", vec![EXIT]);
         p.globals = vec![section(GLOBAL_SECTION_SIZE_MAX + 1)];
         let e = verify(p, Arc::new(FunctionTable::new())).unwrap_err();
-        assert_eq!(e.to_string(), "global section `.data` is 1048577 bytes, limit is 1048576");
+        assert_eq!(
+            e.to_string(),
+            "global section `.data` is 1048577 bytes, limit is 1048576"
+        );
 
         let mut p = Program::from_insns("p", vec![EXIT]);
         p.globals = vec![section(GLOBAL_SECTION_SIZE_MAX); GLOBAL_SECTIONS_MAX];
@@ -795,7 +872,11 @@ mod tests {
         ];
         for opc in cases {
             let msg = reason_at(vec![Insn::new(opc, 0, 0, 0, 0), EXIT], 0);
-            assert_eq!(msg, format!("unknown opcode {opc:#04x}"), "opcode {opc:#04x}");
+            assert_eq!(
+                msg,
+                format!("unknown opcode {opc:#04x}"),
+                "opcode {opc:#04x}"
+            );
         }
     }
 
@@ -826,21 +907,43 @@ mod tests {
         // The full message names pc, disassembly and reason.
         let insns = vec![mov(10, 1), EXIT];
         let e = check(insns.clone()).unwrap_err();
-        let expected =
-            format!("pc 0 (`{}`): write to read-only register r10", format_insn(&insns, 0));
+        let expected = format!(
+            "pc 0 (`{}`): write to read-only register r10",
+            format_insn(&insns, 0)
+        );
         assert_eq!(e.to_string(), expected);
 
         let ldx = Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 10, 1, 0, 0);
-        assert_eq!(reason_at(vec![ldx, EXIT], 0), "write to read-only register r10");
+        assert_eq!(
+            reason_at(vec![ldx, EXIT], 0),
+            "write to read-only register r10"
+        );
         let [a, b] = lddw(10, 1);
-        assert_eq!(reason_at(vec![a, b, EXIT], 0), "write to read-only register r10");
-        let fetch_add =
-            Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, 1, 10, 0, ATOMIC_ADD | ATOMIC_FETCH);
-        assert_eq!(reason_at(vec![fetch_add, EXIT], 0), "write to read-only register r10");
+        assert_eq!(
+            reason_at(vec![a, b, EXIT], 0),
+            "write to read-only register r10"
+        );
+        let fetch_add = Insn::new(
+            CLASS_STX | MODE_ATOMIC | SIZE_DW,
+            1,
+            10,
+            0,
+            ATOMIC_ADD | ATOMIC_FETCH,
+        );
+        assert_eq!(
+            reason_at(vec![fetch_add, EXIT], 0),
+            "write to read-only register r10"
+        );
         let xchg = Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_W, 1, 10, 0, ATOMIC_XCHG);
-        assert_eq!(reason_at(vec![xchg, EXIT], 0), "write to read-only register r10");
+        assert_eq!(
+            reason_at(vec![xchg, EXIT], 0),
+            "write to read-only register r10"
+        );
         let neg = Insn::new(CLASS_ALU | ALU_NEG, 10, 0, 0, 0);
-        assert_eq!(reason_at(vec![neg, EXIT], 0), "write to read-only register r10");
+        assert_eq!(
+            reason_at(vec![neg, EXIT], 0),
+            "write to read-only register r10"
+        );
     }
 
     #[test]
@@ -853,7 +956,13 @@ mod tests {
             // A plain (non-fetch) atomic add with src r10 only reads r10.
             Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, 10, 10, -16, ATOMIC_ADD),
             // cmpxchg writes r0, not src.
-            Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, 10, 10, -16, ATOMIC_CMPXCHG),
+            Insn::new(
+                CLASS_STX | MODE_ATOMIC | SIZE_DW,
+                10,
+                10,
+                -16,
+                ATOMIC_CMPXCHG,
+            ),
             EXIT,
         ];
         check(insns).expect("valid");
@@ -862,42 +971,102 @@ mod tests {
     #[test]
     fn reserved_fields() {
         let cases = [
-            (Insn::new(CLASS_ALU64 | ALU_ADD | SRC_K, 0, 1, 0, 0), "reserved field src is 1, must be 0"),
-            (Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 0, 1, 0, 3), "reserved field imm is 3, must be 0"),
-            (Insn::new(CLASS_ALU64 | ALU_ADD | SRC_K, 0, 0, 2, 0), "reserved field offset is 2, must be 0"),
-            (Insn::new(CLASS_ALU | ALU_NEG, 0, 0, 0, 5), "reserved field imm is 5, must be 0"),
-            (Insn::new(OP_EXIT, 1, 0, 0, 0), "reserved field dst is 1, must be 0"),
-            (Insn::new(OP_JA, 0, 0, 0, 4), "reserved field imm is 4, must be 0"),
-            (Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 1, 0), "reserved field offset is 1, must be 0"),
-            (Insn::new(CLASS_JMP | JMP_JEQ | SRC_K, 0, 2, 0, 0), "reserved field src is 2, must be 0"),
-            (Insn::new(OP_CALL, 3, 0, 0, 5), "reserved field dst is 3, must be 0"),
-            (Insn::new(OP_CALLX, 2, 0, 0, 1), "reserved field imm is 1, must be 0"),
-            (Insn::new(CLASS_LDX | MODE_MEM | SIZE_W, 0, 1, 0, 1), "reserved field imm is 1, must be 0"),
-            (Insn::new(CLASS_ST | MODE_MEM | SIZE_W, 1, 2, 0, 1), "reserved field src is 2, must be 0"),
-            (Insn::new(CLASS_STX | MODE_MEM | SIZE_W, 1, 2, 0, 1), "reserved field imm is 1, must be 0"),
+            (
+                Insn::new(CLASS_ALU64 | ALU_ADD | SRC_K, 0, 1, 0, 0),
+                "reserved field src is 1, must be 0",
+            ),
+            (
+                Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 0, 1, 0, 3),
+                "reserved field imm is 3, must be 0",
+            ),
+            (
+                Insn::new(CLASS_ALU64 | ALU_ADD | SRC_K, 0, 0, 2, 0),
+                "reserved field offset is 2, must be 0",
+            ),
+            (
+                Insn::new(CLASS_ALU | ALU_NEG, 0, 0, 0, 5),
+                "reserved field imm is 5, must be 0",
+            ),
+            (
+                Insn::new(OP_EXIT, 1, 0, 0, 0),
+                "reserved field dst is 1, must be 0",
+            ),
+            (
+                Insn::new(OP_JA, 0, 0, 0, 4),
+                "reserved field imm is 4, must be 0",
+            ),
+            (
+                Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 1, 0),
+                "reserved field offset is 1, must be 0",
+            ),
+            (
+                Insn::new(CLASS_JMP | JMP_JEQ | SRC_K, 0, 2, 0, 0),
+                "reserved field src is 2, must be 0",
+            ),
+            (
+                Insn::new(OP_CALL, 3, 0, 0, 5),
+                "reserved field dst is 3, must be 0",
+            ),
+            (
+                Insn::new(OP_CALLX, 2, 0, 0, 1),
+                "reserved field imm is 1, must be 0",
+            ),
+            (
+                Insn::new(CLASS_LDX | MODE_MEM | SIZE_W, 0, 1, 0, 1),
+                "reserved field imm is 1, must be 0",
+            ),
+            (
+                Insn::new(CLASS_ST | MODE_MEM | SIZE_W, 1, 2, 0, 1),
+                "reserved field src is 2, must be 0",
+            ),
+            (
+                Insn::new(CLASS_STX | MODE_MEM | SIZE_W, 1, 2, 0, 1),
+                "reserved field imm is 1, must be 0",
+            ),
         ];
         for (insn, msg) in cases {
             assert_eq!(reason_at(vec![insn, EXIT], 0), msg, "{insn:?}");
         }
         let tail = Insn::new(0, 1, 0, 0, 0);
         let insns = vec![Insn::new(OP_LDDW, 0, 0, 0, 0), tail, EXIT];
-        assert_eq!(reason_at(insns, 0), "reserved field dst of the second slot is 1, must be 0");
+        assert_eq!(
+            reason_at(insns, 0),
+            "reserved field dst of the second slot is 1, must be 0"
+        );
     }
 
     #[test]
     fn offsets_and_widths() {
         let sdiv3 = Insn::new(CLASS_ALU64 | ALU_DIV | SRC_K, 0, 0, 3, 1);
-        assert_eq!(reason_at(vec![sdiv3, EXIT], 0), "offset is 3, must be 0 or 1");
+        assert_eq!(
+            reason_at(vec![sdiv3, EXIT], 0),
+            "offset is 3, must be 0 or 1"
+        );
         let movsx32_in_alu = Insn::new(CLASS_ALU | ALU_MOV | SRC_X, 0, 1, 32, 0);
-        assert_eq!(reason_at(vec![movsx32_in_alu, EXIT], 0), "offset is 32, must be 0, 8 or 16");
+        assert_eq!(
+            reason_at(vec![movsx32_in_alu, EXIT], 0),
+            "offset is 32, must be 0, 8 or 16"
+        );
         let movsx_bad = Insn::new(CLASS_ALU64 | ALU_MOV | SRC_X, 0, 1, 24, 0);
-        assert_eq!(reason_at(vec![movsx_bad, EXIT], 0), "offset is 24, must be 0, 8, 16 or 32");
+        assert_eq!(
+            reason_at(vec![movsx_bad, EXIT], 0),
+            "offset is 24, must be 0, 8, 16 or 32"
+        );
         let le24 = Insn::new(CLASS_ALU | ALU_END, 0, 0, 0, 24);
-        assert_eq!(reason_at(vec![le24, EXIT], 0), "byte swap width is 24, must be 16, 32 or 64");
+        assert_eq!(
+            reason_at(vec![le24, EXIT], 0),
+            "byte swap width is 24, must be 16, 32 or 64"
+        );
         let atomic = Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, 1, 2, 0, 0x10);
-        assert_eq!(reason_at(vec![atomic, EXIT], 0), "unknown atomic operation 0x10");
+        assert_eq!(
+            reason_at(vec![atomic, EXIT], 0),
+            "unknown atomic operation 0x10"
+        );
         let xchg_nofetch = Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_DW, 1, 2, 0, 0xe0);
-        assert_eq!(reason_at(vec![xchg_nofetch, EXIT], 0), "unknown atomic operation 0xe0");
+        assert_eq!(
+            reason_at(vec![xchg_nofetch, EXIT], 0),
+            "unknown atomic operation 0xe0"
+        );
         // The valid forms are accepted.
         let valid = vec![
             Insn::new(CLASS_ALU64 | ALU_MOD | SRC_X, 0, 1, 1, 0),
@@ -906,7 +1075,13 @@ mod tests {
             Insn::new(CLASS_ALU | ALU_END | SRC_X, 0, 0, 0, 64),
             Insn::new(CLASS_ALU64 | ALU_END, 0, 0, 0, 16),
             Insn::new(CLASS_LDX | MODE_MEMSX | SIZE_W, 0, 1, 0, 0),
-            Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_W, 1, 2, 0, ATOMIC_XOR | ATOMIC_FETCH),
+            Insn::new(
+                CLASS_STX | MODE_ATOMIC | SIZE_W,
+                1,
+                2,
+                0,
+                ATOMIC_XOR | ATOMIC_FETCH,
+            ),
             EXIT,
         ];
         check(valid).expect("valid");
@@ -930,7 +1105,10 @@ mod tests {
         let msg = reason_at(vec![ja(-2), EXIT], 0);
         assert_eq!(msg, "jump target -1 is outside the program of 2 slots");
         let ja32 = Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 0, 100);
-        assert_eq!(reason_at(vec![ja32, EXIT], 0), "jump target 101 is outside the program of 2 slots");
+        assert_eq!(
+            reason_at(vec![ja32, EXIT], 0),
+            "jump target 101 is outside the program of 2 slots"
+        );
         let [a, b] = lddw(0, 1);
         let msg = reason_at(vec![ja(1), a, b, EXIT], 0);
         assert_eq!(msg, "jump target 2 is the second half of an lddw");
@@ -966,11 +1144,26 @@ mod tests {
     #[test]
     fn stack_bounds() {
         let cases = [
-            (Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 0, 10, 0, 0), "stack access of 8 bytes at r10+0 is outside the 512-byte frame"),
-            (Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 0, 10, -4, 0), "stack access of 8 bytes at r10-4 is outside the 512-byte frame"),
-            (Insn::new(CLASS_ST | MODE_MEM | SIZE_B, 10, 0, -513, 0), "stack access of 1 bytes at r10-513 is outside the 512-byte frame"),
-            (Insn::new(CLASS_STX | MODE_MEM | SIZE_H, 10, 1, 100, 0), "stack access of 2 bytes at r10+100 is outside the 512-byte frame"),
-            (Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_W, 10, 1, -2, ATOMIC_ADD), "stack access of 4 bytes at r10-2 is outside the 512-byte frame"),
+            (
+                Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 0, 10, 0, 0),
+                "stack access of 8 bytes at r10+0 is outside the 512-byte frame",
+            ),
+            (
+                Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 0, 10, -4, 0),
+                "stack access of 8 bytes at r10-4 is outside the 512-byte frame",
+            ),
+            (
+                Insn::new(CLASS_ST | MODE_MEM | SIZE_B, 10, 0, -513, 0),
+                "stack access of 1 bytes at r10-513 is outside the 512-byte frame",
+            ),
+            (
+                Insn::new(CLASS_STX | MODE_MEM | SIZE_H, 10, 1, 100, 0),
+                "stack access of 2 bytes at r10+100 is outside the 512-byte frame",
+            ),
+            (
+                Insn::new(CLASS_STX | MODE_ATOMIC | SIZE_W, 10, 1, -2, ATOMIC_ADD),
+                "stack access of 4 bytes at r10-2 is outside the 512-byte frame",
+            ),
         ];
         for (insn, msg) in cases {
             assert_eq!(reason_at(vec![insn, EXIT], 0), msg);
@@ -985,14 +1178,26 @@ mod tests {
 
     #[test]
     fn falling_off_the_end() {
-        assert_eq!(reason_at(vec![mov(0, 0)], 0), "execution can run past the last slot");
+        assert_eq!(
+            reason_at(vec![mov(0, 0)], 0),
+            "execution can run past the last slot"
+        );
         let jeq = Insn::new(CLASS_JMP | JMP_JEQ | SRC_K, 0, 0, 1, 0);
-        assert_eq!(reason_at(vec![jeq, EXIT, mov(0, 1)], 2), "execution can run past the last slot");
+        assert_eq!(
+            reason_at(vec![jeq, EXIT, mov(0, 1)], 2),
+            "execution can run past the last slot"
+        );
         let [a, b] = lddw(0, 1);
-        assert_eq!(reason_at(vec![a, b], 0), "execution can run past the last slot");
+        assert_eq!(
+            reason_at(vec![a, b], 0),
+            "execution can run past the last slot"
+        );
         // A helper call returns, so it falls through.
         let call = Insn::new(OP_CALL, 0, 0, 0, 5);
-        assert_eq!(reason_at(vec![call], 0), "execution can run past the last slot");
+        assert_eq!(
+            reason_at(vec![call], 0),
+            "execution can run past the last slot"
+        );
         // Unreachable slots after the last exit may be anything valid.
         check(vec![EXIT, mov(0, 1)]).expect("valid");
         check(vec![ja(1), EXIT, ja(-2)]).expect("valid");
@@ -1002,7 +1207,10 @@ mod tests {
     fn function_boundaries() {
         // main: call f; (falls into f)   f: exit
         let msg = reason_at(vec![call_local(0), EXIT], 0);
-        assert_eq!(msg, "execution falls through into the function starting at slot 1");
+        assert_eq!(
+            msg,
+            "execution falls through into the function starting at slot 1"
+        );
         // main jumps into f's body.
         let insns = vec![call_local(2), ja(2), EXIT, mov(0, 1), EXIT];
         assert_eq!(
@@ -1028,7 +1236,10 @@ mod tests {
         // main + 7 callees = 8 frames.
         check(chain(CALL_DEPTH_MAX - 1)).expect("8 frames fit");
         let (pc, reason) = reject(chain(CALL_DEPTH_MAX));
-        assert_eq!(reason.to_string(), "call chain reaches 9 frames, limit is 8");
+        assert_eq!(
+            reason.to_string(),
+            "call chain reaches 9 frames, limit is 8"
+        );
         // Function k starts at 2k; the eighth function's call makes the ninth frame.
         assert_eq!(pc, 2 * (CALL_DEPTH_MAX as u32 - 1));
         // Recursion is left to the run-time limit.

@@ -55,11 +55,21 @@ pub enum ConformanceError {
          directory holding conformance/ if it lives elsewhere)",
         path.display()
     )]
-    Unreadable { path: PathBuf, source: std::io::Error },
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: not valid JSON: {source}", path.display())]
-    Json { path: PathBuf, source: serde_json::Error },
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("{}: vector `{name}`: {message}", path.display())]
-    Malformed { path: PathBuf, name: String, message: String },
+    Malformed {
+        path: PathBuf,
+        name: String,
+        message: String,
+    },
 }
 
 /// The record as stored in `vectors.json`.
@@ -82,17 +92,24 @@ struct RawVector {
 pub fn vectors_path() -> PathBuf {
     match std::env::var_os("CSX_SHARED_DIR") {
         Some(dir) => PathBuf::from(dir).join("conformance/vectors.json"),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/vectors.json"),
+        None => {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/vectors.json")
+        }
     }
 }
 
 /// Reads every vector of the suite.
 pub fn load_vectors() -> Result<Vec<ConformanceVector>, ConformanceError> {
     let path = vectors_path();
-    let text = std::fs::read_to_string(&path)
-        .map_err(|source| ConformanceError::Unreadable { path: path.clone(), source })?;
-    let raw: Vec<RawVector> = serde_json::from_str(&text)
-        .map_err(|source| ConformanceError::Json { path: path.clone(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ConformanceError::Unreadable {
+        path: path.clone(),
+        source,
+    })?;
+    let raw: Vec<RawVector> =
+        serde_json::from_str(&text).map_err(|source| ConformanceError::Json {
+            path: path.clone(),
+            source,
+        })?;
     raw.into_iter()
         .map(|r| {
             convert(&r).map_err(|message| ConformanceError::Malformed {
@@ -108,9 +125,16 @@ fn convert(r: &RawVector) -> Result<ConformanceVector, String> {
     // Every stored vector expects a value; one expecting an error would need a runner
     // that checks errors, so refuse it rather than misjudge it.
     if !r.error.is_empty() || !r.parse_error.is_empty() {
-        return Err(format!("expects an error ({}{}), not a value", r.error, r.parse_error));
+        return Err(format!(
+            "expects an error ({}{}), not a value",
+            r.error, r.parse_error
+        ));
     }
-    let digits = r.result.trim().trim_start_matches("0x").trim_start_matches("0X");
+    let digits = r
+        .result
+        .trim()
+        .trim_start_matches("0x")
+        .trim_start_matches("0X");
     let result = u64::from_str_radix(digits, 16)
         .map_err(|e| format!("result `{}` is not a hex u64: {e}", r.result))?;
     Ok(ConformanceVector {
@@ -158,7 +182,9 @@ pub fn run_vector(v: &ConformanceVector, engine_factory: EngineFactory) -> Resul
             .map_err(|e| format!("map: {e}"))?;
         (addr, len)
     };
-    let opts = RunOptions { fuel: CONFORMANCE_FUEL };
+    let opts = RunOptions {
+        fuel: CONFORMANCE_FUEL,
+    };
     let outcome = engine.run(&mut map, [addr, len, 0, 0, 0], &opts, &mut ConformanceHost);
     match outcome.result {
         Ok(r0) if r0 == v.result => Ok(()),

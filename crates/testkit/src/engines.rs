@@ -12,7 +12,13 @@ fn interpreter(p: Arc<VerifiedProgram>) -> Result<Box<dyn Engine>, String> {
     Ok(Box::new(csx_ebpf::interp::Interpreter::new(p)))
 }
 
+fn jit(p: Arc<VerifiedProgram>) -> Result<Box<dyn Engine>, String> {
+    csx_ebpf_jit::JitProgram::compile(p)
+        .map(|j| Box::new(j) as Box<dyn Engine>)
+        .map_err(|e| e.to_string())
+}
+
 /// All engines, by name: the interpreter first (it is the reference).
 pub fn all() -> Vec<(&'static str, EngineFactory)> {
-    vec![("interp", interpreter as EngineFactory)]
+    vec![("interp", interpreter as EngineFactory), ("jit", jit as EngineFactory)]
 }

@@ -95,6 +95,7 @@ pub enum Scale {
     /// The benchmark's inputs (tens to hundreds of KiB).
     Full,
     /// Small inputs for tests.
+    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests use small inputs"))]
     Test,
 }
 
@@ -258,7 +259,6 @@ fn knn_input(rng: &mut Rng, n: u64) -> Input {
 
 /// A kernel loaded and verified, with its reference answer.
 struct Prepared {
-    kernel: &'static CompiledKernel,
     program: Arc<VerifiedProgram>,
     input: Input,
     answer: u64,
@@ -283,7 +283,7 @@ fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prep
     if native != answer {
         bail!("kernel {name}: the interpreter returned {answer:#x}, native code {native:#x}");
     }
-    Ok(Prepared { kernel, program, input, answer })
+    Ok(Prepared { program, input, answer })
 }
 
 /// Calls the native build of `kernel` on `input`.
@@ -557,7 +557,7 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
         }
     }
 
-    let mut table = Table::new(!args.json);
+    let table = Table::new(!args.json);
     table.header(budget);
     let mut kernels = Vec::with_capacity(selected.len());
     for kernel in selected {
@@ -574,18 +574,21 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
 }
 
 fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> BenchReport {
-    let ratios = |f: fn(&KernelReport) -> Option<f64>| -> Vec<f64> {
-        kernels.iter().filter_map(f).collect()
-    };
+    let interp: Vec<f64> = kernels.iter().map(|k| k.interp_ratio).collect();
+    let jit: Vec<f64> = kernels.iter().map(|k| k.jit_ratio).collect();
     // The rbpf means cover only the kernels where both rbpf columns exist.
-    let both = |k: &KernelReport| k.rbpf_interp_ratio.is_some() && k.rbpf_jit_ratio.is_some();
-    let rbpf_kernels: Vec<&'static str> =
-        kernels.iter().filter(|k| both(k)).map(|k| k.name).collect();
+    let peer: Vec<&KernelReport> = kernels
+        .iter()
+        .filter(|k| k.rbpf_interp_ratio.is_some() && k.rbpf_jit_ratio.is_some())
+        .collect();
+    let rbpf_interp: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_interp_ratio).collect();
+    let rbpf_jit: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_jit_ratio).collect();
+    let rbpf_kernels = peer.iter().map(|k| k.name).collect();
     BenchReport {
-        geomean_jit: geomean(&ratios(|k| Some(k.jit_ratio))),
-        geomean_interp: geomean(&ratios(|k| Some(k.interp_ratio))),
-        geomean_rbpf_interp: geomean(&ratios(|k| if both(k) { k.rbpf_interp_ratio } else { None })),
-        geomean_rbpf_jit: geomean(&ratios(|k| if both(k) { k.rbpf_jit_ratio } else { None })),
+        geomean_jit: geomean(&jit),
+        geomean_interp: geomean(&interp),
+        geomean_rbpf_interp: geomean(&rbpf_interp),
+        geomean_rbpf_jit: geomean(&rbpf_jit),
         rbpf_kernels,
         kernels,
         cell_budget_ms: budget.as_millis(),

@@ -37,3 +37,31 @@ SEC("csx/fn_table") u64 use_fn_table(u64 i)
 {
     return (u64)fn_table[i & 1];
 }
+
+/* Eleven data sections, one more than a program may map. */
+#define GLOBAL(n) SEC(".data.g" #n) u64 g##n = n
+GLOBAL(0);
+GLOBAL(1);
+GLOBAL(2);
+GLOBAL(3);
+GLOBAL(4);
+GLOBAL(5);
+GLOBAL(6);
+GLOBAL(7);
+GLOBAL(8);
+GLOBAL(9);
+GLOBAL(10);
+
+SEC("csx/many_globals") u64 use_many_globals(void)
+{
+    return g0 + g1 + g2 + g3 + g4 + g5 + g6 + g7 + g8 + g9 + g10;
+}
+
+/* A .bss larger than a global section may be. */
+static u8 huge[(1 << 20) + 8];
+
+SEC("csx/huge") u64 use_huge(u64 i)
+{
+    huge[i & 0xfffff] += 1;
+    return huge[(i + 1) & 0xfffff];
+}

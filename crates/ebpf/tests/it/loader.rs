@@ -25,7 +25,7 @@ use csx_ebpf::program::Program;
 use csx_ebpf::trap::TrapKind;
 use csx_ebpf::verifier::verify;
 use object::elf;
-use object::read::elf::{FileHeader, SectionHeader};
+use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::LittleEndian;
 use proptest::prelude::*;
 
@@ -80,7 +80,7 @@ fn compiler_present(compiler: &str) -> bool {
     let mut present = PRESENT
         .get_or_init(Default::default)
         .lock()
-        .expect("no test panics holding it");
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     *present.entry(compiler.to_string()).or_insert_with(|| {
         let ok = Command::new(compiler).arg("--version").output().is_ok_and(|o| o.status.success());
         assert!(ok || compiler != "clang", "`clang` is not installed: run scripts/setup.sh");
@@ -103,7 +103,7 @@ fn compile(source: &str, variant: &Variant) -> Arc<Vec<u8>> {
     if let Some(object) = CACHE
         .get_or_init(Default::default)
         .lock()
-        .expect("no panics inside")
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
         .get(&key)
     {
         return object.clone();
@@ -135,7 +135,7 @@ fn compile(source: &str, variant: &Variant) -> Arc<Vec<u8>> {
     CACHE
         .get_or_init(Default::default)
         .lock()
-        .expect("no panics inside")
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
         .insert(key, object.clone());
     object
 }
@@ -458,12 +458,46 @@ fn programs_are_listed_with_sections_and_sizes() {
             .map(|p| p.name)
             .collect();
         // `square` and `triple` are static: not programs.
-        assert_eq!(names.len(), 2, "{label}: {names:?}");
-        assert!(
-            names.contains(&"add3".to_string()) && names.contains(&"calls".to_string()),
-            "{label}"
-        );
+        let mut names: Vec<&str> = names.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["add3", "calls", "plus1"], "{label}");
     }
+}
+
+/// The program slot of every function symbol, if the executable sections of `object`
+/// named in `loaded` are laid out one after another in file order.
+fn function_slots(object: &[u8], loaded: &[&str]) -> HashMap<String, i64> {
+    let header = elf::FileHeader64::<LittleEndian>::parse(object).expect("clang output parses");
+    let sections = header
+        .sections(LittleEndian, object)
+        .expect("clang output has sections");
+    let mut bases = HashMap::new();
+    let mut base = 0;
+    for (idx, section) in sections.enumerate() {
+        let name = sections.section_name(LittleEndian, section).expect("named");
+        if loaded.iter().any(|l| l.as_bytes() == name) {
+            bases.insert(idx, base);
+            base += section.sh_size(LittleEndian) as i64 / 8;
+        }
+    }
+    let symbols = sections
+        .symbols(LittleEndian, object, elf::SHT_SYMTAB)
+        .expect("symtab");
+    let mut slots = HashMap::new();
+    for (idx, sym) in symbols.enumerate() {
+        let section = symbols
+            .symbol_section(LittleEndian, sym, idx)
+            .expect("valid");
+        if let (elf::STT_FUNC, Some(base)) = (sym.st_type(), section.and_then(|s| bases.get(&s))) {
+            let name =
+                String::from_utf8_lossy(symbols.symbol_name(LittleEndian, sym).expect("named"));
+            slots.insert(
+                name.into_owned(),
+                base + sym.st_value(LittleEndian) as i64 / 8,
+            );
+        }
+    }
+    slots
 }
 
 #[test]
@@ -471,31 +505,30 @@ fn local_calls_point_into_the_combined_program() {
     for (label, object) in objects("calls.c") {
         let program = load(&object, "calls");
         check_program(label, &program);
-        // .text (add3, square), csx/lib (triple) and csx/calls are all loaded.
-        let slots: usize = [".text", "csx/lib", "csx/calls"]
-            .iter()
-            .map(|s| section_range(&object, s).1 / 8)
-            .sum();
+        // .text (square, plus1, add3), csx/lib (triple) and csx/calls are all loaded.
+        let loaded = [".text", "csx/lib", "csx/calls"];
+        let slots: usize = loaded.iter().map(|s| section_range(&object, s).1 / 8).sum();
         assert_eq!(program.insns.len(), slots, "{label}");
-        let targets: Vec<i64> = program
+        let functions = function_slots(&object, &loaded);
+        assert_eq!(i64::from(program.entry), functions["calls"], "{label}");
+        let mut callees: Vec<&str> = program
             .insns
             .iter()
             .enumerate()
             .filter(|(_, i)| i.opc == OP_CALL)
             .map(|(slot, i)| {
                 assert_eq!(i.src, CALL_SRC_LOCAL, "{label}: only local calls");
-                slot as i64 + i64::from(i.imm) + 1
+                let target = slot as i64 + i64::from(i.imm) + 1;
+                let callee = functions.iter().find(|(_, &start)| start == target);
+                callee.map_or("?", |(name, _)| name.as_str())
             })
             .collect();
-        // calls → square, add3, triple; add3 → square.
-        assert_eq!(targets.len(), 4, "{label}: {targets:?}");
-        let mut distinct = targets.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        assert_eq!(distinct.len(), 3, "{label}: {targets:?}");
-        assert!(
-            !targets.contains(&i64::from(program.entry)),
-            "{label}: nothing calls the entry"
+        callees.sort_unstable();
+        // calls → square, add3, triple; add3 → square (no relocation), plus1 (relocation).
+        assert_eq!(
+            callees,
+            ["add3", "plus1", "square", "square", "triple"],
+            "{label}"
         );
     }
 }
@@ -654,6 +687,21 @@ fn constructs_the_loader_refuses_are_named() {
             "{label}: {err:?}"
         );
         assert!(err.to_string().contains(".data+0x0"), "{label}: {err}");
+        let err = load_elf(&object, Some("use_many_globals"), &table).expect_err("11 sections");
+        assert_eq!(
+            err,
+            LoadError::TooManyGlobals {
+                count: GLOBAL_SECTIONS_MAX + 1,
+                limit: GLOBAL_SECTIONS_MAX
+            },
+            "{label}"
+        );
+        let err = load_elf(&object, Some("use_huge"), &table).expect_err("huge .bss");
+        assert!(
+            matches!(&err, LoadError::GlobalTooLarge { section, size, .. }
+                if section == ".bss" && *size == (1 << 20) + 8),
+            "{label}: {err:?}"
+        );
     }
 }
 
@@ -927,7 +975,7 @@ fn run_cases() -> Vec<(&'static str, &'static str, u64, u64, Expect)> {
             Value(40 + 5 + PRIMES[5] + u64::from(TEXT[5])),
         ),
         ("globals.c", "write_rodata", 3, 0, ReadOnlyTrap),
-        ("calls.c", "calls", 7, 0, Value(49 + 49 + 3 + 21)),
+        ("calls.c", "calls", 7, 0, Value(49 + (49 + 2 + 2) + 21)),
         ("externs.c", "use_externs", 100, 0, Value(greeting + 100)),
         ("externs.c", "use_fixed", 41, 0, Value(42)),
         ("single.c", "only", 20, 0, Value(41)),

@@ -13,7 +13,11 @@ const VECTOR_COUNT: usize = 313;
 #[test]
 fn every_vector_on_every_engine() {
     let vectors = load_vectors().unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(vectors.len(), VECTOR_COUNT, "the conformance suite changed size");
+    assert_eq!(
+        vectors.len(),
+        VECTOR_COUNT,
+        "the conformance suite changed size"
+    );
     let mut failures = Vec::new();
     for (engine, factory) in engines::all() {
         let mut ran = 0;

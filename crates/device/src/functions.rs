@@ -1,0 +1,500 @@
+//! Registered device functions: the native code programs call as `extern` C functions
+//! (Delilah's "sidestepping"), and the table the device publishes so hosts know what it
+//! offers before compiling.
+//!
+//! Each function has a stable id (the immediate of `call imm`), a C declaration, the
+//! argument kinds the VM checks pointers against before the call, a version and a
+//! one-line doc. The ids and declarations are part of the program ABI
+//! (`csx_proto::ABI_VERSION`): a function never changes meaning under its id; a new
+//! contract gets a new name and id.
+//!
+//! Errors: a function that fails returns a negative `CSX_E*` code (`csx_proto::errno`)
+//! to the program, which may handle it, and the first failure of a run is recorded
+//! (function, code, message) for the completion's error detail, so the host learns what
+//! went wrong even when the program only returns a number. No function aborts a run.
+
+use std::time::{Duration, Instant};
+
+use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
+use csx_ebpf::memory::MemoryMap;
+use csx_proto::errno::*;
+use csx_proto::limits::{PATH_SIZE_MAX, TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MAX};
+use csx_proto::{ErrorDetail, FunctionId, FunctionInfo, WireArgKind};
+
+use crate::filestore::{FileStore, FileStoreError};
+
+/// Comparison operators of the filter functions (`op` argument): element `x` matches
+/// when `x OP operand`, unsigned.
+pub mod cmp {
+    pub const CSX_CMP_EQ: u64 = 0;
+    pub const CSX_CMP_NE: u64 = 1;
+    pub const CSX_CMP_LT: u64 = 2;
+    pub const CSX_CMP_LE: u64 = 3;
+    pub const CSX_CMP_GT: u64 = 4;
+    pub const CSX_CMP_GE: u64 = 5;
+}
+
+/// Function ids. Stable: part of the program ABI.
+pub mod ids {
+    pub const CSX_FILE_SIZE: u32 = 1;
+    pub const CSX_FILE_READ: u32 = 2;
+    pub const CSX_FILE_WRITE: u32 = 3;
+    pub const CSX_MEMCPY: u32 = 4;
+    pub const CSX_MEMSET: u32 = 5;
+    pub const CSX_NOW_NS: u32 = 6;
+    pub const CSX_TRACE: u32 = 7;
+    pub const CSX_FILTER_U32: u32 = 16;
+    pub const CSX_FILTER_U64: u32 = 17;
+    pub const CSX_SORT_U64: u32 = 18;
+}
+
+/// One entry of the published table.
+#[derive(Clone, Copy, Debug)]
+pub struct FunctionDef {
+    pub id: u32,
+    pub name: &'static str,
+    pub args: &'static [ArgKind],
+    pub version: u32,
+    pub c_decl: &'static str,
+    pub doc: &'static str,
+}
+
+use ArgKind::{PtrIn, PtrOut, Scalar};
+
+/// Every registered function, in id order.
+pub const FUNCTIONS: &[FunctionDef] = &[
+    FunctionDef {
+        id: ids::CSX_FILE_SIZE,
+        name: "csx_file_size",
+        args: &[PtrIn { len_arg: 1 }, Scalar],
+        version: 1,
+        c_decl: "long csx_file_size(const char *path, unsigned long path_len);",
+        doc: "size in bytes of the device file at path, or a negative CSX_E* code",
+    },
+    FunctionDef {
+        id: ids::CSX_FILE_READ,
+        name: "csx_file_read",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrOut { len_arg: 4 }, Scalar],
+        version: 1,
+        c_decl: "long csx_file_read(const char *path, unsigned long path_len, unsigned long offset, void *dst, unsigned long len);",
+        doc: "reads up to len bytes of a device file at offset into dst; returns bytes read (short at end of file)",
+    },
+    FunctionDef {
+        id: ids::CSX_FILE_WRITE,
+        name: "csx_file_write",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrIn { len_arg: 4 }, Scalar],
+        version: 1,
+        c_decl: "long csx_file_write(const char *path, unsigned long path_len, unsigned long offset, const void *src, unsigned long len);",
+        doc: "writes len bytes from src to a device file at offset, creating or extending it; returns bytes written",
+    },
+    FunctionDef {
+        id: ids::CSX_MEMCPY,
+        name: "csx_memcpy",
+        args: &[PtrOut { len_arg: 2 }, PtrIn { len_arg: 2 }, Scalar],
+        version: 1,
+        c_decl: "long csx_memcpy(void *dst, const void *src, unsigned long len);",
+        doc: "copies len bytes (ranges may overlap) between any mapped memory; returns len",
+    },
+    FunctionDef {
+        id: ids::CSX_MEMSET,
+        name: "csx_memset",
+        args: &[PtrOut { len_arg: 2 }, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_memset(void *dst, unsigned long byte, unsigned long len);",
+        doc: "sets len bytes at dst to the low byte of byte; returns len",
+    },
+    FunctionDef {
+        id: ids::CSX_NOW_NS,
+        name: "csx_now_ns",
+        args: &[],
+        version: 1,
+        c_decl: "unsigned long csx_now_ns(void);",
+        doc: "monotonic nanoseconds since the device opened",
+    },
+    FunctionDef {
+        id: ids::CSX_TRACE,
+        name: "csx_trace",
+        args: &[PtrIn { len_arg: 1 }, Scalar],
+        version: 1,
+        c_decl: "long csx_trace(const char *msg, unsigned long len);",
+        doc: "appends a message (at most 256 bytes kept, 64 per run) to the completion's trace; 0 or CSX_ENOSPC",
+    },
+    FunctionDef {
+        id: ids::CSX_FILTER_U32,
+        name: "csx_filter_u32",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_filter_u32(const void *src, unsigned long len, unsigned long op, unsigned long operand, void *bitmap);",
+        doc: "accelerated filter: bit i of bitmap (ceil(len/32) bytes) = src[i] OP operand over len/4 u32s; returns matches",
+    },
+    FunctionDef {
+        id: ids::CSX_FILTER_U64,
+        name: "csx_filter_u64",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_filter_u64(const void *src, unsigned long len, unsigned long op, unsigned long operand, void *bitmap);",
+        doc: "accelerated filter: bit i of bitmap (ceil(len/64) bytes) = src[i] OP operand over len/8 u64s; returns matches",
+    },
+    FunctionDef {
+        id: ids::CSX_SORT_U64,
+        name: "csx_sort_u64",
+        args: &[PtrOut { len_arg: 1 }, Scalar],
+        version: 1,
+        c_decl: "long csx_sort_u64(void *data, unsigned long len);",
+        doc: "accelerated sort of len/8 little-endian u64s in place, ascending; returns the count",
+    },
+];
+
+/// The table programs are linked and verified against.
+pub fn function_table() -> FunctionTable {
+    let mut t = FunctionTable::new();
+    for f in FUNCTIONS {
+        t.insert(FunctionSig {
+            name: f.name.to_string(),
+            id: f.id,
+            args: f.args.to_vec(),
+            version: f.version,
+            doc: f.doc.to_string(),
+        })
+        .expect("the built-in table has unique names and ids and valid signatures");
+    }
+    t
+}
+
+/// The table as the device publishes it (List Functions).
+pub fn function_infos() -> Vec<FunctionInfo> {
+    FUNCTIONS
+        .iter()
+        .map(|f| FunctionInfo {
+            id: FunctionId(f.id),
+            name: f.name.to_string(),
+            args: f
+                .args
+                .iter()
+                .map(|a| match *a {
+                    Scalar => WireArgKind::Scalar,
+                    PtrIn { len_arg } => WireArgKind::PtrIn { len_arg },
+                    PtrOut { len_arg } => WireArgKind::PtrOut { len_arg },
+                })
+                .collect(),
+            version: f.version,
+            c_decl: f.c_decl.to_string(),
+            doc: f.doc.to_string(),
+        })
+        .collect()
+}
+
+/// The negative code for a file store error.
+pub fn errno_of(e: &FileStoreError) -> i64 {
+    match e {
+        FileStoreError::NotFound { .. } => CSX_ENOENT,
+        FileStoreError::InvalidPath { .. }
+        | FileStoreError::NotADirectory { .. }
+        | FileStoreError::IsADirectory { .. } => CSX_EINVAL,
+        FileStoreError::NoSpace { .. } | FileStoreError::TooManyExtents { .. } | FileStoreError::TooManyFiles { .. } => {
+            CSX_ENOSPC
+        }
+        FileStoreError::FileTooLarge { .. } => CSX_EFBIG,
+        FileStoreError::ImageTruncated { .. }
+        | FileStoreError::ImageSizeMismatch { .. }
+        | FileStoreError::MetaCorrupt { .. } => CSX_EBADMSG,
+        _ => CSX_EIO,
+    }
+}
+
+/// What one execution's calls into registered functions need and leave behind.
+pub struct CallContext<'a> {
+    files: &'a FileStore,
+    epoch: Instant,
+    /// The first failure of the run.
+    pub detail: Option<ErrorDetail>,
+    /// `csx_trace` messages, in order.
+    pub trace: Vec<String>,
+    /// Time spent in file I/O (reported as transfer time).
+    pub io: Duration,
+}
+
+impl std::fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext").field("detail", &self.detail).field("trace", &self.trace).finish_non_exhaustive()
+    }
+}
+
+type CallResult = Result<u64, HelperAbort>;
+
+impl<'a> CallContext<'a> {
+    /// A context for one run; `csx_now_ns` counts from `epoch`.
+    pub fn new(files: &'a FileStore, epoch: Instant) -> CallContext<'a> {
+        CallContext { files, epoch, detail: None, trace: Vec::new(), io: Duration::ZERO }
+    }
+
+    /// Records the failure (if it is the run's first) and returns `code` to the program.
+    fn fail(&mut self, function: &str, code: i64, message: impl Into<String>) -> CallResult {
+        debug_assert!(code < 0);
+        if self.detail.is_none() {
+            self.detail = Some(ErrorDetail::new(function, code, message));
+        }
+        Ok(code as u64)
+    }
+
+    fn path(&mut self, function: &str, mem: &MemoryMap<'_>, addr: u64, len: u64) -> Result<String, CallResult> {
+        if len > PATH_SIZE_MAX as u64 {
+            return Err(self.fail(function, CSX_ENAMETOOLONG, format!("path of {len} bytes, limit is {PATH_SIZE_MAX}")));
+        }
+        // The VM checked these bytes before the call (argument kind PtrIn).
+        let bytes = mem.slice(addr, len).map_err(|t| self.fail(function, CSX_EFAULT, t.to_string()))?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(self.fail(function, CSX_EINVAL, "path is not valid UTF-8")),
+        }
+    }
+
+    fn file_error(&mut self, function: &str, e: &FileStoreError) -> CallResult {
+        self.fail(function, errno_of(e), e.to_string())
+    }
+
+    fn file_size(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_file_size";
+        let path = match self.path(F, mem, a[0], a[1]) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let start = Instant::now();
+        let r = self.files.stat(&path);
+        self.io += start.elapsed();
+        match r {
+            Ok(st) => Ok(st.size),
+            Err(e) => self.file_error(F, &e),
+        }
+    }
+
+    fn file_read(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_file_read";
+        let path = match self.path(F, mem, a[0], a[1]) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let (offset, dst, len) = (a[2], a[3], a[4]);
+        let buf = match mem.slice_mut(dst, len) {
+            Ok(b) => b,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let start = Instant::now();
+        let r = self.files.read_at(&path, offset, buf);
+        self.io += start.elapsed();
+        match r {
+            Ok(n) => Ok(n as u64),
+            Err(e) => self.file_error(F, &e),
+        }
+    }
+
+    fn file_write(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_file_write";
+        let path = match self.path(F, mem, a[0], a[1]) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let (offset, src, len) = (a[2], a[3], a[4]);
+        let data = match mem.slice(src, len) {
+            Ok(d) => d,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let start = Instant::now();
+        let r = self.files.write_at(&path, offset, data);
+        self.io += start.elapsed();
+        match r {
+            Ok(()) => Ok(len),
+            Err(e) => self.file_error(F, &e),
+        }
+    }
+
+    fn memcpy(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        match mem.copy(a[0], a[1], a[2]) {
+            Ok(()) => Ok(a[2]),
+            Err(t) => self.fail("csx_memcpy", CSX_EFAULT, t.to_string()),
+        }
+    }
+
+    fn memset(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        match mem.slice_mut(a[0], a[2]) {
+            Ok(b) => {
+                b.fill(a[1] as u8);
+                Ok(a[2])
+            }
+            Err(t) => self.fail("csx_memset", CSX_EFAULT, t.to_string()),
+        }
+    }
+
+    fn trace_message(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_trace";
+        if self.trace.len() >= TRACE_MESSAGES_MAX {
+            return self.fail(F, CSX_ENOSPC, format!("trace holds {TRACE_MESSAGES_MAX} messages already"));
+        }
+        let len = a[1].min(TRACE_MESSAGE_SIZE_MAX as u64);
+        let bytes = match mem.slice(a[0], len) {
+            Ok(b) => b,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Cut at the first NUL: C strings passed with a generous length stay clean.
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
+        self.trace.push(csx_proto::completion::clip(text, TRACE_MESSAGE_SIZE_MAX));
+        Ok(0)
+    }
+
+    fn filter(&mut self, width: usize, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        let name = if width == 4 { "csx_filter_u32" } else { "csx_filter_u64" };
+        let (src, len, op, operand, bitmap) = (a[0], a[1], a[2], a[3], a[4]);
+        if len % width as u64 != 0 {
+            return self.fail(name, CSX_EINVAL, format!("length {len} is not a multiple of {width}"));
+        }
+        if op > cmp::CSX_CMP_GE {
+            return self.fail(name, CSX_EINVAL, format!("unknown operator {op}"));
+        }
+        let count = (len / width as u64) as usize;
+        let mut bits = vec![0u8; count.div_ceil(8)];
+        let mut matches = 0u64;
+        {
+            let data = match mem.slice(src, len) {
+                Ok(d) => d,
+                Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
+            };
+            for (i, chunk) in data.chunks_exact(width).enumerate() {
+                let x = if width == 4 {
+                    u64::from(u32::from_le_bytes(chunk.try_into().expect("chunks of 4")))
+                } else {
+                    u64::from_le_bytes(chunk.try_into().expect("chunks of 8"))
+                };
+                let hit = match op {
+                    cmp::CSX_CMP_EQ => x == operand,
+                    cmp::CSX_CMP_NE => x != operand,
+                    cmp::CSX_CMP_LT => x < operand,
+                    cmp::CSX_CMP_LE => x <= operand,
+                    cmp::CSX_CMP_GT => x > operand,
+                    _ => x >= operand,
+                };
+                if hit {
+                    bits[i / 8] |= 1 << (i % 8);
+                    matches += 1;
+                }
+            }
+        }
+        match mem.slice_mut(bitmap, bits.len() as u64) {
+            Ok(out) => {
+                out.copy_from_slice(&bits);
+                Ok(matches)
+            }
+            Err(t) => self.fail(name, CSX_EFAULT, format!("bitmap of {} bytes: {t}", bits.len())),
+        }
+    }
+
+    fn sort(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_sort_u64";
+        let (ptr, len) = (a[0], a[1]);
+        if len % 8 != 0 {
+            return self.fail(F, CSX_EINVAL, format!("length {len} is not a multiple of 8"));
+        }
+        let data = match mem.slice_mut(ptr, len) {
+            Ok(d) => d,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let mut values: Vec<u64> =
+            data.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8"))).collect();
+        values.sort_unstable();
+        for (c, v) in data.chunks_exact_mut(8).zip(&values) {
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(values.len() as u64)
+    }
+}
+
+impl HelperHost for CallContext<'_> {
+    fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        match id {
+            ids::CSX_FILE_SIZE => self.file_size(args, mem),
+            ids::CSX_FILE_READ => self.file_read(args, mem),
+            ids::CSX_FILE_WRITE => self.file_write(args, mem),
+            ids::CSX_MEMCPY => self.memcpy(args, mem),
+            ids::CSX_MEMSET => self.memset(args, mem),
+            ids::CSX_NOW_NS => Ok(self.epoch.elapsed().as_nanos() as u64),
+            ids::CSX_TRACE => self.trace_message(args, mem),
+            ids::CSX_FILTER_U32 => self.filter(4, args, mem),
+            ids::CSX_FILTER_U64 => self.filter(8, args, mem),
+            ids::CSX_SORT_U64 => self.sort(args, mem),
+            // The VM only calls ids in the table, so this is a table/host mismatch.
+            _ => self.fail("device", CSX_ENOSYS, format!("function {id} is not implemented")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csx_ebpf::memory::RegionIdx;
+    use std::sync::Arc;
+
+    fn store(dir: &std::path::Path) -> FileStore {
+        let nvm = Arc::new(crate::nvm::Nvm::create(dir.join("nvm.img"), 1 << 20).unwrap());
+        FileStore::open_or_create(dir, nvm).unwrap()
+    }
+
+    #[test]
+    fn table_is_consistent() {
+        let t = function_table();
+        assert_eq!(t.len(), FUNCTIONS.len());
+        for f in FUNCTIONS {
+            assert_eq!(t.by_name(f.name).unwrap().id, f.id);
+            assert!(f.c_decl.contains(f.name));
+        }
+        assert_eq!(function_infos().len(), FUNCTIONS.len());
+    }
+
+    #[test]
+    fn file_functions_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        files.write_at("/a.txt", 0, b"hello world").unwrap();
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let mut region = *b"/a.txt\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
+        assert_eq!(ctx.call(ids::CSX_FILE_SIZE, [base, 6, 0, 0, 0], &mut mem), Ok(11));
+        assert_eq!(ctx.call(ids::CSX_FILE_READ, [base, 6, 6, base + 8, 10], &mut mem), Ok(5));
+        assert_eq!(mem.slice(base + 8, 5).unwrap(), b"world");
+        assert!(ctx.detail.is_none());
+        assert_eq!(ctx.call(ids::CSX_FILE_SIZE, [base, 5, 0, 0, 0], &mut mem), Ok(CSX_ENOENT as u64));
+        let d = ctx.detail.clone().unwrap();
+        assert_eq!((d.function.as_str(), d.code), ("csx_file_size", CSX_ENOENT));
+        assert_eq!(ctx.call(ids::CSX_FILE_WRITE, [base, 6, 11, base + 8, 5], &mut mem), Ok(5));
+        assert_eq!(files.stat("/a.txt").unwrap().size, 16);
+    }
+
+    #[test]
+    fn filters_sort_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let mut region = vec![0u8; 128];
+        for (i, v) in [5u64, 1, 9, 3, 7].iter().enumerate() {
+            region[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
+        let n = ctx.call(ids::CSX_FILTER_U64, [base, 40, cmp::CSX_CMP_GE, 5, base + 100], &mut mem);
+        assert_eq!(n, Ok(3));
+        assert_eq!(mem.load(base + 100, 1), Ok(0b10101));
+        let n = ctx.call(ids::CSX_FILTER_U32, [base, 40, cmp::CSX_CMP_EQ, 0, base + 100], &mut mem);
+        assert_eq!(n, Ok(5));
+        assert_eq!(ctx.call(ids::CSX_SORT_U64, [base, 40, 0, 0, 0], &mut mem), Ok(5));
+        let sorted: Vec<u64> = (0..5).map(|i| mem.load(base + i * 8, 8).unwrap()).collect();
+        assert_eq!(sorted, [1, 3, 5, 7, 9]);
+        assert_eq!(ctx.call(ids::CSX_SORT_U64, [base, 7, 0, 0, 0], &mut mem), Ok(CSX_EINVAL as u64));
+        // A bitmap outside memory fails with EFAULT, not a trap.
+        let n = ctx.call(ids::CSX_FILTER_U64, [base, 40, 0, 5, base + 128], &mut mem);
+        assert_eq!(n, Ok(CSX_EFAULT as u64));
+        mem.store(base, 8, u64::from_le_bytes(*b"hi\0junk!")).unwrap();
+        assert_eq!(ctx.call(ids::CSX_TRACE, [base, 8, 0, 0, 0], &mut mem), Ok(0));
+        assert_eq!(ctx.trace, ["hi"]);
+        assert_eq!(ctx.detail.as_ref().unwrap().function, "csx_sort_u64");
+    }
+}

@@ -1,0 +1,713 @@
+//! The compute namespace: program slots indexed by PIND (TP4091).
+//!
+//! A slot's lifecycle, checked in debug builds by [`can_transition`]:
+//!
+//! ```text
+//!            load chunk (complete)               activate
+//!   Empty ──────────────────────────▶ Loaded ─────────────▶ Active
+//!     │  ▲                              │ ▲ ◀───────────────  │
+//!     │  │ unload                 unload│ │    deactivate     │
+//!     │  └──────────────────────────────┘ │                   │
+//!     │  ◀───────────────────────────────────────────────────┘ unload (no runs)
+//!     │ load chunk (partial)              │ last chunk
+//!     └──────────────────▶ Loading ───────┘
+//!                      (chunks; unload → Empty)
+//! ```
+//!
+//! Loading parses the image (an ELF object or raw bytecode) once complete, so a
+//! malformed image is refused at load with 8Eh; activation verifies it and builds its
+//! engine (the interpreter, or the JIT); executions borrow the engine through a
+//! [`RunTicket`], and a slot with runs in flight can be neither deactivated nor
+//! unloaded (99h).
+//!
+//! Loaded slots persist in `programs/` in the state directory (the image and a small
+//! JSON record, each written atomically), with their activation, and are restored when
+//! the device opens.
+//!
+//! Invariants:
+//! * `bytes_total` is the sum of `total_size_bytes` over non-empty slots and never
+//!   exceeds [`PROGRAM_BYTES_TOTAL_MAX`] (TP4091 MAXPB).
+//! * `active_count` is the number of Active slots, at most [`PROGRAMS_ACTIVE_MAX`].
+//! * A slot is Active exactly when it holds an engine.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use csx_ebpf::engine::Engine;
+use csx_ebpf::helper::FunctionTable;
+use csx_ebpf::program::Program;
+use csx_proto::limits::{PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT};
+use csx_proto::{EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType, Status};
+
+use crate::state::write_atomic;
+
+/// Directory of persisted programs in the state directory.
+pub const PROGRAMS_DIR_NAME: &str = "programs";
+
+/// Whether a slot may move from `from` to `to` (see the module doc).
+pub fn can_transition(from: ProgramState, to: ProgramState) -> bool {
+    use ProgramState::*;
+    matches!(
+        (from, to),
+        (Empty, Loading)
+            | (Empty, Loaded)
+            | (Loading, Loading)
+            | (Loading, Loaded)
+            | (Loading, Empty)
+            | (Loaded, Active)
+            | (Loaded, Empty)
+            | (Active, Loaded)
+            | (Active, Empty)
+    )
+}
+
+/// Why a program operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProgramError {
+    #[error("program index {pind} is outside the {PROGRAM_SLOTS_COUNT} slots")]
+    InvalidIndex { pind: u16 },
+    #[error("slot {pind} holds no program")]
+    NoProgram { pind: u16 },
+    #[error("program in slot {pind} is not activated")]
+    NotActivated { pind: u16 },
+    #[error("slot {pind} is in use: {reason}")]
+    InUse { pind: u16, reason: &'static str },
+    #[error("{count} programs are active, limit is {PROGRAMS_ACTIVE_MAX}")]
+    TooManyActive { count: u16 },
+    #[error("loading {size_bytes} bytes would make {total_bytes} bytes of programs, limit is {PROGRAM_BYTES_TOTAL_MAX}")]
+    BytesExceeded { size_bytes: u32, total_bytes: u64 },
+    #[error("program of {size_bytes} bytes exceeds the limit of {PROGRAM_SIZE_MAX}")]
+    TooBig { size_bytes: u32 },
+    #[error("chunk at offset {offset}: {reason}")]
+    BadChunk { offset: u32, reason: String },
+    #[error("loader: {message}")]
+    Load { message: String },
+    #[error("verifier: {message}")]
+    Verify { message: String },
+    #[error("jit: {message}")]
+    Jit { message: String },
+    #[error("cannot persist slot {pind}: {message}")]
+    Persist { pind: u16, message: String },
+}
+
+impl ProgramError {
+    /// The completion status for this error (TP4091's codes where they apply).
+    pub fn status(&self) -> Status {
+        match self {
+            ProgramError::InvalidIndex { .. } => Status::InvalidProgramIndex,
+            ProgramError::NoProgram { .. } => Status::NoProgram,
+            ProgramError::NotActivated { .. } => Status::ProgramNotActivated,
+            ProgramError::InUse { .. } => Status::ProgramInUse,
+            ProgramError::TooManyActive { .. } => Status::MaximumProgramsActivated,
+            ProgramError::BytesExceeded { .. } => Status::MaximumProgramBytesExceeded,
+            ProgramError::TooBig { .. } => Status::ProgramTooBig,
+            ProgramError::BadChunk { .. } => Status::InvalidField,
+            ProgramError::Load { .. } | ProgramError::Verify { .. } => Status::InvalidProgramData,
+            ProgramError::Jit { .. } => Status::InsufficientProgramResources,
+            ProgramError::Persist { .. } => Status::IoError,
+        }
+    }
+
+    /// The component that refused, for the completion's error detail.
+    pub fn component(&self) -> &'static str {
+        match self {
+            ProgramError::Load { .. } => "loader",
+            ProgramError::Verify { .. } => "verifier",
+            ProgramError::Jit { .. } => "jit",
+            _ => "programs",
+        }
+    }
+}
+
+struct ActiveEngine {
+    kind: EngineKind,
+    engine: Arc<dyn Engine>,
+}
+
+#[derive(Default)]
+struct Slot {
+    state: SlotStateTag,
+    ptype: Option<ProgramType>,
+    total_size_bytes: u32,
+    image: Vec<u8>,
+    entry: Option<String>,
+    name: String,
+    active: Option<ActiveEngine>,
+    runs_in_flight: u32,
+    executions: u64,
+}
+
+/// `ProgramState` with a `Default`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SlotStateTag(ProgramState);
+
+impl Default for SlotStateTag {
+    fn default() -> Self {
+        SlotStateTag(ProgramState::Empty)
+    }
+}
+
+impl Slot {
+    fn state(&self) -> ProgramState {
+        self.state.0
+    }
+
+    fn set_state(&mut self, to: ProgramState) {
+        debug_assert!(
+            can_transition(self.state(), to) || (self.state() == to && to == ProgramState::Loading),
+            "slot transition {:?} -> {:?}",
+            self.state(),
+            to
+        );
+        self.state = SlotStateTag(to);
+    }
+}
+
+struct Inner {
+    slots: Vec<Slot>,
+    bytes_total: u64,
+    active_count: u16,
+}
+
+/// An execution's hold on an active program.
+pub struct RunTicket<'a> {
+    programs: &'a Programs,
+    pind: ProgramIndex,
+    /// The program's engine.
+    pub engine: Arc<dyn Engine>,
+}
+
+impl std::fmt::Debug for RunTicket<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunTicket").field("pind", &self.pind).finish_non_exhaustive()
+    }
+}
+
+impl Drop for RunTicket<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.programs.lock();
+        let slot = &mut inner.slots[usize::from(self.pind.0)];
+        assert!(slot.runs_in_flight > 0, "a ticket's run is counted");
+        slot.runs_in_flight -= 1;
+    }
+}
+
+/// The compute namespace.
+pub struct Programs {
+    inner: Mutex<Inner>,
+    functions: Arc<FunctionTable>,
+    jit_enabled: bool,
+    dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Programs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Programs").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// What `programs/<pind>.json` records.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SlotRecord {
+    ptype: String,
+    entry: Option<String>,
+    /// "interpreter", "jit" or null.
+    engine: Option<String>,
+}
+
+/// How long each phase of an activation took.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ActivationTiming {
+    /// Parsing and verifying.
+    pub verify: Duration,
+    /// Building the engine (JIT compile).
+    pub compile: Duration,
+}
+
+fn slot_index(pind: ProgramIndex) -> Result<usize, ProgramError> {
+    if pind.0 >= PROGRAM_SLOTS_COUNT {
+        return Err(ProgramError::InvalidIndex { pind: pind.0 });
+    }
+    Ok(usize::from(pind.0))
+}
+
+impl Programs {
+    /// An empty compute namespace whose programs call `functions`. With `dir`, loaded
+    /// programs persist there.
+    pub fn new(functions: Arc<FunctionTable>, jit_enabled: bool, dir: Option<PathBuf>) -> Programs {
+        Programs {
+            inner: Mutex::new(Inner {
+                slots: (0..PROGRAM_SLOTS_COUNT).map(|_| Slot::default()).collect(),
+                bytes_total: 0,
+                active_count: 0,
+            }),
+            functions,
+            jit_enabled,
+            dir,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // See `Slm::lock`: no method leaves the table half-updated across a panic point.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The function table programs are linked and verified against.
+    pub fn functions(&self) -> &Arc<FunctionTable> {
+        &self.functions
+    }
+
+    /// Applies one Load Program chunk. Returns the bytes received so far.
+    pub fn load_chunk(
+        &self,
+        pind: ProgramIndex,
+        ptype: ProgramType,
+        total_size_bytes: u32,
+        offset: u32,
+        data: &[u8],
+        entry: Option<&str>,
+    ) -> Result<u32, ProgramError> {
+        let idx = slot_index(pind)?;
+        if total_size_bytes > PROGRAM_SIZE_MAX {
+            return Err(ProgramError::TooBig { size_bytes: total_size_bytes });
+        }
+        let bad = |reason: &str| ProgramError::BadChunk { offset, reason: reason.to_string() };
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let slot = &mut inner.slots[idx];
+        match (slot.state(), offset) {
+            (ProgramState::Loaded | ProgramState::Active, _) => {
+                return Err(ProgramError::InUse { pind: pind.0, reason: "the slot holds a program; unload it first" })
+            }
+            (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
+                // A new load, or a restart of one: release what the slot held.
+                inner.bytes_total -= u64::from(slot.total_size_bytes);
+                let total = inner.bytes_total + u64::from(total_size_bytes);
+                if total > PROGRAM_BYTES_TOTAL_MAX {
+                    *slot = Slot::default();
+                    return Err(ProgramError::BytesExceeded { size_bytes: total_size_bytes, total_bytes: total });
+                }
+                inner.bytes_total = total;
+                slot.ptype = Some(ptype);
+                slot.total_size_bytes = total_size_bytes;
+                slot.image = Vec::with_capacity(total_size_bytes as usize);
+                slot.entry = entry.map(str::to_owned);
+                slot.set_state(ProgramState::Loading);
+            }
+            (ProgramState::Empty, _) => return Err(bad("no load in progress; the first chunk has offset 0")),
+            (ProgramState::Loading, _) => {
+                if slot.image.len() != offset as usize {
+                    return Err(bad(&format!("expected offset {}", slot.image.len())));
+                }
+                if slot.total_size_bytes != total_size_bytes || slot.ptype != Some(ptype) {
+                    return Err(bad("total size or program type differs from the first chunk"));
+                }
+                if entry.is_some() {
+                    return Err(bad("only the first chunk may name the entry"));
+                }
+            }
+        }
+        if offset as usize + data.len() > total_size_bytes as usize {
+            return Err(bad("chunk runs past the program's total size"));
+        }
+        slot.image.extend_from_slice(data);
+        let received = slot.image.len() as u32;
+        if received < total_size_bytes {
+            return Ok(received);
+        }
+        // The image is complete: parse it now so a malformed image is refused at load.
+        match self.parse(slot.ptype.expect("set by the first chunk"), &slot.image, slot.entry.as_deref(), pind) {
+            Ok(program) => {
+                slot.name = program.name;
+                slot.set_state(ProgramState::Loaded);
+            }
+            Err(e) => {
+                inner.bytes_total -= u64::from(slot.total_size_bytes);
+                slot.set_state(ProgramState::Empty);
+                *slot = Slot::default();
+                return Err(e);
+            }
+        }
+        let record = SlotRecord { ptype: ptype_name(ptype).into(), entry: slot.entry.clone(), engine: None };
+        let image = slot.image.clone();
+        drop(guard);
+        self.persist(pind, Some((&image, &record)))?;
+        Ok(received)
+    }
+
+    fn parse(&self, ptype: ProgramType, image: &[u8], entry: Option<&str>, pind: ProgramIndex) -> Result<Program, ProgramError> {
+        let loaded = match ptype {
+            ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &self.functions),
+            ProgramType::Raw => csx_ebpf::loader::load_raw(&format!("raw{}", pind.0), image),
+        };
+        loaded.map_err(|e| ProgramError::Load { message: e.to_string() })
+    }
+
+    /// Empties a slot (deactivating it first). Refused while runs are in flight.
+    pub fn unload(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
+        let idx = slot_index(pind)?;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let slot = &mut inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty => return Err(ProgramError::NoProgram { pind: pind.0 }),
+            _ if slot.runs_in_flight > 0 => {
+                return Err(ProgramError::InUse { pind: pind.0, reason: "executions are in flight" })
+            }
+            ProgramState::Active => inner.active_count -= 1,
+            ProgramState::Loading | ProgramState::Loaded => {}
+        }
+        let was_persisted = slot.state() != ProgramState::Loading;
+        inner.bytes_total -= u64::from(slot.total_size_bytes);
+        slot.set_state(ProgramState::Empty);
+        *slot = Slot::default();
+        drop(guard);
+        if was_persisted {
+            self.persist(pind, None)?;
+        }
+        Ok(())
+    }
+
+    /// Verifies the slot's program and builds its engine.
+    pub fn activate(&self, pind: ProgramIndex, kind: EngineKind) -> Result<ActivationTiming, ProgramError> {
+        let idx = slot_index(pind)?;
+        // First, check the slot and copy out what the build needs, then build without
+        // holding the lock (a JIT compile takes milliseconds; executions keep running).
+        let (ptype, image, entry) = {
+            let inner = self.lock();
+            let slot = &inner.slots[idx];
+            match slot.state() {
+                ProgramState::Empty | ProgramState::Loading => return Err(ProgramError::NoProgram { pind: pind.0 }),
+                ProgramState::Active if slot.active.as_ref().map(|a| a.kind) == Some(kind) => {
+                    return Ok(ActivationTiming::default())
+                }
+                ProgramState::Active => {
+                    return Err(ProgramError::InUse { pind: pind.0, reason: "active on another engine; deactivate first" })
+                }
+                ProgramState::Loaded => {}
+            }
+            if inner.active_count >= PROGRAMS_ACTIVE_MAX {
+                return Err(ProgramError::TooManyActive { count: inner.active_count });
+            }
+            (slot.ptype.expect("a loaded slot has a type"), slot.image.clone(), slot.entry.clone())
+        };
+        let (engine, timing) = self.build(ptype, &image, entry.as_deref(), pind, kind)?;
+        // Then install it, if the slot did not change meanwhile (only the admin worker
+        // changes slots, so it cannot have; checked all the same).
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if inner.active_count >= PROGRAMS_ACTIVE_MAX {
+            return Err(ProgramError::TooManyActive { count: inner.active_count });
+        }
+        let slot = &mut inner.slots[idx];
+        if slot.state() != ProgramState::Loaded || slot.image != image {
+            return Err(ProgramError::InUse { pind: pind.0, reason: "the slot changed during activation" });
+        }
+        slot.active = Some(ActiveEngine { kind, engine });
+        slot.executions = 0;
+        slot.set_state(ProgramState::Active);
+        inner.active_count += 1;
+        let record = SlotRecord {
+            ptype: ptype_name(ptype).into(),
+            entry: slot.entry.clone(),
+            engine: Some(engine_name(kind).into()),
+        };
+        drop(guard);
+        self.persist_record(pind, &record)?;
+        Ok(timing)
+    }
+
+    fn build(
+        &self,
+        ptype: ProgramType,
+        image: &[u8],
+        entry: Option<&str>,
+        pind: ProgramIndex,
+        kind: EngineKind,
+    ) -> Result<(Arc<dyn Engine>, ActivationTiming), ProgramError> {
+        let start = Instant::now();
+        let program = self.parse(ptype, image, entry, pind)?;
+        let verified = csx_ebpf::verifier::verify(program, Arc::clone(&self.functions))
+            .map_err(|e| ProgramError::Verify { message: e.to_string() })?;
+        let verified = Arc::new(verified);
+        let verify = start.elapsed();
+        let start = Instant::now();
+        let engine: Arc<dyn Engine> = match kind {
+            EngineKind::Interpreter => Arc::new(csx_ebpf::interp::Interpreter::new(verified)),
+            EngineKind::Jit if !self.jit_enabled => {
+                return Err(ProgramError::Jit { message: "the JIT is disabled on this device".into() })
+            }
+            EngineKind::Jit => Arc::new(
+                csx_ebpf_jit::JitProgram::compile(verified).map_err(|e| ProgramError::Jit { message: e.to_string() })?,
+            ),
+        };
+        Ok((engine, ActivationTiming { verify, compile: start.elapsed() }))
+    }
+
+    /// Releases the slot's engine. Refused while runs are in flight.
+    pub fn deactivate(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
+        let idx = slot_index(pind)?;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let slot = &mut inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty | ProgramState::Loading => return Err(ProgramError::NoProgram { pind: pind.0 }),
+            ProgramState::Loaded => return Err(ProgramError::NotActivated { pind: pind.0 }),
+            ProgramState::Active if slot.runs_in_flight > 0 => {
+                return Err(ProgramError::InUse { pind: pind.0, reason: "executions are in flight" })
+            }
+            ProgramState::Active => {}
+        }
+        slot.active = None;
+        slot.set_state(ProgramState::Loaded);
+        inner.active_count -= 1;
+        let record = SlotRecord {
+            ptype: ptype_name(slot.ptype.expect("a loaded slot has a type")).into(),
+            entry: slot.entry.clone(),
+            engine: None,
+        };
+        drop(guard);
+        self.persist_record(pind, &record)
+    }
+
+    /// Borrows the slot's engine for one execution.
+    pub fn begin_run(&self, pind: ProgramIndex) -> Result<RunTicket<'_>, ProgramError> {
+        let idx = slot_index(pind)?;
+        let mut inner = self.lock();
+        let slot = &mut inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty | ProgramState::Loading => Err(ProgramError::NoProgram { pind: pind.0 }),
+            ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
+            ProgramState::Active => {
+                let engine = Arc::clone(&slot.active.as_ref().expect("an active slot has an engine").engine);
+                slot.runs_in_flight += 1;
+                slot.executions += 1;
+                Ok(RunTicket { programs: self, pind, engine })
+            }
+        }
+    }
+
+    /// The occupied slots (TP4091 log page 82h).
+    pub fn list(&self) -> Vec<ProgramInfo> {
+        let inner = self.lock();
+        inner
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state() != ProgramState::Empty)
+            .map(|(i, s)| ProgramInfo {
+                pind: ProgramIndex(i as u16),
+                state: s.state(),
+                ptype: s.ptype.expect("an occupied slot has a type"),
+                size_bytes: s.total_size_bytes,
+                loaded_bytes: s.image.len() as u32,
+                name: s.name.clone(),
+                engine: s.active.as_ref().map(|a| a.kind),
+                executions: s.executions,
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------------------------
+    // Persistence.
+
+    fn paths(&self, pind: ProgramIndex) -> Option<(PathBuf, PathBuf)> {
+        let dir = self.dir.as_ref()?;
+        Some((dir.join(format!("{}.img", pind.0)), dir.join(format!("{}.json", pind.0))))
+    }
+
+    fn persist(&self, pind: ProgramIndex, contents: Option<(&[u8], &SlotRecord)>) -> Result<(), ProgramError> {
+        let Some((img, json)) = self.paths(pind) else { return Ok(()) };
+        let err = |e: &dyn std::fmt::Display| ProgramError::Persist { pind: pind.0, message: e.to_string() };
+        match contents {
+            Some((image, record)) => {
+                write_atomic(&img, image).map_err(|e| err(&e))?;
+                self.persist_record(pind, record)
+            }
+            None => {
+                // The record goes first: a record without an image is ignored at restore.
+                for p in [&json, &img] {
+                    match fs::remove_file(p) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(err(&e)),
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn persist_record(&self, pind: ProgramIndex, record: &SlotRecord) -> Result<(), ProgramError> {
+        let Some((_, json)) = self.paths(pind) else { return Ok(()) };
+        let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
+        write_atomic(&json, &bytes).map_err(|e| ProgramError::Persist { pind: pind.0, message: e.to_string() })
+    }
+
+    /// Reloads persisted slots (and reactivates those that were active). Returns what
+    /// could not be restored, slot by slot; those slots stay empty or loaded.
+    pub fn restore(&self) -> Vec<(ProgramIndex, ProgramError)> {
+        let Some(dir) = self.dir.clone() else { return Vec::new() };
+        let mut failures = Vec::new();
+        for i in 0..PROGRAM_SLOTS_COUNT {
+            let pind = ProgramIndex(i);
+            if let Err(e) = self.restore_slot(&dir, pind) {
+                failures.push((pind, e));
+            }
+        }
+        failures
+    }
+
+    fn restore_slot(&self, dir: &Path, pind: ProgramIndex) -> Result<(), ProgramError> {
+        let json = dir.join(format!("{}.json", pind.0));
+        let Ok(bytes) = fs::read(&json) else { return Ok(()) };
+        let bad = |message: String| ProgramError::Persist { pind: pind.0, message };
+        let record: SlotRecord = serde_json::from_slice(&bytes).map_err(|e| bad(format!("{}: {e}", json.display())))?;
+        let image = fs::read(dir.join(format!("{}.img", pind.0))).map_err(|e| bad(e.to_string()))?;
+        let ptype = match record.ptype.as_str() {
+            "elf" => ProgramType::Elf,
+            "raw" => ProgramType::Raw,
+            other => return Err(bad(format!("unknown program type {other:?}"))),
+        };
+        let size = u32::try_from(image.len()).map_err(|_| ProgramError::TooBig { size_bytes: u32::MAX })?;
+        // Replay the load (which rewrites the same files, atomically).
+        self.load_chunk(pind, ptype, size, 0, &image, record.entry.as_deref())?;
+        match record.engine.as_deref() {
+            None => Ok(()),
+            Some("jit") => self.activate(pind, EngineKind::Jit).map(drop),
+            Some(_) => self.activate(pind, EngineKind::Interpreter).map(drop),
+        }
+    }
+}
+
+fn ptype_name(t: ProgramType) -> &'static str {
+    match t {
+        ProgramType::Elf => "elf",
+        ProgramType::Raw => "raw",
+    }
+}
+
+fn engine_name(k: EngineKind) -> &'static str {
+    match k {
+        EngineKind::Interpreter => "interpreter",
+        EngineKind::Jit => "jit",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csx_ebpf::isa::Insn;
+
+    /// `mov r0, 42; exit` as raw bytes.
+    fn ret42() -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&[0xb7, 0x00, 0x00, 0x00, 42, 0, 0, 0]);
+        v.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+        v
+    }
+
+    fn programs() -> Programs {
+        Programs::new(Arc::new(FunctionTable::new()), true, None)
+    }
+
+    #[test]
+    fn transition_table() {
+        use ProgramState::*;
+        assert!(can_transition(Empty, Loaded));
+        assert!(can_transition(Active, Loaded));
+        assert!(!can_transition(Empty, Active));
+        assert!(!can_transition(Loading, Active));
+        assert!(!can_transition(Active, Active));
+        let _ = std::mem::size_of::<Insn>();
+    }
+
+    #[test]
+    fn lifecycle_status_codes() {
+        let p = programs();
+        let pind = ProgramIndex(3);
+        assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
+        assert_eq!(p.begin_run(ProgramIndex(PROGRAM_SLOTS_COUNT)).unwrap_err().status(), Status::InvalidProgramIndex);
+        let img = ret42();
+        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 0, &img[..8], None).unwrap(), 8);
+        assert_eq!(p.list()[0].state, ProgramState::Loading);
+        assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
+        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 4, &img[8..12], None).unwrap_err().status(), Status::InvalidField);
+        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 8, &img[8..], None).unwrap(), 16);
+        assert_eq!(p.list()[0].state, ProgramState::Loaded);
+        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 0, &img, None).unwrap_err().status(), Status::ProgramInUse);
+        assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::ProgramNotActivated);
+        assert_eq!(p.deactivate(pind).unwrap_err().status(), Status::ProgramNotActivated);
+        p.activate(pind, EngineKind::Interpreter).unwrap();
+        {
+            let t = p.begin_run(pind).unwrap();
+            assert_eq!(t.engine.program().insns().len(), 2);
+            assert_eq!(p.deactivate(pind).unwrap_err().status(), Status::ProgramInUse);
+            assert_eq!(p.unload(pind).unwrap_err().status(), Status::ProgramInUse);
+        }
+        assert_eq!(p.list()[0].executions, 1);
+        p.deactivate(pind).unwrap();
+        p.unload(pind).unwrap();
+        assert!(p.list().is_empty());
+        assert_eq!(p.unload(pind).unwrap_err().status(), Status::NoProgram);
+    }
+
+    #[test]
+    fn bad_images_are_refused_at_load() {
+        let p = programs();
+        let e = p.load_chunk(ProgramIndex(0), ProgramType::Raw, 5, 0, &[1, 2, 3, 4, 5], None).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidProgramData);
+        let e = p.load_chunk(ProgramIndex(0), ProgramType::Elf, 4, 0, b"\x7fELX", None).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidProgramData);
+        assert!(p.list().is_empty());
+        // An unverifiable program loads (it parses) but does not activate: jump out of range.
+        let bad = [0x05, 0, 0x10, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        p.load_chunk(ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None).unwrap();
+        let e = p.activate(ProgramIndex(1), EngineKind::Interpreter).unwrap_err();
+        assert_eq!(e.status(), Status::InvalidProgramData);
+        assert_eq!(e.component(), "verifier");
+    }
+
+    #[test]
+    fn active_and_byte_limits() {
+        let p = programs();
+        let img = ret42();
+        for i in 0..=PROGRAMS_ACTIVE_MAX {
+            p.load_chunk(ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None).unwrap();
+        }
+        for i in 0..PROGRAMS_ACTIVE_MAX {
+            p.activate(ProgramIndex(i), EngineKind::Interpreter).unwrap();
+        }
+        let e = p.activate(ProgramIndex(PROGRAMS_ACTIVE_MAX), EngineKind::Interpreter).unwrap_err();
+        assert_eq!(e.status(), Status::MaximumProgramsActivated);
+        let big = (PROGRAM_BYTES_TOTAL_MAX / u64::from(PROGRAM_SIZE_MAX)) as u16;
+        for i in 0..big {
+            let pind = ProgramIndex(40 + i);
+            p.load_chunk(pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None).unwrap();
+        }
+        let e = p.load_chunk(ProgramIndex(60), ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None).unwrap_err();
+        assert_eq!(e.status(), Status::MaximumProgramBytesExceeded);
+    }
+
+    #[test]
+    fn persists_and_restores() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = Arc::new(FunctionTable::new());
+        let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
+        p.load_chunk(ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
+        p.activate(ProgramIndex(2), EngineKind::Interpreter).unwrap();
+        p.load_chunk(ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
+        p.load_chunk(ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
+        p.unload(ProgramIndex(6)).unwrap();
+        drop(p);
+        let q = Programs::new(table, true, Some(dir.path().to_path_buf()));
+        assert!(q.restore().is_empty());
+        let list = q.list();
+        assert_eq!(list.len(), 2);
+        assert_eq!((list[0].pind, list[0].state), (ProgramIndex(2), ProgramState::Active));
+        assert_eq!((list[1].pind, list[1].state), (ProgramIndex(5), ProgramState::Loaded));
+    }
+}

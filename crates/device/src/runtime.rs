@@ -1,0 +1,794 @@
+//! The device: its namespaces, its worker threads, and the asynchronous
+//! submission/completion interface hosts use (through a transport, or embedded).
+//!
+//! # Threads and queues
+//!
+//! ```text
+//!  QueuePair::submit ──▶ validate ──▶ route ──┬─▶ compute queue ──▶ N engine threads (Execute)
+//!  (any thread, returns                       ├─▶ transfer queue ─▶ M transfer workers
+//!   immediately)                              │                     (Memory Read/Write/Fill/Copy, files)
+//!                                             └─▶ admin queue ────▶ 1 admin worker
+//!                                                                   (programs, range sets, SLM
+//!                                                                    allocation, state, identify)
+//!  QueuePair::reap ◀── the pair's completion queue ◀── every worker posts there
+//! ```
+//!
+//! Transfers run beside executions, so staging the next input overlaps running the
+//! current program. Ordering between commands in flight is not guaranteed (as in NVMe);
+//! a command sees every command that *completed* before it was submitted (completion is
+//! the synchronisation point). Commands that touch the same SLM bytes concurrently are
+//! refused with 95h instead of being serialised (see `slm`).
+//!
+//! # Bounds
+//!
+//! A queue pair has at most `depth` commands submitted and not yet reaped; its
+//! completion queue has exactly that capacity, so posting never blocks or fails. At most
+//! [`QUEUE_PAIRS_MAX`] pairs exist, which bounds every work queue at
+//! `QUEUE_PAIRS_MAX × QUEUE_DEPTH_MAX` entries.
+//!
+//! # Lifecycle
+//!
+//! `Device::init` creates the state directory; `Device::open` opens it (one device per
+//! directory at a time, enforced by a lock file). `Device::close` refuses new
+//! submissions, lets the workers finish everything queued, then saves the shared state
+//! and flushes the file store. A departing queue pair's allocations and range sets are
+//! reclaimed.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use csx_ebpf::helper::FunctionTable;
+use csx_proto::limits::*;
+use csx_proto::*;
+
+use crate::config::{ConfigError, DeviceConfig, CONFIG_FILE_NAME};
+use crate::filestore::{FileStore, FileStoreError};
+use crate::functions::{function_infos, function_table};
+use crate::nvm::{Nvm, NvmError};
+use crate::programs::{ProgramError, Programs, PROGRAMS_DIR_NAME};
+use crate::queue::WorkQueue;
+use crate::rangeset::RangeSets;
+use crate::slm::{LeaseRequest, Slm, SlmError};
+use crate::state::{SharedState, StateError};
+
+/// File name of the NVM image in the state directory.
+pub const NVM_FILE_NAME: &str = "nvm.img";
+
+/// File name of the lock that keeps a state directory to one device.
+pub const LOCK_FILE_NAME: &str = "device.lock";
+
+/// How long a worker polls its queue before sleeping: long enough to catch the next
+/// command of a busy host without a wake-up, short enough to idle cheaply.
+pub const WORKER_SPIN: Duration = Duration::from_micros(50);
+
+/// How long `QueuePair::reap` polls before sleeping.
+pub const REAP_SPIN: Duration = Duration::from_micros(50);
+
+/// Why a device could not be initialised or opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{} is already an initialised device", dir.display())]
+    AlreadyInitialized { dir: PathBuf },
+    #[error("{} is not a device state directory (no {CONFIG_FILE_NAME}); run `csx device init`", dir.display())]
+    NotInitialized { dir: PathBuf },
+    #[error("{} is in use by another device", dir.display())]
+    Locked { dir: PathBuf },
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io { path: PathBuf, op: &'static str, source: io::Error },
+    #[error(transparent)]
+    Nvm(#[from] NvmError),
+    #[error(transparent)]
+    FileStore(#[from] FileStoreError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("nvm image is {found} bytes, the configuration says {expected}")]
+    NvmSizeMismatch { found: u64, expected: u64 },
+    #[error("{count} queue pairs are open, limit is {QUEUE_PAIRS_MAX}")]
+    TooManyQueuePairs { count: u32 },
+    #[error("queue depth {depth} must be between 1 and {QUEUE_DEPTH_MAX}")]
+    BadQueueDepth { depth: u32 },
+    #[error("the device is closed")]
+    Closed,
+    #[error("cannot start a worker thread: {source}")]
+    Spawn { source: io::Error },
+}
+
+/// Why a submission was not accepted (it then produces no completion).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SubmitError {
+    #[error("queue pair has {depth} commands in flight, its depth")]
+    QueueFull { depth: u32 },
+    #[error("the device is shutting down")]
+    ShuttingDown,
+}
+
+/// Which worker pool runs an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Compute,
+    Transfer,
+    Admin,
+}
+
+fn class_of(op: &Op) -> Class {
+    match op {
+        Op::Execute { .. } => Class::Compute,
+        Op::MemWrite { .. }
+        | Op::MemRead { .. }
+        | Op::MemFill { .. }
+        | Op::MemCopy { .. }
+        | Op::FileWrite { .. }
+        | Op::FileRead { .. }
+        | Op::FileList { .. }
+        | Op::FileStat { .. }
+        | Op::FileDelete { .. }
+        | Op::FileTruncate { .. }
+        | Op::FileExtents { .. }
+        | Op::FileWriteFromMem { .. } => Class::Transfer,
+        _ => Class::Admin,
+    }
+}
+
+pub(crate) struct Job {
+    qp: Arc<QpShared>,
+    cmd: Command,
+    submitted: Instant,
+}
+
+#[derive(Debug)]
+pub(crate) struct QpShared {
+    client: ClientId,
+    depth: u32,
+    cq: WorkQueue<Completion>,
+    in_flight: AtomicU32,
+}
+
+/// Everything the workers share.
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: DeviceConfig,
+    pub(crate) engines: u32,
+    pub(crate) nvm: Arc<Nvm>,
+    pub(crate) files: FileStore,
+    pub(crate) slm: Arc<Slm>,
+    pub(crate) rangesets: RangeSets,
+    pub(crate) programs: Programs,
+    pub(crate) state: SharedState,
+    pub(crate) infos: Vec<FunctionInfo>,
+    pub(crate) epoch: Instant,
+    compute: WorkQueue<Job>,
+    transfer: WorkQueue<Job>,
+    admin: WorkQueue<Job>,
+    stopping: AtomicBool,
+    next_client: AtomicU32,
+    live_pairs: AtomicU32,
+}
+
+/// A csx device: NVM namespace with its file store, SLM, shared state, program slots
+/// and engines. Talk to it through [`QueuePair`]s.
+pub struct Device {
+    shared: Option<Arc<Shared>>,
+    threads: Vec<JoinHandle<()>>,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dir = self.shared.as_ref().map(|s| s.dir.clone());
+        f.debug_struct("Device").field("dir", &dir).field("threads", &self.threads.len()).finish()
+    }
+}
+
+fn io_err(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> DeviceError + '_ {
+    move |source| DeviceError::Io { path: path.to_path_buf(), op, source }
+}
+
+fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path, "open"))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(fs::TryLockError::WouldBlock) => Err(DeviceError::Locked { dir: dir.to_path_buf() }),
+        Err(fs::TryLockError::Error(e)) => Err(io_err(&path, "lock")(e)),
+    }
+}
+
+impl Device {
+    /// Creates a device in `dir` (created if missing; it must not hold a device) and
+    /// opens it.
+    pub fn init(dir: &Path, config: DeviceConfig) -> Result<Device, DeviceError> {
+        config.validate()?;
+        fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
+        if dir.join(CONFIG_FILE_NAME).exists() {
+            return Err(DeviceError::AlreadyInitialized { dir: dir.to_path_buf() });
+        }
+        let lock = lock_dir(dir)?;
+        // The configuration is written last: a directory without it is not a device, so
+        // an interrupted init is never mistaken for a working one.
+        let nvm = Arc::new(Nvm::create(dir.join(NVM_FILE_NAME), config.nvm_size_bytes)?);
+        let files = FileStore::create(dir, Arc::clone(&nvm))?;
+        let state = SharedState::create(dir, config.state_size_bytes)?;
+        let programs_dir = dir.join(PROGRAMS_DIR_NAME);
+        fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
+        config.save(dir)?;
+        Device::start(dir, config, nvm, files, state, lock)
+    }
+
+    /// Opens the device in `dir`.
+    pub fn open(dir: &Path) -> Result<Device, DeviceError> {
+        if !dir.join(CONFIG_FILE_NAME).exists() {
+            return Err(DeviceError::NotInitialized { dir: dir.to_path_buf() });
+        }
+        let lock = lock_dir(dir)?;
+        let config = DeviceConfig::load(dir)?;
+        let nvm = Arc::new(Nvm::open(dir.join(NVM_FILE_NAME))?);
+        if nvm.size() != config.nvm_size_bytes {
+            return Err(DeviceError::NvmSizeMismatch { found: nvm.size(), expected: config.nvm_size_bytes });
+        }
+        let files = FileStore::open(dir, Arc::clone(&nvm))?;
+        let state = SharedState::open(dir, config.state_size_bytes)?;
+        let programs_dir = dir.join(PROGRAMS_DIR_NAME);
+        fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
+        Device::start(dir, config, nvm, files, state, lock)
+    }
+
+    fn start(
+        dir: &Path,
+        config: DeviceConfig,
+        nvm: Arc<Nvm>,
+        files: FileStore,
+        state: SharedState,
+        lock: File,
+    ) -> Result<Device, DeviceError> {
+        let engines = config.engines_effective();
+        let transfer_workers = config.transfer_workers_effective();
+        let functions: Arc<FunctionTable> = Arc::new(function_table());
+        let jit = config.jit.unwrap_or(true);
+        let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)));
+        // Slots that fail to restore stay empty or loaded; the host sees them in a listing.
+        let _failures = programs.restore();
+        let queue_capacity = (QUEUE_PAIRS_MAX * QUEUE_DEPTH_MAX) as usize;
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            slm: Arc::new(Slm::new(config.slm_size_bytes)),
+            config,
+            engines,
+            nvm,
+            files,
+            rangesets: RangeSets::new(),
+            programs,
+            state,
+            infos: function_infos(),
+            epoch: Instant::now(),
+            compute: WorkQueue::new(queue_capacity),
+            transfer: WorkQueue::new(queue_capacity),
+            admin: WorkQueue::new(queue_capacity),
+            stopping: AtomicBool::new(false),
+            next_client: AtomicU32::new(1),
+            live_pairs: AtomicU32::new(0),
+        });
+        let mut device = Device { shared: Some(Arc::clone(&shared)), threads: Vec::new(), _lock: lock };
+        let pools = [(Class::Compute, engines, "engine"), (Class::Transfer, transfer_workers, "transfer"), (Class::Admin, 1, "admin")];
+        for (class, count, name) in pools {
+            for i in 0..count {
+                let s = Arc::clone(&shared);
+                let handle = std::thread::Builder::new()
+                    .name(format!("csx-{name}-{i}"))
+                    .spawn(move || worker(&s, class))
+                    .map_err(|source| DeviceError::Spawn { source })?;
+                device.threads.push(handle);
+            }
+        }
+        Ok(device)
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        self.shared.as_ref().expect("an open device has its shared state")
+    }
+
+    /// Opens a queue pair (a client) with room for `depth` commands in flight.
+    pub fn queue_pair(&self, depth: u32) -> Result<QueuePair, DeviceError> {
+        let shared = self.shared();
+        if depth == 0 || depth > QUEUE_DEPTH_MAX {
+            return Err(DeviceError::BadQueueDepth { depth });
+        }
+        if shared.stopping.load(Ordering::Acquire) {
+            return Err(DeviceError::Closed);
+        }
+        let count = shared.live_pairs.fetch_add(1, Ordering::AcqRel);
+        if count >= QUEUE_PAIRS_MAX {
+            shared.live_pairs.fetch_sub(1, Ordering::AcqRel);
+            return Err(DeviceError::TooManyQueuePairs { count });
+        }
+        let client = ClientId(shared.next_client.fetch_add(1, Ordering::Relaxed));
+        shared.slm.register_client(client);
+        Ok(QueuePair {
+            shared: Arc::downgrade(shared),
+            qp: Arc::new(QpShared { client, depth, cq: WorkQueue::new(depth as usize), in_flight: AtomicU32::new(0) }),
+        })
+    }
+
+    /// The configuration the device runs with.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.shared().config
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared().dir
+    }
+
+    /// Engine threads running.
+    pub fn engines(&self) -> u32 {
+        self.shared().engines
+    }
+
+    /// The device's file store, for host-side readers in the same process (issue 6's
+    /// host runtime reads extents itself).
+    pub fn file_store(&self) -> &FileStore {
+        &self.shared().files
+    }
+
+    /// Finishes everything queued, saves the shared state and flushes the file store.
+    pub fn close(mut self) -> Result<(), DeviceError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), DeviceError> {
+        let Some(shared) = self.shared.take() else { return Ok(()) };
+        shared.stopping.store(true, Ordering::Release);
+        shared.compute.close();
+        shared.transfer.close();
+        shared.admin.close();
+        for t in self.threads.drain(..) {
+            // A worker that panicked has already posted nothing more; the rest of the
+            // shutdown still runs so the file store is flushed.
+            let _ = t.join();
+        }
+        let saved = shared.state.save();
+        let flushed = shared.files.flush();
+        drop(shared);
+        saved?;
+        flushed?;
+        Ok(())
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Errors are lost here; `close` reports them.
+        let _ = self.shutdown();
+    }
+}
+
+/// One client's submission and completion queues (an NVMe queue pair).
+///
+/// `submit` never waits; completions arrive in any order and are matched by
+/// [`CommandId`]. Dropping the pair reclaims its SLM allocations and range sets.
+#[derive(Debug)]
+pub struct QueuePair {
+    shared: Weak<Shared>,
+    qp: Arc<QpShared>,
+}
+
+impl QueuePair {
+    /// This pair's client id.
+    pub fn client(&self) -> ClientId {
+        self.qp.client
+    }
+
+    /// Most commands in flight.
+    pub fn depth(&self) -> u32 {
+        self.qp.depth
+    }
+
+    /// Commands submitted and not yet reaped.
+    pub fn in_flight(&self) -> u32 {
+        self.qp.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Queues `cmd`. A command that fails validation is accepted and completes with
+    /// its error status; only a full pair or a closing device refuse outright.
+    pub fn submit(&self, cmd: Command) -> Result<(), SubmitError> {
+        let submitted = Instant::now();
+        let Some(shared) = self.shared.upgrade() else { return Err(SubmitError::ShuttingDown) };
+        if shared.stopping.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let in_flight = self.qp.in_flight.fetch_add(1, Ordering::AcqRel);
+        if in_flight >= self.qp.depth {
+            self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull { depth: self.qp.depth });
+        }
+        if let Err(e) = cmd.validate() {
+            let mut c = Completion::error(cmd.id, e.status(), "protocol", e.to_string());
+            c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
+            post(&self.qp, c);
+            return Ok(());
+        }
+        let queue = match class_of(&cmd.op) {
+            Class::Compute => &shared.compute,
+            Class::Transfer => &shared.transfer,
+            Class::Admin => &shared.admin,
+        };
+        let job = Job { qp: Arc::clone(&self.qp), cmd, submitted };
+        if queue.push(job).is_err() {
+            // Closed by a concurrent shutdown (never full: pairs × depth bound it).
+            self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// A completion if one is ready.
+    pub fn try_reap(&self) -> Option<Completion> {
+        let c = self.qp.cq.try_pop()?;
+        self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+        Some(c)
+    }
+
+    /// The next completion, waiting up to `timeout` (`None`: until one arrives). Returns
+    /// `None` on timeout, or at once if nothing is in flight.
+    pub fn reap(&self, timeout: Option<Duration>) -> Option<Completion> {
+        if self.in_flight() == 0 {
+            return None;
+        }
+        let c = self.qp.cq.pop(REAP_SPIN, timeout)?;
+        self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+        Some(c)
+    }
+
+    /// Submits `cmd` and waits for its completion: a blocking convenience for a pair
+    /// with nothing else in flight (a completion of another command would be lost, so
+    /// that is refused).
+    pub fn call(&self, cmd: Command) -> Result<Completion, SubmitError> {
+        assert_eq!(self.in_flight(), 0, "QueuePair::call needs a pair with nothing in flight");
+        self.submit(cmd)?;
+        // The only command in flight completes; workers always post.
+        Ok(self.reap(None).expect("a submitted command completes"))
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            // Range sets first: `RangeSets::create` checks the SLM under its own lock.
+            shared.rangesets.reclaim(self.qp.client);
+            shared.slm.reclaim(self.qp.client);
+            shared.live_pairs.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn post(qp: &QpShared, c: Completion) {
+    debug_assert!(c.validate().is_ok(), "device built an invalid completion: {:?}", c.validate());
+    // The pair's in-flight count reserved this slot at submission.
+    let pushed = qp.cq.push(c);
+    assert!(pushed.is_ok(), "completion queue overflow: in-flight accounting is broken");
+}
+
+fn worker(shared: &Shared, class: Class) {
+    let queue = match class {
+        Class::Compute => &shared.compute,
+        Class::Transfer => &shared.transfer,
+        Class::Admin => &shared.admin,
+    };
+    while let Some(job) = queue.pop(WORKER_SPIN, None) {
+        let started = Instant::now();
+        let mut c = shared.handle(job.qp.client, &job.cmd);
+        c.id = job.cmd.id;
+        c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
+        c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
+        post(&job.qp, c);
+    }
+}
+
+// ------------------------------------------------------------------------------------
+// Command handlers (everything but Execute, which is in `execute`).
+
+pub(crate) fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+fn ok(value: u64) -> Completion {
+    let mut c = Completion::new(CommandId(0), Status::Success);
+    c.value = value;
+    c
+}
+
+fn with_reply(reply: Reply) -> Completion {
+    let mut c = ok(0);
+    c.reply = reply;
+    c
+}
+
+fn fail(status: Status, component: &str, message: impl Into<String>) -> Completion {
+    Completion::error(CommandId(0), status, component, message)
+}
+
+fn slm_fail(e: &SlmError) -> Completion {
+    fail(e.status(), "slm", e.to_string())
+}
+
+fn program_fail(e: &ProgramError) -> Completion {
+    fail(e.status(), e.component(), e.to_string())
+}
+
+/// The completion status for a file store error.
+pub fn file_status(e: &FileStoreError) -> Status {
+    match e {
+        FileStoreError::NotFound { .. } => Status::NotFound,
+        FileStoreError::InvalidPath { .. }
+        | FileStoreError::NotADirectory { .. }
+        | FileStoreError::IsADirectory { .. } => Status::InvalidField,
+        FileStoreError::NoSpace { .. } | FileStoreError::TooManyExtents { .. } | FileStoreError::TooManyFiles { .. } => {
+            Status::NoSpace
+        }
+        FileStoreError::FileTooLarge { .. } => Status::OutOfRange,
+        FileStoreError::ImageTruncated { .. }
+        | FileStoreError::ImageSizeMismatch { .. }
+        | FileStoreError::MetaCorrupt { .. }
+        | FileStoreError::MetaMissing { .. } => Status::Corrupt,
+        FileStoreError::Nvm(NvmError::OutOfRange { .. }) => Status::OutOfRange,
+        _ => Status::IoError,
+    }
+}
+
+fn file_fail(e: &FileStoreError) -> Completion {
+    fail(file_status(e), "filestore", e.to_string())
+}
+
+impl Shared {
+    fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
+        match &cmd.op {
+            Op::Execute { .. } => self.execute(client, &cmd.op),
+            Op::Identify => with_reply(Reply::Device(self.identify())),
+            Op::ListFunctions => with_reply(Reply::Functions(self.infos.clone())),
+            Op::ListPrograms => with_reply(Reply::Programs(self.programs.list())),
+            Op::LoadProgram { pind, ptype, total_size_bytes, offset, data, entry } => {
+                let start = Instant::now();
+                let r = self.programs.load_chunk(*pind, *ptype, *total_size_bytes, *offset, data, entry.as_deref());
+                let mut c = match r {
+                    Ok(received) => ok(u64::from(received)),
+                    Err(e) => program_fail(&e),
+                };
+                c.timing.transfer_ns = ns(start.elapsed());
+                c
+            }
+            Op::UnloadProgram { pind } => self.programs.unload(*pind).map_or_else(|e| program_fail(&e), |()| ok(0)),
+            Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
+                Ok(t) => {
+                    let mut c = ok(0);
+                    c.timing.prepare_ns = ns(t.verify + t.compile);
+                    c
+                }
+                Err(e) => program_fail(&e),
+            },
+            Op::DeactivateProgram { pind } => {
+                self.programs.deactivate(*pind).map_or_else(|e| program_fail(&e), |()| ok(0))
+            }
+            Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges) {
+                Ok(rsid) => ok(u64::from(rsid.0)),
+                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+            },
+            Op::RangeSetDelete { rsid } => match self.rangesets.delete(client, *rsid) {
+                Ok(()) => ok(0),
+                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+            },
+            Op::ClearState { offset, len } => match self.state.clear(*offset, *len) {
+                Ok(()) => ok(0),
+                Err(e) => fail(Status::OutOfRange, "state", e.to_string()),
+            },
+            Op::Flush => self.flush(),
+            Op::MemAlloc { size_bytes } => match self.slm.alloc(client, *size_bytes) {
+                Ok(h) => ok(u64::from(h.0)),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemFree { handle } => self.slm.free(client, *handle).map_or_else(|e| slm_fail(&e), |()| ok(0)),
+            _ => self.transfer(client, &cmd.op),
+        }
+    }
+
+    fn identify(&self) -> DeviceInfo {
+        DeviceInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            abi_version: ABI_VERSION,
+            nvm_size_bytes: self.nvm.size(),
+            slm_size_bytes: self.slm.size_bytes(),
+            slm_free_bytes: self.slm.free_bytes(),
+            state_size_bytes: self.state.size_bytes(),
+            engines: self.engines,
+            program_slots: PROGRAM_SLOTS_COUNT,
+            programs_active_max: PROGRAMS_ACTIVE_MAX,
+            range_sets_max: RANGE_SETS_MAX,
+            ranges_per_set_max: RANGES_PER_SET_MAX as u16,
+            params_size_max: PARAMS_SIZE_MAX as u32,
+            program_size_max: PROGRAM_SIZE_MAX,
+            load_chunk_size_max: LOAD_CHUNK_SIZE_MAX,
+            mem_io_size_max: MEM_IO_SIZE_MAX,
+            file_io_size_max: FILE_IO_SIZE_MAX,
+            queue_depth_max: QUEUE_DEPTH_MAX,
+            fuel_default: csx_ebpf::limits::FUEL_DEFAULT,
+            jit: self.config.jit.unwrap_or(true),
+        }
+    }
+
+    fn flush(&self) -> Completion {
+        let start = Instant::now();
+        let mut c = match (self.files.flush(), self.state.save()) {
+            (Ok(()), Ok(())) => ok(0),
+            (Err(e), _) => file_fail(&e),
+            (_, Err(e)) => fail(Status::IoError, "state", e.to_string()),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+
+    /// Data movement: SLM and file commands, on the transfer workers.
+    fn transfer(&self, client: ClientId, op: &Op) -> Completion {
+        let start = Instant::now();
+        let mut c = match op {
+            Op::MemWrite { handle, offset, data } => match self.slm.write(client, *handle, *offset, data) {
+                Ok(()) => ok(data.len() as u64),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemRead { handle, offset, len } => {
+                let mut buf = vec![0u8; *len as usize];
+                match self.slm.read(client, *handle, *offset, &mut buf) {
+                    Ok(()) => with_reply(Reply::Data(buf)),
+                    Err(e) => slm_fail(&e),
+                }
+            }
+            Op::MemFill { handle, offset, len, byte } => match self.slm.fill(client, *handle, *offset, *len, *byte) {
+                Ok(()) => ok(*len),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemCopy { dst, dst_offset, sources } => self.mem_copy(client, *dst, *dst_offset, sources),
+            Op::FileWriteFromMem { path, offset, src } => {
+                let req = LeaseRequest { handle: src.handle, offset: src.offset, len: src.len, write: false };
+                match self.slm.lease(client, &[req]) {
+                    Ok(leases) => match self.files.write_at(path, *offset, leases.slice(0)) {
+                        Ok(()) => ok(src.len),
+                        Err(e) => file_fail(&e),
+                    },
+                    Err(e) => slm_fail(&e),
+                }
+            }
+            _ => self.file_op(op),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+
+    fn mem_copy(&self, client: ClientId, dst: MemHandle, dst_offset: u64, sources: &[CopySource]) -> Completion {
+        let total: u64 = sources.iter().map(CopySource::len).sum();
+        // Lease the destination and every SLM source in one step.
+        let mut reqs = vec![LeaseRequest { handle: dst, offset: dst_offset, len: total, write: true }];
+        for s in sources {
+            if let CopySource::Mem { handle, offset, len } = *s {
+                reqs.push(LeaseRequest { handle, offset, len, write: false });
+            }
+        }
+        let mut leases = match self.slm.lease(client, &reqs) {
+            Ok(l) => l,
+            Err(e) => return slm_fail(&e),
+        };
+        let mut slices = leases.slices_mut();
+        let (head, rest) = slices.split_at_mut(1);
+        let out = head[0].as_mut().expect("the destination is leased writable");
+        let mut pos = 0usize;
+        let mut mem_sources = rest.iter();
+        for (i, s) in sources.iter().enumerate() {
+            let len = s.len() as usize;
+            let piece = &mut out[pos..pos + len];
+            match s {
+                CopySource::File { path, offset, .. } => match self.files.read_at(path, *offset, piece) {
+                    Ok(n) if n == len => {}
+                    Ok(n) => {
+                        return fail(
+                            Status::OutOfRange,
+                            "filestore",
+                            format!("source {i}: {path} has {n} bytes at offset {offset}, {len} requested"),
+                        )
+                    }
+                    Err(e) => return fail(file_status(&e), "filestore", format!("source {i}: {e}")),
+                },
+                CopySource::Nvm { offset, .. } => {
+                    if let Err(e) = self.nvm.read_at(*offset, piece) {
+                        let status = if matches!(e, NvmError::OutOfRange { .. }) { Status::OutOfRange } else { Status::IoError };
+                        return fail(status, "nvm", format!("source {i}: {e}"));
+                    }
+                }
+                CopySource::Mem { .. } => {
+                    let src = mem_sources.next().expect("one lease per memory source");
+                    let src: &[u8] = match src {
+                        Ok(s) => s,
+                        Err(s) => s,
+                    };
+                    piece.copy_from_slice(src);
+                }
+            }
+            pos += len;
+        }
+        ok(total)
+    }
+
+    fn file_op(&self, op: &Op) -> Completion {
+        let r: Result<Completion, FileStoreError> = (|| {
+            Ok(match op {
+                Op::FileWrite { path, offset, data, mode } => {
+                    match mode {
+                        WriteMode::Write => {}
+                        WriteMode::Truncate => match self.files.truncate(path, 0) {
+                            Ok(()) | Err(FileStoreError::NotFound { .. }) => {}
+                            Err(e) => return Err(e),
+                        },
+                        WriteMode::CreateNew => match self.files.stat(path) {
+                            Ok(_) => return Ok(fail(Status::FileExists, "filestore", format!("{path} exists"))),
+                            Err(FileStoreError::NotFound { .. }) => {}
+                            Err(e) => return Err(e),
+                        },
+                    }
+                    self.files.write_at(path, *offset, data)?;
+                    ok(data.len() as u64)
+                }
+                Op::FileRead { path, offset, len } => {
+                    let size = self.files.stat(path)?.size;
+                    let n = size.saturating_sub(*offset).min(*len) as usize;
+                    let mut buf = vec![0u8; n];
+                    let got = self.files.read_at(path, *offset, &mut buf)?;
+                    buf.truncate(got);
+                    with_reply(Reply::Data(buf))
+                }
+                Op::FileList { dir } => {
+                    let all = self.files.list(dir)?;
+                    let mut files = Vec::new();
+                    let mut bytes = 0usize;
+                    let mut truncated = false;
+                    for st in all {
+                        bytes += st.path.len() + FileInfo::FIXED_SIZE;
+                        if files.len() >= FILE_LIST_ENTRIES_MAX || bytes > PAYLOAD_SIZE_MAX {
+                            truncated = true;
+                            break;
+                        }
+                        files.push(FileInfo { path: st.path, size_bytes: st.size, extent_count: st.extents });
+                    }
+                    with_reply(Reply::Files { files, truncated })
+                }
+                Op::FileStat { path } => {
+                    let st = self.files.stat(path)?;
+                    with_reply(Reply::File(FileInfo { path: st.path, size_bytes: st.size, extent_count: st.extents }))
+                }
+                Op::FileDelete { path } => {
+                    self.files.delete(path)?;
+                    ok(0)
+                }
+                Op::FileTruncate { path, size_bytes } => {
+                    self.files.truncate(path, *size_bytes)?;
+                    ok(0)
+                }
+                Op::FileExtents { path } => {
+                    let all = self.files.extents(path)?;
+                    let truncated = all.len() > EXTENTS_MAX;
+                    let extents = all
+                        .into_iter()
+                        .take(EXTENTS_MAX)
+                        .map(|e| ExtentInfo { file_offset: e.file_offset, nvm_offset: e.nvm_offset, len: e.len })
+                        .collect();
+                    with_reply(Reply::Extents { extents, truncated })
+                }
+                other => unreachable!("{} is not a file op", other.name()),
+            })
+        })();
+        r.unwrap_or_else(|e| file_fail(&e))
+    }
+}

@@ -1,0 +1,648 @@
+//! The memory namespace (SLM): device memory the host allocates, fills, reads and lends
+//! to programs as windows.
+//!
+//! One contiguous buffer of `slm_size_bytes`, zero pages mapped lazily by the OS.
+//! Allocations are variable-size ranges of it handed out by a best-fit allocator that
+//! coalesces on free (no fixed slots: Delilah's 1 GiB data slots fragment, these do not
+//! waste more than [`SLM_ALIGNMENT`] per allocation).
+//!
+//! Every command that touches SLM bytes first takes a [`Leases`]: the byte ranges it
+//! reads or writes, checked against the allocation's owner and bounds and against the
+//! leases of every other command in flight. A write lease excludes every other lease on
+//! overlapping bytes; read leases share. A conflict is refused (status 95h, in use) rather
+//! than waited for, as TP4091 does for a memory range set in use.
+//!
+//! Invariants:
+//! * Allocations are disjoint, inside the buffer, and [`SLM_ALIGNMENT`]-aligned.
+//! * Bytes under a write lease are reachable only through that lease; bytes under read
+//!   leases only for reading. This is what makes [`Leases::slices_mut`] sound.
+//! * An allocation is freed only when no lease covers it; freeing a leased allocation
+//!   is refused, and reclaiming a departed client's leased allocation defers the free to
+//!   its last lease's release.
+//! * A client that has departed ([`Slm::reclaim`]) can never allocate again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use csx_proto::limits::{SLM_ALIGNMENT, SLM_ALLOC_SIZE_MAX};
+use csx_proto::{ClientId, MemHandle, Status};
+
+/// Why an SLM operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SlmError {
+    #[error("cannot allocate {size_bytes} bytes: {free_bytes} free, largest free run {largest_bytes}")]
+    NoMemory { size_bytes: u64, free_bytes: u64, largest_bytes: u64 },
+    #[error("allocation of {size_bytes} bytes exceeds the limit of {limit}")]
+    TooLarge { size_bytes: u64, limit: u64 },
+    #[error("no allocation {handle} for this client")]
+    UnknownHandle { handle: MemHandle },
+    #[error("{len} bytes at offset {offset} reach outside {handle} of {size_bytes} bytes")]
+    OutOfRange { handle: MemHandle, offset: u64, len: u64, size_bytes: u64 },
+    #[error("bytes {offset}..+{len} of {handle} are in use by another command")]
+    InUse { handle: MemHandle, offset: u64, len: u64 },
+    #[error("ranges {first} and {second} of the command overlap")]
+    Overlap { first: usize, second: usize },
+    #[error("the client has disconnected")]
+    ClientGone,
+}
+
+impl SlmError {
+    /// The completion status for this error in a memory command.
+    pub fn status(&self) -> Status {
+        match self {
+            SlmError::NoMemory { .. } | SlmError::TooLarge { .. } => Status::InsufficientResources,
+            SlmError::UnknownHandle { .. } | SlmError::ClientGone => Status::InvalidMemoryNamespace,
+            SlmError::OutOfRange { .. } => Status::OutOfRange,
+            SlmError::InUse { .. } => Status::MemoryRangeSetInUse,
+            SlmError::Overlap { .. } => Status::OverlappingMemoryRanges,
+        }
+    }
+}
+
+/// One range a command asks to lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub handle: MemHandle,
+    pub offset: u64,
+    pub len: u64,
+    pub write: bool,
+}
+
+/// The backing buffer. Owned here; reached only through leases.
+struct Buffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain bytes owned by this struct; every access goes through a
+// lease, and the lease table (under `Slm::inner`'s mutex) guarantees that concurrent
+// accesses from different threads never overlap a writer (module invariant).
+unsafe impl Send for Buffer {}
+// SAFETY: as above.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    fn new(len: usize) -> Buffer {
+        // A zeroed allocation: large ones are fresh anonymous pages the OS maps lazily.
+        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("Box never yields null");
+        Buffer { ptr, len }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a `Box<[u8]>` of exactly
+        // `len` bytes in `new`, and are turned back into that box once, here.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Allocation {
+    /// Absolute offset in the buffer.
+    start: u64,
+    /// Bytes the client asked for (its visible size).
+    size_bytes: u64,
+    /// Bytes reserved (size rounded up to the alignment).
+    reserved_bytes: u64,
+    owner: ClientId,
+    /// Leases covering it.
+    lease_count: u32,
+    /// Reclaimed while leased: freed when `lease_count` drops to 0.
+    orphaned: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LeaseRecord {
+    id: u64,
+    start: u64,
+    end: u64,
+    write: bool,
+}
+
+/// Best-fit free list with coalescing: free runs by offset and by (size, offset).
+#[derive(Debug, Default)]
+struct FreeList {
+    by_offset: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+    free_bytes: u64,
+}
+
+impl FreeList {
+    fn new(total: u64) -> FreeList {
+        let mut f = FreeList::default();
+        if total > 0 {
+            f.insert(0, total);
+        }
+        f
+    }
+
+    fn insert(&mut self, offset: u64, len: u64) {
+        debug_assert!(len > 0);
+        self.by_offset.insert(offset, len);
+        self.by_size.insert((len, offset));
+        self.free_bytes += len;
+    }
+
+    fn remove(&mut self, offset: u64, len: u64) {
+        let removed = self.by_offset.remove(&offset);
+        assert_eq!(removed, Some(len), "free run index out of sync");
+        assert!(self.by_size.remove(&(len, offset)), "free run index out of sync");
+        self.free_bytes -= len;
+    }
+
+    fn largest(&self) -> u64 {
+        self.by_size.last().map_or(0, |&(len, _)| len)
+    }
+
+    /// The smallest run that fits `len` bytes; takes its head.
+    fn allocate(&mut self, len: u64) -> Option<u64> {
+        let &(run_len, offset) = self.by_size.range((len, 0)..).next()?;
+        self.remove(offset, run_len);
+        if run_len > len {
+            self.insert(offset + len, run_len - len);
+        }
+        Some(offset)
+    }
+
+    /// Returns a run, merging it with free neighbours.
+    fn release(&mut self, mut offset: u64, mut len: u64) {
+        if let Some((&prev, &prev_len)) = self.by_offset.range(..offset).next_back() {
+            assert!(prev + prev_len <= offset, "double free at {offset}");
+            if prev + prev_len == offset {
+                self.remove(prev, prev_len);
+                offset = prev;
+                len += prev_len;
+            }
+        }
+        if let Some(&next_len) = self.by_offset.get(&(offset + len)) {
+            self.remove(offset + len, next_len);
+            len += next_len;
+        }
+        self.insert(offset, len);
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    free: FreeList,
+    allocs: HashMap<MemHandle, Allocation>,
+    leases: Vec<LeaseRecord>,
+    live_clients: HashSet<ClientId>,
+    next_handle: u32,
+    next_lease: u64,
+}
+
+/// The memory namespace.
+pub struct Slm {
+    buffer: Buffer,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Slm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slm").field("size_bytes", &self.buffer.len).finish_non_exhaustive()
+    }
+}
+
+fn round_up(len: u64) -> u64 {
+    len.div_ceil(SLM_ALIGNMENT) * SLM_ALIGNMENT
+}
+
+impl Slm {
+    /// A namespace of `size_bytes`, all free.
+    pub fn new(size_bytes: u64) -> Slm {
+        let len = usize::try_from(size_bytes).expect("the configured SLM size fits in memory");
+        let usable = size_bytes - size_bytes % SLM_ALIGNMENT;
+        Slm {
+            buffer: Buffer::new(len),
+            inner: Mutex::new(Inner {
+                free: FreeList::new(usable),
+                allocs: HashMap::new(),
+                leases: Vec::new(),
+                live_clients: HashSet::new(),
+                next_handle: 1,
+                next_lease: 1,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock is a bug in this module; the table is still
+        // consistent enough to keep serving (no method leaves it half-updated before an
+        // assertion), so poisoning is ignored rather than spread to every thread.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes of the namespace.
+    pub fn size_bytes(&self) -> u64 {
+        self.buffer.len as u64
+    }
+
+    /// Bytes not allocated.
+    pub fn free_bytes(&self) -> u64 {
+        self.lock().free.free_bytes
+    }
+
+    /// Allows `client` to allocate.
+    pub fn register_client(&self, client: ClientId) {
+        let fresh = self.lock().live_clients.insert(client);
+        assert!(fresh, "client ids are never reused");
+    }
+
+    /// Allocates `size_bytes` for `owner`.
+    pub fn alloc(&self, owner: ClientId, size_bytes: u64) -> Result<MemHandle, SlmError> {
+        if size_bytes == 0 || size_bytes > SLM_ALLOC_SIZE_MAX {
+            return Err(SlmError::TooLarge { size_bytes, limit: SLM_ALLOC_SIZE_MAX });
+        }
+        let reserved_bytes = round_up(size_bytes);
+        let mut inner = self.lock();
+        if !inner.live_clients.contains(&owner) {
+            return Err(SlmError::ClientGone);
+        }
+        let Some(start) = inner.free.allocate(reserved_bytes) else {
+            return Err(SlmError::NoMemory {
+                size_bytes,
+                free_bytes: inner.free.free_bytes,
+                largest_bytes: inner.free.largest(),
+            });
+        };
+        debug_assert_eq!(start % SLM_ALIGNMENT, 0);
+        assert!(start + reserved_bytes <= self.buffer.len as u64);
+        let handle = loop {
+            let h = MemHandle(inner.next_handle);
+            inner.next_handle = inner.next_handle.checked_add(1).unwrap_or(1);
+            if h != MemHandle::NONE && !inner.allocs.contains_key(&h) {
+                break h;
+            }
+        };
+        inner.allocs.insert(
+            handle,
+            Allocation { start, size_bytes, reserved_bytes, owner, lease_count: 0, orphaned: false },
+        );
+        drop(inner);
+        // Allocations start zeroed, so no client sees another's old bytes.
+        self.zero(start, reserved_bytes);
+        Ok(handle)
+    }
+
+    fn zero(&self, start: u64, len: u64) {
+        // SAFETY: the range was just taken from the free list under the lock, so no lease
+        // and no other allocation covers it; it lies inside the buffer (asserted by the
+        // caller), and no handle to it has been returned yet.
+        unsafe {
+            std::ptr::write_bytes(self.buffer.ptr.as_ptr().add(start as usize), 0, len as usize);
+        }
+    }
+
+    /// Frees `owner`'s allocation `handle`; refused while a command uses it.
+    pub fn free(&self, owner: ClientId, handle: MemHandle) -> Result<(), SlmError> {
+        let mut inner = self.lock();
+        let a = match inner.allocs.get(&handle) {
+            Some(a) if a.owner == owner && !a.orphaned => a,
+            _ => return Err(SlmError::UnknownHandle { handle }),
+        };
+        if a.lease_count > 0 {
+            return Err(SlmError::InUse { handle, offset: 0, len: a.size_bytes });
+        }
+        let a = inner.allocs.remove(&handle).expect("looked up above");
+        inner.free.release(a.start, a.reserved_bytes);
+        Ok(())
+    }
+
+    /// The size of `owner`'s allocation `handle`.
+    pub fn size_of(&self, owner: ClientId, handle: MemHandle) -> Result<u64, SlmError> {
+        let inner = self.lock();
+        match inner.allocs.get(&handle) {
+            Some(a) if a.owner == owner && !a.orphaned => Ok(a.size_bytes),
+            _ => Err(SlmError::UnknownHandle { handle }),
+        }
+    }
+
+    /// Frees everything `owner` allocated (deferring leased allocations to their last
+    /// release) and refuses it further allocations.
+    pub fn reclaim(&self, owner: ClientId) {
+        let mut inner = self.lock();
+        inner.live_clients.remove(&owner);
+        let mine: Vec<MemHandle> =
+            inner.allocs.iter().filter(|(_, a)| a.owner == owner).map(|(h, _)| *h).collect();
+        for h in mine {
+            let a = inner.allocs.get_mut(&h).expect("listed above");
+            if a.lease_count > 0 {
+                a.orphaned = true;
+            } else {
+                let a = inner.allocs.remove(&h).expect("listed above");
+                inner.free.release(a.start, a.reserved_bytes);
+            }
+        }
+    }
+
+    /// Takes leases on every range of `requests` at once, or none of them.
+    pub fn lease(self: &Arc<Self>, owner: ClientId, requests: &[LeaseRequest]) -> Result<Leases, SlmError> {
+        let mut inner = self.lock();
+        // First, resolve every range to absolute bytes, checking owner and bounds.
+        let mut spans = Vec::with_capacity(requests.len());
+        for r in requests {
+            let a = match inner.allocs.get(&r.handle) {
+                Some(a) if a.owner == owner && !a.orphaned => a,
+                _ => return Err(SlmError::UnknownHandle { handle: r.handle }),
+            };
+            let end = r.offset.checked_add(r.len);
+            if end.is_none_or(|e| e > a.size_bytes) {
+                return Err(SlmError::OutOfRange {
+                    handle: r.handle,
+                    offset: r.offset,
+                    len: r.len,
+                    size_bytes: a.size_bytes,
+                });
+            }
+            spans.push((a.start + r.offset, a.start + r.offset + r.len));
+        }
+        // Then, the command's own ranges must not overlap where one of them writes.
+        for i in 0..requests.len() {
+            for j in i + 1..requests.len() {
+                let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
+                if overlap && (requests[i].write || requests[j].write) {
+                    return Err(SlmError::Overlap { first: i, second: j });
+                }
+            }
+        }
+        // Next, no lease of another command may conflict.
+        for (r, &(start, end)) in requests.iter().zip(&spans) {
+            let conflict = inner
+                .leases
+                .iter()
+                .any(|l| l.start < end && start < l.end && (l.write || r.write));
+            if conflict {
+                return Err(SlmError::InUse { handle: r.handle, offset: r.offset, len: r.len });
+            }
+        }
+        // Finally, record them.
+        let mut granted = Vec::with_capacity(requests.len());
+        for (r, &(start, end)) in requests.iter().zip(&spans) {
+            let id = inner.next_lease;
+            inner.next_lease += 1;
+            inner.leases.push(LeaseRecord { id, start, end, write: r.write });
+            inner.allocs.get_mut(&r.handle).expect("resolved above").lease_count += 1;
+            granted.push(Granted { id, handle: r.handle, start, len: end - start, write: r.write });
+        }
+        Ok(Leases { slm: Arc::clone(self), granted })
+    }
+
+    fn release(&self, granted: &[Granted]) {
+        let mut inner = self.lock();
+        for g in granted {
+            let pos = inner.leases.iter().position(|l| l.id == g.id).expect("a granted lease is recorded");
+            inner.leases.swap_remove(pos);
+            let a = inner.allocs.get_mut(&g.handle).expect("a leased allocation is not freed");
+            a.lease_count -= 1;
+            if a.orphaned && a.lease_count == 0 {
+                let a = inner.allocs.remove(&g.handle).expect("looked up above");
+                inner.free.release(a.start, a.reserved_bytes);
+            }
+        }
+    }
+
+    /// Copies `buf.len()` bytes from `owner`'s allocation into `buf`.
+    pub fn read(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, buf: &mut [u8]) -> Result<(), SlmError> {
+        let req = LeaseRequest { handle, offset, len: buf.len() as u64, write: false };
+        let leases = self.lease(owner, &[req])?;
+        buf.copy_from_slice(leases.slice(0));
+        Ok(())
+    }
+
+    /// Copies `data` into `owner`'s allocation.
+    pub fn write(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, data: &[u8]) -> Result<(), SlmError> {
+        let req = LeaseRequest { handle, offset, len: data.len() as u64, write: true };
+        let mut leases = self.lease(owner, &[req])?;
+        leases.slice_mut(0).copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Sets `len` bytes of `owner`'s allocation to `byte`.
+    pub fn fill(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, len: u64, byte: u8) -> Result<(), SlmError> {
+        let req = LeaseRequest { handle, offset, len, write: true };
+        let mut leases = self.lease(owner, &[req])?;
+        leases.slice_mut(0).fill(byte);
+        Ok(())
+    }
+
+    /// Checks the allocator's bookkeeping (tests and debug builds; O(n)).
+    pub fn check(&self) {
+        let inner = self.lock();
+        let mut runs: Vec<(u64, u64)> = inner.free.by_offset.iter().map(|(&o, &l)| (o, l)).collect();
+        runs.extend(inner.allocs.values().map(|a| (a.start, a.reserved_bytes)));
+        runs.sort_unstable();
+        let mut end = 0;
+        for (o, l) in runs {
+            assert_eq!(o, end, "gap or overlap at {o}");
+            end = o + l;
+        }
+        assert_eq!(end, self.buffer.len as u64 - self.buffer.len as u64 % SLM_ALIGNMENT);
+        let reserved: u64 = inner.allocs.values().map(|a| a.reserved_bytes).sum();
+        assert_eq!(reserved + inner.free.free_bytes, end);
+        for a in inner.allocs.values() {
+            let n = inner.leases.iter().filter(|l| l.start < a.start + a.reserved_bytes && a.start < l.end).count();
+            assert_eq!(n as u32, a.lease_count);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    id: u64,
+    handle: MemHandle,
+    start: u64,
+    len: u64,
+    write: bool,
+}
+
+/// Ranges of SLM a command holds; released on drop.
+pub struct Leases {
+    slm: Arc<Slm>,
+    granted: Vec<Granted>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases").field("granted", &self.granted).finish_non_exhaustive()
+    }
+}
+
+impl Leases {
+    /// Number of ranges held.
+    pub fn len(&self) -> usize {
+        self.granted.len()
+    }
+
+    /// Whether no range is held.
+    pub fn is_empty(&self) -> bool {
+        self.granted.is_empty()
+    }
+
+    /// Range `i`, readable.
+    pub fn slice(&self, i: usize) -> &[u8] {
+        let g = self.granted[i];
+        // SAFETY: the lease table holds a lease on these bytes for as long as `self`
+        // lives; no writer lease overlaps it unless it is this lease itself, and writes
+        // through it need `&mut self`, which `&self` excludes. The range lies inside the
+        // buffer (checked against the allocation, which lies inside the buffer).
+        unsafe { std::slice::from_raw_parts(self.slm.buffer.ptr.as_ptr().add(g.start as usize), g.len as usize) }
+    }
+
+    /// Range `i`, writable. Panics if it was leased for reading only.
+    pub fn slice_mut(&mut self, i: usize) -> &mut [u8] {
+        let g = self.granted[i];
+        assert!(g.write, "range {i} was leased read-only");
+        // SAFETY: a write lease excludes every other lease on these bytes, and `&mut
+        // self` excludes every other slice from this `Leases`; the range is inside the
+        // buffer (see `slice`).
+        unsafe { std::slice::from_raw_parts_mut(self.slm.buffer.ptr.as_ptr().add(g.start as usize), g.len as usize) }
+    }
+
+    /// Every range at once, writable ones as `Ok(&mut)`, read-only ones as `Err(&)`, for
+    /// mapping them all into one VM memory map.
+    pub fn slices_mut(&mut self) -> Vec<Result<&mut [u8], &[u8]>> {
+        let base = self.slm.buffer.ptr.as_ptr();
+        self.granted
+            .iter()
+            .map(|g| {
+                // SAFETY: as in `slice_mut` and `slice`. The ranges of one `Leases` do not
+                // overlap where either is writable (checked in `Slm::lease`), so these
+                // slices are disjoint from each other wherever one is mutable, and all of
+                // them borrow `self` mutably, so no other slice of it exists meanwhile.
+                unsafe {
+                    let p = base.add(g.start as usize);
+                    if g.write {
+                        Ok(std::slice::from_raw_parts_mut(p, g.len as usize))
+                    } else {
+                        Err(&*std::ptr::slice_from_raw_parts(p, g.len as usize))
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        self.slm.release(&self.granted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ClientId = ClientId(1);
+    const B: ClientId = ClientId(2);
+
+    fn slm(size: u64) -> Arc<Slm> {
+        let s = Arc::new(Slm::new(size));
+        s.register_client(A);
+        s.register_client(B);
+        s
+    }
+
+    fn w(handle: MemHandle, offset: u64, len: u64) -> LeaseRequest {
+        LeaseRequest { handle, offset, len, write: true }
+    }
+
+    #[test]
+    fn alloc_free_coalesce() {
+        let s = slm(4096);
+        let a = s.alloc(A, 1000).unwrap();
+        let b = s.alloc(A, 1000).unwrap();
+        let c = s.alloc(A, 1000).unwrap();
+        s.check();
+        assert_eq!(s.free_bytes(), 4096 - 3 * 1024);
+        assert!(matches!(s.alloc(A, 2048), Err(SlmError::NoMemory { .. })));
+        s.free(A, b).unwrap();
+        s.free(A, a).unwrap();
+        s.check();
+        // a and b merged: 2048 contiguous bytes fit again.
+        let d = s.alloc(A, 2048).unwrap();
+        s.check();
+        s.free(A, c).unwrap();
+        s.free(A, d).unwrap();
+        assert_eq!(s.free_bytes(), 4096);
+        assert_eq!(s.free(A, d), Err(SlmError::UnknownHandle { handle: d }));
+    }
+
+    #[test]
+    fn owners_and_bounds() {
+        let s = slm(4096);
+        let a = s.alloc(A, 100).unwrap();
+        assert_eq!(s.free(B, a), Err(SlmError::UnknownHandle { handle: a }));
+        assert!(matches!(s.lease(B, &[w(a, 0, 1)]), Err(SlmError::UnknownHandle { .. })));
+        assert!(matches!(s.lease(A, &[w(a, 50, 51)]), Err(SlmError::OutOfRange { .. })));
+        assert!(matches!(s.lease(A, &[w(a, u64::MAX, 2)]), Err(SlmError::OutOfRange { .. })));
+        s.write(A, a, 98, &[7, 8]).unwrap();
+        let mut buf = [0u8; 3];
+        s.read(A, a, 97, &mut buf).unwrap();
+        assert_eq!(buf, [0, 7, 8]);
+    }
+
+    #[test]
+    fn leases_conflict_and_release() {
+        let s = slm(4096);
+        let a = s.alloc(A, 100).unwrap();
+        let l = s.lease(A, &[w(a, 0, 10)]).unwrap();
+        assert!(matches!(s.lease(A, &[w(a, 9, 1)]), Err(SlmError::InUse { .. })));
+        assert!(s.lease(A, &[w(a, 10, 1)]).is_ok());
+        assert!(matches!(s.free(A, a), Err(SlmError::InUse { .. })));
+        drop(l);
+        let r1 = s.lease(A, &[LeaseRequest { handle: a, offset: 0, len: 10, write: false }]).unwrap();
+        let r2 = s.lease(A, &[LeaseRequest { handle: a, offset: 5, len: 10, write: false }]).unwrap();
+        assert!(s.lease(A, &[w(a, 0, 1)]).is_err());
+        drop((r1, r2));
+        assert!(matches!(s.lease(A, &[w(a, 0, 10), w(a, 5, 1)]), Err(SlmError::Overlap { first: 0, second: 1 })));
+        s.check();
+        s.free(A, a).unwrap();
+    }
+
+    #[test]
+    fn reclaim_defers_leased_allocations() {
+        let s = slm(4096);
+        let a = s.alloc(A, 100).unwrap();
+        let _b = s.alloc(A, 100).unwrap();
+        let l = s.lease(A, &[w(a, 0, 1)]).unwrap();
+        s.reclaim(A);
+        assert_eq!(s.free_bytes(), 4096 - 128);
+        assert_eq!(s.alloc(A, 1), Err(SlmError::ClientGone));
+        drop(l);
+        assert_eq!(s.free_bytes(), 4096);
+        s.check();
+    }
+
+    #[test]
+    fn allocations_start_zeroed() {
+        let s = slm(4096);
+        let a = s.alloc(A, 64).unwrap();
+        s.fill(A, a, 0, 64, 0xAA).unwrap();
+        s.free(A, a).unwrap();
+        let b = s.alloc(A, 64).unwrap();
+        let mut buf = [1u8; 64];
+        s.read(A, b, 0, &mut buf).unwrap();
+        assert_eq!(buf, [0u8; 64]);
+    }
+
+    #[test]
+    fn slices_mut_are_disjoint() {
+        let s = slm(4096);
+        let a = s.alloc(A, 64).unwrap();
+        let b = s.alloc(A, 64).unwrap();
+        let mut l = s.lease(A, &[w(a, 0, 8), w(b, 0, 8)]).unwrap();
+        let mut v = l.slices_mut();
+        v[0].as_mut().unwrap().fill(1);
+        v[1].as_mut().unwrap().fill(2);
+        drop(v);
+        assert_eq!(l.slice(0), &[1; 8]);
+        assert_eq!(l.slice(1), &[2; 8]);
+    }
+}

@@ -1,0 +1,97 @@
+//! Executable memory: owns the finalized `JITModule` holding a program's machine code,
+//! hands out the entry point, and frees the code when the program is dropped.
+//!
+//! Invariants: the module is finalized before any pointer leaves this module and is
+//! never mutated afterwards (so sharing it between threads is sharing read-only,
+//! executable pages); the code is freed only in `Drop`, when no run can be in progress
+//! because every run borrows the owning `JitProgram`.
+
+use cranelift_codegen::ir::{types, AbiParam, Signature};
+use cranelift_codegen::isa::CallConv;
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Module, ModuleError};
+
+use crate::runtime::JitContext;
+
+/// The type of every compiled eBPF function: takes the run context, returns a status.
+pub(crate) type CompiledFn = unsafe extern "C" fn(*mut JitContext) -> u64;
+
+/// The Cranelift signature matching [`CompiledFn`] under the host's C calling convention.
+pub(crate) fn compiled_fn_signature(call_conv: CallConv) -> Signature {
+    let mut sig = Signature::new(call_conv);
+    sig.params.push(AbiParam::new(types::I64));
+    sig.returns.push(AbiParam::new(types::I64));
+    sig
+}
+
+/// A program's finalized machine code.
+pub(crate) struct CodeMemory {
+    /// `Some` until `Drop` frees it.
+    module: Option<JITModule>,
+    entry: CompiledFn,
+    code_bytes: usize,
+}
+
+// SAFETY: after `new` the module is never mutated or read except to free it in `Drop`
+// (which has `&mut self`); the code pages are read-only and executable, and compiled
+// code keeps all run state in the context each run passes in, so several threads may
+// run it at once.
+unsafe impl Send for CodeMemory {}
+// SAFETY: as for `Send`: shared access only ever calls the immutable entry point.
+unsafe impl Sync for CodeMemory {}
+
+impl std::fmt::Debug for CodeMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeMemory")
+            .field("entry", &(self.entry as usize as *const u8))
+            .field("code_bytes", &self.code_bytes)
+            .finish()
+    }
+}
+
+impl CodeMemory {
+    /// Finalizes `module` (relocations, then making the code executable) and keeps the
+    /// address of `entry`, which must have been declared with [`compiled_fn_signature`].
+    pub(crate) fn new(
+        mut module: JITModule,
+        entry: FuncId,
+        code_bytes: usize,
+    ) -> Result<CodeMemory, ModuleError> {
+        let expected = compiled_fn_signature(module.isa().default_call_conv());
+        assert_eq!(
+            module.declarations().get_function_decl(entry).signature,
+            expected,
+            "the entry function must have the compiled-function signature"
+        );
+        module.finalize_definitions()?;
+        let ptr = module.get_finalized_function(entry);
+        assert!(!ptr.is_null());
+        // SAFETY: `ptr` is the finalized, executable code of a function declared (checked
+        // above) with one pointer-sized parameter and one 64-bit result in the host's
+        // default C calling convention, which is `CompiledFn`'s ABI. It stays valid until
+        // `free_memory` in `Drop`.
+        let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(ptr) };
+        Ok(CodeMemory { module: Some(module), entry, code_bytes })
+    }
+
+    /// The entry function.
+    pub(crate) fn entry(&self) -> CompiledFn {
+        self.entry
+    }
+
+    /// Bytes of machine code emitted for the program.
+    pub(crate) fn code_bytes(&self) -> usize {
+        self.code_bytes
+    }
+}
+
+impl Drop for CodeMemory {
+    fn drop(&mut self) {
+        if let Some(module) = self.module.take() {
+            // SAFETY: `&mut self` means no run is borrowing the program, and the entry
+            // pointer never escapes a run (it is only called inside `runtime::execute`
+            // with `&self`), so no code from this module is executing or will be called.
+            unsafe { module.free_memory() };
+        }
+    }
+}

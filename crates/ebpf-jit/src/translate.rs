@@ -1,0 +1,989 @@
+//! Translation of one eBPF function into Cranelift IR.
+//!
+//! Registers r0-r9 are Cranelift `Variable`s (SSA values, no memory traffic); r10 is a
+//! plain value, fixed for the function. Each eBPF function becomes one Cranelift
+//! function `fn(ctx) -> status` (see `runtime`): it loads its registers from the
+//! context at entry and stores r0-r5 back at `exit`.
+//!
+//! Safety-relevant rules every translation keeps:
+//!
+//! * **Memory.** An access of `n` bytes at `addr` reads the row `addr >> 32` of the
+//!   region table (rows past the table are clamped to the never-mapped row 0) and checks
+//!   `(addr & 0xffff_ffff) + n <= len` inline before touching `base + offset`; a failure
+//!   branches to a cold block that records (pc, addr, n, write) and leaves through the
+//!   function's one trap exit. The check is written on the base register's value so that
+//!   Cranelift shares the row lookup between accesses through the same pointer; a cold
+//!   slow path repeats the exact check on `addr` for accesses whose offset carries them
+//!   into a neighbouring region. Accesses at a constant offset from r10 that stay inside
+//!   the current 512-byte frame need no check: the stack region is always mapped with
+//!   `STACK_SIZE` bytes and the depth check keeps every frame inside it.
+//! * **Fuel.** A variable, charged at taken backward jumps and calls exactly as
+//!   `csx_ebpf::engine` says, compared with the budget right there.
+//! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
+//!   would be a SIGILL). Division guards its divisor so the hardware never faults.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{
+    types, AbiParam, AliasRegionData, AtomicRmwOp, Block, BlockArg, Endianness, FuncRef,
+    InstBuilder, MemFlagsData, SigRef, Signature, Type, Value,
+};
+use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
+use cranelift_frontend::{FunctionBuilder, Variable};
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Module};
+
+use csx_ebpf::engine::rules;
+use csx_ebpf::isa::*;
+use csx_ebpf::limits::{CALL_DEPTH_MAX, REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE};
+use csx_ebpf::memory::{RegionEntry, RegionIdx};
+
+use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv};
+use crate::runtime::{helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE};
+
+// The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
+// r10 at offset `STACK_SIZE - (d - 1) * STACK_FRAME_SIZE`, so it relies on the stack
+// holding exactly one frame per permitted depth.
+const _: () = assert!(STACK_SIZE == STACK_FRAME_SIZE * CALL_DEPTH_MAX);
+
+/// Why an instruction could not be translated. The verifier rejects all of these, so
+/// one means the verifier and the JIT disagree on the instruction set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TranslateError {
+    Unsupported { pc: u32, opcode: u8 },
+}
+
+type TResult<T> = Result<T, TranslateError>;
+
+/// Per-program facts every function's translation shares.
+pub(crate) struct ProgramEnv<'a> {
+    pub insns: &'a [Insn],
+    /// The Cranelift function of each eBPF function, by start slot.
+    pub func_ids: &'a HashMap<u32, FuncId>,
+    /// Whether a helper may run (and could remap regions) during the run.
+    pub calls_helpers: bool,
+    pub call_conv: CallConv,
+    pub frontend_config: TargetFrontendConfig,
+}
+
+/// What a memory access does once its host address is known.
+#[derive(Clone, Copy)]
+enum MemOp {
+    Load { size: u8, signed: bool },
+    Store { size: u8, value: Value },
+    Atomic { size: u8, op: i32, src: Value, r0: Value },
+}
+
+impl MemOp {
+    fn size(self) -> u8 {
+        match self {
+            MemOp::Load { size, .. } | MemOp::Store { size, .. } | MemOp::Atomic { size, .. } => {
+                size
+            }
+        }
+    }
+
+    fn writes(self) -> bool {
+        !matches!(self, MemOp::Load { .. })
+    }
+
+    /// Whether the access produces a value (a load, or an atomic's old value).
+    fn has_result(self) -> bool {
+        !matches!(self, MemOp::Store { .. })
+    }
+}
+
+/// Memory flags for the three kinds of memory compiled code touches. Separate alias
+/// regions tell Cranelift that program stores never change the region table or the
+/// context, so row loads are reused across stores.
+struct Flags {
+    ctx: MemFlagsData,
+    table: MemFlagsData,
+    heap: MemFlagsData,
+    heap_aligned: MemFlagsData,
+}
+
+/// Translates the function `plan` into `builder`'s function.
+pub(crate) fn translate_function(
+    module: &mut JITModule,
+    builder: FunctionBuilder<'_>,
+    env: &ProgramEnv<'_>,
+    plan: &FunctionPlan,
+) -> TResult<()> {
+    let mut t = Translator::new(module, builder, env, plan);
+    t.body()?;
+    t.finish();
+    Ok(())
+}
+
+struct Translator<'a, 'f> {
+    b: FunctionBuilder<'f>,
+    insns: &'a [Insn],
+    plan: &'a FunctionPlan,
+    flags: Flags,
+    /// The block of each leader slot.
+    blocks: HashMap<u32, Block>,
+    regs: [Variable; 10],
+    fuel: Variable,
+    ctx: Value,
+    regions: Value,
+    budget: Value,
+    /// r10, the virtual frame pointer.
+    fp: Value,
+    /// Offset of r10 in the stack region.
+    fp_off: Value,
+    /// Host address r10 stands for.
+    fp_host: Value,
+    /// Values known to equal r10 plus a constant, for unchecked stack accesses.
+    fp_relative: HashMap<Value, i64>,
+    /// Shared exit for traps: params (code, pc, addr, aux).
+    trap_exit: Block,
+    /// Shared exit when a callee trapped: its trap is already recorded.
+    propagate: Block,
+    helper_sig: SigRef,
+    callees: HashMap<u32, FuncRef>,
+    /// Whether the current block still needs a terminator.
+    open: bool,
+    frontend_config: TargetFrontendConfig,
+}
+
+impl<'a, 'f> Translator<'a, 'f> {
+    fn new(
+        module: &mut JITModule,
+        mut b: FunctionBuilder<'f>,
+        env: &ProgramEnv<'a>,
+        plan: &'a FunctionPlan,
+    ) -> Self {
+        let mut region = |id: u32, what: &'static str| {
+            Some(b.func.dfg.alias_regions.insert(AliasRegionData {
+                user_id: id,
+                description: what.into(),
+            }))
+        };
+        let (ctx_r, table_r, heap_r) =
+            (region(1, "context"), region(2, "region table"), region(3, "program memory"));
+        let mut table = MemFlagsData::trusted().with_alias_region(table_r);
+        if !env.calls_helpers {
+            // Without helpers nothing can remap a region during the run, so row loads
+            // may be hoisted out of loops. They are always in bounds of the table.
+            table = table.with_readonly().with_can_move();
+        }
+        let heap = MemFlagsData::new()
+            .with_notrap()
+            .with_endianness(Endianness::Little)
+            .with_alias_region(heap_r);
+        let flags = Flags {
+            ctx: MemFlagsData::trusted().with_alias_region(ctx_r),
+            table,
+            heap,
+            heap_aligned: heap.with_aligned(),
+        };
+
+        let mut helper = Signature::new(env.call_conv);
+        helper.params.extend([AbiParam::new(types::I64); 7]);
+        helper.returns.push(AbiParam::new(types::I64));
+        let helper_sig = b.import_signature(helper);
+        let mut callees = HashMap::new();
+        for &pc in &plan.pcs {
+            let insn = &env.insns[pc as usize];
+            if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
+                let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
+                let id = env.func_ids[&target];
+                callees.entry(target).or_insert_with(|| module.declare_func_in_func(id, b.func));
+            }
+        }
+
+        // The entry block loads the context's state into values and variables.
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let ctx = b.block_params(entry)[0];
+        let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
+        let budget = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
+        let fuel = b.declare_var(types::I64);
+        let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
+        b.def_var(fuel, used);
+        let regs: [Variable; 10] = std::array::from_fn(|r| {
+            let var = b.declare_var(types::I64);
+            let v = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(r));
+            b.def_var(var, v);
+            var
+        });
+        let fp = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(10));
+        let fp_off = b.ins().band_imm_s(fp, 0xffff_ffff);
+        let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
+        let stack_base =
+            b.ins().load(types::I64, flags.table, regions, stack_row + RegionEntry::OFFSET_BASE);
+        let fp_host = b.ins().iadd(stack_base, fp_off);
+
+        let mut blocks = HashMap::new();
+        for &leader in &plan.leaders {
+            blocks.insert(leader, b.create_block());
+        }
+        b.ins().jump(blocks[&plan.start], &[]);
+
+        let trap_exit = b.create_block();
+        for _ in 0..4 {
+            b.append_block_param(trap_exit, types::I64);
+        }
+        b.set_cold_block(trap_exit);
+        let propagate = b.create_block();
+        b.set_cold_block(propagate);
+
+        Translator {
+            b,
+            insns: env.insns,
+            plan,
+            flags,
+            blocks,
+            regs,
+            fuel,
+            ctx,
+            regions,
+            budget,
+            fp,
+            fp_off,
+            fp_host,
+            fp_relative: HashMap::from([(fp, 0)]),
+            trap_exit,
+            propagate,
+            helper_sig,
+            callees,
+            open: false,
+            frontend_config: env.frontend_config,
+        }
+    }
+
+    /// Translates the reachable instructions in slot order, one block per leader.
+    fn body(&mut self) -> TResult<()> {
+        let plan = self.plan;
+        // Slots below `resume` were consumed by an if-conversion.
+        let mut resume = 0;
+        for &pc in &plan.pcs {
+            if pc < resume {
+                continue;
+            }
+            if let Some(&block) = self.blocks.get(&pc) {
+                if self.open {
+                    self.b.ins().jump(block, &[]);
+                }
+                self.b.switch_to_block(block);
+                self.open = true;
+            }
+            assert!(self.open, "slot {pc} is reached only by fall-through, so its block is open");
+            resume = self.insn(pc)?;
+        }
+        assert!(!self.open, "the last reachable instruction ends its block");
+        Ok(())
+    }
+
+    /// Fills the shared exits and completes the function.
+    fn finish(mut self) {
+        let ctx = self.ctx;
+        let fl = self.flags.ctx;
+
+        self.b.switch_to_block(self.trap_exit);
+        let params = self.b.block_params(self.trap_exit).to_vec();
+        let fields = [offsets::TRAP_CODE, offsets::TRAP_PC, offsets::TRAP_ADDR, offsets::TRAP_AUX];
+        for (v, off) in params.into_iter().zip(fields) {
+            self.b.ins().store(fl, v, ctx, off);
+        }
+        let fuel = self.b.use_var(self.fuel);
+        self.b.ins().store(fl, fuel, ctx, offsets::FUEL_USED);
+        let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
+        self.b.ins().return_(&[status]);
+
+        self.b.switch_to_block(self.propagate);
+        let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
+        self.b.ins().return_(&[status]);
+
+        self.b.seal_all_blocks();
+        self.b.finalize(self.frontend_config);
+    }
+
+    fn unsupported(&self, pc: u32) -> TranslateError {
+        TranslateError::Unsupported { pc, opcode: self.insns[pc as usize].opc }
+    }
+
+    /// Translates the instruction at `pc`; returns the slot where translation goes on.
+    fn insn(&mut self, pc: u32) -> TResult<u32> {
+        let insn = self.insns[pc as usize];
+        let next = pc + insn_len(&insn);
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => self.alu(pc, &insn)?,
+            CLASS_LD => self.lddw(pc, &insn)?,
+            CLASS_LDX => self.load(pc, &insn)?,
+            CLASS_ST | CLASS_STX => self.store(pc, &insn)?,
+            _ => return self.jump_class(pc, &insn),
+        }
+        Ok(next)
+    }
+
+    // ---- registers -------------------------------------------------------------------
+
+    fn reg(&mut self, pc: u32, r: u8) -> TResult<Value> {
+        match r {
+            0..=9 => Ok(self.b.use_var(self.regs[r as usize])),
+            REG_FP => Ok(self.fp),
+            _ => Err(self.unsupported(pc)),
+        }
+    }
+
+    fn set_reg(&mut self, pc: u32, r: u8, v: Value) -> TResult<()> {
+        if r > 9 {
+            return Err(self.unsupported(pc));
+        }
+        self.b.def_var(self.regs[r as usize], v);
+        Ok(())
+    }
+
+    /// Register `r` as `ty` (its low 32 bits for `I32`).
+    fn reg_as(&mut self, pc: u32, r: u8, ty: Type) -> TResult<Value> {
+        let v = self.reg(pc, r)?;
+        Ok(if ty == types::I32 { self.b.ins().ireduce(types::I32, v) } else { v })
+    }
+
+    /// The immediate as an operand of type `ty`: sign-extended for 64-bit operations,
+    /// the raw 32 bits for 32-bit ones (RFC 9669 §4).
+    fn imm(&mut self, imm: i32, ty: Type) -> Value {
+        let bits = if ty == types::I32 { i64::from(imm as u32) } else { i64::from(imm) };
+        self.b.ins().iconst(ty, bits)
+    }
+
+    fn snapshot(&mut self) -> [Value; 10] {
+        std::array::from_fn(|r| self.b.use_var(self.regs[r]))
+    }
+
+    // ---- ALU -------------------------------------------------------------------------
+
+    /// ALU and ALU64 instructions (RFC 9669 §4.1, §4.2).
+    fn alu(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        let is64 = insn.class() == CLASS_ALU64;
+        let op = insn.opc & 0xf0;
+        let by_reg = insn.opc & SRC_X != 0;
+        if op == ALU_END {
+            return self.byte_swap(pc, insn, is64, by_reg);
+        }
+        let ty = if is64 { types::I64 } else { types::I32 };
+        let d = self.reg_as(pc, insn.dst, ty)?;
+        let s = if by_reg { self.reg_as(pc, insn.src, ty)? } else { self.imm(insn.imm, ty) };
+        let k = (!by_reg).then_some(insn.imm);
+        let b = &mut self.b;
+        let result = match op {
+            ALU_ADD => b.ins().iadd(d, s),
+            ALU_SUB => b.ins().isub(d, s),
+            ALU_MUL => b.ins().imul(d, s),
+            ALU_OR => b.ins().bor(d, s),
+            ALU_AND => b.ins().band(d, s),
+            ALU_XOR => b.ins().bxor(d, s),
+            // Cranelift masks shift amounts by the operand width, as eBPF does.
+            ALU_LSH => b.ins().ishl(d, s),
+            ALU_RSH => b.ins().ushr(d, s),
+            ALU_ARSH => b.ins().sshr(d, s),
+            ALU_NEG if !by_reg => b.ins().ineg(d),
+            ALU_DIV | ALU_MOD => match insn.off {
+                0 => self.unsigned_div(op == ALU_DIV, d, s, k, ty),
+                1 => self.signed_div(op == ALU_DIV, d, s, k, ty),
+                _ => return Err(self.unsupported(pc)),
+            },
+            ALU_MOV => match (by_reg, insn.off, is64) {
+                (_, 0, _) => s,
+                (true, 8 | 16 | 32, true) | (true, 8 | 16, false) => {
+                    let narrow = Type::int(insn.off as u16).expect("8, 16 or 32 bits");
+                    let low = b.ins().ireduce(narrow, s);
+                    b.ins().sextend(ty, low)
+                }
+                _ => return Err(self.unsupported(pc)),
+            },
+            _ => return Err(self.unsupported(pc)),
+        };
+        let result = if is64 { result } else { self.b.ins().uextend(types::I64, result) };
+        // Track r10-derived pointers through `mov` (same value) and constant `add`/`sub`.
+        if is64 && !by_reg && matches!(op, ALU_ADD | ALU_SUB) {
+            if let Some(&base) = self.fp_relative.get(&d) {
+                let delta = if op == ALU_ADD { i64::from(insn.imm) } else { -i64::from(insn.imm) };
+                self.fp_relative.insert(result, base.saturating_add(delta));
+            }
+        }
+        self.set_reg(pc, insn.dst, result)
+    }
+
+    /// `div`/`mod`: by zero, the quotient is 0 and the remainder is the dividend.
+    fn unsigned_div(&mut self, div: bool, x: Value, y: Value, k: Option<i32>, ty: Type) -> Value {
+        let b = &mut self.b;
+        match k.map(|k| if ty == types::I32 { i64::from(k as u32) } else { i64::from(k) }) {
+            Some(0) if div => b.ins().iconst(ty, 0),
+            Some(0) => x,
+            Some(_) if div => b.ins().udiv(x, y),
+            Some(_) => b.ins().urem(x, y),
+            None => {
+                let zero = b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                let one = b.ins().iconst(ty, 1);
+                let safe = b.ins().select(zero, one, y);
+                if div {
+                    let q = b.ins().udiv(x, safe);
+                    let z = b.ins().iconst(ty, 0);
+                    b.ins().select(zero, z, q)
+                } else {
+                    let r = b.ins().urem(x, safe);
+                    b.ins().select(zero, x, r)
+                }
+            }
+        }
+    }
+
+    /// `sdiv`/`smod` (offset 1): by zero as unsigned; by -1 the quotient is the wrapping
+    /// negation (`INT_MIN / -1 = INT_MIN`) and the remainder 0, computed without the
+    /// hardware divide, which faults on `INT_MIN / -1`.
+    fn signed_div(&mut self, div: bool, x: Value, y: Value, k: Option<i32>, ty: Type) -> Value {
+        let b = &mut self.b;
+        match k {
+            Some(0) if div => b.ins().iconst(ty, 0),
+            Some(0) => x,
+            Some(-1) if div => b.ins().ineg(x),
+            Some(-1) => b.ins().iconst(ty, 0),
+            Some(_) if div => b.ins().sdiv(x, y),
+            Some(_) => b.ins().srem(x, y),
+            None => {
+                let zero = b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                let minus_one = b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                let special = b.ins().bor(zero, minus_one);
+                let one = b.ins().iconst(ty, 1);
+                let safe = b.ins().select(special, one, y);
+                if div {
+                    let q = b.ins().sdiv(x, safe);
+                    let neg = b.ins().ineg(x);
+                    let q = b.ins().select(minus_one, neg, q);
+                    let z = b.ins().iconst(ty, 0);
+                    b.ins().select(zero, z, q)
+                } else {
+                    // `x % 1 == 0`, which is also the answer for a divisor of -1.
+                    let r = b.ins().srem(x, safe);
+                    b.ins().select(zero, x, r)
+                }
+            }
+        }
+    }
+
+    /// `le`/`be` (class ALU) and `bswap` (class ALU64), RFC 9669 §4.2. The host is
+    /// little-endian, so `le` truncates and `be`/`bswap` swap.
+    fn byte_swap(&mut self, pc: u32, insn: &Insn, is64: bool, by_reg: bool) -> TResult<()> {
+        if is64 && by_reg {
+            return Err(self.unsupported(pc));
+        }
+        let swap = is64 || by_reg;
+        let v = self.reg(pc, insn.dst)?;
+        let b = &mut self.b;
+        let result = match (insn.imm, swap) {
+            (16, false) => b.ins().band_imm_s(v, 0xffff),
+            (32, false) => b.ins().band_imm_s(v, 0xffff_ffff),
+            (64, false) => v,
+            (16 | 32, true) => {
+                let narrow = Type::int(insn.imm as u16).expect("16 or 32 bits");
+                let low = b.ins().ireduce(narrow, v);
+                let swapped = b.ins().bswap(low);
+                b.ins().uextend(types::I64, swapped)
+            }
+            (64, true) => b.ins().bswap(v),
+            _ => return Err(self.unsupported(pc)),
+        };
+        self.set_reg(pc, insn.dst, result)
+    }
+
+    /// `lddw dst, imm64` (RFC 9669 §5.4): the loader has already turned every symbolic
+    /// form into a plain constant.
+    fn lddw(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        if insn.opc != OP_LDDW {
+            return Err(self.unsupported(pc));
+        }
+        let high = self.insns.get(pc as usize + 1).ok_or_else(|| self.unsupported(pc))?.imm;
+        let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
+        let v = self.b.ins().iconst(types::I64, value as i64);
+        self.set_reg(pc, insn.dst, v)
+    }
+
+    // ---- memory ----------------------------------------------------------------------
+
+    fn access_size(&self, pc: u32, insn: &Insn) -> TResult<u8> {
+        Ok(match insn.opc & 0x18 {
+            SIZE_B => 1,
+            SIZE_H => 2,
+            SIZE_W => 4,
+            SIZE_DW => 8,
+            _ => return Err(self.unsupported(pc)),
+        })
+    }
+
+    /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).
+    fn load(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        let size = self.access_size(pc, insn)?;
+        let signed = match insn.opc & 0xe0 {
+            MODE_MEM => false,
+            MODE_MEMSX if size < 8 => true,
+            _ => return Err(self.unsupported(pc)),
+        };
+        if insn.dst > 9 {
+            return Err(self.unsupported(pc));
+        }
+        let v = self.access(pc, insn.src, insn.off, MemOp::Load { size, signed })?;
+        self.set_reg(pc, insn.dst, v.expect("loads produce a value"))
+    }
+
+    /// `st` (immediate), `stx` (register) and the atomics (RFC 9669 §5.3).
+    fn store(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        let size = self.access_size(pc, insn)?;
+        let mode = insn.opc & 0xe0;
+        match (insn.class(), mode) {
+            (CLASS_ST, MODE_MEM) => {
+                let value = self.b.ins().iconst(types::I64, i64::from(insn.imm));
+                self.access(pc, insn.dst, insn.off, MemOp::Store { size, value })?;
+            }
+            (CLASS_STX, MODE_MEM) => {
+                let value = self.reg(pc, insn.src)?;
+                self.access(pc, insn.dst, insn.off, MemOp::Store { size, value })?;
+            }
+            (CLASS_STX, MODE_ATOMIC) if size >= 4 => self.atomic(pc, insn, size)?,
+            _ => return Err(self.unsupported(pc)),
+        }
+        Ok(())
+    }
+
+    fn atomic(&mut self, pc: u32, insn: &Insn, size: u8) -> TResult<()> {
+        let op = insn.imm;
+        let base = op & !ATOMIC_FETCH;
+        let valid = matches!(base, ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR)
+            || op == ATOMIC_XCHG
+            || op == ATOMIC_CMPXCHG;
+        if !valid {
+            return Err(self.unsupported(pc));
+        }
+        let src = self.reg(pc, insn.src)?;
+        let r0 = self.reg(pc, 0)?;
+        let old = self
+            .access(pc, insn.dst, insn.off, MemOp::Atomic { size, op, src, r0 })?
+            .expect("atomics produce the old value");
+        if op == ATOMIC_CMPXCHG {
+            self.set_reg(pc, 0, old)?;
+        } else if op & ATOMIC_FETCH != 0 {
+            self.set_reg(pc, insn.src, old)?;
+        }
+        Ok(())
+    }
+
+    /// Emits a checked access of `op.size()` bytes at `reg + off`; returns the loaded
+    /// (or old) value, zero- or sign-extended to 64 bits.
+    fn access(&mut self, pc: u32, reg: u8, off: i16, op: MemOp) -> TResult<Option<Value>> {
+        let size = i64::from(op.size());
+        let v = self.reg(pc, reg)?;
+
+        // The current frame, `[r10 - 512, r10)`, needs no check (see the module doc).
+        if let Some(&k) = self.fp_relative.get(&v) {
+            let o = k + i64::from(off);
+            if o >= -(STACK_FRAME_SIZE as i64) && o + size <= 0 {
+                let fp_host = self.fp_host;
+                return Ok(self.emit_op(fp_host, o as i32, op));
+            }
+        }
+
+        // Fast path, on the base register's value: row of `v`, then
+        // `0 <= lo + off` and `lo + off + size <= len` for the offset `lo` of `v`.
+        let (row, lo) = self.row_of(v);
+        let len_field =
+            if op.writes() { RegionEntry::OFFSET_WRITE_LEN } else { RegionEntry::OFFSET_READ_LEN };
+        let b = &mut self.b;
+        let len = b.ins().load(types::I64, self.flags.table, row, len_field);
+        let end = b.ins().iadd_imm_s(lo, i64::from(off) + size);
+        let mut ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
+        if off < 0 {
+            let no_underflow = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
+            ok = b.ins().band(ok, no_underflow);
+        }
+        let fast = self.b.create_block();
+        let slow = self.b.create_block();
+        let cont = self.b.create_block();
+        let result = op.has_result().then(|| self.b.append_block_param(cont, types::I64));
+        self.b.set_cold_block(slow);
+        self.b.ins().brif(ok, fast, &[], slow, &[]);
+
+        self.b.switch_to_block(fast);
+        let base = self.b.ins().load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let host = self.b.ins().iadd(base, lo);
+        let r = self.emit_op(host, i32::from(off), op);
+        self.jump_with(cont, r);
+
+        // Slow path: the exact check on `addr`. It passes only when the offset carries
+        // the access into a neighbouring region; otherwise the access traps.
+        self.b.switch_to_block(slow);
+        let addr = self.b.ins().iadd_imm_s(v, i64::from(off));
+        let (row2, lo2) = self.row_of(addr);
+        let b = &mut self.b;
+        let len2 = b.ins().load(types::I64, self.flags.table, row2, len_field);
+        let end2 = b.ins().iadd_imm_s(lo2, size);
+        let ok2 = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end2, len2);
+        let slow_ok = self.b.create_block();
+        let trap = self.b.create_block();
+        self.b.set_cold_block(slow_ok);
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(ok2, slow_ok, &[], trap, &[]);
+
+        self.b.switch_to_block(trap);
+        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
+        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
+
+        self.b.switch_to_block(slow_ok);
+        let base2 = self.b.ins().load(types::I64, self.flags.table, row2, RegionEntry::OFFSET_BASE);
+        let host2 = self.b.ins().iadd(base2, lo2);
+        let r2 = self.emit_op(host2, 0, op);
+        self.jump_with(cont, r2);
+
+        self.b.switch_to_block(cont);
+        Ok(result)
+    }
+
+    /// The region-table row address for virtual address `v` (row 0, never mapped, when
+    /// the index is past the table) and the offset part of `v`.
+    fn row_of(&mut self, v: Value) -> (Value, Value) {
+        let b = &mut self.b;
+        let idx = b.ins().ushr_imm_s(v, 32);
+        let in_table = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, idx, REGIONS_MAX as i64);
+        let zero = b.ins().iconst(types::I64, 0);
+        let idx = b.ins().select(in_table, idx, zero);
+        let row_off = b.ins().ishl_imm_s(idx, i64::from(RegionEntry::SIZE_SHIFT));
+        let row = b.ins().iadd(self.regions, row_off);
+        let lo = b.ins().band_imm_s(v, 0xffff_ffff);
+        (row, lo)
+    }
+
+    fn jump_with(&mut self, block: Block, v: Option<Value>) {
+        match v {
+            Some(v) => self.b.ins().jump(block, &[BlockArg::Value(v)]),
+            None => self.b.ins().jump(block, &[]),
+        };
+    }
+
+    /// Performs `op` at the checked host address `host + disp`.
+    fn emit_op(&mut self, host: Value, disp: i32, op: MemOp) -> Option<Value> {
+        let fl = self.flags.heap;
+        let b = &mut self.b;
+        match op {
+            MemOp::Load { size, signed } => Some(match (size, signed) {
+                (1, false) => b.ins().uload8(types::I64, fl, host, disp),
+                (2, false) => b.ins().uload16(types::I64, fl, host, disp),
+                (4, false) => b.ins().uload32(fl, host, disp),
+                (1, true) => b.ins().sload8(types::I64, fl, host, disp),
+                (2, true) => b.ins().sload16(types::I64, fl, host, disp),
+                (4, true) => b.ins().sload32(fl, host, disp),
+                _ => b.ins().load(types::I64, fl, host, disp),
+            }),
+            MemOp::Store { size, value } => {
+                match size {
+                    1 => b.ins().istore8(fl, value, host, disp),
+                    2 => b.ins().istore16(fl, value, host, disp),
+                    4 => b.ins().istore32(fl, value, host, disp),
+                    _ => b.ins().store(fl, value, host, disp),
+                };
+                None
+            }
+            MemOp::Atomic { size, op, src, r0 } => {
+                Some(self.emit_atomic(host, disp, size, op, src, r0))
+            }
+        }
+    }
+
+    /// An atomic read-modify-write; returns the old value zero-extended. Aligned
+    /// addresses use the host's atomic instructions; unaligned ones (allowed by eBPF) a
+    /// plain load and store, as the interpreter does, because a locked access that
+    /// straddles cache lines is a split lock, which the kernel may punish or kill.
+    fn emit_atomic(&mut self, host: Value, disp: i32, size: u8, op: i32, src: Value, r0: Value) -> Value {
+        let ty = if size == 4 { types::I32 } else { types::I64 };
+        let b = &mut self.b;
+        let p = b.ins().iadd_imm_s(host, i64::from(disp));
+        let misalign = b.ins().band_imm_s(p, i64::from(size) - 1);
+        let (x, expected) = if ty == types::I32 {
+            (b.ins().ireduce(types::I32, src), b.ins().ireduce(types::I32, r0))
+        } else {
+            (src, r0)
+        };
+        let atomic = self.b.create_block();
+        let plain = self.b.create_block();
+        let done = self.b.create_block();
+        let old = self.b.append_block_param(done, ty);
+        self.b.ins().brif(misalign, plain, &[], atomic, &[]);
+
+        self.b.switch_to_block(atomic);
+        let fl = self.flags.heap_aligned;
+        let rmw = |o| Some(o);
+        let rmw_op = match op & !ATOMIC_FETCH {
+            ATOMIC_ADD => rmw(AtomicRmwOp::Add),
+            ATOMIC_OR => rmw(AtomicRmwOp::Or),
+            ATOMIC_AND => rmw(AtomicRmwOp::And),
+            ATOMIC_XOR => rmw(AtomicRmwOp::Xor),
+            _ if op == ATOMIC_XCHG => rmw(AtomicRmwOp::Xchg),
+            _ => None,
+        };
+        let v = match rmw_op {
+            Some(o) => self.b.ins().atomic_rmw(ty, fl, o, p, x),
+            None => self.b.ins().atomic_cas(fl, p, expected, x),
+        };
+        self.b.ins().jump(done, &[BlockArg::Value(v)]);
+
+        self.b.switch_to_block(plain);
+        let fl = self.flags.heap;
+        let b = &mut self.b;
+        let v = b.ins().load(ty, fl, p, 0);
+        let new = match rmw_op {
+            Some(AtomicRmwOp::Add) => b.ins().iadd(v, x),
+            Some(AtomicRmwOp::Or) => b.ins().bor(v, x),
+            Some(AtomicRmwOp::And) => b.ins().band(v, x),
+            Some(AtomicRmwOp::Xor) => b.ins().bxor(v, x),
+            Some(_) => x,
+            None => {
+                let eq = b.ins().icmp(IntCC::Equal, v, expected);
+                b.ins().select(eq, x, v)
+            }
+        };
+        b.ins().store(fl, new, p, 0);
+        self.b.ins().jump(done, &[BlockArg::Value(v)]);
+
+        self.b.switch_to_block(done);
+        if ty == types::I32 {
+            self.b.ins().uextend(types::I64, old)
+        } else {
+            old
+        }
+    }
+
+    // ---- control flow ----------------------------------------------------------------
+
+    /// Ends the current block with a jump to the trap exit recording `code` at `pc`.
+    fn jump_to_trap(&mut self, code: i64, pc: u32, addr: Option<Value>, aux: i64) {
+        let b = &mut self.b;
+        let code = b.ins().iconst(types::I64, code);
+        let pcv = b.ins().iconst(types::I64, i64::from(pc));
+        let addr = addr.unwrap_or_else(|| b.ins().iconst(types::I64, 0));
+        let aux = b.ins().iconst(types::I64, aux);
+        let args = [code, pcv, addr, aux].map(BlockArg::Value);
+        self.b.ins().jump(self.trap_exit, &args);
+    }
+
+    /// Branches to a cold trap block recording `code` at `pc` when `cond` holds, and
+    /// continues in a fresh block otherwise.
+    fn trap_if(&mut self, cond: Value, code: i64, pc: u32) {
+        let trap = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(cond, trap, &[], cont, &[]);
+        self.b.switch_to_block(trap);
+        self.jump_to_trap(code, pc, None, 0);
+        self.b.switch_to_block(cont);
+    }
+
+    /// Charges `cost` fuel at `pc` and traps if the budget is exceeded.
+    fn charge(&mut self, pc: u32, cost: u64) {
+        let fuel = self.b.use_var(self.fuel);
+        let fuel = self.b.ins().iadd_imm_s(fuel, cost as i64);
+        self.b.def_var(self.fuel, fuel);
+        let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, fuel, self.budget);
+        self.trap_if(over, trap_code::FUEL, pc);
+    }
+
+    /// JMP and JMP32 instructions (RFC 9669 §4.3); returns the slot to go on at.
+    fn jump_class(&mut self, pc: u32, insn: &Insn) -> TResult<u32> {
+        let is32 = insn.class() == CLASS_JMP32;
+        let op = insn.opc & 0xf0;
+        let next = pc + 1;
+        match op {
+            JMP_JA => {
+                let rel = if is32 { insn.imm } else { i32::from(insn.off) };
+                let target = (i64::from(pc) + i64::from(rel) + 1) as u32;
+                self.jump_to(pc, target);
+                Ok(next)
+            }
+            JMP_EXIT if !is32 => {
+                self.exit();
+                Ok(next)
+            }
+            JMP_CALL if !is32 => {
+                if is_helper_call(insn) {
+                    self.helper_call(pc, insn)?;
+                } else {
+                    let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
+                    self.local_call(pc, target);
+                }
+                Ok(next)
+            }
+            _ => {
+                let cond = self.condition(pc, insn, is32)?;
+                let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
+                if let Some(&shape) = self.plan.ifconv.get(&pc) {
+                    self.if_convert(cond, pc, shape)?;
+                    return Ok(shape.resume());
+                }
+                self.branch(pc, cond, target, next);
+                Ok(next)
+            }
+        }
+    }
+
+    /// An unconditional transfer to `target`, charging fuel if it goes backwards.
+    fn jump_to(&mut self, pc: u32, target: u32) {
+        let cost = rules::jump_cost(pc, target);
+        if cost > 0 {
+            self.charge(pc, cost);
+        }
+        self.b.ins().jump(self.blocks[&target], &[]);
+        self.open = false;
+    }
+
+    fn branch(&mut self, pc: u32, cond: Value, target: u32, next: u32) {
+        let taken = self.blocks[&target];
+        let fall = self.blocks[&next];
+        if rules::jump_cost(pc, target) > 0 {
+            let charge = self.b.create_block();
+            self.b.ins().brif(cond, charge, &[], fall, &[]);
+            self.b.switch_to_block(charge);
+            self.jump_to(pc, target);
+        } else if taken == fall {
+            self.b.ins().jump(fall, &[]);
+        } else {
+            self.b.ins().brif(cond, taken, &[], fall, &[]);
+        }
+        self.open = false;
+    }
+
+    /// The condition of a conditional jump, as a Cranelift boolean.
+    fn condition(&mut self, pc: u32, insn: &Insn, is32: bool) -> TResult<Value> {
+        let ty = if is32 { types::I32 } else { types::I64 };
+        let a = self.reg_as(pc, insn.dst, ty)?;
+        let b = if insn.opc & SRC_X != 0 {
+            self.reg_as(pc, insn.src, ty)?
+        } else {
+            self.imm(insn.imm, ty)
+        };
+        let cc = match insn.opc & 0xf0 {
+            JMP_JEQ => IntCC::Equal,
+            JMP_JNE => IntCC::NotEqual,
+            JMP_JGT => IntCC::UnsignedGreaterThan,
+            JMP_JGE => IntCC::UnsignedGreaterThanOrEqual,
+            JMP_JLT => IntCC::UnsignedLessThan,
+            JMP_JLE => IntCC::UnsignedLessThanOrEqual,
+            JMP_JSGT => IntCC::SignedGreaterThan,
+            JMP_JSGE => IntCC::SignedGreaterThanOrEqual,
+            JMP_JSLT => IntCC::SignedLessThan,
+            JMP_JSLE => IntCC::SignedLessThanOrEqual,
+            JMP_JSET => {
+                let both = self.b.ins().band(a, b);
+                return Ok(self.b.ins().icmp_imm_s(IntCC::NotEqual, both, 0));
+            }
+            _ => return Err(self.unsupported(pc)),
+        };
+        Ok(self.b.ins().icmp(cc, a, b))
+    }
+
+    /// Translates a converted branch (see `analysis`) as straight-line code: every arm
+    /// runs, and each register an arm changed takes its value through a `select`.
+    fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+        let before = self.snapshot();
+        let (taken, fallthrough) = match shape {
+            IfConv::Triangle { end } => {
+                for q in pc + 1..end {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                (before, self.snapshot())
+            }
+            IfConv::Diamond { else_start, join } => {
+                for q in pc + 1..else_start - 1 {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                let then_values = self.snapshot();
+                for (r, v) in before.iter().enumerate() {
+                    self.b.def_var(self.regs[r], *v);
+                }
+                for q in else_start..join {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                (self.snapshot(), then_values)
+            }
+        };
+        for r in 0..10 {
+            let v = if taken[r] == fallthrough[r] {
+                taken[r]
+            } else {
+                self.b.ins().select(cond, taken[r], fallthrough[r])
+            };
+            self.b.def_var(self.regs[r], v);
+        }
+        Ok(())
+    }
+
+    /// `exit`: hands r0-r5 and the fuel count back through the context.
+    fn exit(&mut self) {
+        let fl = self.flags.ctx;
+        for r in 0..6 {
+            let v = self.b.use_var(self.regs[r]);
+            self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
+        }
+        let fuel = self.b.use_var(self.fuel);
+        self.b.ins().store(fl, fuel, self.ctx, offsets::FUEL_USED);
+        let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
+        self.b.ins().return_(&[status]);
+        self.open = false;
+    }
+
+    /// `call imm` (helper) or `callx`: charges fuel, then goes through the trampoline.
+    fn helper_call(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        self.charge(pc, rules::CALL_COST);
+        let id = if insn.opc & SRC_X != 0 {
+            self.reg(pc, insn.dst)?
+        } else {
+            self.b.ins().iconst(types::I64, i64::from(insn.imm))
+        };
+        let mut args = vec![self.ctx, id];
+        for r in 1..=5 {
+            args.push(self.b.use_var(self.regs[r]));
+        }
+        let trampoline = self.b.ins().iconst(types::I64, helper_trampoline as *const () as usize as i64);
+        let call = self.b.ins().call_indirect(self.helper_sig, trampoline, &args);
+        let r0 = self.b.inst_results(call)[0];
+        let trapped =
+            self.b.ins().load(types::I64, self.flags.ctx, self.ctx, offsets::HELPER_TRAPPED);
+        self.trap_if(trapped, trap_code::HELPER, pc);
+        self.set_reg(pc, 0, r0)
+    }
+
+    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes r0-r9 and
+    /// the callee's r10 (one frame down) through the context, and takes r0-r5 and the
+    /// fuel count back. r6-r9 stay in this function's variables, so they survive the
+    /// call without being saved.
+    fn local_call(&mut self, pc: u32, target: u32) {
+        self.charge(pc, rules::CALL_COST);
+        // This frame is the deepest permitted when its r10 is at the frame size.
+        let too_deep =
+            self.b.ins().icmp_imm_s(IntCC::UnsignedLessThanOrEqual, self.fp_off, STACK_FRAME_SIZE as i64);
+        self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);
+        let fl = self.flags.ctx;
+        for r in 0..10 {
+            let v = self.b.use_var(self.regs[r]);
+            self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
+        }
+        let callee_fp = self.b.ins().iadd_imm_s(self.fp, -(STACK_FRAME_SIZE as i64));
+        self.b.ins().store(fl, callee_fp, self.ctx, offsets::reg(10));
+        let fuel = self.b.use_var(self.fuel);
+        self.b.ins().store(fl, fuel, self.ctx, offsets::FUEL_USED);
+        let call = self.b.ins().call(self.callees[&target], &[self.ctx]);
+        let status = self.b.inst_results(call)[0];
+        let cont = self.b.create_block();
+        self.b.ins().brif(status, self.propagate, &[], cont, &[]);
+        self.b.switch_to_block(cont);
+        for r in 0..6 {
+            let v = self.b.ins().load(types::I64, fl, self.ctx, offsets::reg(r));
+            self.b.def_var(self.regs[r], v);
+        }
+        let fuel = self.b.ins().load(types::I64, fl, self.ctx, offsets::FUEL_USED);
+        self.b.def_var(self.fuel, fuel);
+    }
+}
