@@ -41,7 +41,10 @@ fn main() {
     for (_, path) in &sources {
         println!("cargo:rerun-if-changed={}", path.display());
     }
-    println!("cargo:rerun-if-changed={}", source_dir.join("bench.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        source_dir.join("bench.h").display()
+    );
 
     let mut native = cc::Build::new();
     native
@@ -85,7 +88,10 @@ fn kernel_sources(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "c") {
-            let name = path.file_stem().expect("a .c file has a stem").to_string_lossy();
+            let name = path
+                .file_stem()
+                .expect("a .c file has a stem")
+                .to_string_lossy();
             sources.push((name.into_owned(), path));
         }
     }
@@ -103,7 +109,10 @@ fn compile_bpf(clang: &str, source: &Path, object: &Path) -> Result<(), String> 
         .status()
         .map_err(|e| format!("running {clang} on {}: {e}; {SETUP_HINT}", source.display()))?;
     if !status.success() {
-        return Err(format!("{clang} -target bpf failed on {} ({status})", source.display()));
+        return Err(format!(
+            "{clang} -target bpf failed on {} ({status})",
+            source.display()
+        ));
     }
     Ok(())
 }

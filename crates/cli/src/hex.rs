@@ -38,9 +38,10 @@ pub fn parse(text: &str) -> Result<Vec<u8>, HexError> {
         if ch.is_whitespace() {
             continue;
         }
-        let nibble = ch
-            .to_digit(16)
-            .ok_or(HexError::BadDigit { ch, idx: idx + skipped })? as u8;
+        let nibble = ch.to_digit(16).ok_or(HexError::BadDigit {
+            ch,
+            idx: idx + skipped,
+        })? as u8;
         digits += 1;
         match high.take() {
             None => high = Some(nibble),

@@ -78,7 +78,7 @@ impl EngineChoice {
     }
 }
 
-/// Run a program and print r0 (in hex), or the trap.
+/// Run a program and print r0 (in hex), or the trap
 ///
 /// PROG is an ELF object (`clang -O2 -target bpf -c prog.c`) or raw bytecode (8-byte
 /// little-endian slots). The program starts with r1 = the address of the memory
@@ -139,23 +139,42 @@ struct DisasmArgs {
     entry: Option<String>,
 }
 
-/// Act as a bpf_conformance plugin.
+/// Act as a bpf_conformance plugin
 ///
-/// The runner starts `csx vm conformance-plugin [MEM] [--interp | --jit]`, with MEM
-/// only when the test has memory, as hex bytes ("01  02  ..."). The program comes on
-/// stdin in the same form. The plugin runs it with r1 = the memory, r2 = its length and
+/// The bpf_conformance runner starts its plugin as `PLUGIN MEM OPTIONS`: MEM is the
+/// test's memory as hex bytes ("01  02  ...", possibly empty), OPTIONS the runner's
+/// --plugin_options as one argument (possibly empty). The program comes on stdin in the
+/// same hex form. The plugin runs it with r1 = the memory, r2 = its length and
 /// helper 5 = identity, prints r0 in hex and exits 0; on any error or trap it prints the
-/// reason on stderr and exits non-zero. Run the suite with, for example:
-///   bpf_conformance_runner --test_file_directory tests \
-///     --plugin_path csx --plugin_options "vm conformance-plugin --jit"
+/// reason on stderr and exits non-zero.
+///
+/// The runner takes a path, not a command line, so give it a two-line wrapper:
+///   printf '#!/bin/sh\nexec csx vm conformance-plugin "$@"\n' > csx-plugin
+///   chmod +x csx-plugin
+///   bpf_conformance_runner --test_file_directory tests --plugin_path ./csx-plugin \
+///     --plugin_options --interp
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 struct PluginArgs {
-    /// The test's memory as hex bytes, whitespace ignored.
+    /// The test's memory as hex bytes, whitespace ignored (may be empty).
     #[arg(value_name = "MEM")]
     memory: Option<String>,
+    /// The runner's plugin options as one argument: empty, or an engine flag.
+    #[arg(value_name = "OPTIONS", value_parser = parse_plugin_options)]
+    options: Option<EngineKind>,
     #[command(flatten)]
     engine: EngineChoice,
+}
+
+/// Reads the runner's `--plugin_options` argument: empty means the default engine.
+fn parse_plugin_options(text: &str) -> Result<EngineKind, String> {
+    match text.trim() {
+        "" | "--jit" => Ok(EngineKind::Jit),
+        "--interp" => Ok(EngineKind::Interp),
+        other => Err(format!(
+            "unknown plugin options {other:?}, expected --interp or --jit"
+        )),
+    }
 }
 
 pub fn run(args: VmArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -229,14 +248,22 @@ pub fn run_with_memory(engine: &dyn Engine, memory: &mut [u8], fuel: u64) -> Run
     let addr = map
         .map_read_write(RegionIdx::EMBEDDER_FIRST, memory)
         .expect("callers check the memory against the region size limit");
-    engine.run(&mut map, [addr, len, 0, 0, 0], &RunOptions { fuel }, &mut ConformanceHost)
+    engine.run(
+        &mut map,
+        [addr, len, 0, 0, 0],
+        &RunOptions { fuel },
+        &mut ConformanceHost,
+    )
 }
 
 /// Rejects memory the region table cannot map, with a message naming its source.
 fn check_memory_size(label: &str, memory: &[u8]) -> anyhow::Result<()> {
     let limit = csx_ebpf::limits::REGION_SIZE_MAX;
     if memory.len() as u64 > limit {
-        bail!("{label} is {} bytes, the largest region is {limit} bytes", memory.len());
+        bail!(
+            "{label} is {} bytes, the largest region is {limit} bytes",
+            memory.len()
+        );
     }
     Ok(())
 }
@@ -265,7 +292,11 @@ impl TrapReport {
 
 impl std::fmt::Display for TrapReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "trap at pc {} (`{}`): {}", self.pc, self.insn, self.message)
+        write!(
+            f,
+            "trap at pc {} (`{}`): {}",
+            self.pc, self.insn, self.message
+        )
     }
 }
 
@@ -308,7 +339,11 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         ns_per_run = Some(started.elapsed().as_nanos() as f64 / repeat as f64);
     }
 
-    let trap = outcome.result.as_ref().err().map(|t| TrapReport::new(t, engine.program()));
+    let trap = outcome
+        .result
+        .as_ref()
+        .err()
+        .map(|t| TrapReport::new(t, engine.program()));
     let r0 = outcome.result.as_ref().ok().copied();
     let report = RunReport {
         engine: kind,
@@ -320,12 +355,19 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         ns_per_run,
     };
     print_run_report(&report, args.json)?;
-    Ok(if report.trap.is_some() { exit::TRAP } else { exit::SUCCESS })
+    Ok(if report.trap.is_some() {
+        exit::TRAP
+    } else {
+        exit::SUCCESS
+    })
 }
 
 fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string(report).context("encoding the report")?);
+        println!(
+            "{}",
+            serde_json::to_string(report).context("encoding the report")?
+        );
         return Ok(());
     }
     match (&report.r0_hex, &report.trap) {
@@ -348,10 +390,23 @@ fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
     let bytes = read_file(&args.prog, "program")?;
     let functions = FunctionTable::conformance();
     let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
-    println!("; {} ({} slots, entry at slot {})", program.name, program.insns.len(), program.entry);
+    println!(
+        "; {} ({} slots, entry at slot {})",
+        program.name,
+        program.insns.len(),
+        program.entry
+    );
     for (n, g) in program.globals.iter().enumerate() {
-        let access = if g.writable { "read-write" } else { "read-only" };
-        println!("; global {n}: {} ({} bytes, {access})", g.name, g.data.len());
+        let access = if g.writable {
+            "read-write"
+        } else {
+            "read-only"
+        };
+        println!(
+            "; global {n}: {} ({} bytes, {access})",
+            g.name,
+            g.data.len()
+        );
     }
     print!("{}", csx_ebpf::disasm::disassemble(&program.insns));
     Ok(exit::SUCCESS)
@@ -365,13 +420,20 @@ fn conformance_plugin(args: PluginArgs) -> anyhow::Result<u8> {
     };
     check_memory_size("the memory", &memory)?;
     let mut text = String::new();
-    std::io::stdin().read_to_string(&mut text).context("reading the program from stdin")?;
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the program from stdin")?;
     let code = hex::parse(&text).context("parsing the program on stdin")?;
 
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program("stdin", &code, None, &functions)?;
     let program = verify_program("stdin", program, functions)?;
-    let (engine, _) = build_engine(args.engine.kind(), program)?;
+    let kind = if args.engine.interp || args.engine.jit {
+        args.engine.kind()
+    } else {
+        args.options.unwrap_or(EngineKind::Jit)
+    };
+    let (engine, _) = build_engine(kind, program)?;
     let outcome = run_with_memory(engine.as_ref(), &mut memory, FUEL_DEFAULT);
     match outcome.result {
         Ok(r0) => {

@@ -1,4 +1,26 @@
 //! csx-device: the computational storage device runtime.
+//!
+//! A [`Device`] owns an NVM namespace (a backing image with the [`filestore`] on top), a
+//! memory namespace ([`slm`]), a persistent shared state region ([`state`]), a compute
+//! namespace of program slots ([`programs`]), memory range sets ([`rangeset`]), the
+//! registered device functions programs call ([`functions`]) and the worker threads that
+//! run commands ([`runtime`], [`execute`]). Hosts talk to it through [`QueuePair`]s:
+//! submit [`csx_proto::Command`]s, reap [`csx_proto::Completion`]s.
+//!
+//! Invariant: no command, however malformed, panics the device or corrupts its file
+//! store; every failure is a typed status in a completion.
 
+pub mod config;
+pub mod execute;
 pub mod filestore;
+pub mod functions;
 pub mod nvm;
+pub mod programs;
+pub mod queue;
+pub mod rangeset;
+pub mod runtime;
+pub mod slm;
+pub mod state;
+
+pub use config::DeviceConfig;
+pub use runtime::{Device, DeviceError, QueuePair, SubmitError};

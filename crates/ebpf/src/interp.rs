@@ -2790,7 +2790,11 @@ mod tests {
                 if op == JMP_EXIT || (op == JMP_CALL && !uses_imm) {
                     continue;
                 }
-                let seed = if uses_imm { i.imm.unsigned_abs() as usize } else { usize::from(i.off.unsigned_abs()) };
+                let seed = if uses_imm {
+                    i.imm.unsigned_abs() as usize
+                } else {
+                    usize::from(i.off.unsigned_abs())
+                };
                 let mut target = (seed * 7 + pc) % n;
                 if tails[target] {
                     target -= 1;
@@ -2831,7 +2835,8 @@ mod tests {
                     let mut buf = [0u8; 64];
                     let mut map = MemoryMap::new();
                     map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
-                    let out = engine.run(&mut map, args, &RunOptions { fuel: 500 }, &mut ConformanceHost);
+                    let opts = RunOptions { fuel: 500 };
+                    let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
                     prop_assert!(out.fuel_used <= 500 || out.result.is_err());
                 }
             }

@@ -159,7 +159,7 @@ pub fn verify(
         .collect();
 
     check_function_bounds(insns, &tails, &info.function_starts)?;
-    let calls = check_paths(insns, &tails, entry, &info.function_starts)?;
+    let calls = check_paths(insns, entry, &info.function_starts)?;
     check_call_depth(insns, entry, &info.function_starts, &calls)?;
     Ok(VerifiedProgram::new(program, functions, info))
 }
@@ -599,12 +599,7 @@ struct CallEdge {
 
 /// Walks every path from the entry: no reachable instruction may fall through past the
 /// last slot or into the next function. Returns the reachable local calls.
-fn check_paths(
-    insns: &[Insn],
-    tails: &[bool],
-    entry: u32,
-    starts: &[u32],
-) -> Result<Vec<CallEdge>, VerifyError> {
+fn check_paths(insns: &[Insn], entry: u32, starts: &[u32]) -> Result<Vec<CallEdge>, VerifyError> {
     let slots = insns.len();
     let mut seen = vec![false; slots];
     let mut work = vec![entry];

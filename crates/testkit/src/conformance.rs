@@ -150,7 +150,7 @@ fn convert(r: &RawVector) -> Result<ConformanceVector, String> {
 /// Decodes a string of hex digit pairs (whitespace ignored).
 fn hex(s: &str) -> Result<Vec<u8>, String> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits ({})", digits.len()));
     }
     digits

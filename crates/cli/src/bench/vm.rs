@@ -95,7 +95,10 @@ pub enum Scale {
     /// The benchmark's inputs (tens to hundreds of KiB).
     Full,
     /// Small inputs for tests.
-    #[cfg_attr(not(test), expect(dead_code, reason = "only the tests use small inputs"))]
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the tests use small inputs")
+    )]
     Test,
 }
 
@@ -184,8 +187,9 @@ pub fn make_input(name: &str, scale: Scale) -> Option<Input> {
         }
         "stats32" => {
             let n = full(16384, 512);
-            let data: Vec<u8> =
-                (0..n).flat_map(|_| (rng.next_u64() as u32).to_le_bytes()).collect();
+            let data: Vec<u8> = (0..n)
+                .flat_map(|_| (rng.next_u64() as u32).to_le_bytes())
+                .collect();
             Input::new(n, [0; 6], &data)
         }
         "filter" => filter_input(&mut rng, full(16384, 512)),
@@ -251,8 +255,9 @@ fn grep_input(rng: &mut Rng, size: usize) -> Input {
 /// A query and `n` points of [`KNN_DIM`] i32 coordinates in 0..256.
 fn knn_input(rng: &mut Rng, n: u64) -> Input {
     let coords = (n as usize + 1) * KNN_DIM;
-    let data: Vec<u8> =
-        (0..coords).flat_map(|_| (rng.below(256) as i32).to_le_bytes()).collect();
+    let data: Vec<u8> = (0..coords)
+        .flat_map(|_| (rng.below(256) as i32).to_le_bytes())
+        .collect();
     // The expected squared distance is about 16 * 10923; this radius holds a minority.
     Input::new(n, [150_000, 0, 0, 0, 0, 0], &data)
 }
@@ -283,7 +288,11 @@ fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prep
     if native != answer {
         bail!("kernel {name}: the interpreter returned {answer:#x}, native code {native:#x}");
     }
-    Ok(Prepared { program, input, answer })
+    Ok(Prepared {
+        program,
+        input,
+        answer,
+    })
 }
 
 /// Calls the native build of `kernel` on `input`.
@@ -329,7 +338,10 @@ fn time_engine(
         }
     });
     if wrong > 0 {
-        bail!("{wrong} of {} timed runs did not return {answer:#x}", m.calls);
+        bail!(
+            "{wrong} of {} timed runs did not return {answer:#x}",
+            m.calls
+        );
     }
     Ok(m)
 }
@@ -396,10 +408,7 @@ struct PeerResult {
     note: Option<String>,
 }
 
-fn bench_kernel(
-    kernel: &'static CompiledKernel,
-    budget: Duration,
-) -> anyhow::Result<KernelReport> {
+fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Result<KernelReport> {
     let name = kernel.name;
     let mut p = prepare(kernel, Scale::Full)?;
     let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&p.program))?;
@@ -407,7 +416,10 @@ fn bench_kernel(
     let jit_answer =
         run_once(jit.as_ref(), &p.input).with_context(|| format!("kernel {name} on the JIT"))?;
     if jit_answer != p.answer {
-        bail!("kernel {name}: the JIT returned {jit_answer:#x}, native code {:#x}", p.answer);
+        bail!(
+            "kernel {name}: the JIT returned {jit_answer:#x}, native code {:#x}",
+            p.answer
+        );
     }
 
     let mut wrong = 0u64;
@@ -417,7 +429,10 @@ fn bench_kernel(
         }
     });
     if wrong > 0 {
-        bail!("kernel {name}: {wrong} native runs did not return {:#x}", p.answer);
+        bail!(
+            "kernel {name}: {wrong} native runs did not return {:#x}",
+            p.answer
+        );
     }
     let interp_m = time_engine(interp.as_ref(), &p.input, p.answer, budget)
         .with_context(|| format!("kernel {name} on the interpreter"))?;
@@ -460,7 +475,13 @@ fn bench_peer(
 ) -> PeerResult {
     let code = match peer::bytecode(program) {
         Ok(code) => code,
-        Err(note) => return PeerResult { interp: None, jit: None, note: Some(note) },
+        Err(note) => {
+            return PeerResult {
+                interp: None,
+                jit: None,
+                note: Some(note),
+            }
+        }
     };
     // The JIT has no bounds checks: run it only after the checked interpreter got the
     // right answer on these very bytes.
@@ -468,18 +489,34 @@ fn bench_peer(
         Ok(m) => m,
         Err(e) => {
             let note = format!("rbpf interpreter: {e}; rbpf JIT not run unchecked");
-            return PeerResult { interp: None, jit: None, note: Some(note) };
+            return PeerResult {
+                interp: None,
+                jit: None,
+                note: Some(note),
+            };
         }
     };
     match peer::time_jit(&code, input.bytes_mut(), answer, budget) {
-        Ok(m) => PeerResult { interp: Some(interp), jit: Some(m), note: None },
-        Err(e) => PeerResult { interp: Some(interp), jit: None, note: Some(format!("rbpf JIT: {e}")) },
+        Ok(m) => PeerResult {
+            interp: Some(interp),
+            jit: Some(m),
+            note: None,
+        },
+        Err(e) => PeerResult {
+            interp: Some(interp),
+            jit: None,
+            note: Some(format!("rbpf JIT: {e}")),
+        },
     }
 }
 
 #[cfg(not(feature = "rbpf"))]
 fn bench_peer(_: &VerifiedProgram, _: &mut Input, _: u64, _: Duration) -> PeerResult {
-    PeerResult { interp: None, jit: None, note: Some("built without feature `rbpf`".into()) }
+    PeerResult {
+        interp: None,
+        jit: None,
+        note: Some("built without feature `rbpf`".into()),
+    }
 }
 
 /// The rbpf crate as a peer runtime.
@@ -545,7 +582,11 @@ mod peer {
 }
 
 pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
-    let budget = if args.quick { CELL_BUDGET_QUICK } else { CELL_BUDGET };
+    let budget = if args.quick {
+        CELL_BUDGET_QUICK
+    } else {
+        CELL_BUDGET
+    };
     let selected: Vec<&'static CompiledKernel> = KERNELS
         .iter()
         .filter(|k| args.kernel.is_empty() || args.kernel.iter().any(|n| n == k.name))
@@ -568,7 +609,10 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
     let report = summarize(kernels, budget, args.quick);
     table.footer(&report);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).context("encoding the report")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
     }
     Ok(exit::SUCCESS)
 }
@@ -605,8 +649,16 @@ struct Table {
     enabled: bool,
 }
 
-const COLUMNS: [&str; 8] =
-    ["kernel", "input", "native", "interp", "jit", "jit compile", "rbpf interp", "rbpf jit"];
+const COLUMNS: [&str; 8] = [
+    "kernel",
+    "input",
+    "native",
+    "interp",
+    "jit",
+    "jit compile",
+    "rbpf interp",
+    "rbpf jit",
+];
 const WIDTHS: [usize; 8] = [8, 8, 10, 19, 17, 12, 19, 17];
 
 impl Table {
@@ -626,7 +678,10 @@ impl Table {
         if !self.enabled {
             return;
         }
-        println!("csx bench vm: median time per run (ratio to native); {} ms per cell", budget.as_millis());
+        println!(
+            "csx bench vm: median time per run (ratio to native); {} ms per cell",
+            budget.as_millis()
+        );
         println!(
             "native: clang -O2, eBPF: clang -O2 -target bpf ({})",
             env!("CSX_BENCH_CLANG_VERSION")
@@ -711,15 +766,24 @@ mod tests {
     #[test]
     fn the_seven_kernels_exist() {
         let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
-        for want in ["stats64", "stats32", "filter", "grep", "knn", "fnv", "primes"] {
-            assert!(names.contains(&want), "kernel {want} missing from sdk/bench");
+        for want in [
+            "stats64", "stats32", "filter", "grep", "knn", "fnv", "primes",
+        ] {
+            assert!(
+                names.contains(&want),
+                "kernel {want} missing from sdk/bench"
+            );
         }
     }
 
     #[test]
     fn every_kernel_has_an_input() {
         for k in KERNELS {
-            assert!(make_input(k.name, Scale::Test).is_some(), "no input for {}", k.name);
+            assert!(
+                make_input(k.name, Scale::Test).is_some(),
+                "no input for {}",
+                k.name
+            );
         }
     }
 
@@ -730,7 +794,8 @@ mod tests {
         for kernel in KERNELS {
             let p = prepare(kernel, Scale::Test).expect("interpreter agrees with native");
             assert_ne!(p.answer, 0, "kernel {} returned 0", kernel.name);
-            let (jit, _) = build_engine(EngineKind::Jit, Arc::clone(&p.program)).expect("JIT compiles");
+            let (jit, _) =
+                build_engine(EngineKind::Jit, Arc::clone(&p.program)).expect("JIT compiles");
             let got = run_once(jit.as_ref(), &p.input).expect("JIT run does not trap");
             assert_eq!(got, p.answer, "kernel {}: JIT vs native", kernel.name);
         }
@@ -739,8 +804,11 @@ mod tests {
     /// Known answers, computed independently in Rust, pin down the inputs and kernels.
     #[test]
     fn known_answers() {
-        let p = prepare(KERNELS.iter().find(|k| k.name == "primes").expect("primes"), Scale::Test)
-            .expect("primes runs");
+        let p = prepare(
+            KERNELS.iter().find(|k| k.name == "primes").expect("primes"),
+            Scale::Test,
+        )
+        .expect("primes runs");
         assert_eq!(p.answer, 303, "primes below 2000");
 
         let input = make_input("fnv", Scale::Test).expect("fnv input");
@@ -748,8 +816,11 @@ mod tests {
         for b in &input.bytes()[HEADER_SIZE..] {
             h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
         }
-        let p = prepare(KERNELS.iter().find(|k| k.name == "fnv").expect("fnv"), Scale::Test)
-            .expect("fnv runs");
+        let p = prepare(
+            KERNELS.iter().find(|k| k.name == "fnv").expect("fnv"),
+            Scale::Test,
+        )
+        .expect("fnv runs");
         assert_eq!(p.answer, h);
     }
 

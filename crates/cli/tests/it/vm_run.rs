@@ -35,7 +35,13 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 fn vm(args: &[&str], prog: &Path) -> Output {
-    csx().arg("vm").args(&args[..1]).arg(prog).args(&args[1..]).output().expect("csx runs")
+    csx()
+        .arg("vm")
+        .args(&args[..1])
+        .arg(prog)
+        .args(&args[1..])
+        .output()
+        .expect("csx runs")
 }
 
 fn stdout(out: &Output) -> String {
@@ -61,12 +67,23 @@ fn prints_r0_in_hex_on_both_engines() {
 fn memory_is_r1_and_its_length_r2() {
     let dir = tempfile::tempdir().expect("temp dir");
     let prog = write(dir.path(), "p.bin", FIRST_WORD_PLUS_LEN);
-    let out = vm(&["run", "--mem-hex", "05 00 00 00 00 00 00 00  ff ff"], &prog);
+    let out = vm(
+        &["run", "--mem-hex", "05 00 00 00 00 00 00 00  ff ff"],
+        &prog,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "0xf\n");
 
     let mem = write(dir.path(), "mem.bin", &[1, 0, 0, 0, 0, 0, 0, 0]);
-    let out = vm(&["run", "--interp", "--mem-file", mem.to_str().expect("utf-8")], &prog);
+    let out = vm(
+        &[
+            "run",
+            "--interp",
+            "--mem-file",
+            mem.to_str().expect("utf-8"),
+        ],
+        &prog,
+    );
     assert_eq!(stdout(&out), "0x9\n");
 }
 
@@ -94,7 +111,10 @@ fn fuel_bounds_an_infinite_loop() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(json["r0"].is_null());
     assert_eq!(json["trap"]["pc"], 0);
-    assert!(json["trap"]["message"].as_str().expect("message").contains("fuel"));
+    assert!(json["trap"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("fuel"));
     assert!(json["fuel_used"].as_u64().expect("fuel_used") > 1000);
 }
 
@@ -115,7 +135,10 @@ fn json_with_repeat_reports_the_mean() {
     let out = vm(&["run", "--interp", "--repeat", "10"], &prog);
     let text = stdout(&out);
     assert!(text.starts_with("0x2a\n"), "{text}");
-    assert!(text.contains("ns/run (mean of 10 runs after 1 warm-up, interp)"), "{text}");
+    assert!(
+        text.contains("ns/run (mean of 10 runs after 1 warm-up, interp)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -178,7 +201,10 @@ fn runs_and_disassembles_elf_objects_by_entry() {
     let out = vm(&["run", "--entry", "sum", "--mem-hex", mem], &obj);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "0x9\n");
-    let out = vm(&["run", "--entry", "count", "--interp", "--mem-hex", mem], &obj);
+    let out = vm(
+        &["run", "--entry", "count", "--interp", "--mem-hex", mem],
+        &obj,
+    );
     assert_eq!(stdout(&out), "0x3\n");
 
     // Two programs and no --entry: the error lists both.

@@ -1,0 +1,235 @@
+//! Execute Program: from a command to a run of the program and its completion.
+//!
+//! The program's view of the device (the program ABI, version `csx_proto::ABI_VERSION`):
+//!
+//! ```text
+//! register  value
+//!   r1      address of window 0 (0 if there are no windows)
+//!   r2      length of window 0 (0 if there are no windows)
+//!   r3      address of the shared state
+//!   r4      length of the shared state
+//!   r5      address of the read-only struct csx_args
+//!
+//! region  contents                         access
+//!   2     struct csx_args                  read-only
+//!   3     shared state                     read-write, shared by all engines
+//!   4+i   window i (i < 16)                read-write, this execution only
+//! ```
+//!
+//! `struct csx_args` (C layout, little-endian):
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  cparam1
+//!      8     8  cparam2
+//!     16     4  nwindows        windows in use
+//!     20     4  params_len      bytes in params
+//!     24   256  windows[16]     { u64 addr; u64 len; } each; unused ones are zero
+//!    280     …  params[]        the command's parameter bytes
+//! ```
+//!
+//! The path, narrated in [`Shared::execute`]: resolve the program → resolve the windows
+//! (range set or inline) → check them → lease their SLM bytes → build the argument block
+//! → map args, state and windows → run → post r0, the trap, the first function failure,
+//! the trace and the timing.
+
+use std::time::Instant;
+
+use csx_ebpf::engine::RunOptions;
+use csx_ebpf::limits::FUEL_DEFAULT;
+use csx_ebpf::memory::{MemoryMap, RegionIdx};
+use csx_ebpf::trap::{Trap, TrapKind};
+use csx_proto::limits::{ARGS_HEADER_SIZE, WINDOWS_MAX};
+use csx_proto::{ClientId, Completion, CommandId, ExecuteInfo, MemRange, Op, Reply, Status, Windows, WireTrap, WireTrapKind};
+
+use crate::functions::CallContext;
+use crate::rangeset::{check_ranges, RangeSetUse};
+use crate::runtime::{ns, Shared};
+use crate::slm::{LeaseRequest, SlmError};
+
+/// Region of `struct csx_args`.
+pub const ARGS_REGION: RegionIdx = RegionIdx(2);
+/// Region of the shared state.
+pub const STATE_REGION: RegionIdx = RegionIdx(3);
+/// Region of window 0; window `i` is at `WINDOW_REGION_FIRST + i`.
+pub const WINDOW_REGION_FIRST: RegionIdx = RegionIdx(4);
+
+const _: () = assert!(ARGS_REGION.0 == RegionIdx::EMBEDDER_FIRST.0);
+const _: () = assert!(
+    WINDOW_REGION_FIRST.0 + WINDOWS_MAX as u32 <= RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT
+);
+
+/// The region of window `i`.
+pub fn window_region(i: usize) -> RegionIdx {
+    assert!(i < WINDOWS_MAX);
+    RegionIdx(WINDOW_REGION_FIRST.0 + i as u32)
+}
+
+/// Builds `struct csx_args` (see the module doc).
+pub fn build_args(cparam1: u64, cparam2: u64, window_lens: &[u64], params: &[u8]) -> Vec<u8> {
+    assert!(window_lens.len() <= WINDOWS_MAX);
+    let mut a = vec![0u8; ARGS_HEADER_SIZE + params.len()];
+    a[0..8].copy_from_slice(&cparam1.to_le_bytes());
+    a[8..16].copy_from_slice(&cparam2.to_le_bytes());
+    a[16..20].copy_from_slice(&(window_lens.len() as u32).to_le_bytes());
+    a[20..24].copy_from_slice(&(params.len() as u32).to_le_bytes());
+    for (i, len) in window_lens.iter().enumerate() {
+        let at = 24 + i * 16;
+        a[at..at + 8].copy_from_slice(&window_region(i).vaddr(0).to_le_bytes());
+        a[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
+    }
+    a[ARGS_HEADER_SIZE..].copy_from_slice(params);
+    a
+}
+
+/// The wire form of a VM trap.
+pub fn wire_trap(t: &Trap) -> WireTrap {
+    let kind = match &t.kind {
+        TrapKind::OutOfBounds { addr, size, write } => {
+            WireTrapKind::OutOfBounds { addr: *addr, size: *size, write: *write }
+        }
+        TrapKind::ReadOnly { addr, size } => WireTrapKind::ReadOnly { addr: *addr, size: *size },
+        TrapKind::FuelExhausted { budget } => WireTrapKind::FuelExhausted { budget: *budget },
+        TrapKind::CallDepthExceeded { depth_max } => WireTrapKind::CallDepthExceeded { depth_max: *depth_max },
+        TrapKind::UnknownHelper { id } => WireTrapKind::UnknownHelper { id: *id },
+        TrapKind::HelperArgument { helper, arg, addr, len } => {
+            WireTrapKind::HelperArgument { helper: *helper, arg: *arg, addr: *addr, len: *len }
+        }
+        TrapKind::HelperAbort { helper, code, message } => WireTrapKind::HelperAbort {
+            helper: *helper,
+            code: *code,
+            message: csx_proto::completion::clip(message.clone(), csx_proto::limits::MESSAGE_SIZE_MAX),
+        },
+        other => WireTrapKind::Other {
+            message: csx_proto::completion::clip(other.to_string(), csx_proto::limits::MESSAGE_SIZE_MAX),
+        },
+    };
+    WireTrap { pc: t.pc, kind }
+}
+
+fn fail(status: Status, component: &str, message: impl Into<String>) -> Completion {
+    Completion::error(CommandId(0), status, component, message)
+}
+
+impl Shared {
+    /// Runs one Execute command (on an engine thread).
+    pub(crate) fn execute(&self, client: ClientId, op: &Op) -> Completion {
+        let Op::Execute { pind, windows, cparam1, cparam2, params, fuel } = op else {
+            unreachable!("execute is only called for Execute");
+        };
+        let prepare_start = Instant::now();
+        // First, borrow the program's engine: the slot cannot be deactivated meanwhile.
+        let ticket = match self.programs.begin_run(*pind) {
+            Ok(t) => t,
+            Err(e) => return fail(e.status(), e.component(), e.to_string()),
+        };
+        // Then, resolve the windows: a registered set (held against deletion) or inline.
+        let held: Option<RangeSetUse<'_>>;
+        let ranges: &[MemRange] = match windows {
+            Windows::RangeSet(rsid) => match self.rangesets.acquire(client, *rsid) {
+                Ok(u) => {
+                    held = Some(u);
+                    &held.as_ref().expect("just set").ranges[..]
+                }
+                Err(e) => return fail(e.status(), "rangeset", e.to_string()),
+            },
+            Windows::Inline(r) => {
+                if let Err(e) = check_ranges(r) {
+                    return fail(e.status(), "execute", e.to_string());
+                }
+                r
+            }
+        };
+        // Next, lease the windows' bytes: bounds, ownership, and no other command on them.
+        let requests: Vec<LeaseRequest> = ranges
+            .iter()
+            .map(|r| LeaseRequest { handle: r.handle, offset: r.offset, len: r.len, write: true })
+            .collect();
+        let mut leases = match self.slm.lease(client, &requests) {
+            Ok(l) => l,
+            Err(e) => {
+                let status = match e {
+                    SlmError::OutOfRange { .. } => Status::InvalidMemoryRangeSet,
+                    _ => e.status(),
+                };
+                return fail(status, "execute", e.to_string());
+            }
+        };
+        // Build the argument block and the region table.
+        let lens: Vec<u64> = ranges.iter().map(|r| r.len).collect();
+        let args = build_args(*cparam1, *cparam2, &lens, params);
+        let state = self.state.map();
+        let mut mem = MemoryMap::new();
+        let args_addr = mem.map_read_only(ARGS_REGION, &args).expect("the argument block is small");
+        // SAFETY: the mapping's bytes live in the device's shared state, which outlives
+        // this run; `state` (the gate held shared) keeps clear and save from touching
+        // them until it drops after the run. Concurrent runs write them racily by design
+        // (see `state`), which the VM tolerates.
+        let state_addr = unsafe { mem.map_raw(STATE_REGION, state.ptr, state.len, true) }
+            .expect("the shared state size is bounded below the region limit");
+        let mut r1r2 = (0, 0);
+        for (i, slice) in leases.slices_mut().into_iter().enumerate() {
+            let slice = slice.expect("windows are leased writable");
+            let len = slice.len() as u64;
+            let addr = mem.map_read_write(window_region(i), slice).expect("window lengths are checked against the region limit");
+            if i == 0 {
+                r1r2 = (addr, len);
+            }
+        }
+        let regs = [r1r2.0, r1r2.1, state_addr, state.len as u64, args_addr];
+        let opts = RunOptions { fuel: fuel.unwrap_or(FUEL_DEFAULT) };
+        let mut ctx = CallContext::new(&self.files, self.epoch);
+        let prepare_ns = ns(prepare_start.elapsed());
+        // Run.
+        let run_start = Instant::now();
+        let outcome = ticket.engine.run(&mut mem, regs, &opts, &mut ctx);
+        let run = run_start.elapsed();
+        drop(mem);
+        drop(state);
+        drop(leases);
+        // Post r0 or the trap, with the first function failure and the trace.
+        let mut c = Completion::new(CommandId(0), Status::Success);
+        match &outcome.result {
+            Ok(r0) => c.value = *r0,
+            Err(trap) => {
+                c.status = Status::Trap;
+                c.trap = Some(wire_trap(trap));
+            }
+        }
+        c.detail = ctx.detail.take();
+        c.reply = Reply::Execute(ExecuteInfo { fuel_used: outcome.fuel_used, trace: std::mem::take(&mut ctx.trace) });
+        c.timing.prepare_ns = prepare_ns;
+        c.timing.transfer_ns = ns(ctx.io);
+        c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_layout() {
+        let a = build_args(1, 2, &[10, 20], b"xyz");
+        assert_eq!(a.len(), 283);
+        assert_eq!(u64::from_le_bytes(a[0..8].try_into().unwrap()), 1);
+        assert_eq!(u64::from_le_bytes(a[8..16].try_into().unwrap()), 2);
+        assert_eq!(u32::from_le_bytes(a[16..20].try_into().unwrap()), 2);
+        assert_eq!(u32::from_le_bytes(a[20..24].try_into().unwrap()), 3);
+        assert_eq!(u64::from_le_bytes(a[24..32].try_into().unwrap()), 4 << 32);
+        assert_eq!(u64::from_le_bytes(a[32..40].try_into().unwrap()), 10);
+        assert_eq!(u64::from_le_bytes(a[40..48].try_into().unwrap()), 5 << 32);
+        assert_eq!(u64::from_le_bytes(a[48..56].try_into().unwrap()), 20);
+        assert!(a[56..280].iter().all(|&b| b == 0));
+        assert_eq!(&a[280..], b"xyz");
+    }
+
+    #[test]
+    fn traps_convert() {
+        let t = Trap { pc: 7, kind: TrapKind::FuelExhausted { budget: 9 } };
+        let w = wire_trap(&t);
+        assert_eq!(w, WireTrap { pc: 7, kind: WireTrapKind::FuelExhausted { budget: 9 } });
+        assert_eq!(w.to_string(), t.to_string());
+    }
+}
