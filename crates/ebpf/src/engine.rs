@@ -83,7 +83,13 @@ impl RunMemory {
             globals: program
                 .globals()
                 .iter()
-                .map(|g| if g.writable { g.data.clone() } else { Vec::new() })
+                .map(|g| {
+                    if g.writable {
+                        g.data.clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
                 .collect(),
         }
     }
@@ -100,12 +106,19 @@ impl RunMemory {
         // borrowed for this whole call; the mappings are removed below before either
         // borrow ends, and `f` cannot keep the map (it only borrows it).
         unsafe {
-            mem.map_raw(RegionIdx::STACK, self.stack.as_mut_ptr(), self.stack.len(), true)
-                .expect("the stack slot is in the table and the stack is small");
+            mem.map_raw(
+                RegionIdx::STACK,
+                self.stack.as_mut_ptr(),
+                self.stack.len(),
+                true,
+            )
+            .expect("the stack slot is in the table and the stack is small");
         }
         let mut mapped = Vec::with_capacity(program.globals().len());
         for (n, g) in program.globals().iter().enumerate() {
-            let Some(idx) = GlobalSection::region(n) else { break };
+            let Some(idx) = GlobalSection::region(n) else {
+                break;
+            };
             let (ptr, len) = if g.writable {
                 (self.globals[n].as_mut_ptr(), self.globals[n].len())
             } else {
@@ -147,12 +160,20 @@ pub mod rules {
 
     /// The trap for exceeding the frame limit.
     pub fn call_depth_trap(pc: u32) -> Trap {
-        Trap { pc, kind: TrapKind::CallDepthExceeded { depth_max: CALL_DEPTH_MAX as u32 } }
+        Trap {
+            pc,
+            kind: TrapKind::CallDepthExceeded {
+                depth_max: CALL_DEPTH_MAX as u32,
+            },
+        }
     }
 
     /// The trap for exceeding the fuel budget.
     pub fn fuel_trap(pc: u32, budget: u64) -> Trap {
-        Trap { pc, kind: TrapKind::FuelExhausted { budget } }
+        Trap {
+            pc,
+            kind: TrapKind::FuelExhausted { budget },
+        }
     }
 
     /// Bytes each frame takes on the stack.

@@ -43,13 +43,21 @@ pub struct FunctionSig {
 #[non_exhaustive]
 pub enum FunctionTableError {
     #[error("function id {id} is used by both `{first}` and `{second}`")]
-    DuplicateId { id: u32, first: String, second: String },
+    DuplicateId {
+        id: u32,
+        first: String,
+        second: String,
+    },
     #[error("function name `{name}` is defined twice")]
     DuplicateName { name: String },
     #[error("function `{name}` has {count} arguments, limit is 5")]
     TooManyArgs { name: String, count: usize },
     #[error("function `{name}` argument {arg} names length argument {len_arg}, which is not a scalar argument")]
-    BadLenArg { name: String, arg: usize, len_arg: u8 },
+    BadLenArg {
+        name: String,
+        arg: usize,
+        len_arg: u8,
+    },
     #[error("function table has {count} entries, limit is {limit}")]
     TooMany { count: usize, limit: usize },
 }
@@ -77,12 +85,19 @@ impl FunctionTable {
             });
         }
         if sig.args.len() > 5 {
-            return Err(FunctionTableError::TooManyArgs { name: sig.name, count: sig.args.len() });
+            return Err(FunctionTableError::TooManyArgs {
+                name: sig.name,
+                count: sig.args.len(),
+            });
         }
         for (i, a) in sig.args.iter().enumerate() {
             if let ArgKind::PtrIn { len_arg } | ArgKind::PtrOut { len_arg } = *a {
                 if sig.args.get(len_arg as usize) != Some(&ArgKind::Scalar) {
-                    return Err(FunctionTableError::BadLenArg { name: sig.name, arg: i, len_arg });
+                    return Err(FunctionTableError::BadLenArg {
+                        name: sig.name,
+                        arg: i,
+                        len_arg,
+                    });
                 }
             }
         }
@@ -170,11 +185,19 @@ pub trait HelperHost {
 pub struct ConformanceHost;
 
 impl HelperHost for ConformanceHost {
-    fn call(&mut self, id: u32, args: [u64; 5], _mem: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+    fn call(
+        &mut self,
+        id: u32,
+        args: [u64; 5],
+        _mem: &mut MemoryMap<'_>,
+    ) -> Result<u64, HelperAbort> {
         if id == 5 {
             Ok(args[0])
         } else {
-            Err(HelperAbort { code: -38, message: format!("no helper {id}") })
+            Err(HelperAbort {
+                code: -38,
+                message: format!("no helper {id}"),
+            })
         }
     }
 }
@@ -201,12 +224,18 @@ pub fn call_helper(
         let addr = args[i];
         let len = args[len_arg as usize];
         if mem.translate(addr, len, write).is_err() {
-            return Err(TrapKind::HelperArgument { helper: sig.id, arg: i as u8, addr, len });
+            return Err(TrapKind::HelperArgument {
+                helper: sig.id,
+                arg: i as u8,
+                addr,
+                len,
+            });
         }
     }
-    host.call(sig.id, args, mem).map_err(|a| TrapKind::HelperAbort {
-        helper: sig.id,
-        code: a.code,
-        message: a.message,
-    })
+    host.call(sig.id, args, mem)
+        .map_err(|a| TrapKind::HelperAbort {
+            helper: sig.id,
+            code: a.code,
+            message: a.message,
+        })
 }

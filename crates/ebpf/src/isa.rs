@@ -146,7 +146,16 @@ impl Insn {
     pub fn encode(&self) -> [u8; SLOT_SIZE] {
         let o = self.off.to_le_bytes();
         let i = self.imm.to_le_bytes();
-        [self.opc, (self.src << 4) | (self.dst & 0x0f), o[0], o[1], i[0], i[1], i[2], i[3]]
+        [
+            self.opc,
+            (self.src << 4) | (self.dst & 0x0f),
+            o[0],
+            o[1],
+            i[0],
+            i[1],
+            i[2],
+            i[3],
+        ]
     }
 
     /// The class (low 3 bits of the opcode).
@@ -156,7 +165,13 @@ impl Insn {
 
     /// Builds an instruction from its fields.
     pub const fn new(opc: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-        Insn { opc, dst, src, off, imm }
+        Insn {
+            opc,
+            dst,
+            src,
+            off,
+            imm,
+        }
     }
 }
 
@@ -182,7 +197,10 @@ pub fn decode_all(bytes: &[u8]) -> Result<Vec<Insn>, DecodeError> {
     }
     let slots = bytes.len() / SLOT_SIZE;
     if slots > crate::limits::PROGRAM_SLOTS_MAX {
-        return Err(DecodeError::TooLong { slots, limit: crate::limits::PROGRAM_SLOTS_MAX });
+        return Err(DecodeError::TooLong {
+            slots,
+            limit: crate::limits::PROGRAM_SLOTS_MAX,
+        });
     }
     Ok(bytes
         .chunks_exact(SLOT_SIZE)

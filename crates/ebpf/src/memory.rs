@@ -63,12 +63,9 @@ impl RegionIdx {
     }
 }
 
-const _: () = assert!(
-    RegionIdx::GLOBALS_FIRST.0 + RegionIdx::GLOBALS_COUNT == REGIONS_MAX as u32
-);
-const _: () = assert!(
-    RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT == RegionIdx::GLOBALS_FIRST.0
-);
+const _: () = assert!(RegionIdx::GLOBALS_FIRST.0 + RegionIdx::GLOBALS_COUNT == REGIONS_MAX as u32);
+const _: () =
+    assert!(RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT == RegionIdx::GLOBALS_FIRST.0);
 
 /// One row of the region table, read directly by JIT-compiled code.
 ///
@@ -146,7 +143,10 @@ impl Default for MemoryMap<'_> {
 impl<'a> MemoryMap<'a> {
     /// An empty table: every access faults.
     pub fn new() -> Self {
-        MemoryMap { entries: [RegionEntry::UNMAPPED; REGIONS_MAX], _borrow: PhantomData }
+        MemoryMap {
+            entries: [RegionEntry::UNMAPPED; REGIONS_MAX],
+            _borrow: PhantomData,
+        }
     }
 
     fn check(idx: RegionIdx, len: usize) -> Result<(), MapError> {
@@ -173,11 +173,7 @@ impl<'a> MemoryMap<'a> {
     }
 
     /// Maps `buf` readable and writable at `idx`; returns its virtual address.
-    pub fn map_read_write(
-        &mut self,
-        idx: RegionIdx,
-        buf: &'a mut [u8],
-    ) -> Result<u64, MapError> {
+    pub fn map_read_write(&mut self, idx: RegionIdx, buf: &'a mut [u8]) -> Result<u64, MapError> {
         Self::check(idx, buf.len())?;
         self.entries[idx.0 as usize] = RegionEntry {
             base: buf.as_mut_ptr(),
@@ -255,7 +251,9 @@ impl<'a> MemoryMap<'a> {
         let off = addr & 0xffff_ffff;
         let size = len.min(u64::from(u32::MAX)) as u32;
         match self.entries.get(idx) {
-            Some(e) if write && e.write_len == 0 && len <= e.read_len && off <= e.read_len - len => {
+            Some(e)
+                if write && e.write_len == 0 && len <= e.read_len && off <= e.read_len - len =>
+            {
                 TrapKind::ReadOnly { addr, size }
             }
             _ => TrapKind::OutOfBounds { addr, size, write },
@@ -333,7 +331,11 @@ mod tests {
         let m = MemoryMap::new();
         assert_eq!(
             m.load(0, 8),
-            Err(TrapKind::OutOfBounds { addr: 0, size: 8, write: false })
+            Err(TrapKind::OutOfBounds {
+                addr: 0,
+                size: 8,
+                write: false
+            })
         );
     }
 
@@ -345,9 +347,18 @@ mod tests {
         let va = m.map_read_write(RegionIdx(2), &mut a).unwrap();
         let vb = m.map_read_only(RegionIdx(3), &b).unwrap();
         assert_eq!(m.load(va, 4), Ok(0x0403_0201));
-        assert!(matches!(m.load(va + 1, 4), Err(TrapKind::OutOfBounds { .. })));
-        assert_eq!(m.store(vb, 1, 0), Err(TrapKind::ReadOnly { addr: vb, size: 1 }));
-        assert!(matches!(m.store(vb + 4, 1, 0), Err(TrapKind::OutOfBounds { .. })));
+        assert!(matches!(
+            m.load(va + 1, 4),
+            Err(TrapKind::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            m.store(vb, 1, 0),
+            Err(TrapKind::ReadOnly { addr: vb, size: 1 })
+        );
+        assert!(matches!(
+            m.store(vb + 4, 1, 0),
+            Err(TrapKind::OutOfBounds { .. })
+        ));
         m.store(va + 3, 1, 7).unwrap();
         assert_eq!(m.load(va + 3, 1), Ok(7));
         // A huge region index is out of range, not a panic.

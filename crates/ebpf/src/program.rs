@@ -48,7 +48,12 @@ pub struct Program {
 impl Program {
     /// A program from raw slots starting at slot 0, with no globals.
     pub fn from_insns(name: impl Into<String>, insns: Vec<Insn>) -> Program {
-        Program { insns, entry: 0, globals: Vec::new(), name: name.into() }
+        Program {
+            insns,
+            entry: 0,
+            globals: Vec::new(),
+            name: name.into(),
+        }
     }
 }
 
@@ -76,7 +81,11 @@ pub struct VerifiedProgram {
 impl VerifiedProgram {
     /// Only the verifier builds these.
     pub(crate) fn new(program: Program, functions: Arc<FunctionTable>, info: ProgramInfo) -> Self {
-        VerifiedProgram { program, functions, info }
+        VerifiedProgram {
+            program,
+            functions,
+            info,
+        }
     }
 
     /// The instruction slots.

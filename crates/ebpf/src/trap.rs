@@ -19,9 +19,18 @@ pub enum TrapKind {
     /// does not have.
     UnknownHelper { id: i64 },
     /// A pointer argument of a helper does not cover the bytes its signature requires.
-    HelperArgument { helper: u32, arg: u8, addr: u64, len: u64 },
+    HelperArgument {
+        helper: u32,
+        arg: u8,
+        addr: u64,
+        len: u64,
+    },
     /// A helper asked to abort the run.
-    HelperAbort { helper: u32, code: i64, message: String },
+    HelperAbort {
+        helper: u32,
+        code: i64,
+        message: String,
+    },
 }
 
 /// A fault with the slot index (pc) of the instruction that raised it.
@@ -47,11 +56,20 @@ impl fmt::Display for TrapKind {
                 write!(f, "call depth exceeded (limit is {depth_max} frames)")
             }
             TrapKind::UnknownHelper { id } => write!(f, "call to unknown helper {id}"),
-            TrapKind::HelperArgument { helper, arg, addr, len } => write!(
+            TrapKind::HelperArgument {
+                helper,
+                arg,
+                addr,
+                len,
+            } => write!(
                 f,
                 "helper {helper} argument {arg}: {len} bytes at {addr:#x} are not accessible"
             ),
-            TrapKind::HelperAbort { helper, code, message } => {
+            TrapKind::HelperAbort {
+                helper,
+                code,
+                message,
+            } => {
                 write!(f, "helper {helper} aborted with code {code}: {message}")
             }
         }

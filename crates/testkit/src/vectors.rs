@@ -196,7 +196,7 @@ fn parse_u64(s: &str) -> Option<u64> {
 
 fn parse_hex_bytes(body: &str) -> Result<Vec<u8>, String> {
     let digits: String = words(body).concat();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!(
             "{} hex digits, not a whole number of bytes",
             digits.len()
@@ -572,22 +572,25 @@ pub struct EngineRun {
 fn run_once(vector: &Vector, engine: &dyn csx_ebpf::engine::Engine) -> EngineRun {
     let mut mem = vector.mem.clone();
     let rodata = vector.rodata.clone().unwrap_or_default();
-    let mut map = MemoryMap::new();
     let mem_len = mem.len() as u64;
-    let mem_addr = map
-        .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem)
-        .expect("vector memory fits a region");
-    let mut args = [mem_addr, mem_len, 0, 0, 0];
-    if vector.rodata.is_some() {
-        let idx = RegionIdx::embedder(1).expect("the table has a second embedder region");
-        args[2] = map
-            .map_read_only(idx, &rodata)
-            .expect("vector rodata fits a region");
-        args[3] = rodata.len() as u64;
-    }
-    let opts = RunOptions { fuel: vector.fuel };
-    let outcome = engine.run(&mut map, args, &opts, &mut TestHost);
-    drop(map);
+    // The map borrows `mem` for the run only; the block ends the borrow so the bytes
+    // can be returned.
+    let outcome = {
+        let mut map = MemoryMap::new();
+        let mem_addr = map
+            .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem)
+            .expect("vector memory fits a region");
+        let mut args = [mem_addr, mem_len, 0, 0, 0];
+        if vector.rodata.is_some() {
+            let idx = RegionIdx::embedder(1).expect("the table has a second embedder region");
+            args[2] = map
+                .map_read_only(idx, &rodata)
+                .expect("vector rodata fits a region");
+            args[3] = rodata.len() as u64;
+        }
+        let opts = RunOptions { fuel: vector.fuel };
+        engine.run(&mut map, args, &opts, &mut TestHost)
+    };
     EngineRun { outcome, mem }
 }
 
