@@ -116,7 +116,12 @@ pub(crate) fn is_helper_call(insn: &Insn) -> bool {
         && (insn.opc & SRC_X != 0 || insn.src != CALL_SRC_LOCAL)
 }
 
-fn target_of(insns: &[Insn], lddw_tails: &HashSet<u32>, pc: u32, rel: i64) -> Result<u32, PlanError> {
+fn target_of(
+    insns: &[Insn],
+    lddw_tails: &HashSet<u32>,
+    pc: u32,
+    rel: i64,
+) -> Result<u32, PlanError> {
     let target = i64::from(pc) + rel + 1;
     match u32::try_from(target) {
         Ok(t) if (t as usize) < insns.len() && !lddw_tails.contains(&t) => Ok(t),
@@ -159,7 +164,10 @@ fn next_pc(insns: &[Insn], pc: u32) -> Result<u32, PlanError> {
 /// Plans every function reachable from `entry`.
 pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, PlanError> {
     if entry as usize >= insns.len() {
-        return Err(PlanError::BadTarget { pc: entry, target: i64::from(entry) });
+        return Err(PlanError::BadTarget {
+            pc: entry,
+            target: i64::from(entry),
+        });
     }
     let lddw_tails = lddw_tails(insns);
     // One stamp per function: slot `pc` was visited by the function being planned when
@@ -172,7 +180,10 @@ pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, Pl
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
         let (plan, callees) = plan_function(insns, &lddw_tails, start, &mut visited, stamp)?;
-        calls_helpers |= plan.pcs.iter().any(|&pc| is_helper_call(&insns[pc as usize]));
+        calls_helpers |= plan
+            .pcs
+            .iter()
+            .any(|&pc| is_helper_call(&insns[pc as usize]));
         for callee in callees {
             if seen_starts.insert(callee) {
                 pending.push(callee);
@@ -180,7 +191,10 @@ pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, Pl
         }
         functions.push(plan);
     }
-    Ok(ProgramPlan { functions, calls_helpers })
+    Ok(ProgramPlan {
+        functions,
+        calls_helpers,
+    })
 }
 
 /// Slots holding the second half of an `lddw`, in straight-line decoding from slot 0.
@@ -246,7 +260,9 @@ fn plan_function(
     let mut ifconv = HashMap::new();
     let mut absorbed_jumps = HashSet::new();
     for &pc in &pcs {
-        let Flow::Branch(t) = flows[&pc] else { continue };
+        let Flow::Branch(t) = flows[&pc] else {
+            continue;
+        };
         if let Some((shape, ja)) = if_conversion(insns, &flows, &sources, pc, t) {
             ifconv.insert(pc, shape);
             absorbed_jumps.extend(ja);
@@ -265,7 +281,15 @@ fn plan_function(
             _ => {}
         }
     }
-    Ok((FunctionPlan { start, pcs, leaders, ifconv }, callees))
+    Ok((
+        FunctionPlan {
+            start,
+            pcs,
+            leaders,
+            ifconv,
+        },
+        callees,
+    ))
 }
 
 /// Whether `insn` may run speculatively in a converted arm: a pure ALU operation that
@@ -310,7 +334,13 @@ fn if_conversion(
                 && arm_is_simple(insns, t, join)
                 && untargeted(pc + 1, join, Some(t))
             {
-                return Some((IfConv::Diamond { else_start: t, join }, Some(t - 1)));
+                return Some((
+                    IfConv::Diamond {
+                        else_start: t,
+                        join,
+                    },
+                    Some(t - 1),
+                ));
             }
         }
     }
@@ -359,7 +389,13 @@ mod tests {
             i(EXIT, 0, 0, 0, 0),
         ];
         let f = &plan_program(&p, 0).unwrap().functions[0];
-        assert_eq!(f.ifconv.get(&0), Some(&IfConv::Diamond { else_start: 3, join: 4 }));
+        assert_eq!(
+            f.ifconv.get(&0),
+            Some(&IfConv::Diamond {
+                else_start: 3,
+                join: 4
+            })
+        );
         assert_eq!(f.leaders, HashSet::from([0]));
     }
 

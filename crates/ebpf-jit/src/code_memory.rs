@@ -9,7 +9,7 @@
 use cranelift_codegen::ir::{types, AbiParam, Signature};
 use cranelift_codegen::isa::CallConv;
 use cranelift_jit::JITModule;
-use cranelift_module::{FuncId, Module, ModuleError};
+use cranelift_module::{FuncId, Module};
 
 use crate::runtime::JitContext;
 
@@ -52,18 +52,19 @@ impl std::fmt::Debug for CodeMemory {
 impl CodeMemory {
     /// Finalizes `module` (relocations, then making the code executable) and keeps the
     /// address of `entry`, which must have been declared with [`compiled_fn_signature`].
+    /// A failure (making memory executable) is described by the returned message.
     pub(crate) fn new(
         mut module: JITModule,
         entry: FuncId,
         code_bytes: usize,
-    ) -> Result<CodeMemory, ModuleError> {
+    ) -> Result<CodeMemory, String> {
         let expected = compiled_fn_signature(module.isa().default_call_conv());
         assert_eq!(
             module.declarations().get_function_decl(entry).signature,
             expected,
             "the entry function must have the compiled-function signature"
         );
-        module.finalize_definitions()?;
+        module.finalize_definitions().map_err(|e| e.to_string())?;
         let ptr = module.get_finalized_function(entry);
         assert!(!ptr.is_null());
         // SAFETY: `ptr` is the finalized, executable code of a function declared (checked
@@ -71,7 +72,11 @@ impl CodeMemory {
         // default C calling convention, which is `CompiledFn`'s ABI. It stays valid until
         // `free_memory` in `Drop`.
         let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(ptr) };
-        Ok(CodeMemory { module: Some(module), entry, code_bytes })
+        Ok(CodeMemory {
+            module: Some(module),
+            entry,
+            code_bytes,
+        })
     }
 
     /// The entry function.

@@ -50,10 +50,18 @@ pub enum JitError {
     Codegen { program: String, message: String },
     /// An instruction the JIT does not translate (the verifier should have rejected it).
     #[error("program `{program}`: unsupported instruction {opcode:#04x} at pc {pc}")]
-    UnsupportedInstruction { program: String, pc: u32, opcode: u8 },
+    UnsupportedInstruction {
+        program: String,
+        pc: u32,
+        opcode: u8,
+    },
     /// A jump or call to a slot outside the program or into an `lddw`.
     #[error("program `{program}`: jump at pc {pc} to invalid slot {target}")]
-    BadJumpTarget { program: String, pc: u32, target: i64 },
+    BadJumpTarget {
+        program: String,
+        pc: u32,
+        target: i64,
+    },
     /// Control would run past the last instruction.
     #[error("program `{program}`: control falls off the end after pc {pc}")]
     FallsOffEnd { program: String, pc: u32 },
@@ -90,10 +98,15 @@ impl JitProgram {
         // branches become selects.
         let insns = program.insns();
         let plan = analysis::plan_program(insns, program.entry()).map_err(|e| match e {
-            PlanError::BadTarget { pc, target } => {
-                JitError::BadJumpTarget { program: name.clone(), pc, target }
-            }
-            PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd { program: name.clone(), pc },
+            PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
+                program: name.clone(),
+                pc,
+                target,
+            },
+            PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd {
+                program: name.clone(),
+                pc,
+            },
         })?;
 
         // Set up the host ISA, optimising for speed.
@@ -102,16 +115,27 @@ impl JitProgram {
             ("opt_level", "speed"),
             ("use_colocated_libcalls", "false"),
             ("is_pic", "false"),
-            ("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }),
+            (
+                "enable_verifier",
+                if cfg!(debug_assertions) {
+                    "true"
+                } else {
+                    "false"
+                },
+            ),
         ] {
             flags.set(flag, value).map_err(|e| codegen(&e))?;
         }
         let isa = cranelift_native::builder()
-            .map_err(|m| JitError::UnsupportedHost { message: m.to_string() })?
+            .map_err(|m| JitError::UnsupportedHost {
+                message: m.to_string(),
+            })?
             .finish(settings::Flags::new(flags))
             .map_err(|e| codegen(&e))?;
-        let mut module =
-            JITModule::new(JITBuilder::with_isa(isa, cranelift_module::default_libcall_names()));
+        let mut module = JITModule::new(JITBuilder::with_isa(
+            isa,
+            cranelift_module::default_libcall_names(),
+        ));
         let call_conv = module.isa().default_call_conv();
 
         // Declare every function first, so calls can refer to any of them.
@@ -139,19 +163,29 @@ impl JitProgram {
             ctx.func.signature = signature.clone();
             let builder = FunctionBuilder::new(&mut ctx.func, &mut builder_ctx);
             translate::translate_function(&mut module, builder, &env, f).map_err(|e| match e {
-                TranslateError::Unsupported { pc, opcode } => {
-                    JitError::UnsupportedInstruction { program: name.clone(), pc, opcode }
-                }
+                TranslateError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
+                    program: name.clone(),
+                    pc,
+                    opcode,
+                },
             })?;
-            module.define_function(func_ids[&f.start], &mut ctx).map_err(|e| codegen(&format_args!("{e:?}")))?;
-            code_bytes += ctx.compiled_code().map_or(0, |c| c.code_info().total_size as usize);
+            module
+                .define_function(func_ids[&f.start], &mut ctx)
+                .map_err(|e| codegen(&format_args!("{e:?}")))?;
+            code_bytes += ctx
+                .compiled_code()
+                .map_or(0, |c| c.code_info().total_size as usize);
             module.clear_context(&mut ctx);
         }
 
         // Finalize: apply relocations and make the code executable.
         let entry = func_ids[&program.entry()];
         let code = CodeMemory::new(module, entry, code_bytes).map_err(|e| codegen(&e))?;
-        Ok(JitProgram { program, code, compile_time: started.elapsed() })
+        Ok(JitProgram {
+            program,
+            code,
+            compile_time: started.elapsed(),
+        })
     }
 
     /// Wall-clock time [`JitProgram::compile`] took.

@@ -192,7 +192,13 @@ pub(crate) fn execute(
 ) -> RunOutcome {
     let stack_row = stack_row(mem);
     let mem_ptr: *mut MemoryMap<'_> = mem;
-    let mut bridge = HelperBridge { functions, host, mem: mem_ptr, trap: None, stack_row };
+    let mut bridge = HelperBridge {
+        functions,
+        host,
+        mem: mem_ptr,
+        trap: None,
+        stack_row,
+    };
     let mut regs = [0u64; 11];
     regs[1..6].copy_from_slice(&args);
     regs[10] = fp;
@@ -227,7 +233,10 @@ pub(crate) fn execute(
             Err(decode_trap(&ctx, &mut bridge, mem))
         }
     };
-    RunOutcome { result, fuel_used: ctx.fuel_used }
+    RunOutcome {
+        result,
+        fuel_used: ctx.fuel_used,
+    }
 }
 
 /// The [`Trap`] a context records, classifying memory faults against `mem` the way the
@@ -238,13 +247,19 @@ fn decode_trap(ctx: &JitContext, bridge: &mut HelperBridge<'_, '_>, mem: &Memory
         trap_code::MEMORY => {
             let size = ctx.trap_aux & 0xffff_ffff;
             let write = ctx.trap_aux & TRAP_AUX_WRITE as u64 != 0;
-            Trap { pc, kind: mem.classify_fault(ctx.trap_addr, size, write) }
+            Trap {
+                pc,
+                kind: mem.classify_fault(ctx.trap_addr, size, write),
+            }
         }
         trap_code::FUEL => rules::fuel_trap(pc, ctx.fuel_budget),
         trap_code::CALL_DEPTH => rules::call_depth_trap(pc),
         trap_code::HELPER => Trap {
             pc,
-            kind: bridge.trap.take().expect("a helper trap is recorded with its kind"),
+            kind: bridge
+                .trap
+                .take()
+                .expect("a helper trap is recorded with its kind"),
         },
         other => panic!("compiled code recorded unknown trap code {other}"),
     }

@@ -40,7 +40,9 @@ use csx_ebpf::limits::{CALL_DEPTH_MAX, REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE
 use csx_ebpf::memory::{RegionEntry, RegionIdx};
 
 use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv};
-use crate::runtime::{helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE};
+use crate::runtime::{
+    helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
+};
 
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
 // r10 at offset `STACK_SIZE - (d - 1) * STACK_FRAME_SIZE`, so it relies on the stack
@@ -70,9 +72,20 @@ pub(crate) struct ProgramEnv<'a> {
 /// What a memory access does once its host address is known.
 #[derive(Clone, Copy)]
 enum MemOp {
-    Load { size: u8, signed: bool },
-    Store { size: u8, value: Value },
-    Atomic { size: u8, op: i32, src: Value, r0: Value },
+    Load {
+        size: u8,
+        signed: bool,
+    },
+    Store {
+        size: u8,
+        value: Value,
+    },
+    Atomic {
+        size: u8,
+        op: i32,
+        src: Value,
+        r0: Value,
+    },
 }
 
 impl MemOp {
@@ -161,8 +174,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 description: what.into(),
             }))
         };
-        let (ctx_r, table_r, heap_r) =
-            (region(1, "context"), region(2, "region table"), region(3, "program memory"));
+        let (ctx_r, table_r, heap_r) = (
+            region(1, "context"),
+            region(2, "region table"),
+            region(3, "program memory"),
+        );
         let mut table = MemFlagsData::trusted().with_alias_region(table_r);
         if !env.calls_helpers {
             // Without helpers nothing can remap a region during the run, so row loads
@@ -190,7 +206,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
                 let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
                 let id = env.func_ids[&target];
-                callees.entry(target).or_insert_with(|| module.declare_func_in_func(id, b.func));
+                callees
+                    .entry(target)
+                    .or_insert_with(|| module.declare_func_in_func(id, b.func));
             }
         }
 
@@ -200,7 +218,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         b.switch_to_block(entry);
         let ctx = b.block_params(entry)[0];
         let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
-        let budget = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
+        let budget = b
+            .ins()
+            .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
         let fuel = b.declare_var(types::I64);
         let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
         b.def_var(fuel, used);
@@ -213,8 +233,12 @@ impl<'a, 'f> Translator<'a, 'f> {
         let fp = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(10));
         let fp_off = b.ins().band_imm_s(fp, 0xffff_ffff);
         let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
-        let stack_base =
-            b.ins().load(types::I64, flags.table, regions, stack_row + RegionEntry::OFFSET_BASE);
+        let stack_base = b.ins().load(
+            types::I64,
+            flags.table,
+            regions,
+            stack_row + RegionEntry::OFFSET_BASE,
+        );
         let fp_host = b.ins().iadd(stack_base, fp_off);
 
         let mut blocks = HashMap::new();
@@ -271,7 +295,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.b.switch_to_block(block);
                 self.open = true;
             }
-            assert!(self.open, "slot {pc} is reached only by fall-through, so its block is open");
+            assert!(
+                self.open,
+                "slot {pc} is reached only by fall-through, so its block is open"
+            );
             resume = self.insn(pc)?;
         }
         assert!(!self.open, "the last reachable instruction ends its block");
@@ -285,7 +312,12 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         self.b.switch_to_block(self.trap_exit);
         let params = self.b.block_params(self.trap_exit).to_vec();
-        let fields = [offsets::TRAP_CODE, offsets::TRAP_PC, offsets::TRAP_ADDR, offsets::TRAP_AUX];
+        let fields = [
+            offsets::TRAP_CODE,
+            offsets::TRAP_PC,
+            offsets::TRAP_ADDR,
+            offsets::TRAP_AUX,
+        ];
         for (v, off) in params.into_iter().zip(fields) {
             self.b.ins().store(fl, v, ctx, off);
         }
@@ -303,7 +335,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     fn unsupported(&self, pc: u32) -> TranslateError {
-        TranslateError::Unsupported { pc, opcode: self.insns[pc as usize].opc }
+        TranslateError::Unsupported {
+            pc,
+            opcode: self.insns[pc as usize].opc,
+        }
     }
 
     /// Translates the instruction at `pc`; returns the slot where translation goes on.
@@ -341,13 +376,21 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Register `r` as `ty` (its low 32 bits for `I32`).
     fn reg_as(&mut self, pc: u32, r: u8, ty: Type) -> TResult<Value> {
         let v = self.reg(pc, r)?;
-        Ok(if ty == types::I32 { self.b.ins().ireduce(types::I32, v) } else { v })
+        Ok(if ty == types::I32 {
+            self.b.ins().ireduce(types::I32, v)
+        } else {
+            v
+        })
     }
 
     /// The immediate as an operand of type `ty`: sign-extended for 64-bit operations,
     /// the raw 32 bits for 32-bit ones (RFC 9669 §4).
     fn imm(&mut self, imm: i32, ty: Type) -> Value {
-        let bits = if ty == types::I32 { i64::from(imm as u32) } else { i64::from(imm) };
+        let bits = if ty == types::I32 {
+            i64::from(imm as u32)
+        } else {
+            i64::from(imm)
+        };
         self.b.ins().iconst(ty, bits)
     }
 
@@ -367,7 +410,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         let ty = if is64 { types::I64 } else { types::I32 };
         let d = self.reg_as(pc, insn.dst, ty)?;
-        let s = if by_reg { self.reg_as(pc, insn.src, ty)? } else { self.imm(insn.imm, ty) };
+        let s = if by_reg {
+            self.reg_as(pc, insn.src, ty)?
+        } else {
+            self.imm(insn.imm, ty)
+        };
         let k = (!by_reg).then_some(insn.imm);
         let b = &mut self.b;
         let result = match op {
@@ -398,11 +445,19 @@ impl<'a, 'f> Translator<'a, 'f> {
             },
             _ => return Err(self.unsupported(pc)),
         };
-        let result = if is64 { result } else { self.b.ins().uextend(types::I64, result) };
+        let result = if is64 {
+            result
+        } else {
+            self.b.ins().uextend(types::I64, result)
+        };
         // Track r10-derived pointers through `mov` (same value) and constant `add`/`sub`.
         if is64 && !by_reg && matches!(op, ALU_ADD | ALU_SUB) {
             if let Some(&base) = self.fp_relative.get(&d) {
-                let delta = if op == ALU_ADD { i64::from(insn.imm) } else { -i64::from(insn.imm) };
+                let delta = if op == ALU_ADD {
+                    i64::from(insn.imm)
+                } else {
+                    -i64::from(insn.imm)
+                };
                 self.fp_relative.insert(result, base.saturating_add(delta));
             }
         }
@@ -412,7 +467,13 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// `div`/`mod`: by zero, the quotient is 0 and the remainder is the dividend.
     fn unsigned_div(&mut self, div: bool, x: Value, y: Value, k: Option<i32>, ty: Type) -> Value {
         let b = &mut self.b;
-        match k.map(|k| if ty == types::I32 { i64::from(k as u32) } else { i64::from(k) }) {
+        match k.map(|k| {
+            if ty == types::I32 {
+                i64::from(k as u32)
+            } else {
+                i64::from(k)
+            }
+        }) {
             Some(0) if div => b.ins().iconst(ty, 0),
             Some(0) => x,
             Some(_) if div => b.ins().udiv(x, y),
@@ -497,7 +558,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         if insn.opc != OP_LDDW {
             return Err(self.unsupported(pc));
         }
-        let high = self.insns.get(pc as usize + 1).ok_or_else(|| self.unsupported(pc))?.imm;
+        let high = self
+            .insns
+            .get(pc as usize + 1)
+            .ok_or_else(|| self.unsupported(pc))?
+            .imm;
         let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
         let v = self.b.ins().iconst(types::I64, value as i64);
         self.set_reg(pc, insn.dst, v)
@@ -589,25 +654,35 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Fast path, on the base register's value: row of `v`, then
         // `0 <= lo + off` and `lo + off + size <= len` for the offset `lo` of `v`.
         let (row, lo) = self.row_of(v);
-        let len_field =
-            if op.writes() { RegionEntry::OFFSET_WRITE_LEN } else { RegionEntry::OFFSET_READ_LEN };
+        let len_field = if op.writes() {
+            RegionEntry::OFFSET_WRITE_LEN
+        } else {
+            RegionEntry::OFFSET_READ_LEN
+        };
         let b = &mut self.b;
         let len = b.ins().load(types::I64, self.flags.table, row, len_field);
         let end = b.ins().iadd_imm_s(lo, i64::from(off) + size);
         let mut ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
         if off < 0 {
-            let no_underflow = b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
+            let no_underflow =
+                b.ins()
+                    .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
             ok = b.ins().band(ok, no_underflow);
         }
         let fast = self.b.create_block();
         let slow = self.b.create_block();
         let cont = self.b.create_block();
-        let result = op.has_result().then(|| self.b.append_block_param(cont, types::I64));
+        let result = op
+            .has_result()
+            .then(|| self.b.append_block_param(cont, types::I64));
         self.b.set_cold_block(slow);
         self.b.ins().brif(ok, fast, &[], slow, &[]);
 
         self.b.switch_to_block(fast);
-        let base = self.b.ins().load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let base = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
         let host = self.b.ins().iadd(base, lo);
         let r = self.emit_op(host, i32::from(off), op);
         self.jump_with(cont, r);
@@ -632,7 +707,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
 
         self.b.switch_to_block(slow_ok);
-        let base2 = self.b.ins().load(types::I64, self.flags.table, row2, RegionEntry::OFFSET_BASE);
+        let base2 = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.table, row2, RegionEntry::OFFSET_BASE);
         let host2 = self.b.ins().iadd(base2, lo2);
         let r2 = self.emit_op(host2, 0, op);
         self.jump_with(cont, r2);
@@ -646,7 +724,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn row_of(&mut self, v: Value) -> (Value, Value) {
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(v, 32);
-        let in_table = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, idx, REGIONS_MAX as i64);
+        let in_table = b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, idx, REGIONS_MAX as i64);
         let zero = b.ins().iconst(types::I64, 0);
         let idx = b.ins().select(in_table, idx, zero);
         let row_off = b.ins().ishl_imm_s(idx, i64::from(RegionEntry::SIZE_SHIFT));
@@ -695,13 +775,24 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// addresses use the host's atomic instructions; unaligned ones (allowed by eBPF) a
     /// plain load and store, as the interpreter does, because a locked access that
     /// straddles cache lines is a split lock, which the kernel may punish or kill.
-    fn emit_atomic(&mut self, host: Value, disp: i32, size: u8, op: i32, src: Value, r0: Value) -> Value {
+    fn emit_atomic(
+        &mut self,
+        host: Value,
+        disp: i32,
+        size: u8,
+        op: i32,
+        src: Value,
+        r0: Value,
+    ) -> Value {
         let ty = if size == 4 { types::I32 } else { types::I64 };
         let b = &mut self.b;
         let p = b.ins().iadd_imm_s(host, i64::from(disp));
         let misalign = b.ins().band_imm_s(p, i64::from(size) - 1);
         let (x, expected) = if ty == types::I32 {
-            (b.ins().ireduce(types::I32, src), b.ins().ireduce(types::I32, r0))
+            (
+                b.ins().ireduce(types::I32, src),
+                b.ins().ireduce(types::I32, r0),
+            )
         } else {
             (src, r0)
         };
@@ -784,7 +875,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         let fuel = self.b.use_var(self.fuel);
         let fuel = self.b.ins().iadd_imm_s(fuel, cost as i64);
         self.b.def_var(self.fuel, fuel);
-        let over = self.b.ins().icmp(IntCC::UnsignedGreaterThan, fuel, self.budget);
+        let over = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThan, fuel, self.budget);
         self.trap_if(over, trap_code::FUEL, pc);
     }
 
@@ -946,11 +1040,21 @@ impl<'a, 'f> Translator<'a, 'f> {
         for r in 1..=5 {
             args.push(self.b.use_var(self.regs[r]));
         }
-        let trampoline = self.b.ins().iconst(types::I64, helper_trampoline as *const () as usize as i64);
-        let call = self.b.ins().call_indirect(self.helper_sig, trampoline, &args);
+        let trampoline = self
+            .b
+            .ins()
+            .iconst(types::I64, helper_trampoline as *const () as usize as i64);
+        let call = self
+            .b
+            .ins()
+            .call_indirect(self.helper_sig, trampoline, &args);
         let r0 = self.b.inst_results(call)[0];
-        let trapped =
-            self.b.ins().load(types::I64, self.flags.ctx, self.ctx, offsets::HELPER_TRAPPED);
+        let trapped = self.b.ins().load(
+            types::I64,
+            self.flags.ctx,
+            self.ctx,
+            offsets::HELPER_TRAPPED,
+        );
         self.trap_if(trapped, trap_code::HELPER, pc);
         self.set_reg(pc, 0, r0)
     }
@@ -962,8 +1066,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn local_call(&mut self, pc: u32, target: u32) {
         self.charge(pc, rules::CALL_COST);
         // This frame is the deepest permitted when its r10 is at the frame size.
-        let too_deep =
-            self.b.ins().icmp_imm_s(IntCC::UnsignedLessThanOrEqual, self.fp_off, STACK_FRAME_SIZE as i64);
+        let too_deep = self.b.ins().icmp_imm_s(
+            IntCC::UnsignedLessThanOrEqual,
+            self.fp_off,
+            STACK_FRAME_SIZE as i64,
+        );
         self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);
         let fl = self.flags.ctx;
         for r in 0..10 {
@@ -971,7 +1078,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
         }
         let callee_fp = self.b.ins().iadd_imm_s(self.fp, -(STACK_FRAME_SIZE as i64));
-        self.b.ins().store(fl, callee_fp, self.ctx, offsets::reg(10));
+        self.b
+            .ins()
+            .store(fl, callee_fp, self.ctx, offsets::reg(10));
         let fuel = self.b.use_var(self.fuel);
         self.b.ins().store(fl, fuel, self.ctx, offsets::FUEL_USED);
         let call = self.b.ins().call(self.callees[&target], &[self.ctx]);
@@ -983,7 +1092,10 @@ impl<'a, 'f> Translator<'a, 'f> {
             let v = self.b.ins().load(types::I64, fl, self.ctx, offsets::reg(r));
             self.b.def_var(self.regs[r], v);
         }
-        let fuel = self.b.ins().load(types::I64, fl, self.ctx, offsets::FUEL_USED);
+        let fuel = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_USED);
         self.b.def_var(self.fuel, fuel);
     }
 }

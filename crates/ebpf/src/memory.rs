@@ -263,6 +263,11 @@ impl<'a> MemoryMap<'a> {
     /// Borrows `len` readable bytes at `addr`.
     pub fn slice(&self, addr: u64, len: u64) -> Result<&[u8], TrapKind> {
         let p = self.translate(addr, len, false)?;
+        if len == 0 {
+            // An unmapped row's base is null, which `from_raw_parts` forbids even for
+            // an empty slice.
+            return Ok(&[]);
+        }
         // SAFETY: `translate` checked that `len` bytes from `p` lie inside a mapped
         // region, valid for reads for `'a` (module invariant). `&self` prevents a
         // `&mut` slice from this map from existing at the same time.
@@ -272,6 +277,10 @@ impl<'a> MemoryMap<'a> {
     /// Borrows `len` writable bytes at `addr`.
     pub fn slice_mut(&mut self, addr: u64, len: u64) -> Result<&mut [u8], TrapKind> {
         let p = self.translate(addr, len, true)?;
+        if len == 0 {
+            // See `slice`: the base may be null.
+            return Ok(&mut []);
+        }
         // SAFETY: `translate` checked that `len` bytes from `p` lie inside a region
         // mapped writable for `'a`. `&mut self` makes this the only live slice.
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len as usize) })
@@ -281,6 +290,10 @@ impl<'a> MemoryMap<'a> {
     pub fn copy(&mut self, dst: u64, src: u64, len: u64) -> Result<(), TrapKind> {
         let s = self.translate(src, len, false)?;
         let d = self.translate(dst, len, true)?;
+        if len == 0 {
+            // See `slice`: the bases may be null.
+            return Ok(());
+        }
         // SAFETY: both ranges were checked to lie inside mapped regions (read and
         // write respectively); `ptr::copy` allows them to overlap.
         unsafe { std::ptr::copy(s, d, len as usize) };
@@ -363,6 +376,14 @@ mod tests {
         assert_eq!(m.load(va + 3, 1), Ok(7));
         // A huge region index is out of range, not a panic.
         assert!(m.load(u64::MAX, 1).is_err());
+    }
+
+    #[test]
+    fn empty_ranges_on_unmapped_rows() {
+        let mut m = MemoryMap::new();
+        assert_eq!(m.slice(0, 0), Ok(&[][..]));
+        assert!(m.slice_mut(0, 0).unwrap().is_empty());
+        assert_eq!(m.copy(0, 0, 0), Ok(()));
     }
 
     #[test]

@@ -20,5 +20,8 @@ fn jit(p: Arc<VerifiedProgram>) -> Result<Box<dyn Engine>, String> {
 
 /// All engines, by name: the interpreter first (it is the reference).
 pub fn all() -> Vec<(&'static str, EngineFactory)> {
-    vec![("interp", interpreter as EngineFactory), ("jit", jit as EngineFactory)]
+    vec![
+        ("interp", interpreter as EngineFactory),
+        ("jit", jit as EngineFactory),
+    ]
 }

@@ -1,0 +1,290 @@
+//! The asynchronous core: submit many commands, collect their completions in any order.
+//!
+//! A [`Client`] owns one queue pair (a [`Transport`]) and may be shared by any number of
+//! threads. Every thread may submit; completions are matched to their commands by
+//! [`CommandId`] (as NVMe and io_uring match theirs), so each thread waits for exactly
+//! its own, whichever thread happened to take it off the queue pair.
+//!
+//! # Reaping
+//!
+//! One thread at a time reaps from the transport (the *reaper*); a thread that waits and
+//! finds no reaper becomes one, the others sleep. The reaper hands every completion that
+//! is not its own to the table, where its owner finds it, and wakes the sleepers. This is
+//! the leader/follower pattern: no extra thread, and a single-threaded caller never
+//! sleeps on the table at all (it is always the reaper).
+//!
+//! # Bounds
+//!
+//! A command is *outstanding* from its submission until a caller receives its
+//! completion. At most `queue_depth` are outstanding, which bounds both the transport's
+//! in-flight commands and the table of completions reaped but not yet received.
+//!
+//! Invariants: every outstanding command's completion is received exactly once; a
+//! completion whose id is not outstanding (a device bug) is counted in
+//! [`Client::stray_completions`] and dropped, never delivered.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use csx_proto::{Command, CommandId, Completion, Op};
+
+use crate::error::{CallError, TransportError};
+use crate::transport::Transport;
+
+/// The outstanding commands and the completions reaped for them.
+#[derive(Debug, Default)]
+struct Table {
+    /// Submitted, completion not yet received by a caller.
+    outstanding: HashSet<CommandId>,
+    /// Reaped from the transport, waiting for their caller.
+    ready: HashMap<CommandId, Completion>,
+    /// Ids a thread waits for by name ([`Client::wait`]); [`Client::reap`] leaves
+    /// their completions alone.
+    awaited: HashSet<CommandId>,
+    /// Whether a thread is reaping from the transport now.
+    reaping: bool,
+    /// Threads sleeping on `changed`.
+    sleepers: u32,
+}
+
+/// One queue pair to a device, shared by threads (see the module doc).
+#[derive(Debug)]
+pub struct Client {
+    transport: Option<Box<dyn Transport>>,
+    depth: u32,
+    next_id: AtomicU64,
+    table: Mutex<Table>,
+    changed: Condvar,
+    stray: AtomicU64,
+}
+
+/// What a waiting thread is after.
+#[derive(Clone, Copy)]
+enum Want {
+    /// This command's completion.
+    One(CommandId),
+    /// Any completion no other thread waits for by id.
+    Any,
+}
+
+impl Client {
+    /// A client over `transport`.
+    pub fn new(transport: Box<dyn Transport>) -> Client {
+        let depth = transport.queue_depth();
+        assert!(depth > 0, "a transport holds at least one command");
+        Client {
+            transport: Some(transport),
+            depth,
+            next_id: AtomicU64::new(1),
+            table: Mutex::new(Table::default()),
+            changed: Condvar::new(),
+            stray: AtomicU64::new(0),
+        }
+    }
+
+    fn transport(&self) -> &dyn Transport {
+        self.transport.as_deref().expect("the transport is only taken by close")
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // The table's invariants hold between statements; a panicking thread cannot
+        // leave it half-updated in a way the others would misread.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake(&self, t: &Table) {
+        if t.sleepers > 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// The transport's name (`inproc`, `shm`, `tcp`).
+    pub fn transport_name(&self) -> &'static str {
+        self.transport().name()
+    }
+
+    /// The most commands outstanding at once.
+    pub fn queue_depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Commands submitted whose completion no caller has received yet.
+    pub fn outstanding(&self) -> usize {
+        self.lock().outstanding.len()
+    }
+
+    /// Completions the device sent for no outstanding command (always 0 on a correct
+    /// device; the tests check it).
+    pub fn stray_completions(&self) -> u64 {
+        self.stray.load(Ordering::Relaxed)
+    }
+
+    /// Submits `op` without waiting for it to run. Checks it against the protocol's
+    /// limits first. Fails with [`TransportError::QueueFull`] when `queue_depth`
+    /// commands are outstanding.
+    pub fn submit(&self, op: Op) -> Result<CommandId, CallError> {
+        self.submit_inner(op, false)
+    }
+
+    /// As [`Client::submit`], but waits for an outstanding command's completion to be
+    /// received (by another thread) when the queue pair is full.
+    pub fn submit_wait(&self, op: Op) -> Result<CommandId, CallError> {
+        self.submit_inner(op, true)
+    }
+
+    fn submit_inner(&self, op: Op, block: bool) -> Result<CommandId, CallError> {
+        op.validate().map_err(|source| CallError::Invalid { op: op.name(), source })?;
+        let id = CommandId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        {
+            let mut t = self.lock();
+            while t.outstanding.len() >= self.depth as usize {
+                if !block {
+                    return Err(TransportError::QueueFull { depth: self.depth }.into());
+                }
+                t.sleepers += 1;
+                t = self.changed.wait(t).unwrap_or_else(|p| p.into_inner());
+                t.sleepers -= 1;
+            }
+            let fresh = t.outstanding.insert(id);
+            assert!(fresh, "command ids are never reused");
+        }
+        if let Err(e) = self.transport().submit(Command::new(id, op)) {
+            let mut t = self.lock();
+            t.outstanding.remove(&id);
+            self.wake(&t);
+            return Err(e.into());
+        }
+        Ok(id)
+    }
+
+    /// Waits for the completion of `id`, up to `timeout` (`None`: as long as it takes).
+    /// `Ok(None)` on timeout; the command stays outstanding and may be waited for again.
+    pub fn wait(&self, id: CommandId, timeout: Option<Duration>) -> Result<Option<Completion>, CallError> {
+        let mut t = self.lock();
+        if !t.outstanding.contains(&id) || !t.awaited.insert(id) {
+            return Err(CallError::UnknownCommand { id });
+        }
+        let r = self.collect(t, Want::One(id), timeout);
+        if !matches!(r, Ok(Some(_))) {
+            let mut t = self.lock();
+            t.awaited.remove(&id);
+        }
+        r
+    }
+
+    /// The next completion that no thread waits for by id (see [`Client::wait`]), up to
+    /// `timeout`. `Ok(None)` on timeout, or at once when no such command is outstanding.
+    pub fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, CallError> {
+        let t = self.lock();
+        self.collect(t, Want::Any, timeout)
+    }
+
+    /// Submits `op` and waits for its completion (whatever its status).
+    pub fn call(&self, op: Op) -> Result<Completion, CallError> {
+        let id = self.submit_wait(op)?;
+        Ok(self.wait(id, None)?.expect("a wait without a timeout returns a completion"))
+    }
+
+    /// Submits `op`, waits, and turns a failed status into the typed [`CallError`].
+    pub fn call_ok(&self, op: Op) -> Result<Completion, CallError> {
+        let name = op.name();
+        let c = self.call(op)?;
+        if c.status.is_success() {
+            Ok(c)
+        } else {
+            Err(CallError::from_completion(name, c))
+        }
+    }
+
+    /// Takes a completion `want` may receive from the ready table.
+    fn take_ready(t: &mut Table, want: Want) -> Option<Completion> {
+        let id = match want {
+            Want::One(id) => id,
+            Want::Any => *t.ready.keys().find(|id| !t.awaited.contains(id))?,
+        };
+        let c = t.ready.remove(&id)?;
+        t.outstanding.remove(&id);
+        t.awaited.remove(&id);
+        Some(c)
+    }
+
+    /// Whether `c`, just reaped, is what `want` waits for.
+    fn wanted(t: &Table, want: Want, c: &Completion) -> bool {
+        match want {
+            Want::One(id) => c.id == id,
+            Want::Any => !t.awaited.contains(&c.id),
+        }
+    }
+
+    /// The loop every waiting thread runs (see "Reaping" in the module doc).
+    fn collect(
+        &self,
+        mut t: MutexGuard<'_, Table>,
+        want: Want,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Completion>, CallError> {
+        let deadline = timeout.map(|d| Instant::now() + d);
+        loop {
+            if let Some(c) = Self::take_ready(&mut t, want) {
+                self.wake(&t);
+                return Ok(Some(c));
+            }
+            if matches!(want, Want::Any) && t.outstanding.iter().all(|id| t.awaited.contains(id)) {
+                return Ok(None);
+            }
+            let remaining = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => return Ok(None),
+                },
+            };
+            if t.reaping {
+                t.sleepers += 1;
+                t = match remaining {
+                    None => self.changed.wait(t).unwrap_or_else(|p| p.into_inner()),
+                    Some(r) => self.changed.wait_timeout(t, r).unwrap_or_else(|p| p.into_inner()).0,
+                };
+                t.sleepers -= 1;
+                continue;
+            }
+            t.reaping = true;
+            drop(t);
+            let reaped = self.transport().reap(remaining);
+            t = self.lock();
+            t.reaping = false;
+            match reaped {
+                Ok(Some(c)) => {
+                    if !t.outstanding.contains(&c.id) || t.ready.contains_key(&c.id) {
+                        self.stray.fetch_add(1, Ordering::Relaxed);
+                        debug_assert!(false, "completion for {} which is not outstanding", c.id);
+                    } else if Self::wanted(&t, want, &c) {
+                        t.outstanding.remove(&c.id);
+                        t.awaited.remove(&c.id);
+                        self.wake(&t);
+                        return Ok(Some(c));
+                    } else {
+                        t.ready.insert(c.id, c);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.wake(&t);
+                    return Err(e.into());
+                }
+            }
+            self.wake(&t);
+        }
+    }
+
+    /// Ends the queue pair (see [`Transport::close`]). Outstanding commands are
+    /// abandoned: the device finishes them, but nobody receives their completions.
+    pub fn close(mut self) -> Result<(), TransportError> {
+        match self.transport.take() {
+            Some(t) => t.close(),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Transports: how commands reach a device and completions come back.
+//!
+//! A [`Transport`] is one queue pair to one device: the host submits [`Command`]s and
+//! reaps [`Completion`]s, in any order, matched by [`csx_proto::CommandId`] (as NVMe and
+//! io_uring queue pairs). It moves protocol values and nothing else; whether it passes
+//! them by value (in-process), through rings in shared memory or as frames on a socket
+//! (both with the `csx_proto::wire` encoding) is its own business, invisible above it.
+//!
+//! | transport | URI                      | how a command travels                         |
+//! |-----------|--------------------------|-----------------------------------------------|
+//! | inproc    | a path, `inproc://PATH`  | by value into the device's submission queue   |
+//! | shm       | `shm://NAME`             | encoded into a submission ring (issue 4)      |
+//! | tcp       | `tcp://HOST:PORT`        | encoded into length-prefixed frames (issue 4) |
+//!
+//! Invariant: only protocol types cross a transport.
+//! Invariant: a transport never holds more than [`Transport::queue_depth`] commands
+//! submitted and not yet reaped; a submission past that fails with
+//! [`TransportError::QueueFull`] and changes nothing.
+//! Invariant: every accepted submission produces exactly one completion, unless the
+//! transport fails.
+
+use std::fmt;
+use std::time::Duration;
+
+use csx_proto::{Command, Completion};
+
+use crate::error::TransportError;
+
+#[cfg(feature = "inproc")]
+pub mod inproc;
+
+/// One queue pair to a device. Shared by every thread of a [`crate::Client`]; the
+/// client serialises reaping (one thread reaps at a time) but submits from any thread.
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// A short name for messages and benchmarks: `inproc`, `shm`, `tcp`.
+    fn name(&self) -> &'static str;
+
+    /// The most commands this pair holds submitted and not yet reaped.
+    fn queue_depth(&self) -> u32;
+
+    /// Hands `cmd` to the device. Never waits for the device to run it. The command has
+    /// already passed `Command::validate` on the host; the device checks it again.
+    fn submit(&self, cmd: Command) -> Result<(), TransportError>;
+
+    /// A completion if one is ready now, without waiting.
+    fn try_reap(&self) -> Result<Option<Completion>, TransportError>;
+
+    /// The next completion, waiting up to `timeout` (`None`: as long as it takes).
+    /// `Ok(None)` on timeout. With nothing in flight it fails with
+    /// [`TransportError::NothingInFlight`] rather than wait forever.
+    fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError>;
+
+    /// Ends the queue pair: the device reclaims its memory allocations and range sets,
+    /// and a device this transport runs (an embedded one whose last client this was)
+    /// shuts down cleanly. Dropping a transport does the same, losing the errors.
+    fn close(self: Box<Self>) -> Result<(), TransportError>;
+}
