@@ -11,6 +11,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod connect;
+mod device_cmd;
+mod exec;
+mod files;
 mod hex;
 mod vm;
 
@@ -52,8 +56,9 @@ struct Cli {
 /// Options every command accepts.
 #[derive(Debug, clap::Args)]
 pub struct GlobalArgs {
-    /// Device to talk to, e.g. `inproc://`, `shm:///dev/shm/csx0`, `tcp://host:port`
-    /// (device commands only).
+    /// Device to talk to: a state directory (an embedded device), `shm://NAME` or
+    /// `tcp://HOST:PORT`; default: $CSX_DEVICE, else a per-user device created on
+    /// first use in ~/.local/share/csx/device (device commands only).
     #[arg(long, global = true, env = "CSX_DEVICE", value_name = "URI")]
     pub device: Option<String>,
 }
@@ -64,12 +69,39 @@ enum Command {
     Vm(vm::VmArgs),
     /// Measure csx (the VM's engines against native code and other runtimes).
     Bench(bench::BenchArgs),
+    /// Create devices (`csx device init`).
+    Device(device_cmd::DeviceArgs),
+    /// Describe the device: namespaces, engines, limits.
+    Info(device_cmd::InfoArgs),
+    /// List the device's registered functions (what programs may call).
+    Functions(device_cmd::FunctionsArgs),
+    /// Copy a local file onto the device.
+    Put(files::PutArgs),
+    /// Copy a device file to a local file.
+    Get(files::GetArgs),
+    /// List device files.
+    Ls(files::LsArgs),
+    /// Show a device file's size and extents.
+    Stat(files::StatArgs),
+    /// Delete a device file.
+    Rm(files::RmArgs),
+    /// Run a program on the device over a device file.
+    Exec(exec::ExecArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Vm(args) => vm::run(args, &cli.global),
         Command::Bench(args) => bench::run(args, &cli.global),
+        Command::Device(args) => device_cmd::run_device(args),
+        Command::Info(args) => device_cmd::run_info(args, &cli.global),
+        Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
+        Command::Put(args) => files::run_put(args, &cli.global),
+        Command::Get(args) => files::run_get(args, &cli.global),
+        Command::Ls(args) => files::run_ls(args, &cli.global),
+        Command::Stat(args) => files::run_stat(args, &cli.global),
+        Command::Rm(args) => files::run_rm(args, &cli.global),
+        Command::Exec(args) => exec::run(args, &cli.global),
     }
 }
 

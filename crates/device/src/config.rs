@@ -31,13 +31,22 @@ pub const TRANSFER_WORKERS_MAX: u32 = 64;
 #[non_exhaustive]
 pub enum ConfigError {
     #[error("{field} is {value}, must be between {min} and {max}")]
-    OutOfRange { field: &'static str, value: u64, min: u64, max: u64 },
+    OutOfRange {
+        field: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("nvm size {value} is not a multiple of the {NVM_BLOCK_SIZE}-byte block")]
     NvmSizeNotBlockMultiple { value: u64 },
     #[error("state directory format {found}, this device reads {FORMAT_VERSION}")]
     Format { found: u32 },
     #[error("cannot {op} {}: {source}", path.display())]
-    Io { path: PathBuf, op: &'static str, source: io::Error },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
     #[error("{} is not a valid device configuration: {message}", path.display())]
     Parse { path: PathBuf, message: String },
 }
@@ -80,7 +89,12 @@ impl Default for DeviceConfig {
 
 fn range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
     if value < min || value > max {
-        return Err(ConfigError::OutOfRange { field, value, min, max });
+        return Err(ConfigError::OutOfRange {
+            field,
+            value,
+            min,
+            max,
+        });
     }
     Ok(())
 }
@@ -89,11 +103,20 @@ impl DeviceConfig {
     /// Checks every field against its bounds.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.format_version != FORMAT_VERSION {
-            return Err(ConfigError::Format { found: self.format_version });
+            return Err(ConfigError::Format {
+                found: self.format_version,
+            });
         }
-        range("nvm_size_bytes", self.nvm_size_bytes, NVM_BLOCK_SIZE, NVM_SIZE_MAX)?;
-        if self.nvm_size_bytes % NVM_BLOCK_SIZE != 0 {
-            return Err(ConfigError::NvmSizeNotBlockMultiple { value: self.nvm_size_bytes });
+        range(
+            "nvm_size_bytes",
+            self.nvm_size_bytes,
+            NVM_BLOCK_SIZE,
+            NVM_SIZE_MAX,
+        )?;
+        if !self.nvm_size_bytes.is_multiple_of(NVM_BLOCK_SIZE) {
+            return Err(ConfigError::NvmSizeNotBlockMultiple {
+                value: self.nvm_size_bytes,
+            });
         }
         range("slm_size_bytes", self.slm_size_bytes, 4096, SLM_SIZE_MAX)?;
         range("state_size_bytes", self.state_size_bytes, 8, STATE_SIZE_MAX)?;
@@ -101,7 +124,12 @@ impl DeviceConfig {
             range("engines", u64::from(n), 1, u64::from(ENGINES_MAX))?;
         }
         if let Some(n) = self.transfer_workers {
-            range("transfer_workers", u64::from(n), 1, u64::from(TRANSFER_WORKERS_MAX))?;
+            range(
+                "transfer_workers",
+                u64::from(n),
+                1,
+                u64::from(TRANSFER_WORKERS_MAX),
+            )?;
         }
         Ok(())
     }
@@ -109,7 +137,9 @@ impl DeviceConfig {
     /// Engines to start: the configured number, or one per core.
     pub fn engines_effective(&self) -> u32 {
         self.engines.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| n.get() as u32).min(ENGINES_MAX)
+            std::thread::available_parallelism()
+                .map_or(1, |n| n.get() as u32)
+                .min(ENGINES_MAX)
         })
     }
 
@@ -121,9 +151,16 @@ impl DeviceConfig {
     /// Reads and validates `device.json` in `dir`.
     pub fn load(dir: &Path) -> Result<DeviceConfig, ConfigError> {
         let path = dir.join(CONFIG_FILE_NAME);
-        let bytes = fs::read(&path).map_err(|source| ConfigError::Io { path: path.clone(), op: "read", source })?;
+        let bytes = fs::read(&path).map_err(|source| ConfigError::Io {
+            path: path.clone(),
+            op: "read",
+            source,
+        })?;
         let config: DeviceConfig =
-            serde_json::from_slice(&bytes).map_err(|e| ConfigError::Parse { path, message: e.to_string() })?;
+            serde_json::from_slice(&bytes).map_err(|e| ConfigError::Parse {
+                path,
+                message: e.to_string(),
+            })?;
         config.validate()?;
         Ok(config)
     }
@@ -149,15 +186,36 @@ mod tests {
     #[test]
     fn round_trip_and_bounds() {
         let dir = tempfile::tempdir().unwrap();
-        let c = DeviceConfig { engines: Some(3), ..DeviceConfig::default() };
+        let c = DeviceConfig {
+            engines: Some(3),
+            ..DeviceConfig::default()
+        };
         c.save(dir.path()).unwrap();
         assert_eq!(DeviceConfig::load(dir.path()).unwrap(), c);
         assert_eq!(c.engines_effective(), 3);
-        let bad = DeviceConfig { nvm_size_bytes: 4097, ..DeviceConfig::default() };
-        assert!(matches!(bad.validate(), Err(ConfigError::NvmSizeNotBlockMultiple { .. })));
-        let bad = DeviceConfig { engines: Some(0), ..DeviceConfig::default() };
-        assert!(matches!(bad.validate(), Err(ConfigError::OutOfRange { field: "engines", .. })));
+        let bad = DeviceConfig {
+            nvm_size_bytes: 4097,
+            ..DeviceConfig::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::NvmSizeNotBlockMultiple { .. })
+        ));
+        let bad = DeviceConfig {
+            engines: Some(0),
+            ..DeviceConfig::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(ConfigError::OutOfRange {
+                field: "engines",
+                ..
+            })
+        ));
         fs::write(dir.path().join(CONFIG_FILE_NAME), b"{").unwrap();
-        assert!(matches!(DeviceConfig::load(dir.path()), Err(ConfigError::Parse { .. })));
+        assert!(matches!(
+            DeviceConfig::load(dir.path()),
+            Err(ConfigError::Parse { .. })
+        ));
     }
 }

@@ -40,7 +40,10 @@ use csx_ebpf::limits::FUEL_DEFAULT;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
 use csx_proto::limits::{ARGS_HEADER_SIZE, WINDOWS_MAX};
-use csx_proto::{ClientId, Completion, CommandId, ExecuteInfo, MemRange, Op, Reply, Status, Windows, WireTrap, WireTrapKind};
+use csx_proto::{
+    ClientId, CommandId, Completion, ExecuteInfo, MemRange, Op, Reply, Status, Windows, WireTrap,
+    WireTrapKind,
+};
 
 use crate::functions::CallContext;
 use crate::rangeset::{check_ranges, RangeSetUse};
@@ -56,7 +59,8 @@ pub const WINDOW_REGION_FIRST: RegionIdx = RegionIdx(4);
 
 const _: () = assert!(ARGS_REGION.0 == RegionIdx::EMBEDDER_FIRST.0);
 const _: () = assert!(
-    WINDOW_REGION_FIRST.0 + WINDOWS_MAX as u32 <= RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT
+    WINDOW_REGION_FIRST.0 + WINDOWS_MAX as u32
+        <= RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT
 );
 
 /// The region of window `i`.
@@ -85,23 +89,48 @@ pub fn build_args(cparam1: u64, cparam2: u64, window_lens: &[u64], params: &[u8]
 /// The wire form of a VM trap.
 pub fn wire_trap(t: &Trap) -> WireTrap {
     let kind = match &t.kind {
-        TrapKind::OutOfBounds { addr, size, write } => {
-            WireTrapKind::OutOfBounds { addr: *addr, size: *size, write: *write }
-        }
-        TrapKind::ReadOnly { addr, size } => WireTrapKind::ReadOnly { addr: *addr, size: *size },
+        TrapKind::OutOfBounds { addr, size, write } => WireTrapKind::OutOfBounds {
+            addr: *addr,
+            size: *size,
+            write: *write,
+        },
+        TrapKind::ReadOnly { addr, size } => WireTrapKind::ReadOnly {
+            addr: *addr,
+            size: *size,
+        },
         TrapKind::FuelExhausted { budget } => WireTrapKind::FuelExhausted { budget: *budget },
-        TrapKind::CallDepthExceeded { depth_max } => WireTrapKind::CallDepthExceeded { depth_max: *depth_max },
+        TrapKind::CallDepthExceeded { depth_max } => WireTrapKind::CallDepthExceeded {
+            depth_max: *depth_max,
+        },
         TrapKind::UnknownHelper { id } => WireTrapKind::UnknownHelper { id: *id },
-        TrapKind::HelperArgument { helper, arg, addr, len } => {
-            WireTrapKind::HelperArgument { helper: *helper, arg: *arg, addr: *addr, len: *len }
-        }
-        TrapKind::HelperAbort { helper, code, message } => WireTrapKind::HelperAbort {
+        TrapKind::HelperArgument {
+            helper,
+            arg,
+            addr,
+            len,
+        } => WireTrapKind::HelperArgument {
+            helper: *helper,
+            arg: *arg,
+            addr: *addr,
+            len: *len,
+        },
+        TrapKind::HelperAbort {
+            helper,
+            code,
+            message,
+        } => WireTrapKind::HelperAbort {
             helper: *helper,
             code: *code,
-            message: csx_proto::completion::clip(message.clone(), csx_proto::limits::MESSAGE_SIZE_MAX),
+            message: csx_proto::completion::clip(
+                message.clone(),
+                csx_proto::limits::MESSAGE_SIZE_MAX,
+            ),
         },
         other => WireTrapKind::Other {
-            message: csx_proto::completion::clip(other.to_string(), csx_proto::limits::MESSAGE_SIZE_MAX),
+            message: csx_proto::completion::clip(
+                other.to_string(),
+                csx_proto::limits::MESSAGE_SIZE_MAX,
+            ),
         },
     };
     WireTrap { pc: t.pc, kind }
@@ -114,7 +143,15 @@ fn fail(status: Status, component: &str, message: impl Into<String>) -> Completi
 impl Shared {
     /// Runs one Execute command (on an engine thread).
     pub(crate) fn execute(&self, client: ClientId, op: &Op) -> Completion {
-        let Op::Execute { pind, windows, cparam1, cparam2, params, fuel } = op else {
+        let Op::Execute {
+            pind,
+            windows,
+            cparam1,
+            cparam2,
+            params,
+            fuel,
+        } = op
+        else {
             unreachable!("execute is only called for Execute");
         };
         let prepare_start = Instant::now();
@@ -143,7 +180,12 @@ impl Shared {
         // Next, lease the windows' bytes: bounds, ownership, and no other command on them.
         let requests: Vec<LeaseRequest> = ranges
             .iter()
-            .map(|r| LeaseRequest { handle: r.handle, offset: r.offset, len: r.len, write: true })
+            .map(|r| LeaseRequest {
+                handle: r.handle,
+                offset: r.offset,
+                len: r.len,
+                write: true,
+            })
             .collect();
         let mut leases = match self.slm.lease(client, &requests) {
             Ok(l) => l,
@@ -160,7 +202,9 @@ impl Shared {
         let args = build_args(*cparam1, *cparam2, &lens, params);
         let state = self.state.map();
         let mut mem = MemoryMap::new();
-        let args_addr = mem.map_read_only(ARGS_REGION, &args).expect("the argument block is small");
+        let args_addr = mem
+            .map_read_only(ARGS_REGION, &args)
+            .expect("the argument block is small");
         // SAFETY: the mapping's bytes live in the device's shared state, which outlives
         // this run; `state` (the gate held shared) keeps clear and save from touching
         // them until it drops after the run. Concurrent runs write them racily by design
@@ -171,20 +215,25 @@ impl Shared {
         for (i, slice) in leases.slices_mut().into_iter().enumerate() {
             let slice = slice.expect("windows are leased writable");
             let len = slice.len() as u64;
-            let addr = mem.map_read_write(window_region(i), slice).expect("window lengths are checked against the region limit");
+            let addr = mem
+                .map_read_write(window_region(i), slice)
+                .expect("window lengths are checked against the region limit");
             if i == 0 {
                 r1r2 = (addr, len);
             }
         }
         let regs = [r1r2.0, r1r2.1, state_addr, state.len as u64, args_addr];
-        let opts = RunOptions { fuel: fuel.unwrap_or(FUEL_DEFAULT) };
+        let opts = RunOptions {
+            fuel: fuel.unwrap_or(FUEL_DEFAULT),
+        };
         let mut ctx = CallContext::new(&self.files, self.epoch);
         let prepare_ns = ns(prepare_start.elapsed());
         // Run.
         let run_start = Instant::now();
         let outcome = ticket.engine.run(&mut mem, regs, &opts, &mut ctx);
         let run = run_start.elapsed();
-        drop(mem);
+        // The region table's borrows end here; release the state and the windows before
+        // building the completion, so the windows are free when the host sees it.
         drop(state);
         drop(leases);
         // Post r0 or the trap, with the first function failure and the trace.
@@ -197,7 +246,10 @@ impl Shared {
             }
         }
         c.detail = ctx.detail.take();
-        c.reply = Reply::Execute(ExecuteInfo { fuel_used: outcome.fuel_used, trace: std::mem::take(&mut ctx.trace) });
+        c.reply = Reply::Execute(ExecuteInfo {
+            fuel_used: outcome.fuel_used,
+            trace: std::mem::take(&mut ctx.trace),
+        });
         c.timing.prepare_ns = prepare_ns;
         c.timing.transfer_ns = ns(ctx.io);
         c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
@@ -227,9 +279,18 @@ mod tests {
 
     #[test]
     fn traps_convert() {
-        let t = Trap { pc: 7, kind: TrapKind::FuelExhausted { budget: 9 } };
+        let t = Trap {
+            pc: 7,
+            kind: TrapKind::FuelExhausted { budget: 9 },
+        };
         let w = wire_trap(&t);
-        assert_eq!(w, WireTrap { pc: 7, kind: WireTrapKind::FuelExhausted { budget: 9 } });
+        assert_eq!(
+            w,
+            WireTrap {
+                pc: 7,
+                kind: WireTrapKind::FuelExhausted { budget: 9 }
+            }
+        );
         assert_eq!(w.to_string(), t.to_string());
     }
 }

@@ -191,9 +191,9 @@ pub fn errno_of(e: &FileStoreError) -> i64 {
         FileStoreError::InvalidPath { .. }
         | FileStoreError::NotADirectory { .. }
         | FileStoreError::IsADirectory { .. } => CSX_EINVAL,
-        FileStoreError::NoSpace { .. } | FileStoreError::TooManyExtents { .. } | FileStoreError::TooManyFiles { .. } => {
-            CSX_ENOSPC
-        }
+        FileStoreError::NoSpace { .. }
+        | FileStoreError::TooManyExtents { .. }
+        | FileStoreError::TooManyFiles { .. } => CSX_ENOSPC,
         FileStoreError::FileTooLarge { .. } => CSX_EFBIG,
         FileStoreError::ImageTruncated { .. }
         | FileStoreError::ImageSizeMismatch { .. }
@@ -216,7 +216,10 @@ pub struct CallContext<'a> {
 
 impl std::fmt::Debug for CallContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallContext").field("detail", &self.detail).field("trace", &self.trace).finish_non_exhaustive()
+        f.debug_struct("CallContext")
+            .field("detail", &self.detail)
+            .field("trace", &self.trace)
+            .finish_non_exhaustive()
     }
 }
 
@@ -225,7 +228,13 @@ type CallResult = Result<u64, HelperAbort>;
 impl<'a> CallContext<'a> {
     /// A context for one run; `csx_now_ns` counts from `epoch`.
     pub fn new(files: &'a FileStore, epoch: Instant) -> CallContext<'a> {
-        CallContext { files, epoch, detail: None, trace: Vec::new(), io: Duration::ZERO }
+        CallContext {
+            files,
+            epoch,
+            detail: None,
+            trace: Vec::new(),
+            io: Duration::ZERO,
+        }
     }
 
     /// Records the failure (if it is the run's first) and returns `code` to the program.
@@ -237,12 +246,24 @@ impl<'a> CallContext<'a> {
         Ok(code as u64)
     }
 
-    fn path(&mut self, function: &str, mem: &MemoryMap<'_>, addr: u64, len: u64) -> Result<String, CallResult> {
+    fn path(
+        &mut self,
+        function: &str,
+        mem: &MemoryMap<'_>,
+        addr: u64,
+        len: u64,
+    ) -> Result<String, CallResult> {
         if len > PATH_SIZE_MAX as u64 {
-            return Err(self.fail(function, CSX_ENAMETOOLONG, format!("path of {len} bytes, limit is {PATH_SIZE_MAX}")));
+            return Err(self.fail(
+                function,
+                CSX_ENAMETOOLONG,
+                format!("path of {len} bytes, limit is {PATH_SIZE_MAX}"),
+            ));
         }
         // The VM checked these bytes before the call (argument kind PtrIn).
-        let bytes = mem.slice(addr, len).map_err(|t| self.fail(function, CSX_EFAULT, t.to_string()))?;
+        let bytes = mem
+            .slice(addr, len)
+            .map_err(|t| self.fail(function, CSX_EFAULT, t.to_string()))?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_owned()),
             Err(_) => Err(self.fail(function, CSX_EINVAL, "path is not valid UTF-8")),
@@ -328,7 +349,11 @@ impl<'a> CallContext<'a> {
     fn trace_message(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {
         const F: &str = "csx_trace";
         if self.trace.len() >= TRACE_MESSAGES_MAX {
-            return self.fail(F, CSX_ENOSPC, format!("trace holds {TRACE_MESSAGES_MAX} messages already"));
+            return self.fail(
+                F,
+                CSX_ENOSPC,
+                format!("trace holds {TRACE_MESSAGES_MAX} messages already"),
+            );
         }
         let len = a[1].min(TRACE_MESSAGE_SIZE_MAX as u64);
         let bytes = match mem.slice(a[0], len) {
@@ -338,15 +363,24 @@ impl<'a> CallContext<'a> {
         // Cut at the first NUL: C strings passed with a generous length stay clean.
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         let text = String::from_utf8_lossy(&bytes[..end]).into_owned();
-        self.trace.push(csx_proto::completion::clip(text, TRACE_MESSAGE_SIZE_MAX));
+        self.trace
+            .push(csx_proto::completion::clip(text, TRACE_MESSAGE_SIZE_MAX));
         Ok(0)
     }
 
     fn filter(&mut self, width: usize, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
-        let name = if width == 4 { "csx_filter_u32" } else { "csx_filter_u64" };
+        let name = if width == 4 {
+            "csx_filter_u32"
+        } else {
+            "csx_filter_u64"
+        };
         let (src, len, op, operand, bitmap) = (a[0], a[1], a[2], a[3], a[4]);
         if len % width as u64 != 0 {
-            return self.fail(name, CSX_EINVAL, format!("length {len} is not a multiple of {width}"));
+            return self.fail(
+                name,
+                CSX_EINVAL,
+                format!("length {len} is not a multiple of {width}"),
+            );
         }
         if op > cmp::CSX_CMP_GE {
             return self.fail(name, CSX_EINVAL, format!("unknown operator {op}"));
@@ -384,7 +418,11 @@ impl<'a> CallContext<'a> {
                 out.copy_from_slice(&bits);
                 Ok(matches)
             }
-            Err(t) => self.fail(name, CSX_EFAULT, format!("bitmap of {} bytes: {t}", bits.len())),
+            Err(t) => self.fail(
+                name,
+                CSX_EFAULT,
+                format!("bitmap of {} bytes: {t}", bits.len()),
+            ),
         }
     }
 
@@ -392,14 +430,20 @@ impl<'a> CallContext<'a> {
         const F: &str = "csx_sort_u64";
         let (ptr, len) = (a[0], a[1]);
         if len % 8 != 0 {
-            return self.fail(F, CSX_EINVAL, format!("length {len} is not a multiple of 8"));
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("length {len} is not a multiple of 8"),
+            );
         }
         let data = match mem.slice_mut(ptr, len) {
             Ok(d) => d,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        let mut values: Vec<u64> =
-            data.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8"))).collect();
+        let mut values: Vec<u64> = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+            .collect();
         values.sort_unstable();
         for (c, v) in data.chunks_exact_mut(8).zip(&values) {
             c.copy_from_slice(&v.to_le_bytes());
@@ -422,7 +466,11 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_FILTER_U64 => self.filter(8, args, mem),
             ids::CSX_SORT_U64 => self.sort(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
-            _ => self.fail("device", CSX_ENOSYS, format!("function {id} is not implemented")),
+            _ => self.fail(
+                "device",
+                CSX_ENOSYS,
+                format!("function {id} is not implemented"),
+            ),
         }
     }
 }
@@ -458,14 +506,26 @@ mod tests {
         let mut region = *b"/a.txt\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
         let mut mem = MemoryMap::new();
         let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
-        assert_eq!(ctx.call(ids::CSX_FILE_SIZE, [base, 6, 0, 0, 0], &mut mem), Ok(11));
-        assert_eq!(ctx.call(ids::CSX_FILE_READ, [base, 6, 6, base + 8, 10], &mut mem), Ok(5));
+        assert_eq!(
+            ctx.call(ids::CSX_FILE_SIZE, [base, 6, 0, 0, 0], &mut mem),
+            Ok(11)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_FILE_READ, [base, 6, 6, base + 8, 10], &mut mem),
+            Ok(5)
+        );
         assert_eq!(mem.slice(base + 8, 5).unwrap(), b"world");
         assert!(ctx.detail.is_none());
-        assert_eq!(ctx.call(ids::CSX_FILE_SIZE, [base, 5, 0, 0, 0], &mut mem), Ok(CSX_ENOENT as u64));
+        assert_eq!(
+            ctx.call(ids::CSX_FILE_SIZE, [base, 5, 0, 0, 0], &mut mem),
+            Ok(CSX_ENOENT as u64)
+        );
         let d = ctx.detail.clone().unwrap();
         assert_eq!((d.function.as_str(), d.code), ("csx_file_size", CSX_ENOENT));
-        assert_eq!(ctx.call(ids::CSX_FILE_WRITE, [base, 6, 11, base + 8, 5], &mut mem), Ok(5));
+        assert_eq!(
+            ctx.call(ids::CSX_FILE_WRITE, [base, 6, 11, base + 8, 5], &mut mem),
+            Ok(5)
+        );
         assert_eq!(files.stat("/a.txt").unwrap().size, 16);
     }
 
@@ -480,20 +540,38 @@ mod tests {
         }
         let mut mem = MemoryMap::new();
         let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
-        let n = ctx.call(ids::CSX_FILTER_U64, [base, 40, cmp::CSX_CMP_GE, 5, base + 100], &mut mem);
+        let n = ctx.call(
+            ids::CSX_FILTER_U64,
+            [base, 40, cmp::CSX_CMP_GE, 5, base + 100],
+            &mut mem,
+        );
         assert_eq!(n, Ok(3));
         assert_eq!(mem.load(base + 100, 1), Ok(0b10101));
-        let n = ctx.call(ids::CSX_FILTER_U32, [base, 40, cmp::CSX_CMP_EQ, 0, base + 100], &mut mem);
+        let n = ctx.call(
+            ids::CSX_FILTER_U32,
+            [base, 40, cmp::CSX_CMP_EQ, 0, base + 100],
+            &mut mem,
+        );
         assert_eq!(n, Ok(5));
-        assert_eq!(ctx.call(ids::CSX_SORT_U64, [base, 40, 0, 0, 0], &mut mem), Ok(5));
+        assert_eq!(
+            ctx.call(ids::CSX_SORT_U64, [base, 40, 0, 0, 0], &mut mem),
+            Ok(5)
+        );
         let sorted: Vec<u64> = (0..5).map(|i| mem.load(base + i * 8, 8).unwrap()).collect();
         assert_eq!(sorted, [1, 3, 5, 7, 9]);
-        assert_eq!(ctx.call(ids::CSX_SORT_U64, [base, 7, 0, 0, 0], &mut mem), Ok(CSX_EINVAL as u64));
+        assert_eq!(
+            ctx.call(ids::CSX_SORT_U64, [base, 7, 0, 0, 0], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
         // A bitmap outside memory fails with EFAULT, not a trap.
         let n = ctx.call(ids::CSX_FILTER_U64, [base, 40, 0, 5, base + 128], &mut mem);
         assert_eq!(n, Ok(CSX_EFAULT as u64));
-        mem.store(base, 8, u64::from_le_bytes(*b"hi\0junk!")).unwrap();
-        assert_eq!(ctx.call(ids::CSX_TRACE, [base, 8, 0, 0, 0], &mut mem), Ok(0));
+        mem.store(base, 8, u64::from_le_bytes(*b"hi\0junk!"))
+            .unwrap();
+        assert_eq!(
+            ctx.call(ids::CSX_TRACE, [base, 8, 0, 0, 0], &mut mem),
+            Ok(0)
+        );
         assert_eq!(ctx.trace, ["hi"]);
         assert_eq!(ctx.detail.as_ref().unwrap().function, "csx_sort_u64");
     }

@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 use csx_ebpf::engine::Engine;
 use csx_ebpf::helper::FunctionTable;
 use csx_ebpf::program::Program;
-use csx_proto::limits::{PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT};
+use csx_proto::limits::{
+    PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT,
+};
 use csx_proto::{EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType, Status};
 
 use crate::state::write_atomic;
@@ -182,7 +184,9 @@ pub struct RunTicket<'a> {
 
 impl std::fmt::Debug for RunTicket<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunTicket").field("pind", &self.pind).finish_non_exhaustive()
+        f.debug_struct("RunTicket")
+            .field("pind", &self.pind)
+            .finish_non_exhaustive()
     }
 }
 
@@ -205,7 +209,9 @@ pub struct Programs {
 
 impl std::fmt::Debug for Programs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Programs").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Programs")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -272,15 +278,23 @@ impl Programs {
     ) -> Result<u32, ProgramError> {
         let idx = slot_index(pind)?;
         if total_size_bytes > PROGRAM_SIZE_MAX {
-            return Err(ProgramError::TooBig { size_bytes: total_size_bytes });
+            return Err(ProgramError::TooBig {
+                size_bytes: total_size_bytes,
+            });
         }
-        let bad = |reason: &str| ProgramError::BadChunk { offset, reason: reason.to_string() };
+        let bad = |reason: &str| ProgramError::BadChunk {
+            offset,
+            reason: reason.to_string(),
+        };
         let mut guard = self.lock();
         let inner = &mut *guard;
         let slot = &mut inner.slots[idx];
         match (slot.state(), offset) {
             (ProgramState::Loaded | ProgramState::Active, _) => {
-                return Err(ProgramError::InUse { pind: pind.0, reason: "the slot holds a program; unload it first" })
+                return Err(ProgramError::InUse {
+                    pind: pind.0,
+                    reason: "the slot holds a program; unload it first",
+                })
             }
             (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
                 // A new load, or a restart of one: release what the slot held.
@@ -288,7 +302,10 @@ impl Programs {
                 let total = inner.bytes_total + u64::from(total_size_bytes);
                 if total > PROGRAM_BYTES_TOTAL_MAX {
                     *slot = Slot::default();
-                    return Err(ProgramError::BytesExceeded { size_bytes: total_size_bytes, total_bytes: total });
+                    return Err(ProgramError::BytesExceeded {
+                        size_bytes: total_size_bytes,
+                        total_bytes: total,
+                    });
                 }
                 inner.bytes_total = total;
                 slot.ptype = Some(ptype);
@@ -297,13 +314,17 @@ impl Programs {
                 slot.entry = entry.map(str::to_owned);
                 slot.set_state(ProgramState::Loading);
             }
-            (ProgramState::Empty, _) => return Err(bad("no load in progress; the first chunk has offset 0")),
+            (ProgramState::Empty, _) => {
+                return Err(bad("no load in progress; the first chunk has offset 0"))
+            }
             (ProgramState::Loading, _) => {
                 if slot.image.len() != offset as usize {
                     return Err(bad(&format!("expected offset {}", slot.image.len())));
                 }
                 if slot.total_size_bytes != total_size_bytes || slot.ptype != Some(ptype) {
-                    return Err(bad("total size or program type differs from the first chunk"));
+                    return Err(bad(
+                        "total size or program type differs from the first chunk",
+                    ));
                 }
                 if entry.is_some() {
                     return Err(bad("only the first chunk may name the entry"));
@@ -319,7 +340,12 @@ impl Programs {
             return Ok(received);
         }
         // The image is complete: parse it now so a malformed image is refused at load.
-        match self.parse(slot.ptype.expect("set by the first chunk"), &slot.image, slot.entry.as_deref(), pind) {
+        match self.parse(
+            slot.ptype.expect("set by the first chunk"),
+            &slot.image,
+            slot.entry.as_deref(),
+            pind,
+        ) {
             Ok(program) => {
                 slot.name = program.name;
                 slot.set_state(ProgramState::Loaded);
@@ -331,19 +357,31 @@ impl Programs {
                 return Err(e);
             }
         }
-        let record = SlotRecord { ptype: ptype_name(ptype).into(), entry: slot.entry.clone(), engine: None };
+        let record = SlotRecord {
+            ptype: ptype_name(ptype).into(),
+            entry: slot.entry.clone(),
+            engine: None,
+        };
         let image = slot.image.clone();
         drop(guard);
         self.persist(pind, Some((&image, &record)))?;
         Ok(received)
     }
 
-    fn parse(&self, ptype: ProgramType, image: &[u8], entry: Option<&str>, pind: ProgramIndex) -> Result<Program, ProgramError> {
+    fn parse(
+        &self,
+        ptype: ProgramType,
+        image: &[u8],
+        entry: Option<&str>,
+        pind: ProgramIndex,
+    ) -> Result<Program, ProgramError> {
         let loaded = match ptype {
             ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &self.functions),
             ProgramType::Raw => csx_ebpf::loader::load_raw(&format!("raw{}", pind.0), image),
         };
-        loaded.map_err(|e| ProgramError::Load { message: e.to_string() })
+        loaded.map_err(|e| ProgramError::Load {
+            message: e.to_string(),
+        })
     }
 
     /// Empties a slot (deactivating it first). Refused while runs are in flight.
@@ -355,7 +393,10 @@ impl Programs {
         match slot.state() {
             ProgramState::Empty => return Err(ProgramError::NoProgram { pind: pind.0 }),
             _ if slot.runs_in_flight > 0 => {
-                return Err(ProgramError::InUse { pind: pind.0, reason: "executions are in flight" })
+                return Err(ProgramError::InUse {
+                    pind: pind.0,
+                    reason: "executions are in flight",
+                })
             }
             ProgramState::Active => inner.active_count -= 1,
             ProgramState::Loading | ProgramState::Loaded => {}
@@ -372,7 +413,11 @@ impl Programs {
     }
 
     /// Verifies the slot's program and builds its engine.
-    pub fn activate(&self, pind: ProgramIndex, kind: EngineKind) -> Result<ActivationTiming, ProgramError> {
+    pub fn activate(
+        &self,
+        pind: ProgramIndex,
+        kind: EngineKind,
+    ) -> Result<ActivationTiming, ProgramError> {
         let idx = slot_index(pind)?;
         // First, check the slot and copy out what the build needs, then build without
         // holding the lock (a JIT compile takes milliseconds; executions keep running).
@@ -380,19 +425,30 @@ impl Programs {
             let inner = self.lock();
             let slot = &inner.slots[idx];
             match slot.state() {
-                ProgramState::Empty | ProgramState::Loading => return Err(ProgramError::NoProgram { pind: pind.0 }),
+                ProgramState::Empty | ProgramState::Loading => {
+                    return Err(ProgramError::NoProgram { pind: pind.0 })
+                }
                 ProgramState::Active if slot.active.as_ref().map(|a| a.kind) == Some(kind) => {
                     return Ok(ActivationTiming::default())
                 }
                 ProgramState::Active => {
-                    return Err(ProgramError::InUse { pind: pind.0, reason: "active on another engine; deactivate first" })
+                    return Err(ProgramError::InUse {
+                        pind: pind.0,
+                        reason: "active on another engine; deactivate first",
+                    })
                 }
                 ProgramState::Loaded => {}
             }
             if inner.active_count >= PROGRAMS_ACTIVE_MAX {
-                return Err(ProgramError::TooManyActive { count: inner.active_count });
+                return Err(ProgramError::TooManyActive {
+                    count: inner.active_count,
+                });
             }
-            (slot.ptype.expect("a loaded slot has a type"), slot.image.clone(), slot.entry.clone())
+            (
+                slot.ptype.expect("a loaded slot has a type"),
+                slot.image.clone(),
+                slot.entry.clone(),
+            )
         };
         let (engine, timing) = self.build(ptype, &image, entry.as_deref(), pind, kind)?;
         // Then install it, if the slot did not change meanwhile (only the admin worker
@@ -400,11 +456,16 @@ impl Programs {
         let mut guard = self.lock();
         let inner = &mut *guard;
         if inner.active_count >= PROGRAMS_ACTIVE_MAX {
-            return Err(ProgramError::TooManyActive { count: inner.active_count });
+            return Err(ProgramError::TooManyActive {
+                count: inner.active_count,
+            });
         }
         let slot = &mut inner.slots[idx];
         if slot.state() != ProgramState::Loaded || slot.image != image {
-            return Err(ProgramError::InUse { pind: pind.0, reason: "the slot changed during activation" });
+            return Err(ProgramError::InUse {
+                pind: pind.0,
+                reason: "the slot changed during activation",
+            });
         }
         slot.active = Some(ActiveEngine { kind, engine });
         slot.executions = 0;
@@ -430,21 +491,37 @@ impl Programs {
     ) -> Result<(Arc<dyn Engine>, ActivationTiming), ProgramError> {
         let start = Instant::now();
         let program = self.parse(ptype, image, entry, pind)?;
-        let verified = csx_ebpf::verifier::verify(program, Arc::clone(&self.functions))
-            .map_err(|e| ProgramError::Verify { message: e.to_string() })?;
+        let verified =
+            csx_ebpf::verifier::verify(program, Arc::clone(&self.functions)).map_err(|e| {
+                ProgramError::Verify {
+                    message: e.to_string(),
+                }
+            })?;
         let verified = Arc::new(verified);
         let verify = start.elapsed();
         let start = Instant::now();
         let engine: Arc<dyn Engine> = match kind {
             EngineKind::Interpreter => Arc::new(csx_ebpf::interp::Interpreter::new(verified)),
             EngineKind::Jit if !self.jit_enabled => {
-                return Err(ProgramError::Jit { message: "the JIT is disabled on this device".into() })
+                return Err(ProgramError::Jit {
+                    message: "the JIT is disabled on this device".into(),
+                })
             }
-            EngineKind::Jit => Arc::new(
-                csx_ebpf_jit::JitProgram::compile(verified).map_err(|e| ProgramError::Jit { message: e.to_string() })?,
-            ),
+            EngineKind::Jit => {
+                Arc::new(csx_ebpf_jit::JitProgram::compile(verified).map_err(|e| {
+                    ProgramError::Jit {
+                        message: e.to_string(),
+                    }
+                })?)
+            }
         };
-        Ok((engine, ActivationTiming { verify, compile: start.elapsed() }))
+        Ok((
+            engine,
+            ActivationTiming {
+                verify,
+                compile: start.elapsed(),
+            },
+        ))
     }
 
     /// Releases the slot's engine. Refused while runs are in flight.
@@ -454,10 +531,15 @@ impl Programs {
         let inner = &mut *guard;
         let slot = &mut inner.slots[idx];
         match slot.state() {
-            ProgramState::Empty | ProgramState::Loading => return Err(ProgramError::NoProgram { pind: pind.0 }),
+            ProgramState::Empty | ProgramState::Loading => {
+                return Err(ProgramError::NoProgram { pind: pind.0 })
+            }
             ProgramState::Loaded => return Err(ProgramError::NotActivated { pind: pind.0 }),
             ProgramState::Active if slot.runs_in_flight > 0 => {
-                return Err(ProgramError::InUse { pind: pind.0, reason: "executions are in flight" })
+                return Err(ProgramError::InUse {
+                    pind: pind.0,
+                    reason: "executions are in flight",
+                })
             }
             ProgramState::Active => {}
         }
@@ -479,13 +561,25 @@ impl Programs {
         let mut inner = self.lock();
         let slot = &mut inner.slots[idx];
         match slot.state() {
-            ProgramState::Empty | ProgramState::Loading => Err(ProgramError::NoProgram { pind: pind.0 }),
+            ProgramState::Empty | ProgramState::Loading => {
+                Err(ProgramError::NoProgram { pind: pind.0 })
+            }
             ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
             ProgramState::Active => {
-                let engine = Arc::clone(&slot.active.as_ref().expect("an active slot has an engine").engine);
+                let engine = Arc::clone(
+                    &slot
+                        .active
+                        .as_ref()
+                        .expect("an active slot has an engine")
+                        .engine,
+                );
                 slot.runs_in_flight += 1;
                 slot.executions += 1;
-                Ok(RunTicket { programs: self, pind, engine })
+                Ok(RunTicket {
+                    programs: self,
+                    pind,
+                    engine,
+                })
             }
         }
     }
@@ -516,12 +610,24 @@ impl Programs {
 
     fn paths(&self, pind: ProgramIndex) -> Option<(PathBuf, PathBuf)> {
         let dir = self.dir.as_ref()?;
-        Some((dir.join(format!("{}.img", pind.0)), dir.join(format!("{}.json", pind.0))))
+        Some((
+            dir.join(format!("{}.img", pind.0)),
+            dir.join(format!("{}.json", pind.0)),
+        ))
     }
 
-    fn persist(&self, pind: ProgramIndex, contents: Option<(&[u8], &SlotRecord)>) -> Result<(), ProgramError> {
-        let Some((img, json)) = self.paths(pind) else { return Ok(()) };
-        let err = |e: &dyn std::fmt::Display| ProgramError::Persist { pind: pind.0, message: e.to_string() };
+    fn persist(
+        &self,
+        pind: ProgramIndex,
+        contents: Option<(&[u8], &SlotRecord)>,
+    ) -> Result<(), ProgramError> {
+        let Some((img, json)) = self.paths(pind) else {
+            return Ok(());
+        };
+        let err = |e: &dyn std::fmt::Display| ProgramError::Persist {
+            pind: pind.0,
+            message: e.to_string(),
+        };
         match contents {
             Some((image, record)) => {
                 write_atomic(&img, image).map_err(|e| err(&e))?;
@@ -542,15 +648,22 @@ impl Programs {
     }
 
     fn persist_record(&self, pind: ProgramIndex, record: &SlotRecord) -> Result<(), ProgramError> {
-        let Some((_, json)) = self.paths(pind) else { return Ok(()) };
+        let Some((_, json)) = self.paths(pind) else {
+            return Ok(());
+        };
         let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
-        write_atomic(&json, &bytes).map_err(|e| ProgramError::Persist { pind: pind.0, message: e.to_string() })
+        write_atomic(&json, &bytes).map_err(|e| ProgramError::Persist {
+            pind: pind.0,
+            message: e.to_string(),
+        })
     }
 
     /// Reloads persisted slots (and reactivates those that were active). Returns what
     /// could not be restored, slot by slot; those slots stay empty or loaded.
     pub fn restore(&self) -> Vec<(ProgramIndex, ProgramError)> {
-        let Some(dir) = self.dir.clone() else { return Vec::new() };
+        let Some(dir) = self.dir.clone() else {
+            return Vec::new();
+        };
         let mut failures = Vec::new();
         for i in 0..PROGRAM_SLOTS_COUNT {
             let pind = ProgramIndex(i);
@@ -563,16 +676,25 @@ impl Programs {
 
     fn restore_slot(&self, dir: &Path, pind: ProgramIndex) -> Result<(), ProgramError> {
         let json = dir.join(format!("{}.json", pind.0));
-        let Ok(bytes) = fs::read(&json) else { return Ok(()) };
-        let bad = |message: String| ProgramError::Persist { pind: pind.0, message };
-        let record: SlotRecord = serde_json::from_slice(&bytes).map_err(|e| bad(format!("{}: {e}", json.display())))?;
-        let image = fs::read(dir.join(format!("{}.img", pind.0))).map_err(|e| bad(e.to_string()))?;
+        let Ok(bytes) = fs::read(&json) else {
+            return Ok(());
+        };
+        let bad = |message: String| ProgramError::Persist {
+            pind: pind.0,
+            message,
+        };
+        let record: SlotRecord =
+            serde_json::from_slice(&bytes).map_err(|e| bad(format!("{}: {e}", json.display())))?;
+        let image =
+            fs::read(dir.join(format!("{}.img", pind.0))).map_err(|e| bad(e.to_string()))?;
         let ptype = match record.ptype.as_str() {
             "elf" => ProgramType::Elf,
             "raw" => ProgramType::Raw,
             other => return Err(bad(format!("unknown program type {other:?}"))),
         };
-        let size = u32::try_from(image.len()).map_err(|_| ProgramError::TooBig { size_bytes: u32::MAX })?;
+        let size = u32::try_from(image.len()).map_err(|_| ProgramError::TooBig {
+            size_bytes: u32::MAX,
+        })?;
         // Replay the load (which rewrites the same files, atomically).
         self.load_chunk(pind, ptype, size, 0, &image, record.entry.as_deref())?;
         match record.engine.as_deref() {
@@ -630,22 +752,54 @@ mod tests {
         let p = programs();
         let pind = ProgramIndex(3);
         assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
-        assert_eq!(p.begin_run(ProgramIndex(PROGRAM_SLOTS_COUNT)).unwrap_err().status(), Status::InvalidProgramIndex);
+        assert_eq!(
+            p.begin_run(ProgramIndex(PROGRAM_SLOTS_COUNT))
+                .unwrap_err()
+                .status(),
+            Status::InvalidProgramIndex
+        );
         let img = ret42();
-        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 0, &img[..8], None).unwrap(), 8);
+        assert_eq!(
+            p.load_chunk(pind, ProgramType::Raw, 16, 0, &img[..8], None)
+                .unwrap(),
+            8
+        );
         assert_eq!(p.list()[0].state, ProgramState::Loading);
         assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
-        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 4, &img[8..12], None).unwrap_err().status(), Status::InvalidField);
-        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 8, &img[8..], None).unwrap(), 16);
+        assert_eq!(
+            p.load_chunk(pind, ProgramType::Raw, 16, 4, &img[8..12], None)
+                .unwrap_err()
+                .status(),
+            Status::InvalidField
+        );
+        assert_eq!(
+            p.load_chunk(pind, ProgramType::Raw, 16, 8, &img[8..], None)
+                .unwrap(),
+            16
+        );
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
-        assert_eq!(p.load_chunk(pind, ProgramType::Raw, 16, 0, &img, None).unwrap_err().status(), Status::ProgramInUse);
-        assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::ProgramNotActivated);
-        assert_eq!(p.deactivate(pind).unwrap_err().status(), Status::ProgramNotActivated);
+        assert_eq!(
+            p.load_chunk(pind, ProgramType::Raw, 16, 0, &img, None)
+                .unwrap_err()
+                .status(),
+            Status::ProgramInUse
+        );
+        assert_eq!(
+            p.begin_run(pind).unwrap_err().status(),
+            Status::ProgramNotActivated
+        );
+        assert_eq!(
+            p.deactivate(pind).unwrap_err().status(),
+            Status::ProgramNotActivated
+        );
         p.activate(pind, EngineKind::Interpreter).unwrap();
         {
             let t = p.begin_run(pind).unwrap();
             assert_eq!(t.engine.program().insns().len(), 2);
-            assert_eq!(p.deactivate(pind).unwrap_err().status(), Status::ProgramInUse);
+            assert_eq!(
+                p.deactivate(pind).unwrap_err().status(),
+                Status::ProgramInUse
+            );
             assert_eq!(p.unload(pind).unwrap_err().status(), Status::ProgramInUse);
         }
         assert_eq!(p.list()[0].executions, 1);
@@ -658,15 +812,29 @@ mod tests {
     #[test]
     fn bad_images_are_refused_at_load() {
         let p = programs();
-        let e = p.load_chunk(ProgramIndex(0), ProgramType::Raw, 5, 0, &[1, 2, 3, 4, 5], None).unwrap_err();
+        let e = p
+            .load_chunk(
+                ProgramIndex(0),
+                ProgramType::Raw,
+                5,
+                0,
+                &[1, 2, 3, 4, 5],
+                None,
+            )
+            .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
-        let e = p.load_chunk(ProgramIndex(0), ProgramType::Elf, 4, 0, b"\x7fELX", None).unwrap_err();
+        let e = p
+            .load_chunk(ProgramIndex(0), ProgramType::Elf, 4, 0, b"\x7fELX", None)
+            .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         assert!(p.list().is_empty());
         // An unverifiable program loads (it parses) but does not activate: jump out of range.
         let bad = [0x05, 0, 0x10, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
-        p.load_chunk(ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None).unwrap();
-        let e = p.activate(ProgramIndex(1), EngineKind::Interpreter).unwrap_err();
+        p.load_chunk(ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None)
+            .unwrap();
+        let e = p
+            .activate(ProgramIndex(1), EngineKind::Interpreter)
+            .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         assert_eq!(e.component(), "verifier");
     }
@@ -676,19 +844,34 @@ mod tests {
         let p = programs();
         let img = ret42();
         for i in 0..=PROGRAMS_ACTIVE_MAX {
-            p.load_chunk(ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None).unwrap();
+            p.load_chunk(ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None)
+                .unwrap();
         }
         for i in 0..PROGRAMS_ACTIVE_MAX {
-            p.activate(ProgramIndex(i), EngineKind::Interpreter).unwrap();
+            p.activate(ProgramIndex(i), EngineKind::Interpreter)
+                .unwrap();
         }
-        let e = p.activate(ProgramIndex(PROGRAMS_ACTIVE_MAX), EngineKind::Interpreter).unwrap_err();
+        let e = p
+            .activate(ProgramIndex(PROGRAMS_ACTIVE_MAX), EngineKind::Interpreter)
+            .unwrap_err();
         assert_eq!(e.status(), Status::MaximumProgramsActivated);
-        let big = (PROGRAM_BYTES_TOTAL_MAX / u64::from(PROGRAM_SIZE_MAX)) as u16;
+        // The small programs above take a few bytes, so one fewer full-size one fits.
+        let big = (PROGRAM_BYTES_TOTAL_MAX / u64::from(PROGRAM_SIZE_MAX)) as u16 - 1;
         for i in 0..big {
             let pind = ProgramIndex(40 + i);
-            p.load_chunk(pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None).unwrap();
+            p.load_chunk(pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None)
+                .unwrap();
         }
-        let e = p.load_chunk(ProgramIndex(60), ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None).unwrap_err();
+        let e = p
+            .load_chunk(
+                ProgramIndex(60),
+                ProgramType::Raw,
+                PROGRAM_SIZE_MAX,
+                0,
+                &img,
+                None,
+            )
+            .unwrap_err();
         assert_eq!(e.status(), Status::MaximumProgramBytesExceeded);
     }
 
@@ -697,17 +880,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = Arc::new(FunctionTable::new());
         let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
-        p.load_chunk(ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
-        p.activate(ProgramIndex(2), EngineKind::Interpreter).unwrap();
-        p.load_chunk(ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
-        p.load_chunk(ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None).unwrap();
+        p.load_chunk(ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None)
+            .unwrap();
+        p.activate(ProgramIndex(2), EngineKind::Interpreter)
+            .unwrap();
+        p.load_chunk(ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None)
+            .unwrap();
+        p.load_chunk(ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None)
+            .unwrap();
         p.unload(ProgramIndex(6)).unwrap();
         drop(p);
         let q = Programs::new(table, true, Some(dir.path().to_path_buf()));
         assert!(q.restore().is_empty());
         let list = q.list();
         assert_eq!(list.len(), 2);
-        assert_eq!((list[0].pind, list[0].state), (ProgramIndex(2), ProgramState::Active));
-        assert_eq!((list[1].pind, list[1].state), (ProgramIndex(5), ProgramState::Loaded));
+        assert_eq!(
+            (list[0].pind, list[0].state),
+            (ProgramIndex(2), ProgramState::Active)
+        );
+        assert_eq!(
+            (list[1].pind, list[1].state),
+            (ProgramIndex(5), ProgramState::Loaded)
+        );
     }
 }

@@ -105,7 +105,10 @@ impl<T> WorkQueue<T> {
                         self.sleepers.fetch_sub(1, Ordering::Relaxed);
                         return None;
                     }
-                    self.ready.wait_timeout(items, d - now).unwrap_or_else(|p| p.into_inner()).0
+                    self.ready
+                        .wait_timeout(items, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
                 }
             };
             items = woken;
@@ -180,7 +183,10 @@ mod tests {
             }
         }
         q.close();
-        let mut all: Vec<u32> = consumers.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        let mut all: Vec<u32> = consumers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
         all.sort_unstable();
         assert_eq!(all, (0..10_000).collect::<Vec<_>>());
     }

@@ -43,7 +43,10 @@ impl RangeSetError {
             RangeSetError::TooManySets { .. } => Status::MaximumMemoryRangeSetsExceeded,
             RangeSetError::TooManyRanges { .. } => Status::MaximumMemoryRangesExceeded,
             RangeSetError::BadLength { .. } => Status::InvalidMemoryRangeSet,
-            RangeSetError::Memory { source: SlmError::OutOfRange { .. }, .. } => Status::InvalidMemoryRangeSet,
+            RangeSetError::Memory {
+                source: SlmError::OutOfRange { .. },
+                ..
+            } => Status::InvalidMemoryRangeSet,
             RangeSetError::Memory { source, .. } => source.status(),
             RangeSetError::Overlap { .. } => Status::OverlappingMemoryRanges,
             RangeSetError::Unknown { .. } => Status::InvalidMemoryRangeSetId,
@@ -56,7 +59,9 @@ impl RangeSetError {
 /// range sets and for inline Execute ranges alike.
 pub fn check_ranges(ranges: &[MemRange]) -> Result<(), RangeSetError> {
     if ranges.len() > RANGES_PER_SET_MAX {
-        return Err(RangeSetError::TooManyRanges { count: ranges.len() });
+        return Err(RangeSetError::TooManyRanges {
+            count: ranges.len(),
+        });
     }
     for (i, r) in ranges.iter().enumerate() {
         if r.len == 0 || r.len > WINDOW_SIZE_MAX || r.offset.checked_add(r.len).is_none() {
@@ -67,7 +72,10 @@ pub fn check_ranges(ranges: &[MemRange]) -> Result<(), RangeSetError> {
         for j in i + 1..ranges.len() {
             let (a, b) = (&ranges[i], &ranges[j]);
             if a.handle == b.handle && a.offset < b.offset + b.len && b.offset < a.offset + a.len {
-                return Err(RangeSetError::Overlap { first: i, second: j });
+                return Err(RangeSetError::Overlap {
+                    first: i,
+                    second: j,
+                });
             }
         }
     }
@@ -105,7 +113,10 @@ pub struct RangeSetUse<'a> {
 impl Drop for RangeSetUse<'_> {
     fn drop(&mut self) {
         let mut inner = self.sets.lock();
-        let e = inner.sets.get_mut(&self.rsid).expect("a set in use is not deleted");
+        let e = inner
+            .sets
+            .get_mut(&self.rsid)
+            .expect("a set in use is not deleted");
         e.in_use -= 1;
     }
 }
@@ -122,7 +133,12 @@ impl RangeSets {
     }
 
     /// Registers `ranges` for `owner`, checking them against its allocations.
-    pub fn create(&self, slm: &Slm, owner: ClientId, ranges: &[MemRange]) -> Result<RangeSetId, RangeSetError> {
+    pub fn create(
+        &self,
+        slm: &Slm,
+        owner: ClientId,
+        ranges: &[MemRange],
+    ) -> Result<RangeSetId, RangeSetError> {
         check_ranges(ranges)?;
         if ranges.is_empty() {
             return Err(RangeSetError::BadLength { index: 0 });
@@ -131,14 +147,23 @@ impl RangeSets {
         // client (which takes this lock first) cannot slip between check and insert.
         let mut inner = self.lock();
         for (i, r) in ranges.iter().enumerate() {
-            let size = slm.size_of(owner, r.handle).map_err(|source| RangeSetError::Memory { index: i, source })?;
+            let size = slm
+                .size_of(owner, r.handle)
+                .map_err(|source| RangeSetError::Memory { index: i, source })?;
             if r.offset + r.len > size {
-                let source = SlmError::OutOfRange { handle: r.handle, offset: r.offset, len: r.len, size_bytes: size };
+                let source = SlmError::OutOfRange {
+                    handle: r.handle,
+                    offset: r.offset,
+                    len: r.len,
+                    size_bytes: size,
+                };
                 return Err(RangeSetError::Memory { index: i, source });
             }
         }
         if inner.sets.len() >= usize::from(RANGE_SETS_MAX) {
-            return Err(RangeSetError::TooManySets { count: inner.sets.len() });
+            return Err(RangeSetError::TooManySets {
+                count: inner.sets.len(),
+            });
         }
         let rsid = loop {
             inner.next = inner.next.wrapping_add(1);
@@ -147,7 +172,14 @@ impl RangeSets {
                 break id;
             }
         };
-        inner.sets.insert(rsid, Entry { owner, ranges: ranges.into(), in_use: 0 });
+        inner.sets.insert(
+            rsid,
+            Entry {
+                owner,
+                ranges: ranges.into(),
+                in_use: 0,
+            },
+        );
         Ok(rsid)
     }
 
@@ -155,7 +187,10 @@ impl RangeSets {
     pub fn delete(&self, owner: ClientId, rsid: RangeSetId) -> Result<(), RangeSetError> {
         let mut inner = self.lock();
         match inner.sets.get(&rsid) {
-            Some(e) if e.owner == owner && e.in_use > 0 => Err(RangeSetError::InUse { rsid, count: e.in_use }),
+            Some(e) if e.owner == owner && e.in_use > 0 => Err(RangeSetError::InUse {
+                rsid,
+                count: e.in_use,
+            }),
             Some(e) if e.owner == owner => {
                 inner.sets.remove(&rsid);
                 Ok(())
@@ -165,12 +200,20 @@ impl RangeSets {
     }
 
     /// Holds `owner`'s set `rsid` for an execution.
-    pub fn acquire(&self, owner: ClientId, rsid: RangeSetId) -> Result<RangeSetUse<'_>, RangeSetError> {
+    pub fn acquire(
+        &self,
+        owner: ClientId,
+        rsid: RangeSetId,
+    ) -> Result<RangeSetUse<'_>, RangeSetError> {
         let mut inner = self.lock();
         match inner.sets.get_mut(&rsid) {
             Some(e) if e.owner == owner => {
                 e.in_use += 1;
-                Ok(RangeSetUse { sets: self, rsid, ranges: Arc::clone(&e.ranges) })
+                Ok(RangeSetUse {
+                    sets: self,
+                    rsid,
+                    ranges: Arc::clone(&e.ranges),
+                })
             }
             _ => Err(RangeSetError::Unknown { rsid }),
         }
@@ -179,7 +222,9 @@ impl RangeSets {
     /// Deletes every set of `owner` that no execution holds (a departed client's; the
     /// held ones go when their executions end, as nobody can name them any more).
     pub fn reclaim(&self, owner: ClientId) {
-        self.lock().sets.retain(|_, e| e.owner != owner || e.in_use > 0);
+        self.lock()
+            .sets
+            .retain(|_, e| e.owner != owner || e.in_use > 0);
     }
 
     /// Number of sets.
@@ -201,7 +246,11 @@ mod tests {
     const A: ClientId = ClientId(1);
 
     fn r(handle: MemHandle, offset: u64, len: u64) -> MemRange {
-        MemRange { handle, offset, len }
+        MemRange {
+            handle,
+            offset,
+            len,
+        }
     }
 
     #[test]
@@ -211,9 +260,13 @@ mod tests {
         slm.register_client(ClientId(2));
         let h = slm.alloc(A, 1024).unwrap();
         let sets = RangeSets::new();
-        let id = sets.create(&slm, A, &[r(h, 0, 512), r(h, 512, 512)]).unwrap();
+        let id = sets
+            .create(&slm, A, &[r(h, 0, 512), r(h, 512, 512)])
+            .unwrap();
         assert_ne!(id, RangeSetId::NONE);
-        let e = sets.create(&slm, A, &[r(h, 0, 512), r(h, 511, 2)]).unwrap_err();
+        let e = sets
+            .create(&slm, A, &[r(h, 0, 512), r(h, 511, 2)])
+            .unwrap_err();
         assert_eq!(e.status(), Status::OverlappingMemoryRanges);
         let e = sets.create(&slm, A, &[r(h, 1000, 25)]).unwrap_err();
         assert_eq!(e.status(), Status::InvalidMemoryRangeSet);
@@ -224,11 +277,20 @@ mod tests {
         {
             let held = sets.acquire(A, id).unwrap();
             assert_eq!(held.ranges.len(), 2);
-            assert_eq!(sets.delete(A, id).unwrap_err().status(), Status::MemoryRangeSetInUse);
+            assert_eq!(
+                sets.delete(A, id).unwrap_err().status(),
+                Status::MemoryRangeSetInUse
+            );
         }
-        assert_eq!(sets.delete(ClientId(2), id).unwrap_err().status(), Status::InvalidMemoryRangeSetId);
+        assert_eq!(
+            sets.delete(ClientId(2), id).unwrap_err().status(),
+            Status::InvalidMemoryRangeSetId
+        );
         sets.delete(A, id).unwrap();
-        assert_eq!(sets.delete(A, id).unwrap_err().status(), Status::InvalidMemoryRangeSetId);
+        assert_eq!(
+            sets.delete(A, id).unwrap_err().status(),
+            Status::InvalidMemoryRangeSetId
+        );
     }
 
     #[test]

@@ -82,7 +82,11 @@ pub enum DeviceError {
     #[error("{} is in use by another device", dir.display())]
     Locked { dir: PathBuf },
     #[error("cannot {op} {}: {source}", path.display())]
-    Io { path: PathBuf, op: &'static str, source: io::Error },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
     #[error(transparent)]
     Nvm(#[from] NvmError),
     #[error(transparent)]
@@ -184,20 +188,34 @@ pub struct Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let dir = self.shared.as_ref().map(|s| s.dir.clone());
-        f.debug_struct("Device").field("dir", &dir).field("threads", &self.threads.len()).finish()
+        f.debug_struct("Device")
+            .field("dir", &dir)
+            .field("threads", &self.threads.len())
+            .finish()
     }
 }
 
-fn io_err(path: &Path, op: &'static str) -> impl FnOnce(io::Error) -> DeviceError + '_ {
-    move |source| DeviceError::Io { path: path.to_path_buf(), op, source }
+fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> DeviceError + 'a {
+    move |source| DeviceError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
 }
 
 fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
     let path = dir.join(LOCK_FILE_NAME);
-    let f = File::options().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path, "open"))?;
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path, "open"))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
-        Err(fs::TryLockError::WouldBlock) => Err(DeviceError::Locked { dir: dir.to_path_buf() }),
+        Err(fs::TryLockError::WouldBlock) => Err(DeviceError::Locked {
+            dir: dir.to_path_buf(),
+        }),
         Err(fs::TryLockError::Error(e)) => Err(io_err(&path, "lock")(e)),
     }
 }
@@ -209,7 +227,9 @@ impl Device {
         config.validate()?;
         fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
         if dir.join(CONFIG_FILE_NAME).exists() {
-            return Err(DeviceError::AlreadyInitialized { dir: dir.to_path_buf() });
+            return Err(DeviceError::AlreadyInitialized {
+                dir: dir.to_path_buf(),
+            });
         }
         let lock = lock_dir(dir)?;
         // The configuration is written last: a directory without it is not a device, so
@@ -226,13 +246,18 @@ impl Device {
     /// Opens the device in `dir`.
     pub fn open(dir: &Path) -> Result<Device, DeviceError> {
         if !dir.join(CONFIG_FILE_NAME).exists() {
-            return Err(DeviceError::NotInitialized { dir: dir.to_path_buf() });
+            return Err(DeviceError::NotInitialized {
+                dir: dir.to_path_buf(),
+            });
         }
         let lock = lock_dir(dir)?;
         let config = DeviceConfig::load(dir)?;
         let nvm = Arc::new(Nvm::open(dir.join(NVM_FILE_NAME))?);
         if nvm.size() != config.nvm_size_bytes {
-            return Err(DeviceError::NvmSizeMismatch { found: nvm.size(), expected: config.nvm_size_bytes });
+            return Err(DeviceError::NvmSizeMismatch {
+                found: nvm.size(),
+                expected: config.nvm_size_bytes,
+            });
         }
         let files = FileStore::open(dir, Arc::clone(&nvm))?;
         let state = SharedState::open(dir, config.state_size_bytes)?;
@@ -276,8 +301,16 @@ impl Device {
             next_client: AtomicU32::new(1),
             live_pairs: AtomicU32::new(0),
         });
-        let mut device = Device { shared: Some(Arc::clone(&shared)), threads: Vec::new(), _lock: lock };
-        let pools = [(Class::Compute, engines, "engine"), (Class::Transfer, transfer_workers, "transfer"), (Class::Admin, 1, "admin")];
+        let mut device = Device {
+            shared: Some(Arc::clone(&shared)),
+            threads: Vec::new(),
+            _lock: lock,
+        };
+        let pools = [
+            (Class::Compute, engines, "engine"),
+            (Class::Transfer, transfer_workers, "transfer"),
+            (Class::Admin, 1, "admin"),
+        ];
         for (class, count, name) in pools {
             for i in 0..count {
                 let s = Arc::clone(&shared);
@@ -292,7 +325,9 @@ impl Device {
     }
 
     fn shared(&self) -> &Arc<Shared> {
-        self.shared.as_ref().expect("an open device has its shared state")
+        self.shared
+            .as_ref()
+            .expect("an open device has its shared state")
     }
 
     /// Opens a queue pair (a client) with room for `depth` commands in flight.
@@ -313,7 +348,12 @@ impl Device {
         shared.slm.register_client(client);
         Ok(QueuePair {
             shared: Arc::downgrade(shared),
-            qp: Arc::new(QpShared { client, depth, cq: WorkQueue::new(depth as usize), in_flight: AtomicU32::new(0) }),
+            qp: Arc::new(QpShared {
+                client,
+                depth,
+                cq: WorkQueue::new(depth as usize),
+                in_flight: AtomicU32::new(0),
+            }),
         })
     }
 
@@ -344,7 +384,9 @@ impl Device {
     }
 
     fn shutdown(&mut self) -> Result<(), DeviceError> {
-        let Some(shared) = self.shared.take() else { return Ok(()) };
+        let Some(shared) = self.shared.take() else {
+            return Ok(());
+        };
         shared.stopping.store(true, Ordering::Release);
         shared.compute.close();
         shared.transfer.close();
@@ -400,14 +442,18 @@ impl QueuePair {
     /// its error status; only a full pair or a closing device refuse outright.
     pub fn submit(&self, cmd: Command) -> Result<(), SubmitError> {
         let submitted = Instant::now();
-        let Some(shared) = self.shared.upgrade() else { return Err(SubmitError::ShuttingDown) };
+        let Some(shared) = self.shared.upgrade() else {
+            return Err(SubmitError::ShuttingDown);
+        };
         if shared.stopping.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
         }
         let in_flight = self.qp.in_flight.fetch_add(1, Ordering::AcqRel);
         if in_flight >= self.qp.depth {
             self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return Err(SubmitError::QueueFull { depth: self.qp.depth });
+            return Err(SubmitError::QueueFull {
+                depth: self.qp.depth,
+            });
         }
         if let Err(e) = cmd.validate() {
             let mut c = Completion::error(cmd.id, e.status(), "protocol", e.to_string());
@@ -420,7 +466,11 @@ impl QueuePair {
             Class::Transfer => &shared.transfer,
             Class::Admin => &shared.admin,
         };
-        let job = Job { qp: Arc::clone(&self.qp), cmd, submitted };
+        let job = Job {
+            qp: Arc::clone(&self.qp),
+            cmd,
+            submitted,
+        };
         if queue.push(job).is_err() {
             // Closed by a concurrent shutdown (never full: pairs × depth bound it).
             self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -451,7 +501,11 @@ impl QueuePair {
     /// with nothing else in flight (a completion of another command would be lost, so
     /// that is refused).
     pub fn call(&self, cmd: Command) -> Result<Completion, SubmitError> {
-        assert_eq!(self.in_flight(), 0, "QueuePair::call needs a pair with nothing in flight");
+        assert_eq!(
+            self.in_flight(),
+            0,
+            "QueuePair::call needs a pair with nothing in flight"
+        );
         self.submit(cmd)?;
         // The only command in flight completes; workers always post.
         Ok(self.reap(None).expect("a submitted command completes"))
@@ -470,10 +524,17 @@ impl Drop for QueuePair {
 }
 
 fn post(qp: &QpShared, c: Completion) {
-    debug_assert!(c.validate().is_ok(), "device built an invalid completion: {:?}", c.validate());
+    debug_assert!(
+        c.validate().is_ok(),
+        "device built an invalid completion: {:?}",
+        c.validate()
+    );
     // The pair's in-flight count reserved this slot at submission.
     let pushed = qp.cq.push(c);
-    assert!(pushed.is_ok(), "completion queue overflow: in-flight accounting is broken");
+    assert!(
+        pushed.is_ok(),
+        "completion queue overflow: in-flight accounting is broken"
+    );
 }
 
 fn worker(shared: &Shared, class: Class) {
@@ -530,9 +591,9 @@ pub fn file_status(e: &FileStoreError) -> Status {
         FileStoreError::InvalidPath { .. }
         | FileStoreError::NotADirectory { .. }
         | FileStoreError::IsADirectory { .. } => Status::InvalidField,
-        FileStoreError::NoSpace { .. } | FileStoreError::TooManyExtents { .. } | FileStoreError::TooManyFiles { .. } => {
-            Status::NoSpace
-        }
+        FileStoreError::NoSpace { .. }
+        | FileStoreError::TooManyExtents { .. }
+        | FileStoreError::TooManyFiles { .. } => Status::NoSpace,
         FileStoreError::FileTooLarge { .. } => Status::OutOfRange,
         FileStoreError::ImageTruncated { .. }
         | FileStoreError::ImageSizeMismatch { .. }
@@ -554,9 +615,23 @@ impl Shared {
             Op::Identify => with_reply(Reply::Device(self.identify())),
             Op::ListFunctions => with_reply(Reply::Functions(self.infos.clone())),
             Op::ListPrograms => with_reply(Reply::Programs(self.programs.list())),
-            Op::LoadProgram { pind, ptype, total_size_bytes, offset, data, entry } => {
+            Op::LoadProgram {
+                pind,
+                ptype,
+                total_size_bytes,
+                offset,
+                data,
+                entry,
+            } => {
                 let start = Instant::now();
-                let r = self.programs.load_chunk(*pind, *ptype, *total_size_bytes, *offset, data, entry.as_deref());
+                let r = self.programs.load_chunk(
+                    *pind,
+                    *ptype,
+                    *total_size_bytes,
+                    *offset,
+                    data,
+                    entry.as_deref(),
+                );
                 let mut c = match r {
                     Ok(received) => ok(u64::from(received)),
                     Err(e) => program_fail(&e),
@@ -564,7 +639,10 @@ impl Shared {
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
             }
-            Op::UnloadProgram { pind } => self.programs.unload(*pind).map_or_else(|e| program_fail(&e), |()| ok(0)),
+            Op::UnloadProgram { pind } => self
+                .programs
+                .unload(*pind)
+                .map_or_else(|e| program_fail(&e), |()| ok(0)),
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);
@@ -573,10 +651,12 @@ impl Shared {
                 }
                 Err(e) => program_fail(&e),
             },
-            Op::DeactivateProgram { pind } => {
-                self.programs.deactivate(*pind).map_or_else(|e| program_fail(&e), |()| ok(0))
-            }
-            Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges) {
+            Op::DeactivateProgram { pind } => self
+                .programs
+                .deactivate(*pind)
+                .map_or_else(|e| program_fail(&e), |()| ok(0)),
+            Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
+            {
                 Ok(rsid) => ok(u64::from(rsid.0)),
                 Err(e) => fail(e.status(), "rangeset", e.to_string()),
             },
@@ -593,7 +673,10 @@ impl Shared {
                 Ok(h) => ok(u64::from(h.0)),
                 Err(e) => slm_fail(&e),
             },
-            Op::MemFree { handle } => self.slm.free(client, *handle).map_or_else(|e| slm_fail(&e), |()| ok(0)),
+            Op::MemFree { handle } => self
+                .slm
+                .free(client, *handle)
+                .map_or_else(|e| slm_fail(&e), |()| ok(0)),
             _ => self.transfer(client, &cmd.op),
         }
     }
@@ -637,24 +720,46 @@ impl Shared {
     fn transfer(&self, client: ClientId, op: &Op) -> Completion {
         let start = Instant::now();
         let mut c = match op {
-            Op::MemWrite { handle, offset, data } => match self.slm.write(client, *handle, *offset, data) {
+            Op::MemWrite {
+                handle,
+                offset,
+                data,
+            } => match self.slm.write(client, *handle, *offset, data) {
                 Ok(()) => ok(data.len() as u64),
                 Err(e) => slm_fail(&e),
             },
-            Op::MemRead { handle, offset, len } => {
+            Op::MemRead {
+                handle,
+                offset,
+                len,
+            } => {
                 let mut buf = vec![0u8; *len as usize];
                 match self.slm.read(client, *handle, *offset, &mut buf) {
                     Ok(()) => with_reply(Reply::Data(buf)),
                     Err(e) => slm_fail(&e),
                 }
             }
-            Op::MemFill { handle, offset, len, byte } => match self.slm.fill(client, *handle, *offset, *len, *byte) {
+            Op::MemFill {
+                handle,
+                offset,
+                len,
+                byte,
+            } => match self.slm.fill(client, *handle, *offset, *len, *byte) {
                 Ok(()) => ok(*len),
                 Err(e) => slm_fail(&e),
             },
-            Op::MemCopy { dst, dst_offset, sources } => self.mem_copy(client, *dst, *dst_offset, sources),
+            Op::MemCopy {
+                dst,
+                dst_offset,
+                sources,
+            } => self.mem_copy(client, *dst, *dst_offset, sources),
             Op::FileWriteFromMem { path, offset, src } => {
-                let req = LeaseRequest { handle: src.handle, offset: src.offset, len: src.len, write: false };
+                let req = LeaseRequest {
+                    handle: src.handle,
+                    offset: src.offset,
+                    len: src.len,
+                    write: false,
+                };
                 match self.slm.lease(client, &[req]) {
                     Ok(leases) => match self.files.write_at(path, *offset, leases.slice(0)) {
                         Ok(()) => ok(src.len),
@@ -669,13 +774,34 @@ impl Shared {
         c
     }
 
-    fn mem_copy(&self, client: ClientId, dst: MemHandle, dst_offset: u64, sources: &[CopySource]) -> Completion {
+    fn mem_copy(
+        &self,
+        client: ClientId,
+        dst: MemHandle,
+        dst_offset: u64,
+        sources: &[CopySource],
+    ) -> Completion {
         let total: u64 = sources.iter().map(CopySource::len).sum();
         // Lease the destination and every SLM source in one step.
-        let mut reqs = vec![LeaseRequest { handle: dst, offset: dst_offset, len: total, write: true }];
+        let mut reqs = vec![LeaseRequest {
+            handle: dst,
+            offset: dst_offset,
+            len: total,
+            write: true,
+        }];
         for s in sources {
-            if let CopySource::Mem { handle, offset, len } = *s {
-                reqs.push(LeaseRequest { handle, offset, len, write: false });
+            if let CopySource::Mem {
+                handle,
+                offset,
+                len,
+            } = *s
+            {
+                reqs.push(LeaseRequest {
+                    handle,
+                    offset,
+                    len,
+                    write: false,
+                });
             }
         }
         let mut leases = match self.slm.lease(client, &reqs) {
@@ -684,48 +810,71 @@ impl Shared {
         };
         let mut slices = leases.slices_mut();
         let (head, rest) = slices.split_at_mut(1);
-        let out = head[0].as_mut().expect("the destination is leased writable");
+        let out = head[0]
+            .as_mut()
+            .expect("the destination is leased writable");
         let mut pos = 0usize;
         let mut mem_sources = rest.iter();
         for (i, s) in sources.iter().enumerate() {
             let len = s.len() as usize;
             let piece = &mut out[pos..pos + len];
-            match s {
-                CopySource::File { path, offset, .. } => match self.files.read_at(path, *offset, piece) {
-                    Ok(n) if n == len => {}
-                    Ok(n) => {
-                        return fail(
-                            Status::OutOfRange,
-                            "filestore",
-                            format!("source {i}: {path} has {n} bytes at offset {offset}, {len} requested"),
-                        )
-                    }
-                    Err(e) => return fail(file_status(&e), "filestore", format!("source {i}: {e}")),
-                },
-                CopySource::Nvm { offset, .. } => {
-                    if let Err(e) = self.nvm.read_at(*offset, piece) {
-                        let status = if matches!(e, NvmError::OutOfRange { .. }) { Status::OutOfRange } else { Status::IoError };
-                        return fail(status, "nvm", format!("source {i}: {e}"));
-                    }
-                }
-                CopySource::Mem { .. } => {
-                    let src = mem_sources.next().expect("one lease per memory source");
-                    let src: &[u8] = match src {
-                        Ok(s) => s,
-                        Err(s) => s,
-                    };
-                    piece.copy_from_slice(src);
-                }
+            if let CopySource::Mem { .. } = s {
+                let src: &[u8] = match mem_sources.next().expect("one lease per memory source") {
+                    Ok(s) => s,
+                    Err(s) => s,
+                };
+                piece.copy_from_slice(src);
+            } else if let Err(c) = self.copy_from_storage(i, s, piece) {
+                return c;
             }
             pos += len;
         }
         ok(total)
     }
 
+    /// Reads storage source `i` (a file or NVM range) into `piece`, exactly.
+    fn copy_from_storage(
+        &self,
+        i: usize,
+        s: &CopySource,
+        piece: &mut [u8],
+    ) -> Result<(), Completion> {
+        match s {
+            CopySource::File { path, offset, len } => {
+                match self.files.read_at(path, *offset, piece) {
+                    Ok(n) if n as u64 == *len => Ok(()),
+                    Ok(n) => {
+                        let message =
+                            format!("source {i}: {path} has {n} of {len} bytes at {offset}");
+                        Err(fail(Status::OutOfRange, "filestore", message))
+                    }
+                    Err(e) => Err(fail(
+                        file_status(&e),
+                        "filestore",
+                        format!("source {i}: {e}"),
+                    )),
+                }
+            }
+            CopySource::Nvm { offset, .. } => self.nvm.read_at(*offset, piece).map_err(|e| {
+                let status = match e {
+                    NvmError::OutOfRange { .. } => Status::OutOfRange,
+                    _ => Status::IoError,
+                };
+                fail(status, "nvm", format!("source {i}: {e}"))
+            }),
+            CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
+        }
+    }
+
     fn file_op(&self, op: &Op) -> Completion {
         let r: Result<Completion, FileStoreError> = (|| {
             Ok(match op {
-                Op::FileWrite { path, offset, data, mode } => {
+                Op::FileWrite {
+                    path,
+                    offset,
+                    data,
+                    mode,
+                } => {
                     match mode {
                         WriteMode::Write => {}
                         WriteMode::Truncate => match self.files.truncate(path, 0) {
@@ -733,7 +882,13 @@ impl Shared {
                             Err(e) => return Err(e),
                         },
                         WriteMode::CreateNew => match self.files.stat(path) {
-                            Ok(_) => return Ok(fail(Status::FileExists, "filestore", format!("{path} exists"))),
+                            Ok(_) => {
+                                return Ok(fail(
+                                    Status::FileExists,
+                                    "filestore",
+                                    format!("{path} exists"),
+                                ))
+                            }
                             Err(FileStoreError::NotFound { .. }) => {}
                             Err(e) => return Err(e),
                         },
@@ -760,13 +915,21 @@ impl Shared {
                             truncated = true;
                             break;
                         }
-                        files.push(FileInfo { path: st.path, size_bytes: st.size, extent_count: st.extents });
+                        files.push(FileInfo {
+                            path: st.path,
+                            size_bytes: st.size,
+                            extent_count: st.extents,
+                        });
                     }
                     with_reply(Reply::Files { files, truncated })
                 }
                 Op::FileStat { path } => {
                     let st = self.files.stat(path)?;
-                    with_reply(Reply::File(FileInfo { path: st.path, size_bytes: st.size, extent_count: st.extents }))
+                    with_reply(Reply::File(FileInfo {
+                        path: st.path,
+                        size_bytes: st.size,
+                        extent_count: st.extents,
+                    }))
                 }
                 Op::FileDelete { path } => {
                     self.files.delete(path)?;
@@ -782,7 +945,11 @@ impl Shared {
                     let extents = all
                         .into_iter()
                         .take(EXTENTS_MAX)
-                        .map(|e| ExtentInfo { file_offset: e.file_offset, nvm_offset: e.nvm_offset, len: e.len })
+                        .map(|e| ExtentInfo {
+                            file_offset: e.file_offset,
+                            nvm_offset: e.nvm_offset,
+                            len: e.len,
+                        })
                         .collect();
                     with_reply(Reply::Extents { extents, truncated })
                 }

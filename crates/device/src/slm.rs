@@ -32,16 +32,31 @@ use csx_proto::{ClientId, MemHandle, Status};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SlmError {
-    #[error("cannot allocate {size_bytes} bytes: {free_bytes} free, largest free run {largest_bytes}")]
-    NoMemory { size_bytes: u64, free_bytes: u64, largest_bytes: u64 },
+    #[error(
+        "cannot allocate {size_bytes} bytes: {free_bytes} free, largest free run {largest_bytes}"
+    )]
+    NoMemory {
+        size_bytes: u64,
+        free_bytes: u64,
+        largest_bytes: u64,
+    },
     #[error("allocation of {size_bytes} bytes exceeds the limit of {limit}")]
     TooLarge { size_bytes: u64, limit: u64 },
     #[error("no allocation {handle} for this client")]
     UnknownHandle { handle: MemHandle },
     #[error("{len} bytes at offset {offset} reach outside {handle} of {size_bytes} bytes")]
-    OutOfRange { handle: MemHandle, offset: u64, len: u64, size_bytes: u64 },
+    OutOfRange {
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+        size_bytes: u64,
+    },
     #[error("bytes {offset}..+{len} of {handle} are in use by another command")]
-    InUse { handle: MemHandle, offset: u64, len: u64 },
+    InUse {
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+    },
     #[error("ranges {first} and {second} of the command overlap")]
     Overlap { first: usize, second: usize },
     #[error("the client has disconnected")]
@@ -97,7 +112,10 @@ impl Drop for Buffer {
         // SAFETY: `ptr` and `len` came from `Box::into_raw` of a `Box<[u8]>` of exactly
         // `len` bytes in `new`, and are turned back into that box once, here.
         unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len)));
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.len,
+            )));
         }
     }
 }
@@ -152,7 +170,10 @@ impl FreeList {
     fn remove(&mut self, offset: u64, len: u64) {
         let removed = self.by_offset.remove(&offset);
         assert_eq!(removed, Some(len), "free run index out of sync");
-        assert!(self.by_size.remove(&(len, offset)), "free run index out of sync");
+        assert!(
+            self.by_size.remove(&(len, offset)),
+            "free run index out of sync"
+        );
         self.free_bytes -= len;
     }
 
@@ -206,7 +227,9 @@ pub struct Slm {
 
 impl std::fmt::Debug for Slm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slm").field("size_bytes", &self.buffer.len).finish_non_exhaustive()
+        f.debug_struct("Slm")
+            .field("size_bytes", &self.buffer.len)
+            .finish_non_exhaustive()
     }
 }
 
@@ -258,7 +281,10 @@ impl Slm {
     /// Allocates `size_bytes` for `owner`.
     pub fn alloc(&self, owner: ClientId, size_bytes: u64) -> Result<MemHandle, SlmError> {
         if size_bytes == 0 || size_bytes > SLM_ALLOC_SIZE_MAX {
-            return Err(SlmError::TooLarge { size_bytes, limit: SLM_ALLOC_SIZE_MAX });
+            return Err(SlmError::TooLarge {
+                size_bytes,
+                limit: SLM_ALLOC_SIZE_MAX,
+            });
         }
         let reserved_bytes = round_up(size_bytes);
         let mut inner = self.lock();
@@ -283,7 +309,14 @@ impl Slm {
         };
         inner.allocs.insert(
             handle,
-            Allocation { start, size_bytes, reserved_bytes, owner, lease_count: 0, orphaned: false },
+            Allocation {
+                start,
+                size_bytes,
+                reserved_bytes,
+                owner,
+                lease_count: 0,
+                orphaned: false,
+            },
         );
         drop(inner);
         // Allocations start zeroed, so no client sees another's old bytes.
@@ -296,7 +329,11 @@ impl Slm {
         // and no other allocation covers it; it lies inside the buffer (asserted by the
         // caller), and no handle to it has been returned yet.
         unsafe {
-            std::ptr::write_bytes(self.buffer.ptr.as_ptr().add(start as usize), 0, len as usize);
+            std::ptr::write_bytes(
+                self.buffer.ptr.as_ptr().add(start as usize),
+                0,
+                len as usize,
+            );
         }
     }
 
@@ -308,7 +345,11 @@ impl Slm {
             _ => return Err(SlmError::UnknownHandle { handle }),
         };
         if a.lease_count > 0 {
-            return Err(SlmError::InUse { handle, offset: 0, len: a.size_bytes });
+            return Err(SlmError::InUse {
+                handle,
+                offset: 0,
+                len: a.size_bytes,
+            });
         }
         let a = inner.allocs.remove(&handle).expect("looked up above");
         inner.free.release(a.start, a.reserved_bytes);
@@ -329,8 +370,12 @@ impl Slm {
     pub fn reclaim(&self, owner: ClientId) {
         let mut inner = self.lock();
         inner.live_clients.remove(&owner);
-        let mine: Vec<MemHandle> =
-            inner.allocs.iter().filter(|(_, a)| a.owner == owner).map(|(h, _)| *h).collect();
+        let mine: Vec<MemHandle> = inner
+            .allocs
+            .iter()
+            .filter(|(_, a)| a.owner == owner)
+            .map(|(h, _)| *h)
+            .collect();
         for h in mine {
             let a = inner.allocs.get_mut(&h).expect("listed above");
             if a.lease_count > 0 {
@@ -343,7 +388,11 @@ impl Slm {
     }
 
     /// Takes leases on every range of `requests` at once, or none of them.
-    pub fn lease(self: &Arc<Self>, owner: ClientId, requests: &[LeaseRequest]) -> Result<Leases, SlmError> {
+    pub fn lease(
+        self: &Arc<Self>,
+        owner: ClientId,
+        requests: &[LeaseRequest],
+    ) -> Result<Leases, SlmError> {
         let mut inner = self.lock();
         // First, resolve every range to absolute bytes, checking owner and bounds.
         let mut spans = Vec::with_capacity(requests.len());
@@ -368,7 +417,10 @@ impl Slm {
             for j in i + 1..requests.len() {
                 let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
                 if overlap && (requests[i].write || requests[j].write) {
-                    return Err(SlmError::Overlap { first: i, second: j });
+                    return Err(SlmError::Overlap {
+                        first: i,
+                        second: j,
+                    });
                 }
             }
         }
@@ -379,7 +431,11 @@ impl Slm {
                 .iter()
                 .any(|l| l.start < end && start < l.end && (l.write || r.write));
             if conflict {
-                return Err(SlmError::InUse { handle: r.handle, offset: r.offset, len: r.len });
+                return Err(SlmError::InUse {
+                    handle: r.handle,
+                    offset: r.offset,
+                    len: r.len,
+                });
             }
         }
         // Finally, record them.
@@ -387,19 +443,44 @@ impl Slm {
         for (r, &(start, end)) in requests.iter().zip(&spans) {
             let id = inner.next_lease;
             inner.next_lease += 1;
-            inner.leases.push(LeaseRecord { id, start, end, write: r.write });
-            inner.allocs.get_mut(&r.handle).expect("resolved above").lease_count += 1;
-            granted.push(Granted { id, handle: r.handle, start, len: end - start, write: r.write });
+            inner.leases.push(LeaseRecord {
+                id,
+                start,
+                end,
+                write: r.write,
+            });
+            inner
+                .allocs
+                .get_mut(&r.handle)
+                .expect("resolved above")
+                .lease_count += 1;
+            granted.push(Granted {
+                id,
+                handle: r.handle,
+                start,
+                len: end - start,
+                write: r.write,
+            });
         }
-        Ok(Leases { slm: Arc::clone(self), granted })
+        Ok(Leases {
+            slm: Arc::clone(self),
+            granted,
+        })
     }
 
     fn release(&self, granted: &[Granted]) {
         let mut inner = self.lock();
         for g in granted {
-            let pos = inner.leases.iter().position(|l| l.id == g.id).expect("a granted lease is recorded");
+            let pos = inner
+                .leases
+                .iter()
+                .position(|l| l.id == g.id)
+                .expect("a granted lease is recorded");
             inner.leases.swap_remove(pos);
-            let a = inner.allocs.get_mut(&g.handle).expect("a leased allocation is not freed");
+            let a = inner
+                .allocs
+                .get_mut(&g.handle)
+                .expect("a leased allocation is not freed");
             a.lease_count -= 1;
             if a.orphaned && a.lease_count == 0 {
                 let a = inner.allocs.remove(&g.handle).expect("looked up above");
@@ -409,24 +490,58 @@ impl Slm {
     }
 
     /// Copies `buf.len()` bytes from `owner`'s allocation into `buf`.
-    pub fn read(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, buf: &mut [u8]) -> Result<(), SlmError> {
-        let req = LeaseRequest { handle, offset, len: buf.len() as u64, write: false };
+    pub fn read(
+        self: &Arc<Self>,
+        owner: ClientId,
+        handle: MemHandle,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), SlmError> {
+        let req = LeaseRequest {
+            handle,
+            offset,
+            len: buf.len() as u64,
+            write: false,
+        };
         let leases = self.lease(owner, &[req])?;
         buf.copy_from_slice(leases.slice(0));
         Ok(())
     }
 
     /// Copies `data` into `owner`'s allocation.
-    pub fn write(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, data: &[u8]) -> Result<(), SlmError> {
-        let req = LeaseRequest { handle, offset, len: data.len() as u64, write: true };
+    pub fn write(
+        self: &Arc<Self>,
+        owner: ClientId,
+        handle: MemHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), SlmError> {
+        let req = LeaseRequest {
+            handle,
+            offset,
+            len: data.len() as u64,
+            write: true,
+        };
         let mut leases = self.lease(owner, &[req])?;
         leases.slice_mut(0).copy_from_slice(data);
         Ok(())
     }
 
     /// Sets `len` bytes of `owner`'s allocation to `byte`.
-    pub fn fill(self: &Arc<Self>, owner: ClientId, handle: MemHandle, offset: u64, len: u64, byte: u8) -> Result<(), SlmError> {
-        let req = LeaseRequest { handle, offset, len, write: true };
+    pub fn fill(
+        self: &Arc<Self>,
+        owner: ClientId,
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+        byte: u8,
+    ) -> Result<(), SlmError> {
+        let req = LeaseRequest {
+            handle,
+            offset,
+            len,
+            write: true,
+        };
         let mut leases = self.lease(owner, &[req])?;
         leases.slice_mut(0).fill(byte);
         Ok(())
@@ -435,7 +550,8 @@ impl Slm {
     /// Checks the allocator's bookkeeping (tests and debug builds; O(n)).
     pub fn check(&self) {
         let inner = self.lock();
-        let mut runs: Vec<(u64, u64)> = inner.free.by_offset.iter().map(|(&o, &l)| (o, l)).collect();
+        let mut runs: Vec<(u64, u64)> =
+            inner.free.by_offset.iter().map(|(&o, &l)| (o, l)).collect();
         runs.extend(inner.allocs.values().map(|a| (a.start, a.reserved_bytes)));
         runs.sort_unstable();
         let mut end = 0;
@@ -443,11 +559,18 @@ impl Slm {
             assert_eq!(o, end, "gap or overlap at {o}");
             end = o + l;
         }
-        assert_eq!(end, self.buffer.len as u64 - self.buffer.len as u64 % SLM_ALIGNMENT);
+        assert_eq!(
+            end,
+            self.buffer.len as u64 - self.buffer.len as u64 % SLM_ALIGNMENT
+        );
         let reserved: u64 = inner.allocs.values().map(|a| a.reserved_bytes).sum();
         assert_eq!(reserved + inner.free.free_bytes, end);
         for a in inner.allocs.values() {
-            let n = inner.leases.iter().filter(|l| l.start < a.start + a.reserved_bytes && a.start < l.end).count();
+            let n = inner
+                .leases
+                .iter()
+                .filter(|l| l.start < a.start + a.reserved_bytes && a.start < l.end)
+                .count();
             assert_eq!(n as u32, a.lease_count);
         }
     }
@@ -470,7 +593,9 @@ pub struct Leases {
 
 impl std::fmt::Debug for Leases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leases").field("granted", &self.granted).finish_non_exhaustive()
+        f.debug_struct("Leases")
+            .field("granted", &self.granted)
+            .finish_non_exhaustive()
     }
 }
 
@@ -492,7 +617,12 @@ impl Leases {
         // lives; no writer lease overlaps it unless it is this lease itself, and writes
         // through it need `&mut self`, which `&self` excludes. The range lies inside the
         // buffer (checked against the allocation, which lies inside the buffer).
-        unsafe { std::slice::from_raw_parts(self.slm.buffer.ptr.as_ptr().add(g.start as usize), g.len as usize) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.slm.buffer.ptr.as_ptr().add(g.start as usize),
+                g.len as usize,
+            )
+        }
     }
 
     /// Range `i`, writable. Panics if it was leased for reading only.
@@ -502,7 +632,12 @@ impl Leases {
         // SAFETY: a write lease excludes every other lease on these bytes, and `&mut
         // self` excludes every other slice from this `Leases`; the range is inside the
         // buffer (see `slice`).
-        unsafe { std::slice::from_raw_parts_mut(self.slm.buffer.ptr.as_ptr().add(g.start as usize), g.len as usize) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.slm.buffer.ptr.as_ptr().add(g.start as usize),
+                g.len as usize,
+            )
+        }
     }
 
     /// Every range at once, writable ones as `Ok(&mut)`, read-only ones as `Err(&)`, for
@@ -550,7 +685,12 @@ mod tests {
     }
 
     fn w(handle: MemHandle, offset: u64, len: u64) -> LeaseRequest {
-        LeaseRequest { handle, offset, len, write: true }
+        LeaseRequest {
+            handle,
+            offset,
+            len,
+            write: true,
+        }
     }
 
     #[test]
@@ -579,9 +719,18 @@ mod tests {
         let s = slm(4096);
         let a = s.alloc(A, 100).unwrap();
         assert_eq!(s.free(B, a), Err(SlmError::UnknownHandle { handle: a }));
-        assert!(matches!(s.lease(B, &[w(a, 0, 1)]), Err(SlmError::UnknownHandle { .. })));
-        assert!(matches!(s.lease(A, &[w(a, 50, 51)]), Err(SlmError::OutOfRange { .. })));
-        assert!(matches!(s.lease(A, &[w(a, u64::MAX, 2)]), Err(SlmError::OutOfRange { .. })));
+        assert!(matches!(
+            s.lease(B, &[w(a, 0, 1)]),
+            Err(SlmError::UnknownHandle { .. })
+        ));
+        assert!(matches!(
+            s.lease(A, &[w(a, 50, 51)]),
+            Err(SlmError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            s.lease(A, &[w(a, u64::MAX, 2)]),
+            Err(SlmError::OutOfRange { .. })
+        ));
         s.write(A, a, 98, &[7, 8]).unwrap();
         let mut buf = [0u8; 3];
         s.read(A, a, 97, &mut buf).unwrap();
@@ -593,15 +742,44 @@ mod tests {
         let s = slm(4096);
         let a = s.alloc(A, 100).unwrap();
         let l = s.lease(A, &[w(a, 0, 10)]).unwrap();
-        assert!(matches!(s.lease(A, &[w(a, 9, 1)]), Err(SlmError::InUse { .. })));
+        assert!(matches!(
+            s.lease(A, &[w(a, 9, 1)]),
+            Err(SlmError::InUse { .. })
+        ));
         assert!(s.lease(A, &[w(a, 10, 1)]).is_ok());
         assert!(matches!(s.free(A, a), Err(SlmError::InUse { .. })));
         drop(l);
-        let r1 = s.lease(A, &[LeaseRequest { handle: a, offset: 0, len: 10, write: false }]).unwrap();
-        let r2 = s.lease(A, &[LeaseRequest { handle: a, offset: 5, len: 10, write: false }]).unwrap();
+        let r1 = s
+            .lease(
+                A,
+                &[LeaseRequest {
+                    handle: a,
+                    offset: 0,
+                    len: 10,
+                    write: false,
+                }],
+            )
+            .unwrap();
+        let r2 = s
+            .lease(
+                A,
+                &[LeaseRequest {
+                    handle: a,
+                    offset: 5,
+                    len: 10,
+                    write: false,
+                }],
+            )
+            .unwrap();
         assert!(s.lease(A, &[w(a, 0, 1)]).is_err());
         drop((r1, r2));
-        assert!(matches!(s.lease(A, &[w(a, 0, 10), w(a, 5, 1)]), Err(SlmError::Overlap { first: 0, second: 1 })));
+        assert!(matches!(
+            s.lease(A, &[w(a, 0, 10), w(a, 5, 1)]),
+            Err(SlmError::Overlap {
+                first: 0,
+                second: 1
+            })
+        ));
         s.check();
         s.free(A, a).unwrap();
     }

@@ -29,11 +29,23 @@ pub const STATE_FILE_NAME: &str = "state.bin";
 #[non_exhaustive]
 pub enum StateError {
     #[error("cannot {op} {}: {source}", path.display())]
-    Io { path: PathBuf, op: &'static str, source: io::Error },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
     #[error("{} is {found} bytes, the device's shared state is {expected}", path.display())]
-    SizeMismatch { path: PathBuf, found: u64, expected: u64 },
+    SizeMismatch {
+        path: PathBuf,
+        found: u64,
+        expected: u64,
+    },
     #[error("clear of {len} bytes at {offset} reaches past the {size_bytes}-byte shared state")]
-    OutOfRange { offset: u64, len: u64, size_bytes: u64 },
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        size_bytes: u64,
+    },
 }
 
 struct Buffer {
@@ -51,7 +63,12 @@ unsafe impl Sync for Buffer {}
 impl Drop for Buffer {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` came from `Box::into_raw` of a `Box<[u8]>` of `len` bytes.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len))) }
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.len,
+            )))
+        }
     }
 }
 
@@ -64,7 +81,10 @@ pub struct SharedState {
 
 impl std::fmt::Debug for SharedState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedState").field("path", &self.path).field("len", &self.buffer.len).finish()
+        f.debug_struct("SharedState")
+            .field("path", &self.path)
+            .field("len", &self.buffer.len)
+            .finish()
     }
 }
 
@@ -89,17 +109,30 @@ impl SharedState {
     /// Loads `state.bin` from `dir`; it must hold exactly `size_bytes`.
     pub fn open(dir: &Path, size_bytes: u64) -> Result<SharedState, StateError> {
         let path = dir.join(STATE_FILE_NAME);
-        let bytes = fs::read(&path).map_err(|source| StateError::Io { path: path.clone(), op: "read", source })?;
+        let bytes = fs::read(&path).map_err(|source| StateError::Io {
+            path: path.clone(),
+            op: "read",
+            source,
+        })?;
         if bytes.len() as u64 != size_bytes {
-            return Err(StateError::SizeMismatch { path, found: bytes.len() as u64, expected: size_bytes });
+            return Err(StateError::SizeMismatch {
+                path,
+                found: bytes.len() as u64,
+                expected: size_bytes,
+            });
         }
         Ok(SharedState::with_bytes(dir, bytes))
     }
 
     fn with_bytes(dir: &Path, bytes: Vec<u8>) -> SharedState {
         let len = bytes.len();
-        let ptr = NonNull::new(Box::into_raw(bytes.into_boxed_slice()).cast::<u8>()).expect("Box never yields null");
-        SharedState { buffer: Buffer { ptr, len }, gate: RwLock::new(()), path: dir.join(STATE_FILE_NAME) }
+        let ptr = NonNull::new(Box::into_raw(bytes.into_boxed_slice()).cast::<u8>())
+            .expect("Box never yields null");
+        SharedState {
+            buffer: Buffer { ptr, len },
+            gate: RwLock::new(()),
+            path: dir.join(STATE_FILE_NAME),
+        }
     }
 
     /// Bytes in the region.
@@ -112,21 +145,39 @@ impl SharedState {
         // Poisoning means a thread panicked holding the gate; the bytes are as valid as
         // ever (no invariant spans them), so the lock is taken regardless.
         let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        StateMapping { _guard: guard, ptr: self.buffer.ptr.as_ptr(), len: self.buffer.len }
+        StateMapping {
+            _guard: guard,
+            ptr: self.buffer.ptr.as_ptr(),
+            len: self.buffer.len,
+        }
     }
 
     /// Zeroes `len` bytes from `offset`; `len == 0` means to the end. Waits for running
     /// executions to finish first.
     pub fn clear(&self, offset: u64, len: u64) -> Result<(), StateError> {
         let size = self.size_bytes();
-        let len = if len == 0 { size.saturating_sub(offset) } else { len };
+        let len = if len == 0 {
+            size.saturating_sub(offset)
+        } else {
+            len
+        };
         if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(StateError::OutOfRange { offset, len, size_bytes: size });
+            return Err(StateError::OutOfRange {
+                offset,
+                len,
+                size_bytes: size,
+            });
         }
         let _guard = self.gate.write().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the range is inside the buffer (checked above) and the exclusive gate
         // means no execution can be touching the region.
-        unsafe { std::ptr::write_bytes(self.buffer.ptr.as_ptr().add(offset as usize), 0, len as usize) };
+        unsafe {
+            std::ptr::write_bytes(
+                self.buffer.ptr.as_ptr().add(offset as usize),
+                0,
+                len as usize,
+            )
+        };
         Ok(())
     }
 
@@ -135,7 +186,8 @@ impl SharedState {
         let _guard = self.gate.write().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the exclusive gate means no execution writes the region meanwhile; the
         // slice covers exactly the buffer.
-        let bytes = unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr(), self.buffer.len) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr(), self.buffer.len) };
         write_atomic(&self.path, bytes)
     }
 }
@@ -147,7 +199,13 @@ fn to_usize(n: u64) -> usize {
 /// Writes `bytes` to `path` so that a crash leaves either the old or the new contents:
 /// temp file, fsync, rename, fsync of the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
-    let io = |op| move |source| StateError::Io { path: path.to_path_buf(), op, source };
+    let io = |op| {
+        move |source| StateError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    };
     let tmp = path.with_extension("tmp");
     let mut f = fs::File::create(&tmp).map_err(io("create"))?;
     f.write_all(bytes).map_err(io("write"))?;
@@ -155,7 +213,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
     drop(f);
     fs::rename(&tmp, path).map_err(io("rename"))?;
     if let Some(dir) = path.parent() {
-        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync directory of"))?;
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync directory of"))?;
     }
     Ok(())
 }
@@ -186,6 +246,9 @@ mod tests {
         assert_eq!(&bytes[16..], &[0xAB; 48]);
         s.clear(60, 0).unwrap();
         assert!(matches!(s.clear(60, 5), Err(StateError::OutOfRange { .. })));
-        assert!(matches!(SharedState::open(dir.path(), 65), Err(StateError::SizeMismatch { .. })));
+        assert!(matches!(
+            SharedState::open(dir.path(), 65),
+            Err(StateError::SizeMismatch { .. })
+        ));
     }
 }

@@ -21,6 +21,16 @@
 //!                                  join:  ...
 //! ```
 //!
+//! Branchier acyclic regions (the `a && b || c && d` of a filter, whose blocks load
+//! fields) become *speculative regions*: a forward-only, single-entry, single-exit slot
+//! range holding only ALU instructions, loads and forward jumps. Compiled code runs every
+//! block of it with predicates instead of branches, loads through a bounds check whose
+//! failure reads a harmless stack slot instead and raises a fault flag (when the load's
+//! block really runs), and merges registers with `select`s at the exit. If the flag is
+//! set, it starts over at the region's head on the ordinary (cold) translation, which
+//! then traps at the exact instruction; the region has no side effects, so running it
+//! twice is safe.
+//!
 //! Forward jumps charge no fuel, so converting them changes no fuel count.
 
 use std::collections::{HashMap, HashSet};
@@ -33,6 +43,13 @@ use csx_ebpf::isa::{
 /// Most instructions in one arm of a converted branch. Both arms always run, so the
 /// bound keeps the speculative work below the cost of a mispredicted branch.
 pub(crate) const ARM_MAX: u32 = 3;
+
+/// Most instructions (jumps included) in a speculative region: every one of them runs on
+/// every pass, so the region must stay close to the cost of its mispredictions.
+pub(crate) const REGION_INSNS_MAX: u32 = 24;
+
+/// Most loads in a speculative region (each costs a bounds check and a select).
+pub(crate) const REGION_LOADS_MAX: u32 = 6;
 
 /// A control-flow fault in a program the verifier should have rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,6 +106,10 @@ pub(crate) struct FunctionPlan {
     pub leaders: HashSet<u32>,
     /// Converted branches, by the slot of their conditional jump.
     pub ifconv: HashMap<u32, IfConv>,
+    /// Speculative regions: head slot (a conditional jump) to the slot after the region.
+    pub regions: HashMap<u32, u32>,
+    /// Leaders inside speculative regions: their blocks run only on the fallback path.
+    pub cold: HashSet<u32>,
 }
 
 /// Every function of a program, the entry first.
@@ -281,15 +302,86 @@ fn plan_function(
             _ => {}
         }
     }
+
+    // Speculative regions, outermost first, on branches left unconverted.
+    let mut regions = HashMap::new();
+    let mut cold = HashSet::new();
+    let mut covered_until = 0;
+    for &pc in &pcs {
+        if pc < covered_until || ifconv.contains_key(&pc) {
+            continue;
+        }
+        let Flow::Branch(t) = flows[&pc] else {
+            continue;
+        };
+        if let Some(join) = speculative_region(insns, &flows, &sources, pc, t) {
+            regions.insert(pc, join);
+            leaders.insert(join);
+            cold.extend(leaders.iter().copied().filter(|&l| l > pc && l < join));
+            covered_until = join;
+        }
+    }
     Ok((
         FunctionPlan {
             start,
             pcs,
             leaders,
             ifconv,
+            regions,
+            cold,
         },
         callees,
     ))
+}
+
+/// The end (exclusive) of the speculative region headed by the conditional jump at
+/// `head` to `t`, if there is one: the smallest slot range from `head` that every jump
+/// inside stays in (forward only) and that nothing outside jumps into, holding only
+/// ALU instructions (no division), `lddw`, loads and jumps, within the size bounds.
+fn speculative_region(
+    insns: &[Insn],
+    flows: &HashMap<u32, Flow>,
+    sources: &HashMap<u32, Vec<u32>>,
+    head: u32,
+    t: u32,
+) -> Option<u32> {
+    use csx_ebpf::isa::{ALU_DIV, ALU_MOD, CLASS_LD, CLASS_LDX};
+    if t <= head {
+        return None;
+    }
+    let mut join = t;
+    let (mut count, mut loads, mut branches) = (1, 0, 1);
+    let mut q = head + 1;
+    while q < join {
+        let insn = &insns[q as usize];
+        let len = insn_len(insn);
+        // Slots no path reaches (and `lddw` tails) have no flow and never run.
+        if let Some(&f) = flows.get(&q) {
+            match f {
+                Flow::Next => match insn.class() {
+                    CLASS_ALU | CLASS_ALU64 if !matches!(insn.opc & 0xf0, ALU_DIV | ALU_MOD) => {}
+                    CLASS_LD => {}
+                    CLASS_LDX => loads += 1,
+                    _ => return None,
+                },
+                Flow::Jump(tq) | Flow::Branch(tq) if tq > q => {
+                    branches += 1;
+                    join = join.max(tq);
+                }
+                _ => return None,
+            }
+            count += 1;
+            if count > REGION_INSNS_MAX || loads > REGION_LOADS_MAX {
+                return None;
+            }
+        }
+        q += len;
+    }
+    let inside = |p: &u32| (head..join).contains(p);
+    let single_entry =
+        (head + 1..join).all(|q| sources.get(&q).is_none_or(|s| s.iter().all(inside)));
+    // A lone branch over pure ALU code is the simple shapes' business.
+    (single_entry && (loads > 0 || branches > 1)).then_some(join)
 }
 
 /// Whether `insn` may run speculatively in a converted arm: a pure ALU operation that

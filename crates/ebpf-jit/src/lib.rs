@@ -218,3 +218,6 @@ impl Engine for JitProgram {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

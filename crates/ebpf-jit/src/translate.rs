@@ -107,6 +107,16 @@ impl MemOp {
     }
 }
 
+/// The result of [`Translator::fast_check`].
+struct FastCheck {
+    /// Whether the access is in bounds of `v`'s own region.
+    ok: Value,
+    /// Address of the region-table row of `v`.
+    row: Value,
+    /// Offset part of `v`.
+    lo: Value,
+}
+
 /// Memory flags for the three kinds of memory compiled code touches. Separate alias
 /// regions tell Cranelift that program stores never change the region table or the
 /// context, so row loads are reused across stores.
@@ -243,7 +253,11 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         let mut blocks = HashMap::new();
         for &leader in &plan.leaders {
-            blocks.insert(leader, b.create_block());
+            let block = b.create_block();
+            if plan.cold.contains(&leader) {
+                b.set_cold_block(block);
+            }
+            blocks.insert(leader, block);
         }
         b.ins().jump(blocks[&plan.start], &[]);
 
@@ -580,8 +594,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         })
     }
 
-    /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).
-    fn load(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+    /// The access an `ldx`/`ldxs` instruction makes.
+    fn load_op(&self, pc: u32, insn: &Insn) -> TResult<MemOp> {
         let size = self.access_size(pc, insn)?;
         let signed = match insn.opc & 0xe0 {
             MODE_MEM => false,
@@ -591,7 +605,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         if insn.dst > 9 {
             return Err(self.unsupported(pc));
         }
-        let v = self.access(pc, insn.src, insn.off, MemOp::Load { size, signed })?;
+        Ok(MemOp::Load { size, signed })
+    }
+
+    /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).
+    fn load(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
+        let op = self.load_op(pc, insn)?;
+        let v = self.access(pc, insn.src, insn.off, op)?;
         self.set_reg(pc, insn.dst, v.expect("loads produce a value"))
     }
 
@@ -651,24 +671,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         }
 
-        // Fast path, on the base register's value: row of `v`, then
-        // `0 <= lo + off` and `lo + off + size <= len` for the offset `lo` of `v`.
-        let (row, lo) = self.row_of(v);
+        // Fast path, on the base register's value (see `fast_check`).
+        let FastCheck { ok, row, lo } = self.fast_check(v, off, size, op.writes());
         let len_field = if op.writes() {
             RegionEntry::OFFSET_WRITE_LEN
         } else {
             RegionEntry::OFFSET_READ_LEN
         };
-        let b = &mut self.b;
-        let len = b.ins().load(types::I64, self.flags.table, row, len_field);
-        let end = b.ins().iadd_imm_s(lo, i64::from(off) + size);
-        let mut ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
-        if off < 0 {
-            let no_underflow =
-                b.ins()
-                    .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
-            ok = b.ins().band(ok, no_underflow);
-        }
         let fast = self.b.create_block();
         let slow = self.b.create_block();
         let cont = self.b.create_block();
@@ -717,6 +726,32 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         self.b.switch_to_block(cont);
         Ok(result)
+    }
+
+    /// The inline bounds check of an access of `size` bytes at `v + off`, written on the
+    /// base value `v` so that Cranelift shares the row lookup between accesses through
+    /// the same pointer: `0 <= lo + off` and `lo + off + size <= len`, where `lo` is the
+    /// offset part of `v`. It can fail for accesses that are legal only because the
+    /// offset carries them into a neighbouring region; callers take an exact slow path
+    /// then.
+    fn fast_check(&mut self, v: Value, off: i16, size: i64, write: bool) -> FastCheck {
+        let (row, lo) = self.row_of(v);
+        let len_field = if write {
+            RegionEntry::OFFSET_WRITE_LEN
+        } else {
+            RegionEntry::OFFSET_READ_LEN
+        };
+        let b = &mut self.b;
+        let len = b.ins().load(types::I64, self.flags.table, row, len_field);
+        let end = b.ins().iadd_imm_s(lo, i64::from(off) + size);
+        let mut ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
+        if off < 0 {
+            let no_underflow =
+                b.ins()
+                    .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
+            ok = b.ins().band(ok, no_underflow);
+        }
+        FastCheck { ok, row, lo }
     }
 
     /// The region-table row address for virtual address `v` (row 0, never mapped, when
@@ -914,6 +949,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.if_convert(cond, pc, shape)?;
                     return Ok(shape.resume());
                 }
+                if let Some(&join) = self.plan.regions.get(&pc) {
+                    self.speculate(pc, cond, target, join)?;
+                    return Ok(next);
+                }
                 self.branch(pc, cond, target, next);
                 Ok(next)
             }
@@ -1012,6 +1051,152 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.def_var(self.regs[r], v);
         }
         Ok(())
+    }
+
+    /// Translates the speculative region `head .. join` (see `analysis`) as
+    /// straight-line code: each block runs under a predicate, registers merge through
+    /// `select`s where blocks join, and loads that fail their bounds check read a stack
+    /// slot instead and raise the fault flag if their block really runs. When the flag is
+    /// set, control restores the registers and takes the ordinary translation of the
+    /// region (cold blocks), which redoes the work exactly and traps where it should.
+    fn speculate(&mut self, head: u32, cond: Value, target: u32, join: u32) -> TResult<()> {
+        let plan = self.plan;
+        let entry = self.snapshot();
+        let next = head + 1;
+        let not_cond = self.b.ins().bxor_imm_s(cond, 1);
+        // Edges into each block of the region (and the join): (predicate, registers).
+        let mut incoming: HashMap<u32, Vec<(Value, [Value; 10])>> = HashMap::new();
+        incoming.entry(target).or_default().push((cond, entry));
+        incoming.entry(next).or_default().push((not_cond, entry));
+        let mut fault: Option<Value> = None;
+        // The running block's predicate, or `None` between blocks.
+        let mut pred: Option<Value> = None;
+        let first = plan.pcs.partition_point(|&p| p <= head);
+        let last = plan.pcs.partition_point(|&p| p < join);
+        for &q in &plan.pcs[first..last] {
+            if let Some(mut edges) = incoming.remove(&q) {
+                if let Some(p) = pred {
+                    let regs = self.snapshot();
+                    edges.push((p, regs));
+                }
+                pred = Some(self.merge_edges(edges));
+            }
+            let Some(p) = pred else { continue };
+            let insn = self.insns[q as usize];
+            match insn.class() {
+                CLASS_ALU | CLASS_ALU64 => self.alu(q, &insn)?,
+                CLASS_LD => self.lddw(q, &insn)?,
+                CLASS_LDX => {
+                    let bad = self.speculative_load(q, &insn)?;
+                    if let Some(bad) = bad {
+                        let bad = self.b.ins().band(bad, p);
+                        fault = Some(match fault {
+                            Some(f) => self.b.ins().bor(f, bad),
+                            None => bad,
+                        });
+                    }
+                }
+                _ => {
+                    let is32 = insn.class() == CLASS_JMP32;
+                    let regs = self.snapshot();
+                    if insn.opc & 0xf0 == JMP_JA {
+                        let rel = if is32 { insn.imm } else { i32::from(insn.off) };
+                        let t = (i64::from(q) + i64::from(rel) + 1) as u32;
+                        incoming.entry(t).or_default().push((p, regs));
+                    } else {
+                        let c = self.condition(q, &insn, is32)?;
+                        let t = (i64::from(q) + i64::from(insn.off) + 1) as u32;
+                        let taken = self.b.ins().band(p, c);
+                        let not_c = self.b.ins().bxor_imm_s(c, 1);
+                        let fall = self.b.ins().band(p, not_c);
+                        incoming.entry(t).or_default().push((taken, regs));
+                        incoming.entry(q + 1).or_default().push((fall, regs));
+                    }
+                    pred = None;
+                }
+            }
+        }
+        let mut edges = incoming.remove(&join).unwrap_or_default();
+        if let Some(p) = pred {
+            let regs = self.snapshot();
+            edges.push((p, regs));
+        }
+        debug_assert!(
+            incoming.is_empty(),
+            "every edge in a region goes forward to a block"
+        );
+        self.merge_edges(edges);
+
+        let join_block = self.blocks[&join];
+        match fault {
+            None => {
+                self.b.ins().jump(join_block, &[]);
+                self.open = false;
+            }
+            Some(fault) => {
+                let restore = self.b.create_block();
+                self.b.set_cold_block(restore);
+                self.b.ins().brif(fault, restore, &[], join_block, &[]);
+                self.b.switch_to_block(restore);
+                for (r, v) in entry.iter().enumerate() {
+                    self.b.def_var(self.regs[r], *v);
+                }
+                self.branch(head, cond, target, next);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the registers to the merge of `edges`, exactly one of whose predicates holds
+    /// when the merged block runs; returns the block's predicate.
+    fn merge_edges(&mut self, edges: Vec<(Value, [Value; 10])>) -> Value {
+        let (mut pred, mut regs) = *edges.last().expect("a reached block has an edge");
+        for (p, other) in edges[..edges.len() - 1].iter().rev() {
+            for r in 0..10 {
+                if other[r] != regs[r] {
+                    regs[r] = self.b.ins().select(*p, other[r], regs[r]);
+                }
+            }
+            pred = self.b.ins().bor(pred, *p);
+        }
+        for (r, v) in regs.iter().enumerate() {
+            self.b.def_var(self.regs[r], *v);
+        }
+        pred
+    }
+
+    /// A load that may run although its block does not: on a failed bounds check it
+    /// reads the current frame instead. Returns the failed-check flag (`None` when the
+    /// load needs no check).
+    fn speculative_load(&mut self, pc: u32, insn: &Insn) -> TResult<Option<Value>> {
+        let op = self.load_op(pc, insn)?;
+        let size = i64::from(op.size());
+        let off = insn.off;
+        let v = self.reg(pc, insn.src)?;
+        if let Some(&k) = self.fp_relative.get(&v) {
+            let o = k + i64::from(off);
+            if o >= -(STACK_FRAME_SIZE as i64) && o + size <= 0 {
+                let fp_host = self.fp_host;
+                let value = self
+                    .emit_op(fp_host, o as i32, op)
+                    .expect("loads produce a value");
+                self.set_reg(pc, insn.dst, value)?;
+                return Ok(None);
+            }
+        }
+        let ok = self.fast_check(v, off, size, false);
+        let b = &mut self.b;
+        let (row, lo) = (ok.row, ok.lo);
+        let base = b
+            .ins()
+            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let host = b.ins().iadd(base, lo);
+        let host = b.ins().iadd_imm_s(host, i64::from(off));
+        let safe = b.ins().iadd_imm_s(self.fp_host, -8);
+        let addr = b.ins().select(ok.ok, host, safe);
+        let value = self.emit_op(addr, 0, op).expect("loads produce a value");
+        self.set_reg(pc, insn.dst, value)?;
+        Ok(Some(self.b.ins().bxor_imm_s(ok.ok, 1)))
     }
 
     /// `exit`: hands r0-r5 and the fuel count back through the context.

@@ -40,8 +40,9 @@ struct Table {
     outstanding: HashSet<CommandId>,
     /// Reaped from the transport, waiting for their caller.
     ready: HashMap<CommandId, Completion>,
-    /// Ids a thread waits for by name ([`Client::wait`]); [`Client::reap`] leaves
-    /// their completions alone.
+    /// Ids whose completions only [`Client::wait`] receives: submitted with
+    /// [`Client::submit_private`], or waited for by id now. [`Client::reap`] leaves
+    /// them alone.
     awaited: HashSet<CommandId>,
     /// Whether a thread is reaping from the transport now.
     reaping: bool,
@@ -85,7 +86,9 @@ impl Client {
     }
 
     fn transport(&self) -> &dyn Transport {
-        self.transport.as_deref().expect("the transport is only taken by close")
+        self.transport
+            .as_deref()
+            .expect("the transport is only taken by close")
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -123,19 +126,30 @@ impl Client {
 
     /// Submits `op` without waiting for it to run. Checks it against the protocol's
     /// limits first. Fails with [`TransportError::QueueFull`] when `queue_depth`
-    /// commands are outstanding.
+    /// commands are outstanding. Its completion goes to [`Client::wait`] with the id, or
+    /// to [`Client::reap`].
     pub fn submit(&self, op: Op) -> Result<CommandId, CallError> {
-        self.submit_inner(op, false)
+        self.submit_inner(op, false, false)
     }
 
     /// As [`Client::submit`], but waits for an outstanding command's completion to be
     /// received (by another thread) when the queue pair is full.
     pub fn submit_wait(&self, op: Op) -> Result<CommandId, CallError> {
-        self.submit_inner(op, true)
+        self.submit_inner(op, true, false)
     }
 
-    fn submit_inner(&self, op: Op, block: bool) -> Result<CommandId, CallError> {
-        op.validate().map_err(|source| CallError::Invalid { op: op.name(), source })?;
+    /// As [`Client::submit_wait`], but the completion is kept for [`Client::wait`] with
+    /// the id: [`Client::reap`] never takes it. The blocking calls use this, so a thread
+    /// reaping "any" completion never steals theirs.
+    pub fn submit_private(&self, op: Op) -> Result<CommandId, CallError> {
+        self.submit_inner(op, true, true)
+    }
+
+    fn submit_inner(&self, op: Op, block: bool, private: bool) -> Result<CommandId, CallError> {
+        op.validate().map_err(|source| CallError::Invalid {
+            op: op.name(),
+            source,
+        })?;
         let id = CommandId(self.next_id.fetch_add(1, Ordering::Relaxed));
         {
             let mut t = self.lock();
@@ -149,10 +163,14 @@ impl Client {
             }
             let fresh = t.outstanding.insert(id);
             assert!(fresh, "command ids are never reused");
+            if private {
+                t.awaited.insert(id);
+            }
         }
         if let Err(e) = self.transport().submit(Command::new(id, op)) {
             let mut t = self.lock();
             t.outstanding.remove(&id);
+            t.awaited.remove(&id);
             self.wake(&t);
             return Err(e.into());
         }
@@ -161,15 +179,19 @@ impl Client {
 
     /// Waits for the completion of `id`, up to `timeout` (`None`: as long as it takes).
     /// `Ok(None)` on timeout; the command stays outstanding and may be waited for again.
-    pub fn wait(&self, id: CommandId, timeout: Option<Duration>) -> Result<Option<Completion>, CallError> {
+    pub fn wait(
+        &self,
+        id: CommandId,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Completion>, CallError> {
         let mut t = self.lock();
-        if !t.outstanding.contains(&id) || !t.awaited.insert(id) {
+        if !t.outstanding.contains(&id) {
             return Err(CallError::UnknownCommand { id });
         }
+        let claimed_here = t.awaited.insert(id);
         let r = self.collect(t, Want::One(id), timeout);
-        if !matches!(r, Ok(Some(_))) {
-            let mut t = self.lock();
-            t.awaited.remove(&id);
+        if claimed_here && !matches!(r, Ok(Some(_))) {
+            self.lock().awaited.remove(&id);
         }
         r
     }
@@ -183,8 +205,10 @@ impl Client {
 
     /// Submits `op` and waits for its completion (whatever its status).
     pub fn call(&self, op: Op) -> Result<Completion, CallError> {
-        let id = self.submit_wait(op)?;
-        Ok(self.wait(id, None)?.expect("a wait without a timeout returns a completion"))
+        let id = self.submit_private(op)?;
+        Ok(self
+            .wait(id, None)?
+            .expect("a wait without a timeout returns a completion"))
     }
 
     /// Submits `op`, waits, and turns a failed status into the typed [`CallError`].
@@ -219,9 +243,9 @@ impl Client {
     }
 
     /// The loop every waiting thread runs (see "Reaping" in the module doc).
-    fn collect(
-        &self,
-        mut t: MutexGuard<'_, Table>,
+    fn collect<'a>(
+        &'a self,
+        mut t: MutexGuard<'a, Table>,
         want: Want,
         timeout: Option<Duration>,
     ) -> Result<Option<Completion>, CallError> {
@@ -231,28 +255,43 @@ impl Client {
                 self.wake(&t);
                 return Ok(Some(c));
             }
+            if let Want::One(id) = want {
+                // Another thread waiting for the same id received it.
+                if !t.outstanding.contains(&id) {
+                    return Err(CallError::UnknownCommand { id });
+                }
+            }
             if matches!(want, Want::Any) && t.outstanding.iter().all(|id| t.awaited.contains(id)) {
                 return Ok(None);
             }
-            let remaining = match deadline {
-                None => None,
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(r) if !r.is_zero() => Some(r),
-                    _ => return Ok(None),
-                },
-            };
+            let now = Instant::now();
+            let expired = deadline.is_some_and(|d| now >= d);
+            let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if t.reaping {
+                if expired {
+                    return Ok(None);
+                }
                 t.sleepers += 1;
                 t = match remaining {
                     None => self.changed.wait(t).unwrap_or_else(|p| p.into_inner()),
-                    Some(r) => self.changed.wait_timeout(t, r).unwrap_or_else(|p| p.into_inner()).0,
+                    Some(r) => {
+                        self.changed
+                            .wait_timeout(t, r)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
                 };
                 t.sleepers -= 1;
                 continue;
             }
+            // Become the reaper. Past the deadline, only take what is there already.
             t.reaping = true;
             drop(t);
-            let reaped = self.transport().reap(remaining);
+            let reaped = if expired {
+                self.transport().try_reap()
+            } else {
+                self.transport().reap(remaining)
+            };
             t = self.lock();
             t.reaping = false;
             match reaped {
@@ -268,14 +307,24 @@ impl Client {
                     } else {
                         t.ready.insert(c.id, c);
                     }
+                    self.wake(&t);
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    self.wake(&t);
+                    if expired {
+                        return Ok(None);
+                    }
+                    // Nothing in flight yet: the command is between its id and its
+                    // submission on another thread. Let that thread run.
+                    drop(t);
+                    std::thread::yield_now();
+                    t = self.lock();
+                }
                 Err(e) => {
                     self.wake(&t);
                     return Err(e.into());
                 }
             }
-            self.wake(&t);
         }
     }
 

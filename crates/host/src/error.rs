@@ -34,7 +34,11 @@ pub enum OpenError {
     #[error(transparent)]
     Transport(#[from] TransportError),
     #[error("{op} {}: {source}", path.display())]
-    Io { op: &'static str, path: std::path::PathBuf, source: io::Error },
+    Io {
+        op: &'static str,
+        path: std::path::PathBuf,
+        source: io::Error,
+    },
 }
 
 /// Why a queue pair failed.
@@ -43,12 +47,12 @@ pub enum OpenError {
 pub enum TransportError {
     #[error("queue pair has {depth} commands in flight, its depth")]
     QueueFull { depth: u32 },
-    #[error("no command is in flight on this queue pair, so no completion can come")]
-    NothingInFlight,
     #[error("the device is closed or shutting down")]
     Closed,
     #[error("the connection to the device is lost: {reason}")]
     Disconnected { reason: String },
+    #[error("closing the device failed: {message}")]
+    CloseFailed { message: String },
     #[error(transparent)]
     Wire(#[from] WireError),
     #[error("{op}: {source}")]
@@ -98,17 +102,17 @@ macro_rules! call_errors {
             /// The device answered with a reply of the wrong shape (a device bug).
             #[error("{op}: the device answered with an unexpected reply ({found}), expected {expected}")]
             UnexpectedReply { op: &'static str, expected: &'static str, found: String },
-            $( $(#[$doc])* #[error("{0}")] $variant(DeviceFailure), )*
+            $( $(#[$doc])* #[error("{0}")] $variant(Box<DeviceFailure>), )*
             /// A status this library does not know (a newer device).
             #[error("{0}")]
-            Other(DeviceFailure),
+            Other(Box<DeviceFailure>),
         }
 
         impl CallError {
             /// The typed error for a failed completion of command `op`.
             pub fn from_completion(op: &'static str, c: Completion) -> CallError {
                 debug_assert!(!c.status.is_success());
-                let failure = DeviceFailure { op, status: c.status, detail: c.detail, trap: c.trap };
+                let failure = Box::new(DeviceFailure { op, status: c.status, detail: c.detail, trap: c.trap });
                 match failure.status {
                     $( $(Status::$status)|+ => CallError::$variant(failure), )*
                     _ => CallError::Other(failure),
@@ -209,10 +213,16 @@ mod tests {
         let e = CallError::from_completion("file-stat", c);
         assert!(matches!(e, CallError::NotFound(_)));
         assert_eq!(e.status(), Some(Status::NotFound));
-        assert_eq!(e.to_string(), "file-stat: not found (0xc1): filestore: no file /x");
+        assert_eq!(
+            e.to_string(),
+            "file-stat: not found (0xc1): filestore: no file /x"
+        );
         for &s in Status::ALL.iter().filter(|s| !s.is_success()) {
             let e = CallError::from_completion("x", Completion::new(CommandId(1), s));
-            assert!(!matches!(e, CallError::Other(_)), "{s:?} has no typed variant");
+            assert!(
+                !matches!(e, CallError::Other(_)),
+                "{s:?} has no typed variant"
+            );
             assert_eq!(e.status(), Some(s));
         }
     }

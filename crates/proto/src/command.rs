@@ -66,14 +66,20 @@ pub enum CopySource {
     /// Bytes of the NVM namespace, by byte address.
     Nvm { offset: u64, len: u64 },
     /// Bytes of another SLM allocation.
-    Mem { handle: MemHandle, offset: u64, len: u64 },
+    Mem {
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl CopySource {
     /// Bytes this source contributes.
     pub fn len(&self) -> u64 {
         match self {
-            CopySource::File { len, .. } | CopySource::Nvm { len, .. } | CopySource::Mem { len, .. } => *len,
+            CopySource::File { len, .. }
+            | CopySource::Nvm { len, .. }
+            | CopySource::Mem { len, .. } => *len,
         }
     }
 
@@ -122,7 +128,10 @@ pub enum Op {
     UnloadProgram { pind: ProgramIndex },
     /// Verify the program and prepare its engine (TP4091 Program Activation
     /// Management, activate).
-    ActivateProgram { pind: ProgramIndex, engine: EngineKind },
+    ActivateProgram {
+        pind: ProgramIndex,
+        engine: EngineKind,
+    },
     /// Release the program's engine (Program Activation Management, deactivate).
     DeactivateProgram { pind: ProgramIndex },
     /// Allocate `size_bytes` of SLM. Value: the new handle.
@@ -130,14 +139,31 @@ pub enum Op {
     /// Free an allocation.
     MemFree { handle: MemHandle },
     /// Host → SLM (SLM Memory Write). Value: bytes written.
-    MemWrite { handle: MemHandle, offset: u64, data: Vec<u8> },
+    MemWrite {
+        handle: MemHandle,
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// SLM → host (SLM Memory Read). Reply: `Reply::Data`.
-    MemRead { handle: MemHandle, offset: u64, len: u64 },
+    MemRead {
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+    },
     /// Set `len` bytes to `byte` (SLM Memory Fill).
-    MemFill { handle: MemHandle, offset: u64, len: u64, byte: u8 },
+    MemFill {
+        handle: MemHandle,
+        offset: u64,
+        len: u64,
+        byte: u8,
+    },
     /// Stage storage (or other SLM) into an allocation, sources back to back from
     /// `dst_offset` (SLM Memory Copy). Value: bytes copied.
-    MemCopy { dst: MemHandle, dst_offset: u64, sources: Vec<CopySource> },
+    MemCopy {
+        dst: MemHandle,
+        dst_offset: u64,
+        sources: Vec<CopySource>,
+    },
     /// Register a memory range set (TP4091 Memory Range Set Management, create). Value:
     /// the RSID.
     RangeSetCreate { ranges: Vec<MemRange> },
@@ -158,7 +184,12 @@ pub enum Op {
     /// end" (as Delilah's Clear State, where size 0 clears everything).
     ClearState { offset: u64, len: u64 },
     /// Write bytes to a device file. Value: bytes written.
-    FileWrite { path: String, offset: u64, data: Vec<u8>, mode: WriteMode },
+    FileWrite {
+        path: String,
+        offset: u64,
+        data: Vec<u8>,
+        mode: WriteMode,
+    },
     /// Read bytes of a device file; fewer than `len` at its end. Reply: `Reply::Data`.
     FileRead { path: String, offset: u64, len: u64 },
     /// Files whose path starts with the directory `dir` ("/" for all). Reply:
@@ -174,7 +205,11 @@ pub enum Op {
     FileExtents { path: String },
     /// Write SLM bytes into a device file (NVM Copy from a memory namespace, TP4091
     /// descriptor format 4h). Value: bytes written.
-    FileWriteFromMem { path: String, offset: u64, src: MemRange },
+    FileWriteFromMem {
+        path: String,
+        offset: u64,
+        src: MemRange,
+    },
     /// Make every completed write durable: file data and metadata, the shared state.
     Flush,
 }
@@ -184,15 +219,31 @@ pub enum Op {
 #[non_exhaustive]
 pub enum FieldError {
     #[error("{field} has {len} bytes, limit is {limit}")]
-    TooLong { field: &'static str, len: u64, limit: u64 },
+    TooLong {
+        field: &'static str,
+        len: u64,
+        limit: u64,
+    },
     #[error("{field} has {count} entries, limit is {limit}")]
-    TooMany { field: &'static str, count: u64, limit: u64 },
+    TooMany {
+        field: &'static str,
+        count: u64,
+        limit: u64,
+    },
     #[error("{field} is empty")]
     Empty { field: &'static str },
     #[error("{field} is {value}, limit is {limit}")]
-    OutOfRange { field: &'static str, value: u64, limit: u64 },
+    OutOfRange {
+        field: &'static str,
+        value: u64,
+        limit: u64,
+    },
     #[error("{field}: offset {offset} plus length {len} overflows")]
-    Overflow { field: &'static str, offset: u64, len: u64 },
+    Overflow {
+        field: &'static str,
+        offset: u64,
+        len: u64,
+    },
     #[error("chunk at offset {offset} of {len} bytes runs past the program's {total} bytes")]
     ChunkPastEnd { offset: u32, len: u32, total: u32 },
     #[error("entry name given on a chunk at offset {offset}, only the first chunk may name it")]
@@ -209,9 +260,13 @@ impl FieldError {
     /// The completion status the device reports for this error.
     pub fn status(&self) -> Status {
         match self {
-            FieldError::TooLong { field: "program", .. } => Status::ProgramTooBig,
+            FieldError::TooLong {
+                field: "program", ..
+            } => Status::ProgramTooBig,
             FieldError::OutOfRange { field: "pind", .. } => Status::InvalidProgramIndex,
-            FieldError::TooMany { field: "ranges", .. } => Status::MaximumMemoryRangesExceeded,
+            FieldError::TooMany {
+                field: "ranges", ..
+            } => Status::MaximumMemoryRangesExceeded,
             FieldError::ReservedRangeSetId => Status::InvalidMemoryRangeSetId,
             FieldError::NullHandle => Status::InvalidMemoryNamespace,
             FieldError::Empty { field: "range" } | FieldError::TooLong { field: "range", .. } => {
@@ -228,7 +283,12 @@ impl FieldError {
 /// the same file; a path that is only slashes and dots names no file and is refused
 /// there.
 pub fn validate_path(path: &str) -> Result<(), FieldError> {
-    let bad = |reason| Err(FieldError::BadPath { path: truncate_for_message(path), reason });
+    let bad = |reason| {
+        Err(FieldError::BadPath {
+            path: truncate_for_message(path),
+            reason,
+        })
+    };
     if path.len() > PATH_SIZE_MAX {
         return Err(FieldError::TooLong {
             field: "path",
@@ -335,7 +395,11 @@ fn validate_load(
     entry: Option<&str>,
 ) -> Result<(), FieldError> {
     check_pind(pind)?;
-    check_len("program", u64::from(total_size_bytes), u64::from(PROGRAM_SIZE_MAX))?;
+    check_len(
+        "program",
+        u64::from(total_size_bytes),
+        u64::from(PROGRAM_SIZE_MAX),
+    )?;
     if total_size_bytes == 0 {
         return Err(FieldError::Empty { field: "program" });
     }
@@ -343,7 +407,11 @@ fn validate_load(
     // The chunk length fits in u32: it is at most LOAD_CHUNK_SIZE_MAX.
     let len = data.len() as u32;
     if u64::from(offset) + u64::from(len) > u64::from(total_size_bytes) {
-        return Err(FieldError::ChunkPastEnd { offset, len, total: total_size_bytes });
+        return Err(FieldError::ChunkPastEnd {
+            offset,
+            len,
+            total: total_size_bytes,
+        });
     }
     if data.is_empty() {
         return Err(FieldError::Empty { field: "chunk" });
@@ -357,7 +425,11 @@ fn validate_load(
     Ok(())
 }
 
-fn validate_copy(dst: MemHandle, dst_offset: u64, sources: &[CopySource]) -> Result<(), FieldError> {
+fn validate_copy(
+    dst: MemHandle,
+    dst_offset: u64,
+    sources: &[CopySource],
+) -> Result<(), FieldError> {
     check_handle(dst)?;
     if sources.is_empty() {
         return Err(FieldError::Empty { field: "sources" });
@@ -377,7 +449,11 @@ fn validate_copy(dst: MemHandle, dst_offset: u64, sources: &[CopySource]) -> Res
                 check_span("source", *offset, *len)?;
             }
             CopySource::Nvm { offset, len } => check_span("source", *offset, *len)?,
-            CopySource::Mem { handle, offset, len } => {
+            CopySource::Mem {
+                handle,
+                offset,
+                len,
+            } => {
                 check_handle(*handle)?;
                 check_span("source", *offset, *len)?;
             }
@@ -394,35 +470,59 @@ impl Op {
     pub fn validate(&self) -> Result<(), FieldError> {
         match self {
             Op::Identify | Op::ListFunctions | Op::ListPrograms | Op::Flush => Ok(()),
-            Op::LoadProgram { pind, total_size_bytes, offset, data, entry, .. } => {
-                validate_load(*pind, *total_size_bytes, *offset, data, entry.as_deref())
-            }
+            Op::LoadProgram {
+                pind,
+                total_size_bytes,
+                offset,
+                data,
+                entry,
+                ..
+            } => validate_load(*pind, *total_size_bytes, *offset, data, entry.as_deref()),
             Op::UnloadProgram { pind }
             | Op::ActivateProgram { pind, .. }
             | Op::DeactivateProgram { pind } => check_pind(*pind),
             Op::MemAlloc { size_bytes } => {
                 if *size_bytes == 0 {
-                    return Err(FieldError::Empty { field: "allocation" });
+                    return Err(FieldError::Empty {
+                        field: "allocation",
+                    });
                 }
                 check_len("allocation", *size_bytes, SLM_ALLOC_SIZE_MAX)
             }
             Op::MemFree { handle } => check_handle(*handle),
-            Op::MemWrite { handle, offset, data } => {
+            Op::MemWrite {
+                handle,
+                offset,
+                data,
+            } => {
                 check_handle(*handle)?;
                 check_len("data", data.len() as u64, MEM_IO_SIZE_MAX)?;
                 check_span("write", *offset, data.len() as u64)
             }
-            Op::MemRead { handle, offset, len } => {
+            Op::MemRead {
+                handle,
+                offset,
+                len,
+            } => {
                 check_handle(*handle)?;
                 check_len("read", *len, MEM_IO_SIZE_MAX)?;
                 check_span("read", *offset, *len)
             }
-            Op::MemFill { handle, offset, len, .. } => {
+            Op::MemFill {
+                handle,
+                offset,
+                len,
+                ..
+            } => {
                 check_handle(*handle)?;
                 check_len("fill", *len, SLM_ALLOC_SIZE_MAX)?;
                 check_span("fill", *offset, *len)
             }
-            Op::MemCopy { dst, dst_offset, sources } => validate_copy(*dst, *dst_offset, sources),
+            Op::MemCopy {
+                dst,
+                dst_offset,
+                sources,
+            } => validate_copy(*dst, *dst_offset, sources),
             Op::RangeSetCreate { ranges } => validate_ranges(ranges, false),
             Op::RangeSetDelete { rsid } => {
                 if *rsid == RangeSetId::NONE {
@@ -430,7 +530,13 @@ impl Op {
                 }
                 Ok(())
             }
-            Op::Execute { pind, windows, params, fuel, .. } => {
+            Op::Execute {
+                pind,
+                windows,
+                params,
+                fuel,
+                ..
+            } => {
                 check_pind(*pind)?;
                 match windows {
                     Windows::RangeSet(rsid) if *rsid == RangeSetId::NONE => {
@@ -442,13 +548,19 @@ impl Op {
                 check_len("params", params.len() as u64, PARAMS_SIZE_MAX as u64)?;
                 if let Some(f) = *fuel {
                     if f == 0 || f > FUEL_MAX {
-                        return Err(FieldError::OutOfRange { field: "fuel", value: f, limit: FUEL_MAX });
+                        return Err(FieldError::OutOfRange {
+                            field: "fuel",
+                            value: f,
+                            limit: FUEL_MAX,
+                        });
                     }
                 }
                 Ok(())
             }
             Op::ClearState { offset, len } => check_span("clear", *offset, *len),
-            Op::FileWrite { path, offset, data, .. } => {
+            Op::FileWrite {
+                path, offset, data, ..
+            } => {
                 validate_path(path)?;
                 check_len("data", data.len() as u64, FILE_IO_SIZE_MAX)?;
                 check_span("write", *offset, data.len() as u64)
@@ -540,9 +652,9 @@ impl Op {
     /// out of band, as shm does through its host memory region).
     pub fn data_len(&self) -> usize {
         match self {
-            Op::LoadProgram { data, .. } | Op::MemWrite { data, .. } | Op::FileWrite { data, .. } => {
-                data.len()
-            }
+            Op::LoadProgram { data, .. }
+            | Op::MemWrite { data, .. }
+            | Op::FileWrite { data, .. } => data.len(),
             _ => 0,
         }
     }
@@ -573,7 +685,10 @@ mod tests {
             assert!(validate_path(bad).is_err(), "{bad:?} accepted");
         }
         let long = format!("/{}", "x".repeat(PATH_SIZE_MAX));
-        assert!(matches!(validate_path(&long), Err(FieldError::TooLong { .. })));
+        assert!(matches!(
+            validate_path(&long),
+            Err(FieldError::TooLong { .. })
+        ));
         assert!(validate_dir("/").is_ok());
         assert!(validate_dir("").is_ok());
         assert!(validate_dir("/d/").is_ok());
@@ -594,18 +709,35 @@ mod tests {
         assert!(op(10, 5, 5, None).validate().is_ok());
         assert_eq!(
             op(10, 5, 6, None).validate(),
-            Err(FieldError::ChunkPastEnd { offset: 5, len: 6, total: 10 })
+            Err(FieldError::ChunkPastEnd {
+                offset: 5,
+                len: 6,
+                total: 10
+            })
         );
-        assert_eq!(op(10, 5, 5, Some("m")).validate(), Err(FieldError::EntryNotFirst { offset: 5 }));
+        assert_eq!(
+            op(10, 5, 5, Some("m")).validate(),
+            Err(FieldError::EntryNotFirst { offset: 5 })
+        );
         let big = op(PROGRAM_SIZE_MAX + 1, 0, 1, None).validate().unwrap_err();
         assert_eq!(big.status(), Status::ProgramTooBig);
-        let bad_pind = Op::ActivateProgram { pind: ProgramIndex(PROGRAM_SLOTS_COUNT), engine: EngineKind::Jit };
-        assert_eq!(bad_pind.validate().unwrap_err().status(), Status::InvalidProgramIndex);
+        let bad_pind = Op::ActivateProgram {
+            pind: ProgramIndex(PROGRAM_SLOTS_COUNT),
+            engine: EngineKind::Jit,
+        };
+        assert_eq!(
+            bad_pind.validate().unwrap_err().status(),
+            Status::InvalidProgramIndex
+        );
     }
 
     #[test]
     fn execute_limits() {
-        let r = MemRange { handle: MemHandle(1), offset: 0, len: 8 };
+        let r = MemRange {
+            handle: MemHandle(1),
+            offset: 0,
+            len: 8,
+        };
         let exec = |ranges: Vec<MemRange>, params: usize, fuel| Op::Execute {
             pind: ProgramIndex(0),
             windows: Windows::Inline(ranges),
@@ -614,14 +746,21 @@ mod tests {
             params: vec![0; params],
             fuel,
         };
-        assert!(exec(vec![r; WINDOWS_MAX], PARAMS_SIZE_MAX, None).validate().is_ok());
+        assert!(exec(vec![r; WINDOWS_MAX], PARAMS_SIZE_MAX, None)
+            .validate()
+            .is_ok());
         assert!(exec(vec![], 0, Some(1)).validate().is_ok());
-        let e = exec(vec![r; WINDOWS_MAX + 1], 0, None).validate().unwrap_err();
+        let e = exec(vec![r; WINDOWS_MAX + 1], 0, None)
+            .validate()
+            .unwrap_err();
         assert_eq!(e.status(), Status::MaximumMemoryRangesExceeded);
         assert!(exec(vec![r], PARAMS_SIZE_MAX + 1, None).validate().is_err());
         assert!(exec(vec![r], 0, Some(0)).validate().is_err());
         let empty = MemRange { len: 0, ..r };
-        assert_eq!(exec(vec![empty], 0, None).validate().unwrap_err().status(), Status::InvalidMemoryRangeSet);
+        assert_eq!(
+            exec(vec![empty], 0, None).validate().unwrap_err().status(),
+            Status::InvalidMemoryRangeSet
+        );
         let rs0 = Op::Execute {
             pind: ProgramIndex(0),
             windows: Windows::RangeSet(RangeSetId::NONE),
@@ -630,14 +769,28 @@ mod tests {
             params: vec![],
             fuel: None,
         };
-        assert_eq!(rs0.validate().unwrap_err().status(), Status::InvalidMemoryRangeSetId);
+        assert_eq!(
+            rs0.validate().unwrap_err().status(),
+            Status::InvalidMemoryRangeSetId
+        );
     }
 
     #[test]
     fn spans_do_not_overflow() {
-        let op = Op::MemRead { handle: MemHandle(1), offset: u64::MAX, len: 2 };
+        let op = Op::MemRead {
+            handle: MemHandle(1),
+            offset: u64::MAX,
+            len: 2,
+        };
         assert!(matches!(op.validate(), Err(FieldError::Overflow { .. })));
-        let op = Op::MemRead { handle: MemHandle::NONE, offset: 0, len: 2 };
-        assert_eq!(op.validate().unwrap_err().status(), Status::InvalidMemoryNamespace);
+        let op = Op::MemRead {
+            handle: MemHandle::NONE,
+            offset: 0,
+            len: 2,
+        };
+        assert_eq!(
+            op.validate().unwrap_err().status(),
+            Status::InvalidMemoryNamespace
+        );
     }
 }

@@ -46,7 +46,12 @@ impl Completion {
     }
 
     /// A failed completion with a message from `component`.
-    pub fn error(id: CommandId, status: Status, component: &str, message: impl Into<String>) -> Completion {
+    pub fn error(
+        id: CommandId,
+        status: Status,
+        component: &str,
+        message: impl Into<String>,
+    ) -> Completion {
         let mut c = Completion::new(id, status);
         c.detail = Some(ErrorDetail::new(component, 0, message));
         c
@@ -114,7 +119,13 @@ impl ErrorDetail {
 impl fmt::Display for ErrorDetail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.code != 0 {
-            write!(f, "{}: {} ({})", self.function, self.message, crate::status::errno::name(self.code))
+            write!(
+                f,
+                "{}: {} ({})",
+                self.function,
+                self.message,
+                crate::status::errno::name(self.code)
+            )
         } else {
             write!(f, "{}: {}", self.function, self.message)
         }
@@ -135,14 +146,22 @@ pub fn clip(mut s: String, limit: usize) -> String {
 
 fn check_str(field: &'static str, s: &str, limit: usize) -> Result<(), FieldError> {
     if s.len() > limit {
-        return Err(FieldError::TooLong { field, len: s.len() as u64, limit: limit as u64 });
+        return Err(FieldError::TooLong {
+            field,
+            len: s.len() as u64,
+            limit: limit as u64,
+        });
     }
     Ok(())
 }
 
 fn check_count(field: &'static str, count: usize, limit: usize) -> Result<(), FieldError> {
     if count > limit {
-        return Err(FieldError::TooMany { field, count: count as u64, limit: limit as u64 });
+        return Err(FieldError::TooMany {
+            field,
+            count: count as u64,
+            limit: limit as u64,
+        });
     }
     Ok(())
 }
@@ -160,14 +179,38 @@ pub struct WireTrap {
 /// protocol as text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireTrapKind {
-    OutOfBounds { addr: u64, size: u32, write: bool },
-    ReadOnly { addr: u64, size: u32 },
-    FuelExhausted { budget: u64 },
-    CallDepthExceeded { depth_max: u32 },
-    UnknownHelper { id: i64 },
-    HelperArgument { helper: u32, arg: u8, addr: u64, len: u64 },
-    HelperAbort { helper: u32, code: i64, message: String },
-    Other { message: String },
+    OutOfBounds {
+        addr: u64,
+        size: u32,
+        write: bool,
+    },
+    ReadOnly {
+        addr: u64,
+        size: u32,
+    },
+    FuelExhausted {
+        budget: u64,
+    },
+    CallDepthExceeded {
+        depth_max: u32,
+    },
+    UnknownHelper {
+        id: i64,
+    },
+    HelperArgument {
+        helper: u32,
+        arg: u8,
+        addr: u64,
+        len: u64,
+    },
+    HelperAbort {
+        helper: u32,
+        code: i64,
+        message: String,
+    },
+    Other {
+        message: String,
+    },
 }
 
 impl WireTrap {
@@ -211,11 +254,20 @@ impl fmt::Display for WireTrapKind {
                 write!(f, "call depth exceeded (limit is {depth_max} frames)")
             }
             WireTrapKind::UnknownHelper { id } => write!(f, "call to unknown helper {id}"),
-            WireTrapKind::HelperArgument { helper, arg, addr, len } => write!(
+            WireTrapKind::HelperArgument {
+                helper,
+                arg,
+                addr,
+                len,
+            } => write!(
                 f,
                 "helper {helper} argument {arg}: {len} bytes at {addr:#x} are not accessible"
             ),
-            WireTrapKind::HelperAbort { helper, code, message } => {
+            WireTrapKind::HelperAbort {
+                helper,
+                code,
+                message,
+            } => {
                 write!(f, "helper {helper} aborted with code {code}: {message}")
             }
             WireTrapKind::Other { message } => f.write_str(message),
@@ -243,11 +295,17 @@ pub enum Reply {
     /// List Programs.
     Programs(Vec<ProgramInfo>),
     /// File List; `truncated` when more files matched than one reply holds.
-    Files { files: Vec<FileInfo>, truncated: bool },
+    Files {
+        files: Vec<FileInfo>,
+        truncated: bool,
+    },
     /// File Stat.
     File(FileInfo),
     /// File Extents; `truncated` when the file has more extents than one reply holds.
-    Extents { extents: Vec<ExtentInfo>, truncated: bool },
+    Extents {
+        extents: Vec<ExtentInfo>,
+        truncated: bool,
+    },
     /// Execute.
     Execute(ExecuteInfo),
 }
@@ -264,7 +322,8 @@ impl Reply {
             }
             Reply::Programs(ps) => {
                 check_count("programs", ps.len(), PROGRAM_SLOTS_COUNT as usize)?;
-                ps.iter().try_for_each(|p| check_str("name", &p.name, NAME_SIZE_MAX))
+                ps.iter()
+                    .try_for_each(|p| check_str("name", &p.name, NAME_SIZE_MAX))
             }
             Reply::Files { files, .. } => {
                 check_count("files", files.len(), FILE_LIST_ENTRIES_MAX)?;
@@ -279,7 +338,9 @@ impl Reply {
             Reply::Extents { extents, .. } => check_count("extents", extents.len(), EXTENTS_MAX),
             Reply::Execute(e) => {
                 check_count("trace", e.trace.len(), TRACE_MESSAGES_MAX)?;
-                e.trace.iter().try_for_each(|t| check_str("trace", t, TRACE_MESSAGE_SIZE_MAX))
+                e.trace
+                    .iter()
+                    .try_for_each(|t| check_str("trace", t, TRACE_MESSAGE_SIZE_MAX))
             }
         }
     }
@@ -287,7 +348,11 @@ impl Reply {
 
 fn check_str_bytes(field: &'static str, len: usize, limit: usize) -> Result<(), FieldError> {
     if len > limit {
-        return Err(FieldError::TooLong { field, len: len as u64, limit: limit as u64 });
+        return Err(FieldError::TooLong {
+            field,
+            len: len as u64,
+            limit: limit as u64,
+        });
     }
     Ok(())
 }
@@ -341,9 +406,13 @@ impl DeviceInfo {
 pub enum WireArgKind {
     Scalar,
     /// Bytes the function reads; their count is argument `len_arg` (0-based).
-    PtrIn { len_arg: u8 },
+    PtrIn {
+        len_arg: u8,
+    },
     /// Bytes the function writes; their count is argument `len_arg`.
-    PtrOut { len_arg: u8 },
+    PtrOut {
+        len_arg: u8,
+    },
 }
 
 /// One registered device function, as the device publishes it.

@@ -13,17 +13,18 @@ pub mod status;
 pub mod wire;
 
 pub use command::{
-    validate_dir, validate_path, Command, CopySource, EngineKind, FieldError, MemRange, Op, ProgramType,
-    Windows, WriteMode,
+    validate_dir, validate_path, Command, CopySource, EngineKind, FieldError, MemRange, Op,
+    ProgramType, Windows, WriteMode,
 };
 pub use completion::{
-    Completion, DeviceInfo, ErrorDetail, ExecuteInfo, ExtentInfo, FileInfo, FunctionInfo, ProgramInfo,
-    ProgramState, Reply, Timing, WireArgKind, WireTrap, WireTrapKind,
+    Completion, DeviceInfo, ErrorDetail, ExecuteInfo, ExtentInfo, FileInfo, FunctionInfo,
+    ProgramInfo, ProgramState, Reply, Timing, WireArgKind, WireTrap, WireTrapKind,
 };
 pub use ids::{ClientId, CommandId, FunctionId, MemHandle, ProgramIndex, RangeSetId};
 pub use status::{errno, Status};
 pub use wire::{
-    decode_command, decode_command_header, decode_completion, encode_command, encode_completion, WireError,
+    decode_command, decode_command_header, decode_completion, encode_command, encode_completion,
+    WireError,
 };
 
 /// Version of the program ABI: the entry registers, the layout of `struct csx_args`,

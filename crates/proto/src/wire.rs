@@ -37,7 +37,11 @@ const FLAGS_KNOWN: u8 = FLAG_TRAP | FLAG_DETAIL;
 #[non_exhaustive]
 pub enum WireError {
     #[error("frame truncated: {field} needs {needed} bytes, {remaining} remain")]
-    Truncated { field: &'static str, needed: u64, remaining: u64 },
+    Truncated {
+        field: &'static str,
+        needed: u64,
+        remaining: u64,
+    },
     #[error("frame has {count} trailing bytes after its body")]
     TrailingBytes { count: usize },
     #[error("frame of {len} bytes exceeds the limit of {limit}")]
@@ -53,9 +57,17 @@ pub enum WireError {
     #[error("{field} has unknown tag {value}")]
     BadTag { field: &'static str, value: u64 },
     #[error("{field} has {len} bytes, limit is {limit}")]
-    TooLong { field: &'static str, len: u64, limit: u64 },
+    TooLong {
+        field: &'static str,
+        len: u64,
+        limit: u64,
+    },
     #[error("{field} has {count} entries, limit is {limit}")]
-    TooMany { field: &'static str, count: u64, limit: u64 },
+    TooMany {
+        field: &'static str,
+        count: u64,
+        limit: u64,
+    },
     #[error("{field} is not valid UTF-8")]
     Utf8 { field: &'static str },
     #[error("reserved field {field} is {value}, must be 0")]
@@ -157,7 +169,10 @@ impl<'a> Reader<'a> {
         match self.u8(field)? {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(WireError::BadTag { field, value: u64::from(v) }),
+            v => Err(WireError::BadTag {
+                field,
+                value: u64::from(v),
+            }),
         }
     }
     fn u16(&mut self, field: &'static str) -> Result<u16, WireError> {
@@ -178,7 +193,11 @@ impl<'a> Reader<'a> {
     fn bytes(&mut self, field: &'static str, limit: usize) -> Result<Vec<u8>, WireError> {
         let len = self.u32(field)? as usize;
         if len > limit {
-            return Err(WireError::TooLong { field, len: len as u64, limit: limit as u64 });
+            return Err(WireError::TooLong {
+                field,
+                len: len as u64,
+                limit: limit as u64,
+            });
         }
         Ok(self.take(field, len)?.to_vec())
     }
@@ -186,19 +205,34 @@ impl<'a> Reader<'a> {
     fn str(&mut self, field: &'static str, limit: usize) -> Result<String, WireError> {
         let len = self.u32(field)? as usize;
         if len > limit {
-            return Err(WireError::TooLong { field, len: len as u64, limit: limit as u64 });
+            return Err(WireError::TooLong {
+                field,
+                len: len as u64,
+                limit: limit as u64,
+            });
         }
         let b = self.take(field, len)?;
-        std::str::from_utf8(b).map(str::to_owned).map_err(|_| WireError::Utf8 { field })
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| WireError::Utf8 { field })
     }
 
     /// A list count of at most `limit` entries of at least `item_size_min` bytes each;
     /// checked so that a count cannot promise more entries than the bytes left hold.
-    fn count(&mut self, field: &'static str, limit: usize, item_size_min: usize) -> Result<usize, WireError> {
+    fn count(
+        &mut self,
+        field: &'static str,
+        limit: usize,
+        item_size_min: usize,
+    ) -> Result<usize, WireError> {
         debug_assert!(item_size_min > 0);
         let count = self.u32(field)? as usize;
         if count > limit {
-            return Err(WireError::TooMany { field, count: count as u64, limit: limit as u64 });
+            return Err(WireError::TooMany {
+                field,
+                count: count as u64,
+                limit: limit as u64,
+            });
         }
         let needed = count.saturating_mul(item_size_min);
         if needed > self.remaining() {
@@ -213,7 +247,9 @@ impl<'a> Reader<'a> {
 
     fn finish(&self) -> Result<(), WireError> {
         if self.remaining() != 0 {
-            return Err(WireError::TrailingBytes { count: self.remaining() });
+            return Err(WireError::TrailingBytes {
+                count: self.remaining(),
+            });
         }
         Ok(())
     }
@@ -241,7 +277,10 @@ pub fn encode_command_into(cmd: &Command, out: &mut Vec<u8>) -> Result<(), WireE
     w.u64(cmd.id.0);
     encode_op(&mut w, &cmd.op);
     let body_len = out.len() - start - COMMAND_HEADER_SIZE;
-    assert!(out.len() - start <= FRAME_SIZE_MAX, "a valid command fits in a frame");
+    assert!(
+        out.len() - start <= FRAME_SIZE_MAX,
+        "a valid command fits in a frame"
+    );
     out[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_le_bytes());
     Ok(())
 }
@@ -257,7 +296,14 @@ const RANGE_SIZE: usize = 20;
 fn encode_op(w: &mut Writer<'_>, op: &Op) {
     match op {
         Op::Identify | Op::ListFunctions | Op::ListPrograms | Op::Flush => {}
-        Op::LoadProgram { pind, ptype, total_size_bytes, offset, data, entry } => {
+        Op::LoadProgram {
+            pind,
+            ptype,
+            total_size_bytes,
+            offset,
+            data,
+            entry,
+        } => {
             w.u16(pind.0);
             w.u8(program_type_code(*ptype));
             w.bool(entry.is_some());
@@ -284,23 +330,40 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
         }
         Op::MemAlloc { size_bytes } => w.u64(*size_bytes),
         Op::MemFree { handle } => w.u32(handle.0),
-        Op::MemWrite { handle, offset, data } => {
+        Op::MemWrite {
+            handle,
+            offset,
+            data,
+        } => {
             w.u32(handle.0);
             w.u64(*offset);
             w.bytes(data);
         }
-        Op::MemRead { handle, offset, len } => {
+        Op::MemRead {
+            handle,
+            offset,
+            len,
+        } => {
             w.u32(handle.0);
             w.u64(*offset);
             w.u64(*len);
         }
-        Op::MemFill { handle, offset, len, byte } => {
+        Op::MemFill {
+            handle,
+            offset,
+            len,
+            byte,
+        } => {
             w.u32(handle.0);
             w.u8(*byte);
             w.u64(*offset);
             w.u64(*len);
         }
-        Op::MemCopy { dst, dst_offset, sources } => {
+        Op::MemCopy {
+            dst,
+            dst_offset,
+            sources,
+        } => {
             w.u32(dst.0);
             w.u64(*dst_offset);
             w.len(sources.len());
@@ -308,7 +371,14 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
                 encode_source(w, s);
             }
         }
-        Op::Execute { pind, windows, cparam1, cparam2, params, fuel } => {
+        Op::Execute {
+            pind,
+            windows,
+            cparam1,
+            cparam2,
+            params,
+            fuel,
+        } => {
             w.u16(pind.0);
             let (tag, rsid, ranges): (u8, u16, &[MemRange]) = match windows {
                 Windows::Inline(r) => (0, 0, r),
@@ -324,7 +394,12 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             ranges.iter().for_each(|r| encode_range(w, r));
             w.bytes(params);
         }
-        Op::FileWrite { path, offset, data, mode } => {
+        Op::FileWrite {
+            path,
+            offset,
+            data,
+            mode,
+        } => {
             w.u8(write_mode_code(*mode));
             w.u64(*offset);
             w.str(path);
@@ -362,7 +437,11 @@ fn encode_source(w: &mut Writer<'_>, s: &CopySource) {
             w.u64(*offset);
             w.u64(*len);
         }
-        CopySource::Mem { handle, offset, len } => {
+        CopySource::Mem {
+            handle,
+            offset,
+            len,
+        } => {
             w.u8(2);
             w.u64(*offset);
             w.u64(*len);
@@ -403,7 +482,10 @@ pub fn decode_command_header(buf: &[u8]) -> Result<CommandHeader, WireError> {
     }
     let reserved = r.u16("reserved")?;
     if reserved != 0 {
-        return Err(WireError::Reserved { field: "reserved", value: u64::from(reserved) });
+        return Err(WireError::Reserved {
+            field: "reserved",
+            value: u64::from(reserved),
+        });
     }
     let body_len = r.u32("body length")?;
     let id = CommandId(r.u64("command id")?);
@@ -413,7 +495,11 @@ pub fn decode_command_header(buf: &[u8]) -> Result<CommandHeader, WireError> {
             limit: FRAME_SIZE_MAX as u64,
         });
     }
-    Ok(CommandHeader { opcode, body_len, id })
+    Ok(CommandHeader {
+        opcode,
+        body_len,
+        id,
+    })
 }
 
 /// Decodes one command frame (exactly: trailing bytes are an error) and validates it.
@@ -421,7 +507,10 @@ pub fn decode_command(buf: &[u8]) -> Result<Command, WireError> {
     let header = decode_command_header(buf)?;
     let body = &buf[COMMAND_HEADER_SIZE.min(buf.len())..];
     if body.len() as u64 != u64::from(header.body_len) {
-        return Err(WireError::BodyLength { declared: u64::from(header.body_len), actual: body.len() as u64 });
+        return Err(WireError::BodyLength {
+            declared: u64::from(header.body_len),
+            actual: body.len() as u64,
+        });
     }
     let mut r = Reader::new(body);
     let op = decode_op(&mut r, header.opcode)?;
@@ -454,22 +543,42 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
         0x02 => Op::ListFunctions,
         0x03 => Op::ListPrograms,
         0x04 => decode_load(r)?,
-        0x05 => Op::UnloadProgram { pind: decode_pind(r)? },
+        0x05 => Op::UnloadProgram {
+            pind: decode_pind(r)?,
+        },
         0x06 => Op::ActivateProgram {
             pind: decode_pind(r)?,
             engine: match r.u8("engine")? {
                 0 => EngineKind::Interpreter,
                 1 => EngineKind::Jit,
-                v => return Err(WireError::BadTag { field: "engine", value: u64::from(v) }),
+                v => {
+                    return Err(WireError::BadTag {
+                        field: "engine",
+                        value: u64::from(v),
+                    })
+                }
             },
         },
-        0x07 => Op::DeactivateProgram { pind: decode_pind(r)? },
-        0x08 => Op::RangeSetCreate { ranges: decode_ranges(r)? },
-        0x09 => Op::RangeSetDelete { rsid: RangeSetId(r.u16("rsid")?) },
-        0x0A => Op::ClearState { offset: r.u64("offset")?, len: r.u64("length")? },
+        0x07 => Op::DeactivateProgram {
+            pind: decode_pind(r)?,
+        },
+        0x08 => Op::RangeSetCreate {
+            ranges: decode_ranges(r)?,
+        },
+        0x09 => Op::RangeSetDelete {
+            rsid: RangeSetId(r.u16("rsid")?),
+        },
+        0x0A => Op::ClearState {
+            offset: r.u64("offset")?,
+            len: r.u64("length")?,
+        },
         0x0B => Op::Flush,
-        0x10 => Op::MemAlloc { size_bytes: r.u64("size")? },
-        0x11 => Op::MemFree { handle: MemHandle(r.u32("handle")?) },
+        0x10 => Op::MemAlloc {
+            size_bytes: r.u64("size")?,
+        },
+        0x11 => Op::MemFree {
+            handle: MemHandle(r.u32("handle")?),
+        },
         0x12 => Op::MemWrite {
             handle: MemHandle(r.u32("handle")?),
             offset: r.u64("offset")?,
@@ -483,7 +592,12 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
         0x14 => {
             let handle = MemHandle(r.u32("handle")?);
             let byte = r.u8("byte")?;
-            Op::MemFill { handle, byte, offset: r.u64("offset")?, len: r.u64("length")? }
+            Op::MemFill {
+                handle,
+                byte,
+                offset: r.u64("offset")?,
+                len: r.u64("length")?,
+            }
         }
         0x15 => decode_copy(r)?,
         0x20 => decode_execute(r)?,
@@ -492,29 +606,58 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
                 0 => WriteMode::Write,
                 1 => WriteMode::Truncate,
                 2 => WriteMode::CreateNew,
-                v => return Err(WireError::BadTag { field: "mode", value: u64::from(v) }),
+                v => {
+                    return Err(WireError::BadTag {
+                        field: "mode",
+                        value: u64::from(v),
+                    })
+                }
             };
             let offset = r.u64("offset")?;
             let path = r.str("path", PATH_SIZE_MAX)?;
-            Op::FileWrite { path, offset, data: r.bytes("data", FILE_IO_SIZE_MAX as usize)?, mode }
+            Op::FileWrite {
+                path,
+                offset,
+                data: r.bytes("data", FILE_IO_SIZE_MAX as usize)?,
+                mode,
+            }
         }
         0x31 => {
             let offset = r.u64("offset")?;
             let len = r.u64("length")?;
-            Op::FileRead { path: r.str("path", PATH_SIZE_MAX)?, offset, len }
+            Op::FileRead {
+                path: r.str("path", PATH_SIZE_MAX)?,
+                offset,
+                len,
+            }
         }
-        0x32 => Op::FileList { dir: r.str("dir", PATH_SIZE_MAX)? },
-        0x33 => Op::FileStat { path: r.str("path", PATH_SIZE_MAX)? },
-        0x34 => Op::FileDelete { path: r.str("path", PATH_SIZE_MAX)? },
+        0x32 => Op::FileList {
+            dir: r.str("dir", PATH_SIZE_MAX)?,
+        },
+        0x33 => Op::FileStat {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
+        0x34 => Op::FileDelete {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
         0x35 => {
             let size_bytes = r.u64("size")?;
-            Op::FileTruncate { path: r.str("path", PATH_SIZE_MAX)?, size_bytes }
+            Op::FileTruncate {
+                path: r.str("path", PATH_SIZE_MAX)?,
+                size_bytes,
+            }
         }
-        0x36 => Op::FileExtents { path: r.str("path", PATH_SIZE_MAX)? },
+        0x36 => Op::FileExtents {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
         0x37 => {
             let offset = r.u64("offset")?;
             let src = decode_range(r)?;
-            Op::FileWriteFromMem { path: r.str("path", PATH_SIZE_MAX)?, offset, src }
+            Op::FileWriteFromMem {
+                path: r.str("path", PATH_SIZE_MAX)?,
+                offset,
+                src,
+            }
         }
         _ => return Err(WireError::UnknownOpcode { opcode }),
     };
@@ -526,14 +669,30 @@ fn decode_load(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let ptype = match r.u8("ptype")? {
         0 => ProgramType::Elf,
         1 => ProgramType::Raw,
-        v => return Err(WireError::BadTag { field: "ptype", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "ptype",
+                value: u64::from(v),
+            })
+        }
     };
     let has_entry = r.bool("has entry")?;
     let total_size_bytes = r.u32("total size")?;
     let offset = r.u32("offset")?;
-    let entry = if has_entry { Some(r.str("entry", NAME_SIZE_MAX)?) } else { None };
+    let entry = if has_entry {
+        Some(r.str("entry", NAME_SIZE_MAX)?)
+    } else {
+        None
+    };
     let data = r.bytes("chunk", LOAD_CHUNK_SIZE_MAX as usize)?;
-    Ok(Op::LoadProgram { pind, ptype, total_size_bytes, offset, data, entry })
+    Ok(Op::LoadProgram {
+        pind,
+        ptype,
+        total_size_bytes,
+        offset,
+        data,
+        entry,
+    })
 }
 
 fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
@@ -547,13 +706,30 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
         let offset = r.u64("source offset")?;
         let len = r.u64("source length")?;
         sources.push(match tag {
-            0 => CopySource::File { path: r.str("source path", PATH_SIZE_MAX)?, offset, len },
+            0 => CopySource::File {
+                path: r.str("source path", PATH_SIZE_MAX)?,
+                offset,
+                len,
+            },
             1 => CopySource::Nvm { offset, len },
-            2 => CopySource::Mem { handle: MemHandle(r.u32("source handle")?), offset, len },
-            v => return Err(WireError::BadTag { field: "source tag", value: u64::from(v) }),
+            2 => CopySource::Mem {
+                handle: MemHandle(r.u32("source handle")?),
+                offset,
+                len,
+            },
+            v => {
+                return Err(WireError::BadTag {
+                    field: "source tag",
+                    value: u64::from(v),
+                })
+            }
         });
     }
-    Ok(Op::MemCopy { dst, dst_offset, sources })
+    Ok(Op::MemCopy {
+        dst,
+        dst_offset,
+        sources,
+    })
 }
 
 fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
@@ -568,24 +744,46 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let windows = match tag {
         0 => {
             if rsid != 0 {
-                return Err(WireError::Reserved { field: "rsid", value: u64::from(rsid) });
+                return Err(WireError::Reserved {
+                    field: "rsid",
+                    value: u64::from(rsid),
+                });
             }
             Windows::Inline(ranges)
         }
         1 => {
             if !ranges.is_empty() {
-                return Err(WireError::TooMany { field: "ranges with rsid", count: ranges.len() as u64, limit: 0 });
+                return Err(WireError::TooMany {
+                    field: "ranges with rsid",
+                    count: ranges.len() as u64,
+                    limit: 0,
+                });
             }
             Windows::RangeSet(RangeSetId(rsid))
         }
-        v => return Err(WireError::BadTag { field: "windows tag", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "windows tag",
+                value: u64::from(v),
+            })
+        }
     };
     if !has_fuel && fuel_raw != 0 {
-        return Err(WireError::Reserved { field: "fuel", value: fuel_raw });
+        return Err(WireError::Reserved {
+            field: "fuel",
+            value: fuel_raw,
+        });
     }
     let params = r.bytes("params", PARAMS_SIZE_MAX)?;
     let fuel = has_fuel.then_some(fuel_raw);
-    Ok(Op::Execute { pind, windows, cparam1, cparam2, params, fuel })
+    Ok(Op::Execute {
+        pind,
+        windows,
+        cparam1,
+        cparam2,
+        params,
+        fuel,
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -605,7 +803,8 @@ pub fn encode_completion_into(c: &Completion, out: &mut Vec<u8>) -> Result<(), W
     let mut w = Writer { out };
     w.u8(c.status.code());
     w.u8(WIRE_VERSION);
-    let flags = if c.trap.is_some() { FLAG_TRAP } else { 0 } | if c.detail.is_some() { FLAG_DETAIL } else { 0 };
+    let flags = if c.trap.is_some() { FLAG_TRAP } else { 0 }
+        | if c.detail.is_some() { FLAG_DETAIL } else { 0 };
     w.u8(flags);
     w.u8(reply_kind(&c.reply));
     w.u32(0); // Body length, patched below.
@@ -631,7 +830,10 @@ pub fn encode_completion_into(c: &Completion, out: &mut Vec<u8>) -> Result<(), W
     }
     encode_reply(&mut w, &c.reply);
     let body_len = out.len() - start - COMPLETION_HEADER_SIZE;
-    assert!(out.len() - start <= FRAME_SIZE_MAX, "a valid completion fits in a frame");
+    assert!(
+        out.len() - start <= FRAME_SIZE_MAX,
+        "a valid completion fits in a frame"
+    );
     out[start + 4..start + 8].copy_from_slice(&(body_len as u32).to_le_bytes());
     Ok(())
 }
@@ -676,14 +878,23 @@ fn encode_trap(w: &mut Writer<'_>, t: &WireTrap) {
             w.u8(4);
             w.u64(*id as u64);
         }
-        WireTrapKind::HelperArgument { helper, arg, addr, len } => {
+        WireTrapKind::HelperArgument {
+            helper,
+            arg,
+            addr,
+            len,
+        } => {
             w.u8(5);
             w.u32(*helper);
             w.u8(*arg);
             w.u64(*addr);
             w.u64(*len);
         }
-        WireTrapKind::HelperAbort { helper, code, message } => {
+        WireTrapKind::HelperAbort {
+            helper,
+            code,
+            message,
+        } => {
             w.u8(6);
             w.u32(*helper);
             w.u64(*code as u64);
@@ -805,7 +1016,10 @@ pub fn decode_completion(buf: &[u8]) -> Result<Completion, WireError> {
     }
     let flags = r.u8("flags")?;
     if flags & !FLAGS_KNOWN != 0 {
-        return Err(WireError::Reserved { field: "flags", value: u64::from(flags & !FLAGS_KNOWN) });
+        return Err(WireError::Reserved {
+            field: "flags",
+            value: u64::from(flags & !FLAGS_KNOWN),
+        });
     }
     let kind = r.u8("reply kind")?;
     let body_len = r.u32("body length")?;
@@ -826,20 +1040,39 @@ pub fn decode_completion(buf: &[u8]) -> Result<Completion, WireError> {
         });
     }
     if r.remaining() as u64 != u64::from(body_len) {
-        return Err(WireError::BodyLength { declared: u64::from(body_len), actual: r.remaining() as u64 });
+        return Err(WireError::BodyLength {
+            declared: u64::from(body_len),
+            actual: r.remaining() as u64,
+        });
     }
-    let trap = if flags & FLAG_TRAP != 0 { Some(decode_trap(&mut r)?) } else { None };
+    let trap = if flags & FLAG_TRAP != 0 {
+        Some(decode_trap(&mut r)?)
+    } else {
+        None
+    };
     let detail = if flags & FLAG_DETAIL != 0 {
         let code = r.i64("detail code")?;
         let function = r.str("detail function", NAME_SIZE_MAX)?;
         let message = r.str("detail message", MESSAGE_SIZE_MAX)?;
-        Some(ErrorDetail { function, code, message })
+        Some(ErrorDetail {
+            function,
+            code,
+            message,
+        })
     } else {
         None
     };
     let reply = decode_reply(&mut r, kind)?;
     r.finish()?;
-    let c = Completion { id, status, value, trap, detail, timing, reply };
+    let c = Completion {
+        id,
+        status,
+        value,
+        trap,
+        detail,
+        timing,
+        reply,
+    };
     c.validate()?;
     Ok(c)
 }
@@ -847,11 +1080,24 @@ pub fn decode_completion(buf: &[u8]) -> Result<Completion, WireError> {
 fn decode_trap(r: &mut Reader<'_>) -> Result<WireTrap, WireError> {
     let pc = r.u32("trap pc")?;
     let kind = match r.u8("trap kind")? {
-        0 => WireTrapKind::OutOfBounds { addr: r.u64("addr")?, size: r.u32("size")?, write: r.bool("write")? },
-        1 => WireTrapKind::ReadOnly { addr: r.u64("addr")?, size: r.u32("size")? },
-        2 => WireTrapKind::FuelExhausted { budget: r.u64("budget")? },
-        3 => WireTrapKind::CallDepthExceeded { depth_max: r.u32("depth")? },
-        4 => WireTrapKind::UnknownHelper { id: r.i64("helper id")? },
+        0 => WireTrapKind::OutOfBounds {
+            addr: r.u64("addr")?,
+            size: r.u32("size")?,
+            write: r.bool("write")?,
+        },
+        1 => WireTrapKind::ReadOnly {
+            addr: r.u64("addr")?,
+            size: r.u32("size")?,
+        },
+        2 => WireTrapKind::FuelExhausted {
+            budget: r.u64("budget")?,
+        },
+        3 => WireTrapKind::CallDepthExceeded {
+            depth_max: r.u32("depth")?,
+        },
+        4 => WireTrapKind::UnknownHelper {
+            id: r.i64("helper id")?,
+        },
         5 => WireTrapKind::HelperArgument {
             helper: r.u32("helper")?,
             arg: r.u8("arg")?,
@@ -863,8 +1109,15 @@ fn decode_trap(r: &mut Reader<'_>) -> Result<WireTrap, WireError> {
             code: r.i64("code")?,
             message: r.str("trap message", MESSAGE_SIZE_MAX)?,
         },
-        7 => WireTrapKind::Other { message: r.str("trap message", MESSAGE_SIZE_MAX)? },
-        v => return Err(WireError::BadTag { field: "trap kind", value: u64::from(v) }),
+        7 => WireTrapKind::Other {
+            message: r.str("trap message", MESSAGE_SIZE_MAX)?,
+        },
+        v => {
+            return Err(WireError::BadTag {
+                field: "trap kind",
+                value: u64::from(v),
+            })
+        }
     };
     Ok(WireTrap { pc, kind })
 }
@@ -872,7 +1125,11 @@ fn decode_trap(r: &mut Reader<'_>) -> Result<WireTrap, WireError> {
 fn decode_file_info(r: &mut Reader<'_>) -> Result<FileInfo, WireError> {
     let size_bytes = r.u64("file size")?;
     let extent_count = r.u32("extent count")?;
-    Ok(FileInfo { path: r.str("path", PATH_SIZE_MAX)?, size_bytes, extent_count })
+    Ok(FileInfo {
+        path: r.str("path", PATH_SIZE_MAX)?,
+        size_bytes,
+        extent_count,
+    })
 }
 
 fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
@@ -896,13 +1153,25 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
                         0 if len_arg == 0 => WireArgKind::Scalar,
                         1 => WireArgKind::PtrIn { len_arg },
                         2 => WireArgKind::PtrOut { len_arg },
-                        _ => return Err(WireError::BadTag { field: "arg kind", value: u64::from(tag) }),
+                        _ => {
+                            return Err(WireError::BadTag {
+                                field: "arg kind",
+                                value: u64::from(tag),
+                            })
+                        }
                     });
                 }
                 let name = r.str("function name", NAME_SIZE_MAX)?;
                 let c_decl = r.str("c_decl", MESSAGE_SIZE_MAX)?;
                 let doc = r.str("doc", MESSAGE_SIZE_MAX)?;
-                fs.push(FunctionInfo { id, name, args, version, c_decl, doc });
+                fs.push(FunctionInfo {
+                    id,
+                    name,
+                    args,
+                    version,
+                    c_decl,
+                    doc,
+                });
             }
             Reply::Functions(fs)
         }
@@ -946,7 +1215,12 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
             }
             Reply::Execute(ExecuteInfo { fuel_used, trace })
         }
-        v => return Err(WireError::BadTag { field: "reply kind", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "reply kind",
+                value: u64::from(v),
+            })
+        }
     };
     Ok(reply)
 }
@@ -958,18 +1232,33 @@ fn decode_program_info(r: &mut Reader<'_>) -> Result<ProgramInfo, WireError> {
         1 => ProgramState::Loading,
         2 => ProgramState::Loaded,
         3 => ProgramState::Active,
-        v => return Err(WireError::BadTag { field: "program state", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "program state",
+                value: u64::from(v),
+            })
+        }
     };
     let ptype = match r.u8("ptype")? {
         0 => ProgramType::Elf,
         1 => ProgramType::Raw,
-        v => return Err(WireError::BadTag { field: "ptype", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "ptype",
+                value: u64::from(v),
+            })
+        }
     };
     let engine = match r.u8("engine")? {
         0 => None,
         1 => Some(EngineKind::Interpreter),
         2 => Some(EngineKind::Jit),
-        v => return Err(WireError::BadTag { field: "engine", value: u64::from(v) }),
+        v => {
+            return Err(WireError::BadTag {
+                field: "engine",
+                value: u64::from(v),
+            })
+        }
     };
     Ok(ProgramInfo {
         pind,
@@ -1013,7 +1302,12 @@ mod tests {
 
     #[test]
     fn header_layout() {
-        let cmd = Command::new(CommandId(0x0102_0304_0506_0708), Op::MemFree { handle: MemHandle(7) });
+        let cmd = Command::new(
+            CommandId(0x0102_0304_0506_0708),
+            Op::MemFree {
+                handle: MemHandle(7),
+            },
+        );
         let b = encode_command(&cmd).unwrap();
         assert_eq!(b.len(), COMMAND_HEADER_SIZE + 4);
         assert_eq!(&b[..8], &[0x11, WIRE_VERSION, 0, 0, 4, 0, 0, 0]);
@@ -1039,13 +1333,26 @@ mod tests {
     #[test]
     fn lengths_are_checked_before_allocation() {
         // A MemWrite whose data length claims 4 GiB in a 40-byte frame.
-        let cmd = Command::new(CommandId(1), Op::MemWrite { handle: MemHandle(1), offset: 0, data: vec![1, 2] });
+        let cmd = Command::new(
+            CommandId(1),
+            Op::MemWrite {
+                handle: MemHandle(1),
+                offset: 0,
+                data: vec![1, 2],
+            },
+        );
         let mut b = encode_command(&cmd).unwrap();
         let len_at = COMMAND_HEADER_SIZE + 4 + 8;
         b[len_at..len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(decode_command(&b), Err(WireError::TooLong { field: "data", .. })));
+        assert!(matches!(
+            decode_command(&b),
+            Err(WireError::TooLong { field: "data", .. })
+        ));
         b[len_at..len_at + 4].copy_from_slice(&100u32.to_le_bytes());
-        assert!(matches!(decode_command(&b), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            decode_command(&b),
+            Err(WireError::Truncated { .. })
+        ));
     }
 
     #[test]
@@ -1059,11 +1366,20 @@ mod tests {
         let cmd = Command::new(CommandId(1), Op::Identify);
         let mut b = encode_command(&cmd).unwrap();
         b[0] = 0xEE;
-        assert_eq!(decode_command(&b), Err(WireError::UnknownOpcode { opcode: 0xEE }));
+        assert_eq!(
+            decode_command(&b),
+            Err(WireError::UnknownOpcode { opcode: 0xEE })
+        );
         b[0] = 0x01;
         b.push(0);
-        assert!(matches!(decode_command(&b), Err(WireError::BodyLength { .. })));
+        assert!(matches!(
+            decode_command(&b),
+            Err(WireError::BodyLength { .. })
+        ));
         b[4] = 1;
-        assert_eq!(decode_command(&b), Err(WireError::TrailingBytes { count: 1 }));
+        assert_eq!(
+            decode_command(&b),
+            Err(WireError::TrailingBytes { count: 1 })
+        );
     }
 }

@@ -7,4 +7,5 @@
 
 pub mod conformance;
 pub mod engines;
+pub mod gen;
 pub mod vectors;

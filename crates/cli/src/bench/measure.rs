@@ -1,20 +1,18 @@
-//! Timing a piece of work: warm up, size batches, take the median.
+//! Timing pieces of work: warm up, size batches, interleave, take the median.
 //!
-//! One call to the work is timed first (the warm-up, which also faults in memory and
-//! fills caches). The batch size is then chosen so that one batch lasts about a
-//! twentieth of the time budget, which keeps clock overhead negligible even for
-//! sub-microsecond work; batches run until the budget is spent (and at least
-//! [`BATCHES_MIN`] ran). The result is the median batch's time per call, which shrugs
-//! off the odd preempted batch on a shared machine.
+//! A [`Sampler`] times one call to its work first (the warm-up, which also faults in
+//! memory and fills caches) and sizes batches from it, so that clock overhead is
+//! negligible even for sub-microsecond work. The caller then gives it stretches of
+//! time; to compare several pieces of work on a machine whose load changes, it
+//! interleaves them (a stretch of each in turn, several rounds), so every piece sees
+//! the same mix of quiet and busy moments. The result is the median batch's time per
+//! call, which shrugs off the odd preempted batch.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// Batches measured at least, however long each one takes.
-pub const BATCHES_MIN: usize = 5;
-
 /// Batches a budget is split into, roughly.
-const BATCHES_PER_BUDGET: u32 = 20;
+pub const BATCHES_PER_BUDGET: u32 = 20;
 
 /// The timing of one piece of work.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,29 +27,56 @@ pub struct Measurement {
     pub calls: u64,
 }
 
-/// Times `work` for about `budget` (see the module doc).
-pub fn measure<T>(budget: Duration, mut work: impl FnMut() -> T) -> Measurement {
-    let started = Instant::now();
-    black_box(work());
-    let once = started.elapsed().max(Duration::from_nanos(1));
-    let batch_target = budget / BATCHES_PER_BUDGET;
-    let batch_calls = (batch_target.as_nanos() / once.as_nanos()).clamp(1, 1 << 30) as u64;
+/// Batches of one piece of work, gathered over one or more stretches of time.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    batch_calls: u64,
+    per_call_ns: Vec<f64>,
+}
 
-    let mut per_call: Vec<f64> = Vec::with_capacity(BATCHES_PER_BUDGET as usize * 2);
-    let started = Instant::now();
-    while per_call.len() < BATCHES_MIN || started.elapsed() < budget {
-        let batch_started = Instant::now();
-        for _ in 0..batch_calls {
-            black_box(work());
+impl Sampler {
+    /// Runs `work` once (the warm-up) and sizes batches to last about `batch_target`.
+    pub fn new<T>(batch_target: Duration, mut work: impl FnMut() -> T) -> Sampler {
+        let started = Instant::now();
+        black_box(work());
+        let once = started.elapsed().max(Duration::from_nanos(1));
+        let batch_calls = (batch_target.as_nanos() / once.as_nanos()).clamp(1, 1 << 30) as u64;
+        Sampler {
+            batch_calls,
+            per_call_ns: Vec::new(),
         }
-        per_call.push(batch_started.elapsed().as_nanos() as f64 / batch_calls as f64);
     }
-    per_call.sort_by(f64::total_cmp);
-    Measurement {
-        median_ns: per_call[per_call.len() / 2],
-        min_ns: per_call[0],
-        max_ns: per_call[per_call.len() - 1],
-        calls: batch_calls * per_call.len() as u64,
+
+    /// Runs batches of `work` for about `duration`, at least one.
+    pub fn run_for<T>(&mut self, duration: Duration, mut work: impl FnMut() -> T) {
+        let started = Instant::now();
+        loop {
+            let batch_started = Instant::now();
+            for _ in 0..self.batch_calls {
+                black_box(work());
+            }
+            let batch_ns = batch_started.elapsed().as_nanos() as f64;
+            self.per_call_ns.push(batch_ns / self.batch_calls as f64);
+            if started.elapsed() >= duration {
+                break;
+            }
+        }
+    }
+
+    /// The median, fastest and slowest batch. Needs at least one batch.
+    pub fn finish(mut self) -> Measurement {
+        assert!(
+            !self.per_call_ns.is_empty(),
+            "finish() before any batch ran"
+        );
+        self.per_call_ns.sort_by(f64::total_cmp);
+        let n = self.per_call_ns.len();
+        Measurement {
+            median_ns: self.per_call_ns[n / 2],
+            min_ns: self.per_call_ns[0],
+            max_ns: self.per_call_ns[n - 1],
+            calls: self.batch_calls * n as u64,
+        }
     }
 }
 
@@ -72,11 +97,16 @@ mod tests {
     #[test]
     fn measures_something() {
         let mut n = 0u64;
-        let m = measure(Duration::from_millis(5), || {
+        let mut work = || {
             n = n.wrapping_add(1);
             n
-        });
-        assert!(m.calls >= BATCHES_MIN as u64);
+        };
+        let mut sampler = Sampler::new(Duration::from_micros(100), &mut work);
+        for _ in 0..3 {
+            sampler.run_for(Duration::from_millis(1), &mut work);
+        }
+        let m = sampler.finish();
+        assert!(m.calls >= 3);
         assert!(m.min_ns <= m.median_ns);
         assert!(m.median_ns <= m.max_ns);
     }

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::GlobalArgs;
 
+mod device;
 pub mod measure;
 mod vm;
 
@@ -20,10 +21,12 @@ pub struct BenchArgs {
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
     Vm(vm::VmBenchArgs),
+    Device(device::DeviceBenchArgs),
 }
 
 pub fn run(args: BenchArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
     match args.command {
         BenchCommand::Vm(a) => vm::run(a),
+        BenchCommand::Device(a) => device::run(a),
     }
 }

@@ -84,11 +84,8 @@ impl Allocator {
         self.free_blocks
     }
 
-    pub fn total_blocks(&self) -> u64 {
-        self.total_blocks
-    }
-
     /// Length of the largest free run.
+    #[cfg(test)]
     pub fn largest_run(&self) -> u64 {
         self.by_len.last().map_or(0, |&(len, _)| len)
     }
@@ -154,6 +151,7 @@ impl Allocator {
     }
 
     /// The free runs in block order (for checks).
+    #[cfg(test)]
     pub fn runs(&self) -> impl Iterator<Item = BlockRange> + '_ {
         self.by_start
             .iter()
@@ -191,7 +189,8 @@ impl Allocator {
         self.free_blocks -= count;
     }
 
-    /// Asserts the invariants in the module docs (O(n); tests and debug checks).
+    /// Asserts the invariants in the module docs (O(n); tests).
+    #[cfg(test)]
     pub fn check(&self) {
         assert_eq!(self.by_start.len(), self.by_len.len());
         let mut sum = 0;

@@ -85,7 +85,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
 use alloc::{Allocator, BlockRange};
@@ -287,9 +287,13 @@ impl FileStore {
 
     /// Bytes not mapped by any file (including blocks freed since the last flush, which
     /// the next flush, implicit if need be, makes allocatable).
-    pub fn free_bytes(&self) -> Result<u64, FileStoreError> {
-        let st = self.read_state()?;
-        Ok((st.alloc.free_blocks() + st.pending_blocks) * BLOCK_SIZE)
+    pub fn free_bytes(&self) -> u64 {
+        // Two counters are safe to read even from a lock poisoned by a panic.
+        let st = self
+            .state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (st.alloc.free_blocks() + st.pending_blocks) * BLOCK_SIZE
     }
 
     /// Writes `data` at byte `offset` of the file, creating the file if it is missing and
@@ -307,7 +311,6 @@ impl FileStore {
                 limit: FILE_SIZE_MAX,
             });
         }
-        let end = end as u64;
         let mut guard = self.write_state()?;
         let st = &mut *guard;
         st.check_usable()?;
@@ -960,9 +963,56 @@ fn open_meta(path: &Path) -> Result<Database, FileStoreError> {
 /// Reads the superblock and every record, checks them against the image and derives the
 /// free space.
 fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileStoreError> {
-    let meta = |err: redb::Error| meta_error(meta_path, err);
+    let txn = db
+        .begin_read()
+        .map_err(|e| meta_error(meta_path, e.into()))?;
+    check_superblock(&txn, meta_path, nvm)?;
+    let files = read_records(&txn, meta_path, nvm)?;
+    let used = files
+        .values()
+        .flat_map(|r| r.extents.iter().map(|e| e.nvm_range()))
+        .collect();
+    let alloc = Allocator::from_used(nvm.block_count(), used).map_err(|overlap| {
+        let owners: Vec<&str> = files
+            .iter()
+            .filter(|(_, r)| {
+                r.extents.iter().any(|e| {
+                    e.nvm_block < overlap.range.end() && overlap.range.start < e.nvm_range().end()
+                })
+            })
+            .map(|(p, _)| p.as_str())
+            .collect();
+        meta_corrupt(
+            meta_path,
+            format!(
+                "namespace blocks {}..{} are mapped more than once (files {})",
+                overlap.range.start,
+                overlap.range.end(),
+                owners.join(", ")
+            ),
+        )
+    })?;
+    Ok(State {
+        files,
+        alloc,
+        pending_free: Vec::new(),
+        pending_blocks: 0,
+        dirty: BTreeSet::new(),
+        data_dirty: false,
+        poisoned: None,
+        #[cfg(test)]
+        flushes: 0,
+    })
+}
+
+/// Checks the superblock's format and block size, and that the image is the namespace it
+/// describes.
+fn check_superblock(
+    txn: &redb::ReadTransaction,
+    meta_path: &Path,
+    nvm: &Nvm,
+) -> Result<(), FileStoreError> {
     let corrupt = |reason: String| meta_corrupt(meta_path, reason);
-    let txn = db.begin_read().map_err(|e| meta(e.into()))?;
     let superblock = txn
         .open_table(SUPERBLOCK_TABLE)
         .map_err(|e| corrupt(format!("superblock: {e}")))?;
@@ -1000,12 +1050,20 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
             expected_bytes,
         });
     }
+    Ok(())
+}
 
+/// Reads and checks every record of the `files` table.
+fn read_records(
+    txn: &redb::ReadTransaction,
+    meta_path: &Path,
+    nvm: &Nvm,
+) -> Result<BTreeMap<String, FileRecord>, FileStoreError> {
+    let corrupt = |reason: String| meta_corrupt(meta_path, reason);
     let table = txn
         .open_table(FILES_TABLE)
         .map_err(|e| corrupt(format!("files table: {e}")))?;
     let mut files = BTreeMap::new();
-    let mut used = Vec::new();
     for entry in table.iter().map_err(|e| corrupt(format!("files table: {e}")))? {
         let (key, value) = entry.map_err(|e| corrupt(format!("files table: {e}")))?;
         let path = key.value().to_owned();
@@ -1020,37 +1078,9 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         }
         let record = FileRecord::decode(value.value(), nvm.block_count())
             .map_err(|reason| corrupt(format!("file {path}: {reason}")))?;
-        used.extend(record.extents.iter().map(|e| e.nvm_range()));
         files.insert(path, record);
     }
-    let alloc = Allocator::from_used(nvm.block_count(), used).map_err(|overlap| {
-        let owners: Vec<&str> = files
-            .iter()
-            .filter(|(_, r)| {
-                r.extents.iter().any(|e| {
-                    e.nvm_block < overlap.range.end() && overlap.range.start < e.nvm_range().end()
-                })
-            })
-            .map(|(p, _)| p.as_str())
-            .collect();
-        corrupt(format!(
-            "namespace blocks {}..{} are mapped more than once (files {})",
-            overlap.range.start,
-            overlap.range.end(),
-            owners.join(", ")
-        ))
-    })?;
-    Ok(State {
-        files,
-        alloc,
-        pending_free: Vec::new(),
-        pending_blocks: 0,
-        dirty: BTreeSet::new(),
-        data_dirty: false,
-        poisoned: None,
-        #[cfg(test)]
-        flushes: 0,
-    })
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -175,9 +175,9 @@ fn delete_frees_blocks_only_after_flush() {
     let (_dir, store) = new_store(64);
     store.write_at("/a", 0, &pattern(8 * BLOCK_SIZE as usize, 3)).unwrap();
     let a_extents = store.extents("/a").unwrap();
-    let free_before = store.free_bytes().unwrap();
+    let free_before = store.free_bytes();
     store.delete("/a").unwrap();
-    assert_eq!(store.free_bytes().unwrap(), free_before + 8 * BLOCK_SIZE);
+    assert_eq!(store.free_bytes(), free_before + 8 * BLOCK_SIZE);
     assert!(matches!(store.delete("/a"), Err(FileStoreError::NotFound { .. })));
     // Before the flush, new data must not land in /a's old blocks.
     store.write_at("/b", 0, &pattern(20 * BLOCK_SIZE as usize, 4)).unwrap();
@@ -380,7 +380,7 @@ fn out_of_space_changes_nothing() {
     ));
     assert_eq!(store.stat("/f").unwrap().size, before.size);
     assert_eq!(read_all(&store, "/f"), vec![3u8; 10 * 4096]);
-    assert_eq!(store.free_bytes().unwrap(), 6 * 4096);
+    assert_eq!(store.free_bytes(), 6 * 4096);
     assert!(matches!(
         store.write_at("/f", FILE_SIZE_MAX, b"x"),
         Err(FileStoreError::FileTooLarge { .. })
@@ -418,7 +418,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
     let mut i = 0;
     loop {
         let len = 4096 * (1 + i % 5) + i * 7 % 4096;
-        if store.free_bytes().unwrap() < len as u64 + 4096 {
+        if store.free_bytes() < len as u64 + 4096 {
             break;
         }
         store.write_at(&format!("/small/{i}"), 0, &pattern(len, i as u64)).unwrap();
@@ -429,7 +429,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
     }
     store.flush().unwrap();
     let largest_run = store.state.read().unwrap().alloc.largest_run();
-    let free = store.free_bytes().unwrap();
+    let free = store.free_bytes();
     let big = pattern(free as usize - 3000, 99);
     assert!(big.len() as u64 > largest_run * BLOCK_SIZE);
     store.write_at("/big", 0, &big).unwrap();
@@ -437,7 +437,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
     assert!(extents.len() > 1);
     assert_eq!(extents.iter().map(|e| e.len).sum::<u64>(), big.len() as u64);
     assert_eq!(read_all(&store, "/big"), big);
-    assert_eq!(store.free_bytes().unwrap(), 0);
+    assert_eq!(store.free_bytes(), 0);
     check_invariants(&store);
     store.close().unwrap();
 
@@ -823,7 +823,11 @@ struct Harness {
     store: Option<FileStore>,
     model: Model,
     durable: Model,
-    touched: HashSet<String>,
+    /// For each current path whose blocks descend from a durable file, that file's path.
+    origin: HashMap<String, String>,
+    /// Durable files whose blocks may have been written in place since the last flush:
+    /// only these may differ from `durable` after a crash (module docs, rule 3).
+    torn: HashSet<String>,
 }
 
 impl Harness {
@@ -835,7 +839,8 @@ impl Harness {
             store: Some(store),
             model: Model::new(),
             durable: Model::new(),
-            touched: HashSet::new(),
+            origin: HashMap::new(),
+            torn: HashSet::new(),
         }
     }
 
@@ -849,7 +854,15 @@ impl Harness {
 
     fn mark_flushed(&mut self) {
         self.durable = self.model.clone();
-        self.touched.clear();
+        self.origin = self.model.keys().map(|p| (p.clone(), p.clone())).collect();
+        self.torn.clear();
+    }
+
+    /// `path` is written (or grown) in place: its durable origin may be torn by a crash.
+    fn written_in_place(&mut self, path: &str) {
+        if let Some(origin) = self.origin.get(path) {
+            self.torn.insert(origin.clone());
+        }
     }
 
     fn apply(&mut self, op: &Op) {
@@ -872,7 +885,9 @@ impl Harness {
                             }
                             content[offset as usize..end].copy_from_slice(&data);
                         }
-                        self.touched.insert(path.to_owned());
+                        if len > 0 {
+                            self.written_in_place(path);
+                        }
                     }
                     Err(FileStoreError::NoSpace { .. }) => assert!(creatable),
                     Err(FileStoreError::NotADirectory { .. } | FileStoreError::IsADirectory { .. }) => {
@@ -885,8 +900,12 @@ impl Harness {
                 let path = MODEL_PATHS[file];
                 match self.store().truncate(path, len) {
                     Ok(()) => {
-                        self.model.get_mut(path).expect("exists").resize(len as usize, 0);
-                        self.touched.insert(path.to_owned());
+                        let content = self.model.get_mut(path).expect("exists");
+                        let grows = len as usize > content.len();
+                        content.resize(len as usize, 0);
+                        if grows {
+                            self.written_in_place(path);
+                        }
                     }
                     Err(FileStoreError::NotFound { .. }) => assert!(!self.model.contains_key(path)),
                     Err(err) => panic!("truncate {path}: {err}"),
@@ -897,7 +916,7 @@ impl Harness {
                 match self.store().delete(path) {
                     Ok(()) => {
                         self.model.remove(path).expect("exists");
-                        self.touched.insert(path.to_owned());
+                        self.origin.remove(path);
                     }
                     Err(FileStoreError::NotFound { .. }) => assert!(!self.model.contains_key(path)),
                     Err(err) => panic!("delete {path}: {err}"),
@@ -909,8 +928,12 @@ impl Harness {
                     Ok(()) => {
                         let content = self.model.remove(from).expect("exists");
                         self.model.insert(to.to_owned(), content);
-                        self.touched.insert(from.to_owned());
-                        self.touched.insert(to.to_owned());
+                        if from != to {
+                            self.origin.remove(to);
+                            if let Some(origin) = self.origin.remove(from) {
+                                self.origin.insert(to.to_owned(), origin);
+                            }
+                        }
                     }
                     Err(
                         FileStoreError::NotFound { .. }
@@ -951,19 +974,18 @@ impl Harness {
         }
         // An implicit flush (a write short of space) made the state before the op durable.
         if self.flushes() != flushes_before && !matches!(op, Op::Flush) {
-            self.durable = model_before;
-            self.touched.clear();
+            let model_after = std::mem::replace(&mut self.model, model_before);
+            self.mark_flushed();
+            self.model = model_after;
             if let Op::Write { file, .. } = op {
-                if self.model.get(MODEL_PATHS[*file]) != self.durable.get(MODEL_PATHS[*file]) {
-                    self.touched.insert(MODEL_PATHS[*file].to_owned());
-                }
+                self.written_in_place(MODEL_PATHS[*file]);
             }
         }
         self.check_contents();
     }
 
-    /// After a crash: exactly the durable files with their durable sizes; untouched files
-    /// byte for byte. Touched files may hold torn in-place writes: adopt what they hold.
+    /// After a crash: exactly the durable files with their durable sizes, byte for byte
+    /// unless written in place since the flush (torn writes): adopt what those hold.
     fn after_crash(&mut self) {
         let store = self.store();
         let mut names: Vec<String> = store.list("/").unwrap().into_iter().map(|s| s.path).collect();
@@ -975,8 +997,8 @@ impl Harness {
         for (path, content) in &self.durable {
             let got = read_all(store, path);
             assert_eq!(got.len(), content.len(), "size of {path} after crash");
-            if !self.touched.contains(path) {
-                assert!(got == *content, "untouched {path} changed by the crash");
+            if !self.torn.contains(path) {
+                assert!(got == *content, "{path} changed by the crash");
             }
             model.insert(path.clone(), got);
         }
@@ -999,7 +1021,11 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases keep `cargo test` quick (each case fsyncs); PROPTEST_CASES runs more.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_operations_match_the_model(ops in proptest::collection::vec(op_strategy(), 1..40)) {

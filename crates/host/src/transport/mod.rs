@@ -46,8 +46,9 @@ pub trait Transport: Send + Sync + fmt::Debug {
     fn try_reap(&self) -> Result<Option<Completion>, TransportError>;
 
     /// The next completion, waiting up to `timeout` (`None`: as long as it takes).
-    /// `Ok(None)` on timeout. With nothing in flight it fails with
-    /// [`TransportError::NothingInFlight`] rather than wait forever.
+    /// `Ok(None)` on timeout, and possibly at once when nothing is in flight (a caller
+    /// may reap while another thread is between choosing a command id and submitting
+    /// it, so that is not an error).
     fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError>;
 
     /// Ends the queue pair: the device reclaims its memory allocations and range sets,

@@ -45,29 +45,40 @@ fn source() -> impl Strategy<Value = CopySource> {
             len
         }),
         (0u64..1 << 40, 0u64..1 << 20).prop_map(|(offset, len)| CopySource::Nvm { offset, len }),
-        (handle(), 0u64..1 << 40, 0u64..1 << 20).prop_map(|(handle, offset, len)| CopySource::Mem {
-            handle,
-            offset,
-            len
+        (handle(), 0u64..1 << 40, 0u64..1 << 20).prop_map(|(handle, offset, len)| {
+            CopySource::Mem {
+                handle,
+                offset,
+                len,
+            }
         }),
     ]
 }
 
 fn load() -> impl Strategy<Value = Op> {
-    (pind(), any::<bool>(), bytes(64), 0u32..64, option::of("[a-z_]{1,16}")).prop_map(
-        |(pind, elf, data, extra, entry)| {
+    (
+        pind(),
+        any::<bool>(),
+        bytes(64),
+        0u32..64,
+        option::of("[a-z_]{1,16}"),
+    )
+        .prop_map(|(pind, elf, data, extra, entry)| {
             let len = data.len() as u32;
             let offset = if entry.is_some() { 0 } else { extra };
             Op::LoadProgram {
                 pind,
-                ptype: if elf { ProgramType::Elf } else { ProgramType::Raw },
+                ptype: if elf {
+                    ProgramType::Elf
+                } else {
+                    ProgramType::Raw
+                },
                 total_size_bytes: offset + len + 1,
                 offset,
                 data: if data.is_empty() { vec![0] } else { data },
                 entry,
             }
-        },
-    )
+        })
 }
 
 fn execute() -> impl Strategy<Value = Op> {
@@ -82,14 +93,16 @@ fn execute() -> impl Strategy<Value = Op> {
         bytes(PARAMS_SIZE_MAX),
         option::of(1u64..=FUEL_MAX),
     )
-        .prop_map(|(pind, windows, cparam1, cparam2, params, fuel)| Op::Execute {
-            pind,
-            windows,
-            cparam1,
-            cparam2,
-            params,
-            fuel,
-        })
+        .prop_map(
+            |(pind, windows, cparam1, cparam2, params, fuel)| Op::Execute {
+                pind,
+                windows,
+                cparam1,
+                cparam2,
+                params,
+                fuel,
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -102,7 +115,11 @@ fn op() -> impl Strategy<Value = Op> {
         pind().prop_map(|pind| Op::UnloadProgram { pind }),
         (pind(), any::<bool>()).prop_map(|(pind, jit)| Op::ActivateProgram {
             pind,
-            engine: if jit { EngineKind::Jit } else { EngineKind::Interpreter }
+            engine: if jit {
+                EngineKind::Jit
+            } else {
+                EngineKind::Interpreter
+            }
         }),
         pind().prop_map(|pind| Op::DeactivateProgram { pind }),
         (1u64..=SLM_ALLOC_SIZE_MAX).prop_map(|size_bytes| Op::MemAlloc { size_bytes }),
@@ -112,38 +129,59 @@ fn op() -> impl Strategy<Value = Op> {
             offset,
             data
         }),
-        (handle(), 0u64..1 << 40, 0..=MEM_IO_SIZE_MAX).prop_map(|(handle, offset, len)| Op::MemRead {
-            handle,
-            offset,
-            len
+        (handle(), 0u64..1 << 40, 0..=MEM_IO_SIZE_MAX).prop_map(|(handle, offset, len)| {
+            Op::MemRead {
+                handle,
+                offset,
+                len,
+            }
         }),
-        (handle(), 0u64..1 << 40, 0u64..1 << 30, any::<u8>()).prop_map(|(handle, offset, len, byte)| {
-            Op::MemFill { handle, offset, len, byte }
-        }),
+        (handle(), 0u64..1 << 40, 0u64..1 << 30, any::<u8>()).prop_map(
+            |(handle, offset, len, byte)| {
+                Op::MemFill {
+                    handle,
+                    offset,
+                    len,
+                    byte,
+                }
+            }
+        ),
         (handle(), 0u64..1 << 40, vec(source(), 1..8)).prop_map(|(dst, dst_offset, sources)| {
-            Op::MemCopy { dst, dst_offset, sources }
+            Op::MemCopy {
+                dst,
+                dst_offset,
+                sources,
+            }
         }),
         vec(range(), 1..=RANGES_PER_SET_MAX).prop_map(|ranges| Op::RangeSetCreate { ranges }),
-        (1u16..).prop_map(|r| Op::RangeSetDelete { rsid: RangeSetId(r) }),
+        (1u16..).prop_map(|r| Op::RangeSetDelete {
+            rsid: RangeSetId(r)
+        }),
         execute(),
         (0u64..1 << 30, 0u64..1 << 30).prop_map(|(offset, len)| Op::ClearState { offset, len }),
-        (path(), 0u64..1 << 40, bytes(256), 0u8..3).prop_map(|(path, offset, data, m)| Op::FileWrite {
-            path,
-            offset,
-            data,
-            mode: [WriteMode::Write, WriteMode::Truncate, WriteMode::CreateNew][m as usize]
+        (path(), 0u64..1 << 40, bytes(256), 0u8..3).prop_map(|(path, offset, data, m)| {
+            Op::FileWrite {
+                path,
+                offset,
+                data,
+                mode: [WriteMode::Write, WriteMode::Truncate, WriteMode::CreateNew][m as usize],
+            }
         }),
-        (path(), 0u64..1 << 40, 0..=FILE_IO_SIZE_MAX).prop_map(|(path, offset, len)| Op::FileRead {
-            path,
-            offset,
-            len
-        }),
+        (path(), 0u64..1 << 40, 0..=FILE_IO_SIZE_MAX)
+            .prop_map(|(path, offset, len)| Op::FileRead { path, offset, len }),
         prop_oneof![Just("/".to_string()), path()].prop_map(|dir| Op::FileList { dir }),
         path().prop_map(|path| Op::FileStat { path }),
         path().prop_map(|path| Op::FileDelete { path }),
         path().prop_map(|path| Op::FileExtents { path }),
         (path(), any::<u64>()).prop_map(|(path, size_bytes)| Op::FileTruncate { path, size_bytes }),
-        (path(), 0u64..1 << 40, range().prop_map(|r| MemRange { len: r.len.min(FILE_IO_SIZE_MAX), ..r }))
+        (
+            path(),
+            0u64..1 << 40,
+            range().prop_map(|r| MemRange {
+                len: r.len.min(FILE_IO_SIZE_MAX),
+                ..r
+            })
+        )
             .prop_map(|(path, offset, src)| Op::FileWriteFromMem { path, offset, src }),
     ]
 }
@@ -160,18 +198,28 @@ fn text(max: usize) -> impl Strategy<Value = String> {
 
 fn trap() -> impl Strategy<Value = WireTrap> {
     let kind = prop_oneof![
-        (any::<u64>(), any::<u32>(), any::<bool>()).prop_map(|(addr, size, write)| {
-            WireTrapKind::OutOfBounds { addr, size, write }
-        }),
+        (any::<u64>(), any::<u32>(), any::<bool>())
+            .prop_map(|(addr, size, write)| { WireTrapKind::OutOfBounds { addr, size, write } }),
         (any::<u64>(), any::<u32>()).prop_map(|(addr, size)| WireTrapKind::ReadOnly { addr, size }),
         any::<u64>().prop_map(|budget| WireTrapKind::FuelExhausted { budget }),
         any::<u32>().prop_map(|depth_max| WireTrapKind::CallDepthExceeded { depth_max }),
         any::<i64>().prop_map(|id| WireTrapKind::UnknownHelper { id }),
-        (any::<u32>(), any::<u8>(), any::<u64>(), any::<u64>()).prop_map(|(helper, arg, addr, len)| {
-            WireTrapKind::HelperArgument { helper, arg, addr, len }
-        }),
+        (any::<u32>(), any::<u8>(), any::<u64>(), any::<u64>()).prop_map(
+            |(helper, arg, addr, len)| {
+                WireTrapKind::HelperArgument {
+                    helper,
+                    arg,
+                    addr,
+                    len,
+                }
+            }
+        ),
         (any::<u32>(), any::<i64>(), text(40)).prop_map(|(helper, code, message)| {
-            WireTrapKind::HelperAbort { helper, code, message }
+            WireTrapKind::HelperAbort {
+                helper,
+                code,
+                message,
+            }
         }),
         text(40).prop_map(|message| WireTrapKind::Other { message }),
     ];
@@ -198,31 +246,44 @@ fn reply() -> impl Strategy<Value = Reply> {
     prop_oneof![
         Just(Reply::None),
         bytes(512).prop_map(Reply::Data),
-        (text(20), any::<[u64; 8]>(), any::<[u16; 4]>(), any::<bool>()).prop_map(|(version, n, s, jit)| {
-            Reply::Device(DeviceInfo {
-                version,
-                abi_version: n[0] as u32,
-                nvm_size_bytes: n[1],
-                slm_size_bytes: n[2],
-                slm_free_bytes: n[3],
-                state_size_bytes: n[4],
-                engines: n[5] as u32,
-                program_slots: s[0],
-                programs_active_max: s[1],
-                range_sets_max: s[2],
-                ranges_per_set_max: s[3],
-                params_size_max: n[6] as u32,
-                program_size_max: n[7] as u32,
-                load_chunk_size_max: 7,
-                mem_io_size_max: n[0],
-                file_io_size_max: n[1],
-                queue_depth_max: 3,
-                fuel_default: n[2],
-                jit,
-            })
-        }),
+        (
+            text(20),
+            any::<[u64; 8]>(),
+            any::<[u16; 4]>(),
+            any::<bool>()
+        )
+            .prop_map(|(version, n, s, jit)| {
+                Reply::Device(DeviceInfo {
+                    version,
+                    abi_version: n[0] as u32,
+                    nvm_size_bytes: n[1],
+                    slm_size_bytes: n[2],
+                    slm_free_bytes: n[3],
+                    state_size_bytes: n[4],
+                    engines: n[5] as u32,
+                    program_slots: s[0],
+                    programs_active_max: s[1],
+                    range_sets_max: s[2],
+                    ranges_per_set_max: s[3],
+                    params_size_max: n[6] as u32,
+                    program_size_max: n[7] as u32,
+                    load_chunk_size_max: 7,
+                    mem_io_size_max: n[0],
+                    file_io_size_max: n[1],
+                    queue_depth_max: 3,
+                    fuel_default: n[2],
+                    jit,
+                })
+            }),
         vec(
-            (any::<u32>(), "[a-z_]{1,20}", vec(arg_kind(), 0..=5), any::<u32>(), text(30), text(30))
+            (
+                any::<u32>(),
+                "[a-z_]{1,20}",
+                vec(arg_kind(), 0..=5),
+                any::<u32>(),
+                text(30),
+                text(30)
+            )
                 .prop_map(|(id, name, args, version, c_decl, doc)| FunctionInfo {
                     id: FunctionId(id),
                     name,
@@ -235,27 +296,54 @@ fn reply() -> impl Strategy<Value = Reply> {
         )
         .prop_map(Reply::Functions),
         vec(
-            (pind(), 0u8..4, any::<bool>(), 0u8..3, any::<u32>(), any::<u32>(), "[a-z]{0,10}", any::<u64>())
-                .prop_map(|(pind, st, elf, eng, size_bytes, loaded_bytes, name, executions)| ProgramInfo {
-                    pind,
-                    state: [ProgramState::Empty, ProgramState::Loading, ProgramState::Loaded, ProgramState::Active]
-                        [st as usize],
-                    ptype: if elf { ProgramType::Elf } else { ProgramType::Raw },
-                    size_bytes,
-                    loaded_bytes,
-                    name,
-                    engine: [None, Some(EngineKind::Interpreter), Some(EngineKind::Jit)][eng as usize],
-                    executions,
-                }),
+            (
+                pind(),
+                0u8..4,
+                any::<bool>(),
+                0u8..3,
+                any::<u32>(),
+                any::<u32>(),
+                "[a-z]{0,10}",
+                any::<u64>()
+            )
+                .prop_map(
+                    |(pind, st, elf, eng, size_bytes, loaded_bytes, name, executions)| {
+                        ProgramInfo {
+                            pind,
+                            state: [
+                                ProgramState::Empty,
+                                ProgramState::Loading,
+                                ProgramState::Loaded,
+                                ProgramState::Active,
+                            ][st as usize],
+                            ptype: if elf {
+                                ProgramType::Elf
+                            } else {
+                                ProgramType::Raw
+                            },
+                            size_bytes,
+                            loaded_bytes,
+                            name,
+                            engine: [None, Some(EngineKind::Interpreter), Some(EngineKind::Jit)]
+                                [eng as usize],
+                            executions,
+                        }
+                    }
+                ),
             0..8
         )
         .prop_map(Reply::Programs),
-        (vec(file_info(), 0..8), any::<bool>()).prop_map(|(files, truncated)| Reply::Files { files, truncated }),
+        (vec(file_info(), 0..8), any::<bool>())
+            .prop_map(|(files, truncated)| Reply::Files { files, truncated }),
         file_info().prop_map(Reply::File),
         (vec(any::<[u64; 3]>(), 0..8), any::<bool>()).prop_map(|(e, truncated)| Reply::Extents {
             extents: e
                 .into_iter()
-                .map(|[file_offset, nvm_offset, len]| ExtentInfo { file_offset, nvm_offset, len })
+                .map(|[file_offset, nvm_offset, len]| ExtentInfo {
+                    file_offset,
+                    nvm_offset,
+                    len
+                })
                 .collect(),
             truncated
         }),
@@ -279,7 +367,11 @@ fn completion() -> impl Strategy<Value = Completion> {
             status,
             value,
             trap,
-            detail: detail.map(|(function, code, message)| ErrorDetail { function, code, message }),
+            detail: detail.map(|(function, code, message)| ErrorDetail {
+                function,
+                code,
+                message,
+            }),
             timing: Timing {
                 queued_ns: t[0],
                 transfer_ns: t[1],

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use csx_device::{QueuePair, SubmitError};
-use csx_proto::{decode_command, decode_completion, encode_command, encode_completion, Command, Completion};
+use csx_proto::{
+    decode_command, decode_completion, encode_command, encode_completion, Command, Completion,
+};
 
 use super::embedded::Embedded;
 use super::InprocOptions;
@@ -23,9 +25,16 @@ pub struct InprocTransport {
 
 impl InprocTransport {
     /// A new queue pair on `device`.
-    pub fn new(device: Arc<Embedded>, options: InprocOptions) -> Result<InprocTransport, csx_device::DeviceError> {
+    pub fn new(
+        device: Arc<Embedded>,
+        options: InprocOptions,
+    ) -> Result<InprocTransport, csx_device::DeviceError> {
         let qp = device.device().queue_pair(options.queue_depth)?;
-        Ok(InprocTransport { qp: Some(qp), device: Some(device), wire_check: options.wire_check })
+        Ok(InprocTransport {
+            qp: Some(qp),
+            device: Some(device),
+            wire_check: options.wire_check,
+        })
     }
 
     /// The embedded device this pair talks to.
@@ -56,7 +65,11 @@ impl Transport for InprocTransport {
     }
 
     fn submit(&self, cmd: Command) -> Result<(), TransportError> {
-        let cmd = if self.wire_check { decode_command(&encode_command(&cmd)?)? } else { cmd };
+        let cmd = if self.wire_check {
+            decode_command(&encode_command(&cmd)?)?
+        } else {
+            cmd
+        };
         self.qp().submit(cmd).map_err(|e| match e {
             SubmitError::QueueFull { depth } => TransportError::QueueFull { depth },
             _ => TransportError::Closed,
@@ -64,31 +77,26 @@ impl Transport for InprocTransport {
     }
 
     fn try_reap(&self) -> Result<Option<Completion>, TransportError> {
-        self.qp().try_reap().map(|c| self.completion_out(c)).transpose()
+        self.qp()
+            .try_reap()
+            .map(|c| self.completion_out(c))
+            .transpose()
     }
 
     fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError> {
-        let qp = self.qp();
-        if qp.in_flight() == 0 {
-            return Err(TransportError::NothingInFlight);
-        }
-        qp.reap(timeout).map(|c| self.completion_out(c)).transpose()
+        self.qp()
+            .reap(timeout)
+            .map(|c| self.completion_out(c))
+            .transpose()
     }
 
     fn close(mut self: Box<Self>) -> Result<(), TransportError> {
         drop(self.qp.take());
         match self.device.take() {
-            Some(device) => Embedded::close(device).map_err(|e| TransportError::Disconnected {
-                reason: format!("closing the embedded device: {e}"),
+            Some(device) => Embedded::close(device).map_err(|e| TransportError::CloseFailed {
+                message: e.to_string(),
             }),
             None => Ok(()),
         }
-    }
-}
-
-impl Drop for InprocTransport {
-    fn drop(&mut self) {
-        drop(self.qp.take());
-        drop(self.device.take());
     }
 }

@@ -27,7 +27,10 @@ type Registry = HashMap<PathBuf, Weak<Embedded>>;
 fn registry() -> MutexGuard<'static, Registry> {
     static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
     // Entries are inserted and removed whole; a panic cannot leave one half-made.
-    REGISTRY.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
 }
 
 fn key_of(dir: &Path) -> PathBuf {
@@ -49,7 +52,9 @@ impl Embedded {
         })?;
         if !started {
             // The directory already runs in this process: it holds a device.
-            return Err(DeviceError::AlreadyInitialized { dir: dir.to_path_buf() });
+            return Err(DeviceError::AlreadyInitialized {
+                dir: dir.to_path_buf(),
+            });
         }
         Ok(e)
     }
@@ -73,7 +78,10 @@ impl Embedded {
                     let device = start()?;
                     // Canonical now that the directory surely exists.
                     let key = key_of(dir);
-                    let e = Arc::new(Embedded { key: key.clone(), device: Some(device) });
+                    let e = Arc::new(Embedded {
+                        key: key.clone(),
+                        device: Some(device),
+                    });
                     reg.insert(key, Arc::downgrade(&e));
                     return Ok(e);
                 }
@@ -99,7 +107,9 @@ impl Embedded {
     }
 
     fn shut_down(&mut self) -> Result<(), DeviceError> {
-        let Some(device) = self.device.take() else { return Ok(()) };
+        let Some(device) = self.device.take() else {
+            return Ok(());
+        };
         let mut reg = registry();
         // The entry is ours: no entry is inserted while one exists for the key.
         reg.remove(&self.key);

@@ -35,6 +35,14 @@ pub struct InprocOptions {
 
 impl Default for InprocOptions {
     fn default() -> Self {
-        InprocOptions { queue_depth: QUEUE_DEPTH_DEFAULT, wire_check: false }
+        InprocOptions {
+            queue_depth: QUEUE_DEPTH_DEFAULT,
+            wire_check: false,
+        }
     }
+}
+
+/// Whether `dir` holds an initialised device (`csx device init` ran there).
+pub fn is_initialized(dir: &std::path::Path) -> bool {
+    dir.join(csx_device::config::CONFIG_FILE_NAME).is_file()
 }

@@ -1,0 +1,270 @@
+//! `csx device init`, `csx info` and `csx functions`: creating a device and asking it
+//! what it is and what it offers.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use csx_host::proto::{FunctionInfo, WireArgKind};
+use csx_host::transport::inproc::DeviceConfig;
+use csx_host::Device;
+use serde_json::json;
+
+use crate::connect::{self, format_size, parse_size};
+use crate::{exit, GlobalArgs};
+
+const DEVICE_EXAMPLES: &str = "\
+Examples:
+  csx device init --state ./dev0
+  csx device init --state /var/lib/csx/dev1 --nvm-size 16GiB --slm-size 2GiB --engines 4
+  CSX_DEVICE=./dev0 csx info";
+
+/// Create and manage devices.
+#[derive(Debug, Args)]
+#[command(after_help = DEVICE_EXAMPLES)]
+pub struct DeviceArgs {
+    #[command(subcommand)]
+    command: DeviceCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeviceCommand {
+    Init(InitArgs),
+}
+
+/// Create a device in a state directory.
+///
+/// The directory gets the NVM namespace image (a sparse file of --nvm-size bytes), the
+/// file store's metadata, the shared state and the device's configuration. Open the
+/// device afterwards with `--device DIR` (or CSX_DEVICE=DIR): it runs embedded in each
+/// csx command, no daemon needed.
+#[derive(Debug, Args)]
+#[command(after_help = DEVICE_EXAMPLES)]
+pub struct InitArgs {
+    /// The state directory to create (it must not hold a device).
+    #[arg(long, value_name = "DIR")]
+    state: PathBuf,
+    /// Bytes of the NVM namespace (storage), e.g. 1GiB; a multiple of 4 KiB.
+    #[arg(long, value_name = "SIZE", default_value = "4GiB", value_parser = parse_size)]
+    nvm_size: u64,
+    /// Bytes of the memory namespace (device memory, SLM), e.g. 256MiB.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    slm_size: u64,
+    /// Bytes of the shared state programs keep across executions.
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_size)]
+    state_size: u64,
+    /// Execution engines (threads); one per core if absent.
+    #[arg(long, value_name = "N")]
+    engines: Option<u32>,
+    /// Print the configuration as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_device(args: DeviceArgs) -> anyhow::Result<u8> {
+    match args.command {
+        DeviceCommand::Init(a) => init(a),
+    }
+}
+
+fn init(args: InitArgs) -> anyhow::Result<u8> {
+    let config = DeviceConfig {
+        nvm_size_bytes: args.nvm_size,
+        slm_size_bytes: args.slm_size,
+        state_size_bytes: args.state_size,
+        engines: args.engines,
+        ..connect::default_config()
+    };
+    let dev = Device::init(&args.state, config.clone())
+        .with_context(|| format!("cannot create a device in {}", args.state.display()))?;
+    let info = dev.identify().context("identify")?;
+    dev.close().context("closing the new device")?;
+    if args.json {
+        let out = json!({
+            "state": args.state,
+            "nvm_size_bytes": config.nvm_size_bytes,
+            "slm_size_bytes": config.slm_size_bytes,
+            "state_size_bytes": config.state_size_bytes,
+            "engines": info.engines,
+        });
+        println!("{out:#}");
+    } else {
+        println!(
+            "created device {}: nvm {}, slm {}, shared state {}, {} engines",
+            args.state.display(),
+            format_size(config.nvm_size_bytes),
+            format_size(config.slm_size_bytes),
+            format_size(config.state_size_bytes),
+            info.engines,
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Describe the device: its namespaces, engines and limits.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  csx info\n  csx --device ./dev0 info --json")]
+pub struct InfoArgs {
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_info(args: InfoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let dev = connect::open(global)?;
+    let i = dev.identify().context("identify")?;
+    let programs = dev.programs().context("list programs")?;
+    let files = dev.list_files("/").context("list files")?;
+    if args.json {
+        let out = json!({
+            "uri": dev.uri().to_string(),
+            "transport": dev.client().transport_name(),
+            "version": i.version,
+            "abi_version": i.abi_version,
+            "nvm_size_bytes": i.nvm_size_bytes,
+            "slm_size_bytes": i.slm_size_bytes,
+            "slm_free_bytes": i.slm_free_bytes,
+            "state_size_bytes": i.state_size_bytes,
+            "engines": i.engines,
+            "jit": i.jit,
+            "program_slots": i.program_slots,
+            "programs_loaded": programs.len(),
+            "programs_active_max": i.programs_active_max,
+            "program_size_max": i.program_size_max,
+            "load_chunk_size_max": i.load_chunk_size_max,
+            "range_sets_max": i.range_sets_max,
+            "ranges_per_set_max": i.ranges_per_set_max,
+            "params_size_max": i.params_size_max,
+            "mem_io_size_max": i.mem_io_size_max,
+            "file_io_size_max": i.file_io_size_max,
+            "queue_depth_max": i.queue_depth_max,
+            "fuel_default": i.fuel_default,
+            "files": files.files.len(),
+        });
+        println!("{out:#}");
+    } else {
+        let rows = [
+            (
+                "device",
+                format!("{} ({})", dev.uri(), dev.client().transport_name()),
+            ),
+            (
+                "version",
+                format!("{}, program ABI {}", i.version, i.abi_version),
+            ),
+            (
+                "nvm",
+                format!(
+                    "{}, {} files",
+                    format_size(i.nvm_size_bytes),
+                    files.files.len()
+                ),
+            ),
+            (
+                "slm",
+                format!(
+                    "{} ({} free)",
+                    format_size(i.slm_size_bytes),
+                    format_size(i.slm_free_bytes)
+                ),
+            ),
+            ("shared state", format_size(i.state_size_bytes)),
+            (
+                "engines",
+                format!(
+                    "{} ({})",
+                    i.engines,
+                    if i.jit {
+                        "interpreter and JIT"
+                    } else {
+                        "interpreter only"
+                    }
+                ),
+            ),
+            (
+                "programs",
+                format!(
+                    "{} of {} slots loaded, {} active at most, {} per image",
+                    programs.len(),
+                    i.program_slots,
+                    i.programs_active_max,
+                    format_size(u64::from(i.program_size_max))
+                ),
+            ),
+            (
+                "executions",
+                format!(
+                    "{} windows, {} of parameters, {} fuel by default",
+                    i.ranges_per_set_max,
+                    format_size(u64::from(i.params_size_max)),
+                    i.fuel_default
+                ),
+            ),
+            (
+                "transfers",
+                format!(
+                    "{} per memory or file command",
+                    format_size(i.mem_io_size_max)
+                ),
+            ),
+            ("queue depth", i.queue_depth_max.to_string()),
+        ];
+        for (k, v) in rows {
+            println!("{k:<13}{v}");
+        }
+    }
+    dev.close().context("closing the device")?;
+    Ok(exit::SUCCESS)
+}
+
+/// List the device's registered functions: what programs may call.
+///
+/// Programs declare these as `extern` C functions and call them by name; the loader
+/// resolves each name to its id. Pointer arguments are checked against the program's
+/// memory before the function runs; a failing function returns a negative CSX_E* code.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  csx functions\n  csx functions --json | jq '.[].name'")]
+pub struct FunctionsArgs {
+    /// Print a JSON array of {id, name, version, args, c_decl, doc}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn arg_kind(a: &WireArgKind) -> serde_json::Value {
+    match a {
+        WireArgKind::Scalar => json!("scalar"),
+        WireArgKind::PtrIn { len_arg } => json!({ "ptr_in": { "len_arg": len_arg } }),
+        WireArgKind::PtrOut { len_arg } => json!({ "ptr_out": { "len_arg": len_arg } }),
+    }
+}
+
+fn function_json(f: &FunctionInfo) -> serde_json::Value {
+    json!({
+        "id": f.id.0,
+        "name": f.name,
+        "version": f.version,
+        "args": f.args.iter().map(arg_kind).collect::<Vec<_>>(),
+        "c_decl": f.c_decl,
+        "doc": f.doc,
+    })
+}
+
+pub fn run_functions(args: FunctionsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let dev = connect::open(global)?;
+    let functions = dev.functions().context("list functions")?;
+    if args.json {
+        let out: Vec<_> = functions.iter().map(function_json).collect();
+        println!("{:#}", serde_json::Value::Array(out));
+    } else {
+        println!("{:>4}  {:<20} {:>3}  DECLARATION", "ID", "NAME", "VER");
+        for f in &functions {
+            println!(
+                "{:>4}  {:<20} {:>3}  {}",
+                f.id.0, f.name, f.version, f.c_decl
+            );
+            println!("{:>4}  {:<20} {:>3}  {}", "", "", "", f.doc);
+        }
+    }
+    dev.close().context("closing the device")?;
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,406 @@
+//! `csx exec`: run a program on the device next to a file.
+//!
+//! The steps, each timed on the host: load the program image into a free slot (in
+//! chunks) → activate it (verify, and compile with the JIT) → stage the input file range
+//! into device memory with a Memory Copy on the device (the bytes never come to the
+//! host) → allocate the output window → execute → read the output back. Whatever
+//! happens, the allocations are freed and the program unloaded afterwards.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, Status, Timing};
+use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
+use serde_json::json;
+
+use crate::connect::{self, parse_size};
+use crate::{exit, hex, GlobalArgs};
+
+const EXEC_HELP: &str = "\
+The program's view (C, compiled with `clang -O2 -target bpf -c`):
+  u64 entry(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args)
+  data/len      window 0: the --input range, staged into device memory
+  args->windows[1]  the --output-size bytes (zeroed), read back after the run
+  state         the device's shared state, kept across executions
+  args          cparam1, cparam2, the windows, and the --params-hex bytes
+Without --input, window 0 is 8 zero bytes, so the output is always window 1.
+
+Examples:
+  csx put numbers.bin /data/numbers.bin
+  csx exec sum.bpf.o --input /data/numbers.bin
+  csx exec sum.bpf.o --input /data/numbers.bin:4096:8192 --interp --json
+  csx exec filter.bpf.o --input /data/rows --output-size 1MiB --output matches.bin --cparam1 42
+
+Exit status: 0 when the program returned, 3 when it trapped, 1 on any other error.";
+
+/// Run a program on the device over a device file.
+///
+/// Loads PROG (an eBPF ELF object, or raw bytecode) into a free program slot, activates
+/// it, stages the input file range into window 0 with a Memory Copy on the device,
+/// gives window 1 of --output-size bytes for output, executes, and prints r0, the
+/// status, the trap if any and the device's timing breakdown. Frees what it allocated
+/// and unloads the program afterwards.
+#[derive(Debug, Args)]
+#[command(after_help = EXEC_HELP)]
+pub struct ExecArgs {
+    /// The program: an ELF object from clang, or raw eBPF bytecode.
+    prog: PathBuf,
+    /// The ELF function to run (the only global function if absent).
+    #[arg(long, value_name = "NAME")]
+    entry: Option<String>,
+    /// Window 0: a device file, or a byte range of it as DEVPATH:OFFSET:LEN.
+    #[arg(long, value_name = "DEVPATH[:OFFSET:LEN]")]
+    input: Option<String>,
+    /// Bytes of window 1, the output (e.g. 4096 or 1MiB).
+    #[arg(long, value_name = "N", value_parser = parse_size)]
+    output_size: Option<u64>,
+    /// Write window 1 to this local file (otherwise its first bytes are printed).
+    #[arg(long, value_name = "LOCAL", requires = "output_size")]
+    output: Option<PathBuf>,
+    /// args->cparam1.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    cparam1: u64,
+    /// args->cparam2.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    cparam2: u64,
+    /// The parameter bytes (args->params), as hex.
+    #[arg(long, value_name = "HEX")]
+    params_hex: Option<String>,
+    /// Run on the interpreter.
+    #[arg(long, conflicts_with = "jit")]
+    interp: bool,
+    /// Run on the JIT (the default).
+    #[arg(long)]
+    jit: bool,
+    /// The run's fuel budget (the device's default if absent).
+    #[arg(long, value_name = "N")]
+    fuel: Option<u64>,
+    /// Print one JSON object with the keys r0, status, trap, timing (and more).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `DEVPATH[:OFFSET:LEN]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InputRange {
+    path: String,
+    range: Option<(u64, u64)>,
+}
+
+fn parse_input(text: &str) -> anyhow::Result<InputRange> {
+    let parts: Vec<&str> = text.rsplitn(3, ':').collect();
+    if let [len, offset, path] = parts[..] {
+        if let (Ok(offset), Ok(len)) = (parse_size(offset), parse_size(len)) {
+            return Ok(InputRange {
+                path: path.to_string(),
+                range: Some((offset, len)),
+            });
+        }
+    }
+    if text.is_empty() {
+        bail!("--input names no device file");
+    }
+    Ok(InputRange {
+        path: text.to_string(),
+        range: None,
+    })
+}
+
+/// Host-side time of each step, in nanoseconds.
+#[derive(Debug, Default, Clone, Copy)]
+struct Steps {
+    load_ns: u64,
+    activate_ns: u64,
+    stage_ns: u64,
+    execute_ns: u64,
+    output_ns: u64,
+}
+
+/// What the run produced.
+struct Outcome {
+    run: Execution,
+    steps: Steps,
+    staged_bytes: u64,
+    output: Option<Vec<u8>>,
+}
+
+fn nanos(since: Instant) -> u64 {
+    since.elapsed().as_nanos() as u64
+}
+
+/// Everything between loading and unloading; `handles` collects allocations to free.
+fn stage_and_run(
+    dev: &Device,
+    args: &ExecArgs,
+    pind: ProgramIndex,
+    params: Vec<u8>,
+    steps: &mut Steps,
+    handles: &mut Vec<MemHandle>,
+) -> anyhow::Result<Outcome> {
+    let engine = if args.interp {
+        EngineKind::Interpreter
+    } else {
+        EngineKind::Jit
+    };
+    let t = Instant::now();
+    dev.activate(pind, engine)
+        .with_context(|| format!("cannot activate {}", args.prog.display()))?;
+    steps.activate_ns = nanos(t);
+
+    let t = Instant::now();
+    let mut req = ExecuteRequest::new(pind)
+        .cparams(args.cparam1, args.cparam2)
+        .params(params);
+    let mut staged_bytes = 0;
+    match &args.input {
+        Some(text) => {
+            let input = parse_input(text)?;
+            let (offset, len) = match input.range {
+                Some(r) => r,
+                None => (
+                    0,
+                    dev.stat(&input.path)
+                        .with_context(|| format!("cannot stat {}", input.path))?
+                        .size_bytes,
+                ),
+            };
+            if len == 0 {
+                bail!(
+                    "the input {} is empty; a window needs at least one byte",
+                    text
+                );
+            }
+            let h = dev
+                .alloc(len)
+                .with_context(|| format!("cannot allocate {len} bytes of device memory"))?;
+            handles.push(h);
+            staged_bytes = dev
+                .copy_file_to_mem(&input.path, offset, len, h, 0)
+                .with_context(|| format!("cannot stage {text} into device memory"))?;
+            req = req.window(h, 0, len);
+        }
+        None => {
+            let h = dev.alloc(8).context("cannot allocate window 0")?;
+            handles.push(h);
+            dev.fill_mem(h, 0, 8, 0).context("cannot zero window 0")?;
+            req = req.window(h, 0, 8);
+        }
+    }
+    let out = match args.output_size {
+        Some(0) => bail!("--output-size must be at least 1 byte"),
+        Some(n) => {
+            let h = dev
+                .alloc(n)
+                .with_context(|| format!("cannot allocate {n} bytes of output"))?;
+            handles.push(h);
+            dev.fill_mem(h, 0, n, 0)
+                .context("cannot zero the output window")?;
+            req = req.window(h, 0, n);
+            Some((h, n))
+        }
+        None => None,
+    };
+    if let Some(f) = args.fuel {
+        req = req.fuel(f);
+    }
+    steps.stage_ns = nanos(t);
+
+    let t = Instant::now();
+    let run = dev.execute(&req).context("execute")?;
+    steps.execute_ns = nanos(t);
+
+    let t = Instant::now();
+    let output = match out {
+        Some((h, n)) if !run.trapped() => Some(
+            dev.read_mem(h, 0, n)
+                .context("cannot read the output window")?,
+        ),
+        _ => None,
+    };
+    steps.output_ns = nanos(t);
+    Ok(Outcome {
+        run,
+        steps: *steps,
+        staged_bytes,
+        output,
+    })
+}
+
+fn timing_json(t: &Timing) -> serde_json::Value {
+    json!({
+        "queued_ns": t.queued_ns,
+        "transfer_ns": t.transfer_ns,
+        "prepare_ns": t.prepare_ns,
+        "execute_ns": t.execute_ns,
+        "total_ns": t.total_ns,
+        "modelled_ns": t.modelled_ns,
+    })
+}
+
+fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
+    let r = &o.run;
+    if let (Some(path), Some(bytes)) = (&args.output, &o.output) {
+        std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let show_output = args.output.is_none();
+    if args.json {
+        let trap = r
+            .trap
+            .as_ref()
+            .map(|t| json!({ "kind": t.kind_name(), "pc": t.pc, "message": t.to_string() }));
+        let detail = r
+            .detail
+            .as_ref()
+            .map(|d| json!({ "function": d.function, "code": d.code, "message": d.message }));
+        let s = o.steps;
+        let mut out = json!({
+            "r0": r.r0,
+            "r0_signed": r.r0_signed(),
+            "status": r.status.name(),
+            "trap": trap,
+            "timing": timing_json(&r.timing),
+            "host_timing": {
+                "load_ns": s.load_ns, "activate_ns": s.activate_ns, "stage_ns": s.stage_ns,
+                "execute_ns": s.execute_ns, "output_ns": s.output_ns,
+            },
+            "staged_bytes": o.staged_bytes,
+            "fuel_used": r.fuel_used,
+            "detail": detail,
+            "trace": r.trace,
+        });
+        if let (true, Some(bytes)) = (show_output, &o.output) {
+            out["output_hex"] = json!(hex_string(bytes));
+        }
+        println!("{out:#}");
+        return Ok(());
+    }
+    println!(
+        "r0        {}{}",
+        r.r0,
+        if r.r0_signed() < 0 {
+            format!(" ({})", r.r0_signed())
+        } else {
+            String::new()
+        }
+    );
+    println!("status    {}", r.status);
+    if let Some(t) = &r.trap {
+        println!("trap      {t}");
+    }
+    if let Some(d) = &r.detail {
+        println!("detail    {d}");
+    }
+    for line in &r.trace {
+        println!("trace     {line}");
+    }
+    let t = r.timing;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    println!(
+        "device    queued {:.1} µs, transfer {:.1} µs, prepare {:.1} µs, execute {:.1} µs, total {:.1} µs",
+        us(t.queued_ns),
+        us(t.transfer_ns),
+        us(t.prepare_ns),
+        us(t.execute_ns),
+        us(t.total_ns)
+    );
+    let s = o.steps;
+    println!(
+        "host      load {:.1} µs, activate {:.1} µs, stage {:.1} µs ({} bytes), execute {:.1} µs, output {:.1} µs",
+        us(s.load_ns),
+        us(s.activate_ns),
+        us(s.stage_ns),
+        o.staged_bytes,
+        us(s.execute_ns),
+        us(s.output_ns)
+    );
+    println!("fuel      {}", r.fuel_used);
+    if let (true, Some(bytes)) = (show_output, &o.output) {
+        let shown = &bytes[..bytes.len().min(256)];
+        println!(
+            "output    {} bytes{}: {}",
+            bytes.len(),
+            if shown.len() < bytes.len() {
+                ", first 256"
+            } else {
+                ""
+            },
+            hex_string(shown)
+        );
+    }
+    Ok(())
+}
+
+fn hex_string(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let image = std::fs::read(&args.prog)
+        .with_context(|| format!("cannot read {}", args.prog.display()))?;
+    let params = match &args.params_hex {
+        Some(h) => hex::parse(h).context("--params-hex")?,
+        None => Vec::new(),
+    };
+    let dev = connect::open(global)?;
+    let mut steps = Steps::default();
+    let t = Instant::now();
+    let pind = dev
+        .load_program_any_slot(program_type_of(&image), &image, args.entry.as_deref())
+        .with_context(|| format!("cannot load {}", args.prog.display()))?;
+    steps.load_ns = nanos(t);
+    let mut handles = Vec::new();
+    let outcome = stage_and_run(&dev, &args, pind, params, &mut steps, &mut handles);
+    // Clean up whatever happened; a cleanup failure only matters if the run succeeded.
+    let mut cleanup: anyhow::Result<()> = Ok(());
+    for h in handles {
+        if let Err(e) = dev.free(h) {
+            cleanup = cleanup.and(Err(e).context("cannot free device memory"));
+        }
+    }
+    if let Err(e) = dev.unload(pind) {
+        cleanup = cleanup.and(Err(e).context("cannot unload the program"));
+    }
+    let outcome = outcome?;
+    cleanup?;
+    dev.close().context("closing the device")?;
+    print_outcome(&args, &outcome)?;
+    Ok(if outcome.run.status == Status::Trap {
+        exit::TRAP
+    } else {
+        exit::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_ranges() {
+        assert_eq!(
+            parse_input("/a").unwrap(),
+            InputRange {
+                path: "/a".into(),
+                range: None
+            }
+        );
+        assert_eq!(
+            parse_input("/a:16:4KiB").unwrap(),
+            InputRange {
+                path: "/a".into(),
+                range: Some((16, 4096))
+            }
+        );
+        // A colon that is not followed by two numbers belongs to the path.
+        assert_eq!(
+            parse_input("/a:b").unwrap(),
+            InputRange {
+                path: "/a:b".into(),
+                range: None
+            }
+        );
+        assert!(parse_input("").is_err());
+    }
+}

@@ -1,0 +1,267 @@
+//! Execute Program: windows, cparams, params, r0, traps, function failures, timing.
+
+use csx_proto::limits::*;
+use csx_proto::*;
+
+use crate::common::*;
+
+#[test]
+fn windows_cparams_params_r0_on_both_engines() {
+    let h = Harness::new();
+    let image = compile("args.c");
+    h.load(0, &image, None, EngineKind::Interpreter, 4096);
+    h.load(1, &image, Some("args_echo"), EngineKind::Jit, 4096);
+    let a = h.alloc(100);
+    let b = h.alloc(300);
+    for pind in [0, 1] {
+        let c = h.ok(Op::Execute {
+            pind: ProgramIndex(pind),
+            windows: Windows::Inline(vec![range(a, 10, 50), range(b, 0, 300)]),
+            cparam1: 5,
+            cparam2: 7,
+            params: vec![1, 2, 9],
+            fuel: Some(1_000_000),
+        });
+        assert_eq!(
+            c.value,
+            5 + 14 + 200 + 3000 + 90_000 + 50_000_000 + 30_000_000_000
+        );
+        let Reply::Execute(info) = &c.reply else {
+            panic!("{:?}", c.reply)
+        };
+        assert!(info.trace.is_empty());
+        assert!(c.timing.total_ns >= c.timing.execute_ns);
+        assert!(c.timing.total_ns >= c.timing.queued_ns);
+        // No windows: r1/r2 are zero and nwindows is 0.
+        assert_eq!(h.exec(pind, vec![], 3, &[]).value, 3);
+    }
+}
+
+#[test]
+fn sum_into_output_window() {
+    let h = Harness::new();
+    h.load(0, &compile("sum.c"), None, EngineKind::Jit, 1 << 20);
+    let values: Vec<u64> = (1..=1000).collect();
+    let input = h.alloc(8000);
+    let output = h.alloc(8000);
+    h.write(input, 0, &u64s(&values));
+    let c = h.exec(
+        0,
+        vec![range(input, 0, 8000), range(output, 0, 8000)],
+        0,
+        &[],
+    );
+    assert_eq!(c.status, Status::Success);
+    assert_eq!(c.value, 500_500);
+    let out = h.read(output, 0, 16);
+    assert_eq!(out, u64s(&[2, 3]));
+}
+
+#[test]
+fn traps_are_reported() {
+    let h = Harness::new();
+    let image = compile("faults.c");
+    for (pind, entry) in [
+        (0, "null_write"),
+        (1, "spin_forever"),
+        (2, "write_args"),
+        (3, "read_past_window"),
+    ] {
+        h.load(pind, &image, Some(entry), EngineKind::Interpreter, 1 << 20);
+        h.load(pind + 10, &image, Some(entry), EngineKind::Jit, 1 << 20);
+    }
+    let w = h.alloc(64);
+    for base in [0u16, 10] {
+        let c = h.call(Op::Execute {
+            pind: ProgramIndex(base),
+            windows: Windows::Inline(vec![]),
+            cparam1: 8,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+        });
+        assert_eq!(c.status, Status::Trap);
+        assert!(
+            matches!(
+                c.trap.as_ref().unwrap().kind,
+                WireTrapKind::OutOfBounds {
+                    addr: 8,
+                    size: 8,
+                    write: true
+                }
+            ),
+            "{:?}",
+            c.trap
+        );
+        let c = h.call(Op::Execute {
+            pind: ProgramIndex(base + 1),
+            windows: Windows::Inline(vec![]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: Some(10_000),
+        });
+        assert_eq!(c.status, Status::Trap);
+        assert_eq!(
+            c.trap.as_ref().unwrap().kind,
+            WireTrapKind::FuelExhausted { budget: 10_000 }
+        );
+        let Reply::Execute(info) = &c.reply else {
+            panic!()
+        };
+        assert!(info.fuel_used > 10_000);
+        let c = h.exec(base + 2, vec![], 0, &[]);
+        assert_eq!(c.status, Status::Trap);
+        assert!(
+            matches!(c.trap.as_ref().unwrap().kind, WireTrapKind::ReadOnly { .. }),
+            "{:?}",
+            c.trap
+        );
+        let c = h.exec(base + 3, vec![range(w, 0, 64)], 0, &[]);
+        assert_eq!(c.status, Status::Trap);
+        assert!(matches!(
+            c.trap.as_ref().unwrap().kind,
+            WireTrapKind::OutOfBounds { write: false, .. }
+        ));
+    }
+    // The device keeps working after traps.
+    h.load(20, &compile("args.c"), None, EngineKind::Jit, 1 << 20);
+    assert_eq!(h.exec(20, vec![], 9, &[]).value, 9);
+}
+
+#[test]
+fn functions_trace_sort_filter() {
+    let h = Harness::new();
+    h.load(
+        0,
+        &compile("files.c"),
+        Some("misc"),
+        EngineKind::Jit,
+        1 << 20,
+    );
+    let w = h.alloc(64);
+    let c = h.exec(0, vec![range(w, 0, 64)], 0, &[]);
+    assert_eq!(c.status, Status::Success, "{:?} {:?}", c.detail, c.trap);
+    assert_eq!(c.value, 1931);
+    let Reply::Execute(info) = &c.reply else {
+        panic!()
+    };
+    assert_eq!(info.trace, ["hello from the device"]);
+    assert_eq!(h.read(w, 0, 16), [0xAB; 16]);
+    assert!(c.detail.is_none());
+}
+
+#[test]
+fn overlapping_windows_are_refused() {
+    let h = Harness::new();
+    h.load(
+        0,
+        &compile("args.c"),
+        None,
+        EngineKind::Interpreter,
+        1 << 20,
+    );
+    let a = h.alloc(128);
+    let c = h.exec(0, vec![range(a, 0, 64), range(a, 63, 10)], 0, &[]);
+    assert_eq!(c.status, Status::OverlappingMemoryRanges);
+    let c = h.exec(0, vec![range(a, 100, 29)], 0, &[]);
+    assert_eq!(c.status, Status::InvalidMemoryRangeSet);
+    let c = h.exec(0, vec![range(MemHandle(77), 0, 1)], 0, &[]);
+    assert_eq!(c.status, Status::InvalidMemoryNamespace);
+    let c = h.exec(0, vec![range(a, 0, 1); WINDOWS_MAX + 1], 0, &[]);
+    assert_eq!(c.status, Status::MaximumMemoryRangesExceeded);
+    // Disjoint parts of one allocation are fine.
+    assert_eq!(
+        h.exec(0, vec![range(a, 0, 64), range(a, 64, 64)], 0, &[])
+            .status,
+        Status::Success
+    );
+}
+
+#[test]
+fn concurrent_use_of_a_window_is_refused_in_use() {
+    let h = Harness::new();
+    let image = compile("state.c");
+    h.load(0, &image, Some("wait_gate"), EngineKind::Jit, 1 << 20);
+    h.load(1, &image, Some("open_gate"), EngineKind::Jit, 1 << 20);
+    h.load(2, &image, Some("state_len"), EngineKind::Jit, 1 << 20);
+    let a = h.alloc(64);
+    let qp = h.qp();
+    // Hold window a in a run that waits on the gate.
+    qp.submit(Command::new(
+        CommandId(1000),
+        Op::Execute {
+            pind: ProgramIndex(0),
+            windows: Windows::Inline(vec![range(a, 0, 64)]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: Some(FUEL_MAX),
+        },
+    ))
+    .unwrap();
+    // Probe the window until the waiting run holds it (a probe that ran before is harmless).
+    let mut refused = None;
+    for i in 0..10_000u64 {
+        qp.submit(Command::new(
+            CommandId(2000 + i),
+            Op::Execute {
+                pind: ProgramIndex(2),
+                windows: Windows::Inline(vec![range(a, 32, 1)]),
+                cparam1: 0,
+                cparam2: 0,
+                params: vec![],
+                fuel: None,
+            },
+        ))
+        .unwrap();
+        let c = loop {
+            let c = qp.reap(None).unwrap();
+            if c.id.0 >= 2000 {
+                break c;
+            }
+        };
+        if c.status == Status::MemoryRangeSetInUse {
+            refused = Some(c);
+            break;
+        }
+        assert_eq!(c.value, 4096);
+    }
+    let c = refused.expect("the waiting run never held its window");
+    assert_eq!(c.detail.unwrap().function, "execute");
+    // Memory commands on it are refused too, and freeing it.
+    qp.submit(Command::new(
+        CommandId(3),
+        Op::MemWrite {
+            handle: a,
+            offset: 0,
+            data: vec![1],
+        },
+    ))
+    .unwrap();
+    assert_eq!(qp.reap(None).unwrap().status, Status::MemoryRangeSetInUse);
+    qp.submit(Command::new(CommandId(4), Op::MemFree { handle: a }))
+        .unwrap();
+    assert_eq!(qp.reap(None).unwrap().status, Status::MemoryRangeSetInUse);
+    // Open the gate (no windows), then the waiting run completes with r0 = 7.
+    qp.submit(Command::new(
+        CommandId(5),
+        Op::Execute {
+            pind: ProgramIndex(1),
+            windows: Windows::Inline(vec![]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+        },
+    ))
+    .unwrap();
+    let mut got = std::collections::HashMap::new();
+    while got.len() < 2 {
+        let c = qp.reap(None).unwrap();
+        got.insert(c.id.0, c);
+    }
+    assert_eq!(got[&5].value, 1);
+    assert_eq!(got[&1000].value, 7);
+    assert_eq!(h.read(a, 0, 1), [0]);
+}

@@ -1,0 +1,257 @@
+//! Program slots: chunked load, activation on both engines, TP4091 status codes, listing.
+
+use csx_proto::limits::*;
+use csx_proto::*;
+
+use crate::common::*;
+
+#[test]
+fn lifecycle_and_status_codes() {
+    let h = Harness::new();
+    let image = compile("args.c");
+    let p = ProgramIndex(4);
+    h.fails(
+        Op::ActivateProgram {
+            pind: p,
+            engine: EngineKind::Jit,
+        },
+        Status::NoProgram,
+    );
+    h.fails(Op::DeactivateProgram { pind: p }, Status::NoProgram);
+    h.fails(Op::UnloadProgram { pind: p }, Status::NoProgram);
+    let exec = || Op::Execute {
+        pind: p,
+        windows: Windows::Inline(vec![]),
+        cparam1: 1,
+        cparam2: 0,
+        params: vec![],
+        fuel: None,
+    };
+    h.fails(exec(), Status::NoProgram);
+    // Chunked load in 100-byte pieces; the slot lists as loading in between.
+    let total = image.len() as u32;
+    h.ok(Op::LoadProgram {
+        pind: p,
+        ptype: ProgramType::Elf,
+        total_size_bytes: total,
+        offset: 0,
+        data: image[..100].to_vec(),
+        entry: None,
+    });
+    let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
+        panic!()
+    };
+    assert_eq!(
+        (list[0].pind, list[0].state, list[0].loaded_bytes),
+        (p, ProgramState::Loading, 100)
+    );
+    h.fails(exec(), Status::NoProgram);
+    // A gap in the offsets is refused without losing the load.
+    h.fails(
+        Op::LoadProgram {
+            pind: p,
+            ptype: ProgramType::Elf,
+            total_size_bytes: total,
+            offset: 150,
+            data: vec![0; 10],
+            entry: None,
+        },
+        Status::InvalidField,
+    );
+    for off in (100..image.len()).step_by(100) {
+        let end = (off + 100).min(image.len());
+        h.ok(Op::LoadProgram {
+            pind: p,
+            ptype: ProgramType::Elf,
+            total_size_bytes: total,
+            offset: off as u32,
+            data: image[off..end].to_vec(),
+            entry: None,
+        });
+    }
+    let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
+        panic!()
+    };
+    assert_eq!(
+        (list[0].state, list[0].name.as_str()),
+        (ProgramState::Loaded, "args_echo")
+    );
+    h.fails(exec(), Status::ProgramNotActivated);
+    // Loading over an occupied slot is "program in use".
+    h.fails(
+        Op::LoadProgram {
+            pind: p,
+            ptype: ProgramType::Elf,
+            total_size_bytes: total,
+            offset: 0,
+            data: image.clone(),
+            entry: None,
+        },
+        Status::ProgramInUse,
+    );
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let c = h.ok(Op::ActivateProgram { pind: p, engine });
+        assert!(c.timing.prepare_ns > 0);
+        assert_eq!(h.ok(exec()).value, 1);
+        let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
+            panic!()
+        };
+        assert_eq!(
+            (list[0].state, list[0].engine, list[0].executions),
+            (ProgramState::Active, Some(engine), 1)
+        );
+        // Another engine needs a deactivation first.
+        let other = if engine == EngineKind::Jit {
+            EngineKind::Interpreter
+        } else {
+            EngineKind::Jit
+        };
+        h.fails(
+            Op::ActivateProgram {
+                pind: p,
+                engine: other,
+            },
+            Status::ProgramInUse,
+        );
+        h.ok(Op::DeactivateProgram { pind: p });
+    }
+    h.ok(Op::UnloadProgram { pind: p });
+    let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
+        panic!()
+    };
+    assert!(list.is_empty());
+    h.fails(exec(), Status::NoProgram);
+}
+
+#[test]
+fn bad_programs_and_limits() {
+    let h = Harness::new();
+    let bad_pind = ProgramIndex(PROGRAM_SLOTS_COUNT);
+    h.fails(
+        Op::ActivateProgram {
+            pind: bad_pind,
+            engine: EngineKind::Jit,
+        },
+        Status::InvalidProgramIndex,
+    );
+    // Garbage is not an ELF object: refused when the image completes.
+    h.fails(
+        Op::LoadProgram {
+            pind: ProgramIndex(0),
+            ptype: ProgramType::Elf,
+            total_size_bytes: 64,
+            offset: 0,
+            data: vec![7; 64],
+            entry: None,
+        },
+        Status::InvalidProgramData,
+    );
+    // An entry that the object does not have.
+    let image = compile("faults.c");
+    let c = h.fails(
+        Op::LoadProgram {
+            pind: ProgramIndex(0),
+            ptype: ProgramType::Elf,
+            total_size_bytes: image.len() as u32,
+            offset: 0,
+            data: image.clone(),
+            entry: Some("no_such_function".into()),
+        },
+        Status::InvalidProgramData,
+    );
+    assert_eq!(c.detail.unwrap().function, "loader");
+    // Too big for a slot.
+    h.fails(
+        Op::LoadProgram {
+            pind: ProgramIndex(0),
+            ptype: ProgramType::Raw,
+            total_size_bytes: PROGRAM_SIZE_MAX + 1,
+            offset: 0,
+            data: vec![0; 8],
+            entry: None,
+        },
+        Status::ProgramTooBig,
+    );
+    // Raw bytecode that does not verify (jump out of the program) loads but does not activate.
+    let raw = [0x05, 0, 0x10, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    h.ok(Op::LoadProgram {
+        pind: ProgramIndex(1),
+        ptype: ProgramType::Raw,
+        total_size_bytes: 16,
+        offset: 0,
+        data: raw.to_vec(),
+        entry: None,
+    });
+    let c = h.fails(
+        Op::ActivateProgram {
+            pind: ProgramIndex(1),
+            engine: EngineKind::Jit,
+        },
+        Status::InvalidProgramData,
+    );
+    assert_eq!(c.detail.unwrap().function, "verifier");
+    // MAXACT: the 33rd activation is refused.
+    let ret = [0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    for i in 2..2 + PROGRAMS_ACTIVE_MAX + 1 {
+        h.ok(Op::LoadProgram {
+            pind: ProgramIndex(i),
+            ptype: ProgramType::Raw,
+            total_size_bytes: 16,
+            offset: 0,
+            data: ret.to_vec(),
+            entry: None,
+        });
+    }
+    for i in 2..2 + PROGRAMS_ACTIVE_MAX {
+        h.ok(Op::ActivateProgram {
+            pind: ProgramIndex(i),
+            engine: EngineKind::Interpreter,
+        });
+    }
+    h.fails(
+        Op::ActivateProgram {
+            pind: ProgramIndex(2 + PROGRAMS_ACTIVE_MAX),
+            engine: EngineKind::Interpreter,
+        },
+        Status::MaximumProgramsActivated,
+    );
+    assert_eq!(h.exec(2, vec![], 0, &[]).value, 42);
+}
+
+#[test]
+fn function_table_is_published() {
+    let h = Harness::new();
+    let Reply::Functions(fs) = h.ok(Op::ListFunctions).reply else {
+        panic!()
+    };
+    let names: Vec<&str> = fs.iter().map(|f| f.name.as_str()).collect();
+    for required in [
+        "csx_file_size",
+        "csx_file_read",
+        "csx_file_write",
+        "csx_memcpy",
+        "csx_memset",
+        "csx_now_ns",
+        "csx_trace",
+        "csx_filter_u32",
+        "csx_filter_u64",
+        "csx_sort_u64",
+    ] {
+        assert!(
+            names.contains(&required),
+            "{required} missing from {names:?}"
+        );
+    }
+    let read = fs.iter().find(|f| f.name == "csx_file_read").unwrap();
+    assert_eq!(
+        read.c_decl,
+        "long csx_file_read(const char *path, unsigned long path_len, unsigned long offset, void *dst, unsigned long len);"
+    );
+    assert_eq!(read.args[3], WireArgKind::PtrOut { len_arg: 4 });
+    let Reply::Device(info) = h.ok(Op::Identify).reply else {
+        panic!()
+    };
+    assert_eq!(info.engines, 3);
+    assert_eq!(info.slm_size_bytes, 64 << 20);
+    assert_eq!(info.abi_version, ABI_VERSION);
+}

@@ -1,0 +1,550 @@
+//! Unit tests: the JIT against the reference interpreter on hand-written programs that
+//! aim at the JIT's own machinery (inline bounds checks per region and the cross-region
+//! slow path, fuel at back-edges, the frame-pointer depth check, the helper trampoline,
+//! if-conversion). Method: assemble, verify, run on both engines over identical fresh
+//! memory, and require equal outcome (r0 or trap, fuel) and equal memory afterwards;
+//! some tests also pin the expected trap.
+
+use std::sync::Arc;
+
+use csx_ebpf::asm::assemble;
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
+use csx_ebpf::interp::Interpreter;
+use csx_ebpf::memory::{MemoryMap, RegionIdx};
+use csx_ebpf::program::{GlobalSection, Program, VerifiedProgram};
+use csx_ebpf::trap::{Trap, TrapKind};
+use csx_ebpf::verifier::verify;
+
+use super::*;
+
+/// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with
+/// 0xab, 3 aborts, 4 panics, 6 unmaps the stack.
+struct TestHost;
+
+impl HelperHost for TestHost {
+    fn call(
+        &mut self,
+        id: u32,
+        args: [u64; 5],
+        mem: &mut MemoryMap<'_>,
+    ) -> Result<u64, HelperAbort> {
+        match id {
+            1 => Ok(args.iter().fold(0u64, |a, b| a.wrapping_add(*b))),
+            2 => {
+                let out = mem
+                    .slice_mut(args[0], args[1])
+                    .expect("checked by call_helper");
+                out.fill(0xab);
+                Ok(args[1])
+            }
+            3 => Err(HelperAbort {
+                code: -7,
+                message: "asked to".into(),
+            }),
+            4 => panic!("helper 4 always panics"),
+            6 => {
+                mem.unmap(RegionIdx::STACK);
+                Ok(0)
+            }
+            _ => Err(HelperAbort {
+                code: -38,
+                message: format!("no helper {id}"),
+            }),
+        }
+    }
+}
+
+fn table() -> Arc<FunctionTable> {
+    let mut t = FunctionTable::new();
+    let sig = |id: u32, name: &str, args: Vec<ArgKind>| FunctionSig {
+        name: name.into(),
+        id,
+        args,
+        version: 1,
+        doc: String::new(),
+    };
+    let scalars = vec![ArgKind::Scalar; 5];
+    t.insert(sig(1, "sum", scalars.clone())).unwrap();
+    t.insert(sig(
+        2,
+        "fill",
+        vec![ArgKind::PtrOut { len_arg: 1 }, ArgKind::Scalar],
+    ))
+    .unwrap();
+    t.insert(sig(3, "abort", vec![])).unwrap();
+    t.insert(sig(4, "panic", vec![])).unwrap();
+    t.insert(sig(6, "unmap_stack", vec![])).unwrap();
+    Arc::new(t)
+}
+
+fn program(src: &str, globals: Vec<GlobalSection>) -> Arc<VerifiedProgram> {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = Program {
+        insns,
+        entry: 0,
+        globals,
+        name: "test".into(),
+    };
+    Arc::new(verify(p, table()).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Region 2: 64 writable bytes `0, 1, 2, ...`; region 3: 16 read-only bytes `0x10..`.
+/// r1 = region 2, r2 = its length, r3 = region 3.
+fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
+    let mut rw: Vec<u8> = (0..64).collect();
+    let ro: Vec<u8> = (0x10..0x20).collect();
+    let mut map = MemoryMap::new();
+    let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+    let b = map.map_read_only(RegionIdx(3), &ro).unwrap();
+    let out = engine.run(
+        &mut map,
+        [a, 64, b, 0, 0],
+        &RunOptions { fuel },
+        &mut TestHost,
+    );
+    drop(map);
+    (out, rw)
+}
+
+/// Runs `p` on both engines; asserts they agree and returns the outcome.
+fn check_program(p: Arc<VerifiedProgram>, fuel: u64) -> RunOutcome {
+    let interp = Interpreter::new(p.clone());
+    let jit = JitProgram::compile(p).unwrap_or_else(|e| panic!("{e}"));
+    let (want, want_mem) = run_on(&interp, fuel);
+    let (got, got_mem) = run_on(&jit, fuel);
+    assert_eq!(got, want, "jit vs interpreter, fuel {fuel}");
+    assert_eq!(got_mem, want_mem, "memory after the run, fuel {fuel}");
+    got
+}
+
+fn check(src: &str) -> RunOutcome {
+    check_program(program(src, vec![]), 1_000_000)
+}
+
+fn trap_of(out: &RunOutcome) -> &Trap {
+    out.result.as_ref().expect_err("the program should trap")
+}
+
+#[test]
+fn traps_in_every_region() {
+    let cases: &[(&str, TrapKind)] = &[
+        // Null page.
+        (
+            "mov %r0, 0\nldxdw %r0, [%r0+8]\nexit",
+            TrapKind::OutOfBounds {
+                addr: 8,
+                size: 8,
+                write: false,
+            },
+        ),
+        // Below the stack, through a computed pointer (wraps into region 0).
+        (
+            "mov %r4, %r10\nadd %r4, -4100\nldxb %r0, [%r4+0]\nexit",
+            TrapKind::OutOfBounds {
+                addr: 0xffff_fffc,
+                size: 1,
+                write: false,
+            },
+        ),
+        // Straddling the stack's end.
+        (
+            "mov %r4, %r10\nstxdw [%r4-4], %r1\nexit",
+            TrapKind::OutOfBounds {
+                addr: (1 << 32) + 4092,
+                size: 8,
+                write: true,
+            },
+        ),
+        // Past the end of an embedder region, positive and negative offsets.
+        (
+            "ldxw %r0, [%r1+62]\nexit",
+            TrapKind::OutOfBounds {
+                addr: (2 << 32) + 62,
+                size: 4,
+                write: false,
+            },
+        ),
+        (
+            "add %r1, 8\nldxdw %r0, [%r1-9]\nexit",
+            TrapKind::OutOfBounds {
+                addr: (2 << 32) - 1,
+                size: 8,
+                write: false,
+            },
+        ),
+        // Read-only region: store, atomic, and a store past its end (out of bounds).
+        (
+            "stb [%r3+0], 1\nexit",
+            TrapKind::ReadOnly {
+                addr: 3 << 32,
+                size: 1,
+            },
+        ),
+        (
+            "mov %r4, 1\nlock add [%r3+8], %r4\nexit",
+            TrapKind::ReadOnly {
+                addr: (3 << 32) + 8,
+                size: 8,
+            },
+        ),
+        (
+            "stw [%r3+14], 1\nexit",
+            TrapKind::OutOfBounds {
+                addr: (3 << 32) + 14,
+                size: 4,
+                write: true,
+            },
+        ),
+        // Unmapped embedder region, and a region index past the table.
+        (
+            "lddw %r4, 0x500000000\nldxb %r0, [%r4+0]\nexit",
+            TrapKind::OutOfBounds {
+                addr: 5 << 32,
+                size: 1,
+                write: false,
+            },
+        ),
+        (
+            "lddw %r4, 0x2000000010\nstb [%r4+0], 1\nexit",
+            TrapKind::OutOfBounds {
+                addr: (32 << 32) + 16,
+                size: 1,
+                write: true,
+            },
+        ),
+        (
+            "lddw %r4, -1\nldxb %r0, [%r4+0]\nexit",
+            TrapKind::OutOfBounds {
+                addr: u64::MAX,
+                size: 1,
+                write: false,
+            },
+        ),
+    ];
+    for (src, kind) in cases {
+        let out = check(src);
+        assert_eq!(&trap_of(&out).kind, kind, "{src}");
+    }
+}
+
+#[test]
+fn offsets_may_carry_into_the_next_region() {
+    // The last byte of region 2's address space plus 2 is byte 1 of region 3: legal.
+    let out = check("lddw %r4, 0x2ffffffff\nldxb %r0, [%r4+2]\nexit");
+    assert_eq!(out.result, Ok(0x11));
+    // And the same from below: byte 0 of region 3 minus one is region 2's last offset.
+    let out = check("lddw %r4, 0x300000000\nldxb %r0, [%r4-1]\nexit");
+    assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+}
+
+#[test]
+fn globals_are_mapped_and_read_only_ones_trap() {
+    let globals = vec![
+        GlobalSection {
+            name: ".rodata".into(),
+            data: vec![7; 8],
+            writable: false,
+        },
+        GlobalSection {
+            name: ".data".into(),
+            data: vec![1; 8],
+            writable: true,
+        },
+    ];
+    let src = "lddw %r4, 0x1600000000\nlddw %r5, 0x1700000000\n\
+               ldxdw %r0, [%r4+0]\nldxb %r6, [%r5+3]\nadd %r0, %r6\nstxb [%r5+0], %r0\n\
+               ldxb %r7, [%r5+0]\nadd %r0, %r7\nstb [%r4+0], 0\nexit";
+    let out = check_program(program(src, globals), 100);
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::ReadOnly {
+            addr: 0x16_0000_0000,
+            size: 1
+        }
+    );
+    assert_eq!(trap_of(&out).pc, 10);
+}
+
+#[test]
+fn stack_accesses_stay_in_their_frame() {
+    // Values written in the caller's frame survive a call whose callee writes its own
+    // frame at the same r10 offsets, and the callee reads the caller's through a pointer.
+    let out = check(
+        "stdw [%r10-8], 11\nmov %r1, %r10\ncall local f\nldxdw %r1, [%r10-8]\nadd %r0, %r1\nexit\n\
+         f:\nstdw [%r10-8], 22\nldxdw %r0, [%r1-8]\nldxdw %r2, [%r10-8]\nadd %r0, %r2\nexit",
+    );
+    assert_eq!(out.result, Ok(11 + 22 + 11));
+}
+
+#[test]
+fn fuel_matches_on_loops_at_every_budget() {
+    // Nested loops: a conditional back-edge, a `ja` back-edge and a `ja32` one.
+    let src = "mov %r0, 0\nmov %r6, 3\nouter:\nmov %r7, 4\ninner:\nadd %r0, 1\nsub %r7, 1\n\
+               jne %r7, 0, inner\nsub %r6, 1\njeq %r6, 0, done\nja32 outer\ndone:\n\
+               mov %r8, 2\nagain:\nsub %r8, 1\njeq %r8, 0, end\nja again\nend:\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(12));
+    for fuel in 0..=full.fuel_used + 1 {
+        let out = check_program(p.clone(), fuel);
+        if fuel < full.fuel_used {
+            assert!(
+                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
+            );
+        } else {
+            assert_eq!(out, full);
+        }
+    }
+}
+
+#[test]
+fn infinite_loops_stop_on_fuel() {
+    let out = check("ja -1");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::FuelExhausted { budget: 1_000_000 }
+    );
+    assert_eq!(out.fuel_used, 1_000_001);
+}
+
+#[test]
+fn recursion_up_to_the_depth_limit() {
+    // f(n) = n == 0 ? 0 : 1 + f(n - 1); entry calls f(r4).
+    let src = |n: u32| {
+        format!(
+            "mov %r1, {n}\ncall local f\nexit\n\
+             f:\nmov %r0, 0\njeq %r1, 0, out\nmov %r6, %r1\nsub %r1, 1\ncall local f\n\
+             add %r0, 1\nmov %r1, %r6\nout:\nexit"
+        )
+    };
+    for n in 0..10u32 {
+        let out = check(&src(n));
+        // Frames: the entry plus n + 1 activations of f.
+        if n + 2 <= 8 {
+            assert_eq!(out.result, Ok(u64::from(n)));
+        } else {
+            let trap = trap_of(&out);
+            assert_eq!(trap.kind, TrapKind::CallDepthExceeded { depth_max: 8 });
+            assert_eq!(trap.pc, 7);
+        }
+    }
+}
+
+#[test]
+fn local_calls_pass_and_keep_the_right_registers() {
+    let out = check(
+        "mov %r0, 100\nmov %r1, 1\nmov %r5, 5\nmov %r6, 6\nmov %r9, 9\ncall local f\n\
+         add %r0, %r6\nadd %r0, %r9\nadd %r0, %r1\nadd %r0, %r5\nexit\n\
+         f:\nadd %r0, %r6\nmov %r6, 60\nmov %r9, 90\nmov %r1, 1000\nmov %r5, 5000\nexit",
+    );
+    // f sees the caller's r0 and r6; the caller gets r0, r1 and r5 back but keeps r6-r9.
+    assert_eq!(out.result, Ok(106 + 6 + 9 + 1000 + 5000));
+}
+
+#[test]
+fn helper_calls_and_their_traps() {
+    let sum = "mov %r1, 1\nmov %r2, 0\nmov %r3, 0\nmov %r4, 0\nmov %r5, 4\ncall 1\nexit";
+    assert_eq!(check(sum).result, Ok(5));
+    // A helper writing through a checked pointer, then its argument checks.
+    let out = check("add %r1, 60\nmov %r2, 4\ncall 2\nldxw %r0, [%r1+0]\nexit");
+    assert_eq!(out.result, Ok(0xabab_abab));
+    let out = check("add %r1, 61\nmov %r2, 4\ncall 2\nexit");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::HelperArgument {
+            helper: 2,
+            arg: 0,
+            addr: (2 << 32) + 61,
+            len: 4
+        }
+    );
+    let out = check("mov %r1, %r3\nmov %r2, 1\ncall 2\nexit");
+    assert!(matches!(
+        trap_of(&out).kind,
+        TrapKind::HelperArgument { helper: 2, .. }
+    ));
+    let out = check("mov %r0, 1\ncall 3\nexit");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::HelperAbort {
+            helper: 3,
+            code: -7,
+            message: "asked to".into()
+        }
+    );
+    // callx with an id the table lacks, including one that is not a u32.
+    for id in ["7", "-1"] {
+        let out = check(&format!("mov %r8, {id}\ncall %r8\nexit"));
+        assert!(matches!(trap_of(&out).kind, TrapKind::UnknownHelper { .. }));
+        assert_eq!(trap_of(&out).pc, 1);
+    }
+}
+
+#[test]
+fn helper_panics_become_aborts() {
+    // The interpreter lets a panicking helper's panic propagate; compiled code must not
+    // be unwound through, so the JIT reports it as a trap.
+    let jit = JitProgram::compile(program("mov %r0, 3\ncall 4\nexit", vec![])).unwrap();
+    let (out, _) = run_on(&jit, 100);
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 1);
+    assert!(
+        matches!(&trap.kind, TrapKind::HelperAbort { helper: 4, message, .. } if message.contains("always panics")),
+        "{trap}"
+    );
+}
+
+#[test]
+fn helpers_may_not_remap_the_stack() {
+    let jit = JitProgram::compile(program("call 6\nldxdw %r0, [%r10-8]\nexit", vec![])).unwrap();
+    let (out, _) = run_on(&jit, 100);
+    assert!(matches!(
+        trap_of(&out).kind,
+        TrapKind::HelperAbort { helper: 6, .. }
+    ));
+}
+
+#[test]
+fn atomics_aligned_and_unaligned() {
+    let out = check(
+        "mov %r4, 5\nlock fetch add [%r1+8], %r4\nmov %r0, %r4\n\
+         mov %r5, 3\nlock fetch or32 [%r1+1], %r5\nadd %r0, %r5\n\
+         mov %r6, 9\nlock xchg [%r1+3], %r6\nadd %r0, %r6\n\
+         ldxdw %r0, [%r1+16]\nmov %r7, 77\nlock cmpxchg [%r1+16], %r7\n\
+         lddw %r0, 0x1716151413121110\nlock cmpxchg32 [%r1+17], %r7\n\
+         mov %r8, 0\nlock cmpxchg [%r10-8], %r8\nldxdw %r1, [%r1+16]\nadd %r0, %r1\nexit",
+    );
+    assert!(out.result.is_ok());
+}
+
+#[test]
+fn division_edge_cases() {
+    for op in [
+        "div", "sdiv", "mod", "smod", "div32", "sdiv32", "mod32", "smod32",
+    ] {
+        for (a, b) in [
+            ("-9", "0"),
+            ("0x8000000000000000", "-1"),
+            ("0x80000000", "-1"),
+            ("-7", "2"),
+        ] {
+            let reg = check(&format!(
+                "lddw %r0, {a}\nlddw %r2, {b}\n{op} %r0, %r2\nexit"
+            ));
+            let imm = check(&format!("lddw %r0, {a}\n{op} %r0, {b}\nexit"));
+            assert_eq!(reg.result, imm.result, "{op} {a} {b}");
+        }
+    }
+}
+
+#[test]
+fn if_conversion_keeps_filter_results() {
+    // A branchy filter over the 64 input bytes: clamp, count in range, pick the max.
+    // Its branches are triangles and a diamond, which the JIT turns into selects.
+    let src = "mov %r0, 0\nmov %r6, 0\nmov %r7, 0\nmov %r8, 0\n\
+               loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\n\
+               jlt %r3, 40, small\nmov %r5, 2\nadd %r5, %r3\nja joined\nsmall:\nmov %r5, %r3\nlsh %r5, 1\njoined:\n\
+               jgt %r5, 100, skip\nadd %r0, 1\nskip:\n\
+               jle %r5, %r7, notmax\nmov %r7, %r5\nnotmax:\n\
+               jset %r3, 1, odd\nadd %r8, %r3\nodd:\n\
+               add %r6, 1\njlt %r6, %r2, loop\n\
+               lsh %r0, 32\nlsh %r7, 16\nor %r0, %r7\nor %r0, %r8\nexit";
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(
+        plan.functions[0].ifconv.len(),
+        4,
+        "{:?}",
+        plan.functions[0].ifconv
+    );
+    let out = check_program(p, 1_000_000);
+    let data: Vec<u64> = (0..64).collect();
+    let mapped: Vec<u64> = data
+        .iter()
+        .map(|&x| if x < 40 { x << 1 } else { 2 + x })
+        .collect();
+    let count = mapped.iter().filter(|&&x| x <= 100).count() as u64;
+    let max = mapped.iter().copied().max().unwrap();
+    let even_sum: u64 = data.iter().filter(|&&x| x & 1 == 0).sum();
+    assert_eq!(out.result, Ok((count << 32) | (max << 16) | even_sum));
+}
+
+#[test]
+fn runs_concurrently_from_many_threads() {
+    let p = program(
+        "mov %r0, 0\nloop:\nadd %r0, %r2\nsub %r2, 1\njne %r2, 0, loop\nexit",
+        vec![],
+    );
+    let jit = Arc::new(JitProgram::compile(p).unwrap());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let jit = jit.clone();
+            s.spawn(move || {
+                for _ in 0..100 {
+                    let (out, _) = run_on(&*jit, 10_000);
+                    assert_eq!(out.result, Ok(64 * 65 / 2));
+                }
+            });
+        }
+    });
+    assert!(jit.compile_time() > Duration::ZERO);
+    assert!(jit.code_size() > 0);
+}
+
+/// The loop of clang's eBPF build of `sdk/bench/filter.c`, over 4 records of 16 bytes
+/// at r1 (price, quantity, flags, region as u32), with the parameters on the stack.
+/// `pass = (price < 20 && quantity >= 10) || ((flags & 1) != 0 && region == 3)`.
+fn filter_program(records: u32) -> String {
+    format!(
+        "mov %r6, 20\nmov %r4, 1\nstdw [%r10-8], 10\nstdw [%r10-16], 3\n\
+         mov %r0, 0\nmov %r7, 0\nmov %r8, 0\nmov %r2, {records}\nadd %r1, 12\n\
+         loop:\nldxw %r9, [%r1-12]\njge %r9, %r6, second\n\
+         ldxw %r3, [%r1-8]\nldxdw %r5, [%r10-8]\njge %r3, %r5, pass\n\
+         second:\nldxw %r3, [%r1-4]\nand %r3, %r4\nlsh %r3, 32\nrsh %r3, 32\njeq %r3, 0, next\n\
+         ldxw %r3, [%r1+0]\nldxdw %r5, [%r10-16]\njne %r3, %r5, next\n\
+         pass:\nadd %r7, %r9\nadd %r0, 1\n\
+         next:\nadd %r1, 16\nadd %r8, 1\njgt %r2, %r8, loop\n\
+         lsh %r0, 32\nor %r0, %r7\nexit"
+    )
+}
+
+#[test]
+fn speculative_regions_keep_filter_results() {
+    let p = program(&filter_program(4), vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(
+        plan.functions[0].regions.len(),
+        1,
+        "{:?}",
+        plan.functions[0]
+    );
+    // The data region holds bytes 0..64: records (0x03020100, 0x07060504, ...).
+    let out = check_program(p, 10_000);
+    assert!(out.result.is_ok());
+}
+
+#[test]
+fn speculative_region_faults_only_when_the_load_runs() {
+    // Six records over a 64-byte region: the fifth record is the last in bounds, the
+    // sixth faults in the region's first load, and an earlier, skipped load would be out
+    // of bounds on every iteration (through r3 = a region-3 pointer, past its end).
+    let src = filter_program(6).replace("ldxw %r3, [%r1+0]", "ldxw %r3, [%r1+0]");
+    let out = check_program(program(&src, vec![]), 10_000);
+    let trap = trap_of(&out);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: false, .. }),
+        "{trap}"
+    );
+    // A load that would fault sits in a block that never runs: no trap.
+    let src = "mov %r0, 0\nmov %r4, 7\njeq %r4, 7, skip\nldxw %r0, [%r3+100]\n\
+               ldxw %r5, [%r1+0]\nadd %r0, %r5\nskip:\nldxw %r6, [%r1+4]\nadd %r0, %r6\nexit";
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(plan.functions[0].regions.len(), 1);
+    let out = check_program(p, 100);
+    assert_eq!(out.result, Ok(0x0706_0504));
+    // And the same load in a block that runs traps at its own pc.
+    let out = check(&src.replace("mov %r4, 7", "mov %r4, 8"));
+    assert_eq!(trap_of(&out).pc, 3);
+}

@@ -1,0 +1,144 @@
+//! Device URIs: which transport reaches a device, and where.
+//!
+//! | URI                         | device                                         |
+//! |-----------------------------|------------------------------------------------|
+//! | `PATH`, `inproc://PATH`     | embedded: the state directory, opened in-process |
+//! | `shm://NAME`                | a `csx device serve` on this machine (issue 4) |
+//! | `tcp://HOST:PORT`           | a `csx device serve` across the network (issue 4) |
+//!
+//! A string without `://` is a path, so `./dev`, `/var/lib/csx` and `dev0` all name
+//! embedded devices.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::error::OpenError;
+
+/// A parsed device URI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceUri {
+    /// An embedded device in this state directory.
+    Embedded(PathBuf),
+    /// A device served over shared memory under this name.
+    Shm { name: String },
+    /// A device served over TCP at `HOST:PORT`.
+    Tcp { addr: String },
+}
+
+impl DeviceUri {
+    /// Parses `uri` (see the module doc).
+    pub fn parse(uri: &str) -> Result<DeviceUri, OpenError> {
+        let bad = |reason| OpenError::BadUri {
+            uri: uri.to_string(),
+            reason,
+        };
+        if uri.is_empty() {
+            return Err(bad("is empty"));
+        }
+        let Some((scheme, rest)) = uri.split_once("://") else {
+            return Ok(DeviceUri::Embedded(PathBuf::from(uri)));
+        };
+        let is_scheme = !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if !is_scheme {
+            return Ok(DeviceUri::Embedded(PathBuf::from(uri)));
+        }
+        if rest.is_empty() {
+            return Err(bad("names no device after the scheme"));
+        }
+        match scheme.to_ascii_lowercase().as_str() {
+            "inproc" | "file" => Ok(DeviceUri::Embedded(PathBuf::from(rest))),
+            "shm" => Ok(DeviceUri::Shm {
+                name: rest.to_string(),
+            }),
+            "tcp" => {
+                if !rest.contains(':') {
+                    return Err(bad("tcp needs HOST:PORT"));
+                }
+                Ok(DeviceUri::Tcp {
+                    addr: rest.to_string(),
+                })
+            }
+            _ => Err(OpenError::UnknownScheme {
+                uri: uri.to_string(),
+                scheme: scheme.to_string(),
+            }),
+        }
+    }
+
+    /// The transport's name: `inproc`, `shm` or `tcp`.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            DeviceUri::Embedded(_) => "inproc",
+            DeviceUri::Shm { .. } => "shm",
+            DeviceUri::Tcp { .. } => "tcp",
+        }
+    }
+}
+
+impl fmt::Display for DeviceUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceUri::Embedded(p) => write!(f, "{}", p.display()),
+            DeviceUri::Shm { name } => write!(f, "shm://{name}"),
+            DeviceUri::Tcp { addr } => write!(f, "tcp://{addr}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes() {
+        assert_eq!(
+            DeviceUri::parse("dev0").unwrap(),
+            DeviceUri::Embedded("dev0".into())
+        );
+        assert_eq!(
+            DeviceUri::parse("/a/b").unwrap(),
+            DeviceUri::Embedded("/a/b".into())
+        );
+        assert_eq!(
+            DeviceUri::parse("inproc:///a").unwrap(),
+            DeviceUri::Embedded("/a".into())
+        );
+        assert_eq!(
+            DeviceUri::parse("shm://dev0").unwrap(),
+            DeviceUri::Shm {
+                name: "dev0".into()
+            }
+        );
+        assert_eq!(
+            DeviceUri::parse("tcp://127.0.0.1:7000").unwrap(),
+            DeviceUri::Tcp {
+                addr: "127.0.0.1:7000".into()
+            }
+        );
+        assert!(matches!(
+            DeviceUri::parse("nvme://x"),
+            Err(OpenError::UnknownScheme { .. })
+        ));
+        assert!(matches!(
+            DeviceUri::parse("tcp://host"),
+            Err(OpenError::BadUri { .. })
+        ));
+        assert!(matches!(
+            DeviceUri::parse(""),
+            Err(OpenError::BadUri { .. })
+        ));
+        assert!(matches!(
+            DeviceUri::parse("shm://"),
+            Err(OpenError::BadUri { .. })
+        ));
+        // Not a scheme: a path that happens to contain "://".
+        assert_eq!(
+            DeviceUri::parse("./a://b").unwrap(),
+            DeviceUri::Embedded("./a://b".into())
+        );
+    }
+}
