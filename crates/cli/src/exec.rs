@@ -21,10 +21,10 @@ use crate::{exit, hex, GlobalArgs};
 const EXEC_HELP: &str = "\
 The program's view (C, compiled with `clang -O2 -target bpf -c`):
   u64 entry(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args)
-  data/len      window 0: the --input range, staged into device memory
+  data, len         window 0: the --input range, staged into device memory
   args->windows[1]  the --output-size bytes (zeroed), read back after the run
-  state         the device's shared state, kept across executions
-  args          cparam1, cparam2, the windows, and the --params-hex bytes
+  state             the device's shared state, kept across executions
+  args              cparam1, cparam2, the windows, and the --params-hex bytes
 Without --input, window 0 is 8 zero bytes, so the output is always window 1.
 
 Examples:

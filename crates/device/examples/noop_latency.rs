@@ -9,9 +9,16 @@ use csx_device::{Device, DeviceConfig};
 use csx_proto::*;
 
 fn main() {
-    let iterations: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let iterations: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(100_000);
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let config = DeviceConfig { nvm_size_bytes: 16 << 20, slm_size_bytes: 16 << 20, ..DeviceConfig::default() };
+    let config = DeviceConfig {
+        nvm_size_bytes: 16 << 20,
+        slm_size_bytes: 16 << 20,
+        ..DeviceConfig::default()
+    };
     let dev = Device::init(dir.path(), config).expect("init");
     let qp = dev.queue_pair(8).expect("queue pair");
     // mov r0, 0; exit
@@ -24,9 +31,20 @@ fn main() {
         data: noop.to_vec(),
         entry: None,
     };
-    assert!(qp.call(Command::new(CommandId(0), load)).unwrap().status.is_success());
-    let activate = Op::ActivateProgram { pind: ProgramIndex(0), engine: EngineKind::Jit };
-    assert!(qp.call(Command::new(CommandId(0), activate)).unwrap().status.is_success());
+    assert!(qp
+        .call(Command::new(CommandId(0), load))
+        .unwrap()
+        .status
+        .is_success());
+    let activate = Op::ActivateProgram {
+        pind: ProgramIndex(0),
+        engine: EngineKind::Jit,
+    };
+    assert!(qp
+        .call(Command::new(CommandId(0), activate))
+        .unwrap()
+        .status
+        .is_success());
     let mut samples = Vec::with_capacity(iterations);
     for i in 0..iterations + 1000 {
         let op = Op::Execute {
@@ -47,7 +65,12 @@ fn main() {
     }
     samples.sort_unstable();
     let p = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
-    println!("noop execute round trip: p50 {} ns, p99 {} ns, n {}", p(0.5), p(0.99), samples.len());
+    println!(
+        "noop execute round trip: p50 {} ns, p99 {} ns, n {}",
+        p(0.5),
+        p(0.99),
+        samples.len()
+    );
     drop(qp);
     dev.close().expect("close");
 }

@@ -35,7 +35,7 @@
 
 use std::time::Instant;
 
-use csx_ebpf::engine::RunOptions;
+use csx_ebpf::engine::{RunOptions, RunOutcome};
 use csx_ebpf::limits::FUEL_DEFAULT;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
@@ -48,7 +48,7 @@ use csx_proto::{
 use crate::functions::CallContext;
 use crate::rangeset::{check_ranges, RangeSetUse};
 use crate::runtime::{ns, Shared};
-use crate::slm::{LeaseRequest, SlmError};
+use crate::slm::{LeaseRequest, Leases, SlmError};
 
 /// Region of `struct csx_args`.
 pub const ARGS_REGION: RegionIdx = RegionIdx(2);
@@ -62,6 +62,13 @@ const _: () = assert!(
     WINDOW_REGION_FIRST.0 + WINDOWS_MAX as u32
         <= RegionIdx::EMBEDDER_FIRST.0 + RegionIdx::EMBEDDER_COUNT
 );
+
+// The protocol's bounds must fit the VM's (csx-proto cannot see csx-ebpf, so the
+// relations are checked here, where both meet).
+const _: () = assert!(csx_proto::limits::WINDOW_SIZE_MAX <= csx_ebpf::limits::REGION_SIZE_MAX);
+const _: () = assert!(csx_proto::limits::STATE_SIZE_MAX <= csx_ebpf::limits::REGION_SIZE_MAX);
+const _: () = assert!(csx_proto::limits::FUNCTIONS_MAX == csx_ebpf::limits::FUNCTIONS_MAX);
+const _: () = assert!(csx_proto::limits::FUEL_MAX >= csx_ebpf::limits::FUEL_DEFAULT);
 
 /// The region of window `i`.
 pub fn window_region(i: usize) -> RegionIdx {
@@ -140,7 +147,63 @@ fn fail(status: Status, component: &str, message: impl Into<String>) -> Completi
     Completion::error(CommandId(0), status, component, message)
 }
 
+/// The windows of one execution: a registered set (held against deletion while the
+/// run lasts) or the command's inline ranges.
+enum WindowRanges<'a> {
+    Set(RangeSetUse<'a>),
+    Inline(&'a [MemRange]),
+}
+
+impl WindowRanges<'_> {
+    fn ranges(&self) -> &[MemRange] {
+        match self {
+            WindowRanges::Set(u) => &u.ranges,
+            WindowRanges::Inline(r) => r,
+        }
+    }
+}
+
+type Refusal = Box<Completion>;
+
 impl Shared {
+    fn resolve_windows<'a>(
+        &'a self,
+        client: ClientId,
+        windows: &'a Windows,
+    ) -> Result<WindowRanges<'a>, Refusal> {
+        match windows {
+            Windows::RangeSet(rsid) => self
+                .rangesets
+                .acquire(client, *rsid)
+                .map(WindowRanges::Set)
+                .map_err(|e| Box::new(fail(e.status(), "rangeset", e.to_string()))),
+            Windows::Inline(r) => match check_ranges(r) {
+                Ok(()) => Ok(WindowRanges::Inline(r)),
+                Err(e) => Err(Box::new(fail(e.status(), "execute", e.to_string()))),
+            },
+        }
+    }
+
+    /// Leases the windows' bytes: bounds, ownership, and no other command on them.
+    fn lease_windows(&self, client: ClientId, ranges: &[MemRange]) -> Result<Leases, Refusal> {
+        let requests: Vec<LeaseRequest> = ranges
+            .iter()
+            .map(|r| LeaseRequest {
+                handle: r.handle,
+                offset: r.offset,
+                len: r.len,
+                write: true,
+            })
+            .collect();
+        self.slm.lease(client, &requests).map_err(|e| {
+            let status = match e {
+                SlmError::OutOfRange { .. } => Status::InvalidMemoryRangeSet,
+                _ => e.status(),
+            };
+            Box::new(fail(status, "execute", e.to_string()))
+        })
+    }
+
     /// Runs one Execute command (on an engine thread).
     pub(crate) fn execute(&self, client: ClientId, op: &Op) -> Completion {
         let Op::Execute {
@@ -160,44 +223,17 @@ impl Shared {
             Ok(t) => t,
             Err(e) => return fail(e.status(), e.component(), e.to_string()),
         };
-        // Then, resolve the windows: a registered set (held against deletion) or inline.
-        let held: Option<RangeSetUse<'_>>;
-        let ranges: &[MemRange] = match windows {
-            Windows::RangeSet(rsid) => match self.rangesets.acquire(client, *rsid) {
-                Ok(u) => {
-                    held = Some(u);
-                    &held.as_ref().expect("just set").ranges[..]
-                }
-                Err(e) => return fail(e.status(), "rangeset", e.to_string()),
-            },
-            Windows::Inline(r) => {
-                if let Err(e) = check_ranges(r) {
-                    return fail(e.status(), "execute", e.to_string());
-                }
-                r
-            }
+        // Then, resolve the windows and lease their bytes.
+        let resolved = match self.resolve_windows(client, windows) {
+            Ok(w) => w,
+            Err(c) => return *c,
         };
-        // Next, lease the windows' bytes: bounds, ownership, and no other command on them.
-        let requests: Vec<LeaseRequest> = ranges
-            .iter()
-            .map(|r| LeaseRequest {
-                handle: r.handle,
-                offset: r.offset,
-                len: r.len,
-                write: true,
-            })
-            .collect();
-        let mut leases = match self.slm.lease(client, &requests) {
+        let ranges = resolved.ranges();
+        let mut leases = match self.lease_windows(client, ranges) {
             Ok(l) => l,
-            Err(e) => {
-                let status = match e {
-                    SlmError::OutOfRange { .. } => Status::InvalidMemoryRangeSet,
-                    _ => e.status(),
-                };
-                return fail(status, "execute", e.to_string());
-            }
+            Err(c) => return *c,
         };
-        // Build the argument block and the region table.
+        // Next, build the argument block and the region table.
         let lens: Vec<u64> = ranges.iter().map(|r| r.len).collect();
         let args = build_args(*cparam1, *cparam2, &lens, params);
         let state = self.state.map();
@@ -233,28 +269,33 @@ impl Shared {
         let outcome = ticket.engine.run(&mut mem, regs, &opts, &mut ctx);
         let run = run_start.elapsed();
         // The region table's borrows end here; release the state and the windows before
-        // building the completion, so the windows are free when the host sees it.
+        // the completion exists, so the windows are free when the host sees it.
         drop(state);
         drop(leases);
-        // Post r0 or the trap, with the first function failure and the trace.
-        let mut c = Completion::new(CommandId(0), Status::Success);
-        match &outcome.result {
-            Ok(r0) => c.value = *r0,
-            Err(trap) => {
-                c.status = Status::Trap;
-                c.trap = Some(wire_trap(trap));
-            }
-        }
-        c.detail = ctx.detail.take();
-        c.reply = Reply::Execute(ExecuteInfo {
-            fuel_used: outcome.fuel_used,
-            trace: std::mem::take(&mut ctx.trace),
-        });
+        let mut c = completion_of(&outcome, &mut ctx);
         c.timing.prepare_ns = prepare_ns;
-        c.timing.transfer_ns = ns(ctx.io);
         c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
         c
     }
+}
+
+/// r0 or the trap, with the run's first function failure, its trace and its I/O time.
+fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>) -> Completion {
+    let mut c = Completion::new(CommandId(0), Status::Success);
+    match &outcome.result {
+        Ok(r0) => c.value = *r0,
+        Err(trap) => {
+            c.status = Status::Trap;
+            c.trap = Some(wire_trap(trap));
+        }
+    }
+    c.detail = ctx.detail.take();
+    c.reply = Reply::Execute(ExecuteInfo {
+        fuel_used: outcome.fuel_used,
+        trace: std::mem::take(&mut ctx.trace),
+    });
+    c.timing.transfer_ns = ns(ctx.io);
+    c
 }
 
 #[cfg(test)]

@@ -58,9 +58,9 @@ pub const DIRECT_IO_ALIGNMENT: usize = 4096;
 pub const BOUNCE_SIZE_MAX: usize = 1 << 20;
 
 const _: () = assert!(BLOCK_SIZE.is_power_of_two());
-const _: () = assert!(NVM_SIZE_MAX % BLOCK_SIZE == 0);
-const _: () = assert!(BLOCK_SIZE % DIRECT_IO_ALIGNMENT as u64 == 0);
-const _: () = assert!(BOUNCE_SIZE_MAX % DIRECT_IO_ALIGNMENT == 0);
+const _: () = assert!(NVM_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
+const _: () = assert!(BLOCK_SIZE.is_multiple_of(DIRECT_IO_ALIGNMENT as u64));
+const _: () = assert!(BOUNCE_SIZE_MAX.is_multiple_of(DIRECT_IO_ALIGNMENT));
 
 /// Errors of the NVM namespace.
 #[derive(Debug, thiserror::Error)]
@@ -93,8 +93,14 @@ pub enum NvmError {
         max: u64,
     },
     /// An access reaches past the end of the namespace.
-    #[error("nvm access of {len} bytes at offset {offset} is outside the {size_bytes}-byte namespace")]
-    OutOfRange { offset: u64, len: u64, size_bytes: u64 },
+    #[error(
+        "nvm access of {len} bytes at offset {offset} is outside the {size_bytes}-byte namespace"
+    )]
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        size_bytes: u64,
+    },
     /// A read of the image failed.
     #[error("read of {len} bytes at offset {offset} of nvm image {} failed: {source}", path.display())]
     Read {
@@ -151,8 +157,12 @@ pub struct Nvm {
     /// Test-only record of what writes since the last sync overwrote, to simulate a power
     /// loss (see [`Nvm::simulate_power_loss`]).
     #[cfg(test)]
-    undo: std::sync::Mutex<Option<Vec<(u64, Vec<u8>)>>>,
+    undo: std::sync::Mutex<Option<UndoLog>>,
 }
+
+/// Test-only: (offset, bytes overwritten) of each write since the last sync, in order.
+#[cfg(test)]
+type UndoLog = Vec<(u64, Vec<u8>)>;
 
 impl Nvm {
     /// Creates a new image of `size_bytes` (a non-zero multiple of [`BLOCK_SIZE`], at most
@@ -330,9 +340,9 @@ impl Nvm {
     /// [`BOUNCE_SIZE_MAX`].
     fn read_direct(&self, direct: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let align = DIRECT_IO_ALIGNMENT as u64;
-        if (buf.as_ptr() as usize) % DIRECT_IO_ALIGNMENT == 0
-            && offset % align == 0
-            && buf.len() % DIRECT_IO_ALIGNMENT == 0
+        if (buf.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGNMENT)
+            && offset.is_multiple_of(align)
+            && buf.len().is_multiple_of(DIRECT_IO_ALIGNMENT)
         {
             return direct.read_exact_at(buf, offset);
         }
@@ -394,7 +404,9 @@ impl Nvm {
     fn record_undo(&self, offset: u64, len: usize) {
         if let Some(log) = self.undo.lock().expect("undo lock").as_mut() {
             let mut old = vec![0u8; len];
-            self.file.read_exact_at(&mut old, offset).expect("undo read");
+            self.file
+                .read_exact_at(&mut old, offset)
+                .expect("undo read");
             log.push((offset, old));
         }
     }
@@ -405,7 +417,12 @@ impl Nvm {
     /// plus the kept writes wherever no later undone write overlaps them.
     #[cfg(test)]
     pub(crate) fn simulate_power_loss(&self, mut keep: impl FnMut(usize) -> bool) {
-        let log = self.undo.lock().expect("undo lock").take().unwrap_or_default();
+        let log = self
+            .undo
+            .lock()
+            .expect("undo lock")
+            .take()
+            .unwrap_or_default();
         let decisions: Vec<bool> = (0..log.len()).map(&mut keep).collect();
         for (i, (offset, old)) in log.iter().enumerate().rev() {
             if !decisions[i] {
@@ -460,7 +477,7 @@ fn check_size(path: &Path, size_bytes: u64) -> Result<(), NvmError> {
             max: NVM_SIZE_MAX,
         });
     }
-    if size_bytes % BLOCK_SIZE != 0 {
+    if !size_bytes.is_multiple_of(BLOCK_SIZE) {
         return Err(NvmError::SizeNotBlockMultiple {
             path: path.to_path_buf(),
             size_bytes,
@@ -537,11 +554,16 @@ mod tests {
         for &(offset, len) in cases {
             let mut got = vec![0u8; len];
             nvm.read_at_uncached(offset, &mut got).unwrap();
-            assert_eq!(got, &data[offset as usize..offset as usize + len], "{offset} {len}");
+            assert_eq!(
+                got,
+                &data[offset as usize..offset as usize + len],
+                "{offset} {len}"
+            );
         }
         // An aligned buffer at an aligned offset is read without the bounce buffer.
         let mut aligned = AlignedBuf::new(8 * DIRECT_IO_ALIGNMENT);
-        nvm.read_at_uncached(3 * BLOCK_SIZE, aligned.as_mut()).unwrap();
+        nvm.read_at_uncached(3 * BLOCK_SIZE, aligned.as_mut())
+            .unwrap();
         let expected = &data[3 * BLOCK_SIZE as usize..11 * BLOCK_SIZE as usize];
         assert_eq!(aligned.as_mut(), expected);
         // This machine's ext4 accepts O_DIRECT; other file systems fall back.
@@ -569,7 +591,11 @@ mod tests {
         let err = nvm.read_at(2 * BLOCK_SIZE - 1, &mut buf).unwrap_err();
         assert!(matches!(
             err,
-            NvmError::OutOfRange { offset: 8191, len: 2, size_bytes: 8192 }
+            NvmError::OutOfRange {
+                offset: 8191,
+                len: 2,
+                size_bytes: 8192
+            }
         ));
         assert_eq!(
             err.to_string(),
@@ -611,7 +637,13 @@ mod tests {
             .unwrap();
         let err = Nvm::open(&path).unwrap_err();
         assert!(err.to_string().contains("nvm.img"), "{err}");
-        assert!(matches!(err, NvmError::SizeNotBlockMultiple { size_bytes: 100, .. }));
+        assert!(matches!(
+            err,
+            NvmError::SizeNotBlockMultiple {
+                size_bytes: 100,
+                ..
+            }
+        ));
         assert!(matches!(
             Nvm::open(dir.path().join("missing.img")),
             Err(NvmError::Io { op: "open", .. })

@@ -36,6 +36,7 @@
 
 use std::fs::{self, File};
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -169,6 +170,7 @@ pub(crate) struct Shared {
     pub(crate) state: SharedState,
     pub(crate) infos: Vec<FunctionInfo>,
     pub(crate) epoch: Instant,
+    restore_failures: Vec<(ProgramIndex, String)>,
     compute: WorkQueue<Job>,
     transfer: WorkQueue<Job>,
     admin: WorkQueue<Job>,
@@ -266,6 +268,16 @@ impl Device {
         Device::start(dir, config, nvm, files, state, lock)
     }
 
+    /// Opens the device in `dir`, initialising it with `config` first if `dir` holds
+    /// none (the CLI's per-user default device).
+    pub fn open_or_init(dir: &Path, config: DeviceConfig) -> Result<Device, DeviceError> {
+        if dir.join(CONFIG_FILE_NAME).exists() {
+            Device::open(dir)
+        } else {
+            Device::init(dir, config)
+        }
+    }
+
     fn start(
         dir: &Path,
         config: DeviceConfig,
@@ -279,8 +291,13 @@ impl Device {
         let functions: Arc<FunctionTable> = Arc::new(function_table());
         let jit = config.jit.unwrap_or(true);
         let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)));
-        // Slots that fail to restore stay empty or loaded; the host sees them in a listing.
-        let _failures = programs.restore();
+        // Slots that fail to restore stay empty or loaded; the host sees them in a
+        // listing, and the embedder in `Device::restore_failures`.
+        let restore_failures = programs
+            .restore()
+            .into_iter()
+            .map(|(pind, e)| (pind, e.to_string()))
+            .collect();
         let queue_capacity = (QUEUE_PAIRS_MAX * QUEUE_DEPTH_MAX) as usize;
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
@@ -294,6 +311,7 @@ impl Device {
             state,
             infos: function_infos(),
             epoch: Instant::now(),
+            restore_failures,
             compute: WorkQueue::new(queue_capacity),
             transfer: WorkQueue::new(queue_capacity),
             admin: WorkQueue::new(queue_capacity),
@@ -370,6 +388,12 @@ impl Device {
     /// Engine threads running.
     pub fn engines(&self) -> u32 {
         self.shared().engines
+    }
+
+    /// Program slots persisted in the state directory that could not be restored at
+    /// open (for example because the function table changed), with the reason.
+    pub fn restore_failures(&self) -> &[(ProgramIndex, String)] {
+        &self.shared().restore_failures
     }
 
     /// The device's file store, for host-side readers in the same process (issue 6's
@@ -545,7 +569,22 @@ fn worker(shared: &Shared, class: Class) {
     };
     while let Some(job) = queue.pop(WORKER_SPIN, None) {
         let started = Instant::now();
-        let mut c = shared.handle(job.qp.client, &job.cmd);
+        // A panic here is a device bug; it fails this command, not the worker (and so
+        // not every later command). The tables recover from lock poisoning.
+        let handled =
+            panic::catch_unwind(AssertUnwindSafe(|| shared.handle(job.qp.client, &job.cmd)));
+        let mut c = handled.unwrap_or_else(|payload| {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            fail(
+                Status::Internal,
+                "device",
+                format!("{} failed: {message}", job.cmd.op.name()),
+            )
+        });
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
         c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
@@ -825,7 +864,7 @@ impl Shared {
                 };
                 piece.copy_from_slice(src);
             } else if let Err(c) = self.copy_from_storage(i, s, piece) {
-                return c;
+                return *c;
             }
             pos += len;
         }
@@ -838,7 +877,7 @@ impl Shared {
         i: usize,
         s: &CopySource,
         piece: &mut [u8],
-    ) -> Result<(), Completion> {
+    ) -> Result<(), Box<Completion>> {
         match s {
             CopySource::File { path, offset, len } => {
                 match self.files.read_at(path, *offset, piece) {
@@ -846,13 +885,12 @@ impl Shared {
                     Ok(n) => {
                         let message =
                             format!("source {i}: {path} has {n} of {len} bytes at {offset}");
-                        Err(fail(Status::OutOfRange, "filestore", message))
+                        Err(Box::new(fail(Status::OutOfRange, "filestore", message)))
                     }
-                    Err(e) => Err(fail(
-                        file_status(&e),
-                        "filestore",
-                        format!("source {i}: {e}"),
-                    )),
+                    Err(e) => {
+                        let message = format!("source {i}: {e}");
+                        Err(Box::new(fail(file_status(&e), "filestore", message)))
+                    }
                 }
             }
             CopySource::Nvm { offset, .. } => self.nvm.read_at(*offset, piece).map_err(|e| {
@@ -860,7 +898,7 @@ impl Shared {
                     NvmError::OutOfRange { .. } => Status::OutOfRange,
                     _ => Status::IoError,
                 };
-                fail(status, "nvm", format!("source {i}: {e}"))
+                Box::new(fail(status, "nvm", format!("source {i}: {e}")))
             }),
             CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
         }
@@ -957,5 +995,39 @@ impl Shared {
             })
         })();
         r.unwrap_or_else(|e| file_fail(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Device>();
+        check::<QueuePair>();
+    }
+
+    #[test]
+    fn ops_go_to_their_pool() {
+        assert_eq!(class_of(&Op::Identify), Class::Admin);
+        assert_eq!(
+            class_of(&Op::MemRead {
+                handle: MemHandle(1),
+                offset: 0,
+                len: 1
+            }),
+            Class::Transfer
+        );
+        let exec = Op::Execute {
+            pind: ProgramIndex(0),
+            windows: Windows::Inline(vec![]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+        };
+        assert_eq!(class_of(&exec), Class::Compute);
     }
 }

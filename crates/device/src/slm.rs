@@ -810,6 +810,48 @@ mod tests {
         assert_eq!(buf, [0u8; 64]);
     }
 
+    proptest::proptest! {
+        /// Random allocations, frees, leases and reclaims keep the allocator's books
+        /// balanced and never hand out overlapping bytes.
+        #[test]
+        fn random_operations_keep_invariants(ops in proptest::collection::vec((0u8..4, 1u64..5000, 0usize..16), 1..200)) {
+            let s = slm(1 << 16);
+            let mut live: Vec<(ClientId, MemHandle)> = Vec::new();
+            let mut held = Vec::new();
+            for (kind, size, pick) in ops {
+                let owner = if size % 2 == 0 { A } else { B };
+                match kind {
+                    0 => {
+                        if let Ok(h) = s.alloc(owner, size) {
+                            live.push((owner, h));
+                        }
+                    }
+                    1 if !live.is_empty() => {
+                        let (o, h) = live[pick % live.len()];
+                        if s.free(o, h).is_ok() {
+                            live.retain(|&(_, x)| x != h);
+                        }
+                    }
+                    2 if !live.is_empty() => {
+                        let (o, h) = live[pick % live.len()];
+                        if let Ok(l) = s.lease(o, &[w(h, 0, 1)]) {
+                            held.push(l);
+                        }
+                    }
+                    _ => {
+                        held.clear();
+                    }
+                }
+                s.check();
+            }
+            held.clear();
+            s.reclaim(A);
+            s.reclaim(B);
+            s.check();
+            proptest::prop_assert_eq!(s.free_bytes(), 1 << 16);
+        }
+    }
+
     #[test]
     fn slices_mut_are_disjoint() {
         let s = slm(4096);

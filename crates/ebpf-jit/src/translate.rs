@@ -107,14 +107,26 @@ impl MemOp {
     }
 }
 
-/// The result of [`Translator::fast_check`].
-struct FastCheck {
-    /// Whether the access is in bounds of `v`'s own region.
-    ok: Value,
-    /// Address of the region-table row of `v`.
-    row: Value,
-    /// Offset part of `v`.
+/// Shortest region the caches hold: every access size fits, so `len - size` cannot wrap.
+const CACHE_LEN_MIN: i64 = 8;
+
+/// A region cache: the region an access last went to, as SSA variables. The fast path
+/// of an access checks against it alone; a miss consults the table and refills it.
+///
+/// Invariant: `lo` is `idx << 32` of a region mapped with `len` (`>= CACHE_LEN_MIN`)
+/// bytes for this kind of access, and `delta` is its host base minus `lo`.
+#[derive(Clone, Copy)]
+struct CacheVars {
+    lo: Variable,
+    len: Variable,
+    delta: Variable,
+}
+
+/// The values of a [`CacheVars`] at one point.
+struct CacheValues {
     lo: Value,
+    len: Value,
+    delta: Value,
 }
 
 /// Memory flags for the three kinds of memory compiled code touches. Separate alias
@@ -671,87 +683,104 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         }
 
-        // Fast path, on the base register's value (see `fast_check`).
-        let FastCheck { ok, row, lo } = self.fast_check(v, off, size, op.writes());
-        let len_field = if op.writes() {
-            RegionEntry::OFFSET_WRITE_LEN
-        } else {
-            RegionEntry::OFFSET_READ_LEN
-        };
-        let fast = self.b.create_block();
-        let slow = self.b.create_block();
+        // Hit: the access lies in the cached region.
+        let cache = self.cache(op.writes());
+        let hit = self.cache_hit(&cache, v, off, size);
+        let hit_block = self.b.create_block();
+        let miss = self.b.create_block();
         let cont = self.b.create_block();
-        let result = op
-            .has_result()
-            .then(|| self.b.append_block_param(cont, types::I64));
-        self.b.set_cold_block(slow);
-        self.b.ins().brif(ok, fast, &[], slow, &[]);
+        let result = op.has_result().then(|| self.b.append_block_param(cont, types::I64));
+        self.b.set_cold_block(miss);
+        self.b.ins().brif(hit, hit_block, &[], miss, &[]);
 
-        self.b.switch_to_block(fast);
-        let base = self
-            .b
-            .ins()
-            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
-        let host = self.b.ins().iadd(base, lo);
+        self.b.switch_to_block(hit_block);
+        let host = self.b.ins().iadd(cache.delta, v);
         let r = self.emit_op(host, i32::from(off), op);
         self.jump_with(cont, r);
 
-        // Slow path: the exact check on `addr`. It passes only when the offset carries
-        // the access into a neighbouring region; otherwise the access traps.
-        self.b.switch_to_block(slow);
+        // Miss: the exact check on the table, then a refill of the cache.
+        self.b.switch_to_block(miss);
         let addr = self.b.ins().iadd_imm_s(v, i64::from(off));
-        let (row2, lo2) = self.row_of(addr);
-        let b = &mut self.b;
-        let len2 = b.ins().load(types::I64, self.flags.table, row2, len_field);
-        let end2 = b.ins().iadd_imm_s(lo2, size);
-        let ok2 = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end2, len2);
-        let slow_ok = self.b.create_block();
-        let trap = self.b.create_block();
-        self.b.set_cold_block(slow_ok);
-        self.b.set_cold_block(trap);
-        self.b.ins().brif(ok2, slow_ok, &[], trap, &[]);
-
-        self.b.switch_to_block(trap);
-        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
-        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
-
-        self.b.switch_to_block(slow_ok);
-        let base2 = self
-            .b
-            .ins()
-            .load(types::I64, self.flags.table, row2, RegionEntry::OFFSET_BASE);
-        let host2 = self.b.ins().iadd(base2, lo2);
-        let r2 = self.emit_op(host2, 0, op);
-        self.jump_with(cont, r2);
-
-        self.b.switch_to_block(cont);
-        Ok(result)
-    }
-
-    /// The inline bounds check of an access of `size` bytes at `v + off`, written on the
-    /// base value `v` so that Cranelift shares the row lookup between accesses through
-    /// the same pointer: `0 <= lo + off` and `lo + off + size <= len`, where `lo` is the
-    /// offset part of `v`. It can fail for accesses that are legal only because the
-    /// offset carries them into a neighbouring region; callers take an exact slow path
-    /// then.
-    fn fast_check(&mut self, v: Value, off: i16, size: i64, write: bool) -> FastCheck {
-        let (row, lo) = self.row_of(v);
-        let len_field = if write {
+        let (row, lo) = self.row_of(addr);
+        let len_field = if op.writes() {
             RegionEntry::OFFSET_WRITE_LEN
         } else {
             RegionEntry::OFFSET_READ_LEN
         };
         let b = &mut self.b;
         let len = b.ins().load(types::I64, self.flags.table, row, len_field);
-        let end = b.ins().iadd_imm_s(lo, i64::from(off) + size);
-        let mut ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
-        if off < 0 {
-            let no_underflow =
-                b.ins()
-                    .icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, lo, -i64::from(off));
-            ok = b.ins().band(ok, no_underflow);
+        let end = b.ins().iadd_imm_s(lo, size);
+        let ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
+        let fill = self.b.create_block();
+        let trap = self.b.create_block();
+        self.b.set_cold_block(fill);
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(ok, fill, &[], trap, &[]);
+
+        self.b.switch_to_block(trap);
+        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
+        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
+
+        self.b.switch_to_block(fill);
+        let base = self.b.ins().load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let host = self.b.ins().iadd(base, lo);
+        let r = self.emit_op(host, 0, op);
+        self.refill(op.writes(), &cache, addr, base, len);
+        self.jump_with(cont, r);
+
+        self.b.switch_to_block(cont);
+        Ok(result)
+    }
+
+    /// The current values of the read (or write) region cache.
+    fn cache(&mut self, write: bool) -> CacheValues {
+        let vars = self.caches[usize::from(write)];
+        CacheValues {
+            lo: self.b.use_var(vars.lo),
+            len: self.b.use_var(vars.len),
+            delta: self.b.use_var(vars.delta),
         }
-        FastCheck { ok, row, lo }
+    }
+
+    /// Whether an access of `size` bytes at `v + off` lies in the cached region:
+    /// `(v - lo) + off <= len - size`, unsigned. Exact, because a cached `len` is at
+    /// least [`CACHE_LEN_MIN`] (so `len - size` cannot wrap) and below 2^32 (so an
+    /// address in any other region gives a larger difference).
+    fn cache_hit(&mut self, cache: &CacheValues, v: Value, off: i16, size: i64) -> Value {
+        let b = &mut self.b;
+        let limit = b.ins().iadd_imm_s(cache.len, -size);
+        let rel = b.ins().isub(v, cache.lo);
+        let rel = b.ins().iadd_imm_s(rel, i64::from(off));
+        b.ins().icmp(IntCC::UnsignedLessThanOrEqual, rel, limit)
+    }
+
+    /// After a miss at `addr` passed the exact check: caches its region (base `base`,
+    /// length `len` for this kind of access) unless it is too short to cache.
+    fn refill(&mut self, write: bool, old: &CacheValues, addr: Value, base: Value, len: Value) {
+        let vars = self.caches[usize::from(write)];
+        let b = &mut self.b;
+        let keep = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
+        let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
+        let delta = b.ins().isub(base, lo);
+        let lo = b.ins().select(keep, old.lo, lo);
+        let len = b.ins().select(keep, old.len, len);
+        let delta = b.ins().select(keep, old.delta, delta);
+        b.def_var(vars.lo, lo);
+        b.def_var(vars.len, len);
+        b.def_var(vars.delta, delta);
+    }
+
+    /// Points both region caches at the stack, which is always mapped with
+    /// `STACK_SIZE` bytes: at entry, and after a helper (which may remap regions).
+    fn reset_caches(&mut self) {
+        let lo = self.b.ins().iconst(types::I64, RegionIdx::STACK.vaddr(0) as i64);
+        let len = self.b.ins().iconst(types::I64, STACK_SIZE as i64);
+        let delta = self.b.ins().isub(self.stack_base, lo);
+        for c in self.caches {
+            self.b.def_var(c.lo, lo);
+            self.b.def_var(c.len, len);
+            self.b.def_var(c.delta, delta);
+        }
     }
 
     /// The region-table row address for virtual address `v` (row 0, never mapped, when

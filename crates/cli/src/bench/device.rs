@@ -161,9 +161,19 @@ struct SumFileReport {
 #[derive(Debug, Serialize)]
 struct Report {
     engines: u32,
+    /// `/proc/loadavg` (1, 5, 15 minutes) before and after: other work on the machine
+    /// skews every number.
+    load_average_before: Option<[f64; 3]>,
+    load_average_after: Option<[f64; 3]>,
     noop: NoopReport,
     sum_1mib: Sum1MiBReport,
     sum_file: SumFileReport,
+}
+
+fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 fn assemble(src: &str) -> anyhow::Result<Vec<u8>> {
@@ -447,6 +457,12 @@ fn print_human(r: &Report) {
     let us = |ns: u64| ns as f64 / 1000.0;
     let n = &r.noop;
     println!("embedded device, {} engines", r.engines);
+    if let (Some(b), Some(a)) = (r.load_average_before, r.load_average_after) {
+        println!(
+            "load average before {:.2} {:.2} {:.2}, after {:.2} {:.2} {:.2}",
+            b[0], b[1], b[2], a[0], a[1], a[2]
+        );
+    }
     println!(
         "no-op execute round trip   p50 {:.2} µs   p99 {:.2} µs   mean {:.2} µs   ({} runs; device total p50 {:.2} µs)",
         us(n.round_trip.p50_ns),
@@ -504,6 +520,7 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         state_size_bytes: 4096,
         ..DeviceConfig::default()
     };
+    let load_average_before = load_average();
     let dev = Device::init(&state, config).context("cannot create the benchmark device")?;
     let engines = dev.identify().context("identify")?.engines;
     let noop = bench_noop(&dev)?;

@@ -7,8 +7,9 @@
 //! 1. generates its input from a fixed seed (the same bytes for every engine);
 //! 2. loads and verifies the eBPF object, runs it once on the interpreter, then runs the
 //!    native build and the JIT once; any disagreement (or trap) is an error, not a number;
-//! 3. times native, interpreter and JIT runs (see [`super::measure`]) with every safety
-//!    check on: bounds-checked memory, fuel metering, the default fuel budget;
+//! 3. times native, interpreter and JIT runs, interleaved over a few rounds (see
+//!    [`super::measure`]), with every safety check on: bounds-checked memory, fuel
+//!    metering, the default fuel budget;
 //! 4. does the same for the `rbpf` crate's interpreter and JIT where they can run the
 //!    kernel (feature `rbpf`), as a peer column; a failure there is noted, not fatal.
 //!
@@ -310,10 +311,7 @@ fn run_native(kernel: &CompiledKernel, input: &Input) -> u64 {
 
 /// Runs `engine` once on `input` (mapped read-only), returning r0 or the trap.
 fn run_once(engine: &dyn Engine, input: &Input) -> anyhow::Result<u64> {
-    let bytes = input.bytes();
-    let mut map = MemoryMap::new();
-    let addr = map.map_read_only(RegionIdx::EMBEDDER_FIRST, bytes)?;
-    let args = [addr, bytes.len() as u64, 0, 0, 0];
+    let (mut map, args) = map_input(input)?;
     let outcome = engine.run(&mut map, args, &RunOptions::default(), &mut ConformanceHost);
     outcome.result.map_err(|trap| {
         let insn = csx_ebpf::disasm::format_insn(engine.program().insns(), trap.pc as usize);
@@ -378,13 +376,6 @@ struct BenchReport {
     /// skews every number, so the numbers carry it.
     load_average_before: Option<[f64; 3]>,
     load_average_after: Option<[f64; 3]>,
-}
-
-/// The 1, 5 and 15 minute load averages, where the system reports them.
-fn load_average() -> Option<[f64; 3]> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
-    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 /// Rounds over which the columns of one kernel are interleaved.
@@ -705,6 +696,13 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
         );
     }
     Ok(exit::SUCCESS)
+}
+
+/// The 1, 5 and 15 minute load averages, where the system reports them.
+fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> BenchReport {

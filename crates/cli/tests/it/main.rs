@@ -2,6 +2,7 @@
 //! the bpf_conformance runner) would.
 
 mod conformance_plugin;
+mod device_exec;
 mod vm_run;
 
 use std::path::PathBuf;

@@ -100,7 +100,10 @@ impl Allocator {
             if let Some(&len) = self.by_start.get(&hint) {
                 let n = len.min(left);
                 self.take(hint, n);
-                out.push(BlockRange { start: hint, count: n });
+                out.push(BlockRange {
+                    start: hint,
+                    count: n,
+                });
                 left -= n;
             }
         }

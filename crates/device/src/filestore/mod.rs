@@ -122,7 +122,7 @@ const FORMAT_VERSION: u64 = 1;
 static ZEROS: [u8; BLOCK_SIZE as usize] = [0; BLOCK_SIZE as usize];
 
 const _: () = assert!(FILE_SIZE_MAX > crate::nvm::NVM_SIZE_MAX);
-const _: () = assert!(FILE_SIZE_MAX % BLOCK_SIZE == 0);
+const _: () = assert!(FILE_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!((FILE_SIZE_MAX as u128) < (i64::MAX as u128));
 
 /// One extent of a file, in bytes: `len` bytes of the file from `file_offset` are stored
@@ -412,7 +412,12 @@ impl FileStore {
         Ok(true)
     }
 
-    fn write_pieces(&self, pieces: &[Piece], offset: u64, data: &[u8]) -> Result<(), FileStoreError> {
+    fn write_pieces(
+        &self,
+        pieces: &[Piece],
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), FileStoreError> {
         let end = offset + data.len() as u64;
         for piece in pieces {
             let piece_start = piece.file_block * BLOCK_SIZE;
@@ -428,7 +433,8 @@ impl FileStore {
             self.nvm.write_at(nvm_start + (lo - piece_start), bytes)?;
             if piece.fresh && hi < piece_end {
                 let pad = (piece_end - hi) as usize;
-                self.nvm.write_at(nvm_start + (hi - piece_start), &ZEROS[..pad])?;
+                self.nvm
+                    .write_at(nvm_start + (hi - piece_start), &ZEROS[..pad])?;
             }
         }
         Ok(())
@@ -436,7 +442,12 @@ impl FileStore {
 
     /// Reads into `buf` from byte `offset` of the file through the OS page cache; returns
     /// the bytes read, short at the end of the file (0 at or past it). Holes read as zeros.
-    pub fn read_at(&self, path: &str, offset: u64, buf: &mut [u8]) -> Result<usize, FileStoreError> {
+    pub fn read_at(
+        &self,
+        path: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, FileStoreError> {
         self.read_impl(path, offset, buf, false)
     }
 
@@ -510,9 +521,10 @@ impl FileStore {
         let mut guard = self.write_state()?;
         let st = &mut *guard;
         st.check_usable()?;
-        let record = st.files.get_mut(&path).ok_or_else(|| FileStoreError::NotFound {
-            path: path.clone(),
-        })?;
+        let record = st
+            .files
+            .get_mut(&path)
+            .ok_or_else(|| FileStoreError::NotFound { path: path.clone() })?;
         if len > record.size && self.zero_tail(record, len)? {
             st.data_dirty = true;
         }
@@ -567,9 +579,10 @@ impl FileStore {
         let mut guard = self.write_state()?;
         let st = &mut *guard;
         st.check_usable()?;
-        let record = st.files.remove(&path).ok_or_else(|| FileStoreError::NotFound {
-            path: path.clone(),
-        })?;
+        let record = st
+            .files
+            .remove(&path)
+            .ok_or_else(|| FileStoreError::NotFound { path: path.clone() })?;
         st.unmap_all(&record);
         st.dirty.insert(path);
         Ok(())
@@ -733,9 +746,11 @@ impl State {
     }
 
     fn get(&self, path: &str) -> Result<&FileRecord, FileStoreError> {
-        self.files.get(path).ok_or_else(|| FileStoreError::NotFound {
-            path: path.to_owned(),
-        })
+        self.files
+            .get(path)
+            .ok_or_else(|| FileStoreError::NotFound {
+                path: path.to_owned(),
+            })
     }
 
     fn has_children(&self, dir: &str) -> bool {
@@ -921,7 +936,9 @@ fn init_meta(path: &Path, nvm_size: u64) -> Result<(), FileStoreError> {
         .map_err(|e| meta(e.into()))?;
     let txn = db.begin_write().map_err(|e| meta(e.into()))?;
     {
-        let mut superblock = txn.open_table(SUPERBLOCK_TABLE).map_err(|e| meta(e.into()))?;
+        let mut superblock = txn
+            .open_table(SUPERBLOCK_TABLE)
+            .map_err(|e| meta(e.into()))?;
         for (key, value) in [
             (KEY_FORMAT_VERSION, FORMAT_VERSION),
             (KEY_BLOCK_SIZE, BLOCK_SIZE),
@@ -956,7 +973,10 @@ fn open_meta(path: &Path) -> Result<Database, FileStoreError> {
             Err(meta_error(path, redb::StorageError::Io(err).into()))
         }
         Ok(Err(err)) => Err(meta_corrupt(path, err.to_string())),
-        Err(_) => Err(meta_corrupt(path, "the metadata store failed while reading it")),
+        Err(_) => Err(meta_corrupt(
+            path,
+            "the metadata store failed while reading it",
+        )),
     }
 }
 
@@ -1064,7 +1084,10 @@ fn read_records(
         .open_table(FILES_TABLE)
         .map_err(|e| corrupt(format!("files table: {e}")))?;
     let mut files = BTreeMap::new();
-    for entry in table.iter().map_err(|e| corrupt(format!("files table: {e}")))? {
+    for entry in table
+        .iter()
+        .map_err(|e| corrupt(format!("files table: {e}")))?
+    {
         let (key, value) = entry.map_err(|e| corrupt(format!("files table: {e}")))?;
         let path = key.value().to_owned();
         if !path::is_canonical(&path) {

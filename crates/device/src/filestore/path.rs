@@ -128,7 +128,11 @@ mod tests {
     use super::*;
 
     fn check(input: &str, expected: Result<&str, PathError>) {
-        assert_eq!(normalize(input).as_deref(), expected.as_deref(), "{input:?}");
+        assert_eq!(
+            normalize(input).as_deref(),
+            expected.as_deref(),
+            "{input:?}"
+        );
     }
 
     #[test]

@@ -236,7 +236,10 @@ impl FileRecord {
                 return Err(format!("extent {i} is empty"));
             }
             if e.file_block < prev_end {
-                return Err(format!("extent {i} at file block {} is out of order", e.file_block));
+                return Err(format!(
+                    "extent {i} at file block {} is out of order",
+                    e.file_block
+                ));
             }
             let file_end = e.file_block.checked_add(e.count);
             let nvm_end = e.nvm_block.checked_add(e.count);
@@ -306,10 +309,28 @@ mod tests {
     fn lookup_finds_extents_and_holes() {
         let r = record(10 * BLOCK_SIZE, vec![e(2, 100, 3), e(7, 50, 1)]);
         assert_eq!(r.lookup(0), Mapping::Hole { run: Some(2) });
-        assert_eq!(r.lookup(2), Mapping::Mapped { nvm_block: 100, run: 3 });
-        assert_eq!(r.lookup(4), Mapping::Mapped { nvm_block: 102, run: 1 });
+        assert_eq!(
+            r.lookup(2),
+            Mapping::Mapped {
+                nvm_block: 100,
+                run: 3
+            }
+        );
+        assert_eq!(
+            r.lookup(4),
+            Mapping::Mapped {
+                nvm_block: 102,
+                run: 1
+            }
+        );
         assert_eq!(r.lookup(5), Mapping::Hole { run: Some(2) });
-        assert_eq!(r.lookup(7), Mapping::Mapped { nvm_block: 50, run: 1 });
+        assert_eq!(
+            r.lookup(7),
+            Mapping::Mapped {
+                nvm_block: 50,
+                run: 1
+            }
+        );
         assert_eq!(r.lookup(8), Mapping::Hole { run: None });
     }
 
@@ -331,11 +352,26 @@ mod tests {
         let freed = r.unmap_from(2);
         assert_eq!(
             freed,
-            [BlockRange { start: 30, count: 3 }, BlockRange { start: 12, count: 2 }]
+            [
+                BlockRange {
+                    start: 30,
+                    count: 3
+                },
+                BlockRange {
+                    start: 12,
+                    count: 2
+                }
+            ]
         );
         assert_eq!(r.extents, [e(0, 10, 2)]);
         assert!(r.unmap_from(2).is_empty());
-        assert_eq!(r.unmap_from(0), [BlockRange { start: 10, count: 2 }]);
+        assert_eq!(
+            r.unmap_from(0),
+            [BlockRange {
+                start: 10,
+                count: 2
+            }]
+        );
         assert!(r.extents.is_empty());
     }
 

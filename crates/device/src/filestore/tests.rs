@@ -60,7 +60,10 @@ fn read_all(store: &FileStore, path: &str) -> Vec<u8> {
     assert_eq!(n, size);
     buf.truncate(n);
     let mut uncached = vec![0x55; size];
-    assert_eq!(store.read_at_uncached(path, 0, &mut uncached).unwrap(), size);
+    assert_eq!(
+        store.read_at_uncached(path, 0, &mut uncached).unwrap(),
+        size
+    );
     assert_eq!(uncached, buf, "uncached read of {path} differs");
     buf
 }
@@ -96,7 +99,9 @@ fn check_invariants(store: &FileStore) {
 #[test]
 fn write_read_overwrite_extend() {
     let (_dir, store) = new_store(64);
-    store.write_at("/docs/hello.txt", 0, b"hello world").unwrap();
+    store
+        .write_at("/docs/hello.txt", 0, b"hello world")
+        .unwrap();
     assert_eq!(read_all(&store, "docs/hello.txt"), b"hello world");
     store.write_at("/docs/hello.txt", 6, b"WORLD!").unwrap();
     assert_eq!(read_all(&store, "/docs/hello.txt"), b"hello WORLD!");
@@ -109,9 +114,20 @@ fn write_read_overwrite_extend() {
     assert_eq!(&all[10_000..], b"tail");
     // Short reads at the end, nothing past it.
     let mut buf = [0u8; 8];
-    assert_eq!(store.read_at("/docs/hello.txt", 10_000, &mut buf).unwrap(), 4);
-    assert_eq!(store.read_at("/docs/hello.txt", 10_004, &mut buf).unwrap(), 0);
-    assert_eq!(store.read_at("/docs/hello.txt", u64::MAX, &mut buf).unwrap(), 0);
+    assert_eq!(
+        store.read_at("/docs/hello.txt", 10_000, &mut buf).unwrap(),
+        4
+    );
+    assert_eq!(
+        store.read_at("/docs/hello.txt", 10_004, &mut buf).unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .read_at("/docs/hello.txt", u64::MAX, &mut buf)
+            .unwrap(),
+        0
+    );
     // An empty write creates a file but does not extend one.
     store.write_at("/empty", 0, b"").unwrap();
     store.write_at("/docs/hello.txt", 1 << 30, b"").unwrap();
@@ -173,19 +189,29 @@ fn truncate_shrinks_and_grows_with_zeros() {
 #[test]
 fn delete_frees_blocks_only_after_flush() {
     let (_dir, store) = new_store(64);
-    store.write_at("/a", 0, &pattern(8 * BLOCK_SIZE as usize, 3)).unwrap();
+    store
+        .write_at("/a", 0, &pattern(8 * BLOCK_SIZE as usize, 3))
+        .unwrap();
     let a_extents = store.extents("/a").unwrap();
     let free_before = store.free_bytes();
     store.delete("/a").unwrap();
     assert_eq!(store.free_bytes(), free_before + 8 * BLOCK_SIZE);
-    assert!(matches!(store.delete("/a"), Err(FileStoreError::NotFound { .. })));
+    assert!(matches!(
+        store.delete("/a"),
+        Err(FileStoreError::NotFound { .. })
+    ));
     // Before the flush, new data must not land in /a's old blocks.
-    store.write_at("/b", 0, &pattern(20 * BLOCK_SIZE as usize, 4)).unwrap();
+    store
+        .write_at("/b", 0, &pattern(20 * BLOCK_SIZE as usize, 4))
+        .unwrap();
     let overlaps = |x: &Extent, y: &Extent| {
         x.nvm_offset < y.nvm_offset + y.len && y.nvm_offset < x.nvm_offset + x.len
     };
     for b in store.extents("/b").unwrap() {
-        assert!(a_extents.iter().all(|a| !overlaps(a, &b)), "{b:?} reuses /a");
+        assert!(
+            a_extents.iter().all(|a| !overlaps(a, &b)),
+            "{b:?} reuses /a"
+        );
     }
     check_invariants(&store);
     store.flush().unwrap();
@@ -200,7 +226,10 @@ fn rename_moves_replaces_and_refuses() {
     store.write_at("/b", 0, b"bbbbbb").unwrap();
     store.write_at("/dir/c", 0, b"c").unwrap();
     store.rename("/a", "/moved/a").unwrap();
-    assert!(matches!(store.stat("/a"), Err(FileStoreError::NotFound { .. })));
+    assert!(matches!(
+        store.stat("/a"),
+        Err(FileStoreError::NotFound { .. })
+    ));
     assert_eq!(read_all(&store, "/moved/a"), b"aaa");
     // Replacing an existing file frees its blocks.
     store.rename("/moved/a", "/b").unwrap();
@@ -237,7 +266,12 @@ fn list_by_directory_prefix() {
         store.write_at(path, 0, path.as_bytes()).unwrap();
     }
     let names = |dir: &str| -> Vec<String> {
-        store.list(dir).unwrap().into_iter().map(|s| s.path).collect()
+        store
+            .list(dir)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.path)
+            .collect()
     };
     assert_eq!(names("/a"), ["/a/1", "/a/2", "/a/b/3"]);
     assert_eq!(names("a/"), ["/a/1", "/a/2", "/a/b/3"]);
@@ -278,7 +312,10 @@ fn invalid_paths_are_typed_errors() {
     let long = format!("/{}", "x/".repeat(600));
     for bad in ["", "/", "/a/../b", "/a\0", long.as_str()] {
         let err = store.write_at(bad, 0, b"x").unwrap_err();
-        assert!(matches!(err, FileStoreError::InvalidPath { .. }), "{bad:?}: {err}");
+        assert!(
+            matches!(err, FileStoreError::InvalidPath { .. }),
+            "{bad:?}: {err}"
+        );
         assert!(store.read_at(bad, 0, &mut [0u8; 1]).is_err());
         assert!(store.stat(bad).is_err());
         assert!(store.delete(bad).is_err());
@@ -306,10 +343,15 @@ fn extents_follow_the_file() {
     assert_eq!(extents[0].nvm_offset % BLOCK_SIZE, 0);
     // Reading the image at the extents gives the file (what a host-side reader does).
     let mut direct = vec![0u8; 100_000];
-    store.nvm().read_at(extents[0].nvm_offset, &mut direct).unwrap();
+    store
+        .nvm()
+        .read_at(extents[0].nvm_offset, &mut direct)
+        .unwrap();
     assert_eq!(direct, data);
     // A sparse file has holes between extents.
-    store.write_at("/sparse", 3 * BLOCK_SIZE + 5, b"abc").unwrap();
+    store
+        .write_at("/sparse", 3 * BLOCK_SIZE + 5, b"abc")
+        .unwrap();
     let extents = store.extents("/sparse").unwrap();
     assert_eq!(extents.len(), 1);
     assert_eq!(extents[0].file_offset, 3 * BLOCK_SIZE);
@@ -362,14 +404,22 @@ fn data_and_metadata_persist_across_reopen() {
 #[test]
 fn out_of_space_changes_nothing() {
     let (dir, store) = new_store(16);
-    let err = store.write_at("/big", 0, &vec![1u8; 17 * 4096]).unwrap_err();
+    let err = store
+        .write_at("/big", 0, &vec![1u8; 17 * 4096])
+        .unwrap_err();
     assert!(matches!(
         err,
         FileStoreError::NoSpace { needed_bytes, free_bytes, .. }
             if needed_bytes == 17 * 4096 && free_bytes == 16 * 4096
     ));
-    assert_eq!(err.to_string(), "no space for /big: 69632 bytes needed, 65536 free");
-    assert!(matches!(store.stat("/big"), Err(FileStoreError::NotFound { .. })));
+    assert_eq!(
+        err.to_string(),
+        "no space for /big: 69632 bytes needed, 65536 free"
+    );
+    assert!(matches!(
+        store.stat("/big"),
+        Err(FileStoreError::NotFound { .. })
+    ));
     store.write_at("/f", 0, &vec![2u8; 10 * 4096]).unwrap();
     let before = store.stat("/f").unwrap();
     // Overwriting in place needs no space; growing past the free space fails whole.
@@ -421,7 +471,9 @@ fn fragmented_namespace_still_holds_a_large_file() {
         if store.free_bytes() < len as u64 + 4096 {
             break;
         }
-        store.write_at(&format!("/small/{i}"), 0, &pattern(len, i as u64)).unwrap();
+        store
+            .write_at(&format!("/small/{i}"), 0, &pattern(len, i as u64))
+            .unwrap();
         i += 1;
     }
     for j in (0..i).step_by(2) {
@@ -445,7 +497,10 @@ fn fragmented_namespace_still_holds_a_large_file() {
     assert_eq!(read_all(&store, "/big"), big);
     for j in (1..i).step_by(2) {
         let len = 4096 * (1 + j % 5) + j * 7 % 4096;
-        assert_eq!(read_all(&store, &format!("/small/{j}")), pattern(len, j as u64));
+        assert_eq!(
+            read_all(&store, &format!("/small/{j}")),
+            pattern(len, j as u64)
+        );
     }
 }
 
@@ -461,7 +516,12 @@ fn crash_without_flush_keeps_the_last_flush() {
     crash(store);
 
     let store = reopen(&dir);
-    let names: Vec<String> = store.list("/").unwrap().into_iter().map(|s| s.path).collect();
+    let names: Vec<String> = store
+        .list("/")
+        .unwrap()
+        .into_iter()
+        .map(|s| s.path)
+        .collect();
     assert_eq!(names, ["/doomed", "/flushed"]);
     assert_eq!(read_all(&store, "/flushed"), pattern(50_000, 7));
     assert_eq!(read_all(&store, "/doomed"), b"doomed");
@@ -475,19 +535,28 @@ fn failure_between_data_sync_and_commit_poisons_and_loses_only_unflushed() {
     store.write_at("/b", 0, &pattern(40_000, 10)).unwrap();
     store.delete("/a").unwrap();
     store.hooks.fail_before_commit.store(true, Ordering::SeqCst);
-    assert!(matches!(store.flush(), Err(FileStoreError::Poisoned { .. })));
+    assert!(matches!(
+        store.flush(),
+        Err(FileStoreError::Poisoned { .. })
+    ));
     // The store refuses changes now; reads go on.
     assert!(matches!(
         store.write_at("/c", 0, b"c"),
         Err(FileStoreError::Poisoned { .. })
     ));
-    assert!(matches!(store.flush(), Err(FileStoreError::Poisoned { .. })));
+    assert!(matches!(
+        store.flush(),
+        Err(FileStoreError::Poisoned { .. })
+    ));
     assert_eq!(read_all(&store, "/b"), pattern(40_000, 10));
     crash(store);
 
     let store = reopen(&dir);
     assert_eq!(read_all(&store, "/a"), pattern(40_000, 9));
-    assert!(matches!(store.stat("/b"), Err(FileStoreError::NotFound { .. })));
+    assert!(matches!(
+        store.stat("/b"),
+        Err(FileStoreError::NotFound { .. })
+    ));
 }
 
 #[test]
@@ -549,7 +618,10 @@ fn corrupt_or_missing_metadata_is_a_typed_error() {
         let err = FileStore::open(dir.path(), nvm()).unwrap_err();
         assert!(err.to_string().contains("meta.redb"), "{err}");
         assert!(
-            matches!(err, FileStoreError::MetaCorrupt { .. } | FileStoreError::Meta { .. }),
+            matches!(
+                err,
+                FileStoreError::MetaCorrupt { .. } | FileStoreError::Meta { .. }
+            ),
             "{err}"
         );
     }
@@ -568,14 +640,19 @@ fn bad_records_are_reported_with_their_file() {
     let write_raw = |key: &str, value: &[u8]| {
         let db = Database::create(&meta).unwrap();
         let txn = db.begin_write().unwrap();
-        txn.open_table(FILES_TABLE).unwrap().insert(key, value).unwrap();
+        txn.open_table(FILES_TABLE)
+            .unwrap()
+            .insert(key, value)
+            .unwrap();
         txn.commit().unwrap();
     };
     let nvm = || Arc::new(Nvm::open(dir.path().join(NVM_FILE)).unwrap());
 
     write_raw("/bad", b"\x01short");
     let err = FileStore::open(dir.path(), nvm()).unwrap_err();
-    assert!(matches!(err, FileStoreError::MetaCorrupt { ref reason, .. } if reason.contains("/bad")));
+    assert!(
+        matches!(err, FileStoreError::MetaCorrupt { ref reason, .. } if reason.contains("/bad"))
+    );
 
     // Two files claiming the same blocks.
     let ok = {
@@ -587,7 +664,10 @@ fn bad_records_are_reported_with_their_file() {
     };
     write_raw("/bad", &ok);
     let err = FileStore::open(dir.path(), nvm()).unwrap_err();
-    assert!(err.to_string().contains("/bad") && err.to_string().contains("/ok"), "{err}");
+    assert!(
+        err.to_string().contains("/bad") && err.to_string().contains("/ok"),
+        "{err}"
+    );
 
     {
         let db = Database::create(&meta).unwrap();
@@ -614,7 +694,10 @@ fn truncated_or_resized_image_is_refused() {
         .set_len(8 * BLOCK_SIZE)
         .unwrap();
     let err = FileStore::open(dir.path(), Arc::new(Nvm::open(&image).unwrap())).unwrap_err();
-    assert!(matches!(err, FileStoreError::ImageTruncated { .. }), "{err}");
+    assert!(
+        matches!(err, FileStoreError::ImageTruncated { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("nvm.img"), "{err}");
     fs::File::options()
         .write(true)
@@ -623,7 +706,10 @@ fn truncated_or_resized_image_is_refused() {
         .set_len(32 * BLOCK_SIZE)
         .unwrap();
     let err = FileStore::open(dir.path(), Arc::new(Nvm::open(&image).unwrap())).unwrap_err();
-    assert!(matches!(err, FileStoreError::ImageSizeMismatch { .. }), "{err}");
+    assert!(
+        matches!(err, FileStoreError::ImageSizeMismatch { .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -658,7 +744,9 @@ fn concurrent_writers_and_readers() {
                 for (i, chunk) in data.chunks(10_000).enumerate() {
                     store.write_at(&path, (i * 10_000) as u64, chunk).unwrap();
                     let mut back = vec![0u8; chunk.len()];
-                    store.read_at(&path, (i * 10_000) as u64, &mut back).unwrap();
+                    store
+                        .read_at(&path, (i * 10_000) as u64, &mut back)
+                        .unwrap();
                     assert_eq!(back, chunk);
                     if i % 10 == 0 {
                         store.flush().unwrap();
@@ -698,14 +786,22 @@ fn crash_child() {
     let store = FileStore::open(&dir, nvm).unwrap();
     for generation in 0..5000u64 {
         store
-            .write_at(&format!("/gen/{generation}"), 0, &generation_data(generation))
+            .write_at(
+                &format!("/gen/{generation}"),
+                0,
+                &generation_data(generation),
+            )
             .unwrap();
         store.flush().unwrap();
         println!("FLUSHED {generation}");
         // Unflushed churn: scratch files created, grown, truncated, renamed, deleted.
         let scratch = format!("/scratch/{}", generation % 4);
         store
-            .write_at(&scratch, generation * 1000 % 50_000, &pattern(20_000, generation))
+            .write_at(
+                &scratch,
+                generation * 1000 % 50_000,
+                &pattern(20_000, generation),
+            )
             .unwrap();
         if generation % 3 == 0 {
             store.truncate(&scratch, 3000).unwrap();
@@ -718,7 +814,10 @@ fn crash_child() {
 }
 
 fn generation_data(generation: u64) -> Vec<u8> {
-    pattern(1000 + (generation as usize * 1237) % 15_000, generation + 1000)
+    pattern(
+        1000 + (generation as usize * 1237) % 15_000,
+        generation + 1000,
+    )
 }
 
 #[test]
@@ -786,13 +885,28 @@ const MODEL_BLOCKS: u64 = 40;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Write { file: usize, offset: u64, len: usize, seed: u64 },
-    Truncate { file: usize, len: u64 },
-    Delete { file: usize },
-    Rename { from: usize, to: usize },
+    Write {
+        file: usize,
+        offset: u64,
+        len: usize,
+        seed: u64,
+    },
+    Truncate {
+        file: usize,
+        len: u64,
+    },
+    Delete {
+        file: usize,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
     Flush,
     Reopen,
-    Crash { keep_seed: u64 },
+    Crash {
+        keep_seed: u64,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -869,11 +983,17 @@ impl Harness {
         let flushes_before = self.flushes();
         let model_before = self.model.clone();
         match *op {
-            Op::Write { file, offset, len, seed } => {
+            Op::Write {
+                file,
+                offset,
+                len,
+                seed,
+            } => {
                 let path = MODEL_PATHS[file];
                 let data = pattern(len, seed);
                 let result = self.store().write_at(path, offset, &data);
-                let creatable = self.model.contains_key(path) || model_can_create(&self.model, path);
+                let creatable =
+                    self.model.contains_key(path) || model_can_create(&self.model, path);
                 match result {
                     Ok(()) => {
                         assert!(creatable, "write to {path} should fail");
@@ -890,7 +1010,9 @@ impl Harness {
                         }
                     }
                     Err(FileStoreError::NoSpace { .. }) => assert!(creatable),
-                    Err(FileStoreError::NotADirectory { .. } | FileStoreError::IsADirectory { .. }) => {
+                    Err(
+                        FileStoreError::NotADirectory { .. } | FileStoreError::IsADirectory { .. },
+                    ) => {
                         assert!(!creatable)
                     }
                     Err(err) => panic!("write {path}: {err}"),
@@ -963,7 +1085,9 @@ impl Harness {
             Op::Crash { keep_seed } => {
                 let store = self.store.take().unwrap();
                 let keep = pattern(4096, keep_seed);
-                store.nvm().simulate_power_loss(|i| keep[i % keep.len()] & 1 == 1);
+                store
+                    .nvm()
+                    .simulate_power_loss(|i| keep[i % keep.len()] & 1 == 1);
                 crash(store);
                 let store = reopen(&self.dir);
                 store.nvm().track_power_loss();
@@ -988,7 +1112,12 @@ impl Harness {
     /// unless written in place since the flush (torn writes): adopt what those hold.
     fn after_crash(&mut self) {
         let store = self.store();
-        let mut names: Vec<String> = store.list("/").unwrap().into_iter().map(|s| s.path).collect();
+        let mut names: Vec<String> = store
+            .list("/")
+            .unwrap()
+            .into_iter()
+            .map(|s| s.path)
+            .collect();
         names.sort();
         let mut expected: Vec<String> = self.durable.keys().cloned().collect();
         expected.sort();
@@ -1009,7 +1138,12 @@ impl Harness {
     fn check_contents(&self) {
         let store = self.store();
         check_invariants(store);
-        let mut names: Vec<String> = store.list("/").unwrap().into_iter().map(|s| s.path).collect();
+        let mut names: Vec<String> = store
+            .list("/")
+            .unwrap()
+            .into_iter()
+            .map(|s| s.path)
+            .collect();
         names.sort();
         let mut expected: Vec<String> = self.model.keys().cloned().collect();
         expected.sort();

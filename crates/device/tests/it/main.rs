@@ -10,6 +10,7 @@ mod bad_input;
 mod concurrency;
 mod execute;
 mod files;
+mod fuzz;
 mod memory;
 mod persistence;
 mod programs;

@@ -1,0 +1,340 @@
+//! The device commands end to end, as a user runs them: `csx device init`, `put` a
+//! generated file, `exec` a clang-compiled sum program over it and check r0 in the
+//! `--json` output; then the other file commands, traps, output windows, errors, and
+//! the per-user default device.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::csx;
+
+const PROGRAMS: &str = r#"
+typedef unsigned long u64;
+typedef unsigned char u8;
+struct csx_window { unsigned long addr, len; };
+struct csx_args {
+    unsigned long cparam1, cparam2;
+    unsigned int nwindows, params_len;
+    struct csx_window windows[16];
+    unsigned char params[];
+};
+u64 sum(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
+    const u64 *p = (const u64 *)data;
+    u64 s = 0;
+    for (u64 i = 0; i < len / 8; i++) s += p[i];
+    return s;
+}
+u64 oob(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
+    return *(volatile u8 *)(data + len);
+}
+u64 copy_plus(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
+    u8 *out = (u8 *)args->windows[1].addr;
+    for (u64 i = 0; i < len && i < args->windows[1].len; i++) out[i] = data[i] + args->params[0];
+    return args->cparam1 + args->cparam2;
+}
+"#;
+
+/// Compiles the test programs with clang; fails saying how to get it when missing.
+fn compile(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("progs.c");
+    let obj = dir.join("progs.o");
+    std::fs::write(&src, PROGRAMS).unwrap();
+    let out = std::process::Command::new("clang")
+        .args(["-O2", "-target", "bpf", "-c"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("clang is needed to compile the test programs ({e}); run scripts/setup.sh")
+        });
+    assert!(
+        out.status.success(),
+        "clang failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    obj
+}
+
+/// Runs `csx --device DEV ARGS...`.
+fn run(dev: &Path, args: &[&str]) -> Output {
+    csx()
+        .env_remove("CSX_DEVICE")
+        .arg("--device")
+        .arg(dev)
+        .args(args)
+        .output()
+        .expect("csx runs")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "csx failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn json(out: Output) -> Value {
+    let text = ok(out);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn init_put_exec_sum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev0");
+    let out = csx()
+        .args(["device", "init", "--state"])
+        .arg(&dev)
+        .args([
+            "--nvm-size",
+            "64MiB",
+            "--slm-size",
+            "64MiB",
+            "--engines",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let text = ok(out);
+    assert!(text.contains("64 MiB"), "{text}");
+    // A file of the u64s 1..=100000.
+    let n = 100_000u64;
+    let bytes: Vec<u8> = (1..=n).flat_map(|v| v.to_le_bytes()).collect();
+    let local = tmp.path().join("nums.bin");
+    std::fs::write(&local, &bytes).unwrap();
+    let put = json(run(
+        &dev,
+        &["put", local.to_str().unwrap(), "/data/nums", "--json"],
+    ));
+    assert_eq!(put["bytes"], bytes.len() as u64);
+    let prog = compile(tmp.path());
+    let prog = prog.to_str().unwrap();
+
+    // The issue's check: r0 is the sum, in --json.
+    let r = json(run(
+        &dev,
+        &[
+            "exec",
+            prog,
+            "--entry",
+            "sum",
+            "--input",
+            "/data/nums",
+            "--json",
+        ],
+    ));
+    assert_eq!(r["r0"], n * (n + 1) / 2);
+    assert_eq!(r["status"], "Success");
+    assert!(r["trap"].is_null());
+    for key in [
+        "queued_ns",
+        "transfer_ns",
+        "prepare_ns",
+        "execute_ns",
+        "total_ns",
+    ] {
+        assert!(r["timing"][key].is_u64(), "timing.{key} missing: {r}");
+    }
+    assert_eq!(r["staged_bytes"], bytes.len() as u64);
+    // A range of the file, on the interpreter.
+    let r = json(run(
+        &dev,
+        &[
+            "exec",
+            prog,
+            "--entry",
+            "sum",
+            "--input",
+            "/data/nums:8:16",
+            "--interp",
+            "--json",
+        ],
+    ));
+    assert_eq!(r["r0"], 2 + 3);
+    // The human output says the same.
+    let text = ok(run(
+        &dev,
+        &["exec", prog, "--entry", "sum", "--input", "/data/nums"],
+    ));
+    assert!(
+        text.contains(&format!("r0        {}", n * (n + 1) / 2)),
+        "{text}"
+    );
+    // exec cleans up: no programs stay loaded, no memory stays allocated.
+    let info = json(run(&dev, &["info", "--json"]));
+    assert_eq!(info["programs_loaded"], 0);
+    assert_eq!(info["slm_free_bytes"], info["slm_size_bytes"]);
+    assert_eq!(info["engines"], 2);
+}
+
+#[test]
+fn file_commands_traps_and_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    ok(csx()
+        .args([
+            "device",
+            "init",
+            "--nvm-size",
+            "64MiB",
+            "--slm-size",
+            "16MiB",
+            "--state",
+        ])
+        .arg(&dev)
+        .output()
+        .unwrap());
+    let local = tmp.path().join("in.bin");
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(&local, &data).unwrap();
+    ok(run(&dev, &["put", local.to_str().unwrap(), "/a/in.bin"]));
+    let ls = json(run(&dev, &["ls", "--json"]));
+    assert_eq!(ls[0]["path"], "/a/in.bin");
+    assert_eq!(ls[0]["size_bytes"], 100_000);
+    let st = json(run(&dev, &["stat", "/a/in.bin", "--json"]));
+    assert_eq!(st["size_bytes"], 100_000);
+    assert!(!st["extents"].as_array().unwrap().is_empty());
+    let back = tmp.path().join("back.bin");
+    ok(run(&dev, &["get", "/a/in.bin", back.to_str().unwrap()]));
+    assert!(std::fs::read(&back).unwrap() == data);
+    let functions = json(run(&dev, &["functions", "--json"]));
+    assert!(functions
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "csx_file_read"));
+
+    let prog = compile(tmp.path());
+    let prog = prog.to_str().unwrap();
+    // A trap: exit status 3, status and trap in the JSON.
+    let out = run(
+        &dev,
+        &[
+            "exec",
+            prog,
+            "--entry",
+            "oob",
+            "--input",
+            "/a/in.bin",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "Trap");
+    assert_eq!(r["trap"]["kind"], "out_of_bounds");
+    // An output window, written to a local file; cparams and params reach the program.
+    let outfile = tmp.path().join("out.bin");
+    let r = json(run(
+        &dev,
+        &[
+            "exec",
+            prog,
+            "--entry",
+            "copy_plus",
+            "--input",
+            "/a/in.bin:0:1000",
+            "--output-size",
+            "1KiB",
+            "--output",
+            outfile.to_str().unwrap(),
+            "--cparam1",
+            "40",
+            "--cparam2",
+            "2",
+            "--params-hex",
+            "05",
+            "--json",
+        ],
+    ));
+    assert_eq!(r["r0"], 42);
+    let got = std::fs::read(&outfile).unwrap();
+    assert_eq!(got.len(), 1024);
+    let want: Vec<u8> = data[..1000].iter().map(|b| b.wrapping_add(5)).collect();
+    assert_eq!(&got[..1000], &want[..]);
+    assert!(got[1000..].iter().all(|&b| b == 0));
+    // Errors: exit status 1 and a message naming the problem.
+    let out = run(
+        &dev,
+        &["exec", prog, "--entry", "sum", "--input", "/no/such/file"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/no/such/file") && err.contains("not found"),
+        "{err}"
+    );
+    let info = json(run(&dev, &["info", "--json"]));
+    assert_eq!(
+        info["programs_loaded"], 0,
+        "a failed exec unloads its program too"
+    );
+    ok(run(&dev, &["rm", "/a/in.bin"]));
+    assert_eq!(
+        json(run(&dev, &["ls", "--json"])).as_array().unwrap().len(),
+        0
+    );
+    let out = run(&dev, &["rm", "/a/in.bin"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn default_device_is_created_on_first_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_default = |args: &[&str]| {
+        csx()
+            .env_remove("CSX_DEVICE")
+            .env("XDG_DATA_HOME", tmp.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run_default(&["ls"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("created a device at"), "{err}");
+    assert!(tmp.path().join("csx/device/device.json").is_file());
+    let out = run_default(&["info"]);
+    assert!(out.status.success());
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("created"),
+        "only the first use creates it"
+    );
+    // CSX_DEVICE picks another device.
+    let other = tmp.path().join("other");
+    ok(csx()
+        .args([
+            "device",
+            "init",
+            "--nvm-size",
+            "8MiB",
+            "--slm-size",
+            "8MiB",
+            "--state",
+        ])
+        .arg(&other)
+        .output()
+        .unwrap());
+    let info = csx()
+        .env("CSX_DEVICE", &other)
+        .args(["info", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(json(info)["nvm_size_bytes"], 8 << 20);
+}

@@ -1,0 +1,36 @@
+/*
+ * stats32: count, sum, minimum and maximum of the little-endian u32 values in window 0
+ * (lambda-IO's Stats32, the workload eBPF's 64-bit registers make slow).
+ *
+ * Windows: 0 = the input, read as win0_len / 4 values (a partial value at the end is
+ * ignored); 1 = the output, at least 32 bytes.
+ * cparams, params: unused.
+ * Output: struct { u64 count, sum, min, max; } with the values widened to u64; the sum
+ * wraps modulo 2^64; an empty input gives count 0, sum 0, min UINT64_MAX, max 0.
+ * r0: 32, or CSX_EINVAL without an output window, CSX_ENOSPC if it is too small.
+ */
+#include "csx.h"
+
+CSX_PROGRAM(stats32)
+{
+    csx_u64 *out = csx_window_addr(args, 1);
+    if (!out)
+        return CSX_EINVAL;
+    if (csx_window_len(args, 1) < 32)
+        return CSX_ENOSPC;
+    const csx_u32 *v = win0;
+    csx_u64 n = win0_len / 4;
+    csx_u64 sum = 0;
+    csx_u32 min = ~0U, max = 0;
+    for (csx_u64 i = 0; i < n; i++) {
+        csx_u32 x = v[i];
+        sum += x;
+        min = x < min ? x : min;
+        max = x > max ? x : max;
+    }
+    out[0] = n;
+    out[1] = sum;
+    out[2] = n ? min : ~0UL;
+    out[3] = max;
+    return 32;
+}
