@@ -110,6 +110,8 @@ pub(crate) struct FunctionPlan {
     pub regions: HashMap<u32, u32>,
     /// Leaders inside speculative regions: their blocks run only on the fallback path.
     pub cold: HashSet<u32>,
+    /// Whether a local call reaches this function (otherwise it is only the entry).
+    pub is_callee: bool,
 }
 
 /// Every function of a program, the entry first.
@@ -198,6 +200,7 @@ pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, Pl
     let mut seen_starts = HashSet::from([entry]);
     let mut pending = vec![entry];
     let mut calls_helpers = false;
+    let mut callee_starts = HashSet::new();
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
         let (plan, callees) = plan_function(insns, &lddw_tails, start, &mut visited, stamp)?;
@@ -206,11 +209,15 @@ pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, Pl
             .iter()
             .any(|&pc| is_helper_call(&insns[pc as usize]));
         for callee in callees {
+            callee_starts.insert(callee);
             if seen_starts.insert(callee) {
                 pending.push(callee);
             }
         }
         functions.push(plan);
+    }
+    for f in &mut functions {
+        f.is_callee = f.start != entry || callee_starts.contains(&entry);
     }
     Ok(ProgramPlan {
         functions,
@@ -329,6 +336,7 @@ fn plan_function(
             ifconv,
             regions,
             cold,
+            is_callee: false,
         },
         callees,
     ))

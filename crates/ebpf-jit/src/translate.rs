@@ -7,16 +7,18 @@
 //!
 //! Safety-relevant rules every translation keeps:
 //!
-//! * **Memory.** An access of `n` bytes at `addr` reads the row `addr >> 32` of the
-//!   region table (rows past the table are clamped to the never-mapped row 0) and checks
-//!   `(addr & 0xffff_ffff) + n <= len` inline before touching `base + offset`; a failure
-//!   branches to a cold block that records (pc, addr, n, write) and leaves through the
-//!   function's one trap exit. The check is written on the base register's value so that
-//!   Cranelift shares the row lookup between accesses through the same pointer; a cold
-//!   slow path repeats the exact check on `addr` for accesses whose offset carries them
-//!   into a neighbouring region. Accesses at a constant offset from r10 that stay inside
-//!   the current 512-byte frame need no check: the stack region is always mapped with
-//!   `STACK_SIZE` bytes and the depth check keeps every frame inside it.
+//! * **Memory.** An access of `n` bytes at `addr` is legal when region `addr >> 32`
+//!   holds `(addr & 0xffff_ffff) + n` bytes. The fast path checks it against a *region
+//!   cache* (the region the last access of the same kind went to, held in SSA variables
+//!   so it stays in registers across loop iterations): `(addr - lo) <= len - n` and then
+//!   `host = addr + delta`, a subtraction, a compare and a branch. A miss takes a cold
+//!   path that reads the region table row (index clamped to the never-mapped row 0 past
+//!   the table), checks exactly, refills the cache, or branches to a block that records
+//!   (pc, addr, n, write) and leaves through the function's one trap exit. Accesses at a
+//!   constant offset from r10 that stay inside the current 512-byte frame need no check:
+//!   the stack region is always mapped with `STACK_SIZE` bytes and the depth check keeps
+//!   every frame inside it. Helpers may remap regions, so every helper call resets the
+//!   caches (to the stack, which the trampoline guarantees is unchanged).
 //! * **Fuel.** A variable, charged at taken backward jumps and calls exactly as
 //!   `csx_ebpf::engine` says, compared with the budget right there.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
@@ -147,6 +149,9 @@ pub(crate) fn translate_function(
     plan: &FunctionPlan,
 ) -> TResult<()> {
     let mut t = Translator::new(module, builder, env, plan);
+    t.reset_caches();
+    let start = t.blocks[&plan.start];
+    t.b.ins().jump(start, &[]);
     t.body()?;
     t.finish();
     Ok(())
@@ -160,16 +165,20 @@ struct Translator<'a, 'f> {
     /// The block of each leader slot.
     blocks: HashMap<u32, Block>,
     regs: [Variable; 10],
-    fuel: Variable,
+    /// Fuel left of the budget.
+    fuel_left: Variable,
     ctx: Value,
     regions: Value,
-    budget: Value,
     /// r10, the virtual frame pointer.
     fp: Value,
     /// Offset of r10 in the stack region.
     fp_off: Value,
     /// Host address r10 stands for.
     fp_host: Value,
+    /// Host address of the stack region.
+    stack_base: Value,
+    /// Region caches for loads and for stores (and atomics).
+    caches: [CacheVars; 2],
     /// Values known to equal r10 plus a constant, for unchecked stack accesses.
     fp_relative: HashMap<Value, i64>,
     /// Shared exit for traps: params (code, pc, addr, aux).
@@ -240,15 +249,22 @@ impl<'a, 'f> Translator<'a, 'f> {
         b.switch_to_block(entry);
         let ctx = b.block_params(entry)[0];
         let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
+        // Fuel is kept as what is left of the budget: one live value in loops.
         let budget = b
             .ins()
             .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
-        let fuel = b.declare_var(types::I64);
         let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
-        b.def_var(fuel, used);
+        let fuel_left = b.declare_var(types::I64);
+        let left = b.ins().isub(budget, used);
+        b.def_var(fuel_left, left);
+        // A function no local call reaches is the entry: its r0 and r6-r9 start at 0.
         let regs: [Variable; 10] = std::array::from_fn(|r| {
             let var = b.declare_var(types::I64);
-            let v = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(r));
+            let v = if plan.is_callee || (1..=5).contains(&r) {
+                b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(r))
+            } else {
+                b.ins().iconst(types::I64, 0)
+            };
             b.def_var(var, v);
             var
         });
@@ -271,7 +287,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             blocks.insert(leader, block);
         }
-        b.ins().jump(blocks[&plan.start], &[]);
+        let caches = [(); 2].map(|()| CacheVars {
+            lo: b.declare_var(types::I64),
+            len: b.declare_var(types::I64),
+            delta: b.declare_var(types::I64),
+        });
 
         let trap_exit = b.create_block();
         for _ in 0..4 {
@@ -288,13 +308,14 @@ impl<'a, 'f> Translator<'a, 'f> {
             flags,
             blocks,
             regs,
-            fuel,
+            fuel_left,
             ctx,
             regions,
-            budget,
             fp,
             fp_off,
             fp_host,
+            stack_base,
+            caches,
             fp_relative: HashMap::from([(fp, 0)]),
             trap_exit,
             propagate,
@@ -347,8 +368,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         for (v, off) in params.into_iter().zip(fields) {
             self.b.ins().store(fl, v, ctx, off);
         }
-        let fuel = self.b.use_var(self.fuel);
-        self.b.ins().store(fl, fuel, ctx, offsets::FUEL_USED);
+        self.store_fuel();
         let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
         self.b.ins().return_(&[status]);
 
@@ -689,7 +709,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         let hit_block = self.b.create_block();
         let miss = self.b.create_block();
         let cont = self.b.create_block();
-        let result = op.has_result().then(|| self.b.append_block_param(cont, types::I64));
+        let result = op
+            .has_result()
+            .then(|| self.b.append_block_param(cont, types::I64));
         self.b.set_cold_block(miss);
         self.b.ins().brif(hit, hit_block, &[], miss, &[]);
 
@@ -722,7 +744,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
 
         self.b.switch_to_block(fill);
-        let base = self.b.ins().load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let base = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
         let host = self.b.ins().iadd(base, lo);
         let r = self.emit_op(host, 0, op);
         self.refill(op.writes(), &cache, addr, base, len);
@@ -759,7 +784,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn refill(&mut self, write: bool, old: &CacheValues, addr: Value, base: Value, len: Value) {
         let vars = self.caches[usize::from(write)];
         let b = &mut self.b;
-        let keep = b.ins().icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
+        let keep = b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
         let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
         let delta = b.ins().isub(base, lo);
         let lo = b.ins().select(keep, old.lo, lo);
@@ -773,7 +800,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Points both region caches at the stack, which is always mapped with
     /// `STACK_SIZE` bytes: at entry, and after a helper (which may remap regions).
     fn reset_caches(&mut self) {
-        let lo = self.b.ins().iconst(types::I64, RegionIdx::STACK.vaddr(0) as i64);
+        let lo = self
+            .b
+            .ins()
+            .iconst(types::I64, RegionIdx::STACK.vaddr(0) as i64);
         let len = self.b.ins().iconst(types::I64, STACK_SIZE as i64);
         let delta = self.b.ins().isub(self.stack_base, lo);
         for c in self.caches {
@@ -936,14 +966,27 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// Charges `cost` fuel at `pc` and traps if the budget is exceeded.
     fn charge(&mut self, pc: u32, cost: u64) {
-        let fuel = self.b.use_var(self.fuel);
-        let fuel = self.b.ins().iadd_imm_s(fuel, cost as i64);
-        self.b.def_var(self.fuel, fuel);
+        let left = self.b.use_var(self.fuel_left);
         let over = self
             .b
             .ins()
-            .icmp(IntCC::UnsignedGreaterThan, fuel, self.budget);
+            .icmp_imm_u(IntCC::UnsignedLessThan, left, cost as i64);
+        // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
+        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
+        self.b.def_var(self.fuel_left, left);
         self.trap_if(over, trap_code::FUEL, pc);
+    }
+
+    /// Stores the fuel used so far (budget minus what is left) into the context.
+    fn store_fuel(&mut self) {
+        let fl = self.flags.ctx;
+        let budget = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
+        let left = self.b.use_var(self.fuel_left);
+        let used = self.b.ins().isub(budget, left);
+        self.b.ins().store(fl, used, self.ctx, offsets::FUEL_USED);
     }
 
     /// JMP and JMP32 instructions (RFC 9669 §4.3); returns the slot to go on at.
@@ -1213,30 +1256,28 @@ impl<'a, 'f> Translator<'a, 'f> {
                 return Ok(None);
             }
         }
-        let ok = self.fast_check(v, off, size, false);
+        let cache = self.cache(false);
+        let ok = self.cache_hit(&cache, v, off, size);
         let b = &mut self.b;
-        let (row, lo) = (ok.row, ok.lo);
-        let base = b
-            .ins()
-            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
-        let host = b.ins().iadd(base, lo);
+        let host = b.ins().iadd(cache.delta, v);
         let host = b.ins().iadd_imm_s(host, i64::from(off));
         let safe = b.ins().iadd_imm_s(self.fp_host, -8);
-        let addr = b.ins().select(ok.ok, host, safe);
+        let addr = b.ins().select(ok, host, safe);
         let value = self.emit_op(addr, 0, op).expect("loads produce a value");
         self.set_reg(pc, insn.dst, value)?;
-        Ok(Some(self.b.ins().bxor_imm_s(ok.ok, 1)))
+        Ok(Some(self.b.ins().bxor_imm_s(ok, 1)))
     }
 
-    /// `exit`: hands r0-r5 and the fuel count back through the context.
+    /// `exit`: hands r0 (and to a caller r1-r5, which it sees as the callee left them)
+    /// and the fuel count back through the context.
     fn exit(&mut self) {
         let fl = self.flags.ctx;
-        for r in 0..6 {
+        let handed_back = if self.plan.is_callee { 6 } else { 1 };
+        for r in 0..handed_back {
             let v = self.b.use_var(self.regs[r]);
             self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
         }
-        let fuel = self.b.use_var(self.fuel);
-        self.b.ins().store(fl, fuel, self.ctx, offsets::FUEL_USED);
+        self.store_fuel();
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
         self.b.ins().return_(&[status]);
         self.open = false;
@@ -1270,6 +1311,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             offsets::HELPER_TRAPPED,
         );
         self.trap_if(trapped, trap_code::HELPER, pc);
+        self.reset_caches();
         self.set_reg(pc, 0, r0)
     }
 
@@ -1295,8 +1337,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b
             .ins()
             .store(fl, callee_fp, self.ctx, offsets::reg(10));
-        let fuel = self.b.use_var(self.fuel);
-        self.b.ins().store(fl, fuel, self.ctx, offsets::FUEL_USED);
+        self.store_fuel();
         let call = self.b.ins().call(self.callees[&target], &[self.ctx]);
         let status = self.b.inst_results(call)[0];
         let cont = self.b.create_block();
@@ -1306,10 +1347,15 @@ impl<'a, 'f> Translator<'a, 'f> {
             let v = self.b.ins().load(types::I64, fl, self.ctx, offsets::reg(r));
             self.b.def_var(self.regs[r], v);
         }
-        let fuel = self
+        let budget = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
+        let used = self
             .b
             .ins()
             .load(types::I64, fl, self.ctx, offsets::FUEL_USED);
-        self.b.def_var(self.fuel, fuel);
+        let left = self.b.ins().isub(budget, used);
+        self.b.def_var(self.fuel_left, left);
     }
 }

@@ -180,9 +180,10 @@ _Static_assert(sizeof(struct csx_args) == {ARGS_HEADER_SIZE}, "the fixed part is
 }
 
 fn error_codes() -> String {
-    let mut s = String::from(
-        "/* Error codes: Linux errno numbers, negated. Device functions return them, and \
-         programs\n * return them as r0 by convention. */\n",
+    let mut s = block_comment(
+        "Error codes: Linux errno numbers, negated. Device functions return them, and \
+         programs return them as r0 by convention.",
+        LINE_WIDTH_MAX,
     );
     let mut codes: Vec<i64> = errno::ALL.to_vec();
     codes.sort_unstable_by(|a, b| b.cmp(a));
@@ -197,8 +198,7 @@ fn error_codes() -> String {
 
 fn comparison_operators() -> String {
     let mut s = String::from(
-        "/* Operators of csx_filter_u32 and csx_filter_u64: element x matches when \
-         (unsigned) */\n",
+        "/* Operators of csx_filter_u32 and csx_filter_u64, unsigned: element x matches when */\n",
     );
     for (name, value, meaning) in CMP_OPS {
         let _ = writeln!(s, "#define {name} {value} /* {meaning} */");
@@ -227,7 +227,8 @@ fn function_declarations(functions: &[&FunctionInfo]) -> String {
         "/* Registered device functions, resolved by name when the device loads a program. */\n",
     );
     for f in functions {
-        let _ = writeln!(s, "/* {} (id {}, version {}). */", f.doc, f.id.0, f.version);
+        let text = format!("{} (id {}, version {}): {}.", f.name, f.id.0, f.version, f.doc);
+        s.push_str(&block_comment(&text, LINE_WIDTH_MAX));
         let decl = format!("extern {}", f.c_decl.trim());
         for line in wrap_declaration(&decl, LINE_WIDTH_MAX) {
             let _ = writeln!(s, "{line}");
@@ -235,6 +236,28 @@ fn function_declarations(functions: &[&FunctionInfo]) -> String {
     }
     s.push('\n');
     s
+}
+
+/// `text` as a C comment: one line if it fits in `width`, else a block with the words
+/// wrapped.
+fn block_comment(text: &str, width: usize) -> String {
+    if text.len() + 6 <= width {
+        return format!("/* {text} */\n");
+    }
+    let mut out = String::from("/*\n");
+    let mut line = String::from(" *");
+    for word in text.split_whitespace() {
+        if line.len() > 2 && line.len() + 1 + word.len() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from(" *");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push_str("\n */\n");
+    out
 }
 
 /// Splits a declaration longer than `width` after the commas of its parameter list,
@@ -275,11 +298,15 @@ fn wrap_declaration(decl: &str, width: usize) -> Vec<String> {
 const ENTRY_AND_CONVENIENCES: &str = r#"/*
  * Declares the program `name`, in its own section "csx/name" so one object may hold
  * several programs (the host picks one by name). Use as `CSX_PROGRAM(sum) { ... }`.
+ * A program need not use every parameter, so none of them draws -Wunused-parameter.
  */
 #define CSX_PROGRAM(name)                                                               \
     __attribute__((section("csx/" #name), used)) long name(                             \
-        void *win0, unsigned long win0_len, void *state, unsigned long state_len,       \
-        const struct csx_args *args)
+        void *win0 __attribute__((unused)),                                             \
+        unsigned long win0_len __attribute__((unused)),                                 \
+        void *state __attribute__((unused)),                                            \
+        unsigned long state_len __attribute__((unused)),                                \
+        const struct csx_args *args __attribute__((unused)))
 
 /* Window i's address, or 0 when the execution has no window i. */
 static inline void *csx_window_addr(const struct csx_args *args, unsigned int i)

@@ -12,9 +12,9 @@
 //!
 //! - `meta.redb` in the state directory: a redb database with a `superblock` table (format
 //!   version, block size, namespace size) and a `files` table from canonical path to the
-//!   encoded [`record`].
+//!   encoded record (see `record.rs`).
 //! - The namespace image holds only file data. Free space is not stored anywhere: at open
-//!   it is derived as the complement of every committed extent ([`alloc`]).
+//!   it is derived as the complement of every committed extent (`alloc.rs`).
 //! - In memory: every record (a `BTreeMap` by path, which also serves listings by prefix),
 //!   the allocator, the paths changed since the last flush and the blocks unmapped since
 //!   then. All of it sits behind one `RwLock`; reads share it (including their I/O, so a
