@@ -87,8 +87,10 @@ _Static_assert(__builtin_offsetof(struct csx_args, windows) == 24, "windows at 2
 _Static_assert(__builtin_offsetof(struct csx_args, params) == 280, "params at 280");
 _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 
-/* Error codes: Linux errno numbers, negated. Device functions return them, and programs
- * return them as r0 by convention. */
+/*
+ * Error codes: Linux errno numbers, negated. Device functions return them, and programs
+ * return them as r0 by convention.
+ */
 #define CSX_EPERM (-1)
 #define CSX_ENOENT (-2)
 #define CSX_EIO (-5)
@@ -105,7 +107,7 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_ENOSYS (-38)
 #define CSX_EBADMSG (-74)
 
-/* Operators of csx_filter_u32 and csx_filter_u64: element x matches when (unsigned) */
+/* Operators of csx_filter_u32 and csx_filter_u64, unsigned: element x matches when */
 #define CSX_CMP_EQ 0 /* x == operand */
 #define CSX_CMP_NE 1 /* x != operand */
 #define CSX_CMP_LT 2 /* x < operand */
@@ -126,39 +128,80 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_SORT_U64 18
 
 /* Registered device functions, resolved by name when the device loads a program. */
-/* size in bytes of the device file at path, or a negative CSX_E* code (id 1, version 1). */
+
+/*
+ * csx_file_size (id 1, version 1): size in bytes of the device file at path, or a
+ * negative CSX_E* code.
+ */
 extern long csx_file_size(const char *path, unsigned long path_len);
-/* reads up to len bytes of a device file at offset into dst; returns bytes read (short at end of file) (id 2, version 1). */
-extern long csx_file_read(const char *path, unsigned long path_len, unsigned long offset, void *dst,
-                          unsigned long len);
-/* writes len bytes from src to a device file at offset, creating or extending it; returns bytes written (id 3, version 1). */
+
+/*
+ * csx_file_read (id 2, version 1): reads up to len bytes of a device file at offset into
+ * dst; returns bytes read (short at end of file).
+ */
+extern long csx_file_read(const char *path, unsigned long path_len, unsigned long offset,
+                          void *dst, unsigned long len);
+
+/*
+ * csx_file_write (id 3, version 1): writes len bytes from src to a device file at offset,
+ * creating or extending it; returns bytes written.
+ */
 extern long csx_file_write(const char *path, unsigned long path_len, unsigned long offset,
                            const void *src, unsigned long len);
-/* copies len bytes (ranges may overlap) between any mapped memory; returns len (id 4, version 1). */
+
+/*
+ * csx_memcpy (id 4, version 1): copies len bytes (ranges may overlap) between any mapped
+ * memory; returns len.
+ */
 extern long csx_memcpy(void *dst, const void *src, unsigned long len);
-/* sets len bytes at dst to the low byte of byte; returns len (id 5, version 1). */
+
+/*
+ * csx_memset (id 5, version 1): sets len bytes at dst to the low byte of byte; returns
+ * len.
+ */
 extern long csx_memset(void *dst, unsigned long byte, unsigned long len);
-/* monotonic nanoseconds since the device opened (id 6, version 1). */
+
+/* csx_now_ns (id 6, version 1): monotonic nanoseconds since the device opened. */
 extern unsigned long csx_now_ns(void);
-/* appends a message (at most 256 bytes kept, 64 per run) to the completion's trace; 0 or CSX_ENOSPC (id 7, version 1). */
+
+/*
+ * csx_trace (id 7, version 1): appends a message (at most 256 bytes kept, 64 per run) to
+ * the completion's trace; 0 or CSX_ENOSPC.
+ */
 extern long csx_trace(const char *msg, unsigned long len);
-/* accelerated filter: bit i of bitmap (ceil(len/32) bytes) = src[i] OP operand over len/4 u32s; returns matches (id 16, version 1). */
+
+/*
+ * csx_filter_u32 (id 16, version 1): accelerated filter: bit i of bitmap (ceil(len/32)
+ * bytes) = src[i] OP operand over len/4 u32s; returns matches.
+ */
 extern long csx_filter_u32(const void *src, unsigned long len, unsigned long op,
                            unsigned long operand, void *bitmap);
-/* accelerated filter: bit i of bitmap (ceil(len/64) bytes) = src[i] OP operand over len/8 u64s; returns matches (id 17, version 1). */
+
+/*
+ * csx_filter_u64 (id 17, version 1): accelerated filter: bit i of bitmap (ceil(len/64)
+ * bytes) = src[i] OP operand over len/8 u64s; returns matches.
+ */
 extern long csx_filter_u64(const void *src, unsigned long len, unsigned long op,
                            unsigned long operand, void *bitmap);
-/* accelerated sort of len/8 little-endian u64s in place, ascending; returns the count (id 18, version 1). */
+
+/*
+ * csx_sort_u64 (id 18, version 1): accelerated sort of len/8 little-endian u64s in place,
+ * ascending; returns the count.
+ */
 extern long csx_sort_u64(void *data, unsigned long len);
 
 /*
  * Declares the program `name`, in its own section "csx/name" so one object may hold
  * several programs (the host picks one by name). Use as `CSX_PROGRAM(sum) { ... }`.
+ * A program need not use every parameter, so none of them draws -Wunused-parameter.
  */
 #define CSX_PROGRAM(name)                                                               \
     __attribute__((section("csx/" #name), used)) long name(                             \
-        void *win0, unsigned long win0_len, void *state, unsigned long state_len,       \
-        const struct csx_args *args)
+        void *win0 __attribute__((unused)),                                             \
+        unsigned long win0_len __attribute__((unused)),                                 \
+        void *state __attribute__((unused)),                                            \
+        unsigned long state_len __attribute__((unused)),                                \
+        const struct csx_args *args __attribute__((unused)))
 
 /* Window i's address, or 0 when the execution has no window i. */
 static inline void *csx_window_addr(const struct csx_args *args, unsigned int i)

@@ -4,7 +4,7 @@
 //! Sizes are chosen at `init` and never change (the NVM image and the shared state file
 //! have them); `engines` and `transfer_workers` may be absent, meaning "decide at open"
 //! (one engine per core). Fields added later get serde defaults, so older files keep
-//! opening.
+//! opening (a missing `perf` is the unthrottled model).
 
 use std::fs;
 use std::io;
@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use csx_proto::limits::{ENGINES_MAX, NVM_SIZE_MAX, SLM_SIZE_MAX, STATE_SIZE_MAX};
 
+use crate::perf::{PerfError, PerfModel};
 use crate::state::write_atomic;
 
 /// File name of the configuration in the state directory.
@@ -49,6 +50,8 @@ pub enum ConfigError {
     },
     #[error("{} is not a valid device configuration: {message}", path.display())]
     Parse { path: PathBuf, message: String },
+    #[error("performance model: {0}")]
+    Perf(#[from] PerfError),
 }
 
 /// Everything `csx device init` decides.
@@ -71,6 +74,9 @@ pub struct DeviceConfig {
     /// Whether activation may use the JIT (`None`: yes).
     #[serde(default)]
     pub jit: Option<bool>,
+    /// The emulated device's link, media and compute speeds (absent: unthrottled).
+    #[serde(default)]
+    pub perf: PerfModel,
 }
 
 impl Default for DeviceConfig {
@@ -83,6 +89,7 @@ impl Default for DeviceConfig {
             engines: None,
             transfer_workers: None,
             jit: None,
+            perf: PerfModel::default(),
         }
     }
 }
@@ -131,7 +138,17 @@ impl DeviceConfig {
                 u64::from(TRANSFER_WORKERS_MAX),
             )?;
         }
+        self.perf.validate()?;
         Ok(())
+    }
+
+    /// Adopts `perf` and, unless engines were chosen explicitly, its engine count (the
+    /// emulated device's cores).
+    pub fn set_perf(&mut self, perf: PerfModel) {
+        if self.engines.is_none() {
+            self.engines = perf.engines;
+        }
+        self.perf = perf;
     }
 
     /// Engines to start: the configured number, or one per core.

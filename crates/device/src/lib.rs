@@ -11,10 +11,12 @@
 //! store; every failure is a typed status in a completion.
 
 pub mod config;
+pub mod dma;
 pub mod execute;
 pub mod filestore;
 pub mod functions;
 pub mod nvm;
+pub mod perf;
 pub mod programs;
 pub mod queue;
 pub mod rangeset;
@@ -23,4 +25,6 @@ pub mod slm;
 pub mod state;
 
 pub use config::DeviceConfig;
+pub use perf::{PerfError, PerfModel};
+pub use dma::DmaBuffer;
 pub use runtime::{Device, DeviceError, QueuePair, SubmitError};

@@ -48,6 +48,7 @@ use csx_proto::limits::*;
 use csx_proto::*;
 
 use crate::config::{ConfigError, DeviceConfig, CONFIG_FILE_NAME};
+use crate::dma::DmaBuffer;
 use crate::filestore::{FileStore, FileStoreError};
 use crate::functions::{function_infos, function_table};
 use crate::nvm::{Nvm, NvmError};
@@ -147,6 +148,8 @@ pub(crate) struct Job {
     qp: Arc<QpShared>,
     cmd: Command,
     submitted: Instant,
+    /// The data of a Memory Read or Write, lent by the transport (see `dma`).
+    dma: Option<Box<dyn DmaBuffer>>,
 }
 
 #[derive(Debug)]
@@ -465,6 +468,27 @@ impl QueuePair {
     /// Queues `cmd`. A command that fails validation is accepted and completes with
     /// its error status; only a full pair or a closing device refuse outright.
     pub fn submit(&self, cmd: Command) -> Result<(), SubmitError> {
+        self.submit_inner(cmd, None)
+    }
+
+    /// Queues a Memory Write whose data is `buffer` (the op's own `data` must be empty)
+    /// or a Memory Read whose data goes to `buffer` (of exactly the length read), so the
+    /// device copies straight between host memory and SLM (see `dma`). The completion's
+    /// value is the bytes moved; a read's reply is `Reply::None`. Any other op, or a
+    /// buffer of the wrong length, completes with `InvalidField`.
+    pub fn submit_with_buffer(
+        &self,
+        cmd: Command,
+        buffer: Box<dyn DmaBuffer>,
+    ) -> Result<(), SubmitError> {
+        self.submit_inner(cmd, Some(buffer))
+    }
+
+    fn submit_inner(
+        &self,
+        cmd: Command,
+        dma: Option<Box<dyn DmaBuffer>>,
+    ) -> Result<(), SubmitError> {
         let submitted = Instant::now();
         let Some(shared) = self.shared.upgrade() else {
             return Err(SubmitError::ShuttingDown);
@@ -479,8 +503,12 @@ impl QueuePair {
                 depth: self.qp.depth,
             });
         }
-        if let Err(e) = cmd.validate() {
-            let mut c = Completion::error(cmd.id, e.status(), "protocol", e.to_string());
+        let checked = match &dma {
+            None => cmd.validate().map_err(|e| (e.status(), e.to_string())),
+            Some(buffer) => check_dma(&cmd.op, buffer.len()),
+        };
+        if let Err((status, message)) = checked {
+            let mut c = Completion::error(cmd.id, status, "protocol", message);
             c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
             post(&self.qp, c);
             return Ok(());
@@ -494,6 +522,7 @@ impl QueuePair {
             qp: Arc::clone(&self.qp),
             cmd,
             submitted,
+            dma,
         };
         if queue.push(job).is_err() {
             // Closed by a concurrent shutdown (never full: pairs × depth bound it).
@@ -547,6 +576,33 @@ impl Drop for QueuePair {
     }
 }
 
+/// Checks a command submitted with a DMA buffer of `len` bytes.
+fn check_dma(op: &Op, len: usize) -> Result<(), (Status, String)> {
+    op.validate().map_err(|e| (e.status(), e.to_string()))?;
+    let bad = |message: String| Err((Status::InvalidField, message));
+    match op {
+        Op::MemWrite { data, offset, .. } => {
+            if !data.is_empty() {
+                return bad("a memory write with a buffer carries no data of its own".into());
+            }
+            if len as u64 > MEM_IO_SIZE_MAX {
+                return bad(format!(
+                    "buffer has {len} bytes, limit is {MEM_IO_SIZE_MAX}"
+                ));
+            }
+            if offset.checked_add(len as u64).is_none() {
+                return bad(format!("write of {len} bytes at offset {offset} overflows"));
+            }
+            Ok(())
+        }
+        Op::MemRead { len: read_len, .. } if *read_len == len as u64 => Ok(()),
+        Op::MemRead { len: read_len, .. } => bad(format!(
+            "buffer has {len} bytes, the read asks for {read_len}"
+        )),
+        other => bad(format!("{} takes no buffer", other.name())),
+    }
+}
+
 fn post(qp: &QpShared, c: Completion) {
     debug_assert!(
         c.validate().is_ok(),
@@ -571,8 +627,10 @@ fn worker(shared: &Shared, class: Class) {
         let started = Instant::now();
         // A panic here is a device bug; it fails this command, not the worker (and so
         // not every later command). The tables recover from lock poisoning.
-        let handled =
-            panic::catch_unwind(AssertUnwindSafe(|| shared.handle(job.qp.client, &job.cmd)));
+        let handled = panic::catch_unwind(AssertUnwindSafe(|| match job.dma.as_deref() {
+            Some(buffer) => shared.dma(job.qp.client, &job.cmd.op, buffer),
+            None => shared.handle(job.qp.client, &job.cmd),
+        }));
         let mut c = handled.unwrap_or_else(|payload| {
             let message = payload
                 .downcast_ref::<&str>()
@@ -585,9 +643,15 @@ fn worker(shared: &Shared, class: Class) {
                 format!("{} failed: {message}", job.cmd.op.name()),
             )
         });
+        // The performance model stamps the modelled time and holds the completion
+        // until the command has taken it in real time (crate::perf).
+        shared.config.perf.apply(&job.cmd.op, &mut c, started);
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
         c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
+        // The buffer goes before the completion: the transport may reuse its memory as
+        // soon as the host reaps.
+        drop(job.dma);
         post(&job.qp, c);
     }
 }
@@ -750,6 +814,36 @@ impl Shared {
             (Ok(()), Ok(())) => ok(0),
             (Err(e), _) => file_fail(&e),
             (_, Err(e)) => fail(Status::IoError, "state", e.to_string()),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+
+    /// A Memory Read or Write with its data in a lent buffer (checked by `check_dma`).
+    fn dma(&self, client: ClientId, op: &Op, buffer: &dyn DmaBuffer) -> Completion {
+        let start = Instant::now();
+        let len = buffer.len() as u64;
+        let (handle, offset, write) = match *op {
+            Op::MemWrite { handle, offset, .. } => (handle, offset, true),
+            Op::MemRead { handle, offset, .. } => (handle, offset, false),
+            ref other => unreachable!("{} was refused at submission", other.name()),
+        };
+        let req = LeaseRequest {
+            handle,
+            offset,
+            len,
+            write,
+        };
+        let mut c = match self.slm.lease(client, &[req]) {
+            Ok(mut leases) if write => {
+                buffer.read_into(leases.slice_mut(0));
+                ok(len)
+            }
+            Ok(leases) => {
+                buffer.write_from(leases.slice(0));
+                ok(len)
+            }
+            Err(e) => slm_fail(&e),
         };
         c.timing.transfer_ns = ns(start.elapsed());
         c
@@ -1007,6 +1101,84 @@ mod tests {
         fn check<T: Send + Sync>() {}
         check::<Device>();
         check::<QueuePair>();
+    }
+
+    #[test]
+    fn dma_buffers_move_memory_data() {
+        use crate::dma::tests::HeapBuffer;
+        use std::sync::Mutex;
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 1 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..DeviceConfig::default()
+        };
+        let dev = Device::init(dir.path(), config).expect("init");
+        let qp = dev.queue_pair(4).expect("queue pair");
+        let alloc = qp
+            .call(Command::new(CommandId(1), Op::MemAlloc { size_bytes: 64 }))
+            .expect("submit");
+        let handle = MemHandle(alloc.value as u32);
+        let write = Op::MemWrite {
+            handle,
+            offset: 8,
+            data: vec![],
+        };
+        let source = Box::new(HeapBuffer(Mutex::new(vec![7u8; 16])));
+        qp.submit_with_buffer(Command::new(CommandId(2), write), source)
+            .expect("submit");
+        let c = qp.reap(None).expect("completion");
+        assert_eq!((c.status, c.value), (Status::Success, 16));
+        let read = Op::MemRead {
+            handle,
+            offset: 0,
+            len: 32,
+        };
+        let c = qp
+            .call(Command::new(CommandId(3), read.clone()))
+            .expect("submit");
+        let Reply::Data(expected) = c.reply else {
+            panic!("a read replies with data")
+        };
+        let target = std::sync::Arc::new(HeapBuffer(Mutex::new(vec![0u8; 32])));
+        #[derive(Debug)]
+        struct Shared(std::sync::Arc<HeapBuffer>);
+        impl DmaBuffer for Shared {
+            fn len(&self) -> usize {
+                self.0.len()
+            }
+            fn read_into(&self, dst: &mut [u8]) {
+                self.0.read_into(dst)
+            }
+            fn write_from(&self, src: &[u8]) {
+                self.0.write_from(src)
+            }
+        }
+        let lent = Box::new(Shared(std::sync::Arc::clone(&target)));
+        qp.submit_with_buffer(Command::new(CommandId(4), read), lent)
+            .expect("submit");
+        let c = qp.reap(None).expect("completion");
+        assert_eq!((c.status, c.value, c.reply), (Status::Success, 32, Reply::None));
+        assert_eq!(*target.0.lock().expect("not poisoned"), expected);
+        // A buffer of the wrong length, or with an op that takes none, is refused.
+        let short = Op::MemRead {
+            handle,
+            offset: 0,
+            len: 8,
+        };
+        let wrong = Box::new(HeapBuffer(Mutex::new(vec![0u8; 4])));
+        qp.submit_with_buffer(Command::new(CommandId(5), short), wrong)
+            .expect("submit");
+        assert_eq!(qp.reap(None).expect("completion").status, Status::InvalidField);
+        let flush = Box::new(HeapBuffer(Mutex::new(vec![0u8; 4])));
+        qp.submit_with_buffer(Command::new(CommandId(6), Op::Flush), flush)
+            .expect("submit");
+        assert_eq!(qp.reap(None).expect("completion").status, Status::InvalidField);
+        drop(qp);
+        dev.close().expect("close");
     }
 
     #[test]

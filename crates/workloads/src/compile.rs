@@ -137,7 +137,8 @@ pub struct Compiler {
 impl Compiler {
     /// `$CSX_CLANG` or `clang`, caching in [`default_cache_dir`].
     pub fn new() -> Result<Compiler, BuildError> {
-        let clang = std::env::var_os("CSX_CLANG").map_or_else(|| PathBuf::from("clang"), PathBuf::from);
+        let clang =
+            std::env::var_os("CSX_CLANG").map_or_else(|| PathBuf::from("clang"), PathBuf::from);
         Compiler::with_clang(clang, default_cache_dir())
     }
 
@@ -149,7 +150,12 @@ impl Compiler {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(BuildError::ClangMissing { clang: shown });
             }
-            Err(source) => return Err(BuildError::ClangSpawn { clang: shown, source }),
+            Err(source) => {
+                return Err(BuildError::ClangSpawn {
+                    clang: shown,
+                    source,
+                })
+            }
         };
         if !output.status.success() {
             return Err(BuildError::ClangMissing { clang: shown });
@@ -251,12 +257,13 @@ impl Compiler {
 
     /// The object of the SDK program `name` (one of [`PROGRAMS`]).
     pub fn program(&self, name: &str) -> Result<Vec<u8>, BuildError> {
-        let p = PROGRAMS
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| BuildError::UnknownProgram {
-                name: name.to_string(),
-            })?;
+        let p =
+            PROGRAMS
+                .iter()
+                .find(|p| p.name == name)
+                .ok_or_else(|| BuildError::UnknownProgram {
+                    name: name.to_string(),
+                })?;
         self.compile_source(p.name, p.source, SDK_PROGRAM_FLAGS)
     }
 }

@@ -322,7 +322,7 @@ pub fn bitmap(input: &[u8], inv: &Invocation) -> Outcome {
 fn set_bits(bytes: &mut [u8], start: u64, len: u64) {
     let mut bit = start;
     let end = start + len;
-    while bit < end && bit % 8 != 0 {
+    while bit < end && !bit.is_multiple_of(8) {
         bytes[(bit / 8) as usize] |= 1 << (bit % 8);
         bit += 1;
     }
@@ -341,8 +341,11 @@ pub fn file_read(file: &[u8], inv: &Invocation) -> Outcome {
     if inv.params.is_empty() || inv.output_size_bytes == 0 {
         return error(CSX_EINVAL);
     }
-    let start = usize::try_from(inv.cparam1).unwrap_or(usize::MAX).min(file.len());
-    let len = (file.len() - start).min(usize::try_from(inv.output_size_bytes).unwrap_or(usize::MAX));
+    let start = usize::try_from(inv.cparam1)
+        .unwrap_or(usize::MAX)
+        .min(file.len());
+    let len =
+        (file.len() - start).min(usize::try_from(inv.output_size_bytes).unwrap_or(usize::MAX));
     Outcome {
         r0: len as i64,
         output: file[start..start + len].to_vec(),
@@ -453,7 +456,12 @@ mod tests {
         assert_eq!(out.r0, 32);
         assert_eq!(
             Stats::from_bytes(&out.output),
-            Some(Stats { count: 3, sum: 15, min: 1, max: 9 })
+            Some(Stats {
+                count: 3,
+                sum: 15,
+                min: 1,
+                max: 9
+            })
         );
         let empty = stats32(&[1, 2, 3], &inv(64));
         assert_eq!(Stats::from_bytes(&empty.output), Some(Stats::EMPTY));
@@ -464,10 +472,18 @@ mod tests {
     #[test]
     fn filter_keeps_inclusive_bounds_and_reports_a_full_window() {
         let input = le64(&[1, 5, 7, 10, 11]);
-        let i = Invocation { cparam1: 5, cparam2: 10, output_size_bytes: 40, ..Invocation::default() };
+        let i = Invocation {
+            cparam1: 5,
+            cparam2: 10,
+            output_size_bytes: 40,
+            ..Invocation::default()
+        };
         let out = filter(&input, &i);
         assert_eq!(out.output, le64(&[5, 7, 10]));
-        let small = Invocation { output_size_bytes: 16, ..i.clone() };
+        let small = Invocation {
+            output_size_bytes: 16,
+            ..i.clone()
+        };
         assert_eq!(filter(&input, &small).r0, CSX_ENOSPC);
         let fused = filter_aggregate(&input, &i);
         assert_eq!(fused.output, aggregate(&out.output, &i).output);
@@ -481,23 +497,41 @@ mod tests {
             .flatten()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let i = Invocation { cparam1: 100, params: knn_params(3, &query), output_size_bytes: 48, ..Invocation::default() };
+        let i = Invocation {
+            cparam1: 100,
+            params: knn_params(3, &query),
+            output_size_bytes: 48,
+            ..Invocation::default()
+        };
         let out = knn(&vectors, &i);
         assert_eq!(out.r0, 48);
         let hits = knn_hits(&out.output);
         assert_eq!(
             hits,
             [
-                KnnHit { dist: 2, index: 101 },
-                KnnHit { dist: 2, index: 102 },
-                KnnHit { dist: 25, index: 100 }
+                KnnHit {
+                    dist: 2,
+                    index: 101
+                },
+                KnnHit {
+                    dist: 2,
+                    index: 102
+                },
+                KnnHit {
+                    dist: 25,
+                    index: 100
+                }
             ]
         );
     }
 
     #[test]
     fn grep_counts_rows() {
-        let i = Invocation { params: b"ab".to_vec(), output_size_bytes: 16, ..Invocation::default() };
+        let i = Invocation {
+            params: b"ab".to_vec(),
+            output_size_bytes: 16,
+            ..Invocation::default()
+        };
         let out = grep(b"xxab\nab\n\nzz\nqab", &i);
         assert_eq!(grep_counts(&out.output), Some((3, 5)));
         let out = grep(b"a\nb\n", &i);
@@ -526,7 +560,12 @@ mod tests {
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let i = Invocation { cparam1: cmp::CSX_CMP_GE, cparam2: 7, output_size_bytes: 64, ..Invocation::default() };
+        let i = Invocation {
+            cparam1: cmp::CSX_CMP_GE,
+            cparam2: 7,
+            output_size_bytes: 64,
+            ..Invocation::default()
+        };
         let pos = select_poslist(&input, &i);
         let mask = select_bitmask(&input, &i);
         assert_eq!(poslist_positions(&pos.output), [1, 3, 5, 6, 8]);

@@ -21,10 +21,7 @@ use crate::workloads::{chain_second_invocation, Case, Invocation, Outcome, Shape
 #[non_exhaustive]
 pub enum RunError {
     #[error("building {program}: {source}")]
-    Build {
-        program: String,
-        source: BuildError,
-    },
+    Build { program: String, source: BuildError },
     #[error("{step} for {program}: {source}")]
     Device {
         program: String,
@@ -69,11 +66,7 @@ impl<'d> Session<'d> {
     }
 
     /// The slot of `program` activated for `engine`, loading it the first time.
-    pub fn program(
-        &mut self,
-        program: &str,
-        engine: EngineKind,
-    ) -> Result<ProgramIndex, RunError> {
+    pub fn program(&mut self, program: &str, engine: EngineKind) -> Result<ProgramIndex, RunError> {
         if let Some(&pind) = self.loaded.get(&(program.to_string(), engine)) {
             return Ok(pind);
         }
@@ -283,11 +276,14 @@ impl<'d> Allocations<'d> {
     }
 
     fn alloc(&mut self, size_bytes: u64) -> Result<MemHandle, RunError> {
-        let h = self.dev.alloc(size_bytes).map_err(|source| RunError::Device {
-            program: self.program.to_string(),
-            step: "allocate device memory",
-            source,
-        })?;
+        let h = self
+            .dev
+            .alloc(size_bytes)
+            .map_err(|source| RunError::Device {
+                program: self.program.to_string(),
+                step: "allocate device memory",
+                source,
+            })?;
         self.handles.push(h);
         Ok(h)
     }

@@ -27,8 +27,9 @@ pub const REGENERATE: &str = "csx sdk header > sdk/include/csx.h \
      (or: cargo run -p csx-workloads --example gen-header > sdk/include/csx.h, \
      or: CSX_BLESS=1 cargo test -p csx-workloads --test it sdk::)";
 
-/// Columns a generated declaration may take before it is wrapped.
-const LINE_WIDTH_MAX: usize = 100;
+/// Columns a generated declaration or comment may take before it is wrapped, as the
+/// header's hand-written text.
+const LINE_WIDTH_MAX: usize = 90;
 
 /// The comparison operators of `csx_filter_u32` and `csx_filter_u64`, in value order.
 const CMP_OPS: &[(&str, u64, &str)] = &[
@@ -120,7 +121,11 @@ fn types_and_args() -> String {
     s.push_str("/* Limits of the program ABI. */\n");
     let limits: [(&str, usize, &str); 5] = [
         ("CSX_WINDOWS_MAX", WINDOWS_MAX, "windows one execution maps"),
-        ("CSX_PARAMS_SIZE_MAX", PARAMS_SIZE_MAX, "bytes of args->params"),
+        (
+            "CSX_PARAMS_SIZE_MAX",
+            PARAMS_SIZE_MAX,
+            "bytes of args->params",
+        ),
         ("CSX_PATH_SIZE_MAX", PATH_SIZE_MAX, "bytes of a device path"),
         (
             "CSX_TRACE_MESSAGE_SIZE_MAX",
@@ -227,7 +232,11 @@ fn function_declarations(functions: &[&FunctionInfo]) -> String {
         "/* Registered device functions, resolved by name when the device loads a program. */\n",
     );
     for f in functions {
-        let text = format!("{} (id {}, version {}): {}.", f.name, f.id.0, f.version, f.doc);
+        let text = format!(
+            "{} (id {}, version {}): {}.",
+            f.name, f.id.0, f.version, f.doc
+        );
+        s.push('\n');
         s.push_str(&block_comment(&text, LINE_WIDTH_MAX));
         let decl = format!("extern {}", f.c_decl.trim());
         for line in wrap_declaration(&decl, LINE_WIDTH_MAX) {

@@ -416,14 +416,21 @@ mod tests {
     fn names_are_unique_and_programs_exist() {
         for (i, w) in WORKLOADS.iter().enumerate() {
             assert!(WORKLOADS[..i].iter().all(|o| o.name != w.name));
-            assert_eq!(w.programs.len(), if w.shape == Shape::Chain { 2 } else { 1 });
+            assert_eq!(
+                w.programs.len(),
+                if w.shape == Shape::Chain { 2 } else { 1 }
+            );
             for p in w.programs {
                 assert!(crate::compile::PROGRAMS.iter().any(|s| s.name == *p), "{p}");
             }
             assert!((w.dataset)().validate().is_ok());
         }
         for p in crate::compile::PROGRAMS {
-            assert!(WORKLOADS.iter().any(|w| w.programs.contains(&p.name)), "{} unused", p.name);
+            assert!(
+                WORKLOADS.iter().any(|w| w.programs.contains(&p.name)),
+                "{} unused",
+                p.name
+            );
         }
     }
 

@@ -531,6 +531,8 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
     dev.close().context("closing the benchmark device")?;
     let report = Report {
         engines,
+        load_average_before,
+        load_average_after: load_average(),
         noop,
         sum_1mib,
         sum_file,

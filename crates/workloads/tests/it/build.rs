@@ -8,9 +8,11 @@ fn every_program_builds_and_verifies() {
     let compiler = crate::compiler();
     let functions = csx_device::functions::function_infos();
     for p in PROGRAMS {
-        let object = compiler.program(p.name).unwrap_or_else(|e| panic!("{}: {e}", p.name));
-        let report = check_object(&object, None, &functions)
+        let object = compiler
+            .program(p.name)
             .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        let report =
+            check_object(&object, None, &functions).unwrap_or_else(|e| panic!("{}: {e}", p.name));
         assert_eq!(report.entry, p.name);
         // Cached: the second build returns the same bytes.
         assert_eq!(compiler.program(p.name).unwrap(), object);
@@ -40,7 +42,9 @@ extern long csx_gpu_magic(void);
 extern long csx_teleport(long);
 CSX_PROGRAM(bad) { return csx_gpu_magic() + csx_teleport(1) + csx_memset(win0, 0, 1); }
 "#;
-    let object = crate::compiler().compile_source("bad", source, &[]).unwrap();
+    let object = crate::compiler()
+        .compile_source("bad", source, &[])
+        .unwrap();
     let err = check_object(&object, None, &csx_device::functions::function_infos())
         .expect_err("csx_gpu_magic is not a device function");
     match &err {
@@ -55,7 +59,11 @@ CSX_PROGRAM(bad) { return csx_gpu_magic() + csx_teleport(1) + csx_memset(win0, 0
 #[test]
 fn compile_errors_name_the_file() {
     let err = crate::compiler()
-        .compile_source("broken", "#include \"csx.h\"\nCSX_PROGRAM(broken) { return nope; }\n", &[])
+        .compile_source(
+            "broken",
+            "#include \"csx.h\"\nCSX_PROGRAM(broken) { return nope; }\n",
+            &[],
+        )
         .expect_err("does not compile");
     let text = err.to_string();
     assert!(text.contains("broken-"), "{text}");
@@ -66,10 +74,8 @@ fn compile_errors_name_the_file() {
 fn unknown_programs_and_missing_clang_are_explained() {
     let err = crate::compiler().program("nope").unwrap_err();
     assert!(err.to_string().contains("stats64"), "{err}");
-    let err = csx_workloads::Compiler::with_clang(
-        "/nonexistent/clang".into(),
-        std::env::temp_dir(),
-    )
-    .unwrap_err();
+    let err =
+        csx_workloads::Compiler::with_clang("/nonexistent/clang".into(), std::env::temp_dir())
+            .unwrap_err();
     assert!(err.to_string().contains("scripts/setup.sh"), "{err}");
 }

@@ -17,13 +17,21 @@ const SIZES: &[u64] = &[8, 100, 1003, 4096, 65_536 + 12];
 fn check(session: &mut Session<'_>, w: &Workload, case: &Case, data: &[u8], inv: &Invocation) {
     let expected = (w.reference)(data, inv);
     for &engine in ENGINES {
-        let got = session
-            .run(w, case, inv, engine)
-            .unwrap_or_else(|e| panic!("{} seed {} size {} {engine:?}: {e}", w.name, case.seed, data.len()));
+        let got = session.run(w, case, inv, engine).unwrap_or_else(|e| {
+            panic!(
+                "{} seed {} size {} {engine:?}: {e}",
+                w.name,
+                case.seed,
+                data.len()
+            )
+        });
         assert_eq!(
-            got.outcome, expected,
+            got.outcome,
+            expected,
             "{} seed {:#x} input {} bytes on {engine:?} with {inv:?}",
-            w.name, case.seed, data.len()
+            w.name,
+            case.seed,
+            data.len()
         );
     }
 }
@@ -38,10 +46,16 @@ fn check_workload(name: &str, variants: fn(&Case, &Invocation) -> Vec<Invocation
         for &size in SIZES {
             let data = w.generate(seed, size).expect("generate");
             let case = Case::new(w, seed, data.len() as u64);
-            fixture.dev.put_bytes(&case.input_path, &data).expect("put the input");
+            fixture
+                .dev
+                .put_bytes(&case.input_path, &data)
+                .expect("put the input");
             let default = (w.invocation)(&case);
             let expected = (w.reference)(&data, &default);
-            assert!(expected.r0 >= 0, "{name}: the default set-up succeeds ({expected:?})");
+            assert!(
+                expected.r0 >= 0,
+                "{name}: the default set-up succeeds ({expected:?})"
+            );
             check(&mut session, w, &case, &data, &default);
             for inv in variants(&case, &default) {
                 check(&mut session, w, &case, &data, &inv);
@@ -74,7 +88,11 @@ fn with_params(inv: &Invocation, params: Vec<u8>) -> Invocation {
 }
 
 fn stats_variants(_: &Case, inv: &Invocation) -> Vec<Invocation> {
-    vec![with_output(inv, 0), with_output(inv, 31), with_output(inv, 4096)]
+    vec![
+        with_output(inv, 0),
+        with_output(inv, 31),
+        with_output(inv, 4096),
+    ]
 }
 
 #[test]
@@ -100,7 +118,10 @@ fn knn() {
         vec![
             with_params(inv, reference::knn_params(1, &query)),
             with_params(inv, reference::knn_params(KNN_K_MAX, &query)),
-            with_output(&with_params(inv, reference::knn_params(KNN_K_MAX, &query)), 16 * 1024),
+            with_output(
+                &with_params(inv, reference::knn_params(KNN_K_MAX, &query)),
+                16 * 1024,
+            ),
             with_params(inv, reference::knn_params(7, &short_query)),
             with_params(inv, reference::knn_params(0, &query)),
             with_params(inv, reference::knn_params(KNN_K_MAX + 1, &query)),
@@ -162,7 +183,13 @@ fn bitmap_run_lengths() {
             let inv = (w.invocation)(&case);
             check(&mut session, w, &case, &data, &inv);
             check(&mut session, w, &case, &data, &with_output(&inv, 5));
-            check(&mut session, w, &case, &data, &with_output(&with_params(&inv, Vec::new()), 2000));
+            check(
+                &mut session,
+                w,
+                &case,
+                &data,
+                &with_output(&with_params(&inv, Vec::new()), 2000),
+            );
         }
     }
     // Malformed: runs longer than nbits, a header cut short.
@@ -227,16 +254,32 @@ fn filter_then_aggregate() {
         let data = chained.generate(seed, 10_000).unwrap();
         let case = Case::new(chained, seed, data.len() as u64);
         fixture.dev.put_bytes(&case.input_path, &data).unwrap();
-        let fused_case = Case { input_path: case.input_path.clone(), ..Case::new(fused, seed, data.len() as u64) };
+        let fused_case = Case {
+            input_path: case.input_path.clone(),
+            ..Case::new(fused, seed, data.len() as u64)
+        };
         for (lo, hi) in [(0, u64::MAX), (5, 4), (300_000_000, 700_000_000)] {
             for &engine in ENGINES {
                 let a = session
-                    .run(chained, &case, &with_cparams(&(chained.invocation)(&case), lo, hi), engine)
+                    .run(
+                        chained,
+                        &case,
+                        &with_cparams(&(chained.invocation)(&case), lo, hi),
+                        engine,
+                    )
                     .unwrap();
                 let b = session
-                    .run(fused, &fused_case, &with_cparams(&(fused.invocation)(&fused_case), lo, hi), engine)
+                    .run(
+                        fused,
+                        &fused_case,
+                        &with_cparams(&(fused.invocation)(&fused_case), lo, hi),
+                        engine,
+                    )
                     .unwrap();
-                assert_eq!(a.outcome, b.outcome, "seed {seed} bounds {lo}..={hi} {engine:?}");
+                assert_eq!(
+                    a.outcome, b.outcome,
+                    "seed {seed} bounds {lo}..={hi} {engine:?}"
+                );
                 assert_eq!(a.timings.len(), if lo > hi { 1 } else { 2 });
             }
         }

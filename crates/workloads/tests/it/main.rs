@@ -58,8 +58,18 @@ impl Fixture {
     }
 }
 
+impl Default for Fixture {
+    fn default() -> Self {
+        Fixture::new()
+    }
+}
+
 impl Drop for Fixture {
     fn drop(&mut self) {
-        assert_eq!(self.dev.client().outstanding(), 0, "commands left in flight");
+        assert_eq!(
+            self.dev.client().outstanding(),
+            0,
+            "commands left in flight"
+        );
     }
 }

@@ -41,13 +41,22 @@ fn three_ways_select_the_same_rows() {
                             ..(way.invocation)(&case)
                         };
                         let run = session.run(way, &case, &inv, engine).unwrap();
-                        assert!(run.outcome.r0 >= 0, "{} {engine:?}: {}", way.name, run.outcome.r0);
+                        assert!(
+                            run.outcome.r0 >= 0,
+                            "{} {engine:?}: {}",
+                            way.name,
+                            run.outcome.r0
+                        );
                         let got = if way.name == "select_poslist" {
                             poslist_positions(&run.outcome.output)
                         } else {
                             bitmask_positions(&run.outcome.output)
                         };
-                        assert_eq!(got, expected, "{} seed {seed} size {size} op {op} {engine:?}", way.name);
+                        assert_eq!(
+                            got, expected,
+                            "{} seed {seed} size {size} op {op} {engine:?}",
+                            way.name
+                        );
                     }
                 }
             }

@@ -1,0 +1,511 @@
+//! [`TcpTransport`]: the host side of one TCP connection (one queue pair).
+//!
+//! Submitting threads write a command's capsule and data PDUs under the write lock, so
+//! the PDUs of one command are contiguous on the wire. The reaping thread (the
+//! [`crate::Client`] lets one reap at a time) reads PDUs under the receive lock: data
+//! PDUs are gathered per command, a response capsule completes its command. There is
+//! no thread of the transport's own.
+//!
+//! Invariants: at most `queue_depth` commands are in flight; C2H data for a command is
+//! accepted only up to the length it asked to read, at the offset that follows the
+//! bytes already received; once the connection breaks every call fails with
+//! `Disconnected` and the reason.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use csx_proto::{decode_completion, encode_command, Command, CommandId, Completion};
+
+use super::framing::{
+    self, data_header, decode_data, decode_response_capsule, write_all_vectored, ConnectStatus,
+    FramingError, ICReq, ICResp, PduReader, PduType, TermReq, CONTROL_PDU_SIZE_MAX,
+    PDU_HEADER_SIZE,
+};
+use super::metrics::TcpMetrics;
+use super::{
+    COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, QUEUE_DEPTH_DEFAULT,
+    RESPONSE_CAPSULE_SIZE_MAX, TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
+};
+use crate::error::TransportError;
+use crate::transport::bulk;
+use crate::transport::Transport;
+
+/// Environment variable naming the token file a client sends (`CSX_TOKEN_FILE`).
+pub const TOKEN_FILE_ENV: &str = "CSX_TOKEN_FILE";
+
+/// How long [`Transport::close`] waits for the device to confirm that the queue pair is
+/// gone (it closes its side after reclaiming the pair's memory).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a TCP connection is set up.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TcpOptions {
+    /// Commands to ask to have in flight (the server may grant fewer); 0 means
+    /// [`QUEUE_DEPTH_DEFAULT`].
+    pub queue_depth: u32,
+    /// The shared secret, when the server wants one.
+    pub token: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for TcpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpOptions")
+            .field("queue_depth", &self.queue_depth)
+            .field("token", &self.token.as_ref().map(|_| "<secret>"))
+            .finish()
+    }
+}
+
+/// Reads a token file: its bytes without trailing whitespace (a final newline from an
+/// editor is not part of the secret). Refuses empty and oversized tokens.
+pub fn read_token_file(path: &Path) -> io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    if meta.len() > 4 * TOKEN_SIZE_MAX as u64 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("token file has {} bytes, limit is {TOKEN_SIZE_MAX}", meta.len()),
+        ));
+    }
+    let mut token = std::fs::read(path)?;
+    while token.last().is_some_and(u8::is_ascii_whitespace) {
+        token.pop();
+    }
+    if token.is_empty() || token.len() > TOKEN_SIZE_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "token has {} bytes, must be 1..={TOKEN_SIZE_MAX}",
+                token.len()
+            ),
+        ));
+    }
+    Ok(token)
+}
+
+impl TcpOptions {
+    /// Options with the token from the file `$CSX_TOKEN_FILE` names, if it is set.
+    pub fn from_env(queue_depth: u32) -> Result<TcpOptions, TransportError> {
+        let token = match std::env::var_os(TOKEN_FILE_ENV).filter(|v| !v.is_empty()) {
+            Some(path) => Some(
+                read_token_file(Path::new(&path))
+                    .map_err(|source| TransportError::Io {
+                        op: "read the token file named by CSX_TOKEN_FILE",
+                        source,
+                    })?,
+            ),
+            None => None,
+        };
+        Ok(TcpOptions { queue_depth, token })
+    }
+}
+
+/// What the receive side keeps between reaps.
+#[derive(Debug)]
+struct Receive {
+    stream: TcpStream,
+    reader: PduReader,
+    /// C2H data gathered per command, until its response capsule.
+    data: HashMap<CommandId, Vec<u8>>,
+    /// The read timeout set on the socket now (setting it is a system call).
+    timeout: Option<Duration>,
+}
+
+/// One queue pair over TCP (see the module doc).
+#[derive(Debug)]
+pub struct TcpTransport {
+    write: Mutex<TcpStream>,
+    receive: Mutex<Receive>,
+    /// Commands in flight, with the most reply data each may send.
+    in_flight: Mutex<HashMap<CommandId, usize>>,
+    broken: Mutex<Option<String>>,
+    queue_depth: u32,
+    queue_id: u32,
+    data_pdu_size_max: usize,
+    metrics: Arc<TcpMetrics>,
+    peer: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every guarded value is consistent between statements; a panic elsewhere does not
+    // leave it half-updated.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> TransportError {
+    move |source| TransportError::Io { op, source }
+}
+
+impl TcpTransport {
+    /// Connects to the device at `addr` (`HOST:PORT`) and negotiates a queue pair.
+    pub fn connect(addr: &str, options: &TcpOptions) -> Result<TcpTransport, TransportError> {
+        let addrs: Vec<_> = addr
+            .to_socket_addrs()
+            .map_err(io_error("resolve the device address"))?
+            .collect();
+        let mut last = None;
+        let mut stream = None;
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, HANDSHAKE_TIMEOUT) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let mut stream = stream.ok_or_else(|| TransportError::Io {
+            op: "connect to the device",
+            source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable)),
+        })?;
+        stream
+            .set_nodelay(true)
+            .map_err(io_error("set TCP_NODELAY"))?;
+        let resp = handshake(&mut stream, options)?;
+        let write = stream.try_clone().map_err(io_error("clone the socket"))?;
+        Ok(TcpTransport {
+            write: Mutex::new(write),
+            receive: Mutex::new(Receive {
+                stream,
+                reader: PduReader::new(PDU_HEADER_SIZE + 16 + RESPONSE_CAPSULE_SIZE_MAX),
+                data: HashMap::new(),
+                timeout: Some(HANDSHAKE_TIMEOUT),
+            }),
+            in_flight: Mutex::new(HashMap::new()),
+            broken: Mutex::new(None),
+            queue_depth: resp.queue_depth,
+            queue_id: resp.queue_id,
+            data_pdu_size_max: (resp.data_pdu_size_max as usize).min(DATA_PDU_SIZE_MAX),
+            metrics: Arc::new(TcpMetrics::default()),
+            peer: addr.to_string(),
+        })
+    }
+
+    /// The queue id the device gave this connection.
+    pub fn queue_id(&self) -> u32 {
+        self.queue_id
+    }
+
+    /// This connection's counters.
+    pub fn metrics(&self) -> &Arc<TcpMetrics> {
+        &self.metrics
+    }
+
+    fn check_broken(&self) -> Result<(), TransportError> {
+        match &*lock(&self.broken) {
+            Some(reason) => Err(TransportError::Disconnected {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the connection broken (the first reason wins) and returns the error.
+    fn fail(&self, reason: String) -> TransportError {
+        let mut broken = lock(&self.broken);
+        let reason = broken.get_or_insert(reason).clone();
+        drop(broken);
+        // Wake a reaper blocked in a read and make the device drop the pair.
+        let _ = lock(&self.write).shutdown(Shutdown::Both);
+        TransportError::Disconnected { reason }
+    }
+
+    fn send(&self, cid: CommandId, frame: &[u8], data: Option<&[u8]>) -> io::Result<()> {
+        let data = data.unwrap_or(&[]);
+        let header = framing::command_capsule_header(self.queue_id, data.len(), frame.len());
+        let mut w = lock(&self.write);
+        write_all_vectored(&mut *w, &mut [IoSlice::new(&header), IoSlice::new(frame)])?;
+        for (i, chunk) in data.chunks(self.data_pdu_size_max).enumerate() {
+            let offset = i * self.data_pdu_size_max;
+            let h = data_header(PduType::H2CData, cid.0, offset, chunk.len());
+            write_all_vectored(&mut *w, &mut [IoSlice::new(&h), IoSlice::new(chunk)])?;
+            TcpMetrics::add(&self.metrics.data_pdus, 1);
+        }
+        TcpMetrics::add(&self.metrics.commands, 1);
+        TcpMetrics::add(&self.metrics.h2c_bytes, data.len() as u64);
+        Ok(())
+    }
+
+    /// Reads PDUs until a completion, the deadline (`Ok(None)`), or a failure.
+    fn receive(&self, deadline: Option<Instant>, wait: bool) -> Result<Option<Completion>, TransportError> {
+        self.check_broken()?;
+        let mut rx = lock(&self.receive);
+        loop {
+            match self.next_completion(&mut rx) {
+                Ok(Some(c)) => return Ok(Some(c)),
+                Ok(None) => {}
+                Err(reason) => return Err(self.fail(reason)),
+            }
+            if lock(&self.in_flight).is_empty() {
+                return Ok(None);
+            }
+            let timeout = match deadline {
+                _ if !wait => Some(Duration::ZERO),
+                None => None,
+                Some(d) => Some(d.saturating_duration_since(Instant::now())),
+            };
+            let Receive {
+                stream,
+                reader,
+                timeout: current,
+                ..
+            } = &mut *rx;
+            let read = if timeout == Some(Duration::ZERO) {
+                stream
+                    .set_nonblocking(true)
+                    .and_then(|()| {
+                        let r = reader.fill(stream);
+                        stream.set_nonblocking(false).and(r)
+                    })
+            } else {
+                if *current != timeout {
+                    stream
+                        .set_read_timeout(timeout)
+                        .map_err(io_error("set the read timeout"))?;
+                    *current = timeout;
+                }
+                reader.fill(stream)
+            };
+            match read {
+                Ok(0) => {
+                    return Err(self.fail("the device closed the connection".to_string()));
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.fail(format!("reading from the device: {e}"))),
+            }
+        }
+    }
+
+    /// Handles buffered PDUs until one completes a command. `Err` is a protocol
+    /// violation by the device (the reason).
+    fn next_completion(&self, rx: &mut Receive) -> Result<Option<Completion>, String> {
+        loop {
+            let pdu = match rx.reader.next_pdu() {
+                Ok(Some(pdu)) => pdu,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(format!("bad pdu from the device: {e}")),
+            };
+            match pdu.header.pdu_type {
+                PduType::C2HData => {
+                    let d = decode_data(pdu.body).map_err(|e| e.to_string())?;
+                    let cid = CommandId(d.cid);
+                    let max = lock(&self.in_flight).get(&cid).copied().ok_or_else(|| {
+                        format!("data for {cid}, which is not in flight")
+                    })?;
+                    let buf = rx.data.entry(cid).or_default();
+                    if d.offset as usize != buf.len() || buf.len() + d.data.len() > max {
+                        return Err(format!(
+                            "data for {cid} at offset {} of {} bytes, {} received, {max} asked",
+                            d.offset,
+                            d.data.len(),
+                            buf.len()
+                        ));
+                    }
+                    if buf.is_empty() {
+                        // `max` is the read's length, at most 16 MiB.
+                        buf.reserve_exact(max);
+                    }
+                    buf.extend_from_slice(d.data);
+                    TcpMetrics::add(&self.metrics.data_pdus, 1);
+                    TcpMetrics::add(&self.metrics.c2h_bytes, d.data.len() as u64);
+                }
+                PduType::CapsuleResp => {
+                    let r = decode_response_capsule(pdu.body).map_err(|e| e.to_string())?;
+                    let mut c = decode_completion(r.frame)
+                        .map_err(|e| format!("bad completion from the device: {e}"))?;
+                    let data = rx.data.remove(&c.id).unwrap_or_default();
+                    if data.len() != r.data_len as usize {
+                        return Err(format!(
+                            "completion of {} says {} data bytes, {} came",
+                            c.id,
+                            r.data_len,
+                            data.len()
+                        ));
+                    }
+                    if !data.is_empty() && !bulk::put_reply_data(&mut c, data) {
+                        return Err(format!("data came for {}, whose reply holds none", c.id));
+                    }
+                    lock(&self.in_flight).remove(&c.id);
+                    TcpMetrics::add(&self.metrics.completions, 1);
+                    return Ok(Some(c));
+                }
+                PduType::C2HTermReq => {
+                    let t = TermReq::decode(pdu.body).map_err(|e| e.to_string())?;
+                    return Err(format!(
+                        "the device ended the connection (reason {:#04x}): {}",
+                        t.reason, t.message
+                    ));
+                }
+                other => {
+                    return Err(FramingError::Unexpected {
+                        pdu_type: other,
+                        context: "from a device",
+                    }
+                    .to_string())
+                }
+            }
+        }
+    }
+}
+
+/// Sends the ICReq and reads the ICResp.
+fn handshake(stream: &mut TcpStream, options: &TcpOptions) -> Result<ICResp, TransportError> {
+    let token = options.token.clone().unwrap_or_default();
+    if token.len() > TOKEN_SIZE_MAX {
+        return Err(TransportError::Disconnected {
+            reason: format!("token has {} bytes, limit is {TOKEN_SIZE_MAX}", token.len()),
+        });
+    }
+    let depth = if options.queue_depth == 0 {
+        QUEUE_DEPTH_DEFAULT
+    } else {
+        options.queue_depth
+    };
+    let req = ICReq {
+        queue_depth: depth,
+        token,
+    };
+    stream
+        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io_error("set the read timeout"))?;
+    std::io::Write::write_all(stream, &req.encode()).map_err(io_error("send the connect request"))?;
+    let mut reader = PduReader::new(CONTROL_PDU_SIZE_MAX);
+    let refused = |reason: String| TransportError::Disconnected {
+        reason: format!("the device refused the connection: {reason}"),
+    };
+    loop {
+        match reader.next_pdu() {
+            Ok(Some(pdu)) => {
+                return match pdu.header.pdu_type {
+                    PduType::ICResp => {
+                        let resp = ICResp::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
+                        if resp.status != ConnectStatus::Accepted {
+                            return Err(refused(format!("{:?}: {}", resp.status, resp.message)));
+                        }
+                        if resp.queue_depth == 0 || resp.queue_depth > depth {
+                            return Err(refused(format!(
+                                "granted queue depth {} for {depth} asked",
+                                resp.queue_depth
+                            )));
+                        }
+                        if resp.data_pdu_size_max == 0 {
+                            return Err(refused("data pdus of 0 bytes".to_string()));
+                        }
+                        Ok(resp)
+                    }
+                    PduType::C2HTermReq => {
+                        let t = TermReq::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
+                        Err(refused(t.message))
+                    }
+                    other => Err(refused(format!("answered with a {other:?} pdu"))),
+                };
+            }
+            Ok(None) => {}
+            Err(e) => return Err(refused(e.to_string())),
+        }
+        match reader.fill(stream) {
+            Ok(0) => return Err(refused("it closed the connection".to_string())),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(TransportError::Io {
+                    op: "read the connect response",
+                    source,
+                })
+            }
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn queue_depth(&self) -> u32 {
+        self.queue_depth
+    }
+
+    fn submit(&self, mut cmd: Command) -> Result<(), TransportError> {
+        self.check_broken()?;
+        let data = bulk::take_command_data(&mut cmd.op);
+        let frame = encode_command(&cmd)?;
+        debug_assert!(frame.len() <= COMMAND_CAPSULE_SIZE_MAX);
+        debug_assert!(data.as_ref().is_none_or(|d| d.len() <= TRANSFER_SIZE_MAX));
+        {
+            let mut in_flight = lock(&self.in_flight);
+            if in_flight.len() >= self.queue_depth as usize {
+                return Err(TransportError::QueueFull {
+                    depth: self.queue_depth,
+                });
+            }
+            let fresh = in_flight
+                .insert(cmd.id, bulk::reply_data_max(&cmd.op))
+                .is_none();
+            assert!(fresh, "{} is already in flight", cmd.id);
+        }
+        if let Err(e) = self.send(cmd.id, &frame, data.as_deref()) {
+            lock(&self.in_flight).remove(&cmd.id);
+            return Err(self.fail(format!("writing to the device: {e}")));
+        }
+        Ok(())
+    }
+
+    fn try_reap(&self) -> Result<Option<Completion>, TransportError> {
+        self.receive(None, false)
+    }
+
+    fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.receive(deadline, true)
+    }
+
+    fn close(self: Box<Self>) -> Result<(), TransportError> {
+        // Half-close: the device sees the end of the stream, finishes what is in flight,
+        // drops the queue pair (reclaiming its memory) and then closes its side, which
+        // is what the read below waits for.
+        if lock(&self.write).shutdown(Shutdown::Write).is_err() {
+            return Ok(());
+        }
+        let mut rx = lock(&self.receive);
+        let deadline = Instant::now() + CLOSE_TIMEOUT;
+        let mut sink = [0u8; 64 << 10];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(TransportError::CloseFailed {
+                    message: format!("{} did not close the connection in time", self.peer),
+                });
+            }
+            rx.stream
+                .set_read_timeout(Some(left))
+                .map_err(io_error("set the read timeout"))?;
+            match io::Read::read(&mut rx.stream, &mut sink) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A reset is also the end of the connection.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(source) => {
+                    return Err(TransportError::Io {
+                        op: "wait for the device to close",
+                        source,
+                    })
+                }
+            }
+        }
+    }
+}
