@@ -99,7 +99,7 @@ pub fn parse_size(text: &str) -> anyhow::Result<u64> {
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
     for (name, shift) in UNITS {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{} {name}", bytes >> shift);
         }
     }

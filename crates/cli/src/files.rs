@@ -105,11 +105,7 @@ impl ProgressLine {
             return;
         }
         self.last = Some(Instant::now());
-        let pct = if p.total_bytes == 0 {
-            100
-        } else {
-            p.done_bytes * 100 / p.total_bytes
-        };
+        let pct = (p.done_bytes * 100).checked_div(p.total_bytes).unwrap_or(100);
         eprint!(
             "\r{}: {} of {} ({pct}%)   ",
             self.label,

@@ -23,8 +23,16 @@ impl Rng {
 fn input(name: &str, rng: &mut Rng) -> Vec<u8> {
     let mut params = [0u64; 6];
     let (count, data): (u64, Vec<u8>) = match name {
-        "stats64" => (8192, (0..8192).flat_map(|_| rng.next().to_le_bytes()).collect()),
-        "stats32" => (16384, (0..16384).flat_map(|_| (rng.next() as u32).to_le_bytes()).collect()),
+        "stats64" => (
+            8192,
+            (0..8192).flat_map(|_| rng.next().to_le_bytes()).collect(),
+        ),
+        "stats32" => (
+            16384,
+            (0..16384)
+                .flat_map(|_| (rng.next() as u32).to_le_bytes())
+                .collect(),
+        ),
         "filter" => {
             params[..4].copy_from_slice(&[500, 50, 8, 2]);
             let mut d = Vec::new();
@@ -56,7 +64,12 @@ fn input(name: &str, rng: &mut Rng) -> Vec<u8> {
         }
         "knn" => {
             params[0] = 150_000;
-            (4096, (0..4097 * 16).flat_map(|_| ((rng.next() % 256) as i32).to_le_bytes()).collect())
+            (
+                4096,
+                (0..4097 * 16)
+                    .flat_map(|_| ((rng.next() % 256) as i32).to_le_bytes())
+                    .collect(),
+            )
         }
         "fnv" => (0, (0..65536).map(|_| rng.next() as u8).collect()),
         "primes" => {
@@ -78,17 +91,25 @@ fn input(name: &str, rng: &mut Rng) -> Vec<u8> {
 fn main() {
     let dir = std::env::args().nth(1).expect("usage: jit_bench DIR");
     let table = Arc::new(FunctionTable::conformance());
-    for name in ["filter", "fnv", "grep", "knn", "primes", "stats32", "stats64"] {
+    for name in [
+        "filter", "fnv", "grep", "knn", "primes", "stats32", "stats64",
+    ] {
         let bytes = std::fs::read(format!("{dir}/{name}.o")).expect("kernel object");
         let program = csx_ebpf::loader::load_elf(&bytes, None, &table).expect("loads");
-        let verified = Arc::new(csx_ebpf::verifier::verify(program, table.clone()).expect("verifies"));
+        let verified =
+            Arc::new(csx_ebpf::verifier::verify(program, table.clone()).expect("verifies"));
         let jit = csx_ebpf_jit::JitProgram::compile(verified.clone()).expect("compiles");
         let interp = csx_ebpf::interp::Interpreter::new(verified);
         let data = input(name, &mut Rng(0x2545_f491_4f6c_dd1d));
         let run = |e: &dyn Engine| {
             let mut map = MemoryMap::new();
             let a = map.map_read_only(RegionIdx(2), &data).expect("maps");
-            e.run(&mut map, [a, data.len() as u64, 0, 0, 0], &RunOptions::default(), &mut ConformanceHost)
+            e.run(
+                &mut map,
+                [a, data.len() as u64, 0, 0, 0],
+                &RunOptions::default(),
+                &mut ConformanceHost,
+            )
         };
         assert_eq!(run(&jit), run(&interp), "{name}");
         let mut times = Vec::new();

@@ -83,6 +83,10 @@ pub(crate) enum IfConv {
     /// The then-arm `pc + 1 .. else_start - 1` runs when the condition is false, the
     /// else-arm `else_start .. join` when it is true.
     Diamond { else_start: u32, join: u32 },
+    /// A loop's closing branch: `if cond goto head` (backward), then the arm
+    /// `pc + 1 .. ja`, then `ja head`. Both paths close the loop, so the arm becomes
+    /// selects and the two back-edges one, whose fuel charge is selected too.
+    BackTriangle { head: u32, ja: u32 },
 }
 
 impl IfConv {
@@ -91,6 +95,7 @@ impl IfConv {
         match self {
             IfConv::Triangle { end } => end,
             IfConv::Diamond { join, .. } => join,
+            IfConv::BackTriangle { ja, .. } => ja + 1,
         }
     }
 }
@@ -306,6 +311,11 @@ fn plan_function(
                 leaders.insert(t);
                 leaders.insert(next_pc(insns, pc)?);
             }
+            Flow::Branch(_) => {
+                if let Some(IfConv::BackTriangle { head, .. }) = ifconv.get(&pc) {
+                    leaders.insert(*head);
+                }
+            }
             _ => {}
         }
     }
@@ -416,9 +426,6 @@ fn if_conversion(
     pc: u32,
     t: u32,
 ) -> Option<(IfConv, Option<u32>)> {
-    if t <= pc {
-        return None;
-    }
     // Nothing but this branch may enter the region: arm instructions run unconditionally.
     let untargeted = |from: u32, to: u32, except: Option<u32>| {
         (from..to).all(|q| match sources.get(&q) {
@@ -426,6 +433,21 @@ fn if_conversion(
             Some(s) => Some(q) == except && s.as_slice() == [pc],
         })
     };
+    if t <= pc {
+        // Backward triangle: the arm ends in a `ja` to the same loop head.
+        let arm_end = (pc + 1..=pc + 1 + ARM_MAX)
+            .find(|&q| !insns.get(q as usize).is_some_and(is_simple_alu))?;
+        return match flows.get(&arm_end) {
+            Some(&Flow::Jump(j)) if j == t && untargeted(pc + 1, arm_end + 1, None) => Some((
+                IfConv::BackTriangle {
+                    head: t,
+                    ja: arm_end,
+                },
+                Some(arm_end),
+            )),
+            _ => None,
+        };
+    }
     // Diamond: the instruction before the target is a forward `ja` past the else-arm.
     if t >= pc + 2 {
         if let Some(&Flow::Jump(join)) = flows.get(&(t - 1)) {

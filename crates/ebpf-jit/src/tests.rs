@@ -17,6 +17,7 @@ use csx_ebpf::trap::{Trap, TrapKind};
 use csx_ebpf::verifier::verify;
 
 use super::*;
+use crate::analysis::IfConv;
 
 /// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with
 /// 0xab, 3 aborts, 4 panics, 6 unmaps the stack.
@@ -546,4 +547,30 @@ fn speculative_region_faults_only_when_the_load_runs() {
     // And the same load in a block that runs traps at its own pc.
     let out = check(&src.replace("mov %r4, 7", "mov %r4, 8"));
     assert_eq!(trap_of(&out).pc, 3);
+}
+
+#[test]
+fn backward_triangles_charge_the_path_taken() {
+    // A running maximum whose loop closes with `jle ... loop; mov; ja loop` (clang's
+    // shape for min/max loops): one converted back-edge with a selected fuel charge.
+    let src = "mov %r0, 0\nmov %r6, 0\nloop:\njge %r6, 24, done\nldxb %r3, [%r1+0]\n\
+               xor %r3, 0x15\nand %r3, 31\nadd %r1, 1\nadd %r6, 1\n\
+               jle %r3, %r0, loop\nmov %r0, %r3\nja loop\ndone:\nexit";
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert!(matches!(
+        plan.functions[0].ifconv.get(&8),
+        Some(IfConv::BackTriangle { head: 2, ja: 10 })
+    ));
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(31));
+    let mut trap_pcs = std::collections::HashSet::new();
+    for fuel in 0..=full.fuel_used {
+        let out = check_program(p.clone(), fuel);
+        if let Err(trap) = &out.result {
+            trap_pcs.insert(trap.pc);
+        }
+    }
+    // Budgets run out on both back-edges.
+    assert_eq!(trap_pcs, std::collections::HashSet::from([8, 10]));
 }

@@ -115,18 +115,19 @@ const CACHE_LEN_MIN: i64 = 8;
 /// A region cache: the region an access last went to, as SSA variables. The fast path
 /// of an access checks against it alone; a miss consults the table and refills it.
 ///
-/// Invariant: `lo` is `idx << 32` of a region mapped with `len` (`>= CACHE_LEN_MIN`)
-/// bytes for this kind of access, and `delta` is its host base minus `lo`.
+/// Invariant: `neg_lo` is `-(idx << 32)` for a region `idx` mapped with `len`
+/// (`>= CACHE_LEN_MIN`) bytes for this kind of access, and `delta` is its host base
+/// plus `neg_lo`. (Keeping `-lo` lets the check's subtraction be one `lea`.)
 #[derive(Clone, Copy)]
 struct CacheVars {
-    lo: Variable,
+    neg_lo: Variable,
     len: Variable,
     delta: Variable,
 }
 
 /// The values of a [`CacheVars`] at one point.
 struct CacheValues {
-    lo: Value,
+    neg_lo: Value,
     len: Value,
     delta: Value,
 }
@@ -288,7 +289,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             blocks.insert(leader, block);
         }
         let caches = [(); 2].map(|()| CacheVars {
-            lo: b.declare_var(types::I64),
+            neg_lo: b.declare_var(types::I64),
             len: b.declare_var(types::I64),
             delta: b.declare_var(types::I64),
         });
@@ -761,7 +762,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn cache(&mut self, write: bool) -> CacheValues {
         let vars = self.caches[usize::from(write)];
         CacheValues {
-            lo: self.b.use_var(vars.lo),
+            neg_lo: self.b.use_var(vars.neg_lo),
             len: self.b.use_var(vars.len),
             delta: self.b.use_var(vars.delta),
         }
@@ -774,7 +775,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn cache_hit(&mut self, cache: &CacheValues, v: Value, off: i16, size: i64) -> Value {
         let b = &mut self.b;
         let limit = b.ins().iadd_imm_s(cache.len, -size);
-        let rel = b.ins().isub(v, cache.lo);
+        let rel = b.ins().iadd(v, cache.neg_lo);
         let rel = b.ins().iadd_imm_s(rel, i64::from(off));
         b.ins().icmp(IntCC::UnsignedLessThanOrEqual, rel, limit)
     }
@@ -788,11 +789,12 @@ impl<'a, 'f> Translator<'a, 'f> {
             .ins()
             .icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
         let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
+        let neg_lo = b.ins().ineg(lo);
         let delta = b.ins().isub(base, lo);
-        let lo = b.ins().select(keep, old.lo, lo);
+        let neg_lo = b.ins().select(keep, old.neg_lo, neg_lo);
         let len = b.ins().select(keep, old.len, len);
         let delta = b.ins().select(keep, old.delta, delta);
-        b.def_var(vars.lo, lo);
+        b.def_var(vars.neg_lo, neg_lo);
         b.def_var(vars.len, len);
         b.def_var(vars.delta, delta);
     }
@@ -800,14 +802,12 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Points both region caches at the stack, which is always mapped with
     /// `STACK_SIZE` bytes: at entry, and after a helper (which may remap regions).
     fn reset_caches(&mut self) {
-        let lo = self
-            .b
-            .ins()
-            .iconst(types::I64, RegionIdx::STACK.vaddr(0) as i64);
+        let lo = RegionIdx::STACK.vaddr(0) as i64;
+        let neg_lo = self.b.ins().iconst(types::I64, lo.wrapping_neg());
         let len = self.b.ins().iconst(types::I64, STACK_SIZE as i64);
-        let delta = self.b.ins().isub(self.stack_base, lo);
+        let delta = self.b.ins().iadd(self.stack_base, neg_lo);
         for c in self.caches {
-            self.b.def_var(c.lo, lo);
+            self.b.def_var(c.neg_lo, neg_lo);
             self.b.def_var(c.len, len);
             self.b.def_var(c.delta, delta);
         }
@@ -943,12 +943,17 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// Ends the current block with a jump to the trap exit recording `code` at `pc`.
     fn jump_to_trap(&mut self, code: i64, pc: u32, addr: Option<Value>, aux: i64) {
-        let b = &mut self.b;
-        let code = b.ins().iconst(types::I64, code);
-        let pcv = b.ins().iconst(types::I64, i64::from(pc));
-        let addr = addr.unwrap_or_else(|| b.ins().iconst(types::I64, 0));
-        let aux = b.ins().iconst(types::I64, aux);
-        let args = [code, pcv, addr, aux].map(BlockArg::Value);
+        let pc = self.b.ins().iconst(types::I64, i64::from(pc));
+        self.jump_to_trap_at(code, pc, addr, aux);
+    }
+
+    /// As [`Self::jump_to_trap`], with the pc as a value.
+    fn jump_to_trap_at(&mut self, code: i64, pc: Value, addr: Option<Value>, aux: i64) {
+        let ins = |b: &mut FunctionBuilder<'_>, v: i64| b.ins().iconst(types::I64, v);
+        let code = ins(&mut self.b, code);
+        let addr = addr.unwrap_or_else(|| ins(&mut self.b, 0));
+        let aux = ins(&mut self.b, aux);
+        let args = [code, pc, addr, aux].map(BlockArg::Value);
         self.b.ins().jump(self.trap_exit, &args);
     }
 
@@ -1091,8 +1096,8 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
         let before = self.snapshot();
         let (taken, fallthrough) = match shape {
-            IfConv::Triangle { end } => {
-                for q in pc + 1..end {
+            IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
+                for q in pc + 1..arm_end {
                     let insn = self.insns[q as usize];
                     self.alu(q, &insn)?;
                 }
@@ -1121,6 +1126,34 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.b.ins().select(cond, taken[r], fallthrough[r])
             };
             self.b.def_var(self.regs[r], v);
+        }
+        if let IfConv::BackTriangle { head, ja } = shape {
+            // One back-edge for both paths: charge the taken path's cost, and report
+            // its instruction, whichever it was.
+            let b = &mut self.b;
+            let taken_cost = b
+                .ins()
+                .iconst(types::I64, rules::jump_cost(pc, head) as i64);
+            let fall_cost = b
+                .ins()
+                .iconst(types::I64, rules::jump_cost(ja, head) as i64);
+            let cost = b.ins().select(cond, taken_cost, fall_cost);
+            let left = b.use_var(self.fuel_left);
+            let over = b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
+            let left = b.ins().isub(left, cost);
+            b.def_var(self.fuel_left, left);
+            let trap = self.b.create_block();
+            let cont = self.b.create_block();
+            self.b.set_cold_block(trap);
+            self.b.ins().brif(over, trap, &[], cont, &[]);
+            self.b.switch_to_block(trap);
+            let pc_taken = self.b.ins().iconst(types::I64, i64::from(pc));
+            let pc_fall = self.b.ins().iconst(types::I64, i64::from(ja));
+            let trap_pc = self.b.ins().select(cond, pc_taken, pc_fall);
+            self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
+            self.b.switch_to_block(cont);
+            self.b.ins().jump(self.blocks[&head], &[]);
+            self.open = false;
         }
         Ok(())
     }

@@ -38,7 +38,7 @@ use crate::trap::Trap;
 /// has its own registers, stack and writable globals.
 pub struct Interpreter {
     program: Arc<VerifiedProgram>,
-    ops: Box<[Op]>,
+    ops: Box<[Slot]>,
 }
 
 impl fmt::Debug for Interpreter {
@@ -79,6 +79,7 @@ impl Engine for Interpreter {
 
 /// Atomic read-modify-write operations (RFC 9669 §5.3, Table 11).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum AtomicOp {
     Add,
     Or,
@@ -90,6 +91,27 @@ enum AtomicOp {
     FetchXor,
     Xchg,
     CmpXchg,
+}
+
+impl AtomicOp {
+    /// Every operation, in discriminant order.
+    const ALL: [AtomicOp; 10] = [
+        AtomicOp::Add,
+        AtomicOp::Or,
+        AtomicOp::And,
+        AtomicOp::Xor,
+        AtomicOp::FetchAdd,
+        AtomicOp::FetchOr,
+        AtomicOp::FetchAnd,
+        AtomicOp::FetchXor,
+        AtomicOp::Xchg,
+        AtomicOp::CmpXchg,
+    ];
+
+    /// The operation whose discriminant is `n` (as stored in a [`Slot`]).
+    fn from_u8(n: u8) -> AtomicOp {
+        AtomicOp::ALL[usize::from(n)]
+    }
 }
 
 /// One pre-decoded slot. `dst`/`src` are register numbers (≤ 10, verified); `imm` is the
@@ -696,18 +718,1200 @@ enum Op {
         reg: u8,
     },
     Exit,
+    // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
+    // next one or two, which keep their own ops for the jumps that land on them.
+    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
+    MovZx32x3 {
+        dst: u8,
+        src: u8,
+    },
+    /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
+    MovSx32x3 {
+        dst: u8,
+        src: u8,
+    },
+    /// `lsh dst, 32; rsh dst, 32`.
+    Zx32x2 {
+        dst: u8,
+    },
+    /// `lsh dst, 32; arsh dst, 32`.
+    Sx32x2 {
+        dst: u8,
+    },
+    /// `mov dst, a; add dst, b`.
+    MovAdd {
+        dst: u8,
+        a: u8,
+        b: u8,
+    },
+    /// `mov tmp, a; add tmp, b; ldx<size> dst, [tmp + off]`: an indexed load.
+    MovAddLdxB {
+        tmp: u8,
+        a: u8,
+        b: u8,
+        dst: u8,
+        off: i16,
+    },
+    MovAddLdxH {
+        tmp: u8,
+        a: u8,
+        b: u8,
+        dst: u8,
+        off: i16,
+    },
+    MovAddLdxW {
+        tmp: u8,
+        a: u8,
+        b: u8,
+        dst: u8,
+        off: i16,
+    },
+    MovAddLdxDw {
+        tmp: u8,
+        a: u8,
+        b: u8,
+        dst: u8,
+        off: i16,
+    },
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
 }
 
-// Keep the hot array dense: two ops per cache line would halve the interpreter's
-// footprint again, but 16 bytes already fits every operand without indirection.
-const _: () = assert!(std::mem::size_of::<Op>() == 16);
+/// The kind of a [`Slot`]: one per [`Op`] variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Kind {
+    Add64I,
+    Sub64I,
+    Mul64I,
+    Div64I,
+    SDiv64I,
+    Mod64I,
+    SMod64I,
+    Or64I,
+    And64I,
+    Lsh64I,
+    Rsh64I,
+    Arsh64I,
+    Xor64I,
+    Mov64I,
+    Neg64,
+    Add64R,
+    Sub64R,
+    Mul64R,
+    Div64R,
+    SDiv64R,
+    Mod64R,
+    SMod64R,
+    Or64R,
+    And64R,
+    Lsh64R,
+    Rsh64R,
+    Arsh64R,
+    Xor64R,
+    Mov64R,
+    MovSx8To64,
+    MovSx16To64,
+    MovSx32To64,
+    Add32I,
+    Sub32I,
+    Mul32I,
+    Div32I,
+    SDiv32I,
+    Mod32I,
+    SMod32I,
+    Or32I,
+    And32I,
+    Lsh32I,
+    Rsh32I,
+    Arsh32I,
+    Xor32I,
+    Mov32I,
+    Neg32,
+    Add32R,
+    Sub32R,
+    Mul32R,
+    Div32R,
+    SDiv32R,
+    Mod32R,
+    SMod32R,
+    Or32R,
+    And32R,
+    Lsh32R,
+    Rsh32R,
+    Arsh32R,
+    Xor32R,
+    Mov32R,
+    MovSx8To32,
+    MovSx16To32,
+    Trunc16,
+    Trunc32,
+    Swap16,
+    Swap32,
+    Swap64,
+    Nop,
+    Lddw,
+    LdxB,
+    LdxH,
+    LdxW,
+    LdxDw,
+    LdxSB,
+    LdxSH,
+    LdxSW,
+    StB,
+    StH,
+    StW,
+    StDw,
+    StxB,
+    StxH,
+    StxW,
+    StxDw,
+    Atomic32,
+    Atomic64,
+    Ja,
+    Jeq64I,
+    Jne64I,
+    Jgt64I,
+    Jge64I,
+    Jlt64I,
+    Jle64I,
+    Jsgt64I,
+    Jsge64I,
+    Jslt64I,
+    Jsle64I,
+    Jset64I,
+    Jeq64R,
+    Jne64R,
+    Jgt64R,
+    Jge64R,
+    Jlt64R,
+    Jle64R,
+    Jsgt64R,
+    Jsge64R,
+    Jslt64R,
+    Jsle64R,
+    Jset64R,
+    Jeq32I,
+    Jne32I,
+    Jgt32I,
+    Jge32I,
+    Jlt32I,
+    Jle32I,
+    Jsgt32I,
+    Jsge32I,
+    Jslt32I,
+    Jsle32I,
+    Jset32I,
+    Jeq32R,
+    Jne32R,
+    Jgt32R,
+    Jge32R,
+    Jlt32R,
+    Jle32R,
+    Jsgt32R,
+    Jsge32R,
+    Jslt32R,
+    Jsle32R,
+    Jset32R,
+    CallHelper,
+    CallLocal,
+    CallX,
+    Exit,
+    MovZx32x3,
+    MovSx32x3,
+    Zx32x2,
+    Sx32x2,
+    MovAdd,
+    MovAddLdxB,
+    MovAddLdxH,
+    MovAddLdxW,
+    MovAddLdxDw,
+    Invalid,
+}
+
+/// An [`Op`] in the uniform layout the dispatch loop reads. Every field sits at the same
+/// offset whatever the kind, so the loop's field loads are shared by all arms instead of
+/// being extracted per variant layout (which cost several instructions per dispatch).
+///
+/// `dst`, `src`, `aux` and `aux2` are register numbers (or, in `aux` of an atomic, the
+/// [`AtomicOp`]); `imm` is the immediate, sign-extended when used (every immediate but
+/// `lddw`'s is a sign-extended `i32`; `lddw` keeps its high half in `target`);
+/// `target` is a resolved slot index or a helper id.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct Slot {
+    kind: Kind,
+    dst: u8,
+    src: u8,
+    aux: u8,
+    aux2: u8,
+    off: i16,
+    target: u32,
+    imm: i32,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        kind: Kind::Invalid,
+        dst: 0,
+        src: 0,
+        aux: 0,
+        aux2: 0,
+        off: 0,
+        target: 0,
+        imm: 0,
+    };
+}
+
+// Keep the hot array dense: 16 bytes, four slots per cache line.
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
+
+/// Lowers a decoded op to its slot (see [`Slot`] for where each operand goes).
+fn lower(op: Op) -> Slot {
+    match op {
+        Op::Add64I { dst, imm } => Slot {
+            kind: Kind::Add64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Sub64I { dst, imm } => Slot {
+            kind: Kind::Sub64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mul64I { dst, imm } => Slot {
+            kind: Kind::Mul64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Div64I { dst, imm } => Slot {
+            kind: Kind::Div64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::SDiv64I { dst, imm } => Slot {
+            kind: Kind::SDiv64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mod64I { dst, imm } => Slot {
+            kind: Kind::Mod64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::SMod64I { dst, imm } => Slot {
+            kind: Kind::SMod64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Or64I { dst, imm } => Slot {
+            kind: Kind::Or64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::And64I { dst, imm } => Slot {
+            kind: Kind::And64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Lsh64I { dst, imm } => Slot {
+            kind: Kind::Lsh64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Rsh64I { dst, imm } => Slot {
+            kind: Kind::Rsh64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Arsh64I { dst, imm } => Slot {
+            kind: Kind::Arsh64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Xor64I { dst, imm } => Slot {
+            kind: Kind::Xor64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mov64I { dst, imm } => Slot {
+            kind: Kind::Mov64I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Neg64 { dst } => Slot {
+            kind: Kind::Neg64,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Add64R { dst, src } => Slot {
+            kind: Kind::Add64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Sub64R { dst, src } => Slot {
+            kind: Kind::Sub64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mul64R { dst, src } => Slot {
+            kind: Kind::Mul64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Div64R { dst, src } => Slot {
+            kind: Kind::Div64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::SDiv64R { dst, src } => Slot {
+            kind: Kind::SDiv64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mod64R { dst, src } => Slot {
+            kind: Kind::Mod64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::SMod64R { dst, src } => Slot {
+            kind: Kind::SMod64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Or64R { dst, src } => Slot {
+            kind: Kind::Or64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::And64R { dst, src } => Slot {
+            kind: Kind::And64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Lsh64R { dst, src } => Slot {
+            kind: Kind::Lsh64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Rsh64R { dst, src } => Slot {
+            kind: Kind::Rsh64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Arsh64R { dst, src } => Slot {
+            kind: Kind::Arsh64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Xor64R { dst, src } => Slot {
+            kind: Kind::Xor64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mov64R { dst, src } => Slot {
+            kind: Kind::Mov64R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx8To64 { dst, src } => Slot {
+            kind: Kind::MovSx8To64,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx16To64 { dst, src } => Slot {
+            kind: Kind::MovSx16To64,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx32To64 { dst, src } => Slot {
+            kind: Kind::MovSx32To64,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Add32I { dst, imm } => Slot {
+            kind: Kind::Add32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Sub32I { dst, imm } => Slot {
+            kind: Kind::Sub32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mul32I { dst, imm } => Slot {
+            kind: Kind::Mul32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Div32I { dst, imm } => Slot {
+            kind: Kind::Div32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::SDiv32I { dst, imm } => Slot {
+            kind: Kind::SDiv32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mod32I { dst, imm } => Slot {
+            kind: Kind::Mod32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::SMod32I { dst, imm } => Slot {
+            kind: Kind::SMod32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Or32I { dst, imm } => Slot {
+            kind: Kind::Or32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::And32I { dst, imm } => Slot {
+            kind: Kind::And32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Lsh32I { dst, imm } => Slot {
+            kind: Kind::Lsh32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Rsh32I { dst, imm } => Slot {
+            kind: Kind::Rsh32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Arsh32I { dst, imm } => Slot {
+            kind: Kind::Arsh32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Xor32I { dst, imm } => Slot {
+            kind: Kind::Xor32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Mov32I { dst, imm } => Slot {
+            kind: Kind::Mov32I,
+            dst,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::Neg32 { dst } => Slot {
+            kind: Kind::Neg32,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Add32R { dst, src } => Slot {
+            kind: Kind::Add32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Sub32R { dst, src } => Slot {
+            kind: Kind::Sub32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mul32R { dst, src } => Slot {
+            kind: Kind::Mul32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Div32R { dst, src } => Slot {
+            kind: Kind::Div32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::SDiv32R { dst, src } => Slot {
+            kind: Kind::SDiv32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mod32R { dst, src } => Slot {
+            kind: Kind::Mod32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::SMod32R { dst, src } => Slot {
+            kind: Kind::SMod32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Or32R { dst, src } => Slot {
+            kind: Kind::Or32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::And32R { dst, src } => Slot {
+            kind: Kind::And32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Lsh32R { dst, src } => Slot {
+            kind: Kind::Lsh32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Rsh32R { dst, src } => Slot {
+            kind: Kind::Rsh32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Arsh32R { dst, src } => Slot {
+            kind: Kind::Arsh32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Xor32R { dst, src } => Slot {
+            kind: Kind::Xor32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Mov32R { dst, src } => Slot {
+            kind: Kind::Mov32R,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx8To32 { dst, src } => Slot {
+            kind: Kind::MovSx8To32,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx16To32 { dst, src } => Slot {
+            kind: Kind::MovSx16To32,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Trunc16 { dst } => Slot {
+            kind: Kind::Trunc16,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Trunc32 { dst } => Slot {
+            kind: Kind::Trunc32,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Swap16 { dst } => Slot {
+            kind: Kind::Swap16,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Swap32 { dst } => Slot {
+            kind: Kind::Swap32,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Swap64 { dst } => Slot {
+            kind: Kind::Swap64,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Nop => Slot {
+            kind: Kind::Nop,
+            ..Slot::EMPTY
+        },
+        Op::Lddw { dst, imm } => Slot {
+            kind: Kind::Lddw,
+            dst,
+            // The high half rides in `target`, unused by `lddw`.
+            target: (imm >> 32) as u32,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::LdxB { dst, src, off } => Slot {
+            kind: Kind::LdxB,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxH { dst, src, off } => Slot {
+            kind: Kind::LdxH,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxW { dst, src, off } => Slot {
+            kind: Kind::LdxW,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxDw { dst, src, off } => Slot {
+            kind: Kind::LdxDw,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxSB { dst, src, off } => Slot {
+            kind: Kind::LdxSB,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxSH { dst, src, off } => Slot {
+            kind: Kind::LdxSH,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::LdxSW { dst, src, off } => Slot {
+            kind: Kind::LdxSW,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::StB { dst, off, imm } => Slot {
+            kind: Kind::StB,
+            dst,
+            off,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::StH { dst, off, imm } => Slot {
+            kind: Kind::StH,
+            dst,
+            off,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::StW { dst, off, imm } => Slot {
+            kind: Kind::StW,
+            dst,
+            off,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::StDw { dst, off, imm } => Slot {
+            kind: Kind::StDw,
+            dst,
+            off,
+            imm: imm as i32,
+            ..Slot::EMPTY
+        },
+        Op::StxB { dst, src, off } => Slot {
+            kind: Kind::StxB,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::StxH { dst, src, off } => Slot {
+            kind: Kind::StxH,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::StxW { dst, src, off } => Slot {
+            kind: Kind::StxW,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::StxDw { dst, src, off } => Slot {
+            kind: Kind::StxDw,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::Atomic32 { op, dst, src, off } => Slot {
+            kind: Kind::Atomic32,
+            aux: op as u8,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::Atomic64 { op, dst, src, off } => Slot {
+            kind: Kind::Atomic64,
+            aux: op as u8,
+            dst,
+            src,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::Ja { target } => Slot {
+            kind: Kind::Ja,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jeq64I { dst, imm, target } => Slot {
+            kind: Kind::Jeq64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jne64I { dst, imm, target } => Slot {
+            kind: Kind::Jne64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jgt64I { dst, imm, target } => Slot {
+            kind: Kind::Jgt64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jge64I { dst, imm, target } => Slot {
+            kind: Kind::Jge64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jlt64I { dst, imm, target } => Slot {
+            kind: Kind::Jlt64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jle64I { dst, imm, target } => Slot {
+            kind: Kind::Jle64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsgt64I { dst, imm, target } => Slot {
+            kind: Kind::Jsgt64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsge64I { dst, imm, target } => Slot {
+            kind: Kind::Jsge64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jslt64I { dst, imm, target } => Slot {
+            kind: Kind::Jslt64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsle64I { dst, imm, target } => Slot {
+            kind: Kind::Jsle64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jset64I { dst, imm, target } => Slot {
+            kind: Kind::Jset64I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jeq64R { dst, src, target } => Slot {
+            kind: Kind::Jeq64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jne64R { dst, src, target } => Slot {
+            kind: Kind::Jne64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jgt64R { dst, src, target } => Slot {
+            kind: Kind::Jgt64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jge64R { dst, src, target } => Slot {
+            kind: Kind::Jge64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jlt64R { dst, src, target } => Slot {
+            kind: Kind::Jlt64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jle64R { dst, src, target } => Slot {
+            kind: Kind::Jle64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsgt64R { dst, src, target } => Slot {
+            kind: Kind::Jsgt64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsge64R { dst, src, target } => Slot {
+            kind: Kind::Jsge64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jslt64R { dst, src, target } => Slot {
+            kind: Kind::Jslt64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsle64R { dst, src, target } => Slot {
+            kind: Kind::Jsle64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jset64R { dst, src, target } => Slot {
+            kind: Kind::Jset64R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jeq32I { dst, imm, target } => Slot {
+            kind: Kind::Jeq32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jne32I { dst, imm, target } => Slot {
+            kind: Kind::Jne32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jgt32I { dst, imm, target } => Slot {
+            kind: Kind::Jgt32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jge32I { dst, imm, target } => Slot {
+            kind: Kind::Jge32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jlt32I { dst, imm, target } => Slot {
+            kind: Kind::Jlt32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jle32I { dst, imm, target } => Slot {
+            kind: Kind::Jle32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsgt32I { dst, imm, target } => Slot {
+            kind: Kind::Jsgt32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsge32I { dst, imm, target } => Slot {
+            kind: Kind::Jsge32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jslt32I { dst, imm, target } => Slot {
+            kind: Kind::Jslt32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsle32I { dst, imm, target } => Slot {
+            kind: Kind::Jsle32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jset32I { dst, imm, target } => Slot {
+            kind: Kind::Jset32I,
+            dst,
+            imm: imm as i32,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jeq32R { dst, src, target } => Slot {
+            kind: Kind::Jeq32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jne32R { dst, src, target } => Slot {
+            kind: Kind::Jne32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jgt32R { dst, src, target } => Slot {
+            kind: Kind::Jgt32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jge32R { dst, src, target } => Slot {
+            kind: Kind::Jge32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jlt32R { dst, src, target } => Slot {
+            kind: Kind::Jlt32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jle32R { dst, src, target } => Slot {
+            kind: Kind::Jle32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsgt32R { dst, src, target } => Slot {
+            kind: Kind::Jsgt32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsge32R { dst, src, target } => Slot {
+            kind: Kind::Jsge32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jslt32R { dst, src, target } => Slot {
+            kind: Kind::Jslt32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jsle32R { dst, src, target } => Slot {
+            kind: Kind::Jsle32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::Jset32R { dst, src, target } => Slot {
+            kind: Kind::Jset32R,
+            dst,
+            src,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::CallHelper { id } => Slot {
+            kind: Kind::CallHelper,
+            target: id,
+            ..Slot::EMPTY
+        },
+        Op::CallLocal { target } => Slot {
+            kind: Kind::CallLocal,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::CallX { reg } => Slot {
+            kind: Kind::CallX,
+            dst: reg,
+            ..Slot::EMPTY
+        },
+        Op::Exit => Slot {
+            kind: Kind::Exit,
+            ..Slot::EMPTY
+        },
+        Op::MovZx32x3 { dst, src } => Slot {
+            kind: Kind::MovZx32x3,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::MovSx32x3 { dst, src } => Slot {
+            kind: Kind::MovSx32x3,
+            dst,
+            src,
+            ..Slot::EMPTY
+        },
+        Op::Zx32x2 { dst } => Slot {
+            kind: Kind::Zx32x2,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::Sx32x2 { dst } => Slot {
+            kind: Kind::Sx32x2,
+            dst,
+            ..Slot::EMPTY
+        },
+        Op::MovAdd { dst, a, b } => Slot {
+            kind: Kind::MovAdd,
+            dst,
+            src: a,
+            aux: b,
+            ..Slot::EMPTY
+        },
+        Op::MovAddLdxB { tmp, a, b, dst, off } => Slot {
+            kind: Kind::MovAddLdxB,
+            aux2: tmp,
+            src: a,
+            aux: b,
+            dst,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::MovAddLdxH { tmp, a, b, dst, off } => Slot {
+            kind: Kind::MovAddLdxH,
+            aux2: tmp,
+            src: a,
+            aux: b,
+            dst,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::MovAddLdxW { tmp, a, b, dst, off } => Slot {
+            kind: Kind::MovAddLdxW,
+            aux2: tmp,
+            src: a,
+            aux: b,
+            dst,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::MovAddLdxDw { tmp, a, b, dst, off } => Slot {
+            kind: Kind::MovAddLdxDw,
+            aux2: tmp,
+            src: a,
+            aux: b,
+            dst,
+            off,
+            ..Slot::EMPTY
+        },
+        Op::Invalid => Slot {
+            kind: Kind::Invalid,
+            ..Slot::EMPTY
+        },
+    }
+}
+
 
 /// Decodes every slot; `lddw` is merged into its first slot and its second becomes
 /// [`Op::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
-fn decode_program(insns: &[Insn]) -> Box<[Op]> {
+fn decode_program(insns: &[Insn]) -> Box<[Slot]> {
     let mut ops = Vec::with_capacity(insns.len());
     let mut pc = 0;
     while pc < insns.len() {
@@ -725,7 +1929,74 @@ fn decode_program(insns: &[Insn]) -> Box<[Op]> {
         }
     }
     ops.truncate(insns.len());
-    ops.into_boxed_slice()
+    fuse(&mut ops);
+    ops.into_iter().map(lower).collect()
+}
+
+/// Replaces the first op of each common two- or three-op sequence with one fused op
+/// that runs them all. Only the first slot changes: a jump to a later slot of the
+/// sequence still runs that slot's own op, so behaviour is the same on every path.
+/// Fused sequences contain no jump and no call (fuel is only charged there), and a
+/// fused load reports its own slot's pc if it traps.
+fn fuse(ops: &mut [Op]) {
+    for i in 0..ops.len() {
+        let at = |k: usize| ops.get(i + k).copied().unwrap_or(Op::Invalid);
+        let fused = match (at(0), at(1), at(2)) {
+            (
+                Op::Mov64R { dst, src },
+                Op::Lsh64I { dst: d1, imm: 32 },
+                Op::Rsh64I { dst: d2, imm: 32 },
+            ) if d1 == dst && d2 == dst => Op::MovZx32x3 { dst, src },
+            (
+                Op::Mov64R { dst, src },
+                Op::Lsh64I { dst: d1, imm: 32 },
+                Op::Arsh64I { dst: d2, imm: 32 },
+            ) if d1 == dst && d2 == dst => Op::MovSx32x3 { dst, src },
+            (Op::Mov64R { dst: tmp, src: a }, Op::Add64R { dst: t1, src: b }, load)
+                if t1 == tmp =>
+            {
+                match load {
+                    Op::LdxB { dst, src, off } if src == tmp => Op::MovAddLdxB {
+                        tmp,
+                        a,
+                        b,
+                        dst,
+                        off,
+                    },
+                    Op::LdxH { dst, src, off } if src == tmp => Op::MovAddLdxH {
+                        tmp,
+                        a,
+                        b,
+                        dst,
+                        off,
+                    },
+                    Op::LdxW { dst, src, off } if src == tmp => Op::MovAddLdxW {
+                        tmp,
+                        a,
+                        b,
+                        dst,
+                        off,
+                    },
+                    Op::LdxDw { dst, src, off } if src == tmp => Op::MovAddLdxDw {
+                        tmp,
+                        a,
+                        b,
+                        dst,
+                        off,
+                    },
+                    _ => Op::MovAdd { dst: tmp, a, b },
+                }
+            }
+            (Op::Lsh64I { dst, imm: 32 }, Op::Rsh64I { dst: d1, imm: 32 }, _) if d1 == dst => {
+                Op::Zx32x2 { dst }
+            }
+            (Op::Lsh64I { dst, imm: 32 }, Op::Arsh64I { dst: d1, imm: 32 }, _) if d1 == dst => {
+                Op::Sx32x2 { dst }
+            }
+            _ => continue,
+        };
+        ops[i] = fused;
+    }
 }
 
 /// Decodes one verified instruction (not `lddw`).
@@ -957,6 +2228,9 @@ fn decode_mem(insn: Insn) -> Op {
     }
 }
 
+/// Entries of the run's register file: one per `u8`, see [`Interpreter::execute`].
+const REG_FILE_SIZE: usize = 256;
+
 /// Registers saved by a local call (RFC 9669 §4.3.1: r6-r9 are callee-saved).
 #[derive(Clone, Copy, Default)]
 struct Frame {
@@ -1124,9 +2398,10 @@ impl Interpreter {
     ) -> RunOutcome {
         let ops = &*self.ops;
         let functions = self.program.functions();
-        // 16 registers so that `reg & 15` indexes without a bounds check; r11-r15 are
-        // never named by a verified program.
-        let mut regs = [0u64; 16];
+        // One entry per possible `u8` register number, so that indexing by a decoded
+        // register needs neither a bounds check nor a mask; only r0-r10 are ever named
+        // by a verified program.
+        let mut regs = [0u64; REG_FILE_SIZE];
         regs[1..6].copy_from_slice(&args);
         regs[usize::from(REG_FP)] = frame_pointer;
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
@@ -1137,7 +2412,7 @@ impl Interpreter {
 
         macro_rules! r {
             ($r:expr) => {
-                regs[usize::from($r & 0x0f)]
+                regs[usize::from($r)]
             };
         }
         macro_rules! trap {
@@ -1212,237 +2487,240 @@ impl Interpreter {
         loop {
             // The verifier guarantees no path runs past the last slot or lands on an
             // lddw tail, so indexing cannot fail for a verified program.
-            let op = ops[pc];
+            let s = &ops[pc];
             pc += 1;
-            match op {
-                Op::Add64I { dst, imm } => r!(dst) = r!(dst).wrapping_add(imm),
-                Op::Sub64I { dst, imm } => r!(dst) = r!(dst).wrapping_sub(imm),
-                Op::Mul64I { dst, imm } => r!(dst) = r!(dst).wrapping_mul(imm),
-                Op::Div64I { dst, imm } => r!(dst) = div64(r!(dst), imm),
-                Op::SDiv64I { dst, imm } => r!(dst) = sdiv64(r!(dst), imm),
-                Op::Mod64I { dst, imm } => r!(dst) = mod64(r!(dst), imm),
-                Op::SMod64I { dst, imm } => r!(dst) = smod64(r!(dst), imm),
-                Op::Or64I { dst, imm } => r!(dst) |= imm,
-                Op::And64I { dst, imm } => r!(dst) &= imm,
+            // Each arm reads only the fields it uses, straight from the slot.
+            match s.kind {
+                Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add((s.imm as i64 as u64)),
+                Kind::Sub64I => r!(s.dst) = r!(s.dst).wrapping_sub((s.imm as i64 as u64)),
+                Kind::Mul64I => r!(s.dst) = r!(s.dst).wrapping_mul((s.imm as i64 as u64)),
+                Kind::Div64I => r!(s.dst) = div64(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::SDiv64I => r!(s.dst) = sdiv64(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::Mod64I => r!(s.dst) = mod64(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::SMod64I => r!(s.dst) = smod64(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::Or64I => r!(s.dst) |= (s.imm as i64 as u64),
+                Kind::And64I => r!(s.dst) &= (s.imm as i64 as u64),
                 // Shift amounts are masked to the operand width (RFC 9669 §4.1).
-                Op::Lsh64I { dst, imm } => r!(dst) <<= imm & 63,
-                Op::Rsh64I { dst, imm } => r!(dst) >>= imm & 63,
-                Op::Arsh64I { dst, imm } => r!(dst) = ((r!(dst) as i64) >> (imm & 63)) as u64,
-                Op::Xor64I { dst, imm } => r!(dst) ^= imm,
-                Op::Mov64I { dst, imm } => r!(dst) = imm,
-                Op::Neg64 { dst } => r!(dst) = r!(dst).wrapping_neg(),
-                Op::Add64R { dst, src } => r!(dst) = r!(dst).wrapping_add(r!(src)),
-                Op::Sub64R { dst, src } => r!(dst) = r!(dst).wrapping_sub(r!(src)),
-                Op::Mul64R { dst, src } => r!(dst) = r!(dst).wrapping_mul(r!(src)),
-                Op::Div64R { dst, src } => r!(dst) = div64(r!(dst), r!(src)),
-                Op::SDiv64R { dst, src } => r!(dst) = sdiv64(r!(dst), r!(src)),
-                Op::Mod64R { dst, src } => r!(dst) = mod64(r!(dst), r!(src)),
-                Op::SMod64R { dst, src } => r!(dst) = smod64(r!(dst), r!(src)),
-                Op::Or64R { dst, src } => r!(dst) |= r!(src),
-                Op::And64R { dst, src } => r!(dst) &= r!(src),
-                Op::Lsh64R { dst, src } => r!(dst) <<= r!(src) & 63,
-                Op::Rsh64R { dst, src } => r!(dst) >>= r!(src) & 63,
-                Op::Arsh64R { dst, src } => r!(dst) = ((r!(dst) as i64) >> (r!(src) & 63)) as u64,
-                Op::Xor64R { dst, src } => r!(dst) ^= r!(src),
-                Op::Mov64R { dst, src } => r!(dst) = r!(src),
-                Op::MovSx8To64 { dst, src } => r!(dst) = r!(src) as i8 as i64 as u64,
-                Op::MovSx16To64 { dst, src } => r!(dst) = r!(src) as i16 as i64 as u64,
-                Op::MovSx32To64 { dst, src } => r!(dst) = r!(src) as i32 as i64 as u64,
+                Kind::Lsh64I => r!(s.dst) <<= (s.imm as i64 as u64) & 63,
+                Kind::Rsh64I => r!(s.dst) >>= (s.imm as i64 as u64) & 63,
+                Kind::Arsh64I => r!(s.dst) = ((r!(s.dst) as i64) >> ((s.imm as i64 as u64) & 63)) as u64,
+                Kind::Xor64I => r!(s.dst) ^= (s.imm as i64 as u64),
+                Kind::Mov64I => r!(s.dst) = (s.imm as i64 as u64),
+                Kind::Neg64 => r!(s.dst) = r!(s.dst).wrapping_neg(),
+                Kind::Add64R => r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src)),
+                Kind::Sub64R => r!(s.dst) = r!(s.dst).wrapping_sub(r!(s.src)),
+                Kind::Mul64R => r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.src)),
+                Kind::Div64R => r!(s.dst) = div64(r!(s.dst), r!(s.src)),
+                Kind::SDiv64R => r!(s.dst) = sdiv64(r!(s.dst), r!(s.src)),
+                Kind::Mod64R => r!(s.dst) = mod64(r!(s.dst), r!(s.src)),
+                Kind::SMod64R => r!(s.dst) = smod64(r!(s.dst), r!(s.src)),
+                Kind::Or64R => r!(s.dst) |= r!(s.src),
+                Kind::And64R => r!(s.dst) &= r!(s.src),
+                Kind::Lsh64R => r!(s.dst) <<= r!(s.src) & 63,
+                Kind::Rsh64R => r!(s.dst) >>= r!(s.src) & 63,
+                Kind::Arsh64R => r!(s.dst) = ((r!(s.dst) as i64) >> (r!(s.src) & 63)) as u64,
+                Kind::Xor64R => r!(s.dst) ^= r!(s.src),
+                Kind::Mov64R => r!(s.dst) = r!(s.src),
+                Kind::MovSx8To64 => r!(s.dst) = r!(s.src) as i8 as i64 as u64,
+                Kind::MovSx16To64 => r!(s.dst) = r!(s.src) as i16 as i64 as u64,
+                Kind::MovSx32To64 => r!(s.dst) = r!(s.src) as i32 as i64 as u64,
 
                 // ALU32: operate on the low halves; the result is zero-extended.
-                Op::Add32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_add(lo(imm))),
-                Op::Sub32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_sub(lo(imm))),
-                Op::Mul32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)).wrapping_mul(lo(imm))),
-                Op::Div32I { dst, imm } => r!(dst) = div32(r!(dst), imm),
-                Op::SDiv32I { dst, imm } => r!(dst) = sdiv32(r!(dst), imm),
-                Op::Mod32I { dst, imm } => r!(dst) = mod32(r!(dst), imm),
-                Op::SMod32I { dst, imm } => r!(dst) = smod32(r!(dst), imm),
-                Op::Or32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) | lo(imm)),
-                Op::And32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) & lo(imm)),
-                Op::Lsh32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) << (imm & 31)),
-                Op::Rsh32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) >> (imm & 31)),
-                Op::Arsh32I { dst, imm } => {
-                    r!(dst) = u64::from(((lo(r!(dst)) as i32) >> (imm & 31)) as u32)
+                Kind::Add32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo((s.imm as i64 as u64)))),
+                Kind::Sub32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo((s.imm as i64 as u64)))),
+                Kind::Mul32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo((s.imm as i64 as u64)))),
+                Kind::Div32I => r!(s.dst) = div32(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::SDiv32I => r!(s.dst) = sdiv32(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::Mod32I => r!(s.dst) = mod32(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::SMod32I => r!(s.dst) = smod32(r!(s.dst), (s.imm as i64 as u64)),
+                Kind::Or32I => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo((s.imm as i64 as u64))),
+                Kind::And32I => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo((s.imm as i64 as u64))),
+                Kind::Lsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) << ((s.imm as i64 as u64) & 31)),
+                Kind::Rsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) >> ((s.imm as i64 as u64) & 31)),
+                Kind::Arsh32I => {
+                    r!(s.dst) = u64::from(((lo(r!(s.dst)) as i32) >> ((s.imm as i64 as u64) & 31)) as u32)
                 }
-                Op::Xor32I { dst, imm } => r!(dst) = u64::from(lo(r!(dst)) ^ lo(imm)),
-                Op::Mov32I { dst, imm } => r!(dst) = u64::from(lo(imm)),
-                Op::Neg32 { dst } => r!(dst) = u64::from(lo(r!(dst)).wrapping_neg()),
-                Op::Add32R { dst, src } => {
-                    r!(dst) = u64::from(lo(r!(dst)).wrapping_add(lo(r!(src))))
+                Kind::Xor32I => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo((s.imm as i64 as u64))),
+                Kind::Mov32I => r!(s.dst) = u64::from(lo((s.imm as i64 as u64))),
+                Kind::Neg32 => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_neg()),
+                Kind::Add32R => {
+                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(r!(s.src))))
                 }
-                Op::Sub32R { dst, src } => {
-                    r!(dst) = u64::from(lo(r!(dst)).wrapping_sub(lo(r!(src))))
+                Kind::Sub32R => {
+                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(r!(s.src))))
                 }
-                Op::Mul32R { dst, src } => {
-                    r!(dst) = u64::from(lo(r!(dst)).wrapping_mul(lo(r!(src))))
+                Kind::Mul32R => {
+                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(r!(s.src))))
                 }
-                Op::Div32R { dst, src } => r!(dst) = div32(r!(dst), r!(src)),
-                Op::SDiv32R { dst, src } => r!(dst) = sdiv32(r!(dst), r!(src)),
-                Op::Mod32R { dst, src } => r!(dst) = mod32(r!(dst), r!(src)),
-                Op::SMod32R { dst, src } => r!(dst) = smod32(r!(dst), r!(src)),
-                Op::Or32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) | lo(r!(src))),
-                Op::And32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) & lo(r!(src))),
-                Op::Lsh32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) << (r!(src) & 31)),
-                Op::Rsh32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) >> (r!(src) & 31)),
-                Op::Arsh32R { dst, src } => {
-                    r!(dst) = u64::from(((lo(r!(dst)) as i32) >> (r!(src) & 31)) as u32)
+                Kind::Div32R => r!(s.dst) = div32(r!(s.dst), r!(s.src)),
+                Kind::SDiv32R => r!(s.dst) = sdiv32(r!(s.dst), r!(s.src)),
+                Kind::Mod32R => r!(s.dst) = mod32(r!(s.dst), r!(s.src)),
+                Kind::SMod32R => r!(s.dst) = smod32(r!(s.dst), r!(s.src)),
+                Kind::Or32R => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo(r!(s.src))),
+                Kind::And32R => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo(r!(s.src))),
+                Kind::Lsh32R => r!(s.dst) = u64::from(lo(r!(s.dst)) << (r!(s.src) & 31)),
+                Kind::Rsh32R => r!(s.dst) = u64::from(lo(r!(s.dst)) >> (r!(s.src) & 31)),
+                Kind::Arsh32R => {
+                    r!(s.dst) = u64::from(((lo(r!(s.dst)) as i32) >> (r!(s.src) & 31)) as u32)
                 }
-                Op::Xor32R { dst, src } => r!(dst) = u64::from(lo(r!(dst)) ^ lo(r!(src))),
+                Kind::Xor32R => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo(r!(s.src))),
                 // `mov32 reg` zero-extends too.
-                Op::Mov32R { dst, src } => r!(dst) = u64::from(lo(r!(src))),
-                Op::MovSx8To32 { dst, src } => r!(dst) = u64::from(r!(src) as i8 as i32 as u32),
-                Op::MovSx16To32 { dst, src } => r!(dst) = u64::from(r!(src) as i16 as i32 as u32),
+                Kind::Mov32R => r!(s.dst) = u64::from(lo(r!(s.src))),
+                Kind::MovSx8To32 => r!(s.dst) = u64::from(r!(s.src) as i8 as i32 as u32),
+                Kind::MovSx16To32 => r!(s.dst) = u64::from(r!(s.src) as i16 as i32 as u32),
 
-                Op::Trunc16 { dst } => r!(dst) = u64::from(r!(dst) as u16),
-                Op::Trunc32 { dst } => r!(dst) = u64::from(r!(dst) as u32),
-                Op::Swap16 { dst } => r!(dst) = u64::from((r!(dst) as u16).swap_bytes()),
-                Op::Swap32 { dst } => r!(dst) = u64::from((r!(dst) as u32).swap_bytes()),
-                Op::Swap64 { dst } => r!(dst) = r!(dst).swap_bytes(),
-                Op::Nop => {}
+                Kind::Trunc16 => r!(s.dst) = u64::from(r!(s.dst) as u16),
+                Kind::Trunc32 => r!(s.dst) = u64::from(r!(s.dst) as u32),
+                Kind::Swap16 => r!(s.dst) = u64::from((r!(s.dst) as u16).swap_bytes()),
+                Kind::Swap32 => r!(s.dst) = u64::from((r!(s.dst) as u32).swap_bytes()),
+                Kind::Swap64 => r!(s.dst) = r!(s.dst).swap_bytes(),
+                Kind::Nop => {}
 
-                Op::Lddw { dst, imm } => {
-                    r!(dst) = imm;
+                Kind::Lddw => {
+                    r!(s.dst) = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
                     pc += 1;
                 }
-                Op::LdxB { dst, src, off } => r!(dst) = load!(dst, src, off, 1),
-                Op::LdxH { dst, src, off } => r!(dst) = load!(dst, src, off, 2),
-                Op::LdxW { dst, src, off } => r!(dst) = load!(dst, src, off, 4),
-                Op::LdxDw { dst, src, off } => r!(dst) = load!(dst, src, off, 8),
+                Kind::LdxB => r!(s.dst) = load!(s.dst, s.src, s.off, 1),
+                Kind::LdxH => r!(s.dst) = load!(s.dst, s.src, s.off, 2),
+                Kind::LdxW => r!(s.dst) = load!(s.dst, s.src, s.off, 4),
+                Kind::LdxDw => r!(s.dst) = load!(s.dst, s.src, s.off, 8),
                 // Sign-extending loads (cpu v4, RFC 9669 §5.2).
-                Op::LdxSB { dst, src, off } => {
-                    r!(dst) = load!(dst, src, off, 1) as i8 as i64 as u64
+                Kind::LdxSB => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 1) as i8 as i64 as u64
                 }
-                Op::LdxSH { dst, src, off } => {
-                    r!(dst) = load!(dst, src, off, 2) as i16 as i64 as u64
+                Kind::LdxSH => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 2) as i16 as i64 as u64
                 }
-                Op::LdxSW { dst, src, off } => {
-                    r!(dst) = load!(dst, src, off, 4) as i32 as i64 as u64
+                Kind::LdxSW => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64
                 }
-                Op::StB { dst, off, imm } => store!(dst, off, 1, imm),
-                Op::StH { dst, off, imm } => store!(dst, off, 2, imm),
-                Op::StW { dst, off, imm } => store!(dst, off, 4, imm),
-                Op::StDw { dst, off, imm } => store!(dst, off, 8, imm),
-                Op::StxB { dst, src, off } => store!(dst, off, 1, r!(src)),
-                Op::StxH { dst, src, off } => store!(dst, off, 2, r!(src)),
-                Op::StxW { dst, src, off } => store!(dst, off, 4, r!(src)),
-                Op::StxDw { dst, src, off } => store!(dst, off, 8, r!(src)),
-                Op::Atomic32 { op, dst, src, off } => {
-                    let p = match mem.translate(addr!(dst, off), 4, true) {
+                Kind::StB => store!(s.dst, s.off, 1, (s.imm as i64 as u64)),
+                Kind::StH => store!(s.dst, s.off, 2, (s.imm as i64 as u64)),
+                Kind::StW => store!(s.dst, s.off, 4, (s.imm as i64 as u64)),
+                Kind::StDw => store!(s.dst, s.off, 8, (s.imm as i64 as u64)),
+                Kind::StxB => store!(s.dst, s.off, 1, r!(s.src)),
+                Kind::StxH => store!(s.dst, s.off, 2, r!(s.src)),
+                Kind::StxW => store!(s.dst, s.off, 4, r!(s.src)),
+                Kind::StxDw => store!(s.dst, s.off, 8, r!(s.src)),
+                Kind::Atomic32 => {
+                    let op = AtomicOp::from_u8(s.aux);
+                    let p = match mem.translate(addr!(s.dst, s.off), 4, true) {
                         Ok(p) => p,
                         Err(kind) => trap!(kind),
                     };
                     // SAFETY: `translate` proved 4 writable (hence readable) bytes at
-                    // `p` in a region mapped for this run; concurrent accessors of a
+                    // `p` in s.src region mapped for this run; concurrent accessors of s.src
                     // shared region are the embedder's contract (`map_raw`).
-                    let old = unsafe { atomic32(p, op, r!(src), regs[0]) };
-                    write_back_atomic(&mut regs, op, src, old);
+                    let old = unsafe { atomic32(p, op, r!(s.src), regs[0]) };
+                    write_back_atomic(&mut regs, op, s.src, old);
                 }
-                Op::Atomic64 { op, dst, src, off } => {
-                    let p = match mem.translate(addr!(dst, off), 8, true) {
+                Kind::Atomic64 => {
+                    let op = AtomicOp::from_u8(s.aux);
+                    let p = match mem.translate(addr!(s.dst, s.off), 8, true) {
                         Ok(p) => p,
                         Err(kind) => trap!(kind),
                     };
                     // SAFETY: as for `Atomic32`, with 8 bytes.
-                    let old = unsafe { atomic64(p, op, r!(src), regs[0]) };
-                    write_back_atomic(&mut regs, op, src, old);
+                    let old = unsafe { atomic64(p, op, r!(s.src), regs[0]) };
+                    write_back_atomic(&mut regs, op, s.src, old);
                 }
 
-                Op::Ja { target } => jump!(target),
-                Op::Jeq64I { dst, imm, target } => jump_if!(r!(dst) == imm, target),
-                Op::Jne64I { dst, imm, target } => jump_if!(r!(dst) != imm, target),
-                Op::Jgt64I { dst, imm, target } => jump_if!(r!(dst) > imm, target),
-                Op::Jge64I { dst, imm, target } => jump_if!(r!(dst) >= imm, target),
-                Op::Jlt64I { dst, imm, target } => jump_if!(r!(dst) < imm, target),
-                Op::Jle64I { dst, imm, target } => jump_if!(r!(dst) <= imm, target),
-                Op::Jsgt64I { dst, imm, target } => {
-                    jump_if!((r!(dst) as i64) > imm as i64, target)
+                Kind::Ja => jump!(s.target),
+                Kind::Jeq64I => jump_if!(r!(s.dst) == (s.imm as i64 as u64), s.target),
+                Kind::Jne64I => jump_if!(r!(s.dst) != (s.imm as i64 as u64), s.target),
+                Kind::Jgt64I => jump_if!(r!(s.dst) > (s.imm as i64 as u64), s.target),
+                Kind::Jge64I => jump_if!(r!(s.dst) >= (s.imm as i64 as u64), s.target),
+                Kind::Jlt64I => jump_if!(r!(s.dst) < (s.imm as i64 as u64), s.target),
+                Kind::Jle64I => jump_if!(r!(s.dst) <= (s.imm as i64 as u64), s.target),
+                Kind::Jsgt64I => {
+                    jump_if!((r!(s.dst) as i64) > (s.imm as i64 as u64) as i64, s.target)
                 }
-                Op::Jsge64I { dst, imm, target } => {
-                    jump_if!((r!(dst) as i64) >= imm as i64, target)
+                Kind::Jsge64I => {
+                    jump_if!((r!(s.dst) as i64) >= (s.imm as i64 as u64) as i64, s.target)
                 }
-                Op::Jslt64I { dst, imm, target } => {
-                    jump_if!((r!(dst) as i64) < imm as i64, target)
+                Kind::Jslt64I => {
+                    jump_if!((r!(s.dst) as i64) < (s.imm as i64 as u64) as i64, s.target)
                 }
-                Op::Jsle64I { dst, imm, target } => {
-                    jump_if!((r!(dst) as i64) <= imm as i64, target)
+                Kind::Jsle64I => {
+                    jump_if!((r!(s.dst) as i64) <= (s.imm as i64 as u64) as i64, s.target)
                 }
-                Op::Jset64I { dst, imm, target } => jump_if!(r!(dst) & imm != 0, target),
-                Op::Jeq64R { dst, src, target } => jump_if!(r!(dst) == r!(src), target),
-                Op::Jne64R { dst, src, target } => jump_if!(r!(dst) != r!(src), target),
-                Op::Jgt64R { dst, src, target } => jump_if!(r!(dst) > r!(src), target),
-                Op::Jge64R { dst, src, target } => jump_if!(r!(dst) >= r!(src), target),
-                Op::Jlt64R { dst, src, target } => jump_if!(r!(dst) < r!(src), target),
-                Op::Jle64R { dst, src, target } => jump_if!(r!(dst) <= r!(src), target),
-                Op::Jsgt64R { dst, src, target } => {
-                    jump_if!((r!(dst) as i64) > r!(src) as i64, target)
+                Kind::Jset64I => jump_if!(r!(s.dst) & (s.imm as i64 as u64) != 0, s.target),
+                Kind::Jeq64R => jump_if!(r!(s.dst) == r!(s.src), s.target),
+                Kind::Jne64R => jump_if!(r!(s.dst) != r!(s.src), s.target),
+                Kind::Jgt64R => jump_if!(r!(s.dst) > r!(s.src), s.target),
+                Kind::Jge64R => jump_if!(r!(s.dst) >= r!(s.src), s.target),
+                Kind::Jlt64R => jump_if!(r!(s.dst) < r!(s.src), s.target),
+                Kind::Jle64R => jump_if!(r!(s.dst) <= r!(s.src), s.target),
+                Kind::Jsgt64R => {
+                    jump_if!((r!(s.dst) as i64) > r!(s.src) as i64, s.target)
                 }
-                Op::Jsge64R { dst, src, target } => {
-                    jump_if!((r!(dst) as i64) >= r!(src) as i64, target)
+                Kind::Jsge64R => {
+                    jump_if!((r!(s.dst) as i64) >= r!(s.src) as i64, s.target)
                 }
-                Op::Jslt64R { dst, src, target } => {
-                    jump_if!((r!(dst) as i64) < r!(src) as i64, target)
+                Kind::Jslt64R => {
+                    jump_if!((r!(s.dst) as i64) < r!(s.src) as i64, s.target)
                 }
-                Op::Jsle64R { dst, src, target } => {
-                    jump_if!((r!(dst) as i64) <= r!(src) as i64, target)
+                Kind::Jsle64R => {
+                    jump_if!((r!(s.dst) as i64) <= r!(s.src) as i64, s.target)
                 }
-                Op::Jset64R { dst, src, target } => jump_if!(r!(dst) & r!(src) != 0, target),
-                Op::Jeq32I { dst, imm, target } => jump_if!(lo(r!(dst)) == lo(imm), target),
-                Op::Jne32I { dst, imm, target } => jump_if!(lo(r!(dst)) != lo(imm), target),
-                Op::Jgt32I { dst, imm, target } => jump_if!(lo(r!(dst)) > lo(imm), target),
-                Op::Jge32I { dst, imm, target } => jump_if!(lo(r!(dst)) >= lo(imm), target),
-                Op::Jlt32I { dst, imm, target } => jump_if!(lo(r!(dst)) < lo(imm), target),
-                Op::Jle32I { dst, imm, target } => jump_if!(lo(r!(dst)) <= lo(imm), target),
-                Op::Jsgt32I { dst, imm, target } => {
-                    jump_if!((lo(r!(dst)) as i32) > lo(imm) as i32, target)
+                Kind::Jset64R => jump_if!(r!(s.dst) & r!(s.src) != 0, s.target),
+                Kind::Jeq32I => jump_if!(lo(r!(s.dst)) == lo((s.imm as i64 as u64)), s.target),
+                Kind::Jne32I => jump_if!(lo(r!(s.dst)) != lo((s.imm as i64 as u64)), s.target),
+                Kind::Jgt32I => jump_if!(lo(r!(s.dst)) > lo((s.imm as i64 as u64)), s.target),
+                Kind::Jge32I => jump_if!(lo(r!(s.dst)) >= lo((s.imm as i64 as u64)), s.target),
+                Kind::Jlt32I => jump_if!(lo(r!(s.dst)) < lo((s.imm as i64 as u64)), s.target),
+                Kind::Jle32I => jump_if!(lo(r!(s.dst)) <= lo((s.imm as i64 as u64)), s.target),
+                Kind::Jsgt32I => {
+                    jump_if!((lo(r!(s.dst)) as i32) > lo((s.imm as i64 as u64)) as i32, s.target)
                 }
-                Op::Jsge32I { dst, imm, target } => {
-                    jump_if!((lo(r!(dst)) as i32) >= lo(imm) as i32, target)
+                Kind::Jsge32I => {
+                    jump_if!((lo(r!(s.dst)) as i32) >= lo((s.imm as i64 as u64)) as i32, s.target)
                 }
-                Op::Jslt32I { dst, imm, target } => {
-                    jump_if!((lo(r!(dst)) as i32) < lo(imm) as i32, target)
+                Kind::Jslt32I => {
+                    jump_if!((lo(r!(s.dst)) as i32) < lo((s.imm as i64 as u64)) as i32, s.target)
                 }
-                Op::Jsle32I { dst, imm, target } => {
-                    jump_if!((lo(r!(dst)) as i32) <= lo(imm) as i32, target)
+                Kind::Jsle32I => {
+                    jump_if!((lo(r!(s.dst)) as i32) <= lo((s.imm as i64 as u64)) as i32, s.target)
                 }
-                Op::Jset32I { dst, imm, target } => {
-                    jump_if!(lo(r!(dst)) & lo(imm) != 0, target)
+                Kind::Jset32I => {
+                    jump_if!(lo(r!(s.dst)) & lo((s.imm as i64 as u64)) != 0, s.target)
                 }
-                Op::Jeq32R { dst, src, target } => {
-                    jump_if!(lo(r!(dst)) == lo(r!(src)), target)
+                Kind::Jeq32R => {
+                    jump_if!(lo(r!(s.dst)) == lo(r!(s.src)), s.target)
                 }
-                Op::Jne32R { dst, src, target } => {
-                    jump_if!(lo(r!(dst)) != lo(r!(src)), target)
+                Kind::Jne32R => {
+                    jump_if!(lo(r!(s.dst)) != lo(r!(s.src)), s.target)
                 }
-                Op::Jgt32R { dst, src, target } => jump_if!(lo(r!(dst)) > lo(r!(src)), target),
-                Op::Jge32R { dst, src, target } => {
-                    jump_if!(lo(r!(dst)) >= lo(r!(src)), target)
+                Kind::Jgt32R => jump_if!(lo(r!(s.dst)) > lo(r!(s.src)), s.target),
+                Kind::Jge32R => {
+                    jump_if!(lo(r!(s.dst)) >= lo(r!(s.src)), s.target)
                 }
-                Op::Jlt32R { dst, src, target } => jump_if!(lo(r!(dst)) < lo(r!(src)), target),
-                Op::Jle32R { dst, src, target } => {
-                    jump_if!(lo(r!(dst)) <= lo(r!(src)), target)
+                Kind::Jlt32R => jump_if!(lo(r!(s.dst)) < lo(r!(s.src)), s.target),
+                Kind::Jle32R => {
+                    jump_if!(lo(r!(s.dst)) <= lo(r!(s.src)), s.target)
                 }
-                Op::Jsgt32R { dst, src, target } => {
-                    jump_if!((lo(r!(dst)) as i32) > lo(r!(src)) as i32, target)
+                Kind::Jsgt32R => {
+                    jump_if!((lo(r!(s.dst)) as i32) > lo(r!(s.src)) as i32, s.target)
                 }
-                Op::Jsge32R { dst, src, target } => {
-                    jump_if!((lo(r!(dst)) as i32) >= lo(r!(src)) as i32, target)
+                Kind::Jsge32R => {
+                    jump_if!((lo(r!(s.dst)) as i32) >= lo(r!(s.src)) as i32, s.target)
                 }
-                Op::Jslt32R { dst, src, target } => {
-                    jump_if!((lo(r!(dst)) as i32) < lo(r!(src)) as i32, target)
+                Kind::Jslt32R => {
+                    jump_if!((lo(r!(s.dst)) as i32) < lo(r!(s.src)) as i32, s.target)
                 }
-                Op::Jsle32R { dst, src, target } => {
-                    jump_if!((lo(r!(dst)) as i32) <= lo(r!(src)) as i32, target)
+                Kind::Jsle32R => {
+                    jump_if!((lo(r!(s.dst)) as i32) <= lo(r!(s.src)) as i32, s.target)
                 }
-                Op::Jset32R { dst, src, target } => {
-                    jump_if!(lo(r!(dst)) & lo(r!(src)) != 0, target)
+                Kind::Jset32R => {
+                    jump_if!(lo(r!(s.dst)) & lo(r!(s.src)) != 0, s.target)
                 }
 
                 // Helper calls: r1-r5 are passed, r0 receives the result; r1-r5 keep
-                // their values (the ABI lets a program assume nothing about them, and
+                // their values (the ABI lets s.src program assume nothing about them, and
                 // every engine must leave them the same way).
-                Op::CallHelper { id } => helper!(i64::from(id)),
-                Op::CallX { reg } => helper!(r!(reg) as i64),
-                Op::CallLocal { target } => {
+                Kind::CallHelper => helper!(i64::from(s.target)),
+                Kind::CallX => helper!(r!(s.dst) as i64),
+                Kind::CallLocal => {
                     charge!(rules::CALL_COST);
                     if depth + 2 > CALL_DEPTH_MAX {
                         return RunOutcome {
@@ -1456,9 +2734,9 @@ impl Interpreter {
                     };
                     depth += 1;
                     r!(REG_FP) = r!(REG_FP).wrapping_sub(rules::FRAME_SIZE);
-                    pc = target as usize;
+                    pc = s.target as usize;
                 }
-                Op::Exit => {
+                Kind::Exit => {
                     if depth == 0 {
                         return RunOutcome {
                             result: Ok(regs[0]),
@@ -1471,7 +2749,52 @@ impl Interpreter {
                     r!(REG_FP) = r!(REG_FP).wrapping_add(rules::FRAME_SIZE);
                     pc = frame.return_pc as usize;
                 }
-                Op::Invalid => unreachable!(
+                Kind::MovZx32x3 => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    pc += 2;
+                }
+                Kind::MovSx32x3 => {
+                    r!(s.dst) = r!(s.src) as i32 as i64 as u64;
+                    pc += 2;
+                }
+                Kind::Zx32x2 => {
+                    r!(s.dst) = u64::from(lo(r!(s.dst)));
+                    pc += 1;
+                }
+                Kind::Sx32x2 => {
+                    r!(s.dst) = r!(s.dst) as i32 as i64 as u64;
+                    pc += 1;
+                }
+                Kind::MovAdd => {
+                    r!(s.dst) = r!(s.src);
+                    r!(s.dst) = r!(s.dst).wrapping_add(r!(s.aux));
+                    pc += 1;
+                }
+                Kind::MovAddLdxB => {
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
+                    pc += 2;
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 1);
+                }
+                Kind::MovAddLdxH => {
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
+                    pc += 2;
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 2);
+                }
+                Kind::MovAddLdxW => {
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
+                    pc += 2;
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 4);
+                }
+                Kind::MovAddLdxDw => {
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
+                    pc += 2;
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
+                }
+                Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc - 1
                 ),
@@ -1480,14 +2803,14 @@ impl Interpreter {
     }
 }
 
-/// Writes an atomic's fetched value: into `src` for the fetch variants and `xchg`, into
+/// Writes an atomic's fetched value: into `s.src` for the fetch variants and `xchg`, into
 /// r0 for `cmpxchg` (RFC 9669 §5.3); 32-bit values arrive zero-extended.
 #[inline(always)]
-fn write_back_atomic(regs: &mut [u64; 16], op: AtomicOp, src: u8, old: u64) {
+fn write_back_atomic(regs: &mut [u64; REG_FILE_SIZE], op: AtomicOp, src: u8, old: u64) {
     match op {
         AtomicOp::Add | AtomicOp::Or | AtomicOp::And | AtomicOp::Xor => {}
         AtomicOp::CmpXchg => regs[0] = old,
-        _ => regs[usize::from(src & 0x0f)] = old,
+        _ => regs[usize::from(src)] = old,
     }
 }
 

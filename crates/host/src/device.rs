@@ -122,6 +122,24 @@ impl Device {
                 let embedded = crate::transport::inproc::embedded::Embedded::open(dir)?;
                 Device::over_embedded(embedded, parsed, options)
             }
+            DeviceUri::Shm { name } => {
+                let t = crate::transport::shm::ShmTransport::connect(
+                    name,
+                    &crate::transport::shm::ShmOptions {
+                        queue_depth: options.queue_depth,
+                        ..Default::default()
+                    },
+                )?;
+                Ok(Device::with_client(Client::new(Box::new(t)), parsed))
+            }
+            DeviceUri::Tcp { addr } => {
+                let t = crate::transport::tcp::TcpTransport::connect(
+                    addr,
+                    &crate::transport::tcp::TcpOptions::from_env(options.queue_depth)?,
+                )?;
+                Ok(Device::with_client(Client::new(Box::new(t)), parsed))
+            }
+            #[allow(unreachable_patterns)] // Reachable without the `inproc` feature.
             other => Err(OpenError::TransportUnavailable {
                 uri: uri.to_string(),
                 scheme: other.transport(),

@@ -33,6 +33,8 @@ pub mod device;
 pub mod error;
 pub mod execute;
 pub mod files;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod transport;
 pub mod uri;
 

@@ -434,9 +434,22 @@ fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<
             let target = (i + 1 + c.below(8)).min(n);
             vec![gen_jump(c, target)]
         }
-        74..=79 => {
+        74..=77 => {
             let target = i.saturating_sub(c.below(8));
             vec![gen_jump(c, target)]
+        }
+        78..=79 => {
+            // A loop closed twice, `if cond goto L; alu; ja L` (clang's min/max shape).
+            let target = i.saturating_sub(c.below(8));
+            let mut jcc = gen_jump(c, target);
+            if jcc.insn.opc & 0xf0 == JMP_JA {
+                jcc.insn.opc = CLASS_JMP | JMP_JEQ | SRC_X;
+            }
+            let ja = Pending {
+                insn: Insn::new(OP_JA, 0, 0, 0, 0),
+                fixup: Fixup::JumpOff(target),
+            };
+            vec![jcc, gen_alu(c), ja]
         }
         80..=84 => {
             let f = c.below(n_functions);

@@ -12,5 +12,6 @@ mod execute;
 mod files;
 mod fuzz;
 mod memory;
+mod perf;
 mod persistence;
 mod programs;

@@ -26,8 +26,12 @@ use csx_proto::{Command, Completion};
 
 use crate::error::TransportError;
 
+pub(crate) mod bulk;
 #[cfg(feature = "inproc")]
 pub mod inproc;
+pub mod shm;
+pub(crate) mod sys;
+pub mod tcp;
 
 /// One queue pair to a device. Shared by every thread of a [`crate::Client`]; the
 /// client serialises reaping (one thread reaps at a time) but submits from any thread.

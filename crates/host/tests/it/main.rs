@@ -3,10 +3,10 @@
 //!
 //! Method: each test is a function of a [`Fixture`] (a freshly initialised device and a
 //! way to open more clients on it). [`backend_tests!`] instantiates every such function
-//! once per backend, so the whole suite runs on each transport: today the embedded
-//! transport passing commands by value and the embedded transport with every command
-//! and completion encoded and decoded (`wire_check`); the shm and tcp transports join
-//! by adding a [`Backend`]. Device programs are C, compiled by clang at test time
+//! once per backend, so the whole suite runs on each transport: the embedded transport
+//! passing commands by value, the embedded transport with every command and completion
+//! encoded and decoded (`wire_check`), and a device served by `csx_host::server` (the
+//! daemon) over shm and over tcp (`served`). Device programs are C, compiled by clang at test time
 //! (`programs`).
 
 mod concurrency;
@@ -17,6 +17,7 @@ mod memory;
 mod open;
 mod persistence;
 mod programs;
+mod served;
 
 use std::path::{Path, PathBuf};
 
@@ -29,7 +30,12 @@ pub struct Backend {
     pub name: &'static str,
     /// Opens a new client on the (initialised) device in the directory.
     pub open: fn(&Path) -> Device,
+    /// Stops the device a backend serves for the directory (a daemon), once its clients
+    /// are closed; nothing for embedded devices, which stop with their last client.
+    pub stop: fn(&Path),
 }
+
+fn stop_nothing(_: &Path) {}
 
 fn open_embedded(dir: &Path) -> Device {
     Device::open(dir.to_str().expect("temp paths are UTF-8")).expect("embedded device opens")
@@ -47,11 +53,14 @@ fn open_embedded_wire(dir: &Path) -> Device {
 pub const EMBEDDED: Backend = Backend {
     name: "embedded",
     open: open_embedded,
+    stop: stop_nothing,
 };
 pub const EMBEDDED_WIRE: Backend = Backend {
     name: "embedded-wire",
     open: open_embedded_wire,
+    stop: stop_nothing,
 };
+pub use served::{SHM, TCP};
 
 /// Sizes of every test device: small, so tests are quick and "full" is reachable.
 pub const NVM_SIZE: u64 = 64 << 20;
@@ -112,6 +121,7 @@ impl Fixture {
         let dev = self.dev.take().expect("open between restarts");
         assert_eq!(dev.client().stray_completions(), 0);
         dev.close().expect("the device closes cleanly");
+        (self.backend.stop)(&self.state_dir());
         self.dev = Some((self.backend.open)(&self.state_dir()));
     }
 }
@@ -132,6 +142,7 @@ pub fn run(backend: Backend, test: fn(&mut Fixture)) {
         "the test left commands outstanding"
     );
     dev.close().expect("the device closes cleanly");
+    (f.backend.stop)(&f.state_dir());
 }
 
 /// Instantiates each listed `fn(&mut Fixture)` as a `#[test]` per backend.
@@ -143,6 +154,12 @@ macro_rules! backend_tests {
         }
         mod embedded_wire {
             $( #[test] fn $name() { $crate::run($crate::EMBEDDED_WIRE, super::$name) } )*
+        }
+        mod shm {
+            $( #[test] fn $name() { $crate::run($crate::SHM, super::$name) } )*
+        }
+        mod tcp {
+            $( #[test] fn $name() { $crate::run($crate::TCP, super::$name) } )*
         }
     };
 }

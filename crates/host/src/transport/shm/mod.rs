@@ -1,0 +1,191 @@
+//! The shared-memory transport (`shm://NAME`): the emulated PCIe path to a
+//! `csx device serve` on the same machine.
+//!
+//! Per client, the device creates one sealed memory file holding a control page, an
+//! NVMe-style submission ring and completion ring of fixed-size entries, and the
+//! client's *host memory*: a heap the host library allocates I/O buffers and response
+//! areas from. The file and two eventfds (the submission doorbell and the completion
+//! interrupt) reach the host over a unix socket (`CSX_SHM_DIR/csx-NAME.sock`, default
+//! `/dev/shm`); that socket then stays open as each side's proof that the other lives.
+//!
+//! A command travels as its wire encoding in a submission entry (or, when larger than
+//! an entry, in host memory the entry points at); its bulk data never travels inside
+//! it: a Memory Write's source and a read's destination are buffers in host memory, and
+//! the device copies straight between those and its own memory (one copy, as DMA). Both
+//! sides poll their ring for a short while before they sleep on the eventfd, and ring
+//! the other's only when it sleeps. Byte tables: `docs/design/shm.md`.
+//!
+//! | file          | owns                                                          |
+//! |---------------|---------------------------------------------------------------|
+//! | `framing.rs`  | the handshake messages, the control page, entry layouts        |
+//! | `ring.rs`     | the shared mapping: index words, entry and buffer copies (unsafe) |
+//! | `heap.rs`     | the host's allocator over its host memory                      |
+//! | `client.rs`   | [`ShmTransport`], the host side, and [`HostBuffer`]            |
+//! | `server.rs`   | one client of `csx device serve` (feature `server`)            |
+//! | `metrics.rs`  | counters of doorbells, interrupts and sleeps                   |
+//!
+//! Trust: the device trusts nothing in shared memory. It copies each entry out before
+//! reading it, checks every index, offset and length against the region and the limits
+//! below, and never forms a reference into memory the host can write. The host trusts
+//! its device, as a host trusts a PCIe device it lets DMA into its memory.
+
+mod client;
+pub mod framing;
+mod heap;
+pub mod metrics;
+pub(crate) mod ring;
+#[cfg(feature = "server")]
+pub(crate) mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use csx_proto::limits::{
+    FRAME_SIZE_MAX, MEM_IO_SIZE_MAX, MESSAGE_SIZE_MAX, NAME_SIZE_MAX, QUEUE_DEPTH_MAX,
+    TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MAX,
+};
+use csx_proto::wire::COMPLETION_HEADER_SIZE;
+
+pub use client::{HostBuffer, ShmOptions, ShmTransport};
+
+/// Version of the handshake, the control page and the entry layouts.
+pub const SHM_FORMAT_VERSION: u16 = 1;
+
+/// Bytes of the control page at the start of the region.
+pub const CONTROL_SIZE: usize = 4096;
+
+/// Bytes of a submission entry: a 48-byte header and room for the encoding of every
+/// common command (an Execute with a few inline ranges, a memory read or write).
+pub const SQE_SIZE: usize = 256;
+
+/// Bytes of a completion entry: a 24-byte header and room for the encoding of every
+/// successful completion without a listing or a trace.
+pub const CQE_SIZE: usize = 128;
+
+/// Bytes of an encoded command an entry holds inline; longer ones go to host memory.
+pub const SQE_INLINE_FRAME_MAX: usize = SQE_SIZE - 48;
+
+/// Bytes of an encoded completion an entry holds inline; longer ones go to the
+/// command's response area.
+pub const CQE_INLINE_FRAME_MAX: usize = CQE_SIZE - 24;
+
+/// Commands a client asks to have in flight unless told otherwise.
+pub const QUEUE_DEPTH_DEFAULT: u32 = 256;
+
+/// Bytes of host memory a client asks for unless told otherwise: room for the host
+/// library's pipelined transfers (4 × 16 MiB) with their response areas. Pages are
+/// only backed once touched.
+pub const HOST_MEMORY_DEFAULT: u64 = 128 << 20;
+
+/// The least host memory a client may ask for: one response area per command of a
+/// small queue, and a few 4 KiB buffers.
+pub const HOST_MEMORY_MIN: u64 = 1 << 20;
+
+/// The most host memory a client may ask for. Bounds what one client makes the device
+/// create and map.
+pub const HOST_MEMORY_MAX: u64 = 1 << 30;
+
+/// Alignment (and granularity) of host memory allocations: a cache line, so the
+/// device's copies into neighbouring buffers never share one.
+pub const HEAP_ALIGNMENT: u64 = 64;
+
+/// Bytes of the response area each command gets: more than any completion but a
+/// listing can need (a trap, an error detail and a full trace).
+pub const RESPONSE_AREA_SIZE: usize = 32 << 10;
+
+/// Bytes of the first response area of a listing; a listing that needs more is asked
+/// again with an area of the size the device reported.
+pub const LISTING_RESPONSE_AREA_SIZE: usize = 256 << 10;
+
+/// Times a listing is asked again with a larger response area (it may grow between
+/// the tries) before the host gives up.
+pub const RESPONSE_RETRIES_MAX: u32 = 3;
+
+/// Bytes of bulk data one command moves through host memory.
+pub const TRANSFER_SIZE_MAX: usize = MEM_IO_SIZE_MAX as usize;
+
+/// Bytes of a handshake message's text (a refusal's reason).
+pub const HANDSHAKE_MESSAGE_SIZE_MAX: usize = 1024;
+
+/// How long either side waits for the other's handshake message.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a host's close waits for the device to confirm the queue pair is gone.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the device waits for a host to make room in a full completion ring before
+/// it treats the host as gone.
+pub const COMPLETION_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the host polls its completion ring before it sleeps on the interrupt.
+pub const HOST_SPIN: Duration = Duration::from_micros(30);
+
+/// How long the device polls a submission ring before it sleeps on the doorbell.
+pub const DEVICE_SPIN: Duration = Duration::from_micros(50);
+
+/// Bytes of a valid queue name (`shm://NAME`).
+pub const SHM_NAME_SIZE_MAX: usize = 64;
+
+/// Environment variable naming the directory of the handshake sockets.
+pub const SHM_DIR_ENV: &str = "CSX_SHM_DIR";
+
+/// The largest completion other than a listing: header, a trap with a full message, an
+/// error detail with a full name and message, and an Execute reply with a full trace.
+const NON_LISTING_COMPLETION_MAX: usize = COMPLETION_HEADER_SIZE
+    + (4 + 1 + 4 + 8 + 4 + MESSAGE_SIZE_MAX)
+    + (8 + 4 + NAME_SIZE_MAX + 4 + MESSAGE_SIZE_MAX)
+    + (8 + 4 + TRACE_MESSAGES_MAX * (4 + TRACE_MESSAGE_SIZE_MAX));
+
+const _: () = assert!(NON_LISTING_COMPLETION_MAX < RESPONSE_AREA_SIZE);
+const _: () = assert!(LISTING_RESPONSE_AREA_SIZE >= RESPONSE_AREA_SIZE);
+const _: () = assert!(CQE_INLINE_FRAME_MAX >= COMPLETION_HEADER_SIZE + 12);
+const _: () = assert!(QUEUE_DEPTH_MAX.is_power_of_two());
+const _: () = assert!(FRAME_SIZE_MAX as u64 <= HOST_MEMORY_MAX);
+const _: () = assert!(RESPONSE_AREA_SIZE as u64 * 16 <= HOST_MEMORY_MIN);
+const _: () = assert!(CONTROL_SIZE % 4096 == 0);
+
+/// Checks a queue name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot (it
+/// becomes part of a file name).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > SHM_NAME_SIZE_MAX {
+        return Err(format!(
+            "name has {} bytes, must be 1..={SHM_NAME_SIZE_MAX}",
+            name.len()
+        ));
+    }
+    if name.starts_with('.') {
+        return Err("name must not start with a dot".to_string());
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("name may hold only letters, digits, '.', '_' and '-'".to_string());
+    }
+    Ok(())
+}
+
+/// The handshake socket of queue name `name`.
+pub fn socket_path(name: &str) -> PathBuf {
+    let dir = match std::env::var_os(SHM_DIR_ENV).filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None if std::path::Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
+    };
+    dir.join(format!("csx-{name}.sock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("dev0").is_ok());
+        assert!(check_name("a.b_c-9").is_ok());
+        for bad in ["", ".hidden", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(socket_path("dev0").ends_with("csx-dev0.sock"));
+    }
+}
