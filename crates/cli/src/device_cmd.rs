@@ -17,6 +17,7 @@ const DEVICE_EXAMPLES: &str = "\
 Examples:
   csx device init --state ./dev0
   csx device init --state /var/lib/csx/dev1 --nvm-size 16GiB --slm-size 2GiB --engines 4
+  csx device init --state ./dev2 --profile lambda-io --link-gbps 2.0
   CSX_DEVICE=./dev0 csx info";
 
 /// Create and manage devices.
@@ -56,6 +57,21 @@ pub struct InitArgs {
     /// Execution engines (threads); one per core if absent.
     #[arg(long, value_name = "N")]
     engines: Option<u32>,
+    /// Performance profile of the emulated device: unthrottled, lambda-io or daisy.
+    #[arg(long, value_name = "NAME", default_value = "unthrottled")]
+    profile: String,
+    /// Override the profile's host link bandwidth, GB/s (0: unlimited).
+    #[arg(long, value_name = "X")]
+    link_gbps: Option<f64>,
+    /// Override the profile's per-command link latency, µs.
+    #[arg(long, value_name = "X")]
+    link_latency_us: Option<f64>,
+    /// Override the profile's media bandwidth, GB/s (0: unlimited).
+    #[arg(long, value_name = "Y")]
+    media_gbps: Option<f64>,
+    /// Override the profile's device compute time relative to the host (2.4: 2.4× slower).
+    #[arg(long, value_name = "Z")]
+    compute_scale: Option<f64>,
     /// Print the configuration as JSON.
     #[arg(long)]
     json: bool,
@@ -67,14 +83,44 @@ pub fn run_device(args: DeviceArgs) -> anyhow::Result<u8> {
     }
 }
 
+/// The profile and its overrides (`custom` in the profile name once overridden).
+fn apply_perf(config: &mut DeviceConfig, args: &InitArgs) -> anyhow::Result<()> {
+    config.set_profile(&args.profile)?;
+    let perf = &mut config.perf;
+    let mut custom = false;
+    let per_sec = |gbps: f64| (gbps * 1e9).round() as u64;
+    if let Some(x) = args.link_gbps {
+        perf.link_bytes_per_sec = per_sec(x);
+        custom = true;
+    }
+    if let Some(x) = args.link_latency_us {
+        perf.link_latency_ns = (x * 1e3).round() as u64;
+        custom = true;
+    }
+    if let Some(x) = args.media_gbps {
+        perf.media_bytes_per_sec = per_sec(x);
+        custom = true;
+    }
+    if let Some(x) = args.compute_scale {
+        perf.compute_scale_milli = (x * 1e3).round() as u32;
+        custom = true;
+    }
+    if custom {
+        perf.profile = format!("{}+custom", args.profile);
+        perf.throttle = true;
+    }
+    Ok(())
+}
+
 fn init(args: InitArgs) -> anyhow::Result<u8> {
-    let config = DeviceConfig {
+    let mut config = DeviceConfig {
         nvm_size_bytes: args.nvm_size,
         slm_size_bytes: args.slm_size,
         state_size_bytes: args.state_size,
         engines: args.engines,
         ..connect::default_config()
     };
+    apply_perf(&mut config, &args)?;
     let dev = Device::init(&args.state, config.clone())
         .with_context(|| format!("cannot create a device in {}", args.state.display()))?;
     let info = dev.identify().context("identify")?;

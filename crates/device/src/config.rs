@@ -151,6 +151,12 @@ impl DeviceConfig {
         self.perf = perf;
     }
 
+    /// Adopts the named performance profile (see [`PerfModel::profile`]).
+    pub fn set_profile(&mut self, name: &str) -> Result<(), PerfError> {
+        self.set_perf(PerfModel::profile(name)?);
+        Ok(())
+    }
+
     /// Engines to start: the configured number, or one per core.
     pub fn engines_effective(&self) -> u32 {
         self.engines.unwrap_or_else(|| {

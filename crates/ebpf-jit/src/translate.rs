@@ -109,26 +109,29 @@ impl MemOp {
     }
 }
 
-/// Shortest region the caches hold: every access size fits, so `len - size` cannot wrap.
+/// Shortest region the caches hold: `len - 8` must not wrap.
 const CACHE_LEN_MIN: i64 = 8;
+const _: () = assert!(STACK_SIZE as i64 >= CACHE_LEN_MIN);
 
 /// A region cache: the region an access last went to, as SSA variables. The fast path
 /// of an access checks against it alone; a miss consults the table and refills it.
 ///
 /// Invariant: `neg_lo` is `-(idx << 32)` for a region `idx` mapped with `len`
-/// (`>= CACHE_LEN_MIN`) bytes for this kind of access, and `delta` is its host base
-/// plus `neg_lo`. (Keeping `-lo` lets the check's subtraction be one `lea`.)
+/// (`>= CACHE_LEN_MIN`) bytes for this kind of access, `limit` is `len - 8`, and
+/// `delta` is the region's host base plus `neg_lo`. (Keeping `-lo` makes the check's
+/// subtraction part of one `lea`; keeping `len - 8` makes one limit serve every access
+/// size, at the price of sending accesses to a region's last 7 bytes to the slow path.)
 #[derive(Clone, Copy)]
 struct CacheVars {
     neg_lo: Variable,
-    len: Variable,
+    limit: Variable,
     delta: Variable,
 }
 
 /// The values of a [`CacheVars`] at one point.
 struct CacheValues {
     neg_lo: Value,
-    len: Value,
+    limit: Value,
     delta: Value,
 }
 
@@ -290,7 +293,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         let caches = [(); 2].map(|()| CacheVars {
             neg_lo: b.declare_var(types::I64),
-            len: b.declare_var(types::I64),
+            limit: b.declare_var(types::I64),
             delta: b.declare_var(types::I64),
         });
 
@@ -706,7 +709,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         // Hit: the access lies in the cached region.
         let cache = self.cache(op.writes());
-        let hit = self.cache_hit(&cache, v, off, size);
+        let hit = self.cache_hit(&cache, v, off);
         let hit_block = self.b.create_block();
         let miss = self.b.create_block();
         let cont = self.b.create_block();
@@ -763,21 +766,21 @@ impl<'a, 'f> Translator<'a, 'f> {
         let vars = self.caches[usize::from(write)];
         CacheValues {
             neg_lo: self.b.use_var(vars.neg_lo),
-            len: self.b.use_var(vars.len),
+            limit: self.b.use_var(vars.limit),
             delta: self.b.use_var(vars.delta),
         }
     }
 
-    /// Whether an access of `size` bytes at `v + off` lies in the cached region:
-    /// `(v - lo) + off <= len - size`, unsigned. Exact, because a cached `len` is at
-    /// least [`CACHE_LEN_MIN`] (so `len - size` cannot wrap) and below 2^32 (so an
-    /// address in any other region gives a larger difference).
-    fn cache_hit(&mut self, cache: &CacheValues, v: Value, off: i16, size: i64) -> Value {
+    /// Whether an access of at most 8 bytes at `v + off` lies in the cached region:
+    /// `(v - lo) + off <= len - 8`, unsigned. Safe for every size, because a cached
+    /// `len` is at least [`CACHE_LEN_MIN`] (so `len - 8` does not wrap) and below 2^32
+    /// (so an address in any other region gives a larger difference).
+    fn cache_hit(&mut self, cache: &CacheValues, v: Value, off: i16) -> Value {
         let b = &mut self.b;
-        let limit = b.ins().iadd_imm_s(cache.len, -size);
         let rel = b.ins().iadd(v, cache.neg_lo);
         let rel = b.ins().iadd_imm_s(rel, i64::from(off));
-        b.ins().icmp(IntCC::UnsignedLessThanOrEqual, rel, limit)
+        b.ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, rel, cache.limit)
     }
 
     /// After a miss at `addr` passed the exact check: caches its region (base `base`,
@@ -792,10 +795,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         let neg_lo = b.ins().ineg(lo);
         let delta = b.ins().isub(base, lo);
         let neg_lo = b.ins().select(keep, old.neg_lo, neg_lo);
-        let len = b.ins().select(keep, old.len, len);
+        let limit = b.ins().iadd_imm_s(len, -8);
+        let limit = b.ins().select(keep, old.limit, limit);
         let delta = b.ins().select(keep, old.delta, delta);
         b.def_var(vars.neg_lo, neg_lo);
-        b.def_var(vars.len, len);
+        b.def_var(vars.limit, limit);
         b.def_var(vars.delta, delta);
     }
 
@@ -804,11 +808,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn reset_caches(&mut self) {
         let lo = RegionIdx::STACK.vaddr(0) as i64;
         let neg_lo = self.b.ins().iconst(types::I64, lo.wrapping_neg());
-        let len = self.b.ins().iconst(types::I64, STACK_SIZE as i64);
+        let limit = self.b.ins().iconst(types::I64, STACK_SIZE as i64 - 8);
         let delta = self.b.ins().iadd(self.stack_base, neg_lo);
         for c in self.caches {
             self.b.def_var(c.neg_lo, neg_lo);
-            self.b.def_var(c.len, len);
+            self.b.def_var(c.limit, limit);
             self.b.def_var(c.delta, delta);
         }
     }
@@ -1290,7 +1294,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         }
         let cache = self.cache(false);
-        let ok = self.cache_hit(&cache, v, off, size);
+        let ok = self.cache_hit(&cache, v, off);
         let b = &mut self.b;
         let host = b.ins().iadd(cache.delta, v);
         let host = b.ins().iadd_imm_s(host, i64::from(off));

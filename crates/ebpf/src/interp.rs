@@ -4,8 +4,11 @@
 //! [`Interpreter::new`] pre-decodes the verified program once into [`Op`]s, one per slot
 //! (so a slot index is still the pc traps report), with jump targets resolved, `lddw`
 //! merged into its first slot and every opcode/operand-form combination its own variant.
-//! [`Interpreter::run`] is then one `match` per instruction over that array, with no
-//! allocation after the run's stack.
+//! It then fuses common short sequences (clang's `lsh 32; rsh 32` extension idioms,
+//! `mov; add; ldx` indexing) into the first slot of each ([`fuse`]), and lowers every op
+//! to a 16-byte [`Slot`] whose fields sit at fixed offsets. [`Interpreter::run`] is then
+//! one `match` per instruction over that array, each arm reading only the fields it
+//! uses, with no allocation after the run's stack.
 //!
 //! Semantics follow RFC 9669; the pitfalls other runtimes get wrong are called out where
 //! they are handled. Fuel and call depth follow [`crate::engine`] through
@@ -773,6 +776,50 @@ enum Op {
         dst: u8,
         off: i16,
     },
+    /// `add dst, imm; j<cmp> a, b, target` (64-bit, unsigned or equality, registers):
+    /// a loop latch.
+    AddJeqR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
+    AddJneR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
+    AddJgtR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
+    AddJgeR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
+    AddJltR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
+    AddJleR {
+        dst: u8,
+        imm: u64,
+        a: u8,
+        b: u8,
+        target: u32,
+    },
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
@@ -927,6 +974,12 @@ enum Kind {
     MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
+    AddJeqR,
+    AddJneR,
+    AddJgtR,
+    AddJgeR,
+    AddJltR,
+    AddJleR,
     Invalid,
 }
 
@@ -952,6 +1005,12 @@ struct Slot {
 }
 
 impl Slot {
+    /// The immediate, sign-extended to 64 bits (32-bit operations use its low half).
+    #[inline(always)]
+    fn imm64(&self) -> u64 {
+        i64::from(self.imm) as u64
+    }
+
     const EMPTY: Slot = Slot {
         kind: Kind::Invalid,
         dst: 0,
@@ -1865,7 +1924,13 @@ fn lower(op: Op) -> Slot {
             aux: b,
             ..Slot::EMPTY
         },
-        Op::MovAddLdxB { tmp, a, b, dst, off } => Slot {
+        Op::MovAddLdxB {
+            tmp,
+            a,
+            b,
+            dst,
+            off,
+        } => Slot {
             kind: Kind::MovAddLdxB,
             aux2: tmp,
             src: a,
@@ -1874,7 +1939,13 @@ fn lower(op: Op) -> Slot {
             off,
             ..Slot::EMPTY
         },
-        Op::MovAddLdxH { tmp, a, b, dst, off } => Slot {
+        Op::MovAddLdxH {
+            tmp,
+            a,
+            b,
+            dst,
+            off,
+        } => Slot {
             kind: Kind::MovAddLdxH,
             aux2: tmp,
             src: a,
@@ -1883,7 +1954,13 @@ fn lower(op: Op) -> Slot {
             off,
             ..Slot::EMPTY
         },
-        Op::MovAddLdxW { tmp, a, b, dst, off } => Slot {
+        Op::MovAddLdxW {
+            tmp,
+            a,
+            b,
+            dst,
+            off,
+        } => Slot {
             kind: Kind::MovAddLdxW,
             aux2: tmp,
             src: a,
@@ -1892,7 +1969,13 @@ fn lower(op: Op) -> Slot {
             off,
             ..Slot::EMPTY
         },
-        Op::MovAddLdxDw { tmp, a, b, dst, off } => Slot {
+        Op::MovAddLdxDw {
+            tmp,
+            a,
+            b,
+            dst,
+            off,
+        } => Slot {
             kind: Kind::MovAddLdxDw,
             aux2: tmp,
             src: a,
@@ -1901,13 +1984,102 @@ fn lower(op: Op) -> Slot {
             off,
             ..Slot::EMPTY
         },
+        Op::AddJeqR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJeqR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::AddJneR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJneR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::AddJgtR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJgtR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::AddJgeR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJgeR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::AddJltR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJltR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
+        Op::AddJleR {
+            dst,
+            imm,
+            a,
+            b,
+            target,
+        } => Slot {
+            kind: Kind::AddJleR,
+            dst,
+            imm: imm as i32,
+            src: a,
+            aux: b,
+            target,
+            ..Slot::EMPTY
+        },
         Op::Invalid => Slot {
             kind: Kind::Invalid,
             ..Slot::EMPTY
         },
     }
 }
-
 
 /// Decodes every slot; `lddw` is merged into its first slot and its second becomes
 /// [`Op::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
@@ -1987,6 +2159,75 @@ fn fuse(ops: &mut [Op]) {
                     _ => Op::MovAdd { dst: tmp, a, b },
                 }
             }
+            (Op::Add64I { dst, imm }, jump, _) => match jump {
+                Op::Jeq64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJeqR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                Op::Jne64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJneR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                Op::Jgt64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJgtR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                Op::Jge64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJgeR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                Op::Jlt64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJltR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                Op::Jle64R {
+                    dst: a,
+                    src: b,
+                    target,
+                } => Op::AddJleR {
+                    dst,
+                    imm,
+                    a,
+                    b,
+                    target,
+                },
+                _ => continue,
+            },
             (Op::Lsh64I { dst, imm: 32 }, Op::Rsh64I { dst: d1, imm: 32 }, _) if d1 == dst => {
                 Op::Zx32x2 { dst }
             }
@@ -2407,7 +2648,9 @@ impl Interpreter {
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
         // Frames saved by local calls: live frames are `depth + 1`.
         let mut depth = 0usize;
-        let mut fuel: u64 = 0;
+        // Fuel still unspent: `budget - left` is the fuel used so far. Counting down
+        // makes a charge one compare and one subtraction.
+        let mut left: u64 = budget;
         let mut pc = self.program.entry() as usize;
 
         macro_rules! r {
@@ -2422,26 +2665,33 @@ impl Interpreter {
                         pc: (pc - 1) as u32,
                         kind: $kind,
                     }),
-                    fuel_used: fuel,
+                    fuel_used: budget - left,
                 }
             };
         }
         macro_rules! charge {
             ($cost:expr) => {
-                fuel = fuel.saturating_add($cost);
-                if fuel > budget {
+                let cost: u64 = $cost;
+                // `used + cost > budget` without the sum; the two differ only once a run
+                // has used more than `u64::MAX - 65536` fuel, which no run can reach.
+                if cost > left {
                     return RunOutcome {
                         result: Err(rules::fuel_trap((pc - 1) as u32, budget)),
-                        fuel_used: fuel,
+                        fuel_used: (budget - left).saturating_add(cost),
                     };
                 }
+                left -= cost;
             };
         }
         macro_rules! jump {
             ($target:expr) => {{
                 let target = $target;
                 if (target as usize) < pc {
-                    charge!(rules::jump_cost((pc - 1) as u32, target));
+                    // A backward jump at `pc - 1`: `rules::jump_cost`, already known
+                    // to be backward.
+                    let cost = (pc - target as usize) as u64;
+                    debug_assert_eq!(cost, rules::jump_cost((pc - 1) as u32, target));
+                    charge!(cost);
                 }
                 pc = target as usize;
             }};
@@ -2491,21 +2741,21 @@ impl Interpreter {
             pc += 1;
             // Each arm reads only the fields it uses, straight from the slot.
             match s.kind {
-                Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add((s.imm as i64 as u64)),
-                Kind::Sub64I => r!(s.dst) = r!(s.dst).wrapping_sub((s.imm as i64 as u64)),
-                Kind::Mul64I => r!(s.dst) = r!(s.dst).wrapping_mul((s.imm as i64 as u64)),
-                Kind::Div64I => r!(s.dst) = div64(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::SDiv64I => r!(s.dst) = sdiv64(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::Mod64I => r!(s.dst) = mod64(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::SMod64I => r!(s.dst) = smod64(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::Or64I => r!(s.dst) |= (s.imm as i64 as u64),
-                Kind::And64I => r!(s.dst) &= (s.imm as i64 as u64),
+                Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add(s.imm64()),
+                Kind::Sub64I => r!(s.dst) = r!(s.dst).wrapping_sub(s.imm64()),
+                Kind::Mul64I => r!(s.dst) = r!(s.dst).wrapping_mul(s.imm64()),
+                Kind::Div64I => r!(s.dst) = div64(r!(s.dst), s.imm64()),
+                Kind::SDiv64I => r!(s.dst) = sdiv64(r!(s.dst), s.imm64()),
+                Kind::Mod64I => r!(s.dst) = mod64(r!(s.dst), s.imm64()),
+                Kind::SMod64I => r!(s.dst) = smod64(r!(s.dst), s.imm64()),
+                Kind::Or64I => r!(s.dst) |= s.imm64(),
+                Kind::And64I => r!(s.dst) &= s.imm64(),
                 // Shift amounts are masked to the operand width (RFC 9669 §4.1).
-                Kind::Lsh64I => r!(s.dst) <<= (s.imm as i64 as u64) & 63,
-                Kind::Rsh64I => r!(s.dst) >>= (s.imm as i64 as u64) & 63,
-                Kind::Arsh64I => r!(s.dst) = ((r!(s.dst) as i64) >> ((s.imm as i64 as u64) & 63)) as u64,
-                Kind::Xor64I => r!(s.dst) ^= (s.imm as i64 as u64),
-                Kind::Mov64I => r!(s.dst) = (s.imm as i64 as u64),
+                Kind::Lsh64I => r!(s.dst) <<= s.imm64() & 63,
+                Kind::Rsh64I => r!(s.dst) >>= s.imm64() & 63,
+                Kind::Arsh64I => r!(s.dst) = ((r!(s.dst) as i64) >> (s.imm64() & 63)) as u64,
+                Kind::Xor64I => r!(s.dst) ^= s.imm64(),
+                Kind::Mov64I => r!(s.dst) = s.imm64(),
                 Kind::Neg64 => r!(s.dst) = r!(s.dst).wrapping_neg(),
                 Kind::Add64R => r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src)),
                 Kind::Sub64R => r!(s.dst) = r!(s.dst).wrapping_sub(r!(s.src)),
@@ -2526,32 +2776,26 @@ impl Interpreter {
                 Kind::MovSx32To64 => r!(s.dst) = r!(s.src) as i32 as i64 as u64,
 
                 // ALU32: operate on the low halves; the result is zero-extended.
-                Kind::Add32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo((s.imm as i64 as u64)))),
-                Kind::Sub32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo((s.imm as i64 as u64)))),
-                Kind::Mul32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo((s.imm as i64 as u64)))),
-                Kind::Div32I => r!(s.dst) = div32(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::SDiv32I => r!(s.dst) = sdiv32(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::Mod32I => r!(s.dst) = mod32(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::SMod32I => r!(s.dst) = smod32(r!(s.dst), (s.imm as i64 as u64)),
-                Kind::Or32I => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo((s.imm as i64 as u64))),
-                Kind::And32I => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo((s.imm as i64 as u64))),
-                Kind::Lsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) << ((s.imm as i64 as u64) & 31)),
-                Kind::Rsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) >> ((s.imm as i64 as u64) & 31)),
+                Kind::Add32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(s.imm64()))),
+                Kind::Sub32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(s.imm64()))),
+                Kind::Mul32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(s.imm64()))),
+                Kind::Div32I => r!(s.dst) = div32(r!(s.dst), s.imm64()),
+                Kind::SDiv32I => r!(s.dst) = sdiv32(r!(s.dst), s.imm64()),
+                Kind::Mod32I => r!(s.dst) = mod32(r!(s.dst), s.imm64()),
+                Kind::SMod32I => r!(s.dst) = smod32(r!(s.dst), s.imm64()),
+                Kind::Or32I => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo(s.imm64())),
+                Kind::And32I => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo(s.imm64())),
+                Kind::Lsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) << (s.imm64() & 31)),
+                Kind::Rsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) >> (s.imm64() & 31)),
                 Kind::Arsh32I => {
-                    r!(s.dst) = u64::from(((lo(r!(s.dst)) as i32) >> ((s.imm as i64 as u64) & 31)) as u32)
+                    r!(s.dst) = u64::from(((lo(r!(s.dst)) as i32) >> (s.imm64() & 31)) as u32)
                 }
-                Kind::Xor32I => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo((s.imm as i64 as u64))),
-                Kind::Mov32I => r!(s.dst) = u64::from(lo((s.imm as i64 as u64))),
+                Kind::Xor32I => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo(s.imm64())),
+                Kind::Mov32I => r!(s.dst) = u64::from(lo(s.imm64())),
                 Kind::Neg32 => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_neg()),
-                Kind::Add32R => {
-                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(r!(s.src))))
-                }
-                Kind::Sub32R => {
-                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(r!(s.src))))
-                }
-                Kind::Mul32R => {
-                    r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(r!(s.src))))
-                }
+                Kind::Add32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(r!(s.src)))),
+                Kind::Sub32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(r!(s.src)))),
+                Kind::Mul32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(r!(s.src)))),
                 Kind::Div32R => r!(s.dst) = div32(r!(s.dst), r!(s.src)),
                 Kind::SDiv32R => r!(s.dst) = sdiv32(r!(s.dst), r!(s.src)),
                 Kind::Mod32R => r!(s.dst) = mod32(r!(s.dst), r!(s.src)),
@@ -2585,19 +2829,13 @@ impl Interpreter {
                 Kind::LdxW => r!(s.dst) = load!(s.dst, s.src, s.off, 4),
                 Kind::LdxDw => r!(s.dst) = load!(s.dst, s.src, s.off, 8),
                 // Sign-extending loads (cpu v4, RFC 9669 §5.2).
-                Kind::LdxSB => {
-                    r!(s.dst) = load!(s.dst, s.src, s.off, 1) as i8 as i64 as u64
-                }
-                Kind::LdxSH => {
-                    r!(s.dst) = load!(s.dst, s.src, s.off, 2) as i16 as i64 as u64
-                }
-                Kind::LdxSW => {
-                    r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64
-                }
-                Kind::StB => store!(s.dst, s.off, 1, (s.imm as i64 as u64)),
-                Kind::StH => store!(s.dst, s.off, 2, (s.imm as i64 as u64)),
-                Kind::StW => store!(s.dst, s.off, 4, (s.imm as i64 as u64)),
-                Kind::StDw => store!(s.dst, s.off, 8, (s.imm as i64 as u64)),
+                Kind::LdxSB => r!(s.dst) = load!(s.dst, s.src, s.off, 1) as i8 as i64 as u64,
+                Kind::LdxSH => r!(s.dst) = load!(s.dst, s.src, s.off, 2) as i16 as i64 as u64,
+                Kind::LdxSW => r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64,
+                Kind::StB => store!(s.dst, s.off, 1, s.imm64()),
+                Kind::StH => store!(s.dst, s.off, 2, s.imm64()),
+                Kind::StW => store!(s.dst, s.off, 4, s.imm64()),
+                Kind::StDw => store!(s.dst, s.off, 8, s.imm64()),
                 Kind::StxB => store!(s.dst, s.off, 1, r!(s.src)),
                 Kind::StxH => store!(s.dst, s.off, 2, r!(s.src)),
                 Kind::StxW => store!(s.dst, s.off, 4, r!(s.src)),
@@ -2626,25 +2864,25 @@ impl Interpreter {
                 }
 
                 Kind::Ja => jump!(s.target),
-                Kind::Jeq64I => jump_if!(r!(s.dst) == (s.imm as i64 as u64), s.target),
-                Kind::Jne64I => jump_if!(r!(s.dst) != (s.imm as i64 as u64), s.target),
-                Kind::Jgt64I => jump_if!(r!(s.dst) > (s.imm as i64 as u64), s.target),
-                Kind::Jge64I => jump_if!(r!(s.dst) >= (s.imm as i64 as u64), s.target),
-                Kind::Jlt64I => jump_if!(r!(s.dst) < (s.imm as i64 as u64), s.target),
-                Kind::Jle64I => jump_if!(r!(s.dst) <= (s.imm as i64 as u64), s.target),
+                Kind::Jeq64I => jump_if!(r!(s.dst) == s.imm64(), s.target),
+                Kind::Jne64I => jump_if!(r!(s.dst) != s.imm64(), s.target),
+                Kind::Jgt64I => jump_if!(r!(s.dst) > s.imm64(), s.target),
+                Kind::Jge64I => jump_if!(r!(s.dst) >= s.imm64(), s.target),
+                Kind::Jlt64I => jump_if!(r!(s.dst) < s.imm64(), s.target),
+                Kind::Jle64I => jump_if!(r!(s.dst) <= s.imm64(), s.target),
                 Kind::Jsgt64I => {
-                    jump_if!((r!(s.dst) as i64) > (s.imm as i64 as u64) as i64, s.target)
+                    jump_if!((r!(s.dst) as i64) > s.imm64() as i64, s.target)
                 }
                 Kind::Jsge64I => {
-                    jump_if!((r!(s.dst) as i64) >= (s.imm as i64 as u64) as i64, s.target)
+                    jump_if!((r!(s.dst) as i64) >= s.imm64() as i64, s.target)
                 }
                 Kind::Jslt64I => {
-                    jump_if!((r!(s.dst) as i64) < (s.imm as i64 as u64) as i64, s.target)
+                    jump_if!((r!(s.dst) as i64) < s.imm64() as i64, s.target)
                 }
                 Kind::Jsle64I => {
-                    jump_if!((r!(s.dst) as i64) <= (s.imm as i64 as u64) as i64, s.target)
+                    jump_if!((r!(s.dst) as i64) <= s.imm64() as i64, s.target)
                 }
-                Kind::Jset64I => jump_if!(r!(s.dst) & (s.imm as i64 as u64) != 0, s.target),
+                Kind::Jset64I => jump_if!(r!(s.dst) & s.imm64() != 0, s.target),
                 Kind::Jeq64R => jump_if!(r!(s.dst) == r!(s.src), s.target),
                 Kind::Jne64R => jump_if!(r!(s.dst) != r!(s.src), s.target),
                 Kind::Jgt64R => jump_if!(r!(s.dst) > r!(s.src), s.target),
@@ -2664,26 +2902,26 @@ impl Interpreter {
                     jump_if!((r!(s.dst) as i64) <= r!(s.src) as i64, s.target)
                 }
                 Kind::Jset64R => jump_if!(r!(s.dst) & r!(s.src) != 0, s.target),
-                Kind::Jeq32I => jump_if!(lo(r!(s.dst)) == lo((s.imm as i64 as u64)), s.target),
-                Kind::Jne32I => jump_if!(lo(r!(s.dst)) != lo((s.imm as i64 as u64)), s.target),
-                Kind::Jgt32I => jump_if!(lo(r!(s.dst)) > lo((s.imm as i64 as u64)), s.target),
-                Kind::Jge32I => jump_if!(lo(r!(s.dst)) >= lo((s.imm as i64 as u64)), s.target),
-                Kind::Jlt32I => jump_if!(lo(r!(s.dst)) < lo((s.imm as i64 as u64)), s.target),
-                Kind::Jle32I => jump_if!(lo(r!(s.dst)) <= lo((s.imm as i64 as u64)), s.target),
+                Kind::Jeq32I => jump_if!(lo(r!(s.dst)) == lo(s.imm64()), s.target),
+                Kind::Jne32I => jump_if!(lo(r!(s.dst)) != lo(s.imm64()), s.target),
+                Kind::Jgt32I => jump_if!(lo(r!(s.dst)) > lo(s.imm64()), s.target),
+                Kind::Jge32I => jump_if!(lo(r!(s.dst)) >= lo(s.imm64()), s.target),
+                Kind::Jlt32I => jump_if!(lo(r!(s.dst)) < lo(s.imm64()), s.target),
+                Kind::Jle32I => jump_if!(lo(r!(s.dst)) <= lo(s.imm64()), s.target),
                 Kind::Jsgt32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) > lo((s.imm as i64 as u64)) as i32, s.target)
+                    jump_if!((lo(r!(s.dst)) as i32) > lo(s.imm64()) as i32, s.target)
                 }
                 Kind::Jsge32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) >= lo((s.imm as i64 as u64)) as i32, s.target)
+                    jump_if!((lo(r!(s.dst)) as i32) >= lo(s.imm64()) as i32, s.target)
                 }
                 Kind::Jslt32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) < lo((s.imm as i64 as u64)) as i32, s.target)
+                    jump_if!((lo(r!(s.dst)) as i32) < lo(s.imm64()) as i32, s.target)
                 }
                 Kind::Jsle32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) <= lo((s.imm as i64 as u64)) as i32, s.target)
+                    jump_if!((lo(r!(s.dst)) as i32) <= lo(s.imm64()) as i32, s.target)
                 }
                 Kind::Jset32I => {
-                    jump_if!(lo(r!(s.dst)) & lo((s.imm as i64 as u64)) != 0, s.target)
+                    jump_if!(lo(r!(s.dst)) & lo(s.imm64()) != 0, s.target)
                 }
                 Kind::Jeq32R => {
                     jump_if!(lo(r!(s.dst)) == lo(r!(s.src)), s.target)
@@ -2725,7 +2963,7 @@ impl Interpreter {
                     if depth + 2 > CALL_DEPTH_MAX {
                         return RunOutcome {
                             result: Err(rules::call_depth_trap((pc - 1) as u32)),
-                            fuel_used: fuel,
+                            fuel_used: budget - left,
                         };
                     }
                     frames[depth] = Frame {
@@ -2740,7 +2978,7 @@ impl Interpreter {
                     if depth == 0 {
                         return RunOutcome {
                             result: Ok(regs[0]),
-                            fuel_used: fuel,
+                            fuel_used: budget - left,
                         };
                     }
                     depth -= 1;
@@ -2793,6 +3031,36 @@ impl Interpreter {
                     r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
                     pc += 2;
                     r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
+                }
+                Kind::AddJeqR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) == r!(s.aux), s.target);
+                }
+                Kind::AddJneR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) != r!(s.aux), s.target);
+                }
+                Kind::AddJgtR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) > r!(s.aux), s.target);
+                }
+                Kind::AddJgeR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) >= r!(s.aux), s.target);
+                }
+                Kind::AddJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) < r!(s.aux), s.target);
+                }
+                Kind::AddJleR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    pc += 1;
+                    jump_if!(r!(s.src) <= r!(s.aux), s.target);
                 }
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",

@@ -33,6 +33,7 @@ pub mod device;
 pub mod error;
 pub mod execute;
 pub mod files;
+pub mod lambda;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod transport;

@@ -441,10 +441,7 @@ fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<
         78..=79 => {
             // A loop closed twice, `if cond goto L; alu; ja L` (clang's min/max shape).
             let target = i.saturating_sub(c.below(8));
-            let mut jcc = gen_jump(c, target);
-            if jcc.insn.opc & 0xf0 == JMP_JA {
-                jcc.insn.opc = CLASS_JMP | JMP_JEQ | SRC_X;
-            }
+            let jcc = gen_cond_jump(c, target);
             let ja = Pending {
                 insn: Insn::new(OP_JA, 0, 0, 0, 0),
                 fixup: Fixup::JumpOff(target),
@@ -523,23 +520,26 @@ fn gen_jump(c: &mut Choices<'_>, target: usize) -> Pending {
             insn: Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 0, 0),
             fixup: Fixup::JumpImm(target),
         },
-        _ => {
-            let class = if c.chance(30) { CLASS_JMP32 } else { CLASS_JMP };
-            let op = c.pick(&[
-                JMP_JEQ, JMP_JGT, JMP_JGE, JMP_JSET, JMP_JNE, JMP_JSGT, JMP_JSGE, JMP_JLT, JMP_JLE,
-                JMP_JSLT, JMP_JSLE,
-            ]);
-            let dst = c.src();
-            let insn = if c.chance(50) {
-                Insn::new(class | op | SRC_X, dst, c.src(), 0, 0)
-            } else {
-                Insn::new(class | op | SRC_K, dst, 0, 0, c.imm())
-            };
-            Pending {
-                insn,
-                fixup: Fixup::JumpOff(target),
-            }
-        }
+        _ => gen_cond_jump(c, target),
+    }
+}
+
+/// A conditional jump (JMP or JMP32, register or immediate) to item `target`.
+fn gen_cond_jump(c: &mut Choices<'_>, target: usize) -> Pending {
+    let class = if c.chance(30) { CLASS_JMP32 } else { CLASS_JMP };
+    let op = c.pick(&[
+        JMP_JEQ, JMP_JGT, JMP_JGE, JMP_JSET, JMP_JNE, JMP_JSGT, JMP_JSGE, JMP_JLT, JMP_JLE,
+        JMP_JSLT, JMP_JSLE,
+    ]);
+    let dst = c.src();
+    let insn = if c.chance(50) {
+        Insn::new(class | op | SRC_X, dst, c.src(), 0, 0)
+    } else {
+        Insn::new(class | op | SRC_K, dst, 0, 0, c.imm())
+    };
+    Pending {
+        insn,
+        fixup: Fixup::JumpOff(target),
     }
 }
 

@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let dir = tempfile::tempdir()?;
     let config = DeviceConfig {
-        nvm_size_bytes: (4 * size).max(64 << 20),
+        nvm_size_bytes: 4 * size + (64 << 20),
         slm_size_bytes: (4 * size).max(64 << 20),
         ..DeviceConfig::default()
     };
@@ -49,6 +49,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ms.push(execute_ns as f64 / 1e6);
             agree &= run.outcome == expected;
             host_bytes = run.host_bytes;
+        }
+        dev.delete_file(&case.input_path)?;
+        if dev.stat(&case.output_path).is_ok() {
+            dev.delete_file(&case.output_path)?;
         }
         println!(
             "{:<22} {:>8}K {:>12.2} {:>12.2} {:>12.2} {:>10}  {}",

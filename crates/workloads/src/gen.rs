@@ -484,10 +484,7 @@ impl<'a> ChunkSink<'a> {
         self.out.write_all(&self.buf)?;
         self.written_bytes += self.buf.len() as u64;
         self.buf.clear();
-        let done_bytes = self
-            .advanced
-            .unwrap_or(self.written_bytes)
-            .min(self.total);
+        let done_bytes = self.advanced.unwrap_or(self.written_bytes).min(self.total);
         (self.progress)(Progress {
             done_bytes,
             total_bytes: self.total,
@@ -791,11 +788,17 @@ mod tests {
         let specs = [
             DataSpec::Ints(IntSpec {
                 width: IntWidth::U64,
-                distribution: Distribution::Uniform { lo: 0, hi: u64::MAX },
+                distribution: Distribution::Uniform {
+                    lo: 0,
+                    hi: u64::MAX,
+                },
             }),
             DataSpec::Ints(IntSpec {
                 width: IntWidth::U32,
-                distribution: Distribution::Zipf { n: 1000, exponent: 1.1 },
+                distribution: Distribution::Zipf {
+                    n: 1000,
+                    exponent: 1.1,
+                },
             }),
             DataSpec::Ints(IntSpec {
                 width: IntWidth::U64,

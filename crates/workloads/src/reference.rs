@@ -136,15 +136,26 @@ pub fn aggregate(input: &[u8], inv: &Invocation) -> Outcome {
     stats64(input, inv)
 }
 
-/// filter_aggregate.c.
+/// filter_aggregate.c. Branch-free, as a tuned host loop would be: the Metal FS paper's
+/// point is that a branchy CPU filter slows down at middling selectivity.
 pub fn filter_aggregate(input: &[u8], inv: &Invocation) -> Outcome {
     let (lo, hi) = (inv.cparam1, inv.cparam2);
     stats_outcome(inv, || {
-        let mut s = Stats::EMPTY;
-        u64s(input)
-            .filter(|x| (lo..=hi).contains(x))
-            .for_each(|x| s.add(x));
-        s
+        let (mut count, mut sum, mut min, mut max) = (0u64, 0u64, u64::MAX, 0u64);
+        for x in u64s(input) {
+            let keep = u64::from(lo <= x && x <= hi);
+            let mask = keep.wrapping_neg();
+            count += keep;
+            sum = sum.wrapping_add(x & mask);
+            min = min.min(x | !mask);
+            max = max.max(x & mask);
+        }
+        Stats {
+            count,
+            sum,
+            min,
+            max,
+        }
     })
 }
 
@@ -153,15 +164,13 @@ pub fn filter(input: &[u8], inv: &Invocation) -> Outcome {
     if inv.output_size_bytes == 0 {
         return error(CSX_EINVAL);
     }
-    let cap = inv.output_size_bytes / 8;
     let (lo, hi) = (inv.cparam1, inv.cparam2);
-    let mut output = Vec::new();
-    for x in u64s(input).filter(|x| (lo..=hi).contains(x)) {
-        if output.len() as u64 / 8 == cap {
-            return error(CSX_ENOSPC);
-        }
-        output.extend_from_slice(&x.to_le_bytes());
+    let kept: Vec<u64> = u64s(input).filter(|x| lo <= *x && *x <= hi).collect();
+    // The program fails on the first value past the window's capacity.
+    if kept.len() as u64 > inv.output_size_bytes / 8 {
+        return error(CSX_ENOSPC);
     }
+    let output: Vec<u8> = kept.iter().flat_map(|x| x.to_le_bytes()).collect();
     Outcome {
         r0: output.len() as i64,
         output,
@@ -275,13 +284,25 @@ pub fn grep(input: &[u8], inv: &Invocation) -> Outcome {
     if rows.last().is_some_and(|r| r.is_empty()) {
         rows.pop();
     }
-    let hits = rows
-        .iter()
-        .filter(|r| r.windows(pat.len()).any(|w| w == &pat[..]))
-        .count() as u64;
+    let hits = rows.iter().filter(|r| contains(r, pat)).count() as u64;
     let mut output = hits.to_le_bytes().to_vec();
     output.extend_from_slice(&(rows.len() as u64).to_le_bytes());
     Outcome { r0: 16, output }
+}
+
+/// Whether `pattern` (not empty) occurs in `haystack`: candidates found by their first
+/// byte, then compared, as grep.c does.
+fn contains(haystack: &[u8], pattern: &[u8]) -> bool {
+    let first = pattern[0];
+    let mut from = 0;
+    while let Some(p) = haystack[from..].iter().position(|&b| b == first) {
+        let at = from + p;
+        if haystack[at..].starts_with(pattern) {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
 }
 
 /// bitmap.c. The output is the whole bitmap, whether the program leaves it in window 1
@@ -354,32 +375,41 @@ pub fn file_read(file: &[u8], inv: &Invocation) -> Outcome {
 
 /// Whether `x OP operand` holds, as the filter functions and the select programs test.
 pub fn compare(op: u64, x: u64, operand: u64) -> Option<bool> {
+    predicate(op).map(|p| p(x, operand))
+}
+
+/// The comparison `op` names, chosen once so a loop does not decide it per value.
+fn predicate(op: u64) -> Option<fn(u64, u64) -> bool> {
     Some(match op {
-        cmp::CSX_CMP_EQ => x == operand,
-        cmp::CSX_CMP_NE => x != operand,
-        cmp::CSX_CMP_LT => x < operand,
-        cmp::CSX_CMP_LE => x <= operand,
-        cmp::CSX_CMP_GT => x > operand,
-        cmp::CSX_CMP_GE => x >= operand,
+        cmp::CSX_CMP_EQ => |x, a| x == a,
+        cmp::CSX_CMP_NE => |x, a| x != a,
+        cmp::CSX_CMP_LT => |x, a| x < a,
+        cmp::CSX_CMP_LE => |x, a| x <= a,
+        cmp::CSX_CMP_GT => |x, a| x > a,
+        cmp::CSX_CMP_GE => |x, a| x >= a,
         _ => return None,
     })
 }
 
 /// select_poslist.c.
 pub fn select_poslist(input: &[u8], inv: &Invocation) -> Outcome {
-    if inv.output_size_bytes == 0 || compare(inv.cparam1, 0, 0).is_none() {
+    let Some(pred) = predicate(inv.cparam1) else {
+        return error(CSX_EINVAL);
+    };
+    if inv.output_size_bytes == 0 {
         return error(CSX_EINVAL);
     }
-    let cap = inv.output_size_bytes / 4;
-    let mut output = Vec::new();
-    for (i, x) in u32s(input).enumerate() {
-        if compare(inv.cparam1, u64::from(x), inv.cparam2) == Some(true) {
-            if output.len() as u64 / 4 == cap {
-                return error(CSX_ENOSPC);
-            }
-            output.extend_from_slice(&(i as u32).to_le_bytes());
-        }
+    let a = inv.cparam2;
+    let positions: Vec<u32> = u32s(input)
+        .enumerate()
+        .filter(|&(_, x)| pred(u64::from(x), a))
+        .map(|(i, _)| i as u32)
+        .collect();
+    // The program fails on the first position past the window's capacity.
+    if positions.len() as u64 > inv.output_size_bytes / 4 {
+        return error(CSX_ENOSPC);
     }
+    let output: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
     Outcome {
         r0: output.len() as i64,
         output,
@@ -396,15 +426,19 @@ pub fn select_bitmask(input: &[u8], inv: &Invocation) -> Outcome {
     if inv.output_size_bytes < bytes as u64 {
         return error(CSX_ENOSPC);
     }
-    if compare(inv.cparam1, 0, 0).is_none() {
+    let Some(pred) = predicate(inv.cparam1) else {
         return error(CSX_EINVAL);
-    }
-    let mut output = vec![0u8; bytes];
-    for (i, x) in u32s(input).enumerate() {
-        if compare(inv.cparam1, u64::from(x), inv.cparam2) == Some(true) {
-            output[i / 8] |= 1 << (i % 8);
-        }
-    }
+    };
+    let a = inv.cparam2;
+    let output: Vec<u8> = input[..4 * n]
+        .chunks(32)
+        .map(|eight| {
+            u32s(eight)
+                .enumerate()
+                .fold(0u8, |b, (t, x)| b | (u8::from(pred(u64::from(x), a)) << t))
+        })
+        .collect();
+    debug_assert_eq!(output.len(), bytes);
     Outcome {
         r0: bytes as i64,
         output,

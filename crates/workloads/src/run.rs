@@ -38,7 +38,8 @@ pub struct DeviceRun {
     pub outcome: Outcome,
     /// Each execution's timing, in order (two for a chain).
     pub timings: Vec<Timing>,
-    /// Bytes read back to the host (the answer).
+    /// Bytes that crossed to the host: r0 and the answer read back (for `WriteFile`,
+    /// r0 only: the answer is a device file).
     pub host_bytes: u64,
     /// Fuel used by all executions.
     pub fuel_used: u64,
@@ -170,7 +171,11 @@ impl<'d> Session<'d> {
                 let output = dev
                     .read_file(path, inv.cparam1, r0 as u64)
                     .map_err(err("read the output file"))?;
-                Ok(DeviceRun::one(&exec, output))
+                let mut run = DeviceRun::one(&exec, output);
+                // The answer stays on the device; only r0 crosses to the host (the file
+                // is read back here to be compared, which a real workload would not do).
+                run.host_bytes = 8;
+                Ok(run)
             }
             (Shape::Chain, Some(out)) if r0 >= 0 => {
                 self.run_chain_second(workload, engine, exec, out, allocs)

@@ -22,7 +22,8 @@ use std::time::Duration;
 use csx_device::{QueuePair, SubmitError};
 use csx_proto::limits::QUEUE_DEPTH_MAX;
 use csx_proto::{
-    decode_command, encode_completion_into, Command, CommandId, Completion, Status, WireError,
+    decode_command, wire::encode_completion_into, Command, CommandId, Completion, Status,
+    WireError,
 };
 
 use super::framing::{
@@ -159,6 +160,9 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
     draining.store(true, Ordering::Release);
     completions.thread().unpark();
     let _ = completions.join();
+    if let Ending::Broken(error) = &why {
+        tracing::debug!(%peer, client = queue_id, %error, "connection broken");
+    }
     if let Ending::Fatal(reason, message) = &why {
         tracing::warn!(%peer, client = queue_id, %message, "closing the connection");
         let term = TermReq::encode(PduType::C2HTermReq, *reason, message);

@@ -1,0 +1,448 @@
+//! The `auto` dispatcher: λ-IO's cost model (FAST'23 §3.4, equations 1–3) with periodic
+//! profiling, choosing for each λ request the side predicted to finish first.
+//!
+//! The model works in per-byte costs (ns per byte) rather than bandwidths, which is the
+//! same thing inverted and keeps the arithmetic in one direction:
+//!
+//! ```text
+//!   s  media → device memory      (1 / B_s)
+//!   d  device memory ↔ host link  (1 / B_d)
+//!   h  host compute               (1 / B_h)
+//!   g  device compute             (1 / βB_h)
+//!   α  output bytes / input bytes
+//!   c  cached fraction of the input in the host page cache
+//!
+//!   λ-read  (eq. 3, eq. 1 when c = 0):
+//!     host   = (1 − c)·D·s + (1 − c)·D·d + D·h
+//!     device = D·s + α·D·d + D·g
+//!   λ-write (eq. 2):
+//!     host   = D·h + α·D·d + α·D·s
+//!     device = D·d + D·g + α·D·s
+//! ```
+//!
+//! Profiling (§3.4.2): per (file, λ) pair, requests are counted in periods of `n`; the
+//! first `k` of each period run on both sides, and each side reports what it measured
+//! (a [`Sample`]). At the end of the profiling phase the estimates become the trimmed
+//! mean of the `k` samples; the rest of the period is dispatched on them. Before the first
+//! estimate exists every request is profiled, so the dispatcher never guesses.
+//!
+//! Invariant: a [`Dispatcher`] only decides and records; it never runs anything, so it is
+//! deterministic for a given sequence of calls (tests rely on that).
+
+use std::collections::HashMap;
+use std::fmt;
+
+/// Default profiling period `n` (λ-IO §5.1).
+pub const PERIOD_DEFAULT: u32 = 200;
+
+/// Default profiling length `k` (λ-IO §5.1).
+pub const PROFILE_LEN_DEFAULT: u32 = 5;
+
+/// Decisions the trace keeps; older ones are dropped (counters keep counting), so a long
+/// stream cannot grow the trace without bound.
+pub const TRACE_LEN_MAX: usize = 100_000;
+
+/// Why a dispatcher configuration is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DispatchError {
+    #[error("profiling length {k} must be between 1 and the period {n}")]
+    BadProfileLen { k: u32, n: u32 },
+}
+
+/// Where a request runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    Host,
+    Device,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Host => "host",
+            Side::Device => "device",
+        })
+    }
+}
+
+/// A λ-read pulls data from the file through λ; a λ-write pushes λ's output into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Read,
+    Write,
+}
+
+/// The profiling key: a file and a λ (λ-IO profiles each pair separately, which is what
+/// lets collocated applications dispatch independently).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub path: String,
+    pub lambda: String,
+    pub direction: Direction,
+}
+
+/// What one side measured for one profiled request. Times are ns (modelled or real, as
+/// the caller chooses, but the same kind for both sides); `None`: that side did not run.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    pub input_bytes: u64,
+    pub output_bytes: u64,
+    /// The cached fraction of the input when the host side ran.
+    pub cache_ratio: f64,
+    /// Host side: running λ.
+    pub host_compute_ns: Option<u64>,
+    /// Device side: media ↔ device memory.
+    pub media_ns: Option<u64>,
+    /// Device side: the link (output back for a read, input over for a write).
+    pub link_ns: Option<u64>,
+    /// Device side: running λ.
+    pub device_compute_ns: Option<u64>,
+}
+
+/// The profiled per-byte costs of one key (see the module table).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Estimate {
+    pub s: f64,
+    pub d: f64,
+    pub h: f64,
+    pub g: f64,
+    pub alpha: f64,
+}
+
+impl Estimate {
+    /// Predicted (host, device) ns for `bytes` of input with cached fraction `c`.
+    pub fn predict(&self, direction: Direction, bytes: u64, c: f64) -> (f64, f64) {
+        let dd = bytes as f64;
+        let c = c.clamp(0.0, 1.0);
+        let a = self.alpha;
+        match direction {
+            Direction::Read => (
+                (1.0 - c) * dd * self.s + (1.0 - c) * dd * self.d + dd * self.h,
+                dd * self.s + a * dd * self.d + dd * self.g,
+            ),
+            Direction::Write => (
+                dd * self.h + a * dd * self.d + a * dd * self.s,
+                dd * self.d + dd * self.g + a * dd * self.s,
+            ),
+        }
+    }
+}
+
+/// Mean of `xs` without its smallest and largest value when there are at least three.
+pub fn trimmed_mean(xs: &mut [f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    xs.sort_by(f64::total_cmp);
+    let kept = if xs.len() >= 3 {
+        &xs[1..xs.len() - 1]
+    } else {
+        &xs[..]
+    };
+    Some(kept.iter().sum::<f64>() / kept.len() as f64)
+}
+
+/// One request's decision, for the trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The request's number within its key, from 0.
+    pub request: u64,
+    pub key: Key,
+    pub bytes: u64,
+    pub cache_ratio: f64,
+    /// `Profile`: run on both sides; otherwise the chosen side.
+    pub choice: Choice,
+    /// Predicted (host, device) ns; `None` while profiling.
+    pub predicted_ns: Option<(f64, f64)>,
+}
+
+/// What the dispatcher tells the caller to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Run on both sides and report a [`Sample`] (the result of either is the answer).
+    Profile,
+    Run(Side),
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} #{} {} B cache {:.0}%: ",
+            self.key.path,
+            self.key.lambda,
+            self.request,
+            self.bytes,
+            self.cache_ratio * 100.0
+        )?;
+        match (self.choice, self.predicted_ns) {
+            (Choice::Profile, _) => f.write_str("profile (both sides)"),
+            (Choice::Run(side), Some((h, d))) => write!(
+                f,
+                "{side} (predicted host {:.1} µs, device {:.1} µs)",
+                h / 1000.0,
+                d / 1000.0
+            ),
+            (Choice::Run(side), None) => write!(f, "{side}"),
+        }
+    }
+}
+
+/// Requests per side and in profiling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub requests_host: u64,
+    pub requests_device: u64,
+    pub requests_profiled: u64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    requests: u64,
+    samples: Vec<Sample>,
+    estimate: Option<Estimate>,
+}
+
+/// The `auto` dispatcher for any number of (file, λ) keys.
+#[derive(Debug)]
+pub struct Dispatcher {
+    period: u32,
+    profile_len: u32,
+    keys: HashMap<Key, KeyState>,
+    counters: Counters,
+    trace: Vec<Decision>,
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Dispatcher::new(PERIOD_DEFAULT, PROFILE_LEN_DEFAULT).expect("the defaults are valid")
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher profiling the first `profile_len` of every `period` requests per key.
+    pub fn new(period: u32, profile_len: u32) -> Result<Dispatcher, DispatchError> {
+        if profile_len == 0 || profile_len > period {
+            return Err(DispatchError::BadProfileLen {
+                k: profile_len,
+                n: period,
+            });
+        }
+        Ok(Dispatcher {
+            period,
+            profile_len,
+            keys: HashMap::new(),
+            counters: Counters::default(),
+            trace: Vec::new(),
+        })
+    }
+
+    /// Decides where request `bytes` of `key` with cached fraction `cache_ratio` runs.
+    pub fn decide(&mut self, key: &Key, bytes: u64, cache_ratio: f64) -> Choice {
+        let state = self.keys.entry(key.clone()).or_default();
+        let request = state.requests;
+        state.requests += 1;
+        let in_profile = request % u64::from(self.period) < u64::from(self.profile_len);
+        let (choice, predicted_ns) = match (&state.estimate, in_profile) {
+            (Some(est), false) => {
+                let (h, d) = est.predict(key.direction, bytes, cache_ratio);
+                let side = if h <= d { Side::Host } else { Side::Device };
+                (Choice::Run(side), Some((h, d)))
+            }
+            _ => (Choice::Profile, None),
+        };
+        match choice {
+            Choice::Profile => self.counters.requests_profiled += 1,
+            Choice::Run(Side::Host) => self.counters.requests_host += 1,
+            Choice::Run(Side::Device) => self.counters.requests_device += 1,
+        }
+        if self.trace.len() >= TRACE_LEN_MAX {
+            self.trace.remove(0);
+        }
+        self.trace.push(Decision {
+            request,
+            key: key.clone(),
+            bytes,
+            cache_ratio,
+            choice,
+            predicted_ns,
+        });
+        choice
+    }
+
+    /// Records a profiled request's measurements; after the `k`-th sample of a period
+    /// (or any sample while no estimate exists) the key's estimate is recomputed.
+    pub fn record(&mut self, key: &Key, sample: Sample) {
+        let k = self.profile_len as usize;
+        let state = self.keys.entry(key.clone()).or_default();
+        state.samples.push(sample);
+        if state.samples.len() >= k || state.estimate.is_none() {
+            if let Some(est) = estimate(key.direction, &state.samples) {
+                state.estimate = Some(est);
+            }
+            if state.samples.len() >= k {
+                state.samples.clear();
+            }
+        }
+    }
+
+    /// The current estimate for `key`.
+    pub fn estimate(&self, key: &Key) -> Option<Estimate> {
+        self.keys.get(key).and_then(|s| s.estimate)
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The decisions so far, oldest first (at most [`TRACE_LEN_MAX`]).
+    pub fn trace(&self) -> &[Decision] {
+        &self.trace
+    }
+}
+
+/// Per-byte costs from `samples` (trimmed means); `None` unless both sides were seen.
+fn estimate(direction: Direction, samples: &[Sample]) -> Option<Estimate> {
+    let per_byte = |f: &dyn Fn(&Sample) -> Option<(u64, u64)>| {
+        let mut xs: Vec<f64> = samples
+            .iter()
+            .filter_map(f)
+            .filter(|&(_, bytes)| bytes > 0)
+            .map(|(ns, bytes)| ns as f64 / bytes as f64)
+            .collect();
+        trimmed_mean(&mut xs)
+    };
+    let h = per_byte(&|s| s.host_compute_ns.map(|t| (t, s.input_bytes)))?;
+    let g = per_byte(&|s| s.device_compute_ns.map(|t| (t, s.input_bytes)))?;
+    let s_cost = per_byte(&|s| {
+        let moved = match direction {
+            Direction::Read => s.input_bytes,
+            Direction::Write => s.output_bytes,
+        };
+        s.media_ns.map(|t| (t, moved))
+    })
+    .unwrap_or(0.0);
+    let d = per_byte(&|s| {
+        let moved = match direction {
+            Direction::Read => s.output_bytes,
+            Direction::Write => s.input_bytes,
+        };
+        s.link_ns.map(|t| (t, moved))
+    })
+    .unwrap_or(0.0);
+    let mut alphas: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.input_bytes > 0)
+        .map(|s| s.output_bytes as f64 / s.input_bytes as f64)
+        .collect();
+    let alpha = trimmed_mean(&mut alphas).unwrap_or(0.0);
+    Some(Estimate {
+        s: s_cost,
+        d,
+        h,
+        g,
+        alpha,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(direction: Direction) -> Key {
+        Key {
+            path: "/data".to_string(),
+            lambda: "stats64".to_string(),
+            direction,
+        }
+    }
+
+    /// A λ-IO-like device: s = 0.28, d = 0.31, g = 2.4·h ns per byte.
+    fn sample(h: f64, alpha: f64) -> Sample {
+        let bytes = 1u64 << 20;
+        let b = bytes as f64;
+        Sample {
+            input_bytes: bytes,
+            output_bytes: (b * alpha) as u64,
+            cache_ratio: 0.0,
+            host_compute_ns: Some((b * h) as u64),
+            media_ns: Some((b * 0.28) as u64),
+            link_ns: Some((b * alpha * 0.31) as u64),
+            device_compute_ns: Some((b * h * 2.4) as u64),
+        }
+    }
+
+    #[test]
+    fn profiles_first_k_of_every_period() {
+        let mut disp = Dispatcher::new(10, 3).unwrap();
+        let k = key(Direction::Read);
+        let mut choices = Vec::new();
+        for _ in 0..20 {
+            let c = disp.decide(&k, 1 << 20, 0.0);
+            if c == Choice::Profile {
+                disp.record(&k, sample(0.2, 0.001));
+            }
+            choices.push(c);
+        }
+        for (i, c) in choices.iter().enumerate() {
+            assert_eq!(*c == Choice::Profile, i % 10 < 3, "request {i}: {c:?}");
+        }
+        assert_eq!(disp.counters().requests_profiled, 6);
+        assert_eq!(disp.trace().len(), 20);
+        assert!(Dispatcher::new(5, 6).is_err());
+        assert!(Dispatcher::new(5, 0).is_err());
+    }
+
+    #[test]
+    fn cheap_lambda_goes_to_the_device_cold_and_the_host_warm() {
+        // stats64-like: light compute (h = 0.2 ns/B), tiny output.
+        let mut disp = Dispatcher::new(200, 5).unwrap();
+        let k = key(Direction::Read);
+        for _ in 0..5 {
+            assert_eq!(disp.decide(&k, 1 << 20, 0.0), Choice::Profile);
+            disp.record(&k, sample(0.2, 0.001));
+        }
+        // Cold: host 0.59 + 0.2 = 0.79 ns/B against device 0.28 + 0.48 = 0.76 ns/B.
+        assert_eq!(disp.decide(&k, 1 << 20, 0.0), Choice::Run(Side::Device));
+        // Warm: the host reads from its cache.
+        assert_eq!(disp.decide(&k, 1 << 20, 1.0), Choice::Run(Side::Host));
+        let last = disp.trace().last().unwrap().to_string();
+        assert!(last.contains("host (predicted host"), "{last}");
+    }
+
+    #[test]
+    fn heavy_lambda_stays_on_the_host() {
+        // stats32-like: twice the compute per byte.
+        let mut disp = Dispatcher::new(200, 5).unwrap();
+        let k = key(Direction::Read);
+        for _ in 0..5 {
+            disp.decide(&k, 1 << 20, 0.0);
+            disp.record(&k, sample(0.4, 0.001));
+        }
+        assert_eq!(disp.decide(&k, 1 << 20, 0.0), Choice::Run(Side::Host));
+        assert_eq!(disp.counters().requests_host, 1);
+    }
+
+    #[test]
+    fn trimmed_mean_drops_the_extremes() {
+        assert_eq!(trimmed_mean(&mut []), None);
+        assert_eq!(trimmed_mean(&mut [1.0, 3.0]), Some(2.0));
+        assert_eq!(trimmed_mean(&mut [100.0, 1.0, 2.0, 3.0, 0.0]), Some(2.0));
+    }
+
+    #[test]
+    fn write_model_follows_equation_2() {
+        let est = Estimate {
+            s: 1.0,
+            d: 2.0,
+            h: 3.0,
+            g: 4.0,
+            alpha: 0.5,
+        };
+        // host = D·h + α·D·d + α·D·s = 3 + 1 + 0.5; device = D·d + D·g + α·D·s = 2 + 4 + 0.5.
+        assert_eq!(est.predict(Direction::Write, 1, 0.0), (4.5, 6.5));
+        // Read with half cached: host = 0.5·1 + 0.5·2 + 3; device = 1 + 0.5·2 + 4.
+        assert_eq!(est.predict(Direction::Read, 1, 0.5), (4.5, 6.0));
+    }
+}
