@@ -25,6 +25,6 @@ pub mod slm;
 pub mod state;
 
 pub use config::DeviceConfig;
-pub use perf::{PerfError, PerfModel};
 pub use dma::DmaBuffer;
+pub use perf::{PerfError, PerfModel};
 pub use runtime::{Device, DeviceError, QueuePair, SubmitError};

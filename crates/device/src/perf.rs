@@ -271,7 +271,6 @@ impl PerfModel {
     /// The modelled duration of `op`, which completed as `c` (see the module table).
     /// Failed commands cost the latency only: what they moved is not known.
     pub fn modelled_ns(&self, op: &Op, c: &Completion) -> u64 {
-        let mut ns = self.link_latency_ns;
         let moved = match (op, &c.reply) {
             (Op::Execute { .. }, Reply::Execute(info))
                 if matches!(c.status, Status::Success | Status::Trap) =>
@@ -301,8 +300,7 @@ impl PerfModel {
             (Op::FileWriteFromMem { src, .. }, _) => self.media_ns(src.len),
             _ => 0,
         };
-        ns = ns.saturating_add(moved);
-        ns
+        self.link_latency_ns.saturating_add(moved)
     }
 
     /// The real-time floor of `op`: its modelled duration, and for an execution at least
@@ -366,7 +364,10 @@ mod tests {
     #[test]
     fn bytes_cost_rounds_up_and_unlimited_is_free() {
         assert_eq!(PerfModel::bytes_ns(1, BYTES_PER_GB), 1);
-        assert_eq!(PerfModel::bytes_ns(3_220_000_000, 3_220_000_000), 1_000_000_000);
+        assert_eq!(
+            PerfModel::bytes_ns(3_220_000_000, 3_220_000_000),
+            1_000_000_000
+        );
         assert_eq!(PerfModel::bytes_ns(1 << 40, 0), 0);
         assert_eq!(PerfModel::bytes_ns(u64::MAX, 1), u64::MAX);
     }

@@ -1161,7 +1161,10 @@ mod tests {
         qp.submit_with_buffer(Command::new(CommandId(4), read), lent)
             .expect("submit");
         let c = qp.reap(None).expect("completion");
-        assert_eq!((c.status, c.value, c.reply), (Status::Success, 32, Reply::None));
+        assert_eq!(
+            (c.status, c.value, c.reply),
+            (Status::Success, 32, Reply::None)
+        );
         assert_eq!(*target.0.lock().expect("not poisoned"), expected);
         // A buffer of the wrong length, or with an op that takes none, is refused.
         let short = Op::MemRead {
@@ -1172,11 +1175,17 @@ mod tests {
         let wrong = Box::new(HeapBuffer(Mutex::new(vec![0u8; 4])));
         qp.submit_with_buffer(Command::new(CommandId(5), short), wrong)
             .expect("submit");
-        assert_eq!(qp.reap(None).expect("completion").status, Status::InvalidField);
+        assert_eq!(
+            qp.reap(None).expect("completion").status,
+            Status::InvalidField
+        );
         let flush = Box::new(HeapBuffer(Mutex::new(vec![0u8; 4])));
         qp.submit_with_buffer(Command::new(CommandId(6), Op::Flush), flush)
             .expect("submit");
-        assert_eq!(qp.reap(None).expect("completion").status, Status::InvalidField);
+        assert_eq!(
+            qp.reap(None).expect("completion").status,
+            Status::InvalidField
+        );
         drop(qp);
         dev.close().expect("close");
     }

@@ -5,10 +5,11 @@
 //! (so a slot index is still the pc traps report), with jump targets resolved, `lddw`
 //! merged into its first slot and every opcode/operand-form combination its own variant.
 //! It then fuses common short sequences (clang's `lsh 32; rsh 32` extension idioms,
-//! `mov; add; ldx` indexing) into the first slot of each ([`fuse`]), and lowers every op
-//! to a 16-byte [`Slot`] whose fields sit at fixed offsets. [`Interpreter::run`] is then
-//! one `match` per instruction over that array, each arm reading only the fields it
-//! uses, with no allocation after the run's stack.
+//! `mov; add; ldx` indexing, `add; jcc` loop latches, `mov; mov`) into the first slot
+//! of each ([`fuse`]), and lowers every op to a 16-byte [`Slot`] whose fields sit at
+//! fixed offsets. [`Interpreter::run`] is then one `match` per instruction over that
+//! array, each arm reading only the fields it uses, with no allocation after the run's
+//! stack.
 //!
 //! Semantics follow RFC 9669; the pitfalls other runtimes get wrong are called out where
 //! they are handled. Fuel and call depth follow [`crate::engine`] through
@@ -776,6 +777,13 @@ enum Op {
         dst: u8,
         off: i16,
     },
+    /// `mov dst, src; mov a, b`.
+    MovMov {
+        dst: u8,
+        src: u8,
+        a: u8,
+        b: u8,
+    },
     /// `add dst, imm; j<cmp> a, b, target` (64-bit, unsigned or equality, registers):
     /// a loop latch.
     AddJeqR {
@@ -974,6 +982,7 @@ enum Kind {
     MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
+    MovMov,
     AddJeqR,
     AddJneR,
     AddJgtR,
@@ -1984,6 +1993,14 @@ fn lower(op: Op) -> Slot {
             off,
             ..Slot::EMPTY
         },
+        Op::MovMov { dst, src, a, b } => Slot {
+            kind: Kind::MovMov,
+            dst,
+            src,
+            aux: a,
+            aux2: b,
+            ..Slot::EMPTY
+        },
         Op::AddJeqR {
             dst,
             imm,
@@ -2158,6 +2175,12 @@ fn fuse(ops: &mut [Op]) {
                     },
                     _ => Op::MovAdd { dst: tmp, a, b },
                 }
+            }
+            // Unless the second `mov` starts a longer sequence of its own.
+            (Op::Mov64R { dst, src }, Op::Mov64R { dst: a, src: b }, third)
+                if !matches!(third, Op::Lsh64I { .. } | Op::Add64R { .. }) =>
+            {
+                Op::MovMov { dst, src, a, b }
             }
             (Op::Add64I { dst, imm }, jump, _) => match jump {
                 Op::Jeq64R {
@@ -3031,6 +3054,11 @@ impl Interpreter {
                     r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.aux));
                     pc += 2;
                     r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
+                }
+                Kind::MovMov => {
+                    r!(s.dst) = r!(s.src);
+                    r!(s.aux) = r!(s.aux2);
+                    pc += 1;
                 }
                 Kind::AddJeqR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());

@@ -79,7 +79,10 @@ fn modelled_time_is_deterministic_and_proportional_to_bytes() {
             len: n,
         }],
     });
-    assert_eq!(c.timing.modelled_ns, model.link_latency_ns + model.media_ns(n));
+    assert_eq!(
+        c.timing.modelled_ns,
+        model.link_latency_ns + model.media_ns(n)
+    );
 }
 
 #[test]
@@ -174,5 +177,9 @@ fn model_persists_and_old_configs_are_unthrottled() {
 
     let mut fresh = DeviceConfig::default();
     fresh.set_perf(PerfModel::lambda_io());
-    assert_eq!(fresh.engines, Some(4), "the profile's cores become the engines");
+    assert_eq!(
+        fresh.engines,
+        Some(4),
+        "the profile's cores become the engines"
+    );
 }

@@ -49,10 +49,7 @@ pub enum ServerError {
     #[error("listen address {uri:?}: {reason}")]
     BadListen { uri: String, reason: String },
     #[error("cannot listen on {uri}: {source}")]
-    Listen {
-        uri: String,
-        source: std::io::Error,
-    },
+    Listen { uri: String, source: std::io::Error },
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error("cannot start a server thread: {source}")]
@@ -160,10 +157,7 @@ impl Context {
         name: String,
         serve: impl FnOnce(Arc<Context>) + Send + 'static,
     ) -> bool {
-        let mut connections = self
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         // Finished threads are joined here, so the list holds live ones only.
         let (done, live): (Vec<_>, Vec<_>) = connections.drain(..).partition(|h| h.is_finished());
         *connections = live;
@@ -266,10 +260,12 @@ impl Server {
                     uri: uri.clone(),
                     source,
                 })?;
-                let local = listener.local_addr().map_err(|source| ServerError::Listen {
-                    uri: uri.clone(),
-                    source,
-                })?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| ServerError::Listen {
+                        uri: uri.clone(),
+                        source,
+                    })?;
                 if !local.ip().is_loopback() && self.ctx().token.is_none() {
                     tracing::warn!(
                         address = %local,

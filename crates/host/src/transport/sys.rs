@@ -133,7 +133,10 @@ pub fn wait_readable(fd: &impl AsFd, timeout: Duration) {
 
 /// Sends `bytes` with `fds` attached (SCM_RIGHTS) in one message.
 pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    assert!(!bytes.is_empty(), "descriptors travel with at least one byte");
+    assert!(
+        !bytes.is_empty(),
+        "descriptors travel with at least one byte"
+    );
     assert!(fds.len() <= FDS_PER_MESSAGE_MAX);
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let fds_bytes = std::mem::size_of_val(raw.as_slice());
@@ -159,12 +162,19 @@ pub fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) 
         (*cmsg).cmsg_level = libc::SOL_SOCKET;
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(fds_bytes as u32) as _;
-        std::ptr::copy_nonoverlapping(raw.as_ptr(), libc::CMSG_DATA(cmsg).cast::<RawFd>(), raw.len());
+        std::ptr::copy_nonoverlapping(
+            raw.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+            raw.len(),
+        );
         libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
     };
     let sent = usize::try_from(sent).map_err(|_| io::Error::last_os_error())?;
     if sent != bytes.len() {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short handshake send"));
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short handshake send",
+        ));
     }
     Ok(())
 }

@@ -40,8 +40,8 @@ use super::ring::Region;
 use super::{
     check_name, socket_path, CLOSE_TIMEOUT, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX,
     HANDSHAKE_TIMEOUT, HOST_MEMORY_DEFAULT, HOST_SPIN, LISTING_RESPONSE_AREA_SIZE,
-    QUEUE_DEPTH_DEFAULT, RESPONSE_AREA_SIZE, RESPONSE_RETRIES_MAX, SQE_INLINE_FRAME_MAX,
-    SQE_SIZE, TRANSFER_SIZE_MAX,
+    QUEUE_DEPTH_DEFAULT, RESPONSE_AREA_SIZE, RESPONSE_RETRIES_MAX, SQE_INLINE_FRAME_MAX, SQE_SIZE,
+    TRANSFER_SIZE_MAX,
 };
 use crate::error::TransportError;
 use crate::transport::sys::{self, EventFd};
@@ -157,13 +157,21 @@ impl HostBuffer {
         // SAFETY: the block is allocated to this buffer alone, and no command naming it
         // is in flight while the caller holds the buffer (submitting moves it into the
         // transport until its completion is reaped).
-        unsafe { self.inner.region.slice(self.block.offset as usize, self.len) }
+        unsafe {
+            self.inner
+                .region
+                .slice(self.block.offset as usize, self.len)
+        }
     }
 
     /// The buffer's bytes, to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`; `&mut self` excludes every other view of it.
-        unsafe { self.inner.region.slice_mut(self.block.offset as usize, self.len) }
+        unsafe {
+            self.inner
+                .region
+                .slice_mut(self.block.offset as usize, self.len)
+        }
     }
 }
 
@@ -204,13 +212,17 @@ impl ShmTransport {
             .write_all(&hello.encode())
             .map_err(io("send the handshake"))?;
         let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
-        let (n, fds) = sys::recv_with_fds(&socket, &mut buf).map_err(io("receive the handshake"))?;
+        let (n, fds) =
+            sys::recv_with_fds(&socket, &mut buf).map_err(io("receive the handshake"))?;
         if n == 0 {
             return Err(refused("it closed the connection"));
         }
         let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
         if welcome.status != WelcomeStatus::Accepted {
-            return Err(refused(format!("{:?}: {}", welcome.status, welcome.message)));
+            return Err(refused(format!(
+                "{:?}: {}",
+                welcome.status, welcome.message
+            )));
         }
         let [memory, doorbell, interrupt]: [_; 3] = fds
             .try_into()
@@ -218,7 +230,8 @@ impl ShmTransport {
         let region = Region::map(File::from(memory)).map_err(io("map the shared region"))?;
         let mut header = [0u8; LAYOUT_SIZE];
         region.read(0, &mut header);
-        let layout = Layout::decode(&header, region.len() as u64).map_err(|e| refused(e.to_string()))?;
+        let layout =
+            Layout::decode(&header, region.len() as u64).map_err(|e| refused(e.to_string()))?;
         if layout.queue_depth != welcome.queue_depth
             || layout.queue_id != welcome.queue_id
             || layout.queue_depth > hello.queue_depth
@@ -278,7 +291,11 @@ impl ShmTransport {
     /// empty) or a Memory Read into all of `buffer` (of the read's length). The buffer
     /// comes back with the completion from [`ShmTransport::reap_with_buffer`]; a read's
     /// completion then has an empty data reply, the bytes being in the buffer.
-    pub fn submit_with_buffer(&self, cmd: Command, buffer: HostBuffer) -> Result<(), TransportError> {
+    pub fn submit_with_buffer(
+        &self,
+        cmd: Command,
+        buffer: HostBuffer,
+    ) -> Result<(), TransportError> {
         let fits = match &cmd.op {
             Op::MemWrite { data, .. } => data.is_empty(),
             Op::MemRead { len, .. } => *len == buffer.len as u64,
@@ -598,7 +615,10 @@ impl Inner {
 
     /// Turns a completion entry into the command's completion; `None` when the command
     /// was asked again (a listing that overflowed its response area).
-    fn complete(&self, cqe: Cqe) -> Result<Option<(Completion, Option<HostBuffer>)>, TransportError> {
+    fn complete(
+        &self,
+        cqe: Cqe,
+    ) -> Result<Option<(Completion, Option<HostBuffer>)>, TransportError> {
         let cid = CommandId(cqe.cid);
         let Some(mut entry) = lock(&self.table).in_flight.remove(&cid) else {
             return Err(self.fail(format!("completion for {cid}, which is not in flight")));
@@ -622,7 +642,9 @@ impl Inner {
         };
         let mut c = match decode_completion(&frame) {
             Ok(c) if c.id == cid => c,
-            Ok(c) => return Err(self.fail(format!("entry of {cid} holds the completion of {}", c.id))),
+            Ok(c) => {
+                return Err(self.fail(format!("entry of {cid} holds the completion of {}", c.id)))
+            }
             Err(e) => return Err(self.fail(format!("bad completion of {cid}: {e}"))),
         };
         if cqe.flags & CQE_DATA_IN_BUFFER != 0 {
@@ -680,7 +702,12 @@ impl Inner {
         if frame.len() > SQE_INLINE_FRAME_MAX {
             // Listings are small commands; a path of 1 KiB is the longest.
             lock(&self.heap).free(response);
-            let c = Completion::error(cid, Status::Internal, "transport", "listing command too long to ask again");
+            let c = Completion::error(
+                cid,
+                Status::Internal,
+                "transport",
+                "listing command too long to ask again",
+            );
             return Ok(Some((c, None)));
         }
         let sqe = Sqe {
@@ -709,7 +736,10 @@ impl Inner {
     fn release(&self, entry: &mut InFlight) {
         let mut heap = lock(&self.heap);
         heap.free(entry.response);
-        for b in [entry.frame.take(), entry.data.take()].into_iter().flatten() {
+        for b in [entry.frame.take(), entry.data.take()]
+            .into_iter()
+            .flatten()
+        {
             heap.free(b);
         }
     }
@@ -751,7 +781,10 @@ impl Inner {
     fn check_socket(&self) -> Result<(), TransportError> {
         let mut buf = [0u8; HANDSHAKE_MESSAGE_SIZE_MAX];
         match (&self.socket).read(&mut buf) {
-            Ok(0) => Err(self.fail(format!("shm://{}: the device closed the connection", self.name))),
+            Ok(0) => Err(self.fail(format!(
+                "shm://{}: the device closed the connection",
+                self.name
+            ))),
             Ok(n) => Err(self.fail(format!(
                 "shm://{}: {}",
                 self.name,

@@ -65,7 +65,11 @@ fn put64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn zero(b: &[u8], range: std::ops::Range<usize>, field: &'static str) -> Result<(), ShmFramingError> {
+fn zero(
+    b: &[u8],
+    range: std::ops::Range<usize>,
+    field: &'static str,
+) -> Result<(), ShmFramingError> {
     match b[range].iter().position(|&x| x != 0) {
         None => Ok(()),
         Some(_) => Err(ShmFramingError::Reserved { field, value: 1 }),
@@ -374,14 +378,26 @@ impl Sqe {
             }
             SqeFrame::OutOfLine(s) => {
                 b[0] = SQE_FRAME_OUT_OF_LINE;
-                put32(&mut b, 8, u32::try_from(s.len).expect("frames are below 4 GiB"));
+                put32(
+                    &mut b,
+                    8,
+                    u32::try_from(s.len).expect("frames are below 4 GiB"),
+                );
                 put64(&mut b, 16, s.offset);
             }
         }
-        put32(&mut b, 12, u32::try_from(self.data.len).expect("transfers are below 4 GiB"));
+        put32(
+            &mut b,
+            12,
+            u32::try_from(self.data.len).expect("transfers are below 4 GiB"),
+        );
         put64(&mut b, 24, self.data.offset);
         put64(&mut b, 32, self.response.offset);
-        put32(&mut b, 40, u32::try_from(self.response.len).expect("areas are below 4 GiB"));
+        put32(
+            &mut b,
+            40,
+            u32::try_from(self.response.len).expect("areas are below 4 GiB"),
+        );
         b
     }
 
@@ -560,7 +576,10 @@ mod tests {
         assert!(Sqe::decode(&bad).is_err());
         let mut long = [0u8; SQE_SIZE];
         long[8] = 0xff;
-        assert!(Sqe::decode(&long).is_err(), "inline frame longer than the entry");
+        assert!(
+            Sqe::decode(&long).is_err(),
+            "inline frame longer than the entry"
+        );
         let c = Cqe {
             cid: 77,
             flags: CQE_DATA_IN_BUFFER,

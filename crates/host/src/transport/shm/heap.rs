@@ -101,13 +101,23 @@ mod tests {
     fn allocates_first_fit_and_coalesces() {
         let mut h = Heap::new(4096, 64 * 100);
         let a = h.alloc(1).unwrap();
-        assert_eq!(a, Block { offset: 4096, len: 64 });
+        assert_eq!(
+            a,
+            Block {
+                offset: 4096,
+                len: 64
+            }
+        );
         let b = h.alloc(100).unwrap();
         assert_eq!(b.len, 128);
         let c = h.alloc(64 * 97).unwrap();
         assert!(h.alloc(1).is_none(), "full");
         h.free(b);
-        assert_eq!(h.alloc(64).unwrap().offset, b.offset, "first fit reuses the hole");
+        assert_eq!(
+            h.alloc(64).unwrap().offset,
+            b.offset,
+            "first fit reuses the hole"
+        );
         h.free(a);
         h.free(c);
         h.free(Block {

@@ -142,7 +142,7 @@ const _: () = assert!(CQE_INLINE_FRAME_MAX >= COMPLETION_HEADER_SIZE + 12);
 const _: () = assert!(QUEUE_DEPTH_MAX.is_power_of_two());
 const _: () = assert!(FRAME_SIZE_MAX as u64 <= HOST_MEMORY_MAX);
 const _: () = assert!(RESPONSE_AREA_SIZE as u64 * 16 <= HOST_MEMORY_MIN);
-const _: () = assert!(CONTROL_SIZE % 4096 == 0);
+const _: () = assert!(CONTROL_SIZE.is_multiple_of(4096));
 
 /// Checks a queue name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot (it
 /// becomes part of a file name).

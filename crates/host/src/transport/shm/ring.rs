@@ -124,7 +124,11 @@ impl Region {
         // memory that cannot overlap a shared mapping. The bytes may be changing under
         // the copy (module doc); the caller treats them as untrusted.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len());
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
         }
     }
 

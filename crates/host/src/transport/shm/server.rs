@@ -84,7 +84,9 @@ pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
                     tracing::warn!("too many connections; closing an shm client");
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sys::wait_readable(&listener, ACCEPT_POLL),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                sys::wait_readable(&listener, ACCEPT_POLL)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "shm accept failed");
                 std::thread::sleep(ACCEPT_POLL);
@@ -259,7 +261,11 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         return refuse(stream, WelcomeStatus::BadHostMemory, m);
     }
     if ctx.stopping() {
-        return refuse(stream, WelcomeStatus::Unavailable, "the device is shutting down".into());
+        return refuse(
+            stream,
+            WelcomeStatus::Unavailable,
+            "the device is shutting down".into(),
+        );
     }
     let depth = hello.queue_depth.min(QUEUE_DEPTH_MAX);
     let qp = match ctx.device.queue_pair(depth) {
@@ -381,7 +387,10 @@ fn in_heap(q: &Queue, span: Span, limit: usize) -> bool {
     let heap_end = q.layout.heap_offset + q.layout.heap_size;
     span.len <= limit as u64
         && span.offset >= q.layout.heap_offset
-        && span.offset.checked_add(span.len).is_some_and(|end| end <= heap_end)
+        && span
+            .offset
+            .checked_add(span.len)
+            .is_some_and(|end| end <= heap_end)
 }
 
 fn wire_status(e: &WireError) -> Status {
@@ -394,7 +403,12 @@ fn wire_status(e: &WireError) -> Status {
 
 /// Takes one entry: checks it and submits its command, or answers it with an error.
 /// `Err` ends the connection.
-fn take(q: &Queue, bytes: &[u8; SQE_SIZE], completer: &Thread, ctx: &Context) -> Result<(), String> {
+fn take(
+    q: &Queue,
+    bytes: &[u8; SQE_SIZE],
+    completer: &Thread,
+    ctx: &Context,
+) -> Result<(), String> {
     ShmMetrics::add(&q.metrics.commands, 1);
     let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
     let frame = match &sqe.frame {
@@ -416,16 +430,28 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], completer: &Thread, ctx: &Context) ->
         .get(8..16)
         .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
     else {
-        return Err(format!("entry holds {} bytes, no command header", frame.len()));
+        return Err(format!(
+            "entry holds {} bytes, no command header",
+            frame.len()
+        ));
     };
     let response_ok = in_heap(q, sqe.response, FRAME_SIZE_MAX);
     let route = Route {
-        response: if response_ok { sqe.response } else { Span::default() },
+        response: if response_ok {
+            sqe.response
+        } else {
+            Span::default()
+        },
         data: Span::default(),
         read: ReadPath::None,
     };
     let refuse = |status, message: String| {
-        post(q, Completion::error(cid, status, "transport", message), route, ctx);
+        post(
+            q,
+            Completion::error(cid, status, "transport", message),
+            route,
+            ctx,
+        );
         Ok(())
     };
     if sqe.queue_id != q.layout.queue_id {
@@ -436,7 +462,10 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], completer: &Thread, ctx: &Context) ->
         return refuse(Status::InvalidField, m);
     }
     if !response_ok {
-        return refuse(Status::InvalidField, "response area outside host memory".into());
+        return refuse(
+            Status::InvalidField,
+            "response area outside host memory".into(),
+        );
     }
     if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
         let m = format!(
@@ -475,7 +504,11 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], completer: &Thread, ctx: &Context) ->
             (None, ReadPath::None)
         }
         other => {
-            let m = format!("{} takes no data buffer of {} bytes", other.name(), data.len);
+            let m = format!(
+                "{} takes no data buffer of {} bytes",
+                other.name(),
+                data.len
+            );
             return refuse(Status::InvalidField, m);
         }
     };
@@ -588,7 +621,11 @@ fn publish(q: &Queue, cqe: &Cqe) {
         let head = head_word.load(Ordering::Acquire);
         let used = tail.wrapping_sub(head);
         if used > entries {
-            tracing::warn!(head, tail, "completion head out of range; dropping the client");
+            tracing::warn!(
+                head,
+                tail,
+                "completion head out of range; dropping the client"
+            );
             q.gone.store(true, Ordering::Release);
             return;
         }

@@ -67,7 +67,10 @@ pub fn read_token_file(path: &Path) -> io::Result<Vec<u8>> {
     if meta.len() > 4 * TOKEN_SIZE_MAX as u64 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("token file has {} bytes, limit is {TOKEN_SIZE_MAX}", meta.len()),
+            format!(
+                "token file has {} bytes, limit is {TOKEN_SIZE_MAX}",
+                meta.len()
+            ),
         ));
     }
     let mut token = std::fs::read(path)?;
@@ -89,16 +92,16 @@ pub fn read_token_file(path: &Path) -> io::Result<Vec<u8>> {
 impl TcpOptions {
     /// Options with the token from the file `$CSX_TOKEN_FILE` names, if it is set.
     pub fn from_env(queue_depth: u32) -> Result<TcpOptions, TransportError> {
-        let token = match std::env::var_os(TOKEN_FILE_ENV).filter(|v| !v.is_empty()) {
-            Some(path) => Some(
-                read_token_file(Path::new(&path))
-                    .map_err(|source| TransportError::Io {
+        let token =
+            match std::env::var_os(TOKEN_FILE_ENV).filter(|v| !v.is_empty()) {
+                Some(path) => Some(read_token_file(Path::new(&path)).map_err(|source| {
+                    TransportError::Io {
                         op: "read the token file named by CSX_TOKEN_FILE",
                         source,
-                    })?,
-            ),
-            None => None,
-        };
+                    }
+                })?),
+                None => None,
+            };
         Ok(TcpOptions { queue_depth, token })
     }
 }
@@ -230,7 +233,11 @@ impl TcpTransport {
     }
 
     /// Reads PDUs until a completion, the deadline (`Ok(None)`), or a failure.
-    fn receive(&self, deadline: Option<Instant>, wait: bool) -> Result<Option<Completion>, TransportError> {
+    fn receive(
+        &self,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Result<Option<Completion>, TransportError> {
         self.check_broken()?;
         let mut rx = lock(&self.receive);
         loop {
@@ -254,12 +261,10 @@ impl TcpTransport {
                 ..
             } = &mut *rx;
             let read = if timeout == Some(Duration::ZERO) {
-                stream
-                    .set_nonblocking(true)
-                    .and_then(|()| {
-                        let r = reader.fill(stream);
-                        stream.set_nonblocking(false).and(r)
-                    })
+                stream.set_nonblocking(true).and_then(|()| {
+                    let r = reader.fill(stream);
+                    stream.set_nonblocking(false).and(r)
+                })
             } else {
                 if *current != timeout {
                     stream
@@ -301,9 +306,10 @@ impl TcpTransport {
                 PduType::C2HData => {
                     let d = decode_data(pdu.body).map_err(|e| e.to_string())?;
                     let cid = CommandId(d.cid);
-                    let max = lock(&self.in_flight).get(&cid).copied().ok_or_else(|| {
-                        format!("data for {cid}, which is not in flight")
-                    })?;
+                    let max = lock(&self.in_flight)
+                        .get(&cid)
+                        .copied()
+                        .ok_or_else(|| format!("data for {cid}, which is not in flight"))?;
                     let buf = rx.data.entry(cid).or_default();
                     if d.offset as usize != buf.len() || buf.len() + d.data.len() > max {
                         return Err(format!(
@@ -380,7 +386,8 @@ fn handshake(stream: &mut TcpStream, options: &TcpOptions) -> Result<ICResp, Tra
     stream
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(io_error("set the read timeout"))?;
-    std::io::Write::write_all(stream, &req.encode()).map_err(io_error("send the connect request"))?;
+    std::io::Write::write_all(stream, &req.encode())
+        .map_err(io_error("send the connect request"))?;
     let mut reader = PduReader::new(CONTROL_PDU_SIZE_MAX);
     let refused = |reason: String| TransportError::Disconnected {
         reason: format!("the device refused the connection: {reason}"),
@@ -498,7 +505,11 @@ impl Transport for TcpTransport {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // A reset is also the end of the connection.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(source) => {
                     return Err(TransportError::Io {
                         op: "wait for the device to close",

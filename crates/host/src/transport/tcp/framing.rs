@@ -154,7 +154,10 @@ pub struct PduHeader {
 
 /// Reads the common header and checks the length against the type's minimum and
 /// `plen_max`.
-pub fn decode_header(bytes: &[u8; PDU_HEADER_SIZE], plen_max: usize) -> Result<PduHeader, FramingError> {
+pub fn decode_header(
+    bytes: &[u8; PDU_HEADER_SIZE],
+    plen_max: usize,
+) -> Result<PduHeader, FramingError> {
     let code = bytes[0];
     let pdu_type = PduType::from_code(code).ok_or(FramingError::UnknownType { code })?;
     let flags = bytes[1];
@@ -280,7 +283,10 @@ impl std::fmt::Debug for ICReq {
 impl ICReq {
     /// The whole PDU.
     pub fn encode(&self) -> Vec<u8> {
-        assert!(self.token.len() <= TOKEN_SIZE_MAX, "token checked by the caller");
+        assert!(
+            self.token.len() <= TOKEN_SIZE_MAX,
+            "token checked by the caller"
+        );
         let plen = PDU_HEADER_SIZE + ICREQ_PSH_SIZE + self.token.len();
         let mut out = Vec::with_capacity(plen);
         put_header(&mut out, PduType::ICReq, plen);
@@ -388,7 +394,13 @@ impl ICResp {
         let queue_id = u32_at(body, 12);
         let message_len = u16_at(body, 16) as usize;
         check_zero("icresp reserved", u64::from(u16_at(body, 18)))?;
-        let message = tail(body, ICRESP_PSH_SIZE, "message", message_len, PDU_MESSAGE_SIZE_MAX)?;
+        let message = tail(
+            body,
+            ICRESP_PSH_SIZE,
+            "message",
+            message_len,
+            PDU_MESSAGE_SIZE_MAX,
+        )?;
         Ok(ICResp {
             status,
             queue_depth,
@@ -445,7 +457,13 @@ impl TermReq {
         let reason = u16_at(body, 0);
         let message_len = u16_at(body, 2) as usize;
         check_zero("term reserved", u64::from(u32_at(body, 4)))?;
-        let message = tail(body, TERM_PSH_SIZE, "message", message_len, PDU_MESSAGE_SIZE_MAX)?;
+        let message = tail(
+            body,
+            TERM_PSH_SIZE,
+            "message",
+            message_len,
+            PDU_MESSAGE_SIZE_MAX,
+        )?;
         Ok(TermReq {
             reason,
             message: message_of(message),
@@ -472,7 +490,11 @@ pub fn response_capsule_header(data_len: usize, frame_len: usize) -> [u8; 16] {
 
 fn capsule_header(pdu_type: PduType, word: u32, data_len: usize, frame_len: usize) -> [u8; 16] {
     let mut out = Vec::with_capacity(16);
-    put_header(&mut out, pdu_type, PDU_HEADER_SIZE + CAPSULE_PSH_SIZE + frame_len);
+    put_header(
+        &mut out,
+        pdu_type,
+        PDU_HEADER_SIZE + CAPSULE_PSH_SIZE + frame_len,
+    );
     let data_len = u32::try_from(data_len).expect("transfers are below 4 GiB");
     match pdu_type {
         PduType::CapsuleCmd => {

@@ -71,7 +71,8 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Commands a client asks to have in flight unless told otherwise.
 pub const QUEUE_DEPTH_DEFAULT: u32 = 256;
 
-const _: () = assert!(LOAD_CHUNK_SIZE_MAX as usize + NAME_SIZE_MAX + 4096 < COMMAND_CAPSULE_SIZE_MAX);
+const _: () =
+    assert!(LOAD_CHUNK_SIZE_MAX as usize + NAME_SIZE_MAX + 4096 < COMMAND_CAPSULE_SIZE_MAX);
 const _: () = assert!(16 + 12 + 256 * (1 + 16 + 4 + PATH_SIZE_MAX) < COMMAND_CAPSULE_SIZE_MAX);
 const _: () = assert!(FILE_IO_SIZE_MAX as usize == TRANSFER_SIZE_MAX);
 const _: () = assert!(DATA_PDU_SIZE_MAX <= TRANSFER_SIZE_MAX);

@@ -22,14 +22,13 @@ use std::time::Duration;
 use csx_device::{QueuePair, SubmitError};
 use csx_proto::limits::QUEUE_DEPTH_MAX;
 use csx_proto::{
-    decode_command, wire::encode_completion_into, Command, CommandId, Completion, Status,
-    WireError,
+    decode_command, wire::encode_completion_into, Command, CommandId, Completion, Status, WireError,
 };
 
 use super::framing::{
     data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType,
-    TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
+    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use super::{COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, TRANSFER_SIZE_MAX};
 use crate::server::{Context, ACCEPT_POLL};
@@ -253,7 +252,11 @@ fn handshake(
         return refuse(stream, ConnectStatus::BadQueueDepth, "queue depth 0");
     }
     if ctx.stopping() {
-        return refuse(stream, ConnectStatus::Unavailable, "the device is shutting down");
+        return refuse(
+            stream,
+            ConnectStatus::Unavailable,
+            "the device is shutting down",
+        );
     }
     let depth = req.queue_depth.min(QUEUE_DEPTH_MAX);
     let qp = match ctx.device.queue_pair(depth) {
@@ -369,15 +372,18 @@ impl Connection<'_> {
         }
         // The command id is readable in any frame of a header's length; one shorter
         // cannot be answered.
-        let Some(cid) = cap.frame.get(8..16).map(|b| {
-            CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        }) else {
+        let Some(cid) = cap
+            .frame
+            .get(8..16)
+            .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
+        else {
             return Err(FramingError::Sequence(format!(
                 "a command capsule of {} bytes holds no command header",
                 cap.frame.len()
             )));
         };
-        let refused = |status: Status, message: String| Completion::error(cid, status, "transport", message);
+        let refused =
+            |status: Status, message: String| Completion::error(cid, status, "transport", message);
         let outcome = if cap.queue_id != self.queue_id {
             Err(refused(
                 Status::InvalidField,
@@ -393,7 +399,10 @@ impl Connection<'_> {
                     format!("{} takes no data pdus", cmd.op.name()),
                 )),
                 Ok(cmd) => Ok(cmd),
-                Err(e) => Err(refused(wire_status(&e), format!("undecodable command: {e}"))),
+                Err(e) => Err(refused(
+                    wire_status(&e),
+                    format!("undecodable command: {e}"),
+                )),
             }
         };
         match outcome {
@@ -433,7 +442,10 @@ impl Connection<'_> {
                 d.cid
             )));
         };
-        if d.cid != p.cid.0 || d.offset as usize != p.received || d.data.len() > p.total - p.received {
+        if d.cid != p.cid.0
+            || d.offset as usize != p.received
+            || d.data.len() > p.total - p.received
+        {
             return Err(FramingError::Sequence(format!(
                 "data for cmd#{} at offset {} of {} bytes; expected {} from offset {} ({} left)",
                 d.cid,
