@@ -31,6 +31,7 @@ pub struct DeviceArgs {
 #[derive(Debug, Subcommand)]
 enum DeviceCommand {
     Init(InitArgs),
+    Serve(crate::serve::ServeArgs),
 }
 
 /// Create a device in a state directory.
@@ -80,6 +81,7 @@ pub struct InitArgs {
 pub fn run_device(args: DeviceArgs) -> anyhow::Result<u8> {
     match args.command {
         DeviceCommand::Init(a) => init(a),
+        DeviceCommand::Serve(a) => crate::serve::run(a),
     }
 }
 

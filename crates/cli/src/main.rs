@@ -16,6 +16,7 @@ mod device_cmd;
 mod exec;
 mod files;
 mod hex;
+mod serve;
 mod vm;
 
 /// Exit statuses, the same for every command. Listed in `csx --help`.
@@ -69,7 +70,7 @@ enum Command {
     Vm(vm::VmArgs),
     /// Measure csx (the VM's engines against native code and other runtimes).
     Bench(bench::BenchArgs),
-    /// Create devices (`csx device init`).
+    /// Create devices (`csx device init`) and serve them (`csx device serve`).
     Device(device_cmd::DeviceArgs),
     /// Describe the device: namespaces, engines, limits.
     Info(device_cmd::InfoArgs),

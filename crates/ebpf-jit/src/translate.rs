@@ -172,15 +172,10 @@ struct Translator<'a, 'f> {
     /// Fuel left of the budget.
     fuel_left: Variable,
     ctx: Value,
-    regions: Value,
     /// r10, the virtual frame pointer.
     fp: Value,
-    /// Offset of r10 in the stack region.
-    fp_off: Value,
     /// Host address r10 stands for.
     fp_host: Value,
-    /// Host address of the stack region.
-    stack_base: Value,
     /// Region caches for loads and for stores (and atomics).
     caches: [CacheVars; 2],
     /// Values known to equal r10 plus a constant, for unchecked stack accesses.
@@ -314,11 +309,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             regs,
             fuel_left,
             ctx,
-            regions,
             fp,
-            fp_off,
             fp_host,
-            stack_base,
             caches,
             fp_relative: HashMap::from([(fp, 0)]),
             trap_exit,
@@ -809,7 +801,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         let lo = RegionIdx::STACK.vaddr(0) as i64;
         let neg_lo = self.b.ins().iconst(types::I64, lo.wrapping_neg());
         let limit = self.b.ins().iconst(types::I64, STACK_SIZE as i64 - 8);
-        let delta = self.b.ins().iadd(self.stack_base, neg_lo);
+        let stack_base = self.stack_base();
+        let delta = self.b.ins().iadd(stack_base, neg_lo);
         for c in self.caches {
             self.b.def_var(c.neg_lo, neg_lo);
             self.b.def_var(c.limit, limit);
@@ -817,9 +810,30 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
+    /// The region table, read from the context where it is needed (the cold paths)
+    /// rather than kept live across the function.
+    fn regions(&mut self) -> Value {
+        self.b
+            .ins()
+            .load(types::I64, self.flags.ctx, self.ctx, offsets::REGIONS)
+    }
+
+    /// Host address of the stack region (which never moves during a run).
+    fn stack_base(&mut self) -> Value {
+        let regions = self.regions();
+        let row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
+        self.b.ins().load(
+            types::I64,
+            self.flags.table,
+            regions,
+            row + RegionEntry::OFFSET_BASE,
+        )
+    }
+
     /// The region-table row address for virtual address `v` (row 0, never mapped, when
     /// the index is past the table) and the offset part of `v`.
     fn row_of(&mut self, v: Value) -> (Value, Value) {
+        let regions = self.regions();
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(v, 32);
         let in_table = b
@@ -828,7 +842,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let zero = b.ins().iconst(types::I64, 0);
         let idx = b.ins().select(in_table, idx, zero);
         let row_off = b.ins().ishl_imm_s(idx, i64::from(RegionEntry::SIZE_SHIFT));
-        let row = b.ins().iadd(self.regions, row_off);
+        let row = b.ins().iadd(regions, row_off);
         let lo = b.ins().band_imm_s(v, 0xffff_ffff);
         (row, lo)
     }
@@ -1359,9 +1373,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn local_call(&mut self, pc: u32, target: u32) {
         self.charge(pc, rules::CALL_COST);
         // This frame is the deepest permitted when its r10 is at the frame size.
+        let fp_off = self.b.ins().band_imm_s(self.fp, 0xffff_ffff);
         let too_deep = self.b.ins().icmp_imm_s(
             IntCC::UnsignedLessThanOrEqual,
-            self.fp_off,
+            fp_off,
             STACK_FRAME_SIZE as i64,
         );
         self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);

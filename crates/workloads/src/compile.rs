@@ -69,7 +69,10 @@ pub const PROGRAMS: &[ProgramSource] = program_sources![
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    #[error("clang not found (`{clang}`): run scripts/setup.sh, or set CSX_CLANG to a clang with the BPF target")]
+    #[error(
+        "clang not found (`{clang}`): run scripts/setup.sh, \
+         or set CSX_CLANG to a clang with the BPF target"
+    )]
     ClangMissing { clang: String },
     #[error("running `{clang}`: {source}")]
     ClangSpawn {
@@ -86,7 +89,7 @@ pub enum BuildError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no SDK program `{name}`; programs: {}", PROGRAMS.iter().map(|p| p.name).collect::<Vec<_>>().join(", "))]
+    #[error("no SDK program `{name}`; programs: {}", program_names())]
     UnknownProgram { name: String },
     #[error("the object calls functions the device does not offer: {}", missing.join(", "))]
     MissingFunctions { missing: Vec<String> },
@@ -102,6 +105,12 @@ pub enum BuildError {
     },
     #[error("the device's function table is inconsistent: {reason}")]
     FunctionTable { reason: String },
+}
+
+/// The SDK programs' names, for messages.
+fn program_names() -> String {
+    let names: Vec<&str> = PROGRAMS.iter().map(|p| p.name).collect();
+    names.join(", ")
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {

@@ -308,6 +308,34 @@ pub enum DataSpec {
     Bitmap(BitmapSpec),
 }
 
+/// The kinds `csx gen` knows, each with a default specification ([`DataSpec::kind`]).
+pub const KINDS: &[&str] = &["u32", "u64", "text", "vectors", "bitmap"];
+
+impl DataSpec {
+    /// The default specification of a kind of [`KINDS`]: uniform integers over the whole
+    /// type, [`TextSpec::default`], [`VectorSpec::default`], [`BitmapSpec::default`].
+    /// Callers adjust the fields (distribution, bounds, pattern, ...) from there.
+    pub fn kind(name: &str) -> Option<DataSpec> {
+        let ints = |width: IntWidth| {
+            DataSpec::Ints(IntSpec {
+                width,
+                distribution: Distribution::Uniform {
+                    lo: 0,
+                    hi: width.max(),
+                },
+            })
+        };
+        Some(match name {
+            "u32" => ints(IntWidth::U32),
+            "u64" => ints(IntWidth::U64),
+            "text" => DataSpec::Text(TextSpec::default()),
+            "vectors" => DataSpec::Vectors(VectorSpec::default()),
+            "bitmap" => DataSpec::Bitmap(BitmapSpec::default()),
+            _ => return None,
+        })
+    }
+}
+
 /// Why a generator could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -823,6 +851,14 @@ mod tests {
         0x6c3b_d941_dab7_83ca,
         0xac95_f2c3_2d9d_e4b8,
     ];
+
+    #[test]
+    fn every_kind_has_a_valid_default() {
+        for kind in KINDS {
+            DataSpec::kind(kind).unwrap().validate().unwrap();
+        }
+        assert!(DataSpec::kind("u128").is_none());
+    }
 
     #[test]
     fn invalid_specs_are_refused() {

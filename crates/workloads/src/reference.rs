@@ -243,10 +243,14 @@ pub fn knn(input: &[u8], inv: &Invocation) -> Outcome {
         })
         .collect();
     // Ties go to the lower position in the window (the index may wrap with cparam1).
-    let mut order: Vec<usize> = (0..hits.len()).collect();
-    order.sort_by_key(|&i| (hits[i].dist, i));
+    // Partition around the k-th, then sort only the k kept: linear in the vectors.
+    let mut order: Vec<(u64, usize)> = hits.iter().enumerate().map(|(i, h)| (h.dist, i)).collect();
+    if kept_max > 0 && kept_max < order.len() {
+        order.select_nth_unstable(kept_max - 1);
+    }
     order.truncate(kept_max);
-    hits = order.into_iter().map(|i| hits[i]).collect();
+    order.sort_unstable();
+    hits = order.into_iter().map(|(_, i)| hits[i]).collect();
     let output: Vec<u8> = hits
         .iter()
         .flat_map(|h| [h.dist.to_le_bytes(), h.index.to_le_bytes()])

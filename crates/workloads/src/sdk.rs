@@ -176,10 +176,11 @@ _Static_assert(__builtin_offsetof(struct csx_args, cparam2) == 8, "cparam2 at 8"
 _Static_assert(__builtin_offsetof(struct csx_args, nwindows) == 16, "nwindows at 16");
 _Static_assert(__builtin_offsetof(struct csx_args, params_len) == 20, "params_len at 20");
 _Static_assert(__builtin_offsetof(struct csx_args, windows) == 24, "windows at 24");
-_Static_assert(__builtin_offsetof(struct csx_args, params) == {ARGS_HEADER_SIZE}, "params at {ARGS_HEADER_SIZE}");
-_Static_assert(sizeof(struct csx_args) == {ARGS_HEADER_SIZE}, "the fixed part is {ARGS_HEADER_SIZE} bytes");
+_Static_assert(__builtin_offsetof(struct csx_args, params) == {h}, "params at {h}");
+_Static_assert(sizeof(struct csx_args) == {h}, "the fixed part is {h} bytes");
 
-"#
+"#,
+        h = ARGS_HEADER_SIZE
     );
     s
 }

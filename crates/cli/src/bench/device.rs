@@ -3,7 +3,9 @@
 //! Cases, all on a fresh embedded device in a temporary directory:
 //!
 //! 1. **No-op round trip**: `Device::execute` of a program that returns at once (JIT),
-//!    one at a time, each timed on the host; p50/p99 after a warm-up. Also the rate with
+//!    one at a time, each timed on the host; p50/p99 after a warm-up. Interleaved with
+//!    it, the same through the device's own queue pair (`QueuePair::call`, no host
+//!    library), so the library's share is visible. Also the rate with
 //!    [`PIPELINE_NOOPS`] executions kept in flight through the asynchronous core.
 //! 2. **1 MiB read-and-sum offload**: a Memory Copy of a 1 MiB device file into device
 //!    memory, then a summing program over it; each pair timed. Beside it, the same work
@@ -18,15 +20,16 @@
 //! The summing program is hand-written eBPF (four words per loop iteration), so the
 //! benchmark needs no compiler.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context as _};
 use clap::Args;
 use csx_host::proto::limits::FILE_IO_SIZE_MAX;
 use csx_host::proto::{
-    CommandId, CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply,
+    Command, CommandId, CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply,
 };
+use csx_host::transport::inproc::embedded::Embedded;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{Device, ExecuteRequest, Execution};
 use serde::Serialize;
@@ -36,6 +39,8 @@ use crate::exit;
 
 /// No-op executions timed one by one.
 const NOOP_RUNS: usize = 20_000;
+/// No-op executions per block; host-library and raw blocks alternate.
+const NOOP_BLOCK: usize = 1_000;
 /// Warm-up executions before timing.
 const WARMUP_RUNS: usize = 2_000;
 /// Executions in flight for the pipelined no-op rate.
@@ -128,7 +133,11 @@ fn latency(mut samples: Vec<u64>) -> Latency {
 
 #[derive(Debug, Serialize)]
 struct NoopReport {
+    /// `Device::execute`, through the host library and the embedded transport.
     round_trip: Latency,
+    /// The device's own `QueuePair::call`, no host library: what the library adds is
+    /// the difference.
+    queue_pair_round_trip: Latency,
     /// Median of the device's own total (submission to completion) per execution.
     device_total_p50_ns: u64,
     /// Executions per second with `pipelined_depth` in flight.
@@ -208,20 +217,45 @@ fn ok_run(dev: &Device, req: &ExecuteRequest) -> anyhow::Result<Execution> {
     Ok(run)
 }
 
-fn bench_noop(dev: &Device) -> anyhow::Result<NoopReport> {
+fn bench_noop(dev: &Device, state: &Path) -> anyhow::Result<NoopReport> {
     let pind = load(dev, NOOP_ASM)?;
     let req = ExecuteRequest::new(pind);
-    for _ in 0..WARMUP_RUNS {
+    // The same device's own queue pair, without the host library, for comparison.
+    let embedded = Embedded::open(state).context("the embedded device")?;
+    let qp = embedded
+        .device()
+        .queue_pair(1)
+        .context("a raw queue pair")?;
+    let raw_call = |i: usize| -> anyhow::Result<u64> {
+        let t = Instant::now();
+        let c = qp
+            .call(Command::new(CommandId(i as u64), req.to_op()))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ns = t.elapsed().as_nanos() as u64;
+        ensure!(c.status.is_success(), "no-op failed: {}", c.status);
+        Ok(ns)
+    };
+    for i in 0..WARMUP_RUNS {
         ok_run(dev, &req)?;
+        raw_call(i)?;
     }
     let mut host = Vec::with_capacity(NOOP_RUNS);
     let mut device = Vec::with_capacity(NOOP_RUNS);
-    for _ in 0..NOOP_RUNS {
-        let t = Instant::now();
-        let run = ok_run(dev, &req)?;
-        host.push(t.elapsed().as_nanos() as u64);
-        device.push(run.timing.total_ns);
+    let mut raw = Vec::with_capacity(NOOP_RUNS);
+    // Interleaved in blocks, so load changes on the machine hit both alike.
+    for block in 0..NOOP_RUNS / NOOP_BLOCK {
+        for _ in 0..NOOP_BLOCK {
+            let t = Instant::now();
+            let run = ok_run(dev, &req)?;
+            host.push(t.elapsed().as_nanos() as u64);
+            device.push(run.timing.total_ns);
+        }
+        for i in 0..NOOP_BLOCK {
+            raw.push(raw_call(block * NOOP_BLOCK + i)?);
+        }
     }
+    drop(qp);
+    drop(embedded);
     // Pipelined: keep PIPELINE_NOOPS in flight through the asynchronous core.
     let client = dev.client();
     let total = NOOP_RUNS;
@@ -244,6 +278,7 @@ fn bench_noop(dev: &Device) -> anyhow::Result<NoopReport> {
     dev.unload(pind).context("unload")?;
     Ok(NoopReport {
         round_trip: latency(host),
+        queue_pair_round_trip: latency(raw),
         device_total_p50_ns: latency(device).p50_ns,
         pipelined_per_s,
         pipelined_depth: PIPELINE_NOOPS,
@@ -525,7 +560,7 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
     let load_average_before = load_average();
     let dev = Device::init(&state, config).context("cannot create the benchmark device")?;
     let engines = dev.identify().context("identify")?.engines;
-    let noop = bench_noop(&dev)?;
+    let noop = bench_noop(&dev, &state)?;
     let sum = load(&dev, SUM_ASM)?;
     let sum_1mib = bench_sum_1mib(&dev, sum)?;
     let sum_file = bench_sum_file(&dev, sum, args.size, args.chunk)?;

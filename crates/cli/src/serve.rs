@@ -1,0 +1,123 @@
+//! `csx device serve`: run a device as a daemon, for other processes (shm) and other
+//! hosts (tcp).
+//!
+//! The daemon is `csx_host::server::Server`; this module parses the command line, sets
+//! up logging to stderr, turns SIGINT and SIGTERM into a clean shutdown, and prints a
+//! status line an operator can read while it runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use csx_host::server::{ListenAddr, Server, ServerConfig, ServerStatus};
+use csx_host::transport::tcp::read_token_file;
+
+use crate::exit;
+
+/// Serve a device to other processes and hosts until SIGINT or SIGTERM.
+///
+/// Clients open it with `--device shm://NAME` (processes on this machine, through shared
+/// memory) or `--device tcp://HOST:PORT` (over the network). `tcp://:PORT` listens on
+/// the loopback address only; name a host (`tcp://0.0.0.0:PORT`) to serve beyond this
+/// machine, with `--token-file` so that only holders of the secret may connect (they
+/// set CSX_TOKEN_FILE). On SIGINT or SIGTERM the daemon stops taking commands, finishes
+/// and answers those in flight, and closes the device (file store flushed, shared
+/// state saved).
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The device's state directory (made by `csx device init`).
+    #[arg(long, value_name = "DIR")]
+    state: PathBuf,
+    /// Where to listen: `shm://NAME` or `tcp://HOST:PORT`; repeat for several.
+    #[arg(long, value_name = "URI", required = true)]
+    listen: Vec<String>,
+    /// A file holding the shared secret tcp clients must present.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Seconds between status lines (0: none).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    status_interval: u64,
+    /// Log level: error, warn, info, debug or trace (default: $CSX_LOG, else info).
+    #[arg(long, value_name = "LEVEL", env = "CSX_LOG")]
+    log: Option<String>,
+}
+
+/// How often the main thread looks for a signal.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
+    let level = match level.unwrap_or("info").to_ascii_lowercase().as_str() {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "info" => tracing::Level::INFO,
+        "debug" => tracing::Level::DEBUG,
+        "trace" => tracing::Level::TRACE,
+        other => anyhow::bail!("unknown log level {other:?} (use error, warn, info, debug or trace)"),
+    };
+    // A second call (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .with_target(false)
+        .try_init();
+    Ok(())
+}
+
+fn status_line(s: &ServerStatus) -> String {
+    format!(
+        "{} clients connected ({} since start, {} refused), {} commands served",
+        s.clients_connected, s.clients_total, s.clients_refused, s.commands_served
+    )
+}
+
+/// Runs the daemon until a signal.
+pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
+    init_logging(args.log.as_deref())?;
+    let listen = args
+        .listen
+        .iter()
+        .map(|uri| ListenAddr::parse(uri))
+        .collect::<Result<Vec<_>, _>>()?;
+    let token = match &args.token_file {
+        Some(path) => Some(
+            read_token_file(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    // Signals only set a flag; the main thread does the shutdown.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
+    let config = ServerConfig { listen, token };
+    let server = Server::open(&args.state, config)
+        .with_context(|| format!("cannot serve the device in {}", args.state.display()))?;
+    let uris = server.uris().join(" ");
+    tracing::info!(state = %args.state.display(), %uris, "serving");
+    // Scripts read the addresses (a tcp port chosen by the system) from stdout.
+    println!("csx: serving {} on {uris}", args.state.display());
+    let interval = Duration::from_secs(args.status_interval);
+    let mut last_status = Instant::now();
+    let mut last = server.status();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(SIGNAL_POLL);
+        if !interval.is_zero() && last_status.elapsed() >= interval {
+            let now = server.status();
+            if now != last {
+                tracing::info!("status: {}", status_line(&now));
+                last = now;
+            }
+            last_status = Instant::now();
+        }
+    }
+    tracing::info!("shutting down: finishing commands in flight");
+    let final_status = server.status();
+    server.shutdown().context("the device did not shut down cleanly")?;
+    tracing::info!("device closed; {}", status_line(&final_status));
+    Ok(exit::SUCCESS)
+}
