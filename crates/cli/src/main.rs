@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod connect;
+mod demo;
 mod device_cmd;
 mod exec;
 mod files;
@@ -88,6 +89,8 @@ enum Command {
     Rm(files::RmArgs),
     /// Run a program on the device over a device file.
     Exec(exec::ExecArgs),
+    /// Run every workload on the host and on a device; compare answers, time and bytes.
+    Demo(demo::DemoArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -103,6 +106,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stat(args) => files::run_stat(args, &cli.global),
         Command::Rm(args) => files::run_rm(args, &cli.global),
         Command::Exec(args) => exec::run(args, &cli.global),
+        Command::Demo(args) => demo::run(args, &cli.global),
     }
 }
 

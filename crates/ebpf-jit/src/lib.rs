@@ -161,7 +161,6 @@ impl JitProgram {
         let mut code_bytes = 0;
         for f in &plan.functions {
             ctx.func.signature = signature.clone();
-            ctx.set_disasm(std::env::var_os("CSX_JIT_DISASM").is_some());
             let builder = FunctionBuilder::new(&mut ctx.func, &mut builder_ctx);
             translate::translate_function(&mut module, builder, &env, f).map_err(|e| match e {
                 TranslateError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
@@ -173,9 +172,6 @@ impl JitProgram {
             module
                 .define_function(func_ids[&f.start], &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;
-            if let Some(d) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
-                eprintln!("{d}");
-            }
             code_bytes += ctx
                 .compiled_code()
                 .map_or(0, |c| c.code_info().total_size as usize);

@@ -104,7 +104,6 @@ fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
         &RunOptions { fuel },
         &mut TestHost,
     );
-    drop(map);
     (out, rw)
 }
 
@@ -580,13 +579,22 @@ fn region_cache_follows_every_region() {
     // Alternates loads and stores between the data region, the read-only region, a
     // 4-byte global (too short to cache) and the stack through a pointer, touching the
     // last bytes of each; then faults in the read-only region through the warm cache.
-    let globals =
-        vec![GlobalSection { name: ".data".into(), data: vec![9, 8, 7, 6], writable: true }];
+    let globals = vec![GlobalSection {
+        name: ".data".into(),
+        data: vec![9, 8, 7, 6],
+        writable: true,
+    }];
     let src = "lddw %r5, 0x1600000000\nmov %r4, %r10\nadd %r4, -16\nmov %r6, 0\nmov %r0, 0\n\
                loop:\nldxb %r7, [%r1+63]\nadd %r0, %r7\nldxh %r7, [%r3+14]\nadd %r0, %r7\n\
                ldxb %r7, [%r5+3]\nadd %r0, %r7\nstxb [%r5+2], %r0\nstxdw [%r4+8], %r0\n\
                ldxw %r7, [%r1+60]\nadd %r0, %r7\nstxb [%r1+63], %r6\nldxdw %r7, [%r4+8]\n\
                add %r0, %r7\nadd %r6, 1\njlt %r6, 5, loop\nstxb [%r3+15], %r0\nexit";
     let out = check_program(program(src, globals), 10_000);
-    assert_eq!(trap_of(&out).kind, TrapKind::ReadOnly { addr: (3 << 32) + 15, size: 1 });
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::ReadOnly {
+            addr: (3 << 32) + 15,
+            size: 1
+        }
+    );
 }

@@ -353,7 +353,6 @@ impl GenCase {
             self.extra_args[1],
         ];
         let out = engine.run(&mut map, args, &RunOptions { fuel }, &mut GenHost);
-        drop(map);
         (out, data)
     }
 }

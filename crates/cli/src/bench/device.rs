@@ -509,6 +509,12 @@ fn print_human(r: &Report) {
         us(n.device_total_p50_ns)
     );
     println!(
+        "no-op, raw queue pair      p50 {:.2} µs   p99 {:.2} µs   mean {:.2} µs   (the device without the host library)",
+        us(n.queue_pair_round_trip.p50_ns),
+        us(n.queue_pair_round_trip.p99_ns),
+        us(n.queue_pair_round_trip.mean_ns)
+    );
+    println!(
         "no-op pipelined            {:.0} executions/s with {} in flight",
         n.pipelined_per_s, n.pipelined_depth
     );

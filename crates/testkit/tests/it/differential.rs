@@ -13,7 +13,7 @@ use csx_testkit::gen::{differential, strategy};
 
 /// Cases when `PROPTEST_CASES` is not set: enough to cover every instruction family in
 /// well under 30 seconds.
-const DEFAULT_CASES: u32 = 300;
+const DEFAULT_CASES: u32 = 500;
 
 #[test]
 fn jit_matches_interpreter_on_random_programs() {
