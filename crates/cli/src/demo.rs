@@ -263,9 +263,17 @@ fn answer(w: &Workload, o: &Outcome) -> String {
                 return format!("nearest #{} (d²={})", h.index, h.dist);
             }
         }
+        "filter" => return format!("{} values pass", o.output.len() / 8),
+        "select_poslist" => return format!("{} rows selected", o.output.len() / 4),
+        "select_bitmask" | "select_accel" => {
+            let rows: u32 = o.output.iter().map(|b| b.count_ones()).sum();
+            return format!("{rows} rows selected");
+        }
+        "file_read" => return format!("read {}", format_size(o.output.len() as u64)),
+        "bitmap" => return format!("wrote {} of bitmap", format_size(o.r0 as u64)),
         _ => {}
     }
-    format!("{} B of output", o.output.len())
+    format!("{} of output", format_size(o.output.len() as u64))
 }
 
 fn print_table(rows: &[Row]) {

@@ -598,3 +598,41 @@ fn region_cache_follows_every_region() {
         }
     );
 }
+
+/// A host whose helper 6 (see [`TestHost`]) is replaced by one that unmaps region 2.
+struct UnmapHost;
+
+impl HelperHost for UnmapHost {
+    fn call(&mut self, id: u32, _: [u64; 5], mem: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+        assert_eq!(id, 6);
+        mem.unmap(RegionIdx(2));
+        Ok(0)
+    }
+}
+
+#[test]
+fn caches_forget_regions_a_helper_unmapped() {
+    // The caller caches region 2, a callee's helper unmaps it: the next load traps, in
+    // the caller and directly after a helper call alike.
+    for src in [
+        "ldxb %r0, [%r1+0]\ncall local f\nldxb %r0, [%r1+1]\nexit\nf:\ncall 6\nexit",
+        "ldxb %r0, [%r1+0]\ncall 6\nldxb %r0, [%r1+1]\nexit",
+    ] {
+        let p = program(src, vec![]);
+        let run = |engine: &dyn Engine| {
+            let mut rw = vec![1u8; 64];
+            let mut map = MemoryMap::new();
+            let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+            engine.run(
+                &mut map,
+                [a, 0, 0, 0, 0],
+                &RunOptions { fuel: 100 },
+                &mut UnmapHost,
+            )
+        };
+        let want = run(&Interpreter::new(p.clone()));
+        let got = run(&JitProgram::compile(p).unwrap());
+        assert_eq!(got, want);
+        assert!(matches!(trap_of(&got).kind, TrapKind::OutOfBounds { .. }));
+    }
+}

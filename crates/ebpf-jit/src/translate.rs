@@ -3,15 +3,20 @@
 //! Registers r0-r9 are Cranelift `Variable`s (SSA values, no memory traffic); r10 is a
 //! plain value, fixed for the function. Each eBPF function becomes one Cranelift
 //! function `fn(ctx) -> status` (see `runtime`): it loads its registers from the
-//! context at entry and stores r0-r5 back at `exit`.
+//! context at entry and stores r0 (and, for a local call's callee, r1-r5) back at
+//! `exit`. A local call is a native call; the caller's r6-r9 live in its own
+//! variables, so they survive without a save area.
+//!
+//! Branches become `select`s where `analysis` planned it: triangles, diamonds, loop-
+//! closing backward triangles, and speculative regions (see `speculate`).
 //!
 //! Safety-relevant rules every translation keeps:
 //!
 //! * **Memory.** An access of `n` bytes at `addr` is legal when region `addr >> 32`
 //!   holds `(addr & 0xffff_ffff) + n` bytes. The fast path checks it against a *region
-//!   cache* (the region the last access of the same kind went to, held in SSA variables
-//!   so it stays in registers across loop iterations): `(addr - lo) <= len - n` and then
-//!   `host = addr + delta`, a subtraction, a compare and a branch. A miss takes a cold
+//!   cache* (the region the last load, or store, went to, held in SSA variables so it
+//!   stays in registers across loop iterations): `addr - lo <= len - 8`, one `lea`, a
+//!   compare and a branch, then `host = addr + delta`. A miss takes a cold
 //!   path that reads the region table row (index clamped to the never-mapped row 0 past
 //!   the table), checks exactly, refills the cache, or branches to a block that records
 //!   (pc, addr, n, write) and leaves through the function's one trap exit. Accesses at a
@@ -19,8 +24,9 @@
 //!   the stack region is always mapped with `STACK_SIZE` bytes and the depth check keeps
 //!   every frame inside it. Helpers may remap regions, so every helper call resets the
 //!   caches (to the stack, which the trampoline guarantees is unchanged).
-//! * **Fuel.** A variable, charged at taken backward jumps and calls exactly as
-//!   `csx_ebpf::engine` says, compared with the budget right there.
+//! * **Fuel.** A variable holding what is left of the budget, charged at taken
+//!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
+//!   there; the context gets the fuel used at exits, traps and calls.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
@@ -188,6 +194,8 @@ struct Translator<'a, 'f> {
     callees: HashMap<u32, FuncRef>,
     /// Whether the current block still needs a terminator.
     open: bool,
+    /// Whether a helper may run during the run (see [`ProgramEnv::calls_helpers`]).
+    calls_helpers: bool,
     frontend_config: TargetFrontendConfig,
 }
 
@@ -318,6 +326,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             helper_sig,
             callees,
             open: false,
+            calls_helpers: env.calls_helpers,
             frontend_config: env.frontend_config,
         }
     }
@@ -1409,5 +1418,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             .load(types::I64, fl, self.ctx, offsets::FUEL_USED);
         let left = self.b.ins().isub(budget, used);
         self.b.def_var(self.fuel_left, left);
+        // A helper the callee ran may have remapped the regions this function cached.
+        if self.calls_helpers {
+            self.reset_caches();
+        }
     }
 }

@@ -8,14 +8,17 @@
 //!    library), so the library's share is visible. Also the rate with
 //!    [`PIPELINE_NOOPS`] executions kept in flight through the asynchronous core.
 //! 2. **1 MiB read-and-sum offload**: a Memory Copy of a 1 MiB device file into device
-//!    memory, then a summing program over it; each pair timed. Beside it, the same work
-//!    on the host: read the 1 MiB through the file API, sum it natively.
+//!    memory, then a summing program over it; each pair timed. Beside it, one execution
+//!    of a program that reads the file by path itself, and the same work on the host:
+//!    read the 1 MiB through the file API, sum it natively.
 //! 3. **Offload vs host over a large warm file** (`--size`, 1 GiB by default): the
 //!    whole file summed on the device (chunks staged by Memory Copy into two device
 //!    buffers, the copy of the next chunk overlapping the sum of this one) against the
 //!    host reading the same bytes through the file API (16 MiB reads, four in flight)
 //!    and summing them natively. Both runs must agree on the sum. The file is read once
-//!    first so both find it in the page cache (warm).
+//!    first so both find it in the page cache (warm). A third way: a program that reads
+//!    its chunk by path with `csx_file_read` and sums it, one execution per chunk and one
+//!    in flight per engine (no staging command, and every engine busy).
 //!
 //! The summing program is hand-written eBPF (four words per loop iteration), so the
 //! benchmark needs no compiler.
@@ -84,6 +87,24 @@ done:
     exit
 ";
 
+/// Put before [`SUM_ASM`]: reads window 0's length of the device file named by the
+/// parameter bytes, at offset cparam1, into window 0 with `csx_file_read` (function 2),
+/// then sums the bytes read. A failed read returns its negative code.
+const FILE_READ_PREFIX_ASM: &str = "
+    mov %r6, %r1          # r6: window 0
+    mov %r7, %r2          # r7: its length
+    ldxdw %r3, [%r5+0]    # offset: args->cparam1
+    ldxw %r2, [%r5+20]    # path length: args->params_len
+    mov %r1, %r5
+    add %r1, 280          # path: args->params
+    mov %r4, %r6
+    mov %r5, %r7
+    call 2
+    jslt %r0, 0, done
+    mov %r1, %r6
+    mov %r2, %r0          # sum the bytes read
+";
+
 /// Measure the embedded device: no-op round trip, 1 MiB read-and-sum, offload vs host.
 ///
 /// Runs on a fresh embedded device in a temporary directory (under --dir). The last case
@@ -101,6 +122,9 @@ pub struct DeviceBenchArgs {
     /// reads what the copy just wrote from cache rather than from DRAM.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
     chunk: u64,
+    /// Engines of the benchmark device (one per core if absent, as `csx device init`).
+    #[arg(long, value_name = "N")]
+    engines: Option<u32>,
     /// Where to create the temporary device (the system temp directory by default).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
@@ -150,6 +174,10 @@ struct Sum1MiBReport {
     /// Memory Copy of the file into device memory, then the sum: one pair per run.
     offload: Latency,
     offload_bytes_per_s: f64,
+    /// One execution whose program reads the file by path (`csx_file_read`) into its
+    /// window and sums it: no staging command.
+    by_path: Latency,
+    by_path_bytes_per_s: f64,
     /// File read to the host, then a native sum.
     host: Latency,
     host_bytes_per_s: f64,
@@ -163,10 +191,17 @@ struct SumFileReport {
     offload_bytes_per_s: f64,
     /// The device's execute time summed over the chunks (staging excluded).
     offload_execute_ns: u64,
+    /// The program reads each chunk by path itself (`csx_file_read`), `by_path_buffers`
+    /// executions in flight.
+    by_path_ns: u64,
+    by_path_bytes_per_s: f64,
+    by_path_buffers: usize,
     host_ns: u64,
     host_bytes_per_s: f64,
     /// Offload throughput over host throughput (the issue's goal: at least 0.8).
     ratio: f64,
+    /// By-path offload throughput over host throughput.
+    ratio_by_path: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -297,14 +332,22 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn bench_sum_1mib(dev: &Device, sum: ProgramIndex) -> anyhow::Result<Sum1MiBReport> {
+fn bench_sum_1mib(
+    dev: &Device,
+    sum: ProgramIndex,
+    file_sum: ProgramIndex,
+) -> anyhow::Result<Sum1MiBReport> {
     const LEN: u64 = 1 << 20;
     let data = pattern(LEN as usize);
     let want = host_sum(&data);
     dev.put_bytes("/bench/1mib", &data).context("put")?;
     let mem = dev.alloc(LEN).context("alloc")?;
     let req = ExecuteRequest::new(sum).window(mem, 0, LEN);
+    let by_path_req = ExecuteRequest::new(file_sum)
+        .window(mem, 0, LEN)
+        .params(b"/bench/1mib".to_vec());
     let mut offload = Vec::new();
+    let mut by_path = Vec::new();
     let mut host = Vec::new();
     for i in 0..SUM_1MIB_RUNS + SUM_1MIB_RUNS / 10 {
         let t = Instant::now();
@@ -318,6 +361,10 @@ fn bench_sum_1mib(dev: &Device, sum: ProgramIndex) -> anyhow::Result<Sum1MiBRepo
             run.r0
         );
         let t = Instant::now();
+        let run = ok_run(dev, &by_path_req)?;
+        let by_path_ns = t.elapsed().as_nanos() as u64;
+        ensure!(run.r0 == want, "by-path sum {} differs from {want}", run.r0);
+        let t = Instant::now();
         let bytes = dev.read_file("/bench/1mib", 0, LEN).context("file read")?;
         let got = std::hint::black_box(host_sum(&bytes));
         let host_ns = t.elapsed().as_nanos() as u64;
@@ -325,15 +372,19 @@ fn bench_sum_1mib(dev: &Device, sum: ProgramIndex) -> anyhow::Result<Sum1MiBRepo
         // The first tenth is the warm-up.
         if i >= SUM_1MIB_RUNS / 10 {
             offload.push(offload_ns);
+            by_path.push(by_path_ns);
             host.push(host_ns);
         }
     }
     dev.free(mem).context("free")?;
     let offload = latency(offload);
+    let by_path = latency(by_path);
     let host = latency(host);
     Ok(Sum1MiBReport {
         offload_bytes_per_s: LEN as f64 / (offload.p50_ns as f64 * 1e-9),
         offload,
+        by_path_bytes_per_s: LEN as f64 / (by_path.p50_ns as f64 * 1e-9),
+        by_path,
         host_bytes_per_s: LEN as f64 / (host.p50_ns as f64 * 1e-9),
         host,
     })
@@ -401,6 +452,47 @@ fn offload_pass(
     Ok((total, t.elapsed().as_nanos() as u64, execute_ns))
 }
 
+/// The whole file summed by a program that reads each chunk by path itself; one
+/// execution per chunk, one per buffer in flight (so every engine has work). Returns
+/// (sum, wall ns).
+fn by_path_pass(
+    dev: &Device,
+    file_sum: ProgramIndex,
+    path: &str,
+    size: u64,
+    bufs: &[MemHandle],
+    chunk: u64,
+) -> anyhow::Result<(u64, u64)> {
+    let client = dev.client();
+    let count = size.div_ceil(chunk);
+    let t = Instant::now();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut next = 0u64;
+    let mut total = 0u64;
+    while next < count || !in_flight.is_empty() {
+        while next < count && in_flight.len() < bufs.len() {
+            let buf = bufs[(next % bufs.len() as u64) as usize];
+            let req = ExecuteRequest::new(file_sum)
+                .window(buf, 0, chunk)
+                .cparams(next * chunk, 0)
+                .params(path.as_bytes().to_vec());
+            in_flight.push_back(
+                client
+                    .submit_private(req.to_op())
+                    .context("submit execute")?,
+            );
+            next += 1;
+        }
+        let c = wait_ok(dev, in_flight.pop_front().expect("one is in flight"))?;
+        // A sum may have its top bit set, so a failed read shows only in the detail.
+        if let Some(d) = &c.detail {
+            bail!("the program's file read failed: {d}");
+        }
+        total = total.wrapping_add(c.value);
+    }
+    Ok((total, t.elapsed().as_nanos() as u64))
+}
+
 /// The whole file read to the host and summed natively: returns (sum, wall ns).
 fn host_pass(dev: &Device, path: &str, size: u64) -> anyhow::Result<(u64, u64)> {
     let client = dev.client();
@@ -433,9 +525,10 @@ fn host_pass(dev: &Device, path: &str, size: u64) -> anyhow::Result<(u64, u64)> 
 
 fn bench_sum_file(
     dev: &Device,
-    sum: ProgramIndex,
+    (sum, file_sum): (ProgramIndex, ProgramIndex),
     size: u64,
     chunk: u64,
+    by_path_buffers: usize,
 ) -> anyhow::Result<SumFileReport> {
     let path = "/bench/large";
     // Write the file in 16 MiB pieces of a repeating pattern, so memory stays small.
@@ -452,11 +545,22 @@ fn bench_sum_file(
         dev.alloc(chunk).context("alloc")?,
         dev.alloc(chunk).context("alloc")?,
     ];
+    let mut many = Vec::new();
+    for _ in 0..by_path_buffers {
+        many.push(dev.alloc(chunk).context("alloc")?);
+    }
     // Warm the page cache (and check both sides agree).
     let (want, _) = host_pass(dev, path, size)?;
     let mut best_offload = (u64::MAX, 0);
+    let mut best_by_path = u64::MAX;
     let mut best_host = u64::MAX;
     for _ in 0..FILE_PASSES {
+        let (got, ns) = by_path_pass(dev, file_sum, path, size, &many, chunk)?;
+        ensure!(
+            got == want,
+            "by-path sum {got} differs from the host's {want}"
+        );
+        best_by_path = best_by_path.min(ns);
         let (got, ns, exec_ns) = offload_pass(dev, sum, path, size, bufs, chunk)?;
         ensure!(
             got == want,
@@ -469,7 +573,7 @@ fn bench_sum_file(
         ensure!(got == want, "host sums differ between passes");
         best_host = best_host.min(ns);
     }
-    for b in bufs {
+    for b in bufs.into_iter().chain(many) {
         dev.free(b).context("free")?;
     }
     dev.delete_file(path).context("delete")?;
@@ -480,9 +584,13 @@ fn bench_sum_file(
         offload_ns: best_offload.0,
         offload_bytes_per_s: rate(best_offload.0),
         offload_execute_ns: best_offload.1,
+        by_path_ns: best_by_path,
+        by_path_bytes_per_s: rate(best_by_path),
+        by_path_buffers,
         host_ns: best_host,
         host_bytes_per_s: rate(best_host),
         ratio: rate(best_offload.0) / rate(best_host),
+        ratio_by_path: rate(best_by_path) / rate(best_host),
     })
 }
 
@@ -526,6 +634,12 @@ fn print_human(r: &Report) {
         gib_per_s(s.offload_bytes_per_s)
     );
     println!(
+        "1 MiB by-path read-and-sum p50 {:.1} µs   p99 {:.1} µs   {}   (one execution: csx_file_read, then the sum)",
+        us(s.by_path.p50_ns),
+        us(s.by_path.p99_ns),
+        gib_per_s(s.by_path_bytes_per_s)
+    );
+    println!(
         "1 MiB read + sum on host   p50 {:.1} µs   p99 {:.1} µs   {}",
         us(s.host.p50_ns),
         us(s.host.p99_ns),
@@ -533,15 +647,28 @@ fn print_human(r: &Report) {
     );
     let f = &r.sum_file;
     println!(
-        "sum of a warm {} file ({} chunks): offload {} ({:.3} s; execute {:.3} s), host {} ({:.3} s), offload/host {:.2}",
+        "sum of a warm {} file, {} chunks:",
         format_size(f.size_bytes),
         format_size(f.chunk_bytes),
+    );
+    println!(
+        "  host (file reads + native sum)     {}  ({:.3} s)",
+        gib_per_s(f.host_bytes_per_s),
+        f.host_ns as f64 * 1e-9
+    );
+    println!(
+        "  offload, staged by Memory Copy     {}  ({:.3} s; execute {:.3} s)  offload/host {:.2}",
         gib_per_s(f.offload_bytes_per_s),
         f.offload_ns as f64 * 1e-9,
         f.offload_execute_ns as f64 * 1e-9,
-        gib_per_s(f.host_bytes_per_s),
-        f.host_ns as f64 * 1e-9,
         f.ratio
+    );
+    println!(
+        "  offload, program reads by path     {}  ({:.3} s; {} in flight)  offload/host {:.2}",
+        gib_per_s(f.by_path_bytes_per_s),
+        f.by_path_ns as f64 * 1e-9,
+        f.by_path_buffers,
+        f.ratio_by_path
     );
 }
 
@@ -557,10 +684,17 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a directory in {}", base.display()))?;
     let state = tmp.path().join("dev");
+    // One by-path execution in flight per engine (one per core by default), at least 2.
+    let by_path_buffers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
     let config = DeviceConfig {
         nvm_size_bytes: (args.size + (64 << 20)).next_multiple_of(4096),
-        slm_size_bytes: (2 * args.chunk + (4 << 20)).next_multiple_of(4096),
+        // Two staging buffers, the by-path buffers, and the 1 MiB case.
+        slm_size_bytes: ((2 + by_path_buffers as u64) * args.chunk + (4 << 20))
+            .next_multiple_of(4096),
         state_size_bytes: 4096,
+        engines: args.engines,
         ..DeviceConfig::default()
     };
     let load_average_before = load_average();
@@ -568,9 +702,17 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
     let engines = dev.identify().context("identify")?.engines;
     let noop = bench_noop(&dev, &state)?;
     let sum = load(&dev, SUM_ASM)?;
-    let sum_1mib = bench_sum_1mib(&dev, sum)?;
-    let sum_file = bench_sum_file(&dev, sum, args.size, args.chunk)?;
+    let file_sum = load(&dev, &format!("{FILE_READ_PREFIX_ASM}{SUM_ASM}"))?;
+    let sum_1mib = bench_sum_1mib(&dev, sum, file_sum)?;
+    let sum_file = bench_sum_file(
+        &dev,
+        (sum, file_sum),
+        args.size,
+        args.chunk,
+        by_path_buffers,
+    )?;
     dev.unload(sum).context("unload")?;
+    dev.unload(file_sum).context("unload")?;
     dev.close().context("closing the benchmark device")?;
     let report = Report {
         engines,

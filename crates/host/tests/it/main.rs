@@ -10,6 +10,7 @@
 //! (`programs`).
 
 mod concurrency;
+mod daemon;
 mod errors;
 mod execute;
 mod files;

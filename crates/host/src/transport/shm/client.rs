@@ -771,7 +771,9 @@ impl Inner {
         idle.store(0, Ordering::Relaxed);
         self.interrupt.clear();
         let ready = ready.map_err(|e| self.fail(format!("waiting for completions: {e}")))?;
-        if ready[1] {
+        // A device that posts its last completions and then says goodbye: the ring
+        // comes first, the goodbye once it is empty.
+        if ready[1] && tail.load(Ordering::Acquire) == head {
             self.check_socket()?;
         }
         Ok(())
@@ -857,5 +859,52 @@ impl Transport for ShmTransport {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl ShmTransport {
+    /// Posts an entry for `cid` holding `frame` inline, bent by `tweak`, as a broken or
+    /// hostile host would (the device's checks are tested with it).
+    pub(crate) fn post_raw(
+        &self,
+        cid: CommandId,
+        frame: Vec<u8>,
+        tweak: impl FnOnce(&mut Sqe),
+    ) -> Result<(), TransportError> {
+        let inner = &self.inner;
+        let response = lock(&inner.heap)
+            .alloc(RESPONSE_AREA_SIZE as u64)
+            .expect("test host memory");
+        let entry = InFlight {
+            response,
+            frame: None,
+            data: None,
+            data_len: 0,
+            user: None,
+            retry: None,
+        };
+        lock(&inner.table).in_flight.insert(cid, entry);
+        let mut sqe = Sqe {
+            queue_id: inner.layout.queue_id,
+            frame: SqeFrame::Inline(frame),
+            data: Span::default(),
+            response: Span {
+                offset: response.offset,
+                len: response.len,
+            },
+        };
+        tweak(&mut sqe);
+        inner.post(&sqe)
+    }
+
+    /// The layout and region, for tests that scribble on the rings.
+    pub(crate) fn raw_region(&self) -> (&Region, Layout) {
+        (&self.inner.region, self.inner.layout)
+    }
+
+    /// Rings the doorbell whether or not the device sleeps.
+    pub(crate) fn ring_doorbell(&self) {
+        self.inner.doorbell.notify().expect("doorbell");
     }
 }

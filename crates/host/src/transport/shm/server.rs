@@ -591,10 +591,19 @@ fn post(q: &Queue, mut c: Completion, route: Route, ctx: &Context) {
             }
         }
     }
-    let frame = encode_completion(&c).unwrap_or_else(|e| {
+    let mut frame = encode_completion(&c).unwrap_or_else(|e| {
         let bad = Completion::error(c.id, Status::Internal, "transport", e.to_string());
         encode_completion(&bad).expect("an error completion encodes")
     });
+    if frame.len() > CQE_INLINE_FRAME_MAX
+        && frame.len() as u64 > route.response.len
+        && !c.status.is_success()
+    {
+        // A failure with nowhere to put its detail (no valid response area): the
+        // status still reaches the host, inline.
+        let bare = Completion::new(c.id, c.status);
+        frame = encode_completion(&bare).expect("a bare completion encodes");
+    }
     cqe.frame_len = frame.len() as u32;
     if frame.len() <= CQE_INLINE_FRAME_MAX {
         cqe.inline = frame;
@@ -651,5 +660,164 @@ fn publish(q: &Queue, cqe: &Cqe) {
     if q.region.word(word::HOST_IDLE).load(Ordering::Relaxed) != 0 {
         ShmMetrics::add(&q.metrics.notifies, 1);
         let _ = q.interrupt.notify();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use csx_proto::{encode_command, Command, CommandId, MemHandle, Op, Status};
+
+    use super::super::framing::{word, Span, SqeFrame};
+    use super::super::{ShmOptions, ShmTransport, HOST_MEMORY_MIN};
+    use crate::server::{ListenAddr, Server, ServerConfig};
+    use crate::transport::Transport;
+
+    fn served() -> (tempfile::TempDir, Server, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = csx_device::DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 1 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..csx_device::DeviceConfig::default()
+        };
+        csx_device::Device::init(dir.path(), config)
+            .unwrap()
+            .close()
+            .unwrap();
+        let name = format!("unit-{}-{}", std::process::id(), dir.path().display())
+            .replace(['/', '.'], "_");
+        let name: String = name.chars().rev().take(60).collect();
+        let server = Server::open(
+            dir.path(),
+            ServerConfig {
+                listen: vec![ListenAddr::Shm(name.clone())],
+                token: None,
+            },
+        )
+        .unwrap();
+        (dir, server, name)
+    }
+
+    fn connect(name: &str) -> ShmTransport {
+        let options = ShmOptions {
+            queue_depth: 8,
+            host_memory_bytes: HOST_MEMORY_MIN,
+        };
+        ShmTransport::connect(name, &options).unwrap()
+    }
+
+    fn frame(id: u64, op: Op) -> Vec<u8> {
+        encode_command(&Command::new(CommandId(id), op)).unwrap()
+    }
+
+    fn status_of(t: &ShmTransport) -> (CommandId, Status) {
+        let c = t
+            .reap(Some(Duration::from_secs(10)))
+            .unwrap()
+            .expect("a completion");
+        (c.id, c.status)
+    }
+
+    /// Entries that are wrong but answerable get error completions; the queue goes on.
+    #[test]
+    fn bad_entries_get_error_completions() {
+        let (_dir, server, name) = served();
+        let t = connect(&name);
+        let (_, layout) = t.raw_region();
+        t.post_raw(CommandId(1), frame(1, Op::Identify), |s| s.queue_id += 1)
+            .unwrap();
+        assert_eq!(status_of(&t), (CommandId(1), Status::InvalidField));
+        let mut unknown = frame(2, Op::Identify);
+        unknown[0] = 0x7e;
+        t.post_raw(CommandId(2), unknown, |_| {}).unwrap();
+        assert_eq!(status_of(&t), (CommandId(2), Status::InvalidOpcode));
+        let read = Op::MemRead {
+            handle: MemHandle(1),
+            offset: 0,
+            len: 4096,
+        };
+        // A data buffer outside host memory (in the rings), and an absurd one.
+        t.post_raw(CommandId(3), frame(3, read.clone()), |s| {
+            s.data = Span {
+                offset: layout.sq_offset,
+                len: 4096,
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(3), Status::InvalidField));
+        t.post_raw(CommandId(4), frame(4, read), |s| {
+            s.data = Span {
+                offset: u64::MAX - 10,
+                len: u64::from(u32::MAX),
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(4), Status::InvalidField));
+        // A response area outside host memory.
+        t.post_raw(CommandId(5), frame(5, Op::Identify), |s| {
+            s.response = Span {
+                offset: 0,
+                len: 4096,
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(5), Status::InvalidField));
+        // A truncated command.
+        let mut short = frame(6, Op::MemAlloc { size_bytes: 64 });
+        short.truncate(18);
+        t.post_raw(CommandId(6), short, |_| {}).unwrap();
+        assert_eq!(status_of(&t), (CommandId(6), Status::InvalidField));
+        // Still a working queue.
+        t.post_raw(CommandId(7), frame(7, Op::Identify), |_| {}).unwrap();
+        assert_eq!(status_of(&t), (CommandId(7), Status::Success));
+        Box::new(t).close().unwrap();
+        server.shutdown().unwrap();
+    }
+
+    /// Entries that cannot be answered, or ring indices out of range, end the
+    /// connection; the server serves the next client.
+    #[test]
+    fn unanswerable_entries_close_the_connection() {
+        let (_dir, server, name) = served();
+        let breakers: [&dyn Fn(&ShmTransport); 3] = [
+            // No command header at all.
+            &|t| t.post_raw(CommandId(1), vec![1, 2, 3], |_| {}).unwrap(),
+            // A command "out of line" far outside the region.
+            &|t| {
+                t.post_raw(CommandId(1), vec![], |s| {
+                    s.frame = SqeFrame::OutOfLine(Span {
+                        offset: 1 << 40,
+                        len: 1 << 20,
+                    })
+                })
+                .unwrap()
+            },
+            // A tail thousands of entries past the head.
+            &|t| {
+                let (region, _) = t.raw_region();
+                region.word(word::SQ_TAIL).fetch_add(5000, Ordering::Release);
+                t.ring_doorbell();
+            },
+        ];
+        for breaker in breakers {
+            let t = connect(&name);
+            assert_eq!(server.status().clients_connected, 1);
+            breaker(&t);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while server.status().clients_connected != 0 {
+                assert!(Instant::now() < deadline, "the connection stays open");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(t);
+            let good = connect(&name);
+            good.submit(Command::new(CommandId(9), Op::Identify)).unwrap();
+            assert_eq!(status_of(&good), (CommandId(9), Status::Success));
+            Box::new(good).close().unwrap();
+        }
+        server.shutdown().unwrap();
     }
 }

@@ -34,7 +34,7 @@ use csx_proto::limits::{
     PATH_SIZE_MAX,
 };
 
-pub use client::{TcpOptions, TcpTransport};
+pub use client::{read_token_file, TcpOptions, TcpTransport, TOKEN_FILE_ENV};
 
 /// Version of the PDU format (ICReq/ICResp PFV). A server refuses other versions.
 pub const PDU_FORMAT_VERSION: u16 = 1;
