@@ -142,7 +142,8 @@ fn open_device(global: &GlobalArgs, size: u64) -> anyhow::Result<Device> {
         slm_size_bytes: 2 * size + (64 << 20),
         ..crate::connect::default_config()
     };
-    Device::init(&dir, config).with_context(|| format!("cannot create a device in {}", dir.display()))
+    Device::init(&dir, config)
+        .with_context(|| format!("cannot create a device in {}", dir.display()))
 }
 
 fn remove_old_device(dir: &Path) -> anyhow::Result<()> {

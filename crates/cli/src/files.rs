@@ -105,7 +105,9 @@ impl ProgressLine {
             return;
         }
         self.last = Some(Instant::now());
-        let pct = (p.done_bytes * 100).checked_div(p.total_bytes).unwrap_or(100);
+        let pct = (p.done_bytes * 100)
+            .checked_div(p.total_bytes)
+            .unwrap_or(100);
         eprint!(
             "\r{}: {} of {} ({pct}%)   ",
             self.label,

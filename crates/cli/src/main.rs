@@ -11,12 +11,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod build_cmd;
 mod connect;
 mod demo;
 mod device_cmd;
 mod exec;
 mod files;
+mod gen_cmd;
 mod hex;
+mod sdk_cmd;
 mod serve;
 mod vm;
 
@@ -91,6 +94,12 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Run every workload on the host and on a device; compare answers, time and bytes.
     Demo(demo::DemoArgs),
+    /// Generate seeded, reproducible test data.
+    Gen(gen_cmd::GenArgs),
+    /// Compile a C program for the device and check it against the function table.
+    Build(build_cmd::BuildArgs),
+    /// The C SDK (`csx sdk header`).
+    Sdk(sdk_cmd::SdkArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -107,6 +116,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Rm(args) => files::run_rm(args, &cli.global),
         Command::Exec(args) => exec::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),
+        Command::Gen(args) => gen_cmd::run(args, &cli.global),
+        Command::Build(args) => build_cmd::run(args, &cli.global),
+        Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
     }
 }
 

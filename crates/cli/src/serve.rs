@@ -55,13 +55,16 @@ fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
         "info" => tracing::Level::INFO,
         "debug" => tracing::Level::DEBUG,
         "trace" => tracing::Level::TRACE,
-        other => anyhow::bail!("unknown log level {other:?} (use error, warn, info, debug or trace)"),
+        other => {
+            anyhow::bail!("unknown log level {other:?} (use error, warn, info, debug or trace)")
+        }
     };
     // A second call (tests) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     Ok(())
 }
@@ -117,7 +120,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
     }
     tracing::info!("shutting down: finishing commands in flight");
     let final_status = server.status();
-    server.shutdown().context("the device did not shut down cleanly")?;
+    server
+        .shutdown()
+        .context("the device did not shut down cleanly")?;
     tracing::info!("device closed; {}", status_line(&final_status));
     Ok(exit::SUCCESS)
 }

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use crate::GlobalArgs;
 
 mod device;
+mod latency;
 pub mod measure;
 mod vm;
 
@@ -22,11 +23,13 @@ pub struct BenchArgs {
 enum BenchCommand {
     Vm(vm::VmBenchArgs),
     Device(device::DeviceBenchArgs),
+    Latency(latency::LatencyBenchArgs),
 }
 
-pub fn run(args: BenchArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
+pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     match args.command {
         BenchCommand::Vm(a) => vm::run(a),
         BenchCommand::Device(a) => device::run(a),
+        BenchCommand::Latency(a) => latency::run(a, global),
     }
 }
