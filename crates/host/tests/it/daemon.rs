@@ -21,8 +21,8 @@ use csx_host::proto::{
 use csx_host::server::{ListenAddr, Server, ServerConfig};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::transport::tcp::framing::{
-    command_capsule_header, data_header, decode_header, decode_response_capsule, ICReq,
-    ICResp, PduType, TermReq, PDU_HEADER_SIZE,
+    command_capsule_header, data_header, decode_header, decode_response_capsule, ICReq, ICResp,
+    PduType, TermReq, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{TcpOptions, TcpTransport};
 use csx_host::{Client, Device, DeviceUri, ExecuteRequest};
@@ -174,7 +174,10 @@ fn expect_termination(s: &mut TcpStream) -> TermReq {
     let (t, body) = read_pdu(s).expect("a termination request");
     assert_eq!(t, PduType::C2HTermReq);
     let term = TermReq::decode(&body).unwrap();
-    assert!(read_pdu(s).is_none(), "closed after the termination request");
+    assert!(
+        read_pdu(s).is_none(),
+        "closed after the termination request"
+    );
     term
 }
 
@@ -194,12 +197,14 @@ fn tcp_bad_frames_get_errors_or_a_closed_connection() {
 
     // An absurd length in the very first header: refused before anything is read.
     let mut s = raw_connect(&addr);
-    s.write_all(&[0x00, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]).unwrap();
+    s.write_all(&[0x00, 0, 0, 0, 0xff, 0xff, 0xff, 0xff])
+        .unwrap();
     expect_termination(&mut s);
 
     // After the handshake: an absurd capsule length.
     let (mut s, _) = raw_session(&addr);
-    s.write_all(&[0x04, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]).unwrap();
+    s.write_all(&[0x04, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f])
+        .unwrap();
     let term = expect_termination(&mut s);
     assert!(term.message.contains("bytes"), "{}", term.message);
 
@@ -222,7 +227,8 @@ fn tcp_bad_frames_get_errors_or_a_closed_connection() {
     assert!(c.detail.unwrap().message.contains("queue"));
     // Data on a command that takes none: refused, and its data skipped.
     send_capsule(&mut s, qid, 3, &frame_of(10, Op::Identify));
-    s.write_all(&data_header(PduType::H2CData, 10, 0, 3)).unwrap();
+    s.write_all(&data_header(PduType::H2CData, 10, 0, 3))
+        .unwrap();
     s.write_all(&[1, 2, 3]).unwrap();
     let c = read_completion(&mut s);
     assert_eq!((c.id, c.status), (CommandId(10), Status::InvalidField));
@@ -243,14 +249,20 @@ fn tcp_bad_frames_get_errors_or_a_closed_connection() {
 
     // Data for no command.
     let (mut s, _) = raw_session(&addr);
-    s.write_all(&data_header(PduType::H2CData, 1, 0, 4)).unwrap();
+    s.write_all(&data_header(PduType::H2CData, 1, 0, 4))
+        .unwrap();
     s.write_all(&[0; 4]).unwrap();
     expect_termination(&mut s);
 
     // A write whose data stops half way, then the client vanishes: the allocation it
     // made is reclaimed with its queue pair.
     let (mut s, qid) = raw_session(&addr);
-    send_capsule(&mut s, qid, 0, &frame_of(1, Op::MemAlloc { size_bytes: 4096 }));
+    send_capsule(
+        &mut s,
+        qid,
+        0,
+        &frame_of(1, Op::MemAlloc { size_bytes: 4096 }),
+    );
     let handle = MemHandle(read_completion(&mut s).value as u32);
     let write = frame_of(
         2,
@@ -261,7 +273,8 @@ fn tcp_bad_frames_get_errors_or_a_closed_connection() {
         },
     );
     send_capsule(&mut s, qid, 4096, &write);
-    s.write_all(&data_header(PduType::H2CData, 2, 0, 4096)).unwrap();
+    s.write_all(&data_header(PduType::H2CData, 2, 0, 4096))
+        .unwrap();
     s.write_all(&[5; 100]).unwrap();
     drop(s);
 
@@ -373,7 +386,12 @@ fn helper_client() {
 fn killed_client(kind: Kind) {
     let served = Served::new(kind, None);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "daemon::helper_client", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "daemon::helper_client",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER_URI_ENV, &served.uri)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -432,14 +450,18 @@ fn shutdown_with_commands_in_flight(kind: Kind) {
     let stopping = std::thread::spawn(move || server.shutdown());
     for id in ids {
         let c = client.wait(id, None).unwrap().expect("completes");
-        assert_eq!((c.status, c.value), (Status::Success, 1), "finished, not cut");
+        assert_eq!(
+            (c.status, c.value),
+            (Status::Success, 1),
+            "finished, not cut"
+        );
     }
-    stopping
-        .join()
-        .unwrap()
-        .expect("the device closes cleanly");
+    stopping.join().unwrap().expect("the device closes cleanly");
     let e = dev.identify().unwrap_err();
-    assert!(e.to_string().contains("disconnect") || e.to_string().contains("lost"), "{e}");
+    assert!(
+        e.to_string().contains("disconnect") || e.to_string().contains("lost"),
+        "{e}"
+    );
     drop(dev);
     // The daemon restarted on the same directory serves the same files and programs.
     let server = Server::open(

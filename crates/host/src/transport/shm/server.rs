@@ -772,7 +772,8 @@ mod tests {
         t.post_raw(CommandId(6), short, |_| {}).unwrap();
         assert_eq!(status_of(&t), (CommandId(6), Status::InvalidField));
         // Still a working queue.
-        t.post_raw(CommandId(7), frame(7, Op::Identify), |_| {}).unwrap();
+        t.post_raw(CommandId(7), frame(7, Op::Identify), |_| {})
+            .unwrap();
         assert_eq!(status_of(&t), (CommandId(7), Status::Success));
         Box::new(t).close().unwrap();
         server.shutdown().unwrap();
@@ -799,7 +800,9 @@ mod tests {
             // A tail thousands of entries past the head.
             &|t| {
                 let (region, _) = t.raw_region();
-                region.word(word::SQ_TAIL).fetch_add(5000, Ordering::Release);
+                region
+                    .word(word::SQ_TAIL)
+                    .fetch_add(5000, Ordering::Release);
                 t.ring_doorbell();
             },
         ];
@@ -814,7 +817,8 @@ mod tests {
             }
             drop(t);
             let good = connect(&name);
-            good.submit(Command::new(CommandId(9), Op::Identify)).unwrap();
+            good.submit(Command::new(CommandId(9), Op::Identify))
+                .unwrap();
             assert_eq!(status_of(&good), (CommandId(9), Status::Success));
             Box::new(good).close().unwrap();
         }
