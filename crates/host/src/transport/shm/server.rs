@@ -808,7 +808,13 @@ mod tests {
         ];
         for breaker in breakers {
             let t = connect(&name);
-            assert_eq!(server.status().clients_connected, 1);
+            // The server counts a client once its handshake thread has registered it,
+            // which may be a moment after `connect` returns.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while server.status().clients_connected != 1 {
+                assert!(Instant::now() < deadline, "the client is never counted");
+                std::thread::sleep(Duration::from_millis(5));
+            }
             breaker(&t);
             let deadline = Instant::now() + Duration::from_secs(10);
             while server.status().clients_connected != 0 {
