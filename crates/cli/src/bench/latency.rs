@@ -420,6 +420,11 @@ pub fn run(args: LatencyBenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Driver::Shm {
             t, small, large, ..
         } => {
+            let m = t.metrics().snapshot();
+            eprintln!(
+                "csx: shm host side: {} commands, {} doorbells rung, {} sleeps on the interrupt",
+                m.commands, m.notifies, m.sleeps
+            );
             drop((small, large));
             Box::new(t).close()?;
         }

@@ -754,7 +754,9 @@ impl Inner {
             if tail.load(Ordering::Acquire) != head {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            // Yield rather than spin: on a machine with few cores the device's threads
+            // need the core this one would burn.
+            std::thread::yield_now();
         }
         let idle = self.region.word(word::HOST_IDLE);
         idle.store(1, Ordering::Relaxed);

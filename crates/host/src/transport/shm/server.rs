@@ -1,13 +1,13 @@
 //! The device side of shm queue pairs: the handshake socket, the region each client
-//! gets, and a client's two threads (feature `server`).
+//! gets, and a client's poller thread (feature `server`).
 //!
-//! The submission thread polls the client's submission ring (sleeping on the doorbell
-//! when it stays empty), copies each entry out, checks it, and submits the command to
-//! the client's queue pair: a Memory Read or Write with a host-memory buffer goes
-//! through `QueuePair::submit_with_buffer`, so the device copies straight between host
-//! memory and SLM. The completion thread reaps the pair and posts completion entries,
-//! putting a read's data into its buffer and a long completion into its response area,
-//! and raises the interrupt only when the host sleeps.
+//! One thread per client serves both rings. It polls the submission ring, copies each
+//! entry out, checks it, and submits the command to the client's queue pair: a Memory
+//! Read or Write with a host-memory buffer goes through
+//! `QueuePair::submit_with_buffer`, so the device copies straight between host memory
+//! and SLM. It reaps the queue pair and posts completion entries, putting a read's data
+//! into its buffer and a long completion into its response area, and raises the
+//! interrupt only when the host sleeps. When idle it sleeps on the doorbell.
 //!
 //! Invariants: nothing read from the region is trusted: each entry is copied out before
 //! it is decoded, and every span it names is checked to lie in the client's heap before
@@ -24,7 +24,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use csx_device::{DmaBuffer, QueuePair, SubmitError};
@@ -164,7 +163,7 @@ enum Ending {
     Fatal(String),
 }
 
-/// One client: handshake, then the two threads.
+/// One client: handshake, then its poller.
 fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
     let Some(queue) = handshake(&mut stream, ctx) else {
         Context::count(&ctx.clients_refused, 1);
@@ -179,28 +178,17 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
         host_memory = queue.layout.heap_size,
         "shm client connected"
     );
-    let draining = Arc::new(AtomicBool::new(false));
-    let completer = {
-        let (queue, draining, ctx) = (Arc::clone(&queue), Arc::clone(&draining), Arc::clone(ctx));
-        std::thread::Builder::new()
-            .name(format!("csx-shm-cq-{queue_id}"))
-            .spawn(move || send_completions(&queue, &draining, &ctx))
-    };
-    let completer = match completer {
-        Ok(h) => h,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot start the completion thread");
-            ctx.client_disconnected();
-            return;
-        }
-    };
-    let why = take_submissions(&queue, &stream, completer.thread(), ctx);
+    let why = poll_queue(&queue, &stream, ctx);
     if !matches!(why, Ending::Stopping) {
         queue.gone.store(true, Ordering::Release);
     }
-    draining.store(true, Ordering::Release);
-    completer.thread().unpark();
-    let _ = completer.join();
+    // Commands in flight finish; their completions are posted (or dropped for a host
+    // that is gone) before the queue pair goes.
+    while queue.qp.in_flight() > 0 {
+        if let Some(c) = queue.qp.reap(Some(ACCEPT_POLL)) {
+            complete(&queue, c, ctx);
+        }
+    }
     let goodbye = match &why {
         Ending::Closed => None,
         Ending::Stopping => Some("the device is shutting down".to_string()),
@@ -315,14 +303,24 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
     })
 }
 
-/// The submission loop: poll the ring, take entries, sleep on the doorbell when idle.
-fn take_submissions(q: &Queue, stream: &UnixStream, completer: &Thread, ctx: &Context) -> Ending {
+/// How long the poller waits for a completion of a command in flight before it looks
+/// at the submission ring again (new entries also get picked up at every completion).
+const COMPLETION_WAIT: Duration = Duration::from_micros(500);
+
+/// The client's one device thread: take submission entries and post completions,
+/// polling both while busy and for [`DEVICE_SPIN`] after; then wait for a completion
+/// while commands are in flight, or sleep on the doorbell when none are.
+///
+/// One thread for both directions keeps a round trip at two thread hand-offs (this
+/// thread to an engine and back), which matters on a machine with few cores.
+fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
     let tail_word = q.region.word(word::SQ_TAIL);
     let head_word = q.region.word(word::SQ_HEAD);
     let entries = q.layout.sq_entries;
     let mut head = head_word.load(Ordering::Relaxed);
     let mut last_work = Instant::now();
     loop {
+        let mut worked = false;
         let tail = tail_word.load(Ordering::Acquire);
         if tail != head {
             if tail.wrapping_sub(head) > entries {
@@ -338,10 +336,17 @@ fn take_submissions(q: &Queue, stream: &UnixStream, completer: &Thread, ctx: &Co
                 head = head.wrapping_add(1);
                 // The entry is copied: the host may reuse its slot.
                 head_word.store(head, Ordering::Release);
-                if let Err(reason) = take(q, &bytes, completer, ctx) {
+                if let Err(reason) = take(q, &bytes, ctx) {
                     return Ending::Fatal(reason);
                 }
             }
+            worked = true;
+        }
+        while let Some(c) = q.qp.try_reap() {
+            complete(q, c, ctx);
+            worked = true;
+        }
+        if worked {
             last_work = Instant::now();
             continue;
         }
@@ -349,7 +354,15 @@ fn take_submissions(q: &Queue, stream: &UnixStream, completer: &Thread, ctx: &Co
             return Ending::Stopping;
         }
         if last_work.elapsed() < DEVICE_SPIN {
-            std::hint::spin_loop();
+            // Yield rather than spin: the engine running the command may need this core.
+            std::thread::yield_now();
+            continue;
+        }
+        if q.qp.in_flight() > 0 {
+            if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
+                complete(q, c, ctx);
+                last_work = Instant::now();
+            }
             continue;
         }
         let idle = q.region.word(word::DEVICE_IDLE);
@@ -403,12 +416,7 @@ fn wire_status(e: &WireError) -> Status {
 
 /// Takes one entry: checks it and submits its command, or answers it with an error.
 /// `Err` ends the connection.
-fn take(
-    q: &Queue,
-    bytes: &[u8; SQE_SIZE],
-    completer: &Thread,
-    ctx: &Context,
-) -> Result<(), String> {
+fn take(q: &Queue, bytes: &[u8; SQE_SIZE], ctx: &Context) -> Result<(), String> {
     ShmMetrics::add(&q.metrics.commands, 1);
     let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
     let frame = match &sqe.frame {
@@ -521,10 +529,7 @@ fn take(
         None => q.qp.submit(cmd),
     };
     match submitted {
-        Ok(()) => {
-            completer.unpark();
-            Ok(())
-        }
+        Ok(()) => Ok(()),
         Err(SubmitError::QueueFull { depth }) => Err(format!(
             "more than {depth} commands in flight, the negotiated depth"
         )),
@@ -535,25 +540,14 @@ fn take(
     }
 }
 
-/// The completion loop: reap the queue pair, post entries; until draining and nothing
-/// is in flight.
-fn send_completions(q: &Queue, draining: &AtomicBool, ctx: &Context) {
-    loop {
-        match q.qp.reap(Some(ACCEPT_POLL)) {
-            Some(c) => {
-                let route = lock(&q.routes).remove(&c.id);
-                let route = route.unwrap_or(Route {
-                    response: Span::default(),
-                    data: Span::default(),
-                    read: ReadPath::None,
-                });
-                post(q, c, route, ctx);
-            }
-            None if q.qp.in_flight() > 0 => {}
-            None if draining.load(Ordering::Acquire) => return,
-            None => std::thread::park_timeout(ACCEPT_POLL),
-        }
-    }
+/// Posts the completion the queue pair gave back, with its command's route.
+fn complete(q: &Queue, c: Completion, ctx: &Context) {
+    let route = lock(&q.routes).remove(&c.id).unwrap_or(Route {
+        response: Span::default(),
+        data: Span::default(),
+        read: ReadPath::None,
+    });
+    post(q, c, route, ctx);
 }
 
 /// Posts the completion entry of `c` (see the module doc).
@@ -806,21 +800,18 @@ mod tests {
                 t.ring_doorbell();
             },
         ];
-        for breaker in breakers {
-            let t = connect(&name);
-            // The server counts a client once its handshake thread has registered it,
-            // which may be a moment after `connect` returns.
+        let connected_becomes = |n: u64, what: &str| {
             let deadline = Instant::now() + Duration::from_secs(10);
-            while server.status().clients_connected != 1 {
-                assert!(Instant::now() < deadline, "the client is never counted");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            breaker(&t);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while server.status().clients_connected != 0 {
-                assert!(Instant::now() < deadline, "the connection stays open");
+            while server.status().clients_connected != n {
+                assert!(Instant::now() < deadline, "{what}");
                 std::thread::sleep(Duration::from_millis(10));
             }
+        };
+        for breaker in breakers {
+            let t = connect(&name);
+            connected_becomes(1, "the client is counted");
+            breaker(&t);
+            connected_becomes(0, "the connection stays open");
             drop(t);
             let good = connect(&name);
             good.submit(Command::new(CommandId(9), Op::Identify))
