@@ -37,7 +37,7 @@ u64 copy_plus(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_arg
 "#;
 
 /// Compiles the test programs with clang; fails saying how to get it when missing.
-fn compile(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn compile(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("progs.c");
     let obj = dir.join("progs.o");
     std::fs::write(&src, PROGRAMS).unwrap();
@@ -69,7 +69,7 @@ fn run(dev: &Path, args: &[&str]) -> Output {
         .expect("csx runs")
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "csx failed ({}):\nstdout: {}\nstderr: {}",
@@ -80,7 +80,7 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-fn json(out: Output) -> Value {
+pub(crate) fn json(out: Output) -> Value {
     let text = ok(out);
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
