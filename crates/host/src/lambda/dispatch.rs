@@ -11,14 +11,22 @@
 //!   g  device compute             (1 / βB_h)
 //!   α  output bytes / input bytes
 //!   c  cached fraction of the input in the host page cache
+//!   x  the host's own I/O: media + link per byte it moves (s + d as the host sees them)
 //!
 //!   λ-read  (eq. 3, eq. 1 when c = 0):
-//!     host   = (1 − c)·D·s + (1 − c)·D·d + D·h
+//!     host   = (1 − c)·D·x + D·h           x = s + d
 //!     device = D·s + α·D·d + D·g
 //!   λ-write (eq. 2):
-//!     host   = D·h + α·D·d + α·D·s
+//!     host   = D·h + α·D·x                 x = d + s
 //!     device = D·d + D·g + α·D·s
 //! ```
+//!
+//! `x` is profiled from the host side's own I/O (its uncached input for a read, its
+//! output for a write) rather than composed from the device side's `s` and `d`: a
+//! λ-read's device side moves only the output over the link, a few bytes whose cost is
+//! the link's per-command latency, so `d` measured there says nothing about moving the
+//! input. While no profiled request moved host bytes (all cached), `x` keeps its last
+//! estimate, or `s + d` before there is one.
 //!
 //! Profiling (§3.4.2): per (file, λ) pair, requests are counted in periods of `n`; the
 //! first `k` of each period run on both sides, and each side reports what it measured
@@ -92,6 +100,10 @@ pub struct Sample {
     pub cache_ratio: f64,
     /// Host side: running λ.
     pub host_compute_ns: Option<u64>,
+    /// Host side: its own I/O (uncached input for a read, output for a write).
+    pub host_io_ns: Option<u64>,
+    /// Host side: the bytes that I/O moved.
+    pub host_io_bytes: Option<u64>,
     /// Device side: media ↔ device memory.
     pub media_ns: Option<u64>,
     /// Device side: the link (output back for a read, input over for a write).
@@ -108,6 +120,7 @@ pub struct Estimate {
     pub h: f64,
     pub g: f64,
     pub alpha: f64,
+    pub x: f64,
 }
 
 impl Estimate {
@@ -118,11 +131,11 @@ impl Estimate {
         let a = self.alpha;
         match direction {
             Direction::Read => (
-                (1.0 - c) * dd * self.s + (1.0 - c) * dd * self.d + dd * self.h,
+                (1.0 - c) * dd * self.x + dd * self.h,
                 dd * self.s + a * dd * self.d + dd * self.g,
             ),
             Direction::Write => (
-                dd * self.h + a * dd * self.d + a * dd * self.s,
+                dd * self.h + a * dd * self.x,
                 dd * self.d + dd * self.g + a * dd * self.s,
             ),
         }
@@ -278,7 +291,7 @@ impl Dispatcher {
         let state = self.keys.entry(key.clone()).or_default();
         state.samples.push(sample);
         if state.samples.len() >= k || state.estimate.is_none() {
-            if let Some(est) = estimate(key.direction, &state.samples) {
+            if let Some(est) = estimate(key.direction, &state.samples, state.estimate) {
                 state.estimate = Some(est);
             }
             if state.samples.len() >= k {
@@ -303,7 +316,11 @@ impl Dispatcher {
 }
 
 /// Per-byte costs from `samples` (trimmed means); `None` unless both sides were seen.
-fn estimate(direction: Direction, samples: &[Sample]) -> Option<Estimate> {
+fn estimate(
+    direction: Direction,
+    samples: &[Sample],
+    previous: Option<Estimate>,
+) -> Option<Estimate> {
     let per_byte = |f: &dyn Fn(&Sample) -> Option<(u64, u64)>| {
         let mut xs: Vec<f64> = samples
             .iter()
@@ -337,12 +354,16 @@ fn estimate(direction: Direction, samples: &[Sample]) -> Option<Estimate> {
         .map(|s| s.output_bytes as f64 / s.input_bytes as f64)
         .collect();
     let alpha = trimmed_mean(&mut alphas).unwrap_or(0.0);
+    let x = per_byte(&|s| s.host_io_ns.zip(s.host_io_bytes))
+        .or(previous.map(|p| p.x))
+        .unwrap_or(s_cost + d);
     Some(Estimate {
         s: s_cost,
         d,
         h,
         g,
         alpha,
+        x,
     })
 }
 
@@ -367,6 +388,8 @@ mod tests {
             output_bytes: (b * alpha) as u64,
             cache_ratio: 0.0,
             host_compute_ns: Some((b * h) as u64),
+            host_io_ns: Some((b * 0.59) as u64),
+            host_io_bytes: Some(bytes),
             media_ns: Some((b * 0.28) as u64),
             link_ns: Some((b * alpha * 0.31) as u64),
             device_compute_ns: Some((b * h * 2.4) as u64),
@@ -439,6 +462,7 @@ mod tests {
             h: 3.0,
             g: 4.0,
             alpha: 0.5,
+            x: 3.0,
         };
         // host = D·h + α·D·d + α·D·s = 3 + 1 + 0.5; device = D·d + D·g + α·D·s = 2 + 4 + 0.5.
         assert_eq!(est.predict(Direction::Write, 1, 0.0), (4.5, 6.5));
