@@ -34,7 +34,7 @@ use csx_device::PerfModel;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
 
-use super::dispatch::{Choice, Direction, Dispatcher, Key, Sample, Side};
+use super::dispatch::{Choice, Direction, Dispatcher, Key, Parallelism, Sample, Side};
 use super::local::{ImageRange, LocalImage};
 use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
@@ -81,6 +81,8 @@ pub struct LambdaOptions {
     /// Dispatcher profiling period `n` and length `k`.
     pub period: u32,
     pub profile_len: u32,
+    /// Requests in flight for the dispatcher's predictions (`None`: one alone).
+    pub parallelism: Option<Parallelism>,
 }
 
 impl Default for LambdaOptions {
@@ -90,6 +92,7 @@ impl Default for LambdaOptions {
             state_dir: None,
             period: super::dispatch::PERIOD_DEFAULT,
             profile_len: super::dispatch::PROFILE_LEN_DEFAULT,
+            parallelism: None,
         }
     }
 }
@@ -178,8 +181,9 @@ impl<'d> LambdaIo<'d> {
     /// on this machine (embedded, or `options.state_dir`); otherwise host and auto
     /// requests fail with [`LambdaError::NoLocalImage`] naming why.
     pub fn new(dev: &'d Device, options: &LambdaOptions) -> Result<LambdaIo<'d>, LambdaError> {
-        let dispatcher = Dispatcher::new(options.period, options.profile_len)
+        let mut dispatcher = Dispatcher::new(options.period, options.profile_len)
             .map_err(|e| LambdaError::Options(e.to_string()))?;
+        dispatcher.set_parallelism(options.parallelism);
         let dir: Option<PathBuf> = match (&options.state_dir, dev.uri()) {
             (Some(d), _) => Some(d.clone()),
             (None, DeviceUri::Embedded(d)) => Some(d.clone()),
@@ -530,7 +534,8 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             output_bytes: h.output.len() as u64,
             cache_ratio: c,
             host_compute_ns: Some(h.cost.compute_ns),
-            host_io_ns: Some(h.cost.media_ns + h.cost.link_ns),
+            host_media_ns: Some(h.cost.media_ns),
+            host_link_ns: Some(h.cost.link_ns),
             host_io_bytes: Some(match key.direction {
                 Direction::Read => h.cost.media_bytes,
                 Direction::Write => h.output.len() as u64,

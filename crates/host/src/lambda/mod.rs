@@ -29,6 +29,8 @@
 //! Invariant: in `auto`, a profiled request's two outputs are compared and must be
 //! equal; otherwise the request fails with [`LambdaError::SidesDisagree`].
 
+#[cfg(feature = "inproc")]
+pub mod account;
 pub mod dispatch;
 #[cfg(feature = "inproc")]
 mod file;
@@ -39,7 +41,11 @@ pub mod program;
 #[cfg(feature = "inproc")]
 mod sys;
 
-pub use dispatch::{Choice, Counters, Decision, Direction, Dispatcher, Key, Sample, Side};
+#[cfg(feature = "inproc")]
+pub use account::{makespan_ns, RunAccount};
+pub use dispatch::{
+    Choice, Counters, Decision, Direction, Dispatcher, Estimate, Key, Parallelism, Sample, Side,
+};
 #[cfg(feature = "inproc")]
 pub use file::{
     LambdaFile, LambdaIo, LambdaOptions, LambdaOutput, Mode, Ran, SideCost, CACHE_BUDGET_DEFAULT,
