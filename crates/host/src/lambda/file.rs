@@ -737,8 +737,25 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             fuel,
             ..SideCost::default()
         };
+        let io_cost = self.write_out(offset, &output, perf)?;
+        cost.media_ns += io_cost.media_ns;
+        cost.link_ns += io_cost.link_ns;
+        cost.media_bytes += io_cost.media_bytes;
+        cost.link_bytes += io_cost.link_bytes;
+        Ok(SideRun { output, cost })
+    }
+
+    /// Writes `data` to the file at `offset` from the host (File Write over the link,
+    /// then Flush), with its modelled cost.
+    fn write_out(
+        &self,
+        offset: u64,
+        data: &[u8],
+        perf: &PerfModel,
+    ) -> Result<SideCost, LambdaError> {
+        let mut cost = SideCost::default();
         let client = self.io.dev.client();
-        for (i, piece) in output.chunks(FILE_IO_SIZE_MAX as usize).enumerate() {
+        for (i, piece) in data.chunks(FILE_IO_SIZE_MAX as usize).enumerate() {
             let n = piece.len() as u64;
             let c = client.call_ok(Op::FileWrite {
                 path: self.path.clone(),
@@ -754,7 +771,24 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         }
         let c = client.call_ok(Op::Flush)?;
         cost.media_ns += c.timing.modelled_ns;
-        Ok(SideRun { output, cost })
+        Ok(cost)
+    }
+
+    /// Writes `data` at `offset` from the host without a λ (λ-IO's Buffer IO write:
+    /// the caller computed it natively), with the same durability and cache
+    /// invalidation as [`LambdaFile::write_lambda`]; returns its modelled I/O cost.
+    pub fn write_plain(&mut self, offset: u64, data: &[u8]) -> Result<SideCost, LambdaError> {
+        let (_, perf) = self.io.host_parts()?;
+        let cost = self.write_out(offset, data, perf)?;
+        self.refresh()?;
+        if !data.is_empty() {
+            let ranges = self.image_ranges(offset, data.len() as u64)?;
+            self.io
+                .local()?
+                .drop_ranges(&ranges)
+                .map_err(LambdaError::local("drop"))?;
+        }
+        Ok(cost)
     }
 
     fn write_device(
