@@ -6,7 +6,7 @@
 //! ```text
 //!   resource        capacity           busy with
 //!   media           1                  device media reads/writes, host cache misses
-//!   link            1                  every byte and command latency over the link
+//!   link            1                  every byte over the link
 //!   host cores      T (the threads)    λ (or native code) on the host
 //!   device engines  E (the profile's)  λ on the device
 //!   requests        T in flight        each request's own modelled time
@@ -17,6 +17,9 @@
 //! is at least every other row, so a sequential run is simply the sum. Applications
 //! running at once share media, link, cores and engines; each keeps its own requests
 //! row ([`makespan_ns`]).
+//!
+//! A command's link latency (doorbell and completion) is in its request's own time but
+//! keeps no resource busy: many commands wait at once.
 //!
 //! A profiled request (both sides ran) keeps both sides' resources busy and lasts as
 //! long as its slower side.

@@ -132,6 +132,10 @@ pub struct Sample {
     pub link_ns: Option<u64>,
     /// Device side: running λ.
     pub device_compute_ns: Option<u64>,
+    /// Per-command latencies of each side (in a request's time alone, not in a
+    /// shared stage).
+    pub host_latency_ns: Option<u64>,
+    pub device_latency_ns: Option<u64>,
 }
 
 /// The profiled per-byte costs of one key (see the module table).
@@ -144,6 +148,9 @@ pub struct Estimate {
     pub alpha: f64,
     pub xs: f64,
     pub xd: f64,
+    /// Per-command latencies per input byte, host and device side.
+    pub lh: f64,
+    pub ld: f64,
 }
 
 /// Requests in flight and where they run (see the module doc).
@@ -181,7 +188,10 @@ impl Estimate {
             ),
         };
         match p {
-            None => (host.iter().sum(), device.iter().sum()),
+            None => (
+                host.iter().sum::<f64>() + dd * self.lh,
+                device.iter().sum::<f64>() + dd * self.ld,
+            ),
             Some(p) => {
                 let t = f64::from(p.host_threads.max(1));
                 let e = f64::from(p.device_engines.max(1));
@@ -419,6 +429,8 @@ fn estimate(
     let xd = per_byte(&|s| s.host_link_ns.zip(s.host_io_bytes))
         .or(previous.map(|p| p.xd))
         .unwrap_or(d);
+    let lh = per_byte(&|s| s.host_latency_ns.map(|t| (t, s.input_bytes))).unwrap_or(0.0);
+    let ld = per_byte(&|s| s.device_latency_ns.map(|t| (t, s.input_bytes))).unwrap_or(0.0);
     Some(Estimate {
         s: s_cost,
         d,
@@ -427,6 +439,8 @@ fn estimate(
         alpha,
         xs,
         xd,
+        lh,
+        ld,
     })
 }
 
@@ -457,6 +471,8 @@ mod tests {
             media_ns: Some((b * 0.28) as u64),
             link_ns: Some((b * alpha * 0.31) as u64),
             device_compute_ns: Some((b * h * 2.4) as u64),
+            host_latency_ns: Some(0),
+            device_latency_ns: Some(0),
         }
     }
 
@@ -521,6 +537,8 @@ mod tests {
             alpha: 0.5,
             xs: 1.0,
             xd: 2.0,
+            lh: 0.0,
+            ld: 0.0,
         };
         let p = Parallelism {
             host_threads: 8,
@@ -557,6 +575,8 @@ mod tests {
             alpha: 0.5,
             xs: 1.0,
             xd: 2.0,
+            lh: 0.0,
+            ld: 0.0,
         };
         // host = D·h + α·D·d + α·D·s = 3 + 1 + 0.5; device = D·d + D·g + α·D·s = 2 + 4 + 0.5.
         assert_eq!(est.predict(Direction::Write, 1, 0.0, None), (4.5, 6.5));

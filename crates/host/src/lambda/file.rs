@@ -106,6 +106,9 @@ pub struct SideCost {
     pub link_ns: u64,
     /// Running λ (host core or device engine).
     pub compute_ns: u64,
+    /// Per-command link latency (doorbell and completion): part of the request's time,
+    /// but no resource is busy with it (many commands wait at once).
+    pub latency_ns: u64,
     pub link_bytes: u64,
     pub media_bytes: u64,
     pub fuel: u64,
@@ -114,8 +117,33 @@ pub struct SideCost {
 impl SideCost {
     /// The request's modelled duration on this side: its stages one after another.
     pub fn modelled_ns(&self) -> u64 {
-        self.media_ns + self.link_ns + self.compute_ns
+        self.media_ns + self.link_ns + self.compute_ns + self.latency_ns
     }
+
+    /// Books an execution's modelled time (latency apart, the rest compute).
+    fn book_execution(&mut self, run: &Execution, latency_ns: u64) {
+        let latency = latency_ns.min(run.timing.modelled_ns);
+        self.latency_ns += latency;
+        self.compute_ns += run.timing.modelled_ns - latency;
+    }
+
+    /// Books a completion's modelled time: its latency apart, the rest on `resource`.
+    fn book(&mut self, c: &Completion, latency_ns: u64, resource: Resource) {
+        let latency = latency_ns.min(c.timing.modelled_ns);
+        self.latency_ns += latency;
+        let rest = c.timing.modelled_ns - latency;
+        match resource {
+            Resource::Media => self.media_ns += rest,
+            Resource::Link => self.link_ns += rest,
+        }
+    }
+}
+
+/// What a command keeps busy.
+#[derive(Clone, Copy, Debug)]
+enum Resource {
+    Media,
+    Link,
 }
 
 /// Where a request ran.
@@ -215,6 +243,12 @@ impl<'d> LambdaIo<'d> {
     /// The device's performance model, when its state directory is on this machine.
     pub fn perf(&self) -> Option<&PerfModel> {
         self.perf.as_ref()
+    }
+
+    /// The link latency every command's modelled time includes (0 when the device's
+    /// model is not known here: then it counts against the command's resource).
+    fn latency_ns(&self) -> u64 {
+        self.perf.as_ref().map_or(0, |p| p.link_latency_ns)
     }
 
     /// The host image, or why there is none.
@@ -444,6 +478,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             media_ns: perf.media_ns(uncached),
             link_ns: perf.link_ns(uncached),
             compute_ns: 0,
+            latency_ns: 0,
             link_bytes: uncached,
             media_bytes: uncached,
             fuel: 0,
@@ -543,6 +578,8 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             media_ns: Some(d.cost.media_ns),
             link_ns: Some(d.cost.link_ns),
             device_compute_ns: Some(d.cost.compute_ns),
+            host_latency_ns: Some(h.cost.latency_ns),
+            device_latency_ns: Some(d.cost.latency_ns),
         };
         self.io.dispatcher().record(key, sample);
         Ok(LambdaOutput {
@@ -608,10 +645,10 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 len,
             }],
         })?;
-        cost.media_ns += copy.timing.modelled_ns;
+        cost.book(&copy, self.io.latency_ns(), Resource::Media);
         cost.media_bytes += len;
         let run = self.execute(lambda, args, (mem, 0, len), (mem, len, out_len))?;
-        cost.compute_ns += run.timing.modelled_ns;
+        cost.book_execution(&run, self.io.latency_ns());
         cost.fuel = run.fuel_used;
         let n = output_len(Side::Device, &run, out_len)?;
         let output = if n > 0 {
@@ -620,7 +657,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 offset: len,
                 len: n,
             })?;
-            cost.link_ns += c.timing.modelled_ns;
+            cost.book(&c, self.io.latency_ns(), Resource::Link);
             cost.link_bytes += n;
             data_of(c, n)?
         } else {
@@ -740,6 +777,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let io_cost = self.write_out(offset, &output, perf)?;
         cost.media_ns += io_cost.media_ns;
         cost.link_ns += io_cost.link_ns;
+        cost.latency_ns += io_cost.latency_ns;
         cost.media_bytes += io_cost.media_bytes;
         cost.link_bytes += io_cost.link_bytes;
         Ok(SideRun { output, cost })
@@ -763,14 +801,16 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 data: piece.to_vec(),
                 mode: WriteMode::Write,
             })?;
-            let media = perf.media_ns(n);
+            let media = perf.media_ns(n).min(c.timing.modelled_ns);
             cost.media_ns += media;
-            cost.link_ns += c.timing.modelled_ns.saturating_sub(media);
+            let latency = perf.link_latency_ns.min(c.timing.modelled_ns - media);
+            cost.latency_ns += latency;
+            cost.link_ns += c.timing.modelled_ns - media - latency;
             cost.media_bytes += n;
             cost.link_bytes += n;
         }
         let c = client.call_ok(Op::Flush)?;
-        cost.media_ns += c.timing.modelled_ns;
+        cost.book(&c, perf.link_latency_ns, Resource::Media);
         Ok(cost)
     }
 
@@ -827,11 +867,11 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 offset: i as u64 * csx_proto::limits::MEM_IO_SIZE_MAX,
                 data: piece.to_vec(),
             })?;
-            cost.link_ns += c.timing.modelled_ns;
+            cost.book(&c, self.io.latency_ns(), Resource::Link);
             cost.link_bytes += piece.len() as u64;
         }
         let run = self.execute(lambda, args, (mem, 0, len), (mem, len, out_len))?;
-        cost.compute_ns += run.timing.modelled_ns;
+        cost.book_execution(&run, self.io.latency_ns());
         cost.fuel = run.fuel_used;
         let n = output_len(Side::Device, &run, out_len)?;
         if n > 0 {
@@ -844,11 +884,11 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                     len: n,
                 },
             })?;
-            cost.media_ns += c.timing.modelled_ns;
+            cost.book(&c, self.io.latency_ns(), Resource::Media);
             cost.media_bytes += n;
         }
         let c = client.call_ok(Op::Flush)?;
-        cost.media_ns += c.timing.modelled_ns;
+        cost.book(&c, self.io.latency_ns(), Resource::Media);
         // The answer is what the device wrote; read it back only for the caller (not
         // part of the modelled cost: a λ-write returns no data).
         let output = if n > 0 {
