@@ -193,3 +193,37 @@ fn write_modes_agree_and_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown mode"));
 }
+
+#[test]
+fn bench_lambda_runs_every_case_in_every_mode() {
+    // Small: 8 requests of 128 KiB per file. The bench itself fails if a mode's outputs
+    // differ from the host λ's.
+    let out = csx()
+        .env_remove("CSX_DEVICE")
+        .args([
+            "bench", "lambda", "--size", "1MiB", "--chunk", "128KiB", "--json",
+        ])
+        .output()
+        .expect("csx runs");
+    let (stdout, _) = ok(out);
+    let rows: Vec<Value> = stdout.lines().map(json).collect();
+    // 4 programs × cold/warm, bitmap, 3 dataset sizes, 2 two-app runs; 4 modes each.
+    assert_eq!(rows.len(), 14 * 4);
+    for group in rows.chunks(4) {
+        let total = |r: &Value| {
+            ["requests_host", "requests_device", "requests_profiled"]
+                .iter()
+                .map(|k| r[k].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        let modes: Vec<&str> = group.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+        assert_eq!(modes, ["host", "buffered", "device", "auto"]);
+        for r in group {
+            assert_eq!(total(r), total(&group[0]), "{r}");
+            assert!(r["modelled_ns"].as_u64().unwrap() > 0, "{r}");
+            assert_eq!(r["scenario"], group[0]["scenario"]);
+        }
+        assert_eq!(group[0]["requests_host"], total(&group[0]));
+        assert_eq!(group[2]["requests_device"], total(&group[2]));
+    }
+}

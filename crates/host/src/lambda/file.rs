@@ -364,6 +364,22 @@ pub struct LambdaFile<'a, 'd> {
     extents: Vec<csx_proto::ExtentInfo>,
 }
 
+/// A piece of a file range (see [`LambdaFile::pieces`]).
+#[derive(Clone, Copy, Debug)]
+enum Piece {
+    Image(ImageRange),
+    Hole(u64),
+}
+
+impl Piece {
+    fn len(&self) -> u64 {
+        match self {
+            Piece::Image(r) => r.len,
+            Piece::Hole(n) => *n,
+        }
+    }
+}
+
 /// Runs on one side: output and account.
 struct SideRun {
     output: Vec<u8>,
@@ -390,6 +406,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             });
         }
         self.extents = ext.extents;
+        self.extents.sort_by_key(|e| e.file_offset);
         Ok(())
     }
 
@@ -417,8 +434,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         Ok(())
     }
 
-    /// The image ranges holding `[offset, offset + len)` of the file, in file order.
-    pub fn image_ranges(&self, offset: u64, len: u64) -> Result<Vec<ImageRange>, LambdaError> {
+    /// `[offset, offset + len)` of the file as pieces in file order: runs of the image,
+    /// and holes no extent covers (zeros, as the device reads them).
+    fn pieces(&self, offset: u64, len: u64) -> Vec<Piece> {
         let end = offset + len;
         let mut out = Vec::new();
         let mut at = offset;
@@ -428,35 +446,60 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 continue;
             }
             if lo > at {
-                break;
+                out.push(Piece::Hole(lo - at));
+                at = lo;
             }
             let take_end = hi.min(end);
-            out.push(ImageRange {
+            out.push(Piece::Image(ImageRange {
                 image_offset: e.nvm_offset + (at - lo),
                 len: take_end - at,
-            });
+            }));
             at = take_end;
             if at == end {
                 break;
             }
         }
-        if at != end {
-            return Err(LambdaError::Hole {
-                path: self.path.clone(),
-                offset: at,
-            });
+        if at < end {
+            out.push(Piece::Hole(end - at));
         }
-        Ok(out)
+        debug_assert_eq!(out.iter().map(Piece::len).sum::<u64>(), len);
+        out
     }
 
-    /// The cached fraction of `[offset, offset + len)` in the host's page cache.
+    /// The image ranges holding `[offset, offset + len)` of the file, in file order
+    /// (holes left out).
+    pub fn image_ranges(&self, offset: u64, len: u64) -> Vec<ImageRange> {
+        self.pieces(offset, len)
+            .into_iter()
+            .filter_map(|p| match p {
+                Piece::Image(r) => Some(r),
+                Piece::Hole(_) => None,
+            })
+            .collect()
+    }
+
+    /// Bytes of `pieces` that cost no I/O: cached in the page cache, or holes.
+    fn cached_bytes(&self, local: &LocalImage, pieces: &[Piece]) -> Result<u64, LambdaError> {
+        let mut cached = 0;
+        let mut images = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Image(r) => images.push(*r),
+                Piece::Hole(n) => cached += n,
+            }
+        }
+        Ok(cached
+            + local
+                .cached_bytes(&images)
+                .map_err(LambdaError::local("mincore"))?)
+    }
+
+    /// The cached fraction of `[offset, offset + len)` in the host's page cache (holes
+    /// count as cached: reading them costs nothing).
     pub fn cache_ratio(&self, offset: u64, len: u64) -> Result<f64, LambdaError> {
         self.check_range(offset, len)?;
         let local = self.io.local()?;
-        let ranges = self.image_ranges(offset, len)?;
-        let cached = local
-            .cached_bytes(&ranges)
-            .map_err(LambdaError::local("mincore"))?;
+        let cached = self.cached_bytes(local, &self.pieces(offset, len))?;
         Ok(cached as f64 / len as f64)
     }
 
@@ -465,14 +508,19 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
     pub fn read_plain(&self, offset: u64, len: u64) -> Result<(Vec<u8>, SideCost), LambdaError> {
         self.check_range(offset, len)?;
         let (local, perf) = self.io.host_parts()?;
-        let ranges = self.image_ranges(offset, len)?;
-        let cached = local
-            .cached_bytes(&ranges)
-            .map_err(LambdaError::local("mincore"))?;
+        let pieces = self.pieces(offset, len);
+        let cached = self.cached_bytes(local, &pieces)?;
         let mut buf = vec![0u8; len as usize];
-        local
-            .read(&ranges, &mut buf)
-            .map_err(LambdaError::local("read"))?;
+        let mut at = 0usize;
+        for p in &pieces {
+            let n = p.len() as usize;
+            if let Piece::Image(r) = p {
+                local
+                    .read(&[*r], &mut buf[at..at + n])
+                    .map_err(LambdaError::local("read"))?;
+            }
+            at += n;
+        }
         let uncached = len - cached;
         let cost = SideCost {
             media_ns: perf.media_ns(uncached),
@@ -750,7 +798,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         if let Ok(local) = self.io.local() {
             let written = out.output.len() as u64;
             if written > 0 {
-                let ranges = self.image_ranges(offset, written)?;
+                let ranges = self.image_ranges(offset, written);
                 local
                     .drop_ranges(&ranges)
                     .map_err(LambdaError::local("drop"))?;
@@ -822,7 +870,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let cost = self.write_out(offset, data, perf)?;
         self.refresh()?;
         if !data.is_empty() {
-            let ranges = self.image_ranges(offset, data.len() as u64)?;
+            let ranges = self.image_ranges(offset, data.len() as u64);
             self.io
                 .local()?
                 .drop_ranges(&ranges)

@@ -83,9 +83,6 @@ pub enum LambdaError {
         len: u64,
         size_bytes: u64,
     },
-    /// The file has no extent at `offset` (a sparse hole) where the host would read.
-    #[error("{path} has no extent at offset {offset}")]
-    Hole { path: String, offset: u64 },
     #[error("{path} has more extents than one reply carries")]
     TooManyExtents { path: String },
     /// The λ trapped.

@@ -523,3 +523,53 @@ fn host_cache_ratio_budget_and_write_invalidation() {
         bitmap.unload(dev).unwrap();
     });
 }
+
+#[test]
+fn fragmented_files_read_the_same_on_both_sides() {
+    crate::run(crate::EMBEDDED, |f| {
+        let dev = f.dev();
+        let io = LambdaIo::new(dev, &options()).unwrap();
+        // Interleaved appends to two files, a flush between, and a hole left by a
+        // truncate that grows the file.
+        let piece = 12 << 10;
+        let mut expected = Vec::new();
+        for i in 0..6u64 {
+            let a = random_bytes(10 + i, piece);
+            dev.write_file("/lambda/frag", i * piece as u64, &a)
+                .unwrap();
+            dev.write_file("/lambda/other", i * piece as u64, &a)
+                .unwrap();
+            dev.flush().unwrap();
+            expected.extend_from_slice(&a);
+        }
+        let hole = 20 << 10;
+        dev.truncate_file("/lambda/frag", (expected.len() + hole) as u64)
+            .unwrap();
+        expected.resize(expected.len() + hole, 0);
+        let tail = random_bytes(99, piece);
+        dev.write_file("/lambda/frag", expected.len() as u64, &tail)
+            .unwrap();
+        expected.extend_from_slice(&tail);
+        let extents = dev.extents("/lambda/frag").unwrap().extents;
+        assert!(extents.len() > 1, "{extents:?}");
+        let file = io.open("/lambda/frag").unwrap();
+        let size = file.size_bytes();
+        assert_eq!(size, expected.len() as u64);
+        // A range crossing extents, not page-aligned at either end.
+        let (offset, len) = (5000, size - 9000);
+        let (bytes, _) = file.read_plain(offset, len).unwrap();
+        assert_eq!(bytes, &expected[offset as usize..(offset + len) as usize]);
+        let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
+        let outs: Vec<Vec<u8>> = [Mode::Host, Mode::Device]
+            .iter()
+            .map(|&m| {
+                file.read_lambda(offset, len, &stats, &small_output(32), m)
+                    .unwrap()
+                    .output
+            })
+            .collect();
+        assert_eq!(outs[0], outs[1]);
+        drop(io);
+        stats.unload(dev).unwrap();
+    });
+}
