@@ -699,19 +699,37 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         cost.book_execution(&run, self.io.latency_ns());
         cost.fuel = run.fuel_used;
         let n = output_len(Side::Device, &run, out_len)?;
-        let output = if n > 0 {
+        let output = self.read_back(mem, len, n, Some(&mut cost))?;
+        Ok(SideRun { output, cost })
+    }
+
+    /// Reads `n` bytes at `offset` of `mem` in Memory Reads of at most
+    /// `MEM_IO_SIZE_MAX`, booking them on `cost` when given.
+    fn read_back(
+        &self,
+        mem: MemHandle,
+        offset: u64,
+        n: u64,
+        mut cost: Option<&mut SideCost>,
+    ) -> Result<Vec<u8>, LambdaError> {
+        let client = self.io.dev.client();
+        let mut out = Vec::with_capacity(n as usize);
+        let mut done = 0;
+        while done < n {
+            let piece = (n - done).min(csx_proto::limits::MEM_IO_SIZE_MAX);
             let c = client.call_ok(Op::MemRead {
                 handle: mem,
-                offset: len,
-                len: n,
+                offset: offset + done,
+                len: piece,
             })?;
-            cost.book(&c, self.io.latency_ns(), Resource::Link);
-            cost.link_bytes += n;
-            data_of(c, n)?
-        } else {
-            Vec::new()
-        };
-        Ok(SideRun { output, cost })
+            if let Some(cost) = cost.as_deref_mut() {
+                cost.book(&c, self.io.latency_ns(), Resource::Link);
+                cost.link_bytes += piece;
+            }
+            out.extend_from_slice(&data_of(c, piece)?);
+            done += piece;
+        }
+        Ok(out)
     }
 
     fn execute(
@@ -939,18 +957,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         cost.book(&c, self.io.latency_ns(), Resource::Media);
         // The answer is what the device wrote; read it back only for the caller (not
         // part of the modelled cost: a λ-write returns no data).
-        let output = if n > 0 {
-            data_of(
-                client.call_ok(Op::MemRead {
-                    handle: mem,
-                    offset: len,
-                    len: n,
-                })?,
-                n,
-            )?
-        } else {
-            Vec::new()
-        };
+        let output = self.read_back(mem, len, n, None)?;
         Ok(SideRun { output, cost })
     }
 }
