@@ -19,6 +19,7 @@ mod exec;
 mod files;
 mod gen_cmd;
 mod hex;
+mod lambda_cmd;
 mod sdk_cmd;
 mod serve;
 mod vm;
@@ -100,6 +101,12 @@ enum Command {
     Build(build_cmd::BuildArgs),
     /// The C SDK (`csx sdk header`).
     Sdk(sdk_cmd::SdkArgs),
+    /// Run a λ over a device file chunk by chunk, on the host, the device or either.
+    Read(lambda_cmd::ReadArgs),
+    /// Run a λ over a local file and write its outputs to a device file.
+    Write(lambda_cmd::WriteArgs),
+    /// The host page cache of the device's image (`csx cache drop`).
+    Cache(lambda_cmd::CacheArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -119,6 +126,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Gen(args) => gen_cmd::run(args, &cli.global),
         Command::Build(args) => build_cmd::run(args, &cli.global),
         Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
+        Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
+        Command::Write(args) => lambda_cmd::run_write(args, &cli.global),
+        Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
     }
 }
 

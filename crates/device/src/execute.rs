@@ -35,7 +35,8 @@
 
 use std::time::Instant;
 
-use csx_ebpf::engine::{RunOptions, RunOutcome};
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::helper::HelperHost;
 use csx_ebpf::limits::FUEL_DEFAULT;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
@@ -143,6 +144,50 @@ pub fn wire_trap(t: &Trap) -> WireTrap {
     WireTrap { pc: t.pc, kind }
 }
 
+/// An execution's scalars: what a run sees in `struct csx_args` besides its windows.
+#[derive(Clone, Copy, Debug)]
+pub struct RunCall<'p> {
+    pub cparam1: u64,
+    pub cparam2: u64,
+    pub params: &'p [u8],
+    pub fuel: u64,
+}
+
+/// Runs `engine` over `windows` exactly as Execute Program does: builds `struct
+/// csx_args`, maps args (read-only), the state (by `map_state`, which maps region 3 and
+/// returns its address and length) and window i at region 4+i, and passes r1-r5 as the
+/// module doc says. The device and the host side of λ-IO (`csx_host::lambda`) both run
+/// programs through here, so a program sees the same memory on either side.
+pub fn run_on_windows<'w>(
+    engine: &dyn Engine,
+    windows: Vec<&'w mut [u8]>,
+    map_state: impl for<'m> FnOnce(&mut MemoryMap<'m>) -> (u64, u64),
+    call: &RunCall<'_>,
+    host: &mut dyn HelperHost,
+) -> RunOutcome {
+    assert!(windows.len() <= WINDOWS_MAX);
+    let lens: Vec<u64> = windows.iter().map(|w| w.len() as u64).collect();
+    let args = build_args(call.cparam1, call.cparam2, &lens, call.params);
+    let mut mem = MemoryMap::new();
+    let args_addr = mem
+        .map_read_only(ARGS_REGION, &args)
+        .expect("the argument block is small");
+    let (state_addr, state_len) = map_state(&mut mem);
+    let mut r1r2 = (0, 0);
+    for (i, slice) in windows.into_iter().enumerate() {
+        let len = slice.len() as u64;
+        let addr = mem
+            .map_read_write(window_region(i), slice)
+            .expect("window lengths are checked against the region limit");
+        if i == 0 {
+            r1r2 = (addr, len);
+        }
+    }
+    let regs = [r1r2.0, r1r2.1, state_addr, state_len, args_addr];
+    let opts = RunOptions { fuel: call.fuel };
+    engine.run(&mut mem, regs, &opts, host)
+}
+
 fn fail(status: Status, component: &str, message: impl Into<String>) -> Completion {
     Completion::error(CommandId(0), status, component, message)
 }
@@ -233,40 +278,37 @@ impl Shared {
             Ok(l) => l,
             Err(c) => return *c,
         };
-        // Next, build the argument block and the region table.
-        let lens: Vec<u64> = ranges.iter().map(|r| r.len).collect();
-        let args = build_args(*cparam1, *cparam2, &lens, params);
+        // Next, build the argument block and the region table, and run.
         let state = self.state.map();
-        let mut mem = MemoryMap::new();
-        let args_addr = mem
-            .map_read_only(ARGS_REGION, &args)
-            .expect("the argument block is small");
-        // SAFETY: the mapping's bytes live in the device's shared state, which outlives
-        // this run; `state` (the gate held shared) keeps clear and save from touching
-        // them until it drops after the run. Concurrent runs write them racily by design
-        // (see `state`), which the VM tolerates.
-        let state_addr = unsafe { mem.map_raw(STATE_REGION, state.ptr, state.len, true) }
-            .expect("the shared state size is bounded below the region limit");
-        let mut r1r2 = (0, 0);
-        for (i, slice) in leases.slices_mut().into_iter().enumerate() {
-            let slice = slice.expect("windows are leased writable");
-            let len = slice.len() as u64;
-            let addr = mem
-                .map_read_write(window_region(i), slice)
-                .expect("window lengths are checked against the region limit");
-            if i == 0 {
-                r1r2 = (addr, len);
-            }
-        }
-        let regs = [r1r2.0, r1r2.1, state_addr, state.len as u64, args_addr];
-        let opts = RunOptions {
+        let windows: Vec<&mut [u8]> = leases
+            .slices_mut()
+            .into_iter()
+            .map(|s| s.expect("windows are leased writable"))
+            .collect();
+        let call = RunCall {
+            cparam1: *cparam1,
+            cparam2: *cparam2,
+            params,
             fuel: fuel.unwrap_or(FUEL_DEFAULT),
         };
         let mut ctx = CallContext::new(&self.files, self.epoch);
         let prepare_ns = ns(prepare_start.elapsed());
-        // Run.
         let run_start = Instant::now();
-        let outcome = ticket.engine.run(&mut mem, regs, &opts, &mut ctx);
+        let outcome = run_on_windows(
+            ticket.engine.as_ref(),
+            windows,
+            |mem| {
+                // SAFETY: the mapping's bytes live in the device's shared state, which
+                // outlives this run; `state` (the gate held shared) keeps clear and save
+                // from touching them until it drops after the run. Concurrent runs write
+                // them racily by design (see `state`), which the VM tolerates.
+                let addr = unsafe { mem.map_raw(STATE_REGION, state.ptr, state.len, true) }
+                    .expect("the shared state size is bounded below the region limit");
+                (addr, state.len as u64)
+            },
+            &call,
+            &mut ctx,
+        );
         let run = run_start.elapsed();
         // The region table's borrows end here; release the state and the windows before
         // the completion exists, so the windows are free when the host sees it.

@@ -204,7 +204,9 @@ pub fn errno_of(e: &FileStoreError) -> i64 {
 
 /// What one execution's calls into registered functions need and leave behind.
 pub struct CallContext<'a> {
-    files: &'a FileStore,
+    /// The device's files; `None` on the host side of λ-IO, where the file functions
+    /// fail with `CSX_ENOSYS` (a λ reads its input from window 0, never by path).
+    files: Option<&'a FileStore>,
     epoch: Instant,
     /// The first failure of the run.
     pub detail: Option<ErrorDetail>,
@@ -229,7 +231,19 @@ impl<'a> CallContext<'a> {
     /// A context for one run; `csx_now_ns` counts from `epoch`.
     pub fn new(files: &'a FileStore, epoch: Instant) -> CallContext<'a> {
         CallContext {
-            files,
+            files: Some(files),
+            epoch,
+            detail: None,
+            trace: Vec::new(),
+            io: Duration::ZERO,
+        }
+    }
+
+    /// A context without a file store: the host-side λ runtime's. Every function but the
+    /// file functions behaves as on the device.
+    pub fn without_files(epoch: Instant) -> CallContext<'static> {
+        CallContext {
+            files: None,
             epoch,
             detail: None,
             trace: Vec::new(),
@@ -270,6 +284,18 @@ impl<'a> CallContext<'a> {
         }
     }
 
+    /// The file store, or the `CSX_ENOSYS` failure of `function` without one.
+    fn files(&mut self, function: &str) -> Result<&'a FileStore, CallResult> {
+        match self.files {
+            Some(f) => Ok(f),
+            None => Err(self.fail(
+                function,
+                CSX_ENOSYS,
+                "no device files on the host side of a λ",
+            )),
+        }
+    }
+
     fn file_error(&mut self, function: &str, e: &FileStoreError) -> CallResult {
         self.fail(function, errno_of(e), e.to_string())
     }
@@ -281,7 +307,11 @@ impl<'a> CallContext<'a> {
             Err(r) => return r,
         };
         let start = Instant::now();
-        let r = self.files.stat(&path);
+        let files = match self.files(F) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let r = files.stat(&path);
         self.io += start.elapsed();
         match r {
             Ok(st) => Ok(st.size),
@@ -301,7 +331,11 @@ impl<'a> CallContext<'a> {
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
         let start = Instant::now();
-        let r = self.files.read_at(&path, offset, buf);
+        let files = match self.files(F) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let r = files.read_at(&path, offset, buf);
         self.io += start.elapsed();
         match r {
             Ok(n) => Ok(n as u64),
@@ -321,7 +355,11 @@ impl<'a> CallContext<'a> {
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
         let start = Instant::now();
-        let r = self.files.write_at(&path, offset, data);
+        let files = match self.files(F) {
+            Ok(f) => f,
+            Err(r) => return r,
+        };
+        let r = files.write_at(&path, offset, data);
         self.io += start.elapsed();
         match r {
             Ok(()) => Ok(len),

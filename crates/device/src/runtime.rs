@@ -965,7 +965,9 @@ impl Shared {
         ok(total)
     }
 
-    /// Reads storage source `i` (a file or NVM range) into `piece`, exactly.
+    /// Reads storage source `i` (a file or NVM range) into `piece`, exactly, from the
+    /// media: uncached, so a device-side read neither benefits from nor fills the host's
+    /// page cache of the image (λ-IO's host/device comparison depends on it).
     fn copy_from_storage(
         &self,
         i: usize,
@@ -974,7 +976,7 @@ impl Shared {
     ) -> Result<(), Box<Completion>> {
         match s {
             CopySource::File { path, offset, len } => {
-                match self.files.read_at(path, *offset, piece) {
+                match self.files.read_at_uncached(path, *offset, piece) {
                     Ok(n) if n as u64 == *len => Ok(()),
                     Ok(n) => {
                         let message =
@@ -987,13 +989,15 @@ impl Shared {
                     }
                 }
             }
-            CopySource::Nvm { offset, .. } => self.nvm.read_at(*offset, piece).map_err(|e| {
-                let status = match e {
-                    NvmError::OutOfRange { .. } => Status::OutOfRange,
-                    _ => Status::IoError,
-                };
-                Box::new(fail(status, "nvm", format!("source {i}: {e}")))
-            }),
+            CopySource::Nvm { offset, .. } => {
+                self.nvm.read_at_uncached(*offset, piece).map_err(|e| {
+                    let status = match e {
+                        NvmError::OutOfRange { .. } => Status::OutOfRange,
+                        _ => Status::IoError,
+                    };
+                    Box::new(fail(status, "nvm", format!("source {i}: {e}")))
+                })
+            }
             CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
         }
     }

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use crate::GlobalArgs;
 
 mod device;
+mod lambda;
 mod latency;
 pub mod measure;
 mod vm;
@@ -24,6 +25,7 @@ enum BenchCommand {
     Vm(vm::VmBenchArgs),
     Device(device::DeviceBenchArgs),
     Latency(latency::LatencyBenchArgs),
+    Lambda(lambda::LambdaBenchArgs),
 }
 
 pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -31,5 +33,6 @@ pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         BenchCommand::Vm(a) => vm::run(a),
         BenchCommand::Device(a) => device::run(a),
         BenchCommand::Latency(a) => latency::run(a, global),
+        BenchCommand::Lambda(a) => lambda::run(a),
     }
 }

@@ -3,6 +3,7 @@
 
 mod conformance_plugin;
 mod device_exec;
+mod lambda;
 mod served_exec;
 mod vm_run;
 

@@ -11,14 +11,41 @@
 //!   g  device compute             (1 / βB_h)
 //!   α  output bytes / input bytes
 //!   c  cached fraction of the input in the host page cache
+//!   xs, xd  the host's own I/O per byte it moves: media and link (s and d as the host
+//!      sees them)
 //!
 //!   λ-read  (eq. 3, eq. 1 when c = 0):
-//!     host   = (1 − c)·D·s + (1 − c)·D·d + D·h
+//!     host   = (1 − c)·D·xs + (1 − c)·D·xd + D·h
 //!     device = D·s + α·D·d + D·g
 //!   λ-write (eq. 2):
-//!     host   = D·h + α·D·d + α·D·s
+//!     host   = D·h + α·D·xd + α·D·xs
 //!     device = D·d + D·g + α·D·s
 //! ```
+//!
+//! `xs` and `xd` are profiled from the host side's own I/O (its uncached input for a
+//! read, its output for a write) rather than taken from the device side's `s` and `d`: a
+//! λ-read's device side moves only the output over the link, a few bytes whose cost is
+//! the link's per-command latency, so `d` measured there says nothing about moving the
+//! input. While no profiled request moved host bytes (all cached), they keep their last
+//! estimate, or `s` and `d` before there is one.
+//!
+//! **Concurrency** ([`Parallelism`]). λ-IO profiles its bandwidths per request while
+//! many requests run at once (§3.4.1), so they include the sharing. Our samples are
+//! modelled per request alone, so with `T` requests in flight on `T` host threads and a
+//! device of `E` engines the dispatcher applies the sharing itself: each request gets a
+//! `1/T` share of the media and the link, one host core, and `E/T` device engines, and
+//! stages of different requests overlap, so a side's time per request is `T` × its
+//! slowest stage's share. Dividing out `T`:
+//!
+//! ```text
+//!   read   host   = max((1 − c)·D·xs, (1 − c)·D·xd, D·h / T)
+//!          device = max(D·s, α·D·d, D·g / E)
+//!   write  host   = max(D·h / T, α·D·xd, α·D·xs)
+//!          device = max(D·d, D·g / E, α·D·s)
+//! ```
+//!
+//! This is the bottleneck model `csx bench lambda` times runs with; without a
+//! `Parallelism` the dispatcher uses the equations as printed above (one request alone).
 //!
 //! Profiling (§3.4.2): per (file, λ) pair, requests are counted in periods of `n`; the
 //! first `k` of each period run on both sides, and each side reports what it measured
@@ -92,12 +119,23 @@ pub struct Sample {
     pub cache_ratio: f64,
     /// Host side: running λ.
     pub host_compute_ns: Option<u64>,
+    /// Host side: its own I/O (uncached input for a read, output for a write) over
+    /// the media.
+    pub host_media_ns: Option<u64>,
+    /// Host side: the same over the link.
+    pub host_link_ns: Option<u64>,
+    /// Host side: the bytes that I/O moved.
+    pub host_io_bytes: Option<u64>,
     /// Device side: media ↔ device memory.
     pub media_ns: Option<u64>,
     /// Device side: the link (output back for a read, input over for a write).
     pub link_ns: Option<u64>,
     /// Device side: running λ.
     pub device_compute_ns: Option<u64>,
+    /// Per-command latencies of each side (in a request's time alone, not in a
+    /// shared stage).
+    pub host_latency_ns: Option<u64>,
+    pub device_latency_ns: Option<u64>,
 }
 
 /// The profiled per-byte costs of one key (see the module table).
@@ -108,23 +146,60 @@ pub struct Estimate {
     pub h: f64,
     pub g: f64,
     pub alpha: f64,
+    pub xs: f64,
+    pub xd: f64,
+    /// Per-command latencies per input byte, host and device side.
+    pub lh: f64,
+    pub ld: f64,
+}
+
+/// Requests in flight and where they run (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parallelism {
+    /// Host threads issuing requests (`T`), each with a core.
+    pub host_threads: u32,
+    /// Device engines (`E`).
+    pub device_engines: u32,
 }
 
 impl Estimate {
-    /// Predicted (host, device) ns for `bytes` of input with cached fraction `c`.
-    pub fn predict(&self, direction: Direction, bytes: u64, c: f64) -> (f64, f64) {
+    /// Predicted (host, device) ns for `bytes` of input with cached fraction `c`: one
+    /// request alone (`None`), or per request with `p` in flight (see the module doc).
+    pub fn predict(
+        &self,
+        direction: Direction,
+        bytes: u64,
+        c: f64,
+        p: Option<Parallelism>,
+    ) -> (f64, f64) {
         let dd = bytes as f64;
-        let c = c.clamp(0.0, 1.0);
+        let miss = 1.0 - c.clamp(0.0, 1.0);
         let a = self.alpha;
-        match direction {
+        // The stages of each side, per direction: host (I/O media, I/O link, compute),
+        // device (media, link, compute).
+        let (host, device) = match direction {
             Direction::Read => (
-                (1.0 - c) * dd * self.s + (1.0 - c) * dd * self.d + dd * self.h,
-                dd * self.s + a * dd * self.d + dd * self.g,
+                [miss * dd * self.xs, miss * dd * self.xd, dd * self.h],
+                [dd * self.s, a * dd * self.d, dd * self.g],
             ),
             Direction::Write => (
-                dd * self.h + a * dd * self.d + a * dd * self.s,
-                dd * self.d + dd * self.g + a * dd * self.s,
+                [a * dd * self.xs, a * dd * self.xd, dd * self.h],
+                [a * dd * self.s, dd * self.d, dd * self.g],
             ),
+        };
+        match p {
+            None => (
+                host.iter().sum::<f64>() + dd * self.lh,
+                device.iter().sum::<f64>() + dd * self.ld,
+            ),
+            Some(p) => {
+                let t = f64::from(p.host_threads.max(1));
+                let e = f64::from(p.device_engines.max(1));
+                (
+                    host[0].max(host[1]).max(host[2] / t),
+                    device[0].max(device[1]).max(device[2] / e),
+                )
+            }
         }
     }
 }
@@ -209,6 +284,7 @@ struct KeyState {
 pub struct Dispatcher {
     period: u32,
     profile_len: u32,
+    parallelism: Option<Parallelism>,
     keys: HashMap<Key, KeyState>,
     counters: Counters,
     trace: Vec<Decision>,
@@ -232,10 +308,16 @@ impl Dispatcher {
         Ok(Dispatcher {
             period,
             profile_len,
+            parallelism: None,
             keys: HashMap::new(),
             counters: Counters::default(),
             trace: Vec::new(),
         })
+    }
+
+    /// Predicts with `p` requests in flight (see the module doc); `None`: one alone.
+    pub fn set_parallelism(&mut self, p: Option<Parallelism>) {
+        self.parallelism = p;
     }
 
     /// Decides where request `bytes` of `key` with cached fraction `cache_ratio` runs.
@@ -246,7 +328,7 @@ impl Dispatcher {
         let in_profile = request % u64::from(self.period) < u64::from(self.profile_len);
         let (choice, predicted_ns) = match (&state.estimate, in_profile) {
             (Some(est), false) => {
-                let (h, d) = est.predict(key.direction, bytes, cache_ratio);
+                let (h, d) = est.predict(key.direction, bytes, cache_ratio, self.parallelism);
                 let side = if h <= d { Side::Host } else { Side::Device };
                 (Choice::Run(side), Some((h, d)))
             }
@@ -278,7 +360,7 @@ impl Dispatcher {
         let state = self.keys.entry(key.clone()).or_default();
         state.samples.push(sample);
         if state.samples.len() >= k || state.estimate.is_none() {
-            if let Some(est) = estimate(key.direction, &state.samples) {
+            if let Some(est) = estimate(key.direction, &state.samples, state.estimate) {
                 state.estimate = Some(est);
             }
             if state.samples.len() >= k {
@@ -303,7 +385,11 @@ impl Dispatcher {
 }
 
 /// Per-byte costs from `samples` (trimmed means); `None` unless both sides were seen.
-fn estimate(direction: Direction, samples: &[Sample]) -> Option<Estimate> {
+fn estimate(
+    direction: Direction,
+    samples: &[Sample],
+    previous: Option<Estimate>,
+) -> Option<Estimate> {
     let per_byte = |f: &dyn Fn(&Sample) -> Option<(u64, u64)>| {
         let mut xs: Vec<f64> = samples
             .iter()
@@ -337,12 +423,24 @@ fn estimate(direction: Direction, samples: &[Sample]) -> Option<Estimate> {
         .map(|s| s.output_bytes as f64 / s.input_bytes as f64)
         .collect();
     let alpha = trimmed_mean(&mut alphas).unwrap_or(0.0);
+    let xs = per_byte(&|s| s.host_media_ns.zip(s.host_io_bytes))
+        .or(previous.map(|p| p.xs))
+        .unwrap_or(s_cost);
+    let xd = per_byte(&|s| s.host_link_ns.zip(s.host_io_bytes))
+        .or(previous.map(|p| p.xd))
+        .unwrap_or(d);
+    let lh = per_byte(&|s| s.host_latency_ns.map(|t| (t, s.input_bytes))).unwrap_or(0.0);
+    let ld = per_byte(&|s| s.device_latency_ns.map(|t| (t, s.input_bytes))).unwrap_or(0.0);
     Some(Estimate {
         s: s_cost,
         d,
         h,
         g,
         alpha,
+        xs,
+        xd,
+        lh,
+        ld,
     })
 }
 
@@ -367,9 +465,14 @@ mod tests {
             output_bytes: (b * alpha) as u64,
             cache_ratio: 0.0,
             host_compute_ns: Some((b * h) as u64),
+            host_media_ns: Some((b * 0.28) as u64),
+            host_link_ns: Some((b * 0.31) as u64),
+            host_io_bytes: Some(bytes),
             media_ns: Some((b * 0.28) as u64),
             link_ns: Some((b * alpha * 0.31) as u64),
             device_compute_ns: Some((b * h * 2.4) as u64),
+            host_latency_ns: Some(0),
+            device_latency_ns: Some(0),
         }
     }
 
@@ -425,6 +528,37 @@ mod tests {
     }
 
     #[test]
+    fn parallel_prediction_takes_the_slowest_stage() {
+        let est = Estimate {
+            s: 1.0,
+            d: 2.0,
+            h: 8.0,
+            g: 20.0,
+            alpha: 0.5,
+            xs: 1.0,
+            xd: 2.0,
+            lh: 0.0,
+            ld: 0.0,
+        };
+        let p = Parallelism {
+            host_threads: 8,
+            device_engines: 4,
+        };
+        // host = max(1, 2, 8/8), device = max(1, 0.5·2, 20/4).
+        assert_eq!(est.predict(Direction::Read, 1, 0.0, Some(p)), (2.0, 5.0));
+        // Cached: the host is left with its compute share.
+        assert_eq!(est.predict(Direction::Read, 1, 1.0, Some(p)), (1.0, 5.0));
+        let mut disp = Dispatcher::new(10, 1).unwrap();
+        disp.set_parallelism(Some(p));
+        let k = key(Direction::Read);
+        disp.decide(&k, 1 << 20, 0.0);
+        disp.record(&k, sample(0.2, 0.001));
+        // Alone the device loses (0.79 against 0.76 + ... see above); eight at a time the
+        // link (0.31 ns/B) bounds the host, the media (0.28) the device.
+        assert_eq!(disp.decide(&k, 1 << 20, 0.0), Choice::Run(Side::Device));
+    }
+
+    #[test]
     fn trimmed_mean_drops_the_extremes() {
         assert_eq!(trimmed_mean(&mut []), None);
         assert_eq!(trimmed_mean(&mut [1.0, 3.0]), Some(2.0));
@@ -439,10 +573,14 @@ mod tests {
             h: 3.0,
             g: 4.0,
             alpha: 0.5,
+            xs: 1.0,
+            xd: 2.0,
+            lh: 0.0,
+            ld: 0.0,
         };
         // host = D·h + α·D·d + α·D·s = 3 + 1 + 0.5; device = D·d + D·g + α·D·s = 2 + 4 + 0.5.
-        assert_eq!(est.predict(Direction::Write, 1, 0.0), (4.5, 6.5));
+        assert_eq!(est.predict(Direction::Write, 1, 0.0, None), (4.5, 6.5));
         // Read with half cached: host = 0.5·1 + 0.5·2 + 3; device = 1 + 0.5·2 + 4.
-        assert_eq!(est.predict(Direction::Read, 1, 0.5), (4.5, 6.0));
+        assert_eq!(est.predict(Direction::Read, 1, 0.5, None), (4.5, 6.0));
     }
 }

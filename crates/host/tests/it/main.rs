@@ -14,6 +14,7 @@ mod daemon;
 mod errors;
 mod execute;
 mod files;
+mod lambda;
 mod memory;
 mod open;
 mod persistence;
