@@ -135,10 +135,19 @@ impl PerfModel {
 
     /// The λ-IO testbed (FAST'23, §5.1, Table 2): a Daisy OpenSSD whose media → device
     /// memory bandwidth is 3.52 GB/s and device memory → host bandwidth 3.22 GB/s, with 4
-    /// ARM cores. The paper gives no compute ratio β; we take the clock ratio of its host
-    /// (Core i7-7700 at 3.6 GHz) to the Daisy's Cortex-A53 cores (1.5 GHz, Delilah thesis
-    /// §4), 2.4, and ignore IPC differences. The paper gives no latency either; we take
-    /// the Daisy's measured DMA floor (below).
+    /// ARM cores. The paper gives no latency; we take the Daisy's measured DMA floor
+    /// (below).
+    ///
+    /// The paper gives no compute ratio β either, so it is calibrated on the paper's own
+    /// outcome (§2, Figure 1a; §5.2): on that testbed a cold Stats64 runs faster on the
+    /// device and a cold Stats32 faster on the host. With our fuel accounting the SDK's
+    /// stats64 costs 2.625 fuel per input byte and stats32 3.75 (measured by `csx bench
+    /// lambda`); with 4 engines against a host bound by the 3.22 GB/s link, a cold read
+    /// is faster on the device when β < 4 / (0.25 ns × fuel per byte × 3.22 GB/s), that
+    /// is below 1.89 for stats64 and above 1.33 for stats32. We take 1.6, inside that
+    /// window. The clock ratio of the two CPUs (Core i7-7700 at 3.6 GHz, Cortex-A53 at
+    /// 1.5 GHz) is 2.4, but it ignores IPC and puts even Stats64 on the host, against the
+    /// paper's measurement; [`PerfModel::daisy`] keeps 2.4.
     pub fn lambda_io() -> PerfModel {
         PerfModel {
             profile: "lambda-io".to_string(),
@@ -146,7 +155,7 @@ impl PerfModel {
             link_bytes_per_sec: 3_220_000_000,
             link_latency_ns: 10_000,
             media_bytes_per_sec: 3_520_000_000,
-            compute_scale_milli: 2400,
+            compute_scale_milli: 1600,
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: Some(4),
         }
@@ -156,8 +165,10 @@ impl PerfModel {
     /// Cortex-A53 cores at 1.5 GHz; single-channel DMA between host and device slots
     /// peaks at 2.65 GB/s (10 MB reads, Table 11.2) with a 7–16 µs floor per transfer
     /// (10 µs here). The thesis measures no media bandwidth; the same board's media →
-    /// device memory figure from λ-IO (3.52 GB/s) stands in. Compute scale as
-    /// [`PerfModel::lambda_io`].
+    /// device memory figure from λ-IO (3.52 GB/s) stands in. Compute scale 2.4: the clock
+    /// ratio of a 3.6 GHz host core to the Daisy's 1.5 GHz Cortex-A53 cores, IPC ignored
+    /// (the thesis gives no per-program ratio to calibrate on, unlike
+    /// [`PerfModel::lambda_io`]).
     pub fn daisy() -> PerfModel {
         PerfModel {
             profile: "daisy".to_string(),
@@ -394,8 +405,8 @@ mod tests {
             params: Vec::new(),
             fuel: None,
         };
-        // 4000 fuel × 250 ps = 1 µs on the host, 2.4 µs on the device.
-        assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 2_400);
+        // 4000 fuel × 250 ps = 1 µs on the host, 1.6 µs on the device.
+        assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 1_600);
         let failed = Completion::new(CommandId(2), Status::OutOfRange);
         assert_eq!(m.modelled_ns(&write, &failed), 10_000);
     }

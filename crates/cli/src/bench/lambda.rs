@@ -61,7 +61,7 @@ pub struct LambdaBenchArgs {
     #[arg(long, value_name = "N", default_value_t = 8)]
     threads: u32,
     /// What-if: the device's compute time relative to the host's instead of the
-    /// profile's 2.4 (not the λ-IO testbed; see docs/benchmarks.md).
+    /// profile's 1.6 (see `PerfModel::lambda_io` and docs/benchmarks.md).
     #[arg(long, value_name = "X")]
     compute_scale: Option<f64>,
     /// Print one JSON object per row instead of the table.
