@@ -10,7 +10,9 @@ use crate::GlobalArgs;
 mod device;
 mod latency;
 pub mod measure;
+pub mod plot;
 mod vm;
+mod workloads;
 
 /// Measure csx.
 #[derive(Debug, Args)]
@@ -24,6 +26,7 @@ enum BenchCommand {
     Vm(vm::VmBenchArgs),
     Device(device::DeviceBenchArgs),
     Latency(latency::LatencyBenchArgs),
+    Workloads(workloads::WorkloadsBenchArgs),
 }
 
 pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -31,5 +34,6 @@ pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         BenchCommand::Vm(a) => vm::run(a),
         BenchCommand::Device(a) => device::run(a),
         BenchCommand::Latency(a) => latency::run(a, global),
+        BenchCommand::Workloads(a) => workloads::run(a),
     }
 }

@@ -4,6 +4,7 @@
 mod conformance_plugin;
 mod device_exec;
 mod vm_run;
+mod workloads_cli;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
