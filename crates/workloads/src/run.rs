@@ -101,6 +101,10 @@ pub struct Phases {
     pub execute: PhaseTime,
     /// The answer read back to the host (r0 only when the answer is a device file).
     pub result: PhaseTime,
+    /// The part of `activate` the device spent verifying and compiling, as it measured
+    /// it (`Timing::prepare_ns`); the rest is the command's round trip and persisting
+    /// the slot's state.
+    pub prepare_ns: u64,
 }
 
 impl Phases {
@@ -186,6 +190,7 @@ impl<'d> Session<'d> {
             .call_ok(Op::ActivateProgram { pind, engine })
             .map_err(device_error("activate"))?;
         self.pending.activate.add_completion(started, &c);
+        self.pending.prepare_ns += c.timing.prepare_ns;
         self.loaded.insert((program.to_string(), engine), pind);
         Ok(pind)
     }
@@ -216,6 +221,7 @@ impl<'d> Session<'d> {
         freed?;
         run.phases.load = self.pending.load;
         run.phases.activate = self.pending.activate;
+        run.phases.prepare_ns = self.pending.prepare_ns;
         Ok(run)
     }
 

@@ -109,6 +109,8 @@ struct Row {
     bytes_to_host: u64,
     /// Fuel of one run (0 natively).
     fuel_used: u64,
+    /// The device's own verify + compile time within `activate` (median).
+    prepare_ms: f64,
     wall_ms: PhaseMs,
     modelled_ms: PhaseMs,
 }
@@ -254,6 +256,11 @@ fn bench_workload(
             agree,
             bytes_to_host,
             fuel_used,
+            prepare_ms: {
+                let mut v: Vec<u64> = samples.iter().map(|p| p.prepare_ns).collect();
+                v.sort_unstable();
+                v.get(v.len() / 2).map_or(0.0, |ns| *ns as f64 / 1e6)
+            },
             wall_ms: medians(&samples, |p| p.wall_ns),
             modelled_ms: medians(&samples, |p| p.modelled_ns),
         });
@@ -408,6 +415,24 @@ fn findings(rows: &[Row]) -> String {
             out,
             "  JIT vs interpreter, execution: geomean {g:.1}x faster ({})",
             parts.join(", ")
+        );
+    }
+    let activation = |mode: &str| -> (f64, f64) {
+        rows.iter()
+            .filter(|r| r.mode == mode)
+            .fold((0.0, 0.0), |(p, w), r| {
+                (p + r.prepare_ms, w + r.wall_ms.activate)
+            })
+    };
+    for mode in ["interpreter", "jit"] {
+        let (prepare, wall) = activation(mode);
+        let _ = writeln!(
+            out,
+            "  activation, {mode}: verify{} {} ms of {} ms wall over all workloads \
+             (the rest: round trip and persisting the slot)",
+            if mode == "jit" { " + compile" } else { "" },
+            format_ms(prepare),
+            format_ms(wall)
         );
     }
     let select: Vec<(&str, &Row)> = ["select_poslist", "select_bitmask", "select_accel"]
