@@ -504,7 +504,7 @@ impl HelperHost for CallContext<'_> {
 }
 
 /// The kernels of the accelerated filters: one monomorphic loop per width and operator,
-/// 64 values to one little-endian u64 of the bitmap, no allocation.
+/// 32 values to one little-endian u32 of the bitmap, no allocation.
 mod filter {
     use super::cmp;
 
@@ -512,35 +512,62 @@ mod filter {
     pub const BLOCK_BITMAP_BYTES: usize = 4096;
     /// Values of one staging block.
     pub const BLOCK_VALUES: usize = 8 * BLOCK_BITMAP_BYTES;
+    /// Values decoded and compared together: one u32 of the bitmap.
+    const LANES: usize = 32;
     // Blocks start on a whole bitmap word, so a block's bytes never share one.
-    const _: () = assert!(BLOCK_VALUES.is_multiple_of(64));
+    const _: () = assert!(BLOCK_VALUES.is_multiple_of(LANES));
+
+    /// The bitmap word of up to [`LANES`] values (bit t for value t). The values are
+    /// decoded into an array first and compared in a second loop: two simple loops
+    /// the compiler vectorizes, where one loop of decode, compare and shift does not
+    /// (about 2x on x86-64).
+    #[inline(always)]
+    fn word<T: Copy + Default, const W: usize>(
+        values: &[u8],
+        decode: impl Fn([u8; W]) -> T,
+        hit: impl Fn(T) -> bool,
+    ) -> u32 {
+        debug_assert!(values.len() <= LANES * W);
+        let mut v = [T::default(); LANES];
+        for (d, x) in v.iter_mut().zip(values.chunks_exact(W)) {
+            *d = decode(x.try_into().expect("chunks of W bytes"));
+        }
+        let n = values.len() / W;
+        let mut m = 0u32;
+        for (t, x) in v.iter().enumerate() {
+            m |= u32::from(hit(*x)) << t;
+        }
+        // Lanes past the values are padding: their bits stay clear.
+        if n < LANES {
+            m &= (1u32 << n) - 1;
+        }
+        m
+    }
 
     /// Sets bit i of `bits` (bit i % 8 of byte i / 8) when value i of `data` is a hit,
     /// clears it otherwise and clears the unused high bits of the last byte. Returns
     /// the hits. `bits` holds exactly one bit per value, rounded up to bytes.
     #[inline(always)]
-    fn mask<const W: usize>(data: &[u8], bits: &mut [u8], hit: impl Fn([u8; W]) -> bool) -> u64 {
+    fn mask<T: Copy + Default, const W: usize>(
+        data: &[u8],
+        bits: &mut [u8],
+        decode: impl Fn([u8; W]) -> T + Copy,
+        hit: impl Fn(T) -> bool + Copy,
+    ) -> u64 {
         debug_assert_eq!(data.len() % W, 0);
         debug_assert_eq!(bits.len(), (data.len() / W).div_ceil(8));
-        let word = |values: &[u8]| -> u64 {
-            let mut m = 0u64;
-            for (t, x) in values.chunks_exact(W).enumerate() {
-                m |= u64::from(hit(x.try_into().expect("chunks of W bytes"))) << t;
-            }
-            m
-        };
-        let groups = data.chunks_exact(64 * W);
+        let groups = data.chunks_exact(LANES * W);
         let tail = groups.remainder();
-        let full = data.len() / (64 * W);
+        let full = data.len() / (LANES * W);
         let mut hits = 0u64;
-        for (group, out) in groups.zip(bits.chunks_exact_mut(8)) {
-            let m = word(group);
+        for (group, out) in groups.zip(bits.chunks_exact_mut(LANES / 8)) {
+            let m = word(group, decode, hit);
             out.copy_from_slice(&m.to_le_bytes());
             hits += u64::from(m.count_ones());
         }
         if !tail.is_empty() {
-            let m = word(tail);
-            let out = &mut bits[full * 8..];
+            let m = word(tail, decode, hit);
+            let out = &mut bits[full * LANES / 8..];
             let n = out.len();
             out.copy_from_slice(&m.to_le_bytes()[..n]);
             hits += u64::from(m.count_ones());
@@ -560,15 +587,15 @@ mod filter {
         let le = u32::from_le_bytes;
         let Ok(a) = u32::try_from(operand) else {
             let all = holds_below(op);
-            return mask::<4>(data, bits, |_| all);
+            return mask(data, bits, le, |_| all);
         };
         match op {
-            cmp::CSX_CMP_EQ => mask::<4>(data, bits, |b| le(b) == a),
-            cmp::CSX_CMP_NE => mask::<4>(data, bits, |b| le(b) != a),
-            cmp::CSX_CMP_LT => mask::<4>(data, bits, |b| le(b) < a),
-            cmp::CSX_CMP_LE => mask::<4>(data, bits, |b| le(b) <= a),
-            cmp::CSX_CMP_GT => mask::<4>(data, bits, |b| le(b) > a),
-            _ => mask::<4>(data, bits, |b| le(b) >= a),
+            cmp::CSX_CMP_EQ => mask(data, bits, le, |x| x == a),
+            cmp::CSX_CMP_NE => mask(data, bits, le, |x| x != a),
+            cmp::CSX_CMP_LT => mask(data, bits, le, |x| x < a),
+            cmp::CSX_CMP_LE => mask(data, bits, le, |x| x <= a),
+            cmp::CSX_CMP_GT => mask(data, bits, le, |x| x > a),
+            _ => mask(data, bits, le, |x| x >= a),
         }
     }
 
@@ -577,12 +604,12 @@ mod filter {
         let le = u64::from_le_bytes;
         let a = operand;
         match op {
-            cmp::CSX_CMP_EQ => mask::<8>(data, bits, |b| le(b) == a),
-            cmp::CSX_CMP_NE => mask::<8>(data, bits, |b| le(b) != a),
-            cmp::CSX_CMP_LT => mask::<8>(data, bits, |b| le(b) < a),
-            cmp::CSX_CMP_LE => mask::<8>(data, bits, |b| le(b) <= a),
-            cmp::CSX_CMP_GT => mask::<8>(data, bits, |b| le(b) > a),
-            _ => mask::<8>(data, bits, |b| le(b) >= a),
+            cmp::CSX_CMP_EQ => mask(data, bits, le, |x| x == a),
+            cmp::CSX_CMP_NE => mask(data, bits, le, |x| x != a),
+            cmp::CSX_CMP_LT => mask(data, bits, le, |x| x < a),
+            cmp::CSX_CMP_LE => mask(data, bits, le, |x| x <= a),
+            cmp::CSX_CMP_GT => mask(data, bits, le, |x| x > a),
+            _ => mask(data, bits, le, |x| x >= a),
         }
     }
 }
@@ -791,6 +818,9 @@ mod tests {
             7,
             8,
             9,
+            31,
+            32,
+            33,
             63,
             64,
             65,

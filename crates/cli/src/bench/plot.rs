@@ -59,7 +59,9 @@ impl BarChart {
         let bars_per_group = if self.stacked { 1 } else { series.len().max(1) };
         let group_width = bars_per_group as f64 * BAR_WIDTH + GROUP_GAP;
         let plot_width = (self.groups.len().max(1) as f64 * group_width).max(200.0);
-        let width = MARGIN_LEFT + plot_width + MARGIN_RIGHT;
+        // Wide enough for the title too (about 9 px per character at 15 px bold).
+        let title_width = MARGIN_LEFT + 9.0 * self.title.chars().count() as f64 + 20.0;
+        let width = (MARGIN_LEFT + plot_width + MARGIN_RIGHT).max(title_width);
         let height = MARGIN_TOP + PLOT_HEIGHT + MARGIN_BOTTOM;
         let axis = Axis::new(self.extent(), self.log);
 

@@ -406,7 +406,11 @@ fn findings(rows: &[Row]) -> String {
             if r.wall_ms.execute > 0.0 && i.wall_ms.execute > 0.0 {
                 let x = i.wall_ms.execute / r.wall_ms.execute;
                 ratios.push(x);
-                parts.push(format!("{} {x:.1}x", r.workload));
+                parts.push(if x < 1.0 {
+                    format!("{} {x:.2}x", r.workload)
+                } else {
+                    format!("{} {x:.1}x", r.workload)
+                });
             }
         }
     }
@@ -515,14 +519,14 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
         log: true,
     };
     let select = BarChart {
-        title: "Selection filter three ways, JIT (Delilah §12.5)".to_string(),
+        title: "Selection filter three ways, JIT, end to end (Delilah §12.5)".to_string(),
         y_label: "ms".to_string(),
         groups: ["select_poslist", "select_bitmask", "select_accel"]
             .iter()
             .filter_map(|w| row(rows, w, "jit"))
             .map(|r| {
                 let label = r.workload.trim_start_matches("select_").to_string();
-                (label, phases(r, &["stage", "execute", "result"]))
+                (label, phases(r, &every))
             })
             .collect(),
         stacked: true,
