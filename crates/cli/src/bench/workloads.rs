@@ -519,14 +519,14 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
         log: true,
     };
     let select = BarChart {
-        title: "Selection filter three ways, JIT, end to end (Delilah §12.5)".to_string(),
+        title: "Selection filter three ways, JIT, per request (Delilah §12.5)".to_string(),
         y_label: "ms".to_string(),
         groups: ["select_poslist", "select_bitmask", "select_accel"]
             .iter()
             .filter_map(|w| row(rows, w, "jit"))
             .map(|r| {
                 let label = r.workload.trim_start_matches("select_").to_string();
-                (label, phases(r, &every))
+                (label, phases(r, &["stage", "execute", "result"]))
             })
             .collect(),
         stacked: true,
