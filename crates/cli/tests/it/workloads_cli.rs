@@ -27,6 +27,44 @@ fn demo_runs_every_workload_and_the_answers_agree() {
         );
     }
     assert!(stdout.contains("answers agree"), "{stdout}");
+    assert!(stdout.contains("Where the time went"), "{stdout}");
+}
+
+#[test]
+fn demo_json_splits_both_sides_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = csx()
+        .current_dir(dir.path())
+        .args(["demo", "--size", "2MiB", "--json"])
+        .output()
+        .expect("csx starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
+        .collect();
+    assert_eq!(rows.len(), csx_workloads::WORKLOADS.len(), "{stdout}");
+    let ms = |row: &serde_json::Value, key: &str| {
+        let v = row[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} in {row}"));
+        assert!(v >= 0.0, "{key} in {row}");
+        v
+    };
+    for row in &rows {
+        let host = ms(row, "host_read_ms") + ms(row, "host_compute_ms");
+        let device =
+            ms(row, "device_stage_ms") + ms(row, "device_execute_ms") + ms(row, "device_result_ms");
+        assert!((ms(row, "host_ms") - host).abs() < 1e-6, "{row}");
+        assert!((ms(row, "device_ms") - device).abs() < 1e-6, "{row}");
+        // 2 MiB over 13 workloads: small enough for the interpreter column.
+        ms(row, "interpreter_ms");
+    }
 }
 
 #[test]
