@@ -11,7 +11,9 @@ mod device;
 mod lambda;
 mod latency;
 pub mod measure;
+pub mod plot;
 mod vm;
+mod workloads;
 
 /// Measure csx.
 #[derive(Debug, Args)]
@@ -26,6 +28,7 @@ enum BenchCommand {
     Device(device::DeviceBenchArgs),
     Latency(latency::LatencyBenchArgs),
     Lambda(lambda::LambdaBenchArgs),
+    Workloads(workloads::WorkloadsBenchArgs),
 }
 
 pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -34,5 +37,6 @@ pub fn run(args: BenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         BenchCommand::Device(a) => device::run(a),
         BenchCommand::Latency(a) => latency::run(a, global),
         BenchCommand::Lambda(a) => lambda::run(a),
+        BenchCommand::Workloads(a) => workloads::run(a),
     }
 }

@@ -6,6 +6,7 @@ mod device_exec;
 mod lambda;
 mod served_exec;
 mod vm_run;
+mod workloads_cli;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
