@@ -23,6 +23,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// How long a spinner polls without yielding the CPU before it yields between looks: a
+/// yield is a system call (about a microsecond in a VM), longer than many commands.
+pub const SPIN_BUSY: Duration = Duration::from_micros(5);
+
 /// A bounded multi-producer multi-consumer FIFO.
 #[derive(Debug)]
 pub struct WorkQueue<T> {
@@ -131,9 +135,13 @@ impl<T> WorkQueue<T> {
             if self.closed.load(Ordering::Acquire) || start.elapsed() >= spin {
                 break;
             }
-            // Yield rather than burn the core: on a machine with few cores the thread
-            // that will push the next item may need it.
-            std::thread::yield_now();
+            if start.elapsed() < SPIN_BUSY {
+                std::hint::spin_loop();
+            } else {
+                // Yield rather than burn the core: on a machine with few cores the
+                // thread that will push the next item may need it.
+                std::thread::yield_now();
+            }
         }
         let items = self.lock();
         self.spinning.store(false, Ordering::Relaxed);

@@ -122,6 +122,13 @@ pub const COMPLETION_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// it, and a wake-up from sleep costs tens of µs there.
 pub const HOST_SPIN: Duration = Duration::from_micros(50);
 
+/// How long the host polls its completion ring without yielding before it yields
+/// between looks: a yield is a system call (about a microsecond in a VM), longer than
+/// a short command's round trip.
+pub const HOST_SPIN_BUSY: Duration = Duration::from_micros(5);
+
+const _: () = assert!(HOST_SPIN_BUSY.as_nanos() < HOST_SPIN.as_nanos());
+
 /// How long the device polls a client's rings after its last work before it waits
 /// (yielding the CPU between looks, as the host does).
 pub const DEVICE_SPIN: Duration = Duration::from_micros(50);
