@@ -1,6 +1,6 @@
 //! The system calls the shm and tcp transports need that `std` does not wrap: memfd
-//! with seals, eventfd, poll, and passing file descriptors over a unix socket
-//! (`SCM_RIGHTS`). One of the crate's two unsafe modules (the other is
+//! with seals, eventfd, poll, passing file descriptors over a unix socket
+//! (`SCM_RIGHTS`), and socket buffer sizes. One of the crate's two unsafe modules (the other is
 //! `transport::shm::ring`); every block states its invariants.
 //!
 //! Invariant: every descriptor made or received here is owned by an [`OwnedFd`] at once,
@@ -123,6 +123,27 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![false; fds.len()]),
         Err(e) => Err(e),
     }
+}
+
+/// Asks for `bytes` of send and receive buffer on socket `fd`. The kernel caps the
+/// request at `net.core.wmem_max` / `rmem_max` and doubles it for its bookkeeping.
+pub fn set_socket_buffers(fd: &impl AsFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: the descriptor is borrowed, so open, for the call; `value` is a live
+        // c_int and the length passed is its size.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_fd().as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&raw const value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        cvt(r)?;
+    }
+    Ok(())
 }
 
 /// Waits up to `timeout` for `fd` to be readable (a listener to have a connection);

@@ -28,11 +28,11 @@ use super::framing::{
 use super::metrics::TcpMetrics;
 use super::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, QUEUE_DEPTH_DEFAULT,
-    RESPONSE_CAPSULE_SIZE_MAX, TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
+    RESPONSE_CAPSULE_SIZE_MAX, SOCKET_BUFFER_SIZE, TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
 };
 use crate::error::TransportError;
-use crate::transport::bulk;
 use crate::transport::Transport;
+use crate::transport::{bulk, sys};
 
 /// Environment variable naming the token file a client sends (`CSX_TOKEN_FILE`).
 pub const TOKEN_FILE_ENV: &str = "CSX_TOKEN_FILE";
@@ -167,6 +167,8 @@ impl TcpTransport {
         stream
             .set_nodelay(true)
             .map_err(io_error("set TCP_NODELAY"))?;
+        sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE)
+            .map_err(io_error("size the socket buffers"))?;
         let resp = handshake(&mut stream, options)?;
         let write = stream.try_clone().map_err(io_error("clone the socket"))?;
         Ok(TcpTransport {

@@ -48,6 +48,14 @@ pub const TOKEN_SIZE_MAX: usize = 256;
 /// and a 16 MiB transfer interleaves with other connections' traffic.
 pub const DATA_PDU_SIZE_MAX: usize = 1 << 20;
 
+/// Bytes of send and receive buffer each side asks for on its socket: room for several
+/// whole data PDUs, so a sender writes a 1 MiB PDU without waiting for its receiver to
+/// drain the socket (each such wait is a wake-up, tens of µs on a busy VM). The kernel
+/// caps it at `net.core.wmem_max` / `rmem_max`.
+pub const SOCKET_BUFFER_SIZE: usize = 4 << 20;
+
+const _: () = assert!(SOCKET_BUFFER_SIZE >= 2 * DATA_PDU_SIZE_MAX);
+
 /// Bytes of a command capsule: the encoded command without its bulk data. The largest
 /// is a Load Program chunk (carried in the capsule), or a Memory Copy of 256 sources
 /// with maximal paths; both fit with room to spare. Bounds what a server buffers per

@@ -4,7 +4,8 @@
 //! The connection thread reads PDUs, rebuilds each command (its capsule plus the H2C
 //! data behind it) and submits it to the connection's queue pair; the completion
 //! thread reaps the pair and writes C2H data and response capsules, batching whatever
-//! is ready into one write.
+//! is ready into one write. A short command alone in flight runs on the connection
+//! thread itself, which then sends its completion (`Connection::submit`).
 //!
 //! Invariants: a framing error (bad header, a data PDU out of sequence, a length over
 //! its limit) ends the connection with a C2HTermReq; a well-framed command that does
@@ -30,7 +31,10 @@ use super::framing::{
     write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
     TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
-use super::{COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, TRANSFER_SIZE_MAX};
+use super::{
+    COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
+    TRANSFER_SIZE_MAX,
+};
 use crate::server::{Context, ACCEPT_POLL};
 use crate::transport::bulk;
 
@@ -106,6 +110,9 @@ impl Sender {
 fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Err(e) = crate::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+        tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
+    }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);
     let Some((qp, queue_id)) = handshake(&mut stream, &mut reader, peer, ctx) else {
         Context::count(&ctx.clients_refused, 1);
@@ -471,10 +478,21 @@ impl Connection<'_> {
         Ok(())
     }
 
+    /// Submits `cmd`. A short command alone in flight runs on this thread
+    /// (`QueuePair::submit_inline`) and this thread sends its completion, so a round
+    /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
         let id = cmd.id;
-        match self.qp.submit(cmd) {
-            Ok(()) => self.completer.unpark(),
+        match self.qp.submit_inline(cmd, None) {
+            Ok(()) => {
+                while let Some(c) = self.qp.try_reap() {
+                    self.answer(c);
+                }
+                // The completion thread sleeps only with nothing in flight.
+                if self.qp.in_flight() > 0 {
+                    self.completer.unpark();
+                }
+            }
             Err(SubmitError::QueueFull { depth }) => self.answer(Completion::error(
                 id,
                 Status::QueueFull,
@@ -490,7 +508,8 @@ impl Connection<'_> {
         }
     }
 
-    /// Sends a completion the connection made itself (the device never saw the command).
+    /// Sends a completion from this thread: one the connection made itself (the device
+    /// never saw the command) or one of a command that ran inline.
     fn answer(&self, c: Completion) {
         let mut out = Vec::new();
         let mut w = self.sender.lock();
