@@ -643,6 +643,7 @@ impl Drop for QueuePair {
         if let Some(shared) = self.shared.upgrade() {
             // Range sets first: `RangeSets::create` checks the SLM under its own lock.
             shared.rangesets.reclaim(self.qp.client);
+            shared.programs.abandon_loads(self.qp.client);
             shared.slm.reclaim(self.qp.client);
             shared.live_pairs.fetch_sub(1, Ordering::AcqRel);
         }
@@ -838,6 +839,7 @@ impl Shared {
             } => {
                 let start = Instant::now();
                 let r = self.programs.load_chunk(
+                    client,
                     *pind,
                     *ptype,
                     *total_size_bytes,
@@ -1374,6 +1376,49 @@ mod tests {
         assert_ne!(shared.execute_ns_last[3].load(Ordering::Relaxed), u64::MAX);
         drop(shared);
         drop(qp);
+        dev.close().expect("close");
+    }
+
+    /// A load in progress belongs to its queue pair: another pair's first chunk into
+    /// the slot is refused (99h) instead of restarting it, until the owner goes away.
+    #[test]
+    fn a_departing_pair_releases_its_load() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 1 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..DeviceConfig::default()
+        };
+        let dev = Device::init(dir.path(), config).expect("init");
+        let (first, second) = (
+            dev.queue_pair(2).expect("pair"),
+            dev.queue_pair(2).expect("pair"),
+        );
+        // mov r0, 42; exit
+        let image = [0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        let chunk = |id: u64, data: &[u8]| {
+            Command::new(
+                CommandId(id),
+                Op::LoadProgram {
+                    pind: ProgramIndex(7),
+                    ptype: ProgramType::Raw,
+                    total_size_bytes: 16,
+                    offset: 0,
+                    data: data.to_vec(),
+                    entry: None,
+                },
+            )
+        };
+        let c = first.call(chunk(1, &image[..8])).expect("submit");
+        assert_eq!((c.status, c.value), (Status::Success, 8));
+        let c = second.call(chunk(2, &image)).expect("submit");
+        assert_eq!(c.status, Status::ProgramInUse);
+        drop(first);
+        let c = second.call(chunk(3, &image)).expect("submit");
+        assert_eq!((c.status, c.value), (Status::Success, 16));
+        drop(second);
         dev.close().expect("close");
     }
 
