@@ -221,8 +221,10 @@ impl Pool {
         if !self.queue.is_empty() {
             return false;
         }
+        // SeqCst pairs with `Device::shutdown`: either it sees this job running and
+        // waits for it, or the submitter sees `stopping` after its claim.
         self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.workers).then_some(n + 1)
             })
             .is_ok()
@@ -464,7 +466,7 @@ impl Device {
         let Some(shared) = self.shared.take() else {
             return Ok(());
         };
-        shared.stopping.store(true, Ordering::Release);
+        shared.stopping.store(true, Ordering::SeqCst);
         shared.compute.queue.close();
         shared.transfer.queue.close();
         shared.admin.queue.close();
@@ -472,6 +474,13 @@ impl Device {
             // A worker that panicked has already posted nothing more; the rest of the
             // shutdown still runs so the file store is flushed.
             let _ = t.join();
+        }
+        // Commands a transport thread runs inline (`QueuePair::submit_inline`, short by
+        // its rule) finish before the state is saved, as the workers' did.
+        for pool in [&shared.compute, &shared.transfer, &shared.admin] {
+            while pool.running.load(Ordering::SeqCst) > 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
         let saved = shared.state.save();
         let flushed = shared.files.flush();
@@ -593,8 +602,14 @@ impl QueuePair {
         };
         let alone = in_flight == 0;
         if inline && alone && shared.is_short(&job) && pool.claim_idle() {
+            if shared.stopping.load(Ordering::SeqCst) {
+                // A shutdown began; it no longer waits for new work.
+                pool.running.fetch_sub(1, Ordering::SeqCst);
+                self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+                return Err(SubmitError::ShuttingDown);
+            }
             shared.run(job);
-            pool.running.fetch_sub(1, Ordering::AcqRel);
+            pool.running.fetch_sub(1, Ordering::SeqCst);
             return Ok(());
         }
         if pool.queue.push(job).is_err() {
