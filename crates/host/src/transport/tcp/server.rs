@@ -533,9 +533,10 @@ fn wire_status(e: &WireError) -> Status {
     }
 }
 
-/// Appends the response capsule of `c` to `out`; a read's data goes first, straight
-/// from the completion as C2H data PDUs (written before `out`'s capsules would be, so
-/// `out` is flushed first).
+/// Appends the response capsule of `c` to `out`. A read's data goes first, as C2H data
+/// PDUs straight from the completion: then `out` so far, the data PDUs and the capsule
+/// go in one write (one system call, so the host wakes once for the whole reply), and
+/// `out` is left empty.
 fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut TcpStream) {
     let data = bulk::take_reply_data(&mut c);
     let id = c.id;
@@ -549,20 +550,29 @@ fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mu
         return finish_capsule(out, start, 0);
     }
     let data = data.unwrap_or_default();
-    if !data.is_empty() {
-        // The capsule under construction stays in `out`; what precedes it goes now.
-        let capsule = out.split_off(start);
-        sender.write(w, &mut [IoSlice::new(out)]);
-        out.clear();
-        for (i, chunk) in data.chunks(DATA_PDU_SIZE_MAX).enumerate() {
-            let h = data_header(PduType::C2HData, id.0, i * DATA_PDU_SIZE_MAX, chunk.len());
-            sender.write(w, &mut [IoSlice::new(&h), IoSlice::new(chunk)]);
-        }
-        out.extend_from_slice(&capsule);
-        return finish_capsule(out, 0, data.len());
+    if data.is_empty() {
+        return finish_capsule(out, start, 0);
     }
-    finish_capsule(out, start, 0);
+    let mut capsule = out.split_off(start);
+    finish_capsule(&mut capsule, 0, data.len());
+    let headers: Vec<[u8; DATA_PDU_HEADER_SIZE]> = data
+        .chunks(DATA_PDU_SIZE_MAX)
+        .enumerate()
+        .map(|(i, chunk)| data_header(PduType::C2HData, id.0, i * DATA_PDU_SIZE_MAX, chunk.len()))
+        .collect();
+    let mut slices = Vec::with_capacity(2 * headers.len() + 2);
+    slices.push(IoSlice::new(out));
+    for (h, chunk) in headers.iter().zip(data.chunks(DATA_PDU_SIZE_MAX)) {
+        slices.push(IoSlice::new(h));
+        slices.push(IoSlice::new(chunk));
+    }
+    slices.push(IoSlice::new(&capsule));
+    sender.write(w, &mut slices);
+    out.clear();
 }
+
+/// Bytes before a data PDU's payload: the common header and its own.
+const DATA_PDU_HEADER_SIZE: usize = PDU_HEADER_SIZE + DATA_PSH_SIZE;
 
 fn finish_capsule(out: &mut [u8], start: usize, data_len: usize) {
     let frame_len = out.len() - start - PDU_HEADER_SIZE - CAPSULE_PSH_SIZE;
