@@ -146,6 +146,31 @@ pub fn set_socket_buffers(fd: &impl AsFd, bytes: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// A socket read that never waits: `recv` with `MSG_DONTWAIT`, whatever the socket's
+/// blocking mode (an empty socket answers `WouldBlock`).
+#[derive(Debug)]
+pub struct DontWait<'a, F: AsFd>(pub &'a F);
+
+impl<F: AsFd> Read for DontWait<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is a live, writable buffer of `buf.len()` bytes for the call;
+        // the descriptor is borrowed, so open, for its duration.
+        let r = unsafe {
+            libc::recv(
+                self.0.as_fd().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
 /// Waits up to `timeout` for `fd` to be readable (a listener to have a connection);
 /// errors count as "look again".
 pub fn wait_readable(fd: &impl AsFd, timeout: Duration) {

@@ -277,6 +277,8 @@ impl TcpTransport {
                     let r = reader.fill(stream);
                     stream.set_nonblocking(false).and(r)
                 })
+            } else if let Some(read) = framing::fill_polling(reader, stream) {
+                read
             } else {
                 if *current != timeout {
                     stream

@@ -11,9 +11,14 @@
 //! reserved fields are zero.
 
 use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
 
-use super::{PDU_FORMAT_VERSION, PDU_MESSAGE_SIZE_MAX, TOKEN_SIZE_MAX};
+use super::{
+    PDU_FORMAT_VERSION, PDU_MESSAGE_SIZE_MAX, SOCKET_POLL, SOCKET_POLL_BUSY, TOKEN_SIZE_MAX,
+};
 use crate::transport::framing::{clip_message, u16_at, u32_at, u64_at};
+use crate::transport::sys::DontWait;
 
 /// Bytes of the common header.
 pub const PDU_HEADER_SIZE: usize = 8;
@@ -657,6 +662,35 @@ impl PduReader {
         let n = r.read(&mut self.buf[self.end..])?;
         self.end += n;
         Ok(n)
+    }
+}
+
+/// Reads once from `stream` into `reader`, polling the socket without sleeping for up
+/// to [`SOCKET_POLL`] (without yielding for the first [`SOCKET_POLL_BUSY`]); `None` when
+/// nothing came in that time, for the caller to block. A thread that sleeps in a read
+/// costs its peer a wake-up of tens of µs on a VM with few cores; polling while
+/// commands come back to back avoids it, as the shm transport's spins do.
+pub(crate) fn fill_polling(
+    reader: &mut PduReader,
+    stream: &TcpStream,
+) -> Option<io::Result<usize>> {
+    let start = Instant::now();
+    loop {
+        match reader.fill(&mut DontWait(stream)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let waited = start.elapsed();
+                if waited >= SOCKET_POLL {
+                    return None;
+                }
+                if waited < SOCKET_POLL_BUSY {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            read => return Some(read),
+        }
     }
 }
 

@@ -57,3 +57,13 @@ pub const QUEUE_DEPTH_DEFAULT: u32 = 256;
 pub const SOCKET_BUFFER_SIZE: usize = 4 << 20;
 
 const _: () = assert!(SOCKET_BUFFER_SIZE >= 2 * DATA_PDU_SIZE_MAX);
+
+/// How long a reader (the host reaping, the device's connection thread) polls its socket
+/// before it sleeps in a read: the span of a busy host's gap between commands.
+pub const SOCKET_POLL: Duration = Duration::from_micros(50);
+
+/// How long of [`SOCKET_POLL`] it polls without yielding the CPU: a yield is a system
+/// call of about a microsecond in a VM, longer than a short command's round trip.
+pub const SOCKET_POLL_BUSY: Duration = Duration::from_micros(5);
+
+const _: () = assert!(SOCKET_POLL_BUSY.as_nanos() < SOCKET_POLL.as_nanos());

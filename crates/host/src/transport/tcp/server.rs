@@ -27,9 +27,9 @@ use csx_proto::{
 };
 
 use super::framing::{
-    data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
-    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
+    secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
+    PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use super::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
@@ -343,7 +343,8 @@ impl Connection<'_> {
             if self.ctx.stopping() {
                 return Ending::Stopping;
             }
-            match reader.fill(stream) {
+            let read = fill_polling(reader, stream).unwrap_or_else(|| reader.fill(stream));
+            match read {
                 Ok(0) => return Ending::Closed,
                 Ok(_) => {}
                 Err(e)
