@@ -540,8 +540,9 @@ impl QueuePair {
     /// or Write of at most [`INLINE_TRANSFER_SIZE_MAX`] bytes, or an Execute whose
     /// slot's previous run took at most [`INLINE_EXECUTE_NS_MAX`]; never when the
     /// performance model throttles (its waits would block the caller). Everything else
-    /// is queued as usual. The device still runs at most as many commands of a kind at
-    /// once as it has workers of that kind, counting inline ones.
+    /// is queued as usual. An inline command takes an idle worker's place, so the device
+    /// runs about as many commands of a kind at once as it has workers of that kind (a
+    /// worker that takes a queued job while an inline one runs may add one).
     pub fn submit_inline(
         &self,
         cmd: Command,
