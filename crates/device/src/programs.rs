@@ -29,6 +29,9 @@
 //!   exceeds [`PROGRAM_BYTES_TOTAL_MAX`] (TP4091 MAXPB).
 //! * `active_count` is the number of Active slots, at most [`PROGRAMS_ACTIVE_MAX`].
 //! * A slot is Active exactly when it holds an engine.
+//! * A Loading slot belongs to the queue pair that sent its first chunk: only that pair
+//!   continues or restarts the load (another gets 99h); the load is dropped when that
+//!   pair goes away.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,12 +44,18 @@ use csx_ebpf::program::Program;
 use csx_proto::limits::{
     PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT,
 };
-use csx_proto::{EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType, Status};
+use csx_proto::{
+    ClientId, EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType, Status,
+};
 
 use crate::state::write_atomic;
 
 /// Directory of persisted programs in the state directory.
 pub const PROGRAMS_DIR_NAME: &str = "programs";
+
+/// The loader of programs the device restores itself at open (no queue pair has this
+/// id: they count from 1).
+pub const DEVICE_CLIENT: ClientId = ClientId(0);
 
 /// Whether a slot may move from `from` to `to` (see the module doc).
 pub fn can_transition(from: ProgramState, to: ProgramState) -> bool {
@@ -136,6 +145,9 @@ struct Slot {
     total_size_bytes: u32,
     image: Vec<u8>,
     entry: Option<String>,
+    /// The queue pair whose chunks fill a Loading slot; only it may continue or restart
+    /// the load (`Programs::load_chunk`).
+    loader: Option<ClientId>,
     name: String,
     active: Option<ActiveEngine>,
     runs_in_flight: u32,
@@ -266,9 +278,19 @@ impl Programs {
         &self.functions
     }
 
-    /// Applies one Load Program chunk. Returns the bytes received so far.
+    /// Applies one Load Program chunk from queue pair `client`. Returns the bytes
+    /// received so far.
+    ///
+    /// A slot that is Loading belongs to the queue pair that sent its first chunk:
+    /// chunks from any other pair, even a first chunk (offset 0) that would restart the
+    /// load, are refused with 99h (program in use), so two hosts can never interleave or
+    /// silently restart each other's loads. The load is released when its pair
+    /// restarts or unloads it, or goes away ([`Programs::abandon_loads`]); an Unload
+    /// from any pair also empties it.
+    #[allow(clippy::too_many_arguments)] // The sender and the fields of one command.
     pub fn load_chunk(
         &self,
+        client: ClientId,
         pind: ProgramIndex,
         ptype: ProgramType,
         total_size_bytes: u32,
@@ -296,6 +318,12 @@ impl Programs {
                     reason: "the slot holds a program; unload it first",
                 })
             }
+            (ProgramState::Loading, _) if slot.loader != Some(client) => {
+                return Err(ProgramError::InUse {
+                    pind: pind.0,
+                    reason: "another queue pair is loading a program into it",
+                })
+            }
             (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
                 // A new load, or a restart of one: release what the slot held.
                 inner.bytes_total -= u64::from(slot.total_size_bytes);
@@ -312,6 +340,7 @@ impl Programs {
                 slot.total_size_bytes = total_size_bytes;
                 slot.image = Vec::with_capacity(total_size_bytes as usize);
                 slot.entry = entry.map(str::to_owned);
+                slot.loader = Some(client);
                 slot.set_state(ProgramState::Loading);
             }
             (ProgramState::Empty, _) => {
@@ -382,6 +411,23 @@ impl Programs {
         loaded.map_err(|e| ProgramError::Load {
             message: e.to_string(),
         })
+    }
+
+    /// Empties every slot still Loading for `client` (its queue pair is gone), so its
+    /// half-sent image no longer holds the slot or program bytes. Returns how many.
+    pub fn abandon_loads(&self, client: ClientId) -> usize {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let mut abandoned = 0;
+        for slot in &mut inner.slots {
+            if slot.state() == ProgramState::Loading && slot.loader == Some(client) {
+                inner.bytes_total -= u64::from(slot.total_size_bytes);
+                slot.set_state(ProgramState::Empty);
+                *slot = Slot::default();
+                abandoned += 1;
+            }
+        }
+        abandoned
     }
 
     /// Empties a slot (deactivating it first). Refused while runs are in flight.
@@ -696,7 +742,15 @@ impl Programs {
             size_bytes: u32::MAX,
         })?;
         // Replay the load (which rewrites the same files, atomically).
-        self.load_chunk(pind, ptype, size, 0, &image, record.entry.as_deref())?;
+        self.load_chunk(
+            DEVICE_CLIENT,
+            pind,
+            ptype,
+            size,
+            0,
+            &image,
+            record.entry.as_deref(),
+        )?;
         match record.engine.as_deref() {
             None => Ok(()),
             Some("jit") => self.activate(pind, EngineKind::Jit).map(drop),
@@ -736,6 +790,61 @@ mod tests {
         Programs::new(Arc::new(FunctionTable::new()), true, None)
     }
 
+    /// Two queue pairs.
+    const C1: ClientId = ClientId(1);
+    const C2: ClientId = ClientId(2);
+
+    /// A slot Loading for one queue pair refuses every chunk of another, even a first
+    /// chunk that would restart the load, with 99h; its own pair may go on or restart;
+    /// once its pair is gone the slot is empty and its bytes are released.
+    #[test]
+    fn a_load_in_progress_belongs_to_its_queue_pair() {
+        let p = programs();
+        let pind = ProgramIndex(4);
+        let img = ret42();
+        assert_eq!(
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
+                .unwrap(),
+            8
+        );
+        for offset in [0, 8] {
+            let chunk = &img[offset as usize..];
+            let e = p
+                .load_chunk(C2, pind, ProgramType::Raw, 16, offset, chunk, None)
+                .unwrap_err();
+            assert_eq!(e.status(), Status::ProgramInUse, "{e}");
+            assert!(e.to_string().contains("another queue pair"), "{e}");
+        }
+        // The owner's load was not disturbed: it restarts, then completes.
+        assert_eq!(
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
+                .unwrap(),
+            8
+        );
+        assert_eq!(
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 8, &img[8..], None)
+                .unwrap(),
+            16
+        );
+        assert_eq!(p.list()[0].state, ProgramState::Loaded);
+        assert_eq!(p.abandon_loads(C1), 0, "a loaded program is not abandoned");
+        p.unload(pind).unwrap();
+
+        // A pair that goes away mid-load releases the slot and its bytes.
+        p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
+            .unwrap();
+        assert_eq!(p.lock().bytes_total, 16);
+        assert_eq!(p.abandon_loads(C2), 0);
+        assert_eq!(p.abandon_loads(C1), 1);
+        assert!(p.list().is_empty());
+        assert_eq!(p.lock().bytes_total, 0);
+        assert_eq!(
+            p.load_chunk(C2, pind, ProgramType::Raw, 16, 0, &img, None)
+                .unwrap(),
+            16
+        );
+    }
+
     #[test]
     fn transition_table() {
         use ProgramState::*;
@@ -760,26 +869,26 @@ mod tests {
         );
         let img = ret42();
         assert_eq!(
-            p.load_chunk(pind, ProgramType::Raw, 16, 0, &img[..8], None)
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
                 .unwrap(),
             8
         );
         assert_eq!(p.list()[0].state, ProgramState::Loading);
         assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
         assert_eq!(
-            p.load_chunk(pind, ProgramType::Raw, 16, 4, &img[8..12], None)
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 4, &img[8..12], None)
                 .unwrap_err()
                 .status(),
             Status::InvalidField
         );
         assert_eq!(
-            p.load_chunk(pind, ProgramType::Raw, 16, 8, &img[8..], None)
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 8, &img[8..], None)
                 .unwrap(),
             16
         );
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
         assert_eq!(
-            p.load_chunk(pind, ProgramType::Raw, 16, 0, &img, None)
+            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img, None)
                 .unwrap_err()
                 .status(),
             Status::ProgramInUse
@@ -814,6 +923,7 @@ mod tests {
         let p = programs();
         let e = p
             .load_chunk(
+                C1,
                 ProgramIndex(0),
                 ProgramType::Raw,
                 5,
@@ -824,13 +934,21 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         let e = p
-            .load_chunk(ProgramIndex(0), ProgramType::Elf, 4, 0, b"\x7fELX", None)
+            .load_chunk(
+                C1,
+                ProgramIndex(0),
+                ProgramType::Elf,
+                4,
+                0,
+                b"\x7fELX",
+                None,
+            )
             .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         assert!(p.list().is_empty());
         // An unverifiable program loads (it parses) but does not activate: jump out of range.
         let bad = [0x05, 0, 0x10, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
-        p.load_chunk(ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None)
+        p.load_chunk(C1, ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None)
             .unwrap();
         let e = p
             .activate(ProgramIndex(1), EngineKind::Interpreter)
@@ -844,7 +962,7 @@ mod tests {
         let p = programs();
         let img = ret42();
         for i in 0..=PROGRAMS_ACTIVE_MAX {
-            p.load_chunk(ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None)
+            p.load_chunk(C1, ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None)
                 .unwrap();
         }
         for i in 0..PROGRAMS_ACTIVE_MAX {
@@ -859,11 +977,12 @@ mod tests {
         let big = (PROGRAM_BYTES_TOTAL_MAX / u64::from(PROGRAM_SIZE_MAX)) as u16 - 1;
         for i in 0..big {
             let pind = ProgramIndex(40 + i);
-            p.load_chunk(pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None)
+            p.load_chunk(C1, pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None)
                 .unwrap();
         }
         let e = p
             .load_chunk(
+                C1,
                 ProgramIndex(60),
                 ProgramType::Raw,
                 PROGRAM_SIZE_MAX,
@@ -880,13 +999,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = Arc::new(FunctionTable::new());
         let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
-        p.load_chunk(ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None)
+        p.load_chunk(C1, ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None)
             .unwrap();
         p.activate(ProgramIndex(2), EngineKind::Interpreter)
             .unwrap();
-        p.load_chunk(ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None)
+        p.load_chunk(C1, ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None)
             .unwrap();
-        p.load_chunk(ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None)
+        p.load_chunk(C1, ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None)
             .unwrap();
         p.unload(ProgramIndex(6)).unwrap();
         drop(p);

@@ -1,18 +1,31 @@
 //! Bounded queues between submitters, workers and reapers.
 //!
-//! A [`WorkQueue`] is a FIFO with a fixed capacity. Consumers poll it for a short spin
-//! before sleeping on a condition variable, so a command that arrives while its worker
-//! is still spinning is picked up in well under a microsecond, and an idle worker costs
-//! nothing. Producers wake a consumer only when one sleeps.
+//! A [`WorkQueue`] is a FIFO with a fixed capacity. A consumer that finds it empty polls
+//! it for a short spin before sleeping on a condition variable, so a command that
+//! arrives while a worker still spins is picked up in about a microsecond, and an idle
+//! worker costs nothing.
+//!
+//! At most one consumer spins at a time (the *spinner*); the others sleep at once. On a
+//! machine with few cores, several threads spinning beside the submitter and the
+//! transport's poller get some of them descheduled, and a descheduled thread costs a
+//! wake-up of tens of µs on the critical path. A producer wakes a sleeper only when no
+//! consumer spins; a spinner that takes an item gives up the role and, if items remain,
+//! wakes a sleeper for them.
 //!
 //! Invariants: the queue never holds more than its capacity; a push that would exceed
 //! it, or a push after [`WorkQueue::close`], hands the item back; once closed and
-//! drained, every pop returns `None`.
+//! drained, every pop returns `None`; an item pushed while no consumer spins wakes a
+//! sleeper (if there is one), and one pushed while a consumer spins is taken by it or
+//! handed on by it, so no item waits for a consumer that sleeps.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// How long a spinner polls without yielding the CPU before it yields between looks: a
+/// yield is a system call (about a microsecond in a VM), longer than many commands.
+pub const SPIN_BUSY: Duration = Duration::from_micros(5);
 
 /// A bounded multi-producer multi-consumer FIFO.
 #[derive(Debug)]
@@ -23,6 +36,10 @@ pub struct WorkQueue<T> {
     len: AtomicUsize,
     /// Consumers waiting on `ready`; read and written under the lock.
     sleepers: AtomicUsize,
+    /// A consumer spins on `len`. Claimed without the lock; given up, and read by
+    /// producers, only under it (so a producer that sees no spinner wakes a sleeper, and
+    /// a spinner that gives up sees every item pushed while it held the role).
+    spinning: AtomicBool,
     closed: AtomicBool,
     capacity: usize,
 }
@@ -36,6 +53,7 @@ impl<T> WorkQueue<T> {
             ready: Condvar::new(),
             len: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
+            spinning: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             capacity,
         }
@@ -54,7 +72,8 @@ impl<T> WorkQueue<T> {
         }
         items.push_back(item);
         self.len.store(items.len(), Ordering::Release);
-        let wake = self.sleepers.load(Ordering::Relaxed) > 0;
+        let wake =
+            self.sleepers.load(Ordering::Relaxed) > 0 && !self.spinning.load(Ordering::Relaxed);
         drop(items);
         if wake {
             self.ready.notify_one();
@@ -73,24 +92,78 @@ impl<T> WorkQueue<T> {
         item
     }
 
-    /// Takes the oldest item: spins for up to `spin`, then sleeps until one arrives, the
-    /// queue is closed and empty (`None`), or `timeout` passes (`None`).
+    /// Takes the oldest item: spins for up to `spin` (when no other consumer spins),
+    /// then sleeps until one arrives, the queue is closed and empty (`None`), or
+    /// `timeout` passes (`None`).
     pub fn pop(&self, spin: Duration, timeout: Option<Duration>) -> Option<T> {
         let start = Instant::now();
-        loop {
-            if let Some(item) = self.try_pop() {
+        if let Some(item) = self.try_pop() {
+            return Some(item);
+        }
+        if !spin.is_zero() && self.claim_spinning() {
+            if let Some(item) = self.spin(start, spin) {
                 return Some(item);
+            }
+        }
+        self.sleep(start, timeout)
+    }
+
+    fn claim_spinning(&self) -> bool {
+        self.spinning
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The spinner's loop: polls until an item comes, `spin` passes since `start`, or
+    /// the queue closes; gives up the role in every case.
+    fn spin(&self, start: Instant, spin: Duration) -> Option<T> {
+        loop {
+            if self.len.load(Ordering::Acquire) > 0 {
+                let mut items = self.lock();
+                if let Some(item) = items.pop_front() {
+                    self.len.store(items.len(), Ordering::Release);
+                    self.spinning.store(false, Ordering::Relaxed);
+                    // Producers did not wake anyone while this thread spun.
+                    let wake = !items.is_empty() && self.sleepers.load(Ordering::Relaxed) > 0;
+                    drop(items);
+                    if wake {
+                        self.ready.notify_one();
+                    }
+                    return Some(item);
+                }
             }
             if self.closed.load(Ordering::Acquire) || start.elapsed() >= spin {
                 break;
             }
-            std::hint::spin_loop();
+            if start.elapsed() < SPIN_BUSY {
+                std::hint::spin_loop();
+            } else {
+                // Yield rather than burn the core: on a machine with few cores the
+                // thread that will push the next item may need it.
+                std::thread::yield_now();
+            }
         }
+        let items = self.lock();
+        self.spinning.store(false, Ordering::Relaxed);
+        // The sleep that follows looks at the items under the lock again.
+        drop(items);
+        None
+    }
+
+    fn sleep(&self, start: Instant, timeout: Option<Duration>) -> Option<T> {
         let deadline = timeout.map(|t| start + t);
         let mut items = self.lock();
         loop {
             if let Some(item) = items.pop_front() {
                 self.len.store(items.len(), Ordering::Release);
+                // Items pushed while a consumer spun woke nobody: pass them on.
+                let wake = !items.is_empty()
+                    && self.sleepers.load(Ordering::Relaxed) > 0
+                    && !self.spinning.load(Ordering::Relaxed);
+                drop(items);
+                if wake {
+                    self.ready.notify_one();
+                }
                 return Some(item);
             }
             if self.closed.load(Ordering::Acquire) {
@@ -160,6 +233,38 @@ mod tests {
         assert_eq!(q.push(5), Err(5));
         assert_eq!(q.pop(Duration::ZERO, None), Some(4));
         assert_eq!(q.pop(Duration::ZERO, None), None);
+    }
+
+    /// Items pushed while one consumer spins and the others sleep wake nobody at the
+    /// push; the spinner and then each consumer it or another wakes hand the rest on,
+    /// so every consumer gets one without another push.
+    #[test]
+    fn the_spinner_hands_items_on_to_sleepers() {
+        let q = Arc::new(WorkQueue::new(16));
+        let consumers: Vec<_> = (0..3)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                // A spin that never ends by itself: the spinner leaves only with an item.
+                std::thread::spawn(move || q.pop(Duration::from_secs(3600), None))
+            })
+            .collect();
+        loop {
+            let sleeping = q.lock().is_empty() && q.sleepers.load(Ordering::Relaxed) == 2;
+            if sleeping && q.spinning.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        for i in 0..3 {
+            q.push(i).unwrap();
+        }
+        let mut got: Vec<u32> = consumers
+            .into_iter()
+            .map(|c| c.join().unwrap().expect("an item"))
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2]);
+        assert!(!q.spinning.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //!  QueuePair::reap ◀── the pair's completion queue ◀── every worker posts there
 //! ```
 //!
+//! A transport's poller may instead run a short command on its own thread
+//! (`QueuePair::submit_inline`: the pair's only command in flight, a worker of its kind
+//! idle), so a round trip crosses no hand-off inside the device.
+//!
 //! Transfers run beside executions, so staging the next input overlaps running the
 //! current program. Ordering between commands in flight is not guaranteed (as in NVMe);
 //! a command sees every command that *completed* before it was submitted (completion is
@@ -38,7 +42,7 @@ use std::fs::{self, File};
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,6 +74,15 @@ pub const WORKER_SPIN: Duration = Duration::from_micros(50);
 
 /// How long `QueuePair::reap` polls before sleeping.
 pub const REAP_SPIN: Duration = Duration::from_micros(50);
+
+/// The longest an Execute's previous run of the same slot may have taken for
+/// [`QueuePair::submit_inline`] to run it on the submitting thread: a no-op is about a
+/// microsecond, and a thread hand-off on a busy machine with few cores costs tens.
+pub const INLINE_EXECUTE_NS_MAX: u64 = 20_000;
+
+/// The most bytes a Memory Read or Write run by [`QueuePair::submit_inline`] moves (a
+/// 1 MiB copy takes about 40 µs at memcpy speed).
+pub const INLINE_TRANSFER_SIZE_MAX: u64 = 1 << 20;
 
 /// Why a device could not be initialised or opened.
 #[derive(Debug, thiserror::Error)]
@@ -174,12 +187,48 @@ pub(crate) struct Shared {
     pub(crate) infos: Vec<FunctionInfo>,
     pub(crate) epoch: Instant,
     restore_failures: Vec<(ProgramIndex, String)>,
-    compute: WorkQueue<Job>,
-    transfer: WorkQueue<Job>,
-    admin: WorkQueue<Job>,
+    compute: Pool,
+    transfer: Pool,
+    admin: Pool,
+    /// Nanoseconds the last Execute of each slot took (`u64::MAX`: none yet), the
+    /// guess of how long the next one takes (see `QueuePair::submit_inline`).
+    execute_ns_last: Vec<AtomicU64>,
     stopping: AtomicBool,
     next_client: AtomicU32,
     live_pairs: AtomicU32,
+}
+
+/// The queue of one class of commands and the count of its workers.
+struct Pool {
+    queue: WorkQueue<Job>,
+    workers: u32,
+    /// Jobs of this class running now (on a worker, or inline on a submitter).
+    running: AtomicU32,
+}
+
+impl Pool {
+    fn new(capacity: usize, workers: u32) -> Pool {
+        Pool {
+            queue: WorkQueue::new(capacity),
+            workers,
+            running: AtomicU32::new(0),
+        }
+    }
+
+    /// Claims an idle worker's place for a job run inline; `false` when every worker is
+    /// busy or jobs wait in the queue (they go first).
+    fn claim_idle(&self) -> bool {
+        if !self.queue.is_empty() {
+            return false;
+        }
+        // SeqCst pairs with `Device::shutdown`: either it sees this job running and
+        // waits for it, or the submitter sees `stopping` after its claim.
+        self.running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.workers).then_some(n + 1)
+            })
+            .is_ok()
+    }
 }
 
 /// A csx device: NVM namespace with its file store, SLM, shared state, program slots
@@ -315,9 +364,12 @@ impl Device {
             infos: function_infos(),
             epoch: Instant::now(),
             restore_failures,
-            compute: WorkQueue::new(queue_capacity),
-            transfer: WorkQueue::new(queue_capacity),
-            admin: WorkQueue::new(queue_capacity),
+            compute: Pool::new(queue_capacity, engines),
+            transfer: Pool::new(queue_capacity, transfer_workers),
+            admin: Pool::new(queue_capacity, 1),
+            execute_ns_last: (0..PROGRAM_SLOTS_COUNT)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
             stopping: AtomicBool::new(false),
             next_client: AtomicU32::new(1),
             live_pairs: AtomicU32::new(0),
@@ -414,14 +466,21 @@ impl Device {
         let Some(shared) = self.shared.take() else {
             return Ok(());
         };
-        shared.stopping.store(true, Ordering::Release);
-        shared.compute.close();
-        shared.transfer.close();
-        shared.admin.close();
+        shared.stopping.store(true, Ordering::SeqCst);
+        shared.compute.queue.close();
+        shared.transfer.queue.close();
+        shared.admin.queue.close();
         for t in self.threads.drain(..) {
             // A worker that panicked has already posted nothing more; the rest of the
             // shutdown still runs so the file store is flushed.
             let _ = t.join();
+        }
+        // Commands a transport thread runs inline (`QueuePair::submit_inline`, short by
+        // its rule) finish before the state is saved, as the workers' did.
+        for pool in [&shared.compute, &shared.transfer, &shared.admin] {
+            while pool.running.load(Ordering::SeqCst) > 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
         let saved = shared.state.save();
         let flushed = shared.files.flush();
@@ -468,7 +527,28 @@ impl QueuePair {
     /// Queues `cmd`. A command that fails validation is accepted and completes with
     /// its error status; only a full pair or a closing device refuse outright.
     pub fn submit(&self, cmd: Command) -> Result<(), SubmitError> {
-        self.submit_inner(cmd, None)
+        self.submit_inner(cmd, None, false)
+    }
+
+    /// Like [`QueuePair::submit_with_buffer`] (with `buffer`) or [`QueuePair::submit`]
+    /// (without), but runs a short command on the calling thread when it is the only
+    /// one of this pair in flight and a worker of its kind is idle (run to
+    /// completion): its completion is ready when this returns.
+    ///
+    /// A round trip then crosses no thread hand-off inside the device, which on a busy
+    /// machine with few cores saves a wake-up of tens of µs. Short means: a Memory Read
+    /// or Write of at most [`INLINE_TRANSFER_SIZE_MAX`] bytes, or an Execute whose
+    /// slot's previous run took at most [`INLINE_EXECUTE_NS_MAX`]; never when the
+    /// performance model throttles (its waits would block the caller). Everything else
+    /// is queued as usual. An inline command takes an idle worker's place, so the device
+    /// runs about as many commands of a kind at once as it has workers of that kind (a
+    /// worker that takes a queued job while an inline one runs may add one).
+    pub fn submit_inline(
+        &self,
+        cmd: Command,
+        buffer: Option<Box<dyn DmaBuffer>>,
+    ) -> Result<(), SubmitError> {
+        self.submit_inner(cmd, buffer, true)
     }
 
     /// Queues a Memory Write whose data is `buffer` (the op's own `data` must be empty)
@@ -481,13 +561,14 @@ impl QueuePair {
         cmd: Command,
         buffer: Box<dyn DmaBuffer>,
     ) -> Result<(), SubmitError> {
-        self.submit_inner(cmd, Some(buffer))
+        self.submit_inner(cmd, Some(buffer), false)
     }
 
     fn submit_inner(
         &self,
         cmd: Command,
         dma: Option<Box<dyn DmaBuffer>>,
+        inline: bool,
     ) -> Result<(), SubmitError> {
         let submitted = Instant::now();
         let Some(shared) = self.shared.upgrade() else {
@@ -513,18 +594,26 @@ impl QueuePair {
             post(&self.qp, c);
             return Ok(());
         }
-        let queue = match class_of(&cmd.op) {
-            Class::Compute => &shared.compute,
-            Class::Transfer => &shared.transfer,
-            Class::Admin => &shared.admin,
-        };
+        let pool = shared.pool(class_of(&cmd.op));
         let job = Job {
             qp: Arc::clone(&self.qp),
             cmd,
             submitted,
             dma,
         };
-        if queue.push(job).is_err() {
+        let alone = in_flight == 0;
+        if inline && alone && shared.is_short(&job) && pool.claim_idle() {
+            if shared.stopping.load(Ordering::SeqCst) {
+                // A shutdown began; it no longer waits for new work.
+                pool.running.fetch_sub(1, Ordering::SeqCst);
+                self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+                return Err(SubmitError::ShuttingDown);
+            }
+            shared.run(job);
+            pool.running.fetch_sub(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        if pool.queue.push(job).is_err() {
             // Closed by a concurrent shutdown (never full: pairs × depth bound it).
             self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::ShuttingDown);
@@ -570,6 +659,7 @@ impl Drop for QueuePair {
         if let Some(shared) = self.shared.upgrade() {
             // Range sets first: `RangeSets::create` checks the SLM under its own lock.
             shared.rangesets.reclaim(self.qp.client);
+            shared.programs.abandon_loads(self.qp.client);
             shared.slm.reclaim(self.qp.client);
             shared.live_pairs.fetch_sub(1, Ordering::AcqRel);
         }
@@ -618,18 +708,50 @@ fn post(qp: &QpShared, c: Completion) {
 }
 
 fn worker(shared: &Shared, class: Class) {
-    let queue = match class {
-        Class::Compute => &shared.compute,
-        Class::Transfer => &shared.transfer,
-        Class::Admin => &shared.admin,
-    };
-    while let Some(job) = queue.pop(WORKER_SPIN, None) {
+    let pool = shared.pool(class);
+    while let Some(job) = pool.queue.pop(WORKER_SPIN, None) {
+        pool.running.fetch_add(1, Ordering::AcqRel);
+        shared.run(job);
+        pool.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Shared {
+    fn pool(&self, class: Class) -> &Pool {
+        match class {
+            Class::Compute => &self.compute,
+            Class::Transfer => &self.transfer,
+            Class::Admin => &self.admin,
+        }
+    }
+
+    /// Whether `op` is short enough to run inline (see `QueuePair::submit_inline`).
+    fn is_short(&self, job: &Job) -> bool {
+        if self.config.perf.throttle {
+            return false;
+        }
+        let lent = job.dma.as_ref().map_or(0, |b| b.len() as u64);
+        match &job.cmd.op {
+            Op::Execute { pind, .. } => self
+                .execute_ns_last
+                .get(usize::from(pind.0))
+                .is_some_and(|ns| ns.load(Ordering::Relaxed) <= INLINE_EXECUTE_NS_MAX),
+            Op::MemRead { len, .. } => *len <= INLINE_TRANSFER_SIZE_MAX,
+            Op::MemWrite { data, .. } => {
+                data.len() as u64 <= INLINE_TRANSFER_SIZE_MAX && lent <= INLINE_TRANSFER_SIZE_MAX
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `job` on this thread and posts its completion.
+    fn run(&self, job: Job) {
         let started = Instant::now();
         // A panic here is a device bug; it fails this command, not the worker (and so
         // not every later command). The tables recover from lock poisoning.
         let handled = panic::catch_unwind(AssertUnwindSafe(|| match job.dma.as_deref() {
-            Some(buffer) => shared.dma(job.qp.client, &job.cmd.op, buffer),
-            None => shared.handle(job.qp.client, &job.cmd),
+            Some(buffer) => self.dma(job.qp.client, &job.cmd.op, buffer),
+            None => self.handle(job.qp.client, &job.cmd),
         }));
         let mut c = handled.unwrap_or_else(|payload| {
             let message = payload
@@ -643,9 +765,14 @@ fn worker(shared: &Shared, class: Class) {
                 format!("{} failed: {message}", job.cmd.op.name()),
             )
         });
+        if let Op::Execute { pind, .. } = &job.cmd.op {
+            if let Some(last) = self.execute_ns_last.get(usize::from(pind.0)) {
+                last.store(ns(started.elapsed()), Ordering::Relaxed);
+            }
+        }
         // The performance model stamps the modelled time and holds the completion
         // until the command has taken it in real time (crate::perf).
-        shared.config.perf.apply(&job.cmd.op, &mut c, started);
+        self.config.perf.apply(&job.cmd.op, &mut c, started);
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
         c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
@@ -728,6 +855,7 @@ impl Shared {
             } => {
                 let start = Instant::now();
                 let r = self.programs.load_chunk(
+                    client,
                     *pind,
                     *ptype,
                     *total_size_bytes,
@@ -1191,6 +1319,126 @@ mod tests {
             Status::InvalidField
         );
         drop(qp);
+        dev.close().expect("close");
+    }
+
+    /// A short command submitted inline while the pair has nothing else in flight has
+    /// its completion ready when `submit_inline` returns; an Execute is short only once
+    /// its slot has run quickly, and a long transfer is queued as usual.
+    #[test]
+    fn short_commands_run_inline() {
+        use crate::dma::tests::HeapBuffer;
+        use std::sync::Mutex;
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 4 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..DeviceConfig::default()
+        };
+        let dev = Device::init(dir.path(), config).expect("init");
+        let qp = dev.queue_pair(4).expect("queue pair");
+        let size_bytes = INLINE_TRANSFER_SIZE_MAX * 2;
+        let alloc = qp
+            .call(Command::new(CommandId(1), Op::MemAlloc { size_bytes }))
+            .expect("submit");
+        assert_eq!(alloc.status, Status::Success);
+        let handle = MemHandle(alloc.value as u32);
+        let read = |len: u64| Op::MemRead {
+            handle,
+            offset: 0,
+            len,
+        };
+        let buffer = Box::new(HeapBuffer(Mutex::new(vec![0u8; 4096])));
+        qp.submit_inline(Command::new(CommandId(2), read(4096)), Some(buffer))
+            .expect("submit");
+        let c = qp.try_reap().expect("an inline command has completed");
+        assert_eq!(
+            (c.id, c.status, c.value),
+            (CommandId(2), Status::Success, 4096)
+        );
+
+        let shared = qp.shared.upgrade().expect("the device is open");
+        let job = |op: Op, dma: Option<Box<dyn DmaBuffer>>| Job {
+            qp: Arc::clone(&qp.qp),
+            cmd: Command::new(CommandId(9), op),
+            submitted: Instant::now(),
+            dma,
+        };
+        let long = Box::new(HeapBuffer(Mutex::new(vec![0u8; size_bytes as usize])));
+        assert!(!shared.is_short(&job(read(size_bytes), None)));
+        let write = Op::MemWrite {
+            handle,
+            offset: 0,
+            data: vec![],
+        };
+        assert!(!shared.is_short(&job(write, Some(long))));
+        assert!(!shared.is_short(&job(Op::Identify, None)));
+        let exec = Op::Execute {
+            pind: ProgramIndex(3),
+            windows: Windows::Inline(vec![]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+        };
+        assert!(!shared.is_short(&job(exec.clone(), None)), "never ran");
+        shared.execute_ns_last[3].store(INLINE_EXECUTE_NS_MAX, Ordering::Relaxed);
+        assert!(shared.is_short(&job(exec.clone(), None)));
+        // The slot is empty: the execute fails, inline, and its time is recorded.
+        qp.submit_inline(Command::new(CommandId(3), exec), None)
+            .expect("submit");
+        let c = qp.try_reap().expect("an inline command has completed");
+        assert_eq!(c.id, CommandId(3));
+        assert!(!c.status.is_success());
+        assert_ne!(shared.execute_ns_last[3].load(Ordering::Relaxed), u64::MAX);
+        drop(shared);
+        drop(qp);
+        dev.close().expect("close");
+    }
+
+    /// A load in progress belongs to its queue pair: another pair's first chunk into
+    /// the slot is refused (99h) instead of restarting it, until the owner goes away.
+    #[test]
+    fn a_departing_pair_releases_its_load() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 1 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..DeviceConfig::default()
+        };
+        let dev = Device::init(dir.path(), config).expect("init");
+        let (first, second) = (
+            dev.queue_pair(2).expect("pair"),
+            dev.queue_pair(2).expect("pair"),
+        );
+        // mov r0, 42; exit
+        let image = [0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        let chunk = |id: u64, data: &[u8]| {
+            Command::new(
+                CommandId(id),
+                Op::LoadProgram {
+                    pind: ProgramIndex(7),
+                    ptype: ProgramType::Raw,
+                    total_size_bytes: 16,
+                    offset: 0,
+                    data: data.to_vec(),
+                    entry: None,
+                },
+            )
+        };
+        let c = first.call(chunk(1, &image[..8])).expect("submit");
+        assert_eq!((c.status, c.value), (Status::Success, 8));
+        let c = second.call(chunk(2, &image)).expect("submit");
+        assert_eq!(c.status, Status::ProgramInUse);
+        drop(first);
+        let c = second.call(chunk(3, &image)).expect("submit");
+        assert_eq!((c.status, c.value), (Status::Success, 16));
+        drop(second);
         dev.close().expect("close");
     }
 

@@ -381,12 +381,16 @@ fn helper_calls_and_their_traps() {
     }
 }
 
+/// A helper that panics aborts the run with the same trap (code, message, pc) and fuel
+/// on both engines: compiled code must not be unwound through, and the interpreter
+/// reports it the same way.
 #[test]
 fn helper_panics_become_aborts() {
-    // The interpreter lets a panicking helper's panic propagate; compiled code must not
-    // be unwound through, so the JIT reports it as a trap.
-    let jit = JitProgram::compile(program("mov %r0, 3\ncall 4\nexit", vec![])).unwrap();
-    let (out, _) = run_on(&jit, 100);
+    assert_eq!(
+        csx_ebpf::interp::HELPER_PANIC_CODE,
+        crate::runtime::HELPER_PANIC_CODE
+    );
+    let out = check("mov %r0, 3\ncall 4\nexit");
     let trap = trap_of(&out);
     assert_eq!(trap.pc, 1);
     assert!(
@@ -395,14 +399,15 @@ fn helper_panics_become_aborts() {
     );
 }
 
+/// A helper that remaps the stack aborts the run at the call on both engines.
 #[test]
 fn helpers_may_not_remap_the_stack() {
-    let jit = JitProgram::compile(program("call 6\nldxdw %r0, [%r10-8]\nexit", vec![])).unwrap();
-    let (out, _) = run_on(&jit, 100);
+    let out = check("call 6\nldxdw %r0, [%r10-8]\nexit");
     assert!(matches!(
         trap_of(&out).kind,
         TrapKind::HelperAbort { helper: 6, .. }
     ));
+    assert_eq!(trap_of(&out).pc, 0);
 }
 
 #[test]

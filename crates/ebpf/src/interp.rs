@@ -27,16 +27,17 @@
 //! plain read-modify-write: correct for one run, not atomic against concurrent runs.
 
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome};
-use crate::helper::{call_helper, HelperHost};
+use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
 use crate::limits::CALL_DEPTH_MAX;
-use crate::memory::MemoryMap;
+use crate::memory::{MemoryMap, RegionIdx};
 use crate::program::VerifiedProgram;
-use crate::trap::Trap;
+use crate::trap::{Trap, TrapKind};
 
 /// The interpreter for one verified program. Cheap to share across threads; every run
 /// has its own registers, stack and writable globals.
@@ -2648,6 +2649,56 @@ unsafe fn atomic32(p: *mut u8, op: AtomicOp, value: u64, expected: u64) -> u64 {
     old.into()
 }
 
+/// The csx code of the [`TrapKind::HelperAbort`] of a helper that panicked or remapped
+/// the stack (EFAULT): the same as the JIT's, so the engines agree.
+pub const HELPER_PANIC_CODE: i64 = -14;
+
+/// The stack's row of the region table: its base and lengths.
+fn stack_row(mem: &MemoryMap<'_>) -> (usize, u64, u64) {
+    let e = &mem.entries()[RegionIdx::STACK.0 as usize];
+    (e.base as usize, e.read_len, e.write_len)
+}
+
+/// Calls helper `id` through [`call_helper`] as the JIT's trampoline does: a helper that
+/// panics, or that remaps the stack (the JIT addresses it directly), aborts the run with
+/// [`TrapKind::HelperAbort`] and [`HELPER_PANIC_CODE`] instead of unwinding through the
+/// interpreter, so both engines give the same trap.
+fn guarded_call(
+    functions: &FunctionTable,
+    host: &mut dyn HelperHost,
+    mem: &mut MemoryMap<'_>,
+    id: i64,
+    args: [u64; 5],
+    stack: (usize, u64, u64),
+) -> Result<u64, TrapKind> {
+    let called = panic::catch_unwind(AssertUnwindSafe(|| {
+        call_helper(functions, host, mem, id, args)
+    }));
+    let helper = u32::try_from(id).unwrap_or(u32::MAX);
+    let abort = |message: String| TrapKind::HelperAbort {
+        helper,
+        code: HELPER_PANIC_CODE,
+        message,
+    };
+    let r0 = match called {
+        Ok(result) => result?,
+        Err(payload) => {
+            let text = if let Some(s) = payload.downcast_ref::<&str>() {
+                s
+            } else if let Some(s) = payload.downcast_ref::<String>() {
+                s.as_str()
+            } else {
+                "non-string panic payload"
+            };
+            return Err(abort(format!("helper panicked: {text}")));
+        }
+    };
+    if stack_row(mem) != stack {
+        return Err(abort("helper remapped the engine's stack region".into()));
+    }
+    Ok(r0)
+}
+
 impl Interpreter {
     /// The dispatch loop. `pc` is advanced before an op runs, so inside an arm the
     /// current instruction is `pc - 1` (what traps and fuel use).
@@ -2662,6 +2713,7 @@ impl Interpreter {
     ) -> RunOutcome {
         let ops = &*self.ops;
         let functions = self.program.functions();
+        let stack = stack_row(mem);
         // One entry per possible `u8` register number, so that indexing by a decoded
         // register needs neither a bounds check nor a mask; only r0-r10 are ever named
         // by a verified program.
@@ -2750,7 +2802,7 @@ impl Interpreter {
             ($id:expr) => {{
                 charge!(rules::CALL_COST);
                 let args = [regs[1], regs[2], regs[3], regs[4], regs[5]];
-                match call_helper(functions, host, mem, $id, args) {
+                match guarded_call(functions, host, mem, $id, args, stack) {
                     Ok(v) => regs[0] = v,
                     Err(kind) => trap!(kind),
                 }
@@ -3676,6 +3728,80 @@ mod tests {
             message: "no helper 8".into(),
         };
         assert_eq!(out.result, Err(Trap { pc: 1, kind }));
+    }
+
+    /// A host whose helper 9 panics and helper 10 unmaps the stack.
+    struct RudeHost;
+    impl HelperHost for RudeHost {
+        fn call(
+            &mut self,
+            id: u32,
+            _args: [u64; 5],
+            mem: &mut MemoryMap<'_>,
+        ) -> Result<u64, HelperAbort> {
+            match id {
+                9 => panic!("helper 9 always panics"),
+                10 => {
+                    mem.unmap(RegionIdx::STACK);
+                    Ok(0)
+                }
+                _ => Ok(0),
+            }
+        }
+    }
+
+    /// A helper that panics, or remaps the stack, aborts the run with a trap at the
+    /// call (as the JIT's trampoline reports it) instead of unwinding through the
+    /// interpreter; the call's fuel is charged.
+    #[test]
+    fn helper_panics_and_stack_remaps_become_aborts() {
+        let mut t = FunctionTable::new();
+        for (id, name) in [(9, "panic"), (10, "unmap_stack")] {
+            t.insert(FunctionSig {
+                name: name.into(),
+                id,
+                args: vec![],
+                version: 1,
+                doc: String::new(),
+            })
+            .unwrap();
+        }
+        let insns = prog![mov(0, 3), call(9), EXIT];
+        let engine = interp(Program::from_insns("h", insns), t.clone());
+        let opts = RunOptions::default();
+        let out = engine.run(&mut MemoryMap::new(), [0; 5], &opts, &mut RudeHost);
+        let Err(Trap {
+            pc: 1,
+            kind:
+                TrapKind::HelperAbort {
+                    helper: 9,
+                    code: HELPER_PANIC_CODE,
+                    message,
+                },
+        }) = &out.result
+        else {
+            panic!("a panicking helper aborts the run: {:?}", out.result);
+        };
+        assert!(message.contains("always panics"), "{message}");
+        assert_eq!(out.fuel_used, rules::CALL_COST);
+        let insns = prog![call(10), ldx(SIZE_DW, 0, 10, -8), EXIT];
+        let engine = interp(Program::from_insns("h", insns), t);
+        let out = engine.run(&mut MemoryMap::new(), [0; 5], &opts, &mut RudeHost);
+        assert!(
+            matches!(
+                out.result,
+                Err(Trap {
+                    pc: 0,
+                    kind: TrapKind::HelperAbort {
+                        helper: 10,
+                        code: HELPER_PANIC_CODE,
+                        ..
+                    }
+                })
+            ),
+            "{:?}",
+            out.result
+        );
     }
 
     // ---- Semantics and pitfalls ----

@@ -135,6 +135,70 @@ pub const FRAME_SIZE_MAX: usize = PAYLOAD_SIZE_MAX + 32 * 1024;
 /// exceed it is cut short and marked truncated.
 pub const PAYLOAD_SIZE_MAX: usize = (16 << 20) + 32 * 1024;
 
+// ------------------------------------------------------------------------------------
+// Transports (`csx_host::transport::{shm,tcp}`, byte tables in `docs/design/`). Each
+// transport module re-exports its own under its short name.
+
+/// Bytes of bulk data one command moves through a transport outside its encoding (a
+/// Memory or File Write's source, a read's destination): the largest read or write.
+pub const TRANSFER_SIZE_MAX: usize = MEM_IO_SIZE_MAX as usize;
+
+/// Bytes of a human-readable message in a transport's handshake answer or termination
+/// (why a client was refused or dropped): one line an operator reads, like a completion's
+/// message.
+pub const TRANSPORT_MESSAGE_SIZE_MAX: usize = MESSAGE_SIZE_MAX;
+
+/// Bytes of host memory an shm client may ask for, at least: one response area per
+/// command of a small queue, and a few 4 KiB buffers.
+pub const SHM_HOST_MEMORY_MIN: u64 = 1 << 20;
+
+/// Bytes of host memory an shm client may ask for, at most. Bounds what one client makes
+/// the device create and map.
+pub const SHM_HOST_MEMORY_MAX: u64 = 1 << 30;
+
+/// Bytes of an shm queue name (`shm://NAME`): it becomes part of a socket's file name,
+/// whose path must fit a `sockaddr_un` (108 bytes) with its directory.
+pub const SHM_NAME_SIZE_MAX: usize = 64;
+
+/// Times an shm host asks again for a listing that overflowed its response area (it may
+/// grow between the tries) before it gives up.
+pub const SHM_RESPONSE_RETRIES_MAX: u32 = 3;
+
+/// Bytes of a tcp shared-secret token. Long enough for any generated secret (a 256-bit
+/// key in hex is 64 bytes), short enough that the connect request stays tiny.
+pub const TCP_TOKEN_SIZE_MAX: usize = 256;
+
+/// Bytes of bulk data in one tcp H2C or C2H data PDU. Big enough that the per-PDU cost
+/// vanishes against the copy, small enough that a receiver's PDU buffer stays modest and
+/// a 16 MiB transfer interleaves with other connections' traffic.
+pub const TCP_DATA_PDU_SIZE_MAX: usize = 1 << 20;
+
+/// Bytes of a tcp command capsule: the encoded command without its bulk data. The
+/// largest is a Load Program chunk (carried in the capsule), or a Memory Copy of 256
+/// sources with maximal paths; both fit with room to spare. Bounds what a server
+/// buffers per connection for one command header.
+pub const TCP_COMMAND_CAPSULE_SIZE_MAX: usize = 2 << 20;
+
+/// Bytes of a tcp response capsule: any encoded completion (a listing may approach
+/// [`FRAME_SIZE_MAX`]).
+pub const TCP_RESPONSE_CAPSULE_SIZE_MAX: usize = FRAME_SIZE_MAX;
+
+/// Connections a device daemon (`csx device serve`) holds a thread for at once: its
+/// [`QUEUE_PAIRS_MAX`] queue pairs, and a margin so refused or half-open connections are
+/// answered without letting a flood of them exhaust threads.
+pub const SERVER_CONNECTIONS_MAX: usize = QUEUE_PAIRS_MAX as usize + 16;
+
+const _: () = assert!(FILE_IO_SIZE_MAX as usize == TRANSFER_SIZE_MAX);
+const _: () = assert!(SHM_HOST_MEMORY_MIN < SHM_HOST_MEMORY_MAX);
+const _: () = assert!(FRAME_SIZE_MAX as u64 <= SHM_HOST_MEMORY_MAX);
+const _: () = assert!(TCP_DATA_PDU_SIZE_MAX <= TRANSFER_SIZE_MAX);
+const _: () = assert!(TCP_COMMAND_CAPSULE_SIZE_MAX <= FRAME_SIZE_MAX);
+const _: () =
+    assert!(LOAD_CHUNK_SIZE_MAX as usize + NAME_SIZE_MAX + 4096 < TCP_COMMAND_CAPSULE_SIZE_MAX);
+const _: () = assert!(
+    16 + 12 + COPY_SOURCES_MAX * (1 + 16 + 4 + PATH_SIZE_MAX) < TCP_COMMAND_CAPSULE_SIZE_MAX
+);
+
 const _: () = assert!(RANGES_PER_SET_MAX <= WINDOWS_MAX);
 const _: () = assert!(ARGS_HEADER_SIZE == 280);
 const _: () = assert!(ARGS_HEADER_SIZE + PARAMS_SIZE_MAX <= 2 * 4096 + 280);

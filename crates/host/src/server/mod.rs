@@ -37,10 +37,7 @@ use crate::transport::tcp;
 /// shutdown waits for an idle thread to notice.
 pub const ACCEPT_POLL: Duration = Duration::from_millis(100);
 
-/// Connections holding a thread at once. The device serves at most
-/// `QUEUE_PAIRS_MAX` (64) queue pairs; the margin lets refused or half-open
-/// connections be answered without letting a flood of them exhaust threads.
-pub const CONNECTIONS_MAX: usize = csx_proto::limits::QUEUE_PAIRS_MAX as usize + 16;
+pub use csx_proto::limits::SERVER_CONNECTIONS_MAX as CONNECTIONS_MAX;
 
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]

@@ -27,6 +27,7 @@ use csx_proto::{Command, Completion};
 use crate::error::TransportError;
 
 pub(crate) mod bulk;
+mod framing;
 #[cfg(feature = "inproc")]
 pub mod inproc;
 pub mod shm;

@@ -1,6 +1,6 @@
 //! The system calls the shm and tcp transports need that `std` does not wrap: memfd
-//! with seals, eventfd, poll, and passing file descriptors over a unix socket
-//! (`SCM_RIGHTS`). One of the crate's two unsafe modules (the other is
+//! with seals, eventfd, poll, passing file descriptors over a unix socket
+//! (`SCM_RIGHTS`), and socket buffer sizes. One of the crate's two unsafe modules (the other is
 //! `transport::shm::ring`); every block states its invariants.
 //!
 //! Invariant: every descriptor made or received here is owned by an [`OwnedFd`] at once,
@@ -122,6 +122,52 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         Ok(_) => Ok(pfds.iter().map(|p| p.revents != 0).collect()),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![false; fds.len()]),
         Err(e) => Err(e),
+    }
+}
+
+/// Asks for `bytes` of send and receive buffer on socket `fd`. The kernel caps the
+/// request at `net.core.wmem_max` / `rmem_max` and doubles it for its bookkeeping.
+pub fn set_socket_buffers(fd: &impl AsFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: the descriptor is borrowed, so open, for the call; `value` is a live
+        // c_int and the length passed is its size.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_fd().as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&raw const value).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        cvt(r)?;
+    }
+    Ok(())
+}
+
+/// A socket read that never waits: `recv` with `MSG_DONTWAIT`, whatever the socket's
+/// blocking mode (an empty socket answers `WouldBlock`).
+#[derive(Debug)]
+pub struct DontWait<'a, F: AsFd>(pub &'a F);
+
+impl<F: AsFd> Read for DontWait<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is a live, writable buffer of `buf.len()` bytes for the call;
+        // the descriptor is borrowed, so open, for its duration.
+        let r = unsafe {
+            libc::recv(
+                self.0.as_fd().as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The device daemon under abuse: malformed and truncated tcp frames, absurd lengths,
 //! unknown opcodes and wrong queue ids; bad shm handshakes; authentication; a client
-//! process killed mid-stream; a shutdown with commands in flight; a restart on the same
-//! state directory.
+//! process killed mid-stream; more clients than queue pairs; a shutdown with commands
+//! in flight; a restart on the same state directory.
 //!
 //! Method: each test serves a fresh device in-process (`csx_host::server::Server` on a
 //! random loopback port or a unique shm name) and talks to it with raw sockets built
@@ -426,6 +426,58 @@ fn killed_client_tcp() {
 #[test]
 fn killed_client_shm() {
     killed_client(Kind::Shm);
+}
+
+// ---------------------------------------------------------------------------------
+// Running out of queue pairs.
+
+/// The device has `QUEUE_PAIRS_MAX` queue pairs: a client beyond them is refused with an
+/// error that names the limit (not a hang or a bare reset), the clients already
+/// connected keep working, and once one of them closes a new client is served.
+fn queue_pairs_run_out(kind: Kind) {
+    let served = Served::new(kind, None);
+    let limit = csx_host::proto::limits::QUEUE_PAIRS_MAX as usize;
+    let mut clients: Vec<Device> = (0..limit)
+        .map(|i| {
+            Device::open(&served.uri).unwrap_or_else(|e| panic!("client {} of {limit}: {e}", i + 1))
+        })
+        .collect();
+    let refused = Device::open(&served.uri).expect_err("one client too many is refused");
+    let csx_host::OpenError::Transport(csx_host::TransportError::Disconnected { reason }) =
+        &refused
+    else {
+        panic!("refused with an unexpected error: {refused:?}");
+    };
+    assert!(
+        reason.contains("refused") && reason.contains(&format!("limit is {limit}")),
+        "the refusal names the limit: {reason}"
+    );
+    clients[0]
+        .identify()
+        .expect("a connected client still works");
+    clients
+        .pop()
+        .expect("a client")
+        .close()
+        .expect("closes cleanly");
+    let next = Device::open(&served.uri).expect("a pair is free again");
+    next.identify().expect("the new client is served");
+    next.close().expect("closes cleanly");
+    for c in clients {
+        c.close().expect("closes cleanly");
+    }
+    served.settles_to(0);
+    served.stop();
+}
+
+#[test]
+fn queue_pairs_run_out_tcp() {
+    queue_pairs_run_out(Kind::Tcp);
+}
+
+#[test]
+fn queue_pairs_run_out_shm() {
+    queue_pairs_run_out(Kind::Shm);
 }
 
 // ---------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ use super::metrics::ShmMetrics;
 use super::ring::Region;
 use super::{
     check_name, socket_path, CLOSE_TIMEOUT, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX,
-    HANDSHAKE_TIMEOUT, HOST_MEMORY_DEFAULT, HOST_SPIN, LISTING_RESPONSE_AREA_SIZE,
+    HANDSHAKE_TIMEOUT, HOST_MEMORY_DEFAULT, HOST_SPIN, HOST_SPIN_BUSY, LISTING_RESPONSE_AREA_SIZE,
     QUEUE_DEPTH_DEFAULT, RESPONSE_AREA_SIZE, RESPONSE_RETRIES_MAX, SQE_INLINE_FRAME_MAX, SQE_SIZE,
     TRANSFER_SIZE_MAX,
 };
@@ -749,14 +749,18 @@ impl Inner {
     fn wait_cq(&self, deadline: Option<Instant>) -> Result<(), TransportError> {
         let head = self.region.word(word::CQ_HEAD).load(Ordering::Relaxed);
         let tail = self.region.word(word::CQ_TAIL);
-        let spin_until = Instant::now() + HOST_SPIN;
-        while Instant::now() < spin_until {
+        let start = Instant::now();
+        while start.elapsed() < HOST_SPIN {
             if tail.load(Ordering::Acquire) != head {
                 return Ok(());
             }
-            // Yield rather than spin: on a machine with few cores the device's threads
-            // need the core this one would burn.
-            std::thread::yield_now();
+            if start.elapsed() < HOST_SPIN_BUSY {
+                std::hint::spin_loop();
+            } else {
+                // Yield rather than spin: on a machine with few cores the device's
+                // threads need the core this one would burn.
+                std::thread::yield_now();
+            }
         }
         let idle = self.region.word(word::HOST_IDLE);
         idle.store(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@ use super::{
     CONTROL_SIZE, CQE_INLINE_FRAME_MAX, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX, SHM_FORMAT_VERSION,
     SQE_INLINE_FRAME_MAX, SQE_SIZE,
 };
+use crate::transport::framing::{clip_message, put16, put32, put64, u16_at, u32_at, u64_at};
 
 /// Why bytes are not a valid handshake message, control page or entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,32 +38,6 @@ pub enum ShmFramingError {
     },
     #[error("unknown {field} {value:#x}")]
     Unknown { field: &'static str, value: u64 },
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
 fn zero(
@@ -160,11 +135,7 @@ pub struct Welcome {
 
 impl Welcome {
     pub fn encode(&self) -> Vec<u8> {
-        let mut end = self.message.len().min(HANDSHAKE_MESSAGE_SIZE_MAX);
-        while !self.message.is_char_boundary(end) {
-            end -= 1;
-        }
-        let message = &self.message.as_bytes()[..end];
+        let message = clip_message(&self.message, HANDSHAKE_MESSAGE_SIZE_MAX);
         let mut b = vec![0u8; WELCOME_SIZE];
         put32(&mut b, 0, WELCOME_MAGIC);
         put16(&mut b, 4, SHM_FORMAT_VERSION);

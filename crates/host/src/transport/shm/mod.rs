@@ -41,8 +41,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use csx_proto::limits::{
-    FRAME_SIZE_MAX, MEM_IO_SIZE_MAX, MESSAGE_SIZE_MAX, NAME_SIZE_MAX, QUEUE_DEPTH_MAX,
-    TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MAX,
+    MESSAGE_SIZE_MAX, NAME_SIZE_MAX, QUEUE_DEPTH_MAX, TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MAX,
+};
+
+// The shm transport's limits, with their reasons, live with every other bound.
+pub use csx_proto::limits::{
+    SHM_HOST_MEMORY_MAX as HOST_MEMORY_MAX, SHM_HOST_MEMORY_MIN as HOST_MEMORY_MIN,
+    SHM_NAME_SIZE_MAX, SHM_RESPONSE_RETRIES_MAX as RESPONSE_RETRIES_MAX, TRANSFER_SIZE_MAX,
+    TRANSPORT_MESSAGE_SIZE_MAX as HANDSHAKE_MESSAGE_SIZE_MAX,
 };
 use csx_proto::wire::COMPLETION_HEADER_SIZE;
 
@@ -77,14 +83,6 @@ pub const QUEUE_DEPTH_DEFAULT: u32 = 256;
 /// only backed once touched.
 pub const HOST_MEMORY_DEFAULT: u64 = 128 << 20;
 
-/// The least host memory a client may ask for: one response area per command of a
-/// small queue, and a few 4 KiB buffers.
-pub const HOST_MEMORY_MIN: u64 = 1 << 20;
-
-/// The most host memory a client may ask for. Bounds what one client makes the device
-/// create and map.
-pub const HOST_MEMORY_MAX: u64 = 1 << 30;
-
 /// Alignment (and granularity) of host memory allocations: a cache line, so the
 /// device's copies into neighbouring buffers never share one.
 pub const HEAP_ALIGNMENT: u64 = 64;
@@ -96,16 +94,6 @@ pub const RESPONSE_AREA_SIZE: usize = 32 << 10;
 /// Bytes of the first response area of a listing; a listing that needs more is asked
 /// again with an area of the size the device reported.
 pub const LISTING_RESPONSE_AREA_SIZE: usize = 256 << 10;
-
-/// Times a listing is asked again with a larger response area (it may grow between
-/// the tries) before the host gives up.
-pub const RESPONSE_RETRIES_MAX: u32 = 3;
-
-/// Bytes of bulk data one command moves through host memory.
-pub const TRANSFER_SIZE_MAX: usize = MEM_IO_SIZE_MAX as usize;
-
-/// Bytes of a handshake message's text (a refusal's reason).
-pub const HANDSHAKE_MESSAGE_SIZE_MAX: usize = 1024;
 
 /// How long either side waits for the other's handshake message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,12 +110,16 @@ pub const COMPLETION_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// it, and a wake-up from sleep costs tens of µs there.
 pub const HOST_SPIN: Duration = Duration::from_micros(50);
 
+/// How long the host polls its completion ring without yielding before it yields
+/// between looks: a yield is a system call (about a microsecond in a VM), longer than
+/// a short command's round trip.
+pub const HOST_SPIN_BUSY: Duration = Duration::from_micros(5);
+
+const _: () = assert!(HOST_SPIN_BUSY.as_nanos() < HOST_SPIN.as_nanos());
+
 /// How long the device polls a client's rings after its last work before it waits
 /// (yielding the CPU between looks, as the host does).
 pub const DEVICE_SPIN: Duration = Duration::from_micros(50);
-
-/// Bytes of a valid queue name (`shm://NAME`).
-pub const SHM_NAME_SIZE_MAX: usize = 64;
 
 /// Environment variable naming the directory of the handshake sockets.
 pub const SHM_DIR_ENV: &str = "CSX_SHM_DIR";
@@ -143,7 +135,6 @@ const _: () = assert!(NON_LISTING_COMPLETION_MAX < RESPONSE_AREA_SIZE);
 const _: () = assert!(LISTING_RESPONSE_AREA_SIZE >= RESPONSE_AREA_SIZE);
 const _: () = assert!(CQE_INLINE_FRAME_MAX >= COMPLETION_HEADER_SIZE + 12);
 const _: () = assert!(QUEUE_DEPTH_MAX.is_power_of_two());
-const _: () = assert!(FRAME_SIZE_MAX as u64 <= HOST_MEMORY_MAX);
 const _: () = assert!(RESPONSE_AREA_SIZE as u64 * 16 <= HOST_MEMORY_MIN);
 const _: () = assert!(CONTROL_SIZE.is_multiple_of(4096));
 

@@ -336,7 +336,8 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
                 head = head.wrapping_add(1);
                 // The entry is copied: the host may reuse its slot.
                 head_word.store(head, Ordering::Release);
-                if let Err(reason) = take(q, &bytes, ctx) {
+                // The last entry of a batch may run on this thread (see `take`).
+                if let Err(reason) = take(q, &bytes, head == tail, ctx) {
                     return Ending::Fatal(reason);
                 }
             }
@@ -416,7 +417,11 @@ fn wire_status(e: &WireError) -> Status {
 
 /// Takes one entry: checks it and submits its command, or answers it with an error.
 /// `Err` ends the connection.
-fn take(q: &Queue, bytes: &[u8; SQE_SIZE], ctx: &Context) -> Result<(), String> {
+///
+/// With `last` (no entry waits behind this one), a short command that is the queue's
+/// only one in flight runs on this thread (`QueuePair::submit_inline`): the round trip
+/// is then the host and this poller, with no engine to wake.
+fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<(), String> {
     ShmMetrics::add(&q.metrics.commands, 1);
     let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
     let frame = match &sqe.frame {
@@ -525,6 +530,9 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], ctx: &Context) -> Result<(), String> 
         return Err(format!("{cid} reused while in flight"));
     }
     let submitted = match dma {
+        _ if last => {
+            q.qp.submit_inline(cmd, dma.map(|b| b as Box<dyn DmaBuffer>))
+        }
         Some(buffer) => q.qp.submit_with_buffer(cmd, buffer),
         None => q.qp.submit(cmd),
     };

@@ -28,11 +28,11 @@ use super::framing::{
 use super::metrics::TcpMetrics;
 use super::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, QUEUE_DEPTH_DEFAULT,
-    RESPONSE_CAPSULE_SIZE_MAX, TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
+    RESPONSE_CAPSULE_SIZE_MAX, SOCKET_BUFFER_SIZE, TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
 };
 use crate::error::TransportError;
-use crate::transport::bulk;
 use crate::transport::Transport;
+use crate::transport::{bulk, sys};
 
 /// Environment variable naming the token file a client sends (`CSX_TOKEN_FILE`).
 pub const TOKEN_FILE_ENV: &str = "CSX_TOKEN_FILE";
@@ -167,6 +167,8 @@ impl TcpTransport {
         stream
             .set_nodelay(true)
             .map_err(io_error("set TCP_NODELAY"))?;
+        sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE)
+            .map_err(io_error("size the socket buffers"))?;
         let resp = handshake(&mut stream, options)?;
         let write = stream.try_clone().map_err(io_error("clone the socket"))?;
         Ok(TcpTransport {
@@ -219,14 +221,24 @@ impl TcpTransport {
     fn send(&self, cid: CommandId, frame: &[u8], data: Option<&[u8]>) -> io::Result<()> {
         let data = data.unwrap_or(&[]);
         let header = framing::command_capsule_header(self.queue_id, data.len(), frame.len());
-        let mut w = lock(&self.write);
-        write_all_vectored(&mut *w, &mut [IoSlice::new(&header), IoSlice::new(frame)])?;
-        for (i, chunk) in data.chunks(self.data_pdu_size_max).enumerate() {
-            let offset = i * self.data_pdu_size_max;
-            let h = data_header(PduType::H2CData, cid.0, offset, chunk.len());
-            write_all_vectored(&mut *w, &mut [IoSlice::new(&h), IoSlice::new(chunk)])?;
-            TcpMetrics::add(&self.metrics.data_pdus, 1);
+        let headers: Vec<_> = data
+            .chunks(self.data_pdu_size_max)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let offset = i * self.data_pdu_size_max;
+                data_header(PduType::H2CData, cid.0, offset, chunk.len())
+            })
+            .collect();
+        // The capsule and its data PDUs in one write: the device wakes once for them.
+        let mut slices = Vec::with_capacity(2 + 2 * headers.len());
+        slices.push(IoSlice::new(&header));
+        slices.push(IoSlice::new(frame));
+        for (h, chunk) in headers.iter().zip(data.chunks(self.data_pdu_size_max)) {
+            slices.push(IoSlice::new(h));
+            slices.push(IoSlice::new(chunk));
         }
+        write_all_vectored(&mut *lock(&self.write), &mut slices)?;
+        TcpMetrics::add(&self.metrics.data_pdus, headers.len() as u64);
         TcpMetrics::add(&self.metrics.commands, 1);
         TcpMetrics::add(&self.metrics.h2c_bytes, data.len() as u64);
         Ok(())
@@ -265,6 +277,8 @@ impl TcpTransport {
                     let r = reader.fill(stream);
                     stream.set_nonblocking(false).and(r)
                 })
+            } else if let Some(read) = framing::fill_polling(reader, stream) {
+                read
             } else {
                 if *current != timeout {
                     stream

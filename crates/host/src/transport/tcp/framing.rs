@@ -11,8 +11,14 @@
 //! reserved fields are zero.
 
 use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
 
-use super::{PDU_FORMAT_VERSION, PDU_MESSAGE_SIZE_MAX, TOKEN_SIZE_MAX};
+use super::{
+    PDU_FORMAT_VERSION, PDU_MESSAGE_SIZE_MAX, SOCKET_POLL, SOCKET_POLL_BUSY, TOKEN_SIZE_MAX,
+};
+use crate::transport::framing::{clip_message, u16_at, u32_at, u64_at};
+use crate::transport::sys::DontWait;
 
 /// Bytes of the common header.
 pub const PDU_HEADER_SIZE: usize = 8;
@@ -199,20 +205,6 @@ fn put_header(out: &mut Vec<u8>, pdu_type: PduType, plen: usize) {
     out.extend_from_slice(&plen.to_le_bytes());
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
-}
-
 fn check_zero(field: &'static str, value: u64) -> Result<(), FramingError> {
     if value != 0 {
         return Err(FramingError::Reserved { field, value });
@@ -248,14 +240,6 @@ fn tail<'a>(
 
 fn message_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn clip_message(message: &str) -> &[u8] {
-    let mut end = message.len().min(PDU_MESSAGE_SIZE_MAX);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    &message.as_bytes()[..end]
 }
 
 // ---------------------------------------------------------------------------------
@@ -364,7 +348,7 @@ pub struct ICResp {
 impl ICResp {
     /// The whole PDU.
     pub fn encode(&self) -> Vec<u8> {
-        let message = clip_message(&self.message);
+        let message = clip_message(&self.message, PDU_MESSAGE_SIZE_MAX);
         let plen = PDU_HEADER_SIZE + ICRESP_PSH_SIZE + message.len();
         let mut out = Vec::with_capacity(plen);
         put_header(&mut out, PduType::ICResp, plen);
@@ -441,7 +425,7 @@ impl TermReq {
             pdu_type,
             PduType::C2HTermReq | PduType::H2CTermReq
         ));
-        let message = clip_message(message);
+        let message = clip_message(message, PDU_MESSAGE_SIZE_MAX);
         let plen = PDU_HEADER_SIZE + TERM_PSH_SIZE + message.len();
         let mut out = Vec::with_capacity(plen);
         put_header(&mut out, pdu_type, plen);
@@ -678,6 +662,35 @@ impl PduReader {
         let n = r.read(&mut self.buf[self.end..])?;
         self.end += n;
         Ok(n)
+    }
+}
+
+/// Reads once from `stream` into `reader`, polling the socket without sleeping for up
+/// to [`SOCKET_POLL`] (without yielding for the first [`SOCKET_POLL_BUSY`]); `None` when
+/// nothing came in that time, for the caller to block. A thread that sleeps in a read
+/// costs its peer a wake-up of tens of µs on a VM with few cores; polling while
+/// commands come back to back avoids it, as the shm transport's spins do.
+pub(crate) fn fill_polling(
+    reader: &mut PduReader,
+    stream: &TcpStream,
+) -> Option<io::Result<usize>> {
+    let start = Instant::now();
+    loop {
+        match reader.fill(&mut DontWait(stream)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let waited = start.elapsed();
+                if waited >= SOCKET_POLL {
+                    return None;
+                }
+                if waited < SOCKET_POLL_BUSY {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            read => return Some(read),
+        }
     }
 }
 

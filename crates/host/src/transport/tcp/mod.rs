@@ -29,40 +29,19 @@ pub(crate) mod server;
 
 use std::time::Duration;
 
-use csx_proto::limits::{
-    FILE_IO_SIZE_MAX, FRAME_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX, NAME_SIZE_MAX,
-    PATH_SIZE_MAX,
+// The tcp transport's limits, with their reasons, live with every other bound.
+pub use csx_proto::limits::{
+    TCP_COMMAND_CAPSULE_SIZE_MAX as COMMAND_CAPSULE_SIZE_MAX,
+    TCP_DATA_PDU_SIZE_MAX as DATA_PDU_SIZE_MAX,
+    TCP_RESPONSE_CAPSULE_SIZE_MAX as RESPONSE_CAPSULE_SIZE_MAX,
+    TCP_TOKEN_SIZE_MAX as TOKEN_SIZE_MAX, TRANSFER_SIZE_MAX,
+    TRANSPORT_MESSAGE_SIZE_MAX as PDU_MESSAGE_SIZE_MAX,
 };
 
 pub use client::{read_token_file, TcpOptions, TcpTransport, TOKEN_FILE_ENV};
 
 /// Version of the PDU format (ICReq/ICResp PFV). A server refuses other versions.
 pub const PDU_FORMAT_VERSION: u16 = 1;
-
-/// Bytes of a shared-secret token. Long enough for any generated secret (a 256-bit key
-/// in hex is 64 bytes), short enough that the connect request stays tiny.
-pub const TOKEN_SIZE_MAX: usize = 256;
-
-/// Bytes of bulk data in one H2C or C2H data PDU. Big enough that the per-PDU cost
-/// vanishes against the copy, small enough that a receiver's PDU buffer stays modest
-/// and a 16 MiB transfer interleaves with other connections' traffic.
-pub const DATA_PDU_SIZE_MAX: usize = 1 << 20;
-
-/// Bytes of a command capsule: the encoded command without its bulk data. The largest
-/// is a Load Program chunk (carried in the capsule), or a Memory Copy of 256 sources
-/// with maximal paths; both fit with room to spare. Bounds what a server buffers per
-/// connection for one command header.
-pub const COMMAND_CAPSULE_SIZE_MAX: usize = 2 << 20;
-
-/// Bytes of a response capsule: any encoded completion (a listing may approach
-/// `FRAME_SIZE_MAX`).
-pub const RESPONSE_CAPSULE_SIZE_MAX: usize = FRAME_SIZE_MAX;
-
-/// Bytes of bulk data one command or completion moves in data PDUs.
-pub const TRANSFER_SIZE_MAX: usize = MEM_IO_SIZE_MAX as usize;
-
-/// Bytes of a human-readable message in an ICResp or a termination PDU.
-pub const PDU_MESSAGE_SIZE_MAX: usize = 1024;
 
 /// How long a server waits for a new connection's ICReq, and a client for the ICResp:
 /// a peer that says nothing for this long is not a csx peer.
@@ -71,9 +50,20 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Commands a client asks to have in flight unless told otherwise.
 pub const QUEUE_DEPTH_DEFAULT: u32 = 256;
 
-const _: () =
-    assert!(LOAD_CHUNK_SIZE_MAX as usize + NAME_SIZE_MAX + 4096 < COMMAND_CAPSULE_SIZE_MAX);
-const _: () = assert!(16 + 12 + 256 * (1 + 16 + 4 + PATH_SIZE_MAX) < COMMAND_CAPSULE_SIZE_MAX);
-const _: () = assert!(FILE_IO_SIZE_MAX as usize == TRANSFER_SIZE_MAX);
-const _: () = assert!(DATA_PDU_SIZE_MAX <= TRANSFER_SIZE_MAX);
-const _: () = assert!(COMMAND_CAPSULE_SIZE_MAX <= FRAME_SIZE_MAX);
+/// Bytes of send and receive buffer each side asks for on its socket: room for several
+/// whole data PDUs, so a sender writes a 1 MiB PDU without waiting for its receiver to
+/// drain the socket (each such wait is a wake-up, tens of µs on a busy VM). The kernel
+/// caps it at `net.core.wmem_max` / `rmem_max`.
+pub const SOCKET_BUFFER_SIZE: usize = 4 << 20;
+
+const _: () = assert!(SOCKET_BUFFER_SIZE >= 2 * DATA_PDU_SIZE_MAX);
+
+/// How long a reader (the host reaping, the device's connection thread) polls its socket
+/// before it sleeps in a read: the span of a busy host's gap between commands.
+pub const SOCKET_POLL: Duration = Duration::from_micros(50);
+
+/// How long of [`SOCKET_POLL`] it polls without yielding the CPU: a yield is a system
+/// call of about a microsecond in a VM, longer than a short command's round trip.
+pub const SOCKET_POLL_BUSY: Duration = Duration::from_micros(5);
+
+const _: () = assert!(SOCKET_POLL_BUSY.as_nanos() < SOCKET_POLL.as_nanos());

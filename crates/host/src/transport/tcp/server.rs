@@ -4,7 +4,8 @@
 //! The connection thread reads PDUs, rebuilds each command (its capsule plus the H2C
 //! data behind it) and submits it to the connection's queue pair; the completion
 //! thread reaps the pair and writes C2H data and response capsules, batching whatever
-//! is ready into one write.
+//! is ready into one write. A short command alone in flight runs on the connection
+//! thread itself, which then sends its completion (`Connection::submit`).
 //!
 //! Invariants: a framing error (bad header, a data PDU out of sequence, a length over
 //! its limit) ends the connection with a C2HTermReq; a well-framed command that does
@@ -26,11 +27,14 @@ use csx_proto::{
 };
 
 use super::framing::{
-    data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
-    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
+    secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
+    PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
-use super::{COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, TRANSFER_SIZE_MAX};
+use super::{
+    COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
+    TRANSFER_SIZE_MAX,
+};
 use crate::server::{Context, ACCEPT_POLL};
 use crate::transport::bulk;
 
@@ -106,6 +110,9 @@ impl Sender {
 fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Err(e) = crate::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+        tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
+    }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);
     let Some((qp, queue_id)) = handshake(&mut stream, &mut reader, peer, ctx) else {
         Context::count(&ctx.clients_refused, 1);
@@ -336,7 +343,8 @@ impl Connection<'_> {
             if self.ctx.stopping() {
                 return Ending::Stopping;
             }
-            match reader.fill(stream) {
+            let read = fill_polling(reader, stream).unwrap_or_else(|| reader.fill(stream));
+            match read {
                 Ok(0) => return Ending::Closed,
                 Ok(_) => {}
                 Err(e)
@@ -471,10 +479,21 @@ impl Connection<'_> {
         Ok(())
     }
 
+    /// Submits `cmd`. A short command alone in flight runs on this thread
+    /// (`QueuePair::submit_inline`) and this thread sends its completion, so a round
+    /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
         let id = cmd.id;
-        match self.qp.submit(cmd) {
-            Ok(()) => self.completer.unpark(),
+        match self.qp.submit_inline(cmd, None) {
+            Ok(()) => {
+                while let Some(c) = self.qp.try_reap() {
+                    self.answer(c);
+                }
+                // The completion thread sleeps only with nothing in flight.
+                if self.qp.in_flight() > 0 {
+                    self.completer.unpark();
+                }
+            }
             Err(SubmitError::QueueFull { depth }) => self.answer(Completion::error(
                 id,
                 Status::QueueFull,
@@ -490,7 +509,8 @@ impl Connection<'_> {
         }
     }
 
-    /// Sends a completion the connection made itself (the device never saw the command).
+    /// Sends a completion from this thread: one the connection made itself (the device
+    /// never saw the command) or one of a command that ran inline.
     fn answer(&self, c: Completion) {
         let mut out = Vec::new();
         let mut w = self.sender.lock();
@@ -514,9 +534,10 @@ fn wire_status(e: &WireError) -> Status {
     }
 }
 
-/// Appends the response capsule of `c` to `out`; a read's data goes first, straight
-/// from the completion as C2H data PDUs (written before `out`'s capsules would be, so
-/// `out` is flushed first).
+/// Appends the response capsule of `c` to `out`. A read's data goes first, as C2H data
+/// PDUs straight from the completion: then `out` so far, the data PDUs and the capsule
+/// go in one write (one system call, so the host wakes once for the whole reply), and
+/// `out` is left empty.
 fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut TcpStream) {
     let data = bulk::take_reply_data(&mut c);
     let id = c.id;
@@ -530,20 +551,29 @@ fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mu
         return finish_capsule(out, start, 0);
     }
     let data = data.unwrap_or_default();
-    if !data.is_empty() {
-        // The capsule under construction stays in `out`; what precedes it goes now.
-        let capsule = out.split_off(start);
-        sender.write(w, &mut [IoSlice::new(out)]);
-        out.clear();
-        for (i, chunk) in data.chunks(DATA_PDU_SIZE_MAX).enumerate() {
-            let h = data_header(PduType::C2HData, id.0, i * DATA_PDU_SIZE_MAX, chunk.len());
-            sender.write(w, &mut [IoSlice::new(&h), IoSlice::new(chunk)]);
-        }
-        out.extend_from_slice(&capsule);
-        return finish_capsule(out, 0, data.len());
+    if data.is_empty() {
+        return finish_capsule(out, start, 0);
     }
-    finish_capsule(out, start, 0);
+    let mut capsule = out.split_off(start);
+    finish_capsule(&mut capsule, 0, data.len());
+    let headers: Vec<[u8; DATA_PDU_HEADER_SIZE]> = data
+        .chunks(DATA_PDU_SIZE_MAX)
+        .enumerate()
+        .map(|(i, chunk)| data_header(PduType::C2HData, id.0, i * DATA_PDU_SIZE_MAX, chunk.len()))
+        .collect();
+    let mut slices = Vec::with_capacity(2 * headers.len() + 2);
+    slices.push(IoSlice::new(out));
+    for (h, chunk) in headers.iter().zip(data.chunks(DATA_PDU_SIZE_MAX)) {
+        slices.push(IoSlice::new(h));
+        slices.push(IoSlice::new(chunk));
+    }
+    slices.push(IoSlice::new(&capsule));
+    sender.write(w, &mut slices);
+    out.clear();
 }
+
+/// Bytes before a data PDU's payload: the common header and its own.
+const DATA_PDU_HEADER_SIZE: usize = PDU_HEADER_SIZE + DATA_PSH_SIZE;
 
 fn finish_capsule(out: &mut [u8], start: usize, data_len: usize) {
     let frame_len = out.len() - start - PDU_HEADER_SIZE - CAPSULE_PSH_SIZE;
