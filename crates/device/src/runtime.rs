@@ -257,6 +257,9 @@ fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(io::Error) -> Dev
     }
 }
 
+/// How long opening waits for a state directory's lock before reporting it `Locked`.
+const LOCK_GRACE: Duration = Duration::from_millis(500);
+
 fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
     let path = dir.join(LOCK_FILE_NAME);
     let f = File::options()
@@ -265,12 +268,24 @@ fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
         .write(true)
         .open(&path)
         .map_err(io_err(&path, "open"))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(fs::TryLockError::WouldBlock) => Err(DeviceError::Locked {
-            dir: dir.to_path_buf(),
-        }),
-        Err(fs::TryLockError::Error(e)) => Err(io_err(&path, "lock")(e)),
+    let deadline = Instant::now() + LOCK_GRACE;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            // A lock that is only briefly held, as when a process that closed the device
+            // had just forked a child (the child shares the lock's open file until its
+            // exec closes it), is worth a short wait; a device really open elsewhere is
+            // reported after LOCK_GRACE.
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(DeviceError::Locked {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io_err(&path, "lock")(e)),
+        }
     }
 }
 

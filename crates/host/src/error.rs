@@ -51,6 +51,11 @@ pub enum TransportError {
     Closed,
     #[error("the connection to the device is lost: {reason}")]
     Disconnected { reason: String },
+    /// The device answered the handshake with a refusal: no queue pair left (the
+    /// message names the limit), a bad token, an unsupported version or depth, or a
+    /// device shutting down. `status` is the handshake's status name.
+    #[error("the device refused the connection: {status}: {reason}")]
+    Refused { status: String, reason: String },
     #[error("closing the device failed: {message}")]
     CloseFailed { message: String },
     #[error(transparent)]

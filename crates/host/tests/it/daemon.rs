@@ -443,13 +443,14 @@ fn queue_pairs_run_out(kind: Kind) {
         })
         .collect();
     let refused = Device::open(&served.uri).expect_err("one client too many is refused");
-    let csx_host::OpenError::Transport(csx_host::TransportError::Disconnected { reason }) =
+    let csx_host::OpenError::Transport(csx_host::TransportError::Refused { status, reason }) =
         &refused
     else {
         panic!("refused with an unexpected error: {refused:?}");
     };
+    assert_eq!(status, "Unavailable");
     assert!(
-        reason.contains("refused") && reason.contains(&format!("limit is {limit}")),
+        reason.contains(&format!("limit is {limit}")),
         "the refusal names the limit: {reason}"
     );
     clients[0]

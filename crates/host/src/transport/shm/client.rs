@@ -219,10 +219,10 @@ impl ShmTransport {
         }
         let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
         if welcome.status != WelcomeStatus::Accepted {
-            return Err(refused(format!(
-                "{:?}: {}",
-                welcome.status, welcome.message
-            )));
+            return Err(TransportError::Refused {
+                status: format!("{:?}", welcome.status),
+                reason: welcome.message,
+            });
         }
         let [memory, doorbell, interrupt]: [_; 3] = fds
             .try_into()

@@ -413,7 +413,10 @@ fn handshake(stream: &mut TcpStream, options: &TcpOptions) -> Result<ICResp, Tra
                     PduType::ICResp => {
                         let resp = ICResp::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
                         if resp.status != ConnectStatus::Accepted {
-                            return Err(refused(format!("{:?}: {}", resp.status, resp.message)));
+                            return Err(TransportError::Refused {
+                                status: format!("{:?}", resp.status),
+                                reason: resp.message,
+                            });
                         }
                         if resp.queue_depth == 0 || resp.queue_depth > depth {
                             return Err(refused(format!(
