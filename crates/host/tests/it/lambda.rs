@@ -573,3 +573,49 @@ fn fragmented_files_read_the_same_on_both_sides() {
         stats.unload(dev).unwrap();
     });
 }
+
+/// A device output larger than one Memory Read (`MEM_IO_SIZE_MAX`) comes back in pieces
+/// and equals the host side's: the bitmap λ decompresses a small run-length input into
+/// 16 MiB + 4097 bytes.
+#[test]
+fn device_outputs_beyond_one_memory_read_come_back_whole() {
+    crate::run(crate::EMBEDDED, |f| {
+        let dev = f.dev();
+        let io = LambdaIo::new(dev, &options()).unwrap();
+        let lambda = Lambda::load(dev, "bitmap", &sdk_program("bitmap"), None).unwrap();
+        let out_bytes = csx_host::proto::limits::MEM_IO_SIZE_MAX + 4097;
+        let nbits = out_bytes * 8;
+        // Long runs keep the input small (about 40 KiB).
+        let mut s = 7u64;
+        let mut input = nbits.to_le_bytes().to_vec();
+        let mut covered = 0;
+        while covered < nbits {
+            let run = (1 + next(&mut s) % 60_000).min(nbits - covered);
+            input.extend_from_slice(&(run as u32).to_le_bytes());
+            covered += run;
+        }
+        dev.put_bytes("/lambda/big-rle", &input).unwrap();
+        let file = io.open("/lambda/big-rle").unwrap();
+        let args = LambdaArgs {
+            output_size_bytes: Some(out_bytes),
+            ..LambdaArgs::default()
+        };
+        let len = input.len() as u64;
+        let device = file
+            .read_lambda(0, len, &lambda, &args, Mode::Device)
+            .expect("device side");
+        let host = file
+            .read_lambda(0, len, &lambda, &args, Mode::Host)
+            .expect("host side");
+        assert_eq!(device.output.len() as u64, out_bytes);
+        assert!(device.output == host.output, "the two sides differ");
+        // The first run is zeros; some later byte has ones.
+        assert_eq!(device.output[0] & 1, 0);
+        assert!(device.output[out_bytes as usize - 5000..]
+            .iter()
+            .any(|&b| b != 0));
+        drop(file);
+        drop(io);
+        lambda.unload(dev).unwrap();
+    });
+}
