@@ -42,6 +42,7 @@ use csx_workloads::gen::{DataSpec, TextSpec};
 use csx_workloads::{Invocation, Workload};
 use serde::Serialize;
 
+use super::plot::BarChart;
 use crate::connect::parse_size;
 use crate::exit;
 
@@ -67,6 +68,9 @@ pub struct LambdaBenchArgs {
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
     json: bool,
+    /// Write SVG plots of the modelled and wall times into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,6 +337,12 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
         l.unload(&dev)?;
     }
     result?;
+    if let Some(dir) = &args.plots {
+        write_plots(dir, &rows)?;
+        if !args.json {
+            println!("plots written to {}", dir.display());
+        }
+    }
     if !args.json {
         println!(
             "\nprofile {} (compute scale {}), {} host threads, {} device engines, chunk {} B",
@@ -345,6 +355,61 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
         print_goals(&rows);
     }
     Ok(exit::SUCCESS)
+}
+
+/// Two grouped bar charts, one group per scenario (scenario, program, cache) and one bar
+/// per mode: modelled ms (the measure) and wall ms (this machine, for reference).
+fn write_plots(dir: &std::path::Path, rows: &[Row]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut groups: Vec<(String, Vec<(String, f64)>, Vec<(String, f64)>)> = Vec::new();
+    for r in rows {
+        // Short labels: the slanted axis labels have room for about 20 characters.
+        let label = match r.scenario.as_str() {
+            "single" => format!("{} {}", r.program, r.cache),
+            "write" => format!("{} write", r.program),
+            "two-apps" => format!("two apps {}", r.cache),
+            "dataset-smaller" => "data < cache".to_string(),
+            "dataset-about-equal" => "data ≈ cache".to_string(),
+            "dataset-larger" => "data > cache".to_string(),
+            other => other.to_string(),
+        };
+        if groups.last().is_none_or(|g| g.0 != label) {
+            groups.push((label, Vec::new(), Vec::new()));
+        }
+        let g = groups.last_mut().expect("pushed above");
+        g.1.push((r.mode.to_string(), r.modelled_ns as f64 / 1e6));
+        g.2.push((r.mode.to_string(), r.wall_ns as f64 / 1e6));
+    }
+    let charts = [
+        (
+            "lambda-modelled.svg",
+            "csx bench lambda: modelled time per mode (lambda-io profile)",
+            "modelled ms",
+            true,
+        ),
+        (
+            "lambda-wall.svg",
+            "csx bench lambda: wall time on this machine (host and device share its cores)",
+            "wall ms",
+            false,
+        ),
+    ];
+    for (file, title, y_label, modelled) in charts {
+        let chart = BarChart {
+            title: title.to_string(),
+            y_label: y_label.to_string(),
+            groups: groups
+                .iter()
+                .map(|(l, m, w)| (l.clone(), if modelled { m.clone() } else { w.clone() }))
+                .collect(),
+            stacked: false,
+            log: true,
+        };
+        let path = dir.join(file);
+        std::fs::write(&path, chart.to_svg())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn dev_profile(dir: &std::path::Path) -> String {

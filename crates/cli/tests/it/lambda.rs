@@ -198,11 +198,13 @@ fn write_modes_agree_and_errors() {
 fn bench_lambda_runs_every_case_in_every_mode() {
     // Small: 8 requests of 128 KiB per file. The bench itself fails if a mode's outputs
     // differ from the host λ's.
+    let plots = tempfile::tempdir().unwrap();
     let out = csx()
         .env_remove("CSX_DEVICE")
         .args([
-            "bench", "lambda", "--size", "1MiB", "--chunk", "128KiB", "--json",
+            "bench", "lambda", "--size", "1MiB", "--chunk", "128KiB", "--json", "--plots",
         ])
+        .arg(plots.path())
         .output()
         .expect("csx runs");
     let (stdout, _) = ok(out);
@@ -225,5 +227,20 @@ fn bench_lambda_runs_every_case_in_every_mode() {
         }
         assert_eq!(group[0]["requests_host"], total(&group[0]));
         assert_eq!(group[2]["requests_device"], total(&group[2]));
+    }
+    // The plots: one group of four bars per case, labels escaped.
+    for file in ["lambda-modelled.svg", "lambda-wall.svg"] {
+        let svg = std::fs::read_to_string(plots.path().join(file)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{file}"
+        );
+        assert!(svg.contains("data &lt; cache"), "{file}");
+        assert!(!svg.contains("NaN"), "{file}");
+        assert_eq!(
+            svg.matches("<title>").count(),
+            rows.len(),
+            "{file}: a bar per row"
+        );
     }
 }
