@@ -361,7 +361,10 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
 /// per mode: modelled ms (the measure) and wall ms (this machine, for reference).
 fn write_plots(dir: &std::path::Path, rows: &[Row]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut groups: Vec<(String, Vec<(String, f64)>, Vec<(String, f64)>)> = Vec::new();
+    /// Per mode, ms.
+    type Bars = Vec<(String, f64)>;
+    // (label, modelled, wall)
+    let mut groups: Vec<(String, Bars, Bars)> = Vec::new();
     for r in rows {
         // Short labels: the slanted axis labels have room for about 20 characters.
         let label = match r.scenario.as_str() {
