@@ -17,6 +17,7 @@
 
 mod analysis;
 mod code_memory;
+mod params;
 mod runtime;
 mod translate;
 
@@ -169,6 +170,7 @@ impl JitProgram {
                     opcode,
                 },
             })?;
+            params::merge_equal_params(&mut ctx.func);
             module
                 .define_function(func_ids[&f.start], &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;
