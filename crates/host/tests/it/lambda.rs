@@ -619,3 +619,42 @@ fn device_outputs_beyond_one_memory_read_come_back_whole() {
         lambda.unload(dev).unwrap();
     });
 }
+
+/// λ-IO's consistency rule: a device-side λ-read sees every write completed before it
+/// (File Writes go through the image's page cache; the device's uncached media read
+/// must still see them), and a host-side read after a λ-write sees the new bytes.
+#[test]
+fn reads_see_every_completed_write_on_both_sides() {
+    crate::run(crate::EMBEDDED, |f| {
+        let dev = f.dev();
+        let io = LambdaIo::new(dev, &options()).unwrap();
+        let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
+        let n = 8192u64;
+        let values = |k: u64| -> Vec<u8> { (0..n).flat_map(|i| (i * k).to_le_bytes()).collect() };
+        dev.put_bytes("/lambda/w", &values(1)).unwrap();
+        let file = io.open("/lambda/w").unwrap();
+        let sum = |out: &[u8]| u64::from_le_bytes(out[8..16].try_into().unwrap());
+        for k in 2..6u64 {
+            // Overwrite in place, then read at once on each side (host cached first, so
+            // a stale host page would show).
+            let host_before = file
+                .read_lambda(0, n * 8, &stats, &small_output(32), Mode::Host)
+                .unwrap();
+            assert_eq!(sum(&host_before.output), (k - 1) * n * (n - 1) / 2);
+            dev.write_file("/lambda/w", 0, &values(k)).unwrap();
+            for mode in [Mode::Device, Mode::Host] {
+                let out = file
+                    .read_lambda(0, n * 8, &stats, &small_output(32), mode)
+                    .unwrap();
+                assert_eq!(
+                    sum(&out.output),
+                    k * n * (n - 1) / 2,
+                    "{mode:?} after write {k}"
+                );
+            }
+        }
+        drop(file);
+        drop(io);
+        stats.unload(dev).unwrap();
+    });
+}
