@@ -58,6 +58,17 @@ pub(crate) fn compile(dir: &Path) -> std::path::PathBuf {
     obj
 }
 
+/// `csx device init --state STATE --nvm-size NVM --slm-size SLM --engines 2`; its
+/// standard output.
+pub(crate) fn init_device(state: &Path, nvm: &str, slm: &str) -> String {
+    ok(csx()
+        .args(["device", "init", "--state"])
+        .arg(state)
+        .args(["--nvm-size", nvm, "--slm-size", slm, "--engines", "2"])
+        .output()
+        .unwrap())
+}
+
 /// Runs `csx --device DEV ARGS...`.
 fn run(dev: &Path, args: &[&str]) -> Output {
     csx()
@@ -89,20 +100,7 @@ pub(crate) fn json(out: Output) -> Value {
 fn init_put_exec_sum() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = tmp.path().join("dev0");
-    let out = csx()
-        .args(["device", "init", "--state"])
-        .arg(&dev)
-        .args([
-            "--nvm-size",
-            "64MiB",
-            "--slm-size",
-            "64MiB",
-            "--engines",
-            "2",
-        ])
-        .output()
-        .unwrap();
-    let text = ok(out);
+    let text = init_device(&dev, "64MiB", "64MiB");
     assert!(text.contains("64 MiB"), "{text}");
     // A file of the u64s 1..=100000.
     let n = 100_000u64;

@@ -40,19 +40,7 @@ fn json(text: &str) -> Value {
 
 fn init(dir: &Path) -> std::path::PathBuf {
     let dev = dir.join("dev");
-    ok(csx()
-        .args(["device", "init", "--state"])
-        .arg(&dev)
-        .args([
-            "--nvm-size",
-            "64MiB",
-            "--slm-size",
-            "64MiB",
-            "--engines",
-            "2",
-        ])
-        .output()
-        .unwrap());
+    crate::device_exec::init_device(&dev, "64MiB", "64MiB");
     dev
 }
 

@@ -10,7 +10,7 @@ use std::process::{Child, Output, Stdio};
 use serde_json::Value;
 
 use crate::csx;
-use crate::device_exec::{compile, json, ok};
+use crate::device_exec::{compile, init_device, json, ok};
 
 /// Runs `csx --device URI ARGS...`.
 fn run(uri: &str, args: &[&str]) -> Output {
@@ -104,7 +104,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
         ],
     ));
     results.push(r["r0"].clone());
-    let outfile = out_dir.join(format!("out-{}.bin", uri.len()));
+    let outfile = out_dir.join("out.bin");
     let r = json(run(
         uri,
         &[
@@ -148,21 +148,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
 fn exec_over_shm_and_tcp_matches_embedded() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = tmp.path().join("dev");
-    ok(csx()
-        .args([
-            "device",
-            "init",
-            "--nvm-size",
-            "64MiB",
-            "--slm-size",
-            "16MiB",
-            "--engines",
-            "2",
-            "--state",
-        ])
-        .arg(&dev)
-        .output()
-        .unwrap());
+    init_device(&dev, "64MiB", "16MiB");
     let n = 50_000u64;
     let bytes: Vec<u8> = (1..=n).flat_map(|v| v.to_le_bytes()).collect();
     let local = tmp.path().join("nums.bin");
