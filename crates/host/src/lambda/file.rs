@@ -321,6 +321,19 @@ impl<'d> LambdaIo<'d> {
         lock(&self.staging).push(staging);
     }
 
+    /// Runs `f` on a staging allocation of at least `size_bytes`, then returns it to the
+    /// pool whatever `f` returned.
+    fn with_staging<T>(
+        &self,
+        size_bytes: u64,
+        f: impl FnOnce(MemHandle) -> Result<T, LambdaError>,
+    ) -> Result<T, LambdaError> {
+        let staging = self.take_staging(size_bytes)?;
+        let r = f(staging.0);
+        self.give_staging(staging);
+        r
+    }
+
     fn free_staging(&self) {
         let idle: Vec<(MemHandle, u64)> = std::mem::take(&mut *lock(&self.staging));
         for (h, _) in idle {
@@ -667,10 +680,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         args: &LambdaArgs,
     ) -> Result<SideRun, LambdaError> {
         let out_len = args.output_size_bytes.unwrap_or(len);
-        let staging = self.io.take_staging(len + out_len)?;
-        let r = self.read_device_in(staging.0, offset, len, out_len, lambda, args);
-        self.io.give_staging(staging);
-        r
+        self.io.with_staging(len + out_len, |mem| {
+            self.read_device_in(mem, offset, len, out_len, lambda, args)
+        })
     }
 
     fn read_device_in(
@@ -906,10 +918,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
     ) -> Result<SideRun, LambdaError> {
         let len = input.len() as u64;
         let out_len = args.output_size_bytes.unwrap_or(len);
-        let staging = self.io.take_staging(len + out_len)?;
-        let r = self.write_device_in(staging.0, offset, input, out_len, lambda, args);
-        self.io.give_staging(staging);
-        r
+        self.io.with_staging(len + out_len, |mem| {
+            self.write_device_in(mem, offset, input, out_len, lambda, args)
+        })
     }
 
     fn write_device_in(
