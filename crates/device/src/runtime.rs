@@ -1243,6 +1243,21 @@ impl Shared {
 mod tests {
     use super::*;
 
+    /// A device of 1 MiB of storage, `slm_size_bytes` of memory and one engine, in a
+    /// temporary directory (kept alive by the first element).
+    fn tiny_device(slm_size_bytes: u64) -> (tempfile::TempDir, Device) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..DeviceConfig::default()
+        };
+        let dev = Device::init(dir.path(), config).expect("init");
+        (dir, dev)
+    }
+
     #[test]
     fn handles_are_send_and_sync() {
         fn check<T: Send + Sync>() {}
@@ -1255,15 +1270,7 @@ mod tests {
         use crate::dma::tests::HeapBuffer;
         use std::sync::Mutex;
 
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = DeviceConfig {
-            nvm_size_bytes: 1 << 20,
-            slm_size_bytes: 1 << 20,
-            state_size_bytes: 4096,
-            engines: Some(1),
-            ..DeviceConfig::default()
-        };
-        let dev = Device::init(dir.path(), config).expect("init");
+        let (_dir, dev) = tiny_device(1 << 20);
         let qp = dev.queue_pair(4).expect("queue pair");
         let alloc = qp
             .call(Command::new(CommandId(1), Op::MemAlloc { size_bytes: 64 }))
@@ -1345,15 +1352,7 @@ mod tests {
         use crate::dma::tests::HeapBuffer;
         use std::sync::Mutex;
 
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = DeviceConfig {
-            nvm_size_bytes: 1 << 20,
-            slm_size_bytes: 4 << 20,
-            state_size_bytes: 4096,
-            engines: Some(1),
-            ..DeviceConfig::default()
-        };
-        let dev = Device::init(dir.path(), config).expect("init");
+        let (_dir, dev) = tiny_device(4 << 20);
         let qp = dev.queue_pair(4).expect("queue pair");
         let size_bytes = INLINE_TRANSFER_SIZE_MAX * 2;
         let alloc = qp
@@ -1418,15 +1417,7 @@ mod tests {
     /// the slot is refused (99h) instead of restarting it, until the owner goes away.
     #[test]
     fn a_departing_pair_releases_its_load() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let config = DeviceConfig {
-            nvm_size_bytes: 1 << 20,
-            slm_size_bytes: 1 << 20,
-            state_size_bytes: 4096,
-            engines: Some(1),
-            ..DeviceConfig::default()
-        };
-        let dev = Device::init(dir.path(), config).expect("init");
+        let (_dir, dev) = tiny_device(1 << 20);
         let (first, second) = (
             dev.queue_pair(2).expect("pair"),
             dev.queue_pair(2).expect("pair"),
