@@ -3,6 +3,21 @@
 
 use crate::csx;
 
+/// The standard output of a successful `--json` run and its lines as JSON objects.
+fn json_rows(out: &std::process::Output) -> (String, Vec<serde_json::Value>) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
+        .collect();
+    (stdout, rows)
+}
+
 #[test]
 fn demo_runs_every_workload_and_the_answers_agree() {
     let dir = tempfile::tempdir().unwrap();
@@ -38,16 +53,7 @@ fn demo_json_splits_both_sides_end_to_end() {
         .args(["demo", "--size", "2MiB", "--json"])
         .output()
         .expect("csx starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
-        .collect();
+    let (stdout, rows) = json_rows(&out);
     assert_eq!(rows.len(), csx_workloads::WORKLOADS.len(), "{stdout}");
     let ms = |row: &serde_json::Value, key: &str| {
         let v = row[key]
@@ -131,16 +137,7 @@ fn bench_workloads_json_has_a_row_per_workload_and_mode_and_all_agree() {
         .arg(&plots)
         .output()
         .expect("csx starts");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line is a JSON object"))
-        .collect();
+    let (stdout, rows) = json_rows(&out);
     assert_eq!(rows.len(), 3 * csx_workloads::WORKLOADS.len(), "{stdout}");
     for w in csx_workloads::WORKLOADS {
         for mode in ["native", "interpreter", "jit"] {
