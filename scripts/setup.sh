@@ -8,6 +8,9 @@ command -v clang >/dev/null 2>&1 || need_apt+=(clang)
 command -v llvm-objdump >/dev/null 2>&1 || command -v llvm-objdump-14 >/dev/null 2>&1 || need_apt+=(llvm)
 # clang 19 is the only Debian clang that emits cpu v4; the loader is tested on its output.
 command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
+# libcsx's C tests (crates/capi) compile C programs with gcc and query csx.pc.
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"

@@ -1,0 +1,1036 @@
+//! The exported functions of `cs_api.h`. Every function:
+//! * checks each pointer and handle before use (null, unknown, freed, wrong kind: a
+//!   status, never a crash), and each length against its object and the protocol's limits;
+//! * runs inside `catch_unwind`, so a bug in the library is `CS_FATAL_ERROR`, not an abort
+//!   of the caller;
+//! * leaves a message naming the bad value and the limit for `csxGetLastError`.
+//!
+//! Completion is synchronous: the request has completed when the call returns. With no
+//! callback and no event the call returns the request's status. With a callback, the
+//! callback runs (on the caller's thread, before the call returns) and the call returns
+//! `CS_QUEUED`; with an event, the event records the status for `csPollEvent` and the
+//! call returns `CS_QUEUED`. A request refused before it starts (bad arguments) returns
+//! its status directly and signals nothing.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use csx_host::proto::limits::{PARAMS_SIZE_MAX, PROGRAM_SIZE_MAX, SLM_ALLOC_SIZE_MAX, WINDOWS_MAX};
+use csx_host::proto::{CopySource, EngineKind, MemRange, ProgramIndex, ProgramState, ProgramType};
+use csx_host::{CallError, Device, ExecuteRequest};
+
+use crate::registry::{self, handle_of, key_of, Dev, Event, Mem};
+use crate::status::*;
+use crate::types::*;
+
+/// A refused or failed call: its status and the message for `csxGetLastError`.
+#[derive(Debug)]
+pub struct Fail {
+    pub status: CsStatus,
+    pub message: String,
+}
+
+type R<T> = Result<T, Fail>;
+
+fn fail<T>(status: CsStatus, message: impl Into<String>) -> R<T> {
+    Err(Fail {
+        status,
+        message: message.into(),
+    })
+}
+
+impl From<CallError> for Fail {
+    fn from(e: CallError) -> Fail {
+        Fail {
+            status: call_status(&e),
+            message: e.to_string(),
+        }
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+}
+
+/// Runs one API call: panics become `CS_FATAL_ERROR`, failures set the last error.
+fn run(name: &'static str, f: impl FnOnce() -> R<CsStatus>) -> CsStatus {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => {
+            set_last_error(&format!(
+                "{name}: {}: {}",
+                crate::status::name(e.status),
+                e.message
+            ));
+            e.status
+        }
+        Err(_) => {
+            set_last_error(&format!(
+                "{name}: CS_FATAL_ERROR: the library panicked (a bug)"
+            ));
+            CS_FATAL_ERROR
+        }
+    }
+}
+
+/// `*p` for writing, or `CS_INVALID_ARG` naming `what` when `p` is null.
+///
+/// # Safety
+/// `p` is null or valid for writes of a `T` (the C caller's contract).
+unsafe fn out<'a, T>(p: *mut T, what: &str) -> R<&'a mut T> {
+    // SAFETY: the caller's contract: `p` is null or points to a writable `T`.
+    match unsafe { p.as_mut() } {
+        Some(r) => Ok(r),
+        None => fail(CS_INVALID_ARG, format!("{what} is NULL")),
+    }
+}
+
+/// `*p` for reading, or `CS_INVALID_ARG` naming `what` when `p` is null.
+///
+/// # Safety
+/// `p` is null or valid for reads of a `T`.
+unsafe fn inp<'a, T>(p: *const T, what: &str) -> R<&'a T> {
+    // SAFETY: the caller's contract: `p` is null or points to a readable `T`.
+    match unsafe { p.as_ref() } {
+        Some(r) => Ok(r),
+        None => fail(CS_INVALID_ARG, format!("{what} is NULL")),
+    }
+}
+
+/// A NUL-terminated UTF-8 string.
+///
+/// # Safety
+/// `p` is null or points to a NUL-terminated string.
+unsafe fn string<'a>(p: *const c_char, what: &str) -> R<&'a str> {
+    if p.is_null() {
+        return fail(CS_INVALID_ARG, format!("{what} is NULL"));
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str()
+        .or_else(|_| fail(CS_INVALID_ARG, format!("{what} is not UTF-8")))
+}
+
+fn device(h: CsDevHandle) -> R<Arc<Dev>> {
+    if h.is_null() {
+        return fail(CS_INVALID_HANDLE, "the device handle is NULL");
+    }
+    let key = key_of(h);
+    registry::with(|r| r.devices.get(&key).cloned()).map_or_else(
+        || {
+            fail(
+                CS_INVALID_HANDLE,
+                format!("device handle {key} is not open"),
+            )
+        },
+        Ok,
+    )
+}
+
+fn memory(h: CsMemHandle) -> R<(Mem, Arc<Dev>)> {
+    if h.is_null() {
+        return fail(CS_INVALID_HANDLE, "the memory handle is NULL");
+    }
+    let key = key_of(h);
+    let found = registry::with(|r| {
+        let m = *r.mems.get(&key)?;
+        Some((m, r.devices.get(&m.dev)?.clone()))
+    });
+    found.map_or_else(
+        || {
+            fail(
+                CS_INVALID_HANDLE,
+                format!("memory handle {key} is not allocated (freed, or its device closed)"),
+            )
+        },
+        Ok,
+    )
+}
+
+/// A device-memory place `bytes` long: its allocation, checked to hold it.
+fn afdm(a: &CsDevAfdm, bytes: u64, what: &str) -> R<(Mem, Arc<Dev>)> {
+    let (m, d) = memory(a.mem_handle)?;
+    if a.byte_offset > m.size || bytes > m.size - a.byte_offset {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!(
+                "{what}: {bytes} bytes at offset {} reach past the allocation's {} bytes",
+                a.byte_offset, m.size
+            ),
+        );
+    }
+    Ok((m, d))
+}
+
+fn same_device(d: &Arc<Dev>, other: &Arc<Dev>, what: &str) -> R<()> {
+    if Arc::ptr_eq(d, other) {
+        Ok(())
+    } else {
+        fail(
+            CS_ENTITY_NOT_ON_DEVICE,
+            format!(
+                "{what} belongs to device {:?}, not {:?}",
+                other.name, d.name
+            ),
+        )
+    }
+}
+
+/// How a request completes (see the module doc).
+struct Completion {
+    ctx: *mut c_void,
+    cb: CsQueueCallbackFn,
+    evt: CsEvtHandle,
+    comp_value: *mut u64,
+}
+
+impl Completion {
+    /// Checks the event before the request starts.
+    fn check(&self) -> R<()> {
+        if self.evt.is_null() {
+            return Ok(());
+        }
+        let key = key_of(self.evt);
+        if registry::with(|r| r.events.contains_key(&key)) {
+            Ok(())
+        } else {
+            fail(
+                CS_INVALID_EVENT,
+                format!("event handle {key} is not created"),
+            )
+        }
+    }
+
+    /// Delivers the request's outcome.
+    ///
+    /// # Safety
+    /// `comp_value` is null or writable.
+    unsafe fn finish(self, result: R<u64>) -> R<CsStatus> {
+        let (status, value) = match &result {
+            Ok(v) => (CS_SUCCESS, *v),
+            Err(e) => (e.status, 0),
+        };
+        if status == CS_SUCCESS {
+            // SAFETY: the caller's contract for CompValue.
+            if let Some(c) = unsafe { self.comp_value.as_mut() } {
+                *c = value;
+            }
+        }
+        if !self.evt.is_null() {
+            if let Err(e) = &result {
+                set_last_error(&e.message);
+            }
+            let key = key_of(self.evt);
+            let ctx = self.ctx as usize;
+            registry::with(|r| {
+                if let Some(ev) = r.events.get_mut(&key) {
+                    ev.done = Some((status, ctx));
+                }
+            });
+            return Ok(CS_QUEUED);
+        }
+        if let Some(cb) = self.cb {
+            if let Err(e) = &result {
+                set_last_error(&e.message);
+            }
+            cb(self.ctx, status, value);
+            return Ok(CS_QUEUED);
+        }
+        result.map(|_| CS_SUCCESS)
+    }
+}
+
+// -------------------------------------------------------------------------------------
+// Discovery, open and close.
+
+/// Device names from `CSX_DEVICES` (comma-separated) and the devices open in this process.
+fn known_devices() -> Vec<String> {
+    let mut names: Vec<String> = std::env::var("CSX_DEVICES")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let open: Vec<String> =
+        registry::with(|r| r.devices.values().map(|d| d.name.clone()).collect());
+    for n in open {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+}
+
+/// Writes `text` and its NUL into `buf` of `*len` bytes; `*len` becomes the size needed.
+///
+/// # Safety
+/// `len` is null or writable; `buf` is null or writable for `*len` bytes.
+unsafe fn write_string(text: &str, len: *mut c_int, buf: *mut c_char) -> R<CsStatus> {
+    // SAFETY: forwarded contract.
+    let len = unsafe { out(len, "Length") }?;
+    let need = text.len() + 1;
+    let need_c = c_int::try_from(need).or_else(|_| fail(CS_FATAL_ERROR, "name list too long"))?;
+    let have = *len;
+    *len = need_c;
+    if buf.is_null() {
+        return Ok(CS_SUCCESS);
+    }
+    if have < need_c {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!("the buffer holds {have} bytes, {need} are needed (set in *Length)"),
+        );
+    }
+    // SAFETY: `buf` holds `have >= need` bytes by the caller's contract.
+    let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), need) };
+    dst[..text.len()].copy_from_slice(text.as_bytes());
+    dst[text.len()] = 0;
+    Ok(CS_SUCCESS)
+}
+
+/// Lists the devices this process knows: those named in `CSX_DEVICES` and those open,
+/// comma-separated. With `Buf` NULL, `*Length` receives the size needed.
+///
+/// # Safety
+/// `Length` is null or writable; `Buf` is null or writable for `*Length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn csQueryCSxList(Length: *mut c_int, Buf: *mut c_char) -> CsStatus {
+    run("csQueryCSxList", || {
+        let list = known_devices().join(",");
+        // SAFETY: forwarded contract.
+        unsafe { write_string(&list, Length, Buf) }
+    })
+}
+
+/// Opens the device `DevName` (a csx URI: a state directory, `shm://NAME` or
+/// `tcp://HOST:PORT`). `DevContext` is unused.
+///
+/// # Safety
+/// `DevName` is null or a NUL-terminated string; `DevHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csOpenCSx(
+    DevName: *const c_char,
+    DevContext: *mut c_void,
+    DevHandle: *mut CsDevHandle,
+) -> CsStatus {
+    let _ = DevContext;
+    run("csOpenCSx", || {
+        // SAFETY: the caller's contract.
+        let name = unsafe { string(DevName, "DevName") }?;
+        // SAFETY: the caller's contract.
+        let handle = unsafe { out(DevHandle, "DevHandle") }?;
+        let device = Device::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
+        let dev = Arc::new(Dev {
+            name: name.to_string(),
+            device,
+        });
+        let key = registry::with(|r| {
+            let key = r.key();
+            r.devices.insert(key, dev);
+            key
+        });
+        *handle = handle_of(key);
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Closes a device: its allocations are freed and its handles become invalid.
+#[no_mangle]
+pub extern "C" fn csCloseCSx(DevHandle: CsDevHandle) -> CsStatus {
+    run("csCloseCSx", || {
+        device(DevHandle)?;
+        let key = key_of(DevHandle);
+        let dev = registry::with(|r| {
+            r.mems.retain(|_, m| m.dev != key);
+            r.devices.remove(&key)
+        });
+        // Another thread in a call on it keeps it alive: the last one out closes the
+        // connection when it drops it.
+        if let Some(Ok(dev)) = dev.map(Arc::try_unwrap) {
+            dev.device.close()?;
+        }
+        Ok(CS_SUCCESS)
+    })
+}
+
+// -------------------------------------------------------------------------------------
+// Device memory.
+
+fn init_value(flags: Option<&CsMemFlags>) -> R<Option<u8>> {
+    let Some(f) = flags else { return Ok(None) };
+    if f.fdm_id != 0 {
+        return fail(
+            CS_INVALID_ID,
+            format!(
+                "FDMId {} is not a memory namespace of a csx device (only 0)",
+                f.fdm_id
+            ),
+        );
+    }
+    match f.flags {
+        0 => Ok(None),
+        CS_FDM_CLEAR => Ok(Some(0)),
+        CS_FDM_FILL => Ok(Some(f.fill_value)),
+        other => fail(
+            CS_INVALID_OPTION,
+            format!("MemFlags.Flags {other} is not 0, CS_FDM_CLEAR or CS_FDM_FILL"),
+        ),
+    }
+}
+
+/// Allocates `Bytes` of device memory. `MemFlags` (nullable) may ask for it cleared or
+/// filled. `VAddr` (nullable) receives NULL: csx device memory is not host-mappable.
+///
+/// # Safety
+/// `MemFlags` is null or readable; `MemHandle` and `VAddr` are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csAllocMem(
+    DevHandle: CsDevHandle,
+    Bytes: u64,
+    MemFlags: *const CsMemFlags,
+    MemHandle: *mut CsMemHandle,
+    VAddr: *mut *mut c_void,
+) -> CsStatus {
+    run("csAllocMem", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let handle_out = unsafe { out(MemHandle, "MemHandle") }?;
+        // SAFETY: the caller's contract.
+        let init = init_value(unsafe { MemFlags.as_ref() })?;
+        if Bytes == 0 || Bytes > SLM_ALLOC_SIZE_MAX {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!("Bytes {Bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
+            );
+        }
+        let handle = dev.device.alloc(Bytes)?;
+        if let Some(byte) = init {
+            if let Err(e) = dev.device.fill_mem(handle, 0, Bytes, byte) {
+                let _ = dev.device.free(handle);
+                return Err(e.into());
+            }
+        }
+        let dev_key = key_of(DevHandle);
+        let key = registry::with(|r| {
+            let key = r.key();
+            r.mems.insert(
+                key,
+                Mem {
+                    dev: dev_key,
+                    handle,
+                    size: Bytes,
+                },
+            );
+            key
+        });
+        *handle_out = handle_of(key);
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { VAddr.as_mut() } {
+            *v = std::ptr::null_mut();
+        }
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Frees device memory; the handle becomes invalid.
+#[no_mangle]
+pub extern "C" fn csFreeMem(MemHandle: CsMemHandle) -> CsStatus {
+    run("csFreeMem", || {
+        let (m, dev) = memory(MemHandle)?;
+        dev.device.free(m.handle)?;
+        registry::with(|r| r.mems.remove(&key_of(MemHandle)));
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Sets `Bytes` from `ByteOffset` of an allocation: zero, or `MemFlags->FillValue` with
+/// `CS_FDM_FILL`. `MemFlags` NULL means zero.
+///
+/// # Safety
+/// `MemFlags` is null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn csInitMem(
+    MemHandle: CsMemHandle,
+    ByteOffset: u64,
+    Bytes: u64,
+    MemFlags: *const CsMemFlags,
+) -> CsStatus {
+    run("csInitMem", || {
+        // SAFETY: the caller's contract.
+        let byte = init_value(unsafe { MemFlags.as_ref() })?.unwrap_or(0);
+        let place = CsDevAfdm {
+            mem_handle: MemHandle,
+            byte_offset: ByteOffset,
+        };
+        let (m, dev) = afdm(&place, Bytes, "csInitMem")?;
+        dev.device.fill_mem(m.handle, ByteOffset, Bytes, byte)?;
+        Ok(CS_SUCCESS)
+    })
+}
+
+// -------------------------------------------------------------------------------------
+// Host <-> device memory, storage <-> device memory.
+
+/// Copies `Bytes` between host memory and device memory. The completion value is the
+/// bytes copied.
+///
+/// # Safety
+/// `Req` is null or readable, and its `HostVAddress` valid for `Bytes` bytes (readable
+/// for CS_COPY_TO_DEVICE, writable for CS_COPY_FROM_DEVICE); `CompValue` is null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn csQueueCopyMemRequest(
+    Req: *const CsCopyMemRequest,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut u64,
+) -> CsStatus {
+    run("csQueueCopyMemRequest", || {
+        // SAFETY: the caller's contract.
+        let req = unsafe { inp(Req, "Req") }?;
+        let done = Completion {
+            ctx: Context,
+            cb: Callback,
+            evt: EventHandle,
+            comp_value: CompValue,
+        };
+        done.check()?;
+        let (m, dev) = afdm(&req.dev_mem, req.bytes, "csQueueCopyMemRequest")?;
+        if req.host_vaddress.is_null() {
+            return fail(CS_INVALID_ARG, "HostVAddress is NULL");
+        }
+        let len = usize::try_from(req.bytes)
+            .or_else(|_| fail(CS_INVALID_LENGTH, "Bytes exceeds the address space"))?;
+        let result = match req.type_ {
+            CS_COPY_TO_DEVICE => {
+                // SAFETY: HostVAddress is readable for Bytes bytes (the caller's contract).
+                let src =
+                    unsafe { std::slice::from_raw_parts(req.host_vaddress.cast::<u8>(), len) };
+                dev.device
+                    .write_mem(m.handle, req.dev_mem.byte_offset, src)
+                    .map(|()| req.bytes)
+                    .map_err(Fail::from)
+            }
+            CS_COPY_FROM_DEVICE => {
+                // SAFETY: HostVAddress is writable for Bytes bytes (the caller's contract).
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(req.host_vaddress.cast::<u8>(), len) };
+                dev.device
+                    .read_mem_into(m.handle, req.dev_mem.byte_offset, dst)
+                    .map(|()| req.bytes)
+                    .map_err(Fail::from)
+            }
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("Type {other} is not CS_COPY_TO_DEVICE or CS_COPY_FROM_DEVICE"),
+                )
+            }
+        };
+        // SAFETY: the caller's contract for CompValue.
+        unsafe { done.finish(result) }
+    })
+}
+
+/// Moves data between storage and device memory: file I/O (a device file) or block I/O
+/// (LBAs of CS_BLOCK_SIZE bytes of the NVM namespace; LOAD only). The completion value
+/// is the bytes moved.
+///
+/// # Safety
+/// `Req` is null or readable, its union member the one `Mode` names, with valid
+/// pointers; `CompValue` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csQueueStorageRequest(
+    Req: *const CsStorageRequest,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut u64,
+) -> CsStatus {
+    run("csQueueStorageRequest", || {
+        // SAFETY: the caller's contract.
+        let req = unsafe { inp(Req, "Req") }?;
+        let done = Completion {
+            ctx: Context,
+            cb: Callback,
+            evt: EventHandle,
+            comp_value: CompValue,
+        };
+        done.check()?;
+        let dev = device(req.dev_handle)?;
+        let result = match req.mode {
+            CS_STORAGE_FILE_IO => {
+                // SAFETY: Mode says the union holds FileIo (the caller's contract).
+                let f = unsafe { req.u.file_io };
+                // SAFETY: the caller's contract.
+                let path = unsafe { string(f.file_path, "FileIo.FilePath") }?;
+                let (m, mdev) = afdm(&f.dev_mem, f.bytes, "FileIo.DevMem")?;
+                same_device(&dev, &mdev, "FileIo.DevMem")?;
+                match f.type_ {
+                    CS_STORAGE_LOAD_TYPE => dev
+                        .device
+                        .copy_file_to_mem(path, f.offset, f.bytes, m.handle, f.dev_mem.byte_offset)
+                        .map_err(Fail::from),
+                    CS_STORAGE_STORE_TYPE => dev
+                        .device
+                        .write_mem_to_file(
+                            path,
+                            f.offset,
+                            MemRange {
+                                handle: m.handle,
+                                offset: f.dev_mem.byte_offset,
+                                len: f.bytes,
+                            },
+                        )
+                        .map_err(Fail::from),
+                    other => {
+                        return fail(
+                            CS_INVALID_OPTION,
+                            format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE or CS_STORAGE_STORE_TYPE"),
+                        )
+                    }
+                }
+            }
+            CS_STORAGE_BLOCK_IO => {
+                // SAFETY: Mode says the union holds BlockIo (the caller's contract).
+                let b = unsafe { req.u.block_io };
+                if b.type_ == CS_STORAGE_STORE_TYPE {
+                    return fail(
+                        CS_UNSUPPORTED,
+                        "block STORE: csx writes storage only through its file store (use file I/O)",
+                    );
+                }
+                if b.type_ != CS_STORAGE_LOAD_TYPE {
+                    return fail(
+                        CS_INVALID_OPTION,
+                        format!("BlockIo.Type {} is not CS_STORAGE_LOAD_TYPE", b.type_),
+                    );
+                }
+                if b.num_ranges == 0 || b.num_ranges > CS_BLOCK_RANGES_MAX {
+                    return fail(
+                        CS_INVALID_LENGTH,
+                        format!(
+                            "BlockIo.NumRanges {} is not within 1..={CS_BLOCK_RANGES_MAX}",
+                            b.num_ranges
+                        ),
+                    );
+                }
+                if b.range.is_null() {
+                    return fail(CS_INVALID_ARG, "BlockIo.Range is NULL");
+                }
+                // SAFETY: Range holds NumRanges entries (the caller's contract).
+                let ranges = unsafe { std::slice::from_raw_parts(b.range, b.num_ranges as usize) };
+                let mut sources = Vec::with_capacity(ranges.len());
+                let mut total: u64 = 0;
+                for (i, r) in ranges.iter().enumerate() {
+                    if r.namespace_id != 1 {
+                        return fail(
+                            CS_ENTITY_NOT_ON_DEVICE,
+                            format!(
+                                "BlockIo.Range[{i}].NamespaceId {} is not the NVM namespace (1)",
+                                r.namespace_id
+                            ),
+                        );
+                    }
+                    let len = u64::from(r.num_blocks) * CS_BLOCK_SIZE;
+                    let offset = r.start_lba.checked_mul(CS_BLOCK_SIZE).ok_or(Fail {
+                        status: CS_INVALID_LENGTH,
+                        message: format!("BlockIo.Range[{i}].StartLba {} overflows", r.start_lba),
+                    })?;
+                    total = total.saturating_add(len);
+                    sources.push(CopySource::Nvm { offset, len });
+                }
+                let (m, mdev) = afdm(&b.dev_mem, total, "BlockIo.DevMem")?;
+                same_device(&dev, &mdev, "BlockIo.DevMem")?;
+                dev.device
+                    .copy_to_mem(m.handle, b.dev_mem.byte_offset, sources)
+                    .map_err(Fail::from)
+            }
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("Mode {other} is not CS_STORAGE_BLOCK_IO or CS_STORAGE_FILE_IO"),
+                )
+            }
+        };
+        // SAFETY: the caller's contract for CompValue.
+        unsafe { done.finish(result) }
+    })
+}
+
+// -------------------------------------------------------------------------------------
+// Programs (downloadable CSFs) and compute.
+
+/// Downloads an eBPF program into slot `Info->Index` (or the first empty slot with
+/// CS_ANY_INDEX), or with `Unload` empties that slot. `CSFId` (nullable) receives the
+/// slot, the CSF's id.
+///
+/// # Safety
+/// `Info` is null or readable with `DataBuffer` readable for `Length` bytes and
+/// `EntryName` null or a string; `CSFId` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csDownload(
+    DevHandle: CsDevHandle,
+    Info: *const CsDownloadInfo,
+    CSFId: *mut CsCsfId,
+) -> CsStatus {
+    run("csDownload", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let info = unsafe { inp(Info, "Info") }?;
+        if info.type_ != CS_BPF_PROGRAM {
+            return fail(
+                CS_UNSUPPORTED,
+                format!(
+                    "Type {}: csx runs eBPF programs only (CS_BPF_PROGRAM)",
+                    info.type_
+                ),
+            );
+        }
+        if info.unload != 0 {
+            let pind = slot(info.index)?;
+            dev.device.unload(pind)?;
+            return Ok(CS_SUCCESS);
+        }
+        let ptype = match info.sub_type {
+            CS_BPF_ELF => ProgramType::Elf,
+            CS_BPF_RAW => ProgramType::Raw,
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("SubType {other} is not CS_BPF_ELF or CS_BPF_RAW"),
+                )
+            }
+        };
+        if info.length == 0 || info.length > u64::from(PROGRAM_SIZE_MAX) {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!(
+                    "Length {} is not within 1..={PROGRAM_SIZE_MAX}",
+                    info.length
+                ),
+            );
+        }
+        if info.data_buffer.is_null() {
+            return fail(CS_INVALID_ARG, "DataBuffer is NULL");
+        }
+        // SAFETY: DataBuffer is readable for Length bytes (the caller's contract);
+        // Length is at most PROGRAM_SIZE_MAX.
+        let image = unsafe {
+            std::slice::from_raw_parts(info.data_buffer.cast::<u8>(), info.length as usize)
+        };
+        let entry = if info.entry_name.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            Some(unsafe { string(info.entry_name, "EntryName") }?)
+        };
+        let pind = if info.index == CS_ANY_INDEX {
+            dev.device.load_program_any_slot(ptype, image, entry)?
+        } else {
+            let pind = slot(info.index)?;
+            dev.device.load_program(pind, ptype, image, entry)?;
+            pind
+        };
+        // SAFETY: the caller's contract.
+        if let Some(id) = unsafe { CSFId.as_mut() } {
+            *id = u32::from(pind.0);
+        }
+        Ok(CS_SUCCESS)
+    })
+}
+
+fn slot(index: i32) -> R<ProgramIndex> {
+    u16::try_from(index).map(ProgramIndex).or_else(|_| {
+        fail(
+            CS_INVALID_ID,
+            format!("Index {index} is not a program slot"),
+        )
+    })
+}
+
+fn csf_slot(id: CsCsfId) -> R<ProgramIndex> {
+    u16::try_from(id)
+        .map(ProgramIndex)
+        .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
+}
+
+/// Activates (verifies and prepares) or deactivates the CSF in slot `Info->Index`.
+///
+/// # Safety
+/// `Info` is null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn csConfig(DevHandle: CsDevHandle, Info: *const CsConfigInfo) -> CsStatus {
+    run("csConfig", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let info = unsafe { inp(Info, "Info") }?;
+        let pind = csf_slot(info.index)?;
+        match info.type_ {
+            CS_CSF_ACTIVATE => {
+                let engine = match info.sub_type {
+                    CS_ENGINE_DEFAULT => {
+                        if dev.device.identify()?.jit {
+                            EngineKind::Jit
+                        } else {
+                            EngineKind::Interpreter
+                        }
+                    }
+                    CS_ENGINE_INTERPRETER => EngineKind::Interpreter,
+                    CS_ENGINE_JIT => EngineKind::Jit,
+                    other => {
+                        return fail(
+                            CS_INVALID_OPTION,
+                            format!("SubType {other} is not a CS_ENGINE_* value"),
+                        )
+                    }
+                };
+                dev.device.activate(pind, engine)?;
+            }
+            CS_CSF_DEACTIVATE => dev.device.deactivate(pind)?,
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("Type {other} is not CS_CSF_ACTIVATE or CS_CSF_DEACTIVATE"),
+                )
+            }
+        }
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// The id of the CSF named `CSFName` (the program's entry function), an active one if
+/// several slots hold it.
+///
+/// # Safety
+/// `CSFName` is null or a string; `CSFId` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csGetCSFId(
+    DevHandle: CsDevHandle,
+    CSFName: *const c_char,
+    CSFId: *mut CsCsfId,
+) -> CsStatus {
+    run("csGetCSFId", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let name = unsafe { string(CSFName, "CSFName") }?;
+        // SAFETY: the caller's contract.
+        let id = unsafe { out(CSFId, "CSFId") }?;
+        let programs = dev.device.programs()?;
+        let found = programs
+            .iter()
+            .filter(|p| p.name == name)
+            .max_by_key(|p| (p.state == ProgramState::Active, std::cmp::Reverse(p.pind.0)));
+        match found {
+            Some(p) => {
+                *id = u32::from(p.pind.0);
+                Ok(CS_SUCCESS)
+            }
+            None => fail(
+                CS_INVALID_FUNCTION_NAME,
+                format!("no CSF named {name:?} on {}", dev.name),
+            ),
+        }
+    })
+}
+
+/// Runs the CSF `Req->CSFId`. AFDM arguments become the program's windows 0, 1, ... (from
+/// `ByteOffset` to the allocation's end); the first two value arguments become cparam1
+/// and cparam2, further ones the params bytes (little-endian, 4 or 8 bytes each). The
+/// completion value is the program's r0; a trap is CS_ERROR_IN_EXECUTION.
+///
+/// # Safety
+/// `Req` is null or readable with `NumArgs` arguments after it; `CompValue` is null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn csQueueComputeRequest(
+    Req: *const CsComputeRequest,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut u64,
+) -> CsStatus {
+    run("csQueueComputeRequest", || {
+        // SAFETY: the caller's contract.
+        let req = unsafe { inp(Req, "Req") }?;
+        let done = Completion {
+            ctx: Context,
+            cb: Callback,
+            evt: EventHandle,
+            comp_value: CompValue,
+        };
+        done.check()?;
+        let dev = device(req.dev_handle)?;
+        if req.num_args < 0 || req.num_args > CS_COMPUTE_ARGS_MAX {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!(
+                    "NumArgs {} is not within 0..={CS_COMPUTE_ARGS_MAX}",
+                    req.num_args
+                ),
+            );
+        }
+        // SAFETY: the request is followed by NumArgs arguments (the caller's contract);
+        // the pointer comes from `Req`, which covers them.
+        let args = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::addr_of!((*Req).args).cast::<CsComputeArg>(),
+                req.num_args as usize,
+            )
+        };
+        let mut request = ExecuteRequest::new(csf_slot(req.csf_id)?);
+        let mut windows = 0usize;
+        let mut values: Vec<u64> = Vec::new();
+        let mut params: Vec<u8> = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            match a.type_ {
+                CS_AFDM_TYPE => {
+                    // SAFETY: Type says the union holds DevMem.
+                    let place = unsafe { a.u.dev_mem };
+                    let (m, mdev) = afdm(&place, 0, "compute argument")?;
+                    same_device(&dev, &mdev, "compute argument")?;
+                    windows += 1;
+                    if windows > WINDOWS_MAX {
+                        return fail(
+                            CS_INVALID_LENGTH,
+                            format!("argument {i}: more than {WINDOWS_MAX} AFDM arguments"),
+                        );
+                    }
+                    request = request.window(m.handle, place.byte_offset, m.size - place.byte_offset);
+                }
+                CS_32BIT_VALUE_TYPE | CS_64BIT_VALUE_TYPE => {
+                    let (v, bytes): (u64, Vec<u8>) = if a.type_ == CS_32BIT_VALUE_TYPE {
+                        // SAFETY: Type says the union holds Value32.
+                        let v = unsafe { a.u.value32 };
+                        (u64::from(v), v.to_le_bytes().to_vec())
+                    } else {
+                        // SAFETY: Type says the union holds Value64.
+                        let v = unsafe { a.u.value64 };
+                        (v, v.to_le_bytes().to_vec())
+                    };
+                    if values.len() < 2 {
+                        values.push(v);
+                    } else {
+                        params.extend_from_slice(&bytes);
+                        if params.len() > PARAMS_SIZE_MAX {
+                            return fail(
+                                CS_INVALID_LENGTH,
+                                format!("argument {i}: value arguments past the second exceed {PARAMS_SIZE_MAX} bytes"),
+                            );
+                        }
+                    }
+                }
+                other => {
+                    return fail(
+                        CS_INVALID_OPTION,
+                        format!("argument {i}: Type {other} is not CS_AFDM_TYPE, CS_32BIT_VALUE_TYPE or CS_64BIT_VALUE_TYPE"),
+                    )
+                }
+            }
+        }
+        request = request.cparams(
+            values.first().copied().unwrap_or(0),
+            values.get(1).copied().unwrap_or(0),
+        );
+        if !params.is_empty() {
+            request = request.params(params);
+        }
+        let result = match dev.device.execute(&request) {
+            Ok(run) if run.trapped() => fail(
+                CS_ERROR_IN_EXECUTION,
+                format!(
+                    "CSF {} trapped: {}",
+                    req.csf_id,
+                    run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
+                ),
+            ),
+            Ok(run) => Ok(run.r0),
+            Err(e) => Err(Fail::from(e)),
+        };
+        // SAFETY: the caller's contract for CompValue.
+        unsafe { done.finish(result) }
+    })
+}
+
+// -------------------------------------------------------------------------------------
+// Events and errors.
+
+/// Creates an event for requests to signal.
+///
+/// # Safety
+/// `EventHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csCreateEvent(EventHandle: *mut CsEvtHandle) -> CsStatus {
+    run("csCreateEvent", || {
+        // SAFETY: the caller's contract.
+        let h = unsafe { out(EventHandle, "EventHandle") }?;
+        let key = registry::with(|r| {
+            let key = r.key();
+            r.events.insert(key, Event::default());
+            key
+        });
+        *h = handle_of(key);
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// The status of the request that last signalled the event (and `*Context`, nullable,
+/// its context), consuming it; CS_NOT_DONE when nothing signalled it since.
+///
+/// # Safety
+/// `Context` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csPollEvent(
+    EventHandle: CsEvtHandle,
+    Context: *mut *mut c_void,
+) -> CsStatus {
+    run("csPollEvent", || {
+        let key = key_of(EventHandle);
+        let done = registry::with(|r| r.events.get_mut(&key).map(|e| e.done.take()));
+        match done {
+            None => fail(
+                CS_INVALID_EVENT,
+                format!("event handle {key} is not created"),
+            ),
+            Some(None) => Ok(CS_NOT_DONE),
+            Some(Some((status, ctx))) => {
+                // SAFETY: the caller's contract.
+                if let Some(c) = unsafe { Context.as_mut() } {
+                    *c = ctx as *mut c_void;
+                }
+                Ok(status)
+            }
+        }
+    })
+}
+
+/// Deletes an event.
+#[no_mangle]
+pub extern "C" fn csDeleteEvent(EventHandle: CsEvtHandle) -> CsStatus {
+    run("csDeleteEvent", || {
+        let key = key_of(EventHandle);
+        match registry::with(|r| r.events.remove(&key)) {
+            Some(_) => Ok(CS_SUCCESS),
+            None => fail(
+                CS_INVALID_EVENT,
+                format!("event handle {key} is not created"),
+            ),
+        }
+    })
+}
+
+/// The message of this thread's last failed call (names the bad value and the limit);
+/// valid until this thread's next call into the library.
+#[no_mangle]
+pub extern "C" fn csxGetLastError() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}

@@ -1,0 +1,23 @@
+//! libcsx: the SNIA Computational Storage API (v1.x names, C) over csx devices.
+//!
+//! A C program includes `sdk/include/cs_api.h` and links `-lcsx` (this crate's cdylib or
+//! staticlib). Device names are csx URIs (a state directory for an embedded device,
+//! `shm://NAME`, `tcp://HOST:PORT`); everything goes through `csx-host`'s public API.
+//!
+//! * [`status`]: `CS_STATUS` values and the mapping of every csx error onto one.
+//! * [`types`]: the `#[repr(C)]` structures.
+//! * [`api`]: the exported functions (every unsafe block of the crate is at this FFI
+//!   boundary).
+//! * [`registry`]: the handle tables (handles are keys, never dereferenced).
+//! * [`header`]: the text of `cs_api.h`, generated from the above.
+//!
+//! Invariant: no argument C can detect as bad (null pointer, unknown or freed handle,
+//! length over a limit, value outside an enum) crashes the caller: it gets a status and
+//! `csxGetLastError` a message naming the value and the limit.
+#![allow(non_snake_case)]
+
+pub mod api;
+pub mod header;
+pub mod registry;
+pub mod status;
+pub mod types;

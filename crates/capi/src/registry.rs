@@ -1,0 +1,70 @@
+//! The handle tables. A C handle is a key into one of these tables, never a pointer the
+//! library dereferences, so a null, stale, freed or wrong-kind handle is found out and
+//! answered with `CS_INVALID_HANDLE` (or `CS_INVALID_EVENT`). Keys come from one counter
+//! for every kind and are never reused.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use csx_host::proto::MemHandle;
+use csx_host::Device;
+
+use crate::status::CsStatus;
+
+/// An open device.
+#[derive(Debug)]
+pub struct Dev {
+    pub name: String,
+    pub device: Device,
+}
+
+/// A device-memory allocation.
+#[derive(Clone, Copy, Debug)]
+pub struct Mem {
+    pub dev: u64,
+    pub handle: MemHandle,
+    pub size: u64,
+}
+
+/// An event: the last completion signalled to it, until polled.
+#[derive(Debug, Default)]
+pub struct Event {
+    pub done: Option<(CsStatus, usize)>,
+}
+
+/// Every table.
+#[derive(Debug, Default)]
+pub struct Registry {
+    next: u64,
+    pub devices: HashMap<u64, Arc<Dev>>,
+    pub mems: HashMap<u64, Mem>,
+    pub events: HashMap<u64, Event>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+/// Runs `f` on the tables. No device call happens inside: callers clone what they need.
+pub fn with<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
+    let mut guard: MutexGuard<'_, Option<Registry>> =
+        REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(Registry::default))
+}
+
+impl Registry {
+    /// A fresh key (never 0, never reused).
+    pub fn key(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+/// The key a handle carries.
+pub fn key_of(handle: *mut c_void) -> u64 {
+    handle as usize as u64
+}
+
+/// The handle of a key.
+pub fn handle_of(key: u64) -> *mut c_void {
+    key as usize as *mut c_void
+}

@@ -1,0 +1,373 @@
+/*
+ * api_test: the SNIA CS API over one csx device, from C. Run by crates/capi/tests/c_api.rs:
+ *   api_test DEVICE_URI FILTER_ELF
+ * The device holds /data/nums: the u64 values 0..N-1 (little-endian). Every call is checked
+ * once with good arguments and at least once with bad ones (null and freed handles,
+ * lengths over limits, unknown names and options), each asserting the exact status.
+ * Prints "api_test: ok" and exits 0 when every check passed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cs_api.h"
+
+#define N 1000
+#define LO 100
+#define HI 199
+
+static int failures;
+
+#define EXPECT(call, want)                                                                 \
+    do {                                                                                   \
+        CS_STATUS got_ = (call);                                                           \
+        if (got_ != (want)) {                                                              \
+            fprintf(stderr, "%s:%d: %s returned %d, expected %s (%d); last error: %s\n",  \
+                    __FILE__, __LINE__, #call, got_, #want, (int)(want), csxGetLastError()); \
+            failures++;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+#define ASSERT(cond)                                                                       \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__, __LINE__, #cond);   \
+            failures++;                                                                    \
+        }                                                                                  \
+    } while (0)
+
+static int callbacks;
+static CS_STATUS callback_status = -1;
+static uint64_t callback_value;
+
+static void on_done(void *ctx, CS_STATUS status, uint64_t value)
+{
+    ASSERT(ctx == &callbacks);
+    callbacks++;
+    callback_status = status;
+    callback_value = value;
+}
+
+static unsigned char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static CsComputeRequest *compute_request(CS_DEV_HANDLE dev, CS_CSF_ID id, int nargs)
+{
+    CsComputeRequest *req = calloc(1, sizeof(CsComputeRequest) + nargs * sizeof(CsComputeArg));
+    req->DevHandle = dev;
+    req->CSFId = id;
+    req->NumArgs = nargs;
+    return req;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: api_test DEVICE_URI FILTER_ELF\n");
+        return 2;
+    }
+    const char *uri = argv[1];
+    size_t elf_len = 0;
+    unsigned char *elf = read_file(argv[2], &elf_len);
+    if (!elf) {
+        fprintf(stderr, "cannot read %s\n", argv[2]);
+        return 2;
+    }
+
+    /* Discovery: CSX_DEVICES names the device. */
+    int len = 0;
+    EXPECT(csQueryCSxList(&len, NULL), CS_SUCCESS);
+    ASSERT(len == (int)strlen(uri) + 1);
+    char small[2];
+    int small_len = sizeof small;
+    EXPECT(csQueryCSxList(&small_len, small), CS_INVALID_LENGTH);
+    ASSERT(small_len == len);
+    char *list = malloc((size_t)len);
+    EXPECT(csQueryCSxList(&len, list), CS_SUCCESS);
+    ASSERT(strcmp(list, uri) == 0);
+    free(list);
+    EXPECT(csQueryCSxList(NULL, NULL), CS_INVALID_ARG);
+
+    /* Open. */
+    CS_DEV_HANDLE dev = NULL;
+    EXPECT(csOpenCSx(NULL, NULL, &dev), CS_INVALID_ARG);
+    EXPECT(csOpenCSx(uri, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csOpenCSx("bogus://x", NULL, &dev), CS_ENODEV);
+    EXPECT(csOpenCSx(uri, NULL, &dev), CS_SUCCESS);
+    ASSERT(dev != NULL);
+    EXPECT(csCloseCSx(NULL), CS_INVALID_HANDLE);
+    EXPECT(csCloseCSx((CS_DEV_HANDLE)(uintptr_t)0x7fff1234), CS_INVALID_HANDLE);
+
+    /* Device memory. */
+    CS_MEM_HANDLE in = NULL, out = NULL, tmp = NULL;
+    CS_MEM_PTR vaddr = (CS_MEM_PTR)1;
+    CsMemFlags clear = {0, CS_FDM_CLEAR, 0};
+    EXPECT(csAllocMem(dev, N * 8, &clear, &in, &vaddr), CS_SUCCESS);
+    ASSERT(vaddr == NULL);
+    EXPECT(csAllocMem(dev, N * 8, NULL, &out, NULL), CS_SUCCESS);
+    EXPECT(csAllocMem(NULL, 8, NULL, &tmp, NULL), CS_INVALID_HANDLE);
+    EXPECT(csAllocMem(dev, 8, NULL, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csAllocMem(dev, 0, NULL, &tmp, NULL), CS_INVALID_LENGTH);
+    EXPECT(csAllocMem(dev, UINT64_C(1) << 60, NULL, &tmp, NULL), CS_INVALID_LENGTH);
+    EXPECT(csAllocMem(dev, UINT64_C(1) << 31, NULL, &tmp, NULL), CS_NOT_ENOUGH_MEMORY);
+    CsMemFlags bad_flags = {0, 99, 0};
+    EXPECT(csAllocMem(dev, 8, &bad_flags, &tmp, NULL), CS_INVALID_OPTION);
+    CsMemFlags bad_fdm = {7, 0, 0};
+    EXPECT(csAllocMem(dev, 8, &bad_fdm, &tmp, NULL), CS_INVALID_ID);
+    EXPECT(csAllocMem(in, 8, NULL, &tmp, NULL), CS_INVALID_HANDLE); /* a memory handle */
+
+    /* csInitMem + host <-> device copies. */
+    EXPECT(csAllocMem(dev, 64, NULL, &tmp, NULL), CS_SUCCESS);
+    CsMemFlags fill = {0, CS_FDM_FILL, 0xab};
+    EXPECT(csInitMem(tmp, 8, 16, &fill), CS_SUCCESS);
+    EXPECT(csInitMem(tmp, 60, 16, &fill), CS_INVALID_LENGTH);
+    EXPECT(csInitMem(NULL, 0, 8, NULL), CS_INVALID_HANDLE);
+    unsigned char host[64];
+    memset(host, 0x11, sizeof host);
+    uint64_t moved = 0;
+    CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, host, {tmp, 0}, 32};
+    EXPECT(csQueueCopyMemRequest(&copy, NULL, NULL, NULL, &moved), CS_SUCCESS);
+    ASSERT(moved == 32);
+    ASSERT(host[7] == 0 && host[8] == 0xab && host[23] == 0xab && host[24] == 0);
+    unsigned char msg[16] = "hello, device!";
+    CsCopyMemRequest put = {CS_COPY_TO_DEVICE, msg, {tmp, 40}, sizeof msg};
+    EXPECT(csQueueCopyMemRequest(&put, NULL, NULL, NULL, NULL), CS_SUCCESS);
+    CsCopyMemRequest get = {CS_COPY_FROM_DEVICE, host, {tmp, 40}, sizeof msg};
+    EXPECT(csQueueCopyMemRequest(&get, NULL, NULL, NULL, NULL), CS_SUCCESS);
+    ASSERT(memcmp(host, msg, sizeof msg) == 0);
+    CsCopyMemRequest too_long = {CS_COPY_FROM_DEVICE, host, {tmp, 0}, 65};
+    EXPECT(csQueueCopyMemRequest(&too_long, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    CsCopyMemRequest null_host = {CS_COPY_TO_DEVICE, NULL, {tmp, 0}, 8};
+    EXPECT(csQueueCopyMemRequest(&null_host, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+    CsCopyMemRequest bad_type = {7, host, {tmp, 0}, 8};
+    EXPECT(csQueueCopyMemRequest(&bad_type, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
+    EXPECT(csQueueCopyMemRequest(NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csFreeMem(tmp), CS_SUCCESS);
+    EXPECT(csFreeMem(tmp), CS_INVALID_HANDLE); /* freed */
+    EXPECT(csQueueCopyMemRequest(&get, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+    EXPECT(csFreeMem(NULL), CS_INVALID_HANDLE);
+
+    /* Storage -> device memory, file mode. */
+    CsStorageRequest load;
+    memset(&load, 0, sizeof load);
+    load.Mode = CS_STORAGE_FILE_IO;
+    load.DevHandle = dev;
+    load.u.FileIo.Type = CS_STORAGE_LOAD_TYPE;
+    load.u.FileIo.FilePath = "/data/nums";
+    load.u.FileIo.Offset = 0;
+    load.u.FileIo.Bytes = N * 8;
+    load.u.FileIo.DevMem.MemHandle = in;
+    load.u.FileIo.DevMem.ByteOffset = 0;
+    moved = 0;
+    EXPECT(csQueueStorageRequest(&load, NULL, NULL, NULL, &moved), CS_SUCCESS);
+    ASSERT(moved == N * 8);
+    CsStorageRequest missing = load;
+    missing.u.FileIo.FilePath = "/data/no-such-file";
+    EXPECT(csQueueStorageRequest(&missing, NULL, NULL, NULL, NULL), CS_ENOENT);
+    CsStorageRequest overflow = load;
+    overflow.u.FileIo.Bytes = N * 8 + 1;
+    EXPECT(csQueueStorageRequest(&overflow, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    CsStorageRequest bad_mode = load;
+    bad_mode.Mode = 9;
+    EXPECT(csQueueStorageRequest(&bad_mode, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
+    CsStorageRequest no_path = load;
+    no_path.u.FileIo.FilePath = NULL;
+    EXPECT(csQueueStorageRequest(&no_path, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+
+    /* Device memory -> storage, file mode, and back. */
+    CsStorageRequest store = load;
+    store.u.FileIo.Type = CS_STORAGE_STORE_TYPE;
+    store.u.FileIo.FilePath = "/data/copy";
+    store.u.FileIo.Bytes = 80;
+    EXPECT(csQueueStorageRequest(&store, NULL, NULL, NULL, &moved), CS_SUCCESS);
+    ASSERT(moved == 80);
+    CsStorageRequest reload = load;
+    reload.u.FileIo.FilePath = "/data/copy";
+    reload.u.FileIo.Bytes = 80;
+    reload.u.FileIo.DevMem.MemHandle = out;
+    EXPECT(csQueueStorageRequest(&reload, NULL, NULL, NULL, &moved), CS_SUCCESS);
+    uint64_t back[10];
+    CsCopyMemRequest get_back = {CS_COPY_FROM_DEVICE, back, {out, 0}, sizeof back};
+    EXPECT(csQueueCopyMemRequest(&get_back, NULL, NULL, NULL, NULL), CS_SUCCESS);
+    for (int i = 0; i < 10; i++)
+        ASSERT(back[i] == (uint64_t)i);
+
+    /* Block mode: LBAs of the NVM namespace. */
+    CsBlockRange blocks = {1, 2, 0};
+    CsStorageRequest block;
+    memset(&block, 0, sizeof block);
+    block.Mode = CS_STORAGE_BLOCK_IO;
+    block.DevHandle = dev;
+    block.u.BlockIo.Type = CS_STORAGE_LOAD_TYPE;
+    block.u.BlockIo.NumRanges = 1;
+    block.u.BlockIo.Range = &blocks;
+    block.u.BlockIo.DevMem.MemHandle = out;
+    EXPECT(csQueueStorageRequest(&block, NULL, NULL, NULL, &moved), CS_SUCCESS);
+    ASSERT(moved == 2 * CS_BLOCK_SIZE);
+    CsBlockRange other_ns = {2, 1, 0};
+    CsStorageRequest bad_ns = block;
+    bad_ns.u.BlockIo.Range = &other_ns;
+    EXPECT(csQueueStorageRequest(&bad_ns, NULL, NULL, NULL, NULL), CS_ENTITY_NOT_ON_DEVICE);
+    CsStorageRequest block_store = block;
+    block_store.u.BlockIo.Type = CS_STORAGE_STORE_TYPE;
+    EXPECT(csQueueStorageRequest(&block_store, NULL, NULL, NULL, NULL), CS_UNSUPPORTED);
+    CsStorageRequest no_ranges = block;
+    no_ranges.u.BlockIo.NumRanges = 0;
+    EXPECT(csQueueStorageRequest(&no_ranges, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    CsBlockRange huge = {1, 100000, 0};
+    CsStorageRequest too_many = block;
+    too_many.u.BlockIo.Range = &huge;
+    EXPECT(csQueueStorageRequest(&too_many, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+
+    /* Download and activate the filter (a downloadable CSF). */
+    CS_CSF_ID id = 9999;
+    CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, elf_len, elf, NULL};
+    EXPECT(csDownload(dev, &dl, &id), CS_SUCCESS);
+    ASSERT(id < 64);
+    /* A malformed image fails at download or, at the latest, at activation. */
+    CsDownloadInfo garbage = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, 16, "not an elf file", NULL};
+    CS_CSF_ID gid = 0;
+    CS_STATUS st = csDownload(dev, &garbage, &gid);
+    if (st == CS_SUCCESS) {
+        CsConfigInfo act = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, gid};
+        EXPECT(csConfig(dev, &act), CS_LOAD_ERROR);
+        CsDownloadInfo drop = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)gid, 1, 0, NULL, NULL};
+        EXPECT(csDownload(dev, &drop, NULL), CS_SUCCESS);
+    } else {
+        EXPECT(st, CS_LOAD_ERROR);
+    }
+    CsDownloadInfo fpga = dl;
+    fpga.Type = 5;
+    EXPECT(csDownload(dev, &fpga, NULL), CS_UNSUPPORTED);
+    CsDownloadInfo empty = dl;
+    empty.Length = 0;
+    EXPECT(csDownload(dev, &empty, NULL), CS_INVALID_LENGTH);
+    CsDownloadInfo too_big = dl;
+    too_big.Length = UINT64_C(1) << 40;
+    EXPECT(csDownload(dev, &too_big, NULL), CS_INVALID_LENGTH);
+    EXPECT(csDownload(dev, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csDownload(NULL, &dl, NULL), CS_INVALID_HANDLE);
+
+    CS_CSF_ID found = 9999;
+    EXPECT(csGetCSFId(dev, "filter", &found), CS_SUCCESS);
+    ASSERT(found == id);
+    EXPECT(csGetCSFId(dev, "no_such_csf", &found), CS_INVALID_FUNCTION_NAME);
+    EXPECT(csGetCSFId(dev, NULL, &found), CS_INVALID_ARG);
+
+    /* Compute before activation: the CSF exists but is not active. */
+    CsComputeRequest *req = compute_request(dev, id, 4);
+    EXPECT(csHelperSetComputeArg(&req->Args[0], CS_AFDM_TYPE, in, (uint64_t)0), CS_SUCCESS);
+    EXPECT(csHelperSetComputeArg(&req->Args[1], CS_AFDM_TYPE, out, (uint64_t)0), CS_SUCCESS);
+    EXPECT(csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, (uint64_t)LO), CS_SUCCESS);
+    EXPECT(csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI), CS_SUCCESS);
+    EXPECT(csHelperSetComputeArg(&req->Args[3], 42, (uint64_t)HI), CS_INVALID_OPTION);
+    EXPECT(csHelperSetComputeArg(NULL, CS_64BIT_VALUE_TYPE, (uint64_t)HI), CS_INVALID_ARG);
+    uint64_t r0 = 0;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_INVALID_FUNCTION);
+
+    CsConfigInfo activate = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, id};
+    EXPECT(csConfig(dev, &activate), CS_SUCCESS);
+    CsConfigInfo bad_engine = {CS_CSF_ACTIVATE, 17, id};
+    EXPECT(csConfig(dev, &bad_engine), CS_INVALID_OPTION);
+    CsConfigInfo empty_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 63};
+    EXPECT(csConfig(dev, &empty_slot), CS_UNKNOWN_COMPUTE_FUNCTION);
+    CsConfigInfo no_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 100000};
+    EXPECT(csConfig(dev, &no_slot), CS_INVALID_ID);
+    EXPECT(csConfig(dev, NULL), CS_INVALID_ARG);
+
+    /* Compute, synchronously: keeps LO..=HI, r0 = 8 * kept. */
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_SUCCESS);
+    ASSERT(r0 == 8 * (HI - LO + 1));
+    uint64_t kept[HI - LO + 1];
+    CsCopyMemRequest get_kept = {CS_COPY_FROM_DEVICE, kept, {out, 0}, sizeof kept};
+    EXPECT(csQueueCopyMemRequest(&get_kept, NULL, NULL, NULL, NULL), CS_SUCCESS);
+    for (int i = 0; i < HI - LO + 1; i++)
+        ASSERT(kept[i] == (uint64_t)(LO + i));
+
+    /* With a callback: CS_QUEUED, the callback has the status and r0. */
+    EXPECT(csQueueComputeRequest(req, &callbacks, on_done, NULL, NULL), CS_QUEUED);
+    ASSERT(callbacks == 1 && callback_status == CS_SUCCESS && callback_value == r0);
+
+    /* With an event. */
+    CS_EVT_HANDLE evt = NULL;
+    EXPECT(csCreateEvent(&evt), CS_SUCCESS);
+    void *ctx = NULL;
+    EXPECT(csPollEvent(evt, &ctx), CS_NOT_DONE);
+    EXPECT(csQueueComputeRequest(req, &kept, NULL, evt, NULL), CS_QUEUED);
+    EXPECT(csPollEvent(evt, &ctx), CS_SUCCESS);
+    ASSERT(ctx == &kept);
+    EXPECT(csPollEvent(evt, NULL), CS_NOT_DONE);
+    /* A failing request signals its failure to the event. */
+    CsComputeRequest *stale = compute_request(dev, 63, 0);
+    EXPECT(csQueueComputeRequest(stale, NULL, NULL, evt, NULL), CS_QUEUED);
+    EXPECT(csPollEvent(evt, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
+    EXPECT(csDeleteEvent(evt), CS_SUCCESS);
+    EXPECT(csDeleteEvent(evt), CS_INVALID_EVENT);
+    EXPECT(csPollEvent(evt, NULL), CS_INVALID_EVENT);
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, evt, NULL), CS_INVALID_EVENT);
+    EXPECT(csCreateEvent(NULL), CS_INVALID_ARG);
+
+    /* Bad compute requests. */
+    EXPECT(csQueueComputeRequest(NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+    req->NumArgs = -1;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    req->NumArgs = CS_COMPUTE_ARGS_MAX + 1;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    req->NumArgs = 4;
+    req->Args[0].Type = 77;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
+    req->Args[0].Type = CS_AFDM_TYPE;
+    req->Args[0].u.DevMem.ByteOffset = N * 8 + 8;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    req->Args[0].u.DevMem.ByteOffset = 0;
+    req->CSFId = 100000;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_ID);
+    req->CSFId = id;
+    /* A CSF's own error code is a value (r0), not a status: filter returns CSX_ENOSPC
+     * when its output does not fit. */
+    CS_MEM_HANDLE small_out = NULL;
+    EXPECT(csAllocMem(dev, 8, NULL, &small_out, NULL), CS_SUCCESS);
+    req->Args[1].u.DevMem.MemHandle = small_out;
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_SUCCESS);
+    ASSERT((int64_t)r0 < 0); /* CSX_ENOSPC */
+    req->Args[1].u.DevMem.MemHandle = out;
+
+    /* Deactivate, unload, then the id is unknown. */
+    CsConfigInfo deactivate = {CS_CSF_DEACTIVATE, 0, id};
+    EXPECT(csConfig(dev, &deactivate), CS_SUCCESS);
+    CsDownloadInfo unload = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)id, 1, 0, NULL, NULL};
+    EXPECT(csDownload(dev, &unload, NULL), CS_SUCCESS);
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
+    EXPECT(csGetCSFId(dev, "filter", &found), CS_INVALID_FUNCTION_NAME);
+
+    /* Close: every handle of the device becomes invalid. */
+    EXPECT(csCloseCSx(dev), CS_SUCCESS);
+    EXPECT(csCloseCSx(dev), CS_INVALID_HANDLE);
+    EXPECT(csFreeMem(in), CS_INVALID_HANDLE);
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+
+    free(req);
+    free(stale);
+    free(elf);
+    if (failures) {
+        fprintf(stderr, "api_test: %d failures\n", failures);
+        return 1;
+    }
+    printf("api_test: ok\n");
+    return 0;
+}
