@@ -36,6 +36,8 @@ typedef void *CS_EVT_HANDLE;
 typedef void *CS_MEM_PTR;
 /* A downloadable CSF's id: its program slot. */
 typedef uint32_t CS_CSF_ID;
+typedef void *CS_BATCH_HANDLE;
+typedef int32_t CS_BATCH_INDEX;
 /* Completion callback: the request's context, its status, its completion value. */
 typedef void (*csQueueCallbackFn)(void *QueueContext, CS_STATUS Status, uint64_t CompValue);
 
@@ -98,6 +100,22 @@ typedef void (*csQueueCallbackFn)(void *QueueContext, CS_STATUS Status, uint64_t
 #define CS_32BIT_VALUE_TYPE (2)
 #define CS_64BIT_VALUE_TYPE (3)
 #define CS_COMPUTE_ARGS_MAX (64)
+#define CS_BATCH_INDEX_NONE (-1)
+#define CS_BATCH_SERIAL (0)
+#define CS_BATCH_PARALLEL (1)
+#define CS_BATCH_HYBRID (2)
+#define CS_BATCH_ENTRIES_MAX (1024)
+#define CS_COPY_AFDM (0)
+#define CS_STORAGE_IO (1)
+#define CS_QUEUE_COMPUTE (2)
+#define CS_FDM_IS_DEVICE_MANAGED (1)
+#define CS_FDM_IS_HOST_VISIBLE (2)
+#define CS_BATCH_REQUESTS_SUPPORTED (4)
+#define CS_STREAMS_SUPPORTED (8)
+#define CS_STAT_CSE (0)
+#define CS_STAT_MEMORY (1)
+#define CS_STAT_FUNCTION (2)
+#define CS_BUILTIN_CSF_BASE (65536)
 
 typedef struct {
     uint32_t FDMId;     /* the memory namespace: 0 on csx devices */
@@ -183,6 +201,45 @@ typedef struct {
     CsComputeArg Args[];
 } CsComputeRequest;
 
+/* A batch entry: ReqType and a pointer to a CsCopyMemRequest (CS_COPY_AFDM),
+ * CsStorageRequest (CS_STORAGE_IO) or CsComputeRequest (CS_QUEUE_COMPUTE) that stays
+ * valid until the batch is queued. */
+typedef struct {
+    int32_t ReqType;
+    const void *Request;
+} CsBatchRequest;
+
+typedef struct {
+    char FriendlyName[64];   /* the device's URI */
+    char SwVersion[32];
+    uint32_t AbiVersion;     /* the program ABI (csx.h) */
+    uint32_t NumCSEs;        /* compute engines */
+    uint64_t FDMSizeBytes;
+    uint64_t FDMFreeBytes;
+    uint64_t NVMSizeBytes;
+    uint32_t ProgramSlots;
+    uint32_t MaxActivePrograms;
+    uint32_t MaxAFDMArgs;
+    uint32_t MaxRequestsPerBatch;
+    uint32_t MaxProgramBytes;
+    uint32_t Flags;          /* CS_FDM_IS_DEVICE_MANAGED | ... */
+} CSxProperties;
+
+typedef struct {
+    uint64_t Executions;     /* CS_STAT_FUNCTION: the CSF's; CS_STAT_CSE: all CSFs' */
+    uint64_t ProgramsLoaded;
+    uint64_t ProgramsActive;
+    uint64_t MemSizeBytes;   /* CS_STAT_MEMORY */
+    uint64_t MemFreeBytes;
+} CsStatsInfo;
+
+typedef struct {
+    char UniqueName[32];
+    CS_CSF_ID CSFId;         /* a slot, or CS_BUILTIN_CSF_BASE + a registered function id */
+    uint32_t Downloadable;   /* 0: built-in (called by programs, not by compute requests) */
+    uint32_t Active;
+} CsCSFInfo;
+
 /* The layout libcsx was built with (64-bit targets). */
 CS_API_STATIC_ASSERT(sizeof(CsMemFlags) == 12, "sizeof(CsMemFlags) is 12 in libcsx");
 CS_API_STATIC_ASSERT(offsetof(CsMemFlags, FDMId) == 0, "CsMemFlags.FDMId is at 0 in libcsx");
@@ -235,6 +292,34 @@ CS_API_STATIC_ASSERT(offsetof(CsComputeRequest, DevHandle) == 0, "CsComputeReque
 CS_API_STATIC_ASSERT(offsetof(CsComputeRequest, CSFId) == 8, "CsComputeRequest.CSFId is at 8 in libcsx");
 CS_API_STATIC_ASSERT(offsetof(CsComputeRequest, NumArgs) == 12, "CsComputeRequest.NumArgs is at 12 in libcsx");
 CS_API_STATIC_ASSERT(offsetof(CsComputeRequest, Args) == 16, "CsComputeRequest.Args is at 16 in libcsx");
+CS_API_STATIC_ASSERT(sizeof(CsBatchRequest) == 16, "sizeof(CsBatchRequest) is 16 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsBatchRequest, ReqType) == 0, "CsBatchRequest.ReqType is at 0 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsBatchRequest, Request) == 8, "CsBatchRequest.Request is at 8 in libcsx");
+CS_API_STATIC_ASSERT(sizeof(CSxProperties) == 152, "sizeof(CSxProperties) is 152 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, FriendlyName) == 0, "CSxProperties.FriendlyName is at 0 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, SwVersion) == 64, "CSxProperties.SwVersion is at 64 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, AbiVersion) == 96, "CSxProperties.AbiVersion is at 96 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, NumCSEs) == 100, "CSxProperties.NumCSEs is at 100 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, FDMSizeBytes) == 104, "CSxProperties.FDMSizeBytes is at 104 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, FDMFreeBytes) == 112, "CSxProperties.FDMFreeBytes is at 112 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, NVMSizeBytes) == 120, "CSxProperties.NVMSizeBytes is at 120 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, ProgramSlots) == 128, "CSxProperties.ProgramSlots is at 128 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, MaxActivePrograms) == 132, "CSxProperties.MaxActivePrograms is at 132 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, MaxAFDMArgs) == 136, "CSxProperties.MaxAFDMArgs is at 136 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, MaxRequestsPerBatch) == 140, "CSxProperties.MaxRequestsPerBatch is at 140 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, MaxProgramBytes) == 144, "CSxProperties.MaxProgramBytes is at 144 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CSxProperties, Flags) == 148, "CSxProperties.Flags is at 148 in libcsx");
+CS_API_STATIC_ASSERT(sizeof(CsStatsInfo) == 40, "sizeof(CsStatsInfo) is 40 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsStatsInfo, Executions) == 0, "CsStatsInfo.Executions is at 0 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsStatsInfo, ProgramsLoaded) == 8, "CsStatsInfo.ProgramsLoaded is at 8 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsStatsInfo, ProgramsActive) == 16, "CsStatsInfo.ProgramsActive is at 16 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsStatsInfo, MemSizeBytes) == 24, "CsStatsInfo.MemSizeBytes is at 24 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsStatsInfo, MemFreeBytes) == 32, "CsStatsInfo.MemFreeBytes is at 32 in libcsx");
+CS_API_STATIC_ASSERT(sizeof(CsCSFInfo) == 44, "sizeof(CsCSFInfo) is 44 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsCSFInfo, UniqueName) == 0, "CsCSFInfo.UniqueName is at 0 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsCSFInfo, CSFId) == 32, "CsCSFInfo.CSFId is at 32 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsCSFInfo, Downloadable) == 36, "CsCSFInfo.Downloadable is at 36 in libcsx");
+CS_API_STATIC_ASSERT(offsetof(CsCSFInfo, Active) == 40, "CsCSFInfo.Active is at 40 in libcsx");
 
 /* Discovery, open, close. */
 CS_STATUS csQueryCSxList(int *Length, char *Buf);
@@ -263,6 +348,27 @@ CS_STATUS csGetCSFId(CS_DEV_HANDLE DevHandle, const char *CSFName, CS_CSF_ID *CS
 CS_STATUS csQueueComputeRequest(const CsComputeRequest *Req, void *Context,
                                 csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
                                 uint64_t *CompValue);
+
+/* Batches: entries with a dependency graph (the new entry runs before entry Before and
+ * after entry After; CS_BATCH_INDEX_NONE for neither). Queued, the entries run one at a
+ * time in an order that respects every edge, stopping at the first failure; a cycle is
+ * CS_INVALID_ARG before anything runs. CompValue receives the entries completed. */
+CS_STATUS csAllocBatchRequest(int32_t Mode, int32_t MaxReqs, CS_BATCH_HANDLE *BatchHandle);
+CS_STATUS csAddBatchEntry(CS_BATCH_HANDLE BatchHandle, const CsBatchRequest *Req,
+                          CS_BATCH_INDEX Before, CS_BATCH_INDEX After, CS_BATCH_INDEX *Curr);
+CS_STATUS csQueueBatchRequest(CS_BATCH_HANDLE BatchHandle, void *Context,
+                              csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
+                              uint64_t *CompValue);
+CS_STATUS csFreeBatchRequest(CS_BATCH_HANDLE BatchHandle);
+
+/* Management. *Length: the buffer's size in bytes (csQueryDeviceProperties), entries
+ * (csQueryCSFList: *Count); too small is CS_INVALID_LENGTH with the size needed set. */
+CS_STATUS csQueryDeviceProperties(CS_DEV_HANDLE DevHandle, int *Length, CSxProperties *Props);
+CS_STATUS csQueryDeviceStatistics(CS_DEV_HANDLE DevHandle, int32_t Type, const void *Id,
+                                  CsStatsInfo *Stats);
+CS_STATUS csQueryCSFList(CS_DEV_HANDLE DevHandle, int *Count, CsCSFInfo *Buf);
+/* The state directory holding Path (a device name for csOpenCSx). */
+CS_STATUS csGetCSxFromPath(const char *Path, int *Length, char *DevName);
 
 /* Events. csPollEvent returns the status of the request that last signalled the event
  * (consuming it; *Context, nullable, receives its context), or CS_NOT_DONE. */

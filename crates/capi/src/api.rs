@@ -758,7 +758,16 @@ fn slot(index: i32) -> R<ProgramIndex> {
     })
 }
 
+/// CSF ids from here on are built-in CSFs: registered device function `id - BASE`.
+pub const CS_BUILTIN_CSF_BASE: u32 = 0x1_0000;
+
 fn csf_slot(id: CsCsfId) -> R<ProgramIndex> {
+    if (CS_BUILTIN_CSF_BASE..2 * CS_BUILTIN_CSF_BASE).contains(&id) {
+        return fail(
+            CS_UNSUPPORTED,
+            format!("CSFId {id:#x} is a built-in CSF (a registered device function): programs call it, a compute request cannot"),
+        );
+    }
     u16::try_from(id)
         .map(ProgramIndex)
         .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
@@ -1033,4 +1042,461 @@ pub extern "C" fn csDeleteEvent(EventHandle: CsEvtHandle) -> CsStatus {
 #[no_mangle]
 pub extern "C" fn csxGetLastError() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+// -------------------------------------------------------------------------------------
+// Batches: a dependency graph run in one topological order.
+
+fn batch_key(h: CsBatchHandle) -> R<u64> {
+    let key = key_of(h);
+    if !h.is_null() && registry::with(|r| r.batches.contains_key(&key)) {
+        Ok(key)
+    } else {
+        fail(
+            CS_INVALID_HANDLE,
+            format!("batch handle {key} is not allocated"),
+        )
+    }
+}
+
+/// Allocates a batch of at most `MaxReqs` entries. Every mode runs the entries one at a
+/// time in an order that respects every edge (a valid schedule of each mode).
+///
+/// # Safety
+/// `BatchHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csAllocBatchRequest(
+    Mode: i32,
+    MaxReqs: i32,
+    BatchHandle: *mut CsBatchHandle,
+) -> CsStatus {
+    run("csAllocBatchRequest", || {
+        // SAFETY: the caller's contract.
+        let h = unsafe { out(BatchHandle, "BatchHandle") }?;
+        if !matches!(Mode, CS_BATCH_SERIAL | CS_BATCH_PARALLEL | CS_BATCH_HYBRID) {
+            return fail(
+                CS_INVALID_OPTION,
+                format!("Mode {Mode} is not a CS_BATCH_* mode"),
+            );
+        }
+        if !(1..=CS_BATCH_ENTRIES_MAX).contains(&MaxReqs) {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!("MaxReqs {MaxReqs} is not within 1..={CS_BATCH_ENTRIES_MAX}"),
+            );
+        }
+        let key = registry::with(|r| {
+            let key = r.key();
+            r.batches.insert(
+                key,
+                crate::registry::Batch {
+                    max: MaxReqs as usize,
+                    ..Default::default()
+                },
+            );
+            key
+        });
+        *h = handle_of(key);
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Adds an entry that runs before entry `Before` and after entry `After` (either
+/// CS_BATCH_INDEX_NONE); `*Curr` (nullable) receives its index. The request it points
+/// to must stay valid until the batch is queued.
+///
+/// # Safety
+/// `Req` is null or readable; `Curr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csAddBatchEntry(
+    BatchHandle: CsBatchHandle,
+    Req: *const CsBatchRequest,
+    Before: CsBatchIndex,
+    After: CsBatchIndex,
+    Curr: *mut CsBatchIndex,
+) -> CsStatus {
+    run("csAddBatchEntry", || {
+        let key = batch_key(BatchHandle)?;
+        // SAFETY: the caller's contract.
+        let req = unsafe { inp(Req, "Req") }?;
+        if !matches!(
+            req.req_type,
+            CS_COPY_AFDM | CS_STORAGE_IO | CS_QUEUE_COMPUTE
+        ) {
+            return fail(
+                CS_INVALID_OPTION,
+                format!(
+                    "ReqType {} is not CS_COPY_AFDM, CS_STORAGE_IO or CS_QUEUE_COMPUTE",
+                    req.req_type
+                ),
+            );
+        }
+        if req.request.is_null() {
+            return fail(CS_INVALID_ARG, "Req->Request is NULL");
+        }
+        let index = registry::with(|r| -> R<usize> {
+            let b = r.batches.get_mut(&key).ok_or(Fail {
+                status: CS_INVALID_HANDLE,
+                message: "batch freed".into(),
+            })?;
+            let n = b.entries.len();
+            if n >= b.max {
+                return fail(
+                    CS_OUT_OF_RESOURCES,
+                    format!("the batch is full ({} entries)", b.max),
+                );
+            }
+            let edge = |i: i32, what: &str| -> R<Option<usize>> {
+                match i {
+                    CS_BATCH_INDEX_NONE => Ok(None),
+                    i if i >= 0 && (i as usize) < n => Ok(Some(i as usize)),
+                    i => fail(
+                        CS_INVALID_ID,
+                        format!("{what} {i} is not an entry (0..{n})"),
+                    ),
+                }
+            };
+            let before = edge(Before, "Before")?;
+            let after = edge(After, "After")?;
+            b.entries.push((req.req_type, req.request as usize));
+            if let Some(a) = after {
+                b.edges.push((a, n));
+            }
+            if let Some(bf) = before {
+                b.edges.push((n, bf));
+            }
+            Ok(n)
+        })?;
+        // SAFETY: the caller's contract.
+        if let Some(c) = unsafe { Curr.as_mut() } {
+            *c = index as CsBatchIndex;
+        }
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Entries in an order that respects every edge, or the entries on a cycle.
+fn schedule(n: usize, edges: &[(usize, usize)]) -> Result<Vec<usize>, Vec<usize>> {
+    let mut indegree = vec![0usize; n];
+    for &(_, b) in edges {
+        indegree[b] += 1;
+    }
+    let mut ready: std::collections::VecDeque<usize> =
+        (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_front() {
+        order.push(i);
+        for &(a, b) in edges {
+            if a == i {
+                indegree[b] -= 1;
+                if indegree[b] == 0 {
+                    ready.push_back(b);
+                }
+            }
+        }
+    }
+    if order.len() == n {
+        Ok(order)
+    } else {
+        Err((0..n).filter(|i| indegree[*i] > 0).collect())
+    }
+}
+
+/// Runs the batch: every entry once, in dependency order, stopping at the first failure
+/// (its status is the batch's). A cycle is refused before anything runs
+/// (CS_INVALID_ARG naming the entries on it). The completion value is the entries that
+/// completed.
+///
+/// # Safety
+/// Every entry's request is still valid; `CompValue` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csQueueBatchRequest(
+    BatchHandle: CsBatchHandle,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut u64,
+) -> CsStatus {
+    run("csQueueBatchRequest", || {
+        let key = batch_key(BatchHandle)?;
+        let done = Completion {
+            ctx: Context,
+            cb: Callback,
+            evt: EventHandle,
+            comp_value: CompValue,
+        };
+        done.check()?;
+        let (entries, edges) = registry::with(|r| {
+            let b = &r.batches[&key];
+            (b.entries.clone(), b.edges.clone())
+        });
+        if entries.is_empty() {
+            return fail(CS_INVALID_LENGTH, "the batch has no entries");
+        }
+        let order = schedule(entries.len(), &edges).or_else(|cycle| {
+            fail(
+                CS_INVALID_ARG,
+                format!("entries {cycle:?} are on a dependency cycle"),
+            )
+        })?;
+        let mut completed = 0u64;
+        let mut result = Ok(0);
+        for i in order {
+            let (ty, addr) = entries[i];
+            let null = std::ptr::null_mut();
+            // SAFETY: each entry points to a live request of its type (the caller's
+            // contract); each call checks the request's own fields.
+            let status = unsafe {
+                match ty {
+                    CS_COPY_AFDM => csQueueCopyMemRequest(
+                        addr as *const _,
+                        null,
+                        None,
+                        null,
+                        std::ptr::null_mut(),
+                    ),
+                    CS_STORAGE_IO => csQueueStorageRequest(
+                        addr as *const _,
+                        null,
+                        None,
+                        null,
+                        std::ptr::null_mut(),
+                    ),
+                    _ => csQueueComputeRequest(
+                        addr as *const _,
+                        null,
+                        None,
+                        null,
+                        std::ptr::null_mut(),
+                    ),
+                }
+            };
+            if status != CS_SUCCESS {
+                let inner = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
+                result = fail(status, format!("entry {i}: {inner}"));
+                break;
+            }
+            completed += 1;
+        }
+        // SAFETY: the caller's contract for CompValue.
+        unsafe { done.finish(result.map(|_: u64| completed)) }
+    })
+}
+
+/// Frees a batch (not the requests its entries point to).
+#[no_mangle]
+pub extern "C" fn csFreeBatchRequest(BatchHandle: CsBatchHandle) -> CsStatus {
+    run("csFreeBatchRequest", || {
+        let key = batch_key(BatchHandle)?;
+        registry::with(|r| r.batches.remove(&key));
+        Ok(CS_SUCCESS)
+    })
+}
+
+// -------------------------------------------------------------------------------------
+// Management and discovery by path.
+
+fn copy_name<const N: usize>(dst: &mut [u8; N], src: &str) {
+    let n = src.len().min(N - 1);
+    dst[..n].copy_from_slice(&src.as_bytes()[..n]);
+    dst[n..].fill(0);
+}
+
+/// The device's properties. `*Length` is the buffer's size in bytes; when it is smaller
+/// than `sizeof(CSxProperties)` it receives that size and the call is CS_INVALID_LENGTH.
+///
+/// # Safety
+/// `Length` is null or writable; `Props` is null or writable for `*Length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn csQueryDeviceProperties(
+    DevHandle: CsDevHandle,
+    Length: *mut c_int,
+    Props: *mut CsxProperties,
+) -> CsStatus {
+    run("csQueryDeviceProperties", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let len = unsafe { out(Length, "Length") }?;
+        let need = std::mem::size_of::<CsxProperties>() as c_int;
+        if *len < need || Props.is_null() {
+            let have = *len;
+            *len = need;
+            return fail(
+                CS_INVALID_LENGTH,
+                format!("the buffer holds {have} bytes, CSxProperties needs {need}"),
+            );
+        }
+        let info = dev.device.identify()?;
+        let mut p = CsxProperties {
+            friendly_name: [0; 64],
+            sw_version: [0; 32],
+            abi_version: info.abi_version,
+            num_cses: info.engines,
+            fdm_size_bytes: info.slm_size_bytes,
+            fdm_free_bytes: info.slm_free_bytes,
+            nvm_size_bytes: info.nvm_size_bytes,
+            program_slots: info.program_slots.into(),
+            max_active_programs: info.programs_active_max.into(),
+            max_afdm_args: WINDOWS_MAX as u32,
+            max_requests_per_batch: CS_BATCH_ENTRIES_MAX as u32,
+            max_program_bytes: info.program_size_max,
+            flags: CS_FDM_IS_DEVICE_MANAGED | CS_BATCH_REQUESTS_SUPPORTED,
+        };
+        copy_name(&mut p.friendly_name, &dev.name);
+        copy_name(&mut p.sw_version, &info.version);
+        // SAFETY: non-null and writable for *Length >= sizeof bytes (the caller's contract).
+        unsafe { Props.write(p) };
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// Statistics of the device (CS_STAT_CSE), its memory (CS_STAT_MEMORY) or one CSF
+/// (CS_STAT_FUNCTION; `Id` points to its CS_CSF_ID).
+///
+/// # Safety
+/// `Id` is null or a readable CS_CSF_ID; `Stats` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csQueryDeviceStatistics(
+    DevHandle: CsDevHandle,
+    Type: i32,
+    Id: *const c_void,
+    Stats: *mut CsStatsInfo,
+) -> CsStatus {
+    run("csQueryDeviceStatistics", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let stats = unsafe { out(Stats, "Stats") }?;
+        let mut st = CsStatsInfo::default();
+        match Type {
+            CS_STAT_CSE => {
+                let programs = dev.device.programs()?;
+                st.executions = programs.iter().map(|p| p.executions).sum();
+                st.programs_loaded = programs.len() as u64;
+                st.programs_active = programs
+                    .iter()
+                    .filter(|p| p.state == ProgramState::Active)
+                    .count() as u64;
+            }
+            CS_STAT_MEMORY => {
+                let info = dev.device.identify()?;
+                st.mem_size_bytes = info.slm_size_bytes;
+                st.mem_free_bytes = info.slm_free_bytes;
+            }
+            CS_STAT_FUNCTION => {
+                // SAFETY: the caller's contract.
+                let id = *unsafe { inp(Id.cast::<CsCsfId>(), "Id") }?;
+                let pind = csf_slot(id)?;
+                let p = dev.device.programs()?.into_iter().find(|p| p.pind == pind);
+                let Some(p) = p else {
+                    return fail(
+                        CS_UNKNOWN_COMPUTE_FUNCTION,
+                        format!("CSF {id} is an empty slot"),
+                    );
+                };
+                st.executions = p.executions;
+                st.programs_loaded = 1;
+                st.programs_active = u64::from(p.state == ProgramState::Active);
+            }
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("Type {other} is not a CS_STAT_* value"),
+                )
+            }
+        }
+        *stats = st;
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// The CSFs of a device: downloadable ones (occupied program slots) then built-in ones
+/// (registered device functions, ids from CS_BUILTIN_CSF_BASE). `*Count` is the
+/// buffer's capacity in entries; it receives the number of CSFs (CS_INVALID_LENGTH when
+/// they do not fit; `Buf` NULL asks for the count).
+///
+/// # Safety
+/// `Count` is null or writable; `Buf` is null or writable for `*Count` entries.
+#[no_mangle]
+pub unsafe extern "C" fn csQueryCSFList(
+    DevHandle: CsDevHandle,
+    Count: *mut c_int,
+    Buf: *mut CsCsfInfo,
+) -> CsStatus {
+    run("csQueryCSFList", || {
+        let dev = device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let count = unsafe { out(Count, "Count") }?;
+        let mut list = Vec::new();
+        for p in dev.device.programs()? {
+            let mut c = CsCsfInfo {
+                unique_name: [0; 32],
+                csf_id: p.pind.0.into(),
+                downloadable: 1,
+                active: u32::from(p.state == ProgramState::Active),
+            };
+            copy_name(&mut c.unique_name, &p.name);
+            list.push(c);
+        }
+        for f in dev.device.functions()? {
+            let mut c = CsCsfInfo {
+                unique_name: [0; 32],
+                csf_id: CS_BUILTIN_CSF_BASE + f.id.0,
+                downloadable: 0,
+                active: 1,
+            };
+            copy_name(&mut c.unique_name, &f.name);
+            list.push(c);
+        }
+        let have = *count;
+        *count = list.len() as c_int;
+        if Buf.is_null() {
+            return Ok(CS_SUCCESS);
+        }
+        if (have.max(0) as usize) < list.len() {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!(
+                    "the buffer holds {have} entries, the device has {} CSFs",
+                    list.len()
+                ),
+            );
+        }
+        // SAFETY: Buf holds *Count >= list.len() entries (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(list.as_ptr(), Buf, list.len()) };
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// The device a path belongs to: the state directory holding (an ancestor of) `Path`,
+/// as an absolute path usable with csOpenCSx. Paths inside a mounted csx file system are
+/// not resolved yet (CS_NO_SUCH_ENTITY_EXISTS).
+///
+/// # Safety
+/// `Path` is null or a string; `Length` is null or writable; `DevName` is null or
+/// writable for `*Length` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn csGetCSxFromPath(
+    Path: *const c_char,
+    Length: *mut c_int,
+    DevName: *mut c_char,
+) -> CsStatus {
+    run("csGetCSxFromPath", || {
+        // SAFETY: the caller's contract.
+        let path = unsafe { string(Path, "Path") }?;
+        let abs =
+            std::fs::canonicalize(path).or_else(|e| fail(CS_ENOENT, format!("{path:?}: {e}")))?;
+        let dir = abs
+            .ancestors()
+            .find(|d| d.join("device.json").is_file())
+            .ok_or(Fail {
+                status: CS_NO_SUCH_ENTITY_EXISTS,
+                message: format!("{path:?} is in no csx state directory"),
+            })?;
+        let name = dir.to_str().ok_or(Fail {
+            status: CS_INVALID_ARG,
+            message: "the device path is not UTF-8".into(),
+        })?;
+        // SAFETY: forwarded contract.
+        unsafe { write_string(name, Length, DevName) }
+    })
 }

@@ -48,6 +48,8 @@ typedef void *CS_EVT_HANDLE;
 typedef void *CS_MEM_PTR;
 /* A downloadable CSF's id: its program slot. */
 typedef uint32_t CS_CSF_ID;
+typedef void *CS_BATCH_HANDLE;
+typedef int32_t CS_BATCH_INDEX;
 /* Completion callback: the request's context, its status, its completion value. */
 typedef void (*csQueueCallbackFn)(void *QueueContext, CS_STATUS Status, uint64_t CompValue);
 "#;
@@ -136,6 +138,45 @@ typedef struct {
     int32_t NumArgs;
     CsComputeArg Args[];
 } CsComputeRequest;
+
+/* A batch entry: ReqType and a pointer to a CsCopyMemRequest (CS_COPY_AFDM),
+ * CsStorageRequest (CS_STORAGE_IO) or CsComputeRequest (CS_QUEUE_COMPUTE) that stays
+ * valid until the batch is queued. */
+typedef struct {
+    int32_t ReqType;
+    const void *Request;
+} CsBatchRequest;
+
+typedef struct {
+    char FriendlyName[64];   /* the device's URI */
+    char SwVersion[32];
+    uint32_t AbiVersion;     /* the program ABI (csx.h) */
+    uint32_t NumCSEs;        /* compute engines */
+    uint64_t FDMSizeBytes;
+    uint64_t FDMFreeBytes;
+    uint64_t NVMSizeBytes;
+    uint32_t ProgramSlots;
+    uint32_t MaxActivePrograms;
+    uint32_t MaxAFDMArgs;
+    uint32_t MaxRequestsPerBatch;
+    uint32_t MaxProgramBytes;
+    uint32_t Flags;          /* CS_FDM_IS_DEVICE_MANAGED | ... */
+} CSxProperties;
+
+typedef struct {
+    uint64_t Executions;     /* CS_STAT_FUNCTION: the CSF's; CS_STAT_CSE: all CSFs' */
+    uint64_t ProgramsLoaded;
+    uint64_t ProgramsActive;
+    uint64_t MemSizeBytes;   /* CS_STAT_MEMORY */
+    uint64_t MemFreeBytes;
+} CsStatsInfo;
+
+typedef struct {
+    char UniqueName[32];
+    CS_CSF_ID CSFId;         /* a slot, or CS_BUILTIN_CSF_BASE + a registered function id */
+    uint32_t Downloadable;   /* 0: built-in (called by programs, not by compute requests) */
+    uint32_t Active;
+} CsCSFInfo;
 "#;
 
 const FUNCTIONS: &str = r#"
@@ -166,6 +207,27 @@ CS_STATUS csGetCSFId(CS_DEV_HANDLE DevHandle, const char *CSFName, CS_CSF_ID *CS
 CS_STATUS csQueueComputeRequest(const CsComputeRequest *Req, void *Context,
                                 csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
                                 uint64_t *CompValue);
+
+/* Batches: entries with a dependency graph (the new entry runs before entry Before and
+ * after entry After; CS_BATCH_INDEX_NONE for neither). Queued, the entries run one at a
+ * time in an order that respects every edge, stopping at the first failure; a cycle is
+ * CS_INVALID_ARG before anything runs. CompValue receives the entries completed. */
+CS_STATUS csAllocBatchRequest(int32_t Mode, int32_t MaxReqs, CS_BATCH_HANDLE *BatchHandle);
+CS_STATUS csAddBatchEntry(CS_BATCH_HANDLE BatchHandle, const CsBatchRequest *Req,
+                          CS_BATCH_INDEX Before, CS_BATCH_INDEX After, CS_BATCH_INDEX *Curr);
+CS_STATUS csQueueBatchRequest(CS_BATCH_HANDLE BatchHandle, void *Context,
+                              csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
+                              uint64_t *CompValue);
+CS_STATUS csFreeBatchRequest(CS_BATCH_HANDLE BatchHandle);
+
+/* Management. *Length: the buffer's size in bytes (csQueryDeviceProperties), entries
+ * (csQueryCSFList: *Count); too small is CS_INVALID_LENGTH with the size needed set. */
+CS_STATUS csQueryDeviceProperties(CS_DEV_HANDLE DevHandle, int *Length, CSxProperties *Props);
+CS_STATUS csQueryDeviceStatistics(CS_DEV_HANDLE DevHandle, int32_t Type, const void *Id,
+                                  CsStatsInfo *Stats);
+CS_STATUS csQueryCSFList(CS_DEV_HANDLE DevHandle, int *Count, CsCSFInfo *Buf);
+/* The state directory holding Path (a device name for csOpenCSx). */
+CS_STATUS csGetCSxFromPath(const char *Path, int *Length, char *DevName);
 
 /* Events. csPollEvent returns the status of the request that last signalled the event
  * (consuming it; *Context, nullable, receives its context), or CS_NOT_DONE. */
@@ -241,6 +303,28 @@ fn constants() -> Vec<(&'static str, i64)> {
         ("CS_32BIT_VALUE_TYPE", CS_32BIT_VALUE_TYPE.into()),
         ("CS_64BIT_VALUE_TYPE", CS_64BIT_VALUE_TYPE.into()),
         ("CS_COMPUTE_ARGS_MAX", CS_COMPUTE_ARGS_MAX.into()),
+        ("CS_BATCH_INDEX_NONE", CS_BATCH_INDEX_NONE.into()),
+        ("CS_BATCH_SERIAL", CS_BATCH_SERIAL.into()),
+        ("CS_BATCH_PARALLEL", CS_BATCH_PARALLEL.into()),
+        ("CS_BATCH_HYBRID", CS_BATCH_HYBRID.into()),
+        ("CS_BATCH_ENTRIES_MAX", CS_BATCH_ENTRIES_MAX.into()),
+        ("CS_COPY_AFDM", CS_COPY_AFDM.into()),
+        ("CS_STORAGE_IO", CS_STORAGE_IO.into()),
+        ("CS_QUEUE_COMPUTE", CS_QUEUE_COMPUTE.into()),
+        ("CS_FDM_IS_DEVICE_MANAGED", CS_FDM_IS_DEVICE_MANAGED.into()),
+        ("CS_FDM_IS_HOST_VISIBLE", CS_FDM_IS_HOST_VISIBLE.into()),
+        (
+            "CS_BATCH_REQUESTS_SUPPORTED",
+            CS_BATCH_REQUESTS_SUPPORTED.into(),
+        ),
+        ("CS_STREAMS_SUPPORTED", CS_STREAMS_SUPPORTED.into()),
+        ("CS_STAT_CSE", CS_STAT_CSE.into()),
+        ("CS_STAT_MEMORY", CS_STAT_MEMORY.into()),
+        ("CS_STAT_FUNCTION", CS_STAT_FUNCTION.into()),
+        (
+            "CS_BUILTIN_CSF_BASE",
+            crate::api::CS_BUILTIN_CSF_BASE.into(),
+        ),
     ]
 }
 
@@ -356,6 +440,63 @@ fn layouts() -> Vec<Layout> {
                 ("Args", offset_of!(CsComputeRequest, args)),
             ],
         ),
+        (
+            "CsBatchRequest",
+            size_of::<CsBatchRequest>(),
+            vec![
+                ("ReqType", offset_of!(CsBatchRequest, req_type)),
+                ("Request", offset_of!(CsBatchRequest, request)),
+            ],
+        ),
+        (
+            "CSxProperties",
+            size_of::<CsxProperties>(),
+            vec![
+                ("FriendlyName", offset_of!(CsxProperties, friendly_name)),
+                ("SwVersion", offset_of!(CsxProperties, sw_version)),
+                ("AbiVersion", offset_of!(CsxProperties, abi_version)),
+                ("NumCSEs", offset_of!(CsxProperties, num_cses)),
+                ("FDMSizeBytes", offset_of!(CsxProperties, fdm_size_bytes)),
+                ("FDMFreeBytes", offset_of!(CsxProperties, fdm_free_bytes)),
+                ("NVMSizeBytes", offset_of!(CsxProperties, nvm_size_bytes)),
+                ("ProgramSlots", offset_of!(CsxProperties, program_slots)),
+                (
+                    "MaxActivePrograms",
+                    offset_of!(CsxProperties, max_active_programs),
+                ),
+                ("MaxAFDMArgs", offset_of!(CsxProperties, max_afdm_args)),
+                (
+                    "MaxRequestsPerBatch",
+                    offset_of!(CsxProperties, max_requests_per_batch),
+                ),
+                (
+                    "MaxProgramBytes",
+                    offset_of!(CsxProperties, max_program_bytes),
+                ),
+                ("Flags", offset_of!(CsxProperties, flags)),
+            ],
+        ),
+        (
+            "CsStatsInfo",
+            size_of::<CsStatsInfo>(),
+            vec![
+                ("Executions", offset_of!(CsStatsInfo, executions)),
+                ("ProgramsLoaded", offset_of!(CsStatsInfo, programs_loaded)),
+                ("ProgramsActive", offset_of!(CsStatsInfo, programs_active)),
+                ("MemSizeBytes", offset_of!(CsStatsInfo, mem_size_bytes)),
+                ("MemFreeBytes", offset_of!(CsStatsInfo, mem_free_bytes)),
+            ],
+        ),
+        (
+            "CsCSFInfo",
+            size_of::<CsCsfInfo>(),
+            vec![
+                ("UniqueName", offset_of!(CsCsfInfo, unique_name)),
+                ("CSFId", offset_of!(CsCsfInfo, csf_id)),
+                ("Downloadable", offset_of!(CsCsfInfo, downloadable)),
+                ("Active", offset_of!(CsCsfInfo, active)),
+            ],
+        ),
     ]
 }
 
@@ -435,6 +576,6 @@ mod tests {
                 count += 1;
             }
         }
-        assert!(count >= 16, "found only {count} exported functions");
+        assert!(count >= 24, "found only {count} exported functions");
     }
 }

@@ -33,6 +33,16 @@ pub struct Event {
     pub done: Option<(CsStatus, usize)>,
 }
 
+/// A batch: entries (the caller's request pointers, as addresses) and their edges.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub max: usize,
+    /// `(request type, request address)`.
+    pub entries: Vec<(i32, usize)>,
+    /// `(a, b)`: entry `a` runs before entry `b`.
+    pub edges: Vec<(usize, usize)>,
+}
+
 /// Every table.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -40,6 +50,7 @@ pub struct Registry {
     pub devices: HashMap<u64, Arc<Dev>>,
     pub mems: HashMap<u64, Mem>,
     pub events: HashMap<u64, Event>,
+    pub batches: HashMap<u64, Batch>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);

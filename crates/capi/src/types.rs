@@ -211,3 +211,90 @@ pub struct CsComputeRequest {
     pub num_args: i32,
     pub args: [CsComputeArg; 0],
 }
+
+/// An opaque batch handle.
+pub type CsBatchHandle = *mut c_void;
+/// An entry's index in its batch.
+pub type CsBatchIndex = i32;
+/// `Before`/`After` of `csAddBatchEntry`: no edge.
+pub const CS_BATCH_INDEX_NONE: i32 = -1;
+/// Batch modes (csx runs every mode in one dependency order: a valid schedule of each).
+pub const CS_BATCH_SERIAL: i32 = 0;
+pub const CS_BATCH_PARALLEL: i32 = 1;
+pub const CS_BATCH_HYBRID: i32 = 2;
+/// The most entries one batch holds.
+pub const CS_BATCH_ENTRIES_MAX: i32 = 1024;
+/// `CsBatchRequest.ReqType`: a `CsCopyMemRequest`.
+pub const CS_COPY_AFDM: i32 = 0;
+/// `CsBatchRequest.ReqType`: a `CsStorageRequest`.
+pub const CS_STORAGE_IO: i32 = 1;
+/// `CsBatchRequest.ReqType`: a `CsComputeRequest`.
+pub const CS_QUEUE_COMPUTE: i32 = 2;
+
+/// One batch entry: a pointer to the caller's request, which must stay valid until the
+/// batch is queued.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CsBatchRequest {
+    pub req_type: i32,
+    pub request: *const c_void,
+}
+
+/// `CSxProperties.Flags` bits.
+pub const CS_FDM_IS_DEVICE_MANAGED: u32 = 1;
+pub const CS_FDM_IS_HOST_VISIBLE: u32 = 2;
+pub const CS_BATCH_REQUESTS_SUPPORTED: u32 = 4;
+pub const CS_STREAMS_SUPPORTED: u32 = 8;
+
+/// What `csQueryDeviceProperties` reports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CsxProperties {
+    pub friendly_name: [u8; 64],
+    pub sw_version: [u8; 32],
+    pub abi_version: u32,
+    /// Compute engines (CSEs): the device's engine threads.
+    pub num_cses: u32,
+    pub fdm_size_bytes: u64,
+    pub fdm_free_bytes: u64,
+    pub nvm_size_bytes: u64,
+    pub program_slots: u32,
+    pub max_active_programs: u32,
+    pub max_afdm_args: u32,
+    pub max_requests_per_batch: u32,
+    pub max_program_bytes: u32,
+    /// `CS_FDM_IS_DEVICE_MANAGED` | ...
+    pub flags: u32,
+}
+
+/// `csQueryDeviceStatistics` types.
+pub const CS_STAT_CSE: i32 = 0;
+pub const CS_STAT_MEMORY: i32 = 1;
+pub const CS_STAT_FUNCTION: i32 = 2;
+
+/// What `csQueryDeviceStatistics` reports (fields the type does not cover are 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CsStatsInfo {
+    /// CS_STAT_FUNCTION: the CSF's executions since activation; CS_STAT_CSE: all CSFs'.
+    pub executions: u64,
+    /// CS_STAT_CSE: occupied program slots; CS_STAT_FUNCTION: 1 when active.
+    pub programs_loaded: u64,
+    pub programs_active: u64,
+    /// CS_STAT_MEMORY: the FDM's size and free bytes.
+    pub mem_size_bytes: u64,
+    pub mem_free_bytes: u64,
+}
+
+/// One CSF of `csQueryCSFList`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CsCsfInfo {
+    pub unique_name: [u8; 32],
+    pub csf_id: u32,
+    /// 1: downloadable (a program slot); 0: built-in (a registered device function,
+    /// callable from programs only).
+    pub downloadable: u32,
+    /// 1 when active (downloadable CSFs).
+    pub active: u32,
+}

@@ -286,7 +286,7 @@ int main(int argc, char **argv)
     EXPECT(csConfig(dev, &bad_engine), CS_INVALID_OPTION);
     CsConfigInfo empty_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 63};
     EXPECT(csConfig(dev, &empty_slot), CS_UNKNOWN_COMPUTE_FUNCTION);
-    CsConfigInfo no_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 100000};
+    CsConfigInfo no_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 1000000};
     EXPECT(csConfig(dev, &no_slot), CS_INVALID_ID);
     EXPECT(csConfig(dev, NULL), CS_INVALID_ARG);
 
@@ -335,7 +335,7 @@ int main(int argc, char **argv)
     req->Args[0].u.DevMem.ByteOffset = N * 8 + 8;
     EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
     req->Args[0].u.DevMem.ByteOffset = 0;
-    req->CSFId = 100000;
+    req->CSFId = 1000000;
     EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL), CS_INVALID_ID);
     req->CSFId = id;
     /* A CSF's own error code is a value (r0), not a status: filter returns CSX_ENOSPC
@@ -346,6 +346,144 @@ int main(int argc, char **argv)
     EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_SUCCESS);
     ASSERT((int64_t)r0 < 0); /* CSX_ENOSPC */
     req->Args[1].u.DevMem.MemHandle = out;
+
+    /* Batches: copy 0..9 in, compute, copy out; entries added out of order, ordered by
+     * their edges (copy-in runs before compute, copy-out after it). */
+    {
+        uint64_t nums[8] = {5, 150, 7, 160, 170, 9, 199, 200};
+        uint64_t got[8] = {0};
+        CS_MEM_HANDLE bin = NULL, bout = NULL;
+        EXPECT(csAllocMem(dev, sizeof nums, NULL, &bin, NULL), CS_SUCCESS);
+        EXPECT(csAllocMem(dev, sizeof nums, NULL, &bout, NULL), CS_SUCCESS);
+        CsCopyMemRequest cin = {CS_COPY_TO_DEVICE, nums, {bin, 0}, sizeof nums};
+        CsCopyMemRequest cout = {CS_COPY_FROM_DEVICE, got, {bout, 0}, sizeof got};
+        CsComputeRequest *breq = compute_request(dev, id, 4);
+        csHelperSetComputeArg(&breq->Args[0], CS_AFDM_TYPE, bin, (uint64_t)0);
+        csHelperSetComputeArg(&breq->Args[1], CS_AFDM_TYPE, bout, (uint64_t)0);
+        csHelperSetComputeArg(&breq->Args[2], CS_64BIT_VALUE_TYPE, (uint64_t)LO);
+        csHelperSetComputeArg(&breq->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI);
+        CS_BATCH_HANDLE batch = NULL;
+        EXPECT(csAllocBatchRequest(CS_BATCH_HYBRID, 4, &batch), CS_SUCCESS);
+        CS_BATCH_INDEX e_out = -5, e_cmp = -5, e_in = -5;
+        CsBatchRequest b_out = {CS_COPY_AFDM, &cout};
+        CsBatchRequest b_cmp = {CS_QUEUE_COMPUTE, breq};
+        CsBatchRequest b_in = {CS_COPY_AFDM, &cin};
+        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, &e_out), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_cmp, e_out, CS_BATCH_INDEX_NONE, &e_cmp), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_in, e_cmp, CS_BATCH_INDEX_NONE, &e_in), CS_SUCCESS);
+        ASSERT(e_out == 0 && e_cmp == 1 && e_in == 2);
+        EXPECT(csAddBatchEntry(batch, &b_in, 7, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_ID);
+        CsBatchRequest b_bad = {9, &cin};
+        EXPECT(csAddBatchEntry(batch, &b_bad, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_OPTION);
+        CsBatchRequest b_null = {CS_COPY_AFDM, NULL};
+        EXPECT(csAddBatchEntry(batch, &b_null, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_ARG);
+        uint64_t ran = 0;
+        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, &ran), CS_SUCCESS);
+        ASSERT(ran == 3);
+        ASSERT(got[0] == 150 && got[1] == 160 && got[2] == 170 && got[3] == 199);
+        /* With a callback. */
+        callbacks = 0;
+        EXPECT(csQueueBatchRequest(batch, &callbacks, on_done, NULL, NULL), CS_QUEUED);
+        ASSERT(callbacks == 1 && callback_status == CS_SUCCESS && callback_value == 3);
+        /* Full: MaxReqs 4 allows one more entry only. */
+        EXPECT(csAddBatchEntry(batch, &b_in, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_in, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_OUT_OF_RESOURCES);
+        EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
+        EXPECT(csFreeBatchRequest(batch), CS_INVALID_HANDLE);
+        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+
+        /* A cycle: 0 -> 1 -> 2 -> 0 is refused before anything runs. */
+        got[0] = 12345;
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, &batch), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, 0, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_out, 0, 1, NULL), CS_SUCCESS);
+        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, &ran), CS_INVALID_ARG);
+        ASSERT(got[0] == 12345);
+        ASSERT(strstr(csxGetLastError(), "cycle") != NULL);
+        EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
+        /* A failing entry stops the batch and is its status. */
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, &batch), CS_SUCCESS);
+        CsCopyMemRequest bad_copy = {CS_COPY_FROM_DEVICE, got, {bout, 0}, 4096};
+        CsBatchRequest b_fail = {CS_COPY_AFDM, &bad_copy};
+        EXPECT(csAddBatchEntry(batch, &b_fail, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+        EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
+        EXPECT(csAllocBatchRequest(7, 8, &batch), CS_INVALID_OPTION);
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 0, &batch), CS_INVALID_LENGTH);
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, CS_BATCH_ENTRIES_MAX + 1, &batch), CS_INVALID_LENGTH);
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, NULL), CS_INVALID_ARG);
+        free(breq);
+        EXPECT(csFreeMem(bin), CS_SUCCESS);
+        EXPECT(csFreeMem(bout), CS_SUCCESS);
+    }
+
+    /* Properties, statistics, the CSF list. */
+    {
+        CSxProperties props;
+        int plen = 4;
+        EXPECT(csQueryDeviceProperties(dev, &plen, &props), CS_INVALID_LENGTH);
+        ASSERT(plen == (int)sizeof props);
+        EXPECT(csQueryDeviceProperties(dev, &plen, &props), CS_SUCCESS);
+        ASSERT(strcmp(props.FriendlyName, uri) == 0 || strlen(uri) >= sizeof props.FriendlyName);
+        ASSERT(props.ProgramSlots == 64 && props.FDMSizeBytes == (16u << 20));
+        ASSERT(props.Flags & CS_FDM_IS_DEVICE_MANAGED);
+        ASSERT(!(props.Flags & CS_FDM_IS_HOST_VISIBLE));
+        EXPECT(csQueryDeviceProperties(NULL, &plen, &props), CS_INVALID_HANDLE);
+        EXPECT(csQueryDeviceProperties(dev, NULL, &props), CS_INVALID_ARG);
+
+        CsStatsInfo stats;
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, &id, &stats), CS_SUCCESS);
+        ASSERT(stats.Executions >= 4 && stats.ProgramsActive == 1);
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_MEMORY, NULL, &stats), CS_SUCCESS);
+        ASSERT(stats.MemSizeBytes == (16u << 20) && stats.MemFreeBytes < stats.MemSizeBytes);
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_CSE, NULL, &stats), CS_SUCCESS);
+        ASSERT(stats.ProgramsLoaded == 1 && stats.ProgramsActive == 1);
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, NULL, &stats), CS_INVALID_ARG);
+        CS_CSF_ID empty_id = 63;
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, &empty_id, &stats), CS_UNKNOWN_COMPUTE_FUNCTION);
+        EXPECT(csQueryDeviceStatistics(dev, 99, NULL, &stats), CS_INVALID_OPTION);
+
+        int count = 0;
+        EXPECT(csQueryCSFList(dev, &count, NULL), CS_SUCCESS);
+        ASSERT(count > 1);
+        CsCSFInfo csfs[64];
+        int one = 1;
+        EXPECT(csQueryCSFList(dev, &one, csfs), CS_INVALID_LENGTH);
+        int cap = 64;
+        EXPECT(csQueryCSFList(dev, &cap, csfs), CS_SUCCESS);
+        ASSERT(cap == count);
+        ASSERT(csfs[0].Downloadable == 1 && csfs[0].CSFId == id && strcmp(csfs[0].UniqueName, "filter") == 0);
+        int builtins = 0;
+        for (int i = 1; i < cap; i++) {
+            if (!csfs[i].Downloadable) {
+                builtins++;
+                ASSERT(csfs[i].CSFId >= CS_BUILTIN_CSF_BASE);
+            }
+        }
+        ASSERT(builtins == cap - 1);
+        CsComputeRequest *builtin = compute_request(dev, csfs[1].CSFId, 0);
+        EXPECT(csQueueComputeRequest(builtin, NULL, NULL, NULL, NULL), CS_UNSUPPORTED);
+        free(builtin);
+    }
+
+    /* csGetCSxFromPath: a path in a state directory names its device. */
+    {
+        char name[4096];
+        int nlen = sizeof name;
+        if (uri[0] == '/') {
+            char inner[4096];
+            snprintf(inner, sizeof inner, "%s/device.json", uri);
+            EXPECT(csGetCSxFromPath(inner, &nlen, name), CS_SUCCESS);
+            ASSERT(strcmp(name, uri) == 0);
+            nlen = 2;
+            EXPECT(csGetCSxFromPath(inner, &nlen, name), CS_INVALID_LENGTH);
+        }
+        nlen = sizeof name;
+        EXPECT(csGetCSxFromPath("/", &nlen, name), CS_NO_SUCH_ENTITY_EXISTS);
+        EXPECT(csGetCSxFromPath("/no/such/path", &nlen, name), CS_ENOENT);
+        EXPECT(csGetCSxFromPath(NULL, &nlen, name), CS_INVALID_ARG);
+    }
 
     /* Deactivate, unload, then the id is unknown. */
     CsConfigInfo deactivate = {CS_CSF_DEACTIVATE, 0, id};
