@@ -1,8 +1,12 @@
 # The two jobs of the README: `make demo` and `make test`. Both do their own set-up.
 CARGO ?= cargo
 SIZE ?= 256MiB
+# `make install PREFIX=...`: libcsx (the SNIA CS API, crates/capi), cs_api.h and csx.pc.
+PREFIX ?= /usr/local
+CSX_LIB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
+VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: setup build test lint demo bench clean
+.PHONY: setup build test lint demo bench clean install install-files
 
 setup:
 	@scripts/setup.sh
@@ -22,3 +26,15 @@ demo: build
 
 clean:
 	$(CARGO) clean
+
+install: setup
+	$(CARGO) build --release -p csx-capi
+	$(MAKE) install-files
+
+# Installs what is already built in CSX_LIB_DIR (the tests point it at their build).
+install-files:
+	install -d $(PREFIX)/lib/pkgconfig $(PREFIX)/include
+	install -m 755 $(CSX_LIB_DIR)/libcsx_capi.so $(PREFIX)/lib/libcsx.so
+	install -m 644 $(CSX_LIB_DIR)/libcsx_capi.a $(PREFIX)/lib/libcsx.a
+	install -m 644 sdk/include/cs_api.h $(PREFIX)/include/cs_api.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' sdk/csx.pc.in > $(PREFIX)/lib/pkgconfig/csx.pc

@@ -129,3 +129,96 @@ fn c_programs_drive_a_daemon_over_tcp_and_shm() {
     }
     server.shutdown().unwrap();
 }
+
+/// The filter through the Rust host API (what `csx exec` does): (count, sum) kept.
+fn filter_through_rust(dir: &Path, elf: &Path, lo: u64, hi: u64) -> (u64, u64) {
+    use csx_host::proto::{EngineKind, ProgramType};
+    use csx_host::ExecuteRequest;
+    let dev = Device::open(dir.to_str().unwrap()).unwrap();
+    let image = std::fs::read(elf).unwrap();
+    let pind = dev
+        .load_program_any_slot(ProgramType::Elf, &image, None)
+        .unwrap();
+    dev.activate(pind, EngineKind::Interpreter).unwrap();
+    let input = dev.alloc(N * 8).unwrap();
+    let output = dev.alloc(N * 8).unwrap();
+    dev.copy_file_to_mem("/data/nums", 0, N * 8, input, 0)
+        .unwrap();
+    let run = dev
+        .execute(
+            &ExecuteRequest::new(pind)
+                .window(input, 0, N * 8)
+                .window(output, 0, N * 8)
+                .cparams(lo, hi),
+        )
+        .unwrap();
+    assert!(!run.trapped(), "{run:?}");
+    let kept = dev.read_mem(output, 0, run.r0).unwrap();
+    let values: Vec<u64> = kept
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    dev.unload(pind).unwrap();
+    dev.close().unwrap();
+    (values.len() as u64, values.iter().sum())
+}
+
+#[test]
+fn the_sdk_example_installs_builds_with_pkg_config_and_matches_the_rust_api() {
+    let work = tempfile::tempdir().unwrap();
+    let (_, elf) = build(work.path());
+    let prefix = work.path().join("prefix");
+    run_tool(
+        Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(repo())
+            .arg("install-files")
+            .arg(format!("PREFIX={}", prefix.display()))
+            .arg(format!("CSX_LIB_DIR={}", lib_dir().display())),
+    );
+    for f in [
+        "lib/libcsx.so",
+        "lib/libcsx.a",
+        "include/cs_api.h",
+        "lib/pkgconfig/csx.pc",
+    ] {
+        assert!(prefix.join(f).is_file(), "make install-files left no {f}");
+    }
+    let flags = run_tool(
+        Command::new("pkg-config")
+            .args(["--cflags", "--libs", "csx"])
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")),
+    );
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    assert!(flags.contains("-lcsx"), "{flags}");
+    let exe = work.path().join("filter_offload");
+    run_tool(
+        Command::new("gcc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
+            .arg(repo().join("sdk/examples/filter_offload.c"))
+            .args(flags.split_whitespace())
+            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let dir = device_dir(work.path());
+    let (lo, hi) = (250u64, 749u64);
+    let out = run_tool(
+        Command::new(&exe)
+            .arg(&dir)
+            .arg(&elf)
+            .arg("/data/nums")
+            .arg((N * 8).to_string())
+            .arg(lo.to_string())
+            .arg(hi.to_string()),
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let expected: Vec<u64> = (0..N).filter(|x| (lo..=hi).contains(x)).collect();
+    let reference = (expected.len() as u64, expected.iter().sum::<u64>());
+    assert_eq!(
+        stdout.trim(),
+        format!("kept {} sum {}", reference.0, reference.1)
+    );
+    assert_eq!(filter_through_rust(&dir, &elf, lo, hi), reference);
+}
