@@ -204,21 +204,38 @@ fn the_sdk_example_installs_builds_with_pkg_config_and_matches_the_rust_api() {
     );
     let dir = device_dir(work.path());
     let (lo, hi) = (250u64, 749u64);
-    let out = run_tool(
-        Command::new(&exe)
-            .arg(&dir)
-            .arg(&elf)
-            .arg("/data/nums")
-            .arg((N * 8).to_string())
-            .arg(lo.to_string())
-            .arg(hi.to_string()),
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let example = |uri: &str| {
+        let out = run_tool(
+            Command::new(&exe)
+                .arg(uri)
+                .arg(&elf)
+                .arg("/data/nums")
+                .arg((N * 8).to_string())
+                .arg(lo.to_string())
+                .arg(hi.to_string()),
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
     let expected: Vec<u64> = (0..N).filter(|x| (lo..=hi).contains(x)).collect();
     let reference = (expected.len() as u64, expected.iter().sum::<u64>());
-    assert_eq!(
-        stdout.trim(),
-        format!("kept {} sum {}", reference.0, reference.1)
-    );
+    let line = format!("kept {} sum {}", reference.0, reference.1);
+    assert_eq!(example(dir.to_str().unwrap()), line, "embedded");
     assert_eq!(filter_through_rust(&dir, &elf, lo, hi), reference);
+    // The same answer from a daemon, over tcp and shm.
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let server = Server::open(
+        &dir,
+        ServerConfig {
+            listen: vec![
+                ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+                ListenAddr::Shm(format!("csx-capi-example-{}", std::process::id())),
+            ],
+            token: None,
+        },
+    )
+    .expect("serve the device");
+    for uri in server.uris().to_vec() {
+        assert_eq!(example(&uri), line, "{uri}");
+    }
+    server.shutdown().unwrap();
 }
