@@ -1,12 +1,13 @@
 //! Shared set-up: a device in a temporary directory, a queue pair, command helpers and
 //! the clang step.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command as Process;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use csx_device::{Device, DeviceConfig, QueuePair};
 use csx_proto::*;
+use csx_testkit::tools;
 
 /// A device with one queue pair.
 pub struct Harness {
@@ -204,20 +205,13 @@ fn c_dir() -> PathBuf {
 
 /// Compiles `tests/it/c/<name>` with clang for BPF and returns the object's bytes.
 pub fn compile(name: &str) -> Vec<u8> {
-    let out_dir = tempfile::tempdir().expect("a temporary directory");
-    let out = out_dir.path().join("prog.o");
-    let status = Process::new("clang")
-        .args(["-O2", "-target", "bpf", "-c", "-Wno-unused-value", "-I"])
-        .arg(c_dir())
-        .arg(c_dir().join(name))
-        .arg("-o")
-        .arg(&out)
-        .status();
-    match status {
-        Ok(s) if s.success() => std::fs::read(&out).expect("clang wrote the object"),
-        Ok(s) => panic!("clang failed on {name} ({s})"),
-        Err(e) => panic!("cannot run clang ({e}): run scripts/setup.sh to install it"),
-    }
+    let include = c_dir();
+    let flags = [
+        OsStr::new("-Wno-unused-value"),
+        OsStr::new("-I"),
+        include.as_os_str(),
+    ];
+    tools::compile_bpf(tools::clang(), &c_dir().join(name), flags)
 }
 
 /// Little-endian u64s as bytes.
