@@ -203,13 +203,20 @@ fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/c")
 }
 
-/// Compiles `tests/it/c/<name>` with clang for BPF and returns the object's bytes.
+/// Compiles `tests/it/c/<name>` with clang for BPF and returns the object's bytes. The
+/// programs include `csx.h` generated here from the program ABI for this device's
+/// functions, so they are checked against the ABI itself, not a copy of it.
 pub fn compile(name: &str) -> Vec<u8> {
+    let header_dir = tempfile::tempdir().expect("a temporary directory");
+    let header = csx_proto::abi::header::header(&csx_device::functions::function_infos());
+    std::fs::write(header_dir.path().join("csx.h"), header).expect("write csx.h");
     let include = c_dir();
     let flags = [
         OsStr::new("-Wno-unused-value"),
         OsStr::new("-I"),
         include.as_os_str(),
+        OsStr::new("-I"),
+        header_dir.path().as_os_str(),
     ];
     tools::compile_bpf(tools::clang(), &c_dir().join(name), flags)
 }
