@@ -16,6 +16,7 @@ pub mod execute;
 pub mod filestore;
 pub mod functions;
 pub mod nvm;
+pub mod offload;
 pub mod perf;
 pub mod programs;
 pub mod queue;
