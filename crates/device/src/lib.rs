@@ -10,6 +10,7 @@
 //! Invariant: no command, however malformed, panics the device or corrupts its file
 //! store; every failure is a typed status in a completion.
 
+mod buffer;
 pub mod config;
 pub mod dma;
 pub mod execute;
