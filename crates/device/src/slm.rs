@@ -3,8 +3,8 @@
 //!
 //! One contiguous buffer of `slm_size_bytes`, zero pages mapped lazily by the OS.
 //! Allocations are variable-size ranges of it handed out by a best-fit allocator that
-//! coalesces on free (no fixed slots: Delilah's 1 GiB data slots fragment, these do not
-//! waste more than [`SLM_ALIGNMENT`] per allocation).
+//! coalesces on free (no fixed-size regions: Delilah's 1 GiB data regions fragment,
+//! these do not waste more than [`SLM_ALIGNMENT`] per allocation).
 //!
 //! Every command that touches SLM bytes first takes a [`Leases`]: the byte ranges it
 //! reads or writes, checked against the allocation's owner and bounds and against the

@@ -1,5 +1,5 @@
 //! The shared state: a device-private region every execution sees at r3/r4 (region 3),
-//! persisting across executions and across close/reopen (Delilah's shared data slot).
+//! persisting across executions and across close/reopen (Delilah's shared data region).
 //!
 //! The host can clear all or part of it (Clear State) but never read it. Executions on
 //! different engines share it the way threads share memory in C: concurrent stores to

@@ -413,8 +413,8 @@ impl Device {
         &self.shared().restore_failures
     }
 
-    /// The device's file store, for host-side readers in the same process (issue 6's
-    /// host runtime reads extents itself).
+    /// The device's file store, for host-side readers in the same process (λ-IO's host
+    /// side reads a file's extents from the image itself).
     pub fn file_store(&self) -> &FileStore {
         &self.shared().files
     }
