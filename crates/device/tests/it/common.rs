@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use csx_device::{Device, DeviceConfig, QueuePair};
+use csx_device::{DeviceConfig, DeviceRuntime, QueuePair};
 use csx_proto::*;
 
 /// A device with one queue pair.
 pub struct Harness {
     pub dir: tempfile::TempDir,
-    pub dev: Option<Device>,
+    pub dev: Option<DeviceRuntime>,
     pub qp: Option<QueuePair>,
     next_id: AtomicU64,
 }
@@ -35,7 +35,7 @@ impl Harness {
 
     pub fn with_config(config: DeviceConfig) -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let dev = Device::init(dir.path(), config).expect("device init");
+        let dev = DeviceRuntime::init(dir.path(), config).expect("device init");
         let qp = dev.queue_pair(256).expect("a queue pair");
         Harness {
             dir,
@@ -45,7 +45,7 @@ impl Harness {
         }
     }
 
-    pub fn dev(&self) -> &Device {
+    pub fn dev(&self) -> &DeviceRuntime {
         self.dev.as_ref().expect("device open")
     }
 
@@ -174,7 +174,7 @@ impl Harness {
             .expect("device open")
             .close()
             .expect("clean close");
-        let dev = Device::open(self.dir.path()).expect("device reopen");
+        let dev = DeviceRuntime::open(self.dir.path()).expect("device reopen");
         self.qp = Some(dev.queue_pair(256).expect("a queue pair"));
         self.dev = Some(dev);
     }
