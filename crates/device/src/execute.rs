@@ -123,7 +123,7 @@ pub struct RunCall<'p> {
 /// Runs `engine` over `windows` exactly as Execute Program does: builds `struct
 /// csx_args`, maps args (read-only), the state (by `map_state`, which maps region 3 and
 /// returns its address and length) and window i at region 4+i, and passes r1-r5 as the
-/// module doc says. The device and the host side of λ-IO (`csx_host::lambda`) both run
+/// module doc says. The device and the host side of λ-IO (`csx_lambda`) both run
 /// programs through here, so a program sees the same memory on either side.
 pub fn run_on_windows<'w>(
     engine: &dyn Engine,

@@ -3,7 +3,7 @@
 //! process killed mid-stream; more clients than queue pairs; a shutdown with commands
 //! in flight; a restart on the same state directory.
 //!
-//! Method: each test serves a fresh device in-process (`csx_host::server::Server` on a
+//! Method: each test serves a fresh device in-process (`csx_server::Server` on a
 //! random loopback port or a unique shm name) and talks to it with raw sockets built
 //! from the transports' public framing, or with a child process (this test binary
 //! re-run as a helper) that is killed with SIGKILL. After every abuse the server must
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use csx_host::proto::{
     decode_completion, encode_command, CommandId, Completion, EngineKind, MemHandle, Op, Status,
 };
-use csx_host::server::{ListenAddr, Server, ServerConfig};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::transport::tcp::framing::{
     command_capsule_header, data_header, decode_header, decode_response_capsule, ICReq, ICResp,
@@ -26,6 +25,7 @@ use csx_host::transport::tcp::framing::{
 };
 use csx_host::transport::tcp::{TcpOptions, TcpTransport};
 use csx_host::{Client, Device, DeviceUri, ExecuteRequest};
+use csx_server::{ListenAddr, Server, ServerConfig};
 
 use crate::served::{listen_addr, Kind};
 use crate::SLM_SIZE;

@@ -38,9 +38,9 @@ use super::dispatch::{Choice, Direction, Dispatcher, Key, Parallelism, Sample, S
 use super::local::{ImageRange, LocalImage};
 use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
-use crate::device::Device;
-use crate::execute::{ExecuteRequest, Execution};
-use crate::uri::DeviceUri;
+use csx_host::Device;
+use csx_host::DeviceUri;
+use csx_host::{ExecuteRequest, Execution};
 
 /// Default host cache budget: 1 GiB.
 pub const CACHE_BUDGET_DEFAULT: u64 = 1 << 30;
@@ -1017,7 +1017,7 @@ fn output_len(side: Side, run: &Execution, out_len: u64) -> Result<u64, LambdaEr
 fn data_of(c: Completion, n: u64) -> Result<Vec<u8>, LambdaError> {
     match c.reply {
         Reply::Data(d) if d.len() as u64 == n => Ok(d),
-        _ => Err(LambdaError::Device(crate::CallError::UnexpectedReply {
+        _ => Err(LambdaError::Device(csx_host::CallError::UnexpectedReply {
             op: "mem-read",
             expected: "data of the length asked",
             found: "other".to_string(),

@@ -37,8 +37,8 @@ use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{Device, ExecuteRequest, Execution};
 use serde::Serialize;
 
-use crate::connect::{format_size, parse_size};
 use crate::exit;
+use csx_host::size::{format_size, parse_size};
 
 /// No-op executions timed one by one.
 const NOOP_RUNS: usize = 20_000;

@@ -37,8 +37,8 @@ use csx_workloads::{
 };
 
 use super::plot::BarChart;
-use crate::connect::{format_size, parse_size};
 use crate::exit;
+use csx_host::size::{format_size, parse_size};
 
 /// Run every workload in the interpreter, the JIT and natively, phase by phase.
 ///
@@ -134,7 +134,9 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         nvm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
         slm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
         perf: model.clone(),
-        ..crate::connect::default_config()
+        // The per-user device's shared state size (`csx device init`'s default).
+        state_size_bytes: 1 << 20,
+        ..DeviceConfig::default()
     };
     let load_before = load_average();
     let dev = Device::init(&tmp.path().join("dev"), config)

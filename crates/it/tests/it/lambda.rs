@@ -1,4 +1,4 @@
-//! λ-IO file offload (`csx_host::lambda`): the same λ object on the host and on the
+//! λ-IO file offload (`csx_lambda`): the same λ object on the host and on the
 //! device.
 //!
 //! Method: the SDK's λ-IO programs (stats64, stats32, knn, grep, bitmap; compiled by
@@ -13,9 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use csx_host::lambda::{
-    Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran,
-};
+use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran};
 
 const MODES: [Mode; 3] = [Mode::Host, Mode::Device, Mode::Auto];
 

@@ -9,7 +9,7 @@
 //! path (`csx_device::execute::run_on_windows`), so both sides see identical memory.
 //!
 //! ```no_run
-//! use csx_host::lambda::{Lambda, LambdaArgs, LambdaIo, LambdaOptions, Mode};
+//! use csx_lambda::{Lambda, LambdaArgs, LambdaIo, LambdaOptions, Mode};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dev = csx_host::Device::open("/var/lib/csx/dev0")?;
 //! let io = LambdaIo::new(&dev, &LambdaOptions::default())?;
@@ -29,32 +29,24 @@
 //! Invariant: in `auto`, a profiled request's two outputs are compared and must be
 //! equal; otherwise the request fails with [`LambdaError::SidesDisagree`].
 
-#[cfg(feature = "inproc")]
 pub mod account;
 pub mod dispatch;
-#[cfg(feature = "inproc")]
 mod file;
-#[cfg(feature = "inproc")]
 pub mod local;
-#[cfg(feature = "inproc")]
 pub mod program;
-#[cfg(feature = "inproc")]
 mod sys;
 
-#[cfg(feature = "inproc")]
 pub use account::{makespan_ns, RunAccount};
 pub use dispatch::{
     Choice, Counters, Decision, Direction, Dispatcher, Estimate, Key, Parallelism, Sample, Side,
 };
-#[cfg(feature = "inproc")]
 pub use file::{
     LambdaFile, LambdaIo, LambdaOptions, LambdaOutput, Mode, Ran, SideCost, CACHE_BUDGET_DEFAULT,
     STAGING_SIZE_MIN,
 };
-#[cfg(feature = "inproc")]
 pub use program::{Lambda, LambdaArgs};
 
-use crate::error::CallError;
+use csx_host::CallError;
 
 /// Why a λ request failed.
 #[derive(Debug, thiserror::Error)]
@@ -109,7 +101,6 @@ pub enum LambdaError {
 }
 
 impl LambdaError {
-    #[cfg(feature = "inproc")]
     fn local(op: &'static str) -> impl FnOnce(std::io::Error) -> LambdaError {
         move |source| LambdaError::LocalIo { op, source }
     }

@@ -1,11 +1,13 @@
 //! Integration tests of the host API: every command, through `csx_host::Device`, on a
-//! real device in a temporary state directory.
+//! real device in a temporary state directory. They live in their own crate because
+//! they also need the daemon (`csx-server`) and λ-IO (`csx-lambda`), which build on
+//! csx-host.
 //!
 //! Method: each test is a function of a [`Fixture`] (a freshly initialised device and a
 //! way to open more clients on it). [`backend_tests!`] instantiates every such function
 //! once per backend, so the whole suite runs on each transport: the embedded transport
 //! passing commands by value, the embedded transport with every command and completion
-//! encoded and decoded (`wire_check`), and a device served by `csx_host::server` (the
+//! encoded and decoded (`wire_check`), and a device served by `csx_server` (the
 //! daemon) over shm and over tcp (`served`). Device programs are C, compiled by clang at test time
 //! (`programs`).
 

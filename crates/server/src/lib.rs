@@ -30,8 +30,10 @@ use std::time::Duration;
 
 use csx_device::{DeviceError, DeviceRuntime};
 
-use crate::transport::shm;
-use crate::transport::tcp;
+use csx_host::transport::shm as shm_transport;
+
+pub mod shm;
+pub mod tcp;
 
 /// How often blocked server threads look at the stop flag: the bound on how long a
 /// shutdown waits for an idle thread to notice.
@@ -73,7 +75,7 @@ impl ListenAddr {
             reason: reason.to_string(),
         };
         if let Some(name) = uri.strip_prefix("shm://") {
-            shm::check_name(name).map_err(|reason| bad(&reason))?;
+            shm_transport::check_name(name).map_err(|reason| bad(&reason))?;
             return Ok(ListenAddr::Shm(name.to_string()));
         }
         let Some(rest) = uri.strip_prefix("tcp://") else {
@@ -272,21 +274,20 @@ impl Server {
                 let ctx = Arc::clone(self.ctx());
                 let h = spawn(
                     format!("csx-accept-{local}"),
-                    Box::new(move || tcp::server::accept_loop(listener, &ctx)),
+                    Box::new(move || tcp::accept_loop(listener, &ctx)),
                 )?;
                 self.acceptors.push(h);
                 self.bound.push(format!("tcp://{local}"));
             }
             ListenAddr::Shm(name) => {
-                let (listener, path) =
-                    shm::server::bind(name).map_err(|source| ServerError::Listen {
-                        uri: format!("shm://{name}"),
-                        source,
-                    })?;
+                let (listener, path) = shm::bind(name).map_err(|source| ServerError::Listen {
+                    uri: format!("shm://{name}"),
+                    source,
+                })?;
                 let ctx = Arc::clone(self.ctx());
                 let h = spawn(
                     format!("csx-accept-shm-{name}"),
-                    Box::new(move || shm::server::accept_loop(listener, &ctx)),
+                    Box::new(move || shm::accept_loop(listener, &ctx)),
                 )?;
                 self.acceptors.push(h);
                 self.bound.push(format!("shm://{name}"));

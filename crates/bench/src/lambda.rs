@@ -23,7 +23,7 @@
 //!
 //! Time: requests are issued in file order from one thread (so every run is
 //! deterministic), and a run's modelled time is the bottleneck model of
-//! `csx_host::lambda::account` with `--threads` host threads (λ-IO: 8) and the profile's
+//! `csx_lambda::account` with `--threads` host threads (λ-IO: 8) and the profile's
 //! 4 device engines. `buffered` has no fuel to count: its modelled compute is the host
 //! λ's for the same chunk (λ-IO measured the two within a few percent, §5.2). Wall times
 //! are this machine's and include the emulated device's work on the same cores.
@@ -32,19 +32,19 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use csx_host::lambda::{
+use csx_host::transport::inproc::DeviceConfig;
+use csx_host::Device;
+use csx_lambda::{
     makespan_ns, Lambda, LambdaArgs, LambdaFile, LambdaIo, LambdaOptions, Mode, Parallelism,
     RunAccount, SideCost,
 };
-use csx_host::transport::inproc::DeviceConfig;
-use csx_host::Device;
 use csx_workloads::gen::{DataSpec, TextSpec};
 use csx_workloads::{Invocation, Workload};
 use serde::Serialize;
 
 use super::plot::BarChart;
-use crate::connect::parse_size;
 use crate::exit;
+use csx_host::size::parse_size;
 
 /// Bytes of a grep row: fixed width, so chunks hold whole rows.
 const GREP_ROW: u32 = 128;

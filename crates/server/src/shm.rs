@@ -1,5 +1,5 @@
 //! The device side of shm queue pairs: the handshake socket, the region each client
-//! gets, and a client's poller thread (feature `server`).
+//! gets, and a client's poller thread.
 //!
 //! One thread per client serves both rings. It polls the submission ring, copies each
 //! entry out, checks it, and submits the command to the client's queue pair: a Memory
@@ -32,19 +32,20 @@ use csx_proto::{
     decode_command, encode_completion, CommandId, Completion, Op, Reply, Status, WireError,
 };
 
-use super::framing::{
+use csx_host::transport::bulk;
+use csx_host::transport::shm::framing::{
     word, Cqe, Hello, Layout, ShmFramingError, Span, Sqe, SqeFrame, Welcome, WelcomeStatus,
     CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, HELLO_SIZE,
 };
-use super::metrics::ShmMetrics;
-use super::ring::Region;
-use super::{
+use csx_host::transport::shm::metrics::ShmMetrics;
+use csx_host::transport::shm::ring::Region;
+use csx_host::transport::shm::{
     socket_path, COMPLETION_STALL_TIMEOUT, CQE_INLINE_FRAME_MAX, CQE_SIZE, DEVICE_SPIN,
     HANDSHAKE_TIMEOUT, HOST_MEMORY_MAX, HOST_MEMORY_MIN, SQE_SIZE, TRANSFER_SIZE_MAX,
 };
-use crate::server::{Context, ACCEPT_POLL};
-use crate::transport::bulk;
-use crate::transport::sys::{self, EventFd};
+use csx_host::transport::sys::{self, EventFd};
+
+use crate::{Context, ACCEPT_POLL};
 
 /// Binds the handshake socket of `shm://name`, replacing a stale socket file left by a
 /// device that died, refusing one a running device answers on. Only the owner may
@@ -672,10 +673,11 @@ mod tests {
 
     use csx_proto::{encode_command, Command, CommandId, MemHandle, Op, Status};
 
-    use super::super::framing::{word, Span, SqeFrame};
-    use super::super::{ShmOptions, ShmTransport, HOST_MEMORY_MIN};
-    use crate::server::{ListenAddr, Server, ServerConfig};
-    use crate::transport::Transport;
+    use csx_host::transport::shm::framing::{word, Span, SqeFrame};
+    use csx_host::transport::shm::{ShmOptions, ShmTransport, HOST_MEMORY_MIN};
+    use csx_host::transport::Transport;
+
+    use crate::{ListenAddr, Server, ServerConfig};
 
     fn served() -> (tempfile::TempDir, Server, String) {
         let dir = tempfile::tempdir().unwrap();

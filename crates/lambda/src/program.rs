@@ -11,7 +11,7 @@ use csx_ebpf::engine::{Engine, RunOutcome};
 use csx_proto::{EngineKind, ProgramIndex};
 
 use super::LambdaError;
-use crate::device::{program_type_of, Device};
+use csx_host::{program_type_of, Device};
 
 /// An execution's scalars for one λ request (what `struct csx_args` carries besides the
 /// windows).

@@ -1,5 +1,5 @@
 //! The shm and tcp backends of the suite: each test's device is served in-process by a
-//! `csx_host::server::Server` (the daemon behind `csx device serve`) on a unique shm
+//! `csx_server::Server` (the daemon behind `csx device serve`) on a unique shm
 //! name or a random loopback port, and every client connects to it as a separate host
 //! would.
 //!
@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use csx_host::server::{ListenAddr, Server, ServerConfig};
 use csx_host::Device;
+use csx_server::{ListenAddr, Server, ServerConfig};
 
 use crate::Backend;
 

@@ -1,5 +1,5 @@
 //! The device side of TCP connections: accepting, the handshake, and one connection's
-//! two threads (feature `server`).
+//! two threads.
 //!
 //! The connection thread reads PDUs, rebuilds each command (its capsule plus the H2C
 //! data behind it) and submits it to the connection's queue pair; the completion
@@ -26,17 +26,18 @@ use csx_proto::{
     decode_command, wire::encode_completion_into, Command, CommandId, Completion, Status, WireError,
 };
 
-use super::framing::{
+use csx_host::transport::bulk;
+use csx_host::transport::tcp::framing::{
     data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
     secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
     PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
-use super::{
+use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
     TRANSFER_SIZE_MAX,
 };
-use crate::server::{Context, ACCEPT_POLL};
-use crate::transport::bulk;
+
+use crate::{Context, ACCEPT_POLL};
 
 /// How long a write to a client may block: a client that stops reading for this long
 /// is treated as gone, so it cannot hold its queue pair (or a shutdown) forever.
@@ -71,7 +72,7 @@ pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                crate::transport::sys::wait_readable(&listener, ACCEPT_POLL);
+                csx_host::transport::sys::wait_readable(&listener, ACCEPT_POLL);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
@@ -110,7 +111,7 @@ impl Sender {
 fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    if let Err(e) = crate::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+    if let Err(e) = csx_host::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
         tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
     }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);

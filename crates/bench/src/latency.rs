@@ -31,7 +31,7 @@ use csx_host::transport::Transport;
 use csx_host::DeviceUri;
 use serde::Serialize;
 
-use crate::{exit, GlobalArgs};
+use crate::exit;
 
 /// Measure round trips of no-op executions and memory reads and writes.
 #[derive(Debug, Args)]
@@ -388,14 +388,11 @@ fn gib(bytes_per_s: f64) -> String {
     format!("{:.2} GiB/s", bytes_per_s / f64::from(1u32 << 30))
 }
 
-pub fn run(args: LatencyBenchArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
-    let uri = match &global.device {
-        Some(u) => u.clone(),
-        None => crate::connect::default_device_dir()?
-            .to_str()
-            .context("the default device path is not UTF-8")?
-            .to_string(),
-    };
+pub fn run(
+    args: LatencyBenchArgs,
+    device: &dyn Fn() -> anyhow::Result<String>,
+) -> anyhow::Result<u8> {
+    let uri = device()?;
     let duration = Duration::from_millis(args.duration_ms.max(1));
     let mut driver = open(&uri).with_context(|| format!("cannot open device {uri}"))?;
     let mut next = 0u64;

@@ -29,8 +29,8 @@ use csx_ebpf::program::VerifiedProgram;
 use serde::Serialize;
 
 use super::measure::{geomean, Measurement, Sampler, BATCHES_PER_BUDGET};
+use crate::engine::{build_engine, verify_program, EngineKind};
 use crate::exit;
-use crate::vm::{build_engine, verify_program, EngineKind};
 
 /// A kernel as `build.rs` built it.
 pub struct CompiledKernel {
