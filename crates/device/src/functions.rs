@@ -23,6 +23,7 @@ use csx_proto::limits::{PATH_SIZE_MAX, TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MA
 use csx_proto::{ErrorDetail, FunctionInfo, WireArgKind};
 
 use crate::filestore::{FileStore, FileStoreError};
+use crate::status::file_errno;
 
 /// The table programs are linked and verified against: [`abi::functions::FUNCTIONS`]
 /// with each argument kind in the VM's terms.
@@ -53,24 +54,6 @@ fn arg_kind(a: WireArgKind) -> ArgKind {
 /// The table as the device publishes it (List Functions): every function of the ABI.
 pub fn function_infos() -> Vec<FunctionInfo> {
     abi::functions::infos()
-}
-
-/// The negative code for a file store error.
-pub fn errno_of(e: &FileStoreError) -> i64 {
-    match e {
-        FileStoreError::NotFound { .. } => CSX_ENOENT,
-        FileStoreError::InvalidPath { .. }
-        | FileStoreError::NotADirectory { .. }
-        | FileStoreError::IsADirectory { .. } => CSX_EINVAL,
-        FileStoreError::NoSpace { .. }
-        | FileStoreError::TooManyExtents { .. }
-        | FileStoreError::TooManyFiles { .. } => CSX_ENOSPC,
-        FileStoreError::FileTooLarge { .. } => CSX_EFBIG,
-        FileStoreError::ImageTruncated { .. }
-        | FileStoreError::ImageSizeMismatch { .. }
-        | FileStoreError::MetaCorrupt { .. } => CSX_EBADMSG,
-        _ => CSX_EIO,
-    }
 }
 
 /// What one execution's calls into registered functions need and leave behind.
@@ -168,7 +151,7 @@ impl<'a> CallContext<'a> {
     }
 
     fn file_error(&mut self, function: &str, e: &FileStoreError) -> CallResult {
-        self.fail(function, errno_of(e), e.to_string())
+        self.fail(function, file_errno(e), e.to_string())
     }
 
     fn file_size(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {

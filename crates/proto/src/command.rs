@@ -28,7 +28,8 @@ pub struct Command {
 pub enum ProgramType {
     /// An ELF relocatable object from `clang -target bpf -c`.
     Elf,
-    /// Raw eBPF bytecode: 8-byte instruction slots, entry at slot 0, no globals.
+    /// Raw eBPF bytecode: 8-byte instructions (`lddw` takes two), entry at instruction 0,
+    /// no globals.
     Raw,
 }
 

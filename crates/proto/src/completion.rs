@@ -170,7 +170,7 @@ fn check_count(field: &'static str, count: usize, limit: usize) -> Result<(), Fi
 /// crate does not depend on the VM); the device converts one into the other.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WireTrap {
-    /// Instruction slot of the faulting instruction.
+    /// Index of the faulting instruction, in 8-byte instructions (`lddw` counts two).
     pub pc: u32,
     pub kind: WireTrapKind,
 }

@@ -62,7 +62,7 @@ impl Pool {
         if !self.queue.is_empty() {
             return false;
         }
-        // SeqCst pairs with `Device::shutdown`: either it sees this job running and
+        // SeqCst pairs with `DeviceRuntime::shutdown`: either it sees this job running and
         // waits for it, or the submitter sees `stopping` after its claim.
         self.running
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {

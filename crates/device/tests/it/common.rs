@@ -5,14 +5,14 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use csx_device::{Device, DeviceConfig, QueuePair};
+use csx_device::{DeviceConfig, DeviceRuntime, QueuePair};
 use csx_proto::*;
 use csx_testkit::tools;
 
 /// A device with one queue pair.
 pub struct Harness {
     pub dir: tempfile::TempDir,
-    pub dev: Option<Device>,
+    pub dev: Option<DeviceRuntime>,
     pub qp: Option<QueuePair>,
     next_id: AtomicU64,
 }
@@ -36,7 +36,7 @@ impl Harness {
 
     pub fn with_config(config: DeviceConfig) -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let dev = Device::init(dir.path(), config).expect("device init");
+        let dev = DeviceRuntime::init(dir.path(), config).expect("device init");
         let qp = dev.queue_pair(256).expect("a queue pair");
         Harness {
             dir,
@@ -46,7 +46,7 @@ impl Harness {
         }
     }
 
-    pub fn dev(&self) -> &Device {
+    pub fn dev(&self) -> &DeviceRuntime {
         self.dev.as_ref().expect("device open")
     }
 
@@ -175,7 +175,7 @@ impl Harness {
             .expect("device open")
             .close()
             .expect("clean close");
-        let dev = Device::open(self.dir.path()).expect("device reopen");
+        let dev = DeviceRuntime::open(self.dir.path()).expect("device reopen");
         self.qp = Some(dev.queue_pair(256).expect("a queue pair"));
         self.dev = Some(dev);
     }
