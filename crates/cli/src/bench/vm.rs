@@ -67,7 +67,10 @@ const CELL_BUDGET_QUICK: Duration = Duration::from_millis(50);
 
 /// Benchmark the VM's engines against native code on C kernels.
 ///
-/// Seven kernels (stats64, stats32, a branchy filter, grep, knn, fnv-1a, prime count),
+/// Nineteen kernels of different shapes (sums, a branchy filter, grep, knn, fnv-1a,
+/// prime count, stack histograms, bitwise and table CRC-32, insertion and merge sort of
+/// stack blocks, CSV parsing, a hash-join probe, i32 matmul, bpf-to-bpf calls, 32-bit
+/// murmur3, u8/u16 checksums, a u32 predicate filter),
 /// each written once in C (sdk/bench) and compiled natively with `clang -O2` and to
 /// eBPF with `clang -O2 -target bpf`, run on seeded random inputs. Every engine must
 /// return the native answer (otherwise the command fails). Prints the median time per
@@ -175,13 +178,14 @@ impl Rng {
     }
 }
 
-/// The input of kernel `name` at `scale`, or `None` for a kernel this file does not
-/// know (a new `.c` file needs a generator here).
-pub fn make_input(name: &str, scale: Scale) -> Option<Input> {
+/// The input of kernel `name` at `scale`. Kernels this file does not name (a new `.c`
+/// file, or a user's own) get the generic input: 64 KiB of random bytes (2 KiB for
+/// tests), `count` = 0 and every parameter 0; a kernel reads `in->bytes` to size it.
+pub fn make_input(name: &str, scale: Scale) -> Input {
     // Full inputs are 10 to 128 times the test inputs.
     let full = |n: u64, test: u64| if scale == Scale::Full { n } else { test };
     let mut rng = Rng::for_kernel(name);
-    let input = match name {
+    match name {
         "stats64" => {
             let n = full(8192, 256);
             let data: Vec<u8> = (0..n).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
@@ -197,15 +201,75 @@ pub fn make_input(name: &str, scale: Scale) -> Option<Input> {
         "filter" => filter_input(&mut rng, full(65536, 512)),
         "grep" => grep_input(&mut rng, full(64 << 10, 2 << 10) as usize),
         "knn" => knn_input(&mut rng, full(4096, 128)),
-        "fnv" => {
+        "primes" => Input::new(0, [full(20_000, 2_000), 0, 0, 0, 0, 0], &[]),
+        "csv" => csv_input(&mut rng, full(64 << 10, 2 << 10) as usize),
+        "hashjoin" => hashjoin_input(&mut rng, if scale == Scale::Full { 14 } else { 8 }),
+        "matmul" => matmul_input(&mut rng),
+        // fnv and every kernel without its own layout.
+        _ => {
             let n = full(64 << 10, 2 << 10);
             let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             Input::new(0, [0; 6], &data)
         }
-        "primes" => Input::new(0, [full(20_000, 2_000), 0, 0, 0, 0, 0], &[]),
-        _ => return None,
-    };
-    Some(input)
+    }
+}
+
+/// Rows of four comma-separated decimal fields (0 to 99999); the kernel sums field 2.
+fn csv_input(rng: &mut Rng, size: usize) -> Input {
+    let mut text = Vec::with_capacity(size + 32);
+    while text.len() < size {
+        for field in 0..4 {
+            if field > 0 {
+                text.push(b',');
+            }
+            text.extend_from_slice(rng.below(100_000).to_string().as_bytes());
+        }
+        text.push(b'\n');
+    }
+    Input::new(0, [2, 0, 0, 0, 0, 0], &text)
+}
+
+/// An open-addressing table of `1 << bits` (key, value) u32 pairs, half full, built
+/// with the kernel's hash and linear probing, then `1 << bits` probe keys of which
+/// about half are in the table.
+fn hashjoin_input(rng: &mut Rng, bits: u32) -> Input {
+    let slots = 1usize << bits;
+    let mut table = vec![(0u32, 0u32); slots];
+    let mut keys = Vec::with_capacity(slots / 2);
+    while keys.len() < slots / 2 {
+        let key = (rng.next_u64() as u32) | 1;
+        let mut slot = (key.wrapping_mul(0x9e37_79b1) >> (32 - bits)) as usize;
+        while table[slot].0 != 0 && table[slot].0 != key {
+            slot = (slot + 1) & (slots - 1);
+        }
+        if table[slot].0 == 0 {
+            table[slot] = (key, rng.next_u64() as u32 >> 8);
+            keys.push(key);
+        }
+    }
+    let mut data = Vec::with_capacity(slots * 12);
+    for (key, value) in &table {
+        data.extend_from_slice(&key.to_le_bytes());
+        data.extend_from_slice(&value.to_le_bytes());
+    }
+    for _ in 0..slots {
+        // Even keys are never in the table (stored keys are odd).
+        let probe = if rng.below(2) == 0 {
+            keys[rng.below(keys.len() as u64) as usize]
+        } else {
+            rng.next_u64() as u32 & !1
+        };
+        data.extend_from_slice(&probe.to_le_bytes());
+    }
+    Input::new(slots as u64, [u64::from(bits), 0, 0, 0, 0, 0], &data)
+}
+
+/// Two 48x48 i32 matrices (`N` in `sdk/bench/matmul.c`) with entries in -1000..1000.
+fn matmul_input(rng: &mut Rng) -> Input {
+    let data: Vec<u8> = (0..2 * 48 * 48)
+        .flat_map(|_| (rng.below(2000) as i32 - 1000).to_le_bytes())
+        .collect();
+    Input::new(0, [0; 6], &data)
 }
 
 /// Records of four u32 fields, each predicate of the filter true about half the time.
@@ -279,8 +343,7 @@ struct Prepared {
 /// input, which is what makes calling the native build on it sound.
 fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prepared> {
     let name = kernel.name;
-    let input = make_input(name, scale)
-        .with_context(|| format!("kernel {name} has no input generator in bench/vm.rs"))?;
+    let input = make_input(name, scale);
     let functions = Arc::new(FunctionTable::new());
     let symbol = format!("csx_bench_{name}");
     let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(&symbol), &functions)
@@ -860,25 +923,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_seven_kernels_exist() {
+    fn the_kernels_exist() {
         let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
         for want in [
-            "stats64", "stats32", "filter", "grep", "knn", "fnv", "primes",
+            "stats64", "stats32", "filter", "grep", "knn", "fnv", "primes", "hist", "crc32",
+            "crc32t", "isort", "msort", "csv", "hashjoin", "matmul", "calls", "murmur", "cksum",
+            "pred32",
         ] {
             assert!(
                 names.contains(&want),
                 "kernel {want} missing from sdk/bench"
-            );
-        }
-    }
-
-    #[test]
-    fn every_kernel_has_an_input() {
-        for k in KERNELS {
-            assert!(
-                make_input(k.name, Scale::Test).is_some(),
-                "no input for {}",
-                k.name
             );
         }
     }
@@ -907,23 +961,81 @@ mod tests {
         .expect("primes runs");
         assert_eq!(p.answer, 303, "primes below 2000");
 
-        let input = make_input("fnv", Scale::Test).expect("fnv input");
+        let input = make_input("fnv", Scale::Test);
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in &input.bytes()[HEADER_SIZE..] {
             h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
         }
-        let p = prepare(
-            KERNELS.iter().find(|k| k.name == "fnv").expect("fnv"),
-            Scale::Test,
-        )
-        .expect("fnv runs");
-        assert_eq!(p.answer, h);
+        assert_eq!(answer("fnv"), h);
+
+        // CRC-32 bit by bit and through the .rodata table: the same answer.
+        let data = &make_input("crc32", Scale::Test).bytes()[HEADER_SIZE..].to_vec();
+        let mut crc = !0u32;
+        for b in data {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        assert_eq!(answer("crc32"), u64::from(!crc));
+        let data = &make_input("crc32t", Scale::Test).bytes()[HEADER_SIZE..].to_vec();
+        let mut crc = !0u32;
+        for b in data {
+            crc ^= u32::from(*b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        assert_eq!(answer("crc32t"), u64::from(!crc));
+
+        let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x100_0000_01b3).wrapping_add(v >> 29);
+        let mut count = [0u64; 16];
+        for b in &make_input("hist", Scale::Test).bytes()[HEADER_SIZE..] {
+            count[usize::from(b >> 4)] += 1;
+        }
+        assert_eq!(answer("hist"), count.iter().fold(0, |h, &c| mix(h, c)));
+
+        let text = make_input("csv", Scale::Test).bytes()[HEADER_SIZE..].to_vec();
+        let text = String::from_utf8(text).expect("csv is text");
+        let rows: Vec<&str> = text.lines().collect();
+        let sum: u64 = rows
+            .iter()
+            .map(|r| {
+                r.split(',')
+                    .nth(2)
+                    .expect("4 fields")
+                    .parse::<u64>()
+                    .expect("number")
+            })
+            .sum();
+        assert_eq!(answer("csv"), mix(rows.len() as u64, sum));
+    }
+
+    /// The answer kernel `name` returns on its test input (checked against native).
+    fn answer(name: &str) -> u64 {
+        let kernel = KERNELS
+            .iter()
+            .find(|k| k.name == name)
+            .expect("kernel exists");
+        prepare(kernel, Scale::Test).expect("runs").answer
     }
 
     #[cfg(feature = "rbpf")]
     #[test]
     fn rbpf_runs_the_kernels() {
-        for kernel in KERNELS {
+        // rbpf maps no global data (crc32t's table) and has no bpf-to-bpf calls.
+        for kernel in KERNELS
+            .iter()
+            .filter(|k| !["crc32t", "calls"].contains(&k.name))
+        {
             let p = prepare(kernel, Scale::Test).expect("prepares");
             let code = peer::bytecode(&p.program);
             let columns = peer::Columns::new(&code, &p.input, p.answer);
