@@ -34,17 +34,32 @@ use crate::exit;
 
 /// A kernel as `build.rs` built it.
 pub struct CompiledKernel {
-    /// The file stem in `sdk/bench`.
+    /// The file stem in `sdk/bench`, or a user's function name (`--kernels`).
     pub name: &'static str,
+    /// The entry function's symbol in `bpf_object`.
+    pub symbol: &'static str,
     /// The eBPF object (`clang -O2 -target bpf`).
     pub bpf_object: &'static [u8],
-    /// The native build (`clang -O2`). It must be called with a pointer to a valid,
-    /// 8-byte aligned input: the header and all the data the header describes.
-    pub native: unsafe extern "C" fn(*const u8) -> u64,
+    /// The native build (`clang -O2`).
+    pub native: Native,
 }
 
+/// A kernel's native entry point, by calling convention.
+#[derive(Clone, Copy)]
+pub enum Native {
+    /// `u64 csx_bench_NAME(const struct csx_bench_input *in)` (`sdk/bench/bench.h`). It
+    /// must be called with a pointer to a valid, 8-byte aligned input: the header and
+    /// all the data the header describes.
+    Header(unsafe extern "C" fn(*const u8) -> u64),
+    /// A user's `u64 NAME(void *mem, u64 len)` (`--kernels`): `len` readable bytes at
+    /// `mem`.
+    MemLen(unsafe extern "C" fn(*const u8, u64) -> u64),
+}
+
+mod user;
+
 mod kernels {
-    use super::CompiledKernel;
+    use super::{CompiledKernel, Native};
     include!(concat!(env!("OUT_DIR"), "/bench_kernels.rs"));
 }
 
@@ -88,9 +103,15 @@ pub struct VmBenchArgs {
     /// Measure each cell for 50 ms instead of 300 ms (same inputs, noisier numbers).
     #[arg(long)]
     quick: bool,
-    /// Run only these kernels (repeatable).
+    /// Run only these kernels (repeatable; with --kernels, these functions).
     #[arg(long, value_name = "NAME")]
     kernel: Vec<String>,
+    /// Benchmark your own C file instead of the built-in kernels: it is compiled with
+    /// clang both ways (`-O2` natively, `-O2 -target bpf`), and every global function,
+    /// which must have the form `u64 NAME(void *mem, u64 len)`, runs on 64 KiB of
+    /// seeded random bytes (read-only). Set CSX_CLANG to choose the compiler.
+    #[arg(long, value_name = "FILE.c")]
+    kernels: Option<std::path::PathBuf>,
 }
 
 /// How big a kernel's input is.
@@ -132,6 +153,22 @@ impl Input {
             .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
             .collect();
         Input { words, len }
+    }
+
+    /// `data` alone, without a header (a user's kernel gets its pointer and length).
+    fn raw(data: &[u8]) -> Input {
+        let words = data
+            .chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            })
+            .collect();
+        Input {
+            words,
+            len: data.len(),
+        }
     }
 
     /// The input's bytes.
@@ -343,10 +380,12 @@ struct Prepared {
 /// input, which is what makes calling the native build on it sound.
 fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prepared> {
     let name = kernel.name;
-    let input = make_input(name, scale);
+    let input = match kernel.native {
+        Native::Header(_) => make_input(name, scale),
+        Native::MemLen(_) => user::input(name, scale),
+    };
     let functions = Arc::new(FunctionTable::new());
-    let symbol = format!("csx_bench_{name}");
-    let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(&symbol), &functions)
+    let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(kernel.symbol), &functions)
         .with_context(|| format!("loading the eBPF object of kernel {name}"))?;
     let program = verify_program(&format!("kernel {name}"), program, functions)?;
     let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&program))?;
@@ -365,11 +404,19 @@ fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prep
 
 /// Calls the native build of `kernel` on `input`.
 fn run_native(kernel: &CompiledKernel, input: &Input) -> u64 {
-    // SAFETY: `input` is a whole, 8-byte aligned input built by `Input::new` for this
-    // kernel, and `prepare` ran the same C source on the bounds-checked interpreter on
-    // these bytes without a trap, so the native build reads only inside them. The
-    // kernels write no memory and keep no state.
-    unsafe { (kernel.native)(input.bytes().as_ptr()) }
+    let bytes = input.bytes();
+    // SAFETY: `input` is a whole, 8-byte aligned input built for this kernel (by
+    // `Input::new` with its header, or `Input::raw` for a user's function, which gets
+    // the pointer and length of exactly those bytes), and `prepare` ran the same C
+    // source on the bounds-checked interpreter on these bytes, mapped read-only, without
+    // a trap, so the native build reads only inside them and writes nothing. The
+    // kernels keep no state.
+    unsafe {
+        match kernel.native {
+            Native::Header(f) => f(bytes.as_ptr()),
+            Native::MemLen(f) => f(bytes.as_ptr(), bytes.len() as u64),
+        }
+    }
 }
 
 /// Runs `engine` once on `input` (mapped read-only), returning r0 or the trap.
@@ -439,6 +486,76 @@ struct BenchReport {
     /// skews every number, so the numbers carry it.
     load_average_before: Option<[f64; 3]>,
     load_average_after: Option<[f64; 3]>,
+    /// JIT compile time of a generated 4,000-instruction program (see
+    /// [`synthetic_program`]): the median and the fastest of [`COMPILE_RUNS`] runs.
+    jit_compile_4k_us: Option<CompileTime>,
+}
+
+/// A compile-time measurement, in microseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct CompileTime {
+    insns: usize,
+    median_us: f64,
+    min_us: f64,
+}
+
+/// Compiles of the 4,000-instruction program measured.
+const COMPILE_RUNS: usize = 7;
+
+/// Instructions of the program whose compile time is measured.
+const COMPILE_INSNS: usize = 4000;
+
+/// A verifiable program of `insns` instructions in the shapes the kernels have: blocks
+/// of input loads at varying offsets, ALU work, a stack counter indexed by data, a
+/// forward branch and a small counted loop, repeated with fresh labels.
+fn synthetic_program(insns: usize) -> String {
+    const BLOCK: usize = 20;
+    let mut src = String::from("mov %r0, 0\nmov %r4, 1\nmov %r8, 1000\n");
+    let blocks = (insns - 4) / BLOCK;
+    for k in 0..blocks {
+        let off = (k * 8) % 56;
+        src.push_str(&format!(
+            "ldxdw %r3, [%r1+{off}]\nadd %r3, %r4\nmov %r5, %r3\nrsh %r5, 7\nand %r5, 56\n\
+             mov %r6, %r10\nadd %r6, -64\nadd %r6, %r5\nldxdw %r7, [%r6+0]\nadd %r7, %r3\n\
+             stxdw [%r6+0], %r7\njgt %r3, %r8, skip{k}\nxor %r4, %r3\nmul %r4, 40503\n\
+             skip{k}:\nmov %r9, 0\nloop{k}:\nadd %r9, 1\nadd %r0, %r9\njlt %r9, 4, loop{k}\n\
+             add %r0, %r4\n"
+        ));
+    }
+    while src.lines().filter(|l| !l.ends_with(':')).count() < insns - 1 {
+        src.push_str("add %r0, 1\n");
+    }
+    src.push_str("exit\n");
+    src
+}
+
+/// Compiles [`synthetic_program`] of [`COMPILE_INSNS`] instructions several times.
+fn measure_compile_time() -> anyhow::Result<CompileTime> {
+    let src = synthetic_program(COMPILE_INSNS);
+    let insns = csx_ebpf::asm::assemble(&src).context("assembling the synthetic program")?;
+    let count = insns.len();
+    let program = csx_ebpf::program::Program {
+        insns,
+        entry: 0,
+        globals: vec![],
+        name: "synthetic".into(),
+    };
+    let program = verify_program(
+        "the synthetic program",
+        program,
+        Arc::new(FunctionTable::new()),
+    )?;
+    let mut times = Vec::with_capacity(COMPILE_RUNS);
+    for _ in 0..COMPILE_RUNS {
+        let (_, t) = build_engine(EngineKind::Jit, Arc::clone(&program))?;
+        times.push(t.as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(CompileTime {
+        insns: count,
+        median_us: times[times.len() / 2],
+        min_us: times[0],
+    })
 }
 
 /// Rounds over which the columns of one kernel are interleaved.
@@ -728,12 +845,16 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
     } else {
         CELL_BUDGET
     };
-    let selected: Vec<&'static CompiledKernel> = KERNELS
+    let all: &'static [CompiledKernel] = match &args.kernels {
+        Some(file) => user::compile(file)?,
+        None => KERNELS,
+    };
+    let selected: Vec<&'static CompiledKernel> = all
         .iter()
         .filter(|k| args.kernel.is_empty() || args.kernel.iter().any(|n| n == k.name))
         .collect();
     for wanted in &args.kernel {
-        if !KERNELS.iter().any(|k| k.name == wanted) {
+        if !all.iter().any(|k| k.name == wanted) {
             let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
             bail!("no kernel {wanted:?}; kernels are {}", names.join(", "));
         }
@@ -749,6 +870,7 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
         kernels.push(report);
     }
     let mut report = summarize(kernels, budget, args.quick);
+    report.jit_compile_4k_us = Some(measure_compile_time()?);
     report.load_average_before = load_before;
     report.load_average_after = load_average();
     table.footer(&report);
@@ -794,6 +916,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
         rbpf: cfg!(feature = "rbpf").then_some("0.4.1 (interpreter, x86-64 JIT)"),
         load_average_before: None,
         load_average_after: None,
+        jit_compile_4k_us: None,
     }
 }
 
@@ -880,6 +1003,12 @@ impl Table {
         self.line(&cells);
         if r.rbpf_kernels.len() != r.kernels.len() {
             println!("rbpf geomeans cover only: {}", r.rbpf_kernels.join(", "));
+        }
+        if let Some(c) = r.jit_compile_4k_us {
+            println!(
+                "jit compile of a {}-instruction program: {:.0} µs median, {:.0} µs fastest of {COMPILE_RUNS}",
+                c.insns, c.median_us, c.min_us
+            );
         }
         if let Some([l1, l5, l15]) = r.load_average_after {
             println!("load average after: {l1:.2} {l5:.2} {l15:.2}");
@@ -1019,6 +1148,29 @@ mod tests {
         assert_eq!(answer("csv"), mix(rows.len() as u64, sum));
     }
 
+    /// The program whose compile time `csx bench vm` reports has the instruction count
+    /// it claims, verifies, and runs to the same answer on both engines.
+    #[test]
+    fn the_synthetic_program_is_what_it_says() {
+        let src = synthetic_program(COMPILE_INSNS);
+        let insns = csx_ebpf::asm::assemble(&src).expect("assembles");
+        assert_eq!(insns.len(), COMPILE_INSNS);
+        let program = csx_ebpf::program::Program {
+            insns,
+            entry: 0,
+            globals: vec![],
+            name: "synthetic".into(),
+        };
+        let program =
+            verify_program("synthetic", program, Arc::new(FunctionTable::new())).expect("verifies");
+        let input = Input::raw(&[7u8; 64]);
+        let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&program)).expect("interp");
+        let (jit, _) = build_engine(EngineKind::Jit, program).expect("jit");
+        let want = run_once(interp.as_ref(), &input).expect("runs");
+        assert_eq!(run_once(jit.as_ref(), &input).expect("runs"), want);
+        assert_ne!(want, 0);
+    }
+
     /// The answer kernel `name` returns on its test input (checked against native).
     fn answer(name: &str) -> u64 {
         let kernel = KERNELS
@@ -1031,11 +1183,8 @@ mod tests {
     #[cfg(feature = "rbpf")]
     #[test]
     fn rbpf_runs_the_kernels() {
-        // rbpf maps no global data (crc32t's table) and has no bpf-to-bpf calls.
-        for kernel in KERNELS
-            .iter()
-            .filter(|k| !["crc32t", "calls"].contains(&k.name))
-        {
+        // rbpf maps no global data (crc32t's table).
+        for kernel in KERNELS.iter().filter(|k| k.name != "crc32t") {
             let p = prepare(kernel, Scale::Test).expect("prepares");
             let code = peer::bytecode(&p.program);
             let columns = peer::Columns::new(&code, &p.input, p.answer);
