@@ -118,6 +118,16 @@ impl MemOp {
     }
 }
 
+/// What is known of a value computed from r10 by adding constants and bounded indexes:
+/// it lies in `[r10 + lo, r10 + hi]`, and `host` is its host address (the same
+/// computation on `fp_host`, so that no access needs r10 itself, nor the stack's delta).
+#[derive(Clone, Copy)]
+struct FrameFact {
+    lo: i64,
+    hi: i64,
+    host: Value,
+}
+
 /// Largest offset from r10 (either way) and largest index bound that pointer tracking
 /// keeps: far from `i64` overflow, and far beyond any frame.
 const FACT_OFFSET_MAX: i64 = 1 << 32;
@@ -193,7 +203,7 @@ struct Translator<'a, 'f> {
     caches: [CacheVars; 2],
     /// Values known to equal r10 plus an offset in `[lo, hi]`, for unchecked stack
     /// accesses (the bounds are kept far from overflow, see [`FACT_OFFSET_MAX`]).
-    fp_relative: HashMap<Value, (i64, i64)>,
+    fp_relative: HashMap<Value, FrameFact>,
     /// Values computed from r10 by adding a value of unknown range: probably stack
     /// addresses, checked against the stack before the region caches.
     stack_derived: HashSet<Value>,
@@ -340,7 +350,14 @@ impl<'a, 'f> Translator<'a, 'f> {
             fp,
             fp_host,
             caches,
-            fp_relative: HashMap::from([(fp, (0, 0))]),
+            fp_relative: HashMap::from([(
+                fp,
+                FrameFact {
+                    lo: 0,
+                    hi: 0,
+                    host: fp_host,
+                },
+            )]),
             stack_derived: HashSet::new(),
             bounds: HashMap::new(),
             stack_delta,
@@ -593,24 +610,37 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         // Track r10-derived pointers through constant `add`/`sub` and the `add` of a
         // bounded index.
-        let shifted = |(lo, hi): (i64, i64), by_lo: i64, by_hi: i64| {
-            let (lo, hi) = (lo + by_lo, hi + by_hi);
-            (lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX).then_some((lo, hi))
-        };
+        let within = |lo: i64, hi: i64| lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX;
         let fact = match (op, s) {
-            (ALU_ADD | ALU_SUB, None) => self.fp_relative.get(&d).and_then(|&range| {
-                let k = i64::from(insn.imm);
-                let k = if op == ALU_ADD { k } else { -k };
-                shifted(range, k, k)
-            }),
+            (ALU_ADD | ALU_SUB, None) => match self.fp_relative.get(&d).copied() {
+                Some(f) => {
+                    let k = i64::from(insn.imm);
+                    let k = if op == ALU_ADD { k } else { -k };
+                    let (lo, hi) = (f.lo + k, f.hi + k);
+                    within(lo, hi).then(|| FrameFact {
+                        lo,
+                        hi,
+                        host: self.b.ins().iadd_imm_s(f.host, k),
+                    })
+                }
+                None => None,
+            },
             (ALU_ADD, Some(s)) => {
-                let (d_range, s_range) = (self.fp_relative.get(&d), self.fp_relative.get(&s));
-                match (d_range, s_range) {
-                    (Some(&range), None) if bs <= FACT_OFFSET_MAX as u64 => {
-                        shifted(range, 0, bs as i64)
-                    }
-                    (None, Some(&range)) if bd <= FACT_OFFSET_MAX as u64 => {
-                        shifted(range, 0, bd as i64)
+                let d_fact = self.fp_relative.get(&d).copied();
+                let s_fact = self.fp_relative.get(&s).copied();
+                let (f, index, bound) = match (d_fact, s_fact) {
+                    (Some(f), None) => (Some(f), s, bs),
+                    (None, Some(f)) => (Some(f), d, bd),
+                    _ => (None, d, u64::MAX),
+                };
+                match f {
+                    Some(f) if bound <= FACT_OFFSET_MAX as u64 => {
+                        let hi = f.hi + bound as i64;
+                        within(f.lo, hi).then(|| FrameFact {
+                            lo: f.lo,
+                            hi,
+                            host: self.b.ins().iadd(f.host, index),
+                        })
                     }
                     _ => None,
                 }
@@ -618,8 +648,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             _ => None,
         };
         match fact {
-            Some(range) => {
-                self.fp_relative.insert(result, range);
+            Some(fact) => {
+                self.fp_relative.insert(result, fact);
             }
             None => {
                 let from_stack =
@@ -838,16 +868,15 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// `[r10 - 512, r10)`, whatever the value of any index added to r10: its host base
     /// and displacement. Such an access needs no check (see the module doc).
     fn frame_access(&mut self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
-        let &(lo, hi) = self.fp_relative.get(&v)?;
-        let (lo, hi) = (lo + i64::from(off), hi + i64::from(off));
+        let f = *self.fp_relative.get(&v)?;
+        let (lo, hi) = (f.lo + i64::from(off), f.hi + i64::from(off));
         if lo < -(STACK_FRAME_SIZE as i64) || hi + size > 0 {
             return None;
         }
         if lo == hi {
             return Some((self.fp_host, lo as i32));
         }
-        let host = self.b.ins().iadd(v, self.stack_delta);
-        Some((host, i32::from(off)))
+        Some((f.host, i32::from(off)))
     }
 
     /// The stack as a region cache: constant, always valid (the stack is always mapped
