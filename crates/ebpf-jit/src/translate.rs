@@ -111,6 +111,11 @@ impl MemOp {
     fn writes(self) -> bool {
         !matches!(self, MemOp::Load { .. })
     }
+
+    /// Whether the access produces a value (a load, or an atomic's old value).
+    fn has_result(self) -> bool {
+        !matches!(self, MemOp::Store { .. })
+    }
 }
 
 /// What is known of a value computed from r10 by adding constants and bounded indexes:
@@ -906,17 +911,19 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.cache(op.writes())
         };
         let hit = self.cache_hit(&first, v, off);
-        // Both paths meet in one block that performs the access at `host + off`: the
-        // operation is emitted once, and a failed check branches straight to the trap
-        // exit (fewer blocks and instructions to compile per access).
-        let fast_host = self.b.ins().iadd(first.delta, v);
+        let hit_block = self.b.create_block();
         let miss = self.b.create_block();
         let cont = self.b.create_block();
-        let host = self.b.append_block_param(cont, types::I64);
+        let result = op
+            .has_result()
+            .then(|| self.b.append_block_param(cont, types::I64));
         self.b.set_cold_block(miss);
-        self.b
-            .ins()
-            .brif(hit, cont, &[BlockArg::Value(fast_host)], miss, &[]);
+        self.b.ins().brif(hit, hit_block, &[], miss, &[]);
+
+        self.enter(hit_block);
+        let host = self.b.ins().iadd(first.delta, v);
+        let r = self.emit_op(host, i32::from(off), op);
+        self.jump_with(cont, r);
 
         // Miss: the exact check on the table, then a refill of the cache.
         self.enter(miss);
@@ -927,35 +934,32 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             RegionEntry::OFFSET_READ_LEN
         };
-        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
         let b = &mut self.b;
         let len = b.ins().load(types::I64, self.flags.table, row, len_field);
         let end = b.ins().iadd_imm_s(lo, size);
         let ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
-        let trap_args = [
-            b.ins().iconst(types::I64, trap_code::MEMORY),
-            b.ins().iconst(types::I64, i64::from(pc)),
-            addr,
-            b.ins().iconst(types::I64, aux),
-        ]
-        .map(BlockArg::Value);
         let fill = self.b.create_block();
+        let trap = self.b.create_block();
         self.b.set_cold_block(fill);
-        self.b.ins().brif(ok, fill, &[], self.trap_exit, &trap_args);
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(ok, fill, &[], trap, &[]);
+
+        self.enter(trap);
+        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
+        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
 
         self.enter(fill);
         let base = self
             .b
             .ins()
             .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
-        // `base + lo` is the host address of `v + off`; `cont` adds `off` itself.
-        let slow_host = self.b.ins().iadd(base, lo);
-        let slow_host = self.b.ins().iadd_imm_s(slow_host, -i64::from(off));
+        let host = self.b.ins().iadd(base, lo);
+        let r = self.emit_op(host, 0, op);
         self.refill(op.writes(), &cache, addr, base, len);
-        self.b.ins().jump(cont, &[BlockArg::Value(slow_host)]);
+        self.jump_with(cont, r);
 
         self.enter(cont);
-        Ok(self.emit_op(host, i32::from(off), op))
+        Ok(result)
     }
 
     /// The current values of the read (or write) region cache.
@@ -1050,6 +1054,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         let row = b.ins().iadd(regions, row_off);
         let lo = b.ins().band_imm_s(v, 0xffff_ffff);
         (row, lo)
+    }
+
+    fn jump_with(&mut self, block: Block, v: Option<Value>) {
+        match v {
+            Some(v) => self.b.ins().jump(block, &[BlockArg::Value(v)]),
+            None => self.b.ins().jump(block, &[]),
+        };
     }
 
     /// Performs `op` at the checked host address `host + disp`.
