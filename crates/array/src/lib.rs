@@ -1,0 +1,25 @@
+//! csx-array: several csx devices as one (SCANCOMS/INSTANT, issue 12).
+//!
+//! * [`Array`]: members (embedded devices in the array's directory, or devices served
+//!   over `tcp://`/`shm://`), one catalog of files placed on one member or striped, and
+//!   one tagged block address space ([`tag`]: disk in the upper 9 bits, 512-byte
+//!   sectors) with a FIEMAP-like [`Array::map`].
+//! * [`link`]: the modelled links and per-link byte accounting.
+//! * [`locks`]: COSTA's block locks.
+//!
+//! The crate sits on csx-host's public API and csx-proto; it never reaches device
+//! internals.
+
+pub mod array;
+pub mod desc;
+pub mod error;
+pub mod link;
+pub mod locks;
+pub mod tag;
+
+pub use array::{Array, FileMap, Member, Placement, TaggedExtent};
+pub use desc::{ArrayDesc, FileEntry, Layout};
+pub use error::ArrayError;
+pub use link::{LinkCounters, LinkModel, LinkStats};
+pub use locks::{BlockRange, LockGuard, LockTable};
+pub use tag::TaggedAddr;

@@ -1,0 +1,6 @@
+//! csx-array's integration suite: arrays of embedded members and of tcp daemons served
+//! in-process on loopback.
+
+mod common;
+mod files;
+mod locks;
