@@ -254,13 +254,15 @@ pub fn member_path(array_id: &str, id: u64) -> String {
 
 /// `dir` made absolute without touching the file system beyond the current directory.
 pub(crate) fn absolute(dir: &Path) -> PathBuf {
-    if dir.is_absolute() {
+    let joined = if dir.is_absolute() {
         dir.to_path_buf()
     } else {
         std::env::current_dir()
             .map(|c| c.join(dir))
             .unwrap_or_else(|_| dir.to_path_buf())
-    }
+    };
+    // `components` drops the `.` components inside a path.
+    joined.components().collect()
 }
 
 #[cfg(test)]

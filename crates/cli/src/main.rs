@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod array_cmd;
 mod bench;
 mod build_cmd;
 mod connect;
@@ -77,6 +78,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Create devices (`csx device init`) and serve them (`csx device serve`).
     Device(device_cmd::DeviceArgs),
+    /// Arrays of devices: one namespace, tagged block addresses (`csx array init`).
+    Array(array_cmd::ArrayArgs),
     /// Describe the device: namespaces, engines, limits.
     Info(device_cmd::InfoArgs),
     /// List the device's registered functions (what programs may call).
@@ -114,6 +117,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Vm(args) => vm::run(args, &cli.global),
         Command::Bench(args) => bench::run(args, &cli.global),
         Command::Device(args) => device_cmd::run_device(args),
+        Command::Array(args) => array_cmd::run(args),
         Command::Info(args) => device_cmd::run_info(args, &cli.global),
         Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
         Command::Put(args) => files::run_put(args, &cli.global),

@@ -1,0 +1,133 @@
+//! `csx array` and the array side of put/get/ls/stat/rm, run as a user would.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::csx;
+
+fn run(args: &[&str]) -> Output {
+    let out = csx().args(args).output().expect("csx runs");
+    assert!(
+        out.status.success(),
+        "csx {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp paths")
+}
+
+#[test]
+fn array_files_round_trip_with_tagged_extents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    let info = json(&run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "3",
+        "--nvm-size",
+        "64MiB",
+        "--slm-size",
+        "16MiB",
+        "--engines",
+        "1",
+        "--link-bandwidth",
+        "1Gbps",
+        "--json",
+    ]));
+    assert_eq!(info["members"].as_array().unwrap().len(), 3);
+    assert_eq!(info["link"]["host_bytes_per_sec"], 125_000_000);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    let local = tmp.path().join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    let device = format!("array:{}", s(&arr));
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/d/in",
+        "--stripe",
+        "16KiB",
+    ]);
+    run(&[
+        "--device",
+        s(&arr),
+        "put",
+        s(&local),
+        "/d/one",
+        "--member",
+        "2",
+    ]);
+
+    let st = json(&run(&["--device", &device, "stat", "/d/in", "--json"]));
+    assert_eq!(st["size_bytes"], 200_000);
+    let extents = st["extents"].as_array().unwrap();
+    let mut next = 0;
+    for e in extents {
+        assert_eq!(e["file_offset"], next);
+        let tag = e["tagged_addr"].as_u64().unwrap();
+        assert_eq!(
+            tag >> 55,
+            e["member"].as_u64().unwrap(),
+            "upper 9 bits: the disk"
+        );
+        assert_eq!(tag & ((1 << 55) - 1), e["sector"].as_u64().unwrap());
+        // Stripe k of 16 KiB lands on member k % 3.
+        assert_eq!(e["member"].as_u64().unwrap(), (next / 16384) % 3);
+        next += e["len"].as_u64().unwrap();
+    }
+    assert_eq!(next, 200_000);
+    let one = json(&run(&["--device", &device, "stat", "/d/one", "--json"]));
+    assert!(one["extents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["member"] == 2 && e["tagged_addr"].as_u64().unwrap() >> 55 == 2));
+
+    let out = tmp.path().join("out.bin");
+    run(&["--device", &device, "get", "/d/in", s(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    let ls = json(&run(&["--device", &device, "ls", "/d", "--json"]));
+    assert_eq!(ls.as_array().unwrap().len(), 2);
+    run(&["--device", &device, "rm", "/d/one"]);
+    let ls = json(&run(&["--device", &device, "ls", "--json"]));
+    assert_eq!(ls.as_array().unwrap().len(), 1);
+
+    // Bad input: typed messages naming the value and the limit.
+    let bad = csx()
+        .args([
+            "--device",
+            &device,
+            "put",
+            s(&local),
+            "/x",
+            "--stripe",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        msg.contains("stripe size is 1000") && msg.contains("4096"),
+        "{msg}"
+    );
+    let bad = csx()
+        .args(["--device", &device, "put", s(&local), "/x", "--member", "9"])
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(msg.contains("tag 9 names no member"), "{msg}");
+}
