@@ -380,7 +380,7 @@ impl Array {
         }
     }
 
-    fn reserve_id(&self) -> u64 {
+    pub(crate) fn reserve_id(&self) -> u64 {
         let mut cat = self.catalog();
         let id = cat.next_id;
         cat.next_id += 1;

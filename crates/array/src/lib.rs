@@ -6,15 +6,19 @@
 //!   sectors) with a FIEMAP-like [`Array::map`].
 //! * [`link`]: the modelled links and per-link byte accounting.
 //! * [`locks`]: COSTA's block locks.
+//! * [`d2d`]: device-to-device transfer by tagged block address or device memory.
+//! * [`sort`]: the distributed merge sort (instant chain, instant tree, host baseline).
 //!
 //! The crate sits on csx-host's public API and csx-proto; it never reaches device
 //! internals.
 
 pub mod array;
+pub mod d2d;
 pub mod desc;
 pub mod error;
 pub mod link;
 pub mod locks;
+pub mod sort;
 pub mod tag;
 
 pub use array::{Array, FileMap, Member, Placement, TaggedExtent};
@@ -22,4 +26,5 @@ pub use desc::{ArrayDesc, FileEntry, Layout};
 pub use error::ArrayError;
 pub use link::{LinkCounters, LinkModel, LinkStats};
 pub use locks::{BlockRange, LockGuard, LockTable};
+pub use sort::{sort, SortEvent, SortMode, SortOptions, SortReport, Topology};
 pub use tag::TaggedAddr;

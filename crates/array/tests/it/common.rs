@@ -74,20 +74,31 @@ impl Daemon {
     }
 
     fn serve(dir: tempfile::TempDir) -> Daemon {
-        let server = Server::open(
-            dir.path(),
-            ServerConfig {
-                listen: vec![ListenAddr::parse("tcp://127.0.0.1:0").expect("listen")],
-                token: None,
-            },
-        )
-        .expect("serves");
+        let server = Self::open(dir.path(), "tcp://127.0.0.1:0");
         let uri = server.uris()[0].clone();
         Daemon {
             server: Some(server),
             uri,
             _dir: dir,
         }
+    }
+
+    fn open(dir: &std::path::Path, listen: &str) -> Server {
+        Server::open(
+            dir,
+            ServerConfig {
+                listen: vec![ListenAddr::parse(listen).expect("listen")],
+                token: None,
+            },
+        )
+        .expect("serves")
+    }
+
+    /// Serves the same device again on the same address (after [`Daemon::stop`]).
+    #[allow(dead_code)] // Used by the sort tests.
+    pub fn restart(&mut self) {
+        assert!(self.server.is_none(), "stopped first");
+        self.server = Some(Self::open(self._dir.path(), &self.uri));
     }
 
     /// Stops serving (the member disappears).
