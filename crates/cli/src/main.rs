@@ -80,6 +80,8 @@ enum Command {
     Device(device_cmd::DeviceArgs),
     /// Arrays of devices: one namespace, tagged block addresses (`csx array init`).
     Array(array_cmd::ArrayArgs),
+    /// Sort an array file across its members (distributed merge sort, INSTANT).
+    Sort(array_cmd::SortArgs),
     /// Describe the device: namespaces, engines, limits.
     Info(device_cmd::InfoArgs),
     /// List the device's registered functions (what programs may call).
@@ -118,6 +120,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Bench(args) => bench::run(args, &cli.global),
         Command::Device(args) => device_cmd::run_device(args),
         Command::Array(args) => array_cmd::run(args),
+        Command::Sort(args) => array_cmd::run_sort(args, &cli.global),
         Command::Info(args) => device_cmd::run_info(args, &cli.global),
         Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
         Command::Put(args) => files::run_put(args, &cli.global),

@@ -105,6 +105,51 @@ fn array_files_round_trip_with_tagged_extents() {
     let ls = json(&run(&["--device", &device, "ls", "--json"]));
     assert_eq!(ls.as_array().unwrap().len(), 1);
 
+    // A distributed sort, both modes: byte-identical, and the reference order.
+    let keys: Vec<u8> = (0..30_000u64)
+        .flat_map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x1234).to_le_bytes())
+        .collect();
+    std::fs::write(&local, &keys).unwrap();
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/k",
+        "--stripe",
+        "8KiB",
+    ]);
+    let instant = json(&run(&[
+        "--device", &device, "sort", "/k", "--output", "/k.i", "--json",
+    ]));
+    assert_eq!(instant["keys"], 30_000);
+    assert_eq!(instant["links"]["host"]["ingress"], 0);
+    let host = json(&run(&[
+        "--device",
+        &device,
+        "sort",
+        "/k",
+        "--output",
+        "/k.h",
+        "--mode",
+        "host",
+        "--topology",
+        "tree",
+        "--json",
+    ]));
+    assert!(host["links"]["host_copy_bytes"].as_u64().unwrap() > 0);
+    run(&["--device", &device, "get", "/k.i", s(&out)]);
+    let got_i = std::fs::read(&out).unwrap();
+    run(&["--device", &device, "get", "/k.h", s(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), got_i);
+    let mut v: Vec<u64> = keys
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    v.sort_unstable();
+    let expect: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(got_i, expect);
+
     // Bad input: typed messages naming the value and the limit.
     let bad = csx()
         .args([
