@@ -8,6 +8,7 @@
 //! * [`locks`]: COSTA's block locks.
 //! * [`d2d`]: device-to-device transfer by tagged block address or device memory.
 //! * [`sort`]: the distributed merge sort (instant chain, instant tree, host baseline).
+//! * [`model`]: a sort's modelled time from its log, calibrated on the thesis.
 //!
 //! The crate sits on csx-host's public API and csx-proto; it never reaches device
 //! internals.
@@ -18,6 +19,7 @@ pub mod desc;
 pub mod error;
 pub mod link;
 pub mod locks;
+pub mod model;
 pub mod sort;
 pub mod tag;
 

@@ -79,10 +79,17 @@ pub enum SortEvent {
     Submitted { parts: usize },
     /// Member `member` sorted its part and unlocked its run.
     Sorted { member: u16, bytes: u64 },
-    /// Member `into` began reading `from`'s run (its sort had unlocked it).
-    MergeRead { from: u16, into: u16, bytes: u64 },
+    /// Member `into` began reading `from`'s run (its sort had unlocked it), in merge
+    /// round `round` (the chain: run k in round k; the tree: round 0 loads each
+    /// member's own run, round r >= 1 merges pairs in parallel).
+    MergeRead {
+        round: u32,
+        from: u16,
+        into: u16,
+        bytes: u64,
+    },
     /// Member `into` merged, holding `bytes` sorted.
-    Merged { into: u16, bytes: u64 },
+    Merged { round: u32, into: u16, bytes: u64 },
     /// The output is committed.
     Committed { member: u16, bytes: u64 },
 }
@@ -231,9 +238,11 @@ impl Job<'_> {
         dst: MemHandle,
         at: u64,
         mode: SortMode,
+        round: u32,
     ) -> Result<(), ArrayError> {
         self.array.locks().wait_unlocked(&p.ranges, None)?;
         self.emit(SortEvent::MergeRead {
+            round,
             from: p.member,
             into,
             bytes: p.len,
@@ -259,7 +268,14 @@ impl Job<'_> {
         Ok(())
     }
 
-    fn merge_in(&self, into: u16, buf: MemHandle, split: u64, len: u64) -> Result<(), ArrayError> {
+    fn merge_in(
+        &self,
+        into: u16,
+        buf: MemHandle,
+        split: u64,
+        len: u64,
+        round: u32,
+    ) -> Result<(), ArrayError> {
         self.run(
             into,
             ExecuteRequest::new(self.progs(into).merge)
@@ -268,7 +284,11 @@ impl Job<'_> {
             "merge",
             len / KEY_BYTES,
         )?;
-        self.emit(SortEvent::Merged { into, bytes: len });
+        self.emit(SortEvent::Merged {
+            round,
+            into,
+            bytes: len,
+        });
         Ok(())
     }
 
@@ -283,10 +303,10 @@ impl Job<'_> {
         let buf = self.alloc(t, total)?;
         let result = (|| {
             let mut acc = 0;
-            for p in parts {
-                self.fetch_run(p, t, buf, acc, mode)?;
+            for (k, p) in parts.iter().enumerate() {
+                self.fetch_run(p, t, buf, acc, mode, k as u32)?;
                 if acc > 0 {
-                    self.merge_in(t, buf, acc, acc + p.len)?;
+                    self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
                 }
                 acc += p.len;
             }
@@ -309,7 +329,7 @@ impl Job<'_> {
                 .map(|p| {
                     s.spawn(move || {
                         let buf = self.alloc(p.member, p.len)?;
-                        match self.fetch_run(p, p.member, buf, 0, mode) {
+                        match self.fetch_run(p, p.member, buf, 0, mode, 0) {
                             Ok(()) => Ok((p.member, buf, p.len)),
                             Err(e) => {
                                 self.free(p.member, buf);
@@ -338,7 +358,9 @@ impl Job<'_> {
             }
             return Err(e);
         }
+        let mut round = 0;
         while runs.len() > 1 {
+            round += 1;
             let mut pairs = Vec::new();
             let mut it = runs.into_iter();
             let mut carry = None;
@@ -355,7 +377,7 @@ impl Job<'_> {
             let merged: Vec<Result<(u16, MemHandle, u64), ArrayError>> = std::thread::scope(|s| {
                 let hs: Vec<_> = pairs
                     .iter()
-                    .map(|&(a, b)| s.spawn(move || self.merge_pair(a, b, mode)))
+                    .map(|&(a, b)| s.spawn(move || self.merge_pair(a, b, mode, round)))
                     .collect();
                 hs.into_iter()
                     .map(|h| h.join().expect("a merger panicked"))
@@ -388,6 +410,7 @@ impl Job<'_> {
         a: (u16, MemHandle, u64),
         b: (u16, MemHandle, u64),
         mode: SortMode,
+        round: u32,
     ) -> Result<(u16, MemHandle, u64), ArrayError> {
         let (am, ab, alen) = a;
         let (bm, bb, blen) = b;
@@ -406,6 +429,7 @@ impl Job<'_> {
                     )
                     .map_err(self.array.member_error(am, "memory-copy"))?;
                 self.emit(SortEvent::MergeRead {
+                    round,
                     from: bm,
                     into: am,
                     bytes: blen,
@@ -427,7 +451,7 @@ impl Job<'_> {
                     }
                     self.array.links().host_copy(bm, am, blen);
                 }
-                self.merge_in(am, buf, alen, alen + blen)
+                self.merge_in(am, buf, alen, alen + blen, round)
             })();
             match r {
                 Ok(()) => Ok((am, buf, alen + blen)),

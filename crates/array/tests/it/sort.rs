@@ -219,3 +219,40 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
     assert_eq!(array.get_bytes("/s2").unwrap(), expect);
     array.close().unwrap();
 }
+
+#[test]
+fn the_plan_the_model_prices_is_what_a_real_sort_does() {
+    use csx_array::model::{even_parts, even_stripe, plan, price, SortModel};
+    for n in [2usize, 3, 4] {
+        let (_dir, array) = embedded(n);
+        let size = 40_000u64 * 8;
+        let data = keys(40_000, n as u64);
+        array
+            .put_bytes(
+                "/in",
+                &data,
+                Placement::Striped {
+                    stripe_bytes: even_stripe(size, n),
+                },
+            )
+            .unwrap();
+        for topo in [Topology::Chain, Topology::Tree] {
+            for mode in [SortMode::Instant, SortMode::Host] {
+                let report = sort(&array, "/in", &opts(mode, topo, "/o"), &|_| {}).unwrap();
+                let key = |e: &SortEvent| format!("{e:?}");
+                let mut real: Vec<String> = report.events.iter().map(key).collect();
+                let mut planned: Vec<String> =
+                    plan(&even_parts(size, n), topo).iter().map(key).collect();
+                real.sort();
+                planned.sort();
+                assert_eq!(real, planned, "{n} members, {mode:?} {topo:?}");
+                // And so their prices agree.
+                let m = SortModel::thesis(125_000_000);
+                assert_eq!(
+                    price(&report.events, mode, &m),
+                    price(&plan(&even_parts(size, n), topo), mode, &m)
+                );
+            }
+        }
+    }
+}
