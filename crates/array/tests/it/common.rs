@@ -1,9 +1,9 @@
 //! Fresh arrays and served members for the tests.
 
 use csx_array::{Array, LinkModel};
-use csx_host::server::{ListenAddr, Server, ServerConfig};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
+use csx_server::{ListenAddr, Server, ServerConfig};
 
 /// Small members: a sparse 64 MiB namespace, 64 MiB of device memory, 2 engines.
 pub fn member_config() -> DeviceConfig {
