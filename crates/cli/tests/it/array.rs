@@ -176,3 +176,35 @@ fn array_files_round_trip_with_tagged_extents() {
     let msg = String::from_utf8_lossy(&bad.stderr);
     assert!(msg.contains("tag 9 names no member"), "{msg}");
 }
+
+#[test]
+fn bench_array_prices_real_sorts_and_the_thesis_grid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plots = tmp.path().join("plots");
+    let out = json(&run(&[
+        "bench",
+        "array",
+        "--disks",
+        "2,3",
+        "--max-size",
+        "64KiB",
+        "--real-max",
+        "64KiB",
+        "--json",
+        "--plots",
+        s(&plots),
+    ]));
+    let rows = out["rows"].as_array().unwrap();
+    // 2 member counts x 2 sizes (32, 64 KiB) x 11 links, all really sorted.
+    assert_eq!(rows.len(), 2 * 2 * 11);
+    assert!(rows.iter().all(|r| r["source"] == "run"));
+    for r in rows {
+        let host = r["host_chain"]["total_ns"].as_u64().unwrap();
+        let instant = r["instant_chain"]["total_ns"].as_u64().unwrap();
+        assert!(instant < host, "instant is faster: {r}");
+        assert_eq!(r["host_chain"]["sort_ns"], r["instant_chain"]["sort_ns"]);
+    }
+    // No 512 MB rows here, so no thesis comparison; the plots exist.
+    assert_eq!(out["thesis"].as_array().unwrap().len(), 0);
+    assert!(plots.join("array-gain-by-link.svg").is_file());
+}
