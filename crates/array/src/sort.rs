@@ -597,6 +597,41 @@ pub fn sort(
         .into_iter()
         .filter(|&(_, len)| len > 0)
         .collect();
+    if parts_sizes.is_empty() {
+        // No keys: the output is an empty file, on the input's first member.
+        let member = crate::array::layout_members(&entry.layout)[0];
+        let dev = &array.members()[usize::from(member)].device;
+        dev.put_bytes(&array.member_path(out_id), &[])
+            .map_err(array.member_error(member, "file-write"))?;
+        array.commit(
+            &output_path,
+            FileEntry {
+                id: out_id,
+                size_bytes: 0,
+                layout: Layout::Single { member },
+            },
+        )?;
+        let events = vec![SortEvent::Committed { member, bytes: 0 }];
+        on_event(&events[0]);
+        return Ok(SortReport {
+            input: input_path,
+            output: output_path,
+            mode: options.mode,
+            topology: options.topology,
+            bytes: 0,
+            keys: 0,
+            parts: 0,
+            output_member: member,
+            sort_wall_ns: 0,
+            merge_wall_ns: 0,
+            total_wall_ns: started.elapsed().as_nanos() as u64,
+            links: crate::link::LinkCounters {
+                members: vec![Default::default(); array.members().len()],
+                ..Default::default()
+            },
+            events,
+        });
+    }
     let mut job = Job {
         array,
         input: entry.clone(),

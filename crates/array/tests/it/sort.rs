@@ -141,6 +141,23 @@ fn bad_inputs_are_typed() {
         sort(&array, "/missing", &o, &|_| {}),
         Err(ArrayError::NotFound { .. })
     ));
+    // No keys, and keys on one member only: both sort.
+    array.put_bytes("/empty", &[], Placement::Auto).unwrap();
+    sort(&array, "/empty", &o, &|_| {}).unwrap();
+    assert_eq!(array.get_bytes("/o").unwrap(), Vec::<u8>::new());
+    let one = keys(1000, 3);
+    array.put_bytes("/one", &one, Placement::Member(1)).unwrap();
+    for topology in [Topology::Chain, Topology::Tree] {
+        let r = sort(
+            &array,
+            "/one",
+            &opts(SortMode::Instant, topology, "/o1"),
+            &|_| {},
+        )
+        .unwrap();
+        assert_eq!((r.parts, r.output_member), (1, 1));
+        assert_eq!(array.get_bytes("/o1").unwrap(), sorted(&one));
+    }
 }
 
 #[test]
