@@ -253,6 +253,27 @@ impl Array {
         first
     }
 
+    /// Keeps member `tag`'s connection and closes the others (for running a program
+    /// next to a file on that member).
+    pub fn into_member(self, tag: u16) -> Result<Device, ArrayError> {
+        self.member_at(tag)?;
+        let mut kept = None;
+        for m in self.members {
+            if m.index == tag {
+                kept = Some(m.device);
+            } else {
+                let (index, uri) = (m.index, m.uri.clone());
+                m.device.close().map_err(|source| ArrayError::Member {
+                    member: index,
+                    uri,
+                    op: "close",
+                    source,
+                })?;
+            }
+        }
+        Ok(kept.expect("checked above"))
+    }
+
     // ---------------------------------------------------------------------------------
     // Accessors.
 

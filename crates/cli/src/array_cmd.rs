@@ -402,3 +402,28 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
     );
     Ok(exit::SUCCESS)
 }
+
+/// The member `csx exec` runs on for an array: the one holding `input` (which must not
+/// be striped), or member 0 without an input; and the input's member-side path.
+pub fn exec_member(
+    dir: &Path,
+    input: Option<&str>,
+) -> anyhow::Result<(csx_host::Device, Option<String>)> {
+    let array = open(dir)?;
+    let Some(path) = input else {
+        return Ok((array.into_member(0)?, None));
+    };
+    let entry = array
+        .stat(path)
+        .with_context(|| format!("cannot stat {path}"))?;
+    match entry.layout {
+        Layout::Single { member } => {
+            let mpath = array.member_path(entry.id);
+            Ok((array.into_member(member)?, Some(mpath)))
+        }
+        Layout::Striped { members, .. } => bail!(
+            "{path} is striped over {} members and a program runs on one: put it with --member TAG",
+            members.len()
+        ),
+    }
+}

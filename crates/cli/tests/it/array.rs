@@ -150,6 +150,49 @@ fn array_files_round_trip_with_tagged_extents() {
     let expect: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
     assert_eq!(got_i, expect);
 
+    // exec runs next to a single-member file (`r0 = r2`: window 0's length); a striped
+    // file is refused with a reason.
+    let prog = tmp.path().join("len.bin");
+    std::fs::write(
+        &prog,
+        [0xbf, 0x20, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0],
+    )
+    .unwrap();
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/single",
+        "--member",
+        "1",
+    ]);
+    let ex = json(&run(&[
+        "--device",
+        &device,
+        "exec",
+        s(&prog),
+        "--input",
+        "/single",
+        "--json",
+    ]));
+    assert_eq!(ex["r0"], keys.len() as u64, "{ex}");
+    let ex = json(&run(&[
+        "--device",
+        &device,
+        "exec",
+        s(&prog),
+        "--input",
+        "/single:8:16",
+        "--json",
+    ]));
+    assert_eq!(ex["r0"], 16, "{ex}");
+    let bad = csx()
+        .args(["--device", &device, "exec", s(&prog), "--input", "/k"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("striped over 3 members"));
+
     // Bad input: typed messages naming the value and the limit.
     let bad = csx()
         .args([
