@@ -369,9 +369,17 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
         }
     })
     .with_context(|| format!("cannot sort {}", args.devpath))?;
+    // The modelled time at the array's links, with the thesis calibration's rates.
+    let model = csx_array::model::SortModel {
+        link: array.link_model().clone(),
+        ..csx_array::model::SortModel::thesis(0)
+    };
+    let modelled = csx_array::model::price(&report.events, report.mode, &model);
     array.close()?;
     if args.json {
-        println!("{:#}", serde_json::to_value(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        v["modelled"] = serde_json::to_value(modelled)?;
+        println!("{v:#}");
         return Ok(exit::SUCCESS);
     }
     let l = &report.links;
@@ -390,6 +398,14 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
         report.total_wall_ns as f64 / 1e9,
         report.sort_wall_ns as f64 / 1e9,
         report.merge_wall_ns as f64 / 1e9
+    );
+    println!(
+        "modelled {:.6} s at the array's links (sorts {:.6} s, merges {:.6} s of which transfers {:.6} s, read back {:.6} s; thesis-calibrated rates)",
+        modelled.total_ns as f64 / 1e9,
+        modelled.sort_ns as f64 / 1e9,
+        modelled.merge_ns as f64 / 1e9,
+        modelled.transfer_ns as f64 / 1e9,
+        modelled.read_back_ns as f64 / 1e9
     );
     println!(
         "links    device to device {} in {} copies; through the host {} in {} copies (host link in {}, out {})",
