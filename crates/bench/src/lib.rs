@@ -8,6 +8,7 @@
 
 use clap::{Args, Subcommand};
 
+mod array;
 mod device;
 mod engine;
 mod lambda;
@@ -26,6 +27,8 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Device arrays: INSTANT's merge sort against the host-mediated baseline, modelled.
+    Array(array::ArrayBenchArgs),
     Vm(vm::VmBenchArgs),
     Device(device::DeviceBenchArgs),
     Latency(latency::LatencyBenchArgs),
@@ -46,6 +49,7 @@ pub mod exit {
 /// command line's `--device`, else the per-user device), asked only by that benchmark.
 pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyhow::Result<u8> {
     match args.command {
+        BenchCommand::Array(a) => array::run(a),
         BenchCommand::Vm(a) => vm::run(a),
         BenchCommand::Device(a) => device::run(a),
         BenchCommand::Latency(a) => latency::run(a, device),

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod array_cmd;
 mod build_cmd;
 mod connect;
 mod demo;
@@ -76,6 +77,10 @@ enum Command {
     Bench(csx_bench::BenchArgs),
     /// Create devices (`csx device init`) and serve them (`csx device serve`).
     Device(device_cmd::DeviceArgs),
+    /// Arrays of devices: one namespace, tagged block addresses (`csx array init`).
+    Array(array_cmd::ArrayArgs),
+    /// Sort an array file across its members (distributed merge sort, INSTANT).
+    Sort(array_cmd::SortArgs),
     /// Describe the device: namespaces, engines, limits.
     Info(device_cmd::InfoArgs),
     /// List the device's registered functions (what programs may call).
@@ -113,6 +118,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Vm(args) => vm::run(args, &cli.global),
         Command::Bench(args) => csx_bench::run(args, &|| connect::device_uri(&cli.global)),
         Command::Device(args) => device_cmd::run_device(args),
+        Command::Array(args) => array_cmd::run(args),
+        Command::Sort(args) => array_cmd::run_sort(args, &cli.global),
         Command::Info(args) => device_cmd::run_info(args, &cli.global),
         Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
         Command::Put(args) => files::run_put(args, &cli.global),

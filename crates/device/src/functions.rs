@@ -372,6 +372,47 @@ impl<'a> CallContext<'a> {
     }
 }
 
+impl CallContext<'_> {
+    fn merge(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_merge_u64";
+        let (ptr, len, split) = (a[0], a[1], a[2]);
+        if len % 8 != 0 || split % 8 != 0 || split > len {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!(
+                    "length {len} and split {split} must be multiples of 8 with split <= length"
+                ),
+            );
+        }
+        let data = match mem.slice_mut(ptr, len) {
+            Ok(d) => d,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Typed copies of both runs (the window may be unaligned), then one merge pass
+        // back into the window.
+        let run = |b: &[u8]| -> Vec<u64> {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+                .collect()
+        };
+        let (left, right) = data.split_at(split as usize);
+        let (left, right) = (run(left), run(right));
+        let (mut i, mut j) = (0, 0);
+        for out in data.chunks_exact_mut(8) {
+            let v = if j >= right.len() || (i < left.len() && left[i] <= right[j]) {
+                i += 1;
+                left[i - 1]
+            } else {
+                j += 1;
+                right[j - 1]
+            };
+            out.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(len / 8)
+    }
+}
+
 impl HelperHost for CallContext<'_> {
     fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         match id {
@@ -385,6 +426,7 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_FILTER_U32 => self.filter(4, args, mem),
             ids::CSX_FILTER_U64 => self.filter(8, args, mem),
             ids::CSX_SORT_U64 => self.sort(args, mem),
+            ids::CSX_MERGE_U64 => self.merge(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -579,6 +621,33 @@ mod tests {
             Ok(5)
         );
         assert_eq!(files.stat("/a.txt").unwrap().size, 16);
+    }
+
+    #[test]
+    fn merge_joins_two_sorted_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let mut region = vec![0u8; 8 * 7];
+        for (i, v) in [2u64, 4, 9, 1, 3, 4, 10].iter().enumerate() {
+            region[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 24, 0, 0], &mut mem),
+            Ok(7)
+        );
+        let merged: Vec<u64> = (0..7).map(|i| mem.load(base + i * 8, 8).unwrap()).collect();
+        assert_eq!(merged, [1, 2, 3, 4, 4, 9, 10]);
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 64, 0, 0], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 12, 0, 0], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Integration tests of the `csx` binary: they run the built executable as a user (or
 //! the bpf_conformance runner) would.
 
+mod array;
 mod conformance_plugin;
 mod device_exec;
 mod lambda;
