@@ -152,7 +152,12 @@ fn class_of(op: &Op) -> Class {
         | Op::FileDelete { .. }
         | Op::FileTruncate { .. }
         | Op::FileExtents { .. }
-        | Op::FileWriteFromMem { .. } => Class::Transfer,
+        | Op::FileWriteFromMem { .. }
+        | Op::DirCreate { .. }
+        | Op::DirRemove { .. }
+        | Op::FileRename { .. }
+        | Op::DirRead { .. }
+        | Op::PathStat { .. } => Class::Transfer,
         _ => Class::Admin,
     }
 }
@@ -833,9 +838,14 @@ fn program_fail(e: &ProgramError) -> Completion {
 pub fn file_status(e: &FileStoreError) -> Status {
     match e {
         FileStoreError::NotFound { .. } => Status::NotFound,
+        FileStoreError::Exists { .. } => Status::FileExists,
+        FileStoreError::DirNotEmpty { .. } => Status::NotEmpty,
         FileStoreError::InvalidPath { .. }
         | FileStoreError::NotADirectory { .. }
+        | FileStoreError::NotADir { .. }
+        | FileStoreError::RenameIntoItself { .. }
         | FileStoreError::IsADirectory { .. } => Status::InvalidField,
+        FileStoreError::TooManyDirs { .. } => Status::NoSpace,
         FileStoreError::NoSpace { .. }
         | FileStoreError::TooManyExtents { .. }
         | FileStoreError::TooManyFiles { .. } => Status::NoSpace,
@@ -846,6 +856,21 @@ pub fn file_status(e: &FileStoreError) -> Status {
         | FileStoreError::MetaMissing { .. } => Status::Corrupt,
         FileStoreError::Nvm(NvmError::OutOfRange { .. }) => Status::OutOfRange,
         _ => Status::IoError,
+    }
+}
+
+fn entry_info(e: crate::filestore::DirEntry) -> DirEntryInfo {
+    DirEntryInfo {
+        name: e.name,
+        kind: match e.kind {
+            crate::filestore::EntryKind::File => EntryKind::File,
+            crate::filestore::EntryKind::Dir => EntryKind::Dir,
+        },
+        size_bytes: e.size,
+        modified_ns: e
+            .modified
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
     }
 }
 
@@ -1231,6 +1256,40 @@ impl Shared {
                         })
                         .collect();
                     with_reply(Reply::Extents { extents, truncated })
+                }
+                Op::DirCreate { path } => {
+                    self.files.mkdir(path)?;
+                    ok(0)
+                }
+                Op::DirRemove { path } => {
+                    self.files.rmdir(path)?;
+                    ok(0)
+                }
+                Op::FileRename { from, to } => {
+                    self.files.rename(from, to)?;
+                    ok(0)
+                }
+                Op::DirRead { dir, after, max } => {
+                    let (all, more) = self.files.read_dir(dir, after, *max as usize)?;
+                    let mut entries = Vec::with_capacity(all.len());
+                    let mut bytes = 0usize;
+                    let mut truncated = more;
+                    for e in all {
+                        bytes += e.name.len() + DirEntryInfo::FIXED_SIZE;
+                        if bytes > PAYLOAD_SIZE_MAX {
+                            truncated = true;
+                            break;
+                        }
+                        entries.push(entry_info(e));
+                    }
+                    with_reply(Reply::Entries { entries, truncated })
+                }
+                Op::PathStat { path } => {
+                    let e = self.files.lookup(path)?;
+                    with_reply(Reply::Entries {
+                        entries: vec![entry_info(e)],
+                        truncated: false,
+                    })
                 }
                 other => unreachable!("{} is not a file op", other.name()),
             })
