@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
 
@@ -46,6 +46,18 @@ pub fn default_device_dir() -> anyhow::Result<PathBuf> {
     Ok(data.join("csx/device"))
 }
 
+/// The URI of the device the command line names, without opening or creating it.
+pub fn device_uri(global: &GlobalArgs) -> anyhow::Result<String> {
+    if let Some(uri) = &global.device {
+        return Ok(uri.clone());
+    }
+    let dir = default_device_dir()?;
+    let uri = dir
+        .to_str()
+        .context("the default device path is not UTF-8")?;
+    Ok(uri.to_string())
+}
+
 /// Opens the device the command line names (see the module doc).
 pub fn open(global: &GlobalArgs) -> anyhow::Result<Device> {
     if let Some(uri) = &global.device {
@@ -70,63 +82,5 @@ pub fn open(global: &GlobalArgs) -> anyhow::Result<Device> {
     Device::open(uri).with_context(|| format!("cannot open device {uri}"))
 }
 
-/// Parses a byte size: a number with an optional binary unit, `4096`, `64KiB`, `256MiB`,
-/// `1GiB`, `2TiB` (`K`, `M`, `G`, `T`, with or without `iB`/`B`, all powers of 1024).
-pub fn parse_size(text: &str) -> anyhow::Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    if digits.is_empty() {
-        bail!("size {text:?} does not start with a number");
-    }
-    let n: u64 = digits
-        .parse()
-        .with_context(|| format!("size {text:?} is too large"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => bail!("size {text:?} has unknown unit {other:?} (use KiB, MiB, GiB or TiB)"),
-    };
-    n.checked_mul(1u64 << shift)
-        .with_context(|| format!("size {text:?} is too large"))
-}
-
-/// A size for people: the largest binary unit that divides it, else bytes with one
-/// decimal of the nearest unit.
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
-    for (name, shift) in UNITS {
-        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
-            return format!("{} {name}", bytes >> shift);
-        }
-    }
-    for (name, shift) in UNITS {
-        if bytes >= 1 << shift {
-            return format!("{:.1} {name}", bytes as f64 / (1u64 << shift) as f64);
-        }
-    }
-    format!("{bytes} B")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
-        assert_eq!(parse_size("64k").unwrap(), 64 << 10);
-        assert_eq!(parse_size("2 TiB").unwrap(), 2 << 40);
-        assert!(parse_size("GiB").is_err());
-        assert!(parse_size("1PiB").is_err());
-        assert!(parse_size("99999999999TiB").is_err());
-        assert_eq!(format_size(1 << 30), "1 GiB");
-        assert_eq!(format_size(1536), "1.5 KiB");
-        assert_eq!(format_size(100), "100 B");
-    }
-}
+// Sizes on the command line: one parser and printer for every csx tool.
+pub use csx_host::size::{format_size, parse_size};

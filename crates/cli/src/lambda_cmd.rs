@@ -1,11 +1,11 @@
 //! `csx read`, `csx write` and `csx cache drop`: λ-IO file offload from the command line
-//! (`csx_host::lambda`).
+//! (`csx_lambda`).
 //!
 //! `csx read` streams a device file through a λ chunk by chunk, on the host, on the
 //! device or wherever the dispatcher predicts is faster (`--mode auto`), with `--threads`
 //! requests in flight; it writes the outputs, concatenated in file order, to `--output`
 //! and prints the run's account: requests per side, bytes over the link, wall time and
-//! modelled time (the bottleneck model of `csx_host::lambda::account`).
+//! modelled time (the bottleneck model of `csx_lambda::account`).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use csx_host::lambda::{
+use csx_host::Device;
+use csx_lambda::{
     Lambda, LambdaArgs, LambdaIo, LambdaOptions, LambdaOutput, Mode, Parallelism, Ran, RunAccount,
 };
-use csx_host::Device;
 
 use crate::connect::{self, parse_size};
 use crate::GlobalArgs;
@@ -66,9 +66,9 @@ pub struct LambdaSpec {
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Dispatcher profiling period n and length k.
-    #[arg(long, value_name = "N", default_value_t = csx_host::lambda::dispatch::PERIOD_DEFAULT)]
+    #[arg(long, value_name = "N", default_value_t = csx_lambda::dispatch::PERIOD_DEFAULT)]
     period: u32,
-    #[arg(long, value_name = "K", default_value_t = csx_host::lambda::dispatch::PROFILE_LEN_DEFAULT)]
+    #[arg(long, value_name = "K", default_value_t = csx_lambda::dispatch::PROFILE_LEN_DEFAULT)]
     profile_len: u32,
     /// Print each request's side, predicted host/device ns and cache ratio (stderr).
     #[arg(long)]
@@ -159,7 +159,7 @@ fn options(spec: &LambdaSpec, threads: u32, engines: u32) -> LambdaOptions {
     LambdaOptions {
         cache_budget_bytes: spec
             .cache_budget
-            .unwrap_or(csx_host::lambda::CACHE_BUDGET_DEFAULT),
+            .unwrap_or(csx_lambda::CACHE_BUDGET_DEFAULT),
         state_dir: spec.state_dir.clone(),
         period: spec.period,
         profile_len: spec.profile_len,

@@ -10,7 +10,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod bench;
 mod build_cmd;
 mod connect;
 mod demo;
@@ -74,7 +73,7 @@ enum Command {
     /// Run, disassemble and test eBPF programs on the local VM (no device needed).
     Vm(vm::VmArgs),
     /// Measure csx (the VM's engines against native code and other runtimes).
-    Bench(bench::BenchArgs),
+    Bench(csx_bench::BenchArgs),
     /// Create devices (`csx device init`) and serve them (`csx device serve`).
     Device(device_cmd::DeviceArgs),
     /// Describe the device: namespaces, engines, limits.
@@ -112,7 +111,7 @@ enum Command {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Vm(args) => vm::run(args, &cli.global),
-        Command::Bench(args) => bench::run(args, &cli.global),
+        Command::Bench(args) => csx_bench::run(args, &|| connect::device_uri(&cli.global)),
         Command::Device(args) => device_cmd::run_device(args),
         Command::Info(args) => device_cmd::run_info(args, &cli.global),
         Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
@@ -152,6 +151,12 @@ mod tests {
     #[test]
     fn command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bench_statuses_are_the_cli_s() {
+        assert_eq!(csx_bench::exit::SUCCESS, exit::SUCCESS);
+        assert_eq!(csx_bench::exit::ERROR, exit::ERROR);
     }
 
     #[test]

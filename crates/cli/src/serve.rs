@@ -1,7 +1,7 @@
 //! `csx device serve`: run a device as a daemon, for other processes (shm) and other
 //! hosts (tcp).
 //!
-//! The daemon is `csx_host::server::Server`; this module parses the command line, sets
+//! The daemon is `csx_server::Server`; this module parses the command line, sets
 //! up logging to stderr, turns SIGINT and SIGTERM into a clean shutdown, and prints a
 //! status line an operator can read while it runs.
 
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use csx_host::server::{ListenAddr, Server, ServerConfig, ServerStatus};
 use csx_host::transport::tcp::read_token_file;
+use csx_server::{ListenAddr, Server, ServerConfig, ServerStatus};
 
 use crate::exit;
 

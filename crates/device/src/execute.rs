@@ -1,32 +1,9 @@
 //! Execute Program: from a command to a run of the program and its completion.
 //!
-//! The program's view of the device (the program ABI, version `csx_proto::ABI_VERSION`):
-//!
-//! ```text
-//! register  value
-//!   r1      address of window 0 (0 if there are no windows)
-//!   r2      length of window 0 (0 if there are no windows)
-//!   r3      address of the shared state
-//!   r4      length of the shared state
-//!   r5      address of the read-only struct csx_args
-//!
-//! region  contents                         access
-//!   2     struct csx_args                  read-only
-//!   3     shared state                     read-write, shared by all engines
-//!   4+i   window i (i < 16)                read-write, this execution only
-//! ```
-//!
-//! `struct csx_args` (C layout, little-endian):
-//!
-//! ```text
-//! offset  size  field
-//!      0     8  cparam1
-//!      8     8  cparam2
-//!     16     4  nwindows        windows in use
-//!     20     4  params_len      bytes in params
-//!     24   256  windows[16]     { u64 addr; u64 len; } each; unused ones are zero
-//!    280     …  params[]        the command's parameter bytes
-//! ```
+//! The program's view of the device is the program ABI ([`csx_proto::abi`]: entry
+//! registers, region map, `struct csx_args`); this module maps it onto the VM's regions
+//! ([`run_on_windows`]), and the device and the host side of λ-IO both run programs
+//! through it.
 //!
 //! The path, narrated in [`Shared::execute`]: resolve the program → resolve the windows
 //! (range set or inline) → check them → lease their SLM bytes → build the argument block
@@ -40,7 +17,8 @@ use csx_ebpf::helper::HelperHost;
 use csx_ebpf::limits::FUEL_DEFAULT;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
-use csx_proto::limits::{ARGS_HEADER_SIZE, WINDOWS_MAX};
+use csx_proto::abi;
+use csx_proto::limits::WINDOWS_MAX;
 use csx_proto::{
     ClientId, CommandId, Completion, ExecuteInfo, MemRange, Op, Reply, Status, Windows, WireTrap,
     WireTrapKind,
@@ -52,11 +30,11 @@ use crate::runtime::{ns, Shared};
 use crate::slm::{LeaseRequest, Leases, SlmError};
 
 /// Region of `struct csx_args`.
-pub const ARGS_REGION: RegionIdx = RegionIdx(2);
+pub const ARGS_REGION: RegionIdx = RegionIdx(abi::ARGS_REGION);
 /// Region of the shared state.
-pub const STATE_REGION: RegionIdx = RegionIdx(3);
+pub const STATE_REGION: RegionIdx = RegionIdx(abi::STATE_REGION);
 /// Region of window 0; window `i` is at `WINDOW_REGION_FIRST + i`.
-pub const WINDOW_REGION_FIRST: RegionIdx = RegionIdx(4);
+pub const WINDOW_REGION_FIRST: RegionIdx = RegionIdx(abi::WINDOW_REGION_FIRST);
 
 const _: () = assert!(ARGS_REGION.0 == RegionIdx::EMBEDDER_FIRST.0);
 const _: () = assert!(
@@ -77,21 +55,9 @@ pub fn window_region(i: usize) -> RegionIdx {
     RegionIdx(WINDOW_REGION_FIRST.0 + i as u32)
 }
 
-/// Builds `struct csx_args` (see the module doc).
+/// Builds `struct csx_args` ([`csx_proto::abi::args`]).
 pub fn build_args(cparam1: u64, cparam2: u64, window_lens: &[u64], params: &[u8]) -> Vec<u8> {
-    assert!(window_lens.len() <= WINDOWS_MAX);
-    let mut a = vec![0u8; ARGS_HEADER_SIZE + params.len()];
-    a[0..8].copy_from_slice(&cparam1.to_le_bytes());
-    a[8..16].copy_from_slice(&cparam2.to_le_bytes());
-    a[16..20].copy_from_slice(&(window_lens.len() as u32).to_le_bytes());
-    a[20..24].copy_from_slice(&(params.len() as u32).to_le_bytes());
-    for (i, len) in window_lens.iter().enumerate() {
-        let at = 24 + i * 16;
-        a[at..at + 8].copy_from_slice(&window_region(i).vaddr(0).to_le_bytes());
-        a[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
-    }
-    a[ARGS_HEADER_SIZE..].copy_from_slice(params);
-    a
+    abi::args::encode(cparam1, cparam2, window_lens, params)
 }
 
 /// The wire form of a VM trap.
@@ -156,7 +122,7 @@ pub struct RunCall<'p> {
 /// Runs `engine` over `windows` exactly as Execute Program does: builds `struct
 /// csx_args`, maps args (read-only), the state (by `map_state`, which maps region 3 and
 /// returns its address and length) and window i at region 4+i, and passes r1-r5 as the
-/// module doc says. The device and the host side of λ-IO (`csx_host::lambda`) both run
+/// module doc says. The device and the host side of λ-IO (`csx_lambda`) both run
 /// programs through here, so a program sees the same memory on either side.
 pub fn run_on_windows<'w>(
     engine: &dyn Engine,
@@ -344,20 +310,18 @@ fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>) -> Completion 
 mod tests {
     use super::*;
 
+    /// The ABI's address of each window is the VM's address of its region.
     #[test]
-    fn args_layout() {
+    fn abi_addresses_are_the_vms() {
+        for i in 0..WINDOWS_MAX {
+            assert_eq!(abi::window_base(i), window_region(i).vaddr(0));
+        }
+        assert_eq!(abi::region_base(abi::ARGS_REGION), ARGS_REGION.vaddr(0));
+        assert_eq!(abi::region_base(abi::STATE_REGION), STATE_REGION.vaddr(0));
         let a = build_args(1, 2, &[10, 20], b"xyz");
-        assert_eq!(a.len(), 283);
-        assert_eq!(u64::from_le_bytes(a[0..8].try_into().unwrap()), 1);
-        assert_eq!(u64::from_le_bytes(a[8..16].try_into().unwrap()), 2);
-        assert_eq!(u32::from_le_bytes(a[16..20].try_into().unwrap()), 2);
-        assert_eq!(u32::from_le_bytes(a[20..24].try_into().unwrap()), 3);
-        assert_eq!(u64::from_le_bytes(a[24..32].try_into().unwrap()), 4 << 32);
-        assert_eq!(u64::from_le_bytes(a[32..40].try_into().unwrap()), 10);
-        assert_eq!(u64::from_le_bytes(a[40..48].try_into().unwrap()), 5 << 32);
-        assert_eq!(u64::from_le_bytes(a[48..56].try_into().unwrap()), 20);
-        assert!(a[56..280].iter().all(|&b| b == 0));
-        assert_eq!(&a[280..], b"xyz");
+        let at = abi::args::WINDOWS_OFFSET + abi::args::WINDOW_SIZE;
+        let addr = u64::from_le_bytes(a[at..at + 8].try_into().unwrap());
+        assert_eq!(addr, window_region(1).vaddr(0));
     }
 
     #[test]

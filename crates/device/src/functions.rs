@@ -2,11 +2,10 @@
 //! (Delilah's "sidestepping"), and the table the device publishes so hosts know what it
 //! offers before compiling.
 //!
-//! Each function has a stable id (the immediate of `call imm`), a C declaration, the
-//! argument kinds the VM checks pointers against before the call, a version and a
-//! one-line doc. The ids and declarations are part of the program ABI
-//! (`csx_proto::ABI_VERSION`): a function never changes meaning under its id; a new
-//! contract gets a new name and id.
+//! The signatures (ids, C declarations, argument kinds) are the program ABI's
+//! ([`csx_proto::abi::functions`]); this module implements them ([`CallContext`]) and
+//! states them in the VM's terms ([`function_table`]). A test calls every id of the ABI
+//! and fails if one has no implementation.
 //!
 //! Errors: a function that fails returns a negative `CSX_E*` code (`csx_proto::errno`)
 //! to the program, which may handle it, and the first failure of a run is recorded
@@ -17,142 +16,23 @@ use std::time::{Duration, Instant};
 
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::memory::MemoryMap;
-use csx_proto::errno::*;
+use csx_proto::abi::errno::*;
+use csx_proto::abi::functions as ids;
+use csx_proto::abi::{self, cmp};
 use csx_proto::limits::{PATH_SIZE_MAX, TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MAX};
-use csx_proto::{ErrorDetail, FunctionId, FunctionInfo, WireArgKind};
+use csx_proto::{ErrorDetail, FunctionInfo, WireArgKind};
 
 use crate::filestore::{FileStore, FileStoreError};
 
-/// Comparison operators of the filter functions (`op` argument): element `x` matches
-/// when `x OP operand`, unsigned.
-pub mod cmp {
-    pub const CSX_CMP_EQ: u64 = 0;
-    pub const CSX_CMP_NE: u64 = 1;
-    pub const CSX_CMP_LT: u64 = 2;
-    pub const CSX_CMP_LE: u64 = 3;
-    pub const CSX_CMP_GT: u64 = 4;
-    pub const CSX_CMP_GE: u64 = 5;
-}
-
-/// Function ids. Stable: part of the program ABI.
-pub mod ids {
-    pub const CSX_FILE_SIZE: u32 = 1;
-    pub const CSX_FILE_READ: u32 = 2;
-    pub const CSX_FILE_WRITE: u32 = 3;
-    pub const CSX_MEMCPY: u32 = 4;
-    pub const CSX_MEMSET: u32 = 5;
-    pub const CSX_NOW_NS: u32 = 6;
-    pub const CSX_TRACE: u32 = 7;
-    pub const CSX_FILTER_U32: u32 = 16;
-    pub const CSX_FILTER_U64: u32 = 17;
-    pub const CSX_SORT_U64: u32 = 18;
-}
-
-/// One entry of the published table.
-#[derive(Clone, Copy, Debug)]
-pub struct FunctionDef {
-    pub id: u32,
-    pub name: &'static str,
-    pub args: &'static [ArgKind],
-    pub version: u32,
-    pub c_decl: &'static str,
-    pub doc: &'static str,
-}
-
-use ArgKind::{PtrIn, PtrOut, Scalar};
-
-/// Every registered function, in id order.
-pub const FUNCTIONS: &[FunctionDef] = &[
-    FunctionDef {
-        id: ids::CSX_FILE_SIZE,
-        name: "csx_file_size",
-        args: &[PtrIn { len_arg: 1 }, Scalar],
-        version: 1,
-        c_decl: "long csx_file_size(const char *path, unsigned long path_len);",
-        doc: "size in bytes of the device file at path, or a negative CSX_E* code",
-    },
-    FunctionDef {
-        id: ids::CSX_FILE_READ,
-        name: "csx_file_read",
-        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrOut { len_arg: 4 }, Scalar],
-        version: 1,
-        c_decl: "long csx_file_read(const char *path, unsigned long path_len, unsigned long offset, void *dst, unsigned long len);",
-        doc: "reads up to len bytes of a device file at offset into dst; returns bytes read (short at end of file)",
-    },
-    FunctionDef {
-        id: ids::CSX_FILE_WRITE,
-        name: "csx_file_write",
-        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrIn { len_arg: 4 }, Scalar],
-        version: 1,
-        c_decl: "long csx_file_write(const char *path, unsigned long path_len, unsigned long offset, const void *src, unsigned long len);",
-        doc: "writes len bytes from src to a device file at offset, creating or extending it; returns bytes written",
-    },
-    FunctionDef {
-        id: ids::CSX_MEMCPY,
-        name: "csx_memcpy",
-        args: &[PtrOut { len_arg: 2 }, PtrIn { len_arg: 2 }, Scalar],
-        version: 1,
-        c_decl: "long csx_memcpy(void *dst, const void *src, unsigned long len);",
-        doc: "copies len bytes (ranges may overlap) between any mapped memory; returns len",
-    },
-    FunctionDef {
-        id: ids::CSX_MEMSET,
-        name: "csx_memset",
-        args: &[PtrOut { len_arg: 2 }, Scalar, Scalar],
-        version: 1,
-        c_decl: "long csx_memset(void *dst, unsigned long byte, unsigned long len);",
-        doc: "sets len bytes at dst to the low byte of byte; returns len",
-    },
-    FunctionDef {
-        id: ids::CSX_NOW_NS,
-        name: "csx_now_ns",
-        args: &[],
-        version: 1,
-        c_decl: "unsigned long csx_now_ns(void);",
-        doc: "monotonic nanoseconds since the device opened",
-    },
-    FunctionDef {
-        id: ids::CSX_TRACE,
-        name: "csx_trace",
-        args: &[PtrIn { len_arg: 1 }, Scalar],
-        version: 1,
-        c_decl: "long csx_trace(const char *msg, unsigned long len);",
-        doc: "appends a message (at most 256 bytes kept, 64 per run) to the completion's trace; 0 or CSX_ENOSPC",
-    },
-    FunctionDef {
-        id: ids::CSX_FILTER_U32,
-        name: "csx_filter_u32",
-        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, Scalar, Scalar],
-        version: 1,
-        c_decl: "long csx_filter_u32(const void *src, unsigned long len, unsigned long op, unsigned long operand, void *bitmap);",
-        doc: "accelerated filter: bit i of bitmap (ceil(len/32) bytes) = src[i] OP operand over len/4 u32s; returns matches",
-    },
-    FunctionDef {
-        id: ids::CSX_FILTER_U64,
-        name: "csx_filter_u64",
-        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, Scalar, Scalar],
-        version: 1,
-        c_decl: "long csx_filter_u64(const void *src, unsigned long len, unsigned long op, unsigned long operand, void *bitmap);",
-        doc: "accelerated filter: bit i of bitmap (ceil(len/64) bytes) = src[i] OP operand over len/8 u64s; returns matches",
-    },
-    FunctionDef {
-        id: ids::CSX_SORT_U64,
-        name: "csx_sort_u64",
-        args: &[PtrOut { len_arg: 1 }, Scalar],
-        version: 1,
-        c_decl: "long csx_sort_u64(void *data, unsigned long len);",
-        doc: "accelerated sort of len/8 little-endian u64s in place, ascending; returns the count",
-    },
-];
-
-/// The table programs are linked and verified against.
+/// The table programs are linked and verified against: [`abi::functions::FUNCTIONS`]
+/// with each argument kind in the VM's terms.
 pub fn function_table() -> FunctionTable {
     let mut t = FunctionTable::new();
-    for f in FUNCTIONS {
+    for f in abi::functions::FUNCTIONS {
         t.insert(FunctionSig {
             name: f.name.to_string(),
             id: f.id,
-            args: f.args.to_vec(),
+            args: f.args.iter().map(|a| arg_kind(*a)).collect(),
             version: f.version,
             doc: f.doc.to_string(),
         })
@@ -161,27 +41,18 @@ pub fn function_table() -> FunctionTable {
     t
 }
 
-/// The table as the device publishes it (List Functions).
+/// The VM's form of an ABI argument kind.
+fn arg_kind(a: WireArgKind) -> ArgKind {
+    match a {
+        WireArgKind::Scalar => ArgKind::Scalar,
+        WireArgKind::PtrIn { len_arg } => ArgKind::PtrIn { len_arg },
+        WireArgKind::PtrOut { len_arg } => ArgKind::PtrOut { len_arg },
+    }
+}
+
+/// The table as the device publishes it (List Functions): every function of the ABI.
 pub fn function_infos() -> Vec<FunctionInfo> {
-    FUNCTIONS
-        .iter()
-        .map(|f| FunctionInfo {
-            id: FunctionId(f.id),
-            name: f.name.to_string(),
-            args: f
-                .args
-                .iter()
-                .map(|a| match *a {
-                    Scalar => WireArgKind::Scalar,
-                    PtrIn { len_arg } => WireArgKind::PtrIn { len_arg },
-                    PtrOut { len_arg } => WireArgKind::PtrOut { len_arg },
-                })
-                .collect(),
-            version: f.version,
-            c_decl: f.c_decl.to_string(),
-            doc: f.doc.to_string(),
-        })
-        .collect()
+    abi::functions::infos()
 }
 
 /// The negative code for a file store error.
@@ -420,7 +291,7 @@ impl<'a> CallContext<'a> {
                 format!("length {len} is not a multiple of {width}"),
             );
         }
-        if op > cmp::CSX_CMP_GE {
+        if op > cmp::CSX_CMP_LAST {
             return self.fail(name, CSX_EINVAL, format!("unknown operator {op}"));
         }
         let count = (len / width as u64) as usize;
@@ -664,14 +535,35 @@ mod tests {
     }
 
     #[test]
-    fn table_is_consistent() {
+    fn table_matches_the_abi() {
         let t = function_table();
-        assert_eq!(t.len(), FUNCTIONS.len());
-        for f in FUNCTIONS {
-            assert_eq!(t.by_name(f.name).unwrap().id, f.id);
-            assert!(f.c_decl.contains(f.name));
+        assert_eq!(t.len(), abi::functions::FUNCTIONS.len());
+        for f in abi::functions::FUNCTIONS {
+            let sig = t.by_name(f.name).unwrap();
+            assert_eq!(sig.id, f.id);
+            assert_eq!(sig.args.len(), f.args.len());
         }
-        assert_eq!(function_infos().len(), FUNCTIONS.len());
+        assert_eq!(function_infos(), abi::functions::infos());
+    }
+
+    /// Every function of the ABI has an implementation: called with zero arguments, none
+    /// falls through to the "not implemented" arm (whose failure names no function).
+    #[test]
+    fn every_abi_function_is_implemented() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        for f in abi::functions::FUNCTIONS {
+            let mut ctx = CallContext::new(&files, Instant::now());
+            let mut mem = MemoryMap::new();
+            let _ = ctx.call(f.id, [0; 5], &mut mem);
+            if let Some(d) = &ctx.detail {
+                assert_eq!(d.function, f.name, "id {}: {}", f.id, d.message);
+            }
+        }
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let unknown = ctx.call(999, [0; 5], &mut MemoryMap::new());
+        assert_eq!(unknown, Ok(CSX_ENOSYS as u64));
+        assert_eq!(ctx.detail.unwrap().function, "device");
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod rangeset;
 pub mod runtime;
 pub mod slm;
 pub mod state;
+pub mod status;
 
 pub use config::DeviceConfig;
 pub use dma::DmaBuffer;

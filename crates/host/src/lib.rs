@@ -25,6 +25,9 @@
 //!   order, matched by `CommandId`; shared by threads.
 //! * [`Device`]: the blocking convenience API, one method per host operation.
 //!
+//! The daemon that serves a device over shm and tcp is `csx-server`; λ-IO is
+//! `csx-lambda`; both build on this crate.
+//!
 //! Invariant: only protocol types cross a transport; this crate reaches the device
 //! runtime only through the `inproc` feature's transport.
 
@@ -33,9 +36,7 @@ pub mod device;
 pub mod error;
 pub mod execute;
 pub mod files;
-pub mod lambda;
-#[cfg(feature = "server")]
-pub mod server;
+pub mod size;
 pub mod transport;
 pub mod uri;
 

@@ -124,7 +124,7 @@ impl fmt::Display for ErrorDetail {
                 "{}: {} ({})",
                 self.function,
                 self.message,
-                crate::status::errno::name(self.code)
+                crate::abi::errno::name(self.code)
             )
         } else {
             write!(f, "{}: {}", self.function, self.message)

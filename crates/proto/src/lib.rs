@@ -1,10 +1,11 @@
-//! csx-proto: the device protocol. Commands, completions, status codes, identifiers,
-//! limits and the binary wire encoding.
+//! csx-proto: the device protocol (commands, completions, status codes, identifiers,
+//! limits, the binary wire encoding) and the program ABI ([`abi`]).
 //!
 //! Only these types cross a transport. This crate depends on nothing of the device or
 //! the VM: the device converts its own types (traps, function signatures) into the
 //! wire mirrors defined here.
 
+pub mod abi;
 pub mod command;
 pub mod completion;
 pub mod ids;
@@ -12,6 +13,7 @@ pub mod limits;
 pub mod status;
 pub mod wire;
 
+pub use abi::{errno, ABI_VERSION};
 pub use command::{
     validate_dir, validate_path, Command, CopySource, EngineKind, FieldError, MemRange, Op,
     ProgramType, Windows, WriteMode,
@@ -22,13 +24,8 @@ pub use completion::{
     WireTrapKind,
 };
 pub use ids::{ClientId, CommandId, FunctionId, MemHandle, ProgramIndex, RangeSetId};
-pub use status::{errno, Status};
+pub use status::Status;
 pub use wire::{
     decode_command, decode_command_header, decode_completion, encode_command, encode_completion,
     WireError,
 };
-
-/// Version of the program ABI: the entry registers, the layout of `struct csx_args`,
-/// the region map and the registered function ids. Programs built for one version run
-/// on every later device with the same number.
-pub const ABI_VERSION: u32 = 1;

@@ -10,7 +10,7 @@
 //!
 //! Each function's contract is the header comment of `sdk/programs/<name>.c`.
 
-use csx_device::functions::cmp;
+use csx_proto::abi::cmp;
 use csx_proto::errno::{CSX_EINVAL, CSX_ENOSPC};
 
 use crate::workloads::{Invocation, Outcome};

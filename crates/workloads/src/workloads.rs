@@ -10,7 +10,7 @@ use crate::gen::{
     self, BitmapSpec, DataSpec, Distribution, IntSpec, IntWidth, TextSpec, VectorSpec,
 };
 use crate::reference;
-use csx_device::functions::cmp;
+use csx_proto::abi::cmp;
 
 /// Which seed paper a workload comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -202,13 +202,19 @@ fn c_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/c")
 }
 
-/// Compiles `tests/it/c/<name>` with clang for BPF and returns the object's bytes.
+/// Compiles `tests/it/c/<name>` with clang for BPF and returns the object's bytes. The
+/// programs include `csx.h` generated here from the program ABI for this device's
+/// functions, so they are checked against the ABI itself, not a copy of it.
 pub fn compile(name: &str) -> Vec<u8> {
     let out_dir = tempfile::tempdir().expect("a temporary directory");
     let out = out_dir.path().join("prog.o");
+    let header = csx_proto::abi::header::header(&csx_device::functions::function_infos());
+    std::fs::write(out_dir.path().join("csx.h"), header).expect("write csx.h");
     let status = Process::new("clang")
         .args(["-O2", "-target", "bpf", "-c", "-Wno-unused-value", "-I"])
         .arg(c_dir())
+        .arg("-I")
+        .arg(out_dir.path())
         .arg(c_dir().join(name))
         .arg("-o")
         .arg(&out)

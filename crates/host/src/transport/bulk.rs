@@ -10,7 +10,7 @@ use csx_proto::{Completion, Op, Reply};
 /// Takes the bytes of a Memory Write or File Write out of `op` (`None` for other ops
 /// and empty writes). A Load Program chunk keeps its bytes: an empty chunk is not a
 /// valid command, and chunks are small.
-pub(crate) fn take_command_data(op: &mut Op) -> Option<Vec<u8>> {
+pub fn take_command_data(op: &mut Op) -> Option<Vec<u8>> {
     match op {
         Op::MemWrite { data, .. } | Op::FileWrite { data, .. } if !data.is_empty() => {
             Some(std::mem::take(data))
@@ -21,7 +21,7 @@ pub(crate) fn take_command_data(op: &mut Op) -> Option<Vec<u8>> {
 
 /// Puts bytes taken by [`take_command_data`] back; `false` if `op` takes none or already
 /// holds some.
-pub(crate) fn put_command_data(op: &mut Op, bytes: Vec<u8>) -> bool {
+pub fn put_command_data(op: &mut Op, bytes: Vec<u8>) -> bool {
     match op {
         Op::MemWrite { data, .. } | Op::FileWrite { data, .. } if data.is_empty() => {
             *data = bytes;
@@ -32,7 +32,7 @@ pub(crate) fn put_command_data(op: &mut Op, bytes: Vec<u8>) -> bool {
 }
 
 /// The most reply bytes the completion of `op` may carry as data (a read's length).
-pub(crate) fn reply_data_max(op: &Op) -> usize {
+pub fn reply_data_max(op: &Op) -> usize {
     match op {
         // Both are at most 16 MiB (checked by `Op::validate` before submission).
         Op::MemRead { len, .. } | Op::FileRead { len, .. } => *len as usize,
@@ -41,7 +41,7 @@ pub(crate) fn reply_data_max(op: &Op) -> usize {
 }
 
 /// Takes a read's reply bytes out of `c` (`None` when it has none).
-pub(crate) fn take_reply_data(c: &mut Completion) -> Option<Vec<u8>> {
+pub fn take_reply_data(c: &mut Completion) -> Option<Vec<u8>> {
     match &mut c.reply {
         Reply::Data(d) if !d.is_empty() => Some(std::mem::take(d)),
         _ => None,
@@ -49,7 +49,7 @@ pub(crate) fn take_reply_data(c: &mut Completion) -> Option<Vec<u8>> {
 }
 
 /// Puts reply bytes back; `false` if the completion has no empty data reply to fill.
-pub(crate) fn put_reply_data(c: &mut Completion, bytes: Vec<u8>) -> bool {
+pub fn put_reply_data(c: &mut Completion, bytes: Vec<u8>) -> bool {
     match &mut c.reply {
         Reply::Data(d) if d.is_empty() => {
             *d = bytes;

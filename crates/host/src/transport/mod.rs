@@ -26,12 +26,14 @@ use csx_proto::{Command, Completion};
 
 use crate::error::TransportError;
 
-pub(crate) mod bulk;
+// `bulk`, `sys`, the framing modules and `shm::ring` are public for the server halves
+// of the transports, in `csx-server`.
+pub mod bulk;
 mod framing;
 #[cfg(feature = "inproc")]
 pub mod inproc;
 pub mod shm;
-pub(crate) mod sys;
+pub mod sys;
 pub mod tcp;
 
 /// One queue pair to a device. Shared by every thread of a [`crate::Client`]; the

@@ -2,7 +2,7 @@
 //! several seeds and sizes, for its default set-up and for variants that reach its edge
 //! cases and error codes (full output windows, bad parameters, empty selections).
 
-use csx_device::functions::cmp;
+use csx_proto::abi::cmp;
 use csx_proto::errno::{CSX_EINVAL, CSX_ENOENT, CSX_ENOSPC};
 use csx_workloads::gen::{BitmapSpec, DataSpec};
 use csx_workloads::reference::{self, KNN_K_MAX};

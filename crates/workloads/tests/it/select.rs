@@ -2,7 +2,7 @@
 //! accelerated csx_filter_u32) selects the same rows, on both engines, for every
 //! operator, and matches the position list the reference computes.
 
-use csx_device::functions::cmp;
+use csx_proto::abi::cmp;
 use csx_workloads::reference::{bitmask_positions, compare, poslist_positions};
 use csx_workloads::{by_name, Case, Invocation, Session};
 

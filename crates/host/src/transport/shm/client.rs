@@ -870,11 +870,14 @@ impl Transport for ShmTransport {
     }
 }
 
-#[cfg(test)]
+// Hooks for the device side's tests in csx-server (feature `test-hooks`): a host that
+// breaks the protocol on purpose.
+#[cfg(any(test, feature = "test-hooks"))]
+#[doc(hidden)]
 impl ShmTransport {
     /// Posts an entry for `cid` holding `frame` inline, bent by `tweak`, as a broken or
     /// hostile host would (the device's checks are tested with it).
-    pub(crate) fn post_raw(
+    pub fn post_raw(
         &self,
         cid: CommandId,
         frame: Vec<u8>,
@@ -907,12 +910,12 @@ impl ShmTransport {
     }
 
     /// The layout and region, for tests that scribble on the rings.
-    pub(crate) fn raw_region(&self) -> (&Region, Layout) {
+    pub fn raw_region(&self) -> (&Region, Layout) {
         (&self.inner.region, self.inner.layout)
     }
 
     /// Rings the doorbell whether or not the device sleeps.
-    pub(crate) fn ring_doorbell(&self) {
+    pub fn ring_doorbell(&self) {
         self.inner.doorbell.notify().expect("doorbell");
     }
 }

@@ -21,8 +21,9 @@
 //! | `ring.rs`     | the shared mapping: index words, entry and buffer copies (unsafe) |
 //! | `heap.rs`     | the host's allocator over its host memory                      |
 //! | `client.rs`   | [`ShmTransport`], the host side, and [`HostBuffer`]            |
-//! | `server.rs`   | one client of `csx device serve` (feature `server`)            |
 //! | `metrics.rs`  | counters of doorbells, interrupts and sleeps                   |
+//!
+//! The device side, one client of `csx device serve`, is `csx_server::shm`.
 //!
 //! Trust: the device trusts nothing in shared memory. It copies each entry out before
 //! reading it, checks every index, offset and length against the region and the limits
@@ -33,9 +34,7 @@ mod client;
 pub mod framing;
 mod heap;
 pub mod metrics;
-pub(crate) mod ring;
-#[cfg(feature = "server")]
-pub(crate) mod server;
+pub mod ring;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -670,10 +670,7 @@ impl PduReader {
 /// nothing came in that time, for the caller to block. A thread that sleeps in a read
 /// costs its peer a wake-up of tens of µs on a VM with few cores; polling while
 /// commands come back to back avoids it, as the shm transport's spins do.
-pub(crate) fn fill_polling(
-    reader: &mut PduReader,
-    stream: &TcpStream,
-) -> Option<io::Result<usize>> {
+pub fn fill_polling(reader: &mut PduReader, stream: &TcpStream) -> Option<io::Result<usize>> {
     let start = Instant::now();
     loop {
         match reader.fill(&mut DontWait(stream)) {

@@ -21,7 +21,7 @@ pub struct TcpMetrics {
 }
 
 impl TcpMetrics {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 

@@ -13,8 +13,9 @@
 //! |---------------|---------------------------------------------------------------|
 //! | `framing.rs`  | PDU layouts, their encoding, the incremental PDU reader       |
 //! | `client.rs`   | [`TcpTransport`], the host side                               |
-//! | `server.rs`   | one connection of `csx device serve` (feature `server`)       |
 //! | `metrics.rs`  | counters of PDUs and bytes                                    |
+//!
+//! The device side, one connection of `csx device serve`, is `csx_server::tcp`.
 //!
 //! Invariants: every length read from the socket is checked against a limit below
 //! before anything is allocated for it; a peer that breaks the framing gets a
@@ -24,8 +25,6 @@
 mod client;
 pub mod framing;
 pub mod metrics;
-#[cfg(feature = "server")]
-pub(crate) mod server;
 
 use std::time::Duration;
 

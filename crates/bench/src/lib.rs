@@ -1,0 +1,55 @@
+//! csx-bench: `csx bench`, the measurements of csx, each a subcommand in its own module.
+//! The `csx` binary parses the command line and calls [`run`].
+//!
+//! Every benchmark prints a human table by default and one JSON object with `--json`,
+//! and times work with [`measure`] so numbers from different benchmarks mean the same.
+//!
+//! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang.
+
+use clap::{Args, Subcommand};
+
+mod device;
+mod engine;
+mod lambda;
+mod latency;
+pub mod measure;
+pub mod plot;
+mod vm;
+mod workloads;
+
+/// Measure csx.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    Vm(vm::VmBenchArgs),
+    Device(device::DeviceBenchArgs),
+    Latency(latency::LatencyBenchArgs),
+    Lambda(lambda::LambdaBenchArgs),
+    Workloads(workloads::WorkloadsBenchArgs),
+}
+
+/// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
+/// they agree).
+pub mod exit {
+    /// The benchmark ran and its engines agreed.
+    pub const SUCCESS: u8 = 0;
+    /// An operating error, or engines that disagree.
+    pub const ERROR: u8 = 1;
+}
+
+/// Runs one benchmark. `device` names the device `csx bench latency` measures (the
+/// command line's `--device`, else the per-user device), asked only by that benchmark.
+pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyhow::Result<u8> {
+    match args.command {
+        BenchCommand::Vm(a) => vm::run(a),
+        BenchCommand::Device(a) => device::run(a),
+        BenchCommand::Latency(a) => latency::run(a, device),
+        BenchCommand::Lambda(a) => lambda::run(a),
+        BenchCommand::Workloads(a) => workloads::run(a),
+    }
+}

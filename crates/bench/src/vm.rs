@@ -1,0 +1,933 @@
+//! `csx bench vm`: the VM's engines against native code, on C kernels.
+//!
+//! Each kernel in `sdk/bench/*.c` is written once in C and built twice by `build.rs`:
+//! natively with `clang -O2` (linked into this binary) and to eBPF with
+//! `clang -O2 -target bpf` (embedded). For each kernel the benchmark
+//!
+//! 1. generates its input from a fixed seed (the same bytes for every engine);
+//! 2. loads and verifies the eBPF object, runs it once on the interpreter, then runs the
+//!    native build and the JIT once; any disagreement (or trap) is an error, not a number;
+//! 3. times native, interpreter and JIT runs, interleaved over a few rounds (see
+//!    [`super::measure`]), with every safety check on: bounds-checked memory, fuel
+//!    metering, the default fuel budget;
+//! 4. does the same for the `rbpf` crate's interpreter and JIT where they can run the
+//!    kernel (feature `rbpf`), as a peer column; a failure there is noted, not fatal.
+//!
+//! Kernels take one pointer, to a 64-byte header followed by their data (`bench.h`),
+//! so runtimes that pass only r1 can drive them. Our engines also get r2 = the length,
+//! which the kernels ignore.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use csx_ebpf::engine::{Engine, RunOptions};
+use csx_ebpf::helper::{ConformanceHost, FunctionTable};
+use csx_ebpf::memory::{MemoryMap, RegionIdx};
+use csx_ebpf::program::VerifiedProgram;
+use serde::Serialize;
+
+use super::measure::{geomean, Measurement, Sampler, BATCHES_PER_BUDGET};
+use crate::engine::{build_engine, verify_program, EngineKind};
+use crate::exit;
+
+/// A kernel as `build.rs` built it.
+pub struct CompiledKernel {
+    /// The file stem in `sdk/bench`.
+    pub name: &'static str,
+    /// The eBPF object (`clang -O2 -target bpf`).
+    pub bpf_object: &'static [u8],
+    /// The native build (`clang -O2`). It must be called with a pointer to a valid,
+    /// 8-byte aligned input: the header and all the data the header describes.
+    pub native: unsafe extern "C" fn(*const u8) -> u64,
+}
+
+mod kernels {
+    use super::CompiledKernel;
+    include!(concat!(env!("OUT_DIR"), "/bench_kernels.rs"));
+}
+
+pub use kernels::KERNELS;
+
+/// Seed of every input generator (each kernel mixes in its name).
+const SEED: u64 = 0x00c5_0b3e_7c4b_5eed;
+
+/// Dimensions of a knn point; `KNN_DIM` in `sdk/bench/knn.c`.
+const KNN_DIM: usize = 16;
+
+/// Bytes of the input header; `struct csx_bench_input` in `sdk/bench/bench.h`.
+const HEADER_SIZE: usize = 64;
+
+/// Time spent measuring one (kernel, engine) cell.
+const CELL_BUDGET: Duration = Duration::from_millis(300);
+
+/// Time per cell with `--quick`.
+const CELL_BUDGET_QUICK: Duration = Duration::from_millis(50);
+
+/// Benchmark the VM's engines against native code on C kernels.
+///
+/// Seven kernels (stats64, stats32, a branchy filter, grep, knn, fnv-1a, prime count),
+/// each written once in C (sdk/bench) and compiled natively with `clang -O2` and to
+/// eBPF with `clang -O2 -target bpf`, run on seeded random inputs. Every engine must
+/// return the native answer (otherwise the command fails). Prints the median time per
+/// run and the ratio to native for the interpreter, the JIT (with all safety checks on)
+/// and, where they can run the kernel, the rbpf crate's interpreter and JIT; then the
+/// geometric means of the ratios and the JIT compile times.
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct VmBenchArgs {
+    /// Print one JSON object: {"kernels": [{name, native_ns, interp_ns, jit_ns,
+    /// jit_compile_us, interp_ratio, jit_ratio, rbpf_*...}], geomean_jit,
+    /// geomean_interp, geomean_rbpf_interp, geomean_rbpf_jit, ...}.
+    #[arg(long)]
+    json: bool,
+    /// Measure each cell for 50 ms instead of 300 ms (same inputs, noisier numbers).
+    #[arg(long)]
+    quick: bool,
+    /// Run only these kernels (repeatable).
+    #[arg(long, value_name = "NAME")]
+    kernel: Vec<String>,
+}
+
+/// How big a kernel's input is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// The benchmark's inputs (64 KiB to 1 MiB, or a prime limit of 20000).
+    Full,
+    /// Small inputs for tests.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "only the tests use small inputs")
+    )]
+    Test,
+}
+
+/// A kernel's input: the header and data of `bench.h`, in 8-byte aligned storage so the
+/// native build may load its u64 fields and elements directly.
+#[derive(Clone)]
+pub struct Input {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Input {
+    /// Lays out a header with `count`, `data.len()` and `params`, followed by `data`.
+    fn new(count: u64, params: [u64; 6], data: &[u8]) -> Input {
+        let len = HEADER_SIZE + data.len();
+        let mut bytes = Vec::with_capacity(len);
+        bytes.extend_from_slice(&count.to_le_bytes());
+        bytes.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        for p in params {
+            bytes.extend_from_slice(&p.to_le_bytes());
+        }
+        assert_eq!(bytes.len(), HEADER_SIZE);
+        bytes.extend_from_slice(data);
+        bytes.resize(len.next_multiple_of(8), 0);
+        let words = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+            .collect();
+        Input { words, len }
+    }
+
+    /// The input's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        assert!(self.len <= self.words.len() * 8);
+        // SAFETY: `words` owns `words.len() * 8 >= len` initialized bytes; `u8` has no
+        // alignment or validity requirement; the shared borrow of `self` keeps them
+        // unchanged while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// The input's bytes, writable (rbpf's API wants `&mut [u8]`).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        assert!(self.len <= self.words.len() * 8);
+        // SAFETY: as in `bytes`; the exclusive borrow of `self` makes this the only
+        // live view of the storage.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+/// splitmix64: a small, fast, well-mixed generator; inputs must be reproducible.
+struct Rng(u64);
+
+impl Rng {
+    fn for_kernel(name: &str) -> Rng {
+        let mut seed = SEED;
+        for b in name.bytes() {
+            seed = (seed ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (the modulo bias is irrelevant for n this small).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// The input of kernel `name` at `scale`, or `None` for a kernel this file does not
+/// know (a new `.c` file needs a generator here).
+pub fn make_input(name: &str, scale: Scale) -> Option<Input> {
+    // Full inputs are 10 to 128 times the test inputs.
+    let full = |n: u64, test: u64| if scale == Scale::Full { n } else { test };
+    let mut rng = Rng::for_kernel(name);
+    let input = match name {
+        "stats64" => {
+            let n = full(8192, 256);
+            let data: Vec<u8> = (0..n).flat_map(|_| rng.next_u64().to_le_bytes()).collect();
+            Input::new(n, [0; 6], &data)
+        }
+        "stats32" => {
+            let n = full(16384, 512);
+            let data: Vec<u8> = (0..n)
+                .flat_map(|_| (rng.next_u64() as u32).to_le_bytes())
+                .collect();
+            Input::new(n, [0; 6], &data)
+        }
+        "filter" => filter_input(&mut rng, full(65536, 512)),
+        "grep" => grep_input(&mut rng, full(64 << 10, 2 << 10) as usize),
+        "knn" => knn_input(&mut rng, full(4096, 128)),
+        "fnv" => {
+            let n = full(64 << 10, 2 << 10);
+            let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+            Input::new(0, [0; 6], &data)
+        }
+        "primes" => Input::new(0, [full(20_000, 2_000), 0, 0, 0, 0, 0], &[]),
+        _ => return None,
+    };
+    Some(input)
+}
+
+/// Records of four u32 fields, each predicate of the filter true about half the time.
+/// 64Ki records (1 MiB): with much fewer, a modern branch predictor learns the
+/// outcomes across repeated runs over the same bytes (16Ki records ran twice as fast
+/// natively as 256Ki on this machine's EPYC), and the filter would no longer be branchy.
+fn filter_input(rng: &mut Rng, n: u64) -> Input {
+    let mut data = Vec::with_capacity(n as usize * 16);
+    for _ in 0..n {
+        let price = rng.below(1000) as u32;
+        let quantity = rng.below(100) as u32;
+        let flags = rng.next_u64() as u32;
+        let region = rng.below(4) as u32;
+        for field in [price, quantity, flags, region] {
+            data.extend_from_slice(&field.to_le_bytes());
+        }
+    }
+    // price < 500 && quantity >= 50, or (flags & 8) != 0 && region == 2.
+    Input::new(n, [500, 50, 1 << 3, 2, 0, 0], &data)
+}
+
+/// Rows of random lowercase words, about one word in 40 the pattern `needle`.
+fn grep_input(rng: &mut Rng, size: usize) -> Input {
+    const PATTERN: &[u8] = b"needle";
+    let mut text = Vec::with_capacity(size + 128);
+    let mut rows = 0u64;
+    while text.len() < size {
+        let words = 4 + rng.below(9);
+        for w in 0..words {
+            if w > 0 {
+                text.push(b' ');
+            }
+            if rng.below(40) == 0 {
+                text.extend_from_slice(PATTERN);
+            } else {
+                let len = 2 + rng.below(8);
+                text.extend((0..len).map(|_| b'a' + rng.below(26) as u8));
+            }
+        }
+        text.push(b'\n');
+        rows += 1;
+    }
+    let mut pattern = [0u8; 32];
+    pattern[..PATTERN.len()].copy_from_slice(PATTERN);
+    let mut params = [PATTERN.len() as u64, 0, 0, 0, 0, 0];
+    for (i, chunk) in pattern.chunks_exact(8).enumerate() {
+        params[1 + i] = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
+    }
+    Input::new(rows, params, &text)
+}
+
+/// A query and `n` points of [`KNN_DIM`] i32 coordinates in 0..256.
+fn knn_input(rng: &mut Rng, n: u64) -> Input {
+    let coords = (n as usize + 1) * KNN_DIM;
+    let data: Vec<u8> = (0..coords)
+        .flat_map(|_| (rng.below(256) as i32).to_le_bytes())
+        .collect();
+    // The expected squared distance is about 16 * 10923; this radius holds a minority.
+    Input::new(n, [150_000, 0, 0, 0, 0, 0], &data)
+}
+
+/// A kernel loaded and verified, with its reference answer.
+struct Prepared {
+    program: Arc<VerifiedProgram>,
+    input: Input,
+    answer: u64,
+}
+
+/// Loads `kernel`'s eBPF object and checks it on the interpreter against the native
+/// build, interpreter first: a clean interpreter run shows the kernel stays inside its
+/// input, which is what makes calling the native build on it sound.
+fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prepared> {
+    let name = kernel.name;
+    let input = make_input(name, scale)
+        .with_context(|| format!("kernel {name} has no input generator in bench/vm.rs"))?;
+    let functions = Arc::new(FunctionTable::new());
+    let symbol = format!("csx_bench_{name}");
+    let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(&symbol), &functions)
+        .with_context(|| format!("loading the eBPF object of kernel {name}"))?;
+    let program = verify_program(&format!("kernel {name}"), program, functions)?;
+    let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&program))?;
+    let answer = run_once(interp.as_ref(), &input)
+        .with_context(|| format!("kernel {name} on the interpreter"))?;
+    let native = run_native(kernel, &input);
+    if native != answer {
+        bail!("kernel {name}: the interpreter returned {answer:#x}, native code {native:#x}");
+    }
+    Ok(Prepared {
+        program,
+        input,
+        answer,
+    })
+}
+
+/// Calls the native build of `kernel` on `input`.
+fn run_native(kernel: &CompiledKernel, input: &Input) -> u64 {
+    // SAFETY: `input` is a whole, 8-byte aligned input built by `Input::new` for this
+    // kernel, and `prepare` ran the same C source on the bounds-checked interpreter on
+    // these bytes without a trap, so the native build reads only inside them. The
+    // kernels write no memory and keep no state.
+    unsafe { (kernel.native)(input.bytes().as_ptr()) }
+}
+
+/// Runs `engine` once on `input` (mapped read-only), returning r0 or the trap.
+fn run_once(engine: &dyn Engine, input: &Input) -> anyhow::Result<u64> {
+    let (mut map, args) = map_input(input)?;
+    let outcome = engine.run(&mut map, args, &RunOptions::default(), &mut ConformanceHost);
+    outcome.result.map_err(|trap| {
+        let insn = csx_ebpf::disasm::format_insn(engine.program().insns(), trap.pc as usize);
+        anyhow::anyhow!("trap at pc {} (`{insn}`): {}", trap.pc, trap.kind)
+    })
+}
+
+/// One kernel's numbers.
+#[derive(Debug, Serialize)]
+struct KernelReport {
+    name: &'static str,
+    input_bytes: usize,
+    /// The answer every engine returned, in hex.
+    answer: String,
+    native_ns: f64,
+    interp_ns: f64,
+    jit_ns: f64,
+    jit_compile_us: f64,
+    interp_ratio: f64,
+    jit_ratio: f64,
+    rbpf_interp_ns: Option<f64>,
+    rbpf_jit_ns: Option<f64>,
+    rbpf_interp_ratio: Option<f64>,
+    rbpf_jit_ratio: Option<f64>,
+    /// Why an rbpf column is empty.
+    rbpf_note: Option<String>,
+    /// Fastest and slowest batch (ns per run) of each measured cell.
+    spread_ns: Spread,
+}
+
+#[derive(Debug, Serialize)]
+struct Spread {
+    native: [f64; 2],
+    interp: [f64; 2],
+    jit: [f64; 2],
+    rbpf_interp: Option<[f64; 2]>,
+    rbpf_jit: Option<[f64; 2]>,
+}
+
+fn spread(m: &Measurement) -> [f64; 2] {
+    [m.min_ns, m.max_ns]
+}
+
+/// The whole `--json` output.
+#[derive(Debug, Serialize)]
+struct BenchReport {
+    kernels: Vec<KernelReport>,
+    /// Geometric means of the ratios to native.
+    geomean_jit: Option<f64>,
+    geomean_interp: Option<f64>,
+    /// Over the kernels rbpf could run (`rbpf_kernels`).
+    geomean_rbpf_interp: Option<f64>,
+    geomean_rbpf_jit: Option<f64>,
+    rbpf_kernels: Vec<&'static str>,
+    cell_budget_ms: u128,
+    quick: bool,
+    clang: &'static str,
+    native_cflags: &'static str,
+    bpf_cflags: &'static str,
+    rbpf: Option<&'static str>,
+    /// `/proc/loadavg` (1, 5, 15 minutes) before and after: other work on the machine
+    /// skews every number, so the numbers carry it.
+    load_average_before: Option<[f64; 3]>,
+    load_average_after: Option<[f64; 3]>,
+}
+
+/// Rounds over which the columns of one kernel are interleaved.
+const ROUNDS: u32 = 5;
+
+/// A timed column: one run of a kernel, reporting whether it returned the answer.
+type Work<'a> = Box<dyn FnMut() -> bool + 'a>;
+
+/// Times the columns of one kernel interleaved: [`ROUNDS`] rounds, each giving every
+/// column an equal slice of `budget`, so a change in the machine's load hits them all
+/// alike. Every timed run must return the right answer.
+fn time_columns(
+    columns: &mut [(&'static str, Work<'_>)],
+    budget: Duration,
+) -> anyhow::Result<Vec<Measurement>> {
+    let mut samplers: Vec<Sampler> = columns
+        .iter_mut()
+        .map(|(_, work)| Sampler::new(budget / BATCHES_PER_BUDGET, work))
+        .collect();
+    let mut wrong = vec![0u64; columns.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, work)) in columns.iter_mut().enumerate() {
+            samplers[i].run_for(budget / ROUNDS, || {
+                if !work() {
+                    wrong[i] += 1;
+                }
+            });
+        }
+    }
+    for ((column, _), wrong) in columns.iter().zip(&wrong) {
+        if *wrong > 0 {
+            bail!("{wrong} timed runs on {column} did not return the answer");
+        }
+    }
+    Ok(samplers.into_iter().map(Sampler::finish).collect())
+}
+
+/// Maps `input` read-only at the first embedder region: the memory map and r1-r5.
+fn map_input(input: &Input) -> anyhow::Result<(MemoryMap<'_>, [u64; 5])> {
+    let bytes = input.bytes();
+    let mut map = MemoryMap::new();
+    let addr = map.map_read_only(RegionIdx::EMBEDDER_FIRST, bytes)?;
+    Ok((map, [addr, bytes.len() as u64, 0, 0, 0]))
+}
+
+/// A column that runs `engine` on the input mapped in `map`.
+fn engine_column<'a>(
+    engine: &'a dyn Engine,
+    mut map: MemoryMap<'a>,
+    args: [u64; 5],
+    answer: u64,
+) -> Work<'a> {
+    let opts = RunOptions::default();
+    Box::new(move || {
+        engine
+            .run(&mut map, args, &opts, &mut ConformanceHost)
+            .result
+            == Ok(answer)
+    })
+}
+
+fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Result<KernelReport> {
+    let name = kernel.name;
+    let p = prepare(kernel, Scale::Full)?;
+    let answer = p.answer;
+    let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&p.program))?;
+    let (jit, compile_time) = build_engine(EngineKind::Jit, Arc::clone(&p.program))?;
+    let jit_answer =
+        run_once(jit.as_ref(), &p.input).with_context(|| format!("kernel {name} on the JIT"))?;
+    if jit_answer != answer {
+        bail!("kernel {name}: the JIT returned {jit_answer:#x}, native code {answer:#x}");
+    }
+
+    // Declared before the columns, which borrow them.
+    let peer_code = peer::bytecode(&p.program);
+    let mut peer = peer::Columns::new(&peer_code, &p.input, answer);
+    let peer_note = peer.note.clone();
+    let (interp_map, args) = map_input(&p.input)?;
+    let (jit_map, _) = map_input(&p.input)?;
+    let mut columns: Vec<(&'static str, Work<'_>)> = vec![
+        (
+            "native",
+            Box::new(|| run_native(kernel, &p.input) == answer),
+        ),
+        (
+            "interp",
+            engine_column(interp.as_ref(), interp_map, args, answer),
+        ),
+        ("jit", engine_column(jit.as_ref(), jit_map, args, answer)),
+    ];
+    let peer_columns = peer.push_into(&mut columns);
+    let m = time_columns(&mut columns, budget).with_context(|| format!("kernel {name}"))?;
+    let (native, interp_m, jit_m) = (m[0], m[1], m[2]);
+    let rbpf_interp = peer_columns.0.map(|i| m[i]);
+    let rbpf_jit = peer_columns.1.map(|i| m[i]);
+
+    let ratio = |m: &Measurement| m.median_ns / native.median_ns;
+    Ok(KernelReport {
+        name,
+        input_bytes: p.input.bytes().len(),
+        answer: format!("{answer:#x}"),
+        native_ns: native.median_ns,
+        interp_ns: interp_m.median_ns,
+        jit_ns: jit_m.median_ns,
+        jit_compile_us: compile_time.as_secs_f64() * 1e6,
+        interp_ratio: ratio(&interp_m),
+        jit_ratio: ratio(&jit_m),
+        rbpf_interp_ns: rbpf_interp.map(|m| m.median_ns),
+        rbpf_jit_ns: rbpf_jit.map(|m| m.median_ns),
+        rbpf_interp_ratio: rbpf_interp.as_ref().map(ratio),
+        rbpf_jit_ratio: rbpf_jit.as_ref().map(ratio),
+        rbpf_note: peer_note,
+        spread_ns: Spread {
+            native: spread(&native),
+            interp: spread(&interp_m),
+            jit: spread(&jit_m),
+            rbpf_interp: rbpf_interp.as_ref().map(spread),
+            rbpf_jit: rbpf_jit.as_ref().map(spread),
+        },
+    })
+}
+
+/// The rbpf crate as a peer runtime: its interpreter and its x86-64 JIT.
+#[cfg(feature = "rbpf")]
+mod peer {
+    use csx_ebpf::program::VerifiedProgram;
+
+    use super::{Input, Work};
+
+    /// The program as the raw bytecode rbpf takes, if it is self-contained: rbpf has no
+    /// loader, so programs with global data or an entry past slot 0 are out.
+    pub fn bytecode(program: &VerifiedProgram) -> Result<Vec<u8>, String> {
+        if !program.globals().is_empty() {
+            return Err("uses global data, which rbpf cannot map".into());
+        }
+        if program.entry() != 0 {
+            return Err("entry is not the first instruction".into());
+        }
+        Ok(csx_ebpf::isa::encode_all(program.insns()))
+    }
+
+    /// rbpf's columns for one kernel, each checked once on the kernel's input. Each
+    /// owns a copy of the input (the same bytes), because rbpf wants it writable.
+    pub struct Columns<'c> {
+        interp: Option<(rbpf::EbpfVmRaw<'c>, Input)>,
+        jit: Option<(rbpf::EbpfVmRaw<'c>, Input)>,
+        answer: u64,
+        /// Why a column is missing.
+        pub note: Option<String>,
+    }
+
+    impl<'c> Columns<'c> {
+        /// Loads `code` into rbpf's interpreter and checks it on `input`; then, only if
+        /// that gave the right answer, into its JIT, checked the same way.
+        pub fn new(code: &'c Result<Vec<u8>, String>, input: &Input, answer: u64) -> Columns<'c> {
+            let mut columns = Columns {
+                interp: None,
+                jit: None,
+                answer,
+                note: None,
+            };
+            let code = match code {
+                Ok(code) => code,
+                Err(why) => {
+                    columns.note = Some(why.clone());
+                    return columns;
+                }
+            };
+            match checked_interp(code, input.clone(), answer) {
+                Ok(vm) => columns.interp = Some(vm),
+                Err(e) => {
+                    columns.note = Some(format!(
+                        "rbpf interpreter: {e}; the unchecked JIT was not run"
+                    ));
+                    return columns;
+                }
+            }
+            match checked_jit(code, input.clone(), answer) {
+                Ok(vm) => columns.jit = Some(vm),
+                Err(e) => columns.note = Some(format!("rbpf JIT: {e}")),
+            }
+            columns
+        }
+
+        /// Appends the columns that exist to `out`; returns their indices there
+        /// (interpreter, JIT).
+        pub fn push_into<'s>(
+            &'s mut self,
+            out: &mut Vec<(&'static str, Work<'s>)>,
+        ) -> (Option<usize>, Option<usize>) {
+            let answer = self.answer;
+            let interp = self.interp.as_mut().map(|(vm, mem)| {
+                let vm = &*vm;
+                out.push((
+                    "rbpf interp",
+                    Box::new(move || vm.execute_program(mem.bytes_mut()).ok() == Some(answer)),
+                ));
+                out.len() - 1
+            });
+            let jit = self.jit.as_mut().map(|(vm, mem)| {
+                let vm = &*vm;
+                let work: Work<'s> = Box::new(move || {
+                    // SAFETY: see `checked_jit`: this bytecode already ran on rbpf's
+                    // bounds-checked interpreter over these same bytes with the right
+                    // answer, and the kernels are deterministic.
+                    let r = unsafe { vm.execute_program_jit(mem.bytes_mut()) };
+                    r.ok() == Some(answer)
+                });
+                out.push(("rbpf jit", work));
+                out.len() - 1
+            });
+            (interp, jit)
+        }
+    }
+
+    fn checked_interp(
+        code: &[u8],
+        mut mem: Input,
+        answer: u64,
+    ) -> Result<(rbpf::EbpfVmRaw<'_>, Input), String> {
+        let vm = rbpf::EbpfVmRaw::new(Some(code)).map_err(|e| format!("load: {e}"))?;
+        let got = vm
+            .execute_program(mem.bytes_mut())
+            .map_err(|e| format!("run: {e}"))?;
+        if got != answer {
+            return Err(format!("returned {got:#x}, not {answer:#x}"));
+        }
+        Ok((vm, mem))
+    }
+
+    /// Only called after [`checked_interp`] succeeded on the same code and bytes.
+    fn checked_jit(
+        code: &[u8],
+        mut mem: Input,
+        answer: u64,
+    ) -> Result<(rbpf::EbpfVmRaw<'_>, Input), String> {
+        let mut vm = rbpf::EbpfVmRaw::new(Some(code)).map_err(|e| format!("load: {e}"))?;
+        vm.jit_compile().map_err(|e| format!("compile: {e}"))?;
+        // SAFETY: rbpf's JIT does not check memory accesses. This bytecode ran on
+        // rbpf's bounds-checked interpreter over an identical copy of these bytes and
+        // returned the right answer; the kernels are deterministic functions of their
+        // input (no helpers, no globals, no writes), so the compiled code makes the
+        // same in-bounds accesses. `mem` is exclusively borrowed for the call.
+        let got =
+            unsafe { vm.execute_program_jit(mem.bytes_mut()) }.map_err(|e| format!("run: {e}"))?;
+        if got != answer {
+            return Err(format!("returned {got:#x}, not {answer:#x}"));
+        }
+        Ok((vm, mem))
+    }
+}
+
+/// Without the `rbpf` feature the peer columns are empty.
+#[cfg(not(feature = "rbpf"))]
+mod peer {
+    use csx_ebpf::program::VerifiedProgram;
+
+    use super::{Input, Work};
+
+    pub fn bytecode(_: &VerifiedProgram) -> Result<Vec<u8>, String> {
+        Err("built without feature `rbpf`".into())
+    }
+
+    pub struct Columns {
+        pub note: Option<String>,
+    }
+
+    impl Columns {
+        pub fn new(code: &Result<Vec<u8>, String>, _: &Input, _: u64) -> Columns {
+            Columns {
+                note: code.as_ref().err().cloned(),
+            }
+        }
+
+        pub fn push_into(
+            &mut self,
+            _: &mut Vec<(&'static str, Work<'_>)>,
+        ) -> (Option<usize>, Option<usize>) {
+            (None, None)
+        }
+    }
+}
+
+pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
+    let budget = if args.quick {
+        CELL_BUDGET_QUICK
+    } else {
+        CELL_BUDGET
+    };
+    let selected: Vec<&'static CompiledKernel> = KERNELS
+        .iter()
+        .filter(|k| args.kernel.is_empty() || args.kernel.iter().any(|n| n == k.name))
+        .collect();
+    for wanted in &args.kernel {
+        if !KERNELS.iter().any(|k| k.name == wanted) {
+            let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
+            bail!("no kernel {wanted:?}; kernels are {}", names.join(", "));
+        }
+    }
+
+    let load_before = load_average();
+    let table = Table::new(!args.json);
+    table.header(budget, load_before);
+    let mut kernels = Vec::with_capacity(selected.len());
+    for kernel in selected {
+        let report = bench_kernel(kernel, budget)?;
+        table.row(&report);
+        kernels.push(report);
+    }
+    let mut report = summarize(kernels, budget, args.quick);
+    report.load_average_before = load_before;
+    report.load_average_after = load_average();
+    table.footer(&report);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// The 1, 5 and 15 minute load averages, where the system reports them.
+fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
+}
+
+fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> BenchReport {
+    let interp: Vec<f64> = kernels.iter().map(|k| k.interp_ratio).collect();
+    let jit: Vec<f64> = kernels.iter().map(|k| k.jit_ratio).collect();
+    // The rbpf means cover only the kernels where both rbpf columns exist.
+    let peer: Vec<&KernelReport> = kernels
+        .iter()
+        .filter(|k| k.rbpf_interp_ratio.is_some() && k.rbpf_jit_ratio.is_some())
+        .collect();
+    let rbpf_interp: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_interp_ratio).collect();
+    let rbpf_jit: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_jit_ratio).collect();
+    let rbpf_kernels = peer.iter().map(|k| k.name).collect();
+    BenchReport {
+        geomean_jit: geomean(&jit),
+        geomean_interp: geomean(&interp),
+        geomean_rbpf_interp: geomean(&rbpf_interp),
+        geomean_rbpf_jit: geomean(&rbpf_jit),
+        rbpf_kernels,
+        kernels,
+        cell_budget_ms: budget.as_millis(),
+        quick,
+        clang: env!("CSX_BENCH_CLANG_VERSION"),
+        native_cflags: "-O2",
+        bpf_cflags: "-O2 -target bpf",
+        rbpf: cfg!(feature = "rbpf").then_some("0.4.1 (interpreter, x86-64 JIT)"),
+        load_average_before: None,
+        load_average_after: None,
+    }
+}
+
+/// The human-readable table, printed a row at a time as kernels finish.
+struct Table {
+    enabled: bool,
+}
+
+const COLUMNS: [&str; 8] = [
+    "kernel",
+    "input",
+    "native",
+    "interp",
+    "jit",
+    "jit compile",
+    "rbpf interp",
+    "rbpf jit",
+];
+const WIDTHS: [usize; 8] = [8, 8, 10, 19, 17, 12, 19, 17];
+
+impl Table {
+    fn new(enabled: bool) -> Table {
+        Table { enabled }
+    }
+
+    fn line(&self, cells: &[String]) {
+        let mut out = String::new();
+        for (cell, width) in cells.iter().zip(WIDTHS) {
+            out.push_str(&format!("{cell:<width$} "));
+        }
+        println!("{}", out.trim_end());
+    }
+
+    fn header(&self, budget: Duration, load: Option<[f64; 3]>) {
+        if !self.enabled {
+            return;
+        }
+        println!(
+            "csx bench vm: median time per run (ratio to native); {} ms per cell",
+            budget.as_millis()
+        );
+        println!(
+            "native: clang -O2, eBPF: clang -O2 -target bpf ({})",
+            env!("CSX_BENCH_CLANG_VERSION")
+        );
+        if let Some([l1, l5, l15]) = load {
+            println!("load average before: {l1:.2} {l5:.2} {l15:.2}");
+        }
+        println!();
+        self.line(&COLUMNS.map(String::from));
+    }
+
+    fn row(&self, k: &KernelReport) {
+        if !self.enabled {
+            return;
+        }
+        let with_ratio = |ns: Option<f64>, ratio: Option<f64>| match (ns, ratio) {
+            (Some(ns), Some(r)) => format!("{} ({})", format_ns(ns), format_ratio(r)),
+            _ => "n/a".to_string(),
+        };
+        self.line(&[
+            k.name.to_string(),
+            format_bytes(k.input_bytes),
+            format_ns(k.native_ns),
+            with_ratio(Some(k.interp_ns), Some(k.interp_ratio)),
+            with_ratio(Some(k.jit_ns), Some(k.jit_ratio)),
+            format!("{:.0} µs", k.jit_compile_us),
+            with_ratio(k.rbpf_interp_ns, k.rbpf_interp_ratio),
+            with_ratio(k.rbpf_jit_ns, k.rbpf_jit_ratio),
+        ]);
+    }
+
+    fn footer(&self, r: &BenchReport) {
+        if !self.enabled {
+            return;
+        }
+        let g = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("({})", format_ratio(v)));
+        let mut cells = [""; 8].map(String::from);
+        cells[0] = "geomean".into();
+        cells[3] = g(r.geomean_interp);
+        cells[4] = g(r.geomean_jit);
+        cells[6] = g(r.geomean_rbpf_interp);
+        cells[7] = g(r.geomean_rbpf_jit);
+        self.line(&cells);
+        if r.rbpf_kernels.len() != r.kernels.len() {
+            println!("rbpf geomeans cover only: {}", r.rbpf_kernels.join(", "));
+        }
+        if let Some([l1, l5, l15]) = r.load_average_after {
+            println!("load average after: {l1:.2} {l5:.2} {l15:.2}");
+        }
+        for k in &r.kernels {
+            if let Some(note) = &k.rbpf_note {
+                println!("{}: {note}", k.name);
+            }
+        }
+    }
+}
+
+fn format_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    }
+}
+
+fn format_ratio(r: f64) -> String {
+    if r < 10.0 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.0}x")
+    }
+}
+
+fn format_bytes(n: usize) -> String {
+    if n >= 1 << 10 {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seven_kernels_exist() {
+        let names: Vec<_> = KERNELS.iter().map(|k| k.name).collect();
+        for want in [
+            "stats64", "stats32", "filter", "grep", "knn", "fnv", "primes",
+        ] {
+            assert!(
+                names.contains(&want),
+                "kernel {want} missing from sdk/bench"
+            );
+        }
+    }
+
+    #[test]
+    fn every_kernel_has_an_input() {
+        for k in KERNELS {
+            assert!(
+                make_input(k.name, Scale::Test).is_some(),
+                "no input for {}",
+                k.name
+            );
+        }
+    }
+
+    /// Each kernel once on small data: interpreter, native and JIT must agree, and the
+    /// answers must not be trivial (a kernel that returns 0 measures nothing).
+    #[test]
+    fn engines_agree_with_native() {
+        for kernel in KERNELS {
+            let p = prepare(kernel, Scale::Test).expect("interpreter agrees with native");
+            assert_ne!(p.answer, 0, "kernel {} returned 0", kernel.name);
+            let (jit, _) =
+                build_engine(EngineKind::Jit, Arc::clone(&p.program)).expect("JIT compiles");
+            let got = run_once(jit.as_ref(), &p.input).expect("JIT run does not trap");
+            assert_eq!(got, p.answer, "kernel {}: JIT vs native", kernel.name);
+        }
+    }
+
+    /// Known answers, computed independently in Rust, pin down the inputs and kernels.
+    #[test]
+    fn known_answers() {
+        let p = prepare(
+            KERNELS.iter().find(|k| k.name == "primes").expect("primes"),
+            Scale::Test,
+        )
+        .expect("primes runs");
+        assert_eq!(p.answer, 303, "primes below 2000");
+
+        let input = make_input("fnv", Scale::Test).expect("fnv input");
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in &input.bytes()[HEADER_SIZE..] {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+        let p = prepare(
+            KERNELS.iter().find(|k| k.name == "fnv").expect("fnv"),
+            Scale::Test,
+        )
+        .expect("fnv runs");
+        assert_eq!(p.answer, h);
+    }
+
+    #[cfg(feature = "rbpf")]
+    #[test]
+    fn rbpf_runs_the_kernels() {
+        for kernel in KERNELS {
+            let p = prepare(kernel, Scale::Test).expect("prepares");
+            let code = peer::bytecode(&p.program);
+            let columns = peer::Columns::new(&code, &p.input, p.answer);
+            assert_eq!(columns.note, None, "kernel {}", kernel.name);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! The command dispatch of a worker, and the admin commands: identify, functions,
+//! programs, range sets, SLM allocation, shared state and flush.
+
+use std::time::Instant;
+
+use csx_proto::limits::*;
+use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, Status, ABI_VERSION};
+
+use super::{ns, Shared};
+use crate::status::{fail, file_fail, ok, program_fail, slm_fail, with_reply};
+
+impl Shared {
+    pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
+        match &cmd.op {
+            Op::Execute { .. } => self.execute(client, &cmd.op),
+            Op::Identify => with_reply(Reply::Device(self.identify())),
+            Op::ListFunctions => with_reply(Reply::Functions(self.infos.clone())),
+            Op::ListPrograms => with_reply(Reply::Programs(self.programs.list())),
+            Op::LoadProgram {
+                pind,
+                ptype,
+                total_size_bytes,
+                offset,
+                data,
+                entry,
+            } => {
+                let start = Instant::now();
+                let r = self.programs.load_chunk(
+                    client,
+                    *pind,
+                    *ptype,
+                    *total_size_bytes,
+                    *offset,
+                    data,
+                    entry.as_deref(),
+                );
+                let mut c = match r {
+                    Ok(received) => ok(u64::from(received)),
+                    Err(e) => program_fail(&e),
+                };
+                c.timing.transfer_ns = ns(start.elapsed());
+                c
+            }
+            Op::UnloadProgram { pind } => self
+                .programs
+                .unload(*pind)
+                .map_or_else(|e| program_fail(&e), |()| ok(0)),
+            Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
+                Ok(t) => {
+                    let mut c = ok(0);
+                    c.timing.prepare_ns = ns(t.verify + t.compile);
+                    c
+                }
+                Err(e) => program_fail(&e),
+            },
+            Op::DeactivateProgram { pind } => self
+                .programs
+                .deactivate(*pind)
+                .map_or_else(|e| program_fail(&e), |()| ok(0)),
+            Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
+            {
+                Ok(rsid) => ok(u64::from(rsid.0)),
+                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+            },
+            Op::RangeSetDelete { rsid } => match self.rangesets.delete(client, *rsid) {
+                Ok(()) => ok(0),
+                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+            },
+            Op::ClearState { offset, len } => match self.state.clear(*offset, *len) {
+                Ok(()) => ok(0),
+                Err(e) => fail(Status::OutOfRange, "state", e.to_string()),
+            },
+            Op::Flush => self.flush(),
+            Op::MemAlloc { size_bytes } => match self.slm.alloc(client, *size_bytes) {
+                Ok(h) => ok(u64::from(h.0)),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemFree { handle } => self
+                .slm
+                .free(client, *handle)
+                .map_or_else(|e| slm_fail(&e), |()| ok(0)),
+            _ => self.transfer(client, &cmd.op),
+        }
+    }
+
+    fn identify(&self) -> DeviceInfo {
+        DeviceInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            abi_version: ABI_VERSION,
+            nvm_size_bytes: self.nvm.size(),
+            slm_size_bytes: self.slm.size_bytes(),
+            slm_free_bytes: self.slm.free_bytes(),
+            state_size_bytes: self.state.size_bytes(),
+            engines: self.engines,
+            program_slots: PROGRAM_SLOTS_COUNT,
+            programs_active_max: PROGRAMS_ACTIVE_MAX,
+            range_sets_max: RANGE_SETS_MAX,
+            ranges_per_set_max: RANGES_PER_SET_MAX as u16,
+            params_size_max: PARAMS_SIZE_MAX as u32,
+            program_size_max: PROGRAM_SIZE_MAX,
+            load_chunk_size_max: LOAD_CHUNK_SIZE_MAX,
+            mem_io_size_max: MEM_IO_SIZE_MAX,
+            file_io_size_max: FILE_IO_SIZE_MAX,
+            queue_depth_max: QUEUE_DEPTH_MAX,
+            fuel_default: csx_ebpf::limits::FUEL_DEFAULT,
+            jit: self.config.jit.unwrap_or(true),
+        }
+    }
+
+    fn flush(&self) -> Completion {
+        let start = Instant::now();
+        let mut c = match (self.files.flush(), self.state.save()) {
+            (Ok(()), Ok(())) => ok(0),
+            (Err(e), _) => file_fail(&e),
+            (_, Err(e)) => fail(Status::IoError, "state", e.to_string()),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+}

@@ -1,0 +1,299 @@
+//! Data movement on the transfer workers: memory commands (SLM reads, writes, fills and
+//! copies, with or without a lent DMA buffer) and file commands.
+
+use std::time::Instant;
+
+use csx_proto::limits::{EXTENTS_MAX, FILE_LIST_ENTRIES_MAX, PAYLOAD_SIZE_MAX};
+use csx_proto::{
+    ClientId, Completion, CopySource, ExtentInfo, FileInfo, MemHandle, Op, Reply, Status, WriteMode,
+};
+
+use super::{ns, Shared};
+use crate::dma::DmaBuffer;
+use crate::filestore::FileStoreError;
+use crate::nvm::NvmError;
+use crate::slm::LeaseRequest;
+use crate::status::{fail, file_fail, file_status, ok, slm_fail, with_reply};
+
+impl Shared {
+    /// A Memory Read or Write with its data in a lent buffer (checked by `check_dma`).
+    pub(super) fn dma(&self, client: ClientId, op: &Op, buffer: &dyn DmaBuffer) -> Completion {
+        let start = Instant::now();
+        let len = buffer.len() as u64;
+        let (handle, offset, write) = match *op {
+            Op::MemWrite { handle, offset, .. } => (handle, offset, true),
+            Op::MemRead { handle, offset, .. } => (handle, offset, false),
+            ref other => unreachable!("{} was refused at submission", other.name()),
+        };
+        let req = LeaseRequest {
+            handle,
+            offset,
+            len,
+            write,
+        };
+        let mut c = match self.slm.lease(client, &[req]) {
+            Ok(mut leases) if write => {
+                buffer.read_into(leases.slice_mut(0));
+                ok(len)
+            }
+            Ok(leases) => {
+                buffer.write_from(leases.slice(0));
+                ok(len)
+            }
+            Err(e) => slm_fail(&e),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+
+    /// Data movement: SLM and file commands, on the transfer workers.
+    pub(super) fn transfer(&self, client: ClientId, op: &Op) -> Completion {
+        let start = Instant::now();
+        let mut c = match op {
+            Op::MemWrite {
+                handle,
+                offset,
+                data,
+            } => match self.slm.write(client, *handle, *offset, data) {
+                Ok(()) => ok(data.len() as u64),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemRead {
+                handle,
+                offset,
+                len,
+            } => {
+                let mut buf = vec![0u8; *len as usize];
+                match self.slm.read(client, *handle, *offset, &mut buf) {
+                    Ok(()) => with_reply(Reply::Data(buf)),
+                    Err(e) => slm_fail(&e),
+                }
+            }
+            Op::MemFill {
+                handle,
+                offset,
+                len,
+                byte,
+            } => match self.slm.fill(client, *handle, *offset, *len, *byte) {
+                Ok(()) => ok(*len),
+                Err(e) => slm_fail(&e),
+            },
+            Op::MemCopy {
+                dst,
+                dst_offset,
+                sources,
+            } => self.mem_copy(client, *dst, *dst_offset, sources),
+            Op::FileWriteFromMem { path, offset, src } => {
+                let req = LeaseRequest {
+                    handle: src.handle,
+                    offset: src.offset,
+                    len: src.len,
+                    write: false,
+                };
+                match self.slm.lease(client, &[req]) {
+                    Ok(leases) => match self.files.write_at(path, *offset, leases.slice(0)) {
+                        Ok(()) => ok(src.len),
+                        Err(e) => file_fail(&e),
+                    },
+                    Err(e) => slm_fail(&e),
+                }
+            }
+            _ => self.file_op(op),
+        };
+        c.timing.transfer_ns = ns(start.elapsed());
+        c
+    }
+
+    fn mem_copy(
+        &self,
+        client: ClientId,
+        dst: MemHandle,
+        dst_offset: u64,
+        sources: &[CopySource],
+    ) -> Completion {
+        let total: u64 = sources.iter().map(CopySource::len).sum();
+        // Lease the destination and every SLM source in one step.
+        let mut reqs = vec![LeaseRequest {
+            handle: dst,
+            offset: dst_offset,
+            len: total,
+            write: true,
+        }];
+        for s in sources {
+            if let CopySource::Mem {
+                handle,
+                offset,
+                len,
+            } = *s
+            {
+                reqs.push(LeaseRequest {
+                    handle,
+                    offset,
+                    len,
+                    write: false,
+                });
+            }
+        }
+        let mut leases = match self.slm.lease(client, &reqs) {
+            Ok(l) => l,
+            Err(e) => return slm_fail(&e),
+        };
+        let mut slices = leases.slices_mut();
+        let (head, rest) = slices.split_at_mut(1);
+        let out = head[0]
+            .as_mut()
+            .expect("the destination is leased writable");
+        let mut pos = 0usize;
+        let mut mem_sources = rest.iter();
+        for (i, s) in sources.iter().enumerate() {
+            let len = s.len() as usize;
+            let piece = &mut out[pos..pos + len];
+            if let CopySource::Mem { .. } = s {
+                let src: &[u8] = match mem_sources.next().expect("one lease per memory source") {
+                    Ok(s) => s,
+                    Err(s) => s,
+                };
+                piece.copy_from_slice(src);
+            } else if let Err(c) = self.copy_from_storage(i, s, piece) {
+                return *c;
+            }
+            pos += len;
+        }
+        ok(total)
+    }
+
+    /// Reads storage source `i` (a file or NVM range) into `piece`, exactly, from the
+    /// media: uncached, so a device-side read neither benefits from nor fills the host's
+    /// page cache of the image (λ-IO's host/device comparison depends on it).
+    fn copy_from_storage(
+        &self,
+        i: usize,
+        s: &CopySource,
+        piece: &mut [u8],
+    ) -> Result<(), Box<Completion>> {
+        match s {
+            CopySource::File { path, offset, len } => {
+                match self.files.read_at_uncached(path, *offset, piece) {
+                    Ok(n) if n as u64 == *len => Ok(()),
+                    Ok(n) => {
+                        let message =
+                            format!("source {i}: {path} has {n} of {len} bytes at {offset}");
+                        Err(Box::new(fail(Status::OutOfRange, "filestore", message)))
+                    }
+                    Err(e) => {
+                        let message = format!("source {i}: {e}");
+                        Err(Box::new(fail(file_status(&e), "filestore", message)))
+                    }
+                }
+            }
+            CopySource::Nvm { offset, .. } => {
+                self.nvm.read_at_uncached(*offset, piece).map_err(|e| {
+                    let status = match e {
+                        NvmError::OutOfRange { .. } => Status::OutOfRange,
+                        _ => Status::IoError,
+                    };
+                    Box::new(fail(status, "nvm", format!("source {i}: {e}")))
+                })
+            }
+            CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
+        }
+    }
+
+    fn file_op(&self, op: &Op) -> Completion {
+        let r: Result<Completion, FileStoreError> = (|| {
+            Ok(match op {
+                Op::FileWrite {
+                    path,
+                    offset,
+                    data,
+                    mode,
+                } => {
+                    match mode {
+                        WriteMode::Write => {}
+                        WriteMode::Truncate => match self.files.truncate(path, 0) {
+                            Ok(()) | Err(FileStoreError::NotFound { .. }) => {}
+                            Err(e) => return Err(e),
+                        },
+                        WriteMode::CreateNew => match self.files.stat(path) {
+                            Ok(_) => {
+                                return Ok(fail(
+                                    Status::FileExists,
+                                    "filestore",
+                                    format!("{path} exists"),
+                                ))
+                            }
+                            Err(FileStoreError::NotFound { .. }) => {}
+                            Err(e) => return Err(e),
+                        },
+                    }
+                    self.files.write_at(path, *offset, data)?;
+                    ok(data.len() as u64)
+                }
+                Op::FileRead { path, offset, len } => {
+                    let size = self.files.stat(path)?.size;
+                    let n = size.saturating_sub(*offset).min(*len) as usize;
+                    let mut buf = vec![0u8; n];
+                    let got = self.files.read_at(path, *offset, &mut buf)?;
+                    buf.truncate(got);
+                    with_reply(Reply::Data(buf))
+                }
+                Op::FileList { dir } => {
+                    let all = self.files.list(dir)?;
+                    let mut files = Vec::new();
+                    let mut bytes = 0usize;
+                    let mut truncated = false;
+                    for st in all {
+                        bytes += st.path.len() + FileInfo::FIXED_SIZE;
+                        if files.len() >= FILE_LIST_ENTRIES_MAX || bytes > PAYLOAD_SIZE_MAX {
+                            truncated = true;
+                            break;
+                        }
+                        files.push(FileInfo {
+                            path: st.path,
+                            size_bytes: st.size,
+                            extent_count: st.extents,
+                        });
+                    }
+                    with_reply(Reply::Files { files, truncated })
+                }
+                Op::FileStat { path } => {
+                    let st = self.files.stat(path)?;
+                    with_reply(Reply::File(FileInfo {
+                        path: st.path,
+                        size_bytes: st.size,
+                        extent_count: st.extents,
+                    }))
+                }
+                Op::FileDelete { path } => {
+                    self.files.delete(path)?;
+                    ok(0)
+                }
+                Op::FileTruncate { path, size_bytes } => {
+                    self.files.truncate(path, *size_bytes)?;
+                    ok(0)
+                }
+                Op::FileExtents { path } => {
+                    let all = self.files.extents(path)?;
+                    let truncated = all.len() > EXTENTS_MAX;
+                    let extents = all
+                        .into_iter()
+                        .take(EXTENTS_MAX)
+                        .map(|e| ExtentInfo {
+                            file_offset: e.file_offset,
+                            nvm_offset: e.nvm_offset,
+                            len: e.len,
+                        })
+                        .collect();
+                    with_reply(Reply::Extents { extents, truncated })
+                }
+                Op::DirCreate { .. }
+                | Op::DirRemove { .. }
+                | Op::FileRename { .. }
+                | Op::DirRead { .. }
+                | Op::PathStat { .. } => self.dir_op(op)?,
+                other => unreachable!("{} is not a file op", other.name()),
+            })
+        })();
+        r.unwrap_or_else(|e| file_fail(&e))
+    }
+}

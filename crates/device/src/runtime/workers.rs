@@ -1,0 +1,154 @@
+//! The worker pools (compute, transfer, admin), their threads, and running one command
+//! to its completion, on a worker or inline on a submitting thread.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use csx_proto::{Op, Status};
+
+use super::queue_pair::{post, Job};
+use super::{ns, Shared, INLINE_EXECUTE_NS_MAX, INLINE_TRANSFER_SIZE_MAX, WORKER_SPIN};
+use crate::queue::WorkQueue;
+use crate::status::fail;
+
+/// Which worker pool runs an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    Compute,
+    Transfer,
+    Admin,
+}
+
+pub(super) fn class_of(op: &Op) -> Class {
+    match op {
+        Op::Execute { .. } => Class::Compute,
+        Op::MemWrite { .. }
+        | Op::MemRead { .. }
+        | Op::MemFill { .. }
+        | Op::MemCopy { .. }
+        | Op::FileWrite { .. }
+        | Op::FileRead { .. }
+        | Op::FileList { .. }
+        | Op::FileStat { .. }
+        | Op::FileDelete { .. }
+        | Op::FileTruncate { .. }
+        | Op::FileExtents { .. }
+        | Op::FileWriteFromMem { .. }
+        | Op::DirCreate { .. }
+        | Op::DirRemove { .. }
+        | Op::FileRename { .. }
+        | Op::DirRead { .. }
+        | Op::PathStat { .. } => Class::Transfer,
+        _ => Class::Admin,
+    }
+}
+
+/// The queue of one class of commands and the count of its workers.
+pub(super) struct Pool {
+    pub(super) queue: WorkQueue<Job>,
+    workers: u32,
+    /// Jobs of this class running now (on a worker, or inline on a submitter).
+    pub(super) running: AtomicU32,
+}
+
+impl Pool {
+    pub(super) fn new(capacity: usize, workers: u32) -> Pool {
+        Pool {
+            queue: WorkQueue::new(capacity),
+            workers,
+            running: AtomicU32::new(0),
+        }
+    }
+
+    /// Claims an idle worker's place for a job run inline; `false` when every worker is
+    /// busy or jobs wait in the queue (they go first).
+    pub(super) fn claim_idle(&self) -> bool {
+        if !self.queue.is_empty() {
+            return false;
+        }
+        // SeqCst pairs with `Device::shutdown`: either it sees this job running and
+        // waits for it, or the submitter sees `stopping` after its claim.
+        self.running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.workers).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+pub(super) fn worker(shared: &Shared, class: Class) {
+    let pool = shared.pool(class);
+    while let Some(job) = pool.queue.pop(WORKER_SPIN, None) {
+        pool.running.fetch_add(1, Ordering::AcqRel);
+        shared.run(job);
+        pool.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Shared {
+    pub(super) fn pool(&self, class: Class) -> &Pool {
+        match class {
+            Class::Compute => &self.compute,
+            Class::Transfer => &self.transfer,
+            Class::Admin => &self.admin,
+        }
+    }
+
+    /// Whether `op` is short enough to run inline (see `QueuePair::submit_inline`).
+    pub(super) fn is_short(&self, job: &Job) -> bool {
+        if self.config.perf.throttle {
+            return false;
+        }
+        let lent = job.dma.as_ref().map_or(0, |b| b.len() as u64);
+        match &job.cmd.op {
+            Op::Execute { pind, .. } => self
+                .execute_ns_last
+                .get(usize::from(pind.0))
+                .is_some_and(|ns| ns.load(Ordering::Relaxed) <= INLINE_EXECUTE_NS_MAX),
+            Op::MemRead { len, .. } => *len <= INLINE_TRANSFER_SIZE_MAX,
+            Op::MemWrite { data, .. } => {
+                data.len() as u64 <= INLINE_TRANSFER_SIZE_MAX && lent <= INLINE_TRANSFER_SIZE_MAX
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs `job` on this thread and posts its completion.
+    pub(super) fn run(&self, job: Job) {
+        let started = Instant::now();
+        // A panic here is a device bug; it fails this command, not the worker (and so
+        // not every later command). The tables recover from lock poisoning.
+        let handled = panic::catch_unwind(AssertUnwindSafe(|| match job.dma.as_deref() {
+            Some(buffer) => self.dma(job.qp.client, &job.cmd.op, buffer),
+            None => self.handle(job.qp.client, &job.cmd),
+        }));
+        let mut c = handled.unwrap_or_else(|payload| {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            fail(
+                Status::Internal,
+                "device",
+                format!("{} failed: {message}", job.cmd.op.name()),
+            )
+        });
+        if let Op::Execute { pind, .. } = &job.cmd.op {
+            if let Some(last) = self.execute_ns_last.get(usize::from(pind.0)) {
+                last.store(ns(started.elapsed()), Ordering::Relaxed);
+            }
+        }
+        // The performance model stamps the modelled time and holds the completion
+        // until the command has taken it in real time (crate::perf).
+        self.config.perf.apply(&job.cmd.op, &mut c, started);
+        c.id = job.cmd.id;
+        c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
+        c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
+        // The buffer goes before the completion: the transport may reuse its memory as
+        // soon as the host reaps.
+        drop(job.dma);
+        post(&job.qp, c);
+    }
+}

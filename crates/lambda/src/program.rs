@@ -1,0 +1,141 @@
+//! [`Lambda`]: one eBPF object file, loaded on both sides: into a device program slot
+//! (activated on the device's JIT) for the device side, and verified and compiled by the
+//! host's JIT (`csx-ebpf-jit`) against the device's function table for the host side.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use csx_device::execute::{run_on_windows, RunCall};
+use csx_device::functions::CallContext;
+use csx_ebpf::engine::{Engine, RunOutcome};
+use csx_proto::{EngineKind, ProgramIndex};
+
+use super::LambdaError;
+use csx_host::{program_type_of, Device};
+
+/// An execution's scalars for one λ request (what `struct csx_args` carries besides the
+/// windows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LambdaArgs {
+    pub cparam1: u64,
+    pub cparam2: u64,
+    pub params: Vec<u8>,
+    /// Bytes of the output window; `None`: as large as the input (λ-IO's default).
+    pub output_size_bytes: Option<u64>,
+    /// Fuel budget per run; `None`: the VM default.
+    pub fuel: Option<u64>,
+}
+
+/// A λ loaded on both sides (see the module doc).
+pub struct Lambda {
+    name: String,
+    pind: ProgramIndex,
+    host_engine: Arc<dyn Engine>,
+}
+
+impl std::fmt::Debug for Lambda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lambda")
+            .field("name", &self.name)
+            .field("pind", &self.pind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lambda {
+    /// Loads `image` (an ELF object or raw bytecode) into a free slot of `dev`, activates
+    /// it on the device's JIT (its interpreter when the device has no JIT), and compiles
+    /// it on the host. `name` keys the dispatcher's profile of this λ.
+    pub fn load(
+        dev: &Device,
+        name: &str,
+        image: &[u8],
+        entry: Option<&str>,
+    ) -> Result<Lambda, LambdaError> {
+        // First, the host side: a program the device would refuse is refused here too,
+        // with the verifier's reason, before a slot is taken.
+        let table = csx_device::functions::function_table();
+        let program = match program_type_of(image) {
+            csx_proto::ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &table),
+            _ => csx_ebpf::loader::load_raw(name, image),
+        }
+        .map_err(|e| LambdaError::Load {
+            lambda: name.to_string(),
+            reason: e.to_string(),
+        })?;
+        let verified = csx_ebpf::verifier::verify(program, Arc::new(table)).map_err(|e| {
+            LambdaError::Load {
+                lambda: name.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        let jit = csx_ebpf_jit::JitProgram::compile(Arc::new(verified)).map_err(|e| {
+            LambdaError::Load {
+                lambda: name.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        // Then, the device side.
+        let pind = dev.load_program_any_slot(program_type_of(image), image, entry)?;
+        let engine = if dev.identify()?.jit {
+            EngineKind::Jit
+        } else {
+            EngineKind::Interpreter
+        };
+        if let Err(e) = dev.activate(pind, engine) {
+            let _ = dev.unload(pind);
+            return Err(e.into());
+        }
+        Ok(Lambda {
+            name: name.to_string(),
+            pind,
+            host_engine: Arc::new(jit),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device slot.
+    pub fn pind(&self) -> ProgramIndex {
+        self.pind
+    }
+
+    /// Frees the device slot.
+    pub fn unload(self, dev: &Device) -> Result<(), LambdaError> {
+        dev.deactivate(self.pind)?;
+        dev.unload(self.pind)?;
+        Ok(())
+    }
+
+    /// Runs the λ on the host over `input` and `output` (windows 0 and 1), through the
+    /// device's own execution path (`csx_device::execute::run_on_windows`), without a
+    /// shared state (r4 = 0) and without device files.
+    pub(crate) fn run_host(
+        &self,
+        input: &mut [u8],
+        output: &mut [u8],
+        args: &LambdaArgs,
+    ) -> RunOutcome {
+        let call = RunCall {
+            cparam1: args.cparam1,
+            cparam2: args.cparam2,
+            params: &args.params,
+            fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
+        };
+        let mut ctx = CallContext::without_files(Instant::now());
+        run_on_windows(
+            self.host_engine.as_ref(),
+            vec![input, output],
+            |mem| {
+                let addr = mem
+                    .map_read_write(csx_device::execute::STATE_REGION, &mut [])
+                    .expect("an empty region always maps");
+                (addr, 0)
+            },
+            &call,
+            &mut ctx,
+        )
+    }
+}

@@ -1,0 +1,389 @@
+//! The device daemon behind `csx device serve`: one device, served to many clients at
+//! once over the shm and tcp transports.
+//!
+//! ```text
+//!  Server::start ──▶ one acceptor thread per listen address
+//!                      │ (tcp listener / shm handshake socket, polled so shutdown
+//!                      │  is noticed within ACCEPT_POLL)
+//!                      ▼
+//!                    per client: a connection thread (host → device: decode, submit)
+//!                                 + a completion thread (device → host: reap, send)
+//!                                 around its own device queue pair
+//! ```
+//!
+//! Each client gets its own queue pair, so its allocations and range sets are its own
+//! and are reclaimed when it goes, however it goes (clean close, crash, broken
+//! connection). [`Server::shutdown`] stops accepting, lets every connection stop taking
+//! commands and finish (and answer) those in flight, then closes the device (workers
+//! drained, shared state saved, file store flushed).
+//!
+//! Invariants: at most [`CONNECTIONS_MAX`] connections hold a thread at once; a
+//! connection drops its queue pair before it closes its socket or handshake channel, so
+//! a client whose close returned sees its memory reclaimed.
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use csx_device::{Device as DeviceRuntime, DeviceError};
+
+use csx_host::transport::shm as shm_transport;
+
+pub mod shm;
+pub mod tcp;
+
+/// How often blocked server threads look at the stop flag: the bound on how long a
+/// shutdown waits for an idle thread to notice.
+pub const ACCEPT_POLL: Duration = Duration::from_millis(100);
+
+pub use csx_proto::limits::SERVER_CONNECTIONS_MAX as CONNECTIONS_MAX;
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("listen address {uri:?}: {reason}")]
+    BadListen { uri: String, reason: String },
+    #[error("cannot listen on {uri}: {source}")]
+    Listen { uri: String, source: std::io::Error },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("cannot start a server thread: {source}")]
+    Spawn { source: std::io::Error },
+    #[error("a server thread panicked")]
+    Panicked,
+}
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ListenAddr {
+    /// `tcp://HOST:PORT`; `tcp://:PORT` and `tcp://PORT` mean the loopback address.
+    Tcp(SocketAddr),
+    /// `shm://NAME`.
+    Shm(String),
+}
+
+impl ListenAddr {
+    /// Parses a listen URI (see the variants).
+    pub fn parse(uri: &str) -> Result<ListenAddr, ServerError> {
+        let bad = |reason: &str| ServerError::BadListen {
+            uri: uri.to_string(),
+            reason: reason.to_string(),
+        };
+        if let Some(name) = uri.strip_prefix("shm://") {
+            shm_transport::check_name(name).map_err(|reason| bad(&reason))?;
+            return Ok(ListenAddr::Shm(name.to_string()));
+        }
+        let Some(rest) = uri.strip_prefix("tcp://") else {
+            return Err(bad("use tcp://HOST:PORT or shm://NAME"));
+        };
+        // A missing host is the loopback address: serving beyond this machine is
+        // something to ask for by name.
+        let spec = match rest.rsplit_once(':') {
+            None => format!("127.0.0.1:{rest}"),
+            Some(("", port)) => format!("127.0.0.1:{port}"),
+            Some(_) => rest.to_string(),
+        };
+        let addr = spec
+            .to_socket_addrs()
+            .map_err(|e| bad(&e.to_string()))?
+            .next()
+            .ok_or_else(|| bad("resolves to no address"))?;
+        Ok(ListenAddr::Tcp(addr))
+    }
+}
+
+/// How the server runs.
+#[derive(Clone, Default)]
+pub struct ServerConfig {
+    pub listen: Vec<ListenAddr>,
+    /// The shared secret tcp clients must present; `None` accepts every client.
+    pub token: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<secret>"))
+            .finish()
+    }
+}
+
+/// Counters an operator reads in the status line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStatus {
+    /// Clients with a queue pair now.
+    pub clients_connected: u64,
+    /// Clients that ever had a queue pair.
+    pub clients_total: u64,
+    /// Connections refused (authentication, no queue pair left, bad handshake).
+    pub clients_refused: u64,
+    /// Completions sent back to clients.
+    pub commands_served: u64,
+}
+
+/// What every server thread shares.
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub(crate) device: DeviceRuntime,
+    pub(crate) token: Option<Vec<u8>>,
+    pub(crate) stopping: AtomicBool,
+    pub(crate) clients_connected: AtomicU64,
+    pub(crate) clients_total: AtomicU64,
+    pub(crate) clients_refused: AtomicU64,
+    pub(crate) commands_served: AtomicU64,
+    connections: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Context {
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn count(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Runs `serve` on a new thread for one connection, or returns `false` when
+    /// [`CONNECTIONS_MAX`] are running (the caller then closes the connection).
+    pub(crate) fn spawn_connection(
+        self: &Arc<Self>,
+        name: String,
+        serve: impl FnOnce(Arc<Context>) + Send + 'static,
+    ) -> bool {
+        let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished threads are joined here, so the list holds live ones only.
+        let (done, live): (Vec<_>, Vec<_>) = connections.drain(..).partition(|h| h.is_finished());
+        *connections = live;
+        for h in done {
+            let _ = h.join();
+        }
+        if connections.len() >= CONNECTIONS_MAX {
+            return false;
+        }
+        let ctx = Arc::clone(self);
+        match std::thread::Builder::new()
+            .name(name)
+            .spawn(move || serve(ctx))
+        {
+            Ok(h) => {
+                connections.push(h);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start a connection thread");
+                false
+            }
+        }
+    }
+
+    /// A connection got its queue pair.
+    pub(crate) fn client_connected(&self) {
+        Context::count(&self.clients_connected, 1);
+        Context::count(&self.clients_total, 1);
+    }
+
+    /// A connection dropped its queue pair.
+    pub(crate) fn client_disconnected(&self) {
+        self.clients_connected.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A running device daemon (see the module doc).
+#[derive(Debug)]
+pub struct Server {
+    /// Taken by `shutdown` to close the device.
+    ctx: Option<Arc<Context>>,
+    acceptors: Vec<JoinHandle<()>>,
+    bound: Vec<String>,
+    shm_paths: Vec<std::path::PathBuf>,
+}
+
+impl Server {
+    /// Opens the device in the state directory `dir` and serves it.
+    pub fn open(dir: &Path, config: ServerConfig) -> Result<Server, ServerError> {
+        Server::start(DeviceRuntime::open(dir)?, config)
+    }
+
+    /// Serves `device` on every address of `config`.
+    pub fn start(device: DeviceRuntime, config: ServerConfig) -> Result<Server, ServerError> {
+        if config.listen.is_empty() {
+            return Err(ServerError::BadListen {
+                uri: String::new(),
+                reason: "no listen address".to_string(),
+            });
+        }
+        let ctx = Arc::new(Context {
+            device,
+            token: config.token,
+            stopping: AtomicBool::new(false),
+            clients_connected: AtomicU64::new(0),
+            clients_total: AtomicU64::new(0),
+            clients_refused: AtomicU64::new(0),
+            commands_served: AtomicU64::new(0),
+            connections: Mutex::new(Vec::new()),
+        });
+        let mut server = Server {
+            ctx: Some(ctx),
+            acceptors: Vec::new(),
+            bound: Vec::new(),
+            shm_paths: Vec::new(),
+        };
+        for addr in &config.listen {
+            // On failure the listeners already started are stopped by `Drop`.
+            server.listen(addr)?;
+        }
+        Ok(server)
+    }
+
+    fn ctx(&self) -> &Arc<Context> {
+        self.ctx.as_ref().expect("present until shutdown")
+    }
+
+    fn listen(&mut self, addr: &ListenAddr) -> Result<(), ServerError> {
+        let spawn = |name: String, run: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(run)
+                .map_err(|source| ServerError::Spawn { source })
+        };
+        match addr {
+            ListenAddr::Tcp(sa) => {
+                let uri = format!("tcp://{sa}");
+                let listener = TcpListener::bind(sa).map_err(|source| ServerError::Listen {
+                    uri: uri.clone(),
+                    source,
+                })?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| ServerError::Listen {
+                        uri: uri.clone(),
+                        source,
+                    })?;
+                if !local.ip().is_loopback() && self.ctx().token.is_none() {
+                    tracing::warn!(
+                        address = %local,
+                        "serving beyond loopback without a token: any host that reaches this address may use the device"
+                    );
+                }
+                let ctx = Arc::clone(self.ctx());
+                let h = spawn(
+                    format!("csx-accept-{local}"),
+                    Box::new(move || tcp::accept_loop(listener, &ctx)),
+                )?;
+                self.acceptors.push(h);
+                self.bound.push(format!("tcp://{local}"));
+            }
+            ListenAddr::Shm(name) => {
+                let (listener, path) = shm::bind(name).map_err(|source| ServerError::Listen {
+                    uri: format!("shm://{name}"),
+                    source,
+                })?;
+                let ctx = Arc::clone(self.ctx());
+                let h = spawn(
+                    format!("csx-accept-shm-{name}"),
+                    Box::new(move || shm::accept_loop(listener, &ctx)),
+                )?;
+                self.acceptors.push(h);
+                self.bound.push(format!("shm://{name}"));
+                self.shm_paths.push(path);
+            }
+        }
+        Ok(())
+    }
+
+    /// The URIs clients connect to, with the ports the system chose for port 0.
+    pub fn uris(&self) -> &[String] {
+        &self.bound
+    }
+
+    /// Counters for a status line.
+    pub fn status(&self) -> ServerStatus {
+        let c = self.ctx();
+        ServerStatus {
+            clients_connected: c.clients_connected.load(Ordering::Relaxed),
+            clients_total: c.clients_total.load(Ordering::Relaxed),
+            clients_refused: c.clients_refused.load(Ordering::Relaxed),
+            commands_served: c.commands_served.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops accepting, finishes and answers every command in flight, disconnects every
+    /// client, and closes the device.
+    pub fn shutdown(mut self) -> Result<(), ServerError> {
+        self.stop_threads()?;
+        let ctx = self.ctx.take().expect("present until shutdown");
+        // Every thread holding the context has been joined.
+        let ctx = Arc::try_unwrap(ctx).map_err(|_| ServerError::Panicked)?;
+        ctx.device.close()?;
+        Ok(())
+    }
+
+    fn stop_threads(&mut self) -> Result<(), ServerError> {
+        let Some(ctx) = self.ctx.as_ref() else {
+            return Ok(());
+        };
+        ctx.stopping.store(true, Ordering::Release);
+        let mut panicked = false;
+        for h in self.acceptors.drain(..) {
+            panicked |= h.join().is_err();
+        }
+        let connections: Vec<_> = ctx
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for h in connections {
+            panicked |= h.join().is_err();
+        }
+        for path in self.shm_paths.drain(..) {
+            let _ = std::fs::remove_file(path);
+        }
+        if panicked {
+            return Err(ServerError::Panicked);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // `shutdown` already stopped everything; otherwise stop now, losing errors. The
+        // device closes when the last reference to the context goes.
+        let _ = self.stop_threads();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            ListenAddr::parse("tcp://:7000").unwrap(),
+            ListenAddr::Tcp("127.0.0.1:7000".parse().unwrap())
+        );
+        assert_eq!(
+            ListenAddr::parse("tcp://7001").unwrap(),
+            ListenAddr::Tcp("127.0.0.1:7001".parse().unwrap())
+        );
+        assert_eq!(
+            ListenAddr::parse("tcp://127.0.0.1:0").unwrap(),
+            ListenAddr::Tcp("127.0.0.1:0".parse().unwrap())
+        );
+        assert_eq!(
+            ListenAddr::parse("shm://dev0").unwrap(),
+            ListenAddr::Shm("dev0".into())
+        );
+        assert!(ListenAddr::parse("shm://a/b").is_err());
+        assert!(ListenAddr::parse("udp://x:1").is_err());
+        assert!(ListenAddr::parse("tcp://:notaport").is_err());
+    }
+}

@@ -1,0 +1,834 @@
+//! The device side of shm queue pairs: the handshake socket, the region each client
+//! gets, and a client's poller thread.
+//!
+//! One thread per client serves both rings. It polls the submission ring, copies each
+//! entry out, checks it, and submits the command to the client's queue pair: a Memory
+//! Read or Write with a host-memory buffer goes through
+//! `QueuePair::submit_with_buffer`, so the device copies straight between host memory
+//! and SLM. It reaps the queue pair and posts completion entries, putting a read's data
+//! into its buffer and a long completion into its response area, and raises the
+//! interrupt only when the host sleeps. When idle it sleeps on the doorbell.
+//!
+//! Invariants: nothing read from the region is trusted: each entry is copied out before
+//! it is decoded, and every span it names is checked to lie in the client's heap before
+//! anything is copied or allocated for it; an entry that cannot be answered (no command
+//! id) or a ring index out of range ends the connection, anything else that is wrong
+//! gets an error completion; the queue pair is dropped only when every command in
+//! flight has completed, and before the socket closes.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use csx_device::{DmaBuffer, QueuePair, SubmitError};
+use csx_proto::limits::{FRAME_SIZE_MAX, QUEUE_DEPTH_MAX};
+use csx_proto::{
+    decode_command, encode_completion, CommandId, Completion, Op, Reply, Status, WireError,
+};
+
+use csx_host::transport::bulk;
+use csx_host::transport::shm::framing::{
+    word, Cqe, Hello, Layout, ShmFramingError, Span, Sqe, SqeFrame, Welcome, WelcomeStatus,
+    CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, HELLO_SIZE,
+};
+use csx_host::transport::shm::metrics::ShmMetrics;
+use csx_host::transport::shm::ring::Region;
+use csx_host::transport::shm::{
+    socket_path, COMPLETION_STALL_TIMEOUT, CQE_INLINE_FRAME_MAX, CQE_SIZE, DEVICE_SPIN,
+    HANDSHAKE_TIMEOUT, HOST_MEMORY_MAX, HOST_MEMORY_MIN, SQE_SIZE, TRANSFER_SIZE_MAX,
+};
+use csx_host::transport::sys::{self, EventFd};
+
+use crate::{Context, ACCEPT_POLL};
+
+/// Binds the handshake socket of `shm://name`, replacing a stale socket file left by a
+/// device that died, refusing one a running device answers on. Only the owner may
+/// connect (the socket is mode 0600).
+pub(crate) fn bind(name: &str) -> io::Result<(UnixListener, PathBuf)> {
+    let path = socket_path(name);
+    if path.exists() {
+        if UnixStream::connect(&path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("another device serves shm://{name} at {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok((listener, path))
+}
+
+/// Accepts clients until the server stops.
+pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
+    let mut next = 0u64;
+    while !ctx.stopping() {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                next += 1;
+                let spawned =
+                    ctx.spawn_connection(format!("csx-shm-{next}"), move |ctx| serve(stream, &ctx));
+                if !spawned {
+                    Context::count(&ctx.clients_refused, 1);
+                    tracing::warn!("too many connections; closing an shm client");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                sys::wait_readable(&listener, ACCEPT_POLL)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "shm accept failed");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+/// A range of the client's host memory lent to the device for one command.
+#[derive(Debug)]
+struct HostMemory {
+    region: Arc<Region>,
+    offset: usize,
+    len: usize,
+}
+
+impl DmaBuffer for HostMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read_into(&self, dst: &mut [u8]) {
+        self.region.read(self.offset, dst);
+    }
+
+    fn write_from(&self, src: &[u8]) {
+        self.region.write(self.offset, src);
+    }
+}
+
+/// How a command's reply data reaches the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadPath {
+    /// No data buffer.
+    None,
+    /// The device wrote the buffer itself (a Memory Read with a buffer).
+    Dma,
+    /// The reply's bytes are copied into the buffer (a File Read).
+    Copy,
+}
+
+/// Where a command's completion goes.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    response: Span,
+    data: Span,
+    read: ReadPath,
+}
+
+/// One client's queue: the region, its eventfds, its queue pair.
+#[derive(Debug)]
+struct Queue {
+    region: Arc<Region>,
+    layout: Layout,
+    doorbell: EventFd,
+    interrupt: EventFd,
+    qp: QueuePair,
+    routes: Mutex<HashMap<CommandId, Route>>,
+    /// Serialises producers of the completion ring (both threads post).
+    cq: Mutex<()>,
+    /// The host is gone (or broke the protocol): completions are dropped.
+    gone: AtomicBool,
+    metrics: ShmMetrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Why a client's submission loop ended.
+#[derive(Debug)]
+enum Ending {
+    Closed,
+    Stopping,
+    Fatal(String),
+}
+
+/// One client: handshake, then its poller.
+fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
+    let Some(queue) = handshake(&mut stream, ctx) else {
+        Context::count(&ctx.clients_refused, 1);
+        return;
+    };
+    let queue = Arc::new(queue);
+    let queue_id = queue.layout.queue_id;
+    ctx.client_connected();
+    tracing::info!(
+        client = queue_id,
+        depth = queue.layout.queue_depth,
+        host_memory = queue.layout.heap_size,
+        "shm client connected"
+    );
+    let why = poll_queue(&queue, &stream, ctx);
+    if !matches!(why, Ending::Stopping) {
+        queue.gone.store(true, Ordering::Release);
+    }
+    // Commands in flight finish; their completions are posted (or dropped for a host
+    // that is gone) before the queue pair goes.
+    while queue.qp.in_flight() > 0 {
+        if let Some(c) = queue.qp.reap(Some(ACCEPT_POLL)) {
+            complete(&queue, c, ctx);
+        }
+    }
+    let goodbye = match &why {
+        Ending::Closed => None,
+        Ending::Stopping => Some("the device is shutting down".to_string()),
+        Ending::Fatal(reason) => {
+            tracing::warn!(client = queue_id, %reason, "closing an shm client");
+            Some(format!("protocol error: {reason}"))
+        }
+    };
+    if let Some(text) = goodbye {
+        let _ = stream.write_all(text.as_bytes());
+    }
+    // The queue pair goes first (reclaiming the client's memory), then the socket.
+    match Arc::try_unwrap(queue) {
+        Ok(q) => drop(q),
+        Err(_) => tracing::error!(client = queue_id, "queue still shared at disconnect"),
+    }
+    ctx.client_disconnected();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    tracing::info!(client = queue_id, reason = ?why, "shm client disconnected");
+}
+
+fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let mut buf = [0u8; HELLO_SIZE];
+    if stream.read_exact(&mut buf).is_err() {
+        return None;
+    }
+    let refuse = |stream: &mut UnixStream, status, message: String| {
+        tracing::warn!(?status, %message, "refusing shm client");
+        let w = Welcome {
+            status,
+            queue_depth: 0,
+            queue_id: 0,
+            region_bytes: 0,
+            message,
+        };
+        let _ = stream.write_all(&w.encode());
+        None
+    };
+    let hello = match Hello::decode(&buf) {
+        Ok(h) => h,
+        Err(e @ ShmFramingError::Version { .. }) => {
+            return refuse(stream, WelcomeStatus::VersionUnsupported, e.to_string())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "bad shm hello");
+            return None;
+        }
+    };
+    if hello.queue_depth == 0 {
+        return refuse(stream, WelcomeStatus::BadQueueDepth, "queue depth 0".into());
+    }
+    if !(HOST_MEMORY_MIN..=HOST_MEMORY_MAX).contains(&hello.host_memory_bytes) {
+        let m = format!(
+            "host memory of {} bytes, must be {HOST_MEMORY_MIN}..={HOST_MEMORY_MAX}",
+            hello.host_memory_bytes
+        );
+        return refuse(stream, WelcomeStatus::BadHostMemory, m);
+    }
+    if ctx.stopping() {
+        return refuse(
+            stream,
+            WelcomeStatus::Unavailable,
+            "the device is shutting down".into(),
+        );
+    }
+    let depth = hello.queue_depth.min(QUEUE_DEPTH_MAX);
+    let qp = match ctx.device.queue_pair(depth) {
+        Ok(qp) => qp,
+        Err(e) => return refuse(stream, WelcomeStatus::Unavailable, e.to_string()),
+    };
+    let layout = Layout::new(depth, qp.client().0, hello.host_memory_bytes);
+    let made = (|| -> io::Result<(Region, EventFd, EventFd)> {
+        let name = format!("csx-client-{}", layout.queue_id);
+        let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
+        region.write(0, &layout.encode());
+        Ok((region, EventFd::new()?, EventFd::new()?))
+    })();
+    let (region, doorbell, interrupt) = match made {
+        Ok(m) => m,
+        Err(e) => {
+            return refuse(
+                stream,
+                WelcomeStatus::Unavailable,
+                format!("cannot make the shared region: {e}"),
+            )
+        }
+    };
+    let welcome = Welcome {
+        status: WelcomeStatus::Accepted,
+        queue_depth: depth,
+        queue_id: layout.queue_id,
+        region_bytes: layout.region_bytes(),
+        message: String::new(),
+    };
+    let fds = [region.file().as_fd(), doorbell.fd(), interrupt.fd()];
+    if let Err(e) = sys::send_with_fds(stream, &welcome.encode(), &fds) {
+        tracing::warn!(error = %e, "cannot send the shm welcome");
+        return None;
+    }
+    let _ = stream.set_nonblocking(true);
+    Some(Queue {
+        region: Arc::new(region),
+        layout,
+        doorbell,
+        interrupt,
+        qp,
+        routes: Mutex::new(HashMap::new()),
+        cq: Mutex::new(()),
+        gone: AtomicBool::new(false),
+        metrics: ShmMetrics::default(),
+    })
+}
+
+/// How long the poller waits for a completion of a command in flight before it looks
+/// at the submission ring again (new entries also get picked up at every completion).
+const COMPLETION_WAIT: Duration = Duration::from_micros(500);
+
+/// The client's one device thread: take submission entries and post completions,
+/// polling both while busy and for [`DEVICE_SPIN`] after; then wait for a completion
+/// while commands are in flight, or sleep on the doorbell when none are.
+///
+/// One thread for both directions keeps a round trip at two thread hand-offs (this
+/// thread to an engine and back), which matters on a machine with few cores.
+fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
+    let tail_word = q.region.word(word::SQ_TAIL);
+    let head_word = q.region.word(word::SQ_HEAD);
+    let entries = q.layout.sq_entries;
+    let mut head = head_word.load(Ordering::Relaxed);
+    let mut last_work = Instant::now();
+    loop {
+        let mut worked = false;
+        let tail = tail_word.load(Ordering::Acquire);
+        if tail != head {
+            if tail.wrapping_sub(head) > entries {
+                return Ending::Fatal(format!(
+                    "submission tail {tail} is more than {entries} entries past head {head}"
+                ));
+            }
+            while head != tail {
+                let mut bytes = [0u8; SQE_SIZE];
+                let slot = (head & (entries - 1)) as usize;
+                q.region
+                    .read(q.layout.sq_offset as usize + slot * SQE_SIZE, &mut bytes);
+                head = head.wrapping_add(1);
+                // The entry is copied: the host may reuse its slot.
+                head_word.store(head, Ordering::Release);
+                // The last entry of a batch may run on this thread (see `take`).
+                if let Err(reason) = take(q, &bytes, head == tail, ctx) {
+                    return Ending::Fatal(reason);
+                }
+            }
+            worked = true;
+        }
+        while let Some(c) = q.qp.try_reap() {
+            complete(q, c, ctx);
+            worked = true;
+        }
+        if worked {
+            last_work = Instant::now();
+            continue;
+        }
+        if ctx.stopping() {
+            return Ending::Stopping;
+        }
+        if last_work.elapsed() < DEVICE_SPIN {
+            // Yield rather than spin: the engine running the command may need this core.
+            std::thread::yield_now();
+            continue;
+        }
+        if q.qp.in_flight() > 0 {
+            if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
+                complete(q, c, ctx);
+                last_work = Instant::now();
+            }
+            continue;
+        }
+        let idle = q.region.word(word::DEVICE_IDLE);
+        idle.store(1, Ordering::Relaxed);
+        // Pairs with the host's fence between publishing a tail and looking at this
+        // flag: either it sees the flag and rings, or this sees its tail.
+        fence(Ordering::SeqCst);
+        if tail_word.load(Ordering::Acquire) != head {
+            idle.store(0, Ordering::Relaxed);
+            continue;
+        }
+        ShmMetrics::add(&q.metrics.sleeps, 1);
+        let ready = sys::poll_readable(&[q.doorbell.fd(), stream.as_fd()], Some(ACCEPT_POLL));
+        idle.store(0, Ordering::Relaxed);
+        q.doorbell.clear();
+        match ready {
+            Ok(r) if r[1] => {
+                let mut buf = [0u8; 64];
+                match (&*stream).read(&mut buf) {
+                    Ok(0) => return Ending::Closed,
+                    Ok(_) => return Ending::Fatal("bytes on the handshake socket".to_string()),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Ending::Closed,
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Ending::Fatal(format!("waiting on the doorbell: {e}")),
+        }
+        last_work = Instant::now();
+    }
+}
+
+/// Whether `span` (of at most `limit` bytes) lies in the client's heap.
+fn in_heap(q: &Queue, span: Span, limit: usize) -> bool {
+    let heap_end = q.layout.heap_offset + q.layout.heap_size;
+    span.len <= limit as u64
+        && span.offset >= q.layout.heap_offset
+        && span
+            .offset
+            .checked_add(span.len)
+            .is_some_and(|end| end <= heap_end)
+}
+
+fn wire_status(e: &WireError) -> Status {
+    match e {
+        WireError::UnknownOpcode { .. } => Status::InvalidOpcode,
+        WireError::Invalid(f) => f.status(),
+        _ => Status::InvalidField,
+    }
+}
+
+/// Takes one entry: checks it and submits its command, or answers it with an error.
+/// `Err` ends the connection.
+///
+/// With `last` (no entry waits behind this one), a short command that is the queue's
+/// only one in flight runs on this thread (`QueuePair::submit_inline`): the round trip
+/// is then the host and this poller, with no engine to wake.
+fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<(), String> {
+    ShmMetrics::add(&q.metrics.commands, 1);
+    let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
+    let frame = match &sqe.frame {
+        SqeFrame::Inline(f) => f.clone(),
+        SqeFrame::OutOfLine(span) => {
+            if !in_heap(q, *span, FRAME_SIZE_MAX) {
+                return Err(format!(
+                    "command of {} bytes at {} lies outside host memory",
+                    span.len, span.offset
+                ));
+            }
+            // Checked above against FRAME_SIZE_MAX and the heap.
+            let mut f = vec![0u8; span.len as usize];
+            q.region.read(span.offset as usize, &mut f);
+            f
+        }
+    };
+    let Some(cid) = frame
+        .get(8..16)
+        .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
+    else {
+        return Err(format!(
+            "entry holds {} bytes, no command header",
+            frame.len()
+        ));
+    };
+    let response_ok = in_heap(q, sqe.response, FRAME_SIZE_MAX);
+    let route = Route {
+        response: if response_ok {
+            sqe.response
+        } else {
+            Span::default()
+        },
+        data: Span::default(),
+        read: ReadPath::None,
+    };
+    let refuse = |status, message: String| {
+        post(
+            q,
+            Completion::error(cid, status, "transport", message),
+            route,
+            ctx,
+        );
+        Ok(())
+    };
+    if sqe.queue_id != q.layout.queue_id {
+        let m = format!(
+            "entry for queue {} in the ring of queue {}",
+            sqe.queue_id, q.layout.queue_id
+        );
+        return refuse(Status::InvalidField, m);
+    }
+    if !response_ok {
+        return refuse(
+            Status::InvalidField,
+            "response area outside host memory".into(),
+        );
+    }
+    if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
+        let m = format!(
+            "data buffer of {} bytes at {} lies outside host memory or exceeds {TRANSFER_SIZE_MAX}",
+            sqe.data.len, sqe.data.offset
+        );
+        return refuse(Status::InvalidField, m);
+    }
+    let mut cmd = match decode_command(&frame) {
+        Ok(cmd) => cmd,
+        Err(e) => return refuse(wire_status(&e), format!("undecodable command: {e}")),
+    };
+    let route = Route {
+        data: sqe.data,
+        ..route
+    };
+    let data = sqe.data;
+    let lend = || {
+        Box::new(HostMemory {
+            region: Arc::clone(&q.region),
+            offset: data.offset as usize,
+            len: data.len as usize,
+        })
+    };
+    // What the command does with its data buffer.
+    let (dma, read) = match &cmd.op {
+        _ if data.len == 0 => (None, ReadPath::None),
+        Op::MemWrite { data: d, .. } if d.is_empty() => (Some(lend()), ReadPath::None),
+        Op::MemRead { len, .. } if *len == data.len => (Some(lend()), ReadPath::Dma),
+        Op::FileRead { len, .. } if *len == data.len => (None, ReadPath::Copy),
+        Op::FileWrite { data: d, .. } if d.is_empty() => {
+            // Checked against TRANSFER_SIZE_MAX and the heap above.
+            let mut bytes = vec![0u8; data.len as usize];
+            q.region.read(data.offset as usize, &mut bytes);
+            bulk::put_command_data(&mut cmd.op, bytes);
+            (None, ReadPath::None)
+        }
+        other => {
+            let m = format!(
+                "{} takes no data buffer of {} bytes",
+                other.name(),
+                data.len
+            );
+            return refuse(Status::InvalidField, m);
+        }
+    };
+    let route = Route { read, ..route };
+    if lock(&q.routes).insert(cid, route).is_some() {
+        return Err(format!("{cid} reused while in flight"));
+    }
+    let submitted = match dma {
+        _ if last => {
+            q.qp.submit_inline(cmd, dma.map(|b| b as Box<dyn DmaBuffer>))
+        }
+        Some(buffer) => q.qp.submit_with_buffer(cmd, buffer),
+        None => q.qp.submit(cmd),
+    };
+    match submitted {
+        Ok(()) => Ok(()),
+        Err(SubmitError::QueueFull { depth }) => Err(format!(
+            "more than {depth} commands in flight, the negotiated depth"
+        )),
+        Err(_) => {
+            lock(&q.routes).remove(&cid);
+            refuse(Status::Aborted, "the device is shutting down".into())
+        }
+    }
+}
+
+/// Posts the completion the queue pair gave back, with its command's route.
+fn complete(q: &Queue, c: Completion, ctx: &Context) {
+    let route = lock(&q.routes).remove(&c.id).unwrap_or(Route {
+        response: Span::default(),
+        data: Span::default(),
+        read: ReadPath::None,
+    });
+    post(q, c, route, ctx);
+}
+
+/// Posts the completion entry of `c` (see the module doc).
+fn post(q: &Queue, mut c: Completion, route: Route, ctx: &Context) {
+    Context::count(&ctx.commands_served, 1);
+    if q.gone.load(Ordering::Acquire) {
+        return;
+    }
+    let mut cqe = Cqe {
+        cid: c.id.0,
+        flags: 0,
+        frame_len: 0,
+        data_len: 0,
+        inline: Vec::new(),
+    };
+    if c.status.is_success() {
+        match route.read {
+            ReadPath::None => {}
+            ReadPath::Dma => {
+                // The bytes are in the buffer already; the reply says so.
+                c.reply = Reply::Data(Vec::new());
+                cqe.flags |= CQE_DATA_IN_BUFFER;
+                cqe.data_len = route.data.len as u32;
+                ShmMetrics::add(&q.metrics.data_bytes, route.data.len);
+            }
+            ReadPath::Copy => {
+                if let Some(bytes) = bulk::take_reply_data(&mut c) {
+                    // The device read at most the length asked, which is the buffer's.
+                    let n = bytes.len().min(route.data.len as usize);
+                    q.region.write(route.data.offset as usize, &bytes[..n]);
+                    cqe.flags |= CQE_DATA_IN_BUFFER;
+                    cqe.data_len = n as u32;
+                    ShmMetrics::add(&q.metrics.data_bytes, n as u64);
+                }
+            }
+        }
+    }
+    let mut frame = encode_completion(&c).unwrap_or_else(|e| {
+        let bad = Completion::error(c.id, Status::Internal, "transport", e.to_string());
+        encode_completion(&bad).expect("an error completion encodes")
+    });
+    if frame.len() > CQE_INLINE_FRAME_MAX
+        && frame.len() as u64 > route.response.len
+        && !c.status.is_success()
+    {
+        // A failure with nowhere to put its detail (no valid response area): the
+        // status still reaches the host, inline.
+        let bare = Completion::new(c.id, c.status);
+        frame = encode_completion(&bare).expect("a bare completion encodes");
+    }
+    cqe.frame_len = frame.len() as u32;
+    if frame.len() <= CQE_INLINE_FRAME_MAX {
+        cqe.inline = frame;
+    } else if frame.len() as u64 <= route.response.len {
+        q.region.write(route.response.offset as usize, &frame);
+        cqe.flags |= CQE_FRAME_IN_RESPONSE;
+    } else {
+        cqe.flags |= CQE_RESPONSE_OVERFLOW;
+    }
+    publish(q, &cqe);
+}
+
+/// Writes `cqe` at the completion tail once there is room, and raises the interrupt if
+/// the host sleeps.
+fn publish(q: &Queue, cqe: &Cqe) {
+    let bytes = cqe.encode();
+    let _cq = lock(&q.cq);
+    let tail_word = q.region.word(word::CQ_TAIL);
+    let head_word = q.region.word(word::CQ_HEAD);
+    let entries = q.layout.cq_entries;
+    let tail = tail_word.load(Ordering::Relaxed);
+    let stalled_since = Instant::now();
+    loop {
+        let head = head_word.load(Ordering::Acquire);
+        let used = tail.wrapping_sub(head);
+        if used > entries {
+            tracing::warn!(
+                head,
+                tail,
+                "completion head out of range; dropping the client"
+            );
+            q.gone.store(true, Ordering::Release);
+            return;
+        }
+        if used < entries {
+            break;
+        }
+        // The host consumes entries before it submits more, so a full ring drains
+        // unless the host stopped; give it a while.
+        if q.gone.load(Ordering::Acquire) || stalled_since.elapsed() > COMPLETION_STALL_TIMEOUT {
+            q.gone.store(true, Ordering::Release);
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let slot = (tail & (entries - 1)) as usize;
+    q.region
+        .write(q.layout.cq_offset as usize + slot * CQE_SIZE, &bytes);
+    tail_word.store(tail.wrapping_add(1), Ordering::Release);
+    ShmMetrics::add(&q.metrics.completions, 1);
+    // Pairs with the host's fence between announcing that it sleeps and looking at the
+    // tail one last time.
+    fence(Ordering::SeqCst);
+    if q.region.word(word::HOST_IDLE).load(Ordering::Relaxed) != 0 {
+        ShmMetrics::add(&q.metrics.notifies, 1);
+        let _ = q.interrupt.notify();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use csx_proto::{encode_command, Command, CommandId, MemHandle, Op, Status};
+
+    use csx_host::transport::shm::framing::{word, Span, SqeFrame};
+    use csx_host::transport::shm::{ShmOptions, ShmTransport, HOST_MEMORY_MIN};
+    use csx_host::transport::Transport;
+
+    use crate::{ListenAddr, Server, ServerConfig};
+
+    fn served() -> (tempfile::TempDir, Server, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = csx_device::DeviceConfig {
+            nvm_size_bytes: 1 << 20,
+            slm_size_bytes: 1 << 20,
+            state_size_bytes: 4096,
+            engines: Some(1),
+            ..csx_device::DeviceConfig::default()
+        };
+        csx_device::Device::init(dir.path(), config)
+            .unwrap()
+            .close()
+            .unwrap();
+        let name = format!("unit-{}-{}", std::process::id(), dir.path().display())
+            .replace(['/', '.'], "_");
+        let name: String = name.chars().rev().take(60).collect();
+        let server = Server::open(
+            dir.path(),
+            ServerConfig {
+                listen: vec![ListenAddr::Shm(name.clone())],
+                token: None,
+            },
+        )
+        .unwrap();
+        (dir, server, name)
+    }
+
+    fn connect(name: &str) -> ShmTransport {
+        let options = ShmOptions {
+            queue_depth: 8,
+            host_memory_bytes: HOST_MEMORY_MIN,
+        };
+        ShmTransport::connect(name, &options).unwrap()
+    }
+
+    fn frame(id: u64, op: Op) -> Vec<u8> {
+        encode_command(&Command::new(CommandId(id), op)).unwrap()
+    }
+
+    fn status_of(t: &ShmTransport) -> (CommandId, Status) {
+        let c = t
+            .reap(Some(Duration::from_secs(10)))
+            .unwrap()
+            .expect("a completion");
+        (c.id, c.status)
+    }
+
+    /// Entries that are wrong but answerable get error completions; the queue goes on.
+    #[test]
+    fn bad_entries_get_error_completions() {
+        let (_dir, server, name) = served();
+        let t = connect(&name);
+        let (_, layout) = t.raw_region();
+        t.post_raw(CommandId(1), frame(1, Op::Identify), |s| s.queue_id += 1)
+            .unwrap();
+        assert_eq!(status_of(&t), (CommandId(1), Status::InvalidField));
+        let mut unknown = frame(2, Op::Identify);
+        unknown[0] = 0x7e;
+        t.post_raw(CommandId(2), unknown, |_| {}).unwrap();
+        assert_eq!(status_of(&t), (CommandId(2), Status::InvalidOpcode));
+        let read = Op::MemRead {
+            handle: MemHandle(1),
+            offset: 0,
+            len: 4096,
+        };
+        // A data buffer outside host memory (in the rings), and an absurd one.
+        t.post_raw(CommandId(3), frame(3, read.clone()), |s| {
+            s.data = Span {
+                offset: layout.sq_offset,
+                len: 4096,
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(3), Status::InvalidField));
+        t.post_raw(CommandId(4), frame(4, read), |s| {
+            s.data = Span {
+                offset: u64::MAX - 10,
+                len: u64::from(u32::MAX),
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(4), Status::InvalidField));
+        // A response area outside host memory.
+        t.post_raw(CommandId(5), frame(5, Op::Identify), |s| {
+            s.response = Span {
+                offset: 0,
+                len: 4096,
+            }
+        })
+        .unwrap();
+        assert_eq!(status_of(&t), (CommandId(5), Status::InvalidField));
+        // A truncated command.
+        let mut short = frame(6, Op::MemAlloc { size_bytes: 64 });
+        short.truncate(18);
+        t.post_raw(CommandId(6), short, |_| {}).unwrap();
+        assert_eq!(status_of(&t), (CommandId(6), Status::InvalidField));
+        // Still a working queue.
+        t.post_raw(CommandId(7), frame(7, Op::Identify), |_| {})
+            .unwrap();
+        assert_eq!(status_of(&t), (CommandId(7), Status::Success));
+        Box::new(t).close().unwrap();
+        server.shutdown().unwrap();
+    }
+
+    /// Entries that cannot be answered, or ring indices out of range, end the
+    /// connection; the server serves the next client.
+    #[test]
+    fn unanswerable_entries_close_the_connection() {
+        let (_dir, server, name) = served();
+        let breakers: [&dyn Fn(&ShmTransport); 3] = [
+            // No command header at all.
+            &|t| t.post_raw(CommandId(1), vec![1, 2, 3], |_| {}).unwrap(),
+            // A command "out of line" far outside the region.
+            &|t| {
+                t.post_raw(CommandId(1), vec![], |s| {
+                    s.frame = SqeFrame::OutOfLine(Span {
+                        offset: 1 << 40,
+                        len: 1 << 20,
+                    })
+                })
+                .unwrap()
+            },
+            // A tail thousands of entries past the head.
+            &|t| {
+                let (region, _) = t.raw_region();
+                region
+                    .word(word::SQ_TAIL)
+                    .fetch_add(5000, Ordering::Release);
+                t.ring_doorbell();
+            },
+        ];
+        let connected_becomes = |n: u64, what: &str| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while server.status().clients_connected != n {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        for breaker in breakers {
+            let t = connect(&name);
+            connected_becomes(1, "the client is counted");
+            breaker(&t);
+            connected_becomes(0, "the connection stays open");
+            drop(t);
+            let good = connect(&name);
+            good.submit(Command::new(CommandId(9), Op::Identify))
+                .unwrap();
+            assert_eq!(status_of(&good), (CommandId(9), Status::Success));
+            Box::new(good).close().unwrap();
+        }
+        server.shutdown().unwrap();
+    }
+}

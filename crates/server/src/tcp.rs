@@ -1,0 +1,613 @@
+//! The device side of TCP connections: accepting, the handshake, and one connection's
+//! two threads.
+//!
+//! The connection thread reads PDUs, rebuilds each command (its capsule plus the H2C
+//! data behind it) and submits it to the connection's queue pair; the completion
+//! thread reaps the pair and writes C2H data and response capsules, batching whatever
+//! is ready into one write. A short command alone in flight runs on the connection
+//! thread itself, which then sends its completion (`Connection::submit`).
+//!
+//! Invariants: a framing error (bad header, a data PDU out of sequence, a length over
+//! its limit) ends the connection with a C2HTermReq; a well-framed command that does
+//! not decode, names another queue, or overflows the queue gets an error completion;
+//! the queue pair is dropped (its memory reclaimed) only after every command in flight
+//! has completed, and before the socket closes.
+
+use std::io::{self, IoSlice, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::Thread;
+use std::time::Duration;
+
+use csx_device::{QueuePair, SubmitError};
+use csx_proto::limits::QUEUE_DEPTH_MAX;
+use csx_proto::{
+    decode_command, wire::encode_completion_into, Command, CommandId, Completion, Status, WireError,
+};
+
+use csx_host::transport::bulk;
+use csx_host::transport::tcp::framing::{
+    data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
+    secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
+    PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+};
+use csx_host::transport::tcp::{
+    COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
+    TRANSFER_SIZE_MAX,
+};
+
+use crate::{Context, ACCEPT_POLL};
+
+/// How long a write to a client may block: a client that stops reading for this long
+/// is treated as gone, so it cannot hold its queue pair (or a shutdown) forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest PDU a connection accepts after the handshake.
+const PLEN_MAX: usize = PDU_HEADER_SIZE
+    + if CAPSULE_PSH_SIZE + COMMAND_CAPSULE_SIZE_MAX > DATA_PSH_SIZE + DATA_PDU_SIZE_MAX {
+        CAPSULE_PSH_SIZE + COMMAND_CAPSULE_SIZE_MAX
+    } else {
+        DATA_PSH_SIZE + DATA_PDU_SIZE_MAX
+    };
+
+/// Accepts connections until the server stops.
+pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!(error = %e, "cannot poll the tcp listener");
+        return;
+    }
+    while !ctx.stopping() {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                // The listener is non-blocking for polling; connections are not.
+                if stream.set_nonblocking(false).is_err() {
+                    continue;
+                }
+                let name = format!("csx-tcp-{peer}");
+                let spawned = ctx.spawn_connection(name, move |ctx| serve(stream, peer, &ctx));
+                if !spawned {
+                    Context::count(&ctx.clients_refused, 1);
+                    tracing::warn!(%peer, "too many connections; closing");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                csx_host::transport::sys::wait_readable(&listener, ACCEPT_POLL);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+}
+
+/// The write side, shared by both threads of a connection.
+#[derive(Debug)]
+struct Sender {
+    stream: Mutex<TcpStream>,
+    /// Set once a write failed: the client is gone, completions are dropped.
+    dead: AtomicBool,
+}
+
+impl Sender {
+    fn lock(&self) -> MutexGuard<'_, TcpStream> {
+        self.stream.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self, w: &mut TcpStream, slices: &mut [IoSlice<'_>]) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = write_all_vectored(w, slices) {
+            tracing::debug!(error = %e, "write to client failed");
+            self.dead.store(true, Ordering::Relaxed);
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// One connection: handshake, then the two threads.
+fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Err(e) = csx_host::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+        tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
+    }
+    let mut reader = PduReader::new(ICREQ_SIZE_MAX);
+    let Some((qp, queue_id)) = handshake(&mut stream, &mut reader, peer, ctx) else {
+        Context::count(&ctx.clients_refused, 1);
+        return;
+    };
+    ctx.client_connected();
+    tracing::info!(%peer, client = queue_id, depth = qp.depth(), "tcp client connected");
+    reader.set_plen_max(PLEN_MAX);
+    let sender = match stream.try_clone() {
+        Ok(s) => Arc::new(Sender {
+            stream: Mutex::new(s),
+            dead: AtomicBool::new(false),
+        }),
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "cannot clone the socket");
+            ctx.client_disconnected();
+            return;
+        }
+    };
+    let qp = Arc::new(qp);
+    let draining = Arc::new(AtomicBool::new(false));
+    let completions = {
+        let (qp, sender, draining, ctx) = (
+            Arc::clone(&qp),
+            Arc::clone(&sender),
+            Arc::clone(&draining),
+            Arc::clone(ctx),
+        );
+        std::thread::Builder::new()
+            .name(format!("csx-tcp-cq-{queue_id}"))
+            .spawn(move || send_completions(&qp, &sender, &draining, &ctx))
+    };
+    let completions = match completions {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "cannot start the completion thread");
+            ctx.client_disconnected();
+            return;
+        }
+    };
+    let mut conn = Connection {
+        qp: &qp,
+        queue_id,
+        sender: &sender,
+        completer: completions.thread().clone(),
+        pending: None,
+        ctx,
+    };
+    let why = conn.run(&mut stream, &mut reader);
+    // Stop taking commands; the completion thread answers those in flight and exits.
+    draining.store(true, Ordering::Release);
+    completions.thread().unpark();
+    let _ = completions.join();
+    if let Ending::Broken(error) = &why {
+        tracing::debug!(%peer, client = queue_id, %error, "connection broken");
+    }
+    if let Ending::Fatal(reason, message) = &why {
+        tracing::warn!(%peer, client = queue_id, %message, "closing the connection");
+        let term = TermReq::encode(PduType::C2HTermReq, *reason, message);
+        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
+    } else if let Ending::Stopping = why {
+        let term = TermReq::encode(
+            PduType::C2HTermReq,
+            TermReason::ShuttingDown,
+            "the device is shutting down",
+        );
+        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
+    }
+    // The queue pair goes first (reclaiming the client's memory), then the socket: a
+    // client that waits for the close knows its memory is back.
+    drop(conn);
+    drop(Arc::into_inner(qp));
+    ctx.client_disconnected();
+    let _ = stream.shutdown(Shutdown::Both);
+    tracing::info!(%peer, client = queue_id, reason = ?why, "tcp client disconnected");
+}
+
+/// Reads the ICReq, checks it, opens the queue pair and answers. `None`: refused.
+fn handshake(
+    stream: &mut TcpStream,
+    reader: &mut PduReader,
+    peer: SocketAddr,
+    ctx: &Context,
+) -> Option<(QueuePair, u32)> {
+    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let req = loop {
+        match reader.next_pdu() {
+            Ok(Some(pdu)) if pdu.header.pdu_type == PduType::ICReq => {
+                break ICReq::decode(pdu.body);
+            }
+            Ok(Some(pdu)) => {
+                break Err(FramingError::Unexpected {
+                    pdu_type: pdu.header.pdu_type,
+                    context: "before the connect request",
+                })
+            }
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+        match reader.fill(stream) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "no connect request");
+                return None;
+            }
+        }
+    };
+    let respond = |stream: &mut TcpStream, status, queue_depth, queue_id, message: &str| {
+        let resp = ICResp {
+            status,
+            queue_depth,
+            data_pdu_size_max: DATA_PDU_SIZE_MAX as u32,
+            queue_id,
+            message: message.to_string(),
+        };
+        let _ = stream.write_all(&resp.encode());
+    };
+    let refuse = |stream: &mut TcpStream, status, message: &str| {
+        tracing::warn!(%peer, ?status, message, "refusing tcp client");
+        respond(stream, status, 0, 0, message);
+        None
+    };
+    let req = match req {
+        Ok(req) => req,
+        Err(FramingError::Version { version }) => {
+            let m = format!("pdu format version {version} is not supported");
+            return refuse(stream, ConnectStatus::VersionUnsupported, &m);
+        }
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "bad connect request");
+            let term = TermReq::encode(PduType::C2HTermReq, e.term_reason(), &e.to_string());
+            let _ = stream.write_all(&term);
+            return None;
+        }
+    };
+    if let Some(token) = &ctx.token {
+        if !secrets_equal(&req.token, token) {
+            return refuse(stream, ConnectStatus::AuthFailed, "authentication failed");
+        }
+    }
+    if req.queue_depth == 0 {
+        return refuse(stream, ConnectStatus::BadQueueDepth, "queue depth 0");
+    }
+    if ctx.stopping() {
+        return refuse(
+            stream,
+            ConnectStatus::Unavailable,
+            "the device is shutting down",
+        );
+    }
+    let depth = req.queue_depth.min(QUEUE_DEPTH_MAX);
+    let qp = match ctx.device.queue_pair(depth) {
+        Ok(qp) => qp,
+        Err(e) => return refuse(stream, ConnectStatus::Unavailable, &e.to_string()),
+    };
+    let queue_id = qp.client().0;
+    respond(stream, ConnectStatus::Accepted, depth, queue_id, "");
+    Some((qp, queue_id))
+}
+
+/// Why a connection's reading ended.
+#[derive(Debug)]
+enum Ending {
+    /// The client closed its side (or sent a termination request).
+    Closed,
+    /// The connection broke (reset, timeout of a write).
+    Broken(String),
+    /// The server is shutting down.
+    Stopping,
+    /// The client broke the framing.
+    Fatal(TermReason, String),
+}
+
+/// A command whose H2C data is still arriving, or one refused whose data is skipped.
+#[derive(Debug)]
+struct Pending {
+    cid: CommandId,
+    /// The command, `None` when its data is only skipped.
+    cmd: Option<Command>,
+    data: Vec<u8>,
+    received: usize,
+    total: usize,
+}
+
+struct Connection<'a> {
+    qp: &'a Arc<QueuePair>,
+    queue_id: u32,
+    sender: &'a Arc<Sender>,
+    completer: Thread,
+    pending: Option<Pending>,
+    ctx: &'a Context,
+}
+
+impl Connection<'_> {
+    /// The reading loop: PDUs in, commands submitted.
+    fn run(&mut self, stream: &mut TcpStream, reader: &mut PduReader) -> Ending {
+        let _ = stream.set_read_timeout(Some(ACCEPT_POLL));
+        loop {
+            loop {
+                let pdu = match reader.next_pdu() {
+                    Ok(Some(pdu)) => pdu,
+                    Ok(None) => break,
+                    Err(e) => return Ending::Fatal(e.term_reason(), e.to_string()),
+                };
+                match pdu.header.pdu_type {
+                    PduType::CapsuleCmd => {
+                        if let Err(e) = self.capsule(pdu.body) {
+                            return Ending::Fatal(e.term_reason(), e.to_string());
+                        }
+                    }
+                    PduType::H2CData => {
+                        if let Err(e) = self.data(pdu.body) {
+                            return Ending::Fatal(e.term_reason(), e.to_string());
+                        }
+                    }
+                    PduType::H2CTermReq => return Ending::Closed,
+                    other => {
+                        let e = FramingError::Unexpected {
+                            pdu_type: other,
+                            context: "from a host",
+                        };
+                        return Ending::Fatal(e.term_reason(), e.to_string());
+                    }
+                }
+            }
+            if self.ctx.stopping() {
+                return Ending::Stopping;
+            }
+            let read = fill_polling(reader, stream).unwrap_or_else(|| reader.fill(stream));
+            match read {
+                Ok(0) => return Ending::Closed,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Ending::Broken(e.to_string()),
+            }
+        }
+    }
+
+    /// One command capsule: submit it, or start collecting its data.
+    fn capsule(&mut self, body: &[u8]) -> Result<(), FramingError> {
+        if let Some(p) = &self.pending {
+            return Err(FramingError::Sequence(format!(
+                "a command capsule while {} of {} data bytes of {} are missing",
+                p.total - p.received,
+                p.total,
+                p.cid
+            )));
+        }
+        let cap = decode_command_capsule(body);
+        let data_len = cap.data_len as usize;
+        if data_len > TRANSFER_SIZE_MAX {
+            return Err(FramingError::TooLong {
+                field: "command data",
+                len: data_len as u64,
+                limit: TRANSFER_SIZE_MAX as u64,
+            });
+        }
+        // The command id is readable in any frame of a header's length; one shorter
+        // cannot be answered.
+        let Some(cid) = cap
+            .frame
+            .get(8..16)
+            .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
+        else {
+            return Err(FramingError::Sequence(format!(
+                "a command capsule of {} bytes holds no command header",
+                cap.frame.len()
+            )));
+        };
+        let refused =
+            |status: Status, message: String| Completion::error(cid, status, "transport", message);
+        let outcome = if cap.queue_id != self.queue_id {
+            Err(refused(
+                Status::InvalidField,
+                format!(
+                    "capsule for queue {} arrived on queue {}",
+                    cap.queue_id, self.queue_id
+                ),
+            ))
+        } else {
+            match decode_command(cap.frame) {
+                Ok(cmd) if data_len > 0 && !takes_data(&cmd) => Err(refused(
+                    Status::InvalidField,
+                    format!("{} takes no data pdus", cmd.op.name()),
+                )),
+                Ok(cmd) => Ok(cmd),
+                Err(e) => Err(refused(
+                    wire_status(&e),
+                    format!("undecodable command: {e}"),
+                )),
+            }
+        };
+        match outcome {
+            Ok(cmd) if data_len == 0 => self.submit(cmd),
+            Ok(cmd) => {
+                self.pending = Some(Pending {
+                    cid,
+                    cmd: Some(cmd),
+                    // Checked against TRANSFER_SIZE_MAX above.
+                    data: Vec::with_capacity(data_len),
+                    received: 0,
+                    total: data_len,
+                })
+            }
+            Err(c) => {
+                self.answer(c);
+                if data_len > 0 {
+                    self.pending = Some(Pending {
+                        cid,
+                        cmd: None,
+                        data: Vec::new(),
+                        received: 0,
+                        total: data_len,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One H2C data PDU of the pending command.
+    fn data(&mut self, body: &[u8]) -> Result<(), FramingError> {
+        let d = decode_data(body)?;
+        let Some(p) = self.pending.as_mut() else {
+            return Err(FramingError::Sequence(format!(
+                "data for cmd#{} with no command waiting for data",
+                d.cid
+            )));
+        };
+        if d.cid != p.cid.0
+            || d.offset as usize != p.received
+            || d.data.len() > p.total - p.received
+        {
+            return Err(FramingError::Sequence(format!(
+                "data for cmd#{} at offset {} of {} bytes; expected {} from offset {} ({} left)",
+                d.cid,
+                d.offset,
+                d.data.len(),
+                p.cid,
+                p.received,
+                p.total - p.received
+            )));
+        }
+        p.received += d.data.len();
+        if p.cmd.is_some() {
+            p.data.extend_from_slice(d.data);
+        }
+        if p.received == p.total {
+            let p = self.pending.take().expect("checked above");
+            if let Some(mut cmd) = p.cmd {
+                let put = bulk::put_command_data(&mut cmd.op, p.data);
+                debug_assert!(put, "checked by takes_data");
+                self.submit(cmd);
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits `cmd`. A short command alone in flight runs on this thread
+    /// (`QueuePair::submit_inline`) and this thread sends its completion, so a round
+    /// trip wakes neither an engine nor the completion thread.
+    fn submit(&self, cmd: Command) {
+        let id = cmd.id;
+        match self.qp.submit_inline(cmd, None) {
+            Ok(()) => {
+                while let Some(c) = self.qp.try_reap() {
+                    self.answer(c);
+                }
+                // The completion thread sleeps only with nothing in flight.
+                if self.qp.in_flight() > 0 {
+                    self.completer.unpark();
+                }
+            }
+            Err(SubmitError::QueueFull { depth }) => self.answer(Completion::error(
+                id,
+                Status::QueueFull,
+                "transport",
+                format!("{depth} commands are in flight, the negotiated depth"),
+            )),
+            Err(_) => self.answer(Completion::error(
+                id,
+                Status::Aborted,
+                "transport",
+                "the device is shutting down",
+            )),
+        }
+    }
+
+    /// Sends a completion from this thread: one the connection made itself (the device
+    /// never saw the command) or one of a command that ran inline.
+    fn answer(&self, c: Completion) {
+        let mut out = Vec::new();
+        let mut w = self.sender.lock();
+        encode_response(c, &mut out, self.sender, &mut w);
+        self.sender.write(&mut w, &mut [IoSlice::new(&out)]);
+        Context::count(&self.ctx.commands_served, 1);
+    }
+}
+
+fn takes_data(cmd: &Command) -> bool {
+    let mut op = cmd.op.clone();
+    // Only the variant matters; a clone of a data-less write is cheap.
+    bulk::put_command_data(&mut op, vec![0])
+}
+
+fn wire_status(e: &WireError) -> Status {
+    match e {
+        WireError::UnknownOpcode { .. } => Status::InvalidOpcode,
+        WireError::Invalid(f) => f.status(),
+        _ => Status::InvalidField,
+    }
+}
+
+/// Appends the response capsule of `c` to `out`. A read's data goes first, as C2H data
+/// PDUs straight from the completion: then `out` so far, the data PDUs and the capsule
+/// go in one write (one system call, so the host wakes once for the whole reply), and
+/// `out` is left empty.
+fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut TcpStream) {
+    let data = bulk::take_reply_data(&mut c);
+    let id = c.id;
+    let start = out.len();
+    out.extend_from_slice(&[0; PDU_HEADER_SIZE + CAPSULE_PSH_SIZE]);
+    if let Err(e) = encode_completion_into(&c, out) {
+        // Only a device bug makes an invalid completion; the host hears of it.
+        out.truncate(start + PDU_HEADER_SIZE + CAPSULE_PSH_SIZE);
+        let c = Completion::error(id, Status::Internal, "transport", e.to_string());
+        encode_completion_into(&c, out).expect("an error completion encodes");
+        return finish_capsule(out, start, 0);
+    }
+    let data = data.unwrap_or_default();
+    if data.is_empty() {
+        return finish_capsule(out, start, 0);
+    }
+    let mut capsule = out.split_off(start);
+    finish_capsule(&mut capsule, 0, data.len());
+    let headers: Vec<[u8; DATA_PDU_HEADER_SIZE]> = data
+        .chunks(DATA_PDU_SIZE_MAX)
+        .enumerate()
+        .map(|(i, chunk)| data_header(PduType::C2HData, id.0, i * DATA_PDU_SIZE_MAX, chunk.len()))
+        .collect();
+    let mut slices = Vec::with_capacity(2 * headers.len() + 2);
+    slices.push(IoSlice::new(out));
+    for (h, chunk) in headers.iter().zip(data.chunks(DATA_PDU_SIZE_MAX)) {
+        slices.push(IoSlice::new(h));
+        slices.push(IoSlice::new(chunk));
+    }
+    slices.push(IoSlice::new(&capsule));
+    sender.write(w, &mut slices);
+    out.clear();
+}
+
+/// Bytes before a data PDU's payload: the common header and its own.
+const DATA_PDU_HEADER_SIZE: usize = PDU_HEADER_SIZE + DATA_PSH_SIZE;
+
+fn finish_capsule(out: &mut [u8], start: usize, data_len: usize) {
+    let frame_len = out.len() - start - PDU_HEADER_SIZE - CAPSULE_PSH_SIZE;
+    out[start..start + PDU_HEADER_SIZE + CAPSULE_PSH_SIZE]
+        .copy_from_slice(&response_capsule_header(data_len, frame_len));
+}
+
+/// The completion thread: reap, encode, send; until draining and nothing in flight.
+fn send_completions(qp: &QueuePair, sender: &Sender, draining: &AtomicBool, ctx: &Context) {
+    let mut out = Vec::new();
+    loop {
+        match qp.reap(Some(ACCEPT_POLL)) {
+            Some(c) => {
+                let mut w = sender.lock();
+                let mut n = 1;
+                encode_response(c, &mut out, sender, &mut w);
+                // Whatever else is ready goes in the same write.
+                while let Some(c) = qp.try_reap() {
+                    encode_response(c, &mut out, sender, &mut w);
+                    n += 1;
+                }
+                sender.write(&mut w, &mut [IoSlice::new(&out)]);
+                drop(w);
+                out.clear();
+                if out.capacity() > 4 * DATA_PDU_SIZE_MAX {
+                    out = Vec::new();
+                }
+                Context::count(&ctx.commands_served, n);
+            }
+            None if qp.in_flight() > 0 => {}
+            None if draining.load(Ordering::Acquire) => return,
+            // Nothing in flight: sleep until the reader submits (it unparks us).
+            None => std::thread::park_timeout(ACCEPT_POLL),
+        }
+    }
+}
