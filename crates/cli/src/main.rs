@@ -16,6 +16,7 @@ mod demo;
 mod device_cmd;
 mod exec;
 mod files;
+mod fs_cmd;
 mod gen_cmd;
 mod hex;
 mod lambda_cmd;
@@ -106,6 +107,10 @@ enum Command {
     Write(lambda_cmd::WriteArgs),
     /// The host page cache of the device's image (`csx cache drop`).
     Cache(lambda_cmd::CacheArgs),
+    /// Mount the device's files as a file system (FUSE).
+    Mount(fs_cmd::MountArgs),
+    /// Unmount a `csx mount`.
+    Umount(fs_cmd::UmountArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -128,6 +133,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
         Command::Write(args) => lambda_cmd::run_write(args, &cli.global),
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
+        Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
+        Command::Umount(args) => fs_cmd::run_umount(args),
     }
 }
 

@@ -117,6 +117,9 @@ pub struct FuseFs {
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
+    /// Shown as the time of directories the device knows no time of (the root, implicit
+    /// directories).
+    started: SystemTime,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,6 +158,7 @@ impl FuseFs {
             next_fh: AtomicU64::new(1),
             uid,
             gid,
+            started: SystemTime::now(),
         }
     }
 
@@ -180,14 +184,19 @@ impl FuseFs {
             EntryKind::File => (FileType::RegularFile, 0o644, 1),
             EntryKind::Dir => (FileType::Directory, 0o755, 2),
         };
+        let time = if a.modified == std::time::UNIX_EPOCH {
+            self.started
+        } else {
+            a.modified
+        };
         FileAttr {
             ino: INodeNo(ino),
             size: a.size,
             blocks: a.size.div_ceil(512),
-            atime: a.modified,
-            mtime: a.modified,
-            ctime: a.modified,
-            crtime: a.modified,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
             kind,
             perm,
             nlink,

@@ -57,6 +57,19 @@ impl Mounted {
         &self.mountpoint
     }
 
+    /// Whether the session ended (the mount was unmounted from outside, `csx umount`).
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// Waits for a session that [`Mounted::is_finished`].
+    pub fn join(mut self) -> io::Result<()> {
+        match self.session.take() {
+            Some(s) => s.join().map_err(with_path(&self.mountpoint, "serve")),
+            None => Ok(()),
+        }
+    }
+
     /// Unmounts and waits for the session to end.
     pub fn unmount(mut self) -> io::Result<()> {
         match self.session.take() {
