@@ -49,6 +49,7 @@ pub struct MountArgs {
 /// the device and exits.
 #[derive(Debug, clap::Args)]
 pub struct UmountArgs {
+    /// The directory `csx mount` mounted.
     pub mountpoint: PathBuf,
     /// Detach now even if busy.
     #[arg(long)]

@@ -107,9 +107,8 @@ enum Command {
     Write(lambda_cmd::WriteArgs),
     /// The host page cache of the device's image (`csx cache drop`).
     Cache(lambda_cmd::CacheArgs),
-    /// Mount the device's files as a file system (FUSE).
+    // The help of these two is their Args' doc comment.
     Mount(fs_cmd::MountArgs),
-    /// Unmount a `csx mount`.
     Umount(fs_cmd::UmountArgs),
 }
 
