@@ -34,7 +34,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct MountArgs {
     /// An existing, empty directory.
     pub mountpoint: PathBuf,
-    /// Serve in this process until unmounted or interrupted (SIGINT/SIGTERM unmount).
+    /// Serve in this process until unmounted or interrupted (SIGINT/SIGTERM unmount; a
+    /// busy mount is detached and ends when its last open file closes).
     #[arg(long)]
     pub foreground: bool,
     /// With the background mount: append the mount process's messages to this file.
@@ -78,11 +79,20 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     while !stop.load(Ordering::Acquire) && !mounted.is_finished() {
         std::thread::sleep(POLL);
     }
-    if mounted.is_finished() {
-        mounted.join()?;
-    } else {
-        mounted.unmount()?;
+    if !mounted.is_finished() {
+        // Interrupted: unmount; if files are open, detach and end when the last closes.
+        match mount::unmount(&args.mountpoint, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                eprintln!(
+                    "csx: {} is busy: detached; the mount ends when its last file closes",
+                    args.mountpoint.display()
+                );
+                mount::unmount(&args.mountpoint, true)?;
+            }
+            other => other?,
+        }
     }
+    mounted.join()?;
     let fs =
         Arc::try_unwrap(fs).map_err(|_| anyhow::anyhow!("the mount still holds the device"))?;
     fs.close().context("the device did not close cleanly")?;

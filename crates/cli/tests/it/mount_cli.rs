@@ -178,3 +178,82 @@ fn what_fsync_and_close_acknowledged_survives_kill_9() {
     let ls = csx().arg("--device").arg(&dev).arg("ls").output().unwrap();
     assert!(!String::from_utf8_lossy(&ls.stdout).contains("/tmp"));
 }
+
+#[test]
+fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    init_device(&dev);
+    let mut child = csx()
+        .arg("--device")
+        .arg(&dev)
+        .args(["mount", "--foreground"])
+        .arg(&mnt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_mounted(&mnt, &mut child);
+    let open = fs::File::create(mnt.join("open")).unwrap();
+    let out = csx().arg("umount").arg(&mnt).output().unwrap();
+    assert!(!out.status.success(), "umount of a busy mount succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("busy"), "{err}");
+    assert!(mounted(&mnt));
+    // Written, never fsync'd, still open: SIGTERM detaches the busy mount, and the
+    // process ends (flushing the device) when the file closes.
+    let mut f = fs::File::create(mnt.join("unsynced")).unwrap();
+    f.write_all(b"kept by a clean shutdown").unwrap();
+    drop(open);
+    let kill = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let start = Instant::now();
+    while mounted(&mnt) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "SIGTERM did not detach"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited with a file open"
+    );
+    drop(f);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "mount process did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!mounted(&mnt));
+    let out = csx()
+        .arg("--device")
+        .arg(&dev)
+        .args(["get", "/unsynced"])
+        .arg(tmp.path().join("u"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read(tmp.path().join("u")).unwrap(),
+        b"kept by a clean shutdown"
+    );
+}
