@@ -14,6 +14,7 @@ mod engine;
 mod lambda;
 mod latency;
 pub mod measure;
+mod mount;
 pub mod plot;
 mod vm;
 mod workloads;
@@ -34,6 +35,7 @@ enum BenchCommand {
     Latency(latency::LatencyBenchArgs),
     Lambda(lambda::LambdaBenchArgs),
     Workloads(workloads::WorkloadsBenchArgs),
+    Mount(mount::MountBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -55,5 +57,6 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Latency(a) => latency::run(a, device),
         BenchCommand::Lambda(a) => lambda::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
+        BenchCommand::Mount(a) => mount::run(a),
     }
 }

@@ -17,6 +17,7 @@ mod demo;
 mod device_cmd;
 mod exec;
 mod files;
+mod fs_cmd;
 mod gen_cmd;
 mod hex;
 mod lambda_cmd;
@@ -111,6 +112,9 @@ enum Command {
     Write(lambda_cmd::WriteArgs),
     /// The host page cache of the device's image (`csx cache drop`).
     Cache(lambda_cmd::CacheArgs),
+    // The help of these two is their Args' doc comment.
+    Mount(fs_cmd::MountArgs),
+    Umount(fs_cmd::UmountArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -135,6 +139,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
         Command::Write(args) => lambda_cmd::run_write(args, &cli.global),
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
+        Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
+        Command::Umount(args) => fs_cmd::run_umount(args),
     }
 }
 

@@ -162,9 +162,14 @@ impl ToStatus for NvmError {
 fn file_outcome(e: &FileStoreError) -> (Status, i64) {
     match e {
         FileStoreError::NotFound { .. } => (Status::NotFound, CSX_ENOENT),
+        FileStoreError::Exists { .. } => (Status::FileExists, CSX_EEXIST),
+        FileStoreError::DirNotEmpty { .. } => (Status::NotEmpty, CSX_EBUSY),
         FileStoreError::InvalidPath { .. }
         | FileStoreError::NotADirectory { .. }
+        | FileStoreError::NotADir { .. }
+        | FileStoreError::RenameIntoItself { .. }
         | FileStoreError::IsADirectory { .. } => (Status::InvalidField, CSX_EINVAL),
+        FileStoreError::TooManyDirs { .. } => (Status::NoSpace, CSX_ENOSPC),
         FileStoreError::NoSpace { .. }
         | FileStoreError::TooManyExtents { .. }
         | FileStoreError::TooManyFiles { .. } => (Status::NoSpace, CSX_ENOSPC),

@@ -194,6 +194,8 @@ call_errors! {
     Corrupt => Corrupt;
     /// The device's queue pair is full.
     QueueFull => QueueFull;
+    /// The directory is not empty.
+    NotEmpty => NotEmpty;
 }
 
 impl CallError {

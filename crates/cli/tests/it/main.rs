@@ -5,6 +5,7 @@ mod array;
 mod conformance_plugin;
 mod device_exec;
 mod lambda;
+mod mount_cli;
 mod served_exec;
 mod vm_run;
 mod workloads_cli;

@@ -77,6 +77,7 @@ use queue_pair::QpShared;
 use workers::{worker, Class, Pool};
 
 mod admin;
+mod dirs;
 mod queue_pair;
 #[cfg(test)]
 mod tests;

@@ -277,6 +277,11 @@ impl Shared {
                         .collect();
                     with_reply(Reply::Extents { extents, truncated })
                 }
+                Op::DirCreate { .. }
+                | Op::DirRemove { .. }
+                | Op::FileRename { .. }
+                | Op::DirRead { .. }
+                | Op::PathStat { .. } => self.dir_op(op)?,
                 other => unreachable!("{} is not a file op", other.name()),
             })
         })();

@@ -34,7 +34,12 @@ pub(super) fn class_of(op: &Op) -> Class {
         | Op::FileDelete { .. }
         | Op::FileTruncate { .. }
         | Op::FileExtents { .. }
-        | Op::FileWriteFromMem { .. } => Class::Transfer,
+        | Op::FileWriteFromMem { .. }
+        | Op::DirCreate { .. }
+        | Op::DirRemove { .. }
+        | Op::FileRename { .. }
+        | Op::DirRead { .. }
+        | Op::PathStat { .. } => Class::Transfer,
         _ => Class::Admin,
     }
 }
