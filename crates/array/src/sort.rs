@@ -39,8 +39,11 @@ use crate::tag::TaggedAddr;
 /// Bytes of one u64 key.
 pub const KEY_BYTES: u64 = 8;
 
-/// Largest transfer a sort issues in one command (device-side copies and writes).
+/// Largest device-side copy a sort issues in one command (within `COPY_SIZE_MAX`).
 const CHUNK: u64 = 256 << 20;
+
+/// Largest File Write From Memory: the protocol's file I/O limit.
+const WRITE_CHUNK: u64 = csx_host::proto::limits::FILE_IO_SIZE_MAX;
 
 /// How the runs merge.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -497,7 +500,7 @@ fn write_file(
 ) -> Result<(), ArrayError> {
     let mut done = 0;
     while done < len {
-        let n = (len - done).min(CHUNK);
+        let n = (len - done).min(WRITE_CHUNK);
         dev.write_mem_to_file(
             path,
             done,

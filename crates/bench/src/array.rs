@@ -140,8 +140,9 @@ fn to_bytes(v: &[u64]) -> Vec<u8> {
 fn member_config(size: u64, n: usize) -> DeviceConfig {
     let part = size.div_ceil(n as u64);
     DeviceConfig {
-        // Input piece, run, output (on one member) and room: sparse, so cheap.
-        nvm_size_bytes: (3 * part + size + (64 << 20)).next_multiple_of(4096),
+        // Input piece, run, two outputs (the new one is written before the old one is
+        // deleted) and room: sparse, so cheap.
+        nvm_size_bytes: (3 * part + 2 * size + (64 << 20)).next_multiple_of(4096),
         slm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
         state_size_bytes: 1 << 16,
         engines: Some(1),

@@ -141,6 +141,11 @@ fn bad_inputs_are_typed() {
         sort(&array, "/missing", &o, &|_| {}),
         Err(ArrayError::NotFound { .. })
     ));
+    // Parts larger than one file write command (16 MiB) are written in chunks.
+    let big = keys((17 << 20) / 8 + 3, 11);
+    array.put_bytes("/big", &big, Placement::Member(0)).unwrap();
+    sort(&array, "/big", &o, &|_| {}).unwrap();
+    assert_eq!(array.get_bytes("/o").unwrap(), sorted(&big));
     // No keys, and keys on one member only: both sort.
     array.put_bytes("/empty", &[], Placement::Auto).unwrap();
     sort(&array, "/empty", &o, &|_| {}).unwrap();
