@@ -16,6 +16,9 @@ use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
 use crate::core::MetalFs;
 use crate::fuse::FuseFs;
 
+/// How long [`Mounted::unmount`] retries a busy mount.
+pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Threads serving the kernel's requests: enough for several processes at once.
 pub const THREADS: usize = 4;
 
@@ -70,14 +73,29 @@ impl Mounted {
         }
     }
 
-    /// Unmounts and waits for the session to end.
+    /// Unmounts and waits for the session to end. A mount busy for a moment (a process
+    /// of this program forked while a file of the mount was open holds it until it execs)
+    /// is retried for up to [`BUSY_RETRY`] before `EBUSY` is returned.
     pub fn unmount(mut self) -> io::Result<()> {
-        match self.session.take() {
-            Some(s) => s
-                .umount_and_join()
-                .map_err(with_path(&self.mountpoint, "unmount")),
-            None => Ok(()),
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        let start = std::time::Instant::now();
+        loop {
+            match unmount(&self.mountpoint, false) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ResourceBusy && start.elapsed() < BUSY_RETRY =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && s.guard.is_finished() => break,
+                other => {
+                    other?;
+                    break;
+                }
+            }
         }
+        s.join().map_err(with_path(&self.mountpoint, "serve"))
     }
 }
 

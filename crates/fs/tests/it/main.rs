@@ -71,6 +71,14 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // A second panic would abort and leave a dead mount: detach, best effort.
+            if let Some(mnt) = self.mount.take() {
+                let _ = m::unmount(mnt.mountpoint(), true);
+                drop(mnt);
+            }
+            return;
+        }
         self.unmount();
     }
 }
