@@ -11,6 +11,8 @@ command -v clang-19 >/dev/null 2>&1 || need_apt+=(clang-19)
 # libcsx's C tests (crates/capi) compile C programs with gcc and query csx.pc.
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# csx mount (csx-fs): fusermount3 mounts for non-root users; root mounts through /dev/fuse.
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
@@ -24,4 +26,5 @@ fi
 for tool in cargo rustc clang; do
     command -v "$tool" >/dev/null 2>&1 || { echo "setup: $tool is still missing" >&2; exit 1; }
 done
+[ -e /dev/fuse ] || echo "setup: /dev/fuse is missing: csx mount and the csx-fs tests need it (modprobe fuse)" >&2
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt

@@ -130,8 +130,8 @@ fn kernel_table(sources: &[(String, PathBuf)], out_dir: &Path) -> String {
         let object = out_dir.join(format!("{name}.bpf.o"));
         writeln!(
             s,
-            "    CompiledKernel {{ name: {name:?}, bpf_object: include_bytes!({:?}), \
-             native: csx_bench_{name} }},",
+            "    CompiledKernel {{ name: {name:?}, symbol: \"csx_bench_{name}\", \
+             bpf_object: include_bytes!({:?}), native: Native::Header(csx_bench_{name}) }},",
             object.display().to_string()
         )
         .expect("infallible");

@@ -15,9 +15,9 @@
  *       16    48  param[6]  kernel-specific parameters
  *       64     -  data      the elements
  *
- * Kernels must not use global variables, string literals or calls to anything but
- * static inline functions: the eBPF objects then have no relocations, and their raw
- * bytecode is the whole program.
+ * Kernels may read constant tables (`static const`, placed in .rodata) and call their
+ * own functions (bpf-to-bpf calls); they must not write global variables or call
+ * anything outside the file. The rbpf peer column runs only kernels without either.
  */
 #ifndef CSX_BENCH_H
 #define CSX_BENCH_H

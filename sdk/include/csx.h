@@ -126,6 +126,7 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_FILTER_U32 16
 #define CSX_HELPER_FILTER_U64 17
 #define CSX_HELPER_SORT_U64 18
+#define CSX_HELPER_MERGE_U64 19
 
 /* Registered device functions, resolved by name when the device loads a program. */
 
@@ -189,6 +190,12 @@ extern long csx_filter_u64(const void *src, unsigned long len, unsigned long op,
  * ascending; returns the count.
  */
 extern long csx_sort_u64(void *data, unsigned long len);
+
+/*
+ * csx_merge_u64 (id 19, version 1): accelerated merge of the sorted u64 runs data[0,
+ * split) and data[split, len) in place, ascending; returns the count.
+ */
+extern long csx_merge_u64(void *data, unsigned long len, unsigned long split);
 
 /*
  * Declares the program `name`, in its own section "csx/name" so one object may hold

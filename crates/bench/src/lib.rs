@@ -8,11 +8,13 @@
 
 use clap::{Args, Subcommand};
 
+mod array;
 mod device;
 mod engine;
 mod lambda;
 mod latency;
 pub mod measure;
+mod mount;
 pub mod plot;
 mod vm;
 mod workloads;
@@ -26,11 +28,14 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
+    /// Device arrays: INSTANT's merge sort against the host-mediated baseline, modelled.
+    Array(array::ArrayBenchArgs),
     Vm(vm::VmBenchArgs),
     Device(device::DeviceBenchArgs),
     Latency(latency::LatencyBenchArgs),
     Lambda(lambda::LambdaBenchArgs),
     Workloads(workloads::WorkloadsBenchArgs),
+    Mount(mount::MountBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -46,10 +51,12 @@ pub mod exit {
 /// command line's `--device`, else the per-user device), asked only by that benchmark.
 pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyhow::Result<u8> {
     match args.command {
+        BenchCommand::Array(a) => array::run(a),
         BenchCommand::Vm(a) => vm::run(a),
         BenchCommand::Device(a) => device::run(a),
         BenchCommand::Latency(a) => latency::run(a, device),
         BenchCommand::Lambda(a) => lambda::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
+        BenchCommand::Mount(a) => mount::run(a),
     }
 }

@@ -93,6 +93,7 @@ pub fn call_status(e: &CallError) -> CsStatus {
         CallError::Io(_) => CS_DEVICE_ERROR,
         CallError::Corrupt(_) => CS_FATAL_ERROR,
         CallError::QueueFull(_) => CS_OUT_OF_RESOURCES,
+        CallError::NotEmpty(_) => CS_HANDLE_IN_USE,
         CallError::Other(_) => CS_DEVICE_ERROR,
         _ => CS_DEVICE_ERROR,
     }

@@ -58,8 +58,25 @@ pub fn device_uri(global: &GlobalArgs) -> anyhow::Result<String> {
     Ok(uri.to_string())
 }
 
+/// The array the command line names, if it names one: `--device array:DIR`, or a
+/// `--device DIR` that holds an array (`array.json`).
+pub fn array_dir(global: &GlobalArgs) -> Option<PathBuf> {
+    let uri = global.device.as_deref()?;
+    if let Some(dir) = uri.strip_prefix("array:") {
+        return Some(PathBuf::from(dir));
+    }
+    let dir = PathBuf::from(uri);
+    (!uri.contains("://") && csx_array::desc::is_array(&dir)).then_some(dir)
+}
+
 /// Opens the device the command line names (see the module doc).
 pub fn open(global: &GlobalArgs) -> anyhow::Result<Device> {
+    if let Some(dir) = array_dir(global) {
+        anyhow::bail!(
+            "{} is an array: this command takes one device (arrays work with put, get, ls, stat, rm, sort)",
+            dir.display()
+        );
+    }
     if let Some(uri) = &global.device {
         return Device::open(uri).with_context(|| format!("cannot open device {uri}"));
     }

@@ -343,7 +343,23 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Some(h) => hex::parse(h).context("--params-hex")?,
         None => Vec::new(),
     };
-    let dev = connect::open(global)?;
+    let mut args = args;
+    let dev = match connect::array_dir(global) {
+        // On an array the program runs on the member holding the input.
+        Some(dir) => {
+            let input = args.input.as_deref().map(parse_input).transpose()?;
+            let (dev, path) =
+                crate::array_cmd::exec_member(&dir, input.as_ref().map(|i| i.path.as_str()))?;
+            if let (Some(i), Some(path)) = (input, path) {
+                args.input = Some(match i.range {
+                    Some((offset, len)) => format!("{path}:{offset}:{len}"),
+                    None => path,
+                });
+            }
+            dev
+        }
+        None => connect::open(global)?,
+    };
     let mut steps = Steps::default();
     let t = Instant::now();
     let pind = dev

@@ -29,6 +29,13 @@ pub struct PutArgs {
     /// Print {"path", "bytes", "elapsed_ns"}.
     #[arg(long)]
     json: bool,
+    /// On an array (`--device array:DIR`): stripe the file across every member, SIZE
+    /// bytes at a time (a multiple of 4 KiB).
+    #[arg(long, value_name = "SIZE", value_parser = connect::parse_size)]
+    stripe: Option<u64>,
+    /// On an array: place the file on this member (tag); default: the emptiest.
+    #[arg(long, value_name = "TAG", conflicts_with = "stripe")]
+    member: Option<u16>,
 }
 
 /// Copy a device file to a local file (replacing it).
@@ -77,7 +84,7 @@ pub struct RmArgs {
 
 /// Draws `verb path: done of total (pct%)` on stderr, at most every 100 ms, when
 /// stderr is a terminal.
-struct ProgressLine {
+pub(crate) struct ProgressLine {
     label: String,
     enabled: bool,
     last: Option<Instant>,
@@ -85,7 +92,7 @@ struct ProgressLine {
 }
 
 impl ProgressLine {
-    fn new(label: String) -> ProgressLine {
+    pub(crate) fn new(label: String) -> ProgressLine {
         ProgressLine {
             label,
             enabled: std::io::stderr().is_terminal(),
@@ -94,7 +101,7 @@ impl ProgressLine {
         }
     }
 
-    fn update(&mut self, p: Progress) {
+    pub(crate) fn update(&mut self, p: Progress) {
         let finished = p.done_bytes >= p.total_bytes;
         if !self.enabled
             || (!finished
@@ -118,14 +125,14 @@ impl ProgressLine {
         self.drawn = true;
     }
 
-    fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if self.drawn {
             eprintln!();
         }
     }
 }
 
-fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, started: Instant) {
+pub(crate) fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, started: Instant) {
     let elapsed = started.elapsed();
     if json {
         println!(
@@ -143,6 +150,13 @@ fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, started: Inst
 }
 
 pub fn run_put(args: PutArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if let Some(dir) = connect::array_dir(global) {
+        let (local, path) = (&args.local, &args.devpath);
+        return crate::array_cmd::put(&dir, local, path, args.stripe, args.member, args.json);
+    }
+    if args.stripe.is_some() || args.member.is_some() {
+        anyhow::bail!("--stripe and --member place files on arrays; use --device array:DIR");
+    }
     let dev = connect::open(global)?;
     let started = Instant::now();
     let mut line = ProgressLine::new(format!("put {}", args.devpath));
@@ -157,6 +171,9 @@ pub fn run_put(args: PutArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 }
 
 pub fn run_get(args: GetArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if let Some(dir) = connect::array_dir(global) {
+        return crate::array_cmd::get(&dir, &args.devpath, &args.local, args.json);
+    }
     let dev = connect::open(global)?;
     let started = Instant::now();
     let mut line = ProgressLine::new(format!("get {}", args.devpath));
@@ -175,6 +192,9 @@ fn file_json(f: &FileInfo) -> serde_json::Value {
 }
 
 pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if let Some(dir) = connect::array_dir(global) {
+        return crate::array_cmd::ls(&dir, &args.dir, args.json);
+    }
     let dev = connect::open(global)?;
     let list = dev
         .list_files(&args.dir)
@@ -197,6 +217,9 @@ pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 }
 
 pub fn run_stat(args: StatArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if let Some(dir) = connect::array_dir(global) {
+        return crate::array_cmd::stat(&dir, &args.devpath, args.json);
+    }
     let dev = connect::open(global)?;
     let st = dev
         .stat(&args.devpath)
@@ -244,6 +267,9 @@ pub fn run_stat(args: StatArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 }
 
 pub fn run_rm(args: RmArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if let Some(dir) = connect::array_dir(global) {
+        return crate::array_cmd::rm(&dir, &args.devpath);
+    }
     let dev = connect::open(global)?;
     dev.delete_file(&args.devpath)
         .with_context(|| format!("cannot remove {}", args.devpath))?;

@@ -10,12 +10,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod array_cmd;
 mod build_cmd;
 mod connect;
 mod demo;
 mod device_cmd;
 mod exec;
 mod files;
+mod fs_cmd;
 mod gen_cmd;
 mod hex;
 mod lambda_cmd;
@@ -76,6 +78,10 @@ enum Command {
     Bench(csx_bench::BenchArgs),
     /// Create devices (`csx device init`) and serve them (`csx device serve`).
     Device(device_cmd::DeviceArgs),
+    /// Arrays of devices: one namespace, tagged block addresses (`csx array init`).
+    Array(array_cmd::ArrayArgs),
+    /// Sort an array file across its members (distributed merge sort, INSTANT).
+    Sort(array_cmd::SortArgs),
     /// Describe the device: namespaces, engines, limits.
     Info(device_cmd::InfoArgs),
     /// List the device's registered functions (what programs may call).
@@ -106,6 +112,9 @@ enum Command {
     Write(lambda_cmd::WriteArgs),
     /// The host page cache of the device's image (`csx cache drop`).
     Cache(lambda_cmd::CacheArgs),
+    // The help of these two is their Args' doc comment.
+    Mount(fs_cmd::MountArgs),
+    Umount(fs_cmd::UmountArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -113,6 +122,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Vm(args) => vm::run(args, &cli.global),
         Command::Bench(args) => csx_bench::run(args, &|| connect::device_uri(&cli.global)),
         Command::Device(args) => device_cmd::run_device(args),
+        Command::Array(args) => array_cmd::run(args),
+        Command::Sort(args) => array_cmd::run_sort(args, &cli.global),
         Command::Info(args) => device_cmd::run_info(args, &cli.global),
         Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
         Command::Put(args) => files::run_put(args, &cli.global),
@@ -128,6 +139,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
         Command::Write(args) => lambda_cmd::run_write(args, &cli.global),
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
+        Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
+        Command::Umount(args) => fs_cmd::run_umount(args),
     }
 }
 

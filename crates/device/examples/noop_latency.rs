@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use csx_device::{Device, DeviceConfig};
+use csx_device::{DeviceConfig, DeviceRuntime};
 use csx_proto::*;
 
 fn main() {
@@ -19,7 +19,7 @@ fn main() {
         slm_size_bytes: 16 << 20,
         ..DeviceConfig::default()
     };
-    let dev = Device::init(dir.path(), config).expect("init");
+    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
     let qp = dev.queue_pair(8).expect("queue pair");
     // mov r0, 0; exit
     let noop = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];

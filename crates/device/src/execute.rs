@@ -27,7 +27,8 @@ use csx_proto::{
 use crate::functions::CallContext;
 use crate::rangeset::{check_ranges, RangeSetUse};
 use crate::runtime::{ns, Shared};
-use crate::slm::{LeaseRequest, Leases, SlmError};
+use crate::slm::{LeaseRequest, Leases};
+use crate::status::{fail, fail_with, window_status, ToStatus};
 
 /// Region of `struct csx_args`.
 pub const ARGS_REGION: RegionIdx = RegionIdx(abi::ARGS_REGION);
@@ -154,10 +155,6 @@ pub fn run_on_windows<'w>(
     engine.run(&mut mem, regs, &opts, host)
 }
 
-fn fail(status: Status, component: &str, message: impl Into<String>) -> Completion {
-    Completion::error(CommandId(0), status, component, message)
-}
-
 /// The windows of one execution: a registered set (held against deletion while the
 /// run lasts) or the command's inline ranges.
 enum WindowRanges<'a> {
@@ -187,7 +184,7 @@ impl Shared {
                 .rangesets
                 .acquire(client, *rsid)
                 .map(WindowRanges::Set)
-                .map_err(|e| Box::new(fail(e.status(), "rangeset", e.to_string()))),
+                .map_err(|e| Box::new(fail_with(&e))),
             Windows::Inline(r) => match check_ranges(r) {
                 Ok(()) => Ok(WindowRanges::Inline(r)),
                 Err(e) => Err(Box::new(fail(e.status(), "execute", e.to_string()))),
@@ -206,13 +203,9 @@ impl Shared {
                 write: true,
             })
             .collect();
-        self.slm.lease(client, &requests).map_err(|e| {
-            let status = match e {
-                SlmError::OutOfRange { .. } => Status::InvalidMemoryRangeSet,
-                _ => e.status(),
-            };
-            Box::new(fail(status, "execute", e.to_string()))
-        })
+        self.slm
+            .lease(client, &requests)
+            .map_err(|e| Box::new(fail(window_status(&e), "execute", e.to_string())))
     }
 
     /// Runs one Execute command (on an engine thread).
@@ -232,7 +225,7 @@ impl Shared {
         // First, borrow the program's engine: the slot cannot be deactivated meanwhile.
         let ticket = match self.programs.begin_run(*pind) {
             Ok(t) => t,
-            Err(e) => return fail(e.status(), e.component(), e.to_string()),
+            Err(e) => return fail_with(&e),
         };
         // Then, resolve the windows and lease their bytes.
         let resolved = match self.resolve_windows(client, windows) {

@@ -23,6 +23,7 @@ use csx_proto::limits::{PATH_SIZE_MAX, TRACE_MESSAGES_MAX, TRACE_MESSAGE_SIZE_MA
 use csx_proto::{ErrorDetail, FunctionInfo, WireArgKind};
 
 use crate::filestore::{FileStore, FileStoreError};
+use crate::status::file_errno;
 
 /// The table programs are linked and verified against: [`abi::functions::FUNCTIONS`]
 /// with each argument kind in the VM's terms.
@@ -53,24 +54,6 @@ fn arg_kind(a: WireArgKind) -> ArgKind {
 /// The table as the device publishes it (List Functions): every function of the ABI.
 pub fn function_infos() -> Vec<FunctionInfo> {
     abi::functions::infos()
-}
-
-/// The negative code for a file store error.
-pub fn errno_of(e: &FileStoreError) -> i64 {
-    match e {
-        FileStoreError::NotFound { .. } => CSX_ENOENT,
-        FileStoreError::InvalidPath { .. }
-        | FileStoreError::NotADirectory { .. }
-        | FileStoreError::IsADirectory { .. } => CSX_EINVAL,
-        FileStoreError::NoSpace { .. }
-        | FileStoreError::TooManyExtents { .. }
-        | FileStoreError::TooManyFiles { .. } => CSX_ENOSPC,
-        FileStoreError::FileTooLarge { .. } => CSX_EFBIG,
-        FileStoreError::ImageTruncated { .. }
-        | FileStoreError::ImageSizeMismatch { .. }
-        | FileStoreError::MetaCorrupt { .. } => CSX_EBADMSG,
-        _ => CSX_EIO,
-    }
 }
 
 /// What one execution's calls into registered functions need and leave behind.
@@ -168,7 +151,7 @@ impl<'a> CallContext<'a> {
     }
 
     fn file_error(&mut self, function: &str, e: &FileStoreError) -> CallResult {
-        self.fail(function, errno_of(e), e.to_string())
+        self.fail(function, file_errno(e), e.to_string())
     }
 
     fn file_size(&mut self, a: [u64; 5], mem: &MemoryMap<'_>) -> CallResult {
@@ -389,6 +372,47 @@ impl<'a> CallContext<'a> {
     }
 }
 
+impl CallContext<'_> {
+    fn merge(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_merge_u64";
+        let (ptr, len, split) = (a[0], a[1], a[2]);
+        if len % 8 != 0 || split % 8 != 0 || split > len {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!(
+                    "length {len} and split {split} must be multiples of 8 with split <= length"
+                ),
+            );
+        }
+        let data = match mem.slice_mut(ptr, len) {
+            Ok(d) => d,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Typed copies of both runs (the window may be unaligned), then one merge pass
+        // back into the window.
+        let run = |b: &[u8]| -> Vec<u64> {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+                .collect()
+        };
+        let (left, right) = data.split_at(split as usize);
+        let (left, right) = (run(left), run(right));
+        let (mut i, mut j) = (0, 0);
+        for out in data.chunks_exact_mut(8) {
+            let v = if j >= right.len() || (i < left.len() && left[i] <= right[j]) {
+                i += 1;
+                left[i - 1]
+            } else {
+                j += 1;
+                right[j - 1]
+            };
+            out.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(len / 8)
+    }
+}
+
 impl HelperHost for CallContext<'_> {
     fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         match id {
@@ -402,6 +426,7 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_FILTER_U32 => self.filter(4, args, mem),
             ids::CSX_FILTER_U64 => self.filter(8, args, mem),
             ids::CSX_SORT_U64 => self.sort(args, mem),
+            ids::CSX_MERGE_U64 => self.merge(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -596,6 +621,33 @@ mod tests {
             Ok(5)
         );
         assert_eq!(files.stat("/a.txt").unwrap().size, 16);
+    }
+
+    #[test]
+    fn merge_joins_two_sorted_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let mut region = vec![0u8; 8 * 7];
+        for (i, v) in [2u64, 4, 9, 1, 3, 4, 10].iter().enumerate() {
+            region[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 24, 0, 0], &mut mem),
+            Ok(7)
+        );
+        let merged: Vec<u64> = (0..7).map(|i| mem.load(base + i * 8, 8).unwrap()).collect();
+        assert_eq!(merged, [1, 2, 3, 4, 4, 9, 10]);
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 64, 0, 0], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_MERGE_U64, [base, 56, 12, 0, 0], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
     }
 
     #[test]

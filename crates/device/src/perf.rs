@@ -162,7 +162,7 @@ impl PerfModel {
     }
 
     /// The Delilah testbed (Delilah thesis, §4 and §11.1): a Daisy OpenSSD with four
-    /// Cortex-A53 cores at 1.5 GHz; single-channel DMA between host and device slots
+    /// Cortex-A53 cores at 1.5 GHz; single-channel DMA between host memory and device memory
     /// peaks at 2.65 GB/s (10 MB reads, Table 11.2) with a 7–16 µs floor per transfer
     /// (10 µs here). The thesis measures no media bandwidth; the same board's media →
     /// device memory figure from λ-IO (3.52 GB/s) stands in. Compute scale 2.4: the clock

@@ -44,9 +44,7 @@ use csx_ebpf::program::Program;
 use csx_proto::limits::{
     PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT,
 };
-use csx_proto::{
-    ClientId, EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType, Status,
-};
+use csx_proto::{ClientId, EngineKind, ProgramIndex, ProgramInfo, ProgramState, ProgramType};
 
 use crate::state::write_atomic;
 
@@ -102,35 +100,6 @@ pub enum ProgramError {
     Jit { message: String },
     #[error("cannot persist slot {pind}: {message}")]
     Persist { pind: u16, message: String },
-}
-
-impl ProgramError {
-    /// The completion status for this error (TP4091's codes where they apply).
-    pub fn status(&self) -> Status {
-        match self {
-            ProgramError::InvalidIndex { .. } => Status::InvalidProgramIndex,
-            ProgramError::NoProgram { .. } => Status::NoProgram,
-            ProgramError::NotActivated { .. } => Status::ProgramNotActivated,
-            ProgramError::InUse { .. } => Status::ProgramInUse,
-            ProgramError::TooManyActive { .. } => Status::MaximumProgramsActivated,
-            ProgramError::BytesExceeded { .. } => Status::MaximumProgramBytesExceeded,
-            ProgramError::TooBig { .. } => Status::ProgramTooBig,
-            ProgramError::BadChunk { .. } => Status::InvalidField,
-            ProgramError::Load { .. } | ProgramError::Verify { .. } => Status::InvalidProgramData,
-            ProgramError::Jit { .. } => Status::InsufficientProgramResources,
-            ProgramError::Persist { .. } => Status::IoError,
-        }
-    }
-
-    /// The component that refused, for the completion's error detail.
-    pub fn component(&self) -> &'static str {
-        match self {
-            ProgramError::Load { .. } => "loader",
-            ProgramError::Verify { .. } => "verifier",
-            ProgramError::Jit { .. } => "jit",
-            _ => "programs",
-        }
-    }
 }
 
 struct ActiveEngine {
@@ -776,7 +745,9 @@ fn engine_name(k: EngineKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::ToStatus;
     use csx_ebpf::isa::Insn;
+    use csx_proto::Status;
 
     /// `mov r0, 42; exit` as raw bytes.
     fn ret42() -> Vec<u8> {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use csx_proto::limits::{RANGES_PER_SET_MAX, RANGE_SETS_MAX, WINDOW_SIZE_MAX};
-use csx_proto::{ClientId, MemRange, RangeSetId, Status};
+use csx_proto::{ClientId, MemRange, RangeSetId};
 
 use crate::slm::{Slm, SlmError};
 
@@ -34,25 +34,6 @@ pub enum RangeSetError {
     Unknown { rsid: RangeSetId },
     #[error("range set {rsid} is used by {count} executions in flight")]
     InUse { rsid: RangeSetId, count: u32 },
-}
-
-impl RangeSetError {
-    /// The completion status for this error.
-    pub fn status(&self) -> Status {
-        match self {
-            RangeSetError::TooManySets { .. } => Status::MaximumMemoryRangeSetsExceeded,
-            RangeSetError::TooManyRanges { .. } => Status::MaximumMemoryRangesExceeded,
-            RangeSetError::BadLength { .. } => Status::InvalidMemoryRangeSet,
-            RangeSetError::Memory {
-                source: SlmError::OutOfRange { .. },
-                ..
-            } => Status::InvalidMemoryRangeSet,
-            RangeSetError::Memory { source, .. } => source.status(),
-            RangeSetError::Overlap { .. } => Status::OverlappingMemoryRanges,
-            RangeSetError::Unknown { .. } => Status::InvalidMemoryRangeSetId,
-            RangeSetError::InUse { .. } => Status::MemoryRangeSetInUse,
-        }
-    }
 }
 
 /// Checks a list of ranges that will become windows: count, lengths, overlap. Used for
@@ -241,7 +222,9 @@ impl RangeSets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::ToStatus;
     use csx_proto::MemHandle;
+    use csx_proto::Status;
 
     const A: ClientId = ClientId(1);
 

@@ -3,8 +3,8 @@
 //!
 //! One contiguous buffer of `slm_size_bytes`, zero pages mapped lazily by the OS.
 //! Allocations are variable-size ranges of it handed out by a best-fit allocator that
-//! coalesces on free (no fixed slots: Delilah's 1 GiB data slots fragment, these do not
-//! waste more than [`SLM_ALIGNMENT`] per allocation).
+//! coalesces on free (no fixed-size regions: Delilah's 1 GiB data regions fragment,
+//! these do not waste more than [`SLM_ALIGNMENT`] per allocation).
 //!
 //! Every command that touches SLM bytes first takes a [`Leases`]: the byte ranges it
 //! reads or writes, checked against the allocation's owner and bounds and against the
@@ -22,11 +22,12 @@
 //! * A client that has departed ([`Slm::reclaim`]) can never allocate again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use csx_proto::limits::{SLM_ALIGNMENT, SLM_ALLOC_SIZE_MAX};
-use csx_proto::{ClientId, MemHandle, Status};
+use csx_proto::{ClientId, MemHandle};
+
+use crate::buffer::RawBuffer;
 
 /// Why an SLM operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,19 +64,6 @@ pub enum SlmError {
     ClientGone,
 }
 
-impl SlmError {
-    /// The completion status for this error in a memory command.
-    pub fn status(&self) -> Status {
-        match self {
-            SlmError::NoMemory { .. } | SlmError::TooLarge { .. } => Status::InsufficientResources,
-            SlmError::UnknownHandle { .. } | SlmError::ClientGone => Status::InvalidMemoryNamespace,
-            SlmError::OutOfRange { .. } => Status::OutOfRange,
-            SlmError::InUse { .. } => Status::MemoryRangeSetInUse,
-            SlmError::Overlap { .. } => Status::OverlappingMemoryRanges,
-        }
-    }
-}
-
 /// One range a command asks to lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseRequest {
@@ -83,41 +71,6 @@ pub struct LeaseRequest {
     pub offset: u64,
     pub len: u64,
     pub write: bool,
-}
-
-/// The backing buffer. Owned here; reached only through leases.
-struct Buffer {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the buffer is plain bytes owned by this struct; every access goes through a
-// lease, and the lease table (under `Slm::inner`'s mutex) guarantees that concurrent
-// accesses from different threads never overlap a writer (module invariant).
-unsafe impl Send for Buffer {}
-// SAFETY: as above.
-unsafe impl Sync for Buffer {}
-
-impl Buffer {
-    fn new(len: usize) -> Buffer {
-        // A zeroed allocation: large ones are fresh anonymous pages the OS maps lazily.
-        let boxed: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        let ptr = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("Box never yields null");
-        Buffer { ptr, len }
-    }
-}
-
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a `Box<[u8]>` of exactly
-        // `len` bytes in `new`, and are turned back into that box once, here.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr.as_ptr(),
-                self.len,
-            )));
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -221,14 +174,14 @@ struct Inner {
 
 /// The memory namespace.
 pub struct Slm {
-    buffer: Buffer,
+    buffer: RawBuffer,
     inner: Mutex<Inner>,
 }
 
 impl std::fmt::Debug for Slm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slm")
-            .field("size_bytes", &self.buffer.len)
+            .field("size_bytes", &self.buffer.len())
             .finish_non_exhaustive()
     }
 }
@@ -243,7 +196,7 @@ impl Slm {
         let len = usize::try_from(size_bytes).expect("the configured SLM size fits in memory");
         let usable = size_bytes - size_bytes % SLM_ALIGNMENT;
         Slm {
-            buffer: Buffer::new(len),
+            buffer: RawBuffer::zeroed(len),
             inner: Mutex::new(Inner {
                 free: FreeList::new(usable),
                 allocs: HashMap::new(),
@@ -264,7 +217,7 @@ impl Slm {
 
     /// Bytes of the namespace.
     pub fn size_bytes(&self) -> u64 {
-        self.buffer.len as u64
+        self.buffer.len() as u64
     }
 
     /// Bytes not allocated.
@@ -299,7 +252,7 @@ impl Slm {
             });
         };
         debug_assert_eq!(start % SLM_ALIGNMENT, 0);
-        assert!(start + reserved_bytes <= self.buffer.len as u64);
+        assert!(start + reserved_bytes <= self.buffer.len() as u64);
         let handle = loop {
             let h = MemHandle(inner.next_handle);
             inner.next_handle = inner.next_handle.checked_add(1).unwrap_or(1);
@@ -329,11 +282,7 @@ impl Slm {
         // and no other allocation covers it; it lies inside the buffer (asserted by the
         // caller), and no handle to it has been returned yet.
         unsafe {
-            std::ptr::write_bytes(
-                self.buffer.ptr.as_ptr().add(start as usize),
-                0,
-                len as usize,
-            );
+            std::ptr::write_bytes(self.buffer.as_ptr().add(start as usize), 0, len as usize);
         }
     }
 
@@ -561,7 +510,7 @@ impl Slm {
         }
         assert_eq!(
             end,
-            self.buffer.len as u64 - self.buffer.len as u64 % SLM_ALIGNMENT
+            self.buffer.len() as u64 - self.buffer.len() as u64 % SLM_ALIGNMENT
         );
         let reserved: u64 = inner.allocs.values().map(|a| a.reserved_bytes).sum();
         assert_eq!(reserved + inner.free.free_bytes, end);
@@ -619,7 +568,7 @@ impl Leases {
         // buffer (checked against the allocation, which lies inside the buffer).
         unsafe {
             std::slice::from_raw_parts(
-                self.slm.buffer.ptr.as_ptr().add(g.start as usize),
+                self.slm.buffer.as_ptr().add(g.start as usize),
                 g.len as usize,
             )
         }
@@ -634,7 +583,7 @@ impl Leases {
         // buffer (see `slice`).
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.slm.buffer.ptr.as_ptr().add(g.start as usize),
+                self.slm.buffer.as_ptr().add(g.start as usize),
                 g.len as usize,
             )
         }
@@ -643,7 +592,7 @@ impl Leases {
     /// Every range at once, writable ones as `Ok(&mut)`, read-only ones as `Err(&)`, for
     /// mapping them all into one VM memory map.
     pub fn slices_mut(&mut self) -> Vec<Result<&mut [u8], &[u8]>> {
-        let base = self.slm.buffer.ptr.as_ptr();
+        let base = self.slm.buffer.as_ptr();
         self.granted
             .iter()
             .map(|g| {

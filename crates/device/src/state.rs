@@ -1,5 +1,5 @@
 //! The shared state: a device-private region every execution sees at r3/r4 (region 3),
-//! persisting across executions and across close/reopen (Delilah's shared data slot).
+//! persisting across executions and across close/reopen (Delilah's shared data region).
 //!
 //! The host can clear all or part of it (Clear State) but never read it. Executions on
 //! different engines share it the way threads share memory in C: concurrent stores to
@@ -18,8 +18,9 @@
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::{RwLock, RwLockReadGuard};
+
+use crate::buffer::RawBuffer;
 
 /// File name of the shared state in the state directory.
 pub const STATE_FILE_NAME: &str = "state.bin";
@@ -48,33 +49,9 @@ pub enum StateError {
     },
 }
 
-struct Buffer {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: plain bytes owned by `Buffer`. Executions write them concurrently through the
-// VM (racy by design, see the module doc); Rust code touches them only while holding the
-// gate exclusively (`clear`, `save`) or at construction.
-unsafe impl Send for Buffer {}
-// SAFETY: as above.
-unsafe impl Sync for Buffer {}
-
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` came from `Box::into_raw` of a `Box<[u8]>` of `len` bytes.
-        unsafe {
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.ptr.as_ptr(),
-                self.len,
-            )))
-        }
-    }
-}
-
 /// The shared state region.
 pub struct SharedState {
-    buffer: Buffer,
+    buffer: RawBuffer,
     gate: RwLock<()>,
     path: PathBuf,
 }
@@ -83,7 +60,7 @@ impl std::fmt::Debug for SharedState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedState")
             .field("path", &self.path)
-            .field("len", &self.buffer.len)
+            .field("len", &self.buffer.len())
             .finish()
     }
 }
@@ -125,11 +102,8 @@ impl SharedState {
     }
 
     fn with_bytes(dir: &Path, bytes: Vec<u8>) -> SharedState {
-        let len = bytes.len();
-        let ptr = NonNull::new(Box::into_raw(bytes.into_boxed_slice()).cast::<u8>())
-            .expect("Box never yields null");
         SharedState {
-            buffer: Buffer { ptr, len },
+            buffer: RawBuffer::from_vec(bytes),
             gate: RwLock::new(()),
             path: dir.join(STATE_FILE_NAME),
         }
@@ -137,7 +111,7 @@ impl SharedState {
 
     /// Bytes in the region.
     pub fn size_bytes(&self) -> u64 {
-        self.buffer.len as u64
+        self.buffer.len() as u64
     }
 
     /// Shares the region with an execution until the mapping drops.
@@ -147,8 +121,8 @@ impl SharedState {
         let guard = self.gate.read().unwrap_or_else(|p| p.into_inner());
         StateMapping {
             _guard: guard,
-            ptr: self.buffer.ptr.as_ptr(),
-            len: self.buffer.len,
+            ptr: self.buffer.as_ptr(),
+            len: self.buffer.len(),
         }
     }
 
@@ -172,11 +146,7 @@ impl SharedState {
         // SAFETY: the range is inside the buffer (checked above) and the exclusive gate
         // means no execution can be touching the region.
         unsafe {
-            std::ptr::write_bytes(
-                self.buffer.ptr.as_ptr().add(offset as usize),
-                0,
-                len as usize,
-            )
+            std::ptr::write_bytes(self.buffer.as_ptr().add(offset as usize), 0, len as usize)
         };
         Ok(())
     }
@@ -186,8 +156,7 @@ impl SharedState {
         let _guard = self.gate.write().unwrap_or_else(|p| p.into_inner());
         // SAFETY: the exclusive gate means no execution writes the region meanwhile; the
         // slice covers exactly the buffer.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr(), self.buffer.len) };
+        let bytes = unsafe { std::slice::from_raw_parts(self.buffer.as_ptr(), self.buffer.len()) };
         write_atomic(&self.path, bytes)
     }
 }

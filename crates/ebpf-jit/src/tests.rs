@@ -641,3 +641,61 @@ fn caches_forget_regions_a_helper_unmapped() {
         assert!(matches!(trap_of(&got).kind, TrapKind::OutOfBounds { .. }));
     }
 }
+
+#[test]
+fn stack_arrays_indexed_by_data() {
+    // A histogram of the high nibbles of region 2's bytes 0..63 in 16 u32 counters at
+    // r10-64, indexed by `(byte >> 2) & 60` (clang's shape): a bound the JIT proves keeps
+    // every access inside the frame. Bytes 0..63 give 16 each to nibbles 0 to 3.
+    let src = "stdw [%r10-64], 0\nstdw [%r10-56], 0\nstdw [%r10-48], 0\nstdw [%r10-40], 0\n\
+               stdw [%r10-32], 0\nstdw [%r10-24], 0\nstdw [%r10-16], 0\nstdw [%r10-8], 0\n\
+               mov %r6, 0\n\
+               loop:\nmov %r3, %r1\nadd %r3, %r6\nldxb %r3, [%r3+0]\nrsh %r3, 2\nand %r3, 60\n\
+               mov %r4, %r10\nadd %r4, -64\nadd %r4, %r3\nldxw %r5, [%r4+0]\nadd %r5, 1\n\
+               stxw [%r4+0], %r5\nadd %r6, 1\njlt %r6, 64, loop\n\
+               ldxw %r0, [%r10-64]\nldxw %r7, [%r10-60]\nlsh %r7, 8\nadd %r0, %r7\n\
+               ldxw %r7, [%r10-52]\nlsh %r7, 16\nadd %r0, %r7\n\
+               ldxw %r7, [%r10-48]\nlsh %r7, 24\nadd %r0, %r7\nexit";
+    let out = check_program(program(src, vec![]), 100_000);
+    assert_eq!(out.result, Ok(16 + (16 << 8) + (16 << 16)));
+    // The same with 32-bit index arithmetic (`w3 >>= 2; w3 &= 60`).
+    let src32 = src.replace("rsh %r3, 2\nand %r3, 60", "rsh32 %r3, 2\nand32 %r3, 60");
+    let out = check_program(program(&src32, vec![]), 100_000);
+    assert_eq!(out.result, Ok(16 + (16 << 8) + (16 << 16)));
+}
+
+#[test]
+fn bounded_indexes_that_may_leave_the_frame_are_checked() {
+    // Byte 63 of region 2 shifted left by 4 is 1008: r10 - 512 + 1008 is past the top of
+    // the stack. The bound (1020) does not keep the access in the frame, so it is checked
+    // and traps exactly as on the interpreter.
+    let src = "ldxb %r3, [%r1+63]\nlsh %r3, 4\nmov %r4, %r10\nadd %r4, -512\nadd %r4, %r3\n\
+               ldxw %r0, [%r4+0]\nexit";
+    let out = check(src);
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 5);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: false, .. }),
+        "{trap}"
+    );
+    // Byte 1 instead: r10 - 512 + 16 is inside the frame and reads what was stored.
+    let src = "stdw [%r10-496], 77\n".to_string() + &src.replace("+63]", "+1]");
+    assert_eq!(check(&src).result, Ok(77));
+    // A callee may index past its own frame into its caller's, which is still stack.
+    let out = check(
+        "stdw [%r10-504], 5\ncall local f\nexit\n\
+         f:\nmov %r3, 8\nmov %r4, %r10\nadd %r4, %r3\nldxdw %r0, [%r4+0]\nexit",
+    );
+    assert_eq!(out.result, Ok(5));
+}
+
+#[test]
+fn addresses_computed_from_r10_may_point_anywhere() {
+    // r10 + (r1 - r10) is r1: a pointer computed from r10 that is not on the stack. The
+    // stack check misses and the region table finds region 2, in a loop.
+    let src = "mov %r0, 0\nmov %r6, 0\nmov %r5, %r1\nsub %r5, %r10\n\
+               loop:\nmov %r4, %r10\nadd %r4, %r5\nadd %r4, %r6\nldxb %r7, [%r4+0]\nadd %r0, %r7\n\
+               stxb [%r4+0], %r6\nadd %r6, 1\njlt %r6, 64, loop\nexit";
+    let out = check(src);
+    assert_eq!(out.result, Ok((0..64).sum()));
+}

@@ -19,18 +19,21 @@
 //!   compare and a branch, then `host = addr + delta`. A miss takes a cold
 //!   path that reads the region table row (index clamped to the never-mapped row 0 past
 //!   the table), checks exactly, refills the cache, or branches to a block that records
-//!   (pc, addr, n, write) and leaves through the function's one trap exit. Accesses at a
-//!   constant offset from r10 that stay inside the current 512-byte frame need no check:
-//!   the stack region is always mapped with `STACK_SIZE` bytes and the depth check keeps
-//!   every frame inside it. Helpers may remap regions, so every helper call resets the
-//!   caches (to the stack, which the trampoline guarantees is unchanged).
+//!   (pc, addr, n, write) and leaves through the function's one trap exit. Accesses at r10
+//!   plus a constant, or plus an index of known bound (a byte shifted right, a value
+//!   masked by a constant, ...), that stay inside the current 512-byte frame need no
+//!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
+//!   check keeps every frame inside it. Other addresses computed from r10 are checked
+//!   against the stack first (a constant check) rather than the region caches, so a
+//!   stack array indexed by data does not evict the input region from the cache.
+//!   Helpers may remap regions, so every helper call resets the caches (to the stack, which the trampoline guarantees is unchanged).
 //! * **Fuel.** A variable holding what is left of the budget, charged at taken
 //!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
 //!   there; the context gets the fuel used at exits, traps and calls.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -115,6 +118,20 @@ impl MemOp {
     }
 }
 
+/// What is known of a value computed from r10 by adding constants and bounded indexes:
+/// it lies in `[r10 + lo, r10 + hi]`, and `host` is its host address (the same
+/// computation on `fp_host`, so that no access needs r10 itself, nor the stack's delta).
+#[derive(Clone, Copy)]
+struct FrameFact {
+    lo: i64,
+    hi: i64,
+    host: Value,
+}
+
+/// Largest offset from r10 (either way) and largest index bound that pointer tracking
+/// keeps: far from `i64` overflow, and far beyond any frame.
+const FACT_OFFSET_MAX: i64 = 1 << 32;
+
 /// Shortest region the caches hold: `len - 8` must not wrap.
 const CACHE_LEN_MIN: i64 = 8;
 const _: () = assert!(STACK_SIZE as i64 >= CACHE_LEN_MIN);
@@ -184,8 +201,16 @@ struct Translator<'a, 'f> {
     fp_host: Value,
     /// Region caches for loads and for stores (and atomics).
     caches: [CacheVars; 2],
-    /// Values known to equal r10 plus a constant, for unchecked stack accesses.
-    fp_relative: HashMap<Value, i64>,
+    /// Values known to equal r10 plus an offset in `[lo, hi]`, for unchecked stack
+    /// accesses (the bounds are kept far from overflow, see [`FACT_OFFSET_MAX`]).
+    fp_relative: HashMap<Value, FrameFact>,
+    /// Values computed from r10 by adding a value of unknown range: probably stack
+    /// addresses, checked against the stack before the region caches.
+    stack_derived: HashSet<Value>,
+    /// Values known to be at most this (unsigned), e.g. a byte load shifted right.
+    bounds: HashMap<Value, u64>,
+    /// Host address minus virtual address for the stack region (fixed for a run).
+    stack_delta: Value,
     /// Shared exit for traps: params (code, pc, addr, aux).
     trap_exit: Block,
     /// Shared exit when a callee trapped: its trap is already recorded.
@@ -286,6 +311,10 @@ impl<'a, 'f> Translator<'a, 'f> {
             stack_row + RegionEntry::OFFSET_BASE,
         );
         let fp_host = b.ins().iadd(stack_base, fp_off);
+        let stack_delta = b.ins().iadd_imm_s(
+            stack_base,
+            (RegionIdx::STACK.vaddr(0) as i64).wrapping_neg(),
+        );
 
         let mut blocks = HashMap::new();
         for &leader in &plan.leaders {
@@ -321,7 +350,17 @@ impl<'a, 'f> Translator<'a, 'f> {
             fp,
             fp_host,
             caches,
-            fp_relative: HashMap::from([(fp, 0)]),
+            fp_relative: HashMap::from([(
+                fp,
+                FrameFact {
+                    lo: 0,
+                    hi: 0,
+                    host: fp_host,
+                },
+            )]),
+            stack_derived: HashSet::new(),
+            bounds: HashMap::new(),
+            stack_delta,
             trap_exit,
             propagate,
             helper_sig,
@@ -516,18 +555,122 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             self.b.ins().uextend(types::I64, result)
         };
-        // Track r10-derived pointers through `mov` (same value) and constant `add`/`sub`.
-        if is64 && !by_reg && matches!(op, ALU_ADD | ALU_SUB) {
-            if let Some(&base) = self.fp_relative.get(&d) {
-                let delta = if op == ALU_ADD {
-                    i64::from(insn.imm)
+        self.alu_facts(pc, insn, result)?;
+        self.set_reg(pc, insn.dst, result)
+    }
+
+    /// Records what is known of an ALU result: its unsigned bound, and where it points
+    /// relative to r10. `mov` of a register (the same value) keeps the source's facts.
+    fn alu_facts(&mut self, pc: u32, insn: &Insn, result: Value) -> TResult<()> {
+        let is64 = insn.class() == CLASS_ALU64;
+        let op = insn.opc & 0xf0;
+        let by_reg = insn.opc & SRC_X != 0;
+        let d = self.reg(pc, insn.dst)?;
+        let s = if by_reg {
+            Some(self.reg(pc, insn.src)?)
+        } else {
+            None
+        };
+        let width_max = if is64 { u64::MAX } else { u64::from(u32::MAX) };
+        let bits = if is64 { 64 } else { 32 };
+        let imm = if is64 {
+            i64::from(insn.imm) as u64
+        } else {
+            u64::from(insn.imm as u32)
+        };
+        let bd = self.bound_of(d).min(width_max);
+        let bs = s.map_or(imm, |s| self.bound_of(s)).min(width_max);
+        let bound = match op {
+            ALU_AND => bd.min(bs),
+            // Every bit set in either operand, at most.
+            ALU_OR | ALU_XOR => match bd | bs {
+                0 => 0,
+                x => u64::MAX >> x.leading_zeros(),
+            },
+            ALU_ADD => bd.saturating_add(bs),
+            ALU_MUL => bd.saturating_mul(bs),
+            ALU_RSH if !by_reg => bd >> (imm % bits),
+            ALU_LSH if !by_reg => {
+                let k = (imm % bits) as u32;
+                if bd.leading_zeros() >= k + (64 - bits as u32) {
+                    bd << k
                 } else {
-                    -i64::from(insn.imm)
+                    width_max
+                }
+            }
+            ALU_MOD if !by_reg && insn.off == 0 && imm != 0 => bd.min(imm - 1),
+            ALU_MOV if insn.off == 0 => bs,
+            _ => width_max,
+        };
+        if bound <= width_max && bound < u64::MAX {
+            self.bounds.insert(result, bound);
+        }
+        if !is64 {
+            return Ok(());
+        }
+        // Track r10-derived pointers through constant `add`/`sub` and the `add` of a
+        // bounded index.
+        let within = |lo: i64, hi: i64| lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX;
+        let fact = match (op, s) {
+            (ALU_ADD | ALU_SUB, None) => match self.fp_relative.get(&d).copied() {
+                Some(f) => {
+                    let k = i64::from(insn.imm);
+                    let k = if op == ALU_ADD { k } else { -k };
+                    let (lo, hi) = (f.lo + k, f.hi + k);
+                    within(lo, hi).then(|| FrameFact {
+                        lo,
+                        hi,
+                        host: self.b.ins().iadd_imm_s(f.host, k),
+                    })
+                }
+                None => None,
+            },
+            (ALU_ADD, Some(s)) => {
+                let d_fact = self.fp_relative.get(&d).copied();
+                let s_fact = self.fp_relative.get(&s).copied();
+                let (f, index, bound) = match (d_fact, s_fact) {
+                    (Some(f), None) => (Some(f), s, bs),
+                    (None, Some(f)) => (Some(f), d, bd),
+                    _ => (None, d, u64::MAX),
                 };
-                self.fp_relative.insert(result, base.saturating_add(delta));
+                match f {
+                    Some(f) if bound <= FACT_OFFSET_MAX as u64 => {
+                        let hi = f.hi + bound as i64;
+                        within(f.lo, hi).then(|| FrameFact {
+                            lo: f.lo,
+                            hi,
+                            host: self.b.ins().iadd(f.host, index),
+                        })
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match fact {
+            Some(fact) => {
+                self.fp_relative.insert(result, fact);
+            }
+            None => {
+                let from_stack =
+                    |v: &Value| self.fp_relative.contains_key(v) || self.stack_derived.contains(v);
+                let derived = match (op, s) {
+                    (ALU_ADD | ALU_SUB, None) => from_stack(&d),
+                    (ALU_ADD, Some(s)) => from_stack(&d) || from_stack(&s),
+                    (ALU_SUB, Some(_)) => from_stack(&d),
+                    _ => false,
+                };
+                if derived {
+                    self.stack_derived.insert(result);
+                }
             }
         }
-        self.set_reg(pc, insn.dst, result)
+        Ok(())
+    }
+
+    /// The unsigned bound known for `v` (`u64::MAX` when nothing is known).
+    fn bound_of(&self, v: Value) -> u64 {
+        self.bounds.get(&v).copied().unwrap_or(u64::MAX)
     }
 
     /// `div`/`mod`: by zero, the quotient is 0 and the remainder is the dividend.
@@ -664,7 +807,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn load(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
         let op = self.load_op(pc, insn)?;
         let v = self.access(pc, insn.src, insn.off, op)?;
-        self.set_reg(pc, insn.dst, v.expect("loads produce a value"))
+        let v = v.expect("loads produce a value");
+        self.note_load_bound(op, v);
+        self.set_reg(pc, insn.dst, v)
     }
 
     /// `st` (immediate), `stx` (register) and the atomics (RFC 9669 §5.3).
@@ -708,6 +853,43 @@ impl<'a, 'f> Translator<'a, 'f> {
         Ok(())
     }
 
+    /// Records the bound of a zero-extending load's value.
+    fn note_load_bound(&mut self, op: MemOp, v: Value) {
+        if let MemOp::Load {
+            size: size @ 1..=4,
+            signed: false,
+        } = op
+        {
+            self.bounds.insert(v, (1u64 << (8 * u32::from(size))) - 1);
+        }
+    }
+
+    /// Where an access of `size` bytes at `v + off` lies inside the current frame,
+    /// `[r10 - 512, r10)`, whatever the value of any index added to r10: its host base
+    /// and displacement. Such an access needs no check (see the module doc).
+    fn frame_access(&mut self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
+        let f = *self.fp_relative.get(&v)?;
+        let (lo, hi) = (f.lo + i64::from(off), f.hi + i64::from(off));
+        if lo < -(STACK_FRAME_SIZE as i64) || hi + size > 0 {
+            return None;
+        }
+        if lo == hi {
+            return Some((self.fp_host, lo as i32));
+        }
+        Some((f.host, i32::from(off)))
+    }
+
+    /// The stack as a region cache: constant, always valid (the stack is always mapped
+    /// with `STACK_SIZE` bytes and never moves during a run).
+    fn stack_cache(&mut self) -> CacheValues {
+        let lo = RegionIdx::STACK.vaddr(0) as i64;
+        CacheValues {
+            neg_lo: self.b.ins().iconst(types::I64, lo.wrapping_neg()),
+            limit: self.b.ins().iconst(types::I64, STACK_SIZE as i64 - 8),
+            delta: self.stack_delta,
+        }
+    }
+
     /// Emits a checked access of `op.size()` bytes at `reg + off`; returns the loaded
     /// (or old) value, zero- or sign-extended to 64 bits.
     fn access(&mut self, pc: u32, reg: u8, off: i16, op: MemOp) -> TResult<Option<Value>> {
@@ -715,17 +897,20 @@ impl<'a, 'f> Translator<'a, 'f> {
         let v = self.reg(pc, reg)?;
 
         // The current frame, `[r10 - 512, r10)`, needs no check (see the module doc).
-        if let Some(&k) = self.fp_relative.get(&v) {
-            let o = k + i64::from(off);
-            if o >= -(STACK_FRAME_SIZE as i64) && o + size <= 0 {
-                let fp_host = self.fp_host;
-                return Ok(self.emit_op(fp_host, o as i32, op));
-            }
+        if let Some((host, disp)) = self.frame_access(v, off, size) {
+            return Ok(self.emit_op(host, disp, op));
         }
 
-        // Hit: the access lies in the cached region.
+        // Hit: the access lies in the cached region. An address computed from r10 is
+        // checked against the stack instead, so that stack accesses at a variable index
+        // do not evict the region another access keeps in the cache.
         let cache = self.cache(op.writes());
-        let hit = self.cache_hit(&cache, v, off);
+        let first = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+            self.stack_cache()
+        } else {
+            self.cache(op.writes())
+        };
+        let hit = self.cache_hit(&first, v, off);
         let hit_block = self.b.create_block();
         let miss = self.b.create_block();
         let cont = self.b.create_block();
@@ -736,7 +921,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.ins().brif(hit, hit_block, &[], miss, &[]);
 
         self.enter(hit_block);
-        let host = self.b.ins().iadd(cache.delta, v);
+        let host = self.b.ins().iadd(first.delta, v);
         let r = self.emit_op(host, i32::from(off), op);
         self.jump_with(cont, r);
 
@@ -1320,18 +1505,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         let size = i64::from(op.size());
         let off = insn.off;
         let v = self.reg(pc, insn.src)?;
-        if let Some(&k) = self.fp_relative.get(&v) {
-            let o = k + i64::from(off);
-            if o >= -(STACK_FRAME_SIZE as i64) && o + size <= 0 {
-                let fp_host = self.fp_host;
-                let value = self
-                    .emit_op(fp_host, o as i32, op)
-                    .expect("loads produce a value");
-                self.set_reg(pc, insn.dst, value)?;
-                return Ok(None);
-            }
+        if let Some((host, disp)) = self.frame_access(v, off, size) {
+            let value = self.emit_op(host, disp, op).expect("loads produce a value");
+            self.note_load_bound(op, value);
+            self.set_reg(pc, insn.dst, value)?;
+            return Ok(None);
         }
-        let cache = self.cache(false);
+        let cache = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+            self.stack_cache()
+        } else {
+            self.cache(false)
+        };
         let ok = self.cache_hit(&cache, v, off);
         let b = &mut self.b;
         let host = b.ins().iadd(cache.delta, v);
@@ -1339,6 +1523,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let safe = b.ins().iadd_imm_s(self.fp_host, -8);
         let addr = b.ins().select(ok, host, safe);
         let value = self.emit_op(addr, 0, op).expect("loads produce a value");
+        self.note_load_bound(op, value);
         self.set_reg(pc, insn.dst, value)?;
         Ok(Some(self.b.ins().bxor_imm_s(ok, 1)))
     }

@@ -129,10 +129,10 @@ pub fn assemble(src: &str) -> Result<Vec<Insn>, AsmError> {
             stmt,
         });
         pc += slots;
-        if pc > crate::limits::PROGRAM_SLOTS_MAX {
+        if pc > crate::limits::PROGRAM_INSN_COUNT_MAX {
             return Err(err(AsmProblem::TooLong {
                 slots: pc,
-                limit: crate::limits::PROGRAM_SLOTS_MAX,
+                limit: crate::limits::PROGRAM_INSN_COUNT_MAX,
             }));
         }
     }
@@ -157,9 +157,9 @@ pub fn assemble(src: &str) -> Result<Vec<Insn>, AsmError> {
     Ok(out)
 }
 
-/// Slot numbers are bounded by `PROGRAM_SLOTS_MAX`, far below `u32::MAX`.
+/// Instruction indexes are bounded by `PROGRAM_INSN_COUNT_MAX`, far below `u32::MAX`.
 fn slot_u32(pc: usize) -> u32 {
-    u32::try_from(pc).expect("slot count is checked against PROGRAM_SLOTS_MAX")
+    u32::try_from(pc).expect("the instruction count is checked against PROGRAM_INSN_COUNT_MAX")
 }
 
 /// One instruction line after the first pass.

@@ -1,15 +1,14 @@
 //! The reference interpreter: the semantics every other engine must match in value,
 //! trap and fuel.
 //!
-//! [`Interpreter::new`] pre-decodes the verified program once into [`Op`]s, one per slot
-//! (so a slot index is still the pc traps report), with jump targets resolved, `lddw`
-//! merged into its first slot and every opcode/operand-form combination its own variant.
-//! It then fuses common short sequences (clang's `lsh 32; rsh 32` extension idioms,
-//! `mov; add; ldx` indexing, `add; jcc` loop latches, `mov; mov`) into the first slot
-//! of each ([`fuse`]), and lowers every op to a 16-byte [`Slot`] whose fields sit at
-//! fixed offsets. [`Interpreter::run`] is then one `match` per instruction over that
-//! array, each arm reading only the fields it uses, with no allocation after the run's
-//! stack.
+//! [`Interpreter::new`] pre-decodes the verified program once into 16-byte [`Slot`]s, one
+//! per instruction slot (so a slot index is still the pc traps report), with jump targets
+//! resolved, `lddw` merged into its first slot and every opcode/operand-form combination
+//! its own [`Kind`]: the one table of the interpreter's ops. It then fuses common short
+//! sequences (clang's `lsh 32; rsh 32` extension idioms, `mov; add; ldx` indexing,
+//! `add; jcc` loop latches, `mov; mov`) into the first slot of each ([`fuse`]).
+//! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
+//! reading only the fields it uses, with no allocation after the run's stack.
 //!
 //! Semantics follow RFC 9669; the pitfalls other runtimes get wrong are called out where
 //! they are handled. Fuel and call depth follow [`crate::engine`] through
@@ -119,725 +118,21 @@ impl AtomicOp {
     }
 }
 
-/// One pre-decoded slot. `dst`/`src` are register numbers (≤ 10, verified); `imm` is the
-/// immediate sign-extended to 64 bits (32-bit operations use its low half); `target` is
-/// a resolved slot index; `off` is the memory offset.
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    // ALU64 with an immediate operand.
-    Add64I {
-        dst: u8,
-        imm: u64,
-    },
-    Sub64I {
-        dst: u8,
-        imm: u64,
-    },
-    Mul64I {
-        dst: u8,
-        imm: u64,
-    },
-    Div64I {
-        dst: u8,
-        imm: u64,
-    },
-    SDiv64I {
-        dst: u8,
-        imm: u64,
-    },
-    Mod64I {
-        dst: u8,
-        imm: u64,
-    },
-    SMod64I {
-        dst: u8,
-        imm: u64,
-    },
-    Or64I {
-        dst: u8,
-        imm: u64,
-    },
-    And64I {
-        dst: u8,
-        imm: u64,
-    },
-    Lsh64I {
-        dst: u8,
-        imm: u64,
-    },
-    Rsh64I {
-        dst: u8,
-        imm: u64,
-    },
-    Arsh64I {
-        dst: u8,
-        imm: u64,
-    },
-    Xor64I {
-        dst: u8,
-        imm: u64,
-    },
-    Mov64I {
-        dst: u8,
-        imm: u64,
-    },
-    Neg64 {
-        dst: u8,
-    },
-    // ALU64 with a register operand.
-    Add64R {
-        dst: u8,
-        src: u8,
-    },
-    Sub64R {
-        dst: u8,
-        src: u8,
-    },
-    Mul64R {
-        dst: u8,
-        src: u8,
-    },
-    Div64R {
-        dst: u8,
-        src: u8,
-    },
-    SDiv64R {
-        dst: u8,
-        src: u8,
-    },
-    Mod64R {
-        dst: u8,
-        src: u8,
-    },
-    SMod64R {
-        dst: u8,
-        src: u8,
-    },
-    Or64R {
-        dst: u8,
-        src: u8,
-    },
-    And64R {
-        dst: u8,
-        src: u8,
-    },
-    Lsh64R {
-        dst: u8,
-        src: u8,
-    },
-    Rsh64R {
-        dst: u8,
-        src: u8,
-    },
-    Arsh64R {
-        dst: u8,
-        src: u8,
-    },
-    Xor64R {
-        dst: u8,
-        src: u8,
-    },
-    Mov64R {
-        dst: u8,
-        src: u8,
-    },
-    MovSx8To64 {
-        dst: u8,
-        src: u8,
-    },
-    MovSx16To64 {
-        dst: u8,
-        src: u8,
-    },
-    MovSx32To64 {
-        dst: u8,
-        src: u8,
-    },
-    // ALU (32-bit) with an immediate operand; results are zero-extended.
-    Add32I {
-        dst: u8,
-        imm: u64,
-    },
-    Sub32I {
-        dst: u8,
-        imm: u64,
-    },
-    Mul32I {
-        dst: u8,
-        imm: u64,
-    },
-    Div32I {
-        dst: u8,
-        imm: u64,
-    },
-    SDiv32I {
-        dst: u8,
-        imm: u64,
-    },
-    Mod32I {
-        dst: u8,
-        imm: u64,
-    },
-    SMod32I {
-        dst: u8,
-        imm: u64,
-    },
-    Or32I {
-        dst: u8,
-        imm: u64,
-    },
-    And32I {
-        dst: u8,
-        imm: u64,
-    },
-    Lsh32I {
-        dst: u8,
-        imm: u64,
-    },
-    Rsh32I {
-        dst: u8,
-        imm: u64,
-    },
-    Arsh32I {
-        dst: u8,
-        imm: u64,
-    },
-    Xor32I {
-        dst: u8,
-        imm: u64,
-    },
-    Mov32I {
-        dst: u8,
-        imm: u64,
-    },
-    Neg32 {
-        dst: u8,
-    },
-    // ALU (32-bit) with a register operand.
-    Add32R {
-        dst: u8,
-        src: u8,
-    },
-    Sub32R {
-        dst: u8,
-        src: u8,
-    },
-    Mul32R {
-        dst: u8,
-        src: u8,
-    },
-    Div32R {
-        dst: u8,
-        src: u8,
-    },
-    SDiv32R {
-        dst: u8,
-        src: u8,
-    },
-    Mod32R {
-        dst: u8,
-        src: u8,
-    },
-    SMod32R {
-        dst: u8,
-        src: u8,
-    },
-    Or32R {
-        dst: u8,
-        src: u8,
-    },
-    And32R {
-        dst: u8,
-        src: u8,
-    },
-    Lsh32R {
-        dst: u8,
-        src: u8,
-    },
-    Rsh32R {
-        dst: u8,
-        src: u8,
-    },
-    Arsh32R {
-        dst: u8,
-        src: u8,
-    },
-    Xor32R {
-        dst: u8,
-        src: u8,
-    },
-    Mov32R {
-        dst: u8,
-        src: u8,
-    },
-    MovSx8To32 {
-        dst: u8,
-        src: u8,
-    },
-    MovSx16To32 {
-        dst: u8,
-        src: u8,
-    },
-    // Byte order (RFC 9669 §4.2). The VM is little-endian, so `le` only truncates and
-    // `be` and `bswap` swap (and truncate).
-    Trunc16 {
-        dst: u8,
-    },
-    Trunc32 {
-        dst: u8,
-    },
-    Swap16 {
-        dst: u8,
-    },
-    Swap32 {
-        dst: u8,
-    },
-    Swap64 {
-        dst: u8,
-    },
-    Nop,
-    // Loads and stores (RFC 9669 §5).
-    Lddw {
-        dst: u8,
-        imm: u64,
-    },
-    LdxB {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxH {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxW {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxDw {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxSB {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxSH {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    LdxSW {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    StB {
-        dst: u8,
-        off: i16,
-        imm: u64,
-    },
-    StH {
-        dst: u8,
-        off: i16,
-        imm: u64,
-    },
-    StW {
-        dst: u8,
-        off: i16,
-        imm: u64,
-    },
-    StDw {
-        dst: u8,
-        off: i16,
-        imm: u64,
-    },
-    StxB {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    StxH {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    StxW {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    StxDw {
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    Atomic32 {
-        op: AtomicOp,
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    Atomic64 {
-        op: AtomicOp,
-        dst: u8,
-        src: u8,
-        off: i16,
-    },
-    // Jumps (RFC 9669 §4.3).
-    Ja {
-        target: u32,
-    },
-    Jeq64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jne64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jgt64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jge64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jlt64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jle64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsgt64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsge64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jslt64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsle64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jset64I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jeq64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jne64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jgt64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jge64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jlt64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jle64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsgt64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsge64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jslt64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsle64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jset64R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jeq32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jne32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jgt32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jge32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jlt32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jle32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsgt32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsge32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jslt32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jsle32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jset32I {
-        dst: u8,
-        imm: u64,
-        target: u32,
-    },
-    Jeq32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jne32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jgt32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jge32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jlt32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jle32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsgt32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsge32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jslt32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jsle32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    Jset32R {
-        dst: u8,
-        src: u8,
-        target: u32,
-    },
-    // Calls (RFC 9669 §4.3.1).
-    CallHelper {
-        id: u32,
-    },
-    CallLocal {
-        target: u32,
-    },
-    CallX {
-        reg: u8,
-    },
-    Exit,
-    // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
-    // next one or two, which keep their own ops for the jumps that land on them.
-    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
-    MovZx32x3 {
-        dst: u8,
-        src: u8,
-    },
-    /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
-    MovSx32x3 {
-        dst: u8,
-        src: u8,
-    },
-    /// `lsh dst, 32; rsh dst, 32`.
-    Zx32x2 {
-        dst: u8,
-    },
-    /// `lsh dst, 32; arsh dst, 32`.
-    Sx32x2 {
-        dst: u8,
-    },
-    /// `mov dst, a; add dst, b`.
-    MovAdd {
-        dst: u8,
-        a: u8,
-        b: u8,
-    },
-    /// `mov tmp, a; add tmp, b; ldx<size> dst, [tmp + off]`: an indexed load.
-    MovAddLdxB {
-        tmp: u8,
-        a: u8,
-        b: u8,
-        dst: u8,
-        off: i16,
-    },
-    MovAddLdxH {
-        tmp: u8,
-        a: u8,
-        b: u8,
-        dst: u8,
-        off: i16,
-    },
-    MovAddLdxW {
-        tmp: u8,
-        a: u8,
-        b: u8,
-        dst: u8,
-        off: i16,
-    },
-    MovAddLdxDw {
-        tmp: u8,
-        a: u8,
-        b: u8,
-        dst: u8,
-        off: i16,
-    },
-    /// `mov dst, src; mov a, b`.
-    MovMov {
-        dst: u8,
-        src: u8,
-        a: u8,
-        b: u8,
-    },
-    /// `add dst, imm; j<cmp> a, b, target` (64-bit, unsigned or equality, registers):
-    /// a loop latch.
-    AddJeqR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    AddJneR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    AddJgtR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    AddJgeR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    AddJltR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    AddJleR {
-        dst: u8,
-        imm: u64,
-        a: u8,
-        b: u8,
-        target: u32,
-    },
-    /// The second slot of an `lddw`, or anything the verifier would have rejected:
-    /// never executed.
-    Invalid,
-}
-
-/// The kind of a [`Slot`]: one per [`Op`] variant.
+/// Every operation the dispatch loop knows: the interpreter's one table of ops. Each
+/// kind is one opcode/operand-form combination (or a fused sequence, see [`fuse`]);
+/// [`decode`] maps an instruction to its kind, and the `match` in
+/// [`Interpreter::execute`] gives each kind its meaning. Operands live in the [`Slot`]:
+///
+/// - `...I` kinds use `dst` and `imm` (sign-extended; 32-bit kinds use its low half);
+/// - `...R` kinds use `dst` and `src`;
+/// - loads use `dst`, `src`, `off`; `St*` use `dst`, `off`, `imm`; `Stx*` and atomics use
+///   `dst`, `src`, `off` (atomics keep their [`AtomicOp`] in `aux`);
+/// - jumps add `target`, a resolved slot index; `CallHelper` keeps the helper id in
+///   `target`, `CallX` its register in `dst`; `Lddw` keeps the high half in `target`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum Kind {
+    // ALU64 with an immediate operand.
     Add64I,
     Sub64I,
     Mul64I,
@@ -853,6 +148,7 @@ enum Kind {
     Xor64I,
     Mov64I,
     Neg64,
+    // ALU64 with a register operand.
     Add64R,
     Sub64R,
     Mul64R,
@@ -870,6 +166,7 @@ enum Kind {
     MovSx8To64,
     MovSx16To64,
     MovSx32To64,
+    // ALU (32-bit) with an immediate operand; results are zero-extended.
     Add32I,
     Sub32I,
     Mul32I,
@@ -885,6 +182,7 @@ enum Kind {
     Xor32I,
     Mov32I,
     Neg32,
+    // ALU (32-bit) with a register operand.
     Add32R,
     Sub32R,
     Mul32R,
@@ -901,12 +199,15 @@ enum Kind {
     Mov32R,
     MovSx8To32,
     MovSx16To32,
+    // Byte order (RFC 9669 §4.2). The VM is little-endian, so `le` only truncates and
+    // `be` and `bswap` swap (and truncate).
     Trunc16,
     Trunc32,
     Swap16,
     Swap32,
     Swap64,
     Nop,
+    // Loads and stores (RFC 9669 §5).
     Lddw,
     LdxB,
     LdxH,
@@ -925,6 +226,7 @@ enum Kind {
     StxDw,
     Atomic32,
     Atomic64,
+    // Jumps (RFC 9669 §4.3).
     Ja,
     Jeq64I,
     Jne64I,
@@ -970,37 +272,51 @@ enum Kind {
     Jslt32R,
     Jsle32R,
     Jset32R,
+    // Calls (RFC 9669 §4.3.1).
     CallHelper,
     CallLocal,
     CallX,
     Exit,
+    // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
+    // next one or two, which keep their own kinds for the jumps that land on them.
+    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
     MovZx32x3,
+    /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
     MovSx32x3,
+    /// `lsh dst, 32; rsh dst, 32`.
     Zx32x2,
+    /// `lsh dst, 32; arsh dst, 32`.
     Sx32x2,
+    /// `mov dst, src; add dst, aux`.
     MovAdd,
+    /// `mov aux2, src; add aux2, aux; ldx<size> dst, [aux2 + off]`: an indexed load.
     MovAddLdxB,
     MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
+    /// `mov dst, src; mov aux, aux2`.
     MovMov,
+    /// `add dst, imm; j<cmp> src, aux, target` (64-bit, unsigned or equality,
+    /// registers): a loop latch.
     AddJeqR,
     AddJneR,
     AddJgtR,
     AddJgeR,
     AddJltR,
     AddJleR,
+    /// The second slot of an `lddw`, or anything the verifier would have rejected:
+    /// never executed.
     Invalid,
 }
 
-/// An [`Op`] in the uniform layout the dispatch loop reads. Every field sits at the same
-/// offset whatever the kind, so the loop's field loads are shared by all arms instead of
-/// being extracted per variant layout (which cost several instructions per dispatch).
+/// One pre-decoded instruction in the uniform layout the dispatch loop reads. Every
+/// field sits at the same offset whatever the kind, so the loop's field loads are shared
+/// by all arms instead of being extracted per variant layout (which cost several
+/// instructions per dispatch). Which fields a kind uses is listed at [`Kind`].
 ///
-/// `dst`, `src`, `aux` and `aux2` are register numbers (or, in `aux` of an atomic, the
-/// [`AtomicOp`]); `imm` is the immediate, sign-extended when used (every immediate but
-/// `lddw`'s is a sign-extended `i32`; `lddw` keeps its high half in `target`);
-/// `target` is a resolved slot index or a helper id.
+/// `dst`, `src`, `aux` and `aux2` are register numbers (≤ 10, verified; or, in `aux` of
+/// an atomic, the [`AtomicOp`]); `imm` is the immediate, sign-extended when used;
+/// `target` is a resolved slot index, a helper id or the high half of an `lddw`.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 struct Slot {
@@ -1031,1445 +347,271 @@ impl Slot {
         target: 0,
         imm: 0,
     };
+
+    /// A slot of `kind` with every operand of `insn` (each kind reads the ones it uses).
+    fn of(kind: Kind, insn: Insn) -> Slot {
+        Slot {
+            kind,
+            dst: insn.dst,
+            src: insn.src,
+            off: insn.off,
+            imm: insn.imm,
+            ..Slot::EMPTY
+        }
+    }
 }
 
 // Keep the hot array dense: 16 bytes, four slots per cache line.
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
-/// Lowers a decoded op to its slot (see [`Slot`] for where each operand goes).
-fn lower(op: Op) -> Slot {
-    match op {
-        Op::Add64I { dst, imm } => Slot {
-            kind: Kind::Add64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Sub64I { dst, imm } => Slot {
-            kind: Kind::Sub64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mul64I { dst, imm } => Slot {
-            kind: Kind::Mul64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Div64I { dst, imm } => Slot {
-            kind: Kind::Div64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::SDiv64I { dst, imm } => Slot {
-            kind: Kind::SDiv64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mod64I { dst, imm } => Slot {
-            kind: Kind::Mod64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::SMod64I { dst, imm } => Slot {
-            kind: Kind::SMod64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Or64I { dst, imm } => Slot {
-            kind: Kind::Or64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::And64I { dst, imm } => Slot {
-            kind: Kind::And64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Lsh64I { dst, imm } => Slot {
-            kind: Kind::Lsh64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Rsh64I { dst, imm } => Slot {
-            kind: Kind::Rsh64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Arsh64I { dst, imm } => Slot {
-            kind: Kind::Arsh64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Xor64I { dst, imm } => Slot {
-            kind: Kind::Xor64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mov64I { dst, imm } => Slot {
-            kind: Kind::Mov64I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Neg64 { dst } => Slot {
-            kind: Kind::Neg64,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Add64R { dst, src } => Slot {
-            kind: Kind::Add64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Sub64R { dst, src } => Slot {
-            kind: Kind::Sub64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mul64R { dst, src } => Slot {
-            kind: Kind::Mul64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Div64R { dst, src } => Slot {
-            kind: Kind::Div64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::SDiv64R { dst, src } => Slot {
-            kind: Kind::SDiv64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mod64R { dst, src } => Slot {
-            kind: Kind::Mod64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::SMod64R { dst, src } => Slot {
-            kind: Kind::SMod64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Or64R { dst, src } => Slot {
-            kind: Kind::Or64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::And64R { dst, src } => Slot {
-            kind: Kind::And64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Lsh64R { dst, src } => Slot {
-            kind: Kind::Lsh64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Rsh64R { dst, src } => Slot {
-            kind: Kind::Rsh64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Arsh64R { dst, src } => Slot {
-            kind: Kind::Arsh64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Xor64R { dst, src } => Slot {
-            kind: Kind::Xor64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mov64R { dst, src } => Slot {
-            kind: Kind::Mov64R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx8To64 { dst, src } => Slot {
-            kind: Kind::MovSx8To64,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx16To64 { dst, src } => Slot {
-            kind: Kind::MovSx16To64,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx32To64 { dst, src } => Slot {
-            kind: Kind::MovSx32To64,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Add32I { dst, imm } => Slot {
-            kind: Kind::Add32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Sub32I { dst, imm } => Slot {
-            kind: Kind::Sub32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mul32I { dst, imm } => Slot {
-            kind: Kind::Mul32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Div32I { dst, imm } => Slot {
-            kind: Kind::Div32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::SDiv32I { dst, imm } => Slot {
-            kind: Kind::SDiv32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mod32I { dst, imm } => Slot {
-            kind: Kind::Mod32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::SMod32I { dst, imm } => Slot {
-            kind: Kind::SMod32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Or32I { dst, imm } => Slot {
-            kind: Kind::Or32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::And32I { dst, imm } => Slot {
-            kind: Kind::And32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Lsh32I { dst, imm } => Slot {
-            kind: Kind::Lsh32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Rsh32I { dst, imm } => Slot {
-            kind: Kind::Rsh32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Arsh32I { dst, imm } => Slot {
-            kind: Kind::Arsh32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Xor32I { dst, imm } => Slot {
-            kind: Kind::Xor32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Mov32I { dst, imm } => Slot {
-            kind: Kind::Mov32I,
-            dst,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::Neg32 { dst } => Slot {
-            kind: Kind::Neg32,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Add32R { dst, src } => Slot {
-            kind: Kind::Add32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Sub32R { dst, src } => Slot {
-            kind: Kind::Sub32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mul32R { dst, src } => Slot {
-            kind: Kind::Mul32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Div32R { dst, src } => Slot {
-            kind: Kind::Div32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::SDiv32R { dst, src } => Slot {
-            kind: Kind::SDiv32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mod32R { dst, src } => Slot {
-            kind: Kind::Mod32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::SMod32R { dst, src } => Slot {
-            kind: Kind::SMod32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Or32R { dst, src } => Slot {
-            kind: Kind::Or32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::And32R { dst, src } => Slot {
-            kind: Kind::And32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Lsh32R { dst, src } => Slot {
-            kind: Kind::Lsh32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Rsh32R { dst, src } => Slot {
-            kind: Kind::Rsh32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Arsh32R { dst, src } => Slot {
-            kind: Kind::Arsh32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Xor32R { dst, src } => Slot {
-            kind: Kind::Xor32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Mov32R { dst, src } => Slot {
-            kind: Kind::Mov32R,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx8To32 { dst, src } => Slot {
-            kind: Kind::MovSx8To32,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx16To32 { dst, src } => Slot {
-            kind: Kind::MovSx16To32,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Trunc16 { dst } => Slot {
-            kind: Kind::Trunc16,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Trunc32 { dst } => Slot {
-            kind: Kind::Trunc32,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Swap16 { dst } => Slot {
-            kind: Kind::Swap16,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Swap32 { dst } => Slot {
-            kind: Kind::Swap32,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Swap64 { dst } => Slot {
-            kind: Kind::Swap64,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Nop => Slot {
-            kind: Kind::Nop,
-            ..Slot::EMPTY
-        },
-        Op::Lddw { dst, imm } => Slot {
-            kind: Kind::Lddw,
-            dst,
-            // The high half rides in `target`, unused by `lddw`.
-            target: (imm >> 32) as u32,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::LdxB { dst, src, off } => Slot {
-            kind: Kind::LdxB,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxH { dst, src, off } => Slot {
-            kind: Kind::LdxH,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxW { dst, src, off } => Slot {
-            kind: Kind::LdxW,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxDw { dst, src, off } => Slot {
-            kind: Kind::LdxDw,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxSB { dst, src, off } => Slot {
-            kind: Kind::LdxSB,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxSH { dst, src, off } => Slot {
-            kind: Kind::LdxSH,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::LdxSW { dst, src, off } => Slot {
-            kind: Kind::LdxSW,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::StB { dst, off, imm } => Slot {
-            kind: Kind::StB,
-            dst,
-            off,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::StH { dst, off, imm } => Slot {
-            kind: Kind::StH,
-            dst,
-            off,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::StW { dst, off, imm } => Slot {
-            kind: Kind::StW,
-            dst,
-            off,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::StDw { dst, off, imm } => Slot {
-            kind: Kind::StDw,
-            dst,
-            off,
-            imm: imm as i32,
-            ..Slot::EMPTY
-        },
-        Op::StxB { dst, src, off } => Slot {
-            kind: Kind::StxB,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::StxH { dst, src, off } => Slot {
-            kind: Kind::StxH,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::StxW { dst, src, off } => Slot {
-            kind: Kind::StxW,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::StxDw { dst, src, off } => Slot {
-            kind: Kind::StxDw,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::Atomic32 { op, dst, src, off } => Slot {
-            kind: Kind::Atomic32,
-            aux: op as u8,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::Atomic64 { op, dst, src, off } => Slot {
-            kind: Kind::Atomic64,
-            aux: op as u8,
-            dst,
-            src,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::Ja { target } => Slot {
-            kind: Kind::Ja,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jeq64I { dst, imm, target } => Slot {
-            kind: Kind::Jeq64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jne64I { dst, imm, target } => Slot {
-            kind: Kind::Jne64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jgt64I { dst, imm, target } => Slot {
-            kind: Kind::Jgt64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jge64I { dst, imm, target } => Slot {
-            kind: Kind::Jge64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jlt64I { dst, imm, target } => Slot {
-            kind: Kind::Jlt64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jle64I { dst, imm, target } => Slot {
-            kind: Kind::Jle64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsgt64I { dst, imm, target } => Slot {
-            kind: Kind::Jsgt64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsge64I { dst, imm, target } => Slot {
-            kind: Kind::Jsge64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jslt64I { dst, imm, target } => Slot {
-            kind: Kind::Jslt64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsle64I { dst, imm, target } => Slot {
-            kind: Kind::Jsle64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jset64I { dst, imm, target } => Slot {
-            kind: Kind::Jset64I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jeq64R { dst, src, target } => Slot {
-            kind: Kind::Jeq64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jne64R { dst, src, target } => Slot {
-            kind: Kind::Jne64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jgt64R { dst, src, target } => Slot {
-            kind: Kind::Jgt64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jge64R { dst, src, target } => Slot {
-            kind: Kind::Jge64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jlt64R { dst, src, target } => Slot {
-            kind: Kind::Jlt64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jle64R { dst, src, target } => Slot {
-            kind: Kind::Jle64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsgt64R { dst, src, target } => Slot {
-            kind: Kind::Jsgt64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsge64R { dst, src, target } => Slot {
-            kind: Kind::Jsge64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jslt64R { dst, src, target } => Slot {
-            kind: Kind::Jslt64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsle64R { dst, src, target } => Slot {
-            kind: Kind::Jsle64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jset64R { dst, src, target } => Slot {
-            kind: Kind::Jset64R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jeq32I { dst, imm, target } => Slot {
-            kind: Kind::Jeq32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jne32I { dst, imm, target } => Slot {
-            kind: Kind::Jne32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jgt32I { dst, imm, target } => Slot {
-            kind: Kind::Jgt32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jge32I { dst, imm, target } => Slot {
-            kind: Kind::Jge32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jlt32I { dst, imm, target } => Slot {
-            kind: Kind::Jlt32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jle32I { dst, imm, target } => Slot {
-            kind: Kind::Jle32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsgt32I { dst, imm, target } => Slot {
-            kind: Kind::Jsgt32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsge32I { dst, imm, target } => Slot {
-            kind: Kind::Jsge32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jslt32I { dst, imm, target } => Slot {
-            kind: Kind::Jslt32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsle32I { dst, imm, target } => Slot {
-            kind: Kind::Jsle32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jset32I { dst, imm, target } => Slot {
-            kind: Kind::Jset32I,
-            dst,
-            imm: imm as i32,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jeq32R { dst, src, target } => Slot {
-            kind: Kind::Jeq32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jne32R { dst, src, target } => Slot {
-            kind: Kind::Jne32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jgt32R { dst, src, target } => Slot {
-            kind: Kind::Jgt32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jge32R { dst, src, target } => Slot {
-            kind: Kind::Jge32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jlt32R { dst, src, target } => Slot {
-            kind: Kind::Jlt32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jle32R { dst, src, target } => Slot {
-            kind: Kind::Jle32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsgt32R { dst, src, target } => Slot {
-            kind: Kind::Jsgt32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsge32R { dst, src, target } => Slot {
-            kind: Kind::Jsge32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jslt32R { dst, src, target } => Slot {
-            kind: Kind::Jslt32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jsle32R { dst, src, target } => Slot {
-            kind: Kind::Jsle32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Jset32R { dst, src, target } => Slot {
-            kind: Kind::Jset32R,
-            dst,
-            src,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::CallHelper { id } => Slot {
-            kind: Kind::CallHelper,
-            target: id,
-            ..Slot::EMPTY
-        },
-        Op::CallLocal { target } => Slot {
-            kind: Kind::CallLocal,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::CallX { reg } => Slot {
-            kind: Kind::CallX,
-            dst: reg,
-            ..Slot::EMPTY
-        },
-        Op::Exit => Slot {
-            kind: Kind::Exit,
-            ..Slot::EMPTY
-        },
-        Op::MovZx32x3 { dst, src } => Slot {
-            kind: Kind::MovZx32x3,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::MovSx32x3 { dst, src } => Slot {
-            kind: Kind::MovSx32x3,
-            dst,
-            src,
-            ..Slot::EMPTY
-        },
-        Op::Zx32x2 { dst } => Slot {
-            kind: Kind::Zx32x2,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::Sx32x2 { dst } => Slot {
-            kind: Kind::Sx32x2,
-            dst,
-            ..Slot::EMPTY
-        },
-        Op::MovAdd { dst, a, b } => Slot {
-            kind: Kind::MovAdd,
-            dst,
-            src: a,
-            aux: b,
-            ..Slot::EMPTY
-        },
-        Op::MovAddLdxB {
-            tmp,
-            a,
-            b,
-            dst,
-            off,
-        } => Slot {
-            kind: Kind::MovAddLdxB,
-            aux2: tmp,
-            src: a,
-            aux: b,
-            dst,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::MovAddLdxH {
-            tmp,
-            a,
-            b,
-            dst,
-            off,
-        } => Slot {
-            kind: Kind::MovAddLdxH,
-            aux2: tmp,
-            src: a,
-            aux: b,
-            dst,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::MovAddLdxW {
-            tmp,
-            a,
-            b,
-            dst,
-            off,
-        } => Slot {
-            kind: Kind::MovAddLdxW,
-            aux2: tmp,
-            src: a,
-            aux: b,
-            dst,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::MovAddLdxDw {
-            tmp,
-            a,
-            b,
-            dst,
-            off,
-        } => Slot {
-            kind: Kind::MovAddLdxDw,
-            aux2: tmp,
-            src: a,
-            aux: b,
-            dst,
-            off,
-            ..Slot::EMPTY
-        },
-        Op::MovMov { dst, src, a, b } => Slot {
-            kind: Kind::MovMov,
-            dst,
-            src,
-            aux: a,
-            aux2: b,
-            ..Slot::EMPTY
-        },
-        Op::AddJeqR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJeqR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::AddJneR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJneR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::AddJgtR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJgtR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::AddJgeR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJgeR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::AddJltR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJltR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::AddJleR {
-            dst,
-            imm,
-            a,
-            b,
-            target,
-        } => Slot {
-            kind: Kind::AddJleR,
-            dst,
-            imm: imm as i32,
-            src: a,
-            aux: b,
-            target,
-            ..Slot::EMPTY
-        },
-        Op::Invalid => Slot {
-            kind: Kind::Invalid,
-            ..Slot::EMPTY
-        },
-    }
-}
-
 /// Decodes every slot; `lddw` is merged into its first slot and its second becomes
-/// [`Op::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
+/// [`Kind::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
 fn decode_program(insns: &[Insn]) -> Box<[Slot]> {
-    let mut ops = Vec::with_capacity(insns.len());
+    let mut slots = Vec::with_capacity(insns.len());
     let mut pc = 0;
     while pc < insns.len() {
         let insn = insns[pc];
         if insn.opc == OP_LDDW {
             // The verifier checked the second slot exists.
             let high = insns.get(pc + 1).map_or(0, |t| t.imm as u32);
-            let imm = u64::from(insn.imm as u32) | (u64::from(high) << 32);
-            ops.push(Op::Lddw { dst: insn.dst, imm });
-            ops.push(Op::Invalid);
+            slots.push(Slot {
+                target: high,
+                ..Slot::of(Kind::Lddw, insn)
+            });
+            slots.push(Slot::EMPTY);
             pc += 2;
         } else {
-            ops.push(decode(insn, pc));
+            slots.push(decode(insn, pc));
             pc += 1;
         }
     }
-    ops.truncate(insns.len());
-    fuse(&mut ops);
-    ops.into_iter().map(lower).collect()
+    slots.truncate(insns.len());
+    fuse(&mut slots);
+    slots.into_boxed_slice()
 }
 
-/// Replaces the first op of each common two- or three-op sequence with one fused op
+/// Replaces the first slot of each common two- or three-op sequence with one fused op
 /// that runs them all. Only the first slot changes: a jump to a later slot of the
 /// sequence still runs that slot's own op, so behaviour is the same on every path.
 /// Fused sequences contain no jump and no call (fuel is only charged there), and a
 /// fused load reports its own slot's pc if it traps.
-fn fuse(ops: &mut [Op]) {
-    for i in 0..ops.len() {
-        let at = |k: usize| ops.get(i + k).copied().unwrap_or(Op::Invalid);
-        let fused = match (at(0), at(1), at(2)) {
-            (
-                Op::Mov64R { dst, src },
-                Op::Lsh64I { dst: d1, imm: 32 },
-                Op::Rsh64I { dst: d2, imm: 32 },
-            ) if d1 == dst && d2 == dst => Op::MovZx32x3 { dst, src },
-            (
-                Op::Mov64R { dst, src },
-                Op::Lsh64I { dst: d1, imm: 32 },
-                Op::Arsh64I { dst: d2, imm: 32 },
-            ) if d1 == dst && d2 == dst => Op::MovSx32x3 { dst, src },
-            (Op::Mov64R { dst: tmp, src: a }, Op::Add64R { dst: t1, src: b }, load)
-                if t1 == tmp =>
-            {
-                match load {
-                    Op::LdxB { dst, src, off } if src == tmp => Op::MovAddLdxB {
-                        tmp,
-                        a,
-                        b,
-                        dst,
-                        off,
+fn fuse(slots: &mut [Slot]) {
+    use Kind::*;
+    for i in 0..slots.len() {
+        let at = |k: usize| slots.get(i + k).copied().unwrap_or(Slot::EMPTY);
+        let (a, b, c) = (at(0), at(1), at(2));
+        let shift32 = |s: Slot, kind: Kind| s.kind == kind && s.imm == 32 && s.dst == a.dst;
+        let fused = match (a.kind, b.kind) {
+            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
+                kind: MovZx32x3,
+                ..a
+            },
+            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
+                kind: MovSx32x3,
+                ..a
+            },
+            (Mov64R, Add64R) if b.dst == a.dst => {
+                // `a.dst` is the temporary, `a.src + b.src` the address.
+                let indexed = match c.kind {
+                    LdxB => Some(MovAddLdxB),
+                    LdxH => Some(MovAddLdxH),
+                    LdxW => Some(MovAddLdxW),
+                    LdxDw => Some(MovAddLdxDw),
+                    _ => None,
+                };
+                match indexed {
+                    Some(kind) if c.src == a.dst => Slot {
+                        kind,
+                        dst: c.dst,
+                        src: a.src,
+                        aux: b.src,
+                        aux2: a.dst,
+                        off: c.off,
+                        ..Slot::EMPTY
                     },
-                    Op::LdxH { dst, src, off } if src == tmp => Op::MovAddLdxH {
-                        tmp,
-                        a,
-                        b,
-                        dst,
-                        off,
+                    _ => Slot {
+                        kind: MovAdd,
+                        dst: a.dst,
+                        src: a.src,
+                        aux: b.src,
+                        ..Slot::EMPTY
                     },
-                    Op::LdxW { dst, src, off } if src == tmp => Op::MovAddLdxW {
-                        tmp,
-                        a,
-                        b,
-                        dst,
-                        off,
-                    },
-                    Op::LdxDw { dst, src, off } if src == tmp => Op::MovAddLdxDw {
-                        tmp,
-                        a,
-                        b,
-                        dst,
-                        off,
-                    },
-                    _ => Op::MovAdd { dst: tmp, a, b },
                 }
             }
             // Unless the second `mov` starts a longer sequence of its own.
-            (Op::Mov64R { dst, src }, Op::Mov64R { dst: a, src: b }, third)
-                if !matches!(third, Op::Lsh64I { .. } | Op::Add64R { .. }) =>
-            {
-                Op::MovMov { dst, src, a, b }
-            }
-            (Op::Add64I { dst, imm }, jump, _) => match jump {
-                Op::Jeq64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJeqR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                Op::Jne64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJneR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                Op::Jgt64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJgtR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                Op::Jge64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJgeR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                Op::Jlt64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJltR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                Op::Jle64R {
-                    dst: a,
-                    src: b,
-                    target,
-                } => Op::AddJleR {
-                    dst,
-                    imm,
-                    a,
-                    b,
-                    target,
-                },
-                _ => continue,
+            (Mov64R, Mov64R) if !matches!(c.kind, Lsh64I | Add64R) => Slot {
+                kind: MovMov,
+                dst: a.dst,
+                src: a.src,
+                aux: b.dst,
+                aux2: b.src,
+                ..Slot::EMPTY
             },
-            (Op::Lsh64I { dst, imm: 32 }, Op::Rsh64I { dst: d1, imm: 32 }, _) if d1 == dst => {
-                Op::Zx32x2 { dst }
+            (Add64I, jump) => {
+                let kind = match jump {
+                    Jeq64R => AddJeqR,
+                    Jne64R => AddJneR,
+                    Jgt64R => AddJgtR,
+                    Jge64R => AddJgeR,
+                    Jlt64R => AddJltR,
+                    Jle64R => AddJleR,
+                    _ => continue,
+                };
+                Slot {
+                    kind,
+                    dst: a.dst,
+                    imm: a.imm,
+                    src: b.dst,
+                    aux: b.src,
+                    target: b.target,
+                    ..Slot::EMPTY
+                }
             }
-            (Op::Lsh64I { dst, imm: 32 }, Op::Arsh64I { dst: d1, imm: 32 }, _) if d1 == dst => {
-                Op::Sx32x2 { dst }
-            }
+            (Lsh64I, _) if a.imm == 32 && shift32(b, Rsh64I) => Slot { kind: Zx32x2, ..a },
+            (Lsh64I, _) if a.imm == 32 && shift32(b, Arsh64I) => Slot { kind: Sx32x2, ..a },
             _ => continue,
         };
-        ops[i] = fused;
+        slots[i] = fused;
     }
 }
 
-/// Decodes one verified instruction (not `lddw`).
-fn decode(insn: Insn, pc: usize) -> Op {
+/// Decodes one verified instruction (not `lddw`) at slot `pc`.
+fn decode(insn: Insn, pc: usize) -> Slot {
     match insn.class() {
-        CLASS_ALU64 => decode_alu64(insn),
-        CLASS_ALU => decode_alu32(insn),
+        CLASS_ALU64 | CLASS_ALU => decode_alu(insn),
         CLASS_JMP | CLASS_JMP32 => decode_jmp(insn, pc),
         _ => decode_mem(insn),
     }
 }
 
-fn decode_alu64(insn: Insn) -> Op {
-    let (dst, src) = (insn.dst, insn.src);
-    let imm = insn.imm as i64 as u64;
+/// One of four kinds by operand width and form: `[32-bit imm, 32-bit reg, 64-bit imm,
+/// 64-bit reg]`.
+fn by_form(insn: Insn, wide: bool, kinds: [Kind; 4]) -> Kind {
+    let reg = insn.opc & SRC_X != 0;
+    kinds[usize::from(wide) * 2 + usize::from(reg)]
+}
+
+fn decode_alu(insn: Insn) -> Slot {
+    use Kind::*;
+    let wide = insn.class() == CLASS_ALU64;
+    let reg = insn.opc & SRC_X != 0;
     let signed = insn.off == 1;
-    match (insn.opc & 0xf0, insn.opc & SRC_X != 0) {
-        (ALU_ADD, false) => Op::Add64I { dst, imm },
-        (ALU_SUB, false) => Op::Sub64I { dst, imm },
-        (ALU_MUL, false) => Op::Mul64I { dst, imm },
-        (ALU_DIV, false) if signed => Op::SDiv64I { dst, imm },
-        (ALU_DIV, false) => Op::Div64I { dst, imm },
-        (ALU_MOD, false) if signed => Op::SMod64I { dst, imm },
-        (ALU_MOD, false) => Op::Mod64I { dst, imm },
-        (ALU_OR, false) => Op::Or64I { dst, imm },
-        (ALU_AND, false) => Op::And64I { dst, imm },
-        (ALU_LSH, false) => Op::Lsh64I { dst, imm },
-        (ALU_RSH, false) => Op::Rsh64I { dst, imm },
-        (ALU_ARSH, false) => Op::Arsh64I { dst, imm },
-        (ALU_XOR, false) => Op::Xor64I { dst, imm },
-        (ALU_MOV, false) => Op::Mov64I { dst, imm },
-        (ALU_NEG, false) => Op::Neg64 { dst },
-        (ALU_ADD, true) => Op::Add64R { dst, src },
-        (ALU_SUB, true) => Op::Sub64R { dst, src },
-        (ALU_MUL, true) => Op::Mul64R { dst, src },
-        (ALU_DIV, true) if signed => Op::SDiv64R { dst, src },
-        (ALU_DIV, true) => Op::Div64R { dst, src },
-        (ALU_MOD, true) if signed => Op::SMod64R { dst, src },
-        (ALU_MOD, true) => Op::Mod64R { dst, src },
-        (ALU_OR, true) => Op::Or64R { dst, src },
-        (ALU_AND, true) => Op::And64R { dst, src },
-        (ALU_LSH, true) => Op::Lsh64R { dst, src },
-        (ALU_RSH, true) => Op::Rsh64R { dst, src },
-        (ALU_ARSH, true) => Op::Arsh64R { dst, src },
-        (ALU_XOR, true) => Op::Xor64R { dst, src },
-        (ALU_MOV, true) => match insn.off {
-            8 => Op::MovSx8To64 { dst, src },
-            16 => Op::MovSx16To64 { dst, src },
-            32 => Op::MovSx32To64 { dst, src },
-            _ => Op::Mov64R { dst, src },
+    let form = |kinds| by_form(insn, wide, kinds);
+    let kind = match insn.opc & 0xf0 {
+        ALU_ADD => form([Add32I, Add32R, Add64I, Add64R]),
+        ALU_SUB => form([Sub32I, Sub32R, Sub64I, Sub64R]),
+        ALU_MUL => form([Mul32I, Mul32R, Mul64I, Mul64R]),
+        ALU_DIV if signed => form([SDiv32I, SDiv32R, SDiv64I, SDiv64R]),
+        ALU_DIV => form([Div32I, Div32R, Div64I, Div64R]),
+        ALU_MOD if signed => form([SMod32I, SMod32R, SMod64I, SMod64R]),
+        ALU_MOD => form([Mod32I, Mod32R, Mod64I, Mod64R]),
+        ALU_OR => form([Or32I, Or32R, Or64I, Or64R]),
+        ALU_AND => form([And32I, And32R, And64I, And64R]),
+        ALU_LSH => form([Lsh32I, Lsh32R, Lsh64I, Lsh64R]),
+        ALU_RSH => form([Rsh32I, Rsh32R, Rsh64I, Rsh64R]),
+        ALU_ARSH => form([Arsh32I, Arsh32R, Arsh64I, Arsh64R]),
+        ALU_XOR => form([Xor32I, Xor32R, Xor64I, Xor64R]),
+        ALU_NEG if !reg => form([Neg32, Invalid, Neg64, Invalid]),
+        ALU_MOV if !reg => form([Mov32I, Invalid, Mov64I, Invalid]),
+        ALU_MOV => match (wide, insn.off) {
+            (true, 8) => MovSx8To64,
+            (true, 16) => MovSx16To64,
+            (true, 32) => MovSx32To64,
+            (true, _) => Mov64R,
+            (false, 8) => MovSx8To32,
+            (false, 16) => MovSx16To32,
+            // `mov32 reg` zero-extends too.
+            (false, _) => Mov32R,
         },
-        // `bswap` (RFC 9669 §4.2) swaps unconditionally.
-        (ALU_END, false) => swap(dst, insn.imm),
-        _ => Op::Invalid,
-    }
+        // `bswap` (RFC 9669 §4.2, ALU64) and `be` (ALU, source bit set) swap the low
+        // `imm` bits; `le` (ALU, source bit clear) converts to little-endian, which on
+        // this little-endian VM only truncates (`le16`/`le32` clear the upper bits, a
+        // classic bug when skipped).
+        ALU_END if wide && reg => Invalid,
+        ALU_END if wide || reg => match insn.imm {
+            16 => Swap16,
+            32 => Swap32,
+            _ => Swap64,
+        },
+        ALU_END => match insn.imm {
+            16 => Trunc16,
+            32 => Trunc32,
+            _ => Nop,
+        },
+        _ => Invalid,
+    };
+    Slot::of(kind, insn)
 }
 
-fn decode_alu32(insn: Insn) -> Op {
-    let (dst, src) = (insn.dst, insn.src);
-    let imm = insn.imm as i64 as u64;
-    let signed = insn.off == 1;
-    match (insn.opc & 0xf0, insn.opc & SRC_X != 0) {
-        (ALU_ADD, false) => Op::Add32I { dst, imm },
-        (ALU_SUB, false) => Op::Sub32I { dst, imm },
-        (ALU_MUL, false) => Op::Mul32I { dst, imm },
-        (ALU_DIV, false) if signed => Op::SDiv32I { dst, imm },
-        (ALU_DIV, false) => Op::Div32I { dst, imm },
-        (ALU_MOD, false) if signed => Op::SMod32I { dst, imm },
-        (ALU_MOD, false) => Op::Mod32I { dst, imm },
-        (ALU_OR, false) => Op::Or32I { dst, imm },
-        (ALU_AND, false) => Op::And32I { dst, imm },
-        (ALU_LSH, false) => Op::Lsh32I { dst, imm },
-        (ALU_RSH, false) => Op::Rsh32I { dst, imm },
-        (ALU_ARSH, false) => Op::Arsh32I { dst, imm },
-        (ALU_XOR, false) => Op::Xor32I { dst, imm },
-        (ALU_MOV, false) => Op::Mov32I { dst, imm },
-        (ALU_NEG, false) => Op::Neg32 { dst },
-        (ALU_ADD, true) => Op::Add32R { dst, src },
-        (ALU_SUB, true) => Op::Sub32R { dst, src },
-        (ALU_MUL, true) => Op::Mul32R { dst, src },
-        (ALU_DIV, true) if signed => Op::SDiv32R { dst, src },
-        (ALU_DIV, true) => Op::Div32R { dst, src },
-        (ALU_MOD, true) if signed => Op::SMod32R { dst, src },
-        (ALU_MOD, true) => Op::Mod32R { dst, src },
-        (ALU_OR, true) => Op::Or32R { dst, src },
-        (ALU_AND, true) => Op::And32R { dst, src },
-        (ALU_LSH, true) => Op::Lsh32R { dst, src },
-        (ALU_RSH, true) => Op::Rsh32R { dst, src },
-        (ALU_ARSH, true) => Op::Arsh32R { dst, src },
-        (ALU_XOR, true) => Op::Xor32R { dst, src },
-        (ALU_MOV, true) => match insn.off {
-            8 => Op::MovSx8To32 { dst, src },
-            16 => Op::MovSx16To32 { dst, src },
-            _ => Op::Mov32R { dst, src },
-        },
-        // `le` converts to little-endian: on this little-endian VM it only truncates
-        // (`le16`/`le32` clear the upper bits, a classic bug when skipped).
-        (ALU_END, false) => match insn.imm {
-            16 => Op::Trunc16 { dst },
-            32 => Op::Trunc32 { dst },
-            _ => Op::Nop,
-        },
-        // `be` converts to big-endian: a swap of the low `imm` bits.
-        (ALU_END, true) => swap(dst, insn.imm),
-        _ => Op::Invalid,
-    }
-}
-
-fn swap(dst: u8, width: i32) -> Op {
-    match width {
-        16 => Op::Swap16 { dst },
-        32 => Op::Swap32 { dst },
-        _ => Op::Swap64 { dst },
-    }
-}
-
-fn decode_jmp(insn: Insn, pc: usize) -> Op {
-    let (dst, src) = (insn.dst, insn.src);
+fn decode_jmp(insn: Insn, pc: usize) -> Slot {
+    use Kind::*;
     // RFC 9669 §4.3: the 64-bit comparison uses the immediate sign-extended to 64 bits
     // (one runtime zero-extends it); the 32-bit one uses its low half as is.
-    let imm = insn.imm as i64 as u64;
-    let is_32 = insn.class() == CLASS_JMP32;
+    let wide = insn.class() == CLASS_JMP;
+    let reg = insn.opc & SRC_X != 0;
     let op = insn.opc & 0xf0;
     // Targets were range-checked by the verifier; `ja32` takes its offset from imm.
-    let rel = if is_32 && op == JMP_JA {
+    let rel = if !wide && op == JMP_JA {
         i64::from(insn.imm)
     } else {
         i64::from(insn.off)
     };
     let target = (pc as i64 + rel + 1) as u32;
-    match (op, insn.opc & SRC_X != 0, is_32) {
-        (JMP_JA, false, _) => Op::Ja { target },
-        (JMP_CALL, false, false) if insn.src == CALL_SRC_LOCAL => Op::CallLocal {
-            target: (pc as i64 + i64::from(insn.imm) + 1) as u32,
-        },
-        (JMP_CALL, false, false) => Op::CallHelper {
-            id: insn.imm as u32,
-        },
-        (JMP_CALL, true, false) => Op::CallX { reg: dst },
-        (JMP_EXIT, false, false) => Op::Exit,
-        (JMP_JEQ, false, false) => Op::Jeq64I { dst, imm, target },
-        (JMP_JNE, false, false) => Op::Jne64I { dst, imm, target },
-        (JMP_JGT, false, false) => Op::Jgt64I { dst, imm, target },
-        (JMP_JGE, false, false) => Op::Jge64I { dst, imm, target },
-        (JMP_JLT, false, false) => Op::Jlt64I { dst, imm, target },
-        (JMP_JLE, false, false) => Op::Jle64I { dst, imm, target },
-        (JMP_JSGT, false, false) => Op::Jsgt64I { dst, imm, target },
-        (JMP_JSGE, false, false) => Op::Jsge64I { dst, imm, target },
-        (JMP_JSLT, false, false) => Op::Jslt64I { dst, imm, target },
-        (JMP_JSLE, false, false) => Op::Jsle64I { dst, imm, target },
-        (JMP_JSET, false, false) => Op::Jset64I { dst, imm, target },
-        (JMP_JEQ, true, false) => Op::Jeq64R { dst, src, target },
-        (JMP_JNE, true, false) => Op::Jne64R { dst, src, target },
-        (JMP_JGT, true, false) => Op::Jgt64R { dst, src, target },
-        (JMP_JGE, true, false) => Op::Jge64R { dst, src, target },
-        (JMP_JLT, true, false) => Op::Jlt64R { dst, src, target },
-        (JMP_JLE, true, false) => Op::Jle64R { dst, src, target },
-        (JMP_JSGT, true, false) => Op::Jsgt64R { dst, src, target },
-        (JMP_JSGE, true, false) => Op::Jsge64R { dst, src, target },
-        (JMP_JSLT, true, false) => Op::Jslt64R { dst, src, target },
-        (JMP_JSLE, true, false) => Op::Jsle64R { dst, src, target },
-        (JMP_JSET, true, false) => Op::Jset64R { dst, src, target },
-        (JMP_JEQ, false, true) => Op::Jeq32I { dst, imm, target },
-        (JMP_JNE, false, true) => Op::Jne32I { dst, imm, target },
-        (JMP_JGT, false, true) => Op::Jgt32I { dst, imm, target },
-        (JMP_JGE, false, true) => Op::Jge32I { dst, imm, target },
-        (JMP_JLT, false, true) => Op::Jlt32I { dst, imm, target },
-        (JMP_JLE, false, true) => Op::Jle32I { dst, imm, target },
-        (JMP_JSGT, false, true) => Op::Jsgt32I { dst, imm, target },
-        (JMP_JSGE, false, true) => Op::Jsge32I { dst, imm, target },
-        (JMP_JSLT, false, true) => Op::Jslt32I { dst, imm, target },
-        (JMP_JSLE, false, true) => Op::Jsle32I { dst, imm, target },
-        (JMP_JSET, false, true) => Op::Jset32I { dst, imm, target },
-        (JMP_JEQ, true, true) => Op::Jeq32R { dst, src, target },
-        (JMP_JNE, true, true) => Op::Jne32R { dst, src, target },
-        (JMP_JGT, true, true) => Op::Jgt32R { dst, src, target },
-        (JMP_JGE, true, true) => Op::Jge32R { dst, src, target },
-        (JMP_JLT, true, true) => Op::Jlt32R { dst, src, target },
-        (JMP_JLE, true, true) => Op::Jle32R { dst, src, target },
-        (JMP_JSGT, true, true) => Op::Jsgt32R { dst, src, target },
-        (JMP_JSGE, true, true) => Op::Jsge32R { dst, src, target },
-        (JMP_JSLT, true, true) => Op::Jslt32R { dst, src, target },
-        (JMP_JSLE, true, true) => Op::Jsle32R { dst, src, target },
-        (JMP_JSET, true, true) => Op::Jset32R { dst, src, target },
-        _ => Op::Invalid,
+    let form = |kinds| by_form(insn, wide, kinds);
+    let kind = match op {
+        JMP_JA if !reg => Ja,
+        JMP_CALL if wide && !reg && insn.src == CALL_SRC_LOCAL => {
+            return Slot {
+                target: (pc as i64 + i64::from(insn.imm) + 1) as u32,
+                ..Slot::of(CallLocal, insn)
+            };
+        }
+        JMP_CALL if wide && !reg => {
+            return Slot {
+                target: insn.imm as u32,
+                ..Slot::of(CallHelper, insn)
+            };
+        }
+        JMP_CALL if wide => CallX,
+        JMP_EXIT if wide && !reg => Exit,
+        JMP_JEQ => form([Jeq32I, Jeq32R, Jeq64I, Jeq64R]),
+        JMP_JNE => form([Jne32I, Jne32R, Jne64I, Jne64R]),
+        JMP_JGT => form([Jgt32I, Jgt32R, Jgt64I, Jgt64R]),
+        JMP_JGE => form([Jge32I, Jge32R, Jge64I, Jge64R]),
+        JMP_JLT => form([Jlt32I, Jlt32R, Jlt64I, Jlt64R]),
+        JMP_JLE => form([Jle32I, Jle32R, Jle64I, Jle64R]),
+        JMP_JSGT => form([Jsgt32I, Jsgt32R, Jsgt64I, Jsgt64R]),
+        JMP_JSGE => form([Jsge32I, Jsge32R, Jsge64I, Jsge64R]),
+        JMP_JSLT => form([Jslt32I, Jslt32R, Jslt64I, Jslt64R]),
+        JMP_JSLE => form([Jsle32I, Jsle32R, Jsle64I, Jsle64R]),
+        JMP_JSET => form([Jset32I, Jset32R, Jset64I, Jset64R]),
+        _ => Invalid,
+    };
+    Slot {
+        target,
+        ..Slot::of(kind, insn)
     }
 }
 
-fn decode_mem(insn: Insn) -> Op {
-    let (dst, src, off) = (insn.dst, insn.src, insn.off);
-    let imm = insn.imm as i64 as u64;
-    match (insn.class(), insn.opc & 0xe0, insn.opc & 0x18) {
-        (CLASS_LDX, MODE_MEM, SIZE_B) => Op::LdxB { dst, src, off },
-        (CLASS_LDX, MODE_MEM, SIZE_H) => Op::LdxH { dst, src, off },
-        (CLASS_LDX, MODE_MEM, SIZE_W) => Op::LdxW { dst, src, off },
-        (CLASS_LDX, MODE_MEM, SIZE_DW) => Op::LdxDw { dst, src, off },
-        (CLASS_LDX, MODE_MEMSX, SIZE_B) => Op::LdxSB { dst, src, off },
-        (CLASS_LDX, MODE_MEMSX, SIZE_H) => Op::LdxSH { dst, src, off },
-        (CLASS_LDX, MODE_MEMSX, SIZE_W) => Op::LdxSW { dst, src, off },
-        (CLASS_ST, MODE_MEM, SIZE_B) => Op::StB { dst, off, imm },
-        (CLASS_ST, MODE_MEM, SIZE_H) => Op::StH { dst, off, imm },
-        (CLASS_ST, MODE_MEM, SIZE_W) => Op::StW { dst, off, imm },
-        (CLASS_ST, MODE_MEM, SIZE_DW) => Op::StDw { dst, off, imm },
-        (CLASS_STX, MODE_MEM, SIZE_B) => Op::StxB { dst, src, off },
-        (CLASS_STX, MODE_MEM, SIZE_H) => Op::StxH { dst, src, off },
-        (CLASS_STX, MODE_MEM, SIZE_W) => Op::StxW { dst, src, off },
-        (CLASS_STX, MODE_MEM, SIZE_DW) => Op::StxDw { dst, src, off },
-        (CLASS_STX, MODE_ATOMIC, SIZE_W | SIZE_DW) => {
+fn decode_mem(insn: Insn) -> Slot {
+    use Kind::*;
+    let kind = match (insn.class(), insn.opc & 0xe0, insn.opc & 0x18) {
+        (CLASS_LDX, MODE_MEM, SIZE_B) => LdxB,
+        (CLASS_LDX, MODE_MEM, SIZE_H) => LdxH,
+        (CLASS_LDX, MODE_MEM, SIZE_W) => LdxW,
+        (CLASS_LDX, MODE_MEM, SIZE_DW) => LdxDw,
+        (CLASS_LDX, MODE_MEMSX, SIZE_B) => LdxSB,
+        (CLASS_LDX, MODE_MEMSX, SIZE_H) => LdxSH,
+        (CLASS_LDX, MODE_MEMSX, SIZE_W) => LdxSW,
+        (CLASS_ST, MODE_MEM, SIZE_B) => StB,
+        (CLASS_ST, MODE_MEM, SIZE_H) => StH,
+        (CLASS_ST, MODE_MEM, SIZE_W) => StW,
+        (CLASS_ST, MODE_MEM, SIZE_DW) => StDw,
+        (CLASS_STX, MODE_MEM, SIZE_B) => StxB,
+        (CLASS_STX, MODE_MEM, SIZE_H) => StxH,
+        (CLASS_STX, MODE_MEM, SIZE_W) => StxW,
+        (CLASS_STX, MODE_MEM, SIZE_DW) => StxDw,
+        (CLASS_STX, MODE_ATOMIC, size @ (SIZE_W | SIZE_DW)) => {
             let op = match insn.imm {
                 ATOMIC_ADD => AtomicOp::Add,
                 ATOMIC_OR => AtomicOp::Or,
@@ -2481,16 +623,17 @@ fn decode_mem(insn: Insn) -> Op {
                 x if x == ATOMIC_XOR | ATOMIC_FETCH => AtomicOp::FetchXor,
                 ATOMIC_XCHG => AtomicOp::Xchg,
                 ATOMIC_CMPXCHG => AtomicOp::CmpXchg,
-                _ => return Op::Invalid,
+                _ => return Slot::of(Invalid, insn),
             };
-            if insn.opc & 0x18 == SIZE_DW {
-                Op::Atomic64 { op, dst, src, off }
-            } else {
-                Op::Atomic32 { op, dst, src, off }
-            }
+            let kind = if size == SIZE_DW { Atomic64 } else { Atomic32 };
+            return Slot {
+                aux: op as u8,
+                ..Slot::of(kind, insn)
+            };
         }
-        _ => Op::Invalid,
-    }
+        _ => Invalid,
+    };
+    Slot::of(kind, insn)
 }
 
 /// Entries of the run's register file: one per `u8`, see [`Interpreter::execute`].

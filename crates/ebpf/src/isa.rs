@@ -196,10 +196,10 @@ pub fn decode_all(bytes: &[u8]) -> Result<Vec<Insn>, DecodeError> {
         return Err(DecodeError::Misaligned { len: bytes.len() });
     }
     let slots = bytes.len() / SLOT_SIZE;
-    if slots > crate::limits::PROGRAM_SLOTS_MAX {
+    if slots > crate::limits::PROGRAM_INSN_COUNT_MAX {
         return Err(DecodeError::TooLong {
             slots,
-            limit: crate::limits::PROGRAM_SLOTS_MAX,
+            limit: crate::limits::PROGRAM_INSN_COUNT_MAX,
         });
     }
     Ok(bytes

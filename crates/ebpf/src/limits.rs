@@ -3,10 +3,10 @@
 //! The device's own limits live in `csx-proto`'s `limits`; these are the ones the VM
 //! itself enforces and that every engine must agree on.
 
-/// Longest program accepted, in 8-byte instruction slots. Matches the Linux kernel's
-/// limit for privileged programs, so anything the kernel loads, we load; it also keeps
-/// verification and JIT compile time bounded.
-pub const PROGRAM_SLOTS_MAX: usize = 1_000_000;
+/// Longest program accepted, in 8-byte instructions (`lddw` counts two). Matches the
+/// Linux kernel's limit for privileged programs, so anything the kernel loads, we load;
+/// it also keeps verification and JIT compile time bounded.
+pub const PROGRAM_INSN_COUNT_MAX: usize = 1_000_000;
 
 /// Bytes of stack a single frame may use, as in the kernel (`MAX_BPF_STACK`). clang's
 /// BPF backend refuses to build functions that need more.

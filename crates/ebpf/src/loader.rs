@@ -63,7 +63,7 @@ use object::{LittleEndian, SectionIndex, SymbolIndex};
 
 use crate::helper::FunctionTable;
 use crate::isa::{self, DecodeError, Insn, CALL_SRC_LOCAL, OP_CALL, OP_LDDW, SLOT_SIZE};
-use crate::limits::{GLOBAL_SECTIONS_MAX, GLOBAL_SECTION_SIZE_MAX, PROGRAM_SLOTS_MAX};
+use crate::limits::{GLOBAL_SECTIONS_MAX, GLOBAL_SECTION_SIZE_MAX, PROGRAM_INSN_COUNT_MAX};
 use crate::program::{GlobalSection, Program};
 
 type Elf = elf::FileHeader64<LittleEndian>;
@@ -326,7 +326,7 @@ pub fn load_elf(
     debug_assert!(entry_slot < linker.insns.len());
     Ok(Program {
         insns: linker.insns,
-        entry: u32::try_from(entry_slot).expect("programs are shorter than PROGRAM_SLOTS_MAX"),
+        entry: u32::try_from(entry_slot).expect("programs are shorter than PROGRAM_INSN_COUNT_MAX"),
         globals,
         name: entry.name,
     })
@@ -739,10 +739,10 @@ impl<'o, 'd> Linker<'o, 'd> {
                 });
             }
             let slot_count = bytes.len() / SLOT_SIZE;
-            if base + slot_count > PROGRAM_SLOTS_MAX {
+            if base + slot_count > PROGRAM_INSN_COUNT_MAX {
                 return Err(LoadError::TooLong {
                     slots: (base + slot_count) as u64,
-                    limit: PROGRAM_SLOTS_MAX,
+                    limit: PROGRAM_INSN_COUNT_MAX,
                 });
             }
             code.push(CodeSection {

@@ -27,7 +27,7 @@ use crate::disasm::format_insn;
 use crate::helper::FunctionTable;
 use crate::isa::*;
 use crate::limits::{
-    CALL_DEPTH_MAX, GLOBAL_SECTIONS_MAX, GLOBAL_SECTION_SIZE_MAX, PROGRAM_SLOTS_MAX,
+    CALL_DEPTH_MAX, GLOBAL_SECTIONS_MAX, GLOBAL_SECTION_SIZE_MAX, PROGRAM_INSN_COUNT_MAX,
     STACK_FRAME_SIZE,
 };
 use crate::program::{Program, ProgramInfo, VerifiedProgram};
@@ -179,10 +179,10 @@ fn check_shape(program: &Program) -> Result<(), VerifyError> {
     if slots == 0 {
         return Err(VerifyError::Empty);
     }
-    if slots > PROGRAM_SLOTS_MAX {
+    if slots > PROGRAM_INSN_COUNT_MAX {
         return Err(VerifyError::TooLong {
             slots,
-            limit: PROGRAM_SLOTS_MAX,
+            limit: PROGRAM_INSN_COUNT_MAX,
         });
     }
     let count = program.globals.len();
@@ -799,7 +799,7 @@ mod tests {
         assert_eq!(check(vec![]).unwrap_err(), VerifyError::Empty);
         assert_eq!(check(vec![]).unwrap_err().to_string(), "program is empty");
 
-        let long = vec![EXIT; PROGRAM_SLOTS_MAX + 1];
+        let long = vec![EXIT; PROGRAM_INSN_COUNT_MAX + 1];
         let e = check(long).unwrap_err();
         assert_eq!(
             e.to_string(),

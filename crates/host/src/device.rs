@@ -17,9 +17,9 @@ use csx_proto::limits::{
     FILE_IO_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX, PROGRAM_SLOTS_COUNT,
 };
 use csx_proto::{
-    CommandId, Completion, CopySource, DeviceInfo, EngineKind, ErrorDetail, ExtentInfo, FileInfo,
-    FunctionInfo, MemHandle, MemRange, Op, ProgramIndex, ProgramInfo, ProgramState, ProgramType,
-    RangeSetId, Reply, Status, WriteMode,
+    CommandId, Completion, CopySource, DeviceInfo, DirEntryInfo, EngineKind, ErrorDetail,
+    ExtentInfo, FileInfo, FunctionInfo, MemHandle, MemRange, Op, ProgramIndex, ProgramInfo,
+    ProgramState, ProgramType, RangeSetId, Reply, Status, WriteMode,
 };
 
 use crate::client::Client;
@@ -98,6 +98,7 @@ fn unexpected(op: &'static str, expected: &'static str, reply: &Reply) -> CallEr
         Reply::File(_) => "file",
         Reply::Extents { .. } => "extents",
         Reply::Execute(_) => "execute",
+        Reply::Entries { .. } => "entries",
     };
     CallError::UnexpectedReply {
         op,
@@ -608,6 +609,69 @@ impl Device {
             size_bytes,
         })
         .map(drop)
+    }
+
+    /// Makes a directory (its parents need not exist).
+    pub fn mkdir(&self, path: &str) -> Result<(), CallError> {
+        self.call(Op::DirCreate {
+            path: path.to_string(),
+        })
+        .map(drop)
+    }
+
+    /// Removes an empty directory ([`CallError::NotEmpty`] otherwise).
+    pub fn rmdir(&self, path: &str) -> Result<(), CallError> {
+        self.call(Op::DirRemove {
+            path: path.to_string(),
+        })
+        .map(drop)
+    }
+
+    /// Renames a file or a directory (with everything below it); replaces a file at
+    /// `to` by a file, an empty directory by a directory.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), CallError> {
+        self.call(Op::FileRename {
+            from: from.to_string(),
+            to: to.to_string(),
+        })
+        .map(drop)
+    }
+
+    /// One page of directory `dir`: the entries whose key (name, plus `/` for a
+    /// directory, see [`DirEntryInfo`]) sorts after `after` (`""` for the first), at most
+    /// `max`; and whether more follow.
+    pub fn read_dir(
+        &self,
+        dir: &str,
+        after: &str,
+        max: u32,
+    ) -> Result<(Vec<DirEntryInfo>, bool), CallError> {
+        match self
+            .call(Op::DirRead {
+                dir: dir.to_string(),
+                after: after.to_string(),
+                max,
+            })?
+            .reply
+        {
+            Reply::Entries { entries, truncated } => Ok((entries, truncated)),
+            other => Err(unexpected("dir-read", "entries", &other)),
+        }
+    }
+
+    /// What is at `path`: a file or a directory (`/` is the root).
+    pub fn path_stat(&self, path: &str) -> Result<DirEntryInfo, CallError> {
+        match self
+            .call(Op::PathStat {
+                path: path.to_string(),
+            })?
+            .reply
+        {
+            Reply::Entries { mut entries, .. } if entries.len() == 1 => {
+                Ok(entries.pop().expect("one entry"))
+            }
+            other => Err(unexpected("path-stat", "one entry", &other)),
+        }
     }
 
     /// Where a file's bytes live in the NVM namespace.

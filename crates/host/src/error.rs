@@ -8,7 +8,7 @@
 //!   [`DeviceFailure`] with the command's name and the device's own detail message.
 //!
 //! A trapping program is not a `CallError`: `Device::execute` returns the trap as data
-//! in its `Execution` (program faults are values, STYLE §3).
+//! in its `Execution` (program faults are values, not errors).
 
 use std::fmt;
 use std::io;
@@ -194,6 +194,8 @@ call_errors! {
     Corrupt => Corrupt;
     /// The device's queue pair is full.
     QueueFull => QueueFull;
+    /// The directory is not empty.
+    NotEmpty => NotEmpty;
 }
 
 impl CallError {

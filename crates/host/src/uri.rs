@@ -3,8 +3,8 @@
 //! | URI                         | device                                         |
 //! |-----------------------------|------------------------------------------------|
 //! | `PATH`, `inproc://PATH`     | embedded: the state directory, opened in-process |
-//! | `shm://NAME`                | a `csx device serve` on this machine (issue 4) |
-//! | `tcp://HOST:PORT`           | a `csx device serve` across the network (issue 4) |
+//! | `shm://NAME`                | a `csx device serve` on this machine           |
+//! | `tcp://HOST:PORT`           | a `csx device serve` across the network         |
 //!
 //! A string without `://` is a path, so `./dev`, `/var/lib/csx` and `dev0` all name
 //! embedded devices.

@@ -30,7 +30,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use csx_device::PerfModel;
+use csx_device::offload::PerfModel;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
 
@@ -349,8 +349,8 @@ impl Drop for LambdaIo<'_> {
 }
 
 fn open_local(dir: &Path, budget: u64) -> (Result<LocalImage, String>, Option<PerfModel>) {
-    let image = dir.join(csx_device::runtime::NVM_FILE_NAME);
-    let perf = match csx_device::DeviceConfig::load(dir) {
+    let image = dir.join(csx_device::offload::NVM_FILE_NAME);
+    let perf = match csx_device::offload::DeviceConfig::load(dir) {
         Ok(c) => c.perf,
         Err(e) => {
             return (
@@ -1045,7 +1045,7 @@ fn run_host(
             .result
             .as_ref()
             .err()
-            .map(csx_device::execute::wire_trap),
+            .map(csx_device::offload::wire_trap),
         timing: csx_proto::Timing::default(),
         detail: None,
         fuel_used: outcome.fuel_used,

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use csx_device::execute::{run_on_windows, RunCall};
-use csx_device::functions::CallContext;
+use csx_device::offload::{run_on_windows, CallContext, RunCall};
 use csx_ebpf::engine::{Engine, RunOutcome};
 use csx_proto::{EngineKind, ProgramIndex};
 
@@ -54,7 +53,7 @@ impl Lambda {
     ) -> Result<Lambda, LambdaError> {
         // First, the host side: a program the device would refuse is refused here too,
         // with the verifier's reason, before a slot is taken.
-        let table = csx_device::functions::function_table();
+        let table = csx_device::offload::function_table();
         let program = match program_type_of(image) {
             csx_proto::ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &table),
             _ => csx_ebpf::loader::load_raw(name, image),
@@ -130,7 +129,7 @@ impl Lambda {
             vec![input, output],
             |mem| {
                 let addr = mem
-                    .map_read_write(csx_device::execute::STATE_REGION, &mut [])
+                    .map_read_write(csx_device::offload::STATE_REGION, &mut [])
                     .expect("an empty region always maps");
                 (addr, 0)
             },

@@ -28,7 +28,8 @@ pub struct Command {
 pub enum ProgramType {
     /// An ELF relocatable object from `clang -target bpf -c`.
     Elf,
-    /// Raw eBPF bytecode: 8-byte instruction slots, entry at slot 0, no globals.
+    /// Raw eBPF bytecode: 8-byte instructions (`lddw` takes two), entry at instruction 0,
+    /// no globals.
     Raw,
 }
 
@@ -212,6 +213,23 @@ pub enum Op {
     },
     /// Make every completed write durable: file data and metadata, the shared state.
     Flush,
+    /// Make a directory (its parents need not exist).
+    DirCreate { path: String },
+    /// Remove an empty directory.
+    DirRemove { path: String },
+    /// Rename a file (replacing a file at `to`) or a directory with everything below it
+    /// (replacing an empty directory at `to`).
+    FileRename { from: String, to: String },
+    /// The children of directory `dir` whose key (name, `/` added for a directory) sorts
+    /// after `after` (`""`: from the first), at most `max`. Reply: `Reply::Entries`.
+    DirRead {
+        dir: String,
+        after: String,
+        max: u32,
+    },
+    /// What is at a path: a file or a directory (`""` or `/` is the root). Reply:
+    /// `Reply::Entries` with one entry.
+    PathStat { path: String },
 }
 
 /// Why a command is outside the protocol's limits or malformed.
@@ -575,6 +593,24 @@ impl Op {
                 validate_path(path)
             }
             Op::FileTruncate { path, .. } => validate_path(path),
+            Op::DirCreate { path } | Op::DirRemove { path } => validate_path(path),
+            Op::FileRename { from, to } => {
+                validate_path(from)?;
+                validate_path(to)
+            }
+            Op::DirRead { dir, after, max } => {
+                validate_dir(dir)?;
+                check_len("after", after.len() as u64, NAME_SIZE_MAX as u64 + 1)?;
+                if *max == 0 || *max as usize > FILE_LIST_ENTRIES_MAX {
+                    return Err(FieldError::OutOfRange {
+                        field: "max",
+                        value: u64::from(*max),
+                        limit: FILE_LIST_ENTRIES_MAX as u64,
+                    });
+                }
+                Ok(())
+            }
+            Op::PathStat { path } => validate_dir(path),
             Op::FileWriteFromMem { path, offset, src } => {
                 validate_path(path)?;
                 validate_ranges(std::slice::from_ref(src), false)?;
@@ -613,6 +649,11 @@ impl Op {
             Op::FileTruncate { .. } => 0x35,
             Op::FileExtents { .. } => 0x36,
             Op::FileWriteFromMem { .. } => 0x37,
+            Op::DirCreate { .. } => 0x38,
+            Op::DirRemove { .. } => 0x39,
+            Op::FileRename { .. } => 0x3A,
+            Op::DirRead { .. } => 0x3B,
+            Op::PathStat { .. } => 0x3C,
         }
     }
 
@@ -645,6 +686,11 @@ impl Op {
             Op::FileTruncate { .. } => "file-truncate",
             Op::FileExtents { .. } => "file-extents",
             Op::FileWriteFromMem { .. } => "file-write-from-mem",
+            Op::DirCreate { .. } => "dir-create",
+            Op::DirRemove { .. } => "dir-remove",
+            Op::FileRename { .. } => "file-rename",
+            Op::DirRead { .. } => "dir-read",
+            Op::PathStat { .. } => "path-stat",
         }
     }
 

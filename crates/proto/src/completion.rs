@@ -170,7 +170,7 @@ fn check_count(field: &'static str, count: usize, limit: usize) -> Result<(), Fi
 /// crate does not depend on the VM); the device converts one into the other.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WireTrap {
-    /// Instruction slot of the faulting instruction.
+    /// Index of the faulting instruction, in 8-byte instructions (`lddw` counts two).
     pub pc: u32,
     pub kind: WireTrapKind,
 }
@@ -308,6 +308,11 @@ pub enum Reply {
     },
     /// Execute.
     Execute(ExecuteInfo),
+    /// Directory Read, Path Stat; `truncated` when more entries follow.
+    Entries {
+        entries: Vec<DirEntryInfo>,
+        truncated: bool,
+    },
 }
 
 impl Reply {
@@ -335,6 +340,15 @@ impl Reply {
                 check_str_bytes("file list", bytes, PAYLOAD_SIZE_MAX)
             }
             Reply::File(f) => check_str("path", &f.path, PATH_SIZE_MAX),
+            Reply::Entries { entries, .. } => {
+                check_count("entries", entries.len(), FILE_LIST_ENTRIES_MAX)?;
+                let mut bytes = 0usize;
+                for e in entries {
+                    check_str("name", &e.name, PATH_SIZE_MAX)?;
+                    bytes += e.name.len() + DirEntryInfo::FIXED_SIZE;
+                }
+                check_str_bytes("directory listing", bytes, PAYLOAD_SIZE_MAX)
+            }
             Reply::Extents { extents, .. } => check_count("extents", extents.len(), EXTENTS_MAX),
             Reply::Execute(e) => {
                 check_count("trace", e.trace.len(), TRACE_MESSAGES_MAX)?;
@@ -479,6 +493,28 @@ pub struct FileInfo {
 impl FileInfo {
     /// Bytes of a file entry on the wire besides its path.
     pub const FIXED_SIZE: usize = 4 + 8 + 4;
+}
+
+/// What a directory entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+}
+
+/// One entry of a directory: its name (the last component), kind, size (0 for a
+/// directory) and last change (a directory's creation; 0 when unknown).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryInfo {
+    pub name: String,
+    pub kind: EntryKind,
+    pub size_bytes: u64,
+    pub modified_ns: u64,
+}
+
+impl DirEntryInfo {
+    /// Bytes of an entry on the wire besides its name.
+    pub const FIXED_SIZE: usize = 1 + 8 + 8 + 4;
 }
 
 /// One extent of a file: `len` bytes at `file_offset` live at `nvm_offset` in the

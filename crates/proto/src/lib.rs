@@ -19,8 +19,9 @@ pub use command::{
     ProgramType, Windows, WriteMode,
 };
 pub use completion::{
-    Completion, DeviceInfo, ErrorDetail, ExecuteInfo, ExtentInfo, FileInfo, FunctionInfo,
-    ProgramInfo, ProgramState, Reply, Timing, WireArgKind, WireTrap, WireTrapKind,
+    Completion, DeviceInfo, DirEntryInfo, EntryKind, ErrorDetail, ExecuteInfo, ExtentInfo,
+    FileInfo, FunctionInfo, ProgramInfo, ProgramState, Reply, Timing, WireArgKind, WireTrap,
+    WireTrapKind,
 };
 pub use ids::{ClientId, CommandId, FunctionId, MemHandle, ProgramIndex, RangeSetId};
 pub use status::Status;

@@ -25,7 +25,7 @@ pub const PARAMS_SIZE_MAX: usize = 4096;
 pub const ARGS_HEADER_SIZE: usize = 8 + 8 + 4 + 4 + WINDOWS_MAX * 16;
 
 /// Bytes of one program image (ELF object or raw bytecode). Large enough for the VM's
-/// largest program (1,000,000 slots of 8 bytes) plus ELF overhead and debug info;
+/// largest program (1,000,000 instructions of 8 bytes) plus ELF overhead and debug info;
 /// bounded so one load cannot take the device's memory.
 pub const PROGRAM_SIZE_MAX: u32 = 16 << 20;
 

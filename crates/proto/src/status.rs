@@ -113,6 +113,8 @@ statuses! {
     Corrupt = 0xC6, "corrupt device data";
     /// The queue pair already has its maximum of commands in flight.
     QueueFull = 0xC7, "queue full";
+    /// The directory still has entries.
+    NotEmpty = 0xC8, "directory not empty";
 }
 
 impl Status {

@@ -421,6 +421,16 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             encode_range(w, src);
             w.str(path);
         }
+        Op::DirCreate { path } | Op::DirRemove { path } | Op::PathStat { path } => w.str(path),
+        Op::FileRename { from, to } => {
+            w.str(from);
+            w.str(to);
+        }
+        Op::DirRead { dir, after, max } => {
+            w.u32(*max);
+            w.str(dir);
+            w.str(after);
+        }
     }
 }
 
@@ -659,6 +669,27 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
                 src,
             }
         }
+        0x38 => Op::DirCreate {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
+        0x39 => Op::DirRemove {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
+        0x3A => Op::FileRename {
+            from: r.str("from", PATH_SIZE_MAX)?,
+            to: r.str("to", PATH_SIZE_MAX)?,
+        },
+        0x3B => {
+            let max = r.u32("max")?;
+            Op::DirRead {
+                dir: r.str("dir", PATH_SIZE_MAX)?,
+                after: r.str("after", PATH_SIZE_MAX)?,
+                max,
+            }
+        }
+        0x3C => Op::PathStat {
+            path: r.str("path", PATH_SIZE_MAX)?,
+        },
         _ => return Err(WireError::UnknownOpcode { opcode }),
     };
     Ok(op)
@@ -849,6 +880,7 @@ fn reply_kind(r: &Reply) -> u8 {
         Reply::File(_) => 6,
         Reply::Extents { .. } => 7,
         Reply::Execute(_) => 8,
+        Reply::Entries { .. } => 9,
     }
 }
 
@@ -966,6 +998,19 @@ fn encode_reply(w: &mut Writer<'_>, reply: &Reply) {
             files.iter().for_each(|f| encode_file_info(w, f));
         }
         Reply::File(f) => encode_file_info(w, f),
+        Reply::Entries { entries, truncated } => {
+            w.bool(*truncated);
+            w.len(entries.len());
+            for e in entries {
+                w.u8(match e.kind {
+                    EntryKind::File => 0,
+                    EntryKind::Dir => 1,
+                });
+                w.u64(e.size_bytes);
+                w.u64(e.modified_ns);
+                w.str(&e.name);
+            }
+        }
         Reply::Extents { extents, truncated } => {
             w.bool(*truncated);
             w.len(extents.len());
@@ -1193,6 +1238,32 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
             Reply::Files { files, truncated }
         }
         6 => Reply::File(decode_file_info(r)?),
+        9 => {
+            let truncated = r.bool("truncated")?;
+            let n = r.count("entries", FILE_LIST_ENTRIES_MAX, DirEntryInfo::FIXED_SIZE)?;
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                let kind = match r.u8("entry kind")? {
+                    0 => EntryKind::File,
+                    1 => EntryKind::Dir,
+                    value => {
+                        return Err(WireError::BadTag {
+                            field: "entry kind",
+                            value: u64::from(value),
+                        })
+                    }
+                };
+                let size_bytes = r.u64("entry size")?;
+                let modified_ns = r.u64("entry time")?;
+                entries.push(DirEntryInfo {
+                    name: r.str("name", PATH_SIZE_MAX)?,
+                    kind,
+                    size_bytes,
+                    modified_ns,
+                });
+            }
+            Reply::Entries { entries, truncated }
+        }
         7 => {
             let truncated = r.bool("truncated")?;
             let n = r.count("extents", EXTENTS_MAX, 24)?;

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use csx_device::{Device as DeviceRuntime, DeviceError};
+use csx_device::{DeviceError, DeviceRuntime};
 
 use csx_host::transport::shm as shm_transport;
 

@@ -688,7 +688,7 @@ mod tests {
             engines: Some(1),
             ..csx_device::DeviceConfig::default()
         };
-        csx_device::Device::init(dir.path(), config)
+        csx_device::DeviceRuntime::init(dir.path(), config)
             .unwrap()
             .close()
             .unwrap();

@@ -11,7 +11,7 @@
 //! Invariant: a missing or unreadable suite is an error naming the path it tried, so a
 //! test built on [`load_vectors`] fails loudly instead of passing with nothing to run.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use csx_ebpf::engine::RunOptions;
@@ -87,15 +87,10 @@ struct RawVector {
     groups: u32,
 }
 
-/// Where the suite is read from: `$CSX_SHARED_DIR/conformance/vectors.json` if the
-/// variable is set, else `../shared/conformance/vectors.json` beside the workspace.
+/// Where the suite is read from: `conformance/vectors.json` in
+/// [`crate::tools::shared_dir`].
 pub fn vectors_path() -> PathBuf {
-    match std::env::var_os("CSX_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir).join("conformance/vectors.json"),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/vectors.json")
-        }
-    }
+    crate::tools::shared_dir().join("conformance/vectors.json")
 }
 
 /// Reads every vector of the suite.

@@ -457,6 +457,41 @@ fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<
         85..=91 => gen_helper_call(c),
         92..=93 => vec![plain(OP_CALLX, c.src(), 0, 0, 0)],
         94..=95 => vec![plain(OP_EXIT, 0, 0, 0, 0)],
+        96..=97 => {
+            // A pointer plus a bounded index, as a data-indexed array is addressed:
+            // `dst = src & mask` (or `src >> k`, or a 32-bit `and`), `dst += base`,
+            // `dst += off`. Through r10 the JIT may prove such accesses in the frame.
+            let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
+            let src = c.src();
+            let base = c.pick(&[10u8, 10, 1, 3]);
+            let off = -(i32::from(c.byte()) * 2);
+            let bound = match c.below(3) {
+                0 => {
+                    let mask = c.pick(&[7, 15, 60, 63, 255, 504, 1023]);
+                    plain(CLASS_ALU64 | ALU_AND | SRC_K, dst, 0, 0, mask)
+                }
+                1 => plain(
+                    CLASS_ALU64 | ALU_RSH | SRC_K,
+                    dst,
+                    0,
+                    0,
+                    52 + c.below(12) as i32,
+                ),
+                _ => plain(
+                    CLASS_ALU | ALU_AND | SRC_K,
+                    dst,
+                    0,
+                    0,
+                    c.pick(&[60, 255, 4095]),
+                ),
+            };
+            vec![
+                plain(CLASS_ALU64 | ALU_MOV | SRC_X, dst, src, 0, 0),
+                bound,
+                plain(CLASS_ALU64 | ALU_ADD | SRC_X, dst, base, 0, 0),
+                plain(CLASS_ALU64 | ALU_ADD | SRC_K, dst, 0, 0, off),
+            ]
+        }
         _ => {
             // A derived pointer: r10 or a region pointer plus a small offset.
             let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);

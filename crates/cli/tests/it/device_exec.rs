@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
+use csx_testkit::tools;
 use serde_json::Value;
 
 use crate::csx;
@@ -41,20 +42,8 @@ pub(crate) fn compile(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("progs.c");
     let obj = dir.join("progs.o");
     std::fs::write(&src, PROGRAMS).unwrap();
-    let out = std::process::Command::new("clang")
-        .args(["-O2", "-target", "bpf", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("clang is needed to compile the test programs ({e}); run scripts/setup.sh")
-        });
-    assert!(
-        out.status.success(),
-        "clang failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let object = tools::compile_bpf(tools::clang(), &src, std::iter::empty::<&str>());
+    std::fs::write(&obj, object).unwrap();
     obj
 }
 

@@ -1,9 +1,11 @@
 //! Integration tests of the `csx` binary: they run the built executable as a user (or
 //! the bpf_conformance runner) would.
 
+mod array;
 mod conformance_plugin;
 mod device_exec;
 mod lambda;
+mod mount_cli;
 mod served_exec;
 mod vm_run;
 mod workloads_cli;
@@ -31,18 +33,8 @@ pub fn run_with_stdin(mut cmd: Command, stdin: &[u8]) -> Output {
     child.wait_with_output().expect("csx finishes")
 }
 
-/// `../shared` beside the repository, or `$CSX_SHARED_DIR`. Panics if it is absent:
-/// a missing suite must fail the tests, never pass them silently.
+/// The shared directory (`csx_testkit::tools::shared_dir`), which must hold the
+/// bpf_conformance suite: a missing suite fails the tests, never passes them silently.
 pub fn shared_dir() -> PathBuf {
-    let dir = match std::env::var_os("CSX_SHARED_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    assert!(
-        dir.join("conformance/vectors.json").is_file(),
-        "the bpf_conformance suite is missing: no conformance/vectors.json under {} \
-         (set CSX_SHARED_DIR to the shared directory)",
-        dir.display()
-    );
-    dir
+    csx_testkit::tools::shared_dir()
 }

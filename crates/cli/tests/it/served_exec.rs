@@ -1,5 +1,5 @@
 //! The same `csx exec` runs against an embedded device and against that device served by
-//! `csx device serve` over shm and tcp, and must give the same results (issue 4). The
+//! `csx device serve` over shm and tcp, and must give the same results. The
 //! daemon is a child process stopped with SIGTERM at the end, which must be a clean
 //! shutdown (exit status 0) that leaves the device usable embedded again.
 

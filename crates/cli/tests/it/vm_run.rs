@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use csx_testkit::tools;
+
 use crate::csx;
 
 /// Exit statuses documented in `csx --help`.
@@ -169,17 +171,8 @@ fn errors_name_the_file_and_exit_1() {
 /// Compiles C to an eBPF object with clang, as users do.
 fn compile_c(dir: &Path, source: &str) -> PathBuf {
     let c = write(dir, "prog.c", source.as_bytes());
-    let o = dir.join("prog.o");
-    let clang = std::env::var("CSX_CLANG").unwrap_or_else(|_| "clang".into());
-    let status = std::process::Command::new(&clang)
-        .args(["-O2", "-target", "bpf", "-c"])
-        .arg(&c)
-        .arg("-o")
-        .arg(&o)
-        .status()
-        .expect("clang runs (scripts/setup.sh installs it)");
-    assert!(status.success(), "clang failed");
-    o
+    let object = tools::compile_bpf(tools::clang(), &c, std::iter::empty::<&str>());
+    write(dir, "prog.o", &object)
 }
 
 const TWO_PROGRAMS: &str = r#"

@@ -27,6 +27,26 @@ pub enum FileStoreError {
     /// The path is a directory: files exist below it.
     #[error("{path} is a directory")]
     IsADirectory { path: String },
+    /// Something already exists at the path (`mkdir`).
+    #[error("{path} already exists")]
+    Exists { path: String },
+    /// The path is a file where a directory is needed (`rmdir`, listing, rename of a
+    /// directory over a file).
+    #[error("{path} is a file, not a directory")]
+    NotADir { path: String },
+    /// The directory still has entries (`rmdir`, rename over a directory).
+    #[error("directory {path} is not empty")]
+    DirNotEmpty { path: String },
+    /// A directory cannot be moved below itself.
+    #[error("cannot move directory {from} into itself ({to})")]
+    RenameIntoItself { from: String, to: String },
+    /// The store already holds [`super::DIRS_MAX`] explicit directories.
+    #[error("cannot make directory {path}: the store holds {count} directories, limit is {limit}")]
+    TooManyDirs {
+        path: String,
+        count: usize,
+        limit: usize,
+    },
     /// The namespace has too few free blocks; nothing was changed.
     #[error("no space for {path}: {needed_bytes} bytes needed, {free_bytes} free")]
     NoSpace {

@@ -68,10 +68,21 @@
 //!   change was lost), so growing a file, by a write past its end or by `truncate`, first
 //!   zeroes them; new blocks are written whole, the data padded with zeros. Growing thus
 //!   never exposes stale bytes.
-//! - Path `p` being a file excludes every path below `p/` being one: the flat namespace
-//!   stays a tree, so it can be shown as directories.
+//! - Path `p` being a file excludes every path below `p/` being one, and `p` being a
+//!   directory: the flat namespace stays a tree, so it can be shown as directories.
+//!
+//! # Directories
+//!
+//! A directory exists while a file or directory lies below it (*implicit*, as in the flat
+//! namespace of old) or when it was made with [`FileStore::mkdir`] (*explicit*, kept in a
+//! `dirs` table of `meta.redb`, committed by the same flush as the files). Removing the
+//! last entry of a directory makes it explicit, so a directory lasts until `rmdir`, as in
+//! POSIX. Renaming a directory moves every path below it in memory; the flush commits the
+//! whole move in one transaction, so after a crash it happened entirely or not at all.
+//! See `dirs.rs`.
 
 mod alloc;
+mod dirs;
 mod error;
 pub mod path;
 mod record;
@@ -91,6 +102,7 @@ use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
 use alloc::{Allocator, BlockRange};
 use record::{ExtentRec, FileRecord, Mapping};
 
+pub use dirs::{DirEntry, EntryKind, DIRS_MAX};
 pub use error::FileStoreError;
 pub use path::{PathError, NAME_SIZE_MAX, PATH_SIZE_MAX};
 pub use record::EXTENTS_PER_FILE_MAX;
@@ -113,6 +125,8 @@ const META_CACHE_BYTES: usize = 16 << 20;
 
 const FILES_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("files");
 const SUPERBLOCK_TABLE: TableDefinition<&str, u64> = TableDefinition::new("superblock");
+/// Explicit directories: canonical path to creation time (ns since the epoch).
+const DIRS_TABLE: TableDefinition<&str, u64> = TableDefinition::new("dirs");
 const KEY_FORMAT_VERSION: &str = "format_version";
 const KEY_BLOCK_SIZE: &str = "block_size";
 const KEY_NVM_SIZE: &str = "nvm_size_bytes";
@@ -170,6 +184,11 @@ struct State {
     pending_blocks: u64,
     /// Paths whose record changed (or disappeared) since the last flush.
     dirty: BTreeSet<String>,
+    /// Explicit directories (made by `mkdir` or kept after their last entry left), with
+    /// their creation time.
+    dirs: BTreeMap<String, u64>,
+    /// Directories added or removed since the last flush.
+    dirty_dirs: BTreeSet<String>,
     /// Whether the image was written since the last flush.
     data_dirty: bool,
     poisoned: Option<String>,
@@ -584,6 +603,7 @@ impl FileStore {
             .remove(&path)
             .ok_or_else(|| FileStoreError::NotFound { path: path.clone() })?;
         st.unmap_all(&record);
+        st.keep_parent(&path);
         st.dirty.insert(path);
         Ok(())
     }
@@ -609,7 +629,8 @@ impl FileStore {
     }
 
     /// Renames a file, replacing `to` if it is a file (whose blocks are then freed, as by
-    /// delete). Only files are renamed, not directories.
+    /// delete), or a directory with everything below it, replacing `to` if it is an empty
+    /// directory (see `dirs.rs`). Renaming a directory into itself is refused.
     pub fn rename(&self, from: &str, to: &str) -> Result<(), FileStoreError> {
         let from = canonical(from)?;
         let to = canonical(to)?;
@@ -617,8 +638,8 @@ impl FileStore {
         let st = &mut *guard;
         st.check_usable()?;
         if !st.files.contains_key(&from) {
-            if st.has_children(&from) {
-                return Err(FileStoreError::IsADirectory { path: from });
+            if st.is_dir(&from) {
+                return st.rename_dir(&from, &to);
             }
             return Err(FileStoreError::NotFound { path: from });
         }
@@ -633,6 +654,7 @@ impl FileStore {
         }
         let record = st.files.remove(&from).expect("checked above");
         st.files.insert(to.clone(), record);
+        st.keep_parent(&from);
         st.dirty.insert(from);
         st.dirty.insert(to);
         Ok(())
@@ -660,7 +682,7 @@ impl FileStore {
             st.data_dirty = false;
         }
         // 2. Then the metadata, atomically.
-        if !st.dirty.is_empty() {
+        if !st.dirty.is_empty() || !st.dirty_dirs.is_empty() {
             #[cfg(test)]
             if self
                 .hooks
@@ -676,6 +698,7 @@ impl FileStore {
                 return Err(err);
             }
             st.dirty.clear();
+            st.dirty_dirs.clear();
         }
         // 3. Only now may the blocks the commit unmapped be reused.
         for range in st.pending_free.drain(..) {
@@ -704,6 +727,18 @@ impl FileStore {
                     }
                     None => {
                         table.remove(path.as_str()).map_err(|e| meta(e.into()))?;
+                    }
+                }
+            }
+            let mut dirs = txn.open_table(DIRS_TABLE).map_err(|e| meta(e.into()))?;
+            for path in &st.dirty_dirs {
+                match st.dirs.get(&dirs::dir_key(path)) {
+                    Some(&created_ns) => {
+                        dirs.insert(path.as_str(), created_ns)
+                            .map_err(|e| meta(e.into()))?;
+                    }
+                    None => {
+                        dirs.remove(path.as_str()).map_err(|e| meta(e.into()))?;
                     }
                 }
             }
@@ -753,12 +788,24 @@ impl State {
             })
     }
 
+    /// Whether any file or explicit directory lies below `dir`.
     fn has_children(&self, dir: &str) -> bool {
         let prefix = format!("{dir}/");
+        let below = |p: &str| p.starts_with(&prefix);
         self.files
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .next()
-            .is_some_and(|(p, _)| p.starts_with(&prefix))
+            .is_some_and(|(p, _)| below(p))
+            || self
+                .dirs
+                .range::<str, _>((Bound::Excluded(prefix.as_str()), Bound::Unbounded))
+                .next()
+                .is_some_and(|(p, _)| below(p))
+    }
+
+    /// Whether `path` is a directory, explicit or implicit (the root always is).
+    fn is_dir(&self, path: &str) -> bool {
+        path.is_empty() || self.dirs.contains_key(&dirs::dir_key(path)) || self.has_children(path)
     }
 
     /// Checks that a file may be created at `path` without breaking the tree shape.
@@ -769,7 +816,7 @@ impl State {
                 file: file.to_owned(),
             });
         }
-        if self.has_children(path) {
+        if self.is_dir(path) {
             return Err(FileStoreError::IsADirectory {
                 path: path.to_owned(),
             });
@@ -947,6 +994,7 @@ fn init_meta(path: &Path, nvm_size: u64) -> Result<(), FileStoreError> {
             superblock.insert(key, value).map_err(|e| meta(e.into()))?;
         }
         txn.open_table(FILES_TABLE).map_err(|e| meta(e.into()))?;
+        txn.open_table(DIRS_TABLE).map_err(|e| meta(e.into()))?;
     }
     txn.commit().map_err(|e| meta(e.into()))
 }
@@ -988,6 +1036,7 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         .map_err(|e| meta_error(meta_path, e.into()))?;
     check_superblock(&txn, meta_path, nvm)?;
     let files = read_records(&txn, meta_path, nvm)?;
+    let dirs = dirs::read_dirs(&txn, meta_path, &files)?;
     let used = files
         .values()
         .flat_map(|r| r.extents.iter().map(|e| e.nvm_range()))
@@ -1018,6 +1067,8 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         pending_free: Vec::new(),
         pending_blocks: 0,
         dirty: BTreeSet::new(),
+        dirs,
+        dirty_dirs: BTreeSet::new(),
         data_dirty: false,
         poisoned: None,
         #[cfg(test)]

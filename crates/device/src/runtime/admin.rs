@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use csx_proto::limits::*;
-use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, Status, ABI_VERSION};
+use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, ABI_VERSION};
 
 use super::{ns, Shared};
-use crate::status::{fail, file_fail, ok, program_fail, slm_fail, with_reply};
+use crate::status::{fail_with, ok, with_reply};
 
 impl Shared {
     pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
@@ -36,7 +36,7 @@ impl Shared {
                 );
                 let mut c = match r {
                     Ok(received) => ok(u64::from(received)),
-                    Err(e) => program_fail(&e),
+                    Err(e) => fail_with(&e),
                 };
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
@@ -44,41 +44,41 @@ impl Shared {
             Op::UnloadProgram { pind } => self
                 .programs
                 .unload(*pind)
-                .map_or_else(|e| program_fail(&e), |()| ok(0)),
+                .map_or_else(|e| fail_with(&e), |()| ok(0)),
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);
                     c.timing.prepare_ns = ns(t.verify + t.compile);
                     c
                 }
-                Err(e) => program_fail(&e),
+                Err(e) => fail_with(&e),
             },
             Op::DeactivateProgram { pind } => self
                 .programs
                 .deactivate(*pind)
-                .map_or_else(|e| program_fail(&e), |()| ok(0)),
+                .map_or_else(|e| fail_with(&e), |()| ok(0)),
             Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
             {
                 Ok(rsid) => ok(u64::from(rsid.0)),
-                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+                Err(e) => fail_with(&e),
             },
             Op::RangeSetDelete { rsid } => match self.rangesets.delete(client, *rsid) {
                 Ok(()) => ok(0),
-                Err(e) => fail(e.status(), "rangeset", e.to_string()),
+                Err(e) => fail_with(&e),
             },
             Op::ClearState { offset, len } => match self.state.clear(*offset, *len) {
                 Ok(()) => ok(0),
-                Err(e) => fail(Status::OutOfRange, "state", e.to_string()),
+                Err(e) => fail_with(&e),
             },
             Op::Flush => self.flush(),
             Op::MemAlloc { size_bytes } => match self.slm.alloc(client, *size_bytes) {
                 Ok(h) => ok(u64::from(h.0)),
-                Err(e) => slm_fail(&e),
+                Err(e) => fail_with(&e),
             },
             Op::MemFree { handle } => self
                 .slm
                 .free(client, *handle)
-                .map_or_else(|e| slm_fail(&e), |()| ok(0)),
+                .map_or_else(|e| fail_with(&e), |()| ok(0)),
             _ => self.transfer(client, &cmd.op),
         }
     }
@@ -111,8 +111,8 @@ impl Shared {
         let start = Instant::now();
         let mut c = match (self.files.flush(), self.state.save()) {
             (Ok(()), Ok(())) => ok(0),
-            (Err(e), _) => file_fail(&e),
-            (_, Err(e)) => fail(Status::IoError, "state", e.to_string()),
+            (Err(e), _) => fail_with(&e),
+            (_, Err(e)) => fail_with(&e),
         };
         c.timing.transfer_ns = ns(start.elapsed());
         c

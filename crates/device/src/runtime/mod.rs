@@ -32,15 +32,15 @@
 //!
 //! # Lifecycle
 //!
-//! `Device::init` creates the state directory; `Device::open` opens it (one device per
-//! directory at a time, enforced by a lock file). `Device::close` refuses new
-//! submissions, lets the workers finish everything queued, then saves the shared state
-//! and flushes the file store. A departing queue pair's allocations and range sets are
-//! reclaimed.
+//! `DeviceRuntime::init` creates the state directory; `DeviceRuntime::open` opens it
+//! (one device per directory at a time, enforced by a lock file). `DeviceRuntime::close`
+//! refuses new submissions, lets the workers finish everything queued, then saves the
+//! shared state and flushes the file store. A departing queue pair's allocations and
+//! range sets are reclaimed.
 //!
 //! # Modules
 //!
-//! - this one: the [`Device`] and its lifecycle (init, open, close), the state the
+//! - this one: the [`DeviceRuntime`] and its lifecycle (init, open, close), the state the
 //!   workers share;
 //! - `queue_pair`: [`QueuePair`], submission (validation, routing, inline runs) and
 //!   reaping;
@@ -77,6 +77,7 @@ use queue_pair::QpShared;
 use workers::{worker, Class, Pool};
 
 mod admin;
+mod dirs;
 mod queue_pair;
 #[cfg(test)]
 mod tests;
@@ -180,16 +181,16 @@ pub(crate) struct Shared {
 
 /// A csx device: NVM namespace with its file store, SLM, shared state, program slots
 /// and engines. Talk to it through [`QueuePair`]s.
-pub struct Device {
+pub struct DeviceRuntime {
     shared: Option<Arc<Shared>>,
     threads: Vec<JoinHandle<()>>,
     _lock: File,
 }
 
-impl std::fmt::Debug for Device {
+impl std::fmt::Debug for DeviceRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let dir = self.shared.as_ref().map(|s| s.dir.clone());
-        f.debug_struct("Device")
+        f.debug_struct("DeviceRuntime")
             .field("dir", &dir)
             .field("threads", &self.threads.len())
             .finish()
@@ -236,10 +237,10 @@ fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
     }
 }
 
-impl Device {
+impl DeviceRuntime {
     /// Creates a device in `dir` (created if missing; it must not hold a device) and
     /// opens it.
-    pub fn init(dir: &Path, config: DeviceConfig) -> Result<Device, DeviceError> {
+    pub fn init(dir: &Path, config: DeviceConfig) -> Result<DeviceRuntime, DeviceError> {
         config.validate()?;
         fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
         if dir.join(CONFIG_FILE_NAME).exists() {
@@ -256,11 +257,11 @@ impl Device {
         let programs_dir = dir.join(PROGRAMS_DIR_NAME);
         fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
         config.save(dir)?;
-        Device::start(dir, config, nvm, files, state, lock)
+        DeviceRuntime::start(dir, config, nvm, files, state, lock)
     }
 
     /// Opens the device in `dir`.
-    pub fn open(dir: &Path) -> Result<Device, DeviceError> {
+    pub fn open(dir: &Path) -> Result<DeviceRuntime, DeviceError> {
         if !dir.join(CONFIG_FILE_NAME).exists() {
             return Err(DeviceError::NotInitialized {
                 dir: dir.to_path_buf(),
@@ -279,16 +280,16 @@ impl Device {
         let state = SharedState::open(dir, config.state_size_bytes)?;
         let programs_dir = dir.join(PROGRAMS_DIR_NAME);
         fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
-        Device::start(dir, config, nvm, files, state, lock)
+        DeviceRuntime::start(dir, config, nvm, files, state, lock)
     }
 
     /// Opens the device in `dir`, initialising it with `config` first if `dir` holds
     /// none (the CLI's per-user default device).
-    pub fn open_or_init(dir: &Path, config: DeviceConfig) -> Result<Device, DeviceError> {
+    pub fn open_or_init(dir: &Path, config: DeviceConfig) -> Result<DeviceRuntime, DeviceError> {
         if dir.join(CONFIG_FILE_NAME).exists() {
-            Device::open(dir)
+            DeviceRuntime::open(dir)
         } else {
-            Device::init(dir, config)
+            DeviceRuntime::init(dir, config)
         }
     }
 
@@ -299,14 +300,14 @@ impl Device {
         files: FileStore,
         state: SharedState,
         lock: File,
-    ) -> Result<Device, DeviceError> {
+    ) -> Result<DeviceRuntime, DeviceError> {
         let engines = config.engines_effective();
         let transfer_workers = config.transfer_workers_effective();
         let functions: Arc<FunctionTable> = Arc::new(function_table());
         let jit = config.jit.unwrap_or(true);
         let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)));
         // Slots that fail to restore stay empty or loaded; the host sees them in a
-        // listing, and the embedder in `Device::restore_failures`.
+        // listing, and the embedder in `DeviceRuntime::restore_failures`.
         let restore_failures = programs
             .restore()
             .into_iter()
@@ -336,7 +337,7 @@ impl Device {
             next_client: AtomicU32::new(1),
             live_pairs: AtomicU32::new(0),
         });
-        let mut device = Device {
+        let mut device = DeviceRuntime {
             shared: Some(Arc::clone(&shared)),
             threads: Vec::new(),
             _lock: lock,
@@ -413,8 +414,8 @@ impl Device {
         &self.shared().restore_failures
     }
 
-    /// The device's file store, for host-side readers in the same process (issue 6's
-    /// host runtime reads extents itself).
+    /// The device's file store, for host-side readers in the same process (λ-IO's host
+    /// side reads a file's extents from the image itself).
     pub fn file_store(&self) -> &FileStore {
         &self.shared().files
     }
@@ -453,7 +454,7 @@ impl Device {
     }
 }
 
-impl Drop for Device {
+impl Drop for DeviceRuntime {
     fn drop(&mut self) {
         // Errors are lost here; `close` reports them.
         let _ = self.shutdown();

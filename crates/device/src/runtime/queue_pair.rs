@@ -231,7 +231,7 @@ pub(super) fn post(qp: &QpShared, c: Completion) {
         "device built an invalid completion: {:?}",
         c.validate()
     );
-    // The pair's in-flight count reserved this slot at submission.
+    // The pair's in-flight count reserved this entry at submission.
     let pushed = qp.cq.push(c);
     assert!(
         pushed.is_ok(),

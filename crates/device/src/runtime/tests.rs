@@ -11,7 +11,7 @@ use crate::dma::DmaBuffer;
 
 /// A device of 1 MiB of storage, `slm_size_bytes` of memory and one engine, in a
 /// temporary directory (kept alive by the first element).
-fn tiny_device(slm_size_bytes: u64) -> (tempfile::TempDir, Device) {
+fn tiny_device(slm_size_bytes: u64) -> (tempfile::TempDir, DeviceRuntime) {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = DeviceConfig {
         nvm_size_bytes: 1 << 20,
@@ -20,14 +20,14 @@ fn tiny_device(slm_size_bytes: u64) -> (tempfile::TempDir, Device) {
         engines: Some(1),
         ..DeviceConfig::default()
     };
-    let dev = Device::init(dir.path(), config).expect("init");
+    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
     (dir, dev)
 }
 
 #[test]
 fn handles_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
-    check::<Device>();
+    check::<DeviceRuntime>();
     check::<QueuePair>();
 }
 

@@ -11,9 +11,8 @@ use csx_proto::{
 use super::{ns, Shared};
 use crate::dma::DmaBuffer;
 use crate::filestore::FileStoreError;
-use crate::nvm::NvmError;
 use crate::slm::LeaseRequest;
-use crate::status::{fail, file_fail, file_status, ok, slm_fail, with_reply};
+use crate::status::{fail, fail_with, fail_with_context, ok, with_reply};
 
 impl Shared {
     /// A Memory Read or Write with its data in a lent buffer (checked by `check_dma`).
@@ -40,7 +39,7 @@ impl Shared {
                 buffer.write_from(leases.slice(0));
                 ok(len)
             }
-            Err(e) => slm_fail(&e),
+            Err(e) => fail_with(&e),
         };
         c.timing.transfer_ns = ns(start.elapsed());
         c
@@ -56,7 +55,7 @@ impl Shared {
                 data,
             } => match self.slm.write(client, *handle, *offset, data) {
                 Ok(()) => ok(data.len() as u64),
-                Err(e) => slm_fail(&e),
+                Err(e) => fail_with(&e),
             },
             Op::MemRead {
                 handle,
@@ -66,7 +65,7 @@ impl Shared {
                 let mut buf = vec![0u8; *len as usize];
                 match self.slm.read(client, *handle, *offset, &mut buf) {
                     Ok(()) => with_reply(Reply::Data(buf)),
-                    Err(e) => slm_fail(&e),
+                    Err(e) => fail_with(&e),
                 }
             }
             Op::MemFill {
@@ -76,7 +75,7 @@ impl Shared {
                 byte,
             } => match self.slm.fill(client, *handle, *offset, *len, *byte) {
                 Ok(()) => ok(*len),
-                Err(e) => slm_fail(&e),
+                Err(e) => fail_with(&e),
             },
             Op::MemCopy {
                 dst,
@@ -93,9 +92,9 @@ impl Shared {
                 match self.slm.lease(client, &[req]) {
                     Ok(leases) => match self.files.write_at(path, *offset, leases.slice(0)) {
                         Ok(()) => ok(src.len),
-                        Err(e) => file_fail(&e),
+                        Err(e) => fail_with(&e),
                     },
-                    Err(e) => slm_fail(&e),
+                    Err(e) => fail_with(&e),
                 }
             }
             _ => self.file_op(op),
@@ -136,7 +135,7 @@ impl Shared {
         }
         let mut leases = match self.slm.lease(client, &reqs) {
             Ok(l) => l,
-            Err(e) => return slm_fail(&e),
+            Err(e) => return fail_with(&e),
         };
         let mut slices = leases.slices_mut();
         let (head, rest) = slices.split_at_mut(1);
@@ -180,21 +179,13 @@ impl Shared {
                             format!("source {i}: {path} has {n} of {len} bytes at {offset}");
                         Err(Box::new(fail(Status::OutOfRange, "filestore", message)))
                     }
-                    Err(e) => {
-                        let message = format!("source {i}: {e}");
-                        Err(Box::new(fail(file_status(&e), "filestore", message)))
-                    }
+                    Err(e) => Err(Box::new(fail_with_context(&e, &format!("source {i}")))),
                 }
             }
-            CopySource::Nvm { offset, .. } => {
-                self.nvm.read_at_uncached(*offset, piece).map_err(|e| {
-                    let status = match e {
-                        NvmError::OutOfRange { .. } => Status::OutOfRange,
-                        _ => Status::IoError,
-                    };
-                    Box::new(fail(status, "nvm", format!("source {i}: {e}")))
-                })
-            }
+            CopySource::Nvm { offset, .. } => self
+                .nvm
+                .read_at_uncached(*offset, piece)
+                .map_err(|e| Box::new(fail_with_context(&e, &format!("source {i}")))),
             CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
         }
     }
@@ -286,9 +277,14 @@ impl Shared {
                         .collect();
                     with_reply(Reply::Extents { extents, truncated })
                 }
+                Op::DirCreate { .. }
+                | Op::DirRemove { .. }
+                | Op::FileRename { .. }
+                | Op::DirRead { .. }
+                | Op::PathStat { .. } => self.dir_op(op)?,
                 other => unreachable!("{} is not a file op", other.name()),
             })
         })();
-        r.unwrap_or_else(|e| file_fail(&e))
+        r.unwrap_or_else(|e| fail_with(&e))
     }
 }

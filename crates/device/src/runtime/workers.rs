@@ -34,7 +34,12 @@ pub(super) fn class_of(op: &Op) -> Class {
         | Op::FileDelete { .. }
         | Op::FileTruncate { .. }
         | Op::FileExtents { .. }
-        | Op::FileWriteFromMem { .. } => Class::Transfer,
+        | Op::FileWriteFromMem { .. }
+        | Op::DirCreate { .. }
+        | Op::DirRemove { .. }
+        | Op::FileRename { .. }
+        | Op::DirRead { .. }
+        | Op::PathStat { .. } => Class::Transfer,
         _ => Class::Admin,
     }
 }
@@ -62,7 +67,7 @@ impl Pool {
         if !self.queue.is_empty() {
             return false;
         }
-        // SeqCst pairs with `Device::shutdown`: either it sees this job running and
+        // SeqCst pairs with `DeviceRuntime::shutdown`: either it sees this job running and
         // waits for it, or the submitter sees `stopping` after its claim.
         self.running
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {

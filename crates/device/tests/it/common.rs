@@ -1,17 +1,18 @@
 //! Shared set-up: a device in a temporary directory, a queue pair, command helpers and
 //! the clang step.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command as Process;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use csx_device::{Device, DeviceConfig, QueuePair};
+use csx_device::{DeviceConfig, DeviceRuntime, QueuePair};
 use csx_proto::*;
+use csx_testkit::tools;
 
 /// A device with one queue pair.
 pub struct Harness {
     pub dir: tempfile::TempDir,
-    pub dev: Option<Device>,
+    pub dev: Option<DeviceRuntime>,
     pub qp: Option<QueuePair>,
     next_id: AtomicU64,
 }
@@ -35,7 +36,7 @@ impl Harness {
 
     pub fn with_config(config: DeviceConfig) -> Harness {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let dev = Device::init(dir.path(), config).expect("device init");
+        let dev = DeviceRuntime::init(dir.path(), config).expect("device init");
         let qp = dev.queue_pair(256).expect("a queue pair");
         Harness {
             dir,
@@ -45,7 +46,7 @@ impl Harness {
         }
     }
 
-    pub fn dev(&self) -> &Device {
+    pub fn dev(&self) -> &DeviceRuntime {
         self.dev.as_ref().expect("device open")
     }
 
@@ -174,7 +175,7 @@ impl Harness {
             .expect("device open")
             .close()
             .expect("clean close");
-        let dev = Device::open(self.dir.path()).expect("device reopen");
+        let dev = DeviceRuntime::open(self.dir.path()).expect("device reopen");
         self.qp = Some(dev.queue_pair(256).expect("a queue pair"));
         self.dev = Some(dev);
     }
@@ -206,24 +207,18 @@ fn c_dir() -> PathBuf {
 /// programs include `csx.h` generated here from the program ABI for this device's
 /// functions, so they are checked against the ABI itself, not a copy of it.
 pub fn compile(name: &str) -> Vec<u8> {
-    let out_dir = tempfile::tempdir().expect("a temporary directory");
-    let out = out_dir.path().join("prog.o");
+    let header_dir = tempfile::tempdir().expect("a temporary directory");
     let header = csx_proto::abi::header::header(&csx_device::functions::function_infos());
-    std::fs::write(out_dir.path().join("csx.h"), header).expect("write csx.h");
-    let status = Process::new("clang")
-        .args(["-O2", "-target", "bpf", "-c", "-Wno-unused-value", "-I"])
-        .arg(c_dir())
-        .arg("-I")
-        .arg(out_dir.path())
-        .arg(c_dir().join(name))
-        .arg("-o")
-        .arg(&out)
-        .status();
-    match status {
-        Ok(s) if s.success() => std::fs::read(&out).expect("clang wrote the object"),
-        Ok(s) => panic!("clang failed on {name} ({s})"),
-        Err(e) => panic!("cannot run clang ({e}): run scripts/setup.sh to install it"),
-    }
+    std::fs::write(header_dir.path().join("csx.h"), header).expect("write csx.h");
+    let include = c_dir();
+    let flags = [
+        OsStr::new("-Wno-unused-value"),
+        OsStr::new("-I"),
+        include.as_os_str(),
+        OsStr::new("-I"),
+        header_dir.path().as_os_str(),
+    ];
+    tools::compile_bpf(tools::clang(), &c_dir().join(name), flags)
 }
 
 /// Little-endian u64s as bytes.

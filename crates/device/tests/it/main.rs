@@ -6,6 +6,7 @@
 
 mod common;
 
+mod abi;
 mod bad_input;
 mod concurrency;
 mod execute;

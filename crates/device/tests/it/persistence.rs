@@ -1,6 +1,6 @@
 //! What survives close and reopen: files, shared state, loaded and active programs.
 
-use csx_device::{Device, DeviceError};
+use csx_device::{DeviceError, DeviceRuntime};
 use csx_proto::*;
 
 use crate::common::*;
@@ -84,16 +84,16 @@ fn shared_state_files_and_programs_survive_reopen() {
 fn one_device_per_directory_and_init_rules() {
     let h = Harness::new();
     assert!(matches!(
-        Device::open(h.dir.path()),
+        DeviceRuntime::open(h.dir.path()),
         Err(DeviceError::Locked { .. })
     ));
     assert!(matches!(
-        Device::init(h.dir.path(), test_config()),
+        DeviceRuntime::init(h.dir.path(), test_config()),
         Err(DeviceError::AlreadyInitialized { .. })
     ));
     let empty = tempfile::tempdir().unwrap();
     assert!(matches!(
-        Device::open(empty.path()),
+        DeviceRuntime::open(empty.path()),
         Err(DeviceError::NotInitialized { .. })
     ));
     let bad = csx_device::DeviceConfig {
@@ -101,7 +101,7 @@ fn one_device_per_directory_and_init_rules() {
         ..test_config()
     };
     assert!(matches!(
-        Device::init(empty.path(), bad),
+        DeviceRuntime::init(empty.path(), bad),
         Err(DeviceError::Config(_))
     ));
 }
@@ -113,12 +113,12 @@ fn corrupt_state_file_is_a_typed_error() {
     h.dev.take().unwrap().close().unwrap();
     std::fs::write(h.dir.path().join("state.bin"), b"short").unwrap();
     assert!(matches!(
-        Device::open(h.dir.path()),
+        DeviceRuntime::open(h.dir.path()),
         Err(DeviceError::State(_))
     ));
     std::fs::write(h.dir.path().join("device.json"), b"{ not json").unwrap();
     assert!(matches!(
-        Device::open(h.dir.path()),
+        DeviceRuntime::open(h.dir.path()),
         Err(DeviceError::Config(_))
     ));
 }

@@ -12,18 +12,9 @@ use csx_ebpf::asm::assemble;
 use csx_ebpf::disasm::disassemble;
 use csx_ebpf::isa::{decode_all, Insn};
 
+/// The suite's directory; `csx_testkit::tools::shared_dir` fails loudly without it.
 fn conformance_dir() -> PathBuf {
-    let shared = match std::env::var_os("CSX_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    };
-    let dir = shared.join("conformance");
-    assert!(
-        dir.join("vectors.json").is_file(),
-        "the bpf_conformance suite is missing: expected {} (set CSX_SHARED_DIR)",
-        dir.display()
-    );
-    dir
+    csx_testkit::tools::shared_dir().join("conformance")
 }
 
 /// The body of the `-- asm` section of a `.data` file.

@@ -6,12 +6,11 @@
 //! loaded `Program` (entry, rewritten slots, globals) and the typed errors; run tests
 //! verify and interpret the programs and compare r0 with a Rust model of the C code;
 //! mutation tests patch relocations by hand and a property test flips bytes of real
-//! objects, asserting the loader never panics. A missing `clang` fails the tests (run
-//! `scripts/setup.sh`); a missing `clang-19` only narrows them, with a note on stderr.
+//! objects, asserting the loader never panics. A missing `clang` or `clang-19` fails the
+//! tests, naming `scripts/setup.sh` (`csx_testkit::tools`); no variant is ever dropped.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use csx_ebpf::engine::{Engine, RunOptions};
@@ -24,6 +23,7 @@ use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::program::Program;
 use csx_ebpf::trap::TrapKind;
 use csx_ebpf::verifier::verify;
+use csx_testkit::tools;
 use object::elf;
 use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::LittleEndian;
@@ -32,64 +32,48 @@ use proptest::prelude::*;
 /// One way of compiling the test programs.
 struct Variant {
     label: &'static str,
-    compiler: &'static str,
+    /// The compiler, found by `csx_testkit::tools` (which fails loudly without it).
+    compiler: fn() -> &'static Path,
     flags: &'static [&'static str],
 }
 
 const VARIANTS: &[Variant] = &[
     Variant {
         label: "clang",
-        compiler: "clang",
+        compiler: tools::clang,
         flags: &[],
     },
     Variant {
         label: "clang -g",
-        compiler: "clang",
+        compiler: tools::clang,
         flags: &["-g"],
     },
     Variant {
         label: "clang-19 v1",
-        compiler: "clang-19",
+        compiler: tools::clang_19,
         flags: &["-mcpu=v1"],
     },
     Variant {
         label: "clang-19 v3",
-        compiler: "clang-19",
+        compiler: tools::clang_19,
         flags: &["-mcpu=v3"],
     },
     Variant {
         label: "clang-19 v3 -g",
-        compiler: "clang-19",
+        compiler: tools::clang_19,
         flags: &["-mcpu=v3", "-g"],
     },
     Variant {
         label: "clang-19 v4",
-        compiler: "clang-19",
+        compiler: tools::clang_19,
         flags: &["-mcpu=v4"],
     },
     Variant {
         label: "clang-19 v4 -g",
-        compiler: "clang-19",
+        compiler: tools::clang_19,
         flags: &["-mcpu=v4", "-g"],
     },
 ];
-
-/// Whether `compiler` runs; `clang` itself is required.
-fn compiler_present(compiler: &str) -> bool {
-    static PRESENT: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
-    let mut present = PRESENT
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    *present.entry(compiler.to_string()).or_insert_with(|| {
-        let ok = Command::new(compiler).arg("--version").output().is_ok_and(|o| o.status.success());
-        assert!(ok || compiler != "clang", "`clang` is not installed: run scripts/setup.sh");
-        if !ok {
-            eprintln!("note: `{compiler}` is not installed, its variants are not tested (run scripts/setup.sh)");
-        }
-        ok
-    })
-}
 
 fn source_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c")
@@ -115,23 +99,8 @@ fn compile(source: &str, variant: &Variant) -> Arc<Vec<u8>> {
     } else {
         &[]
     };
-    let output = Command::new(variant.compiler)
-        .args(["-O2", "-target", "bpf"])
-        .args(common)
-        .args(variant.flags)
-        .arg("-c")
-        .arg(&path)
-        .args(["-o", "-"])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e} (run scripts/setup.sh)", variant.compiler));
-    assert!(
-        output.status.success(),
-        "{} failed on {}:\n{}",
-        variant.label,
-        path.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let object = Arc::new(output.stdout);
+    let flags = common.iter().chain(variant.flags);
+    let object = Arc::new(tools::compile_bpf((variant.compiler)(), &path, flags));
     CACHE
         .get_or_init(Default::default)
         .lock()
@@ -140,11 +109,10 @@ fn compile(source: &str, variant: &Variant) -> Arc<Vec<u8>> {
     object
 }
 
-/// The object for `source` from every variant whose compiler is installed.
+/// The object for `source` from every variant.
 fn objects(source: &str) -> Vec<(&'static str, Arc<Vec<u8>>)> {
     VARIANTS
         .iter()
-        .filter(|v| compiler_present(v.compiler))
         .map(|v| (v.label, compile(source, v)))
         .collect()
 }
@@ -1034,7 +1002,6 @@ proptest! {
         cut in prop::option::weighted(0.2, any::<prop::sample::Index>()),
     ) {
         let variant = &VARIANTS[usize::from(debug)];
-        prop_assume!(compiler_present(variant.compiler));
         let mut object = compile(source, variant).to_vec();
         let len = object.len();
         for (at, byte, near_end) in writes {

@@ -9,8 +9,8 @@
 //! | transport | URI                      | how a command travels                         |
 //! |-----------|--------------------------|-----------------------------------------------|
 //! | inproc    | a path, `inproc://PATH`  | by value into the device's submission queue   |
-//! | shm       | `shm://NAME`             | encoded into a submission ring (issue 4)      |
-//! | tcp       | `tcp://HOST:PORT`        | encoded into length-prefixed frames (issue 4) |
+//! | shm       | `shm://NAME`             | encoded into a submission ring                |
+//! | tcp       | `tcp://HOST:PORT`        | encoded into length-prefixed frames           |
 //!
 //! Invariant: only protocol types cross a transport.
 //! Invariant: a transport never holds more than [`Transport::queue_depth`] commands

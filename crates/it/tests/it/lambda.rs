@@ -10,10 +10,11 @@
 //! λ, an out-of-range request, the host side without a local image) and the host cache
 //! (ratio 0 after a drop, 1 after a read, the budget, a λ-write's invalidation).
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::Command;
 
 use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran};
+use csx_testkit::tools;
 
 const MODES: [Mode; 3] = [Mode::Host, Mode::Device, Mode::Auto];
 
@@ -29,30 +30,15 @@ fn options() -> LambdaOptions {
 /// Compiles `sdk/programs/<name>.c` as `csx build` does.
 fn sdk_program(name: &str) -> Vec<u8> {
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let obj = dir.path().join(format!("{name}.o"));
-    let out = Command::new("clang")
-        .args([
-            "-O2",
-            "-target",
-            "bpf",
-            "-mcpu=v3",
-            "-c",
-            "-fno-common",
-            "-I",
-        ])
-        .arg(sdk.join("include"))
-        .arg(sdk.join("programs").join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&obj)
-        .output()
-        .unwrap_or_else(|e| panic!("clang is needed for the λ tests ({e}); run scripts/setup.sh"));
-    assert!(
-        out.status.success(),
-        "clang failed on {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(&obj).unwrap()
+    let include = sdk.join("include");
+    let flags = [
+        OsStr::new("-mcpu=v3"),
+        OsStr::new("-fno-common"),
+        OsStr::new("-I"),
+        include.as_os_str(),
+    ];
+    let source = sdk.join("programs").join(format!("{name}.c"));
+    tools::compile_bpf(tools::clang(), &source, flags)
 }
 
 /// splitmix64: seeded test data.

@@ -2,12 +2,11 @@
 //! lifecycle: load in chunks, list, activate on both engines, deactivate, unload.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use csx_host::proto::{EngineKind, ProgramIndex, ProgramState, ProgramType};
 use csx_host::{CallError, ExecuteRequest};
+use csx_testkit::tools;
 
 use crate::Fixture;
 
@@ -124,28 +123,7 @@ pub fn compile(body: &str) -> Vec<u8> {
 
 /// Compiles a whole C source to a BPF object.
 pub fn compile_uncached(source: &str) -> Vec<u8> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let src: PathBuf = dir.path().join("prog.c");
-    let obj = dir.path().join("prog.o");
-    std::fs::write(&src, source).unwrap();
-    let out = match Command::new("clang")
-        .args(["-O2", "-target", "bpf", "-c"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            panic!("clang is needed to compile the test programs ({e}); run scripts/setup.sh")
-        }
-    };
-    assert!(
-        out.status.success(),
-        "clang failed:\n{}\n{source}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(&obj).unwrap()
+    tools::compile_bpf_source(tools::clang(), source, std::iter::empty::<&str>())
 }
 
 /// Loads and activates `body` in the first free slot.

@@ -21,6 +21,7 @@ pub const CSX_TRACE: u32 = 7;
 pub const CSX_FILTER_U32: u32 = 16;
 pub const CSX_FILTER_U64: u32 = 17;
 pub const CSX_SORT_U64: u32 = 18;
+pub const CSX_MERGE_U64: u32 = 19;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +131,14 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         version: 1,
         c_decl: "long csx_sort_u64(void *data, unsigned long len);",
         doc: "accelerated sort of len/8 little-endian u64s in place, ascending; returns the count",
+    },
+    FunctionSpec {
+        id: CSX_MERGE_U64,
+        name: "csx_merge_u64",
+        args: &[PtrOut { len_arg: 1 }, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_merge_u64(void *data, unsigned long len, unsigned long split);",
+        doc: "accelerated merge of the sorted u64 runs data[0, split) and data[split, len) in place, ascending; returns the count",
     },
 ];
 

@@ -183,6 +183,16 @@ fn op() -> impl Strategy<Value = Op> {
             })
         )
             .prop_map(|(path, offset, src)| Op::FileWriteFromMem { path, offset, src }),
+        path().prop_map(|path| Op::DirCreate { path }),
+        path().prop_map(|path| Op::DirRemove { path }),
+        (path(), path()).prop_map(|(from, to)| Op::FileRename { from, to }),
+        (
+            prop_oneof![Just("/".to_string()), path()],
+            text(64),
+            1u32..=FILE_LIST_ENTRIES_MAX as u32
+        )
+            .prop_map(|(dir, after, max)| Op::DirRead { dir, after, max }),
+        prop_oneof![Just("/".to_string()), path()].prop_map(|path| Op::PathStat { path }),
     ]
 }
 
@@ -349,6 +359,22 @@ fn reply() -> impl Strategy<Value = Reply> {
         }),
         (any::<u64>(), vec(text(TRACE_MESSAGE_SIZE_MAX), 0..4))
             .prop_map(|(fuel_used, trace)| Reply::Execute(ExecuteInfo { fuel_used, trace })),
+        (
+            vec((text(64), any::<bool>(), any::<u64>(), any::<u64>()), 0..8),
+            any::<bool>()
+        )
+            .prop_map(|(e, truncated)| Reply::Entries {
+                entries: e
+                    .into_iter()
+                    .map(|(name, dir, size_bytes, modified_ns)| DirEntryInfo {
+                        name,
+                        kind: if dir { EntryKind::Dir } else { EntryKind::File },
+                        size_bytes,
+                        modified_ns,
+                    })
+                    .collect(),
+                truncated
+            }),
     ]
 }
 
@@ -464,5 +490,5 @@ fn every_opcode_is_generated() {
         let cmd = command().new_tree(&mut runner).unwrap().current();
         seen.insert(cmd.op.opcode());
     }
-    assert_eq!(seen.len(), 26, "opcodes seen: {seen:x?}");
+    assert_eq!(seen.len(), 31, "opcodes seen: {seen:x?}");
 }

@@ -1,6 +1,6 @@
 //! The embedded devices this process runs, one per state directory.
 //!
-//! A device locks its state directory, so a second `csx_device::Device::open` of the
+//! A device locks its state directory, so a second `csx_device::DeviceRuntime::open` of the
 //! same directory in the same process would fail. Instead, every opener of a directory
 //! shares one [`Embedded`] through this registry and gets its own queue pair on it.
 //!
@@ -13,13 +13,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use csx_device::{Device, DeviceConfig, DeviceError};
+use csx_device::{DeviceConfig, DeviceError, DeviceRuntime};
 
 /// A running embedded device, shared by its queue pairs.
 #[derive(Debug)]
 pub struct Embedded {
     key: PathBuf,
-    device: Option<Device>,
+    device: Option<DeviceRuntime>,
 }
 
 type Registry = HashMap<PathBuf, Weak<Embedded>>;
@@ -40,7 +40,7 @@ fn key_of(dir: &Path) -> PathBuf {
 impl Embedded {
     /// The device in `dir`, opening it if this process has not.
     pub fn open(dir: &Path) -> Result<Arc<Embedded>, DeviceError> {
-        Embedded::get_or_start(dir, || Device::open(dir))
+        Embedded::get_or_start(dir, || DeviceRuntime::open(dir))
     }
 
     /// Creates a device in `dir` (which must not hold one) and opens it.
@@ -48,7 +48,7 @@ impl Embedded {
         let mut started = false;
         let e = Embedded::get_or_start(dir, || {
             started = true;
-            Device::init(dir, config)
+            DeviceRuntime::init(dir, config)
         })?;
         if !started {
             // The directory already runs in this process: it holds a device.
@@ -61,7 +61,7 @@ impl Embedded {
 
     fn get_or_start(
         dir: &Path,
-        start: impl FnOnce() -> Result<Device, DeviceError>,
+        start: impl FnOnce() -> Result<DeviceRuntime, DeviceError>,
     ) -> Result<Arc<Embedded>, DeviceError> {
         let key = key_of(dir);
         loop {
@@ -90,7 +90,7 @@ impl Embedded {
     }
 
     /// The running device.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &DeviceRuntime {
         self.device.as_ref().expect("present until dropped")
     }
 

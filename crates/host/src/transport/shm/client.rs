@@ -362,6 +362,8 @@ fn is_listing(op: &Op) -> bool {
             | Op::ListPrograms
             | Op::Identify
             | Op::FileStat { .. }
+            | Op::DirRead { .. }
+            | Op::PathStat { .. }
     )
 }
 

@@ -338,6 +338,7 @@ pub enum SqeFrame {
 }
 
 impl Sqe {
+    #[inline]
     pub fn encode(&self) -> [u8; SQE_SIZE] {
         let mut b = [0u8; SQE_SIZE];
         put32(&mut b, 4, self.queue_id);
@@ -372,6 +373,7 @@ impl Sqe {
         b
     }
 
+    #[inline]
     pub fn decode(b: &[u8; SQE_SIZE]) -> Result<Sqe, ShmFramingError> {
         let flags = b[0];
         if flags & !SQE_FRAME_OUT_OF_LINE != 0 {
@@ -439,6 +441,7 @@ pub struct Cqe {
 }
 
 impl Cqe {
+    #[inline]
     pub fn encode(&self) -> [u8; CQE_SIZE] {
         let mut b = [0u8; CQE_SIZE];
         put64(&mut b, 0, self.cid);
@@ -450,6 +453,7 @@ impl Cqe {
         b
     }
 
+    #[inline]
     pub fn decode(b: &[u8; CQE_SIZE]) -> Result<Cqe, ShmFramingError> {
         let flags = u32_at(b, 8);
         if flags & !CQE_FLAGS_KNOWN != 0 {

@@ -21,6 +21,7 @@ pub struct ShmMetrics {
 }
 
 impl ShmMetrics {
+    #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

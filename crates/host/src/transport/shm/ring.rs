@@ -81,6 +81,7 @@ impl Region {
 
     /// Bytes mapped (never 0: `map` refuses empty files).
     #[allow(clippy::len_without_is_empty)]
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -91,12 +92,14 @@ impl Region {
     }
 
     /// Whether `len` bytes at `offset` lie inside the mapping.
+    #[inline]
     pub fn contains(&self, offset: u64, len: u64) -> bool {
         offset
             .checked_add(len)
             .is_some_and(|end| end <= self.len as u64)
     }
 
+    #[inline]
     fn check(&self, offset: usize, len: usize) {
         assert!(
             self.contains(offset as u64, len as u64),
@@ -106,6 +109,7 @@ impl Region {
     }
 
     /// The control word at `offset` (4-aligned, inside the mapping).
+    #[inline]
     pub fn word(&self, offset: usize) -> &AtomicU32 {
         self.check(offset, 4);
         assert_eq!(offset % 4, 0, "control words are 4-aligned");
@@ -118,6 +122,7 @@ impl Region {
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the region.
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) {
         self.check(offset, dst.len());
         // SAFETY: the source range lies inside the mapping (checked); `dst` is private
@@ -133,6 +138,7 @@ impl Region {
     }
 
     /// Copies `src` into the region at `offset`.
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) {
         self.check(offset, src.len());
         // SAFETY: the target range lies inside the mapping (checked) and is writable

@@ -21,6 +21,7 @@ pub struct TcpMetrics {
 }
 
 impl TcpMetrics {
+    #[inline]
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

@@ -1,0 +1,7 @@
+//! csx-array's integration suite: arrays of embedded members and of tcp daemons served
+//! in-process on loopback.
+
+mod common;
+mod files;
+mod locks;
+mod sort;

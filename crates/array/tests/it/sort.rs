@@ -1,0 +1,280 @@
+//! The distributed merge sort: every mode and topology gives the host's sort, byte for
+//! byte; merges wait on the sorts' locks; link accounting tells D2D from host copies;
+//! a member failing mid-sort is a typed error naming it, and a re-run succeeds.
+
+use std::sync::Mutex;
+
+use csx_array::{sort, Array, ArrayError, Placement, SortEvent, SortMode, SortOptions, Topology};
+
+use crate::common::{embedded, keys, Daemon};
+
+fn sorted(data: &[u8]) -> Vec<u8> {
+    let mut v: Vec<u64> = data
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    v.sort_unstable();
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn opts(mode: SortMode, topology: Topology, output: &str) -> SortOptions {
+    SortOptions {
+        mode,
+        topology,
+        output: Some(output.to_string()),
+    }
+}
+
+/// Every MergeRead of a member's run comes after that member's Sorted.
+fn merges_follow_sorts(events: &[SortEvent]) {
+    for (i, e) in events.iter().enumerate() {
+        if let SortEvent::MergeRead { from, .. } = e {
+            let sorted_before = events[..i]
+                .iter()
+                .any(|x| matches!(x, SortEvent::Sorted { member, .. } if member == from));
+            // Tree rounds after the first read merged runs, which follow all sorts of
+            // their inputs; the first read of each member's own run is the check.
+            assert!(
+                sorted_before,
+                "event {i} {e:?} before member {from} sorted: {events:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_mode_and_topology_sorts_byte_identically() {
+    let (_dir, array) = embedded(4);
+    // 100_003 keys over 4 members in 16 KiB stripes: uneven parts.
+    let data = keys(100_003, 42);
+    array
+        .put_bytes(
+            "/in",
+            &data,
+            Placement::Striped {
+                stripe_bytes: 16 << 10,
+            },
+        )
+        .unwrap();
+    let expect = sorted(&data);
+    let total = data.len() as u64;
+    for (mode, topo) in [
+        (SortMode::Instant, Topology::Chain),
+        (SortMode::Instant, Topology::Tree),
+        (SortMode::Host, Topology::Chain),
+        (SortMode::Host, Topology::Tree),
+    ] {
+        let out = format!("/out-{mode:?}-{topo:?}");
+        let report = sort(&array, "/in", &opts(mode, topo, &out), &|_| {}).unwrap();
+        assert_eq!(array.get_bytes(&out).unwrap(), expect, "{mode:?} {topo:?}");
+        assert_eq!(report.keys, 100_003);
+        assert_eq!(report.parts, 4);
+        merges_follow_sorts(&report.events);
+        let l = &report.links;
+        match mode {
+            SortMode::Instant => {
+                assert_eq!(
+                    l.host.ingress + l.host.egress,
+                    0,
+                    "D2D never crosses the host link"
+                );
+                assert!(l.d2d_bytes > 0);
+                assert_eq!(l.host_copies, 0);
+            }
+            SortMode::Host => {
+                assert_eq!(l.d2d_bytes, 0);
+                assert_eq!(l.host.ingress, l.host_copy_bytes, "in once ...");
+                assert_eq!(l.host.egress, l.host_copy_bytes, "... and out once more");
+            }
+        }
+        if topo == Topology::Chain {
+            // The chain moves every run but the merging member's own, once.
+            let own = array
+                .members()
+                .iter()
+                .map(|m| m.index)
+                .find(|&m| m == report.output_member)
+                .unwrap();
+            let moved = l.d2d_bytes + l.host_copy_bytes;
+            let parts = csx_array::array::piece_sizes(&array.stat("/in").unwrap());
+            let own_len = parts.iter().find(|p| p.0 == own).unwrap().1;
+            assert_eq!(moved, total - own_len);
+        }
+    }
+    // The input is untouched; sorting in place replaces it atomically.
+    assert_eq!(array.get_bytes("/in").unwrap(), data);
+    sort(
+        &array,
+        "/in",
+        &SortOptions {
+            mode: SortMode::Instant,
+            topology: Topology::Chain,
+            output: None,
+        },
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/in").unwrap(), expect);
+    assert!(
+        array.orphans().unwrap().is_empty(),
+        "no run or old piece is left"
+    );
+    assert!(array.locks().held().is_empty());
+}
+
+#[test]
+fn bad_inputs_are_typed() {
+    let (_dir, array) = embedded(2);
+    array
+        .put_bytes("/odd", &[1, 2, 3], Placement::Auto)
+        .unwrap();
+    let o = opts(SortMode::Instant, Topology::Chain, "/o");
+    assert!(matches!(
+        sort(&array, "/odd", &o, &|_| {}),
+        Err(ArrayError::NotKeys {
+            size: 3,
+            width: 8,
+            ..
+        })
+    ));
+    assert!(matches!(
+        sort(&array, "/missing", &o, &|_| {}),
+        Err(ArrayError::NotFound { .. })
+    ));
+    // Parts larger than one file write command (16 MiB) are written in chunks.
+    let big = keys((17 << 20) / 8 + 3, 11);
+    array.put_bytes("/big", &big, Placement::Member(0)).unwrap();
+    sort(&array, "/big", &o, &|_| {}).unwrap();
+    assert_eq!(array.get_bytes("/o").unwrap(), sorted(&big));
+    // No keys, and keys on one member only: both sort.
+    array.put_bytes("/empty", &[], Placement::Auto).unwrap();
+    sort(&array, "/empty", &o, &|_| {}).unwrap();
+    assert_eq!(array.get_bytes("/o").unwrap(), Vec::<u8>::new());
+    let one = keys(1000, 3);
+    array.put_bytes("/one", &one, Placement::Member(1)).unwrap();
+    for topology in [Topology::Chain, Topology::Tree] {
+        let r = sort(
+            &array,
+            "/one",
+            &opts(SortMode::Instant, topology, "/o1"),
+            &|_| {},
+        )
+        .unwrap();
+        assert_eq!((r.parts, r.output_member), (1, 1));
+        assert_eq!(array.get_bytes("/o1").unwrap(), sorted(&one));
+    }
+}
+
+#[test]
+fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing() {
+    let data = keys(60_000, 7);
+    let expect = sorted(&data);
+    // The embedded reference.
+    let (_dir, embedded_array) = embedded(3);
+    embedded_array
+        .put_bytes("/k", &data, Placement::Striped { stripe_bytes: 8192 })
+        .unwrap();
+    sort(
+        &embedded_array,
+        "/k",
+        &opts(SortMode::Instant, Topology::Chain, "/s"),
+        &|_| {},
+    )
+    .unwrap();
+    let embedded_out = embedded_array.get_bytes("/s").unwrap();
+    assert_eq!(embedded_out, expect);
+
+    let daemons: Vec<Daemon> = (0..3).map(|_| Daemon::start()).collect();
+    let uris: Vec<String> = daemons.iter().map(|d| d.uri.clone()).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("arr");
+    let array = Array::init_members(&root, &uris, Default::default()).unwrap();
+    array
+        .put_bytes("/k", &data, Placement::Striped { stripe_bytes: 8192 })
+        .unwrap();
+    sort(
+        &array,
+        "/k",
+        &opts(SortMode::Instant, Topology::Tree, "/s"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        array.get_bytes("/s").unwrap(),
+        embedded_out,
+        "daemons = embedded"
+    );
+
+    // Member 2 disappears once every sub-operation is submitted.
+    let daemons = Mutex::new(daemons);
+    let e = sort(
+        &array,
+        "/k",
+        &opts(SortMode::Instant, Topology::Chain, "/s2"),
+        &|ev| {
+            if matches!(ev, SortEvent::Submitted { .. }) {
+                daemons.lock().unwrap()[2].stop();
+            }
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.member(), Some(2), "the error names the member: {e}");
+    assert!(e.to_string().contains(&uris[2]), "{e}");
+    assert!(array.locks().held().is_empty(), "its locks are released");
+    assert!(
+        matches!(array.stat("/s2"), Err(ArrayError::NotFound { .. })),
+        "no output"
+    );
+    drop(array);
+
+    // The member comes back; a re-run succeeds with the same output.
+    daemons.lock().unwrap()[2].restart();
+    let array = Array::open(&root).unwrap();
+    assert_eq!(array.get_bytes("/k").unwrap(), data, "the input is intact");
+    sort(
+        &array,
+        "/k",
+        &opts(SortMode::Instant, Topology::Chain, "/s2"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/s2").unwrap(), expect);
+    array.close().unwrap();
+}
+
+#[test]
+fn the_plan_the_model_prices_is_what_a_real_sort_does() {
+    use csx_array::model::{even_parts, even_stripe, plan, price, SortModel};
+    for n in [2usize, 3, 4] {
+        let (_dir, array) = embedded(n);
+        let size = 40_000u64 * 8;
+        let data = keys(40_000, n as u64);
+        array
+            .put_bytes(
+                "/in",
+                &data,
+                Placement::Striped {
+                    stripe_bytes: even_stripe(size, n),
+                },
+            )
+            .unwrap();
+        for topo in [Topology::Chain, Topology::Tree] {
+            for mode in [SortMode::Instant, SortMode::Host] {
+                let report = sort(&array, "/in", &opts(mode, topo, "/o"), &|_| {}).unwrap();
+                let key = |e: &SortEvent| format!("{e:?}");
+                let mut real: Vec<String> = report.events.iter().map(key).collect();
+                let mut planned: Vec<String> =
+                    plan(&even_parts(size, n), topo).iter().map(key).collect();
+                real.sort();
+                planned.sort();
+                assert_eq!(real, planned, "{n} members, {mode:?} {topo:?}");
+                // And so their prices agree.
+                let m = SortModel::thesis(125_000_000);
+                assert_eq!(
+                    price(&report.events, mode, &m),
+                    price(&plan(&even_parts(size, n), topo), mode, &m)
+                );
+            }
+        }
+    }
+}

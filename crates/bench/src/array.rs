@@ -1,0 +1,569 @@
+//! `csx bench array`: INSTANT against the Intel OAS baseline (the thesis's §5.2) on csx
+//! arrays, in modelled time, plus a wall-time run against a host parallel sort.
+//!
+//! **Grid.** For 2, 4 and 8 members and sizes from 32 KiB to 512 MiB (powers of two, the
+//! thesis's 15 sizes), a merge sort of random u64 keys striped evenly over the members,
+//! three ways: `instant` chain (the thesis's INSTANT), `host` chain (its OAS baseline) and
+//! `instant` tree (our improvement). Each is priced at the thesis's link speeds (20 Mbit/s
+//! to 40 Gbit/s and unlimited) with `csx_array::model` (thesis calibration). Sizes up to
+//! `--real-max` are sorted for real on embedded arrays: the outputs must equal a host
+//! sort and each other, and the sort's log must equal the plan the larger sizes are
+//! priced from (else the benchmark fails), so every priced log is one the sort really
+//! produces. Modelled times do not depend on this machine.
+//!
+//! **Wall time** (`--wall SIZE`): SIZE bytes of random u64 on 4 embedded members, sorted
+//! with the instant chain and tree, against rayon's `par_sort_unstable` on the host over
+//! the same keys; outputs compared. The data is on the members before the clock starts;
+//! the sort's time ends when its output is committed on a member (not read back).
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use csx_array::model::{
+    even_parts, even_stripe, plan, price, ModelledSort, SortModel, THESIS_GAINS,
+};
+use csx_array::{sort, Array, LinkModel, Placement, SortEvent, SortMode, SortOptions, Topology};
+use csx_host::size::parse_size;
+use csx_host::transport::inproc::DeviceConfig;
+use serde::Serialize;
+
+use super::plot::BarChart;
+use crate::exit;
+
+/// The thesis's link speeds (bits per second; 0: unlimited), as it labels them.
+const LINKS: [(&str, u64); 11] = [
+    ("20 Mbit/s", 20_000_000),
+    ("50 Mbit/s", 50_000_000),
+    ("100 Mbit/s", 100_000_000),
+    ("200 Mbit/s", 200_000_000),
+    ("500 Mbit/s", 500_000_000),
+    ("1 Gbit/s", 1_000_000_000),
+    ("5 Gbit/s", 5_000_000_000),
+    ("10 Gbit/s", 10_000_000_000),
+    ("20 Gbit/s", 20_000_000_000),
+    ("40 Gbit/s", 40_000_000_000),
+    ("unlimited", 0),
+];
+
+/// Run the array benchmark (SCANCOMS/INSTANT's merge sort).
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  csx bench array
+  csx bench array --json --plots docs/plots
+  csx bench array --real-max 16MiB --latency-us 100
+  csx bench array --wall 1GiB")]
+pub struct ArrayBenchArgs {
+    /// Member counts.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+    disks: Vec<usize>,
+    /// Largest size of the grid (from 32 KiB, doubling).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "512MiB")]
+    max_size: u64,
+    /// Sizes up to this are sorted for real (and their logs checked against the plan).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "2MiB")]
+    real_max: u64,
+    /// Command latency of the link model, µs (the thesis gives none; csx's default 10).
+    #[arg(long, value_name = "US", default_value_t = 10)]
+    latency_us: u64,
+    /// Also sort SIZE bytes on 4 embedded members in wall time against rayon's
+    /// par_sort_unstable on the host.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    wall: Option<u64>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Write SVG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<std::path::PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Row {
+    disks: usize,
+    size_bytes: u64,
+    /// `run`: priced from a real sort's log; `plan`: from the plan.
+    source: &'static str,
+    link: &'static str,
+    link_bits_per_sec: u64,
+    host_chain: ModelledSort,
+    instant_chain: ModelledSort,
+    instant_tree: ModelledSort,
+    /// (host chain - instant chain) / host chain, %.
+    gain_pct: f64,
+    /// (host chain - instant tree) / host chain, %.
+    tree_gain_pct: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct ThesisRow {
+    disks: usize,
+    link_gbit_per_sec: u64,
+    thesis_gain_pct: f64,
+    modelled_gain_pct: f64,
+    difference_pp: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct Wall {
+    size_bytes: u64,
+    members: usize,
+    instant_chain_ns: u64,
+    instant_tree_ns: u64,
+    host_par_sort_unstable_ns: u64,
+    /// Best of the array's two over the host's.
+    ratio: f64,
+    outputs_equal: bool,
+}
+
+fn gain(host: &ModelledSort, other: &ModelledSort) -> f64 {
+    100.0 * (host.total_ns as f64 - other.total_ns as f64) / host.total_ns as f64
+}
+
+fn keys(count: usize, seed: u64) -> Vec<u64> {
+    let mut x = seed | 1;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect()
+}
+
+fn to_bytes(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|k| k.to_le_bytes()).collect()
+}
+
+fn member_config(size: u64, n: usize) -> DeviceConfig {
+    let part = size.div_ceil(n as u64);
+    DeviceConfig {
+        // Input piece, run, two outputs (the new one is written before the old one is
+        // deleted) and room: sparse, so cheap.
+        nvm_size_bytes: (3 * part + 2 * size + (64 << 20)).next_multiple_of(4096),
+        slm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
+        state_size_bytes: 1 << 16,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    }
+}
+
+/// Sorts `size` bytes for real on `n` embedded members three ways; checks the outputs
+/// and the logs; returns the three logs (host chain, instant chain, instant tree).
+fn real_logs(n: usize, size: u64) -> anyhow::Result<[Vec<SortEvent>; 3]> {
+    let tmp = tempfile::tempdir().context("temporary directory")?;
+    let array = Array::init_embedded(
+        &tmp.path().join("arr"),
+        n,
+        member_config(size, n),
+        LinkModel::default(),
+    )?;
+    let mut data = keys((size / 8) as usize, size ^ n as u64);
+    array.put_bytes(
+        "/in",
+        &to_bytes(&data),
+        Placement::Striped {
+            stripe_bytes: even_stripe(size, n),
+        },
+    )?;
+    data.sort_unstable();
+    let expect = to_bytes(&data);
+    let mut logs = Vec::new();
+    for (mode, topology) in [
+        (SortMode::Host, Topology::Chain),
+        (SortMode::Instant, Topology::Chain),
+        (SortMode::Instant, Topology::Tree),
+    ] {
+        let r = sort(
+            &array,
+            "/in",
+            &SortOptions {
+                mode,
+                topology,
+                output: Some("/out".into()),
+            },
+            &|_| {},
+        )?;
+        if array.get_bytes("/out")? != expect {
+            bail!("{n} members, {size} bytes, {mode:?} {topology:?}: the output is not the host's sort");
+        }
+        let key = |e: &SortEvent| format!("{e:?}");
+        let mut real: Vec<String> = r.events.iter().map(key).collect();
+        let mut planned: Vec<String> = plan(&even_parts(size, n), topology)
+            .iter()
+            .map(key)
+            .collect();
+        real.sort();
+        planned.sort();
+        if real != planned {
+            bail!("{n} members, {size} bytes, {mode:?} {topology:?}: the sort's log differs from the plan");
+        }
+        logs.push(r.events);
+    }
+    array.close()?;
+    Ok(logs.try_into().expect("three logs"))
+}
+
+fn wall(size: u64) -> anyhow::Result<Wall> {
+    use rayon::slice::ParallelSliceMut as _;
+    let n = 4;
+    let tmp = tempfile::tempdir().context("temporary directory")?;
+    let mut config = member_config(size, n);
+    config.engines = None;
+    let array = Array::init_embedded(&tmp.path().join("arr"), n, config, LinkModel::default())?;
+    let data = keys((size / 8) as usize, 0x5eed);
+    array.put_bytes(
+        "/in",
+        &to_bytes(&data),
+        Placement::Striped {
+            stripe_bytes: even_stripe(size, n),
+        },
+    )?;
+    let mut times = Vec::new();
+    for topology in [Topology::Chain, Topology::Tree] {
+        let r = sort(
+            &array,
+            "/in",
+            &SortOptions {
+                mode: SortMode::Instant,
+                topology,
+                output: Some("/out".into()),
+            },
+            &|_| {},
+        )?;
+        times.push(r.total_wall_ns);
+    }
+    let sorted = array.get_bytes("/out")?;
+    array.close()?;
+    drop(tmp);
+    let mut host = data;
+    let t = Instant::now();
+    host.par_sort_unstable();
+    let host_ns = t.elapsed().as_nanos() as u64;
+    let equal = to_bytes(&host) == sorted;
+    if !equal {
+        bail!("the array's sort differs from the host's par_sort_unstable");
+    }
+    let best = times[0].min(times[1]);
+    Ok(Wall {
+        size_bytes: size,
+        members: n,
+        instant_chain_ns: times[0],
+        instant_tree_ns: times[1],
+        host_par_sort_unstable_ns: host_ns,
+        ratio: best as f64 / host_ns as f64,
+        outputs_equal: equal,
+    })
+}
+
+pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
+    for &n in &args.disks {
+        if !(1..=csx_array::tag::MEMBERS_MAX).contains(&n) {
+            bail!("--disks {n}: between 1 and {}", csx_array::tag::MEMBERS_MAX);
+        }
+    }
+    let sizes: Vec<u64> = (0..)
+        .map(|i| (32u64 << 10) << i)
+        .take_while(|&s| s <= args.max_size)
+        .collect();
+    let mut rows = Vec::new();
+    for &n in &args.disks {
+        for &size in &sizes {
+            let (source, logs) = if size <= args.real_max {
+                if !args.json {
+                    eprintln!("bench array: sorting {size} bytes on {n} members (3 ways)");
+                }
+                ("run", real_logs(n, size)?)
+            } else {
+                let chain = plan(&even_parts(size, n), Topology::Chain);
+                let tree = plan(&even_parts(size, n), Topology::Tree);
+                ("plan", [chain.clone(), chain, tree])
+            };
+            for (link, bits) in LINKS {
+                let mut model = SortModel::thesis(bits / 8);
+                model.link.command_latency_ns = args.latency_us * 1000;
+                let host_chain = price(&logs[0], SortMode::Host, &model);
+                let instant_chain = price(&logs[1], SortMode::Instant, &model);
+                let instant_tree = price(&logs[2], SortMode::Instant, &model);
+                rows.push(Row {
+                    disks: n,
+                    size_bytes: size,
+                    source,
+                    link,
+                    link_bits_per_sec: bits,
+                    gain_pct: gain(&host_chain, &instant_chain),
+                    tree_gain_pct: gain(&host_chain, &instant_tree),
+                    host_chain,
+                    instant_chain,
+                    instant_tree,
+                });
+            }
+        }
+    }
+    let thesis: Vec<ThesisRow> = THESIS_GAINS
+        .iter()
+        .filter_map(|&(disks, gbps, t)| {
+            let r = rows.iter().find(|r| {
+                r.disks == disks
+                    && r.size_bytes == 512 << 20
+                    && r.link_bits_per_sec == gbps * 1_000_000_000
+            })?;
+            Some(ThesisRow {
+                disks,
+                link_gbit_per_sec: gbps,
+                thesis_gain_pct: t,
+                modelled_gain_pct: r.gain_pct,
+                difference_pp: r.gain_pct - t,
+            })
+        })
+        .collect();
+    let wall = args.wall.map(wall).transpose()?;
+    let model = SortModel::thesis(0);
+    if args.json {
+        println!(
+            "{:#}",
+            serde_json::json!({ "model": model, "latency_us": args.latency_us, "rows": rows,
+                                "thesis": thesis, "wall": wall })
+        );
+    } else {
+        print_tables(&rows, &thesis, wall.as_ref(), &args.disks, &sizes);
+    }
+    if let Some(dir) = &args.plots {
+        write_plots(dir, &rows, &thesis)?;
+        if !args.json {
+            println!("plots written to {}", dir.display());
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+fn size_label(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{}MB", b >> 20)
+    } else {
+        format!("{}KB", b >> 10)
+    }
+}
+
+fn print_tables(
+    rows: &[Row],
+    thesis: &[ThesisRow],
+    wall: Option<&Wall>,
+    disks: &[usize],
+    sizes: &[u64],
+) {
+    println!("INSTANT (chain) gain over the host-mediated baseline, % of modelled time");
+    for &n in disks {
+        println!(
+            "\n{n} disks     {}",
+            LINKS
+                .map(|l| format!("{:>10}", l.0.replace(" ", "")))
+                .join("")
+        );
+        for &size in sizes {
+            let cells: String = LINKS
+                .iter()
+                .map(|(_, bits)| {
+                    rows.iter()
+                        .find(|r| {
+                            r.disks == n && r.size_bytes == size && r.link_bits_per_sec == *bits
+                        })
+                        .map_or_else(
+                            || format!("{:>10}", "-"),
+                            |r| format!("{:>10.2}", r.gain_pct),
+                        )
+                })
+                .collect();
+            let src = rows
+                .iter()
+                .find(|r| r.disks == n && r.size_bytes == size)
+                .map_or("", |r| r.source);
+            println!("{:>7} {:>4} {cells}", size_label(size), src);
+        }
+    }
+    if !thesis.is_empty() {
+        println!("\n512 MB merge sort, gain of INSTANT over OAS (thesis Fig. 5.4) vs modelled:");
+        println!(
+            "{:>6} {:>10} {:>9} {:>9} {:>8}",
+            "disks", "link", "thesis", "modelled", "diff pp"
+        );
+        for t in thesis {
+            println!(
+                "{:>6} {:>6}Gbps {:>8.2}% {:>8.2}% {:>+8.2}",
+                t.disks,
+                t.link_gbit_per_sec,
+                t.thesis_gain_pct,
+                t.modelled_gain_pct,
+                t.difference_pp
+            );
+        }
+    }
+    let tree: Vec<&Row> = rows
+        .iter()
+        .filter(|r| {
+            r.size_bytes == sizes.last().copied().unwrap_or(0)
+                && r.link_bits_per_sec == 1_000_000_000
+        })
+        .collect();
+    for r in tree {
+        println!(
+            "tree merge, {} disks, {} at 1 Gbit/s: {:.2}% faster than the baseline (chain: {:.2}%)",
+            r.disks,
+            size_label(r.size_bytes),
+            r.tree_gain_pct,
+            r.gain_pct
+        );
+    }
+    if let Some(w) = wall {
+        println!(
+            "\nwall: {} on {} embedded members: instant chain {:.3} s, tree {:.3} s; host par_sort_unstable {:.3} s; ratio {:.2}",
+            size_label(w.size_bytes),
+            w.members,
+            w.instant_chain_ns as f64 / 1e9,
+            w.instant_tree_ns as f64 / 1e9,
+            w.host_par_sort_unstable_ns as f64 / 1e9,
+            w.ratio
+        );
+    }
+}
+
+fn write_plots(dir: &Path, rows: &[Row], thesis: &[ThesisRow]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let write = |name: &str, chart: BarChart| -> anyhow::Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, chart.to_svg()).with_context(|| format!("writing {}", path.display()))
+    };
+    if !thesis.is_empty() {
+        write(
+            "array-thesis.svg",
+            BarChart {
+                title: "512 MB merge sort: INSTANT gain over OAS, thesis vs modelled".into(),
+                y_label: "gain (%)".into(),
+                groups: thesis
+                    .iter()
+                    .map(|t| {
+                        (
+                            format!("{} disks, {} Gbit/s", t.disks, t.link_gbit_per_sec),
+                            vec![
+                                ("thesis (Fig. 5.4)".to_string(), t.thesis_gain_pct),
+                                ("csx model".to_string(), t.modelled_gain_pct),
+                            ],
+                        )
+                    })
+                    .collect(),
+                stacked: false,
+                log: false,
+            },
+        )?;
+    }
+    let largest = rows.iter().map(|r| r.size_bytes).max().unwrap_or(0);
+    let disks: Vec<usize> = {
+        let mut d: Vec<usize> = rows.iter().map(|r| r.disks).collect();
+        d.dedup();
+        d
+    };
+    write(
+        "array-gain-by-link.svg",
+        BarChart {
+            title: format!(
+                "{}: INSTANT chain gain over the baseline by link",
+                size_label(largest)
+            ),
+            y_label: "gain (%)".into(),
+            groups: LINKS
+                .iter()
+                .map(|(label, bits)| {
+                    (
+                        label.to_string(),
+                        disks
+                            .iter()
+                            .filter_map(|&n| {
+                                rows.iter()
+                                    .find(|r| {
+                                        r.disks == n
+                                            && r.size_bytes == largest
+                                            && r.link_bits_per_sec == *bits
+                                    })
+                                    .map(|r| (format!("{n} disks"), r.gain_pct))
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+            stacked: false,
+            log: false,
+        },
+    )?;
+    let first = disks.first().copied().unwrap_or(2);
+    write(
+        "array-merge-split.svg",
+        BarChart {
+            title: format!(
+                "{}, {first} disks, INSTANT: merge phase split (thesis Fig. 5.3)",
+                size_label(largest)
+            ),
+            y_label: "modelled ms".into(),
+            groups: LINKS
+                .iter()
+                .filter_map(|(label, bits)| {
+                    let r = rows.iter().find(|r| {
+                        r.disks == first && r.size_bytes == largest && r.link_bits_per_sec == *bits
+                    })?;
+                    let m = &r.instant_chain;
+                    Some((
+                        label.to_string(),
+                        vec![
+                            (
+                                "device-to-device transfer".to_string(),
+                                m.transfer_ns as f64 / 1e6,
+                            ),
+                            (
+                                "merge execution".to_string(),
+                                (m.merge_ns - m.transfer_ns) as f64 / 1e6,
+                            ),
+                        ],
+                    ))
+                })
+                .collect(),
+            stacked: true,
+            log: false,
+        },
+    )?;
+    write(
+        "array-gain-by-size.svg",
+        BarChart {
+            title: "INSTANT chain gain over the baseline by size, 1 Gbit/s".into(),
+            y_label: "gain (%)".into(),
+            groups: {
+                let mut sizes: Vec<u64> = rows.iter().map(|r| r.size_bytes).collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                sizes
+                    .iter()
+                    .map(|&s| {
+                        (
+                            size_label(s),
+                            disks
+                                .iter()
+                                .filter_map(|&n| {
+                                    rows.iter()
+                                        .find(|r| {
+                                            r.disks == n
+                                                && r.size_bytes == s
+                                                && r.link_bits_per_sec == 1_000_000_000
+                                        })
+                                        .map(|r| (format!("{n} disks"), r.gain_pct))
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect()
+            },
+            stacked: false,
+            log: false,
+        },
+    )?;
+    Ok(())
+}

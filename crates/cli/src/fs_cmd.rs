@@ -1,0 +1,166 @@
+//! `csx mount` and `csx umount`: the device's files as a file system (csx-fs, FUSE).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use csx_fs::{mount, MetalFs};
+
+use crate::{connect, exit, GlobalArgs};
+
+/// How often the foreground mount checks for a signal or an outside unmount.
+const POLL: Duration = Duration::from_millis(50);
+
+/// How long `csx mount` waits for its background mount to come up.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Mount the device's files at MOUNTPOINT (FUSE).
+///
+/// Every ordinary file operation works on device files: create, read, write, append,
+/// truncate, rename (files and directories), unlink, mkdir, rmdir, readdir, stat. `fsync`,
+/// and `close` of a file that was written, make the writes durable on the device. Works on
+/// an embedded device (a state directory: the mount process holds it) and on a served
+/// one (`shm://NAME`, `tcp://HOST:PORT`).
+///
+/// Without --foreground the mount runs in a background process and `csx mount` returns
+/// once it is live; `csx umount MOUNTPOINT` ends it. Needs /dev/fuse and root, or
+/// fusermount3 (scripts/setup.sh installs fuse3).
+///
+/// Example: csx --device /tmp/dev mount /mnt/csx && ls /mnt/csx && csx umount /mnt/csx
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// An existing, empty directory.
+    pub mountpoint: PathBuf,
+    /// Serve in this process until unmounted or interrupted (SIGINT/SIGTERM unmount; a
+    /// busy mount is detached and ends when its last open file closes).
+    #[arg(long)]
+    pub foreground: bool,
+    /// With the background mount: append the mount process's messages to this file.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+/// Unmount a `csx mount`.
+///
+/// Refuses (EBUSY) while files are open or a shell sits inside, unless --lazy: then the
+/// mount is detached at once and ends when the last user leaves. The mount process flushes
+/// the device and exits.
+#[derive(Debug, clap::Args)]
+pub struct UmountArgs {
+    /// The directory `csx mount` mounted.
+    pub mountpoint: PathBuf,
+    /// Detach now even if busy.
+    #[arg(long)]
+    pub lazy: bool,
+}
+
+pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    mount::check_mountpoint(&args.mountpoint)?;
+    if !args.foreground {
+        return spawn_background(&args, global);
+    }
+    let dev = connect::open(global)?;
+    let uri = dev.uri().to_string();
+    let fs = Arc::new(MetalFs::new(dev));
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
+    let mounted = mount::spawn(Arc::clone(&fs), &args.mountpoint)?;
+    eprintln!(
+        "csx: mounted {uri} at {} (pid {})",
+        args.mountpoint.display(),
+        std::process::id()
+    );
+    while !stop.load(Ordering::Acquire) && !mounted.is_finished() {
+        std::thread::sleep(POLL);
+    }
+    if !mounted.is_finished() {
+        // Interrupted: unmount; if files are open, detach and end when the last closes.
+        match mount::unmount(&args.mountpoint, false) {
+            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
+                eprintln!(
+                    "csx: {} is busy: detached; the mount ends when its last file closes",
+                    args.mountpoint.display()
+                );
+                mount::unmount(&args.mountpoint, true)?;
+            }
+            other => other?,
+        }
+    }
+    mounted.join()?;
+    let fs =
+        Arc::try_unwrap(fs).map_err(|_| anyhow::anyhow!("the mount still holds the device"))?;
+    fs.close().context("the device did not close cleanly")?;
+    eprintln!("csx: unmounted {}", args.mountpoint.display());
+    Ok(exit::SUCCESS)
+}
+
+fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let exe = std::env::current_exe().context("cannot find the csx executable")?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(uri) = &global.device {
+        cmd.arg("--device").arg(uri);
+    }
+    cmd.arg("mount").arg("--foreground").arg(&args.mountpoint);
+    let stderr = match &args.log {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open the log {}", path.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    // Its own process group: a Ctrl-C in this terminal does not reach the mount.
+    use std::os::unix::process::CommandExt as _;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the mount process")?;
+    let start = Instant::now();
+    loop {
+        if mount::is_mounted(&args.mountpoint)? {
+            println!(
+                "csx: mounted at {} (pid {}); unmount with: csx umount {}",
+                args.mountpoint.display(),
+                child.id(),
+                args.mountpoint.display()
+            );
+            return Ok(exit::SUCCESS);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "the mount process exited ({status}) before mounting {}{}",
+                args.mountpoint.display(),
+                if args.log.is_some() {
+                    "; see its log"
+                } else {
+                    "; run with --foreground to see why"
+                }
+            );
+        }
+        if start.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            bail!(
+                "the mount of {} did not come up within {}s",
+                args.mountpoint.display(),
+                START_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+pub fn run_umount(args: UmountArgs) -> anyhow::Result<u8> {
+    mount::unmount(&args.mountpoint, args.lazy)?;
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,256 @@
+//! `csx array` and the array side of put/get/ls/stat/rm, run as a user would.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::csx;
+
+fn run(args: &[&str]) -> Output {
+    let out = csx().args(args).output().expect("csx runs");
+    assert!(
+        out.status.success(),
+        "csx {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).expect("--json prints JSON")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp paths")
+}
+
+#[test]
+fn array_files_round_trip_with_tagged_extents() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    let info = json(&run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "3",
+        "--nvm-size",
+        "64MiB",
+        "--slm-size",
+        "16MiB",
+        "--engines",
+        "1",
+        "--link-bandwidth",
+        "1Gbps",
+        "--json",
+    ]));
+    assert_eq!(info["members"].as_array().unwrap().len(), 3);
+    assert_eq!(info["link"]["host_bytes_per_sec"], 125_000_000);
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    let local = tmp.path().join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    let device = format!("array:{}", s(&arr));
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/d/in",
+        "--stripe",
+        "16KiB",
+    ]);
+    run(&[
+        "--device",
+        s(&arr),
+        "put",
+        s(&local),
+        "/d/one",
+        "--member",
+        "2",
+    ]);
+
+    let st = json(&run(&["--device", &device, "stat", "/d/in", "--json"]));
+    assert_eq!(st["size_bytes"], 200_000);
+    let extents = st["extents"].as_array().unwrap();
+    let mut next = 0;
+    for e in extents {
+        assert_eq!(e["file_offset"], next);
+        let tag = e["tagged_addr"].as_u64().unwrap();
+        assert_eq!(
+            tag >> 55,
+            e["member"].as_u64().unwrap(),
+            "upper 9 bits: the disk"
+        );
+        assert_eq!(tag & ((1 << 55) - 1), e["sector"].as_u64().unwrap());
+        // Stripe k of 16 KiB lands on member k % 3.
+        assert_eq!(e["member"].as_u64().unwrap(), (next / 16384) % 3);
+        next += e["len"].as_u64().unwrap();
+    }
+    assert_eq!(next, 200_000);
+    let one = json(&run(&["--device", &device, "stat", "/d/one", "--json"]));
+    assert!(one["extents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["member"] == 2 && e["tagged_addr"].as_u64().unwrap() >> 55 == 2));
+
+    let out = tmp.path().join("out.bin");
+    run(&["--device", &device, "get", "/d/in", s(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    let ls = json(&run(&["--device", &device, "ls", "/d", "--json"]));
+    assert_eq!(ls.as_array().unwrap().len(), 2);
+    run(&["--device", &device, "rm", "/d/one"]);
+    let ls = json(&run(&["--device", &device, "ls", "--json"]));
+    assert_eq!(ls.as_array().unwrap().len(), 1);
+
+    // A distributed sort, both modes: byte-identical, and the reference order.
+    let keys: Vec<u8> = (0..30_000u64)
+        .flat_map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x1234).to_le_bytes())
+        .collect();
+    std::fs::write(&local, &keys).unwrap();
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/k",
+        "--stripe",
+        "8KiB",
+    ]);
+    let instant = json(&run(&[
+        "--device", &device, "sort", "/k", "--output", "/k.i", "--json",
+    ]));
+    assert_eq!(instant["keys"], 30_000);
+    assert_eq!(instant["links"]["host"]["ingress"], 0);
+    assert!(instant["modelled"]["total_ns"].as_u64().unwrap() > 0);
+    let host = json(&run(&[
+        "--device",
+        &device,
+        "sort",
+        "/k",
+        "--output",
+        "/k.h",
+        "--mode",
+        "host",
+        "--topology",
+        "tree",
+        "--json",
+    ]));
+    assert!(host["links"]["host_copy_bytes"].as_u64().unwrap() > 0);
+    // At 1 Gbit/s the host path is slower on the modelled clock.
+    assert!(host["modelled"]["merge_ns"].as_u64() > instant["modelled"]["merge_ns"].as_u64());
+    run(&["--device", &device, "get", "/k.i", s(&out)]);
+    let got_i = std::fs::read(&out).unwrap();
+    run(&["--device", &device, "get", "/k.h", s(&out)]);
+    assert_eq!(std::fs::read(&out).unwrap(), got_i);
+    let mut v: Vec<u64> = keys
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    v.sort_unstable();
+    let expect: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(got_i, expect);
+
+    // exec runs next to a single-member file (`r0 = r2`: window 0's length); a striped
+    // file is refused with a reason.
+    let prog = tmp.path().join("len.bin");
+    std::fs::write(
+        &prog,
+        [0xbf, 0x20, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0],
+    )
+    .unwrap();
+    run(&[
+        "--device",
+        &device,
+        "put",
+        s(&local),
+        "/single",
+        "--member",
+        "1",
+    ]);
+    let ex = json(&run(&[
+        "--device",
+        &device,
+        "exec",
+        s(&prog),
+        "--input",
+        "/single",
+        "--json",
+    ]));
+    assert_eq!(ex["r0"], keys.len() as u64, "{ex}");
+    let ex = json(&run(&[
+        "--device",
+        &device,
+        "exec",
+        s(&prog),
+        "--input",
+        "/single:8:16",
+        "--json",
+    ]));
+    assert_eq!(ex["r0"], 16, "{ex}");
+    let bad = csx()
+        .args(["--device", &device, "exec", s(&prog), "--input", "/k"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("striped over 3 members"));
+
+    // Bad input: typed messages naming the value and the limit.
+    let bad = csx()
+        .args([
+            "--device",
+            &device,
+            "put",
+            s(&local),
+            "/x",
+            "--stripe",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        msg.contains("stripe size is 1000") && msg.contains("4096"),
+        "{msg}"
+    );
+    let bad = csx()
+        .args(["--device", &device, "put", s(&local), "/x", "--member", "9"])
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(msg.contains("tag 9 names no member"), "{msg}");
+}
+
+#[test]
+fn bench_array_prices_real_sorts_and_the_thesis_grid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plots = tmp.path().join("plots");
+    let out = json(&run(&[
+        "bench",
+        "array",
+        "--disks",
+        "2,3",
+        "--max-size",
+        "64KiB",
+        "--real-max",
+        "64KiB",
+        "--json",
+        "--plots",
+        s(&plots),
+    ]));
+    let rows = out["rows"].as_array().unwrap();
+    // 2 member counts x 2 sizes (32, 64 KiB) x 11 links, all really sorted.
+    assert_eq!(rows.len(), 2 * 2 * 11);
+    assert!(rows.iter().all(|r| r["source"] == "run"));
+    for r in rows {
+        let host = r["host_chain"]["total_ns"].as_u64().unwrap();
+        let instant = r["instant_chain"]["total_ns"].as_u64().unwrap();
+        assert!(instant < host, "instant is faster: {r}");
+        assert_eq!(r["host_chain"]["sort_ns"], r["instant_chain"]["sort_ns"]);
+    }
+    // No 512 MB rows here, so no thesis comparison; the plots exist.
+    assert_eq!(out["thesis"].as_array().unwrap().len(), 0);
+    assert!(plots.join("array-gain-by-link.svg").is_file());
+}

@@ -1,0 +1,81 @@
+//! [`RawBuffer`]: a fixed-size heap byte buffer reached through a raw pointer, the
+//! backing store of the memory namespace ([`crate::slm`]) and of the shared state
+//! ([`crate::state`]).
+//!
+//! Both need bytes that several threads touch at once in disjoint (SLM leases) or
+//! deliberately racy (programs writing the shared state through the VM) ways, which
+//! no `&mut [u8]` can express. The buffer itself never reads or writes its bytes; each
+//! user states, at each access, why it is sound (in `// SAFETY:` comments there).
+
+use std::ptr::NonNull;
+
+/// Heap bytes owned by the buffer and freed when it drops.
+pub(crate) struct RawBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain bytes it owns. It hands out only a raw pointer and
+// performs no access itself (the drop needs ownership), so moving it to or sharing it
+// with another thread cannot race; every access through the pointer is made, and
+// justified, by its user (SLM leases, the state gate).
+unsafe impl Send for RawBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for RawBuffer {}
+
+impl RawBuffer {
+    /// `len` zero bytes: large buffers are fresh anonymous pages the OS maps lazily.
+    pub(crate) fn zeroed(len: usize) -> RawBuffer {
+        RawBuffer::from_vec(vec![0u8; len])
+    }
+
+    /// The bytes of `bytes`, moved into the buffer.
+    pub(crate) fn from_vec(bytes: Vec<u8>) -> RawBuffer {
+        let len = bytes.len();
+        let boxed: Box<[u8]> = bytes.into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("Box never yields null");
+        RawBuffer { ptr, len }
+    }
+
+    /// Bytes in the buffer.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first byte. Valid for `len()` bytes while the buffer lives.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a `Box<[u8]>` of exactly
+        // `len` bytes in `from_vec`, and are turned back into that box once, here.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr.as_ptr(),
+                self.len,
+            )));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_its_bytes() {
+        let b = RawBuffer::from_vec(vec![1, 2, 3]);
+        assert_eq!(b.len(), 3);
+        // SAFETY: the buffer holds 3 bytes and nothing else touches them.
+        let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr(), b.len()) };
+        assert_eq!(bytes, [1, 2, 3]);
+        let z = RawBuffer::zeroed(4096);
+        // SAFETY: as above, 4096 bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), z.len()) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        assert_eq!(RawBuffer::zeroed(0).len(), 0);
+    }
+}

@@ -1,0 +1,235 @@
+//! The file system without FUSE: path operations on a device's file store, each failure an
+//! [`FsError`] with the errno the mount answers.
+//!
+//! Every operation is one or a few device commands, nothing is cached: what one caller
+//! changes, every other caller of the same device (another mount, `csx put`) sees at its
+//! next call. Writes go to the device as they come; [`MetalFs::sync`] (the mount's
+//! `fsync` and `close` of a written file) is the device's flush, after which they survive
+//! a crash of the device (see the file store's crash rules).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use csx_host::{CallError, Device};
+use csx_proto::limits::{FILE_IO_SIZE_MAX, FILE_LIST_ENTRIES_MAX};
+use csx_proto::{DirEntryInfo, EntryKind, FieldError, Op, Reply, WriteMode};
+
+/// Entries asked for per directory page.
+const DIR_PAGE: u32 = 4096;
+const _: () = assert!(DIR_PAGE as usize <= FILE_LIST_ENTRIES_MAX);
+
+/// A failed operation: the errno a mount answers and what went wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{message} (errno {errno})")]
+pub struct FsError {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl FsError {
+    pub fn new(errno: i32, message: impl Into<String>) -> FsError {
+        FsError {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<CallError> for FsError {
+    fn from(e: CallError) -> FsError {
+        FsError::new(errno_of(&e), e.to_string())
+    }
+}
+
+/// The errno of a failed device call.
+pub fn errno_of(e: &CallError) -> i32 {
+    match e {
+        CallError::NotFound(_) => libc::ENOENT,
+        CallError::FileExists(_) => libc::EEXIST,
+        CallError::NotEmpty(_) => libc::ENOTEMPTY,
+        CallError::NoSpace(_) => libc::ENOSPC,
+        CallError::OutOfRange(_) => libc::EFBIG,
+        CallError::InvalidField(f) => {
+            // The file store folds these into one status; its message names the case
+            // (`FileStoreError`'s Display: "is a directory", "is a file, not a directory").
+            let detail = f
+                .detail
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            if detail.contains("is a directory") {
+                libc::EISDIR
+            } else if detail.contains("not a directory") {
+                libc::ENOTDIR
+            } else if detail.contains("into itself") {
+                libc::EINVAL
+            } else if detail.contains("component is") || detail.contains("path is") {
+                libc::ENAMETOOLONG
+            } else {
+                libc::EINVAL
+            }
+        }
+        CallError::Invalid {
+            source: FieldError::TooLong { .. },
+            ..
+        } => libc::ENAMETOOLONG,
+        CallError::Invalid { .. } => libc::EINVAL,
+        _ => libc::EIO,
+    }
+}
+
+/// What is at a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub kind: EntryKind,
+    /// Bytes of a file; 0 for a directory.
+    pub size: u64,
+    pub modified: SystemTime,
+}
+
+impl Attr {
+    fn of(e: &DirEntryInfo) -> Attr {
+        Attr {
+            kind: e.kind,
+            size: e.size_bytes,
+            modified: UNIX_EPOCH + Duration::from_nanos(e.modified_ns),
+        }
+    }
+}
+
+/// One child of a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub attr: Attr,
+}
+
+/// Path operations on one device's file store. `Send + Sync`.
+#[derive(Debug)]
+pub struct MetalFs {
+    dev: Device,
+}
+
+impl MetalFs {
+    pub fn new(dev: Device) -> MetalFs {
+        MetalFs { dev }
+    }
+
+    /// The device underneath.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Closes the device (flushing an embedded one).
+    pub fn close(self) -> Result<(), FsError> {
+        Ok(self.dev.close()?)
+    }
+
+    /// What is at `path` (`/` is the root).
+    pub fn stat(&self, path: &str) -> Result<Attr, FsError> {
+        Ok(Attr::of(&self.dev.path_stat(path)?))
+    }
+
+    /// Every child of directory `dir`, in the device's key order.
+    pub fn list(&self, dir: &str) -> Result<Vec<Entry>, FsError> {
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let (page, more) = self.dev.read_dir(dir, &after, DIR_PAGE)?;
+            if let Some(last) = page.last() {
+                after = match last.kind {
+                    EntryKind::File => last.name.clone(),
+                    EntryKind::Dir => format!("{}/", last.name),
+                };
+            }
+            let empty = page.is_empty();
+            out.extend(page.iter().map(|e| Entry {
+                name: e.name.clone(),
+                attr: Attr::of(e),
+            }));
+            if !more || empty {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Creates an empty file at `path`; with `exclusive`, fails if it exists
+    /// (`EEXIST`), else leaves an existing file as it is.
+    pub fn create(&self, path: &str, exclusive: bool) -> Result<Attr, FsError> {
+        let mode = if exclusive {
+            WriteMode::CreateNew
+        } else {
+            WriteMode::Write
+        };
+        self.dev.client().call_ok(Op::FileWrite {
+            path: path.to_owned(),
+            offset: 0,
+            data: Vec::new(),
+            mode,
+        })?;
+        self.stat(path)
+    }
+
+    /// Up to `len` bytes of the file from `offset`; fewer only at its end.
+    pub fn read(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, FsError> {
+        let mut out = Vec::new();
+        let mut pos = offset;
+        let end = offset.saturating_add(len);
+        while pos < end {
+            let want = (end - pos).min(FILE_IO_SIZE_MAX);
+            let c = self.dev.client().call_ok(Op::FileRead {
+                path: path.to_owned(),
+                offset: pos,
+                len: want,
+            })?;
+            let Reply::Data(d) = c.reply else {
+                return Err(FsError::new(libc::EIO, "file-read answered without data"));
+            };
+            let got = d.len() as u64;
+            if out.is_empty() {
+                out = d;
+            } else {
+                out.extend_from_slice(&d);
+            }
+            pos += got;
+            if got < want {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` at `offset`, creating the file if missing, growing it if needed.
+    pub fn write(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
+        Ok(self.dev.write_file(path, offset, data)?)
+    }
+
+    /// Sets the file's size.
+    pub fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
+        Ok(self.dev.truncate_file(path, size)?)
+    }
+
+    /// Removes a file.
+    pub fn unlink(&self, path: &str) -> Result<(), FsError> {
+        Ok(self.dev.delete_file(path)?)
+    }
+
+    /// Makes a directory.
+    pub fn mkdir(&self, path: &str) -> Result<(), FsError> {
+        Ok(self.dev.mkdir(path)?)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<(), FsError> {
+        Ok(self.dev.rmdir(path)?)
+    }
+
+    /// Renames a file or directory (see [`Device::rename`]).
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
+        Ok(self.dev.rename(from, to)?)
+    }
+
+    /// Makes every change so far durable (the device's flush).
+    pub fn sync(&self) -> Result<(), FsError> {
+        Ok(self.dev.flush()?)
+    }
+}

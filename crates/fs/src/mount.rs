@@ -1,0 +1,230 @@
+//! Mounting and unmounting: a FUSE session over a [`MetalFs`], in the foreground or on a
+//! background thread, and the checks `csx mount` and `csx umount` need.
+//!
+//! Mounting needs `/dev/fuse` and either root (the mount system call, which `fuser` makes
+//! itself without libfuse) or `fusermount3` from the `fuse3` package
+//! (`scripts/setup.sh` installs it).
+
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
+
+use crate::core::MetalFs;
+use crate::fuse::FuseFs;
+
+/// How long [`Mounted::unmount`] retries a busy mount.
+pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Threads serving the kernel's requests: enough for several processes at once.
+pub const THREADS: usize = 4;
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.mount_options = vec![
+        MountOption::FSName("csx".to_owned()),
+        MountOption::Subtype("csx".to_owned()),
+        MountOption::DefaultPermissions,
+    ];
+    // Root may let every user in; others keep FUSE's owner-only default.
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        c.acl = SessionACL::All;
+    }
+    c.n_threads = Some(THREADS);
+    c
+}
+
+fn with_path<'a>(mountpoint: &'a Path, what: &str) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    let what = what.to_owned();
+    move |e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot {what} {}: {e}", mountpoint.display()),
+        )
+    }
+}
+
+/// A mount served on a background thread; unmounted by [`Mounted::unmount`] or drop.
+#[derive(Debug)]
+pub struct Mounted {
+    session: Option<BackgroundSession>,
+    mountpoint: PathBuf,
+}
+
+impl Mounted {
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the session ended (the mount was unmounted from outside, `csx umount`).
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// Waits for a session that [`Mounted::is_finished`].
+    pub fn join(mut self) -> io::Result<()> {
+        match self.session.take() {
+            Some(s) => s.join().map_err(with_path(&self.mountpoint, "serve")),
+            None => Ok(()),
+        }
+    }
+
+    /// Unmounts and waits for the session to end. A mount busy for a moment (a process
+    /// of this program forked while a file of the mount was open holds it until it execs)
+    /// is retried for up to [`BUSY_RETRY`] before `EBUSY` is returned.
+    pub fn unmount(mut self) -> io::Result<()> {
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        let start = std::time::Instant::now();
+        loop {
+            match unmount(&self.mountpoint, false) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ResourceBusy && start.elapsed() < BUSY_RETRY =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && s.guard.is_finished() => break,
+                other => {
+                    other?;
+                    break;
+                }
+            }
+        }
+        s.join().map_err(with_path(&self.mountpoint, "serve"))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}
+
+/// Mounts `fs` at `mountpoint` and serves it on background threads.
+pub fn spawn(fs: Arc<MetalFs>, mountpoint: &Path) -> io::Result<Mounted> {
+    check_mountpoint(mountpoint)?;
+    let session = Session::new(FuseFs::new(fs), mountpoint, &config())
+        .and_then(Session::spawn)
+        .map_err(with_path(mountpoint, "mount"))?;
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// Mounts `fs` at `mountpoint`, calls `ready` once the mount is live, and serves it until
+/// it is unmounted (`csx umount`, `umount`).
+pub fn run(fs: Arc<MetalFs>, mountpoint: &Path, ready: impl FnOnce()) -> io::Result<()> {
+    check_mountpoint(mountpoint)?;
+    let session = Session::new(FuseFs::new(fs), mountpoint, &config())
+        .map_err(with_path(mountpoint, "mount"))?;
+    ready();
+    session.run().map_err(with_path(mountpoint, "serve"))
+}
+
+/// Checks that `mountpoint` is an existing directory and not already a csx mount.
+pub fn check_mountpoint(mountpoint: &Path) -> io::Result<()> {
+    let meta = fs::metadata(mountpoint).map_err(with_path(mountpoint, "use mount point"))?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("mount point {} is not a directory", mountpoint.display()),
+        ));
+    }
+    if is_mounted(mountpoint)? {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} is already a csx mount", mountpoint.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a csx FUSE file system is mounted at `mountpoint` (from `/proc/self/mountinfo`).
+pub fn is_mounted(mountpoint: &Path) -> io::Result<bool> {
+    let target = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let info = fs::read("/proc/self/mountinfo")?;
+    Ok(info.split(|&b| b == b'\n').any(|line| {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        // Field 5 is the mount point (octal-escaped); after " - " come the type (`fuse`, or
+        // `fuse.csx` through fusermount) and the source (`csx`).
+        let Some(dash) = fields.iter().position(|f| *f == b"-") else {
+            return false;
+        };
+        fields.len() > dash + 2
+            && fields
+                .get(4)
+                .is_some_and(|m| unescape(m) == target.as_os_str().as_bytes())
+            && (fields[dash + 1] == b"fuse.csx"
+                || (fields[dash + 1] == b"fuse" && fields[dash + 2] == b"csx"))
+    }))
+}
+
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        if field[i] == b'\\'
+            && i + 4 <= field.len()
+            && field[i + 1..i + 4].iter().all(u8::is_ascii_digit)
+        {
+            let code =
+                (field[i + 1] - b'0') * 64 + (field[i + 2] - b'0') * 8 + (field[i + 3] - b'0');
+            out.push(code);
+            i += 4;
+        } else {
+            out.push(field[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Unmounts the csx mount at `mountpoint`: the `umount2` system call as root, else
+/// `fusermount3 -u`. A busy mount (open files, a shell inside) is refused with `EBUSY`
+/// unless `lazy`, which detaches it now and lets the kernel finish when it is idle.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    if !is_mounted(mountpoint)? {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} is not a csx mount", mountpoint.display()),
+        ));
+    }
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let rc = unsafe { libc::umount2(c.as_ptr(), flags) };
+        if rc != 0 {
+            return Err(with_path(mountpoint, "unmount")(io::Error::last_os_error()));
+        }
+        return Ok(());
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let status = cmd.arg(mountpoint).status().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot run fusermount3 (install fuse3: scripts/setup.sh): {e}"),
+        )
+    })?;
+    if !status.success() {
+        return Err(io::Error::other(format!(
+            "fusermount3 -u {} failed: {status}",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
+}
