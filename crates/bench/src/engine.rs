@@ -1,4 +1,5 @@
-//! The VM engines a benchmark builds: verification and engine construction, timed.
+//! The VM engines a benchmark or `csx vm` builds: verification and engine construction,
+//! timed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,12 +10,23 @@ use csx_ebpf::helper::FunctionTable;
 use csx_ebpf::program::{Program, VerifiedProgram};
 
 /// Which engine runs the program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EngineKind {
     /// The reference interpreter.
     Interp,
     /// The Cranelift JIT.
     Jit,
+}
+
+impl EngineKind {
+    /// The name printed and written to JSON: `interp` or `jit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Interp => "interp",
+            EngineKind::Jit => "jit",
+        }
+    }
 }
 
 /// Verifies `program` against `functions`.

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 
 mod array;
 mod device;
-mod engine;
+pub mod engine;
 mod lambda;
 mod latency;
 pub mod measure;

@@ -9,7 +9,7 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
@@ -37,24 +37,7 @@ enum VmCommand {
     ConformancePlugin(PluginArgs),
 }
 
-/// Which engine runs the program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineKind {
-    /// The reference interpreter.
-    Interp,
-    /// The Cranelift JIT.
-    Jit,
-}
-
-impl EngineKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Interp => "interp",
-            EngineKind::Jit => "jit",
-        }
-    }
-}
+pub use csx_bench::engine::{build_engine, verify_program, EngineKind};
 
 /// `--interp | --jit`.
 #[derive(Debug, Clone, Copy, Args)]
@@ -206,38 +189,6 @@ pub fn load_program(
         }
         csx_ebpf::loader::load_raw(label, bytes)
             .with_context(|| format!("loading raw bytecode {label}"))
-    }
-}
-
-/// Verifies `program` against `functions`.
-pub fn verify_program(
-    label: &str,
-    program: Program,
-    functions: Arc<FunctionTable>,
-) -> anyhow::Result<Arc<VerifiedProgram>> {
-    let verified = csx_ebpf::verifier::verify(program, functions)
-        .with_context(|| format!("verifying {label}"))?;
-    Ok(Arc::new(verified))
-}
-
-/// An engine for `program`, and how long building it took (JIT compile time).
-pub fn build_engine(
-    kind: EngineKind,
-    program: Arc<VerifiedProgram>,
-) -> anyhow::Result<(Box<dyn Engine>, Duration)> {
-    match kind {
-        EngineKind::Interp => {
-            let started = Instant::now();
-            let engine = csx_ebpf::interp::Interpreter::new(program);
-            Ok((Box::new(engine), started.elapsed()))
-        }
-        EngineKind::Jit => {
-            let name = program.name().to_string();
-            let jit = csx_ebpf_jit::JitProgram::compile(program)
-                .with_context(|| format!("JIT-compiling {name}"))?;
-            let took = jit.compile_time();
-            Ok((Box::new(jit), took))
-        }
     }
 }
 
