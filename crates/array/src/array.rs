@@ -33,6 +33,22 @@ pub const STRIPE_MAX: u64 = 1 << 30;
 /// member).
 pub const STRIPE_BUFFER_BYTES: u64 = 64 << 20;
 
+/// How a file of `layout` is cut: the stripe size, the members in stripe order, and the
+/// bytes one round of a copy moves (whole stripe groups, about `STRIPE_BUFFER_BYTES`).
+/// A single-member file is one "stripe" of four maximal file I/Os.
+fn stripe_geometry(layout: &Layout) -> (u64, Vec<u16>, u64) {
+    let (stripe, order) = match layout {
+        Layout::Single { member } => (FILE_IO_SIZE_MAX * 4, vec![*member]),
+        Layout::Striped {
+            stripe_bytes,
+            members,
+        } => (*stripe_bytes, members.clone()),
+    };
+    let group = stripe * order.len() as u64;
+    let buf_len = group * (STRIPE_BUFFER_BYTES / group).max(1);
+    (stripe, order, buf_len)
+}
+
 /// Where [`Array::put_bytes`] and [`Array::put_file`] place a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -547,16 +563,8 @@ impl Array {
                 .put_bytes(&mpath, &[])
                 .map_err(self.member_error(m, "file-write"))?;
         }
-        let (stripe, order) = match &entry.layout {
-            Layout::Single { member } => (FILE_IO_SIZE_MAX * 4, vec![*member]),
-            Layout::Striped {
-                stripe_bytes,
-                members,
-            } => (*stripe_bytes, members.clone()),
-        };
+        let (stripe, order, buf_len) = stripe_geometry(&entry.layout);
         let n = order.len() as u64;
-        let group = stripe * n;
-        let buf_len = group * (STRIPE_BUFFER_BYTES / group).max(1);
         let mut done = 0u64;
         while done < size {
             let len = buf_len.min(size - done);
@@ -646,16 +654,8 @@ impl Array {
     ) -> Result<(), ArrayError> {
         let mpath = self.member_path(entry.id);
         let size = entry.size_bytes;
-        let (stripe, order) = match &entry.layout {
-            Layout::Single { member } => (FILE_IO_SIZE_MAX * 4, vec![*member]),
-            Layout::Striped {
-                stripe_bytes,
-                members,
-            } => (*stripe_bytes, members.clone()),
-        };
+        let (stripe, order, buf_len) = stripe_geometry(&entry.layout);
         let n = order.len() as u64;
-        let group = stripe * n;
-        let buf_len = group * (STRIPE_BUFFER_BYTES / group).max(1);
         let mut done = 0u64;
         while done < size {
             let len = buf_len.min(size - done);
