@@ -113,3 +113,24 @@ class Server:
 def build(source: str, name: str = "program") -> bytes: ...
 def sdk_program(name: str) -> bytes: ...
 def sdk_programs() -> List[str]: ...
+
+class ScanChunk:
+    rows: int
+    columns: List[Buffer]
+    bytes_to_host: int
+    bytes_staged: int
+    modelled_ns: int
+    execute_modelled_ns: int
+    execute_ns: int
+    fuel_used: int
+
+def scan_chunk(
+    device: Device,
+    slot: int,
+    inputs: List[Tuple[str, int]],
+    first_row: int,
+    rows: int,
+    out_widths: List[int],
+    fuel: Optional[int] = None,
+) -> ScanChunk: ...
+def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...

@@ -49,6 +49,7 @@ __all__ = [
     "column_from_buffer",
     "read_column",
     "read_table",
+    "put_table",
 ]
 
 FORMAT_NAME = "csx-columnar"
@@ -259,3 +260,91 @@ def _column_names(columns: Any) -> List[str]:
     if not columns:
         raise ValueError("columns is empty")
     return list(columns)
+
+
+# -- writing ------------------------------------------------------------------------
+
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not (1 <= len(name) <= 64) or not set(name) <= _NAME_OK:
+        raise ValueError(f"{kind} name {name!r} must be 1 to 64 characters of a-z, 0-9 and _")
+
+
+def _encode_column(name: str, arr: Any) -> "tuple[Column, bytes, Optional[bytes]]":
+    """(schema column, column bytes, dictionary bytes) of an Arrow array."""
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        raise ValueError(f"column {name} has {arr.null_count} nulls; the columnar format has no nulls")
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = arr.type
+    if pa.types.is_int32(t):
+        return Column(name, "int32"), arr.to_numpy().astype("<i4").tobytes(), None
+    if pa.types.is_int64(t):
+        return Column(name, "int64"), arr.to_numpy().astype("<i8").tobytes(), None
+    if pa.types.is_uint32(t):
+        return Column(name, "uint32"), arr.to_numpy().astype("<u4").tobytes(), None
+    if pa.types.is_date32(t):
+        days = arr.cast(pa.int32()).to_numpy()
+        return Column(name, "date"), days.astype("<i4").tobytes(), None
+    if pa.types.is_decimal(t):
+        if t.precision > 18:
+            raise ValueError(f"column {name} is {t}: precision over 18 does not fit the int64 of a decimal column")
+        # The unscaled integers: decimal128 stores 16-byte little-endian two's
+        # complement values, whose low 8 bytes are the int64 when precision <= 18.
+        d128 = arr.cast(pa.decimal128(max(t.precision, 1), t.scale))
+        words = np.frombuffer(d128.buffers()[1], dtype="<i8")
+        off = d128.offset
+        scaled = words[2 * off : 2 * (off + len(d128)) : 2]
+        return Column(name, "decimal", scale=t.scale), scaled.astype("<i8").tobytes(), None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        uniq = pc.unique(arr).cast(pa.string()).to_pylist()
+        for s in uniq:
+            if "\n" in s:
+                raise ValueError(f"column {name}: a value holds a newline, which a dictionary cannot store")
+        entries = sorted(uniq)
+        codes = pc.index_in(arr.cast(pa.string()), value_set=pa.array(entries, pa.string()))
+        data = codes.to_numpy().astype("<u4").tobytes()
+        dict_bytes = "".join(e + "\n" for e in entries).encode("utf-8")
+        return Column(name, "dict", entries=len(entries)), data, dict_bytes
+    raise ValueError(
+        f"column {name} is {t}; the columnar format stores int32, int64, uint32, date32, "
+        "decimal (precision <= 18) and strings"
+    )
+
+
+def put_table(dev: Any, table: str, data: Any, name: Optional[str] = None) -> TableSchema:
+    """Writes the Arrow table ``data`` (or anything ``pyarrow.table`` accepts) to the
+    device directory ``table`` in the columnar format: the column files, dictionaries
+    and ``schema.json`` (written last, so a reader never sees a schema whose columns
+    are not all there). Returns the schema."""
+    d = _table_dir(table)
+    t = data if isinstance(data, pa.Table) else pa.table(data)
+    tname = name or d.rstrip("/").rsplit("/", 1)[-1]
+    _check_name("table", tname)
+    cols = []
+    for field, col in zip(t.schema, t.columns):
+        _check_name("column", field.name)
+        c, data_bytes, dict_bytes = _encode_column(field.name, col)
+        dev.put(f"{d}/{c.name}.col", data_bytes)
+        if dict_bytes is not None:
+            dev.put(f"{d}/{c.name}.dict", dict_bytes)
+        cols.append(c)
+    schema = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "table": tname,
+        "rows": t.num_rows,
+        "columns": [
+            {k: v for k, v in (("name", c.name), ("type", c.type), ("scale", c.scale), ("entries", c.entries)) if v or k in ("name", "type")}
+            for c in cols
+        ],
+    }
+    dev.put(f"{d}/{SCHEMA_FILE}", json.dumps(schema, indent=2).encode())
+    return TableSchema(table=tname, rows=t.num_rows, columns=cols, dir=d)

@@ -219,7 +219,7 @@ fn stage_and_execute(
 }
 
 impl PyDevice {
-    fn dev(&self) -> Result<Arc<Device>> {
+    pub(crate) fn device(&self) -> Result<Arc<Device>> {
         let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         guard
             .as_ref()
@@ -309,7 +309,7 @@ impl PyDevice {
 
     /// The device's identity and limits, as a dict.
     fn identify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let i = py.detach(move || dev.identify().map_err(Error::from))?;
         let d = PyDict::new(py);
         d.set_item("version", i.version)?;
@@ -330,7 +330,7 @@ impl PyDevice {
     /// Makes the device file `path` hold exactly `data` (a bytes-like object).
     fn put(&self, py: Python<'_>, path: String, data: &Bound<'_, PyAny>) -> PyResult<u64> {
         let bytes = bytes_of(py, data, "data")?;
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let n = bytes.len() as u64;
         py.detach(move || dev.put_bytes(&path, &bytes).map_err(Error::from))?;
         Ok(n)
@@ -345,7 +345,7 @@ impl PyDevice {
         offset: u64,
         length: Option<u64>,
     ) -> PyResult<Buffer> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let data = py.detach(move || -> Result<Vec<u8>> {
             let size = dev.stat(&path)?.size_bytes;
             if offset > size {
@@ -360,7 +360,7 @@ impl PyDevice {
 
     /// Streams the local file `local` into the device file `path`; returns the bytes.
     fn put_file(&self, py: Python<'_>, local: PathBuf, path: String) -> PyResult<u64> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         Ok(py.detach(move || {
             dev.put_file(&local, &path, &mut |_| {})
                 .map_err(Error::from)
@@ -369,7 +369,7 @@ impl PyDevice {
 
     /// Streams the device file `path` into the local file `local`; returns the bytes.
     fn get_file(&self, py: Python<'_>, path: String, local: PathBuf) -> PyResult<u64> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         Ok(py.detach(move || {
             dev.get_file(&path, &local, &mut |_| {})
                 .map_err(Error::from)
@@ -379,7 +379,7 @@ impl PyDevice {
     /// The files under `dir`: a list of (path, size_bytes, extents), and whether the
     /// listing was cut short.
     fn ls(&self, py: Python<'_>, dir: String) -> PyResult<(Vec<FileRow>, bool)> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let list = py.detach(move || dev.list_files(&dir).map_err(Error::from))?;
         let files = list
             .files
@@ -391,26 +391,26 @@ impl PyDevice {
 
     /// (path, size_bytes, extents) of one file.
     fn stat(&self, py: Python<'_>, path: String) -> PyResult<FileRow> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let f = py.detach(move || dev.stat(&path).map_err(Error::from))?;
         Ok((f.path, f.size_bytes, f.extent_count))
     }
 
     /// Deletes a file.
     fn rm(&self, py: Python<'_>, path: String) -> PyResult<()> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         Ok(py.detach(move || dev.delete_file(&path).map_err(Error::from))?)
     }
 
     /// Makes a directory.
     fn mkdir(&self, py: Python<'_>, path: String) -> PyResult<()> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         Ok(py.detach(move || dev.mkdir(&path).map_err(Error::from))?)
     }
 
     /// Flushes the device: what it acknowledged survives a crash.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         Ok(py.detach(move || dev.flush().map_err(Error::from))?)
     }
 
@@ -425,7 +425,7 @@ impl PyDevice {
         engine: &str,
     ) -> PyResult<u16> {
         let engine = engine_of(engine)?;
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let pind = py.detach(move || -> Result<ProgramIndex> {
             let pind =
                 dev.load_program_any_slot(program_type_of(&image), &image, entry.as_deref())?;
@@ -440,7 +440,7 @@ impl PyDevice {
 
     /// Deactivates and unloads the program in `slot`.
     fn unload(&self, py: Python<'_>, slot: u16) -> PyResult<()> {
-        let dev = self.dev()?;
+        let dev = self.device()?;
         py.detach(move || -> Result<()> {
             let pind = pind_of(slot);
             // A program that is only loaded has nothing to deactivate.
@@ -494,7 +494,7 @@ impl PyDevice {
         if let Some(f) = fuel {
             request = request.fuel(f);
         }
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let (run, staged, output, wall_ns) =
             py.detach(move || run_program(&dev, request, input, output_size))?;
         let t = run.timing;
@@ -561,7 +561,7 @@ impl PyDevice {
             output_size_bytes: output_size,
             fuel,
         };
-        let dev = self.dev()?;
+        let dev = self.device()?;
         let out = py.detach(move || -> Result<csx_lambda::LambdaOutput> {
             let options = LambdaOptions {
                 state_dir,

@@ -12,6 +12,7 @@
 mod buffer;
 mod device;
 mod errors;
+mod scan;
 mod server;
 
 use pyo3::prelude::*;
@@ -23,6 +24,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::ExecResult>()?;
     m.add_class::<device::LambdaResult>()?;
     m.add_class::<server::PyServer>()?;
+    m.add_class::<scan::ScanChunk>()?;
+    m.add_function(wrap_pyfunction!(scan::scan_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
     m.add_function(wrap_pyfunction!(device::build, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;
