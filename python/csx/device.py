@@ -327,6 +327,17 @@ class Device:
     def __init__(self, native: Any) -> None:
         # Use Device.open or Device.init.
         self._native = native
+        # Programs kept loaded for reuse (csx.scan's per-query programs), by key;
+        # unloaded by close().
+        self._kept: Dict[str, Program] = {}
+
+    def _kept_program(self, key: str, image: bytes, engine: str) -> Program:
+        """A program loaded once per device and key, kept until close()."""
+        prog = self._kept.get(key)
+        if prog is None or not prog._loaded:
+            prog = self.load(image, engine=engine)
+            self._kept[key] = prog
+        return prog
 
     # -- opening ------------------------------------------------------------------
 
@@ -388,6 +399,13 @@ class Device:
     def close(self) -> None:
         """Closes the device; an embedded device whose last client this is shuts down
         and saves its state. Closing twice does nothing."""
+        if not self._native.closed:
+            for prog in self._kept.values():
+                try:
+                    prog.unload()
+                except Exception:  # the device may already be gone; close anyway
+                    pass
+        self._kept.clear()
         self._native.close()
 
     def __enter__(self) -> "Device":

@@ -170,6 +170,69 @@ fn run_chunk(
     })
 }
 
+/// Chunks of one whole-file read in flight at once (as `Device::read_file` does).
+const READ_DEPTH: usize = 4;
+
+/// Reads the whole file `path` with pipelined File Read commands; returns the bytes and
+/// the commands' modelled ns summed.
+fn read_timed(dev: &Device, path: &str) -> Result<(Vec<u8>, u64)> {
+    let size = dev.stat(path)?.size_bytes;
+    let piece = csx_host::proto::limits::FILE_IO_SIZE_MAX;
+    let client = dev.client();
+    let mut out = Vec::with_capacity(size as usize);
+    let mut ns = 0;
+    let mut next = 0;
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut failure: Option<Error> = None;
+    loop {
+        while failure.is_none() && next < size && in_flight.len() < READ_DEPTH {
+            let len = (size - next).min(piece);
+            match client.submit_private(Op::FileRead {
+                path: path.to_string(),
+                offset: next,
+                len,
+            }) {
+                Ok(id) => in_flight.push_back((id, len)),
+                Err(e) => failure = Some(e.into()),
+            }
+            next += len;
+        }
+        let Some((id, len)) = in_flight.pop_front() else {
+            break;
+        };
+        // Every submitted command is waited for, even after a failure.
+        let c = match client.wait(id, None) {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                failure.get_or_insert(e.into());
+                continue;
+            }
+        };
+        if failure.is_some() {
+            continue;
+        }
+        if !c.status.is_success() {
+            failure = Some(csx_host::CallError::from_completion("file-read", c).into());
+            continue;
+        }
+        ns += c.timing.modelled_ns;
+        match c.reply {
+            Reply::Data(d) if d.len() as u64 == len => out.extend_from_slice(&d),
+            _ => {
+                failure = Some(Error::new(
+                    Kind::Device,
+                    "file-read: the device answered with the wrong length",
+                ))
+            }
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((out, ns)),
+    }
+}
+
 /// Scans rows [`first_row`, +`rows`) with the scan program in `slot`: `inputs` are
 /// (column file, value width) staged as windows 0..n-1, `out_widths` the widths of
 /// the output columns in window n (see the module doc).
@@ -250,32 +313,6 @@ pub fn get_timed(
     path: String,
 ) -> PyResult<(Buffer, u64)> {
     let dev = device.get().device()?;
-    let (data, ns) = py.detach(move || -> Result<(Vec<u8>, u64)> {
-        let size = dev.stat(&path)?.size_bytes;
-        let mut out = Vec::with_capacity(size as usize);
-        let mut ns = 0;
-        let piece = csx_host::proto::limits::FILE_IO_SIZE_MAX;
-        let mut at = 0;
-        while at < size {
-            let len = (size - at).min(piece);
-            let c = dev.client().call_ok(Op::FileRead {
-                path: path.clone(),
-                offset: at,
-                len,
-            })?;
-            ns += c.timing.modelled_ns;
-            match c.reply {
-                Reply::Data(d) => out.extend_from_slice(&d),
-                _ => {
-                    return Err(Error::new(
-                        Kind::Device,
-                        "file-read: the device answered without data",
-                    ))
-                }
-            }
-            at += len;
-        }
-        Ok((out, ns))
-    })?;
+    let (data, ns) = py.detach(move || read_timed(&dev, &path))?;
     Ok((Buffer::new(data), ns))
 }

@@ -13,7 +13,7 @@ import csx
 import csx.arrow
 import csx.duckdb
 import csx.filter
-from lineitem import Q1, Q1_COLUMNS, Q1_FILTER, Q1_SELECT, Q6, Q6_FILTER, Q6_SELECT, lineitem
+from csx.bench.lineitem import Q1, Q1_COLUMNS, Q1_FILTER, Q1_SELECT, Q6, Q6_FILTER, Q6_SELECT, lineitem
 
 ROWS = 60_000
 
@@ -187,3 +187,26 @@ def test_filter_binding_rounds_decimals_and_dates_exactly():
     ]
     assert csx.filter.bind(csx.filter.parse("d = 0.055"), schema, {})[0].empty
     assert csx.filter.parse("s >= date '2000-01-31' + interval '1' month")[0].value == dt.date(2000, 2, 29)
+
+
+def test_a_query_shape_is_built_and_loaded_once_per_device(dev, table):
+    flt = "l_quantity < 5 and l_discount >= 0.09"
+    first = csx.scan.scan(dev, table, ["l_orderkey"], flt)
+    a = first.to_table()
+    assert len(dev._kept) == 1
+    slot = next(iter(dev._kept.values())).slot
+    again = csx.scan.scan(dev, table, ["l_orderkey"], flt)
+    assert again.to_table().equals(a)
+    assert again.stats.program_build_ns == 0
+    assert [p.slot for p in dev._kept.values()] == [slot]
+    with pytest.raises(csx.QueryError):
+        again.to_table()  # a scan runs once
+
+
+def test_host_table_reads_whole_columns_with_their_cost(dev, data, table):
+    from csx.scan import host_table
+
+    t, meter = host_table(dev, table, ["l_shipdate", "l_discount"])
+    assert t.column("l_shipdate").to_pylist() == data[0].column("l_shipdate").to_pylist()
+    assert meter["bytes_to_host"] == ROWS * (4 + 8)
+    assert meter["modelled_ns"] >= 0

@@ -1,4 +1,4 @@
-"""A small LINEITEM-like table for the pushdown tests: the columns of TPC-H Q1 and Q6
+"""A LINEITEM-like table for the pushdown tests and the benchmark: the columns of TPC-H Q1 and Q6
 with the specification's value domains (quantity 1-50, discount 0.00-0.10, tax
 0.00-0.08, return flags A/N/R, line status F/O, ship dates 1992-01-02..1998-12-01; the flag N for lines received after
 1995-06-17, the status O for lines shipped after it),
@@ -6,7 +6,6 @@ drawn from a seeded generator, as Arrow (the oracle's Parquet copy is written fr
 the same table)."""
 
 import datetime as dt
-from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -72,4 +71,3 @@ order by l_returnflag, l_linestatus
 """
 Q1 = Q1_SELECT.replace("{where}", "where " + Q1_FILTER)
 
-_ = Decimal
