@@ -264,6 +264,7 @@ _KIND_CLASSES: Dict[str, Type[CsxError]] = {
     "lambda": LambdaError,
     "server": ServerError,
     "io": LocalFileError,
+    "data": DataError,
 }
 
 

@@ -32,6 +32,8 @@ pub enum Kind {
     Server,
     /// A local file could not be read or written.
     Io,
+    /// Columnar data is corrupt or malformed, or a csx-data query cannot run.
+    Data,
     /// The device handle was closed.
     Closed,
     /// A bad argument the native side detected (ValueError).
@@ -49,6 +51,7 @@ impl Kind {
             Kind::Lambda => "lambda",
             Kind::Server => "server",
             Kind::Io => "io",
+            Kind::Data => "data",
             Kind::Closed => "closed",
             Kind::Value => "value",
         }

@@ -9,6 +9,12 @@
 //! copy. `Device.put` copies the caller's bytes once, while the GIL is held, then sends
 //! them without it.
 
+// Buffers lend typed column values to Python as little-endian bytes.
+#[cfg(not(target_endian = "little"))]
+compile_error!(
+    "csx's columnar format and buffers are little-endian: build on a little-endian host"
+);
+
 mod buffer;
 mod device;
 mod errors;
