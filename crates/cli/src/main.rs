@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod array_cmd;
 mod build_cmd;
 mod connect;
+mod data_cmd;
 mod demo;
 mod device_cmd;
 mod exec;

@@ -1,0 +1,3 @@
+//! The Star Schema Benchmark: its generator ([`gen`]).
+
+pub mod gen;
