@@ -6,3 +6,13 @@
 
 mod oracle;
 mod put_gen;
+mod scan;
+
+/// An embedded device under the lambda-io profile (so modelled times are not zero).
+pub fn device(dir: &std::path::Path) -> csx_host::Device {
+    let config = csx_device::DeviceConfig {
+        perf: csx_device::perf::PerfModel::lambda_io(),
+        ..Default::default()
+    };
+    csx_host::Device::init(dir, config).unwrap()
+}
