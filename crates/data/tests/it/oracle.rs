@@ -14,7 +14,7 @@ con = duckdb.connect()
 d = sys.argv[1]
 for f in sorted(os.listdir(d)):
     if f.endswith('.parquet'):
-        con.execute(f"CREATE VIEW {f[:-8]} AS SELECT * FROM read_parquet('{os.path.join(d, f)}')")
+        con.execute(f"CREATE VIEW \"{f[:-8]}\" AS SELECT * FROM read_parquet('{os.path.join(d, f)}')")
 def conv(v):
     if isinstance(v, decimal.Decimal): return str(v)
     if isinstance(v, (datetime.date, datetime.datetime)): return v.isoformat()
