@@ -16,6 +16,7 @@ mod latency;
 pub mod measure;
 mod mount;
 pub mod plot;
+mod ssb;
 mod vm;
 mod workloads;
 
@@ -36,6 +37,7 @@ enum BenchCommand {
     Lambda(lambda::LambdaBenchArgs),
     Workloads(workloads::WorkloadsBenchArgs),
     Mount(mount::MountBenchArgs),
+    Ssb(ssb::SsbBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -58,5 +60,6 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Lambda(a) => lambda::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Mount(a) => mount::run(a),
+        BenchCommand::Ssb(a) => ssb::run_bench(a),
     }
 }
