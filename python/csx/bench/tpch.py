@@ -13,10 +13,13 @@ modelled time (the device commands' modelled ns under the profile, plus the host
 own measured time for the DuckDB part), and the bytes that crossed to the host. Every
 answer is checked against DuckDB over the Parquet copy of the data.
 
-The data: LINEITEM from `csx gen tpch` (csx-data's generator, the specification's
-distributions) when --data names its output or csx.data is available; otherwise the
-package's own seeded generator of the Q1/Q6 columns (csx.bench.lineitem), at
-6,000,000 * SF rows.
+Pushdown runs on one or both device scans (--backends): "generated" (csx.scan's
+program generated and compiled per query, streamed) and "operators" (csx-data's
+filter operators, --strategy bitmask|unrolled|accel, then a gather).
+
+The data: LINEITEM from csx-data's `csx gen tpch` (the specification's distributions;
+--data takes an existing output), or with --generator package the package's seeded
+generator of the Q1/Q6 columns (csx.bench.lineitem), about 6,000,000 * SF rows.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import pyarrow.parquet as pq
 
 import csx
 import csx.arrow
+import csx.data
 import csx.duckdb
 from csx.scan import host_table
 
@@ -68,6 +72,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="lambda-io", help="the device's performance profile (default lambda-io)")
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per device scan chunk (default 1Mi)")
     p.add_argument("--data", default=None, help="a `csx gen tpch` output directory to use instead of generating")
+    p.add_argument(
+        "--generator",
+        choices=["csx-data", "package"],
+        default="csx-data",
+        help="csx-data: `csx gen tpch` (the specification's distributions, default); "
+        "package: csx.bench.lineitem (the Q1/Q6 columns only)",
+    )
+    p.add_argument(
+        "--backends",
+        default="generated,operators",
+        help="device scans to run: generated (a program per query), operators "
+        "(csx-data's filter operators; --strategy), comma-separated (default both)",
+    )
+    p.add_argument("--strategy", default="bitmask", choices=["bitmask", "unrolled", "accel"], help="the operators backend's selection")
     p.add_argument("--plot", default=None, help="write an SVG bar chart of wall, modelled time and bytes here")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--keep", default=None, help="keep the device and data in this directory (default: a temporary one, deleted)")
@@ -107,21 +125,28 @@ def _progress(msg: str, quiet: bool) -> None:
         print(f"[tpch] {msg}", file=sys.stderr, flush=True)
 
 
-def _load_lineitem(args: Any, work: str, quiet: bool) -> "tuple[pa.Table, str]":
-    """(LINEITEM as Arrow, its Parquet path)."""
+def _load_lineitem(args: Any, work: str, quiet: bool) -> "tuple[Optional[pa.Table], Optional[str], str, str]":
+    """(LINEITEM as Arrow or None, the local dataset directory or None, its Parquet
+    path, a description)."""
     rows = int(round(6_000_000 * args.sf))
     if args.data:
-        table_dir = os.path.join(args.data, "lineitem")
-        _progress(f"reading {table_dir}", quiet)
-        t = _read_local_table(table_dir)
-        source = f"csx gen tpch output {args.data}"
-    else:
-        _progress(f"generating LINEITEM, {rows:,} rows (csx.bench.lineitem)", quiet)
-        t = gen.lineitem(rows, seed=1)
-        source = "csx.bench.lineitem (seeded, the Q1/Q6 columns' TPC-H domains)"
+        _progress(f"using {args.data}", quiet)
+        pq_dir = os.path.join(work, "parquet")
+        csx.data.write_parquet(args.data, pq_dir)
+        return None, args.data, os.path.join(pq_dir, "lineitem.parquet"), f"csx gen tpch output {args.data}"
+    if args.generator == "csx-data":
+        data = os.path.join(work, "data")
+        _progress(f"generating TPC-H SF {args.sf:g} (csx-data)", quiet)
+        tables = csx.data.generate("tpch", data, args.sf, seed=1)
+        pq_dir = os.path.join(work, "parquet")
+        _progress("writing the Parquet copy", quiet)
+        csx.data.write_parquet(data, pq_dir)
+        return None, data, os.path.join(pq_dir, "lineitem.parquet"), f"csx gen tpch --sf {args.sf:g} --seed 1 ({tables['lineitem']:,} LINEITEM rows)"
+    _progress(f"generating LINEITEM, {rows:,} rows (csx.bench.lineitem)", quiet)
+    t = gen.lineitem(rows, seed=1)
     path = os.path.join(work, "lineitem.parquet")
     pq.write_table(t, path)
-    return t, path, source  # type: ignore[return-value]
+    return t, None, path, "csx.bench.lineitem (seeded, the Q1/Q6 columns' TPC-H domains)"
 
 
 def _read_local_table(table_dir: str) -> pa.Table:
@@ -161,9 +186,12 @@ def _run_alone(con: Any, dev: Any, q: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[int]) -> Dict[str, Any]:
+def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[int], backend: str, strategy: str) -> Dict[str, Any]:
     t0 = time.perf_counter_ns()
-    s = csx.duckdb.register(con, "li_push", dev, "/tpch/lineitem", q["pushdown_columns"], q["filter"], chunk_rows=chunk_rows)
+    s = csx.duckdb.register(
+        con, "li_push", dev, "/tpch/lineitem", q["pushdown_columns"], q["filter"],
+        chunk_rows=chunk_rows, backend=backend, strategy=strategy,
+    )
     answer = con.sql(q["select"].replace("{t}", "li_push")).fetchall()
     t1 = time.perf_counter_ns()
     con.unregister("li_push")
@@ -206,26 +234,27 @@ def _plot(path: str, results: Dict[str, Any], meta: Dict[str, Any]) -> None:
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install matplotlib (or './python[bench]')") from None
     qs = list(results)
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    sides = [k for k in results[qs[0]] if isinstance(results[qs[0]][k], dict)]
+    labels = {"alone": "DuckDB alone", "pushdown": "DuckDB + csx pushdown (generated)", "operators": "DuckDB + csx pushdown (csx-data operators)"}
+    colors = {"alone": "#888888", "pushdown": "#2a6fb0", "operators": "#e08a1e"}
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     metrics = [
         ("wall_ns", "wall time (ms)", 1e6),
         ("modelled_ns", f"modelled time, {meta['profile']} (ms)", 1e6),
         ("bytes_to_host", "bytes to host (MB)", 1e6),
     ]
-    width = 0.38
+    width = 0.8 / len(sides)
     for ax, (key, label, div) in zip(axes, metrics):
-        xs = range(len(qs))
-        alone = [results[q]["alone"][key] / div for q in qs]
-        push = [results[q]["pushdown"][key] / div for q in qs]
-        ax.bar([x - width / 2 for x in xs], alone, width, label="DuckDB alone", color="#888888")
-        ax.bar([x + width / 2 for x in xs], push, width, label="DuckDB + csx pushdown", color="#2a6fb0")
-        ax.set_xticks(list(xs))
+        xs = list(range(len(qs)))
+        for i, side in enumerate(sides):
+            vals = [results[q][side][key] / div for q in qs]
+            pos = [x - 0.4 + width * (i + 0.5) for x in xs]
+            ax.bar(pos, vals, width, label=labels.get(side, side), color=colors.get(side))
+            for x, v in zip(pos, vals):
+                ax.annotate(f"{v:.3g}", (x, v), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(xs)
         ax.set_xticklabels([q.upper() for q in qs])
         ax.set_title(label, fontsize=10)
-        for x, v in zip(xs, alone):
-            ax.annotate(f"{v:.3g}", (x - width / 2, v), ha="center", va="bottom", fontsize=7)
-        for x, v in zip(xs, push):
-            ax.annotate(f"{v:.3g}", (x + width / 2, v), ha="center", va="bottom", fontsize=7)
     axes[0].legend(fontsize=8)
     fig.suptitle(
         f"TPC-H SF {meta['sf']:g} on csx ({meta['rows']:,} LINEITEM rows; commit {meta['commit']}, load {meta['loadavg_before']})",
@@ -246,6 +275,10 @@ def run(args: Any) -> int:
         raise SystemExit("--repeat must be at least 1")
     if args.sf <= 0:
         raise SystemExit("--sf must be positive")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    for b in backends:
+        if b not in ("generated", "operators"):
+            raise SystemExit(f"--backends: unknown backend {b!r}; known: generated, operators")
     quiet = args.json
     work_ctx = tempfile.TemporaryDirectory(prefix="csx-bench-tpch-") if args.keep is None else None
     work = work_ctx.name if work_ctx else args.keep
@@ -261,32 +294,39 @@ def run(args: Any) -> int:
         "duckdb": duckdb.__version__,
     }
     try:
-        t, parquet, source = _load_lineitem(args, work, quiet)  # type: ignore[misc]
-        meta["rows"] = t.num_rows
+        t, data_dir, parquet, source = _load_lineitem(args, work, quiet)
         meta["data"] = source
+        meta["backends"] = backends
+        meta["strategy"] = args.strategy
         _progress(f"creating an embedded device ({args.profile}) and putting LINEITEM on it", quiet)
-        dev = csx.Device.init(
-            os.path.join(work, "dev"), profile=args.profile, nvm_size=max(4 << 30, t.nbytes * 3), slm_size=2 << 30
-        )
+        dev = csx.Device.init(os.path.join(work, "dev"), profile=args.profile, nvm_size=8 << 30, slm_size=2 << 30)
         try:
-            csx.arrow.put_table(dev, "/tpch/lineitem", t)
-            del t
+            if t is not None:
+                csx.arrow.put_table(dev, "/tpch/lineitem", t)
+                del t
+            else:
+                csx.data.put_dir(dev, os.path.join(data_dir, "lineitem"), "/tpch/lineitem")
+            meta["rows"] = csx.arrow.read_schema(dev, "/tpch/lineitem").rows
             con = duckdb.connect()
             results: Dict[str, Any] = {}
             for name in queries:
                 q = QUERIES[name]
                 oracle = con.sql(q["sql"].replace("{t}", f"read_parquet('{parquet}')")).fetchall()
-                alone, push = [], []
+                runs: Dict[str, List[Dict[str, Any]]] = {"alone": []}
+                for b in backends:
+                    runs["pushdown" if b == "generated" else "operators"] = []
                 for i in range(args.repeat):
                     _progress(f"{name}: run {i + 1}/{args.repeat}", quiet)
-                    a = _run_alone(con, dev, q)
-                    p = _run_pushdown(con, dev, q, args.chunk_rows)
-                    for side, r in (("alone", a), ("pushdown", p)):
+                    got = {"alone": _run_alone(con, dev, q)}
+                    for b in backends:
+                        side = "pushdown" if b == "generated" else "operators"
+                        got[side] = _run_pushdown(con, dev, q, args.chunk_rows, b, args.strategy)
+                    for side, r in got.items():
                         if r["answer"] != oracle:
                             raise SystemExit(f"{name} {side}: the answer differs from DuckDB over Parquet:\n{r['answer']}\n!=\n{oracle}")
-                    alone.append(a)
-                    push.append(p)
-                results[name] = {"alone": _summary(alone), "pushdown": _summary(push), "answer_checked": True}
+                        runs[side].append(r)
+                results[name] = {side: _summary(rs) for side, rs in runs.items()}
+                results[name]["answer_checked"] = True
         finally:
             dev.close()
     finally:
@@ -294,7 +334,7 @@ def run(args: Any) -> int:
         if work_ctx:
             work_ctx.cleanup()
     goals = {}
-    if "q6" in results:
+    if "q6" in results and "pushdown" in results["q6"]:
         r = results["q6"]
         goals["q6_wall_ratio"] = r["pushdown"]["wall_ns"] / r["alone"]["wall_ns"]
         goals["q6_wall_goal_met"] = goals["q6_wall_ratio"] <= 1.5
@@ -313,7 +353,7 @@ def run(args: Any) -> int:
     print(f"load average before {meta['loadavg_before']}, after {meta['loadavg_after']}; median of {args.repeat} runs")
     print(f"{'query':6} {'side':9} {'wall ms':>9} {'modelled ms':>12} {'device ms':>10} {'host ms':>8} {'to host MB':>11}")
     for name, r in results.items():
-        for side in ("alone", "pushdown"):
+        for side in [k for k in r if isinstance(r[k], dict)]:
             s = r[side]
             print(
                 f"{name:6} {side:9} {s['wall_ns'] / 1e6:9.1f} {s['modelled_ns'] / 1e6:12.1f} "
