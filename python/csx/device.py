@@ -595,7 +595,11 @@ class Device:
         sees the range as window 0 and writes its output to window 1
         (``output_size`` bytes, as large as the input when None); the result is its
         first r0 bytes. The host side needs the device's state directory on this
-        machine: embedded devices know it, a served one needs ``state_dir``."""
+        machine: embedded devices know it, a served one needs ``state_dir``.
+
+        Each call is one λ-IO session (the λ is loaded, run and unloaded): in "auto"
+        the dispatcher has no history yet, so it profiles, running both sides and
+        checking that they agree (``ran == "both"``)."""
         image, name = _program_image(program)
         if entry is not None:
             _check_str("entry", entry)
