@@ -153,6 +153,8 @@ def test_read_lambda_on_each_side_agrees(dev, stats64):
             assert r.ran == "device" and r.device is not None
         if mode == "host":
             assert r.ran == "host" and r.host is not None
+        if mode == "auto":  # a fresh session profiles: both sides ran and agreed
+            assert r.ran == "both" and r.host is not None and r.device is not None
     assert outs["device"] == outs["host"] == outs["auto"]
     count, total, lo, hi = np.frombuffer(outs["device"], "<u8")
     assert (count, total, lo, hi) == (len(data), int(data.sum()), 0, len(data) - 1)
