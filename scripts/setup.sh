@@ -28,3 +28,9 @@ for tool in cargo rustc clang; do
 done
 [ -e /dev/fuse ] || echo "setup: /dev/fuse is missing: csx mount and the csx-fs tests need it (modprobe fuse)" >&2
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt
+# csx-data (SSB, TPC-H): pyarrow writes the Parquet copy, DuckDB is the tests' oracle.
+if ! python3 -c 'import duckdb, pyarrow, numpy' >/dev/null 2>&1; then
+    echo "setup: installing duckdb, pyarrow and numpy for python3"
+    python3 -m pip install -q duckdb pyarrow numpy 2>/dev/null \
+        || python3 -m pip install -q --break-system-packages duckdb pyarrow numpy
+fi

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod array_cmd;
 mod build_cmd;
 mod connect;
+mod data_cmd;
 mod demo;
 mod device_cmd;
 mod exec;
@@ -23,6 +24,7 @@ mod hex;
 mod lambda_cmd;
 mod sdk_cmd;
 mod serve;
+mod ssb_cmd;
 mod vm;
 
 /// Exit statuses, the same for every command. Listed in `csx --help`.
@@ -102,6 +104,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Generate seeded, reproducible test data.
     Gen(gen_cmd::GenArgs),
+    /// The Star Schema Benchmark on the device (`csx ssb run Q3.3 --sf 1`).
+    Ssb(ssb_cmd::SsbArgs),
     /// Compile a C program for the device and check it against the function table.
     Build(build_cmd::BuildArgs),
     /// The C SDK (`csx sdk header`).
@@ -134,6 +138,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Exec(args) => exec::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),
         Command::Gen(args) => gen_cmd::run(args, &cli.global),
+        Command::Ssb(args) => ssb_cmd::run_cmd(args, &cli.global),
         Command::Build(args) => build_cmd::run(args, &cli.global),
         Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
