@@ -13,6 +13,9 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # csx mount (csx-fs): fusermount3 mounts for non-root users; root mounts through /dev/fuse.
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+# The Python package (python/, scripts/python-test.sh): python3 with venv and headers.
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-dev python3-venv python3-pip)
+command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && need_apt+=(python3-venv)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
