@@ -15,6 +15,7 @@ mod lambda;
 mod latency;
 pub mod measure;
 mod mount;
+mod pipelines;
 pub mod plot;
 mod vm;
 mod workloads;
@@ -36,6 +37,7 @@ enum BenchCommand {
     Lambda(lambda::LambdaBenchArgs),
     Workloads(workloads::WorkloadsBenchArgs),
     Mount(mount::MountBenchArgs),
+    Pipelines(pipelines::PipelinesBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -58,5 +60,6 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Lambda(a) => lambda::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Mount(a) => mount::run(a),
+        BenchCommand::Pipelines(a) => pipelines::run(a),
     }
 }

@@ -22,6 +22,7 @@ mod fs_cmd;
 mod gen_cmd;
 mod hex;
 mod lambda_cmd;
+mod op_cmd;
 mod sdk_cmd;
 mod serve;
 mod ssb_cmd;
@@ -119,6 +120,9 @@ enum Command {
     // The help of these two is their Args' doc comment.
     Mount(fs_cmd::MountArgs),
     Umount(fs_cmd::UmountArgs),
+    /// The device's operators (Metal FS): `csx op list`.
+    Op(op_cmd::OpArgs),
+    Pipe(op_cmd::PipeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -146,6 +150,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
         Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
         Command::Umount(args) => fs_cmd::run_umount(args),
+        Command::Op(args) => op_cmd::run_op(args),
+        Command::Pipe(args) => op_cmd::run_pipe(args, &cli.global),
     }
 }
 
