@@ -13,6 +13,8 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # csx mount (csx-fs): fusermount3 mounts for non-root users; root mounts through /dev/fuse.
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+# csx bench device compares the device's media reads with fio's at the same depth.
+command -v fio >/dev/null 2>&1 || need_apt+=(fio)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
