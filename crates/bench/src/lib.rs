@@ -14,6 +14,7 @@ pub mod engine;
 mod lambda;
 mod latency;
 pub mod measure;
+mod media;
 mod mount;
 mod pipelines;
 pub mod plot;
