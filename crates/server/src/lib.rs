@@ -32,8 +32,11 @@ use csx_device::{DeviceError, DeviceRuntime};
 
 use csx_host::transport::shm as shm_transport;
 
+mod quota;
 pub mod shm;
 pub mod tcp;
+
+pub use quota::{ClientLimits, CLIENT_MEMORY_SHARE, CLIENT_QUEUE_DEFAULT, CLIENT_SLOTS_DEFAULT};
 
 /// How often blocked server threads look at the stop flag: the bound on how long a
 /// shutdown waits for an idle thread to notice.
@@ -53,6 +56,8 @@ pub enum ServerError {
     Device(#[from] DeviceError),
     #[error("cannot start a server thread: {source}")]
     Spawn { source: std::io::Error },
+    #[error("per-client limits must all be above 0: {limits:?}")]
+    BadLimits { limits: ClientLimits },
     #[error("a server thread panicked")]
     Panicked,
 }
@@ -114,6 +119,37 @@ impl std::fmt::Debug for ServerConfig {
     }
 }
 
+/// How the server guards the device beyond [`ServerConfig`]: per-client limits and
+/// what happens to a departing client's programs (see [`ClientLimits`]).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// What one client may hold; `None`: [`ClientLimits::for_device`].
+    pub limits: Option<ClientLimits>,
+    /// Unload the programs a client loaded and did not unload when it goes (otherwise
+    /// they persist, as TP4091's programs do, and only stop counting against it).
+    pub reclaim_programs: bool,
+}
+
+impl ServerOptions {
+    /// The defaults: per-client limits from the device's size, programs persist.
+    pub fn new() -> ServerOptions {
+        ServerOptions::default()
+    }
+
+    /// With these per-client limits.
+    pub fn limits(mut self, limits: ClientLimits) -> ServerOptions {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Unloading (`true`) or keeping the programs of a departed client.
+    pub fn reclaim_programs(mut self, reclaim: bool) -> ServerOptions {
+        self.reclaim_programs = reclaim;
+        self
+    }
+}
+
 /// Counters an operator reads in the status line.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerStatus {
@@ -132,6 +168,9 @@ pub struct ServerStatus {
 pub(crate) struct Context {
     pub(crate) device: DeviceRuntime,
     pub(crate) token: Option<Vec<u8>>,
+    pub(crate) limits: ClientLimits,
+    pub(crate) reclaim_programs: bool,
+    pub(crate) slot_owners: quota::SlotOwners,
     pub(crate) stopping: AtomicBool,
     pub(crate) clients_connected: AtomicU64,
     pub(crate) clients_total: AtomicU64,
@@ -210,17 +249,44 @@ impl Server {
         Server::start(DeviceRuntime::open(dir)?, config)
     }
 
-    /// Serves `device` on every address of `config`.
+    /// Opens the device in `dir` and serves it with `options`.
+    pub fn open_with(
+        dir: &Path,
+        config: ServerConfig,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
+        Server::start_with(DeviceRuntime::open(dir)?, config, options)
+    }
+
+    /// Serves `device` on every address of `config`, with the default options.
     pub fn start(device: DeviceRuntime, config: ServerConfig) -> Result<Server, ServerError> {
+        Server::start_with(device, config, ServerOptions::default())
+    }
+
+    /// Serves `device` on every address of `config`.
+    pub fn start_with(
+        device: DeviceRuntime,
+        config: ServerConfig,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
         if config.listen.is_empty() {
             return Err(ServerError::BadListen {
                 uri: String::new(),
                 reason: "no listen address".to_string(),
             });
         }
+        let limits = options
+            .limits
+            .unwrap_or_else(|| ClientLimits::for_device(device.config().slm_size_bytes));
+        if limits.queued_commands == 0 || limits.program_slots == 0 || limits.memory_bytes == 0 {
+            return Err(ServerError::BadLimits { limits });
+        }
         let ctx = Arc::new(Context {
             device,
             token: config.token,
+            limits,
+            reclaim_programs: options.reclaim_programs,
+            slot_owners: Default::default(),
             stopping: AtomicBool::new(false),
             clients_connected: AtomicU64::new(0),
             clients_total: AtomicU64::new(0),
@@ -300,6 +366,11 @@ impl Server {
     /// The URIs clients connect to, with the ports the system chose for port 0.
     pub fn uris(&self) -> &[String] {
         &self.bound
+    }
+
+    /// The per-client limits in force.
+    pub fn limits(&self) -> ClientLimits {
+        self.ctx().limits
     }
 
     /// Counters for a status line.

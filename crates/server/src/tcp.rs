@@ -37,6 +37,7 @@ use csx_host::transport::tcp::{
     TRANSFER_SIZE_MAX,
 };
 
+use crate::quota::Quota;
 use crate::{Context, ACCEPT_POLL};
 
 /// How long a write to a client may block: a client that stops reading for this long
@@ -134,17 +135,19 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         }
     };
     let qp = Arc::new(qp);
+    let quota = Arc::new(Quota::new(queue_id, ctx.limits));
     let draining = Arc::new(AtomicBool::new(false));
     let completions = {
-        let (qp, sender, draining, ctx) = (
+        let (qp, sender, draining, ctx, quota) = (
             Arc::clone(&qp),
             Arc::clone(&sender),
             Arc::clone(&draining),
             Arc::clone(ctx),
+            Arc::clone(&quota),
         );
         std::thread::Builder::new()
             .name(format!("csx-tcp-cq-{queue_id}"))
-            .spawn(move || send_completions(&qp, &sender, &draining, &ctx))
+            .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota))
     };
     let completions = match completions {
         Ok(h) => h,
@@ -160,6 +163,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         sender: &sender,
         completer: completions.thread().clone(),
         pending: None,
+        quota: &quota,
         ctx,
     };
     let why = conn.run(&mut stream, &mut reader);
@@ -182,9 +186,14 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         );
         sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
     }
-    // The queue pair goes first (reclaiming the client's memory), then the socket: a
-    // client that waits for the close knows its memory is back.
+    // The queue pair goes first (reclaiming the client's memory and, when the server
+    // reclaims programs, its programs), then the socket: a client that waits for the
+    // close knows its resources are back.
     drop(conn);
+    let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
+    if reclaimed > 0 {
+        tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
+    }
     drop(Arc::into_inner(qp));
     ctx.client_disconnected();
     let _ = stream.shutdown(Shutdown::Both);
@@ -198,7 +207,9 @@ fn handshake(
     peer: SocketAddr,
     ctx: &Context,
 ) -> Option<(QueuePair, u32)> {
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    // One deadline for the whole request: a peer trickling bytes cannot hold the
+    // connection (and its thread) longer than a silent one.
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let req = loop {
         match reader.next_pdu() {
             Ok(Some(pdu)) if pdu.header.pdu_type == PduType::ICReq => {
@@ -212,6 +223,11 @@ fn handshake(
             }
             Ok(None) => {}
             Err(e) => break Err(e),
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            tracing::debug!(%peer, "no whole connect request within the handshake timeout");
+            return None;
         }
         match reader.fill(stream) {
             Ok(0) => return None,
@@ -266,7 +282,11 @@ fn handshake(
             "the device is shutting down",
         );
     }
-    let depth = req.queue_depth.min(QUEUE_DEPTH_MAX);
+    // The per-client limit on commands in flight is the depth granted.
+    let depth = req
+        .queue_depth
+        .min(QUEUE_DEPTH_MAX)
+        .min(ctx.limits.queued_commands);
     let qp = match ctx.device.queue_pair(depth) {
         Ok(qp) => qp,
         Err(e) => return refuse(stream, ConnectStatus::Unavailable, &e.to_string()),
@@ -306,6 +326,7 @@ struct Connection<'a> {
     sender: &'a Arc<Sender>,
     completer: Thread,
     pending: Option<Pending>,
+    quota: &'a Quota,
     ctx: &'a Context,
 }
 
@@ -485,9 +506,17 @@ impl Connection<'_> {
     /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
         let id = cmd.id;
-        match self.qp.submit_inline(cmd, None) {
+        if let Err(refusal) = self.quota.admit(&cmd, &self.ctx.slot_owners) {
+            return self.answer(*refusal);
+        }
+        let submitted = self.qp.submit_inline(cmd, None);
+        if submitted.is_err() {
+            self.quota.not_submitted(id, &self.ctx.slot_owners);
+        }
+        match submitted {
             Ok(()) => {
                 while let Some(c) = self.qp.try_reap() {
+                    self.quota.completed(&c, &self.ctx.slot_owners);
                     self.answer(c);
                 }
                 // The completion thread sleeps only with nothing in flight.
@@ -583,16 +612,24 @@ fn finish_capsule(out: &mut [u8], start: usize, data_len: usize) {
 }
 
 /// The completion thread: reap, encode, send; until draining and nothing in flight.
-fn send_completions(qp: &QueuePair, sender: &Sender, draining: &AtomicBool, ctx: &Context) {
+fn send_completions(
+    qp: &QueuePair,
+    sender: &Sender,
+    draining: &AtomicBool,
+    ctx: &Context,
+    quota: &Quota,
+) {
     let mut out = Vec::new();
     loop {
         match qp.reap(Some(ACCEPT_POLL)) {
             Some(c) => {
+                quota.completed(&c, &ctx.slot_owners);
                 let mut w = sender.lock();
                 let mut n = 1;
                 encode_response(c, &mut out, sender, &mut w);
                 // Whatever else is ready goes in the same write.
                 while let Some(c) = qp.try_reap() {
+                    quota.completed(&c, &ctx.slot_owners);
                     encode_response(c, &mut out, sender, &mut w);
                     n += 1;
                 }
