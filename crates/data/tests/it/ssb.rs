@@ -109,3 +109,52 @@ fn ssb_queries_on_the_device_equal_duckdb_and_the_host_reference() {
     assert!(dev.programs().unwrap().is_empty());
     dev.close().unwrap();
 }
+
+#[test]
+fn queries_the_device_cannot_run_are_errors_naming_the_operator_or_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 2, &mut |_, _, _| {}).unwrap();
+    // A shared state too small for Q3.3's lookup tables (DATE's alone is 122 KB).
+    let config = csx_device::DeviceConfig {
+        state_size_bytes: 64 << 10,
+        ..Default::default()
+    };
+    let dev = csx_host::Device::init(&tmp.path().join("small"), config).unwrap();
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let q = query("Q3.3").unwrap();
+    let e = run(&dev, "/ssb", q, &RunOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("lookup tables") && e.contains("limit is 65536"),
+        "{e}"
+    );
+    assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+
+    // Customer keys that are not 1..rows: the dimension operator refuses them.
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let mut keys = std::fs::read(data.join("customer/c_custkey.col")).unwrap();
+    let cities = std::fs::read(data.join("customer/c_city.col")).unwrap();
+    let dict = csx_data::LocalTable::open(&data.join("customer"))
+        .unwrap()
+        .dictionary("c_city")
+        .unwrap();
+    let ki1 = dict.iter().position(|c| c == "UNITED KI1").unwrap() as u32;
+    // Make row 5 a selected customer with a key far past the table.
+    keys[20..24].copy_from_slice(&1_000_000u32.to_le_bytes());
+    let mut cities = cities;
+    cities[20..24].copy_from_slice(&ki1.to_le_bytes());
+    dev.put_bytes("/ssb/customer/c_custkey.col", &keys).unwrap();
+    dev.put_bytes("/ssb/customer/c_city.col", &cities).unwrap();
+    let e = run(&dev, "/ssb", q, &RunOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ssb_dim") && e.contains("CSX_ERANGE"), "{e}");
+    // An unknown query is not a query.
+    assert!(query("Q2.1").is_none());
+    assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+}
