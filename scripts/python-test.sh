@@ -22,7 +22,7 @@ VPY=$VENV/bin/python
 
 # The packages the build and the tests need (module name=pip requirement).
 need=()
-for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest; do
+for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest matplotlib=matplotlib; do
     mod=${pair%%=*}
     "$VPY" -c "import $mod" >/dev/null 2>&1 || need+=("${pair#*=}")
 done

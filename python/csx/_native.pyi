@@ -134,3 +134,53 @@ def scan_chunk(
     fuel: Optional[int] = None,
 ) -> ScanChunk: ...
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
+
+class DataScan:
+    columns: List[Tuple[str, str, int, Buffer, Optional[List[str]]]]
+    rows: int
+    rows_scanned: int
+    modelled_ns: int
+    bytes_to_host: int
+    media_bytes: int
+    fuel: int
+    commands: int
+    wall_ns: int
+
+class SsbRun:
+    query: str
+    sql: str
+    rows_json: str
+    split: str
+    modelled_ns: int
+    bytes_to_host: int
+    media_bytes: int
+    fuel: int
+    commands: int
+    phases: List[Tuple[str, int, int]]
+    host_ns: int
+    wall_ns: int
+    partitions: int
+    joined: int
+
+def generate(kind: str, out: _Path, sf: float, seed: int = 1) -> Dict[str, int]: ...
+def write_parquet(dataset: _Path, out: _Path) -> None: ...
+def put_dir(device: Device, local: _Path, dev_dir: str) -> Tuple[int, int, int]: ...
+def data_scan(
+    device: Device,
+    table: str,
+    columns: List[str],
+    predicates: List[Tuple[str, str, int, int]],
+    strategy: str = "bitmask",
+    engine: str = "jit",
+    chunk_rows: Optional[int] = None,
+) -> DataScan: ...
+def ssb_queries() -> List[Tuple[str, str]]: ...
+def ssb_run(
+    device: Device,
+    data_dir: str,
+    query: str,
+    split: str = "offload",
+    engine: str = "jit",
+    strategy: str = "bitmask",
+    partitions: Optional[int] = None,
+) -> SsbRun: ...

@@ -35,7 +35,11 @@ from .device import Device, _check_opt_int
 from .errors import DataError, QueryError
 from .filter import Range, bind, parse
 
-__all__ = ["Scan", "ScanStats", "scan", "generate_program"]
+__all__ = ["Scan", "ScanStats", "scan", "generate_program", "BACKENDS"]
+
+#: "generated": a C program generated per query (this module); "operators":
+#: csx-data's fixed filter operators (bitmask, unrolled or accel) and gather.
+BACKENDS = ("generated", "operators")
 
 #: Rows per chunk when not given: bounded so a chunk's windows fit in device memory.
 CHUNK_ROWS_DEFAULT = 1 << 20
@@ -167,7 +171,15 @@ class Scan:
         *,
         chunk_rows: Optional[int] = None,
         engine: str = "jit",
+        backend: str = "generated",
+        strategy: str = "bitmask",
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+        if strategy not in ("bitmask", "unrolled", "accel"):
+            raise ValueError(f"strategy must be 'bitmask', 'unrolled' or 'accel', got {strategy!r}")
+        self.backend = backend
+        self.strategy = strategy
         if not isinstance(device, Device):
             raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
         t_setup = time.perf_counter_ns()
@@ -230,6 +242,9 @@ class Scan:
         info = self.schema_info
         if self.empty or info.rows == 0:
             return
+        if self.backend == "operators":
+            yield self._operators_batch()
+            return
         image = self._program()
         t = time.perf_counter_ns()
         # The program stays loaded on the device for the next scan of the same shape.
@@ -275,6 +290,38 @@ class Scan:
             prog.unload()
             raise
 
+    def _operators_batch(self) -> "pa.RecordBatch":
+        """The whole scan through csx-data's operators (one batch)."""
+        from .data import operator_predicates
+
+        info = self.schema_info
+        t = time.perf_counter_ns()
+        r = _native.data_scan(
+            self.device._dev(),
+            info.dir,
+            [o.name for o in self.outputs],
+            operator_predicates(self.ranges, info),
+            strategy=self.strategy,
+            engine=self.engine,
+            chunk_rows=self.chunk_rows,
+        )
+        st = self.stats
+        st.chunks += -(-info.rows // self.chunk_rows)
+        st.rows_scanned += r.rows_scanned
+        st.rows_kept += r.rows
+        st.bytes_staged += r.media_bytes
+        st.bytes_to_host += r.bytes_to_host
+        st.modelled_ns += r.modelled_ns
+        st.fuel_used += r.fuel
+        arrays = []
+        for (name, _type, _scale, buf, dictionary), col in zip(r.columns, self.outputs):
+            d = self._dictionaries.get(col.name)
+            if d is None and dictionary is not None:
+                d = pa.array(dictionary, pa.string())
+            arrays.append(carrow.column_from_buffer(buf, col, r.rows, f"{info.dir}/{name}.col", d))
+        st.wall_ns += time.perf_counter_ns() - t
+        return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
     def _explain(self, e: Exception, first: int, rows: int) -> Exception:
         """A bad dictionary code stops the program: find the exact row on the host."""
         msg = str(e)
@@ -312,14 +359,18 @@ def scan(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
+    backend: str = "generated",
+    strategy: str = "bitmask",
 ) -> Scan:
     """A pushdown scan of the device table ``table`` (see :class:`Scan`): ``columns``
     to return (all when None), ``filter`` evaluated on the device (see
     :mod:`csx.filter`; :class:`csx.UnsupportedFilterError` names a part it cannot
-    evaluate)."""
+    evaluate). ``backend``: "generated" (a program generated and compiled for the
+    query, streamed chunk by chunk) or "operators" (csx-data's filter operators with
+    ``strategy`` "bitmask", "unrolled" or "accel", then a gather; one batch)."""
     if engine not in ("jit", "interp"):
         raise ValueError(f"engine must be 'jit' or 'interp', got {engine!r}")
-    return Scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
+    return Scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, backend=backend, strategy=strategy)
 
 
 def host_table(device: Device, table: str, columns: Sequence[str]) -> "tuple[pa.Table, Dict[str, int]]":

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, Status};
+use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, Reply, Status};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use csx_lambda::{Lambda, LambdaArgs, LambdaIo, LambdaOptions, Mode, Ran, SideCost};
@@ -353,7 +353,23 @@ impl PyDevice {
                     "offset {offset} is past the end of {path} ({size} bytes)"
                 )));
             }
-            Ok(dev.read_file(&path, offset, length.unwrap_or(size - offset))?)
+            let len = length.unwrap_or(size - offset).min(size - offset);
+            if len <= csx_host::proto::limits::FILE_IO_SIZE_MAX {
+                // One command: lend its reply vector as it came (no assembly copy).
+                let c = dev.client().call_ok(Op::FileRead {
+                    path: path.clone(),
+                    offset,
+                    len,
+                })?;
+                return match c.reply {
+                    Reply::Data(d) if d.len() as u64 == len => Ok(d),
+                    _ => Err(Error::new(
+                        Kind::Device,
+                        format!("file-read {path}: the device answered with the wrong length"),
+                    )),
+                };
+            }
+            Ok(dev.read_file(&path, offset, len)?)
         })?;
         Ok(Buffer::new(data))
     }

@@ -16,6 +16,7 @@ compile_error!(
 );
 
 mod buffer;
+mod data;
 mod device;
 mod errors;
 mod scan;
@@ -33,6 +34,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<scan::ScanChunk>()?;
     m.add_function(wrap_pyfunction!(scan::scan_chunk, m)?)?;
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
+    m.add_class::<data::DataScan>()?;
+    m.add_function(wrap_pyfunction!(data::generate, m)?)?;
+    m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(data::data_scan, m)?)?;
+    m.add_class::<data::SsbRun>()?;
+    m.add_function(wrap_pyfunction!(data::ssb_run, m)?)?;
+    m.add_function(wrap_pyfunction!(data::ssb_queries, m)?)?;
     m.add_function(wrap_pyfunction!(device::build, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;

@@ -133,7 +133,11 @@ fn run_chunk(
     let mut segment = 0;
     for width in out_widths {
         let len = kept * width;
-        let mut bytes = Vec::with_capacity(len as usize);
+        let mut bytes = if len <= READ_PIECE {
+            Vec::new()
+        } else {
+            Vec::with_capacity(len as usize)
+        };
         let mut at = 0;
         while at < len {
             let piece = (len - at).min(READ_PIECE);
@@ -144,6 +148,8 @@ fn run_chunk(
             })?;
             modelled_ns += c.timing.modelled_ns;
             match c.reply {
+                // A segment read in one command is lent as it came.
+                Reply::Data(d) if d.len() as u64 == piece && piece == len => bytes = d,
                 Reply::Data(d) if d.len() as u64 == piece => bytes.extend_from_slice(&d),
                 _ => {
                     return Err(Error::new(

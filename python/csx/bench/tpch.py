@@ -200,6 +200,8 @@ def _plot(path: str, results: Dict[str, Any], meta: Dict[str, Any]) -> None:
         import matplotlib
 
         matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a small SVG
+        matplotlib.rcParams["svg.hashsalt"] = "csx"  # stable ids between runs
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install matplotlib (or './python[bench]')") from None
