@@ -99,6 +99,8 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_EFAULT (-14)
 #define CSX_EBUSY (-16)
 #define CSX_EEXIST (-17)
+#define CSX_ENOTDIR (-20)
+#define CSX_EISDIR (-21)
 #define CSX_EINVAL (-22)
 #define CSX_EFBIG (-27)
 #define CSX_ENOSPC (-28)

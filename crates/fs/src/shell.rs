@@ -81,7 +81,7 @@ const TAG_DATA: u8 = b'D';
 const TAG_END: u8 = b'E';
 /// How long a proxy waits for a pipe's other process to become a proxy (it may still be
 /// the shell's forked child before exec).
-const PEER_WAIT: Duration = Duration::from_millis(1500);
+const PEER_WAIT: Duration = Duration::from_secs(5);
 /// How long a registered proxy waits for the peers it claims.
 const LINK_WAIT: Duration = Duration::from_secs(20);
 
@@ -224,7 +224,13 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
                 let mut held = None;
                 for f in fds.flatten() {
                     if std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == target) {
-                        let at_std = f.file_name().to_str() == Some(&other_fd.to_string());
+                        let fd_name = f.file_name().to_string_lossy().into_owned();
+                        // Only the other end of the pipe: a process that shares our end
+                        // (the shell whose own stdout we inherited) is no peer.
+                        if !holds_other_end(&name, &fd_name, fd) {
+                            continue;
+                        }
+                        let at_std = fd_name == other_fd.to_string();
                         held = Some(held.unwrap_or(false) || at_std);
                     }
                 }
@@ -252,6 +258,28 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
             return None;
         }
         std::thread::sleep(Duration::from_millis(3));
+    }
+}
+
+/// Whether descriptor `fd_name` of process `pid` is the other end of a pipe from our fd
+/// `our_fd` (0 reads, so the other end writes; 1 writes, so it reads), by the access
+/// mode in "/proc/PID/fdinfo/FD".
+fn holds_other_end(pid: &str, fd_name: &str, our_fd: u32) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd_name}")) else {
+        return false;
+    };
+    let Some(flags) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+    else {
+        return false;
+    };
+    let access = flags & 3;
+    if our_fd == 0 {
+        access != 0
+    } else {
+        access != 1
     }
 }
 
