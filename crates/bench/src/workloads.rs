@@ -251,7 +251,7 @@ fn bench_workload(
             }
             let (outcome, phases) = if mode == "native" {
                 bytes_to_host = case.input_size_bytes;
-                native(dev, w, &case, &inv, cache == "cold")?
+                native(dev, w, &case, &inv, cache == "cold", model)?
             } else {
                 let engine = if mode == "jit" {
                     EngineKind::Jit
@@ -301,17 +301,20 @@ fn bench_workload(
 
 /// The host's way: read the input from the device file, then run the reference. The
 /// host's compute is not modelled: its modelled time is its wall time. Its read is
-/// modelled (media, link) when cold; warm, the page cache served it and it costs nothing.
+/// modelled (media, link, the host kernel's I/O stack) when cold; warm, the page cache served it and it costs nothing.
 fn native(
     dev: &Device,
     w: &Workload,
     case: &Case,
     inv: &csx_workloads::Invocation,
     cold: bool,
+    model: &PerfModel,
 ) -> anyhow::Result<(Outcome, Phases)> {
     let (data, mut stage) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
         .with_context(|| format!("reading {}", case.input_path))?;
-    if !cold {
+    if cold {
+        stage.modelled_ns += model.host_stack_ns(case.input_size_bytes);
+    } else {
         stage.modelled_ns = 0;
     }
     let started = Instant::now();
