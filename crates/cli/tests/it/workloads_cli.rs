@@ -169,13 +169,19 @@ fn bench_workloads_json_has_a_row_per_workload_and_mode_and_all_agree() {
         .output()
         .expect("csx starts");
     let (stdout, rows) = json_rows(&out);
-    assert_eq!(rows.len(), 3 * csx_workloads::WORKLOADS.len(), "{stdout}");
+    assert_eq!(rows.len(), 5 * csx_workloads::WORKLOADS.len(), "{stdout}");
     for w in csx_workloads::WORKLOADS {
-        for mode in ["native", "interpreter", "jit"] {
+        for (mode, cache) in [
+            ("native", "cold"),
+            ("native", "warm"),
+            ("interpreter", "warm"),
+            ("jit", "cold"),
+            ("jit", "warm"),
+        ] {
             let row = rows
                 .iter()
-                .find(|r| r["workload"] == w.name && r["mode"] == mode)
-                .unwrap_or_else(|| panic!("no row for {} {mode}", w.name));
+                .find(|r| r["workload"] == w.name && r["mode"] == mode && r["cache"] == cache)
+                .unwrap_or_else(|| panic!("no row for {} {mode} {cache}", w.name));
             assert_eq!(row["agree"], true, "{row}");
             // 64 KiB of data; bitmap's input is its compressed form.
             let input = row["input_bytes"].as_u64().expect("a byte count");
