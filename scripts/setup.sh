@@ -13,6 +13,8 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # csx mount (csx-fs): fusermount3 mounts for non-root users; root mounts through /dev/fuse.
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+# The daemon's TLS test (crates/server/tests/hardening.rs) makes its certificates with openssl.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"
