@@ -38,7 +38,8 @@ pub struct ServeArgs {
     /// The device's state directory (made by `csx device init`).
     #[arg(long, value_name = "DIR")]
     state: PathBuf,
-    /// Where to listen: `shm://NAME` or `tcp://HOST:PORT`; repeat for several.
+    /// Where to listen: `shm://NAME`, `tcp://HOST:PORT` or `tcps://HOST:PORT` (TLS);
+    /// repeat for several.
     #[arg(long, value_name = "URI", required = true)]
     listen: Vec<String>,
     /// A file holding the shared secret tcp clients must present.

@@ -132,6 +132,22 @@ mod tests {
                 addr: "127.0.0.1:7000".into()
             }
         );
+        assert_eq!(
+            DeviceUri::parse("tcps://localhost:7000").unwrap(),
+            DeviceUri::Tcps {
+                addr: "localhost:7000".into()
+            }
+        );
+        assert_eq!(
+            DeviceUri::parse("tcps://localhost:7000")
+                .unwrap()
+                .to_string(),
+            "tcps://localhost:7000"
+        );
+        assert!(matches!(
+            DeviceUri::parse("tcps://host"),
+            Err(OpenError::BadUri { .. })
+        ));
         assert!(matches!(
             DeviceUri::parse("nvme://x"),
             Err(OpenError::UnknownScheme { .. })

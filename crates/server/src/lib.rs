@@ -504,6 +504,10 @@ mod tests {
             ListenAddr::Shm("dev0".into())
         );
         assert!(ListenAddr::parse("shm://a/b").is_err());
+        assert_eq!(
+            ListenAddr::parse("tcps://:7002").unwrap(),
+            ListenAddr::Tcps("127.0.0.1:7002".parse().unwrap())
+        );
         assert!(ListenAddr::parse("udp://x:1").is_err());
         assert!(ListenAddr::parse("tcp://:notaport").is_err());
     }

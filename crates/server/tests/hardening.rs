@@ -427,6 +427,18 @@ fn tls_carries_commands_and_refuses_plain_and_untrusted_peers() {
     dev.free(h).unwrap();
     dev.close().unwrap();
 
+    // Through the URI, as `csx --device tcps://...` opens it: CSX_TLS_CA names the CA
+    // (no other test of this binary reads it; a token given to a server without one
+    // is ignored, so CSX_TOKEN_FILE does not disturb the others either).
+    let token_file = certs.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::env::set_var(csx_host::transport::tcp::TLS_CA_FILE_ENV, &ca);
+    std::env::set_var(csx_host::transport::tcp::TOKEN_FILE_ENV, &token_file);
+    let dev = Device::open(&uri).expect("tcps:// opens with CSX_TLS_CA");
+    assert_eq!(dev.uri().to_string(), uri);
+    assert_eq!(dev.read_file("/tls/file", 0, 10).unwrap(), &data[..10]);
+    dev.close().unwrap();
+
     // The token is still checked inside TLS.
     let no_token = TcpOptions {
         queue_depth: 8,
