@@ -18,6 +18,8 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-dev python3-ven
 command -v python3 >/dev/null 2>&1 && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && need_apt+=(python3-venv)
 # csx bench device compares the device's media reads with fio's at the same depth.
 command -v fio >/dev/null 2>&1 || need_apt+=(fio)
+# The daemon's TLS test (crates/server/tests/hardening.rs) makes its certificates with openssl.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]}"

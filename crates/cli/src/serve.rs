@@ -20,7 +20,8 @@ use crate::exit;
 /// Serve a device to other processes and hosts until SIGINT or SIGTERM.
 ///
 /// Clients open it with `--device shm://NAME` (processes on this machine, through shared
-/// memory) or `--device tcp://HOST:PORT` (over the network). `tcp://:PORT` listens on
+/// memory) or `--device tcp://HOST:PORT` (over the network; `tcps://HOST:PORT` with TLS,
+/// given --tls-cert and --tls-key, clients setting CSX_TLS_CA to the CA's PEM file). `tcp://:PORT` listens on
 /// the loopback address only; name a host (`tcp://0.0.0.0:PORT`) to serve beyond this
 /// machine, with `--token-file` so that only holders of the secret may connect (they
 /// set CSX_TOKEN_FILE). On SIGINT or SIGTERM the daemon stops taking commands, finishes
@@ -37,12 +38,20 @@ pub struct ServeArgs {
     /// The device's state directory (made by `csx device init`).
     #[arg(long, value_name = "DIR")]
     state: PathBuf,
-    /// Where to listen: `shm://NAME` or `tcp://HOST:PORT`; repeat for several.
+    /// Where to listen: `shm://NAME`, `tcp://HOST:PORT` or `tcps://HOST:PORT` (TLS);
+    /// repeat for several.
     #[arg(long, value_name = "URI", required = true)]
     listen: Vec<String>,
     /// A file holding the shared secret tcp clients must present.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The certificate chain (PEM) of `tcps://` listeners; clients trust its CA
+    /// through CSX_TLS_CA.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// SLM one client may hold allocated, e.g. 64MiB (default: a quarter of the device's).
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     client_memory: Option<u64>,
@@ -134,9 +143,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         queued_commands: args.client_queue,
         program_slots: args.client_slots,
     };
-    let options = ServerOptions::new()
+    let mut options = ServerOptions::new()
         .limits(limits)
         .reclaim_programs(args.reclaim_programs);
+    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        options = options.tls(cert, key);
+    }
     let server = Server::start_with(device, config, options)
         .with_context(|| format!("cannot serve the device in {}", args.state.display()))?;
     tracing::info!(

@@ -56,6 +56,12 @@ pub enum ServerError {
     Device(#[from] DeviceError),
     #[error("cannot start a server thread: {source}")]
     Spawn { source: std::io::Error },
+    #[error("tls certificate {} or key {}: {source}", cert.display(), key.display())]
+    Tls {
+        cert: std::path::PathBuf,
+        key: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("per-client limits must all be above 0: {limits:?}")]
     BadLimits { limits: ClientLimits },
     #[error("a server thread panicked")]
@@ -70,6 +76,8 @@ pub enum ListenAddr {
     Tcp(SocketAddr),
     /// `shm://NAME`.
     Shm(String),
+    /// `tcps://HOST:PORT`: tcp with TLS (needs [`ServerOptions::tls`]).
+    Tcps(SocketAddr),
 }
 
 impl ListenAddr {
@@ -83,8 +91,10 @@ impl ListenAddr {
             shm_transport::check_name(name).map_err(|reason| bad(&reason))?;
             return Ok(ListenAddr::Shm(name.to_string()));
         }
-        let Some(rest) = uri.strip_prefix("tcp://") else {
-            return Err(bad("use tcp://HOST:PORT or shm://NAME"));
+        let (tls, rest) = match (uri.strip_prefix("tcp://"), uri.strip_prefix("tcps://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(bad("use tcp://HOST:PORT, tcps://HOST:PORT or shm://NAME")),
         };
         // A missing host is the loopback address: serving beyond this machine is
         // something to ask for by name.
@@ -98,7 +108,11 @@ impl ListenAddr {
             .map_err(|e| bad(&e.to_string()))?
             .next()
             .ok_or_else(|| bad("resolves to no address"))?;
-        Ok(ListenAddr::Tcp(addr))
+        Ok(if tls {
+            ListenAddr::Tcps(addr)
+        } else {
+            ListenAddr::Tcp(addr)
+        })
     }
 }
 
@@ -124,15 +138,18 @@ impl std::fmt::Debug for ServerConfig {
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct ServerOptions {
-    /// What one client may hold; `None`: [`ClientLimits::for_device`].
+    /// What one client may hold; `None`: [`ClientLimits::unlimited`] (`csx device
+    /// serve` passes [`ClientLimits::for_device`] unless told otherwise).
     pub limits: Option<ClientLimits>,
     /// Unload the programs a client loaded and did not unload when it goes (otherwise
     /// they persist, as TP4091's programs do, and only stop counting against it).
     pub reclaim_programs: bool,
+    /// The certificate chain and private key (PEM files) of `tcps://` listeners.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl ServerOptions {
-    /// The defaults: per-client limits from the device's size, programs persist.
+    /// The defaults: no per-client limit beyond the device's own, programs persist.
     pub fn new() -> ServerOptions {
         ServerOptions::default()
     }
@@ -140,6 +157,12 @@ impl ServerOptions {
     /// With these per-client limits.
     pub fn limits(mut self, limits: ClientLimits) -> ServerOptions {
         self.limits = Some(limits);
+        self
+    }
+
+    /// Serving `tcps://` addresses with this certificate chain and key (PEM files).
+    pub fn tls(mut self, cert: std::path::PathBuf, key: std::path::PathBuf) -> ServerOptions {
+        self.tls = Some((cert, key));
         self
     }
 
@@ -277,10 +300,22 @@ impl Server {
         }
         let limits = options
             .limits
-            .unwrap_or_else(|| ClientLimits::for_device(device.config().slm_size_bytes));
+            .unwrap_or_else(|| ClientLimits::unlimited(device.config().slm_size_bytes));
         if limits.queued_commands == 0 || limits.program_slots == 0 || limits.memory_bytes == 0 {
             return Err(ServerError::BadLimits { limits });
         }
+        let tls = match &options.tls {
+            Some((cert, key)) => Some(
+                csx_host::transport::tcp::conn::tls::server_config(cert, key).map_err(
+                    |source| ServerError::Tls {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
         let ctx = Arc::new(Context {
             device,
             token: config.token,
@@ -302,7 +337,7 @@ impl Server {
         };
         for addr in &config.listen {
             // On failure the listeners already started are stopped by `Drop`.
-            server.listen(addr)?;
+            server.listen(addr, tls.as_ref())?;
         }
         Ok(server)
     }
@@ -311,7 +346,11 @@ impl Server {
         self.ctx.as_ref().expect("present until shutdown")
     }
 
-    fn listen(&mut self, addr: &ListenAddr) -> Result<(), ServerError> {
+    fn listen(
+        &mut self,
+        addr: &ListenAddr,
+        tls: Option<&Arc<rustls::ServerConfig>>,
+    ) -> Result<(), ServerError> {
         let spawn = |name: String, run: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -319,8 +358,19 @@ impl Server {
                 .map_err(|source| ServerError::Spawn { source })
         };
         match addr {
-            ListenAddr::Tcp(sa) => {
-                let uri = format!("tcp://{sa}");
+            ListenAddr::Tcp(sa) | ListenAddr::Tcps(sa) => {
+                let tls = match addr {
+                    ListenAddr::Tcps(_) => Some(Arc::clone(tls.ok_or_else(|| {
+                        ServerError::BadListen {
+                            uri: format!("tcps://{sa}"),
+                            reason: "tcps needs a certificate and key (--tls-cert, --tls-key)"
+                                .to_string(),
+                        }
+                    })?)),
+                    _ => None,
+                };
+                let scheme = if tls.is_some() { "tcps" } else { "tcp" };
+                let uri = format!("{scheme}://{sa}");
                 let listener = TcpListener::bind(sa).map_err(|source| ServerError::Listen {
                     uri: uri.clone(),
                     source,
@@ -340,10 +390,10 @@ impl Server {
                 let ctx = Arc::clone(self.ctx());
                 let h = spawn(
                     format!("csx-accept-{local}"),
-                    Box::new(move || tcp::accept_loop(listener, &ctx)),
+                    Box::new(move || tcp::accept_loop(listener, &ctx, tls)),
                 )?;
                 self.acceptors.push(h);
-                self.bound.push(format!("tcp://{local}"));
+                self.bound.push(format!("{scheme}://{local}"));
             }
             ListenAddr::Shm(name) => {
                 let (listener, path) = shm::bind(name).map_err(|source| ServerError::Listen {
@@ -454,6 +504,10 @@ mod tests {
             ListenAddr::Shm("dev0".into())
         );
         assert!(ListenAddr::parse("shm://a/b").is_err());
+        assert_eq!(
+            ListenAddr::parse("tcps://:7002").unwrap(),
+            ListenAddr::Tcps("127.0.0.1:7002".parse().unwrap())
+        );
         assert!(ListenAddr::parse("udp://x:1").is_err());
         assert!(ListenAddr::parse("tcp://:notaport").is_err());
     }

@@ -51,7 +51,19 @@ pub const CLIENT_QUEUE_DEFAULT: u32 = 256;
 pub const CLIENT_SLOTS_DEFAULT: u16 = csx_proto::limits::PROGRAM_SLOTS_COUNT / 4;
 
 impl ClientLimits {
-    /// The defaults for a device with `slm_size_bytes` of SLM.
+    /// No limit beyond the device's own: a client may hold all of its SLM and slots.
+    /// [`Server::start`](crate::Server::start)'s default, so an embedding program or a
+    /// test sees the whole device.
+    pub fn unlimited(slm_size_bytes: u64) -> ClientLimits {
+        ClientLimits {
+            memory_bytes: slm_size_bytes.max(1),
+            queued_commands: csx_proto::limits::QUEUE_DEPTH_MAX,
+            program_slots: csx_proto::limits::PROGRAM_SLOTS_COUNT,
+        }
+    }
+
+    /// The shared-daemon defaults for a device with `slm_size_bytes` of SLM (those of
+    /// `csx device serve`): a quarter of the SLM, 16 slots, 256 commands.
     pub fn for_device(slm_size_bytes: u64) -> ClientLimits {
         ClientLimits {
             memory_bytes: (slm_size_bytes / CLIENT_MEMORY_SHARE).max(1 << 20),

@@ -15,6 +15,8 @@
 
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+
+use csx_host::transport::tcp::conn::{tls::TlsConn, Conn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
@@ -28,9 +30,9 @@ use csx_proto::{
 
 use csx_host::transport::bulk;
 use csx_host::transport::tcp::framing::{
-    data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
-    secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
-    PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
+    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
+    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
@@ -53,7 +55,12 @@ const PLEN_MAX: usize = PDU_HEADER_SIZE
     };
 
 /// Accepts connections until the server stops.
-pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
+/// With `tls`, each connection is a TLS server connection with that configuration.
+pub(crate) fn accept_loop(
+    listener: TcpListener,
+    ctx: &Arc<Context>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::error!(error = %e, "cannot poll the tcp listener");
         return;
@@ -66,7 +73,21 @@ pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
                     continue;
                 }
                 let name = format!("csx-tcp-{peer}");
-                let spawned = ctx.spawn_connection(name, move |ctx| serve(stream, peer, &ctx));
+                let tls = tls.clone();
+                let spawned = ctx.spawn_connection(name, move |ctx| {
+                    let conn = match tls {
+                        None => Conn::Plain(stream),
+                        Some(config) => match accept_tls(stream, config) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                tracing::warn!(%peer, error = %e, "tls handshake failed");
+                                Context::count(&ctx.clients_refused, 1);
+                                return;
+                            }
+                        },
+                    };
+                    serve(conn, peer, &ctx)
+                });
                 if !spawned {
                     Context::count(&ctx.clients_refused, 1);
                     tracing::warn!(%peer, "too many connections; closing");
@@ -83,20 +104,27 @@ pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
     }
 }
 
+/// The TLS handshake, within the handshake timeout.
+fn accept_tls(stream: TcpStream, config: Arc<rustls::ServerConfig>) -> io::Result<Conn> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    TlsConn::accept(stream, config).map(Conn::Tls)
+}
+
 /// The write side, shared by both threads of a connection.
 #[derive(Debug)]
 struct Sender {
-    stream: Mutex<TcpStream>,
+    stream: Mutex<Conn>,
     /// Set once a write failed: the client is gone, completions are dropped.
     dead: AtomicBool,
 }
 
 impl Sender {
-    fn lock(&self) -> MutexGuard<'_, TcpStream> {
+    fn lock(&self) -> MutexGuard<'_, Conn> {
         self.stream.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self, w: &mut TcpStream, slices: &mut [IoSlice<'_>]) {
+    fn write(&self, w: &mut Conn, slices: &mut [IoSlice<'_>]) {
         if self.dead.load(Ordering::Relaxed) {
             return;
         }
@@ -109,10 +137,10 @@ impl Sender {
 }
 
 /// One connection: handshake, then the two threads.
-fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    if let Err(e) = csx_host::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
+    let _ = stream.tcp().set_nodelay(true);
+    let _ = stream.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Err(e) = csx_host::transport::sys::set_socket_buffers(stream.tcp(), SOCKET_BUFFER_SIZE) {
         tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
     }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);
@@ -202,7 +230,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
 
 /// Reads the ICReq, checks it, opens the queue pair and answers. `None`: refused.
 fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     reader: &mut PduReader,
     peer: SocketAddr,
     ctx: &Context,
@@ -239,7 +267,7 @@ fn handshake(
             }
         }
     };
-    let respond = |stream: &mut TcpStream, status, queue_depth, queue_id, message: &str| {
+    let respond = |stream: &mut Conn, status, queue_depth, queue_id, message: &str| {
         let resp = ICResp {
             status,
             queue_depth,
@@ -249,7 +277,7 @@ fn handshake(
         };
         let _ = stream.write_all(&resp.encode());
     };
-    let refuse = |stream: &mut TcpStream, status, message: &str| {
+    let refuse = |stream: &mut Conn, status, message: &str| {
         tracing::warn!(%peer, ?status, message, "refusing tcp client");
         respond(stream, status, 0, 0, message);
         None
@@ -332,7 +360,7 @@ struct Connection<'a> {
 
 impl Connection<'_> {
     /// The reading loop: PDUs in, commands submitted.
-    fn run(&mut self, stream: &mut TcpStream, reader: &mut PduReader) -> Ending {
+    fn run(&mut self, stream: &mut Conn, reader: &mut PduReader) -> Ending {
         let _ = stream.set_read_timeout(Some(ACCEPT_POLL));
         loop {
             loop {
@@ -365,7 +393,9 @@ impl Connection<'_> {
             if self.ctx.stopping() {
                 return Ending::Stopping;
             }
-            let read = fill_polling(reader, stream).unwrap_or_else(|| reader.fill(stream));
+            let read = stream
+                .fill_polling(reader)
+                .unwrap_or_else(|| reader.fill(stream));
             match read {
                 Ok(0) => return Ending::Closed,
                 Ok(_) => {}
@@ -568,7 +598,7 @@ fn wire_status(e: &WireError) -> Status {
 /// PDUs straight from the completion: then `out` so far, the data PDUs and the capsule
 /// go in one write (one system call, so the host wakes once for the whole reply), and
 /// `out` is left empty.
-fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut TcpStream) {
+fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut Conn) {
     let data = bulk::take_reply_data(&mut c);
     let id = c.id;
     let start = out.len();

@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use csx_device::{DeviceConfig, DeviceRuntime};
@@ -304,4 +305,156 @@ fn the_programs_of_a_departed_client_are_reclaimed_when_asked() {
         check.close().unwrap();
         server.shutdown().unwrap();
     }
+}
+
+/// A CA and a certificate it signed for 127.0.0.1 and localhost, made with openssl.
+fn tls_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("openssl is missing ({e}): run scripts/setup.sh"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=csx test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+    ]);
+    (
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    )
+}
+
+#[test]
+fn tls_carries_commands_and_refuses_plain_and_untrusted_peers() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(certs.path());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = DeviceConfig {
+        nvm_size_bytes: 16 << 20,
+        slm_size_bytes: SLM,
+        state_size_bytes: 1 << 20,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    let device = DeviceRuntime::init(dir.path(), config).expect("init");
+    let config = ServerConfig {
+        listen: vec![ListenAddr::parse("tcps://127.0.0.1:0").unwrap()],
+        token: Some(b"s3cret".to_vec()),
+    };
+    let server = Server::start_with(device, config, ServerOptions::new().tls(cert, key))
+        .expect("serves tls");
+    let uri = server.uris()[0].clone();
+    assert!(uri.starts_with("tcps://127.0.0.1:"), "{uri}");
+    let addr = uri.strip_prefix("tcps://").unwrap().to_string();
+    let options = TcpOptions {
+        queue_depth: 8,
+        token: Some(b"s3cret".to_vec()),
+    };
+
+    // A TLS client trusting the CA: commands and bulk data both ways.
+    let trusted = csx_host::transport::tcp::conn::tls::client_config(&ca).unwrap();
+    let t = TcpTransport::connect_tls(&addr, &options, trusted.clone()).expect("tls connects");
+    let dev = Device::with_client(
+        csx_host::Client::new(Box::new(t)),
+        csx_host::DeviceUri::parse(&uri).unwrap(),
+    );
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7) as u8).collect();
+    dev.put_bytes("/tls/file", &data).unwrap();
+    assert_eq!(
+        dev.read_file("/tls/file", 0, data.len() as u64).unwrap(),
+        data
+    );
+    let h = dev.alloc(1 << 20).unwrap();
+    dev.write_mem(h, 0, &data[..1 << 20]).unwrap();
+    assert_eq!(dev.read_mem(h, 0, 1 << 20).unwrap(), &data[..1 << 20]);
+    dev.free(h).unwrap();
+    dev.close().unwrap();
+
+    // Through the URI, as `csx --device tcps://...` opens it: CSX_TLS_CA names the CA
+    // (no other test of this binary reads it; a token given to a server without one
+    // is ignored, so CSX_TOKEN_FILE does not disturb the others either).
+    let token_file = certs.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::env::set_var(csx_host::transport::tcp::TLS_CA_FILE_ENV, &ca);
+    std::env::set_var(csx_host::transport::tcp::TOKEN_FILE_ENV, &token_file);
+    let dev = Device::open(&uri).expect("tcps:// opens with CSX_TLS_CA");
+    assert_eq!(dev.uri().to_string(), uri);
+    assert_eq!(dev.read_file("/tls/file", 0, 10).unwrap(), &data[..10]);
+    dev.close().unwrap();
+
+    // The token is still checked inside TLS.
+    let no_token = TcpOptions {
+        queue_depth: 8,
+        token: None,
+    };
+    let e = TcpTransport::connect_tls(&addr, &no_token, trusted).unwrap_err();
+    assert!(e.to_string().contains("AuthFailed"), "{e}");
+
+    // A plain tcp client gets no connection.
+    assert!(TcpTransport::connect(&addr, &options).is_err());
+
+    // A client that does not trust the server's CA refuses it.
+    let other = tempfile::tempdir().unwrap();
+    let (other_ca, _, _) = tls_files(other.path());
+    let untrusting = csx_host::transport::tcp::conn::tls::client_config(&other_ca).unwrap();
+    let e = TcpTransport::connect_tls(&addr, &options, untrusting).unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    server.shutdown().unwrap();
 }
