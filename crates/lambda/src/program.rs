@@ -122,6 +122,7 @@ impl Lambda {
             cparam2: args.cparam2,
             params: &args.params,
             fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
+            stop: None,
         };
         let mut ctx = CallContext::without_files(Instant::now());
         run_on_windows(
