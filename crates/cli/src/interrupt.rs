@@ -1,13 +1,15 @@
 //! Ctrl-C for commands that run programs on a device (`csx exec`, `csx read`): the first
 //! SIGINT aborts what the command started there (an Abort of its execution, which then
-//! completes as aborted, so the command still frees what it allocated and exits with
-//! [`exit::INTERRUPTED`]); a second SIGINT ends the process at once.
+//! completes as aborted; for `csx read`, the λ-IO handle's stop flag, which aborts its
+//! device runs and stops its host runs), so the command still frees what it allocated
+//! and exits with [`exit::INTERRUPTED`]; a second SIGINT ends the process at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use csx_ebpf::engine::StopFlag;
 use csx_host::{CallError, Device, ExecuteRequest, Execution};
 
 use crate::exit;
@@ -47,6 +49,19 @@ impl Interrupt {
     /// Whether Ctrl-C was pressed.
     pub fn pressed(&self) -> bool {
         self.pressed.load(Ordering::Relaxed)
+    }
+
+    /// Sets `flag` (a λ-IO handle's, say) when Ctrl-C is pressed, from a thread that
+    /// looks every [`POLL`].
+    pub fn forward_to(&self, flag: Arc<StopFlag>) {
+        let pressed = Arc::clone(&self.pressed);
+        std::thread::spawn(move || loop {
+            if pressed.load(Ordering::Relaxed) {
+                flag.stop(1);
+                return;
+            }
+            std::thread::sleep(POLL);
+        });
     }
 
     /// Runs `request` on `dev` and waits for it; Ctrl-C aborts it on the device (the
