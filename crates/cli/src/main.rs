@@ -21,6 +21,7 @@ mod files;
 mod fs_cmd;
 mod gen_cmd;
 mod hex;
+mod interrupt;
 mod lambda_cmd;
 mod op_cmd;
 mod sdk_cmd;
@@ -39,6 +40,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The eBPF program ran and trapped.
     pub const TRAP: u8 = 3;
+    /// Ctrl-C: what the command started on the device was aborted (128 + SIGINT).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 const EXIT_HELP: &str = "\
@@ -47,7 +50,8 @@ Exit status:
   1  error: unreadable file, bad input, program rejected by the loader or verifier,
      engines that disagree in a benchmark
   2  bad command line
-  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)";
+  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)
+  130  interrupted by Ctrl-C (csx exec, csx read abort their program on the device)";
 
 /// csx: a computational storage device in software.
 ///
