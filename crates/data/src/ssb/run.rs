@@ -402,12 +402,21 @@ impl Clock {
         }
     }
 
+    /// Adds the time since the start to phase `name` (a phase met twice accumulates).
     fn phase(self, s: &Session, name: &'static str, phases: &mut Vec<Phase>) {
-        phases.push(Phase {
-            name,
-            modelled_ns: s.meter.modelled_ns - self.modelled_at,
-            wall_ns: self.started.elapsed().as_nanos() as u64,
-        });
+        let modelled_ns = s.meter.modelled_ns - self.modelled_at;
+        let wall_ns = self.started.elapsed().as_nanos() as u64;
+        match phases.iter_mut().find(|p| p.name == name) {
+            Some(p) => {
+                p.modelled_ns += modelled_ns;
+                p.wall_ns += wall_ns;
+            }
+            None => phases.push(Phase {
+                name,
+                modelled_ns,
+                wall_ns,
+            }),
+        }
     }
 }
 
@@ -689,7 +698,6 @@ pub fn run(
     clock.phase(&s, "dims", &mut phases);
 
     // Probe: LINEORDER in rounds, each in partitions at once on the engines.
-    let clock = Clock::start(&s);
     let ngroups: Vec<u64> = groups.iter().map(|g| g.len() as u64).collect();
     let total_groups: u64 = ngroups.iter().product::<u64>().max(1);
     if total_groups > GROUPS_MAX {
@@ -776,9 +784,13 @@ pub fn run(
             }
             let start = r * round;
             let n = round.min(rows - start);
+            // Staging LINEORDER's columns is loading, as in Delilah's breakdown.
+            let staging = Clock::start(&s);
             for &c in &lo_cols {
                 s.copy_file(&format!("{lo_dir}/{c}.col"), start * 4, n * 4, staged[c], 0)?;
             }
+            staging.phase(&s, "load", &mut phases);
+            let probing = Clock::start(&s);
             let part = n.div_ceil(u64::from(partitions)).next_multiple_of(64);
             let parts: Vec<(u64, u64)> = (0..u64::from(partitions))
                 .map(|p| (p * part, (n.saturating_sub(p * part)).min(part)))
@@ -880,8 +892,8 @@ pub fn run(
                 }
             }
             slot += parts.len() as u64;
+            probing.phase(&s, "probe", &mut phases);
         }
-        clock.phase(&s, "probe", &mut phases);
         if let (Split::Offload, Some(h), false) = (opts.split, partials, empty) {
             let clock = Clock::start(&s);
             let fin = s.alloc(total_groups * 8)?;
@@ -898,7 +910,7 @@ pub fn run(
             clock.phase(&s, "merge", &mut phases);
         }
     } else {
-        clock.phase(&s, "probe", &mut phases);
+        Clock::start(&s).phase(&s, "probe", &mut phases);
     }
 
     // Decode the groups.
