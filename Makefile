@@ -20,6 +20,7 @@ lint: setup
 
 test: lint
 	$(CARGO) test --workspace
+	scripts/python-test.sh
 
 demo: build
 	scripts/demo.sh $(SIZE)

@@ -24,9 +24,10 @@ use crate::exit;
 /// given --tls-cert and --tls-key, clients setting CSX_TLS_CA to the CA's PEM file). `tcp://:PORT` listens on
 /// the loopback address only; name a host (`tcp://0.0.0.0:PORT`) to serve beyond this
 /// machine, with `--token-file` so that only holders of the secret may connect (they
-/// set CSX_TOKEN_FILE). On SIGINT or SIGTERM the daemon stops taking commands, finishes
-/// and answers those in flight, and closes the device (file store flushed, shared
-/// state saved).
+/// set CSX_TOKEN_FILE). On SIGINT or SIGTERM the daemon stops taking commands, aborts
+/// the programs running, finishes and answers the other commands in flight, and closes
+/// the device (file store flushed, shared state saved). A client that disconnects has
+/// its programs aborted too.
 ///
 /// Each client may hold at most --client-memory of SLM (default: a quarter of the
 /// device's), --client-slots program slots (default 16 of 64) and --client-queue
@@ -176,7 +177,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
             last_status = Instant::now();
         }
     }
-    tracing::info!("shutting down: finishing commands in flight");
+    tracing::info!("shutting down: aborting executions, finishing other commands in flight");
     let final_status = server.status();
     server
         .shutdown()

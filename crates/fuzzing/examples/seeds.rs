@@ -89,6 +89,10 @@ fn commands() -> Vec<Command> {
             cparam2: 2,
             params: vec![1, 2, 3],
             fuel: Some(1000),
+            time_limit_ms: Some(250),
+        },
+        Op::Abort {
+            target: CommandId(7),
         },
         Op::FileWrite {
             path: "/dir/file".into(),

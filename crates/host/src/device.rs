@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::time::Duration;
 
 use csx_proto::limits::{
     FILE_IO_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX, PROGRAM_SLOTS_COUNT,
@@ -362,6 +363,31 @@ impl Device {
     pub fn execute(&self, request: &ExecuteRequest) -> Result<Execution, CallError> {
         let c = self.client.call(request.to_op())?;
         Execution::from_completion(c)
+    }
+
+    /// Starts a program without waiting: the command id, for
+    /// [`Device::wait_execute`] and [`Device::abort`].
+    pub fn submit_execute(&self, request: &ExecuteRequest) -> Result<CommandId, CallError> {
+        self.client.submit_private(request.to_op())
+    }
+
+    /// The result of an execution [`Device::submit_execute`] started, waiting up to
+    /// `timeout` (`None`: as long as it takes); `Ok(None)` when it is still running.
+    pub fn wait_execute(
+        &self,
+        id: CommandId,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Execution>, CallError> {
+        match self.client.wait(id, timeout)? {
+            Some(c) => Execution::from_completion(c).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stops the execution `id` (see [`Client::abort`]); its result is then the error
+    /// [`CallError::Aborted`]. Whether it was still in flight.
+    pub fn abort(&self, id: CommandId) -> Result<bool, CallError> {
+        self.client.abort(id)
     }
 
     // ---------------------------------------------------------------------------------

@@ -13,8 +13,9 @@
 //!
 //! Each client gets its own queue pair, so its allocations and range sets are its own
 //! and are reclaimed when it goes, however it goes (clean close, crash, broken
-//! connection). [`Server::shutdown`] stops accepting, lets every connection stop taking
-//! commands and finish (and answer) those in flight, then closes the device (workers
+//! connection); its executions in flight are aborted when it goes. [`Server::shutdown`]
+//! stops accepting, lets every connection stop taking commands, abort its executions
+//! and finish (and answer) the other commands in flight, then closes the device (workers
 //! drained, shared state saved, file store flushed).
 //!
 //! Invariants: at most [`CONNECTIONS_MAX`] connections hold a thread at once; a
@@ -434,8 +435,8 @@ impl Server {
         }
     }
 
-    /// Stops accepting, finishes and answers every command in flight, disconnects every
-    /// client, and closes the device.
+    /// Stops accepting, answers every command in flight (executions aborted, the others
+    /// finished), disconnects every client, and closes the device.
     pub fn shutdown(mut self) -> Result<(), ServerError> {
         self.stop_threads()?;
         let ctx = self.ctx.take().expect("present until shutdown");

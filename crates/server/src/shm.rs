@@ -185,8 +185,11 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
     if !matches!(why, Ending::Stopping) {
         queue.gone.store(true, Ordering::Release);
     }
-    // Commands in flight finish; their completions are posted (or dropped for a host
-    // that is gone) before the queue pair goes.
+    // Executions in flight are aborted (nobody waits for them any more: the host is
+    // gone or the device is closing); every command in flight then completes, and its
+    // completion is posted (or dropped for a host that is gone) before the queue pair
+    // goes.
+    queue.qp.abort_all();
     while queue.qp.in_flight() > 0 {
         if let Some(c) = queue.qp.reap(Some(ACCEPT_POLL)) {
             complete(&queue, c, ctx);
@@ -393,6 +396,10 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
                 complete(q, c, ctx);
                 last_work = Instant::now();
+            } else if let Some(end) = hung_up(stream) {
+                // The host went away while a long command runs: its executions are
+                // aborted rather than waited for (see `serve`).
+                return end;
             }
             continue;
         }
@@ -411,18 +418,26 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
         q.doorbell.clear();
         match ready {
             Ok(r) if r[1] => {
-                let mut buf = [0u8; 64];
-                match (&*stream).read(&mut buf) {
-                    Ok(0) => return Ending::Closed,
-                    Ok(_) => return Ending::Fatal("bytes on the handshake socket".to_string()),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => return Ending::Closed,
+                if let Some(end) = hung_up(stream) {
+                    return end;
                 }
             }
             Ok(_) => {}
             Err(e) => return Ending::Fatal(format!("waiting on the doorbell: {e}")),
         }
         last_work = Instant::now();
+    }
+}
+
+/// How the handshake socket (non-blocking) ended, if it did: the host closed it or
+/// broke the protocol by writing to it.
+fn hung_up(stream: &UnixStream) -> Option<Ending> {
+    let mut buf = [0u8; 64];
+    match (&*stream).read(&mut buf) {
+        Ok(0) => Some(Ending::Closed),
+        Ok(_) => Some(Ending::Fatal("bytes on the handshake socket".to_string())),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(_) => Some(Ending::Closed),
     }
 }
 

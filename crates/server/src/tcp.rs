@@ -195,7 +195,9 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
         ctx,
     };
     let why = conn.run(&mut stream, &mut reader);
-    // Stop taking commands; the completion thread answers those in flight and exits.
+    // Stop taking commands and abort the executions in flight (the client is gone, or
+    // the device is closing); the completion thread answers those in flight and exits.
+    qp.abort_all();
     draining.store(true, Ordering::Release);
     completions.thread().unpark();
     let _ = completions.join();
