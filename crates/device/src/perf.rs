@@ -437,6 +437,7 @@ mod tests {
             cparam2: 0,
             params: Vec::new(),
             fuel: None,
+            time_limit_ms: None,
         };
         // 4000 fuel × 250 ps = 1 µs on the host, 1.6 µs on the device.
         assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 1_600);

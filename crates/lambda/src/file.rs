@@ -30,9 +30,11 @@
 //! resource the command uses ([`SideCost`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use csx_device::offload::PerfModel;
+use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
 
@@ -42,7 +44,10 @@ use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
 use csx_host::Device;
 use csx_host::DeviceUri;
-use csx_host::{ExecuteRequest, Execution};
+use csx_host::{CallError, ExecuteRequest, Execution};
+
+/// How often a device-side λ run waiting for its completion looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// Default host cache budget: 1 GiB.
 pub const CACHE_BUDGET_DEFAULT: u64 = 1 << 30;
@@ -190,6 +195,8 @@ pub struct LambdaIo<'d> {
     perf: Option<PerfModel>,
     dispatcher: Mutex<Dispatcher>,
     staging: Mutex<Vec<(MemHandle, u64)>>,
+    /// Set: every λ run of this handle stops (see [`LambdaIo::stop_flag`]).
+    stop: Arc<StopFlag>,
 }
 
 impl std::fmt::Debug for LambdaIo<'_> {
@@ -235,7 +242,16 @@ impl<'d> LambdaIo<'d> {
             perf,
             dispatcher: Mutex::new(dispatcher),
             staging: Mutex::new(Vec::new()),
+            stop: Arc::new(StopFlag::new()),
         })
+    }
+
+    /// The flag that stops this handle's λ runs (Ctrl-C in `csx read`): once set, with
+    /// any reason, a host run stops at its next back-edge or call, a device run is
+    /// aborted (an Abort of its Execute), and later requests fail at once, all with
+    /// [`LambdaError::Aborted`].
+    pub fn stop_flag(&self) -> Arc<StopFlag> {
+        Arc::clone(&self.stop)
     }
 
     pub fn device(&self) -> &'d Device {
@@ -670,7 +686,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             .perf
             .as_ref()
             .expect("read_plain checked the host side");
-        let (output, fuel) = run_host(lambda, &mut input, args)?;
+        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
         cost.fuel = fuel;
         cost.compute_ns = perf.host_compute_ns(fuel);
         Ok(SideRun { output, cost })
@@ -763,7 +779,26 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         if let Some(f) = args.fuel {
             req = req.fuel(f);
         }
-        Ok(self.io.dev.execute(&req)?)
+        let stop = &self.io.stop;
+        let aborted = || LambdaError::Aborted { side: Side::Device };
+        if stop.is_set() {
+            return Err(aborted());
+        }
+        let dev = self.io.dev;
+        let id = dev.submit_execute(&req)?;
+        let mut abort_sent = false;
+        loop {
+            match dev.wait_execute(id, Some(STOP_POLL)) {
+                Ok(Some(run)) => return Ok(run),
+                Ok(None) => {}
+                Err(CallError::Aborted(_)) if abort_sent => return Err(aborted()),
+                Err(e) => return Err(e.into()),
+            }
+            if stop.is_set() && !abort_sent {
+                dev.abort(id)?;
+                abort_sent = true;
+            }
+        }
     }
 
     /// Runs `lambda` over `input` and writes its output (r0 bytes) to the file at
@@ -850,7 +885,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
     ) -> Result<SideRun, LambdaError> {
         let (_, perf) = self.io.host_parts()?;
         let mut input = input.to_vec();
-        let (output, fuel) = run_host(lambda, &mut input, args)?;
+        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
         let mut cost = SideCost {
             compute_ns: perf.host_compute_ns(fuel),
             fuel,
@@ -1034,10 +1069,21 @@ fn run_host(
     lambda: &Lambda,
     input: &mut [u8],
     args: &LambdaArgs,
+    stop: &StopFlag,
 ) -> Result<(Vec<u8>, u64), LambdaError> {
+    if stop.is_set() {
+        return Err(LambdaError::Aborted { side: Side::Host });
+    }
     let out_len = args.output_size_bytes.unwrap_or(input.len() as u64);
     let mut output = vec![0u8; out_len as usize];
-    let outcome = lambda.run_host(input, &mut output, args);
+    let outcome = lambda.run_host(input, &mut output, args, stop);
+    if let Err(csx_ebpf::trap::Trap {
+        kind: csx_ebpf::trap::TrapKind::Stopped { .. },
+        ..
+    }) = outcome.result
+    {
+        return Err(LambdaError::Aborted { side: Side::Host });
+    }
     let run = Execution {
         r0: outcome.result.as_ref().copied().unwrap_or(0),
         status: if outcome.result.is_ok() {
