@@ -16,9 +16,11 @@
 //!    buffers, the copy of the next chunk overlapping the sum of this one) against the
 //!    host reading the same bytes through the file API (16 MiB reads, four in flight)
 //!    and summing them natively. Both runs must agree on the sum. The file is read once
-//!    first so both find it in the page cache (warm). A third way: a program that reads
-//!    its chunk by path with `csx_file_read` and sums it, one execution per chunk and one
-//!    in flight per engine (no staging command, and every engine busy).
+//!    first so the host finds it in the page cache (warm); the device's reads (Memory
+//!    Copy, `csx_file_read`) are its uncached media reads either way. A third way: a
+//!    program that reads its chunk by path with `csx_file_read` and sums it, one
+//!    execution per chunk and one in flight per engine (no staging command, and every
+//!    engine busy).
 //! 4. **Uncached media reads** (`--media-size`, 256 MiB by default): the device reading
 //!    its own media (Memory Copy from the namespace: queued direct reads) against `fio`
 //!    and `dd` with direct I/O at the same block size and queue depth, on the same bytes

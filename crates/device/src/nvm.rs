@@ -395,7 +395,11 @@ impl Nvm {
             }
         };
         std::thread::scope(|scope| {
-            let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+            // A helper that cannot be started (the system is out of threads) is simply
+            // not there: the others, and at least the caller, read its pieces.
+            let helpers: Vec<_> = (1..workers)
+                .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
+                .collect();
             let mut result = work();
             for h in helpers {
                 let r = h
