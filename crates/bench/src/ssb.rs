@@ -300,7 +300,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         let ms = |c: &Case| c.median_ns() as f64 / 1e6;
         let charts = [
             (
-                "ssb_engines.svg",
+                "ssb-engines.svg",
                 BarChart {
                     title: format!(
                         "SSB Q3.3 at SF {}, full offload: JIT vs interpreter",
@@ -331,7 +331,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 },
             ),
             (
-                "ssb_filters.svg",
+                "ssb-filters.svg",
                 BarChart {
                     title: format!(
                         "SSB selection strategies at SF {} (JIT, full offload)",
@@ -354,7 +354,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 },
             ),
             (
-                "ssb_splits.svg",
+                "ssb-splits.svg",
                 BarChart {
                     title: format!("SSB Q3.3 at SF {}: degrees of offload", args.sf),
                     y_label: "bytes to host, modelled µs, wall ms".to_string(),
