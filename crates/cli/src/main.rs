@@ -21,7 +21,9 @@ mod files;
 mod fs_cmd;
 mod gen_cmd;
 mod hex;
+mod interrupt;
 mod lambda_cmd;
+mod op_cmd;
 mod sdk_cmd;
 mod serve;
 mod ssb_cmd;
@@ -38,6 +40,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The eBPF program ran and trapped.
     pub const TRAP: u8 = 3;
+    /// Ctrl-C: what the command started on the device was aborted (128 + SIGINT).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 const EXIT_HELP: &str = "\
@@ -46,7 +50,8 @@ Exit status:
   1  error: unreadable file, bad input, program rejected by the loader or verifier,
      engines that disagree in a benchmark
   2  bad command line
-  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)";
+  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)
+  130  interrupted by Ctrl-C (csx exec, csx read abort their program on the device)";
 
 /// csx: a computational storage device in software.
 ///
@@ -119,6 +124,9 @@ enum Command {
     // The help of these two is their Args' doc comment.
     Mount(fs_cmd::MountArgs),
     Umount(fs_cmd::UmountArgs),
+    /// The device's operators (Metal FS): `csx op list`.
+    Op(op_cmd::OpArgs),
+    Pipe(op_cmd::PipeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -146,6 +154,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
         Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
         Command::Umount(args) => fs_cmd::run_umount(args),
+        Command::Op(args) => op_cmd::run_op(args),
+        Command::Pipe(args) => op_cmd::run_pipe(args, &cli.global),
     }
 }
 
