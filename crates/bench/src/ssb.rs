@@ -33,7 +33,17 @@ use crate::plot::BarChart;
 
 /// Reproduce Delilah's SSB experiments: JIT/interpreter, filter strategies, concurrency,
 /// the three splits.
+///
+/// Runs on a fresh embedded device of its own (not --device), with --engines engines and
+/// the --profile's speeds for modelled times; generates SSB at --sf, puts it there, runs
+/// Q3.3 (and Q1.1 for the strategies) in every case, and deletes the device and the data.
+/// Wall times are medians of --repeat runs without loading and compiling the operators.
+///
+/// Examples:
+///   csx bench ssb --sf 1 --plots docs/plots
+///   csx bench ssb --sf 0.1 --repeat 1 --json
 #[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
 pub struct SsbBenchArgs {
     /// Scale factor of the generated dataset (SF 1: 6 M LINEORDER rows, 92 MiB of Q3.3's
     /// columns).
@@ -300,7 +310,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         let ms = |c: &Case| c.median_ns() as f64 / 1e6;
         let charts = [
             (
-                "ssb_engines.svg",
+                "ssb-engines.svg",
                 BarChart {
                     title: format!(
                         "SSB Q3.3 at SF {}, full offload: JIT vs interpreter",
@@ -331,7 +341,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 },
             ),
             (
-                "ssb_filters.svg",
+                "ssb-filters.svg",
                 BarChart {
                     title: format!(
                         "SSB selection strategies at SF {} (JIT, full offload)",
@@ -354,7 +364,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 },
             ),
             (
-                "ssb_splits.svg",
+                "ssb-splits.svg",
                 BarChart {
                     title: format!("SSB Q3.3 at SF {}: degrees of offload", args.sf),
                     y_label: "bytes to host, modelled µs, wall ms".to_string(),

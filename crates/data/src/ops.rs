@@ -37,6 +37,11 @@ pub fn program(name: &str) -> Option<&'static [u8]> {
         .map(|(_, o)| *o)
 }
 
+/// Fuel of one operator run: 2^36, far above the ~10 fuel per row the operators use.
+pub const OPERATOR_FUEL: u64 = 1 << 36;
+/// Time limit of one operator run: 10 minutes (an interpreter probe of SF 100's rounds).
+pub const OPERATOR_TIME_LIMIT_MS: u32 = 600_000;
+
 /// What a run of commands cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meter {
@@ -288,9 +293,13 @@ impl<'d> Session<'d> {
 
     fn request(&mut self, run: &Run) -> Result<ExecuteRequest, DataError> {
         let pind = self.prepare(run.operator)?;
+        // An operator scans a whole chunk or partition (millions of rows on the
+        // interpreter): it gets more than the device's default budgets.
         let mut req = ExecuteRequest::new(pind)
             .cparams(run.cparam1, run.cparam2)
-            .params(run.params.clone());
+            .params(run.params.clone())
+            .fuel(OPERATOR_FUEL)
+            .time_limit_ms(OPERATOR_TIME_LIMIT_MS);
         for &(h, off, len) in &run.windows {
             req = req.window(h, off, len);
         }

@@ -2,7 +2,7 @@
 //! device; only the selected values of the projected columns cross to the host.
 //!
 //! ```text
-//! for each chunk of rows (ScanOptions::chunk_rows):
+//! for each chunk of rows (ScanOptions::chunk_rows), one chunk per engine at once:
 //!   for each column with predicates:   Memory Copy  column chunk -> device memory
 //!                                      Execute      filter_<strategy>: mask (&=) selection
 //!   for each projected column:         Memory Copy  (unless staged already)
@@ -218,6 +218,15 @@ pub fn compile_predicates(
     Ok(out)
 }
 
+/// The device memory of one chunk slot: a staging buffer per column, the mask, the
+/// accelerated filter's scratch and the gather's output.
+struct SlotBuffers {
+    staged: BTreeMap<String, MemHandle>,
+    mask: MemHandle,
+    scratch: Option<MemHandle>,
+    out: MemHandle,
+}
+
 /// One column's filter: its name, type and the raw ranges it keeps.
 type ColumnFilter = (String, ColumnType, Vec<RawRange>);
 
@@ -284,103 +293,145 @@ pub fn scan(
     let mut selected_total = 0u64;
     if !nothing && rows > 0 {
         let chunk = opts.chunk_rows.min(rows);
+        let chunks = rows.div_ceil(chunk);
+        // Chunks run side by side, one per engine: each slot has its own buffers.
+        let slots = s.engines().min(chunks).max(1);
         let words = chunk.div_ceil(64);
-        // One staging buffer per column the scan reads.
-        let mut staged: BTreeMap<String, MemHandle> = BTreeMap::new();
-        for name in filters
-            .iter()
-            .map(|f| f.0.as_str())
-            .chain(columns.iter().copied())
-        {
-            if !staged.contains_key(name) {
-                let w = schema.column(name)?.ty.width();
-                staged.insert(name.to_string(), s.alloc(chunk * w)?);
+        let mut slot_bufs: Vec<SlotBuffers> = Vec::new();
+        for _ in 0..slots {
+            let mut staged: BTreeMap<String, MemHandle> = BTreeMap::new();
+            for name in filters
+                .iter()
+                .map(|f| f.0.as_str())
+                .chain(columns.iter().copied())
+            {
+                if !staged.contains_key(name) {
+                    let w = schema.column(name)?.ty.width();
+                    staged.insert(name.to_string(), s.alloc(chunk * w)?);
+                }
             }
+            let mask = s.alloc(words * 8)?;
+            let scratch = if opts.strategy == FilterStrategy::Accel && !filters.is_empty() {
+                Some(s.alloc(3 * words * 8)?)
+            } else {
+                None
+            };
+            let out = s.alloc(chunk * 8)?;
+            slot_bufs.push(SlotBuffers {
+                staged,
+                mask,
+                scratch,
+                out,
+            });
         }
-        let mask = s.alloc(words * 8)?;
-        let scratch = if opts.strategy == FilterStrategy::Accel && !filters.is_empty() {
-            Some(s.alloc(3 * words * 8)?)
-        } else {
-            None
-        };
-        let out = s.alloc(chunk * 8)?;
-        let mut start = 0;
-        while start < rows {
-            let n = chunk.min(rows - start);
+        let mut first = 0;
+        while first < chunks {
+            // This batch: chunks first .. first + slots, as (slot, start row, rows).
+            let batch: Vec<(usize, u64, u64)> = (first..(first + slots).min(chunks))
+                .enumerate()
+                .map(|(k, c)| (k, c * chunk, chunk.min(rows - c * chunk)))
+                .collect();
+            let mut selected: Vec<u64> = batch.iter().map(|b| b.2).collect();
             let mut loaded: Vec<&str> = Vec::new();
-            let mut selected = n;
             for (i, (name, ty, ranges)) in filters.iter().enumerate() {
                 let w = ty.width();
-                let buf = staged[name];
-                s.copy_file(
-                    &join(table_dir, &format!("{name}.col")),
-                    start * w,
-                    n * w,
-                    buf,
-                    0,
-                )?;
-                loaded.push(name);
-                let mut windows = vec![(buf, 0, n * w), (mask, 0, n.div_ceil(64) * 8)];
-                if let Some(sc) = scratch {
-                    windows.push((sc, 0, 3 * n.div_ceil(64) * 8));
+                let mut runs = Vec::new();
+                let mut who = Vec::new();
+                for &(k, start, n) in &batch {
+                    if selected[k] == 0 {
+                        continue;
+                    }
+                    let b = &slot_bufs[k];
+                    let buf = b.staged[name];
+                    s.copy_file(
+                        &join(table_dir, &format!("{name}.col")),
+                        start * w,
+                        n * w,
+                        buf,
+                        0,
+                    )?;
+                    let mut windows = vec![(buf, 0, n * w), (b.mask, 0, n.div_ceil(64) * 8)];
+                    if let Some(sc) = b.scratch {
+                        windows.push((sc, 0, 3 * n.div_ceil(64) * 8));
+                    }
+                    let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
+                    runs.push(
+                        Run::new(opts.strategy.operator(), windows)
+                            .cparams(w | combine << 8, 0)
+                            .params(filter_params(ranges)),
+                    );
+                    who.push(k);
                 }
-                let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
-                let run = Run::new(opts.strategy.operator(), windows)
-                    .cparams(w | combine << 8, 0)
-                    .params(filter_params(ranges));
-                selected = s.execute(&run)?;
-                if selected == 0 {
-                    break;
+                loaded.push(name);
+                for (k, r0) in who.into_iter().zip(s.execute_all(&runs)?) {
+                    selected[k] = r0;
                 }
             }
-            if selected > 0 {
-                for col in projected.iter_mut() {
-                    let w = col.ty.width();
-                    let buf = staged[&col.name];
-                    let path = join(table_dir, &format!("{}.col", col.name));
+            for col in projected.iter_mut() {
+                let w = col.ty.width();
+                let path = join(table_dir, &format!("{}.col", col.name));
+                let live: Vec<(usize, u64, u64)> = batch
+                    .iter()
+                    .copied()
+                    .filter(|b| selected[b.0] > 0)
+                    .collect();
+                for &(k, start, n) in &live {
                     if !loaded.contains(&col.name.as_str()) {
-                        s.copy_file(&path, start * w, n * w, buf, 0)?;
+                        s.copy_file(&path, start * w, n * w, slot_bufs[k].staged[&col.name], 0)?;
                     }
-                    let bytes = if filters.is_empty() {
-                        s.read(buf, 0, n * w)?
-                    } else {
-                        let run = Run::new(
-                            "gather",
-                            vec![
-                                (buf, 0, n * w),
-                                (mask, 0, n.div_ceil(64) * 8),
-                                (out, 0, selected * w),
-                            ],
-                        )
-                        .cparams(w, 0);
-                        let k = s.execute(&run)?;
-                        if k != selected {
+                }
+                if !filters.is_empty() {
+                    let runs: Vec<Run> = live
+                        .iter()
+                        .map(|&(k, _, n)| {
+                            let b = &slot_bufs[k];
+                            Run::new(
+                                "gather",
+                                vec![
+                                    (b.staged[&col.name], 0, n * w),
+                                    (b.mask, 0, n.div_ceil(64) * 8),
+                                    (b.out, 0, selected[k] * w),
+                                ],
+                            )
+                            .cparams(w, 0)
+                        })
+                        .collect();
+                    for (&(k, _, _), got) in live.iter().zip(s.execute_all(&runs)?) {
+                        if got != selected[k] {
                             return Err(DataError::Operator {
                                 operator: "gather".to_string(),
                                 message: format!(
-                                    "gathered {k} values, the filter selected {selected}"
+                                    "gathered {got} values, the filter selected {}",
+                                    selected[k]
                                 ),
                             });
                         }
-                        s.read(out, 0, k * w)?
+                    }
+                }
+                for &(k, start, n) in &live {
+                    let b = &slot_bufs[k];
+                    let bytes = if filters.is_empty() {
+                        s.read(b.staged[&col.name], 0, n * w)?
+                    } else {
+                        s.read(b.out, 0, selected[k] * w)?
                     };
                     let values = Values::from_le_bytes(col.ty, &bytes);
                     if let (Some(dict), Values::U32(codes)) = (&col.dictionary, &values) {
-                        if let Some(k) = codes.iter().position(|&c| c as usize >= dict.len()) {
+                        if let Some(i) = codes.iter().position(|&c| c as usize >= dict.len()) {
                             let row = if filters.is_empty() {
-                                k as u64
+                                i as u64
                             } else {
-                                let m = s.read(mask, 0, n.div_ceil(64) * 8)?;
-                                selected_row(&m, k as u64)
+                                let m = s.read(b.mask, 0, n.div_ceil(64) * 8)?;
+                                selected_row(&m, i as u64)
                             };
-                            check_codes(&codes[k..=k], dict.len() as u64, &path, start + row)?;
+                            check_codes(&codes[i..=i], dict.len() as u64, &path, start + row)?;
                         }
                     }
                     col.values.extend(values);
                 }
-                selected_total += selected;
             }
-            start += n;
+            selected_total += selected.iter().sum::<u64>();
+            first += slots;
         }
     }
     let meter = s.close()?;
