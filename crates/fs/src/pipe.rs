@@ -25,6 +25,10 @@
 //! stays as it was); a host sink has received the chunks before the failure, and the
 //! caller (`csx pipe --output-local`) writes to a temporary file it renames only on
 //! success.
+//!
+//! Differences from Metal FS: an operator may appear more than once in a pipeline (each
+//! stage has its own slot, buffers and state), and several pipelines may run on one
+//! device at once (each holds its own slots and memory).
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
