@@ -133,6 +133,7 @@ impl Driver {
                 cparam2: 0,
                 params: Vec::new(),
                 fuel: None,
+                time_limit_ms: None,
             },
             Case::Read(n) => Op::MemRead {
                 handle,

@@ -14,9 +14,11 @@ pub mod engine;
 mod lambda;
 mod latency;
 pub mod measure;
+mod media;
 mod mount;
 mod pipelines;
 pub mod plot;
+mod ssb;
 mod vm;
 mod workloads;
 
@@ -38,6 +40,7 @@ enum BenchCommand {
     Workloads(workloads::WorkloadsBenchArgs),
     Mount(mount::MountBenchArgs),
     Pipelines(pipelines::PipelinesBenchArgs),
+    Ssb(ssb::SsbBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -61,5 +64,6 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Mount(a) => mount::run(a),
         BenchCommand::Pipelines(a) => pipelines::run(a),
+        BenchCommand::Ssb(a) => ssb::run_bench(a),
     }
 }

@@ -67,6 +67,7 @@ pub fn call_status(e: &CallError) -> CsStatus {
         CallError::InvalidField(_) => CS_INVALID_ARG,
         CallError::Internal(_) => CS_DEVICE_ERROR,
         CallError::Aborted(_) => CS_DEVICE_NOT_READY,
+        CallError::TimeLimitExceeded(_) => CS_ERROR_IN_EXECUTION,
         CallError::NamespaceNotReachable(_) => CS_ENTITY_NOT_ON_DEVICE,
         CallError::InsufficientResources(_) => CS_NOT_ENOUGH_MEMORY,
         CallError::InsufficientProgramResources(_) => CS_OUT_OF_RESOURCES,

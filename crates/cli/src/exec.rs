@@ -16,6 +16,7 @@ use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use serde_json::json;
 
 use crate::connect::{self, parse_size};
+use crate::interrupt::Interrupt;
 use crate::{exit, hex, GlobalArgs};
 
 const EXEC_HELP: &str = "\
@@ -33,7 +34,12 @@ Examples:
   csx exec sum.bpf.o --input /data/numbers.bin:4096:8192 --interp --json
   csx exec filter.bpf.o --input /data/rows --output-size 1MiB --output matches.bin --cparam1 42
 
-Exit status: 0 when the program returned, 3 when it trapped, 1 on any other error.";
+Stopping: a run ends at its time limit (--time-limit-ms, else the device's, 1 s by
+default) or when its fuel runs out. Ctrl-C aborts it on the device; the command still
+frees what it allocated and unloads the program (a second Ctrl-C quits at once).
+
+Exit status: 0 when the program returned, 3 when it trapped, 130 when Ctrl-C aborted it,
+1 on any other error (a run stopped at its time limit included).";
 
 /// Run a program on the device over a device file.
 ///
@@ -77,6 +83,10 @@ pub struct ExecArgs {
     /// The run's fuel budget (the device's default if absent).
     #[arg(long, value_name = "N")]
     fuel: Option<u64>,
+    /// The run's time limit in milliseconds (the device's default if absent, 1 s unless
+    /// its device.json says otherwise; at most 3600000).
+    #[arg(long, value_name = "MS")]
+    time_limit_ms: Option<u32>,
     /// Print one JSON object with the keys r0, status, trap, timing (and more).
     #[arg(long)]
     json: bool,
@@ -138,6 +148,7 @@ fn stage_and_run(
     params: Vec<u8>,
     steps: &mut Steps,
     handles: &mut Vec<MemHandle>,
+    interrupt: &Interrupt,
 ) -> anyhow::Result<Outcome> {
     let engine = if args.interp {
         EngineKind::Interpreter
@@ -205,10 +216,13 @@ fn stage_and_run(
     if let Some(f) = args.fuel {
         req = req.fuel(f);
     }
+    if let Some(ms) = args.time_limit_ms {
+        req = req.time_limit_ms(ms);
+    }
     steps.stage_ns = nanos(t);
 
     let t = Instant::now();
-    let run = dev.execute(&req).context("execute")?;
+    let run = interrupt.execute(dev, &req).context("execute")?;
     steps.execute_ns = nanos(t);
 
     let t = Instant::now();
@@ -337,6 +351,7 @@ fn hex_string(bytes: &[u8]) -> String {
 }
 
 pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let interrupt = Interrupt::install()?;
     let image = std::fs::read(&args.prog)
         .with_context(|| format!("cannot read {}", args.prog.display()))?;
     let params = match &args.params_hex {
@@ -367,7 +382,15 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot load {}", args.prog.display()))?;
     steps.load_ns = nanos(t);
     let mut handles = Vec::new();
-    let outcome = stage_and_run(&dev, &args, pind, params, &mut steps, &mut handles);
+    let outcome = stage_and_run(
+        &dev,
+        &args,
+        pind,
+        params,
+        &mut steps,
+        &mut handles,
+        &interrupt,
+    );
     // Clean up whatever happened; a cleanup failure only matters if the run succeeded.
     let mut cleanup: anyhow::Result<()> = Ok(());
     for h in handles {
@@ -377,6 +400,12 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     }
     if let Err(e) = dev.unload(pind) {
         cleanup = cleanup.and(Err(e).context("cannot unload the program"));
+    }
+    if interrupt.pressed() {
+        cleanup?;
+        dev.close().context("closing the device")?;
+        eprintln!("csx exec: interrupted: the program was aborted on the device");
+        return Ok(exit::INTERRUPTED);
     }
     let outcome = outcome?;
     cleanup?;

@@ -22,6 +22,7 @@ use csx_lambda::{
 };
 
 use crate::connect::{self, parse_size};
+use crate::interrupt::Interrupt;
 use crate::GlobalArgs;
 
 /// What a λ is and how it is called (shared by read and write).
@@ -79,6 +80,9 @@ pub struct LambdaSpec {
 }
 
 /// Run a λ over a device file, chunk by chunk (λ-IO's λ-read).
+///
+/// Ctrl-C stops the λ runs (those on the device by an Abort), unloads the λ and exits
+/// with status 130; a second Ctrl-C quits at once.
 #[derive(Debug, Args)]
 pub struct ReadArgs {
     /// The device file.
@@ -286,11 +290,18 @@ pub fn run_read(args: ReadArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let engines = engines(&probe, &dev)?;
     drop(probe);
     let io = LambdaIo::new(&dev, &options(spec, args.threads, engines))?;
+    // Ctrl-C stops the λ runs (aborting those on the device); the λ is still unloaded.
+    let interrupt = Interrupt::install()?;
+    interrupt.forward_to(io.stop_flag());
     let (name, object) = lambda_object(&spec.prog)?;
     let lambda = Lambda::load(&dev, &name, &object, spec.entry.as_deref())?;
     let result = read_with(&io, &lambda, &args, engines);
     drop(io);
     lambda.unload(&dev)?;
+    if interrupt.pressed() {
+        eprintln!("csx read: interrupted: the λ runs were aborted");
+        return Ok(crate::exit::INTERRUPTED);
+    }
     result
 }
 

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod array_cmd;
 mod build_cmd;
 mod connect;
+mod data_cmd;
 mod demo;
 mod device_cmd;
 mod exec;
@@ -20,10 +21,12 @@ mod files;
 mod fs_cmd;
 mod gen_cmd;
 mod hex;
+mod interrupt;
 mod lambda_cmd;
 mod op_cmd;
 mod sdk_cmd;
 mod serve;
+mod ssb_cmd;
 mod vm;
 
 /// Exit statuses, the same for every command. Listed in `csx --help`.
@@ -37,6 +40,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The eBPF program ran and trapped.
     pub const TRAP: u8 = 3;
+    /// Ctrl-C: what the command started on the device was aborted (128 + SIGINT).
+    pub const INTERRUPTED: u8 = 130;
 }
 
 const EXIT_HELP: &str = "\
@@ -45,7 +50,8 @@ Exit status:
   1  error: unreadable file, bad input, program rejected by the loader or verifier,
      engines that disagree in a benchmark
   2  bad command line
-  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)";
+  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)
+  130  interrupted by Ctrl-C (csx exec, csx read abort their program on the device)";
 
 /// csx: a computational storage device in software.
 ///
@@ -103,6 +109,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Generate seeded, reproducible test data.
     Gen(gen_cmd::GenArgs),
+    /// The Star Schema Benchmark on the device (`csx ssb run Q3.3 --sf 1`).
+    Ssb(ssb_cmd::SsbArgs),
     /// Compile a C program for the device and check it against the function table.
     Build(build_cmd::BuildArgs),
     /// The C SDK (`csx sdk header`).
@@ -138,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Exec(args) => exec::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),
         Command::Gen(args) => gen_cmd::run(args, &cli.global),
+        Command::Ssb(args) => ssb_cmd::run_cmd(args, &cli.global),
         Command::Build(args) => build_cmd::run(args, &cli.global),
         Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),

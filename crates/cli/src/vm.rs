@@ -202,7 +202,10 @@ pub fn run_with_memory(engine: &dyn Engine, memory: &mut [u8], fuel: u64) -> Run
     engine.run(
         &mut map,
         [addr, len, 0, 0, 0],
-        &RunOptions { fuel },
+        &RunOptions {
+            fuel,
+            ..RunOptions::default()
+        },
         &mut ConformanceHost,
     )
 }

@@ -54,6 +54,7 @@ fn main() {
             cparam2: 0,
             params: Vec::new(),
             fuel: None,
+            time_limit_ms: None,
         };
         let start = Instant::now();
         let c = qp.call(Command::new(CommandId(i as u64), op)).unwrap();

@@ -10,7 +10,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use csx_proto::limits::{ENGINES_MAX, NVM_SIZE_MAX, SLM_SIZE_MAX, STATE_SIZE_MAX};
+use csx_proto::limits::{
+    ENGINES_MAX, NVM_SIZE_MAX, SLM_SIZE_MAX, STATE_SIZE_MAX, TIME_LIMIT_MS_MAX,
+};
 
 use crate::perf::{PerfError, PerfModel};
 use crate::state::write_atomic;
@@ -26,6 +28,10 @@ pub const NVM_BLOCK_SIZE: u64 = crate::nvm::BLOCK_SIZE;
 
 /// Transfer workers (DMA and copy threads) a device may run.
 pub const TRANSFER_WORKERS_MAX: u32 = 64;
+
+/// The time limit of an execution that names none, when `device.json` sets none: an
+/// untrusted program holds an engine for at most a second.
+pub const TIME_LIMIT_MS_DEFAULT: u32 = 1000;
 
 /// Why a configuration is invalid or unreadable.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +83,10 @@ pub struct DeviceConfig {
     /// The emulated device's link, media and compute speeds (absent: unthrottled).
     #[serde(default)]
     pub perf: PerfModel,
+    /// Time limit in milliseconds of an execution that names none; `None`:
+    /// [`TIME_LIMIT_MS_DEFAULT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_ms: Option<u32>,
 }
 
 impl Default for DeviceConfig {
@@ -90,6 +100,7 @@ impl Default for DeviceConfig {
             transfer_workers: None,
             jit: None,
             perf: PerfModel::default(),
+            time_limit_ms: None,
         }
     }
 }
@@ -138,8 +149,21 @@ impl DeviceConfig {
                 u64::from(TRANSFER_WORKERS_MAX),
             )?;
         }
+        if let Some(ms) = self.time_limit_ms {
+            range(
+                "time_limit_ms",
+                u64::from(ms),
+                1,
+                u64::from(TIME_LIMIT_MS_MAX),
+            )?;
+        }
         self.perf.validate()?;
         Ok(())
+    }
+
+    /// The time limit of an execution that names none, in milliseconds.
+    pub fn time_limit_ms_effective(&self) -> u32 {
+        self.time_limit_ms.unwrap_or(TIME_LIMIT_MS_DEFAULT)
     }
 
     /// Adopts `perf` and, unless engines were chosen explicitly, its engine count (the
@@ -235,6 +259,18 @@ mod tests {
                 ..
             })
         ));
+        assert_eq!(c.time_limit_ms_effective(), TIME_LIMIT_MS_DEFAULT);
+        let bad = DeviceConfig {
+            time_limit_ms: Some(TIME_LIMIT_MS_MAX + 1),
+            ..DeviceConfig::default()
+        };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            format!(
+                "time_limit_ms is {}, must be between 1 and {TIME_LIMIT_MS_MAX}",
+                TIME_LIMIT_MS_MAX + 1
+            )
+        );
         fs::write(dir.path().join(CONFIG_FILE_NAME), b"{").unwrap();
         assert!(matches!(
             DeviceConfig::load(dir.path()),

@@ -9,10 +9,18 @@
 //! (range set or inline) → check them → lease their SLM bytes → build the argument block
 //! → map args, state and windows → run → post r0, the trap, the first function failure,
 //! the trace and the timing.
+//!
+//! A run carries a stop flag ([`StopFlag`]) the VM looks at where it charges fuel. The
+//! device sets it for an Abort of the command, for the pair closing, at the run's time
+//! limit (the watchdog) and at device close ([`StopReason`]); a run stopped so
+//! completes with [`Status::Aborted`] or [`Status::TimeLimitExceeded`], its detail
+//! naming the cause (and the limit), the pc and the fuel used. A flag set before the run
+//! begins means it never runs.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::HelperHost;
 use csx_ebpf::limits::FUEL_DEFAULT;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
@@ -20,8 +28,8 @@ use csx_ebpf::trap::{Trap, TrapKind};
 use csx_proto::abi;
 use csx_proto::limits::WINDOWS_MAX;
 use csx_proto::{
-    ClientId, CommandId, Completion, ExecuteInfo, MemRange, Op, Reply, Status, Windows, WireTrap,
-    WireTrapKind,
+    ClientId, CommandId, Completion, ErrorDetail, ExecuteInfo, MemRange, Op, Reply, Status,
+    Windows, WireTrap, WireTrapKind,
 };
 
 use crate::functions::CallContext;
@@ -111,13 +119,54 @@ pub fn wire_trap(t: &Trap) -> WireTrap {
     WireTrap { pc: t.pc, kind }
 }
 
-/// An execution's scalars: what a run sees in `struct csx_args` besides its windows.
+/// Why the device stopped a run: the reason code in its [`StopFlag`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// An Abort command named it.
+    Abort,
+    /// It ran past its time limit.
+    TimeLimit,
+    /// Its queue pair closed (the client went away).
+    QueueClosed,
+    /// The device is closing.
+    Shutdown,
+}
+
+impl StopReason {
+    const ALL: [StopReason; 4] = [
+        StopReason::Abort,
+        StopReason::TimeLimit,
+        StopReason::QueueClosed,
+        StopReason::Shutdown,
+    ];
+
+    /// The code in the stop flag (never 0).
+    pub const fn code(self) -> u32 {
+        match self {
+            StopReason::Abort => 1,
+            StopReason::TimeLimit => 2,
+            StopReason::QueueClosed => 3,
+            StopReason::Shutdown => 4,
+        }
+    }
+
+    /// The reason a flag's code stands for.
+    pub fn from_code(code: u32) -> Option<StopReason> {
+        StopReason::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+/// An execution's scalars: what a run sees in `struct csx_args` besides its windows,
+/// its fuel budget and its stop flag.
 #[derive(Clone, Copy, Debug)]
 pub struct RunCall<'p> {
     pub cparam1: u64,
     pub cparam2: u64,
     pub params: &'p [u8],
     pub fuel: u64,
+    /// `None`: nothing can stop the run before its fuel runs out.
+    pub stop: Option<&'p StopFlag>,
 }
 
 /// Runs `engine` over `windows` exactly as Execute Program does: builds `struct
@@ -151,7 +200,10 @@ pub fn run_on_windows<'w>(
         }
     }
     let regs = [r1r2.0, r1r2.1, state_addr, state_len, args_addr];
-    let opts = RunOptions { fuel: call.fuel };
+    let opts = RunOptions {
+        fuel: call.fuel,
+        stop: call.stop,
+    };
     engine.run(&mut mem, regs, &opts, host)
 }
 
@@ -208,8 +260,8 @@ impl Shared {
             .map_err(|e| Box::new(fail(window_status(&e), "execute", e.to_string())))
     }
 
-    /// Runs one Execute command (on an engine thread).
-    pub(crate) fn execute(&self, client: ClientId, op: &Op) -> Completion {
+    /// Runs one Execute command (on an engine thread) under `stop`.
+    pub(crate) fn execute(&self, client: ClientId, op: &Op, stop: &Arc<StopFlag>) -> Completion {
         let Op::Execute {
             pind,
             windows,
@@ -217,10 +269,21 @@ impl Shared {
             cparam2,
             params,
             fuel,
+            time_limit_ms,
         } = op
         else {
             unreachable!("execute is only called for Execute");
         };
+        if let Some(reason) = StopReason::from_code(stop.reason()) {
+            // Aborted while it waited in the queue.
+            let mut c = Completion::new(CommandId(0), Status::Aborted);
+            c.detail = Some(ErrorDetail::new(
+                "execute",
+                0,
+                format!("{} before it ran", stop_cause(reason)),
+            ));
+            return c;
+        }
         let prepare_start = Instant::now();
         // First, borrow the program's engine: the slot cannot be deactivated meanwhile.
         let ticket = match self.programs.begin_run(*pind) {
@@ -249,10 +312,15 @@ impl Shared {
             cparam2: *cparam2,
             params,
             fuel: fuel.unwrap_or(FUEL_DEFAULT),
+            stop: Some(stop),
         };
         let mut ctx = CallContext::new(&self.files, self.epoch);
         let prepare_ns = ns(prepare_start.elapsed());
+        let limit_ms = time_limit_ms.unwrap_or_else(|| self.config.time_limit_ms_effective());
         let run_start = Instant::now();
+        let watch = self
+            .watchdog
+            .watch(run_start + Duration::from_millis(u64::from(limit_ms)), stop);
         let outcome = run_on_windows(
             ticket.engine.as_ref(),
             windows,
@@ -269,15 +337,55 @@ impl Shared {
             &mut ctx,
         );
         let run = run_start.elapsed();
+        drop(watch);
         // The region table's borrows end here; release the state and the windows before
         // the completion exists, so the windows are free when the host sees it.
         drop(state);
         drop(leases);
         let mut c = completion_of(&outcome, &mut ctx);
+        if let Err(Trap {
+            pc,
+            kind: TrapKind::Stopped { reason },
+        }) = &outcome.result
+        {
+            stopped(&mut c, *pc, *reason, outcome.fuel_used, limit_ms);
+        }
         c.timing.prepare_ns = prepare_ns;
         c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
         c
     }
+}
+
+/// What stopped a run, for its detail message.
+fn stop_cause(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Abort => "aborted by an abort command",
+        StopReason::TimeLimit => "stopped at its time limit",
+        StopReason::QueueClosed => "aborted because its queue pair closed",
+        StopReason::Shutdown => "aborted because the device is closing",
+    }
+}
+
+/// Turns the completion of a run its stop flag ended (`reason` the flag's code) into an
+/// Aborted or TimeLimitExceeded one, keeping its fuel and trace.
+fn stopped(c: &mut Completion, pc: u32, reason: u32, fuel_used: u64, limit_ms: u32) {
+    let reason = StopReason::from_code(reason).expect("the device sets only its own reasons");
+    c.trap = None;
+    c.value = 0;
+    let message = match reason {
+        StopReason::TimeLimit => {
+            c.status = Status::TimeLimitExceeded;
+            format!(
+                "ran past its time limit of {limit_ms} ms: stopped at pc {pc} after \
+                 {fuel_used} fuel"
+            )
+        }
+        other => {
+            c.status = Status::Aborted;
+            format!("{} at pc {pc} after {fuel_used} fuel", stop_cause(other))
+        }
+    };
+    c.detail = Some(ErrorDetail::new("execute", 0, message));
 }
 
 /// r0 or the trap, with the run's first function failure, its trace and its I/O time.

@@ -189,7 +189,9 @@ impl<'a> CallContext<'a> {
             Ok(f) => f,
             Err(r) => return r,
         };
-        let r = files.read_at(&path, offset, buf);
+        // The device reading its own media: uncached and queued, like a Memory Copy, so
+        // a program's own reads neither use nor fill the host's page cache of the image.
+        let r = files.read_at_uncached(&path, offset, buf);
         self.io += start.elapsed();
         match r {
             Ok(n) => Ok(n as u64),

@@ -210,13 +210,13 @@ impl Engine for JitProgram {
         &self,
         mem: &mut MemoryMap<'_>,
         args: [u64; 5],
-        opts: &RunOptions,
+        opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
         let mut run_mem = RunMemory::new(&self.program);
         let functions = self.program.functions();
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            runtime::execute(&self.code, functions, mem, fp, args, opts.fuel, host)
+            runtime::execute(&self.code, functions, mem, fp, args, opts, host)
         })
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! Compiled functions have the native signature `extern "C" fn(*mut JitContext) -> u64`
 //! and return [`STATUS_OK`] or [`STATUS_TRAP`]. Everything else travels through the
-//! context: the region table, the fuel budget and count, the register file at function
-//! entry and exit (local calls pass r0-r10 this way), the trap record, and the bridge to
-//! the helper host.
+//! context: the region table, the fuel budget and count, the run's stop flag, the
+//! register file at function entry and exit (local calls pass r0-r10 this way), the trap
+//! record, and the bridge to the helper host.
 //!
 //! Invariants: no Rust panic unwinds into compiled code (the trampoline catches it and
 //! turns it into a [`TrapKind::HelperAbort`]); while a helper runs, compiled code is
@@ -15,7 +15,7 @@ use std::ffi::c_void;
 use std::mem::offset_of;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use csx_ebpf::engine::{rules, RunOutcome};
+use csx_ebpf::engine::{rules, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::{call_helper, FunctionTable, HelperHost};
 use csx_ebpf::memory::{MemoryMap, RegionEntry, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
@@ -39,6 +39,8 @@ pub(crate) mod trap_code {
     pub(crate) const CALL_DEPTH: i64 = 3;
     /// A helper call failed; the trap is in the bridge.
     pub(crate) const HELPER: i64 = 4;
+    /// The run's stop flag was set; the reason is in the flag.
+    pub(crate) const STOP: i64 = 5;
 }
 
 /// Bit of `trap_aux` marking a write.
@@ -72,6 +74,8 @@ pub(crate) struct JitContext {
     pub helper_trapped: u64,
     /// The [`HelperBridge`] of the run, for the trampoline.
     pub bridge: *mut c_void,
+    /// The run's [`StopFlag`] word, loaded atomically where fuel is charged.
+    pub stop: *const u32,
 }
 
 /// Byte offsets into [`JitContext`], for code generation.
@@ -86,6 +90,7 @@ pub(crate) mod offsets {
     pub(crate) const TRAP_ADDR: i32 = offset_of!(JitContext, trap_addr) as i32;
     pub(crate) const TRAP_AUX: i32 = offset_of!(JitContext, trap_aux) as i32;
     pub(crate) const HELPER_TRAPPED: i32 = offset_of!(JitContext, helper_trapped) as i32;
+    pub(crate) const STOP: i32 = offset_of!(JitContext, stop) as i32;
 
     /// Offset of register `r` in the register file.
     pub(crate) const fn reg(r: usize) -> i32 {
@@ -187,9 +192,10 @@ pub(crate) fn execute(
     mem: &mut MemoryMap<'_>,
     fp: u64,
     args: [u64; 5],
-    budget: u64,
+    opts: &RunOptions<'_>,
     host: &mut dyn HelperHost,
 ) -> RunOutcome {
+    let stop = opts.stop.unwrap_or(StopFlag::never());
     let stack_row = stack_row(mem);
     let mem_ptr: *mut MemoryMap<'_> = mem;
     let mut bridge = HelperBridge {
@@ -205,7 +211,7 @@ pub(crate) fn execute(
     let mut ctx = JitContext {
         // SAFETY: `mem_ptr` was just made from a live `&mut MemoryMap`.
         regions: unsafe { (*mem_ptr).entries_ptr() },
-        fuel_budget: budget,
+        fuel_budget: opts.fuel,
         fuel_used: 0,
         regs,
         trap_code: 0,
@@ -214,6 +220,7 @@ pub(crate) fn execute(
         trap_aux: 0,
         helper_trapped: 0,
         bridge: (&raw mut bridge).cast::<c_void>(),
+        stop: stop.as_ptr(),
     };
     let entry = code.entry();
     // SAFETY: `entry` is the program's compiled entry function, whose signature is
@@ -221,7 +228,7 @@ pub(crate) fn execute(
     // context is fully initialised: `regions` points at the 32-row table of `mem`, which
     // stays borrowed (through `mem_ptr`) until this call returns and whose rows describe
     // live buffers (the `MemoryMap` invariant); the stack row is mapped by the engine
-    // for the whole run; `bridge` outlives the call. Compiled code touches memory only
+    // for the whole run; `bridge` and the stop flag outlive the call. Compiled code touches memory only
     // through rows it has bounds-checked, the stack frame the depth check guarantees
     // (see `translate`), and this context; it never unwinds.
     let status = unsafe { entry(&raw mut ctx) };
@@ -230,7 +237,7 @@ pub(crate) fn execute(
         STATUS_OK => Ok(ctx.regs[0]),
         _ => {
             debug_assert_eq!(status, STATUS_TRAP);
-            Err(decode_trap(&ctx, &mut bridge, mem))
+            Err(decode_trap(&ctx, &mut bridge, mem, stop))
         }
     };
     RunOutcome {
@@ -241,7 +248,12 @@ pub(crate) fn execute(
 
 /// The [`Trap`] a context records, classifying memory faults against `mem` the way the
 /// interpreter does.
-fn decode_trap(ctx: &JitContext, bridge: &mut HelperBridge<'_, '_>, mem: &MemoryMap<'_>) -> Trap {
+fn decode_trap(
+    ctx: &JitContext,
+    bridge: &mut HelperBridge<'_, '_>,
+    mem: &MemoryMap<'_>,
+    stop: &StopFlag,
+) -> Trap {
     let pc = u32::try_from(ctx.trap_pc).expect("compiled code records slot indices");
     match ctx.trap_code as i64 {
         trap_code::MEMORY => {
@@ -254,6 +266,8 @@ fn decode_trap(ctx: &JitContext, bridge: &mut HelperBridge<'_, '_>, mem: &Memory
         }
         trap_code::FUEL => rules::fuel_trap(pc, ctx.fuel_budget),
         trap_code::CALL_DEPTH => rules::call_depth_trap(pc),
+        // The flag keeps its first reason, so this is the value compiled code saw.
+        trap_code::STOP => rules::stop_trap(pc, stop.reason()),
         trap_code::HELPER => Trap {
             pc,
             kind: bridge

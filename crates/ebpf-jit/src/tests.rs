@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use csx_ebpf::asm::assemble;
-use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::interp::Interpreter;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
@@ -101,7 +101,10 @@ fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
     let out = engine.run(
         &mut map,
         [a, 64, b, 0, 0],
-        &RunOptions { fuel },
+        &RunOptions {
+            fuel,
+            ..RunOptions::default()
+        },
         &mut TestHost,
     );
     (out, rw)
@@ -631,7 +634,10 @@ fn caches_forget_regions_a_helper_unmapped() {
             engine.run(
                 &mut map,
                 [a, 0, 0, 0, 0],
-                &RunOptions { fuel: 100 },
+                &RunOptions {
+                    fuel: 100,
+                    ..RunOptions::default()
+                },
                 &mut UnmapHost,
             )
         };
@@ -698,4 +704,113 @@ fn addresses_computed_from_r10_may_point_anywhere() {
                stxb [%r4+0], %r6\nadd %r6, 1\njlt %r6, 64, loop\nexit";
     let out = check(src);
     assert_eq!(out.result, Ok((0..64).sum()));
+}
+
+/// Runs `p` on both engines with `stop` as the run's stop flag; asserts they agree.
+fn check_stopped(p: &Arc<VerifiedProgram>, fuel: u64, stop: &StopFlag) -> RunOutcome {
+    let run = |engine: &dyn Engine| {
+        let mut rw: Vec<u8> = (0..64).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel,
+            stop: Some(stop),
+        };
+        (
+            engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut TestHost),
+            rw,
+        )
+    };
+    let interp = Interpreter::new(p.clone());
+    let jit = JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let (want, want_mem) = run(&interp);
+    let (got, got_mem) = run(&jit);
+    assert_eq!(
+        got, want,
+        "jit vs interpreter with a stop flag, fuel {fuel}"
+    );
+    assert_eq!(got_mem, want_mem);
+    got
+}
+
+/// A flag set before the run stops it at its first fuel charge (a taken back-edge or a
+/// call, in every shape the JIT translates), after the charge, with the same trap and
+/// fuel on both engines; straight-line code never looks at it.
+#[test]
+fn a_set_stop_flag_stops_at_the_first_charge() {
+    let stop = StopFlag::new();
+    assert!(stop.stop(7));
+    assert!(!stop.stop(9), "the first reason stays");
+    let stopped = |src: &str, pc: u32, fuel_used: u64| {
+        let out = check_stopped(&program(src, vec![]), 1_000_000, &stop);
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc,
+                kind: TrapKind::Stopped { reason: 7 }
+            }),
+            "{src}"
+        );
+        assert_eq!(out.fuel_used, fuel_used, "{src}");
+    };
+    stopped("ja -1", 0, 1);
+    // A conditional back-edge closing a 3-slot loop.
+    stopped(
+        "mov %r0, 0\nloop:\nadd %r0, 1\njlt %r0, 9, loop\nexit",
+        2,
+        2,
+    );
+    // Helper and local calls charge 1 before they run.
+    stopped("mov %r1, 1\ncall 1\nexit", 1, 1);
+    stopped("call local f\nexit\nf:\nmov %r0, 1\nexit", 0, 1);
+    // The converted backward triangle of `backward_triangles_charge_the_path_taken`.
+    let triangle = "mov %r0, 0\nmov %r6, 0\nloop:\njge %r6, 24, done\nldxb %r3, [%r1+0]\n\
+                    xor %r3, 0x15\nand %r3, 31\nadd %r1, 1\nadd %r6, 1\n\
+                    jle %r3, %r0, loop\nmov %r0, %r3\nja loop\ndone:\nexit";
+    let out = check_stopped(&program(triangle, vec![]), 1_000_000, &stop);
+    assert!(
+        matches!(
+            out.result,
+            Err(Trap {
+                kind: TrapKind::Stopped { reason: 7 },
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    // No charge, no stop.
+    let out = check_stopped(&program("mov %r0, 3\nja +0\nexit", vec![]), 10, &stop);
+    assert_eq!(out.result, Ok(3));
+    // The fuel check comes first.
+    let out = check_stopped(&program("ja -1", vec![]), 0, &stop);
+    assert_eq!(trap_of(&out).kind, TrapKind::FuelExhausted { budget: 0 });
+}
+
+/// A flag set by another thread while a one-instruction spin runs stops it, on both
+/// engines, long before its fuel runs out.
+#[test]
+fn a_stop_from_another_thread_ends_a_spin() {
+    let p = program("ja -1", vec![]);
+    let engines: [Box<dyn Engine>; 2] = [
+        Box::new(Interpreter::new(p.clone())),
+        Box::new(JitProgram::compile(p).unwrap()),
+    ];
+    let budget = 1 << 34;
+    for engine in &engines {
+        let stop = StopFlag::new();
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                stop.stop(3);
+            });
+            let mut map = MemoryMap::new();
+            let opts = RunOptions {
+                fuel: budget,
+                stop: Some(&stop),
+            };
+            engine.run(&mut map, [0; 5], &opts, &mut TestHost)
+        });
+        assert_eq!(trap_of(&out).kind, TrapKind::Stopped { reason: 3 });
+        assert!(out.fuel_used < budget);
+    }
 }

@@ -30,6 +30,9 @@
 //! * **Fuel.** A variable holding what is left of the budget, charged at taken
 //!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
 //!   there; the context gets the fuel used at exits, traps and calls.
+//! * **Stop.** Right after each fuel charge, the run's stop flag (a word the context
+//!   points at) is loaded atomically and tested; when it is set, the run traps there
+//!   (`check_stop`), as `csx_ebpf::engine` says.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
@@ -194,6 +197,8 @@ struct Translator<'a, 'f> {
     regs: [Variable; 10],
     /// Fuel left of the budget.
     fuel_left: Variable,
+    /// Address of the run's stop flag (a `u32`).
+    stop: Value,
     ctx: Value,
     /// r10, the virtual frame pointer.
     fp: Value,
@@ -290,6 +295,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let fuel_left = b.declare_var(types::I64);
         let left = b.ins().isub(budget, used);
         b.def_var(fuel_left, left);
+        let stop = b.ins().load(types::I64, flags.ctx, ctx, offsets::STOP);
         // A function no local call reaches is the entry: its r0 and r6-r9 start at 0.
         let regs: [Variable; 10] = std::array::from_fn(|r| {
             let var = b.declare_var(types::I64);
@@ -346,6 +352,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             blocks,
             regs,
             fuel_left,
+            stop,
             ctx,
             fp,
             fp_host,
@@ -1207,6 +1214,25 @@ impl<'a, 'f> Translator<'a, 'f> {
         let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
         self.b.def_var(self.fuel_left, left);
         self.trap_if(over, trap_code::FUEL, pc);
+        self.check_stop(|b| b.ins().iconst(types::I64, i64::from(pc)));
+    }
+
+    /// After a fuel charge: leaves through the trap exit at the pc `trap_pc` makes (in
+    /// the cold block) when the run's stop flag is set. The load is atomic, so Cranelift
+    /// neither hoists it out of a loop nor merges it with an earlier one.
+    fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
+        let flag = self
+            .b
+            .ins()
+            .atomic_load(types::I32, MemFlagsData::trusted(), self.stop);
+        let trap = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(flag, trap, &[], cont, &[]);
+        self.enter(trap);
+        let pc = trap_pc(&mut self.b);
+        self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
+        self.enter(cont);
     }
 
     /// Stores the fuel used so far (budget minus what is left) into the context.
@@ -1379,6 +1405,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             let trap_pc = self.b.ins().select(cond, pc_taken, pc_fall);
             self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
             self.enter(cont);
+            self.check_stop(|b| {
+                let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
+                let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
+                b.ins().select(cond, pc_taken, pc_fall)
+            });
             self.b.ins().jump(self.blocks[&head], &[]);
             self.open = false;
         }

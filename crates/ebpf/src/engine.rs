@@ -13,6 +13,15 @@
 //! `fuel_used` is the total including that charge. Straight-line code is bounded by the
 //! program's length, so this bounds every run.
 //!
+//! # Stopping
+//! A run may carry a [`StopFlag`] that another thread sets (an abort, a deadline). Engines
+//! look at it at the same points where they charge fuel, right after the charge: if the
+//! flag holds a reason then, the run stops with [`TrapKind::Stopped`] at that instruction,
+//! and `fuel_used` includes that charge. A fuel trap at the same point comes first. So a
+//! flag set before the run stops it at its first taken backward jump or call, at the same
+//! pc with the same fuel on every engine, and a flag set during a run stops it within one
+//! loop iteration (or one helper call) of being set.
+//!
 //! # Calls
 //! A local call pushes a frame: the callee's r10 is the caller's r10 minus
 //! [`STACK_FRAME_SIZE`]; r6-r9 are saved and restored across it; r1-r5 are passed as they
@@ -24,22 +33,75 @@
 //! end) and each global section at its region, writable sections as fresh copies. The
 //! embedder's regions are whatever it mapped in the [`MemoryMap`].
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::helper::HelperHost;
 use crate::limits::{CALL_DEPTH_MAX, FUEL_DEFAULT, STACK_FRAME_SIZE, STACK_SIZE};
 use crate::memory::{MemoryMap, RegionIdx};
 use crate::program::{GlobalSection, VerifiedProgram};
 use crate::trap::{Trap, TrapKind};
 
-/// Per-run settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RunOptions {
+/// Per-run settings. Build them as `RunOptions { fuel, ..RunOptions::default() }`.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions<'a> {
     /// Fuel budget (see the module doc).
     pub fuel: u64,
+    /// Checked where fuel is charged (see "Stopping" in the module doc); `None`: the run
+    /// cannot be stopped from outside.
+    pub stop: Option<&'a StopFlag>,
 }
 
-impl Default for RunOptions {
+impl Default for RunOptions<'_> {
     fn default() -> Self {
-        RunOptions { fuel: FUEL_DEFAULT }
+        RunOptions {
+            fuel: FUEL_DEFAULT,
+            stop: None,
+        }
+    }
+}
+
+/// A request that a run stop, set from any thread: its reason is a non-zero code the
+/// embedder chooses (csx-device: abort, deadline, shutdown), reported in
+/// [`TrapKind::Stopped`]. Once set it stays set, with its first reason.
+#[derive(Debug, Default)]
+pub struct StopFlag(AtomicU32);
+
+impl StopFlag {
+    /// A flag holding no reason.
+    pub const fn new() -> StopFlag {
+        StopFlag(AtomicU32::new(0))
+    }
+
+    /// Asks the run to stop with `reason` (not 0). Returns `false` when a reason was
+    /// already set (which stays).
+    pub fn stop(&self, reason: u32) -> bool {
+        assert_ne!(reason, 0, "a stop reason is not 0");
+        self.0
+            .compare_exchange(0, reason, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The reason the run was asked to stop for, 0 while it was not.
+    #[inline(always)]
+    pub fn reason(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether a stop was asked for.
+    #[inline(always)]
+    pub fn is_set(&self) -> bool {
+        self.reason() != 0
+    }
+
+    /// The flag's word, for compiled code that loads it atomically (4-byte aligned).
+    pub fn as_ptr(&self) -> *const u32 {
+        self.0.as_ptr().cast_const()
+    }
+
+    /// A flag that is never set, for runs without one.
+    pub fn never() -> &'static StopFlag {
+        static NEVER: StopFlag = StopFlag::new();
+        &NEVER
     }
 }
 
@@ -63,7 +125,7 @@ pub trait Engine: Send + Sync {
         &self,
         mem: &mut MemoryMap<'_>,
         args: [u64; 5],
-        opts: &RunOptions,
+        opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome;
 }
@@ -173,6 +235,14 @@ pub mod rules {
         Trap {
             pc,
             kind: TrapKind::FuelExhausted { budget },
+        }
+    }
+
+    /// The trap for a run stopped by its [`StopFlag`] with `reason`.
+    pub fn stop_trap(pc: u32, reason: u32) -> Trap {
+        Trap {
+            pc,
+            kind: TrapKind::Stopped { reason },
         }
     }
 

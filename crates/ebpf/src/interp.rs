@@ -30,7 +30,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome};
+use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome, StopFlag};
 use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
 use crate::limits::CALL_DEPTH_MAX;
@@ -71,12 +71,13 @@ impl Engine for Interpreter {
         &self,
         mem: &mut MemoryMap<'_>,
         args: [u64; 5],
-        opts: &RunOptions,
+        opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
         let mut run_mem = RunMemory::new(&self.program);
+        let stop = opts.stop.unwrap_or(StopFlag::never());
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            self.execute(mem, fp, args, opts.fuel, host)
+            self.execute(mem, fp, args, opts.fuel, stop, host)
         })
     }
 }
@@ -852,6 +853,7 @@ impl Interpreter {
         frame_pointer: u64,
         args: [u64; 5],
         budget: u64,
+        stop: &StopFlag,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
         let ops = &*self.ops;
@@ -899,6 +901,13 @@ impl Interpreter {
                     };
                 }
                 left -= cost;
+                // The stop flag is looked at where fuel is charged (`crate::engine`).
+                if stop.is_set() {
+                    return RunOutcome {
+                        result: Err(rules::stop_trap((pc - 1) as u32, stop.reason())),
+                        fuel_used: budget - left,
+                    };
+                }
             };
         }
         macro_rules! jump {
@@ -1416,7 +1425,10 @@ mod tests {
         engine.run(
             &mut map,
             [addr, len, 0, 0, 0],
-            &RunOptions { fuel },
+            &RunOptions {
+                fuel,
+                ..RunOptions::default()
+            },
             &mut ConformanceHost,
         )
     }
@@ -2723,7 +2735,7 @@ mod tests {
                     let mut buf = [0u8; 64];
                     let mut map = MemoryMap::new();
                     map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
-                    let opts = RunOptions { fuel: 500 };
+                    let opts = RunOptions { fuel: 500, ..RunOptions::default() };
                     let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
                     prop_assert!(out.fuel_used <= 500 || out.result.is_err());
                 }

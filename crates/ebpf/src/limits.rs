@@ -27,9 +27,13 @@ pub const REGIONS_MAX: usize = 32;
 /// Largest region, in bytes: a region offset is the low 32 bits of a virtual address.
 pub const REGION_SIZE_MAX: u64 = u32::MAX as u64;
 
-/// Fuel a run gets when the caller does not choose: enough for a few seconds of work
-/// on a fast core, so a runaway program is stopped long before anyone waits on it.
-pub const FUEL_DEFAULT: u64 = 10_000_000_000;
+/// Fuel a run gets when the caller does not choose: a one-instruction spin (`ja -1`,
+/// one fuel per iteration, the most iterations per fuel) runs out of it within a second
+/// on both engines. Measured on the 2-vCPU AMD EPYC these sessions use: the interpreter
+/// spins at about 4.3 × 10^8 fuel per CPU second, the JIT at about 1.7 × 10^9 (see
+/// `docs/benchmarks.md`), so 2 × 10^8 is about 0.47 s and 0.12 s. Work that needs more
+/// asks for it (up to `FUEL_MAX` of the protocol).
+pub const FUEL_DEFAULT: u64 = 200_000_000;
 
 /// Global data sections (`.rodata*`, `.data*`, `.bss*`) one program may map.
 pub const GLOBAL_SECTIONS_MAX: usize = crate::memory::RegionIdx::GLOBALS_COUNT as usize;

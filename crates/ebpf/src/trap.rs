@@ -31,6 +31,9 @@ pub enum TrapKind {
         code: i64,
         message: String,
     },
+    /// The run's stop flag was set (an abort or a deadline; `reason` is the embedder's
+    /// code, see `crate::engine::StopFlag`).
+    Stopped { reason: u32 },
 }
 
 /// A fault with the slot index (pc) of the instruction that raised it.
@@ -72,6 +75,7 @@ impl fmt::Display for TrapKind {
             } => {
                 write!(f, "helper {helper} aborted with code {code}: {message}")
             }
+            TrapKind::Stopped { reason } => write!(f, "stopped from outside (reason {reason})"),
         }
     }
 }

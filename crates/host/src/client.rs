@@ -222,6 +222,17 @@ impl Client {
         }
     }
 
+    /// Asks the device to stop the execution `id` submitted on this client (NVMe's
+    /// Abort): queued, it completes without running; running, it stops at its next
+    /// back-edge or call. Its completion, received as usual, then has status Aborted.
+    /// Returns whether the device had an execution `id` in flight (`false`: it had
+    /// already completed, or `id` is not an execution). Needs a free place in the
+    /// queue pair, as every command does.
+    pub fn abort(&self, id: CommandId) -> Result<bool, CallError> {
+        let c = self.call_ok(Op::Abort { target: id })?;
+        Ok(c.value > 0)
+    }
+
     /// Takes a completion `want` may receive from the ready table.
     fn take_ready(t: &mut Table, want: Want) -> Option<Completion> {
         let id = match want {

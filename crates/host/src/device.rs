@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::time::Duration;
 
 use csx_proto::limits::{
     FILE_IO_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX, PROGRAM_SLOTS_COUNT,
@@ -137,6 +138,28 @@ impl Device {
                 let t = crate::transport::tcp::TcpTransport::connect(
                     addr,
                     &crate::transport::tcp::TcpOptions::from_env(options.queue_depth)?,
+                )?;
+                Ok(Device::with_client(Client::new(Box::new(t)), parsed))
+            }
+            #[cfg(feature = "tls")]
+            DeviceUri::Tcps { addr } => {
+                use crate::transport::tcp::{conn::tls, TLS_CA_FILE_ENV};
+                let ca = std::env::var_os(TLS_CA_FILE_ENV)
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| OpenError::BadUri {
+                        uri: uri.to_string(),
+                        reason: "tcps needs CSX_TLS_CA: a PEM file of the certificates to trust",
+                    })?;
+                let ca = std::path::PathBuf::from(ca);
+                let config = tls::client_config(&ca).map_err(|source| OpenError::Io {
+                    op: "read the TLS certificates of CSX_TLS_CA,",
+                    path: ca.clone(),
+                    source,
+                })?;
+                let t = crate::transport::tcp::TcpTransport::connect_tls(
+                    addr,
+                    &crate::transport::tcp::TcpOptions::from_env(options.queue_depth)?,
+                    config,
                 )?;
                 Ok(Device::with_client(Client::new(Box::new(t)), parsed))
             }
@@ -340,6 +363,31 @@ impl Device {
     pub fn execute(&self, request: &ExecuteRequest) -> Result<Execution, CallError> {
         let c = self.client.call(request.to_op())?;
         Execution::from_completion(c)
+    }
+
+    /// Starts a program without waiting: the command id, for
+    /// [`Device::wait_execute`] and [`Device::abort`].
+    pub fn submit_execute(&self, request: &ExecuteRequest) -> Result<CommandId, CallError> {
+        self.client.submit_private(request.to_op())
+    }
+
+    /// The result of an execution [`Device::submit_execute`] started, waiting up to
+    /// `timeout` (`None`: as long as it takes); `Ok(None)` when it is still running.
+    pub fn wait_execute(
+        &self,
+        id: CommandId,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Execution>, CallError> {
+        match self.client.wait(id, timeout)? {
+            Some(c) => Execution::from_completion(c).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Stops the execution `id` (see [`Client::abort`]); its result is then the error
+    /// [`CallError::Aborted`]. Whether it was still in flight.
+    pub fn abort(&self, id: CommandId) -> Result<bool, CallError> {
+        self.client.abort(id)
     }
 
     // ---------------------------------------------------------------------------------

@@ -140,8 +140,11 @@ call_errors! {
     InvalidField => InvalidField | InvalidOpcode;
     /// The device failed through its own fault.
     Internal => Internal;
-    /// The device is shutting down and did not run the command.
+    /// The command was aborted: by [`crate::Client::abort`], because its queue pair
+    /// closed, or because the device is shutting down (the detail says which).
     Aborted => Aborted;
+    /// The execution ran past its time limit (the detail names the limit).
+    TimeLimitExceeded => TimeLimitExceeded;
     /// A namespace the command names is not reachable.
     NamespaceNotReachable => NamespaceNotReachable;
     /// Device memory (SLM) or another resource is exhausted.

@@ -25,6 +25,9 @@ pub struct ExecuteRequest {
     pub params: Vec<u8>,
     /// `None`: the device's default budget.
     pub fuel: Option<u64>,
+    /// Milliseconds the run may take; `None`: the device's default (1 s unless its
+    /// `device.json` says otherwise).
+    pub time_limit_ms: Option<u32>,
 }
 
 impl ExecuteRequest {
@@ -37,6 +40,7 @@ impl ExecuteRequest {
             cparam2: 0,
             params: Vec::new(),
             fuel: None,
+            time_limit_ms: None,
         }
     }
 
@@ -77,6 +81,12 @@ impl ExecuteRequest {
         self
     }
 
+    /// The run's time limit (1 ..= `csx_proto::limits::TIME_LIMIT_MS_MAX` ms).
+    pub fn time_limit_ms(mut self, ms: u32) -> ExecuteRequest {
+        self.time_limit_ms = Some(ms);
+        self
+    }
+
     /// The command.
     pub fn to_op(&self) -> Op {
         Op::Execute {
@@ -86,6 +96,7 @@ impl ExecuteRequest {
             cparam2: self.cparam2,
             params: self.params.clone(),
             fuel: self.fuel,
+            time_limit_ms: self.time_limit_ms,
         }
     }
 }
@@ -109,7 +120,8 @@ pub struct Execution {
 
 impl Execution {
     /// The result in an Execute completion; a status other than success or trap is the
-    /// typed error (no program, not activated, bad windows, ...).
+    /// typed error (no program, not activated, bad windows, aborted, past its time
+    /// limit, ...).
     pub fn from_completion(c: Completion) -> Result<Execution, CallError> {
         if !matches!(c.status, Status::Success | Status::Trap) {
             return Err(CallError::from_completion("execute", c));

@@ -9,7 +9,8 @@
 //!           Execute λ, window 0 = [0, len), window 1 = [len, len + out)   compute
 //!           Memory Read r0 bytes of window 1                  link (+ latency)
 //!   host    cache ratio c of the range (mincore)
-//!           buffered pread of the range's image extents       (1 − c)·len over media + link
+//!           buffered pread of the range's image extents       (1 − c)·len over media, link
+//!                                                             and the host's I/O stack
 //!           run λ on the host JIT over the same windows       fuel × host ps per fuel
 //! ```
 //!
@@ -23,14 +24,17 @@
 //!
 //! Modelled time (deterministic): the device side sums its completions'
 //! `timing.modelled_ns`; the host side is `perf.host_compute_ns(fuel)` plus the uncached
-//! bytes over the device's media and link (λ-IO eq. 3) for a read, and plus its File
+//! bytes over the device's media and link (λ-IO eq. 3), and through the host kernel's
+//! I/O stack (booked with the link: the host's read path), for a read, and plus its File
 //! Write completions for a write. Each command's link latency counts against the
 //! resource the command uses ([`SideCost`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use csx_device::offload::PerfModel;
+use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
 
@@ -40,7 +44,10 @@ use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
 use csx_host::Device;
 use csx_host::DeviceUri;
-use csx_host::{ExecuteRequest, Execution};
+use csx_host::{CallError, ExecuteRequest, Execution};
+
+/// How often a device-side λ run waiting for its completion looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(10);
 
 /// Default host cache budget: 1 GiB.
 pub const CACHE_BUDGET_DEFAULT: u64 = 1 << 30;
@@ -188,6 +195,8 @@ pub struct LambdaIo<'d> {
     perf: Option<PerfModel>,
     dispatcher: Mutex<Dispatcher>,
     staging: Mutex<Vec<(MemHandle, u64)>>,
+    /// Set: every λ run of this handle stops (see [`LambdaIo::stop_flag`]).
+    stop: Arc<StopFlag>,
 }
 
 impl std::fmt::Debug for LambdaIo<'_> {
@@ -233,7 +242,16 @@ impl<'d> LambdaIo<'d> {
             perf,
             dispatcher: Mutex::new(dispatcher),
             staging: Mutex::new(Vec::new()),
+            stop: Arc::new(StopFlag::new()),
         })
+    }
+
+    /// The flag that stops this handle's λ runs (Ctrl-C in `csx read`): once set, with
+    /// any reason, a host run stops at its next back-edge or call, a device run is
+    /// aborted (an Abort of its Execute), and later requests fail at once, all with
+    /// [`LambdaError::Aborted`].
+    pub fn stop_flag(&self) -> Arc<StopFlag> {
+        Arc::clone(&self.stop)
     }
 
     pub fn device(&self) -> &'d Device {
@@ -537,7 +555,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let uncached = len - cached;
         let cost = SideCost {
             media_ns: perf.media_ns(uncached),
-            link_ns: perf.link_ns(uncached),
+            // The host's read path: the link, then its kernel's I/O stack (λ-IO's
+            // measured cost, `PerfModel::host_stack_ns`), one after the other.
+            link_ns: perf.link_ns(uncached) + perf.host_stack_ns(uncached),
             compute_ns: 0,
             latency_ns: 0,
             link_bytes: uncached,
@@ -666,7 +686,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             .perf
             .as_ref()
             .expect("read_plain checked the host side");
-        let (output, fuel) = run_host(lambda, &mut input, args)?;
+        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
         cost.fuel = fuel;
         cost.compute_ns = perf.host_compute_ns(fuel);
         Ok(SideRun { output, cost })
@@ -759,7 +779,26 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         if let Some(f) = args.fuel {
             req = req.fuel(f);
         }
-        Ok(self.io.dev.execute(&req)?)
+        let stop = &self.io.stop;
+        let aborted = || LambdaError::Aborted { side: Side::Device };
+        if stop.is_set() {
+            return Err(aborted());
+        }
+        let dev = self.io.dev;
+        let id = dev.submit_execute(&req)?;
+        let mut abort_sent = false;
+        loop {
+            match dev.wait_execute(id, Some(STOP_POLL)) {
+                Ok(Some(run)) => return Ok(run),
+                Ok(None) => {}
+                Err(CallError::Aborted(_)) if abort_sent => return Err(aborted()),
+                Err(e) => return Err(e.into()),
+            }
+            if stop.is_set() && !abort_sent {
+                dev.abort(id)?;
+                abort_sent = true;
+            }
+        }
     }
 
     /// Runs `lambda` over `input` and writes its output (r0 bytes) to the file at
@@ -846,7 +885,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
     ) -> Result<SideRun, LambdaError> {
         let (_, perf) = self.io.host_parts()?;
         let mut input = input.to_vec();
-        let (output, fuel) = run_host(lambda, &mut input, args)?;
+        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
         let mut cost = SideCost {
             compute_ns: perf.host_compute_ns(fuel),
             fuel,
@@ -1030,10 +1069,21 @@ fn run_host(
     lambda: &Lambda,
     input: &mut [u8],
     args: &LambdaArgs,
+    stop: &StopFlag,
 ) -> Result<(Vec<u8>, u64), LambdaError> {
+    if stop.is_set() {
+        return Err(LambdaError::Aborted { side: Side::Host });
+    }
     let out_len = args.output_size_bytes.unwrap_or(input.len() as u64);
     let mut output = vec![0u8; out_len as usize];
-    let outcome = lambda.run_host(input, &mut output, args);
+    let outcome = lambda.run_host(input, &mut output, args, stop);
+    if let Err(csx_ebpf::trap::Trap {
+        kind: csx_ebpf::trap::TrapKind::Stopped { .. },
+        ..
+    }) = outcome.result
+    {
+        return Err(LambdaError::Aborted { side: Side::Host });
+    }
     let run = Execution {
         r0: outcome.result.as_ref().copied().unwrap_or(0),
         status: if outcome.result.is_ok() {

@@ -80,6 +80,9 @@ pub enum LambdaError {
     /// The λ trapped.
     #[error("λ trapped on the {side}: {trap}")]
     Trap { side: Side, trap: String },
+    /// The λ was stopped through [`LambdaIo::stop_flag`] (on the device, by an Abort).
+    #[error("λ aborted on the {side}")]
+    Aborted { side: Side },
     /// The λ returned a negative code.
     #[error("λ failed on the {side} with {name} ({code})")]
     Failed { side: Side, code: i64, name: String },

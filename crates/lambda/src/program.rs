@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csx_device::offload::{run_on_windows, CallContext, RunCall};
-use csx_ebpf::engine::{Engine, RunOutcome};
+use csx_ebpf::engine::{Engine, RunOutcome, StopFlag};
 use csx_proto::{EngineKind, ProgramIndex};
 
 use super::LambdaError;
@@ -116,12 +116,14 @@ impl Lambda {
         input: &mut [u8],
         output: &mut [u8],
         args: &LambdaArgs,
+        stop: &StopFlag,
     ) -> RunOutcome {
         let call = RunCall {
             cparam1: args.cparam1,
             cparam2: args.cparam2,
             params: &args.params,
             fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
+            stop: Some(stop),
         };
         let mut ctx = CallContext::without_files(Instant::now());
         run_on_windows(

@@ -180,7 +180,19 @@ pub enum Op {
         params: Vec<u8>,
         /// The run's fuel budget; `None` takes the device default.
         fuel: Option<u64>,
+        /// The run's time limit in milliseconds (1 ..= `TIME_LIMIT_MS_MAX`), counted from
+        /// the moment it starts running; `None` takes the device default
+        /// (`time_limit_ms` in `device.json`, 1 s unless set). A run past it stops and
+        /// completes with [`Status::TimeLimitExceeded`].
+        time_limit_ms: Option<u32>,
     },
+    /// Stop the executions with command id `target` of this queue pair (NVMe's Abort,
+    /// scoped to the submitting queue pair): a queued one completes without running, a
+    /// running one stops at its next back-edge or call; either completes with
+    /// [`Status::Aborted`]. Value: how many executions were asked to stop (0 when none
+    /// with that id was in flight; a run that finished meanwhile completes as it ended).
+    /// Other commands are short and not abortable (value 0).
+    Abort { target: CommandId },
     /// Zero `len` bytes of the shared state from `offset`; `len == 0` means "to the
     /// end" (as Delilah's Clear State, where size 0 clears everything).
     ClearState { offset: u64, len: u64 },
@@ -553,6 +565,7 @@ impl Op {
                 windows,
                 params,
                 fuel,
+                time_limit_ms,
                 ..
             } => {
                 check_pind(*pind)?;
@@ -573,8 +586,18 @@ impl Op {
                         });
                     }
                 }
+                if let Some(ms) = *time_limit_ms {
+                    if ms == 0 || ms > TIME_LIMIT_MS_MAX {
+                        return Err(FieldError::OutOfRange {
+                            field: "time limit (ms)",
+                            value: u64::from(ms),
+                            limit: u64::from(TIME_LIMIT_MS_MAX),
+                        });
+                    }
+                }
                 Ok(())
             }
+            Op::Abort { .. } => Ok(()),
             Op::ClearState { offset, len } => check_span("clear", *offset, *len),
             Op::FileWrite {
                 path, offset, data, ..
@@ -634,6 +657,7 @@ impl Op {
             Op::RangeSetDelete { .. } => 0x09,
             Op::ClearState { .. } => 0x0A,
             Op::Flush => 0x0B,
+            Op::Abort { .. } => 0x0C,
             Op::MemAlloc { .. } => 0x10,
             Op::MemFree { .. } => 0x11,
             Op::MemWrite { .. } => 0x12,
@@ -671,6 +695,7 @@ impl Op {
             Op::RangeSetDelete { .. } => "range-set-delete",
             Op::ClearState { .. } => "clear-state",
             Op::Flush => "flush",
+            Op::Abort { .. } => "abort",
             Op::MemAlloc { .. } => "mem-alloc",
             Op::MemFree { .. } => "mem-free",
             Op::MemWrite { .. } => "mem-write",
@@ -791,6 +816,7 @@ mod tests {
             cparam2: 0,
             params: vec![0; params],
             fuel,
+            time_limit_ms: None,
         };
         assert!(exec(vec![r; WINDOWS_MAX], PARAMS_SIZE_MAX, None)
             .validate()
@@ -814,11 +840,31 @@ mod tests {
             cparam2: 0,
             params: vec![],
             fuel: None,
+            time_limit_ms: None,
         };
         assert_eq!(
             rs0.validate().unwrap_err().status(),
             Status::InvalidMemoryRangeSetId
         );
+        let timed = |ms| Op::Execute {
+            pind: ProgramIndex(0),
+            windows: Windows::Inline(vec![]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+            time_limit_ms: Some(ms),
+        };
+        assert!(timed(1).validate().is_ok());
+        assert!(timed(TIME_LIMIT_MS_MAX).validate().is_ok());
+        for bad in [0, TIME_LIMIT_MS_MAX + 1] {
+            let e = timed(bad).validate().unwrap_err();
+            assert_eq!(e.status(), Status::InvalidField);
+            assert!(
+                e.to_string().contains(&TIME_LIMIT_MS_MAX.to_string()),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -108,6 +108,10 @@ pub const ENGINES_MAX: u32 = 256;
 /// let a runaway program hold an engine longer.
 pub const FUEL_MAX: u64 = 1 << 40;
 
+/// Milliseconds one execution may ask to run for (its time limit). An hour is far more
+/// than any program the device is for; a longer run only holds an engine from others.
+pub const TIME_LIMIT_MS_MAX: u32 = 3_600_000;
+
 /// Bytes of the shared state region. It is persisted to the state directory on every
 /// flush, so it stays modest.
 pub const STATE_SIZE_MAX: u64 = 1 << 30;

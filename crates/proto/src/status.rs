@@ -54,8 +54,10 @@ statuses! {
     InvalidField = 0x02, "invalid field in command";
     /// The device failed in a way that is its own fault.
     Internal = 0x06, "internal device error";
-    /// The device is shutting down; the command was not run.
-    Aborted = 0x07, "command aborted: device shutting down";
+    /// The command was aborted (NVMe's Command Abort Requested): by an Abort command,
+    /// because its queue pair closed, or because the device is shutting down; the
+    /// detail says which.
+    Aborted = 0x07, "command aborted";
     /// A namespace named by the command is not reachable from the compute namespace.
     NamespaceNotReachable = 0x88, "namespace not reachable";
     /// The device lacks memory or another resource for the command (full SLM).
@@ -115,6 +117,8 @@ statuses! {
     QueueFull = 0xC7, "queue full";
     /// The directory still has entries.
     NotEmpty = 0xC8, "directory not empty";
+    /// The execution ran past its time limit and was stopped; the detail names the limit.
+    TimeLimitExceeded = 0xC9, "execution time limit exceeded";
 }
 
 impl Status {

@@ -378,6 +378,7 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             cparam2,
             params,
             fuel,
+            time_limit_ms,
         } => {
             w.u16(pind.0);
             let (tag, rsid, ranges): (u8, u16, &[MemRange]) = match windows {
@@ -385,7 +386,14 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
                 Windows::RangeSet(id) => (1, id.0, &[]),
             };
             w.u8(tag);
-            w.bool(fuel.is_some());
+            let mut flags = 0;
+            if fuel.is_some() {
+                flags |= EXECUTE_HAS_FUEL;
+            }
+            if time_limit_ms.is_some() {
+                flags |= EXECUTE_HAS_TIME_LIMIT;
+            }
+            w.u8(flags);
             w.u16(rsid);
             w.u64(*cparam1);
             w.u64(*cparam2);
@@ -393,7 +401,11 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             w.len(ranges.len());
             ranges.iter().for_each(|r| encode_range(w, r));
             w.bytes(params);
+            if let Some(ms) = time_limit_ms {
+                w.u32(*ms);
+            }
         }
+        Op::Abort { target } => w.u64(target.0),
         Op::FileWrite {
             path,
             offset,
@@ -583,6 +595,9 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
             len: r.u64("length")?,
         },
         0x0B => Op::Flush,
+        0x0C => Op::Abort {
+            target: CommandId(r.u64("target command id")?),
+        },
         0x10 => Op::MemAlloc {
             size_bytes: r.u64("size")?,
         },
@@ -763,10 +778,23 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
     })
 }
 
+/// Bit of Execute's flags byte: a fuel budget is given.
+const EXECUTE_HAS_FUEL: u8 = 1;
+/// Bit of Execute's flags byte: a time limit follows the parameter bytes.
+const EXECUTE_HAS_TIME_LIMIT: u8 = 2;
+
 fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let pind = decode_pind(r)?;
     let tag = r.u8("windows tag")?;
-    let has_fuel = r.bool("has fuel")?;
+    let flags = r.u8("execute flags")?;
+    let unknown = flags & !(EXECUTE_HAS_FUEL | EXECUTE_HAS_TIME_LIMIT);
+    if unknown != 0 {
+        return Err(WireError::Reserved {
+            field: "execute flags",
+            value: u64::from(unknown),
+        });
+    }
+    let has_fuel = flags & EXECUTE_HAS_FUEL != 0;
     let rsid = r.u16("rsid")?;
     let cparam1 = r.u64("cparam1")?;
     let cparam2 = r.u64("cparam2")?;
@@ -807,6 +835,11 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     }
     let params = r.bytes("params", PARAMS_SIZE_MAX)?;
     let fuel = has_fuel.then_some(fuel_raw);
+    let time_limit_ms = if flags & EXECUTE_HAS_TIME_LIMIT != 0 {
+        Some(r.u32("time limit (ms)")?)
+    } else {
+        None
+    };
     Ok(Op::Execute {
         pind,
         windows,
@@ -814,6 +847,7 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
         cparam2,
         params,
         fuel,
+        time_limit_ms,
     })
 }
 

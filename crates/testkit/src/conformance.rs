@@ -179,6 +179,7 @@ pub fn run_vector(v: &ConformanceVector, engine_factory: EngineFactory) -> Resul
     };
     let opts = RunOptions {
         fuel: CONFORMANCE_FUEL,
+        ..RunOptions::default()
     };
     let outcome = engine.run(&mut map, [addr, len, 0, 0, 0], &opts, &mut ConformanceHost);
     match outcome.result {

@@ -352,7 +352,15 @@ impl GenCase {
             self.extra_args[0],
             self.extra_args[1],
         ];
-        let out = engine.run(&mut map, args, &RunOptions { fuel }, &mut GenHost);
+        let out = engine.run(
+            &mut map,
+            args,
+            &RunOptions {
+                fuel,
+                ..RunOptions::default()
+            },
+            &mut GenHost,
+        );
         (out, data)
     }
 }

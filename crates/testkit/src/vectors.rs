@@ -589,7 +589,10 @@ fn run_once(vector: &Vector, engine: &dyn csx_ebpf::engine::Engine) -> EngineRun
                 .expect("vector rodata fits a region");
             args[3] = rodata.len() as u64;
         }
-        let opts = RunOptions { fuel: vector.fuel };
+        let opts = RunOptions {
+            fuel: vector.fuel,
+            ..RunOptions::default()
+        };
         engine.run(&mut map, args, &opts, &mut TestHost)
     };
     EngineRun { outcome, mem }

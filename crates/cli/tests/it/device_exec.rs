@@ -30,6 +30,11 @@ u64 sum(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *arg
 u64 oob(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
     return *(volatile u8 *)(data + len);
 }
+u64 spin(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
+    volatile u64 i = 0;
+    for (;;) i++;
+    return i;
+}
 u64 copy_plus(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args) {
     u8 *out = (u8 *)args->windows[1].addr;
     for (u64 i = 0; i < len && i < args->windows[1].len; i++) out[i] = data[i] + args->params[0];
@@ -324,4 +329,69 @@ fn default_device_is_created_on_first_use() {
         .output()
         .unwrap();
     assert_eq!(json(info)["nvm_size_bytes"], 8 << 20);
+}
+
+/// Ctrl-C during `csx exec` aborts the program on the device (which would otherwise
+/// spin for an hour), frees what the command allocated and exits with 130; the device
+/// is then free for the next command.
+#[test]
+fn ctrl_c_aborts_exec() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev0");
+    init_device(&dev, "64MiB", "64MiB");
+    let prog = compile(tmp.path());
+    let mut child = csx()
+        .env_remove("CSX_DEVICE")
+        .arg("--device")
+        .arg(&dev)
+        .args([
+            "exec",
+            prog.to_str().unwrap(),
+            "--entry",
+            "spin",
+            "--interp",
+        ])
+        .args(["--fuel", "1099511627776", "--time-limit-ms", "3600000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("csx starts");
+    // The notice comes once the program has run for a second: it is running.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).unwrap();
+        assert!(n > 0, "csx exec ended before its notice; stderr: {seen}");
+        seen.push_str(&line);
+        if line.contains("Ctrl-C aborts it") {
+            break;
+        }
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    seen.push_str(&rest);
+    assert_eq!(status.code(), Some(130), "stderr: {seen}");
+    assert!(
+        seen.contains("interrupted: the program was aborted on the device"),
+        "{seen}"
+    );
+    // The program was unloaded and its memory freed: the device runs the next command.
+    let info = json(run(&dev, &["info", "--json"]));
+    assert_eq!(info["slm_free_bytes"], info["slm_size_bytes"], "{info}");
+    assert_eq!(info["programs_loaded"], 0, "{info}");
+    let r = json(run(
+        &dev,
+        &["exec", prog.to_str().unwrap(), "--entry", "sum", "--json"],
+    ));
+    assert_eq!(r["status"], "Success");
 }

@@ -3,6 +3,7 @@
 
 mod array;
 mod conformance_plugin;
+mod crash;
 mod device_exec;
 mod lambda;
 mod mount_cli;

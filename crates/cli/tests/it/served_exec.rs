@@ -23,14 +23,14 @@ fn run(uri: &str, args: &[&str]) -> Output {
 }
 
 /// A `csx device serve` child; killed if the test fails before it is stopped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Option<Child>,
 }
 
 impl Daemon {
     /// Starts the daemon on `listen` and returns it with the URIs it printed (the tcp
     /// port is the one the system chose).
-    fn start(state: &Path, listen: &[&str]) -> (Daemon, Vec<String>) {
+    pub(crate) fn start(state: &Path, listen: &[&str]) -> (Daemon, Vec<String>) {
         let mut cmd = csx();
         cmd.args(["device", "serve", "--state"])
             .arg(state)
@@ -57,6 +57,13 @@ impl Daemon {
         let uris: Vec<String> = uris.split(' ').map(str::to_string).collect();
         assert_eq!(uris.len(), listen.len(), "{line}");
         (daemon, uris)
+    }
+
+    /// SIGKILL (`kill -9`: no shutdown, no flush), then waits for it to go.
+    pub(crate) fn kill9(mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("the daemon is killed");
+        child.wait().expect("the daemon exits");
     }
 
     /// SIGTERM, then the exit status.

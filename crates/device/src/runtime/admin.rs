@@ -1,8 +1,10 @@
 //! The command dispatch of a worker, and the admin commands: identify, functions,
 //! programs, range sets, SLM allocation, shared state and flush.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::*;
 use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, ABI_VERSION};
 
@@ -12,7 +14,10 @@ use crate::status::{fail_with, ok, with_reply};
 impl Shared {
     pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
         match &cmd.op {
-            Op::Execute { .. } => self.execute(client, &cmd.op),
+            // Workers run executes with the flag registered at submission (`run`).
+            Op::Execute { .. } => self.execute(client, &cmd.op, &Arc::new(StopFlag::new())),
+            // Abort completes at submission (`QueuePair::submit`), never on a worker.
+            Op::Abort { .. } => ok(0),
             Op::Identify => with_reply(Reply::Device(self.identify())),
             Op::ListFunctions => with_reply(Reply::Functions(self.infos.clone())),
             Op::ListPrograms => with_reply(Reply::Programs(self.programs.list())),

@@ -34,9 +34,20 @@
 //!
 //! `DeviceRuntime::init` creates the state directory; `DeviceRuntime::open` opens it
 //! (one device per directory at a time, enforced by a lock file). `DeviceRuntime::close`
-//! refuses new submissions, lets the workers finish everything queued, then saves the
-//! shared state and flushes the file store. A departing queue pair's allocations and
-//! range sets are reclaimed.
+//! refuses new submissions, aborts every execution (running ones stop at their next
+//! back-edge or call, queued ones complete without running, all with status Aborted),
+//! lets the workers finish the other commands queued, then saves the shared state and
+//! flushes the file store. A departing queue pair's executions are aborted the same way
+//! and its allocations and range sets reclaimed. Flush does not abort: it waits for the
+//! executions running at that moment (they hold the shared state), which their time
+//! limits bound.
+//!
+//! # Abort and time limits
+//!
+//! Every Execute carries a stop flag from submission to completion (`queue_pair`); Abort
+//! sets it by command id, and the watchdog thread (`watchdog`) sets it at the run's
+//! time limit (its own, or `time_limit_ms` of `device.json`, 1 s by default). What a set
+//! flag does to a run is in [`crate::execute`].
 //!
 //! # Modules
 //!
@@ -47,7 +58,8 @@
 //! - `workers`: the worker pools, and running one command to its completion;
 //! - `admin`: the command dispatch and the admin commands (programs, range sets, SLM
 //!   allocation, state, identify, flush);
-//! - `transfer`: data movement (memory and file commands, DMA buffers).
+//! - `transfer`: data movement (memory and file commands, DMA buffers);
+//! - `watchdog`: time limits, and stopping every run at close.
 //!
 //! Execute is in [`crate::execute`]; every error's status is chosen in [`crate::status`].
 
@@ -68,12 +80,12 @@ use crate::filestore::{FileStore, FileStoreError};
 use crate::functions::{function_infos, function_table};
 use crate::nvm::{Nvm, NvmError};
 use crate::programs::{Programs, PROGRAMS_DIR_NAME};
-use crate::queue::WorkQueue;
 use crate::rangeset::RangeSets;
 use crate::slm::Slm;
 use crate::state::{SharedState, StateError};
 
 use queue_pair::QpShared;
+use watchdog::Watchdog;
 use workers::{worker, Class, Pool};
 
 mod admin;
@@ -82,6 +94,7 @@ mod queue_pair;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod watchdog;
 mod workers;
 
 pub use queue_pair::QueuePair;
@@ -177,6 +190,7 @@ pub(crate) struct Shared {
     stopping: AtomicBool,
     next_client: AtomicU32,
     live_pairs: AtomicU32,
+    pub(crate) watchdog: Watchdog,
 }
 
 /// A csx device: NVM namespace with its file store, SLM, shared state, program slots
@@ -336,6 +350,7 @@ impl DeviceRuntime {
             stopping: AtomicBool::new(false),
             next_client: AtomicU32::new(1),
             live_pairs: AtomicU32::new(0),
+            watchdog: Watchdog::default(),
         });
         let mut device = DeviceRuntime {
             shared: Some(Arc::clone(&shared)),
@@ -357,6 +372,12 @@ impl DeviceRuntime {
                 device.threads.push(handle);
             }
         }
+        let s = Arc::clone(&shared);
+        let handle = std::thread::Builder::new()
+            .name("csx-watchdog".into())
+            .spawn(move || s.watchdog.run())
+            .map_err(|source| DeviceError::Spawn { source })?;
+        device.threads.push(handle);
         Ok(device)
     }
 
@@ -384,12 +405,7 @@ impl DeviceRuntime {
         shared.slm.register_client(client);
         Ok(QueuePair {
             shared: Arc::downgrade(shared),
-            qp: Arc::new(QpShared {
-                client,
-                depth,
-                cq: WorkQueue::new(depth as usize),
-                in_flight: AtomicU32::new(0),
-            }),
+            qp: Arc::new(QpShared::new(client, depth)),
         })
     }
 
@@ -420,7 +436,8 @@ impl DeviceRuntime {
         &self.shared().files
     }
 
-    /// Finishes everything queued, saves the shared state and flushes the file store.
+    /// Aborts every execution, finishes the other commands queued, saves the shared
+    /// state and flushes the file store.
     pub fn close(mut self) -> Result<(), DeviceError> {
         self.shutdown()
     }
@@ -430,6 +447,9 @@ impl DeviceRuntime {
             return Ok(());
         };
         shared.stopping.store(true, Ordering::SeqCst);
+        // Running executions stop now and later ones at once; queued executions see
+        // `stopping` and complete without running (`Shared::run`).
+        shared.watchdog.close();
         shared.compute.queue.close();
         shared.transfer.queue.close();
         shared.admin.queue.close();

@@ -1,17 +1,24 @@
 //! A queue pair: one client's submission and completion queues. Submission validates a
 //! command, routes it to the pool of its class (or runs a short one inline) and never
 //! waits; reaping takes completions in any order.
+//!
+//! Each Execute gets a stop flag when it is submitted, kept in the pair's table of
+//! executions until its completion is posted: Abort (answered at submission, on the
+//! submitting thread) sets the flags of the executions with its target id, and a pair
+//! that closes sets all of its own (see `crate::execute` for what a set flag does).
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::MEM_IO_SIZE_MAX;
-use csx_proto::{ClientId, Command, Completion, Op, Status};
+use csx_proto::{ClientId, Command, CommandId, Completion, Op, Status};
 
 use super::workers::class_of;
 use super::{Shared, SubmitError, REAP_SPIN};
 use crate::dma::DmaBuffer;
+use crate::execute::StopReason;
 use crate::queue::WorkQueue;
 
 pub(crate) struct Job {
@@ -20,6 +27,8 @@ pub(crate) struct Job {
     pub(super) submitted: Instant,
     /// The data of a Memory Read or Write, lent by the transport (see `dma`).
     pub(super) dma: Option<Box<dyn DmaBuffer>>,
+    /// An Execute's stop flag, registered in the pair's `executions`.
+    pub(super) stop: Option<Arc<StopFlag>>,
 }
 
 #[derive(Debug)]
@@ -28,6 +37,61 @@ pub(crate) struct QpShared {
     pub(super) depth: u32,
     pub(super) cq: WorkQueue<Completion>,
     pub(super) in_flight: AtomicU32,
+    /// The pair's executions submitted and not yet completed, with their stop flags (at
+    /// most `depth`; ids may repeat, as a host may reuse one).
+    pub(super) executions: Mutex<Vec<(CommandId, Arc<StopFlag>)>>,
+}
+
+impl QpShared {
+    pub(super) fn new(client: ClientId, depth: u32) -> QpShared {
+        QpShared {
+            client,
+            depth,
+            cq: WorkQueue::new(depth as usize),
+            in_flight: AtomicU32::new(0),
+            executions: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn executions(&self) -> MutexGuard<'_, Vec<(CommandId, Arc<StopFlag>)>> {
+        // Each update is one push or removal; a panic cannot leave it half done.
+        self.executions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn register(&self, id: CommandId) -> Arc<StopFlag> {
+        let flag = Arc::new(StopFlag::new());
+        self.executions().push((id, Arc::clone(&flag)));
+        flag
+    }
+
+    /// Forgets an execution's flag (before its completion is posted, so an Abort that
+    /// comes after the completion finds nothing).
+    pub(super) fn unregister(&self, flag: &Arc<StopFlag>) {
+        let mut runs = self.executions();
+        if let Some(pos) = runs.iter().position(|(_, f)| Arc::ptr_eq(f, flag)) {
+            runs.swap_remove(pos);
+        }
+    }
+
+    /// Sets the stop flag of every execution with id `target`; how many there were.
+    fn abort(&self, target: CommandId) -> u64 {
+        let runs = self.executions();
+        let mut count = 0;
+        for (id, flag) in runs.iter() {
+            if *id == target {
+                flag.stop(StopReason::Abort.code());
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// Sets the stop flag of every execution of the pair with `reason`.
+    fn abort_all(&self, reason: StopReason) {
+        for (_, flag) in self.executions().iter() {
+            flag.stop(reason.code());
+        }
+    }
 }
 
 /// One client's submission and completion queues (an NVMe queue pair).
@@ -126,31 +190,57 @@ impl QueuePair {
             post(&self.qp, c);
             return Ok(());
         }
+        if let Op::Abort { target } = cmd.op {
+            // Answered here, so an abort never waits behind other work.
+            let mut c = Completion::new(cmd.id, Status::Success);
+            c.value = self.qp.abort(target);
+            c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
+            post(&self.qp, c);
+            return Ok(());
+        }
         let pool = shared.pool(class_of(&cmd.op));
+        let stop = matches!(cmd.op, Op::Execute { .. }).then(|| self.qp.register(cmd.id));
         let job = Job {
             qp: Arc::clone(&self.qp),
             cmd,
             submitted,
             dma,
+            stop,
         };
         let alone = in_flight == 0;
         if inline && alone && shared.is_short(&job) && pool.claim_idle() {
             if shared.stopping.load(Ordering::SeqCst) {
                 // A shutdown began; it no longer waits for new work.
                 pool.running.fetch_sub(1, Ordering::SeqCst);
-                self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.refuse(job);
                 return Err(SubmitError::ShuttingDown);
             }
             shared.run(job);
             pool.running.fetch_sub(1, Ordering::SeqCst);
             return Ok(());
         }
-        if pool.queue.push(job).is_err() {
+        if let Err(job) = pool.queue.push(job) {
             // Closed by a concurrent shutdown (never full: pairs × depth bound it).
-            self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.refuse(job);
             return Err(SubmitError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// Undoes the accounting of a job that will not run.
+    fn refuse(&self, job: Job) {
+        if let Some(flag) = &job.stop {
+            self.qp.unregister(flag);
+        }
+        self.qp.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Stops every execution of this pair in flight (queued ones complete without
+    /// running), as when the pair closes; a transport calls this when its client is
+    /// gone, before it waits for the pair's last completions. Their completions say
+    /// Aborted, naming the closed pair.
+    pub fn abort_all(&self) {
+        self.qp.abort_all(StopReason::QueueClosed);
     }
 
     /// A completion if one is ready.
@@ -188,6 +278,9 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // Executions still in flight stop now (nobody will reap them); their leases keep
+        // the memory reclaimed below until they end, within a loop iteration.
+        self.abort_all();
         if let Some(shared) = self.shared.upgrade() {
             // Range sets first: `RangeSets::create` checks the SLM under its own lock.
             shared.rangesets.reclaim(self.qp.client);

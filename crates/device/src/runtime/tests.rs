@@ -146,6 +146,7 @@ fn short_commands_run_inline() {
         cmd: Command::new(CommandId(9), op),
         submitted: Instant::now(),
         dma,
+        stop: None,
     };
     let long = Box::new(HeapBuffer(Mutex::new(vec![0u8; size_bytes as usize])));
     assert!(!shared.is_short(&job(read(size_bytes), None)));
@@ -163,6 +164,7 @@ fn short_commands_run_inline() {
         cparam2: 0,
         params: vec![],
         fuel: None,
+        time_limit_ms: None,
     };
     assert!(!shared.is_short(&job(exec.clone(), None)), "never ran");
     shared.execute_ns_last[3].store(INLINE_EXECUTE_NS_MAX, Ordering::Relaxed);
@@ -232,6 +234,7 @@ fn ops_go_to_their_pool() {
         cparam2: 0,
         params: vec![],
         fuel: None,
+        time_limit_ms: None,
     };
     assert_eq!(class_of(&exec), Class::Compute);
 }

@@ -9,6 +9,7 @@ use csx_proto::{Op, Status};
 
 use super::queue_pair::{post, Job};
 use super::{ns, Shared, INLINE_EXECUTE_NS_MAX, INLINE_TRANSFER_SIZE_MAX, WORKER_SPIN};
+use crate::execute::StopReason;
 use crate::queue::WorkQueue;
 use crate::status::fail;
 
@@ -119,10 +120,18 @@ impl Shared {
         let started = Instant::now();
         // A panic here is a device bug; it fails this command, not the worker (and so
         // not every later command). The tables recover from lock poisoning.
-        let handled = panic::catch_unwind(AssertUnwindSafe(|| match job.dma.as_deref() {
-            Some(buffer) => self.dma(job.qp.client, &job.cmd.op, buffer),
-            None => self.handle(job.qp.client, &job.cmd),
-        }));
+        if let Some(stop) = &job.stop {
+            if self.stopping.load(Ordering::Acquire) {
+                // The device is closing: a queued execution does not run.
+                stop.stop(StopReason::Shutdown.code());
+            }
+        }
+        let handled =
+            panic::catch_unwind(AssertUnwindSafe(|| match (job.dma.as_deref(), &job.stop) {
+                (Some(buffer), _) => self.dma(job.qp.client, &job.cmd.op, buffer),
+                (None, Some(stop)) => self.execute(job.qp.client, &job.cmd.op, stop),
+                (None, None) => self.handle(job.qp.client, &job.cmd),
+            }));
         let mut c = handled.unwrap_or_else(|payload| {
             let message = payload
                 .downcast_ref::<&str>()
@@ -149,6 +158,9 @@ impl Shared {
         // The buffer goes before the completion: the transport may reuse its memory as
         // soon as the host reaps.
         drop(job.dma);
+        if let Some(stop) = &job.stop {
+            job.qp.unregister(stop);
+        }
         post(&job.qp, c);
     }
 }

@@ -164,6 +164,7 @@ impl Harness {
             cparam2: 0,
             params: params.to_vec(),
             fuel: None,
+            time_limit_ms: None,
         })
     }
 

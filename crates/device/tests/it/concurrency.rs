@@ -61,6 +61,7 @@ fn concurrent_submitters_lose_and_duplicate_nothing() {
                                 cparam2: 0,
                                 params: vec![],
                                 fuel: None,
+                                time_limit_ms: None,
                             },
                             1 => Op::Execute {
                                 pind: ProgramIndex(1),
@@ -69,6 +70,7 @@ fn concurrent_submitters_lose_and_duplicate_nothing() {
                                 cparam2: 0,
                                 params: vec![],
                                 fuel: None,
+                                time_limit_ms: None,
                             },
                             _ => Op::MemRead {
                                 handle,
@@ -125,11 +127,13 @@ fn queue_depth_is_enforced() {
     assert!(h.dev().queue_pair(0).is_err());
 }
 
+/// Close answers every command in flight exactly once: an execution that ran before it
+/// with its result, the others aborted without running; other commands run.
 #[test]
 fn close_completes_everything_in_flight() {
     let mut h = Harness::new();
     h.load(0, &compile("args.c"), None, EngineKind::Jit, 1 << 20);
-    let qp = Arc::new(h.dev().queue_pair(64).unwrap());
+    let qp = Arc::new(h.dev().queue_pair(65).unwrap());
     for i in 0..64 {
         qp.submit(Command::new(
             CommandId(i),
@@ -140,18 +144,36 @@ fn close_completes_everything_in_flight() {
                 cparam2: 0,
                 params: vec![],
                 fuel: None,
+                time_limit_ms: None,
             },
         ))
         .unwrap();
     }
+    qp.submit(Command::new(CommandId(64), Op::Identify))
+        .unwrap();
     h.qp = None;
     h.dev.take().unwrap().close().unwrap();
     let mut ids = HashSet::new();
     while let Some(c) = qp.try_reap() {
-        assert_eq!(c.value, c.id.0);
-        ids.insert(c.id.0);
+        match c.status {
+            Status::Success => {
+                if c.id.0 < 64 {
+                    assert_eq!(c.value, c.id.0);
+                }
+            }
+            Status::Aborted => {
+                assert!(c.id.0 < 64, "only executions are aborted");
+                assert!(c
+                    .detail
+                    .unwrap()
+                    .message
+                    .starts_with("aborted because the device is closing"),);
+            }
+            other => panic!("{} ended {other:?}", c.id),
+        }
+        assert!(ids.insert(c.id.0), "{} completed twice", c.id);
     }
-    assert_eq!(ids.len(), 64);
+    assert_eq!(ids.len(), 65);
     assert_eq!(
         qp.submit(Command::new(CommandId(99), Op::Identify)),
         Err(SubmitError::ShuttingDown)

@@ -21,6 +21,7 @@ fn windows_cparams_params_r0_on_both_engines() {
             cparam2: 7,
             params: vec![1, 2, 9],
             fuel: Some(1_000_000),
+            time_limit_ms: None,
         });
         assert_eq!(
             c.value,
@@ -79,6 +80,7 @@ fn traps_are_reported() {
             cparam2: 0,
             params: vec![],
             fuel: None,
+            time_limit_ms: None,
         });
         assert_eq!(c.status, Status::Trap);
         assert!(
@@ -100,6 +102,7 @@ fn traps_are_reported() {
             cparam2: 0,
             params: vec![],
             fuel: Some(10_000),
+            time_limit_ms: None,
         });
         assert_eq!(c.status, Status::Trap);
         assert_eq!(
@@ -197,6 +200,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
             cparam2: 0,
             params: vec![],
             fuel: Some(FUEL_MAX),
+            time_limit_ms: Some(TIME_LIMIT_MS_MAX),
         },
     ))
     .unwrap();
@@ -212,6 +216,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
                 cparam2: 0,
                 params: vec![],
                 fuel: None,
+                time_limit_ms: None,
             },
         ))
         .unwrap();
@@ -253,6 +258,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
             cparam2: 0,
             params: vec![],
             fuel: None,
+            time_limit_ms: None,
         },
     ))
     .unwrap();

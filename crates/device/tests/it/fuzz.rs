@@ -76,6 +76,7 @@ fn small_op() -> impl Strategy<Value = Op> {
                 cparam2: 0,
                 params: b"/f/a".to_vec(),
                 fuel: Some(100_000),
+                time_limit_ms: None,
             }
         ),
         pind.clone().prop_map(|pind| Op::DeactivateProgram { pind }),

@@ -160,6 +160,7 @@ fn range_sets() {
         cparam2: 0,
         params: vec![],
         fuel: None,
+        time_limit_ms: None,
     });
     assert_eq!(c.value, 200 + 1_000_000 * 4096 + 100_000_000 * 200);
     h.ok(Op::RangeSetDelete { rsid });
@@ -172,6 +173,7 @@ fn range_sets() {
             cparam2: 0,
             params: vec![],
             fuel: None,
+            time_limit_ms: None,
         },
         Status::InvalidMemoryRangeSetId,
     );
@@ -191,6 +193,7 @@ fn range_sets() {
             cparam2: 0,
             params: vec![],
             fuel: None,
+            time_limit_ms: None,
         },
         Status::InvalidMemoryNamespace,
     );

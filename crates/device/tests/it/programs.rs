@@ -26,6 +26,7 @@ fn lifecycle_and_status_codes() {
         cparam2: 0,
         params: vec![],
         fuel: None,
+        time_limit_ms: None,
     };
     h.fails(exec(), Status::NoProgram);
     // Chunked load in 100-byte pieces; the slot lists as loading in between.

@@ -494,11 +494,18 @@ fn shutdown_with_commands_in_flight(kind: Kind) {
     dev.activate(pind, EngineKind::Jit).unwrap();
     dev.put_bytes("/kept", b"across the restart").unwrap();
     let client = dev.client();
-    // Four executions of 300 ms each, then the shutdown while they run.
+    // Four executions that would busy-wait for an hour, then the shutdown while they
+    // run: the device aborts them rather than waiting, and each is still answered.
+    let hour_ns = 3_600_000_000_000;
     let ids: Vec<_> = (0..4)
         .map(|_| {
             client
-                .submit_private(ExecuteRequest::new(pind).cparams(300_000_000, 0).to_op())
+                .submit_private(
+                    ExecuteRequest::new(pind)
+                        .cparams(hour_ns, 0)
+                        .time_limit_ms(3_600_000)
+                        .to_op(),
+                )
                 .unwrap()
         })
         .collect();
@@ -507,11 +514,9 @@ fn shutdown_with_commands_in_flight(kind: Kind) {
     let stopping = std::thread::spawn(move || server.shutdown());
     for id in ids {
         let c = client.wait(id, None).unwrap().expect("completes");
-        assert_eq!(
-            (c.status, c.value),
-            (Status::Success, 1),
-            "finished, not cut"
-        );
+        assert_eq!(c.status, Status::Aborted, "{:?}", c.detail);
+        let message = c.detail.expect("says why").message;
+        assert!(message.starts_with("aborted because"), "{message}");
     }
     stopping.join().unwrap().expect("the device closes cleanly");
     let e = dev.identify().unwrap_err();
@@ -544,12 +549,12 @@ fn shutdown_with_commands_in_flight(kind: Kind) {
 }
 
 #[test]
-fn shutdown_finishes_commands_in_flight_tcp() {
+fn shutdown_aborts_executions_in_flight_tcp() {
     shutdown_with_commands_in_flight(Kind::Tcp);
 }
 
 #[test]
-fn shutdown_finishes_commands_in_flight_shm() {
+fn shutdown_aborts_executions_in_flight_shm() {
     shutdown_with_commands_in_flight(Kind::Shm);
 }
 

@@ -217,6 +217,7 @@ fn in_use(f: &mut Fixture) {
             ExecuteRequest::new(pind)
                 .range_set(rsid)
                 .cparams(run_ns, 0)
+                .time_limit_ms(60_000)
                 .to_op(),
         )
         .unwrap();

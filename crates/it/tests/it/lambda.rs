@@ -398,6 +398,47 @@ fn errors_are_typed() {
     });
 }
 
+/// The handle's stop flag ends a spinning λ on either side (on the device by an Abort
+/// of its Execute): `LambdaError::Aborted`; later requests fail at once.
+#[test]
+fn the_stop_flag_ends_a_spinning_lambda() {
+    crate::run(crate::EMBEDDED, |f| {
+        let dev = f.dev();
+        dev.put_bytes("/lambda/s", &random_bytes(5, 4096)).unwrap();
+        let spin = Lambda::load(
+            dev,
+            "spin",
+            &crate::programs::compile(crate::programs::SPIN),
+            None,
+        )
+        .unwrap();
+        // Fuel for an hour of spinning: only the flag (or the device's 1 s limit) ends it.
+        let args = LambdaArgs {
+            fuel: Some(csx_host::proto::limits::FUEL_MAX),
+            ..LambdaArgs::default()
+        };
+        for mode in [Mode::Host, Mode::Device] {
+            let io = LambdaIo::new(dev, &options()).unwrap();
+            let file = io.open("/lambda/s").unwrap();
+            let stop = io.stop_flag();
+            let e = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    stop.stop(1);
+                });
+                file.read_lambda(0, 4096, &spin, &args, mode).unwrap_err()
+            });
+            assert!(matches!(e, LambdaError::Aborted { .. }), "{mode:?}: {e}");
+            let again = file.read_lambda(0, 4096, &spin, &args, mode).unwrap_err();
+            assert!(
+                matches!(again, LambdaError::Aborted { .. }),
+                "{mode:?}: {again}"
+            );
+        }
+        spin.unload(dev).unwrap();
+    });
+}
+
 #[test]
 fn host_side_needs_a_local_image() {
     crate::run(crate::SHM, |f| {

@@ -11,6 +11,7 @@
 //! daemon) over shm and over tcp (`served`). Device programs are C, compiled by clang at test time
 //! (`programs`).
 
+mod abort;
 mod codemap;
 mod concurrency;
 mod daemon;

@@ -92,15 +92,17 @@ fn execute() -> impl Strategy<Value = Op> {
         any::<u64>(),
         bytes(PARAMS_SIZE_MAX),
         option::of(1u64..=FUEL_MAX),
+        option::of(1u32..=TIME_LIMIT_MS_MAX),
     )
         .prop_map(
-            |(pind, windows, cparam1, cparam2, params, fuel)| Op::Execute {
+            |(pind, windows, cparam1, cparam2, params, fuel, time_limit_ms)| Op::Execute {
                 pind,
                 windows,
                 cparam1,
                 cparam2,
                 params,
                 fuel,
+                time_limit_ms,
             },
         )
 }
@@ -111,6 +113,9 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::ListFunctions),
         Just(Op::ListPrograms),
         Just(Op::Flush),
+        any::<u64>().prop_map(|id| Op::Abort {
+            target: CommandId(id)
+        }),
         load(),
         pind().prop_map(|pind| Op::UnloadProgram { pind }),
         (pind(), any::<bool>()).prop_map(|(pind, jit)| Op::ActivateProgram {
@@ -490,5 +495,5 @@ fn every_opcode_is_generated() {
         let cmd = command().new_tree(&mut runner).unwrap().current();
         seen.insert(cmd.op.opcode());
     }
-    assert_eq!(seen.len(), 31, "opcodes seen: {seen:x?}");
+    assert_eq!(seen.len(), 32, "opcodes seen: {seen:x?}");
 }

@@ -225,3 +225,148 @@ fn a_directory_below_a_file_in_the_metadata_is_corruption() {
         "{err}"
     );
 }
+
+const TREE_CHILD_ENV: &str = "CSX_FILESTORE_TREE_CHILD_DIR";
+
+/// Bytes of `/done/{g}/data`: written longer, then cut by a truncate.
+fn tree_data(g: u64) -> Vec<u8> {
+    let len = 500 + (g as usize * 977) % 9000;
+    pattern(len + 4000, g + 77)[..len].to_vec()
+}
+
+/// Child half of `kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree`: per
+/// generation, builds a directory under a temporary name (a file written long and
+/// truncated, renamed into it, a second file, an empty directory), renames the directory
+/// into place, removes the previous generation's empty directory, flushes and says so
+/// on stdout; then unflushed churn of the same operations, until it is killed.
+#[test]
+#[ignore = "run as a child process by kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree"]
+fn tree_crash_child() {
+    let Some(dir) = std::env::var_os(TREE_CHILD_ENV) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let nvm = Arc::new(Nvm::open(dir.join(NVM_FILE)).unwrap());
+    let store = FileStore::open(&dir, nvm).unwrap();
+    let start = store
+        .read_dir("/done", "", usize::MAX)
+        .map_or(0, |(entries, _)| entries.len() as u64);
+    for g in start..start + 5000 {
+        let data = tree_data(g);
+        let stage = format!("/stage/{g}");
+        store
+            .write_at(&stage, 0, &pattern(data.len() + 4000, g + 77))
+            .unwrap();
+        store.truncate(&stage, data.len() as u64).unwrap();
+        let building = format!("/building/{g}");
+        store.mkdir(&format!("{building}/empty")).unwrap();
+        store
+            .write_at(&format!("{building}/f"), 0, &pattern(100, g))
+            .unwrap();
+        store.rename(&stage, &format!("{building}/data")).unwrap();
+        store.rename(&building, &format!("/done/{g}")).unwrap();
+        if g > 0 {
+            // The previous generation's (a killed run may have left it).
+            let previous = format!("/done/{}/empty", g - 1);
+            if store.lookup(&previous).is_ok() {
+                store.rmdir(&previous).unwrap();
+            }
+        }
+        store.flush().unwrap();
+        println!("FLUSHED {g}");
+        // Unflushed churn: moved away and back, scratch trees made, cut and dropped.
+        store.rename(&format!("/done/{g}"), "/away").unwrap();
+        store.mkdir("/scratch/a/b").unwrap();
+        store
+            .write_at("/scratch/a/b/x", 0, &pattern(30_000, g))
+            .unwrap();
+        store.truncate("/scratch/a/b/x", 10).unwrap();
+        store.rename("/scratch/a", "/scratch/c").unwrap();
+        store.rename("/away", &format!("/done/{g}")).unwrap();
+        store.delete("/scratch/c/b/x").unwrap();
+        store.rmdir("/scratch/c/b").unwrap();
+        store.rmdir("/scratch/c").unwrap();
+    }
+}
+
+/// `kill -9` of a process that renames files and directories, truncates and makes and
+/// removes directories, at a different moment each round: after reopening, every
+/// flushed generation is whole and in place, and nothing of the unflushed steps shows.
+#[test]
+fn kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvm = Arc::new(Nvm::create(dir.path().join(NVM_FILE), 16384 * BLOCK_SIZE).unwrap());
+    FileStore::create(dir.path(), nvm).unwrap().close().unwrap();
+    let mut flushed_before = 0;
+    for round in 0..3u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "filestore::tests::dirs::tree_crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(TREE_CHILD_ENV, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut last = None;
+        let target = flushed_before + 4 + round * 5;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(g) = line.strip_prefix("FLUSHED ") {
+                let g: u64 = g.trim().parse().unwrap();
+                last = Some(g);
+                if g >= target {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(round * 2));
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        let last = last.expect("the child flushed at least once");
+        let store = reopen(&dir);
+        check_invariants(&store);
+        // Generations flushed after the last one reported may be there too, whole.
+        let done = list(&store, "/done");
+        assert!(done.len() as u64 > last, "round {round}: {done:?}");
+        for g in 0..done.len() as u64 {
+            let at = format!("/done/{g}");
+            assert_eq!(
+                read_all(&store, &format!("{at}/data")),
+                tree_data(g),
+                "{at}"
+            );
+            assert_eq!(
+                read_all(&store, &format!("{at}/f")),
+                pattern(100, g),
+                "{at}"
+            );
+            let expect: &[&str] = if g + 1 == done.len() as u64 {
+                &["data", "empty/", "f"]
+            } else {
+                &["data", "f"]
+            };
+            assert_eq!(list(&store, &at), expect, "{at}");
+        }
+        // Nothing unflushed shows: no staged file, half-built or moved-away directory.
+        for gone in ["/away", "/scratch/a", "/scratch/c"] {
+            assert!(
+                matches!(store.lookup(gone), Err(FileStoreError::NotFound { .. })),
+                "{gone} after round {round}"
+            );
+        }
+        for emptied in ["/stage", "/building"] {
+            if store.lookup(emptied).is_ok() {
+                assert_eq!(list(&store, emptied), Vec::<String>::new(), "{emptied}");
+            }
+        }
+        flushed_before = done.len() as u64;
+        store.close().unwrap();
+    }
+}
