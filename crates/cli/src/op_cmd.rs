@@ -2,6 +2,8 @@
 //! device (csx-fs's `ops` and `pipe`).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use csx_fs::ops::{Catalogue, ParamKind};
@@ -202,8 +204,51 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             EngineKind::Jit
         },
         fuel: None,
+        progress: None,
     };
-    let result = pipe::run(&dev, &stages, source, sink, &opts);
+    // Progress on a terminal, when the output does not go there: the input consumed,
+    // once a second.
+    use std::io::IsTerminal as _;
+    let total = args
+        .input
+        .as_ref()
+        .and_then(|p| dev.stat(p).ok())
+        .map(|i| i.size_bytes);
+    let show = !args.json
+        && std::io::stderr().is_terminal()
+        && (args.input.is_some() || args.input_local.is_some())
+        && (args.output.is_some() || args.output_local.is_some() || args.discard);
+    let counter = Arc::new(AtomicU64::new(0));
+    let opts = PipeOptions {
+        progress: show.then(|| Arc::clone(&counter)),
+        ..opts
+    };
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        if show {
+            scope.spawn(|| {
+                let start = std::time::Instant::now();
+                let mut next = std::time::Duration::from_secs(1);
+                while !done.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    if start.elapsed() >= next {
+                        next += std::time::Duration::from_secs(1);
+                        let n = counter.load(Ordering::Relaxed) >> 20;
+                        match total {
+                            Some(t) => eprint!("\rcsx: pipe: {n} of {} MiB read", t >> 20),
+                            None => eprint!("\rcsx: pipe: {n} MiB read"),
+                        }
+                    }
+                }
+                if start.elapsed() >= std::time::Duration::from_secs(1) {
+                    eprintln!();
+                }
+            });
+        }
+        let r = pipe::run(&dev, &stages, source, sink, &opts);
+        done.store(true, Ordering::Release);
+        r
+    });
     let close = dev.close();
     let report = match result {
         Ok(r) => r,

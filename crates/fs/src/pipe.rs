@@ -25,11 +25,15 @@
 //! stays as it was); a host sink has received the chunks before the failure, and the
 //! caller (`csx pipe --output-local`) writes to a temporary file it renames only on
 //! success.
+//!
+//! Differences from Metal FS: an operator may appear more than once in a pipeline (each
+//! stage has its own slot, buffers and state), and several pipelines may run on one
+//! device at once (each holds its own slots and memory).
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csx_host::device::program_type_of;
@@ -96,6 +100,8 @@ pub struct PipeOptions {
     pub engine: EngineKind,
     /// Fuel of each Execute; `None`: the device default.
     pub fuel: Option<u64>,
+    /// Counts the source's bytes as they enter the pipeline (for a progress display).
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl Default for PipeOptions {
@@ -104,6 +110,7 @@ impl Default for PipeOptions {
             chunk: CHUNK_DEFAULT,
             engine: EngineKind::Jit,
             fuel: None,
+            progress: None,
         }
     }
 }
@@ -434,6 +441,7 @@ pub fn run(
             src_free_rx,
             tx0,
             first_ref,
+            opts.progress.as_deref(),
         ) {
             Ok(v) => v,
             Err(e) => {
@@ -592,6 +600,7 @@ impl StagePlan {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_source(
     dev: &Device,
     source: Source,
@@ -600,7 +609,13 @@ fn run_source(
     free: Receiver<MemHandle>,
     out: SyncSender<Chunk>,
     first: &FirstError,
+    progress: Option<&AtomicU64>,
 ) -> Result<(u64, u64), PipeError> {
+    let count = |n: u64| {
+        if let Some(p) = progress {
+            p.fetch_add(n, Ordering::Relaxed);
+        }
+    };
     match source {
         Source::Nothing => {
             let _ = out.send(Chunk {
@@ -632,6 +647,7 @@ fn run_source(
                     }
                 }
                 off += n;
+                count(n);
                 let last = off >= size;
                 if out.send(Chunk { buf, len: n, last }).is_err() || last {
                     return Ok((off, 0));
@@ -666,6 +682,7 @@ fn run_source(
                         .map_err(PipeError::device("writing input into device memory"))?;
                 }
                 total += n as u64;
+                count(n as u64);
                 if out
                     .send(Chunk {
                         buf,

@@ -186,3 +186,15 @@ fn a_failing_operator_fails_the_shell_pipe_with_the_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`valeu`") && err.contains("--value"), "{err}");
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_chain_and_the_mount_goes_on() {
+    let m = Mount::new();
+    // head exits after 100 bytes: the proxy's stdout breaks, the chain stops on the
+    // device (it would generate 1 GiB) and frees what it held.
+    let out = ok(&m.sh("$MNT/.ops/datagen --size 1GiB | head -c 100 | wc -c"));
+    assert_eq!(out.trim(), "100");
+    // The device goes on: the next pipe runs.
+    let out = ok(&m.sh("$MNT/.ops/datagen --size 4096 --modulo 1 | $MNT/.ops/aggregate --text"));
+    assert_eq!(out, "count 512 sum 0 min 0 max 0\n");
+}

@@ -622,3 +622,51 @@ fn a_trap_mid_stream_stops_the_pipe_and_leaves_no_complete_output() {
     assert!(dev.stat("/dst.csx-pipe-partial").is_err());
     assert!(dev.programs().unwrap().is_empty());
 }
+
+/// A host sink that fails after `left` bytes (a reader that went away).
+struct GoesAway(usize);
+
+impl std::io::Write for GoesAway {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if b.len() > self.0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "reader gone",
+            ));
+        }
+        self.0 -= b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_reader_that_goes_away_stops_the_pipe_and_frees_slots_and_memory() {
+    let (_dir, dev) = device();
+    let stages = Catalogue
+        .parse_pipeline("datagen --size 64MiB | passthrough | passthrough")
+        .unwrap();
+    let opts = PipeOptions {
+        chunk: 1 << 20,
+        ..PipeOptions::default()
+    };
+    let e = pipe::run(
+        &dev,
+        &stages,
+        Source::Nothing,
+        Sink::Host(Box::new(GoesAway(3 << 20))),
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(e, PipeError::Io { .. }), "{e}");
+    assert!(e.to_string().contains("writing the output"), "{e}");
+    // Nothing is left: no program in a slot, and the pipe's 6 MiB of buffers are free
+    // again (92 of the 96 MiB would not fit beside them).
+    assert!(dev.programs().unwrap().is_empty());
+    let all = dev
+        .alloc(92 << 20)
+        .expect("the pipe freed its device memory");
+    dev.free(all).unwrap();
+}
