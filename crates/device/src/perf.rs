@@ -314,12 +314,15 @@ impl PerfModel {
         self.link_latency_ns.saturating_add(moved)
     }
 
-    /// The real-time floor of `op`: its modelled duration, and for an execution at least
-    /// its measured run time × the compute scale (the program may run slower here than
-    /// the fuel constant assumes).
+    /// The real-time floor of `op`: its modelled duration, and for an execution that ran
+    /// to its end (returned or trapped) at least its measured run time × the compute
+    /// scale (the program may run slower here than the fuel constant assumes). An
+    /// execution stopped by an abort or its time limit is not held back.
     pub fn floor_ns(&self, op: &Op, c: &Completion, modelled_ns: u64) -> u64 {
         match op {
-            Op::Execute { .. } => modelled_ns.max(self.scale_ns(c.timing.execute_ns)),
+            Op::Execute { .. } if matches!(c.status, Status::Success | Status::Trap) => {
+                modelled_ns.max(self.scale_ns(c.timing.execute_ns))
+            }
             _ => modelled_ns,
         }
     }
@@ -410,5 +413,14 @@ mod tests {
         assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 1_600);
         let failed = Completion::new(CommandId(2), Status::OutOfRange);
         assert_eq!(m.modelled_ns(&write, &failed), 10_000);
+        // A run's floor is at least its run time scaled, unless it was stopped.
+        c.timing.execute_ns = 1_000_000;
+        let scaled = m.scale_ns(1_000_000);
+        assert!(scaled > 11_600);
+        assert_eq!(m.floor_ns(&exec, &c, 11_600), scaled);
+        for stopped in [Status::Aborted, Status::TimeLimitExceeded] {
+            c.status = stopped;
+            assert_eq!(m.floor_ns(&exec, &c, 10_000), 10_000, "{stopped:?}");
+        }
     }
 }
