@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 CSX_LIB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: setup build test lint demo bench clean install install-files
+.PHONY: setup build test lint demo bench clean install install-files fuzz
 
 setup:
 	@scripts/setup.sh
@@ -20,9 +20,16 @@ lint: setup
 
 test: lint
 	$(CARGO) test --workspace
+	scripts/python-test.sh
 
 demo: build
 	scripts/demo.sh $(SIZE)
+
+# Coverage-guided fuzzing on stable Rust (libFuzzer): FUZZ_MINUTES per target (default 1),
+# FUZZ_TARGETS to pick some. Not part of `make test`, which replays the kept corpus.
+FUZZ_MINUTES ?= 1
+fuzz: setup
+	FUZZ_MINUTES=$(FUZZ_MINUTES) $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") scripts/fuzz.sh
 
 clean:
 	$(CARGO) clean

@@ -1,11 +1,8 @@
-//! Fuzzes the JIT against the reference interpreter: libFuzzer's bytes become a
-//! verifiable program, memory and fuel budget (`csx_testkit::gen`), which must give the
-//! same r0 or trap, fuel and memory on both engines.
-//!
-//! Run: `cargo +nightly fuzz run jit_differential` from this directory.
+//! Fuzz target `jit_differential`: see `csx_fuzzing::TARGETS` for what it feeds and checks.
+//! Run: `make fuzz FUZZ_TARGETS=jit_differential FUZZ_MINUTES=N` (scripts/fuzz.sh).
 
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    csx_testkit::gen::check_bytes(data);
+    csx_fuzzing::jit_differential(data);
 });

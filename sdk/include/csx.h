@@ -99,6 +99,8 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_EFAULT (-14)
 #define CSX_EBUSY (-16)
 #define CSX_EEXIST (-17)
+#define CSX_ENOTDIR (-20)
+#define CSX_EISDIR (-21)
 #define CSX_EINVAL (-22)
 #define CSX_EFBIG (-27)
 #define CSX_ENOSPC (-28)
@@ -127,6 +129,9 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_FILTER_U64 17
 #define CSX_HELPER_SORT_U64 18
 #define CSX_HELPER_MERGE_U64 19
+#define CSX_HELPER_LZ4_DECOMPRESS 20
+#define CSX_HELPER_LZ4_COMPRESS 21
+#define CSX_HELPER_CHACHA20 22
 
 /* Registered device functions, resolved by name when the device loads a program. */
 
@@ -198,6 +203,30 @@ extern long csx_sort_u64(void *data, unsigned long len);
 extern long csx_merge_u64(void *data, unsigned long len, unsigned long split);
 
 /*
+ * csx_lz4_decompress (id 20, version 1): accelerated LZ4 block decompression of src into
+ * dst; returns the decompressed bytes, CSX_EBADMSG for a corrupt block, CSX_ENOSPC when
+ * dst is too small.
+ */
+extern long csx_lz4_decompress(const void *src, unsigned long src_len, void *dst,
+                               unsigned long dst_len);
+
+/*
+ * csx_lz4_compress (id 21, version 1): accelerated LZ4 block compression of src into dst
+ * (dst_len at least src_len + src_len/10 + 32); returns the compressed bytes or
+ * CSX_ENOSPC.
+ */
+extern long csx_lz4_compress(const void *src, unsigned long src_len, void *dst,
+                             unsigned long dst_len);
+
+/*
+ * csx_chacha20 (id 22, version 1): accelerated ChaCha20 (RFC 8439): XORs len bytes of
+ * data in place with the keystream of the 32-byte key and 12-byte nonce at key_nonce
+ * (key_nonce_len 44) from stream byte offset; returns len.
+ */
+extern long csx_chacha20(const void *key_nonce, unsigned long key_nonce_len,
+                         unsigned long offset, void *data, unsigned long len);
+
+/*
  * Declares the program `name`, in its own section "csx/name" so one object may hold
  * several programs (the host picks one by name). Use as `CSX_PROGRAM(sum) { ... }`.
  * A program need not use every parameter, so none of them draws -Wunused-parameter.
@@ -220,6 +249,54 @@ static inline void *csx_window_addr(const struct csx_args *args, unsigned int i)
 static inline unsigned long csx_window_len(const struct csx_args *args, unsigned int i)
 {
     return i < args->nwindows && i < CSX_WINDOWS_MAX ? args->windows[i].len : 0;
+}
+
+/*
+ * Streaming operators (`csx pipe`, the mount's .ops/ executables): a program that
+ * transforms a stream chunk by chunk, called once per chunk in stream order with
+ *
+ *     window 0  the input buffer: the chunk is its first CSX_OP_IN_LEN(args) bytes
+ *     window 1  the output buffer (CSX_OP_OUT_CAP(args) bytes)
+ *     window 2  the per-stream state: zeroed before the first call, kept across the
+ *               stream's chunks, private to this stage of this stream
+ *     cparam1   CSX_OP_FIRST on the first call, CSX_OP_LAST on the calls of the last chunk
+ *     cparam2   the chunk's bytes (possibly 0), at most window 0's length
+ *     params    the typed parameters at the offsets of the operator's catalogue entry
+ *               (bool and int: 8 bytes little-endian; bytes: their fixed size)
+ *
+ * It returns the bytes written to the output, or CSX_OP_AGAIN | bytes to be called again
+ * with the same input and a fresh output buffer (its output did not fit: it keeps its
+ * place in the state). A negative CSX_E* code, or a trap, stops the stream. An operator
+ * that emits only at the end (an aggregate) returns 0 until CSX_OP_LAST.
+ */
+#define CSX_OP_FIRST 1UL
+#define CSX_OP_LAST 2UL
+#define CSX_OP_AGAIN (1UL << 40)
+#define CSX_OP_WINDOW_IN 0
+#define CSX_OP_WINDOW_OUT 1
+#define CSX_OP_WINDOW_STATE 2
+#define CSX_OP_IN(args) csx_window_addr(args, CSX_OP_WINDOW_IN)
+#define CSX_OP_IN_LEN(args)                                                             \
+    ((args)->cparam2 < csx_window_len(args, CSX_OP_WINDOW_IN)                           \
+         ? (args)->cparam2                                                              \
+         : csx_window_len(args, CSX_OP_WINDOW_IN))
+#define CSX_OP_OUT(args) csx_window_addr(args, CSX_OP_WINDOW_OUT)
+#define CSX_OP_OUT_CAP(args) csx_window_len(args, CSX_OP_WINDOW_OUT)
+#define CSX_OP_STATE(args) csx_window_addr(args, CSX_OP_WINDOW_STATE)
+#define CSX_OP_STATE_LEN(args) csx_window_len(args, CSX_OP_WINDOW_STATE)
+#define CSX_OP_IS_FIRST(args) (((args)->cparam1 & CSX_OP_FIRST) != 0)
+#define CSX_OP_IS_LAST(args) (((args)->cparam1 & CSX_OP_LAST) != 0)
+
+/* The 8-byte parameter at byte offset off of params (0 when params is shorter). */
+static inline csx_u64 csx_op_param(const struct csx_args *args, unsigned int off)
+{
+    if (off + 8 > args->params_len)
+        return 0;
+    const csx_u8 *p = args->params + off;
+    csx_u64 v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
 }
 
 #endif /* CSX_H */

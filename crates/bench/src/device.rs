@@ -19,6 +19,12 @@
 //!    first so both find it in the page cache (warm). A third way: a program that reads
 //!    its chunk by path with `csx_file_read` and sums it, one execution per chunk and one
 //!    in flight per engine (no staging command, and every engine busy).
+//! 4. **Uncached media reads** (`--media-size`, 256 MiB by default): the device reading
+//!    its own media (Memory Copy from the namespace: queued direct reads) against `fio`
+//!    and `dd` with direct I/O at the same block size and queue depth, on the same bytes
+//!    of the same image file (module `media`).
+//!
+//! `--only` runs a subset of the cases.
 //!
 //! The summing program is hand-written eBPF (four words per loop iteration), so the
 //! benchmark needs no compiler.
@@ -105,14 +111,20 @@ const FILE_READ_PREFIX_ASM: &str = "
     mov %r2, %r0          # sum the bytes read
 ";
 
-/// Measure the embedded device: no-op round trip, 1 MiB read-and-sum, offload vs host.
+/// Measure the embedded device: no-op round trip, 1 MiB read-and-sum, offload vs host,
+/// uncached media reads against fio and dd.
 ///
-/// Runs on a fresh embedded device in a temporary directory (under --dir). The last case
+/// Runs on a fresh embedded device in a temporary directory (under --dir). The third case
 /// sums a --size file on the device (staged by Memory Copy, two buffers of --chunk
 /// bytes) and on the host (read through the file API, summed natively) and reports both
-/// throughputs and their ratio. Build with --release for meaningful numbers.
+/// throughputs and their ratio. The media case reads a --media-size file's bytes of the
+/// image with the device's queued direct reads, with fio (same block size and queue
+/// depth, direct I/O) and with dd (iflag=direct), and reports all three (fio comes from
+/// scripts/setup.sh). Build with --release for meaningful numbers.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  csx bench device\n  csx bench device --size 256MiB --json")]
+#[command(
+    after_help = "Examples:\n  csx bench device\n  csx bench device --size 256MiB --json\n  csx bench device --only media --media-size 1GiB"
+)]
 pub struct DeviceBenchArgs {
     /// Bytes of the large file of the offload-vs-host case.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
@@ -125,10 +137,19 @@ pub struct DeviceBenchArgs {
     /// Engines of the benchmark device (one per core if absent, as `csx device init`).
     #[arg(long, value_name = "N")]
     engines: Option<u32>,
+    /// Bytes of the file of the media case (its largest extent is read).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
+    media_size: u64,
+    /// Passes of each reader in the media case; the best is reported.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    media_passes: u32,
+    /// Only these cases (comma-separated): noop, sum-1mib, sum-file, media.
+    #[arg(long, value_delimiter = ',', value_parser = ["noop", "sum-1mib", "sum-file", "media"])]
+    only: Vec<String>,
     /// Where to create the temporary device (the system temp directory by default).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Print one JSON object: {noop, sum_1mib, sum_file}.
+    /// Print one JSON object: {noop, sum_1mib, sum_file, media}; a case not run is null.
     #[arg(long)]
     json: bool,
 }
@@ -211,9 +232,10 @@ struct Report {
     /// skews every number.
     load_average_before: Option<[f64; 3]>,
     load_average_after: Option<[f64; 3]>,
-    noop: NoopReport,
-    sum_1mib: Sum1MiBReport,
-    sum_file: SumFileReport,
+    noop: Option<NoopReport>,
+    sum_1mib: Option<Sum1MiBReport>,
+    sum_file: Option<SumFileReport>,
+    media: Option<super::media::MediaReport>,
 }
 
 fn load_average() -> Option<[f64; 3]> {
@@ -320,7 +342,7 @@ fn bench_noop(dev: &Device, state: &Path) -> anyhow::Result<NoopReport> {
     })
 }
 
-fn pattern(len: usize) -> Vec<u8> {
+pub(crate) fn pattern(len: usize) -> Vec<u8> {
     let mut x = 0x243F_6A88_85A3_08D3u64;
     (0..len)
         .map(|_| {
@@ -599,8 +621,6 @@ fn gib_per_s(bytes_per_s: f64) -> String {
 }
 
 fn print_human(r: &Report) {
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let n = &r.noop;
     println!("embedded device, {} engines", r.engines);
     if let (Some(b), Some(a)) = (r.load_average_before, r.load_average_after) {
         println!(
@@ -608,6 +628,22 @@ fn print_human(r: &Report) {
             b[0], b[1], b[2], a[0], a[1], a[2]
         );
     }
+    if let Some(n) = &r.noop {
+        print_noop(n);
+    }
+    if let Some(s) = &r.sum_1mib {
+        print_sum_1mib(s);
+    }
+    if let Some(f) = &r.sum_file {
+        print_sum_file(f);
+    }
+    if let Some(m) = &r.media {
+        super::media::print_media(m);
+    }
+}
+
+fn print_noop(n: &NoopReport) {
+    let us = |ns: u64| ns as f64 / 1000.0;
     println!(
         "no-op execute round trip   p50 {:.2} µs   p99 {:.2} µs   mean {:.2} µs   ({} runs; device total p50 {:.2} µs)",
         us(n.round_trip.p50_ns),
@@ -626,7 +662,10 @@ fn print_human(r: &Report) {
         "no-op pipelined            {:.0} executions/s with {} in flight",
         n.pipelined_per_s, n.pipelined_depth
     );
-    let s = &r.sum_1mib;
+}
+
+fn print_sum_1mib(s: &Sum1MiBReport) {
+    let us = |ns: u64| ns as f64 / 1000.0;
     println!(
         "1 MiB read-and-sum offload p50 {:.1} µs   p99 {:.1} µs   {}",
         us(s.offload.p50_ns),
@@ -645,7 +684,9 @@ fn print_human(r: &Report) {
         us(s.host.p99_ns),
         gib_per_s(s.host_bytes_per_s)
     );
-    let f = &r.sum_file;
+}
+
+fn print_sum_file(f: &SumFileReport) {
     println!(
         "sum of a warm {} file, {} chunks:",
         format_size(f.size_bytes),
@@ -688,10 +729,13 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
     let by_path_buffers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .max(2);
+    let wants = |case: &str| args.only.is_empty() || args.only.iter().any(|c| c == case);
     let config = DeviceConfig {
-        nvm_size_bytes: (args.size + (64 << 20)).next_multiple_of(4096),
-        // Two staging buffers, the by-path buffers, and the 1 MiB case.
-        slm_size_bytes: ((2 + by_path_buffers as u64) * args.chunk + (4 << 20))
+        nvm_size_bytes: (args.size + args.media_size + (64 << 20)).next_multiple_of(4096),
+        // Two staging buffers, the by-path buffers, the 1 MiB case and the media buffer.
+        slm_size_bytes: ((2 + by_path_buffers as u64) * args.chunk
+            + (4 << 20)
+            + super::media::MEDIA_COPY_SIZE)
             .next_multiple_of(4096),
         state_size_bytes: 4096,
         engines: args.engines,
@@ -700,19 +744,31 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
     let load_average_before = load_average();
     let dev = Device::init(&state, config).context("cannot create the benchmark device")?;
     let engines = dev.identify().context("identify")?.engines;
-    let noop = bench_noop(&dev, &state)?;
+    let noop = wants("noop")
+        .then(|| bench_noop(&dev, &state))
+        .transpose()?;
     let sum = load(&dev, SUM_ASM)?;
     let file_sum = load(&dev, &format!("{FILE_READ_PREFIX_ASM}{SUM_ASM}"))?;
-    let sum_1mib = bench_sum_1mib(&dev, sum, file_sum)?;
-    let sum_file = bench_sum_file(
-        &dev,
-        (sum, file_sum),
-        args.size,
-        args.chunk,
-        by_path_buffers,
-    )?;
+    let sum_1mib = wants("sum-1mib")
+        .then(|| bench_sum_1mib(&dev, sum, file_sum))
+        .transpose()?;
+    let sum_file = wants("sum-file")
+        .then(|| {
+            bench_sum_file(
+                &dev,
+                (sum, file_sum),
+                args.size,
+                args.chunk,
+                by_path_buffers,
+            )
+        })
+        .transpose()?;
     dev.unload(sum).context("unload")?;
     dev.unload(file_sum).context("unload")?;
+    let image = state.join(csx_device::offload::NVM_FILE_NAME);
+    let media = wants("media")
+        .then(|| super::media::bench_media(&dev, &image, args.media_size, args.media_passes))
+        .transpose()?;
     dev.close().context("closing the benchmark device")?;
     let report = Report {
         engines,
@@ -721,6 +777,7 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         noop,
         sum_1mib,
         sum_file,
+        media,
     };
     if args.json {
         println!(

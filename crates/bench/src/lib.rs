@@ -14,8 +14,11 @@ pub mod engine;
 mod lambda;
 mod latency;
 pub mod measure;
+mod media;
 mod mount;
+mod pipelines;
 pub mod plot;
+mod ssb;
 mod vm;
 mod workloads;
 
@@ -36,6 +39,8 @@ enum BenchCommand {
     Lambda(lambda::LambdaBenchArgs),
     Workloads(workloads::WorkloadsBenchArgs),
     Mount(mount::MountBenchArgs),
+    Pipelines(pipelines::PipelinesBenchArgs),
+    Ssb(ssb::SsbBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -58,5 +63,7 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Lambda(a) => lambda::run(a),
         BenchCommand::Workloads(a) => workloads::run(a),
         BenchCommand::Mount(a) => mount::run(a),
+        BenchCommand::Pipelines(a) => pipelines::run(a),
+        BenchCommand::Ssb(a) => ssb::run_bench(a),
     }
 }

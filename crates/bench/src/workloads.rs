@@ -13,6 +13,12 @@
 //!   completions' modelled time (`Timing::modelled_ns`, from the profile given with
 //!   `--profile`; the device is never throttled, so wall time is this machine's).
 //!
+//! Like for like, `native` and `jit` each run **cold** (the device's image dropped from
+//! the host page cache before every run, so the host's read comes from the disk as the
+//! device's uncached staging always does) and **warm** (the host's read served by the
+//! page cache; the device, which has no cache, stages from its media again); the rows
+//! say which in their `cache` column. The interpreter runs warm only.
+//!
 //! Each case runs `--runs` times (programs unloaded between runs, so every run loads and
 //! activates) and every phase reports its median. Every run's answer is compared with
 //! the reference; any difference is reported and makes the exit status 1.
@@ -30,6 +36,7 @@ use anyhow::{bail, Context as _};
 use csx_device::perf::PerfModel;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
+use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::{
     read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Session, Shape, Workload,
@@ -80,8 +87,14 @@ pub struct WorkloadsBenchArgs {
 /// Every workload's input is a multiple of this (the widest record, a 16-dim vector).
 const INPUT_ALIGN: u64 = 64;
 
-/// How a row computed its answer.
-const MODES: [&str; 3] = ["native", "interpreter", "jit"];
+/// How a row computed its answer, and whether the host page cache was dropped first.
+const MODES: [(&str, &str); 5] = [
+    ("native", "cold"),
+    ("native", "warm"),
+    ("interpreter", "warm"),
+    ("jit", "cold"),
+    ("jit", "warm"),
+];
 
 /// One phase's median, in milliseconds.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
@@ -100,6 +113,8 @@ struct Row {
     workload: &'static str,
     origin: &'static str,
     mode: &'static str,
+    /// "cold": the image dropped from the host page cache before each run; "warm": not.
+    cache: &'static str,
     input_bytes: u64,
     runs: u32,
     /// Every run's answer equalled the reference's.
@@ -143,12 +158,13 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         .context("cannot create the benchmark device")?;
     let compiler = Compiler::new().context("the benchmark compiles the SDK programs")?;
     let mut session = Session::new(&dev, compiler);
+    let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;
     if !args.json {
         print_header(&args, size, workloads.len(), load_before);
     }
     let mut rows = Vec::new();
     for w in &workloads {
-        let mut these = bench_workload(&mut session, w, &args, size, &model)
+        let mut these = bench_workload(&mut session, &io, w, &args, size, &model)
             .with_context(|| format!("workload {}", w.name))?;
         if args.json {
             for r in &these {
@@ -159,6 +175,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         }
         rows.append(&mut these);
     }
+    drop(io);
     session.unload_all().context("unloading the programs")?;
     dev.close().context("closing the benchmark device")?;
     if !args.json {
@@ -175,7 +192,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
     let disagree: Vec<String> = rows
         .iter()
         .filter(|r| !r.agree)
-        .map(|r| format!("{} ({})", r.workload, r.mode))
+        .map(|r| format!("{} ({}, {})", r.workload, r.mode, r.cache))
         .collect();
     if !disagree.is_empty() {
         eprintln!(
@@ -204,6 +221,7 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<&'static Workload>> {
 /// The three rows of one workload.
 fn bench_workload(
     session: &mut Session<'_>,
+    io: &LambdaIo<'_>,
     w: &'static Workload,
     args: &WorkloadsBenchArgs,
     size: u64,
@@ -221,15 +239,19 @@ fn bench_workload(
     drop(data);
 
     let mut rows = Vec::new();
-    for mode in MODES {
+    for (mode, cache) in MODES {
         let mut samples = Vec::new();
         let mut agree = true;
         let mut bytes_to_host = 0;
         let mut fuel_used = 0;
         for _ in 0..args.runs {
+            if cache == "cold" {
+                io.cache_drop()
+                    .context("dropping the image from the host page cache")?;
+            }
             let (outcome, phases) = if mode == "native" {
                 bytes_to_host = case.input_size_bytes;
-                native(dev, w, &case, &inv)?
+                native(dev, w, &case, &inv, cache == "cold", model)?
             } else {
                 let engine = if mode == "jit" {
                     EngineKind::Jit
@@ -253,6 +275,7 @@ fn bench_workload(
             workload: w.name,
             origin: w.origin.name(),
             mode,
+            cache,
             input_bytes: case.input_size_bytes,
             runs: args.runs,
             agree,
@@ -277,15 +300,23 @@ fn bench_workload(
 }
 
 /// The host's way: read the input from the device file, then run the reference. The
-/// host's compute is not modelled: its modelled time is its wall time.
+/// host's compute is not modelled: its modelled time is its wall time. Its read is
+/// modelled (media, link, the host kernel's I/O stack) when cold; warm, the page cache served it and it costs nothing.
 fn native(
     dev: &Device,
     w: &Workload,
     case: &Case,
     inv: &csx_workloads::Invocation,
+    cold: bool,
+    model: &PerfModel,
 ) -> anyhow::Result<(Outcome, Phases)> {
-    let (data, stage) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
+    let (data, mut stage) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
         .with_context(|| format!("reading {}", case.input_path))?;
+    if cold {
+        stage.modelled_ns += model.host_stack_ns(case.input_size_bytes);
+    } else {
+        stage.modelled_ns = 0;
+    }
     let started = Instant::now();
     let outcome = (w.reference)(&data, inv);
     let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -335,9 +366,9 @@ fn print_header(args: &WorkloadsBenchArgs, size: u64, n: usize, load: Option<[f6
     println!("load average before: {}", format_load(load));
     println!();
     println!(
-        "{:<22} {:<11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>5}",
+        "{:<22} {:<16} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>5}",
         "workload",
-        "mode",
+        "mode, cache",
         "load",
         "activate",
         "stage",
@@ -349,7 +380,7 @@ fn print_header(args: &WorkloadsBenchArgs, size: u64, n: usize, load: Option<[f6
         "agree"
     );
     println!(
-        "{:<22} {:<11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}",
+        "{:<22} {:<16} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}",
         "", "", "ms", "ms", "ms", "ms", "ms", "ms", "total ms", ""
     );
 }
@@ -365,9 +396,9 @@ fn print_rows(rows: &[Row]) {
             }
         };
         println!(
-            "{:<22} {:<11} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>5}",
+            "{:<22} {:<16} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}  {:>10} {:>9}  {:>5}",
             name,
-            r.mode,
+            format!("{} {}", r.mode, r.cache),
             ms(r.wall_ms.load, true),
             ms(r.wall_ms.activate, true),
             ms(r.wall_ms.stage, false),
@@ -392,9 +423,10 @@ fn format_ms(v: f64) -> String {
     }
 }
 
+/// The warm row of `workload` in `mode`.
 fn row<'r>(rows: &'r [Row], workload: &str, mode: &str) -> Option<&'r Row> {
     rows.iter()
-        .find(|r| r.workload == workload && r.mode == mode)
+        .find(|r| r.workload == workload && r.mode == mode && r.cache == "warm")
 }
 
 /// The summary that answers the Delilah thesis's findings with this run's numbers.
@@ -403,7 +435,7 @@ fn findings(rows: &[Row]) -> String {
     let _ = writeln!(out, "Delilah's findings, this run (wall time):");
     let mut ratios = Vec::new();
     let mut parts = Vec::new();
-    for r in rows.iter().filter(|r| r.mode == "jit") {
+    for r in rows.iter().filter(|r| r.mode == "jit" && r.cache == "warm") {
         if let Some(i) = row(rows, r.workload, "interpreter") {
             if r.wall_ms.execute > 0.0 && i.wall_ms.execute > 0.0 {
                 let x = i.wall_ms.execute / r.wall_ms.execute;
@@ -425,7 +457,7 @@ fn findings(rows: &[Row]) -> String {
     }
     let activation = |mode: &str| -> (f64, f64) {
         rows.iter()
-            .filter(|r| r.mode == mode)
+            .filter(|r| r.mode == mode && r.cache == "warm")
             .fold((0.0, 0.0), |(p, w), r| {
                 (p + r.prepare_ms, w + r.wall_ms.activate)
             })
@@ -485,7 +517,10 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
             .map(|(n, v)| (n.to_string(), *v))
             .collect()
     };
-    let jit: Vec<&Row> = rows.iter().filter(|r| r.mode == "jit").collect();
+    let jit: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.mode == "jit" && r.cache == "warm")
+        .collect();
     let every = ["load", "activate", "stage", "execute", "result"];
     let breakdown = BarChart {
         title: format!(

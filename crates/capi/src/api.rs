@@ -192,6 +192,24 @@ struct Completion {
 }
 
 impl Completion {
+    /// The completion a request's four trailing arguments name, its event checked before
+    /// the request starts.
+    fn checked(
+        ctx: *mut c_void,
+        cb: CsQueueCallbackFn,
+        evt: CsEvtHandle,
+        comp_value: *mut u64,
+    ) -> R<Self> {
+        let done = Completion {
+            ctx,
+            cb,
+            evt,
+            comp_value,
+        };
+        done.check()?;
+        Ok(done)
+    }
+
     /// Checks the event before the request starts.
     fn check(&self) -> R<()> {
         if self.evt.is_null() {
@@ -497,13 +515,7 @@ pub unsafe extern "C" fn csQueueCopyMemRequest(
     run("csQueueCopyMemRequest", || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion {
-            ctx: Context,
-            cb: Callback,
-            evt: EventHandle,
-            comp_value: CompValue,
-        };
-        done.check()?;
+        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
         let (m, dev) = afdm(&req.dev_mem, req.bytes, "csQueueCopyMemRequest")?;
         if req.host_vaddress.is_null() {
             return fail(CS_INVALID_ARG, "HostVAddress is NULL");
@@ -559,13 +571,7 @@ pub unsafe extern "C" fn csQueueStorageRequest(
     run("csQueueStorageRequest", || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion {
-            ctx: Context,
-            cb: Callback,
-            evt: EventHandle,
-            comp_value: CompValue,
-        };
-        done.check()?;
+        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
         let dev = device(req.dev_handle)?;
         let result = match req.mode {
             CS_STORAGE_FILE_IO => {
@@ -871,13 +877,7 @@ pub unsafe extern "C" fn csQueueComputeRequest(
     run("csQueueComputeRequest", || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion {
-            ctx: Context,
-            cb: Callback,
-            evt: EventHandle,
-            comp_value: CompValue,
-        };
-        done.check()?;
+        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
         let dev = device(req.dev_handle)?;
         if req.num_args < 0 || req.num_args > CS_COMPUTE_ARGS_MAX {
             return fail(
@@ -1219,13 +1219,7 @@ pub unsafe extern "C" fn csQueueBatchRequest(
 ) -> CsStatus {
     run("csQueueBatchRequest", || {
         let key = batch_key(BatchHandle)?;
-        let done = Completion {
-            ctx: Context,
-            cb: Callback,
-            evt: EventHandle,
-            comp_value: CompValue,
-        };
-        done.check()?;
+        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
         let (entries, edges) = registry::with(|r| {
             let b = &r.batches[&key];
             (b.entries.clone(), b.edges.clone())

@@ -1,13 +1,24 @@
 //! `csx demo`: the README's first job. Generates each workload's dataset onto an
-//! embedded device, answers every workload twice, on the host over the whole input and
-//! on the device next to the data, checks that the answers agree and prints what
-//! offloading bought: time and the bytes that crossed to the host.
+//! embedded device, answers every workload on the host over the whole input and on the
+//! device next to the data, checks that the answers agree and prints what offloading
+//! bought: time, measured and modelled, and the bytes that crossed to the host.
 //!
-//! Both times are end to end for one request, so they compare: the host's reads the
-//! input from the device file to the host and computes; the device's stages the input
-//! from the media into device memory, executes and returns the answer to the host. The
-//! program's load and activation are not in it (done once, then reused); the second
-//! table and `--json` give every part.
+//! Like for like: each side runs **cold** (the device's image dropped from the host page
+//! cache first, so the host's read comes from the disk, as the device's uncached staging
+//! always does) and then **warm** (at once again: the host finds its input in the page
+//! cache; the device, which has no cache of its own, stages from its media again with
+//! its program already loaded). Times are end to end for one request: the host's reads
+//! the input from the device file and computes; the device's stages the input into
+//! device memory, executes and returns the answer. Program load and activation are not
+//! in it (done once, then reused); `--json` gives every part.
+//!
+//! Wall time cannot show what a real device would do (here it shares this machine's
+//! cores and disk), so beside it the demo prints each side's **modelled** time under a
+//! named device profile (`--profile`, default `daisy`: a Daisy OpenSSD-class device,
+//! see `csx_device::perf::PerfModel::daisy`): the host's cold request is its bytes over
+//! the media, the link and the host kernel's I/O stack plus its compute (this machine's, as measured), warm only its
+//! compute; the device's is its completions' modelled time (media, device compute,
+//! answer over the link). A closing line says where offload won, by how much and why.
 //!
 //! Invariant: a workload whose device answer differs from the host's is an error exit.
 
@@ -16,11 +27,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context as _};
+use csx_device::perf::PerfModel;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
+use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::reference::{grep_counts, knn_hits, Stats};
-use csx_workloads::{read_file_timed, Case, Compiler, Outcome, Session, Workload, WORKLOADS};
+use csx_workloads::{
+    read_file_timed, Case, Compiler, Outcome, Phases, Session, Shape, Workload, WORKLOADS,
+};
 
 use crate::connect::{format_size, parse_size};
 use crate::{exit, GlobalArgs};
@@ -34,20 +49,26 @@ const INPUT_ALIGN: u64 = 64;
 /// Where the demo's fresh device lives when `--device` is not given.
 const DEMO_DEVICE_DIR: &str = "out/demo-device";
 
-/// Run every workload on the host and on a device, and compare.
+/// Run every workload on the host and on a device, cold and warm, and compare.
 ///
 /// Creates a fresh embedded device in ./out/demo-device (or uses --device), generates
-/// each workload's dataset on it (SIZE in total), computes each answer twice and checks
-/// they agree:
+/// each workload's dataset on it (SIZE in total), computes each answer on both sides and
+/// checks they agree:
 ///
 ///   host    the classic way: read the whole input from the device to the host, compute
 ///           there;
 ///   device  stage the input into device memory, run the workload's eBPF program next
 ///           to it, send only the answer back.
 ///
+/// Each side runs cold (the image dropped from the host page cache first) and warm
+/// (again at once). Beside the wall times of this machine, where the device shares the
+/// host's cores and disk, the demo prints modelled times under a device profile (media,
+/// link and core speed of a real device) and says where offloading won and why.
+///
 /// Examples:
 ///   csx demo                      # 256 MiB of data, about a minute
 ///   csx demo --size 16MiB         # quick look
+///   csx demo --profile lambda-io  # modelled as λ-IO's testbed
 ///   csx demo --json > demo.json   # machine-readable rows
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
@@ -58,37 +79,104 @@ pub struct DemoArgs {
     /// Seed of the generated data (same seed, same data, same answers).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Device profile of the modelled times: daisy, lambda-io or unthrottled (a device
+    /// given with --device keeps its own).
+    #[arg(long, default_value = "daisy")]
+    profile: String,
     /// Print one JSON object per workload instead of the table.
     #[arg(long)]
     json: bool,
 }
 
-/// One workload's row. Times are wall milliseconds of one request.
+/// One side's time for one request: wall and modelled milliseconds.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+struct SideMs {
+    wall_ms: f64,
+    modelled_ms: f64,
+}
+
+/// The host's request: the read of the input and the compute.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+struct HostRun {
+    read_ms: f64,
+    compute_ms: f64,
+    /// Modelled: cold, the input over the media, the link and the host's I/O stack plus
+    /// the compute; warm, the compute alone (the page cache served the read). The compute
+    /// is the faster of the cold and warm runs' (the less disturbed measure).
+    modelled_ms: f64,
+}
+
+impl HostRun {
+    fn total(&self) -> SideMs {
+        SideMs {
+            wall_ms: self.read_ms + self.compute_ms,
+            modelled_ms: self.modelled_ms,
+        }
+    }
+}
+
+/// The device's request: staging, execution and the answer back.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+struct DeviceRunMs {
+    stage_ms: f64,
+    execute_ms: f64,
+    result_ms: f64,
+    modelled_stage_ms: f64,
+    modelled_execute_ms: f64,
+    modelled_result_ms: f64,
+}
+
+impl DeviceRunMs {
+    fn from_phases(p: &Phases) -> DeviceRunMs {
+        DeviceRunMs {
+            stage_ms: ms(p.stage.wall_ns),
+            execute_ms: ms(p.execute.wall_ns),
+            result_ms: ms(p.result.wall_ns),
+            modelled_stage_ms: ms(p.stage.modelled_ns),
+            modelled_execute_ms: ms(p.execute.modelled_ns),
+            modelled_result_ms: ms(p.result.modelled_ns),
+        }
+    }
+
+    fn total(&self) -> SideMs {
+        SideMs {
+            wall_ms: self.stage_ms + self.execute_ms + self.result_ms,
+            modelled_ms: self.modelled_stage_ms
+                + self.modelled_execute_ms
+                + self.modelled_result_ms,
+        }
+    }
+}
+
+/// One workload's row.
 #[derive(Debug, serde::Serialize)]
 struct Row {
     workload: &'static str,
     origin: &'static str,
     input_bytes: u64,
     answer: String,
-    /// `host_read_ms + host_compute_ms`.
-    host_ms: f64,
-    /// Reading the input from the device file to the host.
-    host_read_ms: f64,
-    /// The Rust reference over the input in host memory.
-    host_compute_ms: f64,
-    /// `device_stage_ms + device_execute_ms + device_result_ms`, JIT.
-    device_ms: f64,
-    /// Staging the input into device memory (the program's own file read for
-    /// file_read).
-    device_stage_ms: f64,
-    device_execute_ms: f64,
-    /// Reading the answer back to the host.
-    device_result_ms: f64,
-    /// As `device_ms` in the interpreter, for small inputs.
+    /// `None` when the image is not on this machine (a served device elsewhere): no cold
+    /// run is possible.
+    host_cold: Option<HostRun>,
+    host_warm: HostRun,
+    device_cold: DeviceRunMs,
+    device_warm: DeviceRunMs,
+    /// Modelled parts of the host's cold request: the media, and the link with the host
+    /// kernel's I/O stack (the host's read path).
+    host_modelled_media_ms: f64,
+    host_modelled_link_ms: f64,
+    /// As `device_warm`'s total wall time in the interpreter, for small inputs.
     interpreter_ms: Option<f64>,
+    /// Fuel of the device's execution(s).
+    fuel_used: u64,
     host_mode_bytes_to_host: u64,
     device_mode_bytes_to_host: u64,
     reduction: f64,
+    /// Modelled cold: host over device (above 1: offloading won).
+    modelled_cold_speedup: f64,
+    /// What bounds each side's modelled cold request: "media", "link" or "compute".
+    host_bound: &'static str,
+    device_bound: &'static str,
 }
 
 pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -102,9 +190,17 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             INPUT_ALIGN
         );
     }
-    let dev = open_device(global, args.size)?;
+    let profile = PerfModel::profile(&args.profile).context("--profile")?;
+    let dev = open_device(global, args.size, &profile)?;
+    // A device given with --device models its completions with its own profile; the
+    // host's side is modelled with --profile's.
+    let model = profile;
     let compiler = Compiler::new().context("the demo compiles the SDK programs")?;
     let mut session = Session::new(&dev, compiler);
+    // Cold runs drop the device's image from the host page cache; that needs the image
+    // on this machine (an embedded device, or one served here).
+    let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;
+    let cache = io.local().ok().map(|_| &io);
 
     if !args.json {
         println!(
@@ -116,25 +212,32 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         println!(
             "Each answer is computed twice and must agree: on the host, which reads the \
              whole input from the device and computes; and on the device (JIT), which \
-             stages the input next to the program and sends back only the answer."
+             stages the input next to the program and sends back only the answer. Each \
+             side runs cold (the image dropped from the host page cache) and then warm."
         );
+        if cache.is_none() {
+            println!("(The device's image is not on this machine: no cold runs.)");
+        }
         println!();
     }
 
     let mut rows = Vec::new();
     for w in WORKLOADS {
-        let row = run_workload(&mut session, w, args.seed, per_workload)
+        let row = run_workload(&mut session, cache, &model, w, args.seed, per_workload)
             .with_context(|| format!("workload {}", w.name))?;
         if args.json {
             println!("{}", serde_json::to_string(&row)?);
         }
         rows.push(row);
     }
+    drop(io);
     session.unload_all().context("unloading the programs")?;
     dev.close().context("closing the device")?;
 
     if !args.json {
-        print_table(&rows);
+        print_wall(&rows);
+        println!();
+        print_modelled(&rows, &model);
         println!();
         print_split(&rows);
         let host: u64 = rows.iter().map(|r| r.host_mode_bytes_to_host).sum();
@@ -148,23 +251,31 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             host as f64 / device.max(1) as f64,
             started.elapsed().as_secs_f64()
         );
+        for line in verdict(&rows, &model) {
+            println!("{line}");
+        }
         println!("Next: write your own program (csx sdk header, csx build), run it with csx exec.");
     }
     Ok(exit::SUCCESS)
 }
 
 /// The device: `--device` as given, else a fresh one in ./out/demo-device sized for
-/// `size` bytes of data (memory at least twice the input).
-fn open_device(global: &GlobalArgs, size: u64) -> anyhow::Result<Device> {
+/// `size` bytes of data (memory at least twice the input), modelled under `profile`
+/// (not throttled: wall times stay this machine's).
+fn open_device(global: &GlobalArgs, size: u64, profile: &PerfModel) -> anyhow::Result<Device> {
     if global.device.is_some() {
         return crate::connect::open(global);
     }
     let dir = PathBuf::from(DEMO_DEVICE_DIR);
     remove_old_device(&dir)?;
-    let config = DeviceConfig {
+    let mut config = DeviceConfig {
         nvm_size_bytes: 2 * size + (64 << 20),
         slm_size_bytes: 2 * size + (64 << 20),
         ..crate::connect::default_config()
+    };
+    config.perf = PerfModel {
+        throttle: false,
+        ..profile.clone()
     };
     Device::init(&dir, config)
         .with_context(|| format!("cannot create a device in {}", dir.display()))
@@ -178,10 +289,45 @@ fn remove_old_device(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The host's way, end to end: the input from the device file, then the compute.
+fn host_run(
+    dev: &Device,
+    model: &PerfModel,
+    w: &Workload,
+    case: &Case,
+    inv: &csx_workloads::Invocation,
+    expected: &Outcome,
+    cold: bool,
+) -> anyhow::Result<HostRun> {
+    let (input, read) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
+        .with_context(|| format!("reading {}", case.input_path))?;
+    let start = Instant::now();
+    let answer = (w.reference)(&input, inv);
+    let compute_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    if &answer != expected {
+        bail!("the host's answer over the input read back differs from the generated input's");
+    }
+    // Cold: the File Reads' modelled time (media, link, latency); warm: the page cache
+    // served them, so only the compute.
+    // The host kernel's I/O stack is paid on top (the profile's measured cost).
+    let read_modelled = if cold {
+        read.modelled_ns + model.host_stack_ns(case.input_size_bytes)
+    } else {
+        0
+    };
+    Ok(HostRun {
+        read_ms: ms(read.wall_ns),
+        compute_ms: ms(compute_ns),
+        modelled_ms: ms(read_modelled + compute_ns),
+    })
+}
+
 /// Generates the workload's input onto the device, answers it on the host and on the
-/// device, and checks the answers agree.
+/// device, cold and warm, and checks the answers agree.
 fn run_workload(
     session: &mut Session<'_>,
+    cache: Option<&LambdaIo<'_>>,
+    model: &PerfModel,
     w: &Workload,
     seed: u64,
     size: u64,
@@ -195,42 +341,75 @@ fn run_workload(
 
     let expected = (w.reference)(&data, &inv);
     drop(data);
+    let drop_cache = || -> anyhow::Result<()> {
+        if let Some(io) = cache {
+            io.cache_drop()
+                .context("dropping the image from the page cache")?;
+        }
+        Ok(())
+    };
 
-    // The host's way, end to end: the input from the device file, then the compute.
-    let (input, read) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
-        .with_context(|| format!("reading {}", case.input_path))?;
-    let start = Instant::now();
-    let host_answer = (w.reference)(&input, &inv);
-    let host_compute_ms = start.elapsed().as_secs_f64() * 1e3;
-    if host_answer != expected {
-        bail!("the host's answer over the input read back differs from the generated input's");
+    let mut host_cold = match cache {
+        Some(_) => {
+            drop_cache()?;
+            Some(host_run(dev, model, w, &case, &inv, &expected, true)?)
+        }
+        None => None,
+    };
+    let mut host_warm = host_run(dev, model, w, &case, &inv, &expected, false)?;
+    // Both runs computed the same answer from the same bytes in memory: the faster of
+    // the two measures is the less disturbed one (other work on this machine only adds
+    // time), and both sides' modelled compute uses it.
+    let compute_ms = host_cold.map_or(host_warm.compute_ms, |h| {
+        h.compute_ms.min(host_warm.compute_ms)
+    });
+    for h in host_cold.iter_mut().chain(std::iter::once(&mut host_warm)) {
+        h.modelled_ms += compute_ms - h.compute_ms;
     }
-    drop(input);
 
-    let mut engines = vec![EngineKind::Jit];
-    if size <= INTERPRETER_INPUT_MAX {
-        engines.push(EngineKind::Interpreter);
-    }
-    let mut device = csx_workloads::Phases::default();
-    let mut interpreter_ms = None;
+    // The device: the program is loaded and compiled once, before the cold run, so both
+    // runs time the request alone.
+    session
+        .program(w.programs[0], EngineKind::Jit)
+        .map_err(anyhow::Error::from)?;
+    let mut device = Vec::new();
+    let mut fuel_used = 0;
     let mut device_bytes = 0;
-    for engine in engines {
-        let run = session.run(w, &case, &inv, engine)?;
+    for cold in [true, false] {
+        if cold {
+            drop_cache()?;
+        }
+        let run = session.run(w, &case, &inv, EngineKind::Jit)?;
         if run.outcome != expected {
             bail!(
-                "the device ({engine:?}) answered {} but the host answered {}",
+                "the device answered {} but the host answered {}",
                 answer(w, &run.outcome),
                 answer(w, &expected)
             );
         }
-        match engine {
-            EngineKind::Interpreter => interpreter_ms = Some(ms(run.phases.request().wall_ns)),
-            _ => {
-                device = run.phases;
-                device_bytes = run.host_bytes;
-            }
+        let mut phases = run.phases;
+        if w.shape == Shape::ReadFile {
+            // The program's own read is not in its completion's model: its bytes over
+            // the media.
+            phases.stage.modelled_ns = model.media_ns(case.input_size_bytes);
         }
+        device.push(DeviceRunMs::from_phases(&phases));
+        fuel_used = run.fuel_used;
+        device_bytes = run.host_bytes;
     }
+    let interpreter_ms = if size <= INTERPRETER_INPUT_MAX {
+        let run = session.run(w, &case, &inv, EngineKind::Interpreter)?;
+        if run.outcome != expected {
+            bail!(
+                "the device (interpreter) answered {} but the host answered {}",
+                answer(w, &run.outcome),
+                answer(w, &expected)
+            );
+        }
+        Some(ms(run.phases.request().wall_ns))
+    } else {
+        None
+    };
     dev.delete_file(&case.input_path)
         .with_context(|| format!("deleting {}", case.input_path))?;
     if dev.stat(&case.output_path).is_ok() {
@@ -238,24 +417,52 @@ fn run_workload(
             .with_context(|| format!("deleting {}", case.output_path))?;
     }
     let input = case.input_size_bytes;
-    let host_read_ms = ms(read.wall_ns);
+    let (device_cold, device_warm) = (device[0], device[1]);
+    let media_ms = ms(model.media_ns(input));
+    // The host's read path: the link and its kernel's I/O stack.
+    let link_ms = ms(model.link_ns(input) + model.host_stack_ns(input));
+    let host_compute = compute_ms;
+    let host_cold_modelled = host_cold.map_or(media_ms + link_ms + host_compute, |h| h.modelled_ms);
+    let d = device_cold;
     Ok(Row {
         workload: w.name,
         origin: w.origin.name(),
         input_bytes: input,
         answer: answer(w, &expected),
-        host_ms: host_read_ms + host_compute_ms,
-        host_read_ms,
-        host_compute_ms,
-        device_ms: ms(device.request().wall_ns),
-        device_stage_ms: ms(device.stage.wall_ns),
-        device_execute_ms: ms(device.execute.wall_ns),
-        device_result_ms: ms(device.result.wall_ns),
+        host_cold,
+        host_warm,
+        device_cold,
+        device_warm,
+        host_modelled_media_ms: media_ms,
+        host_modelled_link_ms: link_ms,
         interpreter_ms,
+        fuel_used,
         host_mode_bytes_to_host: input,
         device_mode_bytes_to_host: device_bytes,
         reduction: input as f64 / device_bytes.max(1) as f64,
+        modelled_cold_speedup: host_cold_modelled / d.total().modelled_ms.max(1e-9),
+        host_bound: bound(&[
+            ("media", media_ms),
+            ("link", link_ms),
+            ("compute", host_compute),
+        ]),
+        device_bound: bound(&[
+            ("media", d.modelled_stage_ms),
+            ("link", d.modelled_result_ms),
+            ("compute", d.modelled_execute_ms),
+        ]),
     })
+}
+
+/// The name of the largest part.
+fn bound(parts: &[(&'static str, f64)]) -> &'static str {
+    parts
+        .iter()
+        .fold(
+            ("media", f64::MIN),
+            |best, p| if p.1 > best.1 { *p } else { best },
+        )
+        .0
 }
 
 fn ms(ns: u64) -> f64 {
@@ -320,60 +527,191 @@ fn answer(w: &Workload, o: &Outcome) -> String {
     format!("{} of output", format_size(o.output.len() as u64))
 }
 
-fn print_table(rows: &[Row]) {
+fn fmt_ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), fmt_ms)
+}
+
+/// Wall time on this machine, cold and warm, per side.
+fn print_wall(rows: &[Row]) {
+    println!("Wall time on this machine, one request (ms). The device shares this machine's cores and disk.");
     println!(
-        "{:<22} {:>9}  {:<34} {:>9} {:>10} {:>10}  {:>10} {:>10} {:>9}",
-        "workload",
-        "input",
-        "answer",
-        "host ms",
-        "device ms",
-        "interp ms",
-        "host-mode",
-        "device",
-        "reduction"
+        "{:<22} {:>9}  {:<34} {:>9} {:>9}  {:>9} {:>9} {:>9}",
+        "workload", "input", "answer", "host", "host", "device", "device", "interp"
     );
     println!(
-        "{:<22} {:>9}  {:<34} {:>9} {:>10} {:>10}  {:>10} {:>10} {:>9}",
-        "", "", "", "", "(JIT)", "", "to host", "to host", ""
+        "{:<22} {:>9}  {:<34} {:>9} {:>9}  {:>9} {:>9} {:>9}",
+        "", "", "", "cold", "warm", "cold", "warm", "warm"
     );
     for r in rows {
-        let interp = r
-            .interpreter_ms
-            .map_or_else(|| "-".to_string(), |ms| format!("{ms:.2}"));
         println!(
-            "{:<22} {:>9}  {:<34} {:>9.2} {:>10.2} {:>10}  {:>10} {:>10} {:>8.0}x",
+            "{:<22} {:>9}  {:<34} {:>9} {:>9}  {:>9} {:>9} {:>9}",
             r.workload,
             format_size(r.input_bytes),
             truncate(&r.answer, 34),
-            r.host_ms,
-            r.device_ms,
-            interp,
-            format_size(r.host_mode_bytes_to_host),
-            format_size(r.device_mode_bytes_to_host),
-            r.reduction
+            fmt_opt(r.host_cold.map(|h| h.total().wall_ms)),
+            fmt_ms(r.host_warm.total().wall_ms),
+            fmt_ms(r.device_cold.total().wall_ms),
+            fmt_ms(r.device_warm.total().wall_ms),
+            fmt_opt(r.interpreter_ms),
         );
     }
 }
 
-/// Where each side's time went.
+/// Modelled time under the profile, with the bytes over the link.
+fn print_modelled(rows: &[Row], model: &PerfModel) {
+    println!(
+        "Modelled under the {} profile (media {}, link {}, device cores {}x the host's time), one request (ms):",
+        model.profile,
+        rate(model.media_bytes_per_sec),
+        rate(model.link_bytes_per_sec),
+        f64::from(model.compute_scale_milli) / 1000.0
+    );
+    println!(
+        "{:<22} {:>9} {:>9} {:>9}  {:>10} {:>10}  {:>8}  {:<8} {:<8}",
+        "workload",
+        "host",
+        "host",
+        "device",
+        "link bytes",
+        "link bytes",
+        "offload",
+        "host",
+        "device"
+    );
+    println!(
+        "{:<22} {:>9} {:>9} {:>9}  {:>10} {:>10}  {:>8}  {:<8} {:<8}",
+        "", "cold", "warm", "", "host mode", "device", "cold", "bound", "bound"
+    );
+    for r in rows {
+        println!(
+            "{:<22} {:>9} {:>9} {:>9}  {:>10} {:>10}  {:>7.2}x  {:<8} {:<8}",
+            r.workload,
+            fmt_opt(r.host_cold.map(|h| h.modelled_ms)),
+            fmt_ms(r.host_warm.modelled_ms),
+            fmt_ms(r.device_cold.total().modelled_ms),
+            format_size(r.host_mode_bytes_to_host),
+            format_size(r.device_mode_bytes_to_host),
+            r.modelled_cold_speedup,
+            r.host_bound,
+            r.device_bound,
+        );
+    }
+}
+
+fn rate(bytes_per_sec: u64) -> String {
+    if bytes_per_sec == 0 {
+        "unlimited".to_string()
+    } else {
+        format!("{:.2} GB/s", bytes_per_sec as f64 / 1e9)
+    }
+}
+
+/// Where each side's time went, cold.
 fn print_split(rows: &[Row]) {
-    println!("Where the time went (ms): host = read + compute; device = stage + execute + result.");
+    println!("Where the time went (cold, wall ms): host = read + compute; device = stage + execute + result.");
     println!(
         "{:<22} {:>9} {:>9}   {:>9} {:>9} {:>9}",
         "workload", "read", "compute", "stage", "execute", "result"
     );
     for r in rows {
+        let h = r.host_cold.unwrap_or(r.host_warm);
         println!(
-            "{:<22} {:>9.2} {:>9.2}   {:>9.2} {:>9.2} {:>9.2}",
+            "{:<22} {:>9} {:>9}   {:>9} {:>9} {:>9}",
             r.workload,
-            r.host_read_ms,
-            r.host_compute_ms,
-            r.device_stage_ms,
-            r.device_execute_ms,
-            r.device_result_ms
+            fmt_ms(h.read_ms),
+            fmt_ms(h.compute_ms),
+            fmt_ms(r.device_cold.stage_ms),
+            fmt_ms(r.device_cold.execute_ms),
+            fmt_ms(r.device_cold.result_ms)
         );
     }
+}
+
+/// The closing lines: where offload won on the modelled clock, by how much and why.
+fn verdict(rows: &[Row], model: &PerfModel) -> Vec<String> {
+    let won: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.modelled_cold_speedup > 1.0)
+        .collect();
+    let lost: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.modelled_cold_speedup <= 1.0)
+        .collect();
+    let geomean = |rs: &[&Row]| {
+        if rs.is_empty() {
+            return 1.0;
+        }
+        let s: f64 = rs.iter().map(|r| r.modelled_cold_speedup.ln()).sum();
+        (s / rs.len() as f64).exp()
+    };
+    let names = |rs: &[&Row]| {
+        rs.iter()
+            .map(|r| format!("{} {:.2}x", r.workload, r.modelled_cold_speedup))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = Vec::new();
+    out.push(format!(
+        "Modelled ({} profile), cold: offloading won {} of {} workloads (geomean {:.2}x: {}).",
+        model.profile,
+        won.len(),
+        rows.len(),
+        geomean(&won),
+        names(&won)
+    ));
+    let by_bound = |rs: &[&Row], bound: &str| -> Vec<&'static str> {
+        rs.iter()
+            .filter(|r| r.host_bound == bound)
+            .map(|r| r.workload)
+            .collect()
+    };
+    let link_bound = by_bound(&won, "link");
+    if !link_bound.is_empty() {
+        out.push(format!(
+            "  Link-bound host ({}): every input byte crosses the {} link and the host's I/O \
+             stack, while the device reads its media (as fast for both) and sends only the answer.",
+            link_bound.join(", "),
+            rate(model.link_bytes_per_sec)
+        ));
+    }
+    let compute_bound = by_bound(&won, "compute");
+    if !compute_bound.is_empty() {
+        out.push(format!(
+            "  Compute-bound host ({}): the host's code over the whole input takes longer than \
+             the device's program next to the data, on top of the link it also pays.",
+            compute_bound.join(", ")
+        ));
+    }
+    if !lost.is_empty() {
+        let compute_bound = lost.iter().filter(|r| r.device_bound == "compute").count();
+        out.push(format!(
+            "  Lost {} ({}): the device is compute-bound in {} of them (its cores take {}x the host's time).",
+            lost.len(),
+            names(&lost),
+            compute_bound,
+            f64::from(model.compute_scale_milli) / 1000.0
+        ));
+    }
+    let warm_host = rows
+        .iter()
+        .filter(|r| r.host_warm.modelled_ms < r.device_warm.total().modelled_ms)
+        .count();
+    out.push(format!(
+        "  Warm, the host's page cache removes its media and link time: the host wins {} of {}.",
+        warm_host,
+        rows.len()
+    ));
+    out
 }
 
 fn truncate(s: &str, width: usize) -> String {

@@ -16,17 +16,21 @@ use serde_json::json;
 use crate::connect::{self, format_size};
 use crate::{exit, GlobalArgs};
 
-/// Copy a local file onto the device (replacing the device file).
+/// Copy a local file onto the device (replacing the device file), or with -r a
+/// directory tree (a generated dataset: `csx gen ssb --out DIR`, then `csx put -r DIR /ssb`).
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  csx put numbers.bin /data/numbers.bin\n  csx --device ./dev0 put big.csv /logs/big.csv"
+    after_help = "Examples:\n  csx put numbers.bin /data/numbers.bin\n  csx --device ./dev0 put big.csv /logs/big.csv\n  csx put -r data/ssb /ssb/sf1"
 )]
 pub struct PutArgs {
-    /// The local file.
+    /// The local file (with -r: the local directory).
     local: PathBuf,
-    /// The device path, e.g. /data/numbers.bin.
+    /// The device path, e.g. /data/numbers.bin (with -r: the device directory).
     devpath: String,
-    /// Print {"path", "bytes", "elapsed_ns"}.
+    /// Copy a directory and everything below it; each file keeps its relative path.
+    #[arg(short = 'r', long)]
+    recursive: bool,
+    /// Print {"path", "bytes", "elapsed_ns"} (with -r also "files" and "dirs").
     #[arg(long)]
     json: bool,
     /// On an array (`--device array:DIR`): stripe the file across every member, SIZE
@@ -150,6 +154,14 @@ pub(crate) fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, st
 }
 
 pub fn run_put(args: PutArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    if args.recursive {
+        if args.stripe.is_some() || args.member.is_some() {
+            anyhow::bail!(
+                "put -r copies to one device; --stripe and --member are for single files on arrays"
+            );
+        }
+        return crate::data_cmd::put_recursive(&args.local, &args.devpath, args.json, global);
+    }
     if let Some(dir) = connect::array_dir(global) {
         let (local, path) = (&args.local, &args.devpath);
         return crate::array_cmd::put(&dir, local, path, args.stripe, args.member, args.json);

@@ -70,7 +70,21 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
-    let mounted = mount::spawn(Arc::clone(&fs), &args.mountpoint)?;
+    // The operators' executables (`MOUNT/.ops/NAME`) and the socket their proxies
+    // register at, in a directory of this process's own.
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
+    let ops_dir = std::env::temp_dir().join(format!("csx-mount-{}", std::process::id()));
+    std::fs::create_dir_all(&ops_dir)
+        .with_context(|| format!("cannot create {}", ops_dir.display()))?;
+    let socket = ops_dir.join("ops.sock");
+    let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
+    let exe = std::env::current_exe().context("cannot find the csx executable")?;
+    let mounted = mount::spawn_with_ops(
+        Arc::clone(&fs),
+        &args.mountpoint,
+        csx_fs::shell::ops_dir(&exe, &socket, &mountpoint),
+    )?;
     eprintln!(
         "csx: mounted {uri} at {} (pid {})",
         args.mountpoint.display(),
@@ -93,6 +107,8 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         }
     }
     mounted.join()?;
+    drop(ops_server);
+    let _ = std::fs::remove_dir_all(&ops_dir);
     let fs =
         Arc::try_unwrap(fs).map_err(|_| anyhow::anyhow!("the mount still holds the device"))?;
     fs.close().context("the device did not close cleanly")?;

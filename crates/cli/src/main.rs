@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod array_cmd;
 mod build_cmd;
 mod connect;
+mod data_cmd;
 mod demo;
 mod device_cmd;
 mod exec;
@@ -22,8 +23,10 @@ mod gen_cmd;
 mod hex;
 mod interrupt;
 mod lambda_cmd;
+mod op_cmd;
 mod sdk_cmd;
 mod serve;
+mod ssb_cmd;
 mod vm;
 
 /// Exit statuses, the same for every command. Listed in `csx --help`.
@@ -106,6 +109,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Generate seeded, reproducible test data.
     Gen(gen_cmd::GenArgs),
+    /// The Star Schema Benchmark on the device (`csx ssb run Q3.3 --sf 1`).
+    Ssb(ssb_cmd::SsbArgs),
     /// Compile a C program for the device and check it against the function table.
     Build(build_cmd::BuildArgs),
     /// The C SDK (`csx sdk header`).
@@ -119,6 +124,9 @@ enum Command {
     // The help of these two is their Args' doc comment.
     Mount(fs_cmd::MountArgs),
     Umount(fs_cmd::UmountArgs),
+    /// The device's operators (Metal FS): `csx op list`.
+    Op(op_cmd::OpArgs),
+    Pipe(op_cmd::PipeArgs),
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -138,6 +146,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Exec(args) => exec::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),
         Command::Gen(args) => gen_cmd::run(args, &cli.global),
+        Command::Ssb(args) => ssb_cmd::run_cmd(args, &cli.global),
         Command::Build(args) => build_cmd::run(args, &cli.global),
         Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
         Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
@@ -145,6 +154,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
         Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
         Command::Umount(args) => fs_cmd::run_umount(args),
+        Command::Op(args) => op_cmd::run_op(args),
+        Command::Pipe(args) => op_cmd::run_pipe(args, &cli.global),
     }
 }
 

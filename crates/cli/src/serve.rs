@@ -13,37 +13,74 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use csx_host::transport::tcp::read_token_file;
-use csx_server::{ListenAddr, Server, ServerConfig, ServerStatus};
+use csx_server::{ClientLimits, ListenAddr, Server, ServerConfig, ServerOptions, ServerStatus};
 
 use crate::exit;
 
 /// Serve a device to other processes and hosts until SIGINT or SIGTERM.
 ///
 /// Clients open it with `--device shm://NAME` (processes on this machine, through shared
-/// memory) or `--device tcp://HOST:PORT` (over the network). `tcp://:PORT` listens on
+/// memory) or `--device tcp://HOST:PORT` (over the network; `tcps://HOST:PORT` with TLS,
+/// given --tls-cert and --tls-key, clients setting CSX_TLS_CA to the CA's PEM file). `tcp://:PORT` listens on
 /// the loopback address only; name a host (`tcp://0.0.0.0:PORT`) to serve beyond this
 /// machine, with `--token-file` so that only holders of the secret may connect (they
 /// set CSX_TOKEN_FILE). On SIGINT or SIGTERM the daemon stops taking commands, aborts
 /// the programs running, finishes and answers the other commands in flight, and closes
 /// the device (file store flushed, shared state saved). A client that disconnects has
 /// its programs aborted too.
+///
+/// Each client may hold at most --client-memory of SLM (default: a quarter of the
+/// device's), --client-slots program slots (default 16 of 64) and --client-queue
+/// commands in flight (default 256); past a limit its command fails with an error naming
+/// the limit, and other clients are unaffected. With --reclaim-programs the programs a
+/// client loaded and did not unload are unloaded when it disconnects or dies.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The device's state directory (made by `csx device init`).
     #[arg(long, value_name = "DIR")]
     state: PathBuf,
-    /// Where to listen: `shm://NAME` or `tcp://HOST:PORT`; repeat for several.
+    /// Where to listen: `shm://NAME`, `tcp://HOST:PORT` or `tcps://HOST:PORT` (TLS);
+    /// repeat for several.
     #[arg(long, value_name = "URI", required = true)]
     listen: Vec<String>,
     /// A file holding the shared secret tcp clients must present.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The certificate chain (PEM) of `tcps://` listeners; clients trust its CA
+    /// through CSX_TLS_CA.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// SLM one client may hold allocated, e.g. 64MiB (default: a quarter of the device's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    client_memory: Option<u64>,
+    /// Program slots one client may hold loaded or loading.
+    #[arg(long, value_name = "N", default_value_t = csx_server::CLIENT_SLOTS_DEFAULT,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    client_slots: u16,
+    /// Commands one client may have in flight (the most queue depth granted).
+    #[arg(long, value_name = "N", default_value_t = csx_server::CLIENT_QUEUE_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    client_queue: u32,
+    /// Unload the programs a client leaves loaded when it disconnects or dies.
+    #[arg(long)]
+    reclaim_programs: bool,
     /// Seconds between status lines (0: none).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     status_interval: u64,
     /// Log level: error, warn, info, debug or trace (default: $CSX_LOG, else info).
     #[arg(long, value_name = "LEVEL", env = "CSX_LOG")]
     log: Option<String>,
+}
+
+fn parse_size_arg(text: &str) -> Result<u64, String> {
+    match csx_host::size::parse_size(text) {
+        Ok(0) => Err("must be above 0".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// How often the main thread looks for a signal.
@@ -99,8 +136,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
             .context("cannot install the signal handlers")?;
     }
     let config = ServerConfig { listen, token };
-    let server = Server::open(&args.state, config)
+    let device = csx_device::DeviceRuntime::open(&args.state)
+        .with_context(|| format!("cannot open the device in {}", args.state.display()))?;
+    let defaults = ClientLimits::for_device(device.config().slm_size_bytes);
+    let limits = ClientLimits {
+        memory_bytes: args.client_memory.unwrap_or(defaults.memory_bytes),
+        queued_commands: args.client_queue,
+        program_slots: args.client_slots,
+    };
+    let mut options = ServerOptions::new()
+        .limits(limits)
+        .reclaim_programs(args.reclaim_programs);
+    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        options = options.tls(cert, key);
+    }
+    let server = Server::start_with(device, config, options)
         .with_context(|| format!("cannot serve the device in {}", args.state.display()))?;
+    tracing::info!(
+        memory = %csx_host::size::format_size(limits.memory_bytes),
+        slots = limits.program_slots,
+        queue = limits.queued_commands,
+        reclaim_programs = args.reclaim_programs,
+        "per-client limits"
+    );
     let uris = server.uris().join(" ");
     tracing::info!(state = %args.state.display(), %uris, "serving");
     // Scripts read the addresses (a tcp port chosen by the system) from stdout.

@@ -189,7 +189,9 @@ impl<'a> CallContext<'a> {
             Ok(f) => f,
             Err(r) => return r,
         };
-        let r = files.read_at(&path, offset, buf);
+        // The device reading its own media: uncached and queued, like a Memory Copy, so
+        // a program's own reads neither use nor fill the host's page cache of the image.
+        let r = files.read_at_uncached(&path, offset, buf);
         self.io += start.elapsed();
         match r {
             Ok(n) => Ok(n as u64),
@@ -413,6 +415,94 @@ impl CallContext<'_> {
     }
 }
 
+/// The codec and cipher functions (Metal FS's compression and encryption operators call
+/// them): each copies its input out of the VM's memory first, so input and output may be
+/// anywhere, even overlapping.
+impl CallContext<'_> {
+    fn lz4(&mut self, compress: bool, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        let name = if compress {
+            "csx_lz4_compress"
+        } else {
+            "csx_lz4_decompress"
+        };
+        let (src, src_len, dst, dst_len) = (a[0], a[1], a[2], a[3]);
+        let input = match mem.slice(src, src_len) {
+            Ok(d) => d.to_vec(),
+            Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
+        };
+        let out = match mem.slice_mut(dst, dst_len) {
+            Ok(o) => o,
+            Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
+        };
+        if compress {
+            let need = abi::op::lz4_bound(input.len());
+            if out.len() < need {
+                return self.fail(
+                    name,
+                    CSX_ENOSPC,
+                    format!("output of {dst_len} bytes, {src_len} input bytes need {need}"),
+                );
+            }
+            match lz4_flex::block::compress_into(&input, out) {
+                Ok(n) => Ok(n as u64),
+                Err(e) => self.fail(name, CSX_ENOSPC, e.to_string()),
+            }
+        } else {
+            match lz4_flex::block::decompress_into(&input, out) {
+                Ok(n) => Ok(n as u64),
+                Err(lz4_flex::block::DecompressError::OutputTooSmall { expected, actual }) => self
+                    .fail(
+                        name,
+                        CSX_ENOSPC,
+                        format!("output of {actual} bytes, the block needs {expected}"),
+                    ),
+                Err(e) => self.fail(name, CSX_EBADMSG, format!("corrupt LZ4 block: {e}")),
+            }
+        }
+    }
+
+    fn chacha20(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
+        const F: &str = "csx_chacha20";
+        let (key, key_len, offset, data, len) = (a[0], a[1], a[2], a[3], a[4]);
+        let want = abi::op::CHACHA20_KEY_NONCE as u64;
+        if key_len != want {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!(
+                    "key_nonce of {key_len} bytes, must be {want} (32-byte key, 12-byte nonce)"
+                ),
+            );
+        }
+        // RFC 8439's 32-bit block counter: a stream ends at 256 GiB.
+        const STREAM_MAX: u64 = 64 << 32;
+        if offset.checked_add(len).is_none_or(|end| end > STREAM_MAX) {
+            return self.fail(
+                F,
+                CSX_ERANGE,
+                format!("bytes {offset}+{len} pass the stream's end at {STREAM_MAX}"),
+            );
+        }
+        let key_nonce = match mem.slice(key, key_len) {
+            Ok(k) => k.to_vec(),
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let buf = match mem.slice_mut(data, len) {
+            Ok(b) => b,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let mut cipher =
+            match chacha20::ChaCha20::new_from_slices(&key_nonce[..32], &key_nonce[32..]) {
+                Ok(c) => c,
+                Err(e) => return self.fail(F, CSX_EINVAL, e.to_string()),
+            };
+        cipher.seek(offset);
+        cipher.apply_keystream(buf);
+        Ok(len)
+    }
+}
+
 impl HelperHost for CallContext<'_> {
     fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         match id {
@@ -427,6 +517,9 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_FILTER_U64 => self.filter(8, args, mem),
             ids::CSX_SORT_U64 => self.sort(args, mem),
             ids::CSX_MERGE_U64 => self.merge(args, mem),
+            ids::CSX_LZ4_DECOMPRESS => self.lz4(false, args, mem),
+            ids::CSX_LZ4_COMPRESS => self.lz4(true, args, mem),
+            ids::CSX_CHACHA20 => self.chacha20(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -695,6 +788,101 @@ mod tests {
         );
         assert_eq!(ctx.trace, ["hi"]);
         assert_eq!(ctx.detail.as_ref().unwrap().function, "csx_sort_u64");
+    }
+
+    #[test]
+    fn chacha20_follows_rfc_8439_at_any_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let mut ctx = CallContext::new(&files, Instant::now());
+        // RFC 8439 section 2.4.2: key 00..1f, nonce 00 00 00 00 00 00 00 4a 00 00 00 00,
+        // initial counter 1 (stream byte 64).
+        let mut key_nonce: Vec<u8> = (0..32).collect();
+        key_nonce.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0x4a, 0, 0, 0, 0]);
+        let plain = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.";
+        let mut data = plain.to_vec();
+        let mut mem = MemoryMap::new();
+        let k = mem.map_read_only(RegionIdx(4), &key_nonce).unwrap();
+        let d = mem.map_read_write(RegionIdx(5), &mut data).unwrap();
+        let n = plain.len() as u64;
+        assert_eq!(
+            ctx.call(ids::CSX_CHACHA20, [k, 44, 64, d, n], &mut mem),
+            Ok(n)
+        );
+        let head = mem.slice(d, 16).unwrap().to_vec();
+        assert_eq!(
+            head,
+            [
+                0x6e, 0x2e, 0x35, 0x9a, 0x25, 0x68, 0xf9, 0x80, 0x41, 0xba, 0x07, 0x28, 0xdd, 0x0d,
+                0x69, 0x81
+            ]
+        );
+        // Decrypting in two pieces at their stream offsets gives the plaintext back.
+        assert_eq!(
+            ctx.call(ids::CSX_CHACHA20, [k, 44, 64, d, 5], &mut mem),
+            Ok(5)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_CHACHA20, [k, 44, 69, d + 5, n - 5], &mut mem),
+            Ok(n - 5)
+        );
+        assert_eq!(mem.slice(d, n).unwrap(), plain);
+        assert!(ctx.detail.is_none());
+        // A key of the wrong length; a stream past 256 GiB.
+        assert_eq!(
+            ctx.call(ids::CSX_CHACHA20, [k, 32, 0, d, n], &mut mem),
+            Ok(CSX_EINVAL as u64)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_CHACHA20, [k, 44, 64 << 32, d, 1], &mut mem),
+            Ok(CSX_ERANGE as u64)
+        );
+    }
+
+    #[test]
+    fn lz4_round_trips_and_reports_bad_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let raw: Vec<u8> = b"csx near-storage "
+            .iter()
+            .cycle()
+            .take(5000)
+            .copied()
+            .collect();
+        let mut packed = vec![0u8; abi::op::lz4_bound(raw.len())];
+        let mut back = vec![0u8; raw.len()];
+        let mut mem = MemoryMap::new();
+        let r = mem.map_read_only(RegionIdx(4), &raw).unwrap();
+        let p = mem.map_read_write(RegionIdx(5), &mut packed).unwrap();
+        let b = mem.map_read_write(RegionIdx(6), &mut back).unwrap();
+        let plen = abi::op::lz4_bound(raw.len()) as u64;
+        let c = ctx
+            .call(ids::CSX_LZ4_COMPRESS, [r, 5000, p, plen, 0], &mut mem)
+            .unwrap();
+        assert!(c > 0 && c < 500, "{c}");
+        // The host's decoder reads the device's block.
+        let block = mem.slice(p, c).unwrap().to_vec();
+        assert_eq!(lz4_flex::block::decompress(&block, 5000).unwrap(), raw);
+        assert_eq!(
+            ctx.call(ids::CSX_LZ4_DECOMPRESS, [p, c, b, 5000, 0], &mut mem),
+            Ok(5000)
+        );
+        assert_eq!(mem.slice(b, 5000).unwrap(), &raw[..]);
+        assert!(ctx.detail.is_none());
+        // Too little room, on either side; a corrupt block.
+        assert_eq!(
+            ctx.call(ids::CSX_LZ4_DECOMPRESS, [p, c, b, 4999, 0], &mut mem),
+            Ok(CSX_ENOSPC as u64)
+        );
+        assert_eq!(
+            ctx.call(ids::CSX_LZ4_COMPRESS, [r, 5000, p, 5000, 0], &mut mem),
+            Ok(CSX_ENOSPC as u64)
+        );
+        mem.store(p, 1, 0xff).unwrap();
+        mem.store(p + 1, 8, u64::MAX).unwrap();
+        let bad = ctx.call(ids::CSX_LZ4_DECOMPRESS, [p, c, b, 5000, 0], &mut mem);
+        assert_eq!(bad, Ok(CSX_EBADMSG as u64));
     }
 
     /// The filters' contract written the obvious way: every value read, then the bitmap.

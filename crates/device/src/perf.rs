@@ -84,6 +84,18 @@ pub const HOST_PS_PER_FUEL_DEFAULT: u64 = 250;
 /// Largest host time per fuel unit: 1 µs.
 pub const HOST_PS_PER_FUEL_MAX: u64 = 1_000_000;
 
+/// The host kernel's I/O stack (page cache, file system, block layer, driver, copy to
+/// user) per byte a host reads from the device, beyond the link: 194 ps, λ-IO's own
+/// measurement (FAST'23 Table 4, λ-IO Kernel, Stats64 under sBPF: 9.06 s in all, 0.99 s
+/// of compute, so 8.07 s of I/O for the 16 GB dataset, against 16 GB / 3.22 GB/s = 4.97 s
+/// over the link alone: 3.10 s more, 0.194 ns per byte). It is why λ-IO's Buffer IO spent
+/// over 92% of its time in I/O (§5.2) and the host reads at about 1.98 GB/s over a
+/// 3.22 GB/s link. The device's own media reads do not pay it.
+pub const HOST_STACK_PS_PER_BYTE_LAMBDA_IO: u64 = 194;
+
+/// Largest host I/O stack cost: 1 µs per byte (1 MB/s), far beyond any real stack.
+pub const HOST_STACK_PS_PER_BYTE_MAX: u64 = 1_000_000;
+
 /// The named profiles, in the order `csx device init --profile` lists them.
 pub const PROFILE_NAMES: [&str; 3] = ["unthrottled", "lambda-io", "daisy"];
 
@@ -108,6 +120,11 @@ pub struct PerfModel {
     pub host_ps_per_fuel: u64,
     /// The device's cores (execution engines) in this profile; `None`: one per host core.
     pub engines: Option<u32>,
+    /// Host time per byte a host reads from the device beyond the link: its kernel's I/O
+    /// stack (see [`HOST_STACK_PS_PER_BYTE_LAMBDA_IO`]), picoseconds; 0: free. Only host-side
+    /// models use it (λ-IO's host reads, the demo's host side); no command pays it.
+    #[serde(default)]
+    pub host_stack_ps_per_byte: u64,
 }
 
 impl Default for PerfModel {
@@ -130,6 +147,7 @@ impl PerfModel {
             compute_scale_milli: COMPUTE_SCALE_UNIT,
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: None,
+            host_stack_ps_per_byte: 0,
         }
     }
 
@@ -158,6 +176,7 @@ impl PerfModel {
             compute_scale_milli: 1600,
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: Some(4),
+            host_stack_ps_per_byte: HOST_STACK_PS_PER_BYTE_LAMBDA_IO,
         }
     }
 
@@ -179,6 +198,8 @@ impl PerfModel {
             compute_scale_milli: 2400,
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: Some(4),
+            // The same board behind a Linux host: λ-IO's measured stack stands in.
+            host_stack_ps_per_byte: HOST_STACK_PS_PER_BYTE_LAMBDA_IO,
         }
     }
 
@@ -238,6 +259,12 @@ impl PerfModel {
             1,
             HOST_PS_PER_FUEL_MAX,
         )?;
+        range(
+            "host_stack_ps_per_byte",
+            self.host_stack_ps_per_byte,
+            0,
+            HOST_STACK_PS_PER_BYTE_MAX,
+        )?;
         Ok(())
     }
 
@@ -259,6 +286,12 @@ impl PerfModel {
     /// Media → device memory transfer time for `bytes`.
     pub fn media_ns(&self, bytes: u64) -> u64 {
         PerfModel::bytes_ns(bytes, self.media_bytes_per_sec)
+    }
+
+    /// The host kernel's I/O stack time for `bytes` a host reads from the device.
+    pub fn host_stack_ns(&self, bytes: u64) -> u64 {
+        let ps = u128::from(bytes) * u128::from(self.host_stack_ps_per_byte);
+        u64::try_from(ps / 1000).unwrap_or(u64::MAX)
     }
 
     /// Host compute time for a run that used `fuel`.
@@ -413,6 +446,19 @@ mod tests {
         assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 1_600);
         let failed = Completion::new(CommandId(2), Status::OutOfRange);
         assert_eq!(m.modelled_ns(&write, &failed), 10_000);
+        // λ-IO's host reads 16 GB in 8.07 s of I/O: link 4.97 s plus the stack's 3.10 s.
+        let gb16 = 16 * BYTES_PER_GB;
+        let io_s = (m.link_ns(gb16) + m.host_stack_ns(gb16)) as f64 / 1e9;
+        assert!((io_s - 8.07).abs() < 0.01, "{io_s}");
+        // No command pays it, and a device.json without the field has none.
+        assert_eq!(m.modelled_ns(&write, &c), 10_000 + 1_000_000);
+        let old: PerfModel = serde_json::from_str(
+            r#"{"profile":"x","throttle":false,"link_bytes_per_sec":0,"link_latency_ns":0,
+                "media_bytes_per_sec":0,"compute_scale_milli":1000,"host_ps_per_fuel":250,
+                "engines":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.host_stack_ns(gb16), 0);
         // A run's floor is at least its run time scaled, unless it was stopped.
         c.timing.execute_ns = 1_000_000;
         let scaled = m.scale_ns(1_000_000);

@@ -14,7 +14,7 @@ use std::fmt::Display;
 use csx_proto::abi::errno::*;
 use csx_proto::{CommandId, Completion, Reply, Status};
 
-use crate::filestore::FileStoreError;
+use crate::filestore::{FileStoreError, PathError};
 use crate::nvm::NvmError;
 use crate::programs::ProgramError;
 use crate::rangeset::RangeSetError;
@@ -27,6 +27,10 @@ pub trait ToStatus: Display {
     fn status(&self) -> Status;
     /// The component named in the completion's error detail.
     fn component(&self) -> &'static str;
+    /// The `CSX_E*` code in the completion's error detail (0: none finer than the status).
+    fn code(&self) -> i64 {
+        0
+    }
 }
 
 /// A successful completion with `value`.
@@ -51,13 +55,24 @@ pub(crate) fn fail(status: Status, component: &str, message: impl Into<String>) 
 
 /// The failed completion of `e`.
 pub(crate) fn fail_with(e: &dyn ToStatus) -> Completion {
-    fail(e.status(), e.component(), e.to_string())
+    with_code(fail(e.status(), e.component(), e.to_string()), e.code())
+}
+
+/// `c` with `code` in its error detail.
+fn with_code(mut c: Completion, code: i64) -> Completion {
+    if let Some(d) = &mut c.detail {
+        d.code = code;
+    }
+    c
 }
 
 /// The failed completion of `e`, its message prefixed by `context` (which part of the
 /// command failed).
 pub(crate) fn fail_with_context(e: &dyn ToStatus, context: &str) -> Completion {
-    fail(e.status(), e.component(), format!("{context}: {e}"))
+    with_code(
+        fail(e.status(), e.component(), format!("{context}: {e}")),
+        e.code(),
+    )
 }
 
 /// The status of a memory error met while resolving an execution's windows or a range
@@ -188,6 +203,22 @@ pub fn file_errno(e: &FileStoreError) -> i64 {
     file_outcome(e).1
 }
 
+/// The code in a failed file command's error detail: [`file_errno`], finer where one
+/// status covers several cases (a host tells "is a directory" from "not a directory"
+/// by it, never by the message). Programs keep seeing [`file_errno`]: ABI version 1's
+/// functions return what they always returned.
+pub fn file_detail_code(e: &FileStoreError) -> i64 {
+    match e {
+        FileStoreError::InvalidPath {
+            source: PathError::TooLong { .. } | PathError::NameTooLong { .. },
+            ..
+        } => CSX_ENAMETOOLONG,
+        FileStoreError::NotADirectory { .. } | FileStoreError::NotADir { .. } => CSX_ENOTDIR,
+        FileStoreError::IsADirectory { .. } => CSX_EISDIR,
+        other => file_errno(other),
+    }
+}
+
 impl ToStatus for FileStoreError {
     fn status(&self) -> Status {
         file_outcome(self).0
@@ -195,6 +226,10 @@ impl ToStatus for FileStoreError {
 
     fn component(&self) -> &'static str {
         "filestore"
+    }
+
+    fn code(&self) -> i64 {
+        file_detail_code(self)
     }
 }
 
@@ -251,5 +286,17 @@ mod tests {
             assert_eq!((e.status(), file_errno(&e)), (status, code), "{e}");
             assert_eq!(e.component(), "filestore");
         }
+        // The detail's code tells apart what one status folds together.
+        let dir = FileStoreError::IsADirectory { path: "/d".into() };
+        assert_eq!(dir.code(), CSX_EISDIR);
+        let detail = fail_with(&dir).detail.unwrap();
+        assert_eq!(
+            (detail.function.as_str(), detail.code),
+            ("filestore", CSX_EISDIR)
+        );
+        let not_dir = FileStoreError::NotADir { path: "/f".into() };
+        assert_eq!(not_dir.code(), CSX_ENOTDIR);
+        let gone = FileStoreError::NotFound { path: "/x".into() };
+        assert_eq!(gone.code(), CSX_ENOENT);
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use csx_host::{CallError, Device};
 use csx_proto::limits::{FILE_IO_SIZE_MAX, FILE_LIST_ENTRIES_MAX};
-use csx_proto::{DirEntryInfo, EntryKind, FieldError, Op, Reply, WriteMode};
+use csx_proto::{errno, DirEntryInfo, EntryKind, FieldError, Op, Reply, WriteMode};
 
 /// Entries asked for per directory page.
 const DIR_PAGE: u32 = 4096;
@@ -48,26 +48,14 @@ pub fn errno_of(e: &CallError) -> i32 {
         CallError::NotEmpty(_) => libc::ENOTEMPTY,
         CallError::NoSpace(_) => libc::ENOSPC,
         CallError::OutOfRange(_) => libc::EFBIG,
-        CallError::InvalidField(f) => {
-            // The file store folds these into one status; its message names the case
-            // (`FileStoreError`'s Display: "is a directory", "is a file, not a directory").
-            let detail = f
-                .detail
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default();
-            if detail.contains("is a directory") {
-                libc::EISDIR
-            } else if detail.contains("not a directory") {
-                libc::ENOTDIR
-            } else if detail.contains("into itself") {
-                libc::EINVAL
-            } else if detail.contains("component is") || detail.contains("path is") {
-                libc::ENAMETOOLONG
-            } else {
-                libc::EINVAL
-            }
-        }
+        // The file store folds these into one status; its error detail carries the
+        // finer code.
+        CallError::InvalidField(f) => match f.detail.as_ref().map(|d| d.code) {
+            Some(errno::CSX_EISDIR) => libc::EISDIR,
+            Some(errno::CSX_ENOTDIR) => libc::ENOTDIR,
+            Some(errno::CSX_ENAMETOOLONG) => libc::ENAMETOOLONG,
+            _ => libc::EINVAL,
+        },
         CallError::Invalid {
             source: FieldError::TooLong { .. },
             ..

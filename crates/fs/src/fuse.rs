@@ -107,6 +107,18 @@ struct Handle {
 /// A directory listing taken at opendir: (inode, kind, name), `.` and `..` first.
 type Listing = Vec<(u64, FileType, String)>;
 
+/// The read-only `/.ops` directory of operator executables (see [`crate::shell`]).
+#[derive(Debug, Clone, Default)]
+pub struct OpsDir {
+    /// (name, the executable's bytes), one per operator.
+    pub entries: Vec<(String, Vec<u8>)>,
+}
+
+/// The name of the operators' directory under the root.
+pub const OPS_DIR_NAME: &str = ".ops";
+/// Inode of `/.ops`; its entry i is `OPS_INO + 1 + i` (far above the inodes paths get).
+const OPS_INO: u64 = u64::MAX - (1 << 20);
+
 /// The FUSE file system over a [`MetalFs`].
 #[derive(Debug)]
 pub struct FuseFs {
@@ -120,6 +132,7 @@ pub struct FuseFs {
     /// Shown as the time of directories the device knows no time of (the root, implicit
     /// directories).
     started: SystemTime,
+    ops: Option<OpsDir>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,7 +172,61 @@ impl FuseFs {
             uid,
             gid,
             started: SystemTime::now(),
+            ops: None,
         }
+    }
+
+    /// Shows `/.ops` with these operator executables.
+    pub fn with_ops(mut self, ops: OpsDir) -> FuseFs {
+        self.ops = Some(ops);
+        self
+    }
+
+    /// The attributes of an inode of `/.ops`, if `ino` is one.
+    fn ops_attr(&self, ino: u64) -> Option<FileAttr> {
+        let ops = self.ops.as_ref()?;
+        if ino == OPS_INO {
+            let a = Attr {
+                kind: EntryKind::Dir,
+                size: 0,
+                modified: std::time::UNIX_EPOCH,
+            };
+            let mut attr = self.attr(ino, &a);
+            attr.perm = 0o555;
+            return Some(attr);
+        }
+        let i = ino.checked_sub(OPS_INO + 1)? as usize;
+        let (_, bytes) = ops.entries.get(i)?;
+        let a = Attr {
+            kind: EntryKind::File,
+            size: bytes.len() as u64,
+            modified: std::time::UNIX_EPOCH,
+        };
+        let mut attr = self.attr(ino, &a);
+        attr.perm = 0o555;
+        Some(attr)
+    }
+
+    /// The inode of `name` in `parent`, when it is `/.ops` or one of its entries.
+    fn ops_lookup(&self, parent: u64, name: &OsStr) -> Option<Result<FileAttr, Errno>> {
+        let ops = self.ops.as_ref()?;
+        if parent == ROOT && name == OPS_DIR_NAME {
+            return self.ops_attr(OPS_INO).map(Ok);
+        }
+        if parent != OPS_INO {
+            return None;
+        }
+        Some(
+            ops.entries
+                .iter()
+                .position(|(n, _)| OsStr::new(n) == name)
+                .and_then(|i| self.ops_attr(OPS_INO + 1 + i as u64))
+                .ok_or(Errno::ENOENT),
+        )
+    }
+
+    fn is_ops(&self, ino: u64) -> bool {
+        self.ops.is_some() && ino >= OPS_INO
     }
 
     /// The path operations underneath.
@@ -251,6 +318,13 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(r) = self.ops_lookup(parent.0, name) {
+            match r {
+                Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self
             .child_path(parent, name)
             .and_then(|path| self.entry(&path))
@@ -261,6 +335,13 @@ impl Filesystem for FuseFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if self.is_ops(ino.0) {
+            match self.ops_attr(ino.0) {
+                Some(attr) => reply.attr(&TTL, &attr),
+                None => reply.error(Errno::ENOENT),
+            }
+            return;
+        }
         match self.path(ino).and_then(|path| self.entry(&path)) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(e) => reply.error(e),
@@ -372,7 +453,15 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.is_ops(ino.0) {
+            if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+                reply.error(Errno::EROFS);
+            } else {
+                reply.opened(FileHandle(self.new_fh()), FopenFlags::empty());
+            }
+            return;
+        }
         match self.path(ino).and_then(|path| self.entry(&path)) {
             Ok(a) if a.kind == FileType::Directory => reply.error(Errno::EISDIR),
             Ok(_) => reply.opened(FileHandle(self.new_fh()), FopenFlags::empty()),
@@ -423,6 +512,22 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if self.is_ops(ino.0) {
+            let entry = self.ops.as_ref().and_then(|o| {
+                ino.0
+                    .checked_sub(OPS_INO + 1)
+                    .and_then(|i| o.entries.get(i as usize))
+            });
+            match entry {
+                Some((_, bytes)) => {
+                    let start = (offset as usize).min(bytes.len());
+                    let end = (start + size as usize).min(bytes.len());
+                    reply.data(&bytes[start..end]);
+                }
+                None => reply.error(Errno::EISDIR),
+            }
+            return;
+        }
         let r = self.path(ino).and_then(|path| {
             self.fs
                 .read(&path, offset, u64::from(size))
@@ -506,6 +611,19 @@ impl Filesystem for FuseFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if let (Some(ops), true) = (&self.ops, ino.0 == OPS_INO) {
+            let mut listing: Listing = vec![
+                (OPS_INO, FileType::Directory, ".".to_owned()),
+                (ROOT, FileType::Directory, "..".to_owned()),
+            ];
+            for (i, (name, _)) in ops.entries.iter().enumerate() {
+                listing.push((OPS_INO + 1 + i as u64, FileType::RegularFile, name.clone()));
+            }
+            let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+            lock(&self.dirs).insert(fh, listing);
+            reply.opened(FileHandle(fh), FopenFlags::empty());
+            return;
+        }
         let r = self.path(ino).and_then(|path| {
             let entries = self.fs.list(&path).map_err(|e| errno(&e))?;
             let parent = match path.rfind('/') {
@@ -517,6 +635,9 @@ impl Filesystem for FuseFs {
                 (ino.0, FileType::Directory, ".".to_owned()),
                 (inodes.ino(&parent), FileType::Directory, "..".to_owned()),
             ];
+            if self.ops.is_some() && ino.0 == ROOT {
+                listing.push((OPS_INO, FileType::Directory, OPS_DIR_NAME.to_owned()));
+            }
             for e in entries {
                 let p = child(&path, OsStr::new(&e.name))?;
                 listing.push((inodes.ino(&p), kind_of(e.attr.kind), e.name));

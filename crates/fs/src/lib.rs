@@ -5,6 +5,12 @@
 //! - [`fuse`]: [`fuse::FuseFs`], the `fuser` file system over a `MetalFs` (inodes, handles,
 //!   durability at `fsync` and `close`).
 //! - [`mount`]: mounting in the foreground or on a thread, unmounting, mount checks.
+//! - [`ops`]: the operator catalogue (Metal FS's operators: `sdk/ops/*.c`) and how a
+//!   pipeline's stages name them and their parameters.
+//! - [`pipe`]: running a pipeline of operators on the device, chunk by chunk through
+//!   device memory (`csx pipe`).
+//! - [`shell`]: the mount's `.ops/` executables, their proxies and the mount's server that
+//!   fuses shell pipes of operators into one device pipeline.
 //!
 //! The device is reached only through csx-host's public API, so a mount works the same on
 //! an embedded device and on a daemon (`shm://`, `tcp://`).
@@ -12,5 +18,8 @@
 pub mod core;
 pub mod fuse;
 pub mod mount;
+pub mod ops;
+pub mod pipe;
+pub mod shell;
 
 pub use crate::core::{Attr, Entry, FsError, MetalFs};

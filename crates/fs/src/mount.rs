@@ -14,7 +14,7 @@ use std::sync::Arc;
 use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
 
 use crate::core::MetalFs;
-use crate::fuse::FuseFs;
+use crate::fuse::{FuseFs, OpsDir};
 
 /// How long [`Mounted::unmount`] retries a busy mount.
 pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -109,8 +109,17 @@ impl Drop for Mounted {
 
 /// Mounts `fs` at `mountpoint` and serves it on background threads.
 pub fn spawn(fs: Arc<MetalFs>, mountpoint: &Path) -> io::Result<Mounted> {
+    spawn_with(FuseFs::new(fs), mountpoint)
+}
+
+/// [`spawn`] with the `/.ops` directory of operator executables (see [`crate::shell`]).
+pub fn spawn_with_ops(fs: Arc<MetalFs>, mountpoint: &Path, ops: OpsDir) -> io::Result<Mounted> {
+    spawn_with(FuseFs::new(fs).with_ops(ops), mountpoint)
+}
+
+fn spawn_with(fuse: FuseFs, mountpoint: &Path) -> io::Result<Mounted> {
     check_mountpoint(mountpoint)?;
-    let session = Session::new(FuseFs::new(fs), mountpoint, &config())
+    let session = Session::new(fuse, mountpoint, &config())
         .and_then(Session::spawn)
         .map_err(with_path(mountpoint, "mount"))?;
     Ok(Mounted {

@@ -141,6 +141,28 @@ impl Device {
                 )?;
                 Ok(Device::with_client(Client::new(Box::new(t)), parsed))
             }
+            #[cfg(feature = "tls")]
+            DeviceUri::Tcps { addr } => {
+                use crate::transport::tcp::{conn::tls, TLS_CA_FILE_ENV};
+                let ca = std::env::var_os(TLS_CA_FILE_ENV)
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| OpenError::BadUri {
+                        uri: uri.to_string(),
+                        reason: "tcps needs CSX_TLS_CA: a PEM file of the certificates to trust",
+                    })?;
+                let ca = std::path::PathBuf::from(ca);
+                let config = tls::client_config(&ca).map_err(|source| OpenError::Io {
+                    op: "read the TLS certificates of CSX_TLS_CA,",
+                    path: ca.clone(),
+                    source,
+                })?;
+                let t = crate::transport::tcp::TcpTransport::connect_tls(
+                    addr,
+                    &crate::transport::tcp::TcpOptions::from_env(options.queue_depth)?,
+                    config,
+                )?;
+                Ok(Device::with_client(Client::new(Box::new(t)), parsed))
+            }
             #[allow(unreachable_patterns)] // Reachable without the `inproc` feature.
             other => Err(OpenError::TransportUnavailable {
                 uri: uri.to_string(),

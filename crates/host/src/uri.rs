@@ -5,6 +5,7 @@
 //! | `PATH`, `inproc://PATH`     | embedded: the state directory, opened in-process |
 //! | `shm://NAME`                | a `csx device serve` on this machine           |
 //! | `tcp://HOST:PORT`           | a `csx device serve` across the network         |
+//! | `tcps://HOST:PORT`          | the same over TLS (trusting the CAs in the PEM file named by `CSX_TLS_CA`) |
 //!
 //! A string without `://` is a path, so `./dev`, `/var/lib/csx` and `dev0` all name
 //! embedded devices.
@@ -24,6 +25,8 @@ pub enum DeviceUri {
     Shm { name: String },
     /// A device served over TCP at `HOST:PORT`.
     Tcp { addr: String },
+    /// A device served over TLS on TCP at `HOST:PORT`.
+    Tcps { addr: String },
 }
 
 impl DeviceUri {
@@ -62,6 +65,14 @@ impl DeviceUri {
                     addr: rest.to_string(),
                 })
             }
+            "tcps" => {
+                if !rest.contains(':') {
+                    return Err(bad("tcps needs HOST:PORT"));
+                }
+                Ok(DeviceUri::Tcps {
+                    addr: rest.to_string(),
+                })
+            }
             _ => Err(OpenError::UnknownScheme {
                 uri: uri.to_string(),
                 scheme: scheme.to_string(),
@@ -75,6 +86,7 @@ impl DeviceUri {
             DeviceUri::Embedded(_) => "inproc",
             DeviceUri::Shm { .. } => "shm",
             DeviceUri::Tcp { .. } => "tcp",
+            DeviceUri::Tcps { .. } => "tcps",
         }
     }
 }
@@ -85,6 +97,7 @@ impl fmt::Display for DeviceUri {
             DeviceUri::Embedded(p) => write!(f, "{}", p.display()),
             DeviceUri::Shm { name } => write!(f, "shm://{name}"),
             DeviceUri::Tcp { addr } => write!(f, "tcp://{addr}"),
+            DeviceUri::Tcps { addr } => write!(f, "tcps://{addr}"),
         }
     }
 }
@@ -119,6 +132,22 @@ mod tests {
                 addr: "127.0.0.1:7000".into()
             }
         );
+        assert_eq!(
+            DeviceUri::parse("tcps://localhost:7000").unwrap(),
+            DeviceUri::Tcps {
+                addr: "localhost:7000".into()
+            }
+        );
+        assert_eq!(
+            DeviceUri::parse("tcps://localhost:7000")
+                .unwrap()
+                .to_string(),
+            "tcps://localhost:7000"
+        );
+        assert!(matches!(
+            DeviceUri::parse("tcps://host"),
+            Err(OpenError::BadUri { .. })
+        ));
         assert!(matches!(
             DeviceUri::parse("nvme://x"),
             Err(OpenError::UnknownScheme { .. })

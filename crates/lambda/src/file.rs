@@ -9,7 +9,8 @@
 //!           Execute λ, window 0 = [0, len), window 1 = [len, len + out)   compute
 //!           Memory Read r0 bytes of window 1                  link (+ latency)
 //!   host    cache ratio c of the range (mincore)
-//!           buffered pread of the range's image extents       (1 − c)·len over media + link
+//!           buffered pread of the range's image extents       (1 − c)·len over media, link
+//!                                                             and the host's I/O stack
 //!           run λ on the host JIT over the same windows       fuel × host ps per fuel
 //! ```
 //!
@@ -23,7 +24,8 @@
 //!
 //! Modelled time (deterministic): the device side sums its completions'
 //! `timing.modelled_ns`; the host side is `perf.host_compute_ns(fuel)` plus the uncached
-//! bytes over the device's media and link (λ-IO eq. 3) for a read, and plus its File
+//! bytes over the device's media and link (λ-IO eq. 3), and through the host kernel's
+//! I/O stack (booked with the link: the host's read path), for a read, and plus its File
 //! Write completions for a write. Each command's link latency counts against the
 //! resource the command uses ([`SideCost`]).
 
@@ -553,7 +555,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let uncached = len - cached;
         let cost = SideCost {
             media_ns: perf.media_ns(uncached),
-            link_ns: perf.link_ns(uncached),
+            // The host's read path: the link, then its kernel's I/O stack (λ-IO's
+            // measured cost, `PerfModel::host_stack_ns`), one after the other.
+            link_ns: perf.link_ns(uncached) + perf.host_stack_ns(uncached),
             compute_ns: 0,
             latency_ns: 0,
             link_bytes: uncached,

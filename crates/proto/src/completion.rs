@@ -94,8 +94,9 @@ pub struct ErrorDetail {
     /// The registered function (`csx_file_read`) or device component (`verifier`,
     /// `loader`, `filestore`, `slm`) that failed.
     pub function: String,
-    /// The negative csx code the function returned (see [`crate::errno`]); 0 for a
-    /// component.
+    /// The negative csx code the function returned (see [`crate::errno`]); for a
+    /// component, the code of its failure when it has one finer than the status (the
+    /// file store's: `CSX_EISDIR`, `CSX_ENOTDIR`, ...), else 0.
     pub code: i64,
     pub message: String,
 }

@@ -33,8 +33,11 @@ use csx_device::{DeviceError, DeviceRuntime};
 
 use csx_host::transport::shm as shm_transport;
 
+mod quota;
 pub mod shm;
 pub mod tcp;
+
+pub use quota::{ClientLimits, CLIENT_MEMORY_SHARE, CLIENT_QUEUE_DEFAULT, CLIENT_SLOTS_DEFAULT};
 
 /// How often blocked server threads look at the stop flag: the bound on how long a
 /// shutdown waits for an idle thread to notice.
@@ -54,6 +57,14 @@ pub enum ServerError {
     Device(#[from] DeviceError),
     #[error("cannot start a server thread: {source}")]
     Spawn { source: std::io::Error },
+    #[error("tls certificate {} or key {}: {source}", cert.display(), key.display())]
+    Tls {
+        cert: std::path::PathBuf,
+        key: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("per-client limits must all be above 0: {limits:?}")]
+    BadLimits { limits: ClientLimits },
     #[error("a server thread panicked")]
     Panicked,
 }
@@ -66,6 +77,8 @@ pub enum ListenAddr {
     Tcp(SocketAddr),
     /// `shm://NAME`.
     Shm(String),
+    /// `tcps://HOST:PORT`: tcp with TLS (needs [`ServerOptions::tls`]).
+    Tcps(SocketAddr),
 }
 
 impl ListenAddr {
@@ -79,8 +92,10 @@ impl ListenAddr {
             shm_transport::check_name(name).map_err(|reason| bad(&reason))?;
             return Ok(ListenAddr::Shm(name.to_string()));
         }
-        let Some(rest) = uri.strip_prefix("tcp://") else {
-            return Err(bad("use tcp://HOST:PORT or shm://NAME"));
+        let (tls, rest) = match (uri.strip_prefix("tcp://"), uri.strip_prefix("tcps://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(bad("use tcp://HOST:PORT, tcps://HOST:PORT or shm://NAME")),
         };
         // A missing host is the loopback address: serving beyond this machine is
         // something to ask for by name.
@@ -94,7 +109,11 @@ impl ListenAddr {
             .map_err(|e| bad(&e.to_string()))?
             .next()
             .ok_or_else(|| bad("resolves to no address"))?;
-        Ok(ListenAddr::Tcp(addr))
+        Ok(if tls {
+            ListenAddr::Tcps(addr)
+        } else {
+            ListenAddr::Tcp(addr)
+        })
     }
 }
 
@@ -112,6 +131,46 @@ impl std::fmt::Debug for ServerConfig {
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<secret>"))
             .finish()
+    }
+}
+
+/// How the server guards the device beyond [`ServerConfig`]: per-client limits and
+/// what happens to a departing client's programs (see [`ClientLimits`]).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// What one client may hold; `None`: [`ClientLimits::unlimited`] (`csx device
+    /// serve` passes [`ClientLimits::for_device`] unless told otherwise).
+    pub limits: Option<ClientLimits>,
+    /// Unload the programs a client loaded and did not unload when it goes (otherwise
+    /// they persist, as TP4091's programs do, and only stop counting against it).
+    pub reclaim_programs: bool,
+    /// The certificate chain and private key (PEM files) of `tcps://` listeners.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl ServerOptions {
+    /// The defaults: no per-client limit beyond the device's own, programs persist.
+    pub fn new() -> ServerOptions {
+        ServerOptions::default()
+    }
+
+    /// With these per-client limits.
+    pub fn limits(mut self, limits: ClientLimits) -> ServerOptions {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Serving `tcps://` addresses with this certificate chain and key (PEM files).
+    pub fn tls(mut self, cert: std::path::PathBuf, key: std::path::PathBuf) -> ServerOptions {
+        self.tls = Some((cert, key));
+        self
+    }
+
+    /// Unloading (`true`) or keeping the programs of a departed client.
+    pub fn reclaim_programs(mut self, reclaim: bool) -> ServerOptions {
+        self.reclaim_programs = reclaim;
+        self
     }
 }
 
@@ -133,6 +192,9 @@ pub struct ServerStatus {
 pub(crate) struct Context {
     pub(crate) device: DeviceRuntime,
     pub(crate) token: Option<Vec<u8>>,
+    pub(crate) limits: ClientLimits,
+    pub(crate) reclaim_programs: bool,
+    pub(crate) slot_owners: quota::SlotOwners,
     pub(crate) stopping: AtomicBool,
     pub(crate) clients_connected: AtomicU64,
     pub(crate) clients_total: AtomicU64,
@@ -211,17 +273,56 @@ impl Server {
         Server::start(DeviceRuntime::open(dir)?, config)
     }
 
-    /// Serves `device` on every address of `config`.
+    /// Opens the device in `dir` and serves it with `options`.
+    pub fn open_with(
+        dir: &Path,
+        config: ServerConfig,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
+        Server::start_with(DeviceRuntime::open(dir)?, config, options)
+    }
+
+    /// Serves `device` on every address of `config`, with the default options.
     pub fn start(device: DeviceRuntime, config: ServerConfig) -> Result<Server, ServerError> {
+        Server::start_with(device, config, ServerOptions::default())
+    }
+
+    /// Serves `device` on every address of `config`.
+    pub fn start_with(
+        device: DeviceRuntime,
+        config: ServerConfig,
+        options: ServerOptions,
+    ) -> Result<Server, ServerError> {
         if config.listen.is_empty() {
             return Err(ServerError::BadListen {
                 uri: String::new(),
                 reason: "no listen address".to_string(),
             });
         }
+        let limits = options
+            .limits
+            .unwrap_or_else(|| ClientLimits::unlimited(device.config().slm_size_bytes));
+        if limits.queued_commands == 0 || limits.program_slots == 0 || limits.memory_bytes == 0 {
+            return Err(ServerError::BadLimits { limits });
+        }
+        let tls = match &options.tls {
+            Some((cert, key)) => Some(
+                csx_host::transport::tcp::conn::tls::server_config(cert, key).map_err(
+                    |source| ServerError::Tls {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
         let ctx = Arc::new(Context {
             device,
             token: config.token,
+            limits,
+            reclaim_programs: options.reclaim_programs,
+            slot_owners: Default::default(),
             stopping: AtomicBool::new(false),
             clients_connected: AtomicU64::new(0),
             clients_total: AtomicU64::new(0),
@@ -237,7 +338,7 @@ impl Server {
         };
         for addr in &config.listen {
             // On failure the listeners already started are stopped by `Drop`.
-            server.listen(addr)?;
+            server.listen(addr, tls.as_ref())?;
         }
         Ok(server)
     }
@@ -246,7 +347,11 @@ impl Server {
         self.ctx.as_ref().expect("present until shutdown")
     }
 
-    fn listen(&mut self, addr: &ListenAddr) -> Result<(), ServerError> {
+    fn listen(
+        &mut self,
+        addr: &ListenAddr,
+        tls: Option<&Arc<rustls::ServerConfig>>,
+    ) -> Result<(), ServerError> {
         let spawn = |name: String, run: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name)
@@ -254,8 +359,19 @@ impl Server {
                 .map_err(|source| ServerError::Spawn { source })
         };
         match addr {
-            ListenAddr::Tcp(sa) => {
-                let uri = format!("tcp://{sa}");
+            ListenAddr::Tcp(sa) | ListenAddr::Tcps(sa) => {
+                let tls = match addr {
+                    ListenAddr::Tcps(_) => Some(Arc::clone(tls.ok_or_else(|| {
+                        ServerError::BadListen {
+                            uri: format!("tcps://{sa}"),
+                            reason: "tcps needs a certificate and key (--tls-cert, --tls-key)"
+                                .to_string(),
+                        }
+                    })?)),
+                    _ => None,
+                };
+                let scheme = if tls.is_some() { "tcps" } else { "tcp" };
+                let uri = format!("{scheme}://{sa}");
                 let listener = TcpListener::bind(sa).map_err(|source| ServerError::Listen {
                     uri: uri.clone(),
                     source,
@@ -275,10 +391,10 @@ impl Server {
                 let ctx = Arc::clone(self.ctx());
                 let h = spawn(
                     format!("csx-accept-{local}"),
-                    Box::new(move || tcp::accept_loop(listener, &ctx)),
+                    Box::new(move || tcp::accept_loop(listener, &ctx, tls)),
                 )?;
                 self.acceptors.push(h);
-                self.bound.push(format!("tcp://{local}"));
+                self.bound.push(format!("{scheme}://{local}"));
             }
             ListenAddr::Shm(name) => {
                 let (listener, path) = shm::bind(name).map_err(|source| ServerError::Listen {
@@ -301,6 +417,11 @@ impl Server {
     /// The URIs clients connect to, with the ports the system chose for port 0.
     pub fn uris(&self) -> &[String] {
         &self.bound
+    }
+
+    /// The per-client limits in force.
+    pub fn limits(&self) -> ClientLimits {
+        self.ctx().limits
     }
 
     /// Counters for a status line.
@@ -384,6 +505,10 @@ mod tests {
             ListenAddr::Shm("dev0".into())
         );
         assert!(ListenAddr::parse("shm://a/b").is_err());
+        assert_eq!(
+            ListenAddr::parse("tcps://:7002").unwrap(),
+            ListenAddr::Tcps("127.0.0.1:7002".parse().unwrap())
+        );
         assert!(ListenAddr::parse("udp://x:1").is_err());
         assert!(ListenAddr::parse("tcp://:notaport").is_err());
     }

@@ -45,6 +45,7 @@ use csx_host::transport::shm::{
 };
 use csx_host::transport::sys::{self, EventFd};
 
+use crate::quota::Quota;
 use crate::{Context, ACCEPT_POLL};
 
 /// Binds the handshake socket of `shm://name`, replacing a stale socket file left by a
@@ -150,6 +151,7 @@ struct Queue {
     /// The host is gone (or broke the protocol): completions are dropped.
     gone: AtomicBool,
     metrics: ShmMetrics,
+    quota: Quota,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -193,6 +195,16 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
             complete(&queue, c, ctx);
         }
     }
+    let reclaimed = queue
+        .quota
+        .release(&queue.qp, &ctx.slot_owners, ctx.reclaim_programs);
+    if reclaimed > 0 {
+        tracing::info!(
+            client = queue_id,
+            programs = reclaimed,
+            "unloaded the programs of a departed client"
+        );
+    }
     let goodbye = match &why {
         Ending::Closed => None,
         Ending::Stopping => Some("the device is shutting down".to_string()),
@@ -215,10 +227,22 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
 }
 
 fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    // One deadline for the whole hello: a peer trickling bytes holds this thread no
+    // longer than a silent one.
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let mut buf = [0u8; HELLO_SIZE];
-    if stream.read_exact(&mut buf).is_err() {
-        return None;
+    let mut got = 0;
+    while got < HELLO_SIZE {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return None;
+        }
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
     }
     let refuse = |stream: &mut UnixStream, status, message: String| {
         tracing::warn!(?status, %message, "refusing shm client");
@@ -259,7 +283,11 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
             "the device is shutting down".into(),
         );
     }
-    let depth = hello.queue_depth.min(QUEUE_DEPTH_MAX);
+    // The per-client limit on commands in flight is the depth granted.
+    let depth = hello
+        .queue_depth
+        .min(QUEUE_DEPTH_MAX)
+        .min(ctx.limits.queued_commands);
     let qp = match ctx.device.queue_pair(depth) {
         Ok(qp) => qp,
         Err(e) => return refuse(stream, WelcomeStatus::Unavailable, e.to_string()),
@@ -304,6 +332,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         cq: Mutex::new(()),
         gone: AtomicBool::new(false),
         metrics: ShmMetrics::default(),
+        quota: Quota::new(layout.queue_id, ctx.limits),
     })
 }
 
@@ -542,6 +571,10 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
         }
     };
     let route = Route { read, ..route };
+    if let Err(refusal) = q.quota.admit(&cmd, &ctx.slot_owners) {
+        post(q, *refusal, route, ctx);
+        return Ok(());
+    }
     if lock(&q.routes).insert(cid, route).is_some() {
         return Err(format!("{cid} reused while in flight"));
     }
@@ -552,6 +585,9 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
         Some(buffer) => q.qp.submit_with_buffer(cmd, buffer),
         None => q.qp.submit(cmd),
     };
+    if submitted.is_err() {
+        q.quota.not_submitted(cid, &ctx.slot_owners);
+    }
     match submitted {
         Ok(()) => Ok(()),
         Err(SubmitError::QueueFull { depth }) => Err(format!(
@@ -566,6 +602,7 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
 
 /// Posts the completion the queue pair gave back, with its command's route.
 fn complete(q: &Queue, c: Completion, ctx: &Context) {
+    q.quota.completed(&c, &ctx.slot_owners);
     let route = lock(&q.routes).remove(&c.id).unwrap_or(Route {
         response: Span::default(),
         data: Span::default(),

@@ -15,6 +15,8 @@
 
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+
+use csx_host::transport::tcp::conn::{tls::TlsConn, Conn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
@@ -28,15 +30,16 @@ use csx_proto::{
 
 use csx_host::transport::bulk;
 use csx_host::transport::tcp::framing::{
-    data_header, decode_command_capsule, decode_data, fill_polling, response_capsule_header,
-    secrets_equal, write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader,
-    PduType, TermReason, TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
+    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
+    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
     TRANSFER_SIZE_MAX,
 };
 
+use crate::quota::Quota;
 use crate::{Context, ACCEPT_POLL};
 
 /// How long a write to a client may block: a client that stops reading for this long
@@ -52,7 +55,12 @@ const PLEN_MAX: usize = PDU_HEADER_SIZE
     };
 
 /// Accepts connections until the server stops.
-pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
+/// With `tls`, each connection is a TLS server connection with that configuration.
+pub(crate) fn accept_loop(
+    listener: TcpListener,
+    ctx: &Arc<Context>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::error!(error = %e, "cannot poll the tcp listener");
         return;
@@ -65,7 +73,21 @@ pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
                     continue;
                 }
                 let name = format!("csx-tcp-{peer}");
-                let spawned = ctx.spawn_connection(name, move |ctx| serve(stream, peer, &ctx));
+                let tls = tls.clone();
+                let spawned = ctx.spawn_connection(name, move |ctx| {
+                    let conn = match tls {
+                        None => Conn::Plain(stream),
+                        Some(config) => match accept_tls(stream, config) {
+                            Ok(c) => c,
+                            Err(e) => {
+                                tracing::warn!(%peer, error = %e, "tls handshake failed");
+                                Context::count(&ctx.clients_refused, 1);
+                                return;
+                            }
+                        },
+                    };
+                    serve(conn, peer, &ctx)
+                });
                 if !spawned {
                     Context::count(&ctx.clients_refused, 1);
                     tracing::warn!(%peer, "too many connections; closing");
@@ -82,20 +104,27 @@ pub(crate) fn accept_loop(listener: TcpListener, ctx: &Arc<Context>) {
     }
 }
 
+/// The TLS handshake, within the handshake timeout.
+fn accept_tls(stream: TcpStream, config: Arc<rustls::ServerConfig>) -> io::Result<Conn> {
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    TlsConn::accept(stream, config).map(Conn::Tls)
+}
+
 /// The write side, shared by both threads of a connection.
 #[derive(Debug)]
 struct Sender {
-    stream: Mutex<TcpStream>,
+    stream: Mutex<Conn>,
     /// Set once a write failed: the client is gone, completions are dropped.
     dead: AtomicBool,
 }
 
 impl Sender {
-    fn lock(&self) -> MutexGuard<'_, TcpStream> {
+    fn lock(&self) -> MutexGuard<'_, Conn> {
         self.stream.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self, w: &mut TcpStream, slices: &mut [IoSlice<'_>]) {
+    fn write(&self, w: &mut Conn, slices: &mut [IoSlice<'_>]) {
         if self.dead.load(Ordering::Relaxed) {
             return;
         }
@@ -108,10 +137,10 @@ impl Sender {
 }
 
 /// One connection: handshake, then the two threads.
-fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    if let Err(e) = csx_host::transport::sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE) {
+fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
+    let _ = stream.tcp().set_nodelay(true);
+    let _ = stream.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
+    if let Err(e) = csx_host::transport::sys::set_socket_buffers(stream.tcp(), SOCKET_BUFFER_SIZE) {
         tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
     }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);
@@ -134,17 +163,19 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         }
     };
     let qp = Arc::new(qp);
+    let quota = Arc::new(Quota::new(queue_id, ctx.limits));
     let draining = Arc::new(AtomicBool::new(false));
     let completions = {
-        let (qp, sender, draining, ctx) = (
+        let (qp, sender, draining, ctx, quota) = (
             Arc::clone(&qp),
             Arc::clone(&sender),
             Arc::clone(&draining),
             Arc::clone(ctx),
+            Arc::clone(&quota),
         );
         std::thread::Builder::new()
             .name(format!("csx-tcp-cq-{queue_id}"))
-            .spawn(move || send_completions(&qp, &sender, &draining, &ctx))
+            .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota))
     };
     let completions = match completions {
         Ok(h) => h,
@@ -160,6 +191,7 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         sender: &sender,
         completer: completions.thread().clone(),
         pending: None,
+        quota: &quota,
         ctx,
     };
     let why = conn.run(&mut stream, &mut reader);
@@ -184,9 +216,14 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
         );
         sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
     }
-    // The queue pair goes first (reclaiming the client's memory), then the socket: a
-    // client that waits for the close knows its memory is back.
+    // The queue pair goes first (reclaiming the client's memory and, when the server
+    // reclaims programs, its programs), then the socket: a client that waits for the
+    // close knows its resources are back.
     drop(conn);
+    let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
+    if reclaimed > 0 {
+        tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
+    }
     drop(Arc::into_inner(qp));
     ctx.client_disconnected();
     let _ = stream.shutdown(Shutdown::Both);
@@ -195,12 +232,14 @@ fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: &Arc<Context>) {
 
 /// Reads the ICReq, checks it, opens the queue pair and answers. `None`: refused.
 fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     reader: &mut PduReader,
     peer: SocketAddr,
     ctx: &Context,
 ) -> Option<(QueuePair, u32)> {
-    let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    // One deadline for the whole request: a peer trickling bytes cannot hold the
+    // connection (and its thread) longer than a silent one.
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let req = loop {
         match reader.next_pdu() {
             Ok(Some(pdu)) if pdu.header.pdu_type == PduType::ICReq => {
@@ -215,6 +254,11 @@ fn handshake(
             Ok(None) => {}
             Err(e) => break Err(e),
         }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            tracing::debug!(%peer, "no whole connect request within the handshake timeout");
+            return None;
+        }
         match reader.fill(stream) {
             Ok(0) => return None,
             Ok(_) => {}
@@ -225,7 +269,7 @@ fn handshake(
             }
         }
     };
-    let respond = |stream: &mut TcpStream, status, queue_depth, queue_id, message: &str| {
+    let respond = |stream: &mut Conn, status, queue_depth, queue_id, message: &str| {
         let resp = ICResp {
             status,
             queue_depth,
@@ -235,7 +279,7 @@ fn handshake(
         };
         let _ = stream.write_all(&resp.encode());
     };
-    let refuse = |stream: &mut TcpStream, status, message: &str| {
+    let refuse = |stream: &mut Conn, status, message: &str| {
         tracing::warn!(%peer, ?status, message, "refusing tcp client");
         respond(stream, status, 0, 0, message);
         None
@@ -268,7 +312,11 @@ fn handshake(
             "the device is shutting down",
         );
     }
-    let depth = req.queue_depth.min(QUEUE_DEPTH_MAX);
+    // The per-client limit on commands in flight is the depth granted.
+    let depth = req
+        .queue_depth
+        .min(QUEUE_DEPTH_MAX)
+        .min(ctx.limits.queued_commands);
     let qp = match ctx.device.queue_pair(depth) {
         Ok(qp) => qp,
         Err(e) => return refuse(stream, ConnectStatus::Unavailable, &e.to_string()),
@@ -308,12 +356,13 @@ struct Connection<'a> {
     sender: &'a Arc<Sender>,
     completer: Thread,
     pending: Option<Pending>,
+    quota: &'a Quota,
     ctx: &'a Context,
 }
 
 impl Connection<'_> {
     /// The reading loop: PDUs in, commands submitted.
-    fn run(&mut self, stream: &mut TcpStream, reader: &mut PduReader) -> Ending {
+    fn run(&mut self, stream: &mut Conn, reader: &mut PduReader) -> Ending {
         let _ = stream.set_read_timeout(Some(ACCEPT_POLL));
         loop {
             loop {
@@ -346,7 +395,9 @@ impl Connection<'_> {
             if self.ctx.stopping() {
                 return Ending::Stopping;
             }
-            let read = fill_polling(reader, stream).unwrap_or_else(|| reader.fill(stream));
+            let read = stream
+                .fill_polling(reader)
+                .unwrap_or_else(|| reader.fill(stream));
             match read {
                 Ok(0) => return Ending::Closed,
                 Ok(_) => {}
@@ -487,9 +538,17 @@ impl Connection<'_> {
     /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
         let id = cmd.id;
-        match self.qp.submit_inline(cmd, None) {
+        if let Err(refusal) = self.quota.admit(&cmd, &self.ctx.slot_owners) {
+            return self.answer(*refusal);
+        }
+        let submitted = self.qp.submit_inline(cmd, None);
+        if submitted.is_err() {
+            self.quota.not_submitted(id, &self.ctx.slot_owners);
+        }
+        match submitted {
             Ok(()) => {
                 while let Some(c) = self.qp.try_reap() {
+                    self.quota.completed(&c, &self.ctx.slot_owners);
                     self.answer(c);
                 }
                 // The completion thread sleeps only with nothing in flight.
@@ -541,7 +600,7 @@ fn wire_status(e: &WireError) -> Status {
 /// PDUs straight from the completion: then `out` so far, the data PDUs and the capsule
 /// go in one write (one system call, so the host wakes once for the whole reply), and
 /// `out` is left empty.
-fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut TcpStream) {
+fn encode_response(mut c: Completion, out: &mut Vec<u8>, sender: &Sender, w: &mut Conn) {
     let data = bulk::take_reply_data(&mut c);
     let id = c.id;
     let start = out.len();
@@ -585,16 +644,24 @@ fn finish_capsule(out: &mut [u8], start: usize, data_len: usize) {
 }
 
 /// The completion thread: reap, encode, send; until draining and nothing in flight.
-fn send_completions(qp: &QueuePair, sender: &Sender, draining: &AtomicBool, ctx: &Context) {
+fn send_completions(
+    qp: &QueuePair,
+    sender: &Sender,
+    draining: &AtomicBool,
+    ctx: &Context,
+    quota: &Quota,
+) {
     let mut out = Vec::new();
     loop {
         match qp.reap(Some(ACCEPT_POLL)) {
             Some(c) => {
+                quota.completed(&c, &ctx.slot_owners);
                 let mut w = sender.lock();
                 let mut n = 1;
                 encode_response(c, &mut out, sender, &mut w);
                 // Whatever else is ready goes in the same write.
                 while let Some(c) = qp.try_reap() {
+                    quota.completed(&c, &ctx.slot_owners);
                     encode_response(c, &mut out, sender, &mut w);
                     n += 1;
                 }

@@ -7,7 +7,9 @@ mod crash;
 mod device_exec;
 mod lambda;
 mod mount_cli;
+mod pipe_cli;
 mod served_exec;
+mod shell_pipes;
 mod vm_run;
 mod workloads_cli;
 

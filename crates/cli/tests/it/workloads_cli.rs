@@ -43,6 +43,15 @@ fn demo_runs_every_workload_and_the_answers_agree() {
     }
     assert!(stdout.contains("answers agree"), "{stdout}");
     assert!(stdout.contains("Where the time went"), "{stdout}");
+    // The like-for-like columns and the modelled verdict.
+    assert!(
+        stdout.contains("cold") && stdout.contains("warm"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Modelled (daisy profile), cold: offloading won"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -63,11 +72,33 @@ fn demo_json_splits_both_sides_end_to_end() {
         v
     };
     for row in &rows {
-        let host = ms(row, "host_read_ms") + ms(row, "host_compute_ms");
-        let device =
-            ms(row, "device_stage_ms") + ms(row, "device_execute_ms") + ms(row, "device_result_ms");
-        assert!((ms(row, "host_ms") - host).abs() < 1e-6, "{row}");
-        assert!((ms(row, "device_ms") - device).abs() < 1e-6, "{row}");
+        // Both sides, cold and warm; the host's cold modelled request adds its bytes over
+        // the media and the link to the compute.
+        let (cold, warm) = (&row["host_cold"], &row["host_warm"]);
+        ms(cold, "read_ms");
+        ms(warm, "compute_ms");
+        assert!(
+            ms(cold, "modelled_ms") > ms(warm, "modelled_ms") - 1e-9,
+            "{row}"
+        );
+        assert!(
+            ms(cold, "modelled_ms") + 1e-9
+                >= ms(row, "host_modelled_media_ms") + ms(row, "host_modelled_link_ms"),
+            "{row}"
+        );
+        for side in ["device_cold", "device_warm"] {
+            let d = &row[side];
+            for key in ["stage_ms", "execute_ms", "result_ms", "modelled_stage_ms"] {
+                ms(d, key);
+            }
+            // The device stages from its media on every run: a modelled stage cost.
+            assert!(ms(d, "modelled_stage_ms") > 0.0, "{row}");
+        }
+        assert!(ms(row, "modelled_cold_speedup") > 0.0, "{row}");
+        for key in ["host_bound", "device_bound"] {
+            let b = row[key].as_str().unwrap_or_default();
+            assert!(["media", "link", "compute"].contains(&b), "{key} in {row}");
+        }
         // 2 MiB over 13 workloads: small enough for the interpreter column.
         ms(row, "interpreter_ms");
     }
@@ -138,13 +169,19 @@ fn bench_workloads_json_has_a_row_per_workload_and_mode_and_all_agree() {
         .output()
         .expect("csx starts");
     let (stdout, rows) = json_rows(&out);
-    assert_eq!(rows.len(), 3 * csx_workloads::WORKLOADS.len(), "{stdout}");
+    assert_eq!(rows.len(), 5 * csx_workloads::WORKLOADS.len(), "{stdout}");
     for w in csx_workloads::WORKLOADS {
-        for mode in ["native", "interpreter", "jit"] {
+        for (mode, cache) in [
+            ("native", "cold"),
+            ("native", "warm"),
+            ("interpreter", "warm"),
+            ("jit", "cold"),
+            ("jit", "warm"),
+        ] {
             let row = rows
                 .iter()
-                .find(|r| r["workload"] == w.name && r["mode"] == mode)
-                .unwrap_or_else(|| panic!("no row for {} {mode}", w.name));
+                .find(|r| r["workload"] == w.name && r["mode"] == mode && r["cache"] == cache)
+                .unwrap_or_else(|| panic!("no row for {} {mode} {cache}", w.name));
             assert_eq!(row["agree"], true, "{row}");
             // 64 KiB of data; bitmap's input is its compressed form.
             let input = row["input_bytes"].as_u64().expect("a byte count");

@@ -6,6 +6,7 @@
 
 mod model;
 mod mount;
+mod ops;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -200,3 +200,19 @@ fn bad_names_and_limits_are_errors_not_crashes() {
     fs::write(fx.at("g"), b"ok").unwrap();
     assert_eq!(fs::read(fx.at("g")).unwrap(), b"ok");
 }
+
+/// The errno of a file store failure comes from the device's error code (the detail's
+/// `CSX_EISDIR`, `CSX_ENOTDIR`), not from its message: here without FUSE.
+#[test]
+fn errno_is_the_device_code() {
+    let (_dir, dev) = crate::device(16);
+    let fs = csx_fs::MetalFs::new(dev);
+    fs.write("/d/x", 0, b"x").unwrap();
+    fs.write("/f", 0, b"x").unwrap();
+    let e = fs.write("/d", 0, b"y").unwrap_err();
+    assert_eq!(e.errno, libc::EISDIR, "{e}");
+    let e = fs.write("/f/g", 0, b"y").unwrap_err();
+    assert_eq!(e.errno, libc::ENOTDIR, "{e}");
+    let e = fs.rename("/d", "/d/e").unwrap_err();
+    assert_eq!(e.errno, libc::EINVAL, "{e}");
+}

@@ -18,6 +18,10 @@ pub const CSX_EFAULT: i64 = -14;
 pub const CSX_EBUSY: i64 = -16;
 /// The file exists.
 pub const CSX_EEXIST: i64 = -17;
+/// A path component that must be a directory is a file.
+pub const CSX_ENOTDIR: i64 = -20;
+/// The path is a directory where a file is needed.
+pub const CSX_EISDIR: i64 = -21;
 /// An argument is invalid (bad operator, misaligned length, bad UTF-8 path).
 pub const CSX_EINVAL: i64 = -22;
 /// The file is too large, or an offset plus length overflows.
@@ -44,6 +48,8 @@ pub fn name(code: i64) -> &'static str {
         CSX_EFAULT => "CSX_EFAULT",
         CSX_EBUSY => "CSX_EBUSY",
         CSX_EEXIST => "CSX_EEXIST",
+        CSX_ENOTDIR => "CSX_ENOTDIR",
+        CSX_EISDIR => "CSX_EISDIR",
         CSX_EINVAL => "CSX_EINVAL",
         CSX_EFBIG => "CSX_EFBIG",
         CSX_ENOSPC => "CSX_ENOSPC",
@@ -65,6 +71,8 @@ pub const ALL: &[i64] = &[
     CSX_EFAULT,
     CSX_EBUSY,
     CSX_EEXIST,
+    CSX_ENOTDIR,
+    CSX_EISDIR,
     CSX_EINVAL,
     CSX_EFBIG,
     CSX_ENOSPC,

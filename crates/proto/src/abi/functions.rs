@@ -22,6 +22,9 @@ pub const CSX_FILTER_U32: u32 = 16;
 pub const CSX_FILTER_U64: u32 = 17;
 pub const CSX_SORT_U64: u32 = 18;
 pub const CSX_MERGE_U64: u32 = 19;
+pub const CSX_LZ4_DECOMPRESS: u32 = 20;
+pub const CSX_LZ4_COMPRESS: u32 = 21;
+pub const CSX_CHACHA20: u32 = 22;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +142,30 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         version: 1,
         c_decl: "long csx_merge_u64(void *data, unsigned long len, unsigned long split);",
         doc: "accelerated merge of the sorted u64 runs data[0, split) and data[split, len) in place, ascending; returns the count",
+    },
+    FunctionSpec {
+        id: CSX_LZ4_DECOMPRESS,
+        name: "csx_lz4_decompress",
+        args: &[PtrIn { len_arg: 1 }, Scalar, PtrOut { len_arg: 3 }, Scalar],
+        version: 1,
+        c_decl: "long csx_lz4_decompress(const void *src, unsigned long src_len, void *dst, unsigned long dst_len);",
+        doc: "accelerated LZ4 block decompression of src into dst; returns the decompressed bytes, CSX_EBADMSG for a corrupt block, CSX_ENOSPC when dst is too small",
+    },
+    FunctionSpec {
+        id: CSX_LZ4_COMPRESS,
+        name: "csx_lz4_compress",
+        args: &[PtrIn { len_arg: 1 }, Scalar, PtrOut { len_arg: 3 }, Scalar],
+        version: 1,
+        c_decl: "long csx_lz4_compress(const void *src, unsigned long src_len, void *dst, unsigned long dst_len);",
+        doc: "accelerated LZ4 block compression of src into dst (dst_len at least src_len + src_len/10 + 32); returns the compressed bytes or CSX_ENOSPC",
+    },
+    FunctionSpec {
+        id: CSX_CHACHA20,
+        name: "csx_chacha20",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrOut { len_arg: 4 }, Scalar],
+        version: 1,
+        c_decl: "long csx_chacha20(const void *key_nonce, unsigned long key_nonce_len, unsigned long offset, void *data, unsigned long len);",
+        doc: "accelerated ChaCha20 (RFC 8439): XORs len bytes of data in place with the keystream of the 32-byte key and 12-byte nonce at key_nonce (key_nonce_len 44) from stream byte offset; returns len",
     },
 ];
 

@@ -35,7 +35,72 @@ pub fn header(functions: &[FunctionInfo]) -> String {
     out.push_str(&function_ids(&functions));
     out.push_str(&function_declarations(&functions));
     out.push_str(ENTRY_AND_CONVENIENCES);
+    out.push_str(&operators());
+    out.push_str("#endif /* CSX_H */\n");
     out
+}
+
+/// The streaming operator contract ([`super::op`]) for C.
+fn operators() -> String {
+    use super::op::*;
+    format!(
+        r#"
+/*
+ * Streaming operators (`csx pipe`, the mount's .ops/ executables): a program that
+ * transforms a stream chunk by chunk, called once per chunk in stream order with
+ *
+ *     window {win_in}  the input buffer: the chunk is its first CSX_OP_IN_LEN(args) bytes
+ *     window {win_out}  the output buffer (CSX_OP_OUT_CAP(args) bytes)
+ *     window {win_state}  the per-stream state: zeroed before the first call, kept across the
+ *               stream's chunks, private to this stage of this stream
+ *     cparam1   CSX_OP_FIRST on the first call, CSX_OP_LAST on the calls of the last chunk
+ *     cparam2   the chunk's bytes (possibly 0), at most window {win_in}'s length
+ *     params    the typed parameters at the offsets of the operator's catalogue entry
+ *               (bool and int: 8 bytes little-endian; bytes: their fixed size)
+ *
+ * It returns the bytes written to the output, or CSX_OP_AGAIN | bytes to be called again
+ * with the same input and a fresh output buffer (its output did not fit: it keeps its
+ * place in the state). A negative CSX_E* code, or a trap, stops the stream. An operator
+ * that emits only at the end (an aggregate) returns 0 until CSX_OP_LAST.
+ */
+#define CSX_OP_FIRST {first}UL
+#define CSX_OP_LAST {last}UL
+#define CSX_OP_AGAIN (1UL << {again_shift})
+#define CSX_OP_WINDOW_IN {win_in}
+#define CSX_OP_WINDOW_OUT {win_out}
+#define CSX_OP_WINDOW_STATE {win_state}
+#define CSX_OP_IN(args) csx_window_addr(args, CSX_OP_WINDOW_IN)
+#define CSX_OP_IN_LEN(args)                                                             \
+    ((args)->cparam2 < csx_window_len(args, CSX_OP_WINDOW_IN)                           \
+         ? (args)->cparam2                                                              \
+         : csx_window_len(args, CSX_OP_WINDOW_IN))
+#define CSX_OP_OUT(args) csx_window_addr(args, CSX_OP_WINDOW_OUT)
+#define CSX_OP_OUT_CAP(args) csx_window_len(args, CSX_OP_WINDOW_OUT)
+#define CSX_OP_STATE(args) csx_window_addr(args, CSX_OP_WINDOW_STATE)
+#define CSX_OP_STATE_LEN(args) csx_window_len(args, CSX_OP_WINDOW_STATE)
+#define CSX_OP_IS_FIRST(args) (((args)->cparam1 & CSX_OP_FIRST) != 0)
+#define CSX_OP_IS_LAST(args) (((args)->cparam1 & CSX_OP_LAST) != 0)
+
+/* The 8-byte parameter at byte offset off of params (0 when params is shorter). */
+static inline csx_u64 csx_op_param(const struct csx_args *args, unsigned int off)
+{{
+    if (off + 8 > args->params_len)
+        return 0;
+    const csx_u8 *p = args->params + off;
+    csx_u64 v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}}
+
+"#,
+        first = OP_FIRST,
+        last = OP_LAST,
+        again_shift = OP_AGAIN.trailing_zeros(),
+        win_in = OP_WINDOW_IN,
+        win_out = OP_WINDOW_OUT,
+        win_state = OP_WINDOW_STATE,
+    )
 }
 
 fn preamble() -> String {
@@ -329,8 +394,6 @@ static inline unsigned long csx_window_len(const struct csx_args *args, unsigned
 {
     return i < args->nwindows && i < CSX_WINDOWS_MAX ? args->windows[i].len : 0;
 }
-
-#endif /* CSX_H */
 "#;
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! - the registered device functions: ids, C declarations, argument kinds ([`functions`]);
 //! - the comparison operators of the filter functions ([`cmp`]);
 //! - the negative `CSX_E*` codes functions return ([`errno`]);
+//! - the streaming operator contract of `csx pipe` ([`op`]);
 //! - the C header `csx.h` that states all of the above for C programs ([`header`]).
 //!
 //! The device (`csx_device::functions`, `csx_device::execute`), the SDK header
@@ -36,6 +37,7 @@ pub mod cmp;
 pub mod errno;
 pub mod functions;
 pub mod header;
+pub mod op;
 
 use crate::limits::WINDOWS_MAX;
 

@@ -115,7 +115,10 @@ fn knn() {
     check_workload("knn", |case, inv| {
         let query = csx_workloads::gen::query_vector(case.seed ^ 1, &Default::default());
         let short_query: Vec<i32> = query.iter().take(3).copied().collect();
+        // Wider than the program's stack copy of the query: read from the params.
+        let long_query: Vec<i32> = query.iter().chain(&query).take(20).copied().collect();
         vec![
+            with_params(inv, reference::knn_params(5, &long_query)),
             with_params(inv, reference::knn_params(1, &query)),
             with_params(inv, reference::knn_params(KNN_K_MAX, &query)),
             with_output(

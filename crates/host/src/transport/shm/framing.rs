@@ -8,9 +8,11 @@
 //! shared memory or the handshake socket is well-formed (offsets still need checking
 //! against the region by the caller, who knows it).
 
+use csx_proto::limits::QUEUE_DEPTH_MAX;
+
 use super::{
-    CONTROL_SIZE, CQE_INLINE_FRAME_MAX, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX, SHM_FORMAT_VERSION,
-    SQE_INLINE_FRAME_MAX, SQE_SIZE,
+    CONTROL_SIZE, CQE_INLINE_FRAME_MAX, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX, HOST_MEMORY_MAX,
+    SHM_FORMAT_VERSION, SQE_INLINE_FRAME_MAX, SQE_SIZE,
 };
 use crate::transport::framing::{clip_message, put16, put32, put64, u16_at, u32_at, u64_at};
 
@@ -293,6 +295,24 @@ impl Layout {
             queue_id: u32_at(b, 56),
             queue_depth: u32_at(b, 60),
         };
+        // Bounded before `Layout::new` does arithmetic on them (found by fuzzing: a
+        // depth above 2^31 overflowed `next_power_of_two`).
+        for (field, value, limit) in [
+            (
+                "queue depth",
+                u64::from(l.queue_depth),
+                u64::from(QUEUE_DEPTH_MAX),
+            ),
+            ("heap size", l.heap_size, HOST_MEMORY_MAX),
+        ] {
+            if value > limit {
+                return Err(ShmFramingError::TooLarge {
+                    field,
+                    value,
+                    limit,
+                });
+            }
+        }
         let expected = Layout::new(l.queue_depth, l.queue_id, l.heap_size);
         if l != expected || l.queue_depth == 0 || l.region_bytes() != region_bytes {
             return Err(ShmFramingError::Size {
@@ -521,6 +541,25 @@ mod tests {
         let mut bent = b;
         bent[40] ^= 0x10;
         assert!(Layout::decode(&bent, l.region_bytes()).is_err());
+        // Found by fuzzing: a huge depth or heap is refused, not overflowed.
+        let mut deep = b;
+        deep[60..64].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Layout::decode(&deep, l.region_bytes()),
+            Err(ShmFramingError::TooLarge {
+                field: "queue depth",
+                ..
+            })
+        ));
+        let mut huge = b;
+        huge[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            Layout::decode(&huge, l.region_bytes()),
+            Err(ShmFramingError::TooLarge {
+                field: "heap size",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -14,6 +14,8 @@
 use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+
+use super::conn::Conn;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -109,7 +111,7 @@ impl TcpOptions {
 /// What the receive side keeps between reaps.
 #[derive(Debug)]
 struct Receive {
-    stream: TcpStream,
+    stream: Conn,
     reader: PduReader,
     /// C2H data gathered per command, until its response capsule.
     data: HashMap<CommandId, Vec<u8>>,
@@ -120,7 +122,7 @@ struct Receive {
 /// One queue pair over TCP (see the module doc).
 #[derive(Debug)]
 pub struct TcpTransport {
-    write: Mutex<TcpStream>,
+    write: Mutex<Conn>,
     receive: Mutex<Receive>,
     /// Commands in flight, with the most reply data each may send.
     in_flight: Mutex<HashMap<CommandId, usize>>,
@@ -145,6 +147,34 @@ fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> TransportError {
 impl TcpTransport {
     /// Connects to the device at `addr` (`HOST:PORT`) and negotiates a queue pair.
     pub fn connect(addr: &str, options: &TcpOptions) -> Result<TcpTransport, TransportError> {
+        TcpTransport::connect_over(addr, options, |s| Ok(Conn::Plain(s)))
+    }
+
+    /// As [`TcpTransport::connect`], over TLS: the device's certificate must chain to a
+    /// root of `config` and name the host of `addr`.
+    #[cfg(feature = "tls")]
+    pub fn connect_tls(
+        addr: &str,
+        options: &TcpOptions,
+        config: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Result<TcpTransport, TransportError> {
+        let host = addr
+            .rsplit_once(':')
+            .map_or(addr, |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        TcpTransport::connect_over(addr, options, move |s| {
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+            super::conn::tls::TlsConn::connect(s, config, &host).map(Conn::Tls)
+        })
+    }
+
+    fn connect_over(
+        addr: &str,
+        options: &TcpOptions,
+        wrap: impl FnOnce(TcpStream) -> io::Result<Conn>,
+    ) -> Result<TcpTransport, TransportError> {
         let addrs: Vec<_> = addr
             .to_socket_addrs()
             .map_err(io_error("resolve the device address"))?
@@ -160,7 +190,7 @@ impl TcpTransport {
                 Err(e) => last = Some(e),
             }
         }
-        let mut stream = stream.ok_or_else(|| TransportError::Io {
+        let stream = stream.ok_or_else(|| TransportError::Io {
             op: "connect to the device",
             source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable)),
         })?;
@@ -169,6 +199,7 @@ impl TcpTransport {
             .map_err(io_error("set TCP_NODELAY"))?;
         sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE)
             .map_err(io_error("size the socket buffers"))?;
+        let mut stream = wrap(stream).map_err(io_error("set up TLS with the device"))?;
         let resp = handshake(&mut stream, options)?;
         let write = stream.try_clone().map_err(io_error("clone the socket"))?;
         Ok(TcpTransport {
@@ -277,7 +308,7 @@ impl TcpTransport {
                     let r = reader.fill(stream);
                     stream.set_nonblocking(false).and(r)
                 })
-            } else if let Some(read) = framing::fill_polling(reader, stream) {
+            } else if let Some(read) = stream.fill_polling(reader) {
                 read
             } else {
                 if *current != timeout {
@@ -381,7 +412,7 @@ impl TcpTransport {
 }
 
 /// Sends the ICReq and reads the ICResp.
-fn handshake(stream: &mut TcpStream, options: &TcpOptions) -> Result<ICResp, TransportError> {
+fn handshake(stream: &mut Conn, options: &TcpOptions) -> Result<ICResp, TransportError> {
     let token = options.token.clone().unwrap_or_default();
     if token.len() > TOKEN_SIZE_MAX {
         return Err(TransportError::Disconnected {

@@ -12,6 +12,7 @@
 //! | file          | owns                                                          |
 //! |---------------|---------------------------------------------------------------|
 //! | `framing.rs`  | PDU layouts, their encoding, the incremental PDU reader       |
+//! | `conn.rs`     | [`Conn`]: a connection, plain or TLS (`tcps://`, feature tls)  |
 //! | `client.rs`   | [`TcpTransport`], the host side                               |
 //! | `metrics.rs`  | counters of PDUs and bytes                                    |
 //!
@@ -23,6 +24,7 @@
 //! invalid gets an error completion.
 
 mod client;
+pub mod conn;
 pub mod framing;
 pub mod metrics;
 
@@ -38,6 +40,11 @@ pub use csx_proto::limits::{
 };
 
 pub use client::{read_token_file, TcpOptions, TcpTransport, TOKEN_FILE_ENV};
+pub use conn::Conn;
+
+/// The environment variable naming a PEM file of the certificates (CAs) a client
+/// trusts for `tcps://` devices.
+pub const TLS_CA_FILE_ENV: &str = "CSX_TLS_CA";
 
 /// Version of the PDU format (ICReq/ICResp PFV). A server refuses other versions.
 pub const PDU_FORMAT_VERSION: u16 = 1;

@@ -1,0 +1,242 @@
+//! `csx op list` and `csx pipe`: the operator catalogue and pipelines of operators on the
+//! device (csx-fs's `ops` and `pipe`).
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use csx_fs::ops::{Catalogue, ParamKind};
+use csx_fs::pipe::{self, PipeOptions, Sink, Source};
+use csx_host::proto::EngineKind;
+use serde_json::json;
+
+use crate::connect::{self, parse_size};
+use crate::{exit, GlobalArgs};
+
+/// The device's operators (Metal FS): `csx op list`.
+#[derive(Debug, clap::Args)]
+pub struct OpArgs {
+    #[command(subcommand)]
+    command: OpCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum OpCommand {
+    /// List the operators a pipeline stage may name, with their parameters.
+    ///
+    /// Each operator is a device program that follows the streaming operator contract
+    /// (csx.h, "Streaming operators"); any object built with `csx build` that follows it
+    /// is a user operator, named in a stage by its path (`./myop.o --int 5`).
+    List {
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The process behind a mount's `.ops/NAME` executable (run by it, not by hand):
+    /// classifies its stdin and stdout, registers with the mount and streams host ends.
+    #[command(hide = true)]
+    Proxy {
+        /// The mount's operator socket.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The mount point.
+        #[arg(long)]
+        mount: PathBuf,
+        /// The operator and its parameters.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        words: Vec<String>,
+    },
+}
+
+const PIPE_HELP: &str = "\
+Stages: OP [--param VALUE]... separated by `|` (one shell word: quote the pipeline).
+  `csx op list` shows every operator and its parameters. A user operator is the path of
+  an object built with `csx build` (it contains a `/` or ends in .o), its parameters
+  given in order as --int N, --bytes TEXT or --hex HEX (and --state-bytes N, --entry NAME).
+
+Examples:
+  csx gen u32 --size 64MiB -o nums.bin && csx put nums.bin /nums
+  csx pipe 'filter --type u32 --op gt --value 100 | aggregate --type u32 --text' --input /nums
+  csx pipe 'datagen --size 1GiB | filter --op lt --value 0x4000000000000000' --output /quarter
+  csx pipe 'compress' --input /logs --output /logs.lz4
+  csx pipe 'decompress | grep --pattern ERROR' --input /logs.lz4 --output-local errors.txt
+  csx pipe 'encrypt --key 000102...1f' --input /secret --output /secret.enc --json
+
+Without --output or --output-local the result goes to standard output (--discard: nowhere).
+On failure (a stage traps or returns an error) the pipe stops, exits 3 (trap) or 1, and no
+output looks complete: --output is written as DEVPATH.csx-pipe-partial and renamed over
+DEVPATH only after the last chunk (on failure it is deleted and DEVPATH left as it was);
+--output-local likewise writes FILE.partial and renames it only on success.";
+
+/// Run a pipeline of operators on the device over a device file.
+///
+/// Every stage runs on the device; chunks flow from stage to stage through device memory,
+/// double-buffered so the stages overlap, and only the last stage's output crosses to the
+/// host (nothing does with --output, a device file). --json reports each stage's calls,
+/// bytes and device time.
+#[derive(Debug, clap::Args)]
+#[command(after_help = PIPE_HELP)]
+pub struct PipeArgs {
+    /// The stages: 'OP [--param VALUE]... | OP ...'.
+    pipeline: String,
+    /// The input device file (omit when the first stage generates, like datagen).
+    #[arg(long, value_name = "DEVPATH")]
+    input: Option<String>,
+    /// Read the input from a local file instead (it crosses to the device once).
+    #[arg(long, value_name = "FILE", conflicts_with = "input")]
+    input_local: Option<PathBuf>,
+    /// Write the output to this device file (nothing crosses to the host).
+    #[arg(long, value_name = "DEVPATH")]
+    output: Option<String>,
+    /// Write the output to this local file.
+    #[arg(long, value_name = "FILE", conflicts_with = "output")]
+    output_local: Option<PathBuf>,
+    /// Drop the output on the device (a benchmark's sink).
+    #[arg(long, conflicts_with_all = ["output", "output_local"])]
+    discard: bool,
+    /// Bytes of one chunk (4KiB..=256MiB).
+    #[arg(long, value_name = "N", value_parser = parse_size, default_value = "4MiB")]
+    chunk: u64,
+    /// Run the stages on the interpreter instead of the JIT.
+    #[arg(long)]
+    interp: bool,
+    /// Print a JSON report (the output then needs --output, --output-local or --discard).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_op(args: OpArgs) -> anyhow::Result<u8> {
+    let json = match args.command {
+        OpCommand::List { json } => json,
+        OpCommand::Proxy {
+            socket,
+            mount,
+            words,
+        } => return Ok(csx_fs::shell::proxy(&socket, &mount, words)?),
+    };
+    let cat = Catalogue;
+    if json {
+        let ops: Vec<_> = cat
+            .operators()
+            .iter()
+            .map(|o| {
+                json!({
+                    "name": o.name,
+                    "doc": o.doc,
+                    "source_only": o.source_only,
+                    "state_bytes": o.state_bytes,
+                    "params": o.params.iter().map(|p| json!({
+                        "name": p.name,
+                        "short": p.short.map(String::from),
+                        "type": match p.kind {
+                            ParamKind::Bool => "bool",
+                            ParamKind::Int => "int",
+                            ParamKind::Choice(_) => "choice",
+                            ParamKind::Bytes { .. } => "bytes",
+                            ParamKind::Text { .. } => "text",
+                        },
+                        "choices": match p.kind { ParamKind::Choice(c) => c.to_vec(), _ => vec![] },
+                        "size": p.kind.size(),
+                        "offset": p.offset,
+                        "default": p.default,
+                        "required": p.default.is_none() && p.kind != ParamKind::Bool,
+                        "doc": p.doc,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "operators": ops }))?
+        );
+        return Ok(exit::SUCCESS);
+    }
+    for o in cat.operators() {
+        println!("{o}");
+        println!("    {}", o.doc);
+        for p in o.params {
+            let default = match (p.kind, p.default) {
+                (ParamKind::Bool, _) => String::new(),
+                (_, Some(d)) => format!(" (default {d})"),
+                (_, None) => " (required)".into(),
+            };
+            println!("    --{:<8} {}{default}", p.name, p.doc);
+        }
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let stages = Catalogue.parse_pipeline(&args.pipeline)?;
+    if args.json && args.output.is_none() && args.output_local.is_none() && !args.discard {
+        anyhow::bail!("--json prints the report on standard output: give --output DEVPATH, --output-local FILE or --discard for the data");
+    }
+    let source = match (&args.input, &args.input_local) {
+        (Some(p), _) => Source::DeviceFile(p.clone()),
+        (None, Some(f)) => Source::Host(Box::new(
+            std::fs::File::open(f).with_context(|| format!("cannot open {}", f.display()))?,
+        )),
+        (None, None) => Source::Nothing,
+    };
+    let partial = args
+        .output_local
+        .as_ref()
+        .map(|f| PathBuf::from(format!("{}.partial", f.display())));
+    let sink = if let Some(p) = &args.output {
+        Sink::DeviceFile(p.clone())
+    } else if let Some(tmp) = &partial {
+        Sink::Host(Box::new(std::io::BufWriter::new(
+            std::fs::File::create(tmp)
+                .with_context(|| format!("cannot create {}", tmp.display()))?,
+        )))
+    } else if args.discard {
+        Sink::Discard
+    } else {
+        Sink::Host(Box::new(std::io::stdout()))
+    };
+    let dev = connect::open(global)?;
+    let opts = PipeOptions {
+        chunk: args.chunk,
+        engine: if args.interp {
+            EngineKind::Interpreter
+        } else {
+            EngineKind::Jit
+        },
+        fuel: None,
+    };
+    let result = pipe::run(&dev, &stages, source, sink, &opts);
+    let close = dev.close();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(tmp) = &partial {
+                let _ = std::fs::remove_file(tmp);
+            }
+            let status = if matches!(e, pipe::PipeError::Trap { .. }) {
+                exit::TRAP
+            } else {
+                exit::ERROR
+            };
+            eprintln!("csx: error: {e}");
+            return Ok(status);
+        }
+    };
+    close.context("closing the device")?;
+    if let (Some(tmp), Some(dst)) = (&partial, &args.output_local) {
+        std::fs::rename(tmp, dst)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), dst.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if args.output.is_some() || args.output_local.is_some() || args.discard {
+        let secs = report.wall_ns as f64 / 1e9;
+        eprintln!(
+            "csx: {} stages, {} bytes in, {} bytes out in {:.3} s ({:.1} MiB/s of input)",
+            report.stages.len(),
+            report.bytes_in,
+            report.bytes_out,
+            secs,
+            report.bytes_in as f64 / secs.max(1e-9) / (1 << 20) as f64
+        );
+    }
+    Ok(exit::SUCCESS)
+}

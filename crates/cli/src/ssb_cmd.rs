@@ -1,0 +1,211 @@
+//! `csx ssb run`: one Star Schema Benchmark query on the device (csx-data).
+
+use std::io::IsTerminal as _;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use csx_data::scan::FilterStrategy;
+use csx_data::ssb::queries;
+use csx_data::ssb::run::{run, QueryRun, RunOptions, Split};
+use csx_host::proto::EngineKind;
+use serde_json::json;
+
+use crate::connect;
+use crate::{exit, GlobalArgs};
+
+/// The Star Schema Benchmark on the device (Delilah's experiment).
+#[derive(Debug, Args)]
+pub struct SsbArgs {
+    #[command(subcommand)]
+    command: SsbCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum SsbCommand {
+    Run(RunArgs),
+}
+
+/// Run one SSB query (Q1.1-Q1.3, Q3.1-Q3.4) on the device.
+///
+/// The dataset lives on the device in the columnar format (`csx gen ssb`, `csx put -r`);
+/// when --data has no dataset yet, SSB at --sf is generated and put there first.
+///
+/// With full offload (the default) the device stages the columns from its media, runs
+/// the dimension operators at once on its engines (selection masks, then lookup tables
+/// in the shared state), probes LINEORDER in partitions at once (one per engine unless
+/// --partitions), and merges the sums: only the result crosses to the host.
+/// host-agg: the device selects and joins, the host sums the joined rows.
+/// host: the device only sends the columns; the host does everything.
+///
+/// Reported: the rows, bytes to the host, the modelled device time (the device's
+/// performance profile; the same on every machine), wall time and its phases.
+///
+/// Examples:
+///   csx ssb run Q3.3 --sf 1
+///   csx ssb run Q1.1 --sf 0.1 --split host --engine interp --json
+///   csx ssb run 3.3 --sf 1 --filter accel --partitions 4
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+struct RunArgs {
+    /// The query: Q1.1, Q1.2, Q1.3, Q3.1, Q3.2, Q3.3 or Q3.4 (the Q is optional).
+    query: String,
+    /// Scale factor of the dataset (generated and put when missing).
+    #[arg(long, default_value_t = 1.0)]
+    sf: f64,
+    /// Device directory of the dataset (default /ssb/sfN).
+    #[arg(long, value_name = "DEVDIR")]
+    data: Option<String>,
+    /// Where the work happens: offload, host-agg or host.
+    #[arg(long, default_value = "offload")]
+    split: String,
+    /// The device's engine kind for the operators: jit or interp.
+    #[arg(long, default_value = "jit")]
+    engine: String,
+    /// How selections run: bitmask, unrolled (eBPF) or accel (csx_filter_u32).
+    #[arg(long, default_value = "bitmask")]
+    filter: String,
+    /// LINEORDER partitions probed at once (default: the device's engine count).
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Seed of the generator, when the dataset is generated.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the result and its costs as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses the shared flags of `csx ssb run` and `csx bench ssb`.
+pub fn engine_of(s: &str) -> anyhow::Result<EngineKind> {
+    match s {
+        "jit" => Ok(EngineKind::Jit),
+        "interp" | "interpreter" => Ok(EngineKind::Interpreter),
+        _ => bail!("unknown engine {s:?}: jit or interp"),
+    }
+}
+
+pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let SsbCommand::Run(args) = args.command;
+    let q = queries::query(&args.query).with_context(|| {
+        format!(
+            "unknown SSB query {:?}; queries: {}",
+            args.query,
+            queries::names()
+        )
+    })?;
+    let split = Split::parse(&args.split)
+        .with_context(|| format!("unknown split {:?}: offload, host-agg or host", args.split))?;
+    let strategy = FilterStrategy::parse(&args.filter).with_context(|| {
+        format!(
+            "unknown filter {:?}: bitmask, unrolled or accel",
+            args.filter
+        )
+    })?;
+    let engine = engine_of(&args.engine)?;
+    csx_data::gen::check_sf(args.sf)?;
+    let dir = args
+        .data
+        .clone()
+        .unwrap_or_else(|| csx_data::ssb::default_dir(args.sf));
+    let dev = connect::open(global)?;
+    let tty = std::io::stderr().is_terminal();
+    let generated = csx_data::ssb::ensure_dataset(&dev, &dir, args.sf, args.seed, &mut |msg| {
+        if tty {
+            eprintln!("ssb: {msg}");
+        }
+    })
+    .with_context(|| format!("preparing the dataset at {dir}"))?;
+    let opts = RunOptions {
+        split,
+        engine,
+        strategy,
+        partitions: args.partitions,
+        ..Default::default()
+    };
+    let result = run(&dev, &dir, q, &opts).with_context(|| format!("running {} on {dir}", q.name));
+    dev.close().context("closing the device")?;
+    let result = result?;
+    if args.json {
+        println!("{:#}", run_json(&result, args.sf, &dir, generated));
+    } else {
+        print_run(&result, &dir);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// A run as JSON (shared with `csx bench ssb`).
+pub fn run_json(r: &QueryRun, sf: f64, dir: &str, generated: bool) -> serde_json::Value {
+    let rows: Vec<_> = r
+        .rows
+        .iter()
+        .map(|row| {
+            let mut v = row.keys.clone();
+            v.push(json!(row.value));
+            v
+        })
+        .collect();
+    let phases: Vec<_> = r
+        .phases
+        .iter()
+        .map(|p| json!({ "phase": p.name, "modelled_ns": p.modelled_ns, "wall_ns": p.wall_ns }))
+        .collect();
+    json!({
+        "query": r.query, "sf": sf, "data": dir, "generated": generated,
+        "split": r.options.split.name(),
+        "engine": if r.options.engine == EngineKind::Jit { "jit" } else { "interp" },
+        "filter": r.options.strategy.name(), "partitions": r.partitions,
+        "rows": rows, "joined": r.joined,
+        "bytes_to_host": r.meter.bytes_to_host, "media_bytes": r.meter.media_bytes,
+        "modelled_ns": r.meter.modelled_ns, "wall_ns": r.wall_ns, "host_ns": r.host_ns,
+        "fuel": r.meter.fuel, "commands": r.meter.commands, "executions": r.meter.executions,
+        "phases": phases,
+    })
+}
+
+fn print_run(r: &QueryRun, dir: &str) {
+    for row in &r.rows {
+        let keys: Vec<String> = row
+            .keys
+            .iter()
+            .map(|k| match k {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        println!(
+            "{}{}{}",
+            keys.join("  "),
+            if keys.is_empty() { "" } else { "  " },
+            row.value
+        );
+    }
+    println!(
+        "{} on {dir}: {} rows; split {}, engine {}, filter {}, {} partitions",
+        r.query,
+        r.rows.len(),
+        r.options.split.name(),
+        if r.options.engine == EngineKind::Jit {
+            "jit"
+        } else {
+            "interp"
+        },
+        r.options.strategy.name(),
+        r.partitions
+    );
+    println!(
+        "bytes to host {}; media {}; modelled {:.3} ms; wall {:.3} ms (host {:.3} ms)",
+        connect::format_size(r.meter.bytes_to_host),
+        connect::format_size(r.meter.media_bytes),
+        r.meter.modelled_ns as f64 / 1e6,
+        r.wall_ns as f64 / 1e6,
+        r.host_ns as f64 / 1e6
+    );
+    for p in &r.phases {
+        println!(
+            "  {:<10} modelled {:>10.3} ms  wall {:>10.3} ms",
+            p.name,
+            p.modelled_ns as f64 / 1e6,
+            p.wall_ns as f64 / 1e6
+        );
+    }
+}

@@ -1,0 +1,35 @@
+//! csx-data: data pipelines on csx devices (issue 13).
+//!
+//! * [`columnar`]: the columnar format (one file per column, fixed-width little-endian
+//!   values, dictionary-encoded strings, a schema per table; `docs/design/columnar.md`).
+//! * [`ssb::gen`] and [`tpch`]: deterministic generators of the Star Schema Benchmark's
+//!   tables and TPC-H's ORDERS and LINEITEM, written columnar; [`parquet`] writes the
+//!   Parquet copy the DuckDB oracle reads.
+//! * [`put`]: a directory tree onto the device (`csx put -r`).
+//! * [`scan`]: the pushdown scan: selection ([`predicate`]) and projection of one table
+//!   run on the device by the operators of `sdk/ssb` ([`ops`]), only the selected values
+//!   sent to the host, with bytes and modelled time reported.
+//!
+//! Built on csx-host's public API only: everything the device does here, it does
+//! through commands a served device accepts too.
+
+pub mod calendar;
+pub mod columnar;
+pub mod error;
+pub mod gen;
+pub mod names;
+pub mod ops;
+pub mod parquet;
+pub mod predicate;
+pub mod put;
+pub mod rng;
+pub mod scan;
+pub mod ssb;
+pub mod tpch;
+
+pub use columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};
+pub use error::DataError;
+pub use gen::{Benchmark, Dataset};
+pub use ops::Meter;
+pub use predicate::{Cmp, Predicate};
+pub use scan::{scan, FilterStrategy, ScanColumn, ScanOptions, ScanResult};

@@ -1,0 +1,19 @@
+//! csx-data's integration suite: generated data on the device and against DuckDB.
+//!
+//! Each module opens its own embedded device in a temporary directory. DuckDB (python3
+//! with duckdb and pyarrow) is the oracle; a machine without it fails these tests
+//! naming scripts/setup.sh.
+
+mod oracle;
+mod put_gen;
+mod scan;
+mod ssb;
+
+/// An embedded device under the lambda-io profile (so modelled times are not zero).
+pub fn device(dir: &std::path::Path) -> csx_host::Device {
+    let config = csx_device::DeviceConfig {
+        perf: csx_device::perf::PerfModel::lambda_io(),
+        ..Default::default()
+    };
+    csx_host::Device::init(dir, config).unwrap()
+}

@@ -1,0 +1,742 @@
+//! Pipelines of operators on the device (`csx pipe`, and the mount's fused shell pipes).
+//!
+//! Every stage is a program loaded into a device slot; chunks flow from stage to stage
+//! through device memory (SLM), never through the host:
+//!
+//! ```text
+//! source ──▶ [in 0|in 1] ──▶ stage 1 ──▶ [out 0|out 1] ──▶ stage 2 ──▶ ... ──▶ sink
+//!  file: Memory Copy on the device        each stage: one Execute per chunk
+//!  host: Memory Write                     (window 0 = its input buffer, 1 = its output,
+//!  none: the first stage generates         2 = its state)
+//! ```
+//!
+//! Each stage owns two output buffers (double buffering) and runs on its own host thread
+//! that only submits commands: while stage 2 works on chunk k, stage 1 already fills its
+//! other buffer with chunk k+1, so the device's compute engines run the stages at once.
+//! A buffer goes back to its producer once the consumer's Execute that read it has
+//! completed. Only the sink moves payload across the link: a Memory Read to the host, or
+//! nothing at all for a device file (File Write From Memory) or a discard.
+//!
+//! Failure: a stage that traps or returns a negative `CSX_E*` code stops the pipe; every
+//! thread ends, the programs are unloaded, the memory freed, and the error names the
+//! stage, the chunk and the trap. Output is never left looking complete: a device file
+//! is written under a temporary name (`PATH.csx-pipe-partial`) renamed over `PATH` only
+//! after the last chunk and a flush, and deleted on failure (the old `PATH`, if any,
+//! stays as it was); a host sink has received the chunks before the failure, and the
+//! caller (`csx pipe --output-local`) writes to a temporary file it renames only on
+//! success.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use csx_host::device::program_type_of;
+use csx_host::{CallError, Device, ExecuteRequest};
+use csx_proto::abi::op::{OP_AGAIN, OP_FIRST, OP_LAST, OP_LEN_MASK};
+use csx_proto::ids::{MemHandle, ProgramIndex};
+use csx_proto::limits::{MEM_IO_SIZE_MAX, SLM_ALLOC_SIZE_MAX};
+use csx_proto::{EngineKind, MemRange};
+
+use crate::ops::{OpError, Stage};
+
+/// Default bytes of one chunk.
+pub const CHUNK_DEFAULT: u64 = 4 << 20;
+/// Smallest chunk.
+pub const CHUNK_MIN: u64 = 4096;
+/// Largest chunk.
+pub const CHUNK_MAX: u64 = 256 << 20;
+
+/// Where a pipeline's bytes come from.
+pub enum Source {
+    /// A device file: chunks staged into device memory on the device (Memory Copy).
+    DeviceFile(String),
+    /// A host stream: chunks written into device memory (Memory Write).
+    Host(Box<dyn Read + Send>),
+    /// Nothing: the first stage generates (`datagen`).
+    Nothing,
+}
+
+/// Where the last stage's bytes go.
+pub enum Sink {
+    /// A device file, written on the device (File Write From Memory), replaced at the end.
+    DeviceFile(String),
+    /// A host stream (Memory Read).
+    Host(Box<dyn Write + Send>),
+    /// Nowhere: the bytes stay on the device (Metal FS's `/dev/null` sink).
+    Discard,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::DeviceFile(p) => write!(f, "DeviceFile({p})"),
+            Source::Host(_) => f.write_str("Host"),
+            Source::Nothing => f.write_str("Nothing"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sink::DeviceFile(p) => write!(f, "DeviceFile({p})"),
+            Sink::Host(_) => f.write_str("Host"),
+            Sink::Discard => f.write_str("Discard"),
+        }
+    }
+}
+
+/// How to run a pipeline.
+#[derive(Clone, Debug)]
+pub struct PipeOptions {
+    /// Bytes of one source chunk.
+    pub chunk: u64,
+    pub engine: EngineKind,
+    /// Fuel of each Execute; `None`: the device default.
+    pub fuel: Option<u64>,
+}
+
+impl Default for PipeOptions {
+    fn default() -> PipeOptions {
+        PipeOptions {
+            chunk: CHUNK_DEFAULT,
+            engine: EngineKind::Jit,
+            fuel: None,
+        }
+    }
+}
+
+/// What one stage did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StageReport {
+    pub name: String,
+    /// Executes (one per chunk, more when it asked again).
+    pub calls: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// The device's execution time (completions' execute_ns).
+    pub device_ns: u64,
+    /// The modelled time under the device's profile.
+    pub modelled_ns: u64,
+    /// Host wall time with one of its Executes in flight.
+    pub busy_ns: u64,
+}
+
+/// What a pipeline did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PipeReport {
+    pub stages: Vec<StageReport>,
+    /// Bytes the source produced.
+    pub bytes_in: u64,
+    /// Bytes the last stage produced (what the sink received).
+    pub bytes_out: u64,
+    /// Payload bytes that crossed the link host → device (a host source).
+    pub host_to_device: u64,
+    /// Payload bytes that crossed the link device → host (a host sink).
+    pub device_to_host: u64,
+    pub chunk: u64,
+    pub wall_ns: u64,
+}
+
+/// Why a pipeline failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PipeError {
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error("{what}: {source}")]
+    Device {
+        what: String,
+        #[source]
+        source: CallError,
+    },
+    #[error("stage {stage} ({name}) trapped at chunk {chunk}: {trap}")]
+    Trap {
+        stage: usize,
+        name: String,
+        chunk: u64,
+        trap: String,
+    },
+    #[error("stage {stage} ({name}) failed at chunk {chunk} with {code} ({}){}", csx_proto::abi::errno::name(*.code), .detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Failed {
+        stage: usize,
+        name: String,
+        chunk: u64,
+        code: i64,
+        detail: Option<String>,
+    },
+    #[error("stage {stage} ({name}) reported {len} output bytes, its buffer holds {cap}")]
+    OutputTooLarge {
+        stage: usize,
+        name: String,
+        len: u64,
+        cap: u64,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl PipeError {
+    fn device(what: impl Into<String>) -> impl FnOnce(CallError) -> PipeError {
+        let what = what.into();
+        move |source| PipeError::Device { what, source }
+    }
+}
+
+/// A chunk in device memory, on its way from a producer to its consumer.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    buf: MemHandle,
+    len: u64,
+    last: bool,
+}
+
+/// Programs and memory of one run, released on drop whatever happened.
+struct Resources<'d> {
+    dev: &'d Device,
+    programs: Vec<ProgramIndex>,
+    memory: Vec<MemHandle>,
+}
+
+impl Resources<'_> {
+    fn alloc(&mut self, size: u64, what: &str) -> Result<MemHandle, PipeError> {
+        if size > SLM_ALLOC_SIZE_MAX {
+            return Err(PipeError::Invalid(format!(
+                "{what} needs {size} bytes of device memory, one allocation holds at most {SLM_ALLOC_SIZE_MAX}"
+            )));
+        }
+        let h = self.dev.alloc(size).map_err(PipeError::device(format!(
+            "allocating {size} bytes for {what}"
+        )))?;
+        self.memory.push(h);
+        Ok(h)
+    }
+}
+
+impl Drop for Resources<'_> {
+    fn drop(&mut self) {
+        // Best effort: a device that is gone reclaims both when the client goes.
+        for &p in &self.programs {
+            let _ = self.dev.unload(p);
+        }
+        for &h in &self.memory {
+            let _ = self.dev.free(h);
+        }
+    }
+}
+
+/// The first error of a run; later ones are consequences.
+struct FirstError {
+    error: Mutex<Option<PipeError>>,
+    abort: AtomicBool,
+}
+
+impl FirstError {
+    fn set(&self, e: PipeError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.abort.store(true, Ordering::Release);
+    }
+
+    fn aborted(&self) -> bool {
+        self.abort.load(Ordering::Acquire)
+    }
+
+    /// The next value of `rx`, or `None` once the run aborted or the sender is gone (a
+    /// thread blocked here never waits for a buffer a failed thread still holds).
+    fn recv<T>(&self, rx: &Receiver<T>) -> Option<T> {
+        loop {
+            if self.aborted() {
+                return None;
+            }
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(v) => return Some(v),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+}
+
+/// Runs `stages` from `source` to `sink` on `dev`.
+pub fn run(
+    dev: &Device,
+    stages: &[Stage],
+    source: Source,
+    sink: Sink,
+    opts: &PipeOptions,
+) -> Result<PipeReport, PipeError> {
+    let start = Instant::now();
+    if stages.is_empty() {
+        return Err(OpError::EmptyStage.into());
+    }
+    if !(CHUNK_MIN..=CHUNK_MAX).contains(&opts.chunk) {
+        return Err(PipeError::Invalid(format!(
+            "chunk of {} bytes, must be {CHUNK_MIN}..={CHUNK_MAX}",
+            opts.chunk
+        )));
+    }
+    match (&source, stages[0].source_only) {
+        (Source::Nothing, false) => {
+            return Err(PipeError::Invalid(format!(
+                "no input: give one, or start the pipeline with a generator (datagen); {} reads its input",
+                stages[0].name
+            )))
+        }
+        (Source::DeviceFile(_) | Source::Host(_), true) => {
+            return Err(PipeError::Invalid(format!(
+                "{} generates its stream and ignores input: drop the input",
+                stages[0].name
+            )))
+        }
+        _ => {}
+    }
+    let mut res = Resources {
+        dev,
+        programs: Vec::new(),
+        memory: Vec::new(),
+    };
+    // Programs.
+    let mut pinds = Vec::with_capacity(stages.len());
+    for (i, s) in stages.iter().enumerate() {
+        let what = format!("loading stage {} ({})", i + 1, s.name);
+        let pind = dev
+            .load_program_any_slot(program_type_of(&s.object), &s.object, s.entry.as_deref())
+            .map_err(PipeError::device(what.clone()))?;
+        res.programs.push(pind);
+        dev.activate(pind, opts.engine)
+            .map_err(PipeError::device(format!(
+                "activating stage {} ({})",
+                i + 1,
+                s.name
+            )))?;
+        pinds.push(pind);
+    }
+    // Memory: the source's two buffers, each stage's two outputs and its state.
+    let mut in_cap = opts.chunk;
+    let src_bufs = if matches!(source, Source::Nothing) {
+        // A generator's input is one empty chunk: a small buffer.
+        vec![res.alloc(64, "the empty input")?]
+    } else {
+        vec![
+            res.alloc(in_cap, "input buffer 0")?,
+            res.alloc(in_cap, "input buffer 1")?,
+        ]
+    };
+    let mut plans = Vec::with_capacity(stages.len());
+    for (i, s) in stages.iter().enumerate() {
+        let cap = s.out.bytes(in_cap).max(64);
+        let what = format!("stage {} ({})", i + 1, s.name);
+        let outs = [
+            res.alloc(cap, &format!("{what} output 0"))?,
+            res.alloc(cap, &format!("{what} output 1"))?,
+        ];
+        let state_len = s.state_bytes.max(8);
+        let state = res.alloc(state_len, &format!("{what} state"))?;
+        dev.fill_mem(state, 0, state_len, 0)
+            .map_err(PipeError::device(format!("zeroing {what} state")))?;
+        plans.push(StagePlan {
+            index: i + 1,
+            name: s.name.clone(),
+            pind: pinds[i],
+            params: s.params.clone(),
+            outs,
+            cap,
+            state,
+            state_len,
+            fuel: opts.fuel,
+        });
+        in_cap = cap;
+    }
+    let (output_path, temp_path) = match &sink {
+        Sink::DeviceFile(p) => {
+            let temp = format!("{p}.csx-pipe-partial");
+            // A leftover of an earlier failed run: start clean.
+            let _ = dev.delete_file(&temp);
+            (Some(p.clone()), Some(temp))
+        }
+        _ => (None, None),
+    };
+
+    let first = FirstError {
+        error: Mutex::new(None),
+        abort: AtomicBool::new(false),
+    };
+    let mut report = PipeReport {
+        chunk: opts.chunk,
+        ..PipeReport::default()
+    };
+    let first_ref = &first;
+    std::thread::scope(|scope| {
+        // Free lists: the producer's receiver, a sender for its consumer to give back.
+        let (src_free_tx, src_free_rx) = sync_channel::<MemHandle>(2);
+        for &b in &src_bufs {
+            src_free_tx.send(b).expect("room for two");
+        }
+        let (tx0, mut rx) = sync_channel::<Chunk>(1);
+        let mut upstream_free = src_free_tx;
+        let mut stage_handles = Vec::new();
+        for plan in &plans {
+            let (free_tx, free_rx) = sync_channel::<MemHandle>(2);
+            for &b in &plan.outs {
+                free_tx.send(b).expect("room for two");
+            }
+            let (tx, next_rx) = sync_channel::<Chunk>(1);
+            let input = std::mem::replace(&mut rx, next_rx);
+            let give_back = std::mem::replace(&mut upstream_free, free_tx.clone());
+            stage_handles.push(scope.spawn(move || {
+                let mut st = StageReport {
+                    name: plan.name.clone(),
+                    ..StageReport::default()
+                };
+                if let Err(e) = plan.run(
+                    dev, input, give_back, free_rx, free_tx, tx, first_ref, &mut st,
+                ) {
+                    first_ref.set(e);
+                }
+                st
+            }));
+        }
+        let sink_give_back = upstream_free;
+        let last_rx = rx;
+        let temp = temp_path.clone();
+        let sink_handle = scope.spawn(move || {
+            let mut bytes = 0u64;
+            let mut to_host = 0u64;
+            if let Err(e) = run_sink(
+                dev,
+                sink,
+                temp.as_deref(),
+                last_rx,
+                sink_give_back,
+                first_ref,
+                &mut bytes,
+                &mut to_host,
+            ) {
+                first_ref.set(e);
+            }
+            (bytes, to_host)
+        });
+        let (bytes_in, to_device) = match run_source(
+            dev,
+            source,
+            &src_bufs,
+            opts.chunk,
+            src_free_rx,
+            tx0,
+            first_ref,
+        ) {
+            Ok(v) => v,
+            Err(e) => {
+                first_ref.set(e);
+                (0, 0)
+            }
+        };
+        report.bytes_in = bytes_in;
+        report.host_to_device = to_device;
+        for h in stage_handles {
+            report.stages.push(h.join().unwrap_or_default());
+        }
+        let (bytes_out, to_host) = sink_handle.join().unwrap_or((0, 0));
+        report.bytes_out = bytes_out;
+        report.device_to_host = to_host;
+    });
+    if let Some(e) = first.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(t) = &temp_path {
+            let _ = dev.delete_file(t);
+        }
+        return Err(e);
+    }
+    if let (Some(out), Some(temp)) = (output_path, temp_path) {
+        // The output exists only once it is whole: flush, then rename over the old one.
+        if report.bytes_out == 0 {
+            dev.write_file(&temp, 0, &[])
+                .map_err(PipeError::device(format!("creating {temp}")))?;
+        }
+        dev.flush()
+            .map_err(PipeError::device("flushing the output"))?;
+        dev.rename(&temp, &out)
+            .map_err(PipeError::device(format!("renaming {temp} to {out}")))?;
+        dev.flush()
+            .map_err(PipeError::device("flushing the rename"))?;
+    }
+    drop(res);
+    report.wall_ns = start.elapsed().as_nanos() as u64;
+    Ok(report)
+}
+
+struct StagePlan {
+    index: usize,
+    name: String,
+    pind: ProgramIndex,
+    params: Vec<u8>,
+    outs: [MemHandle; 2],
+    cap: u64,
+    state: MemHandle,
+    state_len: u64,
+    fuel: Option<u64>,
+}
+
+impl StagePlan {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        dev: &Device,
+        input: Receiver<Chunk>,
+        give_back: SyncSender<MemHandle>,
+        free: Receiver<MemHandle>,
+        free_self: SyncSender<MemHandle>,
+        output: SyncSender<Chunk>,
+        first: &FirstError,
+        st: &mut StageReport,
+    ) -> Result<(), PipeError> {
+        let mut chunk_no = 0u64;
+        let mut is_first = true;
+        while let Some(c) = first.recv(&input) {
+            st.bytes_in += c.len;
+            loop {
+                let Some(out) = first.recv(&free) else {
+                    return Ok(());
+                };
+                let flags = if is_first { OP_FIRST } else { 0 } | if c.last { OP_LAST } else { 0 };
+                let in_window = if c.len == 0 { 64 } else { c.len };
+                let mut req = ExecuteRequest::new(self.pind)
+                    .window(c.buf, 0, in_window)
+                    .window(out, 0, self.cap)
+                    .window(self.state, 0, self.state_len)
+                    .cparams(flags, c.len)
+                    .params(self.params.clone());
+                if let Some(f) = self.fuel {
+                    req = req.fuel(f);
+                }
+                let t0 = Instant::now();
+                let ex = dev.execute(&req).map_err(PipeError::device(format!(
+                    "stage {} ({}) at chunk {chunk_no}",
+                    self.index, self.name
+                )))?;
+                st.busy_ns += t0.elapsed().as_nanos() as u64;
+                st.calls += 1;
+                st.device_ns += ex.timing.execute_ns;
+                st.modelled_ns += ex.timing.modelled_ns;
+                is_first = false;
+                if ex.trapped() {
+                    let trap = ex
+                        .trap
+                        .as_ref()
+                        .map_or_else(|| "a trap".to_owned(), |t| format!("{t:?}"));
+                    return Err(PipeError::Trap {
+                        stage: self.index,
+                        name: self.name.clone(),
+                        chunk: chunk_no,
+                        trap,
+                    });
+                }
+                if ex.r0_signed() < 0 {
+                    return Err(PipeError::Failed {
+                        stage: self.index,
+                        name: self.name.clone(),
+                        chunk: chunk_no,
+                        code: ex.r0_signed(),
+                        detail: ex
+                            .detail
+                            .as_ref()
+                            .map(|d| format!("{}: {}", d.function, d.message)),
+                    });
+                }
+                let again = ex.r0 & OP_AGAIN != 0;
+                let n = ex.r0 & OP_LEN_MASK;
+                if n > self.cap {
+                    return Err(PipeError::OutputTooLarge {
+                        stage: self.index,
+                        name: self.name.clone(),
+                        len: n,
+                        cap: self.cap,
+                    });
+                }
+                st.bytes_out += n;
+                let last = c.last && !again;
+                if n > 0 || last {
+                    if output
+                        .send(Chunk {
+                            buf: out,
+                            len: n,
+                            last,
+                        })
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                } else {
+                    let _ = free_self.send(out);
+                }
+                if !again {
+                    break;
+                }
+            }
+            chunk_no += 1;
+            let _ = give_back.send(c.buf);
+            if c.last {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_source(
+    dev: &Device,
+    source: Source,
+    bufs: &[MemHandle],
+    chunk: u64,
+    free: Receiver<MemHandle>,
+    out: SyncSender<Chunk>,
+    first: &FirstError,
+) -> Result<(u64, u64), PipeError> {
+    match source {
+        Source::Nothing => {
+            let _ = out.send(Chunk {
+                buf: bufs[0],
+                len: 0,
+                last: true,
+            });
+            Ok((0, 0))
+        }
+        Source::DeviceFile(path) => {
+            let size = dev
+                .stat(&path)
+                .map_err(PipeError::device(format!("the input {path}")))?
+                .size_bytes;
+            let mut off = 0u64;
+            loop {
+                let Some(buf) = first.recv(&free) else {
+                    return Ok((off, 0));
+                };
+                let n = chunk.min(size - off);
+                if n > 0 {
+                    let got = dev
+                        .copy_file_to_mem(&path, off, n, buf, 0)
+                        .map_err(PipeError::device(format!("reading {path} at {off}")))?;
+                    if got != n {
+                        return Err(PipeError::Invalid(format!(
+                            "{path} changed size while the pipe read it ({got} of {n} bytes at {off})"
+                        )));
+                    }
+                }
+                off += n;
+                let last = off >= size;
+                if out.send(Chunk { buf, len: n, last }).is_err() || last {
+                    return Ok((off, 0));
+                }
+            }
+        }
+        Source::Host(mut reader) => {
+            let mut data = vec![0u8; chunk as usize];
+            let mut total = 0u64;
+            loop {
+                let Some(buf) = first.recv(&free) else {
+                    return Ok((total, total));
+                };
+                // Fill the chunk (a pipe gives short reads); end of stream is a 0 read.
+                let mut n = 0usize;
+                while n < data.len() {
+                    match reader.read(&mut data[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            return Err(PipeError::Io {
+                                what: "reading the input".into(),
+                                source: e,
+                            })
+                        }
+                    }
+                }
+                let last = n < data.len();
+                if n > 0 {
+                    dev.write_mem(buf, 0, &data[..n])
+                        .map_err(PipeError::device("writing input into device memory"))?;
+                }
+                total += n as u64;
+                if out
+                    .send(Chunk {
+                        buf,
+                        len: n as u64,
+                        last,
+                    })
+                    .is_err()
+                    || last
+                {
+                    return Ok((total, total));
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_sink(
+    dev: &Device,
+    sink: Sink,
+    temp: Option<&str>,
+    input: Receiver<Chunk>,
+    give_back: SyncSender<MemHandle>,
+    first: &FirstError,
+    bytes: &mut u64,
+    to_host: &mut u64,
+) -> Result<(), PipeError> {
+    let mut sink = sink;
+    let mut buf = Vec::new();
+    while let Some(c) = first.recv(&input) {
+        if c.len > 0 {
+            match &mut sink {
+                Sink::DeviceFile(_) => {
+                    let path = temp.expect("a device sink has a temporary path");
+                    dev.write_mem_to_file(
+                        path,
+                        *bytes,
+                        MemRange {
+                            handle: c.buf,
+                            offset: 0,
+                            len: c.len,
+                        },
+                    )
+                    .map_err(PipeError::device(format!("writing {path} at {}", *bytes)))?;
+                }
+                Sink::Host(w) => {
+                    buf.resize(c.len as usize, 0);
+                    dev.read_mem_into(c.buf, 0, &mut buf)
+                        .map_err(PipeError::device("reading the output from device memory"))?;
+                    *to_host += c.len;
+                    w.write_all(&buf).map_err(|e| PipeError::Io {
+                        what: "writing the output".into(),
+                        source: e,
+                    })?;
+                }
+                Sink::Discard => {}
+            }
+        }
+        *bytes += c.len;
+        let _ = give_back.send(c.buf);
+        if c.last {
+            break;
+        }
+    }
+    if let Sink::Host(w) = &mut sink {
+        w.flush().map_err(|e| PipeError::Io {
+            what: "flushing the output".into(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}
+
+const _: () = assert!(CHUNK_MAX <= MEM_IO_SIZE_MAX * 16);

@@ -1,0 +1,636 @@
+//! Shell pipes of operators in the mount (Metal FS's proxy executables).
+//!
+//! The mount shows `MOUNT/.ops/NAME` for every operator: a small executable script that
+//! runs `csx op proxy` (the *proxy*). A shell composes them like any program:
+//!
+//! ```text
+//! MOUNT/.ops/filter --op gt --value 100 < MOUNT/data | MOUNT/.ops/aggregate --text > sum.txt
+//! ```
+//!
+//! Each proxy classifies its standard input and output through `/proc/self/fd` (as Metal
+//! FS does): a file of the mount ([`End::File`]), `/dev/null` ([`End::Null`]), a pipe whose
+//! other end is another proxy of the same mount ([`End::Peer`], found by scanning
+//! `/proc/*/fd` for the pipe's inode), or anything else ([`End::Host`]). It registers with
+//! the mount process over a Unix socket ([`OpsServer`]), which links proxies whose peer
+//! claims agree into one chain and runs it as one [`crate::pipe`] pipeline on the device:
+//! no payload crosses the pipes between chained proxies. Only a host end moves payload,
+//! through the proxy at that end: its stdin to the device, or the device's output to its
+//! stdout. A chain broken by an ordinary program (`op | cat | op`) is two pipelines joined
+//! by the real pipe; the result is the same either way.
+//!
+//! Failure: a stage that traps or fails ends every proxy of the chain with a non-zero
+//! status and the error on stderr (the mount's log has it too). An output file of the
+//! mount is written under a temporary name and renamed only when whole, so it holds
+//! what the shell's redirection left (empty, for `>`) when the chain fails.
+//!
+//! Differences from Metal FS: payload at a host end crosses the socket (Metal FS maps a
+//! 2 × 64 MiB shared memory buffer); several chains may run at once (Metal FS runs one).
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::MetalFs;
+use crate::ops::Catalogue;
+use crate::pipe::{self, PipeError, PipeOptions, Sink, Source};
+
+/// What a proxy's standard input or output is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    /// A file of the mount: its device path.
+    File(String),
+    /// A pipe to another proxy of the same mount: its pid.
+    Peer(u32),
+    /// `/dev/null`.
+    Null,
+    /// Anything else: payload goes through the proxy.
+    Host,
+}
+
+/// A proxy's registration: the first line it sends, JSON.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub pid: u32,
+    /// The operator and its parameters (a pipeline stage's words).
+    pub words: Vec<String>,
+    pub input: End,
+    pub output: End,
+}
+
+/// The end of a chain, sent to each of its proxies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub ok: bool,
+    /// 3 for a trap, 1 otherwise (the `csx` exit statuses).
+    pub status: u8,
+    pub message: String,
+    /// Stages of the chain this proxy was part of.
+    pub stages: usize,
+    /// Payload bytes that crossed the host boundary (host → device, device → host).
+    pub host_bytes: u64,
+}
+
+const TAG_DATA: u8 = b'D';
+const TAG_END: u8 = b'E';
+/// How long a proxy waits for a pipe's other process to become a proxy (it may still be
+/// the shell's forked child before exec).
+const PEER_WAIT: Duration = Duration::from_secs(5);
+/// How long a registered proxy waits for the peers it claims.
+const LINK_WAIT: Duration = Duration::from_secs(20);
+
+/// The executable script the mount shows as `.ops/NAME`.
+pub fn script(exe: &Path, socket: &Path, mount: &Path, op: &str) -> Vec<u8> {
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    format!(
+        "#!/bin/sh\n# csx operator `{op}` on the device of the mount {m}; `csx op list` shows its parameters.\nexec {} op proxy --socket {} --mount {} {op} \"$@\"\n",
+        q(exe),
+        q(socket),
+        q(mount),
+        m = mount.display()
+    )
+    .into_bytes()
+}
+
+/// The `/.ops` directory of a mount: a script per operator of the catalogue.
+pub fn ops_dir(exe: &Path, socket: &Path, mount: &Path) -> crate::fuse::OpsDir {
+    crate::fuse::OpsDir {
+        entries: Catalogue
+            .operators()
+            .iter()
+            .map(|o| (o.name.to_owned(), script(exe, socket, mount, o.name)))
+            .collect(),
+    }
+}
+
+// -------------------------------------------------------------------------------------
+// The proxy side.
+
+/// Runs a proxy: classifies fd 0 and 1, registers, streams a host end, and returns the
+/// exit status the chain ended with.
+pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> {
+    let mount = std::fs::canonicalize(mount).unwrap_or_else(|_| mount.to_path_buf());
+    let input = classify(0, &mount);
+    let output = classify(1, &mount);
+    let reg = Registration {
+        pid: std::process::id(),
+        words,
+        input: input.clone(),
+        output: output.clone(),
+    };
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "cannot reach the mount's operator socket {}: {e}",
+                socket.display()
+            ),
+        )
+    })?;
+    let mut line = serde_json::to_vec(&reg).map_err(io::Error::other)?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    let feeder = if input == End::Host {
+        let mut w = stream.try_clone()?;
+        Some(std::thread::spawn(move || {
+            let mut stdin = io::stdin().lock();
+            // A chain that ends early closes the socket: stop quietly.
+            let _ = io::copy(&mut stdin, &mut w);
+            let _ = w.shutdown(std::net::Shutdown::Write);
+        }))
+    } else {
+        stream.shutdown(std::net::Shutdown::Write)?;
+        None
+    };
+    let mut r = BufReader::new(stream);
+    let mut stdout = io::stdout().lock();
+    loop {
+        let mut head = [0u8; 9];
+        if let Err(e) = r.read_exact(&mut head) {
+            eprintln!("csx: the mount closed the operator socket: {e}");
+            return Ok(1);
+        }
+        let len = u64::from_le_bytes(head[1..].try_into().expect("8 bytes")) as usize;
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body)?;
+        match head[0] {
+            TAG_DATA => stdout.write_all(&body)?,
+            _ => {
+                stdout.flush()?;
+                let outcome: Outcome = serde_json::from_slice(&body).map_err(io::Error::other)?;
+                if !outcome.ok {
+                    eprintln!("csx: {}", outcome.message);
+                }
+                drop(feeder);
+                return Ok(outcome.status);
+            }
+        }
+    }
+}
+
+fn readlink_fd(pid: &str, fd: u32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .ok()
+        .map(|p| p.display().to_string())
+}
+
+/// What fd `fd` (0 or 1) of this process is.
+pub fn classify(fd: u32, mount: &Path) -> End {
+    let Some(target) = readlink_fd("self", fd) else {
+        return End::Host;
+    };
+    if target == "/dev/null" {
+        return if fd == 1 { End::Null } else { End::Host };
+    }
+    if target.starts_with("pipe:[") {
+        return pipe_peer(&target, fd, mount).map_or(End::Host, End::Peer);
+    }
+    let m = mount.display().to_string();
+    match target.strip_prefix(&m) {
+        Some(rest) if rest.starts_with('/') => End::File(rest.to_owned()),
+        _ => End::Host,
+    }
+}
+
+/// The pid of the proxy at the other end of pipe `target`, if it is one. The other end
+/// is the process holding the pipe at the other standard descriptor; a shell holding it
+/// (a forked child before it execs, or the parent before it closes its copy) may still
+/// turn into a proxy, so it is looked at again, for at most [`PEER_WAIT`].
+fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
+    let other_fd = if fd == 0 { 1 } else { 0 };
+    let me = std::process::id();
+    let start = Instant::now();
+    loop {
+        // (pid, whether it holds the pipe at the other standard descriptor)
+        let mut holders: Vec<(u32, bool)> = Vec::new();
+        if let Ok(dir) = std::fs::read_dir("/proc") {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Ok(pid) = name.parse::<u32>() else {
+                    continue;
+                };
+                if pid == me {
+                    continue;
+                }
+                let Ok(fds) = std::fs::read_dir(format!("/proc/{name}/fd")) else {
+                    continue;
+                };
+                let mut held = None;
+                for f in fds.flatten() {
+                    if std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == target) {
+                        let fd_name = f.file_name().to_string_lossy().into_owned();
+                        // Only the other end of the pipe: a process that shares our end
+                        // (the shell whose own stdout we inherited) is no peer.
+                        if !holds_other_end(&name, &fd_name, fd) {
+                            continue;
+                        }
+                        let at_std = fd_name == other_fd.to_string();
+                        held = Some(held.unwrap_or(false) || at_std);
+                    }
+                }
+                if let Some(at_std) = held {
+                    holders.push((pid, at_std));
+                }
+            }
+        }
+        let std_holders: Vec<u32> = holders.iter().filter(|h| h.1).map(|h| h.0).collect();
+        let look_at = if std_holders.is_empty() {
+            holders.iter().map(|h| h.0).collect()
+        } else {
+            std_holders.clone()
+        };
+        let mut maybe = false;
+        for &pid in &look_at {
+            match peer_kind(pid, mount) {
+                PeerKind::Proxy if !std_holders.is_empty() => return Some(pid),
+                PeerKind::Other if !std_holders.is_empty() => return None,
+                PeerKind::Proxy | PeerKind::Maybe => maybe = true,
+                PeerKind::Other => {}
+            }
+        }
+        if !maybe || start.elapsed() > PEER_WAIT {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+}
+
+/// Whether descriptor `fd_name` of process `pid` is the other end of a pipe from our fd
+/// `our_fd` (0 reads, so the other end writes; 1 writes, so it reads), by the access
+/// mode in "/proc/PID/fdinfo/FD".
+fn holds_other_end(pid: &str, fd_name: &str, our_fd: u32) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd_name}")) else {
+        return false;
+    };
+    let Some(flags) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+    else {
+        return false;
+    };
+    let access = flags & 3;
+    if our_fd == 0 {
+        access != 0
+    } else {
+        access != 1
+    }
+}
+
+enum PeerKind {
+    Proxy,
+    /// A shell (a forked child that may still exec a proxy).
+    Maybe,
+    Other,
+}
+
+fn peer_kind(pid: u32, mount: &Path) -> PeerKind {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return PeerKind::Other;
+    };
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let ops_dir = mount.join(".ops");
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+    let is_op_path = |a: &str| {
+        let p = cwd.join(a);
+        p.parent()
+            .is_some_and(|d| std::fs::canonicalize(d).is_ok_and(|d| d == ops_dir) || d == ops_dir)
+    };
+    // The proxy itself, or the script before it execs the proxy.
+    let proxy = args.windows(2).any(|w| w[0] == "op" && w[1] == "proxy")
+        && args
+            .windows(2)
+            .any(|w| w[0] == "--mount" && Path::new(&w[1]) == mount);
+    if proxy
+        || args
+            .iter()
+            .take(2)
+            .any(|a| a.contains("/.ops/") && is_op_path(a))
+    {
+        return PeerKind::Proxy;
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let base = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    if matches!(
+        base.as_deref(),
+        Some("sh" | "bash" | "dash" | "zsh" | "ksh" | "busybox")
+    ) {
+        PeerKind::Maybe
+    } else {
+        PeerKind::Other
+    }
+}
+
+// -------------------------------------------------------------------------------------
+// The mount side.
+
+struct Agent {
+    reg: Registration,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    since: Instant,
+}
+
+/// The mount process's end of the proxies: accepts registrations, links chains, runs
+/// them on the device. Stops (and removes its socket) on drop.
+#[derive(Debug)]
+pub struct OpsServer {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OpsServer {
+    /// Listens on `socket` for the proxies of the mount at `mount`.
+    pub fn start(fs: Arc<MetalFs>, socket: &Path, log: bool) -> io::Result<OpsServer> {
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {}: {e}", socket.display()),
+            )
+        })?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("csx-ops".into())
+            .spawn(move || serve(listener, fs, stop2, log))?;
+        Ok(OpsServer {
+            socket: socket.to_path_buf(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for OpsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: bool) {
+    let pool: Arc<Mutex<HashMap<u32, Agent>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut runners = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = register(stream, &pool) {
+                    eprintln!("csx: operator proxy refused: {e}");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => {
+                eprintln!("csx: operator socket: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let chains = {
+            let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
+            expire(&mut p);
+            ready_chains(&mut p)
+        };
+        for chain in chains {
+            let fs = Arc::clone(&fs);
+            runners.push(std::thread::spawn(move || run_chain(&fs, chain, log)));
+        }
+        runners.retain(|r| !r.is_finished());
+    }
+    for r in runners {
+        let _ = r.join();
+    }
+}
+
+fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    reader.get_ref().set_read_timeout(None)?;
+    let reg: Registration = serde_json::from_str(&line).map_err(|e| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("bad registration: {e}"))
+    })?;
+    let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
+    p.insert(
+        reg.pid,
+        Agent {
+            reg,
+            reader,
+            writer,
+            since: Instant::now(),
+        },
+    );
+    Ok(())
+}
+
+/// Ends agents whose claimed peers never came (or died).
+fn expire(pool: &mut HashMap<u32, Agent>) {
+    let dead: Vec<u32> = pool
+        .values()
+        .filter(|a| {
+            let gone = |e: &End| {
+                matches!(e, End::Peer(p) if !pool.contains_key(p)
+                    && !Path::new(&format!("/proc/{p}")).exists())
+            };
+            a.since.elapsed() > LINK_WAIT || gone(&a.reg.input) || gone(&a.reg.output)
+        })
+        .map(|a| a.reg.pid)
+        .collect();
+    for pid in dead {
+        if let Some(mut a) = pool.remove(&pid) {
+            let _ = send_end(
+                &mut a.writer,
+                &Outcome {
+                    ok: false,
+                    status: 1,
+                    message: format!(
+                        "{}: the operator it is piped to never registered with the mount",
+                        a.reg.words.first().map_or("operator", String::as_str)
+                    ),
+                    stages: 0,
+                    host_bytes: 0,
+                },
+            );
+        }
+    }
+}
+
+/// Removes and returns every chain whose members have all registered: from a head whose
+/// input is not a peer, along mutual peer links, to a tail whose output is not a peer. A
+/// link one side claims and the other denies is no link: both sides treat it as host.
+fn ready_chains(pool: &mut HashMap<u32, Agent>) -> Vec<Vec<Agent>> {
+    let mutual_in = |pool: &HashMap<u32, Agent>, a: &Agent| match a.reg.input {
+        End::Peer(p) => pool.get(&p).map(|b| b.reg.output == End::Peer(a.reg.pid)),
+        _ => Some(false),
+    };
+    let mut out = Vec::new();
+    let heads: Vec<u32> = pool
+        .values()
+        .filter(|a| mutual_in(pool, a) == Some(false))
+        .map(|a| a.reg.pid)
+        .collect();
+    'heads: for head in heads {
+        let mut chain = vec![head];
+        loop {
+            let a = &pool[chain.last().expect("never empty")];
+            match a.reg.output {
+                End::Peer(p) => match pool.get(&p) {
+                    None => continue 'heads,
+                    Some(b) if b.reg.input == End::Peer(a.reg.pid) => chain.push(p),
+                    Some(_) => break,
+                },
+                _ => break,
+            }
+        }
+        out.push(
+            chain
+                .iter()
+                .map(|pid| pool.remove(pid).expect("in the pool"))
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Frames written to a proxy's stdout.
+struct FrameWriter(UnixStream);
+
+impl Write for FrameWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut head = [TAG_DATA; 9];
+        head[1..].copy_from_slice(&(buf.len() as u64).to_le_bytes());
+        self.0.write_all(&head)?;
+        self.0.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+fn send_end(w: &mut UnixStream, o: &Outcome) -> io::Result<()> {
+    let body = serde_json::to_vec(o).map_err(io::Error::other)?;
+    let mut head = [TAG_END; 9];
+    head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(&body)
+}
+
+fn run_chain(fs: &MetalFs, mut chain: Vec<Agent>, log: bool) {
+    let names: Vec<String> = chain.iter().map(|a| a.reg.words.join(" ")).collect();
+    let text = names.join(" | ");
+    let result = (|| -> Result<pipe::PipeReport, PipeError> {
+        let ends = (
+            &chain.first().expect("a head").reg.input,
+            &chain.last().expect("a tail").reg.output,
+        );
+        if matches!(ends.0, End::Peer(_)) || matches!(ends.1, End::Peer(_)) {
+            return Err(PipeError::Invalid(
+                "two operators disagree about the pipe between them (one saw an operator, the other did not); run the pipeline again".into(),
+            ));
+        }
+        let stages = chain
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let s = Catalogue.parse_stage(&a.reg.words)?;
+                if s.source_only && i > 0 {
+                    return Err(crate::ops::OpError::SourceNotFirst {
+                        op: s.name,
+                        index: i + 1,
+                    });
+                }
+                Ok(s)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let head = chain.first_mut().expect("a chain has a head");
+        let source = if stages[0].source_only {
+            Source::Nothing
+        } else {
+            match &head.reg.input {
+                End::File(p) => Source::DeviceFile(p.clone()),
+                End::Null => Source::Host(Box::new(io::empty())),
+                _ => {
+                    let reader = std::mem::replace(
+                        &mut head.reader,
+                        BufReader::new(head.writer.try_clone().map_err(|e| PipeError::Io {
+                            what: "the proxy's socket".into(),
+                            source: e,
+                        })?),
+                    );
+                    Source::Host(Box::new(reader))
+                }
+            }
+        };
+        let tail = chain.last().expect("a chain has a tail");
+        let sink = match &tail.reg.output {
+            End::File(p) => Sink::DeviceFile(p.clone()),
+            End::Null => Sink::Discard,
+            _ => Sink::Host(Box::new(io::BufWriter::with_capacity(
+                1 << 20,
+                FrameWriter(tail.writer.try_clone().map_err(|e| PipeError::Io {
+                    what: "the proxy's socket".into(),
+                    source: e,
+                })?),
+            ))),
+        };
+        pipe::run(fs.device(), &stages, source, sink, &PipeOptions::default())
+    })();
+    let outcome = match &result {
+        Ok(r) => Outcome {
+            ok: true,
+            status: 0,
+            message: String::new(),
+            stages: chain.len(),
+            host_bytes: r.host_to_device + r.device_to_host,
+        },
+        Err(e) => Outcome {
+            ok: false,
+            status: if matches!(e, PipeError::Trap { .. }) {
+                3
+            } else {
+                1
+            },
+            message: format!("{text}: {e}"),
+            stages: chain.len(),
+            host_bytes: 0,
+        },
+    };
+    if log {
+        match &result {
+            Ok(r) => eprintln!(
+                "csx: pipe `{text}`: {} stage(s) fused on the device, {} bytes in, {} bytes out, {} payload bytes through the host",
+                chain.len(),
+                r.bytes_in,
+                r.bytes_out,
+                r.host_to_device + r.device_to_host
+            ),
+            Err(_) => eprintln!("csx: pipe failed: {}", outcome.message),
+        }
+    }
+    for a in &mut chain {
+        let _ = send_end(&mut a.writer, &outcome);
+    }
+}

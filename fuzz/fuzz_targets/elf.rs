@@ -1,0 +1,8 @@
+//! Fuzz target `elf`: see `csx_fuzzing::TARGETS` for what it feeds and checks.
+//! Run: `make fuzz FUZZ_TARGETS=elf FUZZ_MINUTES=N` (scripts/fuzz.sh).
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    csx_fuzzing::elf(data);
+});

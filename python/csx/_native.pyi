@@ -1,0 +1,186 @@
+"""Type stubs of csx._native, the compiled half of the package (PyO3). Use the
+public API in csx (csx.Device, ...), which checks arguments and names the bad one."""
+
+from os import PathLike
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+ABI_VERSION: int
+
+class Buffer:
+    """Read-only bytes from the device; supports the buffer protocol, so
+    numpy.frombuffer, memoryview and pyarrow.py_buffer view it without a copy."""
+
+    def __len__(self) -> int: ...
+    def __bytes__(self) -> bytes: ...
+    def __buffer__(self, flags: int) -> memoryview: ...
+    @property
+    def address(self) -> int: ...
+
+class ExecResult:
+    r0: int
+    r0_signed: int
+    status: int
+    status_name: str
+    trapped: bool
+    trap: Optional[str]
+    trap_kind: Optional[str]
+    trap_pc: Optional[int]
+    fuel_used: int
+    trace: List[str]
+    detail: Optional[str]
+    output: Optional[Buffer]
+    staged_bytes: int
+    timing: Dict[str, int]
+    wall_ns: int
+
+class LambdaResult:
+    output: Buffer
+    ran: str
+    cache_ratio: float
+    modelled_ns: int
+    host: Optional[Dict[str, int]]
+    device: Optional[Dict[str, int]]
+
+_Path = Union[str, PathLike[str]]
+
+class Device:
+    @staticmethod
+    def open(uri: str) -> Device: ...
+    @staticmethod
+    def init(
+        path: _Path,
+        profile: Optional[str] = None,
+        nvm_size: Optional[int] = None,
+        slm_size: Optional[int] = None,
+        state_size: Optional[int] = None,
+        engines: Optional[int] = None,
+    ) -> Device: ...
+    @property
+    def uri(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def close(self) -> None: ...
+    def identify(self) -> Dict[str, Any]: ...
+    def put(self, path: str, data: Any) -> int: ...
+    def get(self, path: str, offset: int = 0, length: Optional[int] = None) -> Buffer: ...
+    def put_file(self, local: _Path, path: str) -> int: ...
+    def get_file(self, path: str, local: _Path) -> int: ...
+    def ls(self, dir: str) -> Tuple[List[Tuple[str, int, int]], bool]: ...
+    def stat(self, path: str) -> Tuple[str, int, int]: ...
+    def rm(self, path: str) -> None: ...
+    def mkdir(self, path: str) -> None: ...
+    def flush(self) -> None: ...
+    def load(self, image: bytes, entry: Optional[str] = None, engine: str = "jit") -> int: ...
+    def unload(self, slot: int) -> None: ...
+    def run(
+        self,
+        slot: int,
+        input_path: Optional[str] = None,
+        input_offset: int = 0,
+        input_length: Optional[int] = None,
+        input_data: Any = None,
+        output_size: Optional[int] = None,
+        cparam1: int = 0,
+        cparam2: int = 0,
+        params: Any = None,
+        fuel: Optional[int] = None,
+    ) -> ExecResult: ...
+    def read_lambda(
+        self,
+        path: str,
+        image: bytes,
+        name: str,
+        entry: Optional[str] = None,
+        offset: int = 0,
+        length: Optional[int] = None,
+        mode: str = "device",
+        output_size: Optional[int] = None,
+        cparam1: int = 0,
+        cparam2: int = 0,
+        params: Any = None,
+        fuel: Optional[int] = None,
+        state_dir: Optional[_Path] = None,
+    ) -> LambdaResult: ...
+
+class Server:
+    @staticmethod
+    def start(state: _Path, listen: List[str], token: Optional[str] = None) -> Server: ...
+    @property
+    def uris(self) -> List[str]: ...
+    def status(self) -> Dict[str, int]: ...
+    def shutdown(self) -> None: ...
+
+def build(source: str, name: str = "program") -> bytes: ...
+def sdk_program(name: str) -> bytes: ...
+def sdk_programs() -> List[str]: ...
+
+class ScanChunk:
+    rows: int
+    columns: List[Buffer]
+    bytes_to_host: int
+    bytes_staged: int
+    modelled_ns: int
+    execute_modelled_ns: int
+    execute_ns: int
+    fuel_used: int
+
+def scan_chunk(
+    device: Device,
+    slot: int,
+    inputs: List[Tuple[str, int]],
+    first_row: int,
+    rows: int,
+    out_widths: List[int],
+    fuel: Optional[int] = None,
+) -> ScanChunk: ...
+def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
+
+class DataScan:
+    columns: List[Tuple[str, str, int, Buffer, Optional[List[str]]]]
+    rows: int
+    rows_scanned: int
+    modelled_ns: int
+    bytes_to_host: int
+    media_bytes: int
+    fuel: int
+    commands: int
+    wall_ns: int
+
+class SsbRun:
+    query: str
+    sql: str
+    rows_json: str
+    split: str
+    modelled_ns: int
+    bytes_to_host: int
+    media_bytes: int
+    fuel: int
+    commands: int
+    phases: List[Tuple[str, int, int]]
+    host_ns: int
+    wall_ns: int
+    partitions: int
+    joined: int
+
+def generate(kind: str, out: _Path, sf: float, seed: int = 1) -> Dict[str, int]: ...
+def write_parquet(dataset: _Path, out: _Path) -> None: ...
+def put_dir(device: Device, local: _Path, dev_dir: str) -> Tuple[int, int, int]: ...
+def data_scan(
+    device: Device,
+    table: str,
+    columns: List[str],
+    predicates: List[Tuple[str, str, int, int]],
+    strategy: str = "bitmask",
+    engine: str = "jit",
+    chunk_rows: Optional[int] = None,
+) -> DataScan: ...
+def ssb_queries() -> List[Tuple[str, str]]: ...
+def ssb_run(
+    device: Device,
+    data_dir: str,
+    query: str,
+    split: str = "offload",
+    engine: str = "jit",
+    strategy: str = "bitmask",
+    partitions: Optional[int] = None,
+) -> SsbRun: ...

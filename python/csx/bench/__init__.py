@@ -1,0 +1,1 @@
+"""Benchmarks of the csx Python package (``python -m csx.bench``)."""

@@ -1,0 +1,330 @@
+"""TPC-H Q6 and Q1: DuckDB alone against DuckDB with device pushdown.
+
+Both sides start from the same LINEITEM on the same device (an embedded device under a
+performance profile, lambda-io by default, in a temporary directory):
+
+  alone     the query's columns are read whole to the host (File Read commands) as
+            Arrow, and DuckDB runs the whole query over them;
+  pushdown  csx.duckdb: the WHERE clause and the projection run on the device
+            (csx.scan), DuckDB aggregates the record batch stream of kept rows.
+
+For each query and side it reports the median wall time of --repeat runs, the
+modelled time (the device commands' modelled ns under the profile, plus the host's
+own measured time for the DuckDB part), and the bytes that crossed to the host. Every
+answer is checked against DuckDB over the Parquet copy of the data.
+
+The data: LINEITEM from `csx gen tpch` (csx-data's generator, the specification's
+distributions) when --data names its output or csx.data is available; otherwise the
+package's own seeded generator of the Q1/Q6 columns (csx.bench.lineitem), at
+6,000,000 * SF rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import csx
+import csx.arrow
+import csx.duckdb
+from csx.scan import host_table
+
+from . import lineitem as gen
+
+QUERIES = {
+    "q6": {
+        "columns_all": ["l_shipdate", "l_discount", "l_quantity", "l_extendedprice"],
+        "pushdown_columns": ["l_extendedprice", "l_discount"],
+        "filter": gen.Q6_FILTER,
+        "sql": gen.Q6,
+        "select": gen.Q6_SELECT,
+    },
+    "q1": {
+        "columns_all": ["l_shipdate"] + gen.Q1_COLUMNS,
+        "pushdown_columns": gen.Q1_COLUMNS,
+        "filter": gen.Q1_FILTER,
+        "sql": gen.Q1,
+        "select": gen.Q1_SELECT.replace("{where}", ""),
+    },
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sf", type=float, default=1.0, help="scale factor (LINEITEM has 6e6 * SF rows; default 1)")
+    p.add_argument("--queries", default="q6,q1", help="comma-separated: q6, q1 (default both)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per query and side; the median is reported (default 5)")
+    p.add_argument("--profile", default="lambda-io", help="the device's performance profile (default lambda-io)")
+    p.add_argument("--chunk-rows", type=int, default=None, help="rows per device scan chunk (default 1Mi)")
+    p.add_argument("--data", default=None, help="a `csx gen tpch` output directory to use instead of generating")
+    p.add_argument("--plot", default=None, help="write an SVG bar chart of wall, modelled time and bytes here")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--keep", default=None, help="keep the device and data in this directory (default: a temporary one, deleted)")
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _commit() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _progress(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[tpch] {msg}", file=sys.stderr, flush=True)
+
+
+def _load_lineitem(args: Any, work: str, quiet: bool) -> "tuple[pa.Table, str]":
+    """(LINEITEM as Arrow, its Parquet path)."""
+    rows = int(round(6_000_000 * args.sf))
+    if args.data:
+        table_dir = os.path.join(args.data, "lineitem")
+        _progress(f"reading {table_dir}", quiet)
+        t = _read_local_table(table_dir)
+        source = f"csx gen tpch output {args.data}"
+    else:
+        _progress(f"generating LINEITEM, {rows:,} rows (csx.bench.lineitem)", quiet)
+        t = gen.lineitem(rows, seed=1)
+        source = "csx.bench.lineitem (seeded, the Q1/Q6 columns' TPC-H domains)"
+    path = os.path.join(work, "lineitem.parquet")
+    pq.write_table(t, path)
+    return t, path, source  # type: ignore[return-value]
+
+
+def _read_local_table(table_dir: str) -> pa.Table:
+    """A local columnar table directory as Arrow (the same decoding as csx.arrow)."""
+
+    class _Local:
+        def stat(self, path: str) -> Any:
+            return type("S", (), {"size": os.path.getsize(table_dir + path[len("/t"):])})()
+
+        def get(self, path: str, **kw: Any) -> bytes:
+            with open(table_dir + path[len("/t"):], "rb") as f:
+                return f.read()
+
+    return csx.arrow.read_table(_Local(), "/t")
+
+
+def _median(xs: List[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _run_alone(con: Any, dev: Any, q: Dict[str, Any]) -> Dict[str, Any]:
+    t0 = time.perf_counter_ns()
+    table, meter = host_table(dev, "/tpch/lineitem", q["columns_all"])
+    t1 = time.perf_counter_ns()
+    con.register("li_alone", table)
+    answer = con.sql(q["sql"].replace("{t}", "li_alone")).fetchall()
+    t2 = time.perf_counter_ns()
+    con.unregister("li_alone")
+    return {
+        "answer": answer,
+        "wall_ns": t2 - t0,
+        "device_wall_ns": t1 - t0,
+        "host_ns": t2 - t1,
+        "device_modelled_ns": meter["modelled_ns"],
+        "modelled_ns": meter["modelled_ns"] + (t2 - t1),
+        "bytes_to_host": meter["bytes_to_host"],
+    }
+
+
+def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[int]) -> Dict[str, Any]:
+    t0 = time.perf_counter_ns()
+    s = csx.duckdb.register(con, "li_push", dev, "/tpch/lineitem", q["pushdown_columns"], q["filter"], chunk_rows=chunk_rows)
+    answer = con.sql(q["select"].replace("{t}", "li_push")).fetchall()
+    t1 = time.perf_counter_ns()
+    con.unregister("li_push")
+    st = s.stats
+    host_ns = max(0, (t1 - t0) - st.wall_ns - st.program_build_ns - st.setup_ns)
+    return {
+        "answer": answer,
+        "wall_ns": t1 - t0,
+        "device_wall_ns": st.wall_ns + st.setup_ns,
+        "host_ns": host_ns,
+        "device_modelled_ns": st.modelled_ns,
+        "modelled_ns": st.modelled_ns + host_ns,
+        "bytes_to_host": st.bytes_to_host,
+        "bytes_staged": st.bytes_staged,
+        "rows_kept": st.rows_kept,
+        "rows_scanned": st.rows_scanned,
+        "program_build_ns": st.program_build_ns,
+    }
+
+
+def _summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    keys = ["wall_ns", "device_wall_ns", "host_ns", "device_modelled_ns", "modelled_ns"]
+    out = {k: _median([r[k] for r in runs]) for k in keys}
+    out["wall_ns_runs"] = [r["wall_ns"] for r in runs]
+    out["bytes_to_host"] = runs[-1]["bytes_to_host"]
+    for k in ("bytes_staged", "rows_kept", "rows_scanned"):
+        if k in runs[-1]:
+            out[k] = runs[-1][k]
+    return out
+
+
+def _plot(path: str, results: Dict[str, Any], meta: Dict[str, Any]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a small SVG
+        matplotlib.rcParams["svg.hashsalt"] = "csx"  # stable ids between runs
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install matplotlib (or './python[bench]')") from None
+    qs = list(results)
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    metrics = [
+        ("wall_ns", "wall time (ms)", 1e6),
+        ("modelled_ns", f"modelled time, {meta['profile']} (ms)", 1e6),
+        ("bytes_to_host", "bytes to host (MB)", 1e6),
+    ]
+    width = 0.38
+    for ax, (key, label, div) in zip(axes, metrics):
+        xs = range(len(qs))
+        alone = [results[q]["alone"][key] / div for q in qs]
+        push = [results[q]["pushdown"][key] / div for q in qs]
+        ax.bar([x - width / 2 for x in xs], alone, width, label="DuckDB alone", color="#888888")
+        ax.bar([x + width / 2 for x in xs], push, width, label="DuckDB + csx pushdown", color="#2a6fb0")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([q.upper() for q in qs])
+        ax.set_title(label, fontsize=10)
+        for x, v in zip(xs, alone):
+            ax.annotate(f"{v:.3g}", (x - width / 2, v), ha="center", va="bottom", fontsize=7)
+        for x, v in zip(xs, push):
+            ax.annotate(f"{v:.3g}", (x + width / 2, v), ha="center", va="bottom", fontsize=7)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        f"TPC-H SF {meta['sf']:g} on csx ({meta['rows']:,} LINEITEM rows; commit {meta['commit']}, load {meta['loadavg_before']})",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run(args: Any) -> int:
+    queries = [q.strip().lower() for q in args.queries.split(",") if q.strip()]
+    for q in queries:
+        if q not in QUERIES:
+            raise SystemExit(f"--queries: unknown query {q!r}; known: {', '.join(QUERIES)}")
+    if args.repeat < 1:
+        raise SystemExit("--repeat must be at least 1")
+    if args.sf <= 0:
+        raise SystemExit("--sf must be positive")
+    quiet = args.json
+    work_ctx = tempfile.TemporaryDirectory(prefix="csx-bench-tpch-") if args.keep is None else None
+    work = work_ctx.name if work_ctx else args.keep
+    os.makedirs(work, exist_ok=True)
+    meta: Dict[str, Any] = {
+        "sf": args.sf,
+        "profile": args.profile,
+        "repeat": args.repeat,
+        "machine": f"{platform.node()}: {os.cpu_count()} cores, {_cpu()}",
+        "commit": _commit(),
+        "command": "python -m csx.bench tpch " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tpch"] else sys.argv[1:]),
+        "loadavg_before": _loadavg(),
+        "duckdb": duckdb.__version__,
+    }
+    try:
+        t, parquet, source = _load_lineitem(args, work, quiet)  # type: ignore[misc]
+        meta["rows"] = t.num_rows
+        meta["data"] = source
+        _progress(f"creating an embedded device ({args.profile}) and putting LINEITEM on it", quiet)
+        dev = csx.Device.init(
+            os.path.join(work, "dev"), profile=args.profile, nvm_size=max(4 << 30, t.nbytes * 3), slm_size=2 << 30
+        )
+        try:
+            csx.arrow.put_table(dev, "/tpch/lineitem", t)
+            del t
+            con = duckdb.connect()
+            results: Dict[str, Any] = {}
+            for name in queries:
+                q = QUERIES[name]
+                oracle = con.sql(q["sql"].replace("{t}", f"read_parquet('{parquet}')")).fetchall()
+                alone, push = [], []
+                for i in range(args.repeat):
+                    _progress(f"{name}: run {i + 1}/{args.repeat}", quiet)
+                    a = _run_alone(con, dev, q)
+                    p = _run_pushdown(con, dev, q, args.chunk_rows)
+                    for side, r in (("alone", a), ("pushdown", p)):
+                        if r["answer"] != oracle:
+                            raise SystemExit(f"{name} {side}: the answer differs from DuckDB over Parquet:\n{r['answer']}\n!=\n{oracle}")
+                    alone.append(a)
+                    push.append(p)
+                results[name] = {"alone": _summary(alone), "pushdown": _summary(push), "answer_checked": True}
+        finally:
+            dev.close()
+    finally:
+        meta["loadavg_after"] = _loadavg()
+        if work_ctx:
+            work_ctx.cleanup()
+    goals = {}
+    if "q6" in results:
+        r = results["q6"]
+        goals["q6_wall_ratio"] = r["pushdown"]["wall_ns"] / r["alone"]["wall_ns"]
+        goals["q6_wall_goal_met"] = goals["q6_wall_ratio"] <= 1.5
+        goals["q6_bytes_reduction"] = r["alone"]["bytes_to_host"] / max(1, r["pushdown"]["bytes_to_host"])
+        goals["q6_bytes_goal_met"] = goals["q6_bytes_reduction"] >= 5
+        goals["q6_modelled_ratio"] = r["pushdown"]["modelled_ns"] / r["alone"]["modelled_ns"]
+        goals["q6_modelled_goal_met"] = goals["q6_modelled_ratio"] < 1
+    if args.plot:
+        _plot(args.plot, results, meta)
+    out = {"meta": meta, "results": results, "goals": goals}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"TPC-H SF {args.sf:g}: {meta['rows']:,} LINEITEM rows ({meta['data']})")
+    print(f"machine {meta['machine']}; commit {meta['commit']}; duckdb {meta['duckdb']}")
+    print(f"load average before {meta['loadavg_before']}, after {meta['loadavg_after']}; median of {args.repeat} runs")
+    print(f"{'query':6} {'side':9} {'wall ms':>9} {'modelled ms':>12} {'device ms':>10} {'host ms':>8} {'to host MB':>11}")
+    for name, r in results.items():
+        for side in ("alone", "pushdown"):
+            s = r[side]
+            print(
+                f"{name:6} {side:9} {s['wall_ns'] / 1e6:9.1f} {s['modelled_ns'] / 1e6:12.1f} "
+                f"{s['device_modelled_ns'] / 1e6:10.1f} {s['host_ns'] / 1e6:8.1f} {s['bytes_to_host'] / 1e6:11.2f}"
+            )
+    if goals:
+        print(
+            f"Q6 goals: wall pushdown/alone {goals['q6_wall_ratio']:.2f} (goal <= 1.5: {'met' if goals['q6_wall_goal_met'] else 'NOT met'}), "
+            f"bytes {goals['q6_bytes_reduction']:.1f}x fewer (goal >= 5: {'met' if goals['q6_bytes_goal_met'] else 'NOT met'}), "
+            f"modelled pushdown/alone {goals['q6_modelled_ratio']:.2f} (goal < 1: {'met' if goals['q6_modelled_goal_met'] else 'NOT met'})"
+        )
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0

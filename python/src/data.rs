@@ -1,0 +1,300 @@
+//! Bindings of csx-data (`csx.data` in Python): the SSB and TPC-H generators, the
+//! Parquet copy, `put -r`, and csx-data's own pushdown scan (its filter operators:
+//! bitmask, unrolled, accel; then a gather), whose columns come back as typed
+//! buffers lent to Python without a copy.
+
+use std::path::PathBuf;
+
+use csx_data::{Cmp, FilterStrategy, Predicate, ScanOptions, Values};
+use csx_host::proto::EngineKind;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::buffer::Buffer;
+use crate::device::PyDevice;
+use crate::errors::{Error, Kind, Result};
+
+impl From<csx_data::DataError> for Error {
+    fn from(e: csx_data::DataError) -> Error {
+        match e {
+            csx_data::DataError::Device { source, what } => {
+                let mut err: Error = source.into();
+                err.message = format!("{what}: {}", err.message);
+                err
+            }
+            other => Error::new(Kind::Data, other.to_string()),
+        }
+    }
+}
+
+/// Generates benchmark `kind` ("tpch" or "ssb") at scale factor `sf` into `out`
+/// (columnar, one directory per table); returns {table: rows}.
+#[pyfunction]
+#[pyo3(signature = (kind, out, sf, seed=1))]
+pub fn generate<'py>(
+    py: Python<'py>,
+    kind: &str,
+    out: PathBuf,
+    sf: f64,
+    seed: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let kind = kind.to_string();
+    let dataset = py.detach(move || -> Result<csx_data::Dataset> {
+        let mut progress = |_: &str, _: u64, _: u64| {};
+        match kind.as_str() {
+            "tpch" => Ok(csx_data::tpch::generate(&out, sf, seed, &mut progress)?),
+            "ssb" => Ok(csx_data::ssb::gen::generate(&out, sf, seed, &mut progress)?),
+            other => Err(Error::value(format!(
+                "benchmark {other:?} is not one of 'tpch', 'ssb'"
+            ))),
+        }
+    })?;
+    let d = PyDict::new(py);
+    for (table, rows) in dataset.tables {
+        d.set_item(table, rows)?;
+    }
+    Ok(d)
+}
+
+/// Writes `out/TABLE.parquet` for every table of the generated dataset `dataset`.
+#[pyfunction]
+pub fn write_parquet(py: Python<'_>, dataset: PathBuf, out: PathBuf) -> PyResult<()> {
+    py.detach(move || -> Result<()> { Ok(csx_data::parquet::write_parquet(&dataset, &out)?) })?;
+    Ok(())
+}
+
+/// Copies the local directory `local` to `dev_dir` on the device (`csx put -r`);
+/// returns (files, directories, bytes).
+#[pyfunction]
+pub fn put_dir(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    local: PathBuf,
+    dev_dir: String,
+) -> PyResult<(u64, u64, u64)> {
+    let dev = device.get().device()?;
+    let s = py.detach(move || -> Result<csx_data::put::PutSummary> {
+        Ok(csx_data::put::put_dir(
+            &dev,
+            &local,
+            &dev_dir,
+            &mut |_, _| {},
+        )?)
+    })?;
+    Ok((s.files, s.dirs, s.bytes))
+}
+
+/// One projected column of csx-data's scan: (name, type, scale, values, dictionary).
+type DataColumn = (String, String, u32, Py<Buffer>, Option<Vec<String>>);
+
+/// What csx-data's scan returned and cost.
+#[pyclass(module = "csx._native", frozen, get_all)]
+#[derive(Debug)]
+pub struct DataScan {
+    columns: Vec<DataColumn>,
+    rows: u64,
+    rows_scanned: u64,
+    modelled_ns: u64,
+    bytes_to_host: u64,
+    media_bytes: u64,
+    fuel: u64,
+    commands: u64,
+    wall_ns: u64,
+}
+
+fn strategy_of(name: &str) -> Result<FilterStrategy> {
+    FilterStrategy::parse(name).ok_or_else(|| {
+        Error::value(format!(
+            "strategy {name:?} is not one of 'bitmask', 'unrolled', 'accel'"
+        ))
+    })
+}
+
+fn engine_of(name: &str) -> Result<EngineKind> {
+    match name {
+        "jit" => Ok(EngineKind::Jit),
+        "interp" => Ok(EngineKind::Interpreter),
+        other => Err(Error::value(format!(
+            "engine {other:?} is not one of 'jit', 'interp'"
+        ))),
+    }
+}
+
+fn cmp_of(op: &str, a: i64, b: i64) -> Result<Cmp> {
+    Ok(match op {
+        "=" => Cmp::Eq(a),
+        "!=" => Cmp::Ne(a),
+        "<" => Cmp::Lt(a),
+        "<=" => Cmp::Le(a),
+        ">" => Cmp::Gt(a),
+        ">=" => Cmp::Ge(a),
+        "between" => Cmp::Between(a, b),
+        other => {
+            return Err(Error::value(format!(
+                "predicate operator {other:?} is unknown"
+            )))
+        }
+    })
+}
+
+/// csx-data's pushdown scan of `table` on the device: `predicates` are (column, op,
+/// a, b) in stored units (op one of = != < <= > >= between; b only for between).
+#[pyfunction]
+#[pyo3(signature = (device, table, columns, predicates, strategy="bitmask", engine="jit", chunk_rows=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn data_scan(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    table: String,
+    columns: Vec<String>,
+    predicates: Vec<(String, String, i64, i64)>,
+    strategy: &str,
+    engine: &str,
+    chunk_rows: Option<u64>,
+) -> PyResult<DataScan> {
+    let strategy = strategy_of(strategy)?;
+    let engine = engine_of(engine)?;
+    let preds = predicates
+        .iter()
+        .map(|(c, op, a, b)| Ok(Predicate::new(c, cmp_of(op, *a, *b)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut opts = ScanOptions {
+        engine,
+        strategy,
+        ..ScanOptions::default()
+    };
+    if let Some(n) = chunk_rows {
+        opts.chunk_rows = n;
+    }
+    let dev = device.get().device()?;
+    let result = py.detach(move || -> Result<csx_data::ScanResult> {
+        let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
+        Ok(csx_data::scan(&dev, &table, &cols, &preds, &opts)?)
+    })?;
+    let mut columns = Vec::with_capacity(result.columns.len());
+    for c in result.columns {
+        let buffer = match c.values {
+            Values::I32(v) => Buffer::from_i32(v),
+            Values::I64(v) => Buffer::from_i64(v),
+            Values::U32(v) => Buffer::from_u32(v),
+        };
+        columns.push((
+            c.name,
+            c.ty.name().to_string(),
+            c.scale,
+            Py::new(py, buffer)?,
+            c.dictionary,
+        ));
+    }
+    let m = result.meter;
+    Ok(DataScan {
+        columns,
+        rows: result.rows,
+        rows_scanned: result.rows_scanned,
+        modelled_ns: m.modelled_ns,
+        bytes_to_host: m.bytes_to_host,
+        media_bytes: m.media_bytes,
+        fuel: m.fuel,
+        commands: m.commands,
+        wall_ns: result.wall_ns,
+    })
+}
+
+/// One SSB query run on the device (csx-data's `ssb::run`).
+#[pyclass(module = "csx._native", frozen, get_all)]
+#[derive(Debug)]
+pub struct SsbRun {
+    query: &'static str,
+    /// The query's SQL (the SSB specification's), as DuckDB runs it.
+    sql: &'static str,
+    /// The result rows as JSON: [[keys...], sum] per row, sorted.
+    rows_json: String,
+    split: &'static str,
+    modelled_ns: u64,
+    bytes_to_host: u64,
+    media_bytes: u64,
+    fuel: u64,
+    commands: u64,
+    /// (name, modelled ns, wall ns) per phase.
+    phases: Vec<(&'static str, u64, u64)>,
+    host_ns: u64,
+    wall_ns: u64,
+    partitions: u32,
+    joined: u64,
+}
+
+/// The SSB queries csx runs: (name, SQL).
+#[pyfunction]
+pub fn ssb_queries() -> Vec<(&'static str, &'static str)> {
+    csx_data::ssb::queries::QUERIES
+        .iter()
+        .map(|q| (q.name, q.sql))
+        .collect()
+}
+
+/// Runs SSB query `query` over the dataset at `data_dir` on the device.
+#[pyfunction]
+#[pyo3(signature = (device, data_dir, query, split="offload", engine="jit", strategy="bitmask", partitions=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn ssb_run(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    data_dir: String,
+    query: &str,
+    split: &str,
+    engine: &str,
+    strategy: &str,
+    partitions: Option<u32>,
+) -> PyResult<SsbRun> {
+    let q = csx_data::ssb::queries::query(query).ok_or_else(|| {
+        let known: Vec<&str> = csx_data::ssb::queries::QUERIES
+            .iter()
+            .map(|q| q.name)
+            .collect();
+        Error::value(format!(
+            "query {query:?} is not one of {}",
+            known.join(", ")
+        ))
+    })?;
+    let split = csx_data::ssb::run::Split::parse(split).ok_or_else(|| {
+        Error::value(format!(
+            "split {split:?} is not one of 'offload', 'host-agg', 'host'"
+        ))
+    })?;
+    let opts = csx_data::ssb::run::RunOptions {
+        split,
+        engine: engine_of(engine)?,
+        strategy: strategy_of(strategy)?,
+        partitions,
+        ..csx_data::ssb::run::RunOptions::default()
+    };
+    let dev = device.get().device()?;
+    let r = py.detach(move || -> Result<csx_data::ssb::run::QueryRun> {
+        Ok(csx_data::ssb::run::run(&dev, &data_dir, q, &opts)?)
+    })?;
+    let rows: Vec<serde_json::Value> = r
+        .rows
+        .iter()
+        .map(|row| serde_json::json!([row.keys, row.value]))
+        .collect();
+    Ok(SsbRun {
+        query: r.query,
+        sql: q.sql,
+        rows_json: serde_json::Value::Array(rows).to_string(),
+        split: r.options.split.name(),
+        modelled_ns: r.meter.modelled_ns,
+        bytes_to_host: r.meter.bytes_to_host,
+        media_bytes: r.meter.media_bytes,
+        fuel: r.meter.fuel,
+        commands: r.meter.commands,
+        phases: r
+            .phases
+            .iter()
+            .map(|p| (p.name, p.modelled_ns, p.wall_ns))
+            .collect(),
+        host_ns: r.host_ns,
+        wall_ns: r.wall_ns,
+        partitions: r.partitions,
+        joined: r.joined,
+    })
+}

@@ -1,0 +1,50 @@
+//! The native half of the Python package `csx` (`csx._native`), built by maturin from
+//! `python/pyproject.toml`. The public API is the Python package (`python/csx`), which
+//! checks argument types and sizes and names the bad argument; this module binds
+//! csx-host's `Device`, csx-lambda's λ-IO reads, csx-server's daemon and
+//! csx-workloads' compiler, releasing the GIL around every device call.
+//!
+//! Data path: `Device.get` reads a file into one Rust `Vec<u8>` and hands it to Python
+//! as a `Buffer` (buffer protocol, read-only), which numpy and pyarrow view without a
+//! copy. `Device.put` copies the caller's bytes once, while the GIL is held, then sends
+//! them without it.
+
+// Buffers lend typed column values to Python as little-endian bytes.
+#[cfg(not(target_endian = "little"))]
+compile_error!(
+    "csx's columnar format and buffers are little-endian: build on a little-endian host"
+);
+
+mod buffer;
+mod data;
+mod device;
+mod errors;
+mod scan;
+mod server;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<buffer::Buffer>()?;
+    m.add_class::<device::PyDevice>()?;
+    m.add_class::<device::ExecResult>()?;
+    m.add_class::<device::LambdaResult>()?;
+    m.add_class::<server::PyServer>()?;
+    m.add_class::<scan::ScanChunk>()?;
+    m.add_function(wrap_pyfunction!(scan::scan_chunk, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
+    m.add_class::<data::DataScan>()?;
+    m.add_function(wrap_pyfunction!(data::generate, m)?)?;
+    m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
+    m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(data::data_scan, m)?)?;
+    m.add_class::<data::SsbRun>()?;
+    m.add_function(wrap_pyfunction!(data::ssb_run, m)?)?;
+    m.add_function(wrap_pyfunction!(data::ssb_queries, m)?)?;
+    m.add_function(wrap_pyfunction!(device::build, m)?)?;
+    m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
+    m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;
+    m.add("ABI_VERSION", csx_host::proto::abi::ABI_VERSION)?;
+    Ok(())
+}

@@ -1,0 +1,37 @@
+"""python -m csx.bench tpch runs end to end at a tiny scale: answers checked against
+DuckDB over Parquet inside the benchmark, bytes accounted (no timing is asserted)."""
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
+    plot = tmp_path / "tpch.svg"
+    out = subprocess.run(
+        [sys.executable, "-m", "csx.bench", "tpch", "--sf", "0.002", "--repeat", "1", "--json", "--plot", str(plot)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    r = json.loads(out.stdout)
+    rows = r["meta"]["rows"]
+    assert rows == 12_000
+    q6 = r["results"]["q6"]
+    assert q6["answer_checked"]
+    # Alone reads four whole columns: l_shipdate (4 bytes), three decimals (8 each).
+    assert q6["alone"]["bytes_to_host"] == rows * (4 + 8 + 8 + 8)
+    # Pushdown reads only the kept rows' two decimals.
+    assert q6["pushdown"]["bytes_to_host"] == q6["pushdown"]["rows_kept"] * 16
+    assert 0 < q6["pushdown"]["rows_kept"] < rows
+    assert set(r["goals"]) >= {"q6_wall_ratio", "q6_bytes_reduction", "q6_modelled_ratio"}
+    assert r["results"]["q1"]["answer_checked"]
+    assert plot.read_text().lstrip().startswith("<?xml")
+
+
+def test_bench_rejects_bad_arguments():
+    out = subprocess.run(
+        [sys.executable, "-m", "csx.bench", "tpch", "--queries", "q99"], capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert "q99" in out.stderr
