@@ -192,6 +192,9 @@ impl Job<'_> {
     }
 
     fn run(&self, m: u16, req: ExecuteRequest, what: &str, keys: u64) -> Result<(), ArrayError> {
+        // Our own programs, whose work grows with the data: they take the most time the
+        // protocol allows, not the default meant for untrusted programs.
+        let req = req.time_limit_ms(csx_proto::limits::TIME_LIMIT_MS_MAX);
         let ex = self
             .dev(m)
             .execute(&req)

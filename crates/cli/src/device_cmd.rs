@@ -58,6 +58,10 @@ pub struct InitArgs {
     /// Execution engines (threads); one per core if absent.
     #[arg(long, value_name = "N")]
     engines: Option<u32>,
+    /// Time limit of an execution that names none, in milliseconds (1 s if absent; at
+    /// most 3600000): a program running longer is stopped.
+    #[arg(long, value_name = "MS")]
+    time_limit_ms: Option<u32>,
     /// Performance profile of the emulated device: unthrottled, lambda-io or daisy.
     #[arg(long, value_name = "NAME", default_value = "unthrottled")]
     profile: String,
@@ -120,6 +124,7 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
         slm_size_bytes: args.slm_size,
         state_size_bytes: args.state_size,
         engines: args.engines,
+        time_limit_ms: args.time_limit_ms,
         ..connect::default_config()
     };
     apply_perf(&mut config, &args)?;
@@ -134,6 +139,7 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
             "slm_size_bytes": config.slm_size_bytes,
             "state_size_bytes": config.state_size_bytes,
             "engines": info.engines,
+            "time_limit_ms": config.time_limit_ms_effective(),
         });
         println!("{out:#}");
     } else {

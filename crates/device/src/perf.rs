@@ -347,12 +347,15 @@ impl PerfModel {
         self.link_latency_ns.saturating_add(moved)
     }
 
-    /// The real-time floor of `op`: its modelled duration, and for an execution at least
-    /// its measured run time × the compute scale (the program may run slower here than
-    /// the fuel constant assumes).
+    /// The real-time floor of `op`: its modelled duration, and for an execution that ran
+    /// to its end (returned or trapped) at least its measured run time × the compute
+    /// scale (the program may run slower here than the fuel constant assumes). An
+    /// execution stopped by an abort or its time limit is not held back.
     pub fn floor_ns(&self, op: &Op, c: &Completion, modelled_ns: u64) -> u64 {
         match op {
-            Op::Execute { .. } => modelled_ns.max(self.scale_ns(c.timing.execute_ns)),
+            Op::Execute { .. } if matches!(c.status, Status::Success | Status::Trap) => {
+                modelled_ns.max(self.scale_ns(c.timing.execute_ns))
+            }
             _ => modelled_ns,
         }
     }
@@ -456,5 +459,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(old.host_stack_ns(gb16), 0);
+        // A run's floor is at least its run time scaled, unless it was stopped.
+        c.timing.execute_ns = 1_000_000;
+        let scaled = m.scale_ns(1_000_000);
+        assert!(scaled > 11_600);
+        assert_eq!(m.floor_ns(&exec, &c, 11_600), scaled);
+        for stopped in [Status::Aborted, Status::TimeLimitExceeded] {
+            c.status = stopped;
+            assert_eq!(m.floor_ns(&exec, &c, 10_000), 10_000, "{stopped:?}");
+        }
     }
 }

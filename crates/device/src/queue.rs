@@ -81,6 +81,27 @@ impl<T> WorkQueue<T> {
         Ok(())
     }
 
+    /// Takes every item `pick` selects out of the queue, oldest first, wherever they
+    /// wait (an Abort takes its queued executions out this way).
+    pub fn take_where(&self, mut pick: impl FnMut(&T) -> bool) -> Vec<T> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut items = self.lock();
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(items.len());
+        for item in items.drain(..) {
+            if pick(&item) {
+                taken.push(item);
+            } else {
+                kept.push_back(item);
+            }
+        }
+        *items = kept;
+        self.len.store(items.len(), Ordering::Release);
+        taken
+    }
+
     /// Takes the oldest item without waiting.
     pub fn try_pop(&self) -> Option<T> {
         if self.len.load(Ordering::Acquire) == 0 {
@@ -233,6 +254,20 @@ mod tests {
         assert_eq!(q.push(5), Err(5));
         assert_eq!(q.pop(Duration::ZERO, None), Some(4));
         assert_eq!(q.pop(Duration::ZERO, None), None);
+    }
+
+    #[test]
+    fn take_where_keeps_the_order_of_the_rest() {
+        let q = WorkQueue::new(8);
+        for i in 0..6 {
+            q.push(i).unwrap();
+        }
+        assert_eq!(q.take_where(|i| i % 2 == 1), vec![1, 3, 5]);
+        assert_eq!(q.take_where(|_| false), Vec::<i32>::new());
+        assert_eq!(q.try_pop(), Some(0));
+        assert_eq!(q.try_pop(), Some(2));
+        assert_eq!(q.try_pop(), Some(4));
+        assert_eq!(q.try_pop(), None);
     }
 
     /// Items pushed while one consumer spins and the others sleep wake nobody at the

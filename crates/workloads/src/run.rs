@@ -379,8 +379,17 @@ fn execute(
     program: &str,
     request: &ExecuteRequest,
 ) -> Result<(Execution, Phases), RunError> {
+    // The workloads are our own programs over inputs of any size: they take the most
+    // fuel and time the protocol allows, not the defaults meant for untrusted programs.
+    let mut request = request.clone();
+    request
+        .fuel
+        .get_or_insert(csx_host::proto::limits::FUEL_MAX);
+    request
+        .time_limit_ms
+        .get_or_insert(csx_host::proto::limits::TIME_LIMIT_MS_MAX);
     let started = Instant::now();
-    let exec = dev.execute(request).map_err(|source| RunError::Device {
+    let exec = dev.execute(&request).map_err(|source| RunError::Device {
         program: program.to_string(),
         step: "execute",
         source,

@@ -395,3 +395,46 @@ fn ctrl_c_aborts_exec() {
     ));
     assert_eq!(r["status"], "Success");
 }
+
+/// `csx device init --time-limit-ms` sets the device's default time limit: a spin with
+/// an hour's fuel stops there, and `csx exec` says so, naming the limit.
+#[test]
+fn init_sets_the_time_limit_exec_reports_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev0");
+    let init = json(
+        csx()
+            .args(["device", "init", "--state"])
+            .arg(&dev)
+            .args([
+                "--nvm-size",
+                "16MiB",
+                "--slm-size",
+                "16MiB",
+                "--engines",
+                "1",
+            ])
+            .args(["--time-limit-ms", "40", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(init["time_limit_ms"], 40);
+    let prog = compile(tmp.path());
+    let out = run(
+        &dev,
+        &[
+            "exec",
+            prog.to_str().unwrap(),
+            "--entry",
+            "spin",
+            "--fuel",
+            "1099511627776",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("execution time limit exceeded") && stderr.contains("time limit of 40 ms"),
+        "{stderr}"
+    );
+}

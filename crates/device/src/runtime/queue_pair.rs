@@ -194,6 +194,18 @@ impl QueuePair {
             // Answered here, so an abort never waits behind other work.
             let mut c = Completion::new(cmd.id, Status::Success);
             c.value = self.qp.abort(target);
+            if c.value > 0 {
+                // Those still queued complete now (as aborted, without running) rather
+                // than when an engine gets to them.
+                let qp = &self.qp;
+                let queued = shared
+                    .compute
+                    .queue
+                    .take_where(|job| Arc::ptr_eq(&job.qp, qp) && job.cmd.id == target);
+                for job in queued {
+                    shared.run(job);
+                }
+            }
             c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
             post(&self.qp, c);
             return Ok(());

@@ -3,6 +3,8 @@
 use csx_proto::limits::*;
 use csx_proto::*;
 
+use csx_device::DeviceConfig;
+
 use crate::common::*;
 
 #[test]
@@ -270,4 +272,82 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
     assert_eq!(got[&5].value, 1);
     assert_eq!(got[&1000].value, 7);
     assert_eq!(h.read(a, 0, 1), [0]);
+}
+
+/// `ja -1`: one instruction, one fuel per iteration.
+const SPIN_RAW: [u8; 8] = [0x05, 0, 0xff, 0xff, 0, 0, 0, 0];
+
+fn load_raw(h: &Harness, pind: u16, image: &[u8], engine: EngineKind) {
+    h.ok(Op::LoadProgram {
+        pind: ProgramIndex(pind),
+        ptype: ProgramType::Raw,
+        total_size_bytes: image.len() as u32,
+        offset: 0,
+        data: image.to_vec(),
+        entry: None,
+    });
+    h.ok(Op::ActivateProgram {
+        pind: ProgramIndex(pind),
+        engine,
+    });
+}
+
+fn spin_op(pind: u16, fuel: Option<u64>, time_limit_ms: Option<u32>) -> Op {
+    Op::Execute {
+        pind: ProgramIndex(pind),
+        windows: Windows::Inline(vec![]),
+        cparam1: 0,
+        cparam2: 0,
+        params: vec![],
+        fuel,
+        time_limit_ms,
+    }
+}
+
+/// Without a time limit of its own, an execution gets `time_limit_ms` of `device.json`;
+/// its own limit overrides it. The completion names the limit.
+#[test]
+fn the_device_time_limit_applies_unless_the_execute_sets_one() {
+    let h = Harness::with_config(DeviceConfig {
+        time_limit_ms: Some(30),
+        ..test_config()
+    });
+    for (pind, engine) in [(0, EngineKind::Interpreter), (1, EngineKind::Jit)] {
+        load_raw(&h, pind, &SPIN_RAW, engine);
+        let c = h.fails(
+            spin_op(pind, Some(FUEL_MAX), None),
+            Status::TimeLimitExceeded,
+        );
+        let message = c.detail.expect("names the limit").message;
+        assert!(
+            message.starts_with("ran past its time limit of 30 ms: stopped at pc 0 after "),
+            "{message}"
+        );
+        let Reply::Execute(info) = c.reply else {
+            panic!("an execute reply")
+        };
+        assert!(info.fuel_used > 0);
+        let c = h.fails(
+            spin_op(pind, Some(FUEL_MAX), Some(5)),
+            Status::TimeLimitExceeded,
+        );
+        assert!(c.detail.unwrap().message.contains("time limit of 5 ms"));
+    }
+}
+
+/// The default fuel ends a one-instruction spin on both engines (the time limit here is
+/// an hour, so fuel is what stops it).
+#[test]
+fn the_default_fuel_ends_a_spin() {
+    let h = Harness::new();
+    for (pind, engine) in [(0, EngineKind::Interpreter), (1, EngineKind::Jit)] {
+        load_raw(&h, pind, &SPIN_RAW, engine);
+        let c = h.fails(spin_op(pind, None, Some(TIME_LIMIT_MS_MAX)), Status::Trap);
+        assert_eq!(
+            c.trap.unwrap().kind,
+            WireTrapKind::FuelExhausted {
+                budget: csx_ebpf::limits::FUEL_DEFAULT
+            }
+        );
+    }
 }

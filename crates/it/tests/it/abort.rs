@@ -88,7 +88,7 @@ fn abort_a_running_spin(f: &mut Fixture) {
 }
 
 /// With every engine spinning, an execution waits in the queue; aborted there, it
-/// completes without ever running.
+/// completes at once, without ever running.
 fn abort_a_queued_execution(f: &mut Fixture) {
     let dev = f.dev();
     for engine in [EngineKind::Interpreter, EngineKind::Jit] {
@@ -106,14 +106,15 @@ fn abort_a_queued_execution(f: &mut Fixture) {
             .submit_execute(&spin(pind, queued_mem, &queued_marker))
             .unwrap();
         assert!(dev.abort(queued).unwrap());
-        for &(id, _) in &spinning {
-            assert!(dev.abort(id).unwrap());
-        }
+        // It completes while every engine still spins: taken out of the queue.
         let e = aborted(dev, queued);
         assert_eq!(
             e.detail().unwrap().message,
             "aborted by an abort command before it ran"
         );
+        for &(id, _) in &spinning {
+            assert!(dev.abort(id).unwrap());
+        }
         for (id, mem) in spinning {
             aborted(dev, id);
             dev.free(mem).unwrap();
