@@ -303,24 +303,7 @@ pub const OPERATORS: &[OpSpec] = &[
         source: "crypt",
         entry: "crypt",
         doc: "ChaCha20 (RFC 8439) with a 32-byte key and 12-byte nonce (accelerated)",
-        params: &[
-            p(
-                "key",
-                Some('k'),
-                ParamKind::Bytes { size: 32 },
-                0,
-                None,
-                "32 bytes, 64 hex digits",
-            ),
-            p(
-                "nonce",
-                Some('n'),
-                ParamKind::Bytes { size: 12 },
-                32,
-                Some("000000000000000000000000"),
-                "12 bytes, 24 hex digits",
-            ),
-        ],
+        params: CRYPT_PARAMS,
         state_bytes: 8,
         out: OutCap::Plus(0),
         source_only: false,
@@ -330,28 +313,31 @@ pub const OPERATORS: &[OpSpec] = &[
         source: "crypt",
         entry: "crypt",
         doc: "the inverse of encrypt (ChaCha20 is its own inverse)",
-        params: &[
-            p(
-                "key",
-                Some('k'),
-                ParamKind::Bytes { size: 32 },
-                0,
-                None,
-                "32 bytes, 64 hex digits",
-            ),
-            p(
-                "nonce",
-                Some('n'),
-                ParamKind::Bytes { size: 12 },
-                32,
-                Some("000000000000000000000000"),
-                "12 bytes, 24 hex digits",
-            ),
-        ],
+        params: CRYPT_PARAMS,
         state_bytes: 8,
         out: OutCap::Plus(0),
         source_only: false,
     },
+];
+
+/// The parameters of encrypt and decrypt (one program, ChaCha20 being its own inverse).
+const CRYPT_PARAMS: &[ParamSpec] = &[
+    p(
+        "key",
+        Some('k'),
+        ParamKind::Bytes { size: 32 },
+        0,
+        None,
+        "32 bytes, 64 hex digits",
+    ),
+    p(
+        "nonce",
+        Some('n'),
+        ParamKind::Bytes { size: 12 },
+        32,
+        Some("000000000000000000000000"),
+        "12 bytes, 24 hex digits",
+    ),
 ];
 
 /// State of a user operator (`csx build` object) when its stage does not say.
