@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     /* 3. Load the file from storage into device memory (no trip through the host). */
     CsStorageRequest load = {.Mode = CS_STORAGE_FILE_IO, .DevHandle = dev};
     load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file, 0, bytes, {in, 0}};
-    TRY(csQueueStorageRequest(&load, NULL, NULL, NULL, NULL));
+    TRY(csQueueStorageRequest(&load, NULL, NULL, NULL, NULL, NULL));
 
     /* 4. Download and activate the filter. */
     CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, (uint64_t)elf_len, elf, NULL};
@@ -101,7 +101,7 @@ int main(int argc, char **argv)
     TRY(csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, lo));
     TRY(csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, hi));
     uint64_t r0 = 0;
-    TRY(csQueueComputeRequest(req, NULL, NULL, NULL, &r0));
+    TRY(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0));
     if ((int64_t)r0 < 0) {
         fprintf(stderr, "filter returned error %" PRId64 "\n", (int64_t)r0);
         goto out;
@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     kept = malloc(r0 ? r0 : 1);
     CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, kept, {out, 0}, r0};
     if (r0)
-        TRY(csQueueCopyMemRequest(&copy, NULL, NULL, NULL, NULL));
+        TRY(csQueueCopyMemRequest(&copy, NULL, NULL, NULL, NULL, NULL));
     uint64_t sum = 0;
     for (uint64_t i = 0; i < r0 / 8; i++)
         sum += kept[i];

@@ -85,6 +85,7 @@ fn main() {
                     std::ptr::null_mut(),
                     None,
                     std::ptr::null_mut(),
+                    std::ptr::null_mut(),
                     &mut r0,
                 )
             };

@@ -5,22 +5,30 @@
 //!   of the caller;
 //! * leaves a message naming the bad value and the limit for `csxGetLastError`.
 //!
-//! Completion is synchronous: the request has completed when the call returns. With no
-//! callback and no event the call returns the request's status. With a callback, the
-//! callback runs (on the caller's thread, before the call returns) and the call returns
-//! `CS_QUEUED`; with an event, the event records the status for `csPollEvent` and the
-//! call returns `CS_QUEUED`. A request refused before it starts (bad arguments) returns
-//! its status directly and signals nothing.
+//! Completion: with no callback and no event a request runs on the calling thread and
+//! the call returns its status. With a callback or an event, its arguments are checked
+//! and copied, the call returns `CS_QUEUED` (and a request handle for `csAbortRequest`),
+//! and the request runs on its device handle's worker (see [`crate::queue`]): on
+//! completion the callback runs on that worker, or the event records the status for
+//! `csPollEvent`. A request refused before it starts (bad arguments) returns its status
+//! directly and signals nothing.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use csx_host::proto::limits::{PARAMS_SIZE_MAX, PROGRAM_SIZE_MAX, SLM_ALLOC_SIZE_MAX, WINDOWS_MAX};
-use csx_host::proto::{CopySource, EngineKind, MemRange, ProgramIndex, ProgramState, ProgramType};
+use csx_host::proto::limits::{
+    FUEL_MAX, PARAMS_SIZE_MAX, PROGRAM_SIZE_MAX, SLM_ALLOC_SIZE_MAX, TIME_LIMIT_MS_MAX, WINDOWS_MAX,
+};
+use csx_host::proto::{
+    CopySource, EngineKind, MemHandle as DevMemHandle, MemRange, ProgramIndex, ProgramState,
+    ProgramType,
+};
 use csx_host::{CallError, Device, ExecuteRequest};
 
+use crate::queue::{Job, Kind, Request, Worker};
 use crate::registry::{self, handle_of, key_of, Dev, Event, Mem};
 use crate::status::*;
 use crate::types::*;
@@ -184,16 +192,23 @@ fn same_device(d: &Arc<Dev>, other: &Arc<Dev>, what: &str) -> R<()> {
 }
 
 /// How a request completes (see the module doc).
-struct Completion {
+#[derive(Debug)]
+pub struct Completion {
     ctx: *mut c_void,
     cb: CsQueueCallbackFn,
     evt: CsEvtHandle,
     comp_value: *mut u64,
 }
 
+// SAFETY: the pointers are the caller's and only passed back to it (the context to its
+// callback, the event as a key) or written through (CompValue), which the API's contract
+// keeps valid until the request completes; the worker thread that carries them does
+// nothing else with them.
+unsafe impl Send for Completion {}
+
 impl Completion {
-    /// The completion a request's four trailing arguments name, its event checked before
-    /// the request starts.
+    /// The completion a request's trailing arguments name, its event checked before the
+    /// request starts.
     fn checked(
         ctx: *mut c_void,
         cb: CsQueueCallbackFn,
@@ -226,42 +241,246 @@ impl Completion {
         }
     }
 
-    /// Delivers the request's outcome.
+    /// Whether the request is queued (a callback or an event), not synchronous.
+    fn queued(&self) -> bool {
+        self.cb.is_some() || !self.evt.is_null()
+    }
+
+    /// Writes the completion value of a successful request.
     ///
     /// # Safety
     /// `comp_value` is null or writable.
-    unsafe fn finish(self, result: R<u64>) -> R<CsStatus> {
-        let (status, value) = match &result {
-            Ok(v) => (CS_SUCCESS, *v),
-            Err(e) => (e.status, 0),
-        };
-        if status == CS_SUCCESS {
+    unsafe fn write_value(&self, result: &R<u64>) {
+        if let Ok(v) = result {
             // SAFETY: the caller's contract for CompValue.
             if let Some(c) = unsafe { self.comp_value.as_mut() } {
-                *c = value;
+                *c = *v;
             }
         }
-        if !self.evt.is_null() {
-            if let Err(e) = &result {
-                set_last_error(&e.message);
+    }
+
+    /// Delivers a queued request's outcome (on the worker): the completion value, then
+    /// the event (when given) or the callback. A failure's message is this thread's last
+    /// error (inside the callback) and the event's (for the thread that polls it).
+    ///
+    /// # Safety
+    /// `comp_value` is null or writable; `cb` is callable with `ctx`.
+    pub unsafe fn deliver(self, name: &str, result: R<u64>) {
+        // SAFETY: forwarded contract.
+        unsafe { self.write_value(&result) };
+        let (status, value, message) = match &result {
+            Ok(v) => (CS_SUCCESS, *v, String::new()),
+            Err(e) => {
+                let m = format!("{name}: {}: {}", crate::status::name(e.status), e.message);
+                set_last_error(&m);
+                (e.status, 0, m)
             }
+        };
+        if !self.evt.is_null() {
             let key = key_of(self.evt);
             let ctx = self.ctx as usize;
+            // An event deleted meanwhile is simply not signalled.
             registry::with(|r| {
                 if let Some(ev) = r.events.get_mut(&key) {
-                    ev.done = Some((status, ctx));
+                    ev.done = Some((status, ctx, message));
                 }
             });
-            return Ok(CS_QUEUED);
-        }
-        if let Some(cb) = self.cb {
-            if let Err(e) = &result {
-                set_last_error(&e.message);
-            }
+        } else if let Some(cb) = self.cb {
             cb(self.ctx, status, value);
-            return Ok(CS_QUEUED);
         }
-        result.map(|_| CS_SUCCESS)
+    }
+}
+
+/// Runs a prepared request: at once on this thread when it has no callback and no event
+/// (`*ReqHandle`, nullable, receives NULL), else queued on `worker` with a fresh request
+/// handle in `*ReqHandle` (set before the request can complete): `CS_QUEUED`.
+///
+/// # Safety
+/// `req_handle` is null or writable; the completion's pointers as for [`Completion`].
+unsafe fn dispatch(
+    name: &'static str,
+    worker: &Worker,
+    kind: Kind,
+    work: Work,
+    done: Completion,
+    req_handle: *mut CsReqHandle,
+) -> R<CsStatus> {
+    // SAFETY: the caller's contract.
+    let handle_out = unsafe { req_handle.as_mut() };
+    if !done.queued() {
+        if let Some(h) = handle_out {
+            *h = std::ptr::null_mut();
+        }
+        let result = run_work(&work, None);
+        // SAFETY: the caller's contract for CompValue.
+        unsafe { done.write_value(&result) };
+        return result.map(|_| CS_SUCCESS);
+    }
+    let (key, req) = registry::with(|r| {
+        let key = r.key();
+        let req = Arc::new(Request::new(key, kind));
+        r.requests.insert(key, Arc::clone(&req));
+        (key, req)
+    });
+    let mut handle_out = handle_out;
+    if let Some(h) = handle_out.as_deref_mut() {
+        *h = handle_of(key);
+    }
+    let pushed = worker.push(Job {
+        name,
+        req,
+        work,
+        done,
+    });
+    if let Err(e) = pushed {
+        registry::with(|r| r.requests.remove(&key));
+        if let Some(h) = handle_out {
+            *h = std::ptr::null_mut();
+        }
+        return Err(e);
+    }
+    Ok(CS_QUEUED)
+}
+
+/// A request ready to run: its arguments checked and copied (only a copy's host buffer
+/// and a batch's entries are still the caller's, as the API's contract says).
+#[derive(Debug)]
+pub enum Work {
+    Copy {
+        dev: Arc<Dev>,
+        mem: DevMemHandle,
+        offset: u64,
+        host: usize,
+        len: usize,
+        to_device: bool,
+    },
+    FileLoad {
+        dev: Arc<Dev>,
+        path: String,
+        offset: u64,
+        bytes: u64,
+        mem: DevMemHandle,
+        mem_offset: u64,
+    },
+    FileStore {
+        dev: Arc<Dev>,
+        path: String,
+        offset: u64,
+        range: MemRange,
+    },
+    BlockLoad {
+        dev: Arc<Dev>,
+        mem: DevMemHandle,
+        mem_offset: u64,
+        sources: Vec<CopySource>,
+    },
+    Compute {
+        dev: Arc<Dev>,
+        request: ExecuteRequest,
+        csf: CsCsfId,
+    },
+    /// `(entry index, request type, request address)` in the order to run them.
+    Batch { entries: Vec<(usize, i32, usize)> },
+}
+
+/// Runs a queued request on its worker (see [`crate::queue`]).
+pub fn perform(work: &Work, req: &Request) -> R<u64> {
+    if !matches!(work, Work::Compute { .. }) {
+        req.start()?;
+    }
+    run_work(work, Some(req))
+}
+
+/// Runs `work`; `req` is the queued request it belongs to (for aborts), if any.
+fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
+    match work {
+        Work::Copy {
+            dev,
+            mem,
+            offset,
+            host,
+            len,
+            to_device,
+        } => {
+            let bytes = *len as u64;
+            if *to_device {
+                // SAFETY: HostVAddress is readable for Bytes bytes until the request
+                // completes (the caller's contract).
+                let src = unsafe { std::slice::from_raw_parts(*host as *const u8, *len) };
+                dev.device.write_mem(*mem, *offset, src)?;
+            } else {
+                // SAFETY: HostVAddress is writable for Bytes bytes until the request
+                // completes (the caller's contract).
+                let dst = unsafe { std::slice::from_raw_parts_mut(*host as *mut u8, *len) };
+                dev.device.read_mem_into(*mem, *offset, dst)?;
+            }
+            Ok(bytes)
+        }
+        Work::FileLoad {
+            dev,
+            path,
+            offset,
+            bytes,
+            mem,
+            mem_offset,
+        } => Ok(dev
+            .device
+            .copy_file_to_mem(path, *offset, *bytes, *mem, *mem_offset)?),
+        Work::FileStore {
+            dev,
+            path,
+            offset,
+            range,
+        } => Ok(dev.device.write_mem_to_file(path, *offset, *range)?),
+        Work::BlockLoad {
+            dev,
+            mem,
+            mem_offset,
+            sources,
+        } => Ok(dev.device.copy_to_mem(*mem, *mem_offset, sources.clone())?),
+        Work::Compute { dev, request, csf } => {
+            let result = match req {
+                None => dev.device.execute(request),
+                Some(q) => {
+                    let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
+                    let r = dev.device.wait_execute(id, None);
+                    q.end_exec();
+                    r.map(|e| e.expect("a wait without a timeout returns a completion"))
+                }
+            };
+            match result {
+                Ok(run) if run.trapped() => fail(
+                    CS_ERROR_IN_EXECUTION,
+                    format!(
+                        "CSF {csf} trapped: {}",
+                        run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
+                    ),
+                ),
+                Ok(run) => Ok(run.r0),
+                Err(e) => Err(Fail::from(e)),
+            }
+        }
+        Work::Batch { entries } => {
+            for (done, &(i, ty, addr)) in entries.iter().enumerate() {
+                if req.is_some_and(Request::aborted) {
+                    return fail(
+                        CS_ABORTED,
+                        format!("the batch was aborted after {done} entries"),
+                    );
+                }
+                let entry = || -> R<u64> {
+                    // SAFETY: each entry points to a live request of its type until the
+                    // batch completes (the caller's contract).
+                    let work = unsafe { prepare_entry(ty, addr) }?;
+                    run_work(&work, req)
+                };
+                entry().map_err(|e| Fail {
+                    status: e.status,
+                    message: format!("entry {i}: {}", e.message),
+                })?;
+            }
+            Ok(entries.len() as u64)
+        }
     }
 }
 
@@ -346,10 +565,7 @@ pub unsafe extern "C" fn csOpenCSx(
         // SAFETY: the caller's contract.
         let handle = unsafe { out(DevHandle, "DevHandle") }?;
         let device = Device::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
-        let dev = Arc::new(Dev {
-            name: name.to_string(),
-            device,
-        });
+        let dev = Arc::new(Dev::new(name.to_string(), device));
         let key = registry::with(|r| {
             let key = r.key();
             r.devices.insert(key, dev);
@@ -360,7 +576,11 @@ pub unsafe extern "C" fn csOpenCSx(
     })
 }
 
-/// Closes a device: its allocations are freed and its handles become invalid.
+/// Closes a device: its allocations are freed and its handles become invalid. Requests
+/// queued on it are aborted: each still queued completes with CS_ABORTED, a running
+/// execution is aborted, a running transfer finishes; the call returns once every
+/// callback of the device has returned (called from inside one of them, it returns at
+/// once and the rest follow after that callback).
 #[no_mangle]
 pub extern "C" fn csCloseCSx(DevHandle: CsDevHandle) -> CsStatus {
     run("csCloseCSx", || {
@@ -370,9 +590,16 @@ pub extern "C" fn csCloseCSx(DevHandle: CsDevHandle) -> CsStatus {
             r.mems.retain(|_, m| m.dev != key);
             r.devices.remove(&key)
         });
-        // Another thread in a call on it keeps it alive: the last one out closes the
-        // connection when it drops it.
-        if let Some(Ok(dev)) = dev.map(Arc::try_unwrap) {
+        let Some(dev) = dev else {
+            return fail(
+                CS_INVALID_HANDLE,
+                format!("device handle {key} is not open"),
+            );
+        };
+        dev.worker.shutdown();
+        // Another thread in a call on it (or a batch using it) keeps it alive: the last
+        // one out closes the connection when it drops it.
+        if let Ok(dev) = Arc::try_unwrap(dev) {
             dev.device.close()?;
         }
         Ok(CS_SUCCESS)
@@ -497,60 +724,179 @@ pub unsafe extern "C" fn csInitMem(
 // -------------------------------------------------------------------------------------
 // Host <-> device memory, storage <-> device memory.
 
+/// A copy request, checked.
+fn prepare_copy(req: &CsCopyMemRequest) -> R<Work> {
+    let (m, dev) = afdm(&req.dev_mem, req.bytes, "csQueueCopyMemRequest")?;
+    if req.host_vaddress.is_null() {
+        return fail(CS_INVALID_ARG, "HostVAddress is NULL");
+    }
+    let len = usize::try_from(req.bytes)
+        .or_else(|_| fail(CS_INVALID_LENGTH, "Bytes exceeds the address space"))?;
+    let to_device = match req.type_ {
+        CS_COPY_TO_DEVICE => true,
+        CS_COPY_FROM_DEVICE => false,
+        other => {
+            return fail(
+                CS_INVALID_OPTION,
+                format!("Type {other} is not CS_COPY_TO_DEVICE or CS_COPY_FROM_DEVICE"),
+            )
+        }
+    };
+    Ok(Work::Copy {
+        dev,
+        mem: m.handle,
+        offset: req.dev_mem.byte_offset,
+        host: req.host_vaddress as usize,
+        len,
+        to_device,
+    })
+}
+
 /// Copies `Bytes` between host memory and device memory. The completion value is the
 /// bytes copied.
 ///
 /// # Safety
 /// `Req` is null or readable, and its `HostVAddress` valid for `Bytes` bytes (readable
-/// for CS_COPY_TO_DEVICE, writable for CS_COPY_FROM_DEVICE); `CompValue` is null or
-/// writable.
+/// for CS_COPY_TO_DEVICE, writable for CS_COPY_FROM_DEVICE) until the request completes;
+/// `ReqHandle` is null or writable; `CompValue` is null or writable until the request
+/// completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueCopyMemRequest(
     Req: *const CsCopyMemRequest,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
     EventHandle: CsEvtHandle,
+    ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    run("csQueueCopyMemRequest", || {
+    const NAME: &str = "csQueueCopyMemRequest";
+    run(NAME, || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
         let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
-        let (m, dev) = afdm(&req.dev_mem, req.bytes, "csQueueCopyMemRequest")?;
-        if req.host_vaddress.is_null() {
-            return fail(CS_INVALID_ARG, "HostVAddress is NULL");
+        let work = prepare_copy(req)?;
+        let dev = work_device(&work);
+        // SAFETY: the caller's contract.
+        unsafe { dispatch(NAME, &dev.worker, Kind::Transfer, work, done, ReqHandle) }
+    })
+}
+
+/// The device a single request's work runs on.
+fn work_device(work: &Work) -> Arc<Dev> {
+    match work {
+        Work::Copy { dev, .. }
+        | Work::FileLoad { dev, .. }
+        | Work::FileStore { dev, .. }
+        | Work::BlockLoad { dev, .. }
+        | Work::Compute { dev, .. } => Arc::clone(dev),
+        Work::Batch { .. } => unreachable!("a batch is not a single request"),
+    }
+}
+
+/// A storage request, checked.
+///
+/// # Safety
+/// `req`'s union member is the one `Mode` names, with valid pointers.
+unsafe fn prepare_storage(req: &CsStorageRequest) -> R<Work> {
+    let dev = device(req.dev_handle)?;
+    match req.mode {
+        CS_STORAGE_FILE_IO => {
+            // SAFETY: Mode says the union holds FileIo (the caller's contract).
+            let f = unsafe { req.u.file_io };
+            // SAFETY: the caller's contract.
+            let path = unsafe { string(f.file_path, "FileIo.FilePath") }?.to_string();
+            let (m, mdev) = afdm(&f.dev_mem, f.bytes, "FileIo.DevMem")?;
+            same_device(&dev, &mdev, "FileIo.DevMem")?;
+            match f.type_ {
+                CS_STORAGE_LOAD_TYPE => Ok(Work::FileLoad {
+                    dev,
+                    path,
+                    offset: f.offset,
+                    bytes: f.bytes,
+                    mem: m.handle,
+                    mem_offset: f.dev_mem.byte_offset,
+                }),
+                CS_STORAGE_STORE_TYPE => Ok(Work::FileStore {
+                    dev,
+                    path,
+                    offset: f.offset,
+                    range: MemRange {
+                        handle: m.handle,
+                        offset: f.dev_mem.byte_offset,
+                        len: f.bytes,
+                    },
+                }),
+                other => fail(
+                    CS_INVALID_OPTION,
+                    format!(
+                        "FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE or CS_STORAGE_STORE_TYPE"
+                    ),
+                ),
+            }
         }
-        let len = usize::try_from(req.bytes)
-            .or_else(|_| fail(CS_INVALID_LENGTH, "Bytes exceeds the address space"))?;
-        let result = match req.type_ {
-            CS_COPY_TO_DEVICE => {
-                // SAFETY: HostVAddress is readable for Bytes bytes (the caller's contract).
-                let src =
-                    unsafe { std::slice::from_raw_parts(req.host_vaddress.cast::<u8>(), len) };
-                dev.device
-                    .write_mem(m.handle, req.dev_mem.byte_offset, src)
-                    .map(|()| req.bytes)
-                    .map_err(Fail::from)
+        CS_STORAGE_BLOCK_IO => {
+            // SAFETY: Mode says the union holds BlockIo (the caller's contract).
+            let b = unsafe { req.u.block_io };
+            if b.type_ == CS_STORAGE_STORE_TYPE {
+                return fail(
+                    CS_UNSUPPORTED,
+                    "block STORE: csx writes storage only through its file store (use file I/O)",
+                );
             }
-            CS_COPY_FROM_DEVICE => {
-                // SAFETY: HostVAddress is writable for Bytes bytes (the caller's contract).
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(req.host_vaddress.cast::<u8>(), len) };
-                dev.device
-                    .read_mem_into(m.handle, req.dev_mem.byte_offset, dst)
-                    .map(|()| req.bytes)
-                    .map_err(Fail::from)
-            }
-            other => {
+            if b.type_ != CS_STORAGE_LOAD_TYPE {
                 return fail(
                     CS_INVALID_OPTION,
-                    format!("Type {other} is not CS_COPY_TO_DEVICE or CS_COPY_FROM_DEVICE"),
-                )
+                    format!("BlockIo.Type {} is not CS_STORAGE_LOAD_TYPE", b.type_),
+                );
             }
-        };
-        // SAFETY: the caller's contract for CompValue.
-        unsafe { done.finish(result) }
-    })
+            if b.num_ranges == 0 || b.num_ranges > CS_BLOCK_RANGES_MAX {
+                return fail(
+                    CS_INVALID_LENGTH,
+                    format!(
+                        "BlockIo.NumRanges {} is not within 1..={CS_BLOCK_RANGES_MAX}",
+                        b.num_ranges
+                    ),
+                );
+            }
+            if b.range.is_null() {
+                return fail(CS_INVALID_ARG, "BlockIo.Range is NULL");
+            }
+            // SAFETY: Range holds NumRanges entries (the caller's contract).
+            let ranges = unsafe { std::slice::from_raw_parts(b.range, b.num_ranges as usize) };
+            let mut sources = Vec::with_capacity(ranges.len());
+            let mut total: u64 = 0;
+            for (i, r) in ranges.iter().enumerate() {
+                if r.namespace_id != 1 {
+                    return fail(
+                        CS_ENTITY_NOT_ON_DEVICE,
+                        format!(
+                            "BlockIo.Range[{i}].NamespaceId {} is not the NVM namespace (1)",
+                            r.namespace_id
+                        ),
+                    );
+                }
+                let len = u64::from(r.num_blocks) * CS_BLOCK_SIZE;
+                let offset = r.start_lba.checked_mul(CS_BLOCK_SIZE).ok_or(Fail {
+                    status: CS_INVALID_LENGTH,
+                    message: format!("BlockIo.Range[{i}].StartLba {} overflows", r.start_lba),
+                })?;
+                total = total.saturating_add(len);
+                sources.push(CopySource::Nvm { offset, len });
+            }
+            let (m, mdev) = afdm(&b.dev_mem, total, "BlockIo.DevMem")?;
+            same_device(&dev, &mdev, "BlockIo.DevMem")?;
+            Ok(Work::BlockLoad {
+                dev,
+                mem: m.handle,
+                mem_offset: b.dev_mem.byte_offset,
+                sources,
+            })
+        }
+        other => fail(
+            CS_INVALID_OPTION,
+            format!("Mode {other} is not CS_STORAGE_BLOCK_IO or CS_STORAGE_FILE_IO"),
+        ),
+    }
 }
 
 /// Moves data between storage and device memory: file I/O (a device file) or block I/O
@@ -559,117 +905,27 @@ pub unsafe extern "C" fn csQueueCopyMemRequest(
 ///
 /// # Safety
 /// `Req` is null or readable, its union member the one `Mode` names, with valid
-/// pointers; `CompValue` is null or writable.
+/// pointers; `ReqHandle` is null or writable; `CompValue` is null or writable until the
+/// request completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueStorageRequest(
     Req: *const CsStorageRequest,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
     EventHandle: CsEvtHandle,
+    ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    run("csQueueStorageRequest", || {
+    const NAME: &str = "csQueueStorageRequest";
+    run(NAME, || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
         let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
-        let dev = device(req.dev_handle)?;
-        let result = match req.mode {
-            CS_STORAGE_FILE_IO => {
-                // SAFETY: Mode says the union holds FileIo (the caller's contract).
-                let f = unsafe { req.u.file_io };
-                // SAFETY: the caller's contract.
-                let path = unsafe { string(f.file_path, "FileIo.FilePath") }?;
-                let (m, mdev) = afdm(&f.dev_mem, f.bytes, "FileIo.DevMem")?;
-                same_device(&dev, &mdev, "FileIo.DevMem")?;
-                match f.type_ {
-                    CS_STORAGE_LOAD_TYPE => dev
-                        .device
-                        .copy_file_to_mem(path, f.offset, f.bytes, m.handle, f.dev_mem.byte_offset)
-                        .map_err(Fail::from),
-                    CS_STORAGE_STORE_TYPE => dev
-                        .device
-                        .write_mem_to_file(
-                            path,
-                            f.offset,
-                            MemRange {
-                                handle: m.handle,
-                                offset: f.dev_mem.byte_offset,
-                                len: f.bytes,
-                            },
-                        )
-                        .map_err(Fail::from),
-                    other => {
-                        return fail(
-                            CS_INVALID_OPTION,
-                            format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE or CS_STORAGE_STORE_TYPE"),
-                        )
-                    }
-                }
-            }
-            CS_STORAGE_BLOCK_IO => {
-                // SAFETY: Mode says the union holds BlockIo (the caller's contract).
-                let b = unsafe { req.u.block_io };
-                if b.type_ == CS_STORAGE_STORE_TYPE {
-                    return fail(
-                        CS_UNSUPPORTED,
-                        "block STORE: csx writes storage only through its file store (use file I/O)",
-                    );
-                }
-                if b.type_ != CS_STORAGE_LOAD_TYPE {
-                    return fail(
-                        CS_INVALID_OPTION,
-                        format!("BlockIo.Type {} is not CS_STORAGE_LOAD_TYPE", b.type_),
-                    );
-                }
-                if b.num_ranges == 0 || b.num_ranges > CS_BLOCK_RANGES_MAX {
-                    return fail(
-                        CS_INVALID_LENGTH,
-                        format!(
-                            "BlockIo.NumRanges {} is not within 1..={CS_BLOCK_RANGES_MAX}",
-                            b.num_ranges
-                        ),
-                    );
-                }
-                if b.range.is_null() {
-                    return fail(CS_INVALID_ARG, "BlockIo.Range is NULL");
-                }
-                // SAFETY: Range holds NumRanges entries (the caller's contract).
-                let ranges = unsafe { std::slice::from_raw_parts(b.range, b.num_ranges as usize) };
-                let mut sources = Vec::with_capacity(ranges.len());
-                let mut total: u64 = 0;
-                for (i, r) in ranges.iter().enumerate() {
-                    if r.namespace_id != 1 {
-                        return fail(
-                            CS_ENTITY_NOT_ON_DEVICE,
-                            format!(
-                                "BlockIo.Range[{i}].NamespaceId {} is not the NVM namespace (1)",
-                                r.namespace_id
-                            ),
-                        );
-                    }
-                    let len = u64::from(r.num_blocks) * CS_BLOCK_SIZE;
-                    let offset = r.start_lba.checked_mul(CS_BLOCK_SIZE).ok_or(Fail {
-                        status: CS_INVALID_LENGTH,
-                        message: format!("BlockIo.Range[{i}].StartLba {} overflows", r.start_lba),
-                    })?;
-                    total = total.saturating_add(len);
-                    sources.push(CopySource::Nvm { offset, len });
-                }
-                let (m, mdev) = afdm(&b.dev_mem, total, "BlockIo.DevMem")?;
-                same_device(&dev, &mdev, "BlockIo.DevMem")?;
-                dev.device
-                    .copy_to_mem(m.handle, b.dev_mem.byte_offset, sources)
-                    .map_err(Fail::from)
-            }
-            other => {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("Mode {other} is not CS_STORAGE_BLOCK_IO or CS_STORAGE_FILE_IO"),
-                )
-            }
-        };
-        // SAFETY: the caller's contract for CompValue.
-        unsafe { done.finish(result) }
+        // SAFETY: the caller's contract.
+        let work = unsafe { prepare_storage(req) }?;
+        let dev = work_device(&work);
+        // SAFETY: the caller's contract.
+        unsafe { dispatch(NAME, &dev.worker, Kind::Transfer, work, done, ReqHandle) }
     })
 }
 
@@ -858,115 +1114,185 @@ pub unsafe extern "C" fn csGetCSFId(
     })
 }
 
+/// A compute request, checked: the execution it asks for.
+///
+/// # Safety
+/// `Req` is null or readable with `NumArgs` arguments after it.
+unsafe fn prepare_compute(Req: *const CsComputeRequest) -> R<Work> {
+    // SAFETY: the caller's contract.
+    let req = unsafe { inp(Req, "Req") }?;
+    let dev = device(req.dev_handle)?;
+    if req.num_args < 0 || req.num_args > CS_COMPUTE_ARGS_MAX {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!(
+                "NumArgs {} is not within 0..={CS_COMPUTE_ARGS_MAX}",
+                req.num_args
+            ),
+        );
+    }
+    // SAFETY: the request is followed by NumArgs arguments (the caller's contract); the
+    // pointer comes from `Req`, which covers them.
+    let args = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::addr_of!((*Req).args).cast::<CsComputeArg>(),
+            req.num_args as usize,
+        )
+    };
+    let mut request = ExecuteRequest::new(csf_slot(req.csf_id)?);
+    let mut windows = 0usize;
+    let mut values: Vec<u64> = Vec::new();
+    let mut params: Vec<u8> = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match a.type_ {
+            CS_AFDM_TYPE => {
+                // SAFETY: Type says the union holds DevMem.
+                let place = unsafe { a.u.dev_mem };
+                let (m, mdev) = afdm(&place, 0, "compute argument")?;
+                same_device(&dev, &mdev, "compute argument")?;
+                windows += 1;
+                if windows > WINDOWS_MAX {
+                    return fail(
+                        CS_INVALID_LENGTH,
+                        format!("argument {i}: more than {WINDOWS_MAX} AFDM arguments"),
+                    );
+                }
+                request = request.window(m.handle, place.byte_offset, m.size - place.byte_offset);
+            }
+            CS_32BIT_VALUE_TYPE | CS_64BIT_VALUE_TYPE => {
+                let (v, bytes): (u64, Vec<u8>) = if a.type_ == CS_32BIT_VALUE_TYPE {
+                    // SAFETY: Type says the union holds Value32.
+                    let v = unsafe { a.u.value32 };
+                    (u64::from(v), v.to_le_bytes().to_vec())
+                } else {
+                    // SAFETY: Type says the union holds Value64.
+                    let v = unsafe { a.u.value64 };
+                    (v, v.to_le_bytes().to_vec())
+                };
+                if values.len() < 2 {
+                    values.push(v);
+                } else {
+                    params.extend_from_slice(&bytes);
+                    if params.len() > PARAMS_SIZE_MAX {
+                        return fail(
+                            CS_INVALID_LENGTH,
+                            format!("argument {i}: value arguments past the second exceed {PARAMS_SIZE_MAX} bytes"),
+                        );
+                    }
+                }
+            }
+            other => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("argument {i}: Type {other} is not CS_AFDM_TYPE, CS_32BIT_VALUE_TYPE or CS_64BIT_VALUE_TYPE"),
+                )
+            }
+        }
+    }
+    request = request.cparams(
+        values.first().copied().unwrap_or(0),
+        values.get(1).copied().unwrap_or(0),
+    );
+    if !params.is_empty() {
+        request = request.params(params);
+    }
+    let fuel = dev.fuel.load(Ordering::Relaxed);
+    if fuel > 0 {
+        request = request.fuel(fuel);
+    }
+    let ms = dev.time_limit_ms.load(Ordering::Relaxed);
+    if ms > 0 {
+        request = request.time_limit_ms(ms);
+    }
+    Ok(Work::Compute {
+        dev,
+        request,
+        csf: req.csf_id,
+    })
+}
+
 /// Runs the CSF `Req->CSFId`. AFDM arguments become the program's windows 0, 1, ... (from
 /// `ByteOffset` to the allocation's end); the first two value arguments become cparam1
 /// and cparam2, further ones the params bytes (little-endian, 4 or 8 bytes each). The
-/// completion value is the program's r0; a trap is CS_ERROR_IN_EXECUTION.
+/// completion value is the program's r0; a trap is CS_ERROR_IN_EXECUTION, an abort
+/// CS_ABORTED.
 ///
 /// # Safety
-/// `Req` is null or readable with `NumArgs` arguments after it; `CompValue` is null or
-/// writable.
+/// `Req` is null or readable with `NumArgs` arguments after it (read before the call
+/// returns); `ReqHandle` is null or writable; `CompValue` is null or writable until the
+/// request completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueComputeRequest(
     Req: *const CsComputeRequest,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
     EventHandle: CsEvtHandle,
+    ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    run("csQueueComputeRequest", || {
-        // SAFETY: the caller's contract.
-        let req = unsafe { inp(Req, "Req") }?;
+    const NAME: &str = "csQueueComputeRequest";
+    run(NAME, || {
         let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
-        let dev = device(req.dev_handle)?;
-        if req.num_args < 0 || req.num_args > CS_COMPUTE_ARGS_MAX {
+        // SAFETY: the caller's contract.
+        let work = unsafe { prepare_compute(Req) }?;
+        let dev = work_device(&work);
+        // SAFETY: the caller's contract.
+        unsafe { dispatch(NAME, &dev.worker, Kind::Compute, work, done, ReqHandle) }
+    })
+}
+
+/// Aborts a queued request (one queued with a callback or an event): still queued, it
+/// completes with CS_ABORTED without running; a running compute request is stopped by
+/// the device's Abort and completes with CS_ABORTED; a running batch runs no further
+/// entry and completes with CS_ABORTED. After CS_SUCCESS the handle is no longer valid.
+/// A running data transfer cannot be stopped (CS_HANDLE_IN_USE: it completes with its
+/// own status); a completed, already aborted or unknown request is CS_INVALID_HANDLE.
+#[no_mangle]
+pub extern "C" fn csAbortRequest(ReqHandle: CsReqHandle) -> CsStatus {
+    run("csAbortRequest", || {
+        if ReqHandle.is_null() {
+            return fail(CS_INVALID_HANDLE, "the request handle is NULL");
+        }
+        let key = key_of(ReqHandle);
+        let Some(req) = registry::with(|r| r.requests.get(&key).cloned()) else {
+            return fail(
+                CS_INVALID_HANDLE,
+                format!(
+                    "request handle {key} is not in flight (completed, aborted, or never queued)"
+                ),
+            );
+        };
+        crate::queue::abort(&req)
+    })
+}
+
+/// A csx extension: the fuel budget and time limit (milliseconds) of the compute
+/// requests made through this device handle from now on; 0 keeps the device's default.
+#[no_mangle]
+pub extern "C" fn csxSetComputeLimits(
+    DevHandle: CsDevHandle,
+    Fuel: u64,
+    TimeLimitMs: u32,
+) -> CsStatus {
+    run("csxSetComputeLimits", || {
+        let dev = device(DevHandle)?;
+        if Fuel > FUEL_MAX {
+            return fail(
+                CS_INVALID_LENGTH,
+                format!("Fuel {Fuel} is over the protocol's limit {FUEL_MAX}"),
+            );
+        }
+        if TimeLimitMs > TIME_LIMIT_MS_MAX {
             return fail(
                 CS_INVALID_LENGTH,
                 format!(
-                    "NumArgs {} is not within 0..={CS_COMPUTE_ARGS_MAX}",
-                    req.num_args
+                    "TimeLimitMs {TimeLimitMs} is over the protocol's limit {TIME_LIMIT_MS_MAX}"
                 ),
             );
         }
-        // SAFETY: the request is followed by NumArgs arguments (the caller's contract);
-        // the pointer comes from `Req`, which covers them.
-        let args = unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::addr_of!((*Req).args).cast::<CsComputeArg>(),
-                req.num_args as usize,
-            )
-        };
-        let mut request = ExecuteRequest::new(csf_slot(req.csf_id)?);
-        let mut windows = 0usize;
-        let mut values: Vec<u64> = Vec::new();
-        let mut params: Vec<u8> = Vec::new();
-        for (i, a) in args.iter().enumerate() {
-            match a.type_ {
-                CS_AFDM_TYPE => {
-                    // SAFETY: Type says the union holds DevMem.
-                    let place = unsafe { a.u.dev_mem };
-                    let (m, mdev) = afdm(&place, 0, "compute argument")?;
-                    same_device(&dev, &mdev, "compute argument")?;
-                    windows += 1;
-                    if windows > WINDOWS_MAX {
-                        return fail(
-                            CS_INVALID_LENGTH,
-                            format!("argument {i}: more than {WINDOWS_MAX} AFDM arguments"),
-                        );
-                    }
-                    request = request.window(m.handle, place.byte_offset, m.size - place.byte_offset);
-                }
-                CS_32BIT_VALUE_TYPE | CS_64BIT_VALUE_TYPE => {
-                    let (v, bytes): (u64, Vec<u8>) = if a.type_ == CS_32BIT_VALUE_TYPE {
-                        // SAFETY: Type says the union holds Value32.
-                        let v = unsafe { a.u.value32 };
-                        (u64::from(v), v.to_le_bytes().to_vec())
-                    } else {
-                        // SAFETY: Type says the union holds Value64.
-                        let v = unsafe { a.u.value64 };
-                        (v, v.to_le_bytes().to_vec())
-                    };
-                    if values.len() < 2 {
-                        values.push(v);
-                    } else {
-                        params.extend_from_slice(&bytes);
-                        if params.len() > PARAMS_SIZE_MAX {
-                            return fail(
-                                CS_INVALID_LENGTH,
-                                format!("argument {i}: value arguments past the second exceed {PARAMS_SIZE_MAX} bytes"),
-                            );
-                        }
-                    }
-                }
-                other => {
-                    return fail(
-                        CS_INVALID_OPTION,
-                        format!("argument {i}: Type {other} is not CS_AFDM_TYPE, CS_32BIT_VALUE_TYPE or CS_64BIT_VALUE_TYPE"),
-                    )
-                }
-            }
-        }
-        request = request.cparams(
-            values.first().copied().unwrap_or(0),
-            values.get(1).copied().unwrap_or(0),
-        );
-        if !params.is_empty() {
-            request = request.params(params);
-        }
-        let result = match dev.device.execute(&request) {
-            Ok(run) if run.trapped() => fail(
-                CS_ERROR_IN_EXECUTION,
-                format!(
-                    "CSF {} trapped: {}",
-                    req.csf_id,
-                    run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
-                ),
-            ),
-            Ok(run) => Ok(run.r0),
-            Err(e) => Err(Fail::from(e)),
-        };
-        // SAFETY: the caller's contract for CompValue.
-        unsafe { done.finish(result) }
+        dev.fuel.store(Fuel, Ordering::Relaxed);
+        dev.time_limit_ms.store(TimeLimitMs, Ordering::Relaxed);
+        Ok(CS_SUCCESS)
     })
 }
 
@@ -993,7 +1319,8 @@ pub unsafe extern "C" fn csCreateEvent(EventHandle: *mut CsEvtHandle) -> CsStatu
 }
 
 /// The status of the request that last signalled the event (and `*Context`, nullable,
-/// its context), consuming it; CS_NOT_DONE when nothing signalled it since.
+/// its context), consuming it; CS_NOT_DONE when nothing signalled it since. After a
+/// failed request's status, csxGetLastError names its failure.
 ///
 /// # Safety
 /// `Context` is null or writable.
@@ -1011,10 +1338,13 @@ pub unsafe extern "C" fn csPollEvent(
                 format!("event handle {key} is not created"),
             ),
             Some(None) => Ok(CS_NOT_DONE),
-            Some(Some((status, ctx))) => {
+            Some(Some((status, ctx, message))) => {
                 // SAFETY: the caller's contract.
                 if let Some(c) = unsafe { Context.as_mut() } {
                     *c = ctx as *mut c_void;
+                }
+                if status != CS_SUCCESS {
+                    set_last_error(&message);
                 }
                 Ok(status)
             }
@@ -1202,22 +1532,40 @@ fn schedule(n: usize, edges: &[(usize, usize)]) -> Result<Vec<usize>, Vec<usize>
     }
 }
 
+/// One batch entry's request, checked.
+///
+/// # Safety
+/// `addr` points to a live request of type `ty`.
+unsafe fn prepare_entry(ty: i32, addr: usize) -> R<Work> {
+    match ty {
+        // SAFETY: the caller's contract.
+        CS_COPY_AFDM => prepare_copy(unsafe { &*(addr as *const CsCopyMemRequest) }),
+        // SAFETY: the caller's contract.
+        CS_STORAGE_IO => unsafe { prepare_storage(&*(addr as *const CsStorageRequest)) },
+        // SAFETY: the caller's contract.
+        _ => unsafe { prepare_compute(addr as *const CsComputeRequest) },
+    }
+}
+
 /// Runs the batch: every entry once, in dependency order, stopping at the first failure
 /// (its status is the batch's). A cycle is refused before anything runs
 /// (CS_INVALID_ARG naming the entries on it). The completion value is the entries that
-/// completed.
+/// completed. Queued (a callback or an event), batches run on a worker of their own.
 ///
 /// # Safety
-/// Every entry's request is still valid; `CompValue` is null or writable.
+/// Every entry's request stays valid until the batch completes; `ReqHandle` is null or
+/// writable; `CompValue` is null or writable until the batch completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueBatchRequest(
     BatchHandle: CsBatchHandle,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
     EventHandle: CsEvtHandle,
+    ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    run("csQueueBatchRequest", || {
+    const NAME: &str = "csQueueBatchRequest";
+    run(NAME, || {
         let key = batch_key(BatchHandle)?;
         let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
         let (entries, edges) = registry::with(|r| {
@@ -1233,47 +1581,22 @@ pub unsafe extern "C" fn csQueueBatchRequest(
                 format!("entries {cycle:?} are on a dependency cycle"),
             )
         })?;
-        let mut completed = 0u64;
-        let mut result = Ok(0);
-        for i in order {
-            let (ty, addr) = entries[i];
-            let null = std::ptr::null_mut();
-            // SAFETY: each entry points to a live request of its type (the caller's
-            // contract); each call checks the request's own fields.
-            let status = unsafe {
-                match ty {
-                    CS_COPY_AFDM => csQueueCopyMemRequest(
-                        addr as *const _,
-                        null,
-                        None,
-                        null,
-                        std::ptr::null_mut(),
-                    ),
-                    CS_STORAGE_IO => csQueueStorageRequest(
-                        addr as *const _,
-                        null,
-                        None,
-                        null,
-                        std::ptr::null_mut(),
-                    ),
-                    _ => csQueueComputeRequest(
-                        addr as *const _,
-                        null,
-                        None,
-                        null,
-                        std::ptr::null_mut(),
-                    ),
-                }
-            };
-            if status != CS_SUCCESS {
-                let inner = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
-                result = fail(status, format!("entry {i}: {inner}"));
-                break;
-            }
-            completed += 1;
+        let entries = order
+            .into_iter()
+            .map(|i| (i, entries[i].0, entries[i].1))
+            .collect();
+        let work = Work::Batch { entries };
+        // SAFETY: the caller's contract.
+        unsafe {
+            dispatch(
+                NAME,
+                &crate::queue::BATCHES,
+                Kind::Batch,
+                work,
+                done,
+                ReqHandle,
+            )
         }
-        // SAFETY: the caller's contract for CompValue.
-        unsafe { done.finish(result.map(|_: u64| completed)) }
     })
 }
 

@@ -17,11 +17,17 @@ const PREAMBLE: &str = r#"/*
  * Link with -lcsx (pkg-config --cflags --libs csx). Device names are csx URIs: a state
  * directory (an embedded device in this process), shm://NAME or tcp://HOST:PORT.
  *
- * Completion is synchronous: a request has completed when its call returns. With no
- * callback and no event, the call returns the request's status. With a callback, it runs
- * on the calling thread before the call returns, and the call returns CS_QUEUED; with an
- * event, the event records the status for csPollEvent and the call returns CS_QUEUED.
- * A request refused before it starts returns its status and signals nothing.
+ * Completion: with no callback and no event, a request runs on the calling thread and
+ * the call returns its status (*ReqHandle, if given, receives NULL). With a callback or
+ * an event, the request is checked and queued: the call returns CS_QUEUED and *ReqHandle
+ * (nullable) a handle for csAbortRequest. The requests of one device handle run one at a
+ * time in the order queued, on a worker thread of the library; on completion the callback
+ * runs on that thread (callbacks of one device handle in queue order), or the event
+ * records the status for csPollEvent (with both, the event). CompValue, a copy's host
+ * buffer and a batch's entries must stay valid until the request completes; the request
+ * structure itself is read before the call returns. A request refused before it starts
+ * returns its status and signals nothing. csCloseCSx aborts the device's queued requests
+ * (they complete with CS_ABORTED) and returns after their callbacks.
  *
  * Handles are opaque keys: a NULL, unknown, freed or closed handle is CS_INVALID_HANDLE,
  * never a crash. After any failure csxGetLastError() names the bad value and the limit.
@@ -45,6 +51,8 @@ typedef int32_t CS_STATUS;
 typedef void *CS_DEV_HANDLE;
 typedef void *CS_MEM_HANDLE;
 typedef void *CS_EVT_HANDLE;
+/* A queued request (for csAbortRequest), valid until it completes or is aborted. */
+typedef void *CS_REQ_HANDLE;
 typedef void *CS_MEM_PTR;
 /* A downloadable CSF's id: its program slot. */
 typedef uint32_t CS_CSF_ID;
@@ -141,7 +149,7 @@ typedef struct {
 
 /* A batch entry: ReqType and a pointer to a CsCopyMemRequest (CS_COPY_AFDM),
  * CsStorageRequest (CS_STORAGE_IO) or CsComputeRequest (CS_QUEUE_COMPUTE) that stays
- * valid until the batch is queued. */
+ * valid until the batch completes (entries are read when they run). */
 typedef struct {
     int32_t ReqType;
     const void *Request;
@@ -195,10 +203,10 @@ CS_STATUS csInitMem(CS_MEM_HANDLE MemHandle, uint64_t ByteOffset, uint64_t Bytes
 /* Data movement. CompValue (nullable) receives the bytes moved. */
 CS_STATUS csQueueCopyMemRequest(const CsCopyMemRequest *Req, void *Context,
                                 csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
-                                uint64_t *CompValue);
+                                CS_REQ_HANDLE *ReqHandle, uint64_t *CompValue);
 CS_STATUS csQueueStorageRequest(const CsStorageRequest *Req, void *Context,
                                 csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
-                                uint64_t *CompValue);
+                                CS_REQ_HANDLE *ReqHandle, uint64_t *CompValue);
 
 /* Downloadable CSFs (eBPF programs) and compute. CompValue receives the program's r0. */
 CS_STATUS csDownload(CS_DEV_HANDLE DevHandle, const CsDownloadInfo *Info, CS_CSF_ID *CSFId);
@@ -206,18 +214,28 @@ CS_STATUS csConfig(CS_DEV_HANDLE DevHandle, const CsConfigInfo *Info);
 CS_STATUS csGetCSFId(CS_DEV_HANDLE DevHandle, const char *CSFName, CS_CSF_ID *CSFId);
 CS_STATUS csQueueComputeRequest(const CsComputeRequest *Req, void *Context,
                                 csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
-                                uint64_t *CompValue);
+                                CS_REQ_HANDLE *ReqHandle, uint64_t *CompValue);
+/* csx extension: the fuel budget and time limit (ms) of this handle's compute requests
+ * from now on; 0 keeps the device's default. */
+CS_STATUS csxSetComputeLimits(CS_DEV_HANDLE DevHandle, uint64_t Fuel, uint32_t TimeLimitMs);
+
+/* Aborts a queued request: queued, it completes with CS_ABORTED without running; a
+ * running compute request (or batch) is stopped and completes with CS_ABORTED. After
+ * CS_SUCCESS the handle is invalid. A running data transfer cannot be stopped
+ * (CS_HANDLE_IN_USE); a completed, aborted or unknown request is CS_INVALID_HANDLE. */
+CS_STATUS csAbortRequest(CS_REQ_HANDLE ReqHandle);
 
 /* Batches: entries with a dependency graph (the new entry runs before entry Before and
  * after entry After; CS_BATCH_INDEX_NONE for neither). Queued, the entries run one at a
  * time in an order that respects every edge, stopping at the first failure; a cycle is
- * CS_INVALID_ARG before anything runs. CompValue receives the entries completed. */
+ * CS_INVALID_ARG before anything runs. CompValue receives the entries completed. Queued
+ * batches run on a worker of their own (their entries may name several devices). */
 CS_STATUS csAllocBatchRequest(int32_t Mode, int32_t MaxReqs, CS_BATCH_HANDLE *BatchHandle);
 CS_STATUS csAddBatchEntry(CS_BATCH_HANDLE BatchHandle, const CsBatchRequest *Req,
                           CS_BATCH_INDEX Before, CS_BATCH_INDEX After, CS_BATCH_INDEX *Curr);
 CS_STATUS csQueueBatchRequest(CS_BATCH_HANDLE BatchHandle, void *Context,
                               csQueueCallbackFn Callback, CS_EVT_HANDLE EventHandle,
-                              uint64_t *CompValue);
+                              CS_REQ_HANDLE *ReqHandle, uint64_t *CompValue);
 CS_STATUS csFreeBatchRequest(CS_BATCH_HANDLE BatchHandle);
 
 /* Management. *Length: the buffer's size in bytes (csQueryDeviceProperties), entries

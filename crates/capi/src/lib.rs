@@ -8,6 +8,7 @@
 //! * [`types`]: the `#[repr(C)]` structures.
 //! * [`api`]: the exported functions (every unsafe block of the crate is at this FFI
 //!   boundary).
+//! * [`queue`]: asynchronous completion (a worker per device handle) and aborts.
 //! * [`registry`]: the handle tables (handles are keys, never dereferenced).
 //! * [`header`]: the text of `cs_api.h`, generated from the above.
 //!
@@ -18,6 +19,7 @@
 
 pub mod api;
 pub mod header;
+pub mod queue;
 pub mod registry;
 pub mod status;
 pub mod types;

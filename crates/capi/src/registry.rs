@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use csx_host::proto::MemHandle;
@@ -17,6 +18,25 @@ use crate::status::CsStatus;
 pub struct Dev {
     pub name: String,
     pub device: Device,
+    /// `csxSetComputeLimits`: the fuel of this handle's compute requests (0: the device's
+    /// default).
+    pub fuel: AtomicU64,
+    /// `csxSetComputeLimits`: their time limit in ms (0: the device's default).
+    pub time_limit_ms: AtomicU32,
+    /// The worker that runs this handle's queued (callback or event) requests in order.
+    pub worker: crate::queue::Worker,
+}
+
+impl Dev {
+    pub fn new(name: String, device: Device) -> Dev {
+        Dev {
+            name,
+            device,
+            fuel: AtomicU64::new(0),
+            time_limit_ms: AtomicU32::new(0),
+            worker: crate::queue::Worker::default(),
+        }
+    }
 }
 
 /// A device-memory allocation.
@@ -27,10 +47,11 @@ pub struct Mem {
     pub size: u64,
 }
 
-/// An event: the last completion signalled to it, until polled.
+/// An event: the last completion signalled to it (status, context, the failure's
+/// message), until polled.
 #[derive(Debug, Default)]
 pub struct Event {
-    pub done: Option<(CsStatus, usize)>,
+    pub done: Option<(CsStatus, usize, String)>,
 }
 
 /// A batch: entries (the caller's request pointers, as addresses) and their edges.
@@ -51,6 +72,8 @@ pub struct Registry {
     pub mems: HashMap<u64, Mem>,
     pub events: HashMap<u64, Event>,
     pub batches: HashMap<u64, Batch>,
+    /// Queued requests in flight (a request leaves when it completes or is aborted).
+    pub requests: HashMap<u64, Arc<crate::queue::Request>>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);

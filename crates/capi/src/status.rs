@@ -16,7 +16,7 @@ macro_rules! statuses {
 
 statuses! {
     CS_SUCCESS = 0, "The call completed successfully.";
-    CS_QUEUED = 1, "The request completed and its completion went to the callback or event.";
+    CS_QUEUED = 1, "The request is queued: its completion goes to the callback or event.";
     CS_NOT_DONE = 2, "The event has no completion to report.";
     CS_INVALID_ARG = 3, "An argument is null, malformed or outside the protocol's limits.";
     CS_INVALID_HANDLE = 4, "A device, memory, event or batch handle is unknown or was freed.";
@@ -48,6 +48,7 @@ statuses! {
     CS_HANDLE_IN_USE = 30, "The slot or file is occupied or in use.";
     CS_NO_PERMISSIONS = 31, "The caller may not do this.";
     CS_UNSUPPORTED = 32, "csx does not implement this (see docs/capi.md).";
+    CS_ABORTED = 33, "The request was aborted (csAbortRequest, csCloseCSx, or the device shutting down); a csx extension.";
 }
 
 /// The name of a status, for messages.
@@ -66,7 +67,7 @@ pub fn call_status(e: &CallError) -> CsStatus {
         CallError::UnexpectedReply { .. } => CS_DEVICE_ERROR,
         CallError::InvalidField(_) => CS_INVALID_ARG,
         CallError::Internal(_) => CS_DEVICE_ERROR,
-        CallError::Aborted(_) => CS_DEVICE_NOT_READY,
+        CallError::Aborted(_) => CS_ABORTED,
         CallError::TimeLimitExceeded(_) => CS_ERROR_IN_EXECUTION,
         CallError::NamespaceNotReachable(_) => CS_ENTITY_NOT_ON_DEVICE,
         CallError::InsufficientResources(_) => CS_NOT_ENOUGH_MEMORY,

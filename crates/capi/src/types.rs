@@ -12,6 +12,8 @@ pub type CsDevHandle = *mut c_void;
 pub type CsMemHandle = *mut c_void;
 /// An opaque event handle.
 pub type CsEvtHandle = *mut c_void;
+/// An opaque handle of a queued request (for `csAbortRequest`).
+pub type CsReqHandle = *mut c_void;
 /// A CSF id: a downloadable CSF's program slot.
 pub type CsCsfId = u32;
 /// Completion callback: the request's context, its status and its completion value.
