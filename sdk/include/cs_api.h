@@ -386,7 +386,8 @@ CS_STATUS csQueryDeviceProperties(CS_DEV_HANDLE DevHandle, int *Length, CSxPrope
 CS_STATUS csQueryDeviceStatistics(CS_DEV_HANDLE DevHandle, int32_t Type, const void *Id,
                                   CsStatsInfo *Stats);
 CS_STATUS csQueryCSFList(CS_DEV_HANDLE DevHandle, int *Count, CsCSFInfo *Buf);
-/* The state directory holding Path (a device name for csOpenCSx). */
+/* The device Path belongs to, as a name for csOpenCSx: in a csx mount (csx mount), the
+ * mount's device URI; else the state directory holding Path. */
 CS_STATUS csGetCSxFromPath(const char *Path, int *Length, char *DevName);
 
 /* Events. csPollEvent returns the status of the request that last signalled the event

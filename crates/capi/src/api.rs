@@ -1784,9 +1784,80 @@ pub unsafe extern "C" fn csQueryCSFList(
     })
 }
 
-/// The device a path belongs to: the state directory holding (an ancestor of) `Path`,
-/// as an absolute path usable with csOpenCSx. Paths inside a mounted csx file system are
-/// not resolved yet (CS_NO_SUCH_ENTITY_EXISTS).
+/// Mount sources made by csx-fs (`csx mount`): `csx:` then the device URI, bytes other
+/// than ASCII alphanumerics and `/:._-@+=~[]` written `%XX` (`csx_fs::mount::encode_fs_name`;
+/// a test keeps the two in step). The URI, or `None` for another source.
+pub fn device_of_mount_source(source: &[u8]) -> Option<String> {
+    let encoded = source.strip_prefix(b"csx:")?;
+    let mut out = Vec::with_capacity(encoded.len());
+    let mut i = 0;
+    while i < encoded.len() {
+        if encoded[i] == b'%' {
+            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(encoded[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A `/proc/self/mountinfo` field with its octal escapes (`\040`) decoded.
+fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field.get(i + 1..i + 4);
+        match octal {
+            Some(d) if field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The device of the csx mount (FUSE, source `csx:URI`) holding `abs`, the innermost one
+/// when mounts nest, from `mountinfo` (the text of `/proc/self/mountinfo`).
+pub fn mounted_device(mountinfo: &[u8], abs: &std::path::Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut best: Option<(usize, String)> = None;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        // Field 5 is the mount point; after "-" come the type and the source.
+        let Some(dash) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
+        if fields.len() < dash + 3 || dash < 5 {
+            continue;
+        }
+        if fields[dash + 1] != b"fuse" && fields[dash + 1] != b"fuse.csx" {
+            continue;
+        }
+        let Some(uri) = device_of_mount_source(&unescape_mountinfo(fields[dash + 2])) else {
+            continue;
+        };
+        let point = unescape_mountinfo(fields[4]);
+        let point = std::path::Path::new(std::ffi::OsStr::from_bytes(&point));
+        let depth = point.components().count();
+        if abs.starts_with(point) && best.as_ref().is_none_or(|(d, _)| depth > *d) {
+            best = Some((depth, uri));
+        }
+    }
+    best.map(|(_, uri)| uri)
+}
+
+/// The device a path belongs to, as a name for csOpenCSx: for a path inside a mounted
+/// csx file system (`csx mount`), the URI of the mount's device (found in
+/// `/proc/self/mountinfo`); else the state directory holding (an ancestor of) `Path`, as
+/// an absolute path. Neither: CS_NO_SUCH_ENTITY_EXISTS.
 ///
 /// # Safety
 /// `Path` is null or a string; `Length` is null or writable; `DevName` is null or
@@ -1802,12 +1873,17 @@ pub unsafe extern "C" fn csGetCSxFromPath(
         let path = unsafe { string(Path, "Path") }?;
         let abs =
             std::fs::canonicalize(path).or_else(|e| fail(CS_ENOENT, format!("{path:?}: {e}")))?;
+        let mountinfo = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+        if let Some(uri) = mounted_device(&mountinfo, &abs) {
+            // SAFETY: forwarded contract.
+            return unsafe { write_string(&uri, Length, DevName) };
+        }
         let dir = abs
             .ancestors()
             .find(|d| d.join("device.json").is_file())
             .ok_or(Fail {
                 status: CS_NO_SUCH_ENTITY_EXISTS,
-                message: format!("{path:?} is in no csx state directory"),
+                message: format!("{path:?} is in no csx mount and no csx state directory"),
             })?;
         let name = dir.to_str().ok_or(Fail {
             status: CS_INVALID_ARG,
@@ -1816,4 +1892,27 @@ pub unsafe extern "C" fn csGetCSxFromPath(
         // SAFETY: forwarded contract.
         unsafe { write_string(name, Length, DevName) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_name_the_innermost_csx_mount() {
+        let info = b"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+36 22 0:40 / /mnt/a\\040b rw,nosuid - fuse csx:tcp://127.0.0.1:4420 rw,user_id=0\n\
+37 36 0:41 / /mnt/a\\040b/inner rw - fuse.csx csx:shm://d%2C1 rw\n\
+38 22 0:42 / /mnt/other rw - fuse sshfs#host: rw\n\
+39 22 0:43 / /mnt/old rw - fuse csx rw\n";
+        let at = |p: &str| mounted_device(info, std::path::Path::new(p));
+        assert_eq!(at("/mnt/a b/x/y").as_deref(), Some("tcp://127.0.0.1:4420"));
+        assert_eq!(at("/mnt/a b").as_deref(), Some("tcp://127.0.0.1:4420"));
+        assert_eq!(at("/mnt/a b/inner/f").as_deref(), Some("shm://d,1"));
+        assert_eq!(at("/mnt/a bc/f"), None);
+        assert_eq!(at("/mnt/other/f"), None);
+        assert_eq!(at("/mnt/old/f"), None);
+        assert_eq!(at("/home"), None);
+        assert_eq!(device_of_mount_source(b"csx:%4"), None);
+    }
 }

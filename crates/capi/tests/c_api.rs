@@ -90,8 +90,14 @@ fn device_dir(work: &Path) -> PathBuf {
     dir
 }
 
-fn run_api_test(exe: &Path, elf: &Path, uri: &str) {
-    let out = run_tool(Command::new(exe).arg(uri).arg(elf).env("CSX_DEVICES", uri));
+fn run_api_test(exe: &Path, elf: &Path, uri: &str, mounted: Option<&Path>) {
+    let out = run_tool(
+        Command::new(exe)
+            .arg(uri)
+            .arg(elf)
+            .args(mounted)
+            .env("CSX_DEVICES", uri),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("api_test: ok"), "{uri}: {stdout}");
 }
@@ -101,7 +107,7 @@ fn c_programs_drive_an_embedded_device() {
     let work = tempfile::tempdir().unwrap();
     let (exe, elf) = build(work.path());
     let dir = device_dir(work.path());
-    run_api_test(&exe, &elf, dir.to_str().unwrap());
+    run_api_test(&exe, &elf, dir.to_str().unwrap(), None);
 }
 
 #[test]
@@ -124,10 +130,38 @@ fn c_programs_drive_a_daemon_over_tcp_and_shm() {
     .expect("serve the device");
     let uris = server.uris().to_vec();
     assert_eq!(uris.len(), 2, "{uris:?}");
-    for uri in &uris {
-        run_api_test(&exe, &elf, uri);
+    for (i, uri) in uris.iter().enumerate() {
+        // The device mounted with FUSE (as `csx mount` does): csGetCSxFromPath of a file
+        // in the mount names the device.
+        let mnt = work.path().join(format!("mnt{i}"));
+        std::fs::create_dir(&mnt).unwrap();
+        let fs = std::sync::Arc::new(csx_fs::MetalFs::new(Device::open(uri).unwrap()));
+        let mounted = csx_fs::mount::spawn(fs, &mnt).unwrap_or_else(|e| {
+            panic!("cannot mount with FUSE ({e}): this test needs /dev/fuse and root or fusermount3; run scripts/setup.sh")
+        });
+        let sub = mnt.join(format!("sub{i}"));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("f"), b"x").unwrap();
+        run_api_test(&exe, &elf, uri, Some(&sub.join("f")));
+        mounted.unmount().expect("unmount");
     }
     server.shutdown().unwrap();
+}
+
+#[test]
+fn mount_sources_decode_as_csx_fs_encodes_them() {
+    for uri in [
+        "tcp://[::1]:4420",
+        "shm://a,b",
+        "/state dir/with\\odd\tbytes%/ü",
+    ] {
+        let name = csx_fs::mount::encode_fs_name(uri);
+        assert_eq!(
+            csx_capi::api::device_of_mount_source(name.as_bytes()).as_deref(),
+            Some(uri),
+            "{name}"
+        );
+    }
 }
 
 /// The filter through the Rust host API (what `csx exec` does): (count, sum) kept.

@@ -22,10 +22,65 @@ pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Threads serving the kernel's requests: enough for several processes at once.
 pub const THREADS: usize = 4;
 
-fn config() -> Config {
+/// The prefix of a csx mount's source (its `fsname`): `csx:` then the device's URI.
+pub const FS_NAME_PREFIX: &str = "csx:";
+
+/// Whether `b` goes into a mount's source as it is (everything else is `%XX`): no comma
+/// (the option separator), no whitespace or backslash (escaped in `/proc/self/mountinfo`).
+fn plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"/:._-@+=~[]".contains(&b)
+}
+
+/// The mount source that names `metal`'s device: [`encode_fs_name`] of its URI (a state
+/// directory as an absolute path). `csGetCSxFromPath` (csx-capi) reads it back from
+/// `/proc/self/mountinfo`.
+pub fn fs_name(metal: &MetalFs) -> String {
+    let uri = match metal.device().uri() {
+        csx_host::DeviceUri::Embedded(p) => {
+            let abs = fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            abs.to_string_lossy().into_owned()
+        }
+        other => other.to_string(),
+    };
+    encode_fs_name(&uri)
+}
+
+/// `csx:` and `uri`, every byte that is not [`plain`] written `%XX` (upper-case hex).
+pub fn encode_fs_name(uri: &str) -> String {
+    let mut name = String::from(FS_NAME_PREFIX);
+    for &b in uri.as_bytes() {
+        if plain(b) {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    name
+}
+
+/// The device URI a mount source made by [`encode_fs_name`] names; `None` for another
+/// source.
+pub fn device_of_fs_name(source: &str) -> Option<String> {
+    let encoded = source.strip_prefix(FS_NAME_PREFIX)?.as_bytes();
+    let mut out = Vec::with_capacity(encoded.len());
+    let mut i = 0;
+    while i < encoded.len() {
+        if encoded[i] == b'%' {
+            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(encoded[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn config(fs_name: String) -> Config {
     let mut c = Config::default();
     c.mount_options = vec![
-        MountOption::FSName("csx".to_owned()),
+        MountOption::FSName(fs_name),
         MountOption::Subtype("csx".to_owned()),
         MountOption::DefaultPermissions,
     ];
@@ -109,17 +164,19 @@ impl Drop for Mounted {
 
 /// Mounts `fs` at `mountpoint` and serves it on background threads.
 pub fn spawn(fs: Arc<MetalFs>, mountpoint: &Path) -> io::Result<Mounted> {
-    spawn_with(FuseFs::new(fs), mountpoint)
+    let name = fs_name(&fs);
+    spawn_with(FuseFs::new(fs), name, mountpoint)
 }
 
 /// [`spawn`] with the `/.ops` directory of operator executables (see [`crate::shell`]).
 pub fn spawn_with_ops(fs: Arc<MetalFs>, mountpoint: &Path, ops: OpsDir) -> io::Result<Mounted> {
-    spawn_with(FuseFs::new(fs).with_ops(ops), mountpoint)
+    let name = fs_name(&fs);
+    spawn_with(FuseFs::new(fs).with_ops(ops), name, mountpoint)
 }
 
-fn spawn_with(fuse: FuseFs, mountpoint: &Path) -> io::Result<Mounted> {
+fn spawn_with(fuse: FuseFs, fs_name: String, mountpoint: &Path) -> io::Result<Mounted> {
     check_mountpoint(mountpoint)?;
-    let session = Session::new(fuse, mountpoint, &config())
+    let session = Session::new(fuse, mountpoint, &config(fs_name))
         .and_then(Session::spawn)
         .map_err(with_path(mountpoint, "mount"))?;
     Ok(Mounted {
@@ -132,7 +189,8 @@ fn spawn_with(fuse: FuseFs, mountpoint: &Path) -> io::Result<Mounted> {
 /// it is unmounted (`csx umount`, `umount`).
 pub fn run(fs: Arc<MetalFs>, mountpoint: &Path, ready: impl FnOnce()) -> io::Result<()> {
     check_mountpoint(mountpoint)?;
-    let session = Session::new(FuseFs::new(fs), mountpoint, &config())
+    let name = fs_name(&fs);
+    let session = Session::new(FuseFs::new(fs), mountpoint, &config(name))
         .map_err(with_path(mountpoint, "mount"))?;
     ready();
     session.run().map_err(with_path(mountpoint, "serve"))
@@ -163,7 +221,8 @@ pub fn is_mounted(mountpoint: &Path) -> io::Result<bool> {
     Ok(info.split(|&b| b == b'\n').any(|line| {
         let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
         // Field 5 is the mount point (octal-escaped); after " - " come the type (`fuse`, or
-        // `fuse.csx` through fusermount) and the source (`csx`).
+        // `fuse.csx` through fusermount) and the source (`csx:URI`, [`fs_name`]; `csx`
+        // from older builds).
         let Some(dash) = fields.iter().position(|f| *f == b"-") else {
             return false;
         };
@@ -172,7 +231,9 @@ pub fn is_mounted(mountpoint: &Path) -> io::Result<bool> {
                 .get(4)
                 .is_some_and(|m| unescape(m) == target.as_os_str().as_bytes())
             && (fields[dash + 1] == b"fuse.csx"
-                || (fields[dash + 1] == b"fuse" && fields[dash + 2] == b"csx"))
+                || (fields[dash + 1] == b"fuse"
+                    && (fields[dash + 2] == b"csx"
+                        || fields[dash + 2].starts_with(FS_NAME_PREFIX.as_bytes()))))
     }))
 }
 
@@ -236,4 +297,32 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_source_names_its_device_and_reads_back() {
+        for uri in [
+            "tcp://127.0.0.1:4420",
+            "shm://dev0",
+            "/tmp/a dir,with\\odd\tchars/%41/ünï",
+        ] {
+            let name = encode_fs_name(uri);
+            assert!(name.starts_with("csx:"), "{name}");
+            assert!(
+                !name
+                    .bytes()
+                    .any(|b| b == b',' || b == b'\\' || b.is_ascii_whitespace()),
+                "{name}"
+            );
+            assert_eq!(device_of_fs_name(&name).as_deref(), Some(uri), "{name}");
+        }
+        assert_eq!(device_of_fs_name("csx"), None);
+        assert_eq!(device_of_fs_name("csx:%4"), None);
+        assert_eq!(device_of_fs_name("csx:%zz"), None);
+        assert_eq!(device_of_fs_name("sshfs#x"), None);
+    }
 }

@@ -1,6 +1,6 @@
 /*
  * api_test: the SNIA CS API over one csx device, from C. Run by crates/capi/tests/c_api.rs:
- *   api_test DEVICE_URI FILTER_ELF
+ *   api_test DEVICE_URI FILTER_ELF [PATH_IN_A_MOUNT_OF_IT]
  * The device holds /data/nums: the u64 values 0..N-1 (little-endian). Every call is checked
  * once with good arguments and at least once with bad ones (null and freed handles,
  * lengths over limits, unknown names and options), each asserting the exact status.
@@ -148,8 +148,8 @@ static CsComputeRequest *compute_request(CS_DEV_HANDLE dev, CS_CSF_ID id, int na
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: api_test DEVICE_URI FILTER_ELF\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: api_test DEVICE_URI FILTER_ELF [PATH_IN_A_MOUNT_OF_IT]\n");
         return 2;
     }
     const char *uri = argv[1];
@@ -559,6 +559,15 @@ int main(int argc, char **argv)
             ASSERT(strcmp(name, uri) == 0);
             nlen = 2;
             EXPECT(csGetCSxFromPath(inner, &nlen, name), CS_INVALID_LENGTH);
+        }
+        if (argc == 4) { /* a file in a csx mount of this device */
+            nlen = sizeof name;
+            EXPECT(csGetCSxFromPath(argv[3], &nlen, name), CS_SUCCESS);
+            ASSERT(strcmp(name, uri) == 0);
+            ASSERT(nlen == (int)strlen(uri) + 1);
+            CS_DEV_HANDLE found_dev = NULL;
+            EXPECT(csOpenCSx(name, NULL, &found_dev), CS_SUCCESS);
+            EXPECT(csCloseCSx(found_dev), CS_SUCCESS);
         }
         nlen = sizeof name;
         EXPECT(csGetCSxFromPath("/", &nlen, name), CS_NO_SUCH_ENTITY_EXISTS);
