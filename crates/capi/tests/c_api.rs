@@ -197,10 +197,28 @@ fn filter_through_rust(dir: &Path, elf: &Path, lo: u64, hi: u64) -> (u64, u64) {
     (values.len() as u64, values.iter().sum())
 }
 
+/// Compiles an SDK program (sdk/programs) to eBPF.
+fn bpf_program(work: &Path, name: &str) -> PathBuf {
+    let elf = work.join(format!("{name}.o"));
+    run_tool(
+        Command::new("clang")
+            .args(["-O2", "-target", "bpf", "-c", "-I"])
+            .arg(repo().join("sdk/include"))
+            .arg(repo().join(format!("sdk/programs/{name}.c")))
+            .arg("-o")
+            .arg(&elf),
+    );
+    elf
+}
+
+/// The examples of sdk/examples, installed with `make install-files` and built with
+/// pkg-config's flags (and one linked with libcsx.a, statically), give `csx exec`'s
+/// answer (the Rust API's) on an embedded device and a daemon over tcp and shm.
 #[test]
-fn the_sdk_example_installs_builds_with_pkg_config_and_matches_the_rust_api() {
+fn the_sdk_examples_install_build_and_match_the_rust_api() {
     let work = tempfile::tempdir().unwrap();
-    let (_, elf) = build(work.path());
+    let (_, filter) = build(work.path());
+    let filter_aggregate = bpf_program(work.path(), "filter_aggregate");
     let prefix = work.path().join("prefix");
     run_tool(
         Command::new("make")
@@ -219,43 +237,81 @@ fn the_sdk_example_installs_builds_with_pkg_config_and_matches_the_rust_api() {
     ] {
         assert!(prefix.join(f).is_file(), "make install-files left no {f}");
     }
-    let flags = run_tool(
-        Command::new("pkg-config")
-            .args(["--cflags", "--libs", "csx"])
-            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")),
-    );
-    let flags = String::from_utf8(flags.stdout).unwrap();
+    let pkg_config = |args: &[&str]| {
+        let out = run_tool(
+            Command::new("pkg-config")
+                .args(args)
+                .arg("csx")
+                .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")),
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let flags = pkg_config(&["--cflags", "--libs"]);
     assert!(flags.contains("-lcsx"), "{flags}");
-    let exe = work.path().join("filter_offload");
-    run_tool(
-        Command::new("gcc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror"])
-            .arg(repo().join("sdk/examples/filter_offload.c"))
-            .args(flags.split_whitespace())
-            .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-            .arg("-o")
-            .arg(&exe),
+    let cc = |source: &str, exe: &Path, link: &[String]| {
+        run_tool(
+            Command::new("gcc")
+                .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread"])
+                .arg(repo().join("sdk/examples").join(source))
+                .args(link)
+                .arg("-o")
+                .arg(exe),
+        );
+    };
+    let mut shared: Vec<String> = flags.split_whitespace().map(str::to_string).collect();
+    shared.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+    let examples = [
+        ("filter_offload.c", &filter),
+        ("async_callbacks.c", &filter),
+        ("batch.c", &filter_aggregate),
+    ];
+    let mut programs: Vec<(String, PathBuf, &PathBuf)> = Vec::new();
+    for (source, elf) in examples {
+        let exe = work.path().join(source.trim_end_matches(".c"));
+        cc(source, &exe, &shared);
+        programs.push((source.to_string(), exe, elf));
+    }
+    // Static: libcsx.a and its private libraries; no rpath, so it cannot find libcsx.so.
+    let mut static_link: Vec<String> = pkg_config(&["--cflags"])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    static_link.push(prefix.join("lib/libcsx.a").display().to_string());
+    let private = pkg_config(&["--static", "--libs-only-l"]);
+    static_link.extend(
+        private
+            .split_whitespace()
+            .filter(|l| *l != "-lcsx")
+            .map(str::to_string),
     );
+    let static_exe = work.path().join("batch_static");
+    cc("batch.c", &static_exe, &static_link);
+    programs.push(("batch.c (libcsx.a)".into(), static_exe, &filter_aggregate));
+
     let dir = device_dir(work.path());
     let (lo, hi) = (250u64, 749u64);
-    let example = |uri: &str| {
-        let out = run_tool(
-            Command::new(&exe)
-                .arg(uri)
-                .arg(&elf)
-                .arg("/data/nums")
-                .arg((N * 8).to_string())
-                .arg(lo.to_string())
-                .arg(hi.to_string()),
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
     let expected: Vec<u64> = (0..N).filter(|x| (lo..=hi).contains(x)).collect();
     let reference = (expected.len() as u64, expected.iter().sum::<u64>());
     let line = format!("kept {} sum {}", reference.0, reference.1);
-    assert_eq!(example(dir.to_str().unwrap()), line, "embedded");
-    assert_eq!(filter_through_rust(&dir, &elf, lo, hi), reference);
-    // The same answer from a daemon, over tcp and shm.
+    let run_all = |uri: &str| {
+        for (name, exe, elf) in &programs {
+            let out = run_tool(
+                Command::new(exe)
+                    .arg(uri)
+                    .arg(elf)
+                    .arg("/data/nums")
+                    .arg((N * 8).to_string())
+                    .arg(lo.to_string())
+                    .arg(hi.to_string())
+                    .env_remove("LD_LIBRARY_PATH"),
+            );
+            let got = String::from_utf8(out.stdout).unwrap();
+            assert_eq!(got.trim(), line, "{name} on {uri}");
+        }
+    };
+    run_all(dir.to_str().unwrap());
+    assert_eq!(filter_through_rust(&dir, &filter, lo, hi), reference);
+    // The same answers from a daemon, over tcp and shm.
     use csx_server::{ListenAddr, Server, ServerConfig};
     let server = Server::open(
         &dir,
@@ -269,7 +325,7 @@ fn the_sdk_example_installs_builds_with_pkg_config_and_matches_the_rust_api() {
     )
     .expect("serve the device");
     for uri in server.uris().to_vec() {
-        assert_eq!(example(&uri), line, "{uri}");
+        run_all(&uri);
     }
     server.shutdown().unwrap();
 }
