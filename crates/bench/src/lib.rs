@@ -9,6 +9,7 @@
 use clap::{Args, Subcommand};
 
 mod array;
+mod capi;
 mod device;
 pub mod engine;
 mod lambda;
@@ -41,6 +42,7 @@ enum BenchCommand {
     Mount(mount::MountBenchArgs),
     Pipelines(pipelines::PipelinesBenchArgs),
     Ssb(ssb::SsbBenchArgs),
+    Capi(capi::CapiBenchArgs),
 }
 
 /// The exit statuses a benchmark returns: the `csx` binary's (its `exit` module checks
@@ -65,5 +67,6 @@ pub fn run(args: BenchArgs, device: &dyn Fn() -> anyhow::Result<String>) -> anyh
         BenchCommand::Mount(a) => mount::run(a),
         BenchCommand::Pipelines(a) => pipelines::run(a),
         BenchCommand::Ssb(a) => ssb::run_bench(a),
+        BenchCommand::Capi(a) => capi::run(a),
     }
 }
