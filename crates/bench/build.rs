@@ -1,54 +1,35 @@
 //! Compiles the `csx bench vm` kernels (`sdk/bench/*.c`) twice with clang: natively
 //! (`clang -O2`) into a static library linked into `csx`, and to eBPF
 //! (`clang -O2 -target bpf`) into objects the binary embeds. The binary then needs no
-//! compiler at run time, and both builds always come from the same source.
+//! compiler at run time, and both builds always come from the same source. The shared
+//! steps (finding clang, the eBPF compile, the sources) are csx-build's.
 //!
 //! It also writes `bench_kernels.rs` into `OUT_DIR`: one entry per kernel with its name,
 //! its eBPF object and its native entry point, so adding a kernel is adding a `.c` file.
 
-use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const SETUP_HINT: &str = "run scripts/setup.sh (it installs clang), or set CSX_CLANG";
+use csx_build::{c_sources, error, out_dir, repo_path, Clang};
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets it"));
-    let source_dir = manifest_dir.join("../../sdk/bench");
-    println!("cargo:rerun-if-changed={}", source_dir.display());
-    println!("cargo:rerun-if-env-changed=CSX_CLANG");
-
-    let clang = env::var("CSX_CLANG").unwrap_or_else(|_| "clang".to_string());
-    let version = match clang_version(&clang) {
+    let out_dir = out_dir();
+    let source_dir = repo_path("../../sdk/bench");
+    let clang = Clang::from_env();
+    let version = match clang.version() {
         Ok(v) => v,
-        Err(e) => {
-            println!("cargo::error=the csx bench kernels need clang: {e}; {SETUP_HINT}");
-            return;
-        }
+        Err(e) => return error(&format!("the csx bench kernels need clang: {e}")),
     };
     println!("cargo:rustc-env=CSX_BENCH_CLANG_VERSION={version}");
-
-    let sources = match kernel_sources(&source_dir) {
+    let sources = match c_sources(&source_dir) {
         Ok(s) => s,
-        Err(e) => {
-            println!("cargo::error=reading {}: {e}", source_dir.display());
-            return;
-        }
+        Err(e) => return error(&e),
     };
-    for (_, path) in &sources {
-        println!("cargo:rerun-if-changed={}", path.display());
-    }
-    println!(
-        "cargo:rerun-if-changed={}",
-        source_dir.join("bench.h").display()
-    );
 
     let mut native = cc::Build::new();
     native
-        .compiler(&clang)
+        .compiler(&clang.path)
         .no_default_flags(true)
         .flag("-O2")
         .flag("-fPIC")
@@ -57,64 +38,16 @@ fn main() {
         .include(&source_dir);
     for (name, path) in &sources {
         native.file(path);
+        // Exactly as a device program is compiled.
         let object = out_dir.join(format!("{name}.bpf.o"));
-        if let Err(e) = compile_bpf(&clang, path, &object) {
-            println!("cargo::error={e}");
-            return;
+        if let Err(e) = clang.bpf(path, &object, &["-Wall", "-Wextra"], &[]) {
+            return error(&e);
         }
     }
     native.compile("csx_bench_kernels");
 
     let table = kernel_table(&sources, &out_dir);
     fs::write(out_dir.join("bench_kernels.rs"), table).expect("OUT_DIR is writable");
-}
-
-/// The first line of `clang --version`, or why clang cannot be run.
-fn clang_version(clang: &str) -> Result<String, String> {
-    let out = Command::new(clang)
-        .arg("--version")
-        .output()
-        .map_err(|e| format!("`{clang} --version` failed to start ({e})"))?;
-    if !out.status.success() {
-        return Err(format!("`{clang} --version` exited with {}", out.status));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().unwrap_or("clang").trim().to_string())
-}
-
-/// `(kernel name, path)` of every `.c` file in `dir`, sorted by name.
-fn kernel_sources(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let mut sources = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "c") {
-            let name = path
-                .file_stem()
-                .expect("a .c file has a stem")
-                .to_string_lossy();
-            sources.push((name.into_owned(), path));
-        }
-    }
-    sources.sort();
-    Ok(sources)
-}
-
-/// Compiles one kernel to an eBPF object, exactly as a device program is compiled.
-fn compile_bpf(clang: &str, source: &Path, object: &Path) -> Result<(), String> {
-    let status = Command::new(clang)
-        .args(["-O2", "-target", "bpf", "-Wall", "-Wextra", "-c"])
-        .arg(source)
-        .arg("-o")
-        .arg(object)
-        .status()
-        .map_err(|e| format!("running {clang} on {}: {e}; {SETUP_HINT}", source.display()))?;
-    if !status.success() {
-        return Err(format!(
-            "{clang} -target bpf failed on {} ({status})",
-            source.display()
-        ));
-    }
-    Ok(())
 }
 
 /// Rust source listing every kernel: its name, eBPF object and native entry point.

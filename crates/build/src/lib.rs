@@ -1,0 +1,205 @@
+//! csx-build: what the build scripts that compile C to eBPF share (a build-dependency of
+//! csx-data, csx-fs and csx-bench).
+//!
+//! * [`Clang`]: the compiler (`$CSX_CLANG`, else `clang`), its version, and one eBPF
+//!   compile ([`Clang::bpf`]) with the flags each caller chooses; a clang that cannot run
+//!   is an error naming `scripts/setup.sh`.
+//! * [`c_sources`]: the `.c` files of a directory, sorted, each (and the directory, and its
+//!   headers) registered with `cargo:rerun-if-changed` so builds stay incremental.
+//! * [`object_table`]: the Rust source of a `(name, eBPF object)` table that embeds the
+//!   objects with `include_bytes!`.
+//! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What to do when clang is missing.
+pub const SETUP_HINT: &str = "run scripts/setup.sh (it installs clang), or set CSX_CLANG";
+
+/// Reports `message` as a build error: cargo fails the build and prints it.
+pub fn error(message: &str) {
+    println!("cargo::error={message}");
+}
+
+/// `CARGO_MANIFEST_DIR`/`rel`: a path of the repository from a crate's build script
+/// (`repo_path("../../sdk/include")`).
+pub fn repo_path(rel: &str) -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join(rel)
+}
+
+/// The build script's `OUT_DIR`.
+pub fn out_dir() -> PathBuf {
+    PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+}
+
+/// The C compiler of device programs.
+#[derive(Clone, Debug)]
+pub struct Clang {
+    /// The command: `$CSX_CLANG`, else `clang`.
+    pub path: String,
+}
+
+impl Clang {
+    /// The compiler `CSX_CLANG` names (else `clang`); a change of the variable reruns the
+    /// build script.
+    pub fn from_env() -> Clang {
+        println!("cargo:rerun-if-env-changed=CSX_CLANG");
+        Clang {
+            path: std::env::var("CSX_CLANG").unwrap_or_else(|_| "clang".to_string()),
+        }
+    }
+
+    /// The first line of `clang --version`, or why clang cannot run (naming
+    /// `scripts/setup.sh`).
+    pub fn version(&self) -> Result<String, String> {
+        let clang = &self.path;
+        let out = Command::new(clang)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("`{clang} --version` failed to start ({e}); {SETUP_HINT}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "`{clang} --version` exited with {}; {SETUP_HINT}",
+                out.status
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text.lines().next().unwrap_or("clang").trim().to_string())
+    }
+
+    /// Compiles `source` to the eBPF object `object`:
+    /// `clang -O2 -target bpf FLAGS -I INCLUDE... -c SOURCE -o OBJECT`.
+    pub fn bpf(
+        &self,
+        source: &Path,
+        object: &Path,
+        flags: &[&str],
+        includes: &[&Path],
+    ) -> Result<(), String> {
+        let clang = &self.path;
+        let mut cmd = Command::new(clang);
+        cmd.args(["-O2", "-target", "bpf"]).args(flags);
+        for dir in includes {
+            cmd.arg("-I").arg(dir);
+        }
+        let status = cmd
+            .arg("-c")
+            .arg(source)
+            .arg("-o")
+            .arg(object)
+            .status()
+            .map_err(|e| format!("running {clang} on {}: {e}; {SETUP_HINT}", source.display()))?;
+        if !status.success() {
+            return Err(format!(
+                "{clang} -target bpf failed on {} ({status})",
+                source.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `(stem, path)` of every `.c` file in `dir`, sorted by stem. Registers the directory and
+/// every file in it (headers too) with `cargo:rerun-if-changed`.
+pub fn c_sources(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let entries = fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    let mut sources = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?
+            .path();
+        println!("cargo:rerun-if-changed={}", path.display());
+        if path.extension().is_some_and(|e| e == "c") {
+            let stem = path
+                .file_stem()
+                .expect("a .c file has a stem")
+                .to_string_lossy()
+                .into_owned();
+            sources.push((stem, path));
+        }
+    }
+    sources.sort();
+    Ok(sources)
+}
+
+/// The Rust source of `pub static NAME: &[(&str, &[u8])]`, one `(name, include_bytes!(object))`
+/// per entry in order, under the comment `generated_by` and the doc comment `doc`.
+pub fn object_table(
+    generated_by: &str,
+    doc: &str,
+    name: &str,
+    entries: &[(String, PathBuf)],
+) -> String {
+    let mut table =
+        format!("// {generated_by}\n\n/// {doc}\npub static {name}: &[(&str, &[u8])] = &[\n");
+    for (entry, object) in entries {
+        writeln!(
+            table,
+            "    ({entry:?}, include_bytes!({:?})),",
+            object.display().to_string()
+        )
+        .expect("infallible");
+    }
+    table.push_str("];\n");
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_the_c_files_sorted() {
+        let dir = std::env::temp_dir().join(format!("csx-build-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        for f in ["b.c", "a.c", "a.h", "notes.txt"] {
+            fs::write(dir.join(f), "").unwrap();
+        }
+        let got = c_sources(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert!(c_sources(Path::new("/no/such/dir"))
+            .unwrap_err()
+            .contains("/no/such/dir"));
+    }
+
+    #[test]
+    fn a_missing_clang_names_the_setup_script() {
+        let clang = Clang {
+            path: "/no/such/clang".into(),
+        };
+        let e = clang.version().unwrap_err();
+        assert!(e.contains("scripts/setup.sh"), "{e}");
+        let e = clang
+            .bpf(Path::new("x.c"), Path::new("x.o"), &[], &[])
+            .unwrap_err();
+        assert!(e.contains("scripts/setup.sh") && e.contains("x.c"), "{e}");
+    }
+
+    #[test]
+    fn the_table_embeds_each_object_in_order() {
+        let t = object_table(
+            "Generated.",
+            "Objects.",
+            "OBJECTS",
+            &[
+                ("b".into(), PathBuf::from("/o/b.o")),
+                ("a".into(), PathBuf::from("/o/a.o")),
+            ],
+        );
+        assert!(
+            t.contains("pub static OBJECTS: &[(&str, &[u8])] = &["),
+            "{t}"
+        );
+        let (b, a) = (
+            t.find("(\"b\", include_bytes!(\"/o/b.o\"))"),
+            t.find("(\"a\","),
+        );
+        assert!(b.is_some() && a.is_some() && b < a, "{t}");
+    }
+}
