@@ -43,7 +43,7 @@ def ssb(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client():
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as lc:
         with Client(lc) as c:
             yield c
     csx.dask.close_connections()
@@ -227,6 +227,24 @@ def test_without_a_replica_a_dead_node_fails_the_query_naming_node_and_partition
     assert [a[0] for a in err.attempts] == ["n2"]
     assert f"partition {err.partition} of /tpch/lineitem" in str(err) and "node n2" in str(err)
     assert isinstance(err, csx.CsxError)
+
+
+def test_a_gone_worker_leaves_its_partitions_to_the_others(nodes, tpch, tmp_path):
+    root, tables = tpch
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as lc, Client(lc) as c:
+        ws = _workers(c)
+        cl = csx.dask.Cluster(nodes.uris, client=c, workers=ws, catalogue=tmp_path / "cat.json")
+        csx.dask.put(root / "data" / "lineitem", cl, partitions=6, replicas=1, table="/tpch/lineitem")
+        c.retire_workers(workers=[ws[1]], close_workers=True)
+        c.wait_for_workers(2)
+        assert ws[1] not in _workers(c)
+        assert csx.dask.tpch_q6(cl) == oracle(Q6.replace("{t}", "lineitem"), root / "parquet", tables)
+        df = csx.dask.read(cl, "/tpch/lineitem", ["l_quantity"], "l_quantity < 10")
+        st = csx.dask.stats(df)
+        # n1's partitions ran on the other workers, which read them from n1 over the network.
+        assert st.partitions_by_node == {"n0": 2, "n1": 2, "n2": 2}
+        assert set(st.workers.values()) == {ws[0], ws[2]}
+        assert st.failovers == []
 
 
 def test_bad_arguments_and_a_bad_catalogue_are_named(cluster, tpch, tmp_path):

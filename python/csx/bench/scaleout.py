@@ -334,7 +334,7 @@ def run(args: Any) -> int:
         for n in node_counts:
             _progress(f"{n} node(s): starting daemons and {n} Dask worker(s)", quiet)
             with csx.dask.LocalNodes(os.path.join(work, f"nodes{n}"), n, profile=args.profile, nvm_size=1 << 30, slm_size=256 << 20, engines=1) as nodes, LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=False, dashboard_address=None
+                n_workers=n, threads_per_worker=1, processes=False, dashboard_address=":0"
             ) as lc, Client(lc) as client:
                 workers = sorted(client.scheduler_info()["workers"])
                 cluster = csx.dask.Cluster(nodes.uris, client=client, workers=workers, catalogue=os.path.join(work, f"cat{n}.json"))

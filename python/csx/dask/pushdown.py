@@ -24,6 +24,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -279,12 +280,25 @@ def _record_local(token: str, st: Dict[str, Any]) -> None:
             _local_stats[token].append(st)
 
 
-def _remember(name: str, token: str, client: Any, futures: List[Any], nparts: int) -> None:
+def _remember(out: Any, token: str, client: Any, futures: List[Any], nparts: int) -> None:
+    """Keeps what stats() needs while the collection lives: the registry holds the
+    partitions' futures, so it lets go of them (and the workers of the data) when the
+    collection is collected."""
+    name = _name_of(out)
     with _lock:
         _reads[name] = (token, client, futures, nparts)
         while len(_reads) > _READS_KEPT:
             _, (old, _c, _f, _n) = _reads.popitem(last=False)
             _local_stats.pop(old, None)
+    weakref.finalize(out, _forget, name, token)
+
+
+def _forget(name: str, token: str) -> None:
+    with _lock:
+        got = _reads.get(name)
+        if got is not None and got[0] == token:
+            del _reads[name]
+        _local_stats.pop(token, None)
 
 
 def _name_of(obj: Any) -> str:
@@ -300,7 +314,7 @@ def stats(result: Any) -> ReadStats:
     with _lock:
         got = _reads.get(_name_of(result))
     if got is None:
-        raise ValueError("stats() knows only the collections csx.dask.read returned (the last 256)")
+        raise ValueError("stats() knows only the collections csx.dask.read returned (the last 256 still alive)")
     token, client, futures, nparts = got
     if client is not None:
         per = client.gather([client.submit(_stats_of, f, pure=False) for f in futures])
@@ -427,5 +441,5 @@ def read(
     if client is None:
         with _lock:
             _local_stats[token] = []
-    _remember(_name_of(out), token, client, futures if client is not None else [], len(tasks))
+    _remember(out, token, client, futures if client is not None else [], len(tasks))
     return out
