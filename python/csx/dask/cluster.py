@@ -52,7 +52,8 @@ class Cluster:
 
     ``nodes``: a list of device URIs (named ``n0``, ``n1``, ... in order) or a mapping
     ``{name: uri}``. ``client``: a ``distributed.Client`` (None: the current default
-    client if there is one, else Dask's local scheduler without pinning).
+    client if there is one, else Dask's local scheduler without pinning; False:
+    Dask's local scheduler even when a client exists).
     ``workers``: the worker beside each node, a list in the nodes' order or a mapping
     ``{name: worker address}``; when None, each node gets a worker on the same host
     (round-robin among them), else none. ``catalogue``: the catalogue file (see
@@ -86,7 +87,9 @@ class Cluster:
                 raise ValueError(f"node name {name!r} must be 1 to 64 characters without '/'")
         if len({u for _, u in pairs}) != len(pairs):
             raise ValueError("nodes: the same URI is listed twice")
-        if client is None:
+        if client is False:
+            client = None
+        elif client is None:
             try:
                 from distributed import default_client
 
