@@ -52,8 +52,9 @@ class Cluster:
 
     ``nodes``: a list of device URIs (named ``n0``, ``n1``, ... in order) or a mapping
     ``{name: uri}``. ``client``: a ``distributed.Client`` (None: the current default
-    client if there is one, else Dask's local scheduler without pinning; False:
-    Dask's local scheduler even when a client exists).
+    client if there is one, else no client; False: no client even when one exists).
+    Without a client, :func:`csx.dask.read` builds its collection lazily, unpinned,
+    and Dask's current scheduler computes it.
     ``workers``: the worker beside each node, a list in the nodes' order or a mapping
     ``{name: worker address}``; when None, each node gets a worker on the same host
     (round-robin among them), else none. ``catalogue``: the catalogue file (see

@@ -370,8 +370,10 @@ def read(
     the λ's output as a numpy array.
 
     With a distributed client the partitions start on their nodes' workers now
-    (futures) and the collection is lazy from there; without one it is computed by
-    Dask's local scheduler when asked. :func:`stats` tells what it cost."""
+    (futures) and the collection is lazy from there; without one the collection is
+    lazy and unpinned, computed by Dask's current scheduler when asked.
+    :func:`stats` tells what it cost (without a client: once computed, by tasks that
+    ran in this process)."""
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a csx.dask.Cluster, not {type(cluster).__name__}")
     if decimals not in DECIMALS:
