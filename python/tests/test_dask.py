@@ -5,6 +5,8 @@ whole data. Fault tests kill a node's daemon (SIGKILL) in the middle of a query.
 
 import json
 import os
+import signal
+import sys
 
 import duckdb
 import numpy as np
@@ -263,6 +265,42 @@ def test_a_gone_worker_leaves_its_partitions_to_the_others(nodes, tpch, tmp_path
         assert st.partitions_by_node == {"n0": 2, "n1": 2, "n2": 2}
         assert set(st.workers.values()) == {ws[0], ws[2]}
         assert st.failovers == []
+
+
+def _kill_this_worker_mid_scan(node_name, marker):
+    """A fault hook for worker processes: the first time a scan of ``node_name``'s
+    partition has read a chunk, the worker process running it dies (SIGKILL)."""
+    from csx.dask import pushdown
+
+    def hook(event, node, partition, batch):
+        if event == "batch" and node == node_name:
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return
+            os.write(fd, str(partition).encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    pushdown._fault_hook = hook
+
+
+def test_a_worker_killed_mid_query_is_rerun_elsewhere(nodes, tpch, tmp_path):
+    import cloudpickle
+
+    root, tables = tpch
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = str(tmp_path / "killed")
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0") as lc, Client(lc) as c:
+        ws = _workers(c)
+        cl = csx.dask.Cluster(nodes.uris, client=c, workers=ws, catalogue=tmp_path / "cat.json")
+        csx.dask.put(root / "data" / "lineitem", cl, partitions=6, replicas=1, table="/tpch/lineitem")
+        c.run(_kill_this_worker_mid_scan, "n1", marker)
+        got = csx.dask.tpch_q6(cl, chunk_rows=1000)
+        assert os.path.exists(marker), "no worker was killed: the test checked nothing"
+        assert got == oracle(Q6.replace("{t}", "lineitem"), root / "parquet", tables)
+        c.wait_for_workers(3)
+        assert ws[1] not in _workers(c)  # the nanny started a new worker process
 
 
 def test_bad_arguments_and_a_bad_catalogue_are_named(cluster, tpch, tmp_path):
