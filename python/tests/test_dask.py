@@ -202,6 +202,21 @@ def test_without_a_distributed_client_dask_local_scheduler_reads_the_nodes(nodes
     assert set(st.workers.values()) == {None}
 
 
+def test_put_of_an_arrow_table_reads_back_row_for_row(cluster):
+    from csx.bench.lineitem import lineitem
+
+    t = lineitem(5_000, seed=9)
+    entry = csx.dask.put(t, cluster, partitions=3, replicas=2, table="/arrow/li")["/arrow/li"]
+    assert [p.rows for p in entry.partitions] == [1666, 1667, 1667]
+    back = csx.dask.read(cluster, "/arrow/li", decimals="scaled").compute()
+    assert list(back.columns) == t.column_names
+    assert back["l_orderkey"].tolist() == t.column("l_orderkey").to_pylist()
+    assert back["l_returnflag"].tolist() == t.column("l_returnflag").to_pylist()
+    assert back["l_extendedprice"].tolist() == [int(v.scaleb(2)) for v in t.column("l_extendedprice").to_pylist()]
+    days = back["l_shipdate"].to_numpy().astype("datetime64[D]").astype("int64").tolist()
+    assert days == t.column("l_shipdate").cast("int32").to_pylist()
+
+
 def test_a_node_killed_mid_query_is_replaced_by_its_replica(cluster, nodes, tpch, hook):
     root, tables = tpch
     csx.dask.put(root / "data" / "lineitem", cluster, partitions=6, replicas=2, table="/tpch/lineitem")
@@ -226,6 +241,28 @@ def test_a_node_killed_mid_query_is_replaced_by_its_replica(cluster, nodes, tpch
     assert st.failovers and all(node == "n1" for _p, node, _e in st.failovers)
     assert st.rows_scanned == tables["lineitem"]
     assert len(df) == oracle("select count(*) from lineitem where l_quantity < 10", root / "parquet", tables)[0][0]
+
+
+def test_a_bad_copy_on_a_node_is_never_an_answer(cluster, tpch):
+    root, tables = tpch
+    entry = csx.dask.put(root / "data" / "lineitem", cluster, partitions=3, replicas=2, table="/tpch/lineitem")["/tpch/lineitem"]
+    p0, p1 = entry.partitions[0], entry.partitions[1]
+    # Partition 0's primary copy claims other rows; partition 1's primary copy lost the
+    # end of a column file.
+    with csx.Device.open(cluster.node(p0.nodes[0]).uri) as dev:
+        raw = json.loads(bytes(dev.get(f"{p0.path}/schema.json")))
+        raw["rows"] -= 1
+        dev.put(f"{p0.path}/schema.json", json.dumps(raw).encode())
+    with csx.Device.open(cluster.node(p1.nodes[0]).uri) as dev:
+        col = bytes(dev.get(f"{p1.path}/l_discount.col"))
+        dev.put(f"{p1.path}/l_discount.col", col[:-8])
+    df = csx.dask.read(cluster, "/tpch/lineitem", ["l_extendedprice", "l_discount"], csx.dask.queries.Q6_FILTER)
+    st = csx.dask.stats(df)
+    bad = {(p, n): e for p, n, e in st.failovers}
+    assert set(bad) == {(0, p0.nodes[0]), (1, p1.nodes[0])}
+    assert "rows" in bad[(0, p0.nodes[0])] and "DataError" in bad[(0, p0.nodes[0])]
+    assert "l_discount.col" in bad[(1, p1.nodes[0])]
+    assert csx.dask.tpch_q6(cluster) == oracle(Q6.replace("{t}", "lineitem"), root / "parquet", tables)
 
 
 def test_without_a_replica_a_dead_node_fails_the_query_naming_node_and_partition(cluster, nodes, tpch, hook):

@@ -11,7 +11,9 @@ the λ outputs.
 
 Faults. A partition's task tries the partition's replicas in order (the one beside
 its worker first): a node that cannot be opened, whose connection breaks mid-scan,
-whose copy is missing or fails validation, is recorded and the next replica is tried
+whose copy is missing or differs from the catalogue (rows, columns) or fails the
+scan's own checks (a column file of the wrong size, a bad dictionary code), is
+recorded and the next replica is tried
 from the partition's first row again; the rows of a failed attempt are discarded
 whole, so an answer is made only of complete partitions. When every replica failed
 the task raises :class:`PartitionUnavailableError` naming the table, the partition,
@@ -34,7 +36,7 @@ import pyarrow as pa
 
 from .. import arrow as carrow
 from .. import filter as cfilter
-from ..errors import CsxError, DataError, LimitError, QueryError
+from ..errors import ClosedError, CsxError, DataError, LimitError, OpenError, QueryError, ServerError, TransportError
 from ..scan import scan as _scan
 from .catalogue import PartitionEntry, TableEntry
 from .cluster import Cluster, connect, drop
@@ -121,6 +123,7 @@ class _Task:
     engine: str
     lambda_: Optional[Lambda]
     token: str
+    schema: Tuple[Tuple[str, str, int], ...]  # (name, type, scale) per column, from the catalogue
 
 
 class _Items(list):
@@ -161,13 +164,23 @@ def _meta(entry: TableEntry, columns: Optional[Sequence[str]], decimals: str) ->
     return _to_pandas(empty, decimals)
 
 
+def _check_copy(dev: Any, task: _Task) -> carrow.TableSchema:
+    """The node's copy of the partition has the catalogue's rows and columns (else
+    :class:`csx.DataError`: a bad copy, and the next replica is tried)."""
+    part = task.part
+    info = carrow.read_schema(dev, part.path)
+    if info.rows != part.rows:
+        raise DataError(f"{part.path}/schema.json: {info.rows} rows, the catalogue says partition {part.index} has {part.rows}")
+    got = tuple((c.name, c.type, c.scale) for c in info.columns)
+    if got != task.schema:
+        raise DataError(f"{part.path}/schema.json: columns {list(got)} differ from the catalogue's {list(task.schema)}")
+    return info
+
+
 def _scan_partition(dev: Any, task: _Task, node: str) -> Tuple[Any, Dict[str, Any]]:
     part = task.part
+    _check_copy(dev, task)
     s = _scan(dev, part.path, task.columns, task.filter, chunk_rows=task.chunk_rows, engine=task.engine)
-    if s.schema_info.rows != part.rows:
-        raise DataError(
-            f"{part.path}/schema.json: {s.schema_info.rows} rows, the catalogue says partition {part.index} has {part.rows}"
-        )
     batches = []
     for k, b in enumerate(s.batches()):
         batches.append(b)
@@ -191,9 +204,7 @@ def _lambda_partition(dev: Any, task: _Task, node: str) -> Tuple[Any, Dict[str, 
     lam = task.lambda_
     assert lam is not None
     part = task.part
-    info = carrow.read_schema(dev, part.path)
-    if info.rows != part.rows:
-        raise DataError(f"{part.path}/schema.json: {info.rows} rows, the catalogue says partition {part.index} has {part.rows}")
+    info = _check_copy(dev, task)
     col = info.column(lam.column)
     path = f"{part.path}/{col.name}.col"
     if part.rows == 0:
@@ -222,6 +233,34 @@ def _lambda_partition(dev: Any, task: _Task, node: str) -> Tuple[Any, Dict[str, 
     return _Items([out]), stats
 
 
+def _try_node(task: _Task, node: str, uri: str) -> Any:
+    """(result, stats) from the copy on ``node``, or the error (a str) that makes the
+    next replica worth trying."""
+    # The connection is shared by the worker's threads: another thread that saw it
+    # break closes it, and then this one gets ClosedError. That says nothing about the
+    # node yet: retry once on a new connection.
+    for retry in (False, True):
+        dev = None
+        try:
+            if _fault_hook is not None:
+                _fault_hook("open", node, task.part.index, None)
+            dev = connect(uri)
+            if task.lambda_ is not None:
+                return _lambda_partition(dev, task, node)
+            return _scan_partition(dev, task, node)
+        except (QueryError, LimitError):
+            raise  # the query is wrong: it fails the same on every replica
+        except ClosedError as e:
+            if retry:
+                return f"{type(e).__name__}: {e}"
+        except (OpenError, TransportError, ServerError) as e:
+            drop(uri, dev)  # the connection is broken: the next use opens a new one
+            return f"{type(e).__name__}: {e}"
+        except CsxError as e:
+            return f"{type(e).__name__}: {e}"  # the node answered: its copy is bad
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _run_partition(task: _Task) -> Any:
     """One partition, on the first replica that answers (see the module doc)."""
     t0 = time.perf_counter_ns()
@@ -229,21 +268,11 @@ def _run_partition(task: _Task) -> Any:
     order = sorted(task.replicas, key=lambda r: 0 if (here is not None and r[2] == here) else 1)
     attempts: List[Tuple[str, str, str]] = []
     for node, uri, _w in order:
-        dev = None
-        try:
-            if _fault_hook is not None:
-                _fault_hook("open", node, task.part.index, None)
-            dev = connect(uri)
-            if task.lambda_ is not None:
-                result, st = _lambda_partition(dev, task, node)
-            else:
-                result, st = _scan_partition(dev, task, node)
-        except (QueryError, LimitError):
-            raise  # the query is wrong: it fails the same on every replica
-        except CsxError as e:
-            attempts.append((node, uri, f"{type(e).__name__}: {e}"))
-            drop(uri, dev)
+        got = _try_node(task, node, uri)
+        if isinstance(got, str):
+            attempts.append((node, uri, got))
             continue
+        result, st = got
         st.update(
             partition=task.part.index,
             node=node,
@@ -400,6 +429,7 @@ def read(
             raise ValueError(f"table {entry.table} has no column {lambda_.column!r}; columns: {', '.join(known)}")
         np.dtype(lambda_.dtype)
     token = secrets.token_hex(8)
+    schema = tuple((c["name"], c["type"], int(c.get("scale", 0))) for c in entry.columns)
     nodes = {n.name: n for n in cluster.nodes}
     tasks = []
     for p in entry.partitions:
@@ -409,7 +439,7 @@ def read(
             raise PartitionUnavailableError(
                 entry.table, p.index, p.first_row, p.rows, [(n, "?", "the cluster has no node of this name") for n in missing]
             )
-        tasks.append(_Task(entry.table, p, replicas, columns, filter, decimals, chunk_rows, engine, lambda_, token))
+        tasks.append(_Task(entry.table, p, replicas, columns, filter, decimals, chunk_rows, engine, lambda_, token, schema))
     client = cluster.client
     if client is not None:
         futures = [
