@@ -120,6 +120,12 @@ def test_put_splits_by_rows_with_replicas_and_writes_the_catalogue(cluster, tpch
                 assert got == local[p.first_row * 4 : (p.first_row + p.rows) * 4]
                 assert dev.get(f"{p.path}/l_returnflag.dict") is not None
     assert per_node == {"n0": 4, "n1": 4, "n2": 4}
+    # The catalogue is lost: the nodes' copies rebuild it.
+    os.unlink(cluster.catalogue.path)
+    with pytest.raises(csx.dask.CatalogueError):
+        cluster.catalogue.get("/tpch/lineitem")
+    assert csx.dask.recover_catalogue(cluster) == ["/tpch/lineitem", "/tpch/orders"]
+    assert cluster.catalogue.get("/tpch/lineitem") == li
     # Placing again writes a new placement and deletes the old one's files.
     again = csx.dask.put(root / "data" / "lineitem", cluster, partitions=3, replicas=1, table="/tpch/lineitem")
     assert again["/tpch/lineitem"].placement != li.placement

@@ -18,7 +18,8 @@ Dask schedules; csx does the storage side. The pieces:
   beside each, and the catalogue file.
 - :func:`put` (:mod:`csx.dask.place`): splits each table by row ranges into
   partitions, each a columnar table of its own on ``replicas`` nodes, and records
-  them in the catalogue (:mod:`csx.dask.catalogue`: local JSON, written atomically).
+  them in the catalogue (:mod:`csx.dask.catalogue`: local JSON, written atomically,
+  with a copy of each table's entry on its nodes: :func:`recover_catalogue`).
 - :func:`read` (:mod:`csx.dask.pushdown`): a Dask DataFrame with one partition per
   table partition, each computed by a task on the worker beside the partition's node
   running :func:`csx.scan.scan` there (the projection and selection on the device);
@@ -48,7 +49,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
 from .catalogue import Catalogue, CatalogueError, PartitionEntry, TableEntry
 from .cluster import Cluster, Node, close_connections
 from .local import LocalNodes, NodeStartError
-from .place import PARTITIONS_MAX, drop_table, put
+from .place import PARTITIONS_MAX, drop_table, put, recover_catalogue
 from .pushdown import DECIMALS, Lambda, PartitionUnavailableError, ReadStats, read, scales, stats
 from .queries import ssb_q3_3, tpch_q1, tpch_q6
 
@@ -70,6 +71,7 @@ __all__ = [
     "drop_table",
     "put",
     "read",
+    "recover_catalogue",
     "scales",
     "ssb_q3_3",
     "stats",

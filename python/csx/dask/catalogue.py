@@ -13,6 +13,10 @@ catalogue, never a torn one::
                          "path": "/tpch/lineitem/.csx-dask-3f9c.../p0000",
                          "nodes": ["n0", "n1"]}, ...]}}}
 
+Each node holding a partition of a table also keeps that table's entry
+(``.csx-dask-PLACEMENT/catalogue.json``, see :mod:`csx.dask.place`), from which
+:func:`csx.dask.recover_catalogue` rebuilds a lost catalogue.
+
 A partition is a columnar table (``schema.json`` and the column files) at ``path`` on
 every node in ``nodes`` (the first is its primary). ``placement`` is new for every
 :func:`csx.dask.put`, and the partitions' paths contain it: a path names exactly one

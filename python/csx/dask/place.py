@@ -9,8 +9,10 @@ values are fixed-width); dictionary files are copied whole, so every code keeps 
 meaning.
 
 Order of writes, for crash safety: every partition's files, its ``schema.json`` last;
-a flush on every node; then the catalogue (atomically); then the previous placement's
-files are deleted. Partitions live under a directory named by a new placement id, so
+a copy of the table's catalogue entry on every node that holds a partition
+(``.csx-dask-PLACEMENT/catalogue.json``) and a flush of every node; then the catalogue
+(atomically); then the previous placement's files are deleted.
+:func:`recover_catalogue` rebuilds a lost catalogue from the nodes' copies. Partitions live under a directory named by a new placement id, so
 a crash at any point leaves the old catalogue pointing at the old, intact files.
 """
 
@@ -20,17 +22,21 @@ import json
 import os
 import secrets
 import sys
+import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .. import arrow as carrow
 from .catalogue import PartitionEntry, TableEntry
 from .cluster import Cluster, connect
 
-__all__ = ["put", "drop_table", "PARTITIONS_MAX"]
+__all__ = ["put", "drop_table", "recover_catalogue", "PARTITIONS_MAX"]
 
 #: Partitions a table may be split into.
 PARTITIONS_MAX = 65536
 _READ_MAX = 64 << 20
+#: The copy of a placement's catalogue entry on each of its nodes.
+NODE_COPY_FILE = "catalogue.json"
+NODE_COPY_FORMAT = "csx-dask-placement"
 
 
 class _LocalTable:
@@ -250,10 +256,15 @@ def _put_table(cluster: Cluster, dest: str, src: Any, nparts: int, replicas: int
                 file=sys.stderr,
                 flush=True,
             )
-    for uri in sorted(used):
-        connect(uri).flush()
     assert columns is not None
     entry = TableEntry(table=dest, rows=rows, placement=placement, replicas=replicas, columns=columns, partitions=parts)
+    # A copy of the entry on every node that holds a partition, written once all the
+    # partitions are there (see recover_catalogue), then a flush of every node.
+    copy = json.dumps({"format": NODE_COPY_FORMAT, "created_ns": time.time_ns(), "table": dest, "entry": entry.to_json()}).encode()
+    for uri in sorted(used):
+        dev = connect(uri)
+        dev.put(f"{root}/{NODE_COPY_FILE}", copy)
+        dev.flush()
     old = cluster.catalogue.update(dest, entry)
     if old is not None and old.placement != placement:
         drop_files(cluster, old)
@@ -276,3 +287,34 @@ def drop_table(cluster: Cluster, table: str) -> None:
     old = cluster.catalogue.update(table, None)
     if old is not None:
         drop_files(cluster, old)
+
+
+def recover_catalogue(cluster: Cluster) -> List[str]:
+    """Rebuilds the catalogue's entries from the copies on the reachable nodes (when
+    the local catalogue file was lost): for each table, the newest placement whose
+    copy a node holds. Returns the tables recovered. Unreachable nodes are skipped;
+    a table whose partitions are on them still reads from the other replicas."""
+    from .catalogue import _entry
+
+    best: Dict[str, Tuple[int, Dict[str, Any]]] = {}
+    for node in cluster.nodes:
+        try:
+            dev = connect(node.uri)
+            files = [f.path for f in dev.ls("/") if f.path.endswith(f"/{NODE_COPY_FILE}") and "/.csx-dask-" in f.path]
+            for path in files:
+                try:
+                    raw = json.loads(bytes(dev.get(path)))
+                except ValueError:
+                    continue  # a torn copy: another node has a whole one
+                if not isinstance(raw, dict) or raw.get("format") != NODE_COPY_FORMAT:
+                    continue
+                table, created = str(raw.get("table")), int(raw.get("created_ns", 0))
+                if table not in best or created > best[table][0]:
+                    best[table] = (created, raw["entry"])
+        except Exception:  # an unreachable node: the others may hold the copies
+            continue
+    out = []
+    for table, (_created, raw_entry) in sorted(best.items()):
+        cluster.catalogue.update(table, _entry(f"{NODE_COPY_FILE} on the nodes", table, raw_entry))
+        out.append(table)
+    return out
