@@ -66,7 +66,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import duckdb
 import numpy as np
