@@ -22,7 +22,9 @@ VPY=$VENV/bin/python
 
 # The packages the build and the tests need (module name=pip requirement).
 need=()
-for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest matplotlib=matplotlib; do
+# csx.dask: dask.dataframe (with pandas) and distributed, versions that support Python 3.11.
+for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest matplotlib=matplotlib \
+    dask.dataframe='dask[dataframe]>=2025.1' distributed='distributed>=2025.1'; do
     mod=${pair%%=*}
     "$VPY" -c "import $mod" >/dev/null 2>&1 || need+=("${pair#*=}")
 done

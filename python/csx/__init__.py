@@ -9,7 +9,8 @@ array([  1000, 499500,      0,    999], dtype=uint64)
 
 Modules: :mod:`csx.device` (Device, Program, Server), :mod:`csx.errors` (the
 exception hierarchy), :mod:`csx.arrow` (columnar tables as Arrow),
-:mod:`csx.duckdb` (pushdown scans feeding DuckDB), ``python -m csx.bench``.
+:mod:`csx.duckdb` (pushdown scans feeding DuckDB), :mod:`csx.dask` (a dataset spread
+over many storage nodes, queried with Dask; ``import csx.dask``), ``python -m csx.bench``.
 """
 
 from . import errors

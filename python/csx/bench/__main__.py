@@ -1,8 +1,9 @@
 """``python -m csx.bench``: benchmarks of the Python package.
 
     python -m csx.bench tpch [--sf 1] [--json] [--plot docs/plots/tpch.svg]
+    python -m csx.bench scaleout [--sf 0.05] [--nodes 1,2,3] [--json] [--plot docs/plots/scaleout.svg]
 
-See ``python -m csx.bench tpch --help``.
+See ``python -m csx.bench tpch --help`` and ``python -m csx.bench scaleout --help``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import tpch
+from . import scaleout, tpch
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -28,9 +29,19 @@ def main(argv: "list[str] | None" = None) -> int:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
     )
+    scaleout.add_arguments(
+        sub.add_parser(
+            "scaleout",
+            help="TPC-H Q6 and Q1 over 1..64 storage nodes under Dask: pushdown vs Dask reading Parquet",
+            description=scaleout.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     args = parser.parse_args(argv)
     if args.bench == "tpch":
         return tpch.run(args)
+    if args.bench == "scaleout":
+        return scaleout.run(args)
     return 2  # pragma: no cover
 
 
