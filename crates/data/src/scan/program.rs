@@ -213,6 +213,9 @@ impl Emitter {
 /// The largest segment or window size the program can address (an imm32).
 pub const SEGMENT_MAX: u64 = i32::MAX as u64;
 
+/// Registers a program in pointer form may give columns and the loop's end: r2-r9.
+const COLUMN_REGS: usize = 8;
+
 /// The raw eBPF image of the scan program for `layout` (see the module doc). Every
 /// segment and window size must be at most [`SEGMENT_MAX`], widths 4 or 8, and the
 /// inputs at most 15.
@@ -223,30 +226,204 @@ pub fn emit(layout: &Layout) -> Vec<u8> {
         fixups: Vec::new(),
         labels: Vec::new(),
     };
-    let jmp = |opc: u8, dst: u8, imm: i32| Insn {
+    let n = layout.inputs.len();
+    let m = layout.outputs.len();
+    if n > 0 && n + m + 1 + usize::from(m == 0) <= COLUMN_REGS {
+        emit_pointers(&mut e, layout);
+    } else {
+        emit_shared(&mut e, layout);
+    }
+    e.finish()
+}
+
+/// A 64-bit jump comparing `dst` with `imm` (its target fixed up later).
+fn jmp_k(opc: u8, dst: u8, imm: i32) -> Insn {
+    Insn {
         opc: CLASS_JMP | opc | SRC_K,
         dst,
         src: 0,
         off: 0,
         imm,
-    };
-    let jmp_x = |opc: u8, dst: u8, src: u8| Insn {
+    }
+}
+
+/// A 64-bit jump comparing `dst` with `src`.
+fn jmp_x(opc: u8, dst: u8, src: u8) -> Insn {
+    Insn {
         opc: CLASS_JMP | opc | SRC_X,
         dst,
         src,
         off: 0,
         imm: 0,
-    };
-    // The arguments: two windows, rows <= chunk_rows, windows as large as the layout.
+    }
+}
+
+/// The argument checks every form starts with: two windows, rows <= chunk_rows,
+/// windows as large as the layout; leaves rows in `rows`. Reads r5 (args).
+fn check_args(e: &mut Emitter, layout: &Layout, rows: u8) {
     e.op(CLASS_LDX | MODE_MEM | SIZE_W, R1, ARGS, 16, 0);
-    e.jump(jmp(JMP_JNE, R1, 2), Label::Einval);
-    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, ROWS, ARGS, 0, 0);
+    e.jump(jmp_k(JMP_JNE, R1, 2), Label::Einval);
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, rows, ARGS, 0, 0);
     e.mov64(R1, layout.chunk_rows);
-    e.jump(jmp_x(JMP_JGT, ROWS, R1), Label::Einval);
+    e.jump(jmp_x(JMP_JGT, rows, R1), Label::Einval);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24 + 8, 0);
-    e.jump(jmp(JMP_JLT, R1, layout.in_bytes as i32), Label::Einval);
+    e.jump(jmp_k(JMP_JLT, R1, layout.in_bytes as i32), Label::Einval);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24 + 16 + 8, 0);
-    e.jump(jmp(JMP_JLT, R1, layout.out_bytes as i32), Label::Einval);
+    e.jump(jmp_k(JMP_JLT, R1, layout.out_bytes as i32), Label::Einval);
+}
+
+/// The range test of input `k`, its value in r0: a value in none of the ranges
+/// jumps to `fail`; one in range `j` goes on past the test.
+fn range_test(e: &mut Emitter, k: usize, input: &Input, ranges: &[RawRange], fail: Label) {
+    let max = if input.width == 4 {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    for (j, &(lo, hi)) in ranges.iter().enumerate() {
+        // Reaching range j means the value is above range j-1.
+        if lo > 0 {
+            e.jump_cmp(JMP_JLT, R0, input.width, lo, fail);
+        }
+        if j + 1 < ranges.len() {
+            e.jump_cmp(JMP_JLE, R0, input.width, hi, Label::Pass(k));
+        } else if hi < max {
+            e.jump_cmp(JMP_JGT, R0, input.width, hi, fail);
+        }
+    }
+    if ranges.is_empty() {
+        e.jump(jmp_k(JMP_JA, 0, 0), fail);
+    }
+    e.label(Label::Pass(k));
+}
+
+fn size_of(width: u64) -> u8 {
+    if width == 4 {
+        SIZE_W
+    } else {
+        SIZE_DW
+    }
+}
+
+fn exits(e: &mut Emitter, layout: &Layout) {
+    e.label(Label::Einval);
+    e.alu_k(ALU_MOV, R0, EINVAL);
+    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
+    for (k, input) in layout.inputs.iter().enumerate() {
+        if input.dict_entries.is_some() {
+            e.label(Label::Bad(k));
+            e.alu_k(ALU_MOV, R0, (BAD_CODE_BASE - k as i64) as i32);
+            e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
+        }
+    }
+}
+
+/// Pointer form (when the columns fit in registers), the shape clang gives such a
+/// loop: a register per input and per output column, advanced by its width; the
+/// loop's advance block comes first, and a row that fails a test jumps back to it.
+///
+/// ```text
+///         inputs r2.., outputs after them, END (input 0's end) last; [r10-8] output 0's start
+///   next: advance every input; if input 0 >= END goto done
+///   body: dict checks, range tests (fail: goto next), copy outputs, goto next
+///   done: r0 = (output 0 - its start) / width   (or the kept counter without outputs)
+/// ```
+fn emit_pointers(e: &mut Emitter, layout: &Layout) {
+    let n = layout.inputs.len();
+    let m = layout.outputs.len();
+    let input_reg = |k: usize| 2 + k as u8;
+    let output_reg = |j: usize| 2 + (n + j) as u8;
+    let end = 2 + (n + m) as u8;
+    let kept = end + 1; // only without outputs
+    check_args(e, layout, R0);
+    // Window 1's address to the stack, window 0's to r1: r5 is a column from here.
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24 + 16, 0);
+    e.op(CLASS_STX | MODE_MEM | SIZE_DW, 10, R1, -16, 0);
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24, 0);
+    for (k, input) in layout.inputs.iter().enumerate() {
+        e.alu_x(ALU_MOV, input_reg(k), R1);
+        if input.segment > 0 {
+            e.alu_k(ALU_ADD, input_reg(k), input.segment as i32);
+        }
+    }
+    let w0 = layout.inputs[0].width;
+    e.alu_x(ALU_MOV, end, R0);
+    e.alu_k(ALU_LSH, end, w0.trailing_zeros() as i32);
+    e.alu_x(ALU_ADD, end, input_reg(0));
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, 10, -16, 0);
+    for (j, out) in layout.outputs.iter().enumerate() {
+        e.alu_x(ALU_MOV, output_reg(j), R1);
+        if out.segment > 0 {
+            e.alu_k(ALU_ADD, output_reg(j), out.segment as i32);
+        }
+    }
+    if m > 0 {
+        e.op(CLASS_STX | MODE_MEM | SIZE_DW, 10, output_reg(0), -8, 0);
+    } else {
+        e.alu_k(ALU_MOV, kept, 0);
+    }
+    e.jump(jmp_k(JMP_JEQ, R0, 0), Label::Done);
+    e.jump(jmp_k(JMP_JA, 0, 0), Label::Loop);
+    e.label(Label::Next);
+    for (k, input) in layout.inputs.iter().enumerate() {
+        e.alu_k(ALU_ADD, input_reg(k), input.width as i32);
+    }
+    e.jump(jmp_x(JMP_JGE, input_reg(0), end), Label::Done);
+    e.label(Label::Loop);
+    for (k, input) in layout.inputs.iter().enumerate() {
+        if let Some(entries) = input.dict_entries {
+            e.op(
+                CLASS_LDX | MODE_MEM | size_of(input.width),
+                R0,
+                input_reg(k),
+                0,
+                0,
+            );
+            e.jump_cmp(JMP_JGE, R0, input.width, entries, Label::Bad(k));
+        }
+    }
+    for (k, input) in layout.inputs.iter().enumerate() {
+        if let Some(ranges) = &input.ranges {
+            e.op(
+                CLASS_LDX | MODE_MEM | size_of(input.width),
+                R0,
+                input_reg(k),
+                0,
+                0,
+            );
+            range_test(e, k, input, ranges, Label::Next);
+        }
+    }
+    for (j, out) in layout.outputs.iter().enumerate() {
+        let input = &layout.inputs[out.input];
+        let size = size_of(input.width);
+        e.op(CLASS_LDX | MODE_MEM | size, R0, input_reg(out.input), 0, 0);
+        e.op(CLASS_STX | MODE_MEM | size, output_reg(j), R0, 0, 0);
+        e.alu_k(ALU_ADD, output_reg(j), input.width as i32);
+    }
+    if m == 0 {
+        e.alu_k(ALU_ADD, kept, 1);
+    }
+    e.jump(jmp_k(JMP_JA, 0, 0), Label::Next);
+    e.label(Label::Done);
+    if m > 0 {
+        let w = layout.inputs[layout.outputs[0].input].width;
+        e.alu_x(ALU_MOV, R0, output_reg(0));
+        e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, 10, -8, 0);
+        e.alu_x(ALU_SUB, R0, R1);
+        e.alu_k(ALU_RSH, R0, w.trailing_zeros() as i32);
+    } else {
+        e.alu_x(ALU_MOV, R0, kept);
+    }
+    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
+    exits(e, layout);
+}
+
+/// Shared-base form (any number of columns): r4/r5 advance by 4/8 bytes per row from
+/// window 0, r6/r7 by 4/8 per kept row from window 1, and each column is reached at
+/// its segment from the base of its width.
+fn emit_shared(e: &mut Emitter, layout: &Layout) {
+    check_args(e, layout, ROWS);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, P4, ARGS, 24, 0);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
     // r5 (args) is free from here.
@@ -254,7 +431,7 @@ pub fn emit(layout: &Layout) -> Vec<u8> {
     e.alu_x(ALU_MOV, O8, O4);
     e.alu_k(ALU_MOV, ROW, 0);
     e.alu_k(ALU_MOV, KEPT, 0);
-    e.jump(jmp(JMP_JEQ, ROWS, 0), Label::Done);
+    e.jump(jmp_k(JMP_JEQ, ROWS, 0), Label::Done);
 
     e.label(Label::Loop);
     for (k, input) in layout.inputs.iter().enumerate() {
@@ -264,30 +441,10 @@ pub fn emit(layout: &Layout) -> Vec<u8> {
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
-        let Some(ranges) = &input.ranges else {
-            continue;
-        };
-        e.load(R0, input);
-        let max = if input.width == 4 {
-            u64::from(u32::MAX)
-        } else {
-            u64::MAX
-        };
-        for (j, &(lo, hi)) in ranges.iter().enumerate() {
-            // Reaching range j means the value is above range j-1.
-            if lo > 0 {
-                e.jump_cmp(JMP_JLT, R0, input.width, lo, Label::Next);
-            }
-            if j + 1 < ranges.len() {
-                e.jump_cmp(JMP_JLE, R0, input.width, hi, Label::Pass(k));
-            } else if hi < max {
-                e.jump_cmp(JMP_JGT, R0, input.width, hi, Label::Next);
-            }
+        if let Some(ranges) = &input.ranges {
+            e.load(R0, input);
+            range_test(e, k, input, ranges, Label::Next);
         }
-        if ranges.is_empty() {
-            e.jump(jmp(JMP_JA, 0, 0), Label::Next);
-        }
-        e.label(Label::Pass(k));
     }
     for out in &layout.outputs {
         let input = &layout.inputs[out.input];
@@ -319,15 +476,5 @@ pub fn emit(layout: &Layout) -> Vec<u8> {
     e.label(Label::Done);
     e.alu_x(ALU_MOV, R0, KEPT);
     e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
-    e.label(Label::Einval);
-    e.alu_k(ALU_MOV, R0, EINVAL);
-    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
-    for (k, input) in layout.inputs.iter().enumerate() {
-        if input.dict_entries.is_some() {
-            e.label(Label::Bad(k));
-            e.alu_k(ALU_MOV, R0, (BAD_CODE_BASE - k as i64) as i32);
-            e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
-        }
-    }
-    e.finish()
+    exits(e, layout);
 }

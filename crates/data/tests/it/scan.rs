@@ -77,6 +77,21 @@ fn device_scans_match_the_host_reference() {
                 Predicate::new("l_extendedprice", Cmp::Ne(1 << 35)),
             ],
         ),
+        // More columns than registers: the program's shared-base form.
+        (
+            vec![
+                "l_orderkey",
+                "l_partkey",
+                "l_suppkey",
+                "l_linenumber",
+                "l_quantity",
+                "l_shipmode",
+            ],
+            vec![
+                Predicate::new("l_tax", Cmp::Lt(5)),
+                Predicate::new("l_receiptdate", Cmp::Gt(9000)),
+            ],
+        ),
         // A predicate no row can satisfy.
         (
             vec!["l_orderkey"],
