@@ -98,6 +98,15 @@ impl Meter {
     }
 }
 
+/// A copy started by [`Session::start_copy_file`], not yet waited for.
+#[derive(Debug)]
+pub struct PendingCopy {
+    id: csx_host::proto::CommandId,
+    path: String,
+    offset: u64,
+    len: u64,
+}
+
 /// A window of an execution: `(allocation, offset, length)`.
 pub type Window = (MemHandle, u64, u64);
 
@@ -326,6 +335,72 @@ impl<'d> Session<'d> {
         }
         self.meter.media_bytes += len;
         Ok(())
+    }
+
+    /// Starts [`Session::copy_file`] without waiting for it: the copy runs on the
+    /// device's transfer workers while the caller does other work (an execution);
+    /// [`Session::wait_copies`] finishes it. Every started copy must be waited for.
+    pub fn start_copy_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        dst: MemHandle,
+        dst_offset: u64,
+    ) -> Result<PendingCopy, DataError> {
+        let op = Op::MemCopy {
+            dst,
+            dst_offset,
+            sources: vec![CopySource::File {
+                path: path.to_string(),
+                offset,
+                len,
+            }],
+        };
+        let id = self.dev.client().submit_private(op).map_err(|e| {
+            DataError::device(format!("staging {len} bytes of {path} at {offset}"), e)
+        })?;
+        Ok(PendingCopy {
+            id,
+            path: path.to_string(),
+            offset,
+            len,
+        })
+    }
+
+    /// Waits for every copy of `copies` (all of them, even after a failure) and
+    /// returns the first failure.
+    pub fn wait_copies(&mut self, copies: Vec<PendingCopy>) -> Result<(), DataError> {
+        let mut first = None;
+        for p in copies {
+            let what = || format!("staging {} bytes of {} at {}", p.len, p.path, p.offset);
+            let c = match self.dev.client().wait(p.id, None) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    first.get_or_insert(DataError::device(what(), e));
+                    continue;
+                }
+            };
+            self.meter.commands += 1;
+            self.meter.modelled_ns += c.timing.modelled_ns;
+            if !c.status.is_success() {
+                first.get_or_insert(DataError::device(
+                    what(),
+                    CallError::from_completion("mem-copy", c),
+                ));
+                continue;
+            }
+            if c.value != p.len {
+                first.get_or_insert(DataError::Invalid(format!(
+                    "{}: staged {} bytes at {}, expected {} (the file is shorter than its schema says)",
+                    p.path, c.value, p.offset, p.len
+                )));
+                continue;
+            }
+            self.meter.media_bytes += p.len;
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Reads device memory to the host.

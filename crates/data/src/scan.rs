@@ -34,7 +34,7 @@ use crate::columnar::{
     DICT_SIZE_MAX, SCHEMA_FILE, SCHEMA_SIZE_MAX,
 };
 use crate::error::DataError;
-use crate::ops::{put_u32, put_u64, Meter, Run, Session};
+use crate::ops::{put_u32, put_u64, Meter, PendingCopy, Run, Session};
 use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
 use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
 
@@ -249,13 +249,23 @@ pub struct Chunk {
     pub columns: Vec<Vec<u8>>,
 }
 
+/// A batch of chunks whose columns are being staged.
+#[derive(Debug)]
+struct Staged {
+    start: u64,
+    count: u64,
+    set: u64,
+    copies: Vec<PendingCopy>,
+}
+
 /// A scan read chunk by chunk ([`Scanner::next_chunk`]); [`scan`] collects one.
 ///
 /// Opening reads and checks the schema (every column file's size), compiles the
 /// predicates and emits the scan program ([`program`]) for this query and chunk size.
 /// Chunks run as many at once as the device has engines (within
 /// [`SCAN_MEMORY_BUDGET`]): each stages its columns' rows with Memory Copy (on the
-/// device), runs the program, and reads back only the kept values.
+/// device), runs the program, and reads back only the kept values; the next batch's
+/// copies run on the device's transfer workers while this batch executes.
 #[derive(Debug)]
 pub struct Scanner<'d> {
     session: Session<'d>,
@@ -271,8 +281,12 @@ pub struct Scanner<'d> {
     chunk: u64,
     chunks: u64,
     next: u64,
+    /// Chunks run at once (a batch), and buffer sets (2: the next batch is staged
+    /// while this one runs).
     slots: u64,
+    sets: u64,
     buffers: Vec<(MemHandle, MemHandle)>,
+    staged: Option<Staged>,
     ready: VecDeque<Chunk>,
     prepared: bool,
     setup: Meter,
@@ -373,9 +387,17 @@ impl<'d> Scanner<'d> {
         }
         let image = program::emit(&layout);
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
-        let slots = (SCAN_MEMORY_BUDGET / per_slot)
+        let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
+            2
+        } else {
+            1
+        };
+        let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
             .clamp(1, session.engines())
             .min(chunks.max(1));
+        if chunks <= slots {
+            sets = 1;
+        }
         let setup = session.meter;
         Ok(Scanner {
             session,
@@ -390,7 +412,9 @@ impl<'d> Scanner<'d> {
             chunks,
             next: 0,
             slots,
+            sets,
             buffers: Vec::new(),
+            staged: None,
             ready: VecDeque::new(),
             prepared: false,
             setup,
@@ -453,7 +477,7 @@ impl<'d> Scanner<'d> {
             self.session.load_raw(SCAN_OPERATOR, &self.image)?;
             self.prepared = true;
         }
-        while (self.buffers.len() as u64) < self.slots {
+        while (self.buffers.len() as u64) < self.slots * self.sets {
             let input = self.session.alloc(self.layout.in_bytes)?;
             let output = self.session.alloc(self.layout.out_bytes)?;
             self.buffers.push((input, output));
@@ -465,24 +489,87 @@ impl<'d> Scanner<'d> {
         join(&self.table_dir, &c.file_name())
     }
 
-    /// Runs the next `slots` chunks at once.
+    /// Starts staging the batch of chunks from `start` into buffer set `set`.
+    fn stage(&mut self, start: u64, set: u64) -> Result<Staged, DataError> {
+        let end = (start + self.slots).min(self.chunks);
+        let mut copies = Vec::new();
+        for (i, c) in (start..end).enumerate() {
+            let (input, _) = self.buffers[(set * self.slots) as usize + i];
+            let first = c * self.chunk;
+            let rows = self.chunk.min(self.schema.rows - first);
+            for (col, l) in self.inputs.iter().zip(&self.layout.inputs) {
+                let w = l.width;
+                let path = join(&self.table_dir, &col.file_name());
+                match self
+                    .session
+                    .start_copy_file(&path, first * w, rows * w, input, l.segment)
+                {
+                    Ok(p) => copies.push(p),
+                    Err(e) => {
+                        let _ = self.session.wait_copies(copies);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(Staged {
+            start,
+            count: end - start,
+            set,
+            copies,
+        })
+    }
+
+    /// Waits for every copy still in flight.
+    fn drain(&mut self) {
+        if let Some(s) = self.staged.take() {
+            let _ = self.session.wait_copies(s.copies);
+        }
+    }
+
+    /// Runs the next batch of chunks at once (staging the batch after it meanwhile).
     fn run_batch(&mut self) -> Result<(), DataError> {
         self.prepare()?;
-        let batch: Vec<(u64, u64)> = (self.next..(self.next + self.slots).min(self.chunks))
-            .map(|c| {
+        let current = match self.staged.take() {
+            Some(s) => s,
+            None => self.stage(self.next, 0)?,
+        };
+        let result = self.run_staged(current);
+        if result.is_err() {
+            self.drain();
+        }
+        result
+    }
+
+    fn run_staged(&mut self, current: Staged) -> Result<(), DataError> {
+        let Staged {
+            start,
+            count,
+            set,
+            copies,
+        } = current;
+        self.session.wait_copies(copies)?;
+        let after = start + count;
+        if self.sets == 2 && after < self.chunks {
+            self.staged = Some(self.stage(after, 1 - set)?);
+        }
+        let base = (set * self.slots) as usize;
+        let batch: Vec<(u64, u64, MemHandle, MemHandle)> = (start..after)
+            .enumerate()
+            .map(|(i, c)| {
                 let first = c * self.chunk;
-                (first, self.chunk.min(self.schema.rows - first))
+                let (input, output) = self.buffers[base + i];
+                (
+                    first,
+                    self.chunk.min(self.schema.rows - first),
+                    input,
+                    output,
+                )
             })
             .collect();
-        let mut runs = Vec::with_capacity(batch.len());
-        for (&(first, rows), &(input, output)) in batch.iter().zip(&self.buffers) {
-            for (c, l) in self.inputs.iter().zip(&self.layout.inputs) {
-                let w = l.width;
-                let path = self.path(c);
-                self.session
-                    .copy_file(&path, first * w, rows * w, input, l.segment)?;
-            }
-            runs.push(
+        let runs: Vec<Run> = batch
+            .iter()
+            .map(|&(_, rows, input, output)| {
                 Run::new(
                     SCAN_OPERATOR,
                     vec![
@@ -490,11 +577,11 @@ impl<'d> Scanner<'d> {
                         (output, 0, self.layout.out_bytes.max(64)),
                     ],
                 )
-                .cparams(rows, 0),
-            );
-        }
+                .cparams(rows, 0)
+            })
+            .collect();
         let r0s = self.session.execute_all_signed(&runs)?;
-        for ((&(first, rows), &(input, output)), r0) in batch.iter().zip(&self.buffers).zip(r0s) {
+        for (&(first, rows, input, output), r0) in batch.iter().zip(r0s) {
             if r0 < 0 {
                 return Err(self.failure(r0, first, rows, input));
             }
@@ -521,7 +608,7 @@ impl<'d> Scanner<'d> {
                 columns,
             });
         }
-        self.next += batch.len() as u64;
+        self.next = after;
         Ok(())
     }
 
@@ -561,7 +648,8 @@ impl<'d> Scanner<'d> {
 
     /// Frees the scan's memory (and its program, unless [`Scanner::use_loaded`]);
     /// returns everything the scan cost, opening included.
-    pub fn close(self) -> Result<Meter, DataError> {
+    pub fn close(mut self) -> Result<Meter, DataError> {
+        self.drain();
         self.session.close()
     }
 
