@@ -115,36 +115,34 @@ def sdk_program(name: str) -> bytes: ...
 def sdk_programs() -> List[str]: ...
 
 class ScanChunk:
+    first_row: int
     rows: int
+    kept: int
     columns: List[Buffer]
-    bytes_to_host: int
-    bytes_staged: int
-    modelled_ns: int
-    execute_modelled_ns: int
-    execute_ns: int
-    fuel_used: int
 
-def scan_chunk(
-    device: Device,
-    slot: int,
-    inputs: List[Tuple[str, int]],
-    first_row: int,
-    rows: int,
-    out_widths: List[int],
-    fuel: Optional[int] = None,
-) -> ScanChunk: ...
+class Scanner:
+    def __init__(
+        self,
+        device: Device,
+        table: str,
+        columns: List[str],
+        predicates: List[Tuple[str, str, int, int]],
+        engine: str = "jit",
+        chunk_rows: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def program(self) -> Buffer: ...
+    @property
+    def chunk_rows(self) -> int: ...
+    @property
+    def chunks(self) -> int: ...
+    @property
+    def meter(self) -> Tuple[int, int, int, int, int, int]: ...
+    def use_loaded(self, slot: int) -> None: ...
+    def next(self) -> Optional[ScanChunk]: ...
+    def close(self) -> None: ...
+
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
-
-class DataScan:
-    columns: List[Tuple[str, str, int, Buffer, Optional[List[str]]]]
-    rows: int
-    rows_scanned: int
-    modelled_ns: int
-    bytes_to_host: int
-    media_bytes: int
-    fuel: int
-    commands: int
-    wall_ns: int
 
 class SsbRun:
     query: str
@@ -165,15 +163,6 @@ class SsbRun:
 def generate(kind: str, out: _Path, sf: float, seed: int = 1) -> Dict[str, int]: ...
 def write_parquet(dataset: _Path, out: _Path) -> None: ...
 def put_dir(device: Device, local: _Path, dev_dir: str) -> Tuple[int, int, int]: ...
-def data_scan(
-    device: Device,
-    table: str,
-    columns: List[str],
-    predicates: List[Tuple[str, str, int, int]],
-    strategy: str = "bitmask",
-    engine: str = "jit",
-    chunk_rows: Optional[int] = None,
-) -> DataScan: ...
 def ssb_queries() -> List[Tuple[str, str]]: ...
 def ssb_run(
     device: Device,

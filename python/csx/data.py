@@ -8,9 +8,8 @@
 >>> r.rows, r.modelled_ns, r.bytes_to_host
 
 The generators are csx-data's (``csx gen ssb|tpch``: the specifications'
-distributions, deterministic for a seed). :func:`scan` is csx-data's pushdown scan (its
-filter operators, then a gather); :func:`csx.scan.scan` with ``backend="operators"``
-and :func:`csx.duckdb.scan` use it too.
+distributions, deterministic for a seed); so are the SSB runs, and the pushdown scan
+behind :func:`csx.scan.scan` and :func:`csx.duckdb.scan`.
 """
 
 from __future__ import annotations
@@ -149,17 +148,3 @@ def ssb_run(
         partitions=r.partitions,
         joined=r.joined,
     )
-
-
-def operator_predicates(ranges: Sequence[Any], schema: Any) -> List[Tuple[str, str, int, int]]:
-    """csx-data predicates (column, op, a, b) for bound filter ranges."""
-    from .filter import _BOUNDS
-
-    out: List[Tuple[str, str, int, int]] = []
-    for r in ranges:
-        lo_b, hi_b = _BOUNDS[schema.column(r.column).type]
-        if r.lo > lo_b or r.hi < hi_b:
-            out.append((r.column, "between", r.lo, r.hi))
-        for e in r.excluded:
-            out.append((r.column, "!=", e, 0))
-    return out

@@ -49,15 +49,13 @@ def scan(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
-    backend: str = "generated",
-    strategy: str = "bitmask",
 ) -> Any:
     """A DuckDB relation of the rows of device table ``table`` that pass ``filter``,
     with ``columns`` (all when None); the filter and the projection run on the device.
-    The relation reads its stream once. ``backend``/``strategy``: see
+    The relation reads its stream once. ``chunk_rows``/``engine``: see
     :func:`csx.scan.scan`."""
     _check_con(con)
-    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, backend=backend, strategy=strategy)
+    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
     return con.from_arrow(s.reader())
 
 
@@ -71,14 +69,12 @@ def register(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
-    backend: str = "generated",
-    strategy: str = "bitmask",
 ) -> Scan:
     """Registers the pushdown scan as the view ``name`` of ``con`` (for SQL; it can be
     read once) and returns the scan, whose ``stats`` fill in as DuckDB reads it."""
     _check_con(con)
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier, got {name!r}")
-    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, backend=backend, strategy=strategy)
+    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
     con.register(name, s.reader())
     return s

@@ -1,16 +1,13 @@
 //! Bindings of csx-data (`csx.data` in Python): the SSB and TPC-H generators, the
-//! Parquet copy, `put -r`, and csx-data's own pushdown scan (its filter operators:
-//! bitmask, unrolled, accel; then a gather), whose columns come back as typed
-//! buffers lent to Python without a copy.
+//! Parquet copy, `put -r` and the SSB runs (the pushdown scan is `crate::scan`).
 
 use std::path::PathBuf;
 
-use csx_data::{Cmp, FilterStrategy, Predicate, ScanOptions, Values};
+use csx_data::FilterStrategy;
 use csx_host::proto::EngineKind;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::buffer::Buffer;
 use crate::device::PyDevice;
 use crate::errors::{Error, Kind, Result};
 
@@ -84,24 +81,6 @@ pub fn put_dir(
     Ok((s.files, s.dirs, s.bytes))
 }
 
-/// One projected column of csx-data's scan: (name, type, scale, values, dictionary).
-type DataColumn = (String, String, u32, Py<Buffer>, Option<Vec<String>>);
-
-/// What csx-data's scan returned and cost.
-#[pyclass(module = "csx._native", frozen, get_all)]
-#[derive(Debug)]
-pub struct DataScan {
-    columns: Vec<DataColumn>,
-    rows: u64,
-    rows_scanned: u64,
-    modelled_ns: u64,
-    bytes_to_host: u64,
-    media_bytes: u64,
-    fuel: u64,
-    commands: u64,
-    wall_ns: u64,
-}
-
 fn strategy_of(name: &str) -> Result<FilterStrategy> {
     FilterStrategy::parse(name).ok_or_else(|| {
         Error::value(format!(
@@ -110,7 +89,7 @@ fn strategy_of(name: &str) -> Result<FilterStrategy> {
     })
 }
 
-fn engine_of(name: &str) -> Result<EngineKind> {
+pub(crate) fn engine_of(name: &str) -> Result<EngineKind> {
     match name {
         "jit" => Ok(EngineKind::Jit),
         "interp" => Ok(EngineKind::Interpreter),
@@ -118,86 +97,6 @@ fn engine_of(name: &str) -> Result<EngineKind> {
             "engine {other:?} is not one of 'jit', 'interp'"
         ))),
     }
-}
-
-fn cmp_of(op: &str, a: i64, b: i64) -> Result<Cmp> {
-    Ok(match op {
-        "=" => Cmp::Eq(a),
-        "!=" => Cmp::Ne(a),
-        "<" => Cmp::Lt(a),
-        "<=" => Cmp::Le(a),
-        ">" => Cmp::Gt(a),
-        ">=" => Cmp::Ge(a),
-        "between" => Cmp::Between(a, b),
-        other => {
-            return Err(Error::value(format!(
-                "predicate operator {other:?} is unknown"
-            )))
-        }
-    })
-}
-
-/// csx-data's pushdown scan of `table` on the device: `predicates` are (column, op,
-/// a, b) in stored units (op one of = != < <= > >= between; b only for between).
-#[pyfunction]
-#[pyo3(signature = (device, table, columns, predicates, strategy="bitmask", engine="jit", chunk_rows=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn data_scan(
-    py: Python<'_>,
-    device: &Bound<'_, PyDevice>,
-    table: String,
-    columns: Vec<String>,
-    predicates: Vec<(String, String, i64, i64)>,
-    strategy: &str,
-    engine: &str,
-    chunk_rows: Option<u64>,
-) -> PyResult<DataScan> {
-    let strategy = strategy_of(strategy)?;
-    let engine = engine_of(engine)?;
-    let preds = predicates
-        .iter()
-        .map(|(c, op, a, b)| Ok(Predicate::new(c, cmp_of(op, *a, *b)?)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut opts = ScanOptions {
-        engine,
-        strategy,
-        ..ScanOptions::default()
-    };
-    if let Some(n) = chunk_rows {
-        opts.chunk_rows = n;
-    }
-    let dev = device.get().device()?;
-    let result = py.detach(move || -> Result<csx_data::ScanResult> {
-        let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
-        Ok(csx_data::scan(&dev, &table, &cols, &preds, &opts)?)
-    })?;
-    let mut columns = Vec::with_capacity(result.columns.len());
-    for c in result.columns {
-        let buffer = match c.values {
-            Values::I32(v) => Buffer::from_i32(v),
-            Values::I64(v) => Buffer::from_i64(v),
-            Values::U32(v) => Buffer::from_u32(v),
-        };
-        columns.push((
-            c.name,
-            c.ty.name().to_string(),
-            c.scale,
-            Py::new(py, buffer)?,
-            c.dictionary,
-        ));
-    }
-    let m = result.meter;
-    Ok(DataScan {
-        columns,
-        rows: result.rows,
-        rows_scanned: result.rows_scanned,
-        modelled_ns: m.modelled_ns,
-        bytes_to_host: m.bytes_to_host,
-        media_bytes: m.media_bytes,
-        fuel: m.fuel,
-        commands: m.commands,
-        wall_ns: result.wall_ns,
-    })
 }
 
 /// One SSB query run on the device (csx-data's `ssb::run`).

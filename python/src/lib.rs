@@ -32,13 +32,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::LambdaResult>()?;
     m.add_class::<server::PyServer>()?;
     m.add_class::<scan::ScanChunk>()?;
-    m.add_function(wrap_pyfunction!(scan::scan_chunk, m)?)?;
+    m.add_class::<scan::Scanner>()?;
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
-    m.add_class::<data::DataScan>()?;
     m.add_function(wrap_pyfunction!(data::generate, m)?)?;
     m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;
-    m.add_function(wrap_pyfunction!(data::data_scan, m)?)?;
     m.add_class::<data::SsbRun>()?;
     m.add_function(wrap_pyfunction!(data::ssb_run, m)?)?;
     m.add_function(wrap_pyfunction!(data::ssb_queries, m)?)?;

@@ -1,179 +1,197 @@
-//! The device half of a pushdown scan (`csx.scan`, `csx.duckdb.scan`): one chunk of
-//! rows of a columnar table, filtered and projected on the device.
+//! The device half of a pushdown scan (`csx.scan`, `csx.duckdb.scan`): csx-data's
+//! scan (`csx_data::Scanner`), read chunk by chunk from Python.
 //!
-//! For a chunk, every input column's file range is staged into device memory by a
-//! Memory Copy on the device (the bytes never reach the host); the scan program (C
-//! generated per query by `python/csx/scan.py`, compiled by clang, run by the device's
-//! JIT) reads windows 0..n-1 (the inputs) and writes the selected rows' projected
-//! values into window n, one segment of `chunk_rows * width` bytes per output column,
-//! returning the number of rows kept; the host then reads `kept * width` bytes of each
-//! segment: only the results cross the link.
-//!
-//! Every command's modelled time is summed (media, link and compute as the device's
-//! performance profile prices them), and the bytes read to the host are counted.
+//! Opening a `Scanner` reads the table's schema, checks its column files and emits the
+//! query's scan program (raw eBPF); Python loads that program once per device and query
+//! shape and keeps it (`Scanner.use_loaded`). Each `next()` returns one chunk's kept
+//! rows, one buffer per projected column: for a chunk the device stages the columns'
+//! rows with Memory Copy (the bytes never reach the host), runs the program once over
+//! them and only the kept values are read to the host. `meter` adds up what every
+//! command cost (modelled ns under the device's performance profile, bytes, fuel).
 
-use csx_host::proto::{CopySource, MemHandle, Op, ProgramIndex, Reply};
-use csx_host::{Device, ExecuteRequest};
+use std::sync::Mutex;
+
+use csx_data::{Cmp, Predicate};
+use csx_host::proto::{Op, ProgramIndex, Reply};
+use csx_host::Device;
 use pyo3::prelude::*;
 
 use crate::buffer::Buffer;
 use crate::device::PyDevice;
 use crate::errors::{Error, Kind, Result};
 
-/// Most bytes one Memory Read moves (`csx_proto::limits::MEM_IO_SIZE_MAX`).
-const READ_PIECE: u64 = csx_host::proto::limits::MEM_IO_SIZE_MAX;
-
-/// What one chunk's scan returned.
+/// One chunk's kept rows.
 #[pyclass(module = "csx._native", frozen, get_all)]
 #[derive(Debug)]
 pub struct ScanChunk {
-    /// Rows kept.
-    rows: u64,
-    /// One buffer per output column: `rows * width` bytes.
-    columns: Vec<Py<Buffer>>,
-    /// Bytes read back to the host.
-    bytes_to_host: u64,
-    /// Bytes staged on the device (Memory Copy from the files).
-    bytes_staged: u64,
-    /// Modelled ns of every command of the chunk, summed.
-    modelled_ns: u64,
-    /// Modelled ns of the execution alone.
-    execute_modelled_ns: u64,
-    /// Device ns the program ran (the completion's execute time).
-    execute_ns: u64,
-    fuel_used: u64,
-}
-
-struct Staged {
-    rows: u64,
-    columns: Vec<Vec<u8>>,
-    bytes_to_host: u64,
-    bytes_staged: u64,
-    modelled_ns: u64,
-    execute_modelled_ns: u64,
-    execute_ns: u64,
-    fuel_used: u64,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_chunk(
-    dev: &Device,
-    slot: u16,
-    inputs: &[(String, u64)],
+    /// The chunk's first row in the table.
     first_row: u64,
+    /// Rows of the chunk.
     rows: u64,
-    out_widths: &[u64],
-    fuel: Option<u64>,
-    handles: &mut Vec<MemHandle>,
-) -> Result<Staged> {
-    let client = dev.client();
-    let mut modelled_ns = 0;
-    let mut bytes_staged = 0;
-    let mut request = ExecuteRequest::new(ProgramIndex(slot)).cparams(rows, 0);
-    if let Some(f) = fuel {
-        request = request.fuel(f);
-    }
-    for (path, width) in inputs {
-        let len = rows * width;
-        let h = dev.alloc(len)?;
-        handles.push(h);
-        let c = client.call_ok(Op::MemCopy {
-            dst: h,
-            dst_offset: 0,
-            sources: vec![CopySource::File {
-                path: path.clone(),
-                offset: first_row * width,
-                len,
-            }],
-        })?;
-        if c.value != len {
-            return Err(Error::new(
-                Kind::Device,
-                format!(
-                    "{path}: staged {} bytes of rows {first_row}..{}, expected {len} (is the column file short?)",
-                    c.value,
-                    first_row + rows
-                ),
-            ));
+    /// Rows kept.
+    kept: u64,
+    /// One buffer per projected column, in the order asked: `kept * width` bytes.
+    columns: Vec<Py<Buffer>>,
+}
+
+/// A comparison of csx-data from Python's (column, op, a, b): op one of = != < <= > >=
+/// between (b only for between), values in the column's stored units.
+pub(crate) fn predicate_of((column, op, a, b): &(String, String, i64, i64)) -> Result<Predicate> {
+    let cmp = match op.as_str() {
+        "=" => Cmp::Eq(*a),
+        "!=" => Cmp::Ne(*a),
+        "<" => Cmp::Lt(*a),
+        "<=" => Cmp::Le(*a),
+        ">" => Cmp::Gt(*a),
+        ">=" => Cmp::Ge(*a),
+        "between" => Cmp::Between(*a, *b),
+        other => {
+            return Err(Error::value(format!(
+                "predicate operator {other:?} is not one of = != < <= > >= between"
+            )))
         }
-        modelled_ns += c.timing.modelled_ns;
-        bytes_staged += len;
-        request = request.window(h, 0, len);
-    }
-    let row_bytes: u64 = out_widths.iter().sum();
-    let out_len = (rows * row_bytes).max(8);
-    let out = dev.alloc(out_len)?;
-    handles.push(out);
-    request = request.window(out, 0, out_len);
-    let run = dev.execute(&request)?;
-    modelled_ns += run.timing.modelled_ns;
-    if run.trapped() {
-        let trap = run.trap.as_ref().map(|t| t.to_string()).unwrap_or_default();
-        return Err(Error::new(
-            Kind::Device,
-            format!(
-                "the scan program trapped on rows {first_row}..{}: {trap}",
-                first_row + rows
-            ),
-        ));
-    }
-    let kept = run.r0_signed();
-    if kept < 0 || kept as u64 > rows {
-        return Err(Error::new(
-            Kind::Device,
-            format!(
-                "the scan program returned {kept} for rows {first_row}..{} (a negative csx code or more rows than the chunk has)",
-                first_row + rows
-            ),
-        ));
-    }
-    let kept = kept as u64;
-    let mut columns = Vec::with_capacity(out_widths.len());
-    let mut bytes_to_host = 0;
-    let mut segment = 0;
-    for width in out_widths {
-        let len = kept * width;
-        let mut bytes = if len <= READ_PIECE {
-            Vec::new()
-        } else {
-            Vec::with_capacity(len as usize)
-        };
-        let mut at = 0;
-        while at < len {
-            let piece = (len - at).min(READ_PIECE);
-            let c = client.call_ok(Op::MemRead {
-                handle: out,
-                offset: segment + at,
-                len: piece,
-            })?;
-            modelled_ns += c.timing.modelled_ns;
-            match c.reply {
-                // A segment read in one command is lent as it came.
-                Reply::Data(d) if d.len() as u64 == piece && piece == len => bytes = d,
-                Reply::Data(d) if d.len() as u64 == piece => bytes.extend_from_slice(&d),
-                _ => {
-                    return Err(Error::new(
-                        Kind::Device,
-                        "mem-read: the device answered with the wrong length",
-                    ))
-                }
+    };
+    Ok(Predicate::new(column, cmp))
+}
+
+/// csx-data's pushdown scan of one table (see the module doc).
+#[pyclass(module = "csx._native", frozen)]
+#[derive(Debug)]
+pub struct Scanner {
+    /// `None` once closed.
+    inner: Mutex<Option<csx_data::Scanner<'static>>>,
+    program: Vec<u8>,
+    chunk_rows: u64,
+    chunks: u64,
+}
+
+impl Scanner {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut csx_data::Scanner<'static>) -> Result<T> + Send,
+    ) -> Result<T> {
+        py.detach(|| {
+            let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match guard.as_mut() {
+                Some(s) => f(s),
+                None => Err(Error::value("the scan is closed")),
             }
-            at += piece;
-        }
-        bytes_to_host += len;
-        columns.push(bytes);
-        segment += rows * width;
+        })
     }
-    Ok(Staged {
-        rows: kept,
-        columns,
-        bytes_to_host,
-        bytes_staged,
-        modelled_ns,
-        execute_modelled_ns: run.timing.modelled_ns,
-        execute_ns: run.timing.execute_ns,
-        fuel_used: run.fuel_used,
-    })
+}
+
+#[pymethods]
+impl Scanner {
+    /// Opens the scan of `columns` of the table at `table` on `device`, keeping the
+    /// rows that satisfy every predicate (column, op, a, b).
+    #[new]
+    #[pyo3(signature = (device, table, columns, predicates, engine="jit", chunk_rows=None))]
+    fn new(
+        py: Python<'_>,
+        device: &Bound<'_, PyDevice>,
+        table: String,
+        columns: Vec<String>,
+        predicates: Vec<(String, String, i64, i64)>,
+        engine: &str,
+        chunk_rows: Option<u64>,
+    ) -> PyResult<Scanner> {
+        let engine = crate::data::engine_of(engine)?;
+        let preds = predicates
+            .iter()
+            .map(predicate_of)
+            .collect::<Result<Vec<_>>>()?;
+        let dev = device.get().device()?;
+        let chunk_rows = chunk_rows.unwrap_or(csx_data::scan::CHUNK_ROWS_DEFAULT);
+        let scanner = py.detach(move || -> Result<csx_data::Scanner<'static>> {
+            let session = csx_data::ops::Session::shared(dev, engine)?;
+            let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
+            Ok(csx_data::Scanner::open(
+                session, &table, &cols, &preds, chunk_rows,
+            )?)
+        })?;
+        Ok(Scanner {
+            program: scanner.program().to_vec(),
+            chunk_rows: scanner.chunk_rows(),
+            chunks: scanner.chunks(),
+            inner: Mutex::new(Some(scanner)),
+        })
+    }
+
+    /// The scan program's raw eBPF image.
+    #[getter]
+    fn program(&self) -> Buffer {
+        Buffer::new(self.program.clone())
+    }
+
+    /// Rows per chunk (the one asked for, or less so the windows fit).
+    #[getter]
+    fn chunk_rows(&self) -> u64 {
+        self.chunk_rows
+    }
+
+    /// Chunks the scan runs (0 when a predicate selects nothing).
+    #[getter]
+    fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Runs the scan program from `slot`, where the caller loaded and activated
+    /// `program` (and keeps it: the scan never unloads it).
+    fn use_loaded(&self, py: Python<'_>, slot: u16) -> PyResult<()> {
+        Ok(self.with(py, |s| {
+            s.use_loaded(ProgramIndex(slot));
+            Ok(())
+        })?)
+    }
+
+    /// The next chunk's kept rows, or None after the last.
+    fn next(&self, py: Python<'_>) -> PyResult<Option<ScanChunk>> {
+        let chunk = self.with(py, |s| Ok(s.next_chunk()?))?;
+        let Some(c) = chunk else {
+            return Ok(None);
+        };
+        let columns = c
+            .columns
+            .into_iter()
+            .map(|b| Py::new(py, Buffer::new(b)))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Some(ScanChunk {
+            first_row: c.first_row,
+            rows: c.rows,
+            kept: c.kept,
+            columns,
+        }))
+    }
+
+    /// What the chunks cost so far: (modelled ns, bytes to the host, bytes staged
+    /// from the media, fuel, commands, device execute ns).
+    #[getter]
+    fn meter(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64, u64, u64)> {
+        Ok(self.with(py, |s| {
+            let m = s.meter();
+            Ok((
+                m.modelled_ns,
+                m.bytes_to_host,
+                m.media_bytes,
+                m.fuel,
+                m.commands,
+                m.execute_ns,
+            ))
+        })?)
+    }
+
+    /// Frees the scan's device memory (idempotent).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = {
+            let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            guard.take()
+        };
+        if let Some(s) = taken {
+            py.detach(move || s.close()).map_err(Error::from)?;
+        }
+        Ok(())
+    }
 }
 
 /// Chunks of one whole-file read in flight at once (as `Device::read_file` does).
@@ -237,77 +255,6 @@ fn read_timed(dev: &Device, path: &str) -> Result<(Vec<u8>, u64)> {
         Some(e) => Err(e),
         None => Ok((out, ns)),
     }
-}
-
-/// Scans rows [`first_row`, +`rows`) with the scan program in `slot`: `inputs` are
-/// (column file, value width) staged as windows 0..n-1, `out_widths` the widths of
-/// the output columns in window n (see the module doc).
-#[pyfunction]
-#[pyo3(signature = (device, slot, inputs, first_row, rows, out_widths, fuel=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn scan_chunk(
-    py: Python<'_>,
-    device: &Bound<'_, PyDevice>,
-    slot: u16,
-    inputs: Vec<(String, u64)>,
-    first_row: u64,
-    rows: u64,
-    out_widths: Vec<u64>,
-    fuel: Option<u64>,
-) -> PyResult<ScanChunk> {
-    if rows == 0 {
-        return Err(Error::value("rows must be at least 1").into());
-    }
-    if inputs.is_empty() || inputs.len() + 1 > csx_host::proto::limits::WINDOWS_MAX {
-        return Err(Error::value(format!(
-            "a scan stages 1 to {} input columns, got {}",
-            csx_host::proto::limits::WINDOWS_MAX - 1,
-            inputs.len()
-        ))
-        .into());
-    }
-    for (path, width) in &inputs {
-        if !matches!(width, 1 | 2 | 4 | 8) {
-            return Err(Error::value(format!("{path}: width {width} is not 1, 2, 4 or 8")).into());
-        }
-    }
-    let dev = device.get().device()?;
-    let staged = py.detach(move || {
-        let mut handles = Vec::new();
-        let result = run_chunk(
-            &dev,
-            slot,
-            &inputs,
-            first_row,
-            rows,
-            &out_widths,
-            fuel,
-            &mut handles,
-        );
-        for h in handles {
-            // A failed free after a failed scan must not hide the scan's error.
-            let freed = dev.free(h);
-            if result.is_ok() {
-                freed?;
-            }
-        }
-        result
-    })?;
-    let columns = staged
-        .columns
-        .into_iter()
-        .map(|c| Py::new(py, Buffer::new(c)))
-        .collect::<PyResult<Vec<_>>>()?;
-    Ok(ScanChunk {
-        rows: staged.rows,
-        columns,
-        bytes_to_host: staged.bytes_to_host,
-        bytes_staged: staged.bytes_staged,
-        modelled_ns: staged.modelled_ns,
-        execute_modelled_ns: staged.execute_modelled_ns,
-        execute_ns: staged.execute_ns,
-        fuel_used: staged.fuel_used,
-    })
 }
 
 /// Reads a whole file as the host-only path does (File Read commands), returning

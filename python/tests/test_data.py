@@ -1,5 +1,5 @@
 """csx.data: csx-data's generators, Parquet copy and put -r from Python; TPC-H Q6/Q1
-through csx.duckdb with both device scans, and SSB queries on the device, every
+through csx.duckdb on both engine kinds, and SSB queries on the device, every
 answer checked against DuckDB over the Parquet copy."""
 
 import duckdb
@@ -39,23 +39,20 @@ def test_generate_is_deterministic_and_put_dir_copies_it(dev, tpch, tmp_path):
     assert bytes(dev.get("/tpch/lineitem/l_shipdate.col")) == a
 
 
-@pytest.mark.parametrize(
-    "backend, strategy",
-    [("generated", "bitmask"), ("operators", "bitmask"), ("operators", "unrolled"), ("operators", "accel")],
-)
-def test_tpch_q6_and_q1_on_csx_gen_data_equal_duckdb(dev, tpch, backend, strategy):
+@pytest.mark.parametrize("engine, chunk_rows", [("jit", None), ("interp", None), ("jit", 1_000)])
+def test_tpch_q6_and_q1_on_csx_gen_data_equal_duckdb(dev, tpch, engine, chunk_rows):
     root, tables = tpch
     csx.data.put_dir(dev, root / "data", "/tpch")
     con = duckdb.connect()
     s = csx.duckdb.register(
-        con, "li", dev, "/tpch/lineitem", ["l_extendedprice", "l_discount"], Q6_FILTER, backend=backend, strategy=strategy
+        con, "li", dev, "/tpch/lineitem", ["l_extendedprice", "l_discount"], Q6_FILTER, engine=engine, chunk_rows=chunk_rows
     )
     got = con.sql(Q6_SELECT.replace("{t}", "li")).fetchall()
     want = over_parquet(Q6.replace("{t}", "lineitem"), root / "parquet", tables)
     assert got == want and want[0][0] is not None
     assert 0 < s.stats.rows_kept < tables["lineitem"]
     assert s.stats.bytes_to_host < tables["lineitem"] * 16 / 5
-    rel = csx.duckdb.scan(con, dev, "/tpch/lineitem", Q1_COLUMNS, Q1_FILTER, backend=backend, strategy=strategy)
+    rel = csx.duckdb.scan(con, dev, "/tpch/lineitem", Q1_COLUMNS, Q1_FILTER, engine=engine, chunk_rows=chunk_rows)
     got = rel.query("li1", Q1_SELECT.replace("{t}", "li1").replace("{where}", "")).fetchall()
     assert got == over_parquet(Q1.replace("{t}", "lineitem"), root / "parquet", tables)
 
@@ -68,11 +65,21 @@ def ssb(tmp_path_factory):
     return root, tables
 
 
-@pytest.mark.parametrize("query, split", [("q1.1", "offload"), ("q3.3", "offload"), ("q3.3", "host-agg"), ("q3.1", "host")])
-def test_ssb_runs_equal_duckdb(dev, ssb, query, split):
+@pytest.mark.parametrize(
+    "query, split, strategy",
+    [
+        ("q1.1", "offload", "bitmask"),
+        ("q1.1", "offload", "unrolled"),
+        ("q1.1", "offload", "accel"),
+        ("q3.3", "offload", "bitmask"),
+        ("q3.3", "host-agg", "bitmask"),
+        ("q3.1", "host", "bitmask"),
+    ],
+)
+def test_ssb_runs_equal_duckdb(dev, ssb, query, split, strategy):
     root, tables = ssb
     csx.data.put_dir(dev, root / "data", "/ssb/sf0.01")
-    r = csx.data.ssb_run(dev, query, data_dir="/ssb/sf0.01", split=split)
+    r = csx.data.ssb_run(dev, query, data_dir="/ssb/sf0.01", split=split, strategy=strategy)
     want = over_parquet(csx.data.ssb_queries()[query], root / "parquet", tables)
     assert sorted(r.rows) == sorted(tuple(row) for row in want)
     assert r.split == split and r.bytes_to_host > 0 and r.phases
@@ -94,5 +101,8 @@ def test_data_bad_arguments(dev, tmp_path):
     with pytest.raises(csx.CsxError):
         csx.data.ssb_run(dev, "q1.1", data_dir="/nothing")
     with pytest.raises(ValueError) as e:
-        csx.scan.scan(dev, "/x", backend="magic")
-    assert "backend" in str(e.value)
+        csx.data.ssb_run(dev, "q1.1", strategy="magic")
+    assert "strategy" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        csx.scan.scan(dev, "/x", engine="magic")
+    assert "engine" in str(e.value)

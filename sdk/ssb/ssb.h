@@ -35,7 +35,7 @@ struct ssb_filter_params {
     struct ssb_range ranges[SSB_RANGES_MAX];
 };
 
-/* cparam1 of filter_* and gather: the value width (4 or 8) | combine << 8 */
+/* cparam1 of filter_*: the value width (4 or 8) | combine << 8 */
 #define SSB_COMBINE_WRITE 0 /* the mask becomes this filter's selection */
 #define SSB_COMBINE_AND 1   /* the mask keeps the rows this filter selects too */
 

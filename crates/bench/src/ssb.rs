@@ -265,7 +265,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                     "modelled_ns": c.run.meter.modelled_ns, "bytes_to_host": c.run.meter.bytes_to_host,
                     "media_bytes": c.run.meter.media_bytes, "host_ns": c.run.host_ns,
                     "fuel": c.run.meter.fuel, "rows": c.run.rows.len(), "joined": c.run.joined,
-                    "phases": c.run.phases.iter().map(|p| json!({"phase": p.name, "wall_ns": p.wall_ns, "modelled_ns": p.modelled_ns})).collect::<Vec<_>>(),
+                    "phases": c.run.phases.iter().map(|p| json!({"phase": p.name, "wall_ns": p.wall_ns, "modelled_ns": p.modelled_ns, "vm_ns": p.vm_ns, "commands": p.commands})).collect::<Vec<_>>(),
                 })
             );
         }

@@ -147,7 +147,10 @@ pub fn run_json(r: &QueryRun, sf: f64, dir: &str, generated: bool) -> serde_json
     let phases: Vec<_> = r
         .phases
         .iter()
-        .map(|p| json!({ "phase": p.name, "modelled_ns": p.modelled_ns, "wall_ns": p.wall_ns }))
+        .map(|p| {
+            json!({ "phase": p.name, "modelled_ns": p.modelled_ns, "wall_ns": p.wall_ns,
+                    "vm_ns": p.vm_ns, "commands": p.commands })
+        })
         .collect();
     json!({
         "query": r.query, "sf": sf, "data": dir, "generated": generated,
@@ -202,10 +205,12 @@ fn print_run(r: &QueryRun, dir: &str) {
     );
     for p in &r.phases {
         println!(
-            "  {:<10} modelled {:>10.3} ms  wall {:>10.3} ms",
+            "  {:<10} modelled {:>10.3} ms  wall {:>10.3} ms  (VMs {:>10.3} ms, {} commands)",
             p.name,
             p.modelled_ns as f64 / 1e6,
-            p.wall_ns as f64 / 1e6
+            p.wall_ns as f64 / 1e6,
+            p.vm_ns as f64 / 1e6,
+            p.commands
         );
     }
 }

@@ -7,8 +7,9 @@
 //!   Parquet copy the DuckDB oracle reads.
 //! * [`put`]: a directory tree onto the device (`csx put -r`).
 //! * [`scan`]: the pushdown scan: selection ([`predicate`]) and projection of one table
-//!   run on the device by the operators of `sdk/ssb` ([`ops`]), only the selected values
-//!   sent to the host, with bytes and modelled time reported.
+//!   in one pass on the device by a program emitted for the query (`scan::program`), only
+//!   the selected values sent to the host, with bytes and modelled time reported ([`ops`]).
+//! * [`ssb`]: the SSB queries on the device by the operators of `sdk/ssb`, three splits.
 //!
 //! Built on csx-host's public API only: everything the device does here, it does
 //! through commands a served device accepts too.
@@ -32,4 +33,4 @@ pub use error::DataError;
 pub use gen::{Benchmark, Dataset};
 pub use ops::Meter;
 pub use predicate::{Cmp, Predicate};
-pub use scan::{scan, FilterStrategy, ScanColumn, ScanOptions, ScanResult};
+pub use scan::{scan, Chunk, FilterStrategy, ScanColumn, ScanOptions, ScanResult, Scanner};

@@ -12,7 +12,9 @@
 //! when the batch is no larger than the device's engine count, and the sum of its runs
 //! spread over the engines otherwise.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ops::Deref;
+use std::sync::Arc;
 
 use csx_host::proto::limits::{FILE_IO_SIZE_MAX, MEM_IO_SIZE_MAX};
 use csx_host::proto::{CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply};
@@ -59,9 +61,30 @@ pub struct Meter {
     pub commands: u64,
     /// Executions issued.
     pub executions: u64,
+    /// Device wall ns the executions ran (each run's own time on its engine, summed:
+    /// runs at once on several engines add up).
+    pub execute_ns: u64,
+    /// The executions' part of the wall time: per batch of runs at once, its longest
+    /// run's execute ns, summed over batches (what wall time the VMs alone explain).
+    pub execute_span_ns: u64,
 }
 
 impl Meter {
+    /// What was added since `earlier` (a copy of this meter taken before).
+    pub fn since(&self, earlier: &Meter) -> Meter {
+        Meter {
+            modelled_ns: self.modelled_ns - earlier.modelled_ns,
+            bytes_to_host: self.bytes_to_host - earlier.bytes_to_host,
+            bytes_from_host: self.bytes_from_host - earlier.bytes_from_host,
+            media_bytes: self.media_bytes - earlier.media_bytes,
+            fuel: self.fuel - earlier.fuel,
+            commands: self.commands - earlier.commands,
+            executions: self.executions - earlier.executions,
+            execute_ns: self.execute_ns - earlier.execute_ns,
+            execute_span_ns: self.execute_span_ns - earlier.execute_span_ns,
+        }
+    }
+
     pub fn add(&mut self, other: &Meter) {
         self.modelled_ns += other.modelled_ns;
         self.bytes_to_host += other.bytes_to_host;
@@ -70,7 +93,18 @@ impl Meter {
         self.fuel += other.fuel;
         self.commands += other.commands;
         self.executions += other.executions;
+        self.execute_ns += other.execute_ns;
+        self.execute_span_ns += other.execute_span_ns;
     }
+}
+
+/// A copy started by [`Session::start_copy_file`], not yet waited for.
+#[derive(Debug)]
+pub struct PendingCopy {
+    id: csx_host::proto::CommandId,
+    path: String,
+    offset: u64,
+    len: u64,
 }
 
 /// A window of an execution: `(allocation, offset, length)`.
@@ -109,13 +143,34 @@ impl Run {
     }
 }
 
+/// The device a session works on: borrowed, or shared (a session that outlives the
+/// caller's stack frame, as a Python scan does).
+#[derive(Debug)]
+enum DeviceRef<'d> {
+    Borrowed(&'d Device),
+    Shared(Arc<Device>),
+}
+
+impl Deref for DeviceRef<'_> {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        match self {
+            DeviceRef::Borrowed(d) => d,
+            DeviceRef::Shared(d) => d,
+        }
+    }
+}
+
 /// Programs, memory and accounting of one piece of work on one device.
 #[derive(Debug)]
 pub struct Session<'d> {
-    dev: &'d Device,
+    dev: DeviceRef<'d>,
     engine: EngineKind,
     engines: u64,
     loaded: HashMap<&'static str, ProgramIndex>,
+    /// Programs loaded by someone else ([`Session::adopt`]): run, never unloaded here.
+    adopted: HashSet<&'static str>,
     allocs: Vec<MemHandle>,
     pub meter: Meter,
 }
@@ -138,6 +193,16 @@ fn errno_name(code: i64) -> &'static str {
 impl<'d> Session<'d> {
     /// A session on `dev` whose operators run on `engine`.
     pub fn new(dev: &'d Device, engine: EngineKind) -> Result<Session<'d>, DataError> {
+        Session::with(DeviceRef::Borrowed(dev), engine)
+    }
+
+    /// A session that holds its device (no borrow): for work that outlives the
+    /// caller's stack frame, such as a scan read batch by batch from Python.
+    pub fn shared(dev: Arc<Device>, engine: EngineKind) -> Result<Session<'static>, DataError> {
+        Session::with(DeviceRef::Shared(dev), engine)
+    }
+
+    fn with(dev: DeviceRef<'d>, engine: EngineKind) -> Result<Session<'d>, DataError> {
         let info = dev
             .identify()
             .map_err(|e| DataError::device("identify", e))?;
@@ -146,13 +211,14 @@ impl<'d> Session<'d> {
             engine,
             engines: u64::from(info.engines.max(1)),
             loaded: HashMap::new(),
+            adopted: HashSet::new(),
             allocs: Vec::new(),
             meter: Meter::default(),
         })
     }
 
-    pub fn device(&self) -> &'d Device {
-        self.dev
+    pub fn device(&self) -> &Device {
+        &self.dev
     }
 
     /// The device's compute engines.
@@ -182,6 +248,38 @@ impl<'d> Session<'d> {
             .activate(pind, self.engine)
             .map_err(|e| DataError::device(format!("activating operator {name}"), e))?;
         Ok(pind)
+    }
+
+    /// Loads raw eBPF `image` (a program made at run time) as operator `name` and
+    /// activates it on the session's engine kind; unloaded when the session closes.
+    pub fn load_raw(
+        &mut self,
+        name: &'static str,
+        image: &[u8],
+    ) -> Result<ProgramIndex, DataError> {
+        if let Some(p) = self.loaded.remove(name) {
+            if !self.adopted.remove(name) {
+                self.dev
+                    .unload(p)
+                    .map_err(|e| DataError::device(format!("unloading operator {name}"), e))?;
+            }
+        }
+        let pind = self
+            .dev
+            .load_program_any_slot(ProgramType::Raw, image, Some(name))
+            .map_err(|e| DataError::device(format!("loading operator {name}"), e))?;
+        self.loaded.insert(name, pind);
+        self.dev
+            .activate(pind, self.engine)
+            .map_err(|e| DataError::device(format!("activating operator {name}"), e))?;
+        Ok(pind)
+    }
+
+    /// Runs operator `name` from `pind`, a slot someone else loaded and activated
+    /// (and unloads): the session never unloads it.
+    pub fn adopt(&mut self, name: &'static str, pind: ProgramIndex) {
+        self.loaded.insert(name, pind);
+        self.adopted.insert(name);
     }
 
     /// Allocates device memory, freed when the session closes.
@@ -237,6 +335,72 @@ impl<'d> Session<'d> {
         }
         self.meter.media_bytes += len;
         Ok(())
+    }
+
+    /// Starts [`Session::copy_file`] without waiting for it: the copy runs on the
+    /// device's transfer workers while the caller does other work (an execution);
+    /// [`Session::wait_copies`] finishes it. Every started copy must be waited for.
+    pub fn start_copy_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        dst: MemHandle,
+        dst_offset: u64,
+    ) -> Result<PendingCopy, DataError> {
+        let op = Op::MemCopy {
+            dst,
+            dst_offset,
+            sources: vec![CopySource::File {
+                path: path.to_string(),
+                offset,
+                len,
+            }],
+        };
+        let id = self.dev.client().submit_private(op).map_err(|e| {
+            DataError::device(format!("staging {len} bytes of {path} at {offset}"), e)
+        })?;
+        Ok(PendingCopy {
+            id,
+            path: path.to_string(),
+            offset,
+            len,
+        })
+    }
+
+    /// Waits for every copy of `copies` (all of them, even after a failure) and
+    /// returns the first failure.
+    pub fn wait_copies(&mut self, copies: Vec<PendingCopy>) -> Result<(), DataError> {
+        let mut first = None;
+        for p in copies {
+            let what = || format!("staging {} bytes of {} at {}", p.len, p.path, p.offset);
+            let c = match self.dev.client().wait(p.id, None) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    first.get_or_insert(DataError::device(what(), e));
+                    continue;
+                }
+            };
+            self.meter.commands += 1;
+            self.meter.modelled_ns += c.timing.modelled_ns;
+            if !c.status.is_success() {
+                first.get_or_insert(DataError::device(
+                    what(),
+                    CallError::from_completion("mem-copy", c),
+                ));
+                continue;
+            }
+            if c.value != p.len {
+                first.get_or_insert(DataError::Invalid(format!(
+                    "{}: staged {} bytes at {}, expected {} (the file is shorter than its schema says)",
+                    p.path, c.value, p.offset, p.len
+                )));
+                continue;
+            }
+            self.meter.media_bytes += p.len;
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Reads device memory to the host.
@@ -306,22 +470,26 @@ impl<'d> Session<'d> {
         Ok(req)
     }
 
+    /// r0 and the modelled ns of a finished run; a negative r0 is an error unless
+    /// `signed` (the caller interprets it).
     fn finish(
         &mut self,
         operator: &str,
         result: Result<Execution, CallError>,
-    ) -> Result<(u64, u64), DataError> {
+        signed: bool,
+    ) -> Result<(u64, u64, u64), DataError> {
         let x = result.map_err(|e| DataError::device(format!("operator {operator}"), e))?;
         self.meter.commands += 1;
         self.meter.executions += 1;
         self.meter.fuel += x.fuel_used;
+        self.meter.execute_ns += x.timing.execute_ns;
         if let Some(trap) = &x.trap {
             return Err(DataError::Operator {
                 operator: operator.to_string(),
                 message: format!("trapped: {trap}"),
             });
         }
-        if x.r0_signed() < 0 {
+        if x.r0_signed() < 0 && !signed {
             let detail = x
                 .detail
                 .as_ref()
@@ -336,21 +504,36 @@ impl<'d> Session<'d> {
                 ),
             });
         }
-        Ok((x.r0, x.timing.modelled_ns))
+        Ok((x.r0, x.timing.modelled_ns, x.timing.execute_ns))
     }
 
     /// Runs one execution and returns its r0.
     pub fn execute(&mut self, run: &Run) -> Result<u64, DataError> {
         let req = self.request(run)?;
         let result = self.dev.execute(&req);
-        let (r0, ns) = self.finish(run.operator, result)?;
+        let (r0, ns, exec_ns) = self.finish(run.operator, result, false)?;
         self.meter.modelled_ns += ns;
+        self.meter.execute_span_ns += exec_ns;
         Ok(r0)
     }
 
     /// Runs every execution of `runs` at once (their windows must not overlap) and
     /// returns their r0s in order.
     pub fn execute_all(&mut self, runs: &[Run]) -> Result<Vec<u64>, DataError> {
+        self.execute_batch(runs, false)
+    }
+
+    /// [`Session::execute_all`] for operators whose negative r0 means something to the
+    /// caller: r0s as signed, never an error.
+    pub fn execute_all_signed(&mut self, runs: &[Run]) -> Result<Vec<i64>, DataError> {
+        Ok(self
+            .execute_batch(runs, true)?
+            .into_iter()
+            .map(|r| r as i64)
+            .collect())
+    }
+
+    fn execute_batch(&mut self, runs: &[Run], signed: bool) -> Result<Vec<u64>, DataError> {
         let mut ids = Vec::new();
         for run in runs {
             let req = self.request(run)?;
@@ -370,12 +553,14 @@ impl<'d> Session<'d> {
         }
         let mut r0s = Vec::new();
         let mut times = Vec::new();
+        let mut span = 0;
         let mut first_err = None;
         for (run, result) in runs.iter().zip(results) {
-            match self.finish(run.operator, result) {
-                Ok((r0, ns)) => {
+            match self.finish(run.operator, result, signed) {
+                Ok((r0, ns, exec_ns)) => {
                     r0s.push(r0);
                     times.push(ns);
+                    span = span.max(exec_ns);
                 }
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -385,6 +570,7 @@ impl<'d> Session<'d> {
         if let Some(e) = first_err {
             return Err(e);
         }
+        self.meter.execute_span_ns += span;
         let longest = times.iter().copied().max().unwrap_or(0);
         let spread = times.iter().sum::<u64>().div_ceil(self.engines);
         self.meter.modelled_ns += longest.max(spread);
@@ -405,6 +591,9 @@ impl<'d> Session<'d> {
             }
         }
         for (name, pind) in self.loaded.drain() {
+            if self.adopted.contains(name) {
+                continue;
+            }
             if let Err(e) = self.dev.unload(pind) {
                 first.get_or_insert(DataError::device(format!("unloading operator {name}"), e));
             }

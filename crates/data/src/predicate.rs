@@ -130,8 +130,19 @@ pub enum Compiled {
     Ranges(Vec<RawRange>),
 }
 
-/// Compiles the conjunction of `cmps` on a column of type `ty` into raw ranges.
+/// Compiles the conjunction of `cmps` on a column of type `ty` into raw ranges, at
+/// most [`RANGES_MAX`] (what one filter operator run takes).
 pub fn compile(column: &str, ty: ColumnType, cmps: &[&Cmp]) -> Result<Compiled, DataError> {
+    compile_within(column, ty, cmps, RANGES_MAX)
+}
+
+/// [`compile`] with another limit on the ranges.
+pub fn compile_within(
+    column: &str,
+    ty: ColumnType,
+    cmps: &[&Cmp],
+    limit: usize,
+) -> Result<Compiled, DataError> {
     let (lo, hi) = domain(ty);
     let mut set = vec![(lo, hi)];
     for cmp in cmps {
@@ -157,14 +168,14 @@ pub fn compile(column: &str, ty: ColumnType, cmps: &[&Cmp]) -> Result<Compiled, 
         }
     }
     raw.sort();
-    if raw.len() > RANGES_MAX {
+    if raw.len() > limit {
         return Err(DataError::TooLarge {
             what: format!(
                 "the predicates on column {column} ({} value ranges)",
                 raw.len()
             ),
             needed: raw.len() as u64,
-            limit: RANGES_MAX as u64,
+            limit: limit as u64,
         });
     }
     Ok(Compiled::Ranges(raw))

@@ -2,35 +2,43 @@
 //! device; only the selected values of the projected columns cross to the host.
 //!
 //! ```text
-//! for each chunk of rows (ScanOptions::chunk_rows), one chunk per engine at once:
-//!   for each column with predicates:   Memory Copy  column chunk -> device memory
-//!                                      Execute      filter_<strategy>: mask (&=) selection
-//!   for each projected column:         Memory Copy  (unless staged already)
-//!                                      Execute      gather: the selected values, in order
-//!                                      Memory Read  those values -> host
+//! open:            read the schema, check every column file's size, compile the
+//!                  predicates into value ranges, emit the scan program (raw eBPF,
+//!                  `program`: the ranges, dictionary sizes and layout are constants)
+//! for each chunk of rows (ScanOptions::chunk_rows), one per engine at once:
+//!   for each column used:  Memory Copy   column rows -> window 0 (on the device)
+//!   one run:               Execute       the program: test, keep, copy -> window 1
+//!   for each projected:    Memory Read   the kept values -> host
 //! ```
 //!
-//! Predicates are conjunctions of comparisons on fixed-width columns
-//! ([`crate::predicate`]); several on one column merge into one filter run. The
-//! schema is read from the device and every column file's size checked against it
-//! first; dict columns come back with their dictionary, every code checked (a bad one
-//! is an error naming the device file and row). [`scan_local`] is the host reference.
+//! One pass over the chunk does every predicate and the projection: the program keeps
+//! a row when each filtered column's value is in one of its ranges, and copies the
+//! row's projected values to the output. It also checks every dictionary code it
+//! reads, and stops at a bad one; the host then reads the staged codes back and names
+//! the file and row. [`scan_local`] is the host reference.
+//!
+//! The selection strategies of Delilah (bitmask, unrolled, accelerated filter;
+//! [`FilterStrategy`]) are operators of `sdk/ssb` that the SSB runs use
+//! (`csx ssb run --filter`); the scan does not.
 
-use std::collections::BTreeMap;
+pub mod program;
+
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle};
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex};
 use csx_host::Device;
 
 use crate::columnar::{
-    check_codes, decode_dictionary, ColumnType, LocalTable, Schema, Values, DICT_SIZE_MAX,
-    SCHEMA_FILE, SCHEMA_SIZE_MAX,
+    check_codes, decode_dictionary, ColumnSchema, ColumnType, LocalTable, Schema, Values,
+    DICT_SIZE_MAX, SCHEMA_FILE, SCHEMA_SIZE_MAX,
 };
 use crate::error::DataError;
-use crate::ops::{put_u32, put_u64, Meter, Run, Session};
-use crate::predicate::{compile, Cmp, Compiled, Predicate, RawRange};
+use crate::ops::{put_u32, put_u64, Meter, PendingCopy, Run, Session};
+use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
+use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
 
-/// How the device computes a selection (Delilah's filter strategies).
+/// How the SSB operators compute a selection (Delilah's filter strategies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FilterStrategy {
     /// A bitmask built one value at a time in eBPF.
@@ -76,14 +84,14 @@ pub const COMBINE_AND: u64 = 1;
 
 /// Rows per chunk by default: 4 MiB of a 32-bit column.
 pub const CHUNK_ROWS_DEFAULT: u64 = 1 << 20;
-/// Largest chunk: a chunk of 8-byte values stays within one window (4 GiB).
+/// Largest chunk asked for (a scan lowers it further so its windows stay under
+/// [`program::SEGMENT_MAX`] bytes).
 pub const CHUNK_ROWS_MAX: u64 = 1 << 28;
 
 /// How a scan runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanOptions {
     pub engine: EngineKind,
-    pub strategy: FilterStrategy,
     pub chunk_rows: u64,
 }
 
@@ -91,7 +99,6 @@ impl Default for ScanOptions {
     fn default() -> Self {
         ScanOptions {
             engine: EngineKind::Jit,
-            strategy: FilterStrategy::Bitmask,
             chunk_rows: CHUNK_ROWS_DEFAULT,
         }
     }
@@ -130,9 +137,9 @@ fn join(dir: &str, name: &str) -> String {
 /// Reads and validates a table's schema on the device, and checks the size of every
 /// column file it names.
 pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, DataError> {
-    let dev = session.device();
     let path = join(table_dir, SCHEMA_FILE);
-    let st = dev
+    let st = session
+        .device()
         .stat(&path)
         .map_err(|e| DataError::device(format!("no table at {table_dir}: {path}"), e))?;
     if st.size_bytes > SCHEMA_SIZE_MAX {
@@ -146,7 +153,8 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
     let schema = Schema::parse(&bytes, &path)?;
     for c in &schema.columns {
         let p = join(table_dir, &c.file_name());
-        let found = dev
+        let found = session
+            .device()
             .stat(&p)
             .map_err(|e| DataError::device(format!("column file {p}"), e))?
             .size_bytes;
@@ -218,36 +226,442 @@ pub fn compile_predicates(
     Ok(out)
 }
 
-/// The device memory of one chunk slot: a staging buffer per column, the mask, the
-/// accelerated filter's scratch and the gather's output.
-struct SlotBuffers {
-    staged: BTreeMap<String, MemHandle>,
-    mask: MemHandle,
-    scratch: Option<MemHandle>,
-    out: MemHandle,
+/// The operator name of a scan's program in its session.
+const SCAN_OPERATOR: &str = "scan";
+
+/// Most value ranges one column's predicates may compile to in a scan program (each
+/// costs two compares; the filter operators take [`crate::predicate::RANGES_MAX`]).
+pub const SCAN_RANGES_MAX: usize = 256;
+
+/// Device memory a scan's concurrent chunks may take together (at least one chunk).
+pub const SCAN_MEMORY_BUDGET: u64 = 256 << 20;
+
+/// One chunk's kept rows.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// The chunk's first row in the table, and its rows.
+    pub first_row: u64,
+    pub rows: u64,
+    /// Rows kept.
+    pub kept: u64,
+    /// The kept values of each projected column, in the order asked, little-endian
+    /// (`kept * width` bytes each).
+    pub columns: Vec<Vec<u8>>,
 }
 
-/// One column's filter: its name, type and the raw ranges it keeps.
-type ColumnFilter = (String, ColumnType, Vec<RawRange>);
+/// A batch of chunks whose columns are being staged.
+#[derive(Debug)]
+struct Staged {
+    start: u64,
+    count: u64,
+    set: u64,
+    copies: Vec<PendingCopy>,
+}
 
-/// The row (within the chunk) of the `k`-th selected value, from the mask's bytes.
-fn selected_row(mask: &[u8], k: u64) -> u64 {
-    let mut seen = 0;
-    for (i, byte) in mask.iter().enumerate() {
-        for b in 0..8 {
-            if byte & (1 << b) != 0 {
-                if seen == k {
-                    return i as u64 * 8 + b;
+/// A scan read chunk by chunk ([`Scanner::next_chunk`]); [`scan`] collects one.
+///
+/// Opening reads and checks the schema (every column file's size), compiles the
+/// predicates and emits the scan program ([`program`]) for this query and chunk size.
+/// Chunks run as many at once as the device has engines (within
+/// [`SCAN_MEMORY_BUDGET`]): each stages its columns' rows with Memory Copy (on the
+/// device), runs the program, and reads back only the kept values; the next batch's
+/// copies run on the device's transfer workers while this batch executes.
+#[derive(Debug)]
+pub struct Scanner<'d> {
+    session: Session<'d>,
+    table_dir: String,
+    schema: Schema,
+    /// The staged columns, in the layout's input order.
+    inputs: Vec<ColumnSchema>,
+    /// Projected column j is layout output `outputs[j]`.
+    projected: Vec<ColumnSchema>,
+    layout: Layout,
+    image: Vec<u8>,
+    nothing: bool,
+    chunk: u64,
+    chunks: u64,
+    next: u64,
+    /// Chunks run at once (a batch), and buffer sets (2: the next batch is staged
+    /// while this one runs).
+    slots: u64,
+    sets: u64,
+    buffers: Vec<(MemHandle, MemHandle)>,
+    staged: Option<Staged>,
+    ready: VecDeque<Chunk>,
+    prepared: bool,
+    setup: Meter,
+}
+
+impl<'d> Scanner<'d> {
+    /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
+    /// satisfy every predicate. Nothing runs yet but the schema's reads.
+    pub fn open(
+        mut session: Session<'d>,
+        table_dir: &str,
+        columns: &[&str],
+        predicates: &[Predicate],
+        chunk_rows: u64,
+    ) -> Result<Scanner<'d>, DataError> {
+        if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
+            return Err(DataError::Invalid(format!(
+                "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
+            )));
+        }
+        let schema = device_schema(&mut session, table_dir)?;
+        let projected = columns
+            .iter()
+            .map(|c| schema.column(c).cloned())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut by_col: BTreeMap<&str, Vec<&Cmp>> = BTreeMap::new();
+        for p in predicates {
+            schema.column(&p.column)?;
+            by_col.entry(p.column.as_str()).or_default().push(&p.cmp);
+        }
+        let mut ranges: BTreeMap<String, Vec<RawRange>> = BTreeMap::new();
+        let mut nothing = false;
+        for (name, cmps) in by_col {
+            let ty = schema.column(name)?.ty;
+            match compile_within(name, ty, &cmps, SCAN_RANGES_MAX)? {
+                Compiled::All => {}
+                Compiled::Nothing => nothing = true,
+                Compiled::Ranges(r) => {
+                    ranges.insert(name.to_string(), r);
                 }
-                seen += 1;
             }
         }
+        // Staged: the filtered columns, then the projected ones; widest first so
+        // every segment is aligned.
+        let mut inputs: Vec<ColumnSchema> = Vec::new();
+        for name in ranges
+            .keys()
+            .map(String::as_str)
+            .chain(columns.iter().copied())
+        {
+            if !inputs.iter().any(|c| c.name == name) {
+                inputs.push(schema.column(name)?.clone());
+            }
+        }
+        inputs.sort_by_key(|c| std::cmp::Reverse(c.ty.width()));
+        let in_row: u64 = inputs.iter().map(|c| c.ty.width()).sum();
+        let out_row: u64 = projected.iter().map(|c| c.ty.width()).sum();
+        let rows = schema.rows;
+        let chunk = chunk_rows
+            .min(rows.max(1))
+            .min(SEGMENT_MAX / in_row.max(out_row).max(1));
+        let chunks = if nothing { 0 } else { rows.div_ceil(chunk) };
+        let mut layout = Layout {
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            chunk_rows: chunk,
+            in_bytes: chunk * in_row,
+            out_bytes: chunk * out_row,
+        };
+        let mut at = 0;
+        for c in &inputs {
+            layout.inputs.push(Input {
+                width: c.ty.width(),
+                segment: at,
+                dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
+                ranges: ranges.get(&c.name).cloned(),
+            });
+            at += chunk * c.ty.width();
+        }
+        // Outputs widest first too; projected column j is output j.
+        let mut order: Vec<usize> = (0..projected.len()).collect();
+        order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
+        let mut segments = vec![0; projected.len()];
+        let mut at = 0;
+        for &j in &order {
+            segments[j] = at;
+            at += chunk * projected[j].ty.width();
+        }
+        for (j, c) in projected.iter().enumerate() {
+            let input = inputs
+                .iter()
+                .position(|i| i.name == c.name)
+                .expect("every projected column is staged");
+            layout.outputs.push(Output {
+                input,
+                segment: segments[j],
+            });
+        }
+        let image = program::emit(&layout);
+        let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
+        let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
+            2
+        } else {
+            1
+        };
+        let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
+            .clamp(1, session.engines())
+            .min(chunks.max(1));
+        if chunks <= slots {
+            sets = 1;
+        }
+        let setup = session.meter;
+        Ok(Scanner {
+            session,
+            table_dir: table_dir.trim_end_matches('/').to_string(),
+            schema,
+            inputs,
+            projected,
+            layout,
+            image,
+            nothing,
+            chunk,
+            chunks,
+            next: 0,
+            slots,
+            sets,
+            buffers: Vec::new(),
+            staged: None,
+            ready: VecDeque::new(),
+            prepared: false,
+            setup,
+        })
     }
-    u64::MAX
+
+    /// The table's schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The projected columns, in the order asked.
+    pub fn columns(&self) -> &[ColumnSchema] {
+        &self.projected
+    }
+
+    /// The scan program's raw eBPF (the same bytes for the same query shape, table
+    /// size and chunk size).
+    pub fn program(&self) -> &[u8] {
+        &self.image
+    }
+
+    /// Rows per chunk, and chunks (0 when a predicate selects nothing).
+    pub fn chunk_rows(&self) -> u64 {
+        self.chunk
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Runs the program in `slot`, loaded and activated by the caller from
+    /// [`Scanner::program`] (and kept by it: the scan never unloads it). Without this
+    /// the scan loads the program itself on its first chunk.
+    pub fn use_loaded(&mut self, slot: ProgramIndex) {
+        self.session.adopt(SCAN_OPERATOR, slot);
+        self.prepared = true;
+    }
+
+    /// What the scan's chunks cost so far (the schema's reads excluded).
+    pub fn meter(&self) -> Meter {
+        self.session.meter.since(&self.setup)
+    }
+
+    /// What opening cost: the schema's and the size checks' commands.
+    pub fn setup_meter(&self) -> Meter {
+        self.setup
+    }
+
+    /// The next chunk's kept rows, `None` after the last.
+    pub fn next_chunk(&mut self) -> Result<Option<Chunk>, DataError> {
+        if self.ready.is_empty() && self.next < self.chunks {
+            self.run_batch()?;
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    fn prepare(&mut self) -> Result<(), DataError> {
+        if !self.prepared {
+            self.session.load_raw(SCAN_OPERATOR, &self.image)?;
+            self.prepared = true;
+        }
+        while (self.buffers.len() as u64) < self.slots * self.sets {
+            let input = self.session.alloc(self.layout.in_bytes)?;
+            let output = self.session.alloc(self.layout.out_bytes)?;
+            self.buffers.push((input, output));
+        }
+        Ok(())
+    }
+
+    fn path(&self, c: &ColumnSchema) -> String {
+        join(&self.table_dir, &c.file_name())
+    }
+
+    /// Starts staging the batch of chunks from `start` into buffer set `set`.
+    fn stage(&mut self, start: u64, set: u64) -> Result<Staged, DataError> {
+        let end = (start + self.slots).min(self.chunks);
+        let mut copies = Vec::new();
+        for (i, c) in (start..end).enumerate() {
+            let (input, _) = self.buffers[(set * self.slots) as usize + i];
+            let first = c * self.chunk;
+            let rows = self.chunk.min(self.schema.rows - first);
+            for (col, l) in self.inputs.iter().zip(&self.layout.inputs) {
+                let w = l.width;
+                let path = join(&self.table_dir, &col.file_name());
+                match self
+                    .session
+                    .start_copy_file(&path, first * w, rows * w, input, l.segment)
+                {
+                    Ok(p) => copies.push(p),
+                    Err(e) => {
+                        let _ = self.session.wait_copies(copies);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(Staged {
+            start,
+            count: end - start,
+            set,
+            copies,
+        })
+    }
+
+    /// Waits for every copy still in flight.
+    fn drain(&mut self) {
+        if let Some(s) = self.staged.take() {
+            let _ = self.session.wait_copies(s.copies);
+        }
+    }
+
+    /// Runs the next batch of chunks at once (staging the batch after it meanwhile).
+    fn run_batch(&mut self) -> Result<(), DataError> {
+        self.prepare()?;
+        let current = match self.staged.take() {
+            Some(s) => s,
+            None => self.stage(self.next, 0)?,
+        };
+        let result = self.run_staged(current);
+        if result.is_err() {
+            self.drain();
+        }
+        result
+    }
+
+    fn run_staged(&mut self, current: Staged) -> Result<(), DataError> {
+        let Staged {
+            start,
+            count,
+            set,
+            copies,
+        } = current;
+        self.session.wait_copies(copies)?;
+        let after = start + count;
+        if self.sets == 2 && after < self.chunks {
+            self.staged = Some(self.stage(after, 1 - set)?);
+        }
+        let base = (set * self.slots) as usize;
+        let batch: Vec<(u64, u64, MemHandle, MemHandle)> = (start..after)
+            .enumerate()
+            .map(|(i, c)| {
+                let first = c * self.chunk;
+                let (input, output) = self.buffers[base + i];
+                (
+                    first,
+                    self.chunk.min(self.schema.rows - first),
+                    input,
+                    output,
+                )
+            })
+            .collect();
+        let runs: Vec<Run> = batch
+            .iter()
+            .map(|&(_, rows, input, output)| {
+                Run::new(
+                    SCAN_OPERATOR,
+                    vec![
+                        (input, 0, self.layout.in_bytes.max(64)),
+                        (output, 0, self.layout.out_bytes.max(64)),
+                    ],
+                )
+                .cparams(rows, 0)
+            })
+            .collect();
+        let r0s = self.session.execute_all_signed(&runs)?;
+        for (&(first, rows, input, output), r0) in batch.iter().zip(r0s) {
+            if r0 < 0 {
+                return Err(self.failure(r0, first, rows, input));
+            }
+            let kept = r0 as u64;
+            if kept > rows {
+                return Err(DataError::Operator {
+                    operator: SCAN_OPERATOR.to_string(),
+                    message: format!("kept {kept} of the {rows} rows {first}..{}", first + rows),
+                });
+            }
+            let mut columns = Vec::with_capacity(self.projected.len());
+            for (c, o) in self.projected.iter().zip(&self.layout.outputs) {
+                let len = kept * c.ty.width();
+                columns.push(if len == 0 {
+                    Vec::new()
+                } else {
+                    self.session.read(output, o.segment, len)?
+                });
+            }
+            self.ready.push_back(Chunk {
+                first_row: first,
+                rows,
+                kept,
+                columns,
+            });
+        }
+        self.next = after;
+        Ok(())
+    }
+
+    /// The error of a run that returned `r0 < 0`: a bad dictionary code names the
+    /// file and row (found by reading the staged codes back).
+    fn failure(&mut self, r0: i64, first: u64, rows: u64, input: MemHandle) -> DataError {
+        let k = BAD_CODE_BASE - r0;
+        if let Some((c, l)) = usize::try_from(k).ok().and_then(|k| {
+            Some((
+                self.inputs.get(k)?.clone(),
+                self.layout.inputs.get(k)?.clone(),
+            ))
+        }) {
+            let path = self.path(&c);
+            let codes = match self.session.read(input, l.segment, rows * 4) {
+                Ok(b) => b,
+                Err(e) => return e,
+            };
+            if let Values::U32(codes) = Values::from_le_bytes(ColumnType::Uint32, &codes) {
+                if let Err(e) = check_codes(&codes, c.entries, &path, first) {
+                    return e;
+                }
+            }
+            return DataError::Invalid(format!(
+                "{path}: a dictionary index in rows {first}..{} is out of range",
+                first + rows
+            ));
+        }
+        DataError::Operator {
+            operator: SCAN_OPERATOR.to_string(),
+            message: format!(
+                "returned {r0} on rows {first}..{} (the program's windows do not fit its layout)",
+                first + rows
+            ),
+        }
+    }
+
+    /// Frees the scan's memory (and its program, unless [`Scanner::use_loaded`]);
+    /// returns everything the scan cost, opening included.
+    pub fn close(mut self) -> Result<Meter, DataError> {
+        self.drain();
+        self.session.close()
+    }
+
+    /// Whether a predicate selects no row at all (the scan runs no chunk).
+    pub fn selects_nothing(&self) -> bool {
+        self.nothing
+    }
 }
 
 /// Scans `columns` of the table at `table_dir` on the device, keeping the rows that
-/// satisfy every predicate.
+/// satisfy every predicate (see [`Scanner`]); dict columns come back with their
+/// dictionaries.
 pub fn scan(
     dev: &Device,
     table_dir: &str,
@@ -256,189 +670,42 @@ pub fn scan(
     opts: &ScanOptions,
 ) -> Result<ScanResult, DataError> {
     let started = Instant::now();
-    if opts.chunk_rows == 0 || opts.chunk_rows > CHUNK_ROWS_MAX {
-        return Err(DataError::Invalid(format!(
-            "chunk of {} rows, must be 1 to {CHUNK_ROWS_MAX}",
-            opts.chunk_rows
-        )));
-    }
-    let mut s = Session::new(dev, opts.engine)?;
-    let schema = device_schema(&mut s, table_dir)?;
-    let mut projected = Vec::new();
-    for &c in columns {
-        let col = schema.column(c)?.clone();
-        let dictionary = if col.ty == ColumnType::Dict {
-            Some(device_dictionary(&mut s, table_dir, &schema, c)?)
+    let session = Session::new(dev, opts.engine)?;
+    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts.chunk_rows)?;
+    let mut out = Vec::new();
+    for c in sc.columns().to_vec() {
+        let dictionary = if c.ty == ColumnType::Dict {
+            let schema = sc.schema().clone();
+            Some(device_dictionary(
+                &mut sc.session,
+                table_dir,
+                &schema,
+                &c.name,
+            )?)
         } else {
             None
         };
-        projected.push(ScanColumn {
-            name: col.name.clone(),
-            ty: col.ty,
-            scale: col.scale,
-            values: Values::empty(col.ty),
+        out.push(ScanColumn {
+            name: c.name.clone(),
+            ty: c.ty,
+            scale: c.scale,
+            values: Values::empty(c.ty),
             dictionary,
         });
     }
-    let compiled = compile_predicates(&schema, predicates)?;
-    let nothing = compiled.iter().any(|(_, _, c)| *c == Compiled::Nothing);
-    let filters: Vec<ColumnFilter> = compiled
-        .into_iter()
-        .filter_map(|(n, t, c)| match c {
-            Compiled::Ranges(r) => Some((n, t, r)),
-            _ => None,
-        })
-        .collect();
-    let rows = schema.rows;
-    let mut selected_total = 0u64;
-    if !nothing && rows > 0 {
-        let chunk = opts.chunk_rows.min(rows);
-        let chunks = rows.div_ceil(chunk);
-        // Chunks run side by side, one per engine: each slot has its own buffers.
-        let slots = s.engines().min(chunks).max(1);
-        let words = chunk.div_ceil(64);
-        let mut slot_bufs: Vec<SlotBuffers> = Vec::new();
-        for _ in 0..slots {
-            let mut staged: BTreeMap<String, MemHandle> = BTreeMap::new();
-            for name in filters
-                .iter()
-                .map(|f| f.0.as_str())
-                .chain(columns.iter().copied())
-            {
-                if !staged.contains_key(name) {
-                    let w = schema.column(name)?.ty.width();
-                    staged.insert(name.to_string(), s.alloc(chunk * w)?);
-                }
-            }
-            let mask = s.alloc(words * 8)?;
-            let scratch = if opts.strategy == FilterStrategy::Accel && !filters.is_empty() {
-                Some(s.alloc(3 * words * 8)?)
-            } else {
-                None
-            };
-            let out = s.alloc(chunk * 8)?;
-            slot_bufs.push(SlotBuffers {
-                staged,
-                mask,
-                scratch,
-                out,
-            });
-        }
-        let mut first = 0;
-        while first < chunks {
-            // This batch: chunks first .. first + slots, as (slot, start row, rows).
-            let batch: Vec<(usize, u64, u64)> = (first..(first + slots).min(chunks))
-                .enumerate()
-                .map(|(k, c)| (k, c * chunk, chunk.min(rows - c * chunk)))
-                .collect();
-            let mut selected: Vec<u64> = batch.iter().map(|b| b.2).collect();
-            let mut loaded: Vec<&str> = Vec::new();
-            for (i, (name, ty, ranges)) in filters.iter().enumerate() {
-                let w = ty.width();
-                let mut runs = Vec::new();
-                let mut who = Vec::new();
-                for &(k, start, n) in &batch {
-                    if selected[k] == 0 {
-                        continue;
-                    }
-                    let b = &slot_bufs[k];
-                    let buf = b.staged[name];
-                    s.copy_file(
-                        &join(table_dir, &format!("{name}.col")),
-                        start * w,
-                        n * w,
-                        buf,
-                        0,
-                    )?;
-                    let mut windows = vec![(buf, 0, n * w), (b.mask, 0, n.div_ceil(64) * 8)];
-                    if let Some(sc) = b.scratch {
-                        windows.push((sc, 0, 3 * n.div_ceil(64) * 8));
-                    }
-                    let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
-                    runs.push(
-                        Run::new(opts.strategy.operator(), windows)
-                            .cparams(w | combine << 8, 0)
-                            .params(filter_params(ranges)),
-                    );
-                    who.push(k);
-                }
-                loaded.push(name);
-                for (k, r0) in who.into_iter().zip(s.execute_all(&runs)?) {
-                    selected[k] = r0;
-                }
-            }
-            for col in projected.iter_mut() {
-                let w = col.ty.width();
-                let path = join(table_dir, &format!("{}.col", col.name));
-                let live: Vec<(usize, u64, u64)> = batch
-                    .iter()
-                    .copied()
-                    .filter(|b| selected[b.0] > 0)
-                    .collect();
-                for &(k, start, n) in &live {
-                    if !loaded.contains(&col.name.as_str()) {
-                        s.copy_file(&path, start * w, n * w, slot_bufs[k].staged[&col.name], 0)?;
-                    }
-                }
-                if !filters.is_empty() {
-                    let runs: Vec<Run> = live
-                        .iter()
-                        .map(|&(k, _, n)| {
-                            let b = &slot_bufs[k];
-                            Run::new(
-                                "gather",
-                                vec![
-                                    (b.staged[&col.name], 0, n * w),
-                                    (b.mask, 0, n.div_ceil(64) * 8),
-                                    (b.out, 0, selected[k] * w),
-                                ],
-                            )
-                            .cparams(w, 0)
-                        })
-                        .collect();
-                    for (&(k, _, _), got) in live.iter().zip(s.execute_all(&runs)?) {
-                        if got != selected[k] {
-                            return Err(DataError::Operator {
-                                operator: "gather".to_string(),
-                                message: format!(
-                                    "gathered {got} values, the filter selected {}",
-                                    selected[k]
-                                ),
-                            });
-                        }
-                    }
-                }
-                for &(k, start, n) in &live {
-                    let b = &slot_bufs[k];
-                    let bytes = if filters.is_empty() {
-                        s.read(b.staged[&col.name], 0, n * w)?
-                    } else {
-                        s.read(b.out, 0, selected[k] * w)?
-                    };
-                    let values = Values::from_le_bytes(col.ty, &bytes);
-                    if let (Some(dict), Values::U32(codes)) = (&col.dictionary, &values) {
-                        if let Some(i) = codes.iter().position(|&c| c as usize >= dict.len()) {
-                            let row = if filters.is_empty() {
-                                i as u64
-                            } else {
-                                let m = s.read(b.mask, 0, n.div_ceil(64) * 8)?;
-                                selected_row(&m, i as u64)
-                            };
-                            check_codes(&codes[i..=i], dict.len() as u64, &path, start + row)?;
-                        }
-                    }
-                    col.values.extend(values);
-                }
-            }
-            selected_total += selected.iter().sum::<u64>();
-            first += slots;
+    let mut rows = 0;
+    while let Some(chunk) = sc.next_chunk()? {
+        rows += chunk.kept;
+        for (col, bytes) in out.iter_mut().zip(&chunk.columns) {
+            col.values.extend(Values::from_le_bytes(col.ty, bytes));
         }
     }
-    let meter = s.close()?;
+    let rows_scanned = sc.schema().rows;
+    let meter = sc.close()?;
     Ok(ScanResult {
-        columns: projected,
-        rows: selected_total,
-        rows_scanned: rows,
+        columns: out,
+        rows,
+        rows_scanned,
         meter,
         wall_ns: started.elapsed().as_nanos() as u64,
     })

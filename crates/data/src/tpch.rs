@@ -20,10 +20,9 @@ use std::path::Path;
 use crate::calendar::days_from_civil;
 use crate::columnar::{ColumnSchema, ColumnType, Domain, TableWriter};
 use crate::error::DataError;
-use crate::gen::{check_sf, scaled, Benchmark, Dataset, ProgressFn, PROGRESS_ROWS};
+use crate::gen::{check_sf, scaled, Benchmark, Dataset, OrderDraws, ProgressFn, PROGRESS_ROWS};
 use crate::names::*;
 use crate::rng::Stream;
-use crate::ssb::gen::order_custkey;
 
 use ColumnType::{Date, Dict, Int32};
 
@@ -103,21 +102,11 @@ pub fn generate(
     let instruct = Domain::new(SHIP_INSTRUCT.iter().map(|s| s.to_string()));
     let modes = Domain::new(SHIP_MODES.iter().map(|s| s.to_string()));
 
-    let first = days_from_civil(1992, 1, 1);
-    let last_order = days_from_civil(1998, 12, 31) - 151;
     let today = current_date();
-    let mut s_cust = Stream::new(seed, "o_custkey");
-    let mut s_date = Stream::new(seed, "o_orderdate");
-    let mut s_prio = Stream::new(seed, "o_orderpriority");
+    let mut draws = OrderDraws::new(seed, "o_", "l_");
     let mut s_clerk = Stream::new(seed, "o_clerk");
-    let mut s_lines = Stream::new(seed, "l_linenumber");
-    let mut s_part = Stream::new(seed, "l_partkey");
     let mut s_supp = Stream::new(seed, "l_suppkey");
-    let mut s_qty = Stream::new(seed, "l_quantity");
-    let mut s_disc = Stream::new(seed, "l_discount");
-    let mut s_tax = Stream::new(seed, "l_tax");
     let mut s_ship = Stream::new(seed, "l_shipdate");
-    let mut s_commit = Stream::new(seed, "l_commitdate");
     let mut s_receipt = Stream::new(seed, "l_receiptdate");
     let mut s_flag = Stream::new(seed, "l_returnflag");
     let mut s_instr = Stream::new(seed, "l_shipinstruct");
@@ -128,21 +117,17 @@ pub fn generate(
     let mut line_rows = 0u64;
     let total = counts.orders as u64;
     for i in 1..=counts.orders {
-        let orderkey = sparse_order_key(i) as i32;
-        let custkey = order_custkey(&mut s_cust, counts.customers) as i32;
-        let odate = s_date.range(i64::from(first), i64::from(last_order)) as i32;
-        let nlines = s_lines.range(1, 7);
+        let order = draws.order(i, counts.customers);
+        let (orderkey, odate, nlines) = (order.orderkey as i32, order.date, order.lines);
         let mut total_cents = 0i64;
         let (mut any_o, mut any_f) = (false, false);
         for ln in 1..=nlines {
-            let partkey = s_part.range(1, counts.parts);
+            let l = draws.line(&order, counts.parts);
+            let (partkey, qty, ext, disc, tax) =
+                (l.partkey, l.quantity, l.extended, l.discount, l.tax);
             let suppkey = part_supplier(partkey, s_supp.range(0, 3), counts.suppliers);
-            let qty = s_qty.range(1, 50);
-            let ext = qty * retail_price_cents(partkey);
-            let disc = s_disc.range(0, 10);
-            let tax = s_tax.range(0, 8);
             let ship = odate + s_ship.range(1, 121) as i32;
-            let commit = odate + s_commit.range(30, 90) as i32;
+            let commit = l.commit;
             let receipt = ship + s_receipt.range(1, 30) as i32;
             let flag = if receipt <= today {
                 s_flag.pick(&["R", "A"])
@@ -176,11 +161,11 @@ pub fn generate(
             _ => "P",
         };
         ow.i32(0, orderkey)?;
-        ow.i32(1, custkey)?;
+        ow.i32(1, order.custkey as i32)?;
         ow.u32(2, status.code(st))?;
         ow.i64(3, total_cents)?;
         ow.i32(4, odate)?;
-        ow.u32(5, priorities.code(s_prio.pick(&PRIORITIES)))?;
+        ow.u32(5, priorities.code(order.priority))?;
         ow.u32(6, s_clerk.range(0, counts.clerks - 1) as u32)?;
         ow.i32(7, 0)?;
         if (i as u64).is_multiple_of(PROGRESS_ROWS) {

@@ -13,9 +13,9 @@ modelled time (the device commands' modelled ns under the profile, plus the host
 own measured time for the DuckDB part), and the bytes that crossed to the host. Every
 answer is checked against DuckDB over the Parquet copy of the data.
 
-Pushdown runs on one or both device scans (--backends): "generated" (csx.scan's
-program generated and compiled per query, streamed) and "operators" (csx-data's
-filter operators, --strategy bitmask|unrolled|accel, then a gather).
+Pushdown runs csx-data's scan (a program emitted per query, one pass per chunk) on
+the device's JIT ("pushdown"), and with --engines jit,interp on its interpreter too
+("pushdown_interp").
 
 The data: LINEITEM from csx-data's `csx gen tpch` (the specification's distributions;
 --data takes an existing output), or with --generator package the package's seeded
@@ -80,12 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "package: csx.bench.lineitem (the Q1/Q6 columns only)",
     )
     p.add_argument(
-        "--backends",
-        default="generated,operators",
-        help="device scans to run: generated (a program per query), operators "
-        "(csx-data's filter operators; --strategy), comma-separated (default both)",
+        "--engines",
+        default="jit",
+        help="engine kinds the pushdown scan runs on: jit, interp, comma-separated (default jit)",
     )
-    p.add_argument("--strategy", default="bitmask", choices=["bitmask", "unrolled", "accel"], help="the operators backend's selection")
     p.add_argument("--plot", default=None, help="write an SVG bar chart of wall, modelled time and bytes here")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--keep", default=None, help="keep the device and data in this directory (default: a temporary one, deleted)")
@@ -186,11 +184,11 @@ def _run_alone(con: Any, dev: Any, q: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[int], backend: str, strategy: str) -> Dict[str, Any]:
+def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[int], engine: str) -> Dict[str, Any]:
     t0 = time.perf_counter_ns()
     s = csx.duckdb.register(
         con, "li_push", dev, "/tpch/lineitem", q["pushdown_columns"], q["filter"],
-        chunk_rows=chunk_rows, backend=backend, strategy=strategy,
+        chunk_rows=chunk_rows, engine=engine,
     )
     answer = con.sql(q["select"].replace("{t}", "li_push")).fetchall()
     t1 = time.perf_counter_ns()
@@ -235,8 +233,8 @@ def _plot(path: str, results: Dict[str, Any], meta: Dict[str, Any]) -> None:
         raise SystemExit("--plot needs matplotlib: pip install matplotlib (or './python[bench]')") from None
     qs = list(results)
     sides = [k for k in results[qs[0]] if isinstance(results[qs[0]][k], dict)]
-    labels = {"alone": "DuckDB alone", "pushdown": "DuckDB + csx pushdown (generated)", "operators": "DuckDB + csx pushdown (csx-data operators)"}
-    colors = {"alone": "#888888", "pushdown": "#2a6fb0", "operators": "#e08a1e"}
+    labels = {"alone": "DuckDB alone", "pushdown": "DuckDB + csx pushdown (JIT)", "pushdown_interp": "DuckDB + csx pushdown (interpreter)"}
+    colors = {"alone": "#888888", "pushdown": "#2a6fb0", "pushdown_interp": "#e08a1e"}
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     metrics = [
         ("wall_ns", "wall time (ms)", 1e6),
@@ -275,10 +273,10 @@ def run(args: Any) -> int:
         raise SystemExit("--repeat must be at least 1")
     if args.sf <= 0:
         raise SystemExit("--sf must be positive")
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    for b in backends:
-        if b not in ("generated", "operators"):
-            raise SystemExit(f"--backends: unknown backend {b!r}; known: generated, operators")
+    engines = [b.strip() for b in args.engines.split(",") if b.strip()]
+    for b in engines:
+        if b not in ("jit", "interp"):
+            raise SystemExit(f"--engines: unknown engine {b!r}; known: jit, interp")
     quiet = args.json
     work_ctx = tempfile.TemporaryDirectory(prefix="csx-bench-tpch-") if args.keep is None else None
     work = work_ctx.name if work_ctx else args.keep
@@ -296,8 +294,7 @@ def run(args: Any) -> int:
     try:
         t, data_dir, parquet, source = _load_lineitem(args, work, quiet)
         meta["data"] = source
-        meta["backends"] = backends
-        meta["strategy"] = args.strategy
+        meta["engines"] = engines
         _progress(f"creating an embedded device ({args.profile}) and putting LINEITEM on it", quiet)
         dev = csx.Device.init(os.path.join(work, "dev"), profile=args.profile, nvm_size=8 << 30, slm_size=2 << 30)
         try:
@@ -313,14 +310,14 @@ def run(args: Any) -> int:
                 q = QUERIES[name]
                 oracle = con.sql(q["sql"].replace("{t}", f"read_parquet('{parquet}')")).fetchall()
                 runs: Dict[str, List[Dict[str, Any]]] = {"alone": []}
-                for b in backends:
-                    runs["pushdown" if b == "generated" else "operators"] = []
+                for b in engines:
+                    runs["pushdown" if b == "jit" else "pushdown_interp"] = []
                 for i in range(args.repeat):
                     _progress(f"{name}: run {i + 1}/{args.repeat}", quiet)
                     got = {"alone": _run_alone(con, dev, q)}
-                    for b in backends:
-                        side = "pushdown" if b == "generated" else "operators"
-                        got[side] = _run_pushdown(con, dev, q, args.chunk_rows, b, args.strategy)
+                    for b in engines:
+                        side = "pushdown" if b == "jit" else "pushdown_interp"
+                        got[side] = _run_pushdown(con, dev, q, args.chunk_rows, b)
                     for side, r in got.items():
                         if r["answer"] != oracle:
                             raise SystemExit(f"{name} {side}: the answer differs from DuckDB over Parquet:\n{r['answer']}\n!=\n{oracle}")

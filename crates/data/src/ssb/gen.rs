@@ -19,7 +19,7 @@ use std::path::Path;
 use crate::calendar::{civil_from_days, days_from_civil, days_in_month, weekday, yyyymmdd};
 use crate::columnar::{ColumnSchema, ColumnType, Domain, TableWriter};
 use crate::error::DataError;
-use crate::gen::{check_sf, scaled, Benchmark, Dataset, ProgressFn, PROGRESS_ROWS};
+use crate::gen::{check_sf, scaled, Benchmark, Dataset, OrderDraws, ProgressFn, PROGRESS_ROWS};
 use crate::names::*;
 use crate::rng::Stream;
 
@@ -399,20 +399,6 @@ mod lo {
     pub const SHIPMODE: usize = 16;
 }
 
-/// A customer key that is not a multiple of 3 (TPC-H 4.2.3: a third of the customers
-/// place no orders).
-pub fn order_custkey(s: &mut Stream, customers: i64) -> i64 {
-    if customers < 3 {
-        return s.range(1, customers);
-    }
-    loop {
-        let k = s.range(1, customers);
-        if k % 3 != 0 {
-            return k;
-        }
-    }
-}
-
 fn lineorder(
     dir: &Path,
     counts: SsbCounts,
@@ -440,18 +426,8 @@ fn lineorder(
     ];
     let priorities = Domain::new(PRIORITIES.iter().map(|s| s.to_string()));
     let modes = Domain::new(SHIP_MODES.iter().map(|s| s.to_string()));
-    let first = days_from_civil(FIRST_DAY.0, FIRST_DAY.1, FIRST_DAY.2);
-    let last_order = days_from_civil(LAST_DAY.0, LAST_DAY.1, LAST_DAY.2) - 151;
-    let mut s_cust = Stream::new(seed, "lo_custkey");
-    let mut s_date = Stream::new(seed, "lo_orderdate");
-    let mut s_prio = Stream::new(seed, "lo_orderpriority");
-    let mut s_lines = Stream::new(seed, "lo_linenumber");
-    let mut s_part = Stream::new(seed, "lo_partkey");
+    let mut draws = OrderDraws::new(seed, "lo_", "lo_");
     let mut s_supp = Stream::new(seed, "lo_suppkey");
-    let mut s_qty = Stream::new(seed, "lo_quantity");
-    let mut s_disc = Stream::new(seed, "lo_discount");
-    let mut s_tax = Stream::new(seed, "lo_tax");
-    let mut s_commit = Stream::new(seed, "lo_commitdate");
     let mut s_mode = Stream::new(seed, "lo_shipmode");
     let mut w = TableWriter::create(dir, "lineorder", cols)?;
     let mut rows = 0u64;
@@ -459,24 +435,19 @@ fn lineorder(
     // One order's lines: (partkey, suppkey, quantity, extprice, discount, revenue, supplycost, tax, commit, mode).
     let mut lines: Vec<[i64; 10]> = Vec::with_capacity(7);
     for i in 1..=counts.orders {
-        let orderkey = sparse_order_key(i);
-        let custkey = order_custkey(&mut s_cust, counts.customers);
-        let odate = s_date.range(i64::from(first), i64::from(last_order)) as i32;
-        let prio = priorities.code(s_prio.pick(&PRIORITIES));
-        let nlines = s_lines.range(1, 7);
+        let order = draws.order(i, counts.customers);
+        let (orderkey, custkey, odate) = (order.orderkey, order.custkey, order.date);
+        let prio = priorities.code(order.priority);
         lines.clear();
         let mut total = 0i64;
-        for _ in 0..nlines {
-            let partkey = s_part.range(1, counts.parts);
+        for _ in 0..order.lines {
+            let l = draws.line(&order, counts.parts);
+            let (partkey, qty, ext, disc, tax) =
+                (l.partkey, l.quantity, l.extended, l.discount, l.tax);
             let suppkey = s_supp.range(1, counts.suppliers);
-            let qty = s_qty.range(1, 50);
-            let price = retail_price_cents(partkey);
-            let ext = qty * price;
-            let disc = s_disc.range(0, 10);
-            let tax = s_tax.range(0, 8);
             let revenue = ext * (100 - disc) / 100;
-            let cost = 6 * price / 10;
-            let commit = yyyymmdd(odate + s_commit.range(30, 90) as i32) as i64;
+            let cost = 6 * l.price / 10;
+            let commit = yyyymmdd(l.commit) as i64;
             let mode = i64::from(modes.code(s_mode.pick(&SHIP_MODES)));
             total += ext * (100 - disc) * (100 + tax) / 10_000;
             lines.push([
@@ -502,7 +473,7 @@ fn lineorder(
             w.u32(lo::COMMITDATE, l[8] as u32)?;
             w.u32(lo::SHIPMODE, l[9] as u32)?;
         }
-        rows += nlines as u64;
+        rows += order.lines as u64;
         if (i as u64).is_multiple_of(PROGRESS_ROWS) {
             progress("lineorder", i as u64, total_orders);
         }

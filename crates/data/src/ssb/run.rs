@@ -115,6 +115,11 @@ pub struct Phase {
     pub name: &'static str,
     pub modelled_ns: u64,
     pub wall_ns: u64,
+    /// Of the wall time, what the device's VMs ran ([`Meter::execute_span_ns`]): the
+    /// rest is commands, copies, staging and the host.
+    pub vm_ns: u64,
+    /// Device commands issued in the phase.
+    pub commands: u64,
 }
 
 /// A query's answer and what it cost.
@@ -391,30 +396,34 @@ pub fn reference(src: &mut dyn ColumnSource, q: &QuerySpec) -> Result<Vec<Result
 /// A phase timer: modelled time from the meter, wall time from the clock.
 struct Clock {
     started: Instant,
-    modelled_at: u64,
+    at: Meter,
 }
 
 impl Clock {
     fn start(s: &Session) -> Clock {
         Clock {
             started: Instant::now(),
-            modelled_at: s.meter.modelled_ns,
+            at: s.meter,
         }
     }
 
     /// Adds the time since the start to phase `name` (a phase met twice accumulates).
     fn phase(self, s: &Session, name: &'static str, phases: &mut Vec<Phase>) {
-        let modelled_ns = s.meter.modelled_ns - self.modelled_at;
+        let d = s.meter.since(&self.at);
         let wall_ns = self.started.elapsed().as_nanos() as u64;
         match phases.iter_mut().find(|p| p.name == name) {
             Some(p) => {
-                p.modelled_ns += modelled_ns;
+                p.modelled_ns += d.modelled_ns;
                 p.wall_ns += wall_ns;
+                p.vm_ns += d.execute_span_ns;
+                p.commands += d.commands;
             }
             None => phases.push(Phase {
                 name,
-                modelled_ns,
+                modelled_ns: d.modelled_ns,
                 wall_ns,
+                vm_ns: d.execute_span_ns,
+                commands: d.commands,
             }),
         }
     }

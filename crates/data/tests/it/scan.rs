@@ -1,10 +1,11 @@
-//! The pushdown scan against the host reference: every filter strategy on both engine
-//! kinds, predicates on signed, unsigned, 4- and 8-byte columns, chunk sizes that leave
-//! partial mask words; and corrupt tables on the device are errors naming file and row.
+//! The pushdown scan against the host reference: both engine kinds, predicates on
+//! signed, unsigned, 4- and 8-byte and dict columns, several ranges per column, chunk
+//! sizes that leave a partial last chunk; and corrupt tables on the device are errors
+//! naming file and row.
 
 use csx_data::columnar::{LocalTable, Values};
 use csx_data::predicate::{literal, Cmp, Predicate};
-use csx_data::scan::{scan, scan_local, FilterStrategy, ScanOptions};
+use csx_data::scan::{scan, scan_local, ScanOptions};
 use csx_host::proto::EngineKind;
 use csx_host::Device;
 
@@ -59,25 +60,58 @@ fn device_scans_match_the_host_reference() {
             vec![Predicate::new("l_orderkey", Cmp::Lt(0))],
         ),
         (vec!["l_linenumber", "l_tax"], vec![]),
+        // More value ranges than one filter operator run takes (16).
+        (
+            vec!["l_orderkey", "l_linenumber"],
+            vec![Predicate::new(
+                "l_orderkey",
+                Cmp::In((0..40).map(|i| i * 3 + 1).collect()),
+            )],
+        ),
+        // Constants that need 64 bits, and a projected column used twice.
+        (
+            vec!["l_extendedprice", "l_shipmode", "l_extendedprice"],
+            vec![
+                Predicate::new("l_extendedprice", Cmp::Gt(-(1 << 40))),
+                Predicate::new("l_extendedprice", Cmp::Lt(1 << 40)),
+                Predicate::new("l_extendedprice", Cmp::Ne(1 << 35)),
+            ],
+        ),
+        // More columns than registers: the program's shared-base form.
+        (
+            vec![
+                "l_orderkey",
+                "l_partkey",
+                "l_suppkey",
+                "l_linenumber",
+                "l_quantity",
+                "l_shipmode",
+            ],
+            vec![
+                Predicate::new("l_tax", Cmp::Lt(5)),
+                Predicate::new("l_receiptdate", Cmp::Gt(9000)),
+            ],
+        ),
+        // A predicate no row can satisfy.
+        (
+            vec!["l_orderkey"],
+            vec![
+                Predicate::new("l_quantity", Cmp::Lt(5)),
+                Predicate::new("l_quantity", Cmp::Gt(7)),
+            ],
+        ),
     ];
     for (columns, preds) in &cases {
         let want = scan_local(&li, columns, preds).unwrap();
-        for strategy in FilterStrategy::ALL {
-            for engine in [EngineKind::Interpreter, EngineKind::Jit] {
-                for chunk_rows in [1000, 1 << 20] {
-                    let opts = ScanOptions {
-                        engine,
-                        strategy,
-                        chunk_rows,
-                    };
-                    let got = scan(&dev, "/tpch/lineitem", columns, preds, &opts).unwrap();
-                    let values: Vec<Values> =
-                        got.columns.iter().map(|c| c.values.clone()).collect();
-                    assert_eq!(values, want, "{columns:?} {preds:?} {opts:?}");
-                    assert_eq!(got.rows as usize, want[0].len());
-                    assert_eq!(got.rows_scanned, li.schema.rows);
-                    assert!(got.meter.modelled_ns > 0);
-                }
+        for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+            for chunk_rows in [1000, 1 << 20] {
+                let opts = ScanOptions { engine, chunk_rows };
+                let got = scan(&dev, "/tpch/lineitem", columns, preds, &opts).unwrap();
+                let values: Vec<Values> = got.columns.iter().map(|c| c.values.clone()).collect();
+                assert_eq!(values, want, "{columns:?} {preds:?} {opts:?}");
+                assert_eq!(got.rows as usize, want[0].len());
+                assert_eq!(got.rows_scanned, li.schema.rows);
+                assert!(got.meter.modelled_ns > 0);
             }
         }
     }
