@@ -211,7 +211,7 @@ struct Translator<'a, 'f> {
     bounds: HashMap<Value, u64>,
     /// Host address minus virtual address for the stack region (fixed for a run).
     stack_delta: Value,
-    /// Shared exit for traps, entered with the trap record already stored.
+    /// Shared exit for traps: params (code, pc, addr, aux).
     trap_exit: Block,
     /// Shared exit when a callee trapped: its trap is already recorded.
     propagate: Block,
@@ -342,6 +342,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         });
 
         let trap_exit = b.create_block();
+        for _ in 0..4 {
+            b.append_block_param(trap_exit, types::I64);
+        }
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
         b.set_cold_block(propagate);
@@ -407,7 +410,20 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// Fills the shared exits and completes the function.
     fn finish(mut self) {
+        let ctx = self.ctx;
+        let fl = self.flags.ctx;
+
         self.b.switch_to_block(self.trap_exit);
+        let params = self.b.block_params(self.trap_exit).to_vec();
+        let fields = [
+            offsets::TRAP_CODE,
+            offsets::TRAP_PC,
+            offsets::TRAP_ADDR,
+            offsets::TRAP_AUX,
+        ];
+        for (v, off) in params.into_iter().zip(fields) {
+            self.b.ins().store(fl, v, ctx, off);
+        }
         self.store_fuel();
         let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
         self.b.ins().return_(&[status]);
@@ -936,14 +952,15 @@ impl<'a, 'f> Translator<'a, 'f> {
             .ins()
             .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
         let new_delta = self.refill(op.writes(), &cache, addr, base, len);
-        let trap = self.b.create_block();
-        self.b.set_cold_block(trap);
-        self.b
-            .ins()
-            .brif(ok, cont, &[BlockArg::Value(new_delta)], trap, &[]);
-        self.enter(trap);
         let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
-        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
+        let trap_args = self.trap_args(trap_code::MEMORY, pc, Some(addr), aux);
+        self.b.ins().brif(
+            ok,
+            cont,
+            &[BlockArg::Value(new_delta)],
+            self.trap_exit,
+            &trap_args,
+        );
 
         self.enter(cont);
         let host = self.b.ins().iadd(delta, v);
@@ -1170,21 +1187,22 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.jump_to_trap_with(code, pc, addr, aux);
     }
 
-    /// As [`Self::jump_to_trap`], with the code and the pc as values. The trap record
-    /// is stored here, in the cold block, and the shared exit takes no parameters:
-    /// constants passed to it would be hoisted out of loops by Cranelift and held in
-    /// registers (or spilled) on the hot path.
+    /// As [`Self::jump_to_trap`], with the code and the pc as values.
     fn jump_to_trap_with(&mut self, code: Value, pc: Value, addr: Option<Value>, aux: i64) {
-        let fl = self.flags.ctx;
-        let ctx = self.ctx;
-        let b = &mut self.b;
-        b.ins().store(fl, code, ctx, offsets::TRAP_CODE);
-        b.ins().store(fl, pc, ctx, offsets::TRAP_PC);
-        let addr = addr.unwrap_or_else(|| b.ins().iconst(types::I64, 0));
-        b.ins().store(fl, addr, ctx, offsets::TRAP_ADDR);
-        let aux = b.ins().iconst(types::I64, aux);
-        b.ins().store(fl, aux, ctx, offsets::TRAP_AUX);
-        b.ins().jump(self.trap_exit, &[]);
+        let addr = addr.unwrap_or_else(|| self.b.ins().iconst(types::I64, 0));
+        let aux = self.b.ins().iconst(types::I64, aux);
+        let args = [code, pc, addr, aux].map(BlockArg::Value);
+        self.b.ins().jump(self.trap_exit, &args);
+    }
+
+    /// The arguments of the trap exit recording `code` at `pc`, for a branch to it.
+    fn trap_args(&mut self, code: i64, pc: u32, addr: Option<Value>, aux: i64) -> [BlockArg; 4] {
+        let ins = |b: &mut FunctionBuilder<'_>, v: i64| b.ins().iconst(types::I64, v);
+        let code = ins(&mut self.b, code);
+        let pc = ins(&mut self.b, i64::from(pc));
+        let addr = addr.unwrap_or_else(|| ins(&mut self.b, 0));
+        let aux = ins(&mut self.b, aux);
+        [code, pc, addr, aux].map(BlockArg::Value)
     }
 
     /// Branches to a cold trap block recording `code` at `pc` when `cond` holds, and
@@ -1241,12 +1259,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.set_cold_block(trap);
         self.b.ins().brif(bad, trap, &[], then, &[]);
         self.enter(trap);
-        // STOP, or FUEL when over: arithmetic on immediates rather than a select of
-        // two constants, which would be hoisted into registers.
-        let over = self.b.ins().uextend(types::I64, over);
-        let k = trap_code::FUEL - trap_code::STOP;
-        let code = self.b.ins().imul_imm_s(over, k);
-        let code = self.b.ins().iadd_imm_s(code, trap_code::STOP);
+        let fuel = self.b.ins().iconst(types::I64, trap_code::FUEL);
+        let stop = self.b.ins().iconst(types::I64, trap_code::STOP);
+        let code = self.b.ins().select(over, fuel, stop);
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_with(code, pc, None, 0);
         self.open = false;
@@ -1415,10 +1430,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.charge_then(
                 cost,
                 |b| {
-                    // `ja`, or `pc` when taken (immediates, see `charge_then`).
-                    let taken = b.ins().uextend(types::I64, cond);
-                    let step = b.ins().imul_imm_s(taken, i64::from(pc) - i64::from(ja));
-                    b.ins().iadd_imm_s(step, i64::from(ja))
+                    let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
+                    let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
+                    b.ins().select(cond, pc_taken, pc_fall)
                 },
                 head_block,
             );
