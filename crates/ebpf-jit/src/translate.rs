@@ -194,6 +194,8 @@ struct Translator<'a, 'f> {
     regs: [Variable; 10],
     /// Fuel left of the budget.
     fuel_left: Variable,
+    /// Address of the run's stop flag (a `u32`).
+    stop: Value,
     ctx: Value,
     /// r10, the virtual frame pointer.
     fp: Value,
@@ -290,6 +292,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let fuel_left = b.declare_var(types::I64);
         let left = b.ins().isub(budget, used);
         b.def_var(fuel_left, left);
+        let stop = b.ins().load(types::I64, flags.ctx, ctx, offsets::STOP);
         // A function no local call reaches is the entry: its r0 and r6-r9 start at 0.
         let regs: [Variable; 10] = std::array::from_fn(|r| {
             let var = b.declare_var(types::I64);
@@ -301,19 +304,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             b.def_var(var, v);
             var
         });
-        // The entry's r10 is the top of the stack (`runtime::execute` is handed it by
-        // `RunMemory::with_mapped`): a constant, so stack addresses are the stack's base
-        // plus constants, one live value rather than two.
-        let (fp, fp_off) = if plan.is_callee {
-            let fp = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(10));
-            (fp, b.ins().band_imm_s(fp, 0xffff_ffff))
-        } else {
-            let top = RegionIdx::STACK.vaddr(STACK_SIZE as u32);
-            (
-                b.ins().iconst(types::I64, top as i64),
-                b.ins().iconst(types::I64, STACK_SIZE as i64),
-            )
-        };
+        let fp = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(10));
+        let fp_off = b.ins().band_imm_s(fp, 0xffff_ffff);
         let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
         let stack_base = b.ins().load(
             types::I64,
@@ -357,6 +349,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             blocks,
             regs,
             fuel_left,
+            stop,
             ctx,
             fp,
             fp_host,
@@ -1245,14 +1238,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
         let left = b.ins().isub(left, cost);
         b.def_var(self.fuel_left, left);
-        // The flag's address is read from the context here rather than kept live
-        // across the function: one register fewer in every loop.
-        let stop = b
-            .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
         let flag = b
             .ins()
-            .atomic_load(types::I32, MemFlagsData::trusted(), stop);
+            .atomic_load(types::I32, MemFlagsData::trusted(), self.stop);
         let stopped = b.ins().icmp_imm_s(IntCC::NotEqual, flag, 0);
         let bad = b.ins().bor(over, stopped);
         let trap = self.b.create_block();
