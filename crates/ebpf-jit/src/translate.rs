@@ -16,11 +16,10 @@
 //!   holds `(addr & 0xffff_ffff) + n` bytes. The fast path checks it against a *region
 //!   cache* (the region the last load, or store, went to, held in SSA variables so it
 //!   stays in registers across loop iterations): `addr - lo <= len - 8`, one `lea`, a
-//!   compare and a branch, then `host = addr + delta`. A miss takes one cold
-//!   block that reads the region table row (index clamped to the never-mapped row 0 past
-//!   the table), checks exactly and refills the cache, then branches back with the
-//!   region's delta or to the function's one trap exit with (pc, addr, n, write). The
-//!   operation itself is emitted once, where both paths meet. Accesses at r10
+//!   compare and a branch, then `host = addr + delta`. A miss takes a cold
+//!   path that reads the region table row (index clamped to the never-mapped row 0 past
+//!   the table), checks exactly, refills the cache, or branches to a block that records
+//!   (pc, addr, n, write) and leaves through the function's one trap exit. Accesses at r10
 //!   plus a constant, or plus an index of known bound (a byte shifted right, a value
 //!   masked by a constant, ...), that stay inside the current 512-byte frame need no
 //!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
@@ -32,9 +31,8 @@
 //!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
 //!   there; the context gets the fuel used at exits, traps and calls.
 //! * **Stop.** Right after each fuel charge, the run's stop flag (a word the context
-//!   points at) is loaded atomically and tested; when it is set, the run traps there,
-//!   as `csx_ebpf::engine` says. The fuel and stop tests share one branch to one cold
-//!   block (`charge_then`), which picks the trap (fuel first).
+//!   points at) is loaded atomically and tested; when it is set, the run traps there
+//!   (`check_stop`), as `csx_ebpf::engine` says.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
@@ -115,6 +113,11 @@ impl MemOp {
 
     fn writes(self) -> bool {
         !matches!(self, MemOp::Load { .. })
+    }
+
+    /// Whether the access produces a value (a load, or an atomic's old value).
+    fn has_result(self) -> bool {
+        !matches!(self, MemOp::Store { .. })
     }
 }
 
@@ -915,18 +918,21 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.cache(op.writes())
         };
         let hit = self.cache_hit(&first, v, off);
-        // Both paths meet in `cont` with the delta of the region the access lies in
-        // (`host = delta + v + off` either way), so the operation is emitted once and
-        // keeps its `delta + v + off` addressing. The miss is one cold block: the exact
-        // check on the table and the refill, then either `cont` or the trap exit.
+        let hit_block = self.b.create_block();
         let miss = self.b.create_block();
         let cont = self.b.create_block();
-        let delta = self.b.append_block_param(cont, types::I64);
+        let result = op
+            .has_result()
+            .then(|| self.b.append_block_param(cont, types::I64));
         self.b.set_cold_block(miss);
-        self.b
-            .ins()
-            .brif(hit, cont, &[BlockArg::Value(first.delta)], miss, &[]);
+        self.b.ins().brif(hit, hit_block, &[], miss, &[]);
 
+        self.enter(hit_block);
+        let host = self.b.ins().iadd(first.delta, v);
+        let r = self.emit_op(host, i32::from(off), op);
+        self.jump_with(cont, r);
+
+        // Miss: the exact check on the table, then a refill of the cache.
         self.enter(miss);
         let addr = self.b.ins().iadd_imm_s(v, i64::from(off));
         let (row, lo) = self.row_of(addr);
@@ -939,25 +945,28 @@ impl<'a, 'f> Translator<'a, 'f> {
         let len = b.ins().load(types::I64, self.flags.table, row, len_field);
         let end = b.ins().iadd_imm_s(lo, size);
         let ok = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
-        // The row is inside the table (clamped), so its base may be read before the
-        // check decides; on a trap the refilled cache is never used.
-        let base = b
+        let fill = self.b.create_block();
+        let trap = self.b.create_block();
+        self.b.set_cold_block(fill);
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(ok, fill, &[], trap, &[]);
+
+        self.enter(trap);
+        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
+        self.jump_to_trap(trap_code::MEMORY, pc, Some(addr), aux);
+
+        self.enter(fill);
+        let base = self
+            .b
             .ins()
             .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
-        let new_delta = self.refill(op.writes(), &cache, addr, base, len);
-        let aux = size | if op.writes() { TRAP_AUX_WRITE } else { 0 };
-        let trap_args = self.trap_args(trap_code::MEMORY, pc, Some(addr), aux);
-        self.b.ins().brif(
-            ok,
-            cont,
-            &[BlockArg::Value(new_delta)],
-            self.trap_exit,
-            &trap_args,
-        );
+        let host = self.b.ins().iadd(base, lo);
+        let r = self.emit_op(host, 0, op);
+        self.refill(op.writes(), &cache, addr, base, len);
+        self.jump_with(cont, r);
 
         self.enter(cont);
-        let host = self.b.ins().iadd(delta, v);
-        Ok(self.emit_op(host, i32::from(off), op))
+        Ok(result)
     }
 
     /// The current values of the read (or write) region cache.
@@ -983,16 +992,8 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// After a miss at `addr` passed the exact check: caches its region (base `base`,
-    /// length `len` for this kind of access) unless it is too short to cache. Returns
-    /// the region's delta (host address minus virtual address), cached or not.
-    fn refill(
-        &mut self,
-        write: bool,
-        old: &CacheValues,
-        addr: Value,
-        base: Value,
-        len: Value,
-    ) -> Value {
+    /// length `len` for this kind of access) unless it is too short to cache.
+    fn refill(&mut self, write: bool, old: &CacheValues, addr: Value, base: Value, len: Value) {
         let vars = self.caches[usize::from(write)];
         let b = &mut self.b;
         let keep = b
@@ -1000,15 +1001,14 @@ impl<'a, 'f> Translator<'a, 'f> {
             .icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
         let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
         let neg_lo = b.ins().ineg(lo);
-        let region_delta = b.ins().isub(base, lo);
+        let delta = b.ins().isub(base, lo);
         let neg_lo = b.ins().select(keep, old.neg_lo, neg_lo);
         let limit = b.ins().iadd_imm_s(len, -8);
         let limit = b.ins().select(keep, old.limit, limit);
-        let delta = b.ins().select(keep, old.delta, region_delta);
+        let delta = b.ins().select(keep, old.delta, delta);
         b.def_var(vars.neg_lo, neg_lo);
         b.def_var(vars.limit, limit);
         b.def_var(vars.delta, delta);
-        region_delta
     }
 
     /// Points both region caches at the stack, which is always mapped with
@@ -1061,6 +1061,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         let row = b.ins().iadd(regions, row_off);
         let lo = b.ins().band_imm_s(v, 0xffff_ffff);
         (row, lo)
+    }
+
+    fn jump_with(&mut self, block: Block, v: Option<Value>) {
+        match v {
+            Some(v) => self.b.ins().jump(block, &[BlockArg::Value(v)]),
+            None => self.b.ins().jump(block, &[]),
+        };
     }
 
     /// Performs `op` at the checked host address `host + disp`.
@@ -1176,26 +1183,12 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// As [`Self::jump_to_trap`], with the pc as a value.
     fn jump_to_trap_at(&mut self, code: i64, pc: Value, addr: Option<Value>, aux: i64) {
-        let code = self.b.ins().iconst(types::I64, code);
-        self.jump_to_trap_with(code, pc, addr, aux);
-    }
-
-    /// As [`Self::jump_to_trap`], with the code and the pc as values.
-    fn jump_to_trap_with(&mut self, code: Value, pc: Value, addr: Option<Value>, aux: i64) {
-        let addr = addr.unwrap_or_else(|| self.b.ins().iconst(types::I64, 0));
-        let aux = self.b.ins().iconst(types::I64, aux);
-        let args = [code, pc, addr, aux].map(BlockArg::Value);
-        self.b.ins().jump(self.trap_exit, &args);
-    }
-
-    /// The arguments of the trap exit recording `code` at `pc`, for a branch to it.
-    fn trap_args(&mut self, code: i64, pc: u32, addr: Option<Value>, aux: i64) -> [BlockArg; 4] {
         let ins = |b: &mut FunctionBuilder<'_>, v: i64| b.ins().iconst(types::I64, v);
         let code = ins(&mut self.b, code);
-        let pc = ins(&mut self.b, i64::from(pc));
         let addr = addr.unwrap_or_else(|| ins(&mut self.b, 0));
         let aux = ins(&mut self.b, aux);
-        [code, pc, addr, aux].map(BlockArg::Value)
+        let args = [code, pc, addr, aux].map(BlockArg::Value);
+        self.b.ins().jump(self.trap_exit, &args);
     }
 
     /// Branches to a cold trap block recording `code` at `pc` when `cond` holds, and
@@ -1210,49 +1203,36 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.enter(cont);
     }
 
-    /// Charges `cost` fuel at `pc` and traps if the budget is exceeded or the run's stop
-    /// flag is set; continues in a fresh block.
+    /// Charges `cost` fuel at `pc` and traps if the budget is exceeded.
     fn charge(&mut self, pc: u32, cost: u64) {
-        let cont = self.b.create_block();
-        let cost = self.b.ins().iconst(types::I64, cost as i64);
-        self.charge_then(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), cont);
-        self.enter(cont);
-        self.open = true;
+        let left = self.b.use_var(self.fuel_left);
+        let over = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, left, cost as i64);
+        // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
+        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
+        self.b.def_var(self.fuel_left, left);
+        self.trap_if(over, trap_code::FUEL, pc);
+        self.check_stop(|b| b.ins().iconst(types::I64, i64::from(pc)));
     }
 
-    /// Charges `cost` fuel and ends the block: on to `then`, or, when the budget is
-    /// exceeded or the run's stop flag is set, to a cold block that leaves through the
-    /// trap exit at the pc `trap_pc` makes, with the fuel trap first (as
-    /// `csx_ebpf::engine` orders them). The flag's load is atomic, so Cranelift neither
-    /// hoists it out of a loop nor merges it with an earlier one. One branch serves
-    /// both checks, so a back-edge costs one block and one cold block.
-    fn charge_then(
-        &mut self,
-        cost: Value,
-        trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value,
-        then: Block,
-    ) {
-        let b = &mut self.b;
-        let left = b.use_var(self.fuel_left);
-        let over = b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
-        // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
-        let left = b.ins().isub(left, cost);
-        b.def_var(self.fuel_left, left);
-        let flag = b
+    /// After a fuel charge: leaves through the trap exit at the pc `trap_pc` makes (in
+    /// the cold block) when the run's stop flag is set. The load is atomic, so Cranelift
+    /// neither hoists it out of a loop nor merges it with an earlier one.
+    fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
+        let flag = self
+            .b
             .ins()
             .atomic_load(types::I32, MemFlagsData::trusted(), self.stop);
-        let stopped = b.ins().icmp_imm_s(IntCC::NotEqual, flag, 0);
-        let bad = b.ins().bor(over, stopped);
         let trap = self.b.create_block();
+        let cont = self.b.create_block();
         self.b.set_cold_block(trap);
-        self.b.ins().brif(bad, trap, &[], then, &[]);
+        self.b.ins().brif(flag, trap, &[], cont, &[]);
         self.enter(trap);
-        let fuel = self.b.ins().iconst(types::I64, trap_code::FUEL);
-        let stop = self.b.ins().iconst(types::I64, trap_code::STOP);
-        let code = self.b.ins().select(over, fuel, stop);
         let pc = trap_pc(&mut self.b);
-        self.jump_to_trap_with(code, pc, None, 0);
-        self.open = false;
+        self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
+        self.enter(cont);
     }
 
     /// Stores the fuel used so far (budget minus what is left) into the context.
@@ -1312,13 +1292,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        let block = self.blocks[&target];
         if cost > 0 {
-            let cost = self.b.ins().iconst(types::I64, cost as i64);
-            self.charge_then(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), block);
-        } else {
-            self.b.ins().jump(block, &[]);
+            self.charge(pc, cost);
         }
+        self.b.ins().jump(self.blocks[&target], &[]);
         self.open = false;
     }
 
@@ -1414,16 +1391,27 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .ins()
                 .iconst(types::I64, rules::jump_cost(ja, head) as i64);
             let cost = b.ins().select(cond, taken_cost, fall_cost);
-            let head_block = self.blocks[&head];
-            self.charge_then(
-                cost,
-                |b| {
-                    let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
-                    let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
-                    b.ins().select(cond, pc_taken, pc_fall)
-                },
-                head_block,
-            );
+            let left = b.use_var(self.fuel_left);
+            let over = b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
+            let left = b.ins().isub(left, cost);
+            b.def_var(self.fuel_left, left);
+            let trap = self.b.create_block();
+            let cont = self.b.create_block();
+            self.b.set_cold_block(trap);
+            self.b.ins().brif(over, trap, &[], cont, &[]);
+            self.enter(trap);
+            let pc_taken = self.b.ins().iconst(types::I64, i64::from(pc));
+            let pc_fall = self.b.ins().iconst(types::I64, i64::from(ja));
+            let trap_pc = self.b.ins().select(cond, pc_taken, pc_fall);
+            self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
+            self.enter(cont);
+            self.check_stop(|b| {
+                let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
+                let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
+                b.ins().select(cond, pc_taken, pc_fall)
+            });
+            self.b.ins().jump(self.blocks[&head], &[]);
+            self.open = false;
         }
         Ok(())
     }
