@@ -171,6 +171,7 @@ impl JitProgram {
                 },
             })?;
             params::merge_equal_params(&mut ctx.func);
+            params::remove_dead_params(&mut ctx.func);
             module
                 .define_function(func_ids[&f.start], &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;

@@ -15,9 +15,11 @@
 //! and immediate. Merging changes no computed value, so it cannot change a result, a
 //! trap or a fuel count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use cranelift_codegen::ir::{Block, BlockArg, Function, Inst, InstructionData, Opcode, Value};
+use cranelift_codegen::ir::{
+    Block, BlockArg, Function, Inst, InstructionData, Opcode, Value, ValueDef,
+};
 
 /// Most passes over the function: a merge in one block can make two parameters of a
 /// block it jumps to equal, so a few rounds catch chains; each round is linear in the
@@ -45,6 +47,111 @@ pub(crate) fn merge_equal_params(func: &mut Function) {
         }
         if !changed {
             break;
+        }
+    }
+}
+
+/// Whether `inst` only computes its results (no memory access, trap, call or control
+/// flow), so that it can go when nothing uses them.
+fn is_pure(func: &Function, inst: Inst) -> bool {
+    let op = func.dfg.insts[inst].opcode();
+    !(op.is_terminator()
+        || op.is_branch()
+        || op.is_call()
+        || op.can_load()
+        || op.can_store()
+        || op.can_trap()
+        || op.other_side_effects())
+}
+
+/// Removes block parameters whose value nothing needs, and the pure instructions only
+/// they needed.
+///
+/// The SSA builder gives a block a parameter for every register read on some path
+/// below it, including reads that only feed a `select` of an if-conversion or the
+/// argument of another such parameter; a register computed in a loop and never read
+/// after it still travels around the back-edge. Cranelift removes dead pure
+/// instructions but not dead parameters, so these cost a register (or a spill) in every
+/// loop they cross.
+///
+/// A value is needed when an instruction that is not pure uses it (a store, a load's
+/// address, a branch condition, a return value, a call argument), when a needed pure
+/// instruction uses it, or when it is passed to a needed parameter. Everything else is
+/// removed; no removed instruction has an effect, so no result, trap or fuel count
+/// changes.
+pub(crate) fn remove_dead_params(func: &mut Function) {
+    let entry = func.layout.entry_block();
+    let edges = incoming_edges(func);
+    let mut needed: HashSet<Value> = HashSet::new();
+    let mut work: Vec<Value> = Vec::new();
+    let need = |v: Value, needed: &mut HashSet<Value>, work: &mut Vec<Value>| {
+        if needed.insert(v) {
+            work.push(v);
+        }
+    };
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if !is_pure(func, inst) {
+                for &a in func.dfg.inst_args(inst) {
+                    need(func.dfg.resolve_aliases(a), &mut needed, &mut work);
+                }
+            }
+        }
+    }
+    while let Some(v) = work.pop() {
+        match func.dfg.value_def(v) {
+            ValueDef::Result(inst, _) => {
+                for &a in func.dfg.inst_args(inst) {
+                    need(func.dfg.resolve_aliases(a), &mut needed, &mut work);
+                }
+            }
+            ValueDef::Param(block, i) => {
+                if Some(block) == entry {
+                    continue;
+                }
+                for &edge in edges.get(&block).map_or(&[][..], |e| &e[..]) {
+                    let Some(args) = edge_args(func, edge) else {
+                        // An argument that is not a plain value: keep everything.
+                        return;
+                    };
+                    need(args[i], &mut needed, &mut work);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let blocks: Vec<Block> = func.layout.blocks().collect();
+    for &block in &blocks {
+        if Some(block) == entry {
+            continue;
+        }
+        let params = func.dfg.block_params(block).to_vec();
+        for (j, p) in params.iter().enumerate().rev() {
+            if needed.contains(p) {
+                continue;
+            }
+            for &(inst, k) in edges.get(&block).map_or(&[][..], |e| &e[..]) {
+                let dfg = &mut func.dfg;
+                let dests = dfg.insts[inst]
+                    .branch_destination_mut(&mut dfg.jump_tables, &mut dfg.exception_tables);
+                dests[k].remove(j, &mut dfg.value_lists);
+            }
+            func.dfg.remove_block_param(*p);
+        }
+    }
+    for &block in &blocks {
+        let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+        for inst in insts {
+            let dead = is_pure(func, inst)
+                && func
+                    .dfg
+                    .inst_results(inst)
+                    .iter()
+                    .all(|r| !needed.contains(r));
+            if dead {
+                func.layout.remove_inst(inst);
+            }
         }
     }
 }
@@ -211,6 +318,55 @@ mod tests {
             (n, n)
         });
         assert_eq!(params_after_merge(f, head), 1);
+    }
+
+    /// A loop carrying `p` (returned after it) and `q` (only ever incremented): `q`'s
+    /// parameter and its increment go, `p`'s stay.
+    #[test]
+    fn parameters_nothing_reads_are_removed() {
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(types::I64));
+        sig.returns.push(AbiParam::new(types::I64));
+        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut fctx = FunctionBuilderContext::new();
+        let mut fb = FunctionBuilder::new(&mut func, &mut fctx);
+        let entry = fb.create_block();
+        let head = fb.create_block();
+        let done = fb.create_block();
+        fb.append_block_params_for_function_params(entry);
+        let p = fb.append_block_param(head, types::I64);
+        let q = fb.append_block_param(head, types::I64);
+        fb.switch_to_block(entry);
+        let cond = fb.block_params(entry)[0];
+        let zero = fb.ins().iconst(types::I64, 0);
+        fb.ins()
+            .jump(head, &[BlockArg::Value(zero), BlockArg::Value(zero)]);
+        fb.switch_to_block(head);
+        let p1 = fb.ins().iadd_imm_s(p, 1);
+        let q1 = fb.ins().iadd_imm_s(q, 1);
+        fb.ins().brif(
+            cond,
+            head,
+            &[BlockArg::Value(p1), BlockArg::Value(q1)],
+            done,
+            &[],
+        );
+        fb.switch_to_block(done);
+        fb.ins().return_(&[p]);
+        fb.seal_all_blocks();
+        let isa = cranelift_native::builder()
+            .expect("the tests run on a supported host")
+            .finish(settings::Flags::new(settings::builder()))
+            .expect("default flags are valid");
+        fb.finalize(isa.frontend_config());
+        let inst_of = |v: Value| func.dfg.value_def(v).unwrap_inst();
+        let (p1_inst, q1_inst) = (inst_of(p1), inst_of(q1));
+        remove_dead_params(&mut func);
+        assert_eq!(func.dfg.block_params(head), &[p]);
+        assert_eq!(func.layout.inst_block(p1_inst), Some(head));
+        assert_eq!(func.layout.inst_block(q1_inst), None);
+        cranelift_codegen::verifier::verify_function(&func, isa.flags())
+            .expect("the function stays valid");
     }
 
     #[test]

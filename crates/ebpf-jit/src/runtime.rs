@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use csx_ebpf::engine::{rules, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::{call_helper, FunctionTable, HelperHost};
+use csx_ebpf::limits::STACK_SIZE;
 use csx_ebpf::memory::{MemoryMap, RegionEntry, RegionIdx};
 use csx_ebpf::trap::{Trap, TrapKind};
 
@@ -195,6 +196,12 @@ pub(crate) fn execute(
     opts: &RunOptions<'_>,
     host: &mut dyn HelperHost,
 ) -> RunOutcome {
+    // Compiled entry functions take r10 as this constant (see `translate`).
+    assert_eq!(
+        fp,
+        RegionIdx::STACK.vaddr(STACK_SIZE as u32),
+        "the engine maps the stack and starts r10 at its top"
+    );
     let stop = opts.stop.unwrap_or(StopFlag::never());
     let stack_row = stack_row(mem);
     let mem_ptr: *mut MemoryMap<'_> = mem;
