@@ -325,7 +325,7 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
             };
             for (link, bits) in LINKS {
                 let mut model = SortModel::thesis(bits / 8);
-                model.link.command_latency_ns = args.latency_us * 1000;
+                model.link = model.link.clone().with_latency(args.latency_us * 1000);
                 let host_chain = price(&logs[0], SortMode::Host, &model);
                 let instant_chain = price(&logs[1], SortMode::Instant, &model);
                 let instant_tree = price(&logs[2], SortMode::Instant, &model);
