@@ -1,17 +1,25 @@
 //! Device-to-device transfer (INSTANT's COSTA forwarding): a member reads a range of
 //! another member's storage (by tagged block address) or memory into its own memory.
 //!
-//! Embedded members run in this process, so the transfer is a copy between the two
-//! members' device memories in chunks of at most `MEM_IO_SIZE_MAX`, staged in the
-//! source member's memory; it crosses the modelled link once (source out, destination
-//! in) and never the host's link. Members reached over tcp or shm have no direct
-//! connection to each other in this build: the bytes travel through this process, and
-//! the accounting says so (a host-mediated copy, the host link crossed twice).
+//! * Embedded members run in this process, so the transfer is a copy between the two
+//!   members' device memories in chunks of at most `MEM_IO_SIZE_MAX`, staged in the
+//!   source member's memory; it crosses the modelled link once (source out,
+//!   destination in) and never the host's link.
+//! * Members served over tcp read each other's storage themselves: the destination
+//!   daemon gets a Memory Copy whose source is a peer range (`CopySource::Peer`, the
+//!   source member's URI), connects to the source daemon and pulls the blocks into its
+//!   own memory. One crossing of the D2D link, none of the host link. A peer that dies
+//!   mid-transfer fails the copy with an error naming the source member.
+//! * Memory of a served member belongs to this client's connection, which another
+//!   daemon cannot use; those copies, and any between other kinds of members, travel
+//!   through this process and are accounted as such (a host-mediated copy, the host
+//!   link crossed twice).
 //!
 //! A read of blocks that are locked waits until they are unlocked ([`crate::locks`]).
 
-use csx_host::proto::limits::MEM_IO_SIZE_MAX;
-use csx_host::proto::{CopySource, MemHandle};
+use csx_host::proto::limits::{COPY_SIZE_MAX, COPY_SOURCES_MAX, MEM_IO_SIZE_MAX};
+use csx_host::proto::Status;
+use csx_host::proto::{CopySource, MemHandle, Op};
 use csx_host::DeviceUri;
 
 use crate::array::Array;
@@ -26,6 +34,8 @@ pub enum Route {
     Local,
     /// Member to member, one link crossing.
     DeviceToDevice,
+    /// Daemon to daemon: the destination pulls from its peer, one link crossing.
+    Peer,
     /// Through the host: the host link twice.
     HostMediated,
 }
@@ -39,6 +49,14 @@ impl Array {
         )
     }
 
+    /// Whether member `m` is a daemon reached over plain tcp (which serves peers).
+    pub fn is_tcp(&self, m: u16) -> bool {
+        matches!(
+            self.members()[usize::from(m)].device.uri(),
+            DeviceUri::Tcp { .. }
+        )
+    }
+
     fn route(&self, from: u16, to: u16) -> Route {
         if from == to {
             Route::Local
@@ -49,10 +67,20 @@ impl Array {
         }
     }
 
+    /// How blocks of `from` reach `to`: as [`Array::route`], but two tcp daemons
+    /// transfer storage between themselves.
+    pub fn block_route(&self, from: u16, to: u16) -> Route {
+        if from != to && self.is_tcp(from) && self.is_tcp(to) {
+            Route::Peer
+        } else {
+            self.route(from, to)
+        }
+    }
+
     fn account(&self, route: Route, from: u16, to: u16, bytes: u64) {
         match route {
             Route::Local => {}
-            Route::DeviceToDevice => self.links().d2d(from, to, bytes),
+            Route::DeviceToDevice | Route::Peer => self.links().d2d(from, to, bytes),
             Route::HostMediated => self.links().host_copy(from, to, bytes),
         }
     }
@@ -81,7 +109,7 @@ impl Array {
             }
         }
         self.locks().wait_unlocked(ranges, None)?;
-        let route = self.route(src_member, dst_member);
+        let route = self.block_route(src_member, dst_member);
         let src = &self.members()[usize::from(src_member)].device;
         let dst_dev = &self.members()[usize::from(dst_member)].device;
         let mut at = dst_offset;
@@ -99,6 +127,49 @@ impl Array {
             return Ok((n, route));
         }
         let total: u64 = ranges.iter().map(|r| r.len).sum();
+        if route == Route::Peer {
+            let peer = self.members()[usize::from(src_member)].uri.clone();
+            let sources: Vec<CopySource> = ranges
+                .iter()
+                .map(|r| CopySource::Peer {
+                    peer: peer.clone(),
+                    offset: r.start.byte_offset(),
+                    len: r.len,
+                })
+                .collect();
+            // Within the protocol's limits per command: sources and bytes.
+            let mut at = dst_offset;
+            let mut batch: Vec<CopySource> = Vec::new();
+            let mut batch_len = 0;
+            let flush = |batch: &mut Vec<CopySource>, at: &mut u64, n: u64| {
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                dst_dev
+                    .copy_to_mem(dst, *at, std::mem::take(batch))
+                    .map_err(|e| {
+                        if e.status() == Some(Status::NamespaceNotReachable) {
+                            self.member_error(src_member, "peer-read")(e)
+                        } else {
+                            self.member_error(dst_member, "memory-copy")(e)
+                        }
+                    })?;
+                *at += n;
+                Ok::<(), ArrayError>(())
+            };
+            for s in sources {
+                let n = s.len();
+                if batch.len() == COPY_SOURCES_MAX || batch_len + n > COPY_SIZE_MAX {
+                    flush(&mut batch, &mut at, batch_len)?;
+                    batch_len = 0;
+                }
+                batch.push(s);
+                batch_len += n;
+            }
+            flush(&mut batch, &mut at, batch_len)?;
+            self.account(route, src_member, dst_member, total);
+            return Ok((total, route));
+        }
         let staging_len = total.min(MEM_IO_SIZE_MAX);
         let staging = src
             .alloc(staging_len)
@@ -176,8 +247,14 @@ impl Array {
             let bytes = src_dev
                 .read_mem(src, src_offset + done, n)
                 .map_err(self.member_error(src_member, "memory-read"))?;
+            // The chunk read is the chunk written: handed over, not copied again.
             dst_dev
-                .write_mem(dst, dst_offset + done, &bytes)
+                .client()
+                .call_ok(Op::MemWrite {
+                    handle: dst,
+                    offset: dst_offset + done,
+                    data: bytes,
+                })
                 .map_err(self.member_error(dst_member, "memory-write"))?;
             done += n;
         }

@@ -10,6 +10,7 @@
 //! bytes into modelled nanoseconds, integer arithmetic only, so modelled times are the
 //! same on every machine (a bandwidth of 0 is unlimited and costs nothing).
 
+use csx_device::perf::PerfModel;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +36,14 @@ pub struct LinkModel {
     pub member_bytes_per_sec: u64,
     /// Fixed cost of a command crossing a link (NVMe-oF over TCP), ns.
     pub command_latency_ns: u64,
+    /// Fixed cost of a device-to-device transfer, ns (arrays described before this
+    /// field existed read the default, which `uniform` also gives).
+    #[serde(default = "d2d_latency_default")]
+    pub d2d_latency_ns: u64,
+}
+
+fn d2d_latency_default() -> u64 {
+    COMMAND_LATENCY_DEFAULT_NS
 }
 
 impl Default for LinkModel {
@@ -50,6 +59,29 @@ impl LinkModel {
             host_bytes_per_sec: bytes_per_sec,
             member_bytes_per_sec: bytes_per_sec,
             command_latency_ns: COMMAND_LATENCY_DEFAULT_NS,
+            d2d_latency_ns: COMMAND_LATENCY_DEFAULT_NS,
+        }
+    }
+
+    /// The links of a device profile: the host link's bandwidth and command latency
+    /// from the profile's host link (`link_bytes_per_sec`, `link_latency_ns`), every
+    /// member's link and the D2D latency from its device-to-device link
+    /// (`d2d_bytes_per_sec`, `d2d_latency_ns`). 0 bandwidth: unlimited.
+    pub fn from_perf(p: &PerfModel) -> LinkModel {
+        LinkModel {
+            host_bytes_per_sec: p.link_bytes_per_sec,
+            member_bytes_per_sec: p.d2d_bytes_per_sec,
+            command_latency_ns: p.link_latency_ns,
+            d2d_latency_ns: p.d2d_latency_ns,
+        }
+    }
+
+    /// Both latencies set to `ns` (the `--command-latency-us` style override).
+    pub fn with_latency(self, ns: u64) -> LinkModel {
+        LinkModel {
+            command_latency_ns: ns,
+            d2d_latency_ns: ns,
+            ..self
         }
     }
 
@@ -68,13 +100,18 @@ impl LinkModel {
                 });
             }
         }
-        if self.command_latency_ns > COMMAND_LATENCY_MAX_NS {
-            return Err(ArrayError::OutOfRange {
-                what: "command latency (ns)",
-                value: self.command_latency_ns,
-                min: 0,
-                max: COMMAND_LATENCY_MAX_NS,
-            });
+        for (what, value) in [
+            ("command latency (ns)", self.command_latency_ns),
+            ("D2D latency (ns)", self.d2d_latency_ns),
+        ] {
+            if value > COMMAND_LATENCY_MAX_NS {
+                return Err(ArrayError::OutOfRange {
+                    what,
+                    value,
+                    min: 0,
+                    max: COMMAND_LATENCY_MAX_NS,
+                });
+            }
         }
         Ok(())
     }
@@ -91,7 +128,7 @@ impl LinkModel {
     /// A device-to-device copy of `bytes`: one command, the bytes over the slower of the
     /// two member links once.
     pub fn d2d_ns(&self, bytes: u64) -> u64 {
-        self.command_latency_ns + Self::transfer_ns(bytes, self.member_bytes_per_sec)
+        self.d2d_latency_ns + Self::transfer_ns(bytes, self.member_bytes_per_sec)
     }
 
     /// A host-mediated copy of `bytes`: read to the host, then written out, each its own
@@ -290,5 +327,47 @@ mod tests {
         let m = LinkModel::uniform(125_000_000);
         assert_eq!(m.d2d_ns(125_000_000), 10_000 + 1_000_000_000);
         assert_eq!(m.host_copy_ns(125_000_000), 2 * (10_000 + 1_000_000_000));
+    }
+
+    #[test]
+    fn a_profiles_links_and_the_old_description_format() {
+        let p = PerfModel {
+            link_bytes_per_sec: 3_000_000_000,
+            link_latency_ns: 12_000,
+            d2d_bytes_per_sec: 125_000_000,
+            d2d_latency_ns: 50_000,
+            ..PerfModel::unthrottled()
+        };
+        let l = LinkModel::from_perf(&p);
+        assert_eq!(
+            (l.host_bytes_per_sec, l.member_bytes_per_sec),
+            (3_000_000_000, 125_000_000)
+        );
+        assert_eq!(
+            l.d2d_ns(125_000_000),
+            50_000 + 1_000_000_000,
+            "D2D: its own link"
+        );
+        assert_eq!(
+            l.host_transfer_ns(0),
+            12_000,
+            "host commands: the host link's"
+        );
+        assert!(l.check().is_ok());
+        assert!(matches!(
+            LinkModel::uniform(0)
+                .with_latency(COMMAND_LATENCY_MAX_NS + 1)
+                .check(),
+            Err(ArrayError::OutOfRange {
+                what: "command latency (ns)",
+                ..
+            })
+        ));
+        // An array.json written before the D2D latency existed.
+        let old: LinkModel = serde_json::from_str(
+            r#"{"host_bytes_per_sec":0,"member_bytes_per_sec":0,"command_latency_ns":7}"#,
+        )
+        .unwrap();
+        assert_eq!(old.d2d_latency_ns, COMMAND_LATENCY_DEFAULT_NS);
     }
 }

@@ -1,31 +1,37 @@
 //! Distributed merge sort over an array (INSTANT's merge sort, thesis §4.1-4.2), of
 //! little-endian u64 keys.
 //!
-//! 1. Every member holding part of the input sorts its part on the device: a Memory
-//!    Copy of its piece into device memory, an Execute of a two-instruction program
-//!    calling the registered function `csx_sort_u64`, and a File Write From Memory into
-//!    a run file on the same member. Before anything starts, each run file's blocks are
-//!    locked; a sort unlocks its run when it completes.
+//! 1. Every member holding part of the input stages its piece into its device memory
+//!    (a Memory Copy), in a buffer as large as the merges will grow it, and locks the
+//!    piece's blocks. It sorts the piece there, in place, by an Execute of a
+//!    two-instruction program calling the registered function `csx_sort_u64`, and
+//!    unlocks the blocks when its run is ready.
 //! 2. The merges are submitted at the same time and wait on those locks (COSTA's
 //!    ordering): a merge reads a run only once its sort has unlocked it.
 //!    * `Instant` + `Chain` (the thesis's topology, inferred for N > 2): the first
 //!      member merges every other member's run into its own in turn, each run moved
-//!      device to device by tagged block address.
+//!      device to device, memory to memory.
 //!    * `Instant` + `Tree`: pairs of members merge in parallel rounds (log2 N rounds),
-//!      the runs moved device to device memory to memory. Our improvement.
+//!      the second run of a pair moved device to device behind the first. Our
+//!      improvement.
 //!    * `Host` (Intel OAS, the thesis's baseline): the same sorts, then each run is read
 //!      by the host and written to the merging member (the host link twice), then
 //!      merged there.
 //!
-//!    Merges run `csx_merge_u64` on the merging member.
+//!    Merges run `csx_merge_u64` on the merging member, in its buffer.
 //! 3. The result is written to a fresh member file and named by the catalog only on
 //!    success (the atomic "rename"): a failure leaves the input and any old output as
-//!    they were, releases every lock and deletes the run files.
+//!    they were and releases every lock and buffer.
+//!
+//! The thesis's runs go to disk between sort and merge because its data outgrow device
+//! memory; ours are kept in device memory, so the bytes are read from storage once (the
+//! staging), moved once per merge that needs them, and written once (the output).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use csx_host::proto::{CopySource, EngineKind, MemHandle, MemRange, ProgramIndex, ProgramType};
+use csx_host::proto::{EngineKind, MemHandle, MemRange, ProgramIndex, ProgramType};
 use csx_host::{Device, ExecuteRequest};
 use serde::Serialize;
 
@@ -115,6 +121,8 @@ pub struct SortReport {
     pub sort_wall_ns: u64,
     pub merge_wall_ns: u64,
     pub total_wall_ns: u64,
+    /// Of the merge phase, the time writing the output to its member and flushing it.
+    pub output_wall_ns: u64,
     /// Bytes each link carried during the sort.
     pub links: LinkCounters,
     pub events: Vec<SortEvent>,
@@ -143,23 +151,57 @@ struct Programs {
     merge: ProgramIndex,
 }
 
+/// One member's part of the input.
 struct Part {
     member: u16,
     len: u64,
-    /// The piece staged in device memory (freed by the sort).
+    /// The piece staged in device memory, sorted there in place, and grown into by the
+    /// merges this member does: `hold` bytes, the most it ever holds.
     buf: MemHandle,
-    /// The run file's blocks.
+    /// The blocks of the member's input piece: locked by its sort until its run is
+    /// ready in `buf`.
     ranges: Vec<BlockRange>,
+}
+
+/// Bytes each part's buffer must hold: its own part, plus every run the topology merges
+/// into it.
+fn holds(lens: &[u64], topology: Topology) -> Vec<u64> {
+    let mut hold = lens.to_vec();
+    match topology {
+        Topology::Chain => hold[0] = lens.iter().sum(),
+        Topology::Tree => {
+            // (part index, bytes) per run, paired as `Job::tree` pairs them.
+            let mut runs: Vec<(usize, u64)> = lens.iter().copied().enumerate().collect();
+            while runs.len() > 1 {
+                runs = runs
+                    .chunks(2)
+                    .map(|c| match *c {
+                        [(a, alen), (_, blen)] => {
+                            hold[a] = hold[a].max(alen + blen);
+                            (a, alen + blen)
+                        }
+                        [one] => one,
+                        _ => unreachable!("chunks of one or two"),
+                    })
+                    .collect();
+            }
+        }
+    }
+    hold
 }
 
 /// Per-sort state shared by its threads.
 struct Job<'a> {
     array: &'a Array,
     input: FileEntry,
-    run_path: String,
     programs: Vec<Option<Programs>>,
     events: Mutex<Vec<SortEvent>>,
     on_event: &'a (dyn Fn(&SortEvent) + Sync),
+    /// Set by a sort that failed: merges stop at their next wait (the sort's error is
+    /// the one reported).
+    failed: AtomicBool,
+    /// Nanoseconds spent writing and flushing the output.
+    output_ns: AtomicU64,
 }
 
 impl Job<'_> {
@@ -210,22 +252,23 @@ impl Job<'_> {
         Ok(())
     }
 
-    /// Sorts member `p.member`'s staged piece and writes it over its run file, in place;
-    /// the guard unlocks the run on return, done or failed.
+    /// Stages member `p.member`'s piece into its buffer and sorts it there, in place;
+    /// the guard unlocks the piece's blocks on return, done or failed.
     fn sort_part(&self, p: &Part, guard: LockGuard) -> Result<(), ArrayError> {
         let m = p.member;
-        let dev = self.dev(m);
-        let result = (|| {
+        let piece = self.array.member_path(self.input.id);
+        let r = copy_file(self.array, self.dev(m), m, &piece, p.len, p.buf).and_then(|()| {
             self.run(
                 m,
                 ExecuteRequest::new(self.progs(m).sort).window(p.buf, 0, p.len),
                 "sort",
                 p.len / KEY_BYTES,
-            )?;
-            write_file(self.array, dev, m, &self.run_path, p.buf, p.len)
-        })();
-        self.free(m, p.buf);
-        result?;
+            )
+        });
+        if r.is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        r?;
         // Reported before the unlock, so no merge read can be reported ahead of it.
         self.emit(SortEvent::Sorted {
             member: m,
@@ -235,42 +278,46 @@ impl Job<'_> {
         Ok(())
     }
 
-    /// Brings part `p`'s run into `dst` on member `into` at `at`: device to device
-    /// (instant) or through the host (baseline). Waits for the run's lock either way.
-    fn fetch_run(
+    /// Waits until part `p`'s sort unlocked it (its run is ready in its buffer).
+    fn wait_sorted(&self, p: &Part) -> Result<(), ArrayError> {
+        self.array.locks().wait_unlocked(&p.ranges, None)?;
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(ArrayError::Other("a member's sort failed".into()));
+        }
+        Ok(())
+    }
+
+    /// Moves `len` bytes of run `src` on member `from` into `dst` at `at` on member
+    /// `into`: device to device (instant) or through the host (the baseline).
+    #[allow(clippy::too_many_arguments)]
+    fn move_run(
         &self,
-        p: &Part,
+        from: u16,
+        src: MemHandle,
+        len: u64,
         into: u16,
         dst: MemHandle,
         at: u64,
         mode: SortMode,
-        round: u32,
     ) -> Result<(), ArrayError> {
-        self.array.locks().wait_unlocked(&p.ranges, None)?;
-        self.emit(SortEvent::MergeRead {
-            round,
-            from: p.member,
-            into,
-            bytes: p.len,
-        });
-        if p.member == into || mode == SortMode::Instant {
-            self.array.d2d_read_blocks(&p.ranges, into, dst, at)?;
+        if mode == SortMode::Instant || from == into {
+            self.array.d2d_copy_mem(from, src, 0, len, into, dst, at)?;
             return Ok(());
         }
         // The baseline: the host reads the run, then writes it to the merging member.
         let mut done = 0;
-        while done < p.len {
-            let n = (p.len - done).min(csx_host::proto::limits::FILE_IO_SIZE_MAX);
+        while done < len {
+            let n = (len - done).min(csx_host::proto::limits::MEM_IO_SIZE_MAX);
             let bytes = self
-                .dev(p.member)
-                .read_file(&self.run_path, done, n)
-                .map_err(self.array.member_error(p.member, "file-read"))?;
+                .dev(from)
+                .read_mem(src, done, n)
+                .map_err(self.array.member_error(from, "memory-read"))?;
             self.dev(into)
                 .write_mem(dst, at + done, &bytes)
                 .map_err(self.array.member_error(into, "memory-write"))?;
             done += n;
         }
-        self.array.links().host_copy(p.member, into, p.len);
+        self.array.links().host_copy(from, into, len);
         Ok(())
     }
 
@@ -299,177 +346,86 @@ impl Job<'_> {
     }
 
     /// The chain: `parts[0]`'s member merges every other run into its buffer in turn.
-    fn chain(
-        &self,
-        parts: &[Part],
-        total: u64,
-        mode: SortMode,
-    ) -> Result<(u16, MemHandle), ArrayError> {
+    fn chain(&self, parts: &[Part], mode: SortMode) -> Result<(), ArrayError> {
         let t = parts[0].member;
-        let buf = self.alloc(t, total)?;
-        let result = (|| {
-            let mut acc = 0;
-            for (k, p) in parts.iter().enumerate() {
-                self.fetch_run(p, t, buf, acc, mode, k as u32)?;
-                if acc > 0 {
-                    self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
-                }
-                acc += p.len;
+        let buf = parts[0].buf;
+        let mut acc = 0;
+        for (k, p) in parts.iter().enumerate() {
+            self.wait_sorted(p)?;
+            self.emit(SortEvent::MergeRead {
+                round: k as u32,
+                from: p.member,
+                into: t,
+                bytes: p.len,
+            });
+            if k > 0 {
+                self.move_run(p.member, p.buf, p.len, t, buf, acc, mode)?;
+                self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
             }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            self.free(t, buf);
-            return Err(e);
+            acc += p.len;
         }
-        Ok((t, buf))
+        Ok(())
     }
 
-    /// The tree: every member loads its own run, then pairs merge round by round.
-    fn tree(&self, parts: &[Part], mode: SortMode) -> Result<(u16, MemHandle), ArrayError> {
-        // (member, buffer, bytes)
-        let mut runs: Vec<(u16, MemHandle, u64)> = Vec::new();
-        let loaded: Vec<Result<(u16, MemHandle, u64), ArrayError>> = std::thread::scope(|s| {
-            let hs: Vec<_> = parts
-                .iter()
-                .map(|p| {
-                    s.spawn(move || {
-                        let buf = self.alloc(p.member, p.len)?;
-                        match self.fetch_run(p, p.member, buf, 0, mode, 0) {
-                            Ok(()) => Ok((p.member, buf, p.len)),
-                            Err(e) => {
-                                self.free(p.member, buf);
-                                Err(e)
-                            }
-                        }
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("a run loader panicked"))
-                .collect()
-        });
-        let mut first_err = None;
-        for r in loaded {
-            match r {
-                Ok(run) => runs.push(run),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            for (m, b, _) in runs {
-                self.free(m, b);
-            }
-            return Err(e);
+    /// The tree: every member's run stays where it was sorted (round 0), then pairs
+    /// merge round by round, the second run of a pair moved into the first's buffer.
+    /// Returns the index of the part whose buffer holds the result.
+    fn tree(&self, parts: &[Part], mode: SortMode) -> Result<usize, ArrayError> {
+        // (part index, bytes)
+        let mut runs: Vec<(usize, u64)> = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            self.wait_sorted(p)?;
+            self.emit(SortEvent::MergeRead {
+                round: 0,
+                from: p.member,
+                into: p.member,
+                bytes: p.len,
+            });
+            runs.push((i, p.len));
         }
         let mut round = 0;
         while runs.len() > 1 {
             round += 1;
-            let mut pairs = Vec::new();
-            let mut it = runs.into_iter();
-            let mut carry = None;
-            loop {
-                match (it.next(), it.next()) {
-                    (Some(a), Some(b)) => pairs.push((a, b)),
-                    (Some(a), None) => {
-                        carry = Some(a);
-                        break;
-                    }
-                    _ => break,
-                }
-            }
-            let merged: Vec<Result<(u16, MemHandle, u64), ArrayError>> = std::thread::scope(|s| {
-                let hs: Vec<_> = pairs
-                    .iter()
-                    .map(|&(a, b)| s.spawn(move || self.merge_pair(a, b, mode, round)))
+            let merged: Vec<Result<(usize, u64), ArrayError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = runs
+                    .chunks(2)
+                    .map(|c| {
+                        let c = c.to_vec();
+                        s.spawn(move || match *c {
+                            [a, b] => self.merge_pair(parts, a, b, mode, round),
+                            [one] => Ok(one),
+                            _ => unreachable!("chunks of one or two"),
+                        })
+                    })
                     .collect();
                 hs.into_iter()
                     .map(|h| h.join().expect("a merger panicked"))
                     .collect()
             });
-            runs = Vec::new();
-            for r in merged {
-                match r {
-                    Ok(run) => runs.push(run),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            runs.extend(carry);
-            if let Some(e) = first_err {
-                for (m, b, _) in runs {
-                    self.free(m, b);
-                }
-                return Err(e);
-            }
+            runs = merged.into_iter().collect::<Result<_, _>>()?;
         }
-        let (m, b, _) = runs[0];
-        Ok((m, b))
+        Ok(runs[0].0)
     }
 
-    /// Merges run `b` into a new buffer on `a`'s member; frees both inputs.
+    /// Merges run `b` into `a`'s buffer, behind `a`'s run.
     fn merge_pair(
         &self,
-        a: (u16, MemHandle, u64),
-        b: (u16, MemHandle, u64),
+        parts: &[Part],
+        a: (usize, u64),
+        b: (usize, u64),
         mode: SortMode,
         round: u32,
-    ) -> Result<(u16, MemHandle, u64), ArrayError> {
-        let (am, ab, alen) = a;
-        let (bm, bb, blen) = b;
-        let result = (|| {
-            let buf = self.alloc(am, alen + blen)?;
-            let r = (|| {
-                self.dev(am)
-                    .copy_to_mem(
-                        buf,
-                        0,
-                        vec![CopySource::Mem {
-                            handle: ab,
-                            offset: 0,
-                            len: alen,
-                        }],
-                    )
-                    .map_err(self.array.member_error(am, "memory-copy"))?;
-                self.emit(SortEvent::MergeRead {
-                    round,
-                    from: bm,
-                    into: am,
-                    bytes: blen,
-                });
-                if mode == SortMode::Instant || am == bm {
-                    self.array.d2d_copy_mem(bm, bb, 0, blen, am, buf, alen)?;
-                } else {
-                    let mut done = 0;
-                    while done < blen {
-                        let n = (blen - done).min(csx_host::proto::limits::MEM_IO_SIZE_MAX);
-                        let bytes = self
-                            .dev(bm)
-                            .read_mem(bb, done, n)
-                            .map_err(self.array.member_error(bm, "memory-read"))?;
-                        self.dev(am)
-                            .write_mem(buf, alen + done, &bytes)
-                            .map_err(self.array.member_error(am, "memory-write"))?;
-                        done += n;
-                    }
-                    self.array.links().host_copy(bm, am, blen);
-                }
-                self.merge_in(am, buf, alen, alen + blen, round)
-            })();
-            match r {
-                Ok(()) => Ok((am, buf, alen + blen)),
-                Err(e) => {
-                    self.free(am, buf);
-                    Err(e)
-                }
-            }
-        })();
-        self.free(am, ab);
-        self.free(bm, bb);
-        result
+    ) -> Result<(usize, u64), ArrayError> {
+        let (pa, pb) = (&parts[a.0], &parts[b.0]);
+        self.emit(SortEvent::MergeRead {
+            round,
+            from: pb.member,
+            into: pa.member,
+            bytes: b.1,
+        });
+        self.move_run(pb.member, pb.buf, b.1, pa.member, pa.buf, a.1, mode)?;
+        self.merge_in(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+        Ok((a.0, a.1 + b.1))
     }
 }
 
@@ -597,7 +553,6 @@ pub fn sort(
         });
     }
     let before = array.links().snapshot();
-    let job_id = array.reserve_id();
     let out_id = array.reserve_id();
     let parts_sizes: Vec<(u16, u64)> = piece_sizes(&entry)
         .into_iter()
@@ -631,6 +586,7 @@ pub fn sort(
             sort_wall_ns: 0,
             merge_wall_ns: 0,
             total_wall_ns: started.elapsed().as_nanos() as u64,
+            output_wall_ns: 0,
             links: crate::link::LinkCounters {
                 members: vec![Default::default(); array.members().len()],
                 ..Default::default()
@@ -641,10 +597,11 @@ pub fn sort(
     let mut job = Job {
         array,
         input: entry.clone(),
-        run_path: format!("{}.run", array.member_path(job_id)),
         programs: (0..array.members().len()).map(|_| None).collect(),
         events: Mutex::new(Vec::new()),
         on_event,
+        failed: AtomicBool::new(false),
+        output_ns: AtomicU64::new(0),
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {
@@ -652,14 +609,11 @@ pub fn sort(
         }
         run_sort(&job, &parts_sizes, options, out_id, started)
     })();
-    // Cleanup, whatever happened: programs, run files; on failure the output piece.
+    // Cleanup, whatever happened: programs; on failure the output piece.
     for (m, p) in job.programs.iter().enumerate() {
         if let Some(p) = p {
             unload_programs(array, m as u16, p);
         }
-    }
-    for &(m, _) in &parts_sizes {
-        let _ = job.dev(m).delete_file(&job.run_path);
     }
     let (output_member, sort_done) = match result {
         Ok(r) => r,
@@ -689,6 +643,7 @@ pub fn sort(
         sort_wall_ns: sort_done.as_nanos() as u64,
         merge_wall_ns: total.saturating_sub(sort_done).as_nanos() as u64,
         total_wall_ns: total.as_nanos() as u64,
+        output_wall_ns: job.output_ns.load(Ordering::Relaxed),
         links: diff(&after, &before),
         events,
     })
@@ -725,43 +680,37 @@ fn run_sort(
 ) -> Result<(u16, Duration), ArrayError> {
     let array = job.array;
     let total: u64 = sizes.iter().map(|&(_, l)| l).sum();
-    // Before any sub-operation starts: each piece staged in its member's memory and
-    // written to a run file there (which allocates the run's blocks), and the run's
-    // blocks locked.
+    let lens: Vec<u64> = sizes.iter().map(|&(_, l)| l).collect();
+    let hold = holds(&lens, options.topology);
+    // Before any sub-operation starts: each piece's blocks locked and a buffer allocated
+    // for it in its member's memory, as large as the merges will grow it. The sorts
+    // then stage their pieces in parallel.
     let mut parts: Vec<Part> = Vec::new();
     let mut guards = Vec::new();
+    let piece = array.member_path(job.input.id);
     let mut setup = || -> Result<(), ArrayError> {
-        for &(m, len) in sizes {
+        for (&(m, len), &hold) in sizes.iter().zip(&hold) {
             let dev = job.dev(m);
-            let buf = job.alloc(m, len)?;
-            parts.push(Part {
-                member: m,
-                len,
-                buf,
-                ranges: Vec::new(),
-            });
-            let piece = array.member_path(job.input.id);
-            copy_file(array, dev, m, &piece, len, buf)?;
-            dev.put_bytes(&job.run_path, &[])
-                .map_err(array.member_error(m, "file-write"))?;
-            write_file(array, dev, m, &job.run_path, buf, len)?;
             let ext = dev
-                .extents(&job.run_path)
+                .extents(&piece)
                 .map_err(array.member_error(m, "file-extents"))?;
-            let ranges = ext
-                .extents
-                .iter()
-                .map(|e| {
-                    Ok(BlockRange {
-                        start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
-                        len: e.len,
-                    })
-                })
-                .collect::<Result<Vec<_>, ArrayError>>()?;
-            if ranges.iter().map(|r| r.len).sum::<u64>() != len || ext.truncated {
+            let mut ranges = Vec::new();
+            let mut mapped = 0;
+            for e in &ext.extents {
+                // The piece may end inside its last block; lock whole blocks up to it.
+                let len = e.len.min(len.saturating_sub(e.file_offset));
+                if len == 0 {
+                    continue;
+                }
+                mapped += len;
+                ranges.push(BlockRange {
+                    start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
+                    len,
+                });
+            }
+            if mapped != len || ext.truncated {
                 return Err(ArrayError::Other(format!(
-                    "array member {m}: the run file of {len} bytes maps {} bytes",
-                    ranges.iter().map(|r| r.len).sum::<u64>()
+                    "array member {m}: the piece of {len} bytes maps {mapped} bytes"
                 )));
             }
             guards.push(Some(array.locks().lock(
@@ -769,14 +718,24 @@ fn run_sort(
                 &ranges,
                 None,
             )?));
-            parts.last_mut().expect("pushed").ranges = ranges;
+            let buf = job.alloc(m, hold)?;
+            parts.push(Part {
+                member: m,
+                len,
+                buf,
+                ranges,
+            });
         }
         Ok(())
     };
-    if let Err(e) = setup() {
-        for p in &parts {
+    let set_up = setup();
+    let free_all = |parts: &[Part]| {
+        for p in parts {
             job.free(p.member, p.buf);
         }
+    };
+    if let Err(e) = set_up {
+        free_all(&parts);
         return Err(e);
     }
     job.emit(SortEvent::Submitted { parts: parts.len() });
@@ -797,7 +756,7 @@ fn run_sort(
             })
             .collect();
         let merger = s.spawn(|| match options.topology {
-            Topology::Chain => job.chain(&parts, total, options.mode),
+            Topology::Chain => job.chain(&parts, options.mode).map(|()| 0),
             Topology::Tree => job.tree(&parts, options.mode),
         });
         let sorts: Vec<Result<(), ArrayError>> = sorters
@@ -806,22 +765,27 @@ fn run_sort(
             .collect();
         (sorts, merger.join().expect("the merger panicked"))
     });
-    // A failed sort unlocked its run without writing it, so the merge may have read
+    // A failed sort unlocked its part unsorted, so the merge may have stopped or read
     // garbage: the sort's error wins.
-    for r in sorts {
-        r?;
-    }
-    let (t, buf) = merged?;
-    let out_path = array.member_path(out_id);
-    let written = (|| {
+    let result = (|| {
+        for r in sorts {
+            r?;
+        }
+        let out = &parts[merged?];
+        let t = out.member;
+        let out_path = array.member_path(out_id);
         let dev = job.dev(t);
+        let writing = Instant::now();
         dev.put_bytes(&out_path, &[])
             .map_err(array.member_error(t, "file-write"))?;
-        write_file(array, dev, t, &out_path, buf, total)?;
-        dev.flush().map_err(array.member_error(t, "flush"))
+        write_file(array, dev, t, &out_path, out.buf, total)?;
+        dev.flush().map_err(array.member_error(t, "flush"))?;
+        job.output_ns
+            .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(t)
     })();
-    job.free(t, buf);
-    written?;
+    free_all(&parts);
+    let t = result?;
     let output = options
         .output
         .clone()

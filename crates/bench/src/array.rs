@@ -13,8 +13,11 @@
 //!
 //! **Wall time** (`--wall SIZE`): SIZE bytes of random u64 on 4 embedded members, sorted
 //! with the instant chain and tree, against rayon's `par_sort_unstable` on the host over
-//! the same keys; outputs compared. The data is on the members before the clock starts;
-//! the sort's time ends when its output is committed on a member (not read back).
+//! the same keys; both outputs compared with the host's. The data is on the members'
+//! media (flushed) before the clock starts; the sort's time ends when its output is
+//! written, flushed and committed on a member (not read back). `--wall-dir` puts the
+//! members' NVM images on another file system (a tmpfs models media faster than this
+//! machine's disk).
 
 use std::path::Path;
 use std::time::Instant;
@@ -53,7 +56,8 @@ const LINKS: [(&str, u64); 11] = [
   csx bench array
   csx bench array --json --plots docs/plots
   csx bench array --real-max 16MiB --latency-us 100
-  csx bench array --wall 1GiB")]
+  csx bench array --wall 1GiB
+  csx bench array --disks 2 --max-size 32KiB --real-max 32KiB --wall 1GiB --wall-dir /dev/shm")]
 pub struct ArrayBenchArgs {
     /// Member counts.
     #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
@@ -71,6 +75,10 @@ pub struct ArrayBenchArgs {
     /// par_sort_unstable on the host.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     wall: Option<u64>,
+    /// Where the wall run's members keep their state (NVM images): a directory on the
+    /// file system to measure (default: the temporary directory).
+    #[arg(long, value_name = "DIR", requires = "wall")]
+    wall_dir: Option<std::path::PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -109,12 +117,25 @@ struct ThesisRow {
 struct Wall {
     size_bytes: u64,
     members: usize,
+    /// Where the members' state directories (their NVM images) were.
+    dir: String,
     instant_chain_ns: u64,
     instant_tree_ns: u64,
+    /// Each sort's phases: until the last part was sorted (staging included), the
+    /// merges, and of those the output's write and flush.
+    chain: WallPhases,
+    tree: WallPhases,
     host_par_sort_unstable_ns: u64,
     /// Best of the array's two over the host's.
     ratio: f64,
     outputs_equal: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+struct WallPhases {
+    sort_ns: u64,
+    merge_ns: u64,
+    output_write_ns: u64,
 }
 
 fn gain(host: &ModelledSort, other: &ModelledSort) -> f64 {
@@ -206,22 +227,39 @@ fn real_logs(n: usize, size: u64) -> anyhow::Result<[Vec<SortEvent>; 3]> {
     Ok(logs.try_into().expect("three logs"))
 }
 
-fn wall(size: u64) -> anyhow::Result<Wall> {
+fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
     use rayon::slice::ParallelSliceMut as _;
     let n = 4;
-    let tmp = tempfile::tempdir().context("temporary directory")?;
+    let tmp = match dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir(),
+    }
+    .context("temporary directory")?;
     let mut config = member_config(size, n);
     config.engines = None;
     let array = Array::init_embedded(&tmp.path().join("arr"), n, config, LinkModel::default())?;
     let data = keys((size / 8) as usize, 0x5eed);
+    let mut expect = to_bytes(&data);
     array.put_bytes(
         "/in",
-        &to_bytes(&data),
+        &expect,
         Placement::Striped {
             stripe_bytes: even_stripe(size, n),
         },
     )?;
+    // The input is on the members' media before the clock starts.
+    for m in array.members() {
+        m.device.flush().context("flush a member")?;
+    }
+    let mut host = data;
+    let t = Instant::now();
+    host.par_sort_unstable();
+    let host_ns = t.elapsed().as_nanos() as u64;
+    expect.clear();
+    expect.extend(host.iter().flat_map(|k| k.to_le_bytes()));
+    drop(host);
     let mut times = Vec::new();
+    let mut phases = Vec::new();
     for topology in [Topology::Chain, Topology::Tree] {
         let r = sort(
             &array,
@@ -234,27 +272,31 @@ fn wall(size: u64) -> anyhow::Result<Wall> {
             &|_| {},
         )?;
         times.push(r.total_wall_ns);
+        phases.push(WallPhases {
+            sort_ns: r.sort_wall_ns,
+            merge_ns: r.merge_wall_ns,
+            output_write_ns: r.output_wall_ns,
+        });
+        if array.get_bytes("/out")? != expect {
+            bail!("the array's {topology:?} sort differs from the host's par_sort_unstable");
+        }
     }
-    let sorted = array.get_bytes("/out")?;
     array.close()?;
     drop(tmp);
-    let mut host = data;
-    let t = Instant::now();
-    host.par_sort_unstable();
-    let host_ns = t.elapsed().as_nanos() as u64;
-    let equal = to_bytes(&host) == sorted;
-    if !equal {
-        bail!("the array's sort differs from the host's par_sort_unstable");
-    }
     let best = times[0].min(times[1]);
     Ok(Wall {
         size_bytes: size,
         members: n,
+        dir: dir
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|| std::env::temp_dir().display().to_string()),
         instant_chain_ns: times[0],
         instant_tree_ns: times[1],
+        tree: phases.pop().expect("two sorts"),
+        chain: phases.pop().expect("two sorts"),
         host_par_sort_unstable_ns: host_ns,
         ratio: best as f64 / host_ns as f64,
-        outputs_equal: equal,
+        outputs_equal: true,
     })
 }
 
@@ -283,7 +325,7 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
             };
             for (link, bits) in LINKS {
                 let mut model = SortModel::thesis(bits / 8);
-                model.link.command_latency_ns = args.latency_us * 1000;
+                model.link = model.link.clone().with_latency(args.latency_us * 1000);
                 let host_chain = price(&logs[0], SortMode::Host, &model);
                 let instant_chain = price(&logs[1], SortMode::Instant, &model);
                 let instant_tree = price(&logs[2], SortMode::Instant, &model);
@@ -319,7 +361,10 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
             })
         })
         .collect();
-    let wall = args.wall.map(wall).transpose()?;
+    let wall = args
+        .wall
+        .map(|size| wall(size, args.wall_dir.as_deref()))
+        .transpose()?;
     let model = SortModel::thesis(0);
     if args.json {
         println!(
@@ -418,14 +463,23 @@ fn print_tables(
     }
     if let Some(w) = wall {
         println!(
-            "\nwall: {} on {} embedded members: instant chain {:.3} s, tree {:.3} s; host par_sort_unstable {:.3} s; ratio {:.2}",
+            "\nwall: {} on {} embedded members in {}: instant chain {:.3} s, tree {:.3} s; host par_sort_unstable {:.3} s; ratio {:.2}",
             size_label(w.size_bytes),
             w.members,
+            w.dir,
             w.instant_chain_ns as f64 / 1e9,
             w.instant_tree_ns as f64 / 1e9,
             w.host_par_sort_unstable_ns as f64 / 1e9,
             w.ratio
         );
+        for (name, p) in [("chain", &w.chain), ("tree", &w.tree)] {
+            println!(
+                "  {name}: sort phase {:.3} s (staging included), merge phase {:.3} s (output write and flush {:.3} s)",
+                p.sort_ns as f64 / 1e9,
+                p.merge_ns as f64 / 1e9,
+                p.output_write_ns as f64 / 1e9
+            );
+        }
     }
 }
 

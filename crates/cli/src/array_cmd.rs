@@ -23,6 +23,7 @@ Examples:
   csx array init --state ./arr --members 4 --nvm-size 4GiB
   csx array init --state ./arr2 --member tcp://127.0.0.1:4420 --member tcp://127.0.0.1:4421
   csx array init --state ./arr --members 2 --link-bandwidth 1Gbps
+  csx array init --state ./arr --members 2 --profile daisy --link-bandwidth 10Gbps
   csx --device array:./arr put nums.bin /nums --stripe 1MiB
   csx --device array:./arr stat /nums          # extents as tagged block addresses
   csx array info --state ./arr --json";
@@ -69,13 +70,18 @@ pub struct InitArgs {
     /// Execution engines of each embedded member; one per core if absent.
     #[arg(long, value_name = "N")]
     engines: Option<u32>,
-    /// Modelled bandwidth of every link (host and members), e.g. 1Gbps, 20Mbps,
-    /// 3GB/s, unlimited.
-    #[arg(long, value_name = "RATE", default_value = "unlimited")]
-    link_bandwidth: String,
-    /// Modelled fixed cost of one command on a link, µs.
-    #[arg(long, value_name = "US", default_value_t = 10)]
-    command_latency_us: u64,
+    /// Take the modelled links from this device profile (unthrottled, lambda-io,
+    /// daisy): the host link from its host link, the members' links from its
+    /// device-to-device link. Without it: unlimited links, 10 µs per command.
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// Override: modelled bandwidth of every link (host and members), e.g. 1Gbps,
+    /// 20Mbps, 3GB/s, unlimited.
+    #[arg(long, value_name = "RATE")]
+    link_bandwidth: Option<String>,
+    /// Override: modelled fixed cost of one command on a link (host or D2D), µs.
+    #[arg(long, value_name = "US")]
+    command_latency_us: Option<u64>,
     /// Print the description as JSON.
     #[arg(long)]
     json: bool,
@@ -100,10 +106,18 @@ pub fn run(args: ArrayArgs) -> anyhow::Result<u8> {
 }
 
 fn run_init(a: InitArgs) -> anyhow::Result<u8> {
-    let link = LinkModel {
-        command_latency_ns: a.command_latency_us.saturating_mul(1000),
-        ..LinkModel::uniform(parse_bandwidth(&a.link_bandwidth)?)
+    let mut link = match &a.profile {
+        Some(name) => LinkModel::from_perf(&csx_device::perf::PerfModel::profile(name)?),
+        None => LinkModel::uniform(0),
     };
+    if let Some(rate) = &a.link_bandwidth {
+        let b = parse_bandwidth(rate)?;
+        link.host_bytes_per_sec = b;
+        link.member_bytes_per_sec = b;
+    }
+    if let Some(us) = a.command_latency_us {
+        link = link.with_latency(us.saturating_mul(1000));
+    }
     let array = match a.members {
         Some(n) => {
             let config = DeviceConfig {

@@ -359,18 +359,67 @@ impl<'a> CallContext<'a> {
             Ok(d) => d,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        // A comparison sort needs the values typed, and the window's bytes may not be
-        // aligned for a `u64` view, so they are sorted in a copy: one allocation of the
-        // input's size and two linear passes, small next to the O(n log n) sort.
-        let mut values: Vec<u64> = data
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
-            .collect();
-        values.sort_unstable();
-        for (c, v) in data.chunks_exact_mut(8).zip(&values) {
-            c.copy_from_slice(&v.to_le_bytes());
+        Ok(sort_le_u64(data))
+    }
+}
+
+/// The window's bytes as little-endian u64 keys, in place: when they are 8-byte aligned
+/// (device memory allocations are) on a little-endian machine; `None` otherwise.
+fn as_keys_mut(data: &mut [u8]) -> Option<&mut [u64]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    // SAFETY: every bit pattern of 8 bytes is a valid u64, so viewing initialised bytes
+    // as u64s is sound; `align_to_mut` returns as the middle part only a slice that is
+    // aligned for u64 and lies within `data`, and the result keeps `data` mutably
+    // borrowed for as long as it lives, so nothing else can alias it.
+    let (pre, keys, post) = unsafe { data.align_to_mut::<u64>() };
+    (pre.is_empty() && post.is_empty()).then_some(keys)
+}
+
+/// Runs `f` on the window's keys: in place when aligned, else on a decoded copy that is
+/// encoded back afterwards.
+fn with_keys<R>(data: &mut [u8], f: impl FnOnce(&mut [u64]) -> R) -> R {
+    if let Some(keys) = as_keys_mut(data) {
+        return f(keys);
+    }
+    let mut keys: Vec<u64> = data
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+        .collect();
+    let r = f(&mut keys);
+    for (c, v) in data.chunks_exact_mut(8).zip(&keys) {
+        c.copy_from_slice(&v.to_le_bytes());
+    }
+    r
+}
+
+/// Sorts the little-endian u64 keys of `data` ascending (pattern-defeating quicksort,
+/// in place when the window is aligned); returns their count.
+fn sort_le_u64(data: &mut [u8]) -> u64 {
+    with_keys(data, |keys| {
+        keys.sort_unstable();
+        keys.len() as u64
+    })
+}
+
+/// Merges the sorted runs `keys[..split]` and `keys[split..]` in place. A copy of the
+/// left run only, then one pass from the front: output key k = i + j lands at or before
+/// the right run's next unread key split + j, so the right run is read where it is, and
+/// once the left run is used up the rest of the right run is already in place.
+fn merge_keys(keys: &mut [u64], split: usize) {
+    let left = keys[..split].to_vec();
+    let n = keys.len();
+    let (mut i, mut j, mut k) = (0usize, split, 0usize);
+    while i < left.len() {
+        if j < n && keys[j] < left[i] {
+            keys[k] = keys[j];
+            j += 1;
+        } else {
+            keys[k] = left[i];
+            i += 1;
         }
-        Ok(values.len() as u64)
+        k += 1;
     }
 }
 
@@ -391,26 +440,7 @@ impl CallContext<'_> {
             Ok(d) => d,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        // Typed copies of both runs (the window may be unaligned), then one merge pass
-        // back into the window.
-        let run = |b: &[u8]| -> Vec<u64> {
-            b.chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
-                .collect()
-        };
-        let (left, right) = data.split_at(split as usize);
-        let (left, right) = (run(left), run(right));
-        let (mut i, mut j) = (0, 0);
-        for out in data.chunks_exact_mut(8) {
-            let v = if j >= right.len() || (i < left.len() && left[i] <= right[j]) {
-                i += 1;
-                left[i - 1]
-            } else {
-                j += 1;
-                right[j - 1]
-            };
-            out.copy_from_slice(&v.to_le_bytes());
-        }
+        with_keys(data, |keys| merge_keys(keys, (split / 8) as usize));
         Ok(len / 8)
     }
 }
@@ -714,6 +744,110 @@ mod tests {
             Ok(5)
         );
         assert_eq!(files.stat("/a.txt").unwrap().size, 16);
+    }
+
+    fn xorshift_keys(n: usize, seed: u64, mask: u64) -> Vec<u64> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & mask
+            })
+            .collect()
+    }
+
+    fn le_bytes(keys: &[u64]) -> Vec<u8> {
+        keys.iter().flat_map(|k| k.to_le_bytes()).collect()
+    }
+
+    /// The sort equals a reference sort, in place (aligned) and through a copy (a window
+    /// at an odd address): random keys, few distinct keys, no keys.
+    #[test]
+    fn sort_equals_a_reference_sort_aligned_or_not() {
+        for (n, mask) in [
+            (0usize, u64::MAX),
+            (7, u64::MAX),
+            (50_001, u64::MAX),
+            (50_001, 0xff),
+        ] {
+            let keys = xorshift_keys(n, n as u64 ^ mask, mask);
+            let mut expect = keys.clone();
+            expect.sort();
+            for skew in [0usize, 1] {
+                // A u64 vector is 8-byte aligned: its bytes from `skew` are aligned or not.
+                let mut store = vec![0u64; n + 1];
+                let bytes = as_keys_bytes(&mut store);
+                bytes[skew..skew + n * 8].copy_from_slice(&le_bytes(&keys));
+                assert_eq!(sort_le_u64(&mut bytes[skew..skew + n * 8]), n as u64);
+                assert_eq!(
+                    bytes[skew..skew + n * 8],
+                    le_bytes(&expect)[..],
+                    "{n} keys, mask {mask:#x}, skew {skew}"
+                );
+            }
+        }
+    }
+
+    /// A u64 vector's bytes (for aligned windows in tests), safely: through the
+    /// little-endian encoding and back would copy, so the test owns a byte vector
+    /// whose start is aligned by construction instead.
+    fn as_keys_bytes(store: &mut Vec<u64>) -> &mut [u8] {
+        let len = store.len() * 8;
+        // SAFETY: u64 has no padding and u8 has alignment 1, so a u64 buffer's memory
+        // is `len` initialised bytes; the returned slice borrows `store` mutably.
+        unsafe { std::slice::from_raw_parts_mut(store.as_mut_ptr().cast::<u8>(), len) }
+    }
+
+    /// The merge equals a sort of both runs at every kind of split: empty left or right
+    /// run, all left keys below or above the right ones, interleaved, duplicates.
+    #[test]
+    fn merge_equals_a_sort_of_both_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let cases: Vec<(Vec<u64>, Vec<u64>)> = vec![
+            (vec![], vec![1, 2]),
+            (vec![1, 2], vec![]),
+            (vec![1, 2, 3], vec![4, 5]),
+            (vec![4, 5], vec![1, 2, 3]),
+            (vec![1, 1, 5, 5], vec![1, 5, 5, 9]),
+            (xorshift_keys(3000, 1, 0xfff), xorshift_keys(1777, 2, 0xfff)),
+        ];
+        for (mut l, mut r) in cases {
+            l.sort_unstable();
+            r.sort_unstable();
+            let mut expect = [l.clone(), r.clone()].concat();
+            expect.sort_unstable();
+            for skew in [0u64, 1] {
+                // In a u64 vector the window is aligned (merged in place) or, one byte
+                // on, not (merged through a copy).
+                let n = l.len() + r.len();
+                let mut store = vec![0u64; n + 1];
+                let region = as_keys_bytes(&mut store);
+                let len = n as u64 * 8;
+                region[skew as usize..(skew + len) as usize]
+                    .copy_from_slice(&le_bytes(&[l.clone(), r.clone()].concat()));
+                let mut mem = MemoryMap::new();
+                let base = mem.map_read_write(RegionIdx(4), region).unwrap() + skew;
+                let mut ctx = CallContext::new(&files, Instant::now());
+                let split = l.len() as u64 * 8;
+                assert_eq!(
+                    ctx.call(ids::CSX_MERGE_U64, [base, len, split, 0, 0], &mut mem),
+                    Ok(len / 8)
+                );
+                let got: Vec<u64> = (0..len / 8)
+                    .map(|i| mem.load(base + i * 8, 8).unwrap())
+                    .collect();
+                assert_eq!(
+                    got,
+                    expect,
+                    "left {}, right {}, skew {skew}",
+                    l.len(),
+                    r.len()
+                );
+            }
+        }
     }
 
     #[test]

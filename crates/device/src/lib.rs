@@ -21,6 +21,7 @@ pub mod filestore;
 pub mod functions;
 pub mod nvm;
 pub mod offload;
+pub mod peer;
 pub mod perf;
 pub mod programs;
 pub mod queue;

@@ -125,6 +125,14 @@ pub struct PerfModel {
     /// models use it (λ-IO's host reads, the demo's host side); no command pays it.
     #[serde(default)]
     pub host_stack_ps_per_byte: u64,
+    /// Device ↔ device (peer) link bandwidth, bytes per second; 0: unlimited. No
+    /// command of one device pays it; csx-array's model prices member-to-member
+    /// transfers with it (`LinkModel::from_perf`).
+    #[serde(default)]
+    pub d2d_bytes_per_sec: u64,
+    /// Fixed cost of a transfer on the device-to-device link, ns.
+    #[serde(default)]
+    pub d2d_latency_ns: u64,
 }
 
 impl Default for PerfModel {
@@ -148,6 +156,8 @@ impl PerfModel {
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: None,
             host_stack_ps_per_byte: 0,
+            d2d_bytes_per_sec: 0,
+            d2d_latency_ns: 0,
         }
     }
 
@@ -177,6 +187,9 @@ impl PerfModel {
             host_ps_per_fuel: HOST_PS_PER_FUEL_DEFAULT,
             engines: Some(4),
             host_stack_ps_per_byte: HOST_STACK_PS_PER_BYTE_LAMBDA_IO,
+            // One device in the paper: no peer link is measured, so none is modelled.
+            d2d_bytes_per_sec: 0,
+            d2d_latency_ns: 0,
         }
     }
 
@@ -200,6 +213,9 @@ impl PerfModel {
             engines: Some(4),
             // The same board behind a Linux host: λ-IO's measured stack stands in.
             host_stack_ps_per_byte: HOST_STACK_PS_PER_BYTE_LAMBDA_IO,
+            // One device in the paper: no peer link is measured, so none is modelled.
+            d2d_bytes_per_sec: 0,
+            d2d_latency_ns: 0,
         }
     }
 
@@ -244,6 +260,18 @@ impl PerfModel {
         range(
             "link_latency_ns",
             self.link_latency_ns,
+            0,
+            LINK_LATENCY_MAX_NS,
+        )?;
+        range(
+            "d2d_bytes_per_sec",
+            self.d2d_bytes_per_sec,
+            0,
+            BANDWIDTH_MAX_BYTES_PER_SEC,
+        )?;
+        range(
+            "d2d_latency_ns",
+            self.d2d_latency_ns,
             0,
             LINK_LATENCY_MAX_NS,
         )?;

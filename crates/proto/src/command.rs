@@ -72,6 +72,11 @@ pub enum CopySource {
         offset: u64,
         len: u64,
     },
+    /// Bytes of a peer device's NVM namespace, by byte address: the device reads them
+    /// from the peer over its own connection to it (a device-to-device transfer; the
+    /// bytes never pass through the host). `peer` is the peer's device URI
+    /// (`tcp://HOST:PORT`); a device without peer links answers Unsupported.
+    Peer { peer: String, offset: u64, len: u64 },
 }
 
 impl CopySource {
@@ -80,7 +85,8 @@ impl CopySource {
         match self {
             CopySource::File { len, .. }
             | CopySource::Nvm { len, .. }
-            | CopySource::Mem { len, .. } => *len,
+            | CopySource::Mem { len, .. }
+            | CopySource::Peer { len, .. } => *len,
         }
     }
 
@@ -485,6 +491,19 @@ fn validate_copy(
                 len,
             } => {
                 check_handle(*handle)?;
+                check_span("source", *offset, *len)?;
+            }
+            CopySource::Peer { peer, offset, len } => {
+                if peer.is_empty() {
+                    return Err(FieldError::Empty { field: "peer" });
+                }
+                if peer.len() > PATH_SIZE_MAX {
+                    return Err(FieldError::TooLong {
+                        field: "peer",
+                        len: peer.len() as u64,
+                        limit: PATH_SIZE_MAX as u64,
+                    });
+                }
                 check_span("source", *offset, *len)?;
             }
         }

@@ -469,6 +469,12 @@ fn encode_source(w: &mut Writer<'_>, s: &CopySource) {
             w.u64(*len);
             w.u32(handle.0);
         }
+        CopySource::Peer { peer, offset, len } => {
+            w.u8(3);
+            w.u64(*offset);
+            w.u64(*len);
+            w.str(peer);
+        }
     }
 }
 
@@ -760,6 +766,11 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
             1 => CopySource::Nvm { offset, len },
             2 => CopySource::Mem {
                 handle: MemHandle(r.u32("source handle")?),
+                offset,
+                len,
+            },
+            3 => CopySource::Peer {
+                peer: r.str("source peer", PATH_SIZE_MAX)?,
                 offset,
                 len,
             },

@@ -33,6 +33,7 @@ use csx_device::{DeviceError, DeviceRuntime};
 
 use csx_host::transport::shm as shm_transport;
 
+mod peer;
 mod quota;
 pub mod shm;
 pub mod tcp;
@@ -317,6 +318,8 @@ impl Server {
             ),
             None => None,
         };
+        // A served device reads its peers' storage itself (D2D over tcp).
+        device.set_peer_link(Arc::new(peer::TcpPeers::default()));
         let ctx = Arc::new(Context {
             device,
             token: config.token,

@@ -2,6 +2,7 @@
 //! in-process on loopback.
 
 mod common;
+mod d2d;
 mod files;
 mod locks;
 mod sort;

@@ -25,6 +25,55 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp paths")
 }
 
+/// `--profile` takes the links from a device profile; `--link-bandwidth` and
+/// `--command-latency-us` override it; an unknown profile is refused by name.
+#[test]
+fn array_links_come_from_a_device_profile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let init = |dir: &str, extra: &[&str]| {
+        let arr = tmp.path().join(dir);
+        let mut args = vec!["array", "init", "--state", s(&arr), "--members", "1"];
+        args.extend_from_slice(&["--nvm-size", "16MiB", "--slm-size", "4MiB", "--json"]);
+        args.extend_from_slice(extra);
+        json(&run(&args))["link"].clone()
+    };
+    let l = init("a", &["--profile", "lambda-io"]);
+    assert_eq!(l["host_bytes_per_sec"], 3_220_000_000u64);
+    assert_eq!(l["member_bytes_per_sec"], 0, "λ-IO models no peer link");
+    assert_eq!(l["command_latency_ns"], 10_000);
+    let l = init(
+        "b",
+        &[
+            "--profile",
+            "lambda-io",
+            "--link-bandwidth",
+            "1Gbps",
+            "--command-latency-us",
+            "20",
+        ],
+    );
+    assert_eq!(l["host_bytes_per_sec"], 125_000_000);
+    assert_eq!(l["member_bytes_per_sec"], 125_000_000);
+    assert_eq!(
+        (l["command_latency_ns"].clone(), l["d2d_latency_ns"].clone()),
+        (20_000.into(), 20_000.into())
+    );
+    let out = csx()
+        .args([
+            "array",
+            "init",
+            "--state",
+            s(&tmp.path().join("c")),
+            "--members",
+            "1",
+        ])
+        .args(["--profile", "no-such-profile"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-profile"));
+}
+
 #[test]
 fn array_files_round_trip_with_tagged_extents() {
     let tmp = tempfile::tempdir().unwrap();

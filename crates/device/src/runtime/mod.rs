@@ -191,6 +191,8 @@ pub(crate) struct Shared {
     next_client: AtomicU32,
     live_pairs: AtomicU32,
     pub(crate) watchdog: Watchdog,
+    /// How this device reaches its peers (see [`crate::peer`]); unset: it does not.
+    pub(crate) peers: std::sync::OnceLock<Arc<dyn crate::peer::PeerLink>>,
 }
 
 /// A csx device: NVM namespace with its file store, SLM, shared state, program slots
@@ -351,6 +353,7 @@ impl DeviceRuntime {
             next_client: AtomicU32::new(1),
             live_pairs: AtomicU32::new(0),
             watchdog: Watchdog::default(),
+            peers: std::sync::OnceLock::new(),
         });
         let mut device = DeviceRuntime {
             shared: Some(Arc::clone(&shared)),
@@ -385,6 +388,12 @@ impl DeviceRuntime {
         self.shared
             .as_ref()
             .expect("an open device has its shared state")
+    }
+
+    /// Lets this device read its peers' storage through `link` (Memory Copy's peer
+    /// sources). Set once: `false` when a link was already installed.
+    pub fn set_peer_link(&self, link: Arc<dyn crate::peer::PeerLink>) -> bool {
+        self.shared().peers.set(link).is_ok()
     }
 
     /// Opens a queue pair (a client) with room for `depth` commands in flight.

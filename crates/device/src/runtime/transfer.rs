@@ -186,6 +186,22 @@ impl Shared {
                 .nvm
                 .read_at_uncached(*offset, piece)
                 .map_err(|e| Box::new(fail_with_context(&e, &format!("source {i}")))),
+            CopySource::Peer { peer, offset, .. } => {
+                let Some(link) = self.peers.get() else {
+                    let message = format!(
+                        "source {i}: this device has no peer links, so it cannot read {peer} \
+                         (an embedded device; serve it with `csx device serve`)"
+                    );
+                    return Err(Box::new(fail(Status::InvalidField, "peer", message)));
+                };
+                link.read_nvm(peer, *offset, piece).map_err(|e| {
+                    let status = match e {
+                        crate::peer::PeerError::Unreachable { .. } => Status::NamespaceNotReachable,
+                        crate::peer::PeerError::Refused { .. } => Status::OutOfRange,
+                    };
+                    Box::new(fail(status, "peer", format!("source {i}: {e}")))
+                })
+            }
             CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
         }
     }

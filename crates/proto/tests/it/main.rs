@@ -52,6 +52,12 @@ fn source() -> impl Strategy<Value = CopySource> {
                 len,
             }
         }),
+        (
+            "tcp://[a-z0-9.]{1,20}:[0-9]{1,5}",
+            0u64..1 << 40,
+            0u64..1 << 20
+        )
+            .prop_map(|(peer, offset, len)| CopySource::Peer { peer, offset, len }),
     ]
 }
 
