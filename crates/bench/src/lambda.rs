@@ -61,8 +61,9 @@ pub struct LambdaBenchArgs {
     /// Host threads of the run model (λ-IO: 8).
     #[arg(long, value_name = "N", default_value_t = 8)]
     threads: u32,
-    /// What-if: the device's compute time relative to the host's instead of the
-    /// profile's 1.6 (see `PerfModel::lambda_io` and docs/benchmarks.md).
+    /// What-if: the device's compute time relative to the host's, the same for every
+    /// instruction class, instead of the profile's per-class costs (see
+    /// `PerfModel::lambda_io` and docs/benchmarks.md).
     #[arg(long, value_name = "X")]
     compute_scale: Option<f64>,
     /// Print one JSON object per row instead of the table.
@@ -113,6 +114,8 @@ struct Row {
     media_bytes: u64,
     wall_ns: u64,
     modelled_ns: u64,
+    /// Instructions λ executed per input byte (0 for buffered: native code).
+    insns_per_byte: f64,
 }
 
 /// A dataset on the device and the λ that reads it.
@@ -278,6 +281,8 @@ fn device_config(size: u64, compute_scale: Option<f64>) -> anyhow::Result<Device
     perf.throttle = false;
     if let Some(x) = compute_scale {
         perf.compute_scale_milli = (x * 1000.0).round() as u32;
+        // The device's per-class costs then follow the host's, scaled.
+        perf.device_ps_per_insn = [0; csx_ebpf::count::CLASS_COUNT];
         perf.profile = "custom".to_string();
         perf.validate()?;
     }
@@ -345,9 +350,9 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
     }
     if !args.json {
         println!(
-            "\nprofile {} (compute scale {}), {} host threads, {} device engines, chunk {} B",
+            "\nprofile {} (device ps per instruction: {}), {} host threads, {} device engines, chunk {} B",
             dev_profile(&dir),
-            f64::from(config_scale(&dir)) / 1000.0,
+            device_costs(&dir),
             bench_threads(&args),
             engines,
             args.chunk
@@ -419,8 +424,24 @@ fn dev_profile(dir: &std::path::Path) -> String {
     DeviceConfig::load(dir).map_or_else(|_| "?".to_string(), |c| c.perf.profile)
 }
 
-fn config_scale(dir: &std::path::Path) -> u32 {
-    DeviceConfig::load(dir).map_or(0, |c| c.perf.compute_scale_milli)
+/// The device's costs per instruction class, as `class ps` pairs, equal classes merged.
+fn device_costs(dir: &std::path::Path) -> String {
+    let Ok(c) = DeviceConfig::load(dir) else {
+        return "?".to_string();
+    };
+    let costs = c.perf.device_costs();
+    let mut groups: Vec<(u64, Vec<&str>)> = Vec::new();
+    for (class, ps) in csx_ebpf::count::InsnClass::ALL.iter().zip(costs) {
+        match groups.iter_mut().find(|(p, _)| *p == ps) {
+            Some((_, names)) => names.push(class.name()),
+            None => groups.push((ps, vec![class.name()])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(ps, names)| format!("{} {ps}", names.join("/")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn bench_threads(args: &LambdaBenchArgs) -> u32 {
@@ -494,6 +515,8 @@ fn scenario(
             t.requests_profiled += a.requests_profiled;
             t.link_bytes += a.link_bytes;
             t.media_bytes += a.media_bytes;
+            t.insns += a.insns;
+            t.input_bytes += a.input_bytes;
             t
         });
         let program = apps
@@ -515,6 +538,7 @@ fn scenario(
             media_bytes: total.media_bytes,
             wall_ns,
             modelled_ns,
+            insns_per_byte: total.insns as f64 / total.input_bytes.max(1) as f64,
         };
         print_row(&row, json, rows.is_empty());
         rows.push(row);
@@ -653,6 +677,7 @@ fn write_scenario(
             media_bytes: account.media_bytes,
             wall_ns,
             modelled_ns: account.modelled_ns(bench.threads, bench.engines),
+            insns_per_byte: account.insns as f64 / account.input_bytes.max(1) as f64,
         };
         print_row(&row, json, rows.is_empty());
         rows.push(row);
@@ -672,7 +697,7 @@ fn print_row(row: &Row, json: bool, first: bool) {
     }
     if first {
         println!(
-            "{:<20} {:<16} {:<5} {:>8} {:>8} {:<8} {:>6} {:>6} {:>6} {:>9} {:>9} {:>11}",
+            "{:<20} {:<16} {:<5} {:>8} {:>8} {:<8} {:>6} {:>6} {:>6} {:>9} {:>9} {:>11} {:>7}",
             "scenario",
             "program",
             "cache",
@@ -684,12 +709,13 @@ fn print_row(row: &Row, json: bool, first: bool) {
             "prof",
             "link MiB",
             "wall ms",
-            "modelled ms"
+            "modelled ms",
+            "insn/B"
         );
     }
     let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     println!(
-        "{:<20} {:<16} {:<5} {:>7.0}M {:>7.0}M {:<8} {:>6} {:>6} {:>6} {:>9.1} {:>9.1} {:>11.3}",
+        "{:<20} {:<16} {:<5} {:>7.0}M {:>7.0}M {:<8} {:>6} {:>6} {:>6} {:>9.1} {:>9.1} {:>11.3} {:>7.2}",
         row.scenario,
         row.program,
         row.cache,
@@ -702,6 +728,7 @@ fn print_row(row: &Row, json: bool, first: bool) {
         mib(row.link_bytes),
         row.wall_ns as f64 / 1e6,
         row.modelled_ns as f64 / 1e6,
+        row.insns_per_byte,
     );
 }
 
@@ -732,5 +759,79 @@ fn print_goals(rows: &[Row]) {
             buffered / auto,
         );
         i += 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use csx_device::offload::{function_table, run_on_windows, CallContext, RunCall};
+    use csx_ebpf::count::{ExecCounts, WorkCounts};
+
+    use super::*;
+
+    /// The work the SDK program `name` executes over `size` bytes of its λ-IO dataset on
+    /// the host JIT, through the device's execution path, as the bench's host side runs it.
+    fn work(name: &str, size: u64) -> WorkCounts {
+        let image = csx_workloads::Compiler::new()
+            .and_then(|c| c.program(name))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let table = function_table();
+        let program = csx_ebpf::loader::load_elf(&image, None, &table).unwrap();
+        let verified = csx_ebpf::verifier::verify(program, Arc::new(table)).unwrap();
+        let jit = csx_ebpf_jit::JitProgram::compile(Arc::new(verified)).unwrap();
+        let mut input = dataset(workload(name), size).unwrap();
+        let mut output = vec![0u8; 64];
+        let blocks = csx_ebpf::engine::Engine::program(&jit).blocks();
+        let counts = ExecCounts::new(blocks);
+        let call = RunCall {
+            cparam1: 0,
+            cparam2: 0,
+            params: &[],
+            fuel: csx_ebpf::limits::FUEL_DEFAULT,
+            stop: None,
+            counts: Some(&counts),
+        };
+        let mut ctx = CallContext::without_files(Instant::now());
+        let out = run_on_windows(
+            &jit,
+            vec![&mut input, &mut output],
+            |mem| {
+                let addr = mem
+                    .map_read_write(csx_device::offload::STATE_REGION, &mut [])
+                    .expect("an empty region always maps");
+                (addr, 0)
+            },
+            &call,
+            &mut ctx,
+        );
+        assert_eq!(out.result, Ok(32), "{name}");
+        blocks.work(&counts.values())
+    }
+
+    /// The `lambda-io` profile's per-class costs are calibrated on λ-IO's Table 4 (sBPF
+    /// rows): the device's compute over the kernel's is 2.94 / 0.99 for Stats64 and
+    /// 10.27 / 1.60 for Stats32. Our programs' executed work, priced by the profile, must
+    /// give the same ratios (within 3%); a program or a cost changing breaks this.
+    #[test]
+    fn lambda_io_costs_reproduce_table_4_compute_ratios() {
+        let perf = csx_device::PerfModel::lambda_io();
+        for (name, want) in [("stats64", 2.94 / 0.99), ("stats32", 10.27 / 1.60)] {
+            let w = work(name, 1 << 20);
+            let ratio = perf.device_work_ns(&w.0) as f64 / perf.host_work_ns(&w.0) as f64;
+            let per_byte: Vec<String> = w
+                .named()
+                .filter(|(_, n)| *n > 0)
+                .map(|(c, n)| format!("{c} {:.3}", n as f64 / f64::from(1u32 << 20)))
+                .collect();
+            assert!(
+                (ratio / want - 1.0).abs() < 0.03,
+                "{name}: device/host compute {ratio:.3}, λ-IO Table 4 {want:.3}; \
+                 executed per byte: {}",
+                per_byte.join(", ")
+            );
+        }
     }
 }

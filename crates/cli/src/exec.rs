@@ -281,6 +281,7 @@ fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
             },
             "staged_bytes": o.staged_bytes,
             "fuel_used": r.fuel_used,
+            "work": work_json(&r.work),
             "detail": detail,
             "trace": r.trace,
         });
@@ -330,6 +331,14 @@ fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
         us(s.output_ns)
     );
     println!("fuel      {}", r.fuel_used);
+    if !r.work.is_empty() {
+        let total: u64 = r.work.iter().sum();
+        let classes: Vec<String> = work_classes(&r.work)
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        println!("executed  {total} instructions: {}", classes.join(", "));
+    }
     if let (true, Some(bytes)) = (show_output, &o.output) {
         let shown = &bytes[..bytes.len().min(256)];
         println!(
@@ -416,6 +425,28 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// `(class name, count)` of an execution's work (`ExecuteInfo::work` order).
+pub(crate) fn work_classes(work: &[u64]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    csx_ebpf::count::InsnClass::ALL
+        .iter()
+        .zip(work)
+        .map(|(c, &n)| (c.name(), n))
+}
+
+/// An execution's work as a JSON object by class name, with its total (`null` when the
+/// device did not count).
+pub(crate) fn work_json(work: &[u64]) -> serde_json::Value {
+    if work.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let mut m = serde_json::Map::new();
+    for (c, n) in work_classes(work) {
+        m.insert(c.to_string(), json!(n));
+    }
+    m.insert("total".to_string(), json!(work.iter().sum::<u64>()));
+    serde_json::Value::Object(m)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
+use csx_ebpf::count::ExecCounts;
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
 use csx_ebpf::helper::{ConformanceHost, FunctionTable};
 use csx_ebpf::limits::FUEL_DEFAULT;
@@ -72,6 +73,7 @@ impl EngineChoice {
 /// Examples:
 ///   csx vm run sum.o --mem-hex '0100000000000000 0200000000000000'
 ///   csx vm run filter.o --entry filter --mem-file records.bin --repeat 1000 --json
+///   csx vm run sum.o --mem-file values.bin --count
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment, after_help = RUN_EXIT_HELP)]
 struct RunArgs {
@@ -97,7 +99,14 @@ struct RunArgs {
     /// between runs); prints the mean nanoseconds per run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     repeat: Option<u64>,
-    /// Print one JSON object: r0, r0_hex, trap, fuel_used, engine, runs, ns_per_run.
+    /// Also count the instructions one run executes, per class (alu64, alu32, mul, div,
+    /// load, store, atomic, jump, jump32, call), by basic block as every engine counts
+    /// them (a trap counts its whole block); the count is one more, untimed, run on
+    /// fresh memory. What the device's modelled compute time is priced from.
+    #[arg(long)]
+    count: bool,
+    /// Print one JSON object: r0, r0_hex, trap, fuel_used, engine, runs, ns_per_run,
+    /// and with --count `work` (instructions per class and their total).
     #[arg(long)]
     json: bool,
 }
@@ -194,6 +203,25 @@ pub fn load_program(
 
 /// Runs `engine` once with `memory` mapped read-write at the first embedder region.
 pub fn run_with_memory(engine: &dyn Engine, memory: &mut [u8], fuel: u64) -> RunOutcome {
+    run_counted_opt(engine, memory, fuel, None)
+}
+
+/// [`run_with_memory`], counting executed blocks into `counts`.
+fn run_counted(
+    engine: &dyn Engine,
+    memory: &mut [u8],
+    fuel: u64,
+    counts: &ExecCounts,
+) -> RunOutcome {
+    run_counted_opt(engine, memory, fuel, Some(counts))
+}
+
+fn run_counted_opt(
+    engine: &dyn Engine,
+    memory: &mut [u8],
+    fuel: u64,
+    counts: Option<&ExecCounts>,
+) -> RunOutcome {
     let len = memory.len() as u64;
     let mut map = MemoryMap::new();
     let addr = map
@@ -204,6 +232,7 @@ pub fn run_with_memory(engine: &dyn Engine, memory: &mut [u8], fuel: u64) -> Run
         [addr, len, 0, 0, 0],
         &RunOptions {
             fuel,
+            counts,
             ..RunOptions::default()
         },
         &mut ConformanceHost,
@@ -264,6 +293,9 @@ struct RunReport {
     fuel_used: u64,
     runs: u64,
     ns_per_run: Option<f64>,
+    /// Instructions per class and `total`, with --count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work: Option<serde_json::Value>,
 }
 
 fn run_program(args: RunArgs) -> anyhow::Result<u8> {
@@ -282,6 +314,16 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let kind = args.engine.kind();
     let (engine, _) = build_engine(kind, program)?;
 
+    // With --count, a counted run first, on its own copy of the memory.
+    let work = if args.count {
+        let blocks = engine.program().blocks();
+        let counts = ExecCounts::new(blocks);
+        let mut copy = memory.clone();
+        run_counted(engine.as_ref(), &mut copy, args.fuel, &counts);
+        Some(blocks.work(&counts.values()))
+    } else {
+        None
+    };
     // One run, or a warm-up followed by `repeat` timed runs.
     let mut outcome = run_with_memory(engine.as_ref(), &mut memory, args.fuel);
     let mut ns_per_run = None;
@@ -307,6 +349,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         fuel_used: outcome.fuel_used,
         runs: args.repeat.map_or(1, |n| n + 1),
         ns_per_run,
+        work: work.map(|w| crate::exec::work_json(&w.0)),
     };
     print_run_report(&report, args.json)?;
     Ok(if report.trap.is_some() {
@@ -328,6 +371,18 @@ fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
         (Some(hex), _) => println!("{hex}"),
         (None, Some(trap)) => eprintln!("csx: {trap} (fuel used {})", report.fuel_used),
         (None, None) => unreachable!("a run returns a value or traps"),
+    }
+    if let Some(serde_json::Value::Object(w)) = &report.work {
+        let classes: Vec<String> = w
+            .iter()
+            .filter(|(c, n)| *c != "total" && n.as_u64() != Some(0))
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        println!(
+            "executed {} instructions: {}",
+            w.get("total").map_or(0, |t| t.as_u64().unwrap_or(0)),
+            classes.join(", ")
+        );
     }
     if let Some(ns) = report.ns_per_run {
         println!(

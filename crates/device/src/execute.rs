@@ -20,6 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use csx_ebpf::count::{ExecCounts, WorkCounts};
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::HelperHost;
 use csx_ebpf::limits::FUEL_DEFAULT;
@@ -167,6 +168,9 @@ pub struct RunCall<'p> {
     pub fuel: u64,
     /// `None`: nothing can stop the run before its fuel runs out.
     pub stop: Option<&'p StopFlag>,
+    /// Block counters the run adds its executed blocks to (`csx_ebpf::count`), one per
+    /// block of the engine's program; `None`: no counting.
+    pub counts: Option<&'p ExecCounts>,
 }
 
 /// Runs `engine` over `windows` exactly as Execute Program does: builds `struct
@@ -203,6 +207,7 @@ pub fn run_on_windows<'w>(
     let opts = RunOptions {
         fuel: call.fuel,
         stop: call.stop,
+        counts: call.counts,
     };
     engine.run(&mut mem, regs, &opts, host)
 }
@@ -307,12 +312,17 @@ impl Shared {
             .into_iter()
             .map(|s| s.expect("windows are leased writable"))
             .collect();
+        // Every execution counts its work: its modelled compute time comes from it
+        // (`crate::perf`).
+        let blocks = ticket.engine.program().blocks();
+        let counts = ExecCounts::new(blocks);
         let call = RunCall {
             cparam1: *cparam1,
             cparam2: *cparam2,
             params,
             fuel: fuel.unwrap_or(FUEL_DEFAULT),
             stop: Some(stop),
+            counts: Some(&counts),
         };
         let mut ctx = CallContext::new(&self.files, self.epoch);
         let prepare_ns = ns(prepare_start.elapsed());
@@ -342,7 +352,8 @@ impl Shared {
         // the completion exists, so the windows are free when the host sees it.
         drop(state);
         drop(leases);
-        let mut c = completion_of(&outcome, &mut ctx);
+        let work = blocks.work(&counts.values());
+        let mut c = completion_of(&outcome, &mut ctx, &work);
         if let Err(Trap {
             pc,
             kind: TrapKind::Stopped { reason },
@@ -389,7 +400,7 @@ fn stopped(c: &mut Completion, pc: u32, reason: u32, fuel_used: u64, limit_ms: u
 }
 
 /// r0 or the trap, with the run's first function failure, its trace and its I/O time.
-fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>) -> Completion {
+fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>, work: &WorkCounts) -> Completion {
     let mut c = Completion::new(CommandId(0), Status::Success);
     match &outcome.result {
         Ok(r0) => c.value = *r0,
@@ -402,6 +413,7 @@ fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>) -> Completion 
     c.reply = Reply::Execute(ExecuteInfo {
         fuel_used: outcome.fuel_used,
         trace: std::mem::take(&mut ctx.trace),
+        work: work.0.to_vec(),
     });
     c.timing.transfer_ns = ns(ctx.io);
     c

@@ -15,8 +15,18 @@
 //!   Memory Copy              + file and NVM source bytes over the media
 //!   File Write / Read        + bytes over the link + bytes over the media
 //!   File Write From Memory   + bytes over the media
-//!   Execute                  + fuel used × host ps per fuel × compute scale
+//!   Execute                  + Σ over instruction classes of instructions executed
+//!                              × the device core's ps per instruction of the class
 //! ```
+//!
+//! Execute's compute comes from the work the run did: the instructions it executed,
+//! counted per canonical basic block by both engine kinds alike (`csx_ebpf::count`),
+//! by class (alu64, alu32, mul, div, load, store, atomic, jump, jump32, call), each
+//! class priced by the profile's device core ([`PerfModel::device_ps_per_insn`]). The
+//! host side of a comparison (λ-IO, the demo) prices the same counts with the host's
+//! core ([`PerfModel::host_ps_per_insn`]). Fuel stays the safety budget only; a
+//! completion without counts (an older device) falls back to fuel × host ps per fuel ×
+//! compute scale.
 //!
 //! Two uses, one number:
 //! - **virtual clock**: the modelled duration goes into `Completion::timing.modelled_ns`.
@@ -38,6 +48,7 @@
 
 use std::time::{Duration, Instant};
 
+use csx_ebpf::count::{InsnClass, CLASS_COUNT};
 use csx_proto::{Completion, CopySource, Op, Reply, Status};
 
 /// Why a performance model or a profile name is invalid.
@@ -83,6 +94,43 @@ pub const HOST_PS_PER_FUEL_DEFAULT: u64 = 250;
 
 /// Largest host time per fuel unit: 1 µs.
 pub const HOST_PS_PER_FUEL_MAX: u64 = 1_000_000;
+
+/// Largest time per executed instruction of one class, host or device: 1 µs.
+pub const PS_PER_INSN_MAX: u64 = 1_000_000;
+
+/// Per instruction class (`csx_ebpf::count::InsnClass` order), picoseconds per executed
+/// instruction.
+pub type ClassCosts = [u64; CLASS_COUNT];
+
+/// The λ-IO device core's time per executed instruction of a 64-bit class, ps: 742,
+/// calibrated on λ-IO's Table 4 (FAST'23 §5.5, sBPF rows): Stats64's compute took 2.94 s
+/// on the device against 0.99 s in the kernel, 2.97×, and the host core runs
+/// [`HOST_PS_PER_FUEL_DEFAULT`] (250 ps) per instruction: 2.97 × 250 = 742 ps, about
+/// 1.1 cycles of the Daisy's 1.5 GHz Cortex-A53 per instruction. Both sides run the same
+/// bytecode, so the ratio is the cores' (per core: λ-IO's device and host compute times
+/// are both sums over requests).
+pub const DEVICE_PS_PER_INSN_LAMBDA_IO: u64 = 742;
+
+/// The λ-IO device core's time per executed 32-bit instruction (classes alu32 and
+/// jump32), ps: three 64-bit instructions' worth, 3 × 742 = 2226. λ-IO explains its
+/// Stats32 result by the zero-extension of 32-bit values (§5.2: "eBPF clears the upper
+/// 32 bits with shift pairs"): on its device each 32-bit operation costs the operation and
+/// a pair of shifts, which the host's out-of-order core hides. Checked against Table 4:
+/// Stats32's compute took 10.27 s on the device against 1.60 s in the kernel, 6.42×; the
+/// SDK's stats32 (per input byte: 2.0 32-bit and 1.5 other instructions executed) costs
+/// the device 6.36× the host's compute per byte at these costs (the test
+/// `lambda_io_costs_reproduce_table_4_compute_ratios` in csx-bench holds it within 3%).
+pub const DEVICE_PS_PER_INSN32_LAMBDA_IO: u64 = 3 * DEVICE_PS_PER_INSN_LAMBDA_IO;
+
+/// Per-class device costs of the λ-IO board's core (the Daisy OpenSSD's Cortex-A53):
+/// 64-bit classes at [`DEVICE_PS_PER_INSN_LAMBDA_IO`], 32-bit at
+/// [`DEVICE_PS_PER_INSN32_LAMBDA_IO`].
+pub fn device_costs_lambda_io() -> ClassCosts {
+    let mut c = [DEVICE_PS_PER_INSN_LAMBDA_IO; CLASS_COUNT];
+    c[InsnClass::Alu32 as usize] = DEVICE_PS_PER_INSN32_LAMBDA_IO;
+    c[InsnClass::Jump32 as usize] = DEVICE_PS_PER_INSN32_LAMBDA_IO;
+    c
+}
 
 /// The host kernel's I/O stack (page cache, file system, block layer, driver, copy to
 /// user) per byte a host reads from the device, beyond the link: 194 ps, λ-IO's own
@@ -133,6 +181,14 @@ pub struct PerfModel {
     /// Fixed cost of a transfer on the device-to-device link, ns.
     #[serde(default)]
     pub d2d_latency_ns: u64,
+    /// The host core's time per executed instruction, by class ([`ClassCosts`]); all
+    /// 0 (an older `device.json`): `host_ps_per_fuel` for every class.
+    #[serde(default)]
+    pub host_ps_per_insn: ClassCosts,
+    /// The device core's time per executed instruction, by class; all 0: the host's
+    /// costs × the compute scale.
+    #[serde(default)]
+    pub device_ps_per_insn: ClassCosts,
 }
 
 impl Default for PerfModel {
@@ -158,6 +214,10 @@ impl PerfModel {
             host_stack_ps_per_byte: 0,
             d2d_bytes_per_sec: 0,
             d2d_latency_ns: 0,
+            // Every class at `host_ps_per_fuel`.
+            host_ps_per_insn: [0; CLASS_COUNT],
+            // At host speed: the host's costs at scale 1.
+            device_ps_per_insn: [0; CLASS_COUNT],
         }
     }
 
@@ -166,16 +226,13 @@ impl PerfModel {
     /// ARM cores. The paper gives no latency; we take the Daisy's measured DMA floor
     /// (below).
     ///
-    /// The paper gives no compute ratio β either, so it is calibrated on the paper's own
-    /// outcome (§2, Figure 1a; §5.2): on that testbed a cold Stats64 runs faster on the
-    /// device and a cold Stats32 faster on the host. With our fuel accounting the SDK's
-    /// stats64 costs 2.625 fuel per input byte and stats32 3.75 (measured by `csx bench
-    /// lambda`); with 4 engines against a host bound by the 3.22 GB/s link, a cold read
-    /// is faster on the device when β < 4 / (0.25 ns × fuel per byte × 3.22 GB/s), that
-    /// is below 1.89 for stats64 and above 1.33 for stats32. We take 1.6, inside that
-    /// window. The clock ratio of the two CPUs (Core i7-7700 at 3.6 GHz, Cortex-A53 at
-    /// 1.5 GHz) is 2.4, but it ignores IPC and puts even Stats64 on the host, against the
-    /// paper's measurement; [`PerfModel::daisy`] keeps 2.4.
+    /// Compute: the device core's cost per executed instruction by class
+    /// ([`device_costs_lambda_io`]), calibrated on the paper's Table 4 (§5.5: Stats64's
+    /// compute 2.97× the kernel's on the device, Stats32's 6.42×) against a host core at
+    /// [`HOST_PS_PER_FUEL_DEFAULT`] per instruction (a 3.6 GHz Core i7-7700 running
+    /// JIT-compiled eBPF at about one instruction per cycle). `compute_scale_milli` (1.6)
+    /// is what the model used before it counted executed instructions; it now only sets
+    /// the real-time floor of a throttled execution and prices completions without counts.
     pub fn lambda_io() -> PerfModel {
         PerfModel {
             profile: "lambda-io".to_string(),
@@ -190,6 +247,9 @@ impl PerfModel {
             // One device in the paper: no peer link is measured, so none is modelled.
             d2d_bytes_per_sec: 0,
             d2d_latency_ns: 0,
+            // Every class at `host_ps_per_fuel`.
+            host_ps_per_insn: [0; CLASS_COUNT],
+            device_ps_per_insn: device_costs_lambda_io(),
         }
     }
 
@@ -197,10 +257,11 @@ impl PerfModel {
     /// Cortex-A53 cores at 1.5 GHz; single-channel DMA between host memory and device memory
     /// peaks at 2.65 GB/s (10 MB reads, Table 11.2) with a 7–16 µs floor per transfer
     /// (10 µs here). The thesis measures no media bandwidth; the same board's media →
-    /// device memory figure from λ-IO (3.52 GB/s) stands in. Compute scale 2.4: the clock
-    /// ratio of a 3.6 GHz host core to the Daisy's 1.5 GHz Cortex-A53 cores, IPC ignored
-    /// (the thesis gives no per-program ratio to calibrate on, unlike
-    /// [`PerfModel::lambda_io`]).
+    /// device memory figure from λ-IO (3.52 GB/s) stands in. Compute: the same board's
+    /// cores as λ-IO's, so λ-IO's per-class calibration ([`device_costs_lambda_io`]) carries
+    /// over (the thesis gives no per-program ratio to calibrate on). Compute scale 2.4,
+    /// the clock ratio of a 3.6 GHz host core to the Daisy's 1.5 GHz Cortex-A53 cores,
+    /// only sets the real-time floor of a throttled execution.
     pub fn daisy() -> PerfModel {
         PerfModel {
             profile: "daisy".to_string(),
@@ -216,6 +277,10 @@ impl PerfModel {
             // One device in the paper: no peer link is measured, so none is modelled.
             d2d_bytes_per_sec: 0,
             d2d_latency_ns: 0,
+            // Every class at `host_ps_per_fuel`.
+            host_ps_per_insn: [0; CLASS_COUNT],
+            // The same board and cores as λ-IO's: its calibration carries over.
+            device_ps_per_insn: device_costs_lambda_io(),
         }
     }
 
@@ -293,6 +358,12 @@ impl PerfModel {
             0,
             HOST_STACK_PS_PER_BYTE_MAX,
         )?;
+        for ps in self.host_ps_per_insn {
+            range("host_ps_per_insn", ps, 0, PS_PER_INSN_MAX)?;
+        }
+        for ps in self.device_ps_per_insn {
+            range("device_ps_per_insn", ps, 0, PS_PER_INSN_MAX)?;
+        }
         Ok(())
     }
 
@@ -328,7 +399,50 @@ impl PerfModel {
         u64::try_from(ps / 1000).unwrap_or(u64::MAX)
     }
 
-    /// Device compute time for a run that used `fuel`.
+    /// The host core's ps per executed instruction by class (see the field's doc).
+    pub fn host_costs(&self) -> ClassCosts {
+        if self.host_ps_per_insn.iter().all(|&c| c == 0) {
+            [self.host_ps_per_fuel; CLASS_COUNT]
+        } else {
+            self.host_ps_per_insn
+        }
+    }
+
+    /// The device core's ps per executed instruction by class (see the field's doc).
+    pub fn device_costs(&self) -> ClassCosts {
+        if self.device_ps_per_insn.iter().all(|&c| c == 0) {
+            self.host_costs().map(|ps| {
+                let scaled = u128::from(ps) * u128::from(self.compute_scale_milli)
+                    / u128::from(COMPUTE_SCALE_UNIT);
+                u64::try_from(scaled).unwrap_or(u64::MAX)
+            })
+        } else {
+            self.device_ps_per_insn
+        }
+    }
+
+    /// Time for `work` (instructions per class, `ExecuteInfo::work` order; extra classes
+    /// cost nothing) at `costs`.
+    pub fn work_ns(costs: &ClassCosts, work: &[u64]) -> u64 {
+        let ps: u128 = work
+            .iter()
+            .zip(costs)
+            .map(|(&n, &c)| u128::from(n) * u128::from(c))
+            .sum();
+        u64::try_from(ps / 1000).unwrap_or(u64::MAX)
+    }
+
+    /// Host compute time for a run that executed `work`.
+    pub fn host_work_ns(&self, work: &[u64]) -> u64 {
+        PerfModel::work_ns(&self.host_costs(), work)
+    }
+
+    /// Device compute time for a run that executed `work`.
+    pub fn device_work_ns(&self, work: &[u64]) -> u64 {
+        PerfModel::work_ns(&self.device_costs(), work)
+    }
+
+    /// Device compute time for a run that used `fuel` (the fallback without counts).
     pub fn device_compute_ns(&self, fuel: u64) -> u64 {
         self.scale_ns(self.host_compute_ns(fuel))
     }
@@ -347,7 +461,11 @@ impl PerfModel {
             (Op::Execute { .. }, Reply::Execute(info))
                 if matches!(c.status, Status::Success | Status::Trap) =>
             {
-                self.device_compute_ns(info.fuel_used)
+                if info.work.is_empty() {
+                    self.device_compute_ns(info.fuel_used)
+                } else {
+                    self.device_work_ns(&info.work)
+                }
             }
             _ if c.status != Status::Success => 0,
             (Op::MemWrite { data, .. }, _) => self.link_ns(data.len() as u64),
@@ -459,6 +577,7 @@ mod tests {
         assert_eq!(m.modelled_ns(&write, &c), 10_000 + 1_000_000);
         c.reply = Reply::Execute(ExecuteInfo {
             fuel_used: 4_000,
+            work: Vec::new(),
             trace: Vec::new(),
         });
         let exec = Op::Execute {
@@ -496,5 +615,58 @@ mod tests {
             c.status = stopped;
             assert_eq!(m.floor_ns(&exec, &c, 10_000), 10_000, "{stopped:?}");
         }
+        // With counts, an execution is priced from its work, per class, not its fuel.
+        c.status = Status::Success;
+        let mut work = vec![0u64; CLASS_COUNT];
+        work[InsnClass::Alu64 as usize] = 1000;
+        work[InsnClass::Alu32 as usize] = 100;
+        c.reply = Reply::Execute(ExecuteInfo {
+            fuel_used: 4_000,
+            trace: Vec::new(),
+            work: work.clone(),
+        });
+        let device = 1000 * DEVICE_PS_PER_INSN_LAMBDA_IO + 100 * DEVICE_PS_PER_INSN32_LAMBDA_IO;
+        assert_eq!(m.modelled_ns(&exec, &c), 10_000 + device / 1000);
+        assert_eq!(m.host_work_ns(&work), 1100 * 250 / 1000);
+        // A trapped run is priced the same way; a failed one costs the latency only.
+        c.status = Status::Trap;
+        assert_eq!(m.modelled_ns(&exec, &c), 10_000 + device / 1000);
+    }
+
+    #[test]
+    fn class_costs_default_from_fuel_cost_and_scale() {
+        // A device.json from before per-class costs: every class at host_ps_per_fuel,
+        // the device's scaled.
+        let old: PerfModel = serde_json::from_str(
+            r#"{"profile":"x","throttle":false,"link_bytes_per_sec":0,"link_latency_ns":0,
+                "media_bytes_per_sec":0,"compute_scale_milli":2000,"host_ps_per_fuel":300,
+                "engines":null}"#,
+        )
+        .unwrap();
+        old.validate().unwrap();
+        assert_eq!(old.host_costs(), [300; CLASS_COUNT]);
+        assert_eq!(old.device_costs(), [600; CLASS_COUNT]);
+        assert_eq!(old.device_work_ns(&[10; CLASS_COUNT]), 60);
+        // The named profiles: λ-IO's board prices 32-bit work higher, the host does not.
+        let l = PerfModel::lambda_io();
+        let d = l.device_costs();
+        assert!(d[InsnClass::Alu32 as usize] > d[InsnClass::Alu64 as usize]);
+        assert_eq!(l.host_costs(), [HOST_PS_PER_FUEL_DEFAULT; CLASS_COUNT]);
+        assert_eq!(PerfModel::daisy().device_costs(), d);
+        assert_eq!(
+            PerfModel::unthrottled().device_costs(),
+            [HOST_PS_PER_FUEL_DEFAULT; CLASS_COUNT]
+        );
+        let bad = PerfModel {
+            device_ps_per_insn: [PS_PER_INSN_MAX + 1; CLASS_COUNT],
+            ..PerfModel::lambda_io()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(PerfError::OutOfRange {
+                field: "device_ps_per_insn",
+                ..
+            })
+        ));
     }
 }

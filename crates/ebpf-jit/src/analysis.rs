@@ -189,8 +189,19 @@ fn next_pc(insns: &[Insn], pc: u32) -> Result<u32, PlanError> {
     }
 }
 
-/// Plans every function reachable from `entry`.
+/// Plans every function reachable from `entry` (the tests' shorthand).
+#[cfg(test)]
 pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, PlanError> {
+    plan_program_with(insns, entry, true)
+}
+
+/// As [`plan_program`]; `speculate`: whether to plan speculative regions (not in the
+/// variant that counts blocks, see `crate::count`).
+pub(crate) fn plan_program_with(
+    insns: &[Insn],
+    entry: u32,
+    speculate: bool,
+) -> Result<ProgramPlan, PlanError> {
     if entry as usize >= insns.len() {
         return Err(PlanError::BadTarget {
             pc: entry,
@@ -208,7 +219,8 @@ pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, Pl
     let mut callee_starts = HashSet::new();
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
-        let (plan, callees) = plan_function(insns, &lddw_tails, start, &mut visited, stamp)?;
+        let (plan, callees) =
+            plan_function(insns, &lddw_tails, start, &mut visited, stamp, speculate)?;
         calls_helpers |= plan
             .pcs
             .iter()
@@ -251,6 +263,7 @@ fn plan_function(
     start: u32,
     visited: &mut [u32],
     stamp: u32,
+    speculate: bool,
 ) -> Result<(FunctionPlan, Vec<u32>), PlanError> {
     // Reachability by depth-first search; `sources` counts jumps into each slot.
     let mut pcs = Vec::new();
@@ -325,7 +338,7 @@ fn plan_function(
     let mut cold = HashSet::new();
     let mut covered_until = 0;
     for &pc in &pcs {
-        if pc < covered_until || ifconv.contains_key(&pc) {
+        if !speculate || pc < covered_until || ifconv.contains_key(&pc) {
             continue;
         }
         let Flow::Branch(t) = flows[&pc] else {

@@ -17,12 +17,13 @@
 
 mod analysis;
 mod code_memory;
+mod count;
 mod params;
 mod runtime;
 mod translate;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cranelift_codegen::settings::{self, Configurable};
@@ -73,6 +74,9 @@ pub struct JitProgram {
     program: Arc<VerifiedProgram>,
     code: CodeMemory,
     compile_time: Duration,
+    /// The variant that counts executed blocks (`count`), compiled by the first run
+    /// that asks for counts.
+    counted: OnceLock<Result<CodeMemory, JitError>>,
 }
 
 impl std::fmt::Debug for JitProgram {
@@ -89,6 +93,31 @@ impl JitProgram {
     /// Compiles `program` for the host.
     pub fn compile(program: Arc<VerifiedProgram>) -> Result<JitProgram, JitError> {
         let started = Instant::now();
+        let code = Self::build(&program, false)?;
+        Ok(JitProgram {
+            program,
+            code,
+            compile_time: started.elapsed(),
+            counted: OnceLock::new(),
+        })
+    }
+
+    /// Compiles the variant that counts executed blocks now, rather than on the first
+    /// run that asks for counts (a device that always counts calls this at activation).
+    pub fn prepare_counting(&self) -> Result<(), JitError> {
+        self.counted_code().map(|_| ())
+    }
+
+    fn counted_code(&self) -> Result<&CodeMemory, JitError> {
+        self.counted
+            .get_or_init(|| Self::build(&self.program, true))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Plans, translates and finalizes `program`; `counting`: the variant with block
+    /// counters (see `count`).
+    fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError> {
         let name = program.name().to_string();
         let codegen = |e: &dyn std::fmt::Display| JitError::Codegen {
             program: name.clone(),
@@ -98,17 +127,20 @@ impl JitProgram {
         // Plan: which slots each eBPF function reaches, where blocks start, which
         // branches become selects.
         let insns = program.insns();
-        let plan = analysis::plan_program(insns, program.entry()).map_err(|e| match e {
-            PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
-                program: name.clone(),
-                pc,
-                target,
-            },
-            PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd {
-                program: name.clone(),
-                pc,
-            },
-        })?;
+        let plan =
+            analysis::plan_program_with(insns, program.entry(), !counting).map_err(
+                |e| match e {
+                    PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
+                        program: name.clone(),
+                        pc,
+                        target,
+                    },
+                    PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd {
+                        program: name.clone(),
+                        pc,
+                    },
+                },
+            )?;
 
         // Set up the host ISA, optimising for speed.
         let mut flags = settings::builder();
@@ -156,6 +188,7 @@ impl JitProgram {
             calls_helpers: plan.calls_helpers,
             call_conv,
             frontend_config: module.isa().frontend_config(),
+            blocks: counting.then(|| program.blocks()),
         };
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();
@@ -183,12 +216,7 @@ impl JitProgram {
 
         // Finalize: apply relocations and make the code executable.
         let entry = func_ids[&program.entry()];
-        let code = CodeMemory::new(module, entry, code_bytes).map_err(|e| codegen(&e))?;
-        Ok(JitProgram {
-            program,
-            code,
-            compile_time: started.elapsed(),
-        })
+        CodeMemory::new(module, entry, code_bytes).map_err(|e| codegen(&e))
     }
 
     /// Wall-clock time [`JitProgram::compile`] took.
@@ -214,10 +242,32 @@ impl Engine for JitProgram {
         opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
+        let code = match opts.counts {
+            None => &self.code,
+            Some(counts) => {
+                assert_eq!(
+                    counts.len(),
+                    self.program.blocks().len(),
+                    "one counter per block of the program"
+                );
+                match self.counted_code() {
+                    Ok(code) => code,
+                    // The uncounted variant compiled, so this is a JIT bug; the run
+                    // still runs, and reports it by leaving the counters untouched.
+                    Err(_) => {
+                        let uncounted = RunOptions {
+                            counts: None,
+                            ..*opts
+                        };
+                        return self.run(mem, args, &uncounted, host);
+                    }
+                }
+            }
+        };
         let mut run_mem = RunMemory::new(&self.program);
         let functions = self.program.functions();
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            runtime::execute(&self.code, functions, mem, fp, args, opts, host)
+            runtime::execute(code, functions, mem, fp, args, opts, host)
         })
     }
 }

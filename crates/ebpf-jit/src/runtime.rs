@@ -77,6 +77,9 @@ pub(crate) struct JitContext {
     pub bridge: *mut c_void,
     /// The run's [`StopFlag`] word, loaded atomically where fuel is charged.
     pub stop: *const u32,
+    /// The run's block counters (`csx_ebpf::count::ExecCounts`), which the counting
+    /// variant's functions add to as they leave; null when the run counts nothing.
+    pub counts: *mut u64,
 }
 
 /// Byte offsets into [`JitContext`], for code generation.
@@ -92,6 +95,7 @@ pub(crate) mod offsets {
     pub(crate) const TRAP_AUX: i32 = offset_of!(JitContext, trap_aux) as i32;
     pub(crate) const HELPER_TRAPPED: i32 = offset_of!(JitContext, helper_trapped) as i32;
     pub(crate) const STOP: i32 = offset_of!(JitContext, stop) as i32;
+    pub(crate) const COUNTS: i32 = offset_of!(JitContext, counts) as i32;
 
     /// Offset of register `r` in the register file.
     pub(crate) const fn reg(r: usize) -> i32 {
@@ -228,6 +232,7 @@ pub(crate) fn execute(
         helper_trapped: 0,
         bridge: (&raw mut bridge).cast::<c_void>(),
         stop: stop.as_ptr(),
+        counts: opts.counts.map_or(std::ptr::null_mut(), |c| c.as_mut_ptr()),
     };
     let entry = code.entry();
     // SAFETY: `entry` is the program's compiled entry function, whose signature is
@@ -235,7 +240,10 @@ pub(crate) fn execute(
     // context is fully initialised: `regions` points at the 32-row table of `mem`, which
     // stays borrowed (through `mem_ptr`) until this call returns and whose rows describe
     // live buffers (the `MemoryMap` invariant); the stack row is mapped by the engine
-    // for the whole run; `bridge` and the stop flag outlive the call. Compiled code touches memory only
+    // for the whole run; `bridge` and the stop flag outlive the call; the counting
+    // variant (the only code that writes through `counts`) runs only with a counter
+    // buffer, which `JitProgram::run` checked has one `u64` per block its code counts
+    // and which outlives the call. Compiled code touches memory only
     // through rows it has bounds-checked, the stack frame the depth check guarantees
     // (see `translate`), and this context; it never unwinds.
     let status = unsafe { entry(&raw mut ctx) };

@@ -19,6 +19,8 @@ use csx_ebpf::verifier::verify;
 use super::*;
 use crate::analysis::IfConv;
 
+mod count_tests;
+
 /// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with
 /// 0xab, 3 aborts, 4 panics, 6 unmaps the stack.
 struct TestHost;
@@ -93,6 +95,15 @@ fn program(src: &str, globals: Vec<GlobalSection>) -> Arc<VerifiedProgram> {
 /// Region 2: 64 writable bytes `0, 1, 2, ...`; region 3: 16 read-only bytes `0x10..`.
 /// r1 = region 2, r2 = its length, r3 = region 3.
 fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
+    run_on_with(engine, fuel, None)
+}
+
+/// [`run_on`], counting executed blocks into `counts` when given.
+fn run_on_with(
+    engine: &dyn Engine,
+    fuel: u64,
+    counts: Option<&csx_ebpf::count::ExecCounts>,
+) -> (RunOutcome, Vec<u8>) {
     let mut rw: Vec<u8> = (0..64).collect();
     let ro: Vec<u8> = (0x10..0x20).collect();
     let mut map = MemoryMap::new();
@@ -103,6 +114,7 @@ fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
         [a, 64, b, 0, 0],
         &RunOptions {
             fuel,
+            counts,
             ..RunOptions::default()
         },
         &mut TestHost,
@@ -118,6 +130,7 @@ fn check_program(p: Arc<VerifiedProgram>, fuel: u64) -> RunOutcome {
     let (got, got_mem) = run_on(&jit, fuel);
     assert_eq!(got, want, "jit vs interpreter, fuel {fuel}");
     assert_eq!(got_mem, want_mem, "memory after the run, fuel {fuel}");
+    count_tests::assert_counts_agree(&interp, &jit, fuel, (&got, &got_mem));
     got
 }
 
@@ -715,6 +728,7 @@ fn check_stopped(p: &Arc<VerifiedProgram>, fuel: u64, stop: &StopFlag) -> RunOut
         let opts = RunOptions {
             fuel,
             stop: Some(stop),
+            counts: None,
         };
         (
             engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut TestHost),
@@ -807,6 +821,7 @@ fn a_stop_from_another_thread_ends_a_spin() {
             let opts = RunOptions {
                 fuel: budget,
                 stop: Some(&stop),
+                counts: None,
             };
             engine.run(&mut map, [0; 5], &opts, &mut TestHost)
         });

@@ -48,12 +48,14 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Module};
 
+use csx_ebpf::count::BlockMap;
 use csx_ebpf::engine::rules;
 use csx_ebpf::isa::*;
 use csx_ebpf::limits::{CALL_DEPTH_MAX, REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE};
 use csx_ebpf::memory::{RegionEntry, RegionIdx};
 
 use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv};
+use crate::count::Counters;
 use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
@@ -81,6 +83,8 @@ pub(crate) struct ProgramEnv<'a> {
     pub calls_helpers: bool,
     pub call_conv: CallConv,
     pub frontend_config: TargetFrontendConfig,
+    /// The canonical blocks, when compiling the variant that counts them (`count`).
+    pub blocks: Option<&'a BlockMap>,
 }
 
 /// What a memory access does once its host address is known.
@@ -227,6 +231,8 @@ struct Translator<'a, 'f> {
     /// Whether a helper may run during the run (see [`ProgramEnv::calls_helpers`]).
     calls_helpers: bool,
     frontend_config: TargetFrontendConfig,
+    /// Block counters, in the counting variant only (see `count`).
+    counters: Option<Counters>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -333,6 +339,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             (RegionIdx::STACK.vaddr(0) as i64).wrapping_neg(),
         );
 
+        let counters = env.blocks.map(|m| Counters::new(&mut b, m, &plan.pcs));
+
         let mut blocks = HashMap::new();
         for &leader in &plan.leaders {
             let block = b.create_block();
@@ -383,6 +391,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             open: false,
             calls_helpers: env.calls_helpers,
             frontend_config: env.frontend_config,
+            counters,
         }
     }
 
@@ -406,6 +415,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.open,
                 "slot {pc} is reached only by fall-through, so its block is open"
             );
+            if let Some(c) = &self.counters {
+                c.enter(&mut self.b, pc);
+            }
             resume = self.insn(pc)?;
         }
         assert!(!self.open, "the last reachable instruction ends its block");
@@ -416,15 +428,24 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn finish(mut self) {
         self.b.switch_to_block(self.trap_exit);
         self.store_fuel();
+        self.flush_counters();
         let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
         self.b.ins().return_(&[status]);
 
         self.b.switch_to_block(self.propagate);
+        self.flush_counters();
         let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
         self.b.ins().return_(&[status]);
 
         self.b.seal_all_blocks();
         self.b.finalize(self.frontend_config);
+    }
+
+    /// Adds the block counters into the run's buffer (counting variant only).
+    fn flush_counters(&mut self) {
+        if let Some(c) = &self.counters {
+            c.flush(&mut self.b, self.ctx, self.flags.ctx);
+        }
     }
 
     /// Switches to `block`, an internal block whose every predecessor is already
@@ -1359,6 +1380,26 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Translates a converted branch (see `analysis`) as straight-line code: every arm
     /// runs, and each register an arm changed takes its value through a `select`.
     fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+        if let Some(c) = &self.counters {
+            // Both arms run, so each arm's blocks count under its predicate, before the
+            // back-edge charge below can trap (the counting rule in `csx_ebpf::count`).
+            let not = self.b.ins().bxor_imm_s(cond, 1);
+            match shape {
+                IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
+                    // A back triangle's `ja` belongs to its arm's block.
+                    let to = if matches!(shape, IfConv::BackTriangle { .. }) {
+                        arm_end + 1
+                    } else {
+                        arm_end
+                    };
+                    c.enter_if(&mut self.b, pc + 1, to, not);
+                }
+                IfConv::Diamond { else_start, join } => {
+                    c.enter_if(&mut self.b, pc + 1, else_start, not);
+                    c.enter_if(&mut self.b, else_start, join, cond);
+                }
+            }
+        }
         let before = self.snapshot();
         let (taken, fallthrough) = match shape {
             IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
@@ -1581,6 +1622,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
         }
         self.store_fuel();
+        self.flush_counters();
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
         self.b.ins().return_(&[status]);
         self.open = false;

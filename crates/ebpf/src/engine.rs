@@ -35,6 +35,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::count::ExecCounts;
 use crate::helper::HelperHost;
 use crate::limits::{CALL_DEPTH_MAX, FUEL_DEFAULT, STACK_FRAME_SIZE, STACK_SIZE};
 use crate::memory::{MemoryMap, RegionIdx};
@@ -49,6 +50,10 @@ pub struct RunOptions<'a> {
     /// Checked where fuel is charged (see "Stopping" in the module doc); `None`: the run
     /// cannot be stopped from outside.
     pub stop: Option<&'a StopFlag>,
+    /// Block counters to add this run's executed blocks to (see [`crate::count`]);
+    /// `None`: the run counts nothing and pays nothing for counting. Must have one
+    /// counter per block of the program's [`VerifiedProgram::blocks`].
+    pub counts: Option<&'a ExecCounts>,
 }
 
 impl Default for RunOptions<'_> {
@@ -56,6 +61,7 @@ impl Default for RunOptions<'_> {
         RunOptions {
             fuel: FUEL_DEFAULT,
             stop: None,
+            counts: None,
         }
     }
 }

@@ -30,8 +30,9 @@
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::count::{ExecCounts, NOT_A_LEADER};
 use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome, StopFlag};
 use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
@@ -45,6 +46,9 @@ use crate::trap::{Trap, TrapKind};
 pub struct Interpreter {
     program: Arc<VerifiedProgram>,
     ops: Box<[Slot]>,
+    /// The program decoded without fusion, for runs that count executed blocks (a fused
+    /// op runs two slots, so a leader inside it would go unseen); made on first use.
+    counted_ops: OnceLock<Box<[Slot]>>,
 }
 
 impl fmt::Debug for Interpreter {
@@ -60,7 +64,11 @@ impl Interpreter {
     /// Pre-decodes `program`.
     pub fn new(program: Arc<VerifiedProgram>) -> Interpreter {
         let ops = decode_program(program.insns(), true);
-        Interpreter { program, ops }
+        Interpreter {
+            program,
+            ops,
+            counted_ops: OnceLock::new(),
+        }
     }
 
     /// `program` decoded one slot per instruction, without [`fuse`]: the reference the
@@ -68,7 +76,11 @@ impl Interpreter {
     #[cfg(test)]
     fn unfused(program: Arc<VerifiedProgram>) -> Interpreter {
         let ops = decode_program(program.insns(), false);
-        Interpreter { program, ops }
+        Interpreter {
+            program,
+            ops,
+            counted_ops: OnceLock::new(),
+        }
     }
 }
 
@@ -84,10 +96,42 @@ impl Engine for Interpreter {
         opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
+        if let Some(counts) = opts.counts {
+            return self.run_counted(mem, args, opts, counts, host);
+        }
         let mut run_mem = RunMemory::new(&self.program);
         let stop = opts.stop.unwrap_or(StopFlag::never());
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            self.execute(mem, fp, args, opts.fuel, stop, host)
+            self.execute::<false>(&self.ops, mem, fp, args, opts.fuel, stop, host, None)
+        })
+    }
+}
+
+impl Interpreter {
+    /// A run that counts executed blocks (`crate::count`): the unfused slots, with the
+    /// dispatch loop bumping a block's counter whenever it reaches the block's leader.
+    /// Kept out of line so the uncounted loop in [`Engine::run`] is compiled as before.
+    #[inline(never)]
+    fn run_counted(
+        &self,
+        mem: &mut MemoryMap<'_>,
+        args: [u64; 5],
+        opts: &RunOptions<'_>,
+        counts: &ExecCounts,
+        host: &mut dyn HelperHost,
+    ) -> RunOutcome {
+        assert_eq!(
+            counts.len(),
+            self.program.blocks().len(),
+            "one counter per block of the program"
+        );
+        let ops = self
+            .counted_ops
+            .get_or_init(|| decode_program(self.program.insns(), false));
+        let mut run_mem = RunMemory::new(&self.program);
+        let stop = opts.stop.unwrap_or(StopFlag::never());
+        run_mem.with_mapped(&self.program, mem, |mem, fp| {
+            self.execute::<true>(ops, mem, fp, args, opts.fuel, stop, host, Some(counts))
         })
     }
 }
@@ -1000,18 +1044,26 @@ impl Interpreter {
     /// current instruction is `pc - 1` (what traps and fuel use).
     // Inlined into the run's closure: as a separate function the loop measured up to
     // 1.8x slower (its hot values spilled differently).
-    #[allow(clippy::too_many_lines)]
+    // `COUNT`: bump `counts` at block leaders (`crate::count`); `ops` must then be
+    // unfused, so that the loop reaches every leader slot.
+    #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
     #[inline(always)]
-    fn execute(
+    fn execute<const COUNT: bool>(
         &self,
+        ops: &[Slot],
         mem: &mut MemoryMap<'_>,
         frame_pointer: u64,
         args: [u64; 5],
         budget: u64,
         stop: &StopFlag,
         host: &mut dyn HelperHost,
+        counts: Option<&ExecCounts>,
     ) -> RunOutcome {
-        let ops = &*self.ops;
+        let leaders: &[u32] = if COUNT {
+            self.program.blocks().block_table()
+        } else {
+            &[]
+        };
         let functions = self.program.functions();
         let stack = stack_row(mem);
         // One entry per possible `u8` register number, so that indexing by a decoded
@@ -1124,6 +1176,13 @@ impl Interpreter {
         loop {
             // The verifier guarantees no path runs past the last slot or lands on an
             // lddw tail, so indexing cannot fail for a verified program.
+            if COUNT {
+                if let (Some(c), Some(&b)) = (counts, leaders.get(pc)) {
+                    if b != NOT_A_LEADER {
+                        c.add(b as usize, 1);
+                    }
+                }
+            }
             let s = &ops[pc];
             pc += 1;
             // Each arm reads only the fields it uses, straight from the slot.
@@ -2387,6 +2446,7 @@ mod tests {
         let opts = RunOptions {
             fuel: 100,
             stop: Some(&stop),
+            counts: None,
         };
         let out = Interpreter::new(Arc::new(v)).run(
             &mut MemoryMap::new(),

@@ -8,6 +8,7 @@
 //! here panic, loop forever or touch memory outside the regions it was given.
 
 pub mod asm;
+pub mod count;
 pub mod disasm;
 pub mod engine;
 pub mod helper;

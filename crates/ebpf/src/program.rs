@@ -4,8 +4,9 @@
 //! global data sections its `lddw` constants point into. [`crate::verifier::verify`]
 //! turns it into a [`VerifiedProgram`], the only form engines accept.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::count::BlockMap;
 use crate::helper::FunctionTable;
 use crate::isa::Insn;
 use crate::memory::RegionIdx;
@@ -76,6 +77,8 @@ pub struct VerifiedProgram {
     program: Program,
     functions: Arc<FunctionTable>,
     info: ProgramInfo,
+    /// Canonical basic blocks, computed on first use (see [`crate::count`]).
+    blocks: OnceLock<BlockMap>,
 }
 
 impl VerifiedProgram {
@@ -85,7 +88,15 @@ impl VerifiedProgram {
             program,
             functions,
             info,
+            blocks: OnceLock::new(),
         }
+    }
+
+    /// The program's canonical basic blocks and their instruction-class histograms,
+    /// shared by every engine that counts executed work (see [`crate::count`]).
+    pub fn blocks(&self) -> &BlockMap {
+        self.blocks
+            .get_or_init(|| BlockMap::new(self.insns(), self.entry()))
     }
 
     /// The instruction slots.

@@ -116,6 +116,9 @@ pub struct Execution {
     pub fuel_used: u64,
     /// Messages from `csx_trace`, in order.
     pub trace: Vec<String>,
+    /// Instructions executed per class (`csx_proto::ExecuteInfo::work`); empty when the
+    /// device did not count.
+    pub work: Vec<u64>,
 }
 
 impl Execution {
@@ -126,9 +129,9 @@ impl Execution {
         if !matches!(c.status, Status::Success | Status::Trap) {
             return Err(CallError::from_completion("execute", c));
         }
-        let (fuel_used, trace) = match c.reply {
-            Reply::Execute(info) => (info.fuel_used, info.trace),
-            _ => (0, Vec::new()),
+        let (fuel_used, trace, work) = match c.reply {
+            Reply::Execute(info) => (info.fuel_used, info.trace, info.work),
+            _ => (0, Vec::new(), Vec::new()),
         };
         Ok(Execution {
             r0: c.value,
@@ -138,6 +141,7 @@ impl Execution {
             detail: c.detail,
             fuel_used,
             trace,
+            work,
         })
     }
 

@@ -42,6 +42,8 @@ pub struct RunAccount {
     pub device_compute_ns: u64,
     /// Sum of the requests' own modelled times.
     pub request_ns: u64,
+    /// Instructions λ executed, both sides (a profiled request's twice).
+    pub insns: u64,
 }
 
 impl RunAccount {
@@ -50,6 +52,7 @@ impl RunAccount {
         self.media_bytes += c.media_bytes;
         self.media_ns += c.media_ns;
         self.link_ns += c.link_ns;
+        self.insns += c.insns;
         if host {
             self.host_compute_ns += c.compute_ns;
         } else {

@@ -11,7 +11,7 @@
 //!   host    cache ratio c of the range (mincore)
 //!           buffered pread of the range's image extents       (1 − c)·len over media, link
 //!                                                             and the host's I/O stack
-//!           run λ on the host JIT over the same windows       fuel × host ps per fuel
+//!           run λ on the host JIT over the same windows       executed work × host costs
 //! ```
 //!
 //! A λ-write of `input` at `offset`:
@@ -23,7 +23,8 @@
 //! ```
 //!
 //! Modelled time (deterministic): the device side sums its completions'
-//! `timing.modelled_ns`; the host side is `perf.host_compute_ns(fuel)` plus the uncached
+//! `timing.modelled_ns`; the host side is `perf.host_work_ns(work)` (the instructions λ
+//! executed, per class, at the host core's costs) plus the uncached
 //! bytes over the device's media and link (λ-IO eq. 3), and through the host kernel's
 //! I/O stack (booked with the link: the host's read path), for a read, and plus its File
 //! Write completions for a write. Each command's link latency counts against the
@@ -34,6 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use csx_device::offload::PerfModel;
+use csx_ebpf::count::WorkCounts;
 use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
@@ -119,6 +121,8 @@ pub struct SideCost {
     pub link_bytes: u64,
     pub media_bytes: u64,
     pub fuel: u64,
+    /// Instructions λ executed (all classes; `csx_ebpf::count`).
+    pub insns: u64,
 }
 
 impl SideCost {
@@ -563,6 +567,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             link_bytes: uncached,
             media_bytes: uncached,
             fuel: 0,
+            insns: 0,
         };
         Ok((buf, cost))
     }
@@ -686,9 +691,10 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             .perf
             .as_ref()
             .expect("read_plain checked the host side");
-        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
+        let (output, fuel, work) = run_host(lambda, &mut input, args, &self.io.stop)?;
         cost.fuel = fuel;
-        cost.compute_ns = perf.host_compute_ns(fuel);
+        cost.insns = work.total();
+        cost.compute_ns = perf.host_work_ns(&work.0);
         Ok(SideRun { output, cost })
     }
 
@@ -730,6 +736,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let run = self.execute(lambda, args, (mem, 0, len), (mem, len, out_len))?;
         cost.book_execution(&run, self.io.latency_ns());
         cost.fuel = run.fuel_used;
+        cost.insns = run.work.iter().sum();
         let n = output_len(Side::Device, &run, out_len)?;
         let output = self.read_back(mem, len, n, Some(&mut cost))?;
         Ok(SideRun { output, cost })
@@ -885,10 +892,11 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
     ) -> Result<SideRun, LambdaError> {
         let (_, perf) = self.io.host_parts()?;
         let mut input = input.to_vec();
-        let (output, fuel) = run_host(lambda, &mut input, args, &self.io.stop)?;
+        let (output, fuel, work) = run_host(lambda, &mut input, args, &self.io.stop)?;
         let mut cost = SideCost {
-            compute_ns: perf.host_compute_ns(fuel),
+            compute_ns: perf.host_work_ns(&work.0),
             fuel,
+            insns: work.total(),
             ..SideCost::default()
         };
         let io_cost = self.write_out(offset, &output, perf)?;
@@ -989,6 +997,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
         let run = self.execute(lambda, args, (mem, 0, len), (mem, len, out_len))?;
         cost.book_execution(&run, self.io.latency_ns());
         cost.fuel = run.fuel_used;
+        cost.insns = run.work.iter().sum();
         let n = output_len(Side::Device, &run, out_len)?;
         if n > 0 {
             let c = client.call_ok(Op::FileWriteFromMem {
@@ -1064,19 +1073,20 @@ fn data_of(c: Completion, n: u64) -> Result<Vec<u8>, LambdaError> {
     }
 }
 
-/// Runs `lambda` on the host over `input`; the output bytes and the fuel used.
+/// Runs `lambda` on the host over `input`; the output bytes, the fuel used and the work
+/// executed.
 fn run_host(
     lambda: &Lambda,
     input: &mut [u8],
     args: &LambdaArgs,
     stop: &StopFlag,
-) -> Result<(Vec<u8>, u64), LambdaError> {
+) -> Result<(Vec<u8>, u64, WorkCounts), LambdaError> {
     if stop.is_set() {
         return Err(LambdaError::Aborted { side: Side::Host });
     }
     let out_len = args.output_size_bytes.unwrap_or(input.len() as u64);
     let mut output = vec![0u8; out_len as usize];
-    let outcome = lambda.run_host(input, &mut output, args, stop);
+    let (outcome, work) = lambda.run_host(input, &mut output, args, stop);
     if let Err(csx_ebpf::trap::Trap {
         kind: csx_ebpf::trap::TrapKind::Stopped { .. },
         ..
@@ -1100,8 +1110,9 @@ fn run_host(
         detail: None,
         fuel_used: outcome.fuel_used,
         trace: Vec::new(),
+        work: work.0.to_vec(),
     };
     let n = output_len(Side::Host, &run, out_len)?;
     output.truncate(n as usize);
-    Ok((output, outcome.fuel_used))
+    Ok((output, outcome.fuel_used, work))
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use csx_device::offload::{run_on_windows, CallContext, RunCall};
+use csx_ebpf::count::{ExecCounts, WorkCounts};
 use csx_ebpf::engine::{Engine, RunOutcome, StopFlag};
 use csx_proto::{EngineKind, ProgramIndex};
 
@@ -110,23 +111,27 @@ impl Lambda {
 
     /// Runs the λ on the host over `input` and `output` (windows 0 and 1), through the
     /// device's own execution path (`csx_device::execute::run_on_windows`), without a
-    /// shared state (r4 = 0) and without device files.
+    /// shared state (r4 = 0) and without device files; with the work it executed
+    /// (`csx_ebpf::count`), which the host side's modelled compute is priced from.
     pub(crate) fn run_host(
         &self,
         input: &mut [u8],
         output: &mut [u8],
         args: &LambdaArgs,
         stop: &StopFlag,
-    ) -> RunOutcome {
+    ) -> (RunOutcome, WorkCounts) {
+        let blocks = self.host_engine.program().blocks();
+        let counts = ExecCounts::new(blocks);
         let call = RunCall {
             cparam1: args.cparam1,
             cparam2: args.cparam2,
             params: &args.params,
             fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
             stop: Some(stop),
+            counts: Some(&counts),
         };
         let mut ctx = CallContext::without_files(Instant::now());
-        run_on_windows(
+        let outcome = run_on_windows(
             self.host_engine.as_ref(),
             vec![input, output],
             |mem| {
@@ -137,6 +142,7 @@ impl Lambda {
             },
             &call,
             &mut ctx,
-        )
+        );
+        (outcome, blocks.work(&counts.values()))
     }
 }

@@ -353,6 +353,7 @@ impl Reply {
             Reply::Extents { extents, .. } => check_count("extents", extents.len(), EXTENTS_MAX),
             Reply::Execute(e) => {
                 check_count("trace", e.trace.len(), TRACE_MESSAGES_MAX)?;
+                check_count("work classes", e.work.len(), WORK_CLASSES_MAX)?;
                 e.trace
                     .iter()
                     .try_for_each(|t| check_str("trace", t, TRACE_MESSAGE_SIZE_MAX))
@@ -379,6 +380,11 @@ pub struct ExecuteInfo {
     pub fuel_used: u64,
     /// Messages from `csx_trace`, in order.
     pub trace: Vec<String>,
+    /// Instructions the run executed per class, in `csx_ebpf::count::InsnClass` order
+    /// (alu64, alu32, mul, div, load, store, atomic, jump, jump32, call), counted by
+    /// block with a trap counting its whole block; empty when the device did not count.
+    /// The device's modelled compute time comes from these (`csx_device::perf`).
+    pub work: Vec<u64>,
 }
 
 /// Identify: the device's geometry and limits (the Identify fields of TP4091's compute
@@ -549,6 +555,13 @@ mod tests {
         c.reply = Reply::Execute(ExecuteInfo {
             fuel_used: 0,
             trace: vec![String::new(); TRACE_MESSAGES_MAX + 1],
+            work: Vec::new(),
+        });
+        assert!(c.validate().is_err());
+        c.reply = Reply::Execute(ExecuteInfo {
+            fuel_used: 0,
+            trace: Vec::new(),
+            work: vec![0; WORK_CLASSES_MAX + 1],
         });
         assert!(c.validate().is_err());
     }

@@ -83,6 +83,10 @@ pub const NAME_SIZE_MAX: usize = 256;
 /// Bytes of a human-readable message (error detail, trap message, function doc).
 pub const MESSAGE_SIZE_MAX: usize = 1024;
 
+/// Instruction classes an execution's work is counted in (`ExecuteInfo::work`): the VM
+/// has 10 (`csx_ebpf::count::InsnClass`); room for a few more without a wire change.
+pub const WORK_CLASSES_MAX: usize = 16;
+
 /// Messages one execution may emit with `csx_trace`.
 pub const TRACE_MESSAGES_MAX: usize = 64;
 

@@ -1069,6 +1069,8 @@ fn encode_reply(w: &mut Writer<'_>, reply: &Reply) {
             w.u64(e.fuel_used);
             w.len(e.trace.len());
             e.trace.iter().for_each(|t| w.str(t));
+            w.len(e.work.len());
+            e.work.iter().for_each(|&n| w.u64(n));
         }
     }
 }
@@ -1329,7 +1331,16 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
             for _ in 0..n {
                 trace.push(r.str("trace message", TRACE_MESSAGE_SIZE_MAX)?);
             }
-            Reply::Execute(ExecuteInfo { fuel_used, trace })
+            let n = r.count("work classes", WORK_CLASSES_MAX, 8)?;
+            let mut work = Vec::with_capacity(n);
+            for _ in 0..n {
+                work.push(r.u64("work count")?);
+            }
+            Reply::Execute(ExecuteInfo {
+                fuel_used,
+                trace,
+                work,
+            })
         }
         v => {
             return Err(WireError::BadTag {

@@ -14,7 +14,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use csx_ebpf::engine::RunOptions;
+use csx_ebpf::count::ExecCounts;
+use csx_ebpf::engine::{RunOptions, RunOutcome};
 use csx_ebpf::helper::{ConformanceHost, FunctionTable};
 use csx_ebpf::isa::decode_all;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
@@ -157,36 +158,55 @@ fn hex(s: &str) -> Result<Vec<u8>, String> {
         .collect()
 }
 
-/// Verifies and runs `v` on the engine `engine_factory` builds; `Err` says what went
-/// wrong (decode, verification, engine construction, trap or wrong r0).
-pub fn run_vector(v: &ConformanceVector, engine_factory: EngineFactory) -> Result<(), String> {
+/// Verifies and runs `v` on the engine `engine_factory` builds, once without and once
+/// with block counting (`csx_ebpf::count`); returns the counted run's block counters.
+/// `Err` says what went wrong (decode, verification, engine construction, trap, wrong
+/// r0, or a counted run that differs from the uncounted one).
+pub fn run_vector(
+    v: &ConformanceVector,
+    engine_factory: EngineFactory,
+) -> Result<Vec<u64>, String> {
     let insns = decode_all(&v.code).map_err(|e| format!("decode: {e}"))?;
     let program = Program::from_insns(v.name.clone(), insns);
     let verified = verify(program, Arc::new(FunctionTable::conformance()))
         .map_err(|e| format!("verify: {e}"))?;
     let engine = engine_factory(Arc::new(verified)).map_err(|e| format!("engine: {e}"))?;
 
-    let mut mem = v.mem.clone();
-    let mut map = MemoryMap::new();
-    let (addr, len) = if mem.is_empty() {
-        (0, 0)
-    } else {
-        let len = mem.len() as u64;
-        let addr = map
-            .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem)
-            .map_err(|e| format!("map: {e}"))?;
-        (addr, len)
+    let run = |counts: Option<&ExecCounts>| -> Result<(RunOutcome, Vec<u8>), String> {
+        let mut mem = v.mem.clone();
+        let mut map = MemoryMap::new();
+        let (addr, len) = if mem.is_empty() {
+            (0, 0)
+        } else {
+            let len = mem.len() as u64;
+            let addr = map
+                .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem)
+                .map_err(|e| format!("map: {e}"))?;
+            (addr, len)
+        };
+        let opts = RunOptions {
+            fuel: CONFORMANCE_FUEL,
+            counts,
+            ..RunOptions::default()
+        };
+        let outcome = engine.run(&mut map, [addr, len, 0, 0, 0], &opts, &mut ConformanceHost);
+        Ok((outcome, mem))
     };
-    let opts = RunOptions {
-        fuel: CONFORMANCE_FUEL,
-        ..RunOptions::default()
-    };
-    let outcome = engine.run(&mut map, [addr, len, 0, 0, 0], &opts, &mut ConformanceHost);
-    match outcome.result {
-        Ok(r0) if r0 == v.result => Ok(()),
-        Ok(r0) => Err(format!("r0 is {r0:#x}, expected {:#x}", v.result)),
-        Err(trap) => Err(format!("trapped: {trap} (expected r0 {:#x})", v.result)),
+    let (outcome, mem) = run(None)?;
+    match &outcome.result {
+        Ok(r0) if *r0 == v.result => {}
+        Ok(r0) => return Err(format!("r0 is {r0:#x}, expected {:#x}", v.result)),
+        Err(trap) => return Err(format!("trapped: {trap} (expected r0 {:#x})", v.result)),
     }
+    let counts = ExecCounts::new(engine.program().blocks());
+    let counted = run(Some(&counts))?;
+    if counted != (outcome, mem) {
+        return Err(format!(
+            "the counted run differs from the uncounted one: {:?}",
+            counted.0
+        ));
+    }
+    Ok(counts.values())
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use csx_ebpf::count::ExecCounts;
 use csx_ebpf::disasm::format_insn;
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
@@ -337,6 +338,16 @@ impl GenCase {
     /// Runs the case on `engine` with `fuel`; returns the outcome and the data region
     /// afterwards.
     pub fn run(&self, engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
+        self.run_with(engine, fuel, None)
+    }
+
+    /// As [`GenCase::run`], counting executed blocks into `counts` when given.
+    pub fn run_with(
+        &self,
+        engine: &dyn Engine,
+        fuel: u64,
+        counts: Option<&ExecCounts>,
+    ) -> (RunOutcome, Vec<u8>) {
         let mut data = self.data.clone();
         let mut map = MemoryMap::new();
         let r1 = map
@@ -357,6 +368,7 @@ impl GenCase {
             args,
             &RunOptions {
                 fuel,
+                counts,
                 ..RunOptions::default()
             },
             &mut GenHost,
@@ -666,6 +678,32 @@ fn differential_verified(case: &GenCase, program: &Arc<VerifiedProgram>) -> Resu
                 want.1,
                 got.0,
                 got.1,
+                case.listing()
+            ));
+        }
+        // Counting changes nothing, and both engines count the same blocks.
+        let blocks = program.blocks();
+        let mut counted = Vec::new();
+        for engine in [&interp as &dyn Engine, &jit] {
+            let counts = ExecCounts::new(blocks);
+            let run = case.run_with(engine, fuel, Some(&counts));
+            if run != want {
+                return Err(format!(
+                    "fuel {fuel}: a counted run differs: {:?}, uncounted {:?}\n{}",
+                    run.0,
+                    want.0,
+                    case.listing()
+                ));
+            }
+            counted.push(counts.values());
+        }
+        if counted[0] != counted[1] {
+            return Err(format!(
+                "fuel {fuel}: executed-block counts differ (leaders {:?}):\n\
+                 interpreter {:?}\n        jit {:?}\n{}",
+                blocks.leaders(),
+                counted[0],
+                counted[1],
                 case.listing()
             ));
         }

@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use csx_ebpf::asm::{assemble, AsmError};
+use csx_ebpf::count::ExecCounts;
 use csx_ebpf::engine::{RunOptions, RunOutcome};
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::isa::Insn;
@@ -562,15 +563,40 @@ impl HelperHost for TestHost {
     }
 }
 
-/// One engine's run of a vector: the outcome and `mem` afterwards.
+/// One engine's run of a vector: the outcome, `mem` afterwards, and the executed-block
+/// counts of a second, counted run (`csx_ebpf::count`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineRun {
     pub outcome: RunOutcome,
     pub mem: Vec<u8>,
+    pub counts: Vec<u64>,
+}
+
+/// Runs `vector` (already verified into `engine`'s program) once without counting and
+/// once counting blocks; the counted run must not differ (`Err` says how it does).
+fn run_twice(vector: &Vector, engine: &dyn csx_ebpf::engine::Engine) -> Result<EngineRun, String> {
+    let (outcome, mem) = run_once(vector, engine, None);
+    let counts = ExecCounts::new(engine.program().blocks());
+    let counted = run_once(vector, engine, Some(&counts));
+    if counted != (outcome.clone(), mem.clone()) {
+        return Err(format!(
+            "the counted run differs from the uncounted one: {}",
+            describe(&counted.0)
+        ));
+    }
+    Ok(EngineRun {
+        outcome,
+        mem,
+        counts: counts.values(),
+    })
 }
 
 /// Runs `vector` (already verified into `engine`'s program) once.
-fn run_once(vector: &Vector, engine: &dyn csx_ebpf::engine::Engine) -> EngineRun {
+fn run_once(
+    vector: &Vector,
+    engine: &dyn csx_ebpf::engine::Engine,
+    counts: Option<&ExecCounts>,
+) -> (RunOutcome, Vec<u8>) {
     let mut mem = vector.mem.clone();
     let rodata = vector.rodata.clone().unwrap_or_default();
     let mem_len = mem.len() as u64;
@@ -591,11 +617,12 @@ fn run_once(vector: &Vector, engine: &dyn csx_ebpf::engine::Engine) -> EngineRun
         }
         let opts = RunOptions {
             fuel: vector.fuel,
+            counts,
             ..RunOptions::default()
         };
         engine.run(&mut map, args, &opts, &mut TestHost)
     };
-    EngineRun { outcome, mem }
+    (outcome, mem)
 }
 
 fn describe(outcome: &RunOutcome) -> String {
@@ -674,7 +701,13 @@ pub fn run_vector(vector: &Vector, engines: &[(&'static str, EngineFactory)]) ->
                 continue;
             }
         };
-        let run = run_once(vector, engine.as_ref());
+        let run = match run_twice(vector, engine.as_ref()) {
+            Ok(run) => run,
+            Err(e) => {
+                problems.push(format!("{engine_name}: {e}"));
+                continue;
+            }
+        };
         problems.extend(
             check_run(vector, &run)
                 .into_iter()
@@ -688,6 +721,8 @@ pub fn run_vector(vector: &Vector, engines: &[(&'static str, EngineFactory)]) ->
                 describe(&ref_run.outcome),
                 if run.mem != ref_run.mem {
                     " (and mem after)"
+                } else if run.counts != ref_run.counts {
+                    " (executed-block counts)"
                 } else {
                     ""
                 }

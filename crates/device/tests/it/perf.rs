@@ -1,5 +1,5 @@
 //! The performance model as the runtime applies it: modelled times are deterministic and
-//! follow the bytes and fuel, throttled commands take at least their modelled time in
+//! follow the bytes and the work executed, throttled commands take at least their modelled time in
 //! real time, and the model persists with the device.
 
 use std::time::Instant;
@@ -86,10 +86,11 @@ fn modelled_time_is_deterministic_and_proportional_to_bytes() {
 }
 
 #[test]
-fn execution_is_modelled_from_fuel() {
+fn execution_is_modelled_from_its_work() {
     let model = PerfModel::lambda_io();
     let h = with_perf(model.clone());
     h.load(0, &compile("sum.c"), None, EngineKind::Jit, 4096);
+    h.load(1, &compile("sum.c"), None, EngineKind::Interpreter, 4096);
     let mem = h.alloc(64 << 10);
     let input: Vec<u8> = (0..64u64 << 10).map(|i| i as u8).collect();
     h.write(mem, 0, &input);
@@ -97,15 +98,21 @@ fn execution_is_modelled_from_fuel() {
     for len in [16u64 << 10, 16 << 10, 32 << 10] {
         let c = h.exec(0, vec![range(mem, 0, len)], 0, &[]);
         assert_eq!(c.status, Status::Success, "{:?}", c.detail);
-        let fuel = exec_info(&c).fuel_used;
+        let work = &exec_info(&c).work;
+        assert_eq!(work.len(), csx_ebpf::count::CLASS_COUNT);
+        assert!(work.iter().sum::<u64>() > len / 8, "{work:?}");
         assert_eq!(
             c.timing.modelled_ns,
-            model.link_latency_ns + model.device_compute_ns(fuel)
+            model.link_latency_ns + model.device_work_ns(work)
         );
+        // The interpreter counts the same work, so its modelled time is the same.
+        let by_interp = h.exec(1, vec![range(mem, 0, len)], 0, &[]);
+        assert_eq!(&exec_info(&by_interp).work, work);
+        assert_eq!(by_interp.timing.modelled_ns, c.timing.modelled_ns);
         times.push(c.timing.modelled_ns);
     }
     assert_eq!(times[0], times[1], "same input, same modelled time");
-    assert!(times[2] > times[1], "more input, more fuel, more time");
+    assert!(times[2] > times[1], "more input, more work, more time");
 }
 
 #[test]

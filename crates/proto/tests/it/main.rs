@@ -368,8 +368,16 @@ fn reply() -> impl Strategy<Value = Reply> {
                 .collect(),
             truncated
         }),
-        (any::<u64>(), vec(text(TRACE_MESSAGE_SIZE_MAX), 0..4))
-            .prop_map(|(fuel_used, trace)| Reply::Execute(ExecuteInfo { fuel_used, trace })),
+        (
+            any::<u64>(),
+            vec(text(TRACE_MESSAGE_SIZE_MAX), 0..4),
+            vec(any::<u64>(), 0..=WORK_CLASSES_MAX)
+        )
+            .prop_map(|(fuel_used, trace, work)| Reply::Execute(ExecuteInfo {
+                fuel_used,
+                trace,
+                work
+            })),
         (
             vec((text(64), any::<bool>(), any::<u64>(), any::<u64>()), 0..8),
             any::<bool>()

@@ -3,6 +3,8 @@
 //! Method: load every vector from `../shared/conformance` (failing loudly if it is
 //! missing), run each on each engine, collect every failure by engine and vector name,
 //! and fail once with the complete list, so one broken instruction does not hide others.
+//! Every engine's executed-block counts must equal the first engine's (the interpreter,
+//! the reference), block by block.
 
 use csx_testkit::conformance::{load_vectors, run_vector};
 use csx_testkit::engines;
@@ -19,11 +21,25 @@ fn every_vector_on_every_engine() {
         "the conformance suite changed size"
     );
     let mut failures = Vec::new();
-    for (engine, factory) in engines::all() {
+    let mut reference: Vec<Option<Vec<u64>>> = Vec::new();
+    for (n, (engine, factory)) in engines::all().into_iter().enumerate() {
         let mut ran = 0;
-        for v in &vectors {
-            if let Err(e) = run_vector(v, factory) {
-                failures.push(format!("{engine}: {}: {e}", v.name));
+        for (i, v) in vectors.iter().enumerate() {
+            match run_vector(v, factory) {
+                Ok(counts) if n == 0 => reference.push(Some(counts)),
+                Ok(counts) => match &reference[i] {
+                    Some(want) if *want != counts => failures.push(format!(
+                        "{engine}: {}: block counts {counts:?}, the reference's {want:?}",
+                        v.name
+                    )),
+                    _ => {}
+                },
+                Err(e) => {
+                    if n == 0 {
+                        reference.push(None);
+                    }
+                    failures.push(format!("{engine}: {}: {e}", v.name));
+                }
             }
             ran += 1;
         }
