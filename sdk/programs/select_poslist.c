@@ -13,14 +13,25 @@
  */
 #include "csx.h"
 
-/* One loop per operator, so the comparison is not decided again for every value. */
+/* One loop per operator, so the comparison is not decided again for every value. With
+ * room for every position, each is stored and kept by advancing past it (no branch on
+ * the data); otherwise the room is checked before each store. */
 #define SELECT_POSITIONS(cond)                                                          \
-    for (csx_u64 i = 0; i < n; i++) {                                                  \
-        csx_u64 x = v[i];                                                              \
-        if (cond) {                                                                    \
-            if (kept == cap)                                                           \
-                return CSX_ENOSPC;                                                     \
-            out[kept++] = (csx_u32)i;                                                  \
+    if (cap >= n) {                                                                    \
+        for (csx_u64 i = 0; i < n; i++) {                                              \
+            csx_u64 x = v[i];                                                          \
+            out[kept] = (csx_u32)i;                                                    \
+            if (cond)                                                                  \
+                kept++;                                                                \
+        }                                                                              \
+    } else {                                                                           \
+        for (csx_u64 i = 0; i < n; i++) {                                              \
+            csx_u64 x = v[i];                                                          \
+            if (cond) {                                                                \
+                if (kept == cap)                                                       \
+                    return CSX_ENOSPC;                                                 \
+                out[kept++] = (csx_u32)i;                                              \
+            }                                                                          \
         }                                                                              \
     }
 
