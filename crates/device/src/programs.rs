@@ -523,11 +523,14 @@ impl Programs {
                 })
             }
             EngineKind::Jit => {
-                Arc::new(csx_ebpf_jit::JitProgram::compile(verified).map_err(|e| {
-                    ProgramError::Jit {
-                        message: e.to_string(),
-                    }
-                })?)
+                let jit_error = |e: csx_ebpf_jit::JitError| ProgramError::Jit {
+                    message: e.to_string(),
+                };
+                let jit = csx_ebpf_jit::JitProgram::compile(verified).map_err(jit_error)?;
+                // Every execution counts its work (`crate::execute`): compile the counting
+                // variant now, at activation, not in the first execution's time.
+                jit.prepare_counting().map_err(jit_error)?;
+                Arc::new(jit)
             }
         };
         Ok((
