@@ -1026,8 +1026,17 @@ impl Interpreter {
         // Fuel still unspent: `budget - left` is the fuel used so far. Counting down
         // makes a charge one compare and one subtraction.
         let mut left: u64 = budget;
-        let mut pc = self.program.entry() as usize;
+        // The next slot to run, as a pointer into `ops`; `pc!()` is its index, so the
+        // running instruction is `pc!() - 1` (what traps and fuel use). A pointer keeps
+        // the dispatch to a kind load and a jump (see the alignment note at the loop).
+        let base = ops.as_ptr();
+        let mut next = base.wrapping_add(self.program.entry() as usize);
 
+        macro_rules! pc {
+            () => {
+                (next as usize).wrapping_sub(base as usize) / std::mem::size_of::<Slot>()
+            };
+        }
         macro_rules! r {
             ($r:expr) => {
                 regs[usize::from($r)]
@@ -1037,7 +1046,7 @@ impl Interpreter {
             ($kind:expr) => {
                 return RunOutcome {
                     result: Err(Trap {
-                        pc: (pc - 1) as u32,
+                        pc: (pc!() - 1) as u32,
                         kind: $kind,
                     }),
                     fuel_used: budget - left,
@@ -1051,7 +1060,7 @@ impl Interpreter {
                 // has used more than `u64::MAX - 65536` fuel, which no run can reach.
                 if cost > left {
                     return RunOutcome {
-                        result: Err(rules::fuel_trap((pc - 1) as u32, budget)),
+                        result: Err(rules::fuel_trap((pc!() - 1) as u32, budget)),
                         fuel_used: (budget - left).saturating_add(cost),
                     };
                 }
@@ -1059,7 +1068,7 @@ impl Interpreter {
                 // The stop flag is looked at where fuel is charged (`crate::engine`).
                 if stop.is_set() {
                     return RunOutcome {
-                        result: Err(rules::stop_trap((pc - 1) as u32, stop.reason())),
+                        result: Err(rules::stop_trap((pc!() - 1) as u32, stop.reason())),
                         fuel_used: budget - left,
                     };
                 }
@@ -1068,14 +1077,14 @@ impl Interpreter {
         macro_rules! jump {
             ($target:expr) => {{
                 let target = $target;
-                if (target as usize) < pc {
+                if (target as usize) < pc!() {
                     // A backward jump at `pc - 1`: `rules::jump_cost`, already known
                     // to be backward.
-                    let cost = (pc - target as usize) as u64;
-                    debug_assert_eq!(cost, rules::jump_cost((pc - 1) as u32, target));
+                    let cost = (pc!() - target as usize) as u64;
+                    debug_assert_eq!(cost, rules::jump_cost((pc!() - 1) as u32, target));
                     charge!(cost);
                 }
-                pc = target as usize;
+                next = base.wrapping_add(target as usize);
             }};
         }
         macro_rules! jump_if {
@@ -1122,14 +1131,14 @@ impl Interpreter {
         }
 
         // Start a 64-byte code line here, before the dispatch loop: the loop's header
-        // (bounds check, kind load, jump-table load, indirect jump: about 42 bytes) then
-        // sits at a fixed offset from a line start whatever address the linker gives this
-        // function. Where the header straddled two lines the whole interpreter ran 1.5x
-        // slower on every kernel (measured by shifting the function 0/16/32/48 bytes:
-        // docs/benchmarks.md, "The interpreter's dispatch and 64-byte code lines"), so
-        // before this the speed changed with unrelated code elsewhere in the binary.
-        // After changing this loop, check with `objdump -d` that the header from its
-        // `cmp` to its `jmp *` lies in one 64-byte line.
+        // (slot pointer bump, kind load, jump-table load, indirect jump: about 20 bytes)
+        // then sits at a fixed offset from a line start whatever address the linker
+        // gives this function. Where the header straddled two lines the whole
+        // interpreter ran 1.5x slower on every kernel (measured by shifting the function
+        // 0/16/32/48 bytes: docs/benchmarks.md, "The interpreter's dispatch and 64-byte
+        // code lines"), so before this its speed changed with unrelated code elsewhere
+        // in the binary. After changing this loop, check with `objdump -d` that the
+        // header, from the loop's label to its `jmp *`, lies in one 64-byte line.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         // SAFETY: an assembler alignment directive and nothing else: it pads the code
         // with no-ops (run once per run), touching no register, flag or memory.
@@ -1137,10 +1146,13 @@ impl Interpreter {
             std::arch::asm!(".p2align 6", options(nomem, nostack, preserves_flags));
         }
         loop {
-            // The verifier guarantees no path runs past the last slot or lands on an
-            // lddw tail, so indexing cannot fail for a verified program.
-            let s = &ops[pc];
-            pc += 1;
+            debug_assert!(pc!() < ops.len());
+            // SAFETY: `next` points at a slot of `ops`: the verifier proved that no path
+            // from the entry runs past the last slot or lands on an lddw tail (every
+            // jump, call and fall-through target is a slot of the program), and a fused
+            // op advances only inside its own sequence.
+            let s = unsafe { &*next };
+            next = next.wrapping_add(1);
             // Each arm reads only the fields it uses, straight from the slot.
             match s.kind {
                 Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add(s.imm64()),
@@ -1224,7 +1236,7 @@ impl Interpreter {
 
                 Kind::Lddw => {
                     r!(s.dst) = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LdxB => r!(s.dst) = load!(s.dst, s.src, s.off, 1),
                 Kind::LdxH => r!(s.dst) = load!(s.dst, s.src, s.off, 2),
@@ -1364,17 +1376,17 @@ impl Interpreter {
                     charge!(rules::CALL_COST);
                     if depth + 2 > CALL_DEPTH_MAX {
                         return RunOutcome {
-                            result: Err(rules::call_depth_trap((pc - 1) as u32)),
+                            result: Err(rules::call_depth_trap((pc!() - 1) as u32)),
                             fuel_used: budget - left,
                         };
                     }
                     frames[depth] = Frame {
-                        return_pc: pc as u32,
+                        return_pc: pc!() as u32,
                         saved: [regs[6], regs[7], regs[8], regs[9]],
                     };
                     depth += 1;
                     r!(REG_FP) = r!(REG_FP).wrapping_sub(rules::FRAME_SIZE);
-                    pc = s.target as usize;
+                    next = base.wrapping_add(s.target as usize);
                 }
                 Kind::Exit => {
                     if depth == 0 {
@@ -1387,184 +1399,184 @@ impl Interpreter {
                     let frame = frames[depth];
                     regs[6..10].copy_from_slice(&frame.saved);
                     r!(REG_FP) = r!(REG_FP).wrapping_add(rules::FRAME_SIZE);
-                    pc = frame.return_pc as usize;
+                    next = base.wrapping_add(frame.return_pc as usize);
                 }
                 Kind::MovZx32x3 => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::MovSx32x3 => {
                     r!(s.dst) = r!(s.src) as i32 as i64 as u64;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::Zx32x2 => {
                     r!(s.dst) = u64::from(lo(r!(s.dst)));
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::Sx32x2 => {
                     r!(s.dst) = r!(s.dst) as i32 as i64 as u64;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovAdd => {
                     r!(s.dst) = r!(s.src);
                     r!(s.dst) = r!(s.dst).wrapping_add(r!(s.aux));
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovAddLdxB => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
                 Kind::MovAddLdxH => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 2);
                 }
                 Kind::MovAddLdxW => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 4);
                 }
                 Kind::MovAddLdxDw => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 8);
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddJeqR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) == r!(s.aux), s.target);
                 }
                 Kind::AddJneR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) != r!(s.aux), s.target);
                 }
                 Kind::AddJgtR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) > r!(s.aux), s.target);
                 }
                 Kind::AddJgeR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) >= r!(s.aux), s.target);
                 }
                 Kind::AddJltR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) < r!(s.aux), s.target);
                 }
                 Kind::AddJleR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) <= r!(s.aux), s.target);
                 }
                 Kind::AddIMov => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddIAddI => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
                     r!(s.aux) = r!(s.aux).wrapping_add(i64::from(s.target as i32) as u64);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddRAddI => {
                     r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src));
                     r!(s.aux) = r!(s.aux).wrapping_add(i64::from(s.target as i32) as u64);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovJeqR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) == r!(s.aux2), s.target);
                 }
                 Kind::MovJneR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) != r!(s.aux2), s.target);
                 }
                 Kind::MovJgtR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) > r!(s.aux2), s.target);
                 }
                 Kind::MovJgeR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
                 }
                 Kind::MovJltR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) < r!(s.aux2), s.target);
                 }
                 Kind::MovJleR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
                 }
                 Kind::MovJeqI => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovJneI => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) != s.imm64(), s.target);
                 }
                 Kind::MovJa => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump!(s.target);
                 }
                 // The test jumps over the `ja` (to `pc + 1` once `pc` is the `ja`'s
                 // successor) or falls through to it.
                 Kind::JeqIJa => {
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.dst) != s.imm64(), s.target);
                 }
                 Kind::JneIJa => {
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.dst) == s.imm64(), s.target);
                 }
                 Kind::MovAddI => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddRLdxB => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
                 Kind::AddRLdxH => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 2);
                 }
                 Kind::AddRLdxW => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 4);
                 }
                 Kind::AddRLdxDw => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 8);
                 }
                 Kind::AndNegAnd => {
@@ -1573,31 +1585,31 @@ impl Interpreter {
                     let mask = (r!(s.dst) & s.imm64()).wrapping_neg();
                     r!(s.dst) = mask;
                     r!(s.dst) = mask & r!(s.src);
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::LdxBMov => {
                     r!(s.dst) = load!(s.dst, s.src, s.off, 1);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LdxWMov => {
                     r!(s.dst) = load!(s.dst, s.src, s.off, 4);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LshIMov => {
                     r!(s.dst) <<= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::RshIMov => {
                     r!(s.dst) >>= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
-                    pc - 1
+                    pc!() - 1
                 ),
             }
         }
