@@ -6,7 +6,8 @@
 //! resolved, `lddw` merged into its first slot and every opcode/operand-form combination
 //! its own [`Kind`]: the one table of the interpreter's ops. It then fuses common short
 //! sequences (clang's `lsh 32; rsh 32` extension idioms, `mov; add; ldx` indexing,
-//! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `jeq +1; ja` exit tests,
+//! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
+//! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
 //! `and; neg; and`) into the first slot of each ([`fuse`]).
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
@@ -289,7 +290,7 @@ enum Kind {
     CallX,
     Exit,
     // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
-    // next one or two, which keep their own kinds for the jumps that land on them.
+    // next one to four, which keep their own kinds for the jumps that land on them.
     /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
     MovZx32x3,
     /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
@@ -305,6 +306,16 @@ enum Kind {
     MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
+    /// `mov aux2, src; add aux2, aux; ldxw dst, [aux2 + off]; lsh dst, 32; arsh dst, 32`:
+    /// an indexed load of a signed 32-bit element (clang's `(i64)int_array[i]`).
+    MovAddLdxSW,
+    /// `ldxw dst, [src + off]; lsh dst, 32; arsh dst, 32`: `ldxsw` in cpu v3 code.
+    LdxWSx,
+    /// `mov dst, src; jeq aux, imm, +1; ja target` (a loop's exit test and back-edge
+    /// after a copy; fuel and traps are the `ja`'s).
+    MovJeqIJa,
+    /// `mov dst, src; jne aux, imm, +1; ja target`.
+    MovJneIJa,
     /// `mov dst, src; mov aux, aux2`.
     MovMov,
     /// `add dst, imm; j<cmp> src, aux, target` (64-bit, unsigned or equality,
@@ -442,7 +453,7 @@ fn decode_program(insns: &[Insn], fused: bool) -> Box<[Slot]> {
     slots.into_boxed_slice()
 }
 
-/// Replaces the first slot of each common two- or three-op sequence with one fused op
+/// Replaces the first slot of each common sequence of two to five ops with one fused op
 /// that runs them all. Only the first slot changes: a jump to a later slot of the
 /// sequence still runs that slot's own op, so behaviour is the same on every path.
 /// A fused sequence contains no call, and a jump only as its last op: the fused op
@@ -475,6 +486,16 @@ fn fuse(slots: &mut [Slot]) {
                     LdxDw => Some(MovAddLdxDw),
                     _ => None,
                 };
+                let d = at(3);
+                let e = at(4);
+                let sx = c.kind == LdxW
+                    && d.kind == Lsh64I
+                    && d.dst == c.dst
+                    && d.imm == 32
+                    && e.kind == Arsh64I
+                    && e.dst == c.dst
+                    && e.imm == 32;
+                let indexed = if sx { Some(MovAddLdxSW) } else { indexed };
                 match indexed {
                     Some(kind) if c.src == a.dst => Slot {
                         kind,
@@ -519,6 +540,15 @@ fn fuse(slots: &mut [Slot]) {
                 src: c.src,
                 ..a
             },
+            (LdxW, Lsh64I)
+                if b.dst == a.dst
+                    && b.imm == 32
+                    && c.kind == Arsh64I
+                    && c.dst == a.dst
+                    && c.imm == 32 =>
+            {
+                Slot { kind: LdxWSx, ..a }
+            }
             (LdxB | LdxW, Mov64R) => Slot {
                 kind: if a.kind == LdxB { LdxBMov } else { LdxWMov },
                 aux: b.dst,
@@ -545,6 +575,20 @@ fn fuse(slots: &mut [Slot]) {
                 aux: b.dst,
                 aux2: b.src,
                 target: b.target,
+                ..Slot::EMPTY
+            },
+            // `mov; j<eq|ne> +1; ja`.
+            (Mov64R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
+                kind: if b.kind == Jeq64I {
+                    MovJeqIJa
+                } else {
+                    MovJneIJa
+                },
+                dst: a.dst,
+                src: a.src,
+                aux: b.dst,
+                imm: b.imm,
+                target: c.target,
                 ..Slot::EMPTY
             },
             (Mov64R, Jeq64I | Jne64I) => Slot {
@@ -1445,6 +1489,28 @@ impl Interpreter {
                     r!(s.aux2) = base;
                     next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 8);
+                }
+                Kind::MovAddLdxSW => {
+                    let base = r!(s.src).wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(2);
+                    r!(s.dst) = load_at!(base, s.off, 4) as i32 as i64 as u64;
+                    next = next.wrapping_add(2);
+                }
+                Kind::LdxWSx => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64;
+                    next = next.wrapping_add(2);
+                }
+                // As `JeqIJa`, after the copy.
+                Kind::MovJeqIJa => {
+                    r!(s.dst) = r!(s.src);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.aux) != s.imm64(), s.target);
+                }
+                Kind::MovJneIJa => {
+                    r!(s.dst) = r!(s.src);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
@@ -3206,7 +3272,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..20,
+                0u8..23,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -3247,6 +3313,23 @@ mod tests {
                                 let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
                                 vec![alu64(shift, d, imm), movx(a, b)]
                             }
+                            16 => vec![
+                                movx(d, s),
+                                alu64x(ALU_ADD, d, b),
+                                ldx(SIZE_W, a, d, off),
+                                alu64(ALU_LSH, a, 32),
+                                alu64(ALU_ARSH, a, 32),
+                            ],
+                            17 => vec![
+                                ldx(SIZE_W, d, s, off),
+                                alu64(ALU_LSH, d, 32),
+                                alu64(ALU_ARSH, d, 32),
+                            ],
+                            18 => {
+                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                                let test = jmp(test, a, imm2, 1);
+                                return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
+                            }
                             _ => any,
                         };
                         let keep = vec![false; insns.len()];
@@ -3286,7 +3369,10 @@ mod tests {
                     let opts = RunOptions { fuel, ..RunOptions::default() };
                     let mut outs = Vec::new();
                     for engine in [Interpreter::new(Arc::clone(&v)), Interpreter::unfused(Arc::clone(&v))] {
-                        let mut buf: Vec<u8> = (0..64).collect();
+                        // Bytes with the top bit set as often as not, so sign extension
+                        // of loaded values matters.
+                        let mut buf: Vec<u8> =
+                            (0..64u8).map(|i| i.wrapping_mul(73).wrapping_add(0x9d)).collect();
                         let mut map = MemoryMap::new();
                         map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
                         let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
