@@ -36,6 +36,11 @@ use crate::plot::BarChart;
 /// Reproduce Delilah's SSB experiments: JIT/interpreter, filter strategies, concurrency,
 /// the three splits.
 ///
+/// The engine case runs Q3.3 with both probes (emitted: eBPF made for the query;
+/// operator: the filter operators and sdk/ssb's ssb_probe) on both engine kinds; the
+/// filter case uses the operator probe, whose LINEORDER selections the strategies run.
+/// Every answer is checked against the host reference (the host-only split's).
+///
 /// Runs on a fresh embedded device of its own (not --device), with --engines engines and
 /// the --profile's speeds for modelled times; generates SSB at --sf, puts it there, runs
 /// Q3.3 (and Q1.1 for the strategies) in every case, and deletes the device and the data.

@@ -74,6 +74,10 @@ struct RunArgs {
     /// LINEORDER partitions probed at once (default: the device's engine count).
     #[arg(long)]
     partitions: Option<u32>,
+    /// LINEORDER rows staged per round (a multiple of 64): the next round is staged
+    /// while this one is probed.
+    #[arg(long, value_name = "ROWS", default_value_t = csx_data::ssb::run::ROUND_ROWS_DEFAULT)]
+    round_rows: u64,
     /// Seed of the generator, when the dataset is generated.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -130,6 +134,7 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         strategy,
         probe,
         partitions: args.partitions,
+        round_rows: args.round_rows,
         ..Default::default()
     };
     let result = run(&dev, &dir, q, &opts).with_context(|| format!("running {} on {dir}", q.name));
