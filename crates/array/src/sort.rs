@@ -28,6 +28,12 @@
 //!    success (the atomic "rename"): a failure leaves the input and any old output as
 //!    they were and releases every lock and buffer.
 //!
+//! Runs move device to device by device memory, except between two daemons (tcp
+//! members), whose memory belongs to this client's connection: there the source member
+//! writes the run to a run file on its own storage and the destination daemon pulls its
+//! blocks from the source daemon (`Array::d2d_read_blocks`), so the host link carries
+//! commands only.
+//!
 //! The thesis's runs go to disk between sort and merge because its data outgrow device
 //! memory; ours are kept in device memory, so the bytes are read from storage once (the
 //! staging), moved once per merge that needs them, and written once (the output).
@@ -41,6 +47,7 @@ use csx_host::{Device, ExecuteRequest};
 use serde::Serialize;
 
 use crate::array::{piece_sizes, Array};
+use crate::d2d::Route;
 use crate::desc::{normalize_path, FileEntry, Layout};
 use crate::error::ArrayError;
 use crate::link::LinkCounters;
@@ -236,6 +243,8 @@ struct Job<'a> {
     final_out: Mutex<Option<MemHandle>>,
     /// See [`SortReport::final_merge_slices`].
     final_slices: std::sync::atomic::AtomicU32,
+    /// Member path prefix of the run files a move between daemons writes.
+    run_prefix: String,
 }
 
 impl Job<'_> {
@@ -334,9 +343,35 @@ impl Job<'_> {
         at: u64,
         mode: SortMode,
     ) -> Result<(), ArrayError> {
+        if mode == SortMode::Instant && self.array.block_route(from, into) == Route::Peer {
+            return self.move_run_peer(from, src, len, into, dst, at);
+        }
         if mode == SortMode::Instant || from == into {
-            self.array.d2d_copy_mem(from, src, 0, len, into, dst, at)?;
-            return Ok(());
+            // A large run moves as two halves at once (two copies on the link): one
+            // stream of commands leaves a core idle.
+            let half = if len >= 2 * SPLIT_MIN_BYTES {
+                (len / 2).next_multiple_of(KEY_BYTES)
+            } else {
+                len
+            };
+            let pieces = [(0, half), (half, len - half)];
+            let results: Vec<Result<(), ArrayError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = pieces
+                    .iter()
+                    .filter(|&&(_, n)| n > 0)
+                    .map(|&(off, n)| {
+                        s.spawn(move || {
+                            self.array
+                                .d2d_copy_mem(from, src, off, n, into, dst, at + off)
+                                .map(|_| ())
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("a run mover panicked"))
+                    .collect()
+            });
+            return results.into_iter().collect();
         }
         // The baseline: the host reads the run, then writes it to the merging member.
         let mut done = 0;
@@ -353,6 +388,59 @@ impl Job<'_> {
         }
         self.array.links().host_copy(from, into, len);
         Ok(())
+    }
+
+    /// A run between two daemons: the source member writes it from its memory to a
+    /// run file on its own storage, then the destination daemon pulls the file's blocks
+    /// from the source daemon (`Array::d2d_read_blocks`, one D2D crossing; the host link
+    /// carries commands only). The run file is deleted afterwards, done or failed; one
+    /// left by a crash is an orphan under the array's prefix (`Array::orphans`).
+    fn move_run_peer(
+        &self,
+        from: u16,
+        src: MemHandle,
+        len: u64,
+        into: u16,
+        dst: MemHandle,
+        at: u64,
+    ) -> Result<(), ArrayError> {
+        let path = format!("{}.run{from}", self.run_prefix);
+        let dev = self.dev(from);
+        let r = (|| {
+            dev.put_bytes(&path, &[])
+                .map_err(self.array.member_error(from, "file-write"))?;
+            write_range(self.array, dev, from, &path, src, 0, len)?;
+            let ext = dev
+                .extents(&path)
+                .map_err(self.array.member_error(from, "file-extents"))?;
+            let mut extents = ext.extents;
+            extents.sort_by_key(|e| e.file_offset);
+            let mut ranges = Vec::new();
+            let mut mapped = 0;
+            for e in &extents {
+                if e.file_offset != mapped {
+                    break;
+                }
+                let n = e.len.min(len - mapped);
+                ranges.push(BlockRange {
+                    start: TaggedAddr::from_byte_offset(from, e.nvm_offset)?,
+                    len: n,
+                });
+                mapped += n;
+                if mapped == len {
+                    break;
+                }
+            }
+            if mapped != len || (ext.truncated && mapped < len) {
+                return Err(ArrayError::Other(format!(
+                    "array member {from}: the run file of {len} bytes maps {mapped} contiguous bytes"
+                )));
+            }
+            self.array.d2d_read_blocks(&ranges, into, dst, at)?;
+            Ok(())
+        })();
+        let _ = dev.delete_file(&path);
+        r
     }
 
     fn merge_in(
@@ -663,7 +751,8 @@ fn copy_file(
     Ok(())
 }
 
-/// File Write From Memory of `len` bytes of `buf` into the member file `path`.
+/// File Write From Memory of `len` bytes of `buf` into the member file `path` (one
+/// stream: the file store writes under one lock, so two streams would not overlap).
 fn write_file(
     array: &Array,
     dev: &Device,
@@ -672,9 +761,22 @@ fn write_file(
     buf: MemHandle,
     len: u64,
 ) -> Result<(), ArrayError> {
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(WRITE_CHUNK);
+    write_range(array, dev, m, path, buf, 0, len)
+}
+
+/// File Write From Memory of bytes `from..to` of `buf` to the same place in `path`.
+fn write_range(
+    array: &Array,
+    dev: &Device,
+    m: u16,
+    path: &str,
+    buf: MemHandle,
+    from: u64,
+    to: u64,
+) -> Result<(), ArrayError> {
+    let mut done = from;
+    while done < to {
+        let n = (to - done).min(WRITE_CHUNK);
         dev.write_mem_to_file(
             path,
             done,
@@ -850,6 +952,7 @@ pub fn sort(
         output_ns: AtomicU64::new(0),
         final_out: Mutex::new(None),
         final_slices: std::sync::atomic::AtomicU32::new(0),
+        run_prefix: array.member_path(out_id),
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {

@@ -192,7 +192,7 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
     array
         .put_bytes("/k", &data, Placement::Striped { stripe_bytes: 8192 })
         .unwrap();
-    sort(
+    let instant = sort(
         &array,
         "/k",
         &opts(SortMode::Instant, Topology::Tree, "/s"),
@@ -204,6 +204,38 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
         embedded_out,
         "daemons = embedded"
     );
+    // The runs moved daemon to daemon (through run files and peer reads): the host link
+    // carried none of them. The baseline moves the same runs through the host.
+    let l = &instant.links;
+    let moved: u64 = instant
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SortEvent::MergeRead {
+                from, into, bytes, ..
+            } if from != into => Some(*bytes),
+            _ => None,
+        })
+        .sum();
+    assert!(moved > 0);
+    assert_eq!((l.d2d_bytes, l.host_copy_bytes), (moved, 0), "{l:?}");
+    assert_eq!((l.host.ingress, l.host.egress), (0, 0), "{l:?}");
+    let host = sort(
+        &array,
+        "/k",
+        &opts(SortMode::Host, Topology::Tree, "/h"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/h").unwrap(), embedded_out);
+    let h = &host.links;
+    assert_eq!((h.d2d_bytes, h.host_copy_bytes), (0, moved), "{h:?}");
+    assert!(
+        h.host.ingress + h.host.egress >= 2 * moved,
+        "the baseline crosses the host link twice per moved byte: {h:?}"
+    );
+    // No run file is left on any member.
+    assert!(array.orphans().unwrap().is_empty());
 
     // Member 2 disappears once every sub-operation is submitted.
     let daemons = Mutex::new(daemons);
