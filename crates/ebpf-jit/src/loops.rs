@@ -133,11 +133,19 @@ pub(crate) fn plan_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<VersionedLo
             }
         }
     }
-    let mut loops = Vec::new();
     let mut headers: Vec<_> = by_header.into_iter().collect();
     headers.sort_unstable();
-    for (h, latches) in headers {
-        if let Some(l) = version_loop(insns, plan, &graph, h, &latches) {
+    let bodies: Vec<Vec<bool>> = headers
+        .iter()
+        .map(|(h, latches)| natural_body(&graph, *h, latches))
+        .collect();
+    let mut loops = Vec::new();
+    for (i, (h, latches)) in headers.iter().enumerate() {
+        let nested = bodies
+            .iter()
+            .enumerate()
+            .any(|(j, body)| j != i && body[*h]);
+        if let Some(l) = version_loop(insns, plan, &graph, *h, latches, nested) {
             loops.push(l);
         }
     }
@@ -290,31 +298,42 @@ impl Graph {
     }
 }
 
+/// The natural loop of header `h` with back-edges from `latches`: the header and every
+/// node reaching a latch without passing it.
+fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
+    let mut in_body = vec![false; g.n];
+    in_body[h] = true;
+    let mut work: Vec<usize> = latches.to_vec();
+    while let Some(u) = work.pop() {
+        if in_body[u] {
+            continue;
+        }
+        in_body[u] = true;
+        work.extend(g.pred[u].iter().copied().filter(|&p| !in_body[p]));
+    }
+    in_body
+}
+
 /// The versioning plan for the natural loop of header `h` with back-edges from
 /// `latches`, if it is innermost, call-free, translated as whole blocks, and has an
 /// access that can go unchecked.
+///
+/// A loop inside another runs its guard at every entry, so it is versioned only when it
+/// looks long enough to repay it: a *counted* loop (every exit tests induction variables
+/// or constants, none tests loaded data) whose accesses all go unchecked. A search loop
+/// that usually stops at its first or second iteration (grep's pattern match, an
+/// insertion sort's shift) would pay the guard for nothing.
 fn version_loop(
     insns: &[Insn],
     plan: &FunctionPlan,
     g: &Graph,
     h: usize,
     latches: &[usize],
+    nested: bool,
 ) -> Option<VersionedLoop> {
-    // The body: the header and everything reaching a latch without passing it.
-    let mut in_body = vec![false; g.n];
-    in_body[h] = true;
-    let mut work: Vec<usize> = latches.to_vec();
-    let mut count = 1;
-    while let Some(u) = work.pop() {
-        if in_body[u] {
-            continue;
-        }
-        in_body[u] = true;
-        count += 1;
-        if count > BODY_MAX {
-            return None;
-        }
-        work.extend(g.pred[u].iter().copied().filter(|&p| !in_body[p]));
+    let in_body = natural_body(g, h, latches);
+    if in_body.iter().filter(|&&b| b).count() > BODY_MAX {
+        return None;
     }
     let nodes: Vec<usize> = (0..g.n).filter(|&u| in_body[u]).collect();
     if nodes.iter().any(|&u| g.calls[u]) {
@@ -455,12 +474,52 @@ fn version_loop(
     if accesses.is_empty() {
         return None;
     }
+    if nested {
+        let all_unchecked = order.iter().all(|&u| {
+            let pc = g.pcs[u];
+            let insn = &insns[pc as usize];
+            let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
+            !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &states[&u])
+        });
+        let counted = order.iter().all(|&u| {
+            let leaves = g.succ[u].iter().any(|&v| !in_body[v]);
+            !leaves || induction_test(&insns[g.pcs[u] as usize], &states[&u])
+        });
+        if !all_unchecked || !counted {
+            return None;
+        }
+    }
     accesses.sort_unstable_by_key(|a| a.pc);
     Some(VersionedLoop {
         header: g.pcs[h],
         body,
         accesses,
     })
+}
+
+/// Whether `insn` accesses memory at r10 plus a constant (checked, if at all, by the
+/// frame rule of `translate`, never by a region cache).
+fn frame_constant(insn: &Insn, s: &State) -> bool {
+    let base = if insn.class() == CLASS_LDX {
+        insn.src
+    } else {
+        insn.dst
+    };
+    let mut r10 = [0; 11];
+    r10[10] = 1;
+    matches!(s.get(base as usize), Some(Sym::Affine { coef, .. }) if *coef == r10)
+        && insn.opc & 0xe0 != MODE_ATOMIC
+}
+
+/// Whether `insn`, a loop exit, is a conditional jump comparing affine forms of
+/// induction variables (or constants), not loaded data.
+fn induction_test(insn: &Insn, s: &State) -> bool {
+    let op = insn.opc & 0xf0;
+    if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) || matches!(op, JMP_JA | JMP_EXIT) {
+        return false;
+    }
+    let affine = |r: u8| matches!(s.get(r as usize), Some(Sym::Affine { .. }));
+    affine(insn.dst) && (insn.opc & SRC_X == 0 || affine(insn.src))
 }
 
 /// The state at the entry of each body node, given the header's.

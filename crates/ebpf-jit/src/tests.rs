@@ -859,6 +859,22 @@ fn versioned_loops_are_found_with_their_strides() {
     let src = "mov %r0, 0\nmov %r6, %r1\n\
                loop:\nldxb %r3, [%r6+0]\nadd %r6, %r3\nadd %r0, 1\njlt %r0, 8, loop\nexit";
     assert_eq!(unchecked_accesses(src), vec![]);
+    // Inside another loop, a counted loop is versioned, a search loop (an exit on
+    // loaded data) is not; alone, the search loop is.
+    let nested = |exit: &str| {
+        format!(
+            "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+             inner:\nldxb %r3, [%r6+0]\n{exit}add %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+             jlt %r7, 8, inner\nnext:\nadd %r8, 1\njlt %r8, 4, outer\nexit"
+        )
+    };
+    assert_eq!(unchecked_accesses(&nested("")), vec![(4, vec![(4, 1)])]);
+    assert_eq!(check(&nested("")).result, Ok(4 * (0..8).sum::<u64>()));
+    let search = nested("jeq %r3, 5, next\n");
+    assert_eq!(unchecked_accesses(&search), vec![]);
+    assert_eq!(check(&search).result, Ok(4 * (0..5).sum::<u64>()));
+    let alone = search.replace("jlt %r8, 4, outer", "ja next2\nnext2:");
+    assert_eq!(unchecked_accesses(&alone), vec![(4, vec![(4, 1)])]);
     // A loop with a call in it is left alone.
     let src = "mov %r6, 0\nloop:\nldxb %r3, [%r1+0]\ncall local f\nadd %r6, 1\n\
                jlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
