@@ -9,6 +9,11 @@
 //! globals, hands compiled code a context block, and turns the status it returns into a
 //! [`RunOutcome`].
 //!
+//! Innermost loops are versioned (`loops`): a guard where a loop is entered proves how
+//! many iterations keep its strided accesses in bounds, and an unchecked copy of the loop
+//! runs those. Setting `CSX_JIT_DISASM` prints each compiled function's machine code
+//! (Cranelift's listing) to stderr, for reading what a kernel became.
+//!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
 //! current stack frame and its context; it stops only through its exit blocks (no trap
 //! instructions, no signals); no panic unwinds through it. `unsafe` lives in
@@ -17,6 +22,7 @@
 
 mod analysis;
 mod code_memory;
+mod loops;
 mod params;
 mod runtime;
 mod translate;
@@ -172,9 +178,18 @@ impl JitProgram {
             })?;
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
+            let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
+            if dump {
+                ctx.set_disasm(true);
+            }
             module
                 .define_function(func_ids[&f.start], &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;
+            if dump {
+                if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+                    eprintln!("== {} function {}\n{v}", program.name(), f.start);
+                }
+            }
             code_bytes += ctx
                 .compiled_code()
                 .map_or(0, |c| c.code_info().total_size as usize);
