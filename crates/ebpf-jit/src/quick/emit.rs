@@ -614,7 +614,8 @@ impl Emitter<'_> {
             || op == ATOMIC_XCHG
             || op == ATOMIC_CMPXCHG;
         let fetches = op & ATOMIC_FETCH != 0;
-        if !valid || (fetches && insn.src > 9) {
+        // The fetched value goes to `src`, except `cmpxchg`'s, which goes to r0.
+        if !valid || (fetches && op != ATOMIC_CMPXCHG && insn.src > 9) {
             return Err(self.unsupported(pc));
         }
         let v = self.src(pc, insn.src)?;

@@ -281,3 +281,17 @@ fn a_long_generated_program_compiles_and_agrees() {
     assert!(quick.code_size() > 0);
     agree(&p);
 }
+
+/// `cmpxchg` writes r0, not its source, so r10 may be that source; the fetch forms
+/// write back into their source register.
+#[test]
+fn atomics_write_back_where_the_interpreter_does() {
+    check_src(
+        "mov %r0, 0\nstdw [%r10-8], 0\nmov %r2, %r10\nadd %r2, -8\n\
+         lock cmpxchg [%r2+0], %r10\nldxdw %r3, [%r10-8]\nsub %r3, %r10\nmov %r0, %r3\nexit",
+    );
+    check_src(
+        "mov %r0, 7\nmov %r3, 5\nlock cmpxchg32 [%r1+4], %r3\nmov %r4, 9\n\
+         lock fetch add [%r1+8], %r4\nlock xchg32 [%r1+12], %r4\nadd %r0, %r4\nexit",
+    );
+}
