@@ -24,8 +24,15 @@ mod analysis;
 mod code_memory;
 mod loops;
 mod params;
+#[cfg(target_arch = "x86_64")]
+mod quick;
 mod runtime;
+mod tiered;
 mod translate;
+
+#[cfg(target_arch = "x86_64")]
+pub use quick::QuickProgram;
+pub use tiered::{Promotion, Tier, TieredProgram};
 
 use std::collections::HashMap;
 use std::sync::Arc;

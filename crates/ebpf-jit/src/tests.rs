@@ -112,14 +112,29 @@ fn run_on(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u8>) {
 
 /// Runs `p` on both engines; asserts they agree and returns the outcome.
 fn check_program(p: Arc<VerifiedProgram>, fuel: u64) -> RunOutcome {
+    let p_quick = p.clone();
     let interp = Interpreter::new(p.clone());
     let jit = JitProgram::compile(p).unwrap_or_else(|e| panic!("{e}"));
     let (want, want_mem) = run_on(&interp, fuel);
     let (got, got_mem) = run_on(&jit, fuel);
     assert_eq!(got, want, "jit vs interpreter, fuel {fuel}");
     assert_eq!(got_mem, want_mem, "memory after the run, fuel {fuel}");
+    quick_agrees(&p_quick, &want, &want_mem, fuel);
     got
 }
+
+/// The quick tier (where the host has it) agrees with the interpreter's outcome and
+/// memory: every test here runs three ways.
+#[cfg(target_arch = "x86_64")]
+fn quick_agrees(p: &Arc<VerifiedProgram>, want: &RunOutcome, want_mem: &[u8], fuel: u64) {
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let (got, got_mem) = run_on(&quick, fuel);
+    assert_eq!(&got, want, "quick vs interpreter, fuel {fuel}");
+    assert_eq!(got_mem, want_mem, "memory after the quick run, fuel {fuel}");
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn quick_agrees(_: &Arc<VerifiedProgram>, _: &RunOutcome, _: &[u8], _: u64) {}
 
 fn check(src: &str) -> RunOutcome {
     check_program(program(src, vec![]), 1_000_000)
@@ -730,6 +745,16 @@ fn check_stopped(p: &Arc<VerifiedProgram>, fuel: u64, stop: &StopFlag) -> RunOut
         "jit vs interpreter with a stop flag, fuel {fuel}"
     );
     assert_eq!(got_mem, want_mem);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let (got, got_mem) = run(&quick);
+        assert_eq!(
+            got, want,
+            "quick vs interpreter with a stop flag, fuel {fuel}"
+        );
+        assert_eq!(got_mem, want_mem);
+    }
     got
 }
 
@@ -791,10 +816,13 @@ fn a_set_stop_flag_stops_at_the_first_charge() {
 #[test]
 fn a_stop_from_another_thread_ends_a_spin() {
     let p = program("ja -1", vec![]);
-    let engines: [Box<dyn Engine>; 2] = [
+    #[allow(unused_mut)]
+    let mut engines: Vec<Box<dyn Engine>> = vec![
         Box::new(Interpreter::new(p.clone())),
-        Box::new(JitProgram::compile(p).unwrap()),
+        Box::new(JitProgram::compile(p.clone()).unwrap()),
     ];
+    #[cfg(target_arch = "x86_64")]
+    engines.push(Box::new(QuickProgram::compile(p).unwrap()));
     let budget = 1 << 34;
     for engine in &engines {
         let stop = StopFlag::new();
