@@ -2,6 +2,11 @@
 //! [`Engine`] trait as the reference interpreter, and matching it exactly in r0, trap
 //! (kind and pc) and fuel used.
 //!
+//! Two tiers: [`JitProgram`] (Cranelift, optimising, tens of milliseconds for a large
+//! program) and, on x86-64, `QuickProgram` (the `quick` module: a one-pass baseline JIT
+//! that compiles in well under a millisecond). [`TieredProgram`] runs the quick code at
+//! once and switches to Cranelift's when it is ready (see `tiered`).
+//!
 //! Pipeline of [`JitProgram::compile`]: plan (control flow per eBPF function, block
 //! starts, if-conversions; `analysis`) → set up the host ISA → declare one Cranelift
 //! function per eBPF function → translate each (`translate`) → define (compile) each →

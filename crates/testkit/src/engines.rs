@@ -37,3 +37,19 @@ pub fn all() -> Vec<(&'static str, EngineFactory)> {
     engines.push(("quick", quick as EngineFactory));
     engines
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every suite that runs "on every engine" runs the quick tier where the host has it:
+    /// dropping it from the list would silently shrink them to two engines.
+    #[test]
+    fn every_tier_is_listed() {
+        let names: Vec<&str> = super::all().iter().map(|(n, _)| *n).collect();
+        let want: &[&str] = if cfg!(target_arch = "x86_64") {
+            &["interp", "jit", "quick"]
+        } else {
+            &["interp", "jit"]
+        };
+        assert_eq!(names, want);
+    }
+}
