@@ -172,4 +172,5 @@ def ssb_run(
     engine: str = "jit",
     strategy: str = "bitmask",
     partitions: Optional[int] = None,
+    probe: str = "emitted",
 ) -> SsbRun: ...

@@ -31,10 +31,12 @@ __all__ = [
     "SsbRun",
     "STRATEGIES",
     "SPLITS",
+    "PROBES",
 ]
 
 STRATEGIES = ("bitmask", "unrolled", "accel")
 SPLITS = ("offload", "host-agg", "host")
+PROBES = ("emitted", "operator")
 
 _Path = Union[str, "os.PathLike[str]"]
 
@@ -107,11 +109,14 @@ def ssb_run(
     engine: str = "jit",
     strategy: str = "bitmask",
     partitions: Optional[int] = None,
+    probe: str = "emitted",
 ) -> SsbRun:
     """Runs SSB ``query`` (q1.1-q1.3, q3.1-q3.4) over the dataset at ``data_dir`` on the
     device: ``split`` "offload" (every operator on the device), "host-agg" (the host
     aggregates) or "host" (the device only reads); ``engine`` "jit" or "interp";
-    ``strategy`` the selection: "bitmask", "unrolled" or "accel"."""
+    ``strategy`` the selection: "bitmask", "unrolled" or "accel"; ``probe`` what joins
+    LINEORDER: "emitted" (eBPF made for the query: its selections, the joins and the sum
+    in one pass) or "operator" (the filter operators, then the C probe operator)."""
     if not isinstance(device, Device):
         raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
     _check_str("query", query)
@@ -122,6 +127,8 @@ def ssb_run(
         raise ValueError(f"engine must be 'jit' or 'interp', got {engine!r}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
+    if probe not in PROBES:
+        raise ValueError(f"probe must be one of {', '.join(map(repr, PROBES))}, got {probe!r}")
     r = _native.ssb_run(
         device._dev(),
         data_dir,
@@ -130,6 +137,7 @@ def ssb_run(
         engine=engine,
         strategy=strategy,
         partitions=_check_opt_int("partitions", partitions, 1, 16),
+        probe=probe,
     )
     rows = [tuple(keys) + (value,) for keys, value in json.loads(r.rows_json)]
     return SsbRun(

@@ -133,7 +133,7 @@ pub fn ssb_queries() -> Vec<(&'static str, &'static str)> {
 
 /// Runs SSB query `query` over the dataset at `data_dir` on the device.
 #[pyfunction]
-#[pyo3(signature = (device, data_dir, query, split="offload", engine="jit", strategy="bitmask", partitions=None))]
+#[pyo3(signature = (device, data_dir, query, split="offload", engine="jit", strategy="bitmask", partitions=None, probe="emitted"))]
 #[allow(clippy::too_many_arguments)]
 pub fn ssb_run(
     py: Python<'_>,
@@ -144,6 +144,7 @@ pub fn ssb_run(
     engine: &str,
     strategy: &str,
     partitions: Option<u32>,
+    probe: &str,
 ) -> PyResult<SsbRun> {
     let q = csx_data::ssb::queries::query(query).ok_or_else(|| {
         let known: Vec<&str> = csx_data::ssb::queries::QUERIES
@@ -160,10 +161,16 @@ pub fn ssb_run(
             "split {split:?} is not one of 'offload', 'host-agg', 'host'"
         ))
     })?;
+    let probe = csx_data::ssb::run::ProbeKind::parse(probe).ok_or_else(|| {
+        Error::value(format!(
+            "probe {probe:?} is not one of 'emitted', 'operator'"
+        ))
+    })?;
     let opts = csx_data::ssb::run::RunOptions {
         split,
         engine: engine_of(engine)?,
         strategy: strategy_of(strategy)?,
+        probe,
         partitions,
         ..csx_data::ssb::run::RunOptions::default()
     };

@@ -66,20 +66,24 @@ def ssb(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "query, split, strategy",
+    "query, split, strategy, probe",
     [
-        ("q1.1", "offload", "bitmask"),
-        ("q1.1", "offload", "unrolled"),
-        ("q1.1", "offload", "accel"),
-        ("q3.3", "offload", "bitmask"),
-        ("q3.3", "host-agg", "bitmask"),
-        ("q3.1", "host", "bitmask"),
+        ("q1.1", "offload", "bitmask", "emitted"),
+        ("q1.1", "offload", "bitmask", "operator"),
+        ("q1.1", "offload", "unrolled", "operator"),
+        ("q1.1", "offload", "accel", "operator"),
+        ("q3.3", "offload", "bitmask", "emitted"),
+        ("q3.3", "offload", "bitmask", "operator"),
+        ("q3.3", "host-agg", "bitmask", "emitted"),
+        ("q3.1", "host", "bitmask", "emitted"),
     ],
 )
-def test_ssb_runs_equal_duckdb(dev, ssb, query, split, strategy):
+def test_ssb_runs_equal_duckdb(dev, ssb, query, split, strategy, probe):
     root, tables = ssb
     csx.data.put_dir(dev, root / "data", "/ssb/sf0.01")
-    r = csx.data.ssb_run(dev, query, data_dir="/ssb/sf0.01", split=split, strategy=strategy)
+    r = csx.data.ssb_run(
+        dev, query, data_dir="/ssb/sf0.01", split=split, strategy=strategy, probe=probe
+    )
     want = over_parquet(csx.data.ssb_queries()[query], root / "parquet", tables)
     assert sorted(r.rows) == sorted(tuple(row) for row in want)
     assert r.split == split and r.bytes_to_host > 0 and r.phases
@@ -103,6 +107,9 @@ def test_data_bad_arguments(dev, tmp_path):
     with pytest.raises(ValueError) as e:
         csx.data.ssb_run(dev, "q1.1", strategy="magic")
     assert "strategy" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        csx.data.ssb_run(dev, "q1.1", probe="magic")
+    assert "probe" in str(e.value)
     with pytest.raises(ValueError) as e:
         csx.scan.scan(dev, "/x", engine="magic")
     assert "engine" in str(e.value)

@@ -132,6 +132,7 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_LZ4_DECOMPRESS 20
 #define CSX_HELPER_LZ4_COMPRESS 21
 #define CSX_HELPER_CHACHA20 22
+#define CSX_HELPER_MERGE_INTO_U64 23
 
 /* Registered device functions, resolved by name when the device loads a program. */
 
@@ -225,6 +226,13 @@ extern long csx_lz4_compress(const void *src, unsigned long src_len, void *dst,
  */
 extern long csx_chacha20(const void *key_nonce, unsigned long key_nonce_len,
                          unsigned long offset, void *data, unsigned long len);
+
+/*
+ * csx_merge_into_u64 (id 23, version 1): accelerated merge of the sorted u64 runs a and b
+ * into out (a_len + b_len bytes, overlapping neither), ascending; returns the count.
+ */
+extern long csx_merge_into_u64(const void *a, unsigned long a_len, const void *b,
+                               unsigned long b_len, void *out);
 
 /*
  * Declares the program `name`, in its own section "csx/name" so one object may hold

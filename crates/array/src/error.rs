@@ -24,6 +24,17 @@ pub enum ArrayError {
     },
     #[error("an array has {count} members, must be between 1 and {max}")]
     MemberCount { count: usize, max: usize },
+    /// A λ (`crate::lambda`) failed to load or run on one member.
+    #[error("array member {member} ({uri}): {op}{}: {source}", at_offset(*file_offset))]
+    Lambda {
+        member: u16,
+        uri: String,
+        op: &'static str,
+        /// The failed request's offset in the array file.
+        file_offset: Option<u64>,
+        #[source]
+        source: Box<csx_lambda::LambdaError>,
+    },
     #[error("array member {member} ({uri}): cannot open: {source}")]
     MemberOpen {
         member: u16,
@@ -89,10 +100,14 @@ impl ArrayError {
     /// The member a failure is about, if it is about one.
     pub fn member(&self) -> Option<u16> {
         match self {
-            ArrayError::MemberOpen { member, .. } | ArrayError::Member { member, .. } => {
-                Some(*member)
-            }
+            ArrayError::MemberOpen { member, .. }
+            | ArrayError::Member { member, .. }
+            | ArrayError::Lambda { member, .. } => Some(*member),
             _ => None,
         }
     }
+}
+
+fn at_offset(file_offset: Option<u64>) -> String {
+    file_offset.map_or(String::new(), |o| format!(" (request at file offset {o})"))
 }

@@ -8,6 +8,7 @@
 //! * [`locks`]: COSTA's block locks.
 //! * [`d2d`]: device-to-device transfer by tagged block address or device memory.
 //! * [`sort`]: the distributed merge sort (instant chain, instant tree, host baseline).
+//! * [`lambda`]: λ-IO's λ-read over an array file, run by the members holding it.
 //! * [`model`]: a sort's modelled time from its log, calibrated on the thesis.
 //!
 //! The crate sits on csx-host's public API and csx-proto; it never reaches device
@@ -17,6 +18,7 @@ pub mod array;
 pub mod d2d;
 pub mod desc;
 pub mod error;
+pub mod lambda;
 pub mod link;
 pub mod locks;
 pub mod model;

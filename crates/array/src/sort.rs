@@ -18,10 +18,21 @@
 //!      by the host and written to the merging member (the host link twice), then
 //!      merged there.
 //!
-//!    Merges run `csx_merge_u64` on the merging member, in its buffer.
+//!    Merges run `csx_merge_u64` on the merging member, in its buffer. The final merge
+//!    (the chain's last, the tree's last round) is split over the member's engines
+//!    (merge path): the output is cut into equal slices at co-ranks found by a binary
+//!    search over the two runs, and each slice is one Execute of `csx_merge_into_u64`
+//!    from disjoint windows into a fresh buffer, all slices at once. With one engine, no
+//!    memory for the second buffer, or small runs, it merges in place as the others.
 //! 3. The result is written to a fresh member file and named by the catalog only on
 //!    success (the atomic "rename"): a failure leaves the input and any old output as
 //!    they were and releases every lock and buffer.
+//!
+//! Runs move device to device by device memory, except between two daemons (tcp
+//! members), whose memory belongs to this client's connection: there the source member
+//! writes the run to a run file on its own storage and the destination daemon pulls its
+//! blocks from the source daemon (`Array::d2d_read_blocks`), so the host link carries
+//! commands only.
 //!
 //! The thesis's runs go to disk between sort and merge because its data outgrow device
 //! memory; ours are kept in device memory, so the bytes are read from storage once (the
@@ -36,6 +47,7 @@ use csx_host::{Device, ExecuteRequest};
 use serde::Serialize;
 
 use crate::array::{piece_sizes, Array};
+use crate::d2d::Route;
 use crate::desc::{normalize_path, FileEntry, Layout};
 use crate::error::ArrayError;
 use crate::link::LinkCounters;
@@ -123,6 +135,9 @@ pub struct SortReport {
     pub total_wall_ns: u64,
     /// Of the merge phase, the time writing the output to its member and flushing it.
     pub output_wall_ns: u64,
+    /// Slices the final merge was split into over the output member's engines (1: it
+    /// ran in place on one engine; 0: no merge).
+    pub final_merge_slices: u32,
     /// Bytes each link carried during the sort.
     pub links: LinkCounters,
     pub events: Vec<SortEvent>,
@@ -145,11 +160,33 @@ fn merge_program(id: u32) -> Vec<u8> {
     p
 }
 
-/// The two programs loaded on one member.
+/// `r3 = args->windows[1].addr; r4 = args->windows[1].len; r5 = args->windows[2].addr;
+/// call csx_merge_into_u64; exit`: window 0 and window 1 merge into window 2.
+fn merge_into_program(id: u32) -> Vec<u8> {
+    let mut p = vec![0x79, 0x53, 40, 0, 0, 0, 0, 0];
+    p.extend_from_slice(&[0x79, 0x54, 48, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0x79, 0x55, 56, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0x85, 0, 0, 0]);
+    p.extend_from_slice(&id.to_le_bytes());
+    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    p
+}
+
+/// The programs loaded on one member, and its engines.
 struct Programs {
     sort: ProgramIndex,
     merge: ProgramIndex,
+    /// The split final merge's slice program (`None` on a device without
+    /// `csx_merge_into_u64`: its final merge runs in place, on one engine).
+    merge_into: Option<ProgramIndex>,
+    engines: u32,
 }
+
+/// Smallest final merge split over engines: below it one engine is as fast.
+pub const SPLIT_MIN_BYTES: u64 = 4 << 20;
+
+/// Most slices a final merge is split into.
+const SLICES_MAX: u32 = 16;
 
 /// One member's part of the input.
 struct Part {
@@ -202,6 +239,12 @@ struct Job<'a> {
     failed: AtomicBool,
     /// Nanoseconds spent writing and flushing the output.
     output_ns: AtomicU64,
+    /// The buffer a split final merge wrote the result to (on the output member).
+    final_out: Mutex<Option<MemHandle>>,
+    /// See [`SortReport::final_merge_slices`].
+    final_slices: std::sync::atomic::AtomicU32,
+    /// Member path prefix of the run files a move between daemons writes.
+    run_prefix: String,
 }
 
 impl Job<'_> {
@@ -300,9 +343,35 @@ impl Job<'_> {
         at: u64,
         mode: SortMode,
     ) -> Result<(), ArrayError> {
+        if mode == SortMode::Instant && self.array.block_route(from, into) == Route::Peer {
+            return self.move_run_peer(from, src, len, into, dst, at);
+        }
         if mode == SortMode::Instant || from == into {
-            self.array.d2d_copy_mem(from, src, 0, len, into, dst, at)?;
-            return Ok(());
+            // A large run moves as two halves at once (two copies on the link): one
+            // stream of commands leaves a core idle.
+            let half = if len >= 2 * SPLIT_MIN_BYTES {
+                (len / 2).next_multiple_of(KEY_BYTES)
+            } else {
+                len
+            };
+            let pieces = [(0, half), (half, len - half)];
+            let results: Vec<Result<(), ArrayError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = pieces
+                    .iter()
+                    .filter(|&&(_, n)| n > 0)
+                    .map(|&(off, n)| {
+                        s.spawn(move || {
+                            self.array
+                                .d2d_copy_mem(from, src, off, n, into, dst, at + off)
+                                .map(|_| ())
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().expect("a run mover panicked"))
+                    .collect()
+            });
+            return results.into_iter().collect();
         }
         // The baseline: the host reads the run, then writes it to the merging member.
         let mut done = 0;
@@ -319,6 +388,59 @@ impl Job<'_> {
         }
         self.array.links().host_copy(from, into, len);
         Ok(())
+    }
+
+    /// A run between two daemons: the source member writes it from its memory to a
+    /// run file on its own storage, then the destination daemon pulls the file's blocks
+    /// from the source daemon (`Array::d2d_read_blocks`, one D2D crossing; the host link
+    /// carries commands only). The run file is deleted afterwards, done or failed; one
+    /// left by a crash is an orphan under the array's prefix (`Array::orphans`).
+    fn move_run_peer(
+        &self,
+        from: u16,
+        src: MemHandle,
+        len: u64,
+        into: u16,
+        dst: MemHandle,
+        at: u64,
+    ) -> Result<(), ArrayError> {
+        let path = format!("{}.run{from}", self.run_prefix);
+        let dev = self.dev(from);
+        let r = (|| {
+            dev.put_bytes(&path, &[])
+                .map_err(self.array.member_error(from, "file-write"))?;
+            write_range(self.array, dev, from, &path, src, 0, len)?;
+            let ext = dev
+                .extents(&path)
+                .map_err(self.array.member_error(from, "file-extents"))?;
+            let mut extents = ext.extents;
+            extents.sort_by_key(|e| e.file_offset);
+            let mut ranges = Vec::new();
+            let mut mapped = 0;
+            for e in &extents {
+                if e.file_offset != mapped {
+                    break;
+                }
+                let n = e.len.min(len - mapped);
+                ranges.push(BlockRange {
+                    start: TaggedAddr::from_byte_offset(from, e.nvm_offset)?,
+                    len: n,
+                });
+                mapped += n;
+                if mapped == len {
+                    break;
+                }
+            }
+            if mapped != len || (ext.truncated && mapped < len) {
+                return Err(ArrayError::Other(format!(
+                    "array member {from}: the run file of {len} bytes maps {mapped} contiguous bytes"
+                )));
+            }
+            self.array.d2d_read_blocks(&ranges, into, dst, at)?;
+            Ok(())
+        })();
+        let _ = dev.delete_file(&path);
+        r
     }
 
     fn merge_in(
@@ -360,7 +482,11 @@ impl Job<'_> {
             });
             if k > 0 {
                 self.move_run(p.member, p.buf, p.len, t, buf, acc, mode)?;
-                self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
+                if k + 1 == parts.len() {
+                    self.merge_last(t, buf, acc, acc + p.len, k as u32)?;
+                } else {
+                    self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
+                }
             }
             acc += p.len;
         }
@@ -391,8 +517,9 @@ impl Job<'_> {
                     .chunks(2)
                     .map(|c| {
                         let c = c.to_vec();
+                        let last = runs.len() == 2;
                         s.spawn(move || match *c {
-                            [a, b] => self.merge_pair(parts, a, b, mode, round),
+                            [a, b] => self.merge_pair(parts, a, b, mode, round, last),
                             [one] => Ok(one),
                             _ => unreachable!("chunks of one or two"),
                         })
@@ -415,6 +542,7 @@ impl Job<'_> {
         b: (usize, u64),
         mode: SortMode,
         round: u32,
+        last: bool,
     ) -> Result<(usize, u64), ArrayError> {
         let (pa, pb) = (&parts[a.0], &parts[b.0]);
         self.emit(SortEvent::MergeRead {
@@ -424,8 +552,183 @@ impl Job<'_> {
             bytes: b.1,
         });
         self.move_run(pb.member, pb.buf, b.1, pa.member, pa.buf, a.1, mode)?;
-        self.merge_in(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+        if last {
+            self.merge_last(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+        } else {
+            self.merge_in(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+        }
         Ok((a.0, a.1 + b.1))
+    }
+
+    /// The final merge: split over the member's engines into a fresh buffer (the
+    /// result's buffer is then `final_out`), or in place on one engine when the member
+    /// has one engine, no `csx_merge_into_u64`, no memory for a second buffer, or the
+    /// runs are small.
+    fn merge_last(
+        &self,
+        into: u16,
+        buf: MemHandle,
+        split: u64,
+        len: u64,
+        round: u32,
+    ) -> Result<(), ArrayError> {
+        let progs = self.progs(into);
+        let slices = progs.engines.min(SLICES_MAX);
+        let (Some(prog), true) = (progs.merge_into, slices >= 2 && len >= SPLIT_MIN_BYTES) else {
+            return self.merge_in(into, buf, split, len, round);
+        };
+        if split == 0 || split == len {
+            return self.merge_in(into, buf, split, len, round);
+        }
+        let Ok(out) = self.dev(into).alloc(len) else {
+            // No room for a second buffer: in place.
+            return self.merge_in(into, buf, split, len, round);
+        };
+        self.final_slices.store(slices, Ordering::Relaxed);
+        let r = self.merge_split(into, prog, buf, split, len, out, slices);
+        if let Err(e) = r {
+            self.free(into, out);
+            return Err(e);
+        }
+        *self.final_out.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
+        self.emit(SortEvent::Merged {
+            round,
+            into,
+            bytes: len,
+        });
+        Ok(())
+    }
+
+    /// Merge path: the output cut into `slices` equal pieces at co-ranks (the keys of
+    /// each run that go before the cut), each piece merged by its own Execute from
+    /// disjoint windows, all at once (the member's engines run them in parallel).
+    #[allow(clippy::too_many_arguments)]
+    fn merge_split(
+        &self,
+        into: u16,
+        prog: ProgramIndex,
+        buf: MemHandle,
+        split: u64,
+        len: u64,
+        out: MemHandle,
+        slices: u32,
+    ) -> Result<(), ArrayError> {
+        let (na, nb) = (split / KEY_BYTES, (len - split) / KEY_BYTES);
+        let p = u64::from(slices);
+        let mut cuts = vec![(0u64, 0u64)];
+        for s in 1..p {
+            cuts.push(self.co_rank(into, buf, split, na, nb, (na + nb) * s / p)?);
+        }
+        cuts.push((na, nb));
+        let results: Vec<Result<(), ArrayError>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = cuts
+                .windows(2)
+                .map(|w| {
+                    let (from, to) = (w[0], w[1]);
+                    sc.spawn(move || self.merge_slice(into, prog, buf, split, out, from, to))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("a slice merger panicked"))
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// One slice of a split merge: keys `from.0..to.0` of the left run and
+    /// `from.1..to.1` of the right run into `out` at `from.0 + from.1`.
+    #[allow(clippy::too_many_arguments)]
+    fn merge_slice(
+        &self,
+        into: u16,
+        prog: ProgramIndex,
+        buf: MemHandle,
+        split: u64,
+        out: MemHandle,
+        from: (u64, u64),
+        to: (u64, u64),
+    ) -> Result<(), ArrayError> {
+        let (a_off, alen) = (from.0 * KEY_BYTES, (to.0 - from.0) * KEY_BYTES);
+        let (b_off, blen) = (split + from.1 * KEY_BYTES, (to.1 - from.1) * KEY_BYTES);
+        let at = (from.0 + from.1) * KEY_BYTES;
+        if alen == 0 || blen == 0 {
+            // One side only: a copy inside the member.
+            let (src, n) = if alen == 0 {
+                (b_off, blen)
+            } else {
+                (a_off, alen)
+            };
+            let mut done = 0;
+            while done < n {
+                let c = (n - done).min(CHUNK);
+                self.dev(into)
+                    .copy_to_mem(
+                        out,
+                        at + done,
+                        vec![csx_host::proto::CopySource::Mem {
+                            handle: buf,
+                            offset: src + done,
+                            len: c,
+                        }],
+                    )
+                    .map_err(self.array.member_error(into, "memory-copy"))?;
+                done += c;
+            }
+            return Ok(());
+        }
+        self.run(
+            into,
+            ExecuteRequest::new(prog)
+                .window(buf, a_off, alen)
+                .window(buf, b_off, blen)
+                .window(out, at, alen + blen),
+            "merge slice",
+            (alen + blen) / KEY_BYTES,
+        )
+    }
+
+    /// The key at byte `offset` of `buf` on member `m`.
+    fn key_at(&self, m: u16, buf: MemHandle, offset: u64) -> Result<u64, ArrayError> {
+        let b = self
+            .dev(m)
+            .read_mem(buf, offset, KEY_BYTES)
+            .map_err(self.array.member_error(m, "memory-read"))?;
+        let k: [u8; 8] = b.as_slice().try_into().map_err(|_| {
+            ArrayError::Other(format!(
+                "array member {m}: a key read returned {} bytes",
+                b.len()
+            ))
+        })?;
+        Ok(u64::from_le_bytes(k))
+    }
+
+    /// The co-rank of output key `k` of merging the left run (`na` keys at 0 of `buf`)
+    /// with the right run (`nb` keys at byte `split`): `(i, k - i)` such that every key
+    /// of left[..i] and right[..k - i] is at most every key of left[i..] and
+    /// right[k - i..]. A binary search over i, two key reads per step.
+    fn co_rank(
+        &self,
+        m: u16,
+        buf: MemHandle,
+        split: u64,
+        na: u64,
+        nb: u64,
+        k: u64,
+    ) -> Result<(u64, u64), ArrayError> {
+        let (mut lo, mut hi) = (k.saturating_sub(nb), k.min(na));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let j = k - mid;
+            // mid < hi <= k, so j >= 1; mid >= k - nb, so j - 1 < nb.
+            let a = self.key_at(m, buf, mid * KEY_BYTES)?;
+            let b = self.key_at(m, buf, split + (j - 1) * KEY_BYTES)?;
+            if a < b {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok((lo, k - lo))
     }
 }
 
@@ -448,7 +751,8 @@ fn copy_file(
     Ok(())
 }
 
-/// File Write From Memory of `len` bytes of `buf` into the member file `path`.
+/// File Write From Memory of `len` bytes of `buf` into the member file `path` (one
+/// stream: the file store writes under one lock, so two streams would not overlap).
 fn write_file(
     array: &Array,
     dev: &Device,
@@ -457,9 +761,22 @@ fn write_file(
     buf: MemHandle,
     len: u64,
 ) -> Result<(), ArrayError> {
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(WRITE_CHUNK);
+    write_range(array, dev, m, path, buf, 0, len)
+}
+
+/// File Write From Memory of bytes `from..to` of `buf` to the same place in `path`.
+fn write_range(
+    array: &Array,
+    dev: &Device,
+    m: u16,
+    path: &str,
+    buf: MemHandle,
+    from: u64,
+    to: u64,
+) -> Result<(), ArrayError> {
+    let mut done = from;
+    while done < to {
+        let n = (to - done).min(WRITE_CHUNK);
         dev.write_mem_to_file(
             path,
             done,
@@ -501,6 +818,10 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
     } else {
         EngineKind::Interpreter
     };
+    let engines = dev
+        .identify()
+        .map_err(array.member_error(m, "identify"))?
+        .engines;
     let load = |image: Vec<u8>| -> Result<ProgramIndex, ArrayError> {
         let pind = dev
             .load_program_any_slot(ProgramType::Raw, &image, None)
@@ -511,20 +832,46 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
         }
         Ok(pind)
     };
-    let sort = load(sort_program(function_id(array, m, "csx_sort_u64")?))?;
-    match load(merge_program(function_id(array, m, "csx_merge_u64")?)) {
-        Ok(merge) => Ok(Programs { sort, merge }),
-        Err(e) => {
-            let _ = dev.deactivate(sort);
-            let _ = dev.unload(sort);
-            Err(e)
+    let unload = |pinds: &[ProgramIndex]| {
+        for &pind in pinds {
+            let _ = dev.deactivate(pind);
+            let _ = dev.unload(pind);
         }
-    }
+    };
+    let sort = load(sort_program(function_id(array, m, "csx_sort_u64")?))?;
+    let merge = match function_id(array, m, "csx_merge_u64").and_then(|id| load(merge_program(id)))
+    {
+        Ok(merge) => merge,
+        Err(e) => {
+            unload(&[sort]);
+            return Err(e);
+        }
+    };
+    // Optional: a device without it merges in place on one engine.
+    let merge_into = match function_id(array, m, "csx_merge_into_u64") {
+        Ok(id) => match load(merge_into_program(id)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                unload(&[sort, merge]);
+                return Err(e);
+            }
+        },
+        Err(_) => None,
+    };
+    Ok(Programs {
+        sort,
+        merge,
+        merge_into,
+        engines,
+    })
 }
 
 fn unload_programs(array: &Array, m: u16, p: &Programs) {
     let dev = &array.members()[usize::from(m)].device;
-    for pind in [p.sort, p.merge] {
+    for pind in [Some(p.sort), Some(p.merge), p.merge_into]
+        .into_iter()
+        .flatten()
+    {
         let _ = dev.deactivate(pind);
         let _ = dev.unload(pind);
     }
@@ -587,6 +934,7 @@ pub fn sort(
             merge_wall_ns: 0,
             total_wall_ns: started.elapsed().as_nanos() as u64,
             output_wall_ns: 0,
+            final_merge_slices: 0,
             links: crate::link::LinkCounters {
                 members: vec![Default::default(); array.members().len()],
                 ..Default::default()
@@ -602,6 +950,9 @@ pub fn sort(
         on_event,
         failed: AtomicBool::new(false),
         output_ns: AtomicU64::new(0),
+        final_out: Mutex::new(None),
+        final_slices: std::sync::atomic::AtomicU32::new(0),
+        run_prefix: array.member_path(out_id),
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {
@@ -644,6 +995,7 @@ pub fn sort(
         merge_wall_ns: total.saturating_sub(sort_done).as_nanos() as u64,
         total_wall_ns: total.as_nanos() as u64,
         output_wall_ns: job.output_ns.load(Ordering::Relaxed),
+        final_merge_slices: job.final_slices.load(Ordering::Relaxed),
         links: diff(&after, &before),
         events,
     })
@@ -778,13 +1130,27 @@ fn run_sort(
         let writing = Instant::now();
         dev.put_bytes(&out_path, &[])
             .map_err(array.member_error(t, "file-write"))?;
-        write_file(array, dev, t, &out_path, out.buf, total)?;
+        let result_buf = job
+            .final_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or(out.buf);
+        write_file(array, dev, t, &out_path, result_buf, total)?;
         dev.flush().map_err(array.member_error(t, "flush"))?;
         job.output_ns
             .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(t)
     })();
     free_all(&parts);
+    if let Some(h) = job
+        .final_out
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        // Both topologies end merging into the first part's member.
+        job.free(parts[0].member, h);
+    }
     let t = result?;
     let output = options
         .output

@@ -128,7 +128,31 @@ struct Wall {
     host_par_sort_unstable_ns: u64,
     /// Best of the array's two over the host's.
     ratio: f64,
+    /// CPU time (user + system, every thread of this process) of each: on a shared
+    /// machine a process with more threads gets a larger share of the cores, so wall
+    /// ratios taken under load flatter the array; CPU time does not depend on the share.
+    instant_chain_cpu_ns: u64,
+    instant_tree_cpu_ns: u64,
+    host_cpu_ns: u64,
+    /// Best of the array's two CPU times over the host's.
+    cpu_ratio: f64,
     outputs_equal: bool,
+}
+
+/// CPU time (user + system) of this process so far, every thread, from
+/// `getrusage(RUSAGE_SELF)`.
+fn process_cpu_ns() -> anyhow::Result<u64> {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `u` is a writable, properly aligned rusage; getrusage only writes it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    if rc != 0 {
+        bail!("getrusage: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: getrusage returned 0, so it filled the struct (and zeroed() had
+    // initialised every byte before).
+    let u = unsafe { u.assume_init() };
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    Ok(ns(u.ru_utime) + ns(u.ru_stime))
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -252,15 +276,19 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
         m.device.flush().context("flush a member")?;
     }
     let mut host = data;
+    let cpu0 = process_cpu_ns()?;
     let t = Instant::now();
     host.par_sort_unstable();
     let host_ns = t.elapsed().as_nanos() as u64;
+    let host_cpu_ns = process_cpu_ns()? - cpu0;
     expect.clear();
     expect.extend(host.iter().flat_map(|k| k.to_le_bytes()));
     drop(host);
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     let mut phases = Vec::new();
     for topology in [Topology::Chain, Topology::Tree] {
+        let cpu0 = process_cpu_ns()?;
         let r = sort(
             &array,
             "/in",
@@ -271,6 +299,7 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
             },
             &|_| {},
         )?;
+        cpu.push(process_cpu_ns()? - cpu0);
         times.push(r.total_wall_ns);
         phases.push(WallPhases {
             sort_ns: r.sort_wall_ns,
@@ -296,6 +325,10 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
         chain: phases.pop().expect("two sorts"),
         host_par_sort_unstable_ns: host_ns,
         ratio: best as f64 / host_ns as f64,
+        instant_chain_cpu_ns: cpu[0],
+        instant_tree_cpu_ns: cpu[1],
+        host_cpu_ns,
+        cpu_ratio: cpu[0].min(cpu[1]) as f64 / host_cpu_ns.max(1) as f64,
         outputs_equal: true,
     })
 }
@@ -471,6 +504,13 @@ fn print_tables(
             w.instant_tree_ns as f64 / 1e9,
             w.host_par_sort_unstable_ns as f64 / 1e9,
             w.ratio
+        );
+        println!(
+            "  cpu time (user + system): chain {:.3} s, tree {:.3} s; host {:.3} s; ratio {:.2}",
+            w.instant_chain_cpu_ns as f64 / 1e9,
+            w.instant_tree_cpu_ns as f64 / 1e9,
+            w.host_cpu_ns as f64 / 1e9,
+            w.cpu_ratio
         );
         for (name, p) in [("chain", &w.chain), ("tree", &w.tree)] {
             println!(

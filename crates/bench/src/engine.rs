@@ -17,14 +17,17 @@ pub enum EngineKind {
     Interp,
     /// The Cranelift JIT.
     Jit,
+    /// The quick tier: the one-pass baseline JIT (x86-64 only).
+    Quick,
 }
 
 impl EngineKind {
-    /// The name printed and written to JSON: `interp` or `jit`.
+    /// The name printed and written to JSON: `interp`, `jit` or `quick`.
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Interp => "interp",
             EngineKind::Jit => "jit",
+            EngineKind::Quick => "quick",
         }
     }
 }
@@ -57,6 +60,18 @@ pub fn build_engine(
                 .with_context(|| format!("JIT-compiling {name}"))?;
             let took = jit.compile_time();
             Ok((Box::new(jit), took))
+        }
+        #[cfg(target_arch = "x86_64")]
+        EngineKind::Quick => {
+            let name = program.name().to_string();
+            let quick = csx_ebpf_jit::QuickProgram::compile(program)
+                .with_context(|| format!("quick-compiling {name}"))?;
+            let took = quick.compile_time();
+            Ok((Box::new(quick), took))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        EngineKind::Quick => {
+            anyhow::bail!("the quick tier exists only on x86-64 hosts; use the jit or interp")
         }
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! Cases, each run `--repeat` times (the median wall time is reported; modelled time and
 //! bytes do not vary between runs):
-//! * engines: Q3.3 fully offloaded on the JIT and on the interpreter (Fig. 12.1);
+//! * engines: Q3.3 fully offloaded on the JIT and on the interpreter (Fig. 12.1), with
+//!   the emitted probe and with the operator probe (`ProbeKind`);
 //! * filters: Q3.3 and Q1.1 with the bitmask, unrolled and accelerated selections
-//!   (Fig. 12.5, 12.6; Q1.1 filters LINEORDER itself, Q3.3 only the dimensions);
+//!   (Fig. 12.5, 12.6; Q1.1 filters LINEORDER itself, Q3.3 only the dimensions), with
+//!   the operator probe (the emitted one tests LINEORDER's selections itself);
 //! * concurrency: Q3.3 with one probe partition against one per engine (Fig. 12.6's
 //!   serial against concurrent operators);
 //! * splits: Q3.3 with full offload, aggregation on the host and host only (Fig. 12.7):
@@ -21,7 +23,7 @@ use anyhow::Context as _;
 use clap::Args;
 use csx_data::scan::FilterStrategy;
 use csx_data::ssb::queries::query;
-use csx_data::ssb::run::{run, QueryRun, RunOptions, Split};
+use csx_data::ssb::run::{run, ProbeKind, QueryRun, RunOptions, Split};
 use csx_device::perf::PerfModel;
 use csx_host::proto::EngineKind;
 use csx_host::transport::inproc::DeviceConfig;
@@ -33,6 +35,11 @@ use crate::plot::BarChart;
 
 /// Reproduce Delilah's SSB experiments: JIT/interpreter, filter strategies, concurrency,
 /// the three splits.
+///
+/// The engine case runs Q3.3 with both probes (emitted: eBPF made for the query;
+/// operator: the filter operators and sdk/ssb's ssb_probe) on both engine kinds; the
+/// filter case uses the operator probe, whose LINEORDER selections the strategies run.
+/// Every answer is checked against the host reference (the host-only split's).
 ///
 /// Runs on a fresh embedded device of its own (not --device), with --engines engines and
 /// the --profile's speeds for modelled times; generates SSB at --sf, puts it there, runs
@@ -95,11 +102,12 @@ impl Case {
 
     fn label(&self) -> String {
         format!(
-            "{} {} {} {} p{}",
+            "{} {} {} {} {} p{}",
             self.run.query,
             self.run.options.split.name(),
             engine_name(self.run.options.engine),
             self.run.options.strategy.name(),
+            self.run.options.probe.name(),
             self.run.partitions
         )
     }
@@ -192,15 +200,21 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         cases.push(c);
         Ok(())
     };
-    for engine in [EngineKind::Jit, EngineKind::Interpreter] {
-        step(measure(
-            &dev,
-            "engine",
-            "Q3.3",
-            RunOptions { engine, ..base },
-            r,
-            dir,
-        ))?;
+    for probe in ProbeKind::ALL {
+        for engine in [EngineKind::Jit, EngineKind::Interpreter] {
+            step(measure(
+                &dev,
+                "engine",
+                "Q3.3",
+                RunOptions {
+                    engine,
+                    probe,
+                    ..base
+                },
+                r,
+                dir,
+            ))?;
+        }
     }
     for q in ["Q3.3", "Q1.1"] {
         for strategy in FilterStrategy::ALL {
@@ -208,7 +222,11 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 &dev,
                 "filter",
                 q,
-                RunOptions { strategy, ..base },
+                RunOptions {
+                    strategy,
+                    probe: ProbeKind::Operator,
+                    ..base
+                },
                 r,
                 dir,
             ))?;
@@ -243,13 +261,42 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
     let find = |case: &str, f: &dyn Fn(&QueryRun) -> bool| {
         cases.iter().find(|c| c.case == case && f(&c.run))
     };
-    let jit = find("engine", &|r| r.options.engine == EngineKind::Jit).expect("measured");
-    let interp =
-        find("engine", &|r| r.options.engine == EngineKind::Interpreter).expect("measured");
+    let engine_case = |engine: EngineKind, probe: ProbeKind| {
+        find("engine", &|r| {
+            r.options.engine == engine && r.options.probe == probe
+        })
+        .expect("measured")
+    };
+    let jit = engine_case(EngineKind::Jit, ProbeKind::Emitted);
+    let interp = engine_case(EngineKind::Interpreter, ProbeKind::Emitted);
+    let op_jit = engine_case(EngineKind::Jit, ProbeKind::Operator);
+    let op_interp = engine_case(EngineKind::Interpreter, ProbeKind::Operator);
     let off = find("split", &|r| r.options.split == Split::Offload).expect("measured");
     let host = find("split", &|r| r.options.split == Split::Host).expect("measured");
+    // Every device answer equals the host reference (the host-only split computes it
+    // from the columns; the tests check it against DuckDB), and Q1.1's runs agree.
+    for c in &cases {
+        let want = match c.run.query {
+            "Q3.3" => &host.run.rows,
+            _ => {
+                &find("filter", &|r| r.query == c.run.query)
+                    .expect("measured")
+                    .run
+                    .rows
+            }
+        };
+        anyhow::ensure!(
+            &c.run.rows == want,
+            "{} {}: the answer differs from the host reference's",
+            c.case,
+            c.label()
+        );
+    }
     let ratio = interp.median_ns() as f64 / jit.median_ns() as f64;
     let probe_ratio = interp.phase_ns("probe") as f64 / jit.phase_ns("probe").max(1) as f64;
+    let op_ratio = op_interp.median_ns() as f64 / op_jit.median_ns() as f64;
+    let op_probe_ratio =
+        op_interp.phase_ns("probe") as f64 / op_jit.phase_ns("probe").max(1) as f64;
     let bytes_ratio =
         host.run.meter.bytes_to_host as f64 / off.run.meter.bytes_to_host.max(1) as f64;
 
@@ -260,6 +307,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 json!({
                     "case": c.case, "query": c.run.query, "split": c.run.options.split.name(),
                     "engine": engine_name(c.run.options.engine), "filter": c.run.options.strategy.name(),
+                    "probe": c.run.options.probe.name(),
                     "partitions": c.run.partitions, "sf": args.sf, "profile": args.profile,
                     "wall_ns_median": c.median_ns(), "prepare_ns": c.prepare_ns, "wall_ns": c.wall_ns,
                     "modelled_ns": c.run.meter.modelled_ns, "bytes_to_host": c.run.meter.bytes_to_host,
@@ -272,6 +320,8 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         println!(
             "{}",
             json!({ "summary": true, "jit_interp_ratio": ratio, "jit_interp_probe_ratio": probe_ratio,
+                    "operator_jit_interp_ratio": op_ratio,
+                    "operator_jit_interp_probe_ratio": op_probe_ratio,
                     "offload_vs_host_bytes_ratio": bytes_ratio })
         );
     } else {
@@ -294,7 +344,25 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 c.run.host_ns as f64 / 1e6
             );
         }
-        println!("JIT/interpreter, Q3.3 offload: {ratio:.2}x wall, {probe_ratio:.2}x in the probe phase (Delilah: 9.2x)");
+        println!("JIT/interpreter, Q3.3 offload, emitted probe: {ratio:.2}x wall, {probe_ratio:.2}x in the probe phase (Delilah: 9.2x)");
+        println!("JIT/interpreter, Q3.3 offload, operator probe: {op_ratio:.2}x wall, {op_probe_ratio:.2}x in the probe phase");
+        println!("phases of the last run, wall ms / of which VMs ms:");
+        for c in [jit, interp, op_jit, op_interp] {
+            let phases: Vec<String> = c
+                .run
+                .phases
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:.1} / {:.1}",
+                        p.name,
+                        p.wall_ns as f64 / 1e6,
+                        p.vm_ns as f64 / 1e6
+                    )
+                })
+                .collect();
+            println!("  {:<38} {}", c.label(), phases.join(", "));
+        }
         let prep = |c: &Case| c.prepare_ns.iter().copied().max().unwrap_or(0) as f64 / 1e6;
         println!(
             "preparing the operators: {:.1} ms on the JIT, {:.1} ms on the interpreter",
@@ -308,6 +376,13 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
     if let Some(plots) = &args.plots {
         std::fs::create_dir_all(plots).with_context(|| format!("creating {}", plots.display()))?;
         let ms = |c: &Case| c.median_ns() as f64 / 1e6;
+        let series = |c: &Case| {
+            format!(
+                "{} {}",
+                engine_name(c.run.options.engine),
+                c.run.options.probe.name()
+            )
+        };
         let charts = [
             (
                 "ssb-engines.svg",
@@ -322,18 +397,18 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                         .map(|p| {
                             (
                                 p.to_string(),
-                                vec![
-                                    ("jit".to_string(), jit.phase_ns(p) as f64 / 1e6),
-                                    ("interp".to_string(), interp.phase_ns(p) as f64 / 1e6),
-                                ],
+                                [jit, interp, op_jit, op_interp]
+                                    .iter()
+                                    .map(|c| (series(c), c.phase_ns(p) as f64 / 1e6))
+                                    .collect(),
                             )
                         })
                         .chain([(
                             "total".to_string(),
-                            vec![
-                                ("jit".to_string(), ms(jit)),
-                                ("interp".to_string(), ms(interp)),
-                            ],
+                            [jit, interp, op_jit, op_interp]
+                                .iter()
+                                .map(|c| (series(c), ms(c)))
+                                .collect(),
                         )])
                         .collect(),
                     stacked: false,

@@ -74,6 +74,9 @@ const KNN_DIM: usize = 16;
 /// Bytes of the input header; `struct csx_bench_input` in `sdk/bench/bench.h`.
 const HEADER_SIZE: usize = 64;
 
+/// Whether the host has the quick tier (its column and compile row).
+const QUICK_TIER: bool = cfg!(target_arch = "x86_64");
+
 /// Time spent measuring one (kernel, engine) cell.
 const CELL_BUDGET: Duration = Duration::from_millis(300);
 
@@ -89,10 +92,11 @@ const CELL_BUDGET_QUICK: Duration = Duration::from_millis(50);
 /// each written once in C (sdk/bench) and compiled natively with `clang -O2` and to
 /// eBPF with `clang -O2 -target bpf`, run on seeded random inputs. Every engine must
 /// return the native answer (otherwise the command fails). Prints the median time per
-/// run and the ratio to native for the interpreter, the JIT (with all safety checks on)
-/// and, where they can run the kernel, the rbpf crate's interpreter and JIT; then the
-/// geometric means of the ratios, the JIT compile times, and the JIT compile time of a
-/// generated 4,000-instruction program.
+/// run and the ratio to native for the interpreter, the JIT (with all safety checks on),
+/// the quick tier (the one-pass baseline JIT, x86-64 hosts) and, where they can run the
+/// kernel, the rbpf crate's interpreter and JIT; then the geometric means of the
+/// ratios, the compile times, and the compile time of a generated 4,000-instruction
+/// program on both JIT tiers.
 ///
 /// `--kernels FILE.c` measures your own code the same way: every function
 /// `u64 NAME(void *mem, u64 len)` in FILE.c becomes a kernel.
@@ -100,8 +104,9 @@ const CELL_BUDGET_QUICK: Duration = Duration::from_millis(50);
 #[command(verbatim_doc_comment)]
 pub struct VmBenchArgs {
     /// Print one JSON object: {"kernels": [{name, native_ns, interp_ns, jit_ns,
-    /// jit_compile_us, interp_ratio, jit_ratio, rbpf_*...}], geomean_jit,
-    /// geomean_interp, geomean_rbpf_interp, geomean_rbpf_jit, ...}.
+    /// jit_compile_us, interp_ratio, jit_ratio, quick_*, rbpf_*...}], geomean_jit,
+    /// geomean_interp, geomean_quick, geomean_rbpf_interp, geomean_rbpf_jit,
+    /// jit_compile_4k_us, quick_compile_4k_us, ...}.
     #[arg(long)]
     json: bool,
     /// Measure each cell for 50 ms instead of 300 ms (same inputs, noisier numbers).
@@ -446,6 +451,10 @@ struct KernelReport {
     jit_compile_us: f64,
     interp_ratio: f64,
     jit_ratio: f64,
+    /// The quick tier (x86-64 hosts only): time per run, ratio, compile time.
+    quick_ns: Option<f64>,
+    quick_ratio: Option<f64>,
+    quick_compile_us: Option<f64>,
     rbpf_interp_ns: Option<f64>,
     rbpf_jit_ns: Option<f64>,
     rbpf_interp_ratio: Option<f64>,
@@ -461,6 +470,7 @@ struct Spread {
     native: [f64; 2],
     interp: [f64; 2],
     jit: [f64; 2],
+    quick: Option<[f64; 2]>,
     rbpf_interp: Option<[f64; 2]>,
     rbpf_jit: Option<[f64; 2]>,
 }
@@ -476,6 +486,8 @@ struct BenchReport {
     /// Geometric means of the ratios to native.
     geomean_jit: Option<f64>,
     geomean_interp: Option<f64>,
+    /// The quick tier's, where it ran (x86-64 hosts).
+    geomean_quick: Option<f64>,
     /// Over the kernels rbpf could run (`rbpf_kernels`).
     geomean_rbpf_interp: Option<f64>,
     geomean_rbpf_jit: Option<f64>,
@@ -493,6 +505,8 @@ struct BenchReport {
     /// JIT compile time of a generated 4,000-instruction program (see
     /// [`synthetic_program`]): the median and the fastest of [`COMPILE_RUNS`] runs.
     jit_compile_4k_us: Option<CompileTime>,
+    /// The same for the quick tier (x86-64 hosts).
+    quick_compile_4k_us: Option<CompileTime>,
 }
 
 /// A compile-time measurement, in microseconds.
@@ -533,8 +547,9 @@ fn synthetic_program(insns: usize) -> String {
     src
 }
 
-/// Compiles [`synthetic_program`] of [`COMPILE_INSNS`] instructions several times.
-fn measure_compile_time() -> anyhow::Result<CompileTime> {
+/// Compiles [`synthetic_program`] of [`COMPILE_INSNS`] instructions several times on
+/// the `kind` engine.
+fn measure_compile_time(kind: EngineKind) -> anyhow::Result<CompileTime> {
     let src = synthetic_program(COMPILE_INSNS);
     let insns = csx_ebpf::asm::assemble(&src).context("assembling the synthetic program")?;
     let count = insns.len();
@@ -551,7 +566,7 @@ fn measure_compile_time() -> anyhow::Result<CompileTime> {
     )?;
     let mut times = Vec::with_capacity(COMPILE_RUNS);
     for _ in 0..COMPILE_RUNS {
-        let (_, t) = build_engine(EngineKind::Jit, Arc::clone(&program))?;
+        let (_, t) = build_engine(kind, Arc::clone(&program))?;
         times.push(t.as_secs_f64() * 1e6);
     }
     times.sort_by(f64::total_cmp);
@@ -632,6 +647,17 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
     if jit_answer != answer {
         bail!("kernel {name}: the JIT returned {jit_answer:#x}, native code {answer:#x}");
     }
+    let quick = if QUICK_TIER {
+        let (quick, compile_time) = build_engine(EngineKind::Quick, Arc::clone(&p.program))?;
+        let got = run_once(quick.as_ref(), &p.input)
+            .with_context(|| format!("kernel {name} on the quick tier"))?;
+        if got != answer {
+            bail!("kernel {name}: the quick tier returned {got:#x}, native code {answer:#x}");
+        }
+        Some((quick, compile_time))
+    } else {
+        None
+    };
 
     // Declared before the columns, which borrow them.
     let peer_code = match kernel.native {
@@ -644,6 +670,7 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
     let peer_note = peer.note.clone();
     let (interp_map, args) = map_input(&p.input)?;
     let (jit_map, _) = map_input(&p.input)?;
+    let (quick_map, _) = map_input(&p.input)?;
     let mut columns: Vec<(&'static str, Work<'_>)> = vec![
         (
             "native",
@@ -655,9 +682,17 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
         ),
         ("jit", engine_column(jit.as_ref(), jit_map, args, answer)),
     ];
+    let quick_column = quick.as_ref().map(|(engine, _)| {
+        columns.push((
+            "quick",
+            engine_column(engine.as_ref(), quick_map, args, answer),
+        ));
+        columns.len() - 1
+    });
     let peer_columns = peer.push_into(&mut columns);
     let m = time_columns(&mut columns, budget).with_context(|| format!("kernel {name}"))?;
     let (native, interp_m, jit_m) = (m[0], m[1], m[2]);
+    let quick_m = quick_column.map(|i| m[i]);
     let rbpf_interp = peer_columns.0.map(|i| m[i]);
     let rbpf_jit = peer_columns.1.map(|i| m[i]);
 
@@ -672,6 +707,9 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
         jit_compile_us: compile_time.as_secs_f64() * 1e6,
         interp_ratio: ratio(&interp_m),
         jit_ratio: ratio(&jit_m),
+        quick_ns: quick_m.map(|m| m.median_ns),
+        quick_ratio: quick_m.as_ref().map(ratio),
+        quick_compile_us: quick.as_ref().map(|(_, t)| t.as_secs_f64() * 1e6),
         rbpf_interp_ns: rbpf_interp.map(|m| m.median_ns),
         rbpf_jit_ns: rbpf_jit.map(|m| m.median_ns),
         rbpf_interp_ratio: rbpf_interp.as_ref().map(ratio),
@@ -681,6 +719,7 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
             native: spread(&native),
             interp: spread(&interp_m),
             jit: spread(&jit_m),
+            quick: quick_m.as_ref().map(spread),
             rbpf_interp: rbpf_interp.as_ref().map(spread),
             rbpf_jit: rbpf_jit.as_ref().map(spread),
         },
@@ -879,7 +918,10 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
         kernels.push(report);
     }
     let mut report = summarize(kernels, budget, args.quick);
-    report.jit_compile_4k_us = Some(measure_compile_time()?);
+    report.jit_compile_4k_us = Some(measure_compile_time(EngineKind::Jit)?);
+    if QUICK_TIER {
+        report.quick_compile_4k_us = Some(measure_compile_time(EngineKind::Quick)?);
+    }
     report.load_average_before = load_before;
     report.load_average_after = load_average();
     table.footer(&report);
@@ -902,6 +944,7 @@ fn load_average() -> Option<[f64; 3]> {
 fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> BenchReport {
     let interp: Vec<f64> = kernels.iter().map(|k| k.interp_ratio).collect();
     let jit: Vec<f64> = kernels.iter().map(|k| k.jit_ratio).collect();
+    let quick_tier: Vec<f64> = kernels.iter().filter_map(|k| k.quick_ratio).collect();
     // The rbpf means cover only the kernels where both rbpf columns exist.
     let peer: Vec<&KernelReport> = kernels
         .iter()
@@ -913,6 +956,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
     BenchReport {
         geomean_jit: geomean(&jit),
         geomean_interp: geomean(&interp),
+        geomean_quick: geomean(&quick_tier),
         geomean_rbpf_interp: geomean(&rbpf_interp),
         geomean_rbpf_jit: geomean(&rbpf_jit),
         rbpf_kernels,
@@ -926,6 +970,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
         load_average_before: None,
         load_average_after: None,
         jit_compile_4k_us: None,
+        quick_compile_4k_us: None,
     }
 }
 
@@ -934,17 +979,19 @@ struct Table {
     enabled: bool,
 }
 
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 10] = [
     "kernel",
     "input",
     "native",
     "interp",
     "jit",
     "jit compile",
+    "quick",
+    "quick comp",
     "rbpf interp",
     "rbpf jit",
 ];
-const WIDTHS: [usize; 8] = [8, 8, 10, 19, 17, 12, 19, 17];
+const WIDTHS: [usize; 10] = [8, 8, 10, 19, 17, 12, 17, 10, 19, 17];
 
 impl Table {
     fn new(enabled: bool) -> Table {
@@ -993,6 +1040,9 @@ impl Table {
             with_ratio(Some(k.interp_ns), Some(k.interp_ratio)),
             with_ratio(Some(k.jit_ns), Some(k.jit_ratio)),
             format!("{:.0} µs", k.jit_compile_us),
+            with_ratio(k.quick_ns, k.quick_ratio),
+            k.quick_compile_us
+                .map_or("n/a".to_string(), |us| format!("{us:.0} µs")),
             with_ratio(k.rbpf_interp_ns, k.rbpf_interp_ratio),
             with_ratio(k.rbpf_jit_ns, k.rbpf_jit_ratio),
         ]);
@@ -1003,21 +1053,29 @@ impl Table {
             return;
         }
         let g = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("({})", format_ratio(v)));
-        let mut cells = [""; 8].map(String::from);
+        let mut cells = [""; 10].map(String::from);
         cells[0] = "geomean".into();
         cells[3] = g(r.geomean_interp);
         cells[4] = g(r.geomean_jit);
-        cells[6] = g(r.geomean_rbpf_interp);
-        cells[7] = g(r.geomean_rbpf_jit);
+        cells[6] = g(r.geomean_quick);
+        cells[8] = g(r.geomean_rbpf_interp);
+        cells[9] = g(r.geomean_rbpf_jit);
         self.line(&cells);
         if r.rbpf_kernels.len() != r.kernels.len() {
             println!("rbpf geomeans cover only: {}", r.rbpf_kernels.join(", "));
         }
-        if let Some(c) = r.jit_compile_4k_us {
-            println!(
-                "jit compile of a {}-instruction program: {:.0} µs median, {:.0} µs fastest of {COMPILE_RUNS}",
-                c.insns, c.median_us, c.min_us
-            );
+        for (tier, c) in [
+            ("jit", r.jit_compile_4k_us),
+            ("quick", r.quick_compile_4k_us),
+        ] {
+            if let Some(c) = c {
+                println!(
+                    "{tier} compile of a {}-instruction program: {:.3} ms median, {:.3} ms fastest of {COMPILE_RUNS}",
+                    c.insns,
+                    c.median_us / 1e3,
+                    c.min_us / 1e3
+                );
+            }
         }
         if let Some([l1, l5, l15]) = r.load_average_after {
             println!("load average after: {l1:.2} {l5:.2} {l15:.2}");
@@ -1086,6 +1144,12 @@ mod tests {
                 build_engine(EngineKind::Jit, Arc::clone(&p.program)).expect("JIT compiles");
             let got = run_once(jit.as_ref(), &p.input).expect("JIT run does not trap");
             assert_eq!(got, p.answer, "kernel {}: JIT vs native", kernel.name);
+            if QUICK_TIER {
+                let (quick, _) = build_engine(EngineKind::Quick, Arc::clone(&p.program))
+                    .expect("the quick tier compiles");
+                let got = run_once(quick.as_ref(), &p.input).expect("quick run does not trap");
+                assert_eq!(got, p.answer, "kernel {}: quick vs native", kernel.name);
+            }
         }
     }
 
@@ -1174,9 +1238,13 @@ mod tests {
             verify_program("synthetic", program, Arc::new(FunctionTable::new())).expect("verifies");
         let input = Input::raw(&[7u8; 64]);
         let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&program)).expect("interp");
-        let (jit, _) = build_engine(EngineKind::Jit, program).expect("jit");
+        let (jit, _) = build_engine(EngineKind::Jit, Arc::clone(&program)).expect("jit");
         let want = run_once(interp.as_ref(), &input).expect("runs");
         assert_eq!(run_once(jit.as_ref(), &input).expect("runs"), want);
+        if QUICK_TIER {
+            let (quick, _) = build_engine(EngineKind::Quick, program).expect("quick");
+            assert_eq!(run_once(quick.as_ref(), &input).expect("runs"), want);
+        }
         assert_ne!(want, 0);
     }
 

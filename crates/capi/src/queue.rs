@@ -29,6 +29,10 @@ use crate::status::*;
 
 type R<T> = Result<T, Fail>;
 
+/// How long [`abort`] keeps sending the device's Abort for an execution the device has
+/// not taken yet.
+const ABORT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn fail<T>(status: CsStatus, message: impl Into<String>) -> R<T> {
     Err(Fail {
         status,
@@ -133,35 +137,63 @@ impl Request {
 /// Aborts a queued request (see the module doc): `Ok(CS_SUCCESS)` when it will complete
 /// with `CS_ABORTED`.
 pub fn abort(req: &Arc<Request>) -> R<CsStatus> {
-    let phase = lock(&req.phase);
+    // The device finds an execution by its id only once it has taken the Execute: one
+    // still on its way over a transport is not found yet. While the request still shows
+    // that execution, the Abort is sent again (the lock is let go between tries, so the
+    // worker can record the execution's end).
+    let deadline = std::time::Instant::now() + ABORT_RETRY_FOR;
+    let mut phase = lock(&req.phase);
     let forget = || registry::with(|r| r.requests.remove(&req.key));
-    match (&*phase, req.kind) {
-        (Phase::Queued, _) => {
-            req.set_aborted();
-            forget();
-            Ok(CS_SUCCESS)
-        }
-        (Phase::Running { exec }, Kind::Batch) => {
-            req.set_aborted();
-            if let Some((dev, id)) = exec {
-                // Whether or not the entry was still running, no further entry runs.
-                dev.device.abort(*id)?;
-            }
-            forget();
-            Ok(CS_SUCCESS)
-        }
-        (Phase::Running { exec: Some((dev, id)) }, Kind::Compute) => {
-            if dev.device.abort(*id)? {
+    loop {
+        let running = match &*phase {
+            Phase::Running {
+                exec: Some((dev, id)),
+            } => Some((Arc::clone(dev), *id)),
+            _ => None,
+        };
+        let retry = match (&*phase, req.kind, running) {
+            (Phase::Queued, _, _) => {
                 req.set_aborted();
                 forget();
-                Ok(CS_SUCCESS)
-            } else {
-                fail(
-                    CS_INVALID_HANDLE,
-                    format!("request {} has already completed", req.key),
-                )
+                return Ok(CS_SUCCESS);
             }
+            (Phase::Running { .. }, Kind::Batch, running) => {
+                // Whether or not the entry was still running, no further entry runs.
+                req.set_aborted();
+                let found = match running {
+                    Some((dev, id)) => dev.device.abort(id)?,
+                    None => true,
+                };
+                if found || std::time::Instant::now() > deadline {
+                    forget();
+                    return Ok(CS_SUCCESS);
+                }
+                true
+            }
+            (Phase::Running { .. }, Kind::Compute, Some((dev, id))) => {
+                if dev.device.abort(id)? {
+                    req.set_aborted();
+                    forget();
+                    return Ok(CS_SUCCESS);
+                }
+                if std::time::Instant::now() > deadline {
+                    return fail(
+                        CS_INVALID_HANDLE,
+                        format!("request {} has already completed", req.key),
+                    );
+                }
+                true
+            }
+            _ => false,
+        };
+        if !retry {
+            break;
         }
+        drop(phase);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        phase = lock(&req.phase);
+    }
+    match (&*phase, req.kind) {
         (Phase::Running { exec: None }, Kind::Compute) => fail(
             CS_INVALID_HANDLE,
             format!("request {} has already completed", req.key),
@@ -173,6 +205,11 @@ pub fn abort(req: &Arc<Request>) -> R<CsStatus> {
                 req.key
             ),
         ),
+        (Phase::Queued, _)
+        | (Phase::Running { .. }, Kind::Batch)
+        | (Phase::Running { exec: Some(_) }, Kind::Compute) => {
+            unreachable!("the loop above returns for these")
+        }
     }
 }
 

@@ -457,3 +457,158 @@ pub fn exec_member(
         ),
     }
 }
+
+/// `csx read --lambda` on an array (`csx_array::lambda::read_lambda`): the members
+/// holding the file run the requests over their own bytes, at once; the outputs are
+/// written in file order.
+pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Result<u8> {
+    use std::io::Write as _;
+    let spec = &args.spec;
+    if spec.state_dir.is_some() {
+        bail!("--state-dir names one device's state; an array's members are found by the array");
+    }
+    let array = open(dir)?;
+    let (name, object) = crate::lambda_cmd::lambda_object(&spec.prog)?;
+    let base = crate::lambda_cmd::base_args(spec)?;
+    let opts = csx_array::lambda::ArrayLambdaOptions {
+        chunk: spec.chunk,
+        mode: spec.mode,
+        record: spec.record,
+        threads: args.threads,
+        lambda: csx_lambda::LambdaOptions {
+            cache_budget_bytes: spec
+                .cache_budget
+                .unwrap_or(csx_lambda::CACHE_BUDGET_DEFAULT),
+            period: spec.period,
+            profile_len: spec.profile_len,
+            ..csx_lambda::LambdaOptions::default()
+        },
+    };
+    let mut sink = match &args.output {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let size = array.stat(&args.devpath)?.size_bytes;
+    let mut line = ProgressLine::new(format!("read {}", args.devpath));
+    let trace = spec.trace;
+    let started = Instant::now();
+    let report = csx_array::lambda::read_lambda(
+        &array,
+        &args.devpath,
+        csx_array::lambda::LambdaImage {
+            name: &name,
+            image: &object,
+            entry: spec.entry.as_deref(),
+        },
+        &base,
+        &opts,
+        &mut |r, out| {
+            if trace {
+                eprintln!(
+                    "request {} at {}: member {} at {}, {} bytes, ran {:?}, modelled {} ns",
+                    r.index,
+                    r.file_offset,
+                    r.member,
+                    r.member_offset,
+                    r.len,
+                    out.ran,
+                    out.modelled_ns()
+                );
+            }
+            if let Some(s) = &mut sink {
+                s.write_all(&out.output).map_err(|e| {
+                    csx_array::ArrayError::Other(format!("cannot write the output: {e}"))
+                })?;
+            }
+            line.update(csx_host::Progress {
+                done_bytes: r.file_offset + r.len,
+                total_bytes: size,
+            });
+            Ok(())
+        },
+    );
+    line.finish();
+    let report = report.with_context(|| format!("λ-read of {}", args.devpath))?;
+    if let Some(s) = &mut sink {
+        s.flush()?;
+    }
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    // Members run at once: the run's modelled time is its slowest member's.
+    let mut total = csx_lambda::RunAccount::default();
+    let mut rows = Vec::new();
+    let mut modelled_ns = 0u64;
+    for (m, a) in &report.members {
+        let engines = array.members()[usize::from(*m)]
+            .device
+            .identify()
+            .map_err(array.member_error(*m, "identify"))?
+            .engines
+            .max(1);
+        let ns = a.modelled_ns(args.threads, engines);
+        modelled_ns = modelled_ns.max(ns);
+        total.requests_host += a.requests_host;
+        total.requests_device += a.requests_device;
+        total.requests_profiled += a.requests_profiled;
+        total.input_bytes += a.input_bytes;
+        total.link_bytes += a.link_bytes;
+        total.media_bytes += a.media_bytes;
+        total.media_ns += a.media_ns;
+        total.link_ns += a.link_ns;
+        total.host_compute_ns += a.host_compute_ns;
+        total.device_compute_ns += a.device_compute_ns;
+        total.request_ns += a.request_ns;
+        rows.push((*m, *a, ns));
+    }
+    array.close()?;
+    if spec.json {
+        let mut v: serde_json::Value = serde_json::from_str(&crate::lambda_cmd::account_json(
+            &total,
+            wall_ns,
+            modelled_ns,
+            report.output_bytes,
+        ))?;
+        v["requests"] = json!(report.requests);
+        v["members"] = rows
+            .iter()
+            .map(|(m, a, ns)| {
+                json!({ "member": m, "requests_host": a.requests_host,
+                        "requests_device": a.requests_device,
+                        "requests_profiled": a.requests_profiled,
+                        "input_bytes": a.input_bytes, "link_bytes": a.link_bytes,
+                        "modelled_ns": ns })
+            })
+            .collect();
+        println!("{v}");
+        return Ok(exit::SUCCESS);
+    }
+    println!(
+        "λ-read {} ({}) over {} members in {} requests",
+        args.devpath,
+        format_size(report.input_bytes),
+        rows.len(),
+        report.requests
+    );
+    for (m, a, ns) in &rows {
+        println!(
+            "  member {m}: {} host, {} device, {} profiled; {} in, {} over its link; modelled {:.3} ms",
+            a.requests_host,
+            a.requests_device,
+            a.requests_profiled,
+            format_size(a.input_bytes),
+            format_size(a.link_bytes),
+            *ns as f64 / 1e6
+        );
+    }
+    println!(
+        "bytes: {} in, {} out",
+        report.input_bytes, report.output_bytes
+    );
+    println!(
+        "time: wall {:.3} ms, modelled {:.3} ms (the slowest member's)",
+        wall_ns as f64 / 1e6,
+        modelled_ns as f64 / 1e6
+    );
+    Ok(exit::SUCCESS)
+}

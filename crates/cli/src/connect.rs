@@ -73,7 +73,7 @@ pub fn array_dir(global: &GlobalArgs) -> Option<PathBuf> {
 pub fn open(global: &GlobalArgs) -> anyhow::Result<Device> {
     if let Some(dir) = array_dir(global) {
         anyhow::bail!(
-            "{} is an array: this command takes one device (arrays work with put, get, ls, stat, rm, sort)",
+            "{} is an array: this command takes one device (arrays work with put, get, ls, stat, rm, exec, read --lambda, sort)",
             dir.display()
         );
     }

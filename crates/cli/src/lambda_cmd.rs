@@ -31,70 +31,74 @@ pub struct LambdaSpec {
     /// The λ: a C source (compiled with the SDK's flags), an object file, or the name of
     /// an SDK program (stats64, stats32, knn, grep, bitmap, ...).
     #[arg(long = "lambda", value_name = "PROG")]
-    prog: String,
+    pub(crate) prog: String,
     /// The ELF function to run (the only global function if absent).
     #[arg(long, value_name = "NAME")]
-    entry: Option<String>,
+    pub(crate) entry: Option<String>,
     /// Bytes per request.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "8MiB")]
-    chunk: u64,
+    pub(crate) chunk: u64,
     /// Where requests run.
     #[arg(long, value_name = "MODE", default_value = "auto")]
-    mode: Mode,
+    pub(crate) mode: Mode,
     /// Bytes of the output window (default: as large as the request's input).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    output_size: Option<u64>,
+    pub(crate) output_size: Option<u64>,
     /// args->cparam1 (plus the record index with --record).
     #[arg(long, value_name = "N", default_value_t = 0)]
-    cparam1: u64,
+    pub(crate) cparam1: u64,
     /// args->cparam2.
     #[arg(long, value_name = "N", default_value_t = 0)]
-    cparam2: u64,
+    pub(crate) cparam2: u64,
     /// The parameter bytes (args->params), as hex.
     #[arg(long, value_name = "HEX", conflicts_with = "params")]
-    params_hex: Option<String>,
+    pub(crate) params_hex: Option<String>,
     /// The parameter bytes (args->params), as text.
     #[arg(long, value_name = "TEXT")]
-    params: Option<String>,
+    pub(crate) params: Option<String>,
     /// Fixed-size records: chunks must be a multiple of SIZE, and cparam1 gets the
     /// chunk's first record index added (knn's vectors).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    record: Option<u64>,
+    pub(crate) record: Option<u64>,
     /// The host cache budget (the library drops the oldest pages it read beyond it).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    cache_budget: Option<u64>,
+    pub(crate) cache_budget: Option<u64>,
     /// The device's state directory, for a device served on this machine (shm://).
     #[arg(long, value_name = "DIR")]
-    state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// Dispatcher profiling period n and length k.
     #[arg(long, value_name = "N", default_value_t = csx_lambda::dispatch::PERIOD_DEFAULT)]
-    period: u32,
+    pub(crate) period: u32,
     #[arg(long, value_name = "K", default_value_t = csx_lambda::dispatch::PROFILE_LEN_DEFAULT)]
-    profile_len: u32,
+    pub(crate) profile_len: u32,
     /// Print each request's side, predicted host/device ns and cache ratio (stderr).
     #[arg(long)]
-    trace: bool,
+    pub(crate) trace: bool,
     /// Print the account as one JSON object.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Run a λ over a device file, chunk by chunk (λ-IO's λ-read).
+///
+/// On an array (`--device array:DIR`) the members holding the file run the requests
+/// over their own bytes, at once, `--threads` in flight each; requests are cut at stripe
+/// boundaries and the outputs are written in file order.
 ///
 /// Ctrl-C stops the λ runs (those on the device by an Abort), unloads the λ and exits
 /// with status 130; a second Ctrl-C quits at once.
 #[derive(Debug, Args)]
 pub struct ReadArgs {
     /// The device file.
-    devpath: String,
+    pub(crate) devpath: String,
     #[command(flatten)]
-    spec: LambdaSpec,
+    pub(crate) spec: LambdaSpec,
     /// Requests in flight (host threads).
     #[arg(long, value_name = "N", default_value_t = 1)]
-    threads: u32,
+    pub(crate) threads: u32,
     /// Write the outputs, concatenated in file order, to this local file.
     #[arg(long, value_name = "LOCAL")]
-    output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
 }
 
 /// Run a λ over a local file and write its outputs to a device file (λ-IO's λ-write).
@@ -130,7 +134,7 @@ enum CacheCommand {
 }
 
 /// The object file of `prog` (see [`LambdaSpec::prog`]) and a name for it.
-fn lambda_object(prog: &str) -> anyhow::Result<(String, Vec<u8>)> {
+pub(crate) fn lambda_object(prog: &str) -> anyhow::Result<(String, Vec<u8>)> {
     let path = Path::new(prog);
     let stem = path
         .file_stem()
@@ -174,7 +178,7 @@ fn options(spec: &LambdaSpec, threads: u32, engines: u32) -> LambdaOptions {
     }
 }
 
-fn base_args(spec: &LambdaSpec) -> anyhow::Result<LambdaArgs> {
+pub(crate) fn base_args(spec: &LambdaSpec) -> anyhow::Result<LambdaArgs> {
     let params = match (&spec.params_hex, &spec.params) {
         (Some(h), _) => crate::hex::parse(h).context("--params-hex")?,
         (None, Some(t)) => t.as_bytes().to_vec(),
@@ -214,7 +218,12 @@ fn trace_line(index: u64, offset: u64, out: &LambdaOutput) {
     );
 }
 
-fn account_json(a: &RunAccount, wall_ns: u64, modelled_ns: u64, output_bytes: u64) -> String {
+pub(crate) fn account_json(
+    a: &RunAccount,
+    wall_ns: u64,
+    modelled_ns: u64,
+    output_bytes: u64,
+) -> String {
     serde_json::json!({
         "requests_host": a.requests_host,
         "requests_device": a.requests_device,
@@ -284,6 +293,10 @@ pub fn run_read(args: ReadArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         if r == 0 || !spec.chunk.is_multiple_of(r) {
             bail!("--chunk {} is not a multiple of --record {r}", spec.chunk);
         }
+    }
+    if let Some(dir) = connect::array_dir(global) {
+        // On an array each member runs the requests over its own bytes.
+        return crate::array_cmd::read_lambda(&dir, &args);
     }
     let dev = connect::open(global)?;
     let probe = LambdaIo::new(&dev, &LambdaOptions::default())?;

@@ -6,7 +6,7 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use csx_data::scan::FilterStrategy;
 use csx_data::ssb::queries;
-use csx_data::ssb::run::{run, QueryRun, RunOptions, Split};
+use csx_data::ssb::run::{run, ProbeKind, QueryRun, RunOptions, Split};
 use csx_host::proto::EngineKind;
 use serde_json::json;
 
@@ -44,6 +44,7 @@ enum SsbCommand {
 ///   csx ssb run Q3.3 --sf 1
 ///   csx ssb run Q1.1 --sf 0.1 --split host --engine interp --json
 ///   csx ssb run 3.3 --sf 1 --filter accel --partitions 4
+///   csx ssb run Q3.3 --sf 1 --engine interp --probe operator
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 struct RunArgs {
@@ -61,12 +62,22 @@ struct RunArgs {
     /// The device's engine kind for the operators: jit or interp.
     #[arg(long, default_value = "jit")]
     engine: String,
-    /// How selections run: bitmask, unrolled (eBPF) or accel (csx_filter_u32).
+    /// How selections run: bitmask, unrolled (eBPF) or accel (csx_filter_u32). With
+    /// --probe emitted this is the dimensions' selections only (LINEORDER's are tested
+    /// inside the probe).
     #[arg(long, default_value = "bitmask")]
     filter: String,
+    /// What probes LINEORDER: emitted (raw eBPF made for the query: selections, joins
+    /// and sum in one pass) or operator (filter operators, then sdk/ssb's ssb_probe).
+    #[arg(long, default_value = "emitted")]
+    probe: String,
     /// LINEORDER partitions probed at once (default: the device's engine count).
     #[arg(long)]
     partitions: Option<u32>,
+    /// LINEORDER rows staged per round (a multiple of 64): the next round is staged
+    /// while this one is probed.
+    #[arg(long, value_name = "ROWS", default_value_t = csx_data::ssb::run::ROUND_ROWS_DEFAULT)]
+    round_rows: u64,
     /// Seed of the generator, when the dataset is generated.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -102,6 +113,8 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         )
     })?;
     let engine = engine_of(&args.engine)?;
+    let probe = ProbeKind::parse(&args.probe)
+        .with_context(|| format!("unknown probe {:?}: emitted or operator", args.probe))?;
     csx_data::gen::check_sf(args.sf)?;
     let dir = args
         .data
@@ -119,7 +132,9 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         split,
         engine,
         strategy,
+        probe,
         partitions: args.partitions,
+        round_rows: args.round_rows,
         ..Default::default()
     };
     let result = run(&dev, &dir, q, &opts).with_context(|| format!("running {} on {dir}", q.name));
@@ -156,7 +171,8 @@ pub fn run_json(r: &QueryRun, sf: f64, dir: &str, generated: bool) -> serde_json
         "query": r.query, "sf": sf, "data": dir, "generated": generated,
         "split": r.options.split.name(),
         "engine": if r.options.engine == EngineKind::Jit { "jit" } else { "interp" },
-        "filter": r.options.strategy.name(), "partitions": r.partitions,
+        "filter": r.options.strategy.name(), "probe": r.options.probe.name(),
+        "partitions": r.partitions,
         "rows": rows, "joined": r.joined,
         "bytes_to_host": r.meter.bytes_to_host, "media_bytes": r.meter.media_bytes,
         "modelled_ns": r.meter.modelled_ns, "wall_ns": r.wall_ns, "host_ns": r.host_ns,
@@ -183,7 +199,7 @@ fn print_run(r: &QueryRun, dir: &str) {
         );
     }
     println!(
-        "{} on {dir}: {} rows; split {}, engine {}, filter {}, {} partitions",
+        "{} on {dir}: {} rows; split {}, engine {}, filter {}, probe {}, {} partitions",
         r.query,
         r.rows.len(),
         r.options.split.name(),
@@ -193,6 +209,7 @@ fn print_run(r: &QueryRun, dir: &str) {
             "interp"
         },
         r.options.strategy.name(),
+        r.options.probe.name(),
         r.partitions
     );
     println!(

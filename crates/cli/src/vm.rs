@@ -40,7 +40,7 @@ enum VmCommand {
 
 pub use csx_bench::engine::{build_engine, verify_program, EngineKind};
 
-/// `--interp | --jit`.
+/// `--interp | --jit | --quick`.
 #[derive(Debug, Clone, Copy, Args)]
 #[group(multiple = false)]
 struct EngineChoice {
@@ -50,15 +50,25 @@ struct EngineChoice {
     /// Run on the Cranelift JIT (the default).
     #[arg(long)]
     jit: bool,
+    /// Run on the quick tier: the one-pass baseline JIT that compiles in well under a
+    /// millisecond (x86-64 only).
+    #[arg(long)]
+    quick: bool,
 }
 
 impl EngineChoice {
     fn kind(self) -> EngineKind {
         if self.interp {
             EngineKind::Interp
+        } else if self.quick {
+            EngineKind::Quick
         } else {
             EngineKind::Jit
         }
+    }
+
+    fn chosen(self) -> bool {
+        self.interp || self.jit || self.quick
     }
 }
 
@@ -163,8 +173,9 @@ fn parse_plugin_options(text: &str) -> Result<EngineKind, String> {
     match text.trim() {
         "" | "--jit" => Ok(EngineKind::Jit),
         "--interp" => Ok(EngineKind::Interp),
+        "--quick" => Ok(EngineKind::Quick),
         other => Err(format!(
-            "unknown plugin options {other:?}, expected --interp or --jit"
+            "unknown plugin options {other:?}, expected --interp, --jit or --quick"
         )),
     }
 }
@@ -437,7 +448,7 @@ fn conformance_plugin(args: PluginArgs) -> anyhow::Result<u8> {
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program("stdin", &code, None, &functions)?;
     let program = verify_program("stdin", program, functions)?;
-    let kind = if args.engine.interp || args.engine.jit {
+    let kind = if args.engine.chosen() {
         args.engine.kind()
     } else {
         args.options.unwrap_or(EngineKind::Jit)

@@ -16,6 +16,7 @@
 
 pub mod calendar;
 pub mod columnar;
+mod emit;
 pub mod error;
 pub mod gen;
 pub mod names;

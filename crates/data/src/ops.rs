@@ -172,6 +172,9 @@ pub struct Session<'d> {
     /// Programs loaded by someone else ([`Session::adopt`]): run, never unloaded here.
     adopted: HashSet<&'static str>,
     allocs: Vec<MemHandle>,
+    /// Copies started and not yet waited for: closing waits for them before freeing
+    /// the memory they write.
+    in_flight: Vec<csx_host::proto::CommandId>,
     pub meter: Meter,
 }
 
@@ -213,6 +216,7 @@ impl<'d> Session<'d> {
             loaded: HashMap::new(),
             adopted: HashSet::new(),
             allocs: Vec::new(),
+            in_flight: Vec::new(),
             meter: Meter::default(),
         })
     }
@@ -360,6 +364,7 @@ impl<'d> Session<'d> {
         let id = self.dev.client().submit_private(op).map_err(|e| {
             DataError::device(format!("staging {len} bytes of {path} at {offset}"), e)
         })?;
+        self.in_flight.push(id);
         Ok(PendingCopy {
             id,
             path: path.to_string(),
@@ -373,6 +378,7 @@ impl<'d> Session<'d> {
     pub fn wait_copies(&mut self, copies: Vec<PendingCopy>) -> Result<(), DataError> {
         let mut first = None;
         for p in copies {
+            self.in_flight.retain(|&i| i != p.id);
             let what = || format!("staging {} bytes of {} at {}", p.len, p.path, p.offset);
             let c = match self.dev.client().wait(p.id, None) {
                 Ok(Some(c)) => c,
@@ -585,6 +591,10 @@ impl<'d> Session<'d> {
 
     fn release(&mut self) -> Result<(), DataError> {
         let mut first = None;
+        for id in std::mem::take(&mut self.in_flight) {
+            // An error path left a copy in flight: it must not write freed memory.
+            let _ = self.dev.client().wait(id, None);
+        }
         for h in self.allocs.drain(..) {
             if let Err(e) = self.dev.free(h) {
                 first.get_or_insert(DataError::device("freeing device memory", e));

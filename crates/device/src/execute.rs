@@ -312,17 +312,22 @@ impl Shared {
             .into_iter()
             .map(|s| s.expect("windows are leased writable"))
             .collect();
-        // Every execution counts its work: its modelled compute time comes from it
-        // (`crate::perf`).
+        // Where the profile models compute from work (`PerfModel::counts_work`), the
+        // execution counts its instructions and its modelled compute comes from them
+        // (`crate::perf`); otherwise it runs the uncounted code, priced from fuel.
         let blocks = ticket.engine.program().blocks();
-        let counts = ExecCounts::new(blocks);
+        let counts = self
+            .config
+            .perf
+            .counts_work()
+            .then(|| ExecCounts::new(blocks));
         let call = RunCall {
             cparam1: *cparam1,
             cparam2: *cparam2,
             params,
             fuel: fuel.unwrap_or(FUEL_DEFAULT),
             stop: Some(stop),
-            counts: Some(&counts),
+            counts: counts.as_ref(),
         };
         let mut ctx = CallContext::new(&self.files, self.epoch);
         let prepare_ns = ns(prepare_start.elapsed());
@@ -352,8 +357,8 @@ impl Shared {
         // the completion exists, so the windows are free when the host sees it.
         drop(state);
         drop(leases);
-        let work = blocks.work(&counts.values());
-        let mut c = completion_of(&outcome, &mut ctx, &work);
+        let work = counts.as_ref().map(|counts| blocks.work(&counts.values()));
+        let mut c = completion_of(&outcome, &mut ctx, work.as_ref());
         if let Err(Trap {
             pc,
             kind: TrapKind::Stopped { reason },
@@ -400,7 +405,11 @@ fn stopped(c: &mut Completion, pc: u32, reason: u32, fuel_used: u64, limit_ms: u
 }
 
 /// r0 or the trap, with the run's first function failure, its trace and its I/O time.
-fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>, work: &WorkCounts) -> Completion {
+fn completion_of(
+    outcome: &RunOutcome,
+    ctx: &mut CallContext<'_>,
+    work: Option<&WorkCounts>,
+) -> Completion {
     let mut c = Completion::new(CommandId(0), Status::Success);
     match &outcome.result {
         Ok(r0) => c.value = *r0,
@@ -413,7 +422,8 @@ fn completion_of(outcome: &RunOutcome, ctx: &mut CallContext<'_>, work: &WorkCou
     c.reply = Reply::Execute(ExecuteInfo {
         fuel_used: outcome.fuel_used,
         trace: std::mem::take(&mut ctx.trace),
-        work: work.0.to_vec(),
+        // Empty when the device did not count (the wire's "not counted").
+        work: work.map(|w| w.0.to_vec()).unwrap_or_default(),
     });
     c.timing.transfer_ns = ns(ctx.io);
     c

@@ -411,16 +411,17 @@ fn merge_keys(keys: &mut [u64], split: usize) {
     let left = keys[..split].to_vec();
     let n = keys.len();
     let (mut i, mut j, mut k) = (0usize, split, 0usize);
-    while i < left.len() {
-        if j < n && keys[j] < left[i] {
-            keys[k] = keys[j];
-            j += 1;
-        } else {
-            keys[k] = left[i];
-            i += 1;
-        }
+    // No branch on the comparison (random keys mispredict half of them).
+    while i < left.len() && j < n {
+        let (x, y) = (left[i], keys[j]);
+        let take_right = y < x;
+        keys[k] = if take_right { y } else { x };
+        i += usize::from(!take_right);
+        j += usize::from(take_right);
         k += 1;
     }
+    // The right run used up: the rest of the left run goes last.
+    keys[k..k + left.len() - i].copy_from_slice(&left[i..]);
 }
 
 impl CallContext<'_> {
@@ -442,6 +443,117 @@ impl CallContext<'_> {
         };
         with_keys(data, |keys| merge_keys(keys, (split / 8) as usize));
         Ok(len / 8)
+    }
+}
+
+/// Merges the sorted runs `a` and `b` into `out` (`a.len() + b.len()` keys), without a
+/// branch on the comparison in the loop (random keys mispredict half of them).
+fn merge_two(a: &[u64], b: &[u64], out: &mut [u64]) {
+    debug_assert_eq!(out.len(), a.len() + b.len());
+    let (mut i, mut j, mut k) = (0usize, 0usize, 0usize);
+    while i < a.len() && j < b.len() {
+        let (x, y) = (a[i], b[j]);
+        let take_b = y < x;
+        out[k] = if take_b { y } else { x };
+        i += usize::from(!take_b);
+        j += usize::from(take_b);
+        k += 1;
+    }
+    out[k..k + a.len() - i].copy_from_slice(&a[i..]);
+    let k = k + a.len() - i;
+    out[k..].copy_from_slice(&b[j..]);
+}
+
+/// Decodes little-endian keys.
+fn decode_keys(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8")))
+        .collect()
+}
+
+/// The window's bytes as little-endian u64 keys, when aligned on a little-endian
+/// machine (see [`as_keys_mut`]).
+fn as_keys(data: &[u8]) -> Option<&[u64]> {
+    if cfg!(target_endian = "big") {
+        return None;
+    }
+    // SAFETY: every bit pattern of 8 bytes is a valid u64; `align_to` returns as the
+    // middle part only an aligned slice within `data`, borrowed as long as `data`.
+    let (pre, keys, post) = unsafe { data.align_to::<u64>() };
+    (pre.is_empty() && post.is_empty()).then_some(keys)
+}
+
+impl CallContext<'_> {
+    fn merge_into(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_merge_into_u64";
+        let (pa, alen, pb, blen, po) = (a[0], a[1], a[2], a[3], a[4]);
+        if alen % 8 != 0 || blen % 8 != 0 {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("run lengths {alen} and {blen} must be multiples of 8"),
+            );
+        }
+        let Some(olen) = alen.checked_add(blen) else {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("runs of {alen} + {blen} bytes overflow"),
+            );
+        };
+        let ptrs = mem.translate(pa, alen, false).and_then(|x| {
+            let y = mem.translate(pb, blen, false)?;
+            let o = mem.translate(po, olen, true)?;
+            Ok((x, y, o))
+        });
+        let (xa, xb, xo) = match ptrs {
+            Ok(p) => p,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        if olen == 0 {
+            return Ok(0);
+        }
+        // Host addresses: the output must share no byte with either run.
+        let overlaps = |p: *mut u8, len: u64| {
+            len > 0
+                && (p as usize) < xo as usize + olen as usize
+                && (xo as usize) < p as usize + len as usize
+        };
+        if overlaps(xa, alen) || overlaps(xb, blen) {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("the output ({olen} bytes at {po:#x}) overlaps a run"),
+            );
+        }
+        let slice = |p: *mut u8, len: u64| -> &[u8] {
+            if len == 0 {
+                return &[];
+            }
+            // SAFETY: `translate` checked that `len` bytes from `p` lie inside a region
+            // of `mem` mapped readable for the run, and `mem` stays mutably borrowed by
+            // this call, so no other slice of it is created meanwhile; the output below
+            // shares no byte with this range (checked above).
+            unsafe { std::slice::from_raw_parts(p, len as usize) }
+        };
+        let (ra, rb) = (slice(xa, alen), slice(xb, blen));
+        // SAFETY: `translate` checked that `olen` bytes from `xo` lie inside a region
+        // mapped writable; they overlap neither run (checked above), and no other slice
+        // of `mem` exists while this one lives (see above).
+        let out = unsafe { std::slice::from_raw_parts_mut(xo, olen as usize) };
+        match (as_keys(ra), as_keys(rb), as_keys_mut(out)) {
+            (Some(ka), Some(kb), Some(ko)) => merge_two(ka, kb, ko),
+            (_, _, _) => {
+                let (ka, kb) = (decode_keys(ra), decode_keys(rb));
+                let mut ko = vec![0u64; ka.len() + kb.len()];
+                merge_two(&ka, &kb, &mut ko);
+                for (c, v) in out.chunks_exact_mut(8).zip(&ko) {
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Ok(olen / 8)
     }
 }
 
@@ -550,6 +662,7 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_LZ4_DECOMPRESS => self.lz4(false, args, mem),
             ids::CSX_LZ4_COMPRESS => self.lz4(true, args, mem),
             ids::CSX_CHACHA20 => self.chacha20(args, mem),
+            ids::CSX_MERGE_INTO_U64 => self.merge_into(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -848,6 +961,84 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The out-of-place merge equals a sort of both runs, aligned or not, with empty
+    /// runs; an output overlapping a run, a run past its region and odd lengths are
+    /// refused.
+    #[test]
+    fn merge_into_equals_a_sort_of_both_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let cases: Vec<(Vec<u64>, Vec<u64>)> = vec![
+            (vec![], vec![]),
+            (vec![], vec![1, 2]),
+            (vec![1, 2], vec![]),
+            (vec![4, 5], vec![1, 2, 3]),
+            (vec![1, 1, 5, 5], vec![1, 5, 5, 9]),
+            (xorshift_keys(3000, 1, 0xfff), xorshift_keys(1777, 2, 0xfff)),
+        ];
+        for (mut l, mut r) in cases {
+            l.sort_unstable();
+            r.sort_unstable();
+            let mut expect = [l.clone(), r.clone()].concat();
+            expect.sort_unstable();
+            for skew in [0u64, 3] {
+                let (la, lb) = (l.len() as u64 * 8, r.len() as u64 * 8);
+                let n = l.len() + r.len();
+                // One region: a, then b, then out (skewed: not 8-byte aligned).
+                let mut store = vec![0u64; 2 * n + 2];
+                let region = as_keys_bytes(&mut store);
+                let s = skew as usize;
+                region[s..s + la as usize].copy_from_slice(&le_bytes(&l));
+                region[s + la as usize..s + (la + lb) as usize].copy_from_slice(&le_bytes(&r));
+                let mut mem = MemoryMap::new();
+                let base = mem.map_read_write(RegionIdx(4), region).unwrap() + skew;
+                let (pa, pb, po) = (base, base + la, base + la + lb);
+                let mut ctx = CallContext::new(&files, Instant::now());
+                assert_eq!(
+                    ctx.call(ids::CSX_MERGE_INTO_U64, [pa, la, pb, lb, po], &mut mem),
+                    Ok(n as u64)
+                );
+                let got: Vec<u64> = (0..n as u64)
+                    .map(|i| mem.load(po + i * 8, 8).unwrap())
+                    .collect();
+                assert_eq!(
+                    got,
+                    expect,
+                    "left {}, right {}, skew {skew}",
+                    l.len(),
+                    r.len()
+                );
+                if n > 0 {
+                    // The output over a run is refused.
+                    let e = ctx.call(ids::CSX_MERGE_INTO_U64, [pa, la, pb, lb, pa], &mut mem);
+                    assert_eq!(e, Ok(CSX_EINVAL as u64));
+                    assert!(ctx.detail.as_ref().unwrap().message.contains("overlaps"));
+                }
+            }
+        }
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let mut region = vec![0u8; 64];
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), &mut region).unwrap();
+        assert_eq!(
+            ctx.call(
+                ids::CSX_MERGE_INTO_U64,
+                [base, 12, base + 16, 8, base + 32],
+                &mut mem
+            ),
+            Ok(CSX_EINVAL as u64)
+        );
+        // An output running past the region.
+        assert_eq!(
+            ctx.call(
+                ids::CSX_MERGE_INTO_U64,
+                [base, 16, base + 16, 16, base + 40],
+                &mut mem
+            ),
+            Ok(CSX_EFAULT as u64)
+        );
     }
 
     #[test]

@@ -25,8 +25,12 @@
 //! class priced by the profile's device core ([`PerfModel::device_ps_per_insn`]). The
 //! host side of a comparison (λ-IO, the demo) prices the same counts with the host's
 //! core ([`PerfModel::host_ps_per_insn`]). Fuel stays the safety budget only; a
-//! completion without counts (an older device) falls back to fuel × host ps per fuel ×
-//! compute scale.
+//! completion without counts falls back to fuel × host ps per fuel × compute scale.
+//!
+//! Counting is per device ([`PerfModel::counts_work`], `count_work` in `device.json`):
+//! by default on only where the profile prices instructions (`lambda-io`, `daisy`),
+//! since a counted run is slower (the interpreter runs unfused, the JIT its counting
+//! variant); an `unthrottled` device runs uncounted code and prices compute from fuel.
 //!
 //! Two uses, one number:
 //! - **virtual clock**: the modelled duration goes into `Completion::timing.modelled_ns`.
@@ -189,6 +193,14 @@ pub struct PerfModel {
     /// costs × the compute scale.
     #[serde(default)]
     pub device_ps_per_insn: ClassCosts,
+    /// Whether every execution counts the instructions it runs (per basic block, see
+    /// `csx_ebpf::count`), so that its modelled compute comes from its work. Counting
+    /// runs slower code (the interpreter's unfused loop, the JIT's counting variant), so
+    /// absent (`null`), it is on only where the profile models compute from work: a
+    /// non-zero `device_ps_per_insn` (`lambda-io`, `daisy`); `unthrottled` does not
+    /// count and prices compute from fuel. `true`/`false` force it.
+    #[serde(default)]
+    pub count_work: Option<bool>,
 }
 
 impl Default for PerfModel {
@@ -218,6 +230,7 @@ impl PerfModel {
             host_ps_per_insn: [0; CLASS_COUNT],
             // At host speed: the host's costs at scale 1.
             device_ps_per_insn: [0; CLASS_COUNT],
+            count_work: None,
         }
     }
 
@@ -250,6 +263,7 @@ impl PerfModel {
             // Every class at `host_ps_per_fuel`.
             host_ps_per_insn: [0; CLASS_COUNT],
             device_ps_per_insn: device_costs_lambda_io(),
+            count_work: None,
         }
     }
 
@@ -281,7 +295,15 @@ impl PerfModel {
             host_ps_per_insn: [0; CLASS_COUNT],
             // The same board and cores as λ-IO's: its calibration carries over.
             device_ps_per_insn: device_costs_lambda_io(),
+            count_work: None,
         }
+    }
+
+    /// Whether executions count their instructions: `count_work` when set, else whether
+    /// the profile prices device compute per executed instruction.
+    pub fn counts_work(&self) -> bool {
+        self.count_work
+            .unwrap_or_else(|| self.device_ps_per_insn.iter().any(|&ps| ps != 0))
     }
 
     /// The named profile (one of [`PROFILE_NAMES`]).
@@ -647,6 +669,25 @@ mod tests {
         assert_eq!(old.host_costs(), [300; CLASS_COUNT]);
         assert_eq!(old.device_costs(), [600; CLASS_COUNT]);
         assert_eq!(old.device_work_ns(&[10; CLASS_COUNT]), 60);
+        // It prices compute from fuel, so its executions do not count.
+        assert_eq!(old.count_work, None);
+        assert!(!old.counts_work());
+        let forced: PerfModel = serde_json::from_str(
+            r#"{"profile":"x","throttle":false,"link_bytes_per_sec":0,"link_latency_ns":0,
+                "media_bytes_per_sec":0,"compute_scale_milli":2000,"host_ps_per_fuel":300,
+                "engines":null,"count_work":true}"#,
+        )
+        .unwrap();
+        assert!(forced.counts_work());
+        // Counting is on by default only where the profile prices work per instruction.
+        assert!(PerfModel::lambda_io().counts_work());
+        assert!(PerfModel::daisy().counts_work());
+        assert!(!PerfModel::unthrottled().counts_work());
+        let off = PerfModel {
+            count_work: Some(false),
+            ..PerfModel::lambda_io()
+        };
+        assert!(!off.counts_work());
         // The named profiles: λ-IO's board prices 32-bit work higher, the host does not.
         let l = PerfModel::lambda_io();
         let d = l.device_costs();

@@ -185,6 +185,9 @@ pub struct Programs {
     inner: Mutex<Inner>,
     functions: Arc<FunctionTable>,
     jit_enabled: bool,
+    /// Whether executions count their work, so a JIT activation also compiles the
+    /// counting variant (see [`Programs::with_counting`]).
+    count_work: bool,
     dir: Option<PathBuf>,
 }
 
@@ -233,8 +236,16 @@ impl Programs {
             }),
             functions,
             jit_enabled,
+            count_work: false,
             dir,
         }
+    }
+
+    /// Tells activations that every execution will count its work
+    /// (`PerfModel::counts_work`), so a JIT activation compiles the counting variant too.
+    pub fn with_counting(mut self, count_work: bool) -> Programs {
+        self.count_work = count_work;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -527,9 +538,11 @@ impl Programs {
                     message: e.to_string(),
                 };
                 let jit = csx_ebpf_jit::JitProgram::compile(verified).map_err(jit_error)?;
-                // Every execution counts its work (`crate::execute`): compile the counting
-                // variant now, at activation, not in the first execution's time.
-                jit.prepare_counting().map_err(jit_error)?;
+                // Where every execution counts its work (`crate::execute`), compile the
+                // counting variant now, at activation, not in the first execution's time.
+                if self.count_work {
+                    jit.prepare_counting().map_err(jit_error)?;
+                }
                 Arc::new(jit)
             }
         };

@@ -2,12 +2,22 @@
 //! [`Engine`] trait as the reference interpreter, and matching it exactly in r0, trap
 //! (kind and pc) and fuel used.
 //!
+//! Two tiers: [`JitProgram`] (Cranelift, optimising, tens of milliseconds for a large
+//! program) and, on x86-64, `QuickProgram` (the `quick` module: a one-pass baseline JIT
+//! that compiles in well under a millisecond). [`TieredProgram`] runs the quick code at
+//! once and switches to Cranelift's when it is ready (see `tiered`).
+//!
 //! Pipeline of [`JitProgram::compile`]: plan (control flow per eBPF function, block
 //! starts, if-conversions; `analysis`) → set up the host ISA → declare one Cranelift
 //! function per eBPF function → translate each (`translate`) → define (compile) each →
 //! finalize into executable memory (`code_memory`). A run (`runtime`) maps the stack and
 //! globals, hands compiled code a context block, and turns the status it returns into a
 //! [`RunOutcome`].
+//!
+//! Innermost loops are versioned (`loops`): a guard where a loop is entered proves how
+//! many iterations keep its strided accesses in bounds, and an unchecked copy of the loop
+//! runs those. Setting `CSX_JIT_DISASM` prints each compiled function's machine code
+//! (Cranelift's listing) to stderr, for reading what a kernel became.
 //!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
 //! current stack frame and its context; it stops only through its exit blocks (no trap
@@ -18,9 +28,17 @@
 mod analysis;
 mod code_memory;
 mod count;
+mod loops;
 mod params;
+#[cfg(target_arch = "x86_64")]
+mod quick;
 mod runtime;
+mod tiered;
 mod translate;
+
+#[cfg(target_arch = "x86_64")]
+pub use quick::QuickProgram;
+pub use tiered::{Promotion, Tier, TieredProgram};
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -205,9 +223,18 @@ impl JitProgram {
             })?;
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
+            let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
+            if dump {
+                ctx.set_disasm(true);
+            }
             module
                 .define_function(func_ids[&f.start], &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;
+            if dump {
+                if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+                    eprintln!("== {} function {}\n{v}", program.name(), f.start);
+                }
+            }
             code_bytes += ctx
                 .compiled_code()
                 .map_or(0, |c| c.code_info().total_size as usize);

@@ -124,6 +124,7 @@ fn run_on_with(
 
 /// Runs `p` on both engines; asserts they agree and returns the outcome.
 fn check_program(p: Arc<VerifiedProgram>, fuel: u64) -> RunOutcome {
+    let p_quick = p.clone();
     let interp = Interpreter::new(p.clone());
     let jit = JitProgram::compile(p).unwrap_or_else(|e| panic!("{e}"));
     let (want, want_mem) = run_on(&interp, fuel);
@@ -131,8 +132,22 @@ fn check_program(p: Arc<VerifiedProgram>, fuel: u64) -> RunOutcome {
     assert_eq!(got, want, "jit vs interpreter, fuel {fuel}");
     assert_eq!(got_mem, want_mem, "memory after the run, fuel {fuel}");
     count_tests::assert_counts_agree(&interp, &jit, fuel, (&got, &got_mem));
+    quick_agrees(&p_quick, &want, &want_mem, fuel);
     got
 }
+
+/// The quick tier (where the host has it) agrees with the interpreter's outcome and
+/// memory: every test here runs three ways.
+#[cfg(target_arch = "x86_64")]
+fn quick_agrees(p: &Arc<VerifiedProgram>, want: &RunOutcome, want_mem: &[u8], fuel: u64) {
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let (got, got_mem) = run_on(&quick, fuel);
+    assert_eq!(&got, want, "quick vs interpreter, fuel {fuel}");
+    assert_eq!(got_mem, want_mem, "memory after the quick run, fuel {fuel}");
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn quick_agrees(_: &Arc<VerifiedProgram>, _: &RunOutcome, _: &[u8], _: u64) {}
 
 fn check(src: &str) -> RunOutcome {
     check_program(program(src, vec![]), 1_000_000)
@@ -744,6 +759,16 @@ fn check_stopped(p: &Arc<VerifiedProgram>, fuel: u64, stop: &StopFlag) -> RunOut
         "jit vs interpreter with a stop flag, fuel {fuel}"
     );
     assert_eq!(got_mem, want_mem);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let (got, got_mem) = run(&quick);
+        assert_eq!(
+            got, want,
+            "quick vs interpreter with a stop flag, fuel {fuel}"
+        );
+        assert_eq!(got_mem, want_mem);
+    }
     got
 }
 
@@ -805,10 +830,13 @@ fn a_set_stop_flag_stops_at_the_first_charge() {
 #[test]
 fn a_stop_from_another_thread_ends_a_spin() {
     let p = program("ja -1", vec![]);
-    let engines: [Box<dyn Engine>; 2] = [
+    #[allow(unused_mut)]
+    let mut engines: Vec<Box<dyn Engine>> = vec![
         Box::new(Interpreter::new(p.clone())),
-        Box::new(JitProgram::compile(p).unwrap()),
+        Box::new(JitProgram::compile(p.clone()).unwrap()),
     ];
+    #[cfg(target_arch = "x86_64")]
+    engines.push(Box::new(QuickProgram::compile(p).unwrap()));
     let budget = 1 << 34;
     for engine in &engines {
         let stop = StopFlag::new();
@@ -828,4 +856,170 @@ fn a_stop_from_another_thread_ends_a_spin() {
         assert_eq!(trap_of(&out).kind, TrapKind::Stopped { reason: 3 });
         assert!(out.fuel_used < budget);
     }
+}
+
+/// The accesses `loops` plans to make unchecked in `src`'s entry function:
+/// (pc, stride) of each, by loop header.
+fn unchecked_accesses(src: &str) -> Vec<(u32, Vec<(u32, i64)>)> {
+    let p = program(src, vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+    crate::loops::plan_loops(p.insns(), &plan.functions[0])
+        .into_iter()
+        .map(|l| {
+            let a = l.accesses.iter().map(|a| (a.pc, a.stride)).collect();
+            (l.header, a)
+        })
+        .collect()
+}
+
+/// Sums `COUNT` values of `SIZE` bytes read at region 2 + `START`, `STEP` bytes apart.
+fn strided_sum(start: i32, step: i32, count: u32, load: &str) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nadd %r6, {start}\nmov %r7, 0\n\
+         loop:\n{load} %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, {step}\nadd %r7, 1\n\
+         jlt %r7, {count}, loop\nexit"
+    )
+}
+
+#[test]
+fn versioned_loops_are_found_with_their_strides() {
+    // The loop at slot 4: its load (slot 4) moves 4 bytes per iteration.
+    assert_eq!(
+        unchecked_accesses(&strided_sum(0, 4, 16, "ldxw")),
+        vec![(4, vec![(4, 4)])]
+    );
+    // Through a pointer computed inside the loop from an index: 8 * i + r1, two loads
+    // (one at +4) and a store; the invariant load from r3 moves by 0.
+    let src = "mov %r0, 0\nmov %r7, 0\n\
+               loop:\nmov %r4, %r7\nlsh %r4, 3\nadd %r4, %r1\nldxw %r5, [%r4+0]\n\
+               ldxw %r8, [%r4+4]\nstxw [%r4+0], %r8\nldxb %r9, [%r3+1]\nadd %r0, %r9\n\
+               add %r7, 1\njlt %r7, 8, loop\nexit";
+    assert_eq!(
+        unchecked_accesses(src),
+        vec![(2, vec![(5, 8), (6, 8), (7, 8), (8, 0)])]
+    );
+    // A register changed by a data-dependent amount is no induction variable.
+    let src = "mov %r0, 0\nmov %r6, %r1\n\
+               loop:\nldxb %r3, [%r6+0]\nadd %r6, %r3\nadd %r0, 1\njlt %r0, 8, loop\nexit";
+    assert_eq!(unchecked_accesses(src), vec![]);
+    // Inside another loop, a counted loop is versioned, a search loop (an exit on
+    // loaded data) is not; alone, the search loop is.
+    let nested = |exit: &str| {
+        format!(
+            "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+             inner:\nldxb %r3, [%r6+0]\n{exit}add %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+             jlt %r7, 8, inner\nnext:\nadd %r8, 1\njlt %r8, 4, outer\nexit"
+        )
+    };
+    assert_eq!(unchecked_accesses(&nested("")), vec![(4, vec![(4, 1)])]);
+    assert_eq!(check(&nested("")).result, Ok(4 * (0..8).sum::<u64>()));
+    let search = nested("jeq %r3, 5, next\n");
+    assert_eq!(unchecked_accesses(&search), vec![]);
+    assert_eq!(check(&search).result, Ok(4 * (0..5).sum::<u64>()));
+    let alone = search.replace("jlt %r8, 4, outer", "ja next2\nnext2:");
+    assert_eq!(unchecked_accesses(&alone), vec![(4, vec![(4, 1)])]);
+    // A loop with a call in it is left alone.
+    let src = "mov %r6, 0\nloop:\nldxb %r3, [%r1+0]\ncall local f\nadd %r6, 1\n\
+               jlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
+    assert_eq!(unchecked_accesses(src), vec![]);
+}
+
+#[test]
+fn versioned_loops_trap_at_the_first_access_out_of_bounds() {
+    // Region 2 holds 64 bytes: 16 words fit, the 17th traps, at the load, with the
+    // interpreter's fuel. Misaligned starts and strides that end inside a word too.
+    for (start, step, count, load) in [
+        (0, 4, 16, "ldxw"),
+        (0, 4, 17, "ldxw"),
+        (2, 4, 15, "ldxw"),
+        (2, 4, 16, "ldxw"),
+        (0, 1, 64, "ldxb"),
+        (0, 1, 65, "ldxb"),
+        (60, -4, 16, "ldxw"),
+        (60, -4, 17, "ldxw"),
+        (0, 0, 100, "ldxdw"),
+        (64, 1, 3, "ldxb"),
+        (-1, 1, 3, "ldxb"),
+        (0, 24, 3, "ldxdw"),
+        (0, 24, 4, "ldxdw"),
+    ] {
+        let out = check(&strided_sum(start, step, count, load));
+        let fits = |i: i64| {
+            let a = i64::from(start) + i * i64::from(step);
+            let size = match load {
+                "ldxb" => 1,
+                "ldxw" => 4,
+                _ => 8,
+            };
+            a >= 0 && a + size <= 64
+        };
+        match (0..i64::from(count)).find(|&i| !fits(i)) {
+            None => assert!(out.result.is_ok(), "{start} {step} {count}: {out:?}"),
+            Some(_) => {
+                let trap = trap_of(&out);
+                assert_eq!(trap.pc, 4, "{start} {step} {count}");
+                assert!(matches!(trap.kind, TrapKind::OutOfBounds { .. }), "{trap}");
+            }
+        }
+    }
+}
+
+#[test]
+fn versioned_loops_charge_fuel_at_every_budget() {
+    let p = program(&strided_sum(0, 2, 30, "ldxh"), vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    assert!(full.result.is_ok());
+    for fuel in 0..=full.fuel_used + 1 {
+        check_program(p.clone(), fuel);
+    }
+}
+
+#[test]
+fn versioned_loops_store_and_respect_read_only_regions() {
+    // Stores of 8 bytes walking down from the last word of region 2; one word too many
+    // traps below its start.
+    let store = |base: &str, n: u32| {
+        format!(
+            "mov %r6, {base}\nadd %r6, 56\nmov %r7, {n}\n\
+             loop:\nstxdw [%r6+0], %r7\nsub %r6, 8\nsub %r7, 1\njne %r7, 0, loop\n\
+             mov %r0, 0\nexit"
+        )
+    };
+    assert_eq!(check(&store("%r1", 8)).result, Ok(0));
+    let out = check(&store("%r1", 9));
+    assert_eq!(trap_of(&out).pc, 3);
+    // Region 3 is read-only: the guard sends the loop to the checked copy, which traps
+    // at the first store.
+    let out = check(&store("%r3", 1));
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 3);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: true, .. }),
+        "{trap}"
+    );
+}
+
+#[test]
+fn versioned_loops_over_two_regions_and_the_stack() {
+    // Copies region 3 (16 bytes) into a stack buffer through a pointer, then into
+    // region 2 at a stride of 2, summing as it goes; one byte too many traps reading
+    // region 3.
+    let copy = |n: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, %r10\nadd %r6, -32\nmov %r7, 0\nmov %r8, %r1\n\
+             loop:\nmov %r4, %r3\nadd %r4, %r7\nldxb %r5, [%r4+0]\nstxb [%r6+0], %r5\n\
+             ldxb %r5, [%r6+0]\nstxb [%r8+1], %r5\nadd %r0, %r5\nadd %r6, 1\nadd %r8, 2\n\
+             add %r7, 1\njlt %r7, {n}, loop\nexit"
+        )
+    };
+    let plan = unchecked_accesses(&copy(16));
+    assert_eq!(plan.len(), 1);
+    assert_eq!(plan[0].1.len(), 4, "{plan:?}");
+    assert_eq!(check(&copy(16)).result, Ok((0x10..0x20).sum()));
+    let out = check(&copy(17));
+    assert_eq!(trap_of(&out).pc, 7);
+    // Walking the stack buffer up past the top of the stack traps there too.
+    let up = "mov %r0, 0\nmov %r6, %r10\nadd %r6, -8\nmov %r7, 0\n\
+              loop:\nstxb [%r6+0], %r7\nadd %r6, 1\nadd %r7, 1\njlt %r7, 9, loop\nexit";
+    assert_eq!(trap_of(&check(up)).pc, 4);
 }

@@ -56,6 +56,7 @@ use csx_ebpf::memory::{RegionEntry, RegionIdx};
 
 use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv};
 use crate::count::Counters;
+use crate::loops::{self, LoopAccess};
 use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
@@ -187,6 +188,7 @@ pub(crate) fn translate_function(
     let start = t.blocks[&plan.start];
     t.b.ins().jump(start, &[]);
     t.body()?;
+    t.unchecked_copies()?;
     t.finish();
     Ok(())
 }
@@ -233,6 +235,32 @@ struct Translator<'a, 'f> {
     frontend_config: TargetFrontendConfig,
     /// Block counters, in the counting variant only (see `count`).
     counters: Option<Counters>,
+    /// Versioned loops (see `loops`) and the loop of each of their slots.
+    loops: Vec<LoopCopy>,
+    loop_at: HashMap<u32, usize>,
+    /// The loop the slot being translated lies in.
+    in_loop: Option<usize>,
+    /// Whether the unchecked copy of `in_loop` is being translated.
+    unchecked: bool,
+}
+
+/// A versioned loop's blocks. Entries from outside reach the guard (the header's own
+/// block), which picks the unchecked copy or the checked loop; the unchecked copy's
+/// back-edges go through `latch`, which counts down the iterations the guard proved
+/// safe and then continues in the checked loop.
+struct LoopCopy {
+    header: u32,
+    body: HashSet<u32>,
+    accesses: Vec<LoopAccess>,
+    /// The checked loop's header block (back-edges of the checked loop go here).
+    checked_head: Block,
+    /// The unchecked copy's block of each leader in the loop.
+    unchecked: HashMap<u32, Block>,
+    latch: Block,
+    /// Unchecked iterations left.
+    counter: Variable,
+    /// Host minus virtual address of each unchecked access's region, set by the guard.
+    deltas: HashMap<u32, Value>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -355,6 +383,41 @@ impl<'a, 'f> Translator<'a, 'f> {
             delta: b.declare_var(types::I64),
         });
 
+        let mut loop_copies = Vec::new();
+        let mut loop_at = HashMap::new();
+        // The counting variant keeps one copy of each loop (as it has no speculative
+        // regions): every leader's counter bump then lies on one path.
+        let planned = if env.blocks.is_some() {
+            Vec::new()
+        } else {
+            loops::plan_loops(env.insns, plan)
+        };
+        for l in planned {
+            for &pc in &l.body {
+                loop_at.insert(pc, loop_copies.len());
+            }
+            let mut unchecked = HashMap::new();
+            for &pc in &l.body {
+                if blocks.contains_key(&pc) {
+                    let block = b.create_block();
+                    if plan.cold.contains(&pc) {
+                        b.set_cold_block(block);
+                    }
+                    unchecked.insert(pc, block);
+                }
+            }
+            loop_copies.push(LoopCopy {
+                header: l.header,
+                body: l.body,
+                accesses: l.accesses,
+                checked_head: b.create_block(),
+                unchecked,
+                latch: b.create_block(),
+                counter: b.declare_var(types::I64),
+                deltas: HashMap::new(),
+            });
+        }
+
         let trap_exit = b.create_block();
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
@@ -392,7 +455,30 @@ impl<'a, 'f> Translator<'a, 'f> {
             calls_helpers: env.calls_helpers,
             frontend_config: env.frontend_config,
             counters,
+            loops: loop_copies,
+            loop_at,
+            in_loop: None,
+            unchecked: false,
         }
+    }
+
+    /// The block a jump (or fall-through) from the current slot to `t` goes to: inside
+    /// a versioned loop, its header means the back-edge of the copy being translated.
+    fn target(&self, t: u32) -> Block {
+        if let Some(i) = self.in_loop {
+            let l = &self.loops[i];
+            if self.unchecked {
+                if t == l.header {
+                    return l.latch;
+                }
+                if let Some(&b) = l.unchecked.get(&t) {
+                    return b;
+                }
+            } else if t == l.header {
+                return l.checked_head;
+            }
+        }
+        self.blocks[&t]
     }
 
     /// Translates the reachable instructions in slot order, one block per leader.
@@ -406,10 +492,17 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             if let Some(&block) = self.blocks.get(&pc) {
                 if self.open {
-                    self.b.ins().jump(block, &[]);
+                    let to = self.target(pc);
+                    self.b.ins().jump(to, &[]);
                 }
+                self.in_loop = self.loop_at.get(&pc).copied();
                 self.b.switch_to_block(block);
                 self.open = true;
+                if let Some(i) = self.in_loop.filter(|&i| self.loops[i].header == pc) {
+                    self.guard(i);
+                    let head = self.loops[i].checked_head;
+                    self.b.switch_to_block(head);
+                }
             }
             assert!(
                 self.open,
@@ -422,6 +515,145 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         assert!(!self.open, "the last reachable instruction ends its block");
         Ok(())
+    }
+
+    /// Translates the unchecked copy of every versioned loop, and its latch.
+    fn unchecked_copies(&mut self) -> TResult<()> {
+        let plan = self.plan;
+        for i in 0..self.loops.len() {
+            self.in_loop = Some(i);
+            self.unchecked = true;
+            let mut resume = 0;
+            for &pc in &plan.pcs {
+                if pc < resume || !self.loops[i].body.contains(&pc) {
+                    continue;
+                }
+                if let Some(&block) = self.loops[i].unchecked.get(&pc) {
+                    if self.open {
+                        let to = self.target(pc);
+                        self.b.ins().jump(to, &[]);
+                    }
+                    self.b.switch_to_block(block);
+                    self.open = true;
+                }
+                assert!(self.open, "slot {pc} of a loop copy is in an open block");
+                resume = self.insn(pc)?;
+            }
+            assert!(!self.open, "a loop copy ends its last block");
+            let l = &self.loops[i];
+            let (latch, counter, head, checked) =
+                (l.latch, l.counter, l.unchecked[&l.header], l.checked_head);
+            self.b.switch_to_block(latch);
+            let left = self.b.use_var(counter);
+            let left = self.b.ins().iadd_imm_s(left, -1);
+            self.b.def_var(counter, left);
+            self.b.ins().brif(left, head, &[], checked, &[]);
+        }
+        self.in_loop = None;
+        self.unchecked = false;
+        Ok(())
+    }
+
+    /// Emits loop `i`'s guard in the current block (the header's, entered from outside
+    /// the loop): for each access the unchecked copy makes, how many iterations keep it
+    /// inside the region it starts in (see `loops`); the unchecked copy runs the fewest
+    /// of those, and the checked loop takes over when that is none or they are done.
+    fn guard(&mut self, i: usize) {
+        let accesses = self.loops[i].accesses.clone();
+        let regs = self.snapshot();
+        let mut n: Option<Value> = None;
+        // Accesses through the same pointer (the same form but for the constant) must
+        // stay in the region the first of them starts in: (index, row, delta) by form.
+        let mut groups: HashMap<[i64; 11], (Value, Value, Value)> = HashMap::new();
+        let mut deltas = HashMap::new();
+        for a in &accesses {
+            let b = &mut self.b;
+            let mut addr = b.ins().iconst(types::I64, a.k);
+            for (r, &c) in a.coef.iter().enumerate() {
+                if c == 0 {
+                    continue;
+                }
+                let v = if r == 10 { self.fp } else { regs[r] };
+                let term = if c == 1 { v } else { b.ins().imul_imm_s(v, c) };
+                addr = b.ins().iadd(addr, term);
+            }
+            let idx = b.ins().ushr_imm_s(addr, 32);
+            let off = b.ins().band_imm_s(addr, 0xffff_ffff);
+            let (same, len, delta) = if a.stack {
+                let b = &mut self.b;
+                let same = b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, idx, i64::from(RegionIdx::STACK.0));
+                let len = b.ins().iconst(types::I64, STACK_SIZE as i64);
+                (same, len, self.stack_delta)
+            } else {
+                let (gidx, row, delta) = match groups.get(&a.coef) {
+                    Some(&g) => g,
+                    None => {
+                        let (row, _) = self.row_of(addr);
+                        let b = &mut self.b;
+                        let base = b.ins().load(
+                            types::I64,
+                            self.flags.table,
+                            row,
+                            RegionEntry::OFFSET_BASE,
+                        );
+                        let lo = b.ins().ishl_imm_s(idx, 32);
+                        let delta = b.ins().isub(base, lo);
+                        groups.insert(a.coef, (idx, row, delta));
+                        (idx, row, delta)
+                    }
+                };
+                let field = if a.write {
+                    RegionEntry::OFFSET_WRITE_LEN
+                } else {
+                    RegionEntry::OFFSET_READ_LEN
+                };
+                let b = &mut self.b;
+                let len = b.ins().load(types::I64, self.flags.table, row, field);
+                (b.ins().icmp(IntCC::Equal, idx, gidx), len, delta)
+            };
+            let b = &mut self.b;
+            let end = b.ins().iadd_imm_s(off, i64::from(a.size));
+            let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
+            let ok = b.ins().band(same, fits);
+            // `x / d` for `x < 2^32`, or (for a `d` not a power of two) up to two less:
+            // `x * floor(2^32 / d) >> 32`, a multiply instead of a divide. Counting fewer
+            // safe iterations is safe: the checked loop runs the rest.
+            let div = |b: &mut FunctionBuilder<'f>, x: Value, d: i64| {
+                if d.count_ones() == 1 {
+                    b.ins().ushr_imm_s(x, i64::from(d.trailing_zeros()))
+                } else {
+                    let m = b.ins().imul_imm_s(x, (1i64 << 32) / d);
+                    b.ins().ushr_imm_s(m, 32)
+                }
+            };
+            let count = match a.stride.signum() {
+                1 => {
+                    let room = b.ins().isub(len, end);
+                    let q = div(b, room, a.stride);
+                    b.ins().iadd_imm_s(q, 1)
+                }
+                -1 => {
+                    let q = div(b, off, -a.stride);
+                    b.ins().iadd_imm_s(q, 1)
+                }
+                _ => b.ins().iconst(types::I64, i64::MAX),
+            };
+            let zero = b.ins().iconst(types::I64, 0);
+            let count = b.ins().select(ok, count, zero);
+            n = Some(match n {
+                Some(m) => b.ins().umin(m, count),
+                None => count,
+            });
+            deltas.insert(a.pc, delta);
+        }
+        let n = n.expect("a versioned loop has an unchecked access");
+        let l = &mut self.loops[i];
+        l.deltas = deltas;
+        let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
+        self.b.def_var(counter, n);
+        self.b.ins().brif(n, head, &[], checked, &[]);
     }
 
     /// Fills the shared exits and completes the function.
@@ -923,6 +1155,16 @@ impl<'a, 'f> Translator<'a, 'f> {
         if let Some((host, disp)) = self.frame_access(v, off, size) {
             return Ok(self.emit_op(host, disp, op));
         }
+        // In a loop's unchecked copy, the guard proved this access in bounds.
+        if self.unchecked {
+            let delta = self
+                .in_loop
+                .and_then(|i| self.loops[i].deltas.get(&pc).copied());
+            if let Some(delta) = delta {
+                let host = self.b.ins().iadd(delta, v);
+                return Ok(self.emit_op(host, i32::from(off), op));
+            }
+        }
 
         // Hit: the access lies in the cached region. An address computed from r10 is
         // checked against the stack instead, so that stack accesses at a variable index
@@ -1328,13 +1570,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         if cost > 0 {
             self.charge(pc, cost);
         }
-        self.b.ins().jump(self.blocks[&target], &[]);
+        let block = self.target(target);
+        self.b.ins().jump(block, &[]);
         self.open = false;
     }
 
     fn branch(&mut self, pc: u32, cond: Value, target: u32, next: u32) {
-        let taken = self.blocks[&target];
-        let fall = self.blocks[&next];
+        let taken = self.target(target);
+        let fall = self.target(next);
         if rules::jump_cost(pc, target) > 0 {
             let charge = self.b.create_block();
             self.b.ins().brif(cond, charge, &[], fall, &[]);
@@ -1463,7 +1706,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
                 b.ins().select(cond, pc_taken, pc_fall)
             });
-            self.b.ins().jump(self.blocks[&head], &[]);
+            let block = self.target(head);
+            self.b.ins().jump(block, &[]);
             self.open = false;
         }
         Ok(())
@@ -1543,7 +1787,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         );
         self.merge_edges(edges);
 
-        let join_block = self.blocks[&join];
+        let join_block = self.target(join);
         match fault {
             None => {
                 self.b.ins().jump(join_block, &[]);

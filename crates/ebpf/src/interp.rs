@@ -6,7 +6,8 @@
 //! resolved, `lddw` merged into its first slot and every opcode/operand-form combination
 //! its own [`Kind`]: the one table of the interpreter's ops. It then fuses common short
 //! sequences (clang's `lsh 32; rsh 32` extension idioms, `mov; add; ldx` indexing,
-//! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `jeq +1; ja` exit tests,
+//! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
+//! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
 //! `and; neg; and`) into the first slot of each ([`fuse`]).
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
@@ -333,7 +334,7 @@ enum Kind {
     CallX,
     Exit,
     // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
-    // next one or two, which keep their own kinds for the jumps that land on them.
+    // next one to four, which keep their own kinds for the jumps that land on them.
     /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
     MovZx32x3,
     /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
@@ -349,6 +350,16 @@ enum Kind {
     MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
+    /// `mov aux2, src; add aux2, aux; ldxw dst, [aux2 + off]; lsh dst, 32; arsh dst, 32`:
+    /// an indexed load of a signed 32-bit element (clang's `(i64)int_array[i]`).
+    MovAddLdxSW,
+    /// `ldxw dst, [src + off]; lsh dst, 32; arsh dst, 32`: `ldxsw` in cpu v3 code.
+    LdxWSx,
+    /// `mov dst, src; jeq aux, imm, +1; ja target` (a loop's exit test and back-edge
+    /// after a copy; fuel and traps are the `ja`'s).
+    MovJeqIJa,
+    /// `mov dst, src; jne aux, imm, +1; ja target`.
+    MovJneIJa,
     /// `mov dst, src; mov aux, aux2`.
     MovMov,
     /// `add dst, imm; j<cmp> src, aux, target` (64-bit, unsigned or equality,
@@ -486,7 +497,7 @@ fn decode_program(insns: &[Insn], fused: bool) -> Box<[Slot]> {
     slots.into_boxed_slice()
 }
 
-/// Replaces the first slot of each common two- or three-op sequence with one fused op
+/// Replaces the first slot of each common sequence of two to five ops with one fused op
 /// that runs them all. Only the first slot changes: a jump to a later slot of the
 /// sequence still runs that slot's own op, so behaviour is the same on every path.
 /// A fused sequence contains no call, and a jump only as its last op: the fused op
@@ -519,6 +530,16 @@ fn fuse(slots: &mut [Slot]) {
                     LdxDw => Some(MovAddLdxDw),
                     _ => None,
                 };
+                let d = at(3);
+                let e = at(4);
+                let sx = c.kind == LdxW
+                    && d.kind == Lsh64I
+                    && d.dst == c.dst
+                    && d.imm == 32
+                    && e.kind == Arsh64I
+                    && e.dst == c.dst
+                    && e.imm == 32;
+                let indexed = if sx { Some(MovAddLdxSW) } else { indexed };
                 match indexed {
                     Some(kind) if c.src == a.dst => Slot {
                         kind,
@@ -563,6 +584,15 @@ fn fuse(slots: &mut [Slot]) {
                 src: c.src,
                 ..a
             },
+            (LdxW, Lsh64I)
+                if b.dst == a.dst
+                    && b.imm == 32
+                    && c.kind == Arsh64I
+                    && c.dst == a.dst
+                    && c.imm == 32 =>
+            {
+                Slot { kind: LdxWSx, ..a }
+            }
             (LdxB | LdxW, Mov64R) => Slot {
                 kind: if a.kind == LdxB { LdxBMov } else { LdxWMov },
                 aux: b.dst,
@@ -589,6 +619,20 @@ fn fuse(slots: &mut [Slot]) {
                 aux: b.dst,
                 aux2: b.src,
                 target: b.target,
+                ..Slot::EMPTY
+            },
+            // `mov; j<eq|ne> +1; ja`.
+            (Mov64R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
+                kind: if b.kind == Jeq64I {
+                    MovJeqIJa
+                } else {
+                    MovJneIJa
+                },
+                dst: a.dst,
+                src: a.src,
+                aux: b.dst,
+                imm: b.imm,
+                target: c.target,
                 ..Slot::EMPTY
             },
             (Mov64R, Jeq64I | Jne64I) => Slot {
@@ -1078,8 +1122,17 @@ impl Interpreter {
         // Fuel still unspent: `budget - left` is the fuel used so far. Counting down
         // makes a charge one compare and one subtraction.
         let mut left: u64 = budget;
-        let mut pc = self.program.entry() as usize;
+        // The next slot to run, as a pointer into `ops`; `pc!()` is its index, so the
+        // running instruction is `pc!() - 1` (what traps and fuel use). A pointer keeps
+        // the dispatch to a kind load and a jump (see the alignment note at the loop).
+        let base = ops.as_ptr();
+        let mut next = base.wrapping_add(self.program.entry() as usize);
 
+        macro_rules! pc {
+            () => {
+                (next as usize).wrapping_sub(base as usize) / std::mem::size_of::<Slot>()
+            };
+        }
         macro_rules! r {
             ($r:expr) => {
                 regs[usize::from($r)]
@@ -1089,7 +1142,7 @@ impl Interpreter {
             ($kind:expr) => {
                 return RunOutcome {
                     result: Err(Trap {
-                        pc: (pc - 1) as u32,
+                        pc: (pc!() - 1) as u32,
                         kind: $kind,
                     }),
                     fuel_used: budget - left,
@@ -1103,7 +1156,7 @@ impl Interpreter {
                 // has used more than `u64::MAX - 65536` fuel, which no run can reach.
                 if cost > left {
                     return RunOutcome {
-                        result: Err(rules::fuel_trap((pc - 1) as u32, budget)),
+                        result: Err(rules::fuel_trap((pc!() - 1) as u32, budget)),
                         fuel_used: (budget - left).saturating_add(cost),
                     };
                 }
@@ -1111,7 +1164,7 @@ impl Interpreter {
                 // The stop flag is looked at where fuel is charged (`crate::engine`).
                 if stop.is_set() {
                     return RunOutcome {
-                        result: Err(rules::stop_trap((pc - 1) as u32, stop.reason())),
+                        result: Err(rules::stop_trap((pc!() - 1) as u32, stop.reason())),
                         fuel_used: budget - left,
                     };
                 }
@@ -1120,14 +1173,14 @@ impl Interpreter {
         macro_rules! jump {
             ($target:expr) => {{
                 let target = $target;
-                if (target as usize) < pc {
+                if (target as usize) < pc!() {
                     // A backward jump at `pc - 1`: `rules::jump_cost`, already known
                     // to be backward.
-                    let cost = (pc - target as usize) as u64;
-                    debug_assert_eq!(cost, rules::jump_cost((pc - 1) as u32, target));
+                    let cost = (pc!() - target as usize) as u64;
+                    debug_assert_eq!(cost, rules::jump_cost((pc!() - 1) as u32, target));
                     charge!(cost);
                 }
-                pc = target as usize;
+                next = base.wrapping_add(target as usize);
             }};
         }
         macro_rules! jump_if {
@@ -1173,18 +1226,37 @@ impl Interpreter {
             }};
         }
 
+        // Start a 64-byte code line here, before the dispatch loop: the loop's header
+        // (slot pointer bump, kind load, jump-table load, indirect jump: about 20 bytes)
+        // then sits at a fixed offset from a line start whatever address the linker
+        // gives this function. Where the header straddled two lines the whole
+        // interpreter ran 1.5x slower on every kernel (measured by shifting the function
+        // 0/16/32/48 bytes: docs/benchmarks.md, "The interpreter's dispatch and 64-byte
+        // code lines"), so before this its speed changed with unrelated code elsewhere
+        // in the binary. After changing this loop, check with `objdump -d` that the
+        // header, from the loop's label to its `jmp *`, lies in one 64-byte line.
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        // SAFETY: an assembler alignment directive and nothing else: it pads the code
+        // with no-ops (run once per run), touching no register, flag or memory.
+        unsafe {
+            std::arch::asm!(".p2align 6", options(nomem, nostack, preserves_flags));
+        }
         loop {
-            // The verifier guarantees no path runs past the last slot or lands on an
-            // lddw tail, so indexing cannot fail for a verified program.
+            debug_assert!(pc!() < ops.len());
+            // The counting copy only (a constant `false` leaves the header as it is).
             if COUNT {
-                if let (Some(c), Some(&b)) = (counts, leaders.get(pc)) {
+                if let (Some(c), Some(&b)) = (counts, leaders.get(pc!())) {
                     if b != NOT_A_LEADER {
                         c.add(b as usize, 1);
                     }
                 }
             }
-            let s = &ops[pc];
-            pc += 1;
+            // SAFETY: `next` points at a slot of `ops`: the verifier proved that no path
+            // from the entry runs past the last slot or lands on an lddw tail (every
+            // jump, call and fall-through target is a slot of the program), and a fused
+            // op advances only inside its own sequence.
+            let s = unsafe { &*next };
+            next = next.wrapping_add(1);
             // Each arm reads only the fields it uses, straight from the slot.
             match s.kind {
                 Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add(s.imm64()),
@@ -1268,7 +1340,7 @@ impl Interpreter {
 
                 Kind::Lddw => {
                     r!(s.dst) = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LdxB => r!(s.dst) = load!(s.dst, s.src, s.off, 1),
                 Kind::LdxH => r!(s.dst) = load!(s.dst, s.src, s.off, 2),
@@ -1408,17 +1480,17 @@ impl Interpreter {
                     charge!(rules::CALL_COST);
                     if depth + 2 > CALL_DEPTH_MAX {
                         return RunOutcome {
-                            result: Err(rules::call_depth_trap((pc - 1) as u32)),
+                            result: Err(rules::call_depth_trap((pc!() - 1) as u32)),
                             fuel_used: budget - left,
                         };
                     }
                     frames[depth] = Frame {
-                        return_pc: pc as u32,
+                        return_pc: pc!() as u32,
                         saved: [regs[6], regs[7], regs[8], regs[9]],
                     };
                     depth += 1;
                     r!(REG_FP) = r!(REG_FP).wrapping_sub(rules::FRAME_SIZE);
-                    pc = s.target as usize;
+                    next = base.wrapping_add(s.target as usize);
                 }
                 Kind::Exit => {
                     if depth == 0 {
@@ -1431,184 +1503,206 @@ impl Interpreter {
                     let frame = frames[depth];
                     regs[6..10].copy_from_slice(&frame.saved);
                     r!(REG_FP) = r!(REG_FP).wrapping_add(rules::FRAME_SIZE);
-                    pc = frame.return_pc as usize;
+                    next = base.wrapping_add(frame.return_pc as usize);
                 }
                 Kind::MovZx32x3 => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::MovSx32x3 => {
                     r!(s.dst) = r!(s.src) as i32 as i64 as u64;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::Zx32x2 => {
                     r!(s.dst) = u64::from(lo(r!(s.dst)));
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::Sx32x2 => {
                     r!(s.dst) = r!(s.dst) as i32 as i64 as u64;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovAdd => {
                     r!(s.dst) = r!(s.src);
                     r!(s.dst) = r!(s.dst).wrapping_add(r!(s.aux));
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovAddLdxB => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
                 Kind::MovAddLdxH => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 2);
                 }
                 Kind::MovAddLdxW => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 4);
                 }
                 Kind::MovAddLdxDw => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
-                    pc += 2;
+                    next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 8);
+                }
+                Kind::MovAddLdxSW => {
+                    let base = r!(s.src).wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(2);
+                    r!(s.dst) = load_at!(base, s.off, 4) as i32 as i64 as u64;
+                    next = next.wrapping_add(2);
+                }
+                Kind::LdxWSx => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64;
+                    next = next.wrapping_add(2);
+                }
+                // As `JeqIJa`, after the copy.
+                Kind::MovJeqIJa => {
+                    r!(s.dst) = r!(s.src);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.aux) != s.imm64(), s.target);
+                }
+                Kind::MovJneIJa => {
+                    r!(s.dst) = r!(s.src);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddJeqR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) == r!(s.aux), s.target);
                 }
                 Kind::AddJneR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) != r!(s.aux), s.target);
                 }
                 Kind::AddJgtR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) > r!(s.aux), s.target);
                 }
                 Kind::AddJgeR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) >= r!(s.aux), s.target);
                 }
                 Kind::AddJltR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) < r!(s.aux), s.target);
                 }
                 Kind::AddJleR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.src) <= r!(s.aux), s.target);
                 }
                 Kind::AddIMov => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddIAddI => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
                     r!(s.aux) = r!(s.aux).wrapping_add(i64::from(s.target as i32) as u64);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddRAddI => {
                     r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src));
                     r!(s.aux) = r!(s.aux).wrapping_add(i64::from(s.target as i32) as u64);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::MovJeqR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) == r!(s.aux2), s.target);
                 }
                 Kind::MovJneR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) != r!(s.aux2), s.target);
                 }
                 Kind::MovJgtR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) > r!(s.aux2), s.target);
                 }
                 Kind::MovJgeR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
                 }
                 Kind::MovJltR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) < r!(s.aux2), s.target);
                 }
                 Kind::MovJleR => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
                 }
                 Kind::MovJeqI => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovJneI => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) != s.imm64(), s.target);
                 }
                 Kind::MovJa => {
                     r!(s.dst) = r!(s.src);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump!(s.target);
                 }
                 // The test jumps over the `ja` (to `pc + 1` once `pc` is the `ja`'s
                 // successor) or falls through to it.
                 Kind::JeqIJa => {
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.dst) != s.imm64(), s.target);
                 }
                 Kind::JneIJa => {
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     jump_if!(r!(s.dst) == s.imm64(), s.target);
                 }
                 Kind::MovAddI => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64());
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::AddRLdxB => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
                 Kind::AddRLdxH => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 2);
                 }
                 Kind::AddRLdxW => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 4);
                 }
                 Kind::AddRLdxDw => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
-                    pc += 1;
+                    next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 8);
                 }
                 Kind::AndNegAnd => {
@@ -1617,31 +1711,31 @@ impl Interpreter {
                     let mask = (r!(s.dst) & s.imm64()).wrapping_neg();
                     r!(s.dst) = mask;
                     r!(s.dst) = mask & r!(s.src);
-                    pc += 2;
+                    next = next.wrapping_add(2);
                 }
                 Kind::LdxBMov => {
                     r!(s.dst) = load!(s.dst, s.src, s.off, 1);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LdxWMov => {
                     r!(s.dst) = load!(s.dst, s.src, s.off, 4);
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::LshIMov => {
                     r!(s.dst) <<= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::RshIMov => {
                     r!(s.dst) >>= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
-                    pc += 1;
+                    next = next.wrapping_add(1);
                 }
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
-                    pc - 1
+                    pc!() - 1
                 ),
             }
         }
@@ -3239,7 +3333,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..20,
+                0u8..23,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -3280,6 +3374,23 @@ mod tests {
                                 let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
                                 vec![alu64(shift, d, imm), movx(a, b)]
                             }
+                            16 => vec![
+                                movx(d, s),
+                                alu64x(ALU_ADD, d, b),
+                                ldx(SIZE_W, a, d, off),
+                                alu64(ALU_LSH, a, 32),
+                                alu64(ALU_ARSH, a, 32),
+                            ],
+                            17 => vec![
+                                ldx(SIZE_W, d, s, off),
+                                alu64(ALU_LSH, d, 32),
+                                alu64(ALU_ARSH, d, 32),
+                            ],
+                            18 => {
+                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                                let test = jmp(test, a, imm2, 1);
+                                return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
+                            }
                             _ => any,
                         };
                         let keep = vec![false; insns.len()];
@@ -3319,7 +3430,10 @@ mod tests {
                     let opts = RunOptions { fuel, ..RunOptions::default() };
                     let mut outs = Vec::new();
                     for engine in [Interpreter::new(Arc::clone(&v)), Interpreter::unfused(Arc::clone(&v))] {
-                        let mut buf: Vec<u8> = (0..64).collect();
+                        // Bytes with the top bit set as often as not, so sign extension
+                        // of loaded values matters.
+                        let mut buf: Vec<u8> =
+                            (0..64u8).map(|i| i.wrapping_mul(73).wrapping_add(0x9d)).collect();
                         let mut map = MemoryMap::new();
                         map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
                         let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);

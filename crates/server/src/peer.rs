@@ -19,10 +19,11 @@ pub(crate) struct TcpPeers {
 }
 
 impl TcpPeers {
-    fn connect(&self, peer: &str) -> Result<Arc<Device>, PeerError> {
+    /// The connection to `peer`, and whether it was cached (it may have gone stale).
+    fn connect(&self, peer: &str) -> Result<(Arc<Device>, bool), PeerError> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = open.get(peer) {
-            return Ok(Arc::clone(d));
+            return Ok((Arc::clone(d), true));
         }
         if !peer.starts_with("tcp://") {
             return Err(PeerError::Refused {
@@ -35,7 +36,7 @@ impl TcpPeers {
             reason: e.to_string(),
         })?);
         open.insert(peer.to_string(), Arc::clone(&d));
-        Ok(d)
+        Ok((d, false))
     }
 
     /// Forgets a connection that failed, so the next read reconnects.
@@ -59,36 +60,53 @@ fn classify(peer: &str, e: &CallError) -> PeerError {
 
 impl PeerLink for TcpPeers {
     fn read_nvm(&self, peer: &str, offset: u64, dst: &mut [u8]) -> Result<(), PeerError> {
-        let dev = self.connect(peer)?;
-        let result = (|| {
-            let staging_len = (dst.len() as u64).clamp(1, MEM_IO_SIZE_MAX);
-            let staging = dev.alloc(staging_len)?;
-            let copied = (|| {
-                let mut done = 0usize;
-                for piece in dst.chunks_mut(staging_len as usize) {
-                    let n = piece.len() as u64;
-                    dev.copy_to_mem(
-                        staging,
-                        0,
-                        vec![CopySource::Nvm {
-                            offset: offset + done as u64,
-                            len: n,
-                        }],
-                    )?;
-                    dev.read_mem_into(staging, 0, piece)?;
-                    done += piece.len();
-                }
-                Ok(())
-            })();
-            let freed = dev.free(staging);
-            copied.and(freed)
-        })();
-        result.map_err(|e: CallError| {
-            let err = classify(peer, &e);
-            if matches!(err, PeerError::Unreachable { .. }) {
+        let (dev, cached) = self.connect(peer)?;
+        match read_from(&dev, peer, offset, dst) {
+            // A cached connection to a peer that restarted since: once more, afresh.
+            Err(PeerError::Unreachable { .. }) if cached => {
                 self.forget(peer);
+                let (dev, _) = self.connect(peer)?;
+                read_from(&dev, peer, offset, dst).inspect_err(|e| {
+                    if matches!(e, PeerError::Unreachable { .. }) {
+                        self.forget(peer);
+                    }
+                })
             }
-            err
-        })
+            Err(e) => {
+                if matches!(e, PeerError::Unreachable { .. }) {
+                    self.forget(peer);
+                }
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
     }
+}
+
+/// Reads `dst.len()` bytes of the peer's NVM namespace at `offset` over `dev`.
+fn read_from(dev: &Device, peer: &str, offset: u64, dst: &mut [u8]) -> Result<(), PeerError> {
+    let result = (|| {
+        let staging_len = (dst.len() as u64).clamp(1, MEM_IO_SIZE_MAX);
+        let staging = dev.alloc(staging_len)?;
+        let copied = (|| {
+            let mut done = 0usize;
+            for piece in dst.chunks_mut(staging_len as usize) {
+                let n = piece.len() as u64;
+                dev.copy_to_mem(
+                    staging,
+                    0,
+                    vec![CopySource::Nvm {
+                        offset: offset + done as u64,
+                        len: n,
+                    }],
+                )?;
+                dev.read_mem_into(staging, 0, piece)?;
+                done += piece.len();
+            }
+            Ok(())
+        })();
+        let freed = dev.free(staging);
+        copied.and(freed)
+    })();
+    result.map_err(|e: CallError| classify(peer, &e))
 }

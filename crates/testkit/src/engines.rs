@@ -18,10 +18,38 @@ fn jit(p: Arc<VerifiedProgram>) -> Result<Box<dyn Engine>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// All engines, by name: the interpreter first (it is the reference).
+#[cfg(target_arch = "x86_64")]
+fn quick(p: Arc<VerifiedProgram>) -> Result<Box<dyn Engine>, String> {
+    csx_ebpf_jit::QuickProgram::compile(p)
+        .map(|j| Box::new(j) as Box<dyn Engine>)
+        .map_err(|e| e.to_string())
+}
+
+/// All engines, by name: the interpreter first (it is the reference), then the
+/// Cranelift JIT and, on x86-64, the quick tier.
 pub fn all() -> Vec<(&'static str, EngineFactory)> {
-    vec![
+    #[allow(unused_mut)]
+    let mut engines = vec![
         ("interp", interpreter as EngineFactory),
         ("jit", jit as EngineFactory),
-    ]
+    ];
+    #[cfg(target_arch = "x86_64")]
+    engines.push(("quick", quick as EngineFactory));
+    engines
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every suite that runs "on every engine" runs the quick tier where the host has it:
+    /// dropping it from the list would silently shrink them to two engines.
+    #[test]
+    fn every_tier_is_listed() {
+        let names: Vec<&str> = super::all().iter().map(|(n, _)| *n).collect();
+        let want: &[&str] = if cfg!(target_arch = "x86_64") {
+            &["interp", "jit", "quick"]
+        } else {
+            &["interp", "jit"]
+        };
+        assert_eq!(names, want);
+    }
 }

@@ -1,5 +1,6 @@
 //! Random verifiable programs and memory for differential testing: the interpreter (the
-//! reference) against the JIT, compared on r0, trap, fuel used and memory afterwards.
+//! reference) against the Cranelift JIT and, on x86-64, the quick tier, compared on r0,
+//! trap, fuel used and memory afterwards.
 //!
 //! One generator serves both proptest and cargo-fuzz: [`GenCase::from_bytes`] reads its
 //! choices from a byte string (reading zeros once the bytes run out), so proptest's
@@ -655,8 +656,8 @@ pub fn strategy() -> impl Strategy<Value = GenCase> {
     proptest::collection::vec(any::<u8>(), 0..2048).prop_map(|b| GenCase::from_bytes(&b))
 }
 
-/// Verifies `case` and runs it on the interpreter and the JIT, at its own budget and at
-/// a large one; describes the first difference.
+/// Verifies `case` and runs it on the interpreter, the JIT and the quick tier, at its
+/// own budget and at a large one; describes the first difference.
 pub fn differential(case: &GenCase) -> Result<(), String> {
     let verified = verify(case.program.clone(), Arc::new(function_table()))
         .map_err(|e| format!("generated program does not verify: {e}\n{}", case.listing()))?;
@@ -668,23 +669,34 @@ fn differential_verified(case: &GenCase, program: &Arc<VerifiedProgram>) -> Resu
     let interp = Interpreter::new(program.clone());
     let jit = csx_ebpf_jit::JitProgram::compile(program.clone())
         .map_err(|e| format!("jit compile failed: {e}\n{}", case.listing()))?;
+    #[allow(unused_mut)]
+    let mut engines: Vec<(&str, Box<dyn Engine>)> = vec![("jit", Box::new(jit))];
+    #[cfg(target_arch = "x86_64")]
+    engines.push((
+        "quick",
+        Box::new(
+            csx_ebpf_jit::QuickProgram::compile(program.clone())
+                .map_err(|e| format!("quick compile failed: {e}\n{}", case.listing()))?,
+        ),
+    ));
     for fuel in [case.fuel, 100_000] {
         let want = case.run(&interp, fuel);
-        let got = case.run(&jit, fuel);
-        if got != want {
-            return Err(format!(
-                "fuel {fuel}: interpreter {:?} (data {:02x?})\n             jit {:?} (data {:02x?})\n{}",
-                want.0,
-                want.1,
-                got.0,
-                got.1,
-                case.listing()
-            ));
+        for (name, engine) in &engines {
+            let got = case.run(engine.as_ref(), fuel);
+            if got != want {
+                return Err(format!(
+                    "fuel {fuel}: interpreter {:?} (data {:02x?})\n             {name} {:?} (data {:02x?})\n{}",
+                    want.0,
+                    want.1,
+                    got.0,
+                    got.1,
+                    case.listing()
+                ));
+            }
         }
-        // Counting changes nothing, and both engines count the same blocks.
+        // Counting changes nothing, and every engine counts the same blocks.
         let blocks = program.blocks();
-        let mut counted = Vec::new();
-        for engine in [&interp as &dyn Engine, &jit] {
+        let counted_run = |engine: &dyn Engine| -> Result<Vec<u64>, String> {
             let counts = ExecCounts::new(blocks);
             let run = case.run_with(engine, fuel, Some(&counts));
             if run != want {
@@ -695,17 +707,21 @@ fn differential_verified(case: &GenCase, program: &Arc<VerifiedProgram>) -> Resu
                     case.listing()
                 ));
             }
-            counted.push(counts.values());
-        }
-        if counted[0] != counted[1] {
-            return Err(format!(
-                "fuel {fuel}: executed-block counts differ (leaders {:?}):\n\
-                 interpreter {:?}\n        jit {:?}\n{}",
-                blocks.leaders(),
-                counted[0],
-                counted[1],
-                case.listing()
-            ));
+            Ok(counts.values())
+        };
+        let reference = counted_run(&interp)?;
+        for (name, engine) in &engines {
+            let got = counted_run(engine.as_ref())?;
+            if got != reference {
+                return Err(format!(
+                    "fuel {fuel}: executed-block counts differ (leaders {:?}):\n\
+                     interpreter {:?}\n        {name} {:?}\n{}",
+                    blocks.leaders(),
+                    reference,
+                    got,
+                    case.listing()
+                ));
+            }
         }
     }
     Ok(())

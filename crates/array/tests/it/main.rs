@@ -4,5 +4,6 @@
 mod common;
 mod d2d;
 mod files;
+mod lambda;
 mod locks;
 mod sort;

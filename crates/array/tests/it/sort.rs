@@ -192,7 +192,7 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
     array
         .put_bytes("/k", &data, Placement::Striped { stripe_bytes: 8192 })
         .unwrap();
-    sort(
+    let instant = sort(
         &array,
         "/k",
         &opts(SortMode::Instant, Topology::Tree, "/s"),
@@ -204,6 +204,38 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
         embedded_out,
         "daemons = embedded"
     );
+    // The runs moved daemon to daemon (through run files and peer reads): the host link
+    // carried none of them. The baseline moves the same runs through the host.
+    let l = &instant.links;
+    let moved: u64 = instant
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SortEvent::MergeRead {
+                from, into, bytes, ..
+            } if from != into => Some(*bytes),
+            _ => None,
+        })
+        .sum();
+    assert!(moved > 0);
+    assert_eq!((l.d2d_bytes, l.host_copy_bytes), (moved, 0), "{l:?}");
+    assert_eq!((l.host.ingress, l.host.egress), (0, 0), "{l:?}");
+    let host = sort(
+        &array,
+        "/k",
+        &opts(SortMode::Host, Topology::Tree, "/h"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/h").unwrap(), embedded_out);
+    let h = &host.links;
+    assert_eq!((h.d2d_bytes, h.host_copy_bytes), (0, moved), "{h:?}");
+    assert!(
+        h.host.ingress + h.host.egress >= 2 * moved,
+        "the baseline crosses the host link twice per moved byte: {h:?}"
+    );
+    // No run file is left on any member.
+    assert!(array.orphans().unwrap().is_empty());
 
     // Member 2 disappears once every sub-operation is submitted.
     let daemons = Mutex::new(daemons);
@@ -277,4 +309,68 @@ fn the_plan_the_model_prices_is_what_a_real_sort_does() {
             }
         }
     }
+}
+
+/// The final merge split over the output member's two engines (merge path) gives the
+/// host's sort byte for byte: random keys, keys with few distinct values (ties at every
+/// cut), and runs that do not interleave (slices with one side empty, copied), in both
+/// topologies over three members (the tree's last round merges two runs and an odd one).
+#[test]
+fn the_final_merge_split_over_engines_sorts_byte_identically() {
+    let (_dir, array) = embedded(3);
+    let count = 700_000usize; // 5.6 MB: above the split's minimum
+    let random = keys(count, 7);
+    let few: Vec<u8> = random
+        .chunks_exact(8)
+        .flat_map(|c| (u64::from_le_bytes(c.try_into().unwrap()) % 5).to_le_bytes())
+        .collect();
+    // 64 KiB stripes: stripe k on member k % 3 holds keys in band 2 - k % 3, so member
+    // 0's run is all above member 1's, which is all above member 2's.
+    let stripe_keys = (64 << 10) / 8;
+    let banded: Vec<u8> = random
+        .chunks_exact(8)
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let band = 2 - ((i / stripe_keys) % 3) as u64;
+            ((band << 40) | (u64::from_le_bytes(c.try_into().unwrap()) >> 24)).to_le_bytes()
+        })
+        .collect();
+    for (name, data) in [("random", &random), ("few", &few), ("banded", &banded)] {
+        array.delete("/in").ok();
+        array
+            .put_bytes(
+                "/in",
+                data,
+                Placement::Striped {
+                    stripe_bytes: 64 << 10,
+                },
+            )
+            .unwrap();
+        let expect = sorted(data);
+        for topology in [Topology::Chain, Topology::Tree] {
+            let r = sort(
+                &array,
+                "/in",
+                &opts(SortMode::Instant, topology, "/out"),
+                &|_| {},
+            )
+            .unwrap();
+            assert_eq!(r.final_merge_slices, 2, "{name} {topology:?}");
+            let got = array.get_bytes("/out").unwrap();
+            assert!(
+                got == expect,
+                "{name} {topology:?}: differs from the host's sort"
+            );
+        }
+    }
+    // The baseline's final merge (runs moved through the host) splits the same way.
+    let r = sort(
+        &array,
+        "/in",
+        &opts(SortMode::Host, Topology::Tree, "/out2"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(r.final_merge_slices, 2);
+    array.close().unwrap();
 }

@@ -303,3 +303,91 @@ fn bench_array_prices_real_sorts_and_the_thesis_grid() {
     assert_eq!(out["thesis"].as_array().unwrap().len(), 0);
     assert!(plots.join("array-gain-by-link.svg").is_file());
 }
+
+/// `csx read --lambda` on an array: a striped file gives the same stats64 outputs as the
+/// same file on one device read in stripe-sized chunks, requests are cut at stripes,
+/// and a λ that does not load fails naming the member.
+#[test]
+fn read_lambda_on_an_array_matches_one_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    let dev = tmp.path().join("dev");
+    let data = tmp.path().join("u64.bin");
+    run(&["gen", "u64", "--size", "1000000", "-o", s(&data)]);
+    run(&["array", "init", "--state", s(&arr), "--members", "3"]
+        .into_iter()
+        .chain(["--nvm-size", "64MiB", "--slm-size", "16MiB"])
+        .collect::<Vec<_>>());
+    crate::device_exec::init_device(&dev, "64MiB", "16MiB");
+    let a = format!("array:{}", s(&arr));
+    run(&["--device", &a, "put", s(&data), "/u64", "--stripe", "64KiB"]);
+    run(&["--device", s(&dev), "put", s(&data), "/u64"]);
+    let read = |device: &str, chunk: &str, out: &Path| {
+        json(&run(&[
+            "--device",
+            device,
+            "read",
+            "/u64",
+            "--lambda",
+            "stats64",
+            "--chunk",
+            chunk,
+            "--mode",
+            "device",
+            "--threads",
+            "2",
+            "--output-size",
+            "32",
+            "--json",
+            "--output",
+            s(out),
+        ]))
+    };
+    let one = tmp.path().join("one.out");
+    let striped = tmp.path().join("striped.out");
+    let v1 = read(s(&dev), "64KiB", &one);
+    let va = read(&a, "64KiB", &striped);
+    // 1000000 bytes = 15 stripes of 64 KiB and a tail: 16 requests either way.
+    assert_eq!(v1["requests_device"], 16, "{v1}");
+    assert_eq!(va["requests"], 16, "{va}");
+    assert_eq!(va["requests_device"], 16, "{va}");
+    assert_eq!(va["members"].as_array().unwrap().len(), 3, "{va}");
+    assert_eq!(va["input_bytes"], 1_000_000);
+    let (b1, ba) = (
+        std::fs::read(&one).unwrap(),
+        std::fs::read(&striped).unwrap(),
+    );
+    assert_eq!(b1.len(), 16 * 32);
+    assert!(b1 == ba, "the array's outputs differ from one device's");
+    // 48 KiB requests are cut at each 64 KiB stripe: 48 + 16 per stripe, and the tail
+    // (16960 bytes) is one.
+    let cut = tmp.path().join("cut.out");
+    let vc = read(&a, "48KiB", &cut);
+    assert_eq!(vc["requests"], 31, "{vc}");
+    let counts: u64 = std::fs::read(&cut)
+        .unwrap()
+        .chunks(32)
+        .map(|r| u64::from_le_bytes(r[..8].try_into().unwrap()))
+        .sum();
+    assert_eq!(counts, 125_000);
+    // A λ that does not load: the error names the member.
+    let junk = tmp.path().join("junk.o");
+    std::fs::write(&junk, [0x5au8; 40]).unwrap();
+    let out = csx()
+        .args([
+            "--device",
+            &a,
+            "read",
+            "/u64",
+            "--lambda",
+            s(&junk),
+            "--mode",
+            "device",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("array member 0"), "{err}");
+    assert!(err.contains("load the λ"), "{err}");
+}

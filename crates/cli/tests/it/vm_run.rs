@@ -54,11 +54,20 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The engine flags: the quick tier exists on x86-64 hosts only.
+fn engines() -> &'static [&'static str] {
+    if cfg!(target_arch = "x86_64") {
+        &["--jit", "--interp", "--quick"]
+    } else {
+        &["--jit", "--interp"]
+    }
+}
+
 #[test]
 fn prints_r0_in_hex_on_both_engines() {
     let dir = tempfile::tempdir().expect("temp dir");
     let prog = write(dir.path(), "ret42.bin", RETURN_42);
-    for engine in ["--jit", "--interp"] {
+    for &engine in engines() {
         let out = vm(&["run", engine], &prog);
         assert!(out.status.success(), "{engine}: {}", stderr(&out));
         assert_eq!(stdout(&out), "0x2a\n");
@@ -93,7 +102,7 @@ fn memory_is_r1_and_its_length_r2() {
 fn a_trap_names_pc_and_instruction_and_exits_3() {
     let dir = tempfile::tempdir().expect("temp dir");
     let prog = write(dir.path(), "oob.bin", LOAD_AT_8);
-    for engine in ["--jit", "--interp"] {
+    for &engine in engines() {
         let out = vm(&["run", engine, "--mem-hex", "0000000000000000"], &prog);
         assert_eq!(out.status.code(), Some(EXIT_TRAP), "{engine}");
         let err = stderr(&out);

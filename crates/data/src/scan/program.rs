@@ -22,6 +22,8 @@
 
 use csx_ebpf::isa::*;
 
+use crate::emit::{jmp_k, jmp_x, size_of, R0, R1};
+
 use crate::predicate::RawRange;
 
 /// r0 of a bad dictionary code in input `k`: `BAD_CODE_BASE - k` (below every CSX_E code).
@@ -63,8 +65,6 @@ pub struct Layout {
     pub out_bytes: u64,
 }
 
-const R0: u8 = 0;
-const R1: u8 = 1;
 const ROW: u8 = 2;
 const ROWS: u8 = 3;
 const P4: u8 = 4;
@@ -86,128 +86,32 @@ enum Label {
     Pass(usize),
 }
 
-struct Emitter {
-    code: Vec<Insn>,
-    /// (slot of a jump, its target).
-    fixups: Vec<(usize, Label)>,
-    labels: Vec<(Label, usize)>,
+type Emitter = crate::emit::Emitter<Label>;
+
+/// The address `base + segment` in a register: `base` itself with the segment in the
+/// offset field when it fits 16 bits, else r1.
+fn address(e: &mut Emitter, base: u8, segment: u64) -> (u8, i16) {
+    match i16::try_from(segment) {
+        Ok(off) => (base, off),
+        Err(_) => {
+            e.alu_x(ALU_MOV, R1, base);
+            e.alu_k(ALU_ADD, R1, segment as i32);
+            (R1, 0)
+        }
+    }
 }
 
-impl Emitter {
-    fn op(&mut self, opc: u8, dst: u8, src: u8, off: i16, imm: i32) {
-        self.code.push(Insn {
-            opc,
-            dst,
-            src,
-            off,
-            imm,
-        });
-    }
+fn load(e: &mut Emitter, dst: u8, input: &Input) {
+    let base = if input.width == 4 { P4 } else { P8 };
+    let (reg, off) = address(e, base, input.segment);
+    e.ldx(size_of(input.width), dst, reg, off);
+}
 
-    fn label(&mut self, l: Label) {
-        self.labels.push((l, self.code.len()));
-    }
-
-    /// `dst = imm` (64 bits): `mov` when the sign-extended imm32 holds it, else `lddw`.
-    fn mov64(&mut self, dst: u8, v: u64) {
-        if let Ok(imm) = i32::try_from(v as i64) {
-            self.op(CLASS_ALU64 | ALU_MOV | SRC_K, dst, 0, 0, imm);
-        } else {
-            self.op(CLASS_LD | MODE_IMM | SIZE_DW, dst, 0, 0, v as u32 as i32);
-            self.op(0, 0, 0, 0, (v >> 32) as u32 as i32);
-        }
-    }
-
-    fn alu_k(&mut self, alu: u8, dst: u8, imm: i32) {
-        self.op(CLASS_ALU64 | alu | SRC_K, dst, 0, 0, imm);
-    }
-
-    fn alu_x(&mut self, alu: u8, dst: u8, src: u8) {
-        self.op(CLASS_ALU64 | alu | SRC_X, dst, src, 0, 0);
-    }
-
-    fn jump(&mut self, insn: Insn, to: Label) {
-        self.fixups.push((self.code.len(), to));
-        self.code.push(insn);
-    }
-
-    /// `if value(reg) <cmp> v goto to`, unsigned, over `width` bytes: a 32-bit jump
-    /// for 4-byte values (any u32 fits its imm), a 64-bit one with imm when the
-    /// sign-extended imm32 is `v`, else through r1.
-    fn jump_cmp(&mut self, cmp: u8, reg: u8, width: u64, v: u64, to: Label) {
-        let (class, imm) = if width == 4 {
-            (CLASS_JMP32, Some(v as u32 as i32))
-        } else {
-            (CLASS_JMP, i32::try_from(v as i64).ok())
-        };
-        match imm {
-            Some(imm) => self.jump(
-                Insn {
-                    opc: class | cmp | SRC_K,
-                    dst: reg,
-                    src: 0,
-                    off: 0,
-                    imm,
-                },
-                to,
-            ),
-            None => {
-                self.mov64(R1, v);
-                self.jump(
-                    Insn {
-                        opc: class | cmp | SRC_X,
-                        dst: reg,
-                        src: R1,
-                        off: 0,
-                        imm: 0,
-                    },
-                    to,
-                );
-            }
-        }
-    }
-
-    /// The address `base + segment` in a register: `base` itself with the segment
-    /// in the offset field when it fits 16 bits, else r1.
-    fn address(&mut self, base: u8, segment: u64) -> (u8, i16) {
-        match i16::try_from(segment) {
-            Ok(off) => (base, off),
-            Err(_) => {
-                self.alu_x(ALU_MOV, R1, base);
-                self.alu_k(ALU_ADD, R1, segment as i32);
-                (R1, 0)
-            }
-        }
-    }
-
-    fn load(&mut self, dst: u8, input: &Input) {
-        let base = if input.width == 4 { P4 } else { P8 };
-        let (reg, off) = self.address(base, input.segment);
-        let size = if input.width == 4 { SIZE_W } else { SIZE_DW };
-        self.op(CLASS_LDX | MODE_MEM | size, dst, reg, off, 0);
-    }
-
-    fn store(&mut self, width: u64, segment: u64, src: u8) {
-        let base = if width == 4 { O4 } else { O8 };
-        // The value is in r0: the address may use r1.
-        let (reg, off) = self.address(base, segment);
-        let size = if width == 4 { SIZE_W } else { SIZE_DW };
-        self.op(CLASS_STX | MODE_MEM | size, reg, src, off, 0);
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        for (at, to) in std::mem::take(&mut self.fixups) {
-            let target = self
-                .labels
-                .iter()
-                .find(|(l, _)| *l == to)
-                .map(|&(_, pc)| pc)
-                .expect("every label the emitter jumps to is placed");
-            let off = target as i64 - at as i64 - 1;
-            self.code[at].off = i16::try_from(off).expect("scan programs stay under 32 Ki slots");
-        }
-        self.code.iter().flat_map(|i| i.encode()).collect()
-    }
+fn store(e: &mut Emitter, width: u64, segment: u64, src: u8) {
+    let base = if width == 4 { O4 } else { O8 };
+    // The value is in r0: the address may use r1.
+    let (reg, off) = address(e, base, segment);
+    e.stx(size_of(width), reg, src, off);
 }
 
 /// The largest segment or window size the program can address (an imm32).
@@ -221,11 +125,7 @@ const COLUMN_REGS: usize = 8;
 /// inputs at most 15.
 pub fn emit(layout: &Layout) -> Vec<u8> {
     assert!(layout.in_bytes <= SEGMENT_MAX && layout.out_bytes <= SEGMENT_MAX);
-    let mut e = Emitter {
-        code: Vec::new(),
-        fixups: Vec::new(),
-        labels: Vec::new(),
-    };
+    let mut e = Emitter::new();
     let n = layout.inputs.len();
     let m = layout.outputs.len();
     if n > 0 && n + m + 1 + usize::from(m == 0) <= COLUMN_REGS {
@@ -234,28 +134,6 @@ pub fn emit(layout: &Layout) -> Vec<u8> {
         emit_shared(&mut e, layout);
     }
     e.finish()
-}
-
-/// A 64-bit jump comparing `dst` with `imm` (its target fixed up later).
-fn jmp_k(opc: u8, dst: u8, imm: i32) -> Insn {
-    Insn {
-        opc: CLASS_JMP | opc | SRC_K,
-        dst,
-        src: 0,
-        off: 0,
-        imm,
-    }
-}
-
-/// A 64-bit jump comparing `dst` with `src`.
-fn jmp_x(opc: u8, dst: u8, src: u8) -> Insn {
-    Insn {
-        opc: CLASS_JMP | opc | SRC_X,
-        dst,
-        src,
-        off: 0,
-        imm: 0,
-    }
 }
 
 /// The argument checks every form starts with: two windows, rows <= chunk_rows,
@@ -270,39 +148,6 @@ fn check_args(e: &mut Emitter, layout: &Layout, rows: u8) {
     e.jump(jmp_k(JMP_JLT, R1, layout.in_bytes as i32), Label::Einval);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24 + 16 + 8, 0);
     e.jump(jmp_k(JMP_JLT, R1, layout.out_bytes as i32), Label::Einval);
-}
-
-/// The range test of input `k`, its value in r0: a value in none of the ranges
-/// jumps to `fail`; one in range `j` goes on past the test.
-fn range_test(e: &mut Emitter, k: usize, input: &Input, ranges: &[RawRange], fail: Label) {
-    let max = if input.width == 4 {
-        u64::from(u32::MAX)
-    } else {
-        u64::MAX
-    };
-    for (j, &(lo, hi)) in ranges.iter().enumerate() {
-        // Reaching range j means the value is above range j-1.
-        if lo > 0 {
-            e.jump_cmp(JMP_JLT, R0, input.width, lo, fail);
-        }
-        if j + 1 < ranges.len() {
-            e.jump_cmp(JMP_JLE, R0, input.width, hi, Label::Pass(k));
-        } else if hi < max {
-            e.jump_cmp(JMP_JGT, R0, input.width, hi, fail);
-        }
-    }
-    if ranges.is_empty() {
-        e.jump(jmp_k(JMP_JA, 0, 0), fail);
-    }
-    e.label(Label::Pass(k));
-}
-
-fn size_of(width: u64) -> u8 {
-    if width == 4 {
-        SIZE_W
-    } else {
-        SIZE_DW
-    }
 }
 
 fn exits(e: &mut Emitter, layout: &Layout) {
@@ -391,7 +236,7 @@ fn emit_pointers(e: &mut Emitter, layout: &Layout) {
                 0,
                 0,
             );
-            range_test(e, k, input, ranges, Label::Next);
+            e.range_test(input.width, ranges, Label::Next, Label::Pass(k));
         }
     }
     for (j, out) in layout.outputs.iter().enumerate() {
@@ -436,20 +281,20 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
     e.label(Label::Loop);
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(entries) = input.dict_entries {
-            e.load(R0, input);
+            load(e, R0, input);
             e.jump_cmp(JMP_JGE, R0, input.width, entries, Label::Bad(k));
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(ranges) = &input.ranges {
-            e.load(R0, input);
-            range_test(e, k, input, ranges, Label::Next);
+            load(e, R0, input);
+            e.range_test(input.width, ranges, Label::Next, Label::Pass(k));
         }
     }
     for out in &layout.outputs {
         let input = &layout.inputs[out.input];
-        e.load(R0, input);
-        e.store(input.width, out.segment, R0);
+        load(e, R0, input);
+        store(e, input.width, out.segment, R0);
     }
     let widths = |w: u64| {
         layout

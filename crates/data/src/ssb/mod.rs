@@ -3,6 +3,7 @@
 //! ([`run`]).
 
 pub mod gen;
+pub mod probe;
 pub mod queries;
 pub mod run;
 

@@ -4,13 +4,18 @@
 //! Full offload ([`Split::Offload`]), as Delilah ran Q3.3:
 //!
 //! ```text
-//! load     Memory Copy: every column the query reads, file -> device memory
+//! load     Memory Copy: the dimensions' columns, file -> device memory; LINEORDER's
+//!          columns round by round (RunOptions::round_rows) into a slot per partition,
+//!          the next round's copies running while this round is probed (and round 0's
+//!          while the dimensions are built): "load" is the time spent waiting for them
 //! dims     per dimension, at once on the engines: filter_<strategy> per selection
 //!          column (a mask), then ssb_dim: the dimension's lookup table into the shared
 //!          state (key -> compact group id), the groups' values to a small output
-//! probe    LINEORDER in K partitions, at once on the engines: filter_<strategy> for
-//!          LINEORDER's own selections (flight 1), then ssb_probe: look every foreign
-//!          key up in the shared state's tables, sum the measure per group
+//! probe    each round in K partitions, at once on the engines, by the probe emitted
+//!          for the query (ProbeKind::Emitted, `probe`: LINEORDER's selections, every
+//!          foreign key looked up in a copy of the shared state's tables, the measure
+//!          summed per group, in one pass) or by the operators (ProbeKind::Operator:
+//!          filter_<strategy> per LINEORDER selection, then ssb_probe)
 //! merge    ssb_merge: the partitions' sums into one array; only it crosses the link
 //! ```
 //!
@@ -31,12 +36,13 @@ use serde_json::Value;
 
 use crate::columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};
 use crate::error::DataError;
-use crate::ops::{put_u32, Meter, Run, Session, Window};
+use crate::ops::{put_u32, Meter, PendingCopy, Run, Session, Window};
 use crate::predicate::{literal, Cmp, Compiled, Predicate};
 use crate::scan::{
     compile_predicates, device_dictionary, device_schema, filter_params, FilterStrategy,
     COMBINE_AND, COMBINE_WRITE,
 };
+use crate::ssb::probe::{self, ProbeDim, ProbeLayout, ProbeMode};
 use crate::ssb::queries::{DimSpec, KeyRange, Lit, QuerySpec};
 
 /// Where the work happens.
@@ -67,12 +73,41 @@ impl Split {
     }
 }
 
+/// Which program probes LINEORDER.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    /// Raw eBPF emitted for the query ([`crate::ssb::probe`]): LINEORDER's selections,
+    /// the joins and the sum in one pass, the tables' addresses in registers.
+    Emitted,
+    /// The operators of `sdk/ssb`: `filter_<strategy>` per LINEORDER selection (a
+    /// mask), then `ssb_probe` (Delilah's operator chain).
+    Operator,
+}
+
+impl ProbeKind {
+    pub const ALL: [ProbeKind; 2] = [ProbeKind::Emitted, ProbeKind::Operator];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::Emitted => "emitted",
+            ProbeKind::Operator => "operator",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProbeKind> {
+        ProbeKind::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
 /// How a query runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunOptions {
     pub split: Split,
     pub engine: EngineKind,
+    /// How the dimensions' selections run (and, with [`ProbeKind::Operator`],
+    /// LINEORDER's).
     pub strategy: FilterStrategy,
+    pub probe: ProbeKind,
     /// LINEORDER partitions probed at once; `None`: one per device engine.
     pub partitions: Option<u32>,
     /// Where in the shared state the lookup tables go.
@@ -87,6 +122,7 @@ impl Default for RunOptions {
             split: Split::Offload,
             engine: EngineKind::Jit,
             strategy: FilterStrategy::Bitmask,
+            probe: ProbeKind::Emitted,
             partitions: None,
             state_offset: 0,
             round_rows: ROUND_ROWS_DEFAULT,
@@ -94,8 +130,11 @@ impl Default for RunOptions {
     }
 }
 
-/// LINEORDER rows staged at a time by default: 32 MiB per 32-bit column.
-pub const ROUND_ROWS_DEFAULT: u64 = 8 << 20;
+/// LINEORDER rows staged at a time by default: 4 MiB per 32-bit column (rounds are
+/// small so the first one, the only one not staged during another's probe, is short).
+pub const ROUND_ROWS_DEFAULT: u64 = 1 << 20;
+/// The operator name of the emitted probe in a run's session.
+const EMITTED_PROBE: &str = "ssb_probe_emitted";
 /// Most partitions probed at once.
 pub const PARTITIONS_MAX: u32 = 16;
 /// Most groups a query's result may have (the probes' sum arrays are dense).
@@ -471,6 +510,52 @@ fn dim_params(d: &StagedDim) -> Vec<u8> {
     p
 }
 
+/// The partitions of a round of `n` rows: `(first row, rows)`, 64-row aligned.
+fn round_parts(n: u64, partitions: u64) -> Vec<(u64, u64)> {
+    let part = n.div_ceil(partitions).next_multiple_of(64);
+    (0..partitions)
+        .map(|p| (p * part, n.saturating_sub(p * part).min(part)))
+        .filter(|&(_, len)| len > 0)
+        .collect()
+}
+
+/// Where LINEORDER's rounds are staged: `slots[set * partitions + p]` holds partition
+/// p's columns, column `i` at `i * col_bytes`.
+struct LoStaging<'a> {
+    dir: &'a str,
+    cols: &'a [&'static str],
+    col_bytes: u64,
+    slots: &'a [MemHandle],
+    partitions: u64,
+    round: u64,
+    rows: u64,
+}
+
+impl LoStaging<'_> {
+    /// Starts the Memory Copies of round `r` into slot set `set` (on the device's
+    /// transfer workers; the caller waits for them).
+    fn stage(&self, s: &mut Session, r: u64, set: u64) -> Result<Vec<PendingCopy>, DataError> {
+        let start = r * self.round;
+        let n = self.round.min(self.rows - start);
+        let mut copies = Vec::new();
+        for (p, (off, len)) in round_parts(n, self.partitions).into_iter().enumerate() {
+            let slot = self.slots[(set * self.partitions) as usize + p];
+            for (i, c) in self.cols.iter().enumerate() {
+                let path = format!("{}/{c}.col", self.dir);
+                let at = (start + off) * 4;
+                match s.start_copy_file(&path, at, len * 4, slot, i as u64 * self.col_bytes) {
+                    Ok(x) => copies.push(x),
+                    Err(e) => {
+                        let _ = s.wait_copies(copies);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(copies)
+    }
+}
+
 /// Runs `q` over the dataset at `data_dir` on the device.
 pub fn run(
     dev: &Device,
@@ -524,13 +609,11 @@ pub fn run(
     // below time execution alone (Delilah: "a series of operations": transfer,
     // prepare, execute).
     let clock = Clock::start(&s);
-    for op in [
-        opts.strategy.operator(),
-        "ssb_dim",
-        "ssb_probe",
-        "ssb_merge",
-    ] {
+    for op in [opts.strategy.operator(), "ssb_dim", "ssb_merge"] {
         s.prepare(op)?;
+    }
+    if opts.probe == ProbeKind::Operator {
+        s.prepare("ssb_probe")?;
     }
     clock.phase(&s, "prepare", &mut phases);
 
@@ -636,11 +719,107 @@ pub fn run(
             limit: info.state_size_bytes,
         });
     }
+    // LINEORDER: the columns the probe reads, its own selections, and the staging
+    // slots: one buffer per partition (its columns back to back, then, for the
+    // emitted probe, room for the lookup tables' copies), in two sets when there are
+    // several rounds, so that the next round is staged while this one is probed.
+    let rows = lo_schema.rows;
+    let round = opts.round_rows.min(rows.next_multiple_of(64)).max(64);
+    let rounds = rows.div_ceil(round).max(1);
+    let part_max = round.div_ceil(u64::from(partitions)).next_multiple_of(64);
+    let mut lo_cols: Vec<&'static str> = q.dims.iter().map(|d| d.fk).collect();
+    for c in q.measure.columns() {
+        if !lo_cols.contains(c) {
+            lo_cols.push(c);
+        }
+    }
+    let mut lo_preds = Vec::new();
+    for &(col, lit) in q.lo_preds {
+        let c = lo_schema.column(col)?;
+        let dict = if c.ty == ColumnType::Dict {
+            Some(device_dictionary(&mut s, &lo_dir, &lo_schema, col)?)
+        } else {
+            None
+        };
+        lo_preds.push(Predicate::new(col, cmp_of(c, dict.as_deref(), lit)?));
+    }
+    let mut lo_nothing = false;
+    let mut lo_filters: Vec<(&'static str, Vec<(u64, u64)>)> = Vec::new();
+    for (col, _, compiled) in compile_predicates(&lo_schema, &lo_preds)? {
+        let name = q
+            .lo_preds
+            .iter()
+            .find(|p| p.0 == col)
+            .expect("a predicate column")
+            .0;
+        match compiled {
+            Compiled::Nothing => lo_nothing = true,
+            Compiled::All => {}
+            Compiled::Ranges(r) => {
+                if !lo_cols.contains(&name) {
+                    lo_cols.push(name);
+                }
+                lo_filters.push((name, r));
+            }
+        }
+    }
+    for c in &lo_cols {
+        if lo_schema.column(c)?.ty.width() != 4 {
+            return Err(DataError::Operator {
+                operator: "ssb_probe".to_string(),
+                message: format!("column {c} is not 32-bit"),
+            });
+        }
+    }
+    let emitted = opts.probe == ProbeKind::Emitted;
+    let col_bytes = part_max * 4;
+    let segment = |c: &str| -> u64 {
+        lo_cols
+            .iter()
+            .position(|x| *x == c)
+            .expect("a staged column") as u64
+            * col_bytes
+    };
+    let mut in_bytes = lo_cols.len() as u64 * col_bytes;
+    let mut lut_segments = Vec::new();
+    if emitted {
+        for d in &dims {
+            lut_segments.push(in_bytes);
+            in_bytes += probe::copy_bytes(d.key_base, d.lut_entries);
+        }
+    }
+    if in_bytes > i32::MAX as u64 {
+        return Err(DataError::TooLarge {
+            what: format!("{}'s staging slot of {part_max} rows", q.name),
+            needed: in_bytes,
+            limit: i32::MAX as u64,
+        });
+    }
+    let sets = if rounds > 1 { 2 } else { 1 };
+    let mut slots = Vec::new();
+    for _ in 0..sets * u64::from(partitions) {
+        slots.push(s.alloc(in_bytes)?);
+    }
+    let staging = LoStaging {
+        dir: &lo_dir,
+        cols: &lo_cols,
+        col_bytes,
+        slots: &slots,
+        partitions: u64::from(partitions),
+        round,
+        rows,
+    };
+    let mut empty = lo_nothing || rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
+    // Round 0's copies run while the dimensions are built.
+    let mut pending = if empty {
+        None
+    } else {
+        Some(staging.stage(&mut s, 0, 0)?)
+    };
     clock.phase(&s, "load", &mut phases);
 
     // Dimensions: selections, then lookup tables, each step at once on the engines.
     let clock = Clock::start(&s);
-    let mut empty = dims.iter().any(|d| d.nothing || d.rows == 0);
     let steps = dims.iter().map(|d| d.filters.len()).max().unwrap_or(0);
     for d in dims.iter().filter(|d| d.filters.is_empty()) {
         fill(&mut s, d.mask, d.rows.div_ceil(64).max(1) * 8, 0xff)?;
@@ -707,7 +886,18 @@ pub fn run(
     clock.phase(&s, "dims", &mut phases);
 
     // Probe: LINEORDER in rounds, each in partitions at once on the engines.
-    let ngroups: Vec<u64> = groups.iter().map(|g| g.len() as u64).collect();
+    if empty {
+        if let Some(c) = pending.take() {
+            let clock = Clock::start(&s);
+            s.wait_copies(c)?;
+            clock.phase(&s, "load", &mut phases);
+        }
+    }
+    let ngroups: Vec<u64> = if empty {
+        vec![0; dims.len()]
+    } else {
+        groups.iter().map(|g| g.len() as u64).collect()
+    };
     let total_groups: u64 = ngroups.iter().product::<u64>().max(1);
     if total_groups > GROUPS_MAX {
         return Err(DataError::TooLarge {
@@ -720,164 +910,190 @@ pub fn run(
     for d in (0..dims.len().saturating_sub(1)).rev() {
         strides[d] = strides[d + 1] * ngroups[d + 1];
     }
-    let rows = lo_schema.rows;
-    let round = opts.round_rows.min(rows.next_multiple_of(64)).max(64);
-    let rounds = rows.div_ceil(round).max(1);
     let mut sums = vec![0u64; total_groups as usize];
     let mut joined_total = 0;
     let mut host_ns = 0u64;
-    let mut partials = None;
-    if !empty && rows > 0 {
-        // Staging buffers: foreign keys, measure, LINEORDER's selection columns.
-        let mut lo_cols: Vec<&str> = q.dims.iter().map(|d| d.fk).collect();
-        lo_cols.extend(q.measure.columns());
-        let mut lo_preds = Vec::new();
-        for &(col, lit) in q.lo_preds {
-            let c = lo_schema.column(col)?;
-            let dict = if c.ty == ColumnType::Dict {
-                Some(device_dictionary(&mut s, &lo_dir, &lo_schema, col)?)
+    if !empty {
+        if emitted {
+            let clock = Clock::start(&s);
+            let layout = ProbeLayout {
+                rows_max: part_max,
+                filters: lo_filters
+                    .iter()
+                    .map(|(c, r)| (segment(c), r.clone()))
+                    .collect(),
+                dims: dims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| ProbeDim {
+                        fk_segment: segment(d.spec.fk),
+                        lut_segment: lut_segments[i],
+                        lut_offset: d.lut_offset,
+                        entries: d.lut_entries,
+                        key_base: d.key_base,
+                        groups: ngroups[i],
+                        stride: strides[i],
+                    })
+                    .collect(),
+                measure: q.measure.columns().iter().map(|c| segment(c)).collect(),
+                mode: match opts.split {
+                    Split::Offload => ProbeMode::Aggregate {
+                        groups: total_groups,
+                    },
+                    _ => ProbeMode::Emit,
+                },
+                in_bytes,
+            };
+            s.load_raw(EMITTED_PROBE, &probe::emit(&layout))?;
+            clock.phase(&s, "prepare", &mut phases);
+        }
+        // The operator probe's selection mask of a round (and the accelerated filter's
+        // scratch).
+        let mask = if !emitted && !lo_filters.is_empty() {
+            s.alloc(round / 8)?
+        } else {
+            MemHandle::NONE
+        };
+        let scratch =
+            if !emitted && opts.strategy == FilterStrategy::Accel && !lo_filters.is_empty() {
+                Some(s.alloc(3 * round / 8)?)
             } else {
                 None
             };
-            lo_preds.push(Predicate::new(col, cmp_of(c, dict.as_deref(), lit)?));
-        }
-        let mut lo_filters = Vec::new();
-        for (col, _, compiled) in compile_predicates(&lo_schema, &lo_preds)? {
-            match compiled {
-                Compiled::Nothing => empty = true,
-                Compiled::All => {}
-                Compiled::Ranges(r) => {
-                    if !lo_cols.contains(&col.as_str()) {
-                        lo_cols.push(
-                            q.lo_preds
-                                .iter()
-                                .find(|p| p.0 == col)
-                                .expect("a predicate column")
-                                .0,
-                        );
-                    }
-                    lo_filters.push((col, r));
-                }
-            }
-        }
-        for c in &lo_cols {
-            if lo_schema.column(c)?.ty.width() != 4 {
-                return Err(DataError::Operator {
-                    operator: "ssb_probe".to_string(),
-                    message: format!("column {c} is not 32-bit"),
-                });
-            }
-        }
-        let mut staged: HashMap<&str, MemHandle> = HashMap::new();
-        for &c in &lo_cols {
-            staged.insert(c, s.alloc(round * 4)?);
-        }
-        let mask = s.alloc(round / 8)?;
-        let scratch = if opts.strategy == FilterStrategy::Accel && !lo_filters.is_empty() {
-            Some(s.alloc(3 * round / 8)?)
+        // Offload: one array of sums per partition (emitted: added to over the rounds,
+        // zeroed once here) or per partition and round (the operator zeroes its own);
+        // host-agg: the joined rows of a round.
+        let partials_count = if emitted {
+            u64::from(partitions)
         } else {
-            None
+            rounds * u64::from(partitions)
         };
         let out = match opts.split {
             Split::Offload => {
-                let h = s.alloc(rounds * u64::from(partitions) * total_groups * 8)?;
-                partials = Some(h);
+                let bytes = partials_count * total_groups * 8;
+                let h = s.alloc(bytes)?;
+                if emitted {
+                    fill(&mut s, h, bytes, 0)?;
+                }
                 h
             }
             _ => s.alloc(round * 8)?,
         };
-        let mut slot = 0u64;
         for r in 0..rounds {
-            if empty {
-                break;
-            }
+            let set = r % sets;
             let start = r * round;
             let n = round.min(rows - start);
-            // Staging LINEORDER's columns is loading, as in Delilah's breakdown.
-            let staging = Clock::start(&s);
-            for &c in &lo_cols {
-                s.copy_file(&format!("{lo_dir}/{c}.col"), start * 4, n * 4, staged[c], 0)?;
+            // Waiting for the staged columns is loading, as in Delilah's breakdown.
+            let clock = Clock::start(&s);
+            let copies = match pending.take() {
+                Some(c) => c,
+                None => staging.stage(&mut s, r, set)?,
+            };
+            s.wait_copies(copies)?;
+            if r + 1 < rounds {
+                pending = Some(staging.stage(&mut s, r + 1, (r + 1) % sets)?);
             }
-            staging.phase(&s, "load", &mut phases);
+            clock.phase(&s, "load", &mut phases);
             let probing = Clock::start(&s);
-            let part = n.div_ceil(u64::from(partitions)).next_multiple_of(64);
-            let parts: Vec<(u64, u64)> = (0..u64::from(partitions))
-                .map(|p| (p * part, (n.saturating_sub(p * part)).min(part)))
-                .filter(|&(_, len)| len > 0)
-                .collect();
-            for (i, (col, ranges)) in lo_filters.iter().enumerate() {
-                let runs: Vec<Run> = parts
+            let parts = round_parts(n, u64::from(partitions));
+            let slot_of = |p: usize| slots[(set * u64::from(partitions)) as usize + p];
+            let out_window = |p: usize, off: u64, len: u64| -> Window {
+                match opts.split {
+                    Split::Offload if emitted => {
+                        (out, p as u64 * total_groups * 8, total_groups * 8)
+                    }
+                    Split::Offload => (
+                        out,
+                        (r * u64::from(partitions) + p as u64) * total_groups * 8,
+                        total_groups * 8,
+                    ),
+                    _ => (out, off * 8, len * 8),
+                }
+            };
+            let runs: Vec<Run> = if emitted {
+                parts
                     .iter()
-                    .map(|&(off, len)| {
-                        let mut w: Vec<Window> = vec![
-                            (staged[col.as_str()], off * 4, len * 4),
-                            (mask, off / 8, len.div_ceil(64) * 8),
-                        ];
-                        if let Some(sc) = scratch {
-                            w.push((sc, 3 * off / 8, 3 * len.div_ceil(64) * 8));
-                        }
-                        let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
-                        Run::new(opts.strategy.operator(), w)
-                            .cparams(4 | combine << 8, 0)
-                            .params(filter_params(ranges))
+                    .enumerate()
+                    .map(|(p, &(off, len))| {
+                        Run::new(
+                            EMITTED_PROBE,
+                            vec![(slot_of(p), 0, in_bytes), out_window(p, off, len)],
+                        )
+                        .cparams(len, 0)
                     })
-                    .collect();
-                s.execute_all(&runs)?;
-            }
-            let runs: Vec<Run> = parts
-                .iter()
-                .enumerate()
-                .map(|(p, &(off, len))| {
-                    let mut w: Vec<Window> = Vec::new();
-                    let mut params = Vec::new();
-                    put_u32(
-                        &mut params,
-                        if opts.split == Split::Offload { 0 } else { 1 },
-                    );
-                    put_u32(&mut params, dims.len() as u32);
-                    let mut dim_fields = Vec::new();
-                    for (d, stride) in dims.iter().zip(&strides) {
-                        dim_fields.push((w.len() as u32, d, *stride));
-                        w.push((staged[d.spec.fk], off * 4, len * 4));
-                    }
-                    let a = w.len() as u32;
-                    let cols = q.measure.columns();
-                    w.push((staged[cols[0]], off * 4, len * 4));
-                    let b = if cols.len() > 1 {
-                        w.push((staged[cols[1]], off * 4, len * 4));
-                        w.len() as u32 - 1
-                    } else {
-                        u32::MAX
-                    };
-                    let m = if lo_filters.is_empty() {
-                        u32::MAX
-                    } else {
-                        w.push((mask, off / 8, len.div_ceil(64) * 8));
-                        w.len() as u32 - 1
-                    };
-                    let o = w.len() as u32;
-                    match opts.split {
-                        Split::Offload => {
-                            w.push((out, (slot + p as u64) * total_groups * 8, total_groups * 8))
+                    .collect()
+            } else {
+                for (i, (col, ranges)) in lo_filters.iter().enumerate() {
+                    let runs: Vec<Run> = parts
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &(off, len))| {
+                            let mut w: Vec<Window> = vec![
+                                (slot_of(p), segment(col), len * 4),
+                                (mask, off / 8, len.div_ceil(64) * 8),
+                            ];
+                            if let Some(sc) = scratch {
+                                w.push((sc, 3 * off / 8, 3 * len.div_ceil(64) * 8));
+                            }
+                            let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
+                            Run::new(opts.strategy.operator(), w)
+                                .cparams(4 | combine << 8, 0)
+                                .params(filter_params(ranges))
+                        })
+                        .collect();
+                    s.execute_all(&runs)?;
+                }
+                parts
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &(off, len))| {
+                        let slot = slot_of(p);
+                        let mut w: Vec<Window> = Vec::new();
+                        let mut params = Vec::new();
+                        put_u32(
+                            &mut params,
+                            if opts.split == Split::Offload { 0 } else { 1 },
+                        );
+                        put_u32(&mut params, dims.len() as u32);
+                        let mut dim_fields = Vec::new();
+                        for (d, stride) in dims.iter().zip(&strides) {
+                            dim_fields.push((w.len() as u32, d, *stride));
+                            w.push((slot, segment(d.spec.fk), len * 4));
                         }
-                        _ => w.push((out, off * 8, len * 8)),
-                    }
-                    put_u32(&mut params, m);
-                    put_u32(&mut params, a);
-                    put_u32(&mut params, b);
-                    put_u32(&mut params, o);
-                    put_u32(&mut params, total_groups as u32);
-                    put_u32(&mut params, 0);
-                    for (fw, d, stride) in dim_fields {
-                        put_u32(&mut params, fw);
-                        put_u32(&mut params, d.lut_offset as u32);
-                        put_u32(&mut params, d.lut_entries);
-                        put_u32(&mut params, d.key_base);
-                        put_u32(&mut params, stride as u32);
-                    }
-                    Run::new("ssb_probe", w).params(params)
-                })
-                .collect();
+                        let a = w.len() as u32;
+                        let cols = q.measure.columns();
+                        w.push((slot, segment(cols[0]), len * 4));
+                        let b = if cols.len() > 1 {
+                            w.push((slot, segment(cols[1]), len * 4));
+                            w.len() as u32 - 1
+                        } else {
+                            u32::MAX
+                        };
+                        let m = if lo_filters.is_empty() {
+                            u32::MAX
+                        } else {
+                            w.push((mask, off / 8, len.div_ceil(64) * 8));
+                            w.len() as u32 - 1
+                        };
+                        let o = w.len() as u32;
+                        w.push(out_window(p, off, len));
+                        put_u32(&mut params, m);
+                        put_u32(&mut params, a);
+                        put_u32(&mut params, b);
+                        put_u32(&mut params, o);
+                        put_u32(&mut params, total_groups as u32);
+                        put_u32(&mut params, 0);
+                        for (fw, d, stride) in dim_fields {
+                            put_u32(&mut params, fw);
+                            put_u32(&mut params, d.lut_offset as u32);
+                            put_u32(&mut params, d.lut_entries);
+                            put_u32(&mut params, d.key_base);
+                            put_u32(&mut params, stride as u32);
+                        }
+                        Run::new("ssb_probe", w).params(params)
+                    })
+                    .collect()
+            };
             let joined = s.execute_all(&runs)?;
             joined_total += joined.iter().sum::<u64>();
             if opts.split == Split::HostAgg {
@@ -900,17 +1116,19 @@ pub fn run(
                     host_ns += t.elapsed().as_nanos() as u64;
                 }
             }
-            slot += parts.len() as u64;
             probing.phase(&s, "probe", &mut phases);
         }
-        if let (Split::Offload, Some(h), false) = (opts.split, partials, empty) {
+        if opts.split == Split::Offload {
             let clock = Clock::start(&s);
             let fin = s.alloc(total_groups * 8)?;
             let run = Run::new(
                 "ssb_merge",
-                vec![(h, 0, slot * total_groups * 8), (fin, 0, total_groups * 8)],
+                vec![
+                    (out, 0, partials_count * total_groups * 8),
+                    (fin, 0, total_groups * 8),
+                ],
             )
-            .cparams(total_groups, slot);
+            .cparams(total_groups, partials_count);
             s.execute(&run)?;
             let bytes = s.read(fin, 0, total_groups * 8)?;
             for (x, c) in sums.iter_mut().zip(bytes.chunks_exact(8)) {

@@ -5,7 +5,7 @@
 
 use csx_data::scan::FilterStrategy;
 use csx_data::ssb::queries::{query, QUERIES};
-use csx_data::ssb::run::{reference, run, LocalSource, ResultRow, RunOptions, Split};
+use csx_data::ssb::run::{reference, run, LocalSource, ProbeKind, ResultRow, RunOptions, Split};
 use csx_host::proto::EngineKind;
 use serde_json::Value;
 
@@ -62,13 +62,20 @@ fn ssb_queries_on_the_device_equal_duckdb_and_the_host_reference() {
             q.name
         );
         for split in Split::ALL {
-            let opts = RunOptions {
-                split,
-                round_rows: 1 << 18,
-                ..Default::default()
-            };
-            let got = run(&dev, "/ssb", q, &opts).unwrap();
-            assert_eq!(got.rows, want, "{} {}", q.name, split.name());
+            for probe in ProbeKind::ALL {
+                if split == Split::Host && probe == ProbeKind::Operator {
+                    continue; // the host-only split runs no probe
+                }
+                // Rounds of 2^18 rows: three at this scale, staged while probed.
+                let opts = RunOptions {
+                    split,
+                    probe,
+                    round_rows: 1 << 18,
+                    ..Default::default()
+                };
+                let got = run(&dev, "/ssb", q, &opts).unwrap();
+                assert_eq!(got.rows, want, "{} {} {probe:?}", q.name, split.name());
+            }
         }
     }
     for name in ["Q1.1", "Q3.3"] {
@@ -76,14 +83,17 @@ fn ssb_queries_on_the_device_equal_duckdb_and_the_host_reference() {
         let want = reference(&mut local, q).unwrap();
         for strategy in FilterStrategy::ALL {
             for engine in [EngineKind::Interpreter, EngineKind::Jit] {
-                let opts = RunOptions {
-                    strategy,
-                    engine,
-                    partitions: Some(3),
-                    ..Default::default()
-                };
-                let got = run(&dev, "/ssb", q, &opts).unwrap();
-                assert_eq!(got.rows, want, "{name} {strategy:?} {engine:?}");
+                for probe in ProbeKind::ALL {
+                    let opts = RunOptions {
+                        strategy,
+                        engine,
+                        probe,
+                        partitions: Some(3),
+                        ..Default::default()
+                    };
+                    let got = run(&dev, "/ssb", q, &opts).unwrap();
+                    assert_eq!(got.rows, want, "{name} {strategy:?} {engine:?} {probe:?}");
+                }
             }
         }
     }
@@ -155,6 +165,175 @@ fn queries_the_device_cannot_run_are_errors_naming_the_operator_or_limit() {
     assert!(e.contains("ssb_dim") && e.contains("CSX_ERANGE"), "{e}");
     // An unknown query is not a query.
     assert!(query("Q2.1").is_none());
+    assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+}
+
+/// The emitted probe on a hand-made partition: its sums and tuples against a direct
+/// computation, and its refusals (rows or windows that do not fit its layout, tables
+/// past the shared state, a table entry above its dimension's groups), on both
+/// engine kinds.
+#[test]
+fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
+    use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
+    use csx_ebpf::isa::*;
+    use csx_host::proto::ProgramType;
+    use csx_host::ExecuteRequest;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    // A program that writes the u16 cparam2 at byte cparam1 of the shared state.
+    let poke: Vec<u8> = [
+        Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 1, 5, 0, 0),
+        Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 2, 5, 8, 0),
+        Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 3, 1, 0, 0),
+        Insn::new(CLASS_STX | MODE_MEM | SIZE_H, 3, 2, 0, 0),
+        Insn::new(CLASS_ALU64 | ALU_MOV | SRC_K, 0, 0, 0, 0),
+        Insn::new(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0),
+    ]
+    .iter()
+    .flat_map(|i| i.encode())
+    .collect();
+    // Dimension 0: keys 1..=8 (a folded base), table at state byte 0; dimension 1:
+    // keys 20_000_000..=20_000_003 (subtracted), table at byte 64. Two groups each.
+    let lut0: [u16; 8] = [1, 0, 2, 1, 0, 0, 1, 2];
+    let lut1: [u16; 4] = [1, 2, 0, 1];
+    let n = 100u64;
+    let fk0: Vec<u32> = (0..n as u32).map(|i| i % 10 + 1).collect();
+    let fk1: Vec<u32> = (0..n as u32).map(|i| 20_000_000 + i % 9 / 2).collect();
+    let sel: Vec<u32> = (0..n as u32).map(|i| i % 7).collect();
+    let a: Vec<u32> = (0..n as u32).map(|i| 1000 + i).collect();
+    let b: Vec<u32> = (0..n as u32).map(|i| i % 3 + 1).collect();
+    let mut want = [0u64; 4];
+    let mut tuples = Vec::new();
+    for i in 0..n as usize {
+        let id0 = lut0.get(fk0[i] as usize - 1).copied().unwrap_or(0);
+        let id1 = lut1
+            .get((fk1[i] - 20_000_000) as usize)
+            .copied()
+            .unwrap_or(0);
+        if id0 == 0 || id1 == 0 || !matches!(sel[i], 1 | 2 | 5) {
+            continue;
+        }
+        let g = (id0 as usize - 1) * 2 + id1 as usize - 1;
+        let v = u64::from(a[i]) * u64::from(b[i]);
+        want[g] += v;
+        tuples.push((g as u32, v as u32));
+    }
+    assert!(tuples.len() > 5 && want.iter().all(|&s| s > 0), "{want:?}");
+    let seg = 512u64;
+    let dims = vec![
+        ProbeDim {
+            fk_segment: 0,
+            lut_segment: 5 * seg,
+            lut_offset: 0,
+            entries: 8,
+            key_base: 1,
+            groups: 2,
+            stride: 2,
+        },
+        ProbeDim {
+            fk_segment: seg,
+            lut_segment: 5 * seg + 64,
+            lut_offset: 64,
+            entries: 4,
+            key_base: 20_000_000,
+            groups: 2,
+            stride: 1,
+        },
+    ];
+    let layout = |mode| ProbeLayout {
+        rows_max: 128,
+        filters: vec![(2 * seg, vec![(1, 2), (5, 5)])],
+        dims: dims.clone(),
+        measure: vec![3 * seg, 4 * seg],
+        mode,
+        in_bytes: 5 * seg + 128,
+    };
+    let input = dev.alloc(5 * seg + 128).unwrap();
+    for (k, col) in [&fk0, &fk1, &sel, &a, &b].into_iter().enumerate() {
+        let bytes: Vec<u8> = col.iter().flat_map(|v| v.to_le_bytes()).collect();
+        dev.write_mem(input, k as u64 * seg, &bytes).unwrap();
+    }
+    let out = dev.alloc(1024).unwrap();
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let p = dev
+            .load_program_any_slot(ProgramType::Raw, &poke, Some("poke"))
+            .unwrap();
+        dev.activate(p, engine).unwrap();
+        let put = |at: u64, v: u16| {
+            let r = dev
+                .execute(&ExecuteRequest::new(p).cparams(at, u64::from(v)))
+                .unwrap();
+            assert_eq!(r.r0, 0);
+        };
+        for (i, &v) in lut0.iter().enumerate() {
+            put(2 * i as u64, v);
+        }
+        for (i, &v) in lut1.iter().enumerate() {
+            put(64 + 2 * i as u64, v);
+        }
+        let run = |l: &ProbeLayout, rows: u64, out_len: u64| {
+            let pind = dev
+                .load_program_any_slot(ProgramType::Raw, &emit(l), Some("probe"))
+                .unwrap();
+            dev.activate(pind, engine).unwrap();
+            dev.fill_mem(out, 0, 1024, 0).unwrap();
+            let r = dev
+                .execute(
+                    &ExecuteRequest::new(pind)
+                        .cparams(rows, 0)
+                        .window(input, 0, 5 * seg + 128)
+                        .window(out, 0, out_len),
+                )
+                .unwrap();
+            dev.unload(pind).unwrap();
+            assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
+            r.r0_signed()
+        };
+        let words = |bytes: Vec<u8>| -> Vec<u64> {
+            bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        // Aggregate: the sums, added to what window 1 holds (zeroed here).
+        let agg = layout(ProbeMode::Aggregate { groups: 4 });
+        assert_eq!(run(&agg, n, 32), tuples.len() as i64, "{engine:?}");
+        assert_eq!(words(dev.read_mem(out, 0, 32).unwrap()), want, "{engine:?}");
+        // Emit: {group, value} per joined row, in row order.
+        let emit_l = layout(ProbeMode::Emit);
+        assert_eq!(run(&emit_l, n, n * 8), tuples.len() as i64, "{engine:?}");
+        let got: Vec<(u32, u32)> = dev
+            .read_mem(out, 0, tuples.len() as u64 * 8)
+            .unwrap()
+            .chunks_exact(8)
+            .map(|c| {
+                (
+                    u32::from_le_bytes(c[..4].try_into().unwrap()),
+                    u32::from_le_bytes(c[4..].try_into().unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(got, tuples, "{engine:?}");
+        // No rows: nothing joined.
+        assert_eq!(run(&agg, 0, 32), 0);
+        // More rows than the layout, an output too short: CSX_EINVAL.
+        assert_eq!(run(&agg, 129, 32), -22);
+        assert_eq!(run(&agg, n, 24), -22);
+        assert_eq!(run(&emit_l, n, n * 8 - 8), -22);
+        // A table past the shared state: CSX_ENOSPC.
+        let mut far = layout(ProbeMode::Aggregate { groups: 4 });
+        far.dims[1].lut_offset = 1 << 40;
+        assert_eq!(run(&far, n, 32), -28);
+        // An entry above its dimension's groups: CSX_ERANGE, never a wrong sum.
+        put(2 * 2, 3);
+        assert_eq!(run(&agg, n, 32), -34);
+        put(2 * 2, 2);
+        dev.unload(p).unwrap();
+    }
+    dev.free(input).unwrap();
+    dev.free(out).unwrap();
     assert!(dev.programs().unwrap().is_empty());
     dev.close().unwrap();
 }

@@ -321,7 +321,8 @@ impl DeviceRuntime {
         let transfer_workers = config.transfer_workers_effective();
         let functions: Arc<FunctionTable> = Arc::new(function_table());
         let jit = config.jit.unwrap_or(true);
-        let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)));
+        let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)))
+            .with_counting(config.perf.counts_work());
         // Slots that fail to restore stay empty or loaded; the host sees them in a
         // listing, and the embedder in `DeviceRuntime::restore_failures`.
         let restore_failures = programs

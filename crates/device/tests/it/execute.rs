@@ -207,8 +207,18 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
     ))
     .unwrap();
     // Probe the window until the waiting run holds it (a probe that ran before is harmless).
+    // Bounded by time, not by a count of probes: on a loaded machine the engine thread that
+    // takes the waiting run may not be scheduled for a long while; the deadline only guards
+    // against a hang.
     let mut refused = None;
-    for i in 0..10_000u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    for i in 0u64.. {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
+        if i >= 1_000 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         qp.submit(Command::new(
             CommandId(2000 + i),
             Op::Execute {

@@ -115,6 +115,57 @@ fn execution_is_modelled_from_its_work() {
     assert!(times[2] > times[1], "more input, more work, more time");
 }
 
+/// Counting is per device: off where the profile prices compute from fuel (the
+/// executions then run uncounted code and report no work), and forced either way by
+/// `count_work`. The outcome is the same whether or not the run counted.
+#[test]
+fn counting_is_on_only_where_the_profile_models_compute_from_work() {
+    let cases = [
+        (PerfModel::unthrottled(), false),
+        (PerfModel::lambda_io(), true),
+        (
+            PerfModel {
+                count_work: Some(false),
+                ..PerfModel::lambda_io()
+            },
+            false,
+        ),
+        (
+            PerfModel {
+                count_work: Some(true),
+                ..PerfModel::unthrottled()
+            },
+            true,
+        ),
+    ];
+    let mut values = Vec::new();
+    for (model, counted) in cases {
+        assert_eq!(model.counts_work(), counted, "{model:?}");
+        let h = with_perf(model.clone());
+        h.load(0, &compile("sum.c"), None, EngineKind::Jit, 4096);
+        h.load(1, &compile("sum.c"), None, EngineKind::Interpreter, 4096);
+        let mem = h.alloc(4096);
+        let input: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        h.write(mem, 0, &input);
+        for pind in [0, 1] {
+            let c = h.exec(pind, vec![range(mem, 0, 4096)], 0, &[]);
+            assert_eq!(c.status, Status::Success, "{:?}", c.detail);
+            let info = exec_info(&c);
+            let compute = if counted {
+                assert_eq!(info.work.len(), csx_ebpf::count::CLASS_COUNT);
+                assert!(info.work.iter().sum::<u64>() > 4096 / 8, "{:?}", info.work);
+                model.device_work_ns(&info.work)
+            } else {
+                assert!(info.work.is_empty(), "{:?}", info.work);
+                model.device_compute_ns(info.fuel_used)
+            };
+            assert_eq!(c.timing.modelled_ns, model.link_latency_ns + compute);
+            values.push((c.value, info.fuel_used));
+        }
+    }
+    assert!(values.windows(2).all(|w| w[0] == w[1]), "{values:?}");
+}
+
 #[test]
 fn throttled_commands_take_at_least_their_modelled_time() {
     // A slow device, so the floors are well above the handling time.

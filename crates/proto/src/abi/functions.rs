@@ -25,6 +25,7 @@ pub const CSX_MERGE_U64: u32 = 19;
 pub const CSX_LZ4_DECOMPRESS: u32 = 20;
 pub const CSX_LZ4_COMPRESS: u32 = 21;
 pub const CSX_CHACHA20: u32 = 22;
+pub const CSX_MERGE_INTO_U64: u32 = 23;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +167,14 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         version: 1,
         c_decl: "long csx_chacha20(const void *key_nonce, unsigned long key_nonce_len, unsigned long offset, void *data, unsigned long len);",
         doc: "accelerated ChaCha20 (RFC 8439): XORs len bytes of data in place with the keystream of the 32-byte key and 12-byte nonce at key_nonce (key_nonce_len 44) from stream byte offset; returns len",
+    },
+    FunctionSpec {
+        id: CSX_MERGE_INTO_U64,
+        name: "csx_merge_into_u64",
+        args: &[PtrIn { len_arg: 1 }, Scalar, PtrIn { len_arg: 3 }, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_merge_into_u64(const void *a, unsigned long a_len, const void *b, unsigned long b_len, void *out);",
+        doc: "accelerated merge of the sorted u64 runs a and b into out (a_len + b_len bytes, overlapping neither), ascending; returns the count",
     },
 ];
 

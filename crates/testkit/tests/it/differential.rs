@@ -1,8 +1,9 @@
-//! Differential testing of the JIT against the reference interpreter.
+//! Differential testing of the JIT tiers against the reference interpreter.
 //!
 //! Method: proptest draws random byte strings, `csx_testkit::gen` turns each into a
 //! verifiable program with random memory and a small fuel budget, and each case runs on
-//! both engines (at its own budget and at a large one); r0 or the trap, the fuel used and
+//! the interpreter, the Cranelift JIT and (on x86-64) the quick tier (at its own budget
+//! and at a large one); r0 or the trap, the fuel used and
 //! the data region afterwards must be identical. A few hundred cases by default; set
 //! `PROPTEST_CASES` for more. A failure prints the program's listing.
 

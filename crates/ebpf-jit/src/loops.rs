@@ -1,0 +1,608 @@
+//! Loop versioning: which innermost loops get a second, unchecked copy, and which of
+//! their memory accesses that copy may make without a bounds check.
+//!
+//! For an innermost natural loop (one header `h` dominating its body, no other cycle
+//! inside, no calls), every register is evaluated symbolically over one iteration as an
+//! affine form of the register values at the header (`c0*r0 + ... + c10*r10 + k`, mod
+//! 2^64), or as unknown. A register whose value at every edge back to the header is its
+//! own header value plus one constant (the same on every back-edge) is an *induction
+//! variable* with that step (step 0: invariant); the rest are unknown at the header. An
+//! access whose address is an affine form of induction variables moves by a constant
+//! *stride* per iteration: its address in iteration `j` is `a0 + j * stride`, where `a0`
+//! is computed from the register values on entry.
+//!
+//! The translation (see `translate`) then emits, where the loop is entered, a guard that
+//! computes for each such access how many iterations keep it inside one mapped region,
+//! takes the minimum `n`, and runs the unchecked copy for at most `n` iterations (a
+//! counter on the back-edges), then the ordinary checked loop from wherever it got to.
+//! Both copies charge fuel and test the stop flag identically, and the unchecked copy
+//! runs only iterations whose accesses are proven in bounds, so value, trap and fuel are
+//! the interpreter's.
+
+use std::collections::{HashMap, HashSet};
+
+use csx_ebpf::isa::*;
+
+use crate::analysis::{flow, insn_len, Flow, FunctionPlan, IfConv};
+
+/// Most slots in a versioned loop (the symbolic pass keeps a state per slot).
+const BODY_MAX: usize = 256;
+
+/// Largest stride (bytes per iteration, either way) an unchecked access may have.
+const STRIDE_MAX: i64 = 1 << 24;
+
+/// A register's value as an affine form of the header's register values, mod 2^64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sym {
+    Unknown,
+    Affine { coef: [i64; 11], k: i64 },
+}
+
+impl Sym {
+    fn konst(k: i64) -> Sym {
+        Sym::Affine { coef: [0; 11], k }
+    }
+
+    fn reg(r: usize) -> Sym {
+        let mut coef = [0; 11];
+        coef[r] = 1;
+        Sym::Affine { coef, k: 0 }
+    }
+
+    fn add(self, other: Sym, sign: i64) -> Sym {
+        match (self, other) {
+            (Sym::Affine { coef: a, k: ka }, Sym::Affine { coef: b, k: kb }) => Sym::Affine {
+                coef: std::array::from_fn(|i| a[i].wrapping_add(b[i].wrapping_mul(sign))),
+                k: ka.wrapping_add(kb.wrapping_mul(sign)),
+            },
+            _ => Sym::Unknown,
+        }
+    }
+
+    fn scale(self, m: i64) -> Sym {
+        match self {
+            Sym::Affine { coef, k } => Sym::Affine {
+                coef: coef.map(|c| c.wrapping_mul(m)),
+                k: k.wrapping_mul(m),
+            },
+            Sym::Unknown => Sym::Unknown,
+        }
+    }
+
+    fn as_const(self) -> Option<i64> {
+        match self {
+            Sym::Affine { coef, k } if coef == [0; 11] => Some(k),
+            _ => None,
+        }
+    }
+}
+
+type State = [Sym; 11];
+
+/// One access the unchecked copy makes without a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LoopAccess {
+    pub pc: u32,
+    /// The address (offset included) as an affine form of the header's registers.
+    pub coef: [i64; 11],
+    pub k: i64,
+    /// Bytes the address moves per iteration.
+    pub stride: i64,
+    pub size: u8,
+    pub write: bool,
+    /// Addressed from r10 (coefficient 1 on r10): checked against the stack region.
+    pub stack: bool,
+}
+
+/// An innermost loop with at least one access that can go unchecked.
+#[derive(Clone, Debug)]
+pub(crate) struct VersionedLoop {
+    pub header: u32,
+    /// Every slot of the loop (the header included).
+    pub body: HashSet<u32>,
+    pub accesses: Vec<LoopAccess>,
+}
+
+/// The loops of `plan` worth versioning.
+pub(crate) fn plan_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<VersionedLoop> {
+    // Only functions with a backward jump can hold a loop.
+    let has_back = plan.pcs.iter().any(|&pc| {
+        let insn = &insns[pc as usize];
+        matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+            && insn.opc & 0xf0 != JMP_CALL
+            && insn.opc & 0xf0 != JMP_EXIT
+            && (if insn.class() == CLASS_JMP32 && insn.opc & 0xf0 == JMP_JA {
+                insn.imm < 0
+            } else {
+                insn.off < 0
+            })
+    });
+    if !has_back {
+        return Vec::new();
+    }
+    let tails = lddw_tails(insns);
+    let Some(graph) = Graph::new(insns, &tails, plan) else {
+        return Vec::new();
+    };
+    let idom = graph.dominators();
+    let mut by_header: HashMap<usize, Vec<usize>> = HashMap::new();
+    for u in 0..graph.n {
+        for &h in &graph.succ[u] {
+            if graph.dominates(&idom, h, u) {
+                by_header.entry(h).or_default().push(u);
+            }
+        }
+    }
+    let mut headers: Vec<_> = by_header.into_iter().collect();
+    headers.sort_unstable();
+    let bodies: Vec<Vec<bool>> = headers
+        .iter()
+        .map(|(h, latches)| natural_body(&graph, *h, latches))
+        .collect();
+    let mut loops = Vec::new();
+    for (i, (h, latches)) in headers.iter().enumerate() {
+        let nested = bodies
+            .iter()
+            .enumerate()
+            .any(|(j, body)| j != i && body[*h]);
+        if let Some(l) = version_loop(insns, plan, &graph, *h, latches, nested) {
+            loops.push(l);
+        }
+    }
+    loops
+}
+
+fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
+    let mut tails = HashSet::new();
+    let mut pc = 0;
+    while pc < insns.len() {
+        let len = insn_len(&insns[pc]) as usize;
+        if len == 2 {
+            tails.insert(pc as u32 + 1);
+        }
+        pc += len;
+    }
+    tails
+}
+
+/// The function's slots as a graph (indexes into `plan.pcs`).
+struct Graph {
+    n: usize,
+    pcs: Vec<u32>,
+    succ: Vec<Vec<usize>>,
+    pred: Vec<Vec<usize>>,
+    /// Slots holding a call (local or helper).
+    calls: Vec<bool>,
+    /// The node of the function's first slot.
+    start: usize,
+}
+
+impl Graph {
+    fn new(insns: &[Insn], tails: &HashSet<u32>, plan: &FunctionPlan) -> Option<Graph> {
+        let pcs = plan.pcs.clone();
+        let n = pcs.len();
+        let index: HashMap<u32, usize> = pcs.iter().enumerate().map(|(i, &p)| (p, i)).collect();
+        let mut succ = vec![Vec::new(); n];
+        let mut pred = vec![Vec::new(); n];
+        let mut calls = vec![false; n];
+        for (i, &pc) in pcs.iter().enumerate() {
+            let insn = &insns[pc as usize];
+            let next = pc + insn_len(insn);
+            let f = flow(insns, tails, pc).ok()?;
+            let targets: Vec<u32> = match f {
+                Flow::Next => {
+                    calls[i] = insn.class() == CLASS_JMP && insn.opc & 0xf0 == JMP_CALL;
+                    vec![next]
+                }
+                Flow::CallLocal(_) => {
+                    calls[i] = true;
+                    vec![next]
+                }
+                Flow::Jump(t) => vec![t],
+                Flow::Branch(t) => vec![t, next],
+                Flow::Exit => vec![],
+            };
+            for t in targets {
+                let j = *index.get(&t)?;
+                if !succ[i].contains(&j) {
+                    succ[i].push(j);
+                    pred[j].push(i);
+                }
+            }
+        }
+        let start = *index.get(&plan.start)?;
+        Some(Graph {
+            n,
+            start,
+            pcs,
+            succ,
+            pred,
+            calls,
+        })
+    }
+
+    /// Immediate dominators (Cooper, Harvey and Kennedy), by node; the start is its own.
+    fn dominators(&self) -> Vec<usize> {
+        // Reverse postorder from the function's start.
+        let start = self.start;
+        let mut order = Vec::with_capacity(self.n);
+        let mut seen = vec![false; self.n];
+        let mut stack = vec![(start, 0usize)];
+        seen[start] = true;
+        while let Some((u, i)) = stack.pop() {
+            if i < self.succ[u].len() {
+                stack.push((u, i + 1));
+                let v = self.succ[u][i];
+                if !seen[v] {
+                    seen[v] = true;
+                    stack.push((v, 0));
+                }
+            } else {
+                order.push(u);
+            }
+        }
+        order.reverse();
+        let mut rpo = vec![usize::MAX; self.n];
+        for (i, &u) in order.iter().enumerate() {
+            rpo[u] = i;
+        }
+        const NONE: usize = usize::MAX;
+        let mut idom = vec![NONE; self.n];
+        idom[start] = start;
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for &u in order.iter().skip(1) {
+                let mut new = NONE;
+                for &p in &self.pred[u] {
+                    if idom[p] == NONE {
+                        continue;
+                    }
+                    new = if new == NONE {
+                        p
+                    } else {
+                        let (mut a, mut b) = (p, new);
+                        while a != b {
+                            while rpo[a] > rpo[b] {
+                                a = idom[a];
+                            }
+                            while rpo[b] > rpo[a] {
+                                b = idom[b];
+                            }
+                        }
+                        a
+                    };
+                }
+                if new != idom[u] {
+                    idom[u] = new;
+                    changed = true;
+                }
+            }
+        }
+        idom
+    }
+
+    /// Whether `a` dominates `b`.
+    fn dominates(&self, idom: &[usize], a: usize, b: usize) -> bool {
+        let mut x = b;
+        loop {
+            if x == a {
+                return true;
+            }
+            let up = idom[x];
+            if up == usize::MAX || up == x {
+                return false;
+            }
+            x = up;
+        }
+    }
+}
+
+/// The natural loop of header `h` with back-edges from `latches`: the header and every
+/// node reaching a latch without passing it.
+fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
+    let mut in_body = vec![false; g.n];
+    in_body[h] = true;
+    let mut work: Vec<usize> = latches.to_vec();
+    while let Some(u) = work.pop() {
+        if in_body[u] {
+            continue;
+        }
+        in_body[u] = true;
+        work.extend(g.pred[u].iter().copied().filter(|&p| !in_body[p]));
+    }
+    in_body
+}
+
+/// The versioning plan for the natural loop of header `h` with back-edges from
+/// `latches`, if it is innermost, call-free, translated as whole blocks, and has an
+/// access that can go unchecked.
+///
+/// A loop inside another runs its guard at every entry, so it is versioned only when it
+/// looks long enough to repay it: a *counted* loop (every exit tests induction variables
+/// or constants, none tests loaded data) whose accesses all go unchecked. A search loop
+/// that usually stops at its first or second iteration (grep's pattern match, an
+/// insertion sort's shift) would pay the guard for nothing.
+fn version_loop(
+    insns: &[Insn],
+    plan: &FunctionPlan,
+    g: &Graph,
+    h: usize,
+    latches: &[usize],
+    nested: bool,
+) -> Option<VersionedLoop> {
+    let in_body = natural_body(g, h, latches);
+    if in_body.iter().filter(|&&b| b).count() > BODY_MAX {
+        return None;
+    }
+    let nodes: Vec<usize> = (0..g.n).filter(|&u| in_body[u]).collect();
+    if nodes.iter().any(|&u| g.calls[u]) {
+        return None;
+    }
+    let body: HashSet<u32> = nodes.iter().map(|&u| g.pcs[u]).collect();
+    // Translation covers whole shapes: an if-conversion or speculative region that
+    // starts in the loop must end in it.
+    for &pc in &body {
+        if let Some(shape) = plan.ifconv.get(&pc) {
+            let end = match *shape {
+                IfConv::Triangle { end } => end,
+                IfConv::Diamond { join, .. } => join,
+                IfConv::BackTriangle { head, .. } => head,
+            };
+            if !body.contains(&end) {
+                return None;
+            }
+        }
+        if let Some(&join) = plan.regions.get(&pc) {
+            if !body.contains(&join) {
+                return None;
+            }
+        }
+    }
+
+    // Topological order of the body without its back-edges; a cycle means an inner loop.
+    let mut indeg: HashMap<usize, usize> = HashMap::new();
+    for &u in &nodes {
+        for &v in &g.succ[u] {
+            if in_body[v] && v != h {
+                *indeg.entry(v).or_default() += 1;
+            }
+        }
+    }
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut ready = vec![h];
+    while let Some(u) = ready.pop() {
+        order.push(u);
+        for &v in &g.succ[u] {
+            if in_body[v] && v != h {
+                let d = indeg.get_mut(&v).expect("counted");
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(v);
+                }
+            }
+        }
+    }
+    if order.len() != nodes.len() {
+        return None;
+    }
+
+    // Induction variables: assume every register is one, evaluate, drop those whose
+    // back-edge value is not `header + step` (same step everywhere), until stable.
+    let mut good = [true; 11];
+    let (states, steps) = loop {
+        let mut header: State =
+            std::array::from_fn(|r| if good[r] { Sym::reg(r) } else { Sym::Unknown });
+        header[10] = Sym::reg(10);
+        let states = evaluate(insns, g, &in_body, h, &order, header);
+        let mut steps: [Option<i64>; 11] = [None; 11];
+        steps[10] = Some(0);
+        let mut changed = false;
+        for r in 0..10 {
+            if !good[r] {
+                continue;
+            }
+            let mut step: Option<i64> = None;
+            let mut ok = true;
+            for &u in latches {
+                let after = transfer(insns, g.pcs[u], &states[&u]);
+                match after[r].add(Sym::reg(r), -1).as_const() {
+                    Some(s) if step.is_none_or(|x| x == s) => step = Some(s),
+                    _ => ok = false,
+                }
+            }
+            if ok {
+                steps[r] = step;
+            } else {
+                good[r] = false;
+                changed = true;
+            }
+        }
+        if !changed {
+            break (states, steps);
+        }
+    };
+
+    // Accesses whose address is affine in induction variables.
+    let mut accesses = Vec::new();
+    for &u in &order {
+        let pc = g.pcs[u];
+        let insn = &insns[pc as usize];
+        let (base, write) = match (insn.class(), insn.opc & 0xe0) {
+            (CLASS_LDX, MODE_MEM | MODE_MEMSX) => (insn.src, false),
+            (CLASS_ST | CLASS_STX, MODE_MEM) => (insn.dst, true),
+            _ => continue,
+        };
+        let size = match insn.opc & 0x18 {
+            SIZE_B => 1,
+            SIZE_H => 2,
+            SIZE_W => 4,
+            _ => 8,
+        };
+        let Some(Sym::Affine { coef, k }) = states[&u].get(base as usize).copied() else {
+            continue;
+        };
+        let stack = match coef[10] {
+            0 => false,
+            1 => true,
+            _ => continue,
+        };
+        let mut stride: i64 = 0;
+        for r in 0..11 {
+            if coef[r] != 0 {
+                let step = steps[r].expect("only induction variables appear in a form");
+                stride = stride.wrapping_add(coef[r].wrapping_mul(step));
+            }
+        }
+        // r10 plus a constant: the frame check of `translate` covers it already.
+        if stack && coef[..10].iter().all(|&c| c == 0) {
+            continue;
+        }
+        if !(-STRIDE_MAX..=STRIDE_MAX).contains(&stride) {
+            continue;
+        }
+        accesses.push(LoopAccess {
+            pc,
+            coef,
+            k: k.wrapping_add(i64::from(insn.off)),
+            stride,
+            size,
+            write,
+            stack,
+        });
+    }
+    if accesses.is_empty() {
+        return None;
+    }
+    if nested {
+        let all_unchecked = order.iter().all(|&u| {
+            let pc = g.pcs[u];
+            let insn = &insns[pc as usize];
+            let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
+            !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &states[&u])
+        });
+        let counted = order.iter().all(|&u| {
+            let leaves = g.succ[u].iter().any(|&v| !in_body[v]);
+            !leaves || induction_test(&insns[g.pcs[u] as usize], &states[&u])
+        });
+        if !all_unchecked || !counted {
+            return None;
+        }
+    }
+    accesses.sort_unstable_by_key(|a| a.pc);
+    Some(VersionedLoop {
+        header: g.pcs[h],
+        body,
+        accesses,
+    })
+}
+
+/// Whether `insn` accesses memory at r10 plus a constant (checked, if at all, by the
+/// frame rule of `translate`, never by a region cache).
+fn frame_constant(insn: &Insn, s: &State) -> bool {
+    let base = if insn.class() == CLASS_LDX {
+        insn.src
+    } else {
+        insn.dst
+    };
+    let mut r10 = [0; 11];
+    r10[10] = 1;
+    matches!(s.get(base as usize), Some(Sym::Affine { coef, .. }) if *coef == r10)
+        && insn.opc & 0xe0 != MODE_ATOMIC
+}
+
+/// Whether `insn`, a loop exit, is a conditional jump comparing affine forms of
+/// induction variables (or constants), not loaded data.
+fn induction_test(insn: &Insn, s: &State) -> bool {
+    let op = insn.opc & 0xf0;
+    if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) || matches!(op, JMP_JA | JMP_EXIT) {
+        return false;
+    }
+    let affine = |r: u8| matches!(s.get(r as usize), Some(Sym::Affine { .. }));
+    affine(insn.dst) && (insn.opc & SRC_X == 0 || affine(insn.src))
+}
+
+/// The state at the entry of each body node, given the header's.
+fn evaluate(
+    insns: &[Insn],
+    g: &Graph,
+    in_body: &[bool],
+    h: usize,
+    order: &[usize],
+    header: State,
+) -> HashMap<usize, State> {
+    let mut states: HashMap<usize, State> = HashMap::from([(h, header)]);
+    for &u in order {
+        let after = transfer(insns, g.pcs[u], &states[&u]);
+        for &v in &g.succ[u] {
+            if !in_body[v] || v == h {
+                continue;
+            }
+            states
+                .entry(v)
+                .and_modify(|s| {
+                    for r in 0..11 {
+                        if s[r] != after[r] {
+                            s[r] = Sym::Unknown;
+                        }
+                    }
+                })
+                .or_insert(after);
+        }
+    }
+    states
+}
+
+/// The state after the instruction at `pc`.
+fn transfer(insns: &[Insn], pc: u32, s: &State) -> State {
+    let insn = &insns[pc as usize];
+    let mut out = *s;
+    let dst = insn.dst as usize;
+    match insn.class() {
+        CLASS_ALU64 if dst < 10 => {
+            let op = insn.opc & 0xf0;
+            let by_reg = insn.opc & SRC_X != 0;
+            let src = if by_reg {
+                s.get(insn.src as usize).copied().unwrap_or(Sym::Unknown)
+            } else {
+                Sym::konst(i64::from(insn.imm))
+            };
+            let d = s[dst];
+            out[dst] = match op {
+                ALU_MOV if insn.off == 0 => src,
+                ALU_ADD => d.add(src, 1),
+                ALU_SUB => d.add(src, -1),
+                ALU_MUL => match (d.as_const(), src.as_const()) {
+                    (_, Some(m)) => d.scale(m),
+                    (Some(m), _) => src.scale(m),
+                    _ => Sym::Unknown,
+                },
+                ALU_LSH if !by_reg => d.scale(1i64.wrapping_shl(insn.imm as u32 & 63)),
+                ALU_NEG if !by_reg => d.scale(-1),
+                _ => Sym::Unknown,
+            };
+        }
+        CLASS_ALU if dst < 10 => {
+            out[dst] = if insn.opc == (CLASS_ALU | ALU_MOV) && insn.off == 0 {
+                Sym::konst(i64::from(insn.imm as u32))
+            } else {
+                Sym::Unknown
+            };
+        }
+        CLASS_LD if dst < 10 => {
+            let high = insns.get(pc as usize + 1).map_or(0, |i| i.imm);
+            out[dst] =
+                Sym::konst((u64::from(insn.imm as u32) | u64::from(high as u32) << 32) as i64);
+        }
+        CLASS_LDX if dst < 10 => out[dst] = Sym::Unknown,
+        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
+            out[0] = Sym::Unknown;
+            if let Some(x) = out.get_mut(insn.src as usize) {
+                *x = Sym::Unknown;
+            }
+            out[10] = s[10];
+        }
+        _ => {}
+    }
+    out
+}

@@ -1,0 +1,978 @@
+//! One pass over the instruction slots, emitting x86-64 for each as it comes.
+//!
+//! # Registers
+//! eBPF registers live in fixed host registers for the whole run, the mapping Linux's
+//! x86-64 BPF JIT uses for r0-r9 (r0's rax and r3's rdx make division and `cmpxchg`
+//! line up with the hardware's fixed operands):
+//!
+//! ```text
+//!  r0 rax   r1 rdi   r2 rsi   r3 rdx   r4 rcx   r5 r8
+//!  r6 rbx   r7 r13   r8 r14   r9 r15
+//!  r10      rbp holds the *host* address r10 stands for
+//!  r12      the run's JitContext
+//!  r9 r10 r11  scratch
+//! ```
+//!
+//! Keeping r10 as a host address makes a stack access at r10 plus a constant inside
+//! the current 512-byte frame one `[rbp + off]` operand with no check (the stack region
+//! always holds `STACK_SIZE` bytes and the depth check keeps every frame inside it). When
+//! a program reads r10 as a value, its virtual address is rebuilt in r9 (base of the
+//! stack row subtracted, region index 1 set).
+//!
+//! # Memory
+//! Every other access checks the region table inline, exactly as
+//! `MemoryMap::translate`: index `addr >> 32` below `REGIONS_MAX`, then
+//! `(addr as u32) + size <= len` with the row's read or write length; a failure jumps to
+//! a per-site stub that records (pc, addr, size, write) and leaves. The precise kind
+//! (out of bounds or read-only) is worked out after the run by `runtime::decode_trap`,
+//! as for the Cranelift tier. Nothing is cached, so a helper remapping a region needs
+//! no special care.
+//!
+//! # Fuel, stop, traps
+//! While compiled code runs, the context's `fuel_used` holds what is *left* of the
+//! budget (one `sub` charges it and its borrow flag is the fuel check); the prologue and
+//! both epilogues convert. A charge is followed by a load of the stop flag, at the same
+//! points as the interpreter. Traps record code and pc in the context and go to one
+//! unwind path: at the entry frame (rsp equal to the one the prologue saved in the
+//! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
+//! caller with r11 = 1, and the caller (after restoring its registers) unwinds further.
+//!
+//! # Calls
+//! A local call pushes r6-r9 and rbp (five words, so with the return address the native
+//! stack stays 16-byte aligned), moves rbp one frame down and `call`s the target's code;
+//! the callee's `exit` returns with r11 = 0. `exit` at the entry frame leaves through the
+//! epilogue. Helpers go through the shared
+//! `runtime::helper_trampoline`, with r1-r5 saved around it (the engines leave them
+//! unchanged); atomics call `atomic_callout` with the checked host address.
+
+use csx_ebpf::engine::rules;
+use csx_ebpf::isa::*;
+use csx_ebpf::limits::{REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE};
+use csx_ebpf::memory::{RegionEntry, RegionIdx};
+
+use super::x64::*;
+use crate::runtime::{helper_trampoline, offsets, trap_code, TRAP_AUX_WRITE};
+
+/// Host register of eBPF r0-r9.
+const MAP: [Reg; 10] = [RAX, RDI, RSI, RDX, RCX, R8, RBX, R13, R14, R15];
+/// The run's context.
+const CTX: Reg = R12;
+/// Host address of eBPF r10.
+const FP: Reg = RBP;
+
+/// Where the entry frame's rsp is kept during a run: the context's r10 slot, which only
+/// the Cranelift tier's local calls use.
+const ENTRY_RSP: i32 = offsets::reg(10);
+
+/// Byte offset of the stack's row in the region table.
+const STACK_ROW: i32 = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
+// r10's virtual address is rebuilt by setting bit 32 over the stack offset.
+const _: () = assert!(RegionIdx::STACK.0 == 1);
+const _: () = assert!(REGIONS_MAX == 32);
+
+/// Why a program could not be translated (the verifier rules all of these out).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EmitError {
+    Unsupported { pc: u32, opcode: u8 },
+    BadTarget { pc: u32, target: i64 },
+}
+
+type EResult<T> = Result<T, EmitError>;
+
+/// An out-of-line path that records a trap and leaves.
+#[derive(Clone, Copy, Debug)]
+enum Stub {
+    /// A trap with no address: fuel, stop, call depth, helper.
+    Trap { code: i64, pc: u32 },
+    /// A failed bounds check of the access at `base + off`.
+    Memory {
+        pc: u32,
+        base: Reg,
+        off: i16,
+        aux: u64,
+    },
+}
+
+/// Where a 32-bit displacement must point.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Slot(u32),
+    Stub(usize),
+    Exit,
+    Unwind,
+}
+
+/// Machine code for a whole program; execution starts at offset 0.
+pub(crate) struct Emitted {
+    pub code: Vec<u8>,
+}
+
+/// Translates `insns` (a verified program starting at slot `entry`).
+pub(crate) fn emit_program(insns: &[Insn], entry: u32) -> EResult<Emitted> {
+    let mut e = Emitter {
+        a: Asm::with_capacity(insns.len() * 24 + 512),
+        insns,
+        slot_pos: vec![usize::MAX; insns.len()],
+        fixups: Vec::new(),
+        stubs: Vec::new(),
+    };
+    e.prologue(entry);
+    let mut pc = 0usize;
+    let mut falls_through = false;
+    while pc < insns.len() {
+        e.slot_pos[pc] = e.a.pos();
+        let insn = insns[pc];
+        let (next, falls) = e.insn(pc as u32, &insn)?;
+        falls_through = falls;
+        pc = next as usize;
+    }
+    if falls_through {
+        // The verifier rules out reaching the end; should it happen anyway the run ends
+        // as at an `exit` rather than running into the stubs.
+        e.jump(Target::Exit);
+    }
+    e.finish()
+}
+
+struct Emitter<'a> {
+    a: Asm,
+    insns: &'a [Insn],
+    /// Code offset of each slot (`usize::MAX` for an `lddw` tail).
+    slot_pos: Vec<usize>,
+    /// Displacements to patch: (field offset, target, pc of the jump).
+    fixups: Vec<(usize, Target, u32)>,
+    stubs: Vec<Stub>,
+}
+
+impl Emitter<'_> {
+    fn unsupported(&self, pc: u32) -> EmitError {
+        EmitError::Unsupported {
+            pc,
+            opcode: self.insns[pc as usize].opc,
+        }
+    }
+
+    // ---- plumbing ----------------------------------------------------------------------
+
+    fn jump(&mut self, t: Target) {
+        let at = self.a.jmp_rel32();
+        self.fixups.push((at, t, 0));
+    }
+
+    fn jcc(&mut self, cc: Cond, t: Target) {
+        let at = self.a.jcc_rel32(cc);
+        self.fixups.push((at, t, 0));
+    }
+
+    /// `jcc` to a new stub.
+    fn jcc_stub(&mut self, cc: Cond, stub: Stub) {
+        self.stubs.push(stub);
+        let n = self.stubs.len() - 1;
+        self.jcc(cc, Target::Stub(n));
+    }
+
+    /// A jump (or call) to slot `target` of the jump at `pc`.
+    fn fixup_slot(&mut self, at: usize, pc: u32, rel: i64) -> EResult<()> {
+        let target = i64::from(pc) + rel + 1;
+        match u32::try_from(target) {
+            Ok(t) if (t as usize) < self.insns.len() => {
+                self.fixups.push((at, Target::Slot(t), pc));
+                Ok(())
+            }
+            _ => Err(EmitError::BadTarget { pc, target }),
+        }
+    }
+
+    /// `dst = [ctx + off]`.
+    fn ctx_load(&mut self, dst: Reg, off: i32) {
+        self.a.mov_rm(dst, mem(CTX, off));
+    }
+
+    /// `dst` = host address of the stack region's first byte.
+    fn stack_base(&mut self, dst: Reg) {
+        self.ctx_load(dst, offsets::REGIONS);
+        self.a
+            .mov_rm(dst, mem(dst, STACK_ROW + RegionEntry::OFFSET_BASE));
+    }
+
+    /// r9 = the virtual address r10 holds (clobbers r11).
+    fn fp_value(&mut self) -> Reg {
+        self.a.mov_rr(true, R9, FP);
+        self.ctx_load(R11, offsets::REGIONS);
+        self.a.alu_rm(
+            Alu::Sub,
+            true,
+            R9,
+            mem(R11, STACK_ROW + RegionEntry::OFFSET_BASE),
+        );
+        self.a.bts(R9, 32);
+        R9
+    }
+
+    /// The host register holding eBPF register `r` for writing.
+    fn dst(&self, pc: u32, r: u8) -> EResult<Reg> {
+        MAP.get(usize::from(r))
+            .copied()
+            .ok_or_else(|| self.unsupported(pc))
+    }
+
+    /// The host register holding eBPF register `r`'s value (r10's in r9, clobbering
+    /// r11).
+    fn src(&mut self, pc: u32, r: u8) -> EResult<Reg> {
+        match r {
+            0..=9 => Ok(MAP[usize::from(r)]),
+            REG_FP => Ok(self.fp_value()),
+            _ => Err(self.unsupported(pc)),
+        }
+    }
+
+    /// Converts the context's fuel field between "used" and "left" (the same
+    /// subtraction both ways: `budget - x`). Clobbers r11.
+    fn flip_fuel(&mut self) {
+        self.ctx_load(R11, offsets::FUEL_BUDGET);
+        self.a
+            .alu_rm(Alu::Sub, true, R11, mem(CTX, offsets::FUEL_USED));
+        self.a.mov_mr(mem(CTX, offsets::FUEL_USED), R11);
+    }
+
+    /// Host registers callee-saved in the C ABI, in push order.
+    const SAVED: [Reg; 6] = [RBX, RBP, R12, R13, R14, R15];
+
+    fn prologue(&mut self, entry: u32) {
+        for r in Self::SAVED {
+            self.a.push(r);
+        }
+        // Six pushes and the return address leave rsp 8 below a 16-byte boundary.
+        self.a.alu_ri(Alu::Sub, true, RSP, 8);
+        self.a.mov_rr(true, CTX, RDI);
+        // The entry frame's rsp, which tells `exit` and the unwind path whether they
+        // are in the entry frame: `regs[10]` is not read again by anyone.
+        self.a.mov_mr(mem(CTX, ENTRY_RSP), RSP);
+        for (r, host) in MAP.iter().enumerate().skip(1).take(5) {
+            self.ctx_load(*host, offsets::reg(r));
+        }
+        for r in [0, 6, 7, 8, 9] {
+            self.a.alu_rr(Alu::Xor, false, MAP[r], MAP[r]);
+        }
+        self.stack_base(FP);
+        self.a.alu_ri(Alu::Add, true, FP, STACK_SIZE as i32);
+        self.flip_fuel();
+        let at = self.a.jmp_rel32();
+        self.fixups.push((at, Target::Slot(entry), entry));
+    }
+
+    /// Charges `cost` fuel at `pc`, then looks at the stop flag.
+    fn charge(&mut self, pc: u32, cost: u64) {
+        let cost = i32::try_from(cost).expect("jump costs are below the program length");
+        self.a
+            .alu_mi(Alu::Sub, true, mem(CTX, offsets::FUEL_USED), cost);
+        self.jcc_stub(
+            Cond::B,
+            Stub::Trap {
+                code: trap_code::FUEL,
+                pc,
+            },
+        );
+        self.ctx_load(R11, offsets::STOP);
+        self.a.alu_mi(Alu::Cmp, false, mem(R11, 0), 0);
+        self.jcc_stub(
+            Cond::Ne,
+            Stub::Trap {
+                code: trap_code::STOP,
+                pc,
+            },
+        );
+    }
+
+    // ---- instructions ------------------------------------------------------------------
+
+    /// Emits slot `pc`; returns the next slot and whether control may fall through.
+    fn insn(&mut self, pc: u32, insn: &Insn) -> EResult<(u32, bool)> {
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => self.alu(pc, insn)?,
+            CLASS_LD => {
+                if insn.opc != OP_LDDW {
+                    return Err(self.unsupported(pc));
+                }
+                let high = self
+                    .insns
+                    .get(pc as usize + 1)
+                    .ok_or_else(|| self.unsupported(pc))?
+                    .imm;
+                let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
+                let d = self.dst(pc, insn.dst)?;
+                self.a.mov_imm(d, value);
+                return Ok((pc + 2, true));
+            }
+            CLASS_LDX => self.load(pc, insn)?,
+            CLASS_ST | CLASS_STX => self.store(pc, insn)?,
+            _ => return self.jump_class(pc, insn),
+        }
+        Ok((pc + 1, true))
+    }
+
+    fn alu(&mut self, pc: u32, insn: &Insn) -> EResult<()> {
+        let wide = insn.class() == CLASS_ALU64;
+        let op = insn.opc & 0xf0;
+        let by_reg = insn.opc & SRC_X != 0;
+        let d = self.dst(pc, insn.dst)?;
+        let imm = insn.imm;
+        let simple = match op {
+            ALU_ADD => Some(Alu::Add),
+            ALU_SUB => Some(Alu::Sub),
+            ALU_OR => Some(Alu::Or),
+            ALU_AND => Some(Alu::And),
+            ALU_XOR => Some(Alu::Xor),
+            _ => None,
+        };
+        if let Some(alu) = simple {
+            if by_reg {
+                let s = self.src(pc, insn.src)?;
+                self.a.alu_rr(alu, wide, d, s);
+            } else {
+                self.a.alu_ri(alu, wide, d, imm);
+            }
+            return Ok(());
+        }
+        match op {
+            ALU_MUL if by_reg => {
+                let s = self.src(pc, insn.src)?;
+                self.a.imul_rr(wide, d, s);
+            }
+            ALU_MUL => self.a.imul_ri(wide, d, imm),
+            ALU_LSH | ALU_RSH | ALU_ARSH => {
+                let shift = match op {
+                    ALU_LSH => Shift::Shl,
+                    ALU_RSH => Shift::Shr,
+                    _ => Shift::Sar,
+                };
+                if by_reg {
+                    let s = self.src(pc, insn.src)?;
+                    self.shift_by_reg(shift, wide, d, s);
+                } else {
+                    // The count is masked to the operand width (RFC 9669 §4.1).
+                    let count = (imm as u32 & if wide { 63 } else { 31 }) as u8;
+                    if count != 0 {
+                        self.a.shift_ri(shift, wide, d, count);
+                    } else if !wide {
+                        self.a.mov_rr(false, d, d);
+                    }
+                }
+            }
+            ALU_NEG if !by_reg => self.a.unary(Unary::Neg, wide, d),
+            ALU_DIV | ALU_MOD => {
+                self.divide(pc, insn, wide, op == ALU_DIV, insn.off == 1, d)?;
+            }
+            ALU_MOV if !by_reg => {
+                let v = if wide {
+                    i64::from(imm) as u64
+                } else {
+                    u64::from(imm as u32)
+                };
+                self.a.mov_imm(d, v);
+            }
+            // `movsx` for offsets 8/16/32 (8/16 in ALU32); any other offset is a plain
+            // `mov`, as the interpreter decodes it. `mov32` zero-extends.
+            ALU_MOV => {
+                let s = self.src(pc, insn.src)?;
+                match (wide, insn.off) {
+                    (true, 8 | 16 | 32) => self.a.movsx_rr(insn.off as u8, true, d, s),
+                    (false, 8 | 16) => self.a.movsx_rr(insn.off as u8, false, d, s),
+                    _ => self.a.mov_rr(wide, d, s),
+                }
+            }
+            ALU_END => self.byte_swap(pc, insn, wide, by_reg, d)?,
+            _ => return Err(self.unsupported(pc)),
+        }
+        Ok(())
+    }
+
+    /// `d op= s` with the count in cl: rcx (r4) is saved in r11 around it.
+    fn shift_by_reg(&mut self, shift: Shift, wide: Wide, d: Reg, s: Reg) {
+        let t = if d == RCX { R11 } else { d };
+        self.a.mov_rr(true, R11, RCX);
+        if s != RCX {
+            self.a.mov_rr(true, RCX, s);
+        }
+        self.a.shift_cl(shift, wide, t);
+        if !wide {
+            // A 32-bit shift by 0 leaves the upper half alone on some CPUs: clear it.
+            self.a.mov_rr(false, t, t);
+        }
+        self.a.mov_rr(true, RCX, R11);
+    }
+
+    /// `div`/`mod` (`signed`: `sdiv`/`smod`). By zero the quotient is 0 and the
+    /// remainder the dividend; by -1 signed, the quotient is the negation and the
+    /// remainder 0 (the hardware would fault on `MIN / -1`). 32-bit results, the
+    /// unchanged dividend included, are zero-extended.
+    fn divide(
+        &mut self,
+        pc: u32,
+        insn: &Insn,
+        wide: Wide,
+        div: bool,
+        signed: bool,
+        d: Reg,
+    ) -> EResult<()> {
+        let by_reg = insn.opc & SRC_X != 0;
+        if by_reg {
+            let s = self.src(pc, insn.src)?;
+            self.a.mov_rr(true, R11, s);
+        } else {
+            let k = if wide {
+                i64::from(insn.imm) as u64
+            } else {
+                u64::from(insn.imm as u32)
+            };
+            if k == 0 {
+                self.divide_by_zero(wide, div, d);
+                return Ok(());
+            }
+            if signed && insn.imm == -1 {
+                self.divide_by_minus_one(wide, div, d);
+                return Ok(());
+            }
+            self.a.mov_imm(R11, k);
+        }
+        let mut special = Vec::new();
+        if by_reg {
+            self.a.test_rr(wide, R11, R11);
+            special.push((self.a.jcc_rel32(Cond::E), false));
+            if signed {
+                self.a.alu_ri(Alu::Cmp, wide, R11, -1);
+                special.push((self.a.jcc_rel32(Cond::E), true));
+            }
+        }
+        self.a.mov_rr(true, R10, RAX);
+        self.a.mov_rr(true, R9, RDX);
+        if d != RAX {
+            self.a.mov_rr(true, RAX, d);
+        }
+        if signed {
+            self.a.sign_extend_rax(wide);
+        } else {
+            self.a.alu_rr(Alu::Xor, false, RDX, RDX);
+        }
+        let op = if signed { Unary::Idiv } else { Unary::Div };
+        self.a.unary(op, wide, R11);
+        self.a.mov_rr(true, R11, if div { RAX } else { RDX });
+        self.a.mov_rr(true, RAX, R10);
+        self.a.mov_rr(true, RDX, R9);
+        self.a.mov_rr(true, d, R11);
+        if special.is_empty() {
+            return Ok(());
+        }
+        let mut done = vec![self.a.jmp_rel32()];
+        for (at, minus_one) in special {
+            self.a.bind_here(at);
+            if minus_one {
+                self.divide_by_minus_one(wide, div, d);
+            } else {
+                self.divide_by_zero(wide, div, d);
+            }
+            done.push(self.a.jmp_rel32());
+        }
+        for at in done {
+            self.a.bind_here(at);
+        }
+        Ok(())
+    }
+
+    fn divide_by_zero(&mut self, wide: Wide, div: bool, d: Reg) {
+        if div {
+            self.a.alu_rr(Alu::Xor, false, d, d);
+        } else if !wide {
+            self.a.mov_rr(false, d, d);
+        }
+    }
+
+    fn divide_by_minus_one(&mut self, wide: Wide, div: bool, d: Reg) {
+        if div {
+            self.a.unary(Unary::Neg, wide, d);
+        } else {
+            self.a.alu_rr(Alu::Xor, false, d, d);
+        }
+    }
+
+    /// `le`/`be` (class ALU) and `bswap` (class ALU64), RFC 9669 §4.2, decoded as the
+    /// interpreter does: `le` truncates on this little-endian VM, the others swap.
+    fn byte_swap(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool, d: Reg) -> EResult<()> {
+        if wide && by_reg {
+            return Err(self.unsupported(pc));
+        }
+        match (insn.imm, wide || by_reg) {
+            (16, false) => self.a.movzx_rr(16, d, d),
+            (32, false) => self.a.mov_rr(false, d, d),
+            (_, false) => {}
+            (16, true) => {
+                self.a.ror16_8(d);
+                self.a.movzx_rr(16, d, d);
+            }
+            (32, true) => self.a.bswap(false, d),
+            (_, true) => self.a.bswap(true, d),
+        }
+        Ok(())
+    }
+
+    fn access_size(&self, pc: u32, insn: &Insn) -> EResult<u8> {
+        Ok(match insn.opc & 0x18 {
+            SIZE_B => 1,
+            SIZE_H => 2,
+            SIZE_W => 4,
+            SIZE_DW => 8,
+            _ => return Err(self.unsupported(pc)),
+        })
+    }
+
+    /// The operand for an access of `size` bytes at eBPF register `base` plus `off`,
+    /// checked (see the module doc). A checked operand is `[r11 - size]`.
+    fn access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> EResult<Mem> {
+        let frame = -(STACK_FRAME_SIZE as i32);
+        let end = i32::from(off) + i32::from(size);
+        if base == REG_FP && i32::from(off) >= frame && end <= 0 {
+            return Ok(mem(FP, i32::from(off)));
+        }
+        let b = self.src(pc, base)?;
+        let a = &mut self.a;
+        a.lea(R11, mem(b, i32::from(off)));
+        a.mov_rr(true, R10, R11);
+        a.shift_ri(Shift::Shr, true, R10, 32);
+        a.alu_ri(Alu::Cmp, true, R10, REGIONS_MAX as i32);
+        let stub = Stub::Memory {
+            pc,
+            base: b,
+            off,
+            aux: u64::from(size) | if write { TRAP_AUX_WRITE as u64 } else { 0 },
+        };
+        self.jcc_stub(Cond::Ae, stub);
+        let a = &mut self.a;
+        a.shift_ri(Shift::Shl, false, R10, RegionEntry::SIZE_SHIFT as u8);
+        a.alu_rm(Alu::Add, true, R10, mem(CTX, offsets::REGIONS));
+        a.mov_rr(false, R11, R11);
+        a.alu_ri(Alu::Add, true, R11, i32::from(size));
+        let len = if write {
+            RegionEntry::OFFSET_WRITE_LEN
+        } else {
+            RegionEntry::OFFSET_READ_LEN
+        };
+        a.alu_rm(Alu::Cmp, true, R11, mem(R10, len));
+        self.stubs.push(stub);
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::A, Target::Stub(n));
+        self.a
+            .alu_rm(Alu::Add, true, R11, mem(R10, RegionEntry::OFFSET_BASE));
+        Ok(mem(R11, -i32::from(size)))
+    }
+
+    /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).
+    fn load(&mut self, pc: u32, insn: &Insn) -> EResult<()> {
+        let size = self.access_size(pc, insn)?;
+        let kind = match (insn.opc & 0xe0, size) {
+            (MODE_MEM, 1) => Load::U8,
+            (MODE_MEM, 2) => Load::U16,
+            (MODE_MEM, 4) => Load::U32,
+            (MODE_MEM, _) => Load::U64,
+            (MODE_MEMSX, 1) => Load::S8,
+            (MODE_MEMSX, 2) => Load::S16,
+            (MODE_MEMSX, 4) => Load::S32,
+            _ => return Err(self.unsupported(pc)),
+        };
+        let d = self.dst(pc, insn.dst)?;
+        let m = self.access(pc, insn.src, insn.off, size, false)?;
+        self.a.load(kind, d, m);
+        Ok(())
+    }
+
+    /// `st` (immediate), `stx` (register) and the atomics (RFC 9669 §5.3).
+    fn store(&mut self, pc: u32, insn: &Insn) -> EResult<()> {
+        let size = self.access_size(pc, insn)?;
+        match (insn.class(), insn.opc & 0xe0) {
+            (CLASS_ST, MODE_MEM) => {
+                let m = self.access(pc, insn.dst, insn.off, size, true)?;
+                self.a.store_imm(size, m, insn.imm);
+            }
+            (CLASS_STX, MODE_MEM) => {
+                // The value first: rebuilding r10 into r9 clobbers r11.
+                let v = self.src(pc, insn.src)?;
+                let m = self.access(pc, insn.dst, insn.off, size, true)?;
+                self.a.store(size, m, v);
+            }
+            (CLASS_STX, MODE_ATOMIC) if size >= 4 => self.atomic(pc, insn, size)?,
+            _ => return Err(self.unsupported(pc)),
+        }
+        Ok(())
+    }
+
+    /// An atomic read-modify-write: checked like a store, then performed by
+    /// [`atomic_callout`] (atomics are rare; the callout matches the interpreter's
+    /// aligned-atomic / unaligned-plain rule by construction).
+    fn atomic(&mut self, pc: u32, insn: &Insn, size: u8) -> EResult<()> {
+        let op = insn.imm;
+        let base = op & !ATOMIC_FETCH;
+        let valid = matches!(base, ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR)
+            || op == ATOMIC_XCHG
+            || op == ATOMIC_CMPXCHG;
+        let fetches = op & ATOMIC_FETCH != 0;
+        // The fetched value goes to `src`, except `cmpxchg`'s, which goes to r0.
+        if !valid || (fetches && op != ATOMIC_CMPXCHG && insn.src > 9) {
+            return Err(self.unsupported(pc));
+        }
+        let v = self.src(pc, insn.src)?;
+        let m = self.access(pc, insn.dst, insn.off, size, true)?;
+        let a = &mut self.a;
+        a.lea(R11, m);
+        a.mov_rr(true, R10, v);
+        const CALLER_SAVED: [Reg; 6] = [RAX, RDI, RSI, RDX, RCX, R8];
+        for r in CALLER_SAVED {
+            a.push(r);
+        }
+        // Six pushes keep rsp 16-byte aligned (see `prologue`).
+        a.mov_rr(true, RCX, RAX);
+        a.mov_rr(true, RDX, R10);
+        a.mov_imm(RSI, u64::from(op as u32) | (u64::from(size) << 32));
+        a.mov_rr(true, RDI, R11);
+        a.mov_imm(RAX, atomic_callout as *const () as usize as u64);
+        a.call_r(RAX);
+        a.mov_rr(true, R11, RAX);
+        for r in CALLER_SAVED.iter().rev() {
+            a.pop(*r);
+        }
+        if op == ATOMIC_CMPXCHG {
+            a.mov_rr(true, RAX, R11);
+        } else if fetches {
+            a.mov_rr(true, MAP[usize::from(insn.src)], R11);
+        }
+        Ok(())
+    }
+
+    /// JMP and JMP32 (RFC 9669 §4.3).
+    fn jump_class(&mut self, pc: u32, insn: &Insn) -> EResult<(u32, bool)> {
+        let wide = insn.class() == CLASS_JMP;
+        let by_reg = insn.opc & SRC_X != 0;
+        let op = insn.opc & 0xf0;
+        let next = pc + 1;
+        match op {
+            JMP_JA if !by_reg => {
+                let rel = if wide { insn.off.into() } else { insn.imm };
+                let target = self.check_target(pc, i64::from(rel))?;
+                let cost = rules::jump_cost(pc, target);
+                if cost > 0 {
+                    self.charge(pc, cost);
+                }
+                let at = self.a.jmp_rel32();
+                self.fixup_slot(at, pc, i64::from(rel))?;
+                Ok((next, false))
+            }
+            JMP_EXIT if wide && !by_reg => {
+                self.jump(Target::Exit);
+                Ok((next, false))
+            }
+            JMP_CALL if wide && !by_reg && insn.src == CALL_SRC_LOCAL => {
+                self.local_call(pc, i64::from(insn.imm))?;
+                Ok((next, true))
+            }
+            JMP_CALL if wide => {
+                self.helper_call(pc, insn, by_reg)?;
+                Ok((next, true))
+            }
+            _ => {
+                self.conditional(pc, insn, wide, by_reg)?;
+                Ok((next, true))
+            }
+        }
+    }
+
+    fn check_target(&self, pc: u32, rel: i64) -> EResult<u32> {
+        let target = i64::from(pc) + rel + 1;
+        match u32::try_from(target) {
+            Ok(t) if (t as usize) < self.insns.len() => Ok(t),
+            _ => Err(EmitError::BadTarget { pc, target }),
+        }
+    }
+
+    fn conditional(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool) -> EResult<()> {
+        let cc = match insn.opc & 0xf0 {
+            JMP_JEQ => Cond::E,
+            JMP_JNE | JMP_JSET => Cond::Ne,
+            JMP_JGT => Cond::A,
+            JMP_JGE => Cond::Ae,
+            JMP_JLT => Cond::B,
+            JMP_JLE => Cond::Be,
+            JMP_JSGT => Cond::G,
+            JMP_JSGE => Cond::Ge,
+            JMP_JSLT => Cond::L,
+            JMP_JSLE => Cond::Le,
+            _ => return Err(self.unsupported(pc)),
+        };
+        let target = self.check_target(pc, insn.off.into())?;
+        let a = self.src(pc, insn.dst)?;
+        let test = insn.opc & 0xf0 == JMP_JSET;
+        if by_reg {
+            let b = self.src(pc, insn.src)?;
+            if test {
+                self.a.test_rr(wide, a, b);
+            } else {
+                self.a.alu_rr(Alu::Cmp, wide, a, b);
+            }
+        } else if test {
+            self.a.test_ri(wide, a, insn.imm);
+        } else {
+            self.a.alu_ri(Alu::Cmp, wide, a, insn.imm);
+        }
+        let cost = rules::jump_cost(pc, target);
+        if cost == 0 {
+            let at = self.a.jcc_rel32(cc);
+            return self.fixup_slot(at, pc, insn.off.into());
+        }
+        // A taken backward jump charges fuel first.
+        let skip = self.a.jcc_rel32(cc.invert());
+        self.charge(pc, cost);
+        let at = self.a.jmp_rel32();
+        self.fixup_slot(at, pc, insn.off.into())?;
+        self.a.bind_here(skip);
+        Ok(())
+    }
+
+    /// A bpf-to-bpf call (see "Calls" in the module doc).
+    fn local_call(&mut self, pc: u32, rel: i64) -> EResult<()> {
+        self.check_target(pc, rel)?;
+        self.charge(pc, rules::CALL_COST);
+        // The deepest permitted frame has r10 one frame above the stack's base.
+        self.stack_base(R11);
+        self.a.alu_ri(Alu::Add, true, R11, STACK_FRAME_SIZE as i32);
+        self.a.alu_rr(Alu::Cmp, true, FP, R11);
+        self.jcc_stub(
+            Cond::Be,
+            Stub::Trap {
+                code: trap_code::CALL_DEPTH,
+                pc,
+            },
+        );
+        const FRAME: [Reg; 5] = [RBX, R13, R14, R15, FP];
+        for r in FRAME {
+            self.a.push(r);
+        }
+        self.a.alu_ri(Alu::Sub, true, FP, STACK_FRAME_SIZE as i32);
+        let at = self.a.call_rel32();
+        self.fixup_slot(at, pc, rel)?;
+        for r in FRAME.iter().rev() {
+            self.a.pop(*r);
+        }
+        self.a.test_rr(false, R11, R11);
+        self.jcc(Cond::Ne, Target::Unwind);
+        Ok(())
+    }
+
+    /// `call imm` (helper) or `callx dst`, through `runtime::helper_trampoline`.
+    fn helper_call(&mut self, pc: u32, insn: &Insn, by_reg: bool) -> EResult<()> {
+        // The id the interpreter passes: the immediate as an unsigned 32-bit value, or
+        // the whole register.
+        let id_reg = if by_reg {
+            Some(self.src(pc, insn.dst)?)
+        } else {
+            None
+        };
+        self.charge(pc, rules::CALL_COST);
+        match id_reg {
+            Some(r) => self.a.mov_rr(true, R11, r),
+            None => self.a.mov_imm(R11, u64::from(insn.imm as u32)),
+        }
+        let a = &mut self.a;
+        // Six words: the seventh argument at [rsp], r1-r5 saved above it; rsp stays
+        // 16-byte aligned.
+        a.alu_ri(Alu::Sub, true, RSP, 48);
+        for (r, host) in MAP.iter().enumerate().skip(1).take(5) {
+            a.mov_mr(mem(RSP, 8 * r as i32), *host);
+        }
+        // trampoline(ctx, id, r1, r2, r3, r4, r5): rdi, rsi, rdx, rcx, r8, r9, [rsp].
+        a.mov_mr(mem(RSP, 0), R8);
+        a.mov_rr(true, R9, RCX);
+        a.mov_rr(true, R8, RDX);
+        a.mov_rr(true, RCX, RSI);
+        a.mov_rr(true, RDX, RDI);
+        a.mov_rr(true, RSI, R11);
+        a.mov_rr(true, RDI, CTX);
+        a.mov_imm(RAX, helper_trampoline as *const () as usize as u64);
+        a.call_r(RAX);
+        for (r, host) in MAP.iter().enumerate().skip(1).take(5) {
+            a.mov_rm(*host, mem(RSP, 8 * r as i32));
+        }
+        a.alu_ri(Alu::Add, true, RSP, 48);
+        a.alu_mi(Alu::Cmp, true, mem(CTX, offsets::HELPER_TRAPPED), 0);
+        self.jcc_stub(
+            Cond::Ne,
+            Stub::Trap {
+                code: trap_code::HELPER,
+                pc,
+            },
+        );
+        Ok(())
+    }
+
+    // ---- the shared tail -----------------------------------------------------------------
+
+    /// Emits the stubs and shared exits, then patches every displacement.
+    fn finish(mut self) -> EResult<Emitted> {
+        let mut stub_pos = Vec::with_capacity(self.stubs.len());
+        let mut to_mem_trap = Vec::new();
+        let mut to_set_trap = Vec::new();
+        for stub in std::mem::take(&mut self.stubs) {
+            stub_pos.push(self.a.pos());
+            match stub {
+                Stub::Trap { code, pc } => {
+                    self.a.mov_imm(R10, u64::from(pc));
+                    self.a.mov_imm(R9, code as u64);
+                    to_set_trap.push(self.a.jmp_rel32());
+                }
+                Stub::Memory { pc, base, off, aux } => {
+                    self.a.lea(R11, mem(base, i32::from(off)));
+                    self.a.mov_imm(R10, u64::from(pc));
+                    self.a.mov_imm(R9, aux);
+                    to_mem_trap.push(self.a.jmp_rel32());
+                }
+            }
+        }
+        let a = &mut self.a;
+        // Memory traps: r11 = address, r9 = size and write flag, r10 = pc.
+        for at in to_mem_trap {
+            a.bind_here(at);
+        }
+        a.mov_mr(mem(CTX, offsets::TRAP_ADDR), R11);
+        a.mov_mr(mem(CTX, offsets::TRAP_AUX), R9);
+        a.mov_imm(R9, trap_code::MEMORY as u64);
+        // Other traps: r9 = code, r10 = pc.
+        for at in to_set_trap {
+            a.bind_here(at);
+        }
+        a.mov_mr(mem(CTX, offsets::TRAP_CODE), R9);
+        a.mov_mr(mem(CTX, offsets::TRAP_PC), R10);
+        let unwind = a.pos();
+        self.at_entry_frame();
+        let to_trap_epilogue = self.a.jcc_rel32(Cond::E);
+        self.a.mov_imm(R11, 1);
+        self.a.ret();
+        let exit = self.a.pos();
+        self.at_entry_frame();
+        let to_ok_epilogue = self.a.jcc_rel32(Cond::E);
+        self.a.alu_rr(Alu::Xor, false, R11, R11);
+        self.a.ret();
+
+        self.a.bind_here(to_ok_epilogue);
+        self.a.mov_mr(mem(CTX, offsets::reg(0)), RAX);
+        self.flip_fuel();
+        self.a.alu_rr(Alu::Xor, false, RAX, RAX);
+        let to_restore = self.a.jmp_rel32();
+        self.a.bind_here(to_trap_epilogue);
+        self.flip_fuel();
+        self.a.mov_imm(RAX, crate::runtime::STATUS_TRAP);
+        self.a.bind_here(to_restore);
+        self.a.alu_ri(Alu::Add, true, RSP, 8);
+        for r in Self::SAVED.iter().rev() {
+            self.a.pop(*r);
+        }
+        self.a.ret();
+
+        for (at, target, pc) in std::mem::take(&mut self.fixups) {
+            let dest = match target {
+                Target::Slot(t) => match self.slot_pos[t as usize] {
+                    usize::MAX => {
+                        return Err(EmitError::BadTarget {
+                            pc,
+                            target: i64::from(t),
+                        })
+                    }
+                    p => p,
+                },
+                Target::Stub(n) => stub_pos[n],
+                Target::Exit => exit,
+                Target::Unwind => unwind,
+            };
+            self.a.patch_rel32(at, dest);
+        }
+        Ok(Emitted { code: self.a.buf })
+    }
+
+    /// Compares rsp with the entry frame's: equal in the entry frame. (Not rbp against
+    /// the stack row: a helper that remapped the stack leaves the row changed while the
+    /// run unwinds from its trap.)
+    fn at_entry_frame(&mut self) {
+        self.a.alu_rm(Alu::Cmp, true, RSP, mem(CTX, ENTRY_RSP));
+    }
+}
+
+/// The atomic read-modify-write of an `atomic` instruction, called by compiled code with
+/// the host address the bounds check produced. `op_size` is the instruction's `imm` in
+/// its low 32 bits and the access size (4 or 8) above. Returns the old value,
+/// zero-extended.
+///
+/// An aligned address uses a host atomic (sequentially consistent, as the interpreter);
+/// an unaligned one (allowed by eBPF, never emitted by compilers) a plain
+/// read-modify-write, as the interpreter does.
+extern "C" fn atomic_callout(ptr: *mut u8, op_size: u64, value: u64, expected: u64) -> u64 {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+    let op = op_size as u32 as i32;
+    let size = op_size >> 32;
+    let new = |old: u64, value: u64, expected: u64| match op & !ATOMIC_FETCH {
+        ATOMIC_ADD => old.wrapping_add(value),
+        ATOMIC_OR => old | value,
+        ATOMIC_AND => old & value,
+        ATOMIC_XOR => old ^ value,
+        _ if op == ATOMIC_XCHG => value,
+        _ if old == expected => value,
+        _ => old,
+    };
+    if size == 8 {
+        if !ptr.cast::<u64>().is_aligned() {
+            // SAFETY: compiled code passes an address its bounds check proved writable
+            // (hence readable) for 8 bytes in a region mapped for this run; unaligned
+            // accesses, as eBPF allows.
+            unsafe {
+                let old = ptr.cast::<u64>().read_unaligned();
+                ptr.cast::<u64>().write_unaligned(new(old, value, expected));
+                return old;
+            }
+        }
+        // SAFETY: as above, and aligned for `AtomicU64` (checked); concurrent accessors
+        // of shared regions use atomics or accept the race (`MemoryMap::map_raw`).
+        let a = unsafe { AtomicU64::from_ptr(ptr.cast::<u64>()) };
+        match op {
+            ATOMIC_XCHG => a.swap(value, SeqCst),
+            ATOMIC_CMPXCHG => match a.compare_exchange(expected, value, SeqCst, SeqCst) {
+                Ok(old) | Err(old) => old,
+            },
+            _ => match op & !ATOMIC_FETCH {
+                ATOMIC_ADD => a.fetch_add(value, SeqCst),
+                ATOMIC_OR => a.fetch_or(value, SeqCst),
+                ATOMIC_AND => a.fetch_and(value, SeqCst),
+                _ => a.fetch_xor(value, SeqCst),
+            },
+        }
+    } else {
+        let (value, expected) = (value as u32, expected as u32);
+        if !ptr.cast::<u32>().is_aligned() {
+            // SAFETY: as for the 8-byte case, for 4 bytes.
+            unsafe {
+                let old = ptr.cast::<u32>().read_unaligned();
+                let v = new(old.into(), value.into(), expected.into());
+                ptr.cast::<u32>().write_unaligned(v as u32);
+                return old.into();
+            }
+        }
+        // SAFETY: as for the 8-byte case, with `AtomicU32`'s alignment checked.
+        let a = unsafe { AtomicU32::from_ptr(ptr.cast::<u32>()) };
+        let old = match op {
+            ATOMIC_XCHG => a.swap(value, SeqCst),
+            ATOMIC_CMPXCHG => match a.compare_exchange(expected, value, SeqCst, SeqCst) {
+                Ok(old) | Err(old) => old,
+            },
+            _ => match op & !ATOMIC_FETCH {
+                ATOMIC_ADD => a.fetch_add(value, SeqCst),
+                ATOMIC_OR => a.fetch_or(value, SeqCst),
+                ATOMIC_AND => a.fetch_and(value, SeqCst),
+                _ => a.fetch_xor(value, SeqCst),
+            },
+        };
+        old.into()
+    }
+}

@@ -1,0 +1,297 @@
+//! The quick tier against the interpreter on what is particular to it: every ALU and
+//! jump form on every register pair (fixed host registers mean rax, rdx and rcx, which
+//! division and shifts use implicitly, must come out right as operands of every kind),
+//! r10 read as a value, stack accesses outside the current frame, and a program of the
+//! size the compile-time goal is about. The shared JIT tests (`crate::tests`) run the
+//! quick tier too, three ways; so do the conformance suite, the vectors and the
+//! differential fuzzer (csx-testkit).
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use csx_ebpf::asm::assemble;
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::helper::{ConformanceHost, FunctionTable};
+use csx_ebpf::interp::Interpreter;
+use csx_ebpf::isa::*;
+use csx_ebpf::memory::{MemoryMap, RegionIdx};
+use csx_ebpf::program::{Program, VerifiedProgram};
+use csx_ebpf::verifier::verify;
+
+use super::QuickProgram;
+
+fn verified(insns: Vec<Insn>) -> Option<Arc<VerifiedProgram>> {
+    let p = Program::from_insns("quick-test", insns);
+    verify(p, Arc::new(FunctionTable::conformance()))
+        .ok()
+        .map(Arc::new)
+}
+
+fn run(engine: &dyn Engine) -> (RunOutcome, Vec<u8>) {
+    let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
+    let mut map = MemoryMap::new();
+    let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+    let opts = RunOptions {
+        fuel: 100_000,
+        ..RunOptions::default()
+    };
+    let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
+    (out, rw)
+}
+
+/// Runs `p` on the interpreter and the quick tier; returns the quick outcome after
+/// asserting they agree.
+fn agree(p: &Arc<VerifiedProgram>) -> RunOutcome {
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let want = run(&Interpreter::new(p.clone()));
+    let got = run(&quick);
+    assert_eq!(got, want, "quick vs interpreter");
+    got.0
+}
+
+fn check_src(src: &str) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = Program::from_insns("quick-test", insns);
+    let p = verify(p, Arc::new(FunctionTable::conformance())).unwrap_or_else(|e| panic!("{e}"));
+    agree(&Arc::new(p))
+}
+
+fn lddw(dst: u8, v: u64) -> [Insn; 2] {
+    [
+        Insn::new(OP_LDDW, dst, 0, 0, v as u32 as i32),
+        Insn::new(0, 0, 0, 0, (v >> 32) as u32 as i32),
+    ]
+}
+
+/// Sets r0-r9 to `values`, runs `body`, then folds every register into r0 (through
+/// the stack), so a clobbered bystander shows as a different result.
+fn all_registers(values: &[u64; 10], body: &[Insn]) -> Vec<Insn> {
+    let mut insns = Vec::new();
+    for (r, v) in values.iter().enumerate() {
+        insns.extend(lddw(r as u8, *v));
+    }
+    insns.extend_from_slice(body);
+    for r in 0..10u8 {
+        insns.push(Insn::new(
+            CLASS_STX | MODE_MEM | SIZE_DW,
+            REG_FP,
+            r,
+            -8 * (i16::from(r) + 1),
+            0,
+        ));
+    }
+    insns.push(Insn::new(CLASS_ALU64 | ALU_MOV, 0, 0, 0, 0));
+    insns.extend(lddw(2, 0x9e37_79b9_7f4a_7c15));
+    for r in 0..10i16 {
+        insns.push(Insn::new(
+            CLASS_LDX | MODE_MEM | SIZE_DW,
+            1,
+            REG_FP,
+            -8 * (r + 1),
+            0,
+        ));
+        insns.push(Insn::new(CLASS_ALU64 | ALU_MUL | SRC_X, 0, 2, 0, 0));
+        insns.push(Insn::new(CLASS_ALU64 | ALU_XOR | SRC_X, 0, 1, 0, 0));
+    }
+    insns.push(Insn::new(OP_EXIT, 0, 0, 0, 0));
+    insns
+}
+
+fn value() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        any::<u64>(),
+        Just(0),
+        Just(1),
+        Just(u64::MAX),
+        Just(1 << 63),
+        Just(0xffff_ffff),
+        Just(0x8000_0000),
+        (0u64..70),
+    ]
+}
+
+const ALU_OPS: [u8; 13] = [
+    ALU_ADD, ALU_SUB, ALU_MUL, ALU_DIV, ALU_OR, ALU_AND, ALU_LSH, ALU_RSH, ALU_NEG, ALU_MOD,
+    ALU_XOR, ALU_MOV, ALU_ARSH,
+];
+
+const JMP_OPS: [u8; 11] = [
+    JMP_JEQ, JMP_JGT, JMP_JGE, JMP_JSET, JMP_JNE, JMP_JSGT, JMP_JSGE, JMP_JLT, JMP_JLE, JMP_JSLT,
+    JMP_JSLE,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    /// Every ALU form (width, operand kind, signedness or sign-extension offset, byte
+    /// swaps) on any destination r0-r9 and source r0-r10, with every other register
+    /// watched.
+    #[test]
+    fn alu_matches_the_interpreter(
+        op in proptest::sample::select(&ALU_OPS[..]),
+        wide in any::<bool>(),
+        by_reg in any::<bool>(),
+        dst in 0u8..10,
+        src in 0u8..11,
+        off_pick in 0usize..4,
+        imm in prop_oneof![any::<i32>(), Just(0), Just(-1), Just(1), (0i32..70)],
+        values in proptest::array::uniform10(value()),
+        swap in proptest::sample::select(&[16, 32, 64][..]),
+    ) {
+        let class = if wide { CLASS_ALU64 } else { CLASS_ALU };
+        let off = match op {
+            ALU_DIV | ALU_MOD => [0, 1, 0, 1][off_pick],
+            ALU_MOV if by_reg => [0, 8, 16, 32][off_pick],
+            _ => 0,
+        };
+        let by_reg = by_reg && op != ALU_NEG;
+        let insn = Insn::new(
+            class | op | if by_reg { SRC_X } else { SRC_K },
+            dst,
+            if by_reg { src } else { 0 },
+            off,
+            imm,
+        );
+        let p = verified(all_registers(&values, &[insn]));
+        prop_assume!(p.is_some());
+        agree(&p.unwrap());
+        // Byte swaps: `le`/`be` in ALU, `bswap` in ALU64.
+        let end = Insn::new(class | ALU_END | if by_reg && !wide { SRC_X } else { 0 }, dst, 0, 0, swap);
+        if let Some(p) = verified(all_registers(&values, &[end])) {
+            agree(&p);
+        }
+    }
+
+    /// Every conditional jump form, forward and backward, on any pair of r0-r10.
+    #[test]
+    fn jumps_match_the_interpreter(
+        op in proptest::sample::select(&JMP_OPS[..]),
+        wide in any::<bool>(),
+        by_reg in any::<bool>(),
+        dst in 0u8..11,
+        src in 0u8..11,
+        imm in prop_oneof![any::<i32>(), Just(0), Just(-1)],
+        values in proptest::array::uniform10(value()),
+    ) {
+        let class = if wide { CLASS_JMP } else { CLASS_JMP32 };
+        let jcc = |off: i16| Insn::new(
+            class | op | if by_reg { SRC_X } else { SRC_K },
+            dst,
+            if by_reg { src } else { 0 },
+            off,
+            imm,
+        );
+        // Forward: skip one `add`.
+        let forward = [jcc(1), Insn::new(CLASS_ALU64 | ALU_ADD, 6, 0, 0, 0x55)];
+        let p = verified(all_registers(&values, &forward));
+        prop_assume!(p.is_some());
+        agree(&p.unwrap());
+        // Backward: a loop that runs while the condition holds, at most 3 times (r9
+        // counts), charging fuel on each taken back-edge.
+        let mut values = values;
+        values[9] = 0;
+        let backward = [
+            Insn::new(CLASS_ALU64 | ALU_ADD, 9, 0, 0, 1),
+            Insn::new(CLASS_JMP | JMP_JGE, 9, 0, 1, 3),
+            jcc(-3),
+        ];
+        if let Some(p) = verified(all_registers(&values, &backward)) {
+            agree(&p);
+        }
+    }
+}
+
+#[test]
+fn r10_read_as_a_value_is_its_virtual_address() {
+    let out = check_src("mov %r0, %r10\nexit");
+    assert_eq!(
+        out.result,
+        Ok(RegionIdx::STACK.vaddr(csx_ebpf::limits::STACK_SIZE as u32))
+    );
+    // Pointer arithmetic on r10, stores of r10 and comparisons with it.
+    check_src(
+        "mov %r2, %r10\nadd %r2, -16\nstxdw [%r2+0], %r10\nldxdw %r0, [%r10-16]\n\
+         sub %r0, %r10\njeq %r0, 0, +1\nmov %r0, 99\nexit",
+    );
+    check_src("mov %r1, %r10\nlsh %r1, 3\nadd %r1, %r10\nmov32 %r0, %r10\nadd %r0, %r1\nexit");
+    check_src("mov %r3, 5\ndiv %r3, %r10\nmov %r0, %r3\nexit");
+}
+
+#[test]
+fn stack_accesses_outside_the_frame_are_checked() {
+    // A callee reads and writes its caller's frame through a copy of r10 (the verifier
+    // keeps static r10 accesses in the frame), and runs off the top of the stack.
+    check_src(
+        "stdw [%r10-8], 41\ncall local f\nexit\n\
+         f:\nmov %r1, %r10\nldxdw %r0, [%r1+504]\nadd %r0, 1\nstxdw [%r1+504], %r0\nexit",
+    );
+    let out = check_src("call local f\nexit\nf:\nmov %r1, %r10\nldxdw %r0, [%r1+512]\nexit");
+    assert!(out.result.is_err());
+    let out = check_src("mov %r1, %r10\nldxdw %r0, [%r1+0]\nexit");
+    assert!(out.result.is_err());
+    let out = check_src("mov %r1, %r10\nstb [%r1-4097], 1\nexit");
+    assert!(out.result.is_err());
+}
+
+#[test]
+fn shifts_and_divisions_around_rcx_rdx_rax() {
+    // r4 is rcx (the shift count register), r3 rdx and r0 rax (division's).
+    for (d, s) in [
+        (4, 4),
+        (4, 1),
+        (1, 4),
+        (0, 3),
+        (3, 0),
+        (3, 3),
+        (0, 0),
+        (4, 3),
+    ] {
+        for op in ["lsh", "rsh", "arsh", "div", "mod", "sdiv", "smod"] {
+            for w in ["", "32"] {
+                let src = format!(
+                    "lddw %r0, 0x8000000000000007\nlddw %r1, 0xfedcba9876543210\n\
+                     mov %r3, -3\nmov %r4, 35\n{op}{w} %r{d}, %r{s}\n\
+                     xor %r0, %r1\nxor %r0, %r3\nxor %r0, %r4\nexit"
+                );
+                check_src(&src);
+            }
+        }
+    }
+}
+
+/// The program `csx bench vm` times the compile of, at 4,000 slots: it compiles and
+/// runs the same as on the interpreter.
+#[test]
+fn a_long_generated_program_compiles_and_agrees() {
+    let mut src = String::from("mov %r0, 0\nmov %r6, 0\nmov %r7, 0\n");
+    let mut slots = 3;
+    while slots < 3990 {
+        src.push_str(
+            "ldxw %r2, [%r1+8]\nadd %r2, %r6\nmul %r2, 7\nstxw [%r10-8], %r2\n\
+             xor %r0, %r2\njlt %r2, 100, +1\nadd %r7, 1\nlsh %r2, 3\n",
+        );
+        slots += 8;
+    }
+    src.push_str("add %r0, %r7\nexit");
+    let insns = assemble(&src).unwrap();
+    assert!(insns.len() >= 3990, "{} slots", insns.len());
+    let p = verified(insns).expect("verifies");
+    let quick = QuickProgram::compile(p.clone()).unwrap();
+    assert!(quick.code_size() > 0);
+    agree(&p);
+}
+
+/// `cmpxchg` writes r0, not its source, so r10 may be that source; the fetch forms
+/// write back into their source register.
+#[test]
+fn atomics_write_back_where_the_interpreter_does() {
+    check_src(
+        "mov %r0, 0\nstdw [%r10-8], 0\nmov %r2, %r10\nadd %r2, -8\n\
+         lock cmpxchg [%r2+0], %r10\nldxdw %r3, [%r10-8]\nsub %r3, %r10\nmov %r0, %r3\nexit",
+    );
+    check_src(
+        "mov %r0, 7\nmov %r3, 5\nlock cmpxchg32 [%r1+4], %r3\nmov %r4, 9\n\
+         lock fetch add [%r1+8], %r4\nlock xchg32 [%r1+12], %r4\nadd %r0, %r4\nexit",
+    );
+}

@@ -1,0 +1,299 @@
+//! Tiering: a program is usable as soon as the quick tier has compiled it (well under a
+//! millisecond), and moves to Cranelift's faster code once that compile (tens of
+//! milliseconds for a large program) is done.
+//!
+//! [`TieredProgram`] is an [`Engine`]. It holds the quick code and a slot for the
+//! optimised code; [`Promotion`] says when the optimising compile starts: on a
+//! background thread at once, on a background thread after a number of runs, or only
+//! when the embedder calls [`TieredProgram::optimize`] (the hook, which also waits for
+//! a compile already running). The slot is a `OnceLock`: a run reads it with one
+//! acquire load and takes the optimised code once it is there, so the switch is atomic
+//! and runs already in progress finish on the quick code they started on. Both tiers
+//! give the same result, trap and fuel (each matches the interpreter), so when the
+//! switch happens is invisible to the program.
+//!
+//! If the Cranelift compile fails (it should not for a verified program), the program
+//! stays on the quick tier and [`TieredProgram::optimize`] reports the error. On hosts
+//! without the quick tier (not x86-64), construction compiles with Cranelift directly
+//! and the program is optimised from the start.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
+use csx_ebpf::helper::HelperHost;
+use csx_ebpf::memory::MemoryMap;
+use csx_ebpf::program::VerifiedProgram;
+
+use crate::{JitError, JitProgram};
+
+/// When the optimising (Cranelift) compile of a [`TieredProgram`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promotion {
+    /// On a background thread, as soon as the program is built.
+    Background,
+    /// On a background thread, when the program starts its `n`-th run (`n >= 1`): a
+    /// program run a few times never pays for Cranelift.
+    AfterRuns(u64),
+    /// Only when [`TieredProgram::optimize`] is called.
+    Manual,
+}
+
+/// Which code a [`TieredProgram`] runs now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The one-pass baseline JIT (x86-64 only).
+    Quick,
+    /// Cranelift's optimised code.
+    Optimized,
+}
+
+type Slot = Arc<OnceLock<Result<JitProgram, JitError>>>;
+
+/// A program on two tiers: quick code at once, Cranelift's when it is ready.
+pub struct TieredProgram {
+    program: Arc<VerifiedProgram>,
+    #[cfg(target_arch = "x86_64")]
+    quick: crate::QuickProgram,
+    optimized: Slot,
+    promotion: Promotion,
+    runs: AtomicU64,
+    started: AtomicBool,
+    ready_after: Duration,
+}
+
+impl std::fmt::Debug for TieredProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieredProgram")
+            .field("program", &self.program.name())
+            .field("tier", &self.tier())
+            .field("promotion", &self.promotion)
+            .finish()
+    }
+}
+
+impl TieredProgram {
+    /// Compiles `program` on the quick tier (or, where there is none, with Cranelift)
+    /// and arranges the optimising compile as `promotion` says.
+    pub fn new(
+        program: Arc<VerifiedProgram>,
+        promotion: Promotion,
+    ) -> Result<TieredProgram, JitError> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let quick = crate::QuickProgram::compile(program.clone())?;
+            let ready_after = quick.compile_time();
+            let tiered = TieredProgram {
+                program,
+                quick,
+                optimized: Arc::new(OnceLock::new()),
+                promotion,
+                runs: AtomicU64::new(0),
+                started: AtomicBool::new(false),
+                ready_after,
+            };
+            if promotion == Promotion::Background {
+                tiered.start_background();
+            }
+            Ok(tiered)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let jit = JitProgram::compile(program.clone())?;
+            let ready_after = jit.compile_time();
+            Ok(TieredProgram {
+                program,
+                optimized: Arc::new(OnceLock::from(Ok(jit))),
+                promotion,
+                runs: AtomicU64::new(0),
+                started: AtomicBool::new(true),
+                ready_after,
+            })
+        }
+    }
+
+    /// The tier runs use now.
+    pub fn tier(&self) -> Tier {
+        match self.optimized.get() {
+            Some(Ok(_)) => Tier::Optimized,
+            _ => Tier::Quick,
+        }
+    }
+
+    /// How long construction took before the program could run (the quick compile).
+    pub fn ready_after(&self) -> Duration {
+        self.ready_after
+    }
+
+    /// Runs the optimising compile on this thread unless it is done, or waits for the
+    /// one already running; returns its error if it failed (the program then stays on
+    /// the quick tier).
+    pub fn optimize(&self) -> Result<(), JitError> {
+        self.started.store(true, Ordering::Relaxed);
+        let program = self.program.clone();
+        match self.optimized.get_or_init(|| JitProgram::compile(program)) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// Starts the optimising compile on a background thread, once.
+    fn start_background(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let slot = self.optimized.clone();
+        let program = self.program.clone();
+        let spawned = std::thread::Builder::new()
+            .name("csx-jit-optimize".into())
+            .spawn(move || {
+                slot.get_or_init(|| JitProgram::compile(program));
+            });
+        // Without a thread the program stays on the quick tier (correct, slower);
+        // `optimize` can still promote it.
+        if spawned.is_err() {
+            self.started.store(false, Ordering::Release);
+        }
+    }
+
+    /// Counts a run against [`Promotion::AfterRuns`].
+    fn count_run(&self) {
+        if let Promotion::AfterRuns(n) = self.promotion {
+            let runs = self.runs.fetch_add(1, Ordering::Relaxed) + 1;
+            if runs >= n && !self.started.load(Ordering::Relaxed) {
+                self.start_background();
+            }
+        }
+    }
+}
+
+impl Engine for TieredProgram {
+    fn program(&self) -> &VerifiedProgram {
+        &self.program
+    }
+
+    fn run(
+        &self,
+        mem: &mut MemoryMap<'_>,
+        args: [u64; 5],
+        opts: &RunOptions<'_>,
+        host: &mut dyn HelperHost,
+    ) -> RunOutcome {
+        if let Some(Ok(jit)) = self.optimized.get() {
+            return jit.run(mem, args, opts, host);
+        }
+        self.count_run();
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.quick.run(mem, args, opts, host)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            unreachable!("without the quick tier, construction compiles with Cranelift")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csx_ebpf::asm::assemble;
+    use csx_ebpf::helper::{ConformanceHost, FunctionTable};
+    use csx_ebpf::interp::Interpreter;
+    use csx_ebpf::memory::RegionIdx;
+    use csx_ebpf::program::Program;
+    use csx_ebpf::verifier::verify;
+
+    /// A loop over the 64 input bytes; runs out of fuel at a small budget.
+    fn program() -> Arc<VerifiedProgram> {
+        let src = "mov %r0, 0\nmov %r3, 0\nloop:\nmov %r4, %r1\nadd %r4, %r3\n\
+                   ldxb %r4, [%r4+0]\nmul %r0, 31\nadd %r0, %r4\nadd %r3, 1\n\
+                   jlt %r3, %r2, loop\nexit";
+        let p = Program::from_insns("tiered", assemble(src).unwrap());
+        Arc::new(verify(p, Arc::new(FunctionTable::conformance())).unwrap())
+    }
+
+    fn run(engine: &dyn Engine, fuel: u64) -> RunOutcome {
+        let data: Vec<u8> = (0..64u8)
+            .map(|i| i.wrapping_mul(7).wrapping_add(3))
+            .collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_only(RegionIdx(2), &data).unwrap();
+        let opts = RunOptions {
+            fuel,
+            ..RunOptions::default()
+        };
+        engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost)
+    }
+
+    fn agrees(t: &TieredProgram, interp: &Interpreter) {
+        for fuel in [10, 1000] {
+            assert_eq!(
+                run(t, fuel),
+                run(interp, fuel),
+                "fuel {fuel}, {:?}",
+                t.tier()
+            );
+        }
+    }
+
+    #[test]
+    fn manual_promotion_switches_when_asked() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let t = TieredProgram::new(p, Promotion::Manual).unwrap();
+        let first = if cfg!(target_arch = "x86_64") {
+            Tier::Quick
+        } else {
+            Tier::Optimized
+        };
+        assert_eq!(t.tier(), first);
+        for _ in 0..5 {
+            agrees(&t, &interp);
+        }
+        assert_eq!(t.tier(), first, "manual promotion never starts by itself");
+        t.optimize().unwrap();
+        assert_eq!(t.tier(), Tier::Optimized);
+        agrees(&t, &interp);
+    }
+
+    #[test]
+    fn promotion_after_runs_starts_at_the_nth_run() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let t = TieredProgram::new(p, Promotion::AfterRuns(3)).unwrap();
+        agrees(&t, &interp); // runs 1 and 2
+        if cfg!(target_arch = "x86_64") {
+            assert!(!t.started.load(Ordering::Relaxed));
+        }
+        agrees(&t, &interp); // runs 3 and 4: the compile starts
+        assert!(t.started.load(Ordering::Relaxed));
+        // Waits for the background compile.
+        t.optimize().unwrap();
+        assert_eq!(t.tier(), Tier::Optimized);
+        agrees(&t, &interp);
+    }
+
+    /// Runs on several threads while the background compile lands: every run, on
+    /// whichever tier it took, gives the interpreter's outcome.
+    #[test]
+    fn runs_during_the_switch_agree() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let want = run(&interp, 1000);
+        let t = TieredProgram::new(p, Promotion::Background).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        assert_eq!(run(&t, 1000), want);
+                    }
+                });
+            }
+        });
+        t.optimize().unwrap();
+        assert_eq!(t.tier(), Tier::Optimized);
+        assert_eq!(run(&t, 1000), want);
+    }
+}
