@@ -76,6 +76,11 @@ pub struct WorkloadsBenchArgs {
     /// Only these workloads (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Run the device's executions uncounted (`count_work: false`), as a device whose
+    /// profile prices fuel does: the execute column then times the uncounted code, and
+    /// modelled compute comes from fuel instead of the instructions executed.
+    #[arg(long)]
+    uncounted: bool,
     /// Print one JSON object per row instead of the table.
     #[arg(long)]
     json: bool,
@@ -141,6 +146,9 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
     let workloads = selected(&args.only)?;
     let mut model = PerfModel::profile(&args.profile).context("--profile")?;
     model.throttle = false;
+    if args.uncounted {
+        model.count_work = Some(false);
+    }
     let tmp = tempfile::Builder::new()
         .prefix("csx-bench-workloads-")
         .tempdir()
@@ -356,8 +364,13 @@ fn print_header(args: &WorkloadsBenchArgs, size: u64, n: usize, load: Option<[f6
         args.runs
     );
     println!(
-        "device: embedded, fresh; modelled times from the {} profile (not throttled)",
-        args.profile
+        "device: embedded, fresh; modelled times from the {} profile (not throttled){}",
+        args.profile,
+        if args.uncounted {
+            "; executions uncounted, compute priced from fuel"
+        } else {
+            ""
+        }
     );
     println!(
         "native: the Rust reference (csx-workloads) on the host, after reading the input \
