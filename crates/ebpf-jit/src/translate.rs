@@ -1088,11 +1088,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     fn atomic(&mut self, pc: u32, insn: &Insn, size: u8) -> TResult<()> {
         let op = insn.imm;
-        let base = op & !ATOMIC_FETCH;
-        let valid = matches!(base, ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR)
-            || op == ATOMIC_XCHG
-            || op == ATOMIC_CMPXCHG;
-        if !valid {
+        if !atomic_op_supported(op) {
             return Err(self.unsupported(pc));
         }
         let src = self.reg(pc, insn.src)?;
@@ -1952,4 +1948,14 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.reset_caches();
         }
     }
+}
+
+/// Whether `op` (an atomic instruction's `imm`) is one both tiers compile: add, or, and,
+/// xor (with or without fetch), xchg, cmpxchg.
+pub(crate) fn atomic_op_supported(op: i32) -> bool {
+    matches!(
+        op & !ATOMIC_FETCH,
+        ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR
+    ) || op == ATOMIC_XCHG
+        || op == ATOMIC_CMPXCHG
 }

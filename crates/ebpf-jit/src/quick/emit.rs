@@ -609,10 +609,7 @@ impl Emitter<'_> {
     /// aligned-atomic / unaligned-plain rule by construction).
     fn atomic(&mut self, pc: u32, insn: &Insn, size: u8) -> EResult<()> {
         let op = insn.imm;
-        let base = op & !ATOMIC_FETCH;
-        let valid = matches!(base, ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR)
-            || op == ATOMIC_XCHG
-            || op == ATOMIC_CMPXCHG;
+        let valid = crate::translate::atomic_op_supported(op);
         let fetches = op & ATOMIC_FETCH != 0;
         // The fetched value goes to `src`, except `cmpxchg`'s, which goes to r0.
         if !valid || (fetches && op != ATOMIC_CMPXCHG && insn.src > 9) {
