@@ -86,6 +86,14 @@ impl QuickProgram {
         })
     }
 
+    /// Prepares what runs that ask for block counts use now, rather than on the first
+    /// of them (a device that always counts calls this at activation).
+    pub fn prepare_counting(&self) -> Result<(), JitError> {
+        self.counting
+            .get_or_init(|| Interpreter::new(self.program.clone()));
+        Ok(())
+    }
+
     /// Wall-clock time [`QuickProgram::compile`] took.
     pub fn compile_time(&self) -> Duration {
         self.compile_time
