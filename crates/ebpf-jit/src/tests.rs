@@ -144,6 +144,8 @@ fn quick_agrees(p: &Arc<VerifiedProgram>, want: &RunOutcome, want_mem: &[u8], fu
     let (got, got_mem) = run_on(&quick, fuel);
     assert_eq!(&got, want, "quick vs interpreter, fuel {fuel}");
     assert_eq!(got_mem, want_mem, "memory after the quick run, fuel {fuel}");
+    let interp = Interpreter::new(p.clone());
+    count_tests::assert_counts_agree(&interp, &quick, fuel, (&got, &got_mem));
 }
 
 #[cfg(not(target_arch = "x86_64"))]
