@@ -1161,6 +1161,11 @@ impl Interpreter {
         } else {
             &[]
         };
+        // The block counters as memory (`ExecCounts::as_mut_ptr`), and how many.
+        let (counters, blocks) = match counts {
+            Some(c) if COUNT => (c.as_mut_ptr(), c.len()),
+            _ => (std::ptr::null_mut(), 0),
+        };
         let functions = self.program.functions();
         let stack = stack_row(mem);
         // One entry per possible `u8` register number, so that indexing by a decoded
@@ -1239,9 +1244,13 @@ impl Interpreter {
         // Enters the block led by slot `$pc` (the counting copy only).
         macro_rules! bump {
             ($pc:expr) => {
-                if let (Some(c), Some(&b)) = (counts, leaders.get($pc)) {
-                    if b != NOT_A_LEADER {
-                        c.add(b as usize, 1);
+                // One compare covers `NOT_A_LEADER` too (`u32::MAX`, never a block).
+                if let Some(&b) = leaders.get($pc) {
+                    if (b as usize) < blocks {
+                        // SAFETY: `counters` points at the `blocks` counters of
+                        // `counts`, which this run alone uses (`ExecCounts` is not
+                        // `Sync`), and `b < blocks`.
+                        unsafe { *counters.add(b as usize) += 1 };
                     }
                 }
             };
