@@ -9,7 +9,9 @@
 //! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
 //! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
-//! `and; neg; and`) into the first slot of each ([`fuse`]).
+//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`) into the
+//! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
+//! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
 //! reading only the fields it uses, with no allocation after the run's stack.
 //!
@@ -413,6 +415,14 @@ enum Kind {
     /// `<shift> dst, imm; mov aux, aux2`.
     LshIMov,
     RshIMov,
+    /// `lsh aux, imm; mov aux2, src; add aux2, target; ldx<size> dst, [aux2 + off]`: a
+    /// scaled indexed load (`target` is the `add`'s source register).
+    LshMovAddLdxB,
+    LshMovAddLdxH,
+    LshMovAddLdxW,
+    LshMovAddLdxDw,
+    /// `xor dst, src; mul dst, aux` (a multiplicative hash's step).
+    XorMul,
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
@@ -613,6 +623,35 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 aux2: b.src,
                 ..a
             },
+            (Lsh64I, Mov64R)
+                if c.kind == Add64R
+                    && c.dst == b.dst
+                    && at(3).src == b.dst
+                    && matches!(at(3).kind, LdxB | LdxH | LdxW | LdxDw) =>
+            {
+                let d = at(3);
+                Slot {
+                    kind: match d.kind {
+                        LdxB => LshMovAddLdxB,
+                        LdxH => LshMovAddLdxH,
+                        LdxW => LshMovAddLdxW,
+                        _ => LshMovAddLdxDw,
+                    },
+                    dst: d.dst,
+                    src: b.src,
+                    aux: a.dst,
+                    aux2: b.dst,
+                    off: d.off,
+                    target: u32::from(c.src),
+                    imm: a.imm,
+                    ..Slot::EMPTY
+                }
+            }
+            (Xor64R, Mul64R) if b.dst == a.dst => Slot {
+                kind: XorMul,
+                aux: b.src,
+                ..a
+            },
             (Lsh64I | Rsh64I, Mov64R) => Slot {
                 kind: if a.kind == Lsh64I { LshIMov } else { RshIMov },
                 aux: b.dst,
@@ -738,12 +777,13 @@ fn span(kind: Kind) -> usize {
     use Kind::*;
     match kind {
         MovAddLdxSW => 5,
+        LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
         | MovJeqIJa | MovJneIJa | AndNegAnd => 3,
         Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
         | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
         | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
-        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov => 2,
+        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul => 2,
         _ => 1,
     }
 }
@@ -1825,6 +1865,39 @@ impl Interpreter {
                     r!(s.aux) = r!(s.aux2);
                     next = next.wrapping_add(1);
                 }
+                Kind::LshMovAddLdxB => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 1);
+                }
+                Kind::LshMovAddLdxH => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 2);
+                }
+                Kind::LshMovAddLdxW => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 4);
+                }
+                Kind::LshMovAddLdxDw => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
+                }
+                Kind::XorMul => {
+                    r!(s.dst) ^= r!(s.src);
+                    r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.aux));
+                    next = next.wrapping_add(1);
+                }
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc!() - 1
@@ -2545,6 +2618,27 @@ mod tests {
         // r2 = 1 + 5; r3 = 100 - 7; r4 = 1000 + 10000; r5 = 10000 + 7.
         let out = run_both(insns, [1, 0, 100, 1000, 10000], 0);
         assert_eq!(out.result, Ok(6 + 93 + 11_000 + 10_007));
+    }
+
+    #[test]
+    fn fused_xor_mul() {
+        // `h ^= r2; h *= r3`, and `mul r0, r0` after the xor squares the xored value.
+        let hash = prog![
+            movx(0, 1),
+            alu64x(ALU_XOR, 0, 2),
+            alu64x(ALU_MUL, 0, 3),
+            EXIT
+        ];
+        let square = prog![
+            movx(0, 1),
+            alu64x(ALU_XOR, 0, 2),
+            alu64x(ALU_MUL, 0, 0),
+            EXIT
+        ];
+        for (insns, want) in [(hash, (5 ^ 3) * 7), (square, (5 ^ 3) * (5 ^ 3))] {
+            assert_eq!(decode_program(&insns, true, None)[1].kind, Kind::XorMul);
+            assert_eq!(run_both(insns, [5, 3, 7, 0, 0], 0).result, Ok(want));
+        }
     }
 
     #[test]
@@ -3489,7 +3583,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..23,
+                0u8..25,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -3547,6 +3641,13 @@ mod tests {
                                 let test = jmp(test, a, imm2, 1);
                                 return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
                             }
+                            19 => vec![
+                                alu64(ALU_LSH, a, imm2 & 3),
+                                movx(d, s),
+                                alu64x(ALU_ADD, d, b),
+                                ldx(size, a, d, off),
+                            ],
+                            20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
                             _ => any,
                         };
                         let keep = vec![false; insns.len()];
