@@ -484,14 +484,9 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         let mut loop_copies = Vec::new();
         let mut loop_at = HashMap::new();
-        // The counting variant keeps one copy of each loop (as it has no speculative
-        // regions): every leader's counter bump then lies on one path.
-        let planned = if env.blocks.is_some() {
-            Vec::new()
-        } else {
-            loops::plan_loops(env.insns, plan, !env.calls_helpers)
-        };
-        for l in planned {
+        // The counting variant versions loops too: an iteration runs in one copy or the
+        // other, and both copies bump the same counters (see `count`).
+        for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
             for &pc in &l.body {
                 loop_at.insert(pc, loop_copies.len());
             }
@@ -639,6 +634,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.open = true;
                 }
                 assert!(self.open, "slot {pc} of a loop copy is in an open block");
+                if let Some(c) = &self.counters {
+                    c.enter(&mut self.b, pc);
+                }
                 resume = self.insn(pc)?;
             }
             assert!(!self.open, "a loop copy ends its last block");
