@@ -142,8 +142,6 @@ pub(crate) struct RegUse {
     pub fp: bool,
     /// Some instruction accesses memory or calls a helper.
     pub memory: bool,
-    /// Some instruction charges fuel: a backward jump or a call.
-    pub charges: bool,
 }
 
 /// The register use of the function whose reachable slots are `pcs`.
@@ -173,7 +171,6 @@ pub(crate) fn reg_use(insns: &[Insn], pcs: &[u32]) -> RegUse {
         if matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
             match insn.opc & 0xf0 {
                 JMP_CALL if insn.class() == CLASS_JMP => {
-                    u.charges = true;
                     if is_helper_call(insn) {
                         u.memory = true;
                         u.reads |= 0b11_1110;
@@ -186,16 +183,7 @@ pub(crate) fn reg_use(insns: &[Insn], pcs: &[u32]) -> RegUse {
                     }
                 }
                 JMP_EXIT => u.reads |= 1,
-                _ => {
-                    let rel = if insn.opc & 0xf0 == JMP_JA && insn.class() == CLASS_JMP32 {
-                        i64::from(insn.imm)
-                    } else {
-                        i64::from(insn.off)
-                    };
-                    if rel < 0 {
-                        u.charges = true;
-                    }
-                }
+                _ => {}
             }
         }
     }

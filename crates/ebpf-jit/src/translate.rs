@@ -262,8 +262,6 @@ struct Translator<'a, 'f> {
     regs: [Variable; 10],
     /// Fuel left of the budget.
     fuel_left: Variable,
-    /// Address of the run's stop flag (a `u32`).
-    stop: Value,
     ctx: Value,
     /// r10, the virtual frame pointer.
     fp: Value,
@@ -403,12 +401,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             Entry::Call => params[1],
         };
         b.def_var(fuel_left, left);
-        // Loads nothing reads still cost: a callee loads only what it needs.
-        let stop = if entry_kind == Entry::Run || uses.charges {
-            b.ins().load(types::I64, flags.ctx, ctx, offsets::STOP)
-        } else {
-            b.ins().iconst(types::I64, 0)
-        };
         // The entry's r0 and r6-r9 start at 0; a callee's registers are its arguments.
         let mut passed = [None; 10];
         let mut fp_param = None;
@@ -525,7 +517,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             blocks,
             regs,
             fuel_left,
-            stop,
             ctx,
             fp,
             fp_host,
@@ -1601,12 +1592,19 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// After a fuel charge: leaves through the trap exit at the pc `trap_pc` makes (in
     /// the cold block) when the run's stop flag is set. The load is atomic, so Cranelift
-    /// neither hoists it out of a loop nor merges it with an earlier one.
+    /// neither hoists it out of a loop nor merges it with an earlier one. The flag's
+    /// address is read from the context each time rather than kept in a register: in a
+    /// loop it would be one more value live across the back-edge (and across calls),
+    /// which regalloc often spills and reloads anyway.
     fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
+        let stop = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
         let flag = self
             .b
             .ins()
-            .atomic_load(types::I32, MemFlagsData::trusted(), self.stop);
+            .atomic_load(types::I32, MemFlagsData::trusted(), stop);
         let trap = self.b.create_block();
         let cont = self.b.create_block();
         self.b.set_cold_block(trap);
