@@ -557,6 +557,168 @@ impl CallContext<'_> {
     }
 }
 
+/// Most runs one `csx_merge_runs_u64` merges (an execution's windows, at most).
+pub const MERGE_RUNS_MAX: u64 = csx_proto::limits::WINDOWS_MAX as u64;
+
+/// The multiway merge: the first `out.len()` keys of the union of the sorted `runs`
+/// (fewer when they run out), ties from the lower run first; `taken[i]` gets the keys
+/// used from run i. Returns the keys written.
+///
+/// A tournament tree over the runs' heads, each entry `key << 8 | run` (so equal keys
+/// order by run), an exhausted run `u128::MAX`: one leaf-to-root replay of `log2 n`
+/// minimums per key, no branch on the comparisons.
+fn merge_runs_keys(runs: &[&[u64]], out: &mut [u64], taken: &mut [u64]) -> usize {
+    const DONE: u128 = u128::MAX;
+    let k = runs.len();
+    let leaves = k.next_power_of_two().max(2);
+    let head = |r: usize, pos: usize| -> u128 {
+        runs[r]
+            .get(pos)
+            .map_or(DONE, |&v| (u128::from(v) << 8) | r as u128)
+    };
+    let mut tree = vec![DONE; 2 * leaves];
+    for r in 0..k {
+        tree[leaves + r] = head(r, 0);
+    }
+    for i in (1..leaves).rev() {
+        tree[i] = tree[2 * i].min(tree[2 * i + 1]);
+    }
+    let mut pos = vec![0usize; k];
+    let mut written = 0;
+    for slot in out.iter_mut() {
+        let w = tree[1];
+        if w == DONE {
+            break;
+        }
+        let r = (w & 0xff) as usize;
+        *slot = (w >> 8) as u64;
+        pos[r] += 1;
+        let mut node = leaves + r;
+        tree[node] = head(r, pos[r]);
+        while node > 1 {
+            tree[node >> 1] = tree[node].min(tree[node ^ 1]);
+            node >>= 1;
+        }
+        written += 1;
+    }
+    for (t, p) in taken.iter_mut().zip(&pos) {
+        *t = *p as u64;
+    }
+    written
+}
+
+impl CallContext<'_> {
+    fn merge_runs(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_merge_runs_u64";
+        let (po, olen, pruns, n, ptaken) = (a[0], a[1], a[2], a[3], a[4]);
+        if olen % 8 != 0 {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("output length {olen} is not a multiple of 8"),
+            );
+        }
+        if n == 0 || n > MERGE_RUNS_MAX {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("{n} runs: between 1 and {MERGE_RUNS_MAX}"),
+            );
+        }
+        // The run table, read once.
+        let table = match mem.translate(pruns, n * 16, false) {
+            // SAFETY: `translate` checked that `n * 16` bytes from `p` lie in a region
+            // mapped readable; they are copied out at once, before any other slice of
+            // `mem` is made.
+            Ok(p) => decode_keys(unsafe { std::slice::from_raw_parts(p, (n * 16) as usize) }),
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let mut runs = Vec::with_capacity(n as usize);
+        for (i, d) in table.chunks_exact(2).enumerate() {
+            let (addr, len) = (d[0], d[1]);
+            if len % 8 != 0 {
+                return self.fail(
+                    F,
+                    CSX_EINVAL,
+                    format!("run {i} length {len} is not a multiple of 8"),
+                );
+            }
+            match mem.translate(addr, len, false) {
+                Ok(p) => runs.push((p, len)),
+                Err(t) => return self.fail(F, CSX_EFAULT, format!("run {i}: {t}")),
+            }
+        }
+        let (xo, xt) = match mem
+            .translate(po, olen, true)
+            .and_then(|o| Ok((o, mem.translate(ptaken, n * 8, true)?)))
+        {
+            Ok(p) => p,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Host addresses: the output and `taken` share no byte with a run or each other.
+        let overlap = |p: *mut u8, plen: u64, q: *mut u8, qlen: u64| {
+            plen > 0
+                && qlen > 0
+                && (p as usize) < q as usize + qlen as usize
+                && (q as usize) < p as usize + plen as usize
+        };
+        for (i, &(p, len)) in runs.iter().enumerate() {
+            if overlap(p, len, xo, olen) || overlap(p, len, xt, n * 8) {
+                return self.fail(
+                    F,
+                    CSX_EINVAL,
+                    format!("the output or taken overlaps run {i}"),
+                );
+            }
+        }
+        if overlap(xo, olen, xt, n * 8) {
+            return self.fail(F, CSX_EINVAL, "taken overlaps the output".to_string());
+        }
+        let slices: Vec<&[u8]> = runs
+            .iter()
+            .map(|&(p, len)| {
+                if len == 0 {
+                    return &[][..];
+                }
+                // SAFETY: `translate` checked that `len` bytes from `p` lie inside a
+                // region mapped readable; `mem` stays mutably borrowed by this call, so
+                // no other slice of it is made meanwhile except the output and `taken`
+                // below, which share no byte with any run (checked above).
+                unsafe { std::slice::from_raw_parts(p, len as usize) }
+            })
+            .collect();
+        let out: &mut [u8] = if olen == 0 {
+            &mut []
+        } else {
+            // SAFETY: `olen` bytes from `xo` lie in a region mapped writable; they
+            // overlap no run and not `taken` (checked above).
+            unsafe { std::slice::from_raw_parts_mut(xo, olen as usize) }
+        };
+        let mut taken = vec![0u64; n as usize];
+        let aligned: Option<Vec<&[u64]>> = slices.iter().map(|r| as_keys(r)).collect();
+        let written = match (aligned, as_keys_mut(out)) {
+            (Some(keys), Some(ko)) => merge_runs_keys(&keys, ko, &mut taken),
+            (_, _) => {
+                let owned: Vec<Vec<u64>> = slices.iter().map(|r| decode_keys(r)).collect();
+                let refs: Vec<&[u64]> = owned.iter().map(Vec::as_slice).collect();
+                let mut ko = vec![0u64; (olen / 8) as usize];
+                let w = merge_runs_keys(&refs, &mut ko, &mut taken);
+                for (c, v) in out.chunks_exact_mut(8).zip(&ko[..w]) {
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+                w
+            }
+        };
+        // SAFETY: `n * 8` bytes from `xt` lie in a region mapped writable and overlap
+        // no run and not the output (checked above); the slices above are no longer used.
+        let t = unsafe { std::slice::from_raw_parts_mut(xt, (n * 8) as usize) };
+        for (c, v) in t.chunks_exact_mut(8).zip(&taken) {
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(written as u64)
+    }
+}
+
 /// The codec and cipher functions (Metal FS's compression and encryption operators call
 /// them): each copies its input out of the VM's memory first, so input and output may be
 /// anywhere, even overlapping.
@@ -663,6 +825,7 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_LZ4_COMPRESS => self.lz4(true, args, mem),
             ids::CSX_CHACHA20 => self.chacha20(args, mem),
             ids::CSX_MERGE_INTO_U64 => self.merge_into(args, mem),
+            ids::CSX_MERGE_RUNS_U64 => self.merge_runs(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -1039,6 +1202,126 @@ mod tests {
             ),
             Ok(CSX_EFAULT as u64)
         );
+    }
+
+    /// The multiway merge: in pieces (an output shorter than the runs, resumed from
+    /// `taken`) it equals a sort of all runs, with empty runs, duplicates across runs and
+    /// windows at odd addresses; ties come from the lower run; bad tables are refused.
+    #[test]
+    fn merge_runs_in_pieces_equals_a_sort_of_all_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let cases: Vec<Vec<Vec<u64>>> = vec![
+            vec![vec![]],
+            vec![vec![3, 1, 2]],
+            vec![vec![], vec![5, 1], vec![]],
+            vec![vec![1, 5, 5], vec![5, 1, 9], vec![5], vec![0, 5]],
+            (0..5)
+                .map(|i| xorshift_keys(300 + 77 * i, i as u64 + 1, 0x3f))
+                .collect(),
+            (0..16)
+                .map(|i| xorshift_keys(50 + i, i as u64 + 9, u64::MAX))
+                .collect(),
+        ];
+        for mut runs in cases {
+            for r in &mut runs {
+                r.sort_unstable();
+            }
+            let mut expect: Vec<u64> = runs.concat();
+            expect.sort_unstable();
+            let total = expect.len();
+            let n = runs.len();
+            for (skew, piece) in [(0usize, 7usize), (3, 1000)] {
+                // One region: the runs, the table, taken, the output.
+                let run_bytes: Vec<u8> = runs.iter().flat_map(|r| le_bytes(r)).collect();
+                let table_at = skew + run_bytes.len();
+                let taken_at = table_at + 16 * n;
+                let out_at = taken_at + 8 * n;
+                let mut store = vec![0u64; (out_at + 8 * total) / 8 + 2];
+                let region = as_keys_bytes(&mut store);
+                region[skew..table_at].copy_from_slice(&run_bytes);
+                let mut mem = MemoryMap::new();
+                let base = mem.map_read_write(RegionIdx(4), region).unwrap();
+                let mut ctx = CallContext::new(&files, Instant::now());
+                let mut at: Vec<u64> = vec![0; n];
+                let mut got = Vec::new();
+                loop {
+                    // The table of what is left of each run.
+                    let mut off = skew as u64;
+                    for (i, r) in runs.iter().enumerate() {
+                        let addr = base + off + at[i] * 8;
+                        let len = (r.len() as u64 - at[i]) * 8;
+                        let e = table_at as u64 + 16 * i as u64;
+                        mem.store(base + e, 8, addr).unwrap();
+                        mem.store(base + e + 8, 8, len).unwrap();
+                        off += r.len() as u64 * 8;
+                    }
+                    let want = piece.min(total - got.len());
+                    let w = ctx
+                        .call(
+                            ids::CSX_MERGE_RUNS_U64,
+                            [
+                                base + out_at as u64,
+                                want as u64 * 8,
+                                base + table_at as u64,
+                                n as u64,
+                                base + taken_at as u64,
+                            ],
+                            &mut mem,
+                        )
+                        .unwrap();
+                    assert_eq!(w, want as u64, "{:?}", ctx.detail);
+                    for i in 0..w {
+                        got.push(mem.load(base + out_at as u64 + i * 8, 8).unwrap());
+                    }
+                    let mut used = 0;
+                    for (i, a) in at.iter_mut().enumerate() {
+                        let t = mem.load(base + (taken_at + 8 * i) as u64, 8).unwrap();
+                        *a += t;
+                        used += t;
+                    }
+                    assert_eq!(used, w, "taken adds up to the keys written");
+                    if got.len() == total {
+                        break;
+                    }
+                }
+                assert_eq!(got, expect, "{n} runs, skew {skew}, pieces of {piece}");
+                assert_eq!(at, runs.iter().map(|r| r.len() as u64).collect::<Vec<_>>());
+            }
+        }
+        // Ties: one key of 5 from run 0, then run 1's.
+        let mut store = vec![0u64; 16];
+        let region = as_keys_bytes(&mut store);
+        region[0..8].copy_from_slice(&5u64.to_le_bytes());
+        region[8..16].copy_from_slice(&5u64.to_le_bytes());
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), region).unwrap();
+        for (i, (addr, len)) in [(base, 8u64), (base + 8, 8)].iter().enumerate() {
+            mem.store(base + 16 + 16 * i as u64, 8, *addr).unwrap();
+            mem.store(base + 24 + 16 * i as u64, 8, *len).unwrap();
+        }
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let call = |ctx: &mut CallContext<'_>, mem: &mut MemoryMap<'_>, a: [u64; 5]| {
+            ctx.call(ids::CSX_MERGE_RUNS_U64, a, mem).unwrap()
+        };
+        assert_eq!(
+            call(&mut ctx, &mut mem, [base + 80, 8, base + 16, 2, base + 64]),
+            1
+        );
+        assert_eq!(mem.load(base + 64, 8).unwrap(), 1, "run 0 first");
+        assert_eq!(mem.load(base + 72, 8).unwrap(), 0);
+        // No runs, too many, odd output, output over a run, taken over the output,
+        // a table past the region.
+        for (a, errno) in [
+            ([base + 80, 8, base + 16, 0, base + 64], CSX_EINVAL),
+            ([base + 80, 8, base + 16, 17, base + 64], CSX_EINVAL),
+            ([base + 80, 12, base + 16, 2, base + 64], CSX_EINVAL),
+            ([base + 8, 8, base + 16, 2, base + 64], CSX_EINVAL),
+            ([base + 64, 16, base + 16, 2, base + 72], CSX_EINVAL),
+            ([base + 80, 8, base + 120, 2, base + 64], CSX_EFAULT),
+        ] {
+            assert_eq!(call(&mut ctx, &mut mem, a), errno as u64, "{a:?}");
+        }
     }
 
     #[test]
