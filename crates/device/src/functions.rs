@@ -560,51 +560,132 @@ impl CallContext<'_> {
 /// Most runs one `csx_merge_runs_u64` merges (an execution's windows, at most).
 pub const MERGE_RUNS_MAX: u64 = csx_proto::limits::WINDOWS_MAX as u64;
 
+/// Scratch a [`merge_tree`] of `parts` needs: every level above the pairs keeps its two
+/// halves' results.
+fn merge_tree_scratch(parts: &[&[u64]]) -> usize {
+    if parts.len() <= 2 {
+        return 0;
+    }
+    let h = parts.len() / 2;
+    parts.iter().map(|p| p.len()).sum::<usize>()
+        + merge_tree_scratch(&parts[..h]).max(merge_tree_scratch(&parts[h..]))
+}
+
+/// Merges `parts` into `out` by a tree of branchless two-way merges (halves into
+/// `scratch`, then the two halves into `out`); lower parts win ties.
+fn merge_tree(parts: &[&[u64]], out: &mut [u64], scratch: &mut [u64]) {
+    match parts.len() {
+        0 => {}
+        1 => out.copy_from_slice(parts[0]),
+        2 => merge_two(parts[0], parts[1], out),
+        k => {
+            let h = k / 2;
+            let lt: usize = parts[..h].iter().map(|p| p.len()).sum();
+            let rt: usize = parts[h..].iter().map(|p| p.len()).sum();
+            let (left, rest) = scratch.split_at_mut(lt);
+            let (right, rest) = rest.split_at_mut(rt);
+            merge_tree(&parts[..h], left, rest);
+            merge_tree(&parts[h..], right, rest);
+            merge_two(left, right, out);
+        }
+    }
+}
+
+/// The co-ranks of output rank `n` over sorted `runs`: how many keys of each the first
+/// `n` keys of their merge take, ties from the lower run first. A binary search over
+/// key values, each run's count bracketed by its counts at the search's bounds.
+fn co_ranks(runs: &[&[u64]], n: usize) -> Vec<usize> {
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    let mut below = vec![0usize; runs.len()];
+    let mut upto: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let at: Vec<usize> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| below[i] + r[below[i]..upto[i]].partition_point(|&x| x <= mid))
+            .collect();
+        if at.iter().sum::<usize>() >= n {
+            hi = mid;
+            upto = at;
+        } else {
+            lo = mid + 1;
+            below = at;
+        }
+    }
+    let mut need = n - below.iter().sum::<usize>();
+    below
+        .iter()
+        .zip(&upto)
+        .map(|(&less, &le)| {
+            let take = (le - less).min(need);
+            need -= take;
+            less + take
+        })
+        .collect()
+}
+
+/// Keys a block of the multiway merge takes from its largest run: the block's parts and
+/// scratch stay in the caches.
+const MERGE_BLOCK_KEYS: usize = 8 << 10;
+
 /// The multiway merge: the first `out.len()` keys of the union of the sorted `runs`
 /// (fewer when they run out), ties from the lower run first; `taken[i]` gets the keys
 /// used from run i. Returns the keys written.
 ///
-/// A tournament tree over the runs' heads, each entry `key << 8 | run` (so equal keys
-/// order by run), an exhausted run `u128::MAX`: one leaf-to-root replay of `log2 n`
-/// minimums per key, no branch on the comparisons.
+/// The run prefixes to take are found first (exact co-ranks); then block by block,
+/// each block cut by a key value (the run with most left, `MERGE_BLOCK_KEYS` on), the
+/// runs' parts below it merge by a tree of branchless two-way merges whose
+/// intermediate results stay in cache.
 fn merge_runs_keys(runs: &[&[u64]], out: &mut [u64], taken: &mut [u64]) -> usize {
-    const DONE: u128 = u128::MAX;
     let k = runs.len();
-    let leaves = k.next_power_of_two().max(2);
-    let head = |r: usize, pos: usize| -> u128 {
-        runs[r]
-            .get(pos)
-            .map_or(DONE, |&v| (u128::from(v) << 8) | r as u128)
-    };
-    let mut tree = vec![DONE; 2 * leaves];
-    for r in 0..k {
-        tree[leaves + r] = head(r, 0);
-    }
-    for i in (1..leaves).rev() {
-        tree[i] = tree[2 * i].min(tree[2 * i + 1]);
-    }
-    let mut pos = vec![0usize; k];
+    let n = out.len().min(runs.iter().map(|r| r.len()).sum());
+    let cut = co_ranks(runs, n);
+    let mut from = vec![0usize; k];
+    let mut scratch: Vec<u64> = Vec::new();
     let mut written = 0;
-    for slot in out.iter_mut() {
-        let w = tree[1];
-        if w == DONE {
-            break;
+    while written < n {
+        let r = (0..k).max_by_key(|&i| cut[i] - from[i]).unwrap_or(0);
+        let to: Vec<usize> = if cut[r] - from[r] <= MERGE_BLOCK_KEYS {
+            cut.clone()
+        } else {
+            let v = runs[r][from[r] + MERGE_BLOCK_KEYS];
+            let below = |strict: bool| -> Vec<usize> {
+                (0..k)
+                    .map(|i| {
+                        from[i]
+                            + runs[i][from[i]..cut[i]].partition_point(|&x| {
+                                if strict {
+                                    x < v
+                                } else {
+                                    x <= v
+                                }
+                            })
+                    })
+                    .collect()
+            };
+            // Keys below v; when there are none, keys up to v (at least v itself).
+            let t = below(true);
+            if t == from {
+                below(false)
+            } else {
+                t
+            }
+        };
+        let parts: Vec<&[u64]> = (0..k).map(|i| &runs[i][from[i]..to[i]]).collect();
+        let m: usize = parts.iter().map(|p| p.len()).sum();
+        let need = merge_tree_scratch(&parts);
+        if scratch.len() < need {
+            scratch.resize(need, 0);
         }
-        let r = (w & 0xff) as usize;
-        *slot = (w >> 8) as u64;
-        pos[r] += 1;
-        let mut node = leaves + r;
-        tree[node] = head(r, pos[r]);
-        while node > 1 {
-            tree[node >> 1] = tree[node].min(tree[node ^ 1]);
-            node >>= 1;
-        }
-        written += 1;
+        merge_tree(&parts, &mut out[written..written + m], &mut scratch[..need]);
+        written += m;
+        from = to;
     }
-    for (t, p) in taken.iter_mut().zip(&pos) {
-        *t = *p as u64;
+    for (t, c) in taken.iter_mut().zip(&cut) {
+        *t = *c as u64;
     }
-    written
+    n
 }
 
 impl CallContext<'_> {
