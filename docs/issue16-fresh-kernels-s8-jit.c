@@ -1,5 +1,5 @@
 /* Kernels written fresh for issue 16 (session 8), run once after the JIT changes of the
-   session without tuning for them: `csx bench vm --kernels docs/issue16-fresh-kernels-s8.c`.
+   session without tuning for them: `csx bench vm --kernels docs/issue16-fresh-kernels-s8-jit.c`.
    Shapes none of the built-in kernels has: a run-length decoder writing a stack buffer,
    a base64 decoder through a .rodata table, a byte-driven state machine, and a join of
    two bitsets by popcount. */

@@ -133,6 +133,7 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_LZ4_COMPRESS 21
 #define CSX_HELPER_CHACHA20 22
 #define CSX_HELPER_MERGE_INTO_U64 23
+#define CSX_HELPER_MERGE_RUNS_U64 24
 
 /* Registered device functions, resolved by name when the device loads a program. */
 
@@ -233,6 +234,15 @@ extern long csx_chacha20(const void *key_nonce, unsigned long key_nonce_len,
  */
 extern long csx_merge_into_u64(const void *a, unsigned long a_len, const void *b,
                                unsigned long b_len, void *out);
+
+/*
+ * csx_merge_runs_u64 (id 24, version 1): accelerated multiway merge: the first out_len/8
+ * keys of the n (1 to 16) sorted u64 runs described at runs ({const void *addr; unsigned
+ * long len;} each, as args->windows) into out, ties from the lower run first; taken[i]
+ * gets the keys used from run i; returns the keys written.
+ */
+extern long csx_merge_runs_u64(void *out, unsigned long out_len, const void *runs,
+                               unsigned long n, unsigned long *taken);
 
 /*
  * Declares the program `name`, in its own section "csx/name" so one object may hold

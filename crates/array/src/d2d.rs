@@ -19,7 +19,7 @@
 
 use csx_host::proto::limits::{COPY_SIZE_MAX, COPY_SOURCES_MAX, MEM_IO_SIZE_MAX};
 use csx_host::proto::Status;
-use csx_host::proto::{CopySource, MemHandle, Op};
+use csx_host::proto::{CopySource, MemHandle, Op, Reply};
 use csx_host::DeviceUri;
 
 use crate::array::Array;
@@ -244,10 +244,29 @@ impl Array {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(MEM_IO_SIZE_MAX);
-            let bytes = src_dev
-                .read_mem(src, src_offset + done, n)
-                .map_err(self.member_error(src_member, "memory-read"))?;
-            // The chunk read is the chunk written: handed over, not copied again.
+            // The source device's reply buffer is the chunk written: one copy out of the
+            // source's memory, one into the destination's, none in between.
+            let reply = src_dev
+                .client()
+                .call_ok(Op::MemRead {
+                    handle: src,
+                    offset: src_offset + done,
+                    len: n,
+                })
+                .map_err(self.member_error(src_member, "memory-read"))?
+                .reply;
+            let bytes = match reply {
+                Reply::Data(d) if d.len() as u64 == n => d,
+                other => {
+                    let got = match other {
+                        Reply::Data(d) => d.len(),
+                        _ => 0,
+                    };
+                    return Err(ArrayError::Other(format!(
+                        "array member {src_member}: a memory read of {n} bytes returned {got}"
+                    )));
+                }
+            };
             dst_dev
                 .client()
                 .call_ok(Op::MemWrite {

@@ -206,6 +206,36 @@ pub fn plan(parts: &[(u16, u64)], topology: Topology) -> Vec<SortEvent> {
             }
             runs[0].0
         }
+        Topology::Multiway => {
+            // The slices a multiway merge cuts depend on the keys; this is what uniform
+            // keys give on average: member k's slice takes from every run its share.
+            let n = parts.len() as u64;
+            let stripe = (total / 8).div_ceil(n).max(1) * 8;
+            for (k, &(m, _)) in parts.iter().enumerate() {
+                let slice = stripe.min(total.saturating_sub(k as u64 * stripe));
+                for &(from, len) in parts {
+                    let bytes = if total == 0 {
+                        0
+                    } else {
+                        (u128::from(len) * u128::from(slice) / u128::from(total)) as u64
+                    };
+                    if from != m {
+                        ev.push(SortEvent::MergeRead {
+                            round: 1,
+                            from,
+                            into: m,
+                            bytes,
+                        });
+                    }
+                }
+                ev.push(SortEvent::Merged {
+                    round: 1,
+                    into: m,
+                    bytes: slice,
+                });
+            }
+            parts[0].0
+        }
     };
     ev.push(SortEvent::Committed {
         member: last,

@@ -81,6 +81,11 @@ pub enum Topology {
     Chain,
     /// Pairwise rounds (ceil(log2 N) rounds, merges of a round in parallel).
     Tree,
+    /// One multiway pass, spread over the members: the output is cut into one equal
+    /// slice per member holding a run, and each of those members merges its slice from
+    /// every run at once (`csx_merge_runs_u64`), writing it to its own piece of the
+    /// output (striped, one stripe per member) while it merges the next chunk.
+    Multiway,
 }
 
 /// What to sort and how.
@@ -126,8 +131,11 @@ pub struct SortReport {
     pub keys: u64,
     /// Members that held part of the input.
     pub parts: usize,
-    /// The member holding the output.
+    /// The member holding the output (the first, when it is striped).
     pub output_member: u16,
+    /// How the output is laid out: on one member (chain, tree), or one stripe per
+    /// member that held a run (multiway).
+    pub output_layout: Layout,
     /// Wall time of the sort phase (until the last part was sorted), the whole merge
     /// phase after it, and the whole operation.
     pub sort_wall_ns: u64,
@@ -160,6 +168,23 @@ fn merge_program(id: u32) -> Vec<u8> {
     p
 }
 
+/// `r3 = &args->windows[2]; r4 = args->cparam1; r5 = args->windows[1].addr;
+/// call csx_merge_runs_u64; exit`: the runs in windows 2.. (cparam1 of them) merge into
+/// window 0 (r1/r2 at entry), the keys taken from each go to window 1.
+fn merge_runs_program(id: u32) -> Vec<u8> {
+    let runs_at =
+        (csx_proto::abi::args::WINDOWS_OFFSET + 2 * csx_proto::abi::args::WINDOW_SIZE) as i32;
+    let mut p = vec![0xbf, 0x53, 0, 0, 0, 0, 0, 0];
+    p.extend_from_slice(&[0x07, 0x03, 0, 0]);
+    p.extend_from_slice(&runs_at.to_le_bytes());
+    p.extend_from_slice(&[0x79, 0x54, 0, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0x79, 0x55, 40, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0x85, 0, 0, 0]);
+    p.extend_from_slice(&id.to_le_bytes());
+    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    p
+}
+
 /// `r3 = args->windows[1].addr; r4 = args->windows[1].len; r5 = args->windows[2].addr;
 /// call csx_merge_into_u64; exit`: window 0 and window 1 merge into window 2.
 fn merge_into_program(id: u32) -> Vec<u8> {
@@ -179,6 +204,8 @@ struct Programs {
     /// The split final merge's slice program (`None` on a device without
     /// `csx_merge_into_u64`: its final merge runs in place, on one engine).
     merge_into: Option<ProgramIndex>,
+    /// The multiway merge (`None` on a device without `csx_merge_runs_u64`).
+    merge_runs: Option<ProgramIndex>,
     engines: u32,
 }
 
@@ -187,6 +214,19 @@ pub const SPLIT_MIN_BYTES: u64 = 4 << 20;
 
 /// Most slices a final merge is split into.
 const SLICES_MAX: u32 = 16;
+
+/// Most runs a multiway merge reads: an execution's windows less the output and the
+/// keys-taken table.
+pub const MULTIWAY_RUNS_MAX: u64 = csx_proto::limits::WINDOWS_MAX as u64 - 2;
+
+/// Bytes a multiway merge produces per Execute (one output buffer of two): large
+/// enough that a chunk's commands are small next to its work, small enough that the
+/// last chunk's write (not overlapped) is short.
+const MULTIWAY_CHUNK: u64 = 16 << 20;
+
+fn writer_gone() -> ArrayError {
+    ArrayError::Other("the output writer stopped".into())
+}
 
 /// One member's part of the input.
 struct Part {
@@ -205,6 +245,8 @@ struct Part {
 fn holds(lens: &[u64], topology: Topology) -> Vec<u64> {
     let mut hold = lens.to_vec();
     match topology {
+        // Each run stays in its own buffer; merges read it from there.
+        Topology::Multiway => {}
         Topology::Chain => hold[0] = lens.iter().sum(),
         Topology::Tree => {
             // (part index, bytes) per run, paired as `Job::tree` pairs them.
@@ -245,6 +287,10 @@ struct Job<'a> {
     final_slices: std::sync::atomic::AtomicU32,
     /// Member path prefix of the run files a move between daemons writes.
     run_prefix: String,
+    /// Held by a daemon-to-daemon pull: one at a time. A daemon serves its peers'
+    /// reads with the workers its own pulls occupy, so two daemons pulling from each
+    /// other at once (a multiway merge's slices do) would wait on each other forever.
+    peer_pulls: Mutex<()>,
 }
 
 impl Job<'_> {
@@ -337,6 +383,7 @@ impl Job<'_> {
         &self,
         from: u16,
         src: MemHandle,
+        src_off: u64,
         len: u64,
         into: u16,
         dst: MemHandle,
@@ -344,7 +391,7 @@ impl Job<'_> {
         mode: SortMode,
     ) -> Result<(), ArrayError> {
         if mode == SortMode::Instant && self.array.block_route(from, into) == Route::Peer {
-            return self.move_run_peer(from, src, len, into, dst, at);
+            return self.move_run_peer(from, src, src_off, len, into, dst, at);
         }
         if mode == SortMode::Instant || from == into {
             // A large run moves as two halves at once (two copies on the link): one
@@ -362,7 +409,7 @@ impl Job<'_> {
                     .map(|&(off, n)| {
                         s.spawn(move || {
                             self.array
-                                .d2d_copy_mem(from, src, off, n, into, dst, at + off)
+                                .d2d_copy_mem(from, src, src_off + off, n, into, dst, at + off)
                                 .map(|_| ())
                         })
                     })
@@ -379,7 +426,7 @@ impl Job<'_> {
             let n = (len - done).min(csx_host::proto::limits::MEM_IO_SIZE_MAX);
             let bytes = self
                 .dev(from)
-                .read_mem(src, done, n)
+                .read_mem(src, src_off + done, n)
                 .map_err(self.array.member_error(from, "memory-read"))?;
             self.dev(into)
                 .write_mem(dst, at + done, &bytes)
@@ -395,21 +442,25 @@ impl Job<'_> {
     /// from the source daemon (`Array::d2d_read_blocks`, one D2D crossing; the host link
     /// carries commands only). The run file is deleted afterwards, done or failed; one
     /// left by a crash is an orphan under the array's prefix (`Array::orphans`).
+    #[allow(clippy::too_many_arguments)]
     fn move_run_peer(
         &self,
         from: u16,
         src: MemHandle,
+        src_off: u64,
         len: u64,
         into: u16,
         dst: MemHandle,
         at: u64,
     ) -> Result<(), ArrayError> {
-        let path = format!("{}.run{from}", self.run_prefix);
+        // One file per move: a multiway merge moves ranges of one run to several
+        // members at once.
+        let path = format!("{}.run{from}.{into}.{src_off}", self.run_prefix);
         let dev = self.dev(from);
         let r = (|| {
             dev.put_bytes(&path, &[])
                 .map_err(self.array.member_error(from, "file-write"))?;
-            write_range(self.array, dev, from, &path, src, 0, len)?;
+            write_mem_range(self.array, dev, from, &path, 0, src, src_off, len)?;
             let ext = dev
                 .extents(&path)
                 .map_err(self.array.member_error(from, "file-extents"))?;
@@ -436,6 +487,7 @@ impl Job<'_> {
                     "array member {from}: the run file of {len} bytes maps {mapped} contiguous bytes"
                 )));
             }
+            let _one = self.peer_pulls.lock().unwrap_or_else(|p| p.into_inner());
             self.array.d2d_read_blocks(&ranges, into, dst, at)?;
             Ok(())
         })();
@@ -481,7 +533,7 @@ impl Job<'_> {
                 bytes: p.len,
             });
             if k > 0 {
-                self.move_run(p.member, p.buf, p.len, t, buf, acc, mode)?;
+                self.move_run(p.member, p.buf, 0, p.len, t, buf, acc, mode)?;
                 if k + 1 == parts.len() {
                     self.merge_last(t, buf, acc, acc + p.len, k as u32)?;
                 } else {
@@ -551,7 +603,7 @@ impl Job<'_> {
             into: pa.member,
             bytes: b.1,
         });
-        self.move_run(pb.member, pb.buf, b.1, pa.member, pa.buf, a.1, mode)?;
+        self.move_run(pb.member, pb.buf, 0, b.1, pa.member, pa.buf, a.1, mode)?;
         if last {
             self.merge_last(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
         } else {
@@ -687,6 +739,301 @@ impl Job<'_> {
         )
     }
 
+    /// The multiway merge (see [`Topology::Multiway`]): once every run is sorted, the
+    /// output is cut into one slice per part at co-ranks over all runs, and every
+    /// part's member merges its slice at once; returns the output's layout.
+    fn multiway(
+        &self,
+        parts: &[Part],
+        mode: SortMode,
+        out_path: &str,
+        total: u64,
+    ) -> Result<Layout, ArrayError> {
+        for p in parts {
+            self.wait_sorted(p)?;
+        }
+        let p = parts.len() as u64;
+        if p > MULTIWAY_RUNS_MAX {
+            return Err(ArrayError::OutOfRange {
+                what: "runs of a multiway merge (members holding the input)",
+                value: p,
+                min: 1,
+                max: MULTIWAY_RUNS_MAX,
+            });
+        }
+        let keys: Vec<u64> = parts.iter().map(|x| x.len / KEY_BYTES).collect();
+        let total_keys = total / KEY_BYTES;
+        // One stripe per member: member k's piece is output keys [k * s, (k + 1) * s).
+        let stripe_keys = total_keys.div_ceil(p).max(1);
+        let mut cuts = vec![vec![0u64; parts.len()]];
+        for k in 1..p {
+            let b = (k * stripe_keys).min(total_keys);
+            cuts.push(self.kway_corank(parts, &keys, b)?);
+        }
+        cuts.push(keys.clone());
+        let results: Vec<Result<u64, ArrayError>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..parts.len())
+                .map(|k| {
+                    let (from, to) = (&cuts[k], &cuts[k + 1]);
+                    s.spawn(move || self.multiway_slice(parts, k, from, to, mode, out_path))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("a slice merger panicked"))
+                .collect()
+        });
+        let mut write_ns = 0;
+        for r in results {
+            write_ns = r?.max(write_ns);
+        }
+        self.output_ns.store(write_ns, Ordering::Relaxed);
+        if parts.len() == 1 {
+            return Ok(Layout::Single {
+                member: parts[0].member,
+            });
+        }
+        Ok(Layout::Striped {
+            stripe_bytes: stripe_keys * KEY_BYTES,
+            members: parts.iter().map(|x| x.member).collect(),
+        })
+    }
+
+    /// Keys of run `p` that are at most `v`, knowing the count lies in `lo..=hi`: a
+    /// binary search, one key read per step.
+    fn count_le(&self, p: &Part, v: u64, mut lo: u64, mut hi: u64) -> Result<u64, ArrayError> {
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.key_at(p.member, p.buf, mid * KEY_BYTES)? <= v {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// The co-ranks of output key `b` over all runs: how many keys of each run go
+    /// before it, ties taken from the lower run first (as `csx_merge_runs_u64` takes
+    /// them). A binary search over key values for the smallest `v` with at least `b`
+    /// keys at most `v`; each run's count is bracketed by its counts at the search's
+    /// bounds, so the brackets shrink with it.
+    fn kway_corank(&self, parts: &[Part], keys: &[u64], b: u64) -> Result<Vec<u64>, ArrayError> {
+        // below[i]: keys of run i < lo; upto[i]: keys of run i <= hi.
+        let (mut lo, mut hi) = (0u64, u64::MAX);
+        let mut below = vec![0u64; parts.len()];
+        let mut upto = keys.to_vec();
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let mut at = Vec::with_capacity(parts.len());
+            for (i, p) in parts.iter().enumerate() {
+                at.push(self.count_le(p, mid, below[i], upto[i])?);
+            }
+            if at.iter().sum::<u64>() >= b {
+                hi = mid;
+                upto = at;
+            } else {
+                lo = mid + 1;
+                below = at;
+            }
+        }
+        // Every key < lo goes before the cut; of the keys equal to lo, the lower runs'.
+        let mut need = b - below.iter().sum::<u64>();
+        Ok(below
+            .iter()
+            .zip(&upto)
+            .map(|(&less, &le)| {
+                let take = (le - less).min(need);
+                need -= take;
+                less + take
+            })
+            .collect())
+    }
+
+    /// Member `parts[k]`'s slice of a multiway merge: keys `from[i]..to[i]` of every
+    /// run i. The other runs' ranges move to a buffer on the member (device to device,
+    /// or through the host for the baseline); its own range is read in place. The slice
+    /// is merged a chunk at a time into two buffers in turn, each chunk written to the
+    /// member's piece of the output while the next one merges. Returns the time the
+    /// writes took.
+    fn multiway_slice(
+        &self,
+        parts: &[Part],
+        k: usize,
+        from: &[u64],
+        to: &[u64],
+        mode: SortMode,
+        out_path: &str,
+    ) -> Result<u64, ArrayError> {
+        let m = parts[k].member;
+        let dev = self.dev(m);
+        dev.put_bytes(out_path, &[])
+            .map_err(self.array.member_error(m, "file-write"))?;
+        let slice_keys: u64 = from.iter().zip(to).map(|(a, b)| b - a).sum();
+        if slice_keys == 0 {
+            return Ok(0);
+        }
+        let Some(prog) = self.progs(m).merge_runs else {
+            return Err(ArrayError::Other(format!(
+                "array member {m} has no registered function csx_merge_runs_u64 (a csx device older than this array?)"
+            )));
+        };
+        let recv_len: u64 = (0..parts.len())
+            .filter(|&i| i != k)
+            .map(|i| (to[i] - from[i]) * KEY_BYTES)
+            .sum();
+        let chunk = (slice_keys * KEY_BYTES).min(MULTIWAY_CHUNK);
+        let mut held: Vec<MemHandle> = Vec::new();
+        let r = (|| {
+            let recv = if recv_len > 0 {
+                let h = self.alloc(m, recv_len)?;
+                held.push(h);
+                Some(h)
+            } else {
+                None
+            };
+            // Each run's range on this member: (buffer, offset, keys).
+            let mut runs = Vec::with_capacity(parts.len());
+            let mut at = 0;
+            for (i, p) in parts.iter().enumerate() {
+                let n = to[i] - from[i];
+                if i == k {
+                    runs.push((p.buf, from[i] * KEY_BYTES, n));
+                    continue;
+                }
+                self.emit(SortEvent::MergeRead {
+                    round: 1,
+                    from: p.member,
+                    into: m,
+                    bytes: n * KEY_BYTES,
+                });
+                if n > 0 {
+                    let recv = recv.expect("a buffer for the moved ranges");
+                    self.move_run(
+                        p.member,
+                        p.buf,
+                        from[i] * KEY_BYTES,
+                        n * KEY_BYTES,
+                        m,
+                        recv,
+                        at,
+                        mode,
+                    )?;
+                    runs.push((recv, at, n));
+                    at += n * KEY_BYTES;
+                }
+            }
+            let outs = [self.alloc(m, chunk)?, self.alloc(m, chunk)?];
+            held.extend(outs);
+            let taken = self.alloc(m, KEY_BYTES * parts.len() as u64)?;
+            held.push(taken);
+            self.merge_chunks(m, prog, &mut runs, outs, chunk, taken, slice_keys, out_path)
+        })();
+        for h in held {
+            self.free(m, h);
+        }
+        let write_ns = r?;
+        dev.flush().map_err(self.array.member_error(m, "flush"))?;
+        self.emit(SortEvent::Merged {
+            round: 1,
+            into: m,
+            bytes: slice_keys * KEY_BYTES,
+        });
+        Ok(write_ns)
+    }
+
+    /// The chunk loop of [`Job::multiway_slice`]: merges `total` keys from `runs`
+    /// (advanced as keys are taken) `chunk` bytes at a time into `outs[0]`, `outs[1]`,
+    /// ... in turn; a writer thread writes each chunk to `out_path` while the next one
+    /// merges (a buffer is merged into again only once its last write is done).
+    #[allow(clippy::too_many_arguments)]
+    fn merge_chunks(
+        &self,
+        m: u16,
+        prog: ProgramIndex,
+        runs: &mut [(MemHandle, u64, u64)],
+        outs: [MemHandle; 2],
+        chunk: u64,
+        taken: MemHandle,
+        total: u64,
+        out_path: &str,
+    ) -> Result<u64, ArrayError> {
+        let dev = self.dev(m);
+        let (to_writer, jobs) = std::sync::mpsc::channel::<(usize, u64, u64)>();
+        let (done_tx, done) = std::sync::mpsc::channel::<Result<(), ArrayError>>();
+        std::thread::scope(|s| {
+            let writer = s.spawn(move || {
+                let mut busy = Duration::ZERO;
+                for (i, off, len) in jobs {
+                    let t = Instant::now();
+                    let r = write_mem_range(self.array, dev, m, out_path, off, outs[i], 0, len);
+                    busy += t.elapsed();
+                    let failed = r.is_err();
+                    if done_tx.send(r).is_err() || failed {
+                        break;
+                    }
+                }
+                busy.as_nanos() as u64
+            });
+            let merged = (|| {
+                let (mut written, mut in_flight) = (0u64, 0usize);
+                let mut j = 0usize;
+                while written < total {
+                    if in_flight == 2 {
+                        // The buffer about to be reused: its write (the oldest) is done.
+                        done.recv().map_err(|_| writer_gone())??;
+                        in_flight -= 1;
+                    }
+                    let n = (total - written).min(chunk / KEY_BYTES);
+                    let live: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].2 > 0).collect();
+                    let mut req = ExecuteRequest::new(prog)
+                        .window(outs[j % 2], 0, n * KEY_BYTES)
+                        .window(taken, 0, KEY_BYTES * live.len() as u64)
+                        .cparams(live.len() as u64, 0);
+                    for &i in &live {
+                        let (h, off, keys) = runs[i];
+                        req = req.window(h, off, keys * KEY_BYTES);
+                    }
+                    self.run(m, req, "multiway merge", n)?;
+                    let t = dev
+                        .read_mem(taken, 0, KEY_BYTES * live.len() as u64)
+                        .map_err(self.array.member_error(m, "memory-read"))?;
+                    for (c, &i) in t.chunks_exact(8).zip(&live) {
+                        let used = u64::from_le_bytes(c.try_into().expect("chunks of 8"));
+                        if used > runs[i].2 {
+                            return Err(ArrayError::Other(format!(
+                                "array member {m}: the multiway merge took {used} keys of a run of {}",
+                                runs[i].2
+                            )));
+                        }
+                        runs[i].1 += used * KEY_BYTES;
+                        runs[i].2 -= used;
+                    }
+                    to_writer
+                        .send((j % 2, written * KEY_BYTES, n * KEY_BYTES))
+                        .map_err(|_| writer_gone())?;
+                    in_flight += 1;
+                    written += n;
+                    j += 1;
+                }
+                Ok(())
+            })();
+            drop(to_writer);
+            // Every write's result, also after a failed merge (the writer finishes its
+            // queue); a failed write explains a merge loop that lost its writer.
+            let mut first = Ok(());
+            for r in done.iter() {
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            if first.is_ok() {
+                first = merged;
+            }
+            let busy = writer.join().expect("the output writer panicked");
+            first.map(|()| busy)
+        })
+    }
+
     /// The key at byte `offset` of `buf` on member `m`.
     fn key_at(&self, m: u16, buf: MemHandle, offset: u64) -> Result<u64, ArrayError> {
         let b = self
@@ -761,28 +1108,31 @@ fn write_file(
     buf: MemHandle,
     len: u64,
 ) -> Result<(), ArrayError> {
-    write_range(array, dev, m, path, buf, 0, len)
+    write_mem_range(array, dev, m, path, 0, buf, 0, len)
 }
 
-/// File Write From Memory of bytes `from..to` of `buf` to the same place in `path`.
-fn write_range(
+/// File Write From Memory of `len` bytes of `buf` from `buf_off` into `path` at
+/// `file_off`.
+#[allow(clippy::too_many_arguments)]
+fn write_mem_range(
     array: &Array,
     dev: &Device,
     m: u16,
     path: &str,
+    file_off: u64,
     buf: MemHandle,
-    from: u64,
-    to: u64,
+    buf_off: u64,
+    len: u64,
 ) -> Result<(), ArrayError> {
-    let mut done = from;
-    while done < to {
-        let n = (to - done).min(WRITE_CHUNK);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(WRITE_CHUNK);
         dev.write_mem_to_file(
             path,
-            done,
+            file_off + done,
             MemRange {
                 handle: buf,
-                offset: done,
+                offset: buf_off + done,
                 len: n,
             },
         )
@@ -858,17 +1208,33 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
         },
         Err(_) => None,
     };
+    let merge_runs = match function_id(array, m, "csx_merge_runs_u64") {
+        Ok(id) => match load(merge_runs_program(id)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                unload(
+                    &[Some(sort), Some(merge), merge_into]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>(),
+                );
+                return Err(e);
+            }
+        },
+        Err(_) => None,
+    };
     Ok(Programs {
         sort,
         merge,
         merge_into,
+        merge_runs,
         engines,
     })
 }
 
 fn unload_programs(array: &Array, m: u16, p: &Programs) {
     let dev = &array.members()[usize::from(m)].device;
-    for pind in [Some(p.sort), Some(p.merge), p.merge_into]
+    for pind in [Some(p.sort), Some(p.merge), p.merge_into, p.merge_runs]
         .into_iter()
         .flatten()
     {
@@ -930,6 +1296,7 @@ pub fn sort(
             keys: 0,
             parts: 0,
             output_member: member,
+            output_layout: Layout::Single { member },
             sort_wall_ns: 0,
             merge_wall_ns: 0,
             total_wall_ns: started.elapsed().as_nanos() as u64,
@@ -953,6 +1320,7 @@ pub fn sort(
         final_out: Mutex::new(None),
         final_slices: std::sync::atomic::AtomicU32::new(0),
         run_prefix: array.member_path(out_id),
+        peer_pulls: Mutex::new(()),
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {
@@ -966,7 +1334,7 @@ pub fn sort(
             unload_programs(array, m as u16, p);
         }
     }
-    let (output_member, sort_done) = match result {
+    let (output_layout, sort_done) = match result {
         Ok(r) => r,
         Err(e) => {
             for m in 0..array.members().len() as u16 {
@@ -975,6 +1343,7 @@ pub fn sort(
             return Err(e);
         }
     };
+    let output_member = crate::array::layout_members(&output_layout)[0];
     job.emit(SortEvent::Committed {
         member: output_member,
         bytes: entry.size_bytes,
@@ -991,6 +1360,7 @@ pub fn sort(
         keys: entry.size_bytes / KEY_BYTES,
         parts: parts_sizes.len(),
         output_member,
+        output_layout,
         sort_wall_ns: sort_done.as_nanos() as u64,
         merge_wall_ns: total.saturating_sub(sort_done).as_nanos() as u64,
         total_wall_ns: total.as_nanos() as u64,
@@ -1021,7 +1391,16 @@ fn diff(a: &LinkCounters, b: &LinkCounters) -> LinkCounters {
     }
 }
 
-/// The sorts and merges, submitted together; returns the output member and when the
+/// Where a merge left the result.
+enum Merged {
+    /// In this part's buffer (or the split final merge's, `Job::final_out`), still to
+    /// be written.
+    Part(usize),
+    /// Written to the output's member files, laid out so.
+    Written(Layout),
+}
+
+/// The sorts and merges, submitted together; returns the output's layout and when the
 /// last sort finished.
 fn run_sort(
     job: &Job<'_>,
@@ -1029,7 +1408,7 @@ fn run_sort(
     options: &SortOptions,
     out_id: u64,
     started: Instant,
-) -> Result<(u16, Duration), ArrayError> {
+) -> Result<(Layout, Duration), ArrayError> {
     let array = job.array;
     let total: u64 = sizes.iter().map(|&(_, l)| l).sum();
     let lens: Vec<u64> = sizes.iter().map(|&(_, l)| l).collect();
@@ -1108,8 +1487,11 @@ fn run_sort(
             })
             .collect();
         let merger = s.spawn(|| match options.topology {
-            Topology::Chain => job.chain(&parts, options.mode).map(|()| 0),
-            Topology::Tree => job.tree(&parts, options.mode),
+            Topology::Chain => job.chain(&parts, options.mode).map(|()| Merged::Part(0)),
+            Topology::Tree => job.tree(&parts, options.mode).map(Merged::Part),
+            Topology::Multiway => job
+                .multiway(&parts, options.mode, &array.member_path(out_id), total)
+                .map(Merged::Written),
         });
         let sorts: Vec<Result<(), ArrayError>> = sorters
             .into_iter()
@@ -1123,7 +1505,10 @@ fn run_sort(
         for r in sorts {
             r?;
         }
-        let out = &parts[merged?];
+        let out = match merged? {
+            Merged::Part(i) => &parts[i],
+            Merged::Written(layout) => return Ok(layout),
+        };
         let t = out.member;
         let out_path = array.member_path(out_id);
         let dev = job.dev(t);
@@ -1139,7 +1524,7 @@ fn run_sort(
         dev.flush().map_err(array.member_error(t, "flush"))?;
         job.output_ns
             .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(t)
+        Ok(Layout::Single { member: t })
     })();
     free_all(&parts);
     if let Some(h) = job
@@ -1151,7 +1536,7 @@ fn run_sort(
         // Both topologies end merging into the first part's member.
         job.free(parts[0].member, h);
     }
-    let t = result?;
+    let layout = result?;
     let output = options
         .output
         .clone()
@@ -1161,11 +1546,11 @@ fn run_sort(
         FileEntry {
             id: out_id,
             size_bytes: total,
-            layout: Layout::Single { member: t },
+            layout: layout.clone(),
         },
     )?;
     let d = *sort_done.lock().unwrap_or_else(|e| e.into_inner());
-    Ok((t, d))
+    Ok((layout, d))
 }
 
 fn job_input_path(job: &Job<'_>) -> String {

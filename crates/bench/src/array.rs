@@ -79,6 +79,10 @@ pub struct ArrayBenchArgs {
     /// file system to measure (default: the temporary directory).
     #[arg(long, value_name = "DIR", requires = "wall")]
     wall_dir: Option<std::path::PathBuf>,
+    /// The array sorts the wall run times, in this order (chain, tree, multiway).
+    #[arg(long, value_delimiter = ',', default_value = "chain,tree,multiway",
+          value_parser = ["chain", "tree", "multiway"], requires = "wall")]
+    wall_topology: Vec<String>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -119,24 +123,30 @@ struct Wall {
     members: usize,
     /// Where the members' state directories (their NVM images) were.
     dir: String,
-    instant_chain_ns: u64,
-    instant_tree_ns: u64,
-    /// Each sort's phases: until the last part was sorted (staging included), the
-    /// merges, and of those the output's write and flush.
-    chain: WallPhases,
-    tree: WallPhases,
+    /// One row per array sort timed (instant mode), in the order they ran.
+    sorts: Vec<WallSort>,
     host_par_sort_unstable_ns: u64,
-    /// Best of the array's two over the host's.
+    /// Best of the array's sorts over the host's.
     ratio: f64,
-    /// CPU time (user + system, every thread of this process) of each: on a shared
-    /// machine a process with more threads gets a larger share of the cores, so wall
-    /// ratios taken under load flatter the array; CPU time does not depend on the share.
-    instant_chain_cpu_ns: u64,
-    instant_tree_cpu_ns: u64,
     host_cpu_ns: u64,
-    /// Best of the array's two CPU times over the host's.
+    /// Best of the array's CPU times over the host's.
     cpu_ratio: f64,
     outputs_equal: bool,
+}
+
+/// One timed array sort.
+#[derive(Clone, Debug, Serialize)]
+struct WallSort {
+    topology: Topology,
+    wall_ns: u64,
+    /// CPU time (user + system, every thread of this process): on a shared machine a
+    /// process with more threads gets a larger share of the cores, so wall ratios taken
+    /// under load flatter the array; CPU time does not depend on the share.
+    cpu_ns: u64,
+    /// Until the last part was sorted (staging included), the merges, and of those
+    /// the output's write and flush (multiway: the longest member's writes, which
+    /// overlap its merging).
+    phases: WallPhases,
 }
 
 /// CPU time (user + system) of this process so far, every thread, from
@@ -251,7 +261,7 @@ fn real_logs(n: usize, size: u64) -> anyhow::Result<[Vec<SortEvent>; 3]> {
     Ok(logs.try_into().expect("three logs"))
 }
 
-fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
+fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Result<Wall> {
     use rayon::slice::ParallelSliceMut as _;
     let n = 4;
     let tmp = match dir {
@@ -284,10 +294,8 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
     expect.clear();
     expect.extend(host.iter().flat_map(|k| k.to_le_bytes()));
     drop(host);
-    let mut times = Vec::new();
-    let mut cpu = Vec::new();
-    let mut phases = Vec::new();
-    for topology in [Topology::Chain, Topology::Tree] {
+    let mut sorts = Vec::new();
+    for &topology in topologies {
         let cpu0 = process_cpu_ns()?;
         let r = sort(
             &array,
@@ -299,12 +307,16 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
             },
             &|_| {},
         )?;
-        cpu.push(process_cpu_ns()? - cpu0);
-        times.push(r.total_wall_ns);
-        phases.push(WallPhases {
-            sort_ns: r.sort_wall_ns,
-            merge_ns: r.merge_wall_ns,
-            output_write_ns: r.output_wall_ns,
+        let cpu_ns = process_cpu_ns()? - cpu0;
+        sorts.push(WallSort {
+            topology,
+            wall_ns: r.total_wall_ns,
+            cpu_ns,
+            phases: WallPhases {
+                sort_ns: r.sort_wall_ns,
+                merge_ns: r.merge_wall_ns,
+                output_write_ns: r.output_wall_ns,
+            },
         });
         if array.get_bytes("/out")? != expect {
             bail!("the array's {topology:?} sort differs from the host's par_sort_unstable");
@@ -312,23 +324,19 @@ fn wall(size: u64, dir: Option<&Path>) -> anyhow::Result<Wall> {
     }
     array.close()?;
     drop(tmp);
-    let best = times[0].min(times[1]);
+    let best = sorts.iter().map(|s| s.wall_ns).min().unwrap_or(0);
+    let best_cpu = sorts.iter().map(|s| s.cpu_ns).min().unwrap_or(0);
     Ok(Wall {
         size_bytes: size,
         members: n,
         dir: dir
             .map(|d| d.display().to_string())
             .unwrap_or_else(|| std::env::temp_dir().display().to_string()),
-        instant_chain_ns: times[0],
-        instant_tree_ns: times[1],
-        tree: phases.pop().expect("two sorts"),
-        chain: phases.pop().expect("two sorts"),
+        sorts,
         host_par_sort_unstable_ns: host_ns,
         ratio: best as f64 / host_ns as f64,
-        instant_chain_cpu_ns: cpu[0],
-        instant_tree_cpu_ns: cpu[1],
         host_cpu_ns,
-        cpu_ratio: cpu[0].min(cpu[1]) as f64 / host_cpu_ns.max(1) as f64,
+        cpu_ratio: best_cpu as f64 / host_cpu_ns.max(1) as f64,
         outputs_equal: true,
     })
 }
@@ -396,7 +404,18 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
         .collect();
     let wall = args
         .wall
-        .map(|size| wall(size, args.wall_dir.as_deref()))
+        .map(|size| {
+            let topologies: Vec<Topology> = args
+                .wall_topology
+                .iter()
+                .map(|t| match t.as_str() {
+                    "chain" => Topology::Chain,
+                    "tree" => Topology::Tree,
+                    _ => Topology::Multiway,
+                })
+                .collect();
+            wall(size, args.wall_dir.as_deref(), &topologies)
+        })
         .transpose()?;
     let model = SortModel::thesis(0);
     if args.json {
@@ -496,25 +515,22 @@ fn print_tables(
     }
     if let Some(w) = wall {
         println!(
-            "\nwall: {} on {} embedded members in {}: instant chain {:.3} s, tree {:.3} s; host par_sort_unstable {:.3} s; ratio {:.2}",
+            "\nwall: {} on {} embedded members in {}: host par_sort_unstable {:.3} s (cpu {:.3} s); best ratio {:.2} (cpu {:.2})",
             size_label(w.size_bytes),
             w.members,
             w.dir,
-            w.instant_chain_ns as f64 / 1e9,
-            w.instant_tree_ns as f64 / 1e9,
             w.host_par_sort_unstable_ns as f64 / 1e9,
-            w.ratio
-        );
-        println!(
-            "  cpu time (user + system): chain {:.3} s, tree {:.3} s; host {:.3} s; ratio {:.2}",
-            w.instant_chain_cpu_ns as f64 / 1e9,
-            w.instant_tree_cpu_ns as f64 / 1e9,
             w.host_cpu_ns as f64 / 1e9,
+            w.ratio,
             w.cpu_ratio
         );
-        for (name, p) in [("chain", &w.chain), ("tree", &w.tree)] {
+        for r in &w.sorts {
+            let p = &r.phases;
             println!(
-                "  {name}: sort phase {:.3} s (staging included), merge phase {:.3} s (output write and flush {:.3} s)",
+                "  instant {:?}: {:.3} s (cpu {:.3} s): sort phase {:.3} s (staging included), merge phase {:.3} s (output write and flush {:.3} s)",
+                r.topology,
+                r.wall_ns as f64 / 1e9,
+                r.cpu_ns as f64 / 1e9,
                 p.sort_ns as f64 / 1e9,
                 p.merge_ns as f64 / 1e9,
                 p.output_write_ns as f64 / 1e9

@@ -324,7 +324,10 @@ pub fn rm(dir: &Path, devpath: &str) -> anyhow::Result<u8> {
 ///
 /// Each member holding part of the file sorts its part on the device; the parts then
 /// merge device to device (`--mode instant`, INSTANT's method: a chain onto one member,
-/// or `--topology tree`, pairwise rounds) or through the host (`--mode host`, the Intel
+/// `--topology tree`, pairwise rounds, or `--topology multiway`, one multiway pass in
+/// which every member merges its own slice of the output from all runs and writes it
+/// while merging the next chunk: the output is then striped, one stripe per member) or
+/// through the host (`--mode host`, the Intel
 /// OAS baseline: each run read to the host and written to the merging member). Block
 /// locks order the merges after the sorts they need. The output is written to a fresh
 /// file and named only on success, so a failure leaves the input and any old output as
@@ -334,7 +337,8 @@ pub fn rm(dir: &Path, devpath: &str) -> anyhow::Result<u8> {
   csx gen u64 --size 64MiB -o nums.bin
   csx --device array:./arr put nums.bin /nums --stripe 1MiB
   csx --device array:./arr sort /nums --output /nums.sorted
-  csx --device array:./arr sort /nums --output /nums.host --mode host --json")]
+  csx --device array:./arr sort /nums --output /nums.host --mode host --json
+  csx --device array:./arr sort /nums --output /nums.fast --topology multiway")]
 pub struct SortArgs {
     /// The array file to sort.
     devpath: String,
@@ -347,8 +351,9 @@ pub struct SortArgs {
     /// instant: runs move device to device; host: through the host (the baseline).
     #[arg(long, value_name = "MODE", default_value = "instant", value_parser = ["instant", "host"])]
     mode: String,
-    /// chain: one member merges every run in turn (the thesis); tree: pairwise rounds.
-    #[arg(long, value_name = "T", default_value = "chain", value_parser = ["chain", "tree"])]
+    /// chain: one member merges every run in turn (the thesis); tree: pairwise rounds;
+    /// multiway: one pass, each member merging its slice of the output from every run.
+    #[arg(long, value_name = "T", default_value = "chain", value_parser = ["chain", "tree", "multiway"])]
     topology: String,
     /// Print the report (times, link bytes, the sub-operations' order) as JSON.
     #[arg(long)]
@@ -369,10 +374,10 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
         } else {
             csx_array::SortMode::Instant
         },
-        topology: if args.topology == "tree" {
-            csx_array::Topology::Tree
-        } else {
-            csx_array::Topology::Chain
+        topology: match args.topology.as_str() {
+            "tree" => csx_array::Topology::Tree,
+            "multiway" => csx_array::Topology::Multiway,
+            _ => csx_array::Topology::Chain,
         },
         output: args.output.clone(),
     };
@@ -398,12 +403,21 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
     }
     let l = &report.links;
     println!(
-        "sorted {} ({} keys, {}) into {} on member {}: {:?}/{:?}",
+        "sorted {} ({} keys, {}) into {} on {}: {:?}/{:?}",
         report.input,
         report.keys,
         format_size(report.bytes),
         report.output,
-        report.output_member,
+        match &report.output_layout {
+            Layout::Single { member } => format!("member {member}"),
+            Layout::Striped {
+                stripe_bytes,
+                members,
+            } => format!(
+                "members {members:?} ({} stripes)",
+                format_size(*stripe_bytes)
+            ),
+        },
         report.mode,
         report.topology
     );

@@ -557,6 +557,249 @@ impl CallContext<'_> {
     }
 }
 
+/// Most runs one `csx_merge_runs_u64` merges (an execution's windows, at most).
+pub const MERGE_RUNS_MAX: u64 = csx_proto::limits::WINDOWS_MAX as u64;
+
+/// Scratch a [`merge_tree`] of `parts` needs: every level above the pairs keeps its two
+/// halves' results.
+fn merge_tree_scratch(parts: &[&[u64]]) -> usize {
+    if parts.len() <= 2 {
+        return 0;
+    }
+    let h = parts.len() / 2;
+    parts.iter().map(|p| p.len()).sum::<usize>()
+        + merge_tree_scratch(&parts[..h]).max(merge_tree_scratch(&parts[h..]))
+}
+
+/// Merges `parts` into `out` by a tree of branchless two-way merges (halves into
+/// `scratch`, then the two halves into `out`); lower parts win ties.
+fn merge_tree(parts: &[&[u64]], out: &mut [u64], scratch: &mut [u64]) {
+    match parts.len() {
+        0 => {}
+        1 => out.copy_from_slice(parts[0]),
+        2 => merge_two(parts[0], parts[1], out),
+        k => {
+            let h = k / 2;
+            let lt: usize = parts[..h].iter().map(|p| p.len()).sum();
+            let rt: usize = parts[h..].iter().map(|p| p.len()).sum();
+            let (left, rest) = scratch.split_at_mut(lt);
+            let (right, rest) = rest.split_at_mut(rt);
+            merge_tree(&parts[..h], left, rest);
+            merge_tree(&parts[h..], right, rest);
+            merge_two(left, right, out);
+        }
+    }
+}
+
+/// The co-ranks of output rank `n` over sorted `runs`: how many keys of each the first
+/// `n` keys of their merge take, ties from the lower run first. A binary search over
+/// key values, each run's count bracketed by its counts at the search's bounds.
+fn co_ranks(runs: &[&[u64]], n: usize) -> Vec<usize> {
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    let mut below = vec![0usize; runs.len()];
+    let mut upto: Vec<usize> = runs.iter().map(|r| r.len()).collect();
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let at: Vec<usize> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| below[i] + r[below[i]..upto[i]].partition_point(|&x| x <= mid))
+            .collect();
+        if at.iter().sum::<usize>() >= n {
+            hi = mid;
+            upto = at;
+        } else {
+            lo = mid + 1;
+            below = at;
+        }
+    }
+    let mut need = n - below.iter().sum::<usize>();
+    below
+        .iter()
+        .zip(&upto)
+        .map(|(&less, &le)| {
+            let take = (le - less).min(need);
+            need -= take;
+            less + take
+        })
+        .collect()
+}
+
+/// Keys a block of the multiway merge takes from its largest run: the block's parts and
+/// scratch stay in the caches.
+const MERGE_BLOCK_KEYS: usize = 8 << 10;
+
+/// The multiway merge: the first `out.len()` keys of the union of the sorted `runs`
+/// (fewer when they run out), ties from the lower run first; `taken[i]` gets the keys
+/// used from run i. Returns the keys written.
+///
+/// The run prefixes to take are found first (exact co-ranks); then block by block,
+/// each block cut by a key value (the run with most left, `MERGE_BLOCK_KEYS` on), the
+/// runs' parts below it merge by a tree of branchless two-way merges whose
+/// intermediate results stay in cache.
+fn merge_runs_keys(runs: &[&[u64]], out: &mut [u64], taken: &mut [u64]) -> usize {
+    let k = runs.len();
+    let n = out.len().min(runs.iter().map(|r| r.len()).sum());
+    let cut = co_ranks(runs, n);
+    let mut from = vec![0usize; k];
+    let mut scratch: Vec<u64> = Vec::new();
+    let mut written = 0;
+    while written < n {
+        let r = (0..k).max_by_key(|&i| cut[i] - from[i]).unwrap_or(0);
+        let to: Vec<usize> = if cut[r] - from[r] <= MERGE_BLOCK_KEYS {
+            cut.clone()
+        } else {
+            let v = runs[r][from[r] + MERGE_BLOCK_KEYS];
+            let below = |strict: bool| -> Vec<usize> {
+                (0..k)
+                    .map(|i| {
+                        from[i]
+                            + runs[i][from[i]..cut[i]].partition_point(|&x| {
+                                if strict {
+                                    x < v
+                                } else {
+                                    x <= v
+                                }
+                            })
+                    })
+                    .collect()
+            };
+            // Keys below v; when there are none, keys up to v (at least v itself).
+            let t = below(true);
+            if t == from {
+                below(false)
+            } else {
+                t
+            }
+        };
+        let parts: Vec<&[u64]> = (0..k).map(|i| &runs[i][from[i]..to[i]]).collect();
+        let m: usize = parts.iter().map(|p| p.len()).sum();
+        let need = merge_tree_scratch(&parts);
+        if scratch.len() < need {
+            scratch.resize(need, 0);
+        }
+        merge_tree(&parts, &mut out[written..written + m], &mut scratch[..need]);
+        written += m;
+        from = to;
+    }
+    for (t, c) in taken.iter_mut().zip(&cut) {
+        *t = *c as u64;
+    }
+    n
+}
+
+impl CallContext<'_> {
+    fn merge_runs(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_merge_runs_u64";
+        let (po, olen, pruns, n, ptaken) = (a[0], a[1], a[2], a[3], a[4]);
+        if olen % 8 != 0 {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("output length {olen} is not a multiple of 8"),
+            );
+        }
+        if n == 0 || n > MERGE_RUNS_MAX {
+            return self.fail(
+                F,
+                CSX_EINVAL,
+                format!("{n} runs: between 1 and {MERGE_RUNS_MAX}"),
+            );
+        }
+        // The run table, read once.
+        let table = match mem.translate(pruns, n * 16, false) {
+            // SAFETY: `translate` checked that `n * 16` bytes from `p` lie in a region
+            // mapped readable; they are copied out at once, before any other slice of
+            // `mem` is made.
+            Ok(p) => decode_keys(unsafe { std::slice::from_raw_parts(p, (n * 16) as usize) }),
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let mut runs = Vec::with_capacity(n as usize);
+        for (i, d) in table.chunks_exact(2).enumerate() {
+            let (addr, len) = (d[0], d[1]);
+            if len % 8 != 0 {
+                return self.fail(
+                    F,
+                    CSX_EINVAL,
+                    format!("run {i} length {len} is not a multiple of 8"),
+                );
+            }
+            match mem.translate(addr, len, false) {
+                Ok(p) => runs.push((p, len)),
+                Err(t) => return self.fail(F, CSX_EFAULT, format!("run {i}: {t}")),
+            }
+        }
+        let (xo, xt) = match mem
+            .translate(po, olen, true)
+            .and_then(|o| Ok((o, mem.translate(ptaken, n * 8, true)?)))
+        {
+            Ok(p) => p,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Host addresses: the output and `taken` share no byte with a run or each other.
+        let overlap = |p: *mut u8, plen: u64, q: *mut u8, qlen: u64| {
+            plen > 0
+                && qlen > 0
+                && (p as usize) < q as usize + qlen as usize
+                && (q as usize) < p as usize + plen as usize
+        };
+        for (i, &(p, len)) in runs.iter().enumerate() {
+            if overlap(p, len, xo, olen) || overlap(p, len, xt, n * 8) {
+                return self.fail(
+                    F,
+                    CSX_EINVAL,
+                    format!("the output or taken overlaps run {i}"),
+                );
+            }
+        }
+        if overlap(xo, olen, xt, n * 8) {
+            return self.fail(F, CSX_EINVAL, "taken overlaps the output".to_string());
+        }
+        let slices: Vec<&[u8]> = runs
+            .iter()
+            .map(|&(p, len)| {
+                if len == 0 {
+                    return &[][..];
+                }
+                // SAFETY: `translate` checked that `len` bytes from `p` lie inside a
+                // region mapped readable; `mem` stays mutably borrowed by this call, so
+                // no other slice of it is made meanwhile except the output and `taken`
+                // below, which share no byte with any run (checked above).
+                unsafe { std::slice::from_raw_parts(p, len as usize) }
+            })
+            .collect();
+        let out: &mut [u8] = if olen == 0 {
+            &mut []
+        } else {
+            // SAFETY: `olen` bytes from `xo` lie in a region mapped writable; they
+            // overlap no run and not `taken` (checked above).
+            unsafe { std::slice::from_raw_parts_mut(xo, olen as usize) }
+        };
+        let mut taken = vec![0u64; n as usize];
+        let aligned: Option<Vec<&[u64]>> = slices.iter().map(|r| as_keys(r)).collect();
+        let written = match (aligned, as_keys_mut(out)) {
+            (Some(keys), Some(ko)) => merge_runs_keys(&keys, ko, &mut taken),
+            (_, _) => {
+                let owned: Vec<Vec<u64>> = slices.iter().map(|r| decode_keys(r)).collect();
+                let refs: Vec<&[u64]> = owned.iter().map(Vec::as_slice).collect();
+                let mut ko = vec![0u64; (olen / 8) as usize];
+                let w = merge_runs_keys(&refs, &mut ko, &mut taken);
+                for (c, v) in out.chunks_exact_mut(8).zip(&ko[..w]) {
+                    c.copy_from_slice(&v.to_le_bytes());
+                }
+                w
+            }
+        };
+        // SAFETY: `n * 8` bytes from `xt` lie in a region mapped writable and overlap
+        // no run and not the output (checked above); the slices above are no longer used.
+        let t = unsafe { std::slice::from_raw_parts_mut(xt, (n * 8) as usize) };
+        for (c, v) in t.chunks_exact_mut(8).zip(&taken) {
+            c.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(written as u64)
+    }
+}
+
 /// The codec and cipher functions (Metal FS's compression and encryption operators call
 /// them): each copies its input out of the VM's memory first, so input and output may be
 /// anywhere, even overlapping.
@@ -663,6 +906,7 @@ impl HelperHost for CallContext<'_> {
             ids::CSX_LZ4_COMPRESS => self.lz4(true, args, mem),
             ids::CSX_CHACHA20 => self.chacha20(args, mem),
             ids::CSX_MERGE_INTO_U64 => self.merge_into(args, mem),
+            ids::CSX_MERGE_RUNS_U64 => self.merge_runs(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -1039,6 +1283,126 @@ mod tests {
             ),
             Ok(CSX_EFAULT as u64)
         );
+    }
+
+    /// The multiway merge: in pieces (an output shorter than the runs, resumed from
+    /// `taken`) it equals a sort of all runs, with empty runs, duplicates across runs and
+    /// windows at odd addresses; ties come from the lower run; bad tables are refused.
+    #[test]
+    fn merge_runs_in_pieces_equals_a_sort_of_all_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = store(dir.path());
+        let cases: Vec<Vec<Vec<u64>>> = vec![
+            vec![vec![]],
+            vec![vec![3, 1, 2]],
+            vec![vec![], vec![5, 1], vec![]],
+            vec![vec![1, 5, 5], vec![5, 1, 9], vec![5], vec![0, 5]],
+            (0..5)
+                .map(|i| xorshift_keys(300 + 77 * i, i as u64 + 1, 0x3f))
+                .collect(),
+            (0..16)
+                .map(|i| xorshift_keys(50 + i, i as u64 + 9, u64::MAX))
+                .collect(),
+        ];
+        for mut runs in cases {
+            for r in &mut runs {
+                r.sort_unstable();
+            }
+            let mut expect: Vec<u64> = runs.concat();
+            expect.sort_unstable();
+            let total = expect.len();
+            let n = runs.len();
+            for (skew, piece) in [(0usize, 7usize), (3, 1000)] {
+                // One region: the runs, the table, taken, the output.
+                let run_bytes: Vec<u8> = runs.iter().flat_map(|r| le_bytes(r)).collect();
+                let table_at = skew + run_bytes.len();
+                let taken_at = table_at + 16 * n;
+                let out_at = taken_at + 8 * n;
+                let mut store = vec![0u64; (out_at + 8 * total) / 8 + 2];
+                let region = as_keys_bytes(&mut store);
+                region[skew..table_at].copy_from_slice(&run_bytes);
+                let mut mem = MemoryMap::new();
+                let base = mem.map_read_write(RegionIdx(4), region).unwrap();
+                let mut ctx = CallContext::new(&files, Instant::now());
+                let mut at: Vec<u64> = vec![0; n];
+                let mut got = Vec::new();
+                loop {
+                    // The table of what is left of each run.
+                    let mut off = skew as u64;
+                    for (i, r) in runs.iter().enumerate() {
+                        let addr = base + off + at[i] * 8;
+                        let len = (r.len() as u64 - at[i]) * 8;
+                        let e = table_at as u64 + 16 * i as u64;
+                        mem.store(base + e, 8, addr).unwrap();
+                        mem.store(base + e + 8, 8, len).unwrap();
+                        off += r.len() as u64 * 8;
+                    }
+                    let want = piece.min(total - got.len());
+                    let w = ctx
+                        .call(
+                            ids::CSX_MERGE_RUNS_U64,
+                            [
+                                base + out_at as u64,
+                                want as u64 * 8,
+                                base + table_at as u64,
+                                n as u64,
+                                base + taken_at as u64,
+                            ],
+                            &mut mem,
+                        )
+                        .unwrap();
+                    assert_eq!(w, want as u64, "{:?}", ctx.detail);
+                    for i in 0..w {
+                        got.push(mem.load(base + out_at as u64 + i * 8, 8).unwrap());
+                    }
+                    let mut used = 0;
+                    for (i, a) in at.iter_mut().enumerate() {
+                        let t = mem.load(base + (taken_at + 8 * i) as u64, 8).unwrap();
+                        *a += t;
+                        used += t;
+                    }
+                    assert_eq!(used, w, "taken adds up to the keys written");
+                    if got.len() == total {
+                        break;
+                    }
+                }
+                assert_eq!(got, expect, "{n} runs, skew {skew}, pieces of {piece}");
+                assert_eq!(at, runs.iter().map(|r| r.len() as u64).collect::<Vec<_>>());
+            }
+        }
+        // Ties: one key of 5 from run 0, then run 1's.
+        let mut store = vec![0u64; 16];
+        let region = as_keys_bytes(&mut store);
+        region[0..8].copy_from_slice(&5u64.to_le_bytes());
+        region[8..16].copy_from_slice(&5u64.to_le_bytes());
+        let mut mem = MemoryMap::new();
+        let base = mem.map_read_write(RegionIdx(4), region).unwrap();
+        for (i, (addr, len)) in [(base, 8u64), (base + 8, 8)].iter().enumerate() {
+            mem.store(base + 16 + 16 * i as u64, 8, *addr).unwrap();
+            mem.store(base + 24 + 16 * i as u64, 8, *len).unwrap();
+        }
+        let mut ctx = CallContext::new(&files, Instant::now());
+        let call = |ctx: &mut CallContext<'_>, mem: &mut MemoryMap<'_>, a: [u64; 5]| {
+            ctx.call(ids::CSX_MERGE_RUNS_U64, a, mem).unwrap()
+        };
+        assert_eq!(
+            call(&mut ctx, &mut mem, [base + 80, 8, base + 16, 2, base + 64]),
+            1
+        );
+        assert_eq!(mem.load(base + 64, 8).unwrap(), 1, "run 0 first");
+        assert_eq!(mem.load(base + 72, 8).unwrap(), 0);
+        // No runs, too many, odd output, output over a run, taken over the output,
+        // a table past the region.
+        for (a, errno) in [
+            ([base + 80, 8, base + 16, 0, base + 64], CSX_EINVAL),
+            ([base + 80, 8, base + 16, 17, base + 64], CSX_EINVAL),
+            ([base + 80, 12, base + 16, 2, base + 64], CSX_EINVAL),
+            ([base + 8, 8, base + 16, 2, base + 64], CSX_EINVAL),
+            ([base + 64, 16, base + 16, 2, base + 72], CSX_EINVAL),
+            ([base + 80, 8, base + 120, 2, base + 64], CSX_EFAULT),
+        ] {
+            assert_eq!(call(&mut ctx, &mut mem, a), errno as u64, "{a:?}");
+        }
     }
 
     #[test]

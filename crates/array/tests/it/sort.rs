@@ -61,8 +61,10 @@ fn every_mode_and_topology_sorts_byte_identically() {
     for (mode, topo) in [
         (SortMode::Instant, Topology::Chain),
         (SortMode::Instant, Topology::Tree),
+        (SortMode::Instant, Topology::Multiway),
         (SortMode::Host, Topology::Chain),
         (SortMode::Host, Topology::Tree),
+        (SortMode::Host, Topology::Multiway),
     ] {
         let out = format!("/out-{mode:?}-{topo:?}");
         let report = sort(&array, "/in", &opts(mode, topo, &out), &|_| {}).unwrap();
@@ -103,6 +105,27 @@ fn every_mode_and_topology_sorts_byte_identically() {
     }
     // The input is untouched; sorting in place replaces it atomically.
     assert_eq!(array.get_bytes("/in").unwrap(), data);
+    let mut copy = sort(
+        &array,
+        "/in",
+        &opts(SortMode::Instant, Topology::Chain, "/again"),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(copy.output_layout, csx_array::Layout::Single { member: 0 });
+    copy = sort(
+        &array,
+        "/again",
+        &SortOptions {
+            mode: SortMode::Instant,
+            topology: Topology::Multiway,
+            output: None,
+        },
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/again").unwrap(), expect, "a sorted input");
+    assert_eq!(copy.parts, 1);
     sort(
         &array,
         "/in",
@@ -234,6 +257,31 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
         h.host.ingress + h.host.egress >= 2 * moved,
         "the baseline crosses the host link twice per moved byte: {h:?}"
     );
+    // The multiway merge between daemons: ranges of runs daemon to daemon too.
+    let mw = sort(
+        &array,
+        "/k",
+        &opts(SortMode::Instant, Topology::Multiway, "/m"),
+        &|_| {},
+    )
+    .unwrap();
+    assert!(
+        array.get_bytes("/m").unwrap() == embedded_out,
+        "multiway over daemons = embedded"
+    );
+    let moved_mw: u64 = mw
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SortEvent::MergeRead {
+                from, into, bytes, ..
+            } if from != into => Some(*bytes),
+            _ => None,
+        })
+        .sum();
+    let l = &mw.links;
+    assert_eq!((l.d2d_bytes, l.host_copy_bytes), (moved_mw, 0), "{l:?}");
+    assert_eq!((l.host.ingress, l.host.egress), (0, 0), "{l:?}");
     // No run file is left on any member.
     assert!(array.orphans().unwrap().is_empty());
 
@@ -271,6 +319,49 @@ fn three_tcp_daemons_sort_like_the_embedded_array_and_survive_a_member_failing()
     )
     .unwrap();
     assert_eq!(array.get_bytes("/s2").unwrap(), expect);
+
+    // Member 1 disappears mid-merge (every run sorted, the first range moving) of a
+    // multiway sort in place: the error names it, its locks are released, the input is
+    // still the input (the output was never named), and after a restart the same sort
+    // succeeds.
+    let e = sort(
+        &array,
+        "/k",
+        &SortOptions {
+            mode: SortMode::Instant,
+            topology: Topology::Multiway,
+            output: None,
+        },
+        &|ev| {
+            if matches!(ev, SortEvent::MergeRead { .. }) {
+                // Stopping a stopped daemon does nothing.
+                daemons.lock().unwrap()[1].stop();
+            }
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.member(), Some(1), "the error names the member: {e}");
+    assert!(array.locks().held().is_empty(), "its locks are released");
+    drop(array);
+    daemons.lock().unwrap()[1].restart();
+    let array = Array::open(&root).unwrap();
+    assert_eq!(
+        array.get_bytes("/k").unwrap(),
+        data,
+        "not half-sorted in place"
+    );
+    sort(
+        &array,
+        "/k",
+        &SortOptions {
+            mode: SortMode::Instant,
+            topology: Topology::Multiway,
+            output: None,
+        },
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(array.get_bytes("/k").unwrap(), expect);
     array.close().unwrap();
 }
 
@@ -361,6 +452,42 @@ fn the_final_merge_split_over_engines_sorts_byte_identically() {
                 got == expect,
                 "{name} {topology:?}: differs from the host's sort"
             );
+        }
+    }
+    // The multiway merge over the same data: ties at every cut (few), runs that do not
+    // overlap (banded: whole slices from one run).
+    for (name, data) in [("random", &random), ("few", &few), ("banded", &banded)] {
+        array.delete("/in").ok();
+        array
+            .put_bytes(
+                "/in",
+                data,
+                Placement::Striped {
+                    stripe_bytes: 64 << 10,
+                },
+            )
+            .unwrap();
+        for mode in [SortMode::Instant, SortMode::Host] {
+            let r = sort(
+                &array,
+                "/in",
+                &opts(mode, Topology::Multiway, "/mw"),
+                &|_| {},
+            )
+            .unwrap();
+            assert!(
+                array.get_bytes("/mw").unwrap() == sorted(data),
+                "{name} {mode:?}: the multiway merge differs from the host's sort"
+            );
+            let stripe = (count as u64).div_ceil(3) * 8;
+            assert_eq!(
+                r.output_layout,
+                csx_array::Layout::Striped {
+                    stripe_bytes: stripe,
+                    members: vec![0, 1, 2]
+                }
+            );
+            merges_follow_sorts(&r.events);
         }
     }
     // The baseline's final merge (runs moved through the host) splits the same way.

@@ -26,6 +26,7 @@ pub const CSX_LZ4_DECOMPRESS: u32 = 20;
 pub const CSX_LZ4_COMPRESS: u32 = 21;
 pub const CSX_CHACHA20: u32 = 22;
 pub const CSX_MERGE_INTO_U64: u32 = 23;
+pub const CSX_MERGE_RUNS_U64: u32 = 24;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +176,14 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         version: 1,
         c_decl: "long csx_merge_into_u64(const void *a, unsigned long a_len, const void *b, unsigned long b_len, void *out);",
         doc: "accelerated merge of the sorted u64 runs a and b into out (a_len + b_len bytes, overlapping neither), ascending; returns the count",
+    },
+    FunctionSpec {
+        id: CSX_MERGE_RUNS_U64,
+        name: "csx_merge_runs_u64",
+        args: &[PtrOut { len_arg: 1 }, Scalar, Scalar, Scalar, Scalar],
+        version: 1,
+        c_decl: "long csx_merge_runs_u64(void *out, unsigned long out_len, const void *runs, unsigned long n, unsigned long *taken);",
+        doc: "accelerated multiway merge: the first out_len/8 keys of the n (1 to 16) sorted u64 runs described at runs ({const void *addr; unsigned long len;} each, as args->windows) into out, ties from the lower run first; taken[i] gets the keys used from run i; returns the keys written",
     },
 ];
 
