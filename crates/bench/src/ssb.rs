@@ -10,11 +10,15 @@
 //! * concurrency: Q3.3 with one probe partition against one per engine (Fig. 12.6's
 //!   serial against concurrent operators);
 //! * splits: Q3.3 with full offload, aggregation on the host and host only (Fig. 12.7):
-//!   bytes to the host, modelled device time, host time.
+//!   bytes to the host, modelled device time, host time;
+//! * answers: every implemented query on every split (the offloaded ones on both engines
+//!   and both probes) and every timed case against DuckDB over the dataset's Parquet
+//!   copy; any difference fails the benchmark.
 //!
 //! The device is a fresh embedded one in a temporary directory with the `--profile`'s
 //! speeds (throttling off: wall times are this machine's, modelled times the profile's)
-//! and `--engines` engines; the dataset is generated, put on it, and deleted with it.
+//! and `--engines` engines; the dataset is generated, put on it, copied to Parquet, and
+//! deleted with it.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,8 +26,9 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::Args;
 use csx_data::scan::FilterStrategy;
-use csx_data::ssb::queries::query;
-use csx_data::ssb::run::{run, ProbeKind, QueryRun, RunOptions, Split};
+use csx_data::ssb::differences;
+use csx_data::ssb::queries::{query, QuerySpec, QUERIES};
+use csx_data::ssb::run::{run, ProbeKind, QueryRun, ResultRow, RunOptions, Split};
 use csx_device::perf::PerfModel;
 use csx_host::proto::EngineKind;
 use csx_host::transport::inproc::DeviceConfig;
@@ -39,10 +44,15 @@ use crate::plot::BarChart;
 /// The engine case runs Q3.3 with both probes (emitted: eBPF made for the query;
 /// operator: the filter operators and sdk/ssb's ssb_probe) on both engine kinds; the
 /// filter case uses the operator probe, whose LINEORDER selections the strategies run.
-/// Every answer is checked against the host reference (the host-only split's).
+/// Every answer is checked against DuckDB's, which runs the query's SQL over a Parquet
+/// copy of the dataset: every implemented query (Q1.1-Q1.3, Q3.1-Q3.4) on every split,
+/// the offloaded splits on both engines and both probes, and every timed case. Any
+/// difference fails the benchmark (exit status non-zero, the differing rows printed).
+/// DuckDB and pyarrow come from scripts/setup.sh.
 ///
 /// Runs on a fresh embedded device of its own (not --device), with --engines engines and
-/// the --profile's speeds for modelled times; generates SSB at --sf, puts it there, runs
+/// the --profile's speeds for modelled times; generates SSB at --sf (in $TMPDIR), puts it
+/// there, writes its Parquet copy, runs
 /// Q3.3 (and Q1.1 for the strategies) in every case, and deletes the device and the data.
 /// Wall times are medians of --repeat runs without loading and compiling the operators.
 ///
@@ -72,6 +82,14 @@ pub struct SsbBenchArgs {
     /// Write SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+}
+
+/// One query's answers checked against DuckDB's: each run's label and whether it was
+/// equal.
+struct AnswerCheck {
+    query: &'static str,
+    rows: usize,
+    runs: Vec<(String, bool)>,
 }
 
 /// One measured case.
@@ -177,7 +195,22 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
     let dev = Device::init(&tmp.path().join("dev"), config).context("creating the device")?;
     let dir = "/ssb";
     let started = Instant::now();
-    csx_data::ssb::ensure_dataset(&dev, dir, args.sf, 1, &mut |m| eprintln!("bench ssb: {m}"))?;
+    // Generated here, put on the device and copied to Parquet for DuckDB, the oracle;
+    // the columnar copy is deleted once both are written.
+    let columnar = tmp.path().join("columnar");
+    let parquet = tmp.path().join("parquet");
+    eprintln!("bench ssb: generating SSB at SF {}", args.sf);
+    csx_data::ssb::gen::generate(&columnar, args.sf, 1, &mut |table, done, total| {
+        if done == total {
+            eprintln!("bench ssb: generated {table}");
+        }
+    })?;
+    eprintln!("bench ssb: putting the dataset to {dir}");
+    csx_data::put::put_dir(&dev, &columnar, dir, &mut |_, _| {})?;
+    eprintln!("bench ssb: writing the Parquet copy for DuckDB");
+    csx_data::parquet::write_parquet(&columnar, &parquet)?;
+    std::fs::remove_dir_all(&columnar)
+        .with_context(|| format!("deleting {}", columnar.display()))?;
     eprintln!(
         "bench ssb: dataset ready in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -255,6 +288,68 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
             dir,
         ))?;
     }
+    // Every implemented query on every split (and, offloaded, on both engines and both
+    // probes) against DuckDB over the Parquet copy.
+    eprintln!("bench ssb: checking every query against DuckDB");
+    let specs: Vec<&QuerySpec> = QUERIES.iter().collect();
+    let oracle = csx_data::ssb::duckdb_answers(&parquet, &specs)?;
+    let mut checks: Vec<AnswerCheck> = Vec::new();
+    let mut differ: Vec<String> = Vec::new();
+    let mut compare = |label: String, want: &[ResultRow], got: &[ResultRow]| {
+        let d = differences(want, got);
+        if !d.is_empty() {
+            differ.push(format!(
+                "{label}: differs from DuckDB:\n  {}",
+                d.join("\n  ")
+            ));
+        }
+        d.is_empty()
+    };
+    for (spec, want) in QUERIES.iter().zip(&oracle) {
+        let mut check = AnswerCheck {
+            query: spec.name,
+            rows: want.len(),
+            runs: Vec::new(),
+        };
+        let mut runs = vec![RunOptions {
+            split: Split::Host,
+            ..base
+        }];
+        for split in [Split::Offload, Split::HostAgg] {
+            for engine in [EngineKind::Jit, EngineKind::Interpreter] {
+                for probe in ProbeKind::ALL {
+                    runs.push(RunOptions {
+                        split,
+                        engine,
+                        probe,
+                        ..base
+                    });
+                }
+            }
+        }
+        for opts in runs {
+            let r =
+                run(&dev, dir, spec, &opts).with_context(|| format!("answers: {}", spec.name))?;
+            let label = format!(
+                "{} {} {} {}",
+                spec.name,
+                opts.split.name(),
+                engine_name(opts.engine),
+                opts.probe.name()
+            );
+            let equal = compare(label.clone(), want, &r.rows);
+            check.runs.push((label, equal));
+        }
+        checks.push(check);
+    }
+    // The timed cases' answers too.
+    for c in &cases {
+        let i = QUERIES
+            .iter()
+            .position(|q| q.name == c.run.query)
+            .expect("a known query");
+        compare(format!("{} {}", c.case, c.label()), &oracle[i], &c.run.rows);
+    }
     dev.close().context("closing the device")?;
     drop(tmp);
 
@@ -290,6 +385,42 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
             "{} {}: the answer differs from the host reference's",
             c.case,
             c.label()
+        );
+    }
+    let checked: usize = checks.iter().map(|c| c.runs.len()).sum::<usize>() + cases.len();
+    if args.json {
+        for c in &checks {
+            println!(
+                "{}",
+                json!({
+                    "oracle": "duckdb", "query": c.query, "sf": args.sf, "rows": c.rows,
+                    "runs": c.runs.iter().map(|(l, e)| json!({"run": l, "equal": e})).collect::<Vec<_>>(),
+                    "equal": c.runs.iter().all(|(_, e)| *e),
+                })
+            );
+        }
+    } else {
+        println!(
+            "Answers against DuckDB over the Parquet copy at SF {} ({checked} runs: every query on every split, offloaded splits on both engines and both probes, and every timed case):",
+            args.sf
+        );
+        for c in &checks {
+            let equal = c.runs.iter().filter(|(_, e)| *e).count();
+            println!(
+                "  {:<5} {:>4} rows  {}/{} runs equal",
+                c.query,
+                c.rows,
+                equal,
+                c.runs.len()
+            );
+        }
+    }
+    if !differ.is_empty() {
+        anyhow::bail!(
+            "{} of {checked} runs differ from DuckDB's answer at SF {}:\n{}",
+            differ.len(),
+            args.sf,
+            differ.join("\n")
         );
     }
     let ratio = interp.median_ns() as f64 / jit.median_ns() as f64;

@@ -21,6 +21,7 @@ pub mod error;
 pub mod gen;
 pub mod names;
 pub mod ops;
+pub mod oracle;
 pub mod parquet;
 pub mod predicate;
 pub mod put;

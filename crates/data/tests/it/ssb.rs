@@ -7,24 +7,6 @@ use csx_data::scan::FilterStrategy;
 use csx_data::ssb::queries::{query, QUERIES};
 use csx_data::ssb::run::{reference, run, LocalSource, ProbeKind, ResultRow, RunOptions, Split};
 use csx_host::proto::EngineKind;
-use serde_json::Value;
-
-use crate::oracle::duckdb;
-
-/// DuckDB's rows as result rows (the last column is the sum; SUM over no rows is NULL).
-fn from_duckdb(rows: Vec<Vec<Value>>) -> Vec<ResultRow> {
-    rows.into_iter()
-        .filter(|r| !r.last().unwrap().is_null())
-        .map(|mut r| {
-            let v = r.pop().unwrap();
-            let value = v
-                .as_u64()
-                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                .unwrap_or_else(|| panic!("a sum: {v}"));
-            ResultRow { keys: r, value }
-        })
-        .collect()
-}
 
 fn sorted(mut rows: Vec<ResultRow>) -> Vec<String> {
     let mut v: Vec<String> = rows
@@ -54,13 +36,14 @@ fn ssb_queries_on_the_device_equal_duckdb_and_the_host_reference() {
             "{} selects nothing at this scale: the test would prove little",
             q.name
         );
-        let oracle = from_duckdb(duckdb(&pq, q.sql));
+        let oracle = csx_data::ssb::duckdb_answers(&pq, &[q]).unwrap().remove(0);
         assert_eq!(
             sorted(want.clone()),
-            sorted(oracle),
+            sorted(oracle.clone()),
             "{}: reference vs DuckDB",
             q.name
         );
+        assert!(csx_data::ssb::differences(&oracle, &want).is_empty());
         for split in Split::ALL {
             for probe in ProbeKind::ALL {
                 if split == Split::Host && probe == ProbeKind::Operator {
