@@ -26,6 +26,12 @@
 //!    and `dd` with direct I/O at the same block size and queue depth, on the same bytes
 //!    of the same image file (module `media`).
 //!
+//! 5. **Activation of a large program**: load + activate (JIT) + first execution of a
+//!    generated 4,000-instruction program (`vm::synthetic_program`), on a device that
+//!    tiers JIT activations (the default: quick code at once, Cranelift's in the
+//!    background) and on one that waits for Cranelift (`jit_tiering: false`), the two
+//!    interleaved round by round; medians and minima.
+//!
 //! `--only` runs a subset of the cases.
 //!
 //! The summing program is hand-written eBPF (four words per loop iteration), so the
@@ -145,13 +151,14 @@ pub struct DeviceBenchArgs {
     /// Passes of each reader in the media case; the best is reported.
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     media_passes: u32,
-    /// Only these cases (comma-separated): noop, sum-1mib, sum-file, media.
-    #[arg(long, value_delimiter = ',', value_parser = ["noop", "sum-1mib", "sum-file", "media"])]
+    /// Only these cases (comma-separated): noop, sum-1mib, sum-file, media, activate.
+    #[arg(long, value_delimiter = ',', value_parser = ["noop", "sum-1mib", "sum-file", "media", "activate"])]
     only: Vec<String>,
     /// Where to create the temporary device (the system temp directory by default).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Print one JSON object: {noop, sum_1mib, sum_file, media}; a case not run is null.
+    /// Print one JSON object: {noop, sum_1mib, sum_file, media, activate}; a case not
+    /// run is null.
     #[arg(long)]
     json: bool,
 }
@@ -238,6 +245,38 @@ struct Report {
     sum_1mib: Option<Sum1MiBReport>,
     sum_file: Option<SumFileReport>,
     media: Option<super::media::MediaReport>,
+    activate: Option<ActivateReport>,
+}
+
+/// Rounds of the activation case; each times one tiered and one Cranelift activation.
+const ACTIVATE_ROUNDS: usize = 7;
+
+/// One way of activating, over [`ACTIVATE_ROUNDS`] rounds.
+#[derive(Debug, Serialize)]
+struct ActivateTimes {
+    /// Load (raw bytecode, persisted in the state directory), as the host sees it.
+    load_p50_ns: u64,
+    /// Activate on the JIT, as the host sees it.
+    activate_p50_ns: u64,
+    /// The device's own activation time (verify + compile).
+    prepare_p50_ns: u64,
+    /// The first execution after activation.
+    first_execute_p50_ns: u64,
+    /// Load + activate + first execution.
+    total_p50_ns: u64,
+    total_min_ns: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct ActivateReport {
+    insns: usize,
+    rounds: usize,
+    /// A device that tiers JIT activations (the default).
+    tiered: ActivateTimes,
+    /// A device whose activations wait for Cranelift (`jit_tiering: false`).
+    cranelift: ActivateTimes,
+    /// Median total of `cranelift` over median total of `tiered`.
+    speedup: f64,
 }
 
 fn load_average() -> Option<[f64; 3]> {
@@ -342,6 +381,122 @@ fn bench_noop(dev: &Device, state: &Path) -> anyhow::Result<NoopReport> {
         pipelined_per_s,
         pipelined_depth: PIPELINE_NOOPS,
     })
+}
+
+/// Times one load + activate + first execution of `image` on `dev`, then frees the
+/// slot: [load, activate, the device's prepare, first execution] in ns, and r0.
+fn activate_once(dev: &Device, image: &[u8], mem: MemHandle) -> anyhow::Result<([u64; 4], u64)> {
+    let t = Instant::now();
+    let pind = dev
+        .load_program_any_slot(ProgramType::Raw, image, None)
+        .context("load")?;
+    let load = t.elapsed().as_nanos() as u64;
+    let t = Instant::now();
+    let prepare_ns = dev.activate(pind, EngineKind::Jit).context("activate")?;
+    let activate = t.elapsed().as_nanos() as u64;
+    let t = Instant::now();
+    let run = ok_run(dev, &ExecuteRequest::new(pind).window(mem, 0, 64))?;
+    let execute = t.elapsed().as_nanos() as u64;
+    dev.unload(pind).context("unload")?;
+    Ok(([load, activate, prepare_ns, execute], run.r0))
+}
+
+fn activate_times(samples: &[[u64; 4]]) -> ActivateTimes {
+    let median = |f: &dyn Fn(&[u64; 4]) -> u64| {
+        let mut v: Vec<u64> = samples.iter().map(f).collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let total = |s: &[u64; 4]| s[0] + s[1] + s[3];
+    ActivateTimes {
+        load_p50_ns: median(&|s| s[0]),
+        activate_p50_ns: median(&|s| s[1]),
+        prepare_p50_ns: median(&|s| s[2]),
+        first_execute_p50_ns: median(&|s| s[3]),
+        total_p50_ns: median(&total),
+        total_min_ns: samples.iter().map(total).min().unwrap_or(0),
+    }
+}
+
+/// Case 5 (see the module doc): two small devices under `dir`, one tiered, one not.
+fn bench_activate(dir: &Path) -> anyhow::Result<ActivateReport> {
+    let src = super::vm::synthetic_program(super::vm::COMPILE_INSNS);
+    let insns = csx_ebpf::asm::assemble(&src).context("assembling the synthetic program")?;
+    let image = csx_ebpf::isa::encode_all(&insns);
+    let small = |tiering: bool| DeviceConfig {
+        nvm_size_bytes: 16 << 20,
+        slm_size_bytes: 1 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        jit_tiering: Some(tiering),
+        ..DeviceConfig::default()
+    };
+    let tiered_dev = Device::init(&dir.join("tiered"), small(true))
+        .context("cannot create the tiered benchmark device")?;
+    let cranelift_dev = Device::init(&dir.join("cranelift"), small(false))
+        .context("cannot create the benchmark device without tiering")?;
+    let input = pattern(64);
+    let mut mems = Vec::new();
+    for dev in [&tiered_dev, &cranelift_dev] {
+        let mem = dev.alloc(4096).context("alloc")?;
+        dev.write_mem(mem, 0, &input).context("write")?;
+        mems.push(mem);
+    }
+    let (mut tiered, mut cranelift) = (Vec::new(), Vec::new());
+    let mut last_cranelift = std::time::Duration::from_millis(300);
+    // One round of each first, untimed (page faults, thread start-up).
+    for round in 0..=ACTIVATE_ROUNDS {
+        let (times, r0) = activate_once(&tiered_dev, &image, mems[0])?;
+        // Let the tiered program's background Cranelift compile finish, so it does not
+        // compete with the next activation.
+        std::thread::sleep(last_cranelift.mul_f64(1.5));
+        let t = Instant::now();
+        let (ctimes, cr0) = activate_once(&cranelift_dev, &image, mems[1])?;
+        last_cranelift = t.elapsed();
+        ensure!(
+            r0 == cr0,
+            "tiered r0 {r0:#x} differs from Cranelift's {cr0:#x}"
+        );
+        if round > 0 {
+            tiered.push(times);
+            cranelift.push(ctimes);
+        }
+    }
+    for (dev, mem) in [tiered_dev, cranelift_dev].into_iter().zip(mems) {
+        dev.free(mem).context("free")?;
+        dev.close().context("closing a benchmark device")?;
+    }
+    let tiered = activate_times(&tiered);
+    let cranelift = activate_times(&cranelift);
+    Ok(ActivateReport {
+        insns: insns.len(),
+        rounds: ACTIVATE_ROUNDS,
+        speedup: cranelift.total_p50_ns as f64 / tiered.total_p50_ns as f64,
+        tiered,
+        cranelift,
+    })
+}
+
+fn print_activate(a: &ActivateReport) {
+    println!(
+        "activation of a {}-instruction program (load + activate on the JIT + first execution), median of {}:",
+        a.insns, a.rounds
+    );
+    for (name, t) in [
+        ("tiered (default)", &a.tiered),
+        ("cranelift first", &a.cranelift),
+    ] {
+        println!(
+            "  {name:<18} total {:>8.3} ms (min {:.3})  load {:.3} ms  activate {:.3} ms (device prepare {:.3})  first execution {:.3} ms",
+            t.total_p50_ns as f64 * 1e-6,
+            t.total_min_ns as f64 * 1e-6,
+            t.load_p50_ns as f64 * 1e-6,
+            t.activate_p50_ns as f64 * 1e-6,
+            t.prepare_p50_ns as f64 * 1e-6,
+            t.first_execute_p50_ns as f64 * 1e-6,
+        );
+    }
+    println!("  tiered is {:.1}x faster to a first result", a.speedup);
 }
 
 pub(crate) fn pattern(len: usize) -> Vec<u8> {
@@ -642,6 +797,9 @@ fn print_human(r: &Report) {
     if let Some(m) = &r.media {
         super::media::print_media(m);
     }
+    if let Some(a) = &r.activate {
+        print_activate(a);
+    }
 }
 
 fn print_noop(n: &NoopReport) {
@@ -772,6 +930,9 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         .then(|| super::media::bench_media(&dev, &image, args.media_size, args.media_passes))
         .transpose()?;
     dev.close().context("closing the benchmark device")?;
+    let activate = wants("activate")
+        .then(|| bench_activate(tmp.path()))
+        .transpose()?;
     let report = Report {
         engines,
         load_average_before,
@@ -780,6 +941,7 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         sum_1mib,
         sum_file,
         media,
+        activate,
     };
     if args.json {
         println!(

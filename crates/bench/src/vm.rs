@@ -521,12 +521,12 @@ struct CompileTime {
 const COMPILE_RUNS: usize = 7;
 
 /// Instructions of the program whose compile time is measured.
-const COMPILE_INSNS: usize = 4000;
+pub(crate) const COMPILE_INSNS: usize = 4000;
 
 /// A verifiable program of `insns` instructions in the shapes the kernels have: blocks
 /// of input loads at varying offsets, ALU work, a stack counter indexed by data, a
 /// forward branch and a small counted loop, repeated with fresh labels.
-fn synthetic_program(insns: usize) -> String {
+pub(crate) fn synthetic_program(insns: usize) -> String {
     const BLOCK: usize = 20;
     let mut src = String::from("mov %r0, 0\nmov %r4, 1\nmov %r8, 1000\n");
     let blocks = (insns - 4) / BLOCK;

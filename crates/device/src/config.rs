@@ -80,6 +80,11 @@ pub struct DeviceConfig {
     /// Whether activation may use the JIT (`None`: yes).
     #[serde(default)]
     pub jit: Option<bool>,
+    /// Whether a JIT activation is tiered (`None`: yes): the program runs at once on the
+    /// quick tier's code (x86-64 hosts) and moves to Cranelift's when a background compile
+    /// lands. `false`: activation waits for Cranelift (steadier timings for benchmarks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jit_tiering: Option<bool>,
     /// The emulated device's link, media and compute speeds (absent: unthrottled).
     #[serde(default)]
     pub perf: PerfModel,
@@ -99,6 +104,7 @@ impl Default for DeviceConfig {
             engines: None,
             transfer_workers: None,
             jit: None,
+            jit_tiering: None,
             perf: PerfModel::default(),
             time_limit_ms: None,
         }

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use csx_ebpf::engine::Engine;
 use csx_ebpf::helper::FunctionTable;
 use csx_ebpf::program::Program;
+use csx_ebpf_jit::{Promotion, Tier, TieredProgram};
 use csx_proto::limits::{
     PROGRAMS_ACTIVE_MAX, PROGRAM_BYTES_TOTAL_MAX, PROGRAM_SIZE_MAX, PROGRAM_SLOTS_COUNT,
 };
@@ -105,6 +106,8 @@ pub enum ProgramError {
 struct ActiveEngine {
     kind: EngineKind,
     engine: Arc<dyn Engine>,
+    /// The same engine, when it is a tiered JIT program (for its tier and promotion).
+    tiered: Option<Arc<csx_ebpf_jit::TieredProgram>>,
 }
 
 #[derive(Default)]
@@ -188,6 +191,8 @@ pub struct Programs {
     /// Whether executions count their work, so a JIT activation also compiles the
     /// counting variant (see [`Programs::with_counting`]).
     count_work: bool,
+    /// How a JIT activation is tiered, if it is (see [`Programs::with_tiering`]).
+    tiering: Option<Promotion>,
     dir: Option<PathBuf>,
 }
 
@@ -213,7 +218,7 @@ struct SlotRecord {
 pub struct ActivationTiming {
     /// Parsing and verifying.
     pub verify: Duration,
-    /// Building the engine (JIT compile).
+    /// Building the engine (the JIT compile; when tiered, the quick tier's).
     pub compile: Duration,
 }
 
@@ -237,6 +242,7 @@ impl Programs {
             functions,
             jit_enabled,
             count_work: false,
+            tiering: Some(Promotion::Background),
             dir,
         }
     }
@@ -245,6 +251,22 @@ impl Programs {
     /// (`PerfModel::counts_work`), so a JIT activation compiles the counting variant too.
     pub fn with_counting(mut self, count_work: bool) -> Programs {
         self.count_work = count_work;
+        self
+    }
+
+    /// Whether a JIT activation is tiered (the default): it compiles the quick tier's
+    /// code (well under a millisecond) and returns, the program runs on it at once, and
+    /// Cranelift's code replaces it when a background compile lands (see
+    /// `csx_ebpf_jit::TieredProgram`; results, fuel and counts are the same on both).
+    /// Without tiering, activation waits for Cranelift.
+    pub fn with_tiering(self, tiering: bool) -> Programs {
+        self.with_promotion(tiering.then_some(Promotion::Background))
+    }
+
+    /// Tiering with the promotion `promotion` (`None`: no tiering, activation waits for
+    /// Cranelift); `Promotion::Manual` leaves promotion to [`Programs::optimize`].
+    pub fn with_promotion(mut self, promotion: Option<Promotion>) -> Programs {
+        self.tiering = promotion;
         self
     }
 
@@ -476,7 +498,7 @@ impl Programs {
                 slot.entry.clone(),
             )
         };
-        let (engine, timing) = self.build(ptype, &image, entry.as_deref(), pind, kind)?;
+        let (active, timing) = self.build(ptype, &image, entry.as_deref(), pind, kind)?;
         // Then install it, if the slot did not change meanwhile (only the admin worker
         // changes slots, so it cannot have; checked all the same).
         let mut guard = self.lock();
@@ -493,7 +515,7 @@ impl Programs {
                 reason: "the slot changed during activation",
             });
         }
-        slot.active = Some(ActiveEngine { kind, engine });
+        slot.active = Some(active);
         slot.executions = 0;
         slot.set_state(ProgramState::Active);
         inner.active_count += 1;
@@ -514,7 +536,7 @@ impl Programs {
         entry: Option<&str>,
         pind: ProgramIndex,
         kind: EngineKind,
-    ) -> Result<(Arc<dyn Engine>, ActivationTiming), ProgramError> {
+    ) -> Result<(ActiveEngine, ActivationTiming), ProgramError> {
         let start = Instant::now();
         let program = self.parse(ptype, image, entry, pind)?;
         let verified =
@@ -526,6 +548,10 @@ impl Programs {
         let verified = Arc::new(verified);
         let verify = start.elapsed();
         let start = Instant::now();
+        let jit_error = |e: csx_ebpf_jit::JitError| ProgramError::Jit {
+            message: e.to_string(),
+        };
+        let mut tiered_engine = None;
         let engine: Arc<dyn Engine> = match kind {
             EngineKind::Interpreter => Arc::new(csx_ebpf::interp::Interpreter::new(verified)),
             EngineKind::Jit if !self.jit_enabled => {
@@ -533,21 +559,34 @@ impl Programs {
                     message: "the JIT is disabled on this device".into(),
                 })
             }
-            EngineKind::Jit => {
-                let jit_error = |e: csx_ebpf_jit::JitError| ProgramError::Jit {
-                    message: e.to_string(),
-                };
-                let jit = csx_ebpf_jit::JitProgram::compile(verified).map_err(jit_error)?;
-                // Where every execution counts its work (`crate::execute`), compile the
-                // counting variant now, at activation, not in the first execution's time.
-                if self.count_work {
-                    jit.prepare_counting().map_err(jit_error)?;
+            EngineKind::Jit => match self.tiering {
+                Some(promotion) => {
+                    // Where every execution counts its work (`crate::execute`), both
+                    // tiers compile their counting variants before a run can use them.
+                    let tiered = TieredProgram::with_counting(verified, promotion, self.count_work)
+                        .map_err(jit_error)?;
+                    let tiered = Arc::new(tiered);
+                    tiered_engine = Some(Arc::clone(&tiered));
+                    tiered
                 }
-                Arc::new(jit)
-            }
+                None => {
+                    let jit = csx_ebpf_jit::JitProgram::compile(verified).map_err(jit_error)?;
+                    // Where every execution counts its work, compile the counting
+                    // variant now, at activation, not in the first execution's time.
+                    if self.count_work {
+                        jit.prepare_counting().map_err(jit_error)?;
+                    }
+                    Arc::new(jit)
+                }
+            },
+        };
+        let active = ActiveEngine {
+            kind,
+            engine,
+            tiered: tiered_engine,
         };
         Ok((
-            engine,
+            active,
             ActivationTiming {
                 verify,
                 compile: start.elapsed(),
@@ -584,6 +623,37 @@ impl Programs {
         };
         drop(guard);
         self.persist_record(pind, &record)
+    }
+
+    /// The tier a tiered JIT activation runs on now; `None` when the slot's engine is
+    /// not tiered (the interpreter, or a JIT activation without tiering).
+    pub fn jit_tier(&self, pind: ProgramIndex) -> Result<Option<Tier>, ProgramError> {
+        Ok(self.tiered(pind)?.map(|t| t.tier()))
+    }
+
+    /// Promotes a tiered JIT activation to Cranelift's code now, or waits for the
+    /// promotion already running; a failed compile is reported (the program keeps
+    /// running on the quick tier). Nothing to do for an engine that is not tiered.
+    pub fn optimize(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
+        match self.tiered(pind)? {
+            Some(t) => t.optimize().map_err(|e| ProgramError::Jit {
+                message: e.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn tiered(&self, pind: ProgramIndex) -> Result<Option<Arc<TieredProgram>>, ProgramError> {
+        let idx = slot_index(pind)?;
+        let inner = self.lock();
+        let slot = &inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty | ProgramState::Loading => {
+                Err(ProgramError::NoProgram { pind: pind.0 })
+            }
+            ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
+            ProgramState::Active => Ok(slot.active.as_ref().and_then(|a| a.tiered.clone())),
+        }
     }
 
     /// Borrows the slot's engine for one execution.
@@ -1008,5 +1078,122 @@ mod tests {
             (list[1].pind, list[1].state),
             (ProgramIndex(5), ProgramState::Loaded)
         );
+    }
+}
+
+#[cfg(test)]
+mod tiering_tests {
+    use super::*;
+    use csx_ebpf::count::ExecCounts;
+    use csx_ebpf::engine::{RunOptions, RunOutcome};
+    use csx_ebpf::helper::ConformanceHost;
+    use csx_ebpf::memory::MemoryMap;
+
+    use crate::status::ToStatus;
+
+    /// Sums i * 31 + (i >> 3) for i below r1, with a data-dependent branch: a loop of
+    /// several blocks, so block counts can differ between engines if one is wrong.
+    fn loop_image() -> Vec<u8> {
+        let src = "mov %r0, 0\nmov %r2, 0\nloop:\njge %r2, %r1, done\nmov %r3, %r2\n\
+                   mul %r3, 31\nmov %r4, %r2\nrsh %r4, 3\njset %r2, 4, odd\nadd %r0, %r3\n\
+                   ja next\nodd:\nxor %r0, %r4\nnext:\nadd %r2, 1\nja loop\ndone:\nexit";
+        let insns = csx_ebpf::asm::assemble(src).expect("the test program assembles");
+        csx_ebpf::isa::encode_all(&insns)
+    }
+
+    /// One counted run of slot `pind`: outcome and block counts.
+    fn run(p: &Programs, pind: ProgramIndex, n: u64, fuel: u64) -> (RunOutcome, Vec<u64>) {
+        let t = p.begin_run(pind).unwrap();
+        let counts = ExecCounts::new(t.engine.program().blocks());
+        let opts = RunOptions {
+            fuel,
+            counts: Some(&counts),
+            ..RunOptions::default()
+        };
+        let mut map = MemoryMap::new();
+        let out = t
+            .engine
+            .run(&mut map, [n, 0, 0, 0, 0], &opts, &mut ConformanceHost);
+        (out, counts.values())
+    }
+
+    /// A JIT activation runs before its promotion (on the quick tier, x86-64) and after
+    /// it (on Cranelift's code) with the interpreter's result, fuel and block counts,
+    /// traps included.
+    #[test]
+    fn a_tiered_activation_runs_before_and_after_promotion() {
+        let p = Programs::new(Arc::new(FunctionTable::new()), true, None)
+            .with_counting(true)
+            .with_promotion(Some(Promotion::Manual));
+        let (jit, interp) = (ProgramIndex(1), ProgramIndex(2));
+        for pind in [jit, interp] {
+            let img = loop_image();
+            let len = img.len() as u32;
+            p.load_chunk(ClientId(1), pind, ProgramType::Raw, len, 0, &img, None)
+                .unwrap();
+        }
+        let timing = p.activate(jit, EngineKind::Jit).unwrap();
+        p.activate(interp, EngineKind::Interpreter).unwrap();
+        assert_eq!(p.jit_tier(interp).unwrap(), None);
+        let first = if cfg!(target_arch = "x86_64") {
+            Tier::Quick
+        } else {
+            Tier::Optimized
+        };
+        assert_eq!(p.jit_tier(jit).unwrap(), Some(first));
+        assert!(timing.compile > Duration::ZERO);
+        let cases = [(100, 1_000_000), (100, 300), (0, 100), (20, 1_000_000)];
+        for (n, fuel) in cases {
+            let want = run(&p, interp, n, fuel);
+            assert_eq!(run(&p, jit, n, fuel), want, "n {n} fuel {fuel}, {first:?}");
+        }
+        assert!(run(&p, interp, 100, 300).0.result.is_err(), "a fuel trap");
+        assert_eq!(p.jit_tier(jit).unwrap(), Some(first), "manual promotion");
+        p.optimize(jit).unwrap();
+        assert_eq!(p.jit_tier(jit).unwrap(), Some(Tier::Optimized));
+        for (n, fuel) in cases {
+            let want = run(&p, interp, n, fuel);
+            assert_eq!(run(&p, jit, n, fuel), want, "n {n} fuel {fuel}, optimized");
+        }
+        // Neither query nor promotion applies to an empty or inactive slot.
+        p.deactivate(jit).unwrap();
+        assert_eq!(
+            p.jit_tier(jit).unwrap_err().status(),
+            csx_proto::Status::ProgramNotActivated
+        );
+        assert_eq!(
+            p.optimize(ProgramIndex(9)).unwrap_err().status(),
+            csx_proto::Status::NoProgram
+        );
+    }
+
+    /// Without tiering, activation waits for Cranelift: the program is not tiered.
+    #[test]
+    fn without_tiering_activation_compiles_with_cranelift() {
+        let p = Programs::new(Arc::new(FunctionTable::new()), true, None).with_tiering(false);
+        let img = loop_image();
+        let pind = ProgramIndex(0);
+        p.load_chunk(
+            ClientId(1),
+            pind,
+            ProgramType::Raw,
+            img.len() as u32,
+            0,
+            &img,
+            None,
+        )
+        .unwrap();
+        p.activate(pind, EngineKind::Jit).unwrap();
+        assert_eq!(p.jit_tier(pind).unwrap(), None);
+        p.optimize(pind).unwrap();
+        let t = p.begin_run(pind).unwrap();
+        let mut map = MemoryMap::new();
+        let out = t.engine.run(
+            &mut map,
+            [10, 0, 0, 0, 0],
+            &RunOptions::default(),
+            &mut ConformanceHost,
+        );
+        assert!(out.result.is_ok());
     }
 }

@@ -78,7 +78,8 @@ pub(crate) struct JitContext {
     /// The run's [`StopFlag`] word, loaded atomically where fuel is charged.
     pub stop: *const u32,
     /// The run's block counters (`csx_ebpf::count::ExecCounts`), which the counting
-    /// variant's functions add to as they leave; null when the run counts nothing.
+    /// variants add to (Cranelift's as its functions leave, the quick tier's at each
+    /// leader); null when the run counts nothing.
     pub counts: *mut u64,
 }
 
@@ -242,7 +243,7 @@ pub(crate) fn execute(
     // live buffers (the `MemoryMap` invariant); the stack row is mapped by the engine
     // for the whole run; `bridge` and the stop flag outlive the call; the counting
     // variant (the only code that writes through `counts`) runs only with a counter
-    // buffer, which `JitProgram::run` checked has one `u64` per block its code counts
+    // buffer, which the engine's `run` checked has one `u64` per block its code counts
     // and which outlives the call. Compiled code touches memory only
     // through rows it has bounds-checked, the stack frame the depth check guarantees
     // (see `translate`), and this context; it never unwinds.

@@ -16,6 +16,12 @@
 //! stays on the quick tier and [`TieredProgram::optimize`] reports the error. On hosts
 //! without the quick tier (not x86-64), construction compiles with Cranelift directly
 //! and the program is optimised from the start.
+//!
+//! Counting: a program built [`TieredProgram::with_counting`] is for an embedder whose
+//! every run counts its work (`RunOptions::counts`): the quick tier's counting variant is
+//! prepared at construction, and the promotion compiles Cranelift's counting variant
+//! before it switches, so no run pays for a compile. Counts are the same on either tier
+//! (each tier counts by the rule of `csx_ebpf::count`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -51,6 +57,18 @@ pub enum Tier {
 
 type Slot = Arc<OnceLock<Result<JitProgram, JitError>>>;
 
+/// The optimising compile: Cranelift, plus its counting variant when `counting`.
+type Optimizer = fn(Arc<VerifiedProgram>, bool) -> Result<JitProgram, JitError>;
+
+fn cranelift(program: Arc<VerifiedProgram>, counting: bool) -> Result<JitProgram, JitError> {
+    let jit = JitProgram::compile(program)?;
+    if counting {
+        // A promotion whose counting variant failed would count nothing: stay quick.
+        jit.prepare_counting()?;
+    }
+    Ok(jit)
+}
+
 /// A program on two tiers: quick code at once, Cranelift's when it is ready.
 pub struct TieredProgram {
     program: Arc<VerifiedProgram>,
@@ -58,6 +76,9 @@ pub struct TieredProgram {
     quick: crate::QuickProgram,
     optimized: Slot,
     promotion: Promotion,
+    /// Whether runs count their work, so both tiers prepare their counting variants.
+    counting: bool,
+    optimizer: Optimizer,
     runs: AtomicU64,
     started: AtomicBool,
     ready_after: Duration,
@@ -80,15 +101,41 @@ impl TieredProgram {
         program: Arc<VerifiedProgram>,
         promotion: Promotion,
     ) -> Result<TieredProgram, JitError> {
+        Self::build(program, promotion, false, cranelift)
+    }
+
+    /// As [`TieredProgram::new`], for runs that count their work (`counting`): both
+    /// tiers' counting variants are compiled before a run can use them (see the module
+    /// doc). `counting = false` is [`TieredProgram::new`].
+    pub fn with_counting(
+        program: Arc<VerifiedProgram>,
+        promotion: Promotion,
+        counting: bool,
+    ) -> Result<TieredProgram, JitError> {
+        Self::build(program, promotion, counting, cranelift)
+    }
+
+    fn build(
+        program: Arc<VerifiedProgram>,
+        promotion: Promotion,
+        counting: bool,
+        optimizer: Optimizer,
+    ) -> Result<TieredProgram, JitError> {
         #[cfg(target_arch = "x86_64")]
         {
+            let started = std::time::Instant::now();
             let quick = crate::QuickProgram::compile(program.clone())?;
-            let ready_after = quick.compile_time();
+            if counting {
+                quick.prepare_counting()?;
+            }
+            let ready_after = started.elapsed();
             let tiered = TieredProgram {
                 program,
                 quick,
                 optimized: Arc::new(OnceLock::new()),
                 promotion,
+                counting,
+                optimizer,
                 runs: AtomicU64::new(0),
                 started: AtomicBool::new(false),
                 ready_after,
@@ -100,12 +147,15 @@ impl TieredProgram {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let jit = JitProgram::compile(program.clone())?;
-            let ready_after = jit.compile_time();
+            let started = std::time::Instant::now();
+            let jit = optimizer(program.clone(), counting)?;
+            let ready_after = started.elapsed();
             Ok(TieredProgram {
                 program,
                 optimized: Arc::new(OnceLock::from(Ok(jit))),
                 promotion,
+                counting,
+                optimizer,
                 runs: AtomicU64::new(0),
                 started: AtomicBool::new(true),
                 ready_after,
@@ -121,9 +171,16 @@ impl TieredProgram {
         }
     }
 
-    /// How long construction took before the program could run (the quick compile).
+    /// How long construction took before the program could run (the quick compile, and
+    /// its counting variant when counting).
     pub fn ready_after(&self) -> Duration {
         self.ready_after
+    }
+
+    /// The error of the optimising compile, if it ran and failed (the program then runs
+    /// on the quick tier for good, correct and slower).
+    pub fn promotion_error(&self) -> Option<&JitError> {
+        self.optimized.get().and_then(|r| r.as_ref().err())
     }
 
     /// Runs the optimising compile on this thread unless it is done, or waits for the
@@ -132,7 +189,8 @@ impl TieredProgram {
     pub fn optimize(&self) -> Result<(), JitError> {
         self.started.store(true, Ordering::Relaxed);
         let program = self.program.clone();
-        match self.optimized.get_or_init(|| JitProgram::compile(program)) {
+        let (optimizer, counting) = (self.optimizer, self.counting);
+        match self.optimized.get_or_init(|| optimizer(program, counting)) {
             Ok(_) => Ok(()),
             Err(e) => Err(e.clone()),
         }
@@ -145,10 +203,11 @@ impl TieredProgram {
         }
         let slot = self.optimized.clone();
         let program = self.program.clone();
+        let (optimizer, counting) = (self.optimizer, self.counting);
         let spawned = std::thread::Builder::new()
             .name("csx-jit-optimize".into())
             .spawn(move || {
-                slot.get_or_init(|| JitProgram::compile(program));
+                slot.get_or_init(|| optimizer(program, counting));
             });
         // Without a thread the program stays on the quick tier (correct, slower);
         // `optimize` can still promote it.
@@ -273,6 +332,78 @@ mod tests {
         t.optimize().unwrap();
         assert_eq!(t.tier(), Tier::Optimized);
         agrees(&t, &interp);
+    }
+
+    /// A counted run's outcome and counts.
+    fn run_counted(engine: &dyn Engine, fuel: u64) -> (RunOutcome, Vec<u64>) {
+        let counts = csx_ebpf::count::ExecCounts::new(engine.program().blocks());
+        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5)).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_only(RegionIdx(2), &data).unwrap();
+        let opts = RunOptions {
+            fuel,
+            counts: Some(&counts),
+            ..RunOptions::default()
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
+        (out, counts.values())
+    }
+
+    /// Counted runs before and after the promotion give the interpreter's outcome,
+    /// fuel and block counts (a trap mid-loop included).
+    #[test]
+    fn counted_runs_agree_on_both_tiers() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let t = TieredProgram::with_counting(p, Promotion::Manual, true).unwrap();
+        for fuel in [10, 37, 1000] {
+            let want = run_counted(&interp, fuel);
+            assert!(want.1.iter().any(|&c| c > 1), "the loop block counts");
+            assert_eq!(run_counted(&t, fuel), want, "fuel {fuel}, {:?}", t.tier());
+        }
+        t.optimize().unwrap();
+        assert_eq!(t.tier(), Tier::Optimized);
+        for fuel in [10, 37, 1000] {
+            assert_eq!(
+                run_counted(&t, fuel),
+                run_counted(&interp, fuel),
+                "fuel {fuel}"
+            );
+        }
+    }
+
+    fn rejecting_optimizer(
+        program: Arc<VerifiedProgram>,
+        _counting: bool,
+    ) -> Result<JitProgram, JitError> {
+        Err(JitError::Codegen {
+            program: program.name().to_string(),
+            message: "rejected by the test".into(),
+        })
+    }
+
+    /// An optimising compile that fails leaves the program on the quick tier, running
+    /// as before, and the error is reported typed; off x86-64 (no quick tier) the
+    /// construction itself fails with it.
+    #[test]
+    fn a_failed_promotion_keeps_the_quick_tier() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let built = TieredProgram::build(p, Promotion::Background, true, rejecting_optimizer);
+        if !cfg!(target_arch = "x86_64") {
+            assert!(matches!(built, Err(JitError::Codegen { .. })));
+            return;
+        }
+        let t = built.unwrap();
+        let err = t.optimize().unwrap_err();
+        assert!(err.to_string().contains("rejected by the test"), "{err}");
+        assert_eq!(t.promotion_error(), Some(&err));
+        assert_eq!(t.tier(), Tier::Quick);
+        agrees(&t, &interp);
+        for fuel in [10, 1000] {
+            assert_eq!(run_counted(&t, fuel), run_counted(&interp, fuel));
+        }
+        assert_eq!(t.tier(), Tier::Quick);
     }
 
     /// Runs on several threads while the background compile lands: every run, on

@@ -1,6 +1,7 @@
 //! [`Lambda`]: one eBPF object file, loaded on both sides: into a device program slot
 //! (activated on the device's JIT) for the device side, and verified and compiled by the
-//! host's JIT (`csx-ebpf-jit`) against the device's function table for the host side.
+//! host's JIT (`csx-ebpf-jit`, tiered: quick code at once, Cranelift's when ready)
+//! against the device's function table for the host side.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -69,11 +70,16 @@ impl Lambda {
                 reason: e.to_string(),
             }
         })?;
-        let jit = csx_ebpf_jit::JitProgram::compile(Arc::new(verified)).map_err(|e| {
-            LambdaError::Load {
-                lambda: name.to_string(),
-                reason: e.to_string(),
-            }
+        // Tiered: the host side can run at once (quick tier), Cranelift's code takes
+        // over when its background compile lands; every host run counts its work.
+        let jit = csx_ebpf_jit::TieredProgram::with_counting(
+            Arc::new(verified),
+            csx_ebpf_jit::Promotion::Background,
+            true,
+        )
+        .map_err(|e| LambdaError::Load {
+            lambda: name.to_string(),
+            reason: e.to_string(),
         })?;
         // Then, the device side.
         let pind = dev.load_program_any_slot(program_type_of(image), image, entry)?;

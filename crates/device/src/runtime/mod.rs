@@ -322,7 +322,8 @@ impl DeviceRuntime {
         let functions: Arc<FunctionTable> = Arc::new(function_table());
         let jit = config.jit.unwrap_or(true);
         let programs = Programs::new(functions, jit, Some(dir.join(PROGRAMS_DIR_NAME)))
-            .with_counting(config.perf.counts_work());
+            .with_counting(config.perf.counts_work())
+            .with_tiering(config.jit_tiering.unwrap_or(true));
         // Slots that fail to restore stay empty or loaded; the host sees them in a
         // listing, and the embedder in `DeviceRuntime::restore_failures`.
         let restore_failures = programs

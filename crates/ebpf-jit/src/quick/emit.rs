@@ -37,6 +37,15 @@
 //! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
 //! caller with r11 = 1, and the caller (after restoring its registers) unwinds further.
 //!
+//! # Counting
+//! The counting variant (`RunOptions::counts`, compiled on demand) adds 1 to a block's
+//! counter in the run's buffer (`JitContext::counts`) where its leader's code begins,
+//! before the leader's instruction: every way in (jump, call, return, fall through,
+//! the prologue's jump to the entry) passes there, and a trap at a jump, call or helper
+//! leaves before the next block's leader. That is the rule of `csx_ebpf::count`, with
+//! no fused or speculative code to correct for. The uncounted variant has no counter
+//! code at all.
+//!
 //! # Calls
 //! A local call pushes r6-r9 and rbp (five words, so with the return address the native
 //! stack stays 16-byte aligned), moves rbp one frame down and `call`s the target's code;
@@ -45,6 +54,7 @@
 //! `runtime::helper_trampoline`, with r1-r5 saved around it (the engines leave them
 //! unchanged); atomics call `atomic_callout` with the checked host address.
 
+use csx_ebpf::count::BlockMap;
 use csx_ebpf::engine::rules;
 use csx_ebpf::isa::*;
 use csx_ebpf::limits::{REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE};
@@ -107,8 +117,13 @@ pub(crate) struct Emitted {
     pub code: Vec<u8>,
 }
 
-/// Translates `insns` (a verified program starting at slot `entry`).
-pub(crate) fn emit_program(insns: &[Insn], entry: u32) -> EResult<Emitted> {
+/// Translates `insns` (a verified program starting at slot `entry`); with `blocks`, the
+/// counting variant (see "Counting" in the module doc).
+pub(crate) fn emit_program(
+    insns: &[Insn],
+    entry: u32,
+    blocks: Option<&BlockMap>,
+) -> EResult<Emitted> {
     let mut e = Emitter {
         a: Asm::with_capacity(insns.len() * 24 + 512),
         insns,
@@ -121,6 +136,9 @@ pub(crate) fn emit_program(insns: &[Insn], entry: u32) -> EResult<Emitted> {
     let mut falls_through = false;
     while pc < insns.len() {
         e.slot_pos[pc] = e.a.pos();
+        if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
+            e.count_block(b);
+        }
         let insn = insns[pc];
         let (next, falls) = e.insn(pc as u32, &insn)?;
         falls_through = falls;
@@ -282,6 +300,14 @@ impl Emitter<'_> {
                 pc,
             },
         );
+    }
+
+    /// Adds 1 to block `b`'s counter in the run's buffer (clobbers r11, which holds
+    /// nothing across slots).
+    fn count_block(&mut self, b: usize) {
+        let off = i32::try_from(b * 8).expect("a program has at most 2^20 slots");
+        self.ctx_load(R11, offsets::COUNTS);
+        self.a.alu_mi(Alu::Add, true, mem(R11, off), 1);
     }
 
     // ---- instructions ------------------------------------------------------------------

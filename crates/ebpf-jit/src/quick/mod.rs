@@ -11,8 +11,9 @@
 //! `JITModule`). So it matches the interpreter in value, trap (kind and pc) and fuel by
 //! the same rules (see `emit` for how each is kept).
 //!
-//! Block counting (`RunOptions::counts`) is not in its code: a run asking for counts
-//! runs on the interpreter instead.
+//! Block counting (`RunOptions::counts`): a second variant of the code with a counter
+//! bump at each canonical leader (`emit`, "Counting"), compiled by the first run that
+//! asks for counts (or [`QuickProgram::prepare_counting`]).
 //!
 //! Layout: `x64` (the instruction encoder), `emit` (the translation).
 
@@ -28,7 +29,6 @@ use cranelift_module::{Linkage, Module};
 
 use csx_ebpf::engine::{Engine, RunMemory, RunOptions, RunOutcome};
 use csx_ebpf::helper::HelperHost;
-use csx_ebpf::interp::Interpreter;
 use csx_ebpf::memory::MemoryMap;
 use csx_ebpf::program::VerifiedProgram;
 
@@ -41,9 +41,9 @@ pub struct QuickProgram {
     program: Arc<VerifiedProgram>,
     code: CodeMemory,
     compile_time: Duration,
-    /// Runs that ask for block counts (`RunOptions::counts`): the quick tier's code has
-    /// no counters, so those runs go to the interpreter, built on the first of them.
-    counting: OnceLock<Interpreter>,
+    /// The variant that counts executed blocks, compiled by the first run that asks
+    /// for counts.
+    counted: OnceLock<Result<CodeMemory, JitError>>,
 }
 
 impl std::fmt::Debug for QuickProgram {
@@ -60,30 +60,26 @@ impl QuickProgram {
     /// Compiles `program` for the host (x86-64).
     pub fn compile(program: Arc<VerifiedProgram>) -> Result<QuickProgram, JitError> {
         let started = Instant::now();
-        let name = program.name().to_string();
-        let emitted =
-            emit::emit_program(program.insns(), program.entry()).map_err(|e| match e {
-                EmitError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
-                    program: name.clone(),
-                    pc,
-                    opcode,
-                },
-                EmitError::BadTarget { pc, target } => JitError::BadJumpTarget {
-                    program: name.clone(),
-                    pc,
-                    target,
-                },
-            })?;
-        let code = place(&emitted.code).map_err(|message| JitError::Codegen {
-            program: name.clone(),
-            message,
-        })?;
+        let code = build(&program, false)?;
         Ok(QuickProgram {
             program,
             code,
             compile_time: started.elapsed(),
-            counting: OnceLock::new(),
+            counted: OnceLock::new(),
         })
+    }
+
+    /// Compiles the variant that counts executed blocks now, rather than on the first
+    /// run that asks for counts (a device that always counts calls this at activation).
+    pub fn prepare_counting(&self) -> Result<(), JitError> {
+        self.counted_code().map(|_| ())
+    }
+
+    fn counted_code(&self) -> Result<&CodeMemory, JitError> {
+        self.counted
+            .get_or_init(|| build(&self.program, true))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Wall-clock time [`QuickProgram::compile`] took.
@@ -95,6 +91,29 @@ impl QuickProgram {
     pub fn code_size(&self) -> usize {
         self.code.code_bytes()
     }
+}
+
+/// Emits and places `program`'s code; `counting`: the variant with block counters.
+fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError> {
+    let name = program.name().to_string();
+    let blocks = counting.then(|| program.blocks());
+    let emitted =
+        emit::emit_program(program.insns(), program.entry(), blocks).map_err(|e| match e {
+            EmitError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
+                program: name.clone(),
+                pc,
+                opcode,
+            },
+            EmitError::BadTarget { pc, target } => JitError::BadJumpTarget {
+                program: name.clone(),
+                pc,
+                target,
+            },
+        })?;
+    place(&emitted.code).map_err(|message| JitError::Codegen {
+        program: name.clone(),
+        message,
+    })
 }
 
 /// Copies `code` into executable memory through a `JITModule`, as one function with
@@ -130,18 +149,32 @@ impl Engine for QuickProgram {
         opts: &RunOptions<'_>,
         host: &mut dyn HelperHost,
     ) -> RunOutcome {
-        if opts.counts.is_some() {
-            // Same outcome, memory and fuel as the quick code (the tests hold both to
-            // the interpreter), plus the counts.
-            let interp = self
-                .counting
-                .get_or_init(|| Interpreter::new(self.program.clone()));
-            return interp.run(mem, args, opts, host);
-        }
+        let code = match opts.counts {
+            None => &self.code,
+            Some(counts) => {
+                assert_eq!(
+                    counts.len(),
+                    self.program.blocks().len(),
+                    "one counter per block of the program"
+                );
+                match self.counted_code() {
+                    Ok(code) => code,
+                    // The uncounted variant compiled, so this is a bug; the run still
+                    // runs, and reports it by leaving the counters untouched.
+                    Err(_) => {
+                        let uncounted = RunOptions {
+                            counts: None,
+                            ..*opts
+                        };
+                        return self.run(mem, args, &uncounted, host);
+                    }
+                }
+            }
+        };
         let mut run_mem = RunMemory::new(&self.program);
         let functions = self.program.functions();
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            crate::runtime::execute(&self.code, functions, mem, fp, args, opts, host)
+            crate::runtime::execute(code, functions, mem, fp, args, opts, host)
         })
     }
 }

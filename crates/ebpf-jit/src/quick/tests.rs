@@ -11,6 +11,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use csx_ebpf::asm::assemble;
+use csx_ebpf::count::ExecCounts;
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
 use csx_ebpf::helper::{ConformanceHost, FunctionTable};
 use csx_ebpf::interp::Interpreter;
@@ -29,24 +30,39 @@ fn verified(insns: Vec<Insn>) -> Option<Arc<VerifiedProgram>> {
 }
 
 fn run(engine: &dyn Engine) -> (RunOutcome, Vec<u8>) {
+    run_with(engine, None)
+}
+
+/// [`run`], counting executed blocks into `counts` when given.
+fn run_with(engine: &dyn Engine, counts: Option<&ExecCounts>) -> (RunOutcome, Vec<u8>) {
     let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
     let mut map = MemoryMap::new();
     let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
     let opts = RunOptions {
         fuel: 100_000,
+        counts,
         ..RunOptions::default()
     };
     let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
     (out, rw)
 }
 
-/// Runs `p` on the interpreter and the quick tier; returns the quick outcome after
-/// asserting they agree.
+/// Runs `p` on the interpreter and the quick tier, uncounted and counted; returns the
+/// quick outcome after asserting they agree, block counts included.
 fn agree(p: &Arc<VerifiedProgram>) -> RunOutcome {
     let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let want = run(&Interpreter::new(p.clone()));
+    let interp = Interpreter::new(p.clone());
+    let want = run(&interp);
     let got = run(&quick);
     assert_eq!(got, want, "quick vs interpreter");
+    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
+    assert_eq!(
+        run_with(&interp, Some(&by_interp)),
+        want,
+        "counted interpreter"
+    );
+    assert_eq!(run_with(&quick, Some(&by_quick)), want, "counted quick run");
+    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
     got.0
 }
 

@@ -1,5 +1,5 @@
-//! Executed-block counts (`csx_ebpf::count`) of the JIT's counting variant against the
-//! interpreter's: every hand-written program of `tests` goes through
+//! Executed-block counts (`csx_ebpf::count`) of the JIT's counting variants (Cranelift's
+//! and the quick tier's) against the interpreter's: every hand-written program of `tests` goes through
 //! [`assert_counts_agree`]; the tests here pin exact counts on the shapes the counting
 //! variant treats specially (if-converted arms, traps mid-block and at back-edges, calls).
 
@@ -11,7 +11,7 @@ use super::*;
 /// `want` and the two engines' counts are equal, block by block. Returns the counts.
 pub(super) fn assert_counts_agree(
     interp: &Interpreter,
-    jit: &JitProgram,
+    jit: &dyn Engine,
     fuel: u64,
     want: (&RunOutcome, &Vec<u8>),
 ) -> Vec<u64> {
@@ -38,6 +38,11 @@ fn work_of(src: &str, fuel: u64) -> (RunOutcome, WorkCounts) {
     let jit = JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
     let (want, mem) = run_on(&interp, fuel);
     let counts = assert_counts_agree(&interp, &jit, fuel, (&want, &mem));
+    #[cfg(target_arch = "x86_64")]
+    {
+        let quick = crate::QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+        assert_counts_agree(&interp, &quick, fuel, (&want, &mem));
+    }
     (want, p.blocks().work(&counts))
 }
 
