@@ -54,30 +54,44 @@ static long sink_room(struct sink *k, csx_u64 want)
  * Appends `len` bits of value `one` after `*acc_bits` pending bits in `*acc`, emitting
  * every completed byte (and 8 bytes at a time inside long runs).
  */
+/* Writes the low `nbytes` (1..8) bytes of `v`, little-endian: one 8-byte store when
+ * the buffer can hold 8 bytes, else byte by byte. */
+static long emit_bytes(struct sink *k, csx_u64 v, csx_u64 nbytes)
+{
+    if (nbytes == 8 && k->cap >= 8) {
+        long r = sink_room(k, 8);
+        if (r < 0)
+            return r;
+        *(csx_u64 *)(k->buf + k->used) = v;
+        k->used += 8;
+        return 0;
+    }
+    for (csx_u64 i = 0; i < nbytes; i++) {
+        long r = sink_room(k, 1);
+        if (r < 0)
+            return r;
+        k->buf[k->used++] = (csx_u8)(v >> (8 * i));
+    }
+    return 0;
+}
+
+/* Appends `len` bits of value `one` to the 64-bit accumulator (`*acc_bits` of it in
+ * use), emitting it 8 bytes at a time as it fills: a run costs a few steps per 64 bits
+ * rather than per 8. */
 static long emit_run(struct sink *k, csx_u64 len, int one, csx_u64 *acc, csx_u64 *acc_bits)
 {
     while (len > 0) {
-        if (*acc_bits == 0 && len >= 64 && k->cap >= 8) {
-            long r = sink_room(k, 8);
-            if (r < 0)
-                return r;
-            *(csx_u64 *)(k->buf + k->used) = one ? ~0UL : 0;
-            k->used += 8;
-            len -= 64;
-            continue;
-        }
-        csx_u64 take = 8 - *acc_bits;
+        csx_u64 take = 64 - *acc_bits;
         if (take > len)
             take = len;
         if (one)
-            *acc |= ((1UL << take) - 1) << *acc_bits;
+            *acc |= (take == 64 ? ~0UL : (1UL << take) - 1) << *acc_bits;
         *acc_bits += take;
         len -= take;
-        if (*acc_bits == 8) {
-            long r = sink_room(k, 1);
+        if (*acc_bits == 64) {
+            long r = emit_bytes(k, *acc, 8);
             if (r < 0)
                 return r;
-            k->buf[k->used++] = (csx_u8)*acc;
             *acc = 0;
             *acc_bits = 0;
         }
@@ -117,10 +131,9 @@ CSX_PROGRAM(bitmap)
     if (e < 0)
         return e;
     if (acc_bits > 0) {
-        e = sink_room(&k, 1);
+        e = emit_bytes(&k, acc, (acc_bits + 7) / 8);
         if (e < 0)
             return e;
-        k.buf[k.used++] = (csx_u8)acc;
     }
     if (k.path_len > 0) {
         e = sink_flush(&k);
