@@ -92,6 +92,13 @@ pub enum ArrayError {
     NotKeys { path: String, size: u64, width: u64 },
     #[error("lock owner {owner} holds no locks")]
     NotLocked { owner: u64 },
+    /// Stopped on request (Ctrl-C); `members`: those whose runs in flight were aborted
+    /// (the others had none running, or stopped before their next request).
+    #[error("{what} aborted: runs in flight on members {members:?} were aborted")]
+    Aborted {
+        what: &'static str,
+        members: Vec<u16>,
+    },
     #[error("{0}")]
     Other(String),
 }

@@ -13,10 +13,16 @@
 //!
 //! A member without a host image here (a daemon over tcp) runs `Auto` requests on its
 //! device: the host side would need its image.
+//!
+//! [`ArrayLambdaOptions::stop`] (Ctrl-C in `csx read`) stops the read on every member
+//! at once: each member's λ-IO stop flag is set, which aborts its device runs (an Abort
+//! of each Execute in flight) and stops its host runs; no further request starts, the λ
+//! is unloaded from every member, and the read fails with [`ArrayError::Aborted`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaIo, LambdaOptions, LambdaOutput, Mode};
 use csx_lambda::{Parallelism, RunAccount};
@@ -41,7 +47,13 @@ pub struct ArrayLambdaOptions {
     pub threads: u32,
     /// Each member's λ-IO settings (its state directory is found per member).
     pub lambda: LambdaOptions,
+    /// Set (from any thread, e.g. a Ctrl-C handler): every member's runs are aborted
+    /// and the read fails with [`ArrayError::Aborted`] (see the module doc).
+    pub stop: Arc<AtomicBool>,
 }
+
+/// How often each member's worker looks at [`ArrayLambdaOptions::stop`].
+const STOP_POLL: Duration = Duration::from_millis(5);
 
 impl Default for ArrayLambdaOptions {
     fn default() -> Self {
@@ -51,6 +63,7 @@ impl Default for ArrayLambdaOptions {
             record: None,
             threads: 1,
             lambda: LambdaOptions::default(),
+            stop: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -174,7 +187,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The λ is loaded on every member holding part of the file and unloaded from each at
 /// the end, also on failure. A λ that does not load or fails on a member gives
 /// [`ArrayError::Lambda`] naming the member; a failed request also names its file
-/// offset (`op`).
+/// offset (`op`). Stopped through [`ArrayLambdaOptions::stop`], it fails with
+/// [`ArrayError::Aborted`] once no member runs a request any more.
 pub fn read_lambda(
     array: &Array,
     path: &str,
@@ -246,6 +260,8 @@ pub fn read_lambda(
         output_bytes: 0,
     });
     let failed = AtomicBool::new(false);
+    // Members whose runs ended aborted (by the stop flag).
+    let aborted = Mutex::new(Vec::new());
     let result: Result<Vec<(u16, RunAccount)>, ArrayError> = std::thread::scope(|s| {
         let handles: Vec<_> = loaded
             .iter()
@@ -266,6 +282,11 @@ pub fn read_lambda(
             match h.join().expect("a member's λ worker panicked") {
                 Ok(a) => accounts.push(a),
                 Err(e) => {
+                    if let ArrayError::Lambda { member, source, .. } = &e {
+                        if matches!(**source, LambdaError::Aborted { .. }) {
+                            lock(&aborted).push(*member);
+                        }
+                    }
                     first_err.get_or_insert(e);
                 }
             }
@@ -276,6 +297,16 @@ pub fn read_lambda(
         }
     });
     let unloaded = unload_all(array, loaded);
+    if opts.stop.load(Ordering::SeqCst) {
+        // Whatever each member's runs ended with (aborted, mostly), the read was stopped.
+        unloaded?;
+        let mut members = aborted.into_inner().unwrap_or_else(|p| p.into_inner());
+        members.sort_unstable();
+        return Err(ArrayError::Aborted {
+            what: "λ read",
+            members,
+        });
+    }
     let members = result?;
     unloaded?;
     let ordered = ordered.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -342,7 +373,7 @@ fn member_requests(
     let account = Mutex::new(RunAccount::default());
     let worker = || -> Result<(), ArrayError> {
         loop {
-            if failed.load(Ordering::Relaxed) {
+            if failed.load(Ordering::Relaxed) || opts.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
             let i = next.fetch_add(1, Ordering::Relaxed);
@@ -360,7 +391,21 @@ fn member_requests(
             lock(ordered).put(*req, out)?;
         }
     };
+    let workers_done = AtomicBool::new(false);
     std::thread::scope(|s| -> Result<(), ArrayError> {
+        // Forwards the array's stop to this member's λ-IO: its device runs in flight
+        // get an Abort, its host runs stop at their next back-edge or call.
+        let flag = io.stop_flag();
+        let workers_done = &workers_done;
+        s.spawn(move || {
+            while !workers_done.load(Ordering::Relaxed) {
+                if opts.stop.load(Ordering::Relaxed) {
+                    flag.stop(1);
+                    return;
+                }
+                std::thread::sleep(STOP_POLL);
+            }
+        });
         let hs: Vec<_> = (0..opts.threads).map(|_| s.spawn(worker)).collect();
         let mut first = Ok(());
         for h in hs {
@@ -369,6 +414,7 @@ fn member_requests(
                 first = r;
             }
         }
+        workers_done.store(true, Ordering::Relaxed);
         first
     })?;
     drop(file);

@@ -1245,8 +1245,9 @@ pub unsafe extern "C" fn csQueueComputeRequest(
 /// completes with CS_ABORTED without running; a running compute request is stopped by
 /// the device's Abort and completes with CS_ABORTED; a running batch runs no further
 /// entry and completes with CS_ABORTED. After CS_SUCCESS the handle is no longer valid.
-/// A running data transfer cannot be stopped (CS_HANDLE_IN_USE: it completes with its
-/// own status); a completed, already aborted or unknown request is CS_INVALID_HANDLE.
+/// A running data transfer is not stopped (CS_HANDLE_IN_USE: it completes with its own
+/// status; see `docs/capi.md` for why); a completed, already aborted or unknown request
+/// is CS_INVALID_HANDLE.
 #[no_mangle]
 pub extern "C" fn csAbortRequest(ReqHandle: CsReqHandle) -> CsStatus {
     run("csAbortRequest", || {

@@ -221,8 +221,12 @@ CS_STATUS csxSetComputeLimits(CS_DEV_HANDLE DevHandle, uint64_t Fuel, uint32_t T
 
 /* Aborts a queued request: queued, it completes with CS_ABORTED without running; a
  * running compute request (or batch) is stopped and completes with CS_ABORTED. After
- * CS_SUCCESS the handle is invalid. A running data transfer cannot be stopped
- * (CS_HANDLE_IN_USE); a completed, aborted or unknown request is CS_INVALID_HANDLE. */
+ * CS_SUCCESS the handle is invalid. A completed, aborted or unknown request is
+ * CS_INVALID_HANDLE. A running data transfer (copy or storage request) is not stopped:
+ * CS_HANDLE_IN_USE, and it completes with its own status. Its length is bounded by its
+ * allocation or file, so it ends by itself; stopped halfway, it would leave device
+ * memory or a device file part old and part new for the next reader (the device moves
+ * storage data in one command, which its Abort does not reach). */
 CS_STATUS csAbortRequest(CS_REQ_HANDLE ReqHandle);
 
 /* Batches: entries with a dependency graph (the new entry runs before entry Before and

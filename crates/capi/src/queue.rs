@@ -29,10 +29,6 @@ use crate::status::*;
 
 type R<T> = Result<T, Fail>;
 
-/// How long [`abort`] keeps sending the device's Abort for an execution the device has
-/// not taken yet.
-const ABORT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
-
 fn fail<T>(status: CsStatus, message: impl Into<String>) -> R<T> {
     Err(Fail {
         status,
@@ -136,64 +132,45 @@ impl Request {
 
 /// Aborts a queued request (see the module doc): `Ok(CS_SUCCESS)` when it will complete
 /// with `CS_ABORTED`.
+///
+/// The device's Abort needs no second try: the device registers an execution when it
+/// takes the Execute, and takes one queue pair's commands in the order they were sent,
+/// so an Abort sent after [`Request::start_exec`] recorded the id always finds the
+/// execution unless it has completed. (The device runs an Execute inline on a tcp or shm
+/// transport's thread only when its slot's last run ended by itself within
+/// microseconds; a stopped run never counts, see csx-device's `execute_guess`, so a
+/// long program's Abort is not left waiting behind it.)
 pub fn abort(req: &Arc<Request>) -> R<CsStatus> {
-    // The device finds an execution by its id only once it has taken the Execute: one
-    // still on its way over a transport is not found yet. While the request still shows
-    // that execution, the Abort is sent again (the lock is let go between tries, so the
-    // worker can record the execution's end).
-    let deadline = std::time::Instant::now() + ABORT_RETRY_FOR;
-    let mut phase = lock(&req.phase);
+    let phase = lock(&req.phase);
     let forget = || registry::with(|r| r.requests.remove(&req.key));
-    loop {
-        let running = match &*phase {
-            Phase::Running {
-                exec: Some((dev, id)),
-            } => Some((Arc::clone(dev), *id)),
-            _ => None,
-        };
-        let retry = match (&*phase, req.kind, running) {
-            (Phase::Queued, _, _) => {
+    match (&*phase, req.kind) {
+        (Phase::Queued, _) => {
+            req.set_aborted();
+            forget();
+            Ok(CS_SUCCESS)
+        }
+        (Phase::Running { exec }, Kind::Batch) => {
+            // Set under the phase lock: the next entry's `start_exec` sees it, and no
+            // further entry runs whether or not this one was still running.
+            req.set_aborted();
+            if let Some((dev, id)) = exec {
+                dev.device.abort(*id)?;
+            }
+            forget();
+            Ok(CS_SUCCESS)
+        }
+        (Phase::Running { exec: Some((dev, id)) }, Kind::Compute) => {
+            if dev.device.abort(*id)? {
                 req.set_aborted();
                 forget();
-                return Ok(CS_SUCCESS);
+                Ok(CS_SUCCESS)
+            } else {
+                fail(
+                    CS_INVALID_HANDLE,
+                    format!("request {} has already completed", req.key),
+                )
             }
-            (Phase::Running { .. }, Kind::Batch, running) => {
-                // Whether or not the entry was still running, no further entry runs.
-                req.set_aborted();
-                let found = match running {
-                    Some((dev, id)) => dev.device.abort(id)?,
-                    None => true,
-                };
-                if found || std::time::Instant::now() > deadline {
-                    forget();
-                    return Ok(CS_SUCCESS);
-                }
-                true
-            }
-            (Phase::Running { .. }, Kind::Compute, Some((dev, id))) => {
-                if dev.device.abort(id)? {
-                    req.set_aborted();
-                    forget();
-                    return Ok(CS_SUCCESS);
-                }
-                if std::time::Instant::now() > deadline {
-                    return fail(
-                        CS_INVALID_HANDLE,
-                        format!("request {} has already completed", req.key),
-                    );
-                }
-                true
-            }
-            _ => false,
-        };
-        if !retry {
-            break;
         }
-        drop(phase);
-        std::thread::sleep(std::time::Duration::from_millis(1));
-        phase = lock(&req.phase);
-    }
-    match (&*phase, req.kind) {
         (Phase::Running { exec: None }, Kind::Compute) => fail(
             CS_INVALID_HANDLE,
             format!("request {} has already completed", req.key),
@@ -205,11 +182,6 @@ pub fn abort(req: &Arc<Request>) -> R<CsStatus> {
                 req.key
             ),
         ),
-        (Phase::Queued, _)
-        | (Phase::Running { .. }, Kind::Batch)
-        | (Phase::Running { exec: Some(_) }, Kind::Compute) => {
-            unreachable!("the loop above returns for these")
-        }
     }
 }
 

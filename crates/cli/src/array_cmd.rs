@@ -470,7 +470,11 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
     let array = open(dir)?;
     let (name, object) = crate::lambda_cmd::lambda_object(&spec.prog)?;
     let base = crate::lambda_cmd::base_args(spec)?;
+    // Ctrl-C stops every member's runs (device runs get an Abort); the λ is still
+    // unloaded from every member.
+    let interrupt = crate::interrupt::Interrupt::install()?;
     let opts = csx_array::lambda::ArrayLambdaOptions {
+        stop: interrupt.flag(),
         chunk: spec.chunk,
         mode: spec.mode,
         record: spec.record,
@@ -530,6 +534,11 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
         },
     );
     line.finish();
+    if let Err(csx_array::ArrayError::Aborted { members, .. }) = &report {
+        eprintln!("csx read: interrupted: the λ runs in flight were aborted (members {members:?}); the λ is unloaded from every member");
+        let _ = array.close();
+        return Ok(exit::INTERRUPTED);
+    }
     let report = report.with_context(|| format!("λ-read of {}", args.devpath))?;
     if let Some(s) = &mut sink {
         s.flush()?;

@@ -51,6 +51,11 @@ impl Interrupt {
         self.pressed.load(Ordering::Relaxed)
     }
 
+    /// The flag Ctrl-C sets, for a library that looks at it itself (an array's λ read).
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.pressed)
+    }
+
     /// Sets `flag` (a λ-IO handle's, say) when Ctrl-C is pressed, from a thread that
     /// looks every [`POLL`].
     pub fn forward_to(&self, flag: Arc<StopFlag>) {

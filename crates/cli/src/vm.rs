@@ -84,6 +84,7 @@ impl EngineChoice {
 ///   csx vm run sum.o --mem-hex '0100000000000000 0200000000000000'
 ///   csx vm run filter.o --entry filter --mem-file records.bin --repeat 1000 --json
 ///   csx vm run sum.o --mem-file values.bin --count
+///   csx vm run sum.o --mem-file values.bin --repeat 100 --time-counted
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment, after_help = RUN_EXIT_HELP)]
 struct RunArgs {
@@ -115,6 +116,11 @@ struct RunArgs {
     /// fresh memory. What the device's modelled compute time is priced from.
     #[arg(long)]
     count: bool,
+    /// With --repeat: every timed run (and the warm-up) counts its instructions too, so
+    /// ns_per_run is the counted runs' time; run the same command without this flag to
+    /// see what counting costs an engine.
+    #[arg(long, requires = "repeat")]
+    time_counted: bool,
     /// Print one JSON object: r0, r0_hex, trap, fuel_used, engine, runs, ns_per_run,
     /// and with --count `work` (instructions per class and their total).
     #[arg(long)]
@@ -304,6 +310,8 @@ struct RunReport {
     fuel_used: u64,
     runs: u64,
     ns_per_run: Option<f64>,
+    /// Whether the timed runs counted their instructions (--time-counted).
+    counted: bool,
     /// Instructions per class and `total`, with --count.
     #[serde(skip_serializing_if = "Option::is_none")]
     work: Option<serde_json::Value>,
@@ -335,13 +343,24 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     } else {
         None
     };
-    // One run, or a warm-up followed by `repeat` timed runs.
-    let mut outcome = run_with_memory(engine.as_ref(), &mut memory, args.fuel);
+    // One run, or a warm-up followed by `repeat` timed runs; with --time-counted every
+    // one of them counts (into one buffer, reset before each run).
+    let timed_counts = args
+        .time_counted
+        .then(|| ExecCounts::new(engine.program().blocks()));
+    let run_once = |memory: &mut [u8]| match &timed_counts {
+        Some(counts) => {
+            counts.reset();
+            run_counted(engine.as_ref(), memory, args.fuel, counts)
+        }
+        None => run_with_memory(engine.as_ref(), memory, args.fuel),
+    };
+    let mut outcome = run_once(&mut memory);
     let mut ns_per_run = None;
     if let Some(repeat) = args.repeat {
         let started = Instant::now();
         for _ in 0..repeat {
-            outcome = run_with_memory(engine.as_ref(), &mut memory, args.fuel);
+            outcome = run_once(&mut memory);
         }
         ns_per_run = Some(started.elapsed().as_nanos() as f64 / repeat as f64);
     }
@@ -360,6 +379,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         fuel_used: outcome.fuel_used,
         runs: args.repeat.map_or(1, |n| n + 1),
         ns_per_run,
+        counted: args.time_counted,
         work: work.map(|w| crate::exec::work_json(&w.0)),
     };
     print_run_report(&report, args.json)?;
@@ -397,8 +417,9 @@ fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     }
     if let Some(ns) = report.ns_per_run {
         println!(
-            "{ns:.1} ns/run (mean of {} runs after 1 warm-up, {})",
+            "{ns:.1} ns/run (mean of {} {}runs after 1 warm-up, {})",
             report.runs - 1,
+            if report.counted { "counted " } else { "" },
             report.engine.name()
         );
     }

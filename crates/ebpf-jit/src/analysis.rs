@@ -36,8 +36,8 @@
 use std::collections::{HashMap, HashSet};
 
 use csx_ebpf::isa::{
-    Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, JMP_CALL, JMP_EXIT,
-    JMP_JA, OP_LDDW, REG_FP, SRC_X,
+    Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, CLASS_LD, CLASS_LDX,
+    CLASS_ST, CLASS_STX, JMP_CALL, JMP_EXIT, JMP_JA, OP_LDDW, REG_FP, SRC_X,
 };
 
 /// Most instructions in one arm of a converted branch. Both arms always run, so the
@@ -126,6 +126,80 @@ pub(crate) struct ProgramPlan {
     /// Whether any reachable instruction calls a helper (`call imm` or `callx`); only
     /// then can the region table change during a run.
     pub calls_helpers: bool,
+}
+
+/// What a function does with registers, over every reachable instruction (flow
+/// ignored): the basis of a local callee's native signature (`translate::CalleeAbi`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RegUse {
+    /// Bit `r`: some instruction may read r`r` (r0-r9), counting the registers a call
+    /// hands on (r1-r5 to a helper, r0-r9 to a local callee).
+    pub reads: u16,
+    /// Bit `r`: some instruction may write r`r`, counting what calls return (r0 from a
+    /// helper, r0-r5 from a local callee).
+    pub writes: u16,
+    /// Some instruction names r10, or a local call needs the frame.
+    pub fp: bool,
+    /// Some instruction accesses memory or calls a helper.
+    pub memory: bool,
+    /// Some instruction charges fuel: a backward jump or a call.
+    pub charges: bool,
+}
+
+/// The register use of the function whose reachable slots are `pcs`.
+pub(crate) fn reg_use(insns: &[Insn], pcs: &[u32]) -> RegUse {
+    let mut u = RegUse::default();
+    let bit = |r: u8| if r <= 9 { 1u16 << r } else { 0 };
+    for &pc in pcs {
+        let insn = &insns[pc as usize];
+        // Every register field counts as read, used or not: a safe over-estimate.
+        u.reads |= bit(insn.dst) | bit(insn.src);
+        u.fp |= insn.dst == REG_FP || insn.src == REG_FP;
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 | CLASS_LDX => u.writes |= bit(insn.dst),
+            // `lddw` (and the legacy packet loads, which write r0).
+            CLASS_LD => u.writes |= bit(insn.dst) | 1,
+            CLASS_ST | CLASS_STX => {
+                // An atomic may write its source register (fetch) or r0 (cmpxchg).
+                u.writes |= bit(insn.src) | 1;
+            }
+            _ => {}
+        }
+        if matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX)
+            || (insn.class() == CLASS_LD && insn.opc != OP_LDDW)
+        {
+            u.memory = true;
+        }
+        if matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
+            match insn.opc & 0xf0 {
+                JMP_CALL if insn.class() == CLASS_JMP => {
+                    u.charges = true;
+                    if is_helper_call(insn) {
+                        u.memory = true;
+                        u.reads |= 0b11_1110;
+                        u.writes |= 1;
+                    } else {
+                        u.reads |= 0x3ff;
+                        u.writes |= 0b11_1111;
+                        u.fp = true;
+                        u.memory = true;
+                    }
+                }
+                JMP_EXIT => u.reads |= 1,
+                _ => {
+                    let rel = if insn.opc & 0xf0 == JMP_JA && insn.class() == CLASS_JMP32 {
+                        i64::from(insn.imm)
+                    } else {
+                        i64::from(insn.off)
+                    };
+                    if rel < 0 {
+                        u.charges = true;
+                    }
+                }
+            }
+        }
+    }
+    u
 }
 
 /// Slots `insn` occupies.

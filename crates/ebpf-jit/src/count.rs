@@ -10,7 +10,9 @@
 //! buffer (`JitContext::counts`) when the function leaves: at `exit`, at the trap exit
 //! and at the exit that propagates a callee's trap, so a trap mid-block has counted the
 //! whole block, as the rule says. Speculative regions are not planned in this variant
-//! (their blocks run on a predicate and may run twice on a fallback).
+//! (their blocks run on a predicate and may run twice on a fallback). Versioned loops
+//! are (`loops`): the guard picks one copy per iteration, and both copies bump the same
+//! variables, so an iteration counts once whichever copy runs it.
 //!
 //! To copy the shape to another compiled tier: the same leaders
 //! (`VerifiedProgram::blocks`), one counter per leader bumped where its code begins,

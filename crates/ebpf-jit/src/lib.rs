@@ -46,6 +46,7 @@ pub use tiered::{Promotion, Tier, TieredProgram};
 
 use std::collections::HashMap;
 
+use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
@@ -55,7 +56,7 @@ use csx_ebpf::program::VerifiedProgram;
 
 use crate::analysis::PlanError;
 use crate::code_memory::{compiled_fn_signature, CodeMemory};
-use crate::translate::{ProgramEnv, TranslateError};
+use crate::translate::{Entry, ProgramEnv, TranslateError};
 
 /// Why a verified program could not be compiled.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,20 +153,34 @@ impl compiled::Backend for Cranelift {
         ));
         let call_conv = module.isa().default_call_conv();
 
-        // Declare every function first, so calls can refer to any of them.
+        // Declare every function first, so calls can refer to any of them: the entry
+        // with the runtime's signature, each function a local call reaches with its own
+        // (`translate::CalleeAbi`; an entry that is also called gets both).
         let signature = compiled_fn_signature(call_conv);
-        let mut func_ids = HashMap::new();
-        for f in &plan.functions {
+        let entry_start = program.entry();
+        let entry_id = module
+            .declare_function(&format!("ebpf_{entry_start}"), Linkage::Local, &signature)
+            .map_err(|e| codegen(&e))?;
+        let mut callee_ids = HashMap::new();
+        let mut abis = HashMap::new();
+        for f in plan.functions.iter().filter(|f| f.is_callee) {
+            let abi = translate::CalleeAbi::new(analysis::reg_use(insns, &f.pcs));
             let id = module
-                .declare_function(&format!("ebpf_{}", f.start), Linkage::Local, &signature)
+                .declare_function(
+                    &format!("ebpf_call_{}", f.start),
+                    Linkage::Local,
+                    &abi.signature(CallConv::Tail),
+                )
                 .map_err(|e| codegen(&e))?;
-            func_ids.insert(f.start, id);
+            callee_ids.insert(f.start, id);
+            abis.insert(f.start, abi);
         }
 
         // Translate and define each function.
         let env = ProgramEnv {
             insns,
-            func_ids: &func_ids,
+            callee_ids: &callee_ids,
+            abis: &abis,
             calls_helpers: plan.calls_helpers,
             call_conv,
             frontend_config: module.isa().frontend_config(),
@@ -174,16 +189,29 @@ impl compiled::Backend for Cranelift {
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();
         let mut code_bytes = 0;
+        let mut to_define = Vec::new();
         for f in &plan.functions {
-            ctx.func.signature = signature.clone();
+            if f.start == entry_start {
+                to_define.push((f, Entry::Run, entry_id, signature.clone()));
+            }
+            if let Some(&id) = callee_ids.get(&f.start) {
+                to_define.push((f, Entry::Call, id, abis[&f.start].signature(CallConv::Tail)));
+            }
+        }
+        for (f, entry, id, sig) in to_define {
+            ctx.func.signature = sig;
             let builder = FunctionBuilder::new(&mut ctx.func, &mut builder_ctx);
-            translate::translate_function(&mut module, builder, &env, f).map_err(|e| match e {
-                TranslateError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
-                    program: name.clone(),
-                    pc,
-                    opcode,
+            translate::translate_function(&mut module, builder, &env, f, entry).map_err(
+                |e| match e {
+                    TranslateError::Unsupported { pc, opcode } => {
+                        JitError::UnsupportedInstruction {
+                            program: name.clone(),
+                            pc,
+                            opcode,
+                        }
+                    }
                 },
-            })?;
+            )?;
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
@@ -191,7 +219,7 @@ impl compiled::Backend for Cranelift {
                 ctx.set_disasm(true);
             }
             module
-                .define_function(func_ids[&f.start], &mut ctx)
+                .define_function(id, &mut ctx)
                 .map_err(|e| codegen(&format_args!("{e:?}")))?;
             if dump {
                 if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
@@ -205,8 +233,7 @@ impl compiled::Backend for Cranelift {
         }
 
         // Finalize: apply relocations and make the code executable.
-        let entry = func_ids[&program.entry()];
-        CodeMemory::new(module, entry, code_bytes).map_err(|e| codegen(&e))
+        CodeMemory::new(module, entry_id, code_bytes).map_err(|e| codegen(&e))
     }
 }
 

@@ -104,7 +104,14 @@ pub(crate) struct VersionedLoop {
 }
 
 /// The loops of `plan` worth versioning.
-pub(crate) fn plan_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<VersionedLoop> {
+///
+/// `local_calls_ok`: whether a loop may hold local calls (when the program calls no
+/// helper, so nothing a callee runs can remap a region).
+pub(crate) fn plan_loops(
+    insns: &[Insn],
+    plan: &FunctionPlan,
+    local_calls_ok: bool,
+) -> Vec<VersionedLoop> {
     // Only functions with a backward jump can hold a loop.
     let has_back = plan.pcs.iter().any(|&pc| {
         let insn = &insns[pc as usize];
@@ -121,7 +128,7 @@ pub(crate) fn plan_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<VersionedLo
         return Vec::new();
     }
     let tails = lddw_tails(insns);
-    let Some(graph) = Graph::new(insns, &tails, plan) else {
+    let Some(graph) = Graph::new(insns, &tails, plan, local_calls_ok) else {
         return Vec::new();
     };
     let idom = graph.dominators();
@@ -171,14 +178,20 @@ struct Graph {
     pcs: Vec<u32>,
     succ: Vec<Vec<usize>>,
     pred: Vec<Vec<usize>>,
-    /// Slots holding a call (local or helper).
+    /// Slots holding a call that bars versioning (a helper; a local call when the
+    /// program calls helpers).
     calls: Vec<bool>,
     /// The node of the function's first slot.
     start: usize,
 }
 
 impl Graph {
-    fn new(insns: &[Insn], tails: &HashSet<u32>, plan: &FunctionPlan) -> Option<Graph> {
+    fn new(
+        insns: &[Insn],
+        tails: &HashSet<u32>,
+        plan: &FunctionPlan,
+        local_calls_ok: bool,
+    ) -> Option<Graph> {
         let pcs = plan.pcs.clone();
         let n = pcs.len();
         let index: HashMap<u32, usize> = pcs.iter().enumerate().map(|(i, &p)| (p, i)).collect();
@@ -195,7 +208,7 @@ impl Graph {
                     vec![next]
                 }
                 Flow::CallLocal(_) => {
-                    calls[i] = true;
+                    calls[i] = !local_calls_ok;
                     vec![next]
                 }
                 Flow::Jump(t) => vec![t],
@@ -595,6 +608,10 @@ fn transfer(insns: &[Insn], pc: u32, s: &State) -> State {
                 Sym::konst((u64::from(insn.imm as u32) | u64::from(high as u32) << 32) as i64);
         }
         CLASS_LDX if dst < 10 => out[dst] = Sym::Unknown,
+        // A call returns r0 (a local callee r1-r5 too) and keeps r6-r9 and r10.
+        CLASS_JMP if insn.opc & 0xf0 == JMP_CALL => {
+            out[..6].fill(Sym::Unknown);
+        }
         CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
             out[0] = Sym::Unknown;
             if let Some(x) = out.get_mut(insn.src as usize) {

@@ -866,7 +866,7 @@ fn a_stop_from_another_thread_ends_a_spin() {
 fn unchecked_accesses(src: &str) -> Vec<(u32, Vec<(u32, i64)>)> {
     let p = program(src, vec![]);
     let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
-    crate::loops::plan_loops(p.insns(), &plan.functions[0])
+    crate::loops::plan_loops(p.insns(), &plan.functions[0], !plan.calls_helpers)
         .into_iter()
         .map(|l| {
             let a = l.accesses.iter().map(|a| (a.pc, a.stride)).collect();
@@ -921,10 +921,62 @@ fn versioned_loops_are_found_with_their_strides() {
     assert_eq!(check(&search).result, Ok(4 * (0..5).sum::<u64>()));
     let alone = search.replace("jlt %r8, 4, outer", "ja next2\nnext2:");
     assert_eq!(unchecked_accesses(&alone), vec![(4, vec![(4, 1)])]);
-    // A loop with a call in it is left alone.
-    let src = "mov %r6, 0\nloop:\nldxb %r3, [%r1+0]\ncall local f\nadd %r6, 1\n\
-               jlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
-    assert_eq!(unchecked_accesses(src), vec![]);
+    // A loop with a local call in it is versioned when the program calls no helper
+    // (nothing can remap a region then), left alone when it does.
+    let src = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
+               add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
+    assert_eq!(unchecked_accesses(src), vec![(2, vec![(2, 0)])]);
+    let helper = src.replace("mov %r0, 1\nexit", "mov %r0, 1\ncall 1\nexit");
+    assert_eq!(unchecked_accesses(&helper), vec![]);
+    assert_eq!(check(src).result, Ok(1));
+    assert!(check(&helper).result.is_ok());
+}
+
+#[test]
+fn local_calls_in_versioned_loops_match_the_interpreter() {
+    // Sums f(word) over COUNT words of region 2, f(x) = 3x + r6, which also writes r2
+    // and r5; 16 words fit, the 17th traps at the load; every fuel budget of the
+    // 5-word run.
+    let src = |count: u32| {
+        format!(
+            "mov %r8, 0\nmov %r6, %r1\nmov %r7, 0\n\
+             loop:\nldxw %r1, [%r6+0]\ncall local f\nadd %r8, %r0\nadd %r8, %r5\n\
+             add %r6, 4\nadd %r7, 1\njlt %r7, {count}, loop\nmov %r0, %r8\nexit\n\
+             f:\nmov %r0, %r1\nmul %r0, 3\nadd %r0, %r6\nmov %r2, 7\nmov %r5, %r2\nexit"
+        )
+    };
+    assert_eq!(unchecked_accesses(&src(16)), vec![(3, vec![(3, 4)])]);
+    assert!(check(&src(16)).result.is_ok());
+    let out = check(&src(17));
+    assert_eq!(trap_of(&out).pc, 3);
+    let p = program(&src(5), vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    for fuel in 0..=full.fuel_used + 1 {
+        check_program(p.clone(), fuel);
+    }
+}
+
+#[test]
+fn callees_get_every_register_and_hand_back_r0_to_r5() {
+    // The callee reads r0-r10 (more arguments than host argument registers) and
+    // writes r1-r5 (every return register); one path leaves r3 and r4 as they came.
+    let src = "mov %r0, 1\nmov %r1, 2\nmov %r2, 3\nmov %r3, 4\nmov %r4, 5\nmov %r5, 6\n\
+               mov %r6, 7\nmov %r7, 8\nmov %r8, 9\nmov %r9, 10\nstxdw [%r10-8], %r9\n\
+               call local f\nmul %r0, 3\nadd %r0, %r1\nmul %r0, 3\nadd %r0, %r2\n\
+               mul %r0, 3\nadd %r0, %r3\nmul %r0, 3\nadd %r0, %r4\nmul %r0, 3\n\
+               add %r0, %r5\nadd %r0, %r6\nadd %r0, %r9\nexit\n\
+               f:\nadd %r0, %r1\nadd %r0, %r2\nadd %r0, %r6\nadd %r0, %r7\nadd %r0, %r8\n\
+               add %r0, %r9\nstxdw [%r10-8], %r0\nldxdw %r1, [%r10-8]\nmov %r2, %r5\n\
+               mov %r5, 100\njgt %r0, 1000, skip\nmov %r3, 40\nmov %r4, 50\n\
+               skip:\nmov %r6, 0\nexit";
+    // f: r0 = 40, r1 = 40, r2 = 6, r3 = 40, r4 = 50, r5 = 100; the caller keeps r6, r9.
+    let want = [40u64, 6, 40, 50, 100].iter().fold(40, |a, &v| a * 3 + v) + 7 + 10;
+    assert_eq!(check(src).result, Ok(want));
+    // The other path: r0 over 1000 leaves r3 and r4 as the caller had them.
+    let big = src.replace("mov %r0, 1\n", "mov %r0, 2000\n");
+    let r0 = 2000u64 + 39;
+    let want = [r0, 6, 4, 5, 100].iter().fold(r0, |a, &v| a * 3 + v) + 7 + 10;
+    assert_eq!(check(&big).result, Ok(want));
 }
 
 #[test]

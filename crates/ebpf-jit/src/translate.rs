@@ -1,10 +1,13 @@
 //! Translation of one eBPF function into Cranelift IR.
 //!
 //! Registers r0-r9 are Cranelift `Variable`s (SSA values, no memory traffic); r10 is a
-//! plain value, fixed for the function. Each eBPF function becomes one Cranelift
-//! function `fn(ctx) -> status` (see `runtime`): it loads its registers from the
-//! context at entry and stores r0 (and, for a local call's callee, r1-r5) back at
-//! `exit`. A local call is a native call; the caller's r6-r9 live in its own
+//! plain value, fixed for the function. The entry function becomes a Cranelift
+//! function `fn(ctx) -> status` (see `runtime`): it loads r1-r5 from the context and
+//! stores r0 back at `exit`. A function a local call reaches becomes a function of its
+//! own native signature ([`CalleeAbi`], Cranelift's `tail` convention): the registers
+//! it may read and the fuel left come in as arguments, and the status, the fuel left,
+//! r0 and the r1-r5 it may write go back as return values, all in host registers (an
+//! entry that is also called gets both). The caller's r6-r9 live in its own
 //! variables, so they survive without a save area.
 //!
 //! Branches become `select`s where `analysis` planned it: triangles, diamonds, loop-
@@ -54,7 +57,7 @@ use csx_ebpf::isa::*;
 use csx_ebpf::limits::{CALL_DEPTH_MAX, REGIONS_MAX, STACK_FRAME_SIZE, STACK_SIZE};
 use csx_ebpf::memory::{RegionEntry, RegionIdx};
 
-use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv};
+use crate::analysis::{insn_len, is_helper_call, FunctionPlan, IfConv, RegUse};
 use crate::count::Counters;
 use crate::loops::{self, LoopAccess};
 use crate::runtime::{
@@ -75,11 +78,64 @@ pub(crate) enum TranslateError {
 
 type TResult<T> = Result<T, TranslateError>;
 
+/// How a function is entered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// By the runtime, as the program's entry: `fn(ctx) -> status`.
+    Run,
+    /// By a local call: the function's [`CalleeAbi`].
+    Call,
+}
+
+/// Most values a callee returns: status, fuel left, r0-r5 (Cranelift's `tail`
+/// convention returns eight integers in registers on x86-64).
+const CALLEE_RETURNS_MAX: usize = 8;
+
+/// The native signature of a function a local call reaches (RFC 9669 §4.3.1 says what
+/// crosses a call: r1-r5 in, r0-r5 out, r6-r9 kept; the interpreter also lets a callee
+/// read the caller's r0 and r6-r9, so those cross too when the callee may read them).
+/// Arguments: the context, the fuel left, r10 (when the callee names it or calls),
+/// then every register the callee may read or may hand back, ascending. Returns: the
+/// status, the fuel left, r0, then every r1-r5 the callee may write; a register it
+/// never writes keeps the caller's value without crossing.
+#[derive(Clone, Debug)]
+pub(crate) struct CalleeAbi {
+    pub params: Vec<u8>,
+    pub returns: Vec<u8>,
+    pub fp: bool,
+    pub uses: RegUse,
+}
+
+impl CalleeAbi {
+    pub(crate) fn new(uses: RegUse) -> CalleeAbi {
+        let returned = uses.writes & 0b11_1110;
+        let passed = uses.reads | returned | 1;
+        CalleeAbi {
+            params: (0..10u8).filter(|r| passed >> r & 1 == 1).collect(),
+            returns: (1..6u8).filter(|r| returned >> r & 1 == 1).collect(),
+            fp: uses.fp,
+            uses,
+        }
+    }
+
+    pub(crate) fn signature(&self, call_conv: CallConv) -> Signature {
+        let mut sig = Signature::new(call_conv);
+        let params = 2 + usize::from(self.fp) + self.params.len();
+        sig.params.extend(vec![AbiParam::new(types::I64); params]);
+        let returns = 3 + self.returns.len();
+        debug_assert!(returns <= CALLEE_RETURNS_MAX);
+        sig.returns.extend(vec![AbiParam::new(types::I64); returns]);
+        sig
+    }
+}
+
 /// Per-program facts every function's translation shares.
 pub(crate) struct ProgramEnv<'a> {
     pub insns: &'a [Insn],
-    /// The Cranelift function of each eBPF function, by start slot.
-    pub func_ids: &'a HashMap<u32, FuncId>,
+    /// The Cranelift function a local call to each callee calls, by start slot.
+    pub callee_ids: &'a HashMap<u32, FuncId>,
+    /// Each callee's signature, by start slot.
+    pub abis: &'a HashMap<u32, CalleeAbi>,
     /// Whether a helper may run (and could remap regions) during the run.
     pub calls_helpers: bool,
     pub call_conv: CallConv,
@@ -182,9 +238,12 @@ pub(crate) fn translate_function(
     builder: FunctionBuilder<'_>,
     env: &ProgramEnv<'_>,
     plan: &FunctionPlan,
+    entry: Entry,
 ) -> TResult<()> {
-    let mut t = Translator::new(module, builder, env, plan);
-    t.reset_caches();
+    let mut t = Translator::new(module, builder, env, plan, entry);
+    if t.uses.memory || entry == Entry::Run {
+        t.reset_caches();
+    }
     let start = t.blocks[&plan.start];
     t.b.ins().jump(start, &[]);
     t.body()?;
@@ -242,6 +301,11 @@ struct Translator<'a, 'f> {
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
     unchecked: bool,
+    entry: Entry,
+    /// This function's register use (its signature's, when called).
+    uses: RegUse,
+    /// The callees' signatures.
+    abis: &'a HashMap<u32, CalleeAbi>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -269,6 +333,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         mut b: FunctionBuilder<'f>,
         env: &ProgramEnv<'a>,
         plan: &'a FunctionPlan,
+        entry_kind: Entry,
     ) -> Self {
         let mut region = |id: u32, what: &'static str| {
             Some(b.func.dfg.alias_regions.insert(AliasRegionData {
@@ -307,7 +372,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             let insn = &env.insns[pc as usize];
             if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
                 let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
-                let id = env.func_ids[&target];
+                let id = env.callee_ids[&target];
                 callees
                     .entry(target)
                     .or_insert_with(|| module.declare_func_in_func(id, b.func));
@@ -319,24 +384,54 @@ impl<'a, 'f> Translator<'a, 'f> {
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
         b.seal_block(entry);
-        let ctx = b.block_params(entry)[0];
-        let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
+        let params = b.block_params(entry).to_vec();
+        let ctx = params[0];
+        let uses = match entry_kind {
+            Entry::Run => crate::analysis::reg_use(env.insns, &plan.pcs),
+            Entry::Call => env.abis[&plan.start].uses,
+        };
         // Fuel is kept as what is left of the budget: one live value in loops.
-        let budget = b
-            .ins()
-            .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
-        let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
         let fuel_left = b.declare_var(types::I64);
-        let left = b.ins().isub(budget, used);
+        let left = match entry_kind {
+            Entry::Run => {
+                let budget = b
+                    .ins()
+                    .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
+                let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
+                b.ins().isub(budget, used)
+            }
+            Entry::Call => params[1],
+        };
         b.def_var(fuel_left, left);
-        let stop = b.ins().load(types::I64, flags.ctx, ctx, offsets::STOP);
-        // A function no local call reaches is the entry: its r0 and r6-r9 start at 0.
+        // Loads nothing reads still cost: a callee loads only what it needs.
+        let stop = if entry_kind == Entry::Run || uses.charges {
+            b.ins().load(types::I64, flags.ctx, ctx, offsets::STOP)
+        } else {
+            b.ins().iconst(types::I64, 0)
+        };
+        // The entry's r0 and r6-r9 start at 0; a callee's registers are its arguments.
+        let mut passed = [None; 10];
+        let mut fp_param = None;
+        if entry_kind == Entry::Call {
+            let abi = &env.abis[&plan.start];
+            let mut next = 2;
+            if abi.fp {
+                fp_param = Some(params[next]);
+                next += 1;
+            }
+            for &r in &abi.params {
+                passed[usize::from(r)] = Some(params[next]);
+                next += 1;
+            }
+        }
         let regs: [Variable; 10] = std::array::from_fn(|r| {
             let var = b.declare_var(types::I64);
-            let v = if plan.is_callee || (1..=5).contains(&r) {
-                b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(r))
-            } else {
-                b.ins().iconst(types::I64, 0)
+            let v = match (entry_kind, passed[r]) {
+                (Entry::Call, Some(v)) => v,
+                (Entry::Run, _) if (1..=5).contains(&r) => {
+                    b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(r))
+                }
+                _ => b.ins().iconst(types::I64, 0),
             };
             b.def_var(var, v);
             var
@@ -344,8 +439,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // The entry's r10 is the top of the stack (`runtime::execute` is handed it by
         // `RunMemory::with_mapped`): a constant, so stack addresses are the stack's base
         // plus constants, one live value rather than two.
-        let (fp, fp_off) = if plan.is_callee {
-            let fp = b.ins().load(types::I64, flags.ctx, ctx, offsets::reg(10));
+        let (fp, fp_off) = if let Some(fp) = fp_param {
             (fp, b.ins().band_imm_s(fp, 0xffff_ffff))
         } else {
             let top = RegionIdx::STACK.vaddr(STACK_SIZE as u32);
@@ -354,13 +448,18 @@ impl<'a, 'f> Translator<'a, 'f> {
                 b.ins().iconst(types::I64, STACK_SIZE as i64),
             )
         };
-        let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
-        let stack_base = b.ins().load(
-            types::I64,
-            flags.table,
-            regions,
-            stack_row + RegionEntry::OFFSET_BASE,
-        );
+        let stack_base = if uses.memory || entry_kind == Entry::Run {
+            let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
+            let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
+            b.ins().load(
+                types::I64,
+                flags.table,
+                regions,
+                stack_row + RegionEntry::OFFSET_BASE,
+            )
+        } else {
+            b.ins().iconst(types::I64, 0)
+        };
         let fp_host = b.ins().iadd(stack_base, fp_off);
         let stack_delta = b.ins().iadd_imm_s(
             stack_base,
@@ -385,14 +484,9 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         let mut loop_copies = Vec::new();
         let mut loop_at = HashMap::new();
-        // The counting variant keeps one copy of each loop (as it has no speculative
-        // regions): every leader's counter bump then lies on one path.
-        let planned = if env.blocks.is_some() {
-            Vec::new()
-        } else {
-            loops::plan_loops(env.insns, plan)
-        };
-        for l in planned {
+        // The counting variant versions loops too: an iteration runs in one copy or the
+        // other, and both copies bump the same counters (see `count`).
+        for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
             for &pc in &l.body {
                 loop_at.insert(pc, loop_copies.len());
             }
@@ -459,6 +553,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             loop_at,
             in_loop: None,
             unchecked: false,
+            entry: entry_kind,
+            uses,
+            abis: env.abis,
         }
     }
 
@@ -537,6 +634,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.open = true;
                 }
                 assert!(self.open, "slot {pc} of a loop copy is in an open block");
+                if let Some(c) = &self.counters {
+                    c.enter(&mut self.b, pc);
+                }
                 resume = self.insn(pc)?;
             }
             assert!(!self.open, "a loop copy ends its last block");
@@ -661,16 +761,27 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.switch_to_block(self.trap_exit);
         self.store_fuel();
         self.flush_counters();
-        let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
-        self.b.ins().return_(&[status]);
+        self.return_trap();
 
         self.b.switch_to_block(self.propagate);
         self.flush_counters();
-        let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
-        self.b.ins().return_(&[status]);
+        self.return_trap();
 
         self.b.seal_all_blocks();
         self.b.finalize(self.frontend_config);
+    }
+
+    /// Returns the trap status (the trap and the fuel are in the context); a callee's
+    /// other return values are then meaningless.
+    fn return_trap(&mut self) {
+        let status = self.b.ins().iconst(types::I64, STATUS_TRAP as i64);
+        let mut values = vec![status];
+        if self.entry == Entry::Call {
+            let abi = &self.abis[&self.plan.start];
+            let zero = self.b.ins().iconst(types::I64, 0);
+            values.resize(3 + abi.returns.len(), zero);
+        }
+        self.b.ins().return_(&values);
     }
 
     /// Adds the block counters into the run's buffer (counting variant only).
@@ -1852,19 +1963,30 @@ impl<'a, 'f> Translator<'a, 'f> {
         Ok(Some(self.b.ins().bxor_imm_s(ok, 1)))
     }
 
-    /// `exit`: hands r0 (and to a caller r1-r5, which it sees as the callee left them)
-    /// and the fuel count back through the context.
+    /// `exit`: the entry hands r0 and the fuel count back through the context; a
+    /// callee returns the fuel left, r0 and the r1-r5 it may have written (the caller
+    /// sees r1-r5 as the callee left them).
     fn exit(&mut self) {
-        let fl = self.flags.ctx;
-        let handed_back = if self.plan.is_callee { 6 } else { 1 };
-        for r in 0..handed_back {
-            let v = self.b.use_var(self.regs[r]);
-            self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
-        }
-        self.store_fuel();
         self.flush_counters();
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
-        self.b.ins().return_(&[status]);
+        match self.entry {
+            Entry::Run => {
+                let r0 = self.b.use_var(self.regs[0]);
+                self.b
+                    .ins()
+                    .store(self.flags.ctx, r0, self.ctx, offsets::reg(0));
+                self.store_fuel();
+                self.b.ins().return_(&[status]);
+            }
+            Entry::Call => {
+                let mut values = vec![status, self.b.use_var(self.fuel_left)];
+                values.push(self.b.use_var(self.regs[0]));
+                for &r in &self.abis[&self.plan.start].returns {
+                    values.push(self.b.use_var(self.regs[usize::from(r)]));
+                }
+                self.b.ins().return_(&values);
+            }
+        }
         self.open = false;
     }
 
@@ -1900,10 +2022,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.set_reg(pc, 0, r0)
     }
 
-    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes r0-r9 and
-    /// the callee's r10 (one frame down) through the context, and takes r0-r5 and the
-    /// fuel count back. r6-r9 stay in this function's variables, so they survive the
-    /// call without being saved.
+    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes the fuel
+    /// left, the callee's r10 (one frame down) and the registers it reads as arguments
+    /// ([`CalleeAbi`]), and takes the fuel left, r0 and the r1-r5 it writes back as
+    /// return values. r6-r9 stay in this function's variables, so they survive the call
+    /// without being saved.
     fn local_call(&mut self, pc: u32, target: u32) {
         self.charge(pc, rules::CALL_COST);
         // This frame is the deepest permitted when its r10 is at the frame size.
@@ -1914,35 +2037,26 @@ impl<'a, 'f> Translator<'a, 'f> {
             STACK_FRAME_SIZE as i64,
         );
         self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);
-        let fl = self.flags.ctx;
-        for r in 0..10 {
-            let v = self.b.use_var(self.regs[r]);
-            self.b.ins().store(fl, v, self.ctx, offsets::reg(r));
+        let abi = &self.abis[&target];
+        let mut args = vec![self.ctx, self.b.use_var(self.fuel_left)];
+        if abi.fp {
+            args.push(self.b.ins().iadd_imm_s(self.fp, -(STACK_FRAME_SIZE as i64)));
         }
-        let callee_fp = self.b.ins().iadd_imm_s(self.fp, -(STACK_FRAME_SIZE as i64));
+        for &r in &abi.params {
+            args.push(self.b.use_var(self.regs[usize::from(r)]));
+        }
+        let call = self.b.ins().call(self.callees[&target], &args);
+        let results = self.b.inst_results(call).to_vec();
+        let cont = self.b.create_block();
         self.b
             .ins()
-            .store(fl, callee_fp, self.ctx, offsets::reg(10));
-        self.store_fuel();
-        let call = self.b.ins().call(self.callees[&target], &[self.ctx]);
-        let status = self.b.inst_results(call)[0];
-        let cont = self.b.create_block();
-        self.b.ins().brif(status, self.propagate, &[], cont, &[]);
+            .brif(results[0], self.propagate, &[], cont, &[]);
         self.enter(cont);
-        for r in 0..6 {
-            let v = self.b.ins().load(types::I64, fl, self.ctx, offsets::reg(r));
-            self.b.def_var(self.regs[r], v);
+        self.b.def_var(self.fuel_left, results[1]);
+        self.b.def_var(self.regs[0], results[2]);
+        for (&r, &v) in abi.returns.iter().zip(&results[3..]) {
+            self.b.def_var(self.regs[usize::from(r)], v);
         }
-        let budget = self
-            .b
-            .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
-        let used = self
-            .b
-            .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_USED);
-        let left = self.b.ins().isub(budget, used);
-        self.b.def_var(self.fuel_left, left);
         // A helper the callee ran may have remapped the regions this function cached.
         if self.calls_helpers {
             self.reset_caches();

@@ -9,7 +9,9 @@
 //! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
 //! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
-//! `and; neg; and`) into the first slot of each ([`fuse`]).
+//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`) into the
+//! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
+//! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
 //! reading only the fields it uses, with no allocation after the run's stack.
 //!
@@ -47,8 +49,9 @@ use crate::trap::{Trap, TrapKind};
 pub struct Interpreter {
     program: Arc<VerifiedProgram>,
     ops: Box<[Slot]>,
-    /// The program decoded without fusion, for runs that count executed blocks (a fused
-    /// op runs two slots, so a leader inside it would go unseen); made on first use.
+    /// The program decoded for runs that count executed blocks, made on first use: fused
+    /// only where a fused op stays inside one block ([`decode_program`] with leaders), so the
+    /// dispatch loop reaches every leader slot it enters.
     counted_ops: OnceLock<Box<[Slot]>>,
 }
 
@@ -64,7 +67,7 @@ impl fmt::Debug for Interpreter {
 impl Interpreter {
     /// Pre-decodes `program`.
     pub fn new(program: Arc<VerifiedProgram>) -> Interpreter {
-        let ops = decode_program(program.insns(), true);
+        let ops = decode_program(program.insns(), true, None);
         Interpreter {
             program,
             ops,
@@ -76,11 +79,13 @@ impl Interpreter {
     /// tests hold the fused form to.
     #[cfg(test)]
     fn unfused(program: Arc<VerifiedProgram>) -> Interpreter {
-        let ops = decode_program(program.insns(), false);
+        let ops = decode_program(program.insns(), false, None);
+        let leaders = program.blocks().block_table();
+        let counted = decode_program(program.insns(), false, Some(leaders));
         Interpreter {
             program,
             ops,
-            counted_ops: OnceLock::new(),
+            counted_ops: OnceLock::from(counted),
         }
     }
 }
@@ -126,9 +131,10 @@ impl Interpreter {
             self.program.blocks().len(),
             "one counter per block of the program"
         );
-        let ops = self
-            .counted_ops
-            .get_or_init(|| decode_program(self.program.insns(), false));
+        let ops = self.counted_ops.get_or_init(|| {
+            let leaders = self.program.blocks().block_table();
+            decode_program(self.program.insns(), true, Some(leaders))
+        });
         let mut run_mem = RunMemory::new(&self.program);
         let stop = opts.stop.unwrap_or(StopFlag::never());
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
@@ -409,6 +415,14 @@ enum Kind {
     /// `<shift> dst, imm; mov aux, aux2`.
     LshIMov,
     RshIMov,
+    /// `lsh aux, imm; mov aux2, src; add aux2, target; ldx<size> dst, [aux2 + off]`: a
+    /// scaled indexed load (`target` is the `add`'s source register).
+    LshMovAddLdxB,
+    LshMovAddLdxH,
+    LshMovAddLdxW,
+    LshMovAddLdxDw,
+    /// `xor dst, src; mul dst, aux` (a multiplicative hash's step).
+    XorMul,
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
@@ -430,6 +444,9 @@ struct Slot {
     src: u8,
     aux: u8,
     aux2: u8,
+    /// 1 on a block leader's slot in the decoding for counted runs ([`decode_program`] with leaders),
+    /// else 0 (this byte would otherwise be padding).
+    lead: u8,
     off: i16,
     target: u32,
     imm: i32,
@@ -448,6 +465,7 @@ impl Slot {
         src: 0,
         aux: 0,
         aux2: 0,
+        lead: 0,
         off: 0,
         target: 0,
         imm: 0,
@@ -469,9 +487,12 @@ impl Slot {
 // Keep the hot array dense: 16 bytes, four slots per cache line.
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
-/// Decodes every slot; `lddw` is merged into its first slot and its second becomes
+/// Decodes every slot, fused by [`fuse`] if `fused`. With `leaders` (the program's
+/// [`crate::count::BlockMap::block_table`], for runs that count executed blocks) only
+/// sequences that enter no block leader after their first slot are fused, and each
+/// leader's slot is marked ([`Slot::lead`]). `lddw` is merged into its first slot and its second becomes
 /// [`Kind::Invalid`], so slot indices (and so trap pcs and fuel) are unchanged.
-fn decode_program(insns: &[Insn], fused: bool) -> Box<[Slot]> {
+fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[Slot]> {
     let mut slots = Vec::with_capacity(insns.len());
     let mut pc = 0;
     while pc < insns.len() {
@@ -492,7 +513,10 @@ fn decode_program(insns: &[Insn], fused: bool) -> Box<[Slot]> {
     }
     slots.truncate(insns.len());
     if fused {
-        fuse(&mut slots);
+        fuse(&mut slots, leaders);
+    }
+    for (slot, &b) in slots.iter_mut().zip(leaders.unwrap_or_default()) {
+        slot.lead = u8::from(b != NOT_A_LEADER);
     }
     slots.into_boxed_slice()
 }
@@ -506,7 +530,7 @@ fn decode_program(insns: &[Insn], fused: bool) -> Box<[Slot]> {
 /// pc if it traps. The sequences were picked by counting, over all `csx bench vm`
 /// kernels, which adjacent pairs and triples run most (each kernel weighted equally);
 /// the test `fused_and_unfused_agree` holds every one to the unfused decoding.
-fn fuse(slots: &mut [Slot]) {
+fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
     use Kind::*;
     for i in 0..slots.len() {
         let at = |k: usize| slots.get(i + k).copied().unwrap_or(Slot::EMPTY);
@@ -599,6 +623,35 @@ fn fuse(slots: &mut [Slot]) {
                 aux2: b.src,
                 ..a
             },
+            (Lsh64I, Mov64R)
+                if c.kind == Add64R
+                    && c.dst == b.dst
+                    && at(3).src == b.dst
+                    && matches!(at(3).kind, LdxB | LdxH | LdxW | LdxDw) =>
+            {
+                let d = at(3);
+                Slot {
+                    kind: match d.kind {
+                        LdxB => LshMovAddLdxB,
+                        LdxH => LshMovAddLdxH,
+                        LdxW => LshMovAddLdxW,
+                        _ => LshMovAddLdxDw,
+                    },
+                    dst: d.dst,
+                    src: b.src,
+                    aux: a.dst,
+                    aux2: b.dst,
+                    off: d.off,
+                    target: u32::from(c.src),
+                    imm: a.imm,
+                    ..Slot::EMPTY
+                }
+            }
+            (Xor64R, Mul64R) if b.dst == a.dst => Slot {
+                kind: XorMul,
+                aux: b.src,
+                ..a
+            },
             (Lsh64I | Rsh64I, Mov64R) => Slot {
                 kind: if a.kind == Lsh64I { LshIMov } else { RshIMov },
                 aux: b.dst,
@@ -672,34 +725,32 @@ fn fuse(slots: &mut [Slot]) {
                     Jge64R => AddJgeR,
                     Jlt64R => AddJltR,
                     Jle64R => AddJleR,
-                    Mov64R => {
-                        slots[i] = Slot {
-                            kind: AddIMov,
-                            aux: b.dst,
-                            aux2: b.src,
-                            ..a
-                        };
-                        continue;
-                    }
-                    Add64I => {
-                        slots[i] = Slot {
-                            kind: AddIAddI,
-                            aux: b.dst,
-                            target: b.imm as u32,
-                            ..a
-                        };
-                        continue;
-                    }
+                    Mov64R => AddIMov,
+                    Add64I => AddIAddI,
                     _ => continue,
                 };
-                Slot {
-                    kind,
-                    dst: a.dst,
-                    imm: a.imm,
-                    src: b.dst,
-                    aux: b.src,
-                    target: b.target,
-                    ..Slot::EMPTY
+                match kind {
+                    AddIMov => Slot {
+                        kind,
+                        aux: b.dst,
+                        aux2: b.src,
+                        ..a
+                    },
+                    AddIAddI => Slot {
+                        kind,
+                        aux: b.dst,
+                        target: b.imm as u32,
+                        ..a
+                    },
+                    _ => Slot {
+                        kind,
+                        dst: a.dst,
+                        imm: a.imm,
+                        src: b.dst,
+                        aux: b.src,
+                        target: b.target,
+                        ..Slot::EMPTY
+                    },
                 }
             }
             (Add64R, Add64I) => Slot {
@@ -712,8 +763,49 @@ fn fuse(slots: &mut [Slot]) {
             (Lsh64I, _) if a.imm == 32 && shift32(b, Arsh64I) => Slot { kind: Sx32x2, ..a },
             _ => continue,
         };
+        if let Some(table) = leaders {
+            if !stays_in_block(i, fused.kind, table) {
+                continue;
+            }
+        }
         slots[i] = fused;
     }
+}
+
+/// How many slots a fused op of `kind` runs (1 for every unfused kind).
+fn span(kind: Kind) -> usize {
+    use Kind::*;
+    match kind {
+        MovAddLdxSW => 5,
+        LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
+        MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
+        | MovJeqIJa | MovJneIJa | AndNegAnd => 3,
+        Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
+        | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
+        | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
+        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul => 2,
+        _ => 1,
+    }
+}
+
+/// The slot (counted from the fused op's own) of the `ja` a `j<eq|ne> +1; ja` op ends
+/// with: always a block leader, as it follows a jump; the op bumps its counter itself
+/// when it runs the `ja` (see [`Interpreter::execute`]).
+fn inner_ja(kind: Kind) -> Option<usize> {
+    match kind {
+        Kind::JeqIJa | Kind::JneIJa => Some(1),
+        Kind::MovJeqIJa | Kind::MovJneIJa => Some(2),
+        _ => None,
+    }
+}
+
+/// Whether a fused op of `kind` at slot `i` runs no block leader after its first slot
+/// (its `ja` excepted, see [`inner_ja`]): then a counting loop that bumps a block's
+/// counter where it dispatches the block's leader sees every block entered.
+/// `leaders` is [`crate::count::BlockMap::block_table`].
+fn stays_in_block(i: usize, kind: Kind, leaders: &[u32]) -> bool {
+    (1..span(kind))
+        .all(|k| Some(k) == inner_ja(kind) || leaders.get(i + k).is_none_or(|&b| b == NOT_A_LEADER))
 }
 
 /// Decodes one verified instruction (not `lddw`) at slot `pc`.
@@ -1089,7 +1181,8 @@ impl Interpreter {
     // Inlined into the run's closure: as a separate function the loop measured up to
     // 1.8x slower (its hot values spilled differently).
     // `COUNT`: bump `counts` at block leaders (`crate::count`); `ops` must then be
-    // unfused, so that the loop reaches every leader slot.
+    // decoded with the leaders, so that the loop reaches every leader slot it
+    // enters (the `j<eq|ne> +1; ja` ops bump their `ja`'s block themselves).
     #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
     #[inline(always)]
     fn execute<const COUNT: bool>(
@@ -1107,6 +1200,11 @@ impl Interpreter {
             self.program.blocks().block_table()
         } else {
             &[]
+        };
+        // The block counters as memory (`ExecCounts::as_mut_ptr`), and how many.
+        let (counters, blocks) = match counts {
+            Some(c) if COUNT => (c.as_mut_ptr(), c.len()),
+            _ => (std::ptr::null_mut(), 0),
         };
         let functions = self.program.functions();
         let stack = stack_row(mem);
@@ -1183,6 +1281,20 @@ impl Interpreter {
                 next = base.wrapping_add(target as usize);
             }};
         }
+        // Enters the block led by slot `$pc` (the counting copy only).
+        macro_rules! bump {
+            ($pc:expr) => {
+                // One compare covers `NOT_A_LEADER` too (`u32::MAX`, never a block).
+                if let Some(&b) = leaders.get($pc) {
+                    if (b as usize) < blocks {
+                        // SAFETY: `counters` points at the `blocks` counters of
+                        // `counts`, which this run alone uses (`ExecCounts` is not
+                        // `Sync`), and `b < blocks`.
+                        unsafe { *counters.add(b as usize) += 1 };
+                    }
+                }
+            };
+        }
         macro_rules! jump_if {
             ($cond:expr, $target:expr) => {
                 if $cond {
@@ -1243,20 +1355,16 @@ impl Interpreter {
         }
         loop {
             debug_assert!(pc!() < ops.len());
-            // The counting copy only (a constant `false` leaves the header as it is).
-            if COUNT {
-                if let (Some(c), Some(&b)) = (counts, leaders.get(pc!())) {
-                    if b != NOT_A_LEADER {
-                        c.add(b as usize, 1);
-                    }
-                }
-            }
             // SAFETY: `next` points at a slot of `ops`: the verifier proved that no path
             // from the entry runs past the last slot or lands on an lddw tail (every
             // jump, call and fall-through target is a slot of the program), and a fused
             // op advances only inside its own sequence.
             let s = unsafe { &*next };
             next = next.wrapping_add(1);
+            // The counting copy only (a constant `false` leaves the header as it is).
+            if COUNT && s.lead != 0 {
+                bump!(pc!() - 1);
+            }
             // Each arm reads only the fields it uses, straight from the slot.
             match s.kind {
                 Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add(s.imm64()),
@@ -1565,12 +1673,24 @@ impl Interpreter {
                 Kind::MovJeqIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    jump_if!(r!(s.aux) != s.imm64(), s.target);
+                    if r!(s.aux) != s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
                 }
                 Kind::MovJneIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    jump_if!(r!(s.aux) == s.imm64(), s.target);
+                    if r!(s.aux) == s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
@@ -1671,11 +1791,23 @@ impl Interpreter {
                 // successor) or falls through to it.
                 Kind::JeqIJa => {
                     next = next.wrapping_add(1);
-                    jump_if!(r!(s.dst) != s.imm64(), s.target);
+                    if r!(s.dst) != s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
                 }
                 Kind::JneIJa => {
                     next = next.wrapping_add(1);
-                    jump_if!(r!(s.dst) == s.imm64(), s.target);
+                    if r!(s.dst) == s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
                 }
                 Kind::MovAddI => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64());
@@ -1731,6 +1863,39 @@ impl Interpreter {
                 Kind::RshIMov => {
                     r!(s.dst) >>= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
+                    next = next.wrapping_add(1);
+                }
+                Kind::LshMovAddLdxB => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 1);
+                }
+                Kind::LshMovAddLdxH => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 2);
+                }
+                Kind::LshMovAddLdxW => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 4);
+                }
+                Kind::LshMovAddLdxDw => {
+                    r!(s.aux) <<= s.imm64() & 63;
+                    r!(s.aux2) = r!(s.src);
+                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
+                }
+                Kind::XorMul => {
+                    r!(s.dst) ^= r!(s.src);
+                    r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.aux));
                     next = next.wrapping_add(1);
                 }
                 Kind::Invalid => unreachable!(
@@ -2438,7 +2603,7 @@ mod tests {
             alu64x(ALU_ADD, 0, 5),
             EXIT,
         ];
-        let ops = decode_program(&insns, true);
+        let ops = decode_program(&insns, true, None);
         let kinds: Vec<Kind> = ops.iter().map(|s| s.kind).collect();
         assert_eq!(
             &kinds[..5],
@@ -2453,6 +2618,27 @@ mod tests {
         // r2 = 1 + 5; r3 = 100 - 7; r4 = 1000 + 10000; r5 = 10000 + 7.
         let out = run_both(insns, [1, 0, 100, 1000, 10000], 0);
         assert_eq!(out.result, Ok(6 + 93 + 11_000 + 10_007));
+    }
+
+    #[test]
+    fn fused_xor_mul() {
+        // `h ^= r2; h *= r3`, and `mul r0, r0` after the xor squares the xored value.
+        let hash = prog![
+            movx(0, 1),
+            alu64x(ALU_XOR, 0, 2),
+            alu64x(ALU_MUL, 0, 3),
+            EXIT
+        ];
+        let square = prog![
+            movx(0, 1),
+            alu64x(ALU_XOR, 0, 2),
+            alu64x(ALU_MUL, 0, 0),
+            EXIT
+        ];
+        for (insns, want) in [(hash, (5 ^ 3) * 7), (square, (5 ^ 3) * (5 ^ 3))] {
+            assert_eq!(decode_program(&insns, true, None)[1].kind, Kind::XorMul);
+            assert_eq!(run_both(insns, [5, 3, 7, 0, 0], 0).result, Ok(want));
+        }
     }
 
     #[test]
@@ -2475,7 +2661,7 @@ mod tests {
                 mov(0, 1),
                 EXIT,
             ];
-            assert_eq!(decode_program(&insns, true)[1].kind, kind);
+            assert_eq!(decode_program(&insns, true, None)[1].kind, kind);
             for (a, b) in [(1u64, 2u64), (2, 1), (3, 3), (u64::MAX, 0)] {
                 let taken = match op {
                     JMP_JEQ => a == b,
@@ -2491,7 +2677,7 @@ mod tests {
         }
         for (op, kind) in [(JMP_JEQ, MovJeqI), (JMP_JNE, MovJneI)] {
             let insns = prog![mov(0, 0), movx(4, 1), jmp(op, 4, -3, 1), mov(0, 1), EXIT];
-            assert_eq!(decode_program(&insns, true)[1].kind, kind);
+            assert_eq!(decode_program(&insns, true, None)[1].kind, kind);
             for a in [-3i64 as u64, 3, 0xffff_fffd] {
                 let taken = (a == -3i64 as u64) == (op == JMP_JEQ);
                 let out = run_both(insns.clone(), [a, 0, 0, 0, 0], 10);
@@ -2500,7 +2686,7 @@ mod tests {
         }
         // `mov; ja` backwards: charged as the `ja`, at its pc.
         let insns = prog![mov(0, 0), alu64(ALU_SUB, 0, 1), movx(2, 0), ja(-3), EXIT];
-        assert_eq!(decode_program(&insns, true)[2].kind, MovJa);
+        assert_eq!(decode_program(&insns, true, None)[2].kind, MovJa);
         let out = run_both(insns, [0; 5], 30);
         assert_eq!(
             out.result,
@@ -2513,6 +2699,70 @@ mod tests {
     }
 
     #[test]
+    fn counted_runs_fuse_inside_blocks() {
+        use Kind::*;
+        // pc 2-4: `mov; add; ldxb` with pc 3 the back-edge's target; pc 7-8: `jeq +1; ja`.
+        let insns = prog![
+            mov(0, 0),
+            mov(2, 0),
+            movx(3, 1),
+            alu64x(ALU_ADD, 3, 2),
+            ldx(SIZE_B, 4, 3, 0),
+            alu64x(ALU_ADD, 0, 4),
+            alu64(ALU_ADD, 2, 1),
+            jmp(JMP_JEQ, 2, 8, 1),
+            ja(-6),
+            EXIT
+        ];
+        let v = Arc::new(
+            verify(
+                Program::from_insns("f", insns.clone()),
+                Arc::new(FunctionTable::new()),
+            )
+            .unwrap(),
+        );
+        assert_eq!(v.blocks().leaders(), &[0, 3, 8, 9]);
+        let free = decode_program(&insns, true, None);
+        let counted = decode_program(&insns, true, Some(v.blocks().block_table()));
+        // The indexed load would run the leader at pc 3 unseen: not fused for counting.
+        assert_eq!((free[2].kind, counted[2].kind), (MovAddLdxB, Mov64R));
+        // The exit test keeps its fusion: it bumps the `ja`'s block itself.
+        assert_eq!((free[7].kind, counted[7].kind), (JeqIJa, JeqIJa));
+        let leads: Vec<u8> = counted.iter().map(|s| s.lead).collect();
+        assert_eq!(leads, [1, 0, 0, 1, 0, 0, 0, 0, 1, 1]);
+        // Every fuel budget, trapping anywhere in the loop: the same outcome and the
+        // same counts as the unfused slots.
+        for fuel in 0..80 {
+            let mut outs = Vec::new();
+            for engine in [
+                Interpreter::new(Arc::clone(&v)),
+                Interpreter::unfused(Arc::clone(&v)),
+            ] {
+                let counts = ExecCounts::new(v.blocks());
+                let opts = RunOptions {
+                    fuel,
+                    counts: Some(&counts),
+                    ..RunOptions::default()
+                };
+                let mut buf: Vec<u8> = (1..=64u8).collect();
+                let mut map = MemoryMap::new();
+                let mem = map
+                    .map_read_only(RegionIdx::EMBEDDER_FIRST, &buf[..])
+                    .unwrap();
+                let out = engine.run(&mut map, [mem, 0, 0, 0, 0], &opts, &mut ConformanceHost);
+                buf.clear();
+                outs.push((out, counts.values()));
+            }
+            assert_eq!(outs[0], outs[1], "fuel {fuel}");
+            if fuel == 79 {
+                // Bytes at offsets 0, 1, 3, 6, 10, 15, 21, 28 (each its offset + 1).
+                assert_eq!(outs[0].0.result, Ok(92));
+                assert_eq!(outs[0].1, [1, 8, 7, 1]);
+            }
+        }
+    }
+
+    #[test]
     fn fused_loop_exit_test_and_back_edge() {
         // pc 1: r0 += 1; pc 2: jeq r0, 10, +1; pc 3: ja -3 (to pc 1); pc 4: exit.
         let insns = prog![
@@ -2522,7 +2772,7 @@ mod tests {
             ja(-3),
             EXIT
         ];
-        assert_eq!(decode_program(&insns, true)[2].kind, Kind::JeqIJa);
+        assert_eq!(decode_program(&insns, true, None)[2].kind, Kind::JeqIJa);
         // Nine back-edges of cost 3, charged at the `ja` (pc 3).
         let out = run_both(insns.clone(), [0; 5], 27);
         assert_eq!((out.result, out.fuel_used), (Ok(10), 27));
@@ -2558,7 +2808,7 @@ mod tests {
             ja(-3),
             EXIT
         ];
-        assert_eq!(decode_program(&insns, true)[2].kind, Kind::JneIJa);
+        assert_eq!(decode_program(&insns, true, None)[2].kind, Kind::JneIJa);
         let out = run_both(insns, [0; 5], 100);
         assert_eq!((out.result, out.fuel_used), (Ok(11), 3));
     }
@@ -3333,7 +3583,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..23,
+                0u8..25,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -3391,6 +3641,13 @@ mod tests {
                                 let test = jmp(test, a, imm2, 1);
                                 return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
                             }
+                            19 => vec![
+                                alu64(ALU_LSH, a, imm2 & 3),
+                                movx(d, s),
+                                alu64x(ALU_ADD, d, b),
+                                ldx(size, a, d, off),
+                            ],
+                            20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
                             _ => any,
                         };
                         let keep = vec![false; insns.len()];
@@ -3427,19 +3684,31 @@ mod tests {
                 let table = Arc::new(FunctionTable::conformance());
                 if let Ok(v) = verify(Program::from_insns("fuzz", insns), table) {
                     let v = Arc::new(v);
-                    let opts = RunOptions { fuel, ..RunOptions::default() };
                     let mut outs = Vec::new();
                     for engine in [Interpreter::new(Arc::clone(&v)), Interpreter::unfused(Arc::clone(&v))] {
-                        // Bytes with the top bit set as often as not, so sign extension
-                        // of loaded values matters.
-                        let mut buf: Vec<u8> =
-                            (0..64u8).map(|i| i.wrapping_mul(73).wrapping_add(0x9d)).collect();
-                        let mut map = MemoryMap::new();
-                        map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
-                        let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
-                        outs.push((out, buf));
+                        // Uncounted, then counted (fused only inside blocks, bumping at
+                        // leaders; the unfused engine counts on its unfused slots).
+                        for counted in [false, true] {
+                            let counts = ExecCounts::new(v.blocks());
+                            let opts = RunOptions {
+                                fuel,
+                                counts: counted.then_some(&counts),
+                                ..RunOptions::default()
+                            };
+                            // Bytes with the top bit set as often as not, so sign extension
+                            // of loaded values matters.
+                            let mut buf: Vec<u8> =
+                                (0..64u8).map(|i| i.wrapping_mul(73).wrapping_add(0x9d)).collect();
+                            let mut map = MemoryMap::new();
+                            map.map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf).expect("maps");
+                            let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
+                            outs.push((out, buf, counted.then(|| counts.values())));
+                        }
                     }
-                    prop_assert_eq!(&outs[0], &outs[1]);
+                    // fused, fused counted, unfused, unfused counted.
+                    prop_assert_eq!(&outs[0], &outs[2]);
+                    prop_assert_eq!(&outs[1], &outs[3]);
+                    prop_assert_eq!((&outs[0].0, &outs[0].1), (&outs[1].0, &outs[1].1));
                 }
             }
 

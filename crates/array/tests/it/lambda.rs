@@ -127,7 +127,115 @@ fn opts(chunk: u64, mode: Mode, threads: u32) -> ArrayLambdaOptions {
             profile_len: 2,
             ..LambdaOptions::default()
         },
+        stop: Default::default(),
     }
+}
+
+/// Never returns: only a stop (or the device's time limit) ends it.
+const SPIN: &str = r#"#include "csx.h"
+CSX_PROGRAM(spin)
+{
+    volatile csx_u64 i = 0;
+    for (;;)
+        i++;
+    return i;
+}
+"#;
+
+/// The stop flag (Ctrl-C in `csx read`) aborts the runs on every member at once, device
+/// runs by an Abort (the members' time limit, a minute, would end them with another
+/// error): the read fails with `ArrayError::Aborted` naming every member whose runs were
+/// aborted, no member keeps a program or memory, and the array serves the next read.
+#[test]
+fn stopping_a_lambda_read_aborts_it_on_every_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let array = Array::init_embedded(
+        &dir.path().join("arr"),
+        3,
+        csx_host::transport::inproc::DeviceConfig {
+            time_limit_ms: Some(60_000),
+            ..crate::common::member_config()
+        },
+        LinkModel::default(),
+    )
+    .unwrap();
+    let data = bytes(3 * 4096 * 2, 21);
+    array
+        .put_bytes("/s", &data, Placement::Striped { stripe_bytes: 4096 })
+        .unwrap();
+    let spin = compile(SPIN);
+    let free_before: Vec<u64> = array
+        .members()
+        .iter()
+        .map(|m| m.device.identify().unwrap().slm_free_bytes)
+        .collect();
+    // Fuel for an hour of spinning: only the stop (or the time limit) ends a run.
+    let args = LambdaArgs {
+        fuel: Some(csx_host::proto::limits::FUEL_MAX),
+        ..LambdaArgs::default()
+    };
+    let loaded_everywhere = || {
+        array.members().iter().all(|m| {
+            m.device
+                .programs()
+                .unwrap()
+                .iter()
+                .any(|p| p.name == "spin")
+        })
+    };
+    for mode in [Mode::Device, Mode::Host] {
+        // The stop comes once the λ is loaded on every member and its runs had time to
+        // start; a stop before any run started aborts nothing, so the wait doubles.
+        let mut wait_ms = 200;
+        loop {
+            let o = opts(4096, mode, 2);
+            let stop = std::sync::Arc::clone(&o.stop);
+            let e = std::thread::scope(|s| {
+                s.spawn(|| {
+                    while !loaded_everywhere() {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                });
+                run(&array, "/s", &spin, &args, &o).unwrap_err()
+            });
+            let ArrayError::Aborted { members, .. } = &e else {
+                panic!("{mode:?}: {e}");
+            };
+            assert!(e.to_string().contains("aborted"), "{e}");
+            for (m, member) in array.members().iter().enumerate() {
+                let dev = &member.device;
+                assert!(
+                    dev.programs().unwrap().iter().all(|p| p.name != "spin"),
+                    "{mode:?}: member {m} still has the λ loaded"
+                );
+                assert_eq!(
+                    dev.identify().unwrap().slm_free_bytes,
+                    free_before[m],
+                    "{mode:?}: member {m} still holds memory"
+                );
+            }
+            if members == &[0, 1, 2] {
+                break;
+            }
+            assert!(
+                wait_ms < 5000,
+                "{mode:?}: runs never aborted on every member: {e}"
+            );
+            wait_ms *= 2;
+        }
+    }
+    // Nothing is left running: the next read over the same members is whole.
+    let seen = run(
+        &array,
+        "/s",
+        &compile(ECHO),
+        &echo_args(4096),
+        &opts(4096, Mode::Device, 1),
+    )
+    .unwrap();
+    check_echo(&seen, &data, None);
 }
 
 #[test]

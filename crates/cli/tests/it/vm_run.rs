@@ -153,6 +153,38 @@ fn json_with_repeat_reports_the_mean() {
 }
 
 #[test]
+fn time_counted_times_counting_runs_and_needs_repeat() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prog = write(dir.path(), "ret42.bin", RETURN_42);
+    for &engine in engines() {
+        let out = vm(
+            &["run", engine, "--json", "--repeat", "5", "--time-counted"],
+            &prog,
+        );
+        assert!(out.status.success(), "{engine}: {}", stderr(&out));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(json["r0"], 42, "{engine}");
+        assert_eq!(json["counted"], true, "{engine}");
+        assert_eq!(json["runs"], 6, "{engine}");
+
+        let out = vm(&["run", engine, "--repeat", "5", "--time-counted"], &prog);
+        let text = stdout(&out);
+        assert!(
+            text.contains("ns/run (mean of 5 counted runs after 1 warm-up"),
+            "{engine}: {text}"
+        );
+    }
+    let out = vm(&["run", "--json", "--repeat", "5"], &prog);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["counted"], false);
+
+    // Without --repeat there is nothing to time: a command-line error.
+    let out = vm(&["run", "--time-counted"], &prog);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--repeat"), "{}", stderr(&out));
+}
+
+#[test]
 fn errors_name_the_file_and_exit_1() {
     let dir = tempfile::tempdir().expect("temp dir");
     let missing = dir.path().join("missing.o");

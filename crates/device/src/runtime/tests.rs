@@ -1,7 +1,8 @@
 //! Unit tests of the runtime: routing, inline runs, DMA buffers, departing pairs.
 
 use csx_proto::{
-    Command, CommandId, MemHandle, Op, ProgramIndex, ProgramType, Reply, Status, Windows,
+    Command, CommandId, Completion, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply,
+    Status, Windows,
 };
 
 use super::queue_pair::Job;
@@ -169,16 +170,207 @@ fn short_commands_run_inline() {
     assert!(!shared.is_short(&job(exec.clone(), None)), "never ran");
     shared.execute_ns_last[3].store(INLINE_EXECUTE_NS_MAX, Ordering::Relaxed);
     assert!(shared.is_short(&job(exec.clone(), None)));
-    // The slot is empty: the execute fails, inline, and its time is recorded.
+    // The slot is empty: the execute fails, inline; a program that never started says
+    // nothing about the next run, so the guess stays.
     qp.submit_inline(Command::new(CommandId(3), exec), None)
         .expect("submit");
     let c = qp.try_reap().expect("an inline command has completed");
     assert_eq!(c.id, CommandId(3));
     assert!(!c.status.is_success());
-    assert_ne!(shared.execute_ns_last[3].load(Ordering::Relaxed), u64::MAX);
+    assert_eq!(
+        shared.execute_ns_last[3].load(Ordering::Relaxed),
+        INLINE_EXECUTE_NS_MAX
+    );
     drop(shared);
     drop(qp);
     dev.close().expect("close");
+}
+
+/// mov r0, 0; add r0, 1; jne r0, 0, -2; exit: 2^64 iterations, only fuel, the time
+/// limit or an abort ends it.
+const SPIN: [u8; 32] = [
+    0xb7, 0, 0, 0, 0, 0, 0, 0, 0x07, 0, 0, 0, 1, 0, 0, 0, 0x55, 0, 0xfe, 0xff, 0, 0, 0, 0, 0x95, 0,
+    0, 0, 0, 0, 0, 0,
+];
+
+/// Loads `image` (raw eBPF) into slot `pind` and activates it on the interpreter.
+fn load_raw(qp: &QueuePair, pind: u16, image: &[u8]) {
+    let load = Op::LoadProgram {
+        pind: ProgramIndex(pind),
+        ptype: ProgramType::Raw,
+        total_size_bytes: image.len() as u32,
+        offset: 0,
+        data: image.to_vec(),
+        entry: None,
+    };
+    let c = qp.call(Command::new(CommandId(900), load)).expect("submit");
+    assert_eq!(c.status, Status::Success, "{c:?}");
+    let activate = Op::ActivateProgram {
+        pind: ProgramIndex(pind),
+        engine: EngineKind::Interpreter,
+    };
+    let c = qp
+        .call(Command::new(CommandId(901), activate))
+        .expect("submit");
+    assert_eq!(c.status, Status::Success, "{c:?}");
+}
+
+fn execute(pind: u16, fuel: u64, time_limit_ms: u32) -> Op {
+    Op::Execute {
+        pind: ProgramIndex(pind),
+        windows: Windows::Inline(vec![]),
+        cparam1: 0,
+        cparam2: 0,
+        params: vec![],
+        fuel: Some(fuel),
+        time_limit_ms: Some(time_limit_ms),
+    }
+}
+
+/// Reaps `n` completions (in any order), by id.
+fn reap_n(qp: &QueuePair, n: usize) -> std::collections::HashMap<CommandId, Completion> {
+    (0..n)
+        .map(|_| {
+            let c = qp.reap(None).expect("a completion");
+            (c.id, c)
+        })
+        .collect()
+}
+
+/// The flake of csAbortRequest over tcp and shm (callback CS_ERROR_IN_EXECUTION after
+/// the time limit instead of CS_ABORTED): a long program aborted before it ran took a
+/// few microseconds, which made its slot look short, so its next Execute ran inline on
+/// the transport's thread, and that thread read the Abort only after the run had hit
+/// its time limit. Here the order is forced: the run aborted in the queue, behind
+/// another that holds the one engine. A stopped run leaves the slot not short, so the
+/// next Execute is queued and its Abort stops it.
+#[test]
+fn a_stopped_execute_never_makes_its_slot_short() {
+    let (_dir, dev) = tiny_device(1 << 20);
+    let qp = dev.queue_pair(8).expect("queue pair");
+    load_raw(&qp, 5, &SPIN);
+    load_raw(&qp, 6, &SPIN);
+    let shared = qp.shared.upgrade().expect("the device is open");
+    let guess = |pind: usize| shared.execute_ns_last[pind].load(Ordering::Relaxed);
+    let submit = |id: u64, op: Op| qp.submit(Command::new(CommandId(id), op)).expect("submit");
+    let abort = |target: u64| Op::Abort {
+        target: CommandId(target),
+    };
+
+    // A (slot 6) holds the only engine, or waits first in line; B (slot 5) waits behind
+    // it and is aborted there: it never runs.
+    submit(1, execute(6, 1 << 40, 60_000));
+    submit(2, execute(5, 1 << 40, 60_000));
+    submit(3, abort(2));
+    let done = reap_n(&qp, 2);
+    assert_eq!(done[&CommandId(3)].value, 1, "the Abort found B");
+    let b = &done[&CommandId(2)];
+    assert_eq!(b.status, Status::Aborted, "{b:?}");
+    assert_eq!(guess(5), u64::MAX, "B never ran: slot 5 is not known short");
+    submit(4, abort(1));
+    let done = reap_n(&qp, 2);
+    assert_eq!(done[&CommandId(1)].status, Status::Aborted);
+    assert_eq!(
+        guess(6),
+        u64::MAX,
+        "A was stopped: slot 6 is not known short"
+    );
+
+    // Nothing in flight and the engine idle: the next Execute of slot 5 would run inline
+    // if its slot looked short. It is queued, and its Abort reaches it.
+    let job = Job {
+        qp: Arc::clone(&qp.qp),
+        cmd: Command::new(CommandId(9), execute(5, 1 << 40, 60_000)),
+        submitted: Instant::now(),
+        dma: None,
+        stop: None,
+    };
+    assert!(!shared.is_short(&job));
+    drop(job);
+    assert_eq!(qp.in_flight(), 0);
+    qp.submit_inline(
+        Command::new(CommandId(5), execute(5, 1 << 40, 60_000)),
+        None,
+    )
+    .expect("submit");
+    assert!(
+        qp.try_reap().is_none(),
+        "the long program was queued, not run inline"
+    );
+    submit(6, abort(5));
+    let done = reap_n(&qp, 2);
+    assert_eq!(done[&CommandId(6)].value, 1);
+    let c = &done[&CommandId(5)];
+    assert_eq!(c.status, Status::Aborted, "{c:?}");
+
+    // Fuel that runs out is a limit too; a program that ends by itself sets the guess,
+    // and activating the slot again forgets it.
+    let c = qp
+        .call(Command::new(CommandId(7), execute(5, 100, 60_000)))
+        .expect("submit");
+    assert_eq!(c.status, Status::Trap, "{c:?}");
+    assert_eq!(guess(5), u64::MAX, "out of fuel: not known short");
+    load_raw(
+        &qp,
+        7,
+        &[0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0],
+    );
+    let c = qp
+        .call(Command::new(CommandId(8), execute(7, 100, 60_000)))
+        .expect("submit");
+    assert_eq!((c.status, c.value), (Status::Success, 42));
+    assert_ne!(guess(7), u64::MAX, "a run that ended by itself is timed");
+    let c = qp
+        .call(Command::new(
+            CommandId(10),
+            Op::ActivateProgram {
+                pind: ProgramIndex(7),
+                engine: EngineKind::Interpreter,
+            },
+        ))
+        .expect("submit");
+    assert_eq!(c.status, Status::Success, "{c:?}");
+    assert_eq!(guess(7), u64::MAX, "activation forgets the guess");
+    drop(shared);
+    drop(qp);
+    dev.close().expect("close");
+}
+
+/// The rule itself, over each kind of end.
+#[test]
+fn execute_guesses_follow_how_a_run_ended() {
+    use super::workers::execute_guess;
+    use csx_proto::{WireTrap, WireTrapKind};
+    let ok = Completion::new(CommandId(1), Status::Success);
+    assert_eq!(execute_guess(false, &ok, 7), Some(7));
+    assert_eq!(
+        execute_guess(true, &ok, 7),
+        Some(u64::MAX),
+        "an abort came late"
+    );
+    for status in [Status::Aborted, Status::TimeLimitExceeded] {
+        let c = Completion::new(CommandId(1), status);
+        assert_eq!(execute_guess(false, &c, 7), Some(u64::MAX), "{status:?}");
+    }
+    let trap = |kind| {
+        let mut c = Completion::new(CommandId(1), Status::Trap);
+        c.trap = Some(WireTrap { pc: 1, kind });
+        c
+    };
+    let fuel = trap(WireTrapKind::FuelExhausted { budget: 9 });
+    assert_eq!(execute_guess(false, &fuel, 7), Some(u64::MAX));
+    let fault = trap(WireTrapKind::OutOfBounds {
+        addr: 0,
+        size: 8,
+        write: false,
+    });
+    assert_eq!(
+        execute_guess(false, &fault, 7),
+        Some(7),
+        "a fault of its own"
+    );
+    let never_ran = Completion::new(CommandId(1), Status::NoProgram);
+    assert_eq!(execute_guess(false, &never_ran, 7), None);
 }
 
 /// A load in progress belongs to its queue pair: another pair's first chunk into

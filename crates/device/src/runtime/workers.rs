@@ -5,7 +5,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use csx_proto::{Op, Status};
+use csx_proto::{Completion, Op, ProgramIndex, Status, WireTrapKind};
 
 use super::queue_pair::{post, Job};
 use super::{ns, Shared, INLINE_EXECUTE_NS_MAX, INLINE_TRANSFER_SIZE_MAX, WORKER_SPIN};
@@ -78,6 +78,29 @@ impl Pool {
     }
 }
 
+/// What an Execute's run (`took_ns` long, `c` its completion) says about how long the
+/// slot's next run takes, the guess `QueuePair::submit_inline` goes by: `None` when it
+/// says nothing new (the program never started: an empty slot, a bad window), `u64::MAX`
+/// (not known, so never inline) when a limit or a stop ended it (an Abort, the time
+/// limit, fuel, a closing pair or device: `stopped` is its stop flag being set), and its
+/// time when the program ended by itself (exit, or a fault of its own).
+///
+/// A stopped run must not make its slot look short: an Execute run inline keeps the
+/// transport's thread, which then reads no Abort for it until the run ends. A long
+/// program aborted before it ran (a few microseconds) would otherwise run inline next
+/// time, out of reach of its Abort until its time limit.
+pub(super) fn execute_guess(stopped: bool, c: &Completion, took_ns: u64) -> Option<u64> {
+    if stopped || matches!(c.status, Status::Aborted | Status::TimeLimitExceeded) {
+        return Some(u64::MAX);
+    }
+    match &c.trap {
+        Some(t) if matches!(t.kind, WireTrapKind::FuelExhausted { .. }) => Some(u64::MAX),
+        Some(_) => Some(took_ns),
+        None if c.status.is_success() => Some(took_ns),
+        None => None,
+    }
+}
+
 pub(super) fn worker(shared: &Shared, class: Class) {
     let pool = shared.pool(class);
     while let Some(job) = pool.queue.pop(WORKER_SPIN, None) {
@@ -115,6 +138,13 @@ impl Shared {
         }
     }
 
+    /// Records `ns` as the guess of how long the next Execute of slot `pind` takes.
+    fn set_execute_guess(&self, pind: ProgramIndex, ns: u64) {
+        if let Some(last) = self.execute_ns_last.get(usize::from(pind.0)) {
+            last.store(ns, Ordering::Relaxed);
+        }
+    }
+
     /// Runs `job` on this thread and posts its completion.
     pub(super) fn run(&self, job: Job) {
         let started = Instant::now();
@@ -144,10 +174,18 @@ impl Shared {
                 format!("{} failed: {message}", job.cmd.op.name()),
             )
         });
-        if let Op::Execute { pind, .. } = &job.cmd.op {
-            if let Some(last) = self.execute_ns_last.get(usize::from(pind.0)) {
-                last.store(ns(started.elapsed()), Ordering::Relaxed);
+        match &job.cmd.op {
+            Op::Execute { pind, .. } => {
+                let stopped = job.stop.as_ref().is_some_and(|s| s.is_set());
+                if let Some(guess) = execute_guess(stopped, &c, ns(started.elapsed())) {
+                    self.set_execute_guess(*pind, guess);
+                }
             }
+            // Another program, or the same one on another engine: its runs are unknown.
+            Op::ActivateProgram { pind, .. }
+            | Op::DeactivateProgram { pind }
+            | Op::UnloadProgram { pind } => self.set_execute_guess(*pind, u64::MAX),
+            _ => {}
         }
         // The performance model stamps the modelled time and holds the completion
         // until the command has taken it in real time (crate::perf).

@@ -1,7 +1,8 @@
 //! Abort and time limits on every transport: a spinning execution aborted while it runs
-//! and one aborted while it waits in the queue, on both engines; an abort of an id that
-//! is not in flight; a client that goes away with executions in flight; a run stopped at
-//! its time limit. A run that is not stopped would spin for an hour (its time limit
+//! and one aborted while it waits in the queue, on both engines; the next run of a slot
+//! whose run was aborted before it ran (not run inline, out of the Abort's reach); an
+//! abort of an id that is not in flight; a client that goes away with executions in
+//! flight; a run stopped at its time limit. A run that is not stopped would spin for an hour (its time limit
 //! here), so a missing stop fails the test rather than passing slowly.
 
 use std::time::{Duration, Instant};
@@ -128,6 +129,61 @@ fn abort_a_queued_execution(f: &mut Fixture) {
     }
 }
 
+/// A program aborted before it ran (microseconds) must not look short to the device: a
+/// short Execute runs inline on the tcp or shm transport's thread, which then reads no
+/// Abort until the run ends. The queued run here is aborted behind spins of another
+/// slot; the next run of its slot, alone in flight, must still stop at its Abort (with
+/// the old rule it ran inline over tcp and shm, and this test failed at its 30 s time
+/// limit: the csAbortRequest flake of the C API).
+fn abort_reaches_the_next_run_of_a_slot_aborted_before_it_ran(f: &mut Fixture) {
+    let dev = f.dev();
+    let blocker = load(f, SPIN_MARKED, EngineKind::Jit);
+    let pind = load(f, SPIN_MARKED, EngineKind::Jit);
+    let mut spinning = Vec::new();
+    for i in 0..ENGINES {
+        let mem = dev.alloc(64).unwrap();
+        let marker = format!("/blocking/{i}");
+        spinning.push((
+            dev.submit_execute(&spin(blocker, mem, &marker)).unwrap(),
+            mem,
+        ));
+        wait_running(dev, &marker);
+    }
+    let mem = dev.alloc(64).unwrap();
+    let queued = dev.submit_execute(&spin(pind, mem, "/queued")).unwrap();
+    assert!(dev.abort(queued).unwrap());
+    let e = aborted(dev, queued);
+    assert_eq!(
+        e.detail().unwrap().message,
+        "aborted by an abort command before it ran"
+    );
+    for &(id, _) in &spinning {
+        assert!(dev.abort(id).unwrap());
+    }
+    for (id, blocker_mem) in spinning {
+        aborted(dev, id);
+        dev.free(blocker_mem).unwrap();
+    }
+    // Alone in flight, every engine idle. A time limit well under an hour: a run out of
+    // the Abort's reach fails this test at its limit instead of hanging it.
+    let next = dev
+        .submit_execute(&spin(pind, mem, "/next").time_limit_ms(30_000))
+        .unwrap();
+    wait_running(dev, "/next");
+    assert!(dev.abort(next).unwrap(), "the run was still in flight");
+    let e = aborted(dev, next);
+    assert!(
+        e.detail()
+            .unwrap()
+            .message
+            .starts_with("aborted by an abort command at pc "),
+        "{e}"
+    );
+    dev.free(mem).unwrap();
+    dev.unload(pind).unwrap();
+    dev.unload(blocker).unwrap();
+}
+
 /// Abort of an id with no execution in flight is answered, not refused: `false`.
 fn abort_an_unknown_id(f: &mut Fixture) {
     let dev = f.dev();
@@ -217,6 +273,7 @@ fn time_limit_stops_a_spin(f: &mut Fixture) {
 crate::backend_tests!(
     abort_a_running_spin,
     abort_a_queued_execution,
+    abort_reaches_the_next_run_of_a_slot_aborted_before_it_ran,
     abort_an_unknown_id,
     closing_a_client_aborts_its_executions,
     time_limit_stops_a_spin,
