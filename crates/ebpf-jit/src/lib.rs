@@ -1,18 +1,20 @@
 //! csx-ebpf-jit: a Cranelift JIT for verified csx eBPF programs, behind the same
-//! [`Engine`] trait as the reference interpreter, and matching it exactly in r0, trap
-//! (kind and pc) and fuel used.
+//! [`Engine`](csx_ebpf::engine::Engine) trait as the reference interpreter, and matching
+//! it exactly in r0, trap (kind and pc) and fuel used.
 //!
 //! Two tiers: [`JitProgram`] (Cranelift, optimising, tens of milliseconds for a large
 //! program) and, on x86-64, `QuickProgram` (the `quick` module: a one-pass baseline JIT
-//! that compiles in well under a millisecond). [`TieredProgram`] runs the quick code at
-//! once and switches to Cranelift's when it is ready (see `tiered`).
+//! that compiles in well under a millisecond), both a [`Compiled`] (`compiled`: the
+//! program, its code, the counting variant compiled on demand, the run) over their
+//! code generators. [`TieredProgram`] runs the quick code at once and switches to
+//! Cranelift's when it is ready (see `tiered`).
 //!
 //! Pipeline of [`JitProgram::compile`]: plan (control flow per eBPF function, block
 //! starts, if-conversions; `analysis`) → set up the host ISA → declare one Cranelift
 //! function per eBPF function → translate each (`translate`) → define (compile) each →
 //! finalize into executable memory (`code_memory`). A run (`runtime`) maps the stack and
 //! globals, hands compiled code a context block, and turns the status it returns into a
-//! [`RunOutcome`].
+//! [`RunOutcome`](csx_ebpf::engine::RunOutcome).
 //!
 //! Innermost loops are versioned (`loops`): a guard where a loop is entered proves how
 //! many iterations keep its strided accesses in bounds, and an unchecked copy of the loop
@@ -27,6 +29,7 @@
 
 mod analysis;
 mod code_memory;
+mod compiled;
 mod count;
 mod loops;
 mod params;
@@ -36,13 +39,12 @@ mod runtime;
 mod tiered;
 mod translate;
 
+pub use compiled::Compiled;
 #[cfg(target_arch = "x86_64")]
-pub use quick::QuickProgram;
+pub use quick::{Quick, QuickProgram};
 pub use tiered::{Promotion, Tier, TieredProgram};
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::settings::{self, Configurable};
@@ -50,9 +52,6 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 
-use csx_ebpf::engine::{Engine, RunMemory, RunOptions, RunOutcome};
-use csx_ebpf::helper::HelperHost;
-use csx_ebpf::memory::MemoryMap;
 use csx_ebpf::program::VerifiedProgram;
 
 use crate::analysis::PlanError;
@@ -88,51 +87,15 @@ pub enum JitError {
     FallsOffEnd { program: String, pc: u32 },
 }
 
-/// A verified program compiled to native code.
-pub struct JitProgram {
-    program: Arc<VerifiedProgram>,
-    code: CodeMemory,
-    compile_time: Duration,
-    /// The variant that counts executed blocks (`count`), compiled by the first run
-    /// that asks for counts.
-    counted: OnceLock<Result<CodeMemory, JitError>>,
-}
+/// A verified program compiled to native code by Cranelift (the optimising tier).
+pub type JitProgram = Compiled<Cranelift>;
 
-impl std::fmt::Debug for JitProgram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JitProgram")
-            .field("program", &self.program.name())
-            .field("code", &self.code)
-            .field("compile_time", &self.compile_time)
-            .finish()
-    }
-}
+/// The optimising tier's code generator (Cranelift), the backend of [`JitProgram`].
+#[derive(Debug)]
+pub enum Cranelift {}
 
-impl JitProgram {
-    /// Compiles `program` for the host.
-    pub fn compile(program: Arc<VerifiedProgram>) -> Result<JitProgram, JitError> {
-        let started = Instant::now();
-        let code = Self::build(&program, false)?;
-        Ok(JitProgram {
-            program,
-            code,
-            compile_time: started.elapsed(),
-            counted: OnceLock::new(),
-        })
-    }
-
-    /// Compiles the variant that counts executed blocks now, rather than on the first
-    /// run that asks for counts (a device that always counts calls this at activation).
-    pub fn prepare_counting(&self) -> Result<(), JitError> {
-        self.counted_code().map(|_| ())
-    }
-
-    fn counted_code(&self) -> Result<&CodeMemory, JitError> {
-        self.counted
-            .get_or_init(|| Self::build(&self.program, true))
-            .as_ref()
-            .map_err(Clone::clone)
-    }
+impl compiled::Backend for Cranelift {
+    const NAME: &'static str = "JitProgram";
 
     /// Plans, translates and finalizes `program`; `counting`: the variant with block
     /// counters (see `count`).
@@ -271,58 +234,6 @@ impl JitProgram {
 
         // Finalize: apply relocations and make the code executable.
         CodeMemory::new(module, entry_id, code_bytes).map_err(|e| codegen(&e))
-    }
-
-    /// Wall-clock time [`JitProgram::compile`] took.
-    pub fn compile_time(&self) -> Duration {
-        self.compile_time
-    }
-
-    /// Bytes of machine code generated.
-    pub fn code_size(&self) -> usize {
-        self.code.code_bytes()
-    }
-}
-
-impl Engine for JitProgram {
-    fn program(&self) -> &VerifiedProgram {
-        &self.program
-    }
-
-    fn run(
-        &self,
-        mem: &mut MemoryMap<'_>,
-        args: [u64; 5],
-        opts: &RunOptions<'_>,
-        host: &mut dyn HelperHost,
-    ) -> RunOutcome {
-        let code = match opts.counts {
-            None => &self.code,
-            Some(counts) => {
-                assert_eq!(
-                    counts.len(),
-                    self.program.blocks().len(),
-                    "one counter per block of the program"
-                );
-                match self.counted_code() {
-                    Ok(code) => code,
-                    // The uncounted variant compiled, so this is a JIT bug; the run
-                    // still runs, and reports it by leaving the counters untouched.
-                    Err(_) => {
-                        let uncounted = RunOptions {
-                            counts: None,
-                            ..*opts
-                        };
-                        return self.run(mem, args, &uncounted, host);
-                    }
-                }
-            }
-        };
-        let mut run_mem = RunMemory::new(&self.program);
-        let functions = self.program.functions();
-        run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            runtime::execute(code, functions, mem, fp, args, opts, host)
-        })
     }
 }
 

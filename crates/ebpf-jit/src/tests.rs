@@ -6,6 +6,7 @@
 //! some tests also pin the expected trap.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use csx_ebpf::asm::assemble;
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome, StopFlag};
