@@ -18,7 +18,10 @@
 //! idle), so a round trip crosses no hand-off inside the device.
 //!
 //! Transfers run beside executions, so staging the next input overlaps running the
-//! current program. Ordering between commands in flight is not guaranteed (as in NVMe);
+//! current program. A Memory Copy that pulls from a peer device has its own workers: it
+//! waits on the peer, and the peer may be pulling from this device at that moment, its
+//! reads served by this device's transfer workers, which no pull ever holds (so daemons
+//! pulling from each other, in any cycle, never wait on each other forever). Ordering between commands in flight is not guaranteed (as in NVMe);
 //! a command sees every command that *completed* before it was submitted (completion is
 //! the synchronisation point). Commands that touch the same SLM bytes concurrently are
 //! refused with 95h instead of being serialised (see `slm`).
@@ -183,6 +186,8 @@ pub(crate) struct Shared {
     restore_failures: Vec<(ProgramIndex, String)>,
     compute: Pool,
     transfer: Pool,
+    /// Memory Copies from peers (see the module doc).
+    peer: Pool,
     admin: Pool,
     /// Nanoseconds the last Execute of each slot took (`u64::MAX`: none yet), the
     /// guess of how long the next one takes (see `QueuePair::submit_inline`).
@@ -347,6 +352,7 @@ impl DeviceRuntime {
             restore_failures,
             compute: Pool::new(queue_capacity, engines),
             transfer: Pool::new(queue_capacity, transfer_workers),
+            peer: Pool::new(queue_capacity, transfer_workers),
             admin: Pool::new(queue_capacity, 1),
             execute_ns_last: (0..PROGRAM_SLOTS_COUNT)
                 .map(|_| AtomicU64::new(u64::MAX))
@@ -365,6 +371,7 @@ impl DeviceRuntime {
         let pools = [
             (Class::Compute, engines, "engine"),
             (Class::Transfer, transfer_workers, "transfer"),
+            (Class::Peer, transfer_workers, "peer"),
             (Class::Admin, 1, "admin"),
         ];
         for (class, count, name) in pools {
@@ -463,6 +470,7 @@ impl DeviceRuntime {
         shared.watchdog.close();
         shared.compute.queue.close();
         shared.transfer.queue.close();
+        shared.peer.queue.close();
         shared.admin.queue.close();
         for t in self.threads.drain(..) {
             // A worker that panicked has already posted nothing more; the rest of the
@@ -471,7 +479,12 @@ impl DeviceRuntime {
         }
         // Commands a transport thread runs inline (`QueuePair::submit_inline`, short by
         // its rule) finish before the state is saved, as the workers' did.
-        for pool in [&shared.compute, &shared.transfer, &shared.admin] {
+        for pool in [
+            &shared.compute,
+            &shared.transfer,
+            &shared.peer,
+            &shared.admin,
+        ] {
             while pool.running.load(Ordering::SeqCst) > 0 {
                 std::thread::sleep(Duration::from_micros(100));
             }

@@ -1,8 +1,8 @@
 //! Unit tests of the runtime: routing, inline runs, DMA buffers, departing pairs.
 
 use csx_proto::{
-    Command, CommandId, Completion, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply,
-    Status, Windows,
+    Command, CommandId, Completion, CopySource, EngineKind, MemHandle, Op, ProgramIndex,
+    ProgramType, Reply, Status, Windows,
 };
 
 use super::queue_pair::Job;
@@ -429,4 +429,18 @@ fn ops_go_to_their_pool() {
         time_limit_ms: None,
     };
     assert_eq!(class_of(&exec), Class::Compute);
+    let copy = |sources| Op::MemCopy {
+        dst: MemHandle(1),
+        dst_offset: 0,
+        sources,
+    };
+    let nvm = CopySource::Nvm { offset: 0, len: 8 };
+    let peer = CopySource::Peer {
+        peer: "tcp://127.0.0.1:1".into(),
+        offset: 0,
+        len: 8,
+    };
+    assert_eq!(class_of(&copy(vec![nvm.clone()])), Class::Transfer);
+    // A pull waits on its peer: never on a transfer worker, which serves peers.
+    assert_eq!(class_of(&copy(vec![nvm, peer])), Class::Peer);
 }

@@ -1,11 +1,11 @@
-//! The worker pools (compute, transfer, admin), their threads, and running one command
-//! to its completion, on a worker or inline on a submitting thread.
+//! The worker pools (compute, transfer, peer, admin), their threads, and running one
+//! command to its completion, on a worker or inline on a submitting thread.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use csx_proto::{Completion, Op, ProgramIndex, Status, WireTrapKind};
+use csx_proto::{Completion, CopySource, Op, ProgramIndex, Status, WireTrapKind};
 
 use super::queue_pair::{post, Job};
 use super::{ns, Shared, INLINE_EXECUTE_NS_MAX, INLINE_TRANSFER_SIZE_MAX, WORKER_SPIN};
@@ -18,12 +18,21 @@ use crate::status::fail;
 pub(super) enum Class {
     Compute,
     Transfer,
+    /// A Memory Copy that pulls from a peer device: it waits on that peer, which may be
+    /// pulling from this device at the same moment, so it never holds a transfer worker
+    /// (those serve the peers' reads; see `crate::peer`).
+    Peer,
     Admin,
 }
 
 pub(super) fn class_of(op: &Op) -> Class {
     match op {
         Op::Execute { .. } => Class::Compute,
+        Op::MemCopy { sources, .. }
+            if sources.iter().any(|s| matches!(s, CopySource::Peer { .. })) =>
+        {
+            Class::Peer
+        }
         Op::MemWrite { .. }
         | Op::MemRead { .. }
         | Op::MemFill { .. }
@@ -115,6 +124,7 @@ impl Shared {
         match class {
             Class::Compute => &self.compute,
             Class::Transfer => &self.transfer,
+            Class::Peer => &self.peer,
             Class::Admin => &self.admin,
         }
     }
