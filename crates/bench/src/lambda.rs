@@ -773,11 +773,7 @@ fn print_goals(rows: &[Row]) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Instant;
-
-    use csx_device::offload::{function_table, run_on_windows, CallContext, RunCall};
-    use csx_ebpf::count::{ExecCounts, WorkCounts};
+    use csx_ebpf::count::WorkCounts;
 
     use super::*;
 
@@ -808,37 +804,18 @@ mod tests {
             compiler.program(name)
         }
         .unwrap_or_else(|e| panic!("{e}"));
-        let table = function_table();
-        let program = csx_ebpf::loader::load_elf(&image, None, &table).unwrap();
-        let verified = csx_ebpf::verifier::verify(program, Arc::new(table)).unwrap();
-        let jit = csx_ebpf_jit::JitProgram::compile(Arc::new(verified)).unwrap();
+        let engine = csx_lambda::program::host_engine(name, &image, None).unwrap();
         let mut input = dataset(workload(name), size).unwrap();
         let mut output = vec![0u8; 64];
-        let blocks = csx_ebpf::engine::Engine::program(&jit).blocks();
-        let counts = ExecCounts::new(blocks);
-        let call = RunCall {
-            cparam1: 0,
-            cparam2: 0,
-            params: &[],
-            fuel: csx_ebpf::limits::FUEL_DEFAULT,
-            stop: None,
-            counts: Some(&counts),
-        };
-        let mut ctx = CallContext::without_files(Instant::now());
-        let out = run_on_windows(
-            &jit,
-            vec![&mut input, &mut output],
-            |mem| {
-                let addr = mem
-                    .map_read_write(csx_device::offload::STATE_REGION, &mut [])
-                    .expect("an empty region always maps");
-                (addr, 0)
-            },
-            &call,
-            &mut ctx,
+        let (out, work) = csx_lambda::program::run_counted(
+            engine.as_ref(),
+            &mut input,
+            &mut output,
+            &csx_lambda::LambdaArgs::default(),
+            None,
         );
         assert_eq!(out.result, Ok(32), "{name}");
-        blocks.work(&counts.values())
+        work
     }
 
     /// λ-IO's proportions: one dataset just larger than the cache, two datasets about

@@ -25,6 +25,7 @@ pub mod oracle;
 pub mod parquet;
 pub mod predicate;
 pub mod put;
+mod python;
 pub mod rng;
 pub mod scan;
 pub mod ssb;

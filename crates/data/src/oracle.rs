@@ -2,12 +2,13 @@
 //! dataset (one view per `.parquet` file, named after it), in python3 (`$CSX_PYTHON`
 //! if set). A missing python3 or duckdb is an error naming `scripts/setup.sh`.
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 use crate::error::DataError;
+use crate::python::run_script;
 
 /// The Python side: argv[1] the Parquet directory, argv[2] a JSON list of SQL texts;
 /// prints a JSON list with each query's rows (decimals as strings, dates ISO).
@@ -35,32 +36,20 @@ print(json.dumps(out))
 /// The rows of each SQL text in `sqls`, run by one DuckDB over the Parquet files in
 /// `parquet_dir`, in order.
 pub fn duckdb_many(parquet_dir: &Path, sqls: &[&str]) -> Result<Vec<Vec<Vec<Value>>>, DataError> {
-    let python = std::env::var("CSX_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let list = serde_json::to_string(sqls).expect("strings serialize");
-    let output = Command::new(&python)
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(parquet_dir)
-        .arg(list)
-        .output()
-        .map_err(|e| DataError::Tool {
-            tool: python.clone(),
-            message: format!("cannot start it ({e})"),
-        })?;
-    if !output.status.success() {
-        return Err(DataError::Tool {
-            tool: format!("{python} (the DuckDB oracle)"),
-            message: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        });
-    }
+    let out = run_script(
+        SCRIPT,
+        &[parquet_dir.as_os_str(), OsStr::new(&list)],
+        "(the DuckDB oracle)",
+    )?;
     let rows: Vec<Vec<Vec<Value>>> =
-        serde_json::from_slice(&output.stdout).map_err(|e| DataError::Tool {
-            tool: format!("{python} (the DuckDB oracle)"),
+        serde_json::from_slice(&out.stdout).map_err(|e| DataError::Tool {
+            tool: out.tool.clone(),
             message: format!("printed something that is not the rows' JSON ({e})"),
         })?;
     if rows.len() != sqls.len() {
         return Err(DataError::Tool {
-            tool: format!("{python} (the DuckDB oracle)"),
+            tool: out.tool,
             message: format!("answered {} queries of {}", rows.len(), sqls.len()),
         });
     }

@@ -55,32 +55,7 @@ impl Lambda {
     ) -> Result<Lambda, LambdaError> {
         // First, the host side: a program the device would refuse is refused here too,
         // with the verifier's reason, before a slot is taken.
-        let table = csx_device::offload::function_table();
-        let program = match program_type_of(image) {
-            csx_proto::ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &table),
-            _ => csx_ebpf::loader::load_raw(name, image),
-        }
-        .map_err(|e| LambdaError::Load {
-            lambda: name.to_string(),
-            reason: e.to_string(),
-        })?;
-        let verified = csx_ebpf::verifier::verify(program, Arc::new(table)).map_err(|e| {
-            LambdaError::Load {
-                lambda: name.to_string(),
-                reason: e.to_string(),
-            }
-        })?;
-        // Tiered: the host side can run at once (quick tier), Cranelift's code takes
-        // over when its background compile lands; every host run counts its work.
-        let jit = csx_ebpf_jit::TieredProgram::with_counting(
-            Arc::new(verified),
-            csx_ebpf_jit::Promotion::Background,
-            true,
-        )
-        .map_err(|e| LambdaError::Load {
-            lambda: name.to_string(),
-            reason: e.to_string(),
-        })?;
+        let host_engine = host_engine(name, image, entry)?;
         // Then, the device side.
         let pind = dev.load_program_any_slot(program_type_of(image), image, entry)?;
         let engine = if dev.identify()?.jit {
@@ -95,7 +70,7 @@ impl Lambda {
         Ok(Lambda {
             name: name.to_string(),
             pind,
-            host_engine: Arc::new(jit),
+            host_engine,
         })
     }
 
@@ -126,29 +101,75 @@ impl Lambda {
         args: &LambdaArgs,
         stop: &StopFlag,
     ) -> (RunOutcome, WorkCounts) {
-        let blocks = self.host_engine.program().blocks();
-        let counts = ExecCounts::new(blocks);
-        let call = RunCall {
-            cparam1: args.cparam1,
-            cparam2: args.cparam2,
-            params: &args.params,
-            fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
-            stop: Some(stop),
-            counts: Some(&counts),
-        };
-        let mut ctx = CallContext::without_files(Instant::now());
-        let outcome = run_on_windows(
-            self.host_engine.as_ref(),
-            vec![input, output],
-            |mem| {
-                let addr = mem
-                    .map_read_write(csx_device::offload::STATE_REGION, &mut [])
-                    .expect("an empty region always maps");
-                (addr, 0)
-            },
-            &call,
-            &mut ctx,
-        );
-        (outcome, blocks.work(&counts.values()))
+        run_counted(self.host_engine.as_ref(), input, output, args, Some(stop))
     }
+}
+
+/// The host side of λ `name`: `image` (an ELF object, `entry` its function, or raw
+/// bytecode) loaded and verified against the device's function table, then compiled by
+/// the host JIT, tiered as the device's (the quick tier's code runs at once,
+/// Cranelift's takes over when its background compile lands), every run counting its
+/// work. A program the device would refuse is `LambdaError::Load` with the reason.
+pub fn host_engine(
+    name: &str,
+    image: &[u8],
+    entry: Option<&str>,
+) -> Result<Arc<dyn Engine>, LambdaError> {
+    let load_error = |reason: String| LambdaError::Load {
+        lambda: name.to_string(),
+        reason,
+    };
+    let table = csx_device::offload::function_table();
+    let program = match program_type_of(image) {
+        csx_proto::ProgramType::Elf => csx_ebpf::loader::load_elf(image, entry, &table),
+        _ => csx_ebpf::loader::load_raw(name, image),
+    }
+    .map_err(|e| load_error(e.to_string()))?;
+    let verified = csx_ebpf::verifier::verify(program, Arc::new(table))
+        .map_err(|e| load_error(e.to_string()))?;
+    let jit = csx_ebpf_jit::TieredProgram::with_counting(
+        Arc::new(verified),
+        csx_ebpf_jit::Promotion::Background,
+        true,
+    )
+    .map_err(|e| load_error(e.to_string()))?;
+    Ok(Arc::new(jit))
+}
+
+/// Runs `engine` on the host over `input` and `output` (windows 0 and 1), through the
+/// device's own execution path (`csx_device::execute::run_on_windows`), without a
+/// shared state (r4 = 0) and without device files; with the work it executed
+/// (`csx_ebpf::count`), which the host side's modelled compute is priced from. `stop`
+/// stops it at its next back-edge or call once set.
+pub fn run_counted(
+    engine: &dyn Engine,
+    input: &mut [u8],
+    output: &mut [u8],
+    args: &LambdaArgs,
+    stop: Option<&StopFlag>,
+) -> (RunOutcome, WorkCounts) {
+    let blocks = engine.program().blocks();
+    let counts = ExecCounts::new(blocks);
+    let call = RunCall {
+        cparam1: args.cparam1,
+        cparam2: args.cparam2,
+        params: &args.params,
+        fuel: args.fuel.unwrap_or(csx_ebpf::limits::FUEL_DEFAULT),
+        stop,
+        counts: Some(&counts),
+    };
+    let mut ctx = CallContext::without_files(Instant::now());
+    let outcome = run_on_windows(
+        engine,
+        vec![input, output],
+        |mem| {
+            let addr = mem
+                .map_read_write(csx_device::offload::STATE_REGION, &mut [])
+                .expect("an empty region always maps");
+            (addr, 0)
+        },
+        &call,
+        &mut ctx,
+    );
+    (outcome, blocks.work(&counts.values()))
 }
