@@ -265,8 +265,15 @@ impl Shared {
             .map_err(|e| Box::new(fail(window_status(&e), "execute", e.to_string())))
     }
 
-    /// Runs one Execute command (on an engine thread) under `stop`.
-    pub(crate) fn execute(&self, client: ClientId, op: &Op, stop: &Arc<StopFlag>) -> Completion {
+    /// Runs one Execute command (on an engine thread, or inline on a transport's) under
+    /// `stop`; `leash`: the hook the watchdog calls if the run lasts (an inline run).
+    pub(crate) fn execute(
+        &self,
+        client: ClientId,
+        op: &Op,
+        stop: &Arc<StopFlag>,
+        leash: Option<crate::runtime::LeashHook>,
+    ) -> Completion {
         let Op::Execute {
             pind,
             windows,
@@ -333,9 +340,11 @@ impl Shared {
         let prepare_ns = ns(prepare_start.elapsed());
         let limit_ms = time_limit_ms.unwrap_or_else(|| self.config.time_limit_ms_effective());
         let run_start = Instant::now();
-        let watch = self
-            .watchdog
-            .watch(run_start + Duration::from_millis(u64::from(limit_ms)), stop);
+        let watch = self.watchdog.watch(
+            run_start + Duration::from_millis(u64::from(limit_ms)),
+            stop,
+            leash,
+        );
         let outcome = run_on_windows(
             ticket.engine.as_ref(),
             windows,

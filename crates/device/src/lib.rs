@@ -34,4 +34,4 @@ pub mod status;
 pub use config::DeviceConfig;
 pub use dma::DmaBuffer;
 pub use perf::{PerfError, PerfModel};
-pub use runtime::{DeviceError, DeviceRuntime, QueuePair, SubmitError};
+pub use runtime::{DeviceError, DeviceRuntime, QueuePair, SubmitError, INLINE_LEASH};

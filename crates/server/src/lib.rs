@@ -33,6 +33,7 @@ use csx_device::{DeviceError, DeviceRuntime};
 
 use csx_host::transport::shm as shm_transport;
 
+mod help;
 mod peer;
 mod quota;
 pub mod shm;

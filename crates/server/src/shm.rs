@@ -7,7 +7,9 @@
 //! `QueuePair::submit_with_buffer`, so the device copies straight between host memory
 //! and SLM. It reaps the queue pair and posts completion entries, putting a read's data
 //! into its buffer and a long completion into its response area, and raises the
-//! interrupt only when the host sleeps. When idle it sleeps on the doorbell.
+//! interrupt only when the host sleeps. When idle it sleeps on the doorbell. While it
+//! runs a command inline, a helper thread (`help`, see `crate::help`) takes the entries
+//! behind it if the device says the run outlasts its leash.
 //!
 //! Invariants: nothing read from the region is trusted: each entry is copied out before
 //! it is decoded, and every span it names is checked to lie in the client's heap before
@@ -45,6 +47,7 @@ use csx_host::transport::shm::{
 };
 use csx_host::transport::sys::{self, EventFd};
 
+use crate::help::HelpSignal;
 use crate::quota::Quota;
 use crate::{Context, ACCEPT_POLL};
 
@@ -152,6 +155,17 @@ struct Queue {
     gone: AtomicBool,
     metrics: ShmMetrics,
     quota: Quota,
+    /// The next submission entry to take (the host's head word is only written, never
+    /// trusted); held by the thread taking entries.
+    sq_head: Mutex<u32>,
+    /// The poller runs the last entry it took, inline perhaps (`take`): the helper may
+    /// take entries meanwhile (see `help`).
+    lent: AtomicBool,
+    /// How the connection ended while the helper took entries.
+    ended: Mutex<Option<Ending>>,
+    /// Shared with the queue pair's overrun hook (a signal only: the pair must not keep
+    /// its own queue alive).
+    help: Arc<HelpSignal>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,7 +195,23 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
         host_memory = queue.layout.heap_size,
         "shm client connected"
     );
-    let why = poll_queue(&queue, &stream, ctx);
+    {
+        // The device calls this (on its watchdog thread) when an Execute the poller runs
+        // inline outlasts its leash: the helper then takes entries (`help`).
+        let help = Arc::clone(&queue.help);
+        queue.qp.on_inline_overrun(move || help.request());
+    }
+    let why = std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name(format!("csx-shm-help-{queue_id}"))
+            .spawn_scoped(scope, || help(&queue, ctx));
+        let why = poll_queue(&queue, &stream, ctx);
+        queue.help.close();
+        if let Ok(h) = helper {
+            let _ = h.join();
+        }
+        why
+    });
     if !matches!(why, Ending::Stopping) {
         queue.gone.store(true, Ordering::Release);
     }
@@ -322,6 +352,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         return None;
     }
     let _ = stream.set_nonblocking(true);
+    let head = region.word(word::SQ_HEAD).load(Ordering::Relaxed);
     Some(Queue {
         region: Arc::new(region),
         layout,
@@ -333,6 +364,10 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         gone: AtomicBool::new(false),
         metrics: ShmMetrics::default(),
         quota: Quota::new(layout.queue_id, ctx.limits),
+        sq_head: Mutex::new(head),
+        lent: AtomicBool::new(false),
+        ended: Mutex::new(None),
+        help: Arc::new(HelpSignal::default()),
     })
 }
 
@@ -348,34 +383,43 @@ const COMPLETION_WAIT: Duration = Duration::from_micros(500);
 /// thread to an engine and back), which matters on a machine with few cores.
 fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
     let tail_word = q.region.word(word::SQ_TAIL);
-    let head_word = q.region.word(word::SQ_HEAD);
     let entries = q.layout.sq_entries;
-    let mut head = head_word.load(Ordering::Relaxed);
     let mut last_work = Instant::now();
     loop {
+        if let Some(end) = lock(&q.ended).take() {
+            // The helper met a broken entry (see `help`).
+            return end;
+        }
         let mut worked = false;
+        let mut head = lock(&q.sq_head);
         let tail = tail_word.load(Ordering::Acquire);
-        if tail != head {
-            if tail.wrapping_sub(head) > entries {
-                return Ending::Fatal(format!(
-                    "submission tail {tail} is more than {entries} entries past head {head}"
-                ));
+        if tail != *head {
+            if let Err(reason) = check_tail(*head, tail, entries) {
+                return Ending::Fatal(reason);
             }
-            while head != tail {
-                let mut bytes = [0u8; SQE_SIZE];
-                let slot = (head & (entries - 1)) as usize;
-                q.region
-                    .read(q.layout.sq_offset as usize + slot * SQE_SIZE, &mut bytes);
-                head = head.wrapping_add(1);
-                // The entry is copied: the host may reuse its slot.
-                head_word.store(head, Ordering::Release);
-                // The last entry of a batch may run on this thread (see `take`).
-                if let Err(reason) = take(q, &bytes, head == tail, ctx) {
+            while *head != tail {
+                let bytes = next_entry(q, &mut head);
+                if *head != tail {
+                    if let Err(reason) = take(q, &bytes, false, ctx) {
+                        return Ending::Fatal(reason);
+                    }
+                    continue;
+                }
+                // The last entry of a batch may run on this thread (see `take`): the
+                // helper may take the entries behind it meanwhile.
+                drop(head);
+                q.lent.store(true, Ordering::SeqCst);
+                let taken = take(q, &bytes, true, ctx);
+                q.lent.store(false, Ordering::SeqCst);
+                if let Err(reason) = taken {
                     return Ending::Fatal(reason);
                 }
+                head = lock(&q.sq_head);
+                break;
             }
             worked = true;
         }
+        drop(head);
         while let Some(c) = q.qp.try_reap() {
             complete(q, c, ctx);
             worked = true;
@@ -408,7 +452,7 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
         // Pairs with the host's fence between publishing a tail and looking at this
         // flag: either it sees the flag and rings, or this sees its tail.
         fence(Ordering::SeqCst);
-        if tail_word.load(Ordering::Acquire) != head {
+        if tail_word.load(Ordering::Acquire) != *lock(&q.sq_head) {
             idle.store(0, Ordering::Relaxed);
             continue;
         }
@@ -426,6 +470,64 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             Err(e) => return Ending::Fatal(format!("waiting on the doorbell: {e}")),
         }
         last_work = Instant::now();
+    }
+}
+
+/// Whether a submission tail the host published is in range of `head`.
+fn check_tail(head: u32, tail: u32, entries: u32) -> Result<(), String> {
+    if tail.wrapping_sub(head) > entries {
+        return Err(format!(
+            "submission tail {tail} is more than {entries} entries past head {head}"
+        ));
+    }
+    Ok(())
+}
+
+/// Copies the entry at `head` out of the ring and moves past it (the host may then
+/// reuse its slot).
+fn next_entry(q: &Queue, head: &mut u32) -> [u8; SQE_SIZE] {
+    let mut bytes = [0u8; SQE_SIZE];
+    let slot = (*head & (q.layout.sq_entries - 1)) as usize;
+    q.region
+        .read(q.layout.sq_offset as usize + slot * SQE_SIZE, &mut bytes);
+    *head = head.wrapping_add(1);
+    q.region.word(word::SQ_HEAD).store(*head, Ordering::Release);
+    bytes
+}
+
+/// How often the helper looks at the submission ring while it takes entries.
+const HELP_POLL: Duration = Duration::from_micros(100);
+
+/// The helper thread: waits until the device says an Execute the poller runs inline
+/// outlasts its leash, then takes the entries behind it and posts completions in the
+/// poller's place until the run ends (an Abort of the run is answered at submission,
+/// which stops it). What it submits is queued (the inline run is in flight, so nothing
+/// else runs inline).
+fn help(q: &Queue, ctx: &Context) {
+    let tail_word = q.region.word(word::SQ_TAIL);
+    while q.help.wait() {
+        while q.lent.load(Ordering::SeqCst) && !ctx.stopping() {
+            let taken = (|| {
+                let mut head = lock(&q.sq_head);
+                let tail = tail_word.load(Ordering::Acquire);
+                check_tail(*head, tail, q.layout.sq_entries)?;
+                while *head != tail {
+                    let bytes = next_entry(q, &mut head);
+                    take(q, &bytes, false, ctx)?;
+                }
+                Ok(())
+            })();
+            if let Err(reason) = taken {
+                // The poller ends the connection when its run ends, which is now.
+                q.qp.abort_all();
+                *lock(&q.ended) = Some(Ending::Fatal(reason));
+                break;
+            }
+            while let Some(c) = q.qp.try_reap() {
+                complete(q, c, ctx);
+            }
+            std::thread::sleep(HELP_POLL);
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! data behind it) and submits it to the connection's queue pair; the completion
 //! thread reaps the pair and writes C2H data and response capsules, batching whatever
 //! is ready into one write. A short command alone in flight runs on the connection
-//! thread itself, which then sends its completion (`Connection::submit`).
+//! thread itself, which then sends its completion (`Connection::submit`); while it runs
+//! an Execute so, the read side is lent, and a third thread (`Connection::help`, see
+//! `crate::help`) reads in its place if the run outlasts its leash.
 //!
 //! Invariants: a framing error (bad header, a data PDU out of sequence, a length over
 //! its limit) ends the connection with a C2HTermReq; a well-framed command that does
@@ -39,6 +41,7 @@ use csx_host::transport::tcp::{
     TRANSFER_SIZE_MAX,
 };
 
+use crate::help::HelpSignal;
 use crate::quota::Quota;
 use crate::{Context, ACCEPT_POLL};
 
@@ -185,16 +188,46 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
             return;
         }
     };
-    let mut conn = Connection {
+    let lend = Lend::default();
+    let help = Arc::new(HelpSignal::default());
+    {
+        // The device calls this (on its watchdog thread) when an Execute this
+        // connection's thread runs inline outlasts its leash: the helper takes over
+        // reading while the run holds this thread (`Connection::help`).
+        let help = Arc::clone(&help);
+        qp.on_inline_overrun(move || help.request());
+    }
+    let conn = Connection {
         qp: &qp,
         queue_id,
         sender: &sender,
         completer: completions.thread().clone(),
-        pending: None,
         quota: &quota,
         ctx,
+        side: Mutex::new(ReadSide {
+            stream,
+            reader,
+            pending: None,
+        }),
+        lend: &lend,
+        help: &help,
     };
-    let why = conn.run(&mut stream, &mut reader);
+    let why = std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name(format!("csx-tcp-help-{queue_id}"))
+            .spawn_scoped(scope, || conn.help());
+        let why = conn.run();
+        help.close();
+        if let Ok(h) = helper {
+            let _ = h.join();
+        }
+        why
+    });
+    let stream = conn
+        .side
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .stream;
     // Stop taking commands and abort the executions in flight (the client is gone, or
     // the device is closing); the completion thread answers those in flight and exits.
     qp.abort_all();
@@ -219,7 +252,6 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
     // The queue pair goes first (reclaiming the client's memory and, when the server
     // reclaims programs, its programs), then the socket: a client that waits for the
     // close knows its resources are back.
-    drop(conn);
     let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
     if reclaimed > 0 {
         tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
@@ -350,72 +382,166 @@ struct Pending {
     total: usize,
 }
 
+/// The reading half of a connection: the thread holding it reads the client.
+struct ReadSide {
+    stream: Conn,
+    reader: PduReader,
+    /// The command whose data is still arriving.
+    pending: Option<Pending>,
+}
+
+/// The read side lent by the connection thread while it runs an Execute inline.
+#[derive(Default)]
+struct Lend {
+    /// The connection thread runs an Execute inline and does not hold the read side.
+    lent: AtomicBool,
+    /// How reading ended while the helper held the read side.
+    ended: Mutex<Option<Ending>>,
+}
+
+/// How long the helper's reads wait, so it hands the read side back promptly.
+const HELP_READ_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// What reading the next PDU gave.
+enum Step {
+    /// A command to submit.
+    Submit(Command),
+    /// A PDU handled; look for the next.
+    Handled,
+    /// No whole PDU buffered: read more.
+    Read,
+}
+
 struct Connection<'a> {
     qp: &'a Arc<QueuePair>,
     queue_id: u32,
     sender: &'a Arc<Sender>,
     completer: Thread,
-    pending: Option<Pending>,
     quota: &'a Quota,
     ctx: &'a Context,
+    side: Mutex<ReadSide>,
+    lend: &'a Lend,
+    help: &'a HelpSignal,
 }
 
 impl Connection<'_> {
-    /// The reading loop: PDUs in, commands submitted.
-    fn run(&mut self, stream: &mut Conn, reader: &mut PduReader) -> Ending {
-        let _ = stream.set_read_timeout(Some(ACCEPT_POLL));
+    fn side(&self) -> MutexGuard<'_, ReadSide> {
+        self.side.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The reading loop of the connection thread: PDUs in, commands submitted.
+    ///
+    /// An Execute may run inline on this thread (`Connection::submit`); the read side
+    /// is lent meanwhile, and if the run outlasts its leash the helper reads in its
+    /// place (`Connection::help`), so an Abort for the run is not left unread.
+    fn run(&self) -> Ending {
+        let mut side = self.side();
+        let _ = side.stream.set_read_timeout(Some(ACCEPT_POLL));
         loop {
             loop {
-                let pdu = match reader.next_pdu() {
-                    Ok(Some(pdu)) => pdu,
-                    Ok(None) => break,
-                    Err(e) => return Ending::Fatal(e.term_reason(), e.to_string()),
-                };
-                match pdu.header.pdu_type {
-                    PduType::CapsuleCmd => {
-                        if let Err(e) = self.capsule(pdu.body) {
-                            return Ending::Fatal(e.term_reason(), e.to_string());
+                match self.step(&mut side) {
+                    Ok(Step::Submit(cmd)) if matches!(cmd.op, csx_proto::Op::Execute { .. }) => {
+                        drop(side);
+                        self.lend.lent.store(true, Ordering::SeqCst);
+                        self.submit(cmd);
+                        self.lend.lent.store(false, Ordering::SeqCst);
+                        // The helper, if it read meanwhile, hands it back within its
+                        // read timeout.
+                        side = self.side();
+                        let ended = self
+                            .lend
+                            .ended
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .take();
+                        if let Some(ending) = ended {
+                            return ending;
                         }
                     }
-                    PduType::H2CData => {
-                        if let Err(e) = self.data(pdu.body) {
-                            return Ending::Fatal(e.term_reason(), e.to_string());
-                        }
-                    }
-                    PduType::H2CTermReq => return Ending::Closed,
-                    other => {
-                        let e = FramingError::Unexpected {
-                            pdu_type: other,
-                            context: "from a host",
-                        };
-                        return Ending::Fatal(e.term_reason(), e.to_string());
-                    }
+                    Ok(Step::Submit(cmd)) => self.submit(cmd),
+                    Ok(Step::Handled) => {}
+                    Ok(Step::Read) => break,
+                    Err(ending) => return ending,
                 }
             }
             if self.ctx.stopping() {
                 return Ending::Stopping;
             }
+            let ReadSide { stream, reader, .. } = &mut *side;
             let read = stream
                 .fill_polling(reader)
                 .unwrap_or_else(|| reader.fill(stream));
-            match read {
-                Ok(0) => return Ending::Closed,
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Ending::Broken(e.to_string()),
+            if let Some(ending) = read_ending(read) {
+                return ending;
             }
         }
     }
 
+    /// The helper thread: waits until the device says an inline run outlasts its leash,
+    /// then reads and submits in the connection thread's place until the run ends (the
+    /// Abort of the run is answered at submission, which stops it). Commands it
+    /// submits are queued (the inline run is in flight, so none runs inline) and the
+    /// completion thread answers them.
+    fn help(&self) {
+        while self.help.wait() {
+            if !self.lend.lent.load(Ordering::SeqCst) {
+                continue;
+            }
+            let mut side = self.side();
+            let _ = side.stream.set_read_timeout(Some(HELP_READ_TIMEOUT));
+            let ending = 'read: loop {
+                loop {
+                    match self.step(&mut side) {
+                        Ok(Step::Submit(cmd)) => self.submit(cmd),
+                        Ok(Step::Handled) => {}
+                        Ok(Step::Read) => break,
+                        Err(ending) => break 'read Some(ending),
+                    }
+                }
+                if !self.lend.lent.load(Ordering::SeqCst) || self.ctx.stopping() {
+                    break None;
+                }
+                let ReadSide { stream, reader, .. } = &mut *side;
+                if let Some(ending) = read_ending(reader.fill(stream)) {
+                    break Some(ending);
+                }
+            };
+            let _ = side.stream.set_read_timeout(Some(ACCEPT_POLL));
+            if let Some(ending) = ending {
+                // Nobody reads any more: the inline run stops now, as every execution
+                // of a connection that ends does.
+                self.qp.abort_all();
+                *self.lend.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(ending);
+                return;
+            }
+        }
+    }
+
+    /// Handles the next PDU buffered, if a whole one is.
+    fn step(&self, side: &mut ReadSide) -> Result<Step, Ending> {
+        let ReadSide {
+            reader, pending, ..
+        } = side;
+        let pdu = match reader.next_pdu() {
+            Ok(Some(pdu)) => pdu,
+            Ok(None) => return Ok(Step::Read),
+            Err(e) => return Err(Ending::Fatal(e.term_reason(), e.to_string())),
+        };
+        let fatal = |e: FramingError| Ending::Fatal(e.term_reason(), e.to_string());
+        match pdu.header.pdu_type {
+            PduType::CapsuleCmd => self.capsule(pending, pdu.body).map_err(fatal),
+            PduType::H2CData => self.data(pending, pdu.body).map_err(fatal),
+            PduType::H2CTermReq => Err(Ending::Closed),
+            other => Err(fatal(FramingError::Unexpected {
+                pdu_type: other,
+                context: "from a host",
+            })),
+        }
+    }
+
     /// One command capsule: submit it, or start collecting its data.
-    fn capsule(&mut self, body: &[u8]) -> Result<(), FramingError> {
-        if let Some(p) = &self.pending {
+    fn capsule(&self, pending: &mut Option<Pending>, body: &[u8]) -> Result<Step, FramingError> {
+        if let Some(p) = pending {
             return Err(FramingError::Sequence(format!(
                 "a command capsule while {} of {} data bytes of {} are missing",
                 p.total - p.received,
@@ -468,9 +594,9 @@ impl Connection<'_> {
             }
         };
         match outcome {
-            Ok(cmd) if data_len == 0 => self.submit(cmd),
+            Ok(cmd) if data_len == 0 => return Ok(Step::Submit(cmd)),
             Ok(cmd) => {
-                self.pending = Some(Pending {
+                *pending = Some(Pending {
                     cid,
                     cmd: Some(cmd),
                     // Checked against TRANSFER_SIZE_MAX above.
@@ -482,7 +608,7 @@ impl Connection<'_> {
             Err(c) => {
                 self.answer(c);
                 if data_len > 0 {
-                    self.pending = Some(Pending {
+                    *pending = Some(Pending {
                         cid,
                         cmd: None,
                         data: Vec::new(),
@@ -492,13 +618,13 @@ impl Connection<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(Step::Handled)
     }
 
     /// One H2C data PDU of the pending command.
-    fn data(&mut self, body: &[u8]) -> Result<(), FramingError> {
+    fn data(&self, pending: &mut Option<Pending>, body: &[u8]) -> Result<Step, FramingError> {
         let d = decode_data(body)?;
-        let Some(p) = self.pending.as_mut() else {
+        let Some(p) = pending.as_mut() else {
             return Err(FramingError::Sequence(format!(
                 "data for cmd#{} with no command waiting for data",
                 d.cid
@@ -523,14 +649,14 @@ impl Connection<'_> {
             p.data.extend_from_slice(d.data);
         }
         if p.received == p.total {
-            let p = self.pending.take().expect("checked above");
+            let p = pending.take().expect("checked above");
             if let Some(mut cmd) = p.cmd {
                 let put = bulk::put_command_data(&mut cmd.op, p.data);
                 debug_assert!(put, "checked by takes_data");
-                self.submit(cmd);
+                return Ok(Step::Submit(cmd));
             }
         }
-        Ok(())
+        Ok(Step::Handled)
     }
 
     /// Submits `cmd`. A short command alone in flight runs on this thread
@@ -579,6 +705,23 @@ impl Connection<'_> {
         encode_response(c, &mut out, self.sender, &mut w);
         self.sender.write(&mut w, &mut [IoSlice::new(&out)]);
         Context::count(&self.ctx.commands_served, 1);
+    }
+}
+
+/// How a read from the client ends the connection, if it does (a timeout does not).
+fn read_ending(read: io::Result<usize>) -> Option<Ending> {
+    match read {
+        Ok(0) => Some(Ending::Closed),
+        Ok(_) => None,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) =>
+        {
+            None
+        }
+        Err(e) => Some(Ending::Broken(e.to_string())),
     }
 }
 

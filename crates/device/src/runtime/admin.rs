@@ -15,7 +15,7 @@ impl Shared {
     pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
         match &cmd.op {
             // Workers run executes with the flag registered at submission (`run`).
-            Op::Execute { .. } => self.execute(client, &cmd.op, &Arc::new(StopFlag::new())),
+            Op::Execute { .. } => self.execute(client, &cmd.op, &Arc::new(StopFlag::new()), None),
             // Abort completes at submission (`QueuePair::submit`), never on a worker.
             Op::Abort { .. } => ok(0),
             Op::Identify => with_reply(Reply::Device(self.identify())),

@@ -15,7 +15,9 @@
 //!
 //! A transport's poller may instead run a short command on its own thread
 //! (`QueuePair::submit_inline`: the pair's only command in flight, a worker of its kind
-//! idle), so a round trip crosses no hand-off inside the device.
+//! idle), so a round trip crosses no hand-off inside the device. An Execute run so is
+//! leashed: past [`INLINE_LEASH`] the watchdog calls the pair's overrun hook, and the
+//! transport reads the client on another thread until the run ends (its Abort included).
 //!
 //! Transfers run beside executions, so staging the next input overlaps running the
 //! current program. A Memory Copy that pulls from a peer device has its own workers: it
@@ -88,6 +90,7 @@ use crate::slm::Slm;
 use crate::state::{SharedState, StateError};
 
 use queue_pair::QpShared;
+pub(crate) use watchdog::LeashHook;
 use watchdog::Watchdog;
 use workers::{worker, Class, Pool};
 
@@ -119,6 +122,13 @@ pub const REAP_SPIN: Duration = Duration::from_micros(50);
 /// [`QueuePair::submit_inline`] to run it on the submitting thread: a no-op is about a
 /// microsecond, and a thread hand-off on a busy machine with few cores costs tens.
 pub const INLINE_EXECUTE_NS_MAX: u64 = 20_000;
+
+/// How long an Execute a transport runs inline ([`QueuePair::submit_inline`]) runs
+/// before the device calls the pair's hook ([`QueuePair::on_inline_overrun`]), so the
+/// transport frees a reader and an Abort for the run is read while the run still holds
+/// the transport's thread. Far above an inline run's expected length (the slot's last
+/// run took at most [`INLINE_EXECUTE_NS_MAX`]), so short runs never pay for it.
+pub const INLINE_LEASH: Duration = Duration::from_millis(1);
 
 /// The most bytes a Memory Read or Write run by [`QueuePair::submit_inline`] moves (a
 /// 1 MiB copy takes about 40 µs at memcpy speed).

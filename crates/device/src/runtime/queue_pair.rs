@@ -29,6 +29,19 @@ pub(crate) struct Job {
     pub(super) dma: Option<Box<dyn DmaBuffer>>,
     /// An Execute's stop flag, registered in the pair's `executions`.
     pub(super) stop: Option<Arc<StopFlag>>,
+    /// Run inline on the submitting thread (`QueuePair::submit_inline`): an Execute's
+    /// run is then leashed (`INLINE_LEASH`, the pair's overrun hook).
+    pub(super) inline: bool,
+}
+
+/// The hook a transport gives [`QueuePair::on_inline_overrun`].
+#[derive(Clone)]
+pub(super) struct OverrunHook(pub(super) super::watchdog::LeashHook);
+
+impl std::fmt::Debug for OverrunHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OverrunHook")
+    }
 }
 
 #[derive(Debug)]
@@ -40,6 +53,8 @@ pub(crate) struct QpShared {
     /// The pair's executions submitted and not yet completed, with their stop flags (at
     /// most `depth`; ids may repeat, as a host may reuse one).
     pub(super) executions: Mutex<Vec<(CommandId, Arc<StopFlag>)>>,
+    /// Called when an Execute run inline outlasts `INLINE_LEASH`.
+    pub(super) overrun: std::sync::OnceLock<OverrunHook>,
 }
 
 impl QpShared {
@@ -50,6 +65,7 @@ impl QpShared {
             cq: WorkQueue::new(depth as usize),
             in_flight: AtomicU32::new(0),
             executions: Mutex::new(Vec::new()),
+            overrun: std::sync::OnceLock::new(),
         }
     }
 
@@ -138,13 +154,25 @@ impl QueuePair {
     /// performance model throttles (its waits would block the caller). Everything else
     /// is queued as usual. An inline command takes an idle worker's place, so the device
     /// runs about as many commands of a kind at once as it has workers of that kind (a
-    /// worker that takes a queued job while an inline one runs may add one).
+    /// worker that takes a queued job while an inline one runs may add one). An inline
+    /// Execute still running [`INLINE_LEASH`] after it began calls the pair's hook
+    /// ([`QueuePair::on_inline_overrun`]), for the transport to read its Abort.
     pub fn submit_inline(
         &self,
         cmd: Command,
         buffer: Option<Box<dyn DmaBuffer>>,
     ) -> Result<(), SubmitError> {
         self.submit_inner(cmd, buffer, true)
+    }
+
+    /// Has the device call `hook` (on its watchdog thread; it must not block) whenever
+    /// an Execute this pair runs inline ([`QueuePair::submit_inline`]) still runs
+    /// [`INLINE_LEASH`] after it began. The run holds the submitting thread, so a
+    /// transport that reads its client on that thread frees another reader in `hook`:
+    /// an Abort for the run is then read and acted on while it runs. Set once: `false`
+    /// when a hook was already set.
+    pub fn on_inline_overrun(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+        self.qp.overrun.set(OverrunHook(Arc::new(hook))).is_ok()
     }
 
     /// Queues a Memory Write whose data is `buffer` (the op's own `data` must be empty)
@@ -212,15 +240,17 @@ impl QueuePair {
         }
         let pool = shared.pool(class_of(&cmd.op));
         let stop = matches!(cmd.op, Op::Execute { .. }).then(|| self.qp.register(cmd.id));
-        let job = Job {
+        let mut job = Job {
             qp: Arc::clone(&self.qp),
             cmd,
             submitted,
             dma,
             stop,
+            inline: false,
         };
         let alone = in_flight == 0;
         if inline && alone && shared.is_short(&job) && pool.claim_idle() {
+            job.inline = true;
             if shared.stopping.load(Ordering::SeqCst) {
                 // A shutdown began; it no longer waits for new work.
                 pool.running.fetch_sub(1, Ordering::SeqCst);

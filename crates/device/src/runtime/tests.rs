@@ -148,6 +148,7 @@ fn short_commands_run_inline() {
         submitted: Instant::now(),
         dma,
         stop: None,
+        inline: false,
     };
     let long = Box::new(HeapBuffer(Mutex::new(vec![0u8; size_bytes as usize])));
     assert!(!shared.is_short(&job(read(size_bytes), None)));
@@ -284,6 +285,7 @@ fn a_stopped_execute_never_makes_its_slot_short() {
         submitted: Instant::now(),
         dma: None,
         stop: None,
+        inline: false,
     };
     assert!(!shared.is_short(&job));
     drop(job);

@@ -3,6 +3,7 @@
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use csx_proto::{Completion, CopySource, Op, ProgramIndex, Status, WireTrapKind};
@@ -169,7 +170,13 @@ impl Shared {
         let handled =
             panic::catch_unwind(AssertUnwindSafe(|| match (job.dma.as_deref(), &job.stop) {
                 (Some(buffer), _) => self.dma(job.qp.client, &job.cmd.op, buffer),
-                (None, Some(stop)) => self.execute(job.qp.client, &job.cmd.op, stop),
+                (None, Some(stop)) => {
+                    let leash = job
+                        .inline
+                        .then(|| job.qp.overrun.get().map(|h| Arc::clone(&h.0)))
+                        .flatten();
+                    self.execute(job.qp.client, &job.cmd.op, stop, leash)
+                }
                 (None, None) => self.handle(job.qp.client, &job.cmd),
             }));
         let mut c = handled.unwrap_or_else(|payload| {
