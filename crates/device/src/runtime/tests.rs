@@ -446,3 +446,60 @@ fn ops_go_to_their_pool() {
     // A pull waits on its peer: never on a transfer worker, which serves peers.
     assert_eq!(class_of(&copy(vec![nvm, peer])), Class::Peer);
 }
+
+/// An Execute run inline that outlasts `INLINE_LEASH` calls the pair's overrun hook
+/// while it still holds the submitting thread, so another thread can submit its Abort,
+/// which stops it: the run ends Aborted, not at its time limit.
+#[test]
+fn a_long_inline_execute_calls_the_overrun_hook_and_its_abort_stops_it() {
+    use std::sync::mpsc;
+
+    let (_dir, dev) = tiny_device(1 << 20);
+    let qp = dev.queue_pair(8).expect("queue pair");
+    load_raw(&qp, 5, &SPIN);
+    let shared = qp.shared.upgrade().expect("the device is open");
+    // As if its last run had been short: the next one runs inline.
+    shared.execute_ns_last[5].store(1_000, Ordering::Relaxed);
+    let (called, hook_calls) = mpsc::channel();
+    assert!(qp.on_inline_overrun(move || {
+        let _ = called.send(Instant::now());
+    }));
+    assert!(!qp.on_inline_overrun(|| {}), "set once");
+    std::thread::scope(|scope| {
+        let started = Instant::now();
+        let runner = scope.spawn(|| {
+            qp.submit_inline(
+                Command::new(CommandId(1), execute(5, 1 << 40, 60_000)),
+                None,
+            )
+        });
+        let at = hook_calls
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the hook is called while the inline run lasts");
+        assert!(at.duration_since(started) >= INLINE_LEASH);
+        assert!(!runner.is_finished(), "the run holds the submitting thread");
+        qp.submit(Command::new(
+            CommandId(2),
+            Op::Abort {
+                target: CommandId(1),
+            },
+        ))
+        .expect("submit");
+        runner.join().expect("no panic").expect("submitted");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "stopped by the Abort, long before its time limit"
+        );
+    });
+    let done = reap_n(&qp, 2);
+    assert_eq!(done[&CommandId(2)].value, 1, "the Abort found the run");
+    let c = &done[&CommandId(1)];
+    assert_eq!(c.status, Status::Aborted, "{c:?}");
+    assert!(
+        hook_calls.try_recv().is_err(),
+        "the hook is called once per run"
+    );
+    drop(shared);
+    drop(qp);
+    dev.close().expect("close");
+}
