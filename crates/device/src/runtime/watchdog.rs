@@ -13,9 +13,9 @@
 //! thread, `QueuePair::submit_inline`): at [`INLINE_LEASH`] into the run, if it still
 //! runs, the thread calls the leash's hook once (the transport then frees a reader, so
 //! an Abort for the run is read while the run holds the transport's thread). A leash
-//! does not wake the thread by itself: while runs keep registering, the thread wakes
-//! at least every [`TICK`] and fires the leashes past due; once a whole tick passes with
-//! no registration it sleeps as above again, and the first registration after that
+//! does not wake the thread by itself: while leashed runs keep registering, the thread
+//! wakes at least every [`TICK`] and fires the leashes past due; once a whole tick passes
+//! with no leashed registration it sleeps as above again, and the first one after that
 //! wakes it. A steady stream of short inline runs so costs a wake-up per tick, not one
 //! per run, and a run is told of at most `max(INLINE_LEASH, TICK)` after it began.
 //!
@@ -31,7 +31,8 @@ use csx_ebpf::engine::StopFlag;
 use super::INLINE_LEASH;
 use crate::execute::StopReason;
 
-/// How often the thread wakes at most while runs keep registering (see the module doc).
+/// How often the thread wakes at most while leashed runs keep registering (see the
+/// module doc).
 pub(crate) const TICK: Duration = Duration::from_millis(2);
 
 /// What a run's leash calls (see the module doc).
@@ -49,7 +50,8 @@ struct Run {
 #[derive(Default)]
 struct Inner {
     runs: Vec<Run>,
-    /// Registrations since the thread last looked (it ticks while there are some).
+    /// Leashed registrations since the thread last looked (it ticks while there are
+    /// some).
     registered: u64,
     next_key: u64,
     /// When the thread wakes next by itself; `None`: only when woken.
@@ -107,13 +109,15 @@ impl Watchdog {
                 Some(_) => deadline.min(now + INLINE_LEASH + TICK),
                 None => deadline,
             };
+            if leash.is_some() {
+                inner.registered += 1;
+            }
             inner.runs.push(Run {
                 key,
                 deadline,
                 flag: Arc::clone(flag),
                 leash: leash.map(|hook| (now + INLINE_LEASH, hook)),
             });
-            inner.registered += 1;
             if inner.wake_at.is_none_or(|t| wake_by < t) {
                 self.changed.notify_one();
             }
@@ -154,7 +158,7 @@ impl Watchdog {
                 }
             }
             if std::mem::take(&mut inner.registered) > 0 {
-                // Runs keep coming: look again within a tick (their leashes).
+                // Leashed runs keep coming: look again within a tick.
                 earliest(now + TICK);
             }
             inner.wake_at = next;
