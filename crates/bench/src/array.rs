@@ -143,26 +143,64 @@ struct WallSort {
     /// process with more threads gets a larger share of the cores, so wall ratios taken
     /// under load flatter the array; CPU time does not depend on the share.
     cpu_ns: u64,
+    /// Of `cpu_ns`: user and system time, and the minor page faults taken (a fault maps
+    /// a fresh page of device memory or of an NVM image, zeroed by the kernel).
+    user_ns: u64,
+    sys_ns: u64,
+    minor_faults: u64,
+    /// The same for the sort phase only (until the last part was sorted).
+    sort_phase: Usage,
     /// Until the last part was sorted (staging included), the merges, and of those
     /// the output's write and flush (multiway: the longest member's writes, which
     /// overlap its merging).
     phases: WallPhases,
 }
 
-/// CPU time (user + system) of this process so far, every thread, from
-/// `getrusage(RUSAGE_SELF)`.
-fn process_cpu_ns() -> anyhow::Result<u64> {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `u` is a writable, properly aligned rusage; getrusage only writes it.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
-    if rc != 0 {
-        bail!("getrusage: {}", std::io::Error::last_os_error());
+/// CPU time of this process so far (every thread) and its minor page faults.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct Usage {
+    user_ns: u64,
+    sys_ns: u64,
+    minor_faults: u64,
+}
+
+impl Usage {
+    /// `getrusage(RUSAGE_SELF)`.
+    fn now() -> anyhow::Result<Usage> {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: `u` is a writable, properly aligned rusage; getrusage only writes it.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+        if rc != 0 {
+            bail!("getrusage: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: getrusage returned 0, so it filled the struct (and zeroed() had
+        // initialised every byte before).
+        let u = unsafe { u.assume_init() };
+        let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        Ok(Usage {
+            user_ns: ns(u.ru_utime),
+            sys_ns: ns(u.ru_stime),
+            minor_faults: u.ru_minflt as u64,
+        })
     }
-    // SAFETY: getrusage returned 0, so it filled the struct (and zeroed() had
-    // initialised every byte before).
-    let u = unsafe { u.assume_init() };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    Ok(ns(u.ru_utime) + ns(u.ru_stime))
+
+    fn cpu_ns(&self) -> u64 {
+        self.user_ns + self.sys_ns
+    }
+
+    /// What was used from `earlier` to `self`.
+    fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            user_ns: self.user_ns.saturating_sub(earlier.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(earlier.sys_ns),
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+        }
+    }
+}
+
+/// CPU time (user + system) of this process so far, every thread.
+fn process_cpu_ns() -> anyhow::Result<u64> {
+    Ok(Usage::now()?.cpu_ns())
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -296,7 +334,10 @@ fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Resul
     drop(host);
     let mut sorts = Vec::new();
     for &topology in topologies {
-        let cpu0 = process_cpu_ns()?;
+        // The usage when the last part is sorted: the sort phase's end.
+        let sorted = std::sync::atomic::AtomicUsize::new(0);
+        let at_sorted = std::sync::Mutex::new(None);
+        let u0 = Usage::now()?;
         let r = sort(
             &array,
             "/in",
@@ -305,13 +346,28 @@ fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Resul
                 topology,
                 output: Some("/out".into()),
             },
-            &|_| {},
+            &|e| {
+                if matches!(e, SortEvent::Sorted { .. })
+                    && sorted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n
+                {
+                    *at_sorted.lock().unwrap_or_else(|p| p.into_inner()) = Usage::now().ok();
+                }
+            },
         )?;
-        let cpu_ns = process_cpu_ns()? - cpu0;
+        let used = Usage::now()?.since(&u0);
+        let sort_phase = at_sorted
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .map(|u| u.since(&u0))
+            .unwrap_or_default();
         sorts.push(WallSort {
             topology,
             wall_ns: r.total_wall_ns,
-            cpu_ns,
+            cpu_ns: used.cpu_ns(),
+            user_ns: used.user_ns,
+            sys_ns: used.sys_ns,
+            minor_faults: used.minor_faults,
+            sort_phase,
             phases: WallPhases {
                 sort_ns: r.sort_wall_ns,
                 merge_ns: r.merge_wall_ns,
@@ -534,6 +590,15 @@ fn print_tables(
                 p.sort_ns as f64 / 1e9,
                 p.merge_ns as f64 / 1e9,
                 p.output_write_ns as f64 / 1e9
+            );
+            println!(
+                "    cpu: user {:.3} s, system {:.3} s, {} minor faults; of it the sort phase: user {:.3} s, system {:.3} s, {} minor faults",
+                r.user_ns as f64 / 1e9,
+                r.sys_ns as f64 / 1e9,
+                r.minor_faults,
+                r.sort_phase.user_ns as f64 / 1e9,
+                r.sort_phase.sys_ns as f64 / 1e9,
+                r.sort_phase.minor_faults
             );
         }
     }

@@ -170,6 +170,48 @@ struct Inner {
     live_clients: HashSet<ClientId>,
     next_handle: u32,
     next_lease: u64,
+    /// Ranges that may hold nonzero bytes (every range ever handed out), disjoint and
+    /// coalesced: start -> end. The rest of the buffer is still the OS's zero pages, so
+    /// an allocation there needs no zeroing (nor the page faults zeroing would take).
+    dirty: BTreeMap<u64, u64>,
+}
+
+impl Inner {
+    /// The parts of `[start, end)` that may hold nonzero bytes; marks the whole range so.
+    fn dirty_then_mark(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut parts = Vec::new();
+        let (mut lo, mut hi) = (start, end);
+        // A run reaching into or touching the range from below, then every run starting
+        // inside it (or touching its end): each is cut out and merged into one.
+        let below = self
+            .dirty
+            .range(..start)
+            .next_back()
+            .map(|(&s, &e)| (s, e))
+            .filter(|&(_, e)| e >= start);
+        if let Some((s, e)) = below {
+            if e > start {
+                parts.push((start, e.min(end)));
+            }
+            self.dirty.remove(&s);
+            lo = s;
+            hi = hi.max(e);
+        }
+        let inside: Vec<(u64, u64)> = self
+            .dirty
+            .range(start..=end)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in inside {
+            if s < end {
+                parts.push((s, e.min(end)));
+            }
+            self.dirty.remove(&s);
+            hi = hi.max(e);
+        }
+        self.dirty.insert(lo, hi);
+        parts
+    }
 }
 
 /// The memory namespace.
@@ -185,6 +227,10 @@ impl std::fmt::Debug for Slm {
             .finish_non_exhaustive()
     }
 }
+
+/// Fresh bytes of an allocation are mapped in advance from this many on (below, the
+/// system call costs more than the faults it saves).
+const POPULATE_MIN: u64 = 2 << 20;
 
 fn round_up(len: u64) -> u64 {
     len.div_ceil(SLM_ALIGNMENT) * SLM_ALIGNMENT
@@ -204,6 +250,7 @@ impl Slm {
                 live_clients: HashSet::new(),
                 next_handle: 1,
                 next_lease: 1,
+                dirty: BTreeMap::new(),
             }),
         }
     }
@@ -253,6 +300,7 @@ impl Slm {
         };
         debug_assert_eq!(start % SLM_ALIGNMENT, 0);
         assert!(start + reserved_bytes <= self.buffer.len() as u64);
+        let dirty = inner.dirty_then_mark(start, start + reserved_bytes);
         let handle = loop {
             let h = MemHandle(inner.next_handle);
             inner.next_handle = inner.next_handle.checked_add(1).unwrap_or(1);
@@ -272,9 +320,26 @@ impl Slm {
             },
         );
         drop(inner);
-        // Allocations start zeroed, so no client sees another's old bytes.
-        self.zero(start, reserved_bytes);
+        // Allocations start zeroed, so no client sees another's old bytes: the bytes
+        // ever handed out are zeroed; the never-touched rest is the OS's zero pages,
+        // which large allocations map at once (cheaper than a fault per page when the
+        // client fills them, as it does: staging, merges).
+        let mut at = start;
+        for &(s, e) in &dirty {
+            self.populate_fresh(at, s);
+            self.zero(s, e - s);
+            at = e;
+        }
+        self.populate_fresh(at, start + reserved_bytes);
         Ok(handle)
+    }
+
+    /// Maps the fresh (never handed out) bytes `[start, end)` in advance when they span
+    /// at least [`POPULATE_MIN`].
+    fn populate_fresh(&self, start: u64, end: u64) {
+        if end >= start + POPULATE_MIN {
+            self.buffer.populate(start as usize, (end - start) as usize);
+        }
     }
 
     fn zero(&self, start: u64, len: u64) {
@@ -514,6 +579,14 @@ impl Slm {
         );
         let reserved: u64 = inner.allocs.values().map(|a| a.reserved_bytes).sum();
         assert_eq!(reserved + inner.free.free_bytes, end);
+        let mut last = None;
+        for (&s, &e) in &inner.dirty {
+            assert!(s < e && e <= self.buffer.len() as u64, "dirty run {s}..{e}");
+            if let Some(l) = last {
+                assert!(l < s, "dirty runs touch or overlap at {s}");
+            }
+            last = Some(e);
+        }
         for a in inner.allocs.values() {
             let n = inner
                 .leases
@@ -757,6 +830,52 @@ mod tests {
         let mut buf = [1u8; 64];
         s.read(A, b, 0, &mut buf).unwrap();
         assert_eq!(buf, [0u8; 64]);
+    }
+
+    #[test]
+    fn only_bytes_ever_handed_out_are_zeroed_again() {
+        let s = slm(1 << 20);
+        // Fresh memory: nothing to zero.
+        assert!(s.lock().dirty_then_mark(0, 4096).is_empty());
+        // Parts overlapping what was handed out, merged into one run.
+        assert_eq!(s.lock().dirty_then_mark(8192, 12288), []);
+        assert_eq!(
+            s.lock().dirty_then_mark(2048, 10240),
+            [(2048, 4096), (8192, 10240)]
+        );
+        assert_eq!(s.lock().dirty, BTreeMap::from([(0, 12288)]));
+        // A run touching the range from below is merged without being zeroed.
+        assert_eq!(s.lock().dirty_then_mark(12288, 16384), []);
+        assert_eq!(s.lock().dirty_then_mark(0, 16384), [(0, 16384)]);
+        assert_eq!(s.lock().dirty, BTreeMap::from([(0, 16384)]));
+        // Through the allocator: written bytes freed and taken again read as zeros, and
+        // the books hold one run per contiguous stretch ever allocated.
+        let s = slm(1 << 16);
+        let a = s.alloc(A, 1000).unwrap();
+        let b = s.alloc(A, 3000).unwrap();
+        s.fill(A, a, 0, 1000, 0xAA).unwrap();
+        s.fill(A, b, 0, 3000, 0xBB).unwrap();
+        s.free(A, a).unwrap();
+        s.free(A, b).unwrap();
+        let c = s.alloc(A, 8000).unwrap();
+        let mut buf = vec![1u8; 8000];
+        s.read(A, c, 0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        s.check();
+        assert_eq!(s.lock().dirty.len(), 1);
+        // Large allocations: fresh parts mapped in advance, dirty parts zeroed, all zero.
+        let s = slm(8 << 20);
+        let a = s.alloc(A, 3 << 20).unwrap();
+        let mut buf = vec![1u8; 5 << 20];
+        s.read(A, a, 0, &mut buf[..3 << 20]).unwrap();
+        assert!(buf[..3 << 20].iter().all(|&x| x == 0));
+        s.fill(A, a, 0, 3 << 20, 0xCC).unwrap();
+        s.free(A, a).unwrap();
+        let b = s.alloc(A, 5 << 20).unwrap();
+        buf.fill(1);
+        s.read(A, b, 0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        s.check();
     }
 
     proptest::proptest! {
