@@ -33,7 +33,7 @@
 //!
 //! Forward jumps charge no fuel, so converting them changes no fuel count.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::{
     Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, CLASS_LD, CLASS_LDX,
@@ -108,13 +108,13 @@ pub(crate) struct FunctionPlan {
     /// Reachable instruction slots, ascending (second halves of `lddw` excluded).
     pub pcs: Vec<u32>,
     /// Slots that begin a Cranelift block.
-    pub leaders: HashSet<u32>,
+    pub leaders: BTreeSet<u32>,
     /// Converted branches, by the slot of their conditional jump.
-    pub ifconv: HashMap<u32, IfConv>,
+    pub ifconv: BTreeMap<u32, IfConv>,
     /// Speculative regions: head slot (a conditional jump) to the slot after the region.
-    pub regions: HashMap<u32, u32>,
+    pub regions: BTreeMap<u32, u32>,
     /// Leaders inside speculative regions: their blocks run only on the fallback path.
-    pub cold: HashSet<u32>,
+    pub cold: BTreeSet<u32>,
     /// Whether a local call reaches this function (otherwise it is only the entry).
     pub is_callee: bool,
 }
@@ -208,7 +208,7 @@ pub(crate) fn is_helper_call(insn: &Insn) -> bool {
 
 fn target_of(
     insns: &[Insn],
-    lddw_tails: &HashSet<u32>,
+    lddw_tails: &BTreeSet<u32>,
     pc: u32,
     rel: i64,
 ) -> Result<u32, PlanError> {
@@ -220,7 +220,7 @@ fn target_of(
 }
 
 /// How control leaves slot `pc`.
-pub(crate) fn flow(insns: &[Insn], lddw_tails: &HashSet<u32>, pc: u32) -> Result<Flow, PlanError> {
+pub(crate) fn flow(insns: &[Insn], lddw_tails: &BTreeSet<u32>, pc: u32) -> Result<Flow, PlanError> {
     let insn = &insns[pc as usize];
     let class = insn.class();
     if class != CLASS_JMP && class != CLASS_JMP32 {
@@ -275,10 +275,10 @@ pub(crate) fn plan_program_with(
     // `visited[pc]` equals its stamp. Avoids a fresh set per function.
     let mut visited = vec![0u32; insns.len()];
     let mut functions = Vec::new();
-    let mut seen_starts = HashSet::from([entry]);
+    let mut seen_starts = BTreeSet::from([entry]);
     let mut pending = vec![entry];
     let mut calls_helpers = false;
-    let mut callee_starts = HashSet::new();
+    let mut callee_starts = BTreeSet::new();
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
         let (plan, callees) =
@@ -305,8 +305,8 @@ pub(crate) fn plan_program_with(
 }
 
 /// Slots holding the second half of an `lddw`, in straight-line decoding from slot 0.
-fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
-    let mut tails = HashSet::new();
+fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
+    let mut tails = BTreeSet::new();
     let mut pc = 0usize;
     while pc < insns.len() {
         if insns[pc].opc == OP_LDDW {
@@ -321,7 +321,7 @@ fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
 
 fn plan_function(
     insns: &[Insn],
-    lddw_tails: &HashSet<u32>,
+    lddw_tails: &BTreeSet<u32>,
     start: u32,
     visited: &mut [u32],
     stamp: u32,
@@ -330,8 +330,8 @@ fn plan_function(
     // Reachability by depth-first search; `sources` counts jumps into each slot.
     let mut pcs = Vec::new();
     let mut callees = Vec::new();
-    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut flows: HashMap<u32, Flow> = HashMap::new();
+    let mut sources: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut flows: BTreeMap<u32, Flow> = BTreeMap::new();
     let mut stack = vec![start];
     visited[start as usize] = stamp;
     while let Some(pc) = stack.pop() {
@@ -365,8 +365,8 @@ fn plan_function(
     pcs.sort_unstable();
 
     // Pick the branches to convert, then the block starts the rest need.
-    let mut ifconv = HashMap::new();
-    let mut absorbed_jumps = HashSet::new();
+    let mut ifconv = BTreeMap::new();
+    let mut absorbed_jumps = BTreeSet::new();
     for &pc in &pcs {
         let Flow::Branch(t) = flows[&pc] else {
             continue;
@@ -376,7 +376,7 @@ fn plan_function(
             absorbed_jumps.extend(ja);
         }
     }
-    let mut leaders = HashSet::from([start]);
+    let mut leaders = BTreeSet::from([start]);
     for &pc in &pcs {
         match flows[&pc] {
             Flow::Jump(t) if !absorbed_jumps.contains(&pc) => {
@@ -396,8 +396,8 @@ fn plan_function(
     }
 
     // Speculative regions, outermost first, on branches left unconverted.
-    let mut regions = HashMap::new();
-    let mut cold = HashSet::new();
+    let mut regions = BTreeMap::new();
+    let mut cold = BTreeSet::new();
     let mut covered_until = 0;
     for &pc in &pcs {
         if !speculate || pc < covered_until || ifconv.contains_key(&pc) {
@@ -433,8 +433,8 @@ fn plan_function(
 /// ALU instructions (no division), `lddw`, loads and jumps, within the size bounds.
 fn speculative_region(
     insns: &[Insn],
-    flows: &HashMap<u32, Flow>,
-    sources: &HashMap<u32, Vec<u32>>,
+    flows: &BTreeMap<u32, Flow>,
+    sources: &BTreeMap<u32, Vec<u32>>,
     head: u32,
     t: u32,
 ) -> Option<u32> {
@@ -496,8 +496,8 @@ fn arm_is_simple(insns: &[Insn], from: u32, to: u32) -> bool {
 /// shape, with the slot of the diamond's `ja` (which then needs no block of its own).
 fn if_conversion(
     insns: &[Insn],
-    flows: &HashMap<u32, Flow>,
-    sources: &HashMap<u32, Vec<u32>>,
+    flows: &BTreeMap<u32, Flow>,
+    sources: &BTreeMap<u32, Vec<u32>>,
     pc: u32,
     t: u32,
 ) -> Option<(IfConv, Option<u32>)> {
@@ -572,7 +572,7 @@ mod tests {
         let plan = plan_program(&p, 0).unwrap();
         let f = &plan.functions[0];
         assert_eq!(f.ifconv.get(&1), Some(&IfConv::Triangle { end: 3 }));
-        assert_eq!(f.leaders, HashSet::from([0]));
+        assert_eq!(f.leaders, BTreeSet::from([0]));
         assert!(!plan.calls_helpers);
     }
 
@@ -593,7 +593,7 @@ mod tests {
                 join: 4
             })
         );
-        assert_eq!(f.leaders, HashSet::from([0]));
+        assert_eq!(f.leaders, BTreeSet::from([0]));
     }
 
     #[test]

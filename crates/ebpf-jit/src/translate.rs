@@ -39,7 +39,7 @@
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -133,9 +133,9 @@ impl CalleeAbi {
 pub(crate) struct ProgramEnv<'a> {
     pub insns: &'a [Insn],
     /// The Cranelift function a local call to each callee calls, by start slot.
-    pub callee_ids: &'a HashMap<u32, FuncId>,
+    pub callee_ids: &'a BTreeMap<u32, FuncId>,
     /// Each callee's signature, by start slot.
-    pub abis: &'a HashMap<u32, CalleeAbi>,
+    pub abis: &'a BTreeMap<u32, CalleeAbi>,
     /// Whether a helper may run (and could remap regions) during the run.
     pub calls_helpers: bool,
     pub call_conv: CallConv,
@@ -258,7 +258,7 @@ struct Translator<'a, 'f> {
     plan: &'a FunctionPlan,
     flags: Flags,
     /// The block of each leader slot.
-    blocks: HashMap<u32, Block>,
+    blocks: BTreeMap<u32, Block>,
     regs: [Variable; 10],
     /// Fuel left of the budget.
     fuel_left: Variable,
@@ -271,12 +271,12 @@ struct Translator<'a, 'f> {
     caches: [CacheVars; 2],
     /// Values known to equal r10 plus an offset in `[lo, hi]`, for unchecked stack
     /// accesses (the bounds are kept far from overflow, see [`FACT_OFFSET_MAX`]).
-    fp_relative: HashMap<Value, FrameFact>,
+    fp_relative: BTreeMap<Value, FrameFact>,
     /// Values computed from r10 by adding a value of unknown range: probably stack
     /// addresses, checked against the stack before the region caches.
-    stack_derived: HashSet<Value>,
+    stack_derived: BTreeSet<Value>,
     /// Values known to be at most this (unsigned), e.g. a byte load shifted right.
-    bounds: HashMap<Value, u64>,
+    bounds: BTreeMap<Value, u64>,
     /// Host address minus virtual address for the stack region (fixed for a run).
     stack_delta: Value,
     /// Shared exit for traps, entered with the trap record already stored.
@@ -284,7 +284,7 @@ struct Translator<'a, 'f> {
     /// Shared exit when a callee trapped: its trap is already recorded.
     propagate: Block,
     helper_sig: SigRef,
-    callees: HashMap<u32, FuncRef>,
+    callees: BTreeMap<u32, FuncRef>,
     /// Whether the current block still needs a terminator.
     open: bool,
     /// Whether a helper may run during the run (see [`ProgramEnv::calls_helpers`]).
@@ -294,7 +294,7 @@ struct Translator<'a, 'f> {
     counters: Option<Counters>,
     /// Versioned loops (see `loops`) and the loop of each of their slots.
     loops: Vec<LoopCopy>,
-    loop_at: HashMap<u32, usize>,
+    loop_at: BTreeMap<u32, usize>,
     /// The loop the slot being translated lies in.
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
@@ -303,7 +303,7 @@ struct Translator<'a, 'f> {
     /// This function's register use (its signature's, when called).
     uses: RegUse,
     /// The callees' signatures.
-    abis: &'a HashMap<u32, CalleeAbi>,
+    abis: &'a BTreeMap<u32, CalleeAbi>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -312,17 +312,17 @@ struct Translator<'a, 'f> {
 /// safe and then continues in the checked loop.
 struct LoopCopy {
     header: u32,
-    body: HashSet<u32>,
+    body: BTreeSet<u32>,
     accesses: Vec<LoopAccess>,
     /// The checked loop's header block (back-edges of the checked loop go here).
     checked_head: Block,
     /// The unchecked copy's block of each leader in the loop.
-    unchecked: HashMap<u32, Block>,
+    unchecked: BTreeMap<u32, Block>,
     latch: Block,
     /// Unchecked iterations left.
     counter: Variable,
     /// Host minus virtual address of each unchecked access's region, set by the guard.
-    deltas: HashMap<u32, Value>,
+    deltas: BTreeMap<u32, Value>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -365,7 +365,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         helper.params.extend([AbiParam::new(types::I64); 7]);
         helper.returns.push(AbiParam::new(types::I64));
         let helper_sig = b.import_signature(helper);
-        let mut callees = HashMap::new();
+        let mut callees = BTreeMap::new();
         for &pc in &plan.pcs {
             let insn = &env.insns[pc as usize];
             if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
@@ -460,7 +460,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         let counters = env.blocks.map(|m| Counters::new(&mut b, m, &plan.pcs));
 
-        let mut blocks = HashMap::new();
+        let mut blocks = BTreeMap::new();
         for &leader in &plan.leaders {
             let block = b.create_block();
             if plan.cold.contains(&leader) {
@@ -475,14 +475,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         });
 
         let mut loop_copies = Vec::new();
-        let mut loop_at = HashMap::new();
+        let mut loop_at = BTreeMap::new();
         // The counting variant versions loops too: an iteration runs in one copy or the
         // other, and both copies bump the same counters (see `count`).
         for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
             for &pc in &l.body {
                 loop_at.insert(pc, loop_copies.len());
             }
-            let mut unchecked = HashMap::new();
+            let mut unchecked = BTreeMap::new();
             for &pc in &l.body {
                 if blocks.contains_key(&pc) {
                     let block = b.create_block();
@@ -500,7 +500,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 unchecked,
                 latch: b.create_block(),
                 counter: b.declare_var(types::I64),
-                deltas: HashMap::new(),
+                deltas: BTreeMap::new(),
             });
         }
 
@@ -521,7 +521,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             fp,
             fp_host,
             caches,
-            fp_relative: HashMap::from([(
+            fp_relative: BTreeMap::from([(
                 fp,
                 FrameFact {
                     lo: 0,
@@ -529,8 +529,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                     host: fp_host,
                 },
             )]),
-            stack_derived: HashSet::new(),
-            bounds: HashMap::new(),
+            stack_derived: BTreeSet::new(),
+            bounds: BTreeMap::new(),
             stack_delta,
             trap_exit,
             propagate,
@@ -655,8 +655,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         let mut n: Option<Value> = None;
         // Accesses through the same pointer (the same form but for the constant) must
         // stay in the region the first of them starts in: (index, row, delta) by form.
-        let mut groups: HashMap<[i64; 11], (Value, Value, Value)> = HashMap::new();
-        let mut deltas = HashMap::new();
+        let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
+        let mut deltas = BTreeMap::new();
         for a in &accesses {
             let b = &mut self.b;
             let mut addr = b.ins().iconst(types::I64, a.k);
@@ -1830,7 +1830,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let next = head + 1;
         let not_cond = self.b.ins().bxor_imm_s(cond, 1);
         // Edges into each block of the region (and the join): (predicate, registers).
-        let mut incoming: HashMap<u32, Vec<(Value, [Value; 10])>> = HashMap::new();
+        let mut incoming: BTreeMap<u32, Vec<(Value, [Value; 10])>> = BTreeMap::new();
         incoming.entry(target).or_default().push((cond, entry));
         incoming.entry(next).or_default().push((not_cond, entry));
         let mut fault: Option<Value> = None;
