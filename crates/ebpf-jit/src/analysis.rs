@@ -87,17 +87,41 @@ pub(crate) enum IfConv {
     /// `pc + 1 .. ja`, then `ja head`. Both paths close the loop, so the arm becomes
     /// selects and the two back-edges one, whose fuel charge is selected too.
     BackTriangle { head: u32, ja: u32 },
+    /// Two short paths from the branch at `pc` to a common slot `join`, of pure ALU
+    /// instructions and `ja`s (its [`FunctionPlan::arms`]), laid out anywhere, their
+    /// slots possibly entered from elsewhere too: translation copies both arms as
+    /// selects, charges the fuel of the `ja` that goes backwards on the path taken, and
+    /// jumps to `join`; the arms' own blocks stay for their other entries.
+    Paths { join: u32 },
 }
 
 impl IfConv {
-    /// The slot where straight-line translation resumes.
-    pub(crate) fn resume(self) -> u32 {
+    /// The branch at `pc` converted: the slot where translation resumes.
+    pub(crate) fn resume(self, pc: u32) -> u32 {
         match self {
             IfConv::Triangle { end } => end,
             IfConv::Diamond { join, .. } => join,
             IfConv::BackTriangle { ja, .. } => ja + 1,
+            IfConv::Paths { .. } => pc + 1,
         }
     }
+
+    /// The slot control reaches after the converted code.
+    pub(crate) fn join(self) -> u32 {
+        match self {
+            IfConv::Triangle { end } => end,
+            IfConv::Diamond { join, .. } | IfConv::Paths { join } => join,
+            IfConv::BackTriangle { head, .. } => head,
+        }
+    }
+}
+
+/// One arm of an [`IfConv::Paths`]: the pure ALU slots it runs, in order, and the `ja`
+/// on it that jumps backwards (slot, target), which charges fuel; at most one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PathArm {
+    pub alu: Vec<u32>,
+    pub back_jump: Option<(u32, u32)>,
 }
 
 /// What translation needs to know about one eBPF function.
@@ -111,6 +135,9 @@ pub(crate) struct FunctionPlan {
     pub leaders: BTreeSet<u32>,
     /// Converted branches, by the slot of their conditional jump.
     pub ifconv: BTreeMap<u32, IfConv>,
+    /// The arms of each [`IfConv::Paths`]: the path taken when the condition holds,
+    /// then the fall-through's.
+    pub arms: BTreeMap<u32, [PathArm; 2]>,
     /// Speculative regions: head slot (a conditional jump) to the slot after the region.
     pub regions: BTreeMap<u32, u32>,
     /// Leaders inside speculative regions: their blocks run only on the fallback path.
@@ -366,6 +393,7 @@ fn plan_function(
 
     // Pick the branches to convert, then the block starts the rest need.
     let mut ifconv = BTreeMap::new();
+    let mut arms = BTreeMap::new();
     let mut absorbed_jumps = BTreeSet::new();
     for &pc in &pcs {
         let Flow::Branch(t) = flows[&pc] else {
@@ -374,6 +402,12 @@ fn plan_function(
         if let Some((shape, ja)) = if_conversion(insns, &flows, &sources, pc, t) {
             ifconv.insert(pc, shape);
             absorbed_jumps.extend(ja);
+        } else if speculate {
+            // Not in the counting variant: its counters follow the slot layout.
+            if let Some((join, both)) = path_conversion(insns, &flows, pc, t) {
+                ifconv.insert(pc, IfConv::Paths { join });
+                arms.insert(pc, both);
+            }
         }
     }
     let mut leaders = BTreeSet::from([start]);
@@ -386,11 +420,17 @@ fn plan_function(
                 leaders.insert(t);
                 leaders.insert(next_pc(insns, pc)?);
             }
-            Flow::Branch(_) => {
-                if let Some(IfConv::BackTriangle { head, .. }) = ifconv.get(&pc) {
+            Flow::Branch(t) => match ifconv.get(&pc) {
+                Some(IfConv::BackTriangle { head, .. }) => {
                     leaders.insert(*head);
                 }
-            }
+                // The arms keep their blocks for their other entries (a block nothing
+                // reaches any more is dropped by Cranelift).
+                Some(&IfConv::Paths { join }) => {
+                    leaders.extend([t, next_pc(insns, pc)?, join]);
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
@@ -419,6 +459,7 @@ fn plan_function(
             pcs,
             leaders,
             ifconv,
+            arms,
             regions,
             cold,
             is_callee: false,
@@ -545,6 +586,67 @@ fn if_conversion(
         return Some((IfConv::Triangle { end: t }, None));
     }
     None
+}
+
+/// Most steps (instructions and jumps) followed from a branch on one arm of a
+/// [`IfConv::Paths`] while looking for the join.
+const PATH_STEPS_MAX: usize = 8;
+
+/// The slots control visits from `from` on while it runs pure ALU instructions and
+/// follows `ja`s, `from` first, ending at the first slot that is neither (or after
+/// [`PATH_STEPS_MAX`] steps, or where a cycle closes).
+fn straight_path(insns: &[Insn], flows: &BTreeMap<u32, Flow>, from: u32) -> Vec<u32> {
+    let mut seen = vec![from];
+    let mut q = from;
+    while seen.len() <= PATH_STEPS_MAX {
+        q = match flows.get(&q) {
+            Some(Flow::Next) if is_simple_alu(&insns[q as usize]) => q + 1,
+            Some(&Flow::Jump(t)) => t,
+            _ => break,
+        };
+        if seen.contains(&q) {
+            break;
+        }
+        seen.push(q);
+    }
+    seen
+}
+
+/// The [`IfConv::Paths`] conversion of the conditional jump at `pc` to `t`, if both
+/// ways reach a common slot (the join) over at most [`ARM_MAX`] pure ALU instructions
+/// and one backward `ja` each, with work on at least one of them: the join and the
+/// arms (taken, fall-through).
+fn path_conversion(
+    insns: &[Insn],
+    flows: &BTreeMap<u32, Flow>,
+    pc: u32,
+    t: u32,
+) -> Option<(u32, [PathArm; 2])> {
+    // A backward branch charges fuel itself when taken: left to the ordinary shapes.
+    if t <= pc {
+        return None;
+    }
+    let taken = straight_path(insns, flows, t);
+    let fall = straight_path(insns, flows, pc + 1);
+    let (j_fall, &join) = fall.iter().enumerate().find(|(_, q)| taken.contains(q))?;
+    let j_taken = taken.iter().position(|&q| q == join)?;
+    let arm = |path: &[u32]| -> Option<PathArm> {
+        let mut arm = PathArm::default();
+        for &q in path {
+            match flows[&q] {
+                Flow::Jump(target) if target <= q => {
+                    if arm.back_jump.replace((q, target)).is_some() {
+                        return None;
+                    }
+                }
+                Flow::Jump(_) => {}
+                _ => arm.alu.push(q),
+            }
+        }
+        (arm.alu.len() as u32 <= ARM_MAX).then_some(arm)
+    };
+    let both = [arm(&taken[..j_taken])?, arm(&fall[..j_fall])?];
+    (both.iter().any(|a| !a.alu.is_empty()) && join != pc).then_some((join, both))
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
 
-use crate::analysis::{flow, insn_len, Flow, FunctionPlan, IfConv};
+use crate::analysis::{flow, insn_len, Flow, FunctionPlan};
 
 /// Most slots in a versioned loop (the symbolic pass keeps a state per slot).
 const BODY_MAX: usize = 256;
@@ -357,12 +357,7 @@ fn version_loop(
     // starts in the loop must end in it.
     for &pc in &body {
         if let Some(shape) = plan.ifconv.get(&pc) {
-            let end = match *shape {
-                IfConv::Triangle { end } => end,
-                IfConv::Diamond { join, .. } => join,
-                IfConv::BackTriangle { head, .. } => head,
-            };
-            if !body.contains(&end) {
+            if !body.contains(&shape.join()) {
                 return None;
             }
         }

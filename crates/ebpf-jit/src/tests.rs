@@ -5,6 +5,7 @@
 //! memory, and require equal outcome (r0 or trap, fuel) and equal memory afterwards;
 //! some tests also pin the expected trap.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -602,7 +603,7 @@ fn backward_triangles_charge_the_path_taken() {
     ));
     let full = check_program(p.clone(), u64::MAX);
     assert_eq!(full.result, Ok(31));
-    let mut trap_pcs = std::collections::BTreeSet::new();
+    let mut trap_pcs = BTreeSet::new();
     for fuel in 0..=full.fuel_used {
         let out = check_program(p.clone(), fuel);
         if let Err(trap) = &out.result {
@@ -610,7 +611,7 @@ fn backward_triangles_charge_the_path_taken() {
         }
     }
     // Budgets run out on both back-edges.
-    assert_eq!(trap_pcs, std::collections::BTreeSet::from([8, 10]));
+    assert_eq!(trap_pcs, BTreeSet::from([8, 10]));
 }
 
 #[test]
@@ -1180,5 +1181,116 @@ fn codegen_is_the_same_in_every_process() {
             .find_map(|l| l.split_once("digest=").map(|(_, d)| d.trim()))
             .unwrap_or_else(|| panic!("child {child} printed no digest: {stdout}"));
         assert_eq!(got, format!("{here:016x?}"), "child process {child}");
+    }
+}
+
+/// A merge-like loop over the 64 input bytes: the branch at slot 6 picks one of two
+/// paths to `join` (slot 8): the fall-through arm (slot 7) or the taken arm `big`
+/// (slots 14-15) laid out after the loop, which ends in a backward `ja` (slot 16) and is
+/// also entered from the branch at slot 5. Bytes from `limit` on take `big`.
+fn merge_paths_program(limit: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\nmov %r7, 0\nmov %r8, 0\n\
+         loop:\nldxb %r3, [%r1+0]\njeq %r3, 9, big\njge %r3, {limit}, big\n\
+         add %r6, 1\n\
+         join:\nadd %r0, %r3\nstxb [%r1+0], %r0\nadd %r1, 1\nadd %r8, 1\n\
+         jlt %r8, %r2, loop\nja out\n\
+         big:\nadd %r7, 2\nmov %r3, %r7\nja join\n\
+         out:\nlsh %r6, 32\nor %r0, %r6\nlsh %r7, 16\nxor %r0, %r7\nexit"
+    )
+}
+
+#[test]
+fn branches_to_two_paths_become_selects_with_the_fuel_of_the_path_taken() {
+    let p = program(&merge_paths_program(40), vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    let f = &plan.functions[0];
+    assert_eq!(f.ifconv.get(&6), Some(&IfConv::Paths { join: 8 }));
+    let [taken, fall] = &f.arms[&6];
+    assert_eq!(
+        (taken.alu.as_slice(), taken.back_jump),
+        (&[14, 15][..], Some((16, 8)))
+    );
+    assert_eq!((fall.alu.as_slice(), fall.back_jump), (&[7][..], None));
+    // The counting variant keeps the branch (its counters follow the slots).
+    let counting = analysis::plan_program_with(p.insns(), 0, false).unwrap();
+    assert_eq!(counting.functions[0].ifconv.get(&6), None);
+    // r6 counts the bytes below the limit, r7 twice the others; `join` adds the byte or r7.
+    let want = {
+        let (mut r0, mut r6, mut r7) = (0u64, 0u64, 0u64);
+        for x in 0..64u64 {
+            let v = if x == 9 || x >= 40 {
+                r7 += 2;
+                r7
+            } else {
+                r6 += 1;
+                x
+            };
+            r0 += v;
+        }
+        (r0 | (r6 << 32)) ^ (r7 << 16)
+    };
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(want));
+    // Every budget: the fuel runs out on the taken arm's `ja` and on the loop's edge.
+    let mut trap_pcs = BTreeSet::new();
+    for fuel in 0..=full.fuel_used {
+        if let Err(trap) = &check_program(p.clone(), fuel).result {
+            trap_pcs.insert(trap.pc);
+        }
+    }
+    assert_eq!(trap_pcs, BTreeSet::from([12, 16]));
+    // Both ways again with every byte on one path.
+    for limit in [0, 200] {
+        let p = program(&merge_paths_program(limit), vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        for fuel in (0..=full.fuel_used).step_by(7) {
+            check_program(p.clone(), fuel);
+        }
+    }
+}
+
+#[test]
+fn backward_branches_to_joining_paths_keep_their_own_fuel_charge() {
+    // The branch at slot 4 goes back to slot 2 (a charge of 3 when taken), whose path
+    // (slots 2-3) meets the fall-through at slot 5: not converted, or a loop would run
+    // without charging that back-edge (a spin without it would never stop).
+    let src = "mov %r0, 0\nja br\ntop:\nadd %r0, 1\nja j\nbr:\njlt %r0, 1000, top\n\
+               j:\njlt %r0, 1000, br\nexit";
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(plan.functions[0].ifconv.get(&4), None);
+    let out = check_program(p.clone(), u64::MAX);
+    assert_eq!((out.result, out.fuel_used), (Ok(1000), 1000 * 3 + 999 * 2));
+    let spin = program(
+        "ja br\ntop:\nmov %r0, 1\nja j\nbr:\njne %r1, 0, top\nj:\nja br",
+        vec![],
+    );
+    assert_eq!(
+        trap_of(&check_program(spin, 5000)).kind,
+        TrapKind::FuelExhausted { budget: 5000 }
+    );
+}
+
+#[test]
+fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
+    let stop = StopFlag::new();
+    assert!(stop.stop(3));
+    // Byte 0 takes `big` (a charge of 9 at its `ja`, slot 16) when the limit is 0, else
+    // the fall-through arm, which charges nothing: the loop's edge (slot 12) stops it.
+    for (limit, pc) in [(0, 16), (40, 12)] {
+        let out = check_stopped(
+            &program(&merge_paths_program(limit), vec![]),
+            1 << 20,
+            &stop,
+        );
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc,
+                kind: TrapKind::Stopped { reason: 3 }
+            })
+        );
+        assert_eq!(out.fuel_used, 9);
     }
 }

@@ -1597,6 +1597,15 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// loop it would be one more value live across the back-edge (and across calls),
     /// which regalloc often spills and reloads anyway.
     fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
+        self.check_stop_if(None, trap_pc);
+    }
+
+    /// [`Self::check_stop`] when `charged` (a boolean) holds, or always when `None`.
+    fn check_stop_if(
+        &mut self,
+        charged: Option<Value>,
+        trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value,
+    ) {
         let stop = self
             .b
             .ins()
@@ -1610,6 +1619,12 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.set_cold_block(trap);
         self.b.ins().brif(flag, trap, &[], cont, &[]);
         self.enter(trap);
+        if let Some(charged) = charged {
+            let stop = self.b.create_block();
+            self.b.set_cold_block(stop);
+            self.b.ins().brif(charged, stop, &[], cont, &[]);
+            self.enter(stop);
+        }
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
         self.enter(cont);
@@ -1657,7 +1672,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
                 if let Some(&shape) = self.plan.ifconv.get(&pc) {
                     self.if_convert(cond, pc, shape)?;
-                    return Ok(shape.resume());
+                    return Ok(shape.resume(pc));
                 }
                 if let Some(&join) = self.plan.regions.get(&pc) {
                     self.speculate(pc, cond, target, join)?;
@@ -1746,6 +1761,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                     c.enter_if(&mut self.b, pc + 1, else_start, not);
                     c.enter_if(&mut self.b, else_start, join, cond);
                 }
+                IfConv::Paths { .. } => {
+                    unreachable!("the counting variant plans no path conversions")
+                }
             }
         }
         let before = self.snapshot();
@@ -1771,6 +1789,22 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.alu(q, &insn)?;
                 }
                 (self.snapshot(), then_values)
+            }
+            IfConv::Paths { .. } => {
+                let [taken_arm, fall_arm] = &self.plan.arms[&pc];
+                for &q in &taken_arm.alu {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                let taken_values = self.snapshot();
+                for (r, v) in before.iter().enumerate() {
+                    self.b.def_var(self.regs[r], *v);
+                }
+                for &q in &fall_arm.alu {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                (taken_values, self.snapshot())
             }
         };
         for r in 0..10 {
@@ -1815,7 +1849,61 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.ins().jump(block, &[]);
             self.open = false;
         }
+        if let IfConv::Paths { join } = shape {
+            let plan = self.plan;
+            let [taken, fall] = &plan.arms[&pc];
+            self.charge_either(cond, taken.back_jump, fall.back_jump);
+            let block = self.target(join);
+            self.b.ins().jump(block, &[]);
+            self.open = false;
+        }
         Ok(())
+    }
+
+    /// The fuel charge of a converted branch whose two paths may each hold a backward
+    /// `ja` (slot, target): charges the one on the path `cond` picks (true: `taken`),
+    /// traps at its slot when the budget is exceeded, and checks the stop flag after it,
+    /// exactly as if that `ja` had run; a path without one charges nothing.
+    fn charge_either(&mut self, cond: Value, taken: Option<(u32, u32)>, fall: Option<(u32, u32)>) {
+        let cost_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, t)| rules::jump_cost(q, t));
+        let pc_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, _)| q);
+        let (cost_taken, cost_fall) = (cost_of(taken), cost_of(fall));
+        let (pc_taken, pc_fall) = (pc_of(taken), pc_of(fall));
+        if cost_taken == 0 && cost_fall == 0 {
+            return;
+        }
+        let pick = |b: &mut FunctionBuilder<'f>, x: u64, y: u64| {
+            if x == y {
+                b.ins().iconst(types::I64, x as i64)
+            } else {
+                let x = b.ins().iconst(types::I64, x as i64);
+                let y = b.ins().iconst(types::I64, y as i64);
+                b.ins().select(cond, x, y)
+            }
+        };
+        let cost = pick(&mut self.b, cost_taken, cost_fall);
+        let left = self.b.use_var(self.fuel_left);
+        let over = self.b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
+        let left = self.b.ins().isub(left, cost);
+        self.b.def_var(self.fuel_left, left);
+        let trap = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(over, trap, &[], cont, &[]);
+        self.enter(trap);
+        let trap_pc = pick(&mut self.b, u64::from(pc_taken), u64::from(pc_fall));
+        self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
+        self.enter(cont);
+        // The stop check follows a charge only: on a path without one, a set flag waits
+        // for the next charge.
+        let charged = match (cost_taken > 0, cost_fall > 0) {
+            (true, true) => None,
+            (true, false) => Some(cond),
+            _ => Some(self.b.ins().bxor_imm_s(cond, 1)),
+        };
+        self.check_stop_if(charged, |b| {
+            pick(b, u64::from(pc_taken), u64::from(pc_fall))
+        });
     }
 
     /// Translates the speculative region `head .. join` (see `analysis`) as
