@@ -21,6 +21,11 @@
 //!                                  join:  ...
 //! ```
 //!
+//! A forward branch whose two ways each run a few pure ALU instructions (through any
+//! `ja`s) to a common slot is converted too, wherever its arms are laid out and whoever
+//! else enters them (`IfConv::Paths`, clang's shape for a merge step): translation
+//! copies both arms and jumps to the join.
+//!
 //! Branchier acyclic regions (the `a && b || c && d` of a filter, whose blocks load
 //! fields) become *speculative regions*: a forward-only, single-entry, single-exit slot
 //! range holding only ALU instructions, loads and forward jumps. Compiled code runs every
