@@ -21,6 +21,11 @@
 //!                                  join:  ...
 //! ```
 //!
+//! A forward branch whose two ways each run a few pure ALU instructions (through any
+//! `ja`s) to a common slot is converted too, wherever its arms are laid out and whoever
+//! else enters them (`IfConv::Paths`, clang's shape for a merge step): translation
+//! copies both arms and jumps to the join.
+//!
 //! Branchier acyclic regions (the `a && b || c && d` of a filter, whose blocks load
 //! fields) become *speculative regions*: a forward-only, single-entry, single-exit slot
 //! range holding only ALU instructions, loads and forward jumps. Compiled code runs every
@@ -33,7 +38,7 @@
 //!
 //! Forward jumps charge no fuel, so converting them changes no fuel count.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::{
     Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, CLASS_LD, CLASS_LDX,
@@ -87,17 +92,41 @@ pub(crate) enum IfConv {
     /// `pc + 1 .. ja`, then `ja head`. Both paths close the loop, so the arm becomes
     /// selects and the two back-edges one, whose fuel charge is selected too.
     BackTriangle { head: u32, ja: u32 },
+    /// Two short paths from the branch at `pc` to a common slot `join`, of pure ALU
+    /// instructions and `ja`s (its [`FunctionPlan::arms`]), laid out anywhere, their
+    /// slots possibly entered from elsewhere too: translation copies both arms as
+    /// selects, charges the fuel of the `ja` that goes backwards on the path taken, and
+    /// jumps to `join`; the arms' own blocks stay for their other entries.
+    Paths { join: u32 },
 }
 
 impl IfConv {
-    /// The slot where straight-line translation resumes.
-    pub(crate) fn resume(self) -> u32 {
+    /// The branch at `pc` converted: the slot where translation resumes.
+    pub(crate) fn resume(self, pc: u32) -> u32 {
         match self {
             IfConv::Triangle { end } => end,
             IfConv::Diamond { join, .. } => join,
             IfConv::BackTriangle { ja, .. } => ja + 1,
+            IfConv::Paths { .. } => pc + 1,
         }
     }
+
+    /// The slot control reaches after the converted code.
+    pub(crate) fn join(self) -> u32 {
+        match self {
+            IfConv::Triangle { end } => end,
+            IfConv::Diamond { join, .. } | IfConv::Paths { join } => join,
+            IfConv::BackTriangle { head, .. } => head,
+        }
+    }
+}
+
+/// One arm of an [`IfConv::Paths`]: the pure ALU slots it runs, in order, and the `ja`
+/// on it that jumps backwards (slot, target), which charges fuel; at most one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PathArm {
+    pub alu: Vec<u32>,
+    pub back_jump: Option<(u32, u32)>,
 }
 
 /// What translation needs to know about one eBPF function.
@@ -108,13 +137,16 @@ pub(crate) struct FunctionPlan {
     /// Reachable instruction slots, ascending (second halves of `lddw` excluded).
     pub pcs: Vec<u32>,
     /// Slots that begin a Cranelift block.
-    pub leaders: HashSet<u32>,
+    pub leaders: BTreeSet<u32>,
     /// Converted branches, by the slot of their conditional jump.
-    pub ifconv: HashMap<u32, IfConv>,
+    pub ifconv: BTreeMap<u32, IfConv>,
+    /// The arms of each [`IfConv::Paths`]: the path taken when the condition holds,
+    /// then the fall-through's.
+    pub arms: BTreeMap<u32, [PathArm; 2]>,
     /// Speculative regions: head slot (a conditional jump) to the slot after the region.
-    pub regions: HashMap<u32, u32>,
+    pub regions: BTreeMap<u32, u32>,
     /// Leaders inside speculative regions: their blocks run only on the fallback path.
-    pub cold: HashSet<u32>,
+    pub cold: BTreeSet<u32>,
     /// Whether a local call reaches this function (otherwise it is only the entry).
     pub is_callee: bool,
 }
@@ -208,7 +240,7 @@ pub(crate) fn is_helper_call(insn: &Insn) -> bool {
 
 fn target_of(
     insns: &[Insn],
-    lddw_tails: &HashSet<u32>,
+    lddw_tails: &BTreeSet<u32>,
     pc: u32,
     rel: i64,
 ) -> Result<u32, PlanError> {
@@ -220,7 +252,7 @@ fn target_of(
 }
 
 /// How control leaves slot `pc`.
-pub(crate) fn flow(insns: &[Insn], lddw_tails: &HashSet<u32>, pc: u32) -> Result<Flow, PlanError> {
+pub(crate) fn flow(insns: &[Insn], lddw_tails: &BTreeSet<u32>, pc: u32) -> Result<Flow, PlanError> {
     let insn = &insns[pc as usize];
     let class = insn.class();
     if class != CLASS_JMP && class != CLASS_JMP32 {
@@ -275,10 +307,10 @@ pub(crate) fn plan_program_with(
     // `visited[pc]` equals its stamp. Avoids a fresh set per function.
     let mut visited = vec![0u32; insns.len()];
     let mut functions = Vec::new();
-    let mut seen_starts = HashSet::from([entry]);
+    let mut seen_starts = BTreeSet::from([entry]);
     let mut pending = vec![entry];
     let mut calls_helpers = false;
-    let mut callee_starts = HashSet::new();
+    let mut callee_starts = BTreeSet::new();
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
         let (plan, callees) =
@@ -305,8 +337,8 @@ pub(crate) fn plan_program_with(
 }
 
 /// Slots holding the second half of an `lddw`, in straight-line decoding from slot 0.
-fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
-    let mut tails = HashSet::new();
+fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
+    let mut tails = BTreeSet::new();
     let mut pc = 0usize;
     while pc < insns.len() {
         if insns[pc].opc == OP_LDDW {
@@ -321,7 +353,7 @@ fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
 
 fn plan_function(
     insns: &[Insn],
-    lddw_tails: &HashSet<u32>,
+    lddw_tails: &BTreeSet<u32>,
     start: u32,
     visited: &mut [u32],
     stamp: u32,
@@ -330,8 +362,8 @@ fn plan_function(
     // Reachability by depth-first search; `sources` counts jumps into each slot.
     let mut pcs = Vec::new();
     let mut callees = Vec::new();
-    let mut sources: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut flows: HashMap<u32, Flow> = HashMap::new();
+    let mut sources: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut flows: BTreeMap<u32, Flow> = BTreeMap::new();
     let mut stack = vec![start];
     visited[start as usize] = stamp;
     while let Some(pc) = stack.pop() {
@@ -365,8 +397,9 @@ fn plan_function(
     pcs.sort_unstable();
 
     // Pick the branches to convert, then the block starts the rest need.
-    let mut ifconv = HashMap::new();
-    let mut absorbed_jumps = HashSet::new();
+    let mut ifconv = BTreeMap::new();
+    let mut arms = BTreeMap::new();
+    let mut absorbed_jumps = BTreeSet::new();
     for &pc in &pcs {
         let Flow::Branch(t) = flows[&pc] else {
             continue;
@@ -374,9 +407,15 @@ fn plan_function(
         if let Some((shape, ja)) = if_conversion(insns, &flows, &sources, pc, t) {
             ifconv.insert(pc, shape);
             absorbed_jumps.extend(ja);
+        } else if speculate {
+            // Not in the counting variant: its counters follow the slot layout.
+            if let Some((join, both)) = path_conversion(insns, &flows, pc, t) {
+                ifconv.insert(pc, IfConv::Paths { join });
+                arms.insert(pc, both);
+            }
         }
     }
-    let mut leaders = HashSet::from([start]);
+    let mut leaders = BTreeSet::from([start]);
     for &pc in &pcs {
         match flows[&pc] {
             Flow::Jump(t) if !absorbed_jumps.contains(&pc) => {
@@ -386,18 +425,24 @@ fn plan_function(
                 leaders.insert(t);
                 leaders.insert(next_pc(insns, pc)?);
             }
-            Flow::Branch(_) => {
-                if let Some(IfConv::BackTriangle { head, .. }) = ifconv.get(&pc) {
+            Flow::Branch(t) => match ifconv.get(&pc) {
+                Some(IfConv::BackTriangle { head, .. }) => {
                     leaders.insert(*head);
                 }
-            }
+                // The arms keep their blocks for their other entries (a block nothing
+                // reaches any more is dropped by Cranelift).
+                Some(&IfConv::Paths { join }) => {
+                    leaders.extend([t, next_pc(insns, pc)?, join]);
+                }
+                _ => {}
+            },
             _ => {}
         }
     }
 
     // Speculative regions, outermost first, on branches left unconverted.
-    let mut regions = HashMap::new();
-    let mut cold = HashSet::new();
+    let mut regions = BTreeMap::new();
+    let mut cold = BTreeSet::new();
     let mut covered_until = 0;
     for &pc in &pcs {
         if !speculate || pc < covered_until || ifconv.contains_key(&pc) {
@@ -419,6 +464,7 @@ fn plan_function(
             pcs,
             leaders,
             ifconv,
+            arms,
             regions,
             cold,
             is_callee: false,
@@ -433,8 +479,8 @@ fn plan_function(
 /// ALU instructions (no division), `lddw`, loads and jumps, within the size bounds.
 fn speculative_region(
     insns: &[Insn],
-    flows: &HashMap<u32, Flow>,
-    sources: &HashMap<u32, Vec<u32>>,
+    flows: &BTreeMap<u32, Flow>,
+    sources: &BTreeMap<u32, Vec<u32>>,
     head: u32,
     t: u32,
 ) -> Option<u32> {
@@ -496,8 +542,8 @@ fn arm_is_simple(insns: &[Insn], from: u32, to: u32) -> bool {
 /// shape, with the slot of the diamond's `ja` (which then needs no block of its own).
 fn if_conversion(
     insns: &[Insn],
-    flows: &HashMap<u32, Flow>,
-    sources: &HashMap<u32, Vec<u32>>,
+    flows: &BTreeMap<u32, Flow>,
+    sources: &BTreeMap<u32, Vec<u32>>,
     pc: u32,
     t: u32,
 ) -> Option<(IfConv, Option<u32>)> {
@@ -547,6 +593,67 @@ fn if_conversion(
     None
 }
 
+/// Most steps (instructions and jumps) followed from a branch on one arm of a
+/// [`IfConv::Paths`] while looking for the join.
+const PATH_STEPS_MAX: usize = 8;
+
+/// The slots control visits from `from` on while it runs pure ALU instructions and
+/// follows `ja`s, `from` first, ending at the first slot that is neither (or after
+/// [`PATH_STEPS_MAX`] steps, or where a cycle closes).
+fn straight_path(insns: &[Insn], flows: &BTreeMap<u32, Flow>, from: u32) -> Vec<u32> {
+    let mut seen = vec![from];
+    let mut q = from;
+    while seen.len() <= PATH_STEPS_MAX {
+        q = match flows.get(&q) {
+            Some(Flow::Next) if is_simple_alu(&insns[q as usize]) => q + 1,
+            Some(&Flow::Jump(t)) => t,
+            _ => break,
+        };
+        if seen.contains(&q) {
+            break;
+        }
+        seen.push(q);
+    }
+    seen
+}
+
+/// The [`IfConv::Paths`] conversion of the conditional jump at `pc` to `t`, if both
+/// ways reach a common slot (the join) over at most [`ARM_MAX`] pure ALU instructions
+/// and one backward `ja` each, with work on at least one of them: the join and the
+/// arms (taken, fall-through).
+fn path_conversion(
+    insns: &[Insn],
+    flows: &BTreeMap<u32, Flow>,
+    pc: u32,
+    t: u32,
+) -> Option<(u32, [PathArm; 2])> {
+    // A backward branch charges fuel itself when taken: left to the ordinary shapes.
+    if t <= pc {
+        return None;
+    }
+    let taken = straight_path(insns, flows, t);
+    let fall = straight_path(insns, flows, pc + 1);
+    let (j_fall, &join) = fall.iter().enumerate().find(|(_, q)| taken.contains(q))?;
+    let j_taken = taken.iter().position(|&q| q == join)?;
+    let arm = |path: &[u32]| -> Option<PathArm> {
+        let mut arm = PathArm::default();
+        for &q in path {
+            match flows[&q] {
+                Flow::Jump(target) if target <= q => {
+                    if arm.back_jump.replace((q, target)).is_some() {
+                        return None;
+                    }
+                }
+                Flow::Jump(_) => {}
+                _ => arm.alu.push(q),
+            }
+        }
+        (arm.alu.len() as u32 <= ARM_MAX).then_some(arm)
+    };
+    let both = [arm(&taken[..j_taken])?, arm(&fall[..j_fall])?];
+    (both.iter().any(|a| !a.alu.is_empty()) && join != pc).then_some((join, both))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,7 +679,7 @@ mod tests {
         let plan = plan_program(&p, 0).unwrap();
         let f = &plan.functions[0];
         assert_eq!(f.ifconv.get(&1), Some(&IfConv::Triangle { end: 3 }));
-        assert_eq!(f.leaders, HashSet::from([0]));
+        assert_eq!(f.leaders, BTreeSet::from([0]));
         assert!(!plan.calls_helpers);
     }
 
@@ -593,7 +700,7 @@ mod tests {
                 join: 4
             })
         );
-        assert_eq!(f.leaders, HashSet::from([0]));
+        assert_eq!(f.leaders, BTreeSet::from([0]));
     }
 
     #[test]

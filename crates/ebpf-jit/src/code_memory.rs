@@ -30,6 +30,8 @@ pub(crate) struct CodeMemory {
     module: Option<JITModule>,
     entry: CompiledFn,
     code_bytes: usize,
+    /// FNV-1a of the machine code as emitted, before relocation (see `with_digest`).
+    digest: Option<u64>,
 }
 
 // SAFETY: after `new` the module is never mutated or read except to free it in `Drop`
@@ -76,6 +78,7 @@ impl CodeMemory {
             module: Some(module),
             entry,
             code_bytes,
+            digest: None,
         })
     }
 
@@ -87,6 +90,18 @@ impl CodeMemory {
     /// Bytes of machine code emitted for the program.
     pub(crate) fn code_bytes(&self) -> usize {
         self.code_bytes
+    }
+
+    /// Records `digest`, a hash of the code as emitted (before relocation, so it does
+    /// not depend on where the code was placed).
+    pub(crate) fn with_digest(mut self, digest: u64) -> CodeMemory {
+        self.digest = Some(digest);
+        self
+    }
+
+    /// The digest recorded by `with_digest`, if the tier records one.
+    pub(crate) fn digest(&self) -> Option<u64> {
+        self.digest
     }
 }
 

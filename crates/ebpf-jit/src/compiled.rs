@@ -75,6 +75,13 @@ impl<T: Backend> Compiled<T> {
     pub fn code_size(&self) -> usize {
         self.code.code_bytes()
     }
+
+    /// A hash (FNV-1a) of the machine code as emitted, before relocation, where the tier
+    /// records one (Cranelift's does): equal programs give equal digests in every
+    /// process, since code generation does not depend on hash seeds or addresses.
+    pub fn code_digest(&self) -> Option<u64> {
+        self.code.digest()
+    }
 }
 
 impl<T: Backend> std::fmt::Debug for Compiled<T> {

@@ -44,7 +44,7 @@ pub use compiled::Compiled;
 pub use quick::{Quick, QuickProgram};
 pub use tiered::{Promotion, Tier, TieredProgram};
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use cranelift_codegen::isa::CallConv;
 use cranelift_codegen::settings::{self, Configurable};
@@ -161,8 +161,8 @@ impl compiled::Backend for Cranelift {
         let entry_id = module
             .declare_function(&format!("ebpf_{entry_start}"), Linkage::Local, &signature)
             .map_err(|e| codegen(&e))?;
-        let mut callee_ids = HashMap::new();
-        let mut abis = HashMap::new();
+        let mut callee_ids = BTreeMap::new();
+        let mut abis = BTreeMap::new();
         for f in plan.functions.iter().filter(|f| f.is_callee) {
             let abi = translate::CalleeAbi::new(analysis::reg_use(insns, &f.pcs));
             let id = module
@@ -189,6 +189,7 @@ impl compiled::Backend for Cranelift {
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();
         let mut code_bytes = 0;
+        let mut digest = Fnv1a::default();
         let mut to_define = Vec::new();
         for f in &plan.functions {
             if f.start == entry_start {
@@ -226,14 +227,34 @@ impl compiled::Backend for Cranelift {
                     eprintln!("== {} function {}\n{v}", program.name(), f.start);
                 }
             }
-            code_bytes += ctx
-                .compiled_code()
-                .map_or(0, |c| c.code_info().total_size as usize);
+            if let Some(c) = ctx.compiled_code() {
+                code_bytes += c.code_info().total_size as usize;
+                digest.write(c.code_buffer());
+            }
             module.clear_context(&mut ctx);
         }
 
         // Finalize: apply relocations and make the code executable.
-        CodeMemory::new(module, entry_id, code_bytes).map_err(|e| codegen(&e))
+        CodeMemory::new(module, entry_id, code_bytes)
+            .map(|c| c.with_digest(digest.0))
+            .map_err(|e| codegen(&e))
+    }
+}
+
+/// FNV-1a, 64 bits: the code digest (`Compiled::code_digest`).
+struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Fnv1a {
+        Fnv1a(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
     }
 }
 

@@ -19,11 +19,11 @@
 //! runs only iterations whose accesses are proven in bounds, so value, trap and fuel are
 //! the interpreter's.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
 
-use crate::analysis::{flow, insn_len, Flow, FunctionPlan, IfConv};
+use crate::analysis::{flow, insn_len, Flow, FunctionPlan};
 
 /// Most slots in a versioned loop (the symbolic pass keeps a state per slot).
 const BODY_MAX: usize = 256;
@@ -99,7 +99,7 @@ pub(crate) struct LoopAccess {
 pub(crate) struct VersionedLoop {
     pub header: u32,
     /// Every slot of the loop (the header included).
-    pub body: HashSet<u32>,
+    pub body: BTreeSet<u32>,
     pub accesses: Vec<LoopAccess>,
 }
 
@@ -132,7 +132,7 @@ pub(crate) fn plan_loops(
         return Vec::new();
     };
     let idom = graph.dominators();
-    let mut by_header: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut by_header: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for u in 0..graph.n {
         for &h in &graph.succ[u] {
             if graph.dominates(&idom, h, u) {
@@ -159,8 +159,8 @@ pub(crate) fn plan_loops(
     loops
 }
 
-fn lddw_tails(insns: &[Insn]) -> HashSet<u32> {
-    let mut tails = HashSet::new();
+fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
+    let mut tails = BTreeSet::new();
     let mut pc = 0;
     while pc < insns.len() {
         let len = insn_len(&insns[pc]) as usize;
@@ -188,13 +188,13 @@ struct Graph {
 impl Graph {
     fn new(
         insns: &[Insn],
-        tails: &HashSet<u32>,
+        tails: &BTreeSet<u32>,
         plan: &FunctionPlan,
         local_calls_ok: bool,
     ) -> Option<Graph> {
         let pcs = plan.pcs.clone();
         let n = pcs.len();
-        let index: HashMap<u32, usize> = pcs.iter().enumerate().map(|(i, &p)| (p, i)).collect();
+        let index: BTreeMap<u32, usize> = pcs.iter().enumerate().map(|(i, &p)| (p, i)).collect();
         let mut succ = vec![Vec::new(); n];
         let mut pred = vec![Vec::new(); n];
         let mut calls = vec![false; n];
@@ -352,17 +352,12 @@ fn version_loop(
     if nodes.iter().any(|&u| g.calls[u]) {
         return None;
     }
-    let body: HashSet<u32> = nodes.iter().map(|&u| g.pcs[u]).collect();
+    let body: BTreeSet<u32> = nodes.iter().map(|&u| g.pcs[u]).collect();
     // Translation covers whole shapes: an if-conversion or speculative region that
     // starts in the loop must end in it.
     for &pc in &body {
         if let Some(shape) = plan.ifconv.get(&pc) {
-            let end = match *shape {
-                IfConv::Triangle { end } => end,
-                IfConv::Diamond { join, .. } => join,
-                IfConv::BackTriangle { head, .. } => head,
-            };
-            if !body.contains(&end) {
+            if !body.contains(&shape.join()) {
                 return None;
             }
         }
@@ -374,7 +369,7 @@ fn version_loop(
     }
 
     // Topological order of the body without its back-edges; a cycle means an inner loop.
-    let mut indeg: HashMap<usize, usize> = HashMap::new();
+    let mut indeg: BTreeMap<usize, usize> = BTreeMap::new();
     for &u in &nodes {
         for &v in &g.succ[u] {
             if in_body[v] && v != h {
@@ -543,8 +538,8 @@ fn evaluate(
     h: usize,
     order: &[usize],
     header: State,
-) -> HashMap<usize, State> {
-    let mut states: HashMap<usize, State> = HashMap::from([(h, header)]);
+) -> BTreeMap<usize, State> {
+    let mut states: BTreeMap<usize, State> = BTreeMap::from([(h, header)]);
     for &u in order {
         let after = transfer(insns, g.pcs[u], &states[&u]);
         for &v in &g.succ[u] {

@@ -15,7 +15,7 @@
 //! and immediate. Merging changes no computed value, so it cannot change a result, a
 //! trap or a fuel count.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_codegen::ir::{
     Block, BlockArg, Function, Inst, InstructionData, Opcode, Value, ValueDef,
@@ -82,9 +82,9 @@ fn is_pure(func: &Function, inst: Inst) -> bool {
 pub(crate) fn remove_dead_params(func: &mut Function) {
     let entry = func.layout.entry_block();
     let edges = incoming_edges(func);
-    let mut needed: HashSet<Value> = HashSet::new();
+    let mut needed: BTreeSet<Value> = BTreeSet::new();
     let mut work: Vec<Value> = Vec::new();
-    let need = |v: Value, needed: &mut HashSet<Value>, work: &mut Vec<Value>| {
+    let need = |v: Value, needed: &mut BTreeSet<Value>, work: &mut Vec<Value>| {
         if needed.insert(v) {
             work.push(v);
         }
@@ -157,8 +157,8 @@ pub(crate) fn remove_dead_params(func: &mut Function) {
 }
 
 /// Every edge into each block: the branch and the index of its destination.
-fn incoming_edges(func: &Function) -> HashMap<Block, Vec<(Inst, usize)>> {
-    let mut edges: HashMap<Block, Vec<(Inst, usize)>> = HashMap::new();
+fn incoming_edges(func: &Function) -> BTreeMap<Block, Vec<(Inst, usize)>> {
+    let mut edges: BTreeMap<Block, Vec<(Inst, usize)>> = BTreeMap::new();
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
             let dests = func.dfg.insts[inst]

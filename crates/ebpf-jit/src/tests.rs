@@ -5,6 +5,7 @@
 //! memory, and require equal outcome (r0 or trap, fuel) and equal memory afterwards;
 //! some tests also pin the expected trap.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -602,7 +603,7 @@ fn backward_triangles_charge_the_path_taken() {
     ));
     let full = check_program(p.clone(), u64::MAX);
     assert_eq!(full.result, Ok(31));
-    let mut trap_pcs = std::collections::HashSet::new();
+    let mut trap_pcs = BTreeSet::new();
     for fuel in 0..=full.fuel_used {
         let out = check_program(p.clone(), fuel);
         if let Err(trap) = &out.result {
@@ -610,7 +611,7 @@ fn backward_triangles_charge_the_path_taken() {
         }
     }
     // Budgets run out on both back-edges.
-    assert_eq!(trap_pcs, std::collections::HashSet::from([8, 10]));
+    assert_eq!(trap_pcs, BTreeSet::from([8, 10]));
 }
 
 #[test]
@@ -1077,4 +1078,219 @@ fn versioned_loops_over_two_regions_and_the_stack() {
     let up = "mov %r0, 0\nmov %r6, %r10\nadd %r6, -8\nmov %r7, 0\n\
               loop:\nstxb [%r6+0], %r7\nadd %r6, 1\nadd %r7, 1\njlt %r7, 9, loop\nexit";
     assert_eq!(trap_of(&check(up)).pc, 4);
+}
+
+/// A program with a bit of everything the translator keeps in maps and sets: a loop of
+/// triangles and a diamond (if-conversion), a versioned loop calling a local function,
+/// a callee reading and writing many registers, stack stores.
+const DIGEST_SRC: &str = "mov %r7, %r1\nmov %r8, %r2\ncall local branchy\nmov %r9, %r0\n\
+    mov %r1, %r7\nmov %r2, %r8\ncall local strided\nadd %r0, %r9\nstxdw [%r10-8], %r0\n\
+    call local regs\nldxdw %r1, [%r10-8]\nadd %r0, %r1\nexit\n\
+    branchy:\nmov %r0, 0\nmov %r6, 0\nmov %r7, 0\nmov %r8, 0\n\
+    bloop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\n\
+    jlt %r3, 40, small\nmov %r5, 2\nadd %r5, %r3\nja joined\nsmall:\nmov %r5, %r3\nlsh %r5, 1\n\
+    joined:\njgt %r5, 100, skip\nadd %r0, 1\nskip:\njle %r5, %r7, notmax\nmov %r7, %r5\n\
+    notmax:\njset %r3, 1, odd\nadd %r8, %r3\nodd:\nadd %r6, 1\njlt %r6, %r2, bloop\n\
+    lsh %r0, 32\nlsh %r7, 16\nor %r0, %r7\nor %r0, %r8\nexit\n\
+    strided:\nmov %r8, 0\nmov %r6, %r1\nmov %r7, 0\n\
+    sloop:\nldxw %r1, [%r6+0]\ncall local f\nadd %r8, %r0\nadd %r8, %r5\n\
+    add %r6, 4\nadd %r7, 1\njlt %r7, 16, sloop\nmov %r0, %r8\nexit\n\
+    f:\nmov %r0, %r1\nmul %r0, 3\nadd %r0, %r6\nmov %r2, 7\nmov %r5, %r2\nexit\n\
+    regs:\nmov %r1, 2\nmov %r2, 3\nmov %r3, 4\nmov %r4, 5\nmov %r5, 6\n\
+    mov %r6, 7\nmov %r7, 8\nmov %r8, 9\nmov %r9, 10\ncall local g\nmul %r0, 3\n\
+    add %r0, %r1\nmul %r0, 3\nadd %r0, %r2\nmul %r0, 3\nadd %r0, %r3\nmul %r0, 3\n\
+    add %r0, %r4\nadd %r0, %r5\nadd %r0, %r6\nadd %r0, %r9\nexit\n\
+    g:\nadd %r0, %r1\nadd %r0, %r2\nadd %r0, %r6\nadd %r0, %r7\nadd %r0, %r8\n\
+    add %r0, %r9\nstxdw [%r10-8], %r0\nldxdw %r1, [%r10-8]\nmov %r2, %r5\n\
+    mov %r5, 100\njgt %r0, 1000, gskip\nmov %r3, 40\nmov %r4, 50\ngskip:\nmov %r6, 0\nexit";
+
+/// [`DIGEST_SRC`] after eight copies of a loop nest of stack stores, strided loads and
+/// triangles in its entry function (more blocks and loops for the maps to hold).
+fn digest_program() -> String {
+    let mut src = String::from("mov %r7, %r1\nmov %r8, %r2\nstxdw [%r10-80], %r2\nmov %r9, 0\n");
+    for k in 0..8 {
+        src += &format!(
+            "mov %r6, 0\nmov %r1, %r7\n\
+             o{k}:\nmov %r2, 0\n\
+             i{k}:\nldxh %r3, [%r1+{k}]\njgt %r3, {lim}, s{k}\nadd %r9, %r3\ns{k}:\n\
+             mov %r4, %r3\nand %r4, 7\nlsh %r4, 3\nmov %r5, %r10\nsub %r5, 64\nadd %r5, %r4\n\
+             stxdw [%r5+0], %r9\nmov %r0, %r3\nmul %r0, %r9\nxor %r0, %r6\nadd %r8, %r0\n\
+             rsh %r0, 3\nadd %r9, %r0\nxor %r7, %r0\nxor %r7, %r0\n\
+             add %r1, 2\nadd %r2, 1\njlt %r2, 8, i{k}\n\
+             ldxdw %r3, [%r10-{off}]\nxor %r9, %r3\nmov %r1, %r7\nadd %r6, 1\njlt %r6, 3, o{k}\n",
+            lim = 3000 + 1000 * k,
+            off = 8 * (k + 1),
+        );
+    }
+    src += "stxdw [%r10-72], %r9\nmov %r1, %r7\nldxdw %r2, [%r10-80]\n";
+    src + DIGEST_SRC
+        .strip_prefix("mov %r7, %r1\nmov %r8, %r2\n")
+        .unwrap()
+}
+
+/// The code digests of [`digest_program`] and of clang's eBPF build of the grep kernel.
+fn code_digests() -> [u64; 2] {
+    [digest_program(), GREP_KERNEL.to_string()].map(|src| {
+        let jit = JitProgram::compile(program(&src, vec![])).unwrap_or_else(|e| panic!("{e}"));
+        jit.code_digest().expect("Cranelift's code has a digest")
+    })
+}
+
+const GREP_KERNEL: &str = include_str!("tests/grep_kernel.s");
+
+/// Set in the child processes of `codegen_is_the_same_in_every_process`.
+const DIGEST_CHILD: &str = "CSX_JIT_TEST_DIGEST_CHILD";
+
+#[test]
+fn codegen_is_the_same_in_every_process() {
+    if std::env::var_os(DIGEST_CHILD).is_some() {
+        println!("digest={:016x?}", code_digests());
+        return;
+    }
+    // Both programs run and agree with the interpreter; the generated one has the
+    // shapes it should.
+    let src = digest_program();
+    for src in [&src, GREP_KERNEL] {
+        let out = check(src);
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+    let p = program(&src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert!(plan.functions.iter().any(|f| f.ifconv.len() >= 3));
+    assert!(plan.functions.iter().filter(|f| f.is_callee).count() >= 4);
+    // Every hash map in this process and in each child is seeded differently, so
+    // codegen that followed hash order would differ between these compilations.
+    let here = code_digests();
+    assert_eq!(code_digests(), here, "two compiles in one process");
+    let exe = std::env::current_exe().unwrap();
+    for child in 0..3 {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "tests::codegen_is_the_same_in_every_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(DIGEST_CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "child {child}: {stdout}");
+        let got = stdout
+            .lines()
+            .find_map(|l| l.split_once("digest=").map(|(_, d)| d.trim()))
+            .unwrap_or_else(|| panic!("child {child} printed no digest: {stdout}"));
+        assert_eq!(got, format!("{here:016x?}"), "child process {child}");
+    }
+}
+
+/// A merge-like loop over the 64 input bytes: the branch at slot 6 picks one of two
+/// paths to `join` (slot 8): the fall-through arm (slot 7) or the taken arm `big`
+/// (slots 14-15) laid out after the loop, which ends in a backward `ja` (slot 16) and is
+/// also entered from the branch at slot 5. Bytes from `limit` on take `big`.
+fn merge_paths_program(limit: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\nmov %r7, 0\nmov %r8, 0\n\
+         loop:\nldxb %r3, [%r1+0]\njeq %r3, 9, big\njge %r3, {limit}, big\n\
+         add %r6, 1\n\
+         join:\nadd %r0, %r3\nstxb [%r1+0], %r0\nadd %r1, 1\nadd %r8, 1\n\
+         jlt %r8, %r2, loop\nja out\n\
+         big:\nadd %r7, 2\nmov %r3, %r7\nja join\n\
+         out:\nlsh %r6, 32\nor %r0, %r6\nlsh %r7, 16\nxor %r0, %r7\nexit"
+    )
+}
+
+#[test]
+fn branches_to_two_paths_become_selects_with_the_fuel_of_the_path_taken() {
+    let p = program(&merge_paths_program(40), vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    let f = &plan.functions[0];
+    assert_eq!(f.ifconv.get(&6), Some(&IfConv::Paths { join: 8 }));
+    let [taken, fall] = &f.arms[&6];
+    assert_eq!(
+        (taken.alu.as_slice(), taken.back_jump),
+        (&[14, 15][..], Some((16, 8)))
+    );
+    assert_eq!((fall.alu.as_slice(), fall.back_jump), (&[7][..], None));
+    // The counting variant keeps the branch (its counters follow the slots).
+    let counting = analysis::plan_program_with(p.insns(), 0, false).unwrap();
+    assert_eq!(counting.functions[0].ifconv.get(&6), None);
+    // r6 counts the bytes below the limit, r7 twice the others; `join` adds the byte or r7.
+    let want = {
+        let (mut r0, mut r6, mut r7) = (0u64, 0u64, 0u64);
+        for x in 0..64u64 {
+            let v = if x == 9 || x >= 40 {
+                r7 += 2;
+                r7
+            } else {
+                r6 += 1;
+                x
+            };
+            r0 += v;
+        }
+        (r0 | (r6 << 32)) ^ (r7 << 16)
+    };
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(want));
+    // Every budget: the fuel runs out on the taken arm's `ja` and on the loop's edge.
+    let mut trap_pcs = BTreeSet::new();
+    for fuel in 0..=full.fuel_used {
+        if let Err(trap) = &check_program(p.clone(), fuel).result {
+            trap_pcs.insert(trap.pc);
+        }
+    }
+    assert_eq!(trap_pcs, BTreeSet::from([12, 16]));
+    // Both ways again with every byte on one path.
+    for limit in [0, 200] {
+        let p = program(&merge_paths_program(limit), vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        for fuel in (0..=full.fuel_used).step_by(7) {
+            check_program(p.clone(), fuel);
+        }
+    }
+}
+
+#[test]
+fn backward_branches_to_joining_paths_keep_their_own_fuel_charge() {
+    // The branch at slot 4 goes back to slot 2 (a charge of 3 when taken), whose path
+    // (slots 2-3) meets the fall-through at slot 5: not converted, or a loop would run
+    // without charging that back-edge (a spin without it would never stop).
+    let src = "mov %r0, 0\nja br\ntop:\nadd %r0, 1\nja j\nbr:\njlt %r0, 1000, top\n\
+               j:\njlt %r0, 1000, br\nexit";
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(plan.functions[0].ifconv.get(&4), None);
+    let out = check_program(p.clone(), u64::MAX);
+    assert_eq!((out.result, out.fuel_used), (Ok(1000), 1000 * 3 + 999 * 2));
+    let spin = program(
+        "ja br\ntop:\nmov %r0, 1\nja j\nbr:\njne %r1, 0, top\nj:\nja br",
+        vec![],
+    );
+    assert_eq!(
+        trap_of(&check_program(spin, 5000)).kind,
+        TrapKind::FuelExhausted { budget: 5000 }
+    );
+}
+
+#[test]
+fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
+    let stop = StopFlag::new();
+    assert!(stop.stop(3));
+    // Byte 0 takes `big` (a charge of 9 at its `ja`, slot 16) when the limit is 0, else
+    // the fall-through arm, which charges nothing: the loop's edge (slot 12) stops it.
+    for (limit, pc) in [(0, 16), (40, 12)] {
+        let out = check_stopped(
+            &program(&merge_paths_program(limit), vec![]),
+            1 << 20,
+            &stop,
+        );
+        assert_eq!(
+            out.result,
+            Err(Trap {
+                pc,
+                kind: TrapKind::Stopped { reason: 3 }
+            })
+        );
+        assert_eq!(out.fuel_used, 9);
+    }
 }

@@ -39,7 +39,7 @@
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
@@ -133,9 +133,9 @@ impl CalleeAbi {
 pub(crate) struct ProgramEnv<'a> {
     pub insns: &'a [Insn],
     /// The Cranelift function a local call to each callee calls, by start slot.
-    pub callee_ids: &'a HashMap<u32, FuncId>,
+    pub callee_ids: &'a BTreeMap<u32, FuncId>,
     /// Each callee's signature, by start slot.
-    pub abis: &'a HashMap<u32, CalleeAbi>,
+    pub abis: &'a BTreeMap<u32, CalleeAbi>,
     /// Whether a helper may run (and could remap regions) during the run.
     pub calls_helpers: bool,
     pub call_conv: CallConv,
@@ -258,7 +258,7 @@ struct Translator<'a, 'f> {
     plan: &'a FunctionPlan,
     flags: Flags,
     /// The block of each leader slot.
-    blocks: HashMap<u32, Block>,
+    blocks: BTreeMap<u32, Block>,
     regs: [Variable; 10],
     /// Fuel left of the budget.
     fuel_left: Variable,
@@ -271,12 +271,12 @@ struct Translator<'a, 'f> {
     caches: [CacheVars; 2],
     /// Values known to equal r10 plus an offset in `[lo, hi]`, for unchecked stack
     /// accesses (the bounds are kept far from overflow, see [`FACT_OFFSET_MAX`]).
-    fp_relative: HashMap<Value, FrameFact>,
+    fp_relative: BTreeMap<Value, FrameFact>,
     /// Values computed from r10 by adding a value of unknown range: probably stack
     /// addresses, checked against the stack before the region caches.
-    stack_derived: HashSet<Value>,
+    stack_derived: BTreeSet<Value>,
     /// Values known to be at most this (unsigned), e.g. a byte load shifted right.
-    bounds: HashMap<Value, u64>,
+    bounds: BTreeMap<Value, u64>,
     /// Host address minus virtual address for the stack region (fixed for a run).
     stack_delta: Value,
     /// Shared exit for traps, entered with the trap record already stored.
@@ -284,7 +284,7 @@ struct Translator<'a, 'f> {
     /// Shared exit when a callee trapped: its trap is already recorded.
     propagate: Block,
     helper_sig: SigRef,
-    callees: HashMap<u32, FuncRef>,
+    callees: BTreeMap<u32, FuncRef>,
     /// Whether the current block still needs a terminator.
     open: bool,
     /// Whether a helper may run during the run (see [`ProgramEnv::calls_helpers`]).
@@ -294,7 +294,7 @@ struct Translator<'a, 'f> {
     counters: Option<Counters>,
     /// Versioned loops (see `loops`) and the loop of each of their slots.
     loops: Vec<LoopCopy>,
-    loop_at: HashMap<u32, usize>,
+    loop_at: BTreeMap<u32, usize>,
     /// The loop the slot being translated lies in.
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
@@ -303,7 +303,7 @@ struct Translator<'a, 'f> {
     /// This function's register use (its signature's, when called).
     uses: RegUse,
     /// The callees' signatures.
-    abis: &'a HashMap<u32, CalleeAbi>,
+    abis: &'a BTreeMap<u32, CalleeAbi>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -312,17 +312,17 @@ struct Translator<'a, 'f> {
 /// safe and then continues in the checked loop.
 struct LoopCopy {
     header: u32,
-    body: HashSet<u32>,
+    body: BTreeSet<u32>,
     accesses: Vec<LoopAccess>,
     /// The checked loop's header block (back-edges of the checked loop go here).
     checked_head: Block,
     /// The unchecked copy's block of each leader in the loop.
-    unchecked: HashMap<u32, Block>,
+    unchecked: BTreeMap<u32, Block>,
     latch: Block,
     /// Unchecked iterations left.
     counter: Variable,
     /// Host minus virtual address of each unchecked access's region, set by the guard.
-    deltas: HashMap<u32, Value>,
+    deltas: BTreeMap<u32, Value>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -365,7 +365,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         helper.params.extend([AbiParam::new(types::I64); 7]);
         helper.returns.push(AbiParam::new(types::I64));
         let helper_sig = b.import_signature(helper);
-        let mut callees = HashMap::new();
+        let mut callees = BTreeMap::new();
         for &pc in &plan.pcs {
             let insn = &env.insns[pc as usize];
             if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
@@ -460,7 +460,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         let counters = env.blocks.map(|m| Counters::new(&mut b, m, &plan.pcs));
 
-        let mut blocks = HashMap::new();
+        let mut blocks = BTreeMap::new();
         for &leader in &plan.leaders {
             let block = b.create_block();
             if plan.cold.contains(&leader) {
@@ -475,14 +475,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         });
 
         let mut loop_copies = Vec::new();
-        let mut loop_at = HashMap::new();
+        let mut loop_at = BTreeMap::new();
         // The counting variant versions loops too: an iteration runs in one copy or the
         // other, and both copies bump the same counters (see `count`).
         for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
             for &pc in &l.body {
                 loop_at.insert(pc, loop_copies.len());
             }
-            let mut unchecked = HashMap::new();
+            let mut unchecked = BTreeMap::new();
             for &pc in &l.body {
                 if blocks.contains_key(&pc) {
                     let block = b.create_block();
@@ -500,7 +500,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 unchecked,
                 latch: b.create_block(),
                 counter: b.declare_var(types::I64),
-                deltas: HashMap::new(),
+                deltas: BTreeMap::new(),
             });
         }
 
@@ -521,7 +521,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             fp,
             fp_host,
             caches,
-            fp_relative: HashMap::from([(
+            fp_relative: BTreeMap::from([(
                 fp,
                 FrameFact {
                     lo: 0,
@@ -529,8 +529,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                     host: fp_host,
                 },
             )]),
-            stack_derived: HashSet::new(),
-            bounds: HashMap::new(),
+            stack_derived: BTreeSet::new(),
+            bounds: BTreeMap::new(),
             stack_delta,
             trap_exit,
             propagate,
@@ -655,8 +655,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         let mut n: Option<Value> = None;
         // Accesses through the same pointer (the same form but for the constant) must
         // stay in the region the first of them starts in: (index, row, delta) by form.
-        let mut groups: HashMap<[i64; 11], (Value, Value, Value)> = HashMap::new();
-        let mut deltas = HashMap::new();
+        let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
+        let mut deltas = BTreeMap::new();
         for a in &accesses {
             let b = &mut self.b;
             let mut addr = b.ins().iconst(types::I64, a.k);
@@ -1597,6 +1597,15 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// loop it would be one more value live across the back-edge (and across calls),
     /// which regalloc often spills and reloads anyway.
     fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
+        self.check_stop_if(None, trap_pc);
+    }
+
+    /// [`Self::check_stop`] when `charged` (a boolean) holds, or always when `None`.
+    fn check_stop_if(
+        &mut self,
+        charged: Option<Value>,
+        trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value,
+    ) {
         let stop = self
             .b
             .ins()
@@ -1610,6 +1619,12 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.set_cold_block(trap);
         self.b.ins().brif(flag, trap, &[], cont, &[]);
         self.enter(trap);
+        if let Some(charged) = charged {
+            let stop = self.b.create_block();
+            self.b.set_cold_block(stop);
+            self.b.ins().brif(charged, stop, &[], cont, &[]);
+            self.enter(stop);
+        }
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
         self.enter(cont);
@@ -1657,7 +1672,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
                 if let Some(&shape) = self.plan.ifconv.get(&pc) {
                     self.if_convert(cond, pc, shape)?;
-                    return Ok(shape.resume());
+                    return Ok(shape.resume(pc));
                 }
                 if let Some(&join) = self.plan.regions.get(&pc) {
                     self.speculate(pc, cond, target, join)?;
@@ -1746,6 +1761,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                     c.enter_if(&mut self.b, pc + 1, else_start, not);
                     c.enter_if(&mut self.b, else_start, join, cond);
                 }
+                IfConv::Paths { .. } => {
+                    unreachable!("the counting variant plans no path conversions")
+                }
             }
         }
         let before = self.snapshot();
@@ -1771,6 +1789,22 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.alu(q, &insn)?;
                 }
                 (self.snapshot(), then_values)
+            }
+            IfConv::Paths { .. } => {
+                let [taken_arm, fall_arm] = &self.plan.arms[&pc];
+                for &q in &taken_arm.alu {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                let taken_values = self.snapshot();
+                for (r, v) in before.iter().enumerate() {
+                    self.b.def_var(self.regs[r], *v);
+                }
+                for &q in &fall_arm.alu {
+                    let insn = self.insns[q as usize];
+                    self.alu(q, &insn)?;
+                }
+                (taken_values, self.snapshot())
             }
         };
         for r in 0..10 {
@@ -1815,7 +1849,61 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.ins().jump(block, &[]);
             self.open = false;
         }
+        if let IfConv::Paths { join } = shape {
+            let plan = self.plan;
+            let [taken, fall] = &plan.arms[&pc];
+            self.charge_either(cond, taken.back_jump, fall.back_jump);
+            let block = self.target(join);
+            self.b.ins().jump(block, &[]);
+            self.open = false;
+        }
         Ok(())
+    }
+
+    /// The fuel charge of a converted branch whose two paths may each hold a backward
+    /// `ja` (slot, target): charges the one on the path `cond` picks (true: `taken`),
+    /// traps at its slot when the budget is exceeded, and checks the stop flag after it,
+    /// exactly as if that `ja` had run; a path without one charges nothing.
+    fn charge_either(&mut self, cond: Value, taken: Option<(u32, u32)>, fall: Option<(u32, u32)>) {
+        let cost_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, t)| rules::jump_cost(q, t));
+        let pc_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, _)| q);
+        let (cost_taken, cost_fall) = (cost_of(taken), cost_of(fall));
+        let (pc_taken, pc_fall) = (pc_of(taken), pc_of(fall));
+        if cost_taken == 0 && cost_fall == 0 {
+            return;
+        }
+        let pick = |b: &mut FunctionBuilder<'f>, x: u64, y: u64| {
+            if x == y {
+                b.ins().iconst(types::I64, x as i64)
+            } else {
+                let x = b.ins().iconst(types::I64, x as i64);
+                let y = b.ins().iconst(types::I64, y as i64);
+                b.ins().select(cond, x, y)
+            }
+        };
+        let cost = pick(&mut self.b, cost_taken, cost_fall);
+        let left = self.b.use_var(self.fuel_left);
+        let over = self.b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
+        let left = self.b.ins().isub(left, cost);
+        self.b.def_var(self.fuel_left, left);
+        let trap = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(trap);
+        self.b.ins().brif(over, trap, &[], cont, &[]);
+        self.enter(trap);
+        let trap_pc = pick(&mut self.b, u64::from(pc_taken), u64::from(pc_fall));
+        self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
+        self.enter(cont);
+        // The stop check follows a charge only: on a path without one, a set flag waits
+        // for the next charge.
+        let charged = match (cost_taken > 0, cost_fall > 0) {
+            (true, true) => None,
+            (true, false) => Some(cond),
+            _ => Some(self.b.ins().bxor_imm_s(cond, 1)),
+        };
+        self.check_stop_if(charged, |b| {
+            pick(b, u64::from(pc_taken), u64::from(pc_fall))
+        });
     }
 
     /// Translates the speculative region `head .. join` (see `analysis`) as
@@ -1830,7 +1918,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let next = head + 1;
         let not_cond = self.b.ins().bxor_imm_s(cond, 1);
         // Edges into each block of the region (and the join): (predicate, registers).
-        let mut incoming: HashMap<u32, Vec<(Value, [Value; 10])>> = HashMap::new();
+        let mut incoming: BTreeMap<u32, Vec<(Value, [Value; 10])>> = BTreeMap::new();
         incoming.entry(target).or_default().push((cond, entry));
         incoming.entry(next).or_default().push((not_cond, entry));
         let mut fault: Option<Value> = None;
