@@ -298,6 +298,8 @@ pub(crate) struct Counters {
     heads: HashMap<u32, Variable>,
     /// Every class with its variable, by head slot (the flush order).
     classes: Vec<(Class, Variable)>,
+    /// Heads of one-block classes, with the block's index.
+    single: HashMap<u32, usize>,
 }
 
 impl Counters {
@@ -309,15 +311,23 @@ impl Counters {
         f: &FunctionPlan,
     ) -> Counters {
         let mut heads = HashMap::new();
+        let mut single = HashMap::new();
         let mut classes = Vec::new();
         let zero = b.ins().iconst(types::I64, 0);
         for class in plan(insns, blocks, f) {
             let var = b.declare_var(types::I64);
             b.def_var(var, zero);
             heads.insert(class.head(), var);
+            if let [m] = class.members.as_slice() {
+                single.insert(m.leader, m.block);
+            }
             classes.push((class, var));
         }
-        Counters { heads, classes }
+        Counters {
+            heads,
+            classes,
+            single,
+        }
     }
 
     /// Adds 1 to the counter of the class `pc` heads, if it heads one.
@@ -329,16 +339,35 @@ impl Counters {
         }
     }
 
-    /// Adds `runs` (a Cranelift boolean, 0 or 1) to the counter of every class headed by
-    /// a slot in `from..to`: an if-converted arm, which runs when `runs` holds.
-    pub(crate) fn enter_if(&self, b: &mut FunctionBuilder<'_>, from: u32, to: u32, runs: Value) {
+    /// Adds `runs` (a Cranelift boolean, 0 or 1) to the count of every class headed by a
+    /// slot in `from..to`: an if-converted arm, which runs when `runs` holds. A class of
+    /// one block (an arm's usual class: its successor is a join) is added straight into
+    /// the run's buffer, so an arm in a loop keeps no counter live across the back-edge
+    /// (one less value to hold in a register or spill); the buffer then holds its count
+    /// at once, and the class's variable, added at flush, holds only plain entries.
+    pub(crate) fn enter_if(
+        &self,
+        b: &mut FunctionBuilder<'_>,
+        (ctx, flags): (Value, MemFlagsData),
+        (from, to): (u32, u32),
+        runs: Value,
+    ) {
         let mut one = None;
         for pc in from..to {
             if let Some(&var) = self.heads.get(&pc) {
                 let add = *one.get_or_insert_with(|| b.ins().uextend(types::I64, runs));
-                let n = b.use_var(var);
-                let n = b.ins().iadd(n, add);
-                b.def_var(var, n);
+                if let Some(&block) = self.single.get(&pc) {
+                    let base = b.ins().load(types::I64, flags, ctx, offsets::COUNTS);
+                    let off = i32::try_from(block * 8).expect("a program has at most 2^20 slots");
+                    let buf = MemFlagsData::trusted();
+                    let old = b.ins().load(types::I64, buf, base, off);
+                    let new = b.ins().iadd(old, add);
+                    b.ins().store(buf, new, base, off);
+                } else {
+                    let n = b.use_var(var);
+                    let n = b.ins().iadd(n, add);
+                    b.def_var(var, n);
+                }
             }
         }
     }

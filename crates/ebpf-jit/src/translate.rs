@@ -1743,11 +1743,21 @@ impl<'a, 'f> Translator<'a, 'f> {
                     } else {
                         arm_end
                     };
-                    c.enter_if(&mut self.b, pc + 1, to, not);
+                    c.enter_if(&mut self.b, (self.ctx, self.flags.ctx), (pc + 1, to), not);
                 }
                 IfConv::Diamond { else_start, join } => {
-                    c.enter_if(&mut self.b, pc + 1, else_start, not);
-                    c.enter_if(&mut self.b, else_start, join, cond);
+                    c.enter_if(
+                        &mut self.b,
+                        (self.ctx, self.flags.ctx),
+                        (pc + 1, else_start),
+                        not,
+                    );
+                    c.enter_if(
+                        &mut self.b,
+                        (self.ctx, self.flags.ctx),
+                        (else_start, join),
+                        cond,
+                    );
                 }
             }
         }
