@@ -50,13 +50,10 @@ static long sink_room(struct sink *k, csx_u64 want)
     return sink_flush(k);
 }
 
-/*
- * Appends `len` bits of value `one` after `*acc_bits` pending bits in `*acc`, emitting
- * every completed byte (and 8 bytes at a time inside long runs).
- */
 /* Writes the low `nbytes` (1..8) bytes of `v`, little-endian: one 8-byte store when
- * the buffer can hold 8 bytes, else byte by byte. */
-static long emit_bytes(struct sink *k, csx_u64 v, csx_u64 nbytes)
+ * the buffer can hold 8 bytes, else byte by byte. The slow path of `PUT_WORD` below
+ * and the bitmap's last partial word: out of line, so the main loop stays small. */
+static __attribute__((noinline)) long emit_bytes(struct sink *k, csx_u64 v, csx_u64 nbytes)
 {
     if (nbytes == 8 && k->cap >= 8) {
         long r = sink_room(k, 8);
@@ -75,29 +72,22 @@ static long emit_bytes(struct sink *k, csx_u64 v, csx_u64 nbytes)
     return 0;
 }
 
-/* Appends `len` bits of value `one` to the 64-bit accumulator (`*acc_bits` of it in
- * use), emitting it 8 bytes at a time as it fills: a run costs a few steps per 64 bits
- * rather than per 8. */
-static long emit_run(struct sink *k, csx_u64 len, int one, csx_u64 *acc, csx_u64 *acc_bits)
-{
-    while (len > 0) {
-        csx_u64 take = 64 - *acc_bits;
-        if (take > len)
-            take = len;
-        if (one)
-            *acc |= (take == 64 ? ~0UL : (1UL << take) - 1) << *acc_bits;
-        *acc_bits += take;
-        len -= take;
-        if (*acc_bits == 64) {
-            long r = emit_bytes(k, *acc, 8);
-            if (r < 0)
-                return r;
-            *acc = 0;
-            *acc_bits = 0;
-        }
-    }
-    return 0;
-}
+/* Appends the 64-bit word `w` to the output: a store while 8 bytes fit between `out`
+ * and `out_end` (the main loop's cursor in the sink's buffer), else `emit_bytes`, which
+ * flushes the buffer to the file first. */
+#define PUT_WORD(w)                                                                       \
+    do {                                                                                  \
+        if (out_end - out >= 8) {                                                         \
+            *(csx_u64 *)out = (w);                                                        \
+            out += 8;                                                                     \
+        } else {                                                                          \
+            k.used = out - k.buf;                                                         \
+            long e_ = emit_bytes(&k, (w), 8);                                             \
+            if (e_ < 0)                                                                   \
+                return e_;                                                                \
+            out = k.buf + k.used;                                                         \
+        }                                                                                 \
+    } while (0)
 
 CSX_PROGRAM(bitmap)
 {
@@ -117,19 +107,45 @@ CSX_PROGRAM(bitmap)
 
     const csx_u32 *runs = (const csx_u32 *)((const csx_u8 *)win0 + 8);
     csx_u64 nruns = (win0_len - 8) / 4;
-    csx_u64 covered = 0, acc = 0, acc_bits = 0;
-    for (csx_u64 r = 0; r < nruns; r++) {
-        csx_u64 len = runs[r];
-        if (len > nbits - covered)
-            return CSX_EINVAL;
-        long e = emit_run(&k, len, r & 1, &acc, &acc_bits);
-        if (e < 0)
-            return e;
-        covered += len;
+    const csx_u32 *runs_end = runs + nruns;
+    csx_u8 *out = k.buf, *out_end = k.buf + k.cap;
+    /* The bitmap is built a 64-bit word at a time: `acc` holds the current word's first
+     * `acc_bits` (0..63) bits. A run that ends inside the word costs a shift and an or;
+     * one that reaches past it completes the word, stores whole words of its value, and
+     * starts the next word with its remainder. Runs alternate zeros and ones (`fill`),
+     * zeros first; after them, the bits left to `nbits` are a last run of zeros. */
+    csx_u64 left = nbits, acc = 0, acc_bits = 0, fill = ~0UL;
+    for (const csx_u32 *p = runs;; p++) {
+        csx_u64 len;
+        if (p < runs_end) {
+            len = *p;
+            if (len > left)
+                return CSX_EINVAL;
+            fill = ~fill;
+        } else {
+            len = left;
+            fill = 0;
+        }
+        left -= len;
+        if (len < 64 - acc_bits) {
+            acc |= (fill & ((1UL << len) - 1)) << acc_bits;
+            acc_bits += len;
+        } else {
+            acc |= fill << acc_bits;
+            len -= 64 - acc_bits;
+            PUT_WORD(acc);
+            while (len >= 64) {
+                PUT_WORD(fill);
+                len -= 64;
+            }
+            acc = fill & ((1UL << len) - 1);
+            acc_bits = len;
+        }
+        if (p >= runs_end)
+            break;
     }
-    long e = emit_run(&k, nbits - covered, 0, &acc, &acc_bits);
-    if (e < 0)
-        return e;
+    k.used = out - k.buf;
+    long e;
     if (acc_bits > 0) {
         e = emit_bytes(&k, acc, (acc_bits + 7) / 8);
         if (e < 0)

@@ -11,8 +11,9 @@
 //! 3. **Dataset size** (§5.4.1): stats64, warm, with datasets of half, about equal to
 //!    and twice a host cache of 15/16 of `--size` (λ-IO: 8, 16 and 32 GB against a
 //!    16 GB host; its page cache is "just narrower" than the memory).
-//! 4. **Two applications** (§5.3): stats32 and stats64 on two files at once (requests
-//!    interleaved one for one, `--threads`/2 threads each), cold and warm, host cache
+//! 4. **Two applications** (§5.3): stats32 and stats64 on two files at once
+//!    (`--threads`/2 threads each; the next request is the one of the application least
+//!    far along its own modelled clock, [`next_app`]), cold and warm, host cache
 //!    15/16 of ONE dataset, as in λ-IO (two 16 GB datasets on a 16 GB host, Table 2 and
 //!    §5.3): the two files do not fit the cache together ([`host_cache_budget`]).
 //!
@@ -23,7 +24,7 @@
 //! buffered mode's, else the benchmark fails.
 //!
 //! Time: requests are issued in file order from one thread (so every run is
-//! deterministic), and a run's modelled time is the bottleneck model of
+//! deterministic; two applications take turns by modelled clock), and a run's modelled time is the bottleneck model of
 //! `csx_lambda::account` with `--threads` host threads (λ-IO: 8) and the profile's
 //! 4 device engines. `buffered` has no fuel to count: its modelled compute is the host
 //! λ's for the same chunk (λ-IO measured the two within a few percent, §5.2). Wall times
@@ -261,20 +262,36 @@ impl<'d> Bench<'d> {
         for it in &mut iters {
             it.reverse();
         }
+        let each = (self.threads / apps.len() as u32).max(1);
         loop {
-            let mut any = false;
-            for (k, app) in apps.iter().enumerate() {
-                if let Some(c) = iters[k].pop() {
-                    any = true;
-                    let compute = computes.get(k).map(Vec::as_slice);
-                    self.request(&files[k], app, mode, c, compute, &mut runs[k])?;
-                }
-            }
-            if !any {
+            let clocks = runs
+                .iter()
+                .zip(&iters)
+                .map(|(r, it)| (!it.is_empty()).then(|| r.account.modelled_ns(each, self.engines)));
+            let Some(k) = next_app(clocks) else {
                 return Ok(runs);
-            }
+            };
+            let c = iters[k]
+                .pop()
+                .expect("next_app picks an application with requests left");
+            let compute = computes.get(k).map(Vec::as_slice);
+            self.request(&files[k], &apps[k], mode, c, compute, &mut runs[k])?;
         }
     }
+}
+
+/// Which application issues the next request: of those with requests left (`Some` of
+/// their modelled time so far), the one least far along its own modelled clock, the
+/// first on a tie. Applications running at once each go at their own pace, so one whose
+/// requests hit the host cache runs ahead of the other's misses, which evict pages; a
+/// one-for-one interleaving would instead let a slow application's misses evict a fast
+/// one's cached pages just before it reads them (λ-IO §5.3, Figure 5(b)).
+fn next_app(clocks: impl Iterator<Item = Option<u64>>) -> Option<usize> {
+    clocks
+        .enumerate()
+        .filter_map(|(k, c)| c.map(|ns| (ns, k)))
+        .min()
+        .map(|(_, k)| k)
 }
 
 fn device_config(size: u64, compute_scale: Option<f64>) -> anyhow::Result<DeviceConfig> {
@@ -816,6 +833,24 @@ mod tests {
         );
         assert_eq!(out.result, Ok(32), "{name}");
         work
+    }
+
+    /// Two applications take turns by modelled clock: the one behind goes next, the first
+    /// on a tie, finished ones never; a fast one issues several requests per slow one.
+    #[test]
+    fn the_application_behind_on_its_clock_goes_next() {
+        assert_eq!(next_app([Some(5), Some(3)].into_iter()), Some(1));
+        assert_eq!(next_app([Some(3), Some(3)].into_iter()), Some(0));
+        assert_eq!(next_app([None, Some(9)].into_iter()), Some(1));
+        assert_eq!(next_app([None, None].into_iter()), None);
+        // App 0's requests cost 1, app 1's cost 3: three of app 0's per one of app 1's.
+        let (mut clocks, mut left, mut order) = ([0u64, 0], [6u32, 2], Vec::new());
+        while let Some(k) = next_app((0..2).map(|k| (left[k] > 0).then_some(clocks[k]))) {
+            order.push(k);
+            clocks[k] += [1, 3][k];
+            left[k] -= 1;
+        }
+        assert_eq!(order, [0, 1, 0, 0, 0, 1, 0, 0]);
     }
 
     /// λ-IO's proportions: one dataset just larger than the cache, two datasets about

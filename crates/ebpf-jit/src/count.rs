@@ -3,94 +3,416 @@
 //! counting variant of a program ([`crate::JitProgram`] builds it on the first run that
 //! asks for counts), so uncounted runs execute exactly the code they did before.
 //!
-//! Each canonical leader a function reaches gets an `i64` SSA variable, 0 at function
-//! entry. Translation adds 1 where the leader's code begins (`Translator::body`), and
-//! for leaders whose code an if-conversion runs unconditionally, adds the arm's
-//! predicate instead (`enter_if`). The variables are added into the run's counter
-//! buffer (`JitContext::counts`) when the function leaves: at `exit`, at the trap exit
-//! and at the exit that propagates a callee's trap, so a trap mid-block has counted the
-//! whole block, as the rule says. Speculative regions are not planned in this variant
-//! (their blocks run on a predicate and may run twice on a fallback). Versioned loops
-//! are (`loops`): the guard picks one copy per iteration, and both copies bump the same
-//! variables, so an iteration counts once whichever copy runs it.
+//! # One counter per class of blocks
+//! Blocks that always run together share one counter ([`plan`]): by flow conservation
+//! their counts are equal, so only the first of them, the class's *head*, bumps a
+//! counter, and the others' counts are derived from it when the counters are flushed.
+//! Two shapes put a block `b` in the class of an earlier block (its *parent*):
+//!
+//! * a **chain**: `b`'s only predecessor is `a` and `a`'s only successor is `b`;
+//! * a **join**: `b`'s predecessors are a branch `h` and the arm(s) `h` branches to,
+//!   each arm entered only from `h` and leaving only to `b` (an if-then triangle, or an
+//!   if-then-else diamond of two arms): every pass through `h` reaches `b` once.
+//!
+//! A pass through a class can stop early only at a trap (a function's `exit` has no
+//! successor, so it never has a block after it in a class). A trap in a block *before*
+//! member `m` of the pass (its parent's blocks and the arms in between, [`Member::before`])
+//! leaves `m` one entry short of its head, so the trap exit subtracts 1 from `m` when the
+//! recorded trap pc lies in one of those slot ranges. A trap inside a local callee is not
+//! seen by the caller's trap exit (the caller leaves through the propagate exit), so a
+//! block ending in a local call is never a parent or an arm: its successor starts a new
+//! class. The counts stay equal to the interpreter's block by block, traps included.
+//!
+//! # The counters
+//! Each class gets an `i64` SSA variable, 0 at function entry. Translation adds 1 where
+//! the head's code begins (`Translator::body`), and for heads whose code an
+//! if-conversion runs unconditionally, adds the arm's predicate instead (`enter_if`).
+//! The variables are added into the run's counter buffer (`JitContext::counts`), one
+//! slot per member block, when the function leaves: at `exit`, at the trap exit (with the
+//! correction above) and at the exit that propagates a callee's trap, so a trap mid-block
+//! has counted the whole block, as the rule says. Speculative regions are not planned in
+//! this variant (their blocks run on a predicate and may run twice on a fallback).
+//! Versioned loops are (`loops`): the guard picks one copy per iteration, and both copies
+//! bump the same variables, so an iteration counts once whichever copy runs it.
 //!
 //! To copy the shape to another compiled tier: the same leaders
-//! (`VerifiedProgram::blocks`), one counter per leader bumped where its code begins,
-//! added into the buffer whose pointer the context holds whenever a function returns
-//! or traps.
+//! (`VerifiedProgram::blocks`), one counter per leader (or per class, as here) bumped
+//! where its code begins, added into the buffer whose pointer the context holds whenever
+//! a function returns or traps.
 
 use std::collections::HashMap;
 
+use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Value};
 use cranelift_frontend::{FunctionBuilder, Variable};
 
 use csx_ebpf::count::BlockMap;
+use csx_ebpf::isa::*;
 
+use crate::analysis::FunctionPlan;
 use crate::runtime::offsets;
+
+/// One block of a class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The block's leader slot.
+    pub leader: u32,
+    /// Its index in the [`BlockMap`] (its slot in the counter buffer).
+    pub block: usize,
+    /// Slot ranges `lo..hi`, ascending and disjoint: a trap at a slot in one of them
+    /// happens after the class's head was entered in a pass and before this block was
+    /// (empty for the head).
+    pub before: Vec<(u32, u32)>,
+}
+
+/// Blocks sharing one counter, the head first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Class {
+    pub members: Vec<Member>,
+}
+
+impl Class {
+    /// The slot whose code bumps the counter.
+    pub fn head(&self) -> u32 {
+        self.members[0].leader
+    }
+}
+
+/// A block of the function's control-flow graph over canonical blocks.
+struct Node {
+    /// Slots `leader..end` (`end` the next canonical leader).
+    end: u32,
+    succs: Vec<u32>,
+    preds: Vec<u32>,
+    /// Whether its last instruction is a local call (a callee's trap leaves through
+    /// the propagate exit, which cannot tell where it was).
+    local_call: bool,
+}
+
+/// Stands for the caller as the function entry's predecessor.
+const OUTSIDE: u32 = u32::MAX;
+
+/// The counter classes of a function (see the module doc), ordered by head slot, each
+/// class's members by leader slot. Every canonical leader among the function's reachable
+/// slots is in exactly one class.
+pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<Class> {
+    let all = blocks.leaders();
+    let pcs = &f.pcs;
+    let mut nodes: HashMap<u32, Node> = HashMap::new();
+    let leaders: Vec<u32> = pcs
+        .iter()
+        .copied()
+        .filter(|&pc| blocks.block_at(pc).is_some())
+        .collect();
+    for &l in &leaders {
+        let end = all
+            .get(all.partition_point(|&x| x <= l))
+            .copied()
+            .unwrap_or(insns.len() as u32);
+        // The block's last instruction: the last reachable slot before `end`.
+        let last = pcs[pcs.partition_point(|&x| x < end) - 1];
+        let insn = &insns[last as usize];
+        let next = if insn.opc == OP_LDDW {
+            last + 2
+        } else {
+            last + 1
+        };
+        let mut succs = Vec::new();
+        let mut local_call = false;
+        if matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
+            let is32 = insn.class() == CLASS_JMP32;
+            match insn.opc & 0xf0 {
+                JMP_EXIT if !is32 => {}
+                JMP_CALL if !is32 => {
+                    local_call = insn.src == CALL_SRC_LOCAL && insn.opc & SRC_X == 0;
+                    succs.push(next);
+                }
+                JMP_JA => {
+                    let rel = if is32 { insn.imm } else { i32::from(insn.off) };
+                    succs.push((i64::from(last) + i64::from(rel) + 1) as u32);
+                }
+                _ => {
+                    succs.push((i64::from(last) + i64::from(insn.off) + 1) as u32);
+                    succs.push(next);
+                }
+            }
+        } else {
+            succs.push(next);
+        }
+        succs.sort_unstable();
+        succs.dedup();
+        nodes.insert(
+            l,
+            Node {
+                end,
+                succs,
+                preds: Vec::new(),
+                local_call,
+            },
+        );
+    }
+    nodes
+        .get_mut(&f.start)
+        .expect("a function's first slot leads a block")
+        .preds
+        .push(OUTSIDE);
+    for &l in &leaders {
+        for s in nodes[&l].succs.clone() {
+            if let Some(n) = nodes.get_mut(&s) {
+                n.preds.push(l);
+            }
+        }
+    }
+    for n in nodes.values_mut() {
+        n.preds.sort_unstable();
+        n.preds.dedup();
+    }
+
+    // Each block's parent in its class and the arms between them.
+    let mut parent: HashMap<u32, (u32, Vec<u32>)> = HashMap::new();
+    let only = |v: &[u32], x: u32| v.len() == 1 && v[0] == x;
+    let plain = |x: u32| x != OUTSIDE && !nodes[&x].local_call;
+    for &b in &leaders {
+        let preds = &nodes[&b].preds;
+        let found = match *preds.as_slice() {
+            [a] if plain(a) && only(&nodes[&a].succs, b) => Some((a, Vec::new())),
+            [p, q] if plain(p) && plain(q) => {
+                let arm_of = |h: u32, t: u32| {
+                    plain(h)
+                        && only(&nodes[&t].preds, h)
+                        && only(&nodes[&t].succs, b)
+                        && nodes[&h].succs.len() == 2
+                };
+                let (np, nq) = (&nodes[&p], &nodes[&q]);
+                if np.succs.contains(&q) && np.succs.contains(&b) && arm_of(p, q) {
+                    Some((p, vec![q]))
+                } else if nq.succs.contains(&p) && nq.succs.contains(&b) && arm_of(q, p) {
+                    Some((q, vec![p]))
+                } else if np.preds.len() == 1
+                    && nq.preds == np.preds
+                    && np.preds[0] != OUTSIDE
+                    && {
+                        let h = np.preds[0];
+                        let hs = &nodes[&h].succs;
+                        hs.len() == 2 && hs.contains(&p) && hs.contains(&q)
+                    }
+                    && arm_of(np.preds[0], p)
+                    && arm_of(np.preds[0], q)
+                {
+                    Some((np.preds[0], vec![p, q]))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        if let Some((h, arms)) = found {
+            // No cycles: `b` must not be an ancestor of its would-be parent.
+            let mut at = h;
+            let mut cycle = at == b;
+            while let Some((up, _)) = parent.get(&at) {
+                if *up == b {
+                    cycle = true;
+                    break;
+                }
+                at = *up;
+            }
+            if !cycle {
+                parent.insert(b, (h, arms));
+            }
+        }
+    }
+
+    // Heads, and each member's slot ranges before it (memoized along the parent links).
+    let mut before: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
+    let mut head_of: HashMap<u32, u32> = HashMap::new();
+    for &b in &leaders {
+        let mut path = vec![b];
+        while let Some((up, _)) = parent.get(path.last().expect("non-empty")) {
+            if before.contains_key(up) {
+                path.push(*up);
+                break;
+            }
+            path.push(*up);
+        }
+        let top = *path.last().expect("non-empty");
+        if let std::collections::hash_map::Entry::Vacant(e) = before.entry(top) {
+            e.insert(Vec::new());
+            head_of.insert(top, top);
+        }
+        for i in (0..path.len() - 1).rev() {
+            let m = path[i];
+            let (up, arms) = &parent[&m];
+            let mut ranges = before[up].clone();
+            ranges.push((*up, nodes[up].end));
+            ranges.extend(arms.iter().map(|&a| (a, nodes[&a].end)));
+            before.insert(m, coalesce(ranges));
+            head_of.insert(m, head_of[up]);
+        }
+    }
+
+    let mut classes: Vec<Class> = Vec::new();
+    let mut index: HashMap<u32, usize> = HashMap::new();
+    for &b in &leaders {
+        let head = head_of[&b];
+        let member = Member {
+            leader: b,
+            block: blocks.block_at(b).expect("a leader"),
+            before: before[&b].clone(),
+        };
+        match index.get(&head) {
+            Some(&i) => classes[i].members.push(member),
+            None => {
+                index.insert(head, classes.len());
+                classes.push(Class {
+                    members: vec![member],
+                });
+            }
+        }
+    }
+    for c in &mut classes {
+        let head = head_of[&c.members[0].leader];
+        // The head first (a chain may jump backwards, so it is not always the lowest).
+        c.members.sort_by_key(|m| (m.leader != head, m.leader));
+    }
+    classes.sort_by_key(Class::head);
+    classes
+}
+
+/// Sorts `ranges` and merges those that overlap or touch.
+fn coalesce(mut ranges: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+    for (lo, hi) in ranges {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
 
 /// One function's block counters.
 pub(crate) struct Counters {
-    /// By leader slot: the block's index in the [`BlockMap`] and its variable.
-    vars: HashMap<u32, (usize, Variable)>,
-    /// The leader slots of `vars`, ascending (the flush order).
-    order: Vec<u32>,
+    /// By head slot: its class's variable.
+    heads: HashMap<u32, Variable>,
+    /// Every class with its variable, by head slot (the flush order).
+    classes: Vec<(Class, Variable)>,
+    /// Heads of one-block classes, with the block's index.
+    single: HashMap<u32, usize>,
 }
 
 impl Counters {
-    /// Counters for the leaders among `pcs`, set to 0 in the current (entry) block.
-    pub(crate) fn new(b: &mut FunctionBuilder<'_>, blocks: &BlockMap, pcs: &[u32]) -> Counters {
-        let mut vars = HashMap::new();
-        let mut order = Vec::new();
+    /// Counters for the function `f`'s classes, set to 0 in the current (entry) block.
+    pub(crate) fn new(
+        b: &mut FunctionBuilder<'_>,
+        blocks: &BlockMap,
+        insns: &[Insn],
+        f: &FunctionPlan,
+    ) -> Counters {
+        let mut heads = HashMap::new();
+        let mut single = HashMap::new();
+        let mut classes = Vec::new();
         let zero = b.ins().iconst(types::I64, 0);
-        for &pc in pcs {
-            if let Some(block) = blocks.block_at(pc) {
-                let var = b.declare_var(types::I64);
-                b.def_var(var, zero);
-                vars.insert(pc, (block, var));
-                order.push(pc);
+        for class in plan(insns, blocks, f) {
+            let var = b.declare_var(types::I64);
+            b.def_var(var, zero);
+            heads.insert(class.head(), var);
+            if let [m] = class.members.as_slice() {
+                single.insert(m.leader, m.block);
             }
+            classes.push((class, var));
         }
-        order.sort_unstable();
-        Counters { vars, order }
+        Counters {
+            heads,
+            classes,
+            single,
+        }
     }
 
-    /// Adds 1 to the counter of the block `pc` leads, if it leads one.
+    /// Adds 1 to the counter of the class `pc` heads, if it heads one.
     pub(crate) fn enter(&self, b: &mut FunctionBuilder<'_>, pc: u32) {
-        if let Some(&(_, var)) = self.vars.get(&pc) {
+        if let Some(&var) = self.heads.get(&pc) {
             let n = b.use_var(var);
             let n = b.ins().iadd_imm_s(n, 1);
             b.def_var(var, n);
         }
     }
 
-    /// Adds `runs` (a Cranelift boolean, 0 or 1) to the counter of every block led by a
-    /// slot in `from..to`: an if-converted arm, which runs when `runs` holds.
-    pub(crate) fn enter_if(&self, b: &mut FunctionBuilder<'_>, from: u32, to: u32, runs: Value) {
+    /// Adds `runs` (a Cranelift boolean, 0 or 1) to the count of every class headed by a
+    /// slot in `from..to`: an if-converted arm, which runs when `runs` holds. A class of
+    /// one block (an arm's usual class: its successor is a join) is added straight into
+    /// the run's buffer, so an arm in a loop keeps no counter live across the back-edge
+    /// (one less value to hold in a register or spill); the buffer then holds its count
+    /// at once, and the class's variable, added at flush, holds only plain entries.
+    pub(crate) fn enter_if(
+        &self,
+        b: &mut FunctionBuilder<'_>,
+        (ctx, flags): (Value, MemFlagsData),
+        (from, to): (u32, u32),
+        runs: Value,
+    ) {
         let mut one = None;
         for pc in from..to {
-            if let Some(&(_, var)) = self.vars.get(&pc) {
+            if let Some(&var) = self.heads.get(&pc) {
                 let add = *one.get_or_insert_with(|| b.ins().uextend(types::I64, runs));
-                let n = b.use_var(var);
-                let n = b.ins().iadd(n, add);
-                b.def_var(var, n);
+                if let Some(&block) = self.single.get(&pc) {
+                    let base = b.ins().load(types::I64, flags, ctx, offsets::COUNTS);
+                    let off = i32::try_from(block * 8).expect("a program has at most 2^20 slots");
+                    let buf = MemFlagsData::trusted();
+                    let old = b.ins().load(types::I64, buf, base, off);
+                    let new = b.ins().iadd(old, add);
+                    b.ins().store(buf, new, base, off);
+                } else {
+                    let n = b.use_var(var);
+                    let n = b.ins().iadd(n, add);
+                    b.def_var(var, n);
+                }
             }
         }
     }
 
-    /// Adds every counter into the run's buffer; the function is about to leave.
-    pub(crate) fn flush(&self, b: &mut FunctionBuilder<'_>, ctx: Value, flags: MemFlagsData) {
-        if self.order.is_empty() {
+    /// Adds every member's count into the run's buffer; the function is about to leave.
+    /// `trapped`: at the trap exit, where the context holds the trap's pc and members
+    /// the last pass did not reach count one less than their head.
+    pub(crate) fn flush(
+        &self,
+        b: &mut FunctionBuilder<'_>,
+        ctx: Value,
+        flags: MemFlagsData,
+        trapped: bool,
+    ) {
+        if self.classes.is_empty() {
             return;
         }
         let base = b.ins().load(types::I64, flags, ctx, offsets::COUNTS);
+        let trap_pc = trapped.then(|| b.ins().load(types::I64, flags, ctx, offsets::TRAP_PC));
         let buf = MemFlagsData::trusted();
-        for pc in &self.order {
-            let (block, var) = self.vars[pc];
-            let n = b.use_var(var);
-            let off = i32::try_from(block * 8).expect("a program has at most 2^20 slots");
-            let old = b.ins().load(types::I64, buf, base, off);
-            let new = b.ins().iadd(old, n);
-            b.ins().store(buf, new, base, off);
+        for (class, var) in &self.classes {
+            let n = b.use_var(*var);
+            for m in &class.members {
+                let mut count = n;
+                if let (Some(pc), false) = (trap_pc, m.before.is_empty()) {
+                    let mut short: Option<Value> = None;
+                    for &(lo, hi) in &m.before {
+                        let d = b.ins().iadd_imm_s(pc, -i64::from(lo));
+                        let inside =
+                            b.ins()
+                                .icmp_imm_u(IntCC::UnsignedLessThan, d, i64::from(hi - lo));
+                        short = Some(match short {
+                            Some(s) => b.ins().bor(s, inside),
+                            None => inside,
+                        });
+                    }
+                    let short = short.expect("a member after its head has slots before it");
+                    let short = b.ins().uextend(types::I64, short);
+                    count = b.ins().isub(n, short);
+                }
+                let off = i32::try_from(m.block * 8).expect("a program has at most 2^20 slots");
+                let old = b.ins().load(types::I64, buf, base, off);
+                let new = b.ins().iadd(old, count);
+                b.ins().store(buf, new, base, off);
+            }
         }
     }
 }

@@ -458,7 +458,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             (RegionIdx::STACK.vaddr(0) as i64).wrapping_neg(),
         );
 
-        let counters = env.blocks.map(|m| Counters::new(&mut b, m, &plan.pcs));
+        let counters = env
+            .blocks
+            .map(|m| Counters::new(&mut b, m, env.insns, plan));
 
         let mut blocks = BTreeMap::new();
         for &leader in &plan.leaders {
@@ -751,11 +753,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn finish(mut self) {
         self.b.switch_to_block(self.trap_exit);
         self.store_fuel();
-        self.flush_counters();
+        self.flush_counters(true);
         self.return_trap();
 
         self.b.switch_to_block(self.propagate);
-        self.flush_counters();
+        self.flush_counters(false);
         self.return_trap();
 
         self.b.seal_all_blocks();
@@ -775,10 +777,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.b.ins().return_(&values);
     }
 
-    /// Adds the block counters into the run's buffer (counting variant only).
-    fn flush_counters(&mut self) {
+    /// Adds the block counters into the run's buffer (counting variant only);
+    /// `trapped` at the trap exit.
+    fn flush_counters(&mut self, trapped: bool) {
         if let Some(c) = &self.counters {
-            c.flush(&mut self.b, self.ctx, self.flags.ctx);
+            c.flush(&mut self.b, self.ctx, self.flags.ctx, trapped);
         }
     }
 
@@ -1755,11 +1758,21 @@ impl<'a, 'f> Translator<'a, 'f> {
                     } else {
                         arm_end
                     };
-                    c.enter_if(&mut self.b, pc + 1, to, not);
+                    c.enter_if(&mut self.b, (self.ctx, self.flags.ctx), (pc + 1, to), not);
                 }
                 IfConv::Diamond { else_start, join } => {
-                    c.enter_if(&mut self.b, pc + 1, else_start, not);
-                    c.enter_if(&mut self.b, else_start, join, cond);
+                    c.enter_if(
+                        &mut self.b,
+                        (self.ctx, self.flags.ctx),
+                        (pc + 1, else_start),
+                        not,
+                    );
+                    c.enter_if(
+                        &mut self.b,
+                        (self.ctx, self.flags.ctx),
+                        (else_start, join),
+                        cond,
+                    );
                 }
                 IfConv::Paths { .. } => {
                     unreachable!("the counting variant plans no path conversions")
@@ -2053,7 +2066,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// callee returns the fuel left, r0 and the r1-r5 it may have written (the caller
     /// sees r1-r5 as the callee left them).
     fn exit(&mut self) {
-        self.flush_counters();
+        self.flush_counters(false);
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
         match self.entry {
             Entry::Run => {

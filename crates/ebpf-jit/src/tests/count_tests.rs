@@ -145,3 +145,67 @@ fn calls_count_the_callee_and_the_return() {
     // Too deep a recursion traps at a call; both engines have counted the same.
     work_of("call local f\nexit\nf:\ncall local f\nexit", 1000);
 }
+
+/// A loop whose blocks share counters (a triangle's join and the block after a helper
+/// call count with the loop's head), with loads that trap in the head or in a later
+/// member of that class at some pass, and fuel running out anywhere: the derived counts
+/// equal the interpreter's block by block.
+#[test]
+fn a_trap_inside_a_class_counts_like_the_interpreter() {
+    let src = |limit: u32, off: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\n\
+             loop:\nmov %r4, %r6\nlsh %r4, 3\nadd %r4, %r1\nldxb %r3, [%r4+0]\n\
+             jge %r3, 24, big\nadd %r0, 1\n\
+             big:\nmov %r7, %r0\nmov %r8, %r4\nmov %r1, %r6\ncall 1\n\
+             mov %r1, %r8\nsub %r1, %r4\nadd %r1, %r8\nldxb %r5, [%r8+{off}]\nadd %r0, %r5\n\
+             jset %r5, 1, odd\nadd %r0, 2\nja joined\nodd:\nadd %r0, 3\njoined:\n\
+             mov %r1, %r8\nsub %r1, %r6\nmov %r4, %r6\nlsh %r4, 3\nsub %r1, %r4\n\
+             add %r6, 1\njlt %r6, {limit}, loop\nexit"
+        )
+    };
+    // The classes: the head's class takes the triangle's join, the block after the
+    // helper call and the diamond's join (the arms and the exit count alone).
+    let p = program(&src(5, 0), vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    let classes = crate::count::plan(p.insns(), p.blocks(), &plan.functions[0]);
+    let leaders = p.blocks().leaders();
+    assert_eq!(leaders, [0, 2, 7, 8, 12, 18, 20, 21, 28]);
+    let shape: Vec<Vec<u32>> = classes
+        .iter()
+        .map(|c| c.members.iter().map(|m| m.leader).collect())
+        .collect();
+    // Entry 0; loop 2; arm 7; join 8; after the call 12; even arm 18; odd arm 20;
+    // joined 21; exit 28.
+    assert_eq!(
+        shape,
+        vec![
+            vec![0],
+            vec![2, 8, 12, 21],
+            vec![7],
+            vec![18],
+            vec![20],
+            vec![28]
+        ]
+    );
+    let head = &classes[1].members;
+    assert_eq!(head[1].before, vec![(2, 8)], "the head and the arm");
+    assert_eq!(head[2].before, vec![(2, 12)], "and the join's block");
+    assert_eq!(
+        head[3].before,
+        vec![(2, 21)],
+        "every slot of the pass before it"
+    );
+    for (limit, off) in [(5, 0), (12, 0), (12, 20), (12, 60), (7, 13)] {
+        let src = src(limit, off);
+        for fuel in [0, 1, 2, 3, 7, 20, 33, 100_000] {
+            work_of(&src, fuel);
+        }
+    }
+    // A helper's abort inside the class: the blocks after the call lose the last pass.
+    let abort = "mov %r0, 0\nmov %r6, 0\n\
+                 loop:\nadd %r6, 1\njeq %r6, 4, stop\nmov %r1, %r6\ncall 1\nadd %r0, %r1\n\
+                 jlt %r6, 10, loop\nexit\nstop:\ncall 3\nexit";
+    let (out, _) = work_of(abort, 100_000);
+    assert!(out.result.is_err());
+}
