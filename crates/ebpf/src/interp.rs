@@ -2760,6 +2760,11 @@ mod tests {
             [StFpDw, StxFpB, LdxDw, LdxFpH, LdxH, StxW, LdxW, Exit]
         );
         assert_eq!(decode_program(&raw, false, None)[0].kind, StDw);
+        // The decoding for counted runs gets them too.
+        let blocks = crate::count::BlockMap::new(&raw, 0);
+        let counted = decode_program(&raw, true, Some(blocks.block_table()));
+        let counted: Vec<Kind> = counted.iter().map(|s| s.kind).collect();
+        assert_eq!(counted, kinds);
         // The caller stores at both ends of its frame and calls a function that writes
         // its own frame at the same offsets; the caller's bytes must be intact.
         let insns = prog![
