@@ -39,7 +39,7 @@ use crate::count::{ExecCounts, NOT_A_LEADER};
 use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome, StopFlag};
 use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
-use crate::limits::CALL_DEPTH_MAX;
+use crate::limits::{CALL_DEPTH_MAX, STACK_FRAME_SIZE, STACK_SIZE};
 use crate::memory::{MemoryMap, RegionIdx};
 use crate::program::VerifiedProgram;
 use crate::trap::{Trap, TrapKind};
@@ -423,6 +423,23 @@ enum Kind {
     LshMovAddLdxDw,
     /// `xor dst, src; mul dst, aux` (a multiplicative hash's step).
     XorMul,
+    // Stack accesses at `r10 + off` proven in range when decoded ([`frame_access`]):
+    // they index the current frame's host memory directly, with no region lookup.
+    /// `ldx<size> dst, [r10 + off]`.
+    LdxFpB,
+    LdxFpH,
+    LdxFpW,
+    LdxFpDw,
+    /// `stx<size> [r10 + off], src`.
+    StxFpB,
+    StxFpH,
+    StxFpW,
+    StxFpDw,
+    /// `st<size> [r10 + off], imm`.
+    StFpB,
+    StFpH,
+    StFpW,
+    StFpDw,
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
@@ -514,6 +531,9 @@ fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[
     slots.truncate(insns.len());
     if fused {
         fuse(&mut slots, leaders);
+        for slot in &mut slots {
+            slot.kind = frame_access(*slot);
+        }
     }
     for (slot, &b) in slots.iter_mut().zip(leaders.unwrap_or_default()) {
         slot.lead = u8::from(b != NOT_A_LEADER);
@@ -772,6 +792,44 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
     }
 }
 
+/// The kind of `slot` once its stack access is proven in range: a plain load or store
+/// at `r10 + off` becomes a `...Fp...` kind when `-STACK_FRAME_SIZE <= off <= -size`,
+/// else (or for any other slot) its kind is unchanged. The proof: the verifier rejects
+/// every write to r10, so r10 is always the current frame's pointer, `STACK_SIZE -
+/// depth * STACK_FRAME_SIZE` bytes into the stack region with `depth < CALL_DEPTH_MAX`
+/// (`crate::engine::RunMemory::with_mapped`, [`Kind::CallLocal`]); `size` bytes at `r10
+/// + off` then lie inside the region at every depth. Fused ops keep the checked path.
+fn frame_access(slot: Slot) -> Kind {
+    use Kind::*;
+    let (kind, base) = match slot.kind {
+        LdxB => (LdxFpB, slot.src),
+        LdxH => (LdxFpH, slot.src),
+        LdxW => (LdxFpW, slot.src),
+        LdxDw => (LdxFpDw, slot.src),
+        StxB => (StxFpB, slot.dst),
+        StxH => (StxFpH, slot.dst),
+        StxW => (StxFpW, slot.dst),
+        StxDw => (StxFpDw, slot.dst),
+        StB => (StFpB, slot.dst),
+        StH => (StFpH, slot.dst),
+        StW => (StFpW, slot.dst),
+        StDw => (StFpDw, slot.dst),
+        other => return other,
+    };
+    let size = match kind {
+        LdxFpB | StxFpB | StFpB => 1,
+        LdxFpH | StxFpH | StFpH => 2,
+        LdxFpW | StxFpW | StFpW => 4,
+        _ => 8,
+    };
+    let off = i64::from(slot.off);
+    if base == REG_FP && off >= -(STACK_FRAME_SIZE as i64) && off <= -size {
+        kind
+    } else {
+        slot.kind
+    }
+}
+
 /// How many slots a fused op of `kind` runs (1 for every unfused kind).
 fn span(kind: Kind) -> usize {
     use Kind::*;
@@ -971,6 +1029,10 @@ fn decode_mem(insn: Insn) -> Slot {
 
 /// Entries of the run's register file: one per `u8`, see [`Interpreter::execute`].
 const REG_FILE_SIZE: usize = 256;
+
+/// The register file's entry for the host address of the current frame's top (what r10
+/// stands for): past r10, so no verified program names it.
+const FRAME_HOST: usize = REG_FP as usize + 1;
 
 /// Registers saved by a local call (RFC 9669 §4.3.1: r6-r9 are callee-saved).
 #[derive(Clone, Copy, Default)]
@@ -1175,6 +1237,40 @@ fn guarded_call(
     Ok(r0)
 }
 
+/// Reads a little-endian value of `size` bytes (1, 2, 4 or 8) at `p`, zero-extended.
+///
+/// # Safety
+/// `p` must be valid for reads of `size` bytes (any alignment).
+#[inline(always)]
+unsafe fn read_host(p: *const u8, size: u64) -> u64 {
+    // SAFETY: the caller's promise; unaligned reads, as eBPF permits unaligned access.
+    unsafe {
+        match size {
+            1 => u64::from(p.read()),
+            2 => u64::from(p.cast::<u16>().read_unaligned()),
+            4 => u64::from(p.cast::<u32>().read_unaligned()),
+            _ => p.cast::<u64>().read_unaligned(),
+        }
+    }
+}
+
+/// Writes the low `size` bytes (1, 2, 4 or 8) of `value` at `p`, little-endian.
+///
+/// # Safety
+/// `p` must be valid for writes of `size` bytes (any alignment).
+#[inline(always)]
+unsafe fn write_host(p: *mut u8, size: u64, value: u64) {
+    // SAFETY: the caller's promise; unaligned writes, as eBPF permits unaligned access.
+    unsafe {
+        match size {
+            1 => p.write(value as u8),
+            2 => p.cast::<u16>().write_unaligned(value as u16),
+            4 => p.cast::<u32>().write_unaligned(value as u32),
+            _ => p.cast::<u64>().write_unaligned(value),
+        }
+    }
+}
+
 impl Interpreter {
     /// The dispatch loop. `pc` is advanced before an op runs, so inside an arm the
     /// current instruction is `pc - 1` (what traps and fuel use).
@@ -1208,12 +1304,27 @@ impl Interpreter {
         };
         let functions = self.program.functions();
         let stack = stack_row(mem);
+        // The `...Fp...` kinds ([`frame_access`]) address the current frame through
+        // the host address r10 stands for, kept in `regs[FRAME_HOST]`; they rely on this
+        // layout, which `RunMemory::with_mapped` gives every run.
+        assert!(
+            stack.1 == STACK_SIZE as u64
+                && stack.2 == STACK_SIZE as u64
+                && frame_pointer == RegionIdx::STACK.vaddr(STACK_SIZE as u32),
+            "the interpreter runs with its stack mapped by RunMemory"
+        );
+        let frame_host = mem.entries()[RegionIdx::STACK.0 as usize]
+            .base
+            .wrapping_add(STACK_SIZE);
         // One entry per possible `u8` register number, so that indexing by a decoded
         // register needs neither a bounds check nor a mask; only r0-r10 are ever named
         // by a verified program.
         let mut regs = [0u64; REG_FILE_SIZE];
         regs[1..6].copy_from_slice(&args);
         regs[usize::from(REG_FP)] = frame_pointer;
+        // In the register file's memory, not a local: a local took a machine register
+        // from the dispatch loop and made every kernel pay for it in spills.
+        regs[FRAME_HOST] = frame_host.expose_provenance() as u64;
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
         // Frames saved by local calls: live frames are `depth + 1`.
         let mut depth = 0usize;
@@ -1313,18 +1424,42 @@ impl Interpreter {
             };
         }
         macro_rules! load_at {
-            ($base:expr, $off:expr, $size:expr) => {
-                match mem.load($base.wrapping_add($off as i64 as u64), $size) {
+            ($base:expr, $off:expr, $size:expr) => {{
+                let a = $base.wrapping_add($off as i64 as u64);
+                match mem.load(a, $size) {
                     Ok(v) => v,
                     Err(kind) => trap!(kind),
                 }
-            };
+            }};
         }
         macro_rules! store {
-            ($dst:expr, $off:expr, $size:expr, $value:expr) => {
-                if let Err(kind) = mem.store(addr!($dst, $off), $size, $value) {
+            ($dst:expr, $off:expr, $size:expr, $value:expr) => {{
+                let a = addr!($dst, $off);
+                if let Err(kind) = mem.store(a, $size, $value) {
                     trap!(kind)
                 }
+            }};
+        }
+        // The `...Fp...` kinds: `$size` bytes at `r10 + $off` in the current frame.
+        macro_rules! frame_at {
+            ($off:expr) => {
+                std::ptr::with_exposed_provenance_mut::<u8>(regs[FRAME_HOST] as usize)
+                    .wrapping_offset($off as isize)
+            };
+        }
+        macro_rules! frame_load {
+            ($off:expr, $size:expr) => {
+                // SAFETY: `frame_access` admitted only `-STACK_FRAME_SIZE <= off <=
+                // -size`, and `regs[FRAME_HOST]` is `STACK_SIZE - depth * STACK_FRAME_SIZE`
+                // bytes into the stack mapped read-write for this run (asserted above),
+                // with `depth < CALL_DEPTH_MAX`: the bytes lie inside the stack.
+                unsafe { read_host(frame_at!($off), $size) }
+            };
+        }
+        macro_rules! frame_store {
+            ($off:expr, $size:expr, $value:expr) => {
+                // SAFETY: as in `frame_load`; the stack is mapped writable.
+                unsafe { write_host(frame_at!($off), $size, $value) }
             };
         }
         macro_rules! helper {
@@ -1598,6 +1733,7 @@ impl Interpreter {
                     };
                     depth += 1;
                     r!(REG_FP) = r!(REG_FP).wrapping_sub(rules::FRAME_SIZE);
+                    regs[FRAME_HOST] -= STACK_FRAME_SIZE as u64;
                     next = base.wrapping_add(s.target as usize);
                 }
                 Kind::Exit => {
@@ -1611,6 +1747,7 @@ impl Interpreter {
                     let frame = frames[depth];
                     regs[6..10].copy_from_slice(&frame.saved);
                     r!(REG_FP) = r!(REG_FP).wrapping_add(rules::FRAME_SIZE);
+                    regs[FRAME_HOST] += STACK_FRAME_SIZE as u64;
                     next = base.wrapping_add(frame.return_pc as usize);
                 }
                 Kind::MovZx32x3 => {
@@ -1893,6 +2030,18 @@ impl Interpreter {
                     next = next.wrapping_add(3);
                     r!(s.dst) = load!(s.dst, s.aux2, s.off, 8);
                 }
+                Kind::LdxFpB => r!(s.dst) = frame_load!(s.off, 1),
+                Kind::LdxFpH => r!(s.dst) = frame_load!(s.off, 2),
+                Kind::LdxFpW => r!(s.dst) = frame_load!(s.off, 4),
+                Kind::LdxFpDw => r!(s.dst) = frame_load!(s.off, 8),
+                Kind::StxFpB => frame_store!(s.off, 1, r!(s.src)),
+                Kind::StxFpH => frame_store!(s.off, 2, r!(s.src)),
+                Kind::StxFpW => frame_store!(s.off, 4, r!(s.src)),
+                Kind::StxFpDw => frame_store!(s.off, 8, r!(s.src)),
+                Kind::StFpB => frame_store!(s.off, 1, s.imm64()),
+                Kind::StFpH => frame_store!(s.off, 2, s.imm64()),
+                Kind::StFpW => frame_store!(s.off, 4, s.imm64()),
+                Kind::StFpDw => frame_store!(s.off, 8, s.imm64()),
                 Kind::XorMul => {
                     r!(s.dst) ^= r!(s.src);
                     r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.aux));
@@ -2584,6 +2733,79 @@ mod tests {
         let b = plain.run(&mut MemoryMap::new(), args, &opts, &mut ConformanceHost);
         assert_eq!(a, b, "fused and unfused decodings disagree");
         a
+    }
+
+    #[test]
+    fn frame_accesses_proven_at_decode() {
+        use Kind::*;
+        // Decoding alone: offsets -8 and -512 are proven; 504 (the caller's frame) and
+        // -1 for two bytes (past the frame's end) keep the checked path (the verifier
+        // rejects both, so only decoding sees them).
+        let raw = [
+            st(SIZE_DW, 10, -8, 1),
+            stx(SIZE_B, 10, 1, -512),
+            ldx(SIZE_DW, 0, 10, 504),
+            ldx(SIZE_H, 3, 10, -2),
+            ldx(SIZE_H, 4, 10, -1),
+            stx(SIZE_W, 10, 1, -513),
+            ldx(SIZE_W, 0, 1, -8),
+            EXIT,
+        ];
+        let kinds: Vec<Kind> = decode_program(&raw, true, None)
+            .iter()
+            .map(|s| s.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [StFpDw, StxFpB, LdxDw, LdxFpH, LdxH, StxW, LdxW, Exit]
+        );
+        assert_eq!(decode_program(&raw, false, None)[0].kind, StDw);
+        // The decoding for counted runs gets them too.
+        let blocks = crate::count::BlockMap::new(&raw, 0);
+        let counted = decode_program(&raw, true, Some(blocks.block_table()));
+        let counted: Vec<Kind> = counted.iter().map(|s| s.kind).collect();
+        assert_eq!(counted, kinds);
+        // The caller stores at both ends of its frame and calls a function that writes
+        // its own frame at the same offsets; the caller's bytes must be intact.
+        let insns = prog![
+            st(SIZE_DW, 10, -8, 111),
+            mov(1, 7),
+            stx(SIZE_B, 10, 1, -512),
+            call_local(5),
+            ldx(SIZE_DW, 2, 10, -8),
+            alu64x(ALU_ADD, 0, 2),
+            ldx(SIZE_B, 2, 10, -512),
+            alu64x(ALU_ADD, 0, 2),
+            EXIT,
+            st(SIZE_DW, 10, -8, 222),
+            st(SIZE_B, 10, -512, 9),
+            ldx(SIZE_DW, 0, 10, -8),
+            ldx(SIZE_B, 3, 10, -512),
+            alu64x(ALU_ADD, 0, 3),
+            EXIT
+        ];
+        // The callee's 222 + 9, then the caller's 111 and 7: 349.
+        assert_eq!(run_both(insns.to_vec(), [0; 5], 1000).result, Ok(349));
+        // Deep recursion moves the frame down to the stack's first byte: each level
+        // stores its depth at `r10 - 512` and `r10 - 8`, and sums them on the way out.
+        let deep = prog![
+            mov(1, 0),
+            call_local(1),
+            EXIT,
+            stx(SIZE_DW, 10, 1, -8),
+            stx(SIZE_B, 10, 1, -512),
+            alu64(ALU_ADD, 1, 1),
+            mov(0, 0),
+            jmp(JMP_JGE, 1, CALL_DEPTH_MAX as i32 - 1, 1),
+            call_local(-6),
+            ldx(SIZE_DW, 2, 10, -8),
+            alu64x(ALU_ADD, 0, 2),
+            ldx(SIZE_B, 2, 10, -512),
+            alu64x(ALU_ADD, 0, 2),
+            EXIT
+        ];
+        // Depths 0..=6 stored twice each: 2 * 21.
+        assert_eq!(run_both(deep.to_vec(), [0; 5], 1000).result, Ok(42));
     }
 
     #[test]
@@ -3583,7 +3805,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..25,
+                0u8..28,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -3648,6 +3870,22 @@ mod tests {
                                 ldx(size, a, d, off),
                             ],
                             20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
+                            // Stack accesses at `r10 + off`, at and past both ends of
+                            // the proven range (`frame_access`), stored then loaded.
+                            21 | 22 => {
+                                let bytes = [4i16, 2, 1, 8][usize::from(size >> 3)];
+                                let off = match imm2 {
+                                    -8..=-6 => -512 - off.abs() % 2,
+                                    -5..=-3 => -bytes + 1 - off.abs() % 2,
+                                    _ => -8 * (off.abs() + 1) - imm2 as i16,
+                                };
+                                let st = if which == 21 {
+                                    stx(size, REG_FP, s, off)
+                                } else {
+                                    st(size, REG_FP, off, imm)
+                                };
+                                vec![st, ldx(size, d, REG_FP, off), ldx(size, a, REG_FP, off - 1)]
+                            }
                             _ => any,
                         };
                         let keep = vec![false; insns.len()];
