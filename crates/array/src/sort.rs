@@ -287,10 +287,6 @@ struct Job<'a> {
     final_slices: std::sync::atomic::AtomicU32,
     /// Member path prefix of the run files a move between daemons writes.
     run_prefix: String,
-    /// Held by a daemon-to-daemon pull: one at a time. A daemon serves its peers'
-    /// reads with the workers its own pulls occupy, so two daemons pulling from each
-    /// other at once (a multiway merge's slices do) would wait on each other forever.
-    peer_pulls: Mutex<()>,
 }
 
 impl Job<'_> {
@@ -487,7 +483,6 @@ impl Job<'_> {
                     "array member {from}: the run file of {len} bytes maps {mapped} contiguous bytes"
                 )));
             }
-            let _one = self.peer_pulls.lock().unwrap_or_else(|p| p.into_inner());
             self.array.d2d_read_blocks(&ranges, into, dst, at)?;
             Ok(())
         })();
@@ -1320,7 +1315,6 @@ pub fn sort(
         final_out: Mutex::new(None),
         final_slices: std::sync::atomic::AtomicU32::new(0),
         run_prefix: array.member_path(out_id),
-        peer_pulls: Mutex::new(()),
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {
