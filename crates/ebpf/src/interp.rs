@@ -40,7 +40,7 @@ use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome, StopFlag};
 use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
 use crate::limits::{CALL_DEPTH_MAX, STACK_FRAME_SIZE, STACK_SIZE};
-use crate::memory::{MemoryMap, RegionIdx};
+use crate::memory::{read_host, write_host, MemoryMap, RegionIdx};
 use crate::program::VerifiedProgram;
 use crate::trap::{Trap, TrapKind};
 
@@ -1235,40 +1235,6 @@ fn guarded_call(
         return Err(abort("helper remapped the engine's stack region".into()));
     }
     Ok(r0)
-}
-
-/// Reads a little-endian value of `size` bytes (1, 2, 4 or 8) at `p`, zero-extended.
-///
-/// # Safety
-/// `p` must be valid for reads of `size` bytes (any alignment).
-#[inline(always)]
-unsafe fn read_host(p: *const u8, size: u64) -> u64 {
-    // SAFETY: the caller's promise; unaligned reads, as eBPF permits unaligned access.
-    unsafe {
-        match size {
-            1 => u64::from(p.read()),
-            2 => u64::from(p.cast::<u16>().read_unaligned()),
-            4 => u64::from(p.cast::<u32>().read_unaligned()),
-            _ => p.cast::<u64>().read_unaligned(),
-        }
-    }
-}
-
-/// Writes the low `size` bytes (1, 2, 4 or 8) of `value` at `p`, little-endian.
-///
-/// # Safety
-/// `p` must be valid for writes of `size` bytes (any alignment).
-#[inline(always)]
-unsafe fn write_host(p: *mut u8, size: u64, value: u64) {
-    // SAFETY: the caller's promise; unaligned writes, as eBPF permits unaligned access.
-    unsafe {
-        match size {
-            1 => p.write(value as u8),
-            2 => p.cast::<u16>().write_unaligned(value as u16),
-            4 => p.cast::<u32>().write_unaligned(value as u32),
-            _ => p.cast::<u64>().write_unaligned(value),
-        }
-    }
 }
 
 impl Interpreter {

@@ -306,15 +306,7 @@ impl<'a> MemoryMap<'a> {
         let p = self.translate(addr, u64::from(size), false)?;
         // SAFETY: `translate` proved `size` readable bytes at `p`; unaligned reads are
         // used because eBPF permits unaligned access.
-        let v = unsafe {
-            match size {
-                1 => u64::from(p.read()),
-                2 => u64::from(p.cast::<u16>().read_unaligned()),
-                4 => u64::from(p.cast::<u32>().read_unaligned()),
-                _ => p.cast::<u64>().read_unaligned(),
-            }
-        };
-        Ok(v)
+        Ok(unsafe { read_host(p, u64::from(size)) })
     }
 
     /// Stores the low `size` bytes (1, 2, 4 or 8) of `value`, little-endian.
@@ -323,15 +315,42 @@ impl<'a> MemoryMap<'a> {
         let p = self.translate(addr, u64::from(size), true)?;
         // SAFETY: `translate` proved `size` writable bytes at `p`; unaligned writes
         // because eBPF permits unaligned access.
-        unsafe {
-            match size {
-                1 => p.write(value as u8),
-                2 => p.cast::<u16>().write_unaligned(value as u16),
-                4 => p.cast::<u32>().write_unaligned(value as u32),
-                _ => p.cast::<u64>().write_unaligned(value),
-            }
-        }
+        unsafe { write_host(p, u64::from(size), value) }
         Ok(())
+    }
+}
+
+/// Reads a little-endian value of `size` bytes (1, 2, 4 or 8) at `p`, zero-extended.
+///
+/// # Safety
+/// `p` must be valid for reads of `size` bytes (any alignment).
+#[inline(always)]
+pub(crate) unsafe fn read_host(p: *const u8, size: u64) -> u64 {
+    // SAFETY: the caller's promise; unaligned reads, as eBPF permits unaligned access.
+    unsafe {
+        match size {
+            1 => u64::from(p.read()),
+            2 => u64::from(p.cast::<u16>().read_unaligned()),
+            4 => u64::from(p.cast::<u32>().read_unaligned()),
+            _ => p.cast::<u64>().read_unaligned(),
+        }
+    }
+}
+
+/// Writes the low `size` bytes (1, 2, 4 or 8) of `value` at `p`, little-endian.
+///
+/// # Safety
+/// `p` must be valid for writes of `size` bytes (any alignment).
+#[inline(always)]
+pub(crate) unsafe fn write_host(p: *mut u8, size: u64, value: u64) {
+    // SAFETY: the caller's promise; unaligned writes, as eBPF permits unaligned access.
+    unsafe {
+        match size {
+            1 => p.write(value as u8),
+            2 => p.cast::<u16>().write_unaligned(value as u16),
+            4 => p.cast::<u32>().write_unaligned(value as u32),
+            _ => p.cast::<u64>().write_unaligned(value),
+        }
     }
 }
 
