@@ -803,6 +803,8 @@ fn a_set_stop_flag_stops_at_the_first_charge() {
         2,
         2,
     );
+    // A versioned loop whose iterations fuel bounds: its back-edge (slot 8, 5 slots).
+    stopped(&strided_sum(0, 1, 16, "ldxb"), 8, 5);
     // Helper and local calls charge 1 before they run.
     stopped("mov %r1, 1\ncall 1\nexit", 1, 1);
     stopped("call local f\nexit\nf:\nmov %r0, 1\nexit", 0, 1);
@@ -1292,5 +1294,155 @@ fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
             })
         );
         assert_eq!(out.fuel_used, 9);
+    }
+}
+
+/// Programs whose runs take many slices of fuel (`rules::STOP_SLICE`): a versioned
+/// loop whose iterations fuel bounds (a byte sum over region 2, 64 bytes, inside an
+/// outer loop), a loop with no memory access (never versioned), and a loop with a local
+/// call (the slice crosses the call both ways).
+fn many_slices_programs() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "versioned",
+            "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+             inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+             jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 2000, outer\nexit"
+                .into(),
+        ),
+        (
+            "plain",
+            "mov %r0, 0\nloop:\nadd %r0, 3\nxor %r0, 5\njlt %r0, 300000, loop\nexit".into(),
+        ),
+        (
+            "call",
+            "mov %r6, 0\nmov %r7, 0\nloop:\nmov %r1, %r6\ncall local f\nadd %r7, %r0\n\
+             add %r6, 1\njlt %r6, 70000, loop\nmov %r0, %r7\nexit\n\
+             f:\nmov %r0, %r1\nand %r0, 7\nexit"
+                .into(),
+        ),
+    ]
+}
+
+/// A run over many slices uses the interpreter's fuel, and at every budget around the
+/// first few slice boundaries it runs out at the interpreter's pc with its fuel: the
+/// slice is refilled from the reserve exactly, and the last charge that fits runs.
+#[test]
+fn fuel_slices_refill_across_many_slices() {
+    let slice = csx_ebpf::engine::rules::STOP_SLICE;
+    for (name, src) in many_slices_programs() {
+        let p = program(&src, vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        assert!(full.result.is_ok(), "{name}: {full:?}");
+        assert!(full.fuel_used > 6 * slice, "{name}: {}", full.fuel_used);
+        let exact = check_program(p.clone(), full.fuel_used);
+        assert_eq!(exact, full, "{name}: a budget of exactly the fuel needed");
+        let mut budgets: Vec<u64> = vec![full.fuel_used - 1];
+        for k in [1, 2, 5] {
+            budgets.extend((k * slice - 7)..=(k * slice + 7));
+        }
+        for fuel in budgets {
+            let out = check_program(p.clone(), fuel);
+            assert_eq!(
+                out.result.as_ref().map_err(|t| &t.kind),
+                Err(&TrapKind::FuelExhausted { budget: fuel }),
+                "{name}, fuel {fuel}"
+            );
+            assert!(out.fuel_used > fuel, "{name}, fuel {fuel}");
+        }
+    }
+}
+
+/// Which loops fuel bounds (`loops::iteration_cost`): a loop whose only charge is its
+/// back-edge, not one with a second back-edge of another cost, a call, or a header
+/// that is not its first slot.
+#[test]
+fn iteration_costs_of_versioned_loops() {
+    let cost = |src: &str| {
+        let p = program(src, vec![]);
+        let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+        let f = &plan.functions[0];
+        crate::loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+            .iter()
+            .map(|l| crate::loops::iteration_cost(p.insns(), f, l))
+            .collect::<Vec<_>>()
+    };
+    // Slots 4-8, the back-edge at slot 8: 5 per iteration.
+    assert_eq!(cost(&strided_sum(0, 4, 16, "ldxw")), vec![Some(5)]);
+    // Two back-edges of different lengths.
+    let two = "mov %r0, 0\nmov %r7, 0\nloop:\nldxb %r3, [%r1+0]\nadd %r1, 1\nadd %r7, 1\n\
+               jeq %r3, 3, loop\nadd %r0, %r3\njlt %r7, 16, loop\nexit";
+    assert_eq!(cost(two), vec![None]);
+    // A local call in the body.
+    let call = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
+                add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
+    assert_eq!(cost(call), vec![None]);
+    // Entered in the middle: the header (slot 3) is not the body's first slot.
+    let rotated = "mov %r0, 0\nmov %r7, 0\nja head\nbody:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
+                   add %r1, 1\nadd %r7, 1\nhead:\njlt %r7, 16, body\nexit";
+    let c = cost(rotated);
+    assert!(c.iter().all(|c| c.is_none() || *c == Some(5)), "{c:?}");
+    for src in [two, call, rotated] {
+        let p = program(src, vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        for fuel in 0..=full.fuel_used + 1 {
+            check_program(p.clone(), fuel);
+        }
+    }
+}
+
+/// A host whose helper 1 raises the run's stop flag (reason 5).
+struct StopHost<'a>(&'a StopFlag);
+
+impl HelperHost for StopHost<'_> {
+    fn call(&mut self, id: u32, _: [u64; 5], _: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+        assert_eq!(id, 1);
+        self.0.stop(5);
+        Ok(0)
+    }
+}
+
+/// A flag raised during the run (by a helper, so at a known point) stops every engine
+/// at a charge within one slice of fuel after it: the interpreter at the next charge,
+/// the JIT when its slice runs out (or earlier); never later.
+#[test]
+fn a_stop_raised_mid_run_is_seen_within_one_slice() {
+    let slice = csx_ebpf::engine::rules::STOP_SLICE;
+    // 300 spins, the helper (slot 3), then a versioned loop over region 2 (back-edge at
+    // slot 10) forever (slot 11).
+    let src = "mov %r0, 0\nspin:\nadd %r0, 1\njlt %r0, 300, spin\ncall 1\n\
+               again:\nmov %r6, %r1\nmov %r7, 0\n\
+               inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+               jlt %r7, 64, inner\nja again";
+    let p = program(src, vec![]);
+    let raised_at = 299 * 2 + 1;
+    let mut engines: Vec<(&str, Box<dyn Engine>)> = vec![
+        ("interpreter", Box::new(Interpreter::new(p.clone()))),
+        ("jit", Box::new(JitProgram::compile(p.clone()).unwrap())),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    engines.push(("quick", Box::new(QuickProgram::compile(p.clone()).unwrap())));
+    for (name, engine) in &engines {
+        let stop = StopFlag::new();
+        let mut rw: Vec<u8> = (0..64).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel: 1 << 40,
+            stop: Some(&stop),
+            counts: None,
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut StopHost(&stop));
+        let trap = trap_of(&out);
+        assert_eq!(trap.kind, TrapKind::Stopped { reason: 5 }, "{name}");
+        assert!([10, 11].contains(&trap.pc), "{name}: {trap:?}");
+        assert!(
+            out.fuel_used > raised_at && out.fuel_used <= raised_at + slice,
+            "{name}: stopped after {} fuel, the flag was raised after {raised_at}",
+            out.fuel_used
+        );
+        if *name == "interpreter" {
+            assert_eq!((trap.pc, out.fuel_used), (10, raised_at + 5));
+        }
     }
 }

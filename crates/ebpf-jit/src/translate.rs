@@ -30,12 +30,20 @@
 //!   against the stack first (a constant check) rather than the region caches, so a
 //!   stack array indexed by data does not evict the input region from the cache.
 //!   Helpers may remap regions, so every helper call resets the caches (to the stack, which the trampoline guarantees is unchanged).
-//! * **Fuel.** A variable holding what is left of the budget, charged at taken
-//!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
-//!   there; the context gets the fuel used at exits, traps and calls.
-//! * **Stop.** Right after each fuel charge, the run's stop flag (a word the context
-//!   points at) is loaded atomically and tested; when it is set, the run traps there,
-//!   as `csx_ebpf::engine` says (`check_stop`).
+//! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
+//!   says, from a *slice*: a variable holding some of what is left of the budget (at
+//!   most [`rules::STOP_SLICE`]), the rest being the context's `fuel_reserve`. A charge
+//!   compares the slice with its cost and subtracts; only when the slice is short does
+//!   a cold path (`charge_value`) take the charge from the whole fuel left (trapping
+//!   right there when the budget is exceeded) and refill the slice from the reserve.
+//!   The entry starts with an empty slice; a callee gets the slice as an argument and
+//!   hands it back. The context gets the fuel used (budget minus slice minus reserve)
+//!   at exits and traps.
+//! * **Stop.** The run's stop flag (a word the context points at) is loaded atomically
+//!   and tested where the slice is refilled, right after that charge: when it is set,
+//!   the run traps there, as `csx_ebpf::engine` says. So a flag set before the run stops
+//!   it at its first charge (the slice is empty), and a flag set during a run at a
+//!   charge within one slice of fuel.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
@@ -260,7 +268,7 @@ struct Translator<'a, 'f> {
     /// The block of each leader slot.
     blocks: BTreeMap<u32, Block>,
     regs: [Variable; 10],
-    /// Fuel left of the budget.
+    /// The slice of fuel this code holds (see "Fuel" in the module doc).
     fuel_left: Variable,
     ctx: Value,
     /// r10, the virtual frame pointer.
@@ -308,8 +316,18 @@ struct Translator<'a, 'f> {
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
 /// block), which picks the unchecked copy or the checked loop; the unchecked copy's
-/// back-edges go through `latch`, which counts down the iterations the guard proved
-/// safe and then continues in the checked loop.
+/// back-edges go through `latch`, which continues in the unchecked copy while the
+/// iterations the guard proved safe last, and then in the checked loop (through
+/// `leave`). Every edge out of the unchecked copy goes through a block of its own
+/// (`leave`, `exits`), so values the checked code needs (constants, which Cranelift
+/// makes again at each use) are made there, not in every iteration.
+///
+/// Two ways to count the iterations: a counter, or (when every iteration charges the
+/// same fuel `cost`, once, on its back-edge; `loops::iteration_cost`) the fuel slice
+/// itself: the guard lets the unchecked copy run only iterations the slice pays for,
+/// so its back-edges charge with a subtract alone, and the latch goes on while the
+/// slice is above `limit` (the slice at the guard minus those iterations' fuel). The
+/// checked loop's back-edges then resume at the guard after refilling the slice.
 struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
@@ -319,8 +337,16 @@ struct LoopCopy {
     /// The unchecked copy's block of each leader in the loop.
     unchecked: BTreeMap<u32, Block>,
     latch: Block,
-    /// Unchecked iterations left.
+    /// The latch's way to the checked loop.
+    leave: Block,
+    /// The unchecked copy's ways out of the loop, by target slot.
+    exits: BTreeMap<u32, Block>,
+    /// Unchecked iterations left (when `cost` is `None`).
     counter: Variable,
+    /// The fuel every iteration charges on its back-edge, when fuel bounds iterations.
+    cost: Option<u64>,
+    /// The slice below which the unchecked copy stops, set by the guard (with `cost`).
+    limit: Option<Value>,
     /// Host minus virtual address of each unchecked access's region, set by the guard.
     deltas: BTreeMap<u32, Value>,
 }
@@ -388,16 +414,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             Entry::Run => crate::analysis::reg_use(env.insns, &plan.pcs),
             Entry::Call => env.abis[&plan.start].uses,
         };
-        // Fuel is kept as what is left of the budget: one live value in loops.
+        // Fuel is kept as a slice of what is left of the budget (the rest is in the
+        // context's reserve, which the run starts with the whole budget in): one live
+        // value in loops. The entry's slice starts empty, so its first charge refills
+        // it and looks at the stop flag.
         let fuel_left = b.declare_var(types::I64);
         let left = match entry_kind {
-            Entry::Run => {
-                let budget = b
-                    .ins()
-                    .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
-                let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
-                b.ins().isub(budget, used)
-            }
+            Entry::Run => b.ins().iconst(types::I64, 0),
             Entry::Call => params[1],
         };
         b.def_var(fuel_left, left);
@@ -494,6 +517,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                     unchecked.insert(pc, block);
                 }
             }
+            let cost = loops::iteration_cost(env.insns, plan, &l);
             loop_copies.push(LoopCopy {
                 header: l.header,
                 body: l.body,
@@ -501,7 +525,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 checked_head: b.create_block(),
                 unchecked,
                 latch: b.create_block(),
+                leave: b.create_block(),
+                exits: BTreeMap::new(),
                 counter: b.declare_var(types::I64),
+                cost,
+                limit: None,
                 deltas: BTreeMap::new(),
             });
         }
@@ -553,10 +581,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// The block a jump (or fall-through) from the current slot to `t` goes to: inside
-    /// a versioned loop, its header means the back-edge of the copy being translated.
-    fn target(&self, t: u32) -> Block {
+    /// a versioned loop, its header means the back-edge of the copy being translated,
+    /// and a slot outside the unchecked copy one of its exit blocks.
+    fn target(&mut self, t: u32) -> Block {
         if let Some(i) = self.in_loop {
-            let l = &self.loops[i];
+            let l = &mut self.loops[i];
             if self.unchecked {
                 if t == l.header {
                     return l.latch;
@@ -564,6 +593,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                 if let Some(&b) = l.unchecked.get(&t) {
                     return b;
                 }
+                let b = &mut self.b;
+                return *l.exits.entry(t).or_insert_with(|| b.create_block());
             } else if t == l.header {
                 return l.checked_head;
             }
@@ -634,13 +665,32 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             assert!(!self.open, "a loop copy ends its last block");
             let l = &self.loops[i];
-            let (latch, counter, head, checked) =
-                (l.latch, l.counter, l.unchecked[&l.header], l.checked_head);
+            let (latch, leave, counter, head, checked) = (
+                l.latch,
+                l.leave,
+                l.counter,
+                l.unchecked[&l.header],
+                l.checked_head,
+            );
             self.b.switch_to_block(latch);
-            let left = self.b.use_var(counter);
-            let left = self.b.ins().iadd_imm_s(left, -1);
-            self.b.def_var(counter, left);
-            self.b.ins().brif(left, head, &[], checked, &[]);
+            let more = if let Some(limit) = l.limit {
+                let slice = self.b.use_var(self.fuel_left);
+                self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
+            } else {
+                let left = self.b.use_var(counter);
+                let left = self.b.ins().iadd_imm_s(left, -1);
+                self.b.def_var(counter, left);
+                left
+            };
+            self.b.ins().brif(more, head, &[], leave, &[]);
+            self.enter(leave);
+            self.b.ins().jump(checked, &[]);
+            let exits = std::mem::take(&mut self.loops[i].exits);
+            for (t, exit) in exits {
+                self.enter(exit);
+                let to = self.blocks[&t];
+                self.b.ins().jump(to, &[]);
+            }
         }
         self.in_loop = None;
         self.unchecked = false;
@@ -710,17 +760,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             let end = b.ins().iadd_imm_s(off, i64::from(a.size));
             let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
             let ok = b.ins().band(same, fits);
-            // `x / d` for `x < 2^32`, or (for a `d` not a power of two) up to two less:
-            // `x * floor(2^32 / d) >> 32`, a multiply instead of a divide. Counting fewer
-            // safe iterations is safe: the checked loop runs the rest.
-            let div = |b: &mut FunctionBuilder<'f>, x: Value, d: i64| {
-                if d.count_ones() == 1 {
-                    b.ins().ushr_imm_s(x, i64::from(d.trailing_zeros()))
-                } else {
-                    let m = b.ins().imul_imm_s(x, (1i64 << 32) / d);
-                    b.ins().ushr_imm_s(m, 32)
-                }
-            };
             let count = match a.stride.signum() {
                 1 => {
                     let room = b.ins().isub(len, end);
@@ -741,11 +780,22 @@ impl<'a, 'f> Translator<'a, 'f> {
             });
             deltas.insert(a.pc, delta);
         }
-        let n = n.expect("a versioned loop has an unchecked access");
+        let mut n = n.expect("a versioned loop has an unchecked access");
+        if let Some(cost) = self.loops[i].cost {
+            // As many iterations as the slice pays for (it is below 2^32, so `div`
+            // applies), and the slice left after them.
+            let slice = self.b.use_var(self.fuel_left);
+            let paid = div(&mut self.b, slice, cost as i64);
+            n = self.b.ins().umin(n, paid);
+            let spent = self.b.ins().imul_imm_s(n, cost as i64);
+            self.loops[i].limit = Some(self.b.ins().isub(slice, spent));
+        }
         let l = &mut self.loops[i];
         l.deltas = deltas;
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
-        self.b.def_var(counter, n);
+        if l.limit.is_none() {
+            self.b.def_var(counter, n);
+        }
         self.b.ins().brif(n, head, &[], checked, &[]);
     }
 
@@ -1579,68 +1629,100 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.enter(cont);
     }
 
-    /// Charges `cost` fuel at `pc` and traps if the budget is exceeded.
+    /// Charges `cost` fuel at `pc` (see [`Self::charge_value`]).
     fn charge(&mut self, pc: u32, cost: u64) {
-        let left = self.b.use_var(self.fuel_left);
-        let over = self
-            .b
-            .ins()
-            .icmp_imm_u(IntCC::UnsignedLessThan, left, cost as i64);
-        // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
-        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
-        self.b.def_var(self.fuel_left, left);
-        self.trap_if(over, trap_code::FUEL, pc);
-        self.check_stop(|b| b.ins().iconst(types::I64, i64::from(pc)));
+        let cost = self.b.ins().iconst(types::I64, cost as i64);
+        self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), None);
     }
 
-    /// After a fuel charge: leaves through the trap exit at the pc `trap_pc` makes (in
-    /// the cold block) when the run's stop flag is set. The load is atomic, so Cranelift
-    /// neither hoists it out of a loop nor merges it with an earlier one. The flag's
-    /// address is read from the context each time rather than kept in a register: in a
-    /// loop it would be one more value live across the back-edge (and across calls),
-    /// which regalloc often spills and reloads anyway.
-    fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
-        self.check_stop_if(None, trap_pc);
-    }
-
-    /// [`Self::check_stop`] when `charged` (a boolean) holds, or always when `None`.
-    fn check_stop_if(
+    /// Charges `cost` fuel (a constant, or picked by a condition) at the pc `trap_pc`
+    /// makes. The hot path is a compare, a subtract and a branch on the slice. When the
+    /// slice is short, a cold path takes the charge from all the fuel left (slice plus
+    /// reserve): it traps when that is exceeded, else looks at the stop flag (and stops
+    /// there when it is set), else refills the slice with up to `STOP_SLICE` of the
+    /// rest and goes on, at `resume` when given (a versioned loop's guard), else right
+    /// after the charge.
+    fn charge_value(
         &mut self,
-        charged: Option<Value>,
-        trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value,
+        cost: Value,
+        trap_pc: impl Fn(&mut FunctionBuilder<'f>) -> Value,
+        resume: Option<Block>,
     ) {
-        let stop = self
+        // The slice is at most `STOP_SLICE` and a cost at most a program's length, so
+        // the slice is short exactly when what is left of it is negative; testing that
+        // (not the slice before the charge) keeps one value live, not two. On the cold
+        // path it stays so: the fuel used, budget minus slice minus reserve, includes
+        // the charge whether the run goes on or traps (`store_fuel`).
+        let left = self.b.use_var(self.fuel_left);
+        let after = self.b.ins().isub(left, cost);
+        let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, after, 0);
+        self.b.def_var(self.fuel_left, after);
+        let refill = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(refill);
+        self.b.ins().brif(short, refill, &[], cont, &[]);
+
+        self.enter(refill);
+        let fl = self.flags.ctx;
+        let reserve = self
             .b
             .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
+            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+        // The charge exceeds the budget when the reserve cannot cover what the slice
+        // lacks; else what is left after it is slice plus reserve minus cost.
+        let lack = self.b.ins().ineg(after);
+        let out = self.b.ins().icmp(IntCC::UnsignedLessThan, reserve, lack);
+        let fuel_trap = self.b.create_block();
+        let look = self.b.create_block();
+        self.b.set_cold_block(fuel_trap);
+        self.b.set_cold_block(look);
+        self.b.ins().brif(out, fuel_trap, &[], look, &[]);
+        self.enter(fuel_trap);
+        let pc = trap_pc(&mut self.b);
+        self.jump_to_trap_at(trap_code::FUEL, pc, None, 0);
+
+        // The load is atomic, so Cranelift neither hoists it nor merges it with another.
+        self.enter(look);
+        let stop = self.b.ins().load(types::I64, fl, self.ctx, offsets::STOP);
         let flag = self
             .b
             .ins()
             .atomic_load(types::I32, MemFlagsData::trusted(), stop);
-        let trap = self.b.create_block();
-        let cont = self.b.create_block();
-        self.b.set_cold_block(trap);
-        self.b.ins().brif(flag, trap, &[], cont, &[]);
-        self.enter(trap);
-        if let Some(charged) = charged {
-            let stop = self.b.create_block();
-            self.b.set_cold_block(stop);
-            self.b.ins().brif(charged, stop, &[], cont, &[]);
-            self.enter(stop);
-        }
+        let stop_trap = self.b.create_block();
+        let refilled = self.b.create_block();
+        self.b.set_cold_block(stop_trap);
+        self.b.set_cold_block(refilled);
+        self.b.ins().brif(flag, stop_trap, &[], refilled, &[]);
+        self.enter(stop_trap);
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
+
+        self.enter(refilled);
+        let rest = self.b.ins().iadd(after, reserve);
+        let most = self.b.ins().iconst(types::I64, rules::STOP_SLICE as i64);
+        let slice = self.b.ins().umin(rest, most);
+        let reserve = self.b.ins().isub(rest, slice);
+        self.b
+            .ins()
+            .store(fl, reserve, self.ctx, offsets::FUEL_RESERVE);
+        self.b.def_var(self.fuel_left, slice);
+        self.b.ins().jump(resume.unwrap_or(cont), &[]);
         self.enter(cont);
     }
 
-    /// Stores the fuel used so far (budget minus what is left) into the context.
+    /// Stores the fuel used so far (budget minus slice minus reserve) into the context.
     fn store_fuel(&mut self) {
         let fl = self.flags.ctx;
         let budget = self
             .b
             .ins()
             .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
+        let reserve = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
         let left = self.b.use_var(self.fuel_left);
+        let left = self.b.ins().iadd(left, reserve);
         let used = self.b.ins().isub(budget, left);
         self.b.ins().store(fl, used, self.ctx, offsets::FUEL_USED);
     }
@@ -1688,9 +1770,32 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
+    ///
+    /// The back-edge of a loop whose iterations fuel bounds (`LoopCopy::cost`): in the
+    /// unchecked copy the guard proved the slice pays for it, so it only subtracts; in
+    /// the checked loop, a refill of the slice resumes at the guard, which can go back
+    /// to the unchecked copy.
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        if cost > 0 {
+        let paid = self
+            .in_loop
+            .filter(|&i| self.loops[i].header == target && self.loops[i].cost.is_some());
+        if let Some(i) = paid {
+            debug_assert_eq!(self.loops[i].cost, Some(cost));
+            if self.unchecked {
+                let left = self.b.use_var(self.fuel_left);
+                let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
+                self.b.def_var(self.fuel_left, left);
+            } else {
+                let guard = self.blocks[&target];
+                let cost = self.b.ins().iconst(types::I64, cost as i64);
+                self.charge_value(
+                    cost,
+                    |b| b.ins().iconst(types::I64, i64::from(pc)),
+                    Some(guard),
+                );
+            }
+        } else if cost > 0 {
             self.charge(pc, cost);
         }
         let block = self.target(target);
@@ -1839,25 +1944,15 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .ins()
                 .iconst(types::I64, rules::jump_cost(ja, head) as i64);
             let cost = b.ins().select(cond, taken_cost, fall_cost);
-            let left = b.use_var(self.fuel_left);
-            let over = b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
-            let left = b.ins().isub(left, cost);
-            b.def_var(self.fuel_left, left);
-            let trap = self.b.create_block();
-            let cont = self.b.create_block();
-            self.b.set_cold_block(trap);
-            self.b.ins().brif(over, trap, &[], cont, &[]);
-            self.enter(trap);
-            let pc_taken = self.b.ins().iconst(types::I64, i64::from(pc));
-            let pc_fall = self.b.ins().iconst(types::I64, i64::from(ja));
-            let trap_pc = self.b.ins().select(cond, pc_taken, pc_fall);
-            self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
-            self.enter(cont);
-            self.check_stop(|b| {
-                let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
-                let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
-                b.ins().select(cond, pc_taken, pc_fall)
-            });
+            self.charge_value(
+                cost,
+                |b| {
+                    let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
+                    let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
+                    b.ins().select(cond, pc_taken, pc_fall)
+                },
+                None,
+            );
             let block = self.target(head);
             self.b.ins().jump(block, &[]);
             self.open = false;
@@ -1875,7 +1970,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// The fuel charge of a converted branch whose two paths may each hold a backward
     /// `ja` (slot, target): charges the one on the path `cond` picks (true: `taken`),
-    /// traps at its slot when the budget is exceeded, and checks the stop flag after it,
+    /// traps at its slot when the budget is exceeded (and looks at the stop flag there),
     /// exactly as if that `ja` had run; a path without one charges nothing.
     fn charge_either(&mut self, cond: Value, taken: Option<(u32, u32)>, fall: Option<(u32, u32)>) {
         let cost_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, t)| rules::jump_cost(q, t));
@@ -1895,28 +1990,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         };
         let cost = pick(&mut self.b, cost_taken, cost_fall);
-        let left = self.b.use_var(self.fuel_left);
-        let over = self.b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
-        let left = self.b.ins().isub(left, cost);
-        self.b.def_var(self.fuel_left, left);
-        let trap = self.b.create_block();
-        let cont = self.b.create_block();
-        self.b.set_cold_block(trap);
-        self.b.ins().brif(over, trap, &[], cont, &[]);
-        self.enter(trap);
-        let trap_pc = pick(&mut self.b, u64::from(pc_taken), u64::from(pc_fall));
-        self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
-        self.enter(cont);
-        // The stop check follows a charge only: on a path without one, a set flag waits
-        // for the next charge.
-        let charged = match (cost_taken > 0, cost_fall > 0) {
-            (true, true) => None,
-            (true, false) => Some(cond),
-            _ => Some(self.b.ins().bxor_imm_s(cond, 1)),
-        };
-        self.check_stop_if(charged, |b| {
-            pick(b, u64::from(pc_taken), u64::from(pc_fall))
-        });
+        // A path without a backward `ja` charges 0, which never takes the cold path: so
+        // the stop flag is looked at only after a charge.
+        self.charge_value(
+            cost,
+            |b| pick(b, u64::from(pc_taken), u64::from(pc_fall)),
+            None,
+        );
     }
 
     /// Translates the speculative region `head .. join` (see `analysis`) as
@@ -2171,4 +2251,16 @@ pub(crate) fn atomic_op_supported(op: i32) -> bool {
         ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR
     ) || op == ATOMIC_XCHG
         || op == ATOMIC_CMPXCHG
+}
+
+/// `x / d` for `x < 2^32` and `d > 0`, or (for a `d` not a power of two) up to two less:
+/// `x * floor(2^32 / d) >> 32`, a multiply instead of a divide. A versioned loop's guard
+/// counts iterations with it: counting fewer is safe, the checked loop runs the rest.
+fn div(b: &mut FunctionBuilder<'_>, x: Value, d: i64) -> Value {
+    if d.count_ones() == 1 {
+        b.ins().ushr_imm_s(x, i64::from(d.trailing_zeros()))
+    } else {
+        let m = b.ins().imul_imm_s(x, (1i64 << 32) / d);
+        b.ins().ushr_imm_s(m, 32)
+    }
 }
