@@ -793,10 +793,21 @@ impl<'a, 'f> Translator<'a, 'f> {
         let l = &mut self.loops[i];
         l.deltas = deltas;
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
-        if l.limit.is_none() {
-            self.b.def_var(counter, n);
-        }
-        self.b.ins().brif(n, head, &[], checked, &[]);
+        let go = match l.limit {
+            // Some iteration is paid for exactly when the limit is below the slice.
+            // Testing that here (not `n`) makes Cranelift compute the limit here: its
+            // only other use is the latch, and a value first needed inside a loop is
+            // computed there when an operand is a constant (made again in each block).
+            Some(limit) => {
+                let slice = self.b.use_var(self.fuel_left);
+                self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
+            }
+            None => {
+                self.b.def_var(counter, n);
+                n
+            }
+        };
+        self.b.ins().brif(go, head, &[], checked, &[]);
     }
 
     /// Fills the shared exits and completes the function.
