@@ -1446,3 +1446,18 @@ fn a_stop_raised_mid_run_is_seen_within_one_slice() {
         }
     }
 }
+
+/// A `callx` of a register the quick tier reads into a scratch register before its
+/// charge, which refills the (empty) slice: the id survives the refill (found by the
+/// differential fuzzer: the refill routine once clobbered it).
+#[test]
+fn a_refill_keeps_the_register_a_callx_reads() {
+    assert!(check("mov %r6, 1\ncall %r6\nexit").result.is_ok());
+    let out = check("call %r10\nexit");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::UnknownHelper {
+            id: RegionIdx::STACK.vaddr(csx_ebpf::limits::STACK_SIZE as u32) as i64
+        }
+    );
+}

@@ -853,9 +853,15 @@ impl Emitter<'_> {
                     to_set_trap.push(self.a.jmp_rel32());
                 }
                 Stub::Refill { pc, back } => {
+                    // r9 and r10 may hold a value across the charge (r10's, read
+                    // into r9 before a `callx`): kept; r11 is free at a charge.
+                    self.a.push(R10);
+                    self.a.push(R9);
                     self.a.mov_imm(R10, u64::from(pc));
                     let at = self.a.call_rel32();
                     self.fixups.push((at, Target::Refill, pc));
+                    self.a.pop(R9);
+                    self.a.pop(R10);
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
                 }
@@ -872,7 +878,8 @@ impl Emitter<'_> {
         // reserve carries exactly when all the fuel left pays for the charge, and the
         // sum is what is left after it. On a trap neither field changes (the fuel used,
         // budget minus both, includes the charge) and the routine drops its return
-        // address before leaving through the trap path.
+        // address and the stub's two saved registers before leaving through the trap
+        // path.
         let refill = self.a.pos();
         let a = &mut self.a;
         a.mov_rm(R11, mem(CTX, offsets::FUEL_USED));
@@ -895,7 +902,7 @@ impl Emitter<'_> {
             (to_stop_trap, trap_code::STOP),
         ] {
             a.bind_here(at);
-            a.alu_ri(Alu::Add, true, RSP, 8);
+            a.alu_ri(Alu::Add, true, RSP, 24);
             a.mov_imm(R9, code as u64);
             to_set_trap.push(a.jmp_rel32());
         }
