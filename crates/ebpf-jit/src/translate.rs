@@ -327,7 +327,9 @@ struct Translator<'a, 'f> {
 /// itself: the guard lets the unchecked copy run only iterations the slice pays for,
 /// so its back-edges charge with a subtract alone, and the latch goes on while the
 /// slice is above `limit` (the slice at the guard minus those iterations' fuel). The
-/// checked loop's back-edges then resume at the guard after refilling the slice.
+/// checked loop's back-edges then resume, after refilling the slice, at a second copy
+/// of the guard (`reguard`, cold), so the guard where the loop is entered keeps only
+/// the entry as a predecessor and Cranelift can still fold what is constant there.
 struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
@@ -345,10 +347,12 @@ struct LoopCopy {
     counter: Variable,
     /// The fuel every iteration charges on its back-edge, when fuel bounds iterations.
     cost: Option<u64>,
-    /// The slice below which the unchecked copy stops, set by the guard (with `cost`).
-    limit: Option<Value>,
-    /// Host minus virtual address of each unchecked access's region, set by the guard.
-    deltas: BTreeMap<u32, Value>,
+    /// The slice below which the unchecked copy stops, set by the guards (with `cost`).
+    limit: Option<Variable>,
+    /// The guard a refill at the checked loop's back-edge resumes at (with `cost`).
+    reguard: Option<Block>,
+    /// Host minus virtual address of each unchecked access's region, set by the guards.
+    deltas: BTreeMap<u32, Variable>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -518,6 +522,17 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
             let cost = loops::iteration_cost(env.insns, plan, &l);
+            let reguard = cost.map(|_| {
+                let block = b.create_block();
+                b.set_cold_block(block);
+                block
+            });
+            let limit = cost.map(|_| b.declare_var(types::I64));
+            let deltas = l
+                .accesses
+                .iter()
+                .map(|a| (a.pc, b.declare_var(types::I64)))
+                .collect();
             loop_copies.push(LoopCopy {
                 header: l.header,
                 body: l.body,
@@ -529,8 +544,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                 exits: BTreeMap::new(),
                 counter: b.declare_var(types::I64),
                 cost,
-                limit: None,
-                deltas: BTreeMap::new(),
+                limit,
+                reguard,
+                deltas,
             });
         }
 
@@ -674,6 +690,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             );
             self.b.switch_to_block(latch);
             let more = if let Some(limit) = l.limit {
+                let limit = self.b.use_var(limit);
                 let slice = self.b.use_var(self.fuel_left);
                 self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
             } else {
@@ -691,6 +708,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
+            if let Some(reguard) = self.loops[i].reguard {
+                self.b.switch_to_block(reguard);
+                self.guard(i);
+            }
         }
         self.in_loop = None;
         self.unchecked = false;
@@ -698,7 +719,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
-    /// the loop): for each access the unchecked copy makes, how many iterations keep it
+    /// the loop, or the loop's `reguard`): for each access the unchecked copy makes, how many iterations keep it
     /// inside the region it starts in (see `loops`); the unchecked copy runs the fewest
     /// of those, and the checked loop takes over when that is none or they are done.
     fn guard(&mut self, i: usize) {
@@ -708,7 +729,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Accesses through the same pointer (the same form but for the constant) must
         // stay in the region the first of them starts in: (index, row, delta) by form.
         let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
-        let mut deltas = BTreeMap::new();
         for a in &accesses {
             let b = &mut self.b;
             let mut addr = b.ins().iconst(types::I64, a.k);
@@ -778,7 +798,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                 Some(m) => b.ins().umin(m, count),
                 None => count,
             });
-            deltas.insert(a.pc, delta);
+            let var = self.loops[i].deltas[&a.pc];
+            self.b.def_var(var, delta);
         }
         let mut n = n.expect("a versioned loop has an unchecked access");
         if let Some(cost) = self.loops[i].cost {
@@ -788,10 +809,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             let paid = div(&mut self.b, slice, cost as i64);
             n = self.b.ins().umin(n, paid);
             let spent = self.b.ins().imul_imm_s(n, cost as i64);
-            self.loops[i].limit = Some(self.b.ins().isub(slice, spent));
+            let limit = self.b.ins().isub(slice, spent);
+            let var = self.loops[i].limit.expect("a loop with a cost has a limit");
+            self.b.def_var(var, limit);
         }
-        let l = &mut self.loops[i];
-        l.deltas = deltas;
+        let l = &self.loops[i];
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
         let go = match l.limit {
             // Some iteration is paid for exactly when the limit is below the slice.
@@ -799,6 +821,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             // only other use is the latch, and a value first needed inside a loop is
             // computed there when an operand is a constant (made again in each block).
             Some(limit) => {
+                let limit = self.b.use_var(limit);
                 let slice = self.b.use_var(self.fuel_left);
                 self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
             }
@@ -1323,6 +1346,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .in_loop
                 .and_then(|i| self.loops[i].deltas.get(&pc).copied());
             if let Some(delta) = delta {
+                let delta = self.b.use_var(delta);
                 let host = self.b.ins().iadd(delta, v);
                 return Ok(self.emit_op(host, i32::from(off), op));
             }
@@ -1798,13 +1822,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
                 self.b.def_var(self.fuel_left, left);
             } else {
-                let guard = self.blocks[&target];
+                let guard = self.loops[i].reguard;
                 let cost = self.b.ins().iconst(types::I64, cost as i64);
-                self.charge_value(
-                    cost,
-                    |b| b.ins().iconst(types::I64, i64::from(pc)),
-                    Some(guard),
-                );
+                self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), guard);
             }
         } else if cost > 0 {
             self.charge(pc, cost);
