@@ -14,10 +14,13 @@
 //! The translation (see `translate`) then emits, where the loop is entered, a guard that
 //! computes for each such access how many iterations keep it inside one mapped region,
 //! takes the minimum `n`, and runs the unchecked copy for at most `n` iterations (a
-//! counter on the back-edges), then the ordinary checked loop from wherever it got to.
-//! Both copies charge fuel and test the stop flag identically, and the unchecked copy
-//! runs only iterations whose accesses are proven in bounds, so value, trap and fuel are
-//! the interpreter's.
+//! counter on the back-edges, or, when every iteration charges the same fuel once on its
+//! back-edge ([`iteration_cost`]), the fuel slice itself: `n` is then also at most what
+//! the slice pays for, and those back-edges charge without a check), then the ordinary
+//! checked loop from wherever it got to. Both copies charge the interpreter's fuel at the
+//! interpreter's points, and the unchecked copy runs only iterations whose accesses are
+//! proven in bounds (and whose fuel is paid), so value, trap and fuel are the
+//! interpreter's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
