@@ -23,12 +23,6 @@
 //! fuel trap, at exactly the pc and fuel the rules say), looks at the stop flag and
 //! refills the slice. The slice starts empty, so a flag set before a run stops it at its
 //! first charge, and one set during a run at a charge within a slice of fuel.
-//! Loads and stores (other than the frame accesses proven at decode time) go through two
-//! small region caches kept in the register file, one for loads and one for stores, of
-//! three rows each ([`LOAD_CACHE`]): an access that hits a row is a subtraction and a
-//! compare against that row's exact bound for its size, with no region-table lookup; a
-//! miss takes the table ([`fill_cache`]) and caches the region. Helpers may remap
-//! regions, so every helper call empties the caches.
 //!
 //! Invariants: the interpreter trusts only what the verifier established (see
 //! [`crate::verifier`]): targets in range, no fall-through past the end, no write to r10,
@@ -1045,29 +1039,6 @@ const REG_FILE_SIZE: usize = 256;
 /// stands for): past r10, so no verified program names it.
 const FRAME_HOST: usize = REG_FP as usize + 1;
 
-/// The register file's entries for the run's two region caches, loads' then stores'
-/// (see [`fill_cache`]), past [`FRAME_HOST`]: each is [`CACHE_ROWS`] rows of
-/// [`ROW_WORDS`] words: `lo` (the region's first virtual address), `host` (its host base
-/// address) and, for each access size n of 1, 2, 4 and 8 bytes, `end_n`: its length for
-/// the access kind minus n, plus 1 (0 in an empty row). An access of n bytes at `a` hits
-/// a row when `a - lo < end_n` (wrapping): then `a - lo + n` bytes fit in the region and
-/// the host address is `host + a - lo`, with no table lookup.
-const LOAD_CACHE: usize = FRAME_HOST + 1;
-const STORE_CACHE: usize = LOAD_CACHE + CACHE_ROWS * ROW_WORDS;
-const CACHE_ROWS: usize = 3;
-const ROW_WORDS: usize = 6;
-const _: () = assert!(STORE_CACHE + CACHE_ROWS * ROW_WORDS <= REG_FILE_SIZE);
-
-/// The word of a cache row holding `end_n` for an access of `size` bytes.
-const fn end_word(size: u64) -> usize {
-    match size {
-        1 => 2,
-        2 => 3,
-        4 => 4,
-        _ => 5,
-    }
-}
-
 /// Registers saved by a local call (RFC 9669 §4.3.1: r6-r9 are callee-saved).
 #[derive(Clone, Copy, Default)]
 struct Frame {
@@ -1229,41 +1200,6 @@ pub const HELPER_PANIC_CODE: i64 = -14;
 fn stack_row(mem: &MemoryMap<'_>) -> (usize, u64, u64) {
     let e = &mem.entries()[RegionIdx::STACK.0 as usize];
     (e.base as usize, e.read_len, e.write_len)
-}
-
-/// The slow path of a cached access of `size` bytes at `addr` (a load, or a store if
-/// `write`) that hit no row of the cache at `regs[cache..]`: the access through the
-/// region table ([`MemoryMap::translate`], with its trap), and the region cached in the
-/// first empty row, else in the last. So the first two regions a run touches stay cached
-/// (an input and a table, or a stack array) and the last row follows the others.
-///
-/// The rows hold what the map held when filled; the map changes during a run only in
-/// helpers, after which the run empties both caches.
-#[cold]
-#[inline(never)]
-fn fill_cache(
-    mem: &MemoryMap<'_>,
-    regs: &mut [u64; REG_FILE_SIZE],
-    cache: usize,
-    addr: u64,
-    size: u64,
-    write: bool,
-) -> Result<*mut u8, TrapKind> {
-    let p = mem.translate(addr, size, write)?;
-    // `translate` found the region: its index is in the table.
-    let e = &mem.entries()[(addr >> 32) as usize];
-    let len = if write { e.write_len } else { e.read_len };
-    let row = (0..CACHE_ROWS)
-        .map(|r| cache + r * ROW_WORDS)
-        .find(|&row| regs[row + end_word(1)] == 0)
-        .unwrap_or(cache + (CACHE_ROWS - 1) * ROW_WORDS);
-    regs[row] = addr & !0xffff_ffff;
-    regs[row + 1] = e.base.expose_provenance() as u64;
-    for n in [1, 2, 4, 8] {
-        // `len - n + 1` without underflow: 0 (no access of n bytes fits) when `len < n`.
-        regs[row + end_word(n)] = (len + 1).saturating_sub(n);
-    }
-    Ok(p)
 }
 
 /// Calls helper `id` through [`call_helper`] as the JIT's trampoline does: a helper that
@@ -1511,58 +1447,21 @@ impl Interpreter {
                 load_at!(r!($src), $off, $size)
             };
         }
-        // The host address of `$size` bytes at `$a` through the region cache at
-        // `regs[$cache..]` ([`LOAD_CACHE`]), or through the table and into the cache
-        // ([`fill_cache`]), or the access's trap.
-        macro_rules! cached {
-            ($cache:expr, $a:expr, $size:expr, $write:expr) => {{
-                let a: u64 = $a;
-                let c: usize = $cache;
-                let e = end_word($size);
-                let (r1, r2) = (c + ROW_WORDS, c + 2 * ROW_WORDS);
-                let (t0, t1, t2) = (
-                    a.wrapping_sub(regs[c]),
-                    a.wrapping_sub(regs[r1]),
-                    a.wrapping_sub(regs[r2]),
-                );
-                let host = |base: u64, t: u64| {
-                    std::ptr::with_exposed_provenance_mut::<u8>(base as usize)
-                        .wrapping_add(t as usize)
-                };
-                if t0 < regs[c + e] {
-                    host(regs[c + 1], t0)
-                } else if t1 < regs[r1 + e] {
-                    host(regs[r1 + 1], t1)
-                } else if t2 < regs[r2 + e] {
-                    host(regs[r2 + 1], t2)
-                } else {
-                    match fill_cache(mem, &mut regs, c, a, $size, $write) {
-                        Ok(p) => p,
-                        Err(kind) => trap!(kind),
-                    }
-                }
-            }};
-        }
         macro_rules! load_at {
             ($base:expr, $off:expr, $size:expr) => {{
-                let p = cached!(
-                    LOAD_CACHE,
-                    $base.wrapping_add($off as i64 as u64),
-                    $size,
-                    false
-                );
-                // SAFETY: `cached` returned a host address with `$size` readable bytes:
-                // a cache row's region holds `a - lo + $size` bytes for loads, and the map
-                // (whose rows are valid for their lengths) has not changed since the row
-                // was filled; or `translate` checked the access.
-                unsafe { read_host(p, $size) }
+                let a = $base.wrapping_add($off as i64 as u64);
+                match mem.load(a, $size) {
+                    Ok(v) => v,
+                    Err(kind) => trap!(kind),
+                }
             }};
         }
         macro_rules! store {
             ($dst:expr, $off:expr, $size:expr, $value:expr) => {{
-                let p = cached!(STORE_CACHE, addr!($dst, $off), $size, true);
-                // SAFETY: as in `load_at`, for `$size` writable bytes.
-                unsafe { write_host(p, $size, $value) }
+                let a = addr!($dst, $off);
+                if let Err(kind) = mem.store(a, $size, $value) {
+                    trap!(kind)
+                }
             }};
         }
         // The `...Fp...` kinds: `$size` bytes at `r10 + $off` in the current frame.
@@ -1591,10 +1490,7 @@ impl Interpreter {
             ($id:expr) => {{
                 charge!(rules::CALL_COST);
                 let args = [regs[1], regs[2], regs[3], regs[4], regs[5]];
-                let called = guarded_call(functions, host, mem, $id, args, stack);
-                // The helper may have remapped regions: empty the region caches.
-                regs[LOAD_CACHE..STORE_CACHE + CACHE_ROWS * ROW_WORDS].fill(0);
-                match called {
+                match guarded_call(functions, host, mem, $id, args, stack) {
                     Ok(v) => regs[0] = v,
                     Err(kind) => trap!(kind),
                 }
@@ -2958,157 +2854,6 @@ mod tests {
                 _ => Ok(0),
             }
         }
-    }
-
-    /// A host whose helper 11 unmaps the first embedder region.
-    struct UnmapHost;
-    impl HelperHost for UnmapHost {
-        fn call(
-            &mut self,
-            id: u32,
-            _: [u64; 5],
-            mem: &mut MemoryMap<'_>,
-        ) -> Result<u64, HelperAbort> {
-            assert_eq!(id, 11);
-            mem.unmap(RegionIdx::EMBEDDER_FIRST);
-            Ok(0)
-        }
-    }
-
-    /// Loads and stores go through the run's region caches ([`fill_cache`]): a cached
-    /// region keeps its exact bounds for every access size, a region cached for loads is
-    /// not writable through that, a helper's remapping empties the caches, and more
-    /// regions than rows stay correct.
-    #[test]
-    fn region_caches_keep_exact_bounds_and_follow_helpers() {
-        let mut t = FunctionTable::new();
-        t.insert(FunctionSig {
-            name: "unmap".into(),
-            id: 11,
-            args: vec![],
-            version: 1,
-            doc: String::new(),
-        })
-        .unwrap();
-        let run = |insns: Vec<Insn>, map: &mut MemoryMap<'_>, args: [u64; 5]| {
-            let engine = interp(Program::from_insns("c", insns), t.clone());
-            engine.run(map, args, &RunOptions::default(), &mut UnmapHost)
-        };
-        let sizes = [(SIZE_B, 1u8), (SIZE_H, 2), (SIZE_W, 4), (SIZE_DW, 8)];
-        // Every size at every offset of a 16-byte region, after a first access filled the
-        // cache with it: in bounds up to the last byte, a trap one past.
-        let mut bytes: Vec<u8> = (1..=16).collect();
-        for (code, n) in sizes {
-            for o in 0..=16i16 {
-                let mut map = MemoryMap::new();
-                let a = map
-                    .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut bytes)
-                    .unwrap();
-                let fits = o as u64 + u64::from(n) <= 16;
-                let want_load = if fits {
-                    let mut v = [0u8; 8];
-                    for (i, b) in v.iter_mut().take(usize::from(n)).enumerate() {
-                        *b = o as u8 + 1 + i as u8;
-                    }
-                    Ok(u64::from_le_bytes(v))
-                } else {
-                    Err(Trap {
-                        pc: 1,
-                        kind: TrapKind::OutOfBounds {
-                            addr: a + o as u64,
-                            size: u32::from(n),
-                            write: false,
-                        },
-                    })
-                };
-                let out = run(
-                    prog![ldx(SIZE_B, 3, 1, 0), ldx(code, 0, 1, o), EXIT],
-                    &mut map,
-                    [a, 0, 0, 0, 0],
-                );
-                assert_eq!(out.result, want_load, "load of {n} at {o}");
-                let out = run(
-                    prog![st(SIZE_B, 1, 0, 1), stx(code, 1, 2, o), mov(0, 7), EXIT],
-                    &mut map,
-                    [a, u64::MAX, 0, 0, 0],
-                );
-                let want_store = if fits {
-                    Ok(7)
-                } else {
-                    Err(Trap {
-                        pc: 1,
-                        kind: TrapKind::OutOfBounds {
-                            addr: a + o as u64,
-                            size: u32::from(n),
-                            write: true,
-                        },
-                    })
-                };
-                assert_eq!(out.result, want_store, "store of {n} at {o}");
-                // Put the bytes back (the stores wrote 0xff).
-                for (i, b) in bytes.iter_mut().enumerate() {
-                    *b = i as u8 + 1;
-                }
-            }
-        }
-        // A read-only region cached for loads is still read-only.
-        let ro = [5u8; 8];
-        let mut map = MemoryMap::new();
-        let a = map.map_read_only(RegionIdx::EMBEDDER_FIRST, &ro).unwrap();
-        let out = run(
-            prog![ldx(SIZE_B, 0, 1, 0), stx(SIZE_B, 1, 0, 1), EXIT],
-            &mut map,
-            [a, 0, 0, 0, 0],
-        );
-        let kind = TrapKind::ReadOnly {
-            addr: a + 1,
-            size: 1,
-        };
-        assert_eq!(out.result, Err(Trap { pc: 1, kind }));
-        // A helper that unmaps a cached region: the next load and store trap.
-        let mut buf = [3u8; 8];
-        for second in [ldx(SIZE_B, 0, 1, 0), stx(SIZE_B, 1, 0, 0)] {
-            let mut map = MemoryMap::new();
-            let a = map
-                .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf)
-                .unwrap();
-            let insns = prog![
-                ldx(SIZE_B, 0, 1, 0),
-                stx(SIZE_B, 1, 0, 0),
-                call(11),
-                second,
-                EXIT
-            ];
-            let out = run(insns, &mut map, [a, 0, 0, 0, 0]);
-            let write = second.opc & 0x07 == CLASS_STX;
-            let kind = TrapKind::OutOfBounds {
-                addr: a,
-                size: 1,
-                write,
-            };
-            assert_eq!(out.result, Err(Trap { pc: 3, kind }));
-        }
-        // Four regions in turn (more than the rows of a cache), twice round.
-        let mut bufs: Vec<[u8; 8]> = (0..4u8).map(|r| [10 * (r + 1); 8]).collect();
-        let mut map = MemoryMap::new();
-        let mut args = [0u64; 5];
-        for (n, b) in bufs.iter_mut().enumerate() {
-            args[n] = map
-                .map_read_write(RegionIdx::embedder(n as u32).unwrap(), b)
-                .unwrap();
-        }
-        let mut insns = prog![mov(0, 0)];
-        for _ in 0..2 {
-            for r in 1..=4 {
-                insns.extend(prog![ldx(SIZE_B, 6, r, 7), alu64(ALU_ADD, 0, 0)]);
-                insns.push(Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 0, 6, 0, 0));
-            }
-        }
-        insns.push(EXIT);
-        assert_eq!(
-            run(insns, &mut map, args).result,
-            Ok(2 * (10 + 20 + 30 + 40))
-        );
     }
 
     /// A helper that panics, or remaps the stack, aborts the run with a trap at the
