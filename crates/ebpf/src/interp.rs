@@ -17,12 +17,7 @@
 //!
 //! Semantics follow RFC 9669; the pitfalls other runtimes get wrong are called out where
 //! they are handled. Fuel and call depth follow [`crate::engine`] through
-//! [`crate::engine::rules`]. Fuel is charged from a slice of at most
-//! [`rules::STOP_SLICE`] (a compare and a subtraction); only a charge the slice cannot
-//! pay takes the cold path ([`refill`]), which charges it from all the fuel left (the
-//! fuel trap, at exactly the pc and fuel the rules say), looks at the stop flag and
-//! refills the slice. The slice starts empty, so a flag set before a run stops it at its
-//! first charge, and one set during a run at a charge within a slice of fuel.
+//! [`crate::engine::rules`].
 //!
 //! Invariants: the interpreter trusts only what the verifier established (see
 //! [`crate::verifier`]): targets in range, no fall-through past the end, no write to r10,
@@ -1242,57 +1237,6 @@ fn guarded_call(
     Ok(r0)
 }
 
-/// Why a charge ended a run ([`refill`]), with the fuel used including the charge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ChargeEnd {
-    /// The charge exceeded the budget.
-    Fuel { fuel_used: u64 },
-    /// The stop flag held `reason` right after the charge.
-    Stop { reason: u32, fuel_used: u64 },
-}
-
-impl ChargeEnd {
-    /// The run's outcome for this end at `pc`.
-    fn outcome(self, pc: u32, budget: u64) -> RunOutcome {
-        match self {
-            ChargeEnd::Fuel { fuel_used } => RunOutcome {
-                result: Err(rules::fuel_trap(pc, budget)),
-                fuel_used,
-            },
-            ChargeEnd::Stop { reason, fuel_used } => RunOutcome {
-                result: Err(rules::stop_trap(pc, reason)),
-                fuel_used,
-            },
-        }
-    }
-}
-
-/// The cold path of a charge of `cost` that the run's slice cannot pay, with `left` of
-/// `budget` unspent in all (slice plus reserve): the fuel trap if `cost > left`; else,
-/// with the charge taken, the stop if the flag is set; else the new slice (at most
-/// [`rules::STOP_SLICE`]) and reserve, which together hold `left - cost`.
-#[cold]
-#[inline(never)]
-fn refill(cost: u64, left: u64, budget: u64, stop: &StopFlag) -> Result<(u64, u64), ChargeEnd> {
-    // `used + cost > budget` as `cost > left`, without the sum; the reported total
-    // saturates only past `u64::MAX`, which no run reaches.
-    if cost > left {
-        return Err(ChargeEnd::Fuel {
-            fuel_used: (budget - left).saturating_add(cost),
-        });
-    }
-    let left = left - cost;
-    let reason = stop.reason();
-    if reason != 0 {
-        return Err(ChargeEnd::Stop {
-            reason,
-            fuel_used: budget - left,
-        });
-    }
-    let slice = left.min(rules::STOP_SLICE);
-    Ok((slice, left - slice))
-}
-
 impl Interpreter {
     /// The dispatch loop. `pc` is advanced before an op runs, so inside an arm the
     /// current instruction is `pc - 1` (what traps and fuel use).
@@ -1350,19 +1294,9 @@ impl Interpreter {
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
         // Frames saved by local calls: live frames are `depth + 1`.
         let mut depth = 0usize;
-        // Fuel still unspent is `slice + reserve`, so the fuel used so far is
-        // `budget - slice - reserve`. Charges come out of the slice: one compare and one
-        // subtraction. Only a charge the slice cannot pay takes the cold path
-        // ([`refill`]), which charges what is left in all, looks at the stop flag and
-        // refills the slice (at most [`rules::STOP_SLICE`]). The slice starts empty, so the
-        // first charge of a run looks at the flag.
-        let mut slice: u64 = 0;
-        let mut reserve: u64 = budget;
-        macro_rules! used {
-            () => {
-                budget - (slice + reserve)
-            };
-        }
+        // Fuel still unspent: `budget - left` is the fuel used so far. Counting down
+        // makes a charge one compare and one subtraction.
+        let mut left: u64 = budget;
         // The next slot to run, as a pointer into `ops`; `pc!()` is its index, so the
         // running instruction is `pc!() - 1` (what traps and fuel use). A pointer keeps
         // the dispatch to a kind load and a jump (see the alignment note at the loop).
@@ -1386,20 +1320,28 @@ impl Interpreter {
                         pc: (pc!() - 1) as u32,
                         kind: $kind,
                     }),
-                    fuel_used: used!(),
+                    fuel_used: budget - left,
                 }
             };
         }
         macro_rules! charge {
             ($cost:expr) => {
                 let cost: u64 = $cost;
-                if cost > slice {
-                    match refill(cost, slice + reserve, budget, stop) {
-                        Ok((s, r)) => (slice, reserve) = (s, r),
-                        Err(end) => return end.outcome((pc!() - 1) as u32, budget),
-                    }
-                } else {
-                    slice -= cost;
+                // `used + cost > budget` without the sum; the two differ only once a run
+                // has used more than `u64::MAX - 65536` fuel, which no run can reach.
+                if cost > left {
+                    return RunOutcome {
+                        result: Err(rules::fuel_trap((pc!() - 1) as u32, budget)),
+                        fuel_used: (budget - left).saturating_add(cost),
+                    };
+                }
+                left -= cost;
+                // The stop flag is looked at where fuel is charged (`crate::engine`).
+                if stop.is_set() {
+                    return RunOutcome {
+                        result: Err(rules::stop_trap((pc!() - 1) as u32, stop.reason())),
+                        fuel_used: budget - left,
+                    };
                 }
             };
         }
@@ -1748,7 +1690,7 @@ impl Interpreter {
                     if depth + 2 > CALL_DEPTH_MAX {
                         return RunOutcome {
                             result: Err(rules::call_depth_trap((pc!() - 1) as u32)),
-                            fuel_used: used!(),
+                            fuel_used: budget - left,
                         };
                     }
                     frames[depth] = Frame {
@@ -1764,7 +1706,7 @@ impl Interpreter {
                     if depth == 0 {
                         return RunOutcome {
                             result: Ok(regs[0]),
-                            fuel_used: used!(),
+                            fuel_used: budget - left,
                         };
                     }
                     depth -= 1;
@@ -2499,180 +2441,6 @@ mod tests {
             })
         );
         assert_eq!(out.fuel_used, 2);
-    }
-
-    /// Runs `insns` under `fuel` on the fused and the unfused decodings with `stop` and
-    /// `host`; asserts they agree and returns the outcome.
-    fn run_sliced(
-        insns: &[Insn],
-        table: &FunctionTable,
-        fuel: u64,
-        stop: &StopFlag,
-        host: &mut dyn HelperHost,
-    ) -> RunOutcome {
-        let program = Program::from_insns("t", insns.to_vec());
-        let verified = Arc::new(verify(program, Arc::new(table.clone())).expect("verifies"));
-        let opts = RunOptions {
-            fuel,
-            stop: Some(stop),
-            counts: None,
-        };
-        let fused = Interpreter::new(Arc::clone(&verified));
-        let unfused = Interpreter::unfused(verified);
-        let out = fused.run(&mut MemoryMap::new(), [0; 5], &opts, host);
-        let reference = unfused.run(&mut MemoryMap::new(), [0; 5], &opts, host);
-        assert_eq!(out, reference, "fused vs unfused, fuel {fuel}");
-        out
-    }
-
-    /// Fuel comes out of slices of at most `rules::STOP_SLICE`, refilled on the cold path: over
-    /// runs of several slices, the fuel trap is at exactly the charge that exceeds the
-    /// budget, with exactly that fuel, for budgets at and around every slice boundary,
-    /// with calls (cost 1) and back-edges (cost 4) interleaved.
-    #[test]
-    fn fuel_slices_charge_exactly_across_refills() {
-        const N: i32 = 60_000;
-        let insns = prog![
-            mov(0, 0),
-            alu64(ALU_ADD, 0, 1), // loop head (pc 1)
-            movx(1, 0),
-            call(5),                // r0 = r1; cost 1 at pc 3
-            jmp(JMP_JLT, 0, N, -4), // back to pc 1: cost 4 at pc 4
-            EXIT,
-        ];
-        // The reference: the charges in order, (pc, cost).
-        let charges = (1..=N).flat_map(|i| {
-            let back = (i < N).then_some((4u32, 4u64));
-            std::iter::once((3u32, 1u64)).chain(back)
-        });
-        let total: u64 = charges.clone().map(|(_, c)| c).sum();
-        assert!(
-            total > 4 * rules::STOP_SLICE,
-            "the runs cross several refills"
-        );
-        let expect = |budget: u64| -> (Result<u64, Trap>, u64) {
-            let mut used = 0;
-            for (pc, cost) in charges.clone() {
-                if used + cost > budget {
-                    return (Err(rules::fuel_trap(pc, budget)), used + cost);
-                }
-                used += cost;
-            }
-            (Ok(N as u64), used)
-        };
-        let mut budgets = vec![0, 1, 2, 3, 4, 5, total - 1, total, total + 1];
-        for k in 1..=4 {
-            for d in 0..=8 {
-                budgets.push(k * rules::STOP_SLICE + d - 4);
-            }
-        }
-        let table = FunctionTable::conformance();
-        for budget in budgets {
-            let out = run_sliced(
-                &insns,
-                &table,
-                budget,
-                StopFlag::never(),
-                &mut ConformanceHost,
-            );
-            let (result, fuel_used) = expect(budget);
-            assert_eq!(out.result, result, "budget {budget}");
-            assert_eq!(out.fuel_used, fuel_used, "budget {budget}");
-        }
-    }
-
-    /// A host whose helper 8 sets `stop` (reason 5) on its `at`-th call.
-    struct StopHost<'a> {
-        stop: &'a StopFlag,
-        calls: u64,
-        at: u64,
-    }
-    impl HelperHost for StopHost<'_> {
-        fn call(
-            &mut self,
-            id: u32,
-            _: [u64; 5],
-            _: &mut MemoryMap<'_>,
-        ) -> Result<u64, HelperAbort> {
-            assert_eq!(id, 8);
-            self.calls += 1;
-            if self.calls == self.at {
-                self.stop.stop(5);
-            }
-            Ok(0)
-        }
-    }
-
-    /// A flag set before a run stops it at its first charge; one set during a run (here
-    /// by a helper) stops it at a later charge within `rules::STOP_SLICE` fuel (plus that
-    /// charge) of being set, with the fuel used up to and including that charge.
-    #[test]
-    fn a_stop_flag_is_seen_within_a_slice() {
-        // An endless loop of 5 fuel per iteration: a call (1, at pc 1) and a back-edge
-        // (4, at pc 3).
-        let insns = prog![
-            mov(0, 0),
-            call(8), // loop head (pc 1)
-            alu64(ALU_ADD, 6, 1),
-            ja(-3),
-            EXIT,
-        ];
-        let table = sum_table();
-        let stop = StopFlag::new();
-        stop.stop(5);
-        let mut host = StopHost {
-            stop: &stop,
-            calls: 0,
-            at: 0,
-        };
-        let out = run_sliced(&insns, &table, 1 << 40, &stop, &mut host);
-        assert_eq!(out.result, Err(rules::stop_trap(1, 5)));
-        assert_eq!(out.fuel_used, 1);
-        assert_eq!(host.calls, 0, "stopped before the helper ran");
-        for at in [1, 2, 1000, 13_107, 13_108, 50_000] {
-            // Fused and unfused runs each get a fresh flag, set at the same call.
-            let mut outs = Vec::new();
-            for fused in [true, false] {
-                let stop = StopFlag::new();
-                let mut host = StopHost {
-                    stop: &stop,
-                    calls: 0,
-                    at,
-                };
-                let program = Program::from_insns("t", insns.clone());
-                let verified = Arc::new(verify(program, Arc::new(table.clone())).unwrap());
-                let engine = if fused {
-                    Interpreter::new(verified)
-                } else {
-                    Interpreter::unfused(verified)
-                };
-                let opts = RunOptions {
-                    fuel: 1 << 40,
-                    stop: Some(&stop),
-                    counts: None,
-                };
-                let out = engine.run(&mut MemoryMap::new(), [0; 5], &opts, &mut host);
-                let Err(Trap {
-                    pc,
-                    kind: TrapKind::Stopped { reason: 5 },
-                }) = out.result
-                else {
-                    panic!("at {at}: {out:?}")
-                };
-                assert!(pc == 1 || pc == 3, "a charging slot: {pc}");
-                // The fuel used when the flag was set: the `at`-th call's charge. The
-                // run looks again at the first charge the rest of its slice cannot pay:
-                // within a slice, plus that charge (at most 4).
-                let set = (at - 1) * 5 + 1;
-                assert!(
-                    out.fuel_used > set && out.fuel_used <= set + rules::STOP_SLICE + 4,
-                    "at {at}: stopped with {} fuel used, set at {set}",
-                    out.fuel_used
-                );
-                outs.push(out);
-            }
-            assert_eq!(outs[0], outs[1], "at {at}");
-        }
     }
 
     #[test]
