@@ -1294,3 +1294,53 @@ fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
         assert_eq!(out.fuel_used, 9);
     }
 }
+
+#[test]
+fn stack_bases_follow_copies_spills_and_loops() {
+    // r2 walks a stack buffer, carried around the loop through a spill slot at r10-8;
+    // r1 (region 2) and a value reloaded from a slot a narrower store overwrote are not
+    // stack addresses; `lddw` leaves the other registers alone.
+    let src = "mov %r2, %r10\nadd %r2, -64\nstxdw [%r10-8], %r2\nstxdw [%r10-16], %r2\n\
+               stw [%r10-12], 0\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nlddw %r5, 0x100000000\nstxw [%r3+0], %r6\n\
+               ldxb %r4, [%r1+0]\nadd %r3, 4\nstxdw [%r10-8], %r3\nadd %r6, 1\n\
+               jlt %r6, 8, loop\n\
+               ldxdw %r7, [%r10-16]\nldxw %r0, [%r7+0]\nldxw %r0, [%r2+28]\nexit";
+    let insns = assemble(src).unwrap();
+    let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+    let bases: Vec<u32> = plan.functions[0].stack_bases.iter().copied().collect();
+    // Slots 2-4 (stores at r10), 6 (the reload), 9 (through r3 after `lddw`), 12 (the
+    // spill back), 15 (the reload of the clobbered slot: at r10), 17 (through r2).
+    // Not 10 (through r1) nor 16 (through r7, reloaded from the clobbered slot).
+    assert_eq!(bases, vec![2, 3, 4, 6, 9, 12, 15, 17]);
+    // r7 is the pointer with its high half zeroed: region 0, which traps, on every
+    // engine at the same slot (after the loop's stores).
+    let out = check(src);
+    assert_eq!(trap_of(&out).pc, 16);
+    let fine = check(&src.replace("ldxw %r0, [%r7+0]\n", ""));
+    assert_eq!(fine.result, Ok(7));
+}
+
+#[test]
+fn loop_carried_stack_pointers_trap_where_the_interpreter_does() {
+    // A pointer into the stack, carried around a loop through a spill, walks down past
+    // the bottom of the stack region: the store that leaves it traps at the same slot
+    // and address on every engine (`check` compares them), after the stores before it.
+    let src = "mov %r2, %r10\nadd %r2, -8\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxdw [%r3+0], %r6\nadd %r3, -256\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\nja loop";
+    let out = check(src);
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 5);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: true, .. }),
+        "{trap}"
+    );
+    // The same walk through a register that once held a stack address but is moved
+    // to region 2 by arithmetic (r10 - r10 + r1): the stack check misses, the region
+    // table finds region 2, and the stores land there.
+    let src = "mov %r2, %r10\nsub %r2, %r10\nadd %r2, %r1\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxb [%r3+0], %r6\nadd %r3, 1\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\njlt %r6, 64, loop\nldxb %r0, [%r1+63]\nexit";
+    assert_eq!(check(src).result, Ok(63));
+}

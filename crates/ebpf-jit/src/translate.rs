@@ -1235,6 +1235,16 @@ impl<'a, 'f> Translator<'a, 'f> {
         Some((f.host, i32::from(off)))
     }
 
+    /// Whether the access at `pc` through `v` probably goes to the stack: `v` was
+    /// computed from r10 in this block, or the access's base register holds an address
+    /// computed from r10 on every path (`FunctionPlan::stack_bases`). Such accesses try
+    /// the stack's constant check first instead of the region caches.
+    fn stack_based(&self, pc: u32, v: Value) -> bool {
+        self.fp_relative.contains_key(&v)
+            || self.stack_derived.contains(&v)
+            || self.plan.stack_bases.contains(&pc)
+    }
+
     /// The stack as a region cache: constant, always valid (the stack is always mapped
     /// with `STACK_SIZE` bytes and never moves during a run).
     fn stack_cache(&mut self) -> CacheValues {
@@ -1271,7 +1281,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
         let cache = self.cache(op.writes());
-        let first = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let first = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(op.writes())
@@ -2045,7 +2055,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
-        let cache = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let cache = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(false)
