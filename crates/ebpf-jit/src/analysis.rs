@@ -479,6 +479,37 @@ fn plan_function(
     ))
 }
 
+/// Most slots of a callee inlined at its calls.
+pub(crate) const INLINE_SLOTS_MAX: usize = 24;
+
+/// Whether calls to the function `f` may be inlined: at most [`INLINE_SLOTS_MAX`]
+/// slots of ALU instructions, `lddw`s, forward jumps and `exit`s, none naming r10. Such
+/// a body cannot trap, touch memory, call, or charge fuel (no backward jump), so
+/// running it in the caller's frame, after the call's fuel charge and depth check and
+/// with the caller's r6-r9 restored after it, is what the interpreter's call and
+/// return do (it too lets the callee read the caller's r0 and r6-r9, and hands back
+/// r0-r5 as the callee left them).
+pub(crate) fn inlinable(insns: &[Insn], f: &FunctionPlan) -> bool {
+    let simple = |pc: u32| {
+        let insn = &insns[pc as usize];
+        if insn.dst == REG_FP || insn.src == REG_FP {
+            return false;
+        }
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => true,
+            CLASS_LD => insn.opc == OP_LDDW,
+            CLASS_JMP | CLASS_JMP32 => match insn.opc & 0xf0 {
+                JMP_EXIT => insn.class() == CLASS_JMP,
+                JMP_CALL => false,
+                JMP_JA if insn.class() == CLASS_JMP32 => insn.imm >= 0,
+                _ => insn.off >= 0,
+            },
+            _ => false,
+        }
+    };
+    f.pcs.len() <= INLINE_SLOTS_MAX && f.pcs.iter().all(|&pc| simple(pc))
+}
+
 /// The memory accesses among `pcs` whose base register holds a stack address on every
 /// path from `start`: r10, or a register copied from one or computed from one by adding
 /// or subtracting, or reloaded from a frame slot (at r10 plus a constant) that was

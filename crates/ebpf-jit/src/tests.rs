@@ -1344,3 +1344,72 @@ fn loop_carried_stack_pointers_trap_where_the_interpreter_does() {
                stxdw [%r10-8], %r3\nadd %r6, 1\njlt %r6, 64, loop\nldxb %r0, [%r1+63]\nexit";
     assert_eq!(check(src).result, Ok(63));
 }
+
+#[test]
+fn pure_callees_are_inlined_with_the_calls_fuel_depth_and_registers() {
+    // `clamp` (forward branches, ALU, an `lddw`) may be inlined; callees that load,
+    // loop, call or name r10 may not.
+    let callee = |body: &str| format!("mov %r1, 1\ncall local f\nexit\nf:\n{body}\nexit");
+    let inlinable = |src: &str| {
+        let insns = assemble(src).unwrap();
+        let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+        crate::analysis::inlinable(&insns, &plan.functions[1])
+    };
+    assert!(inlinable(&callee(
+        "mov %r0, %r1\njgt %r0, 10, big\nlddw %r2, 0x100000000\nadd %r0, %r2\nja out\n\
+         big:\nmov %r0, 10\nout:\nmov %r6, 0"
+    )));
+    assert!(!inlinable(&callee("ldxb %r0, [%r1+0]")));
+    assert!(!inlinable(&callee(
+        "mov %r0, 0\nback:\nadd %r0, 1\njlt %r0, 3, back"
+    )));
+    assert!(!inlinable(&callee("call 1")));
+    assert!(!inlinable(&callee("mov %r0, %r10")));
+    assert!(!inlinable(&callee(&"add %r0, 1\n".repeat(30))));
+
+    // A loop calling `clamp(x, lo = r6)`, which also reads the caller's r7, clobbers
+    // r6-r9 (restored on return) and hands back r1-r5: every fuel budget stops at the
+    // same slot, the call's charge included, on every engine.
+    let src = "mov %r0, 0\nmov %r6, 5\nmov %r7, 100\nmov %r8, 0\n\
+               loop:\nmov %r1, %r8\nmul %r1, 3\ncall local clamp\nadd %r0, %r1\nadd %r0, %r6\n\
+               add %r0, %r7\nadd %r8, 1\njlt %r8, 9, loop\nexit\n\
+               clamp:\nmov %r2, %r1\njge %r1, %r6, high\nmov %r1, %r6\nja out\n\
+               high:\njle %r1, 20, out\nmov %r1, 20\n\
+               out:\nadd %r1, %r7\nmov %r6, 0\nmov %r7, 0\nmov %r8, 77\nmov %r9, 1\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    // clamp(3i, 5..=20) + 100, plus r6 = 5 and r7 = 100, for i in 0..9.
+    let want: u64 = (0..9u64).map(|i| (3 * i).clamp(5, 20) + 100 + 105).sum();
+    assert_eq!(full.result, Ok(want));
+    for fuel in 0..=full.fuel_used + 1 {
+        let out = check_program(p.clone(), fuel);
+        if fuel < full.fuel_used {
+            assert!(
+                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
+            );
+        } else {
+            assert_eq!(out, full);
+        }
+    }
+
+    // The depth check still runs: f recurses n times and calls the pure `leaf` at
+    // the bottom: n + 3 frames, too many past the limit of 8.
+    for n in 4..8u32 {
+        let src = format!(
+            "mov %r1, {n}\ncall local f\nexit\n\
+             f:\njeq %r1, 0, bottom\nsub %r1, 1\ncall local f\nadd %r0, 1\nexit\n\
+             bottom:\ncall local leaf\nexit\n\
+             leaf:\nmov %r0, 1\nexit"
+        );
+        let out = check(&src);
+        if n + 3 <= 8 {
+            assert_eq!(out.result, Ok(u64::from(n) + 1));
+        } else {
+            let trap = trap_of(&out);
+            assert_eq!(trap.kind, TrapKind::CallDepthExceeded { depth_max: 8 });
+            // The inlined call at slot 8 when only `leaf` is one too many, else the
+            // recursive call at slot 5.
+            assert_eq!(trap.pc, if n + 2 <= 8 { 8 } else { 5 });
+        }
+    }
+}
