@@ -8,7 +8,8 @@
 //! it may read and the fuel left come in as arguments, and the status, the fuel left,
 //! r0 and the r1-r5 it may write go back as return values, all in host registers (an
 //! entry that is also called gets both). The caller's r6-r9 live in its own
-//! variables, so they survive without a save area.
+//! variables, so they survive without a save area. A short pure callee
+//! (`analysis::inlinable`) is translated in place at each call instead.
 //!
 //! Branches become `select`s where `analysis` planned it: triangles, diamonds, loop-
 //! closing backward triangles, and speculative regions (see `speculate`).
