@@ -17,7 +17,7 @@ u64 satsum(void *mem, u64 len) {
     const u32 *w = mem;
     u64 acc = 0;
     for (u64 i = 0; i < len / 4; i++)
-        acc = sat_add(acc >> 1, w[i], 0xfffffffULL);
+        acc = sat_add(acc - (acc >> 3), w[i] >> 8, 0x7fffffffULL);
     return acc;
 }
 
