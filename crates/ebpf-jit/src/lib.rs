@@ -186,6 +186,7 @@ impl compiled::Backend for Cranelift {
             call_conv,
             frontend_config: module.isa().frontend_config(),
             blocks: counting.then(|| program.blocks()),
+            plans: &plan.functions,
         };
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();

@@ -1461,3 +1461,122 @@ fn a_refill_keeps_the_register_a_callx_reads() {
         }
     );
 }
+
+#[test]
+fn stack_bases_follow_copies_spills_and_loops() {
+    // r2 walks a stack buffer, carried around the loop through a spill slot at r10-8;
+    // r1 (region 2) and a value reloaded from a slot a narrower store overwrote are not
+    // stack addresses; `lddw` leaves the other registers alone.
+    let src = "mov %r2, %r10\nadd %r2, -64\nstxdw [%r10-8], %r2\nstxdw [%r10-16], %r2\n\
+               stw [%r10-12], 0\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nlddw %r5, 0x100000000\nstxw [%r3+0], %r6\n\
+               ldxb %r4, [%r1+0]\nadd %r3, 4\nstxdw [%r10-8], %r3\nadd %r6, 1\n\
+               jlt %r6, 8, loop\n\
+               ldxdw %r7, [%r10-16]\nldxw %r0, [%r7+0]\nldxw %r0, [%r2+28]\nexit";
+    let insns = assemble(src).unwrap();
+    let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+    let bases: Vec<u32> = plan.functions[0].stack_bases.iter().copied().collect();
+    // Slots 2-4 (stores at r10), 6 (the reload), 9 (through r3 after `lddw`), 12 (the
+    // spill back), 15 (the reload of the clobbered slot: at r10), 17 (through r2).
+    // Not 10 (through r1) nor 16 (through r7, reloaded from the clobbered slot).
+    assert_eq!(bases, vec![2, 3, 4, 6, 9, 12, 15, 17]);
+    // r7 is the pointer with its high half zeroed: region 0, which traps, on every
+    // engine at the same slot (after the loop's stores).
+    let out = check(src);
+    assert_eq!(trap_of(&out).pc, 16);
+    let fine = check(&src.replace("ldxw %r0, [%r7+0]\n", ""));
+    assert_eq!(fine.result, Ok(7));
+}
+
+#[test]
+fn loop_carried_stack_pointers_trap_where_the_interpreter_does() {
+    // A pointer into the stack, carried around a loop through a spill, walks down past
+    // the bottom of the stack region: the store that leaves it traps at the same slot
+    // and address on every engine (`check` compares them), after the stores before it.
+    let src = "mov %r2, %r10\nadd %r2, -8\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxdw [%r3+0], %r6\nadd %r3, -256\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\nja loop";
+    let out = check(src);
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 5);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: true, .. }),
+        "{trap}"
+    );
+    // The same walk through a register that once held a stack address but is moved
+    // to region 2 by arithmetic (r10 - r10 + r1): the stack check misses, the region
+    // table finds region 2, and the stores land there.
+    let src = "mov %r2, %r10\nsub %r2, %r10\nadd %r2, %r1\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxb [%r3+0], %r6\nadd %r3, 1\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\njlt %r6, 64, loop\nldxb %r0, [%r1+63]\nexit";
+    assert_eq!(check(src).result, Ok(63));
+}
+
+#[test]
+fn pure_callees_are_inlined_with_the_calls_fuel_depth_and_registers() {
+    // `clamp` (forward branches, ALU, an `lddw`) may be inlined; callees that load,
+    // loop, call or name r10 may not.
+    let callee = |body: &str| format!("mov %r1, 1\ncall local f\nexit\nf:\n{body}\nexit");
+    let inlinable = |src: &str| {
+        let insns = assemble(src).unwrap();
+        let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+        crate::analysis::inlinable(&insns, &plan.functions[1])
+    };
+    assert!(inlinable(&callee(
+        "mov %r0, %r1\njgt %r0, 10, big\nlddw %r2, 0x100000000\nadd %r0, %r2\nja out\n\
+         big:\nmov %r0, 10\nout:\nmov %r6, 0"
+    )));
+    assert!(!inlinable(&callee("ldxb %r0, [%r1+0]")));
+    assert!(!inlinable(&callee(
+        "mov %r0, 0\nback:\nadd %r0, 1\njlt %r0, 3, back"
+    )));
+    assert!(!inlinable(&callee("call 1")));
+    assert!(!inlinable(&callee("mov %r0, %r10")));
+    assert!(!inlinable(&callee(&"add %r0, 1\n".repeat(30))));
+
+    // A loop calling `clamp(x, lo = r6)`, which also reads the caller's r7, clobbers
+    // r6-r9 (restored on return) and hands back r1-r5: every fuel budget stops at the
+    // same slot, the call's charge included, on every engine.
+    let src = "mov %r0, 0\nmov %r6, 5\nmov %r7, 100\nmov %r8, 0\n\
+               loop:\nmov %r1, %r8\nmul %r1, 3\ncall local clamp\nadd %r0, %r1\nadd %r0, %r6\n\
+               add %r0, %r7\nadd %r8, 1\njlt %r8, 9, loop\nexit\n\
+               clamp:\nmov %r2, %r1\njge %r1, %r6, high\nmov %r1, %r6\nja out\n\
+               high:\njle %r1, 20, out\nmov %r1, 20\n\
+               out:\nadd %r1, %r7\nmov %r6, 0\nmov %r7, 0\nmov %r8, 77\nmov %r9, 1\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    // clamp(3i, 5..=20) + 100, plus r6 = 5 and r7 = 100, for i in 0..9.
+    let want: u64 = (0..9u64).map(|i| (3 * i).clamp(5, 20) + 100 + 105).sum();
+    assert_eq!(full.result, Ok(want));
+    for fuel in 0..=full.fuel_used + 1 {
+        let out = check_program(p.clone(), fuel);
+        if fuel < full.fuel_used {
+            assert!(
+                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
+            );
+        } else {
+            assert_eq!(out, full);
+        }
+    }
+
+    // The depth check still runs: f recurses n times and calls the pure `leaf` at
+    // the bottom: n + 3 frames, too many past the limit of 8.
+    for n in 4..8u32 {
+        let src = format!(
+            "mov %r1, {n}\ncall local f\nexit\n\
+             f:\njeq %r1, 0, bottom\nsub %r1, 1\ncall local f\nadd %r0, 1\nexit\n\
+             bottom:\ncall local leaf\nexit\n\
+             leaf:\nmov %r0, 1\nexit"
+        );
+        let out = check(&src);
+        if n + 3 <= 8 {
+            assert_eq!(out.result, Ok(u64::from(n) + 1));
+        } else {
+            let trap = trap_of(&out);
+            assert_eq!(trap.kind, TrapKind::CallDepthExceeded { depth_max: 8 });
+            // The inlined call at slot 8 when only `leaf` is one too many, else the
+            // recursive call at slot 5.
+            assert_eq!(trap.pc, if n + 2 <= 8 { 8 } else { 5 });
+        }
+    }
+}

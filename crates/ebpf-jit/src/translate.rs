@@ -8,7 +8,8 @@
 //! it may read and the fuel left come in as arguments, and the status, the fuel left,
 //! r0 and the r1-r5 it may write go back as return values, all in host registers (an
 //! entry that is also called gets both). The caller's r6-r9 live in its own
-//! variables, so they survive without a save area.
+//! variables, so they survive without a save area. A short pure callee
+//! (`analysis::inlinable`) is translated in place at each call instead.
 //!
 //! Branches become `select`s where `analysis` planned it: triangles, diamonds, loop-
 //! closing backward triangles, and speculative regions (see `speculate`).
@@ -28,7 +29,10 @@
 //!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
 //!   check keeps every frame inside it. Other addresses computed from r10 are checked
 //!   against the stack first (a constant check) rather than the region caches, so a
-//!   stack array indexed by data does not evict the input region from the cache.
+//!   stack array indexed by data does not evict the input region from the cache; so
+//!   are accesses through a register that `analysis::stack_bases` finds holding such
+//!   an address on every path (carried by block parameters or through spill slots,
+//!   where per-value facts do not reach).
 //!   Helpers may remap regions, so every helper call resets the caches (to the stack, which the trampoline guarantees is unchanged).
 //! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
 //!   says, from a *slice*: a variable holding some of what is left of the budget (at
@@ -150,6 +154,8 @@ pub(crate) struct ProgramEnv<'a> {
     pub frontend_config: TargetFrontendConfig,
     /// The canonical blocks, when compiling the variant that counts them (`count`).
     pub blocks: Option<&'a BlockMap>,
+    /// Every function's plan (callees small and pure enough are inlined at their calls).
+    pub plans: &'a [FunctionPlan],
 }
 
 /// What a memory access does once its host address is known.
@@ -312,6 +318,10 @@ struct Translator<'a, 'f> {
     uses: RegUse,
     /// The callees' signatures.
     abis: &'a BTreeMap<u32, CalleeAbi>,
+    /// Every function's plan, for inlining.
+    plans: &'a [FunctionPlan],
+    /// While a callee is being inlined: the block its `exit`s jump to.
+    inline_exit: Option<Block>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -593,6 +603,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             entry: entry_kind,
             uses,
             abis: env.abis,
+            plans: env.plans,
+            inline_exit: None,
         }
     }
 
@@ -1319,6 +1331,16 @@ impl<'a, 'f> Translator<'a, 'f> {
         Some((f.host, i32::from(off)))
     }
 
+    /// Whether the access at `pc` through `v` probably goes to the stack: `v` was
+    /// computed from r10 in this block, or the access's base register holds an address
+    /// computed from r10 on every path (`FunctionPlan::stack_bases`). Such accesses try
+    /// the stack's constant check first instead of the region caches.
+    fn stack_based(&self, pc: u32, v: Value) -> bool {
+        self.fp_relative.contains_key(&v)
+            || self.stack_derived.contains(&v)
+            || self.plan.stack_bases.contains(&pc)
+    }
+
     /// The stack as a region cache: constant, always valid (the stack is always mapped
     /// with `STACK_SIZE` bytes and never moves during a run).
     fn stack_cache(&mut self) -> CacheValues {
@@ -1356,7 +1378,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
         let cache = self.cache(op.writes());
-        let first = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let first = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(op.writes())
@@ -1783,7 +1805,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.helper_call(pc, insn)?;
                 } else {
                     let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
-                    self.local_call(pc, target);
+                    match self.inlinable(target) {
+                        Some(callee) => self.inline_call(pc, callee)?,
+                        None => self.local_call(pc, target),
+                    }
                 }
                 Ok(next)
             }
@@ -2156,7 +2181,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
-        let cache = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let cache = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(false)
@@ -2177,6 +2202,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// callee returns the fuel left, r0 and the r1-r5 it may have written (the caller
     /// sees r1-r5 as the callee left them).
     fn exit(&mut self) {
+        if let Some(cont) = self.inline_exit {
+            self.b.ins().jump(cont, &[]);
+            self.open = false;
+            return;
+        }
         self.flush_counters(false);
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
         match self.entry {
@@ -2232,14 +2262,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.set_reg(pc, 0, r0)
     }
 
-    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes the fuel
-    /// left, the callee's r10 (one frame down) and the registers it reads as arguments
-    /// ([`CalleeAbi`]), and takes the fuel left, r0 and the r1-r5 it writes back as
-    /// return values. r6-r9 stay in this function's variables, so they survive the call
-    /// without being saved.
-    fn local_call(&mut self, pc: u32, target: u32) {
+    /// What every local call does first, as the interpreter does: charge its fuel (and
+    /// test the stop flag), then trap if this frame is the deepest permitted (its r10
+    /// at the frame size).
+    fn enter_call(&mut self, pc: u32) {
         self.charge(pc, rules::CALL_COST);
-        // This frame is the deepest permitted when its r10 is at the frame size.
         let fp_off = self.b.ins().band_imm_s(self.fp, 0xffff_ffff);
         let too_deep = self.b.ins().icmp_imm_s(
             IntCC::UnsignedLessThanOrEqual,
@@ -2247,6 +2274,87 @@ impl<'a, 'f> Translator<'a, 'f> {
             STACK_FRAME_SIZE as i64,
         );
         self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);
+    }
+
+    /// The plan of the callee starting at `target` when its calls may be inlined
+    /// ([`crate::analysis::inlinable`]): not in the counting variant (whose counters
+    /// follow the callee's own blocks), nor inside an inlined callee, nor when the
+    /// callee shares slots with the caller.
+    fn inlinable(&self, target: u32) -> Option<&'a FunctionPlan> {
+        if self.counters.is_some() || self.inline_exit.is_some() {
+            return None;
+        }
+        let f = self.plans.iter().find(|f| f.start == target)?;
+        let shared = f
+            .pcs
+            .iter()
+            .any(|pc| self.plan.pcs.binary_search(pc).is_ok());
+        (!shared && crate::analysis::inlinable(self.insns, f)).then_some(f)
+    }
+
+    /// A local call to `callee` (see [`Self::inlinable`]) translated in place: its
+    /// blocks become blocks of this function, its `exit`s jump back here.
+    fn inline_call(&mut self, pc: u32, callee: &'a FunctionPlan) -> TResult<()> {
+        self.enter_call(pc);
+        let saved: Vec<Value> = (6..=9).map(|r| self.b.use_var(self.regs[r])).collect();
+        let cont = self.b.create_block();
+        let outer_plan = std::mem::replace(&mut self.plan, callee);
+        let inner: BTreeMap<u32, Block> = callee
+            .leaders
+            .iter()
+            .map(|&l| (l, self.b.create_block()))
+            .collect();
+        let outer_blocks = std::mem::replace(&mut self.blocks, inner);
+        self.inline_exit = Some(cont);
+        let start = self.blocks[&callee.start];
+        self.b.ins().jump(start, &[]);
+        self.open = false;
+        let mut resume = 0;
+        let mut result = Ok(());
+        for &cpc in &callee.pcs {
+            if cpc < resume {
+                continue;
+            }
+            if let Some(&block) = self.blocks.get(&cpc) {
+                if self.open {
+                    let to = self.target(cpc);
+                    self.b.ins().jump(to, &[]);
+                }
+                self.b.switch_to_block(block);
+                self.open = true;
+            }
+            assert!(
+                self.open,
+                "slot {cpc} of an inlined callee is in an open block"
+            );
+            match self.insn(cpc) {
+                Ok(r) => resume = r,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.plan = outer_plan;
+        self.blocks = outer_blocks;
+        self.inline_exit = None;
+        result?;
+        assert!(!self.open, "an inlined callee ends in exits");
+        self.b.switch_to_block(cont);
+        self.open = true;
+        for (r, v) in (6..=9).zip(saved) {
+            self.b.def_var(self.regs[r], v);
+        }
+        Ok(())
+    }
+
+    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes the fuel
+    /// left, the callee's r10 (one frame down) and the registers it reads as arguments
+    /// ([`CalleeAbi`]), and takes the fuel left, r0 and the r1-r5 it writes back as
+    /// return values. r6-r9 stay in this function's variables, so they survive the call
+    /// without being saved.
+    fn local_call(&mut self, pc: u32, target: u32) {
+        self.enter_call(pc);
         let abi = &self.abis[&target];
         let mut args = vec![self.ctx, self.b.use_var(self.fuel_left)];
         if abi.fp {
