@@ -394,7 +394,7 @@ fn member_requests(
     let workers_done = AtomicBool::new(false);
     std::thread::scope(|s| -> Result<(), ArrayError> {
         // Forwards the array's stop to this member's λ-IO: its device runs in flight
-        // get an Abort, its host runs stop at their next back-edge or call.
+        // get an Abort, its host runs stop within one fuel slice (`STOP_SLICE`).
         let flag = io.stop_flag();
         let workers_done = &workers_done;
         s.spawn(move || {
