@@ -64,6 +64,8 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod unroll;
+
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
 // r10 at offset `STACK_SIZE - (d - 1) * STACK_FRAME_SIZE`, so it relies on the stack
 // holding exactly one frame per permitted depth.
@@ -299,6 +301,8 @@ struct Translator<'a, 'f> {
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
     unchecked: bool,
+    /// Which copy of `in_loop`'s unrolled groups is being translated (see `unroll`).
+    group: Option<usize>,
     entry: Entry,
     /// This function's register use (its signature's, when called).
     uses: RegUse,
@@ -323,6 +327,8 @@ struct LoopCopy {
     counter: Variable,
     /// Host minus virtual address of each unchecked access's region, set by the guard.
     deltas: BTreeMap<u32, Value>,
+    /// The unrolled copy, when the loop has one.
+    group: Option<unroll::GroupCopy>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -494,6 +500,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                     unchecked.insert(pc, block);
                 }
             }
+            let group = unroll::GroupCopy::new(&mut b, &l, &blocks, plan, env.blocks.is_some());
             loop_copies.push(LoopCopy {
                 header: l.header,
                 body: l.body,
@@ -503,6 +510,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 latch: b.create_block(),
                 counter: b.declare_var(types::I64),
                 deltas: BTreeMap::new(),
+                group,
             });
         }
 
@@ -546,6 +554,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             loop_at,
             in_loop: None,
             unchecked: false,
+            group: None,
             entry: entry_kind,
             uses,
             abis: env.abis,
@@ -557,7 +566,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn target(&self, t: u32) -> Block {
         if let Some(i) = self.in_loop {
             let l = &self.loops[i];
-            if self.unchecked {
+            if let Some(b) = self.group.and_then(|k| self.group_target(i, k, t)) {
+                return b;
+            }
+            if self.unchecked && self.group.is_none() {
                 if t == l.header {
                     return l.latch;
                 }
@@ -641,6 +653,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             let left = self.b.ins().iadd_imm_s(left, -1);
             self.b.def_var(counter, left);
             self.b.ins().brif(left, head, &[], checked, &[]);
+            self.group_copies(i)?;
         }
         self.in_loop = None;
         self.unchecked = false;
@@ -746,7 +759,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         l.deltas = deltas;
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
         self.b.def_var(counter, n);
-        self.b.ins().brif(n, head, &[], checked, &[]);
+        if !self.guard_groups(i, n, &regs) {
+            self.b.ins().brif(n, head, &[], checked, &[]);
+        }
     }
 
     /// Fills the shared exits and completes the function.
@@ -1263,7 +1278,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .and_then(|i| self.loops[i].deltas.get(&pc).copied());
             if let Some(delta) = delta {
                 let host = self.b.ins().iadd(delta, v);
-                return Ok(self.emit_op(host, i32::from(off), op));
+                return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
             }
         }
 
@@ -1670,6 +1685,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
                 Ok(next)
             }
+            _ if self.elided_exit(pc).is_some() => {
+                let stays = self.elided_exit(pc).expect("just checked");
+                self.jump_to(pc, stays);
+                Ok(next)
+            }
             _ => {
                 let cond = self.condition(pc, insn, is32)?;
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
@@ -1690,7 +1710,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        if cost > 0 {
+        if cost > 0 && self.group.is_some() {
+            self.charge_in_group(cost);
+        } else if cost > 0 {
             self.charge(pc, cost);
         }
         let block = self.target(target);
