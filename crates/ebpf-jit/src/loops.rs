@@ -637,7 +637,7 @@ fn transfer(insns: &[Insn], pc: u32, s: &State) -> State {
 const UNROLL_SLOTS_MAX: usize = 192;
 
 /// Largest unroll factor.
-const UNROLL_FACTOR_MAX: usize = 8;
+const UNROLL_FACTOR_MAX: usize = 16;
 
 /// How a versioned loop's unchecked iterations also run in *groups*: `factor` copies of
 /// the body one after the other, with the counted `exit` test left out of all but the

@@ -1323,28 +1323,28 @@ fn check_every_budget(src: &str) -> RunOutcome {
 #[test]
 fn counted_loops_get_an_unrolled_copy() {
     // `jlt %r7, COUNT, loop` closes a 5-slot loop: it leaves when r7 (+1 per iteration)
-    // reaches COUNT, unsigned; 8 copies; the back-edge costs 5.
+    // reaches COUNT, unsigned; 16 copies; the back-edge costs 5.
     assert_eq!(
         unroll_plans(&strided_sum(0, 4, 16, "ldxw")),
-        vec![(4, 8, 5, 8, 1, false, false)]
+        vec![(4, 16, 5, 8, 1, false, false)]
     );
     // Counting down to zero (`jne`: it leaves on equality), a signed and a 32-bit exit,
     // the counter on the right-hand side.
     let down = "mov %r0, 0\nmov %r6, %r1\nmov %r7, 8\n\
                 loop:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nsub %r7, 1\n\
                 jne %r7, 0, loop\nexit";
-    assert_eq!(unroll_plans(down), vec![(3, 8, 5, 7, -1, false, false)]);
+    assert_eq!(unroll_plans(down), vec![(3, 16, 5, 7, -1, false, false)]);
     let signed = down.replace("jne %r7, 0, loop", "jsgt %r7, 0, loop");
-    assert_eq!(unroll_plans(&signed), vec![(3, 8, 5, 7, -1, true, false)]);
+    assert_eq!(unroll_plans(&signed), vec![(3, 16, 5, 7, -1, true, false)]);
     let low = down.replace("jne %r7, 0, loop", "jgt32 %r7, 0, loop");
-    assert_eq!(unroll_plans(&low), vec![(3, 8, 5, 7, -1, false, true)]);
+    assert_eq!(unroll_plans(&low), vec![(3, 16, 5, 7, -1, false, true)]);
     let right = down.replace("jne %r7, 0, loop", "mov %r8, 0\njlt %r8, %r7, loop");
-    assert_eq!(unroll_plans(&right), vec![(3, 8, 6, 8, -1, false, false)]);
+    assert_eq!(unroll_plans(&right), vec![(3, 16, 6, 8, -1, false, false)]);
     // The exit in the middle (knn's shape: `if (i == n) break;` then `ja`).
     let middle = "mov %r0, 0\nmov %r7, 0\n\
                   loop:\nmov %r4, %r1\nadd %r4, %r7\nldxw %r3, [%r4+0]\nadd %r0, %r3\n\
                   add %r7, 4\njeq %r7, 64, done\nja loop\ndone:\nexit";
-    assert_eq!(unroll_plans(middle), vec![(2, 8, 7, 7, 4, false, false)]);
+    assert_eq!(unroll_plans(middle), vec![(2, 16, 7, 7, 4, false, false)]);
     // Moving away from its bound, or tested on loaded data, an exit is not counted.
     let away = down.replace("jne %r7, 0, loop", "jlt %r7, 100, loop");
     assert_eq!(unroll_plans(&away), vec![]);
@@ -1362,10 +1362,10 @@ fn counted_loops_get_an_unrolled_copy() {
 
 #[test]
 fn unrolled_loops_match_the_interpreter_at_every_trip_count_and_budget() {
-    // Trip counts around multiples of the factor (8), from 1 to 17, each at every fuel
+    // Trip counts around multiples of the factor (16), from 1 to 33, each at every fuel
     // budget: a budget running out inside what would be a group is only seen one by
     // one, at the back-edge where the interpreter sees it.
-    for count in [1, 2, 7, 8, 9, 15, 16, 17] {
+    for count in [1, 2, 7, 15, 16, 17, 31, 32, 33] {
         let out = check_every_budget(&strided_sum(0, 1, count, "ldxb"));
         assert_eq!(out.result, Ok((0..u64::from(count)).sum()), "{count}");
     }

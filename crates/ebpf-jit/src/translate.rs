@@ -896,6 +896,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.imm(insn.imm, ty)
         };
         let k = (!by_reg).then_some(insn.imm);
+        let (d, s) = self.group_operands(op, d, s);
         let b = &mut self.b;
         let result = match op {
             ALU_ADD => b.ins().iadd(d, s),

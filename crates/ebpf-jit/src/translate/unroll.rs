@@ -197,29 +197,33 @@ impl<'a, 'f> Translator<'a, 'f> {
             (l.counter, l.unchecked[&l.header], l.checked_head)
         };
 
-        // A group starts with one left, fuel for its most charge, and no stop asked.
+        // A group starts with one left, fuel for its most charge, and no stop asked
+        // (three branches: cheaper than one on the three conditions combined).
         self.b.switch_to_block(head);
-        let b = &mut self.b;
-        let left = b.use_var(groups);
-        let fuel = b.use_var(self.fuel_left);
+        let (fueled, unstopped) = (self.b.create_block(), self.b.create_block());
+        let left = self.b.use_var(groups);
+        self.b.ins().brif(left, fueled, &[], after, &[]);
+        self.enter(fueled);
         let need = charge.saturating_mul(u64::from(factor));
-        let enough = if need > i64::MAX as u64 {
-            b.ins().iconst(types::I8, 0)
+        if need > i64::MAX as u64 {
+            self.b.ins().jump(after, &[]);
         } else {
-            b.ins()
-                .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, fuel, need as i64)
-        };
-        let some = b.ins().icmp_imm_s(IntCC::NotEqual, left, 0);
-        let ok = b.ins().band(some, enough);
+            let fuel = self.b.use_var(self.fuel_left);
+            let enough =
+                self.b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, fuel, need as i64);
+            self.b.ins().brif(enough, unstopped, &[], after, &[]);
+        }
+        self.enter(unstopped);
+        let b = &mut self.b;
         let stop = b
             .ins()
             .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
         let flag = b
             .ins()
             .atomic_load(types::I32, MemFlagsData::trusted(), stop);
-        let clear = b.ins().icmp_imm_s(IntCC::Equal, flag, 0);
-        let ok = b.ins().band(ok, clear);
-        b.ins().brif(ok, first, &[], after, &[]);
+        b.ins().brif(flag, after, &[], first, &[]);
 
         // Otherwise: one by one for what is left of the iterations in bounds.
         self.b.switch_to_block(after);
@@ -314,5 +318,23 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             self.b.ins().uextend(types::I64, v)
         })
+    }
+}
+
+impl<'a, 'f> Translator<'a, 'f> {
+    /// The operands of a commutative ALU operation in a group, the older value first.
+    ///
+    /// Cranelift computes a pure value where it is first used, its operands in order,
+    /// depth first. A group's reduction (`acc += x * y`, eight times) is one chain used
+    /// only at the group's end; with the new term first (`r7 += r3`), every term of the
+    /// chain is computed before the first addition and all are live at once. The older
+    /// operand (the accumulator: a lower value number) first computes them in order.
+    pub(super) fn group_operands(&self, op: u8, d: Value, s: Value) -> (Value, Value) {
+        let commutes = matches!(op, ALU_ADD | ALU_MUL | ALU_OR | ALU_AND | ALU_XOR);
+        if self.group.is_some() && commutes && s < d {
+            (s, d)
+        } else {
+            (d, s)
+        }
     }
 }
