@@ -149,6 +149,10 @@ pub(crate) struct FunctionPlan {
     pub cold: BTreeSet<u32>,
     /// Whether a local call reaches this function (otherwise it is only the entry).
     pub is_callee: bool,
+    /// Memory accesses whose base register holds an address computed from r10 on every
+    /// path that reaches them ([`stack_bases`]): translation checks them against the
+    /// stack rather than the region caches.
+    pub stack_bases: BTreeSet<u32>,
 }
 
 /// Every function of a program, the entry first.
@@ -458,6 +462,7 @@ fn plan_function(
             covered_until = join;
         }
     }
+    let stack_bases = stack_bases(insns, &pcs, &flows, start)?;
     Ok((
         FunctionPlan {
             start,
@@ -468,9 +473,171 @@ fn plan_function(
             regions,
             cold,
             is_callee: false,
+            stack_bases,
         },
         callees,
     ))
+}
+
+/// Most slots of a callee inlined at its calls.
+pub(crate) const INLINE_SLOTS_MAX: usize = 24;
+
+/// Whether calls to the function `f` may be inlined: at most [`INLINE_SLOTS_MAX`]
+/// slots of ALU instructions, `lddw`s, forward jumps and `exit`s, none naming r10. Such
+/// a body cannot trap, touch memory, call, or charge fuel (no backward jump), so
+/// running it in the caller's frame, after the call's fuel charge and depth check and
+/// with the caller's r6-r9 restored after it, is what the interpreter's call and
+/// return do (it too lets the callee read the caller's r0 and r6-r9, and hands back
+/// r0-r5 as the callee left them).
+pub(crate) fn inlinable(insns: &[Insn], f: &FunctionPlan) -> bool {
+    let simple = |pc: u32| {
+        let insn = &insns[pc as usize];
+        if insn.dst == REG_FP || insn.src == REG_FP {
+            return false;
+        }
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => true,
+            CLASS_LD => insn.opc == OP_LDDW,
+            CLASS_JMP | CLASS_JMP32 => match insn.opc & 0xf0 {
+                JMP_EXIT => insn.class() == CLASS_JMP,
+                JMP_CALL => false,
+                JMP_JA if insn.class() == CLASS_JMP32 => insn.imm >= 0,
+                _ => insn.off >= 0,
+            },
+            _ => false,
+        }
+    };
+    f.pcs.len() <= INLINE_SLOTS_MAX && f.pcs.iter().all(|&pc| simple(pc))
+}
+
+/// The memory accesses among `pcs` whose base register holds a stack address on every
+/// path from `start`: r10, or a register copied from one or computed from one by adding
+/// or subtracting, or reloaded from a frame slot (at r10 plus a constant) that was
+/// stored such an address (the `src` and `dst` of a loop that walks a stack buffer,
+/// which a block parameter carries, often through a spill, and so translation's
+/// per-value facts do not see).
+///
+/// A forward data-flow over registers r0-r9 and the 64 eight-byte slots of the frame
+/// (a bit set: it holds such an address), met by intersection at joins, solved by a
+/// worklist. Stores through other pointers are assumed not to overwrite spill slots.
+/// It only picks which fast check an access tries first: every access is still checked
+/// exactly, so a wrong guess costs a cold miss, never safety.
+fn stack_bases(
+    insns: &[Insn],
+    pcs: &[u32],
+    flows: &BTreeMap<u32, Flow>,
+    start: u32,
+) -> Result<BTreeSet<u32>, PlanError> {
+    use csx_ebpf::isa::{ALU_ADD, ALU_MOV, ALU_SUB, MODE_ATOMIC, MODE_MEM, SIZE_B, SIZE_H, SIZE_W};
+    const FP: u16 = 1 << REG_FP;
+    let bit = |r: u8| if r <= 10 { 1u16 << r } else { 0 };
+    // The frame slots an access of `size` bytes at r10 + `off` overlaps, as a mask, and
+    // the slot it exactly covers (an aligned 8-byte access), if any.
+    let slots = |off: i16, size: i64| -> (u64, Option<u32>) {
+        let lo = i64::from(off);
+        let hi = lo + size;
+        let mut mask = 0u64;
+        for i in 0..64i64 {
+            let (slo, shi) = (-8 * (i + 1), -8 * i);
+            if lo < shi && slo < hi {
+                mask |= 1 << i;
+            }
+        }
+        let exact =
+            (size == 8 && lo % 8 == 0 && (-512..0).contains(&lo)).then(|| (-lo / 8 - 1) as u32);
+        (mask, exact)
+    };
+    let size_of = |insn: &Insn| match insn.opc & 0x18 {
+        SIZE_B => 1,
+        SIZE_H => 2,
+        SIZE_W => 4,
+        _ => 8,
+    };
+    // Entry state of each slot; slots not reached yet hold every bit (the top).
+    let mut state: BTreeMap<u32, (u16, u64)> =
+        pcs.iter().map(|&pc| (pc, (u16::MAX, u64::MAX))).collect();
+    state.insert(start, (FP, 0));
+    let mut work = BTreeSet::from([start]);
+    while let Some(pc) = work.pop_first() {
+        let insn = &insns[pc as usize];
+        let (mut s, mut frame) = state[&pc];
+        s |= FP;
+        let (dst, src) = (bit(insn.dst), bit(insn.src));
+        let by_reg = insn.opc & SRC_X != 0;
+        let mode = insn.opc & 0xe0;
+        match insn.class() {
+            CLASS_ALU64 => {
+                let carried = match insn.opc & 0xf0 {
+                    ALU_MOV if by_reg && insn.off == 0 => s & src != 0,
+                    ALU_ADD | ALU_SUB if !by_reg => s & dst != 0,
+                    ALU_ADD => s & (dst | src) != 0,
+                    ALU_SUB => s & dst != 0,
+                    _ => false,
+                };
+                s = if carried { s | dst } else { s & !dst };
+            }
+            CLASS_LDX => {
+                let reloaded = insn.src == REG_FP
+                    && mode == MODE_MEM
+                    && slots(insn.off, size_of(insn))
+                        .1
+                        .is_some_and(|i| frame & (1 << i) != 0);
+                s = if reloaded { s | dst } else { s & !dst };
+            }
+            CLASS_ST | CLASS_STX if insn.dst == REG_FP => {
+                let (mask, exact) = slots(insn.off, size_of(insn));
+                frame &= !mask;
+                if insn.class() == CLASS_STX && mode == MODE_MEM && s & src != 0 {
+                    if let Some(i) = exact {
+                        frame |= 1 << i;
+                    }
+                }
+                if mode == MODE_ATOMIC {
+                    s &= !(src | 1);
+                }
+            }
+            CLASS_ALU => s &= !dst,
+            CLASS_LD if insn.opc == OP_LDDW => s &= !dst,
+            // The legacy packet loads write r0 and may clobber r1-r5.
+            CLASS_LD => s &= !0b11_1111,
+            // An atomic may write its source (fetch) or r0 (cmpxchg).
+            CLASS_STX if mode == MODE_ATOMIC => s &= !(src | 1),
+            CLASS_JMP if insn.opc & 0xf0 == JMP_CALL => s &= !0b11_1111,
+            _ => {}
+        }
+        s |= FP;
+        let mut flow_to = |t: u32| {
+            if let Some(old) = state.get_mut(&t) {
+                let met = (old.0 & s, old.1 & frame);
+                if met != *old {
+                    *old = met;
+                    work.insert(t);
+                }
+            }
+        };
+        match flows[&pc] {
+            Flow::Next | Flow::CallLocal(_) => flow_to(next_pc(insns, pc)?),
+            Flow::Jump(t) => flow_to(t),
+            Flow::Branch(t) => {
+                flow_to(t);
+                flow_to(next_pc(insns, pc)?);
+            }
+            Flow::Exit => {}
+        }
+    }
+    Ok(pcs
+        .iter()
+        .copied()
+        .filter(|&pc| {
+            let insn = &insns[pc as usize];
+            let base = match insn.class() {
+                CLASS_LDX => insn.src,
+                CLASS_ST | CLASS_STX => insn.dst,
+                _ => return false,
+            };
+            (state[&pc].0 | FP) & bit(base) != 0
+        })
+        .collect())
 }
 
 /// The end (exclusive) of the speculative region headed by the conditional jump at

@@ -19,7 +19,8 @@
 //! Innermost loops are versioned (`loops`): a guard where a loop is entered proves how
 //! many iterations keep its strided accesses in bounds, and an unchecked copy of the loop
 //! runs those. Setting `CSX_JIT_DISASM` prints each compiled function's machine code
-//! (Cranelift's listing) to stderr, for reading what a kernel became.
+//! (Cranelift's listing) to stderr, for reading what a kernel became; `CSX_JIT_CLIF`
+//! prints its Cranelift IR after Cranelift's optimisations (where each value ended up).
 //!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
 //! current stack frame and its context; it stops only through its exit blocks (no trap
@@ -185,6 +186,7 @@ impl compiled::Backend for Cranelift {
             call_conv,
             frontend_config: module.isa().frontend_config(),
             blocks: counting.then(|| program.blocks()),
+            plans: &plan.functions,
         };
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();
@@ -226,6 +228,9 @@ impl compiled::Backend for Cranelift {
                 if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
                     eprintln!("== {} function {}\n{v}", program.name(), f.start);
                 }
+            }
+            if std::env::var_os("CSX_JIT_CLIF").is_some() {
+                eprintln!("== clif {}\n{}", f.start, ctx.func.display());
             }
             if let Some(c) = ctx.compiled_code() {
                 code_bytes += c.code_info().total_size as usize;

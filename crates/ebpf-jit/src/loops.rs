@@ -14,10 +14,13 @@
 //! The translation (see `translate`) then emits, where the loop is entered, a guard that
 //! computes for each such access how many iterations keep it inside one mapped region,
 //! takes the minimum `n`, and runs the unchecked copy for at most `n` iterations (a
-//! counter on the back-edges), then the ordinary checked loop from wherever it got to.
-//! Both copies charge fuel and test the stop flag identically, and the unchecked copy
-//! runs only iterations whose accesses are proven in bounds, so value, trap and fuel are
-//! the interpreter's.
+//! counter on the back-edges, or, when every iteration charges the same fuel once on its
+//! back-edge ([`iteration_cost`]), the fuel slice itself: `n` is then also at most what
+//! the slice pays for, and those back-edges charge without a check), then the ordinary
+//! checked loop from wherever it got to. Both copies charge the interpreter's fuel at the
+//! interpreter's points, and the unchecked copy runs only iterations whose accesses are
+//! proven in bounds (and whose fuel is paid), so value, trap and fuel are the
+//! interpreter's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -629,6 +632,66 @@ fn transfer(insns: &[Insn], pc: u32, s: &State) -> State {
         _ => {}
     }
     out
+}
+
+/// The fuel each iteration of `l` charges when every iteration charges exactly that,
+/// once, on its way back to the header: the header is the body's first slot (so every
+/// edge back to it is a backward jump), every backward jump that stays in the body goes
+/// to the header and they all cost the same, no converted branch charges a backward
+/// `ja` of an arm, and the body makes no call. Then fuel bounds iterations: the guard
+/// may let the unchecked copy run only as many iterations as the fuel slice pays for,
+/// and that copy's back-edges charge without a check (see `translate`). Backward jumps
+/// that leave the loop charge as usual.
+pub(crate) fn iteration_cost(
+    insns: &[Insn],
+    plan: &FunctionPlan,
+    l: &VersionedLoop,
+) -> Option<u64> {
+    if l.body.first() != Some(&l.header) {
+        return None;
+    }
+    let mut cost = None;
+    for &pc in &l.body {
+        if plan
+            .arms
+            .get(&pc)
+            .is_some_and(|arms| arms.iter().any(|a| a.back_jump.is_some()))
+        {
+            return None;
+        }
+        let insn = &insns[pc as usize];
+        let class = insn.class();
+        if !matches!(class, CLASS_JMP | CLASS_JMP32) {
+            continue;
+        }
+        let op = insn.opc & 0xf0;
+        match op {
+            JMP_CALL => return None,
+            JMP_EXIT => continue,
+            _ => {}
+        }
+        let rel = if class == CLASS_JMP32 && op == JMP_JA {
+            insn.imm
+        } else {
+            i32::from(insn.off)
+        };
+        let target = i64::from(pc) + i64::from(rel) + 1;
+        let Ok(target) = u32::try_from(target) else {
+            return None;
+        };
+        if target > pc || !l.body.contains(&target) {
+            continue;
+        }
+        if target != l.header {
+            return None;
+        }
+        let c = csx_ebpf::engine::rules::jump_cost(pc, target);
+        if cost.is_some_and(|x| x != c) {
+            return None;
+        }
+        cost = Some(c);
+    }
+    cost
 }
 
 // ---- unrolling (see `translate::unroll`) ---------------------------------------------

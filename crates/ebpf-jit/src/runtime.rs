@@ -3,7 +3,7 @@
 //!
 //! Compiled functions have the native signature `extern "C" fn(*mut JitContext) -> u64`
 //! and return [`STATUS_OK`] or [`STATUS_TRAP`]. Everything else travels through the
-//! context: the region table, the fuel budget and count, the run's stop flag, the
+//! context: the region table, the fuel budget, count and reserve, the run's stop flag, the
 //! register file at function entry and exit (local calls pass r0-r10 this way), the trap
 //! record, and the bridge to the helper host.
 //!
@@ -59,8 +59,13 @@ pub(crate) struct JitContext {
     pub regions: *mut RegionEntry,
     /// Fuel budget of the run.
     pub fuel_budget: u64,
-    /// Fuel charged so far; current at every call boundary, exit and trap.
+    /// Fuel charged so far, current at every exit and trap (the quick tier keeps what
+    /// is left of the budget here while its code runs).
     pub fuel_used: u64,
+    /// Fuel left beyond the slice Cranelift's code holds in a register (see
+    /// `translate`, "Fuel"): the budget at the start of a run; what is left is this
+    /// plus the slice.
+    pub fuel_reserve: u64,
     /// r0-r10 handed to a function at entry; r0-r5 handed back at its `exit`.
     pub regs: [u64; 11],
     /// One of [`trap_code`], valid when a function returned [`STATUS_TRAP`].
@@ -89,6 +94,7 @@ pub(crate) mod offsets {
     pub(crate) const REGIONS: i32 = offset_of!(JitContext, regions) as i32;
     pub(crate) const FUEL_BUDGET: i32 = offset_of!(JitContext, fuel_budget) as i32;
     pub(crate) const FUEL_USED: i32 = offset_of!(JitContext, fuel_used) as i32;
+    pub(crate) const FUEL_RESERVE: i32 = offset_of!(JitContext, fuel_reserve) as i32;
     pub(crate) const REGS: i32 = offset_of!(JitContext, regs) as i32;
     pub(crate) const TRAP_CODE: i32 = offset_of!(JitContext, trap_code) as i32;
     pub(crate) const TRAP_PC: i32 = offset_of!(JitContext, trap_pc) as i32;
@@ -225,6 +231,7 @@ pub(crate) fn execute(
         regions: unsafe { (*mem_ptr).entries_ptr() },
         fuel_budget: opts.fuel,
         fuel_used: 0,
+        fuel_reserve: opts.fuel,
         regs,
         trap_code: 0,
         trap_pc: 0,

@@ -803,6 +803,8 @@ fn a_set_stop_flag_stops_at_the_first_charge() {
         2,
         2,
     );
+    // A versioned loop whose iterations fuel bounds: its back-edge (slot 8, 5 slots).
+    stopped(&strided_sum(0, 1, 16, "ldxb"), 8, 5);
     // Helper and local calls charge 1 before they run.
     stopped("mov %r1, 1\ncall 1\nexit", 1, 1);
     stopped("call local f\nexit\nf:\nmov %r0, 1\nexit", 0, 1);
@@ -1462,4 +1464,288 @@ fn a_set_stop_flag_stops_an_unrolled_loop_at_its_first_charge() {
         })
     );
     assert_eq!(out.fuel_used, 5);
+}
+
+/// Programs whose runs take many slices of fuel (`rules::STOP_SLICE`): a versioned
+/// loop whose iterations fuel bounds (a byte sum over region 2, 64 bytes, inside an
+/// outer loop), a loop with no memory access (never versioned), and a loop with a local
+/// call (the slice crosses the call both ways).
+fn many_slices_programs() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "versioned",
+            "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+             inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+             jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 2000, outer\nexit"
+                .into(),
+        ),
+        (
+            "plain",
+            "mov %r0, 0\nloop:\nadd %r0, 3\nxor %r0, 5\njlt %r0, 300000, loop\nexit".into(),
+        ),
+        (
+            "call",
+            "mov %r6, 0\nmov %r7, 0\nloop:\nmov %r1, %r6\ncall local f\nadd %r7, %r0\n\
+             add %r6, 1\njlt %r6, 70000, loop\nmov %r0, %r7\nexit\n\
+             f:\nmov %r0, %r1\nand %r0, 7\nexit"
+                .into(),
+        ),
+    ]
+}
+
+/// A run over many slices uses the interpreter's fuel, and at every budget around the
+/// first few slice boundaries it runs out at the interpreter's pc with its fuel: the
+/// slice is refilled from the reserve exactly, and the last charge that fits runs.
+#[test]
+fn fuel_slices_refill_across_many_slices() {
+    let slice = csx_ebpf::engine::rules::STOP_SLICE;
+    for (name, src) in many_slices_programs() {
+        let p = program(&src, vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        assert!(full.result.is_ok(), "{name}: {full:?}");
+        assert!(full.fuel_used > 6 * slice, "{name}: {}", full.fuel_used);
+        let exact = check_program(p.clone(), full.fuel_used);
+        assert_eq!(exact, full, "{name}: a budget of exactly the fuel needed");
+        let mut budgets: Vec<u64> = vec![full.fuel_used - 1];
+        for k in [1, 2, 5] {
+            budgets.extend((k * slice - 7)..=(k * slice + 7));
+        }
+        for fuel in budgets {
+            let out = check_program(p.clone(), fuel);
+            assert_eq!(
+                out.result.as_ref().map_err(|t| &t.kind),
+                Err(&TrapKind::FuelExhausted { budget: fuel }),
+                "{name}, fuel {fuel}"
+            );
+            assert!(out.fuel_used > fuel, "{name}, fuel {fuel}");
+        }
+    }
+}
+
+/// Which loops fuel bounds (`loops::iteration_cost`): a loop whose only charge is its
+/// back-edge, not one with a second back-edge of another cost, a call, or a header
+/// that is not its first slot.
+#[test]
+fn iteration_costs_of_versioned_loops() {
+    let cost = |src: &str| {
+        let p = program(src, vec![]);
+        let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+        let f = &plan.functions[0];
+        crate::loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+            .iter()
+            .map(|l| crate::loops::iteration_cost(p.insns(), f, l))
+            .collect::<Vec<_>>()
+    };
+    // Slots 4-8, the back-edge at slot 8: 5 per iteration.
+    assert_eq!(cost(&strided_sum(0, 4, 16, "ldxw")), vec![Some(5)]);
+    // Two back-edges of different lengths.
+    let two = "mov %r0, 0\nmov %r7, 0\nloop:\nldxb %r3, [%r1+0]\nadd %r1, 1\nadd %r7, 1\n\
+               jeq %r3, 3, loop\nadd %r0, %r3\njlt %r7, 16, loop\nexit";
+    assert_eq!(cost(two), vec![None]);
+    // A local call in the body.
+    let call = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
+                add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
+    assert_eq!(cost(call), vec![None]);
+    // Entered in the middle: the header (slot 3) is not the body's first slot.
+    let rotated = "mov %r0, 0\nmov %r7, 0\nja head\nbody:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
+                   add %r1, 1\nadd %r7, 1\nhead:\njlt %r7, 16, body\nexit";
+    let c = cost(rotated);
+    assert!(c.iter().all(|c| c.is_none() || *c == Some(5)), "{c:?}");
+    for src in [two, call, rotated] {
+        let p = program(src, vec![]);
+        let full = check_program(p.clone(), u64::MAX);
+        for fuel in 0..=full.fuel_used + 1 {
+            check_program(p.clone(), fuel);
+        }
+    }
+}
+
+/// A host whose helper 1 raises the run's stop flag (reason 5).
+struct StopHost<'a>(&'a StopFlag);
+
+impl HelperHost for StopHost<'_> {
+    fn call(&mut self, id: u32, _: [u64; 5], _: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+        assert_eq!(id, 1);
+        self.0.stop(5);
+        Ok(0)
+    }
+}
+
+/// A flag raised during the run (by a helper, so at a known point) stops every engine
+/// at a charge within one slice of fuel after it: the interpreter at the next charge,
+/// the JIT when its slice runs out (or earlier); never later.
+#[test]
+fn a_stop_raised_mid_run_is_seen_within_one_slice() {
+    let slice = csx_ebpf::engine::rules::STOP_SLICE;
+    // 300 spins, the helper (slot 3), then a versioned loop over region 2 (back-edge at
+    // slot 10) forever (slot 11).
+    let src = "mov %r0, 0\nspin:\nadd %r0, 1\njlt %r0, 300, spin\ncall 1\n\
+               again:\nmov %r6, %r1\nmov %r7, 0\n\
+               inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+               jlt %r7, 64, inner\nja again";
+    let p = program(src, vec![]);
+    let raised_at = 299 * 2 + 1;
+    let mut engines: Vec<(&str, Box<dyn Engine>)> = vec![
+        ("interpreter", Box::new(Interpreter::new(p.clone()))),
+        ("jit", Box::new(JitProgram::compile(p.clone()).unwrap())),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    engines.push(("quick", Box::new(QuickProgram::compile(p.clone()).unwrap())));
+    for (name, engine) in &engines {
+        let stop = StopFlag::new();
+        let mut rw: Vec<u8> = (0..64).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel: 1 << 40,
+            stop: Some(&stop),
+            counts: None,
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut StopHost(&stop));
+        let trap = trap_of(&out);
+        assert_eq!(trap.kind, TrapKind::Stopped { reason: 5 }, "{name}");
+        assert!([10, 11].contains(&trap.pc), "{name}: {trap:?}");
+        assert!(
+            out.fuel_used > raised_at && out.fuel_used <= raised_at + slice,
+            "{name}: stopped after {} fuel, the flag was raised after {raised_at}",
+            out.fuel_used
+        );
+        if *name == "interpreter" {
+            assert_eq!((trap.pc, out.fuel_used), (10, raised_at + 5));
+        }
+    }
+}
+
+/// A `callx` of a register the quick tier reads into a scratch register before its
+/// charge, which refills the (empty) slice: the id survives the refill (found by the
+/// differential fuzzer: the refill routine once clobbered it).
+#[test]
+fn a_refill_keeps_the_register_a_callx_reads() {
+    assert!(check("mov %r6, 1\ncall %r6\nexit").result.is_ok());
+    let out = check("call %r10\nexit");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::UnknownHelper {
+            id: RegionIdx::STACK.vaddr(csx_ebpf::limits::STACK_SIZE as u32) as i64
+        }
+    );
+}
+
+#[test]
+fn stack_bases_follow_copies_spills_and_loops() {
+    // r2 walks a stack buffer, carried around the loop through a spill slot at r10-8;
+    // r1 (region 2) and a value reloaded from a slot a narrower store overwrote are not
+    // stack addresses; `lddw` leaves the other registers alone.
+    let src = "mov %r2, %r10\nadd %r2, -64\nstxdw [%r10-8], %r2\nstxdw [%r10-16], %r2\n\
+               stw [%r10-12], 0\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nlddw %r5, 0x100000000\nstxw [%r3+0], %r6\n\
+               ldxb %r4, [%r1+0]\nadd %r3, 4\nstxdw [%r10-8], %r3\nadd %r6, 1\n\
+               jlt %r6, 8, loop\n\
+               ldxdw %r7, [%r10-16]\nldxw %r0, [%r7+0]\nldxw %r0, [%r2+28]\nexit";
+    let insns = assemble(src).unwrap();
+    let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+    let bases: Vec<u32> = plan.functions[0].stack_bases.iter().copied().collect();
+    // Slots 2-4 (stores at r10), 6 (the reload), 9 (through r3 after `lddw`), 12 (the
+    // spill back), 15 (the reload of the clobbered slot: at r10), 17 (through r2).
+    // Not 10 (through r1) nor 16 (through r7, reloaded from the clobbered slot).
+    assert_eq!(bases, vec![2, 3, 4, 6, 9, 12, 15, 17]);
+    // r7 is the pointer with its high half zeroed: region 0, which traps, on every
+    // engine at the same slot (after the loop's stores).
+    let out = check(src);
+    assert_eq!(trap_of(&out).pc, 16);
+    let fine = check(&src.replace("ldxw %r0, [%r7+0]\n", ""));
+    assert_eq!(fine.result, Ok(7));
+}
+
+#[test]
+fn loop_carried_stack_pointers_trap_where_the_interpreter_does() {
+    // A pointer into the stack, carried around a loop through a spill, walks down past
+    // the bottom of the stack region: the store that leaves it traps at the same slot
+    // and address on every engine (`check` compares them), after the stores before it.
+    let src = "mov %r2, %r10\nadd %r2, -8\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxdw [%r3+0], %r6\nadd %r3, -256\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\nja loop";
+    let out = check(src);
+    let trap = trap_of(&out);
+    assert_eq!(trap.pc, 5);
+    assert!(
+        matches!(trap.kind, TrapKind::OutOfBounds { write: true, .. }),
+        "{trap}"
+    );
+    // The same walk through a register that once held a stack address but is moved
+    // to region 2 by arithmetic (r10 - r10 + r1): the stack check misses, the region
+    // table finds region 2, and the stores land there.
+    let src = "mov %r2, %r10\nsub %r2, %r10\nadd %r2, %r1\nstxdw [%r10-8], %r2\nmov %r6, 0\n\
+               loop:\nldxdw %r3, [%r10-8]\nstxb [%r3+0], %r6\nadd %r3, 1\n\
+               stxdw [%r10-8], %r3\nadd %r6, 1\njlt %r6, 64, loop\nldxb %r0, [%r1+63]\nexit";
+    assert_eq!(check(src).result, Ok(63));
+}
+
+#[test]
+fn pure_callees_are_inlined_with_the_calls_fuel_depth_and_registers() {
+    // `clamp` (forward branches, ALU, an `lddw`) may be inlined; callees that load,
+    // loop, call or name r10 may not.
+    let callee = |body: &str| format!("mov %r1, 1\ncall local f\nexit\nf:\n{body}\nexit");
+    let inlinable = |src: &str| {
+        let insns = assemble(src).unwrap();
+        let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+        crate::analysis::inlinable(&insns, &plan.functions[1])
+    };
+    assert!(inlinable(&callee(
+        "mov %r0, %r1\njgt %r0, 10, big\nlddw %r2, 0x100000000\nadd %r0, %r2\nja out\n\
+         big:\nmov %r0, 10\nout:\nmov %r6, 0"
+    )));
+    assert!(!inlinable(&callee("ldxb %r0, [%r1+0]")));
+    assert!(!inlinable(&callee(
+        "mov %r0, 0\nback:\nadd %r0, 1\njlt %r0, 3, back"
+    )));
+    assert!(!inlinable(&callee("call 1")));
+    assert!(!inlinable(&callee("mov %r0, %r10")));
+    assert!(!inlinable(&callee(&"add %r0, 1\n".repeat(30))));
+
+    // A loop calling `clamp(x, lo = r6)`, which also reads the caller's r7, clobbers
+    // r6-r9 (restored on return) and hands back r1-r5: every fuel budget stops at the
+    // same slot, the call's charge included, on every engine.
+    let src = "mov %r0, 0\nmov %r6, 5\nmov %r7, 100\nmov %r8, 0\n\
+               loop:\nmov %r1, %r8\nmul %r1, 3\ncall local clamp\nadd %r0, %r1\nadd %r0, %r6\n\
+               add %r0, %r7\nadd %r8, 1\njlt %r8, 9, loop\nexit\n\
+               clamp:\nmov %r2, %r1\njge %r1, %r6, high\nmov %r1, %r6\nja out\n\
+               high:\njle %r1, 20, out\nmov %r1, 20\n\
+               out:\nadd %r1, %r7\nmov %r6, 0\nmov %r7, 0\nmov %r8, 77\nmov %r9, 1\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    // clamp(3i, 5..=20) + 100, plus r6 = 5 and r7 = 100, for i in 0..9.
+    let want: u64 = (0..9u64).map(|i| (3 * i).clamp(5, 20) + 100 + 105).sum();
+    assert_eq!(full.result, Ok(want));
+    for fuel in 0..=full.fuel_used + 1 {
+        let out = check_program(p.clone(), fuel);
+        if fuel < full.fuel_used {
+            assert!(
+                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
+            );
+        } else {
+            assert_eq!(out, full);
+        }
+    }
+
+    // The depth check still runs: f recurses n times and calls the pure `leaf` at
+    // the bottom: n + 3 frames, too many past the limit of 8.
+    for n in 4..8u32 {
+        let src = format!(
+            "mov %r1, {n}\ncall local f\nexit\n\
+             f:\njeq %r1, 0, bottom\nsub %r1, 1\ncall local f\nadd %r0, 1\nexit\n\
+             bottom:\ncall local leaf\nexit\n\
+             leaf:\nmov %r0, 1\nexit"
+        );
+        let out = check(&src);
+        if n + 3 <= 8 {
+            assert_eq!(out.result, Ok(u64::from(n) + 1));
+        } else {
+            let trap = trap_of(&out);
+            assert_eq!(trap.kind, TrapKind::CallDepthExceeded { depth_max: 8 });
+            // The inlined call at slot 8 when only `leaf` is one too many, else the
+            // recursive call at slot 5.
+            assert_eq!(trap.pc, if n + 2 <= 8 { 8 } else { 5 });
+        }
+    }
 }

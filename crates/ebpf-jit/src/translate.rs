@@ -8,7 +8,8 @@
 //! it may read and the fuel left come in as arguments, and the status, the fuel left,
 //! r0 and the r1-r5 it may write go back as return values, all in host registers (an
 //! entry that is also called gets both). The caller's r6-r9 live in its own
-//! variables, so they survive without a save area.
+//! variables, so they survive without a save area. A short pure callee
+//! (`analysis::inlinable`) is translated in place at each call instead.
 //!
 //! Branches become `select`s where `analysis` planned it: triangles, diamonds, loop-
 //! closing backward triangles, and speculative regions (see `speculate`).
@@ -28,14 +29,25 @@
 //!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
 //!   check keeps every frame inside it. Other addresses computed from r10 are checked
 //!   against the stack first (a constant check) rather than the region caches, so a
-//!   stack array indexed by data does not evict the input region from the cache.
+//!   stack array indexed by data does not evict the input region from the cache; so
+//!   are accesses through a register that `analysis::stack_bases` finds holding such
+//!   an address on every path (carried by block parameters or through spill slots,
+//!   where per-value facts do not reach).
 //!   Helpers may remap regions, so every helper call resets the caches (to the stack, which the trampoline guarantees is unchanged).
-//! * **Fuel.** A variable holding what is left of the budget, charged at taken
-//!   backward jumps and calls exactly as `csx_ebpf::engine` says and checked right
-//!   there; the context gets the fuel used at exits, traps and calls.
-//! * **Stop.** Right after each fuel charge, the run's stop flag (a word the context
-//!   points at) is loaded atomically and tested; when it is set, the run traps there,
-//!   as `csx_ebpf::engine` says (`check_stop`).
+//! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
+//!   says, from a *slice*: a variable holding some of what is left of the budget (at
+//!   most [`rules::STOP_SLICE`]), the rest being the context's `fuel_reserve`. A charge
+//!   compares the slice with its cost and subtracts; only when the slice is short does
+//!   a cold path (`charge_value`) take the charge from the whole fuel left (trapping
+//!   right there when the budget is exceeded) and refill the slice from the reserve.
+//!   The entry starts with an empty slice; a callee gets the slice as an argument and
+//!   hands it back. The context gets the fuel used (budget minus slice minus reserve)
+//!   at exits and traps.
+//! * **Stop.** The run's stop flag (a word the context points at) is loaded atomically
+//!   and tested where the slice is refilled, right after that charge: when it is set,
+//!   the run traps there, as `csx_ebpf::engine` says. So a flag set before the run stops
+//!   it at its first charge (the slice is empty), and a flag set during a run at a
+//!   charge within one slice of fuel.
 //! * **Traps** are branches to the exit, never trap instructions (Cranelift's `trap`
 //!   would be a SIGILL). Division guards its divisor so the hardware never faults.
 
@@ -144,6 +156,8 @@ pub(crate) struct ProgramEnv<'a> {
     pub frontend_config: TargetFrontendConfig,
     /// The canonical blocks, when compiling the variant that counts them (`count`).
     pub blocks: Option<&'a BlockMap>,
+    /// Every function's plan (callees small and pure enough are inlined at their calls).
+    pub plans: &'a [FunctionPlan],
 }
 
 /// What a memory access does once its host address is known.
@@ -262,7 +276,7 @@ struct Translator<'a, 'f> {
     /// The block of each leader slot.
     blocks: BTreeMap<u32, Block>,
     regs: [Variable; 10],
-    /// Fuel left of the budget.
+    /// The slice of fuel this code holds (see "Fuel" in the module doc).
     fuel_left: Variable,
     ctx: Value,
     /// r10, the virtual frame pointer.
@@ -308,12 +322,28 @@ struct Translator<'a, 'f> {
     uses: RegUse,
     /// The callees' signatures.
     abis: &'a BTreeMap<u32, CalleeAbi>,
+    /// Every function's plan, for inlining.
+    plans: &'a [FunctionPlan],
+    /// While a callee is being inlined: the block its `exit`s jump to.
+    inline_exit: Option<Block>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
 /// block), which picks the unchecked copy or the checked loop; the unchecked copy's
-/// back-edges go through `latch`, which counts down the iterations the guard proved
-/// safe and then continues in the checked loop.
+/// back-edges go through `latch`, which continues in the unchecked copy while the
+/// iterations the guard proved safe last, and then in the checked loop (through
+/// `leave`). Every edge out of the unchecked copy goes through a block of its own
+/// (`leave`, `exits`), so values the checked code needs (constants, which Cranelift
+/// makes again at each use) are made there, not in every iteration.
+///
+/// Two ways to count the iterations: a counter, or (when every iteration charges the
+/// same fuel `cost`, once, on its back-edge; `loops::iteration_cost`) the fuel slice
+/// itself: the guard lets the unchecked copy run only iterations the slice pays for,
+/// so its back-edges charge with a subtract alone, and the latch goes on while the
+/// slice is above `limit` (the slice at the guard minus those iterations' fuel). The
+/// checked loop's back-edges then resume, after refilling the slice, at a second copy
+/// of the guard (`reguard`, cold), so the guard where the loop is entered keeps only
+/// the entry as a predecessor and Cranelift can still fold what is constant there.
 struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
@@ -323,10 +353,21 @@ struct LoopCopy {
     /// The unchecked copy's block of each leader in the loop.
     unchecked: BTreeMap<u32, Block>,
     latch: Block,
-    /// Unchecked iterations left.
+    /// The latch's way to the checked loop.
+    leave: Block,
+    /// The unchecked copy's ways out of the loop, by target slot.
+    exits: BTreeMap<u32, Block>,
+    /// Unchecked iterations left (when `cost` is `None`).
     counter: Variable,
-    /// Host minus virtual address of each unchecked access's region, set by the guard.
-    deltas: BTreeMap<u32, Value>,
+    /// The fuel every iteration charges on its back-edge, when fuel bounds iterations
+    /// (never in a loop with an unrolled copy, whose one-by-one copy keeps `counter`).
+    cost: Option<u64>,
+    /// The slice below which the unchecked copy stops, set by the guards (with `cost`).
+    limit: Option<Variable>,
+    /// The guard a refill at the checked loop's back-edge resumes at (with `cost`).
+    reguard: Option<Block>,
+    /// Host minus virtual address of each unchecked access's region, set by the guards.
+    deltas: BTreeMap<u32, Variable>,
     /// The unrolled copy, when the loop has one.
     group: Option<unroll::GroupCopy>,
 }
@@ -394,16 +435,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             Entry::Run => crate::analysis::reg_use(env.insns, &plan.pcs),
             Entry::Call => env.abis[&plan.start].uses,
         };
-        // Fuel is kept as what is left of the budget: one live value in loops.
+        // Fuel is kept as a slice of what is left of the budget (the rest is in the
+        // context's reserve, which the run starts with the whole budget in): one live
+        // value in loops. The entry's slice starts empty, so its first charge refills
+        // it and looks at the stop flag.
         let fuel_left = b.declare_var(types::I64);
         let left = match entry_kind {
-            Entry::Run => {
-                let budget = b
-                    .ins()
-                    .load(types::I64, flags.ctx, ctx, offsets::FUEL_BUDGET);
-                let used = b.ins().load(types::I64, flags.ctx, ctx, offsets::FUEL_USED);
-                b.ins().isub(budget, used)
-            }
+            Entry::Run => b.ins().iconst(types::I64, 0),
             Entry::Call => params[1],
         };
         b.def_var(fuel_left, left);
@@ -501,6 +539,18 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
             let group = unroll::GroupCopy::new(&mut b, &l, &blocks, plan, env.blocks.is_some());
+            let cost = loops::iteration_cost(env.insns, plan, &l).filter(|_| group.is_none());
+            let reguard = cost.map(|_| {
+                let block = b.create_block();
+                b.set_cold_block(block);
+                block
+            });
+            let limit = cost.map(|_| b.declare_var(types::I64));
+            let deltas = l
+                .accesses
+                .iter()
+                .map(|a| (a.pc, b.declare_var(types::I64)))
+                .collect();
             loop_copies.push(LoopCopy {
                 header: l.header,
                 body: l.body,
@@ -508,8 +558,13 @@ impl<'a, 'f> Translator<'a, 'f> {
                 checked_head: b.create_block(),
                 unchecked,
                 latch: b.create_block(),
+                leave: b.create_block(),
+                exits: BTreeMap::new(),
                 counter: b.declare_var(types::I64),
-                deltas: BTreeMap::new(),
+                cost,
+                limit,
+                reguard,
+                deltas,
                 group,
             });
         }
@@ -558,24 +613,29 @@ impl<'a, 'f> Translator<'a, 'f> {
             entry: entry_kind,
             uses,
             abis: env.abis,
+            plans: env.plans,
+            inline_exit: None,
         }
     }
 
     /// The block a jump (or fall-through) from the current slot to `t` goes to: inside
-    /// a versioned loop, its header means the back-edge of the copy being translated.
-    fn target(&self, t: u32) -> Block {
+    /// a versioned loop, its header means the back-edge of the copy being translated,
+    /// and a slot outside the unchecked copy one of its exit blocks.
+    fn target(&mut self, t: u32) -> Block {
         if let Some(i) = self.in_loop {
-            let l = &self.loops[i];
             if let Some(b) = self.group.and_then(|k| self.group_target(i, k, t)) {
                 return b;
             }
-            if self.unchecked && self.group.is_none() {
+            let l = &mut self.loops[i];
+            if self.unchecked {
                 if t == l.header {
                     return l.latch;
                 }
                 if let Some(&b) = l.unchecked.get(&t) {
                     return b;
                 }
+                let b = &mut self.b;
+                return *l.exits.entry(t).or_insert_with(|| b.create_block());
             } else if t == l.header {
                 return l.checked_head;
             }
@@ -646,14 +706,38 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             assert!(!self.open, "a loop copy ends its last block");
             let l = &self.loops[i];
-            let (latch, counter, head, checked) =
-                (l.latch, l.counter, l.unchecked[&l.header], l.checked_head);
+            let (latch, leave, counter, head, checked) = (
+                l.latch,
+                l.leave,
+                l.counter,
+                l.unchecked[&l.header],
+                l.checked_head,
+            );
             self.b.switch_to_block(latch);
-            let left = self.b.use_var(counter);
-            let left = self.b.ins().iadd_imm_s(left, -1);
-            self.b.def_var(counter, left);
-            self.b.ins().brif(left, head, &[], checked, &[]);
+            let more = if let Some(limit) = l.limit {
+                let limit = self.b.use_var(limit);
+                let slice = self.b.use_var(self.fuel_left);
+                self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
+            } else {
+                let left = self.b.use_var(counter);
+                let left = self.b.ins().iadd_imm_s(left, -1);
+                self.b.def_var(counter, left);
+                left
+            };
+            self.b.ins().brif(more, head, &[], leave, &[]);
+            self.enter(leave);
+            self.b.ins().jump(checked, &[]);
             self.group_copies(i)?;
+            let exits = std::mem::take(&mut self.loops[i].exits);
+            for (t, exit) in exits {
+                self.enter(exit);
+                let to = self.blocks[&t];
+                self.b.ins().jump(to, &[]);
+            }
+            if let Some(reguard) = self.loops[i].reguard {
+                self.b.switch_to_block(reguard);
+                self.guard(i);
+            }
         }
         self.in_loop = None;
         self.unchecked = false;
@@ -661,7 +745,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
-    /// the loop): for each access the unchecked copy makes, how many iterations keep it
+    /// the loop, or the loop's `reguard`): for each access the unchecked copy makes, how many iterations keep it
     /// inside the region it starts in (see `loops`); the unchecked copy runs the fewest
     /// of those, and the checked loop takes over when that is none or they are done.
     fn guard(&mut self, i: usize) {
@@ -671,7 +755,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Accesses through the same pointer (the same form but for the constant) must
         // stay in the region the first of them starts in: (index, row, delta) by form.
         let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
-        let mut deltas = BTreeMap::new();
         for a in &accesses {
             let b = &mut self.b;
             let mut addr = b.ins().iconst(types::I64, a.k);
@@ -723,17 +806,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             let end = b.ins().iadd_imm_s(off, i64::from(a.size));
             let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
             let ok = b.ins().band(same, fits);
-            // `x / d` for `x < 2^32`, or (for a `d` not a power of two) up to two less:
-            // `x * floor(2^32 / d) >> 32`, a multiply instead of a divide. Counting fewer
-            // safe iterations is safe: the checked loop runs the rest.
-            let div = |b: &mut FunctionBuilder<'f>, x: Value, d: i64| {
-                if d.count_ones() == 1 {
-                    b.ins().ushr_imm_s(x, i64::from(d.trailing_zeros()))
-                } else {
-                    let m = b.ins().imul_imm_s(x, (1i64 << 32) / d);
-                    b.ins().ushr_imm_s(m, 32)
-                }
-            };
             let count = match a.stride.signum() {
                 1 => {
                     let room = b.ins().isub(len, end);
@@ -752,16 +824,42 @@ impl<'a, 'f> Translator<'a, 'f> {
                 Some(m) => b.ins().umin(m, count),
                 None => count,
             });
-            deltas.insert(a.pc, delta);
+            let var = self.loops[i].deltas[&a.pc];
+            self.b.def_var(var, delta);
         }
-        let n = n.expect("a versioned loop has an unchecked access");
-        let l = &mut self.loops[i];
-        l.deltas = deltas;
+        let mut n = n.expect("a versioned loop has an unchecked access");
+        if let Some(cost) = self.loops[i].cost {
+            // As many iterations as the slice pays for (it is below 2^32, so `div`
+            // applies), and the slice left after them.
+            let slice = self.b.use_var(self.fuel_left);
+            let paid = div(&mut self.b, slice, cost as i64);
+            n = self.b.ins().umin(n, paid);
+            let spent = self.b.ins().imul_imm_s(n, cost as i64);
+            let limit = self.b.ins().isub(slice, spent);
+            let var = self.loops[i].limit.expect("a loop with a cost has a limit");
+            self.b.def_var(var, limit);
+        }
+        let l = &self.loops[i];
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
-        self.b.def_var(counter, n);
-        if !self.guard_groups(i, n, &regs) {
-            self.b.ins().brif(n, head, &[], checked, &[]);
-        }
+        let go = match l.limit {
+            // Some iteration is paid for exactly when the limit is below the slice.
+            // Testing that here (not `n`) makes Cranelift compute the limit here: its
+            // only other use is the latch, and a value first needed inside a loop is
+            // computed there when an operand is a constant (made again in each block).
+            Some(limit) => {
+                let limit = self.b.use_var(limit);
+                let slice = self.b.use_var(self.fuel_left);
+                self.b.ins().icmp(IntCC::UnsignedGreaterThan, slice, limit)
+            }
+            None => {
+                self.b.def_var(counter, n);
+                if self.guard_groups(i, n, &regs) {
+                    return;
+                }
+                n
+            }
+        };
+        self.b.ins().brif(go, head, &[], checked, &[]);
     }
 
     /// Fills the shared exits and completes the function.
@@ -1251,6 +1349,16 @@ impl<'a, 'f> Translator<'a, 'f> {
         Some((f.host, i32::from(off)))
     }
 
+    /// Whether the access at `pc` through `v` probably goes to the stack: `v` was
+    /// computed from r10 in this block, or the access's base register holds an address
+    /// computed from r10 on every path (`FunctionPlan::stack_bases`). Such accesses try
+    /// the stack's constant check first instead of the region caches.
+    fn stack_based(&self, pc: u32, v: Value) -> bool {
+        self.fp_relative.contains_key(&v)
+            || self.stack_derived.contains(&v)
+            || self.plan.stack_bases.contains(&pc)
+    }
+
     /// The stack as a region cache: constant, always valid (the stack is always mapped
     /// with `STACK_SIZE` bytes and never moves during a run).
     fn stack_cache(&mut self) -> CacheValues {
@@ -1278,6 +1386,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .in_loop
                 .and_then(|i| self.loops[i].deltas.get(&pc).copied());
             if let Some(delta) = delta {
+                let delta = self.b.use_var(delta);
                 let host = self.b.ins().iadd(delta, v);
                 return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
             }
@@ -1287,7 +1396,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
         let cache = self.cache(op.writes());
-        let first = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let first = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(op.writes())
@@ -1595,68 +1704,100 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.enter(cont);
     }
 
-    /// Charges `cost` fuel at `pc` and traps if the budget is exceeded.
+    /// Charges `cost` fuel at `pc` (see [`Self::charge_value`]).
     fn charge(&mut self, pc: u32, cost: u64) {
-        let left = self.b.use_var(self.fuel_left);
-        let over = self
-            .b
-            .ins()
-            .icmp_imm_u(IntCC::UnsignedLessThan, left, cost as i64);
-        // On a trap this wraps, and `store_fuel` reports the budget plus the excess.
-        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
-        self.b.def_var(self.fuel_left, left);
-        self.trap_if(over, trap_code::FUEL, pc);
-        self.check_stop(|b| b.ins().iconst(types::I64, i64::from(pc)));
+        let cost = self.b.ins().iconst(types::I64, cost as i64);
+        self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), None);
     }
 
-    /// After a fuel charge: leaves through the trap exit at the pc `trap_pc` makes (in
-    /// the cold block) when the run's stop flag is set. The load is atomic, so Cranelift
-    /// neither hoists it out of a loop nor merges it with an earlier one. The flag's
-    /// address is read from the context each time rather than kept in a register: in a
-    /// loop it would be one more value live across the back-edge (and across calls),
-    /// which regalloc often spills and reloads anyway.
-    fn check_stop(&mut self, trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value) {
-        self.check_stop_if(None, trap_pc);
-    }
-
-    /// [`Self::check_stop`] when `charged` (a boolean) holds, or always when `None`.
-    fn check_stop_if(
+    /// Charges `cost` fuel (a constant, or picked by a condition) at the pc `trap_pc`
+    /// makes. The hot path is a compare, a subtract and a branch on the slice. When the
+    /// slice is short, a cold path takes the charge from all the fuel left (slice plus
+    /// reserve): it traps when that is exceeded, else looks at the stop flag (and stops
+    /// there when it is set), else refills the slice with up to `STOP_SLICE` of the
+    /// rest and goes on, at `resume` when given (a versioned loop's guard), else right
+    /// after the charge.
+    fn charge_value(
         &mut self,
-        charged: Option<Value>,
-        trap_pc: impl FnOnce(&mut FunctionBuilder<'f>) -> Value,
+        cost: Value,
+        trap_pc: impl Fn(&mut FunctionBuilder<'f>) -> Value,
+        resume: Option<Block>,
     ) {
-        let stop = self
+        // The slice is at most `STOP_SLICE` and a cost at most a program's length, so
+        // the slice is short exactly when what is left of it is negative; testing that
+        // (not the slice before the charge) keeps one value live, not two. On the cold
+        // path it stays so: the fuel used, budget minus slice minus reserve, includes
+        // the charge whether the run goes on or traps (`store_fuel`).
+        let left = self.b.use_var(self.fuel_left);
+        let after = self.b.ins().isub(left, cost);
+        let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, after, 0);
+        self.b.def_var(self.fuel_left, after);
+        let refill = self.b.create_block();
+        let cont = self.b.create_block();
+        self.b.set_cold_block(refill);
+        self.b.ins().brif(short, refill, &[], cont, &[]);
+
+        self.enter(refill);
+        let fl = self.flags.ctx;
+        let reserve = self
             .b
             .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
+            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+        // The charge exceeds the budget when the reserve cannot cover what the slice
+        // lacks; else what is left after it is slice plus reserve minus cost.
+        let lack = self.b.ins().ineg(after);
+        let out = self.b.ins().icmp(IntCC::UnsignedLessThan, reserve, lack);
+        let fuel_trap = self.b.create_block();
+        let look = self.b.create_block();
+        self.b.set_cold_block(fuel_trap);
+        self.b.set_cold_block(look);
+        self.b.ins().brif(out, fuel_trap, &[], look, &[]);
+        self.enter(fuel_trap);
+        let pc = trap_pc(&mut self.b);
+        self.jump_to_trap_at(trap_code::FUEL, pc, None, 0);
+
+        // The load is atomic, so Cranelift neither hoists it nor merges it with another.
+        self.enter(look);
+        let stop = self.b.ins().load(types::I64, fl, self.ctx, offsets::STOP);
         let flag = self
             .b
             .ins()
             .atomic_load(types::I32, MemFlagsData::trusted(), stop);
-        let trap = self.b.create_block();
-        let cont = self.b.create_block();
-        self.b.set_cold_block(trap);
-        self.b.ins().brif(flag, trap, &[], cont, &[]);
-        self.enter(trap);
-        if let Some(charged) = charged {
-            let stop = self.b.create_block();
-            self.b.set_cold_block(stop);
-            self.b.ins().brif(charged, stop, &[], cont, &[]);
-            self.enter(stop);
-        }
+        let stop_trap = self.b.create_block();
+        let refilled = self.b.create_block();
+        self.b.set_cold_block(stop_trap);
+        self.b.set_cold_block(refilled);
+        self.b.ins().brif(flag, stop_trap, &[], refilled, &[]);
+        self.enter(stop_trap);
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_at(trap_code::STOP, pc, None, 0);
+
+        self.enter(refilled);
+        let rest = self.b.ins().iadd(after, reserve);
+        let most = self.b.ins().iconst(types::I64, rules::STOP_SLICE as i64);
+        let slice = self.b.ins().umin(rest, most);
+        let reserve = self.b.ins().isub(rest, slice);
+        self.b
+            .ins()
+            .store(fl, reserve, self.ctx, offsets::FUEL_RESERVE);
+        self.b.def_var(self.fuel_left, slice);
+        self.b.ins().jump(resume.unwrap_or(cont), &[]);
         self.enter(cont);
     }
 
-    /// Stores the fuel used so far (budget minus what is left) into the context.
+    /// Stores the fuel used so far (budget minus slice minus reserve) into the context.
     fn store_fuel(&mut self) {
         let fl = self.flags.ctx;
         let budget = self
             .b
             .ins()
             .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
+        let reserve = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
         let left = self.b.use_var(self.fuel_left);
+        let left = self.b.ins().iadd(left, reserve);
         let used = self.b.ins().isub(budget, left);
         self.b.ins().store(fl, used, self.ctx, offsets::FUEL_USED);
     }
@@ -1682,7 +1823,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                     self.helper_call(pc, insn)?;
                 } else {
                     let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
-                    self.local_call(pc, target);
+                    match self.inlinable(target) {
+                        Some(callee) => self.inline_call(pc, callee)?,
+                        None => self.local_call(pc, target),
+                    }
                 }
                 Ok(next)
             }
@@ -1709,10 +1853,29 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
+    ///
+    /// The back-edge of a loop whose iterations fuel bounds (`LoopCopy::cost`): in the
+    /// unchecked copy the guard proved the slice pays for it, so it only subtracts; in
+    /// the checked loop, a refill of the slice resumes at the guard, which can go back
+    /// to the unchecked copy.
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
+        let paid = self
+            .in_loop
+            .filter(|&i| self.loops[i].header == target && self.loops[i].cost.is_some());
         if cost > 0 && self.group.is_some() {
             self.charge_in_group(cost);
+        } else if let Some(i) = paid {
+            debug_assert_eq!(self.loops[i].cost, Some(cost));
+            if self.unchecked {
+                let left = self.b.use_var(self.fuel_left);
+                let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
+                self.b.def_var(self.fuel_left, left);
+            } else {
+                let guard = self.loops[i].reguard;
+                let cost = self.b.ins().iconst(types::I64, cost as i64);
+                self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), guard);
+            }
         } else if cost > 0 {
             self.charge(pc, cost);
         }
@@ -1862,25 +2025,15 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .ins()
                 .iconst(types::I64, rules::jump_cost(ja, head) as i64);
             let cost = b.ins().select(cond, taken_cost, fall_cost);
-            let left = b.use_var(self.fuel_left);
-            let over = b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
-            let left = b.ins().isub(left, cost);
-            b.def_var(self.fuel_left, left);
-            let trap = self.b.create_block();
-            let cont = self.b.create_block();
-            self.b.set_cold_block(trap);
-            self.b.ins().brif(over, trap, &[], cont, &[]);
-            self.enter(trap);
-            let pc_taken = self.b.ins().iconst(types::I64, i64::from(pc));
-            let pc_fall = self.b.ins().iconst(types::I64, i64::from(ja));
-            let trap_pc = self.b.ins().select(cond, pc_taken, pc_fall);
-            self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
-            self.enter(cont);
-            self.check_stop(|b| {
-                let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
-                let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
-                b.ins().select(cond, pc_taken, pc_fall)
-            });
+            self.charge_value(
+                cost,
+                |b| {
+                    let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
+                    let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
+                    b.ins().select(cond, pc_taken, pc_fall)
+                },
+                None,
+            );
             let block = self.target(head);
             self.b.ins().jump(block, &[]);
             self.open = false;
@@ -1898,7 +2051,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// The fuel charge of a converted branch whose two paths may each hold a backward
     /// `ja` (slot, target): charges the one on the path `cond` picks (true: `taken`),
-    /// traps at its slot when the budget is exceeded, and checks the stop flag after it,
+    /// traps at its slot when the budget is exceeded (and looks at the stop flag there),
     /// exactly as if that `ja` had run; a path without one charges nothing.
     fn charge_either(&mut self, cond: Value, taken: Option<(u32, u32)>, fall: Option<(u32, u32)>) {
         let cost_of = |j: Option<(u32, u32)>| j.map_or(0, |(q, t)| rules::jump_cost(q, t));
@@ -1918,28 +2071,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         };
         let cost = pick(&mut self.b, cost_taken, cost_fall);
-        let left = self.b.use_var(self.fuel_left);
-        let over = self.b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
-        let left = self.b.ins().isub(left, cost);
-        self.b.def_var(self.fuel_left, left);
-        let trap = self.b.create_block();
-        let cont = self.b.create_block();
-        self.b.set_cold_block(trap);
-        self.b.ins().brif(over, trap, &[], cont, &[]);
-        self.enter(trap);
-        let trap_pc = pick(&mut self.b, u64::from(pc_taken), u64::from(pc_fall));
-        self.jump_to_trap_at(trap_code::FUEL, trap_pc, None, 0);
-        self.enter(cont);
-        // The stop check follows a charge only: on a path without one, a set flag waits
-        // for the next charge.
-        let charged = match (cost_taken > 0, cost_fall > 0) {
-            (true, true) => None,
-            (true, false) => Some(cond),
-            _ => Some(self.b.ins().bxor_imm_s(cond, 1)),
-        };
-        self.check_stop_if(charged, |b| {
-            pick(b, u64::from(pc_taken), u64::from(pc_fall))
-        });
+        // A path without a backward `ja` charges 0, which never takes the cold path: so
+        // the stop flag is looked at only after a charge.
+        self.charge_value(
+            cost,
+            |b| pick(b, u64::from(pc_taken), u64::from(pc_fall)),
+            None,
+        );
     }
 
     /// Translates the speculative region `head .. join` (see `analysis`) as
@@ -2068,7 +2206,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
-        let cache = if self.fp_relative.contains_key(&v) || self.stack_derived.contains(&v) {
+        let cache = if self.stack_based(pc, v) {
             self.stack_cache()
         } else {
             self.cache(false)
@@ -2089,6 +2227,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// callee returns the fuel left, r0 and the r1-r5 it may have written (the caller
     /// sees r1-r5 as the callee left them).
     fn exit(&mut self) {
+        if let Some(cont) = self.inline_exit {
+            self.b.ins().jump(cont, &[]);
+            self.open = false;
+            return;
+        }
         self.flush_counters(false);
         let status = self.b.ins().iconst(types::I64, STATUS_OK as i64);
         match self.entry {
@@ -2144,14 +2287,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.set_reg(pc, 0, r0)
     }
 
-    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes the fuel
-    /// left, the callee's r10 (one frame down) and the registers it reads as arguments
-    /// ([`CalleeAbi`]), and takes the fuel left, r0 and the r1-r5 it writes back as
-    /// return values. r6-r9 stay in this function's variables, so they survive the call
-    /// without being saved.
-    fn local_call(&mut self, pc: u32, target: u32) {
+    /// What every local call does first, as the interpreter does: charge its fuel (and
+    /// test the stop flag), then trap if this frame is the deepest permitted (its r10
+    /// at the frame size).
+    fn enter_call(&mut self, pc: u32) {
         self.charge(pc, rules::CALL_COST);
-        // This frame is the deepest permitted when its r10 is at the frame size.
         let fp_off = self.b.ins().band_imm_s(self.fp, 0xffff_ffff);
         let too_deep = self.b.ins().icmp_imm_s(
             IntCC::UnsignedLessThanOrEqual,
@@ -2159,6 +2299,87 @@ impl<'a, 'f> Translator<'a, 'f> {
             STACK_FRAME_SIZE as i64,
         );
         self.trap_if(too_deep, trap_code::CALL_DEPTH, pc);
+    }
+
+    /// The plan of the callee starting at `target` when its calls may be inlined
+    /// ([`crate::analysis::inlinable`]): not in the counting variant (whose counters
+    /// follow the callee's own blocks), nor inside an inlined callee, nor when the
+    /// callee shares slots with the caller.
+    fn inlinable(&self, target: u32) -> Option<&'a FunctionPlan> {
+        if self.counters.is_some() || self.inline_exit.is_some() {
+            return None;
+        }
+        let f = self.plans.iter().find(|f| f.start == target)?;
+        let shared = f
+            .pcs
+            .iter()
+            .any(|pc| self.plan.pcs.binary_search(pc).is_ok());
+        (!shared && crate::analysis::inlinable(self.insns, f)).then_some(f)
+    }
+
+    /// A local call to `callee` (see [`Self::inlinable`]) translated in place: its
+    /// blocks become blocks of this function, its `exit`s jump back here.
+    fn inline_call(&mut self, pc: u32, callee: &'a FunctionPlan) -> TResult<()> {
+        self.enter_call(pc);
+        let saved: Vec<Value> = (6..=9).map(|r| self.b.use_var(self.regs[r])).collect();
+        let cont = self.b.create_block();
+        let outer_plan = std::mem::replace(&mut self.plan, callee);
+        let inner: BTreeMap<u32, Block> = callee
+            .leaders
+            .iter()
+            .map(|&l| (l, self.b.create_block()))
+            .collect();
+        let outer_blocks = std::mem::replace(&mut self.blocks, inner);
+        self.inline_exit = Some(cont);
+        let start = self.blocks[&callee.start];
+        self.b.ins().jump(start, &[]);
+        self.open = false;
+        let mut resume = 0;
+        let mut result = Ok(());
+        for &cpc in &callee.pcs {
+            if cpc < resume {
+                continue;
+            }
+            if let Some(&block) = self.blocks.get(&cpc) {
+                if self.open {
+                    let to = self.target(cpc);
+                    self.b.ins().jump(to, &[]);
+                }
+                self.b.switch_to_block(block);
+                self.open = true;
+            }
+            assert!(
+                self.open,
+                "slot {cpc} of an inlined callee is in an open block"
+            );
+            match self.insn(cpc) {
+                Ok(r) => resume = r,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.plan = outer_plan;
+        self.blocks = outer_blocks;
+        self.inline_exit = None;
+        result?;
+        assert!(!self.open, "an inlined callee ends in exits");
+        self.b.switch_to_block(cont);
+        self.open = true;
+        for (r, v) in (6..=9).zip(saved) {
+            self.b.def_var(self.regs[r], v);
+        }
+        Ok(())
+    }
+
+    /// A local call (RFC 9669 §4.3.1): charges fuel, checks the depth, passes the fuel
+    /// left, the callee's r10 (one frame down) and the registers it reads as arguments
+    /// ([`CalleeAbi`]), and takes the fuel left, r0 and the r1-r5 it writes back as
+    /// return values. r6-r9 stay in this function's variables, so they survive the call
+    /// without being saved.
+    fn local_call(&mut self, pc: u32, target: u32) {
+        self.enter_call(pc);
         let abi = &self.abis[&target];
         let mut args = vec![self.ctx, self.b.use_var(self.fuel_left)];
         if abi.fp {
@@ -2194,4 +2415,16 @@ pub(crate) fn atomic_op_supported(op: i32) -> bool {
         ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR
     ) || op == ATOMIC_XCHG
         || op == ATOMIC_CMPXCHG
+}
+
+/// `x / d` for `x < 2^32` and `d > 0`, or (for a `d` not a power of two) up to two less:
+/// `x * floor(2^32 / d) >> 32`, a multiply instead of a divide. A versioned loop's guard
+/// counts iterations with it: counting fewer is safe, the checked loop runs the rest.
+fn div(b: &mut FunctionBuilder<'_>, x: Value, d: i64) -> Value {
+    if d.count_ones() == 1 {
+        b.ins().ushr_imm_s(x, i64::from(d.trailing_zeros()))
+    } else {
+        let m = b.ins().imul_imm_s(x, (1i64 << 32) / d);
+        b.ins().ushr_imm_s(m, 32)
+    }
 }

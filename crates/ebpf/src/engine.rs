@@ -15,12 +15,14 @@
 //!
 //! # Stopping
 //! A run may carry a [`StopFlag`] that another thread sets (an abort, a deadline). Engines
-//! look at it at the same points where they charge fuel, right after the charge: if the
+//! look at it only where they charge fuel, right after the charge: if the
 //! flag holds a reason then, the run stops with [`TrapKind::Stopped`] at that instruction,
 //! and `fuel_used` includes that charge. A fuel trap at the same point comes first. So a
 //! flag set before the run stops it at its first taken backward jump or call, at the same
-//! pc with the same fuel on every engine, and a flag set during a run stops it within one
-//! loop iteration (or one helper call) of being set.
+//! pc with the same fuel on every engine. A flag set during a run stops it at a charge
+//! within [`rules::STOP_SLICE`] fuel (and one helper call) of being set: the interpreter
+//! looks at every charge, the JIT only when the slice of fuel its code holds runs out
+//! (see `csx-ebpf-jit`), so where a run stopped mid-way ends may differ between engines.
 //!
 //! # Calls
 //! A local call pushes a frame: the callee's r10 is the caller's r10 minus
@@ -225,6 +227,11 @@ pub mod rules {
 
     /// Fuel a call charges.
     pub const CALL_COST: u64 = 1;
+
+    /// Most fuel a run may use between a flag being set and the charge at which an
+    /// engine sees it (and stops): engines may look at the flag only once per slice of
+    /// this much fuel, but always at the first charge of a run.
+    pub const STOP_SLICE: u64 = 1 << 16;
 
     /// The trap for exceeding the frame limit.
     pub fn call_depth_trap(pc: u32) -> Trap {

@@ -2624,6 +2624,157 @@ mod tests {
         }
     }
 
+    /// A host whose helper 11 unmaps the first embedder region.
+    struct UnmapHost;
+    impl HelperHost for UnmapHost {
+        fn call(
+            &mut self,
+            id: u32,
+            _: [u64; 5],
+            mem: &mut MemoryMap<'_>,
+        ) -> Result<u64, HelperAbort> {
+            assert_eq!(id, 11);
+            mem.unmap(RegionIdx::EMBEDDER_FIRST);
+            Ok(0)
+        }
+    }
+
+    /// Loads and stores keep a region's exact bounds for every access size after earlier
+    /// accesses to it, a region read first is still read-only, a region a helper unmaps
+    /// faults at the next access, and four regions read in turn give their own bytes:
+    /// what any caching of regions in the interpreter must keep.
+    #[test]
+    fn region_bounds_stay_exact_across_accesses_and_helpers() {
+        let mut t = FunctionTable::new();
+        t.insert(FunctionSig {
+            name: "unmap".into(),
+            id: 11,
+            args: vec![],
+            version: 1,
+            doc: String::new(),
+        })
+        .unwrap();
+        let run = |insns: Vec<Insn>, map: &mut MemoryMap<'_>, args: [u64; 5]| {
+            let engine = interp(Program::from_insns("c", insns), t.clone());
+            engine.run(map, args, &RunOptions::default(), &mut UnmapHost)
+        };
+        let sizes = [(SIZE_B, 1u8), (SIZE_H, 2), (SIZE_W, 4), (SIZE_DW, 8)];
+        // Every size at every offset of a 16-byte region, after a first access filled the
+        // cache with it: in bounds up to the last byte, a trap one past.
+        let mut bytes: Vec<u8> = (1..=16).collect();
+        for (code, n) in sizes {
+            for o in 0..=16i16 {
+                let mut map = MemoryMap::new();
+                let a = map
+                    .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut bytes)
+                    .unwrap();
+                let fits = o as u64 + u64::from(n) <= 16;
+                let want_load = if fits {
+                    let mut v = [0u8; 8];
+                    for (i, b) in v.iter_mut().take(usize::from(n)).enumerate() {
+                        *b = o as u8 + 1 + i as u8;
+                    }
+                    Ok(u64::from_le_bytes(v))
+                } else {
+                    Err(Trap {
+                        pc: 1,
+                        kind: TrapKind::OutOfBounds {
+                            addr: a + o as u64,
+                            size: u32::from(n),
+                            write: false,
+                        },
+                    })
+                };
+                let out = run(
+                    prog![ldx(SIZE_B, 3, 1, 0), ldx(code, 0, 1, o), EXIT],
+                    &mut map,
+                    [a, 0, 0, 0, 0],
+                );
+                assert_eq!(out.result, want_load, "load of {n} at {o}");
+                let out = run(
+                    prog![st(SIZE_B, 1, 0, 1), stx(code, 1, 2, o), mov(0, 7), EXIT],
+                    &mut map,
+                    [a, u64::MAX, 0, 0, 0],
+                );
+                let want_store = if fits {
+                    Ok(7)
+                } else {
+                    Err(Trap {
+                        pc: 1,
+                        kind: TrapKind::OutOfBounds {
+                            addr: a + o as u64,
+                            size: u32::from(n),
+                            write: true,
+                        },
+                    })
+                };
+                assert_eq!(out.result, want_store, "store of {n} at {o}");
+                // Put the bytes back (the stores wrote 0xff).
+                for (i, b) in bytes.iter_mut().enumerate() {
+                    *b = i as u8 + 1;
+                }
+            }
+        }
+        // A read-only region cached for loads is still read-only.
+        let ro = [5u8; 8];
+        let mut map = MemoryMap::new();
+        let a = map.map_read_only(RegionIdx::EMBEDDER_FIRST, &ro).unwrap();
+        let out = run(
+            prog![ldx(SIZE_B, 0, 1, 0), stx(SIZE_B, 1, 0, 1), EXIT],
+            &mut map,
+            [a, 0, 0, 0, 0],
+        );
+        let kind = TrapKind::ReadOnly {
+            addr: a + 1,
+            size: 1,
+        };
+        assert_eq!(out.result, Err(Trap { pc: 1, kind }));
+        // A helper that unmaps a cached region: the next load and store trap.
+        let mut buf = [3u8; 8];
+        for second in [ldx(SIZE_B, 0, 1, 0), stx(SIZE_B, 1, 0, 0)] {
+            let mut map = MemoryMap::new();
+            let a = map
+                .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf)
+                .unwrap();
+            let insns = prog![
+                ldx(SIZE_B, 0, 1, 0),
+                stx(SIZE_B, 1, 0, 0),
+                call(11),
+                second,
+                EXIT
+            ];
+            let out = run(insns, &mut map, [a, 0, 0, 0, 0]);
+            let write = second.opc & 0x07 == CLASS_STX;
+            let kind = TrapKind::OutOfBounds {
+                addr: a,
+                size: 1,
+                write,
+            };
+            assert_eq!(out.result, Err(Trap { pc: 3, kind }));
+        }
+        // Four regions in turn (more than the rows of a cache), twice round.
+        let mut bufs: Vec<[u8; 8]> = (0..4u8).map(|r| [10 * (r + 1); 8]).collect();
+        let mut map = MemoryMap::new();
+        let mut args = [0u64; 5];
+        for (n, b) in bufs.iter_mut().enumerate() {
+            args[n] = map
+                .map_read_write(RegionIdx::embedder(n as u32).unwrap(), b)
+                .unwrap();
+        }
+        let mut insns = prog![mov(0, 0)];
+        for _ in 0..2 {
+            for r in 1..=4 {
+                insns.extend(prog![ldx(SIZE_B, 6, r, 7), alu64(ALU_ADD, 0, 0)]);
+                insns.push(Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 0, 6, 0, 0));
+            }
+        }
+        insns.push(EXIT);
+        assert_eq!(
+            run(insns, &mut map, args).result,
+            Ok(2 * (10 + 20 + 30 + 40))
+        );
+    }
+
     /// A helper that panics, or remaps the stack, aborts the run with a trap at the
     /// call (as the JIT's trampoline reports it) instead of unwinding through the
     /// interpreter; the call's fuel is charged.

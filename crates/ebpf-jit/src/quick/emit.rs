@@ -29,10 +29,14 @@
 //! no special care.
 //!
 //! # Fuel, stop, traps
-//! While compiled code runs, the context's `fuel_used` holds what is *left* of the
-//! budget (one `sub` charges it and its borrow flag is the fuel check); the prologue and
-//! both epilogues convert. A charge is followed by a load of the stop flag, at the same
-//! points as the interpreter. Traps record code and pc in the context and go to one
+//! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
+//! of the budget (at most `rules::STOP_SLICE`; the rest is in `fuel_reserve`), as in the
+//! Cranelift tier: one `sub` charges it and its borrow flag sends a short slice to a
+//! per-site stub, which calls the shared refill routine. That routine takes the charge
+//! from all the fuel left (trapping when the budget is exceeded), looks at the stop flag
+//! (so a flag set before the run stops it at its first charge: the slice starts empty)
+//! and refills the slice from the reserve; the stub then jumps back. The epilogues turn
+//! the fuel left back into fuel used. Traps record code and pc in the context and go to one
 //! unwind path: at the entry frame (rsp equal to the one the prologue saved in the
 //! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
 //! caller with r11 = 1, and the caller (after restoring its registers) unwinds further.
@@ -94,6 +98,8 @@ type EResult<T> = Result<T, EmitError>;
 enum Stub {
     /// A trap with no address: fuel, stop, call depth, helper.
     Trap { code: i64, pc: u32 },
+    /// A charge the slice could not pay for at `pc`: refill it, come back to `back`.
+    Refill { pc: u32, back: usize },
     /// A failed bounds check of the access at `base + off`.
     Memory {
         pc: u32,
@@ -108,6 +114,8 @@ enum Stub {
 enum Target {
     Slot(u32),
     Stub(usize),
+    /// The shared refill routine.
+    Refill,
     Exit,
     Unwind,
 }
@@ -244,12 +252,14 @@ impl Emitter<'_> {
         }
     }
 
-    /// Converts the context's fuel field between "used" and "left" (the same
-    /// subtraction both ways: `budget - x`). Clobbers r11.
-    fn flip_fuel(&mut self) {
+    /// Turns the context's fuel slice back into fuel used: the budget minus slice
+    /// and reserve. Clobbers r11.
+    fn store_fuel_used(&mut self) {
         self.ctx_load(R11, offsets::FUEL_BUDGET);
         self.a
             .alu_rm(Alu::Sub, true, R11, mem(CTX, offsets::FUEL_USED));
+        self.a
+            .alu_rm(Alu::Sub, true, R11, mem(CTX, offsets::FUEL_RESERVE));
         self.a.mov_mr(mem(CTX, offsets::FUEL_USED), R11);
     }
 
@@ -274,32 +284,26 @@ impl Emitter<'_> {
         }
         self.stack_base(FP);
         self.a.alu_ri(Alu::Add, true, FP, STACK_SIZE as i32);
-        self.flip_fuel();
+        // An empty slice: the run's first charge refills it (the runtime put the whole
+        // budget in the reserve).
+        self.a.store_imm(8, mem(CTX, offsets::FUEL_USED), 0);
         let at = self.a.jmp_rel32();
         self.fixups.push((at, Target::Slot(entry), entry));
     }
 
-    /// Charges `cost` fuel at `pc`, then looks at the stop flag.
+    /// Charges `cost` fuel at `pc` from the slice; a short slice goes to the refill
+    /// routine (which traps, stops, or refills and comes back).
     fn charge(&mut self, pc: u32, cost: u64) {
         let cost = i32::try_from(cost).expect("jump costs are below the program length");
         self.a
             .alu_mi(Alu::Sub, true, mem(CTX, offsets::FUEL_USED), cost);
-        self.jcc_stub(
-            Cond::B,
-            Stub::Trap {
-                code: trap_code::FUEL,
-                pc,
-            },
-        );
-        self.ctx_load(R11, offsets::STOP);
-        self.a.alu_mi(Alu::Cmp, false, mem(R11, 0), 0);
-        self.jcc_stub(
-            Cond::Ne,
-            Stub::Trap {
-                code: trap_code::STOP,
-                pc,
-            },
-        );
+        self.stubs.push(Stub::Refill { pc, back: 0 });
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::B, Target::Stub(n));
+        self.stubs[n] = Stub::Refill {
+            pc,
+            back: self.a.pos(),
+        };
     }
 
     /// Adds 1 to block `b`'s counter in the run's buffer (clobbers r11, which holds
@@ -848,6 +852,19 @@ impl Emitter<'_> {
                     self.a.mov_imm(R9, code as u64);
                     to_set_trap.push(self.a.jmp_rel32());
                 }
+                Stub::Refill { pc, back } => {
+                    // r9 and r10 may hold a value across the charge (r10's, read
+                    // into r9 before a `callx`): kept; r11 is free at a charge.
+                    self.a.push(R10);
+                    self.a.push(R9);
+                    self.a.mov_imm(R10, u64::from(pc));
+                    let at = self.a.call_rel32();
+                    self.fixups.push((at, Target::Refill, pc));
+                    self.a.pop(R9);
+                    self.a.pop(R10);
+                    let at = self.a.jmp_rel32();
+                    self.a.patch_rel32(at, back);
+                }
                 Stub::Memory { pc, base, off, aux } => {
                     self.a.lea(R11, mem(base, i32::from(off)));
                     self.a.mov_imm(R10, u64::from(pc));
@@ -856,6 +873,40 @@ impl Emitter<'_> {
                 }
             }
         }
+        // The refill routine, called by a stub with r10 = pc after the charge left the
+        // slice short: the slice then holds `slice - cost` wrapped, so adding the
+        // reserve carries exactly when all the fuel left pays for the charge, and the
+        // sum is what is left after it. On a trap neither field changes (the fuel used,
+        // budget minus both, includes the charge) and the routine drops its return
+        // address and the stub's two saved registers before leaving through the trap
+        // path.
+        let refill = self.a.pos();
+        let a = &mut self.a;
+        a.mov_rm(R11, mem(CTX, offsets::FUEL_USED));
+        a.alu_rm(Alu::Add, true, R11, mem(CTX, offsets::FUEL_RESERVE));
+        let to_fuel_trap = a.jcc_rel32(Cond::Ae);
+        a.mov_rm(R9, mem(CTX, offsets::STOP));
+        a.alu_mi(Alu::Cmp, false, mem(R9, 0), 0);
+        let to_stop_trap = a.jcc_rel32(Cond::Ne);
+        a.mov_imm(R9, rules::STOP_SLICE);
+        a.alu_rr(Alu::Cmp, true, R11, R9);
+        let full = a.jcc_rel32(Cond::Ae);
+        a.mov_rr(true, R9, R11);
+        a.bind_here(full);
+        a.alu_rr(Alu::Sub, true, R11, R9);
+        a.mov_mr(mem(CTX, offsets::FUEL_RESERVE), R11);
+        a.mov_mr(mem(CTX, offsets::FUEL_USED), R9);
+        a.ret();
+        for (at, code) in [
+            (to_fuel_trap, trap_code::FUEL),
+            (to_stop_trap, trap_code::STOP),
+        ] {
+            a.bind_here(at);
+            a.alu_ri(Alu::Add, true, RSP, 24);
+            a.mov_imm(R9, code as u64);
+            to_set_trap.push(a.jmp_rel32());
+        }
+
         let a = &mut self.a;
         // Memory traps: r11 = address, r9 = size and write flag, r10 = pc.
         for at in to_mem_trap {
@@ -883,11 +934,11 @@ impl Emitter<'_> {
 
         self.a.bind_here(to_ok_epilogue);
         self.a.mov_mr(mem(CTX, offsets::reg(0)), RAX);
-        self.flip_fuel();
+        self.store_fuel_used();
         self.a.alu_rr(Alu::Xor, false, RAX, RAX);
         let to_restore = self.a.jmp_rel32();
         self.a.bind_here(to_trap_epilogue);
-        self.flip_fuel();
+        self.store_fuel_used();
         self.a.mov_imm(RAX, crate::runtime::STATUS_TRAP);
         self.a.bind_here(to_restore);
         self.a.alu_ri(Alu::Add, true, RSP, 8);
@@ -908,6 +959,7 @@ impl Emitter<'_> {
                     p => p,
                 },
                 Target::Stub(n) => stub_pos[n],
+                Target::Refill => refill,
                 Target::Exit => exit,
                 Target::Unwind => unwind,
             };

@@ -10,16 +10,17 @@
 //!   `r`, a lower bound on the iterations before the counted exit can fire, and
 //!   `groups = min(n, r + 1) / factor`: each group's first `factor - 1` iterations stay
 //!   in the loop and all `factor` are in bounds;
-//! * `head` starts a group when one is left, the fuel left covers `factor` iterations'
-//!   most charge, and the stop flag is clear; otherwise `after` goes on in the one-by-one
-//!   unchecked copy for what is left of `n`, or in the checked loop;
-//! * the back-edges inside a group charge their cost by a plain subtraction (it cannot
-//!   run out, so no compare, and the stop flag was read at `head`), so fuel used is the
-//!   interpreter's at every instruction, a trap inside a group included; the last copy's
-//!   back-edge reaches `latch`, which counts the group off.
+//! * `head` starts a group when one is left and the fuel slice (see `translate`, Fuel)
+//!   covers `factor` iterations' most charge; otherwise `after` goes on in the one-by-one
+//!   unchecked copy for what is left of `n` (whose charges refill the slice, and look at
+//!   the stop flag, as every charge does), or in the checked loop;
+//! * the back-edges inside a group charge their cost by a plain subtraction from the
+//!   slice (it cannot run short, so no compare), so fuel used is the interpreter's at
+//!   every instruction, a trap inside a group included; the last copy's back-edge
+//!   reaches `latch`, which counts the group off.
 //!
-//! A stop raised while a group runs is seen at the next `head`, whose fallback path
-//! charges, and so stops, one-by-one.
+//! A stop raised while a group runs is seen at the next refill of the slice, within
+//! `rules::STOP_SLICE` fuel, as anywhere else in the JIT's code.
 
 use super::*;
 use crate::loops::{CountedExit, Unroll};
@@ -96,8 +97,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         (g.plan.exit.pc == pc && k + 1 < g.copies.len()).then_some(g.plan.exit.stays)
     }
 
-    /// A back-edge charge inside a group: the group's start made sure it cannot exceed
-    /// the fuel left, and read the stop flag.
+    /// A back-edge charge inside a group: the group's start made sure the slice covers
+    /// it.
     pub(super) fn charge_in_group(&mut self, cost: u64) {
         let left = self.b.use_var(self.fuel_left);
         let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
@@ -197,33 +198,24 @@ impl<'a, 'f> Translator<'a, 'f> {
             (l.counter, l.unchecked[&l.header], l.checked_head)
         };
 
-        // A group starts with one left, fuel for its most charge, and no stop asked
-        // (three branches: cheaper than one on the three conditions combined).
+        // A group starts with one left and the fuel slice holding its most charge (two
+        // branches). The stop flag is the slice's business: its refill looks at it.
         self.b.switch_to_block(head);
-        let (fueled, unstopped) = (self.b.create_block(), self.b.create_block());
+        let fueled = self.b.create_block();
         let left = self.b.use_var(groups);
         self.b.ins().brif(left, fueled, &[], after, &[]);
         self.enter(fueled);
         let need = charge.saturating_mul(u64::from(factor));
-        if need > i64::MAX as u64 {
+        if need > rules::STOP_SLICE {
             self.b.ins().jump(after, &[]);
         } else {
-            let fuel = self.b.use_var(self.fuel_left);
+            let slice = self.b.use_var(self.fuel_left);
             let enough =
                 self.b
                     .ins()
-                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, fuel, need as i64);
-            self.b.ins().brif(enough, unstopped, &[], after, &[]);
+                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, slice, need as i64);
+            self.b.ins().brif(enough, first, &[], after, &[]);
         }
-        self.enter(unstopped);
-        let b = &mut self.b;
-        let stop = b
-            .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
-        let flag = b
-            .ins()
-            .atomic_load(types::I32, MemFlagsData::trusted(), stop);
-        b.ins().brif(flag, after, &[], first, &[]);
 
         // Otherwise: one by one for what is left of the iterations in bounds.
         self.b.switch_to_block(after);
