@@ -705,9 +705,9 @@ const UNROLL_FACTOR_MAX: usize = 16;
 /// How a versioned loop's unchecked iterations also run in *groups*: `factor` copies of
 /// the body one after the other, with the counted `exit` test left out of all but the
 /// last copy. The guard works out how many whole groups run before that exit can fire
-/// (and inside the iterations proven in bounds); a group starts only with fuel for
-/// `factor * charge` and the stop flag clear, so its back-edges charge by a plain
-/// subtraction that cannot run out.
+/// (and inside the iterations proven in bounds); a group starts only when the fuel
+/// slice holds `factor * charge`, so its back-edges charge by a plain subtraction that
+/// cannot run out (the stop flag is looked at where the slice is refilled).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Unroll {
     pub factor: u32,

@@ -1467,8 +1467,9 @@ fn a_set_stop_flag_stops_an_unrolled_loop_at_its_first_charge() {
 }
 
 /// Programs whose runs take many slices of fuel (`rules::STOP_SLICE`): a versioned
-/// loop whose iterations fuel bounds (a byte sum over region 2, 64 bytes, inside an
-/// outer loop), a loop with no memory access (never versioned), and a loop with a local
+/// loop with a counted exit (a byte sum over region 2, 64 bytes, inside an outer loop:
+/// it runs in unrolled groups, which start only when the slice covers them), the same
+/// sum with a body too long to unroll (fuel bounds its unchecked iterations), a loop with no memory access (never versioned), and a loop with a local
 /// call (the slice crosses the call both ways).
 fn many_slices_programs() -> Vec<(&'static str, String)> {
     vec![
@@ -1478,6 +1479,15 @@ fn many_slices_programs() -> Vec<(&'static str, String)> {
              inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
              jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 2000, outer\nexit"
                 .into(),
+        ),
+        (
+            "versioned, long body",
+            format!(
+                "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+                 inner:\nldxb %r3, [%r6+0]\n{}add %r6, 1\nadd %r7, 1\n\
+                 jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 100, outer\nexit",
+                "add %r0, %r3\n".repeat(100)
+            ),
         ),
         (
             "plain",
@@ -1520,6 +1530,26 @@ fn fuel_slices_refill_across_many_slices() {
             assert!(out.fuel_used > fuel, "{name}, fuel {fuel}");
         }
     }
+}
+
+/// The first two of `many_slices_programs` take the two unchecked paths: the counted
+/// loop an unrolled copy (its one-by-one copy keeps a counter), the long one none (fuel
+/// bounds its unchecked iterations).
+#[test]
+fn many_slices_programs_cover_groups_and_fuel_bounded_loops() {
+    let progs = many_slices_programs();
+    let costs = |src: &str| {
+        let p = program(src, vec![]);
+        let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+        let f = &plan.functions[0];
+        loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+            .iter()
+            .map(|l| loops::iteration_cost(p.insns(), f, l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unroll_plans(&progs[0].1).len(), 1);
+    assert_eq!(unroll_plans(&progs[1].1).len(), 0);
+    assert_eq!(costs(&progs[1].1), vec![Some(104)]);
 }
 
 /// Which loops fuel bounds (`loops::iteration_cost`): a loop whose only charge is its
