@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
 
-use crate::analysis::{flow, insn_len, Flow, FunctionPlan};
+use crate::analysis::{flow, insn_len, Flow, FunctionPlan, IfConv};
 
 /// Most slots in a versioned loop (the symbolic pass keeps a state per slot).
 const BODY_MAX: usize = 256;
@@ -104,6 +104,8 @@ pub(crate) struct VersionedLoop {
     /// Every slot of the loop (the header included).
     pub body: BTreeSet<u32>,
     pub accesses: Vec<LoopAccess>,
+    /// How its unchecked iterations may also run unrolled (see [`Unroll`]).
+    pub unroll: Option<Unroll>,
 }
 
 /// The loops of `plan` worth versioning.
@@ -501,10 +503,20 @@ fn version_loop(
         }
     }
     accesses.sort_unstable_by_key(|a| a.pc);
+    let walk = Walk {
+        insns,
+        g,
+        in_body: &in_body,
+        order: &order,
+        states: &states,
+        steps: &steps,
+    };
+    let unroll = unroll_plan(plan, &walk, &body);
     Some(VersionedLoop {
         header: g.pcs[h],
         body,
         accesses,
+        unroll,
     })
 }
 
@@ -680,4 +692,209 @@ pub(crate) fn iteration_cost(
         cost = Some(c);
     }
     cost
+}
+
+// ---- unrolling (see `translate::unroll`) ---------------------------------------------
+
+/// Most slots the unrolled copy of one loop may hold (its factor times the body's).
+const UNROLL_SLOTS_MAX: usize = 192;
+
+/// Largest unroll factor.
+const UNROLL_FACTOR_MAX: usize = 16;
+
+/// How a versioned loop's unchecked iterations also run in *groups*: `factor` copies of
+/// the body one after the other, with the counted `exit` test left out of all but the
+/// last copy. The guard works out how many whole groups run before that exit can fire
+/// (and inside the iterations proven in bounds); a group starts only when the fuel
+/// slice holds `factor * charge`, so its back-edges charge by a plain subtraction that
+/// cannot run out (the stop flag is looked at where the slice is refilled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unroll {
+    pub factor: u32,
+    /// Most fuel one iteration can charge: the costs of every backward jump in it.
+    pub charge: u64,
+    pub exit: CountedExit,
+    /// Whether the loop writes no memory (no store, no atomic): then the group's loads
+    /// that move with the iterations may be treated as pure (see `translate::unroll`).
+    pub read_only: bool,
+}
+
+/// An exit of a loop that compares an induction variable with an invariant: the loop
+/// leaves at `pc` when `iv` has reached `bound` (moving `step` per iteration: up for a
+/// positive step, down for a negative one, in the signedness `signed`, on the low 32
+/// bits when `is32`). Until it has, `iv` does not wrap, so from its values on entry the
+/// guard can bound from below the iterations that stay (see the guard's use).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CountedExit {
+    /// The conditional jump, and its successor inside the loop.
+    pub pc: u32,
+    pub stays: u32,
+    /// `iv`'s value at `pc` in the first iteration, an affine form of the header's
+    /// registers on entry (coefficients of r0-r10, constant).
+    pub iv: ([i64; 11], i64),
+    /// What `iv` adds per iteration (never 0).
+    pub step: i64,
+    /// The invariant side, as a form of the header's registers on entry.
+    pub bound: ([i64; 11], i64),
+    pub signed: bool,
+    pub is32: bool,
+}
+
+/// What the symbolic evaluation of a loop found, for [`unroll_plan`].
+struct Walk<'a> {
+    insns: &'a [Insn],
+    g: &'a Graph,
+    in_body: &'a [bool],
+    order: &'a [usize],
+    states: &'a BTreeMap<usize, State>,
+    steps: &'a [Option<i64>; 11],
+}
+
+/// Whether and how the versioned loop `body` is unrolled: it needs a counted exit, no
+/// calls, and every fuel charge at a plain jump (none selected by an if-conversion).
+fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Option<Unroll> {
+    let tails = lddw_tails(w.insns);
+    let mut charge: u64 = 0;
+    let mut read_only = true;
+    for &pc in body {
+        let insn = &w.insns[pc as usize];
+        read_only &= !matches!(insn.class(), CLASS_ST | CLASS_STX);
+        if insn.class() == CLASS_JMP && insn.opc & 0xf0 == JMP_CALL {
+            return None;
+        }
+        match plan.ifconv.get(&pc) {
+            Some(IfConv::BackTriangle { .. }) => return None,
+            Some(IfConv::Paths { .. }) if plan.arms[&pc].iter().any(|a| a.back_jump.is_some()) => {
+                return None
+            }
+            _ => {}
+        }
+        if let Ok(Flow::Jump(t) | Flow::Branch(t)) = flow(w.insns, &tails, pc) {
+            charge = charge.checked_add(csx_ebpf::engine::rules::jump_cost(pc, t))?;
+        }
+    }
+    let factor = (2..=UNROLL_FACTOR_MAX)
+        .rev()
+        .filter(|f| f.is_power_of_two())
+        .find(|f| f * body.len() <= UNROLL_SLOTS_MAX)?;
+    let exit = w
+        .order
+        .iter()
+        .filter_map(|&u| counted_exit(plan, w, u))
+        .min_by_key(|e| e.pc)?;
+    Some(Unroll {
+        factor: factor as u32,
+        charge,
+        exit,
+        read_only,
+    })
+}
+
+/// The exit at node `u`, if it is a conditional jump with one successor in the loop that
+/// compares an induction variable moving towards an invariant bound.
+fn counted_exit(plan: &FunctionPlan, w: &Walk<'_>, u: usize) -> Option<CountedExit> {
+    let pc = w.g.pcs[u];
+    let insn = &w.insns[pc as usize];
+    let is32 = insn.class() == CLASS_JMP32;
+    let op = insn.opc & 0xf0;
+    if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+        || matches!(op, JMP_JA | JMP_EXIT | JMP_CALL | JMP_JSET)
+    {
+        return None;
+    }
+    // Translated as a plain branch: no converted shape or speculative region holds it.
+    if plan.ifconv.contains_key(&pc)
+        || plan
+            .regions
+            .iter()
+            .any(|(&head, &join)| (head..join).contains(&pc))
+    {
+        return None;
+    }
+    let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
+    let next = pc + 1;
+    let inside = |t: u32| w.g.pcs.binary_search(&t).is_ok_and(|i| w.in_body[i]);
+    // The comparison under which the loop leaves.
+    let (leaves_when, stays) = match (inside(target), inside(next)) {
+        (false, true) => (op, next),
+        (true, false) => (negate(op)?, target),
+        _ => return None,
+    };
+    let s = &w.states[&u];
+    let form = |sym: Sym| match sym {
+        Sym::Affine { coef, k } => Some((coef, k)),
+        Sym::Unknown => None,
+    };
+    let a = form(s[usize::from(insn.dst)])?;
+    let b = if insn.opc & SRC_X != 0 {
+        form(*s.get(usize::from(insn.src))?)?
+    } else if is32 {
+        ([0; 11], i64::from(insn.imm as u32))
+    } else {
+        ([0; 11], i64::from(insn.imm))
+    };
+    let stride = |(coef, _): ([i64; 11], i64)| {
+        (0..11).try_fold(0i64, |acc, r| {
+            if coef[r] == 0 {
+                return Some(acc);
+            }
+            acc.checked_add(coef[r].checked_mul(w.steps[r]?)?)
+        })
+    };
+    // `iv` on the left, moving; `bound` invariant.
+    let (iv, bound, step, leaves_when) = match (stride(a)?, stride(b)?) {
+        (d, 0) if d != 0 => (a, b, d, leaves_when),
+        (0, d) if d != 0 => (b, a, d, mirror(leaves_when)),
+        _ => return None,
+    };
+    if !(-STRIDE_MAX..=STRIDE_MAX).contains(&step) {
+        return None;
+    }
+    // Moving up, it leaves on reaching the bound (>=, >, ==); down, symmetrically.
+    let signed = match (step > 0, leaves_when) {
+        (true, JMP_JEQ | JMP_JGE | JMP_JGT) | (false, JMP_JEQ | JMP_JLE | JMP_JLT) => false,
+        (true, JMP_JSGE | JMP_JSGT) | (false, JMP_JSLE | JMP_JSLT) => true,
+        _ => return None,
+    };
+    Some(CountedExit {
+        pc,
+        stays,
+        iv,
+        step,
+        bound,
+        signed,
+        is32,
+    })
+}
+
+/// The comparison that holds exactly when `op`'s does not.
+fn negate(op: u8) -> Option<u8> {
+    Some(match op {
+        JMP_JEQ => JMP_JNE,
+        JMP_JNE => JMP_JEQ,
+        JMP_JGT => JMP_JLE,
+        JMP_JLE => JMP_JGT,
+        JMP_JGE => JMP_JLT,
+        JMP_JLT => JMP_JGE,
+        JMP_JSGT => JMP_JSLE,
+        JMP_JSLE => JMP_JSGT,
+        JMP_JSGE => JMP_JSLT,
+        JMP_JSLT => JMP_JSGE,
+        _ => return None,
+    })
+}
+
+/// `op` with its operands swapped: `a op b` is `b (mirror op) a`.
+fn mirror(op: u8) -> u8 {
+    match op {
+        JMP_JGT => JMP_JLT,
+        JMP_JLT => JMP_JGT,
+        JMP_JGE => JMP_JLE,
+        JMP_JLE => JMP_JGE,
+        JMP_JSGT => JMP_JSLT,
+        JMP_JSLT => JMP_JSGT,
+        JMP_JSGE => JMP_JSLE,
+        JMP_JSLE => JMP_JSGE,
+        other => other,
+    }
 }

@@ -1297,9 +1297,179 @@ fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
     }
 }
 
+/// The unrolled copies `loops` plans in `src`'s entry function: (header, factor, most
+/// charge per iteration, counted exit's slot, its step, signed, 32-bit) of each.
+fn unroll_plans(src: &str) -> Vec<(u32, u32, u64, u32, i64, bool, bool)> {
+    let p = program(src, vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+    crate::loops::plan_loops(p.insns(), &plan.functions[0], !plan.calls_helpers)
+        .into_iter()
+        .filter_map(|l| {
+            let u = l.unroll?;
+            let e = &u.exit;
+            Some((l.header, u.factor, u.charge, e.pc, e.step, e.signed, e.is32))
+        })
+        .collect()
+}
+
+/// Runs `src` on every engine at every fuel budget up to one past what it needs.
+fn check_every_budget(src: &str) -> RunOutcome {
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    for fuel in 0..=full.fuel_used + 1 {
+        check_program(p.clone(), fuel);
+    }
+    full
+}
+
+#[test]
+fn counted_loops_get_an_unrolled_copy() {
+    // `jlt %r7, COUNT, loop` closes a 5-slot loop: it leaves when r7 (+1 per iteration)
+    // reaches COUNT, unsigned; 16 copies; the back-edge costs 5.
+    assert_eq!(
+        unroll_plans(&strided_sum(0, 4, 16, "ldxw")),
+        vec![(4, 16, 5, 8, 1, false, false)]
+    );
+    // Counting down to zero (`jne`: it leaves on equality), a signed and a 32-bit exit,
+    // the counter on the right-hand side.
+    let down = "mov %r0, 0\nmov %r6, %r1\nmov %r7, 8\n\
+                loop:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nsub %r7, 1\n\
+                jne %r7, 0, loop\nexit";
+    assert_eq!(unroll_plans(down), vec![(3, 16, 5, 7, -1, false, false)]);
+    let signed = down.replace("jne %r7, 0, loop", "jsgt %r7, 0, loop");
+    assert_eq!(unroll_plans(&signed), vec![(3, 16, 5, 7, -1, true, false)]);
+    let low = down.replace("jne %r7, 0, loop", "jgt32 %r7, 0, loop");
+    assert_eq!(unroll_plans(&low), vec![(3, 16, 5, 7, -1, false, true)]);
+    let right = down.replace("jne %r7, 0, loop", "mov %r8, 0\njlt %r8, %r7, loop");
+    assert_eq!(unroll_plans(&right), vec![(3, 16, 6, 8, -1, false, false)]);
+    // The exit in the middle (knn's shape: `if (i == n) break;` then `ja`).
+    let middle = "mov %r0, 0\nmov %r7, 0\n\
+                  loop:\nmov %r4, %r1\nadd %r4, %r7\nldxw %r3, [%r4+0]\nadd %r0, %r3\n\
+                  add %r7, 4\njeq %r7, 64, done\nja loop\ndone:\nexit";
+    assert_eq!(unroll_plans(middle), vec![(2, 16, 7, 7, 4, false, false)]);
+    // Moving away from its bound, or tested on loaded data, an exit is not counted.
+    let away = down.replace("jne %r7, 0, loop", "jlt %r7, 100, loop");
+    assert_eq!(unroll_plans(&away), vec![]);
+    let data = down.replace("jne %r7, 0, loop", "jne %r3, 0, loop");
+    assert_eq!(unroll_plans(&data), vec![]);
+    // A call in the loop keeps it one by one.
+    let call = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
+                add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
+    assert_eq!(unroll_plans(call), vec![]);
+    // Long bodies get fewer copies: 34 slots, 4 copies.
+    let long = strided_sum(0, 1, 8, "ldxb").replace("add %r0, %r3\n", &"add %r0, %r3\n".repeat(30));
+    assert_eq!(unroll_plans(&long), vec![(4, 4, 34, 37, 1, false, false)]);
+    assert_eq!(check(&long).result, Ok(30 * (0..8).sum::<u64>()));
+}
+
+#[test]
+fn unrolled_loops_match_the_interpreter_at_every_trip_count_and_budget() {
+    // Trip counts around multiples of the factor (16), from 1 to 33, each at every fuel
+    // budget: a budget running out inside what would be a group is only seen one by
+    // one, at the back-edge where the interpreter sees it.
+    for count in [1, 2, 7, 15, 16, 17, 31, 32, 33] {
+        let out = check_every_budget(&strided_sum(0, 1, count, "ldxb"));
+        assert_eq!(out.result, Ok((0..u64::from(count)).sum()), "{count}");
+    }
+    // Too many iterations for the region: the groups stop where the guard's bound does,
+    // the checked loop traps at the load.
+    let out = check(&strided_sum(8, 2, 40, "ldxh"));
+    assert_eq!(trap_of(&out).pc, 4);
+    // Down to zero, signed, 32-bit, from the right-hand side, with steps not a power of
+    // two; starts on the far side of the bound run one by one (one iteration here).
+    let down = |n: i32, step: i32, exit: &str| {
+        format!(
+            "mov %r0, 0\nmov %r6, %r1\nmov %r7, {n}\n\
+             loop:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nsub %r7, {step}\n\
+             {exit}\nexit"
+        )
+    };
+    for (n, step) in [(8, 1), (13, 1), (60, 3), (61, 3), (36, 12)] {
+        for exit in [
+            "jne %r7, 0, loop",
+            "jsgt %r7, 0, loop",
+            "jgt32 %r7, 0, loop",
+            "jsgt32 %r7, 0, loop",
+            "mov %r8, 0\njlt %r8, %r7, loop",
+            "jge %r7, 5, loop",
+        ] {
+            check_every_budget(&down(n, step, exit));
+        }
+    }
+    assert!(check(&down(-5, 1, "jsgt %r7, 0, loop")).result.is_ok());
+    // Counting up to a bound in a register, or 32-bit with the high half set.
+    for (start, bound) in [
+        (0u64, 10u64),
+        (3, 10),
+        (10, 3),
+        (0xffff_fff0, 0x1_0000_0004),
+    ] {
+        let src = format!(
+            "mov %r0, 0\nmov %r6, %r1\nlddw %r7, {start}\nlddw %r8, {bound}\n\
+             loop:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
+             jlt32 %r7, %r8, loop\nexit"
+        );
+        check_every_budget(&src);
+        check_every_budget(&src.replace("jlt32", "jlt"));
+    }
+}
+
+#[test]
+fn unrolled_loops_keep_their_other_exits_and_traps() {
+    // knn's shape: a 16-trip inner loop (exit in the middle) entered for every point.
+    let nest = "mov %r0, 0\nmov %r8, 0\nmov %r9, %r1\n\
+                outer:\nmov %r7, 0\nmov %r5, 0\n\
+                inner:\nmov %r4, %r9\nadd %r4, %r7\nldxb %r3, [%r4+0]\nlsh %r3, 56\n\
+                arsh %r3, 56\nmul %r3, %r3\nadd %r5, %r3\nadd %r7, 1\njeq %r7, 16, next\n\
+                ja inner\nnext:\nadd %r0, %r5\nadd %r9, 16\nadd %r8, 1\njlt %r8, 4, outer\n\
+                exit";
+    assert_eq!(unroll_plans(nest).len(), 1);
+    let want: u64 = (0..64u64).map(|b| b * b).sum();
+    assert_eq!(check_every_budget(nest).result, Ok(want));
+    // Five points: the fifth runs off the region's end (64 bytes) at its first load.
+    let out = check(&nest.replace("jlt %r8, 4, outer", "jlt %r8, 5, outer"));
+    assert_eq!(trap_of(&out).pc, 7);
+    // A second exit on loaded data leaves a group in the middle.
+    let search = strided_sum(0, 1, 40, "ldxb")
+        .replace("add %r0, %r3\n", "add %r0, %r3\njeq %r3, 11, done\n")
+        .replace("exit", "done:\nexit");
+    assert_eq!(check_every_budget(&search).result, Ok((0..=11).sum()));
+    // A checked access inside a group (the data-indexed load) traps mid-group with the
+    // interpreter's fuel: bytes of region 2 index region 2, the 40th (39) is fine, an
+    // index past 63 is not.
+    let indexed = |bias: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, %r1\nmov %r7, 0\n\
+             loop:\nldxb %r3, [%r6+0]\nadd %r3, {bias}\nmov %r4, %r1\nadd %r4, %r3\n\
+             ldxb %r5, [%r4+0]\nadd %r0, %r5\nadd %r6, 1\nadd %r7, 1\njlt %r7, 30, loop\nexit"
+        )
+    };
+    assert!(check_every_budget(&indexed(10)).result.is_ok());
+    let out = check_every_budget(&indexed(45));
+    assert_eq!(trap_of(&out).pc, 7);
+}
+
+#[test]
+fn a_set_stop_flag_stops_an_unrolled_loop_at_its_first_charge() {
+    let stop = StopFlag::new();
+    assert!(stop.stop(5));
+    let src = strided_sum(0, 1, 40, "ldxb");
+    assert_eq!(unroll_plans(&src).len(), 1);
+    let out = check_stopped(&program(&src, vec![]), 1_000_000, &stop);
+    assert_eq!(
+        out.result,
+        Err(Trap {
+            pc: 8,
+            kind: TrapKind::Stopped { reason: 5 }
+        })
+    );
+    assert_eq!(out.fuel_used, 5);
+}
+
 /// Programs whose runs take many slices of fuel (`rules::STOP_SLICE`): a versioned
-/// loop whose iterations fuel bounds (a byte sum over region 2, 64 bytes, inside an
-/// outer loop), a loop with no memory access (never versioned), and a loop with a local
+/// loop with a counted exit (a byte sum over region 2, 64 bytes, inside an outer loop:
+/// it runs in unrolled groups, which start only when the slice covers them), the same
+/// sum with a body too long to unroll (fuel bounds its unchecked iterations), a loop with no memory access (never versioned), and a loop with a local
 /// call (the slice crosses the call both ways).
 fn many_slices_programs() -> Vec<(&'static str, String)> {
     vec![
@@ -1309,6 +1479,15 @@ fn many_slices_programs() -> Vec<(&'static str, String)> {
              inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, 1\n\
              jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 2000, outer\nexit"
                 .into(),
+        ),
+        (
+            "versioned, long body",
+            format!(
+                "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
+                 inner:\nldxb %r3, [%r6+0]\n{}add %r6, 1\nadd %r7, 1\n\
+                 jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 100, outer\nexit",
+                "add %r0, %r3\n".repeat(100)
+            ),
         ),
         (
             "plain",
@@ -1351,6 +1530,26 @@ fn fuel_slices_refill_across_many_slices() {
             assert!(out.fuel_used > fuel, "{name}, fuel {fuel}");
         }
     }
+}
+
+/// The first two of `many_slices_programs` take the two unchecked paths: the counted
+/// loop an unrolled copy (its one-by-one copy keeps a counter), the long one none (fuel
+/// bounds its unchecked iterations).
+#[test]
+fn many_slices_programs_cover_groups_and_fuel_bounded_loops() {
+    let progs = many_slices_programs();
+    let costs = |src: &str| {
+        let p = program(src, vec![]);
+        let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+        let f = &plan.functions[0];
+        loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+            .iter()
+            .map(|l| loops::iteration_cost(p.insns(), f, l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unroll_plans(&progs[0].1).len(), 1);
+    assert_eq!(unroll_plans(&progs[1].1).len(), 0);
+    assert_eq!(costs(&progs[1].1), vec![Some(104)]);
 }
 
 /// Which loops fuel bounds (`loops::iteration_cost`): a loop whose only charge is its

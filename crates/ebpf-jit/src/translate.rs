@@ -76,6 +76,8 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod unroll;
+
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
 // r10 at offset `STACK_SIZE - (d - 1) * STACK_FRAME_SIZE`, so it relies on the stack
 // holding exactly one frame per permitted depth.
@@ -313,6 +315,8 @@ struct Translator<'a, 'f> {
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
     unchecked: bool,
+    /// Which copy of `in_loop`'s unrolled groups is being translated (see `unroll`).
+    group: Option<usize>,
     entry: Entry,
     /// This function's register use (its signature's, when called).
     uses: RegUse,
@@ -355,7 +359,8 @@ struct LoopCopy {
     exits: BTreeMap<u32, Block>,
     /// Unchecked iterations left (when `cost` is `None`).
     counter: Variable,
-    /// The fuel every iteration charges on its back-edge, when fuel bounds iterations.
+    /// The fuel every iteration charges on its back-edge, when fuel bounds iterations
+    /// (never in a loop with an unrolled copy, whose one-by-one copy keeps `counter`).
     cost: Option<u64>,
     /// The slice below which the unchecked copy stops, set by the guards (with `cost`).
     limit: Option<Variable>,
@@ -363,6 +368,8 @@ struct LoopCopy {
     reguard: Option<Block>,
     /// Host minus virtual address of each unchecked access's region, set by the guards.
     deltas: BTreeMap<u32, Variable>,
+    /// The unrolled copy, when the loop has one.
+    group: Option<unroll::GroupCopy>,
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -531,7 +538,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                     unchecked.insert(pc, block);
                 }
             }
-            let cost = loops::iteration_cost(env.insns, plan, &l);
+            let group = unroll::GroupCopy::new(&mut b, &l, &blocks, plan, env.blocks.is_some());
+            let cost = loops::iteration_cost(env.insns, plan, &l).filter(|_| group.is_none());
             let reguard = cost.map(|_| {
                 let block = b.create_block();
                 b.set_cold_block(block);
@@ -557,6 +565,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 limit,
                 reguard,
                 deltas,
+                group,
             });
         }
 
@@ -600,6 +609,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             loop_at,
             in_loop: None,
             unchecked: false,
+            group: None,
             entry: entry_kind,
             uses,
             abis: env.abis,
@@ -613,6 +623,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// and a slot outside the unchecked copy one of its exit blocks.
     fn target(&mut self, t: u32) -> Block {
         if let Some(i) = self.in_loop {
+            if let Some(b) = self.group.and_then(|k| self.group_target(i, k, t)) {
+                return b;
+            }
             let l = &mut self.loops[i];
             if self.unchecked {
                 if t == l.header {
@@ -714,6 +727,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.ins().brif(more, head, &[], leave, &[]);
             self.enter(leave);
             self.b.ins().jump(checked, &[]);
+            self.group_copies(i)?;
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
@@ -839,6 +853,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             None => {
                 self.b.def_var(counter, n);
+                if self.guard_groups(i, n, &regs) {
+                    return;
+                }
                 n
             }
         };
@@ -977,6 +994,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.imm(insn.imm, ty)
         };
         let k = (!by_reg).then_some(insn.imm);
+        let (d, s) = self.group_operands(op, d, s);
         let b = &mut self.b;
         let result = match op {
             ALU_ADD => b.ins().iadd(d, s),
@@ -1370,7 +1388,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             if let Some(delta) = delta {
                 let delta = self.b.use_var(delta);
                 let host = self.b.ins().iadd(delta, v);
-                return Ok(self.emit_op(host, i32::from(off), op));
+                return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
             }
         }
 
@@ -1812,6 +1830,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
                 Ok(next)
             }
+            _ if self.elided_exit(pc).is_some() => {
+                let stays = self.elided_exit(pc).expect("just checked");
+                self.jump_to(pc, stays);
+                Ok(next)
+            }
             _ => {
                 let cond = self.condition(pc, insn, is32)?;
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
@@ -1840,7 +1863,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         let paid = self
             .in_loop
             .filter(|&i| self.loops[i].header == target && self.loops[i].cost.is_some());
-        if let Some(i) = paid {
+        if cost > 0 && self.group.is_some() {
+            self.charge_in_group(cost);
+        } else if let Some(i) = paid {
             debug_assert_eq!(self.loops[i].cost, Some(cost));
             if self.unchecked {
                 let left = self.b.use_var(self.fuel_left);
