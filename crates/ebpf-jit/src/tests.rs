@@ -1779,3 +1779,22 @@ fn pure_callees_are_inlined_with_the_calls_fuel_depth_and_registers() {
         }
     }
 }
+
+/// A versioned loop whose body calls an inlinable callee: the callee's slots are
+/// translated inside the loop's unchecked copy with the callee's own blocks, not taken
+/// for exits of the loop (the JIT once panicked compiling the bench's `calls` kernel).
+#[test]
+fn an_inlined_callee_inside_a_versioned_loop() {
+    let src = "mov %r9, %r1\nmov %r0, 0\nmov %r6, 5\nmov %r8, 0\n\
+               loop:\nldxb %r1, [%r9+0]\ncall local clamp\nadd %r0, %r1\nadd %r9, 1\n\
+               add %r8, 1\njlt %r8, 64, loop\nexit\n\
+               clamp:\njge %r1, %r6, high\nmov %r1, %r6\nja out\n\
+               high:\njle %r1, 20, out\nmov %r1, 20\nout:\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    let want: u64 = (0..64u64).map(|i| i.clamp(5, 20)).sum();
+    assert_eq!(full.result, Ok(want));
+    for fuel in (0..=full.fuel_used + 1).step_by(7) {
+        check_program(p.clone(), fuel);
+    }
+}

@@ -2330,6 +2330,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             .map(|&l| (l, self.b.create_block()))
             .collect();
         let outer_blocks = std::mem::replace(&mut self.blocks, inner);
+        // The callee's jumps go to its own blocks, never to a loop's copies or exits:
+        // inside a versioned loop, `target` would take its slots for loop exits.
+        let outer_loop = self.in_loop.take();
         self.inline_exit = Some(cont);
         let start = self.blocks[&callee.start];
         self.b.ins().jump(start, &[]);
@@ -2362,6 +2365,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         self.plan = outer_plan;
         self.blocks = outer_blocks;
+        self.in_loop = outer_loop;
         self.inline_exit = None;
         result?;
         assert!(!self.open, "an inlined callee ends in exits");
