@@ -27,6 +27,34 @@ pub(crate) trait Backend {
     fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError>;
 }
 
+/// [`Backend::build`], with a panic inside the compiler (a bug in a tier or in
+/// Cranelift, never the program's fault: it was verified) turned into
+/// [`JitError::Codegen`], so a program that trips one is refused with a typed error
+/// and the device, the daemon or the host application goes on.
+fn build_guarded<T: Backend>(
+    program: &VerifiedProgram,
+    counting: bool,
+) -> Result<CodeMemory, JitError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(test)]
+        if PANIC_IN_BUILD.with(|p| p.get()) {
+            panic!("a compiler bug (test)");
+        }
+        T::build(program, counting)
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(JitError::Codegen {
+            program: program.name().to_string(),
+            message: format!("internal compiler error in the {} tier: {what}", T::NAME),
+        })
+    })
+}
+
 /// A verified program compiled by the tier `T` (see the module doc).
 pub struct Compiled<T> {
     program: Arc<VerifiedProgram>,
@@ -43,7 +71,7 @@ impl<T: Backend> Compiled<T> {
     /// Compiles `program` for the host.
     pub fn compile(program: Arc<VerifiedProgram>) -> Result<Compiled<T>, JitError> {
         let started = Instant::now();
-        let code = T::build(&program, false)?;
+        let code = build_guarded::<T>(&program, false)?;
         Ok(Compiled {
             program,
             code,
@@ -61,7 +89,7 @@ impl<T: Backend> Compiled<T> {
 
     fn counted_code(&self) -> Result<&CodeMemory, JitError> {
         self.counted
-            .get_or_init(|| T::build(&self.program, true))
+            .get_or_init(|| build_guarded::<T>(&self.program, true))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -134,4 +162,10 @@ impl<T: Backend> Engine for Compiled<T> {
             crate::runtime::execute(code, functions, mem, fp, args, opts, host)
         })
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Makes this thread's builds panic inside [`build_guarded`] (tests only).
+    pub(crate) static PANIC_IN_BUILD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

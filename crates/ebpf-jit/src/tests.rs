@@ -1798,3 +1798,26 @@ fn an_inlined_callee_inside_a_versioned_loop() {
         check_program(p.clone(), fuel);
     }
 }
+
+/// A panic inside a compiler tier (a bug, never the verified program's fault) is a typed
+/// `Codegen` error naming the program, on both tiers, and ordinary compiles go on.
+#[test]
+fn a_panic_in_the_compiler_is_a_typed_error() {
+    let p = program("mov %r0, 7\nexit", vec![]);
+    crate::compiled::PANIC_IN_BUILD.with(|f| f.set(true));
+    let err = JitProgram::compile(p.clone()).map(|_| ()).unwrap_err();
+    #[cfg(target_arch = "x86_64")]
+    let quick = QuickProgram::compile(p.clone()).map(|_| ()).unwrap_err();
+    crate::compiled::PANIC_IN_BUILD.with(|f| f.set(false));
+    match err {
+        JitError::Codegen { program, message } => {
+            assert_eq!(program, "test");
+            assert!(message.contains("internal compiler error"), "{message}");
+            assert!(message.contains("a compiler bug (test)"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    #[cfg(target_arch = "x86_64")]
+    assert!(matches!(quick, JitError::Codegen { .. }), "{quick:?}");
+    assert_eq!(check("mov %r0, 7\nexit").result, Ok(7));
+}
