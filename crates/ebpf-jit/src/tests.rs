@@ -153,6 +153,21 @@ fn quick_agrees(p: &Arc<VerifiedProgram>, want: &RunOutcome, want_mem: &[u8], fu
 #[cfg(not(target_arch = "x86_64"))]
 fn quick_agrees(_: &Arc<VerifiedProgram>, _: &RunOutcome, _: &[u8], _: u64) {}
 
+/// At every budget below what `full` used, `p` runs out of fuel (with that budget) on
+/// every engine; at and above it, the run is `full`'s.
+fn every_budget_runs_out_or_matches(p: &Arc<VerifiedProgram>, full: &RunOutcome) {
+    for fuel in 0..=full.fuel_used + 1 {
+        let out = check_program(p.clone(), fuel);
+        if fuel < full.fuel_used {
+            assert!(
+                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
+            );
+        } else {
+            assert_eq!(&out, full);
+        }
+    }
+}
+
 fn check(src: &str) -> RunOutcome {
     check_program(program(src, vec![]), 1_000_000)
 }
@@ -321,16 +336,7 @@ fn fuel_matches_on_loops_at_every_budget() {
     let p = program(src, vec![]);
     let full = check_program(p.clone(), u64::MAX);
     assert_eq!(full.result, Ok(12));
-    for fuel in 0..=full.fuel_used + 1 {
-        let out = check_program(p.clone(), fuel);
-        if fuel < full.fuel_used {
-            assert!(
-                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
-            );
-        } else {
-            assert_eq!(out, full);
-        }
-    }
+    every_budget_runs_out_or_matches(&p, &full);
 }
 
 #[test]
@@ -1747,16 +1753,7 @@ fn pure_callees_are_inlined_with_the_calls_fuel_depth_and_registers() {
     // clamp(3i, 5..=20) + 100, plus r6 = 5 and r7 = 100, for i in 0..9.
     let want: u64 = (0..9u64).map(|i| (3 * i).clamp(5, 20) + 100 + 105).sum();
     assert_eq!(full.result, Ok(want));
-    for fuel in 0..=full.fuel_used + 1 {
-        let out = check_program(p.clone(), fuel);
-        if fuel < full.fuel_used {
-            assert!(
-                matches!(trap_of(&out).kind, TrapKind::FuelExhausted { budget } if budget == fuel)
-            );
-        } else {
-            assert_eq!(out, full);
-        }
-    }
+    every_budget_runs_out_or_matches(&p, &full);
 
     // The depth check still runs: f recurses n times and calls the pure `leaf` at
     // the bottom: n + 3 frames, too many past the limit of 8.
