@@ -1852,6 +1852,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
+    /// A back-edge charge the slice is already known to cover (a versioned loop's guard,
+    /// or an unrolled group's start, checked it): a subtract, no test.
+    fn charge_proven(&mut self, cost: u64) {
+        let left = self.b.use_var(self.fuel_left);
+        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
+        self.b.def_var(self.fuel_left, left);
+    }
+
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
     ///
     /// The back-edge of a loop whose iterations fuel bounds (`LoopCopy::cost`): in the
@@ -1864,13 +1872,12 @@ impl<'a, 'f> Translator<'a, 'f> {
             .in_loop
             .filter(|&i| self.loops[i].header == target && self.loops[i].cost.is_some());
         if cost > 0 && self.group.is_some() {
-            self.charge_in_group(cost);
+            // The group's start made sure the slice covers it.
+            self.charge_proven(cost);
         } else if let Some(i) = paid {
             debug_assert_eq!(self.loops[i].cost, Some(cost));
             if self.unchecked {
-                let left = self.b.use_var(self.fuel_left);
-                let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
-                self.b.def_var(self.fuel_left, left);
+                self.charge_proven(cost);
             } else {
                 let guard = self.loops[i].reguard;
                 let cost = self.b.ins().iconst(types::I64, cost as i64);

@@ -97,14 +97,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         (g.plan.exit.pc == pc && k + 1 < g.copies.len()).then_some(g.plan.exit.stays)
     }
 
-    /// A back-edge charge inside a group: the group's start made sure the slice covers
-    /// it.
-    pub(super) fn charge_in_group(&mut self, cost: u64) {
-        let left = self.b.use_var(self.fuel_left);
-        let left = self.b.ins().iadd_imm_s(left, (cost as i64).wrapping_neg());
-        self.b.def_var(self.fuel_left, left);
-    }
-
     /// Ends loop `i`'s guard (in its current block, `n` the iterations proven in bounds,
     /// already in the loop's counter): the number of groups, then the first group's
     /// start. Returns false when the loop has no unrolled copy.
