@@ -368,3 +368,144 @@ fn the_checker_reports_each_kind_of_wrong_name() {
     let problems = check_commands(&no_rows, &root).join("\n");
     assert!(problems.contains("`csx exec`"), "{problems}");
 }
+
+/// The lines of `text` that hold `unsafe` code: blocks, functions, impls, extern blocks
+/// and unsafe attributes, outside comments and string literals.
+fn unsafe_lines(text: &str) -> usize {
+    const MARKS: [&str; 5] = [
+        "unsafe {",
+        "unsafe fn",
+        "unsafe impl",
+        "unsafe extern",
+        "#[unsafe(",
+    ];
+    text.lines()
+        .filter(|l| {
+            let code = l.split("//").next().unwrap_or("");
+            MARKS
+                .iter()
+                .any(|m| code.find(m).is_some_and(|at| !code[..at].contains('"')))
+        })
+        .count()
+}
+
+/// Every Rust source file with `unsafe` code, outside tests, relative to `root`.
+fn files_with_unsafe(root: &Path) -> BTreeSet<String> {
+    let mut dirs: Vec<PathBuf> = crates(root).values().map(|d| d.join("src")).collect();
+    dirs.push(root.join("python/src"));
+    let mut files = Vec::new();
+    for dir in dirs {
+        rust_files(&dir, &mut files);
+    }
+    files
+        .into_iter()
+        .filter(|f| unsafe_lines(&fs::read_to_string(f).expect("source is readable")) > 0)
+        .map(|f| {
+            f.strip_prefix(root)
+                .expect("under the root")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// The files the `unsafe` invariant lists, and what is wrong with the list.
+fn check_unsafe_list(doc: &str, root: &Path) -> Vec<String> {
+    let invariants = section(doc, "Invariants");
+    let Some(start) = invariants.find("`unsafe` lives only in these files") else {
+        return vec!["the Invariants section does not list where `unsafe` lives".into()];
+    };
+    let item = &invariants[start..];
+    let item = &item[..item.find("\n- ").unwrap_or(item.len())];
+    let listed: BTreeSet<String> = spans(item)
+        .into_iter()
+        .map(|(t, _)| t.to_string())
+        .filter(|t| t.ends_with(".rs"))
+        .collect();
+    let found = files_with_unsafe(root);
+    let mut problems = Vec::new();
+    for f in found.difference(&listed) {
+        problems.push(format!("`{f}` has unsafe code but is not in the list"));
+    }
+    for f in listed.difference(&found) {
+        problems.push(format!(
+            "`{f}` is in the unsafe list but has no unsafe code"
+        ));
+    }
+    problems
+}
+
+/// Test binaries that do not follow the one-binary layout the Testing section states.
+fn check_test_layout(doc: &str, root: &Path) -> Vec<String> {
+    let testing = section(doc, "Testing");
+    let allowed: BTreeSet<String> = spans(testing)
+        .into_iter()
+        .map(|(t, _)| t.to_string())
+        .filter(|t| t.ends_with(".rs"))
+        .collect();
+    let mut problems = Vec::new();
+    for dir in crates(root).values() {
+        let tests = dir.join("tests");
+        let Ok(entries) = fs::read_dir(&tests) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("under the root")
+                .to_string_lossy()
+                .into_owned();
+            if path.is_file() && path.extension().is_some_and(|e| e == "rs") {
+                if !allowed.contains(&rel) {
+                    problems.push(format!(
+                        "`{rel}` is a test binary the Testing section does not name"
+                    ));
+                }
+            } else if path.file_name().is_some_and(|n| n == "it") && !path.join("main.rs").exists()
+            {
+                problems.push(format!("`{rel}` has no main.rs"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn architecture_md_lists_every_file_with_unsafe_and_every_test_binary() {
+    let root = repo_root();
+    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut problems = check_unsafe_list(&doc, &root);
+    problems.extend(check_test_layout(&doc, &root));
+    assert!(
+        problems.is_empty(),
+        "ARCHITECTURE.md is out of date (fix the list or the tree):\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn the_unsafe_and_layout_checks_report_what_they_should() {
+    let root = repo_root();
+    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    assert_eq!(unsafe_lines("let x = unsafe { f() };"), 1);
+    assert_eq!(
+        unsafe_lines("// unsafe { f() }\ns.push_str(\"unsafe extern\");"),
+        0
+    );
+    let dropped = doc.replace("`crates/lambda/src/sys.rs`, ", "");
+    let problems = check_unsafe_list(&dropped, &root).join("\n");
+    assert!(problems.contains("crates/lambda/src/sys.rs"), "{problems}");
+    let extra = doc.replace(
+        "`crates/lambda/src/sys.rs`, ",
+        "`crates/lambda/src/sys.rs`, `crates/proto/src/lib.rs`, ",
+    );
+    let problems = check_unsafe_list(&extra, &root).join("\n");
+    assert!(problems.contains("crates/proto/src/lib.rs"), "{problems}");
+    let no_soak = doc.replace("`crates/server/tests/soak.rs`, ", "");
+    let problems = check_test_layout(&no_soak, &root).join("\n");
+    assert!(
+        problems.contains("crates/server/tests/soak.rs"),
+        "{problems}"
+    );
+}

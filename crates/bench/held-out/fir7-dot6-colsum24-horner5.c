@@ -1,7 +1,6 @@
-/* Kernels written fresh for issue 16 (session 10, short inner loops in the JIT), before
-   measuring them and without tuning the JIT for them:
-   `csx bench vm --kernels docs/issue16-fresh-kernels-s10-loop2.c`.
-   Each reads 64 KiB of seeded random bytes. */
+/* A held-out kernel set: written before it was measured, never tuned for.
+   Run: `csx bench vm --kernels crates/bench/held-out/fir7-dot6-colsum24-horner5.c`.
+   Each kernel is `u64 NAME(void *mem, u64 len)` over 64 KiB of seeded random bytes. */
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef short i16;

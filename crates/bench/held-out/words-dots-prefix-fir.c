@@ -1,6 +1,6 @@
-/* Kernels written fresh for issue 16 (session 7), after the loop versioning was done and
-   measured, to check the JIT on shapes it was not tuned for:
-   `csx bench vm --kernels docs/issue16-fresh-kernels-s7.c`. */
+/* A held-out kernel set: written before it was measured, never tuned for.
+   Run: `csx bench vm --kernels crates/bench/held-out/words-dots-prefix-fir.c`.
+   Each kernel is `u64 NAME(void *mem, u64 len)` over 64 KiB of seeded random bytes. */
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

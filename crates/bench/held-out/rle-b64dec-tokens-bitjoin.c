@@ -1,8 +1,6 @@
-/* Kernels written fresh for issue 16 (session 8), run once after the JIT changes of the
-   session without tuning for them: `csx bench vm --kernels docs/issue16-fresh-kernels-s8-jit.c`.
-   Shapes none of the built-in kernels has: a run-length decoder writing a stack buffer,
-   a base64 decoder through a .rodata table, a byte-driven state machine, and a join of
-   two bitsets by popcount. */
+/* A held-out kernel set: written before it was measured, never tuned for.
+   Run: `csx bench vm --kernels crates/bench/held-out/rle-b64dec-tokens-bitjoin.c`.
+   Each kernel is `u64 NAME(void *mem, u64 len)` over 64 KiB of seeded random bytes. */
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -1,5 +1,6 @@
-/* Kernels written fresh for issue 16 (session 5) to check the JIT on shapes it was not tuned for:
-   `csx bench vm --kernels docs/issue16-fresh-kernels.c`. */
+/* A held-out kernel set: written before it was measured, never tuned for.
+   Run: `csx bench vm --kernels crates/bench/held-out/runs-checksums-buckets.c`.
+   Each kernel is `u64 NAME(void *mem, u64 len)` over 64 KiB of seeded random bytes. */
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -1,6 +1,6 @@
-/* Kernels written fresh for issue 16 (session 9, JIT), before measuring them and without
-   tuning the JIT for them: `csx bench vm --kernels docs/issue16-fresh-kernels-s9.c`.
-   Each reads 64 KiB of seeded random bytes. */
+/* A held-out kernel set: written before it was measured, never tuned for.
+   Run: `csx bench vm --kernels crates/bench/held-out/states-bloom-prefix32-varint.c`.
+   Each kernel is `u64 NAME(void *mem, u64 len)` over 64 KiB of seeded random bytes. */
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
