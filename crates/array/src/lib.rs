@@ -1,4 +1,4 @@
-//! csx-array: several csx devices as one (SCANCOMS/INSTANT, issue 12).
+//! csx-array: several csx devices as one (SCANCOMS/INSTANT).
 //!
 //! * [`Array`]: members (embedded devices in the array's directory, or devices served
 //!   over `tcp://`/`shm://`), one catalog of files placed on one member or striped, and

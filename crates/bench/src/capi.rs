@@ -1,4 +1,4 @@
-//! `csx bench capi`: the overhead of libcsx, the SNIA C API (csx-capi, issue 14). A
+//! `csx bench capi`: the overhead of libcsx, the SNIA C API (csx-capi). A
 //! synchronous no-op compute (`mov r0, 0; exit`) through `csQueueComputeRequest` against
 //! the same through the Rust API (`Device::execute`) over the very same connection, in
 //! alternating rounds; the median per-call time over the rounds, and their ratio (the

@@ -872,7 +872,7 @@ mod tests {
     /// The `lambda-io` profile's per-class costs are calibrated on λ-IO's Table 4 (sBPF
     /// rows): the device's compute over the kernel's is 2.94 / 0.99 for Stats64 and
     /// 10.27 / 1.60 for Stats32. Our programs' executed work in λ-IO's loop shape (one
-    /// value per iteration: the SDK's loops unroll by four since session 8), priced by
+    /// value per iteration: the SDK's loops unroll by four), priced by
     /// the profile, must give the same ratios (within 3%); a program or a cost changing
     /// breaks this.
     #[test]

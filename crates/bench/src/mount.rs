@@ -1,5 +1,5 @@
 //! `csx bench mount`: sequential read of a warm file through the FUSE mount (csx-fs)
-//! against `csx get` of the same file (issue 11's goal: the mount reaches at least half of
+//! against `csx get` of the same file (the goal: the mount reaches at least half of
 //! get's throughput).
 //!
 //! Method: a fresh embedded device in a temporary directory holds one file of `--size`

@@ -1,4 +1,4 @@
-//! `csx bench pipelines`: Metal FS's pipeline experiments on our device (issue 11, part 5).
+//! `csx bench pipelines`: Metal FS's pipeline experiments on our device.
 //!
 //! A fresh embedded device in a temporary directory (engines: one per core) and `--size`
 //! bytes of uniform u64 values (splitmix64, seeded) in one device file, read once before

@@ -1,4 +1,4 @@
-//! csx-data: data pipelines on csx devices (issue 13).
+//! csx-data: data pipelines on csx devices.
 //!
 //! * [`columnar`]: the columnar format (one file per column, fixed-width little-endian
 //!   values, dictionary-encoded strings, a schema per table; `docs/design/columnar.md`).

@@ -49,7 +49,7 @@ partial results go) is shared by all nodes. For one query:
             coord_bw, coord_lat: --coord-gbps (default 10 Gb/s) and 50 us
   combine   the final aggregation's wall over 64 partials (best of 5), times N / 64
 
-Speedup(N) = T(1) / T(N). The goals of issue 15: Q6 pushdown speedup from 1 to 16
+Speedup(N) = T(1) / T(N). The goals: Q6 pushdown speedup from 1 to 16
 nodes >= 12x (modelled), and pushdown's bytes into the workers >= 5x fewer than
 reading the columns. Both are printed met or NOT met exactly as computed.
 """
