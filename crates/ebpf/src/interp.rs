@@ -1444,7 +1444,7 @@ impl Interpreter {
         // then sits at a fixed offset from a line start whatever address the linker
         // gives this function. Where the header straddled two lines the whole
         // interpreter ran 1.5x slower on every kernel (measured by shifting the function
-        // 0/16/32/48 bytes: docs/benchmarks.md, "The interpreter's dispatch and 64-byte
+        // 0/16/32/48 bytes: docs/benchmarks-history.md, "The interpreter's dispatch and 64-byte
         // code lines"), so before this its speed changed with unrelated code elsewhere
         // in the binary. After changing this loop, check with `objdump -d` that the
         // header, from the loop's label to its `jmp *`, lies in one 64-byte line.
