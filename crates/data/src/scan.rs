@@ -26,7 +26,7 @@ pub mod program;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex};
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
 use csx_host::Device;
 
 use crate::columnar::{
@@ -34,7 +34,7 @@ use crate::columnar::{
     DICT_SIZE_MAX, SCHEMA_FILE, SCHEMA_SIZE_MAX,
 };
 use crate::error::DataError;
-use crate::ops::{put_u32, put_u64, Meter, PendingCopy, Run, Session};
+use crate::ops::{self, Meter, PendingCopy, Session};
 use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
 use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
 
@@ -149,7 +149,7 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
             limit: SCHEMA_SIZE_MAX,
         });
     }
-    let bytes = session.read_file(&path, st.size_bytes)?;
+    let bytes = session.read_file(&path, 0, st.size_bytes)?;
     let schema = Schema::parse(&bytes, &path)?;
     for c in &schema.columns {
         let p = join(table_dir, &c.file_name());
@@ -192,20 +192,8 @@ pub fn device_dictionary(
             limit: DICT_SIZE_MAX,
         });
     }
-    let bytes = session.read_file(&path, st.size_bytes)?;
+    let bytes = session.read_file(&path, 0, st.size_bytes)?;
     decode_dictionary(&bytes, c.entries, &path)
-}
-
-/// The filter's parameter block for `ranges`.
-pub fn filter_params(ranges: &[(u64, u64)]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(8 + 16 * ranges.len());
-    put_u32(&mut p, ranges.len() as u32);
-    put_u32(&mut p, 0);
-    for &(lo, hi) in ranges {
-        put_u64(&mut p, lo);
-        put_u64(&mut p, hi);
-    }
-    p
 }
 
 /// Groups predicates by column and compiles each column's conjunction.
@@ -277,6 +265,9 @@ pub struct Scanner<'d> {
     projected: Vec<ColumnSchema>,
     layout: Layout,
     image: Vec<u8>,
+    engine: EngineKind,
+    /// The scan program's slot, once loaded (or adopted).
+    program: Option<ProgramIndex>,
     nothing: bool,
     chunk: u64,
     chunks: u64,
@@ -288,20 +279,21 @@ pub struct Scanner<'d> {
     buffers: Vec<(MemHandle, MemHandle)>,
     staged: Option<Staged>,
     ready: VecDeque<Chunk>,
-    prepared: bool,
     setup: Meter,
 }
 
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
-    /// satisfy every predicate. Nothing runs yet but the schema's reads.
+    /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
+    /// yet but the schema's reads.
     pub fn open(
         mut session: Session<'d>,
         table_dir: &str,
         columns: &[&str],
         predicates: &[Predicate],
-        chunk_rows: u64,
+        opts: &ScanOptions,
     ) -> Result<Scanner<'d>, DataError> {
+        let chunk_rows = opts.chunk_rows;
         if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
             return Err(DataError::Invalid(format!(
                 "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
@@ -393,7 +385,7 @@ impl<'d> Scanner<'d> {
             1
         };
         let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
-            .clamp(1, session.engines())
+            .clamp(1, session.engines()?)
             .min(chunks.max(1));
         if chunks <= slots {
             sets = 1;
@@ -407,6 +399,8 @@ impl<'d> Scanner<'d> {
             projected,
             layout,
             image,
+            engine: opts.engine,
+            program: None,
             nothing,
             chunk,
             chunks,
@@ -416,7 +410,6 @@ impl<'d> Scanner<'d> {
             buffers: Vec::new(),
             staged: None,
             ready: VecDeque::new(),
-            prepared: false,
             setup,
         })
     }
@@ -451,7 +444,7 @@ impl<'d> Scanner<'d> {
     /// the scan loads the program itself on its first chunk.
     pub fn use_loaded(&mut self, slot: ProgramIndex) {
         self.session.adopt(SCAN_OPERATOR, slot);
-        self.prepared = true;
+        self.program = Some(slot);
     }
 
     /// What the scan's chunks cost so far (the schema's reads excluded).
@@ -472,17 +465,22 @@ impl<'d> Scanner<'d> {
         Ok(self.ready.pop_front())
     }
 
-    fn prepare(&mut self) -> Result<(), DataError> {
-        if !self.prepared {
-            self.session.load_raw(SCAN_OPERATOR, &self.image)?;
-            self.prepared = true;
-        }
+    /// The scan program's slot, and the chunks' buffers, made the first time.
+    fn prepare(&mut self) -> Result<ProgramIndex, DataError> {
+        let pind = match self.program {
+            Some(p) => p,
+            None => {
+                let image = &self.image;
+                let p = (self.session).load(SCAN_OPERATOR, ProgramType::Raw, image, self.engine)?;
+                *self.program.insert(p)
+            }
+        };
         while (self.buffers.len() as u64) < self.slots * self.sets {
-            let input = self.session.alloc(self.layout.in_bytes)?;
-            let output = self.session.alloc(self.layout.out_bytes)?;
+            let input = ops::alloc(&mut self.session, self.layout.in_bytes)?;
+            let output = ops::alloc(&mut self.session, self.layout.out_bytes)?;
             self.buffers.push((input, output));
         }
-        Ok(())
+        Ok(pind)
     }
 
     fn path(&self, c: &ColumnSchema) -> String {
@@ -507,7 +505,7 @@ impl<'d> Scanner<'d> {
                     Ok(p) => copies.push(p),
                     Err(e) => {
                         let _ = self.session.wait_copies(copies);
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
             }
@@ -529,19 +527,19 @@ impl<'d> Scanner<'d> {
 
     /// Runs the next batch of chunks at once (staging the batch after it meanwhile).
     fn run_batch(&mut self) -> Result<(), DataError> {
-        self.prepare()?;
+        let pind = self.prepare()?;
         let current = match self.staged.take() {
             Some(s) => s,
             None => self.stage(self.next, 0)?,
         };
-        let result = self.run_staged(current);
+        let result = self.run_staged(pind, current);
         if result.is_err() {
             self.drain();
         }
         result
     }
 
-    fn run_staged(&mut self, current: Staged) -> Result<(), DataError> {
+    fn run_staged(&mut self, pind: ProgramIndex, current: Staged) -> Result<(), DataError> {
         let Staged {
             start,
             count,
@@ -567,21 +565,19 @@ impl<'d> Scanner<'d> {
                 )
             })
             .collect();
-        let runs: Vec<Run> = batch
+        let runs: Vec<_> = batch
             .iter()
             .map(|&(_, rows, input, output)| {
-                Run::new(
-                    SCAN_OPERATOR,
-                    vec![
-                        (input, 0, self.layout.in_bytes.max(64)),
-                        (output, 0, self.layout.out_bytes.max(64)),
-                    ],
-                )
-                .cparams(rows, 0)
+                let windows = [
+                    (input, 0, self.layout.in_bytes.max(64)),
+                    (output, 0, self.layout.out_bytes.max(64)),
+                ];
+                ops::run(pind, &windows).cparams(rows, 0)
             })
             .collect();
-        let r0s = self.session.execute_all_signed(&runs)?;
-        for (&(first, rows, input, output), r0) in batch.iter().zip(r0s) {
+        let done = self.session.execute_all(&runs)?;
+        for (&(first, rows, input, output), x) in batch.iter().zip(done) {
+            let r0 = x.r0_signed();
             if r0 < 0 {
                 return Err(self.failure(r0, first, rows, input));
             }
@@ -625,7 +621,7 @@ impl<'d> Scanner<'d> {
             let path = self.path(&c);
             let codes = match self.session.read(input, l.segment, rows * 4) {
                 Ok(b) => b,
-                Err(e) => return e,
+                Err(e) => return e.into(),
             };
             if let Values::U32(codes) = Values::from_le_bytes(ColumnType::Uint32, &codes) {
                 if let Err(e) = check_codes(&codes, c.entries, &path, first) {
@@ -650,7 +646,7 @@ impl<'d> Scanner<'d> {
     /// returns everything the scan cost, opening included.
     pub fn close(mut self) -> Result<Meter, DataError> {
         self.drain();
-        self.session.close()
+        Ok(self.session.close()?)
     }
 
     /// Whether a predicate selects no row at all (the scan runs no chunk).
@@ -670,8 +666,8 @@ pub fn scan(
     opts: &ScanOptions,
 ) -> Result<ScanResult, DataError> {
     let started = Instant::now();
-    let session = Session::new(dev, opts.engine)?;
-    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts.chunk_rows)?;
+    let session = Session::new(dev);
+    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts)?;
     let mut out = Vec::new();
     for c in sc.columns().to_vec() {
         let dictionary = if c.ty == ColumnType::Dict {

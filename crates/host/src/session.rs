@@ -472,7 +472,11 @@ impl<'d> Session<'d> {
             return Ok(());
         };
         self.memory.remove(i);
-        self.call(|| "freeing device memory".to_string(), Op::MemFree { handle: h }, true)?;
+        self.call(
+            || "freeing device memory".to_string(),
+            Op::MemFree { handle: h },
+            true,
+        )?;
         Ok(())
     }
 
@@ -489,7 +493,13 @@ impl<'d> Session<'d> {
     }
 
     /// Sets `len` bytes of `h` from `offset` to `byte`.
-    pub fn fill(&mut self, h: MemHandle, offset: u64, len: u64, byte: u8) -> Result<(), SessionError> {
+    pub fn fill(
+        &mut self,
+        h: MemHandle,
+        offset: u64,
+        len: u64,
+        byte: u8,
+    ) -> Result<(), SessionError> {
         let op = Op::MemFill {
             handle: h,
             offset,
@@ -547,7 +557,13 @@ impl<'d> Session<'d> {
         self.copied(path, offset, len, c.value)
     }
 
-    fn copied(&mut self, path: &str, offset: u64, len: u64, found: u64) -> Result<(), SessionError> {
+    fn copied(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        found: u64,
+    ) -> Result<(), SessionError> {
         if found != len {
             return Err(SessionError::ShortCopy {
                 path: path.to_string(),
@@ -616,14 +632,23 @@ impl<'d> Session<'d> {
 
     /// Writes `src` into the device file `path` at `offset`, on the device; returns the
     /// bytes written.
-    pub fn copy_to_file(&mut self, path: &str, offset: u64, src: MemRange) -> Result<u64, SessionError> {
+    pub fn copy_to_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        src: MemRange,
+    ) -> Result<u64, SessionError> {
         let op = Op::FileWriteFromMem {
             path: path.to_string(),
             offset,
             src,
         };
         let len = src.len;
-        let c = self.call(|| format!("writing {len} bytes of device memory to {path}"), op, false)?;
+        let c = self.call(
+            || format!("writing {len} bytes of device memory to {path}"),
+            op,
+            false,
+        )?;
         Ok(c.value)
     }
 
@@ -647,7 +672,11 @@ impl<'d> Session<'d> {
                 other => {
                     return Err(SessionError::ShortRead {
                         what: "a memory read".to_string(),
-                        found: if let Reply::Data(d) = other { d.len() as u64 } else { 0 },
+                        found: if let Reply::Data(d) = other {
+                            d.len() as u64
+                        } else {
+                            0
+                        },
                         expected: n,
                     })
                 }
@@ -659,7 +688,12 @@ impl<'d> Session<'d> {
 
     /// Reads `len` bytes of the device file `path` from `offset` to the host (File
     /// Reads: media and link). A file that ends first is an error.
-    pub fn read_file(&mut self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>, SessionError> {
+    pub fn read_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, SessionError> {
         let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
         while (out.len() as u64) < len {
             let at = offset + out.len() as u64;
@@ -776,7 +810,10 @@ impl<'d> Session<'d> {
 
     fn submit(&mut self, run: &ExecuteRequest) -> Result<CommandId, SessionError> {
         let id = self.dev.client().submit_private(run.to_op()).map_err(|e| {
-            SessionError::device(format!("running program {}", self.program_name(run.pind)), e)
+            SessionError::device(
+                format!("running program {}", self.program_name(run.pind)),
+                e,
+            )
         })?;
         self.in_flight.push(id);
         Ok(id)

@@ -43,7 +43,12 @@ fn footprint(dev: &Device) -> (u64, usize) {
 /// Loads a program and allocates and stages memory in `s`.
 fn hold_things(s: &mut Session) -> (ProgramIndex, MemHandle) {
     let pind = s
-        .load("seven", ProgramType::Raw, &returns(7), EngineKind::Interpreter)
+        .load(
+            "seven",
+            ProgramType::Raw,
+            &returns(7),
+            EngineKind::Interpreter,
+        )
         .unwrap();
     let h = s.alloc(1 << 16).unwrap();
     s.copy_file("/data", 0, 4096, h, 0).unwrap();
@@ -97,7 +102,10 @@ fn an_error_returned_past_the_session_releases_what_it_held() {
         unreachable!("the program runs out of fuel")
     };
     let e = work().unwrap_err();
-    assert!(matches!(&e, SessionError::Trap { program, .. } if program == "spin"), "{e}");
+    assert!(
+        matches!(&e, SessionError::Trap { program, .. } if program == "spin"),
+        "{e}"
+    );
     assert_eq!(footprint(&dev), before);
 }
 
@@ -181,7 +189,10 @@ fn the_meter_sums_the_completions() {
     assert_eq!(d.executions, runs.len() as u64);
     assert_eq!(d.commands, runs.len() as u64);
     assert_eq!(d.fuel, done.iter().map(|x| x.fuel_used).sum::<u64>());
-    assert_eq!(d.execute_ns, done.iter().map(|x| x.timing.execute_ns).sum::<u64>());
+    assert_eq!(
+        d.execute_ns,
+        done.iter().map(|x| x.timing.execute_ns).sum::<u64>()
+    );
     assert_eq!(
         d.execute_span_ns,
         done.iter().map(|x| x.timing.execute_ns).max().unwrap()
@@ -190,7 +201,12 @@ fn the_meter_sums_the_completions() {
 
     // A negative r0 where a count is expected names the program and the code.
     let failing = s
-        .load("einval", ProgramType::Raw, &returns(-22), EngineKind::Interpreter)
+        .load(
+            "einval",
+            ProgramType::Raw,
+            &returns(-22),
+            EngineKind::Interpreter,
+        )
         .unwrap();
     let e = s
         .execute_all_r0(&[ExecuteRequest::new(seven), ExecuteRequest::new(failing)])
@@ -200,7 +216,12 @@ fn the_meter_sums_the_completions() {
         "{e}"
     );
     // ... and is an answer to execute.
-    assert_eq!(s.execute(&ExecuteRequest::new(failing)).unwrap().r0_signed(), -22);
+    assert_eq!(
+        s.execute(&ExecuteRequest::new(failing))
+            .unwrap()
+            .r0_signed(),
+        -22
+    );
 
     let total = s.meter;
     let closed = s.close().unwrap();
@@ -213,5 +234,8 @@ fn the_meter_sums_the_completions() {
 fn params_name_their_fields_at_their_offsets() {
     let p = Params::new().u32("count", 2).u32("pad", 0).u64("lo", 5);
     assert_eq!(p.fields(), &[("count", 0, 4), ("pad", 4, 4), ("lo", 8, 8)]);
-    assert_eq!(p.into_bytes(), [2, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        p.into_bytes(),
+        [2, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
+    );
 }
