@@ -184,7 +184,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         rows.append(&mut these);
     }
     drop(io);
-    session.unload_all().context("unloading the programs")?;
+    session.close().context("unloading the programs")?;
     dev.close().context("closing the benchmark device")?;
     if !args.json {
         println!();

@@ -231,7 +231,7 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         rows.push(row);
     }
     drop(io);
-    session.unload_all().context("unloading the programs")?;
+    session.close().context("unloading the programs")?;
     dev.close().context("closing the device")?;
 
     if !args.json {

@@ -282,6 +282,96 @@ pub struct Scanner<'d> {
     setup: Meter,
 }
 
+/// Each filtered column's value ranges (at most [`SCAN_RANGES_MAX`]), and whether a
+/// predicate selects nothing.
+fn scan_ranges(
+    schema: &Schema,
+    predicates: &[Predicate],
+) -> Result<(BTreeMap<String, Vec<RawRange>>, bool), DataError> {
+    let mut by_col: BTreeMap<&str, Vec<&Cmp>> = BTreeMap::new();
+    for p in predicates {
+        schema.column(&p.column)?;
+        by_col.entry(p.column.as_str()).or_default().push(&p.cmp);
+    }
+    let mut ranges: BTreeMap<String, Vec<RawRange>> = BTreeMap::new();
+    let mut nothing = false;
+    for (name, cmps) in by_col {
+        let ty = schema.column(name)?.ty;
+        match compile_within(name, ty, &cmps, SCAN_RANGES_MAX)? {
+            Compiled::All => {}
+            Compiled::Nothing => nothing = true,
+            Compiled::Ranges(r) => {
+                ranges.insert(name.to_string(), r);
+            }
+        }
+    }
+    Ok((ranges, nothing))
+}
+
+/// The staged columns and the scan program's layout: the filtered columns, then the
+/// projected ones, widest first so every segment is aligned; projected column j is
+/// output j (outputs widest first too); chunks no larger than asked nor than
+/// [`SEGMENT_MAX`] allows.
+fn plan_layout(
+    schema: &Schema,
+    columns: &[&str],
+    projected: &[ColumnSchema],
+    ranges: &BTreeMap<String, Vec<RawRange>>,
+    chunk_rows: u64,
+) -> Result<(Vec<ColumnSchema>, Layout), DataError> {
+    let mut inputs: Vec<ColumnSchema> = Vec::new();
+    for name in ranges
+        .keys()
+        .map(String::as_str)
+        .chain(columns.iter().copied())
+    {
+        if !inputs.iter().any(|c| c.name == name) {
+            inputs.push(schema.column(name)?.clone());
+        }
+    }
+    inputs.sort_by_key(|c| std::cmp::Reverse(c.ty.width()));
+    let in_row: u64 = inputs.iter().map(|c| c.ty.width()).sum();
+    let out_row: u64 = projected.iter().map(|c| c.ty.width()).sum();
+    let chunk = chunk_rows
+        .min(schema.rows.max(1))
+        .min(SEGMENT_MAX / in_row.max(out_row).max(1));
+    let mut layout = Layout {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        chunk_rows: chunk,
+        in_bytes: chunk * in_row,
+        out_bytes: chunk * out_row,
+    };
+    let mut at = 0;
+    for c in &inputs {
+        layout.inputs.push(Input {
+            width: c.ty.width(),
+            segment: at,
+            dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
+            ranges: ranges.get(&c.name).cloned(),
+        });
+        at += chunk * c.ty.width();
+    }
+    let mut order: Vec<usize> = (0..projected.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
+    let mut segments = vec![0; projected.len()];
+    let mut at = 0;
+    for &j in &order {
+        segments[j] = at;
+        at += chunk * projected[j].ty.width();
+    }
+    for (j, c) in projected.iter().enumerate() {
+        let input = (inputs.iter())
+            .position(|i| i.name == c.name)
+            .expect("every projected column is staged");
+        layout.outputs.push(Output {
+            input,
+            segment: segments[j],
+        });
+    }
+    Ok((inputs, layout))
+}
+
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
     /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
@@ -304,79 +394,14 @@ impl<'d> Scanner<'d> {
             .iter()
             .map(|c| schema.column(c).cloned())
             .collect::<Result<Vec<_>, _>>()?;
-        let mut by_col: BTreeMap<&str, Vec<&Cmp>> = BTreeMap::new();
-        for p in predicates {
-            schema.column(&p.column)?;
-            by_col.entry(p.column.as_str()).or_default().push(&p.cmp);
-        }
-        let mut ranges: BTreeMap<String, Vec<RawRange>> = BTreeMap::new();
-        let mut nothing = false;
-        for (name, cmps) in by_col {
-            let ty = schema.column(name)?.ty;
-            match compile_within(name, ty, &cmps, SCAN_RANGES_MAX)? {
-                Compiled::All => {}
-                Compiled::Nothing => nothing = true,
-                Compiled::Ranges(r) => {
-                    ranges.insert(name.to_string(), r);
-                }
-            }
-        }
-        // Staged: the filtered columns, then the projected ones; widest first so
-        // every segment is aligned.
-        let mut inputs: Vec<ColumnSchema> = Vec::new();
-        for name in ranges
-            .keys()
-            .map(String::as_str)
-            .chain(columns.iter().copied())
-        {
-            if !inputs.iter().any(|c| c.name == name) {
-                inputs.push(schema.column(name)?.clone());
-            }
-        }
-        inputs.sort_by_key(|c| std::cmp::Reverse(c.ty.width()));
-        let in_row: u64 = inputs.iter().map(|c| c.ty.width()).sum();
-        let out_row: u64 = projected.iter().map(|c| c.ty.width()).sum();
-        let rows = schema.rows;
-        let chunk = chunk_rows
-            .min(rows.max(1))
-            .min(SEGMENT_MAX / in_row.max(out_row).max(1));
-        let chunks = if nothing { 0 } else { rows.div_ceil(chunk) };
-        let mut layout = Layout {
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            chunk_rows: chunk,
-            in_bytes: chunk * in_row,
-            out_bytes: chunk * out_row,
+        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
+        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let chunk = layout.chunk_rows;
+        let chunks = if nothing {
+            0
+        } else {
+            schema.rows.div_ceil(chunk)
         };
-        let mut at = 0;
-        for c in &inputs {
-            layout.inputs.push(Input {
-                width: c.ty.width(),
-                segment: at,
-                dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
-                ranges: ranges.get(&c.name).cloned(),
-            });
-            at += chunk * c.ty.width();
-        }
-        // Outputs widest first too; projected column j is output j.
-        let mut order: Vec<usize> = (0..projected.len()).collect();
-        order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
-        let mut segments = vec![0; projected.len()];
-        let mut at = 0;
-        for &j in &order {
-            segments[j] = at;
-            at += chunk * projected[j].ty.width();
-        }
-        for (j, c) in projected.iter().enumerate() {
-            let input = inputs
-                .iter()
-                .position(|i| i.name == c.name)
-                .expect("every projected column is staged");
-            layout.outputs.push(Output {
-                input,
-                segment: segments[j],
-            });
-        }
         let image = program::emit(&layout);
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
         let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {

@@ -65,7 +65,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if agree { "yes" } else { "NO" }
         );
     }
-    session.unload_all()?;
+    session.close()?;
     dev.close()?;
     Ok(())
 }

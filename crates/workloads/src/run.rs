@@ -231,6 +231,11 @@ impl<'d> Runner<'d> {
         self.session.unload_all()
     }
 
+    /// Unloads every program and frees all memory; what the runner's commands cost.
+    pub fn close(self) -> Result<Meter, SessionError> {
+        self.session.close()
+    }
+
     /// Runs `workload` over the case's input file (already on the device) with the
     /// given set-up, on `engine`.
     pub fn run(
