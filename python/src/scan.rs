@@ -104,10 +104,11 @@ impl Scanner {
         let dev = device.get().device()?;
         let chunk_rows = chunk_rows.unwrap_or(csx_data::scan::CHUNK_ROWS_DEFAULT);
         let scanner = py.detach(move || -> Result<csx_data::Scanner<'static>> {
-            let session = csx_data::ops::Session::shared(dev, engine)?;
+            let session = csx_host::Session::shared(dev);
             let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
+            let opts = csx_data::ScanOptions { engine, chunk_rows };
             Ok(csx_data::Scanner::open(
-                session, &table, &cols, &preds, chunk_rows,
+                session, &table, &cols, &preds, &opts,
             )?)
         })?;
         Ok(Scanner {

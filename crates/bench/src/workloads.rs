@@ -39,7 +39,7 @@ use csx_host::Device;
 use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::{
-    read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Session, Shape, Workload,
+    read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Runner, Shape, Workload,
     WORKLOADS,
 };
 
@@ -165,7 +165,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
     let dev = Device::init(&tmp.path().join("dev"), config)
         .context("cannot create the benchmark device")?;
     let compiler = Compiler::new().context("the benchmark compiles the SDK programs")?;
-    let mut session = Session::new(&dev, compiler);
+    let mut session = Runner::new(&dev, compiler);
     let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;
     if !args.json {
         print_header(&args, size, workloads.len(), load_before);
@@ -184,7 +184,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         rows.append(&mut these);
     }
     drop(io);
-    session.unload_all().context("unloading the programs")?;
+    session.close().context("unloading the programs")?;
     dev.close().context("closing the benchmark device")?;
     if !args.json {
         println!();
@@ -228,7 +228,7 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<&'static Workload>> {
 
 /// The three rows of one workload.
 fn bench_workload(
-    session: &mut Session<'_>,
+    session: &mut Runner<'_>,
     io: &LambdaIo<'_>,
     w: &'static Workload,
     args: &WorkloadsBenchArgs,

@@ -34,7 +34,7 @@ use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::reference::{grep_counts, knn_hits, Stats};
 use csx_workloads::{
-    read_file_timed, Case, Compiler, Outcome, Phases, Session, Shape, Workload, WORKLOADS,
+    read_file_timed, Case, Compiler, Outcome, Phases, Runner, Shape, Workload, WORKLOADS,
 };
 
 use crate::connect::{format_size, parse_size};
@@ -196,7 +196,7 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     // host's side is modelled with --profile's.
     let model = profile;
     let compiler = Compiler::new().context("the demo compiles the SDK programs")?;
-    let mut session = Session::new(&dev, compiler);
+    let mut session = Runner::new(&dev, compiler);
     // Cold runs drop the device's image from the host page cache; that needs the image
     // on this machine (an embedded device, or one served here).
     let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;
@@ -231,7 +231,7 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         rows.push(row);
     }
     drop(io);
-    session.unload_all().context("unloading the programs")?;
+    session.close().context("unloading the programs")?;
     dev.close().context("closing the device")?;
 
     if !args.json {
@@ -325,7 +325,7 @@ fn host_run(
 /// Generates the workload's input onto the device, answers it on the host and on the
 /// device, cold and warm, and checks the answers agree.
 fn run_workload(
-    session: &mut Session<'_>,
+    session: &mut Runner<'_>,
     cache: Option<&LambdaIo<'_>>,
     model: &PerfModel,
     w: &Workload,

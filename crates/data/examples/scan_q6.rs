@@ -3,10 +3,10 @@
 //! Prints each run's wall ms, the device's execute ms (summed over runs at once and
 //! their span) and the rows kept.
 
-use csx_data::ops::Session;
 use csx_data::predicate::{literal, Cmp, Predicate};
 use csx_data::scan::{device_schema, scan, ScanOptions};
 use csx_host::proto::EngineKind;
+use csx_host::Session;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = csx_host::Device::open(dir)?;
     let table = "/tpch/lineitem";
     let schema = {
-        let mut s = Session::new(&dev, engine)?;
+        let mut s = Session::new(&dev);
         device_schema(&mut s, table)?
     };
     let lit = |c: &str, t: &str| -> Result<i64, Box<dyn std::error::Error>> {

@@ -26,7 +26,7 @@ pub mod program;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex};
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
 use csx_host::Device;
 
 use crate::columnar::{
@@ -34,7 +34,7 @@ use crate::columnar::{
     DICT_SIZE_MAX, SCHEMA_FILE, SCHEMA_SIZE_MAX,
 };
 use crate::error::DataError;
-use crate::ops::{put_u32, put_u64, Meter, PendingCopy, Run, Session};
+use crate::ops::{self, Meter, PendingCopy, Session};
 use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
 use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
 
@@ -149,7 +149,7 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
             limit: SCHEMA_SIZE_MAX,
         });
     }
-    let bytes = session.read_file(&path, st.size_bytes)?;
+    let bytes = session.read_file(&path, 0, st.size_bytes)?;
     let schema = Schema::parse(&bytes, &path)?;
     for c in &schema.columns {
         let p = join(table_dir, &c.file_name());
@@ -192,20 +192,8 @@ pub fn device_dictionary(
             limit: DICT_SIZE_MAX,
         });
     }
-    let bytes = session.read_file(&path, st.size_bytes)?;
+    let bytes = session.read_file(&path, 0, st.size_bytes)?;
     decode_dictionary(&bytes, c.entries, &path)
-}
-
-/// The filter's parameter block for `ranges`.
-pub fn filter_params(ranges: &[(u64, u64)]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(8 + 16 * ranges.len());
-    put_u32(&mut p, ranges.len() as u32);
-    put_u32(&mut p, 0);
-    for &(lo, hi) in ranges {
-        put_u64(&mut p, lo);
-        put_u64(&mut p, hi);
-    }
-    p
 }
 
 /// Groups predicates by column and compiles each column's conjunction.
@@ -277,6 +265,9 @@ pub struct Scanner<'d> {
     projected: Vec<ColumnSchema>,
     layout: Layout,
     image: Vec<u8>,
+    engine: EngineKind,
+    /// The scan program's slot, once loaded (or adopted).
+    program: Option<ProgramIndex>,
     nothing: bool,
     chunk: u64,
     chunks: u64,
@@ -288,20 +279,111 @@ pub struct Scanner<'d> {
     buffers: Vec<(MemHandle, MemHandle)>,
     staged: Option<Staged>,
     ready: VecDeque<Chunk>,
-    prepared: bool,
     setup: Meter,
+}
+
+/// Each filtered column's value ranges (at most [`SCAN_RANGES_MAX`]), and whether a
+/// predicate selects nothing.
+fn scan_ranges(
+    schema: &Schema,
+    predicates: &[Predicate],
+) -> Result<(BTreeMap<String, Vec<RawRange>>, bool), DataError> {
+    let mut by_col: BTreeMap<&str, Vec<&Cmp>> = BTreeMap::new();
+    for p in predicates {
+        schema.column(&p.column)?;
+        by_col.entry(p.column.as_str()).or_default().push(&p.cmp);
+    }
+    let mut ranges: BTreeMap<String, Vec<RawRange>> = BTreeMap::new();
+    let mut nothing = false;
+    for (name, cmps) in by_col {
+        let ty = schema.column(name)?.ty;
+        match compile_within(name, ty, &cmps, SCAN_RANGES_MAX)? {
+            Compiled::All => {}
+            Compiled::Nothing => nothing = true,
+            Compiled::Ranges(r) => {
+                ranges.insert(name.to_string(), r);
+            }
+        }
+    }
+    Ok((ranges, nothing))
+}
+
+/// The staged columns and the scan program's layout: the filtered columns, then the
+/// projected ones, widest first so every segment is aligned; projected column j is
+/// output j (outputs widest first too); chunks no larger than asked nor than
+/// [`SEGMENT_MAX`] allows.
+fn plan_layout(
+    schema: &Schema,
+    columns: &[&str],
+    projected: &[ColumnSchema],
+    ranges: &BTreeMap<String, Vec<RawRange>>,
+    chunk_rows: u64,
+) -> Result<(Vec<ColumnSchema>, Layout), DataError> {
+    let mut inputs: Vec<ColumnSchema> = Vec::new();
+    for name in ranges
+        .keys()
+        .map(String::as_str)
+        .chain(columns.iter().copied())
+    {
+        if !inputs.iter().any(|c| c.name == name) {
+            inputs.push(schema.column(name)?.clone());
+        }
+    }
+    inputs.sort_by_key(|c| std::cmp::Reverse(c.ty.width()));
+    let in_row: u64 = inputs.iter().map(|c| c.ty.width()).sum();
+    let out_row: u64 = projected.iter().map(|c| c.ty.width()).sum();
+    let chunk = chunk_rows
+        .min(schema.rows.max(1))
+        .min(SEGMENT_MAX / in_row.max(out_row).max(1));
+    let mut layout = Layout {
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        chunk_rows: chunk,
+        in_bytes: chunk * in_row,
+        out_bytes: chunk * out_row,
+    };
+    let mut at = 0;
+    for c in &inputs {
+        layout.inputs.push(Input {
+            width: c.ty.width(),
+            segment: at,
+            dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
+            ranges: ranges.get(&c.name).cloned(),
+        });
+        at += chunk * c.ty.width();
+    }
+    let mut order: Vec<usize> = (0..projected.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
+    let mut segments = vec![0; projected.len()];
+    let mut at = 0;
+    for &j in &order {
+        segments[j] = at;
+        at += chunk * projected[j].ty.width();
+    }
+    for (j, c) in projected.iter().enumerate() {
+        let input = (inputs.iter())
+            .position(|i| i.name == c.name)
+            .expect("every projected column is staged");
+        layout.outputs.push(Output {
+            input,
+            segment: segments[j],
+        });
+    }
+    Ok((inputs, layout))
 }
 
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
-    /// satisfy every predicate. Nothing runs yet but the schema's reads.
+    /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
+    /// yet but the schema's reads.
     pub fn open(
         mut session: Session<'d>,
         table_dir: &str,
         columns: &[&str],
         predicates: &[Predicate],
-        chunk_rows: u64,
+        opts: &ScanOptions,
     ) -> Result<Scanner<'d>, DataError> {
+        let chunk_rows = opts.chunk_rows;
         if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
             return Err(DataError::Invalid(format!(
                 "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
@@ -312,79 +394,14 @@ impl<'d> Scanner<'d> {
             .iter()
             .map(|c| schema.column(c).cloned())
             .collect::<Result<Vec<_>, _>>()?;
-        let mut by_col: BTreeMap<&str, Vec<&Cmp>> = BTreeMap::new();
-        for p in predicates {
-            schema.column(&p.column)?;
-            by_col.entry(p.column.as_str()).or_default().push(&p.cmp);
-        }
-        let mut ranges: BTreeMap<String, Vec<RawRange>> = BTreeMap::new();
-        let mut nothing = false;
-        for (name, cmps) in by_col {
-            let ty = schema.column(name)?.ty;
-            match compile_within(name, ty, &cmps, SCAN_RANGES_MAX)? {
-                Compiled::All => {}
-                Compiled::Nothing => nothing = true,
-                Compiled::Ranges(r) => {
-                    ranges.insert(name.to_string(), r);
-                }
-            }
-        }
-        // Staged: the filtered columns, then the projected ones; widest first so
-        // every segment is aligned.
-        let mut inputs: Vec<ColumnSchema> = Vec::new();
-        for name in ranges
-            .keys()
-            .map(String::as_str)
-            .chain(columns.iter().copied())
-        {
-            if !inputs.iter().any(|c| c.name == name) {
-                inputs.push(schema.column(name)?.clone());
-            }
-        }
-        inputs.sort_by_key(|c| std::cmp::Reverse(c.ty.width()));
-        let in_row: u64 = inputs.iter().map(|c| c.ty.width()).sum();
-        let out_row: u64 = projected.iter().map(|c| c.ty.width()).sum();
-        let rows = schema.rows;
-        let chunk = chunk_rows
-            .min(rows.max(1))
-            .min(SEGMENT_MAX / in_row.max(out_row).max(1));
-        let chunks = if nothing { 0 } else { rows.div_ceil(chunk) };
-        let mut layout = Layout {
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            chunk_rows: chunk,
-            in_bytes: chunk * in_row,
-            out_bytes: chunk * out_row,
+        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
+        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let chunk = layout.chunk_rows;
+        let chunks = if nothing {
+            0
+        } else {
+            schema.rows.div_ceil(chunk)
         };
-        let mut at = 0;
-        for c in &inputs {
-            layout.inputs.push(Input {
-                width: c.ty.width(),
-                segment: at,
-                dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
-                ranges: ranges.get(&c.name).cloned(),
-            });
-            at += chunk * c.ty.width();
-        }
-        // Outputs widest first too; projected column j is output j.
-        let mut order: Vec<usize> = (0..projected.len()).collect();
-        order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
-        let mut segments = vec![0; projected.len()];
-        let mut at = 0;
-        for &j in &order {
-            segments[j] = at;
-            at += chunk * projected[j].ty.width();
-        }
-        for (j, c) in projected.iter().enumerate() {
-            let input = inputs
-                .iter()
-                .position(|i| i.name == c.name)
-                .expect("every projected column is staged");
-            layout.outputs.push(Output {
-                input,
-                segment: segments[j],
-            });
-        }
         let image = program::emit(&layout);
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
         let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
@@ -393,7 +410,7 @@ impl<'d> Scanner<'d> {
             1
         };
         let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
-            .clamp(1, session.engines())
+            .clamp(1, session.engines()?)
             .min(chunks.max(1));
         if chunks <= slots {
             sets = 1;
@@ -407,6 +424,8 @@ impl<'d> Scanner<'d> {
             projected,
             layout,
             image,
+            engine: opts.engine,
+            program: None,
             nothing,
             chunk,
             chunks,
@@ -416,7 +435,6 @@ impl<'d> Scanner<'d> {
             buffers: Vec::new(),
             staged: None,
             ready: VecDeque::new(),
-            prepared: false,
             setup,
         })
     }
@@ -451,7 +469,7 @@ impl<'d> Scanner<'d> {
     /// the scan loads the program itself on its first chunk.
     pub fn use_loaded(&mut self, slot: ProgramIndex) {
         self.session.adopt(SCAN_OPERATOR, slot);
-        self.prepared = true;
+        self.program = Some(slot);
     }
 
     /// What the scan's chunks cost so far (the schema's reads excluded).
@@ -472,17 +490,22 @@ impl<'d> Scanner<'d> {
         Ok(self.ready.pop_front())
     }
 
-    fn prepare(&mut self) -> Result<(), DataError> {
-        if !self.prepared {
-            self.session.load_raw(SCAN_OPERATOR, &self.image)?;
-            self.prepared = true;
-        }
+    /// The scan program's slot, and the chunks' buffers, made the first time.
+    fn prepare(&mut self) -> Result<ProgramIndex, DataError> {
+        let pind = match self.program {
+            Some(p) => p,
+            None => {
+                let image = &self.image;
+                let p = (self.session).load(SCAN_OPERATOR, ProgramType::Raw, image, self.engine)?;
+                *self.program.insert(p)
+            }
+        };
         while (self.buffers.len() as u64) < self.slots * self.sets {
-            let input = self.session.alloc(self.layout.in_bytes)?;
-            let output = self.session.alloc(self.layout.out_bytes)?;
+            let input = ops::alloc(&mut self.session, self.layout.in_bytes)?;
+            let output = ops::alloc(&mut self.session, self.layout.out_bytes)?;
             self.buffers.push((input, output));
         }
-        Ok(())
+        Ok(pind)
     }
 
     fn path(&self, c: &ColumnSchema) -> String {
@@ -507,7 +530,7 @@ impl<'d> Scanner<'d> {
                     Ok(p) => copies.push(p),
                     Err(e) => {
                         let _ = self.session.wait_copies(copies);
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
             }
@@ -529,19 +552,19 @@ impl<'d> Scanner<'d> {
 
     /// Runs the next batch of chunks at once (staging the batch after it meanwhile).
     fn run_batch(&mut self) -> Result<(), DataError> {
-        self.prepare()?;
+        let pind = self.prepare()?;
         let current = match self.staged.take() {
             Some(s) => s,
             None => self.stage(self.next, 0)?,
         };
-        let result = self.run_staged(current);
+        let result = self.run_staged(pind, current);
         if result.is_err() {
             self.drain();
         }
         result
     }
 
-    fn run_staged(&mut self, current: Staged) -> Result<(), DataError> {
+    fn run_staged(&mut self, pind: ProgramIndex, current: Staged) -> Result<(), DataError> {
         let Staged {
             start,
             count,
@@ -567,21 +590,19 @@ impl<'d> Scanner<'d> {
                 )
             })
             .collect();
-        let runs: Vec<Run> = batch
+        let runs: Vec<_> = batch
             .iter()
             .map(|&(_, rows, input, output)| {
-                Run::new(
-                    SCAN_OPERATOR,
-                    vec![
-                        (input, 0, self.layout.in_bytes.max(64)),
-                        (output, 0, self.layout.out_bytes.max(64)),
-                    ],
-                )
-                .cparams(rows, 0)
+                let windows = [
+                    (input, 0, self.layout.in_bytes.max(64)),
+                    (output, 0, self.layout.out_bytes.max(64)),
+                ];
+                ops::run(pind, &windows).cparams(rows, 0)
             })
             .collect();
-        let r0s = self.session.execute_all_signed(&runs)?;
-        for (&(first, rows, input, output), r0) in batch.iter().zip(r0s) {
+        let done = self.session.execute_all(&runs)?;
+        for (&(first, rows, input, output), x) in batch.iter().zip(done) {
+            let r0 = x.r0_signed();
             if r0 < 0 {
                 return Err(self.failure(r0, first, rows, input));
             }
@@ -625,7 +646,7 @@ impl<'d> Scanner<'d> {
             let path = self.path(&c);
             let codes = match self.session.read(input, l.segment, rows * 4) {
                 Ok(b) => b,
-                Err(e) => return e,
+                Err(e) => return e.into(),
             };
             if let Values::U32(codes) = Values::from_le_bytes(ColumnType::Uint32, &codes) {
                 if let Err(e) = check_codes(&codes, c.entries, &path, first) {
@@ -650,7 +671,7 @@ impl<'d> Scanner<'d> {
     /// returns everything the scan cost, opening included.
     pub fn close(mut self) -> Result<Meter, DataError> {
         self.drain();
-        self.session.close()
+        Ok(self.session.close()?)
     }
 
     /// Whether a predicate selects no row at all (the scan runs no chunk).
@@ -670,8 +691,8 @@ pub fn scan(
     opts: &ScanOptions,
 ) -> Result<ScanResult, DataError> {
     let started = Instant::now();
-    let session = Session::new(dev, opts.engine)?;
-    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts.chunk_rows)?;
+    let session = Session::new(dev);
+    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts)?;
     let mut out = Vec::new();
     for c in sc.columns().to_vec() {
         let dictionary = if c.ty == ColumnType::Dict {

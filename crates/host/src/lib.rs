@@ -24,6 +24,8 @@
 //! * [`Client`]: the asynchronous core. Submit many commands, collect completions in any
 //!   order, matched by `CommandId`; shared by threads.
 //! * [`Device`]: the blocking convenience API, one method per host operation.
+//! * [`Session`]: one piece of work's programs and device memory, released when it
+//!   ends (also on error and panic), and a [`Meter`] of what its commands cost.
 //!
 //! The daemon that serves a device over shm and tcp is `csx-server`; λ-IO is
 //! `csx-lambda`; both build on this crate.
@@ -36,6 +38,7 @@ pub mod device;
 pub mod error;
 pub mod execute;
 pub mod files;
+pub mod session;
 pub mod size;
 pub mod transport;
 pub mod uri;
@@ -47,6 +50,7 @@ pub use device::{
 pub use error::{CallError, DeviceFailure, OpenError, TransportError};
 pub use execute::{ExecuteRequest, Execution};
 pub use files::FileTransferError;
+pub use session::{Meter, Params, PendingCopy, Session, SessionError};
 pub use uri::DeviceUri;
 
 /// The protocol crate, re-exported so users name the same types.

@@ -28,5 +28,5 @@ pub mod sdk;
 pub mod workloads;
 
 pub use compile::{BuildError, Compiler};
-pub use run::{read_file_timed, DeviceRun, PhaseTime, Phases, RunError, Session};
+pub use run::{read_file_timed, DeviceRun, PhaseTime, Phases, RunError, Runner};
 pub use workloads::{by_name, Case, Invocation, Origin, Outcome, Shape, Workload, WORKLOADS};

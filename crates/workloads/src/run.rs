@@ -1,9 +1,10 @@
 //! Running workloads on a device through the host API.
 //!
-//! A [`Session`] loads and activates each program once per engine and keeps it, then
-//! [`Session::run`] carries out one [`Case`] in the workload's [`Shape`]: allocate the
-//! windows, stage the input file into device memory with a Memory Copy (no trip
-//! through the host), execute, read the answer back, free the windows. The result
+//! A [`Runner`] loads and activates each program once per engine and keeps it (in a
+//! `csx_host::Session`), then [`Runner::run`] carries out one [`Case`] in the
+//! workload's [`Shape`]: allocate the windows, stage the input file into device
+//! memory with a Memory Copy (no trip through the host), execute, read the answer
+//! back, free the windows. The result
 //! carries the answer, every execution's timing and the bytes that crossed to the host,
 //! which is what the demo and the benchmarks report.
 //!
@@ -11,21 +12,19 @@
 //! activation (verify + JIT compile), staging the input (media → device memory),
 //! execution and returning the answer to the host, each in wall time on the host and
 //! in the device's modelled time (`Timing::modelled_ns` of the completions). The load
-//! and activation phases count only in the run that loaded the program: a session
-//! keeps programs loaded, so call [`Session::unload_all`] between runs to time them
+//! and activation phases count only in the run that loaded the program: a runner
+//! keeps programs loaded, so call [`Runner::unload_all`] between runs to time them
 //! every time. [`read_file_timed`] is the host's side of the same comparison: the
 //! input read from the device file to the host.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
+use csx_host::session::{Meter, Session, SessionError};
 use csx_host::{CallError, Device, ExecuteRequest, Execution};
-use csx_proto::limits::{
-    FILE_IO_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX, PROGRAM_SLOTS_COUNT,
-};
+use csx_proto::limits::{FILE_IO_SIZE_MAX, FUEL_MAX, TIME_LIMIT_MS_MAX};
 use csx_proto::{
-    Completion, CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply, Timing,
-    WireTrap,
+    Completion, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply, Timing, WireTrap,
 };
 
 use crate::compile::{BuildError, Compiler};
@@ -46,6 +45,12 @@ pub enum RunError {
     },
     #[error("{program} trapped: {trap:?}")]
     Trap { program: String, trap: WireTrap },
+    #[error("{step} for {program}: {source}")]
+    Session {
+        program: String,
+        step: &'static str,
+        source: SessionError,
+    },
 }
 
 /// One workload run on the device.
@@ -75,6 +80,16 @@ impl PhaseTime {
     fn add_completion(&mut self, started: Instant, c: &Completion) {
         self.wall_ns += elapsed_ns(started);
         self.modelled_ns += c.timing.modelled_ns;
+    }
+
+    /// The wall time since `started` and the modelled time the session's meter added
+    /// since `at` (data path and set-up).
+    fn since(started: Instant, at: &Meter, s: &Session) -> PhaseTime {
+        let d = s.meter.since(at);
+        PhaseTime {
+            wall_ns: elapsed_ns(started),
+            modelled_ns: d.modelled_ns + d.setup_ns,
+        }
     }
 
     /// Both times summed.
@@ -133,20 +148,43 @@ impl Phases {
     }
 }
 
-/// Programs loaded on one device (see the module doc).
+/// Workloads run on one device (see the module doc): the programs stay loaded in its
+/// session between runs, each run's memory is freed at the run's end.
 #[derive(Debug)]
-pub struct Session<'d> {
+pub struct Runner<'d> {
     dev: &'d Device,
+    session: Session<'d>,
     compiler: Compiler,
     loaded: HashMap<(String, EngineKind), ProgramIndex>,
     /// Load and activation time of programs loaded since the last run began.
     pending: Phases,
 }
 
-impl<'d> Session<'d> {
-    pub fn new(dev: &'d Device, compiler: Compiler) -> Session<'d> {
-        Session {
+/// A session's failure as a run's, naming the program and the step.
+fn failed<'a>(program: &'a str, step: &'static str) -> impl FnOnce(SessionError) -> RunError + 'a {
+    move |e| match e {
+        SessionError::Device { source, .. } => RunError::Device {
+            program: program.to_string(),
+            step,
+            source,
+        },
+        SessionError::Trap { trap, .. } => RunError::Trap {
+            program: program.to_string(),
+            trap,
+        },
+        other => RunError::Session {
+            program: program.to_string(),
+            step,
+            source: other,
+        },
+    }
+}
+
+impl<'d> Runner<'d> {
+    pub fn new(dev: &'d Device, compiler: Compiler) -> Runner<'d> {
+        Runner {
             dev,
+            session: Session::new(dev),
             compiler,
             loaded: HashMap::new(),
             pending: Phases::default(),
@@ -169,38 +207,33 @@ impl<'d> Session<'d> {
                 program: program.to_string(),
                 source,
             })?;
-        let device_error = |step| {
-            move |source| RunError::Device {
-                program: program.to_string(),
-                step,
-                source,
-            }
-        };
-        let started = Instant::now();
-        let (pind, modelled_ns) =
-            load_timed(self.dev, &object, program).map_err(device_error("load"))?;
-        self.pending.load = self.pending.load.plus(PhaseTime {
-            wall_ns: elapsed_ns(started),
-            modelled_ns,
-        });
-        let started = Instant::now();
-        let c = self
-            .dev
-            .client()
-            .call_ok(Op::ActivateProgram { pind, engine })
-            .map_err(device_error("activate"))?;
-        self.pending.activate.add_completion(started, &c);
-        self.pending.prepare_ns += c.timing.prepare_ns;
+        let s = &mut self.session;
+        let (started, at) = (Instant::now(), s.meter);
+        let pind = s
+            .load_program(program, ProgramType::Elf, &object)
+            .map_err(failed(program, "load"))?;
+        self.pending.load = self.pending.load.plus(PhaseTime::since(started, &at, s));
+        let (started, at) = (Instant::now(), s.meter);
+        s.activate(pind, engine)
+            .map_err(failed(program, "activate"))?;
+        self.pending.activate = self
+            .pending
+            .activate
+            .plus(PhaseTime::since(started, &at, s));
+        self.pending.prepare_ns += s.meter.since(&at).prepare_ns;
         self.loaded.insert((program.to_string(), engine), pind);
         Ok(pind)
     }
 
-    /// Unloads every program this session loaded.
-    pub fn unload_all(&mut self) -> Result<(), CallError> {
-        for (_, pind) in self.loaded.drain() {
-            self.dev.unload(pind)?;
-        }
-        Ok(())
+    /// Unloads every program this runner loaded.
+    pub fn unload_all(&mut self) -> Result<(), SessionError> {
+        self.loaded.clear();
+        self.session.unload_all()
+    }
+
+    /// Unloads every program and frees all memory; what the runner's commands cost.
+    pub fn close(self) -> Result<Meter, SessionError> {
+        self.session.close()
     }
 
     /// Runs `workload` over the case's input file (already on the device) with the
@@ -214,9 +247,11 @@ impl<'d> Session<'d> {
     ) -> Result<DeviceRun, RunError> {
         let first = workload.programs[0];
         self.pending = Phases::default();
-        let mut allocs = Allocations::new(self.dev, first);
-        let result = self.run_shape(workload, case, inv, engine, &mut allocs);
-        let freed = allocs.free_all();
+        let result = self.run_shape(workload, case, inv, engine);
+        let freed = self
+            .session
+            .free_all()
+            .map_err(failed(first, "free device memory"));
         let mut run = result?;
         freed?;
         run.phases.load = self.pending.load;
@@ -225,66 +260,53 @@ impl<'d> Session<'d> {
         Ok(run)
     }
 
+    fn alloc(&mut self, program: &str, bytes: u64) -> Result<MemHandle, RunError> {
+        self.session
+            .alloc(bytes)
+            .map_err(failed(program, "allocate device memory"))
+    }
+
     fn run_shape(
         &mut self,
         workload: &Workload,
         case: &Case,
         inv: &Invocation,
         engine: EngineKind,
-        allocs: &mut Allocations<'_>,
     ) -> Result<DeviceRun, RunError> {
         let first = workload.programs[0];
         let pind = self.program(first, engine)?;
-        let dev = self.dev;
-        let err = |step| {
-            move |source| RunError::Device {
-                program: first.to_string(),
-                step,
-                source,
-            }
-        };
         let mut request = ExecuteRequest::new(pind)
             .cparams(inv.cparam1, inv.cparam2)
             .params(inv.params.clone());
 
         if workload.shape == Shape::ReadFile {
-            let dst = allocs.alloc(inv.output_size_bytes)?;
+            let dst = self.alloc(first, inv.output_size_bytes)?;
             request = request.window(dst, 0, inv.output_size_bytes);
-            let (exec, mut phases) = execute(dev, first, &request)?;
+            let (exec, mut phases) = self.execute(first, &request)?;
             // The program stages its input itself: its file I/O is the transfer part.
             let staged_ns = exec.timing.transfer_ns.min(phases.execute.wall_ns);
             phases.stage.wall_ns = staged_ns;
             phases.execute.wall_ns -= staged_ns;
-            let (output, result) = read_answer(dev, dst, &exec).map_err(err("read window 0"))?;
+            let (output, result) = self.read_answer(first, dst, &exec, "read window 0")?;
             phases.result = result;
             return Ok(DeviceRun::one(&exec, output, phases));
         }
 
-        let input = allocs.alloc(case.input_size_bytes)?;
-        let started = Instant::now();
-        let staged = dev
-            .client()
-            .call_ok(Op::MemCopy {
-                dst: input,
-                dst_offset: 0,
-                sources: vec![CopySource::File {
-                    path: case.input_path.clone(),
-                    offset: 0,
-                    len: case.input_size_bytes,
-                }],
-            })
-            .map_err(err("stage the input"))?;
-        let mut stage = PhaseTime::default();
-        stage.add_completion(started, &staged);
+        let input = self.alloc(first, case.input_size_bytes)?;
+        let (started, at) = (Instant::now(), self.session.meter);
+        self.session
+            .copy_file(&case.input_path, 0, case.input_size_bytes, input, 0)
+            .map_err(failed(first, "stage the input"))?;
+        let stage = PhaseTime::since(started, &at, &self.session);
         request = request.window(input, 0, case.input_size_bytes);
         let out = if inv.output_size_bytes > 0 {
-            let out = allocs.alloc(inv.output_size_bytes)?;
+            let out = self.alloc(first, inv.output_size_bytes)?;
             request = request.window(out, 0, inv.output_size_bytes);
             Some(out)
         } else {
             None
         };
-        let (exec, mut phases) = execute(dev, first, &request)?;
+        let (exec, mut phases) = self.execute(first, &request)?;
         phases.stage = stage;
         let r0 = exec.r0_signed();
         match (workload.shape, out) {
@@ -292,20 +314,20 @@ impl<'d> Session<'d> {
                 let path = std::str::from_utf8(&inv.params).unwrap_or_default();
                 // Not a phase: the file is read back here to be compared, which a real
                 // workload would not do.
-                let output = dev
+                let output = self
+                    .session
                     .read_file(path, inv.cparam1, r0 as u64)
-                    .map_err(err("read the output file"))?;
+                    .map_err(failed(first, "read the output file"))?;
                 let mut run = DeviceRun::one(&exec, output, phases);
                 // The answer stays on the device; only r0 crosses to the host.
                 run.host_bytes = 8;
                 Ok(run)
             }
             (Shape::Chain, Some(out)) if r0 >= 0 => {
-                self.run_chain_second(workload, engine, exec, phases, out, allocs)
+                self.run_chain_second(workload, engine, exec, phases, out)
             }
             (_, Some(out)) => {
-                let (output, result) =
-                    read_answer(dev, out, &exec).map_err(err("read window 1"))?;
+                let (output, result) = self.read_answer(first, out, &exec, "read window 1")?;
                 phases.result = result;
                 Ok(DeviceRun::one(&exec, output, phases))
             }
@@ -322,7 +344,6 @@ impl<'d> Session<'d> {
         first: Execution,
         first_phases: Phases,
         first_out: MemHandle,
-        allocs: &mut Allocations<'_>,
     ) -> Result<DeviceRun, RunError> {
         let second = workload.programs[1];
         let inv = chain_second_invocation();
@@ -335,17 +356,12 @@ impl<'d> Session<'d> {
             return Ok(run);
         }
         let pind = self.program(second, engine)?;
-        let out = allocs.alloc(inv.output_size_bytes)?;
+        let out = self.alloc(second, inv.output_size_bytes)?;
         let request = ExecuteRequest::new(pind)
             .window(first_out, 0, selected)
             .window(out, 0, inv.output_size_bytes);
-        let (exec, second_phases) = execute(self.dev, second, &request)?;
-        let (output, result) =
-            read_answer(self.dev, out, &exec).map_err(|source| RunError::Device {
-                program: second.to_string(),
-                step: "read window 1",
-                source,
-            })?;
+        let (exec, second_phases) = self.execute(second, &request)?;
+        let (output, result) = self.read_answer(second, out, &exec, "read window 1")?;
         let phases = Phases {
             execute: first_phases.execute.plus(second_phases.execute),
             result,
@@ -355,6 +371,54 @@ impl<'d> Session<'d> {
         run.timings.insert(0, first.timing);
         run.fuel_used += first.fuel_used;
         Ok(run)
+    }
+
+    /// Runs `request`; the phases carry its execute time (wall and modelled).
+    fn execute(
+        &mut self,
+        program: &str,
+        request: &ExecuteRequest,
+    ) -> Result<(Execution, Phases), RunError> {
+        // The workloads are our own programs over inputs of any size: they take the
+        // most fuel and time the protocol allows, not the defaults meant for untrusted
+        // programs.
+        let mut request = request.clone();
+        request.fuel.get_or_insert(FUEL_MAX);
+        request.time_limit_ms.get_or_insert(TIME_LIMIT_MS_MAX);
+        let started = Instant::now();
+        let exec = self
+            .session
+            .execute(&request)
+            .map_err(failed(program, "execute"))?;
+        let phases = Phases {
+            execute: PhaseTime {
+                wall_ns: elapsed_ns(started),
+                modelled_ns: exec.timing.modelled_ns,
+            },
+            ..Phases::default()
+        };
+        Ok((exec, phases))
+    }
+
+    /// The first r0 bytes of `handle` (nothing when r0 is an error code), with their
+    /// time.
+    fn read_answer(
+        &mut self,
+        program: &str,
+        handle: MemHandle,
+        exec: &Execution,
+        step: &'static str,
+    ) -> Result<(Vec<u8>, PhaseTime), RunError> {
+        let r0 = exec.r0_signed();
+        if r0 <= 0 {
+            return Ok((Vec::new(), PhaseTime::default()));
+        }
+        let (started, at) = (Instant::now(), self.session.meter);
+        let out = self
+            .session
+            .read(handle, 0, r0 as u64)
+            .map_err(failed(program, step))?;
+        Ok((out, PhaseTime::since(started, &at, &self.session)))
     }
 }
 
@@ -371,75 +435,6 @@ impl DeviceRun {
             fuel_used: exec.fuel_used,
         }
     }
-}
-
-/// Runs `request`; the phases carry its execute time (wall and modelled).
-fn execute(
-    dev: &Device,
-    program: &str,
-    request: &ExecuteRequest,
-) -> Result<(Execution, Phases), RunError> {
-    // The workloads are our own programs over inputs of any size: they take the most
-    // fuel and time the protocol allows, not the defaults meant for untrusted programs.
-    let mut request = request.clone();
-    request
-        .fuel
-        .get_or_insert(csx_host::proto::limits::FUEL_MAX);
-    request
-        .time_limit_ms
-        .get_or_insert(csx_host::proto::limits::TIME_LIMIT_MS_MAX);
-    let started = Instant::now();
-    let exec = dev.execute(&request).map_err(|source| RunError::Device {
-        program: program.to_string(),
-        step: "execute",
-        source,
-    })?;
-    let phases = Phases {
-        execute: PhaseTime {
-            wall_ns: elapsed_ns(started),
-            modelled_ns: exec.timing.modelled_ns,
-        },
-        ..Phases::default()
-    };
-    if let Some(trap) = exec.trap.clone() {
-        return Err(RunError::Trap {
-            program: program.to_string(),
-            trap,
-        });
-    }
-    Ok((exec, phases))
-}
-
-/// The first r0 bytes of `handle` (nothing when r0 is an error code), read in Memory
-/// Reads of at most `MEM_IO_SIZE_MAX`, with their time.
-fn read_answer(
-    dev: &Device,
-    handle: MemHandle,
-    exec: &Execution,
-) -> Result<(Vec<u8>, PhaseTime), CallError> {
-    let mut time = PhaseTime::default();
-    let r0 = exec.r0_signed();
-    if r0 <= 0 {
-        return Ok((Vec::new(), time));
-    }
-    let len = r0 as u64;
-    let mut out = Vec::with_capacity(usize::try_from(len).expect("an answer fits in memory"));
-    while (out.len() as u64) < len {
-        let offset = out.len() as u64;
-        let chunk = (len - offset).min(MEM_IO_SIZE_MAX);
-        let started = Instant::now();
-        let c = dev.client().call_ok(Op::MemRead {
-            handle,
-            offset,
-            len: chunk,
-        })?;
-        time.add_completion(started, &c);
-        match c.reply {
-            Reply::Data(d) if d.len() as u64 == chunk => out.extend_from_slice(&d),
-            other => return Err(short_reply("mem-read", &other)),
-        }
-    }
-    Ok((out, time))
 }
 
 /// Reads `len` bytes of the device file `path` to the host in File Reads of at most
@@ -469,35 +464,6 @@ pub fn read_file_timed(
     Ok((out, time))
 }
 
-/// Loads `image` into the first empty slot in chunks, one Load Program command each.
-/// Returns the slot and the commands' modelled time.
-fn load_timed(dev: &Device, image: &[u8], entry: &str) -> Result<(ProgramIndex, u64), CallError> {
-    let occupied: Vec<ProgramIndex> = dev.programs()?.into_iter().map(|p| p.pind).collect();
-    let Some(pind) = (0..PROGRAM_SLOTS_COUNT)
-        .map(ProgramIndex)
-        .find(|p| !occupied.contains(p))
-    else {
-        // The host library's own search reports a full device with the typed error.
-        return dev
-            .load_program_any_slot(ProgramType::Elf, image, Some(entry))
-            .map(|p| (p, 0));
-    };
-    let total_size_bytes = u32::try_from(image.len()).unwrap_or(u32::MAX);
-    let mut modelled_ns = 0;
-    for (i, data) in image.chunks(LOAD_CHUNK_SIZE_MAX as usize).enumerate() {
-        let c = dev.client().call_ok(Op::LoadProgram {
-            pind,
-            ptype: ProgramType::Elf,
-            total_size_bytes,
-            offset: (i * LOAD_CHUNK_SIZE_MAX as usize) as u32,
-            data: data.to_vec(),
-            entry: (i == 0).then(|| entry.to_string()),
-        })?;
-        modelled_ns += c.timing.modelled_ns;
-    }
-    Ok((pind, modelled_ns))
-}
-
 fn short_reply(op: &'static str, reply: &Reply) -> CallError {
     let found = match reply {
         Reply::Data(d) => format!("{} bytes", d.len()),
@@ -512,48 +478,4 @@ fn short_reply(op: &'static str, reply: &Reply) -> CallError {
 
 fn elapsed_ns(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Device memory a run allocated, freed at its end whatever happened.
-struct Allocations<'d> {
-    dev: &'d Device,
-    program: &'static str,
-    handles: Vec<MemHandle>,
-}
-
-impl<'d> Allocations<'d> {
-    fn new(dev: &'d Device, program: &'static str) -> Allocations<'d> {
-        Allocations {
-            dev,
-            program,
-            handles: Vec::new(),
-        }
-    }
-
-    fn alloc(&mut self, size_bytes: u64) -> Result<MemHandle, RunError> {
-        let h = self
-            .dev
-            .alloc(size_bytes)
-            .map_err(|source| RunError::Device {
-                program: self.program.to_string(),
-                step: "allocate device memory",
-                source,
-            })?;
-        self.handles.push(h);
-        Ok(h)
-    }
-
-    fn free_all(&mut self) -> Result<(), RunError> {
-        let mut first_error = None;
-        for h in self.handles.drain(..) {
-            if let Err(source) = self.dev.free(h) {
-                first_error.get_or_insert(RunError::Device {
-                    program: self.program.to_string(),
-                    step: "free device memory",
-                    source,
-                });
-            }
-        }
-        first_error.map_or(Ok(()), Err)
-    }
 }

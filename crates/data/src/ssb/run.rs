@@ -30,17 +30,20 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, Op};
-use csx_host::Device;
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
+use csx_host::{Device, ExecuteRequest};
 use serde_json::Value;
 
 use crate::columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};
 use crate::error::DataError;
-use crate::ops::{put_u32, Meter, PendingCopy, Run, Session, Window};
+use crate::ops::{
+    self, filter_params, DimParams, Meter, PendingCopy, ProbeDimParams, ProbeParams, Session,
+    Window, NO_WINDOW,
+};
 use crate::predicate::{literal, Cmp, Compiled, Predicate};
 use crate::scan::{
-    compile_predicates, device_dictionary, device_schema, filter_params, FilterStrategy,
-    COMBINE_AND, COMBINE_WRITE,
+    compile_predicates, device_dictionary, device_schema, FilterStrategy, COMBINE_AND,
+    COMBINE_WRITE,
 };
 use crate::ssb::probe::{self, ProbeDim, ProbeLayout, ProbeMode};
 use crate::ssb::queries::{DimSpec, KeyRange, Lit, QuerySpec};
@@ -245,7 +248,9 @@ impl ColumnSource for DeviceSource<'_, '_> {
         let schema = self.schema(table)?;
         let c = schema.column(column)?;
         let path = format!("{}/{table}/{}", self.dir, c.file_name());
-        let bytes = self.session.read_file(&path, schema.rows * c.ty.width())?;
+        let bytes = self
+            .session
+            .read_file(&path, 0, schema.rows * c.ty.width())?;
         let values = Values::from_le_bytes(c.ty, &bytes);
         if let Values::U32(codes) = &values {
             if c.ty == ColumnType::Dict {
@@ -306,7 +311,7 @@ pub fn cmp_of(col: &ColumnSchema, dict: Option<&[String]>, lit: Lit) -> Result<C
     })
 }
 
-/// The predicates of `preds` on `table`, compiled against its schema and dictionaries.
+/// The predicates of `preds` on `table`, bound to its schema and dictionaries.
 fn predicates(
     src: &mut dyn ColumnSource,
     table: &str,
@@ -468,6 +473,109 @@ impl Clock {
     }
 }
 
+/// Runs `q` over the dataset at `data_dir` on the device.
+pub fn run(
+    dev: &Device,
+    data_dir: &str,
+    q: &'static QuerySpec,
+    opts: &RunOptions,
+) -> Result<QueryRun, DataError> {
+    let started = Instant::now();
+    let data_dir = data_dir.trim_end_matches('/');
+    let mut s = Session::new(dev);
+    let partitions = match opts.partitions {
+        Some(p) => p,
+        None => s.engines()? as u32,
+    }
+    .clamp(1, PARTITIONS_MAX);
+    let mut phases = Vec::new();
+    let answer = if opts.split == Split::Host {
+        on_host(&mut s, data_dir, q, &mut phases)?
+    } else {
+        Plan::new(data_dir, q, opts, partitions)?.run(&mut s, &mut phases)?
+    };
+    let meter = s.close()?;
+    Ok(QueryRun {
+        query: q.name,
+        rows: answer.rows,
+        options: *opts,
+        meter,
+        phases,
+        host_ns: answer.host_ns,
+        wall_ns: started.elapsed().as_nanos() as u64,
+        partitions,
+        joined: answer.joined,
+    })
+}
+
+/// A run's result rows, host time and rows joined.
+struct Answer {
+    rows: Vec<ResultRow>,
+    host_ns: u64,
+    joined: u64,
+}
+
+/// The host-only split: the columns read whole, the reference on the host.
+fn on_host(
+    s: &mut Session,
+    data_dir: &str,
+    q: &QuerySpec,
+    phases: &mut Vec<Phase>,
+) -> Result<Answer, DataError> {
+    let clock = Clock::start(s);
+    let host_start = Instant::now();
+    let mut src = DeviceSource {
+        session: s,
+        dir: data_dir.to_string(),
+        schemas: HashMap::new(),
+    };
+    let rows = reference(&mut src, q)?;
+    let host_ns = host_start.elapsed().as_nanos() as u64;
+    clock.phase(s, "read+host", phases);
+    Ok(Answer {
+        rows,
+        host_ns,
+        joined: 0,
+    })
+}
+
+/// The predicates of `preds` on the table at `dir`, bound to its schema and the
+/// device's dictionaries.
+fn bind(
+    s: &mut Session,
+    dir: &str,
+    schema: &Schema,
+    preds: &[(&str, Lit)],
+) -> Result<Vec<Predicate>, DataError> {
+    let mut out = Vec::new();
+    for &(col, lit) in preds {
+        let c = schema.column(col)?;
+        let dict = if c.ty == ColumnType::Dict {
+            Some(device_dictionary(s, dir, schema, col)?)
+        } else {
+            None
+        };
+        out.push(Predicate::new(col, cmp_of(c, dict.as_deref(), lit)?));
+    }
+    Ok(out)
+}
+
+/// Allocates `bytes` and stages column `col` of the table at `dir` into it.
+fn stage_column(s: &mut Session, dir: &str, col: &str, bytes: u64) -> Result<MemHandle, DataError> {
+    let h = ops::alloc(s, bytes)?;
+    s.copy_file(&format!("{dir}/{col}.col"), 0, bytes, h, 0)?;
+    Ok(h)
+}
+
+/// A dimension's group column staged on the device.
+struct StagedGroup {
+    column: MemHandle,
+    /// Values it may hold, and the smallest.
+    count: u32,
+    base: u32,
+    dict: Option<Vec<String>>,
+}
+
 /// A dimension staged on the device.
 struct StagedDim {
     spec: &'static DimSpec,
@@ -477,7 +585,7 @@ struct StagedDim {
     scratch: Option<MemHandle>,
     filters: Vec<(MemHandle, Vec<(u64, u64)>)>,
     nothing: bool,
-    group: Option<(MemHandle, u32, u32, Option<Vec<String>>)>,
+    group: Option<StagedGroup>,
     remap: MemHandle,
     out: MemHandle,
     lut_offset: u64,
@@ -485,29 +593,147 @@ struct StagedDim {
     lut_entries: u32,
 }
 
-fn fill(s: &mut Session, h: MemHandle, len: u64, byte: u8) -> Result<(), DataError> {
-    s.device()
-        .client()
-        .call_ok(Op::MemFill {
-            handle: h,
-            offset: 0,
-            len,
-            byte,
+impl StagedDim {
+    /// Stages dimension `spec` (the table at `dir`): keys, a mask, its selections'
+    /// columns, its group column; its lookup table goes at `lut_offset` of the state.
+    fn stage(
+        s: &mut Session,
+        dir: &str,
+        spec: &'static DimSpec,
+        strategy: FilterStrategy,
+        lut_offset: u64,
+    ) -> Result<StagedDim, DataError> {
+        let schema = device_schema(s, dir)?;
+        let rows = schema.rows;
+        let (key_base, key_last) = match spec.keys {
+            KeyRange::Dense => (1u32, rows as u32),
+            KeyRange::Fixed(lo, hi) => (lo, hi),
+        };
+        let words = rows.div_ceil(64).max(1);
+        let keys = stage_column(s, dir, spec.key, rows * 4)?;
+        let mask = ops::alloc(s, words * 8)?;
+        let scratch = match strategy {
+            FilterStrategy::Accel => Some(ops::alloc(s, 3 * words * 8)?),
+            _ => None,
+        };
+        let preds = bind(s, dir, &schema, spec.preds)?;
+        let mut filters = Vec::new();
+        let mut nothing = false;
+        for (col, ty, compiled) in compile_predicates(&schema, &preds)? {
+            match compiled {
+                Compiled::Nothing => nothing = true,
+                Compiled::All => {}
+                Compiled::Ranges(r) => {
+                    filters.push((stage_column(s, dir, &col, rows * ty.width())?, r));
+                }
+            }
+        }
+        let group = StagedDim::stage_group(s, dir, &schema, spec)?;
+        let count = u64::from(group.as_ref().map_or(1, |g| g.count));
+        Ok(StagedDim {
+            spec,
+            rows,
+            keys,
+            mask,
+            scratch,
+            filters,
+            nothing,
+            group,
+            remap: ops::alloc(s, 2 * count)?,
+            out: ops::alloc(s, 4 * count)?,
+            lut_offset,
+            key_base,
+            lut_entries: key_last.saturating_sub(key_base) + 1,
         })
-        .map_err(|e| DataError::device("filling device memory", e))?;
-    Ok(())
-}
+    }
 
-fn dim_params(d: &StagedDim) -> Vec<u8> {
-    let mut p = Vec::new();
-    put_u32(&mut p, d.lut_offset as u32);
-    put_u32(&mut p, d.lut_entries);
-    put_u32(&mut p, d.key_base);
-    let (count, base) = d.group.as_ref().map_or((0, 0), |g| (g.1, g.2));
-    put_u32(&mut p, count);
-    put_u32(&mut p, base);
-    put_u32(&mut p, 0);
-    p
+    fn stage_group(
+        s: &mut Session,
+        dir: &str,
+        schema: &Schema,
+        spec: &DimSpec,
+    ) -> Result<Option<StagedGroup>, DataError> {
+        let Some((g, range)) = spec.group else {
+            return Ok(None);
+        };
+        let c = schema.column(g)?;
+        let column = stage_column(s, dir, g, schema.rows * 4)?;
+        let (count, base, dict) = match (c.ty, range) {
+            (ColumnType::Dict, _) => (
+                c.entries as u32,
+                0,
+                Some(device_dictionary(s, dir, schema, g)?),
+            ),
+            (_, Some((lo, hi))) => (hi - lo + 1, lo, None),
+            (_, None) => {
+                return Err(DataError::Invalid(format!(
+                    "group column {g} of {} is {} without a value range",
+                    spec.table,
+                    c.ty.name()
+                )))
+            }
+        };
+        Ok(Some(StagedGroup {
+            column,
+            count: count.max(1),
+            base,
+            dict,
+        }))
+    }
+
+    fn mask_window(&self) -> Window {
+        (self.mask, 0, self.rows.div_ceil(64) * 8)
+    }
+
+    /// The run of `filter` for selection `step` of this dimension.
+    fn filter_run(&self, filter: ProgramIndex, step: usize) -> ExecuteRequest {
+        let (col, ranges) = &self.filters[step];
+        let mut w = vec![(*col, 0, self.rows * 4), self.mask_window()];
+        if let Some(sc) = self.scratch {
+            w.push((sc, 0, 3 * self.rows.div_ceil(64) * 8));
+        }
+        let combine = if step == 0 {
+            COMBINE_WRITE
+        } else {
+            COMBINE_AND
+        };
+        ops::run(filter, &w)
+            .cparams(4 | combine << 8, 0)
+            .params(filter_params(ranges).into_bytes())
+    }
+
+    /// The run of ssb_dim: keys, mask, group column, scratch, output (without a group
+    /// column, windows 2 and 3 are unused but distinct: a byte each of the scratch).
+    fn dim_run(&self, dim: ProgramIndex) -> ExecuteRequest {
+        let params = DimParams {
+            lut_offset: self.lut_offset as u32,
+            lut_entries: self.lut_entries,
+            key_base: self.key_base,
+            group_count: self.group.as_ref().map_or(0, |g| g.count),
+            group_base: self.group.as_ref().map_or(0, |g| g.base),
+        };
+        let keys = (self.keys, 0, self.rows * 4);
+        let w = match &self.group {
+            Some(g) => {
+                let count = u64::from(g.count);
+                vec![
+                    keys,
+                    self.mask_window(),
+                    (g.column, 0, self.rows * 4),
+                    (self.remap, 0, 2 * count),
+                    (self.out, 0, 4 * count),
+                ]
+            }
+            None => vec![
+                keys,
+                self.mask_window(),
+                (self.remap, 0, 1),
+                (self.remap, 1, 1),
+                (self.out, 0, 4),
+            ],
+        };
+        ops::run(dim, &w).params(params.params().into_bytes())
+    }
 }
 
 /// The partitions of a round of `n` rows: `(first row, rows)`, 64-row aligned.
@@ -519,35 +745,171 @@ fn round_parts(n: u64, partitions: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Where LINEORDER's rounds are staged: `slots[set * partitions + p]` holds partition
-/// p's columns, column `i` at `i * col_bytes`.
-struct LoStaging<'a> {
-    dir: &'a str,
-    cols: &'a [&'static str],
-    col_bytes: u64,
-    slots: &'a [MemHandle],
-    partitions: u64,
-    round: u64,
+/// LINEORDER's side of a run: the columns the probe reads, its own selections, and the
+/// staging slots, one buffer per partition (its columns back to back, then, for the
+/// emitted probe, room for the lookup tables' copies), in two sets when there are
+/// several rounds, so that the next round is staged while this one is probed:
+/// `slots[set * partitions + p]` holds partition p's columns, column `i` at
+/// `i * col_bytes`.
+struct Lineorder {
+    dir: String,
     rows: u64,
+    round: u64,
+    rounds: u64,
+    part_max: u64,
+    cols: Vec<&'static str>,
+    filters: Vec<(&'static str, Vec<(u64, u64)>)>,
+    nothing: bool,
+    col_bytes: u64,
+    in_bytes: u64,
+    lut_segments: Vec<u64>,
+    partitions: u64,
+    sets: u64,
+    slots: Vec<MemHandle>,
 }
 
-impl LoStaging<'_> {
+impl Lineorder {
+    fn plan(
+        s: &mut Session,
+        dir: String,
+        q: &QuerySpec,
+        opts: &RunOptions,
+        partitions: u32,
+        dims: &[StagedDim],
+    ) -> Result<Lineorder, DataError> {
+        let schema = device_schema(s, &dir)?;
+        let rows = schema.rows;
+        let round = opts.round_rows.min(rows.next_multiple_of(64)).max(64);
+        let rounds = rows.div_ceil(round).max(1);
+        let part_max = round.div_ceil(u64::from(partitions)).next_multiple_of(64);
+        let preds = bind(s, &dir, &schema, q.lo_preds)?;
+        let (cols, filters, nothing) = Lineorder::columns(q, &schema, &preds)?;
+        let col_bytes = part_max * 4;
+        let mut in_bytes = cols.len() as u64 * col_bytes;
+        let mut lut_segments = Vec::new();
+        if opts.probe == ProbeKind::Emitted {
+            for d in dims {
+                lut_segments.push(in_bytes);
+                in_bytes += probe::copy_bytes(d.key_base, d.lut_entries);
+            }
+        }
+        if in_bytes > i32::MAX as u64 {
+            return Err(DataError::TooLarge {
+                what: format!("{}'s staging slot of {part_max} rows", q.name),
+                needed: in_bytes,
+                limit: i32::MAX as u64,
+            });
+        }
+        let sets = if rounds > 1 { 2 } else { 1 };
+        let slots = (0..sets * u64::from(partitions))
+            .map(|_| ops::alloc(s, in_bytes))
+            .collect::<Result<_, _>>()?;
+        Ok(Lineorder {
+            dir,
+            rows,
+            round,
+            rounds,
+            part_max,
+            cols,
+            filters,
+            nothing,
+            col_bytes,
+            in_bytes,
+            lut_segments,
+            partitions: u64::from(partitions),
+            sets,
+            slots,
+        })
+    }
+
+    /// The staged columns (foreign keys, measures, selected columns), the selections'
+    /// ranges, and whether a selection selects nothing.
+    #[allow(clippy::type_complexity)]
+    fn columns(
+        q: &QuerySpec,
+        schema: &Schema,
+        preds: &[Predicate],
+    ) -> Result<
+        (
+            Vec<&'static str>,
+            Vec<(&'static str, Vec<(u64, u64)>)>,
+            bool,
+        ),
+        DataError,
+    > {
+        let mut cols: Vec<&'static str> = q.dims.iter().map(|d| d.fk).collect();
+        for c in q.measure.columns() {
+            if !cols.contains(c) {
+                cols.push(c);
+            }
+        }
+        let mut nothing = false;
+        let mut filters = Vec::new();
+        for (col, _, compiled) in compile_predicates(schema, preds)? {
+            let name = q
+                .lo_preds
+                .iter()
+                .find(|p| p.0 == col)
+                .expect("a predicate column")
+                .0;
+            match compiled {
+                Compiled::Nothing => nothing = true,
+                Compiled::All => {}
+                Compiled::Ranges(r) => {
+                    if !cols.contains(&name) {
+                        cols.push(name);
+                    }
+                    filters.push((name, r));
+                }
+            }
+        }
+        for c in &cols {
+            if schema.column(c)?.ty.width() != 4 {
+                return Err(DataError::Operator {
+                    operator: "ssb_probe".to_string(),
+                    message: format!("column {c} is not 32-bit"),
+                });
+            }
+        }
+        Ok((cols, filters, nothing))
+    }
+
+    /// Where column `c` sits in a slot.
+    fn segment(&self, c: &str) -> u64 {
+        let i = self
+            .cols
+            .iter()
+            .position(|x| *x == c)
+            .expect("a staged column");
+        i as u64 * self.col_bytes
+    }
+
+    /// Partition `p`'s slot in set `set`.
+    fn slot(&self, set: u64, p: usize) -> MemHandle {
+        self.slots[(set * self.partitions) as usize + p]
+    }
+
+    /// Round `r`'s rows: `(first row, rows)`.
+    fn round_rows(&self, r: u64) -> (u64, u64) {
+        let start = r * self.round;
+        (start, self.round.min(self.rows - start))
+    }
+
     /// Starts the Memory Copies of round `r` into slot set `set` (on the device's
     /// transfer workers; the caller waits for them).
     fn stage(&self, s: &mut Session, r: u64, set: u64) -> Result<Vec<PendingCopy>, DataError> {
-        let start = r * self.round;
-        let n = self.round.min(self.rows - start);
+        let (start, n) = self.round_rows(r);
         let mut copies = Vec::new();
         for (p, (off, len)) in round_parts(n, self.partitions).into_iter().enumerate() {
-            let slot = self.slots[(set * self.partitions) as usize + p];
             for (i, c) in self.cols.iter().enumerate() {
                 let path = format!("{}/{c}.col", self.dir);
                 let at = (start + off) * 4;
-                match s.start_copy_file(&path, at, len * 4, slot, i as u64 * self.col_bytes) {
+                let dst = i as u64 * self.col_bytes;
+                match s.start_copy_file(&path, at, len * 4, self.slot(set, p), dst) {
                     Ok(x) => copies.push(x),
                     Err(e) => {
                         let _ = s.wait_copies(copies);
-                        return Err(e);
+                        return Err(e.into());
                     }
                 }
             }
@@ -556,636 +918,531 @@ impl LoStaging<'_> {
     }
 }
 
-/// Runs `q` over the dataset at `data_dir` on the device.
-pub fn run(
-    dev: &Device,
-    data_dir: &str,
-    q: &'static QuerySpec,
-    opts: &RunOptions,
-) -> Result<QueryRun, DataError> {
-    let started = Instant::now();
-    let data_dir = data_dir.trim_end_matches('/');
-    let mut s = Session::new(dev, opts.engine)?;
-    let partitions = opts
-        .partitions
-        .unwrap_or(s.engines() as u32)
-        .clamp(1, PARTITIONS_MAX);
-    let mut phases = Vec::new();
-    if opts.split == Split::Host {
-        let clock = Clock::start(&s);
-        let host_start = Instant::now();
-        let mut src = DeviceSource {
-            session: &mut s,
-            dir: data_dir.to_string(),
-            schemas: HashMap::new(),
-        };
-        let rows = reference(&mut src, q)?;
-        let host_ns = host_start.elapsed().as_nanos() as u64;
-        clock.phase(&s, "read+host", &mut phases);
-        let meter = s.close()?;
-        return Ok(QueryRun {
-            query: q.name,
-            rows,
-            options: *opts,
-            meter,
-            phases,
-            host_ns,
-            wall_ns: started.elapsed().as_nanos() as u64,
-            partitions,
-            joined: 0,
-        });
-    }
-    if opts.round_rows == 0 || !opts.round_rows.is_multiple_of(64) {
-        return Err(DataError::Invalid(format!(
-            "round of {} rows: must be a positive multiple of 64",
-            opts.round_rows
-        )));
-    }
-    let info = dev
-        .identify()
-        .map_err(|e| DataError::device("identify", e))?;
+/// The operators a run loads.
+struct Operators {
+    filter: ProgramIndex,
+    dim: ProgramIndex,
+    merge: ProgramIndex,
+    /// The probe: ssb_probe, or the emitted one once the groups are known.
+    probe: Option<ProgramIndex>,
+}
 
-    // Prepare: load and activate (JIT-compile) every operator first, so the phases
-    // below time execution alone (Delilah: "a series of operations": transfer,
-    // prepare, execute).
-    let clock = Clock::start(&s);
-    for op in [opts.strategy.operator(), "ssb_dim", "ssb_merge"] {
-        s.prepare(op)?;
-    }
-    if opts.probe == ProbeKind::Operator {
-        s.prepare("ssb_probe")?;
-    }
-    clock.phase(&s, "prepare", &mut phases);
+/// The dimensions' groups: each dimension's group values (by compact id), their
+/// counts, each dimension's stride in the dense group index, and the groups in all.
+struct Groups {
+    values: Vec<Vec<u32>>,
+    counts: Vec<u64>,
+    strides: Vec<u64>,
+    total: u64,
+}
 
-    // Load: schemas, dictionaries, and the dimensions' columns.
-    let clock = Clock::start(&s);
-    let lo_dir = format!("{data_dir}/lineorder");
-    let lo_schema = device_schema(&mut s, &lo_dir)?;
-    let mut dims: Vec<StagedDim> = Vec::new();
-    let mut lut_at = opts.state_offset.next_multiple_of(8);
-    for spec in q.dims {
-        let dir = format!("{data_dir}/{}", spec.table);
-        let schema = device_schema(&mut s, &dir)?;
-        let rows = schema.rows;
-        let (key_base, key_last) = match spec.keys {
-            KeyRange::Dense => (1u32, rows as u32),
-            KeyRange::Fixed(lo, hi) => (lo, hi),
-        };
-        let lut_entries = key_last.saturating_sub(key_base) + 1;
-        let words = rows.div_ceil(64).max(1);
-        let keys = s.alloc(rows * 4)?;
-        s.copy_file(&format!("{dir}/{}.col", spec.key), 0, rows * 4, keys, 0)?;
-        let mask = s.alloc(words * 8)?;
-        let scratch = if opts.strategy == FilterStrategy::Accel {
-            Some(s.alloc(3 * words * 8)?)
+impl Groups {
+    fn new(q: &QuerySpec, values: Vec<Vec<u32>>, dims: usize) -> Result<Groups, DataError> {
+        let counts: Vec<u64> = if values.is_empty() {
+            vec![0; dims]
         } else {
-            None
+            values.iter().map(|g| g.len() as u64).collect()
         };
-        // Selections, each column's predicates merged.
-        let mut preds = Vec::new();
-        for &(col, lit) in spec.preds {
-            let c = schema.column(col)?;
-            let dict = if c.ty == ColumnType::Dict {
-                Some(device_dictionary(&mut s, &dir, &schema, col)?)
-            } else {
-                None
-            };
-            preds.push(Predicate::new(col, cmp_of(c, dict.as_deref(), lit)?));
-        }
-        let mut filters = Vec::new();
-        let mut nothing = false;
-        for (col, ty, compiled) in compile_predicates(&schema, &preds)? {
-            match compiled {
-                Compiled::Nothing => nothing = true,
-                Compiled::All => {}
-                Compiled::Ranges(r) => {
-                    let h = s.alloc(rows * ty.width())?;
-                    s.copy_file(&format!("{dir}/{col}.col"), 0, rows * ty.width(), h, 0)?;
-                    filters.push((h, r));
-                }
-            }
-        }
-        let group = match spec.group {
-            Some((g, range)) => {
-                let c = schema.column(g)?;
-                let h = s.alloc(rows * 4)?;
-                s.copy_file(&format!("{dir}/{g}.col"), 0, rows * 4, h, 0)?;
-                let (count, base, dict) = match (c.ty, range) {
-                    (ColumnType::Dict, _) => (
-                        c.entries as u32,
-                        0,
-                        Some(device_dictionary(&mut s, &dir, &schema, g)?),
-                    ),
-                    (_, Some((lo, hi))) => (hi - lo + 1, lo, None),
-                    (_, None) => {
-                        return Err(DataError::Invalid(format!(
-                            "group column {g} of {} is {} without a value range",
-                            spec.table,
-                            c.ty.name()
-                        )))
-                    }
-                };
-                Some((h, count.max(1), base, dict))
-            }
-            None => None,
-        };
-        let remap = s.alloc(2 * u64::from(group.as_ref().map_or(1, |g| g.1)))?;
-        let out = s.alloc(4 * u64::from(group.as_ref().map_or(1, |g| g.1)))?;
-        let lut_offset = lut_at;
-        lut_at = (lut_at + 2 * u64::from(lut_entries)).next_multiple_of(8);
-        dims.push(StagedDim {
-            spec,
-            rows,
-            keys,
-            mask,
-            scratch,
-            filters,
-            nothing,
-            group,
-            remap,
-            out,
-            lut_offset,
-            key_base,
-            lut_entries,
-        });
-    }
-    if lut_at > info.state_size_bytes {
-        return Err(DataError::TooLarge {
-            what: format!(
-                "{}'s lookup tables in the shared state (from offset {})",
-                q.name, opts.state_offset
-            ),
-            needed: lut_at,
-            limit: info.state_size_bytes,
-        });
-    }
-    // LINEORDER: the columns the probe reads, its own selections, and the staging
-    // slots: one buffer per partition (its columns back to back, then, for the
-    // emitted probe, room for the lookup tables' copies), in two sets when there are
-    // several rounds, so that the next round is staged while this one is probed.
-    let rows = lo_schema.rows;
-    let round = opts.round_rows.min(rows.next_multiple_of(64)).max(64);
-    let rounds = rows.div_ceil(round).max(1);
-    let part_max = round.div_ceil(u64::from(partitions)).next_multiple_of(64);
-    let mut lo_cols: Vec<&'static str> = q.dims.iter().map(|d| d.fk).collect();
-    for c in q.measure.columns() {
-        if !lo_cols.contains(c) {
-            lo_cols.push(c);
-        }
-    }
-    let mut lo_preds = Vec::new();
-    for &(col, lit) in q.lo_preds {
-        let c = lo_schema.column(col)?;
-        let dict = if c.ty == ColumnType::Dict {
-            Some(device_dictionary(&mut s, &lo_dir, &lo_schema, col)?)
-        } else {
-            None
-        };
-        lo_preds.push(Predicate::new(col, cmp_of(c, dict.as_deref(), lit)?));
-    }
-    let mut lo_nothing = false;
-    let mut lo_filters: Vec<(&'static str, Vec<(u64, u64)>)> = Vec::new();
-    for (col, _, compiled) in compile_predicates(&lo_schema, &lo_preds)? {
-        let name = q
-            .lo_preds
-            .iter()
-            .find(|p| p.0 == col)
-            .expect("a predicate column")
-            .0;
-        match compiled {
-            Compiled::Nothing => lo_nothing = true,
-            Compiled::All => {}
-            Compiled::Ranges(r) => {
-                if !lo_cols.contains(&name) {
-                    lo_cols.push(name);
-                }
-                lo_filters.push((name, r));
-            }
-        }
-    }
-    for c in &lo_cols {
-        if lo_schema.column(c)?.ty.width() != 4 {
-            return Err(DataError::Operator {
-                operator: "ssb_probe".to_string(),
-                message: format!("column {c} is not 32-bit"),
+        let total = counts.iter().product::<u64>().max(1);
+        if total > GROUPS_MAX {
+            return Err(DataError::TooLarge {
+                what: format!("{}'s groups", q.name),
+                needed: total,
+                limit: GROUPS_MAX,
             });
         }
-    }
-    let emitted = opts.probe == ProbeKind::Emitted;
-    let col_bytes = part_max * 4;
-    let segment = |c: &str| -> u64 {
-        lo_cols
-            .iter()
-            .position(|x| *x == c)
-            .expect("a staged column") as u64
-            * col_bytes
-    };
-    let mut in_bytes = lo_cols.len() as u64 * col_bytes;
-    let mut lut_segments = Vec::new();
-    if emitted {
-        for d in &dims {
-            lut_segments.push(in_bytes);
-            in_bytes += probe::copy_bytes(d.key_base, d.lut_entries);
+        let mut strides = vec![1u64; dims];
+        for d in (0..dims.saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * counts[d + 1];
         }
+        Ok(Groups {
+            values,
+            counts,
+            strides,
+            total,
+        })
     }
-    if in_bytes > i32::MAX as u64 {
-        return Err(DataError::TooLarge {
-            what: format!("{}'s staging slot of {part_max} rows", q.name),
-            needed: in_bytes,
-            limit: i32::MAX as u64,
-        });
-    }
-    let sets = if rounds > 1 { 2 } else { 1 };
-    let mut slots = Vec::new();
-    for _ in 0..sets * u64::from(partitions) {
-        slots.push(s.alloc(in_bytes)?);
-    }
-    let staging = LoStaging {
-        dir: &lo_dir,
-        cols: &lo_cols,
-        col_bytes,
-        slots: &slots,
-        partitions: u64::from(partitions),
-        round,
-        rows,
-    };
-    let mut empty = lo_nothing || rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
-    // Round 0's copies run while the dimensions are built.
-    let mut pending = if empty {
-        None
-    } else {
-        Some(staging.stage(&mut s, 0, 0)?)
-    };
-    clock.phase(&s, "load", &mut phases);
+}
 
-    // Dimensions: selections, then lookup tables, each step at once on the engines.
-    let clock = Clock::start(&s);
-    let steps = dims.iter().map(|d| d.filters.len()).max().unwrap_or(0);
-    for d in dims.iter().filter(|d| d.filters.is_empty()) {
-        fill(&mut s, d.mask, d.rows.div_ceil(64).max(1) * 8, 0xff)?;
-    }
-    for step in 0..steps {
-        let runs: Vec<Run> = dims
-            .iter()
-            .filter(|d| step < d.filters.len())
-            .map(|d| {
-                let (col, ranges) = &d.filters[step];
-                let mut w: Vec<Window> =
-                    vec![(*col, 0, d.rows * 4), (d.mask, 0, d.rows.div_ceil(64) * 8)];
-                if let Some(sc) = d.scratch {
-                    w.push((sc, 0, 3 * d.rows.div_ceil(64) * 8));
-                }
-                let combine = if step == 0 {
-                    COMBINE_WRITE
-                } else {
-                    COMBINE_AND
-                };
-                Run::new(opts.strategy.operator(), w)
-                    .cparams(4 | combine << 8, 0)
-                    .params(filter_params(ranges))
-            })
-            .collect();
-        if !empty {
-            s.execute_all(&runs)?;
-        }
-    }
-    let mut groups: Vec<Vec<u32>> = Vec::new();
-    if !empty {
-        let runs: Vec<Run> = dims
-            .iter()
-            .map(|d| {
-                let run = Run::new("ssb_dim", Vec::new()).params(dim_params(d));
-                match &d.group {
-                    Some((h, count, ..)) => {
-                        let count = u64::from(*count);
-                        let w = vec![
-                            (d.keys, 0, d.rows * 4),
-                            (d.mask, 0, d.rows.div_ceil(64) * 8),
-                            (*h, 0, d.rows * 4),
-                            (d.remap, 0, 2 * count),
-                            (d.out, 0, 4 * count),
-                        ];
-                        Run { windows: w, ..run }
-                    }
-                    None => no_group_windows(run, d),
-                }
-            })
-            .collect();
-        let counts = s.execute_all(&runs)?;
-        for (d, &n) in dims.iter().zip(&counts) {
-            let bytes = s.read(d.out, 0, n * 4)?;
-            groups.push(
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect(),
-            );
-        }
-        empty = counts.contains(&0);
-    }
-    clock.phase(&s, "dims", &mut phases);
+/// Where the probes write: offload, one array of sums per partition (emitted: added
+/// to over the rounds, zeroed once) or per partition and round (the operator zeroes
+/// its own); host-agg, the joined rows of a round.
+struct ProbeOut {
+    out: MemHandle,
+    /// The operator probe's selection mask of a round, and the accelerated filter's
+    /// scratch.
+    mask: MemHandle,
+    scratch: Option<MemHandle>,
+    partials: u64,
+}
 
-    // Probe: LINEORDER in rounds, each in partitions at once on the engines.
-    if empty {
-        if let Some(c) = pending.take() {
-            let clock = Clock::start(&s);
-            s.wait_copies(c)?;
-            clock.phase(&s, "load", &mut phases);
+/// A query's run on the device (see the module doc): planned, then its phases in
+/// order over one session.
+struct Plan<'a> {
+    data_dir: &'a str,
+    q: &'static QuerySpec,
+    opts: RunOptions,
+    partitions: u32,
+    emitted: bool,
+    /// Nothing can join: a selection selects nothing, or a table or dimension is
+    /// empty.
+    empty: bool,
+    sums: Vec<u64>,
+    joined: u64,
+    host_ns: u64,
+}
+
+impl<'a> Plan<'a> {
+    fn new(
+        data_dir: &'a str,
+        q: &'static QuerySpec,
+        opts: &RunOptions,
+        partitions: u32,
+    ) -> Result<Plan<'a>, DataError> {
+        if opts.round_rows == 0 || !opts.round_rows.is_multiple_of(64) {
+            return Err(DataError::Invalid(format!(
+                "round of {} rows: must be a positive multiple of 64",
+                opts.round_rows
+            )));
         }
+        Ok(Plan {
+            data_dir,
+            q,
+            opts: *opts,
+            partitions,
+            emitted: opts.probe == ProbeKind::Emitted,
+            empty: false,
+            sums: Vec::new(),
+            joined: 0,
+            host_ns: 0,
+        })
     }
-    let ngroups: Vec<u64> = if empty {
-        vec![0; dims.len()]
-    } else {
-        groups.iter().map(|g| g.len() as u64).collect()
-    };
-    let total_groups: u64 = ngroups.iter().product::<u64>().max(1);
-    if total_groups > GROUPS_MAX {
-        return Err(DataError::TooLarge {
-            what: format!("{}'s groups", q.name),
-            needed: total_groups,
-            limit: GROUPS_MAX,
-        });
+
+    /// The phases: prepare, load, dims, probe (rounds), merge, then the decoding.
+    fn run(mut self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Answer, DataError> {
+        let mut ops = self.prepare(s, phases)?;
+        let clock = Clock::start(s);
+        let dims = self.load_dims(s)?;
+        let lo_dir = format!("{}/lineorder", self.data_dir);
+        let lo = Lineorder::plan(s, lo_dir, self.q, &self.opts, self.partitions, &dims)?;
+        self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
+        // Round 0's copies run while the dimensions are built.
+        let mut pending = if self.empty {
+            None
+        } else {
+            Some(lo.stage(s, 0, 0)?)
+        };
+        clock.phase(s, "load", phases);
+        let groups = self.build_dims(s, &ops, &dims, phases)?;
+        let groups = Groups::new(self.q, groups, dims.len())?;
+        self.sums = vec![0; groups.total as usize];
+        if self.empty {
+            if let Some(c) = pending.take() {
+                let clock = Clock::start(s);
+                s.wait_copies(c)?;
+                clock.phase(s, "load", phases);
+            }
+            Clock::start(s).phase(s, "probe", phases);
+            return Ok(self.answer(&dims, &groups));
+        }
+        if self.emitted {
+            let clock = Clock::start(s);
+            ops.probe = Some(self.load_emitted_probe(s, &dims, &lo, &groups)?);
+            clock.phase(s, "prepare", phases);
+        }
+        let out = self.probe_out(s, &lo, groups.total)?;
+        for r in 0..lo.rounds {
+            let clock = Clock::start(s);
+            let copies = match pending.take() {
+                Some(c) => c,
+                None => lo.stage(s, r, r % lo.sets)?,
+            };
+            s.wait_copies(copies)?;
+            if r + 1 < lo.rounds {
+                pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+            }
+            // Waiting for the staged columns is loading, as in Delilah's breakdown.
+            clock.phase(s, "load", phases);
+            let clock = Clock::start(s);
+            self.probe_round(s, &ops, r, (&dims, &lo, &groups, &out))?;
+            clock.phase(s, "probe", phases);
+        }
+        if self.opts.split == Split::Offload {
+            let clock = Clock::start(s);
+            self.merge(s, &ops, &out, groups.total)?;
+            clock.phase(s, "merge", phases);
+        }
+        Ok(self.answer(&dims, &groups))
     }
-    let mut strides = vec![1u64; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * ngroups[d + 1];
+
+    /// Loads and activates (JIT-compiles) every operator first, so the phases after
+    /// time execution alone (Delilah: "a series of operations": transfer, prepare,
+    /// execute).
+    fn prepare(&self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Operators, DataError> {
+        let clock = Clock::start(s);
+        let engine = self.opts.engine;
+        let ops = Operators {
+            filter: ops::load(s, self.opts.strategy.operator(), engine)?,
+            dim: ops::load(s, "ssb_dim", engine)?,
+            merge: ops::load(s, "ssb_merge", engine)?,
+            probe: match self.opts.probe {
+                ProbeKind::Operator => Some(ops::load(s, "ssb_probe", engine)?),
+                ProbeKind::Emitted => None,
+            },
+        };
+        clock.phase(s, "prepare", phases);
+        Ok(ops)
     }
-    let mut sums = vec![0u64; total_groups as usize];
-    let mut joined_total = 0;
-    let mut host_ns = 0u64;
-    if !empty {
-        if emitted {
-            let clock = Clock::start(&s);
-            let layout = ProbeLayout {
-                rows_max: part_max,
-                filters: lo_filters
-                    .iter()
-                    .map(|(c, r)| (segment(c), r.clone()))
-                    .collect(),
-                dims: dims
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| ProbeDim {
-                        fk_segment: segment(d.spec.fk),
-                        lut_segment: lut_segments[i],
-                        lut_offset: d.lut_offset,
-                        entries: d.lut_entries,
-                        key_base: d.key_base,
-                        groups: ngroups[i],
-                        stride: strides[i],
-                    })
-                    .collect(),
-                measure: q.measure.columns().iter().map(|c| segment(c)).collect(),
-                mode: match opts.split {
-                    Split::Offload => ProbeMode::Aggregate {
-                        groups: total_groups,
-                    },
-                    _ => ProbeMode::Emit,
+
+    /// Stages every dimension; their lookup tables must fit the shared state.
+    fn load_dims(&self, s: &mut Session) -> Result<Vec<StagedDim>, DataError> {
+        let state_size = s
+            .device()
+            .identify()
+            .map_err(|e| DataError::device("identify", e))?
+            .state_size_bytes;
+        let mut dims = Vec::new();
+        let mut lut_at = self.opts.state_offset.next_multiple_of(8);
+        for spec in self.q.dims {
+            let dir = format!("{}/{}", self.data_dir, spec.table);
+            let d = StagedDim::stage(s, &dir, spec, self.opts.strategy, lut_at)?;
+            lut_at = (lut_at + 2 * u64::from(d.lut_entries)).next_multiple_of(8);
+            dims.push(d);
+        }
+        if lut_at > state_size {
+            return Err(DataError::TooLarge {
+                what: format!(
+                    "{}'s lookup tables in the shared state (from offset {})",
+                    self.q.name, self.opts.state_offset
+                ),
+                needed: lut_at,
+                limit: state_size,
+            });
+        }
+        Ok(dims)
+    }
+
+    /// The dimensions' selections, then their lookup tables, each step at once on the
+    /// engines; each dimension's group values (none when nothing can join).
+    fn build_dims(
+        &mut self,
+        s: &mut Session,
+        ops: &Operators,
+        dims: &[StagedDim],
+        phases: &mut Vec<Phase>,
+    ) -> Result<Vec<Vec<u32>>, DataError> {
+        let clock = Clock::start(s);
+        for d in dims.iter().filter(|d| d.filters.is_empty()) {
+            s.fill(d.mask, 0, d.rows.div_ceil(64).max(1) * 8, 0xff)?;
+        }
+        let steps = dims.iter().map(|d| d.filters.len()).max().unwrap_or(0);
+        let mut groups = Vec::new();
+        if !self.empty {
+            for step in 0..steps {
+                let runs: Vec<ExecuteRequest> = (dims.iter())
+                    .filter(|d| step < d.filters.len())
+                    .map(|d| d.filter_run(ops.filter, step))
+                    .collect();
+                s.execute_all_r0(&runs)?;
+            }
+            let runs: Vec<ExecuteRequest> = dims.iter().map(|d| d.dim_run(ops.dim)).collect();
+            let counts = s.execute_all_r0(&runs)?;
+            for (d, &n) in dims.iter().zip(&counts) {
+                let bytes = s.read(d.out, 0, n * 4)?;
+                groups.push(bytes.chunks_exact(4).map(le_u32).collect());
+            }
+            self.empty = counts.contains(&0);
+        }
+        clock.phase(s, "dims", phases);
+        Ok(if self.empty { Vec::new() } else { groups })
+    }
+
+    /// Emits and loads the probe for this query, its tables and groups.
+    fn load_emitted_probe(
+        &self,
+        s: &mut Session,
+        dims: &[StagedDim],
+        lo: &Lineorder,
+        groups: &Groups,
+    ) -> Result<ProgramIndex, DataError> {
+        let layout = ProbeLayout {
+            rows_max: lo.part_max,
+            filters: (lo.filters.iter())
+                .map(|(c, r)| (lo.segment(c), r.clone()))
+                .collect(),
+            dims: (dims.iter().enumerate())
+                .map(|(i, d)| ProbeDim {
+                    fk_segment: lo.segment(d.spec.fk),
+                    lut_segment: lo.lut_segments[i],
+                    lut_offset: d.lut_offset,
+                    entries: d.lut_entries,
+                    key_base: d.key_base,
+                    groups: groups.counts[i],
+                    stride: groups.strides[i],
+                })
+                .collect(),
+            measure: self
+                .q
+                .measure
+                .columns()
+                .iter()
+                .map(|c| lo.segment(c))
+                .collect(),
+            mode: match self.opts.split {
+                Split::Offload => ProbeMode::Aggregate {
+                    groups: groups.total,
                 },
-                in_bytes,
-            };
-            s.load_raw(EMITTED_PROBE, &probe::emit(&layout))?;
-            clock.phase(&s, "prepare", &mut phases);
-        }
-        // The operator probe's selection mask of a round (and the accelerated filter's
-        // scratch).
-        let mask = if !emitted && !lo_filters.is_empty() {
-            s.alloc(round / 8)?
-        } else {
-            MemHandle::NONE
+                _ => ProbeMode::Emit,
+            },
+            in_bytes: lo.in_bytes,
         };
-        let scratch =
-            if !emitted && opts.strategy == FilterStrategy::Accel && !lo_filters.is_empty() {
-                Some(s.alloc(3 * round / 8)?)
-            } else {
-                None
-            };
-        // Offload: one array of sums per partition (emitted: added to over the rounds,
-        // zeroed once here) or per partition and round (the operator zeroes its own);
-        // host-agg: the joined rows of a round.
-        let partials_count = if emitted {
-            u64::from(partitions)
-        } else {
-            rounds * u64::from(partitions)
+        let image = probe::emit(&layout);
+        Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?)
+    }
+
+    /// Allocates what the probes write (see [`ProbeOut`]).
+    fn probe_out(
+        &self,
+        s: &mut Session,
+        lo: &Lineorder,
+        total: u64,
+    ) -> Result<ProbeOut, DataError> {
+        let operator_filters = !self.emitted && !lo.filters.is_empty();
+        let mask = match operator_filters {
+            true => ops::alloc(s, lo.round / 8)?,
+            false => MemHandle::NONE,
         };
-        let out = match opts.split {
+        let scratch = match operator_filters && self.opts.strategy == FilterStrategy::Accel {
+            true => Some(ops::alloc(s, 3 * lo.round / 8)?),
+            false => None,
+        };
+        let partials = match self.emitted {
+            true => lo.partitions,
+            false => lo.rounds * lo.partitions,
+        };
+        let out = match self.opts.split {
             Split::Offload => {
-                let bytes = partials_count * total_groups * 8;
-                let h = s.alloc(bytes)?;
-                if emitted {
-                    fill(&mut s, h, bytes, 0)?;
+                let bytes = partials * total * 8;
+                let h = ops::alloc(s, bytes)?;
+                if self.emitted {
+                    s.fill(h, 0, bytes, 0)?;
                 }
                 h
             }
-            _ => s.alloc(round * 8)?,
+            _ => ops::alloc(s, lo.round * 8)?,
         };
-        for r in 0..rounds {
-            let set = r % sets;
-            let start = r * round;
-            let n = round.min(rows - start);
-            // Waiting for the staged columns is loading, as in Delilah's breakdown.
-            let clock = Clock::start(&s);
-            let copies = match pending.take() {
-                Some(c) => c,
-                None => staging.stage(&mut s, r, set)?,
-            };
-            s.wait_copies(copies)?;
-            if r + 1 < rounds {
-                pending = Some(staging.stage(&mut s, r + 1, (r + 1) % sets)?);
-            }
-            clock.phase(&s, "load", &mut phases);
-            let probing = Clock::start(&s);
-            let parts = round_parts(n, u64::from(partitions));
-            let slot_of = |p: usize| slots[(set * u64::from(partitions)) as usize + p];
-            let out_window = |p: usize, off: u64, len: u64| -> Window {
-                match opts.split {
-                    Split::Offload if emitted => {
-                        (out, p as u64 * total_groups * 8, total_groups * 8)
-                    }
-                    Split::Offload => (
-                        out,
-                        (r * u64::from(partitions) + p as u64) * total_groups * 8,
-                        total_groups * 8,
-                    ),
-                    _ => (out, off * 8, len * 8),
-                }
-            };
-            let runs: Vec<Run> = if emitted {
-                parts
-                    .iter()
-                    .enumerate()
-                    .map(|(p, &(off, len))| {
-                        Run::new(
-                            EMITTED_PROBE,
-                            vec![(slot_of(p), 0, in_bytes), out_window(p, off, len)],
-                        )
-                        .cparams(len, 0)
-                    })
-                    .collect()
-            } else {
-                for (i, (col, ranges)) in lo_filters.iter().enumerate() {
-                    let runs: Vec<Run> = parts
-                        .iter()
-                        .enumerate()
-                        .map(|(p, &(off, len))| {
-                            let mut w: Vec<Window> = vec![
-                                (slot_of(p), segment(col), len * 4),
-                                (mask, off / 8, len.div_ceil(64) * 8),
-                            ];
-                            if let Some(sc) = scratch {
-                                w.push((sc, 3 * off / 8, 3 * len.div_ceil(64) * 8));
-                            }
-                            let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
-                            Run::new(opts.strategy.operator(), w)
-                                .cparams(4 | combine << 8, 0)
-                                .params(filter_params(ranges))
-                        })
-                        .collect();
-                    s.execute_all(&runs)?;
-                }
-                parts
-                    .iter()
-                    .enumerate()
-                    .map(|(p, &(off, len))| {
-                        let slot = slot_of(p);
-                        let mut w: Vec<Window> = Vec::new();
-                        let mut params = Vec::new();
-                        put_u32(
-                            &mut params,
-                            if opts.split == Split::Offload { 0 } else { 1 },
-                        );
-                        put_u32(&mut params, dims.len() as u32);
-                        let mut dim_fields = Vec::new();
-                        for (d, stride) in dims.iter().zip(&strides) {
-                            dim_fields.push((w.len() as u32, d, *stride));
-                            w.push((slot, segment(d.spec.fk), len * 4));
-                        }
-                        let a = w.len() as u32;
-                        let cols = q.measure.columns();
-                        w.push((slot, segment(cols[0]), len * 4));
-                        let b = if cols.len() > 1 {
-                            w.push((slot, segment(cols[1]), len * 4));
-                            w.len() as u32 - 1
-                        } else {
-                            u32::MAX
-                        };
-                        let m = if lo_filters.is_empty() {
-                            u32::MAX
-                        } else {
-                            w.push((mask, off / 8, len.div_ceil(64) * 8));
-                            w.len() as u32 - 1
-                        };
-                        let o = w.len() as u32;
-                        w.push(out_window(p, off, len));
-                        put_u32(&mut params, m);
-                        put_u32(&mut params, a);
-                        put_u32(&mut params, b);
-                        put_u32(&mut params, o);
-                        put_u32(&mut params, total_groups as u32);
-                        put_u32(&mut params, 0);
-                        for (fw, d, stride) in dim_fields {
-                            put_u32(&mut params, fw);
-                            put_u32(&mut params, d.lut_offset as u32);
-                            put_u32(&mut params, d.lut_entries);
-                            put_u32(&mut params, d.key_base);
-                            put_u32(&mut params, stride as u32);
-                        }
-                        Run::new("ssb_probe", w).params(params)
-                    })
-                    .collect()
-            };
-            let joined = s.execute_all(&runs)?;
-            joined_total += joined.iter().sum::<u64>();
-            if opts.split == Split::HostAgg {
-                for (&(off, _), &k) in parts.iter().zip(&joined) {
-                    let bytes = s.read(out, off * 8, k * 8)?;
-                    let t = Instant::now();
-                    for c in bytes.chunks_exact(8) {
-                        let g = u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize;
-                        let v = u32::from_le_bytes(c[4..].try_into().expect("4 bytes"));
-                        match sums.get_mut(g) {
-                            Some(x) => *x += u64::from(v),
-                            None => {
-                                return Err(DataError::Operator {
-                                    operator: "ssb_probe".to_string(),
-                                    message: format!("emitted group {g}, there are {total_groups}"),
-                                })
-                            }
-                        }
-                    }
-                    host_ns += t.elapsed().as_nanos() as u64;
-                }
-            }
-            probing.phase(&s, "probe", &mut phases);
-        }
-        if opts.split == Split::Offload {
-            let clock = Clock::start(&s);
-            let fin = s.alloc(total_groups * 8)?;
-            let run = Run::new(
-                "ssb_merge",
-                vec![
-                    (out, 0, partials_count * total_groups * 8),
-                    (fin, 0, total_groups * 8),
-                ],
-            )
-            .cparams(total_groups, partials_count);
-            s.execute(&run)?;
-            let bytes = s.read(fin, 0, total_groups * 8)?;
-            for (x, c) in sums.iter_mut().zip(bytes.chunks_exact(8)) {
-                *x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-            }
-            clock.phase(&s, "merge", &mut phases);
-        }
-    } else {
-        Clock::start(&s).phase(&s, "probe", &mut phases);
+        Ok(ProbeOut {
+            out,
+            mask,
+            scratch,
+            partials,
+        })
     }
 
-    // Decode the groups.
-    let mut rows_out = Vec::new();
-    if !empty && joined_total > 0 {
-        for (g, &v) in sums.iter().enumerate() {
-            let mut keys = Vec::new();
-            let mut joined_group = true;
-            for (i, d) in dims.iter().enumerate() {
-                let id = (g as u64 / strides[i]) % ngroups[i];
-                if let Some((_, _, _, dict)) = &d.group {
-                    keys.push(group_value(
-                        dict.as_deref(),
-                        i64::from(groups[i][id as usize]),
-                    ));
-                }
-                joined_group &= id < ngroups[i];
-            }
-            if v > 0 && joined_group {
-                rows_out.push(ResultRow { keys, value: v });
+    /// Probes round `r` (staged) in partitions at once on the engines; host-agg adds
+    /// the emitted rows to the sums here.
+    fn probe_round(
+        &mut self,
+        s: &mut Session,
+        ops: &Operators,
+        r: u64,
+        (dims, lo, groups, out): (&[StagedDim], &Lineorder, &Groups, &ProbeOut),
+    ) -> Result<(), DataError> {
+        let set = r % lo.sets;
+        let parts = round_parts(lo.round_rows(r).1, lo.partitions);
+        let probe = ops.probe.expect("a probe is loaded before the rounds");
+        let runs: Vec<ExecuteRequest> = if self.emitted {
+            (parts.iter().enumerate())
+                .map(|(p, &(off, len))| {
+                    let w = [
+                        (lo.slot(set, p), 0, lo.in_bytes),
+                        self.out_window(out, groups, r, p, (off, len)),
+                    ];
+                    ops::run(probe, &w).cparams(len, 0)
+                })
+                .collect()
+        } else {
+            self.filter_round(s, ops.filter, lo, out, set, &parts)?;
+            (parts.iter().enumerate())
+                .map(|(p, &part)| {
+                    self.operator_probe(probe, (dims, lo, groups, out), r, (set, p), part)
+                })
+                .collect()
+        };
+        let joined = s.execute_all_r0(&runs)?;
+        self.joined += joined.iter().sum::<u64>();
+        if self.opts.split == Split::HostAgg {
+            for (&(off, _), &k) in parts.iter().zip(&joined) {
+                let bytes = s.read(out.out, off * 8, k * 8)?;
+                self.aggregate(&bytes, groups.total)?;
             }
         }
+        Ok(())
     }
-    sort_rows(&mut rows_out);
-    let meter = s.close()?;
-    Ok(QueryRun {
-        query: q.name,
-        rows: rows_out,
-        options: *opts,
-        meter,
-        phases,
-        host_ns,
-        wall_ns: started.elapsed().as_nanos() as u64,
-        partitions,
-        joined: joined_total,
-    })
+
+    /// Window of partition `p`'s output in round `r`.
+    fn out_window(
+        &self,
+        out: &ProbeOut,
+        groups: &Groups,
+        r: u64,
+        p: usize,
+        (off, len): (u64, u64),
+    ) -> Window {
+        let sums = groups.total * 8;
+        match self.opts.split {
+            Split::Offload if self.emitted => (out.out, p as u64 * sums, sums),
+            Split::Offload => {
+                let partial = r * u64::from(self.partitions) + p as u64;
+                (out.out, partial * sums, sums)
+            }
+            _ => (out.out, off * 8, len * 8),
+        }
+    }
+
+    /// The operator probe's selections of a round: each LINEORDER filter over every
+    /// partition at once, into the round's mask.
+    fn filter_round(
+        &self,
+        s: &mut Session,
+        filter: ProgramIndex,
+        lo: &Lineorder,
+        out: &ProbeOut,
+        set: u64,
+        parts: &[(u64, u64)],
+    ) -> Result<(), DataError> {
+        for (i, (col, ranges)) in lo.filters.iter().enumerate() {
+            let combine = if i == 0 { COMBINE_WRITE } else { COMBINE_AND };
+            let runs: Vec<ExecuteRequest> = (parts.iter().enumerate())
+                .map(|(p, &(off, len))| {
+                    let mut w = vec![
+                        (lo.slot(set, p), lo.segment(col), len * 4),
+                        (out.mask, off / 8, len.div_ceil(64) * 8),
+                    ];
+                    if let Some(sc) = out.scratch {
+                        w.push((sc, 3 * off / 8, 3 * len.div_ceil(64) * 8));
+                    }
+                    ops::run(filter, &w)
+                        .cparams(4 | combine << 8, 0)
+                        .params(filter_params(ranges).into_bytes())
+                })
+                .collect();
+            s.execute_all_r0(&runs)?;
+        }
+        Ok(())
+    }
+
+    /// The ssb_probe run of partition `p` (in slot set `set`) of round `r`.
+    fn operator_probe(
+        &self,
+        probe: ProgramIndex,
+        (dims, lo, groups, out): (&[StagedDim], &Lineorder, &Groups, &ProbeOut),
+        r: u64,
+        (set, p): (u64, usize),
+        (off, len): (u64, u64),
+    ) -> ExecuteRequest {
+        let slot = lo.slot(set, p);
+        let mut w: Vec<Window> = Vec::new();
+        let mut window = |x: Window| {
+            w.push(x);
+            w.len() as u32 - 1
+        };
+        let mut params = ProbeParams {
+            mode: u32::from(self.opts.split != Split::Offload),
+            groups: groups.total as u32,
+            ..ProbeParams::default()
+        };
+        for (d, &stride) in dims.iter().zip(&groups.strides) {
+            params.dims.push(ProbeDimParams {
+                fk_window: window((slot, lo.segment(d.spec.fk), len * 4)),
+                lut_offset: d.lut_offset as u32,
+                lut_entries: d.lut_entries,
+                key_base: d.key_base,
+                stride: stride as u32,
+            });
+        }
+        let cols = self.q.measure.columns();
+        params.a_window = window((slot, lo.segment(cols[0]), len * 4));
+        params.b_window = match cols.get(1) {
+            Some(c) => window((slot, lo.segment(c), len * 4)),
+            None => NO_WINDOW,
+        };
+        params.mask_window = match lo.filters.is_empty() {
+            true => NO_WINDOW,
+            false => window((out.mask, off / 8, len.div_ceil(64) * 8)),
+        };
+        params.out_window = window(self.out_window(out, groups, r, p, (off, len)));
+        ops::run(probe, &w).params(params.params().into_bytes())
+    }
+
+    /// Adds host-agg's emitted `{group, value}` rows to the sums.
+    fn aggregate(&mut self, bytes: &[u8], total: u64) -> Result<(), DataError> {
+        let t = Instant::now();
+        for c in bytes.chunks_exact(8) {
+            let g = le_u32(&c[..4]) as usize;
+            let v = le_u32(&c[4..]);
+            match self.sums.get_mut(g) {
+                Some(x) => *x += u64::from(v),
+                None => {
+                    return Err(DataError::Operator {
+                        operator: "ssb_probe".to_string(),
+                        message: format!("emitted group {g}, there are {total}"),
+                    })
+                }
+            }
+        }
+        self.host_ns += t.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// ssb_merge: the partitions' sums into one array, the only one that crosses the
+    /// link.
+    fn merge(
+        &mut self,
+        s: &mut Session,
+        ops: &Operators,
+        out: &ProbeOut,
+        total: u64,
+    ) -> Result<(), DataError> {
+        let fin = ops::alloc(s, total * 8)?;
+        let w = [(out.out, 0, out.partials * total * 8), (fin, 0, total * 8)];
+        s.execute_r0(&ops::run(ops.merge, &w).cparams(total, out.partials))?;
+        let bytes = s.read(fin, 0, total * 8)?;
+        for (x, c) in self.sums.iter_mut().zip(bytes.chunks_exact(8)) {
+            *x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
+        Ok(())
+    }
+
+    /// The result rows: every group with a non-zero sum, its keys decoded.
+    fn answer(self, dims: &[StagedDim], groups: &Groups) -> Answer {
+        let mut rows = Vec::new();
+        if !self.empty && self.joined > 0 {
+            for (g, &v) in self.sums.iter().enumerate() {
+                let mut keys = Vec::new();
+                let mut joined_group = true;
+                for (i, d) in dims.iter().enumerate() {
+                    let id = (g as u64 / groups.strides[i]) % groups.counts[i];
+                    if let Some(group) = &d.group {
+                        let value = groups.values[i][id as usize];
+                        keys.push(group_value(group.dict.as_deref(), i64::from(value)));
+                    }
+                    joined_group &= id < groups.counts[i];
+                }
+                if v > 0 && joined_group {
+                    rows.push(ResultRow { keys, value: v });
+                }
+            }
+        }
+        sort_rows(&mut rows);
+        Answer {
+            rows,
+            host_ns: self.host_ns,
+            joined: self.joined,
+        }
+    }
 }
 
-/// The windows of ssb_dim for a dimension without a group column: keys, mask, then
-/// the output at index 4 (windows 2 and 3 unused but distinct, one byte each of the
-/// scratch allocation).
-fn no_group_windows(run: Run, d: &StagedDim) -> Run {
-    let w = vec![
-        (d.keys, 0, d.rows * 4),
-        (d.mask, 0, d.rows.div_ceil(64) * 8),
-        (d.remap, 0, 1),
-        (d.remap, 1, 1),
-        (d.out, 0, 4),
-    ];
-    Run { windows: w, ..run }
+fn le_u32(c: &[u8]) -> u32 {
+    u32::from_le_bytes(c.try_into().expect("4 bytes"))
 }

@@ -5,7 +5,7 @@
 //! Method: each test makes a fresh device in a temporary directory (csx-host's
 //! `Device::init`), compiles the SDK programs with clang (cached under the target
 //! directory), generates seeded data, puts it on the device, runs the workload through
-//! `csx_workloads::Session`, and compares r0 and the output bytes with the reference,
+//! `csx_workloads::Runner`, and compares r0 and the output bytes with the reference,
 //! exactly. A failure message names the workload, seed, size and engine, so it can be
 //! replayed.
 

@@ -1,0 +1,883 @@
+//! A [`Session`]: one piece of work's programs and device memory, released when it
+//! ends, and a [`Meter`] of what its commands cost.
+//!
+//! Every product crate does the same five things with a device: load and activate
+//! programs, allocate device memory, stage data into it by Memory Copy, run executions
+//! over it on the engines, read results back, and undo all of it on any failure. A
+//! session does them one way:
+//!
+//! ```text
+//! load / load_program + activate   a program into a free slot     (unloaded at the end)
+//! alloc / fill / write / free      device memory                  (freed at the end)
+//! copy_file, start_copy_file+wait  file -> memory, on the device  (media bytes)
+//! copy_to_file                     memory -> file, on the device
+//! execute, execute_all             one run, or a batch at once on the engines
+//! read, read_file                  memory or a file -> the host   (bytes to host)
+//! close                            release everything, the meter  (Drop: best effort)
+//! ```
+//!
+//! It is synchronous and issues one command per call (a batch submits one Execute per
+//! run, then waits for all of them): no hidden batching, so the protocol stays visible.
+//! Releasing happens in [`Session::close`], which reports the first failure, and, best
+//! effort, when a session is dropped: after an error (`?` returns past it) and while a
+//! panic unwinds. Copies still in flight are waited for before their memory is freed.
+//!
+//! Modelled time ([`Meter::modelled_ns`]) is the data path's: commands issued one after
+//! another add up; a batch run at once ([`Session::execute_all`]) costs its longest run
+//! when it is no larger than the device's engine count, and the sum of its runs spread
+//! over the engines otherwise. Setting up (loading, activating, allocating, filling and
+//! freeing) is counted apart in [`Meter::setup_ns`].
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use csx_proto::limits::{FILE_IO_SIZE_MAX, LOAD_CHUNK_SIZE_MAX, MEM_IO_SIZE_MAX};
+use csx_proto::{
+    errno, CommandId, Completion, CopySource, EngineKind, MemHandle, MemRange, Op, ProgramIndex,
+    ProgramType, Reply, WireTrap,
+};
+
+use crate::{CallError, Device, ExecuteRequest, Execution};
+
+/// What a session's commands cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meter {
+    /// Modelled device time of the data path, ns (see the module doc for batches).
+    pub modelled_ns: u64,
+    /// Modelled time of setting up: program loads and activations, memory
+    /// allocations, fills and frees.
+    pub setup_ns: u64,
+    /// Bytes the device sent the host (memory and file reads).
+    pub bytes_to_host: u64,
+    /// Bytes the host sent the device (memory writes, program images).
+    pub bytes_from_host: u64,
+    /// Bytes read from the media into device memory (Memory Copy from files).
+    pub media_bytes: u64,
+    /// Fuel the executions used.
+    pub fuel: u64,
+    /// Commands issued.
+    pub commands: u64,
+    /// Executions issued.
+    pub executions: u64,
+    /// Device wall ns the executions ran (each run's own time on its engine, summed:
+    /// runs at once on several engines add up).
+    pub execute_ns: u64,
+    /// The executions' part of the wall time: per batch of runs at once, its longest
+    /// run's execute ns, summed over batches.
+    pub execute_span_ns: u64,
+    /// Device ns spent verifying and compiling programs at activation.
+    pub prepare_ns: u64,
+}
+
+impl Meter {
+    /// What was added since `earlier` (a copy of this meter taken before).
+    pub fn since(&self, earlier: &Meter) -> Meter {
+        let mut d = *self;
+        d.for_each(earlier, |x, e| *x -= e);
+        d
+    }
+
+    /// Adds `other` to this meter.
+    pub fn add(&mut self, other: &Meter) {
+        self.for_each(other, |x, o| *x += o);
+    }
+
+    fn for_each(&mut self, other: &Meter, mut f: impl FnMut(&mut u64, u64)) {
+        f(&mut self.modelled_ns, other.modelled_ns);
+        f(&mut self.setup_ns, other.setup_ns);
+        f(&mut self.bytes_to_host, other.bytes_to_host);
+        f(&mut self.bytes_from_host, other.bytes_from_host);
+        f(&mut self.media_bytes, other.media_bytes);
+        f(&mut self.fuel, other.fuel);
+        f(&mut self.commands, other.commands);
+        f(&mut self.executions, other.executions);
+        f(&mut self.execute_ns, other.execute_ns);
+        f(&mut self.execute_span_ns, other.execute_span_ns);
+        f(&mut self.prepare_ns, other.prepare_ns);
+    }
+}
+
+/// Why a session's command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// A command failed: `what` names it and what it worked on.
+    #[error("{what}: {source}")]
+    Device {
+        what: String,
+        #[source]
+        source: CallError,
+    },
+    /// A program trapped.
+    #[error("program {program} trapped: {trap}")]
+    Trap { program: String, trap: WireTrap },
+    /// A program returned a negative `CSX_E*` code where a count was expected
+    /// ([`Session::execute_all_r0`]).
+    #[error("program {program} returned {r0} ({code}){detail}")]
+    Failed {
+        program: String,
+        r0: i64,
+        code: &'static str,
+        /// The first registered function that failed during the run, if one did.
+        detail: String,
+    },
+    /// A copy from a file moved fewer bytes than asked (the file is shorter).
+    #[error("{path}: staged {found} bytes at {offset}, expected {expected}")]
+    ShortCopy {
+        path: String,
+        offset: u64,
+        found: u64,
+        expected: u64,
+    },
+    /// A read returned fewer bytes than asked.
+    #[error("{what}: read {found} bytes, expected {expected}")]
+    ShortRead {
+        what: String,
+        found: u64,
+        expected: u64,
+    },
+}
+
+impl SessionError {
+    fn device(what: impl Into<String>, source: CallError) -> SessionError {
+        SessionError::Device {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+/// A copy started by [`Session::start_copy_file`], not yet waited for.
+#[derive(Debug)]
+#[must_use = "every started copy must be waited for"]
+pub struct PendingCopy {
+    id: CommandId,
+    path: String,
+    offset: u64,
+    len: u64,
+}
+
+/// A parameter block (`args->params`): little-endian fields in order, each named as
+/// in the C struct it mirrors, so a test can check the layout against the header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Params {
+    bytes: Vec<u8>,
+    fields: Vec<(&'static str, usize, usize)>,
+}
+
+impl Params {
+    pub fn new() -> Params {
+        Params::default()
+    }
+
+    /// Appends the 32-bit field `name`.
+    pub fn u32(mut self, name: &'static str, v: u32) -> Params {
+        self.fields.push((name, self.bytes.len(), 4));
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// Appends the 64-bit field `name`.
+    pub fn u64(mut self, name: &'static str, v: u64) -> Params {
+        self.fields.push((name, self.bytes.len(), 8));
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// The fields: `(name, byte offset, size)`, in order.
+    pub fn fields(&self) -> &[(&'static str, usize, usize)] {
+        &self.fields
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// The device a session works on: borrowed, or shared (a session that outlives the
+/// caller's stack frame, as a scan read batch by batch from Python does).
+#[derive(Debug)]
+enum DeviceRef<'d> {
+    Borrowed(&'d Device),
+    Shared(Arc<Device>),
+}
+
+impl Deref for DeviceRef<'_> {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        match self {
+            DeviceRef::Borrowed(d) => d,
+            DeviceRef::Shared(d) => d,
+        }
+    }
+}
+
+/// A program the session runs: loaded by it (unloaded at the end) or adopted.
+#[derive(Debug)]
+struct Held {
+    name: String,
+    pind: ProgramIndex,
+    owned: bool,
+}
+
+/// Programs, memory and accounting of one piece of work on one device (see the module
+/// doc).
+#[derive(Debug)]
+pub struct Session<'d> {
+    dev: DeviceRef<'d>,
+    engines: Option<u64>,
+    programs: Vec<Held>,
+    memory: Vec<MemHandle>,
+    /// Commands submitted and not yet waited for: releasing waits for them before
+    /// freeing the memory they use.
+    in_flight: Vec<CommandId>,
+    pub meter: Meter,
+}
+
+impl<'d> Session<'d> {
+    /// An empty session on `dev`.
+    pub fn new(dev: &'d Device) -> Session<'d> {
+        Session::with(DeviceRef::Borrowed(dev))
+    }
+
+    /// A session that holds its device (no borrow).
+    pub fn shared(dev: Arc<Device>) -> Session<'static> {
+        Session::with(DeviceRef::Shared(dev))
+    }
+
+    fn with(dev: DeviceRef<'d>) -> Session<'d> {
+        Session {
+            dev,
+            engines: None,
+            programs: Vec::new(),
+            memory: Vec::new(),
+            in_flight: Vec::new(),
+            meter: Meter::default(),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// The device's compute engines (asked once).
+    pub fn engines(&mut self) -> Result<u64, SessionError> {
+        if let Some(n) = self.engines {
+            return Ok(n);
+        }
+        let info = self
+            .dev
+            .identify()
+            .map_err(|e| SessionError::device("identify", e))?;
+        let n = u64::from(info.engines.max(1));
+        self.engines = Some(n);
+        Ok(n)
+    }
+
+    /// The name a program was loaded or adopted under (its slot otherwise).
+    pub fn program_name(&self, pind: ProgramIndex) -> String {
+        self.programs
+            .iter()
+            .rev()
+            .find(|h| h.pind == pind)
+            .map_or_else(|| format!("in slot {}", pind.0), |h| h.name.clone())
+    }
+
+    /// One command, waited for; its cost goes to the data path's modelled time
+    /// (`setup`: to the set-up time).
+    fn call(
+        &mut self,
+        what: impl FnOnce() -> String,
+        op: Op,
+        setup: bool,
+    ) -> Result<Completion, SessionError> {
+        let c = self
+            .dev
+            .client()
+            .call_ok(op)
+            .map_err(|e| SessionError::device(what(), e))?;
+        self.meter.commands += 1;
+        if setup {
+            self.meter.setup_ns += c.timing.modelled_ns;
+        } else {
+            self.meter.modelled_ns += c.timing.modelled_ns;
+        }
+        Ok(c)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Programs.
+
+    /// Loads `image` into a free slot and activates it on `engine`; unloaded when the
+    /// session ends. `name` is the ELF entry function (ignored for raw images) and the
+    /// name errors use.
+    pub fn load(
+        &mut self,
+        name: &str,
+        ptype: ProgramType,
+        image: &[u8],
+        engine: EngineKind,
+    ) -> Result<ProgramIndex, SessionError> {
+        let pind = self.load_program(name, ptype, image)?;
+        self.activate(pind, engine)?;
+        Ok(pind)
+    }
+
+    /// Loads `image` into a free slot without activating it (see [`Session::load`]);
+    /// a slot another host takes meanwhile is skipped.
+    pub fn load_program(
+        &mut self,
+        name: &str,
+        ptype: ProgramType,
+        image: &[u8],
+    ) -> Result<ProgramIndex, SessionError> {
+        let what = || format!("loading program {name}");
+        let occupied: Vec<ProgramIndex> = self
+            .dev
+            .programs()
+            .map_err(|e| SessionError::device(what(), e))?
+            .into_iter()
+            .map(|p| p.pind)
+            .collect();
+        let free = (0..csx_proto::limits::PROGRAM_SLOTS_COUNT)
+            .map(ProgramIndex)
+            .filter(|p| !occupied.contains(p));
+        let mut last = None;
+        for pind in free {
+            match self.load_into(name, pind, ptype, image) {
+                Ok(()) => return Ok(pind),
+                Err(e @ CallError::ProgramInUse(_)) => last = Some(e),
+                Err(e) => return Err(SessionError::device(what(), e)),
+            }
+        }
+        // Every slot is taken: the device's own refusal names the limit.
+        let e = match last {
+            Some(e) => e,
+            None => match self.dev.load_program_any_slot(ptype, image, Some(name)) {
+                Ok(pind) => {
+                    self.programs.push(Held {
+                        name: name.to_string(),
+                        pind,
+                        owned: true,
+                    });
+                    return Ok(pind);
+                }
+                Err(e) => e,
+            },
+        };
+        Err(SessionError::device(what(), e))
+    }
+
+    /// Sends `image` to slot `pind` chunk by chunk; the slot is the session's from the
+    /// first accepted chunk.
+    fn load_into(
+        &mut self,
+        name: &str,
+        pind: ProgramIndex,
+        ptype: ProgramType,
+        image: &[u8],
+    ) -> Result<(), CallError> {
+        let total_size_bytes = u32::try_from(image.len()).unwrap_or(u32::MAX);
+        let chunk = LOAD_CHUNK_SIZE_MAX as usize;
+        let chunks = image.len().div_ceil(chunk).max(1);
+        for i in 0..chunks {
+            let data = &image[i * chunk..((i + 1) * chunk).min(image.len())];
+            let c = self.dev.client().call_ok(Op::LoadProgram {
+                pind,
+                ptype,
+                total_size_bytes,
+                offset: (i * chunk) as u32,
+                data: data.to_vec(),
+                entry: (i == 0).then(|| name.to_string()),
+            })?;
+            if i == 0 {
+                self.programs.push(Held {
+                    name: name.to_string(),
+                    pind,
+                    owned: true,
+                });
+            }
+            self.meter.commands += 1;
+            self.meter.setup_ns += c.timing.modelled_ns;
+            self.meter.bytes_from_host += data.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Verifies and prepares (for the JIT: compiles) the program in `pind` for `engine`.
+    pub fn activate(&mut self, pind: ProgramIndex, engine: EngineKind) -> Result<(), SessionError> {
+        let name = self.program_name(pind);
+        let c = self.call(
+            || format!("activating program {name}"),
+            Op::ActivateProgram { pind, engine },
+            true,
+        )?;
+        self.meter.prepare_ns += c.timing.prepare_ns;
+        Ok(())
+    }
+
+    /// Runs the program someone else loaded into `pind` under `name`; the session
+    /// never unloads it.
+    pub fn adopt(&mut self, name: &str, pind: ProgramIndex) {
+        self.programs.push(Held {
+            name: name.to_string(),
+            pind,
+            owned: false,
+        });
+    }
+
+    /// Unloads a program the session loaded, before the session ends.
+    pub fn unload(&mut self, pind: ProgramIndex) -> Result<(), SessionError> {
+        let Some(i) = self.programs.iter().position(|h| h.pind == pind) else {
+            return Ok(());
+        };
+        let held = self.programs.remove(i);
+        if held.owned {
+            let what = || format!("unloading program {}", held.name);
+            self.call(what, Op::UnloadProgram { pind }, true)?;
+        }
+        Ok(())
+    }
+
+    /// Unloads every program the session loaded (it keeps its memory).
+    pub fn unload_all(&mut self) -> Result<(), SessionError> {
+        let mut first = None;
+        while let Some(pind) = self.programs.last().map(|h| h.pind) {
+            if let Err(e) = self.unload(pind) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Memory.
+
+    /// Allocates `bytes` of device memory, freed when the session ends.
+    pub fn alloc(&mut self, bytes: u64) -> Result<MemHandle, SessionError> {
+        let c = self.call(
+            || format!("allocating {bytes} bytes of device memory"),
+            Op::MemAlloc { size_bytes: bytes },
+            true,
+        )?;
+        let h = MemHandle(u32::try_from(c.value).expect("handles are u32 on the wire"));
+        self.memory.push(h);
+        Ok(h)
+    }
+
+    /// Frees an allocation of the session before it ends.
+    pub fn free(&mut self, h: MemHandle) -> Result<(), SessionError> {
+        let Some(i) = self.memory.iter().position(|&m| m == h) else {
+            return Ok(());
+        };
+        self.memory.remove(i);
+        self.call(
+            || "freeing device memory".to_string(),
+            Op::MemFree { handle: h },
+            true,
+        )?;
+        Ok(())
+    }
+
+    /// Frees every allocation of the session (it keeps its programs).
+    pub fn free_all(&mut self) -> Result<(), SessionError> {
+        self.wait_in_flight();
+        let mut first = None;
+        while let Some(&h) = self.memory.last() {
+            if let Err(e) = self.free(h) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Sets `len` bytes of `h` from `offset` to `byte`.
+    pub fn fill(
+        &mut self,
+        h: MemHandle,
+        offset: u64,
+        len: u64,
+        byte: u8,
+    ) -> Result<(), SessionError> {
+        let op = Op::MemFill {
+            handle: h,
+            offset,
+            len,
+            byte,
+        };
+        self.call(|| format!("filling {len} bytes of device memory"), op, true)?;
+        Ok(())
+    }
+
+    /// Writes `data` from the host at `offset` of `h`.
+    pub fn write(&mut self, h: MemHandle, offset: u64, data: &[u8]) -> Result<(), SessionError> {
+        for (i, piece) in data.chunks(MEM_IO_SIZE_MAX as usize).enumerate() {
+            let op = Op::MemWrite {
+                handle: h,
+                offset: offset + i as u64 * MEM_IO_SIZE_MAX,
+                data: piece.to_vec(),
+            };
+            let n = piece.len();
+            self.call(|| format!("writing {n} bytes of device memory"), op, false)?;
+            self.meter.bytes_from_host += n as u64;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Copies on the device.
+
+    fn copy_op(path: &str, offset: u64, len: u64, dst: MemHandle, dst_offset: u64) -> Op {
+        Op::MemCopy {
+            dst,
+            dst_offset,
+            sources: vec![CopySource::File {
+                path: path.to_string(),
+                offset,
+                len,
+            }],
+        }
+    }
+
+    /// Stages `len` bytes of the device file `path` from `offset` into `dst` at
+    /// `dst_offset` (a Memory Copy: on the device, from the media). A shorter file is
+    /// an error.
+    pub fn copy_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        dst: MemHandle,
+        dst_offset: u64,
+    ) -> Result<(), SessionError> {
+        let op = Session::copy_op(path, offset, len, dst, dst_offset);
+        let what = || format!("staging {len} bytes of {path} at {offset}");
+        let c = self.call(what, op, false)?;
+        self.copied(path, offset, len, c.value)
+    }
+
+    fn copied(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        found: u64,
+    ) -> Result<(), SessionError> {
+        if found != len {
+            return Err(SessionError::ShortCopy {
+                path: path.to_string(),
+                offset,
+                found,
+                expected: len,
+            });
+        }
+        self.meter.media_bytes += len;
+        Ok(())
+    }
+
+    /// Starts [`Session::copy_file`] without waiting: the copy runs on the device's
+    /// transfer workers while the caller does other work. Every started copy must go
+    /// to [`Session::wait_copies`] (the session waits for forgotten ones before it
+    /// frees their memory).
+    pub fn start_copy_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        dst: MemHandle,
+        dst_offset: u64,
+    ) -> Result<PendingCopy, SessionError> {
+        let op = Session::copy_op(path, offset, len, dst, dst_offset);
+        let id = self.dev.client().submit_private(op).map_err(|e| {
+            SessionError::device(format!("staging {len} bytes of {path} at {offset}"), e)
+        })?;
+        self.in_flight.push(id);
+        Ok(PendingCopy {
+            id,
+            path: path.to_string(),
+            offset,
+            len,
+        })
+    }
+
+    /// Waits for every copy of `copies` (all of them, even after a failure) and
+    /// returns the first failure.
+    pub fn wait_copies(&mut self, copies: Vec<PendingCopy>) -> Result<(), SessionError> {
+        let mut first = None;
+        for p in copies {
+            if let Err(e) = self.wait_copy(p) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn wait_copy(&mut self, p: PendingCopy) -> Result<(), SessionError> {
+        self.in_flight.retain(|&i| i != p.id);
+        let what = || format!("staging {} bytes of {} at {}", p.len, p.path, p.offset);
+        let c = match self.dev.client().wait(p.id, None) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(SessionError::device(what(), e)),
+        };
+        self.meter.commands += 1;
+        self.meter.modelled_ns += c.timing.modelled_ns;
+        if !c.status.is_success() {
+            let e = CallError::from_completion("mem-copy", c);
+            return Err(SessionError::device(what(), e));
+        }
+        self.copied(&p.path, p.offset, p.len, c.value)
+    }
+
+    /// Writes `src` into the device file `path` at `offset`, on the device; returns the
+    /// bytes written.
+    pub fn copy_to_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        src: MemRange,
+    ) -> Result<u64, SessionError> {
+        let op = Op::FileWriteFromMem {
+            path: path.to_string(),
+            offset,
+            src,
+        };
+        let len = src.len;
+        let c = self.call(
+            || format!("writing {len} bytes of device memory to {path}"),
+            op,
+            false,
+        )?;
+        Ok(c.value)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Reads to the host.
+
+    /// Reads `len` bytes of device memory from `offset` of `h` to the host.
+    pub fn read(&mut self, h: MemHandle, offset: u64, len: u64) -> Result<Vec<u8>, SessionError> {
+        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        while (out.len() as u64) < len {
+            let at = out.len() as u64;
+            let n = (len - at).min(MEM_IO_SIZE_MAX);
+            let op = Op::MemRead {
+                handle: h,
+                offset: offset + at,
+                len: n,
+            };
+            let c = self.call(|| format!("reading {n} bytes of device memory"), op, false)?;
+            match c.reply {
+                Reply::Data(d) if d.len() as u64 == n => out.extend_from_slice(&d),
+                other => {
+                    return Err(SessionError::ShortRead {
+                        what: "a memory read".to_string(),
+                        found: if let Reply::Data(d) = other {
+                            d.len() as u64
+                        } else {
+                            0
+                        },
+                        expected: n,
+                    })
+                }
+            }
+        }
+        self.meter.bytes_to_host += len;
+        Ok(out)
+    }
+
+    /// Reads `len` bytes of the device file `path` from `offset` to the host (File
+    /// Reads: media and link). A file that ends first is an error.
+    pub fn read_file(
+        &mut self,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, SessionError> {
+        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        while (out.len() as u64) < len {
+            let at = offset + out.len() as u64;
+            let n = (len - out.len() as u64).min(FILE_IO_SIZE_MAX);
+            let op = Op::FileRead {
+                path: path.to_string(),
+                offset: at,
+                len: n,
+            };
+            let c = self.call(|| format!("reading {path}"), op, false)?;
+            match c.reply {
+                Reply::Data(d) if !d.is_empty() => out.extend_from_slice(&d),
+                _ => {
+                    return Err(SessionError::ShortRead {
+                        what: format!("{path} from {offset}"),
+                        found: out.len() as u64,
+                        expected: len,
+                    })
+                }
+            }
+        }
+        self.meter.bytes_to_host += len;
+        Ok(out)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Executions.
+
+    /// Runs one execution. A trap is an error ([`SessionError::Trap`]); r0 is the
+    /// caller's to read (a negative `CSX_E*` may be an answer).
+    pub fn execute(&mut self, run: &ExecuteRequest) -> Result<Execution, SessionError> {
+        let id = self.submit(run)?;
+        let result = self.wait_execution(id);
+        let x = self.finish(run.pind, result)?;
+        self.meter.modelled_ns += x.timing.modelled_ns;
+        self.meter.execute_span_ns += x.timing.execute_ns;
+        Ok(x)
+    }
+
+    /// Runs every execution of `runs` at once (their output windows must not overlap):
+    /// one Execute each, all submitted, then all waited for. Their results in order,
+    /// or the first failure (after every run finished).
+    pub fn execute_all(&mut self, runs: &[ExecuteRequest]) -> Result<Vec<Execution>, SessionError> {
+        let engines = if runs.len() > 1 { self.engines()? } else { 1 };
+        let mut ids = Vec::with_capacity(runs.len());
+        let mut first = None;
+        for run in runs {
+            match self.submit(run) {
+                Ok(id) => ids.push((run.pind, id)),
+                Err(e) => {
+                    first = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut done = Vec::with_capacity(ids.len());
+        let (mut longest, mut sum, mut span) = (0u64, 0u64, 0u64);
+        for (pind, id) in ids {
+            let result = self.wait_execution(id);
+            match self.finish(pind, result) {
+                Ok(x) => {
+                    longest = longest.max(x.timing.modelled_ns);
+                    sum += x.timing.modelled_ns;
+                    span = span.max(x.timing.execute_ns);
+                    done.push(x);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first {
+            return Err(e);
+        }
+        self.meter.execute_span_ns += span;
+        self.meter.modelled_ns += longest.max(sum.div_ceil(engines));
+        Ok(done)
+    }
+
+    /// [`Session::execute_all`] for programs whose r0 is a count: their r0s, a
+    /// negative one being [`SessionError::Failed`].
+    pub fn execute_all_r0(&mut self, runs: &[ExecuteRequest]) -> Result<Vec<u64>, SessionError> {
+        let done = self.execute_all(runs)?;
+        runs.iter()
+            .zip(done)
+            .map(|(run, x)| self.count(run.pind, &x))
+            .collect()
+    }
+
+    /// [`Session::execute`] for a program whose r0 is a count (see
+    /// [`Session::execute_all_r0`]).
+    pub fn execute_r0(&mut self, run: &ExecuteRequest) -> Result<u64, SessionError> {
+        let x = self.execute(run)?;
+        self.count(run.pind, &x)
+    }
+
+    fn count(&self, pind: ProgramIndex, x: &Execution) -> Result<u64, SessionError> {
+        let r0 = x.r0_signed();
+        if r0 >= 0 {
+            return Ok(x.r0);
+        }
+        let detail = x
+            .detail
+            .as_ref()
+            .map(|d| format!(" ({}: {})", d.function, d.message))
+            .unwrap_or_default();
+        Err(SessionError::Failed {
+            program: self.program_name(pind),
+            r0,
+            code: errno::name(r0),
+            detail,
+        })
+    }
+
+    fn submit(&mut self, run: &ExecuteRequest) -> Result<CommandId, SessionError> {
+        let id = self.dev.client().submit_private(run.to_op()).map_err(|e| {
+            SessionError::device(
+                format!("running program {}", self.program_name(run.pind)),
+                e,
+            )
+        })?;
+        self.in_flight.push(id);
+        Ok(id)
+    }
+
+    fn wait_execution(&mut self, id: CommandId) -> Result<Execution, CallError> {
+        self.in_flight.retain(|&i| i != id);
+        let c = self.dev.client().wait(id, None)?;
+        Execution::from_completion(c.expect("a wait without a timeout returns a completion"))
+    }
+
+    /// Meters a finished run; a trap is an error.
+    fn finish(
+        &mut self,
+        pind: ProgramIndex,
+        result: Result<Execution, CallError>,
+    ) -> Result<Execution, SessionError> {
+        let x = result.map_err(|e| {
+            SessionError::device(format!("running program {}", self.program_name(pind)), e)
+        })?;
+        self.meter.commands += 1;
+        self.meter.executions += 1;
+        self.meter.fuel += x.fuel_used;
+        self.meter.execute_ns += x.timing.execute_ns;
+        if let Some(trap) = &x.trap {
+            return Err(SessionError::Trap {
+                program: self.program_name(pind),
+                trap: trap.clone(),
+            });
+        }
+        Ok(x)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // The end.
+
+    /// Frees the session's memory and unloads its programs; what it all cost. The
+    /// first failure is returned (after trying every release).
+    pub fn close(mut self) -> Result<Meter, SessionError> {
+        self.release()?;
+        Ok(self.meter)
+    }
+
+    fn wait_in_flight(&mut self) {
+        for id in std::mem::take(&mut self.in_flight) {
+            // An error path left a command in flight: it must not touch freed memory.
+            let _ = self.dev.client().wait(id, None);
+        }
+    }
+
+    fn release(&mut self) -> Result<(), SessionError> {
+        let freed = self.free_all();
+        let unloaded = self.unload_all();
+        freed.and(unloaded)
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // Best effort: close() reports errors; a session dropped after an error or in a
+        // panic only tries to leave the device as it found it.
+        let _ = self.release();
+    }
+}
+
+#[cfg(all(test, feature = "inproc"))]
+mod tests;

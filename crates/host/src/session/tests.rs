@@ -1,0 +1,241 @@
+//! The session on an embedded device: what it holds is released on close, on drop after
+//! an error and while a panic unwinds; its meter adds up the completions.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use csx_proto::{EngineKind, ProgramType};
+
+use super::*;
+use crate::transport::inproc::DeviceConfig;
+
+/// An embedded device whose commands have modelled times (the lambda-io profile).
+fn device(dir: &std::path::Path) -> Device {
+    let config = DeviceConfig {
+        perf: csx_device::perf::PerfModel::lambda_io(),
+        ..Default::default()
+    };
+    Device::init(dir, config).unwrap()
+}
+
+/// A raw eBPF program: `r0 = value; exit`.
+fn returns(value: i32) -> Vec<u8> {
+    let mut image = vec![0xb7, 0x00, 0, 0];
+    image.extend_from_slice(&value.to_le_bytes());
+    image.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    image
+}
+
+/// A raw eBPF program that loops until its fuel runs out.
+fn spins() -> Vec<u8> {
+    let mut image = vec![0x05, 0x00];
+    image.extend_from_slice(&(-1i16).to_le_bytes());
+    image.extend_from_slice(&[0, 0, 0, 0]);
+    image.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    image
+}
+
+/// Free device memory and the occupied program slots.
+fn footprint(dev: &Device) -> (u64, usize) {
+    let info = dev.identify().unwrap();
+    (info.slm_free_bytes, dev.programs().unwrap().len())
+}
+
+/// Loads a program and allocates and stages memory in `s`.
+fn hold_things(s: &mut Session) -> (ProgramIndex, MemHandle) {
+    let pind = s
+        .load(
+            "seven",
+            ProgramType::Raw,
+            &returns(7),
+            EngineKind::Interpreter,
+        )
+        .unwrap();
+    let h = s.alloc(1 << 16).unwrap();
+    s.copy_file("/data", 0, 4096, h, 0).unwrap();
+    (pind, h)
+}
+
+#[test]
+fn close_releases_programs_and_memory_and_reports_the_meter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    dev.put_bytes("/data", &[1u8; 4096]).unwrap();
+    let before = footprint(&dev);
+    let mut s = Session::new(&dev);
+    let (pind, h) = hold_things(&mut s);
+    assert_eq!(footprint(&dev).1, before.1 + 1);
+    assert!(footprint(&dev).0 < before.0);
+    let meter = s.close().unwrap();
+    assert_eq!(footprint(&dev), before);
+    assert_eq!(meter.media_bytes, 4096);
+    // The slot and the handle are gone, not merely unused.
+    assert!(dev.free(h).is_err());
+    assert!(dev.execute(&ExecuteRequest::new(pind)).is_err());
+}
+
+#[test]
+fn an_error_returned_past_the_session_releases_what_it_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    dev.put_bytes("/data", &[1u8; 4096]).unwrap();
+    let before = footprint(&dev);
+    let work = || -> Result<(), SessionError> {
+        let mut s = Session::new(&dev);
+        hold_things(&mut s);
+        // A copy from a file that is too short: the error leaves by `?`.
+        let h = s.alloc(8192)?;
+        s.copy_file("/data", 0, 8192, h, 0)?;
+        unreachable!("the copy fails")
+    };
+    let e = work().unwrap_err();
+    // The device refuses the copy, naming the file and its length.
+    assert!(matches!(e, SessionError::Device { .. }), "{e}");
+    assert!(e.to_string().contains("/data has 4096 of 8192"), "{e}");
+    assert_eq!(footprint(&dev), before);
+
+    // A trap is an error naming the program, and releases the same way.
+    let work = || -> Result<(), SessionError> {
+        let mut s = Session::new(&dev);
+        hold_things(&mut s);
+        let spin = s.load("spin", ProgramType::Raw, &spins(), EngineKind::Interpreter)?;
+        s.execute(&ExecuteRequest::new(spin).fuel(1000))?;
+        unreachable!("the program runs out of fuel")
+    };
+    let e = work().unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Trap { program, .. } if program == "spin"),
+        "{e}"
+    );
+    assert_eq!(footprint(&dev), before);
+}
+
+#[test]
+fn a_panic_unwinding_past_the_session_releases_what_it_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    dev.put_bytes("/data", &[1u8; 4096]).unwrap();
+    let before = footprint(&dev);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let mut s = Session::new(&dev);
+        hold_things(&mut s);
+        // Copies still in flight are waited for before their memory is freed.
+        let h = s.alloc(4096).unwrap();
+        let _pending = s.start_copy_file("/data", 0, 4096, h, 0).unwrap();
+        panic!("the caller's bug");
+    }));
+    assert!(result.is_err());
+    assert_eq!(footprint(&dev), before);
+}
+
+#[test]
+fn an_adopted_program_is_run_but_never_unloaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    let pind = dev
+        .load_program_any_slot(ProgramType::Raw, &returns(3), None)
+        .unwrap();
+    dev.activate(pind, EngineKind::Interpreter).unwrap();
+    let mut s = Session::new(&dev);
+    s.adopt("three", pind);
+    assert_eq!(s.execute_r0(&ExecuteRequest::new(pind)).unwrap(), 3);
+    s.close().unwrap();
+    assert_eq!(dev.execute(&ExecuteRequest::new(pind)).unwrap().r0, 3);
+}
+
+#[test]
+fn the_meter_sums_the_completions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    dev.put_bytes("/data", &[1u8; 4096]).unwrap();
+    let mut s = Session::new(&dev);
+    let engines = s.engines().unwrap();
+    let image = returns(7);
+    let seven = s
+        .load("seven", ProgramType::Raw, &image, EngineKind::Interpreter)
+        .unwrap();
+    let loaded = s.meter;
+    // Loading: one Load Program (a small image) and one Activate, as set-up time.
+    assert_eq!(loaded.commands, 2);
+    assert_eq!(loaded.bytes_from_host, image.len() as u64);
+    assert!(loaded.setup_ns > 0);
+    assert_eq!(loaded.modelled_ns, 0);
+
+    let h = s.alloc(8192).unwrap();
+    s.write(h, 4096, &[9u8; 100]).unwrap();
+    s.copy_file("/data", 0, 4096, h, 0).unwrap();
+    let back = s.read(h, 4000, 196).unwrap();
+    assert_eq!(&back[..96], &[1u8; 96][..]);
+    assert_eq!(&back[96..], &[9u8; 100][..]);
+    let staged = s.meter.since(&loaded);
+    assert_eq!(staged.commands, 4);
+    assert_eq!(staged.media_bytes, 4096);
+    assert_eq!(staged.bytes_from_host, 100);
+    assert_eq!(staged.bytes_to_host, 196);
+    assert!(staged.modelled_ns > 0);
+    assert!(staged.setup_ns > 0);
+
+    // A batch larger than the engines: its runs spread over them.
+    let at = s.meter;
+    let runs: Vec<ExecuteRequest> = (0..2 * engines + 1)
+        .map(|_| ExecuteRequest::new(seven).window(h, 0, 64))
+        .collect();
+    let done = s.execute_all(&runs).unwrap();
+    let d = s.meter.since(&at);
+    let ns: Vec<u64> = done.iter().map(|x| x.timing.modelled_ns).collect();
+    let longest = *ns.iter().max().unwrap();
+    let sum: u64 = ns.iter().sum();
+    assert!(longest > 0);
+    assert_eq!(d.modelled_ns, longest.max(sum.div_ceil(engines)));
+    assert_eq!(d.executions, runs.len() as u64);
+    assert_eq!(d.commands, runs.len() as u64);
+    assert_eq!(d.fuel, done.iter().map(|x| x.fuel_used).sum::<u64>());
+    assert_eq!(
+        d.execute_ns,
+        done.iter().map(|x| x.timing.execute_ns).sum::<u64>()
+    );
+    assert_eq!(
+        d.execute_span_ns,
+        done.iter().map(|x| x.timing.execute_ns).max().unwrap()
+    );
+    assert!(done.iter().all(|x| x.r0 == 7));
+
+    // A negative r0 where a count is expected names the program and the code.
+    let failing = s
+        .load(
+            "einval",
+            ProgramType::Raw,
+            &returns(-22),
+            EngineKind::Interpreter,
+        )
+        .unwrap();
+    let e = s
+        .execute_all_r0(&[ExecuteRequest::new(seven), ExecuteRequest::new(failing)])
+        .unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Failed { program, r0: -22, code: "CSX_EINVAL", .. } if program == "einval"),
+        "{e}"
+    );
+    // ... and is an answer to execute.
+    assert_eq!(
+        s.execute(&ExecuteRequest::new(failing))
+            .unwrap()
+            .r0_signed(),
+        -22
+    );
+
+    let total = s.meter;
+    let closed = s.close().unwrap();
+    // Closing frees one allocation and unloads two programs.
+    assert_eq!(closed.commands, total.commands + 3);
+    assert_eq!(closed.modelled_ns, total.modelled_ns);
+}
+
+#[test]
+fn params_name_their_fields_at_their_offsets() {
+    let p = Params::new().u32("count", 2).u32("pad", 0).u64("lo", 5);
+    assert_eq!(p.fields(), &[("count", 0, 4), ("pad", 4, 4), ("lo", 8, 8)]);
+    assert_eq!(
+        p.into_bytes(),
+        [2, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
+    );
+}
