@@ -38,8 +38,10 @@ Stopping: a run ends at its time limit (--time-limit-ms, else the device's, 1 s 
 default) or when its fuel runs out. Ctrl-C aborts it on the device; the command still
 frees what it allocated and unloads the program (a second Ctrl-C quits at once).
 
-Exit status: 0 when the program returned, 3 when it trapped, 130 when Ctrl-C aborted it,
-1 on any other error (a run stopped at its time limit included).";
+Exit status: 0 when the program returned; 3 when it trapped or was stopped by a limit
+(out of fuel, or past its time limit); 130 when Ctrl-C aborted it; 1 on any other
+error. The program is unloaded when the command ends, however it ends (a killed
+command's connection takes it with it).";
 
 /// Run a program on the device over a device file.
 ///
@@ -222,7 +224,27 @@ fn stage_and_run(
     steps.stage_ns = nanos(t);
 
     let t = Instant::now();
-    let run = interrupt.execute(dev, &req).context("execute")?;
+    let run = match interrupt.execute(dev, &req) {
+        Err(csx_host::CallError::TimeLimitExceeded(f)) => {
+            // Stopped by a limit, like a fuel trap: reported, and exit status 3.
+            return Ok(Outcome {
+                run: Execution {
+                    r0: 0,
+                    status: f.status,
+                    trap: None,
+                    timing: Timing::default(),
+                    detail: f.detail,
+                    fuel_used: 0,
+                    trace: Vec::new(),
+                    work: Vec::new(),
+                },
+                steps: *steps,
+                staged_bytes,
+                output: None,
+            });
+        }
+        r => r.context("execute")?,
+    };
     steps.execute_ns = nanos(t);
 
     let t = Instant::now();
@@ -420,10 +442,11 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     cleanup?;
     dev.close().context("closing the device")?;
     print_outcome(&args, &outcome)?;
-    Ok(if outcome.run.status == Status::Trap {
-        exit::TRAP
-    } else {
+    // A trap and a run stopped by its time limit exit alike (a fuel trap is a trap).
+    Ok(if outcome.run.status == Status::Success {
         exit::SUCCESS
+    } else {
+        exit::TRAP
     })
 }
 

@@ -24,6 +24,7 @@ mod hex;
 mod interrupt;
 mod lambda_cmd;
 mod op_cmd;
+mod program_cmd;
 mod sdk_cmd;
 mod serve;
 mod ssb_cmd;
@@ -38,7 +39,8 @@ pub mod exit {
     pub const ERROR: u8 = 1;
     /// The command line itself is wrong (clap's own status).
     pub const USAGE: u8 = 2;
-    /// The eBPF program ran and trapped.
+    /// The eBPF program ran and trapped, or was stopped by one of its limits: out of
+    /// fuel or past its time limit.
     pub const TRAP: u8 = 3;
     /// Ctrl-C: what the command started on the device was aborted (128 + SIGINT).
     pub const INTERRUPTED: u8 = 130;
@@ -50,7 +52,8 @@ Exit status:
   1  error: unreadable file, bad input, program rejected by the loader or verifier,
      engines that disagree in a benchmark
   2  bad command line
-  3  the eBPF program trapped (out-of-bounds access, fuel exhausted, ...)
+  3  the eBPF program trapped (out-of-bounds access, ...) or was stopped by a limit
+     (fuel exhausted, past its time limit)
   130  interrupted by Ctrl-C (csx exec, csx read abort their program on the device)";
 
 /// csx: a computational storage device in software.
@@ -105,6 +108,8 @@ enum Command {
     Rm(files::RmArgs),
     /// Run a program on the device over a device file.
     Exec(exec::ExecArgs),
+    /// Programs kept on the device by name: `csx program {load,list,unload}`.
+    Program(program_cmd::ProgramArgs),
     /// Run every workload on the host and on a device; compare answers, time and bytes.
     Demo(demo::DemoArgs),
     /// Generate seeded, reproducible test data.
@@ -144,6 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stat(args) => files::run_stat(args, &cli.global),
         Command::Rm(args) => files::run_rm(args, &cli.global),
         Command::Exec(args) => exec::run(args, &cli.global),
+        Command::Program(args) => program_cmd::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),
         Command::Gen(args) => gen_cmd::run(args, &cli.global),
         Command::Ssb(args) => ssb_cmd::run_cmd(args, &cli.global),

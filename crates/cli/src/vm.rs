@@ -268,6 +268,26 @@ fn check_memory_size(label: &str, memory: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads a memory file, at most what one region can map: a longer file (or an endless
+/// one, such as /dev/zero) is refused once one byte past the limit is read, naming it.
+fn read_memory_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let limit = csx_ebpf::limits::REGION_SIZE_MAX;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("reading memory file {}", path.display()))?;
+    let mut memory = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut memory)
+        .with_context(|| format!("reading memory file {}", path.display()))?;
+    if memory.len() as u64 > limit {
+        bail!(
+            "memory file {} has more than {limit} bytes, the most the VM maps in one region",
+            path.display()
+        );
+    }
+    Ok(memory)
+}
+
 fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()))
 }
@@ -321,7 +341,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let label = args.prog.display().to_string();
     let bytes = read_file(&args.prog, "program")?;
     let mut memory = match (&args.mem_file, &args.mem_hex) {
-        (Some(path), _) => read_file(path, "memory file")?,
+        (Some(path), _) => read_memory_file(path)?,
         (None, Some(text)) => hex::parse(text).context("parsing --mem-hex")?,
         (None, None) => Vec::new(),
     };
@@ -357,12 +377,20 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     };
     let mut outcome = run_once(&mut memory);
     let mut ns_per_run = None;
-    if let Some(repeat) = args.repeat {
+    let mut runs = 1;
+    // Repeated runs stop at the first trap (the warm-up's included), which is reported.
+    if let (Some(repeat), true) = (args.repeat, outcome.result.is_ok()) {
         let started = Instant::now();
-        for _ in 0..repeat {
+        let mut timed = 0;
+        while timed < repeat {
             outcome = run_once(&mut memory);
+            timed += 1;
+            if outcome.result.is_err() {
+                break;
+            }
         }
-        ns_per_run = Some(started.elapsed().as_nanos() as f64 / repeat as f64);
+        runs += timed;
+        ns_per_run = Some(started.elapsed().as_nanos() as f64 / timed as f64);
     }
 
     let trap = outcome
@@ -377,7 +405,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         r0_hex: r0.map(|v| format!("{v:#x}")),
         trap,
         fuel_used: outcome.fuel_used,
-        runs: args.repeat.map_or(1, |n| n + 1),
+        runs,
         ns_per_run,
         counted: args.time_counted,
         work: work.map(|w| crate::exec::work_json(&w.0)),
@@ -400,7 +428,15 @@ fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     }
     match (&report.r0_hex, &report.trap) {
         (Some(hex), _) => println!("{hex}"),
-        (None, Some(trap)) => eprintln!("csx: {trap} (fuel used {})", report.fuel_used),
+        (None, Some(trap)) => eprintln!(
+            "csx: {trap} (fuel used {}){}",
+            report.fuel_used,
+            if report.runs > 1 {
+                format!("; stopped at run {} of the repeated runs", report.runs)
+            } else {
+                String::new()
+            }
+        ),
         (None, None) => unreachable!("a run returns a value or traps"),
     }
     if let Some(serde_json::Value::Object(w)) = &report.work {
@@ -415,7 +451,7 @@ fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
             classes.join(", ")
         );
     }
-    if let Some(ns) = report.ns_per_run {
+    if let (Some(ns), None) = (report.ns_per_run, &report.trap) {
         println!(
             "{ns:.1} ns/run (mean of {} {}runs after 1 warm-up, {})",
             report.runs - 1,
@@ -429,7 +465,9 @@ fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
 fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
     let label = args.prog.display().to_string();
     let bytes = read_file(&args.prog, "program")?;
-    let functions = FunctionTable::conformance();
+    // Against the device's function table, so an object calling device functions
+    // loads, and each call to one is named.
+    let functions = csx_device::functions::function_table();
     let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
     println!(
         "; {} ({} slots, entry at slot {})",
@@ -449,8 +487,26 @@ fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
             g.data.len()
         );
     }
-    print!("{}", csx_ebpf::disasm::disassemble(&program.insns));
+    print!("{}", name_calls(&csx_ebpf::disasm::disassemble(&program.insns), &functions));
     Ok(exit::SUCCESS)
+}
+
+/// `text` (a disassembly) with `# <name>` after each `call N` of a function in
+/// `functions`.
+fn name_calls(text: &str, functions: &FunctionTable) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        out.push_str(line);
+        let id = line
+            .split_once(": call ")
+            .and_then(|(_, rest)| rest.trim().parse::<u32>().ok());
+        if let Some(sig) = id.and_then(|id| functions.get(id)) {
+            out.push_str("  # ");
+            out.push_str(&sig.name);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The bpf_conformance plugin protocol (see `PluginArgs`).

@@ -33,7 +33,7 @@ use csx_proto::{
     Windows, WireTrap, WireTrapKind,
 };
 
-use crate::functions::CallContext;
+use crate::functions::{CallContext, STOPPED_IN_FUNCTION};
 use crate::rangeset::{check_ranges, RangeSetUse};
 use crate::runtime::{ns, Shared};
 use crate::slm::{LeaseRequest, Leases};
@@ -336,7 +336,7 @@ impl Shared {
             stop: Some(stop),
             counts: counts.as_ref(),
         };
-        let mut ctx = CallContext::new(&self.files, self.epoch);
+        let mut ctx = CallContext::new(&self.files, self.epoch).with_stop(stop);
         let prepare_ns = ns(prepare_start.elapsed());
         let limit_ms = time_limit_ms.unwrap_or_else(|| self.config.time_limit_ms_effective());
         let run_start = Instant::now();
@@ -368,12 +368,26 @@ impl Shared {
         drop(leases);
         let work = counts.as_ref().map(|counts| blocks.work(&counts.values()));
         let mut c = completion_of(&outcome, &mut ctx, work.as_ref());
-        if let Err(Trap {
-            pc,
-            kind: TrapKind::Stopped { reason },
-        }) = &outcome.result
-        {
-            stopped(&mut c, *pc, *reason, outcome.fuel_used, limit_ms);
+        match &outcome.result {
+            Err(Trap {
+                pc,
+                kind: TrapKind::Stopped { reason },
+            }) => stopped(&mut c, *pc, *reason, outcome.fuel_used, limit_ms),
+            // A device function saw the flag and stopped the run inside its call.
+            Err(Trap {
+                pc,
+                kind:
+                    TrapKind::HelperAbort {
+                        code: STOPPED_IN_FUNCTION,
+                        ..
+                    },
+            }) if stop.is_set() => stopped(&mut c, *pc, stop.reason(), outcome.fuel_used, limit_ms),
+            // The run ended on its own, but after its time limit passed (inside one long
+            // call, which the flag could not interrupt): past its limit, not a success.
+            Ok(_) if StopReason::from_code(stop.reason()) == Some(StopReason::TimeLimit) => {
+                overran(&mut c, outcome.fuel_used, limit_ms, run);
+            }
+            _ => {}
         }
         c.timing.prepare_ns = prepare_ns;
         c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
@@ -411,6 +425,23 @@ fn stopped(c: &mut Completion, pc: u32, reason: u32, fuel_used: u64, limit_ms: u
         }
     };
     c.detail = Some(ErrorDetail::new("execute", 0, message));
+}
+
+/// Turns the completion of a run that returned after its time limit passed into a
+/// TimeLimitExceeded one (its r0 is not reported: the run was over its limit).
+fn overran(c: &mut Completion, fuel_used: u64, limit_ms: u32, ran: Duration) {
+    c.status = Status::TimeLimitExceeded;
+    c.trap = None;
+    c.value = 0;
+    c.detail = Some(ErrorDetail::new(
+        "execute",
+        0,
+        format!(
+            "ran past its time limit of {limit_ms} ms: returned after {} ms and {fuel_used} \
+             fuel, inside a device-function call too long to interrupt",
+            ran.as_millis()
+        ),
+    ));
 }
 
 /// r0 or the trap, with the run's first function failure, its trace and its I/O time.

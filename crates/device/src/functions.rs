@@ -10,10 +10,23 @@
 //! Errors: a function that fails returns a negative `CSX_E*` code (`csx_proto::errno`)
 //! to the program, which may handle it, and the first failure of a run is recorded
 //! (function, code, message) for the completion's error detail, so the host learns what
-//! went wrong even when the program only returns a number. No function aborts a run.
+//! went wrong even when the program only returns a number. No function aborts a run,
+//! except to stop it:
+//!
+//! Stopping: a context given the run's stop flag ([`CallContext::with_stop`]) looks at
+//! it after every function returns and, in the functions whose work grows with their
+//! arguments (memcpy, memset, the filters, sort, merge, file reads), between
+//! pieces of at most [`STOP_CHECK_BYTES`] bytes; a set flag ends the run with the
+//! abort [`STOPPED_IN_FUNCTION`], which `crate::execute` reports as the run stopped
+//! (aborted, or past its time limit). A sort of more than [`SORT_PIECE_KEYS`] keys is
+//! split first (a selection of the median, recursively) so it can stop between pieces;
+//! a file write (refused whole or done whole), the lz4 and cipher functions and the
+//! merges of runs into another window work on one window in one piece (their time is bounded by the window's size, and a run that
+//! overruns its limit inside one is reported as past its limit).
 
 use std::time::{Duration, Instant};
 
+use csx_ebpf::engine::StopFlag;
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::memory::MemoryMap;
 use csx_proto::abi::errno::*;
@@ -61,6 +74,8 @@ pub struct CallContext<'a> {
     /// The device's files; `None` on the host side of λ-IO, where the file functions
     /// fail with `CSX_ENOSYS` (a λ reads its input from window 0, never by path).
     files: Option<&'a FileStore>,
+    /// The run's stop flag, looked at inside long functions and after each call.
+    stop: Option<&'a StopFlag>,
     epoch: Instant,
     /// The first failure of the run.
     pub detail: Option<ErrorDetail>,
@@ -81,11 +96,30 @@ impl std::fmt::Debug for CallContext<'_> {
 
 type CallResult = Result<u64, HelperAbort>;
 
+/// The abort code a function stops its run with when the run's stop flag is set (no
+/// `CSX_E*` code is this low).
+pub const STOPPED_IN_FUNCTION: i64 = -0x7374_6f70;
+
+/// Bytes a long function works through between looks at the stop flag.
+pub const STOP_CHECK_BYTES: usize = 4 << 20;
+
+/// Keys of the pieces a long sort is split into before sorting each (see the module
+/// doc): 32 MiB of keys, sorted in tens of milliseconds.
+pub const SORT_PIECE_KEYS: usize = 4 << 20;
+
+fn stopped_abort() -> HelperAbort {
+    HelperAbort {
+        code: STOPPED_IN_FUNCTION,
+        message: "stopped inside a device function".into(),
+    }
+}
+
 impl<'a> CallContext<'a> {
     /// A context for one run; `csx_now_ns` counts from `epoch`.
     pub fn new(files: &'a FileStore, epoch: Instant) -> CallContext<'a> {
         CallContext {
             files: Some(files),
+            stop: None,
             epoch,
             detail: None,
             trace: Vec::new(),
@@ -98,10 +132,25 @@ impl<'a> CallContext<'a> {
     pub fn without_files(epoch: Instant) -> CallContext<'static> {
         CallContext {
             files: None,
+            stop: None,
             epoch,
             detail: None,
             trace: Vec::new(),
             io: Duration::ZERO,
+        }
+    }
+
+    /// Has the functions look at `stop` (see "Stopping" in the module doc).
+    pub fn with_stop(mut self, stop: &'a StopFlag) -> CallContext<'a> {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// `Err` (the abort that stops the run) when the run's stop flag is set.
+    fn check_stop(&self) -> Result<(), HelperAbort> {
+        match self.stop {
+            Some(flag) if flag.is_set() => Err(stopped_abort()),
+            _ => Ok(()),
         }
     }
 
@@ -191,10 +240,31 @@ impl<'a> CallContext<'a> {
         };
         // The device reading its own media: uncached and queued, like a Memory Copy, so
         // a program's own reads neither use nor fill the host's page cache of the image.
-        let r = files.read_at_uncached(&path, offset, buf);
+        // In pieces, looking at the stop flag between them.
+        let stop = self.stop;
+        let mut total = 0usize;
+        let mut r = Ok(());
+        for piece in buf.chunks_mut(STOP_CHECK_BYTES) {
+            if stop.is_some_and(StopFlag::is_set) {
+                self.io += start.elapsed();
+                return Err(stopped_abort());
+            }
+            match files.read_at_uncached(&path, offset + total as u64, piece) {
+                Ok(n) => {
+                    total += n;
+                    if n < piece.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
         self.io += start.elapsed();
         match r {
-            Ok(n) => Ok(n as u64),
+            Ok(()) => Ok(total as u64),
             Err(e) => self.file_error(F, &e),
         }
     }
@@ -215,6 +285,8 @@ impl<'a> CallContext<'a> {
             Ok(f) => f,
             Err(r) => return r,
         };
+        // One write (it is refused whole or done whole: no space for part of it is an
+        // error before anything is written); the stop flag is looked at after it.
         let r = files.write_at(&path, offset, data);
         self.io += start.elapsed();
         match r {
@@ -224,16 +296,44 @@ impl<'a> CallContext<'a> {
     }
 
     fn memcpy(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
-        match mem.copy(a[0], a[1], a[2]) {
-            Ok(()) => Ok(a[2]),
-            Err(t) => self.fail("csx_memcpy", CSX_EFAULT, t.to_string()),
+        let (dst, src, len) = (a[0], a[1], a[2]);
+        // Both ranges are checked whole first, so a failed call copies nothing.
+        if let Err(t) = mem
+            .translate(src, len, false)
+            .and_then(|_| mem.translate(dst, len, true))
+        {
+            return self.fail("csx_memcpy", CSX_EFAULT, t.to_string());
         }
+        // In pieces, looking at the stop flag between them; backwards when the
+        // destination overlaps the source from above, so each piece reads bytes no
+        // earlier piece wrote (the whole copy is a memmove).
+        let piece = STOP_CHECK_BYTES as u64;
+        let pieces = len.div_ceil(piece);
+        let backwards = dst > src && dst - src < len;
+        for p in 0..pieces {
+            let i = if backwards { pieces - 1 - p } else { p };
+            let off = i * piece;
+            let n = piece.min(len - off);
+            if let Err(t) = mem.copy(dst + off, src + off, n) {
+                return self.fail("csx_memcpy", CSX_EFAULT, t.to_string());
+            }
+            if p + 1 < pieces {
+                self.check_stop()?;
+            }
+        }
+        Ok(len)
     }
 
     fn memset(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        let stop = self.stop;
         match mem.slice_mut(a[0], a[2]) {
             Ok(b) => {
-                b.fill(a[1] as u8);
+                for piece in b.chunks_mut(STOP_CHECK_BYTES) {
+                    if stop.is_some_and(StopFlag::is_set) {
+                        return Err(stopped_abort());
+                    }
+                    piece.fill(a[1] as u8);
+                }
                 Ok(a[2])
             }
             Err(t) => self.fail("csx_memset", CSX_EFAULT, t.to_string()),
@@ -328,8 +428,14 @@ impl<'a> CallContext<'a> {
         let mut staging = [0u8; filter::BLOCK_BITMAP_BYTES];
         let mut matches = 0u64;
         let mut done = 0usize;
+        let mut since_check = 0usize;
         while done < count {
+            if since_check >= STOP_CHECK_BYTES {
+                self.check_stop()?;
+                since_check = 0;
+            }
             let n = (count - done).min(filter::BLOCK_VALUES);
+            since_check += n * width;
             let bytes = n.div_ceil(8);
             let data = match mem.slice(src + (done * width) as u64, (n * width) as u64) {
                 Ok(d) => d,
@@ -355,12 +461,44 @@ impl<'a> CallContext<'a> {
                 format!("length {len} is not a multiple of 8"),
             );
         }
+        let stop = self.stop;
         let data = match mem.slice_mut(ptr, len) {
             Ok(d) => d,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        Ok(sort_le_u64(data))
+        sort_le_u64_stoppable(data, stop, SORT_PIECE_KEYS)
     }
+}
+
+/// [`sort_le_u64`], split into pieces of at most `piece` keys by selecting medians (so
+/// each piece's keys are at most the next piece's), with a look at `stop` between
+/// pieces: `Err` (the stop abort) when it was set, the window then partly sorted.
+fn sort_le_u64_stoppable(
+    data: &mut [u8],
+    stop: Option<&StopFlag>,
+    piece: usize,
+) -> Result<u64, HelperAbort> {
+    let Some(stop) = stop else {
+        return Ok(sort_le_u64(data));
+    };
+    with_keys(data, |keys| {
+        let mut todo: Vec<(usize, usize)> = vec![(0, keys.len())];
+        while let Some((lo, hi)) = todo.pop() {
+            if stop.is_set() {
+                return Err(stopped_abort());
+            }
+            let part = &mut keys[lo..hi];
+            if part.len() <= piece.max(2) {
+                part.sort_unstable();
+                continue;
+            }
+            let mid = part.len() / 2;
+            part.select_nth_unstable(mid);
+            todo.push((lo + mid + 1, hi));
+            todo.push((lo, lo + mid + 1));
+        }
+        Ok(keys.len() as u64)
+    })
 }
 
 /// The window's bytes as little-endian u64 keys, in place: when they are 8-byte aligned
@@ -407,21 +545,30 @@ fn sort_le_u64(data: &mut [u8]) -> u64 {
 /// left run only, then one pass from the front: output key k = i + j lands at or before
 /// the right run's next unread key split + j, so the right run is read where it is, and
 /// once the left run is used up the rest of the right run is already in place.
-fn merge_keys(keys: &mut [u64], split: usize) {
+/// Looks at `stop` every [`STOP_CHECK_BYTES`] of output; `Err` (the stop abort) when it
+/// was set, the keys then partly merged.
+fn merge_keys(keys: &mut [u64], split: usize, stop: Option<&StopFlag>) -> Result<(), HelperAbort> {
     let left = keys[..split].to_vec();
     let n = keys.len();
     let (mut i, mut j, mut k) = (0usize, split, 0usize);
-    // No branch on the comparison (random keys mispredict half of them).
     while i < left.len() && j < n {
-        let (x, y) = (left[i], keys[j]);
-        let take_right = y < x;
-        keys[k] = if take_right { y } else { x };
-        i += usize::from(!take_right);
-        j += usize::from(take_right);
-        k += 1;
+        if stop.is_some_and(StopFlag::is_set) {
+            return Err(stopped_abort());
+        }
+        let piece_end = k + STOP_CHECK_BYTES / 8;
+        // No branch on the comparison (random keys mispredict half of them).
+        while i < left.len() && j < n && k < piece_end {
+            let (x, y) = (left[i], keys[j]);
+            let take_right = y < x;
+            keys[k] = if take_right { y } else { x };
+            i += usize::from(!take_right);
+            j += usize::from(take_right);
+            k += 1;
+        }
     }
     // The right run used up: the rest of the left run goes last.
     keys[k..k + left.len() - i].copy_from_slice(&left[i..]);
+    Ok(())
 }
 
 impl CallContext<'_> {
@@ -437,11 +584,12 @@ impl CallContext<'_> {
                 ),
             );
         }
+        let stop = self.stop;
         let data = match mem.slice_mut(ptr, len) {
             Ok(d) => d,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        with_keys(data, |keys| merge_keys(keys, (split / 8) as usize));
+        with_keys(data, |keys| merge_keys(keys, (split / 8) as usize, stop))?;
         Ok(len / 8)
     }
 }
@@ -890,6 +1038,16 @@ impl CallContext<'_> {
 
 impl HelperHost for CallContext<'_> {
     fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        let r0 = self.dispatch(id, args, mem)?;
+        // A run whose flag was set during the call stops here, on every engine, before
+        // the program sees what the call returned.
+        self.check_stop()?;
+        Ok(r0)
+    }
+}
+
+impl CallContext<'_> {
+    fn dispatch(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         match id {
             ids::CSX_FILE_SIZE => self.file_size(args, mem),
             ids::CSX_FILE_READ => self.file_read(args, mem),
@@ -1145,6 +1303,77 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The sort split into pieces equals a plain sort at piece sizes from 1 key up,
+    /// aligned or not, with duplicates; a set stop flag ends it with the stop abort.
+    #[test]
+    fn a_sort_in_pieces_equals_a_sort_and_stops() {
+        let flag = StopFlag::new();
+        for (n, mask) in [(0usize, u64::MAX), (1, 7), (1000, 0xf), (5000, u64::MAX)] {
+            let keys = xorshift_keys(n, 9, mask);
+            let mut expect = keys.clone();
+            expect.sort_unstable();
+            for piece in [1usize, 3, 64, 10_000] {
+                for skew in [0usize, 1] {
+                    let mut bytes = vec![0u8; n * 8 + skew];
+                    bytes[skew..].copy_from_slice(&le_bytes(&keys));
+                    let r = sort_le_u64_stoppable(&mut bytes[skew..], Some(&flag), piece);
+                    assert_eq!(r.unwrap(), n as u64);
+                    assert_eq!(bytes[skew..], le_bytes(&expect)[..], "{n} {piece} {skew}");
+                }
+            }
+        }
+        flag.stop(2);
+        let mut bytes = le_bytes(&xorshift_keys(100, 3, u64::MAX));
+        let e = sort_le_u64_stoppable(&mut bytes, Some(&flag), 8).unwrap_err();
+        assert_eq!(e.code, STOPPED_IN_FUNCTION);
+    }
+
+    /// memcpy in pieces is a memmove for overlaps in both directions; with the stop
+    /// flag set, memcpy, memset and sort stop their run (and a call that completed
+    /// stops it too, as it returns).
+    #[test]
+    fn long_functions_copy_in_pieces_and_stop() {
+        let len = 3 * STOP_CHECK_BYTES + 123;
+        let total = len + 2 * STOP_CHECK_BYTES;
+        let pattern: Vec<u8> = (0..total).map(|i| (i * 7 + i / 251) as u8).collect();
+        for (dst, src) in [(0usize, STOP_CHECK_BYTES + 5), (STOP_CHECK_BYTES + 5, 0), (9, 9)] {
+            let mut mem_bytes = pattern.clone();
+            let mut expect = pattern.clone();
+            expect.copy_within(src..src + len, dst);
+            let mut map = MemoryMap::new();
+            let base = map
+                .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem_bytes)
+                .unwrap();
+            let flag = StopFlag::new();
+            let mut ctx = CallContext::without_files(Instant::now()).with_stop(&flag);
+            let args = [base + dst as u64, base + src as u64, len as u64, 0, 0];
+            assert_eq!(ctx.call(ids::CSX_MEMCPY, args, &mut map).unwrap(), len as u64);
+            drop(map);
+            assert!(mem_bytes == expect, "dst {dst} src {src}");
+        }
+        let mut mem_bytes = vec![0u8; len];
+        let mut map = MemoryMap::new();
+        let base = map
+            .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut mem_bytes)
+            .unwrap();
+        let flag = StopFlag::new();
+        flag.stop(1);
+        let mut ctx = CallContext::without_files(Instant::now()).with_stop(&flag);
+        let l = (len / 8 * 8) as u64;
+        for (id, args) in [
+            (ids::CSX_MEMSET, [base, 1, len as u64, 0, 0]),
+            (ids::CSX_MEMCPY, [base, base + 8, (len - 8) as u64, 0, 0]),
+            (ids::CSX_SORT_U64, [base, l, 0, 0, 0]),
+            (ids::CSX_NOW_NS, [0; 5]),
+        ] {
+            let e = ctx.call(id, args, &mut map).unwrap_err();
+            assert_eq!(e.code, STOPPED_IN_FUNCTION, "function {id}");
+        }
+        drop(map);
+        // memset stopped before its first piece.
+        assert!(mem_bytes.iter().all(|&b| b == 0));
     }
 
     /// A u64 vector's bytes (for aligned windows in tests), safely: through the

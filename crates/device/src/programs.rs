@@ -20,9 +20,24 @@
 //! [`RunTicket`], and a slot with runs in flight can be neither deactivated nor
 //! unloaded (99h).
 //!
-//! Loaded slots persist in `programs/` in the state directory (the image and a small
-//! JSON record, each written atomically), with their activation, and are restored when
-//! the device opens.
+//! Ownership: a program belongs to the queue pair that loaded it, and is unloaded when
+//! that pair goes ([`Programs::release_client`]), however its client went (a clean
+//! close, a crash, a kill, a broken connection): if executions of it are still in
+//! flight then, it is unloaded when the last one ends, and no new one starts. Such a
+//! program is never written to the state directory, so a daemon or a process that dies
+//! holding it leaves nothing behind either.
+//!
+//! Persistence: only a program made persistent under a name
+//! ([`Programs::persist_as`], `Op::PersistProgram`) outlives its loader. It persists in
+//! `programs/` in the state directory (the image and a small JSON record with its name,
+//! each written atomically), with its activation, and is restored when the device
+//! opens. Names are unique among the slots.
+//!
+//! State directories written before programs had owners persisted every loaded program,
+//! meant to stay or not (a killed client's programs included). Their records carry no
+//! name: at open such a program is restored as persistent under the name `slotN` (N its
+//! slot), loaded but not active, so nothing is lost and none of them holds an
+//! activation; `csx program list` shows them and `csx program unload slotN` drops one.
 //!
 //! Invariants:
 //! * `bytes_total` is the sum of `total_size_bytes` over non-empty slots and never
@@ -101,6 +116,10 @@ pub enum ProgramError {
     Jit { message: String },
     #[error("cannot persist slot {pind}: {message}")]
     Persist { pind: u16, message: String },
+    #[error("the name {name:?} is taken by the program in slot {pind}")]
+    NameTaken { name: String, pind: u16 },
+    #[error("slot {pind} belongs to another client; only its loader may make it persistent")]
+    NotOwner { pind: u16 },
 }
 
 struct ActiveEngine {
@@ -124,6 +143,14 @@ struct Slot {
     active: Option<ActiveEngine>,
     runs_in_flight: u32,
     executions: u64,
+    /// The queue pair that loaded the program and owns it; `None` once persistent (or
+    /// restored by the device).
+    owner: Option<ClientId>,
+    /// The name it persists under, when persistent.
+    persistent: Option<String>,
+    /// Its owner is gone while executions were in flight: it is unloaded when the last
+    /// one ends, and no new one begins.
+    doomed: bool,
 }
 
 /// `ProgramState` with a `Default`.
@@ -176,11 +203,30 @@ impl std::fmt::Debug for RunTicket<'_> {
 
 impl Drop for RunTicket<'_> {
     fn drop(&mut self) {
-        let mut inner = self.programs.lock();
+        let mut guard = self.programs.lock();
+        let inner = &mut *guard;
         let slot = &mut inner.slots[usize::from(self.pind.0)];
         assert!(slot.runs_in_flight > 0, "a ticket's run is counted");
         slot.runs_in_flight -= 1;
+        if slot.doomed && slot.runs_in_flight == 0 {
+            // Its owner went while this run was in flight: unload it now (it was never
+            // written to the state directory).
+            empty_slot(inner, usize::from(self.pind.0));
+        }
     }
+}
+
+/// Empties slot `idx` of a program that is not persistent, releasing its bytes and its
+/// activation.
+fn empty_slot(inner: &mut Inner, idx: usize) {
+    let slot = &mut inner.slots[idx];
+    debug_assert!(slot.persistent.is_none() && slot.runs_in_flight == 0);
+    if slot.state() == ProgramState::Active {
+        inner.active_count -= 1;
+    }
+    inner.bytes_total -= u64::from(slot.total_size_bytes);
+    slot.set_state(ProgramState::Empty);
+    *slot = Slot::default();
 }
 
 /// The compute namespace.
@@ -211,6 +257,10 @@ struct SlotRecord {
     entry: Option<String>,
     /// "interpreter", "jit" or null.
     engine: Option<String>,
+    /// The name the program persists under; absent in records written before programs
+    /// had owners (see the module doc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
 /// How long each phase of an activation took.
@@ -379,6 +429,9 @@ impl Programs {
         ) {
             Ok(program) => {
                 slot.name = program.name;
+                // The loader owns it (the device's own restores are owned by nobody);
+                // it is written to the state directory only once persistent.
+                slot.owner = (client != DEVICE_CLIENT).then_some(client);
                 slot.set_state(ProgramState::Loaded);
             }
             Err(e) => {
@@ -388,15 +441,97 @@ impl Programs {
                 return Err(e);
             }
         }
+        Ok(received)
+    }
+
+    /// Makes the program in `pind` persistent under `name` for its owner `client`: it
+    /// no longer goes with `client`'s queue pair, and it is written to the state
+    /// directory (image and record, with its activation). Refused when the slot holds
+    /// no complete program (0x8F), belongs to another client or is doomed (99h), or the
+    /// name is taken by another slot (99h, naming it). Asking again with the same name
+    /// is a success.
+    pub fn persist_as(
+        &self,
+        client: ClientId,
+        pind: ProgramIndex,
+        name: &str,
+    ) -> Result<(), ProgramError> {
+        let idx = slot_index(pind)?;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if let Some((other, _)) = inner
+            .slots
+            .iter()
+            .enumerate()
+            .find(|(i, s)| *i != idx && s.persistent.as_deref() == Some(name))
+        {
+            return Err(ProgramError::NameTaken {
+                name: name.to_string(),
+                pind: other as u16,
+            });
+        }
+        let slot = &mut inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty | ProgramState::Loading => {
+                return Err(ProgramError::NoProgram { pind: pind.0 })
+            }
+            ProgramState::Loaded | ProgramState::Active => {}
+        }
+        match (&slot.persistent, slot.owner) {
+            (Some(have), _) if have == name => return Ok(()),
+            (Some(have), _) => {
+                return Err(ProgramError::NameTaken {
+                    name: have.clone(),
+                    pind: pind.0,
+                })
+            }
+            (None, Some(owner)) if owner == client && !slot.doomed => {}
+            _ => return Err(ProgramError::NotOwner { pind: pind.0 }),
+        }
+        slot.persistent = Some(name.to_string());
+        slot.owner = None;
         let record = SlotRecord {
-            ptype: ptype_name(ptype).into(),
+            ptype: ptype_name(slot.ptype.expect("a loaded slot has a type")).into(),
             entry: slot.entry.clone(),
-            engine: None,
+            engine: slot.active.as_ref().map(|a| engine_name(a.kind).into()),
+            name: Some(name.to_string()),
         };
         let image = slot.image.clone();
-        drop(guard);
-        self.persist(pind, Some((&image, &record)))?;
-        Ok(received)
+        // Written under the lock, so an unload or a deactivation of this slot cannot
+        // overtake the files (both are rare admin commands).
+        if let Err(e) = self.persist(pind, Some((&image, &record))) {
+            let slot = &mut inner.slots[idx];
+            slot.persistent = None;
+            slot.owner = Some(client);
+            // Best effort: what was half written goes.
+            let _ = self.persist(pind, None);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Releases everything queue pair `client` holds, as its pair goes: loads in
+    /// progress are dropped, and each program it loaded that is not persistent is
+    /// unloaded, at once if no execution of it is in flight, else when the last one
+    /// ends (none starts meanwhile). Returns how many programs it held.
+    pub fn release_client(&self, client: ClientId) -> usize {
+        let mut released = self.abandon_loads(client);
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for idx in 0..inner.slots.len() {
+            let slot = &mut inner.slots[idx];
+            if slot.owner != Some(client) || slot.persistent.is_some() {
+                continue;
+            }
+            released += 1;
+            slot.owner = None;
+            if slot.runs_in_flight > 0 {
+                slot.doomed = true;
+            } else {
+                empty_slot(inner, idx);
+            }
+        }
+        released
     }
 
     fn parse(
@@ -449,7 +584,7 @@ impl Programs {
             ProgramState::Active => inner.active_count -= 1,
             ProgramState::Loading | ProgramState::Loaded => {}
         }
-        let was_persisted = slot.state() != ProgramState::Loading;
+        let was_persisted = slot.persistent.is_some();
         inner.bytes_total -= u64::from(slot.total_size_bytes);
         slot.set_state(ProgramState::Empty);
         *slot = Slot::default();
@@ -515,17 +650,23 @@ impl Programs {
                 reason: "the slot changed during activation",
             });
         }
+        if slot.doomed {
+            return Err(ProgramError::NoProgram { pind: pind.0 });
+        }
         slot.active = Some(active);
         slot.executions = 0;
         slot.set_state(ProgramState::Active);
         inner.active_count += 1;
-        let record = SlotRecord {
+        let record = slot.persistent.as_ref().map(|name| SlotRecord {
             ptype: ptype_name(ptype).into(),
             entry: slot.entry.clone(),
             engine: Some(engine_name(kind).into()),
-        };
+            name: Some(name.clone()),
+        });
         drop(guard);
-        self.persist_record(pind, &record)?;
+        if let Some(record) = record {
+            self.persist_record(pind, &record)?;
+        }
         Ok(timing)
     }
 
@@ -616,13 +757,17 @@ impl Programs {
         slot.active = None;
         slot.set_state(ProgramState::Loaded);
         inner.active_count -= 1;
-        let record = SlotRecord {
+        let record = slot.persistent.as_ref().map(|name| SlotRecord {
             ptype: ptype_name(slot.ptype.expect("a loaded slot has a type")).into(),
             entry: slot.entry.clone(),
             engine: None,
-        };
+            name: Some(name.clone()),
+        });
         drop(guard);
-        self.persist_record(pind, &record)
+        match record {
+            Some(record) => self.persist_record(pind, &record),
+            None => Ok(()),
+        }
     }
 
     /// The tier a tiered JIT activation runs on now; `None` when the slot's engine is
@@ -666,6 +811,8 @@ impl Programs {
                 Err(ProgramError::NoProgram { pind: pind.0 })
             }
             ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
+            // Its owner is gone; it is unloaded when the runs in flight end.
+            ProgramState::Active if slot.doomed => Err(ProgramError::NoProgram { pind: pind.0 }),
             ProgramState::Active => {
                 let engine = Arc::clone(
                     &slot
@@ -702,6 +849,8 @@ impl Programs {
                 name: s.name.clone(),
                 engine: s.active.as_ref().map(|a| a.kind),
                 executions: s.executions,
+                owner: s.owner,
+                persistent: s.persistent.clone(),
             })
             .collect()
     }
@@ -796,7 +945,7 @@ impl Programs {
         let size = u32::try_from(image.len()).map_err(|_| ProgramError::TooBig {
             size_bytes: u32::MAX,
         })?;
-        // Replay the load (which rewrites the same files, atomically).
+        // Replay the load (owned by nobody), then name it.
         self.load_chunk(
             DEVICE_CLIENT,
             pind,
@@ -806,7 +955,43 @@ impl Programs {
             &image,
             record.entry.as_deref(),
         )?;
-        match record.engine.as_deref() {
+        let (name, engine) = match &record.name {
+            Some(name) => (name.clone(), record.engine.as_deref()),
+            // A record from before programs had owners: kept, inactive, under its slot's
+            // name (see the module doc); its record is rewritten with that name.
+            None => (format!("slot{}", pind.0), None),
+        };
+        let restored = {
+            let mut inner = self.lock();
+            let taken = inner
+                .slots
+                .iter()
+                .any(|s| s.persistent.as_deref() == Some(name.as_str()));
+            let slot = &mut inner.slots[usize::from(pind.0)];
+            if !taken && csx_proto::validate_program_name(&name).is_ok() {
+                slot.persistent = Some(name.clone());
+                true
+            } else {
+                false
+            }
+        };
+        if !restored {
+            let _ = self.unload(pind);
+            return Err(bad(format!(
+                "{}: the name {name:?} is invalid or taken by another slot",
+                json.display()
+            )));
+        }
+        if record.name.is_none() {
+            let record = SlotRecord {
+                ptype: record.ptype.clone(),
+                entry: record.entry.clone(),
+                engine: None,
+                name: Some(name),
+            };
+            self.persist_record(pind, &record)?;
+        }
+        match engine {
             None => Ok(()),
             Some("jit") => self.activate(pind, EngineKind::Jit).map(drop),
             Some(_) => self.activate(pind, EngineKind::Interpreter).map(drop),
@@ -1056,28 +1241,110 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = Arc::new(FunctionTable::new());
         let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
-        p.load_chunk(C1, ProgramIndex(2), ProgramType::Raw, 16, 0, &ret42(), None)
-            .unwrap();
+        for pind in [2, 5, 6, 7] {
+            p.load_chunk(C1, ProgramIndex(pind), ProgramType::Raw, 16, 0, &ret42(), None)
+                .unwrap();
+        }
         p.activate(ProgramIndex(2), EngineKind::Interpreter)
             .unwrap();
-        p.load_chunk(C1, ProgramIndex(5), ProgramType::Raw, 16, 0, &ret42(), None)
-            .unwrap();
-        p.load_chunk(C1, ProgramIndex(6), ProgramType::Raw, 16, 0, &ret42(), None)
-            .unwrap();
+        p.persist_as(C1, ProgramIndex(2), "two").unwrap();
+        p.persist_as(C1, ProgramIndex(5), "five").unwrap();
+        p.persist_as(C1, ProgramIndex(6), "six").unwrap();
         p.unload(ProgramIndex(6)).unwrap();
+        // Slot 7 is loaded and active but not persistent: never written.
+        p.activate(ProgramIndex(7), EngineKind::Interpreter)
+            .unwrap();
+        let mut files: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["2.img", "2.json", "5.img", "5.json"]);
         drop(p);
         let q = Programs::new(table, true, Some(dir.path().to_path_buf()));
         assert!(q.restore().is_empty());
-        let list = q.list();
-        assert_eq!(list.len(), 2);
+        let list: Vec<_> = q
+            .list()
+            .into_iter()
+            .map(|i| (i.pind.0, i.state, i.persistent, i.owner))
+            .collect();
         assert_eq!(
-            (list[0].pind, list[0].state),
-            (ProgramIndex(2), ProgramState::Active)
+            list,
+            [
+                (2, ProgramState::Active, Some("two".to_string()), None),
+                (5, ProgramState::Loaded, Some("five".to_string()), None)
+            ]
+        );
+    }
+
+    /// A program goes with its owner (at once, or when its last run ends, no run
+    /// starting meanwhile), a persistent one does not; only its owner names it, and a
+    /// name belongs to one slot.
+    #[test]
+    fn programs_go_with_their_owner_unless_persistent() {
+        let p = programs();
+        for pind in [1, 2, 3] {
+            p.load_chunk(C1, ProgramIndex(pind), ProgramType::Raw, 16, 0, &ret42(), None)
+                .unwrap();
+            p.activate(ProgramIndex(pind), EngineKind::Interpreter)
+                .unwrap();
+        }
+        p.load_chunk(C2, ProgramIndex(4), ProgramType::Raw, 16, 0, &ret42(), None)
+            .unwrap();
+        let e = p.persist_as(C2, ProgramIndex(3), "x").unwrap_err();
+        assert_eq!(e.status(), Status::ProgramInUse);
+        p.persist_as(C1, ProgramIndex(3), "x").unwrap();
+        let e = p.persist_as(C2, ProgramIndex(4), "x").unwrap_err();
+        assert_eq!(e, ProgramError::NameTaken { name: "x".into(), pind: 3 });
+        let ticket = p.begin_run(ProgramIndex(2)).unwrap();
+        assert_eq!(p.release_client(C1), 2, "slots 1 and 2; 3 is persistent");
+        let left: Vec<u16> = p.list().iter().map(|i| i.pind.0).collect();
+        assert_eq!(left, [2, 3, 4], "slot 2 waits for its run");
+        assert_eq!(p.lock().active_count, 2);
+        assert_eq!(
+            p.begin_run(ProgramIndex(2)).unwrap_err().status(),
+            Status::NoProgram
         );
         assert_eq!(
-            (list[1].pind, list[1].state),
-            (ProgramIndex(5), ProgramState::Loaded)
+            p.persist_as(C1, ProgramIndex(2), "y").unwrap_err().status(),
+            Status::ProgramInUse
         );
+        drop(ticket);
+        let left: Vec<u16> = p.list().iter().map(|i| i.pind.0).collect();
+        assert_eq!(left, [3, 4]);
+        assert_eq!(p.lock().active_count, 1);
+        assert_eq!(p.lock().bytes_total, 32);
+        assert_eq!(p.release_client(C2), 1);
+        assert_eq!(p.list().len(), 1);
+    }
+
+    /// A state directory from before programs had owners: its records carry no name.
+    /// Each program comes back persistent as `slotN`, loaded but not active, and its
+    /// record is rewritten with that name.
+    #[test]
+    fn records_without_a_name_come_back_named_by_slot_and_inactive() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("7.img"), ret42()).unwrap();
+        fs::write(
+            dir.path().join("7.json"),
+            br#"{"ptype": "raw", "entry": null, "engine": "jit"}"#,
+        )
+        .unwrap();
+        let p = Programs::new(
+            Arc::new(FunctionTable::new()),
+            true,
+            Some(dir.path().to_path_buf()),
+        );
+        assert!(p.restore().is_empty());
+        let list = p.list();
+        assert_eq!(list.len(), 1);
+        assert_eq!(
+            (list[0].pind.0, list[0].state, list[0].persistent.as_deref(), list[0].owner),
+            (7, ProgramState::Loaded, Some("slot7"), None)
+        );
+        let record: SlotRecord =
+            serde_json::from_slice(&fs::read(dir.path().join("7.json")).unwrap()).unwrap();
+        assert_eq!(record.name.as_deref(), Some("slot7"));
     }
 }
 

@@ -125,7 +125,9 @@ impl ToStatus for ProgramError {
             ProgramError::InvalidIndex { .. } => Status::InvalidProgramIndex,
             ProgramError::NoProgram { .. } => Status::NoProgram,
             ProgramError::NotActivated { .. } => Status::ProgramNotActivated,
-            ProgramError::InUse { .. } => Status::ProgramInUse,
+            ProgramError::InUse { .. }
+            | ProgramError::NameTaken { .. }
+            | ProgramError::NotOwner { .. } => Status::ProgramInUse,
             ProgramError::TooManyActive { .. } => Status::MaximumProgramsActivated,
             ProgramError::BytesExceeded { .. } => Status::MaximumProgramBytesExceeded,
             ProgramError::TooBig { .. } => Status::ProgramTooBig,

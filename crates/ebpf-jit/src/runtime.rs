@@ -14,6 +14,7 @@
 use std::ffi::c_void;
 use std::mem::offset_of;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use csx_ebpf::engine::{rules, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::{call_helper, FunctionTable, HelperHost};
@@ -174,6 +175,21 @@ pub(crate) extern "C" fn helper_trampoline(
                 code: HELPER_PANIC_CODE,
                 message: "helper remapped the engine's stack region".into(),
             })
+        }
+    });
+    // A stop asked for while the helper ran ends the run here, at the call: compiled
+    // code looks at the flag only when its fuel slice runs out, which a loop of long
+    // helper calls reaches seconds later. One load per call, next to the call's cost.
+    // SAFETY: `ctx.stop` is `StopFlag::as_ptr` of the run's flag (or the never-set
+    // one), an `AtomicU32`'s word, 4-byte aligned, which `execute` keeps alive for the
+    // whole run; it is only accessed atomically here and everywhere else.
+    let flag = unsafe { AtomicU32::from_ptr(ctx.stop.cast_mut()) };
+    let reason = flag.load(Ordering::Relaxed);
+    let result = result.and_then(|r0| {
+        if reason == 0 {
+            Ok(r0)
+        } else {
+            Err(TrapKind::Stopped { reason })
         }
     });
     match result {

@@ -348,6 +348,18 @@ impl Device {
         self.call(Op::DeactivateProgram { pind }).map(drop)
     }
 
+    /// Makes the program this client loaded into `pind` persistent under `name`: it
+    /// stays loaded (with its activation) when this client goes and across restarts of
+    /// the device, until someone unloads it. Without this, a program is unloaded when
+    /// the connection that loaded it goes.
+    pub fn persist_program(&self, pind: ProgramIndex, name: &str) -> Result<(), CallError> {
+        self.call(Op::PersistProgram {
+            pind,
+            name: name.to_string(),
+        })
+        .map(drop)
+    }
+
     /// Empties slot `pind`.
     pub fn unload(&self, pind: ProgramIndex) -> Result<(), CallError> {
         self.call(Op::UnloadProgram { pind }).map(drop)

@@ -141,6 +141,12 @@ pub enum Op {
     },
     /// Release the program's engine (Program Activation Management, deactivate).
     DeactivateProgram { pind: ProgramIndex },
+    /// Make the loaded program in `pind` persistent under `name`: it no longer belongs
+    /// to the queue pair that loaded it (a program that is not persistent is unloaded
+    /// when its loader's pair goes), it is kept in the state directory with its
+    /// activation, and it is restored when the device opens. Only the loader may ask;
+    /// the name is unique among the device's programs (see [`validate_program_name`]).
+    PersistProgram { pind: ProgramIndex, name: String },
     /// Allocate `size_bytes` of SLM. Value: the new handle.
     MemAlloc { size_bytes: u64 },
     /// Free an allocation.
@@ -274,6 +280,18 @@ pub enum FieldError {
         value: u64,
         limit: u64,
     },
+    /// A value outside `min..=max` (below the minimum or above the maximum).
+    #[error("{field} of {value}{unit}, must be {min}..={max}")]
+    NotInRange {
+        field: &'static str,
+        value: u64,
+        /// Printed after the value (" ms"), or empty.
+        unit: &'static str,
+        min: u64,
+        max: u64,
+    },
+    #[error("program name {name:?}: {reason}")]
+    BadProgramName { name: String, reason: &'static str },
     #[error("{field}: offset {offset} plus length {len} overflows")]
     Overflow {
         field: &'static str,
@@ -389,6 +407,40 @@ fn check_pind(pind: ProgramIndex) -> Result<(), FieldError> {
 fn check_handle(handle: MemHandle) -> Result<(), FieldError> {
     if handle == MemHandle::NONE {
         return Err(FieldError::NullHandle);
+    }
+    Ok(())
+}
+
+/// Bytes of a persistent program's name at most.
+pub const PROGRAM_NAME_SIZE_MAX: usize = 64;
+
+/// Checks a persistent program's name: 1..=[`PROGRAM_NAME_SIZE_MAX`] bytes of ASCII
+/// letters, digits, `_`, `-` and `.`, starting with a letter or digit, and not all
+/// digits (so a name never reads as a slot number).
+pub fn validate_program_name(name: &str) -> Result<(), FieldError> {
+    let bad = |reason| {
+        Err(FieldError::BadProgramName {
+            name: name.chars().take(PROGRAM_NAME_SIZE_MAX + 8).collect(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > PROGRAM_NAME_SIZE_MAX {
+        return bad("longer than 64 bytes");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        return bad("only ASCII letters, digits, `_`, `-` and `.` are allowed");
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        return bad("must start with a letter or a digit");
+    }
+    if name.bytes().all(|b| b.is_ascii_digit()) {
+        return bad("must not be all digits (that reads as a slot number)");
     }
     Ok(())
 }
@@ -530,6 +582,10 @@ impl Op {
             Op::UnloadProgram { pind }
             | Op::ActivateProgram { pind, .. }
             | Op::DeactivateProgram { pind } => check_pind(*pind),
+            Op::PersistProgram { pind, name } => {
+                check_pind(*pind)?;
+                validate_program_name(name)
+            }
             Op::MemAlloc { size_bytes } => {
                 if *size_bytes == 0 {
                     return Err(FieldError::Empty {
@@ -598,19 +654,23 @@ impl Op {
                 check_len("params", params.len() as u64, PARAMS_SIZE_MAX as u64)?;
                 if let Some(f) = *fuel {
                     if f == 0 || f > FUEL_MAX {
-                        return Err(FieldError::OutOfRange {
+                        return Err(FieldError::NotInRange {
                             field: "fuel",
                             value: f,
-                            limit: FUEL_MAX,
+                            unit: "",
+                            min: 1,
+                            max: FUEL_MAX,
                         });
                     }
                 }
                 if let Some(ms) = *time_limit_ms {
                     if ms == 0 || ms > TIME_LIMIT_MS_MAX {
-                        return Err(FieldError::OutOfRange {
-                            field: "time limit (ms)",
+                        return Err(FieldError::NotInRange {
+                            field: "time limit",
                             value: u64::from(ms),
-                            limit: u64::from(TIME_LIMIT_MS_MAX),
+                            unit: " ms",
+                            min: 1,
+                            max: u64::from(TIME_LIMIT_MS_MAX),
                         });
                     }
                 }
@@ -672,6 +732,7 @@ impl Op {
             Op::UnloadProgram { .. } => 0x05,
             Op::ActivateProgram { .. } => 0x06,
             Op::DeactivateProgram { .. } => 0x07,
+            Op::PersistProgram { .. } => 0x0D,
             Op::RangeSetCreate { .. } => 0x08,
             Op::RangeSetDelete { .. } => 0x09,
             Op::ClearState { .. } => 0x0A,
@@ -710,6 +771,7 @@ impl Op {
             Op::UnloadProgram { .. } => "unload-program",
             Op::ActivateProgram { .. } => "activate-program",
             Op::DeactivateProgram { .. } => "deactivate-program",
+            Op::PersistProgram { .. } => "persist-program",
             Op::RangeSetCreate { .. } => "range-set-create",
             Op::RangeSetDelete { .. } => "range-set-delete",
             Op::ClearState { .. } => "clear-state",

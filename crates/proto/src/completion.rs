@@ -10,7 +10,7 @@
 use std::fmt;
 
 use crate::command::{EngineKind, FieldError, ProgramType};
-use crate::ids::{CommandId, FunctionId, ProgramIndex};
+use crate::ids::{ClientId, CommandId, FunctionId, ProgramIndex};
 use crate::limits::*;
 use crate::status::Status;
 
@@ -487,6 +487,12 @@ pub struct ProgramInfo {
     pub engine: Option<EngineKind>,
     /// Executions since activation.
     pub executions: u64,
+    /// The queue pair that loaded it and owns it: the program is unloaded when that
+    /// pair goes. `None` for a persistent program (or one the device restored).
+    pub owner: Option<ClientId>,
+    /// The name a persistent program is kept under (`Op::PersistProgram`); `None` for a
+    /// program that lives only as long as its owner.
+    pub persistent: Option<String>,
 }
 
 /// A device file's metadata.

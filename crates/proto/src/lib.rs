@@ -15,7 +15,7 @@ pub mod wire;
 
 pub use abi::{errno, ABI_VERSION};
 pub use command::{
-    validate_dir, validate_path, Command, CopySource, EngineKind, FieldError, MemRange, Op,
+    validate_dir, validate_path, validate_program_name, Command, CopySource, EngineKind, FieldError, MemRange, Op,
     ProgramType, Windows, WriteMode,
 };
 pub use completion::{

@@ -315,6 +315,10 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             w.bytes(data);
         }
         Op::UnloadProgram { pind } | Op::DeactivateProgram { pind } => w.u16(pind.0),
+        Op::PersistProgram { pind, name } => {
+            w.u16(pind.0);
+            w.str(name);
+        }
         Op::ActivateProgram { pind, engine } => {
             w.u16(pind.0);
             w.u8(engine_code(*engine));
@@ -601,6 +605,10 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
             len: r.u64("length")?,
         },
         0x0B => Op::Flush,
+        0x0D => Op::PersistProgram {
+            pind: decode_pind(r)?,
+            name: r.str("program name", crate::command::PROGRAM_NAME_SIZE_MAX)?,
+        },
         0x0C => Op::Abort {
             target: CommandId(r.u64("target command id")?),
         },
@@ -1035,6 +1043,11 @@ fn encode_reply(w: &mut Writer<'_>, reply: &Reply) {
                 w.u32(p.loaded_bytes);
                 w.u64(p.executions);
                 w.str(&p.name);
+                w.u32(p.owner.map_or(0, |c| c.0));
+                w.bool(p.persistent.is_some());
+                if let Some(name) = &p.persistent {
+                    w.str(name);
+                }
             }
         }
         Reply::Files { files, truncated } => {
@@ -1396,6 +1409,18 @@ fn decode_program_info(r: &mut Reader<'_>) -> Result<ProgramInfo, WireError> {
         loaded_bytes: r.u32("loaded")?,
         executions: r.u64("executions")?,
         name: r.str("program name", NAME_SIZE_MAX)?,
+        owner: match r.u32("owner")? {
+            0 => None,
+            c => Some(ClientId(c)),
+        },
+        persistent: if r.bool("persistent")? {
+            Some(r.str(
+                "persistent name",
+                crate::command::PROGRAM_NAME_SIZE_MAX,
+            )?)
+        } else {
+            None
+        },
     })
 }
 

@@ -15,11 +15,11 @@
 //! the connection goes on.
 //!
 //! Slots: a slot counts against the client that loaded it (its first chunk completed)
-//! until anyone unloads it or the client goes. Loaded programs outlive their client
-//! (programs persist, as TP4091's do) unless the server reclaims them
-//! ([`ServerConfig::reclaim_programs`](crate::ServerConfig)), in which case the
-//! connection unloads every program it loaded and did not unload before its queue pair
-//! goes.
+//! until anyone unloads it or the client goes. The device itself unloads a departed
+//! client's programs when its queue pair goes, on every transport and however the client
+//! went, except those the client made persistent by name (`Op::PersistProgram`), which
+//! stay and then count against no client. So the server never unloads anything itself:
+//! `reclaim_programs` is now what always happens.
 //!
 //! Invariant: `memory_reserved + memory_used` is at most `memory_bytes`; the slots
 //! counted for a client plus its first chunks in flight are at most `program_slots`.
@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use csx_device::QueuePair;
-use csx_proto::{Command, CommandId, Completion, Op, ProgramIndex, Status};
+use csx_proto::{Command, CommandId, Completion, Op, Status};
 
 /// What one client may hold at once (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,45 +253,11 @@ impl Quota {
     }
 
     /// At the end of a connection, with nothing in flight: forgets the slots this client
-    /// holds, first unloading their programs through `qp` when `reclaim`. Returns the
-    /// slots unloaded.
-    pub(crate) fn release(&self, qp: &QueuePair, owners: &SlotOwners, reclaim: bool) -> usize {
-        let mine: Vec<u16> = {
-            let mut owners = lock(owners);
-            let mine: Vec<u16> = owners
-                .iter()
-                .filter(|(_, &c)| c == self.client)
-                .map(|(&p, _)| p)
-                .collect();
-            for p in &mine {
-                owners.remove(p);
-            }
-            mine
-        };
-        if !reclaim {
-            return 0;
-        }
-        let mut unloaded = 0;
-        for (i, pind) in mine.into_iter().enumerate() {
-            let cmd = Command::new(
-                CommandId(u64::MAX - i as u64),
-                Op::UnloadProgram {
-                    pind: ProgramIndex(pind),
-                },
-            );
-            match qp.call(cmd) {
-                Ok(c) if c.status.is_success() => unloaded += 1,
-                Ok(c) => tracing::warn!(
-                    client = self.client,
-                    pind,
-                    status = ?c.status,
-                    "cannot reclaim a program of a departed client"
-                ),
-                Err(e) => {
-                    tracing::warn!(client = self.client, pind, error = %e, "cannot reclaim a program")
-                }
-            }
-        }
-        unloaded
+    /// holds. The device unloads those that are not persistent when `qp` is dropped (see
+    /// the module doc), whatever `reclaim` says; so this unloads nothing itself and
+    /// returns 0.
+    pub(crate) fn release(&self, _qp: &QueuePair, owners: &SlotOwners, _reclaim: bool) -> usize {
+        lock(owners).retain(|_, c| *c != self.client);
+        0
     }
 }

@@ -445,6 +445,11 @@ fn soak_32_clients_with_kills_reclaims_everything() {
                 pind,
                 engine: EngineKind::Interpreter,
             },
+            // Kept after this queue pair goes (and across the restart).
+            Op::PersistProgram {
+                pind,
+                name: "shared".into(),
+            },
         ]
         .into_iter()
         .enumerate()

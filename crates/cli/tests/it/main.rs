@@ -8,6 +8,7 @@ mod device_exec;
 mod lambda;
 mod mount_cli;
 mod pipe_cli;
+mod programs_cli;
 mod served_exec;
 mod shell_pipes;
 mod vm_run;

@@ -58,6 +58,10 @@ impl Shared {
                 }
                 Err(e) => fail_with(&e),
             },
+            Op::PersistProgram { pind, name } => self
+                .programs
+                .persist_as(client, *pind, name)
+                .map_or_else(|e| fail_with(&e), |()| ok(0)),
             Op::DeactivateProgram { pind } => self
                 .programs
                 .deactivate(*pind)

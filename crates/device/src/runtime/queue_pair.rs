@@ -113,7 +113,8 @@ impl QpShared {
 /// One client's submission and completion queues (an NVMe queue pair).
 ///
 /// `submit` never waits; completions arrive in any order and are matched by
-/// [`CommandId`]. Dropping the pair reclaims its SLM allocations and range sets.
+/// [`CommandId`]. Dropping the pair reclaims its SLM allocations, its range sets and the
+/// programs it loaded that were not made persistent.
 #[derive(Debug)]
 pub struct QueuePair {
     pub(super) shared: Weak<Shared>,
@@ -326,7 +327,9 @@ impl Drop for QueuePair {
         if let Some(shared) = self.shared.upgrade() {
             // Range sets first: `RangeSets::create` checks the SLM under its own lock.
             shared.rangesets.reclaim(self.qp.client);
-            shared.programs.abandon_loads(self.qp.client);
+            // Its programs go with it, unless made persistent (those still running go
+            // when their runs end).
+            shared.programs.release_client(self.qp.client);
             shared.slm.reclaim(self.qp.client);
             shared.live_pairs.fetch_sub(1, Ordering::AcqRel);
         }

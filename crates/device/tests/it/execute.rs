@@ -361,3 +361,111 @@ fn the_default_fuel_ends_a_spin() {
         );
     }
 }
+
+/// A loop whose body is long device-function calls (memset then sort of window 0),
+/// with the fuel to run for seconds: r1 window, r2 its length.
+fn sort_loop_raw() -> Vec<u8> {
+    use csx_proto::abi::functions as ids;
+    let src = format!(
+        "mov %r6, %r1\nmov %r7, %r2\nmov %r8, 0\nloop:\nmov %r1, %r6\nmov %r2, %r8\n\
+         mov %r3, %r7\ncall {}\nmov %r1, %r6\nmov %r2, %r7\ncall {}\nadd %r8, 1\nja loop",
+        ids::CSX_MEMSET,
+        ids::CSX_SORT_U64
+    );
+    csx_ebpf::isa::encode_all(&csx_ebpf::asm::assemble(&src).expect("assembles"))
+}
+
+fn sort_loop_op(pind: u16, window: MemRange, time_limit_ms: u32) -> Op {
+    Op::Execute {
+        pind: ProgramIndex(pind),
+        windows: Windows::Inline(vec![window]),
+        cparam1: 0,
+        cparam2: 0,
+        params: vec![],
+        // Below the JIT's fuel slice, so that only a look at the stop flag after the
+        // calls (not the slice running out) can stop it before its fuel does.
+        fuel: Some(40_000),
+        time_limit_ms: Some(time_limit_ms),
+    }
+}
+
+/// A loop of long device-function calls stops at its time limit, and at an Abort, on
+/// both engines, within a small multiple of the limit (before, on the JIT, it ran to
+/// its fuel, seconds later, and ended as a fuel trap).
+#[test]
+fn long_device_function_calls_stop_at_the_time_limit_and_at_abort() {
+    let h = Harness::new();
+    let image = sort_loop_raw();
+    let window = h.alloc(16 << 20);
+    let w = range(window, 0, 16 << 20);
+    for (pind, engine) in [(0, EngineKind::Jit), (1, EngineKind::Interpreter)] {
+        load_raw(&h, pind, &image, engine);
+        let start = std::time::Instant::now();
+        let c = h.fails(sort_loop_op(pind, w, 100), Status::TimeLimitExceeded);
+        let took = start.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{engine:?}: stopped after {took:?} under a 100 ms limit"
+        );
+        assert!(
+            c.detail.unwrap().message.contains("time limit of 100 ms"),
+            "{engine:?}"
+        );
+
+        let id = h.id();
+        h.qp()
+            .submit(Command::new(id, sort_loop_op(pind, w, TIME_LIMIT_MS_MAX)))
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let start = std::time::Instant::now();
+        h.qp()
+            .submit(Command::new(h.id(), Op::Abort { target: id }))
+            .unwrap();
+        let mut run = None;
+        while let Some(c) = h.qp().reap(Some(std::time::Duration::from_secs(60))) {
+            if c.id == id {
+                run = Some(c);
+            }
+        }
+        let run = run.expect("the run completes");
+        assert_eq!(run.status, Status::Aborted, "{engine:?}: {:?}", run.detail);
+        let took = start.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{engine:?}: aborted after {took:?}"
+        );
+    }
+}
+
+/// One device-function call that outlasts the run's time limit (a cipher over 32 MiB
+/// under 1 ms) ends the run past its limit (C9h), not as a success.
+#[test]
+fn one_call_past_the_time_limit_is_reported_past_it() {
+    use csx_proto::abi::functions as ids;
+    let h = Harness::new();
+    // chacha20(key_nonce = window, 44, offset 0, data = window, len)
+    let src = format!(
+        "mov %r6, %r1\nmov %r7, %r2\nmov %r2, 44\nmov %r3, 0\nmov %r4, %r6\nmov %r5, %r7\n\
+         call {}\nexit",
+        ids::CSX_CHACHA20
+    );
+    let image = csx_ebpf::isa::encode_all(&csx_ebpf::asm::assemble(&src).unwrap());
+    let window = h.alloc(32 << 20);
+    for (pind, engine) in [(0, EngineKind::Jit), (1, EngineKind::Interpreter)] {
+        load_raw(&h, pind, &image, engine);
+        let op = Op::Execute {
+            pind: ProgramIndex(pind),
+            windows: Windows::Inline(vec![range(window, 0, 32 << 20)]),
+            cparam1: 0,
+            cparam2: 0,
+            params: vec![],
+            fuel: None,
+            time_limit_ms: Some(1),
+        };
+        let c = h.fails(op, Status::TimeLimitExceeded);
+        assert!(
+            c.detail.unwrap().message.contains("time limit of 1 ms"),
+            "{engine:?}"
+        );
+    }
+}

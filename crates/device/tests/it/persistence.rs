@@ -1,4 +1,5 @@
-//! What survives close and reopen: files, shared state, loaded and active programs.
+//! What survives close and reopen: files, shared state, and the loaded and active
+//! programs made persistent by name (no other).
 
 use csx_device::{DeviceError, DeviceRuntime};
 use csx_proto::*;
@@ -17,6 +18,15 @@ fn shared_state_files_and_programs_survive_reopen() {
         EngineKind::Interpreter,
         1 << 20,
     );
+    // Slot 2 is loaded and active too, but not made persistent: it goes at reopen (as it
+    // would when its queue pair closed).
+    h.load(2, &image, Some("count"), EngineKind::Jit, 1 << 20);
+    for (pind, name) in [(0, "count"), (1, "state-len")] {
+        h.ok(Op::PersistProgram {
+            pind: ProgramIndex(pind),
+            name: name.into(),
+        });
+    }
     for expect in 1..=3 {
         assert_eq!(h.exec(0, vec![], 16, &[]).value, expect);
     }
@@ -28,16 +38,26 @@ fn shared_state_files_and_programs_survive_reopen() {
         mode: WriteMode::Truncate,
     });
     h.reopen();
-    // Programs come back active on the same engines.
+    // The persistent programs come back active on the same engines, under their names
+    // and owned by no queue pair; the other one is gone.
     let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
         panic!()
     };
-    let states: Vec<_> = list.iter().map(|p| (p.pind.0, p.state, p.engine)).collect();
+    let states: Vec<_> = list
+        .iter()
+        .map(|p| (p.pind.0, p.state, p.engine, p.persistent.as_deref(), p.owner))
+        .collect();
     assert_eq!(
         states,
         [
-            (0, ProgramState::Active, Some(EngineKind::Jit)),
-            (1, ProgramState::Active, Some(EngineKind::Interpreter))
+            (0, ProgramState::Active, Some(EngineKind::Jit), Some("count"), None),
+            (
+                1,
+                ProgramState::Active,
+                Some(EngineKind::Interpreter),
+                Some("state-len"),
+                None
+            )
         ]
     );
     assert_eq!(h.exec(0, vec![], 16, &[]).value, 4);

@@ -1,5 +1,6 @@
 //! Program slots: chunked load, activation on both engines, TP4091 status codes, listing.
 
+use csx_device::QueuePair;
 use csx_proto::limits::*;
 use csx_proto::*;
 
@@ -255,4 +256,159 @@ fn function_table_is_published() {
     assert_eq!(info.engines, 3);
     assert_eq!(info.slm_size_bytes, 64 << 20);
     assert_eq!(info.abi_version, ABI_VERSION);
+}
+
+/// `mov r0, 42; exit` as raw bytecode.
+const RET42_RAW: [u8; 16] = [
+    0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0,
+];
+/// `ja -1`: spins until its fuel or its time runs out.
+const SPIN_RAW: [u8; 8] = [0x05, 0, 0xff, 0xff, 0, 0, 0, 0];
+
+fn load_raw_on(qp: &QueuePair, h: &Harness, pind: u16, image: &[u8], engine: EngineKind) {
+    for op in [
+        Op::LoadProgram {
+            pind: ProgramIndex(pind),
+            ptype: ProgramType::Raw,
+            total_size_bytes: image.len() as u32,
+            offset: 0,
+            data: image.to_vec(),
+            entry: None,
+        },
+        Op::ActivateProgram {
+            pind: ProgramIndex(pind),
+            engine,
+        },
+    ] {
+        let c = qp.call(Command::new(h.id(), op)).unwrap();
+        assert_eq!(c.status, Status::Success, "{:?}", c.detail);
+    }
+}
+
+fn listed(qp: &QueuePair, h: &Harness) -> Vec<ProgramInfo> {
+    match qp.call(Command::new(h.id(), Op::ListPrograms)).unwrap().reply {
+        Reply::Programs(p) => p,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A program belongs to the queue pair that loaded it: when that pair goes, the device
+/// unloads it (one another pair is still running goes when that run ends, and no run
+/// starts meanwhile). A program made persistent stays, owned by no pair. Only the
+/// loader makes its program persistent; names are unique and checked.
+#[test]
+fn programs_go_with_their_queue_pair_unless_persistent() {
+    let h = Harness::new();
+    let loader = h.dev().queue_pair(16).unwrap();
+    let probe = h.dev().queue_pair(16).unwrap();
+    load_raw_on(&loader, &h, 3, &SPIN_RAW, EngineKind::Jit);
+    load_raw_on(&loader, &h, 4, &RET42_RAW, EngineKind::Interpreter);
+    load_raw_on(&loader, &h, 5, &RET42_RAW, EngineKind::Jit);
+    let persist = |qp: &QueuePair, pind: u16, name: &str| {
+        qp.call(Command::new(
+            h.id(),
+            Op::PersistProgram {
+                pind: ProgramIndex(pind),
+                name: name.into(),
+            },
+        ))
+        .unwrap()
+    };
+    assert_eq!(persist(&loader, 5, "keep").status, Status::Success);
+    assert_eq!(persist(&loader, 5, "keep").status, Status::Success, "again");
+    // Another pair may not make the loader's program persistent.
+    let c = persist(&probe, 4, "mine");
+    assert_eq!(c.status, Status::ProgramInUse);
+    assert!(c.detail.unwrap().message.contains("another client"));
+    // A name is unique: the refusal names the slot that holds it.
+    let c = persist(&loader, 4, "keep");
+    assert_eq!(c.status, Status::ProgramInUse);
+    assert!(c.detail.unwrap().message.contains("slot 5"));
+    // Garbage names are refused by the protocol, naming the rule.
+    let long = "n".repeat(65);
+    for bad in ["", "12", "a b", "-x", ".x", "naïve", "a/b", long.as_str()] {
+        let c = persist(&loader, 4, bad);
+        assert_eq!(c.status, Status::InvalidField, "{bad:?}");
+        assert!(c.detail.unwrap().message.contains("program name"), "{bad:?}");
+    }
+    // Slot 4 with no persistence; slot 5 persistent; an empty slot is NoProgram.
+    assert_eq!(persist(&loader, 9, "none").status, Status::NoProgram);
+    let owners: Vec<_> = listed(&probe, &h)
+        .iter()
+        .map(|p| (p.pind.0, p.owner.is_some(), p.persistent.clone()))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            (3, true, None),
+            (4, true, None),
+            (5, false, Some("keep".to_string()))
+        ]
+    );
+
+    // The harness's pair runs the loader's spin program; then the loader goes.
+    let run_id = h.id();
+    h.qp()
+        .submit(Command::new(
+            run_id,
+            Op::Execute {
+                pind: ProgramIndex(3),
+                windows: Windows::Inline(vec![]),
+                cparam1: 0,
+                cparam2: 0,
+                params: vec![],
+                fuel: Some(FUEL_MAX),
+                time_limit_ms: Some(TIME_LIMIT_MS_MAX),
+            },
+        ))
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(loader);
+    let after: Vec<_> = listed(&probe, &h)
+        .iter()
+        .map(|p| (p.pind.0, p.owner, p.persistent.clone()))
+        .collect();
+    assert_eq!(
+        after,
+        [(3, None, None), (5, None, Some("keep".to_string()))],
+        "slot 4 went with its pair; slot 3 waits for its run"
+    );
+    // No new run of the departed pair's program starts.
+    let c = probe
+        .call(Command::new(
+            h.id(),
+            Op::Execute {
+                pind: ProgramIndex(3),
+                windows: Windows::Inline(vec![]),
+                cparam1: 0,
+                cparam2: 0,
+                params: vec![],
+                fuel: None,
+                time_limit_ms: None,
+            },
+        ))
+        .unwrap();
+    assert_eq!(c.status, Status::NoProgram);
+    // When the run ends, its slot is empty.
+    h.qp()
+        .submit(Command::new(h.id(), Op::Abort { target: run_id }))
+        .unwrap();
+    let mut statuses = Vec::new();
+    while let Some(c) = h.qp().reap(Some(std::time::Duration::from_secs(30))) {
+        statuses.push((c.id == run_id, c.status));
+    }
+    assert!(statuses.contains(&(true, Status::Aborted)), "{statuses:?}");
+    let after: Vec<u16> = listed(&probe, &h).iter().map(|p| p.pind.0).collect();
+    assert_eq!(after, [5]);
+    // Any pair may unload a persistent program.
+    let c = probe
+        .call(Command::new(
+            h.id(),
+            Op::UnloadProgram {
+                pind: ProgramIndex(5),
+            },
+        ))
+        .unwrap();
+    assert_eq!(c.status, Status::Success);
+    assert!(listed(&probe, &h).is_empty());
 }
