@@ -467,7 +467,42 @@ fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: b
     }
 }
 
+/// The pid and uid of the process at the other end of `s` (SO_PEERCRED).
+fn peer(s: &UnixStream) -> io::Result<(u32, u32)> {
+    use std::os::fd::AsRawFd as _;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are writable and `len` states `cred`'s size.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid as u32, cred.uid))
+}
+
 fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result<()> {
+    // Only the mount's user (or root) runs its operators, and a proxy speaks for itself.
+    let (peer_pid, peer_uid) = peer(&stream)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if peer_uid != me && peer_uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("uid {peer_uid} may not run operators on a mount of uid {me}"),
+        ));
+    }
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let writer = stream.try_clone()?;
@@ -478,6 +513,15 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
     let reg: Registration = serde_json::from_str(&line).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidData, format!("bad registration: {e}"))
     })?;
+    if reg.pid != peer_pid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "a registration claims pid {} but comes from pid {peer_pid}",
+                reg.pid
+            ),
+        ));
+    }
     let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
     p.insert(
         reg.pid,
