@@ -29,6 +29,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// once it is live; `csx umount MOUNTPOINT` ends it. Needs /dev/fuse and root, or
 /// fusermount3 (scripts/setup.sh installs fuse3).
 ///
+/// Permissions: only the mounting user reaches the mount unless --allow-other; the
+/// kernel checks every access against each file's mode and owner. chmod, chown (root
+/// only), utimes and the mode of a create or mkdir (less the umask) are kept on the
+/// device and survive remounts; a file with none recorded belongs to the mounting user,
+/// mode 0644 (0755 for a directory).
+///
 /// Example: csx --device /tmp/dev mount /mnt/csx && ls /mnt/csx && csx umount /mnt/csx
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
@@ -41,13 +47,18 @@ pub struct MountArgs {
     /// With the background mount: append the mount process's messages to this file.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// Let other local users in (FUSE allow_other; a user other than root needs
+    /// user_allow_other in /etc/fuse.conf). File modes and owners still apply to them.
+    #[arg(long)]
+    pub allow_other: bool,
 }
 
 /// Unmount a `csx mount`.
 ///
 /// Refuses (EBUSY) while files are open or a shell sits inside, unless --lazy: then the
-/// mount is detached at once and ends when the last user leaves. The mount process flushes
-/// the device and exits.
+/// mount is detached at once and ends when the last user leaves. The mount process stops
+/// the operator pipes it runs, flushes the device and exits; `csx umount` (without
+/// --lazy) returns once it has, so the mount point and the device are free again.
 #[derive(Debug, clap::Args)]
 pub struct UmountArgs {
     /// The directory `csx mount` mounted.
@@ -66,7 +77,11 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let uri = dev.uri().to_string();
     let fs = Arc::new(MetalFs::new(dev));
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
@@ -74,17 +89,40 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     // register at, in a directory of this process's own.
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
-    let ops_dir = std::env::temp_dir().join(format!("csx-mount-{}", std::process::id()));
-    std::fs::create_dir_all(&ops_dir)
-        .with_context(|| format!("cannot create {}", ops_dir.display()))?;
+    // Private to this user (0700): another user can neither reach the socket nor put
+    // something in the directory's place.
+    let ops_dir = std::env::temp_dir().join(format!(
+        "csx-mount-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&ops_dir)
+            .with_context(|| format!("cannot create {}", ops_dir.display()))?;
+    }
     let socket = ops_dir.join("ops.sock");
     let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
-    let mounted = mount::spawn_with_ops(
-        Arc::clone(&fs),
-        &args.mountpoint,
-        csx_fs::shell::ops_dir(&exe, &socket, &mountpoint),
-    )?;
+    let fuse = mount::fuse_fs(Arc::clone(&fs))?
+        .with_ops(csx_fs::shell::ops_dir(&exe, &socket, &mountpoint));
+    let opts = mount::MountOptions {
+        allow_other: args.allow_other,
+    };
+    let mounted = mount::spawn_with(fuse, &mount::fs_name(&fs), &args.mountpoint, &opts)?;
+    // `csx umount` finds this process by the mount's device number and waits for it.
+    let record = match mounted.dev().map(mount::record_server) {
+        Some(Ok(path)) => Some(path),
+        Some(Err(e)) => {
+            eprintln!("csx: cannot record the mount process ({e}): `csx umount` will not wait for it");
+            None
+        }
+        None => None,
+    };
     eprintln!(
         "csx: mounted {uri} at {} (pid {})",
         args.mountpoint.display(),
@@ -93,25 +131,25 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     while !stop.load(Ordering::Acquire) && !mounted.is_finished() {
         std::thread::sleep(POLL);
     }
-    if !mounted.is_finished() {
-        // Interrupted: unmount; if files are open, detach and end when the last closes.
-        match mount::unmount(&args.mountpoint, false) {
-            Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => {
-                eprintln!(
-                    "csx: {} is busy: detached; the mount ends when its last file closes",
-                    args.mountpoint.display()
-                );
-                mount::unmount(&args.mountpoint, true)?;
-            }
-            other => other?,
-        }
-    }
-    mounted.join()?;
+    // Running operator pipes are stopped first (their device runs aborted, programs
+    // unloaded, proxies told): a proxy holding a file of the mount then lets go of it.
     drop(ops_server);
+    if !mounted.is_finished() {
+        // Interrupted: unmount this mount (never a later one at the same point); if files
+        // are open, detach and end when the last closes.
+        eprintln!("csx: unmounting {}", args.mountpoint.display());
+        mounted.unmount_with(true)?;
+    } else {
+        mounted.join()?;
+    }
     let _ = std::fs::remove_dir_all(&ops_dir);
     let fs =
         Arc::try_unwrap(fs).map_err(|_| anyhow::anyhow!("the mount still holds the device"))?;
-    fs.close().context("the device did not close cleanly")?;
+    let closed = fs.close().context("the device did not close cleanly");
+    if let Some(r) = &record {
+        mount::forget_server(r);
+    }
+    closed?;
     eprintln!("csx: unmounted {}", args.mountpoint.display());
     Ok(exit::SUCCESS)
 }
@@ -123,6 +161,9 @@ fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8>
         cmd.arg("--device").arg(uri);
     }
     cmd.arg("mount").arg("--foreground").arg(&args.mountpoint);
+    if args.allow_other {
+        cmd.arg("--allow-other");
+    }
     let stderr = match &args.log {
         Some(path) => Stdio::from(
             std::fs::OpenOptions::new()
@@ -177,6 +218,6 @@ fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8>
 }
 
 pub fn run_umount(args: UmountArgs) -> anyhow::Result<u8> {
-    mount::unmount(&args.mountpoint, args.lazy)?;
+    mount::unmount_and_wait(&args.mountpoint, args.lazy)?;
     Ok(exit::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! device (csx-fs's `ops` and `pipe`).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -64,6 +64,8 @@ Examples:
   csx pipe 'encrypt --key 000102...1f' --input /secret --output /secret.enc --json
 
 Without --output or --output-local the result goes to standard output (--discard: nowhere).
+Ctrl-C, SIGTERM or SIGHUP stops the pipe: the device runs are aborted and the stages'
+programs unloaded before csx exits (130, 143, 129); a second signal exits at once.
 On failure (a stage traps or returns an error) the pipe stops, exits 3 (trap) or 1, and no
 output looks complete: --output is written as DEVPATH.csx-pipe-partial and renamed over
 DEVPATH only after the last chunk (on failure it is deleted and DEVPATH left as it was);
@@ -196,6 +198,22 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Sink::Host(Box::new(std::io::stdout()))
     };
     let dev = connect::open(global)?;
+    // A signal stops the run on the device and lets it unload its programs; a second
+    // one exits at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let caught = Arc::new(AtomicUsize::new(0));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+        signal_hook::flag::register_usize(sig, Arc::clone(&caught), sig as usize)
+            .context("cannot install the signal handlers")?;
+    }
     let opts = PipeOptions {
         chunk: args.chunk,
         engine: if args.interp {
@@ -205,6 +223,7 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         },
         fuel: None,
         progress: None,
+        stop: Some(Arc::clone(&stop)),
     };
     // Progress on a terminal, when the output does not go there: the input consumed,
     // once a second.
@@ -255,6 +274,18 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Err(e) => {
             if let Some(tmp) = &partial {
                 let _ = std::fs::remove_file(tmp);
+            }
+            if let pipe::PipeError::Stopped(_) = e {
+                let sig = caught.load(Ordering::Acquire);
+                eprintln!(
+                    "csx: pipe stopped by signal {sig}: its device runs were aborted and its programs unloaded"
+                );
+                return Ok(u8::try_from(128 + sig).unwrap_or(exit::ERROR));
+            }
+            if matches!(&e, pipe::PipeError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+            {
+                // The reader of standard output went away (`| head`): quiet, as SIGPIPE.
+                return Ok(csx_fs::shell::SIGPIPE_STATUS);
             }
             let status = if matches!(e, pipe::PipeError::Trap { .. }) {
                 exit::TRAP

@@ -9,8 +9,15 @@
 //!   outside the mount, see each other's changes at once.
 //! - Durability: `fsync`, and the `close` (FUSE flush) of a handle that wrote, flush the
 //!   device; what they acknowledged survives a crash of the process holding the device.
-//! - Permissions are not stored: files show 0644, directories 0755, owned by the mounting
-//!   user; `chmod`/`chown`/`utimes` succeed and change nothing.
+//! - Permissions, owners and times: kept by the mount in a file on the device (see
+//!   [`crate::attrs`]); a create or mkdir takes the caller's uid and gid and the mode it
+//!   asks for less the umask; `chmod` by the owner or root, `chown` by root (a group by
+//!   the owner), `utimes` with explicit times by the owner or root. The kernel checks
+//!   every access against them (the mount is `default_permissions`).
+//! - A file may not grow past the device's storage: a `truncate` or write beyond it fails
+//!   with `EFBIG` (a sparse file larger than the device could never be filled).
+//! - `statfs` (`df`) counts the blocks the device's files hold: the bytes of each small
+//!   file rounded up to a block, the extents of each large one (sparse holes are free).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -26,9 +33,40 @@ use fuser::{
     WriteFlags,
 };
 
+use crate::attrs::{self, Attrs, Meta, MODE_MASK};
 use crate::core::{Attr, FsError, MetalFs};
 
 const TTL: Duration = Duration::ZERO;
+/// Files at least this large are counted by their extents in `statfs`.
+const SPARSE_CHECK: u64 = 1 << 20;
+/// How long a `statfs` count is reused.
+const USAGE_TTL: Duration = Duration::from_secs(1);
+
+fn ns_of(t: SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+fn time_of(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        std::time::UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        std::time::UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn now_ns() -> i64 {
+    ns_of(SystemTime::now())
+}
+
+fn time_ns(t: TimeOrNow) -> i64 {
+    match t {
+        TimeOrNow::SpecificTime(t) => ns_of(t),
+        TimeOrNow::Now => now_ns(),
+    }
+}
 const ROOT: u64 = 1;
 const BLOCK: u32 = 4096;
 
@@ -127,12 +165,15 @@ pub struct FuseFs {
     files: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Listing>>,
     next_fh: AtomicU64,
-    uid: u32,
-    gid: u32,
     /// Shown as the time of directories the device knows no time of (the root, implicit
     /// directories).
     started: SystemTime,
     ops: Option<OpsDir>,
+    attrs: Attrs,
+    /// Bytes of the device's storage: no file grows past it.
+    capacity: u64,
+    /// The last `statfs` answer and when it was counted.
+    usage: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -160,20 +201,26 @@ fn child(parent: &str, name: &OsStr) -> Result<String, Errno> {
 }
 
 impl FuseFs {
-    pub fn new(fs: Arc<MetalFs>) -> FuseFs {
+    /// The file system over `fs`, with the attributes recorded on its device (a device
+    /// whose attributes cannot be read is refused: showing defaults instead could open
+    /// files their owners closed).
+    pub fn new(fs: Arc<MetalFs>) -> Result<FuseFs, FsError> {
         // SAFETY: getuid and getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        FuseFs {
+        let attrs = Attrs::load(&fs, uid, gid)?;
+        let capacity = fs.device().identify()?.nvm_size_bytes;
+        Ok(FuseFs {
             fs,
             inodes: Mutex::new(Inodes::new()),
             files: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            uid,
-            gid,
             started: SystemTime::now(),
             ops: None,
-        }
+            attrs,
+            capacity,
+            usage: Mutex::new(None),
+        })
     }
 
     /// Shows `/.ops` with these operator executables.
@@ -242,33 +289,60 @@ impl FuseFs {
             .ok_or(Errno::ENOENT)
     }
 
+    /// The path of `name` in `parent`; the mount's own bookkeeping is out of reach.
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
-        child(&self.path(parent)?, name)
+        let path = child(&self.path(parent)?, name)?;
+        if attrs::is_hidden(&path) {
+            return Err(Errno::EACCES);
+        }
+        Ok(path)
+    }
+
+    /// Makes a change to the namespace durable: `sync()` does not reach a FUSE file
+    /// system, so an unlink, rmdir, rename or mkdir is flushed before it is answered.
+    fn sync_namespace(&self) -> Result<(), Errno> {
+        self.fs.sync().map_err(|e| errno(&e))
     }
 
     fn attr(&self, ino: u64, a: &Attr) -> FileAttr {
-        let (kind, perm, nlink) = match a.kind {
-            EntryKind::File => (FileType::RegularFile, 0o644, 1),
-            EntryKind::Dir => (FileType::Directory, 0o755, 2),
+        let dir = a.kind == EntryKind::Dir;
+        self.attr_with(ino, a, &self.attrs.default_meta(dir))
+    }
+
+    fn attr_with(&self, ino: u64, a: &Attr, meta: &Meta) -> FileAttr {
+        let (kind, nlink) = match a.kind {
+            EntryKind::File => (FileType::RegularFile, 1),
+            EntryKind::Dir => (FileType::Directory, 2),
         };
-        let time = if a.modified == std::time::UNIX_EPOCH {
+        let device_time = if a.modified == std::time::UNIX_EPOCH {
             self.started
         } else {
             a.modified
+        };
+        let device_ns = ns_of(a.modified);
+        let mtime = match meta.mtime {
+            Some((t, base)) if base as i64 == device_ns => time_of(t),
+            _ => device_time,
+        };
+        let atime = meta.atime_ns.map_or(mtime, time_of);
+        let ctime = if meta.ctime_ns > ns_of(device_time) {
+            time_of(meta.ctime_ns)
+        } else {
+            device_time
         };
         FileAttr {
             ino: INodeNo(ino),
             size: a.size,
             blocks: a.size.div_ceil(512),
-            atime: time,
-            mtime: time,
-            ctime: time,
-            crtime: time,
+            atime,
+            mtime,
+            ctime,
+            crtime: device_time,
             kind,
-            perm,
+            perm: (meta.mode & MODE_MASK) as u16,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: meta.uid,
+            gid: meta.gid,
             rdev: 0,
             blksize: BLOCK,
             flags: 0,
@@ -277,9 +351,85 @@ impl FuseFs {
 
     /// The attributes of `path`, numbering it.
     fn entry(&self, path: &str) -> Result<FileAttr, Errno> {
+        if attrs::is_hidden(path) {
+            return Err(Errno::ENOENT);
+        }
         let a = self.fs.stat(path).map_err(|e| errno(&e))?;
         let ino = lock(&self.inodes).ino(path);
-        Ok(self.attr(ino, &a))
+        let meta = self.attrs.get(path, a.kind == EntryKind::Dir);
+        Ok(self.attr_with(ino, &a, &meta))
+    }
+
+    /// Records `meta` for `path` (a directory when `dir`).
+    fn set_meta(&self, path: &str, dir: bool, meta: Meta) -> Result<(), Errno> {
+        self.attrs
+            .set(&self.fs, path, dir, meta)
+            .map_err(|e| errno(&e))
+    }
+
+    /// The attributes a new entry made by `req` in `parent` gets: the caller's uid, its
+    /// gid (the directory's when the directory is set-group-id), `mode` less `umask`.
+    fn new_meta(&self, req: &Request, parent: &str, mode: u32, umask: u32, dir: bool) -> Meta {
+        let p = self.attrs.get(parent, true);
+        let mut mode = mode & !umask & MODE_MASK;
+        let gid = if p.mode & libc::S_ISGID != 0 {
+            if dir {
+                mode |= libc::S_ISGID;
+            }
+            p.gid
+        } else {
+            req.gid()
+        };
+        Meta {
+            mode,
+            uid: req.uid(),
+            gid,
+            atime_ns: None,
+            mtime: None,
+            ctime_ns: 0,
+        }
+    }
+
+    /// Refuses a size no file on this device can have.
+    fn check_size(&self, size: u64) -> Result<(), Errno> {
+        if size > self.capacity {
+            Err(Errno::EFBIG)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Bytes the device's files hold: small files by their size rounded up to a block,
+    /// files of [`SPARSE_CHECK`] or more by their extents.
+    fn used_bytes(&self) -> Result<u64, FsError> {
+        let mut used = 0u64;
+        let mut dirs = vec!["/".to_owned()];
+        while let Some(dir) = dirs.pop() {
+            for e in self.fs.list(&dir)? {
+                let path = if dir == "/" {
+                    format!("/{}", e.name)
+                } else {
+                    format!("{dir}/{}", e.name)
+                };
+                match e.attr.kind {
+                    EntryKind::Dir => dirs.push(path),
+                    EntryKind::File if e.attr.size >= SPARSE_CHECK => {
+                        used += match self.fs.device().extents(&path) {
+                            Ok(x) if !x.extents.is_empty() || e.attr.size == 0 => x
+                                .extents
+                                .iter()
+                                .map(|x| x.len.div_ceil(u64::from(BLOCK)) * u64::from(BLOCK))
+                                .sum(),
+                            _ => e.attr.size.div_ceil(u64::from(BLOCK)) * u64::from(BLOCK),
+                        };
+                    }
+                    EntryKind::File => {
+                        used += e.attr.size.div_ceil(u64::from(BLOCK)) * u64::from(BLOCK);
+                    }
+                }
+            }
+        }
+        Ok(used.min(self.capacity))
     }
 
     fn new_fh(&self) -> u64 {
@@ -327,6 +477,7 @@ impl Filesystem for FuseFs {
         }
         match self
             .child_path(parent, name)
+            .map_err(|e| if e == Errno::EACCES { Errno::ENOENT } else { e })
             .and_then(|path| self.entry(&path))
         {
             Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
@@ -350,14 +501,14 @@ impl Filesystem for FuseFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -366,11 +517,59 @@ impl Filesystem for FuseFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if self.is_ops(ino.0) {
+            reply.error(Errno::EROFS);
+            return;
+        }
         let r = self.path(ino).and_then(|path| {
             if let Some(size) = size {
+                self.check_size(size)?;
                 self.fs.truncate(&path, size).map_err(|e| errno(&e))?;
                 if let Some(fh) = fh {
                     self.mark_written(fh);
+                }
+            }
+            let owner_change = mode.is_some() || uid.is_some() || gid.is_some();
+            if owner_change || atime.is_some() || mtime.is_some() {
+                let a = self.fs.stat(&path).map_err(|e| errno(&e))?;
+                let dir = a.kind == EntryKind::Dir;
+                let mut m = self.attrs.get(&path, dir);
+                let caller = req.uid();
+                let root = caller == 0;
+                let owner = caller == m.uid;
+                if uid.is_some_and(|u| u != m.uid) && !root {
+                    return Err(Errno::EPERM);
+                }
+                if gid.is_some_and(|g| g != m.gid) && !root && !owner {
+                    return Err(Errno::EPERM);
+                }
+                if mode.is_some() && !root && !owner {
+                    return Err(Errno::EPERM);
+                }
+                let explicit = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+                if (explicit(&atime) || explicit(&mtime)) && !root && !owner {
+                    return Err(Errno::EPERM);
+                }
+                if let Some(u) = uid {
+                    m.uid = u;
+                }
+                if let Some(g) = gid {
+                    m.gid = g;
+                }
+                if let Some(md) = mode {
+                    m.mode = md & MODE_MASK;
+                }
+                if let Some(t) = atime {
+                    m.atime_ns = Some(time_ns(t));
+                }
+                if let Some(t) = mtime {
+                    m.mtime = Some((time_ns(t), ns_of(a.modified) as u64));
+                }
+                m.ctime_ns = now_ns();
+                self.set_meta(&path, dir, m)?;
+                if owner_change {
+                    // Who may read a file is made durable before the change is answered.
+                    self.sync_namespace()?;
                 }
             }
             self.entry(&path)
@@ -383,15 +582,19 @@ impl Filesystem for FuseFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let r = self.child_path(parent, name).and_then(|path| {
+            let parent = self.path(parent)?;
+            let meta = self.new_meta(req, &parent, mode, umask, true);
             self.fs.mkdir(&path).map_err(|e| errno(&e))?;
+            self.set_meta(&path, true, meta)?;
+            self.sync_namespace()?;
             self.entry(&path)
         });
         match r {
@@ -404,7 +607,8 @@ impl Filesystem for FuseFs {
         let r = self.child_path(parent, name).and_then(|path| {
             self.fs.unlink(&path).map_err(|e| errno(&e))?;
             lock(&self.inodes).forget_path(&path);
-            Ok(())
+            self.attrs.remove(&self.fs, &path).map_err(|e| errno(&e))?;
+            self.sync_namespace()
         });
         match r {
             Ok(()) => reply.ok(),
@@ -416,7 +620,8 @@ impl Filesystem for FuseFs {
         let r = self.child_path(parent, name).and_then(|path| {
             self.fs.rmdir(&path).map_err(|e| errno(&e))?;
             lock(&self.inodes).forget_path(&path);
-            Ok(())
+            self.attrs.remove(&self.fs, &path).map_err(|e| errno(&e))?;
+            self.sync_namespace()
         });
         match r {
             Ok(()) => reply.ok(),
@@ -445,7 +650,8 @@ impl Filesystem for FuseFs {
             }
             self.fs.rename(&from, &to).map_err(|e| errno(&e))?;
             lock(&self.inodes).rename(&from, &to);
-            Ok(())
+            self.attrs.rename(&self.fs, &from, &to).map_err(|e| errno(&e))?;
+            self.sync_namespace()
         })();
         match r {
             Ok(()) => reply.ok(),
@@ -471,17 +677,23 @@ impl Filesystem for FuseFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let r = self.child_path(parent, name).and_then(|path| {
             let exclusive = flags & libc::O_EXCL != 0;
+            let parent = self.path(parent)?;
+            let existed = !exclusive && self.fs.stat(&path).is_ok();
             self.fs.create(&path, exclusive).map_err(|e| errno(&e))?;
+            if !existed {
+                let meta = self.new_meta(req, &parent, mode, umask, false);
+                self.set_meta(&path, false, meta)?;
+            }
             self.entry(&path)
         });
         match r {
@@ -552,6 +764,7 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let r = self.path(ino).and_then(|path| {
+            self.check_size(offset.saturating_add(data.len() as u64))?;
             self.mark_written(fh);
             self.fs.write(&path, offset, data).map_err(|e| errno(&e))
         });
@@ -640,6 +853,9 @@ impl Filesystem for FuseFs {
             }
             for e in entries {
                 let p = child(&path, OsStr::new(&e.name))?;
+                if attrs::is_hidden(&p) {
+                    continue;
+                }
                 listing.push((inodes.ino(&p), kind_of(e.attr.kind), e.name));
             }
             Ok(listing)
@@ -699,14 +915,20 @@ impl Filesystem for FuseFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.device().identify() {
-            Ok(info) => {
-                // The protocol tells the namespace's size, not its free space: df shows
-                // the capacity as free.
-                let blocks = info.nvm_size_bytes / u64::from(BLOCK);
-                reply.statfs(blocks, blocks, blocks, 0, 0, BLOCK, 255, BLOCK);
+        let cached = lock(&self.usage).filter(|(at, _)| at.elapsed() < USAGE_TTL);
+        let used = match cached {
+            Some((_, used)) => Ok(used),
+            None => self.used_bytes().inspect(|&used| {
+                *lock(&self.usage) = Some((std::time::Instant::now(), used));
+            }),
+        };
+        match used {
+            Ok(used) => {
+                let blocks = self.capacity / u64::from(BLOCK);
+                let free = (self.capacity - used) / u64::from(BLOCK);
+                reply.statfs(blocks, free, free, 0, 0, BLOCK, 255, BLOCK);
             }
-            Err(e) => reply.error(Errno::from_i32(crate::core::errno_of(&e))),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 }

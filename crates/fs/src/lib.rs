@@ -2,6 +2,8 @@
 //!
 //! - [`core`]: [`MetalFs`], path operations over a [`csx_host::Device`] (the file system
 //!   without FUSE; tests and tools call it directly).
+//! - [`attrs`]: the permissions, owners and times the mount keeps in a file on the
+//!   device.
 //! - [`fuse`]: [`fuse::FuseFs`], the `fuser` file system over a `MetalFs` (inodes, handles,
 //!   durability at `fsync` and `close`).
 //! - [`mount`]: mounting in the foreground or on a thread, unmounting, mount checks.
@@ -15,6 +17,7 @@
 //! The device is reached only through csx-host's public API, so a mount works the same on
 //! an embedded device and on a daemon (`shm://`, `tcp://`).
 
+pub mod attrs;
 pub mod core;
 pub mod fuse;
 pub mod mount;

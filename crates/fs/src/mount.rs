@@ -8,10 +8,11 @@
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
+use fuser::{BackgroundSession, Config, Session, SessionACL};
 
 use crate::core::MetalFs;
 use crate::fuse::{FuseFs, OpsDir};
@@ -77,20 +78,207 @@ pub fn device_of_fs_name(source: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn config(fs_name: String) -> Config {
-    let mut c = Config::default();
-    c.mount_options = vec![
-        MountOption::FSName(fs_name),
-        MountOption::Subtype("csx".to_owned()),
-        MountOption::DefaultPermissions,
-    ];
-    // Root may let every user in; others keep FUSE's owner-only default.
+/// How a mount is made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Let every local user in (FUSE's `allow_other`; for a user other than root,
+    /// `user_allow_other` in /etc/fuse.conf). Without it only the mounting user reaches
+    /// the mount (the kernel refuses everyone else, root included). Either way the
+    /// kernel checks each file's mode and owner (`default_permissions`).
+    pub allow_other: bool,
+}
+
+/// Mounts a FUSE file system at `mountpoint` and returns the `/dev/fuse` descriptor
+/// that serves it. The mount is made here, not by `fuser`, so that nothing unmounts it
+/// by path later: `fuser` unmounts its mount point when its session ends, and a session
+/// ended by an outside `umount` then removed whatever was mounted there next.
+fn fuse_mount(mountpoint: &Path, fs_name: &str, opts: &MountOptions) -> io::Result<OwnedFd> {
+    let mp = fs::canonicalize(mountpoint)?;
     // SAFETY: geteuid cannot fail and touches no memory.
     if unsafe { libc::geteuid() } == 0 {
-        c.acl = SessionACL::All;
+        match mount_as_root(&mp, fs_name, opts) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+            other => return other,
+        }
     }
+    mount_with_fusermount(&mp, fs_name, opts)
+}
+
+fn cstring(b: &[u8]) -> io::Result<std::ffi::CString> {
+    std::ffi::CString::new(b).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// The mount system call (root): `/dev/fuse` opened here, its descriptor named in the
+/// options.
+fn mount_as_root(mp: &Path, fs_name: &str, opts: &MountOptions) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mode = fs::metadata(mp)?.mode();
+    let dev = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/fuse: {e}")))?;
+    // SAFETY: getuid and getgid cannot fail and touch no memory.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = format!(
+        "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
+        dev.as_raw_fd(),
+        mode & libc::S_IFMT
+    );
+    if opts.allow_other {
+        data.push_str(",allow_other");
+    }
+    let source = cstring(fs_name.as_bytes())?;
+    let target = cstring(mp.as_os_str().as_bytes())?;
+    let fstype = cstring(b"fuse.csx")?;
+    let data = cstring(data.as_bytes())?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(OwnedFd::from(dev))
+}
+
+/// `fusermount3` (setuid root) mounts and passes the `/dev/fuse` descriptor back over a
+/// socket (its `_FUSE_COMMFD` protocol).
+fn mount_with_fusermount(mp: &Path, fs_name: &str, opts: &MountOptions) -> io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    use std::os::unix::process::CommandExt as _;
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socketpair returned two fresh descriptors that nothing else owns.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut options = format!("fsname={fs_name},subtype=csx,default_permissions");
+    if opts.allow_other {
+        options.push_str(",allow_other");
+    }
+    let child_fd = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-o")
+        .arg(&options)
+        .arg("--")
+        .arg(mp)
+        .env("_FUSE_COMMFD", child_fd.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: the closure only calls fcntl, which is async-signal-safe, on a descriptor
+    // that stays open until the child has started.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(child_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(child_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot run fusermount3 (install fuse3: scripts/setup.sh): {e}"),
+        )
+    })?;
+    drop(theirs);
+    let fd = recv_fd(&ours);
+    let out = child.wait_with_output()?;
+    match fd? {
+        Some(fd) => Ok(fd),
+        None => Err(io::Error::other(format!(
+            "fusermount3 could not mount {}: {}",
+            mp.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+    }
+}
+
+/// One descriptor received over `sock` (SCM_RIGHTS); `None` when the peer closed
+/// without sending one.
+fn recv_fd(sock: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _};
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // Room for one control message carrying one descriptor, aligned for cmsghdr.
+    let mut space = [0u64; 8];
+    loop {
+        // SAFETY: a zeroed msghdr is a valid empty one; the fields set below point at
+        // `iov` and `space`, which outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&space) as _;
+        // SAFETY: `msg` describes writable buffers of the sizes it states.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR and CMSG_DATA stay inside
+        // `space`, and a SCM_RIGHTS message carries at least one int.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+            {
+                return Ok(None);
+            }
+            let fd = libc::CMSG_DATA(c).cast::<i32>().read_unaligned();
+            return Ok(Some(OwnedFd::from_raw_fd(fd)));
+        }
+    }
+}
+
+/// A FUSE session over the descriptor of a mount made by [`fuse_mount`]; on failure
+/// the mount is detached.
+fn session(
+    fuse: FuseFs,
+    mountpoint: &Path,
+    fs_name: &str,
+    opts: &MountOptions,
+) -> io::Result<Session<FuseFs>> {
+    check_mountpoint(mountpoint)?;
+    let fd = fuse_mount(mountpoint, fs_name, opts).map_err(with_path(mountpoint, "mount"))?;
+    let acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let mut c = Config::default();
+    c.acl = acl;
     c.n_threads = Some(THREADS);
-    c
+    Session::from_fd(fuse, fd, acl, c).inspect_err(|_| {
+        let _ = unmount(mountpoint, true);
+    })
 }
 
 fn with_path<'a>(mountpoint: &'a Path, what: &str) -> impl FnOnce(io::Error) -> io::Error + 'a {
@@ -108,11 +296,19 @@ fn with_path<'a>(mountpoint: &'a Path, what: &str) -> impl FnOnce(io::Error) -> 
 pub struct Mounted {
     session: Option<BackgroundSession>,
     mountpoint: PathBuf,
+    /// The mount's device number (`MAJOR:MINOR` in mountinfo): which mount at the mount
+    /// point is this one.
+    dev: Option<String>,
 }
 
 impl Mounted {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// The mount's device number as `/proc/self/mountinfo` writes it (`0:52`).
+    pub fn dev(&self) -> Option<&str> {
+        self.dev.as_deref()
     }
 
     /// Whether the session ended (the mount was unmounted from outside, `csx umount`).
@@ -128,22 +324,36 @@ impl Mounted {
         }
     }
 
-    /// Unmounts and waits for the session to end. A mount busy for a moment (a process
-    /// of this program forked while a file of the mount was open holds it until it execs)
-    /// is retried for up to [`BUSY_RETRY`] before `EBUSY` is returned.
-    pub fn unmount(mut self) -> io::Result<()> {
+    /// Whether the topmost mount at the mount point is still this one.
+    fn is_ours(&self) -> bool {
+        match (&self.dev, mount_dev(&self.mountpoint)) {
+            (Some(ours), Ok(Some(now))) => *ours == now,
+            _ => false,
+        }
+    }
+
+    /// Unmounts (this mount only: never one made later at the same mount point) and
+    /// waits for the session to end. A mount busy for a moment (a process of this program
+    /// forked while a file of the mount was open holds it until it execs) is retried for
+    /// up to [`BUSY_RETRY`] before `EBUSY` is returned; with `lazy` a busy mount is
+    /// detached instead and ends when its last file closes.
+    pub fn unmount_with(mut self, lazy: bool) -> io::Result<()> {
         let Some(s) = self.session.take() else {
             return Ok(());
         };
         let start = std::time::Instant::now();
-        loop {
+        while !s.guard.is_finished() && self.is_ours() {
             match unmount(&self.mountpoint, false) {
                 Err(e)
                     if e.kind() == io::ErrorKind::ResourceBusy && start.elapsed() < BUSY_RETRY =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound && s.guard.is_finished() => break,
+                Err(e) if e.kind() == io::ErrorKind::ResourceBusy && lazy => {
+                    unmount(&self.mountpoint, true)?;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
                 other => {
                     other?;
                     break;
@@ -152,48 +362,226 @@ impl Mounted {
         }
         s.join().map_err(with_path(&self.mountpoint, "serve"))
     }
+
+    /// [`Mounted::unmount_with`], refusing a mount that stays busy.
+    pub fn unmount(self) -> io::Result<()> {
+        self.unmount_with(false)
+    }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
-            let _ = s.umount_and_join();
+            if !s.guard.is_finished() && self.is_ours() {
+                let _ = unmount(&self.mountpoint, true);
+            }
+            let _ = s.join();
         }
     }
+}
+
+/// The FUSE file system over `fs` ([`FuseFs::new`]), its failure an `io::Error`.
+pub fn fuse_fs(fs: Arc<MetalFs>) -> io::Result<FuseFs> {
+    FuseFs::new(fs).map_err(|e| io::Error::other(format!("cannot read the mount's attributes: {e}")))
 }
 
 /// Mounts `fs` at `mountpoint` and serves it on background threads.
 pub fn spawn(fs: Arc<MetalFs>, mountpoint: &Path) -> io::Result<Mounted> {
     let name = fs_name(&fs);
-    spawn_with(FuseFs::new(fs), name, mountpoint)
+    spawn_with(fuse_fs(fs)?, &name, mountpoint, &MountOptions::default())
 }
 
 /// [`spawn`] with the `/.ops` directory of operator executables (see [`crate::shell`]).
 pub fn spawn_with_ops(fs: Arc<MetalFs>, mountpoint: &Path, ops: OpsDir) -> io::Result<Mounted> {
     let name = fs_name(&fs);
-    spawn_with(FuseFs::new(fs).with_ops(ops), name, mountpoint)
+    spawn_with(
+        fuse_fs(fs)?.with_ops(ops),
+        &name,
+        mountpoint,
+        &MountOptions::default(),
+    )
 }
 
-fn spawn_with(fuse: FuseFs, fs_name: String, mountpoint: &Path) -> io::Result<Mounted> {
-    check_mountpoint(mountpoint)?;
-    let session = Session::new(fuse, mountpoint, &config(fs_name))
-        .and_then(Session::spawn)
-        .map_err(with_path(mountpoint, "mount"))?;
+/// Mounts `fuse` at `mountpoint` (source `fs_name`) and serves it on background threads.
+pub fn spawn_with(
+    fuse: FuseFs,
+    fs_name: &str,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> io::Result<Mounted> {
+    let session = session(fuse, mountpoint, fs_name, opts)?;
+    let dev = mount_dev(mountpoint).ok().flatten();
+    let session = session
+        .spawn()
+        .map_err(with_path(mountpoint, "serve"))
+        .inspect_err(|_| {
+            let _ = unmount(mountpoint, true);
+        })?;
     Ok(Mounted {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
+        dev,
     })
 }
 
 /// Mounts `fs` at `mountpoint`, calls `ready` once the mount is live, and serves it until
 /// it is unmounted (`csx umount`, `umount`).
 pub fn run(fs: Arc<MetalFs>, mountpoint: &Path, ready: impl FnOnce()) -> io::Result<()> {
-    check_mountpoint(mountpoint)?;
     let name = fs_name(&fs);
-    let session = Session::new(FuseFs::new(fs), mountpoint, &config(name))
-        .map_err(with_path(mountpoint, "mount"))?;
+    let session = session(
+        fuse_fs(fs)?,
+        mountpoint,
+        &name,
+        &MountOptions::default(),
+    )?;
     ready();
     session.run().map_err(with_path(mountpoint, "serve"))
+}
+
+/// The device number (`MAJOR:MINOR`, field 3 of `/proc/self/mountinfo`) of the topmost
+/// csx mount at `mountpoint`, if there is one.
+pub fn mount_dev(mountpoint: &Path) -> io::Result<Option<String>> {
+    let target = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let info = fs::read("/proc/self/mountinfo")?;
+    // Later lines are mounted later: the last match is the one on top.
+    Ok(info
+        .split(|&b| b == b'\n')
+        .filter(|line| is_csx_mount_at(line, target.as_os_str().as_bytes()))
+        .filter_map(|line| line.split(|&b| b == b' ').nth(2))
+        .map(|d| String::from_utf8_lossy(d).into_owned())
+        .next_back())
+}
+
+/// The directory where mount processes of this user record which mount they serve
+/// (one file per mount, named by its device number, holding the pid), so that `csx
+/// umount` can wait for the process to end. Private to the user (0700).
+fn registry_dir() -> PathBuf {
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("csx-mounts-{uid}"))
+}
+
+/// The registry directory, made if missing; refused when another user owns it or
+/// others may write to it (a squatter could then name any process).
+fn registry(create: bool) -> io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    let dir = registry_dir();
+    if create {
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    let meta = fs::symlink_metadata(&dir)?;
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a private directory of this user (owner {}, mode {:o})",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(dir)
+}
+
+fn record_name(dev: &str) -> String {
+    dev.replace(':', "-")
+}
+
+/// Records that this process serves the mount with device number `dev`; returns the
+/// record's path, to remove when the process ends ([`forget_server`]).
+pub fn record_server(dev: &str) -> io::Result<PathBuf> {
+    let dir = registry(true)?;
+    let path = dir.join(record_name(dev));
+    let tmp = dir.join(format!(".{}.{}", record_name(dev), std::process::id()));
+    fs::write(&tmp, format!("{}\n", std::process::id()))?;
+    fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// Removes a record made by [`record_server`] if it still names this process.
+pub fn forget_server(record: &Path) {
+    let mine = fs::read_to_string(record)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        == Some(std::process::id());
+    if mine {
+        let _ = fs::remove_file(record);
+    }
+}
+
+/// The process serving the mount with device number `dev`, if this user's registry
+/// names one that is alive and holds `/dev/fuse` open.
+fn server_of(dev: &str) -> Option<u32> {
+    let dir = registry(false).ok()?;
+    let pid: u32 = fs::read_to_string(dir.join(record_name(dev)))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let holds_fuse = fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .any(|f| fs::read_link(f.path()).is_ok_and(|l| l == Path::new("/dev/fuse")));
+    holds_fuse.then_some(pid)
+}
+
+/// How long [`unmount_and_wait`] waits for the mount process to end.
+pub const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// [`unmount`], then (unless `lazy`) waits until the process that served the mount has
+/// ended, so that the mount point and the device are free when this returns. Returns
+/// the pid waited for, if the mount's process was known.
+pub fn unmount_and_wait(mountpoint: &Path, lazy: bool) -> io::Result<Option<u32>> {
+    use std::os::fd::FromRawFd as _;
+    let pidfd = mount_dev(mountpoint)?
+        .and_then(|dev| server_of(&dev))
+        .and_then(|pid| {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            // SAFETY: a non-negative result is a fresh descriptor nothing else owns.
+            (fd >= 0).then(|| (pid, unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+        });
+    unmount(mountpoint, lazy)?;
+    let Some((pid, fd)) = pidfd else {
+        return Ok(None);
+    };
+    if lazy {
+        return Ok(Some(pid));
+    }
+    use std::os::fd::AsRawFd as _;
+    let start = std::time::Instant::now();
+    loop {
+        let left = EXIT_WAIT.saturating_sub(start.elapsed());
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n > 0 {
+            return Ok(Some(pid));
+        }
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if start.elapsed() >= EXIT_WAIT {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} is unmounted, but its mount process {pid} is still running after {} s",
+                    mountpoint.display(),
+                    EXIT_WAIT.as_secs()
+                ),
+            ));
+        }
+    }
 }
 
 /// Checks that `mountpoint` is an existing directory and not already a csx mount.
@@ -216,25 +604,23 @@ pub fn check_mountpoint(mountpoint: &Path) -> io::Result<()> {
 
 /// Whether a csx FUSE file system is mounted at `mountpoint` (from `/proc/self/mountinfo`).
 pub fn is_mounted(mountpoint: &Path) -> io::Result<bool> {
-    let target = fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
-    let info = fs::read("/proc/self/mountinfo")?;
-    Ok(info.split(|&b| b == b'\n').any(|line| {
-        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        // Field 5 is the mount point (octal-escaped); after " - " come the type (`fuse`, or
-        // `fuse.csx` through fusermount) and the source (`csx:URI`, [`fs_name`]; `csx`
-        // from older builds).
-        let Some(dash) = fields.iter().position(|f| *f == b"-") else {
-            return false;
-        };
-        fields.len() > dash + 2
-            && fields
-                .get(4)
-                .is_some_and(|m| unescape(m) == target.as_os_str().as_bytes())
-            && (fields[dash + 1] == b"fuse.csx"
-                || (fields[dash + 1] == b"fuse"
-                    && (fields[dash + 2] == b"csx"
-                        || fields[dash + 2].starts_with(FS_NAME_PREFIX.as_bytes()))))
-    }))
+    Ok(mount_dev(mountpoint)?.is_some())
+}
+
+/// Whether the mountinfo `line` is a csx mount at `target`.
+fn is_csx_mount_at(line: &[u8], target: &[u8]) -> bool {
+    let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    // Field 5 is the mount point (octal-escaped); after " - " come the type (`fuse`, or
+    // `fuse.csx`) and the source (`csx:URI`, [`fs_name`]; `csx` from older builds).
+    let Some(dash) = fields.iter().position(|f| *f == b"-") else {
+        return false;
+    };
+    fields.len() > dash + 2
+        && fields.get(4).is_some_and(|m| unescape(m) == target)
+        && (fields[dash + 1] == b"fuse.csx"
+            || (fields[dash + 1] == b"fuse"
+                && (fields[dash + 2] == b"csx"
+                    || fields[dash + 2].starts_with(FS_NAME_PREFIX.as_bytes()))))
 }
 
 fn unescape(field: &[u8]) -> Vec<u8> {

@@ -570,6 +570,9 @@ pub fn encode_params(spec: &OpSpec, words: &[String]) -> Result<Vec<u8>, OpError
         given[idx] = Some(value);
         i += 1;
     }
+    if spec.name == "filter" {
+        check_filter(spec, &given)?;
+    }
     for (param, value) in spec.params.iter().zip(given) {
         let value = match (value, param.default, param.kind) {
             (Some(v), _, _) => v,
@@ -629,6 +632,74 @@ pub fn encode_params(spec: &OpSpec, words: &[String]) -> Result<Vec<u8>, OpError
         }
     }
     Ok(block)
+}
+
+/// The filter's operands must fit the comparison (a negative operand for an unsigned type
+/// would compare as a huge number), and `between` needs both bounds, low first.
+fn check_filter(spec: &OpSpec, given: &[Option<String>]) -> Result<(), OpError> {
+    let text = |name: &str| {
+        spec.params
+            .iter()
+            .position(|p| p.name == name)
+            .and_then(|i| given[i].clone().or_else(|| spec.params[i].default.map(str::to_owned)))
+    };
+    let ty = text("type").unwrap_or_else(|| "u64".into());
+    let op = text("op").unwrap_or_default();
+    let high_given = spec
+        .params
+        .iter()
+        .position(|p| p.name == "high")
+        .is_some_and(|i| given[i].is_some());
+    let bad = |param: &str, value: &str, reason: String| OpError::BadValue {
+        op: spec.name.to_owned(),
+        param: param.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    if op == "between" && !high_given {
+        return Err(OpError::Required {
+            op: format!("{} --op between", spec.name),
+            param: "high".into(),
+        });
+    }
+    // The operands are 64-bit, compared as i64 for a signed type and u64 otherwise.
+    let (lo, hi): (i128, i128) = if ty.starts_with('i') {
+        (i128::from(i64::MIN), i128::from(i64::MAX))
+    } else {
+        (0, i128::from(u64::MAX))
+    };
+    let mut bounds = Vec::new();
+    for name in ["value", "high"] {
+        let Some(v) = text(name) else { continue };
+        if name == "high" && !high_given {
+            continue;
+        }
+        let t = v.trim();
+        let n: i128 = if t.starts_with('-') {
+            t.parse::<i128>()
+                .map_err(|_| bad(name, &v, "not an integer".into()))?
+        } else {
+            i128::from(parse_int(t).map_err(|r| bad(name, &v, r))?)
+        };
+        if !(lo..=hi).contains(&n) {
+            return Err(bad(
+                name,
+                &v,
+                format!("out of range for --type {ty} ({lo}..={hi})"),
+            ));
+        }
+        bounds.push(n);
+    }
+    if let [low, high] = bounds[..] {
+        if low > high {
+            return Err(bad(
+                "high",
+                &text("high").unwrap_or_default(),
+                format!("below the low bound --value {low}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// An integer parameter: decimal (may be negative), `0x` hex, or a size (`64MiB`).

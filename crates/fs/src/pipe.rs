@@ -102,6 +102,10 @@ pub struct PipeOptions {
     pub fuel: Option<u64>,
     /// Counts the source's bytes as they enter the pipeline (for a progress display).
     pub progress: Option<Arc<AtomicU64>>,
+    /// Set from outside (a signal, a mount whose proxies are gone) to stop the run: the
+    /// Executes in flight are aborted, the programs unloaded, the memory freed, and the
+    /// run ends with [`PipeError::Stopped`].
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for PipeOptions {
@@ -111,6 +115,7 @@ impl Default for PipeOptions {
             engine: EngineKind::Jit,
             fuel: None,
             progress: None,
+            stop: None,
         }
     }
 }
@@ -180,6 +185,14 @@ pub enum PipeError {
         len: u64,
         cap: u64,
     },
+    #[error("stage {stage} ({name}) asked to be called again without consuming or producing bytes at chunk {chunk}: it makes no progress (an operator answers CSX_OP_AGAIN only with output in the buffer)")]
+    NoProgress {
+        stage: usize,
+        name: String,
+        chunk: u64,
+    },
+    #[error("the pipe was stopped: {0}")]
+    Stopped(String),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -243,6 +256,8 @@ impl Drop for Resources<'_> {
 struct FirstError {
     error: Mutex<Option<PipeError>>,
     abort: AtomicBool,
+    /// The caller's stop flag ([`PipeOptions::stop`]).
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl FirstError {
@@ -255,7 +270,14 @@ impl FirstError {
     }
 
     fn aborted(&self) -> bool {
-        self.abort.load(Ordering::Acquire)
+        if self.abort.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.stop.as_ref().is_some_and(|s| s.load(Ordering::Acquire)) {
+            self.set(PipeError::Stopped("asked to stop".into()));
+            return true;
+        }
+        false
     }
 
     /// The next value of `rx`, or `None` once the run aborted or the sender is gone (a
@@ -377,6 +399,7 @@ pub fn run(
     let first = FirstError {
         error: Mutex::new(None),
         abort: AtomicBool::new(false),
+        stop: opts.stop.clone(),
     };
     let mut report = PipeReport {
         chunk: opts.chunk,
@@ -527,10 +550,13 @@ impl StagePlan {
                     req = req.fuel(f);
                 }
                 let t0 = Instant::now();
-                let ex = dev.execute(&req).map_err(PipeError::device(format!(
+                let Some(ex) = execute(dev, &req, first).map_err(PipeError::device(format!(
                     "stage {} ({}) at chunk {chunk_no}",
                     self.index, self.name
-                )))?;
+                )))?
+                else {
+                    return Ok(());
+                };
                 st.busy_ns += t0.elapsed().as_nanos() as u64;
                 st.calls += 1;
                 st.device_ns += ex.timing.execute_ns;
@@ -570,6 +596,13 @@ impl StagePlan {
                         cap: self.cap,
                     });
                 }
+                if again && n == 0 {
+                    return Err(PipeError::NoProgress {
+                        stage: self.index,
+                        name: self.name.clone(),
+                        chunk: chunk_no,
+                    });
+                }
                 st.bytes_out += n;
                 let last = c.last && !again;
                 if n > 0 || last {
@@ -597,6 +630,30 @@ impl StagePlan {
             }
         }
         Ok(())
+    }
+}
+
+/// How often a stage waiting for its Execute looks at the run's stop flag.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// Runs `req`, aborting it when the run stops; `None` once it was aborted.
+fn execute(
+    dev: &Device,
+    req: &ExecuteRequest,
+    first: &FirstError,
+) -> Result<Option<csx_host::Execution>, CallError> {
+    let id = dev.submit_execute(req)?;
+    loop {
+        if first.aborted() {
+            let _ = dev.abort(id);
+            // The device answers an aborted execute promptly; its result no longer
+            // matters, but waiting for it keeps the slot's next command in order.
+            let _ = dev.wait_execute(id, Some(Duration::from_secs(5)));
+            return Ok(None);
+        }
+        if let Some(ex) = dev.wait_execute(id, Some(STOP_POLL))? {
+            return Ok(Some(ex));
+        }
     }
 }
 

@@ -75,6 +75,10 @@ pub struct Outcome {
     pub stages: usize,
     /// Payload bytes that crossed the host boundary (host → device, device → host).
     pub host_bytes: u64,
+    /// Whether the failure is nothing to report (the reader at the chain's end stopped
+    /// reading, as `| head` does): the proxies exit with `status` and print nothing.
+    #[serde(default)]
+    pub quiet: bool,
 }
 
 const TAG_DATA: u8 = b'D';
@@ -84,6 +88,10 @@ const TAG_END: u8 = b'E';
 const PEER_WAIT: Duration = Duration::from_secs(5);
 /// How long a registered proxy waits for the peers it claims.
 const LINK_WAIT: Duration = Duration::from_secs(20);
+/// The exit status of a proxy whose reader went away (a shell's 128 + SIGPIPE).
+pub const SIGPIPE_STATUS: u8 = 128 + 13;
+/// How often a running chain looks whether its proxies are still there.
+const WATCH: Duration = Duration::from_millis(50);
 
 /// The executable script the mount shows as `.ops/NAME`.
 pub fn script(exe: &Path, socket: &Path, mount: &Path, op: &str) -> Vec<u8> {
@@ -160,11 +168,21 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
         let mut body = vec![0u8; len];
         r.read_exact(&mut body)?;
         match head[0] {
-            TAG_DATA => stdout.write_all(&body)?,
+            TAG_DATA => match stdout.write_all(&body) {
+                // The reader went away (`| head`): like a program killed by SIGPIPE, end
+                // quietly; the mount stops the chain when it sees the socket close.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(SIGPIPE_STATUS),
+                other => other?,
+            },
             _ => {
-                stdout.flush()?;
+                match stdout.flush() {
+                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                        return Ok(SIGPIPE_STATUS)
+                    }
+                    other => other?,
+                }
                 let outcome: Outcome = serde_json::from_slice(&body).map_err(io::Error::other)?;
-                if !outcome.ok {
+                if !outcome.ok && !outcome.quiet {
                     eprintln!("csx: {}", outcome.message);
                 }
                 drop(feeder);
@@ -205,6 +223,10 @@ pub fn classify(fd: u32, mount: &Path) -> End {
 fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
     let other_fd = if fd == 0 { 1 } else { 0 };
     let me = std::process::id();
+    // A process this one descends from (the shell of a `$(...)` reading the pipe) is
+    // never a peer: a pipeline's proxies are siblings, and an ancestor that forked us
+    // does not turn into one.
+    let ancestors = ancestors();
     let start = Instant::now();
     loop {
         // (pid, whether it holds the pipe at the other standard descriptor)
@@ -215,7 +237,7 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
                 let Ok(pid) = name.parse::<u32>() else {
                     continue;
                 };
-                if pid == me {
+                if pid == me || ancestors.contains(&pid) {
                     continue;
                 }
                 let Ok(fds) = std::fs::read_dir(format!("/proc/{name}/fd")) else {
@@ -259,6 +281,29 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
         }
         std::thread::sleep(Duration::from_millis(3));
     }
+}
+
+/// This process's parent, its parent's parent, and so on up to init.
+fn ancestors() -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut pid = std::process::id();
+    while pid > 1 && out.len() < 4096 {
+        let Some(ppid) = parent_of(pid) else { break };
+        if ppid == 0 || out.contains(&ppid) {
+            break;
+        }
+        out.push(ppid);
+        pid = ppid;
+    }
+    out
+}
+
+/// The parent pid of `pid`, from "/proc/PID/stat" (the field after the state, which
+/// follows the command name in parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether descriptor `fd_name` of process `pid` is the other end of a pipe from our fd
@@ -412,7 +457,8 @@ fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: b
         };
         for chain in chains {
             let fs = Arc::clone(&fs);
-            runners.push(std::thread::spawn(move || run_chain(&fs, chain, log)));
+            let stop = Arc::clone(&stop);
+            runners.push(std::thread::spawn(move || run_chain(&fs, chain, log, &stop)));
         }
         runners.retain(|r| !r.is_finished());
     }
@@ -421,7 +467,42 @@ fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: b
     }
 }
 
+/// The pid and uid of the process at the other end of `s` (SO_PEERCRED).
+fn peer(s: &UnixStream) -> io::Result<(u32, u32)> {
+    use std::os::fd::AsRawFd as _;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are writable and `len` states `cred`'s size.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid as u32, cred.uid))
+}
+
 fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result<()> {
+    // Only the mount's user (or root) runs its operators, and a proxy speaks for itself.
+    let (peer_pid, peer_uid) = peer(&stream)?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if peer_uid != me && peer_uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("uid {peer_uid} may not run operators on a mount of uid {me}"),
+        ));
+    }
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let writer = stream.try_clone()?;
@@ -432,6 +513,15 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
     let reg: Registration = serde_json::from_str(&line).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidData, format!("bad registration: {e}"))
     })?;
+    if reg.pid != peer_pid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "a registration claims pid {} but comes from pid {peer_pid}",
+                reg.pid
+            ),
+        ));
+    }
     let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
     p.insert(
         reg.pid,
@@ -471,6 +561,7 @@ fn expire(pool: &mut HashMap<u32, Agent>) {
                     ),
                     stages: 0,
                     host_bytes: 0,
+                    quiet: false,
                 },
             );
         }
@@ -538,10 +629,72 @@ fn send_end(w: &mut UnixStream, o: &Outcome) -> io::Result<()> {
     w.write_all(&body)
 }
 
-fn run_chain(fs: &MetalFs, mut chain: Vec<Agent>, log: bool) {
+/// Whether the process at the other end of `s` is gone: it closed its socket (at exit,
+/// whatever killed it), which the mount sees as a hang-up.
+fn hung_up(s: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd for the duration of the call; timeout 0.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Why a running chain was stopped from outside.
+const STOPPED_GONE: &str = "every proxy of the chain is gone (killed, or its shell ended)";
+const STOPPED_MOUNT: &str = "the mount is ending";
+
+fn run_chain(fs: &MetalFs, mut chain: Vec<Agent>, log: bool, server_stop: &AtomicBool) {
     let names: Vec<String> = chain.iter().map(|a| a.reg.words.join(" ")).collect();
     let text = names.join(" | ");
-    let result = (|| -> Result<pipe::PipeReport, PipeError> {
+    // A chain nobody waits for any more, or a mount that ends, stops the device runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let why: Mutex<&str> = Mutex::new("");
+    let sockets: Vec<UnixStream> = chain
+        .iter()
+        .filter_map(|a| a.writer.try_clone().ok())
+        .collect();
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                let reason = if server_stop.load(Ordering::Acquire) {
+                    Some(STOPPED_MOUNT)
+                } else if !sockets.is_empty() && sockets.iter().all(hung_up) {
+                    Some(STOPPED_GONE)
+                } else {
+                    None
+                };
+                if let Some(r) = reason {
+                    *why.lock().unwrap_or_else(|e| e.into_inner()) = r;
+                    stop.store(true, Ordering::Release);
+                    return;
+                }
+                std::thread::sleep(WATCH);
+            }
+        });
+        let r = run_stages(fs, &mut chain, &stop);
+        done.store(true, Ordering::Release);
+        r
+    });
+    let result = result.map_err(|e| match e {
+        PipeError::Stopped(_) => {
+            PipeError::Stopped((*why.lock().unwrap_or_else(|e| e.into_inner())).to_owned())
+        }
+        e => e,
+    });
+    finish_chain(chain, &text, result, log);
+}
+
+fn run_stages(
+    fs: &MetalFs,
+    chain: &mut [Agent],
+    stop: &Arc<AtomicBool>,
+) -> Result<pipe::PipeReport, PipeError> {
+    {
         let ends = (
             &chain.first().expect("a head").reg.input,
             &chain.last().expect("a tail").reg.output,
@@ -596,8 +749,21 @@ fn run_chain(fs: &MetalFs, mut chain: Vec<Agent>, log: bool) {
                 })?),
             ))),
         };
-        pipe::run(fs.device(), &stages, source, sink, &PipeOptions::default())
-    })();
+        let opts = PipeOptions {
+            stop: Some(Arc::clone(stop)),
+            ..PipeOptions::default()
+        };
+        pipe::run(fs.device(), &stages, source, sink, &opts)
+    }
+}
+
+fn finish_chain(
+    mut chain: Vec<Agent>,
+    text: &str,
+    result: Result<pipe::PipeReport, PipeError>,
+    log: bool,
+) {
+    let reader_gone = matches!(&result, Err(PipeError::Io { source, .. }) if source.kind() == io::ErrorKind::BrokenPipe);
     let outcome = match &result {
         Ok(r) => Outcome {
             ok: true,
@@ -605,17 +771,21 @@ fn run_chain(fs: &MetalFs, mut chain: Vec<Agent>, log: bool) {
             message: String::new(),
             stages: chain.len(),
             host_bytes: r.host_to_device + r.device_to_host,
+            quiet: false,
         },
         Err(e) => Outcome {
             ok: false,
             status: if matches!(e, PipeError::Trap { .. }) {
                 3
+            } else if reader_gone {
+                SIGPIPE_STATUS
             } else {
                 1
             },
             message: format!("{text}: {e}"),
             stages: chain.len(),
             host_bytes: 0,
+            quiet: reader_gone,
         },
     };
     if log {
