@@ -442,15 +442,56 @@ impl Array {
         Ok(())
     }
 
+    /// Deletes an entry's pieces on every member that holds one and flushes those
+    /// members. A piece already missing (a member that lost it) counts as deleted; the
+    /// other pieces are deleted whatever fails, and the first failure is returned.
     fn delete_pieces(&self, entry: &FileEntry) -> Result<(), ArrayError> {
         let path = self.member_path(entry.id);
+        let mut first = Ok(());
         for m in layout_members(&entry.layout) {
-            self.members[usize::from(m)]
-                .device
-                .delete_file(&path)
-                .map_err(self.member_error(m, "file-delete"))?;
+            let device = &self.members[usize::from(m)].device;
+            let done = match device.delete_file(&path) {
+                Ok(()) | Err(CallError::NotFound(_)) => device
+                    .flush()
+                    .map_err(self.member_error(m, "flush")),
+                Err(e) => Err(self.member_error(m, "file-delete")(e)),
+            };
+            if first.is_ok() {
+                first = done;
+            }
         }
-        Ok(())
+        first
+    }
+
+    /// Makes everything written to the members so far durable (flushes each).
+    pub fn flush(&self) -> Result<(), ArrayError> {
+        self.flush_members(self.members.iter().map(|m| m.index))
+    }
+
+    /// Flushes the members `tags`, in parallel.
+    pub(crate) fn flush_members(
+        &self,
+        tags: impl IntoIterator<Item = u16>,
+    ) -> Result<(), ArrayError> {
+        let tags: Vec<u16> = tags.into_iter().collect();
+        let results: Vec<Result<(), ArrayError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = tags
+                .iter()
+                .map(|&m| {
+                    s.spawn(move || {
+                        self.members[usize::from(m)]
+                            .device
+                            .flush()
+                            .map_err(self.member_error(m, "flush"))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a member flush panicked"))
+                .collect()
+        });
+        results.into_iter().collect()
     }
 
     /// Deletes an array file.
@@ -538,7 +579,12 @@ impl Array {
             size_bytes: size,
             layout,
         };
-        let written = self.write_pieces(&entry, src, progress);
+        // The pieces are durable on every member before the catalog names them, so a
+        // crash of any member after the commit cannot leave the file with a piece
+        // missing; the catalog commit is itself atomic and durable (`desc::write_json`).
+        let written = self
+            .write_pieces(&entry, src, progress)
+            .and_then(|()| self.flush_members(layout_members(&entry.layout)));
         if let Err(e) = written {
             let _ = self.delete_pieces(&entry);
             return Err(e);
@@ -635,14 +681,54 @@ impl Array {
                 source,
             }
         };
-        let mut file = std::fs::File::create(local).map_err(lerr("create"))?;
-        self.read_pieces(
-            &entry,
-            &mut |buf| file.write_all(buf).map_err(lerr("write")),
-            progress,
-        )?;
-        file.sync_all().map_err(lerr("sync"))?;
-        Ok(entry.size_bytes)
+        // Not a regular file (a pipe, /dev/stdout): written in place, nothing to sync.
+        if std::fs::metadata(local).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .open(local)
+                .map_err(lerr("open"))?;
+            self.read_pieces(
+                &entry,
+                &mut |buf| out.write_all(buf).map_err(lerr("write")),
+                progress,
+            )?;
+            return Ok(entry.size_bytes);
+        }
+        // A synced temporary renamed over `local`: never a partial file under its name.
+        let name = local
+            .file_name()
+            .map_or_else(|| "get".into(), |n| n.to_string_lossy().into_owned());
+        let tmp = local.with_file_name(format!(".{name}.csx-partial-{}", std::process::id()));
+        let terr = |op| {
+            let tmp = tmp.clone();
+            move |source| ArrayError::Local {
+                op,
+                path: tmp,
+                source,
+            }
+        };
+        let result = (|| {
+            let mut file = std::fs::File::create(&tmp).map_err(terr("create"))?;
+            self.read_pieces(
+                &entry,
+                &mut |buf| file.write_all(buf).map_err(lerr("write")),
+                progress,
+            )?;
+            file.sync_all().map_err(terr("sync"))?;
+            drop(file);
+            std::fs::rename(&tmp, local).map_err(lerr("replace"))?;
+            let parent = match local.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(lerr("sync the directory of"))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map(|()| entry.size_bytes)
     }
 
     /// Reads an entry's bytes in order, a buffer at a time, into `sink`.

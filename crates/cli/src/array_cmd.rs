@@ -311,6 +311,14 @@ pub fn stat(dir: &Path, devpath: &str, as_json: bool) -> anyhow::Result<u8> {
     Ok(exit::SUCCESS)
 }
 
+/// Flushes every member of the array.
+pub fn sync(dir: &Path) -> anyhow::Result<()> {
+    let array = open(dir)?;
+    array.flush().context("cannot flush the array")?;
+    array.close()?;
+    Ok(())
+}
+
 pub fn rm(dir: &Path, devpath: &str) -> anyhow::Result<u8> {
     let array = open(dir)?;
     array

@@ -18,12 +18,17 @@ use crate::{exit, GlobalArgs};
 
 /// Copy a local file onto the device (replacing the device file), or with -r a
 /// directory tree (a generated dataset: `csx gen ssb --out DIR`, then `csx put -r DIR /ssb`).
+///
+/// The file is replaced whole: the bytes go to a temporary device file that is renamed
+/// over the target, and the device is flushed before put reports success, so once put
+/// exits 0 the file survives a crash of the device or its machine, and a put that is
+/// killed or fails leaves the old file as it was.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  csx put numbers.bin /data/numbers.bin\n  csx --device ./dev0 put big.csv /logs/big.csv\n  csx put -r data/ssb /ssb/sf1"
+    after_help = "Examples:\n  csx put numbers.bin /data/numbers.bin\n  csx --device ./dev0 put big.csv /logs/big.csv\n  gzip -dc log.gz | csx put - /logs/log\n  csx put -r data/ssb /ssb/sf1"
 )]
 pub struct PutArgs {
-    /// The local file (with -r: the local directory).
+    /// The local file, or `-` for standard input (with -r: the local directory).
     local: PathBuf,
     /// The device path, e.g. /data/numbers.bin (with -r: the device directory).
     devpath: String,
@@ -42,13 +47,16 @@ pub struct PutArgs {
     member: Option<u16>,
 }
 
-/// Copy a device file to a local file (replacing it).
+/// Copy a device file to a local file (replacing it whole: a synced temporary is
+/// renamed over it, so the local file is never left half written).
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  csx get /data/numbers.bin numbers.copy")]
+#[command(
+    after_help = "Examples:\n  csx get /data/numbers.bin numbers.copy\n  csx get /logs/log - | grep error"
+)]
 pub struct GetArgs {
     /// The device path.
     devpath: String,
-    /// The local file to write.
+    /// The local file to write, or `-` for standard output.
     local: PathBuf,
     /// Print {"path", "bytes", "elapsed_ns"}.
     #[arg(long)]
@@ -78,12 +86,25 @@ pub struct StatArgs {
     json: bool,
 }
 
-/// Delete a device file.
+/// Delete a device file. The device is flushed before rm reports success, so the
+/// file stays deleted after a crash.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  csx rm /data/numbers.bin")]
 pub struct RmArgs {
     /// The device path.
     devpath: String,
+}
+
+/// Make everything written to the device so far durable (flush it): after this
+/// returns, a crash of the device's daemon or machine loses none of it. Put and rm
+/// flush by themselves; this is for writes made otherwise (a program's output, the
+/// host API, a mount).
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  csx sync\n  csx --device tcp://10.0.0.5:4420 sync --json")]
+pub struct SyncArgs {
+    /// Print {"device", "elapsed_ns"}.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Draws `verb path: done of total (pct%)` on stderr, at most every 100 ms, when
@@ -172,9 +193,17 @@ pub fn run_put(args: PutArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let dev = connect::open(global)?;
     let started = Instant::now();
     let mut line = ProgressLine::new(format!("put {}", args.devpath));
-    let bytes = dev
-        .put_file(&args.local, &args.devpath, &mut |p| line.update(p))
-        .with_context(|| format!("cannot put {} to {}", args.local.display(), args.devpath));
+    let bytes = if is_stdio(&args.local) {
+        dev.put_reader(
+            &mut std::io::stdin().lock(),
+            std::path::Path::new("standard input"),
+            &args.devpath,
+            &mut |p| line.update(p),
+        )
+    } else {
+        dev.put_file(&args.local, &args.devpath, &mut |p| line.update(p))
+    }
+    .with_context(|| format!("cannot put {} to {}", args.local.display(), args.devpath));
     line.finish();
     let bytes = bytes?;
     dev.close().context("closing the device")?;
@@ -189,14 +218,49 @@ pub fn run_get(args: GetArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let dev = connect::open(global)?;
     let started = Instant::now();
     let mut line = ProgressLine::new(format!("get {}", args.devpath));
-    let bytes = dev
-        .get_file(&args.devpath, &args.local, &mut |p| line.update(p))
-        .with_context(|| format!("cannot get {} to {}", args.devpath, args.local.display()));
+    let to_stdout = is_stdio(&args.local);
+    let bytes = if to_stdout {
+        let mut out = std::io::stdout().lock();
+        dev.get_writer(
+            &args.devpath,
+            &mut out,
+            std::path::Path::new("standard output"),
+            &mut |p| line.update(p),
+        )
+        .and_then(|n| {
+            out.flush()
+                .map(|()| n)
+                .map_err(|source| csx_host::FileTransferError::Local {
+                    op: "write",
+                    path: "standard output".into(),
+                    source,
+                })
+        })
+    } else {
+        dev.get_file(&args.devpath, &args.local, &mut |p| line.update(p))
+    }
+    .with_context(|| format!("cannot get {} to {}", args.devpath, args.local.display()));
     line.finish();
     let bytes = bytes?;
     dev.close().context("closing the device")?;
-    report_transfer(args.json, "got", &args.devpath, bytes, started);
+    if to_stdout {
+        // The data went to standard output: the report goes to stderr, and only in JSON.
+        if args.json {
+            let elapsed = started.elapsed().as_nanos() as u64;
+            eprintln!(
+                "{:#}",
+                json!({ "path": args.devpath, "bytes": bytes, "elapsed_ns": elapsed })
+            );
+        }
+    } else {
+        report_transfer(args.json, "got", &args.devpath, bytes, started);
+    }
     Ok(exit::SUCCESS)
+}
+
+/// `-`: standard input for put, standard output for get.
+fn is_stdio(local: &std::path::Path) -> bool {
+    local.as_os_str() == "-"
 }
 
 fn file_json(f: &FileInfo) -> serde_json::Value {
@@ -233,9 +297,19 @@ pub fn run_stat(args: StatArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         return crate::array_cmd::stat(&dir, &args.devpath, args.json);
     }
     let dev = connect::open(global)?;
-    let st = dev
-        .stat(&args.devpath)
-        .with_context(|| format!("cannot stat {}", args.devpath))?;
+    let st = match dev.stat(&args.devpath) {
+        Err(csx_host::CallError::NotFound(_)) if is_dir(&dev, &args.devpath) => {
+            if args.json {
+                println!("{:#}", json!({ "path": args.devpath, "kind": "dir" }));
+            } else {
+                println!("path     {}", args.devpath);
+                println!("kind     directory (csx ls {} lists it)", args.devpath);
+            }
+            dev.close().context("closing the device")?;
+            return Ok(exit::SUCCESS);
+        }
+        st => st.with_context(|| format!("cannot stat {}", args.devpath))?,
+    };
     let ext = dev
         .extents(&args.devpath)
         .with_context(|| format!("cannot read the extents of {}", args.devpath))?;
@@ -283,8 +357,47 @@ pub fn run_rm(args: RmArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         return crate::array_cmd::rm(&dir, &args.devpath);
     }
     let dev = connect::open(global)?;
-    dev.delete_file(&args.devpath)
-        .with_context(|| format!("cannot remove {}", args.devpath))?;
+    if let Err(e) = dev.delete_file(&args.devpath) {
+        if matches!(e, csx_host::CallError::NotFound(_)) && is_dir(&dev, &args.devpath) {
+            anyhow::bail!(
+                "cannot remove {}: it is a directory (rm removes files; remove what is under it first)",
+                args.devpath
+            );
+        }
+        return Err(e).with_context(|| format!("cannot remove {}", args.devpath));
+    }
+    dev.flush()
+        .with_context(|| format!("{} was removed, but flushing the device failed", args.devpath))?;
     dev.close().context("closing the device")?;
+    Ok(exit::SUCCESS)
+}
+
+fn is_dir(dev: &csx_host::Device, path: &str) -> bool {
+    dev.path_stat(path)
+        .is_ok_and(|e| e.kind == csx_host::proto::EntryKind::Dir)
+}
+
+pub fn run_sync(args: SyncArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let started = Instant::now();
+    let name = if let Some(dir) = connect::array_dir(global) {
+        crate::array_cmd::sync(&dir)?;
+        format!("array:{}", dir.display())
+    } else {
+        let uri = connect::device_uri(global)?;
+        let dev = connect::open(global)?;
+        dev.flush()
+            .with_context(|| format!("cannot flush device {uri}"))?;
+        dev.close().context("closing the device")?;
+        uri
+    };
+    let elapsed = started.elapsed();
+    if args.json {
+        println!(
+            "{:#}",
+            json!({ "device": name, "elapsed_ns": elapsed.as_nanos() as u64 })
+        );
+    } else {
+        println!("synced {name} in {:.3} s", elapsed.as_secs_f64());
+    }
     Ok(exit::SUCCESS)
 }

@@ -106,6 +106,8 @@ enum Command {
     Stat(files::StatArgs),
     /// Delete a device file.
     Rm(files::RmArgs),
+    /// Flush the device: everything written so far becomes durable.
+    Sync(files::SyncArgs),
     /// Run a program on the device over a device file.
     Exec(exec::ExecArgs),
     /// Programs kept on the device by name: `csx program {load,list,unload}`.
@@ -148,6 +150,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ls(args) => files::run_ls(args, &cli.global),
         Command::Stat(args) => files::run_stat(args, &cli.global),
         Command::Rm(args) => files::run_rm(args, &cli.global),
+        Command::Sync(args) => files::run_sync(args, &cli.global),
         Command::Exec(args) => exec::run(args, &cli.global),
         Command::Program(args) => program_cmd::run(args, &cli.global),
         Command::Demo(args) => demo::run(args, &cli.global),

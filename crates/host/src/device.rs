@@ -570,8 +570,18 @@ impl Device {
         self.pipeline(ops, |_, _| Ok(()))
     }
 
-    /// Makes the device file `path` hold exactly `data`.
+    /// Makes the device file `path` hold exactly `data`, replacing it whole: the bytes
+    /// go to a temporary file that is then renamed over `path`, so a reader, or the
+    /// device after a crash, sees the old file or the new one, never a mix. Durable at
+    /// the next [`Device::flush`] (which [`Device::put_file`] does itself).
     pub fn put_bytes(&self, path: &str, data: &[u8]) -> Result<(), CallError> {
+        let tmp = crate::files::partial_path();
+        let written = self.write_new(&tmp, data);
+        crate::files::commit_partial(self, &tmp, path, written)
+    }
+
+    /// Makes the device file `path` hold exactly `data`, writing in place.
+    fn write_new(&self, path: &str, data: &[u8]) -> Result<(), CallError> {
         let first = data.len().min(FILE_IO_SIZE_MAX as usize);
         // The truncating write completes before any other chunk is sent: chunks in
         // flight together may run in any order.
@@ -606,8 +616,10 @@ impl Device {
         Ok(out)
     }
 
-    /// Streams the local file `local` into the device file `path` (replacing it).
-    /// Returns the bytes written. `progress` hears after every chunk.
+    /// Streams the local file `local` into the device file `path`, replacing it whole
+    /// (by rename), and flushes the device: when this returns `Ok` the new file is
+    /// durable, and at no point can a crash leave a partial file under `path`. Returns
+    /// the bytes written. `progress` hears after every chunk.
     pub fn put_file(
         &self,
         local: &Path,
@@ -617,8 +629,21 @@ impl Device {
         crate::files::put(self, local, path, progress)
     }
 
-    /// Streams the device file `path` into the local file `local` (created or
-    /// replaced). Returns the bytes read.
+    /// [`Device::put_file`] from a stream (standard input, a pipe), read to its end;
+    /// `name` labels the input in errors.
+    pub fn put_reader(
+        &self,
+        input: &mut dyn std::io::Read,
+        name: &Path,
+        path: &str,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<u64, crate::files::FileTransferError> {
+        crate::files::put_from(self, input, name, 0, path, progress)
+    }
+
+    /// Streams the device file `path` into the local file `local`, replacing it whole
+    /// (a synced temporary renamed over it; a `local` that is not a regular file, such
+    /// as a pipe, is written in place). Returns the bytes read.
     pub fn get_file(
         &self,
         path: &str,
@@ -626,6 +651,18 @@ impl Device {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<u64, crate::files::FileTransferError> {
         crate::files::get(self, path, local, progress)
+    }
+
+    /// Streams the device file `path` into `out` (standard output, a pipe); `name`
+    /// labels the output in errors. Returns the bytes read.
+    pub fn get_writer(
+        &self,
+        path: &str,
+        out: &mut dyn std::io::Write,
+        name: &Path,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<u64, crate::files::FileTransferError> {
+        crate::files::get_into(self, path, out, name, progress)
     }
 
     /// The files under the directory `dir` (`/` for all).

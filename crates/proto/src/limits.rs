@@ -60,6 +60,12 @@ pub const MEM_IO_SIZE_MAX: u64 = 16 << 20;
 /// [`MEM_IO_SIZE_MAX`].
 pub const FILE_IO_SIZE_MAX: u64 = 16 << 20;
 
+/// The file-store directory where whole-file writes stage their data before renaming it
+/// over the target (replace-by-rename). A file store removes whatever it finds there
+/// when it opens (a writer killed mid-copy leaves its temporary behind), and never keeps
+/// the directory itself once it is empty.
+pub const PARTIAL_DIR: &str = "/.csx-partial";
+
 /// Source ranges in one Memory Copy, as NVMe Copy's 256 source ranges.
 pub const COPY_SOURCES_MAX: usize = 256;
 

@@ -5,6 +5,7 @@ mod array;
 mod conformance_plugin;
 mod crash;
 mod device_exec;
+mod durability_cli;
 mod lambda;
 mod mount_cli;
 mod pipe_cli;

@@ -14,6 +14,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use csx_proto::limits::PARTIAL_DIR;
 use redb::{ReadableTable, TableError};
 
 use super::path::{self, PathError, NAME_SIZE_MAX, PATH_SIZE_MAX};
@@ -227,7 +228,8 @@ impl State {
     /// if it has no entry left, so that a directory lasts until it is removed.
     pub(super) fn keep_parent(&mut self, path: &str) {
         let parent = parent_of(path);
-        if parent.is_empty() || self.has_children(parent) {
+        // The staging directory of whole-file writes never lingers once empty.
+        if parent.is_empty() || parent == PARTIAL_DIR || self.has_children(parent) {
             return;
         }
         self.dirs.insert(dir_key(parent), now_ns());

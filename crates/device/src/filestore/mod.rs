@@ -99,6 +99,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
+use csx_proto::limits::PARTIAL_DIR;
 use alloc::{Allocator, BlockRange};
 use record::{ExtentRec, FileRecord, Mapping};
 
@@ -283,7 +284,8 @@ impl FileStore {
             }
         }
         let db = open_meta(&meta_path)?;
-        let state = load_state(&db, &meta_path, &nvm)?;
+        let mut state = load_state(&db, &meta_path, &nvm)?;
+        state.reclaim_partials();
         Ok(FileStore {
             nvm,
             db,
@@ -837,6 +839,38 @@ impl State {
     }
 
     /// Moves every block of a record that left the namespace to the pending list.
+    /// Removes everything under [`PARTIAL_DIR`]: the temporaries of whole-file writes
+    /// whose writer died before renaming them into place. Only called at open, when no
+    /// writer can be using one. Durable at the next flush; until then a crash brings
+    /// them back to be removed again.
+    fn reclaim_partials(&mut self) {
+        let dir = PARTIAL_DIR;
+        let prefix = dirs::dir_key(dir);
+        let stale: Vec<String> = self
+            .files
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in stale {
+            if let Some(record) = self.files.remove(&path) {
+                self.unmap_all(&record);
+            }
+            self.dirty.insert(path);
+        }
+        let explicit: Vec<String> = self
+            .dirs
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in explicit {
+            self.dirs.remove(&key);
+            self.dirty_dirs
+                .insert(key.trim_end_matches('/').to_owned());
+        }
+    }
+
     fn unmap_all(&mut self, record: &FileRecord) {
         for e in &record.extents {
             self.pending_free.push(e.nvm_range());

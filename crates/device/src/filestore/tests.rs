@@ -1178,3 +1178,76 @@ proptest! {
 }
 
 mod dirs;
+
+/// Replace by rename, as a whole-file write does it: a temporary in the staging
+/// directory renamed over the target. A crash before the flush keeps the old file; after
+/// it, the new one; never a mix. A temporary whose writer died is removed when the store
+/// opens, and the empty staging directory does not linger.
+#[test]
+fn replace_by_rename_is_atomic_and_staging_is_reclaimed() {
+    let (dir, store) = new_store(256);
+    let old = pattern(40_000, 1);
+    let new = pattern(70_000, 2);
+    store.write_at("/t", 0, &old).unwrap();
+    store.flush().unwrap();
+    let tmp = format!("{PARTIAL_DIR}/writer-1");
+    store.write_at(&tmp, 0, &new).unwrap();
+    store.rename(&tmp, "/t").unwrap();
+    assert!(
+        !store.state.read().unwrap().is_dir(PARTIAL_DIR),
+        "the staging directory goes with its last temporary"
+    );
+    crash(store);
+    let store = reopen(&dir);
+    assert_eq!(read_all(&store, "/t"), old, "crash before the flush: the old file");
+    store.write_at(&tmp, 0, &new).unwrap();
+    store.rename(&tmp, "/t").unwrap();
+    store.flush().unwrap();
+    crash(store);
+    let store = reopen(&dir);
+    assert_eq!(read_all(&store, "/t"), new, "crash after the flush: the new file");
+
+    // Writers that died: one temporary flushed (by someone else's flush), one not.
+    store.write_at(&format!("{PARTIAL_DIR}/dead-1"), 0, &old).unwrap();
+    store.flush().unwrap();
+    store.write_at(&format!("{PARTIAL_DIR}/dead-2"), 0, &old).unwrap();
+    let free_before = store.free_bytes();
+    crash(store);
+    let store = reopen(&dir);
+    assert!(store.list(PARTIAL_DIR).unwrap().is_empty());
+    assert!(!store.state.read().unwrap().is_dir(PARTIAL_DIR));
+    assert!(store.free_bytes() > free_before, "their blocks are free again");
+    store.flush().unwrap();
+    drop(store);
+    let store = reopen(&dir);
+    assert!(store.list(PARTIAL_DIR).unwrap().is_empty());
+    assert_eq!(
+        store.list("/").unwrap().len(),
+        1,
+        "only /t: {:?}",
+        store.list("/")
+    );
+    assert_eq!(read_all(&store, "/t"), new);
+}
+
+/// A delete and a replacing rename are durable at the next flush: a crash after it does
+/// not bring the file (or the replaced file) back.
+#[test]
+fn delete_and_rename_are_durable_at_the_flush() {
+    let (dir, store) = new_store(64);
+    store.write_at("/gone", 0, b"bye").unwrap();
+    store.write_at("/a", 0, b"a").unwrap();
+    store.write_at("/b", 0, b"b").unwrap();
+    store.flush().unwrap();
+    store.delete("/gone").unwrap();
+    store.rename("/a", "/b").unwrap();
+    store.flush().unwrap();
+    crash(store);
+    let store = reopen(&dir);
+    assert!(matches!(
+        store.stat("/gone"),
+        Err(FileStoreError::NotFound { .. })
+    ));
+    assert!(matches!(store.stat("/a"), Err(FileStoreError::NotFound { .. })));
+    assert_eq!(read_all(&store, "/b"), b"a");
+}

@@ -15,6 +15,7 @@ mod abort;
 mod codemap;
 mod concurrency;
 mod daemon;
+mod durability;
 mod errors;
 mod execute;
 mod files;
