@@ -133,6 +133,8 @@ fn pdu_body(t: PduType, body: &[u8]) {
                 assert!(d.data.len() <= body.len());
             }
         }
+        // The common header alone: nothing more to decode.
+        PduType::C2HKeepAlive => {}
     }
 }
 

@@ -56,6 +56,21 @@ pub enum TransportError {
     /// device shutting down. `status` is the handshake's status name.
     #[error("the device refused the connection: {status}: {reason}")]
     Refused { status: String, reason: String },
+    /// The device gave no sign of life for `waited_secs` (`CSX_TIMEOUT`): during the
+    /// connect, or while commands were in flight. A stopped, hung or unreachable device.
+    #[error("the device at {device} did not answer within {waited_secs} s ({during}); it may be stopped, hung or unreachable (CSX_TIMEOUT sets the wait)")]
+    NoAnswer {
+        device: String,
+        waited_secs: u64,
+        during: &'static str,
+    },
+    /// A setting (an environment variable) holds a value the transport cannot use.
+    #[error("{name} is {value:?}: {reason}")]
+    BadSetting {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
     #[error("closing the device failed: {message}")]
     CloseFailed { message: String },
     #[error(transparent)]

@@ -30,6 +30,29 @@ impl HelpSignal {
         self.changed.notify_one();
     }
 
+    /// As [`HelpSignal::wait`], but at most `timeout`: `None` when it passed first.
+    pub(crate) fn wait_for(&self, timeout: std::time::Duration) -> Option<bool> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.lock();
+        loop {
+            if state.1 {
+                return Some(false);
+            }
+            if std::mem::take(&mut state.0) {
+                return Some(true);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     /// Waits until help is asked for (`true`) or the connection ends (`false`).
     pub(crate) fn wait(&self) -> bool {
         let mut state = self.lock();

@@ -36,10 +36,19 @@ use csx_host::transport::shm as shm_transport;
 mod help;
 mod peer;
 mod quota;
+mod replies;
 pub mod shm;
 pub mod tcp;
 
-pub use quota::{ClientLimits, CLIENT_MEMORY_SHARE, CLIENT_QUEUE_DEFAULT, CLIENT_SLOTS_DEFAULT};
+pub use quota::{
+    ClientLimits, CLIENT_MEMORY_SHARE, CLIENT_QUEUE_DEFAULT, CLIENT_REPLY_BYTES_DEFAULT,
+    CLIENT_REPLY_BYTES_MIN, CLIENT_SLOTS_DEFAULT,
+};
+
+/// How long a client may take no byte of what the daemon writes to it before the
+/// daemon drops it (a client that stopped reading), unless [`ServerOptions::write_stall`]
+/// says otherwise.
+pub const WRITE_STALL_DEFAULT: Duration = Duration::from_secs(30);
 
 /// How often blocked server threads look at the stop flag: the bound on how long a
 /// shutdown waits for an idle thread to notice.
@@ -65,8 +74,13 @@ pub enum ServerError {
         key: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("per-client limits must all be above 0: {limits:?}")]
-    BadLimits { limits: ClientLimits },
+    /// A per-client limit the device cannot honour or that is too small to work.
+    #[error("{what} is {value}: {reason}")]
+    BadLimit {
+        what: &'static str,
+        value: String,
+        reason: String,
+    },
     #[error("a server thread panicked")]
     Panicked,
 }
@@ -149,6 +163,12 @@ pub struct ServerOptions {
     pub reclaim_programs: bool,
     /// The certificate chain and private key (PEM files) of `tcps://` listeners.
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// How long a client may take no byte the daemon writes before it is dropped;
+    /// `None`: [`WRITE_STALL_DEFAULT`].
+    pub write_stall: Option<Duration>,
+    /// Serve shm clients running as other users (by default only the daemon's own
+    /// user, and root, may connect; see `shm`).
+    pub shm_other_users: bool,
 }
 
 impl ServerOptions {
@@ -166,6 +186,18 @@ impl ServerOptions {
     /// Serving `tcps://` addresses with this certificate chain and key (PEM files).
     pub fn tls(mut self, cert: std::path::PathBuf, key: std::path::PathBuf) -> ServerOptions {
         self.tls = Some((cert, key));
+        self
+    }
+
+    /// Dropping a client that takes no byte for `stall` (at least 1 s).
+    pub fn write_stall(mut self, stall: Duration) -> ServerOptions {
+        self.write_stall = Some(stall);
+        self
+    }
+
+    /// Serving (`true`) shm clients of any user, not only the daemon's own.
+    pub fn shm_other_users(mut self, allow: bool) -> ServerOptions {
+        self.shm_other_users = allow;
         self
     }
 
@@ -187,6 +219,8 @@ pub struct ServerStatus {
     pub clients_refused: u64,
     /// Completions sent back to clients.
     pub commands_served: u64,
+    /// Bytes of read replies all clients have in flight (see [`ClientLimits::reply_bytes`]).
+    pub reply_bytes_held: u64,
 }
 
 /// What every server thread shares.
@@ -202,6 +236,9 @@ pub(crate) struct Context {
     pub(crate) clients_total: AtomicU64,
     pub(crate) clients_refused: AtomicU64,
     pub(crate) commands_served: AtomicU64,
+    pub(crate) reply_bytes_held: Arc<AtomicU64>,
+    pub(crate) write_stall: Duration,
+    pub(crate) shm_other_users: bool,
     connections: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -259,6 +296,73 @@ impl Context {
     }
 }
 
+/// Refuses per-client limits the device cannot honour (more than it has) or too small
+/// to work, naming the value and the bound.
+fn check_limits(limits: &ClientLimits, slm_size_bytes: u64) -> Result<(), ServerError> {
+    use csx_proto::limits::{PROGRAM_SLOTS_COUNT, QUEUE_DEPTH_MAX};
+    let bad = |what, value: String, reason: String| {
+        Err(ServerError::BadLimit {
+            what,
+            value,
+            reason,
+        })
+    };
+    let size = csx_host::size::format_size;
+    if limits.memory_bytes == 0 {
+        return bad(
+            "the client memory limit",
+            "0".into(),
+            "must be at least 1 byte".into(),
+        );
+    }
+    if limits.memory_bytes > slm_size_bytes {
+        return bad(
+            "the client memory limit",
+            size(limits.memory_bytes),
+            format!("the device has only {} of SLM", size(slm_size_bytes)),
+        );
+    }
+    if limits.program_slots == 0 {
+        return bad(
+            "the client program slot limit",
+            "0".into(),
+            "must be at least 1".into(),
+        );
+    }
+    if limits.program_slots > PROGRAM_SLOTS_COUNT {
+        return bad(
+            "the client program slot limit",
+            limits.program_slots.to_string(),
+            format!("the device has only {PROGRAM_SLOTS_COUNT} program slots"),
+        );
+    }
+    if limits.queued_commands == 0 {
+        return bad(
+            "the client queue limit",
+            "0".into(),
+            "must be at least 1".into(),
+        );
+    }
+    if limits.queued_commands > QUEUE_DEPTH_MAX {
+        return bad(
+            "the client queue limit",
+            limits.queued_commands.to_string(),
+            format!("a queue holds at most {QUEUE_DEPTH_MAX} commands"),
+        );
+    }
+    if limits.reply_bytes < CLIENT_REPLY_BYTES_MIN {
+        return bad(
+            "the client reply memory limit",
+            size(limits.reply_bytes),
+            format!(
+                "must be at least {} (one of the largest reads)",
+                size(CLIENT_REPLY_BYTES_MIN)
+            ),
+        );
+    }
+    Ok(())
+}
+
 /// A running device daemon (see the module doc).
 #[derive(Debug)]
 pub struct Server {
@@ -304,8 +408,14 @@ impl Server {
         let limits = options
             .limits
             .unwrap_or_else(|| ClientLimits::unlimited(device.config().slm_size_bytes));
-        if limits.queued_commands == 0 || limits.program_slots == 0 || limits.memory_bytes == 0 {
-            return Err(ServerError::BadLimits { limits });
+        check_limits(&limits, device.config().slm_size_bytes)?;
+        let write_stall = options.write_stall.unwrap_or(WRITE_STALL_DEFAULT);
+        if write_stall < Duration::from_secs(1) {
+            return Err(ServerError::BadLimit {
+                what: "the write stall limit",
+                value: format!("{write_stall:?}"),
+                reason: "must be at least 1 s".to_string(),
+            });
         }
         let tls = match &options.tls {
             Some((cert, key)) => Some(
@@ -332,6 +442,9 @@ impl Server {
             clients_total: AtomicU64::new(0),
             clients_refused: AtomicU64::new(0),
             commands_served: AtomicU64::new(0),
+            reply_bytes_held: Arc::new(AtomicU64::new(0)),
+            write_stall,
+            shm_other_users: options.shm_other_users,
             connections: Mutex::new(Vec::new()),
         });
         let mut server = Server {
@@ -401,10 +514,12 @@ impl Server {
                 self.bound.push(format!("{scheme}://{local}"));
             }
             ListenAddr::Shm(name) => {
-                let (listener, path) = shm::bind(name).map_err(|source| ServerError::Listen {
-                    uri: format!("shm://{name}"),
-                    source,
-                })?;
+                let other_users = self.ctx().shm_other_users;
+                let (listener, path) =
+                    shm::bind(name, other_users).map_err(|source| ServerError::Listen {
+                        uri: format!("shm://{name}"),
+                        source,
+                    })?;
                 let ctx = Arc::clone(self.ctx());
                 let h = spawn(
                     format!("csx-accept-shm-{name}"),
@@ -436,6 +551,7 @@ impl Server {
             clients_total: c.clients_total.load(Ordering::Relaxed),
             clients_refused: c.clients_refused.load(Ordering::Relaxed),
             commands_served: c.commands_served.load(Ordering::Relaxed),
+            reply_bytes_held: c.reply_bytes_held.load(Ordering::Relaxed),
         }
     }
 

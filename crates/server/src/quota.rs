@@ -6,6 +6,7 @@
 //! | commands in flight  | `queued_commands`         | the queue depth granted at the handshake |
 //! | SLM bytes allocated | `memory_bytes`            | Memory Allocate refused past it (89h)    |
 //! | program slots held  | `program_slots`           | a new Load Program refused past it (8Ah) |
+//! | reply bytes in flight | `reply_bytes`           | the connection stops taking reads (`crate::replies`) |
 //!
 //! The device already keeps each client's allocations and loads apart and reclaims them
 //! when its queue pair goes; the server adds the quotas, counted per connection by
@@ -41,6 +42,9 @@ pub struct ClientLimits {
     pub queued_commands: u32,
     /// Program slots one client may hold loaded or loading (`--client-slots`).
     pub program_slots: u16,
+    /// Bytes of read replies one client may have in flight, asked for and not yet
+    /// taken off its connection (`--client-reply-memory`; see `crate::replies`).
+    pub reply_bytes: u64,
 }
 
 /// Default share of the device's SLM one client may hold: a quarter.
@@ -49,6 +53,12 @@ pub const CLIENT_MEMORY_SHARE: u64 = 4;
 pub const CLIENT_QUEUE_DEFAULT: u32 = 256;
 /// Default program slots per client: a quarter of the device's.
 pub const CLIENT_SLOTS_DEFAULT: u16 = csx_proto::limits::PROGRAM_SLOTS_COUNT / 4;
+/// Default reply bytes in flight per client: two of the largest reads, so a client
+/// that pipelines reads keeps one arriving while it takes the other, and 64 clients
+/// that never read hold at most 2 GiB.
+pub const CLIENT_REPLY_BYTES_DEFAULT: u64 = 2 * csx_proto::limits::TRANSFER_SIZE_MAX as u64;
+/// The fewest reply bytes in flight a client may be allowed: one of the largest reads.
+pub const CLIENT_REPLY_BYTES_MIN: u64 = csx_proto::limits::TRANSFER_SIZE_MAX as u64;
 
 impl ClientLimits {
     /// No limit beyond the device's own: a client may hold all of its SLM and slots.
@@ -59,6 +69,7 @@ impl ClientLimits {
             memory_bytes: slm_size_bytes.max(1),
             queued_commands: csx_proto::limits::QUEUE_DEPTH_MAX,
             program_slots: csx_proto::limits::PROGRAM_SLOTS_COUNT,
+            reply_bytes: CLIENT_REPLY_BYTES_DEFAULT,
         }
     }
 
@@ -69,6 +80,7 @@ impl ClientLimits {
             memory_bytes: (slm_size_bytes / CLIENT_MEMORY_SHARE).max(1 << 20),
             queued_commands: CLIENT_QUEUE_DEFAULT,
             program_slots: CLIENT_SLOTS_DEFAULT,
+            reply_bytes: CLIENT_REPLY_BYTES_DEFAULT,
         }
     }
 }

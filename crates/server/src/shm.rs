@@ -35,6 +35,7 @@ use csx_proto::{
 };
 
 use csx_host::transport::bulk;
+use csx_host::transport::shm as shm_transport;
 use csx_host::transport::shm::framing::{
     word, Cqe, Hello, Layout, ShmFramingError, Span, Sqe, SqeFrame, Welcome, WelcomeStatus,
     CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, HELLO_SIZE,
@@ -49,14 +50,20 @@ use csx_host::transport::sys::{self, EventFd};
 
 use crate::help::HelpSignal;
 use crate::quota::Quota;
+use crate::replies::{NotAdmitted, ReplyBudget};
 use crate::{Context, ACCEPT_POLL};
+use csx_host::transport::KEEP_ALIVE_INTERVAL;
 
-/// Binds the handshake socket of `shm://name`, replacing a stale socket file left by a
-/// device that died, refusing one a running device answers on. Only the owner may
-/// connect (the socket is mode 0600).
-pub(crate) fn bind(name: &str) -> io::Result<(UnixListener, PathBuf)> {
+/// Binds the handshake socket of `shm://name` in this user's socket directory (made
+/// 0700 if missing, refused if another user owns it or others may write it), replacing
+/// a stale socket file left by a device that died, refusing one a running device
+/// answers on. The socket is mode 0600 (0666 when other users are served: the
+/// daemon then checks each client's user itself).
+pub(crate) fn bind(name: &str, other_users: bool) -> io::Result<(UnixListener, PathBuf)> {
+    shm_transport::prepare_dir(other_users)
+        .map_err(|reason| io::Error::new(io::ErrorKind::PermissionDenied, reason))?;
     let path = socket_path(name);
-    if path.exists() {
+    if std::fs::symlink_metadata(&path).is_ok() {
         if UnixStream::connect(&path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -66,9 +73,46 @@ pub(crate) fn bind(name: &str) -> io::Result<(UnixListener, PathBuf)> {
         std::fs::remove_file(&path)?;
     }
     let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let mode = if other_users { 0o666 } else { 0o600 };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     listener.set_nonblocking(true)?;
     Ok((listener, path))
+}
+
+/// Whether the client at the other end of `stream` may be served: one of this user
+/// (or root), or any user when the server serves other users. Refused clients hear why.
+fn admit_user(stream: &mut UnixStream, ctx: &Context) -> bool {
+    let me = shm_transport::my_uid();
+    let uid = match shm_transport::peer_uid(stream) {
+        Ok(uid) => uid,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell which user an shm client is; closing");
+            return false;
+        }
+    };
+    if ctx.shm_other_users || shm_transport::trusted_uid(uid, me) {
+        return true;
+    }
+    tracing::warn!(client_uid = uid, "refusing an shm client of another user");
+    refuse_early(
+        stream,
+        WelcomeStatus::PermissionDenied,
+        format!("this device serves user {me} only, not user {uid}"),
+    );
+    false
+}
+
+/// Answers a client refused before its hello was read (its hello is then ignored).
+fn refuse_early(stream: &mut UnixStream, status: WelcomeStatus, message: String) {
+    let w = Welcome {
+        status,
+        queue_depth: 0,
+        queue_id: 0,
+        region_bytes: 0,
+        message,
+    };
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.write_all(&w.encode());
 }
 
 /// Accepts clients until the server stops.
@@ -76,16 +120,31 @@ pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
     let mut next = 0u64;
     while !ctx.stopping() {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((mut stream, _)) => {
                 if stream.set_nonblocking(false).is_err() {
                     continue;
                 }
+                if !admit_user(&mut stream, ctx) {
+                    Context::count(&ctx.clients_refused, 1);
+                    continue;
+                }
                 next += 1;
+                let mut refusal = stream.try_clone().ok();
                 let spawned =
                     ctx.spawn_connection(format!("csx-shm-{next}"), move |ctx| serve(stream, &ctx));
                 if !spawned {
                     Context::count(&ctx.clients_refused, 1);
-                    tracing::warn!("too many connections; closing an shm client");
+                    tracing::warn!("too many connections; refusing an shm client");
+                    if let Some(s) = refusal.as_mut() {
+                        refuse_early(
+                            s,
+                            WelcomeStatus::Unavailable,
+                            format!(
+                                "the device serves {} connections, its limit; try again later",
+                                crate::CONNECTIONS_MAX
+                            ),
+                        );
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -155,6 +214,7 @@ struct Queue {
     gone: AtomicBool,
     metrics: ShmMetrics,
     quota: Quota,
+    replies: ReplyBudget,
     /// The next submission entry to take (the host's head word is only written, never
     /// trusted); held by the thread taking entries.
     sq_head: Mutex<u32>,
@@ -327,6 +387,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         let name = format!("csx-client-{}", layout.queue_id);
         let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
         region.write(0, &layout.encode());
+        region.word(word::HEARTBEAT).store(1, Ordering::Release);
         Ok((region, EventFd::new()?, EventFd::new()?))
     })();
     let (region, doorbell, interrupt) = match made {
@@ -364,6 +425,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         gone: AtomicBool::new(false),
         metrics: ShmMetrics::default(),
         quota: Quota::new(layout.queue_id, ctx.limits),
+        replies: ReplyBudget::new(ctx.limits.reply_bytes, Arc::clone(&ctx.reply_bytes_held)),
         sq_head: Mutex::new(head),
         lent: AtomicBool::new(false),
         ended: Mutex::new(None),
@@ -505,7 +567,18 @@ const HELP_POLL: Duration = Duration::from_micros(100);
 /// else runs inline).
 fn help(q: &Queue, ctx: &Context) {
     let tail_word = q.region.word(word::SQ_TAIL);
-    while q.help.wait() {
+    let heartbeat = q.region.word(word::HEARTBEAT);
+    loop {
+        // Between requests for help, the heartbeat: the host sees the device live
+        // however long its commands run (a stopped daemon stops it).
+        match q.help.wait_for(KEEP_ALIVE_INTERVAL) {
+            None => {
+                heartbeat.fetch_add(1, Ordering::Release);
+                continue;
+            }
+            Some(false) => return,
+            Some(true) => {}
+        }
         while q.lent.load(Ordering::SeqCst) && !ctx.stopping() {
             let taken = (|| {
                 let mut head = lock(&q.sq_head);
@@ -673,6 +746,28 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
         }
     };
     let route = Route { read, ..route };
+    // A reply the daemon holds until it is posted (not one the device writes straight
+    // into host memory) counts against the client's reply bytes: past them this
+    // thread posts completions until the client has taken enough (see
+    // `crate::replies`).
+    let reply = if dma.is_some() {
+        0
+    } else {
+        bulk::reply_data_max(&cmd.op) as u64
+    };
+    let reserved = q.replies.reserve(cid, reply, Duration::ZERO, || {
+        if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
+            complete(q, c, ctx);
+        }
+        ctx.stopping() || q.gone.load(Ordering::Acquire)
+    });
+    match reserved {
+        Ok(()) => {}
+        Err(NotAdmitted::Duplicate) => return Err(format!("{cid} reused while in flight")),
+        Err(NotAdmitted::GaveUp) => {
+            return refuse(Status::Aborted, "the device is shutting down".into())
+        }
+    }
     if let Err(refusal) = q.quota.admit(&cmd, &ctx.slot_owners) {
         post(q, *refusal, route, ctx);
         return Ok(());
@@ -713,8 +808,15 @@ fn complete(q: &Queue, c: Completion, ctx: &Context) {
     post(q, c, route, ctx);
 }
 
-/// Posts the completion entry of `c` (see the module doc).
-fn post(q: &Queue, mut c: Completion, route: Route, ctx: &Context) {
+/// Posts the completion entry of `c` (see the module doc), and gives back the reply
+/// bytes its command held.
+fn post(q: &Queue, c: Completion, route: Route, ctx: &Context) {
+    let id = c.id;
+    post_entry(q, c, route, ctx);
+    q.replies.release(id);
+}
+
+fn post_entry(q: &Queue, mut c: Completion, route: Route, ctx: &Context) {
     Context::count(&ctx.commands_served, 1);
     if q.gone.load(Ordering::Acquire) {
         return;

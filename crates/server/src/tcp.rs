@@ -16,13 +16,13 @@
 //! has completed, and before the socket closes.
 
 use std::io::{self, IoSlice, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener};
 
 use csx_host::transport::tcp::conn::{tls::TlsConn, Conn};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::Thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use csx_device::{QueuePair, SubmitError};
 use csx_proto::limits::QUEUE_DEPTH_MAX;
@@ -33,8 +33,8 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::tcp::framing::{
     data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    write_all_vectored, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
-    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason, TermReq,
+    CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
@@ -43,11 +43,10 @@ use csx_host::transport::tcp::{
 
 use crate::help::HelpSignal;
 use crate::quota::Quota;
+use crate::replies::{NotAdmitted, ReplyBudget};
 use crate::{Context, ACCEPT_POLL};
-
-/// How long a write to a client may block: a client that stops reading for this long
-/// is treated as gone, so it cannot hold its queue pair (or a shutdown) forever.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+use csx_host::transport::tcp::framing::keep_alive_pdu;
+use csx_host::transport::KEEP_ALIVE_INTERVAL;
 
 /// The longest PDU a connection accepts after the handshake.
 const PLEN_MAX: usize = PDU_HEADER_SIZE
@@ -75,21 +74,26 @@ pub(crate) fn accept_loop(
                 if stream.set_nonblocking(false).is_err() {
                     continue;
                 }
+                // One deadline for the whole handshake (TLS and the connect request),
+                // from the moment of the accept.
+                let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
                 let name = format!("csx-tcp-{peer}");
                 let tls = tls.clone();
                 let spawned = ctx.spawn_connection(name, move |ctx| {
                     let conn = match tls {
                         None => Conn::Plain(stream),
-                        Some(config) => match accept_tls(stream, config) {
-                            Ok(c) => c,
-                            Err(e) => {
-                                tracing::warn!(%peer, error = %e, "tls handshake failed");
-                                Context::count(&ctx.clients_refused, 1);
-                                return;
+                        Some(config) => {
+                            match TlsConn::accept(stream, config, deadline).map(Conn::Tls) {
+                                Ok(c) => c,
+                                Err(e) => {
+                                    tracing::warn!(%peer, error = %e, "tls handshake failed");
+                                    Context::count(&ctx.clients_refused, 1);
+                                    return;
+                                }
                             }
-                        },
+                        }
                     };
-                    serve(conn, peer, &ctx)
+                    serve(conn, peer, deadline, &ctx)
                 });
                 if !spawned {
                     Context::count(&ctx.clients_refused, 1);
@@ -107,19 +111,16 @@ pub(crate) fn accept_loop(
     }
 }
 
-/// The TLS handshake, within the handshake timeout.
-fn accept_tls(stream: TcpStream, config: Arc<rustls::ServerConfig>) -> io::Result<Conn> {
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    TlsConn::accept(stream, config).map(Conn::Tls)
-}
-
 /// The write side, shared by both threads of a connection.
 #[derive(Debug)]
 struct Sender {
     stream: Mutex<Conn>,
     /// Set once a write failed: the client is gone, completions are dropped.
     dead: AtomicBool,
+    /// A client that takes no byte for this long is gone (`Conn::set_write_stall`).
+    stall: Duration,
+    /// When the last write ended, for the keep-alives.
+    last_write: Mutex<Instant>,
 }
 
 impl Sender {
@@ -127,27 +128,54 @@ impl Sender {
         self.stream.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
     fn write(&self, w: &mut Conn, slices: &mut [IoSlice<'_>]) {
-        if self.dead.load(Ordering::Relaxed) {
+        if self.dead() {
             return;
         }
-        if let Err(e) = write_all_vectored(w, slices) {
+        if let Err(e) = w.write_stalling(slices, self.stall) {
             tracing::debug!(error = %e, "write to client failed");
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                tracing::warn!(
+                    stall = ?self.stall,
+                    "the client took none of its replies for the write stall limit; dropping it"
+                );
+            }
             self.dead.store(true, Ordering::Relaxed);
             let _ = w.shutdown(Shutdown::Both);
+        }
+        *self.last_write.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// Sends a keep-alive when nothing was written for [`KEEP_ALIVE_INTERVAL`].
+    fn keep_alive(&self) {
+        let quiet = self
+            .last_write
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        if quiet >= KEEP_ALIVE_INTERVAL && !self.dead() {
+            let pdu = keep_alive_pdu();
+            self.write(&mut self.lock(), &mut [IoSlice::new(&pdu)]);
         }
     }
 }
 
 /// One connection: handshake, then the two threads.
-fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
+fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Context>) {
     let _ = stream.tcp().set_nodelay(true);
-    let _ = stream.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream.set_write_stall(ctx.write_stall);
     if let Err(e) = csx_host::transport::sys::set_socket_buffers(stream.tcp(), SOCKET_BUFFER_SIZE) {
         tracing::debug!(%peer, error = %e, "cannot size the socket buffers");
     }
     let mut reader = PduReader::new(ICREQ_SIZE_MAX);
-    let Some((qp, queue_id)) = handshake(&mut stream, &mut reader, peer, ctx) else {
+    let Some((qp, queue_id)) = handshake(&mut stream, &mut reader, peer, deadline, ctx) else {
         Context::count(&ctx.clients_refused, 1);
         return;
     };
@@ -158,6 +186,8 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
         Ok(s) => Arc::new(Sender {
             stream: Mutex::new(s),
             dead: AtomicBool::new(false),
+            stall: ctx.write_stall,
+            last_write: Mutex::new(Instant::now()),
         }),
         Err(e) => {
             tracing::warn!(%peer, error = %e, "cannot clone the socket");
@@ -167,18 +197,23 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
     };
     let qp = Arc::new(qp);
     let quota = Arc::new(Quota::new(queue_id, ctx.limits));
+    let replies = Arc::new(ReplyBudget::new(
+        ctx.limits.reply_bytes,
+        Arc::clone(&ctx.reply_bytes_held),
+    ));
     let draining = Arc::new(AtomicBool::new(false));
     let completions = {
-        let (qp, sender, draining, ctx, quota) = (
+        let (qp, sender, draining, ctx, quota, replies) = (
             Arc::clone(&qp),
             Arc::clone(&sender),
             Arc::clone(&draining),
             Arc::clone(ctx),
             Arc::clone(&quota),
+            Arc::clone(&replies),
         );
         std::thread::Builder::new()
             .name(format!("csx-tcp-cq-{queue_id}"))
-            .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota))
+            .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota, &replies))
     };
     let completions = match completions {
         Ok(h) => h,
@@ -203,6 +238,7 @@ fn serve(mut stream: Conn, peer: SocketAddr, ctx: &Arc<Context>) {
         sender: &sender,
         completer: completions.thread().clone(),
         quota: &quota,
+        replies: &replies,
         ctx,
         side: Mutex::new(ReadSide {
             stream,
@@ -267,11 +303,11 @@ fn handshake(
     stream: &mut Conn,
     reader: &mut PduReader,
     peer: SocketAddr,
+    deadline: Instant,
     ctx: &Context,
 ) -> Option<(QueuePair, u32)> {
-    // One deadline for the whole request: a peer trickling bytes cannot hold the
+    // One deadline for the whole handshake: a peer trickling bytes cannot hold the
     // connection (and its thread) longer than a silent one.
-    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let req = loop {
         match reader.next_pdu() {
             Ok(Some(pdu)) if pdu.header.pdu_type == PduType::ICReq => {
@@ -286,7 +322,7 @@ fn handshake(
             Ok(None) => {}
             Err(e) => break Err(e),
         }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             tracing::debug!(%peer, "no whole connect request within the handshake timeout");
             return None;
@@ -418,6 +454,7 @@ struct Connection<'a> {
     sender: &'a Arc<Sender>,
     completer: Thread,
     quota: &'a Quota,
+    replies: &'a ReplyBudget,
     ctx: &'a Context,
     side: Mutex<ReadSide>,
     lend: &'a Lend,
@@ -664,6 +701,31 @@ impl Connection<'_> {
     /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
         let id = cmd.id;
+        // A read waits here while the client has too many replies unread: this
+        // connection takes no more of its commands meanwhile (see `crate::replies`).
+        let reply = bulk::reply_data_max(&cmd.op) as u64;
+        match self.replies.reserve(id, reply, ACCEPT_POLL, || {
+            self.ctx.stopping() || self.sender.dead()
+        }) {
+            Ok(()) => {}
+            Err(NotAdmitted::Duplicate) => {
+                return self.answer(Completion::error(
+                    id,
+                    Status::InvalidField,
+                    "transport",
+                    format!("{id} is already in flight on this connection"),
+                ))
+            }
+            Err(NotAdmitted::GaveUp) if self.sender.dead() => return,
+            Err(NotAdmitted::GaveUp) => {
+                return self.answer(Completion::error(
+                    id,
+                    Status::Aborted,
+                    "transport",
+                    "the device is shutting down",
+                ))
+            }
+        }
         if let Err(refusal) = self.quota.admit(&cmd, &self.ctx.slot_owners) {
             return self.answer(*refusal);
         }
@@ -700,10 +762,13 @@ impl Connection<'_> {
     /// Sends a completion from this thread: one the connection made itself (the device
     /// never saw the command) or one of a command that ran inline.
     fn answer(&self, c: Completion) {
+        let id = c.id;
         let mut out = Vec::new();
         let mut w = self.sender.lock();
         encode_response(c, &mut out, self.sender, &mut w);
         self.sender.write(&mut w, &mut [IoSlice::new(&out)]);
+        drop(w);
+        self.replies.release(id);
         Context::count(&self.ctx.commands_served, 1);
     }
 }
@@ -793,20 +858,22 @@ fn send_completions(
     draining: &AtomicBool,
     ctx: &Context,
     quota: &Quota,
+    replies: &ReplyBudget,
 ) {
     let mut out = Vec::new();
+    let mut sent = Vec::new();
     loop {
         match qp.reap(Some(ACCEPT_POLL)) {
             Some(c) => {
                 quota.completed(&c, &ctx.slot_owners);
                 let mut w = sender.lock();
-                let mut n = 1;
+                sent.push(c.id);
                 encode_response(c, &mut out, sender, &mut w);
                 // Whatever else is ready goes in the same write.
                 while let Some(c) = qp.try_reap() {
                     quota.completed(&c, &ctx.slot_owners);
+                    sent.push(c.id);
                     encode_response(c, &mut out, sender, &mut w);
-                    n += 1;
                 }
                 sender.write(&mut w, &mut [IoSlice::new(&out)]);
                 drop(w);
@@ -814,9 +881,13 @@ fn send_completions(
                 if out.capacity() > 4 * DATA_PDU_SIZE_MAX {
                     out = Vec::new();
                 }
-                Context::count(&ctx.commands_served, n);
+                Context::count(&ctx.commands_served, sent.len() as u64);
+                for id in sent.drain(..) {
+                    replies.release(id);
+                }
             }
-            None if qp.in_flight() > 0 => {}
+            // A long command in flight: the client hears that the device lives.
+            None if qp.in_flight() > 0 => sender.keep_alive(),
             None if draining.load(Ordering::Acquire) => return,
             // Nothing in flight: sleep until the reader submits (it unparks us).
             None => std::thread::park_timeout(ACCEPT_POLL),

@@ -36,6 +36,81 @@ pub mod shm;
 pub mod sys;
 pub mod tcp;
 
+/// Environment variable: whole seconds a client waits for a device that gives no sign
+/// of life, both for the answer to its connect and, with commands in flight, between
+/// two signs of life (a served device sends one every [`KEEP_ALIVE_INTERVAL`] while
+/// commands are in flight, so a long execution is not silence).
+pub const TIMEOUT_ENV: &str = "CSX_TIMEOUT";
+
+/// How long a client waits for the answer to its connect unless `CSX_TIMEOUT` says.
+pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
+/// How long a client with commands in flight waits for a sign of life from the device
+/// unless `CSX_TIMEOUT` says.
+pub const ANSWER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15);
+
+/// How often a served device shows a client with commands in flight that it lives: a
+/// tcp keep-alive PDU when it wrote nothing else for this long; on shm, the heartbeat
+/// word of the control page.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most `CSX_TIMEOUT` may say, in seconds.
+pub const TIMEOUT_SECS_MAX: u64 = 3600;
+
+/// How long a client waits for a silent device (see [`TIMEOUT_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// For the answer to the connect (the whole handshake).
+    pub connect: Duration,
+    /// With commands in flight, between two signs of life.
+    pub answer: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: CONNECT_TIMEOUT_DEFAULT,
+            answer: ANSWER_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The defaults, or both set to `CSX_TIMEOUT` seconds when it is set.
+    pub fn from_env() -> Result<Timeouts, TransportError> {
+        match std::env::var(TIMEOUT_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Timeouts::default()),
+            Ok(v) if v.is_empty() => Ok(Timeouts::default()),
+            Ok(v) => Timeouts::parse(&v),
+            Err(std::env::VarError::NotUnicode(_)) => Timeouts::parse("(not UTF-8)"),
+        }
+    }
+
+    /// Both set to `text` seconds (1 to [`TIMEOUT_SECS_MAX`]).
+    pub fn parse(text: &str) -> Result<Timeouts, TransportError> {
+        let bad = |why: String| TransportError::BadSetting {
+            name: TIMEOUT_ENV,
+            value: text.to_string(),
+            reason: why,
+        };
+        let secs: u64 = text
+            .trim()
+            .parse()
+            .map_err(|_| bad("must be whole seconds".to_string()))?;
+        if secs == 0 {
+            return Err(bad("must be at least 1".to_string()));
+        }
+        if secs > TIMEOUT_SECS_MAX {
+            return Err(bad(format!("must be at most {TIMEOUT_SECS_MAX}")));
+        }
+        let t = Duration::from_secs(secs);
+        Ok(Timeouts {
+            connect: t,
+            answer: t,
+        })
+    }
+}
+
 /// One queue pair to a device. Shared by every thread of a [`crate::Client`]; the
 /// client serialises reaping (one thread reaps at a time) but submits from any thread.
 pub trait Transport: Send + Sync + fmt::Debug {

@@ -38,14 +38,14 @@ use super::heap::{Block, Heap};
 use super::metrics::ShmMetrics;
 use super::ring::Region;
 use super::{
-    check_name, socket_path, CLOSE_TIMEOUT, CQE_SIZE, HANDSHAKE_MESSAGE_SIZE_MAX,
-    HANDSHAKE_TIMEOUT, HOST_MEMORY_DEFAULT, HOST_SPIN, HOST_SPIN_BUSY, LISTING_RESPONSE_AREA_SIZE,
-    QUEUE_DEPTH_DEFAULT, RESPONSE_AREA_SIZE, RESPONSE_RETRIES_MAX, SQE_INLINE_FRAME_MAX, SQE_SIZE,
-    TRANSFER_SIZE_MAX,
+    check_dir, check_name, my_uid, peer_uid, socket_path, trusted_uid, CLOSE_TIMEOUT, CQE_SIZE,
+    HANDSHAKE_MESSAGE_SIZE_MAX, HOST_MEMORY_DEFAULT, HOST_SPIN, HOST_SPIN_BUSY,
+    LISTING_RESPONSE_AREA_SIZE, QUEUE_DEPTH_DEFAULT, RESPONSE_AREA_SIZE, RESPONSE_RETRIES_MAX,
+    SQE_INLINE_FRAME_MAX, SQE_SIZE, TRANSFER_SIZE_MAX,
 };
 use crate::error::TransportError;
 use crate::transport::sys::{self, EventFd};
-use crate::transport::{bulk, Transport};
+use crate::transport::{bulk, Timeouts, Transport, KEEP_ALIVE_INTERVAL};
 
 /// How long a submitter waiting for host memory sleeps between looks at the ring.
 const SPACE_POLL: Duration = Duration::from_millis(100);
@@ -112,6 +112,19 @@ struct Inner {
     broken: Mutex<Option<String>>,
     metrics: ShmMetrics,
     name: String,
+    /// How long the heartbeat may stand still while commands are in flight.
+    answer_timeout: Duration,
+    heartbeat: Mutex<Heartbeat>,
+}
+
+/// What the host last saw of the device's heartbeat word.
+#[derive(Debug)]
+struct Heartbeat {
+    value: u32,
+    /// When the value last changed (or watching began).
+    moved: Instant,
+    /// When the host last looked.
+    looked: Instant,
 }
 
 /// One queue pair over shared memory (see the module doc).
@@ -184,17 +197,45 @@ impl Drop for HostBuffer {
 impl ShmTransport {
     /// Connects to the device serving `shm://name` on this machine.
     pub fn connect(name: &str, options: &ShmOptions) -> Result<ShmTransport, TransportError> {
-        check_name(name).map_err(|reason| TransportError::Disconnected { reason })?;
+        check_name(name).map_err(|reason| TransportError::BadSetting {
+            name: "the shm device name",
+            value: name.to_string(),
+            reason,
+        })?;
+        let timeouts = Timeouts::from_env()?;
         let path = socket_path(name);
+        let unsafe_place = |reason: String| TransportError::Disconnected {
+            reason: format!("refusing shm://{name}: {reason}"),
+        };
+        if let Some(dir) = path.parent() {
+            if dir.exists() {
+                check_dir(dir).map_err(unsafe_place)?;
+            }
+        }
         let socket = UnixStream::connect(&path).map_err(|e| TransportError::Disconnected {
             reason: format!(
-                "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running?)",
+                "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running as this user?)",
                 path.display()
             ),
         })?;
         let io = |op| move |source| TransportError::Io { op, source };
+        // The device must be this user's (or root's): another user could have bound the
+        // socket to receive what this client writes and answer its reads.
+        let me = my_uid();
+        let device_uid = peer_uid(&socket).map_err(io("ask who serves the socket"))?;
+        if !trusted_uid(device_uid, me) {
+            return Err(unsafe_place(format!(
+                "its socket {} is served by user {device_uid}, not by you (user {me}) or root",
+                path.display()
+            )));
+        }
+        let no_answer = || TransportError::NoAnswer {
+            device: format!("shm://{name}"),
+            waited_secs: timeouts.connect.as_secs(),
+            during: "the connect",
+        };
         socket
-            .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+            .set_read_timeout(Some(timeouts.connect))
             .map_err(io("set the handshake timeout"))?;
         let hello = Hello {
             queue_depth: if options.queue_depth == 0 {
@@ -212,10 +253,14 @@ impl ShmTransport {
             .write_all(&hello.encode())
             .map_err(io("send the handshake"))?;
         let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
-        let (n, fds) =
-            sys::recv_with_fds(&socket, &mut buf).map_err(io("receive the handshake"))?;
+        let (n, fds) = sys::recv_with_fds(&socket, &mut buf).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
+            _ => io("receive the handshake")(e),
+        })?;
         if n == 0 {
-            return Err(refused("it closed the connection"));
+            return Err(refused(
+                "it closed the connection without answering (it may be at its connection limit)",
+            ));
         }
         let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
         if welcome.status != WelcomeStatus::Accepted {
@@ -255,6 +300,12 @@ impl ShmTransport {
                 broken: Mutex::new(None),
                 metrics: ShmMetrics::default(),
                 name: name.to_string(),
+                answer_timeout: timeouts.answer,
+                heartbeat: Mutex::new(Heartbeat {
+                    value: 0,
+                    moved: Instant::now(),
+                    looked: Instant::now(),
+                }),
             }),
         })
     }
@@ -586,7 +637,10 @@ impl Inner {
             if !wait || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            self.wait_cq(deadline)?;
+            self.check_heartbeat()?;
+            // Sleep at most a keep-alive interval, to look at the heartbeat again.
+            let look_again = Instant::now() + KEEP_ALIVE_INTERVAL;
+            self.wait_cq(Some(deadline.map_or(look_again, |d| d.min(look_again))))?;
         }
     }
 
@@ -783,6 +837,32 @@ impl Inner {
         // comes first, the goodbye once it is empty.
         if ready[1] && tail.load(Ordering::Acquire) == head {
             self.check_socket()?;
+        }
+        Ok(())
+    }
+
+    /// Fails when the device's heartbeat stood still for the answer timeout while this
+    /// host watched (a stopped or hung device); a device without a heartbeat (0) is
+    /// not judged.
+    fn check_heartbeat(&self) -> Result<(), TransportError> {
+        let value = self.region.word(word::HEARTBEAT).load(Ordering::Acquire);
+        let now = Instant::now();
+        let mut h = lock(&self.heartbeat);
+        if value != h.value || now.duration_since(h.looked) > 2 * KEEP_ALIVE_INTERVAL {
+            // It moved, or nobody watched meanwhile: the silence starts now.
+            h.value = value;
+            h.moved = now;
+        }
+        h.looked = now;
+        if value != 0 && now.duration_since(h.moved) >= self.answer_timeout {
+            drop(h);
+            let e = TransportError::NoAnswer {
+                device: format!("shm://{}", self.name),
+                waited_secs: self.answer_timeout.as_secs(),
+                during: "commands in flight",
+            };
+            self.fail(e.to_string());
+            return Err(e);
         }
         Ok(())
     }

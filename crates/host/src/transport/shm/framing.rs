@@ -122,6 +122,8 @@ pub enum WelcomeStatus {
     BadHostMemory = 3,
     /// No queue pair left, the device is shutting down, or the region could not be made.
     Unavailable = 4,
+    /// The client runs as a user the device does not serve.
+    PermissionDenied = 5,
 }
 
 /// The device's handshake message; when accepted it carries the region's memory file,
@@ -165,6 +167,7 @@ impl Welcome {
             2 => WelcomeStatus::BadQueueDepth,
             3 => WelcomeStatus::BadHostMemory,
             4 => WelcomeStatus::Unavailable,
+            5 => WelcomeStatus::PermissionDenied,
             v => {
                 return Err(ShmFramingError::Unknown {
                     field: "welcome status",
@@ -210,6 +213,11 @@ pub mod word {
     pub const DEVICE_IDLE: usize = 320;
     /// 1 while the host sleeps on the interrupt (written by the host).
     pub const HOST_IDLE: usize = 384;
+    /// The device's heartbeat: non-zero from the handshake on, and bumped every
+    /// `KEEP_ALIVE_INTERVAL` while the device runs (written by the device). A host
+    /// with commands in flight that sees it stand still for its answer timeout treats
+    /// the device as stopped or hung.
+    pub const HEARTBEAT: usize = 448;
 }
 
 /// The static part of the control page: where everything is.

@@ -158,14 +158,92 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The handshake socket of queue name `name`.
-pub fn socket_path(name: &str) -> PathBuf {
-    let dir = match std::env::var_os(SHM_DIR_ENV).filter(|d| !d.is_empty()) {
+/// The directory of this user's handshake sockets: `$CSX_SHM_DIR`, else
+/// `/dev/shm/csx-UID` (the temporary directory when there is no `/dev/shm`), UID this
+/// process's effective user id. A per-user directory, so another user cannot bind a
+/// name first (`/dev/shm` itself is writable by everyone).
+pub fn socket_dir() -> PathBuf {
+    match std::env::var_os(SHM_DIR_ENV).filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
-        None if std::path::Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        None => std::env::temp_dir(),
-    };
-    dir.join(format!("csx-{name}.sock"))
+        None => {
+            let base = if std::path::Path::new("/dev/shm").is_dir() {
+                PathBuf::from("/dev/shm")
+            } else {
+                std::env::temp_dir()
+            };
+            base.join(format!("csx-{}", my_uid()))
+        }
+    }
+}
+
+/// The handshake socket of queue name `name`: `socket_dir()/NAME.sock`.
+pub fn socket_path(name: &str) -> PathBuf {
+    socket_dir().join(format!("{name}.sock"))
+}
+
+/// This process's effective user id.
+pub fn my_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Whether a peer (a device, or a client) of user `uid` is trusted by a process of
+/// user `me`: the same user, or root (which can read either process's memory anyway).
+pub fn trusted_uid(uid: u32, me: u32) -> bool {
+    uid == me || uid == 0
+}
+
+/// Checks the socket directory `dir` is safe to use: a real directory (not a symbolic
+/// link), owned by this user or root, writable by nobody else. `Err` says what is
+/// wrong and what to do.
+pub fn check_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = my_uid();
+    if !meta.file_type().is_dir() {
+        return Err(format!(
+            "the socket directory {} is not a directory (a symbolic link or a file); remove it or set {SHM_DIR_ENV}",
+            dir.display()
+        ));
+    }
+    if !trusted_uid(meta.uid(), me) {
+        return Err(format!(
+            "the socket directory {} belongs to user {}, not to you (user {me}) or root: someone else made it; remove it or set {SHM_DIR_ENV}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "the socket directory {} is writable by other users (mode {:o}); make it 0700 or set {SHM_DIR_ENV}",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Makes the socket directory if it is missing (mode 0700, or 0711 when other users
+/// are served, so they can reach a socket in it) and checks it ([`check_dir`]).
+pub fn prepare_dir(for_other_users: bool) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = socket_dir();
+    let mode = if for_other_users { 0o711 } else { 0o700 };
+    match std::fs::DirBuilder::new().mode(mode).create(&dir) {
+        Ok(()) => {
+            // The umask may have taken bits away; set exactly these.
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+    }
+    check_dir(&dir)?;
+    Ok(dir)
+}
+
+/// The user at the other end of a unix socket (`SO_PEERCRED`).
+pub fn peer_uid(stream: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(stream)?.uid.as_raw())
 }
 
 #[cfg(test)]
@@ -179,6 +257,9 @@ mod tests {
         for bad in ["", ".hidden", "a/b", "a b", &"x".repeat(65)] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-        assert!(socket_path("dev0").ends_with("csx-dev0.sock"));
+        assert!(socket_path("dev0").ends_with("dev0.sock"));
+        assert!(trusted_uid(my_uid(), my_uid()));
+        assert!(trusted_uid(0, 1000));
+        assert!(!trusted_uid(65534, 1000));
     }
 }

@@ -34,7 +34,7 @@ use super::{
 };
 use crate::error::TransportError;
 use crate::transport::Transport;
-use crate::transport::{bulk, sys};
+use crate::transport::{bulk, sys, Timeouts};
 
 /// Environment variable naming the token file a client sends (`CSX_TOKEN_FILE`).
 pub const TOKEN_FILE_ENV: &str = "CSX_TOKEN_FILE";
@@ -131,7 +131,14 @@ pub struct TcpTransport {
     queue_id: u32,
     data_pdu_size_max: usize,
     metrics: Arc<TcpMetrics>,
+    /// `tcp://ADDR` or `tcps://ADDR`, for messages.
     peer: String,
+    /// Since when the device has said nothing while commands were in flight: the last
+    /// bytes read, or the submission that ended a time with nothing in flight.
+    quiet_since: Mutex<Instant>,
+    /// How long the device may say nothing while commands are in flight (it sends a
+    /// keep-alive PDU every `KEEP_ALIVE_INTERVAL` then).
+    answer_timeout: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -147,7 +154,7 @@ fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> TransportError {
 impl TcpTransport {
     /// Connects to the device at `addr` (`HOST:PORT`) and negotiates a queue pair.
     pub fn connect(addr: &str, options: &TcpOptions) -> Result<TcpTransport, TransportError> {
-        TcpTransport::connect_over(addr, options, |s| Ok(Conn::Plain(s)))
+        TcpTransport::connect_over(addr, "tcp", options, |s, _| Ok(Conn::Plain(s)))
     }
 
     /// As [`TcpTransport::connect`], over TLS: the device's certificate must chain to a
@@ -164,17 +171,27 @@ impl TcpTransport {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        TcpTransport::connect_over(addr, options, move |s| {
-            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-            super::conn::tls::TlsConn::connect(s, config, &host).map(Conn::Tls)
+        TcpTransport::connect_over(addr, "tcps", options, move |s, deadline| {
+            super::conn::tls::TlsConn::connect(s, config, &host, deadline).map(Conn::Tls)
         })
     }
 
+    /// Connects, wraps the socket (`wrap`: TLS or nothing) and negotiates, the whole
+    /// within the connect timeout ([`Timeouts`]).
     fn connect_over(
         addr: &str,
+        scheme: &str,
         options: &TcpOptions,
-        wrap: impl FnOnce(TcpStream) -> io::Result<Conn>,
+        wrap: impl FnOnce(TcpStream, Instant) -> io::Result<Conn>,
     ) -> Result<TcpTransport, TransportError> {
+        let timeouts = Timeouts::from_env()?;
+        let deadline = Instant::now() + timeouts.connect;
+        let peer = format!("{scheme}://{addr}");
+        let no_answer = |during| TransportError::NoAnswer {
+            device: peer.clone(),
+            waited_secs: timeouts.connect.as_secs(),
+            during,
+        };
         let addrs: Vec<_> = addr
             .to_socket_addrs()
             .map_err(io_error("resolve the device address"))?
@@ -182,7 +199,11 @@ impl TcpTransport {
         let mut last = None;
         let mut stream = None;
         for a in addrs {
-            match TcpStream::connect_timeout(&a, HANDSHAKE_TIMEOUT) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(no_answer("the connect"));
+            }
+            match TcpStream::connect_timeout(&a, left) {
                 Ok(s) => {
                     stream = Some(s);
                     break;
@@ -199,8 +220,21 @@ impl TcpTransport {
             .map_err(io_error("set TCP_NODELAY"))?;
         sys::set_socket_buffers(&stream, SOCKET_BUFFER_SIZE)
             .map_err(io_error("size the socket buffers"))?;
-        let mut stream = wrap(stream).map_err(io_error("set up TLS with the device"))?;
-        let resp = handshake(&mut stream, options)?;
+        let mut stream = wrap(stream, deadline).map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut => no_answer("the TLS handshake"),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset => {
+                TransportError::Disconnected {
+                    reason: format!("{peer} closed the connection during the TLS handshake (the device may be at its connection limit, or not serve TLS there)"),
+                }
+            }
+            _ => TransportError::Disconnected {
+                reason: format!("TLS with {peer}: {e}"),
+            },
+        })?;
+        let resp = handshake(&mut stream, options, deadline).map_err(|e| match e {
+            Handshake::Failed(e) => e,
+            Handshake::TimedOut => no_answer("the connect request"),
+        })?;
         let write = stream.try_clone().map_err(io_error("clone the socket"))?;
         Ok(TcpTransport {
             write: Mutex::new(write),
@@ -210,13 +244,15 @@ impl TcpTransport {
                 data: HashMap::new(),
                 timeout: Some(HANDSHAKE_TIMEOUT),
             }),
+            quiet_since: Mutex::new(Instant::now()),
+            answer_timeout: timeouts.answer,
             in_flight: Mutex::new(HashMap::new()),
             broken: Mutex::new(None),
             queue_depth: resp.queue_depth,
             queue_id: resp.queue_id,
             data_pdu_size_max: (resp.data_pdu_size_max as usize).min(DATA_PDU_SIZE_MAX),
             metrics: Arc::new(TcpMetrics::default()),
-            peer: addr.to_string(),
+            peer,
         })
     }
 
@@ -292,10 +328,18 @@ impl TcpTransport {
             if lock(&self.in_flight).is_empty() {
                 return Ok(None);
             }
+            // A read waits until the caller's deadline or until the device has been
+            // silent for the answer timeout, whichever comes first.
+            let now = Instant::now();
+            let silent_left =
+                (*lock(&self.quiet_since) + self.answer_timeout).saturating_duration_since(now);
             let timeout = match deadline {
                 _ if !wait => Some(Duration::ZERO),
-                None => None,
-                Some(d) => Some(d.saturating_duration_since(Instant::now())),
+                None => Some(silent_left.max(Duration::from_millis(1))),
+                Some(d) => Some(
+                    d.saturating_duration_since(now)
+                        .min(silent_left.max(Duration::from_millis(1))),
+                ),
             };
             let Receive {
                 stream,
@@ -323,14 +367,29 @@ impl TcpTransport {
                 Ok(0) => {
                     return Err(self.fail("the device closed the connection".to_string()));
                 }
-                Ok(_) => {}
+                Ok(_) => *lock(&self.quiet_since) = Instant::now(),
                 Err(e)
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    return Ok(None);
+                    if !wait {
+                        return Ok(None);
+                    }
+                    let quiet = lock(&self.quiet_since).elapsed();
+                    if quiet >= self.answer_timeout && !lock(&self.in_flight).is_empty() {
+                        let e = TransportError::NoAnswer {
+                            device: self.peer.clone(),
+                            waited_secs: self.answer_timeout.as_secs(),
+                            during: "commands in flight",
+                        };
+                        self.fail(e.to_string());
+                        return Err(e);
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(None);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.fail(format!("reading from the device: {e}"))),
@@ -399,6 +458,8 @@ impl TcpTransport {
                         t.reason, t.message
                     ));
                 }
+                // A sign of life; the read that brought it reset the silence.
+                PduType::C2HKeepAlive => {}
                 other => {
                     return Err(FramingError::Unexpected {
                         pdu_type: other,
@@ -411,13 +472,31 @@ impl TcpTransport {
     }
 }
 
-/// Sends the ICReq and reads the ICResp.
-fn handshake(stream: &mut Conn, options: &TcpOptions) -> Result<ICResp, TransportError> {
+/// How the connect request failed.
+enum Handshake {
+    Failed(TransportError),
+    /// No whole answer by the deadline.
+    TimedOut,
+}
+
+impl From<TransportError> for Handshake {
+    fn from(e: TransportError) -> Handshake {
+        Handshake::Failed(e)
+    }
+}
+
+/// Sends the ICReq and reads the ICResp, by `deadline`.
+fn handshake(
+    stream: &mut Conn,
+    options: &TcpOptions,
+    deadline: Instant,
+) -> Result<ICResp, Handshake> {
     let token = options.token.clone().unwrap_or_default();
     if token.len() > TOKEN_SIZE_MAX {
         return Err(TransportError::Disconnected {
             reason: format!("token has {} bytes, limit is {TOKEN_SIZE_MAX}", token.len()),
-        });
+        }
+        .into());
     }
     let depth = if options.queue_depth == 0 {
         QUEUE_DEPTH_DEFAULT
@@ -428,9 +507,6 @@ fn handshake(stream: &mut Conn, options: &TcpOptions) -> Result<ICResp, Transpor
         queue_depth: depth,
         token,
     };
-    stream
-        .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-        .map_err(io_error("set the read timeout"))?;
     std::io::Write::write_all(stream, &req.encode())
         .map_err(io_error("send the connect request"))?;
     let mut reader = PduReader::new(CONTROL_PDU_SIZE_MAX);
@@ -447,38 +523,64 @@ fn handshake(stream: &mut Conn, options: &TcpOptions) -> Result<ICResp, Transpor
                             return Err(TransportError::Refused {
                                 status: format!("{:?}", resp.status),
                                 reason: resp.message,
-                            });
+                            }
+                            .into());
                         }
                         if resp.queue_depth == 0 || resp.queue_depth > depth {
                             return Err(refused(format!(
                                 "granted queue depth {} for {depth} asked",
                                 resp.queue_depth
-                            )));
+                            ))
+                            .into());
                         }
                         if resp.data_pdu_size_max == 0 {
-                            return Err(refused("data pdus of 0 bytes".to_string()));
+                            return Err(refused("data pdus of 0 bytes".to_string()).into());
                         }
                         Ok(resp)
                     }
                     PduType::C2HTermReq => {
                         let t = TermReq::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
-                        Err(refused(t.message))
+                        Err(refused(t.message).into())
                     }
-                    other => Err(refused(format!("answered with a {other:?} pdu"))),
+                    other => Err(refused(format!("answered with a {other:?} pdu")).into()),
                 };
             }
             Ok(None) => {}
-            Err(e) => return Err(refused(e.to_string())),
+            Err(e) => return Err(refused(e.to_string()).into()),
         }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Handshake::TimedOut);
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(io_error("set the read timeout"))?;
         match reader.fill(stream) {
-            Ok(0) => return Err(refused("it closed the connection".to_string())),
+            Ok(0) => {
+                return Err(refused(
+                    "it closed the connection without answering (it may be at its connection limit, or not a csx device)"
+                        .to_string(),
+                )
+                .into())
+            }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Handshake::TimedOut)
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                return Err(refused(
+                    "it reset the connection without answering (it may be at its connection limit)"
+                        .to_string(),
+                )
+                .into())
+            }
             Err(source) => {
                 return Err(TransportError::Io {
                     op: "read the connect response",
                     source,
-                })
+                }
+                .into())
             }
         }
     }
@@ -505,6 +607,10 @@ impl Transport for TcpTransport {
                 return Err(TransportError::QueueFull {
                     depth: self.queue_depth,
                 });
+            }
+            if in_flight.is_empty() {
+                // Silence counts only while something is in flight.
+                *lock(&self.quiet_since) = Instant::now();
             }
             let fresh = in_flight
                 .insert(cmd.id, bulk::reply_data_max(&cmd.op))

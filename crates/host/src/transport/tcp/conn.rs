@@ -16,6 +16,10 @@ use std::time::Duration;
 
 use super::framing::{fill_polling, PduReader};
 
+/// The longest one write system call blocks on a connection with a write stall limit
+/// ([`Conn::set_write_stall`]): how exactly the stall is measured.
+pub const WRITE_SLICE: Duration = Duration::from_millis(500);
+
 /// One tcp connection (see the module doc).
 #[derive(Debug)]
 #[non_exhaustive]
@@ -59,6 +63,51 @@ impl Conn {
 
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.tcp().shutdown(how)
+    }
+
+    /// Makes writes give up once the peer has taken no byte for `stall` (a peer that
+    /// stopped reading), however many system calls the write takes: the socket's
+    /// write timeout becomes a short slice ([`WRITE_SLICE`]), and a write that timed
+    /// out is retried until `stall` has passed since its last progress. On a plain
+    /// connection [`Conn::write_stalling`] does the retrying (a TLS connection retries
+    /// inside, where a partial record may be resent).
+    pub fn set_write_stall(&self, stall: Duration) -> io::Result<()> {
+        self.tcp().set_write_timeout(Some(WRITE_SLICE.min(stall)))?;
+        #[cfg(feature = "tls")]
+        if let Conn::Tls(t) = self {
+            t.set_write_stall(stall);
+        }
+        Ok(())
+    }
+
+    /// Writes all of `slices`, giving up with `TimedOut` once the peer has taken no
+    /// byte for `stall` (see [`Conn::set_write_stall`], which must have been called).
+    pub fn write_stalling(
+        &mut self,
+        slices: &mut [IoSlice<'_>],
+        stall: Duration,
+    ) -> io::Result<()> {
+        let mut slices = slices;
+        IoSlice::advance_slices(&mut slices, 0);
+        let mut progress = std::time::Instant::now();
+        while !slices.is_empty() {
+            match self.write_vectored(slices) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    IoSlice::advance_slices(&mut slices, n);
+                    progress = std::time::Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && !self.is_tls()
+                        && progress.elapsed() < stall => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// [`fill_polling`] on a plain connection; `None` (block instead) on TLS, whose
@@ -117,6 +166,7 @@ pub mod tls {
     use std::net::TcpStream;
     use std::path::Path;
     use std::sync::{Arc, Mutex, MutexGuard};
+    use std::time::{Duration, Instant};
 
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -172,12 +222,116 @@ pub mod tls {
         Ok(Arc::new(config))
     }
 
+    /// The socket during a handshake: every read and write waits at most until the
+    /// deadline, then fails with `TimedOut`.
+    struct Deadlined<'a> {
+        sock: &'a TcpStream,
+        deadline: Instant,
+    }
+
+    impl Deadlined<'_> {
+        fn left(&self) -> io::Result<Duration> {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the TLS handshake did not finish in time",
+                ));
+            }
+            Ok(left)
+        }
+
+        fn timed_out(e: io::Error) -> io::Error {
+            match e.kind() {
+                // What a socket timeout reads as on Linux (EAGAIN).
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the TLS handshake did not finish in time",
+                ),
+                _ => e,
+            }
+        }
+    }
+
+    impl Read for Deadlined<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.sock.set_read_timeout(Some(self.left()?))?;
+            self.sock.read(buf).map_err(Deadlined::timed_out)
+        }
+    }
+
+    impl Write for Deadlined<'_> {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.sock.set_write_timeout(Some(self.left()?))?;
+            self.sock.write(buf).map_err(Deadlined::timed_out)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A handshake failure as text a user can act on: rustls's own errors name a
+    /// certificate problem by its Rust name (`Other(OtherError(CaUsedAsEndEntity))`).
+    fn readable(e: io::Error) -> io::Error {
+        let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
+            return e;
+        };
+        io::Error::new(e.kind(), describe(tls))
+    }
+
+    /// Text for a TLS error (see [`readable`]).
+    pub fn describe(e: &rustls::Error) -> String {
+        use rustls::CertificateError as C;
+        let cert = |what: &str| format!("the peer's certificate is refused: {what}");
+        match e {
+            rustls::Error::InvalidCertificate(c) => match c {
+                C::UnknownIssuer => cert(
+                    "it is not signed by a certificate this side trusts (CSX_TLS_CA names the CA to trust)",
+                ),
+                C::NotValidForName | C::NotValidForNameContext { .. } => cert(
+                    "it does not name the host connected to (its subjectAltName must hold that IP address or DNS name)",
+                ),
+                C::Expired | C::ExpiredContext { .. } => cert("it has expired"),
+                C::NotValidYet | C::NotValidYetContext { .. } => cert("it is not valid yet"),
+                C::Revoked => cert("it is revoked"),
+                C::BadSignature => cert("its signature does not verify"),
+                C::BadEncoding => cert("it is not a well-formed X.509 certificate"),
+                C::InvalidPurpose | C::InvalidPurposeContext { .. } => cert(
+                    "it is not for TLS servers (its extendedKeyUsage lacks serverAuth)",
+                ),
+                C::Other(other) => {
+                    let text = format!("{other:?}");
+                    if text.contains("CaUsedAsEndEntity") {
+                        cert(
+                            "it is a CA certificate (basicConstraints CA:TRUE, openssl's default for `req -x509`) used as the server's own; \
+                             give the server a certificate with basicConstraints=critical,CA:FALSE (see docs/security.md)",
+                        )
+                    } else {
+                        cert(&text)
+                    }
+                }
+                other => cert(&format!("{other:?}")),
+            },
+            rustls::Error::AlertReceived(alert) => {
+                format!("the peer refused the TLS handshake (alert {alert:?}): it may not trust this side's certificate")
+            }
+            rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. } => format!(
+                "the peer does not speak TLS here ({e}); is it a tcp:// address rather than tcps://?"
+            ),
+            other => other.to_string(),
+        }
+    }
+
     #[derive(Debug)]
     struct Shared {
         conn: Mutex<rustls::Connection>,
         /// Held from encrypting a write to sending it.
         write: Mutex<()>,
         sock: TcpStream,
+        /// Milliseconds without progress after which a write gives up; 0: at the
+        /// socket's first write timeout (see `Conn::set_write_stall`).
+        stall_ms: std::sync::atomic::AtomicU64,
     }
 
     fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -194,42 +348,101 @@ pub mod tls {
     }
 
     impl TlsConn {
-        /// Completes the handshake on `sock` (within its read timeout) and wraps it.
-        fn handshake(mut sock: TcpStream, mut conn: rustls::Connection) -> io::Result<TlsConn> {
+        /// Completes the handshake on `sock` by `deadline` and wraps it. The deadline
+        /// bounds the whole handshake, not each read: a peer that trickles its bytes is
+        /// cut when a silent one is. A failure reads as text: a timeout says the peer
+        /// did not finish in time, a refused certificate says why ([`describe`]).
+        fn handshake(
+            sock: TcpStream,
+            mut conn: rustls::Connection,
+            deadline: Instant,
+        ) -> io::Result<TlsConn> {
+            let mut io = Deadlined {
+                sock: &sock,
+                deadline,
+            };
             while conn.is_handshaking() {
-                conn.complete_io(&mut sock)?;
+                if let Err(e) = conn.complete_io(&mut io) {
+                    return Err(readable(e));
+                }
             }
+            sock.set_read_timeout(None)?;
+            sock.set_write_timeout(None)?;
             Ok(TlsConn {
                 shared: Arc::new(Shared {
                     conn: Mutex::new(conn),
                     write: Mutex::new(()),
                     sock,
+                    stall_ms: std::sync::atomic::AtomicU64::new(0),
                 }),
                 raw: Vec::new(),
                 raw_at: 0,
             })
         }
 
-        /// The client side: connects TLS to `server_name` over `sock`.
+        /// The client side: connects TLS to `server_name` over `sock`, the handshake
+        /// done by `deadline`.
         pub fn connect(
             sock: TcpStream,
             config: Arc<rustls::ClientConfig>,
             server_name: &str,
+            deadline: Instant,
         ) -> io::Result<TlsConn> {
             let name = ServerName::try_from(server_name.to_string())
                 .map_err(|e| invalid(format!("server name {server_name:?}: {e}")))?;
             let conn = rustls::ClientConnection::new(config, name).map_err(invalid)?;
-            TlsConn::handshake(sock, conn.into())
+            TlsConn::handshake(sock, conn.into(), deadline)
         }
 
-        /// The server side: accepts TLS over `sock`.
-        pub fn accept(sock: TcpStream, config: Arc<rustls::ServerConfig>) -> io::Result<TlsConn> {
+        /// The server side: accepts TLS over `sock`, the handshake done by `deadline`.
+        pub fn accept(
+            sock: TcpStream,
+            config: Arc<rustls::ServerConfig>,
+            deadline: Instant,
+        ) -> io::Result<TlsConn> {
             let conn = rustls::ServerConnection::new(config).map_err(invalid)?;
-            TlsConn::handshake(sock, conn.into())
+            TlsConn::handshake(sock, conn.into(), deadline)
         }
 
         pub(super) fn tcp(&self) -> &TcpStream {
             &self.shared.sock
+        }
+
+        pub(super) fn set_write_stall(&self, stall: Duration) {
+            let ms = u64::try_from(stall.as_millis()).unwrap_or(u64::MAX).max(1);
+            self.shared
+                .stall_ms
+                .store(ms, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        /// Sends `out` whole: a timed-out system call is retried until the stall limit
+        /// has passed since the last byte the peer took (never resending a byte, so a
+        /// record is never torn or doubled).
+        fn send_raw(&self, out: &[u8]) -> io::Result<()> {
+            let stall = Duration::from_millis(
+                self.shared
+                    .stall_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            );
+            let mut at = 0;
+            let mut progress = Instant::now();
+            while at < out.len() {
+                match (&self.shared.sock).write(&out[at..]) {
+                    Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                    Ok(n) => {
+                        at += n;
+                        progress = Instant::now();
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) && progress.elapsed() < stall => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
         }
 
         pub(super) fn try_clone(&self) -> io::Result<TlsConn> {
@@ -253,7 +466,7 @@ pub mod tls {
                 if out.is_empty() {
                     return Ok(());
                 }
-                (&self.shared.sock).write_all(&out)?;
+                self.send_raw(&out)?;
             }
         }
 

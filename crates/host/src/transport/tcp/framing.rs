@@ -64,6 +64,11 @@ pub enum PduType {
     H2CData = 0x06,
     /// Controller → host: bulk data of a completion.
     C2HData = 0x07,
+    /// Controller → host: a sign of life (the common header alone), sent while the
+    /// host has commands in flight and the controller wrote nothing else for
+    /// [`crate::transport::KEEP_ALIVE_INTERVAL`]. csx's own (NVMe uses a Keep Alive
+    /// command instead).
+    C2HKeepAlive = 0x08,
 }
 
 impl PduType {
@@ -77,6 +82,7 @@ impl PduType {
             0x05 => PduType::CapsuleResp,
             0x06 => PduType::H2CData,
             0x07 => PduType::C2HData,
+            0x08 => PduType::C2HKeepAlive,
             _ => return None,
         })
     }
@@ -89,6 +95,7 @@ impl PduType {
             PduType::H2CTermReq | PduType::C2HTermReq => TERM_PSH_SIZE,
             PduType::CapsuleCmd | PduType::CapsuleResp => CAPSULE_PSH_SIZE,
             PduType::H2CData | PduType::C2HData => DATA_PSH_SIZE,
+            PduType::C2HKeepAlive => 0,
         }
     }
 }
@@ -195,6 +202,13 @@ pub fn decode_header(
         flags,
         plen,
     })
+}
+
+/// The whole keep-alive PDU.
+pub fn keep_alive_pdu() -> Vec<u8> {
+    let mut out = Vec::with_capacity(PDU_HEADER_SIZE);
+    put_header(&mut out, PduType::C2HKeepAlive, PDU_HEADER_SIZE);
+    out
 }
 
 fn put_header(out: &mut Vec<u8>, pdu_type: PduType, plen: usize) {
