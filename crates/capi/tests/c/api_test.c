@@ -543,6 +543,7 @@ int main(int argc, char **argv)
     }
 
     /* With a callback: CS_QUEUED, the callback has the status and r0. */
+    atomic_store(&callbacks, 0);
     CS_REQ_HANDLE rh = (CS_REQ_HANDLE)1;
     uint64_t queued_r0 = 0;
     EXPECT(csxQueueComputeRequest(req, &callbacks, on_done, NULL, &rh, &queued_r0), CS_QUEUED);
@@ -567,7 +568,7 @@ int main(int argc, char **argv)
     CsComputeRequest *stale = compute_request(dev, 63, 0);
     EXPECT(csxQueueComputeRequest(stale, NULL, NULL, evt, NULL, NULL), CS_QUEUED);
     EXPECT(poll_event(evt, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
-    ASSERT(strstr(csxGetLastError(), "csQueueComputeRequest") != NULL);
+    ASSERT(strstr(csxGetLastError(), "csxQueueComputeRequest") != NULL);
     EXPECT(csDeleteEvent(evt), CS_SUCCESS);
     EXPECT(csDeleteEvent(evt), CS_INVALID_EVENT);
     EXPECT(csPollEvent(evt, NULL), CS_INVALID_EVENT);
