@@ -82,6 +82,7 @@ int main(int argc, char **argv)
     uint64_t lo = strtoull(argv[5], NULL, 0), hi = strtoull(argv[6], NULL, 0);
     int rc = 1;
     CS_DEV_HANDLE dev = NULL;
+    void *file_handle = NULL;
     CS_MEM_HANDLE in = NULL, out = NULL;
     CS_EVT_HANDLE evt = NULL;
     CsComputeRequest *req = NULL;
@@ -108,16 +109,19 @@ int main(int argc, char **argv)
     TRY(csOpenCSx(device, NULL, &dev));
     TRY(csAllocMem(dev, bytes, NULL, &in, NULL));
     TRY(csAllocMem(dev, bytes, NULL, &out, NULL));
-    CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, (uint64_t)elf_len, elf, NULL};
+    CsCSFDownloadInfo dl = {.type = CS_CSF_BPF_PROGRAM, .SubType = CSX_BPF_ELF,
+                            .Index = (u32)CSX_ANY_INDEX};
+    dl.common = (CsCommonDownloadInfo){"filter", 0, (int)elf_len, elf};
     CS_CSF_ID id;
-    TRY(csDownload(dev, &dl, &id));
-    CsConfigInfo activate = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, id};
+    TRY(csCSFDownload(dev, &dl, &id));
+    CsConfigInfo activate = {CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, (int)id, 0, NULL};
     TRY(csConfig(dev, &activate));
 
     /* Queue the load and, right behind it, the compute: both return CS_QUEUED at once.
      * r0 must stay valid until the compute completes. */
+    TRY(csxOpenFile(dev, file, &file_handle));
     CsStorageRequest load = {.Mode = CS_STORAGE_FILE_IO, .DevHandle = dev};
-    load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file, 0, bytes, {in, 0}};
+    load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file_handle, 0, (u32)bytes, {in, 0}};
     QUEUE(csQueueStorageRequest(&load, "load", on_done, NULL, NULL, NULL));
     req = malloc(sizeof *req + 4 * sizeof(CsComputeArg));
     req->DevHandle = dev;
@@ -129,7 +133,7 @@ int main(int argc, char **argv)
     csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, hi);
     uint64_t r0 = 0;
     CS_REQ_HANDLE compute = NULL; /* csAbortRequest(compute) would stop it */
-    QUEUE(csQueueComputeRequest(req, "compute", on_done, NULL, &compute, &r0));
+    QUEUE(csxQueueComputeRequest(req, "compute", on_done, NULL, &compute, &r0));
     /* The request structure was copied: it may be freed now. */
     free(req);
     req = NULL;
@@ -143,7 +147,7 @@ int main(int argc, char **argv)
     kept = malloc(r0 ? r0 : 1);
     if (r0) {
         TRY(csCreateEvent(&evt));
-        CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, kept, {out, 0}, r0};
+        CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, kept, {out, 0}, (unsigned int)r0};
         QUEUE(csQueueCopyMemRequest(&copy, NULL, NULL, evt, NULL, NULL));
         CS_STATUS st;
         while ((st = csPollEvent(evt, NULL)) == CS_NOT_DONE) {
@@ -157,17 +161,20 @@ int main(int argc, char **argv)
         sum += kept[i];
     printf("kept %" PRIu64 " sum %" PRIu64 "\n", r0 / 8, sum);
 
-    CsDownloadInfo unload = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)id, 1, 0, NULL, NULL};
-    TRY(csDownload(dev, &unload, NULL));
+    CsCSFDownloadInfo unload = {.type = CS_CSF_BPF_PROGRAM, .Index = id};
+    unload.common.Unload = 1;
+    TRY(csCSFDownload(dev, &unload, NULL));
     rc = 0;
 out:
     if (evt)
         csDeleteEvent(evt);
     if (in)
-        csFreeMem(in);
+        csFreeMem(in, NULL);
     if (out)
-        csFreeMem(out);
+        csFreeMem(out, NULL);
     /* Closing aborts anything still queued and returns after its callbacks. */
+    if (file_handle)
+        csxCloseFile(file_handle);
     if (dev)
         csCloseCSx(dev);
     free(req);

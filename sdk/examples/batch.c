@@ -11,6 +11,7 @@
  * within [LO, HI], as filter_offload does. Build: gcc batch.c $(pkg-config --cflags --libs csx)
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -42,9 +43,10 @@ int main(int argc, char **argv)
     uint64_t lo = strtoull(argv[5], NULL, 0), hi = strtoull(argv[6], NULL, 0);
     int rc = 1;
     CS_DEV_HANDLE dev = NULL;
+    void *file_handle = NULL;
     CS_MEM_HANDLE in = NULL, out = NULL;
     CS_BATCH_HANDLE batch = NULL;
-    CsComputeRequest *req = NULL;
+    CsBatchRequest *e_compute = NULL;
     void *elf = NULL;
 
     FILE *f = fopen(argv[2], "rb");
@@ -67,16 +69,27 @@ int main(int argc, char **argv)
     TRY(csOpenCSx(device, NULL, &dev));
     TRY(csAllocMem(dev, bytes, NULL, &in, NULL));
     TRY(csAllocMem(dev, 32, NULL, &out, NULL));
-    CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, (uint64_t)elf_len, elf, NULL};
+    CsCSFDownloadInfo dl = {.type = CS_CSF_BPF_PROGRAM, .SubType = CSX_BPF_ELF,
+                            .Index = (u32)CSX_ANY_INDEX};
+    dl.common = (CsCommonDownloadInfo){"filter_aggregate", 0, (int)elf_len, elf};
     CS_CSF_ID id;
-    TRY(csDownload(dev, &dl, &id));
-    CsConfigInfo activate = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, id};
+    TRY(csCSFDownload(dev, &dl, &id));
+    CsConfigInfo activate = {CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, (int)id, 0, NULL};
     TRY(csConfig(dev, &activate));
 
-    /* The three requests. They stay valid until the batch completes. */
-    CsStorageRequest load = {.Mode = CS_STORAGE_FILE_IO, .DevHandle = dev};
-    load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file, 0, bytes, {in, 0}};
-    req = malloc(sizeof *req + 4 * sizeof(CsComputeArg));
+    /* The three requests: each is copied into its batch entry (the copy's host buffer,
+     * result, must stay valid until the batch completes). */
+    TRY(csxOpenFile(dev, file, &file_handle));
+    CsBatchRequest e_load = {.ReqType = CS_STORAGE_IO};
+    e_load.u.StorageIo.Mode = CS_STORAGE_FILE_IO;
+    e_load.u.StorageIo.DevHandle = dev;
+    e_load.u.StorageIo.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file_handle, 0, (u32)bytes, {in, 0}};
+    /* A compute entry with 4 arguments is longer than the union: reqLength says so. */
+    size_t compute_len = offsetof(CsBatchRequest, u) + sizeof(CsComputeRequest) + 3 * sizeof(CsComputeArg);
+    e_compute = calloc(1, compute_len);
+    e_compute->ReqType = CS_QUEUE_COMPUTE;
+    e_compute->reqLength = (u32)compute_len;
+    CsComputeRequest *req = &e_compute->u.Compute;
     req->DevHandle = dev;
     req->CSFId = id;
     req->NumArgs = 4;
@@ -85,37 +98,38 @@ int main(int argc, char **argv)
     csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, lo);
     csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, hi);
     uint64_t result[4] = {0}; /* count, sum, min, max */
-    CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, result, {out, 0}, sizeof result};
+    CsBatchRequest e_copy = {.ReqType = CS_COPY_AFDM};
+    e_copy.u.CopyMem = (CsCopyMemRequest){CS_COPY_FROM_DEVICE, result, {out, 0}, sizeof result};
 
     /* The graph: load -> compute -> copy. Entries are added in any order; an edge says
      * "runs after" (After) or "runs before" (Before). Here the copy goes in first. */
     TRY(csAllocBatchRequest(CS_BATCH_SERIAL, 3, &batch));
-    CsBatchRequest e_copy = {CS_COPY_AFDM, &copy};
-    CsBatchRequest e_compute = {CS_QUEUE_COMPUTE, req};
-    CsBatchRequest e_load = {CS_STORAGE_IO, &load};
     CS_BATCH_INDEX i_copy, i_compute, i_load;
-    TRY(csAddBatchEntry(batch, &e_copy, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, &i_copy));
-    TRY(csAddBatchEntry(batch, &e_compute, i_copy, CS_BATCH_INDEX_NONE, &i_compute));
-    TRY(csAddBatchEntry(batch, &e_load, i_compute, CS_BATCH_INDEX_NONE, &i_load));
-    uint64_t ran = 0;
-    TRY(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL, &ran));
-    fprintf(stderr, "batch: %" PRIu64 " entries ran (load %d, compute %d, copy %d)\n", ran, i_load,
+    TRY(csAddBatchEntry(batch, &e_copy, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, &i_copy));
+    TRY(csAddBatchEntry(batch, e_compute, i_copy, CSX_BATCH_INDEX_NONE, &i_compute));
+    TRY(csAddBatchEntry(batch, &e_load, i_compute, CSX_BATCH_INDEX_NONE, &i_load));
+    u32 ran = 0;
+    TRY(csQueueBatchRequest(batch, NULL, NULL, NULL, &ran));
+    fprintf(stderr, "batch: %u entries ran (load %u, compute %u, copy %u)\n", ran, i_load,
             i_compute, i_copy);
     printf("kept %" PRIu64 " sum %" PRIu64 "\n", result[0], result[1]);
 
-    CsDownloadInfo unload = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)id, 1, 0, NULL, NULL};
-    TRY(csDownload(dev, &unload, NULL));
+    CsCSFDownloadInfo unload = {.type = CS_CSF_BPF_PROGRAM, .Index = id};
+    unload.common.Unload = 1;
+    TRY(csCSFDownload(dev, &unload, NULL));
     rc = 0;
 out:
     if (batch)
         csFreeBatchRequest(batch);
     if (in)
-        csFreeMem(in);
+        csFreeMem(in, NULL);
     if (out)
-        csFreeMem(out);
+        csFreeMem(out, NULL);
+    if (file_handle)
+        csxCloseFile(file_handle);
     if (dev)
         csCloseCSx(dev);
-    free(req);
+    free(e_compute);
     free(elf);
     return rc;
 }

@@ -43,6 +43,7 @@ int main(int argc, char **argv)
     int rc = 1;
     CS_DEV_HANDLE dev = NULL;
     CS_MEM_HANDLE in = NULL, out = NULL;
+    void *file_handle = NULL;
     CsComputeRequest *req = NULL;
     uint64_t *kept = NULL;
 
@@ -72,23 +73,26 @@ int main(int argc, char **argv)
     CSxProperties props;
     int plen = sizeof props;
     TRY(csQueryDeviceProperties(dev, &plen, &props));
-    fprintf(stderr, "%s: csx %s, %u engines, %" PRIu64 " MiB device memory\n", props.FriendlyName,
-            props.SwVersion, props.NumCSEs, props.FDMSizeBytes >> 20);
+    fprintf(stderr, "%s: %u engines, %u MiB device memory\n", props.FriendlyName,
+            props.CSE[0].MaxConcurrentFunctionInstances, props.FDMinMB);
 
     /* 2. Allocate device memory: the input and the output. */
     TRY(csAllocMem(dev, bytes, NULL, &in, NULL));
     TRY(csAllocMem(dev, bytes, NULL, &out, NULL));
 
     /* 3. Load the file from storage into device memory (no trip through the host). */
+    TRY(csxOpenFile(dev, file, &file_handle));
     CsStorageRequest load = {.Mode = CS_STORAGE_FILE_IO, .DevHandle = dev};
-    load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file, 0, bytes, {in, 0}};
+    load.u.FileIo = (CsFileIo){CS_STORAGE_LOAD_TYPE, file_handle, 0, (u32)bytes, {in, 0}};
     TRY(csQueueStorageRequest(&load, NULL, NULL, NULL, NULL, NULL));
 
     /* 4. Download and activate the filter. */
-    CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, (uint64_t)elf_len, elf, NULL};
+    CsCSFDownloadInfo dl = {.type = CS_CSF_BPF_PROGRAM, .SubType = CSX_BPF_ELF,
+                            .Index = (u32)CSX_ANY_INDEX};
+    dl.common = (CsCommonDownloadInfo){"filter", 0, (int)elf_len, elf};
     CS_CSF_ID id;
-    TRY(csDownload(dev, &dl, &id));
-    CsConfigInfo activate = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, id};
+    TRY(csCSFDownload(dev, &dl, &id));
+    CsConfigInfo activate = {CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, (int)id, 0, NULL};
     TRY(csConfig(dev, &activate));
 
     /* 5. Compute: filter(in -> out, lo, hi); r0 = the bytes kept. */
@@ -96,12 +100,12 @@ int main(int argc, char **argv)
     req->DevHandle = dev;
     req->CSFId = id;
     req->NumArgs = 4;
-    TRY(csHelperSetComputeArg(&req->Args[0], CS_AFDM_TYPE, in, (uint64_t)0));
-    TRY(csHelperSetComputeArg(&req->Args[1], CS_AFDM_TYPE, out, (uint64_t)0));
-    TRY(csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, lo));
-    TRY(csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, hi));
+    csHelperSetComputeArg(&req->Args[0], CS_AFDM_TYPE, in, (uint64_t)0);
+    csHelperSetComputeArg(&req->Args[1], CS_AFDM_TYPE, out, (uint64_t)0);
+    csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, lo);
+    csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, hi);
     uint64_t r0 = 0;
-    TRY(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0));
+    TRY(csQueueComputeRequest(req, NULL, NULL, NULL, &r0));
     if ((int64_t)r0 < 0) {
         fprintf(stderr, "filter returned error %" PRId64 "\n", (int64_t)r0);
         goto out;
@@ -109,7 +113,7 @@ int main(int argc, char **argv)
 
     /* 6. Copy only the result back. */
     kept = malloc(r0 ? r0 : 1);
-    CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, kept, {out, 0}, r0};
+    CsCopyMemRequest copy = {CS_COPY_FROM_DEVICE, kept, {out, 0}, (unsigned int)r0};
     if (r0)
         TRY(csQueueCopyMemRequest(&copy, NULL, NULL, NULL, NULL, NULL));
     uint64_t sum = 0;
@@ -117,14 +121,17 @@ int main(int argc, char **argv)
         sum += kept[i];
     printf("kept %" PRIu64 " sum %" PRIu64 "\n", r0 / 8, sum);
 
-    CsDownloadInfo unload = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)id, 1, 0, NULL, NULL};
-    TRY(csDownload(dev, &unload, NULL));
+    CsCSFDownloadInfo unload = {.type = CS_CSF_BPF_PROGRAM, .Index = id};
+    unload.common.Unload = 1;
+    TRY(csCSFDownload(dev, &unload, NULL));
     rc = 0;
 out:
     if (in)
-        csFreeMem(in);
+        csFreeMem(in, NULL);
     if (out)
-        csFreeMem(out);
+        csFreeMem(out, NULL);
+    if (file_handle)
+        csxCloseFile(file_handle);
     if (dev)
         csCloseCSx(dev);
     free(req);

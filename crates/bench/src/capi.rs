@@ -14,7 +14,7 @@ use anyhow::{ensure, Context as _};
 use clap::Args;
 use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
 use csx_capi::status::{name, CS_SUCCESS};
-use csx_capi::types::{CsComputeRequest, CsDevHandle};
+use csx_capi::types::{CsComputeArg, CsComputeArgValue, CsComputeRequest, CsDevHandle};
 use csx_host::proto::{EngineKind, ProgramType};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{Device, ExecuteRequest};
@@ -131,7 +131,10 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
         dev_handle: dev,
         csf_id: u32::from(pind.0),
         num_args: 0,
-        args: [],
+        args: [CsComputeArg {
+            type_: 0,
+            u: CsComputeArgValue { value64: 0 },
+        }],
     };
     let rust_request = ExecuteRequest::new(pind);
     let mut rust_ns = Vec::new();
@@ -157,7 +160,6 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
                     &request,
                     std::ptr::null_mut(),
                     None,
-                    std::ptr::null_mut(),
                     std::ptr::null_mut(),
                     &mut r0,
                 )

@@ -1,4 +1,6 @@
-//! The exported functions of `cs_api.h`. Every function:
+//! The exported functions of `cs_api.h`: open and close, device memory, data movement and
+//! compute requests, events and batches ([`crate::manage`] has discovery, CSFs and
+//! properties; [`crate::v05`] the v0.5 forms). Every function:
 //! * checks each pointer and handle before use (null, unknown, freed, wrong kind: a
 //!   status, never a crash), and each length against its object and the protocol's limits;
 //! * runs inside `catch_unwind`, so a bug in the library is `CS_FATAL_ERROR`, not an abort
@@ -8,26 +10,24 @@
 //! Completion: with no callback and no event a request runs on the calling thread and
 //! the call returns its status. With a callback or an event, its arguments are checked
 //! and copied, the call returns `CS_QUEUED` (and a request handle for `csAbortRequest`),
-//! and the request runs on its device handle's worker (see [`crate::queue`]): on
-//! completion the callback runs on that worker, or the event records the status for
-//! `csPollEvent`. A request refused before it starts (bad arguments) returns its status
-//! directly and signals nothing.
+//! and the request runs on its device's worker (see [`crate::queue`]): on completion the
+//! callback runs on that worker, or the event records the status for `csPollEvent`. A
+//! request refused before it starts (bad arguments) returns its status directly and
+//! signals nothing.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use csx_host::proto::limits::{
-    FUEL_MAX, PARAMS_SIZE_MAX, PROGRAM_SIZE_MAX, SLM_ALLOC_SIZE_MAX, TIME_LIMIT_MS_MAX, WINDOWS_MAX,
+    FUEL_MAX, PARAMS_SIZE_MAX, SLM_ALLOC_SIZE_MAX, TIME_LIMIT_MS_MAX, WINDOWS_MAX,
 };
-use csx_host::proto::{
-    CopySource, EngineKind, MemHandle as DevMemHandle, MemRange, ProgramIndex, ProgramState,
-    ProgramType,
-};
-use csx_host::{CallError, Device, ExecuteRequest};
+use csx_host::proto::{CopySource, MemHandle as DevMemHandle, MemRange};
+use csx_host::{CallError, Device, DeviceUri, ExecuteRequest};
 
+use crate::mapping::Mapping;
 use crate::queue::{Job, Kind, Request, Worker};
 use crate::registry::{self, handle_of, key_of, Dev, Event, Mem};
 use crate::status::*;
@@ -40,9 +40,9 @@ pub struct Fail {
     pub message: String,
 }
 
-type R<T> = Result<T, Fail>;
+pub(crate) type R<T> = Result<T, Fail>;
 
-fn fail<T>(status: CsStatus, message: impl Into<String>) -> R<T> {
+pub(crate) fn fail<T>(status: CsStatus, message: impl Into<String>) -> R<T> {
     Err(Fail {
         status,
         message: message.into(),
@@ -62,13 +62,13 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-fn set_last_error(message: &str) {
+pub(crate) fn set_last_error(message: &str) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|l| *l.borrow_mut() = c);
 }
 
 /// Runs one API call: panics become `CS_FATAL_ERROR`, failures set the last error.
-fn run(name: &'static str, f: impl FnOnce() -> R<CsStatus>) -> CsStatus {
+pub(crate) fn run(name: &'static str, f: impl FnOnce() -> R<CsStatus>) -> CsStatus {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(status)) => status,
         Ok(Err(e)) => {
@@ -92,7 +92,7 @@ fn run(name: &'static str, f: impl FnOnce() -> R<CsStatus>) -> CsStatus {
 ///
 /// # Safety
 /// `p` is null or valid for writes of a `T` (the C caller's contract).
-unsafe fn out<'a, T>(p: *mut T, what: &str) -> R<&'a mut T> {
+pub(crate) unsafe fn out<'a, T>(p: *mut T, what: &str) -> R<&'a mut T> {
     // SAFETY: the caller's contract: `p` is null or points to a writable `T`.
     match unsafe { p.as_mut() } {
         Some(r) => Ok(r),
@@ -104,7 +104,7 @@ unsafe fn out<'a, T>(p: *mut T, what: &str) -> R<&'a mut T> {
 ///
 /// # Safety
 /// `p` is null or valid for reads of a `T`.
-unsafe fn inp<'a, T>(p: *const T, what: &str) -> R<&'a T> {
+pub(crate) unsafe fn inp<'a, T>(p: *const T, what: &str) -> R<&'a T> {
     // SAFETY: the caller's contract: `p` is null or points to a readable `T`.
     match unsafe { p.as_ref() } {
         Some(r) => Ok(r),
@@ -116,7 +116,7 @@ unsafe fn inp<'a, T>(p: *const T, what: &str) -> R<&'a T> {
 ///
 /// # Safety
 /// `p` is null or points to a NUL-terminated string.
-unsafe fn string<'a>(p: *const c_char, what: &str) -> R<&'a str> {
+pub(crate) unsafe fn string<'a>(p: *const c_char, what: &str) -> R<&'a str> {
     if p.is_null() {
         return fail(CS_INVALID_ARG, format!("{what} is NULL"));
     }
@@ -126,7 +126,7 @@ unsafe fn string<'a>(p: *const c_char, what: &str) -> R<&'a str> {
         .or_else(|_| fail(CS_INVALID_ARG, format!("{what} is not UTF-8")))
 }
 
-fn device(h: CsDevHandle) -> R<Arc<Dev>> {
+pub(crate) fn device(h: CsDevHandle) -> R<Arc<Dev>> {
     if h.is_null() {
         return fail(CS_INVALID_HANDLE, "the device handle is NULL");
     }
@@ -148,8 +148,8 @@ fn memory(h: CsMemHandle) -> R<(Mem, Arc<Dev>)> {
     }
     let key = key_of(h);
     let found = registry::with(|r| {
-        let m = *r.mems.get(&key)?;
-        Some((m, r.devices.get(&m.dev)?.clone()))
+        let m = r.mems.get(&key)?.clone();
+        Some((m.clone(), r.devices.get(&m.dev)?.clone()))
     });
     found.map_or_else(
         || {
@@ -163,14 +163,14 @@ fn memory(h: CsMemHandle) -> R<(Mem, Arc<Dev>)> {
 }
 
 /// A device-memory place `bytes` long: its allocation, checked to hold it.
-fn afdm(a: &CsDevAfdm, bytes: u64, what: &str) -> R<(Mem, Arc<Dev>)> {
-    let (m, d) = memory(a.mem_handle)?;
-    if a.byte_offset > m.size || bytes > m.size - a.byte_offset {
+fn afdm(mem: CsMemHandle, offset: u64, bytes: u64, what: &str) -> R<(Mem, Arc<Dev>)> {
+    let (m, d) = memory(mem)?;
+    if offset > m.size || bytes > m.size - offset {
         return fail(
             CS_INVALID_LENGTH,
             format!(
-                "{what}: {bytes} bytes at offset {} reach past the allocation's {} bytes",
-                a.byte_offset, m.size
+                "{what}: {bytes} bytes at offset {offset} reach past the allocation's {} bytes",
+                m.size
             ),
         );
     }
@@ -191,13 +191,53 @@ fn same_device(d: &Arc<Dev>, other: &Arc<Dev>, what: &str) -> R<()> {
     }
 }
 
+/// Where a request's completion value goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Value {
+    None,
+    U64(*mut u64),
+    /// The v0.5 forms (and `csQueueBatchRequest`): a 32-bit value (truncated).
+    U32(*mut u32),
+}
+
+impl Value {
+    pub fn u64(p: *mut u64) -> Value {
+        if p.is_null() {
+            Value::None
+        } else {
+            Value::U64(p)
+        }
+    }
+    pub fn u32(p: *mut u32) -> Value {
+        if p.is_null() {
+            Value::None
+        } else {
+            Value::U32(p)
+        }
+    }
+}
+
+/// The callback a request completes to.
+#[derive(Clone, Copy, Debug)]
+pub enum Callback {
+    None,
+    V1(extern "C" fn(*mut c_void, CsStatus, u64)),
+    V05(extern "C" fn(*mut c_void, CsStatus)),
+}
+
+impl From<CsQueueCallbackFn> for Callback {
+    fn from(f: CsQueueCallbackFn) -> Callback {
+        f.map_or(Callback::None, Callback::V1)
+    }
+}
+
 /// How a request completes (see the module doc).
 #[derive(Debug)]
 pub struct Completion {
     ctx: *mut c_void,
-    cb: CsQueueCallbackFn,
+    cb: Callback,
     evt: CsEvtHandle,
-    comp_value: *mut u64,
+    value: Value,
 }
 
 // SAFETY: the pointers are the caller's and only passed back to it (the context to its
@@ -209,52 +249,47 @@ unsafe impl Send for Completion {}
 impl Completion {
     /// The completion a request's trailing arguments name, its event checked before the
     /// request starts.
-    fn checked(
+    pub(crate) fn checked(
         ctx: *mut c_void,
-        cb: CsQueueCallbackFn,
+        cb: Callback,
         evt: CsEvtHandle,
-        comp_value: *mut u64,
+        value: Value,
     ) -> R<Self> {
         let done = Completion {
             ctx,
             cb,
             evt,
-            comp_value,
+            value,
         };
-        done.check()?;
+        if !evt.is_null() {
+            let key = key_of(evt);
+            if !registry::with(|r| r.events.contains_key(&key)) {
+                return fail(
+                    CS_INVALID_EVENT,
+                    format!("event handle {key} is not created"),
+                );
+            }
+        }
         Ok(done)
-    }
-
-    /// Checks the event before the request starts.
-    fn check(&self) -> R<()> {
-        if self.evt.is_null() {
-            return Ok(());
-        }
-        let key = key_of(self.evt);
-        if registry::with(|r| r.events.contains_key(&key)) {
-            Ok(())
-        } else {
-            fail(
-                CS_INVALID_EVENT,
-                format!("event handle {key} is not created"),
-            )
-        }
     }
 
     /// Whether the request is queued (a callback or an event), not synchronous.
     fn queued(&self) -> bool {
-        self.cb.is_some() || !self.evt.is_null()
+        !matches!(self.cb, Callback::None) || !self.evt.is_null()
     }
 
     /// Writes the completion value of a successful request.
     ///
     /// # Safety
-    /// `comp_value` is null or writable.
+    /// The value pointer is writable.
     unsafe fn write_value(&self, result: &R<u64>) {
         if let Ok(v) = result {
-            // SAFETY: the caller's contract for CompValue.
-            if let Some(c) = unsafe { self.comp_value.as_mut() } {
-                *c = *v;
+            match self.value {
+                Value::None => {}
+                // SAFETY: the caller's contract for CompValue.
+                Value::U64(p) => unsafe { *p = *v },
+                // SAFETY: the caller's contract for CompValue; v0.5's value is 32 bits.
+                Value::U32(p) => unsafe { *p = *v as u32 },
             }
         }
     }
@@ -264,7 +299,7 @@ impl Completion {
     /// error (inside the callback) and the event's (for the thread that polls it).
     ///
     /// # Safety
-    /// `comp_value` is null or writable; `cb` is callable with `ctx`.
+    /// The value pointer is writable; the callback is callable with `ctx`.
     pub unsafe fn deliver(self, name: &str, result: R<u64>) {
         // SAFETY: forwarded contract.
         unsafe { self.write_value(&result) };
@@ -285,8 +320,12 @@ impl Completion {
                     ev.done = Some((status, ctx, message));
                 }
             });
-        } else if let Some(cb) = self.cb {
-            cb(self.ctx, status, value);
+        } else {
+            match self.cb {
+                Callback::None => {}
+                Callback::V1(cb) => cb(self.ctx, status, value),
+                Callback::V05(cb) => cb(self.ctx, status),
+            }
         }
     }
 }
@@ -297,7 +336,7 @@ impl Completion {
 ///
 /// # Safety
 /// `req_handle` is null or writable; the completion's pointers as for [`Completion`].
-unsafe fn dispatch(
+pub(crate) unsafe fn dispatch(
     name: &'static str,
     worker: &Worker,
     kind: Kind,
@@ -342,10 +381,201 @@ unsafe fn dispatch(
     Ok(CS_QUEUED)
 }
 
-/// A request ready to run: its arguments checked and copied (only a copy's host buffer
-/// and a batch's entries are still the caller's, as the API's contract says).
+// -------------------------------------------------------------------------------------
+// Requests: the caller's structures are read into a `Desc` (plain data, owned: what a
+// batch keeps), which `prepare` checks against the tables into a `Work`.
+
+/// A compute argument, copied.
+#[derive(Clone, Copy, Debug)]
+pub enum ArgDesc {
+    Afdm { mem: usize, offset: u64 },
+    V32(u32),
+    V64(u64),
+    /// A type csx does not take (checked when the request is prepared).
+    Other(i32),
+}
+
+/// A request, copied from the caller's structure (handles as keys).
+#[derive(Clone, Debug)]
+pub enum Desc {
+    Copy {
+        ty: i32,
+        host: usize,
+        mem: usize,
+        offset: u64,
+        bytes: u64,
+    },
+    File {
+        dev: usize,
+        ty: i32,
+        file: usize,
+        offset: u64,
+        bytes: u64,
+        mem: usize,
+        mem_offset: u64,
+    },
+    Block {
+        dev: usize,
+        ty: i32,
+        storage_index: u32,
+        mem: usize,
+        mem_offset: u64,
+        /// `(namespace id, start LBA, blocks)`.
+        ranges: Vec<(u32, u64, u32)>,
+    },
+    Compute {
+        dev: usize,
+        csf: CsCsfId,
+        args: Vec<ArgDesc>,
+    },
+    /// A storage request whose mode is not a CS_STORAGE_REQ_MODE.
+    BadMode(i32),
+}
+
+fn h(key: usize) -> *mut c_void {
+    key as *mut c_void
+}
+
+pub(crate) fn copy_desc(req: &CsCopyMemRequest) -> Desc {
+    Desc::Copy {
+        ty: req.type_,
+        host: req.host_vaddress as usize,
+        mem: req.dev_mem.mem_handle as usize,
+        offset: req.dev_mem.byte_offset,
+        bytes: req.bytes.into(),
+    }
+}
+
+pub(crate) fn file_desc(dev: CsDevHandle, f: &CsFileIo) -> Desc {
+    Desc::File {
+        dev: dev as usize,
+        ty: f.type_,
+        file: f.file_handle as usize,
+        offset: f.offset,
+        bytes: f.bytes.into(),
+        mem: f.dev_mem.mem_handle as usize,
+        mem_offset: f.dev_mem.byte_offset,
+    }
+}
+
+/// A v1.x storage request.
+///
+/// # Safety
+/// `req` points to a request whose union member is the one `Mode` names; for block I/O,
+/// `NumRanges` ranges (when within 1..=CSX_BLOCK_RANGES_MAX) are readable from `Range`.
+pub(crate) unsafe fn storage_desc(req: *const CsStorageRequest) -> R<Desc> {
+    // SAFETY: the caller's contract.
+    let r = unsafe { inp(req, "Req") }?;
+    match r.mode {
+        CS_STORAGE_FILE_IO => {
+            // SAFETY: Mode says the union holds FileIo.
+            let f = unsafe { r.u.file_io };
+            Ok(file_desc(r.dev_handle, &f))
+        }
+        CS_STORAGE_BLOCK_IO => {
+            // SAFETY: Mode says the union holds BlockIo.
+            let b = unsafe { r.u.block_io };
+            if b.num_ranges < 1 || b.num_ranges > CSX_BLOCK_RANGES_MAX {
+                return fail(
+                    CS_INVALID_LENGTH,
+                    format!(
+                        "BlockIo.NumRanges {} is not within 1..={CSX_BLOCK_RANGES_MAX}",
+                        b.num_ranges
+                    ),
+                );
+            }
+            // SAFETY: Range holds NumRanges entries inline (the caller's contract); the
+            // pointer is derived from `req`, which covers them.
+            let ranges = unsafe {
+                std::slice::from_raw_parts(
+                    std::ptr::addr_of!((*req).u.block_io.range).cast::<CsBlockRange>(),
+                    b.num_ranges as usize,
+                )
+            };
+            Ok(Desc::Block {
+                dev: r.dev_handle as usize,
+                ty: b.type_,
+                storage_index: b.storage_index,
+                mem: b.dev_mem.mem_handle as usize,
+                mem_offset: b.dev_mem.byte_offset,
+                ranges: ranges
+                    .iter()
+                    .map(|x| (x.namespace_id, x.start_lba, x.num_blocks))
+                    .collect(),
+            })
+        }
+        other => Ok(Desc::BadMode(other)),
+    }
+}
+
+/// A compute request.
+///
+/// # Safety
+/// `req` is null or readable with `NumArgs` arguments from `Args` (when NumArgs is within
+/// 0..=CSX_COMPUTE_ARGS_MAX).
+pub(crate) unsafe fn compute_desc(req: *const CsComputeRequest) -> R<Desc> {
+    // SAFETY: the caller's contract.
+    let r = unsafe { inp(req, "Req") }?;
+    if r.num_args < 0 || r.num_args > CSX_COMPUTE_ARGS_MAX {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!(
+                "NumArgs {} is not within 0..={CSX_COMPUTE_ARGS_MAX}",
+                r.num_args
+            ),
+        );
+    }
+    // SAFETY: the request is followed by NumArgs arguments (the caller's contract); the
+    // pointer comes from `req`, which covers them.
+    let args = unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::addr_of!((*req).args).cast::<CsComputeArg>(),
+            r.num_args as usize,
+        )
+    };
+    let args = args
+        .iter()
+        .map(|a| match a.type_ {
+            // SAFETY (each arm): Type says which union member holds the value.
+            CS_AFDM_TYPE => {
+                let p = unsafe { a.u.dev_mem };
+                ArgDesc::Afdm {
+                    mem: p.mem_handle as usize,
+                    offset: p.byte_offset,
+                }
+            }
+            CS_32BIT_VALUE_TYPE => ArgDesc::V32(unsafe { a.u.value32 }),
+            CS_64BIT_VALUE_TYPE => ArgDesc::V64(unsafe { a.u.value64 }),
+            other => ArgDesc::Other(other),
+        })
+        .collect();
+    Ok(Desc::Compute {
+        dev: r.dev_handle as usize,
+        csf: r.csf_id,
+        args,
+    })
+}
+
+/// A device allocation whose host mapping a request keeps coherent.
 #[derive(Debug)]
-pub enum Work {
+pub struct MapSync {
+    dev: Arc<Dev>,
+    mem: DevMemHandle,
+    map: Arc<Mapping>,
+}
+
+/// A request ready to run: its arguments checked and copied (only a copy's host buffer
+/// is still the caller's, as the API's contract says), with the mappings to keep
+/// coherent around it.
+#[derive(Debug)]
+pub struct Work {
+    pub op: Op,
+    pub maps: Vec<MapSync>,
+}
+
+/// What a [`Work`] does.
+#[derive(Debug)]
+pub enum Op {
     Copy {
         dev: Arc<Dev>,
         mem: DevMemHandle,
@@ -379,22 +609,298 @@ pub enum Work {
         request: ExecuteRequest,
         csf: CsCsfId,
     },
-    /// `(entry index, request type, request address)` in the order to run them.
-    Batch { entries: Vec<(usize, i32, usize)> },
+    /// `(entry index, entry)` in the order to run them.
+    Batch { entries: Vec<(usize, Desc)> },
+    /// Fill a range (csInitMem).
+    Fill {
+        dev: Arc<Dev>,
+        mem: DevMemHandle,
+        offset: u64,
+        bytes: u64,
+        byte: u8,
+    },
+}
+
+fn sync_of(m: &Mem, dev: &Arc<Dev>) -> Option<MapSync> {
+    m.map.as_ref().map(|map| MapSync {
+        dev: Arc::clone(dev),
+        mem: m.handle,
+        map: Arc::clone(map),
+    })
+}
+
+fn storage_dev(dev: usize, mem: usize, offset: u64, bytes: u64, what: &str) -> R<(Arc<Dev>, Mem)> {
+    let d = device(h(dev))?;
+    let (m, mdev) = afdm(h(mem), offset, bytes, what)?;
+    same_device(&d, &mdev, what)?;
+    Ok((d, m))
+}
+
+/// A file handle's path.
+fn file_path(file: usize) -> R<String> {
+    if file == 0 {
+        return fail(CS_INVALID_HANDLE, "FileIo.FileHandle is NULL");
+    }
+    registry::with(|r| r.files.get(&(file as u64)).cloned()).ok_or(Fail {
+        status: CS_INVALID_HANDLE,
+        message: format!("file handle {file} is not open (csxOpenFile)"),
+    })
+}
+
+/// Checks a request against the tables: the work it asks for.
+pub(crate) fn prepare(desc: &Desc) -> R<Work> {
+    let mut maps = Vec::new();
+    let op = match desc {
+        Desc::Copy {
+            ty,
+            host,
+            mem,
+            offset,
+            bytes,
+        } => {
+            let (m, dev) = afdm(h(*mem), *offset, *bytes, "csQueueCopyMemRequest")?;
+            if *host == 0 {
+                return fail(CS_INVALID_ARG, "HostVAddress is NULL");
+            }
+            let to_device = match *ty {
+                CS_COPY_TO_DEVICE => true,
+                CS_COPY_FROM_DEVICE => false,
+                other => {
+                    return fail(
+                        CS_INVALID_OPTION,
+                        format!("Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"),
+                    )
+                }
+            };
+            maps.extend(sync_of(&m, &dev));
+            Op::Copy {
+                dev,
+                mem: m.handle,
+                offset: *offset,
+                host: *host,
+                len: *bytes as usize,
+                to_device,
+            }
+        }
+        Desc::File {
+            dev,
+            ty,
+            file,
+            offset,
+            bytes,
+            mem,
+            mem_offset,
+        } => {
+            let path = file_path(*file)?;
+            let (dev, m) = storage_dev(*dev, *mem, *mem_offset, *bytes, "FileIo.DevMem")?;
+            maps.extend(sync_of(&m, &dev));
+            match *ty {
+                CS_STORAGE_LOAD_TYPE => Op::FileLoad {
+                    dev,
+                    path,
+                    offset: *offset,
+                    bytes: *bytes,
+                    mem: m.handle,
+                    mem_offset: *mem_offset,
+                },
+                CS_STORAGE_STORE_TYPE => Op::FileStore {
+                    dev,
+                    path,
+                    offset: *offset,
+                    range: MemRange {
+                        handle: m.handle,
+                        offset: *mem_offset,
+                        len: *bytes,
+                    },
+                },
+                other => {
+                    return fail(
+                        CS_INVALID_OPTION,
+                        format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"),
+                    )
+                }
+            }
+        }
+        Desc::Block {
+            dev,
+            ty,
+            storage_index,
+            mem,
+            mem_offset,
+            ranges,
+        } => {
+            if *ty == CS_STORAGE_STORE_TYPE {
+                return fail(
+                    CS_UNSUPPORTED,
+                    "block STORE: csx writes storage only through its file store (use file I/O)",
+                );
+            }
+            if *ty != CS_STORAGE_LOAD_TYPE {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("BlockIo.Type {ty} is not CS_STORAGE_LOAD_TYPE (1)"),
+                );
+            }
+            if *storage_index != 0 {
+                return fail(
+                    CS_ENTITY_NOT_ON_DEVICE,
+                    format!("BlockIo.StorageIndex {storage_index}: a csx device is not an array (0)"),
+                );
+            }
+            let mut sources = Vec::with_capacity(ranges.len());
+            let mut total: u64 = 0;
+            for (i, &(ns, lba, n)) in ranges.iter().enumerate() {
+                if ns != 1 {
+                    return fail(
+                        CS_ENTITY_NOT_ON_DEVICE,
+                        format!("BlockIo.Range[{i}].NamespaceId {ns} is not the NVM namespace (1)"),
+                    );
+                }
+                let len = u64::from(n) * CSX_BLOCK_SIZE;
+                let offset = lba.checked_mul(CSX_BLOCK_SIZE).ok_or(Fail {
+                    status: CS_INVALID_LENGTH,
+                    message: format!("BlockIo.Range[{i}].StartLba {lba} overflows"),
+                })?;
+                total = total.saturating_add(len);
+                sources.push(CopySource::Nvm { offset, len });
+            }
+            let (dev, m) = storage_dev(*dev, *mem, *mem_offset, total, "BlockIo.DevMem")?;
+            maps.extend(sync_of(&m, &dev));
+            Op::BlockLoad {
+                dev,
+                mem: m.handle,
+                mem_offset: *mem_offset,
+                sources,
+            }
+        }
+        Desc::Compute { dev, csf, args } => {
+            let (op, m) = prepare_compute(*dev, *csf, args)?;
+            maps = m;
+            op
+        }
+        Desc::BadMode(mode) => {
+            return fail(
+                CS_INVALID_OPTION,
+                format!("Mode {mode} is not CS_STORAGE_BLOCK_IO (1) or CS_STORAGE_FILE_IO (2)"),
+            )
+        }
+    };
+    Ok(Work { op, maps })
+}
+
+/// CSF ids from here on are built-in CSFs: registered device function `id - BASE`.
+pub const CSX_BUILTIN_CSF_BASE: u32 = 0x1_0000;
+
+pub(crate) fn csf_slot(id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+    if (CSX_BUILTIN_CSF_BASE..2 * CSX_BUILTIN_CSF_BASE).contains(&id) {
+        return fail(
+            CS_UNSUPPORTED,
+            format!("CSFId {id:#x} is a built-in CSF (a registered device function): programs call it, a compute request cannot"),
+        );
+    }
+    u16::try_from(id)
+        .map(csx_host::proto::ProgramIndex)
+        .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
+}
+
+fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<(Op, Vec<MapSync>)> {
+    let dev = device(h(dev))?;
+    let mut request = ExecuteRequest::new(csf_slot(csf)?);
+    let mut maps = Vec::new();
+    let mut windows = 0usize;
+    let mut values: Vec<u64> = Vec::new();
+    let mut params: Vec<u8> = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        let (v, bytes): (u64, Vec<u8>) = match *a {
+            ArgDesc::Afdm { mem, offset } => {
+                let (m, mdev) = afdm(h(mem), offset, 0, "compute argument")?;
+                same_device(&dev, &mdev, "compute argument")?;
+                windows += 1;
+                if windows > WINDOWS_MAX {
+                    return fail(
+                        CS_INVALID_LENGTH,
+                        format!("argument {i}: more than {WINDOWS_MAX} AFDM arguments"),
+                    );
+                }
+                request = request.window(m.handle, offset, m.size - offset);
+                if !maps.iter().any(|s: &MapSync| s.mem == m.handle) {
+                    maps.extend(sync_of(&m, &dev));
+                }
+                continue;
+            }
+            ArgDesc::V32(v) => (u64::from(v), v.to_le_bytes().to_vec()),
+            ArgDesc::V64(v) => (v, v.to_le_bytes().to_vec()),
+            ArgDesc::Other(CS_STREAM_TYPE) | ArgDesc::Other(CS_DESCRIPTOR_TYPE) => {
+                return fail(
+                    CS_UNSUPPORTED,
+                    format!("argument {i}: stream and descriptor arguments are not provided by csx"),
+                )
+            }
+            ArgDesc::Other(other) => {
+                return fail(
+                    CS_INVALID_OPTION,
+                    format!("argument {i}: Type {other} is not a CS_COMPUTE_ARG_TYPE"),
+                )
+            }
+        };
+        if values.len() < 2 {
+            values.push(v);
+        } else {
+            params.extend_from_slice(&bytes);
+            if params.len() > PARAMS_SIZE_MAX {
+                return fail(
+                    CS_INVALID_LENGTH,
+                    format!("argument {i}: value arguments past the second exceed {PARAMS_SIZE_MAX} bytes"),
+                );
+            }
+        }
+    }
+    request = request.cparams(
+        values.first().copied().unwrap_or(0),
+        values.get(1).copied().unwrap_or(0),
+    );
+    if !params.is_empty() {
+        request = request.params(params);
+    }
+    // The device's own time limit (device.json) bounds a request that names none; fuel
+    // is left to it too unless csxSetComputeLimits set one, so a long CSF runs until the
+    // device's time limit rather than a fixed instruction budget.
+    let fuel = dev.fuel.load(Ordering::Relaxed);
+    request = request.fuel(if fuel > 0 { fuel } else { FUEL_MAX });
+    let ms = dev.time_limit_ms.load(Ordering::Relaxed);
+    if ms > 0 {
+        request = request.time_limit_ms(ms);
+    }
+    Ok((Op::Compute { dev, request, csf }, maps))
 }
 
 /// Runs a queued request on its worker (see [`crate::queue`]).
 pub fn perform(work: &Work, req: &Request) -> R<u64> {
-    if !matches!(work, Work::Compute { .. }) {
+    if !matches!(work.op, Op::Compute { .. }) {
         req.start()?;
     }
     run_work(work, Some(req))
 }
 
-/// Runs `work`; `req` is the queued request it belongs to (for aborts), if any.
+/// Runs `work` between its mappings' write-out and read-back; `req` is the queued
+/// request it belongs to (for aborts), if any.
 fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
-    match work {
-        Work::Copy {
+    for s in &work.maps {
+        s.dev.device.write_mem(s.mem, 0, s.map.bytes())?;
+    }
+    let result = run_op(&work.op, req);
+    for s in &work.maps {
+        let back = s.dev.device.read_mem_into(s.mem, 0, s.map.bytes_mut());
+        if let (Ok(_), Err(e)) = (&result, back) {
+            return Err(e.into());
+        }
+    }
+    result
+}
+
+fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
+    match op {
+        Op::Copy {
             dev,
             mem,
             offset,
@@ -416,7 +922,7 @@ fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
             }
             Ok(bytes)
         }
-        Work::FileLoad {
+        Op::FileLoad {
             dev,
             path,
             offset,
@@ -426,19 +932,29 @@ fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
         } => Ok(dev
             .device
             .copy_file_to_mem(path, *offset, *bytes, *mem, *mem_offset)?),
-        Work::FileStore {
+        Op::FileStore {
             dev,
             path,
             offset,
             range,
         } => Ok(dev.device.write_mem_to_file(path, *offset, *range)?),
-        Work::BlockLoad {
+        Op::BlockLoad {
             dev,
             mem,
             mem_offset,
             sources,
         } => Ok(dev.device.copy_to_mem(*mem, *mem_offset, sources.clone())?),
-        Work::Compute { dev, request, csf } => {
+        Op::Fill {
+            dev,
+            mem,
+            offset,
+            bytes,
+            byte,
+        } => {
+            dev.device.fill_mem(*mem, *offset, *bytes, *byte)?;
+            Ok(*bytes)
+        }
+        Op::Compute { dev, request, csf } => {
             let result = match req {
                 None => dev.device.execute(request),
                 Some(q) => {
@@ -460,95 +976,106 @@ fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
                 Err(e) => Err(Fail::from(e)),
             }
         }
-        Work::Batch { entries } => {
-            for (done, &(i, ty, addr)) in entries.iter().enumerate() {
+        Op::Batch { entries } => {
+            for (done, (i, entry)) in entries.iter().enumerate() {
                 if req.is_some_and(Request::aborted) {
                     return fail(
-                        CS_ABORTED,
+                        CSX_ABORTED,
                         format!("the batch was aborted after {done} entries"),
                     );
                 }
-                let entry = || -> R<u64> {
-                    // SAFETY: each entry points to a live request of its type until the
-                    // batch completes (the caller's contract).
-                    let work = unsafe { prepare_entry(ty, addr) }?;
-                    run_work(&work, req)
-                };
-                entry().map_err(|e| Fail {
-                    status: e.status,
-                    message: format!("entry {i}: {}", e.message),
-                })?;
+                prepare(entry)
+                    .and_then(|w| run_work(&w, req))
+                    .map_err(|e| Fail {
+                        status: e.status,
+                        message: format!("entry {i}: {}", e.message),
+                    })?;
             }
             Ok(entries.len() as u64)
         }
     }
 }
 
+/// The device a single request's work runs on.
+pub(crate) fn work_device(work: &Work) -> Arc<Dev> {
+    match &work.op {
+        Op::Copy { dev, .. }
+        | Op::FileLoad { dev, .. }
+        | Op::FileStore { dev, .. }
+        | Op::BlockLoad { dev, .. }
+        | Op::Fill { dev, .. }
+        | Op::Compute { dev, .. } => Arc::clone(dev),
+        Op::Batch { .. } => unreachable!("a batch is not a single request"),
+    }
+}
+
+/// Queues (or runs) a single request described by `desc`.
+///
+/// # Safety
+/// `req_handle` null or writable; the completion's pointers as for [`Completion`].
+pub(crate) unsafe fn submit(
+    name: &'static str,
+    desc: &Desc,
+    done: Completion,
+    req_handle: *mut CsReqHandle,
+) -> R<CsStatus> {
+    let work = prepare(desc)?;
+    let kind = if matches!(work.op, Op::Compute { .. }) {
+        Kind::Compute
+    } else {
+        Kind::Transfer
+    };
+    let dev = work_device(&work);
+    // SAFETY: the caller's contract.
+    unsafe { dispatch(name, &dev.worker, kind, work, done, req_handle) }
+}
+
 // -------------------------------------------------------------------------------------
-// Discovery, open and close.
+// Open and close: one device per process.
 
-/// Device names from `CSX_DEVICES` (comma-separated) and the devices open in this process.
-fn known_devices() -> Vec<String> {
-    let mut names: Vec<String> = std::env::var("CSX_DEVICES")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect();
-    let open: Vec<String> =
-        registry::with(|r| r.devices.values().map(|d| d.name.clone()).collect());
-    for n in open {
-        if !names.contains(&n) {
-            names.push(n);
+/// Serializes the find-or-open of [`csOpenCSx`], so two threads opening one name share it.
+static OPENING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The name two opens of one device share: a state directory's canonical path, else the
+/// URI as given.
+fn canonical_name(name: &str) -> String {
+    match DeviceUri::parse(name) {
+        Ok(DeviceUri::Embedded(path)) => std::fs::canonicalize(&path)
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+            .unwrap_or_else(|| name.to_string()),
+        _ => name.to_string(),
+    }
+}
+
+/// Opens a device for `name`, or shares the one this process already has open under it.
+pub(crate) fn open_shared(name: &str) -> R<u64> {
+    let _one = OPENING.lock().unwrap_or_else(|p| p.into_inner());
+    let canonical = canonical_name(name);
+    let open = registry::with(|r| {
+        r.devices
+            .values()
+            .find(|d| d.name == canonical)
+            .cloned()
+    });
+    let dev = match open {
+        Some(d) => d,
+        None => {
+            let device = Device::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
+            Arc::new(Dev::new(canonical, device))
         }
-    }
-    names
-}
-
-/// Writes `text` and its NUL into `buf` of `*len` bytes; `*len` becomes the size needed.
-///
-/// # Safety
-/// `len` is null or writable; `buf` is null or writable for `*len` bytes.
-unsafe fn write_string(text: &str, len: *mut c_int, buf: *mut c_char) -> R<CsStatus> {
-    // SAFETY: forwarded contract.
-    let len = unsafe { out(len, "Length") }?;
-    let need = text.len() + 1;
-    let need_c = c_int::try_from(need).or_else(|_| fail(CS_FATAL_ERROR, "name list too long"))?;
-    let have = *len;
-    *len = need_c;
-    if buf.is_null() {
-        return Ok(CS_SUCCESS);
-    }
-    if have < need_c {
-        return fail(
-            CS_INVALID_LENGTH,
-            format!("the buffer holds {have} bytes, {need} are needed (set in *Length)"),
-        );
-    }
-    // SAFETY: `buf` holds `have >= need` bytes by the caller's contract.
-    let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), need) };
-    dst[..text.len()].copy_from_slice(text.as_bytes());
-    dst[text.len()] = 0;
-    Ok(CS_SUCCESS)
-}
-
-/// Lists the devices this process knows: those named in `CSX_DEVICES` and those open,
-/// comma-separated. With `Buf` NULL, `*Length` receives the size needed.
-///
-/// # Safety
-/// `Length` is null or writable; `Buf` is null or writable for `*Length` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn csQueryCSxList(Length: *mut c_int, Buf: *mut c_char) -> CsStatus {
-    run("csQueryCSxList", || {
-        let list = known_devices().join(",");
-        // SAFETY: forwarded contract.
-        unsafe { write_string(&list, Length, Buf) }
-    })
+    };
+    Ok(registry::with(|r| {
+        let key = r.key();
+        r.devices.insert(key, dev);
+        key
+    }))
 }
 
 /// Opens the device `DevName` (a csx URI: a state directory, `shm://NAME` or
-/// `tcp://HOST:PORT`). `DevContext` is unused.
+/// `tcp://HOST:PORT`). A device already open in this process is shared: the new handle
+/// names the same device (memory allocated through one handle is usable with the other).
+/// `DevContext` is unused.
 ///
 /// # Safety
 /// `DevName` is null or a NUL-terminated string; `DevHandle` is null or writable.
@@ -564,46 +1091,54 @@ pub unsafe extern "C" fn csOpenCSx(
         let name = unsafe { string(DevName, "DevName") }?;
         // SAFETY: the caller's contract.
         let handle = unsafe { out(DevHandle, "DevHandle") }?;
-        let device = Device::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
-        let dev = Arc::new(Dev::new(name.to_string(), device));
-        let key = registry::with(|r| {
-            let key = r.key();
-            r.devices.insert(key, dev);
-            key
-        });
-        *handle = handle_of(key);
+        *handle = handle_of(open_shared(name)?);
         Ok(CS_SUCCESS)
     })
 }
 
-/// Closes a device: its allocations are freed and its handles become invalid. Requests
-/// queued on it are aborted: each still queued completes with CS_ABORTED, a running
-/// execution is aborted, a running transfer finishes; the call returns once every
-/// callback of the device has returned (called from inside one of them, it returns at
-/// once and the rest follow after that callback).
+/// Closes a device handle: the allocations made through it are freed and it becomes
+/// invalid. When it is the device's last handle in the process, requests queued on the
+/// device are aborted: each still queued completes with CSX_ABORTED, a running execution
+/// is aborted, a running transfer finishes; the call returns once every callback of the
+/// device has returned (called from inside one of them, it returns at once and the rest
+/// follow after that callback).
 #[no_mangle]
 pub extern "C" fn csCloseCSx(DevHandle: CsDevHandle) -> CsStatus {
-    run("csCloseCSx", || {
-        device(DevHandle)?;
-        let key = key_of(DevHandle);
-        let dev = registry::with(|r| {
-            r.mems.retain(|_, m| m.dev != key);
-            r.devices.remove(&key)
-        });
-        let Some(dev) = dev else {
-            return fail(
-                CS_INVALID_HANDLE,
-                format!("device handle {key} is not open"),
-            );
-        };
-        dev.worker.shutdown();
-        // Another thread in a call on it (or a batch using it) keeps it alive: the last
-        // one out closes the connection when it drops it.
-        if let Ok(dev) = Arc::try_unwrap(dev) {
-            dev.device.close()?;
+    run("csCloseCSx", || close_handle(DevHandle))
+}
+
+pub(crate) fn close_handle(handle: CsDevHandle) -> R<CsStatus> {
+    device(handle)?;
+    let key = key_of(handle);
+    let (dev, mine, last) = registry::with(|r| {
+        let mine: Vec<Mem> = r.mems.values().filter(|m| m.dev == key).cloned().collect();
+        r.mems.retain(|_, m| m.dev != key);
+        let dev = r.devices.remove(&key);
+        let last = dev
+            .as_ref()
+            .is_some_and(|d| !r.devices.values().any(|o| Arc::ptr_eq(o, d)));
+        (dev, mine, last)
+    });
+    let Some(dev) = dev else {
+        return fail(
+            CS_INVALID_HANDLE,
+            format!("device handle {key} is not open"),
+        );
+    };
+    if !last {
+        // The device stays open for its other handles: free this handle's memory on it.
+        for m in mine {
+            let _ = dev.device.free(m.handle);
         }
-        Ok(CS_SUCCESS)
-    })
+        return Ok(CS_SUCCESS);
+    }
+    dev.worker.shutdown();
+    // Another thread in a call on it (or a batch using it) keeps it alive: the last one
+    // out closes the connection when it drops it.
+    if let Ok(dev) = Arc::try_unwrap(dev) {
+        dev.device.close()?;
+    }
+    Ok(CS_SUCCESS)
 }
 
 // -------------------------------------------------------------------------------------
@@ -623,77 +1158,141 @@ fn init_value(flags: Option<&CsMemFlags>) -> R<Option<u8>> {
     match f.flags {
         0 => Ok(None),
         CS_FDM_CLEAR => Ok(Some(0)),
-        CS_FDM_FILL => Ok(Some(f.fill_value)),
+        CS_FDM_FILL => u8::try_from(f.fill_value).map(Some).or_else(|_| {
+            fail(
+                CS_INVALID_ARG,
+                format!("FillValue {} is not a byte (0..=255)", f.fill_value),
+            )
+        }),
         other => fail(
             CS_INVALID_OPTION,
-            format!("MemFlags.Flags {other} is not 0, CS_FDM_CLEAR or CS_FDM_FILL"),
+            format!("MemFlags.Flags {other} is not 0, CS_FDM_CLEAR (1) or CS_FDM_FILL (2)"),
         ),
     }
 }
 
+/// Whether a device's transport can carry a host mapping (all but tcp/tcps: a mapping
+/// is written out and read back around every request that uses it).
+pub(crate) fn can_map(dev: &Dev) -> bool {
+    !matches!(
+        dev.device.uri(),
+        DeviceUri::Tcp { .. } | DeviceUri::Tcps { .. }
+    )
+}
+
 /// Allocates `Bytes` of device memory. `MemFlags` (nullable) may ask for it cleared or
-/// filled. `VAddr` (nullable) receives NULL: csx device memory is not host-mappable.
+/// filled. With `VAddressPtr` non-null, `*VAddressPtr` receives a host mapping of it
+/// (see `docs/capi.md`: coherent at request boundaries) on an embedded or shm device;
+/// a tcp device cannot map (CS_COULD_NOT_MAP_MEMORY, nothing allocated).
 ///
 /// # Safety
-/// `MemFlags` is null or readable; `MemHandle` and `VAddr` are null or writable.
+/// `MemFlags` is null or readable; `MemHandle` and `VAddressPtr` are null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn csAllocMem(
     DevHandle: CsDevHandle,
-    Bytes: u64,
+    Bytes: c_int,
     MemFlags: *const CsMemFlags,
     MemHandle: *mut CsMemHandle,
-    VAddr: *mut *mut c_void,
+    VAddressPtr: *mut *mut c_void,
 ) -> CsStatus {
-    run("csAllocMem", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let handle_out = unsafe { out(MemHandle, "MemHandle") }?;
-        // SAFETY: the caller's contract.
-        let init = init_value(unsafe { MemFlags.as_ref() })?;
-        if Bytes == 0 || Bytes > SLM_ALLOC_SIZE_MAX {
-            return fail(
-                CS_INVALID_LENGTH,
-                format!("Bytes {Bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
-            );
-        }
-        let handle = dev.device.alloc(Bytes)?;
-        if let Some(byte) = init {
-            if let Err(e) = dev.device.fill_mem(handle, 0, Bytes, byte) {
-                let _ = dev.device.free(handle);
-                return Err(e.into());
-            }
-        }
-        let dev_key = key_of(DevHandle);
-        let key = registry::with(|r| {
-            let key = r.key();
-            r.mems.insert(
-                key,
-                Mem {
-                    dev: dev_key,
-                    handle,
-                    size: Bytes,
-                },
-            );
-            key
-        });
-        *handle_out = handle_of(key);
-        // SAFETY: the caller's contract.
-        if let Some(v) = unsafe { VAddr.as_mut() } {
-            *v = std::ptr::null_mut();
-        }
-        Ok(CS_SUCCESS)
+    // SAFETY: forwarded contract.
+    run("csAllocMem", || unsafe {
+        alloc_mem(DevHandle, Bytes, MemFlags.as_ref(), MemHandle, VAddressPtr)
     })
 }
 
-/// Frees device memory; the handle becomes invalid.
+/// # Safety
+/// `handle_out` and `vaddr` are null or writable.
+pub(crate) unsafe fn alloc_mem(
+    dev_handle: CsDevHandle,
+    bytes: c_int,
+    flags: Option<&CsMemFlags>,
+    handle_out: *mut CsMemHandle,
+    vaddr: *mut *mut c_void,
+) -> R<CsStatus> {
+    let dev = device(dev_handle)?;
+    // SAFETY: the caller's contract.
+    let handle_out = unsafe { out(handle_out, "MemHandle") }?;
+    let init = init_value(flags)?;
+    let size = u64::try_from(bytes).unwrap_or(0);
+    if size == 0 || size > SLM_ALLOC_SIZE_MAX {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!("Bytes {bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
+        );
+    }
+    // SAFETY: the caller's contract.
+    let vaddr = unsafe { vaddr.as_mut() };
+    let map = match vaddr {
+        None => None,
+        Some(_) if !can_map(&dev) => {
+            return fail(
+                CS_COULD_NOT_MAP_MEMORY,
+                format!("{}: a tcp device's memory cannot be mapped into this process (pass VAddressPtr NULL and copy with csQueueCopyMemRequest)", dev.name),
+            )
+        }
+        Some(_) => Some(Arc::new(Mapping::new(size as usize).ok_or(Fail {
+            status: CS_COULD_NOT_MAP_MEMORY,
+            message: format!("the host has no room to map {size} bytes"),
+        })?)),
+    };
+    let handle = dev.device.alloc(size)?;
+    let init_device = || -> Result<(), CallError> {
+        if let Some(byte) = init {
+            dev.device.fill_mem(handle, 0, size, byte)?;
+        }
+        if let Some(m) = &map {
+            dev.device.read_mem_into(handle, 0, m.bytes_mut())?;
+        }
+        Ok(())
+    };
+    if let Err(e) = init_device() {
+        let _ = dev.device.free(handle);
+        return Err(e.into());
+    }
+    let dev_key = key_of(dev_handle);
+    let addr = map.as_ref().map(|m| m.addr());
+    let key = registry::with(|r| {
+        let key = r.key();
+        r.mems.insert(
+            key,
+            Mem {
+                dev: dev_key,
+                handle,
+                size,
+                map,
+            },
+        );
+        key
+    });
+    *handle_out = handle_of(key);
+    if let (Some(v), Some(a)) = (vaddr, addr) {
+        *v = a;
+    }
+    Ok(CS_SUCCESS)
+}
+
+/// Frees device memory (after clearing or filling it when `MemFlags` asks); the handle
+/// becomes invalid and its host mapping is unmapped once no request uses it (a later
+/// access through it faults in the caller, never in the device).
+///
+/// # Safety
+/// `MemFlags` is null or readable.
 #[no_mangle]
-pub extern "C" fn csFreeMem(MemHandle: CsMemHandle) -> CsStatus {
-    run("csFreeMem", || {
-        let (m, dev) = memory(MemHandle)?;
-        dev.device.free(m.handle)?;
-        registry::with(|r| r.mems.remove(&key_of(MemHandle)));
-        Ok(CS_SUCCESS)
-    })
+pub unsafe extern "C" fn csFreeMem(MemHandle: CsMemHandle, MemFlags: *const CsMemFlags) -> CsStatus {
+    // SAFETY: the caller's contract.
+    run("csFreeMem", || free_mem(MemHandle, unsafe { MemFlags.as_ref() }))
+}
+
+pub(crate) fn free_mem(handle: CsMemHandle, flags: Option<&CsMemFlags>) -> R<CsStatus> {
+    let init = init_value(flags)?;
+    let (m, dev) = memory(handle)?;
+    if let Some(byte) = init {
+        dev.device.fill_mem(m.handle, 0, m.size, byte)?;
+    }
+    dev.device.free(m.handle)?;
+    registry::with(|r| r.mems.remove(&key_of(handle)));
+    Ok(CS_SUCCESS)
 }
 
 /// Sets `Bytes` from `ByteOffset` of an allocation: zero, or `MemFlags->FillValue` with
@@ -704,53 +1303,35 @@ pub extern "C" fn csFreeMem(MemHandle: CsMemHandle) -> CsStatus {
 #[no_mangle]
 pub unsafe extern "C" fn csInitMem(
     MemHandle: CsMemHandle,
-    ByteOffset: u64,
-    Bytes: u64,
+    ByteOffset: std::ffi::c_ulong,
+    Bytes: c_int,
     MemFlags: *const CsMemFlags,
 ) -> CsStatus {
     run("csInitMem", || {
         // SAFETY: the caller's contract.
         let byte = init_value(unsafe { MemFlags.as_ref() })?.unwrap_or(0);
-        let place = CsDevAfdm {
-            mem_handle: MemHandle,
-            byte_offset: ByteOffset,
+        let bytes = u64::try_from(Bytes).or_else(|_| {
+            fail(CS_INVALID_LENGTH, format!("Bytes {Bytes} is negative"))
+        })?;
+        let offset = ByteOffset as u64;
+        let (m, dev) = afdm(MemHandle, offset, bytes, "csInitMem")?;
+        let work = Work {
+            maps: sync_of(&m, &dev).into_iter().collect(),
+            op: Op::Fill {
+                dev,
+                mem: m.handle,
+                offset,
+                bytes,
+                byte,
+            },
         };
-        let (m, dev) = afdm(&place, Bytes, "csInitMem")?;
-        dev.device.fill_mem(m.handle, ByteOffset, Bytes, byte)?;
+        run_work(&work, None)?;
         Ok(CS_SUCCESS)
     })
 }
 
 // -------------------------------------------------------------------------------------
-// Host <-> device memory, storage <-> device memory.
-
-/// A copy request, checked.
-fn prepare_copy(req: &CsCopyMemRequest) -> R<Work> {
-    let (m, dev) = afdm(&req.dev_mem, req.bytes, "csQueueCopyMemRequest")?;
-    if req.host_vaddress.is_null() {
-        return fail(CS_INVALID_ARG, "HostVAddress is NULL");
-    }
-    let len = usize::try_from(req.bytes)
-        .or_else(|_| fail(CS_INVALID_LENGTH, "Bytes exceeds the address space"))?;
-    let to_device = match req.type_ {
-        CS_COPY_TO_DEVICE => true,
-        CS_COPY_FROM_DEVICE => false,
-        other => {
-            return fail(
-                CS_INVALID_OPTION,
-                format!("Type {other} is not CS_COPY_TO_DEVICE or CS_COPY_FROM_DEVICE"),
-            )
-        }
-    };
-    Ok(Work::Copy {
-        dev,
-        mem: m.handle,
-        offset: req.dev_mem.byte_offset,
-        host: req.host_vaddress as usize,
-        len,
-        to_device,
-    })
-}
+// Data movement and compute.
 
 /// Copies `Bytes` between host memory and device memory. The completion value is the
 /// bytes copied.
@@ -773,140 +1354,20 @@ pub unsafe extern "C" fn csQueueCopyMemRequest(
     run(NAME, || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
-        let work = prepare_copy(req)?;
-        let dev = work_device(&work);
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
-        unsafe { dispatch(NAME, &dev.worker, Kind::Transfer, work, done, ReqHandle) }
+        unsafe { submit(NAME, &copy_desc(req), done, ReqHandle) }
     })
 }
 
-/// The device a single request's work runs on.
-fn work_device(work: &Work) -> Arc<Dev> {
-    match work {
-        Work::Copy { dev, .. }
-        | Work::FileLoad { dev, .. }
-        | Work::FileStore { dev, .. }
-        | Work::BlockLoad { dev, .. }
-        | Work::Compute { dev, .. } => Arc::clone(dev),
-        Work::Batch { .. } => unreachable!("a batch is not a single request"),
-    }
-}
-
-/// A storage request, checked.
+/// Moves data between storage and device memory: file I/O (a file handle from
+/// `csxOpenFile`) or block I/O (LBAs of CSX_BLOCK_SIZE bytes of the NVM namespace; LOAD
+/// only). The completion value is the bytes moved.
 ///
 /// # Safety
-/// `req`'s union member is the one `Mode` names, with valid pointers.
-unsafe fn prepare_storage(req: &CsStorageRequest) -> R<Work> {
-    let dev = device(req.dev_handle)?;
-    match req.mode {
-        CS_STORAGE_FILE_IO => {
-            // SAFETY: Mode says the union holds FileIo (the caller's contract).
-            let f = unsafe { req.u.file_io };
-            // SAFETY: the caller's contract.
-            let path = unsafe { string(f.file_path, "FileIo.FilePath") }?.to_string();
-            let (m, mdev) = afdm(&f.dev_mem, f.bytes, "FileIo.DevMem")?;
-            same_device(&dev, &mdev, "FileIo.DevMem")?;
-            match f.type_ {
-                CS_STORAGE_LOAD_TYPE => Ok(Work::FileLoad {
-                    dev,
-                    path,
-                    offset: f.offset,
-                    bytes: f.bytes,
-                    mem: m.handle,
-                    mem_offset: f.dev_mem.byte_offset,
-                }),
-                CS_STORAGE_STORE_TYPE => Ok(Work::FileStore {
-                    dev,
-                    path,
-                    offset: f.offset,
-                    range: MemRange {
-                        handle: m.handle,
-                        offset: f.dev_mem.byte_offset,
-                        len: f.bytes,
-                    },
-                }),
-                other => fail(
-                    CS_INVALID_OPTION,
-                    format!(
-                        "FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE or CS_STORAGE_STORE_TYPE"
-                    ),
-                ),
-            }
-        }
-        CS_STORAGE_BLOCK_IO => {
-            // SAFETY: Mode says the union holds BlockIo (the caller's contract).
-            let b = unsafe { req.u.block_io };
-            if b.type_ == CS_STORAGE_STORE_TYPE {
-                return fail(
-                    CS_UNSUPPORTED,
-                    "block STORE: csx writes storage only through its file store (use file I/O)",
-                );
-            }
-            if b.type_ != CS_STORAGE_LOAD_TYPE {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("BlockIo.Type {} is not CS_STORAGE_LOAD_TYPE", b.type_),
-                );
-            }
-            if b.num_ranges == 0 || b.num_ranges > CS_BLOCK_RANGES_MAX {
-                return fail(
-                    CS_INVALID_LENGTH,
-                    format!(
-                        "BlockIo.NumRanges {} is not within 1..={CS_BLOCK_RANGES_MAX}",
-                        b.num_ranges
-                    ),
-                );
-            }
-            if b.range.is_null() {
-                return fail(CS_INVALID_ARG, "BlockIo.Range is NULL");
-            }
-            // SAFETY: Range holds NumRanges entries (the caller's contract).
-            let ranges = unsafe { std::slice::from_raw_parts(b.range, b.num_ranges as usize) };
-            let mut sources = Vec::with_capacity(ranges.len());
-            let mut total: u64 = 0;
-            for (i, r) in ranges.iter().enumerate() {
-                if r.namespace_id != 1 {
-                    return fail(
-                        CS_ENTITY_NOT_ON_DEVICE,
-                        format!(
-                            "BlockIo.Range[{i}].NamespaceId {} is not the NVM namespace (1)",
-                            r.namespace_id
-                        ),
-                    );
-                }
-                let len = u64::from(r.num_blocks) * CS_BLOCK_SIZE;
-                let offset = r.start_lba.checked_mul(CS_BLOCK_SIZE).ok_or(Fail {
-                    status: CS_INVALID_LENGTH,
-                    message: format!("BlockIo.Range[{i}].StartLba {} overflows", r.start_lba),
-                })?;
-                total = total.saturating_add(len);
-                sources.push(CopySource::Nvm { offset, len });
-            }
-            let (m, mdev) = afdm(&b.dev_mem, total, "BlockIo.DevMem")?;
-            same_device(&dev, &mdev, "BlockIo.DevMem")?;
-            Ok(Work::BlockLoad {
-                dev,
-                mem: m.handle,
-                mem_offset: b.dev_mem.byte_offset,
-                sources,
-            })
-        }
-        other => fail(
-            CS_INVALID_OPTION,
-            format!("Mode {other} is not CS_STORAGE_BLOCK_IO or CS_STORAGE_FILE_IO"),
-        ),
-    }
-}
-
-/// Moves data between storage and device memory: file I/O (a device file) or block I/O
-/// (LBAs of CS_BLOCK_SIZE bytes of the NVM namespace; LOAD only). The completion value
-/// is the bytes moved.
-///
-/// # Safety
-/// `Req` is null or readable, its union member the one `Mode` names, with valid
-/// pointers; `ReqHandle` is null or writable; `CompValue` is null or writable until the
-/// request completes.
+/// `Req` is null or readable, its union member the one `Mode` names (block I/O with
+/// `NumRanges` ranges inline); `ReqHandle` is null or writable; `CompValue` is null or
+/// writable until the request completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueStorageRequest(
     Req: *const CsStorageRequest,
@@ -918,311 +1379,46 @@ pub unsafe extern "C" fn csQueueStorageRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueStorageRequest";
     run(NAME, || {
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
-        let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
+        let desc = unsafe { storage_desc(Req) }?;
         // SAFETY: the caller's contract.
-        let work = unsafe { prepare_storage(req) }?;
-        let dev = work_device(&work);
-        // SAFETY: the caller's contract.
-        unsafe { dispatch(NAME, &dev.worker, Kind::Transfer, work, done, ReqHandle) }
-    })
-}
-
-// -------------------------------------------------------------------------------------
-// Programs (downloadable CSFs) and compute.
-
-/// Downloads an eBPF program into slot `Info->Index` (or the first empty slot with
-/// CS_ANY_INDEX), or with `Unload` empties that slot. `CSFId` (nullable) receives the
-/// slot, the CSF's id.
-///
-/// # Safety
-/// `Info` is null or readable with `DataBuffer` readable for `Length` bytes and
-/// `EntryName` null or a string; `CSFId` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn csDownload(
-    DevHandle: CsDevHandle,
-    Info: *const CsDownloadInfo,
-    CSFId: *mut CsCsfId,
-) -> CsStatus {
-    run("csDownload", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let info = unsafe { inp(Info, "Info") }?;
-        if info.type_ != CS_BPF_PROGRAM {
-            return fail(
-                CS_UNSUPPORTED,
-                format!(
-                    "Type {}: csx runs eBPF programs only (CS_BPF_PROGRAM)",
-                    info.type_
-                ),
-            );
-        }
-        if info.unload != 0 {
-            let pind = slot(info.index)?;
-            dev.device.unload(pind)?;
-            return Ok(CS_SUCCESS);
-        }
-        let ptype = match info.sub_type {
-            CS_BPF_ELF => ProgramType::Elf,
-            CS_BPF_RAW => ProgramType::Raw,
-            other => {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("SubType {other} is not CS_BPF_ELF or CS_BPF_RAW"),
-                )
-            }
-        };
-        if info.length == 0 || info.length > u64::from(PROGRAM_SIZE_MAX) {
-            return fail(
-                CS_INVALID_LENGTH,
-                format!(
-                    "Length {} is not within 1..={PROGRAM_SIZE_MAX}",
-                    info.length
-                ),
-            );
-        }
-        if info.data_buffer.is_null() {
-            return fail(CS_INVALID_ARG, "DataBuffer is NULL");
-        }
-        // SAFETY: DataBuffer is readable for Length bytes (the caller's contract);
-        // Length is at most PROGRAM_SIZE_MAX.
-        let image = unsafe {
-            std::slice::from_raw_parts(info.data_buffer.cast::<u8>(), info.length as usize)
-        };
-        let entry = if info.entry_name.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { string(info.entry_name, "EntryName") }?)
-        };
-        let pind = if info.index == CS_ANY_INDEX {
-            dev.device.load_program_any_slot(ptype, image, entry)?
-        } else {
-            let pind = slot(info.index)?;
-            dev.device.load_program(pind, ptype, image, entry)?;
-            pind
-        };
-        // SAFETY: the caller's contract.
-        if let Some(id) = unsafe { CSFId.as_mut() } {
-            *id = u32::from(pind.0);
-        }
-        Ok(CS_SUCCESS)
-    })
-}
-
-fn slot(index: i32) -> R<ProgramIndex> {
-    u16::try_from(index).map(ProgramIndex).or_else(|_| {
-        fail(
-            CS_INVALID_ID,
-            format!("Index {index} is not a program slot"),
-        )
-    })
-}
-
-/// CSF ids from here on are built-in CSFs: registered device function `id - BASE`.
-pub const CS_BUILTIN_CSF_BASE: u32 = 0x1_0000;
-
-fn csf_slot(id: CsCsfId) -> R<ProgramIndex> {
-    if (CS_BUILTIN_CSF_BASE..2 * CS_BUILTIN_CSF_BASE).contains(&id) {
-        return fail(
-            CS_UNSUPPORTED,
-            format!("CSFId {id:#x} is a built-in CSF (a registered device function): programs call it, a compute request cannot"),
-        );
-    }
-    u16::try_from(id)
-        .map(ProgramIndex)
-        .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
-}
-
-/// Activates (verifies and prepares) or deactivates the CSF in slot `Info->Index`.
-///
-/// # Safety
-/// `Info` is null or readable.
-#[no_mangle]
-pub unsafe extern "C" fn csConfig(DevHandle: CsDevHandle, Info: *const CsConfigInfo) -> CsStatus {
-    run("csConfig", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let info = unsafe { inp(Info, "Info") }?;
-        let pind = csf_slot(info.index)?;
-        match info.type_ {
-            CS_CSF_ACTIVATE => {
-                let engine = match info.sub_type {
-                    CS_ENGINE_DEFAULT => {
-                        if dev.device.identify()?.jit {
-                            EngineKind::Jit
-                        } else {
-                            EngineKind::Interpreter
-                        }
-                    }
-                    CS_ENGINE_INTERPRETER => EngineKind::Interpreter,
-                    CS_ENGINE_JIT => EngineKind::Jit,
-                    other => {
-                        return fail(
-                            CS_INVALID_OPTION,
-                            format!("SubType {other} is not a CS_ENGINE_* value"),
-                        )
-                    }
-                };
-                dev.device.activate(pind, engine)?;
-            }
-            CS_CSF_DEACTIVATE => dev.device.deactivate(pind)?,
-            other => {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("Type {other} is not CS_CSF_ACTIVATE or CS_CSF_DEACTIVATE"),
-                )
-            }
-        }
-        Ok(CS_SUCCESS)
-    })
-}
-
-/// The id of the CSF named `CSFName` (the program's entry function), an active one if
-/// several slots hold it.
-///
-/// # Safety
-/// `CSFName` is null or a string; `CSFId` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn csGetCSFId(
-    DevHandle: CsDevHandle,
-    CSFName: *const c_char,
-    CSFId: *mut CsCsfId,
-) -> CsStatus {
-    run("csGetCSFId", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let name = unsafe { string(CSFName, "CSFName") }?;
-        // SAFETY: the caller's contract.
-        let id = unsafe { out(CSFId, "CSFId") }?;
-        let programs = dev.device.programs()?;
-        let found = programs
-            .iter()
-            .filter(|p| p.name == name)
-            .max_by_key(|p| (p.state == ProgramState::Active, std::cmp::Reverse(p.pind.0)));
-        match found {
-            Some(p) => {
-                *id = u32::from(p.pind.0);
-                Ok(CS_SUCCESS)
-            }
-            None => fail(
-                CS_INVALID_FUNCTION_NAME,
-                format!("no CSF named {name:?} on {}", dev.name),
-            ),
-        }
-    })
-}
-
-/// A compute request, checked: the execution it asks for.
-///
-/// # Safety
-/// `Req` is null or readable with `NumArgs` arguments after it.
-unsafe fn prepare_compute(Req: *const CsComputeRequest) -> R<Work> {
-    // SAFETY: the caller's contract.
-    let req = unsafe { inp(Req, "Req") }?;
-    let dev = device(req.dev_handle)?;
-    if req.num_args < 0 || req.num_args > CS_COMPUTE_ARGS_MAX {
-        return fail(
-            CS_INVALID_LENGTH,
-            format!(
-                "NumArgs {} is not within 0..={CS_COMPUTE_ARGS_MAX}",
-                req.num_args
-            ),
-        );
-    }
-    // SAFETY: the request is followed by NumArgs arguments (the caller's contract); the
-    // pointer comes from `Req`, which covers them.
-    let args = unsafe {
-        std::slice::from_raw_parts(
-            std::ptr::addr_of!((*Req).args).cast::<CsComputeArg>(),
-            req.num_args as usize,
-        )
-    };
-    let mut request = ExecuteRequest::new(csf_slot(req.csf_id)?);
-    let mut windows = 0usize;
-    let mut values: Vec<u64> = Vec::new();
-    let mut params: Vec<u8> = Vec::new();
-    for (i, a) in args.iter().enumerate() {
-        match a.type_ {
-            CS_AFDM_TYPE => {
-                // SAFETY: Type says the union holds DevMem.
-                let place = unsafe { a.u.dev_mem };
-                let (m, mdev) = afdm(&place, 0, "compute argument")?;
-                same_device(&dev, &mdev, "compute argument")?;
-                windows += 1;
-                if windows > WINDOWS_MAX {
-                    return fail(
-                        CS_INVALID_LENGTH,
-                        format!("argument {i}: more than {WINDOWS_MAX} AFDM arguments"),
-                    );
-                }
-                request = request.window(m.handle, place.byte_offset, m.size - place.byte_offset);
-            }
-            CS_32BIT_VALUE_TYPE | CS_64BIT_VALUE_TYPE => {
-                let (v, bytes): (u64, Vec<u8>) = if a.type_ == CS_32BIT_VALUE_TYPE {
-                    // SAFETY: Type says the union holds Value32.
-                    let v = unsafe { a.u.value32 };
-                    (u64::from(v), v.to_le_bytes().to_vec())
-                } else {
-                    // SAFETY: Type says the union holds Value64.
-                    let v = unsafe { a.u.value64 };
-                    (v, v.to_le_bytes().to_vec())
-                };
-                if values.len() < 2 {
-                    values.push(v);
-                } else {
-                    params.extend_from_slice(&bytes);
-                    if params.len() > PARAMS_SIZE_MAX {
-                        return fail(
-                            CS_INVALID_LENGTH,
-                            format!("argument {i}: value arguments past the second exceed {PARAMS_SIZE_MAX} bytes"),
-                        );
-                    }
-                }
-            }
-            other => {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("argument {i}: Type {other} is not CS_AFDM_TYPE, CS_32BIT_VALUE_TYPE or CS_64BIT_VALUE_TYPE"),
-                )
-            }
-        }
-    }
-    request = request.cparams(
-        values.first().copied().unwrap_or(0),
-        values.get(1).copied().unwrap_or(0),
-    );
-    if !params.is_empty() {
-        request = request.params(params);
-    }
-    let fuel = dev.fuel.load(Ordering::Relaxed);
-    if fuel > 0 {
-        request = request.fuel(fuel);
-    }
-    let ms = dev.time_limit_ms.load(Ordering::Relaxed);
-    if ms > 0 {
-        request = request.time_limit_ms(ms);
-    }
-    Ok(Work::Compute {
-        dev,
-        request,
-        csf: req.csf_id,
+        unsafe { submit(NAME, &desc, done, ReqHandle) }
     })
 }
 
 /// Runs the CSF `Req->CSFId`. AFDM arguments become the program's windows 0, 1, ... (from
 /// `ByteOffset` to the allocation's end); the first two value arguments become cparam1
 /// and cparam2, further ones the params bytes (little-endian, 4 or 8 bytes each). The
-/// completion value is the program's r0; a trap is CS_ERROR_IN_EXECUTION, an abort
-/// CS_ABORTED.
+/// completion value is the program's r0; a trap is CS_ERROR_IN_EXECUTION.
 ///
 /// # Safety
-/// `Req` is null or readable with `NumArgs` arguments after it (read before the call
-/// returns); `ReqHandle` is null or writable; `CompValue` is null or writable until the
-/// request completes.
+/// `Req` is null or readable with `NumArgs` arguments from `Args` (read before the call
+/// returns); `CompValue` is null or writable until the request completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueComputeRequest(
+    Req: *const CsComputeRequest,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut u64,
+) -> CsStatus {
+    const NAME: &str = "csQueueComputeRequest";
+    run(NAME, || {
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        // SAFETY: the caller's contract.
+        let desc = unsafe { compute_desc(Req) }?;
+        // SAFETY: no request handle is asked for.
+        unsafe { submit(NAME, &desc, done, std::ptr::null_mut()) }
+    })
+}
+
+/// csx extension: `csQueueComputeRequest` with a request handle for `csAbortRequest`.
+///
+/// # Safety
+/// As `csQueueComputeRequest`; `ReqHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csxQueueComputeRequest(
     Req: *const CsComputeRequest,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
@@ -1230,24 +1426,46 @@ pub unsafe extern "C" fn csQueueComputeRequest(
     ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    const NAME: &str = "csQueueComputeRequest";
+    const NAME: &str = "csxQueueComputeRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
-        let work = unsafe { prepare_compute(Req) }?;
-        let dev = work_device(&work);
+        let desc = unsafe { compute_desc(Req) }?;
         // SAFETY: the caller's contract.
-        unsafe { dispatch(NAME, &dev.worker, Kind::Compute, work, done, ReqHandle) }
+        unsafe { submit(NAME, &desc, done, ReqHandle) }
     })
 }
 
-/// Aborts a queued request (one queued with a callback or an event): still queued, it
-/// completes with CS_ABORTED without running; a running compute request is stopped by
-/// the device's Abort and completes with CS_ABORTED; a running batch runs no further
-/// entry and completes with CS_ABORTED. After CS_SUCCESS the handle is no longer valid.
-/// A running data transfer is not stopped (CS_HANDLE_IN_USE: it completes with its own
-/// status; see `docs/capi.md` for why); a completed, already aborted or unknown request
-/// is CS_INVALID_HANDLE.
+/// Sets one compute argument (variadic: the body is C, `src/helper.c`). This symbol jumps
+/// to it with the caller's registers and stack untouched, so the variable arguments
+/// arrive as the caller passed them.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn csHelperSetComputeArg() {
+    core::arch::naked_asm!("jmp {}", sym csx_set_compute_arg_impl)
+}
+
+/// As on x86-64.
+#[cfg(target_arch = "aarch64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn csHelperSetComputeArg() {
+    core::arch::naked_asm!("b {}", sym csx_set_compute_arg_impl)
+}
+
+extern "C" {
+    /// `src/helper.c`.
+    fn csx_set_compute_arg_impl(arg: *mut CsComputeArg, ty: i32, ...);
+}
+
+/// Aborts a queued request (one queued with a callback or an event and a request
+/// handle): still queued, it completes with CSX_ABORTED without running; a running
+/// compute request is stopped by the device's Abort and completes with CSX_ABORTED; a
+/// running batch runs no further entry and completes with CSX_ABORTED. After CS_SUCCESS
+/// the handle is no longer valid. A running data transfer is not stopped
+/// (CS_HANDLE_IN_USE: it completes with its own status; see `docs/capi.md` for why); a
+/// completed, already aborted or unknown request is CS_INVALID_HANDLE.
 #[no_mangle]
 pub extern "C" fn csAbortRequest(ReqHandle: CsReqHandle) -> CsStatus {
     run("csAbortRequest", || {
@@ -1268,7 +1486,8 @@ pub extern "C" fn csAbortRequest(ReqHandle: CsReqHandle) -> CsStatus {
 }
 
 /// A csx extension: the fuel budget and time limit (milliseconds) of the compute
-/// requests made through this device handle from now on; 0 keeps the device's default.
+/// requests made on this device from now on; 0 keeps the device's default (its time
+/// limit from `device.json`, no separate fuel budget).
 #[no_mangle]
 pub extern "C" fn csxSetComputeLimits(
     DevHandle: CsDevHandle,
@@ -1297,6 +1516,49 @@ pub extern "C" fn csxSetComputeLimits(
     })
 }
 
+/// A csx extension: a file handle for `CsFileIo.FileHandle`, naming `Path` in the
+/// device's file store (the file need not exist yet: a STORE creates it). Any device's
+/// requests may use it; `csxCloseFile` releases it.
+///
+/// # Safety
+/// `Path` is null or a string; `FileHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csxOpenFile(
+    DevHandle: CsDevHandle,
+    Path: *const c_char,
+    FileHandle: *mut *mut c_void,
+) -> CsStatus {
+    run("csxOpenFile", || {
+        device(DevHandle)?;
+        // SAFETY: the caller's contract.
+        let path = unsafe { string(Path, "Path") }?.to_string();
+        // SAFETY: the caller's contract.
+        let out = unsafe { out(FileHandle, "FileHandle") }?;
+        let key = registry::with(|r| {
+            let key = r.key();
+            r.files.insert(key, path);
+            key
+        });
+        *out = handle_of(key);
+        Ok(CS_SUCCESS)
+    })
+}
+
+/// A csx extension: releases a file handle of `csxOpenFile`.
+#[no_mangle]
+pub extern "C" fn csxCloseFile(FileHandle: *mut c_void) -> CsStatus {
+    run("csxCloseFile", || {
+        let key = key_of(FileHandle);
+        match registry::with(|r| r.files.remove(&key)) {
+            Some(_) if key != 0 => Ok(CS_SUCCESS),
+            _ => fail(
+                CS_INVALID_HANDLE,
+                format!("file handle {key} is not open"),
+            ),
+        }
+    })
+}
+
 // -------------------------------------------------------------------------------------
 // Events and errors.
 
@@ -1319,17 +1581,15 @@ pub unsafe extern "C" fn csCreateEvent(EventHandle: *mut CsEvtHandle) -> CsStatu
     })
 }
 
-/// The status of the request that last signalled the event (and `*Context`, nullable,
-/// its context), consuming it; CS_NOT_DONE when nothing signalled it since. After a
-/// failed request's status, csxGetLastError names its failure.
+/// The status of the request that last signalled the event, consuming it; CS_NOT_DONE
+/// when nothing signalled it since. `Context` (nullable) is a `void **` that receives
+/// the request's context. After a failed request's status, csxGetLastError names its
+/// failure.
 ///
 /// # Safety
-/// `Context` is null or writable.
+/// `Context` is null or a writable `void *`.
 #[no_mangle]
-pub unsafe extern "C" fn csPollEvent(
-    EventHandle: CsEvtHandle,
-    Context: *mut *mut c_void,
-) -> CsStatus {
+pub unsafe extern "C" fn csPollEvent(EventHandle: CsEvtHandle, Context: *mut c_void) -> CsStatus {
     run("csPollEvent", || {
         let key = key_of(EventHandle);
         let done = registry::with(|r| r.events.get_mut(&key).map(|e| e.done.take()));
@@ -1341,7 +1601,7 @@ pub unsafe extern "C" fn csPollEvent(
             Some(None) => Ok(CS_NOT_DONE),
             Some(Some((status, ctx, message))) => {
                 // SAFETY: the caller's contract.
-                if let Some(c) = unsafe { Context.as_mut() } {
+                if let Some(c) = unsafe { Context.cast::<*mut c_void>().as_mut() } {
                     *c = ctx as *mut c_void;
                 }
                 if status != CS_SUCCESS {
@@ -1390,6 +1650,17 @@ fn batch_key(h: CsBatchHandle) -> R<u64> {
     }
 }
 
+fn max_reqs(n: c_int) -> R<usize> {
+    if (1..=CSX_BATCH_ENTRIES_MAX).contains(&n) {
+        Ok(n as usize)
+    } else {
+        fail(
+            CS_INVALID_LENGTH,
+            format!("MaxReqs {n} is not within 1..={CSX_BATCH_ENTRIES_MAX}"),
+        )
+    }
+}
+
 /// Allocates a batch of at most `MaxReqs` entries. Every mode runs the entries one at a
 /// time in an order that respects every edge (a valid schedule of each mode).
 ///
@@ -1398,7 +1669,7 @@ fn batch_key(h: CsBatchHandle) -> R<u64> {
 #[no_mangle]
 pub unsafe extern "C" fn csAllocBatchRequest(
     Mode: i32,
-    MaxReqs: i32,
+    MaxReqs: c_int,
     BatchHandle: *mut CsBatchHandle,
 ) -> CsStatus {
     run("csAllocBatchRequest", || {
@@ -1407,21 +1678,16 @@ pub unsafe extern "C" fn csAllocBatchRequest(
         if !matches!(Mode, CS_BATCH_SERIAL | CS_BATCH_PARALLEL | CS_BATCH_HYBRID) {
             return fail(
                 CS_INVALID_OPTION,
-                format!("Mode {Mode} is not a CS_BATCH_* mode"),
+                format!("Mode {Mode} is not a CS_BATCH_MODE (1..=3)"),
             );
         }
-        if !(1..=CS_BATCH_ENTRIES_MAX).contains(&MaxReqs) {
-            return fail(
-                CS_INVALID_LENGTH,
-                format!("MaxReqs {MaxReqs} is not within 1..={CS_BATCH_ENTRIES_MAX}"),
-            );
-        }
+        let max = max_reqs(MaxReqs)?;
         let key = registry::with(|r| {
             let key = r.key();
             r.batches.insert(
                 key,
                 crate::registry::Batch {
-                    max: MaxReqs as usize,
+                    max,
                     ..Default::default()
                 },
             );
@@ -1432,9 +1698,65 @@ pub unsafe extern "C" fn csAllocBatchRequest(
     })
 }
 
-/// Adds an entry that runs before entry `Before` and after entry `After` (either
-/// CS_BATCH_INDEX_NONE); `*Curr` (nullable) receives its index. The request it points
-/// to must stay valid until the batch is queued.
+/// A batch entry, copied: its request read by type, `reqLength` (when not 0) checked to
+/// cover what was read.
+///
+/// # Safety
+/// `req` is null or a readable entry whose union holds the request `ReqType` names.
+pub(crate) unsafe fn batch_desc(req: *const CsBatchRequest) -> R<Desc> {
+    // SAFETY: the caller's contract.
+    let r = unsafe { inp(req, "Req") }?;
+    let head = std::mem::offset_of!(CsBatchRequest, u);
+    let (desc, need) = match r.req_type {
+        // SAFETY: ReqType says the union holds CopyMem.
+        CS_COPY_AFDM => (
+            copy_desc(unsafe { &r.u.copy_mem }),
+            head + std::mem::size_of::<CsCopyMemRequest>(),
+        ),
+        CS_STORAGE_IO => {
+            // SAFETY: ReqType says the union holds StorageIo (the caller's contract).
+            let d = unsafe { storage_desc(std::ptr::addr_of!((*req).u.storage_io)) }?;
+            let extra = match &d {
+                Desc::Block { ranges, .. } => (ranges.len() - 1) * std::mem::size_of::<CsBlockRange>(),
+                _ => 0,
+            };
+            (d, head + std::mem::size_of::<CsStorageRequest>() + extra)
+        }
+        CS_QUEUE_COMPUTE => {
+            // SAFETY: ReqType says the union holds Compute (the caller's contract).
+            let d = unsafe { compute_desc(std::ptr::addr_of!((*req).u.compute)) }?;
+            let n = match &d {
+                Desc::Compute { args, .. } => args.len().max(1),
+                _ => 1,
+            };
+            (
+                d,
+                head + std::mem::offset_of!(CsComputeRequest, args)
+                    + n * std::mem::size_of::<CsComputeArg>(),
+            )
+        }
+        other => {
+            return fail(
+                CS_INVALID_OPTION,
+                format!("ReqType {other} is not CS_COPY_AFDM (1), CS_STORAGE_IO (2) or CS_QUEUE_COMPUTE (3)"),
+            )
+        }
+    };
+    if r.req_length != 0 && (r.req_length as usize) < need {
+        return fail(
+            CS_INVALID_LENGTH,
+            format!(
+                "reqLength {} is shorter than the {need} bytes the entry holds",
+                r.req_length
+            ),
+        );
+    }
+    Ok(desc)
+}
+
+/// Adds an entry (copied: the caller's structure may be reused at once) that runs
+/// before entry `Before` and after entry `After` (either CSX_BATCH_INDEX_NONE);
+/// `*Curr` (nullable) receives its index.
 ///
 /// # Safety
 /// `Req` is null or readable; `Curr` is null or writable.
@@ -1447,62 +1769,114 @@ pub unsafe extern "C" fn csAddBatchEntry(
     Curr: *mut CsBatchIndex,
 ) -> CsStatus {
     run("csAddBatchEntry", || {
-        let key = batch_key(BatchHandle)?;
         // SAFETY: the caller's contract.
-        let req = unsafe { inp(Req, "Req") }?;
-        if !matches!(
-            req.req_type,
-            CS_COPY_AFDM | CS_STORAGE_IO | CS_QUEUE_COMPUTE
-        ) {
+        let desc = unsafe { batch_desc(Req) }?;
+        // SAFETY: the caller's contract.
+        unsafe { add_entry(BatchHandle, desc, Before, After, Curr) }
+    })
+}
+
+/// # Safety
+/// `curr` is null or writable.
+pub(crate) unsafe fn add_entry(
+    batch: CsBatchHandle,
+    desc: Desc,
+    before: CsBatchIndex,
+    after: CsBatchIndex,
+    curr: *mut CsBatchIndex,
+) -> R<CsStatus> {
+    let key = batch_key(batch)?;
+    let index = registry::with(|r| -> R<usize> {
+        let b = r.batches.get_mut(&key).ok_or(Fail {
+            status: CS_INVALID_HANDLE,
+            message: "batch freed".into(),
+        })?;
+        let n = b.entries.len();
+        if n >= b.max {
             return fail(
-                CS_INVALID_OPTION,
-                format!(
-                    "ReqType {} is not CS_COPY_AFDM, CS_STORAGE_IO or CS_QUEUE_COMPUTE",
-                    req.req_type
-                ),
+                CS_OUT_OF_RESOURCES,
+                format!("the batch is full ({} entries)", b.max),
             );
         }
-        if req.request.is_null() {
-            return fail(CS_INVALID_ARG, "Req->Request is NULL");
+        let edge = |i: u32, what: &str| -> R<Option<usize>> {
+            match i {
+                CSX_BATCH_INDEX_NONE => Ok(None),
+                i if (i as usize) < n => Ok(Some(i as usize)),
+                i => fail(
+                    CS_INVALID_ID,
+                    format!("{what} {i} is not an entry (0..{n})"),
+                ),
+            }
+        };
+        let before = edge(before, "Before")?;
+        let after = edge(after, "After")?;
+        b.entries.push(desc);
+        if let Some(a) = after {
+            b.edges.push((a, n));
         }
-        let index = registry::with(|r| -> R<usize> {
+        if let Some(bf) = before {
+            b.edges.push((n, bf));
+        }
+        Ok(n)
+    })?;
+    // SAFETY: the caller's contract.
+    if let Some(c) = unsafe { curr.as_mut() } {
+        *c = index as CsBatchIndex;
+    }
+    Ok(CS_SUCCESS)
+}
+
+/// Replaces entry `Entry`'s request (its edges stay).
+///
+/// # Safety
+/// `Req` is null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn csHelperReconfigureBatchEntry(
+    BatchHandle: CsBatchHandle,
+    Entry: CsBatchIndex,
+    Req: *const CsBatchRequest,
+) -> CsStatus {
+    run("csHelperReconfigureBatchEntry", || {
+        let key = batch_key(BatchHandle)?;
+        // SAFETY: the caller's contract.
+        let desc = unsafe { batch_desc(Req) }?;
+        registry::with(|r| {
             let b = r.batches.get_mut(&key).ok_or(Fail {
                 status: CS_INVALID_HANDLE,
                 message: "batch freed".into(),
             })?;
             let n = b.entries.len();
-            if n >= b.max {
+            match b.entries.get_mut(Entry as usize) {
+                Some(e) => {
+                    *e = desc;
+                    Ok(CS_SUCCESS)
+                }
+                None => fail(CS_INVALID_ID, format!("Entry {Entry} is not an entry (0..{n})")),
+            }
+        })
+    })
+}
+
+/// Changes a batch's capacity (not below its entries).
+#[no_mangle]
+pub extern "C" fn csHelperResizeBatchRequest(BatchHandle: CsBatchHandle, MaxReqs: c_int) -> CsStatus {
+    run("csHelperResizeBatchRequest", || {
+        let key = batch_key(BatchHandle)?;
+        let max = max_reqs(MaxReqs)?;
+        registry::with(|r| {
+            let b = r.batches.get_mut(&key).ok_or(Fail {
+                status: CS_INVALID_HANDLE,
+                message: "batch freed".into(),
+            })?;
+            if max < b.entries.len() {
                 return fail(
-                    CS_OUT_OF_RESOURCES,
-                    format!("the batch is full ({} entries)", b.max),
+                    CS_INVALID_LENGTH,
+                    format!("MaxReqs {max} is below the batch's {} entries", b.entries.len()),
                 );
             }
-            let edge = |i: i32, what: &str| -> R<Option<usize>> {
-                match i {
-                    CS_BATCH_INDEX_NONE => Ok(None),
-                    i if i >= 0 && (i as usize) < n => Ok(Some(i as usize)),
-                    i => fail(
-                        CS_INVALID_ID,
-                        format!("{what} {i} is not an entry (0..{n})"),
-                    ),
-                }
-            };
-            let before = edge(Before, "Before")?;
-            let after = edge(After, "After")?;
-            b.entries.push((req.req_type, req.request as usize));
-            if let Some(a) = after {
-                b.edges.push((a, n));
-            }
-            if let Some(bf) = before {
-                b.edges.push((n, bf));
-            }
-            Ok(n)
-        })?;
-        // SAFETY: the caller's contract.
-        if let Some(c) = unsafe { Curr.as_mut() } {
-            *c = index as CsBatchIndex;
-        }
-        Ok(CS_SUCCESS)
+            b.max = max;
+            Ok(CS_SUCCESS)
+        })
     })
 }
 
@@ -1533,18 +1907,45 @@ fn schedule(n: usize, edges: &[(usize, usize)]) -> Result<Vec<usize>, Vec<usize>
     }
 }
 
-/// One batch entry's request, checked.
+/// Queues (or runs) a batch.
 ///
 /// # Safety
-/// `addr` points to a live request of type `ty`.
-unsafe fn prepare_entry(ty: i32, addr: usize) -> R<Work> {
-    match ty {
-        // SAFETY: the caller's contract.
-        CS_COPY_AFDM => prepare_copy(unsafe { &*(addr as *const CsCopyMemRequest) }),
-        // SAFETY: the caller's contract.
-        CS_STORAGE_IO => unsafe { prepare_storage(&*(addr as *const CsStorageRequest)) },
-        // SAFETY: the caller's contract.
-        _ => unsafe { prepare_compute(addr as *const CsComputeRequest) },
+/// `req_handle` null or writable; the completion's pointers as for [`Completion`].
+pub(crate) unsafe fn queue_batch(
+    name: &'static str,
+    batch: CsBatchHandle,
+    done: Completion,
+    req_handle: *mut CsReqHandle,
+) -> R<CsStatus> {
+    let key = batch_key(batch)?;
+    let (entries, edges) = registry::with(|r| {
+        let b = &r.batches[&key];
+        (b.entries.clone(), b.edges.clone())
+    });
+    if entries.is_empty() {
+        return fail(CS_INVALID_LENGTH, "the batch has no entries");
+    }
+    let order = schedule(entries.len(), &edges).or_else(|cycle| {
+        fail(
+            CS_INVALID_ARG,
+            format!("entries {cycle:?} are on a dependency cycle"),
+        )
+    })?;
+    let entries = order.into_iter().map(|i| (i, entries[i].clone())).collect();
+    let work = Work {
+        op: Op::Batch { entries },
+        maps: Vec::new(),
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        dispatch(
+            name,
+            &crate::queue::BATCHES,
+            Kind::Batch,
+            work,
+            done,
+            req_handle,
+        )
     }
 }
 
@@ -1554,10 +1955,30 @@ unsafe fn prepare_entry(ty: i32, addr: usize) -> R<Work> {
 /// completed. Queued (a callback or an event), batches run on a worker of their own.
 ///
 /// # Safety
-/// Every entry's request stays valid until the batch completes; `ReqHandle` is null or
-/// writable; `CompValue` is null or writable until the batch completes.
+/// Every copy entry's host buffer stays valid until the batch completes; `CompValue` is
+/// null or writable until the batch completes.
 #[no_mangle]
 pub unsafe extern "C" fn csQueueBatchRequest(
+    BatchHandle: CsBatchHandle,
+    Context: *mut c_void,
+    Callback: CsQueueCallbackFn,
+    EventHandle: CsEvtHandle,
+    CompValue: *mut c_uint,
+) -> CsStatus {
+    const NAME: &str = "csQueueBatchRequest";
+    run(NAME, || {
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u32(CompValue))?;
+        // SAFETY: the caller's contract.
+        unsafe { queue_batch(NAME, BatchHandle, done, std::ptr::null_mut()) }
+    })
+}
+
+/// csx extension: `csQueueBatchRequest` with a request handle and a 64-bit value.
+///
+/// # Safety
+/// As `csQueueBatchRequest`; `ReqHandle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn csxQueueBatchRequest(
     BatchHandle: CsBatchHandle,
     Context: *mut c_void,
     Callback: CsQueueCallbackFn,
@@ -1565,43 +1986,15 @@ pub unsafe extern "C" fn csQueueBatchRequest(
     ReqHandle: *mut CsReqHandle,
     CompValue: *mut u64,
 ) -> CsStatus {
-    const NAME: &str = "csQueueBatchRequest";
+    const NAME: &str = "csxQueueBatchRequest";
     run(NAME, || {
-        let key = batch_key(BatchHandle)?;
-        let done = Completion::checked(Context, Callback, EventHandle, CompValue)?;
-        let (entries, edges) = registry::with(|r| {
-            let b = &r.batches[&key];
-            (b.entries.clone(), b.edges.clone())
-        });
-        if entries.is_empty() {
-            return fail(CS_INVALID_LENGTH, "the batch has no entries");
-        }
-        let order = schedule(entries.len(), &edges).or_else(|cycle| {
-            fail(
-                CS_INVALID_ARG,
-                format!("entries {cycle:?} are on a dependency cycle"),
-            )
-        })?;
-        let entries = order
-            .into_iter()
-            .map(|i| (i, entries[i].0, entries[i].1))
-            .collect();
-        let work = Work::Batch { entries };
+        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
-        unsafe {
-            dispatch(
-                NAME,
-                &crate::queue::BATCHES,
-                Kind::Batch,
-                work,
-                done,
-                ReqHandle,
-            )
-        }
+        unsafe { queue_batch(NAME, BatchHandle, done, ReqHandle) }
     })
 }
 
-/// Frees a batch (not the requests its entries point to).
+/// Frees a batch.
 #[no_mangle]
 pub extern "C" fn csFreeBatchRequest(BatchHandle: CsBatchHandle) -> CsStatus {
     run("csFreeBatchRequest", || {
@@ -1609,311 +2002,4 @@ pub extern "C" fn csFreeBatchRequest(BatchHandle: CsBatchHandle) -> CsStatus {
         registry::with(|r| r.batches.remove(&key));
         Ok(CS_SUCCESS)
     })
-}
-
-// -------------------------------------------------------------------------------------
-// Management and discovery by path.
-
-fn copy_name<const N: usize>(dst: &mut [u8; N], src: &str) {
-    let n = src.len().min(N - 1);
-    dst[..n].copy_from_slice(&src.as_bytes()[..n]);
-    dst[n..].fill(0);
-}
-
-/// The device's properties. `*Length` is the buffer's size in bytes; when it is smaller
-/// than `sizeof(CSxProperties)` it receives that size and the call is CS_INVALID_LENGTH.
-///
-/// # Safety
-/// `Length` is null or writable; `Props` is null or writable for `*Length` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn csQueryDeviceProperties(
-    DevHandle: CsDevHandle,
-    Length: *mut c_int,
-    Props: *mut CsxProperties,
-) -> CsStatus {
-    run("csQueryDeviceProperties", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let len = unsafe { out(Length, "Length") }?;
-        let need = std::mem::size_of::<CsxProperties>() as c_int;
-        if *len < need || Props.is_null() {
-            let have = *len;
-            *len = need;
-            return fail(
-                CS_INVALID_LENGTH,
-                format!("the buffer holds {have} bytes, CSxProperties needs {need}"),
-            );
-        }
-        let info = dev.device.identify()?;
-        let mut p = CsxProperties {
-            friendly_name: [0; 64],
-            sw_version: [0; 32],
-            abi_version: info.abi_version,
-            num_cses: info.engines,
-            fdm_size_bytes: info.slm_size_bytes,
-            fdm_free_bytes: info.slm_free_bytes,
-            nvm_size_bytes: info.nvm_size_bytes,
-            program_slots: info.program_slots.into(),
-            max_active_programs: info.programs_active_max.into(),
-            max_afdm_args: WINDOWS_MAX as u32,
-            max_requests_per_batch: CS_BATCH_ENTRIES_MAX as u32,
-            max_program_bytes: info.program_size_max,
-            flags: CS_FDM_IS_DEVICE_MANAGED | CS_BATCH_REQUESTS_SUPPORTED,
-        };
-        copy_name(&mut p.friendly_name, &dev.name);
-        copy_name(&mut p.sw_version, &info.version);
-        // SAFETY: non-null and writable for *Length >= sizeof bytes (the caller's contract).
-        unsafe { Props.write(p) };
-        Ok(CS_SUCCESS)
-    })
-}
-
-/// Statistics of the device (CS_STAT_CSE), its memory (CS_STAT_MEMORY) or one CSF
-/// (CS_STAT_FUNCTION; `Id` points to its CS_CSF_ID).
-///
-/// # Safety
-/// `Id` is null or a readable CS_CSF_ID; `Stats` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn csQueryDeviceStatistics(
-    DevHandle: CsDevHandle,
-    Type: i32,
-    Id: *const c_void,
-    Stats: *mut CsStatsInfo,
-) -> CsStatus {
-    run("csQueryDeviceStatistics", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let stats = unsafe { out(Stats, "Stats") }?;
-        let mut st = CsStatsInfo::default();
-        match Type {
-            CS_STAT_CSE => {
-                let programs = dev.device.programs()?;
-                st.executions = programs.iter().map(|p| p.executions).sum();
-                st.programs_loaded = programs.len() as u64;
-                st.programs_active = programs
-                    .iter()
-                    .filter(|p| p.state == ProgramState::Active)
-                    .count() as u64;
-            }
-            CS_STAT_MEMORY => {
-                let info = dev.device.identify()?;
-                st.mem_size_bytes = info.slm_size_bytes;
-                st.mem_free_bytes = info.slm_free_bytes;
-            }
-            CS_STAT_FUNCTION => {
-                // SAFETY: the caller's contract.
-                let id = *unsafe { inp(Id.cast::<CsCsfId>(), "Id") }?;
-                let pind = csf_slot(id)?;
-                let p = dev.device.programs()?.into_iter().find(|p| p.pind == pind);
-                let Some(p) = p else {
-                    return fail(
-                        CS_UNKNOWN_COMPUTE_FUNCTION,
-                        format!("CSF {id} is an empty slot"),
-                    );
-                };
-                st.executions = p.executions;
-                st.programs_loaded = 1;
-                st.programs_active = u64::from(p.state == ProgramState::Active);
-            }
-            other => {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("Type {other} is not a CS_STAT_* value"),
-                )
-            }
-        }
-        *stats = st;
-        Ok(CS_SUCCESS)
-    })
-}
-
-/// The CSFs of a device: downloadable ones (occupied program slots) then built-in ones
-/// (registered device functions, ids from CS_BUILTIN_CSF_BASE). `*Count` is the
-/// buffer's capacity in entries; it receives the number of CSFs (CS_INVALID_LENGTH when
-/// they do not fit; `Buf` NULL asks for the count).
-///
-/// # Safety
-/// `Count` is null or writable; `Buf` is null or writable for `*Count` entries.
-#[no_mangle]
-pub unsafe extern "C" fn csQueryCSFList(
-    DevHandle: CsDevHandle,
-    Count: *mut c_int,
-    Buf: *mut CsCsfInfo,
-) -> CsStatus {
-    run("csQueryCSFList", || {
-        let dev = device(DevHandle)?;
-        // SAFETY: the caller's contract.
-        let count = unsafe { out(Count, "Count") }?;
-        let mut list = Vec::new();
-        for p in dev.device.programs()? {
-            let mut c = CsCsfInfo {
-                unique_name: [0; 32],
-                csf_id: p.pind.0.into(),
-                downloadable: 1,
-                active: u32::from(p.state == ProgramState::Active),
-            };
-            copy_name(&mut c.unique_name, &p.name);
-            list.push(c);
-        }
-        for f in dev.device.functions()? {
-            let mut c = CsCsfInfo {
-                unique_name: [0; 32],
-                csf_id: CS_BUILTIN_CSF_BASE + f.id.0,
-                downloadable: 0,
-                active: 1,
-            };
-            copy_name(&mut c.unique_name, &f.name);
-            list.push(c);
-        }
-        let have = *count;
-        *count = list.len() as c_int;
-        if Buf.is_null() {
-            return Ok(CS_SUCCESS);
-        }
-        if (have.max(0) as usize) < list.len() {
-            return fail(
-                CS_INVALID_LENGTH,
-                format!(
-                    "the buffer holds {have} entries, the device has {} CSFs",
-                    list.len()
-                ),
-            );
-        }
-        // SAFETY: Buf holds *Count >= list.len() entries (the caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(list.as_ptr(), Buf, list.len()) };
-        Ok(CS_SUCCESS)
-    })
-}
-
-/// Mount sources made by csx-fs (`csx mount`): `csx:` then the device URI, bytes other
-/// than ASCII alphanumerics and `/:._-@+=~[]` written `%XX` (`csx_fs::mount::encode_fs_name`;
-/// a test keeps the two in step). The URI, or `None` for another source.
-pub fn device_of_mount_source(source: &[u8]) -> Option<String> {
-    let encoded = source.strip_prefix(b"csx:")?;
-    let mut out = Vec::with_capacity(encoded.len());
-    let mut i = 0;
-    while i < encoded.len() {
-        if encoded[i] == b'%' {
-            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(encoded[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// A `/proc/self/mountinfo` field with its octal escapes (`\040`) decoded.
-fn unescape_mountinfo(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field.get(i + 1..i + 4);
-        match octal {
-            Some(d) if field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            _ => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// The device of the csx mount (FUSE, source `csx:URI`) holding `abs`, the innermost one
-/// when mounts nest, from `mountinfo` (the text of `/proc/self/mountinfo`).
-pub fn mounted_device(mountinfo: &[u8], abs: &std::path::Path) -> Option<String> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut best: Option<(usize, String)> = None;
-    for line in mountinfo.split(|&b| b == b'\n') {
-        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        // Field 5 is the mount point; after "-" come the type and the source.
-        let Some(dash) = fields.iter().position(|f| *f == b"-") else {
-            continue;
-        };
-        if fields.len() < dash + 3 || dash < 5 {
-            continue;
-        }
-        if fields[dash + 1] != b"fuse" && fields[dash + 1] != b"fuse.csx" {
-            continue;
-        }
-        let Some(uri) = device_of_mount_source(&unescape_mountinfo(fields[dash + 2])) else {
-            continue;
-        };
-        let point = unescape_mountinfo(fields[4]);
-        let point = std::path::Path::new(std::ffi::OsStr::from_bytes(&point));
-        let depth = point.components().count();
-        if abs.starts_with(point) && best.as_ref().is_none_or(|(d, _)| depth > *d) {
-            best = Some((depth, uri));
-        }
-    }
-    best.map(|(_, uri)| uri)
-}
-
-/// The device a path belongs to, as a name for csOpenCSx: for a path inside a mounted
-/// csx file system (`csx mount`), the URI of the mount's device (found in
-/// `/proc/self/mountinfo`); else the state directory holding (an ancestor of) `Path`, as
-/// an absolute path. Neither: CS_NO_SUCH_ENTITY_EXISTS.
-///
-/// # Safety
-/// `Path` is null or a string; `Length` is null or writable; `DevName` is null or
-/// writable for `*Length` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn csGetCSxFromPath(
-    Path: *const c_char,
-    Length: *mut c_int,
-    DevName: *mut c_char,
-) -> CsStatus {
-    run("csGetCSxFromPath", || {
-        // SAFETY: the caller's contract.
-        let path = unsafe { string(Path, "Path") }?;
-        let abs =
-            std::fs::canonicalize(path).or_else(|e| fail(CS_ENOENT, format!("{path:?}: {e}")))?;
-        let mountinfo = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
-        if let Some(uri) = mounted_device(&mountinfo, &abs) {
-            // SAFETY: forwarded contract.
-            return unsafe { write_string(&uri, Length, DevName) };
-        }
-        let dir = abs
-            .ancestors()
-            .find(|d| d.join("device.json").is_file())
-            .ok_or(Fail {
-                status: CS_NO_SUCH_ENTITY_EXISTS,
-                message: format!("{path:?} is in no csx mount and no csx state directory"),
-            })?;
-        let name = dir.to_str().ok_or(Fail {
-            status: CS_INVALID_ARG,
-            message: "the device path is not UTF-8".into(),
-        })?;
-        // SAFETY: forwarded contract.
-        unsafe { write_string(name, Length, DevName) }
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_lines_name_the_innermost_csx_mount() {
-        let info = b"22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-36 22 0:40 / /mnt/a\\040b rw,nosuid - fuse csx:tcp://127.0.0.1:4420 rw,user_id=0\n\
-37 36 0:41 / /mnt/a\\040b/inner rw - fuse.csx csx:shm://d%2C1 rw\n\
-38 22 0:42 / /mnt/other rw - fuse sshfs#host: rw\n\
-39 22 0:43 / /mnt/old rw - fuse csx rw\n";
-        let at = |p: &str| mounted_device(info, std::path::Path::new(p));
-        assert_eq!(at("/mnt/a b/x/y").as_deref(), Some("tcp://127.0.0.1:4420"));
-        assert_eq!(at("/mnt/a b").as_deref(), Some("tcp://127.0.0.1:4420"));
-        assert_eq!(at("/mnt/a b/inner/f").as_deref(), Some("shm://d,1"));
-        assert_eq!(at("/mnt/a bc/f"), None);
-        assert_eq!(at("/mnt/other/f"), None);
-        assert_eq!(at("/mnt/old/f"), None);
-        assert_eq!(at("/home"), None);
-        assert_eq!(device_of_mount_source(b"csx:%4"), None);
-    }
 }

@@ -6,8 +6,10 @@
 //!
 //! * [`status`]: `CS_STATUS` values and the mapping of every csx error onto one.
 //! * [`types`]: the `#[repr(C)]` structures.
-//! * [`api`]: the exported functions (every unsafe block of the crate is at this FFI
-//!   boundary).
+//! * [`api`]: the exported functions of memory, requests, events and batches;
+//!   [`manage`]: discovery, CSFs, properties; [`v05`]: the v0.5 forms (the FFI boundary:
+//!   with [`mapping`], where the unsafe blocks of the crate are).
+//! * [`mapping`]: host mappings of device memory.
 //! * [`queue`]: asynchronous completion (a worker per device handle) and aborts.
 //! * [`registry`]: the handle tables (handles are keys, never dereferenced).
 //! * [`header`]: the text of `cs_api.h`, generated from the above.
@@ -19,7 +21,10 @@
 
 pub mod api;
 pub mod header;
+pub mod manage;
+pub mod mapping;
 pub mod queue;
 pub mod registry;
 pub mod status;
 pub mod types;
+pub mod v05;

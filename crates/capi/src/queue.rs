@@ -7,7 +7,7 @@
 //!   devices, have one worker of their own for the process.
 //! * A queued request has a [`Request`] in the registry (its `CS_REQ_HANDLE`) until it
 //!   completes or is aborted. [`abort`] stops it: still queued, it completes with
-//!   `CS_ABORTED` without running; a running compute request gets the device's Abort (the
+//!   `CSX_ABORTED` without running; a running compute request gets the device's Abort (the
 //!   engine stops at its next back-edge or call); a running batch runs no further entry.
 //!   A running data transfer cannot be stopped (`CS_HANDLE_IN_USE`); one that finished,
 //!   or an unknown handle, is `CS_INVALID_HANDLE`.
@@ -89,7 +89,7 @@ impl Request {
 
     fn aborted_error(&self) -> Fail {
         Fail {
-            status: CS_ABORTED,
+            status: CSX_ABORTED,
             message: format!("request {} was aborted", self.key),
         }
     }
@@ -131,7 +131,7 @@ impl Request {
 }
 
 /// Aborts a queued request (see the module doc): `Ok(CS_SUCCESS)` when it will complete
-/// with `CS_ABORTED`.
+/// with `CSX_ABORTED`.
 ///
 /// The device's Abort needs no second try: the device registers an execution when it
 /// takes the Execute, and takes one queue pair's commands in the order they were sent,

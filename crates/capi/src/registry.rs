@@ -40,11 +40,14 @@ impl Dev {
 }
 
 /// A device-memory allocation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Mem {
+    /// The device handle that allocated it (closing that handle frees it).
     pub dev: u64,
     pub handle: MemHandle,
     pub size: u64,
+    /// Its host mapping, when the caller asked for one (see [`crate::mapping`]).
+    pub map: Option<Arc<crate::mapping::Mapping>>,
 }
 
 /// An event: the last completion signalled to it (status, context, the failure's
@@ -54,12 +57,11 @@ pub struct Event {
     pub done: Option<(CsStatus, usize, String)>,
 }
 
-/// A batch: entries (the caller's request pointers, as addresses) and their edges.
+/// A batch: entries (copies of the caller's requests) and their edges.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub max: usize,
-    /// `(request type, request address)`.
-    pub entries: Vec<(i32, usize)>,
+    pub entries: Vec<crate::api::Desc>,
     /// `(a, b)`: entry `a` runs before entry `b`.
     pub edges: Vec<(usize, usize)>,
 }
@@ -72,6 +74,8 @@ pub struct Registry {
     pub mems: HashMap<u64, Mem>,
     pub events: HashMap<u64, Event>,
     pub batches: HashMap<u64, Batch>,
+    /// File handles (`csxOpenFile`): a path of the device's file store.
+    pub files: HashMap<u64, String>,
     /// Queued requests in flight (a request leaves when it completes or is aborted).
     pub requests: HashMap<u64, Arc<crate::queue::Request>>,
 }

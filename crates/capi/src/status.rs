@@ -8,7 +8,7 @@ pub type CsStatus = i32;
 
 macro_rules! statuses {
     ($( $name:ident = $value:expr, $doc:literal; )*) => {
-        $( #[doc = $doc] pub const $name: CsStatus = $value; )*
+        $( #[doc = $doc] #[allow(clippy::doc_markdown)] pub const $name: CsStatus = $value; )*
         /// Every status: name, value, meaning (the header is generated from this).
         pub const ALL: &[(&str, CsStatus, &str)] = &[ $( (stringify!($name), $value, $doc), )* ];
     };
@@ -16,39 +16,39 @@ macro_rules! statuses {
 
 statuses! {
     CS_SUCCESS = 0, "The call completed successfully.";
-    CS_QUEUED = 1, "The request is queued: its completion goes to the callback or event.";
-    CS_NOT_DONE = 2, "The event has no completion to report.";
-    CS_INVALID_ARG = 3, "An argument is null, malformed or outside the protocol's limits.";
-    CS_INVALID_HANDLE = 4, "A device, memory, event or batch handle is unknown or was freed.";
-    CS_INVALID_ID = 5, "A program slot, range set or other id is out of range or unknown.";
-    CS_INVALID_LENGTH = 6, "A length or offset reaches outside its object or over a limit.";
-    CS_INVALID_OPTION = 7, "A type, mode or flag value is not one the API defines.";
-    CS_INVALID_EVENT = 8, "The event handle is unknown or was deleted.";
-    CS_INVALID_FUNCTION = 9, "The CSF is loaded but not activated.";
-    CS_INVALID_FUNCTION_NAME = 10, "No CSF has this name.";
-    CS_DEVICE_ERROR = 11, "The device failed the command through its own fault.";
-    CS_DEVICE_NOT_AVAILABLE = 12, "The device is closed, shut down or its connection was lost.";
-    CS_DEVICE_NOT_READY = 13, "The device is shutting down and did not run the command.";
-    CS_DEVICE_NOT_PRESENT = 14, "No device answers at this name.";
-    CS_ENODEV = 15, "The device name is not one csx can open.";
-    CS_ENOENT = 16, "No file at the path.";
-    CS_ENXIO = 17, "The transport is not available in this build.";
-    CS_ERROR_IN_EXECUTION = 18, "The program trapped.";
-    CS_LOAD_ERROR = 19, "The program image is malformed or the verifier refused it.";
-    CS_IO_TIMEOUT = 20, "The device did not answer in time.";
-    CS_FATAL_ERROR = 21, "The library or the device's persistent data is in a state it cannot recover.";
-    CS_NOT_ENOUGH_MEMORY = 22, "Device memory is exhausted.";
-    CS_OUT_OF_RESOURCES = 23, "Another device resource (slots, queue entries, space) is exhausted.";
-    CS_MEMORY_IN_USE = 24, "The memory is in use by another command in flight.";
-    CS_UNKNOWN_MEMORY = 25, "The device does not know this allocation.";
-    CS_COULD_NOT_MAP_MEMORY = 26, "Device memory cannot be mapped into the host.";
-    CS_UNKNOWN_COMPUTE_FUNCTION = 27, "The CSF id names an empty slot.";
-    CS_NO_SUCH_ENTITY_EXISTS = 28, "The named entity does not exist.";
-    CS_ENTITY_NOT_ON_DEVICE = 29, "The entity is not reachable from this device.";
-    CS_HANDLE_IN_USE = 30, "The slot or file is occupied or in use.";
-    CS_NO_PERMISSIONS = 31, "The caller may not do this.";
+    CS_COULD_NOT_MAP_MEMORY = 1, "Device memory cannot be mapped into the host (a tcp device).";
+    CS_DEVICE_ERROR = 2, "The device failed the command through its own fault.";
+    CS_DEVICE_NOT_AVAILABLE = 3, "The device is closed, shut down or its connection was lost.";
+    CS_DEVICE_NOT_READY = 4, "The device is shutting down and did not run the command.";
+    CS_DEVICE_NOT_PRESENT = 5, "No device answers at this name.";
+    CS_ENODEV = 6, "The device name is not one csx can open.";
+    CS_ENOENT = 7, "No file at the path.";
+    CS_ENTITY_NOT_ON_DEVICE = 8, "The entity is not reachable from this device.";
+    CS_ENXIO = 9, "The transport is not available in this build.";
+    CS_ERROR_IN_EXECUTION = 10, "The program trapped.";
+    CS_FATAL_ERROR = 11, "The library or the device's persistent data is in a state it cannot recover.";
+    CS_HANDLE_IN_USE = 12, "The slot or file is occupied or in use.";
+    CS_INVALID_HANDLE = 13, "A device, memory, file, request or batch handle is unknown or was freed.";
+    CS_INVALID_ARG = 14, "An argument is null, malformed or outside the protocol's limits.";
+    CS_INVALID_EVENT = 15, "The event handle is unknown or was deleted.";
+    CS_INVALID_ID = 16, "A program slot, range set or other id is out of range or unknown.";
+    CS_INVALID_LENGTH = 17, "A length or offset reaches outside its object or over a limit.";
+    CS_INVALID_OPTION = 18, "A type, mode or flag value is not one the API defines.";
+    CS_INVALID_FUNCTION = 19, "The CSF is loaded but not activated.";
+    CS_INVALID_FUNCTION_NAME = 20, "No CSF has this name.";
+    CS_IO_TIMEOUT = 21, "The device did not answer in time.";
+    CS_LOAD_ERROR = 22, "The program image is malformed or the verifier refused it.";
+    CS_MEMORY_IN_USE = 23, "The memory is in use by another command in flight.";
+    CS_NO_PERMISSIONS = 24, "The caller may not do this.";
+    CS_NOT_DONE = 25, "The event has no completion to report.";
+    CS_NOT_ENOUGH_MEMORY = 26, "Device memory is exhausted.";
+    CS_NO_SUCH_ENTITY_EXISTS = 27, "The named entity does not exist.";
+    CS_OUT_OF_RESOURCES = 28, "Another device resource (slots, queue entries, space) is exhausted.";
+    CS_QUEUED = 29, "The request is queued: its completion goes to the callback or event.";
+    CS_UNKNOWN_MEMORY = 30, "The device does not know this allocation.";
+    CS_UNKNOWN_COMPUTE_FUNCTION = 31, "The CSF id names an empty slot.";
     CS_UNSUPPORTED = 32, "csx does not implement this (see docs/capi.md).";
-    CS_ABORTED = 33, "The request was aborted (csAbortRequest, csCloseCSx, or the device shutting down); a csx extension.";
+    CSX_ABORTED = 0x1000, "csx extension: the request was aborted (csAbortRequest, csCloseCSx, or the device shutting down).";
 }
 
 /// The name of a status, for messages.
@@ -67,7 +67,7 @@ pub fn call_status(e: &CallError) -> CsStatus {
         CallError::UnexpectedReply { .. } => CS_DEVICE_ERROR,
         CallError::InvalidField(_) => CS_INVALID_ARG,
         CallError::Internal(_) => CS_DEVICE_ERROR,
-        CallError::Aborted(_) => CS_ABORTED,
+        CallError::Aborted(_) => CSX_ABORTED,
         CallError::TimeLimitExceeded(_) => CS_ERROR_IN_EXECUTION,
         CallError::NamespaceNotReachable(_) => CS_ENTITY_NOT_ON_DEVICE,
         CallError::InsufficientResources(_) => CS_NOT_ENOUGH_MEMORY,

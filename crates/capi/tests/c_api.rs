@@ -157,7 +157,7 @@ fn mount_sources_decode_as_csx_fs_encodes_them() {
     ] {
         let name = csx_fs::mount::encode_fs_name(uri);
         assert_eq!(
-            csx_capi::api::device_of_mount_source(name.as_bytes()).as_deref(),
+            csx_capi::manage::device_of_mount_source(name.as_bytes()).as_deref(),
             Some(uri),
             "{name}"
         );

@@ -146,6 +146,50 @@ static CsComputeRequest *compute_request(CS_DEV_HANDLE dev, CS_CSF_ID id, int na
     return req;
 }
 
+/* A v1.x CSF download of the eBPF image (len bytes at data) into slot index. */
+static CsCSFDownloadInfo csf_info(int sub_type, uint32_t index, int unload, int len, const void *data)
+{
+    CsCSFDownloadInfo info;
+    memset(&info, 0, sizeof info);
+    info.type = CS_CSF_BPF_PROGRAM;
+    info.SubType = sub_type;
+    info.Index = index;
+    info.common.Unload = unload;
+    info.common.Length = len;
+    info.common.DataBuffer = (void *)data;
+    return info;
+}
+
+/* A batch entry holding a copy of the request (len bytes) inline; free() it. */
+static CsBatchRequest *batch_entry(CS_BATCH_REQ_TYPE type, const void *request, size_t len)
+{
+    size_t size = offsetof(CsBatchRequest, u) + len;
+    if (size < sizeof(CsBatchRequest))
+        size = sizeof(CsBatchRequest);
+    CsBatchRequest *e = calloc(1, size);
+    e->ReqType = type;
+    e->reqLength = (u32)(offsetof(CsBatchRequest, u) + len);
+    memcpy(&e->u, request, len);
+    return e;
+}
+
+/* The first CSF id csGetCSFId gives for name. */
+static CS_STATUS find_id(CS_DEV_HANDLE dev, const char *name, CS_CSF_ID *id)
+{
+    CSFIdInfo infos[8];
+    int len = sizeof infos, count = 0;
+    CS_STATUS st = csGetCSFId(dev, name, 0, &len, &count, infos);
+    if (st == CS_SUCCESS)
+        *id = infos[0].CSFId;
+    return st;
+}
+
+static CsConfigInfo config(CS_CONFIG_TYPE type, int sub_type, CS_CSF_ID index)
+{
+    CsConfigInfo c = {type, sub_type, (int)index, 0, NULL};
+    return c;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3 && argc != 4) {
@@ -186,19 +230,19 @@ int main(int argc, char **argv)
 
     /* Device memory. */
     CS_MEM_HANDLE in = NULL, out = NULL, tmp = NULL;
-    CS_MEM_PTR vaddr = (CS_MEM_PTR)1;
     CsMemFlags clear = {0, CS_FDM_CLEAR, 0};
-    EXPECT(csAllocMem(dev, N * 8, &clear, &in, &vaddr), CS_SUCCESS);
-    ASSERT(vaddr == NULL);
+    EXPECT(csAllocMem(dev, N * 8, &clear, &in, NULL), CS_SUCCESS);
     EXPECT(csAllocMem(dev, N * 8, NULL, &out, NULL), CS_SUCCESS);
     EXPECT(csAllocMem(NULL, 8, NULL, &tmp, NULL), CS_INVALID_HANDLE);
     EXPECT(csAllocMem(dev, 8, NULL, NULL, NULL), CS_INVALID_ARG);
     EXPECT(csAllocMem(dev, 0, NULL, &tmp, NULL), CS_INVALID_LENGTH);
-    EXPECT(csAllocMem(dev, UINT64_C(1) << 60, NULL, &tmp, NULL), CS_INVALID_LENGTH);
-    EXPECT(csAllocMem(dev, UINT64_C(1) << 31, NULL, &tmp, NULL), CS_NOT_ENOUGH_MEMORY);
-    CsMemFlags bad_flags = {0, 99, 0};
+    EXPECT(csAllocMem(dev, -8, NULL, &tmp, NULL), CS_INVALID_LENGTH);
+    EXPECT(csAllocMem(dev, 1 << 30, NULL, &tmp, NULL), CS_NOT_ENOUGH_MEMORY);
+    CsMemFlags big_fill = {0, CS_FDM_FILL, 256};
+    EXPECT(csAllocMem(dev, 8, &big_fill, &tmp, NULL), CS_INVALID_ARG);
+    CsMemFlags bad_flags = {0, (CS_FDM_FLAG_TYPE)99, 0};
     EXPECT(csAllocMem(dev, 8, &bad_flags, &tmp, NULL), CS_INVALID_OPTION);
-    CsMemFlags bad_fdm = {7, 0, 0};
+    CsMemFlags bad_fdm = {7, (CS_FDM_FLAG_TYPE)0, 0};
     EXPECT(csAllocMem(dev, 8, &bad_fdm, &tmp, NULL), CS_INVALID_ID);
     EXPECT(csAllocMem(in, 8, NULL, &tmp, NULL), CS_INVALID_HANDLE); /* a memory handle */
 
@@ -225,13 +269,13 @@ int main(int argc, char **argv)
     EXPECT(csQueueCopyMemRequest(&too_long, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
     CsCopyMemRequest null_host = {CS_COPY_TO_DEVICE, NULL, {tmp, 0}, 8};
     EXPECT(csQueueCopyMemRequest(&null_host, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
-    CsCopyMemRequest bad_type = {7, host, {tmp, 0}, 8};
+    CsCopyMemRequest bad_type = {(CS_MEM_COPY_TYPE)7, host, {tmp, 0}, 8};
     EXPECT(csQueueCopyMemRequest(&bad_type, NULL, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
     EXPECT(csQueueCopyMemRequest(NULL, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
-    EXPECT(csFreeMem(tmp), CS_SUCCESS);
-    EXPECT(csFreeMem(tmp), CS_INVALID_HANDLE); /* freed */
+    EXPECT(csFreeMem(tmp, NULL), CS_SUCCESS);
+    EXPECT(csFreeMem(tmp, NULL), CS_INVALID_HANDLE); /* freed */
     EXPECT(csQueueCopyMemRequest(&get, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
-    EXPECT(csFreeMem(NULL), CS_INVALID_HANDLE);
+    EXPECT(csFreeMem(NULL, NULL), CS_INVALID_HANDLE);
 
     /* Storage -> device memory, file mode. */
     CsStorageRequest load;
@@ -239,7 +283,13 @@ int main(int argc, char **argv)
     load.Mode = CS_STORAGE_FILE_IO;
     load.DevHandle = dev;
     load.u.FileIo.Type = CS_STORAGE_LOAD_TYPE;
-    load.u.FileIo.FilePath = "/data/nums";
+    void *nums_file = NULL, *missing_file = NULL, *copy_file = NULL;
+    EXPECT(csxOpenFile(dev, "/data/nums", &nums_file), CS_SUCCESS);
+    EXPECT(csxOpenFile(dev, "/data/no-such-file", &missing_file), CS_SUCCESS);
+    EXPECT(csxOpenFile(dev, "/data/copy", &copy_file), CS_SUCCESS);
+    EXPECT(csxOpenFile(dev, NULL, &copy_file), CS_INVALID_ARG);
+    EXPECT(csxOpenFile(NULL, "/x", &copy_file), CS_INVALID_HANDLE);
+    load.u.FileIo.FileHandle = nums_file;
     load.u.FileIo.Offset = 0;
     load.u.FileIo.Bytes = N * 8;
     load.u.FileIo.DevMem.MemHandle = in;
@@ -248,27 +298,29 @@ int main(int argc, char **argv)
     EXPECT(csQueueStorageRequest(&load, NULL, NULL, NULL, NULL, &moved), CS_SUCCESS);
     ASSERT(moved == N * 8);
     CsStorageRequest missing = load;
-    missing.u.FileIo.FilePath = "/data/no-such-file";
+    missing.u.FileIo.FileHandle = missing_file;
     EXPECT(csQueueStorageRequest(&missing, NULL, NULL, NULL, NULL, NULL), CS_ENOENT);
     CsStorageRequest overflow = load;
     overflow.u.FileIo.Bytes = N * 8 + 1;
     EXPECT(csQueueStorageRequest(&overflow, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
     CsStorageRequest bad_mode = load;
-    bad_mode.Mode = 9;
+    bad_mode.Mode = (CS_STORAGE_REQ_MODE)9;
     EXPECT(csQueueStorageRequest(&bad_mode, NULL, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
-    CsStorageRequest no_path = load;
-    no_path.u.FileIo.FilePath = NULL;
-    EXPECT(csQueueStorageRequest(&no_path, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+    CsStorageRequest no_file = load;
+    no_file.u.FileIo.FileHandle = NULL;
+    EXPECT(csQueueStorageRequest(&no_file, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+    no_file.u.FileIo.FileHandle = in; /* a memory handle, not a file */
+    EXPECT(csQueueStorageRequest(&no_file, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
 
     /* Device memory -> storage, file mode, and back. */
     CsStorageRequest store = load;
     store.u.FileIo.Type = CS_STORAGE_STORE_TYPE;
-    store.u.FileIo.FilePath = "/data/copy";
+    store.u.FileIo.FileHandle = copy_file;
     store.u.FileIo.Bytes = 80;
     EXPECT(csQueueStorageRequest(&store, NULL, NULL, NULL, NULL, &moved), CS_SUCCESS);
     ASSERT(moved == 80);
     CsStorageRequest reload = load;
-    reload.u.FileIo.FilePath = "/data/copy";
+    reload.u.FileIo.FileHandle = copy_file;
     reload.u.FileIo.Bytes = 80;
     reload.u.FileIo.DevMem.MemHandle = out;
     EXPECT(csQueueStorageRequest(&reload, NULL, NULL, NULL, NULL, &moved), CS_SUCCESS);
@@ -279,20 +331,20 @@ int main(int argc, char **argv)
         ASSERT(back[i] == (uint64_t)i);
 
     /* Block mode: LBAs of the NVM namespace. */
-    CsBlockRange blocks = {1, 2, 0};
+    CsBlockRange blocks = {1, 0, 2};
     CsStorageRequest block;
     memset(&block, 0, sizeof block);
     block.Mode = CS_STORAGE_BLOCK_IO;
     block.DevHandle = dev;
     block.u.BlockIo.Type = CS_STORAGE_LOAD_TYPE;
     block.u.BlockIo.NumRanges = 1;
-    block.u.BlockIo.Range = &blocks;
+    block.u.BlockIo.Range[0] = blocks;
     block.u.BlockIo.DevMem.MemHandle = out;
     EXPECT(csQueueStorageRequest(&block, NULL, NULL, NULL, NULL, &moved), CS_SUCCESS);
-    ASSERT(moved == 2 * CS_BLOCK_SIZE);
-    CsBlockRange other_ns = {2, 1, 0};
+    ASSERT(moved == 2 * CSX_BLOCK_SIZE);
+    CsBlockRange other_ns = {2, 0, 1};
     CsStorageRequest bad_ns = block;
-    bad_ns.u.BlockIo.Range = &other_ns;
+    bad_ns.u.BlockIo.Range[0] = other_ns;
     EXPECT(csQueueStorageRequest(&bad_ns, NULL, NULL, NULL, NULL, NULL), CS_ENTITY_NOT_ON_DEVICE);
     CsStorageRequest block_store = block;
     block_store.u.BlockIo.Type = CS_STORAGE_STORE_TYPE;
@@ -300,69 +352,99 @@ int main(int argc, char **argv)
     CsStorageRequest no_ranges = block;
     no_ranges.u.BlockIo.NumRanges = 0;
     EXPECT(csQueueStorageRequest(&no_ranges, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
-    CsBlockRange huge = {1, 100000, 0};
+    CsBlockRange huge = {1, 0, 100000};
     CsStorageRequest too_many = block;
-    too_many.u.BlockIo.Range = &huge;
+    too_many.u.BlockIo.Range[0] = huge;
     EXPECT(csQueueStorageRequest(&too_many, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
 
     /* Download and activate the filter (a downloadable CSF). */
     CS_CSF_ID id = 9999;
-    CsDownloadInfo dl = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, elf_len, elf, NULL};
-    EXPECT(csDownload(dev, &dl, &id), CS_SUCCESS);
+    CsCSFDownloadInfo dl = csf_info(CSX_BPF_ELF, (uint32_t)CSX_ANY_INDEX, 0, (int)elf_len, elf);
+    EXPECT(csCSFDownload(dev, &dl, &id), CS_SUCCESS);
     ASSERT(id < 64);
     /* A malformed image fails at download or, at the latest, at activation. */
-    CsDownloadInfo garbage = {CS_BPF_PROGRAM, CS_BPF_ELF, CS_ANY_INDEX, 0, 16, "not an elf file", NULL};
+    CsCSFDownloadInfo garbage = csf_info(CSX_BPF_ELF, (uint32_t)CSX_ANY_INDEX, 0, 16, "not an elf file");
     CS_CSF_ID gid = 0;
-    CS_STATUS st = csDownload(dev, &garbage, &gid);
+    CS_STATUS st = csCSFDownload(dev, &garbage, &gid);
     if (st == CS_SUCCESS) {
-        CsConfigInfo act = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, gid};
+        CsConfigInfo act = config(CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, gid);
         EXPECT(csConfig(dev, &act), CS_LOAD_ERROR);
-        CsDownloadInfo drop = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)gid, 1, 0, NULL, NULL};
-        EXPECT(csDownload(dev, &drop, NULL), CS_SUCCESS);
+        CsCSFDownloadInfo drop = csf_info(CSX_BPF_ELF, gid, 1, 0, NULL);
+        EXPECT(csCSFDownload(dev, &drop, NULL), CS_SUCCESS);
     } else {
         EXPECT(st, CS_LOAD_ERROR);
     }
-    CsDownloadInfo fpga = dl;
-    fpga.Type = 5;
-    EXPECT(csDownload(dev, &fpga, NULL), CS_UNSUPPORTED);
-    CsDownloadInfo empty = dl;
-    empty.Length = 0;
-    EXPECT(csDownload(dev, &empty, NULL), CS_INVALID_LENGTH);
-    CsDownloadInfo too_big = dl;
-    too_big.Length = UINT64_C(1) << 40;
-    EXPECT(csDownload(dev, &too_big, NULL), CS_INVALID_LENGTH);
-    EXPECT(csDownload(dev, NULL, NULL), CS_INVALID_ARG);
-    EXPECT(csDownload(NULL, &dl, NULL), CS_INVALID_HANDLE);
+    CsCSFDownloadInfo fpga = dl;
+    fpga.type = CS_CSF_FPGA_BITSTREAM;
+    EXPECT(csCSFDownload(dev, &fpga, NULL), CS_UNSUPPORTED);
+    CsCSFDownloadInfo empty = dl;
+    empty.common.Length = 0;
+    EXPECT(csCSFDownload(dev, &empty, NULL), CS_INVALID_LENGTH);
+    CsCSFDownloadInfo too_big = dl;
+    too_big.common.Length = 1 << 30;
+    EXPECT(csCSFDownload(dev, &too_big, NULL), CS_INVALID_LENGTH);
+    CsCSFDownloadInfo no_entry = dl;
+    strcpy(no_entry.common.UniqueName, "no_such_function");
+    ASSERT(csCSFDownload(dev, &no_entry, NULL) == CS_LOAD_ERROR);
+    EXPECT(csCSFDownload(dev, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csCSFDownload(NULL, &dl, NULL), CS_INVALID_HANDLE);
+    /* v0.5 csDownload: Type CS_BPF_PROGRAM (2), no id returned. */
+    CsDownloadInfo v05 = {CS_BPF_PROGRAM, CSX_BPF_ELF, CSX_ANY_INDEX, 0, (int)elf_len, elf};
+    CsDownloadInfo v05_fpga = v05;
+    v05_fpga.Type = CS_FPGA_BITSTREAM;
+    EXPECT(csDownload(dev, &v05_fpga), CS_UNSUPPORTED);
+    EXPECT(csDownload(dev, NULL), CS_INVALID_ARG);
 
     CS_CSF_ID found = 9999;
-    EXPECT(csGetCSFId(dev, "filter", &found), CS_SUCCESS);
+    EXPECT(find_id(dev, "filter", &found), CS_SUCCESS);
     ASSERT(found == id);
-    EXPECT(csGetCSFId(dev, "no_such_csf", &found), CS_INVALID_FUNCTION_NAME);
-    EXPECT(csGetCSFId(dev, NULL, &found), CS_INVALID_ARG);
+    EXPECT(find_id(dev, "no_such_csf", &found), CS_INVALID_FUNCTION_NAME);
+    {
+        int glen = 0, gcount = 0;
+        EXPECT(csGetCSFId(dev, "filter", 0, &glen, &gcount, NULL), CS_SUCCESS);
+        ASSERT(gcount == 1 && glen == (int)sizeof(CSFIdInfo));
+        CSFIdInfo by_id;
+        glen = sizeof by_id;
+        EXPECT(csGetCSFId(dev, NULL, id, &glen, &gcount, &by_id), CS_SUCCESS);
+        ASSERT(by_id.CSFId == id && by_id.NumFDMs == 1 && by_id.FDMList && by_id.FDMList[0].FDMId == 0);
+        glen = 1;
+        EXPECT(csGetCSFId(dev, "filter", 0, &glen, &gcount, &by_id), CS_INVALID_LENGTH);
+        EXPECT(csGetCSFId(dev, "filter", 0, NULL, &gcount, &by_id), CS_INVALID_ARG);
+        CS_FUNCTION_ID fid = 0;
+        EXPECT(csGetFunction(dev, "filter", NULL, &fid), CS_SUCCESS);
+        ASSERT(fid == id);
+        EXPECT(csGetFunction(dev, "nope", NULL, &fid), CS_INVALID_FUNCTION_NAME);
+        EXPECT(csGetFunction(dev, NULL, NULL, &fid), CS_INVALID_ARG);
+    }
 
     /* Compute before activation: the CSF exists but is not active. */
     CsComputeRequest *req = compute_request(dev, id, 4);
-    EXPECT(csHelperSetComputeArg(&req->Args[0], CS_AFDM_TYPE, in, (uint64_t)0), CS_SUCCESS);
-    EXPECT(csHelperSetComputeArg(&req->Args[1], CS_AFDM_TYPE, out, (uint64_t)0), CS_SUCCESS);
-    EXPECT(csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, (uint64_t)LO), CS_SUCCESS);
-    EXPECT(csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI), CS_SUCCESS);
-    EXPECT(csHelperSetComputeArg(&req->Args[3], 42, (uint64_t)HI), CS_INVALID_OPTION);
-    EXPECT(csHelperSetComputeArg(NULL, CS_64BIT_VALUE_TYPE, (uint64_t)HI), CS_INVALID_ARG);
+    csHelperSetComputeArg(&req->Args[0], CS_AFDM_TYPE, in, (uint64_t)0);
+    csHelperSetComputeArg(&req->Args[1], CS_AFDM_TYPE, out, (uint64_t)0);
+    csHelperSetComputeArg(&req->Args[2], CS_64BIT_VALUE_TYPE, (uint64_t)LO);
+    csHelperSetComputeArg(&req->Args[3], (CS_COMPUTE_ARG_TYPE)42, (uint64_t)HI);
+    ASSERT(req->Args[3].Type == 42);
+    csHelperSetComputeArg(NULL, CS_64BIT_VALUE_TYPE, (uint64_t)HI); /* ignored */
     uint64_t r0 = 0;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0), CS_INVALID_FUNCTION);
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_INVALID_OPTION);
+    csHelperSetComputeArg(&req->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI);
+    ASSERT(req->Args[3].Type == CS_64BIT_VALUE_TYPE && req->Args[3].u.Value64 == HI);
+    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r0), CS_INVALID_FUNCTION);
 
-    CsConfigInfo activate = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, id};
+    CsConfigInfo activate = config(CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, id);
     EXPECT(csConfig(dev, &activate), CS_SUCCESS);
-    CsConfigInfo bad_engine = {CS_CSF_ACTIVATE, 17, id};
+    CsConfigInfo bad_engine = config(CS_CSF_ACTIVATE, 17, id);
     EXPECT(csConfig(dev, &bad_engine), CS_INVALID_OPTION);
-    CsConfigInfo empty_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 63};
+    CsConfigInfo empty_slot = config(CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, 63);
     EXPECT(csConfig(dev, &empty_slot), CS_UNKNOWN_COMPUTE_FUNCTION);
-    CsConfigInfo no_slot = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, 1000000};
+    CsConfigInfo no_slot = config(CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, 1000000);
+    CsConfigInfo csee = config(CS_CSEE_ACTIVATE, 0, 0);
+    EXPECT(csConfig(dev, &csee), CS_UNSUPPORTED);
     EXPECT(csConfig(dev, &no_slot), CS_INVALID_ID);
     EXPECT(csConfig(dev, NULL), CS_INVALID_ARG);
 
     /* Compute, synchronously: keeps LO..=HI, r0 = 8 * kept. */
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0), CS_SUCCESS);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0), CS_SUCCESS);
     ASSERT(r0 == 8 * (HI - LO + 1));
     uint64_t kept[HI - LO + 1];
     CsCopyMemRequest get_kept = {CS_COPY_FROM_DEVICE, kept, {out, 0}, sizeof kept};
@@ -370,16 +452,107 @@ int main(int argc, char **argv)
     for (int i = 0; i < HI - LO + 1; i++)
         ASSERT(kept[i] == (uint64_t)(LO + i));
 
+    /* Host mappings (embedded and shm devices; tcp cannot map): writes through the
+     * mapping reach the device before a request, the device's changes reach the mapping
+     * after it. */
+    {
+        CS_MEM_HANDLE min = NULL, mout = NULL;
+        CS_MEM_PTR vin = NULL, vout = NULL;
+        CsMemFlags fill_ab = {0, CS_FDM_FILL, 0xab};
+        CS_STATUS ms = csAllocMem(dev, 64, &fill_ab, &min, &vin);
+        if (strncmp(uri, "tcp://", 6) == 0) {
+            EXPECT(ms, CS_COULD_NOT_MAP_MEMORY);
+            ASSERT(min == NULL && vin == NULL);
+        } else {
+            EXPECT(ms, CS_SUCCESS);
+            EXPECT(csAllocMem(dev, 64, NULL, &mout, &vout), CS_SUCCESS);
+            ASSERT(vin != NULL && vout != NULL);
+            unsigned char *bytes = vin;
+            ASSERT(bytes[0] == 0xab && bytes[63] == 0xab);
+            uint64_t *xin = vin, *xout = vout;
+            for (int i = 0; i < 8; i++)
+                xin[i] = 95 + 20 * (uint64_t)i; /* 115..195 are kept: 5 values */
+            CsComputeRequest *mreq = compute_request(dev, id, 4);
+            csHelperSetComputeArg(&mreq->Args[0], CS_AFDM_TYPE, min, (uint64_t)0);
+            csHelperSetComputeArg(&mreq->Args[1], CS_AFDM_TYPE, mout, (uint64_t)0);
+            csHelperSetComputeArg(&mreq->Args[2], CS_64BIT_VALUE_TYPE, (uint64_t)LO);
+            csHelperSetComputeArg(&mreq->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI);
+            uint64_t mr0 = 0;
+            EXPECT(csQueueComputeRequest(mreq, NULL, NULL, NULL, &mr0), CS_SUCCESS);
+            ASSERT(mr0 == 5 * 8);
+            ASSERT(xout[0] == 115 && xout[4] == 195);
+            /* Queued with a callback: the mapping holds the result once it has run. */
+            xin[0] = 100;
+            atomic_store(&callbacks, 0);
+            EXPECT(csQueueComputeRequest(mreq, &callbacks, on_done, NULL, NULL), CS_QUEUED);
+            wait_count(&callbacks, 1, __LINE__);
+            ASSERT(callback_status == CS_SUCCESS && callback_value == 6 * 8 && xout[0] == 100);
+            /* Copies and csInitMem are coherent with the mapping. */
+            uint64_t seen[8] = {0};
+            CsCopyMemRequest rd = {CS_COPY_FROM_DEVICE, seen, {min, 0}, sizeof seen};
+            EXPECT(csQueueCopyMemRequest(&rd, NULL, NULL, NULL, NULL, NULL), CS_SUCCESS);
+            ASSERT(seen[0] == 100 && seen[7] == 235);
+            uint64_t put_val = 4242;
+            CsCopyMemRequest wr = {CS_COPY_TO_DEVICE, &put_val, {min, 8}, 8};
+            EXPECT(csQueueCopyMemRequest(&wr, NULL, NULL, NULL, NULL, NULL), CS_SUCCESS);
+            ASSERT(xin[1] == 4242 && xin[0] == 100);
+            CsMemFlags zero = {0, CS_FDM_CLEAR, 0};
+            EXPECT(csInitMem(min, 16, 16, &zero), CS_SUCCESS);
+            ASSERT(xin[2] == 0 && xin[3] == 0 && xin[4] == 175 && xin[1] == 4242);
+            /* A mapping of a tcp-less device also crosses handles of the same device. */
+            free(mreq);
+            EXPECT(csFreeMem(min, NULL), CS_SUCCESS);
+            EXPECT(csFreeMem(mout, &zero), CS_SUCCESS);
+            EXPECT(csFreeMem(mout, NULL), CS_INVALID_HANDLE);
+        }
+    }
+
+    /* One device per process: a second open (and a CSE open) share the device. */
+    {
+        CS_DEV_HANDLE dev2 = NULL;
+        char alt[4096];
+        if (uri[0] == '/')
+            snprintf(alt, sizeof alt, "%s/.", uri); /* another spelling of the directory */
+        else
+            snprintf(alt, sizeof alt, "%s", uri);
+        EXPECT(csOpenCSx(alt, NULL, &dev2), CS_SUCCESS);
+        ASSERT(dev2 != NULL && dev2 != dev);
+        CsComputeRequest *r2 = compute_request(dev2, id, 4);
+        memcpy(r2->Args, req->Args, 4 * sizeof(CsComputeArg)); /* memory of the first handle */
+        uint64_t r2_r0 = 0;
+        EXPECT(csQueueComputeRequest(r2, NULL, NULL, NULL, &r2_r0), CS_SUCCESS);
+        ASSERT(r2_r0 == 8 * (HI - LO + 1));
+        unsigned int cse_len = 0;
+        EXPECT(csGetCSEFromCSx(dev, &cse_len, NULL), CS_SUCCESS);
+        char *cse_name = malloc(cse_len);
+        EXPECT(csGetCSEFromCSx(dev, &cse_len, cse_name), CS_SUCCESS);
+        CS_CSE_HANDLE cse = NULL;
+        EXPECT(csOpenCSE(cse_name, NULL, &cse), CS_SUCCESS);
+        r2->CSEHandle = cse; /* the v0.5 name of the same field */
+        EXPECT(csQueueComputeRequest(r2, NULL, NULL, NULL, &r2_r0), CS_SUCCESS);
+        CS_MEM_HANDLE mine = NULL;
+        EXPECT(csAllocMem(dev2, 8, NULL, &mine, NULL), CS_SUCCESS);
+        EXPECT(csCloseCSx(dev2), CS_SUCCESS); /* frees its memory, the device stays open */
+        EXPECT(csFreeMem(mine, NULL), CS_INVALID_HANDLE);
+        EXPECT(csCloseCSE(cse), CS_SUCCESS);
+        EXPECT(csCloseCSE(cse), CS_INVALID_HANDLE);
+        EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &r2_r0), CS_SUCCESS);
+        EXPECT(csQueueComputeRequest(r2, NULL, NULL, NULL, &r2_r0), CS_INVALID_HANDLE);
+        free(r2);
+        free(cse_name);
+    }
+
     /* With a callback: CS_QUEUED, the callback has the status and r0. */
+    atomic_store(&callbacks, 0);
     CS_REQ_HANDLE rh = (CS_REQ_HANDLE)1;
     uint64_t queued_r0 = 0;
-    EXPECT(csQueueComputeRequest(req, &callbacks, on_done, NULL, &rh, &queued_r0), CS_QUEUED);
+    EXPECT(csxQueueComputeRequest(req, &callbacks, on_done, NULL, &rh, &queued_r0), CS_QUEUED);
     ASSERT(rh != NULL);
     wait_count(&callbacks, 1, __LINE__);
     ASSERT(callback_status == CS_SUCCESS && callback_value == r0 && queued_r0 == r0);
     /* A synchronous request has no request handle. */
     rh = (CS_REQ_HANDLE)1;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, &rh, NULL), CS_SUCCESS);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, &rh, NULL), CS_SUCCESS);
     ASSERT(rh == NULL);
 
     /* With an event. */
@@ -387,43 +560,43 @@ int main(int argc, char **argv)
     EXPECT(csCreateEvent(&evt), CS_SUCCESS);
     void *ctx = NULL;
     EXPECT(csPollEvent(evt, &ctx), CS_NOT_DONE);
-    EXPECT(csQueueComputeRequest(req, &kept, NULL, evt, NULL, NULL), CS_QUEUED);
+    EXPECT(csxQueueComputeRequest(req, &kept, NULL, evt, NULL, NULL), CS_QUEUED);
     EXPECT(poll_event(evt, &ctx), CS_SUCCESS);
     ASSERT(ctx == &kept);
     EXPECT(csPollEvent(evt, NULL), CS_NOT_DONE);
     /* A failing request signals its failure to the event. */
     CsComputeRequest *stale = compute_request(dev, 63, 0);
-    EXPECT(csQueueComputeRequest(stale, NULL, NULL, evt, NULL, NULL), CS_QUEUED);
+    EXPECT(csxQueueComputeRequest(stale, NULL, NULL, evt, NULL, NULL), CS_QUEUED);
     EXPECT(poll_event(evt, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
-    ASSERT(strstr(csxGetLastError(), "csQueueComputeRequest") != NULL);
+    ASSERT(strstr(csxGetLastError(), "csxQueueComputeRequest") != NULL);
     EXPECT(csDeleteEvent(evt), CS_SUCCESS);
     EXPECT(csDeleteEvent(evt), CS_INVALID_EVENT);
     EXPECT(csPollEvent(evt, NULL), CS_INVALID_EVENT);
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, evt, NULL, NULL), CS_INVALID_EVENT);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, evt, NULL, NULL), CS_INVALID_EVENT);
     EXPECT(csCreateEvent(NULL), CS_INVALID_ARG);
 
     /* Bad compute requests. */
-    EXPECT(csQueueComputeRequest(NULL, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
+    EXPECT(csxQueueComputeRequest(NULL, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ARG);
     req->NumArgs = -1;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
-    req->NumArgs = CS_COMPUTE_ARGS_MAX + 1;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    req->NumArgs = CSX_COMPUTE_ARGS_MAX + 1;
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
     req->NumArgs = 4;
     req->Args[0].Type = 77;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_OPTION);
     req->Args[0].Type = CS_AFDM_TYPE;
     req->Args[0].u.DevMem.ByteOffset = N * 8 + 8;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
     req->Args[0].u.DevMem.ByteOffset = 0;
     req->CSFId = 1000000;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ID);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_ID);
     req->CSFId = id;
     /* A CSF's own error code is a value (r0), not a status: filter returns CSX_ENOSPC
      * when its output does not fit. */
     CS_MEM_HANDLE small_out = NULL;
     EXPECT(csAllocMem(dev, 8, NULL, &small_out, NULL), CS_SUCCESS);
     req->Args[1].u.DevMem.MemHandle = small_out;
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0), CS_SUCCESS);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, &r0), CS_SUCCESS);
     ASSERT((int64_t)r0 < 0); /* CSX_ENOSPC */
     req->Args[1].u.DevMem.MemHandle = out;
 
@@ -444,59 +617,76 @@ int main(int argc, char **argv)
         csHelperSetComputeArg(&breq->Args[3], CS_64BIT_VALUE_TYPE, (uint64_t)HI);
         CS_BATCH_HANDLE batch = NULL;
         EXPECT(csAllocBatchRequest(CS_BATCH_HYBRID, 4, &batch), CS_SUCCESS);
-        CS_BATCH_INDEX e_out = -5, e_cmp = -5, e_in = -5;
-        CsBatchRequest b_out = {CS_COPY_AFDM, &cout};
-        CsBatchRequest b_cmp = {CS_QUEUE_COMPUTE, breq};
-        CsBatchRequest b_in = {CS_COPY_AFDM, &cin};
-        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, &e_out), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(batch, &b_cmp, e_out, CS_BATCH_INDEX_NONE, &e_cmp), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(batch, &b_in, e_cmp, CS_BATCH_INDEX_NONE, &e_in), CS_SUCCESS);
+        CS_BATCH_INDEX e_out = 99, e_cmp = 99, e_in = 99;
+        size_t breq_len = sizeof(CsComputeRequest) + 3 * sizeof(CsComputeArg);
+        CsBatchRequest *pb_out = batch_entry(CS_COPY_AFDM, &cout, sizeof cout);
+        CsBatchRequest *pb_cmp = batch_entry(CS_QUEUE_COMPUTE, breq, breq_len);
+        CsBatchRequest *pb_in = batch_entry(CS_COPY_AFDM, &cin, sizeof cin);
+        CsBatchRequest b_out = *pb_out, b_in = *pb_in;
+        /* Entries are copied when added: scribbling over them afterwards changes nothing. */
+        EXPECT(csAddBatchEntry(batch, &b_out, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, &e_out), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, pb_cmp, e_out, CSX_BATCH_INDEX_NONE, &e_cmp), CS_SUCCESS);
+        memset(pb_cmp, 0xee, offsetof(CsBatchRequest, u) + breq_len);
+        EXPECT(csAddBatchEntry(batch, &b_in, e_cmp, CSX_BATCH_INDEX_NONE, &e_in), CS_SUCCESS);
         ASSERT(e_out == 0 && e_cmp == 1 && e_in == 2);
-        EXPECT(csAddBatchEntry(batch, &b_in, 7, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_ID);
-        CsBatchRequest b_bad = {9, &cin};
-        EXPECT(csAddBatchEntry(batch, &b_bad, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_OPTION);
-        CsBatchRequest b_null = {CS_COPY_AFDM, NULL};
-        EXPECT(csAddBatchEntry(batch, &b_null, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_INVALID_ARG);
+        EXPECT(csAddBatchEntry(batch, &b_in, 7, CSX_BATCH_INDEX_NONE, NULL), CS_INVALID_ID);
+        CsBatchRequest b_bad = b_in;
+        b_bad.ReqType = (CS_BATCH_REQ_TYPE)9;
+        EXPECT(csAddBatchEntry(batch, &b_bad, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_INVALID_OPTION);
+        EXPECT(csAddBatchEntry(batch, NULL, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_INVALID_ARG);
+        CsBatchRequest b_short = b_in;
+        b_short.reqLength = 12; /* shorter than the copy request it holds */
+        EXPECT(csAddBatchEntry(batch, &b_short, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_INVALID_LENGTH);
+        u32 ran32 = 0;
+        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, &ran32), CS_SUCCESS);
+        ASSERT(ran32 == 3);
+        ASSERT(got[0] == 150 && got[1] == 160 && got[2] == 170 && got[3] == 199);
+        memset(got, 0, sizeof got);
         uint64_t ran = 0;
-        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL, &ran), CS_SUCCESS);
+        EXPECT(csxQueueBatchRequest(batch, NULL, NULL, NULL, NULL, &ran), CS_SUCCESS);
         ASSERT(ran == 3);
         ASSERT(got[0] == 150 && got[1] == 160 && got[2] == 170 && got[3] == 199);
         /* With a callback. */
         atomic_store(&callbacks, 0);
-        EXPECT(csQueueBatchRequest(batch, &callbacks, on_done, NULL, NULL, NULL), CS_QUEUED);
+        EXPECT(csxQueueBatchRequest(batch, &callbacks, on_done, NULL, NULL, NULL), CS_QUEUED);
         wait_count(&callbacks, 1, __LINE__);
         ASSERT(callback_status == CS_SUCCESS && callback_value == 3);
         /* Full: MaxReqs 4 allows one more entry only. */
-        EXPECT(csAddBatchEntry(batch, &b_in, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(batch, &b_in, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_OUT_OF_RESOURCES);
+        EXPECT(csAddBatchEntry(batch, &b_in, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_in, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_OUT_OF_RESOURCES);
         EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
         EXPECT(csFreeBatchRequest(batch), CS_INVALID_HANDLE);
-        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+        EXPECT(csxQueueBatchRequest(batch, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
 
         /* A cycle: 0 -> 1 -> 2 -> 0 is refused before anything runs. */
         got[0] = 12345;
         EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, &batch), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(batch, &b_out, CS_BATCH_INDEX_NONE, 0, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_out, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(batch, &b_out, CSX_BATCH_INDEX_NONE, 0, NULL), CS_SUCCESS);
         EXPECT(csAddBatchEntry(batch, &b_out, 0, 1, NULL), CS_SUCCESS);
-        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL, &ran), CS_INVALID_ARG);
+        EXPECT(csxQueueBatchRequest(batch, NULL, NULL, NULL, NULL, &ran), CS_INVALID_ARG);
         ASSERT(got[0] == 12345);
         ASSERT(strstr(csxGetLastError(), "cycle") != NULL);
         EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
         /* A failing entry stops the batch and is its status. */
         EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, &batch), CS_SUCCESS);
         CsCopyMemRequest bad_copy = {CS_COPY_FROM_DEVICE, got, {bout, 0}, 4096};
-        CsBatchRequest b_fail = {CS_COPY_AFDM, &bad_copy};
-        EXPECT(csAddBatchEntry(batch, &b_fail, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
-        EXPECT(csQueueBatchRequest(batch, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+        CsBatchRequest *pb_fail = batch_entry(CS_COPY_AFDM, &bad_copy, sizeof bad_copy);
+        CsBatchRequest b_fail = *pb_fail;
+        free(pb_fail);
+        EXPECT(csAddBatchEntry(batch, &b_fail, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_SUCCESS);
+        EXPECT(csxQueueBatchRequest(batch, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
         EXPECT(csFreeBatchRequest(batch), CS_SUCCESS);
-        EXPECT(csAllocBatchRequest(7, 8, &batch), CS_INVALID_OPTION);
+        EXPECT(csAllocBatchRequest((CS_BATCH_MODE)7, 8, &batch), CS_INVALID_OPTION);
         EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 0, &batch), CS_INVALID_LENGTH);
-        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, CS_BATCH_ENTRIES_MAX + 1, &batch), CS_INVALID_LENGTH);
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, CSX_BATCH_ENTRIES_MAX + 1, &batch), CS_INVALID_LENGTH);
         EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 8, NULL), CS_INVALID_ARG);
         free(breq);
-        EXPECT(csFreeMem(bin), CS_SUCCESS);
-        EXPECT(csFreeMem(bout), CS_SUCCESS);
+        free(pb_out);
+        free(pb_cmp);
+        free(pb_in);
+        EXPECT(csFreeMem(bin, NULL), CS_SUCCESS);
+        EXPECT(csFreeMem(bout, NULL), CS_SUCCESS);
     }
 
     /* Properties, statistics, the CSF list. */
@@ -506,52 +696,96 @@ int main(int argc, char **argv)
         EXPECT(csQueryDeviceProperties(dev, &plen, &props), CS_INVALID_LENGTH);
         ASSERT(plen == (int)sizeof props);
         EXPECT(csQueryDeviceProperties(dev, &plen, &props), CS_SUCCESS);
-        ASSERT(strcmp(props.FriendlyName, uri) == 0 || strlen(uri) >= sizeof props.FriendlyName);
-        ASSERT(props.ProgramSlots == 64 && props.FDMSizeBytes == (16u << 20));
-        ASSERT(props.Flags & CS_FDM_IS_DEVICE_MANAGED);
-        ASSERT(!(props.Flags & CS_FDM_IS_HOST_VISIBLE));
+        ASSERT(strncmp(props.FriendlyName, uri, sizeof props.FriendlyName - 1) == 0);
+        ASSERT(props.FDMinMB == 16 && props.NumCSEs == 1);
+        ASSERT(props.Flags.FDMIsDeviceManaged == 1 && props.Flags.BatchRequestsSupported == 0);
+        ASSERT(props.Flags.FDMIsHostVisible == (strncmp(uri, "tcp://", 6) != 0));
+        ASSERT(props.CSE[0].NumBuiltinFunctions > 1 && props.CSE[0].MaxConcurrentFunctionInstances == 1);
         EXPECT(csQueryDeviceProperties(NULL, &plen, &props), CS_INVALID_HANDLE);
         EXPECT(csQueryDeviceProperties(dev, NULL, &props), CS_INVALID_ARG);
+        CsxDeviceInfo info;
+        EXPECT(csxQueryDeviceInfo(dev, &info), CS_SUCCESS);
+        ASSERT(info.ProgramSlots == 64 && info.FDMSizeBytes == (16u << 20) && strcmp(info.Uri, uri) == 0);
+        EXPECT(csxQueryDeviceInfo(dev, NULL), CS_INVALID_ARG);
+        CsCapabilities caps;
+        EXPECT(csQueryDeviceCapabilities(dev, &caps), CS_SUCCESS);
+        ASSERT(caps.Functions.Checksum == 0); /* no CSF is named so */
+        EXPECT(csQueryDeviceCapabilities(dev, NULL), CS_INVALID_ARG);
 
         CsStatsInfo stats;
         EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, &id, &stats), CS_SUCCESS);
-        ASSERT(stats.Executions >= 4 && stats.ProgramsActive == 1);
-        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_MEMORY, NULL, &stats), CS_SUCCESS);
-        ASSERT(stats.MemSizeBytes == (16u << 20) && stats.MemFreeBytes < stats.MemSizeBytes);
-        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_CSE, NULL, &stats), CS_SUCCESS);
-        ASSERT(stats.ProgramsLoaded == 1 && stats.ProgramsActive == 1);
+        ASSERT(stats.FunctionDetails.TotalExecutions >= 4);
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_CSx_MEM_USAGE, NULL, &stats), CS_SUCCESS);
+        ASSERT(stats.MemoryDetails.TotalAllocatedFDM > 0 &&
+               stats.MemoryDetails.TotalAllocatedFDM + stats.MemoryDetails.TotalFreeCSFM == (16u << 20));
+        EXPECT(csQueryDeviceStatistics(dev, CS_STAT_CSE_USAGE, NULL, &stats), CS_SUCCESS);
+        ASSERT(stats.CSEDetails.TotalFunctionExecutions >= 4);
         EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, NULL, &stats), CS_INVALID_ARG);
         CS_CSF_ID empty_id = 63;
         EXPECT(csQueryDeviceStatistics(dev, CS_STAT_FUNCTION, &empty_id, &stats), CS_UNKNOWN_COMPUTE_FUNCTION);
-        EXPECT(csQueryDeviceStatistics(dev, 99, NULL, &stats), CS_INVALID_OPTION);
+        EXPECT(csQueryDeviceStatistics(dev, (CS_STAT_TYPE)99, NULL, &stats), CS_INVALID_OPTION);
 
         int count = 0;
-        EXPECT(csQueryCSFList(dev, &count, NULL), CS_SUCCESS);
+        EXPECT(csxQueryCSFList(dev, &count, NULL), CS_SUCCESS);
         ASSERT(count > 1);
-        CsCSFInfo csfs[64];
+        CsxCSFInfo csfs[64];
         int one = 1;
-        EXPECT(csQueryCSFList(dev, &one, csfs), CS_INVALID_LENGTH);
+        EXPECT(csxQueryCSFList(dev, &one, csfs), CS_INVALID_LENGTH);
         int cap = 64;
-        EXPECT(csQueryCSFList(dev, &cap, csfs), CS_SUCCESS);
+        EXPECT(csxQueryCSFList(dev, &cap, csfs), CS_SUCCESS);
         ASSERT(cap == count);
         ASSERT(csfs[0].Downloadable == 1 && csfs[0].CSFId == id && strcmp(csfs[0].UniqueName, "filter") == 0);
         int builtins = 0;
         for (int i = 1; i < cap; i++) {
             if (!csfs[i].Downloadable) {
                 builtins++;
-                ASSERT(csfs[i].CSFId >= CS_BUILTIN_CSF_BASE);
+                ASSERT(csfs[i].CSFId >= CSX_BUILTIN_CSF_BASE);
             }
         }
         ASSERT(builtins == cap - 1);
         CsComputeRequest *builtin = compute_request(dev, csfs[1].CSFId, 0);
-        EXPECT(csQueueComputeRequest(builtin, NULL, NULL, NULL, NULL, NULL), CS_UNSUPPORTED);
+        EXPECT(csQueueComputeRequest(builtin, NULL, NULL, NULL, NULL), CS_UNSUPPORTED);
         free(builtin);
+        /* The spec's list, by device name: the same CSFs, GlobalId = the CSF id. */
+        int blen = 0, bcount = 0;
+        EXPECT(csQueryCSFList(uri[0] == '/' ? uri : uri, &blen, &bcount, NULL), CS_SUCCESS);
+        ASSERT(bcount == count && blen == count * (int)sizeof(CSFUniqueId));
+        CSFUniqueId *ids = calloc((size_t)count, sizeof *ids);
+        EXPECT(csQueryCSFList(uri, &blen, &bcount, ids), CS_SUCCESS);
+        ASSERT(strcmp(ids[0].UniqueName, "filter") == 0 && ids[0].GlobalId == id);
+        blen = 3;
+        EXPECT(csQueryCSFList(uri, &blen, &bcount, ids), CS_INVALID_LENGTH);
+        free(ids);
+        int flen = 0;
+        EXPECT(csQueryFunctionList((char *)uri, &flen, NULL), CS_SUCCESS);
+        char *funcs = malloc((size_t)flen);
+        EXPECT(csQueryFunctionList((char *)uri, &flen, funcs), CS_SUCCESS);
+        ASSERT(strncmp(funcs, "filter,", 7) == 0);
+        free(funcs);
+        /* The CSE list: this device holds "filter", no device holds "nope". */
+        int clen = 0;
+        EXPECT(csQueryCSEList("filter", &clen, NULL), CS_SUCCESS);
+        ASSERT(clen > 1);
+        EXPECT(csQueryCSEList("nope", &clen, NULL), CS_SUCCESS);
+        ASSERT(clen == 1); /* the empty list */
+        int slen = 0;
+        EXPECT(csQueryLibrarySupport(CS_FILE_SYSTEMS_SUPPORTED, &slen, NULL), CS_SUCCESS);
+        ASSERT(slen == 4);
+        EXPECT(csQueryLibrarySupport((CS_LIBRARY_SUPPORT)9, &slen, NULL), CS_INVALID_OPTION);
+        /* What csx does not provide answers CS_UNSUPPORTED. */
+        CS_STREAM_HANDLE stream = 0;
+        EXPECT(csAllocStream(dev, CS_STREAM_COMPUTE_TYPE, &stream), CS_UNSUPPORTED);
+        EXPECT(csAllocStream(NULL, CS_STREAM_COMPUTE_TYPE, &stream), CS_INVALID_HANDLE);
+        EXPECT(csRegisterNotify((char *)uri, 0, NULL), CS_UNSUPPORTED);
+        EXPECT(csStopFunction(id), CS_UNSUPPORTED);
+        EXPECT(csAbortCSE(dev), CS_UNSUPPORTED);
+        EXPECT(csSetDeviceCapability(dev, CS_CAPABILITY_CSx_TEMP, NULL), CS_UNSUPPORTED);
     }
 
     /* csGetCSxFromPath: a path in a state directory names its device. */
     {
         char name[4096];
-        int nlen = sizeof name;
+        unsigned int nlen = sizeof name;
         if (uri[0] == '/') {
             char inner[4096];
             snprintf(inner, sizeof inner, "%s/device.json", uri);
@@ -564,7 +798,7 @@ int main(int argc, char **argv)
             nlen = sizeof name;
             EXPECT(csGetCSxFromPath(argv[3], &nlen, name), CS_SUCCESS);
             ASSERT(strcmp(name, uri) == 0);
-            ASSERT(nlen == (int)strlen(uri) + 1);
+            ASSERT(nlen == strlen(uri) + 1);
             CS_DEV_HANDLE found_dev = NULL;
             EXPECT(csOpenCSx(name, NULL, &found_dev), CS_SUCCESS);
             EXPECT(csCloseCSx(found_dev), CS_SUCCESS);
@@ -587,7 +821,7 @@ int main(int argc, char **argv)
             vals[i] = 1000 + (uint64_t)i;
             puts[i] = (CsCopyMemRequest){CS_COPY_TO_DEVICE, &vals[i], {slots, (uint64_t)i * 8}, 8};
             if (i % 4 == 3) /* computes in between: the filter */
-                EXPECT(csQueueComputeRequest(req, (void *)(uintptr_t)i, on_ordered, NULL, NULL, NULL), CS_QUEUED);
+                EXPECT(csxQueueComputeRequest(req, (void *)(uintptr_t)i, on_ordered, NULL, NULL, NULL), CS_QUEUED);
             else
                 EXPECT(csQueueCopyMemRequest(&puts[i], (void *)(uintptr_t)i, on_ordered, NULL, NULL, &moved_each[i]), CS_QUEUED);
         }
@@ -603,14 +837,14 @@ int main(int argc, char **argv)
         EXPECT(csQueueCopyMemRequest(&get_vals, NULL, NULL, NULL, NULL, NULL), CS_SUCCESS);
         for (int i = 0; i < ORDERED; i++)
             ASSERT(i % 4 == 3 || back_vals[i] == 1000 + (uint64_t)i);
-        EXPECT(csFreeMem(slots), CS_SUCCESS);
+        EXPECT(csFreeMem(slots, NULL), CS_SUCCESS);
     }
 
     /* Aborts. The loop gets the most fuel and a 60 s limit: only an abort ends it soon. */
-    CsDownloadInfo spin_dl = {CS_BPF_PROGRAM, CS_BPF_RAW, CS_ANY_INDEX, 0, sizeof SPIN, SPIN, NULL};
+    CsCSFDownloadInfo spin_dl = csf_info(CSX_BPF_RAW, (uint32_t)CSX_ANY_INDEX, 0, sizeof SPIN, SPIN);
     CS_CSF_ID spin = 0;
-    EXPECT(csDownload(dev, &spin_dl, &spin), CS_SUCCESS);
-    CsConfigInfo spin_on = {CS_CSF_ACTIVATE, CS_ENGINE_DEFAULT, spin};
+    EXPECT(csCSFDownload(dev, &spin_dl, &spin), CS_SUCCESS);
+    CsConfigInfo spin_on = config(CS_CSF_ACTIVATE, CSX_ENGINE_DEFAULT, spin);
     EXPECT(csConfig(dev, &spin_on), CS_SUCCESS);
     EXPECT(csxSetComputeLimits(dev, UINT64_C(1) << 40, 60000), CS_SUCCESS);
     EXPECT(csxSetComputeLimits(dev, (UINT64_C(1) << 40) + 1, 0), CS_INVALID_LENGTH);
@@ -618,12 +852,12 @@ int main(int argc, char **argv)
     EXPECT(csxSetComputeLimits(NULL, 0, 0), CS_INVALID_HANDLE);
     CsComputeRequest *spin_req = compute_request(dev, spin, 0);
     {
-        /* A running loop: aborted, it completes with CS_ABORTED long before its limit. */
+        /* A running loop: aborted, it completes with CSX_ABORTED long before its limit. */
         atomic_store(&callbacks, 0);
         CS_REQ_HANDLE running = NULL, behind = NULL;
         uint64_t spin_r0 = 777;
         double t0 = now_s();
-        EXPECT(csQueueComputeRequest(spin_req, &callbacks, on_done, NULL, &running, &spin_r0), CS_QUEUED);
+        EXPECT(csxQueueComputeRequest(spin_req, &callbacks, on_done, NULL, &running, &spin_r0), CS_QUEUED);
         /* A request queued behind it is still queued: aborted, it never runs. */
         unsigned char untouched[8] = {0};
         CS_MEM_HANDLE scratch = NULL;
@@ -638,11 +872,11 @@ int main(int argc, char **argv)
         EXPECT(csAbortRequest(running), CS_SUCCESS);
         wait_count(&callbacks, 1, __LINE__);
         double took = now_s() - t0;
-        EXPECT(callback_status, CS_ABORTED);
+        EXPECT(callback_status, CSX_ABORTED);
         ASSERT(spin_r0 == 777); /* no completion value for a failed request */
         ASSERT(took < 30.0); /* the 60 s time limit did not end it */
         wait_count(&ordered, 1, __LINE__);
-        ASSERT(order[0] == 7 && order_status[0] == CS_ABORTED);
+        ASSERT(order[0] == 7 && order_status[0] == CSX_ABORTED);
         EXPECT(csAbortRequest(running), CS_INVALID_HANDLE); /* double abort */
         ASSERT(strstr(csxGetLastError(), "not in flight") != NULL);
 
@@ -659,77 +893,79 @@ int main(int argc, char **argv)
         CS_EVT_HANDLE spin_evt = NULL;
         EXPECT(csCreateEvent(&spin_evt), CS_SUCCESS);
         CS_REQ_HANDLE evented = NULL;
-        EXPECT(csQueueComputeRequest(spin_req, NULL, NULL, spin_evt, &evented, NULL), CS_QUEUED);
+        EXPECT(csxQueueComputeRequest(spin_req, NULL, NULL, spin_evt, &evented, NULL), CS_QUEUED);
         EXPECT(csPollEvent(spin_evt, NULL), CS_NOT_DONE);
         EXPECT(csAbortRequest(evented), CS_SUCCESS);
-        EXPECT(poll_event(spin_evt, NULL), CS_ABORTED);
+        EXPECT(poll_event(spin_evt, NULL), CSX_ABORTED);
         EXPECT(csDeleteEvent(spin_evt), CS_SUCCESS);
 
         /* A batch: loop, then a copy. Aborted, the copy never runs. */
         CS_BATCH_HANDLE sb = NULL;
         EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 2, &sb), CS_SUCCESS);
-        CsBatchRequest e_spin = {CS_QUEUE_COMPUTE, spin_req};
+        CsBatchRequest *e_spin = batch_entry(CS_QUEUE_COMPUTE, spin_req, sizeof(CsComputeRequest));
         unsigned char marker[8] = {9, 9, 9, 9, 9, 9, 9, 9};
         CsCopyMemRequest put_marker = {CS_COPY_TO_DEVICE, marker, {scratch, 0}, 8};
-        CsBatchRequest e_put = {CS_COPY_AFDM, &put_marker};
-        CS_BATCH_INDEX first = -1;
-        EXPECT(csAddBatchEntry(sb, &e_spin, CS_BATCH_INDEX_NONE, CS_BATCH_INDEX_NONE, &first), CS_SUCCESS);
-        EXPECT(csAddBatchEntry(sb, &e_put, CS_BATCH_INDEX_NONE, first, NULL), CS_SUCCESS);
+        CsBatchRequest *e_put = batch_entry(CS_COPY_AFDM, &put_marker, sizeof put_marker);
+        CS_BATCH_INDEX first = 99;
+        EXPECT(csAddBatchEntry(sb, e_spin, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, &first), CS_SUCCESS);
+        EXPECT(csAddBatchEntry(sb, e_put, CSX_BATCH_INDEX_NONE, first, NULL), CS_SUCCESS);
+        free(e_spin);
+        free(e_put);
         CS_REQ_HANDLE batch_req = NULL;
         uint64_t batch_done = 555;
-        EXPECT(csQueueBatchRequest(sb, &callbacks, on_done, NULL, &batch_req, &batch_done), CS_QUEUED);
+        EXPECT(csxQueueBatchRequest(sb, &callbacks, on_done, NULL, &batch_req, &batch_done), CS_QUEUED);
         sleep_ms(200);
         EXPECT(csAbortRequest(batch_req), CS_SUCCESS);
         wait_count(&callbacks, 3, __LINE__);
-        EXPECT(callback_status, CS_ABORTED);
+        EXPECT(callback_status, CSX_ABORTED);
         ASSERT(batch_done == 555);
         unsigned char check[8] = {1};
         CsCopyMemRequest get_check = {CS_COPY_FROM_DEVICE, check, {scratch, 0}, 8};
         EXPECT(csQueueCopyMemRequest(&get_check, NULL, NULL, NULL, NULL, NULL), CS_SUCCESS);
         ASSERT(memcmp(check, untouched, 8) == 0); /* neither aborted copy ran */
         EXPECT(csFreeBatchRequest(sb), CS_SUCCESS);
-        EXPECT(csFreeMem(scratch), CS_SUCCESS);
+        EXPECT(csFreeMem(scratch, NULL), CS_SUCCESS);
     }
     EXPECT(csxSetComputeLimits(dev, 0, 0), CS_SUCCESS);
 
     /* Deactivate, unload, then the id is unknown. */
-    CsConfigInfo deactivate = {CS_CSF_DEACTIVATE, 0, id};
+    CsConfigInfo deactivate = config((CS_CONFIG_TYPE)CSX_CSF_DEACTIVATE, 0, id);
     EXPECT(csConfig(dev, &deactivate), CS_SUCCESS);
-    CsDownloadInfo unload = {CS_BPF_PROGRAM, CS_BPF_ELF, (int32_t)id, 1, 0, NULL, NULL};
-    EXPECT(csDownload(dev, &unload, NULL), CS_SUCCESS);
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
-    EXPECT(csGetCSFId(dev, "filter", &found), CS_INVALID_FUNCTION_NAME);
+    CsCSFDownloadInfo unload = csf_info(CSX_BPF_ELF, id, 1, 0, NULL);
+    EXPECT(csCSFDownload(dev, &unload, NULL), CS_SUCCESS);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_UNKNOWN_COMPUTE_FUNCTION);
+    EXPECT(find_id(dev, "filter", &found), CS_INVALID_FUNCTION_NAME);
 
     /* Close with requests in flight: the loop is aborted, the requests behind it never
      * run, and every callback has returned when csCloseCSx returns. */
     EXPECT(csxSetComputeLimits(dev, UINT64_C(1) << 40, 60000), CS_SUCCESS);
     atomic_store(&ordered, 0);
-    EXPECT(csQueueComputeRequest(spin_req, (void *)(uintptr_t)0, on_ordered, NULL, NULL, NULL), CS_QUEUED);
+    EXPECT(csxQueueComputeRequest(spin_req, (void *)(uintptr_t)0, on_ordered, NULL, NULL, NULL), CS_QUEUED);
     for (uintptr_t i = 1; i < 4; i++)
-        EXPECT(csQueueComputeRequest(spin_req, (void *)i, on_ordered, NULL, NULL, NULL), CS_QUEUED);
+        EXPECT(csxQueueComputeRequest(spin_req, (void *)i, on_ordered, NULL, NULL, NULL), CS_QUEUED);
     sleep_ms(100);
     /* Close: every handle of the device becomes invalid. */
     EXPECT(csCloseCSx(dev), CS_SUCCESS);
     ASSERT(atomic_load(&ordered) == 4);
     for (int i = 0; i < 4 && i < atomic_load(&ordered); i++)
-        ASSERT(order[i] == (uintptr_t)i && order_status[i] == CS_ABORTED);
+        ASSERT(order[i] == (uintptr_t)i && order_status[i] == CSX_ABORTED);
     /* The device serves again after that: the loop's slot is emptied (a daemon keeps it). */
     CS_DEV_HANDLE again = NULL;
     EXPECT(csOpenCSx(uri, NULL, &again), CS_SUCCESS);
     CsStatsInfo spin_stats;
     CS_STATUS kept_slot = csQueryDeviceStatistics(again, CS_STAT_FUNCTION, &spin, &spin_stats);
     if (kept_slot == CS_SUCCESS) { /* a daemon keeps its programs; an embedded device not */
-        CsConfigInfo spin_off = {CS_CSF_DEACTIVATE, 0, spin};
+        CsConfigInfo spin_off = config((CS_CONFIG_TYPE)CSX_CSF_DEACTIVATE, 0, spin);
         EXPECT(csConfig(again, &spin_off), CS_SUCCESS);
-        CsDownloadInfo spin_unload = {CS_BPF_PROGRAM, CS_BPF_RAW, (int32_t)spin, 1, 0, NULL, NULL};
-        EXPECT(csDownload(again, &spin_unload, NULL), CS_SUCCESS);
+        CsCSFDownloadInfo spin_unload = csf_info(CSX_BPF_RAW, spin, 1, 0, NULL);
+        EXPECT(csCSFDownload(again, &spin_unload, NULL), CS_SUCCESS);
     } else {
         EXPECT(kept_slot, CS_UNKNOWN_COMPUTE_FUNCTION);
     }
     EXPECT(csCloseCSx(again), CS_SUCCESS);
     EXPECT(csCloseCSx(dev), CS_INVALID_HANDLE);
-    EXPECT(csFreeMem(in), CS_INVALID_HANDLE);
-    EXPECT(csQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+    EXPECT(csFreeMem(in, NULL), CS_INVALID_HANDLE);
+    EXPECT(csxQueueComputeRequest(req, NULL, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
 
     free(req);
     free(spin_req);
