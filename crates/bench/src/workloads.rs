@@ -39,8 +39,7 @@ use csx_host::Device;
 use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::{
-    read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Runner, Shape, Workload,
-    WORKLOADS,
+    read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Runner, Shape, Workload, WORKLOADS,
 };
 
 use super::plot::BarChart;

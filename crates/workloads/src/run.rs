@@ -49,7 +49,7 @@ pub enum RunError {
     Session {
         program: String,
         step: &'static str,
-        source: SessionError,
+        source: Box<SessionError>,
     },
 }
 
@@ -175,7 +175,7 @@ fn failed<'a>(program: &'a str, step: &'static str) -> impl FnOnce(SessionError)
         other => RunError::Session {
             program: program.to_string(),
             step,
-            source: other,
+            source: Box::new(other),
         },
     }
 }
