@@ -504,7 +504,10 @@ fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
             g.data.len()
         );
     }
-    print!("{}", name_calls(&csx_ebpf::disasm::disassemble(&program.insns), &functions));
+    print!(
+        "{}",
+        name_calls(&csx_ebpf::disasm::disassemble(&program.insns), &functions)
+    );
     Ok(exit::SUCCESS)
 }
 

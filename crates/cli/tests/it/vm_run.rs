@@ -269,11 +269,9 @@ fn mem_file_reads_at_most_one_region() {
         .unwrap();
     let limit = csx_ebpf::limits::REGION_SIZE_MAX.to_string();
     for file in [big.to_str().unwrap(), "/dev/zero"] {
-        let script = format!(
-            "ulimit -v 6000000; exec \"$0\" vm run \"$1\" --mem-file \"$2\""
-        );
+        let script = "ulimit -v 6000000; exec \"$0\" vm run \"$1\" --mem-file \"$2\"";
         let out = std::process::Command::new("sh")
-            .args(["-c", &script, env!("CARGO_BIN_EXE_csx")])
+            .args(["-c", script, env!("CARGO_BIN_EXE_csx")])
             .arg(&prog)
             .arg(file)
             .output()
@@ -294,7 +292,10 @@ fn repeat_stops_at_the_first_trap() {
     let dir = tempfile::tempdir().expect("temp dir");
     let prog = write(dir.path(), "spin.bin", SPIN);
     let start = std::time::Instant::now();
-    let out = vm(&["run", "--repeat", "1000000", "--fuel", "100000", "--json"], &prog);
+    let out = vm(
+        &["run", "--repeat", "1000000", "--fuel", "100000", "--json"],
+        &prog,
+    );
     assert_eq!(out.status.code(), Some(EXIT_TRAP), "{}", stderr(&out));
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -315,11 +316,7 @@ fn disasm_names_device_functions() {
     .unwrap();
     let obj = dir.path().join("helpers.o");
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/include");
-    let object = tools::compile_bpf(
-        tools::clang(),
-        &src,
-        [format!("-I{}", include.display())],
-    );
+    let object = tools::compile_bpf(tools::clang(), &src, [format!("-I{}", include.display())]);
     std::fs::write(&obj, object).unwrap();
     let out = vm(&["disasm"], &obj);
     assert!(out.status.success(), "{}", stderr(&out));
