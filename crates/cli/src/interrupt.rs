@@ -30,19 +30,28 @@ pub struct Interrupt {
 }
 
 impl Interrupt {
-    /// Takes over SIGINT for the rest of the process.
+    /// Takes over SIGINT, SIGTERM and SIGHUP (a `timeout`, a closed terminal) for the
+    /// rest of the process: each stops what the command started on the device as Ctrl-C
+    /// does. This only makes the ending tidier and quicker: the device unloads a
+    /// command's programs and frees its memory when its connection goes, however the
+    /// process ends (SIGKILL included).
     pub fn install() -> anyhow::Result<Interrupt> {
         let pressed = Arc::new(AtomicBool::new(false));
-        let sigint = signal_hook::consts::SIGINT;
-        // Runs before the flag is set: only a second Ctrl-C finds it set.
-        signal_hook::flag::register_conditional_shutdown(
-            sigint,
-            i32::from(exit::INTERRUPTED),
-            Arc::clone(&pressed),
-        )
-        .context("cannot install the Ctrl-C handler")?;
-        signal_hook::flag::register(sigint, Arc::clone(&pressed))
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            // Runs before the flag is set: only a second signal finds it set.
+            signal_hook::flag::register_conditional_shutdown(
+                signal,
+                i32::from(exit::INTERRUPTED),
+                Arc::clone(&pressed),
+            )
             .context("cannot install the Ctrl-C handler")?;
+            signal_hook::flag::register(signal, Arc::clone(&pressed))
+                .context("cannot install the Ctrl-C handler")?;
+        }
         Ok(Interrupt { pressed })
     }
 

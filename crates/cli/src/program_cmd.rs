@@ -144,7 +144,8 @@ fn info_json(p: &ProgramInfo) -> serde_json::Value {
 
 fn load(dev: &Device, a: &LoadArgs) -> anyhow::Result<u8> {
     validate_program_name(&a.name).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let image = std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let image =
+        std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
     if let Some(p) = dev
         .programs()
         .context("cannot list programs")?
@@ -238,7 +239,11 @@ fn resolve(programs: &[ProgramInfo], target: &str) -> anyhow::Result<ProgramInde
         let slots: Vec<String> = programs.iter().map(|p| p.pind.0.to_string()).collect();
         bail!(
             "slot {slot} holds no program; the occupied slots are: {}",
-            if slots.is_empty() { "none".into() } else { slots.join(", ") }
+            if slots.is_empty() {
+                "none".into()
+            } else {
+                slots.join(", ")
+            }
         );
     }
     if let Some(p) = programs
@@ -254,7 +259,11 @@ fn resolve(programs: &[ProgramInfo], target: &str) -> anyhow::Result<ProgramInde
     bail!(
         "no program is named {:?}; the named programs are: {}",
         target.chars().take(80).collect::<String>(),
-        if names.is_empty() { "none".into() } else { names.join(", ") }
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
     )
 }
 

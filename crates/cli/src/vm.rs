@@ -268,24 +268,41 @@ fn check_memory_size(label: &str, memory: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads a memory file, at most what one region can map: a longer file (or an endless
-/// one, such as /dev/zero) is refused once one byte past the limit is read, naming it.
+/// Reads a memory file, at most what one region can map: a longer file is refused
+/// from its size, and one whose size is not known (a pipe, /dev/zero) once one byte
+/// past the limit is read, naming the limit either way.
 fn read_memory_file(path: &Path) -> anyhow::Result<Vec<u8>> {
+    read_bounded(path, csx_ebpf::limits::REGION_SIZE_MAX)
+}
+
+fn read_bounded(path: &Path, limit: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::Read as _;
-    let limit = csx_ebpf::limits::REGION_SIZE_MAX;
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("reading memory file {}", path.display()))?;
-    let mut memory = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut memory)
-        .with_context(|| format!("reading memory file {}", path.display()))?;
-    if memory.len() as u64 > limit {
-        bail!(
+    let context = || format!("reading memory file {}", path.display());
+    let too_big = || {
+        anyhow::anyhow!(
             "memory file {} has more than {limit} bytes, the most the VM maps in one region",
             path.display()
-        );
+        )
+    };
+    let mut file = std::fs::File::open(path).with_context(context)?;
+    let meta = file.metadata().with_context(context)?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(too_big());
     }
-    Ok(memory)
+    let mut memory = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(memory),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).with_context(context),
+        };
+        if memory.len() as u64 + n as u64 > limit {
+            return Err(too_big());
+        }
+        memory.extend_from_slice(&buf[..n]);
+    }
 }
 
 fn read_file(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
@@ -487,7 +504,10 @@ fn disasm(args: DisasmArgs) -> anyhow::Result<u8> {
             g.data.len()
         );
     }
-    print!("{}", name_calls(&csx_ebpf::disasm::disassemble(&program.insns), &functions));
+    print!(
+        "{}",
+        name_calls(&csx_ebpf::disasm::disassemble(&program.insns), &functions)
+    );
     Ok(exit::SUCCESS)
 }
 

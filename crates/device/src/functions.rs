@@ -1338,7 +1338,11 @@ mod tests {
         let len = 3 * STOP_CHECK_BYTES + 123;
         let total = len + 2 * STOP_CHECK_BYTES;
         let pattern: Vec<u8> = (0..total).map(|i| (i * 7 + i / 251) as u8).collect();
-        for (dst, src) in [(0usize, STOP_CHECK_BYTES + 5), (STOP_CHECK_BYTES + 5, 0), (9, 9)] {
+        for (dst, src) in [
+            (0usize, STOP_CHECK_BYTES + 5),
+            (STOP_CHECK_BYTES + 5, 0),
+            (9, 9),
+        ] {
             let mut mem_bytes = pattern.clone();
             let mut expect = pattern.clone();
             expect.copy_within(src..src + len, dst);
@@ -1349,8 +1353,10 @@ mod tests {
             let flag = StopFlag::new();
             let mut ctx = CallContext::without_files(Instant::now()).with_stop(&flag);
             let args = [base + dst as u64, base + src as u64, len as u64, 0, 0];
-            assert_eq!(ctx.call(ids::CSX_MEMCPY, args, &mut map).unwrap(), len as u64);
-            drop(map);
+            assert_eq!(
+                ctx.call(ids::CSX_MEMCPY, args, &mut map).unwrap(),
+                len as u64
+            );
             assert!(mem_bytes == expect, "dst {dst} src {src}");
         }
         let mut mem_bytes = vec![0u8; len];
@@ -1371,7 +1377,6 @@ mod tests {
             let e = ctx.call(id, args, &mut map).unwrap_err();
             assert_eq!(e.code, STOPPED_IN_FUNCTION, "function {id}");
         }
-        drop(map);
         // memset stopped before its first piece.
         assert!(mem_bytes.iter().all(|&b| b == 0));
     }

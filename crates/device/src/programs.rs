@@ -1242,8 +1242,16 @@ mod tests {
         let table = Arc::new(FunctionTable::new());
         let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
         for pind in [2, 5, 6, 7] {
-            p.load_chunk(C1, ProgramIndex(pind), ProgramType::Raw, 16, 0, &ret42(), None)
-                .unwrap();
+            p.load_chunk(
+                C1,
+                ProgramIndex(pind),
+                ProgramType::Raw,
+                16,
+                0,
+                &ret42(),
+                None,
+            )
+            .unwrap();
         }
         p.activate(ProgramIndex(2), EngineKind::Interpreter)
             .unwrap();
@@ -1284,8 +1292,16 @@ mod tests {
     fn programs_go_with_their_owner_unless_persistent() {
         let p = programs();
         for pind in [1, 2, 3] {
-            p.load_chunk(C1, ProgramIndex(pind), ProgramType::Raw, 16, 0, &ret42(), None)
-                .unwrap();
+            p.load_chunk(
+                C1,
+                ProgramIndex(pind),
+                ProgramType::Raw,
+                16,
+                0,
+                &ret42(),
+                None,
+            )
+            .unwrap();
             p.activate(ProgramIndex(pind), EngineKind::Interpreter)
                 .unwrap();
         }
@@ -1295,7 +1311,13 @@ mod tests {
         assert_eq!(e.status(), Status::ProgramInUse);
         p.persist_as(C1, ProgramIndex(3), "x").unwrap();
         let e = p.persist_as(C2, ProgramIndex(4), "x").unwrap_err();
-        assert_eq!(e, ProgramError::NameTaken { name: "x".into(), pind: 3 });
+        assert_eq!(
+            e,
+            ProgramError::NameTaken {
+                name: "x".into(),
+                pind: 3
+            }
+        );
         let ticket = p.begin_run(ProgramIndex(2)).unwrap();
         assert_eq!(p.release_client(C1), 2, "slots 1 and 2; 3 is persistent");
         let left: Vec<u16> = p.list().iter().map(|i| i.pind.0).collect();
@@ -1339,7 +1361,12 @@ mod tests {
         let list = p.list();
         assert_eq!(list.len(), 1);
         assert_eq!(
-            (list[0].pind.0, list[0].state, list[0].persistent.as_deref(), list[0].owner),
+            (
+                list[0].pind.0,
+                list[0].state,
+                list[0].persistent.as_deref(),
+                list[0].owner
+            ),
             (7, ProgramState::Loaded, Some("slot7"), None)
         );
         let record: SlotRecord =

@@ -15,8 +15,8 @@ pub mod wire;
 
 pub use abi::{errno, ABI_VERSION};
 pub use command::{
-    validate_dir, validate_path, validate_program_name, Command, CopySource, EngineKind, FieldError, MemRange, Op,
-    ProgramType, Windows, WriteMode,
+    validate_dir, validate_path, validate_program_name, Command, CopySource, EngineKind,
+    FieldError, MemRange, Op, ProgramType, Windows, WriteMode,
 };
 pub use completion::{
     Completion, DeviceInfo, DirEntryInfo, EntryKind, ErrorDetail, ExecuteInfo, ExtentInfo,

@@ -1414,10 +1414,7 @@ fn decode_program_info(r: &mut Reader<'_>) -> Result<ProgramInfo, WireError> {
             c => Some(ClientId(c)),
         },
         persistent: if r.bool("persistent")? {
-            Some(r.str(
-                "persistent name",
-                crate::command::PROGRAM_NAME_SIZE_MAX,
-            )?)
+            Some(r.str("persistent name", crate::command::PROGRAM_NAME_SIZE_MAX)?)
         } else {
             None
         },

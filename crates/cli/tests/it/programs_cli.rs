@@ -99,7 +99,10 @@ fn killed_clients_leave_no_program_and_named_programs_stay() {
         .iter()
         .filter(|p| p["active"] == true && p["persistent"] == false && !p["owner"].is_null())
         .count();
-    assert_eq!(active, 30, "each client's program is active and owned by it");
+    assert_eq!(
+        active, 30,
+        "each client's program is active and owned by it"
+    );
     clients.into_iter().for_each(kill9);
     wait_for_slots(&uris[1], 0);
     // Executions still work (none of the 32 activations is held).
@@ -109,11 +112,22 @@ fn killed_clients_leave_no_program_and_named_programs_stay() {
     // A program loaded by name stays: it outlives this command and a daemon SIGKILL.
     let loaded = json(run(
         &uris[1],
-        &["program", "load", "keep", ret42.to_str().unwrap(), "--engine", "interp", "--json"],
+        &[
+            "program",
+            "load",
+            "keep",
+            ret42.to_str().unwrap(),
+            "--engine",
+            "interp",
+            "--json",
+        ],
     ));
     assert_eq!(loaded["name"], "keep");
     // The same name again is refused, naming the slot that holds it.
-    let again = run(&uris[0], &["program", "load", "keep", spin.to_str().unwrap()]);
+    let again = run(
+        &uris[0],
+        &["program", "load", "keep", spin.to_str().unwrap()],
+    );
     assert!(!again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("already loaded in slot"), "{err}");
@@ -123,8 +137,18 @@ fn killed_clients_leave_no_program_and_named_programs_stay() {
     let list = programs(&uris[0]);
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(
-        (&list[0]["name"], &list[0]["persistent"], &list[0]["state"], &list[0]["engine"]),
-        (&Value::from("keep"), &Value::from(true), &Value::from("active"), &Value::from("interp"))
+        (
+            &list[0]["name"],
+            &list[0]["persistent"],
+            &list[0]["state"],
+            &list[0]["engine"]
+        ),
+        (
+            &Value::from("keep"),
+            &Value::from(true),
+            &Value::from("active"),
+            &Value::from("interp")
+        )
     );
     daemon.kill9();
 
@@ -159,7 +183,17 @@ fn time_limit_and_fuel_exit_alike() {
     std::fs::write(&spin, SPIN).unwrap();
     let dir = state.to_str().unwrap();
     let spin = spin.to_str().unwrap();
-    let by_time = run(dir, &["exec", spin, "--time-limit-ms", "50", "--fuel", "1099511627776"]);
+    let by_time = run(
+        dir,
+        &[
+            "exec",
+            spin,
+            "--time-limit-ms",
+            "50",
+            "--fuel",
+            "1099511627776",
+        ],
+    );
     let by_fuel = run(dir, &["exec", spin, "--fuel", "1000"]);
     assert_eq!(by_time.status.code(), Some(3), "{by_time:?}");
     assert_eq!(by_fuel.status.code(), Some(3), "{by_fuel:?}");
@@ -168,5 +202,8 @@ fn time_limit_and_fuel_exit_alike() {
     // A value below the minimum says so.
     let zero = run(dir, &["exec", spin, "--time-limit-ms", "0"]);
     let err = String::from_utf8_lossy(&zero.stderr);
-    assert!(err.contains("time limit of 0 ms, must be 1..=3600000"), "{err}");
+    assert!(
+        err.contains("time limit of 0 ms, must be 1..=3600000"),
+        "{err}"
+    );
 }

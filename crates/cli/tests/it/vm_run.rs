@@ -253,3 +253,74 @@ fn runs_and_disassembles_elf_objects_by_entry() {
     assert!(text.contains("exit"), "{text}");
     assert!(text.contains("count"), "{text}");
 }
+
+/// `--mem-file` reads at most what one region maps: a larger file is refused from its
+/// size, and an endless one (/dev/zero) once a byte past the limit arrives, naming the
+/// limit (the command runs under a 6 GB address-space limit, which an unbounded read
+/// would hit).
+#[test]
+fn mem_file_reads_at_most_one_region() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prog = write(dir.path(), "ret42.bin", RETURN_42);
+    let big = dir.path().join("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(5 << 30)
+        .unwrap();
+    let limit = csx_ebpf::limits::REGION_SIZE_MAX.to_string();
+    for file in [big.to_str().unwrap(), "/dev/zero"] {
+        let script = "ulimit -v 6000000; exec \"$0\" vm run \"$1\" --mem-file \"$2\"";
+        let out = std::process::Command::new("sh")
+            .args(["-c", script, env!("CARGO_BIN_EXE_csx")])
+            .arg(&prog)
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(EXIT_ERROR), "{file}: {out:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("has more than {limit} bytes")) && err.contains(file),
+            "{file}: {err}"
+        );
+    }
+}
+
+/// `--repeat` stops at the first trap and reports it (exit 3), however many runs were
+/// asked for.
+#[test]
+fn repeat_stops_at_the_first_trap() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prog = write(dir.path(), "spin.bin", SPIN);
+    let start = std::time::Instant::now();
+    let out = vm(
+        &["run", "--repeat", "1000000", "--fuel", "100000", "--json"],
+        &prog,
+    );
+    assert_eq!(out.status.code(), Some(EXIT_TRAP), "{}", stderr(&out));
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["runs"], 1, "the warm-up trapped: {report}");
+    assert!(report["trap"]["message"].as_str().unwrap().contains("fuel"));
+}
+
+/// An object calling device functions disassembles, each call named.
+#[test]
+fn disasm_names_device_functions() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = dir.path().join("helpers.c");
+    std::fs::write(
+        &src,
+        "#include \"csx.h\"\nCSX_PROGRAM(h) { csx_memset(win0, 1, win0_len); \
+         return csx_sort_u64(win0, win0_len); }\n",
+    )
+    .unwrap();
+    let obj = dir.path().join("helpers.o");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/include");
+    let object = tools::compile_bpf(tools::clang(), &src, [format!("-I{}", include.display())]);
+    std::fs::write(&obj, object).unwrap();
+    let out = vm(&["disasm"], &obj);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("# csx_memset"), "{text}");
+    assert!(text.contains("# csx_sort_u64"), "{text}");
+}

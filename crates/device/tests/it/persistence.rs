@@ -45,12 +45,26 @@ fn shared_state_files_and_programs_survive_reopen() {
     };
     let states: Vec<_> = list
         .iter()
-        .map(|p| (p.pind.0, p.state, p.engine, p.persistent.as_deref(), p.owner))
+        .map(|p| {
+            (
+                p.pind.0,
+                p.state,
+                p.engine,
+                p.persistent.as_deref(),
+                p.owner,
+            )
+        })
         .collect();
     assert_eq!(
         states,
         [
-            (0, ProgramState::Active, Some(EngineKind::Jit), Some("count"), None),
+            (
+                0,
+                ProgramState::Active,
+                Some(EngineKind::Jit),
+                Some("count"),
+                None
+            ),
             (
                 1,
                 ProgramState::Active,

@@ -259,9 +259,7 @@ fn function_table_is_published() {
 }
 
 /// `mov r0, 42; exit` as raw bytecode.
-const RET42_RAW: [u8; 16] = [
-    0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0,
-];
+const RET42_RAW: [u8; 16] = [0xb7, 0, 0, 0, 42, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
 /// `ja -1`: spins until its fuel or its time runs out.
 const SPIN_RAW: [u8; 8] = [0x05, 0, 0xff, 0xff, 0, 0, 0, 0];
 
@@ -286,7 +284,11 @@ fn load_raw_on(qp: &QueuePair, h: &Harness, pind: u16, image: &[u8], engine: Eng
 }
 
 fn listed(qp: &QueuePair, h: &Harness) -> Vec<ProgramInfo> {
-    match qp.call(Command::new(h.id(), Op::ListPrograms)).unwrap().reply {
+    match qp
+        .call(Command::new(h.id(), Op::ListPrograms))
+        .unwrap()
+        .reply
+    {
         Reply::Programs(p) => p,
         other => panic!("{other:?}"),
     }
@@ -329,7 +331,10 @@ fn programs_go_with_their_queue_pair_unless_persistent() {
     for bad in ["", "12", "a b", "-x", ".x", "naïve", "a/b", long.as_str()] {
         let c = persist(&loader, 4, bad);
         assert_eq!(c.status, Status::InvalidField, "{bad:?}");
-        assert!(c.detail.unwrap().message.contains("program name"), "{bad:?}");
+        assert!(
+            c.detail.unwrap().message.contains("program name"),
+            "{bad:?}"
+        );
     }
     // Slot 4 with no persistence; slot 5 persistent; an empty slot is NoProgram.
     assert_eq!(persist(&loader, 9, "none").status, Status::NoProgram);
