@@ -543,10 +543,15 @@ impl Filesystem for FuseFs {
                 if gid.is_some_and(|g| g != m.gid) && !root && !owner {
                     return Err(Errno::EPERM);
                 }
-                if mode.is_some() && !root && !owner {
+                // Anyone who may write a file may drop its set-id bits (the kernel asks
+                // so when a non-owner writes it); any other mode change is the owner's.
+                let drops_set_id_only = mode
+                    .is_some_and(|md| md & MODE_MASK == m.mode & !(libc::S_ISUID | libc::S_ISGID));
+                if mode.is_some() && !root && !owner && !drops_set_id_only {
                     return Err(Errno::EPERM);
                 }
-                let explicit = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+                let explicit =
+                    |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
                 if (explicit(&atime) || explicit(&mtime)) && !root && !owner {
                     return Err(Errno::EPERM);
                 }
@@ -650,7 +655,9 @@ impl Filesystem for FuseFs {
             }
             self.fs.rename(&from, &to).map_err(|e| errno(&e))?;
             lock(&self.inodes).rename(&from, &to);
-            self.attrs.rename(&self.fs, &from, &to).map_err(|e| errno(&e))?;
+            self.attrs
+                .rename(&self.fs, &from, &to)
+                .map_err(|e| errno(&e))?;
             self.sync_namespace()
         })();
         match r {
