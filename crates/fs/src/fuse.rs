@@ -14,8 +14,9 @@
 //!   asks for less the umask; `chmod` by the owner or root, `chown` by root (a group by
 //!   the owner), `utimes` with explicit times by the owner or root. The kernel checks
 //!   every access against them (the mount is `default_permissions`).
-//! - A file may not grow past the device's storage: a `truncate` or write beyond it fails
-//!   with `EFBIG` (a sparse file larger than the device could never be filled).
+//! - A file may not grow past the device's storage: a `truncate` beyond it fails with
+//!   `EFBIG` (a sparse file larger than the device could never be filled), a write that
+//!   ends beyond it with `ENOSPC`.
 //! - `statfs` (`df`) counts the blocks the device's files hold: the bytes of each small
 //!   file rounded up to a block, the extents of each large one (sparse holes are free).
 
@@ -771,7 +772,10 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let r = self.path(ino).and_then(|path| {
-            self.check_size(offset.saturating_add(data.len() as u64))?;
+            // Bytes past the device's end can never be stored.
+            if offset.saturating_add(data.len() as u64) > self.capacity {
+                return Err(Errno::ENOSPC);
+            }
             self.mark_written(fh);
             self.fs.write(&path, offset, data).map_err(|e| errno(&e))
         });

@@ -175,7 +175,7 @@ fn a_signal_stops_csx_pipe_and_its_programs_are_unloaded() {
         let tmp = tempfile::tempdir().unwrap();
         device_with(tmp.path(), "/x", b"x");
         let dev = tmp.path().join("dev");
-        let mut child = csx()
+        let child = csx()
             .arg("--device")
             .arg(&dev)
             .args([
