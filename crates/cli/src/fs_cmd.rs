@@ -108,8 +108,11 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let socket = ops_dir.join("ops.sock");
     let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
-    let fuse = mount::fuse_fs(Arc::clone(&fs))?
-        .with_ops(csx_fs::shell::ops_dir(&exe, &socket, &mountpoint));
+    let fuse = mount::fuse_fs(Arc::clone(&fs))?.with_ops(csx_fs::shell::ops_dir(
+        &exe,
+        &socket,
+        &mountpoint,
+    ));
     let opts = mount::MountOptions {
         allow_other: args.allow_other,
     };
@@ -118,7 +121,9 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let record = match mounted.dev().map(mount::record_server) {
         Some(Ok(path)) => Some(path),
         Some(Err(e)) => {
-            eprintln!("csx: cannot record the mount process ({e}): `csx umount` will not wait for it");
+            eprintln!(
+                "csx: cannot record the mount process ({e}): `csx umount` will not wait for it"
+            );
             None
         }
         None => None,

@@ -71,7 +71,10 @@ enum Record {
 }
 
 fn below(path: &str, root: &str) -> bool {
-    path == root || (path.len() > root.len() && path.starts_with(root) && path.as_bytes()[root.len()] == b'/')
+    path == root
+        || (path.len() > root.len()
+            && path.starts_with(root)
+            && path.as_bytes()[root.len()] == b'/')
         || root == "/"
 }
 
@@ -157,7 +160,9 @@ impl Attrs {
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The defaults for a path with no record.

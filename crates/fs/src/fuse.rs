@@ -14,8 +14,9 @@
 //!   asks for less the umask; `chmod` by the owner or root, `chown` by root (a group by
 //!   the owner), `utimes` with explicit times by the owner or root. The kernel checks
 //!   every access against them (the mount is `default_permissions`).
-//! - A file may not grow past the device's storage: a `truncate` or write beyond it fails
-//!   with `EFBIG` (a sparse file larger than the device could never be filled).
+//! - A file may not grow past the device's storage: a `truncate` beyond it fails with
+//!   `EFBIG` (a sparse file larger than the device could never be filled), a write that
+//!   ends beyond it with `ENOSPC`.
 //! - `statfs` (`df`) counts the blocks the device's files hold: the bytes of each small
 //!   file rounded up to a block, the extents of each large one (sparse holes are free).
 
@@ -543,10 +544,15 @@ impl Filesystem for FuseFs {
                 if gid.is_some_and(|g| g != m.gid) && !root && !owner {
                     return Err(Errno::EPERM);
                 }
-                if mode.is_some() && !root && !owner {
+                // Anyone who may write a file may drop its set-id bits (the kernel asks
+                // so when a non-owner writes it); any other mode change is the owner's.
+                let drops_set_id_only = mode
+                    .is_some_and(|md| md & MODE_MASK == m.mode & !(libc::S_ISUID | libc::S_ISGID));
+                if mode.is_some() && !root && !owner && !drops_set_id_only {
                     return Err(Errno::EPERM);
                 }
-                let explicit = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+                let explicit =
+                    |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
                 if (explicit(&atime) || explicit(&mtime)) && !root && !owner {
                     return Err(Errno::EPERM);
                 }
@@ -650,7 +656,9 @@ impl Filesystem for FuseFs {
             }
             self.fs.rename(&from, &to).map_err(|e| errno(&e))?;
             lock(&self.inodes).rename(&from, &to);
-            self.attrs.rename(&self.fs, &from, &to).map_err(|e| errno(&e))?;
+            self.attrs
+                .rename(&self.fs, &from, &to)
+                .map_err(|e| errno(&e))?;
             self.sync_namespace()
         })();
         match r {
@@ -764,7 +772,10 @@ impl Filesystem for FuseFs {
         reply: ReplyWrite,
     ) {
         let r = self.path(ino).and_then(|path| {
-            self.check_size(offset.saturating_add(data.len() as u64))?;
+            // Bytes past the device's end can never be stored.
+            if offset.saturating_add(data.len() as u64) > self.capacity {
+                return Err(Errno::ENOSPC);
+            }
             self.mark_written(fh);
             self.fs.write(&path, offset, data).map_err(|e| errno(&e))
         });

@@ -7,8 +7,8 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -248,7 +248,9 @@ fn recv_fd(sock: &OwnedFd) -> io::Result<Option<OwnedFd>> {
         // `space`, and a SCM_RIGHTS message carries at least one int.
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&msg);
-            if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+            if c.is_null()
+                || (*c).cmsg_level != libc::SOL_SOCKET
+                || (*c).cmsg_type != libc::SCM_RIGHTS
             {
                 return Ok(None);
             }
@@ -375,14 +377,23 @@ impl Drop for Mounted {
             if !s.guard.is_finished() && self.is_ours() {
                 let _ = unmount(&self.mountpoint, true);
             }
-            let _ = s.join();
+            // A detached mount ends when its last file closes; a drop does not wait
+            // for that longer than a busy mount is retried.
+            let start = std::time::Instant::now();
+            while !s.guard.is_finished() && start.elapsed() < BUSY_RETRY {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if s.guard.is_finished() {
+                let _ = s.join();
+            }
         }
     }
 }
 
 /// The FUSE file system over `fs` ([`FuseFs::new`]), its failure an `io::Error`.
 pub fn fuse_fs(fs: Arc<MetalFs>) -> io::Result<FuseFs> {
-    FuseFs::new(fs).map_err(|e| io::Error::other(format!("cannot read the mount's attributes: {e}")))
+    FuseFs::new(fs)
+        .map_err(|e| io::Error::other(format!("cannot read the mount's attributes: {e}")))
 }
 
 /// Mounts `fs` at `mountpoint` and serves it on background threads.
@@ -428,12 +439,7 @@ pub fn spawn_with(
 /// it is unmounted (`csx umount`, `umount`).
 pub fn run(fs: Arc<MetalFs>, mountpoint: &Path, ready: impl FnOnce()) -> io::Result<()> {
     let name = fs_name(&fs);
-    let session = session(
-        fuse_fs(fs)?,
-        mountpoint,
-        &name,
-        &MountOptions::default(),
-    )?;
+    let session = session(fuse_fs(fs)?, mountpoint, &name, &MountOptions::default())?;
     ready();
     session.run().map_err(with_path(mountpoint, "serve"))
 }

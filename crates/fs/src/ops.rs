@@ -641,7 +641,11 @@ fn check_filter(spec: &OpSpec, given: &[Option<String>]) -> Result<(), OpError> 
         spec.params
             .iter()
             .position(|p| p.name == name)
-            .and_then(|i| given[i].clone().or_else(|| spec.params[i].default.map(str::to_owned)))
+            .and_then(|i| {
+                given[i]
+                    .clone()
+                    .or_else(|| spec.params[i].default.map(str::to_owned))
+            })
     };
     let ty = text("type").unwrap_or_else(|| "u64".into());
     let op = text("op").unwrap_or_default();

@@ -273,7 +273,11 @@ impl FirstError {
         if self.abort.load(Ordering::Acquire) {
             return true;
         }
-        if self.stop.as_ref().is_some_and(|s| s.load(Ordering::Acquire)) {
+        if self
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Acquire))
+        {
             self.set(PipeError::Stopped("asked to stop".into()));
             return true;
         }

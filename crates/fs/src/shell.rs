@@ -176,9 +176,7 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
             },
             _ => {
                 match stdout.flush() {
-                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                        return Ok(SIGPIPE_STATUS)
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(SIGPIPE_STATUS),
                     other => other?,
                 }
                 let outcome: Outcome = serde_json::from_slice(&body).map_err(io::Error::other)?;
@@ -458,7 +456,9 @@ fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: b
         for chain in chains {
             let fs = Arc::clone(&fs);
             let stop = Arc::clone(&stop);
-            runners.push(std::thread::spawn(move || run_chain(&fs, chain, log, &stop)));
+            runners.push(std::thread::spawn(move || {
+                run_chain(&fs, chain, log, &stop)
+            }));
         }
         runners.retain(|r| !r.is_finished());
     }

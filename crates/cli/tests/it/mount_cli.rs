@@ -257,3 +257,85 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
         b"kept by a clean shutdown"
     );
 }
+
+#[test]
+fn umount_then_mount_never_tears_down_the_new_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let mnt = tmp.path().join("mnt");
+    let log = tmp.path().join("mount.log");
+    fs::create_dir(&mnt).unwrap();
+    init_device(&dev);
+    let name = format!("shm://csx-it-remount-{}", std::process::id());
+    let (_daemon, uris) = crate::served_exec::Daemon::start(&dev, &[&name]);
+    let mount = || {
+        let out = csx()
+            .arg("--device")
+            .arg(&uris[0])
+            .arg("mount")
+            .arg(&mnt)
+            .arg("--log")
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            String::from_utf8_lossy(&out.stderr),
+            fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    let umount = || {
+        let out = csx().arg("umount").arg(&mnt).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for round in 0..30 {
+        mount();
+        umount();
+        mount();
+        // The old mount process is gone: nothing unmounts the new mount behind our back.
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(mounted(&mnt), "round {round}: the new mount was torn down");
+        fs::write(mnt.join("f"), format!("{round}")).unwrap();
+        umount();
+    }
+}
+
+#[test]
+fn an_unlink_is_durable_when_rm_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    init_device(&dev);
+    let mut child = csx()
+        .arg("--device")
+        .arg(&dev)
+        .args(["mount", "--foreground"])
+        .arg(&mnt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_mounted(&mnt, &mut child);
+    fs::write(mnt.join("gone"), b"deleted before the crash").unwrap();
+    fs::write(mnt.join("kept"), b"kept").unwrap();
+    fs::create_dir(mnt.join("empty")).unwrap();
+    fs::remove_file(mnt.join("gone")).unwrap();
+    fs::remove_dir(mnt.join("empty")).unwrap();
+    // No fsync, no sync (which does not reach a FUSE mount): a crash right after rm.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    detach(&mnt);
+    let ls = csx().arg("--device").arg(&dev).arg("ls").output().unwrap();
+    let text = String::from_utf8_lossy(&ls.stdout);
+    assert!(text.contains("/kept"), "{text}");
+    assert!(
+        !text.contains("/gone"),
+        "the deleted file came back: {text}"
+    );
+}

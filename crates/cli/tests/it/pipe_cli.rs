@@ -168,3 +168,45 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
     assert!(!local.exists());
     assert!(!tmp.path().join("out.bin.partial").exists());
 }
+
+#[test]
+fn a_signal_stops_csx_pipe_and_its_programs_are_unloaded() {
+    for (signal, status) in [("-INT", 130), ("-TERM", 143), ("-HUP", 129)] {
+        let tmp = tempfile::tempdir().unwrap();
+        device_with(tmp.path(), "/x", b"x");
+        let dev = tmp.path().join("dev");
+        let child = csx()
+            .arg("--device")
+            .arg(&dev)
+            .args([
+                "pipe",
+                "datagen --size 1TiB | passthrough | aggregate",
+                "--discard",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Long enough for the stages to be loaded and running.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let sent = std::process::Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{signal}: {err}");
+        assert!(err.contains("programs unloaded"), "{err}");
+        let info = ok(&csx()
+            .arg("--device")
+            .arg(&dev)
+            .arg("info")
+            .output()
+            .unwrap());
+        assert!(
+            info.contains("programs     0 of"),
+            "{signal} left programs loaded:\n{info}"
+        );
+    }
+}

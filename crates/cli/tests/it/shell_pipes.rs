@@ -192,9 +192,102 @@ fn a_reader_that_stops_early_ends_the_chain_and_the_mount_goes_on() {
     let m = Mount::new();
     // head exits after 100 bytes: the proxy's stdout breaks, the chain stops on the
     // device (it would generate 1 GiB) and frees what it held.
-    let out = ok(&m.sh("$MNT/.ops/datagen --size 1GiB | head -c 100 | wc -c"));
+    let run = m.sh("$MNT/.ops/datagen --size 1GiB | head -c 100 | wc -c");
+    let out = ok(&run);
     assert_eq!(out.trim(), "100");
+    // A reader that goes away is no error to print (as for any program in a shell).
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !err.contains("Broken pipe") && !err.contains("csx:"),
+        "{err}"
+    );
     // The device goes on: the next pipe runs.
     let out = ok(&m.sh("$MNT/.ops/datagen --size 4096 --modulo 1 | $MNT/.ops/aggregate --text"));
     assert_eq!(out, "count 512 sum 0 min 0 max 0\n");
+}
+
+/// The pids whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        if rest.split_whitespace().nth(1) == Some(&parent.to_string()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_chain_whose_proxies_all_died_is_cancelled_and_umount_ends_the_mount() {
+    let mut m = Mount::new();
+    // A chain that would run for hours, writing nowhere.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("$MNT/.ops/datagen --size 1TiB | $MNT/.ops/aggregate --text > /dev/null")
+        .env("MNT", &m.mnt)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the chain never started", || {
+        m.log().contains("csx: mounted") && children_of(shell.id()).len() == 2 && {
+            std::thread::sleep(Duration::from_millis(500));
+            true
+        }
+    });
+    for pid in children_of(shell.id()) {
+        let killed = Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+    let _ = shell.wait();
+    wait_for("the mount did not cancel the orphaned chain", || {
+        m.log().contains("every proxy of the chain is gone")
+    });
+    // Another chain runs while one is running: then umount stops it and the process.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("$MNT/.ops/datagen --size 1TiB | $MNT/.ops/aggregate --text > /dev/null")
+        .env("MNT", &m.mnt)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the second chain never started", || {
+        children_of(shell.id()).len() == 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let out = csx().arg("umount").arg(&m.mnt).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `csx umount` returns once the mount process has ended.
+    let status = m.child.try_wait().unwrap();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        m.log()
+    );
+    let chain = shell.wait().unwrap();
+    assert!(!chain.success(), "the stopped chain reported success");
+    assert!(m.log().contains("the mount is ending"), "{}", m.log());
 }

@@ -4,6 +4,8 @@ use std::fs;
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
+use csx_fs::mount as m;
+
 use crate::{is_mounted, Fixture};
 
 fn names(dir: &std::path::Path) -> Vec<String> {
@@ -215,4 +217,168 @@ fn errno_is_the_device_code() {
     assert_eq!(e.errno, libc::ENOTDIR, "{e}");
     let e = fs.rename("/d", "/d/e").unwrap_err();
     assert_eq!(e.errno, libc::EINVAL, "{e}");
+}
+
+/// Runs `args` as uid and gid 65534 (nobody), with no supplementary groups.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(args)
+        .output()
+        .expect("setpriv runs (util-linux)")
+}
+
+fn mode_of(p: &std::path::Path) -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata(p).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn modes_owners_and_times_are_kept_enforced_and_survive_a_remount() {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+    let (dir, dev) = crate::device(64);
+    // Other users must be able to walk to the mount point for the kernel to ask the mount.
+    fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let fs_ = std::sync::Arc::new(csx_fs::MetalFs::new(dev));
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let open = |allow_other: bool| {
+        let fuse = m::fuse_fs(fs_.clone()).unwrap();
+        m::spawn_with(
+            fuse,
+            &m::fs_name(&fs_),
+            &mnt,
+            &m::MountOptions { allow_other },
+        )
+        .expect("mounts (needs /dev/fuse and root)")
+    };
+    let mount = open(true);
+    // A create mode and a mkdir mode, less the umask the caller passes.
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(mnt.join("private"))
+        .unwrap();
+    f.write_all(b"secret").unwrap();
+    drop(f);
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(mnt.join("closed"))
+        .unwrap();
+    fs::write(mnt.join("closed/inner"), b"inner").unwrap();
+    fs::write(mnt.join("public"), b"public").unwrap();
+    assert_eq!(mode_of(&mnt.join("private")), 0o600);
+    assert_eq!(mode_of(&mnt.join("closed")), 0o700);
+    assert_eq!(mode_of(&mnt.join("public")), 0o644);
+    // The kernel enforces them: nobody reads the public file, not the private one.
+    let p = |name: &str| mnt.join(name).to_str().unwrap().to_owned();
+    let out = as_nobody(&["cat", &p("public")]);
+    assert_eq!(
+        out.stdout,
+        b"public",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = as_nobody(&["cat", &p("private")]);
+    assert!(
+        !out.status.success() && out.stdout.is_empty(),
+        "nobody read a 0600 file"
+    );
+    assert!(!as_nobody(&["cat", &p("closed/inner")]).status.success());
+    // Only the owner (or root) changes a mode; only root gives a file away.
+    assert!(!as_nobody(&["chmod", "666", &p("private")]).status.success());
+    assert!(
+        !as_nobody(&["touch", &p("new")]).status.success(),
+        "nobody wrote into a 0755 root"
+    );
+    assert_eq!(mode_of(&mnt.join("private")), 0o600);
+    // chmod, chown and utimes, then a remount over the same device.
+    fs::set_permissions(
+        mnt.join("public"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(mnt.join("private"), Some(65534), Some(65534)).unwrap();
+    let touch = std::process::Command::new("touch")
+        .args(["-d", "2001-01-01 00:00:00 UTC"])
+        .arg(mnt.join("closed/inner"))
+        .status()
+        .unwrap();
+    assert!(touch.success());
+    mount.unmount().unwrap();
+    let mount = open(true);
+    assert_eq!(mode_of(&mnt.join("public")), 0o640);
+    let private = fs::metadata(mnt.join("private")).unwrap();
+    assert_eq!(
+        (private.uid(), private.gid(), private.mode() & 0o7777),
+        (65534, 65534, 0o600)
+    );
+    assert_eq!(
+        fs::metadata(mnt.join("closed/inner")).unwrap().mtime(),
+        978_307_200
+    );
+    // Now nobody owns it and reads it; the others still do not.
+    assert_eq!(as_nobody(&["cat", &p("private")]).stdout, b"secret");
+    assert!(!as_nobody(&["cat", &p("public")]).status.success());
+    // A rename carries the attributes; an unlink drops them.
+    fs::rename(mnt.join("closed"), mnt.join("moved")).unwrap();
+    assert_eq!(mode_of(&mnt.join("moved")), 0o700);
+    fs::remove_file(mnt.join("private")).unwrap();
+    fs::write(mnt.join("private"), b"again").unwrap();
+    assert_eq!(fs::metadata(mnt.join("private")).unwrap().uid(), 0);
+    // The bookkeeping file is out of reach through the mount.
+    assert!(
+        !names(&mnt).iter().any(|n| n.starts_with(".csx")),
+        "{:?}",
+        names(&mnt)
+    );
+    assert!(fs::read(mnt.join(csx_fs::attrs::ATTRS_FILE.trim_start_matches('/'))).is_err());
+    assert!(fs::write(
+        mnt.join(csx_fs::attrs::ATTRS_FILE.trim_start_matches('/')),
+        b"x"
+    )
+    .is_err());
+    mount.unmount().unwrap();
+    // Without allow_other, no other user reaches the mount at all.
+    let mount = open(false);
+    assert!(!as_nobody(&["ls", mnt.to_str().unwrap()]).status.success());
+    mount.unmount().unwrap();
+}
+
+#[test]
+fn statfs_counts_the_files_and_no_file_grows_past_the_device() {
+    let mut fx = Fixture::mount();
+    let free = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a zeroed statvfs is valid; `c` is a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is writable, `c` outlives the call.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        (st.f_blocks, st.f_bfree, st.f_frsize)
+    };
+    let (blocks, free0, bsize) = free(&fx.mnt());
+    assert_eq!(blocks * bsize, 64 << 20);
+    fs::write(fx.at("three"), vec![7u8; 3 << 20]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (_, free1, _) = free(&fx.mnt());
+    assert!(
+        free0 - free1 >= (3 << 20) / bsize,
+        "3 MiB written, free went from {free0} to {free1} blocks"
+    );
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(fx.at("three"))
+        .unwrap();
+    let e = f.set_len(1 << 40).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    let e = f.write_at(b"x", 64 << 20).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    assert_eq!(fs::metadata(fx.at("three")).unwrap().len(), 3 << 20);
+    drop(f);
+    fx.unmount();
 }

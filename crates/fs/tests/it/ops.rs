@@ -670,3 +670,100 @@ fn a_reader_that_goes_away_stops_the_pipe_and_frees_slots_and_memory() {
         .expect("the pipe freed its device memory");
     dev.free(all).unwrap();
 }
+
+#[test]
+fn a_stage_asking_again_without_output_is_stopped_with_its_name() {
+    let (dir, dev) = device();
+    // "Call me again" with nothing written, forever.
+    let source = r#"
+        #include "csx.h"
+        CSX_PROGRAM(again) { return CSX_OP_AGAIN; }
+    "#;
+    let obj = user_object(dir.path(), "again", source);
+    dev.put_bytes("/nums", &noise(10_000, 3)).unwrap();
+    let stages = Catalogue
+        .parse_pipeline(&format!("passthrough | {}", obj.display()))
+        .unwrap();
+    let e = pipe::run(
+        &dev,
+        &stages,
+        Source::DeviceFile("/nums".into()),
+        Sink::Discard,
+        &PipeOptions {
+            chunk: 4096,
+            ..PipeOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            PipeError::NoProgress {
+                stage: 2,
+                chunk: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("stage 2")
+            && text.contains("again")
+            && text.contains("without consuming or producing bytes"),
+        "{text}"
+    );
+    // Its programs were unloaded and its memory freed.
+    assert!(dev.programs().unwrap().is_empty());
+}
+
+#[test]
+fn a_stop_flag_aborts_a_running_pipe_and_unloads_its_programs() {
+    let (_dir, dev) = device();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stages = Catalogue
+        .parse_pipeline("datagen --size 1TiB | aggregate")
+        .unwrap();
+    let flag = stop.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    });
+    let e = pipe::run(
+        &dev,
+        &stages,
+        Source::Nothing,
+        Sink::Discard,
+        &PipeOptions {
+            stop: Some(stop),
+            ..PipeOptions::default()
+        },
+    )
+    .unwrap_err();
+    setter.join().unwrap();
+    assert!(matches!(e, PipeError::Stopped(_)), "{e:?}");
+    assert!(dev.programs().unwrap().is_empty());
+}
+
+#[test]
+fn filter_operands_that_the_comparison_cannot_hold_are_refused() {
+    let cat = Catalogue;
+    let e = cat.parse_pipeline("filter --op gt --value -5").unwrap_err();
+    assert!(e.to_string().contains("out of range for --type u64"), "{e}");
+    let e = cat
+        .parse_pipeline("filter --type u32 --op lt --value -1")
+        .unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+    let e = cat
+        .parse_pipeline("filter --op between --value 10")
+        .unwrap_err();
+    assert!(e.to_string().contains("--high is required"), "{e}");
+    let e = cat
+        .parse_pipeline("filter --op between --value 10 --high 5")
+        .unwrap_err();
+    assert!(e.to_string().contains("below the low bound"), "{e}");
+    cat.parse_pipeline("filter --type i64 --op gt --value -5")
+        .unwrap();
+    cat.parse_pipeline("filter --op between --value 10 --high 10")
+        .unwrap();
+}
