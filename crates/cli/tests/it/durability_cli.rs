@@ -236,7 +236,8 @@ fn kill9_campaign_put() {
             p
         })
         .collect();
-    let (mut daemon, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
+    let (first, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
+    let mut daemon = Some(first);
     let mut uri = uris[0].clone();
     ok(on(&uri).args(["put"]).arg(&locals[0]).arg("/c").output().unwrap());
     let mut acked = 0usize;
@@ -248,6 +249,9 @@ fn kill9_campaign_put() {
         seed
     };
     let rounds = 24;
+    // Rounds whose put was acknowledged, killed leaving the new file, killed leaving the
+    // old one.
+    let mut outcomes = [0u32; 3];
     for round in 0..rounds {
         let next = (acked + 1 + (rng() % 3) as usize) % versions.len();
         let mut put = on(&uri)
@@ -261,25 +265,28 @@ fn kill9_campaign_put() {
         std::thread::sleep(Duration::from_micros(rng() % 150_000));
         let kill_daemon = rng() % 3 == 0;
         if kill_daemon {
-            daemon.kill9();
+            daemon.take().expect("running").kill9();
         }
         let _ = put.kill();
         let status = put.wait().unwrap();
         let was_acked = status.success();
         if kill_daemon {
             let (d, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
-            daemon = d;
+            daemon = Some(d);
             uri = uris[0].clone();
         }
         let now = device_bytes(&uri, "/c").expect("the file is never lost");
         if was_acked {
             assert!(now == versions[next], "round {round}: acknowledged put lost");
             acked = next;
+            outcomes[0] += 1;
         } else if now == versions[next] {
+            outcomes[1] += 1;
             // Killed after the rename: the new file is whole (and durable, as the
             // daemon's restart above shows when it was killed too).
             acked = next;
         } else {
+            outcomes[2] += 1;
             assert!(
                 now == versions[acked],
                 "round {round}: neither the old nor the new file ({} bytes)",
@@ -295,5 +302,6 @@ fn kill9_campaign_put() {
             ok(on(&uri).args(["sync"]).output().unwrap());
         }
     }
-    daemon.kill9();
+    eprintln!("kill -9 campaign: {rounds} rounds, [acknowledged, new, old] = {outcomes:?}");
+    daemon.expect("running").kill9();
 }

@@ -133,7 +133,8 @@ impl Daemon {
             .expect("the daemon starts");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let uri = lines
-            .find_map(|l| l.ok()?.strip_prefix("uri ").map(str::to_owned))
+            // The harness may print "test NAME ... " on the same line first.
+            .find_map(|l| Some(l.ok()?.split_once("uri ")?.1.trim().to_owned()))
             .expect("the daemon prints its uri");
         Daemon { child, uri }
     }
