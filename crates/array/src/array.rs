@@ -451,9 +451,9 @@ impl Array {
         for m in layout_members(&entry.layout) {
             let device = &self.members[usize::from(m)].device;
             let done = match device.delete_file(&path) {
-                Ok(()) | Err(CallError::NotFound(_)) => device
-                    .flush()
-                    .map_err(self.member_error(m, "flush")),
+                Ok(()) | Err(CallError::NotFound(_)) => {
+                    device.flush().map_err(self.member_error(m, "flush"))
+                }
                 Err(e) => Err(self.member_error(m, "file-delete")(e)),
             };
             if first.is_ok() {

@@ -366,8 +366,12 @@ pub fn run_rm(args: RmArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         }
         return Err(e).with_context(|| format!("cannot remove {}", args.devpath));
     }
-    dev.flush()
-        .with_context(|| format!("{} was removed, but flushing the device failed", args.devpath))?;
+    dev.flush().with_context(|| {
+        format!(
+            "{} was removed, but flushing the device failed",
+            args.devpath
+        )
+    })?;
     dev.close().context("closing the device")?;
     Ok(exit::SUCCESS)
 }

@@ -44,7 +44,10 @@ fn device_bytes(uri: &str, path: &str) -> Option<Vec<u8>> {
         Some(out.stdout)
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("no such file") || err.contains("not found"), "{err}");
+        assert!(
+            err.contains("no such file") || err.contains("not found"),
+            "{err}"
+        );
         None
     }
 }
@@ -63,13 +66,29 @@ fn put_rm_sync_survive_kill9(listen: &str) {
 
     let (daemon, uris) = Daemon::start(&state, &[listen]);
     let uri = &uris[0];
-    ok(on(uri).args(["put"]).arg(&f_small).arg("/k/small").output().unwrap());
-    ok(on(uri).args(["put"]).arg(&f_big).arg("/k/big").output().unwrap());
-    ok(on(uri).args(["put"]).arg(&f_small).arg("/k/gone").output().unwrap());
+    ok(on(uri)
+        .args(["put"])
+        .arg(&f_small)
+        .arg("/k/small")
+        .output()
+        .unwrap());
+    ok(on(uri)
+        .args(["put"])
+        .arg(&f_big)
+        .arg("/k/big")
+        .output()
+        .unwrap());
+    ok(on(uri)
+        .args(["put"])
+        .arg(&f_small)
+        .arg("/k/gone")
+        .output()
+        .unwrap());
     ok(on(uri).args(["rm", "/k/gone"]).output().unwrap());
     // A write through the host API, not flushed by itself; `csx sync` makes it durable.
     let dev = csx_host::Device::open(uri).unwrap();
-    dev.write_file("/k/written", 0, b"written, then synced").unwrap();
+    dev.write_file("/k/written", 0, b"written, then synced")
+        .unwrap();
     dev.close().unwrap();
     let out = ok(on(uri).args(["sync", "--json"]).output().unwrap());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -116,7 +135,11 @@ fn stdio_and_directories() {
         },
         &data,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got = ok(on(dev).args(["get", "/s/in", "-"]).output().unwrap());
     assert!(got.stdout == data, "get - writes exactly the file");
     let piped = ok(on(dev)
@@ -128,7 +151,11 @@ fn stdio_and_directories() {
 
     let local = tmp.path().join("keep");
     std::fs::write(&local, b"old").unwrap();
-    let failed = on(dev).args(["get", "/s/missing"]).arg(&local).output().unwrap();
+    let failed = on(dev)
+        .args(["get", "/s/missing"])
+        .arg(&local)
+        .output()
+        .unwrap();
     assert!(!failed.status.success());
     assert_eq!(std::fs::read(&local).unwrap(), b"old");
     let partials: Vec<_> = std::fs::read_dir(tmp.path())
@@ -144,7 +171,12 @@ fn stdio_and_directories() {
     assert!(err.contains("/s: it is a directory"), "{err}");
     let st = ok(on(dev).args(["stat", "/s"]).output().unwrap());
     assert!(String::from_utf8_lossy(&st.stdout).contains("directory"));
-    let onto = on(dev).args(["put"]).arg(&local).arg("/s").output().unwrap();
+    let onto = on(dev)
+        .args(["put"])
+        .arg(&local)
+        .arg("/s")
+        .output()
+        .unwrap();
     assert!(!onto.status.success());
     let err = String::from_utf8_lossy(&onto.stderr);
     assert!(err.contains("/s is a directory"), "{err}");
@@ -190,8 +222,15 @@ fn array_put_survives_member_kill9() {
     let (d, _) = Daemon::start(&state, &[&listen]);
     daemons.push((d, state));
     let back = tmp.path().join("back");
-    ok(on(&array).args(["get", "/nums"]).arg(&back).output().unwrap());
-    assert!(std::fs::read(&back).unwrap() == data, "every piece survived");
+    ok(on(&array)
+        .args(["get", "/nums"])
+        .arg(&back)
+        .output()
+        .unwrap());
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "every piece survived"
+    );
 
     // A member that lost its piece (deleted behind the array's back): rm still works,
     // quietly.
@@ -201,7 +240,11 @@ fn array_put_survives_member_kill9() {
     dev.delete_file(&pieces[0].path).unwrap();
     dev.close().unwrap();
     let rm = ok(on(&array).args(["rm", "/nums"]).output().unwrap());
-    assert!(rm.stderr.is_empty(), "{}", String::from_utf8_lossy(&rm.stderr));
+    assert!(
+        rm.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
     let ls = ok(on(&array).args(["ls", "--json"]).output().unwrap());
     let v: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 0, "{v}");
@@ -236,9 +279,15 @@ fn kill9_campaign_put() {
             p
         })
         .collect();
-    let (mut daemon, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
+    let (first, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
+    let mut daemon = Some(first);
     let mut uri = uris[0].clone();
-    ok(on(&uri).args(["put"]).arg(&locals[0]).arg("/c").output().unwrap());
+    ok(on(&uri)
+        .args(["put"])
+        .arg(&locals[0])
+        .arg("/c")
+        .output()
+        .unwrap());
     let mut acked = 0usize;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut rng = move || {
@@ -248,6 +297,9 @@ fn kill9_campaign_put() {
         seed
     };
     let rounds = 24;
+    // Rounds whose put was acknowledged, killed leaving the new file, killed leaving the
+    // old one.
+    let mut outcomes = [0u32; 3];
     for round in 0..rounds {
         let next = (acked + 1 + (rng() % 3) as usize) % versions.len();
         let mut put = on(&uri)
@@ -261,25 +313,31 @@ fn kill9_campaign_put() {
         std::thread::sleep(Duration::from_micros(rng() % 150_000));
         let kill_daemon = rng() % 3 == 0;
         if kill_daemon {
-            daemon.kill9();
+            daemon.take().expect("running").kill9();
         }
         let _ = put.kill();
         let status = put.wait().unwrap();
         let was_acked = status.success();
         if kill_daemon {
             let (d, uris) = Daemon::start(&state, &["tcp://127.0.0.1:0"]);
-            daemon = d;
+            daemon = Some(d);
             uri = uris[0].clone();
         }
         let now = device_bytes(&uri, "/c").expect("the file is never lost");
         if was_acked {
-            assert!(now == versions[next], "round {round}: acknowledged put lost");
+            assert!(
+                now == versions[next],
+                "round {round}: acknowledged put lost"
+            );
             acked = next;
+            outcomes[0] += 1;
         } else if now == versions[next] {
+            outcomes[1] += 1;
             // Killed after the rename: the new file is whole (and durable, as the
             // daemon's restart above shows when it was killed too).
             acked = next;
         } else {
+            outcomes[2] += 1;
             assert!(
                 now == versions[acked],
                 "round {round}: neither the old nor the new file ({} bytes)",
@@ -295,5 +353,6 @@ fn kill9_campaign_put() {
             ok(on(&uri).args(["sync"]).output().unwrap());
         }
     }
-    daemon.kill9();
+    eprintln!("kill -9 campaign: {rounds} rounds, [acknowledged, new, old] = {outcomes:?}");
+    daemon.expect("running").kill9();
 }

@@ -99,8 +99,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
-use csx_proto::limits::PARTIAL_DIR;
 use alloc::{Allocator, BlockRange};
+use csx_proto::limits::PARTIAL_DIR;
 use record::{ExtentRec, FileRecord, Mapping};
 
 pub use dirs::{DirEntry, EntryKind, DIRS_MAX};
@@ -866,8 +866,7 @@ impl State {
             .collect();
         for key in explicit {
             self.dirs.remove(&key);
-            self.dirty_dirs
-                .insert(key.trim_end_matches('/').to_owned());
+            self.dirty_dirs.insert(key.trim_end_matches('/').to_owned());
         }
     }
 

@@ -1199,24 +1199,39 @@ fn replace_by_rename_is_atomic_and_staging_is_reclaimed() {
     );
     crash(store);
     let store = reopen(&dir);
-    assert_eq!(read_all(&store, "/t"), old, "crash before the flush: the old file");
+    assert_eq!(
+        read_all(&store, "/t"),
+        old,
+        "crash before the flush: the old file"
+    );
     store.write_at(&tmp, 0, &new).unwrap();
     store.rename(&tmp, "/t").unwrap();
     store.flush().unwrap();
     crash(store);
     let store = reopen(&dir);
-    assert_eq!(read_all(&store, "/t"), new, "crash after the flush: the new file");
+    assert_eq!(
+        read_all(&store, "/t"),
+        new,
+        "crash after the flush: the new file"
+    );
 
     // Writers that died: one temporary flushed (by someone else's flush), one not.
-    store.write_at(&format!("{PARTIAL_DIR}/dead-1"), 0, &old).unwrap();
+    store
+        .write_at(&format!("{PARTIAL_DIR}/dead-1"), 0, &old)
+        .unwrap();
     store.flush().unwrap();
-    store.write_at(&format!("{PARTIAL_DIR}/dead-2"), 0, &old).unwrap();
+    store
+        .write_at(&format!("{PARTIAL_DIR}/dead-2"), 0, &old)
+        .unwrap();
     let free_before = store.free_bytes();
     crash(store);
     let store = reopen(&dir);
     assert!(store.list(PARTIAL_DIR).unwrap().is_empty());
     assert!(!store.state.read().unwrap().is_dir(PARTIAL_DIR));
-    assert!(store.free_bytes() > free_before, "their blocks are free again");
+    assert!(
+        store.free_bytes() > free_before,
+        "their blocks are free again"
+    );
     store.flush().unwrap();
     drop(store);
     let store = reopen(&dir);
@@ -1248,6 +1263,9 @@ fn delete_and_rename_are_durable_at_the_flush() {
         store.stat("/gone"),
         Err(FileStoreError::NotFound { .. })
     ));
-    assert!(matches!(store.stat("/a"), Err(FileStoreError::NotFound { .. })));
+    assert!(matches!(
+        store.stat("/a"),
+        Err(FileStoreError::NotFound { .. })
+    ));
     assert_eq!(read_all(&store, "/b"), b"a");
 }

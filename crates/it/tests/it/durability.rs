@@ -133,7 +133,8 @@ impl Daemon {
             .expect("the daemon starts");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let uri = lines
-            .find_map(|l| l.ok()?.strip_prefix("uri ").map(str::to_owned))
+            // The harness may print "test NAME ... " on the same line first.
+            .find_map(|l| Some(l.ok()?.split_once("uri ")?.1.trim().to_owned()))
             .expect("the daemon prints its uri");
         Daemon { child, uri }
     }
@@ -153,7 +154,12 @@ impl Drop for Daemon {
 }
 
 /// Starts a slow client child and waits until it has moved its first chunk.
-fn slow_client(uri: &str, action: &str, local: &Path, path: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+fn slow_client(
+    uri: &str,
+    action: &str,
+    local: &Path,
+    path: &str,
+) -> (Child, Lines<BufReader<ChildStdout>>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -200,18 +206,27 @@ fn put_survives_daemon_kill(kind: Kind) {
 
     let daemon = Daemon::start(&state, kind);
     let dev = Device::open(&daemon.uri).unwrap();
-    dev.put_file(&local_small, "/kill/small", &mut |_| {}).unwrap();
+    dev.put_file(&local_small, "/kill/small", &mut |_| {})
+        .unwrap();
     dev.put_file(&local_big, "/kill/big", &mut |_| {}).unwrap();
     // Replacing a file is as durable as creating one.
-    dev.put_file(&local_big, "/kill/small", &mut |_| {}).unwrap();
-    dev.put_file(&local_small, "/kill/big", &mut |_| {}).unwrap();
+    dev.put_file(&local_big, "/kill/small", &mut |_| {})
+        .unwrap();
+    dev.put_file(&local_small, "/kill/big", &mut |_| {})
+        .unwrap();
     drop(dev);
     daemon.kill();
 
     let daemon = Daemon::start(&state, kind);
     let dev = Device::open(&daemon.uri).unwrap();
-    assert!(read_all(&dev, "/kill/small") == big, "replaced file survives");
-    assert!(read_all(&dev, "/kill/big") == small, "replaced file survives");
+    assert!(
+        read_all(&dev, "/kill/small") == big,
+        "replaced file survives"
+    );
+    assert!(
+        read_all(&dev, "/kill/big") == small,
+        "replaced file survives"
+    );
     assert_no_partials(&dev);
     dev.close().unwrap();
     daemon.kill();
@@ -321,7 +336,9 @@ fn get_into_a_character_device() {
     let dir = fresh_device();
     let dev = Device::open(dir.path().join("dev").to_str().unwrap()).unwrap();
     dev.put_bytes("/f", &pattern(100_000, 4)).unwrap();
-    let n = dev.get_file("/f", Path::new("/dev/null"), &mut |_| {}).unwrap();
+    let n = dev
+        .get_file("/f", Path::new("/dev/null"), &mut |_| {})
+        .unwrap();
     assert_eq!(n, 100_000);
     let mut out = Vec::new();
     let n = dev
@@ -356,7 +373,10 @@ fn failed_puts_leave_the_old_state() {
     std::fs::write(&local, &too_big).unwrap();
     let err = dev.put_file(&local, "/big", &mut |_| {}).unwrap_err();
     assert!(
-        matches!(err, csx_host::FileTransferError::Call(CallError::NoSpace(_))),
+        matches!(
+            err,
+            csx_host::FileTransferError::Call(CallError::NoSpace(_))
+        ),
         "{err}"
     );
     assert!(read_all(&dev, "/big") == old, "the old file is intact");
