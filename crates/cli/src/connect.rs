@@ -99,5 +99,48 @@ pub fn open(global: &GlobalArgs) -> anyhow::Result<Device> {
     Device::open(uri).with_context(|| format!("cannot open device {uri}"))
 }
 
+/// An error and its causes as one line, `what: why: deeper why`, leaving out a cause
+/// whose text the line already holds: many error types print their source in their
+/// own message and also return it as their source, which would print it twice
+/// ("Connection refused (os error 111): Connection refused (os error 111)").
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 // Sizes on the command line: one parser and printer for every csx tool.
 pub use csx_host::size::{format_size, parse_size};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let io_text = io.to_string();
+        let e = anyhow::Error::new(csx_host::TransportError::Io {
+            op: "connect to the device",
+            source: io,
+        })
+        .context("cannot open device tcp://127.0.0.1:1");
+        let line = error_line(&e);
+        assert_eq!(
+            line,
+            format!("cannot open device tcp://127.0.0.1:1: connect to the device: {io_text}")
+        );
+        assert_eq!(line.matches(&io_text).count(), 1, "{line}");
+        // Distinct causes all stay.
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_line(&e), "outer: middle: inner");
+    }
+}

@@ -173,7 +173,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(status) => ExitCode::from(status),
         Err(e) => {
-            eprintln!("csx: error: {e:#}");
+            eprintln!("csx: error: {}", connect::error_line(&e));
             ExitCode::from(exit::ERROR)
         }
     }

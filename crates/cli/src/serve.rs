@@ -64,6 +64,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = csx_server::CLIENT_QUEUE_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..))]
     client_queue: u32,
+    /// Bytes of read replies one client may have asked for and not yet read, e.g.
+    /// 64MiB (default 32MiB, at least 16MiB): past it the daemon takes no more of
+    /// that client's commands until it reads.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    client_reply_memory: Option<u64>,
+    /// Seconds a client may take none of the replies written to it before the daemon
+    /// drops it (default 30).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    write_stall: u64,
+    /// Serve shm clients running as other users too (by default only this user's and
+    /// root's). They reach the socket with CSX_SHM_DIR set to this daemon's socket
+    /// directory.
+    #[arg(long)]
+    shm_other_users: bool,
     /// Unload the programs a client leaves loaded when it disconnects or dies.
     #[arg(long)]
     reclaim_programs: bool,
@@ -77,7 +92,7 @@ pub struct ServeArgs {
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
     match csx_host::size::parse_size(text) {
-        Ok(0) => Err("must be above 0".to_string()),
+        Ok(0) => Err("must be at least 1 byte".to_string()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
@@ -143,10 +158,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         memory_bytes: args.client_memory.unwrap_or(defaults.memory_bytes),
         queued_commands: args.client_queue,
         program_slots: args.client_slots,
+        reply_bytes: args.client_reply_memory.unwrap_or(defaults.reply_bytes),
     };
     let mut options = ServerOptions::new()
         .limits(limits)
-        .reclaim_programs(args.reclaim_programs);
+        .reclaim_programs(args.reclaim_programs)
+        .write_stall(Duration::from_secs(args.write_stall))
+        .shm_other_users(args.shm_other_users);
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         options = options.tls(cert, key);
     }
@@ -156,6 +174,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         memory = %csx_host::size::format_size(limits.memory_bytes),
         slots = limits.program_slots,
         queue = limits.queued_commands,
+        reply_memory = %csx_host::size::format_size(limits.reply_bytes),
         reclaim_programs = args.reclaim_programs,
         "per-client limits"
     );

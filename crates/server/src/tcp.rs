@@ -78,6 +78,12 @@ pub(crate) fn accept_loop(
                 // from the moment of the accept.
                 let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
                 let name = format!("csx-tcp-{peer}");
+                // Kept to tell a refused plain client why (a TLS client would not
+                // understand plain bytes: it only sees the connection close).
+                let refusal = match tls {
+                    None => stream.try_clone().ok(),
+                    Some(_) => None,
+                };
                 let tls = tls.clone();
                 let spawned = ctx.spawn_connection(name, move |ctx| {
                     let conn = match tls {
@@ -97,7 +103,10 @@ pub(crate) fn accept_loop(
                 });
                 if !spawned {
                     Context::count(&ctx.clients_refused, 1);
-                    tracing::warn!(%peer, "too many connections; closing");
+                    tracing::warn!(%peer, "too many connections; refusing");
+                    if let Some(mut s) = refusal {
+                        refuse_full(&mut s);
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -109,6 +118,23 @@ pub(crate) fn accept_loop(
             }
         }
     }
+}
+
+/// Tells a plain client refused at the connection limit why, without reading its
+/// request (an ICResp needs none of it) and without waiting on it.
+fn refuse_full(s: &mut std::net::TcpStream) {
+    let resp = ICResp {
+        status: ConnectStatus::Unavailable,
+        queue_depth: 0,
+        data_pdu_size_max: DATA_PDU_SIZE_MAX as u32,
+        queue_id: 0,
+        message: format!(
+            "the device serves {} connections, its limit; try again later",
+            crate::CONNECTIONS_MAX
+        ),
+    };
+    let _ = s.set_nonblocking(true);
+    let _ = s.write_all(&resp.encode());
 }
 
 /// The write side, shared by both threads of a connection.

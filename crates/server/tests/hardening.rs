@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use csx_device::{DeviceConfig, DeviceRuntime};
@@ -18,6 +17,9 @@ use csx_host::transport::tcp::{TcpOptions, TcpTransport};
 use csx_host::transport::Transport;
 use csx_host::{CallError, Device};
 use csx_server::{ClientLimits, ListenAddr, Server, ServerConfig, ServerOptions};
+
+mod common;
+use common::tls_files;
 
 const SLM: u64 = 64 << 20;
 
@@ -60,6 +62,7 @@ fn limits(memory_bytes: u64, program_slots: u16, queued_commands: u32) -> Server
         memory_bytes,
         program_slots,
         queued_commands,
+        reply_bytes: csx_server::CLIENT_REPLY_BYTES_DEFAULT,
     })
 }
 
@@ -305,80 +308,6 @@ fn the_programs_of_a_departed_client_are_reclaimed_when_asked() {
         check.close().unwrap();
         server.shutdown().unwrap();
     }
-}
-
-/// A CA and a certificate it signed for 127.0.0.1 and localhost, made with openssl.
-fn tls_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("openssl is missing ({e}): run scripts/setup.sh"));
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    std::fs::write(
-        dir.join("leaf.ext"),
-        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=csx test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        "leaf.key",
-        "-out",
-        "leaf.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "leaf.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "leaf.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "leaf.ext",
-    ]);
-    (
-        dir.join("ca.pem"),
-        dir.join("leaf.pem"),
-        dir.join("leaf.key"),
-    )
 }
 
 #[test]

@@ -342,6 +342,7 @@ fn serve(dir: &std::path::Path) -> (Server, Vec<String>) {
             memory_bytes: CLIENT_MEMORY,
             queued_commands: 64,
             program_slots: 2,
+            reply_bytes: csx_server::CLIENT_REPLY_BYTES_DEFAULT,
         })
         .reclaim_programs(true);
     let server = Server::start_with(device, config, options).expect("serves");

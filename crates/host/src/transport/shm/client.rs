@@ -197,12 +197,21 @@ impl Drop for HostBuffer {
 impl ShmTransport {
     /// Connects to the device serving `shm://name` on this machine.
     pub fn connect(name: &str, options: &ShmOptions) -> Result<ShmTransport, TransportError> {
+        ShmTransport::connect_with_timeouts(name, options, Timeouts::from_env()?)
+    }
+
+    /// As [`ShmTransport::connect`], waiting for a silent device as `timeouts` says
+    /// rather than as `CSX_TIMEOUT` does.
+    pub fn connect_with_timeouts(
+        name: &str,
+        options: &ShmOptions,
+        timeouts: Timeouts,
+    ) -> Result<ShmTransport, TransportError> {
         check_name(name).map_err(|reason| TransportError::BadSetting {
             name: "the shm device name",
             value: name.to_string(),
             reason,
         })?;
-        let timeouts = Timeouts::from_env()?;
         let path = socket_path(name);
         let unsafe_place = |reason: String| TransportError::Disconnected {
             reason: format!("refusing shm://{name}: {reason}"),

@@ -154,7 +154,17 @@ fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> TransportError {
 impl TcpTransport {
     /// Connects to the device at `addr` (`HOST:PORT`) and negotiates a queue pair.
     pub fn connect(addr: &str, options: &TcpOptions) -> Result<TcpTransport, TransportError> {
-        TcpTransport::connect_over(addr, "tcp", options, |s, _| Ok(Conn::Plain(s)))
+        TcpTransport::connect_with_timeouts(addr, options, Timeouts::from_env()?)
+    }
+
+    /// As [`TcpTransport::connect`], waiting for a silent device as `timeouts` says
+    /// rather than as `CSX_TIMEOUT` does.
+    pub fn connect_with_timeouts(
+        addr: &str,
+        options: &TcpOptions,
+        timeouts: Timeouts,
+    ) -> Result<TcpTransport, TransportError> {
+        TcpTransport::connect_over(addr, "tcp", options, timeouts, |s, _| Ok(Conn::Plain(s)))
     }
 
     /// As [`TcpTransport::connect`], over TLS: the device's certificate must chain to a
@@ -171,9 +181,15 @@ impl TcpTransport {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        TcpTransport::connect_over(addr, "tcps", options, move |s, deadline| {
-            super::conn::tls::TlsConn::connect(s, config, &host, deadline).map(Conn::Tls)
-        })
+        TcpTransport::connect_over(
+            addr,
+            "tcps",
+            options,
+            Timeouts::from_env()?,
+            move |s, deadline| {
+                super::conn::tls::TlsConn::connect(s, config, &host, deadline).map(Conn::Tls)
+            },
+        )
     }
 
     /// Connects, wraps the socket (`wrap`: TLS or nothing) and negotiates, the whole
@@ -182,9 +198,9 @@ impl TcpTransport {
         addr: &str,
         scheme: &str,
         options: &TcpOptions,
+        timeouts: Timeouts,
         wrap: impl FnOnce(TcpStream, Instant) -> io::Result<Conn>,
     ) -> Result<TcpTransport, TransportError> {
-        let timeouts = Timeouts::from_env()?;
         let deadline = Instant::now() + timeouts.connect;
         let peer = format!("{scheme}://{addr}");
         let no_answer = |during| TransportError::NoAnswer {
