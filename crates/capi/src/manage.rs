@@ -380,7 +380,8 @@ fn device_of_path(path: &str) -> R<String> {
     })
 }
 
-/// The device a path belongs to, as a name for csOpenCSx: for a path inside a mounted
+/// The device a path belongs to, as a name for csOpenCSx: a device URI (`shm://`,
+/// `tcp://`: a device path) names itself; for a path inside a mounted
 /// csx file system (`csx mount`), the URI of the mount's device (found in
 /// `/proc/self/mountinfo`); else the state directory holding (an ancestor of) `Path`, as
 /// an absolute path. Neither: CS_NO_SUCH_ENTITY_EXISTS.
@@ -397,7 +398,7 @@ pub unsafe extern "C" fn csGetCSxFromPath(
     run("csGetCSxFromPath", || {
         // SAFETY: the caller's contract.
         let path = unsafe { string(Path, "Path") }?;
-        let name = device_of_path(path)?;
+        let name = device_name_of(path)?;
         // SAFETY: forwarded contract.
         unsafe { write_string_uint(&name, Length, DevName) }
     })

@@ -426,3 +426,201 @@ fn a_binary_built_against_a_spec_header_runs() {
     }
     server.shutdown().unwrap();
 }
+
+/// A 24-bit BMP of `w` x `h` pixels (rows padded to 4 bytes), pixel bytes from `seed`.
+fn bmp(w: u32, h: u32, seed: u64) -> Vec<u8> {
+    let row = (w * 3).div_ceil(4) * 4;
+    let data = row * h;
+    let mut b = Vec::new();
+    b.extend_from_slice(b"BM");
+    b.extend_from_slice(&(54 + data).to_le_bytes());
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&54u32.to_le_bytes());
+    b.extend_from_slice(&40u32.to_le_bytes());
+    b.extend_from_slice(&w.to_le_bytes());
+    b.extend_from_slice(&h.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&24u16.to_le_bytes());
+    b.extend_from_slice(&[0; 24]);
+    let mut x = seed;
+    for _ in 0..data {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        b.push((x >> 56) as u8);
+    }
+    b
+}
+
+/// What rgb2gray makes of a BMP (the host's reference).
+fn gray(bmp: &[u8]) -> Vec<u8> {
+    let le = |at: usize, n: usize| {
+        bmp[at..at + n]
+            .iter()
+            .rev()
+            .fold(0u64, |v, &b| (v << 8) | u64::from(b)) as usize
+    };
+    let (offset, w, h) = (le(10, 4), le(18, 4), le(22, 4));
+    let row = (w * 3).div_ceil(4) * 4;
+    let mut out = bmp.to_vec();
+    for y in 0..h {
+        for x in 0..w {
+            let at = offset + y * row + x * 3;
+            let g = (29 * u32::from(bmp[at]) + 150 * u32::from(bmp[at + 1]) + 77 * u32::from(bmp[at + 2])) >> 8;
+            out[at..at + 3].fill(g as u8);
+        }
+    }
+    out
+}
+
+/// The wrapping u32 sum of the little-endian words (a partial last word zero-padded).
+fn checksum(data: &[u8]) -> u32 {
+    data.chunks(4).fold(0u32, |s, c| {
+        let mut w = [0u8; 4];
+        w[..c.len()].copy_from_slice(c);
+        s.wrapping_add(u32::from_le_bytes(w))
+    })
+}
+
+/// A state directory whose slots hold the CSFs of tests/c/v05/csfs.c, active, under the
+/// names the v0.5 programs look up; `time_limit_ms` its default execution time limit.
+fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
+    use csx_host::proto::{EngineKind, ProgramType};
+    let elf = work.join("csfs.o");
+    if !elf.exists() {
+        run_tool(
+            Command::new("clang")
+                .args(["-O2", "-target", "bpf", "-c", "-I"])
+                .arg(repo().join("sdk/include"))
+                .arg(repo().join("crates/capi/tests/c/v05/csfs.c"))
+                .arg("-o")
+                .arg(&elf),
+        );
+    }
+    let image = std::fs::read(&elf).unwrap();
+    let dir = work.join(name);
+    let config = DeviceConfig {
+        nvm_size_bytes: 64 << 20,
+        slm_size_bytes: 32 << 20,
+        engines: Some(2),
+        time_limit_ms: Some(time_limit_ms),
+        ..DeviceConfig::default()
+    };
+    let dev = Device::init(&dir, config).expect("init the device");
+    for csf in ["Checksum", "sleep", "rgb2gray"] {
+        let pind = dev
+            .load_program_any_slot(ProgramType::Elf, &image, Some(csf))
+            .unwrap();
+        dev.activate(pind, EngineKind::Interpreter).unwrap();
+    }
+    dev.close().unwrap();
+    dir
+}
+
+/// v0.5 programs written as the public SNIA demos are (tests/c/v05: the same calls and
+/// structure usage as rick-heig/nvme_csd's sleep and checksum and petaio-tw/spdk_csd's
+/// r2g) compile unchanged against cs_api_v05.h and give the host's answers on an
+/// embedded device and a daemon over shm; over tcp, which cannot map device memory, the
+/// mapping programs fail cleanly and sleep runs. The device's own time limit bounds a C
+/// request, and no instruction budget cuts a long one short.
+#[test]
+fn v05_programs_compile_unchanged_and_run() {
+    let work = tempfile::tempdir().unwrap();
+    build(work.path());
+    let lib = work.path().join("lib");
+    let exe = |name: &str| -> PathBuf {
+        let exe = work.path().join(format!("v05_{name}"));
+        run_tool(
+            Command::new("gcc")
+                .args(["-std=gnu11", "-Wall", "-Werror", "-O1", "-I"])
+                .arg(repo().join("sdk/include"))
+                .arg(repo().join(format!("crates/capi/tests/c/v05/{name}.c")))
+                .arg("-L")
+                .arg(&lib)
+                .arg("-lcsx")
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                .arg("-o")
+                .arg(&exe),
+        );
+        exe
+    };
+    let (sleep, sum, r2g) = (exe("sleep"), exe("checksum"), exe("r2g"));
+    let dir = v05_device(work.path(), "dev", 20_000);
+
+    // Inputs: three files for checksum, six BMPs for r2g.
+    let mut files = Vec::new();
+    for (i, len) in [32usize, 1 << 20, 1_000_003].into_iter().enumerate() {
+        let data: Vec<u8> = (0..len).map(|j| (j * 7 + i * 13 + j / 251) as u8).collect();
+        let path = work.path().join(format!("in{i}.bin"));
+        std::fs::write(&path, &data).unwrap();
+        files.push((path, checksum(&data)));
+    }
+    let images = work.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    let sizes = [(1, 1), (3, 2), (17, 5), (64, 33), (100, 7), (255, 3)];
+    let mut expected = Vec::new();
+    for (i, (w, h)) in sizes.into_iter().enumerate() {
+        let b = bmp(w, h, i as u64 + 1);
+        std::fs::write(images.join(format!("img_{i}.bmp")), &b).unwrap();
+        expected.push(gray(&b));
+    }
+    let output = |cmd: &mut Command| {
+        let out = cmd.output().expect("run a v0.5 program");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let check_all = |path: &str, maps: bool| {
+        for (file, want) in &files {
+            let (ok, out) = output(Command::new(&sum).args(["-d", path, "-i", "2", "-f"]).arg(file));
+            if maps {
+                assert!(ok, "{path}: {out}");
+                assert_eq!(out.trim().lines().last(), Some(format!("checksum {want:#010x}").as_str()), "{path}");
+            } else {
+                assert!(!ok && out.contains("AFDM alloc error (1)"), "{path}: {out}");
+            }
+        }
+        for i in 0..sizes.len() {
+            let _ = std::fs::remove_file(images.join(format!("gray_img_{i}.bmp")));
+        }
+        let (ok, out) = output(Command::new(&r2g).arg(path).arg(&images));
+        assert_eq!(ok, maps, "{path}: {out}");
+        if maps {
+            assert!(out.contains("func list:Checksum,sleep,rgb2gray"), "{out}");
+            for (i, want) in expected.iter().enumerate() {
+                let got = std::fs::read(images.join(format!("gray_img_{i}.bmp"))).unwrap();
+                assert!(&got == want, "{path}: gray_img_{i}.bmp differs from the host's");
+            }
+        }
+        let (ok, out) = output(Command::new(&sleep).args(["-d", path, "-l", "250"]));
+        assert!(ok && out.contains("slept 250 ms"), "{path}: {out}");
+    };
+    let path = dir.to_str().unwrap();
+    check_all(path, true);
+    // A long compute runs to its end under the device's time limit: no fixed instruction
+    // budget stops it (the former default fuel ended such a loop after about 3 s).
+    let (ok, out) = output(Command::new(&sleep).args(["-d", path, "-l", "4500"]));
+    assert!(ok, "{out}");
+
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let server = Server::open(
+        &dir,
+        ServerConfig {
+            listen: vec![
+                ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+                ListenAddr::Shm(format!("csx-capi-v05-{}", std::process::id())),
+            ],
+            token: None,
+        },
+    )
+    .expect("serve the device");
+    for uri in server.uris().to_vec() {
+        check_all(&uri, uri.starts_with("shm://"));
+    }
+    server.shutdown().unwrap();
+
+    // A device whose time limit is 300 ms ends a 2 s request: the C request names no
+    // limit of its own, so the device's applies.
+    let short = v05_device(work.path(), "short", 300);
+    let (ok, out) = output(Command::new(&sleep).args(["-d", short.to_str().unwrap(), "-l", "2000"]));
+    assert!(!ok && out.contains(&format!("Compute exec error ({})", csx_capi::status::CS_ERROR_IN_EXECUTION)), "{out}");
+}
