@@ -505,14 +505,49 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
         ..DeviceConfig::default()
     };
     let dev = Device::init(&dir, config).expect("init the device");
-    for csf in ["Checksum", "sleep", "rgb2gray"] {
+    let engine = if dev.identify().unwrap().jit {
+        EngineKind::Jit
+    } else {
+        EngineKind::Interpreter
+    };
+    for csf in ["Checksum", "sleep", "rgb2gray", "count"] {
         let pind = dev
             .load_program_any_slot(ProgramType::Elf, &image, Some(csf))
             .unwrap();
-        dev.activate(pind, EngineKind::Interpreter).unwrap();
+        dev.activate(pind, engine).unwrap();
     }
     dev.close().unwrap();
     dir
+}
+
+/// Runs the CSF "count" for `rounds` through the C entry point (csQueueComputeRequest).
+fn count_through_c(device: &str, rounds: u64) -> i32 {
+    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::manage::csGetFunction;
+    use csx_capi::types::*;
+    let name = std::ffi::CString::new(device).unwrap();
+    let mut dev: CsDevHandle = std::ptr::null_mut();
+    // SAFETY: a string and a writable handle.
+    assert_eq!(unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut dev) }, 0);
+    let mut id = 0u32;
+    // SAFETY: as above.
+    assert_eq!(unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) }, 0);
+    let req = CsComputeRequest {
+        dev_handle: dev,
+        csf_id: id,
+        num_args: 1,
+        args: [CsComputeArg {
+            type_: CS_64BIT_VALUE_TYPE,
+            u: CsComputeArgValue { value64: rounds },
+        }],
+    };
+    let mut r0 = 0u64;
+    // SAFETY: a request with its one argument, synchronous.
+    let status = unsafe {
+        csQueueComputeRequest(&req, std::ptr::null_mut(), None, std::ptr::null_mut(), &mut r0)
+    };
+    assert_eq!(csCloseCSx(dev), 0);
+    status
 }
 
 /// v0.5 programs written as the public SNIA demos are (tests/c/v05: the same calls and
@@ -597,9 +632,8 @@ fn v05_programs_compile_unchanged_and_run() {
     let path = dir.to_str().unwrap();
     check_all(path, true);
     // A long compute runs to its end under the device's time limit: no fixed instruction
-    // budget stops it (the former default fuel ended such a loop after about 3 s).
-    let (ok, out) = output(Command::new(&sleep).args(["-d", path, "-l", "4500"]));
-    assert!(ok, "{out}");
+    // budget (the device's default fuel, 2e8) stops a C request of some 5e8 instructions.
+    assert_eq!(count_through_c(path, 100_000_000), csx_capi::status::CS_SUCCESS);
 
     use csx_server::{ListenAddr, Server, ServerConfig};
     let server = Server::open(

@@ -71,3 +71,13 @@ CSX_PROGRAM(rgb2gray)
     }
     return (long)n;
 }
+
+/* count: cparam1 rounds of a little arithmetic (about five instructions each); r0 is the
+ * result, so the loop is not folded away. */
+CSX_PROGRAM(count)
+{
+    unsigned long s = 1;
+    for (unsigned long i = 0; i < args->cparam1; i++)
+        s += i ^ (s >> 3);
+    return (long)(s & 0x7fffffff);
+}
