@@ -384,7 +384,10 @@ fn a_binary_built_against_a_spec_header_runs() {
     let spec_dir = repo().join("crates/capi/tests/c/spec");
     let spec = std::fs::read_to_string(spec_dir.join("cs.h")).unwrap();
     let (table, checks) = abi_table(&spec);
-    assert!(checks > 150, "only {checks} checks: the table and the header do not meet");
+    assert!(
+        checks > 150,
+        "only {checks} checks: the table and the header do not meet"
+    );
     std::fs::write(work.path().join("abi_table.h"), table).unwrap();
     let exe = work.path().join("abi_test");
     let lib = work.path().join("lib");
@@ -444,7 +447,9 @@ fn bmp(w: u32, h: u32, seed: u64) -> Vec<u8> {
     b.extend_from_slice(&[0; 24]);
     let mut x = seed;
     for _ in 0..data {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         b.push((x >> 56) as u8);
     }
     b
@@ -464,7 +469,10 @@ fn gray(bmp: &[u8]) -> Vec<u8> {
     for y in 0..h {
         for x in 0..w {
             let at = offset + y * row + x * 3;
-            let g = (29 * u32::from(bmp[at]) + 150 * u32::from(bmp[at + 1]) + 77 * u32::from(bmp[at + 2])) >> 8;
+            let g = (29 * u32::from(bmp[at])
+                + 150 * u32::from(bmp[at + 1])
+                + 77 * u32::from(bmp[at + 2]))
+                >> 8;
             out[at..at + 3].fill(g as u8);
         }
     }
@@ -528,10 +536,16 @@ fn count_through_c(device: &str, rounds: u64) -> i32 {
     let name = std::ffi::CString::new(device).unwrap();
     let mut dev: CsDevHandle = std::ptr::null_mut();
     // SAFETY: a string and a writable handle.
-    assert_eq!(unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut dev) }, 0);
+    assert_eq!(
+        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut dev) },
+        0
+    );
     let mut id = 0u32;
     // SAFETY: as above.
-    assert_eq!(unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) }, 0);
+    assert_eq!(
+        unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) },
+        0
+    );
     let req = CsComputeRequest {
         dev_handle: dev,
         csf_id: id,
@@ -544,7 +558,13 @@ fn count_through_c(device: &str, rounds: u64) -> i32 {
     let mut r0 = 0u64;
     // SAFETY: a request with its one argument, synchronous.
     let status = unsafe {
-        csQueueComputeRequest(&req, std::ptr::null_mut(), None, std::ptr::null_mut(), &mut r0)
+        csQueueComputeRequest(
+            &req,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+            &mut r0,
+        )
     };
     assert_eq!(csCloseCSx(dev), 0);
     status
@@ -606,10 +626,18 @@ fn v05_programs_compile_unchanged_and_run() {
     };
     let check_all = |path: &str, maps: bool| {
         for (file, want) in &files {
-            let (ok, out) = output(Command::new(&sum).args(["-d", path, "-i", "2", "-f"]).arg(file));
+            let (ok, out) = output(
+                Command::new(&sum)
+                    .args(["-d", path, "-i", "2", "-f"])
+                    .arg(file),
+            );
             if maps {
                 assert!(ok, "{path}: {out}");
-                assert_eq!(out.trim().lines().last(), Some(format!("checksum {want:#010x}").as_str()), "{path}");
+                assert_eq!(
+                    out.trim().lines().last(),
+                    Some(format!("checksum {want:#010x}").as_str()),
+                    "{path}"
+                );
             } else {
                 assert!(!ok && out.contains("AFDM alloc error (1)"), "{path}: {out}");
             }
@@ -623,7 +651,10 @@ fn v05_programs_compile_unchanged_and_run() {
             assert!(out.contains("func list:Checksum,sleep,rgb2gray"), "{out}");
             for (i, want) in expected.iter().enumerate() {
                 let got = std::fs::read(images.join(format!("gray_img_{i}.bmp"))).unwrap();
-                assert!(&got == want, "{path}: gray_img_{i}.bmp differs from the host's");
+                assert!(
+                    &got == want,
+                    "{path}: gray_img_{i}.bmp differs from the host's"
+                );
             }
         }
         let (ok, out) = output(Command::new(&sleep).args(["-d", path, "-l", "250"]));
@@ -633,7 +664,10 @@ fn v05_programs_compile_unchanged_and_run() {
     check_all(path, true);
     // A long compute runs to its end under the device's time limit: no fixed instruction
     // budget (the device's default fuel, 2e8) stops a C request of some 5e8 instructions.
-    assert_eq!(count_through_c(path, 100_000_000), csx_capi::status::CS_SUCCESS);
+    assert_eq!(
+        count_through_c(path, 100_000_000),
+        csx_capi::status::CS_SUCCESS
+    );
 
     use csx_server::{ListenAddr, Server, ServerConfig};
     let server = Server::open(
@@ -655,6 +689,13 @@ fn v05_programs_compile_unchanged_and_run() {
     // A device whose time limit is 300 ms ends a 2 s request: the C request names no
     // limit of its own, so the device's applies.
     let short = v05_device(work.path(), "short", 300);
-    let (ok, out) = output(Command::new(&sleep).args(["-d", short.to_str().unwrap(), "-l", "2000"]));
-    assert!(!ok && out.contains(&format!("Compute exec error ({})", csx_capi::status::CS_ERROR_IN_EXECUTION)), "{out}");
+    let (ok, out) =
+        output(Command::new(&sleep).args(["-d", short.to_str().unwrap(), "-l", "2000"]));
+    assert!(
+        !ok && out.contains(&format!(
+            "Compute exec error ({})",
+            csx_capi::status::CS_ERROR_IN_EXECUTION
+        )),
+        "{out}"
+    );
 }
