@@ -539,15 +539,17 @@ pub(crate) unsafe fn compute_desc(req: *const CsComputeRequest) -> R<Desc> {
     let args = args
         .iter()
         .map(|a| match a.type_ {
-            // SAFETY (each arm): Type says which union member holds the value.
             CS_AFDM_TYPE => {
+                // SAFETY: Type says the union holds DevMem.
                 let p = unsafe { a.u.dev_mem };
                 ArgDesc::Afdm {
                     mem: p.mem_handle as usize,
                     offset: p.byte_offset,
                 }
             }
+            // SAFETY: Type says the union holds Value32.
             CS_32BIT_VALUE_TYPE => ArgDesc::V32(unsafe { a.u.value32 }),
+            // SAFETY: Type says the union holds Value64.
             CS_64BIT_VALUE_TYPE => ArgDesc::V64(unsafe { a.u.value64 }),
             other => ArgDesc::Other(other),
         })
@@ -665,17 +667,18 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             if *host == 0 {
                 return fail(CS_INVALID_ARG, "HostVAddress is NULL");
             }
-            let to_device =
-                match *ty {
-                    CS_COPY_TO_DEVICE => true,
-                    CS_COPY_FROM_DEVICE => false,
-                    other => return fail(
+            let to_device = match *ty {
+                CS_COPY_TO_DEVICE => true,
+                CS_COPY_FROM_DEVICE => false,
+                other => {
+                    return fail(
                         CS_INVALID_OPTION,
                         format!(
                             "Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"
                         ),
-                    ),
-                };
+                    )
+                }
+            };
             maps.extend(sync_of(&m, &dev));
             Op::Copy {
                 dev,
@@ -1286,9 +1289,10 @@ pub unsafe extern "C" fn csFreeMem(
     MemHandle: CsMemHandle,
     MemFlags: *const CsMemFlags,
 ) -> CsStatus {
-    // SAFETY: the caller's contract.
     run("csFreeMem", || {
-        free_mem(MemHandle, unsafe { MemFlags.as_ref() })
+        // SAFETY: the caller's contract: MemFlags is null or readable.
+        let flags = unsafe { MemFlags.as_ref() };
+        free_mem(MemHandle, flags)
     })
 }
 
@@ -1320,7 +1324,7 @@ pub unsafe extern "C" fn csInitMem(
         let byte = init_value(unsafe { MemFlags.as_ref() })?.unwrap_or(0);
         let bytes = u64::try_from(Bytes)
             .or_else(|_| fail(CS_INVALID_LENGTH, format!("Bytes {Bytes} is negative")))?;
-        let offset = ByteOffset as u64;
+        let offset: u64 = ByteOffset;
         let (m, dev) = afdm(MemHandle, offset, bytes, "csInitMem")?;
         let work = Work {
             maps: sync_of(&m, &dev).into_iter().collect(),

@@ -536,16 +536,12 @@ fn count_through_c(device: &str, rounds: u64) -> i32 {
     let name = std::ffi::CString::new(device).unwrap();
     let mut dev: CsDevHandle = std::ptr::null_mut();
     // SAFETY: a string and a writable handle.
-    assert_eq!(
-        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut dev) },
-        0
-    );
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut dev) };
+    assert_eq!(opened, 0);
     let mut id = 0u32;
-    // SAFETY: as above.
-    assert_eq!(
-        unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) },
-        0
-    );
+    // SAFETY: a string and a writable id.
+    let found = unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) };
+    assert_eq!(found, 0);
     let req = CsComputeRequest {
         dev_handle: dev,
         csf_id: id,
