@@ -388,7 +388,10 @@ pub(crate) unsafe fn dispatch(
 /// A compute argument, copied.
 #[derive(Clone, Copy, Debug)]
 pub enum ArgDesc {
-    Afdm { mem: usize, offset: u64 },
+    Afdm {
+        mem: usize,
+        offset: u64,
+    },
     V32(u32),
     V64(u64),
     /// A type csx does not take (checked when the request is prepared).
@@ -536,15 +539,17 @@ pub(crate) unsafe fn compute_desc(req: *const CsComputeRequest) -> R<Desc> {
     let args = args
         .iter()
         .map(|a| match a.type_ {
-            // SAFETY (each arm): Type says which union member holds the value.
             CS_AFDM_TYPE => {
+                // SAFETY: Type says the union holds DevMem.
                 let p = unsafe { a.u.dev_mem };
                 ArgDesc::Afdm {
                     mem: p.mem_handle as usize,
                     offset: p.byte_offset,
                 }
             }
+            // SAFETY: Type says the union holds Value32.
             CS_32BIT_VALUE_TYPE => ArgDesc::V32(unsafe { a.u.value32 }),
+            // SAFETY: Type says the union holds Value64.
             CS_64BIT_VALUE_TYPE => ArgDesc::V64(unsafe { a.u.value64 }),
             other => ArgDesc::Other(other),
         })
@@ -668,7 +673,9 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
                 other => {
                     return fail(
                         CS_INVALID_OPTION,
-                        format!("Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"),
+                        format!(
+                            "Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"
+                        ),
                     )
                 }
             };
@@ -744,7 +751,9 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             if *storage_index != 0 {
                 return fail(
                     CS_ENTITY_NOT_ON_DEVICE,
-                    format!("BlockIo.StorageIndex {storage_index}: a csx device is not an array (0)"),
+                    format!(
+                        "BlockIo.StorageIndex {storage_index}: a csx device is not an array (0)"
+                    ),
                 );
             }
             let mut sources = Vec::with_capacity(ranges.len());
@@ -833,7 +842,9 @@ fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<(Op, Vec<Map
             ArgDesc::Other(CS_STREAM_TYPE) | ArgDesc::Other(CS_DESCRIPTOR_TYPE) => {
                 return fail(
                     CS_UNSUPPORTED,
-                    format!("argument {i}: stream and descriptor arguments are not provided by csx"),
+                    format!(
+                        "argument {i}: stream and descriptor arguments are not provided by csx"
+                    ),
                 )
             }
             ArgDesc::Other(other) => {
@@ -1052,12 +1063,7 @@ fn canonical_name(name: &str) -> String {
 pub(crate) fn open_shared(name: &str) -> R<u64> {
     let _one = OPENING.lock().unwrap_or_else(|p| p.into_inner());
     let canonical = canonical_name(name);
-    let open = registry::with(|r| {
-        r.devices
-            .values()
-            .find(|d| d.name == canonical)
-            .cloned()
-    });
+    let open = registry::with(|r| r.devices.values().find(|d| d.name == canonical).cloned());
     let dev = match open {
         Some(d) => d,
         None => {
@@ -1279,9 +1285,15 @@ pub(crate) unsafe fn alloc_mem(
 /// # Safety
 /// `MemFlags` is null or readable.
 #[no_mangle]
-pub unsafe extern "C" fn csFreeMem(MemHandle: CsMemHandle, MemFlags: *const CsMemFlags) -> CsStatus {
-    // SAFETY: the caller's contract.
-    run("csFreeMem", || free_mem(MemHandle, unsafe { MemFlags.as_ref() }))
+pub unsafe extern "C" fn csFreeMem(
+    MemHandle: CsMemHandle,
+    MemFlags: *const CsMemFlags,
+) -> CsStatus {
+    run("csFreeMem", || {
+        // SAFETY: the caller's contract: MemFlags is null or readable.
+        let flags = unsafe { MemFlags.as_ref() };
+        free_mem(MemHandle, flags)
+    })
 }
 
 pub(crate) fn free_mem(handle: CsMemHandle, flags: Option<&CsMemFlags>) -> R<CsStatus> {
@@ -1310,10 +1322,9 @@ pub unsafe extern "C" fn csInitMem(
     run("csInitMem", || {
         // SAFETY: the caller's contract.
         let byte = init_value(unsafe { MemFlags.as_ref() })?.unwrap_or(0);
-        let bytes = u64::try_from(Bytes).or_else(|_| {
-            fail(CS_INVALID_LENGTH, format!("Bytes {Bytes} is negative"))
-        })?;
-        let offset = ByteOffset as u64;
+        let bytes = u64::try_from(Bytes)
+            .or_else(|_| fail(CS_INVALID_LENGTH, format!("Bytes {Bytes} is negative")))?;
+        let offset: u64 = ByteOffset;
         let (m, dev) = afdm(MemHandle, offset, bytes, "csInitMem")?;
         let work = Work {
             maps: sync_of(&m, &dev).into_iter().collect(),
@@ -1354,7 +1365,8 @@ pub unsafe extern "C" fn csQueueCopyMemRequest(
     run(NAME, || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
         unsafe { submit(NAME, &copy_desc(req), done, ReqHandle) }
     })
@@ -1379,7 +1391,8 @@ pub unsafe extern "C" fn csQueueStorageRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueStorageRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
         let desc = unsafe { storage_desc(Req) }?;
         // SAFETY: the caller's contract.
@@ -1405,7 +1418,8 @@ pub unsafe extern "C" fn csQueueComputeRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueComputeRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
         let desc = unsafe { compute_desc(Req) }?;
         // SAFETY: no request handle is asked for.
@@ -1428,7 +1442,8 @@ pub unsafe extern "C" fn csxQueueComputeRequest(
 ) -> CsStatus {
     const NAME: &str = "csxQueueComputeRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
         let desc = unsafe { compute_desc(Req) }?;
         // SAFETY: the caller's contract.
@@ -1551,10 +1566,7 @@ pub extern "C" fn csxCloseFile(FileHandle: *mut c_void) -> CsStatus {
         let key = key_of(FileHandle);
         match registry::with(|r| r.files.remove(&key)) {
             Some(_) if key != 0 => Ok(CS_SUCCESS),
-            _ => fail(
-                CS_INVALID_HANDLE,
-                format!("file handle {key} is not open"),
-            ),
+            _ => fail(CS_INVALID_HANDLE, format!("file handle {key} is not open")),
         }
     })
 }
@@ -1851,7 +1863,10 @@ pub unsafe extern "C" fn csHelperReconfigureBatchEntry(
                     *e = desc;
                     Ok(CS_SUCCESS)
                 }
-                None => fail(CS_INVALID_ID, format!("Entry {Entry} is not an entry (0..{n})")),
+                None => fail(
+                    CS_INVALID_ID,
+                    format!("Entry {Entry} is not an entry (0..{n})"),
+                ),
             }
         })
     })
@@ -1859,7 +1874,10 @@ pub unsafe extern "C" fn csHelperReconfigureBatchEntry(
 
 /// Changes a batch's capacity (not below its entries).
 #[no_mangle]
-pub extern "C" fn csHelperResizeBatchRequest(BatchHandle: CsBatchHandle, MaxReqs: c_int) -> CsStatus {
+pub extern "C" fn csHelperResizeBatchRequest(
+    BatchHandle: CsBatchHandle,
+    MaxReqs: c_int,
+) -> CsStatus {
     run("csHelperResizeBatchRequest", || {
         let key = batch_key(BatchHandle)?;
         let max = max_reqs(MaxReqs)?;
@@ -1871,7 +1889,10 @@ pub extern "C" fn csHelperResizeBatchRequest(BatchHandle: CsBatchHandle, MaxReqs
             if max < b.entries.len() {
                 return fail(
                     CS_INVALID_LENGTH,
-                    format!("MaxReqs {max} is below the batch's {} entries", b.entries.len()),
+                    format!(
+                        "MaxReqs {max} is below the batch's {} entries",
+                        b.entries.len()
+                    ),
                 );
             }
             b.max = max;
@@ -1967,7 +1988,8 @@ pub unsafe extern "C" fn csQueueBatchRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueBatchRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u32(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u32(CompValue))?;
         // SAFETY: the caller's contract.
         unsafe { queue_batch(NAME, BatchHandle, done, std::ptr::null_mut()) }
     })
@@ -1988,7 +2010,8 @@ pub unsafe extern "C" fn csxQueueBatchRequest(
 ) -> CsStatus {
     const NAME: &str = "csxQueueBatchRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
+        let done =
+            Completion::checked(Context, Callback.into(), EventHandle, Value::u64(CompValue))?;
         // SAFETY: the caller's contract.
         unsafe { queue_batch(NAME, BatchHandle, done, ReqHandle) }
     })

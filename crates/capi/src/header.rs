@@ -566,7 +566,10 @@ pub fn enums() -> Vec<Enum> {
                 ("CS_CSF_FPGA_BITSTREAM", i(CS_CSF_FPGA_BITSTREAM)),
                 ("CS_CSF_BPF_PROGRAM", i(CS_CSF_BPF_PROGRAM)),
                 ("CS_CSF_CONTAINER_IMAGE", i(CS_CSF_CONTAINER_IMAGE)),
-                ("CS_CSF_OPERATING_SYSTEM_IMAGE", i(CS_CSF_OPERATING_SYSTEM_IMAGE)),
+                (
+                    "CS_CSF_OPERATING_SYSTEM_IMAGE",
+                    i(CS_CSF_OPERATING_SYSTEM_IMAGE),
+                ),
             ],
         ),
         (
@@ -869,20 +872,28 @@ mod tests {
             assert_eq!(*v, i as i64, "the spec's statuses are 0..=32 in order");
         }
         // Every extension is outside the spec's range.
-        assert!(status[33..].iter().all(|(n, v)| n.starts_with("CSX_") && *v >= 0x1000));
+        assert!(status[33..]
+            .iter()
+            .all(|(n, v)| n.starts_with("CSX_") && *v >= 0x1000));
         // Every other enum starts at 1 (or 0 for CS_CSF_UNDEFINED) and its values are distinct.
         for (ty, values) in enums().iter().skip(1) {
             let mut v: Vec<i64> = values.iter().map(|x| x.1).collect();
             v.dedup();
             assert_eq!(v.len(), values.len(), "{ty}");
-            assert!(values.iter().all(|x| x.1 >= 1 || x.0 == "CS_CSF_UNDEFINED"), "{ty}");
+            assert!(
+                values.iter().all(|x| x.1 >= 1 || x.0 == "CS_CSF_UNDEFINED"),
+                "{ty}"
+            );
         }
         assert!(constants().iter().all(|(n, _)| n.starts_with("CSX_")));
     }
 
     #[test]
     fn every_name_is_defined_once() {
-        let mut names: Vec<&str> = enums().iter().flat_map(|e| e.1.iter().map(|x| x.0)).collect();
+        let mut names: Vec<&str> = enums()
+            .iter()
+            .flat_map(|e| e.1.iter().map(|x| x.0))
+            .collect();
         names.extend(constants().iter().map(|c| c.0));
         let n = names.len();
         names.sort_unstable();

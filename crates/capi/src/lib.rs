@@ -20,6 +20,7 @@
 #![allow(non_snake_case)]
 
 pub mod api;
+pub mod conformance;
 pub mod header;
 pub mod manage;
 pub mod mapping;

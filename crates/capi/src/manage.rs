@@ -9,8 +9,8 @@ use csx_host::proto::limits::{PROGRAM_SIZE_MAX, WINDOWS_MAX};
 use csx_host::proto::{EngineKind, ProgramIndex, ProgramState, ProgramType};
 
 use crate::api::{
-    close_handle, csf_slot, device, fail, inp, open_shared, out, run, string, Fail, R,
-    CSX_BUILTIN_CSF_BASE,
+    close_handle, csf_slot, device, fail, inp, open_shared, out, run, string, Fail,
+    CSX_BUILTIN_CSF_BASE, R,
 };
 use crate::registry::{self, handle_of, Dev};
 use crate::status::*;
@@ -109,7 +109,12 @@ fn with_device<T>(name: &str, f: impl FnOnce(&Arc<Dev>) -> R<T>) -> R<T> {
 fn csf_names(dev: &Dev) -> R<Vec<(String, u32, bool, bool)>> {
     let mut list = Vec::new();
     for p in dev.device.programs()? {
-        list.push((p.name, u32::from(p.pind.0), true, p.state == ProgramState::Active));
+        list.push((
+            p.name,
+            u32::from(p.pind.0),
+            true,
+            p.state == ProgramState::Active,
+        ));
     }
     for f in dev.device.functions()? {
         list.push((f.name, CSX_BUILTIN_CSF_BASE + f.id.0, false, true));
@@ -155,10 +160,8 @@ pub unsafe extern "C" fn csQueryCSEList(
         for name in known_devices() {
             let has = match want.as_deref() {
                 None | Some("") => true,
-                Some(f) => with_device(&name, |d| {
-                    Ok(csf_names(d)?.iter().any(|c| c.0 == f))
-                })
-                .unwrap_or(false),
+                Some(f) => with_device(&name, |d| Ok(csf_names(d)?.iter().any(|c| c.0 == f)))
+                    .unwrap_or(false),
             };
             if has {
                 cses.push(name);
@@ -359,7 +362,6 @@ pub fn mounted_device(mountinfo: &[u8], abs: &std::path::Path) -> Option<String>
     best.map(|(_, uri)| uri)
 }
 
-
 /// The device a path belongs to (see [`csGetCSxFromPath`]).
 fn device_of_path(path: &str) -> R<String> {
     let abs = std::fs::canonicalize(path).or_else(|e| fail(CS_ENOENT, format!("{path:?}: {e}")))?;
@@ -380,7 +382,8 @@ fn device_of_path(path: &str) -> R<String> {
     })
 }
 
-/// The device a path belongs to, as a name for csOpenCSx: for a path inside a mounted
+/// The device a path belongs to, as a name for csOpenCSx: a device URI (`shm://`,
+/// `tcp://`: a device path) names itself; for a path inside a mounted
 /// csx file system (`csx mount`), the URI of the mount's device (found in
 /// `/proc/self/mountinfo`); else the state directory holding (an ancestor of) `Path`, as
 /// an absolute path. Neither: CS_NO_SUCH_ENTITY_EXISTS.
@@ -397,7 +400,7 @@ pub unsafe extern "C" fn csGetCSxFromPath(
     run("csGetCSxFromPath", || {
         // SAFETY: the caller's contract.
         let path = unsafe { string(Path, "Path") }?;
-        let name = device_of_path(path)?;
+        let name = device_name_of(path)?;
         // SAFETY: forwarded contract.
         unsafe { write_string_uint(&name, Length, DevName) }
     })
@@ -410,12 +413,14 @@ fn slot(index: i32) -> R<Option<ProgramIndex>> {
     if index == CSX_ANY_INDEX {
         return Ok(None);
     }
-    u16::try_from(index).map(|i| Some(ProgramIndex(i))).or_else(|_| {
-        fail(
-            CS_INVALID_ID,
-            format!("Index {index} is not a program slot (or CSX_ANY_INDEX)"),
-        )
-    })
+    u16::try_from(index)
+        .map(|i| Some(ProgramIndex(i)))
+        .or_else(|_| {
+            fail(
+                CS_INVALID_ID,
+                format!("Index {index} is not a program slot (or CSX_ANY_INDEX)"),
+            )
+        })
 }
 
 /// Loads (or with `unload`, empties) a slot: the shared body of the download calls.
@@ -433,7 +438,10 @@ unsafe fn download(
 ) -> R<ProgramIndex> {
     if unload {
         let Some(pind) = slot(index)? else {
-            return fail(CS_INVALID_ID, "Unload needs a slot Index, not CSX_ANY_INDEX");
+            return fail(
+                CS_INVALID_ID,
+                "Unload needs a slot Index, not CSX_ANY_INDEX",
+            );
         };
         dev.device.unload(pind)?;
         return Ok(pind);
@@ -477,7 +485,10 @@ unsafe fn download(
 /// # Safety
 /// `Info` is null or readable with `DataBuffer` readable for `Length` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn csDownload(DevHandle: CsDevHandle, Info: *const CsDownloadInfo) -> CsStatus {
+pub unsafe extern "C" fn csDownload(
+    DevHandle: CsDevHandle,
+    Info: *const CsDownloadInfo,
+) -> CsStatus {
     run("csDownload", || {
         let dev = device(DevHandle)?;
         // SAFETY: the caller's contract.
@@ -485,12 +496,23 @@ pub unsafe extern "C" fn csDownload(DevHandle: CsDevHandle, Info: *const CsDownl
         if info.type_ != CS_BPF_PROGRAM {
             return fail(
                 CS_UNSUPPORTED,
-                format!("Type {}: csx runs eBPF programs only (CS_BPF_PROGRAM, 2)", info.type_),
+                format!(
+                    "Type {}: csx runs eBPF programs only (CS_BPF_PROGRAM, 2)",
+                    info.type_
+                ),
             );
         }
         // SAFETY: forwarded contract.
         unsafe {
-            download(&dev, info.sub_type, info.index, info.unload != 0, info.length, info.data_buffer, None)
+            download(
+                &dev,
+                info.sub_type,
+                info.index,
+                info.unload != 0,
+                info.length,
+                info.data_buffer,
+                None,
+            )
         }?;
         Ok(CS_SUCCESS)
     })
@@ -518,7 +540,10 @@ pub unsafe extern "C" fn csCSFDownload(
         if info.type_ != CS_CSF_BPF_PROGRAM {
             return fail(
                 CS_UNSUPPORTED,
-                format!("type {}: csx runs eBPF programs only (CS_CSF_BPF_PROGRAM, 2)", info.type_),
+                format!(
+                    "type {}: csx runs eBPF programs only (CS_CSF_BPF_PROGRAM, 2)",
+                    info.type_
+                ),
             );
         }
         if info.csee_id != 0 {
@@ -597,7 +622,10 @@ pub unsafe extern "C" fn csConfig(CSEHandle: CsDevHandle, Info: *const CsConfigI
             CSX_CSF_DEACTIVATE => config(&dev, false, info.sub_type, info.index),
             CS_CSEE_ACTIVATE | CS_FDM_ACTIVATE | CS_VENDOR_SPECIFIC => fail(
                 CS_UNSUPPORTED,
-                format!("Type {}: a csx device's CSEE (its eBPF engines) and FDM are always active", info.type_),
+                format!(
+                    "Type {}: a csx device's CSEE (its eBPF engines) and FDM are always active",
+                    info.type_
+                ),
             ),
             other => fail(
                 CS_INVALID_OPTION,
@@ -817,7 +845,10 @@ pub unsafe extern "C" fn csxQueryCSFList(
         if (have.max(0) as usize) < list.len() {
             return fail(
                 CS_INVALID_LENGTH,
-                format!("the buffer holds {have} entries, the device has {} CSFs", list.len()),
+                format!(
+                    "the buffer holds {have} entries, the device has {} CSFs",
+                    list.len()
+                ),
             );
         }
         // SAFETY: Buf holds *Count >= list.len() entries (the caller's contract).
@@ -856,7 +887,10 @@ pub unsafe extern "C" fn csQueryDeviceProperties(
         }
         let info = dev.device.identify()?;
         let csfs = csf_names(&dev)?.len();
-        let mut version = info.version.split('.').map(|p| p.parse::<u16>().unwrap_or(0));
+        let mut version = info
+            .version
+            .split('.')
+            .map(|p| p.parse::<u16>().unwrap_or(0));
         let sw = (version.next().unwrap_or(0) << 8) | (version.next().unwrap_or(0) & 0xff);
         let mut flags = FLAG_FDM_IS_DEVICE_MANAGED;
         if crate::api::can_map(&dev) {
@@ -896,7 +930,10 @@ pub unsafe extern "C" fn csQueryDeviceProperties(
 /// # Safety
 /// `Info` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn csxQueryDeviceInfo(DevHandle: CsDevHandle, Info: *mut CsxDeviceInfo) -> CsStatus {
+pub unsafe extern "C" fn csxQueryDeviceInfo(
+    DevHandle: CsDevHandle,
+    Info: *mut CsxDeviceInfo,
+) -> CsStatus {
     run("csxQueryDeviceInfo", || {
         let dev = device(DevHandle)?;
         // SAFETY: the caller's contract.
@@ -928,7 +965,10 @@ pub unsafe extern "C" fn csxQueryDeviceInfo(DevHandle: CsDevHandle, Info: *mut C
 /// # Safety
 /// `Caps` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn csQueryDeviceCapabilities(DevHandle: CsDevHandle, Caps: *mut CsCapabilities) -> CsStatus {
+pub unsafe extern "C" fn csQueryDeviceCapabilities(
+    DevHandle: CsDevHandle,
+    Caps: *mut CsCapabilities,
+) -> CsStatus {
     run("csQueryDeviceCapabilities", || {
         let dev = device(DevHandle)?;
         // SAFETY: the caller's contract.
@@ -1017,7 +1057,11 @@ pub unsafe extern "C" fn csQueryDeviceStatistics(
 /// # Safety
 /// `Length` null or writable; `Buffer` null or writable for `*Length` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn csQueryLibrarySupport(Type: i32, Length: *mut c_int, Buffer: *mut c_char) -> CsStatus {
+pub unsafe extern "C" fn csQueryLibrarySupport(
+    Type: i32,
+    Length: *mut c_int,
+    Buffer: *mut c_char,
+) -> CsStatus {
     run("csQueryLibrarySupport", || match Type {
         // SAFETY: forwarded contract.
         CS_FILE_SYSTEMS_SUPPORTED => unsafe { write_string_int("csx", Length, Buffer) },
@@ -1037,21 +1081,33 @@ fn unsupported(what: &str) -> R<CsStatus> {
 
 /// Not provided: csx devices raise no notifications.
 #[no_mangle]
-pub extern "C" fn csRegisterNotify(DevName: *const c_char, NotifyOptions: u32, NotifyFn: *mut c_void) -> CsStatus {
+pub extern "C" fn csRegisterNotify(
+    DevName: *const c_char,
+    NotifyOptions: u32,
+    NotifyFn: *mut c_void,
+) -> CsStatus {
     let _ = (DevName, NotifyOptions, NotifyFn);
-    run("csRegisterNotify", || unsupported("csx devices raise no notifications"))
+    run("csRegisterNotify", || {
+        unsupported("csx devices raise no notifications")
+    })
 }
 
 /// Not provided (see csRegisterNotify).
 #[no_mangle]
 pub extern "C" fn csDeregisterNotify(DevName: *const c_char, NotifyFn: *mut c_void) -> CsStatus {
     let _ = (DevName, NotifyFn);
-    run("csDeregisterNotify", || unsupported("csx devices raise no notifications"))
+    run("csDeregisterNotify", || {
+        unsupported("csx devices raise no notifications")
+    })
 }
 
 /// Not provided: a csx device has no settable temperature or I/O capability.
 #[no_mangle]
-pub extern "C" fn csSetDeviceCapability(DevHandle: CsDevHandle, Type: i32, Details: *mut c_void) -> CsStatus {
+pub extern "C" fn csSetDeviceCapability(
+    DevHandle: CsDevHandle,
+    Type: i32,
+    Details: *mut c_void,
+) -> CsStatus {
     let _ = (Type, Details);
     run("csSetDeviceCapability", || {
         device(DevHandle)?;
@@ -1061,7 +1117,11 @@ pub extern "C" fn csSetDeviceCapability(DevHandle: CsDevHandle, Type: i32, Detai
 
 /// Not provided: csx has no streams.
 #[no_mangle]
-pub extern "C" fn csAllocStream(DevHandle: CsDevHandle, Type: i32, StreamHandle: *mut u64) -> CsStatus {
+pub extern "C" fn csAllocStream(
+    DevHandle: CsDevHandle,
+    Type: i32,
+    StreamHandle: *mut u64,
+) -> CsStatus {
     let _ = (Type, StreamHandle);
     run("csAllocStream", || {
         device(DevHandle)?;
@@ -1080,21 +1140,27 @@ pub extern "C" fn csFreeStream(StreamHandle: u64) -> CsStatus {
 #[no_mangle]
 pub extern "C" fn csQueryPlugin(Req: *mut c_void, CallbackFn: *mut c_void) -> CsStatus {
     let _ = (Req, CallbackFn);
-    run("csQueryPlugin", || unsupported("libcsx's transports are built in, not plugins"))
+    run("csQueryPlugin", || {
+        unsupported("libcsx's transports are built in, not plugins")
+    })
 }
 
 /// Not provided (see csQueryPlugin).
 #[no_mangle]
 pub extern "C" fn csRegisterPlugin(Req: *mut c_void) -> CsStatus {
     let _ = Req;
-    run("csRegisterPlugin", || unsupported("libcsx's transports are built in, not plugins"))
+    run("csRegisterPlugin", || {
+        unsupported("libcsx's transports are built in, not plugins")
+    })
 }
 
 /// Not provided (see csQueryPlugin).
 #[no_mangle]
 pub extern "C" fn csDeregisterPlugin(Req: *mut c_void) -> CsStatus {
     let _ = Req;
-    run("csDeregisterPlugin", || unsupported("libcsx's transports are built in, not plugins"))
+    run("csDeregisterPlugin", || {
+        unsupported("libcsx's transports are built in, not plugins")
+    })
 }
 
 /// v0.5, not provided: a CSF id names a slot, not a running instance; abort a request
@@ -1103,7 +1169,9 @@ pub extern "C" fn csDeregisterPlugin(Req: *mut c_void) -> CsStatus {
 pub extern "C" fn csStopFunction(FunctionId: u32) -> CsStatus {
     let _ = FunctionId;
     run("csStopFunction", || {
-        unsupported("a CSF id names a slot, not a running instance: abort its request with csAbortRequest")
+        unsupported(
+            "a CSF id names a slot, not a running instance: abort its request with csAbortRequest",
+        )
     })
 }
 

@@ -57,7 +57,12 @@ pub unsafe extern "C" fn csx05QueueComputeRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueComputeRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, callback(Callback), EventHandle, Value::u32(CompValue))?;
+        let done = Completion::checked(
+            Context,
+            callback(Callback),
+            EventHandle,
+            Value::u32(CompValue),
+        )?;
         // SAFETY: the caller's contract.
         let desc = unsafe { compute_desc(Req) }?;
         // SAFETY: the caller's contract.
@@ -81,7 +86,12 @@ pub unsafe extern "C" fn csx05QueueCopyMemRequest(
     run(NAME, || {
         // SAFETY: the caller's contract.
         let req = unsafe { inp(Req, "Req") }?;
-        let done = Completion::checked(Context, callback(Callback), EventHandle, Value::u32(CompValue))?;
+        let done = Completion::checked(
+            Context,
+            callback(Callback),
+            EventHandle,
+            Value::u32(CompValue),
+        )?;
         // SAFETY: the caller's contract.
         unsafe { submit(NAME, &copy_desc(req), done, std::ptr::null_mut()) }
     })
@@ -101,7 +111,12 @@ pub unsafe extern "C" fn csx05QueueStorageRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueStorageRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, callback(Callback), EventHandle, Value::u32(CompValue))?;
+        let done = Completion::checked(
+            Context,
+            callback(Callback),
+            EventHandle,
+            Value::u32(CompValue),
+        )?;
         // SAFETY: the caller's contract.
         let desc = unsafe { storage_desc(Req) }?;
         // SAFETY: the caller's contract.
@@ -123,7 +138,12 @@ pub unsafe extern "C" fn csx05QueueBatchRequest(
 ) -> CsStatus {
     const NAME: &str = "csQueueBatchRequest";
     run(NAME, || {
-        let done = Completion::checked(Context, callback(Callback), EventHandle, Value::u32(CompValue))?;
+        let done = Completion::checked(
+            Context,
+            callback(Callback),
+            EventHandle,
+            Value::u32(CompValue),
+        )?;
         // SAFETY: the caller's contract.
         unsafe { queue_batch(NAME, BatchHandle, done, std::ptr::null_mut()) }
     })
@@ -199,7 +219,10 @@ pub extern "C" fn csx05FreeMem(MemHandle: CsMemHandle) -> CsStatus {
 /// # Safety
 /// As `csConfig`.
 #[no_mangle]
-pub unsafe extern "C" fn csx05Config(CSEHandle: CsDevHandle, Info: *const CsConfigInfo) -> CsStatus {
+pub unsafe extern "C" fn csx05Config(
+    CSEHandle: CsDevHandle,
+    Info: *const CsConfigInfo,
+) -> CsStatus {
     run("csConfig", || {
         let dev = device(CSEHandle)?;
         // SAFETY: the caller's contract.

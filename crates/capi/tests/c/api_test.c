@@ -809,6 +809,48 @@ int main(int argc, char **argv)
         EXPECT(csGetCSxFromPath(NULL, &nlen, name), CS_INVALID_ARG);
     }
 
+    /* Hostile callers: handles of the wrong kind, lengths and counts past their limits. */
+    {
+        EXPECT(csFreeMem(dev, NULL), CS_INVALID_HANDLE);          /* a device as memory */
+        EXPECT(csCloseCSx(in), CS_INVALID_HANDLE);                /* memory as a device */
+        EXPECT(csPollEvent(dev, NULL), CS_INVALID_EVENT);         /* a device as an event */
+        EXPECT(csxCloseFile(dev), CS_INVALID_HANDLE);             /* a device as a file */
+        EXPECT(csxCloseFile(NULL), CS_INVALID_HANDLE);
+        EXPECT(csFreeBatchRequest(dev), CS_INVALID_HANDLE);       /* a device as a batch */
+        EXPECT(csAbortRequest(in), CS_INVALID_HANDLE);            /* memory as a request */
+        EXPECT(csInitMem(in, 0, -1, NULL), CS_INVALID_LENGTH);
+        EXPECT(csInitMem(in, ~0UL, 1, NULL), CS_INVALID_LENGTH);
+        CsStorageRequest many = block;
+        many.u.BlockIo.NumRanges = 1000; /* more ranges than any request may hold */
+        EXPECT(csQueueStorageRequest(&many, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+        many.u.BlockIo.NumRanges = -3;
+        EXPECT(csQueueStorageRequest(&many, NULL, NULL, NULL, NULL, NULL), CS_INVALID_LENGTH);
+        CsStorageRequest array = block;
+        array.u.BlockIo.StorageIndex = 5;
+        EXPECT(csQueueStorageRequest(&array, NULL, NULL, NULL, NULL, NULL), CS_ENTITY_NOT_ON_DEVICE);
+        CsCSFDownloadInfo negative = csf_info(CSX_BPF_ELF, (uint32_t)CSX_ANY_INDEX, 0, -5, elf);
+        EXPECT(csCSFDownload(dev, &negative, NULL), CS_INVALID_LENGTH);
+        CsCSFDownloadInfo csee = dl;
+        csee.CSEEId = 3;
+        EXPECT(csCSFDownload(dev, &csee, NULL), CS_INVALID_ID);
+        CsComputeRequest *streamy = compute_request(dev, id, 1);
+        streamy->Args[0].Type = CS_STREAM_TYPE_;
+        EXPECT(csQueueComputeRequest(streamy, NULL, NULL, NULL, NULL), CS_UNSUPPORTED);
+        streamy->DevHandle = in; /* memory as the request's device */
+        EXPECT(csQueueComputeRequest(streamy, NULL, NULL, NULL, NULL), CS_INVALID_HANDLE);
+        free(streamy);
+        CS_BATCH_HANDLE hb = NULL;
+        EXPECT(csAllocBatchRequest(CS_BATCH_SERIAL, 2, &hb), CS_SUCCESS);
+        CsBatchRequest huge_args = {.ReqType = CS_QUEUE_COMPUTE};
+        huge_args.u.Compute.DevHandle = dev;
+        huge_args.u.Compute.NumArgs = 1 << 20; /* far past the entry */
+        EXPECT(csAddBatchEntry(hb, &huge_args, CSX_BATCH_INDEX_NONE, CSX_BATCH_INDEX_NONE, NULL), CS_INVALID_LENGTH);
+        EXPECT(csHelperResizeBatchRequest(hb, 0), CS_INVALID_LENGTH);
+        EXPECT(csHelperReconfigureBatchEntry(hb, 0, &huge_args), CS_INVALID_LENGTH);
+        EXPECT(csFreeBatchRequest(hb), CS_SUCCESS);
+        EXPECT(csHelperResizeBatchRequest(hb, 4), CS_INVALID_HANDLE);
+    }
+
     /* Asynchronous completion: callbacks of one device handle fire in queue order. */
     {
         CS_MEM_HANDLE slots = NULL;
