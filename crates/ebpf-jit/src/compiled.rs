@@ -157,9 +157,8 @@ impl<T: Backend> Engine for Compiled<T> {
             }
         };
         let mut run_mem = RunMemory::new(&self.program);
-        let functions = self.program.functions();
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            crate::runtime::execute(code, functions, mem, fp, args, opts, host)
+            crate::runtime::execute(code, &self.program, mem, fp, args, opts, host)
         })
     }
 }

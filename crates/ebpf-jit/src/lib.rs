@@ -187,6 +187,7 @@ impl compiled::Backend for Cranelift {
             frontend_config: module.isa().frontend_config(),
             blocks: counting.then(|| program.blocks()),
             plans: &plan.functions,
+            globals: &translate::KnownRegion::of(program),
         };
         let mut ctx = module.make_context();
         let mut builder_ctx = FunctionBuilderContext::new();

@@ -16,10 +16,11 @@ use std::mem::offset_of;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use csx_ebpf::engine::{rules, RunOptions, RunOutcome, StopFlag};
+use csx_ebpf::engine::{rules, EngineRows, RunOptions, RunOutcome, StopFlag};
 use csx_ebpf::helper::{call_helper, FunctionTable, HelperHost};
 use csx_ebpf::limits::STACK_SIZE;
 use csx_ebpf::memory::{MemoryMap, RegionEntry, RegionIdx};
+use csx_ebpf::program::VerifiedProgram;
 use csx_ebpf::trap::{Trap, TrapKind};
 
 use crate::code_memory::CodeMemory;
@@ -119,14 +120,10 @@ struct HelperBridge<'r, 'm> {
     mem: *mut MemoryMap<'m>,
     /// The trap of the last failed helper call.
     trap: Option<TrapKind>,
-    /// The stack row at the start of the run: compiled code addresses the stack
-    /// directly, so a helper must not remap it.
-    stack_row: (usize, u64, u64),
-}
-
-fn stack_row(mem: &MemoryMap<'_>) -> (usize, u64, u64) {
-    let e = &mem.entries()[RegionIdx::STACK.0 as usize];
-    (e.base as usize, e.read_len, e.write_len)
+    /// The rows the engine maps (the stack and the global sections) at the start of
+    /// the run: compiled code addresses the stack directly and checks global sections
+    /// against the bounds the program fixes, so a helper must not remap them.
+    rows: EngineRows,
 }
 
 /// Called by compiled code for `call imm` (helper) and `callx`: runs helper `id` through
@@ -167,13 +164,13 @@ pub(crate) extern "C" fn helper_trampoline(
         }),
     };
     let result = result.and_then(|r0| {
-        if stack_row(mem) == bridge.stack_row {
+        if bridge.rows.unchanged(mem) {
             Ok(r0)
         } else {
             Err(TrapKind::HelperAbort {
                 helper,
                 code: HELPER_PANIC_CODE,
-                message: "helper remapped the engine's stack region".into(),
+                message: EngineRows::REMAPPED.into(),
             })
         }
     });
@@ -216,7 +213,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 /// (`fp` is the initial frame pointer), and turns its status into an outcome.
 pub(crate) fn execute(
     code: &CodeMemory,
-    functions: &FunctionTable,
+    program: &VerifiedProgram,
     mem: &mut MemoryMap<'_>,
     fp: u64,
     args: [u64; 5],
@@ -230,14 +227,15 @@ pub(crate) fn execute(
         "the engine maps the stack and starts r10 at its top"
     );
     let stop = opts.stop.unwrap_or(StopFlag::never());
-    let stack_row = stack_row(mem);
+    let rows = EngineRows::of(mem, program);
+    let functions = program.functions();
     let mem_ptr: *mut MemoryMap<'_> = mem;
     let mut bridge = HelperBridge {
         functions,
         host,
         mem: mem_ptr,
         trap: None,
-        stack_row,
+        rows,
     };
     let mut regs = [0u64; 11];
     regs[1..6].copy_from_slice(&args);

@@ -158,6 +158,8 @@ pub(crate) struct ProgramEnv<'a> {
     pub blocks: Option<&'a BlockMap>,
     /// Every function's plan (callees small and pure enough are inlined at their calls).
     pub plans: &'a [FunctionPlan],
+    /// The program's global sections.
+    pub globals: &'a [KnownRegion],
 }
 
 /// What a memory access does once its host address is known.
@@ -198,14 +200,60 @@ impl MemOp {
     }
 }
 
-/// What is known of a value computed from r10 by adding constants and bounded indexes:
-/// it lies in `[r10 + lo, r10 + hi]`, and `host` is its host address (the same
-/// computation on `fp_host`, so that no access needs r10 itself, nor the stack's delta).
+/// What a [`PtrFact`] is relative to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Anchor {
+    /// The current function's r10.
+    Frame,
+    /// Byte 0 of global section `n` (region `RegionIdx::global(n)`), whose bounds the
+    /// program fixes (see [`KnownRegion`]).
+    Global(usize),
+}
+
+/// What is known of a value computed from r10, or from an `lddw` of a global section's
+/// address, by adding constants and bounded indexes: it lies in `[anchor + lo, anchor +
+/// hi]`, and `host` is its host address (the same computation on the anchor's host
+/// address, so that no access needs the virtual address itself, nor a region's delta).
 #[derive(Clone, Copy)]
-struct FrameFact {
+struct PtrFact {
+    anchor: Anchor,
     lo: i64,
     hi: i64,
     host: Value,
+}
+
+/// A region whose bounds are fixed when the program is loaded: a global section. The
+/// engine maps section `n` at `RegionIdx::global(n)` with exactly these lengths for every
+/// run (`csx_ebpf::engine::RunMemory`), and no helper may remap it (the trampoline traps
+/// a helper that does, see `runtime`), so accesses into it are checked against
+/// constants, or not at all where the offset is proven in range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KnownRegion {
+    pub read_len: u64,
+    pub write_len: u64,
+}
+
+impl KnownRegion {
+    /// The global sections of `program`, in region order.
+    pub(crate) fn of(program: &csx_ebpf::program::VerifiedProgram) -> Vec<KnownRegion> {
+        program
+            .globals()
+            .iter()
+            .take(RegionIdx::GLOBALS_COUNT as usize)
+            .map(|g| KnownRegion {
+                read_len: g.data.len() as u64,
+                write_len: if g.writable { g.data.len() as u64 } else { 0 },
+            })
+            .collect()
+    }
+
+    fn len(self, write: bool) -> u64 {
+        if write {
+            self.write_len
+        } else {
+            self.read_len
+        }
+    }
 }
 
 /// Largest offset from r10 (either way) and largest index bound that pointer tracking
@@ -285,9 +333,12 @@ struct Translator<'a, 'f> {
     fp_host: Value,
     /// Region caches for loads and for stores (and atomics).
     caches: [CacheVars; 2],
-    /// Values known to equal r10 plus an offset in `[lo, hi]`, for unchecked stack
-    /// accesses (the bounds are kept far from overflow, see [`FACT_OFFSET_MAX`]).
-    fp_relative: BTreeMap<Value, FrameFact>,
+    /// Values known to equal r10, or a global section's start, plus an offset in
+    /// `[lo, hi]`, for unchecked accesses (the bounds are kept far from overflow, see
+    /// [`FACT_OFFSET_MAX`]).
+    pointers: BTreeMap<Value, PtrFact>,
+    /// The program's global sections.
+    globals: &'a [KnownRegion],
     /// Values computed from r10 by adding a value of unknown range: probably stack
     /// addresses, checked against the stack before the region caches.
     stack_derived: BTreeSet<Value>,
@@ -586,14 +637,16 @@ impl<'a, 'f> Translator<'a, 'f> {
             fp,
             fp_host,
             caches,
-            fp_relative: BTreeMap::from([(
+            pointers: BTreeMap::from([(
                 fp,
-                FrameFact {
+                PtrFact {
+                    anchor: Anchor::Frame,
                     lo: 0,
                     hi: 0,
                     host: fp_host,
                 },
             )]),
+            globals: env.globals,
             stack_derived: BTreeSet::new(),
             bounds: BTreeMap::new(),
             stack_delta,
@@ -1082,16 +1135,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         if !is64 {
             return Ok(());
         }
-        // Track r10-derived pointers through constant `add`/`sub` and the `add` of a
-        // bounded index.
+        // Track pointers from r10 and from global sections through constant `add`/`sub`
+        // and the `add` of a bounded index.
         let within = |lo: i64, hi: i64| lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX;
         let fact = match (op, s) {
-            (ALU_ADD | ALU_SUB, None) => match self.fp_relative.get(&d).copied() {
+            (ALU_ADD | ALU_SUB, None) => match self.pointers.get(&d).copied() {
                 Some(f) => {
                     let k = i64::from(insn.imm);
                     let k = if op == ALU_ADD { k } else { -k };
                     let (lo, hi) = (f.lo + k, f.hi + k);
-                    within(lo, hi).then(|| FrameFact {
+                    within(lo, hi).then(|| PtrFact {
+                        anchor: f.anchor,
                         lo,
                         hi,
                         host: self.b.ins().iadd_imm_s(f.host, k),
@@ -1100,8 +1154,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                 None => None,
             },
             (ALU_ADD, Some(s)) => {
-                let d_fact = self.fp_relative.get(&d).copied();
-                let s_fact = self.fp_relative.get(&s).copied();
+                let d_fact = self.pointers.get(&d).copied();
+                let s_fact = self.pointers.get(&s).copied();
                 let (f, index, bound) = match (d_fact, s_fact) {
                     (Some(f), None) => (Some(f), s, bs),
                     (None, Some(f)) => (Some(f), d, bd),
@@ -1110,7 +1164,8 @@ impl<'a, 'f> Translator<'a, 'f> {
                 match f {
                     Some(f) if bound <= FACT_OFFSET_MAX as u64 => {
                         let hi = f.hi + bound as i64;
-                        within(f.lo, hi).then(|| FrameFact {
+                        within(f.lo, hi).then(|| PtrFact {
+                            anchor: f.anchor,
                             lo: f.lo,
                             hi,
                             host: self.b.ins().iadd(f.host, index),
@@ -1123,11 +1178,15 @@ impl<'a, 'f> Translator<'a, 'f> {
         };
         match fact {
             Some(fact) => {
-                self.fp_relative.insert(result, fact);
+                self.pointers.insert(result, fact);
             }
             None => {
-                let from_stack =
-                    |v: &Value| self.fp_relative.contains_key(v) || self.stack_derived.contains(v);
+                let from_stack = |v: &Value| {
+                    self.pointers
+                        .get(v)
+                        .is_some_and(|f| f.anchor == Anchor::Frame)
+                        || self.stack_derived.contains(v)
+                };
                 let derived = match (op, s) {
                     (ALU_ADD | ALU_SUB, None) => from_stack(&d),
                     (ALU_ADD, Some(s)) => from_stack(&d) || from_stack(&s),
@@ -1248,7 +1307,52 @@ impl<'a, 'f> Translator<'a, 'f> {
             .imm;
         let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
         let v = self.b.ins().iconst(types::I64, value as i64);
+        self.note_global_address(v, value);
         self.set_reg(pc, insn.dst, v)
+    }
+
+    /// Records that `v`, the constant `value`, points into a global section (a table
+    /// in `.rodata`, a variable in `.data`): its host address is the section's base
+    /// plus the offset.
+    fn note_global_address(&mut self, v: Value, value: u64) {
+        let idx = (value >> 32) as u32;
+        let off = value & 0xffff_ffff;
+        let Some(n) = idx.checked_sub(RegionIdx::GLOBALS_FIRST.0) else {
+            return;
+        };
+        let n = n as usize;
+        let Some(region) = self.globals.get(n) else {
+            return;
+        };
+        if off > region.read_len {
+            return;
+        }
+        let base = self.global_base(n);
+        let host = self.b.ins().iadd_imm_s(base, off as i64);
+        self.pointers.insert(
+            v,
+            PtrFact {
+                anchor: Anchor::Global(n),
+                lo: off as i64,
+                hi: off as i64,
+                host,
+            },
+        );
+    }
+
+    /// The host address of global section `n`'s first byte. The row never changes
+    /// during a run (see [`KnownRegion`]), so its load may move and merge freely.
+    fn global_base(&mut self, n: usize) -> Value {
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        let regions = self
+            .b
+            .ins()
+            .load(types::I64, fixed, self.ctx, offsets::REGIONS);
+        let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
+        let row = (idx * RegionEntry::SIZE) as i32;
+        self.b
+            .ins()
+            .load(types::I64, fixed, regions, row + RegionEntry::OFFSET_BASE)
     }
 
     // ---- memory ----------------------------------------------------------------------
@@ -1338,7 +1442,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// `[r10 - 512, r10)`, whatever the value of any index added to r10: its host base
     /// and displacement. Such an access needs no check (see the module doc).
     fn frame_access(&mut self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
-        let f = *self.fp_relative.get(&v)?;
+        let f = *self.pointers.get(&v)?;
+        if f.anchor != Anchor::Frame {
+            return None;
+        }
         let (lo, hi) = (f.lo + i64::from(off), f.hi + i64::from(off));
         if lo < -(STACK_FRAME_SIZE as i64) || hi + size > 0 {
             return None;
@@ -1354,9 +1461,75 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// computed from r10 on every path (`FunctionPlan::stack_bases`). Such accesses try
     /// the stack's constant check first instead of the region caches.
     fn stack_based(&self, pc: u32, v: Value) -> bool {
-        self.fp_relative.contains_key(&v)
+        self.pointers
+            .get(&v)
+            .is_some_and(|f| f.anchor == Anchor::Frame)
             || self.stack_derived.contains(&v)
             || self.plan.stack_bases.contains(&pc)
+    }
+
+    /// Where an access of `size` bytes at `v + off` lies inside the global section `v`
+    /// was computed from, whatever the value of any index added to the section's
+    /// address: its host base, displacement, and the flags to access it with (a
+    /// read-only section never changes during a run, so its loads are pure values that
+    /// Cranelift may merge and hoist). Such an access needs no check.
+    fn global_access(
+        &mut self,
+        v: Value,
+        off: i16,
+        size: i64,
+        write: bool,
+    ) -> Option<(Value, i32, MemFlagsData)> {
+        let f = *self.pointers.get(&v)?;
+        let Anchor::Global(n) = f.anchor else {
+            return None;
+        };
+        let region = self.globals[n];
+        let (lo, hi) = (f.lo + i64::from(off), f.hi + i64::from(off));
+        if lo < 0 || hi + size > region.len(write) as i64 {
+            return None;
+        }
+        let fl = if region.write_len == 0 {
+            self.flags.heap.with_readonly().with_can_move()
+        } else {
+            self.flags.heap
+        };
+        Some((f.host, i32::from(off), fl))
+    }
+
+    /// The fast check an access of `size` bytes through `v` tries first: the stack's
+    /// constant check for an address computed from r10, the constant bounds of the
+    /// global section an address was computed from, else the region cache.
+    fn first_check(&mut self, pc: u32, v: Value, size: i64, write: bool) -> CacheValues {
+        if self.stack_based(pc, v) {
+            return self.stack_cache();
+        }
+        if let Some(c) = self.global_cache(v, size, write) {
+            return c;
+        }
+        self.cache(write)
+    }
+
+    /// The global section `v` was computed from as a region cache with its exact,
+    /// constant bounds for an access of `size` bytes (`len - size`, not a cache's
+    /// `len - 8`): an address that leaves it, into another region, misses and takes the
+    /// exact check on the table.
+    fn global_cache(&mut self, v: Value, size: i64, write: bool) -> Option<CacheValues> {
+        let Anchor::Global(n) = self.pointers.get(&v)?.anchor else {
+            return None;
+        };
+        let len = self.globals[n].len(write) as i64;
+        if len < size {
+            return None;
+        }
+        let lo = RegionIdx(RegionIdx::GLOBALS_FIRST.0 + n as u32).vaddr(0) as i64;
+        let base = self.global_base(n);
+        let b = &mut self.b;
+        Some(CacheValues {
+            neg_lo: b.ins().iconst(types::I64, lo.wrapping_neg()),
+            limit: b.ins().iconst(types::I64, len - size),
+            delta: b.ins().iadd_imm_s(base, lo.wrapping_neg()),
+        })
     }
 
     /// The stack as a region cache: constant, always valid (the stack is always mapped
@@ -1380,6 +1553,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         if let Some((host, disp)) = self.frame_access(v, off, size) {
             return Ok(self.emit_op(host, disp, op));
         }
+        // Nor does an access proven inside the global section its address came from.
+        if let Some((host, disp, fl)) = self.global_access(v, off, size, op.writes()) {
+            return Ok(self.emit_op_with(host, disp, op, fl));
+        }
         // In a loop's unchecked copy, the guard proved this access in bounds.
         if self.unchecked {
             let delta = self
@@ -1396,11 +1573,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
         let cache = self.cache(op.writes());
-        let first = if self.stack_based(pc, v) {
-            self.stack_cache()
-        } else {
-            self.cache(op.writes())
-        };
+        let first = self.first_check(pc, v, size, op.writes());
         let hit = self.cache_hit(&first, v, off);
         // The hit runs the operation in its own block (falling through, with the
         // `delta + v + off` addressing); the miss is cold: the exact check on the
@@ -1560,7 +1733,23 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// Performs `op` at the checked host address `host + disp`.
     fn emit_op(&mut self, host: Value, disp: i32, op: MemOp) -> Option<Value> {
-        let fl = self.flags.heap;
+        self.emit_op_with(host, disp, op, self.flags.heap)
+    }
+
+    /// [`Self::emit_op`] with the memory flags `fl` (a load with `readonly` and
+    /// `can_move` is a pure value, see [`Self::pure_load`]).
+    fn emit_op_with(
+        &mut self,
+        host: Value,
+        disp: i32,
+        op: MemOp,
+        fl: MemFlagsData,
+    ) -> Option<Value> {
+        if let MemOp::Load { size, signed } = op {
+            if fl.readonly() && fl.can_move() {
+                return Some(self.pure_load(host, disp, size, signed, fl));
+            }
+        }
         let b = &mut self.b;
         match op {
             MemOp::Load { size, signed } => Some(match (size, signed) {
@@ -1584,6 +1773,34 @@ impl<'a, 'f> Translator<'a, 'f> {
             MemOp::Atomic { size, op, src, r0 } => {
                 Some(self.emit_atomic(host, disp, size, op, src, r0))
             }
+        }
+    }
+
+    /// A load Cranelift treats as a pure value (merged with equal loads, hoisted out of
+    /// loops, computed beside its use): `fl` must say `readonly` and `can_move`, so the
+    /// memory must not change during the run and `host + disp` must be valid wherever
+    /// the value is computed. Only `load` (not `uload8` ...) can be pure: narrow loads
+    /// are loaded at their width and extended (a sign extension then folds into the
+    /// load).
+    fn pure_load(
+        &mut self,
+        host: Value,
+        disp: i32,
+        size: u8,
+        signed: bool,
+        fl: MemFlagsData,
+    ) -> Value {
+        let ty = match size {
+            1 => types::I8,
+            2 => types::I16,
+            4 => types::I32,
+            _ => return self.b.ins().load(types::I64, fl, host, disp),
+        };
+        let v = self.b.ins().load(ty, fl, host, disp);
+        if signed {
+            self.b.ins().sextend(types::I64, v)
+        } else {
+            self.b.ins().uextend(types::I64, v)
         }
     }
 
@@ -1884,7 +2101,22 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), guard);
             }
         } else if cost > 0 {
-            self.charge(pc, cost);
+            // A one-by-one back-edge of a loop with groups tries a group again after a
+            // refill (see `unroll`).
+            let regroup = self
+                .in_loop
+                .filter(|&i| self.unchecked && self.loops[i].header == target)
+                .and_then(|i| self.loops[i].group.as_ref())
+                .map(|g| g.regroup);
+            match regroup {
+                Some(regroup) => {
+                    let cost = self.b.ins().iconst(types::I64, cost as i64);
+                    let at =
+                        |b: &mut FunctionBuilder<'f>| b.ins().iconst(types::I64, i64::from(pc));
+                    self.charge_value(cost, at, Some(regroup));
+                }
+                None => self.charge(pc, cost),
+            }
         }
         let block = self.target(target);
         self.b.ins().jump(block, &[]);
@@ -2213,11 +2445,15 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
-        let cache = if self.stack_based(pc, v) {
-            self.stack_cache()
-        } else {
-            self.cache(false)
-        };
+        if let Some((host, disp, fl)) = self.global_access(v, off, size, false) {
+            let value = self
+                .emit_op_with(host, disp, op, fl)
+                .expect("loads produce a value");
+            self.note_load_bound(op, value);
+            self.set_reg(pc, insn.dst, value)?;
+            return Ok(None);
+        }
+        let cache = self.first_check(pc, v, size, false);
         let ok = self.cache_hit(&cache, v, off);
         let b = &mut self.b;
         let host = b.ins().iadd(cache.delta, v);

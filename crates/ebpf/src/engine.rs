@@ -211,6 +211,62 @@ impl RunMemory {
     }
 }
 
+/// The rows of the region table an engine maps for a run (the stack's and each global
+/// section's), as they were when the run started. A helper must leave them as they are:
+/// compiled code addresses the stack directly and checks global sections against the
+/// bounds the program fixes, so a helper that remaps one aborts the run with
+/// [`TrapKind::HelperAbort`] ([`EngineRows::REMAPPED`]) on every engine.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineRows {
+    /// Region index, base, read length and write length of each row; `len` are used.
+    rows: [(u32, usize, u64, u64); 1 + RegionIdx::GLOBALS_COUNT as usize],
+    len: usize,
+}
+
+impl EngineRows {
+    /// The message of the abort when a helper remapped one of these rows.
+    pub const REMAPPED: &'static str =
+        "helper remapped a region the engine owns (the stack or a global section)";
+
+    /// The stack's row and the rows of `program`'s global sections in `mem`.
+    pub fn of(mem: &MemoryMap<'_>, program: &VerifiedProgram) -> EngineRows {
+        let globals = program
+            .globals()
+            .len()
+            .min(RegionIdx::GLOBALS_COUNT as usize);
+        let mut rows = EngineRows {
+            rows: [(0, 0, 0, 0); 1 + RegionIdx::GLOBALS_COUNT as usize],
+            len: 1 + globals,
+        };
+        for k in 0..rows.len {
+            let idx = match k {
+                0 => RegionIdx::STACK.0,
+                _ => RegionIdx::GLOBALS_FIRST.0 + k as u32 - 1,
+            };
+            let e = &mem.entries()[idx as usize];
+            rows.rows[k] = (idx, e.base as usize, e.read_len, e.write_len);
+        }
+        rows
+    }
+
+    /// The stack's row: base, read length and write length.
+    pub fn stack(&self) -> (usize, u64, u64) {
+        let (_, base, read, write) = self.rows[0];
+        (base, read, write)
+    }
+
+    /// Whether every row is still as it was in `mem`.
+    #[inline]
+    pub fn unchanged(&self, mem: &MemoryMap<'_>) -> bool {
+        self.rows[..self.len]
+            .iter()
+            .all(|&(idx, base, read, write)| {
+                let e = &mem.entries()[idx as usize];
+                (e.base as usize, e.read_len, e.write_len) == (base, read, write)
+            })
+    }
+}
+
 /// Shared fuel and call-depth rules, so engines cannot drift apart.
 pub mod rules {
     use super::*;

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::count::{ExecCounts, NOT_A_LEADER};
-use crate::engine::{rules, Engine, RunMemory, RunOptions, RunOutcome, StopFlag};
+use crate::engine::{rules, Engine, EngineRows, RunMemory, RunOptions, RunOutcome, StopFlag};
 use crate::helper::{call_helper, FunctionTable, HelperHost};
 use crate::isa::*;
 use crate::limits::{CALL_DEPTH_MAX, STACK_FRAME_SIZE, STACK_SIZE};
@@ -1191,14 +1191,8 @@ unsafe fn atomic32(p: *mut u8, op: AtomicOp, value: u64, expected: u64) -> u64 {
 /// the stack (EFAULT): the same as the JIT's, so the engines agree.
 pub const HELPER_PANIC_CODE: i64 = -14;
 
-/// The stack's row of the region table: its base and lengths.
-fn stack_row(mem: &MemoryMap<'_>) -> (usize, u64, u64) {
-    let e = &mem.entries()[RegionIdx::STACK.0 as usize];
-    (e.base as usize, e.read_len, e.write_len)
-}
-
 /// Calls helper `id` through [`call_helper`] as the JIT's trampoline does: a helper that
-/// panics, or that remaps the stack (the JIT addresses it directly), aborts the run with
+/// panics, or that remaps the stack or a global section ([`EngineRows`]), aborts the run with
 /// [`TrapKind::HelperAbort`] and [`HELPER_PANIC_CODE`] instead of unwinding through the
 /// interpreter, so both engines give the same trap.
 fn guarded_call(
@@ -1207,7 +1201,7 @@ fn guarded_call(
     mem: &mut MemoryMap<'_>,
     id: i64,
     args: [u64; 5],
-    stack: (usize, u64, u64),
+    rows: &EngineRows,
 ) -> Result<u64, TrapKind> {
     let called = panic::catch_unwind(AssertUnwindSafe(|| {
         call_helper(functions, host, mem, id, args)
@@ -1231,8 +1225,8 @@ fn guarded_call(
             return Err(abort(format!("helper panicked: {text}")));
         }
     };
-    if stack_row(mem) != stack {
-        return Err(abort("helper remapped the engine's stack region".into()));
+    if !rows.unchanged(mem) {
+        return Err(abort(EngineRows::REMAPPED.into()));
     }
     Ok(r0)
 }
@@ -1269,7 +1263,8 @@ impl Interpreter {
             _ => (std::ptr::null_mut(), 0),
         };
         let functions = self.program.functions();
-        let stack = stack_row(mem);
+        let rows = EngineRows::of(mem, &self.program);
+        let stack = rows.stack();
         // The `...Fp...` kinds ([`frame_access`]) address the current frame through
         // the host address r10 stands for, kept in `regs[FRAME_HOST]`; they rely on this
         // layout, which `RunMemory::with_mapped` gives every run.
@@ -1432,7 +1427,7 @@ impl Interpreter {
             ($id:expr) => {{
                 charge!(rules::CALL_COST);
                 let args = [regs[1], regs[2], regs[3], regs[4], regs[5]];
-                match guarded_call(functions, host, mem, $id, args, stack) {
+                match guarded_call(functions, host, mem, $id, args, &rows) {
                     Ok(v) => regs[0] = v,
                     Err(kind) => trap!(kind),
                 }

@@ -6,14 +6,19 @@
 //! there), so a short loop of a fixed trip count runs as straight-line code between
 //! group boundaries. Control:
 //!
-//! * the guard, after computing `n` (iterations whose accesses are in bounds), computes
-//!   `r`, a lower bound on the iterations before the counted exit can fire, and
-//!   `groups = min(n, r + 1) / factor`: each group's first `factor - 1` iterations stay
-//!   in the loop and all `factor` are in bounds;
-//! * `head` starts a group when one is left and the fuel slice (see `translate`, Fuel)
+//! * the guard, after computing `n` (iterations whose accesses are in bounds, the loop's
+//!   counter), computes `r`, a lower bound on the iterations before the counted exit can
+//!   fire, and the *slack* `n - min(n, r + 1)`: while the counter minus the slack is at
+//!   least `factor`, the next `factor` iterations are in bounds and the first
+//!   `factor - 1` of them stay in the loop, whichever copy ran the iterations before;
+//! * `head` starts a group when that holds and the fuel slice (see `translate`, Fuel)
 //!   covers `factor` iterations' most charge; otherwise `after` goes on in the one-by-one
 //!   unchecked copy for what is left of `n` (whose charges refill the slice, and look at
 //!   the stop flag, as every charge does), or in the checked loop;
+//! * a back-edge of the one-by-one copy whose charge refilled the slice counts its
+//!   iteration off and goes back to `head` (`regroup`): a loop entered with a short slice
+//!   (the first loop of a run: the slice starts empty) still runs in groups after its
+//!   first refill;
 //! * the back-edges inside a group charge their cost by a plain subtraction from the
 //!   slice (it cannot run short, so no compare), so fuel used is the interpreter's at
 //!   every instruction, a trap inside a group included; the last copy's back-edge
@@ -31,10 +36,13 @@ pub(super) struct GroupCopy {
     head: Block,
     after: Block,
     latch: Block,
+    /// Where a one-by-one back-edge whose charge refilled the slice goes on: it counts
+    /// the iteration off and tries a group again.
+    pub(super) regroup: Block,
     /// The blocks of the loop's leaders, in each of the `factor` copies.
     copies: Vec<BTreeMap<u32, Block>>,
-    /// Groups left to run.
-    groups: Variable,
+    /// The counter's value when no group is left to run (see the module doc).
+    slack: Variable,
 }
 
 impl GroupCopy {
@@ -68,8 +76,9 @@ impl GroupCopy {
             head: b.create_block(),
             after: b.create_block(),
             latch: b.create_block(),
+            regroup: b.create_block(),
             copies,
-            groups: b.declare_var(types::I64),
+            slack: b.declare_var(types::I64),
         })
     }
 }
@@ -98,19 +107,19 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// Ends loop `i`'s guard (in its current block, `n` the iterations proven in bounds,
-    /// already in the loop's counter): the number of groups, then the first group's
-    /// start. Returns false when the loop has no unrolled copy.
+    /// already in the loop's counter): the slack, then the first group's start. Returns
+    /// false when the loop has no unrolled copy.
     pub(super) fn guard_groups(&mut self, i: usize, n: Value, regs: &[Value; 10]) -> bool {
         let Some(g) = &self.loops[i].group else {
             return false;
         };
-        let (exit, factor, groups, head) = (g.plan.exit.clone(), g.plan.factor, g.groups, g.head);
+        let (exit, slack, head) = (g.plan.exit.clone(), g.slack, g.head);
         let stays = self.exit_lower_bound(&exit, regs);
         let b = &mut self.b;
         let one_more = b.ins().iadd_imm_s(stays, 1);
         let m = b.ins().umin(n, one_more);
-        let count = b.ins().ushr_imm_s(m, i64::from(factor.trailing_zeros()));
-        b.def_var(groups, count);
+        let s = b.ins().isub(n, m);
+        b.def_var(slack, s);
         b.ins().jump(head, &[]);
         true
     }
@@ -182,7 +191,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let Some(g) = &self.loops[i].group else {
             return Ok(());
         };
-        let (head, after, latch, groups) = (g.head, g.after, g.latch, g.groups);
+        let (head, after, latch, regroup, slack) = (g.head, g.after, g.latch, g.regroup, g.slack);
         let (factor, charge) = (g.plan.factor, g.plan.charge);
         let first = g.copies[0][&self.loops[i].header];
         let (counter, unchecked_head, checked) = {
@@ -190,11 +199,18 @@ impl<'a, 'f> Translator<'a, 'f> {
             (l.counter, l.unchecked[&l.header], l.checked_head)
         };
 
-        // A group starts with one left and the fuel slice holding its most charge (two
-        // branches). The stop flag is the slice's business: its refill looks at it.
+        // A group starts when its iterations are proven (the counter is at least the
+        // slack plus `factor`; both stay below 2^63) and the fuel slice holds its most
+        // charge. The stop flag is the slice's business: its refill looks at it.
         self.b.switch_to_block(head);
         let fueled = self.b.create_block();
-        let left = self.b.use_var(groups);
+        let n = self.b.use_var(counter);
+        let s = self.b.use_var(slack);
+        let proven = self.b.ins().isub(n, s);
+        let left =
+            self.b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, proven, i64::from(factor));
         self.b.ins().brif(left, fueled, &[], after, &[]);
         self.enter(fueled);
         let need = charge.saturating_mul(u64::from(factor));
@@ -219,9 +235,16 @@ impl<'a, 'f> Translator<'a, 'f> {
         let n = b.use_var(counter);
         let n = b.ins().iadd_imm_s(n, -i64::from(factor));
         b.def_var(counter, n);
-        let left = b.use_var(groups);
-        let left = b.ins().iadd_imm_s(left, -1);
-        b.def_var(groups, left);
+        b.ins().jump(head, &[]);
+
+        // A one-by-one iteration whose back-edge refilled the slice: counted off as the
+        // one-by-one latch does, then a group if one can start (else `after`: the
+        // one-by-one copy while the counter lasts, then the checked loop).
+        self.b.switch_to_block(regroup);
+        let b = &mut self.b;
+        let n = b.use_var(counter);
+        let n = b.ins().iadd_imm_s(n, -1);
+        b.def_var(counter, n);
         b.ins().jump(head, &[]);
 
         let plan = self.plan;
@@ -287,21 +310,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         if !pure {
             return self.emit_op(host, disp, op);
         }
-        // Only `load` (not `uload8` ...) can be pure: narrow loads are loaded at their
-        // width and extended (a sign extension then folds into the load).
         let fl = self.flags.heap.with_readonly().with_can_move();
-        let ty = match size {
-            1 => types::I8,
-            2 => types::I16,
-            4 => types::I32,
-            _ => return Some(self.b.ins().load(types::I64, fl, host, disp)),
-        };
-        let v = self.b.ins().load(ty, fl, host, disp);
-        Some(if signed {
-            self.b.ins().sextend(types::I64, v)
-        } else {
-            self.b.ins().uextend(types::I64, v)
-        })
+        Some(self.pure_load(host, disp, size, signed, fl))
     }
 }
 
