@@ -354,45 +354,50 @@ pub fn sort_rows(rows: &mut [ResultRow]) {
 // ---------------------------------------------------------------------------------------
 // The host reference.
 
+/// A dimension's selected keys, each with its group value (`Null` without a group
+/// column): the hash table of the reference's join.
+fn lookup(src: &mut dyn ColumnSource, dim: &DimSpec) -> Result<HashMap<i64, Value>, DataError> {
+    let preds = predicates(src, dim.table, dim.preds)?;
+    let pred_values: Vec<Values> = preds
+        .iter()
+        .map(|p| src.values(dim.table, &p.column))
+        .collect::<Result<_, _>>()?;
+    let keys = src.values(dim.table, dim.key)?;
+    let group = match dim.group {
+        Some((g, _)) => {
+            let schema = src.schema(dim.table)?;
+            let dict = if schema.column(g)?.ty == ColumnType::Dict {
+                Some(src.dictionary(dim.table, g)?)
+            } else {
+                None
+            };
+            Some((src.values(dim.table, g)?, dict))
+        }
+        None => None,
+    };
+    let mut map = HashMap::new();
+    for i in 0..keys.len() {
+        if preds
+            .iter()
+            .zip(&pred_values)
+            .all(|(p, v)| p.matches(v.get_i64(i)))
+        {
+            let gv = match &group {
+                Some((v, dict)) => group_value(dict.as_deref(), v.get_i64(i)),
+                None => Value::Null,
+            };
+            map.insert(keys.get_i64(i), gv);
+        }
+    }
+    Ok(map)
+}
+
 /// The query computed on the host from `src`'s columns, straight from its definition:
 /// hash joins on the dimensions' keys, a map of sums.
 pub fn reference(src: &mut dyn ColumnSource, q: &QuerySpec) -> Result<Vec<ResultRow>, DataError> {
-    let mut lookups: Vec<(HashMap<i64, Value>, Values)> = Vec::new();
-    for dim in q.dims {
-        let preds = predicates(src, dim.table, dim.preds)?;
-        let pred_values: Vec<Values> = preds
-            .iter()
-            .map(|p| src.values(dim.table, &p.column))
-            .collect::<Result<_, _>>()?;
-        let keys = src.values(dim.table, dim.key)?;
-        let group = match dim.group {
-            Some((g, _)) => {
-                let schema = src.schema(dim.table)?;
-                let dict = if schema.column(g)?.ty == ColumnType::Dict {
-                    Some(src.dictionary(dim.table, g)?)
-                } else {
-                    None
-                };
-                Some((src.values(dim.table, g)?, dict))
-            }
-            None => None,
-        };
-        let mut map = HashMap::new();
-        for i in 0..keys.len() {
-            if preds
-                .iter()
-                .zip(&pred_values)
-                .all(|(p, v)| p.matches(v.get_i64(i)))
-            {
-                let gv = match &group {
-                    Some((v, dict)) => group_value(dict.as_deref(), v.get_i64(i)),
-                    None => Value::Null,
-                };
-                map.insert(keys.get_i64(i), gv);
-            }
-        }
-        lookups.push((map, src.values("lineorder", dim.fk)?));
-    }
+    let lookups = (q.dims.iter())
+        .map(|dim| Ok((lookup(src, dim)?, src.values("lineorder", dim.fk)?)))
+        .collect::<Result<Vec<_>, DataError>>()?;
     let lo_preds = predicates(src, "lineorder", q.lo_preds)?;
     let lo_values: Vec<Values> = lo_preds
         .iter()
