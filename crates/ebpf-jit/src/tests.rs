@@ -1649,7 +1649,11 @@ fn a_stop_raised_mid_run_is_seen_within_one_slice() {
         if *name == "interpreter" {
             assert_eq!((trap.pc, out.fuel_used), (10, raised_at + 5));
         } else {
-            assert_eq!((trap.pc, out.fuel_used), (3, raised_at), "{name}: at the call");
+            assert_eq!(
+                (trap.pc, out.fuel_used),
+                (3, raised_at),
+                "{name}: at the call"
+            );
         }
     }
 }
