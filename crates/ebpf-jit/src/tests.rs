@@ -1609,8 +1609,9 @@ impl HelperHost for StopHost<'_> {
 }
 
 /// A flag raised during the run (by a helper, so at a known point) stops every engine
-/// at a charge within one slice of fuel after it: the interpreter at the next charge,
-/// the JIT when its slice runs out (or earlier); never later.
+/// within one slice of fuel after it: the interpreter at the next charge, the compiled
+/// tiers as the helper call returns (their trampoline looks at the flag after every
+/// helper, so a loop of long helper calls stops at the first one to end after a stop).
 #[test]
 fn a_stop_raised_mid_run_is_seen_within_one_slice() {
     let slice = csx_ebpf::engine::rules::STOP_SLICE;
@@ -1641,14 +1642,19 @@ fn a_stop_raised_mid_run_is_seen_within_one_slice() {
         let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut StopHost(&stop));
         let trap = trap_of(&out);
         assert_eq!(trap.kind, TrapKind::Stopped { reason: 5 }, "{name}");
-        assert!([10, 11].contains(&trap.pc), "{name}: {trap:?}");
         assert!(
-            out.fuel_used > raised_at && out.fuel_used <= raised_at + slice,
+            out.fuel_used >= raised_at && out.fuel_used <= raised_at + slice,
             "{name}: stopped after {} fuel, the flag was raised after {raised_at}",
             out.fuel_used
         );
         if *name == "interpreter" {
             assert_eq!((trap.pc, out.fuel_used), (10, raised_at + 5));
+        } else {
+            assert_eq!(
+                (trap.pc, out.fuel_used),
+                (3, raised_at),
+                "{name}: at the call"
+            );
         }
     }
 }

@@ -492,6 +492,8 @@ fn shutdown_with_commands_in_flight(kind: Kind) {
         .load_program_any_slot(csx_host::proto::ProgramType::Elf, &image, None)
         .unwrap();
     dev.activate(pind, EngineKind::Jit).unwrap();
+    // Kept by name, so it outlives this client and the daemon.
+    dev.persist_program(pind, "busy-wait").unwrap();
     dev.put_bytes("/kept", b"across the restart").unwrap();
     let client = dev.client();
     // Four executions that would busy-wait for an hour, then the shutdown while they

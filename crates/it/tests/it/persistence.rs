@@ -1,5 +1,5 @@
 //! Persistence across a close and reopen of the device: files, the shared state, and
-//! programs on disk survive; memory allocations do not.
+//! programs kept by name survive; memory allocations and unnamed programs do not.
 
 use csx_host::proto::{EngineKind, ProgramState};
 use csx_host::{CallError, ExecuteRequest};
@@ -10,6 +10,8 @@ use crate::Fixture;
 fn files_and_state_survive_restart(f: &mut Fixture) {
     let data = crate::files::pattern(5 << 20, 99);
     let pind = load(f, COUNTER, EngineKind::Jit);
+    let unnamed = load(f, COUNTER, EngineKind::Interpreter);
+    f.dev().persist_program(pind, "counter").unwrap();
     {
         let dev = f.dev();
         dev.put_bytes("/keep/me", &data).unwrap();
@@ -34,7 +36,9 @@ fn files_and_state_survive_restart(f: &mut Fixture) {
         crate::SLM_SIZE,
         "memory starts empty"
     );
-    // The program is still there; the shared state kept its count.
+    // The unnamed program went with its client; the named one is still there, and
+    // the shared state kept its count.
+    assert_eq!(dev.program_state(unnamed).unwrap(), ProgramState::Empty);
     let state = dev.program_state(pind).unwrap();
     assert!(
         matches!(state, ProgramState::Active | ProgramState::Loaded),
