@@ -6,10 +6,15 @@
 //! next call. Writes go to the device as they come; [`MetalFs::sync`] (the mount's
 //! `fsync` and `close` of a written file) is the device's flush, after which they survive
 //! a crash of the device (see the file store's crash rules).
+//!
+//! A served device whose connection is lost (its daemon restarted) is connected again at
+//! the next call, at most once a second: the call that found the connection gone fails
+//! (`EIO`), except a read-only one, which is tried again on the new connection.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use csx_host::{CallError, Device};
+use csx_host::{CallError, Device, DeviceUri, TransportError};
 use csx_proto::limits::{FILE_IO_SIZE_MAX, FILE_LIST_ENTRIES_MAX};
 use csx_proto::{errno, DirEntryInfo, EntryKind, FieldError, Op, Reply, WriteMode};
 
@@ -91,30 +96,109 @@ pub struct Entry {
     pub attr: Attr,
 }
 
+/// How often a lost connection is tried again.
+const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether `e` says the connection to a served device is gone.
+fn is_lost(e: &CallError) -> bool {
+    matches!(
+        e,
+        CallError::Transport(
+            TransportError::Disconnected { .. }
+                | TransportError::Closed
+                | TransportError::Io { .. }
+        )
+    )
+}
+
 /// Path operations on one device's file store. `Send + Sync`.
 #[derive(Debug)]
 pub struct MetalFs {
-    dev: Device,
+    /// Every connection made, the current one last. Earlier ones (lost connections) stay
+    /// until the `MetalFs` goes, so that a `&Device` handed out never dangles.
+    gens: Mutex<Vec<Arc<Device>>>,
+    /// When a lost connection was last tried again.
+    last_try: Mutex<Option<Instant>>,
 }
 
 impl MetalFs {
     pub fn new(dev: Device) -> MetalFs {
-        MetalFs { dev }
+        MetalFs {
+            gens: Mutex::new(vec![Arc::new(dev)]),
+            last_try: Mutex::new(None),
+        }
     }
 
-    /// The device underneath.
+    /// The device underneath (the current connection).
     pub fn device(&self) -> &Device {
-        &self.dev
+        let gens = self.gens.lock().unwrap_or_else(|p| p.into_inner());
+        let ptr = Arc::as_ptr(gens.last().expect("one connection at least"));
+        // SAFETY: connections are only ever appended to `gens`, never removed or replaced,
+        // while `self` lives (only `close`, which takes `self`, takes them out), so the
+        // Device behind each Arc stays allocated at the same address for as long as the
+        // returned borrow of `self`.
+        unsafe { &*ptr }
+    }
+
+    /// Connects again to a served device whose connection was lost; whether there is a
+    /// new connection to try.
+    fn reconnect(&self) -> bool {
+        let uri = self.device().uri().clone();
+        if matches!(uri, DeviceUri::Embedded(_)) {
+            return false;
+        }
+        {
+            let mut last = self.last_try.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| t.elapsed() < RECONNECT_EVERY) {
+                return false;
+            }
+            *last = Some(Instant::now());
+        }
+        match Device::open(&uri.to_string()) {
+            Ok(dev) => {
+                eprintln!("csx: connected again to {uri}");
+                self.gens
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Arc::new(dev));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Runs `f` on the device; a lost connection is made again, and `f` tried again on
+    /// it when it only reads (`retry`).
+    fn on<T>(
+        &self,
+        retry: bool,
+        f: impl Fn(&Device) -> Result<T, CallError>,
+    ) -> Result<T, FsError> {
+        match f(self.device()) {
+            Err(e) if is_lost(&e) => {
+                if self.reconnect() && retry {
+                    return Ok(f(self.device())?);
+                }
+                Err(e.into())
+            }
+            r => Ok(r?),
+        }
     }
 
     /// Closes the device (flushing an embedded one).
     pub fn close(self) -> Result<(), FsError> {
-        Ok(self.dev.close()?)
+        let mut gens = self.gens.into_inner().unwrap_or_else(|p| p.into_inner());
+        let current = gens.pop().expect("one connection at least");
+        drop(gens);
+        match Arc::try_unwrap(current) {
+            Ok(dev) => Ok(dev.close()?),
+            Err(_) => Err(FsError::new(libc::EBUSY, "the device is still in use")),
+        }
     }
 
     /// What is at `path` (`/` is the root).
     pub fn stat(&self, path: &str) -> Result<Attr, FsError> {
-        Ok(Attr::of(&self.dev.path_stat(path)?))
+        self.on(true, |d| d.path_stat(path)).map(|e| Attr::of(&e))
     }
 
     /// Every child of directory `dir`, in the device's key order.
@@ -122,7 +206,7 @@ impl MetalFs {
         let mut out = Vec::new();
         let mut after = String::new();
         loop {
-            let (page, more) = self.dev.read_dir(dir, &after, DIR_PAGE)?;
+            let (page, more) = self.on(true, |d| d.read_dir(dir, &after, DIR_PAGE))?;
             if let Some(last) = page.last() {
                 after = match last.kind {
                     EntryKind::File => last.name.clone(),
@@ -148,11 +232,13 @@ impl MetalFs {
         } else {
             WriteMode::Write
         };
-        self.dev.client().call_ok(Op::FileWrite {
-            path: path.to_owned(),
-            offset: 0,
-            data: Vec::new(),
-            mode,
+        self.on(false, |d| {
+            d.client().call_ok(Op::FileWrite {
+                path: path.to_owned(),
+                offset: 0,
+                data: Vec::new(),
+                mode,
+            })
         })?;
         self.stat(path)
     }
@@ -164,10 +250,12 @@ impl MetalFs {
         let end = offset.saturating_add(len);
         while pos < end {
             let want = (end - pos).min(FILE_IO_SIZE_MAX);
-            let c = self.dev.client().call_ok(Op::FileRead {
-                path: path.to_owned(),
-                offset: pos,
-                len: want,
+            let c = self.on(true, |d| {
+                d.client().call_ok(Op::FileRead {
+                    path: path.to_owned(),
+                    offset: pos,
+                    len: want,
+                })
             })?;
             let Reply::Data(d) = c.reply else {
                 return Err(FsError::new(libc::EIO, "file-read answered without data"));
@@ -188,36 +276,36 @@ impl MetalFs {
 
     /// Writes `data` at `offset`, creating the file if missing, growing it if needed.
     pub fn write(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), FsError> {
-        Ok(self.dev.write_file(path, offset, data)?)
+        self.on(false, |d| d.write_file(path, offset, data))
     }
 
     /// Sets the file's size.
     pub fn truncate(&self, path: &str, size: u64) -> Result<(), FsError> {
-        Ok(self.dev.truncate_file(path, size)?)
+        self.on(false, |d| d.truncate_file(path, size))
     }
 
     /// Removes a file.
     pub fn unlink(&self, path: &str) -> Result<(), FsError> {
-        Ok(self.dev.delete_file(path)?)
+        self.on(false, |d| d.delete_file(path))
     }
 
     /// Makes a directory.
     pub fn mkdir(&self, path: &str) -> Result<(), FsError> {
-        Ok(self.dev.mkdir(path)?)
+        self.on(false, |d| d.mkdir(path))
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str) -> Result<(), FsError> {
-        Ok(self.dev.rmdir(path)?)
+        self.on(false, |d| d.rmdir(path))
     }
 
     /// Renames a file or directory (see [`Device::rename`]).
     pub fn rename(&self, from: &str, to: &str) -> Result<(), FsError> {
-        Ok(self.dev.rename(from, to)?)
+        self.on(false, |d| d.rename(from, to))
     }
 
     /// Makes every change so far durable (the device's flush).
     pub fn sync(&self) -> Result<(), FsError> {
-        Ok(self.dev.flush()?)
+        self.on(false, |d| d.flush())
     }
 }

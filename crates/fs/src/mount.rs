@@ -326,10 +326,12 @@ impl Mounted {
         }
     }
 
-    /// Whether the topmost mount at the mount point is still this one.
+    /// Whether the topmost mount at the mount point is still this one (when this mount's
+    /// device number could not be read, whether there is a csx mount there at all).
     fn is_ours(&self) -> bool {
         match (&self.dev, mount_dev(&self.mountpoint)) {
             (Some(ours), Ok(Some(now))) => *ours == now,
+            (None, Ok(Some(_))) => true,
             _ => false,
         }
     }
@@ -344,6 +346,17 @@ impl Mounted {
             return Ok(());
         };
         let start = std::time::Instant::now();
+        if !s.guard.is_finished() && !self.is_ours() && is_mounted(&self.mountpoint)? {
+            // Another mount sits on top of this one: unmounting by path would remove it.
+            self.session = Some(s);
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                format!(
+                    "another file system is mounted over this csx mount at {}: unmount it first",
+                    self.mountpoint.display()
+                ),
+            ));
+        }
         while !s.guard.is_finished() && self.is_ours() {
             match unmount(&self.mountpoint, false) {
                 Err(e)

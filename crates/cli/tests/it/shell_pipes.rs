@@ -224,6 +224,15 @@ fn children_of(parent: u32) -> Vec<u32> {
     out
 }
 
+/// Whether process `pid` has a socket open (a proxy connected to its mount).
+fn holds_socket(pid: u32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|d| {
+        d.flatten().any(|f| {
+            fs::read_link(f.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+        })
+    })
+}
+
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -244,12 +253,12 @@ fn a_chain_whose_proxies_all_died_is_cancelled_and_umount_ends_the_mount() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // Both proxies connected to the mount (then registered: the chain runs).
     wait_for("the chain never started", || {
-        m.log().contains("csx: mounted") && children_of(shell.id()).len() == 2 && {
-            std::thread::sleep(Duration::from_millis(500));
-            true
-        }
+        let proxies = children_of(shell.id());
+        proxies.len() == 2 && proxies.iter().all(|&p| holds_socket(p))
     });
+    std::thread::sleep(Duration::from_millis(500));
     for pid in children_of(shell.id()) {
         let killed = Command::new("kill")
             .args(["-9", &pid.to_string()])
@@ -271,7 +280,8 @@ fn a_chain_whose_proxies_all_died_is_cancelled_and_umount_ends_the_mount() {
         .spawn()
         .unwrap();
     wait_for("the second chain never started", || {
-        children_of(shell.id()).len() == 2
+        let proxies = children_of(shell.id());
+        proxies.len() == 2 && proxies.iter().all(|&p| holds_socket(p))
     });
     std::thread::sleep(Duration::from_millis(500));
     let out = csx().arg("umount").arg(&m.mnt).output().unwrap();

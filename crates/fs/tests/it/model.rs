@@ -401,3 +401,50 @@ fn mount_over_a_shm_daemon() {
 fn mount_over_a_tcp_daemon() {
     served_mount(ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()));
 }
+
+#[test]
+fn a_mount_reconnects_when_its_daemon_comes_back() {
+    let (dir, dev) = device(64);
+    let state = dir.path().join("dev");
+    dev.close().unwrap();
+    let name = format!("csx-fs-reconnect-{}", std::process::id());
+    let serve = || {
+        Server::open(
+            &state,
+            ServerConfig {
+                listen: vec![ListenAddr::Shm(name.clone())],
+                token: None,
+            },
+        )
+        .expect("serves")
+    };
+    let server = serve();
+    let uri = server.uris()[0].clone();
+    let fs = Arc::new(MetalFs::new(Device::open(&uri).expect("connects")));
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let m = mount::spawn(fs.clone(), &mnt).expect("mounts over a daemon");
+    fs::write(mnt.join("before"), b"written before the restart").unwrap();
+    server.shutdown().unwrap();
+    // The daemon is gone: an error, not a hang.
+    assert!(fs::read(mnt.join("before")).is_err());
+    let server = serve();
+    // Back: the mount connects again (a call may still fail while it does).
+    let start = std::time::Instant::now();
+    let got = loop {
+        match fs::read(mnt.join("before")) {
+            Ok(b) => break b,
+            Err(e) => assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "still failing after the daemon came back: {e}"
+            ),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(got, b"written before the restart");
+    fs::write(mnt.join("after"), b"and after").unwrap();
+    assert_eq!(fs::read(mnt.join("after")).unwrap(), b"and after");
+    m.unmount().unwrap();
+    Arc::try_unwrap(fs).unwrap().close().unwrap();
+    server.shutdown().unwrap();
+}
