@@ -243,8 +243,10 @@ pub fn run_get(args: GetArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     line.finish();
     let bytes = bytes?;
     dev.close().context("closing the device")?;
-    if to_stdout {
-        // The data went to standard output: the report goes to stderr, and only in JSON.
+    let streamed = to_stdout || std::fs::metadata(&args.local).is_ok_and(|m| !m.is_file());
+    if streamed {
+        // The data went to standard output or another stream (`/dev/stdout` in a pipe):
+        // the report must not mix with it, so it goes to stderr, and only in JSON.
         if args.json {
             let elapsed = started.elapsed().as_nanos() as u64;
             eprintln!(
