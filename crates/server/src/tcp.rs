@@ -92,7 +92,11 @@ pub(crate) fn accept_loop(
                             match TlsConn::accept(stream, config, deadline).map(Conn::Tls) {
                                 Ok(c) => c,
                                 Err(e) => {
-                                    tracing::warn!(%peer, error = %e, "tls handshake failed");
+                                    let error = match e.kind() {
+                                        io::ErrorKind::UnexpectedEof => "the client closed the connection during the handshake (it may not trust this certificate, or not speak TLS)".to_string(),
+                                        _ => e.to_string(),
+                                    };
+                                    tracing::warn!(%peer, %error, "tls handshake failed");
                                     Context::count(&ctx.clients_refused, 1);
                                     return;
                                 }

@@ -138,3 +138,24 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// shuts down cleanly. Dropping a transport does the same, losing the errors.
     fn close(self: Box<Self>) -> Result<(), TransportError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_from_text() {
+        let t = Timeouts::parse("7").unwrap();
+        assert_eq!(t.connect, Duration::from_secs(7));
+        assert_eq!(t.answer, Duration::from_secs(7));
+        for (bad, why) in [
+            ("0", "must be at least 1"),
+            ("3601", "must be at most 3600"),
+            ("1.5", "must be whole seconds"),
+            ("x", "must be whole seconds"),
+        ] {
+            let e = Timeouts::parse(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("CSX_TIMEOUT is {bad:?}: {why}"));
+        }
+    }
+}

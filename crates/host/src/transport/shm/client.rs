@@ -258,14 +258,26 @@ impl ShmTransport {
                 options.host_memory_bytes
             },
         };
-        (&socket)
-            .write_all(&hello.encode())
-            .map_err(io("send the handshake"))?;
+        // A device that refuses without reading the hello (at its connection limit, or
+        // not serving this user) may have answered and closed already: its answer
+        // says more than the failed write.
+        let sent = (&socket).write_all(&hello.encode());
         let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
-        let (n, fds) = sys::recv_with_fds(&socket, &mut buf).map_err(|e| match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
-            _ => io("receive the handshake")(e),
-        })?;
+        let (n, fds) = match sys::recv_with_fds(&socket, &mut buf) {
+            Ok((0, _)) if sent.is_err() => {
+                return Err(io("send the handshake")(sent.expect_err("checked")))
+            }
+            Ok(got) => got,
+            Err(_) if sent.is_err() => {
+                return Err(io("send the handshake")(sent.expect_err("checked")))
+            }
+            Err(e) => {
+                return Err(match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
+                    _ => io("receive the handshake")(e),
+                })
+            }
+        };
         if n == 0 {
             return Err(refused(
                 "it closed the connection without answering (it may be at its connection limit)",
