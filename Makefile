@@ -1,7 +1,7 @@
 # The two jobs of the README: `make demo` and `make test`. Both do their own set-up.
 CARGO ?= cargo
 SIZE ?= 256MiB
-# `make install PREFIX=...`: libcsx (the SNIA CS API, crates/capi), cs_api.h and csx.pc.
+# `make install PREFIX=...`: libcsx (the SNIA CS API, crates/capi), cs_api.h, cs_api_v05.h and csx.pc.
 PREFIX ?= /usr/local
 CSX_LIB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -44,4 +44,5 @@ install-files:
 	install -m 755 $(CSX_LIB_DIR)/libcsx_capi.so $(PREFIX)/lib/libcsx.so
 	install -m 644 $(CSX_LIB_DIR)/libcsx_capi.a $(PREFIX)/lib/libcsx.a
 	install -m 644 sdk/include/cs_api.h $(PREFIX)/include/cs_api.h
+	install -m 644 sdk/include/cs_api_v05.h $(PREFIX)/include/cs_api_v05.h
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' sdk/csx.pc.in > $(PREFIX)/lib/pkgconfig/csx.pc

@@ -233,6 +233,7 @@ fn the_sdk_examples_install_build_and_match_the_rust_api() {
         "lib/libcsx.so",
         "lib/libcsx.a",
         "include/cs_api.h",
+        "include/cs_api_v05.h",
         "lib/pkgconfig/csx.pc",
     ] {
         assert!(prefix.join(f).is_file(), "make install-files left no {f}");
