@@ -33,7 +33,12 @@
 //!   are accesses through a register that `analysis::stack_bases` finds holding such
 //!   an address on every path (carried by block parameters or through spill slots,
 //!   where per-value facts do not reach).
-//!   Helpers may remap regions, so every helper call resets the caches (to the stack, which the trampoline guarantees is unchanged).
+//!   A global section's bounds are fixed by the program ([`KnownRegion`]): an address
+//!   computed from an `lddw` of one (plus constants and bounded indexes) is checked
+//!   against its constant bounds first, and not at all when its offset is proven in
+//!   range (`lut[b & 15]`); loads from a read-only section are pure values to Cranelift.
+//!   Helpers may remap regions, so every helper call resets the caches (to the stack,
+//!   which the trampoline guarantees is unchanged, as it does the global sections).
 //! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
 //!   says, from a *slice*: a variable holding some of what is left of the budget (at
 //!   most [`rules::STOP_SLICE`]), the rest being the context's `fuel_reserve`. A charge
