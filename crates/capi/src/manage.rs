@@ -110,7 +110,7 @@ fn csf_names(dev: &Dev) -> R<Vec<(String, u32, bool, bool)>> {
     let mut list = Vec::new();
     for p in dev.device.programs()? {
         list.push((
-            p.name,
+            p.persistent.unwrap_or(p.name),
             u32::from(p.pind.0),
             true,
             p.state == ProgramState::Active,
@@ -635,13 +635,14 @@ pub unsafe extern "C" fn csConfig(CSEHandle: CsDevHandle, Info: *const CsConfigI
     })
 }
 
-/// The slots holding a CSF named `name` (active ones first, then by slot).
+/// The slots holding a CSF named `name`, by the name it was kept under (`csx program
+/// load NAME`) or by its entry function (active ones first, then by slot).
 fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
     let mut found: Vec<(bool, u16)> = dev
         .device
         .programs()?
         .into_iter()
-        .filter(|p| p.name == name)
+        .filter(|p| p.persistent.as_deref() == Some(name) || p.name == name)
         .map(|p| (p.state != ProgramState::Active, p.pind.0))
         .collect();
     found.sort_unstable();

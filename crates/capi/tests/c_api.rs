@@ -524,6 +524,9 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
             .load_program_any_slot(ProgramType::Elf, &image, Some(csf))
             .unwrap();
         dev.activate(pind, engine).unwrap();
+        // Kept by name, as `csx program load` does: a program lives only as long as
+        // its loader otherwise.
+        dev.persist_program(pind, csf).unwrap();
     }
     dev.close().unwrap();
     dir
