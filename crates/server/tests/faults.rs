@@ -496,8 +496,19 @@ fn a_stopped_device_is_a_typed_error_after_the_answer_timeout() {
             matches!(ran, Err(csx_host::CallError::TimeLimitExceeded(_))),
             "{uri}: a long run ended as {ran:?}"
         );
+        let writer = open_with(uri, timeouts).expect("connects");
         // Stopped: a command in flight fails after about the answer timeout.
         signal(pid, "-STOP");
+        let asked = Instant::now();
+        let e = writer
+            .put_bytes("/g", &vec![1u8; 48 << 20])
+            .expect_err("no answer to a write");
+        let waited = asked.elapsed();
+        assert!(
+            e.to_string().contains("did not answer within 2 s"),
+            "{uri}: {e} after {waited:?}"
+        );
+        assert!(waited < Duration::from_secs(6), "{uri}: {waited:?}");
         let asked = Instant::now();
         let e = dev.read_file("/f", 0, 4096).expect_err("no answer");
         let waited = asked.elapsed();
@@ -521,6 +532,7 @@ fn a_stopped_device_is_a_typed_error_after_the_answer_timeout() {
         assert!(waited < Duration::from_secs(6), "{uri}: {waited:?}");
         signal(pid, "-CONT");
         drop(dev);
+        drop(writer);
     }
     let _ = child.kill();
     let _ = child.wait();
