@@ -568,12 +568,14 @@ const HELP_POLL: Duration = Duration::from_micros(100);
 fn help(q: &Queue, ctx: &Context) {
     let tail_word = q.region.word(word::SQ_TAIL);
     let heartbeat = q.region.word(word::HEARTBEAT);
+    let mut beat = Instant::now();
     loop {
         // Between requests for help, the heartbeat: the host sees the device live
         // however long its commands run (a stopped daemon stops it).
         match q.help.wait_for(KEEP_ALIVE_INTERVAL) {
             None => {
                 heartbeat.fetch_add(1, Ordering::Release);
+                beat = Instant::now();
                 continue;
             }
             Some(false) => return,
@@ -600,6 +602,11 @@ fn help(q: &Queue, ctx: &Context) {
                 complete(q, c, ctx);
             }
             std::thread::sleep(HELP_POLL);
+            // A long inline run is no silence either.
+            if beat.elapsed() >= KEEP_ALIVE_INTERVAL {
+                heartbeat.fetch_add(1, Ordering::Release);
+                beat = Instant::now();
+            }
         }
     }
 }

@@ -487,6 +487,12 @@ fn a_stopped_device_is_a_typed_error_after_the_answer_timeout() {
             .unwrap();
         dev.activate(pind, csx_host::proto::EngineKind::Interpreter)
             .unwrap();
+        // Short runs first, so the long one runs inline on the connection's own
+        // thread (the daemon's helper then reads for it): no silence either.
+        for _ in 0..3 {
+            dev.execute(&csx_host::ExecuteRequest::new(pind).cparams(10, 0))
+                .expect("a short run");
+        }
         let long = csx_host::ExecuteRequest::new(pind)
             .cparams(u64::MAX, 0)
             .fuel(csx_host::proto::limits::FUEL_MAX)
@@ -496,8 +502,19 @@ fn a_stopped_device_is_a_typed_error_after_the_answer_timeout() {
             matches!(ran, Err(csx_host::CallError::TimeLimitExceeded(_))),
             "{uri}: a long run ended as {ran:?}"
         );
+        let writer = open_with(uri, timeouts).expect("connects");
         // Stopped: a command in flight fails after about the answer timeout.
         signal(pid, "-STOP");
+        let asked = Instant::now();
+        let e = writer
+            .put_bytes("/g", &vec![1u8; 48 << 20])
+            .expect_err("no answer to a write");
+        let waited = asked.elapsed();
+        assert!(
+            e.to_string().contains("did not answer within 2 s"),
+            "{uri}: {e} after {waited:?}"
+        );
+        assert!(waited < Duration::from_secs(6), "{uri}: {waited:?}");
         let asked = Instant::now();
         let e = dev.read_file("/f", 0, 4096).expect_err("no answer");
         let waited = asked.elapsed();
@@ -521,6 +538,7 @@ fn a_stopped_device_is_a_typed_error_after_the_answer_timeout() {
         assert!(waited < Duration::from_secs(6), "{uri}: {waited:?}");
         signal(pid, "-CONT");
         drop(dev);
+        drop(writer);
     }
     let _ = child.kill();
     let _ = child.wait();

@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 use csx_proto::{decode_completion, encode_command, Command, CommandId, Completion};
 
 use super::framing::{
-    self, data_header, decode_data, decode_response_capsule, write_all_vectored, ConnectStatus,
-    FramingError, ICReq, ICResp, PduReader, PduType, TermReq, CONTROL_PDU_SIZE_MAX,
-    PDU_HEADER_SIZE,
+    self, data_header, decode_data, decode_response_capsule, ConnectStatus, FramingError, ICReq,
+    ICResp, PduReader, PduType, TermReq, CONTROL_PDU_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use super::metrics::TcpMetrics;
 use super::{
@@ -252,6 +251,9 @@ impl TcpTransport {
             Handshake::TimedOut => no_answer("the connect request"),
         })?;
         let write = stream.try_clone().map_err(io_error("clone the socket"))?;
+        write
+            .set_write_stall(timeouts.answer)
+            .map_err(io_error("set the write timeout"))?;
         Ok(TcpTransport {
             write: Mutex::new(write),
             receive: Mutex::new(Receive {
@@ -320,7 +322,9 @@ impl TcpTransport {
             slices.push(IoSlice::new(h));
             slices.push(IoSlice::new(chunk));
         }
-        write_all_vectored(&mut *lock(&self.write), &mut slices)?;
+        // A device that takes no byte for the answer timeout (stopped, hung) fails the
+        // write rather than holding it forever.
+        lock(&self.write).write_stalling(&mut slices, self.answer_timeout)?;
         TcpMetrics::add(&self.metrics.data_pdus, headers.len() as u64);
         TcpMetrics::add(&self.metrics.commands, 1);
         TcpMetrics::add(&self.metrics.h2c_bytes, data.len() as u64);
@@ -635,6 +639,18 @@ impl Transport for TcpTransport {
         }
         if let Err(e) = self.send(cmd.id, &frame, data.as_deref()) {
             lock(&self.in_flight).remove(&cmd.id);
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                let e = TransportError::NoAnswer {
+                    device: self.peer.clone(),
+                    waited_secs: self.answer_timeout.as_secs(),
+                    during: "sending a command",
+                };
+                self.fail(e.to_string());
+                return Err(e);
+            }
             return Err(self.fail(format!("writing to the device: {e}")));
         }
         Ok(())
