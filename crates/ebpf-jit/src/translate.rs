@@ -252,7 +252,8 @@ impl KnownRegion {
             .collect()
     }
 
-    fn len(self, write: bool) -> u64 {
+    /// Bytes an access of this kind (a store when `write`) may touch.
+    pub(crate) fn len(self, write: bool) -> u64 {
         if write {
             self.write_len
         } else {

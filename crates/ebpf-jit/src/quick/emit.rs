@@ -26,7 +26,12 @@
 //! a per-site stub that records (pc, addr, size, write) and leaves. The precise kind
 //! (out of bounds or read-only) is worked out after the run by `runtime::decode_trap`,
 //! as for the Cranelift tier. Nothing is cached, so a helper remapping a region needs
-//! no special care.
+//! no special care. One exception: a global section's bounds are fixed by the program
+//! (`translate::KnownRegion`; engines trap a helper that remaps one), so an access
+//! through an address computed from an `lddw` of the section's address, in the same
+//! straight-line run of code ([`Known`]), whose offset is proven in range for every
+//! value of the indexes added (masks, shifts, byte loads), needs no check: its host
+//! address is the section's base plus the offset.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -66,6 +71,7 @@ use csx_ebpf::memory::{RegionEntry, RegionIdx};
 
 use super::x64::*;
 use crate::runtime::{helper_trampoline, offsets, trap_code, TRAP_AUX_WRITE};
+use crate::translate::KnownRegion;
 
 /// Host register of eBPF r0-r9.
 const MAP: [Reg; 10] = [RAX, RDI, RSI, RDX, RCX, R8, RBX, R13, R14, R15];
@@ -120,6 +126,25 @@ enum Target {
     Unwind,
 }
 
+/// What the one pass knows of a register's value since the last jump target or call
+/// (where everything is forgotten): an unsigned bound, and whether it is the address of
+/// global section `n` plus an offset in `[lo, hi]`.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    bound: u64,
+    global: Option<(usize, i64, i64)>,
+}
+
+impl Known {
+    const NOTHING: Known = Known {
+        bound: u64::MAX,
+        global: None,
+    };
+}
+
+/// Largest offset range a [`Known`] address keeps: far from overflow.
+const KNOWN_OFFSET_MAX: i64 = 1 << 32;
+
 /// Machine code for a whole program; execution starts at offset 0.
 pub(crate) struct Emitted {
     pub code: Vec<u8>,
@@ -131,6 +156,7 @@ pub(crate) fn emit_program(
     insns: &[Insn],
     entry: u32,
     blocks: Option<&BlockMap>,
+    globals: &[KnownRegion],
 ) -> EResult<Emitted> {
     let mut e = Emitter {
         a: Asm::with_capacity(insns.len() * 24 + 512),
@@ -138,6 +164,9 @@ pub(crate) fn emit_program(
         slot_pos: vec![usize::MAX; insns.len()],
         fixups: Vec::new(),
         stubs: Vec::new(),
+        targets: jump_targets(insns, entry),
+        known: [Known::NOTHING; 10],
+        globals,
     };
     e.prologue(entry);
     let mut pc = 0usize;
@@ -148,7 +177,11 @@ pub(crate) fn emit_program(
             e.count_block(b);
         }
         let insn = insns[pc];
+        if e.targets[pc] {
+            e.known = [Known::NOTHING; 10];
+        }
         let (next, falls) = e.insn(pc as u32, &insn)?;
+        e.learn(&insn, insns.get(pc + 1));
         falls_through = falls;
         pc = next as usize;
     }
@@ -160,9 +193,44 @@ pub(crate) fn emit_program(
     e.finish()
 }
 
+/// The slots control can reach other than by falling through: the entry, and the
+/// targets of jumps and local calls (out-of-range targets are the emitter's error).
+fn jump_targets(insns: &[Insn], entry: u32) -> Vec<bool> {
+    let mut t = vec![false; insns.len()];
+    let mut mark = |pc: usize, rel: i64| {
+        if let Ok(to) = usize::try_from(pc as i64 + rel + 1) {
+            if let Some(x) = t.get_mut(to) {
+                *x = true;
+            }
+        }
+    };
+    for (pc, insn) in insns.iter().enumerate() {
+        if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
+            continue;
+        }
+        match insn.opc & 0xf0 {
+            JMP_EXIT => {}
+            JMP_CALL if insn.src == CALL_SRC_LOCAL => mark(pc, i64::from(insn.imm)),
+            JMP_CALL => {}
+            JMP_JA if insn.class() == CLASS_JMP32 => mark(pc, i64::from(insn.imm)),
+            _ => mark(pc, i64::from(insn.off)),
+        }
+    }
+    if let Some(x) = t.get_mut(entry as usize) {
+        *x = true;
+    }
+    t
+}
+
 struct Emitter<'a> {
     a: Asm,
     insns: &'a [Insn],
+    /// [`jump_targets`]: where what is [`Known`] is forgotten.
+    targets: Vec<bool>,
+    /// What is known of r0-r9 at the slot being emitted.
+    known: [Known; 10],
+    /// The program's global sections.
+    globals: &'a [KnownRegion],
     /// Code offset of each slot (`usize::MAX` for an `lddw` tail).
     slot_pos: Vec<usize>,
     /// Displacements to patch: (field offset, target, pc of the jump).
@@ -563,6 +631,29 @@ impl Emitter<'_> {
         if base == REG_FP && i32::from(off) >= frame && end <= 0 {
             return Ok(mem(FP, i32::from(off)));
         }
+        // Inside a global section whatever the indexes (see the module doc): the
+        // section's host base plus the offset, `base + (v - vaddr)`.
+        if let Some(&Known {
+            global: Some((n, lo, hi)),
+            ..
+        }) = self.known.get(usize::from(base))
+        {
+            let len = self.globals[n].len(write) as i64;
+            let off64 = i64::from(off);
+            if lo + off64 >= 0 && hi + off64 + i64::from(size) <= len {
+                let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
+                let row = (idx * RegionEntry::SIZE) as i32;
+                let vaddr = RegionIdx(idx as u32).vaddr(0);
+                let b = MAP[usize::from(base)];
+                self.ctx_load(R11, offsets::REGIONS);
+                let a = &mut self.a;
+                a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+                a.mov_imm(R10, vaddr.wrapping_neg());
+                a.alu_rr(Alu::Add, true, R10, b);
+                a.alu_rr(Alu::Add, true, R11, R10);
+                return Ok(mem(R11, i32::from(off)));
+            }
+        }
         let b = self.src(pc, base)?;
         let a = &mut self.a;
         a.lea(R11, mem(b, i32::from(off)));
@@ -593,6 +684,113 @@ impl Emitter<'_> {
         self.a
             .alu_rm(Alu::Add, true, R11, mem(R10, RegionEntry::OFFSET_BASE));
         Ok(mem(R11, -i32::from(size)))
+    }
+
+    /// Updates what is [`Known`] after `insn` (whose `lddw` tail is `tail`) ran.
+    fn learn(&mut self, insn: &Insn, tail: Option<&Insn>) {
+        let dst = usize::from(insn.dst);
+        let by_reg = insn.opc & SRC_X != 0;
+        let op = insn.opc & 0xf0;
+        let get = |k: &[Known; 10], r: u8| k.get(usize::from(r)).copied().unwrap_or(Known::NOTHING);
+        let new = match insn.class() {
+            // A byte swap's result may be 64 bits wide in either class.
+            CLASS_ALU64 | CLASS_ALU if op == ALU_END => Known::NOTHING,
+            CLASS_ALU64 | CLASS_ALU => {
+                let wide = insn.class() == CLASS_ALU64;
+                let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
+                let d = get(&self.known, insn.dst);
+                let s = get(&self.known, insn.src);
+                let imm = if wide {
+                    i64::from(insn.imm) as u64
+                } else {
+                    u64::from(insn.imm as u32)
+                };
+                let bits = if wide { 64 } else { 32 };
+                let bd = d.bound.min(width);
+                let bound = match (op, by_reg) {
+                    (ALU_AND, false) => bd.min(imm),
+                    (ALU_AND, true) => bd.min(s.bound),
+                    (ALU_RSH, false) => bd >> (imm % bits),
+                    (ALU_LSH, false) => {
+                        let k = (imm % bits) as u32;
+                        if bd.leading_zeros() >= k + (64 - bits as u32) {
+                            bd << k
+                        } else {
+                            width
+                        }
+                    }
+                    (ALU_MOV, false) => imm,
+                    (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
+                    _ => width,
+                };
+                let global = match (wide, op, by_reg) {
+                    (true, ALU_MOV, true) if insn.off == 0 => s.global,
+                    (true, ALU_ADD | ALU_SUB, false) => d.global.and_then(|(n, lo, hi)| {
+                        let k = i64::from(insn.imm);
+                        let k = if op == ALU_ADD { k } else { -k };
+                        let (lo, hi) = (lo + k, hi + k);
+                        (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
+                            .then_some((n, lo, hi))
+                    }),
+                    (true, ALU_ADD, true) => match (d.global, s.global) {
+                        (Some(g), None) => Some((g, s.bound)),
+                        (None, Some(g)) => Some((g, d.bound)),
+                        _ => None,
+                    }
+                    .and_then(|((n, lo, hi), index)| {
+                        let hi = i64::try_from(index).ok()?.checked_add(hi)?;
+                        (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+                    }),
+                    _ => None,
+                };
+                Known { bound, global }
+            }
+            CLASS_LD if insn.opc != OP_LDDW => {
+                self.known = [Known::NOTHING; 10];
+                return;
+            }
+            CLASS_LD => {
+                let high = tail.map_or(0, |t| t.imm);
+                let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
+                let off = value & 0xffff_ffff;
+                let global = ((value >> 32) as u32)
+                    .checked_sub(RegionIdx::GLOBALS_FIRST.0)
+                    .map(|n| n as usize)
+                    .filter(|&n| self.globals.get(n).is_some_and(|g| off <= g.read_len))
+                    .map(|n| (n, off as i64, off as i64));
+                Known {
+                    bound: value,
+                    global,
+                }
+            }
+            CLASS_LDX => Known {
+                bound: match (insn.opc & 0xe0, insn.opc & 0x18) {
+                    (MODE_MEM, SIZE_B) => 0xff,
+                    (MODE_MEM, SIZE_H) => 0xffff,
+                    (MODE_MEM, SIZE_W) => 0xffff_ffff,
+                    _ => u64::MAX,
+                },
+                global: None,
+            },
+            CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
+                // An atomic may write its source (fetch) or r0 (cmpxchg).
+                for r in [usize::from(insn.src), 0] {
+                    if let Some(k) = self.known.get_mut(r) {
+                        *k = Known::NOTHING;
+                    }
+                }
+                return;
+            }
+            CLASS_ST | CLASS_STX => return,
+            _ if op == JMP_CALL => {
+                self.known = [Known::NOTHING; 10];
+                return;
+            }
+            _ => return,
+        };
+        if let Some(k) = self.known.get_mut(dst) {
+            *k = new;
+        }
     }
 
     /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).

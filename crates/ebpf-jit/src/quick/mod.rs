@@ -51,8 +51,9 @@ impl Backend for Quick {
 fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError> {
     let name = program.name().to_string();
     let blocks = counting.then(|| program.blocks());
-    let emitted =
-        emit::emit_program(program.insns(), program.entry(), blocks).map_err(|e| match e {
+    let globals = crate::translate::KnownRegion::of(program);
+    let emitted = emit::emit_program(program.insns(), program.entry(), blocks, &globals).map_err(
+        |e| match e {
             EmitError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
                 program: name.clone(),
                 pc,
@@ -63,7 +64,8 @@ fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitErr
                 pc,
                 target,
             },
-        })?;
+        },
+    )?;
     place(&emitted.code).map_err(|message| JitError::Codegen {
         program: name.clone(),
         message,
