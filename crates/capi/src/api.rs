@@ -1455,6 +1455,9 @@ pub unsafe extern "C" fn csxQueueComputeRequest(
 /// to it with the caller's registers and stack untouched, so the variable arguments
 /// arrive as the caller passed them.
 #[cfg(target_arch = "x86_64")]
+// SAFETY: the body is one tail jump; it touches no register, flag or stack slot, so the C
+// function receives exactly the caller's arguments, variadic ones included, and returns
+// to the caller itself.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn csHelperSetComputeArg() {
@@ -1463,6 +1466,7 @@ pub extern "C" fn csHelperSetComputeArg() {
 
 /// As on x86-64.
 #[cfg(target_arch = "aarch64")]
+// SAFETY: as on x86-64: one branch, with the link register and the stack untouched.
 #[unsafe(naked)]
 #[no_mangle]
 pub extern "C" fn csHelperSetComputeArg() {
