@@ -710,6 +710,14 @@ impl Emitter<'_> {
                 let bound = match (op, by_reg) {
                     (ALU_AND, false) => bd.min(imm),
                     (ALU_AND, true) => bd.min(s.bound),
+                    // Every bit set in either operand, at most.
+                    (ALU_OR | ALU_XOR, _) => {
+                        let bs = if by_reg { s.bound.min(width) } else { imm };
+                        match bd | bs {
+                            0 => 0,
+                            x => u64::MAX >> x.leading_zeros(),
+                        }
+                    }
                     (ALU_RSH, false) => bd >> (imm % bits),
                     (ALU_LSH, false) => {
                         let k = (imm % bits) as u32;
