@@ -132,7 +132,7 @@ impl Array {
                 Device::init(&sub, config.clone()).map_err(|source| ArrayError::MemberOpen {
                     member: i as u16,
                     uri: sub.display().to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
             members.push((format!("m{i}"), device));
         }
@@ -150,7 +150,7 @@ impl Array {
             let device = Device::open(uri).map_err(|source| ArrayError::MemberOpen {
                 member: i as u16,
                 uri: uri.clone(),
-                source,
+                source: Box::new(source),
             })?;
             members.push((uri.clone(), device));
         }
@@ -210,7 +210,7 @@ impl Array {
             let device = Device::open(&uri).map_err(|source| ArrayError::MemberOpen {
                 member: i as u16,
                 uri: uri.clone(),
-                source,
+                source: Box::new(source),
             })?;
             members.push(Self::member(&desc, &dir, i, device)?);
         }
@@ -228,7 +228,7 @@ impl Array {
             member: i as u16,
             uri: uri.clone(),
             op: "identify",
-            source,
+            source: Box::new(source),
         })?;
         Ok(Member {
             index: i as u16,
@@ -261,7 +261,7 @@ impl Array {
                         member: index,
                         uri,
                         op: "close",
-                        source,
+                        source: Box::new(source),
                     });
                 }
             }
@@ -283,7 +283,7 @@ impl Array {
                     member: index,
                     uri,
                     op: "close",
-                    source,
+                    source: Box::new(source),
                 })?;
             }
         }
@@ -340,7 +340,7 @@ impl Array {
             member,
             uri: self.members[usize::from(member)].uri.clone(),
             op,
-            source,
+            source: Box::new(source),
         }
     }
 

@@ -40,7 +40,7 @@ pub enum ArrayError {
         member: u16,
         uri: String,
         #[source]
-        source: OpenError,
+        source: Box<OpenError>,
     },
     /// A command on one member failed: the member is named by its index and URI.
     #[error("array member {member} ({uri}): {op}: {source}")]
@@ -49,7 +49,7 @@ pub enum ArrayError {
         uri: String,
         op: &'static str,
         #[source]
-        source: CallError,
+        source: Box<CallError>,
     },
     #[error("no file {path:?} in the array")]
     NotFound { path: String },
