@@ -293,10 +293,23 @@ pub unsafe extern "C" fn csQueryFunctionList(
 }
 
 /// Mount sources made by csx-fs (`csx mount`): `csx:` then the device URI, bytes other
-/// than ASCII alphanumerics and `/:._-@+=~[]` written `%XX` (`csx_fs::mount::encode_fs_name`,
-/// decoded by csx-fs itself). The URI, or `None` for another source.
+/// than ASCII alphanumerics and `/:._-@+=~[]` written `%XX` (`csx_fs::mount::encode_fs_name`;
+/// a test keeps the two in step). The URI, or `None` for another source.
 pub fn device_of_mount_source(source: &[u8]) -> Option<String> {
-    csx_fs::mount::device_of_fs_name(std::str::from_utf8(source).ok()?)
+    let encoded = source.strip_prefix(b"csx:")?;
+    let mut out = Vec::with_capacity(encoded.len());
+    let mut i = 0;
+    while i < encoded.len() {
+        if encoded[i] == b'%' {
+            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(encoded[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A `/proc/self/mountinfo` field with its octal escapes (`\040`) decoded.
