@@ -174,10 +174,11 @@ fn the_meter_sums_the_completions() {
     assert!(staged.modelled_ns > 0);
     assert!(staged.setup_ns > 0);
 
-    // A batch larger than the engines: its runs spread over them.
+    // A batch larger than the engines: its runs spread over them, each on its own 64
+    // bytes (runs at once may not share a window's bytes).
     let at = s.meter;
     let runs: Vec<ExecuteRequest> = (0..2 * engines + 1)
-        .map(|_| ExecuteRequest::new(seven).window(h, 0, 64))
+        .map(|i| ExecuteRequest::new(seven).window(h, i * 64, 64))
         .collect();
     let done = s.execute_all(&runs).unwrap();
     let d = s.meter.since(&at);
