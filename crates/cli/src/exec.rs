@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, Status, Timing};
+use csx_host::proto::{MemHandle, ProgramIndex, Status, Timing};
 use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use serde_json::json;
 
@@ -31,7 +31,7 @@ Without --input, window 0 is 8 zero bytes, so the output is always window 1.
 Examples:
   csx put numbers.bin /data/numbers.bin
   csx exec sum.bpf.o --input /data/numbers.bin
-  csx exec sum.bpf.o --input /data/numbers.bin:4096:8192 --interp --json
+  csx exec sum.bpf.o --input /data/numbers.bin:4096:8192 --engine interp --json
   csx exec filter.bpf.o --input /data/rows --output-size 1MiB --output matches.bin --cparam1 42
 
 Stopping: a run ends at its time limit (--time-limit-ms, else the device's, 1 s by
@@ -76,12 +76,8 @@ pub struct ExecArgs {
     /// The parameter bytes (args->params), as hex.
     #[arg(long, value_name = "HEX")]
     params_hex: Option<String>,
-    /// Run on the interpreter.
-    #[arg(long, conflicts_with = "jit")]
-    interp: bool,
-    /// Run on the JIT (the default).
-    #[arg(long)]
-    jit: bool,
+    #[command(flatten)]
+    engine: crate::engine_arg::DeviceEngineChoice,
     /// The run's fuel budget (the device's default if absent).
     #[arg(long, value_name = "N")]
     fuel: Option<u64>,
@@ -152,11 +148,7 @@ fn stage_and_run(
     handles: &mut Vec<MemHandle>,
     interrupt: &Interrupt,
 ) -> anyhow::Result<Outcome> {
-    let engine = if args.interp {
-        EngineKind::Interpreter
-    } else {
-        EngineKind::Jit
-    };
+    let engine = args.engine.kind();
     let t = Instant::now();
     dev.activate(pind, engine)
         .with_context(|| format!("cannot activate {}", args.prog.display()))?;

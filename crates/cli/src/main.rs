@@ -16,6 +16,7 @@ mod connect;
 mod data_cmd;
 mod demo;
 mod device_cmd;
+mod engine_arg;
 mod exec;
 mod files;
 mod fs_cmd;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use csx_fs::ops::{Catalogue, ParamKind};
 use csx_fs::pipe::{self, PipeOptions, Sink, Source};
-use csx_host::proto::EngineKind;
 use serde_json::json;
 
 use crate::connect::{self, parse_size};
@@ -100,9 +99,8 @@ pub struct PipeArgs {
     /// Bytes of one chunk (4KiB..=256MiB).
     #[arg(long, value_name = "N", value_parser = parse_size, default_value = "4MiB")]
     chunk: u64,
-    /// Run the stages on the interpreter instead of the JIT.
-    #[arg(long)]
-    interp: bool,
+    #[command(flatten)]
+    engine: crate::engine_arg::DeviceEngineChoice,
     /// Print a JSON report (the output then needs --output, --output-local or --discard).
     #[arg(long)]
     json: bool,
@@ -216,11 +214,7 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     }
     let opts = PipeOptions {
         chunk: args.chunk,
-        engine: if args.interp {
-            EngineKind::Interpreter
-        } else {
-            EngineKind::Jit
-        },
+        engine: args.engine.kind(),
         fuel: None,
         progress: None,
         stop: Some(Arc::clone(&stop)),

@@ -9,11 +9,12 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use csx_host::proto::{validate_program_name, EngineKind, ProgramIndex, ProgramInfo, ProgramState};
 use csx_host::{program_type_of, Device};
 use serde_json::json;
 
+use crate::engine_arg::DeviceEngine;
 use crate::{connect, exit, GlobalArgs};
 
 const PROGRAM_EXAMPLES: &str = "\
@@ -43,15 +44,6 @@ enum ProgramCommand {
     Unload(UnloadArgs),
 }
 
-/// The engine a program is activated on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum EngineArg {
-    /// The JIT compiler.
-    Jit,
-    /// The interpreter.
-    Interp,
-}
-
 /// Load a program into a free slot and keep it on the device under NAME.
 ///
 /// The program is activated on --engine and made persistent: it stays loaded and
@@ -69,8 +61,8 @@ pub struct LoadArgs {
     #[arg(long, value_name = "NAME")]
     entry: Option<String>,
     /// The engine to activate it on.
-    #[arg(long, value_enum, default_value_t = EngineArg::Jit)]
-    engine: EngineArg,
+    #[arg(long, value_enum, value_name = "ENGINE", default_value_t = DeviceEngine::Jit)]
+    engine: DeviceEngine,
     /// Print one JSON object describing the slot.
     #[arg(long)]
     json: bool,
@@ -162,10 +154,7 @@ fn load(dev: &Device, a: &LoadArgs) -> anyhow::Result<u8> {
     let pind = dev
         .load_program_any_slot(program_type_of(&image), &image, a.entry.as_deref())
         .with_context(|| format!("cannot load {}", a.file.display()))?;
-    let engine = match a.engine {
-        EngineArg::Jit => EngineKind::Jit,
-        EngineArg::Interp => EngineKind::Interpreter,
-    };
+    let engine = a.engine.kind();
     let kept = dev
         .activate(pind, engine)
         .with_context(|| format!("cannot activate {}", a.file.display()))

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal as _;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use csx_data::scan::FilterStrategy;
 use csx_data::ssb::queries;
@@ -11,6 +11,7 @@ use csx_host::proto::EngineKind;
 use serde_json::json;
 
 use crate::connect;
+use crate::engine_arg::DeviceEngine;
 use crate::{exit, GlobalArgs};
 
 /// The Star Schema Benchmark on the device (Delilah's experiment).
@@ -59,9 +60,9 @@ struct RunArgs {
     /// Where the work happens: offload, host-agg or host.
     #[arg(long, default_value = "offload")]
     split: String,
-    /// The device's engine kind for the operators: jit or interp.
-    #[arg(long, default_value = "jit")]
-    engine: String,
+    /// The device's engine for the operators.
+    #[arg(long, value_enum, value_name = "ENGINE", default_value_t = DeviceEngine::Jit)]
+    engine: DeviceEngine,
     /// How selections run: bitmask, unrolled (eBPF) or accel (csx_filter_u32). With
     /// --probe emitted this is the dimensions' selections only (LINEORDER's are tested
     /// inside the probe).
@@ -86,15 +87,6 @@ struct RunArgs {
     json: bool,
 }
 
-/// Parses the shared flags of `csx ssb run` and `csx bench ssb`.
-pub fn engine_of(s: &str) -> anyhow::Result<EngineKind> {
-    match s {
-        "jit" => Ok(EngineKind::Jit),
-        "interp" | "interpreter" => Ok(EngineKind::Interpreter),
-        _ => bail!("unknown engine {s:?}: jit or interp"),
-    }
-}
-
 pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let SsbCommand::Run(args) = args.command;
     let q = queries::query(&args.query).with_context(|| {
@@ -112,7 +104,7 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             args.filter
         )
     })?;
-    let engine = engine_of(&args.engine)?;
+    let engine = args.engine.kind();
     let probe = ProbeKind::parse(&args.probe)
         .with_context(|| format!("unknown probe {:?}: emitted or operator", args.probe))?;
     csx_data::gen::check_sf(args.sf)?;

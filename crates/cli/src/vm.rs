@@ -40,35 +40,14 @@ enum VmCommand {
 
 pub use csx_bench::engine::{build_engine, verify_program, EngineKind};
 
-/// `--interp | --jit | --quick`.
-#[derive(Debug, Clone, Copy, Args)]
-#[group(multiple = false)]
-struct EngineChoice {
-    /// Run on the reference interpreter.
-    #[arg(long)]
-    interp: bool,
-    /// Run on the Cranelift JIT (the default).
-    #[arg(long)]
-    jit: bool,
-    /// Run on the quick tier: the one-pass baseline JIT that compiles in well under a
-    /// millisecond (x86-64 only).
-    #[arg(long)]
-    quick: bool,
-}
+use crate::engine_arg::{Engine as EngineArg, EngineChoice};
 
-impl EngineChoice {
-    fn kind(self) -> EngineKind {
-        if self.interp {
-            EngineKind::Interp
-        } else if self.quick {
-            EngineKind::Quick
-        } else {
-            EngineKind::Jit
-        }
-    }
-
-    fn chosen(self) -> bool {
-        self.interp || self.jit || self.quick
+/// The VM's engine kind for a chosen engine.
+fn engine_kind(e: EngineArg) -> EngineKind {
+    match e {
+        EngineArg::Interp => EngineKind::Interp,
+        EngineArg::Jit => EngineKind::Jit,
+        EngineArg::Quick => EngineKind::Quick,
     }
 }
 
@@ -367,7 +346,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
     let program = verify_program(&label, program, functions)?;
-    let kind = args.engine.kind();
+    let kind = args.engine.chosen().map_or(EngineKind::Jit, engine_kind);
     let (engine, _) = build_engine(kind, program)?;
 
     // With --count, a counted run first, on its own copy of the memory.
@@ -545,8 +524,8 @@ fn conformance_plugin(args: PluginArgs) -> anyhow::Result<u8> {
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program("stdin", &code, None, &functions)?;
     let program = verify_program("stdin", program, functions)?;
-    let kind = if args.engine.chosen() {
-        args.engine.kind()
+    let kind = if let Some(e) = args.engine.chosen() {
+        engine_kind(e)
     } else {
         args.options.unwrap_or(EngineKind::Jit)
     };

@@ -145,7 +145,7 @@ fn init_put_exec_sum() {
             "sum",
             "--input",
             "/data/nums:8:16",
-            "--interp",
+            "--engine=interp",
             "--json",
         ],
     ));
@@ -352,7 +352,7 @@ fn ctrl_c_aborts_exec() {
             prog.to_str().unwrap(),
             "--entry",
             "spin",
-            "--interp",
+            "--engine=interp",
         ])
         .args(["--fuel", "1099511627776", "--time-limit-ms", "3600000"])
         .stdout(Stdio::piped())

@@ -6,6 +6,7 @@ mod conformance_plugin;
 mod crash;
 mod device_exec;
 mod durability_cli;
+mod engine_flag;
 mod lambda;
 mod mount_cli;
 mod pipe_cli;

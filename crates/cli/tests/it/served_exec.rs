@@ -106,7 +106,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
             "sum",
             "--input",
             "/d/nums:800:8000",
-            "--interp",
+            "--engine=interp",
             "--json",
         ],
     ));

@@ -57,9 +57,9 @@ fn stderr(out: &Output) -> String {
 /// The engine flags: the quick tier exists on x86-64 hosts only.
 fn engines() -> &'static [&'static str] {
     if cfg!(target_arch = "x86_64") {
-        &["--jit", "--interp", "--quick"]
+        &["--engine=jit", "--engine=interp", "--engine=quick"]
     } else {
-        &["--jit", "--interp"]
+        &["--engine=jit", "--engine=interp"]
     }
 }
 
@@ -89,7 +89,7 @@ fn memory_is_r1_and_its_length_r2() {
     let out = vm(
         &[
             "run",
-            "--interp",
+            "--engine=interp",
             "--mem-file",
             mem.to_str().expect("utf-8"),
         ],
@@ -143,7 +143,7 @@ fn json_with_repeat_reports_the_mean() {
     assert!(json["trap"].is_null());
     assert!(json["ns_per_run"].as_f64().expect("ns_per_run") > 0.0);
 
-    let out = vm(&["run", "--interp", "--repeat", "10"], &prog);
+    let out = vm(&["run", "--engine=interp", "--repeat", "10"], &prog);
     let text = stdout(&out);
     assert!(text.starts_with("0x2a\n"), "{text}");
     assert!(
@@ -236,7 +236,14 @@ fn runs_and_disassembles_elf_objects_by_entry() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "0x9\n");
     let out = vm(
-        &["run", "--entry", "count", "--interp", "--mem-hex", mem],
+        &[
+            "run",
+            "--entry",
+            "count",
+            "--engine=interp",
+            "--mem-hex",
+            mem,
+        ],
         &obj,
     );
     assert_eq!(stdout(&out), "0x3\n");
