@@ -524,7 +524,7 @@ fn conformance_plugin(args: PluginArgs) -> anyhow::Result<u8> {
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program("stdin", &code, None, &functions)?;
     let program = verify_program("stdin", program, functions)?;
-    let kind = if let Some(e) = args.engine.chosen() {
+    let kind = if let Some(e) = args.engine.chosen_quietly() {
         engine_kind(e)
     } else {
         args.options.unwrap_or(EngineKind::Jit)
