@@ -391,3 +391,57 @@ fn read_lambda_on_an_array_matches_one_device() {
     assert!(err.contains("array member 0"), "{err}");
     assert!(err.contains("load the λ"), "{err}");
 }
+
+/// An array whose member cannot be reached names the array, the member and the cause,
+/// each once.
+#[test]
+fn a_dead_member_is_reported_once_with_its_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "2",
+        "--nvm-size",
+        "16MiB",
+        "--slm-size",
+        "4MiB",
+    ]);
+    // A port nobody listens on: the member's daemon is gone.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("tcp://127.0.0.1:{port}");
+    let desc = arr.join("array.json");
+    let text = std::fs::read_to_string(&desc).unwrap();
+    assert!(text.contains("\"uri\": \"m1\""), "{text}");
+    std::fs::write(
+        &desc,
+        text.replace("\"uri\": \"m1\"", &format!("\"uri\": \"{dead}\"")),
+    )
+    .unwrap();
+    let device = format!("array:{}", s(&arr));
+    let out = csx()
+        .args(["--device", &device, "ls", "/"])
+        .env("CSX_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.trim_end();
+    assert_eq!(line.lines().count(), 1, "{err}");
+    assert!(line.starts_with("csx: error: cannot open array "), "{err}");
+    for once in [
+        "cannot open array",
+        &format!("array member 1 ({dead})"),
+        "connect to the device",
+        "Connection refused",
+    ] {
+        assert_eq!(line.matches(once).count(), 1, "{once:?} once in: {err}");
+    }
+}
