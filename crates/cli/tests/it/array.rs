@@ -445,3 +445,37 @@ fn a_dead_member_is_reported_once_with_its_cause() {
         assert_eq!(line.matches(once).count(), 1, "{once:?} once in: {err}");
     }
 }
+
+/// csx raises its soft limit on open files to the hard limit, so an array opens under a
+/// soft limit too low for its members' files (16 members need more than 40).
+#[test]
+fn an_array_opens_under_a_low_soft_open_file_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "16",
+        "--nvm-size",
+        "16MiB",
+        "--slm-size",
+        "4MiB",
+    ]);
+    let csx_path = csx().get_program().to_owned();
+    let device = format!("array:{}", s(&arr));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -S -n 24 && exec \"$0\" --device \"$1\" ls /")
+        .arg(&csx_path)
+        .arg(&device)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "csx under `ulimit -S -n 24`: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
