@@ -478,4 +478,18 @@ fn an_array_opens_under_a_low_soft_open_file_limit() {
         "csx under `ulimit -S -n 24`: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // With the hard limit that low too, the error says what the limit is and how to raise it.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 24 && exec \"$0\" --device \"$1\" ls /")
+        .arg(&csx_path)
+        .arg(&device)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("may open 24 files at most, its hard limit; raise it with `ulimit -Hn N`"),
+        "{err}"
+    );
 }
