@@ -114,6 +114,20 @@ pub fn error_line(e: &anyhow::Error) -> String {
             line.push_str(&text);
         }
     }
+    let out_of_files = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(rustix::io::Errno::MFILE.raw_os_error()))
+    });
+    if out_of_files {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let hard = limit
+            .maximum
+            .map_or_else(|| "unlimited".to_string(), |m| m.to_string());
+        line.push_str(&format!(
+            " (this process may open {hard} files at most, its hard limit; \
+             raise it with `ulimit -Hn N` as root or in /etc/security/limits.conf)"
+        ));
+    }
     line
 }
 
@@ -142,5 +156,17 @@ mod tests {
         // Distinct causes all stay.
         let e = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(error_line(&e), "outer: middle: inner");
+    }
+
+    #[test]
+    fn running_out_of_open_files_says_how_to_raise_the_limit() {
+        let io = std::io::Error::from_raw_os_error(rustix::io::Errno::MFILE.raw_os_error());
+        let e = anyhow::Error::new(io).context("cannot open array a");
+        let line = error_line(&e);
+        assert!(line.starts_with("cannot open array a: "), "{line}");
+        assert!(
+            line.contains("hard limit; raise it with `ulimit -Hn N`"),
+            "{line}"
+        );
     }
 }

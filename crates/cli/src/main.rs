@@ -169,7 +169,28 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit: an array holds files open on
+/// every member, and the usual soft limit of 1024 runs out near 500 members while the
+/// hard limit is far higher. Best effort: a failure leaves the limit as it was, and an
+/// open that then runs out says so in its own error.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum) {
+        if current < maximum {
+            let _ = setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(maximum),
+                    maximum: Some(maximum),
+                },
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    raise_open_file_limit();
     let cli = Cli::parse();
     match run(cli) {
         Ok(status) => ExitCode::from(status),

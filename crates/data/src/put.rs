@@ -58,7 +58,9 @@ fn mkdir_p(dev: &Device, path: &str) -> Result<(), DataError> {
 }
 
 /// Copies every regular file under `local` to `dev_dir` on the device, keeping the
-/// tree's shape. `progress` hears `(device path, progress of that file)`.
+/// tree's shape, each file replaced whole by rename, and flushes the device once at the
+/// end: on `Ok` every file is durable. `progress` hears `(device path, progress of that
+/// file)`.
 pub fn put_dir(
     dev: &Device,
     local: &Path,
@@ -91,7 +93,7 @@ pub fn put_dir(
         } else {
             let src = local.join(&rel);
             let bytes = dev
-                .put_file(&src, &path, &mut |p| progress(&path, p))
+                .put_file_unflushed(&src, &path, &mut |p| progress(&path, p))
                 .map_err(|e| {
                     DataError::Invalid(format!("putting {} to {path}: {e}", src.display()))
                 })?;
@@ -99,6 +101,8 @@ pub fn put_dir(
             summary.bytes += bytes;
         }
     }
+    dev.flush()
+        .map_err(|e| DataError::device(format!("flush after putting {dev_dir}"), e))?;
     Ok(summary)
 }
 

@@ -629,6 +629,19 @@ impl Device {
         crate::files::put(self, local, path, progress)
     }
 
+    /// [`Device::put_file`] without the flush, for a batch of files flushed once at its
+    /// end: the file is replaced whole by rename as before, so a crash leaves the old
+    /// file or the new one, never a partial one, but the new file is durable only after
+    /// the caller's next [`Device::flush`] returns.
+    pub fn put_file_unflushed(
+        &self,
+        local: &Path,
+        path: &str,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<u64, crate::files::FileTransferError> {
+        crate::files::put_unflushed(self, local, path, progress)
+    }
+
     /// [`Device::put_file`] from a stream (standard input, a pipe), read to its end;
     /// `name` labels the input in errors.
     pub fn put_reader(

@@ -128,6 +128,19 @@ pub(crate) fn put(
     put_from(device, &mut file, local_path, total_bytes, path, progress)
 }
 
+/// [`put`] without the flush: replaced by rename, durable at the caller's next flush.
+pub(crate) fn put_unflushed(
+    device: &Device,
+    local_path: &Path,
+    path: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<u64, FileTransferError> {
+    let mut file = File::open(local_path).map_err(local("open", local_path))?;
+    let meta = file.metadata().map_err(local("stat", local_path))?;
+    let total_bytes = if meta.is_file() { meta.len() } else { 0 };
+    replace_from(device, &mut file, local_path, total_bytes, path, progress)
+}
+
 /// Streams `input` (named `local_path` in errors; `total_bytes` long as far as anyone
 /// knows, 0 for a stream) into the device file `path`, replacing it by rename, and flushes
 /// the device: on `Ok` the new file is durable.
@@ -139,12 +152,25 @@ pub(crate) fn put_from(
     path: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<u64, FileTransferError> {
+    let bytes = replace_from(device, input, local_path, total_bytes, path, progress)?;
+    device.flush()?;
+    Ok(bytes)
+}
+
+/// Streams `input` into a temporary device file and renames it over `path`, without
+/// flushing.
+fn replace_from(
+    device: &Device,
+    input: &mut dyn Read,
+    local_path: &Path,
+    total_bytes: u64,
+    path: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<u64, FileTransferError> {
     check_not_dir(device, path)?;
     let tmp = partial_path();
     let written = write_stream(device, input, local_path, total_bytes, &tmp, progress);
-    let bytes = commit_partial(device, &tmp, path, written)?;
-    device.flush()?;
-    Ok(bytes)
+    commit_partial(device, &tmp, path, written)
 }
 
 /// Writes `input` into the device file `path` (truncating it first).

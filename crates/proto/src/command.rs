@@ -704,10 +704,12 @@ impl Op {
                 validate_dir(dir)?;
                 check_len("after", after.len() as u64, NAME_SIZE_MAX as u64 + 1)?;
                 if *max == 0 || *max as usize > FILE_LIST_ENTRIES_MAX {
-                    return Err(FieldError::OutOfRange {
-                        field: "max",
+                    return Err(FieldError::NotInRange {
+                        field: "entry count",
                         value: u64::from(*max),
-                        limit: FILE_LIST_ENTRIES_MAX as u64,
+                        unit: "",
+                        min: 1,
+                        max: FILE_LIST_ENTRIES_MAX as u64,
                     });
                 }
                 Ok(())
@@ -880,6 +882,27 @@ mod tests {
         assert_eq!(
             bad_pind.validate().unwrap_err().status(),
             Status::InvalidProgramIndex
+        );
+    }
+
+    #[test]
+    fn dir_read_entry_count_names_its_range() {
+        let op = |max| Op::DirRead {
+            dir: "/".into(),
+            after: String::new(),
+            max,
+        };
+        assert!(op(1).validate().is_ok());
+        let zero = op(0).validate().unwrap_err().to_string();
+        assert_eq!(
+            zero,
+            format!("entry count of 0, must be 1..={FILE_LIST_ENTRIES_MAX}")
+        );
+        let over = FILE_LIST_ENTRIES_MAX as u32 + 1;
+        let big = op(over).validate().unwrap_err().to_string();
+        assert_eq!(
+            big,
+            format!("entry count of {over}, must be 1..={FILE_LIST_ENTRIES_MAX}")
         );
     }
 

@@ -391,3 +391,105 @@ fn read_lambda_on_an_array_matches_one_device() {
     assert!(err.contains("array member 0"), "{err}");
     assert!(err.contains("load the λ"), "{err}");
 }
+
+/// An array whose member cannot be reached names the array, the member and the cause,
+/// each once.
+#[test]
+fn a_dead_member_is_reported_once_with_its_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "2",
+        "--nvm-size",
+        "16MiB",
+        "--slm-size",
+        "4MiB",
+    ]);
+    // A port nobody listens on: the member's daemon is gone.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = format!("tcp://127.0.0.1:{port}");
+    let desc = arr.join("array.json");
+    let text = std::fs::read_to_string(&desc).unwrap();
+    assert!(text.contains("\"uri\": \"m1\""), "{text}");
+    std::fs::write(
+        &desc,
+        text.replace("\"uri\": \"m1\"", &format!("\"uri\": \"{dead}\"")),
+    )
+    .unwrap();
+    let device = format!("array:{}", s(&arr));
+    let out = csx()
+        .args(["--device", &device, "ls", "/"])
+        .env("CSX_TIMEOUT", "5")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.trim_end();
+    assert_eq!(line.lines().count(), 1, "{err}");
+    assert!(line.starts_with("csx: error: cannot open array "), "{err}");
+    for once in [
+        "cannot open array",
+        &format!("array member 1 ({dead})"),
+        "connect to the device",
+        "Connection refused",
+    ] {
+        assert_eq!(line.matches(once).count(), 1, "{once:?} once in: {err}");
+    }
+}
+
+/// csx raises its soft limit on open files to the hard limit, so an array opens under a
+/// soft limit too low for its members' files (16 members need more than 40).
+#[test]
+fn an_array_opens_under_a_low_soft_open_file_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arr = tmp.path().join("arr");
+    run(&[
+        "array",
+        "init",
+        "--state",
+        s(&arr),
+        "--members",
+        "16",
+        "--nvm-size",
+        "16MiB",
+        "--slm-size",
+        "4MiB",
+    ]);
+    let csx_path = csx().get_program().to_owned();
+    let device = format!("array:{}", s(&arr));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -S -n 24 && exec \"$0\" --device \"$1\" ls /")
+        .arg(&csx_path)
+        .arg(&device)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "csx under `ulimit -S -n 24`: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // With the hard limit that low too, the error says what the limit is and how to raise it.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 24 && exec \"$0\" --device \"$1\" ls /")
+        .arg(&csx_path)
+        .arg(&device)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("may open 24 files at most, its hard limit; raise it with `ulimit -Hn N`"),
+        "{err}"
+    );
+}
