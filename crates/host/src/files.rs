@@ -122,10 +122,9 @@ pub(crate) fn put(
     path: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<u64, FileTransferError> {
-    let mut file = File::open(local_path).map_err(local("open", local_path))?;
-    let meta = file.metadata().map_err(local("stat", local_path))?;
-    let total_bytes = if meta.is_file() { meta.len() } else { 0 };
-    put_from(device, &mut file, local_path, total_bytes, path, progress)
+    let bytes = put_unflushed(device, local_path, path, progress)?;
+    device.flush()?;
+    Ok(bytes)
 }
 
 /// [`put`] without the flush: replaced by rename, durable at the caller's next flush.
