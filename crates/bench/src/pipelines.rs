@@ -107,7 +107,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn dev(&self) -> &Device {
+    fn dev(&self) -> Arc<Device> {
         self.dev.device()
     }
 
@@ -125,7 +125,7 @@ impl Bench {
         let mut best: Option<PipeReport> = None;
         let mut runs_s = Vec::new();
         for _ in 0..self.runs {
-            let r = pipe::run(self.dev(), &stages, source(), sink(), &self.opts)
+            let r = pipe::run(&self.dev(), &stages, source(), sink(), &self.opts)
                 .with_context(|| format!("{name}: {pipeline}"))?;
             runs_s.push(r.wall_ns as f64 / 1e9);
             if best.as_ref().is_none_or(|b| r.wall_ns < b.wall_ns) {
@@ -423,7 +423,7 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
         }
     }
     pipe::run(
-        b.dev(),
+        &b.dev(),
         &stages,
         file(),
         Sink::Host(Box::new(Into(Arc::clone(&got)))),

@@ -114,9 +114,9 @@ fn is_lost(e: &CallError) -> bool {
 /// Path operations on one device's file store. `Send + Sync`.
 #[derive(Debug)]
 pub struct MetalFs {
-    /// Every connection made, the current one last. Earlier ones (lost connections) stay
-    /// until the `MetalFs` goes, so that a `&Device` handed out never dangles.
-    gens: Mutex<Vec<Arc<Device>>>,
+    /// The current connection; a reconnection replaces it (callers that still hold the
+    /// lost one keep it alive through their `Arc` until they are done).
+    current: Mutex<Arc<Device>>,
     /// When a lost connection was last tried again.
     last_try: Mutex<Option<Instant>>,
 }
@@ -124,20 +124,14 @@ pub struct MetalFs {
 impl MetalFs {
     pub fn new(dev: Device) -> MetalFs {
         MetalFs {
-            gens: Mutex::new(vec![Arc::new(dev)]),
+            current: Mutex::new(Arc::new(dev)),
             last_try: Mutex::new(None),
         }
     }
 
     /// The device underneath (the current connection).
-    pub fn device(&self) -> &Device {
-        let gens = self.gens.lock().unwrap_or_else(|p| p.into_inner());
-        let ptr = Arc::as_ptr(gens.last().expect("one connection at least"));
-        // SAFETY: connections are only ever appended to `gens`, never removed or replaced,
-        // while `self` lives (only `close`, which takes `self`, takes them out), so the
-        // Device behind each Arc stays allocated at the same address for as long as the
-        // returned borrow of `self`.
-        unsafe { &*ptr }
+    pub fn device(&self) -> Arc<Device> {
+        Arc::clone(&self.current.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Connects again to a served device whose connection was lost; whether there is a
@@ -157,10 +151,7 @@ impl MetalFs {
         match Device::open(&uri.to_string()) {
             Ok(dev) => {
                 eprintln!("csx: connected again to {uri}");
-                self.gens
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(Arc::new(dev));
+                *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(dev);
                 true
             }
             Err(_) => false,
@@ -174,10 +165,10 @@ impl MetalFs {
         retry: bool,
         f: impl Fn(&Device) -> Result<T, CallError>,
     ) -> Result<T, FsError> {
-        match f(self.device()) {
+        match f(&self.device()) {
             Err(e) if is_lost(&e) => {
                 if self.reconnect() && retry {
-                    return Ok(f(self.device())?);
+                    return Ok(f(&self.device())?);
                 }
                 Err(e.into())
             }
@@ -187,9 +178,7 @@ impl MetalFs {
 
     /// Closes the device (flushing an embedded one).
     pub fn close(self) -> Result<(), FsError> {
-        let mut gens = self.gens.into_inner().unwrap_or_else(|p| p.into_inner());
-        let current = gens.pop().expect("one connection at least");
-        drop(gens);
+        let current = self.current.into_inner().unwrap_or_else(|p| p.into_inner());
         match Arc::try_unwrap(current) {
             Ok(dev) => Ok(dev.close()?),
             Err(_) => Err(FsError::new(libc::EBUSY, "the device is still in use")),

@@ -753,7 +753,7 @@ fn run_stages(
             stop: Some(Arc::clone(stop)),
             ..PipeOptions::default()
         };
-        pipe::run(fs.device(), &stages, source, sink, &opts)
+        pipe::run(&fs.device(), &stages, source, sink, &opts)
     }
 }
 
