@@ -42,8 +42,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use csx_ebpf::emit::{Emitter, R3, R4, R5};
+use csx_ebpf::isa::{ALU_ADD, ALU_MOV, SIZE_DW};
 use csx_host::proto::{EngineKind, MemHandle, MemRange, ProgramIndex, ProgramType};
 use csx_host::{Device, ExecuteRequest};
+use csx_proto::abi::args;
 use serde::Serialize;
 
 use crate::array::{piece_sizes, Array};
@@ -151,50 +154,56 @@ pub struct SortReport {
     pub events: Vec<SortEvent>,
 }
 
+/// The argument block's fields the sort's programs read (the device passes it in r5).
+const CPARAM1: i16 = args::CPARAM1_OFFSET as i16;
+/// `args->windows[i].addr` and `.len`.
+const fn window_addr(i: usize) -> i16 {
+    (args::WINDOWS_OFFSET + i * args::WINDOW_SIZE) as i16
+}
+const fn window_len(i: usize) -> i16 {
+    window_addr(i) + 8
+}
+
+/// `call <id>; exit` after `prologue`, as a raw image.
+fn call_program(id: u32, prologue: impl FnOnce(&mut Emitter<()>)) -> Result<Vec<u8>, ArrayError> {
+    let mut e = Emitter::new();
+    prologue(&mut e);
+    e.call(id as i32);
+    e.exit();
+    e.finish()
+        .map_err(|err| ArrayError::Other(format!("the sort's program for function {id}: {err}")))
+}
+
 /// `call csx_sort_u64; exit`: r1/r2 are window 0 at entry.
-fn sort_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x85, 0, 0, 0];
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn sort_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |_| {})
 }
 
 /// `r3 = args->cparam1; call csx_merge_u64; exit`.
-fn merge_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x79, 0x53, 0, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| e.ldx(SIZE_DW, R3, R5, CPARAM1))
 }
 
 /// `r3 = &args->windows[2]; r4 = args->cparam1; r5 = args->windows[1].addr;
 /// call csx_merge_runs_u64; exit`: the runs in windows 2.. (cparam1 of them) merge into
 /// window 0 (r1/r2 at entry), the keys taken from each go to window 1.
-fn merge_runs_program(id: u32) -> Vec<u8> {
-    let runs_at =
-        (csx_proto::abi::args::WINDOWS_OFFSET + 2 * csx_proto::abi::args::WINDOW_SIZE) as i32;
-    let mut p = vec![0xbf, 0x53, 0, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x07, 0x03, 0, 0]);
-    p.extend_from_slice(&runs_at.to_le_bytes());
-    p.extend_from_slice(&[0x79, 0x54, 0, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x79, 0x55, 40, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_runs_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| {
+        e.alu_x(ALU_MOV, R3, R5);
+        e.alu_k(ALU_ADD, R3, i32::from(window_addr(2)));
+        e.ldx(SIZE_DW, R4, R5, CPARAM1);
+        e.ldx(SIZE_DW, R5, R5, window_addr(1));
+    })
 }
 
 /// `r3 = args->windows[1].addr; r4 = args->windows[1].len; r5 = args->windows[2].addr;
 /// call csx_merge_into_u64; exit`: window 0 and window 1 merge into window 2.
-fn merge_into_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x79, 0x53, 40, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x79, 0x54, 48, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x79, 0x55, 56, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_into_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| {
+        e.ldx(SIZE_DW, R3, R5, window_addr(1));
+        e.ldx(SIZE_DW, R4, R5, window_len(1));
+        e.ldx(SIZE_DW, R5, R5, window_addr(2));
+    })
 }
 
 /// The programs loaded on one member, and its engines.
@@ -1183,8 +1192,8 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
             let _ = dev.unload(pind);
         }
     };
-    let sort = load(sort_program(function_id(array, m, "csx_sort_u64")?))?;
-    let merge = match function_id(array, m, "csx_merge_u64").and_then(|id| load(merge_program(id)))
+    let sort = load(sort_program(function_id(array, m, "csx_sort_u64")?)?)?;
+    let merge = match function_id(array, m, "csx_merge_u64").and_then(|id| load(merge_program(id)?))
     {
         Ok(merge) => merge,
         Err(e) => {
@@ -1194,7 +1203,7 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
     };
     // Optional: a device without it merges in place on one engine.
     let merge_into = match function_id(array, m, "csx_merge_into_u64") {
-        Ok(id) => match load(merge_into_program(id)) {
+        Ok(id) => match merge_into_program(id).and_then(&load) {
             Ok(p) => Some(p),
             Err(e) => {
                 unload(&[sort, merge]);
@@ -1204,7 +1213,7 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
         Err(_) => None,
     };
     let merge_runs = match function_id(array, m, "csx_merge_runs_u64") {
-        Ok(id) => match load(merge_runs_program(id)) {
+        Ok(id) => match merge_runs_program(id).and_then(&load) {
             Ok(p) => Some(p),
             Err(e) => {
                 unload(
@@ -1554,4 +1563,39 @@ fn job_input_path(job: &Job<'_>) -> String {
         .find(|(_, e)| e.id == job.input.id)
         .map(|(p, _)| p)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The programs as the text assembler writes them.
+    fn assembled(text: &str) -> Vec<u8> {
+        csx_ebpf::asm::assemble(text)
+            .expect("assembles")
+            .iter()
+            .flat_map(|i| i.encode())
+            .collect()
+    }
+
+    #[test]
+    fn the_programs_read_the_argument_block_where_the_abi_puts_it() {
+        assert_eq!(sort_program(18).unwrap(), assembled("call 18\nexit"));
+        assert_eq!(
+            merge_program(19).unwrap(),
+            assembled("ldxdw %r3, [%r5+0]\ncall 19\nexit")
+        );
+        assert_eq!(
+            merge_into_program(23).unwrap(),
+            assembled(
+                "ldxdw %r3, [%r5+40]\nldxdw %r4, [%r5+48]\nldxdw %r5, [%r5+56]\ncall 23\nexit"
+            )
+        );
+        assert_eq!(
+            merge_runs_program(24).unwrap(),
+            assembled(
+                "mov %r3, %r5\nadd %r3, 56\nldxdw %r4, [%r5+0]\nldxdw %r5, [%r5+40]\ncall 24\nexit"
+            )
+        );
+    }
 }

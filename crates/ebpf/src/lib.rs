@@ -10,6 +10,7 @@
 pub mod asm;
 pub mod count;
 pub mod disasm;
+pub mod emit;
 pub mod engine;
 pub mod helper;
 pub mod interp;
