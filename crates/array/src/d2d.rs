@@ -40,6 +40,24 @@ pub enum Route {
     HostMediated,
 }
 
+/// A place in one member's device memory: an allocation and an offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemAt {
+    pub member: u16,
+    pub handle: MemHandle,
+    pub offset: u64,
+}
+
+impl MemAt {
+    /// The place `bytes` further on.
+    pub fn plus(self, bytes: u64) -> MemAt {
+        MemAt {
+            offset: self.offset + bytes,
+            ..self
+        }
+    }
+}
+
 impl Array {
     /// Whether member `m` runs in this process.
     pub fn is_embedded(&self, m: u16) -> bool {
@@ -209,19 +227,23 @@ impl Array {
         Ok((total, route))
     }
 
-    /// Copies `len` bytes of member `src_member`'s allocation `src` from `src_offset`
-    /// into member `dst_member`'s allocation `dst` at `dst_offset`.
-    #[allow(clippy::too_many_arguments)]
+    /// Copies `len` bytes of device memory from `src` (on its member) to `dst`.
     pub fn d2d_copy_mem(
         &self,
-        src_member: u16,
-        src: MemHandle,
-        src_offset: u64,
+        src: MemAt,
+        dst: MemAt,
         len: u64,
-        dst_member: u16,
-        dst: MemHandle,
-        dst_offset: u64,
     ) -> Result<(u64, Route), ArrayError> {
+        let MemAt {
+            member: src_member,
+            handle: src,
+            offset: src_offset,
+        } = src;
+        let MemAt {
+            member: dst_member,
+            handle: dst,
+            offset: dst_offset,
+        } = dst;
         self.member_at(src_member)?;
         self.member_at(dst_member)?;
         let route = self.route(src_member, dst_member);

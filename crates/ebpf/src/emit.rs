@@ -231,13 +231,12 @@ impl<L: Copy + PartialEq + std::fmt::Debug> Emitter<L> {
                 });
             };
             let offset = target as i64 - at as i64 - 1;
-            self.code[at].off =
-                i16::try_from(offset).map_err(|_| EmitError::JumpOutOfRange {
-                    label: format!("{to:?}"),
-                    at,
-                    target,
-                    offset,
-                })?;
+            self.code[at].off = i16::try_from(offset).map_err(|_| EmitError::JumpOutOfRange {
+                label: format!("{to:?}"),
+                at,
+                target,
+                offset,
+            })?;
         }
         Ok(self.code.iter().flat_map(|i| i.encode()).collect())
     }
@@ -301,7 +300,10 @@ mod tests {
         let text = "ldxdw %r3, [%r5+0]\njeq %r3, 0, +2\nsub %r3, 1\nja -3\n\
                     lddw %r0, 0x100000000\ncall 18\nexit\n";
         let insns = assemble(text).expect("assembles");
-        assert_eq!(image, insns.iter().flat_map(|i| i.encode()).collect::<Vec<u8>>());
+        assert_eq!(
+            image,
+            insns.iter().flat_map(|i| i.encode()).collect::<Vec<u8>>()
+        );
     }
 
     #[test]
