@@ -1278,42 +1278,10 @@ pub fn sort(
         .filter(|&(_, len)| len > 0)
         .collect();
     if parts_sizes.is_empty() {
-        // No keys: the output is an empty file, on the input's first member.
-        let member = crate::array::layout_members(&entry.layout)[0];
-        let dev = &array.members()[usize::from(member)].device;
-        dev.put_bytes(&array.member_path(out_id), &[])
-            .map_err(array.member_error(member, "file-write"))?;
-        array.commit(
-            &output_path,
-            FileEntry {
-                id: out_id,
-                size_bytes: 0,
-                layout: Layout::Single { member },
-            },
-        )?;
-        let events = vec![SortEvent::Committed { member, bytes: 0 }];
-        on_event(&events[0]);
-        return Ok(SortReport {
-            input: input_path,
-            output: output_path,
-            mode: options.mode,
-            topology: options.topology,
-            bytes: 0,
-            keys: 0,
-            parts: 0,
-            output_member: member,
-            output_layout: Layout::Single { member },
-            sort_wall_ns: 0,
-            merge_wall_ns: 0,
-            total_wall_ns: started.elapsed().as_nanos() as u64,
-            output_wall_ns: 0,
-            final_merge_slices: 0,
-            links: crate::link::LinkCounters {
-                members: vec![Default::default(); array.members().len()],
-                ..Default::default()
-            },
-            events,
-        });
+        let ends = (input_path, output_path);
+        let report = sort_nothing(array, &entry, ends, out_id, options, started)?;
+        on_event(&report.events[0]);
+        return Ok(report);
     }
     let mut job = Job {
         array,
@@ -1377,6 +1345,50 @@ pub fn sort(
     })
 }
 
+/// A sort of no keys: the output is an empty file, on the input's first member.
+fn sort_nothing(
+    array: &Array,
+    entry: &FileEntry,
+    (input_path, output_path): (String, String),
+    out_id: u64,
+    options: &SortOptions,
+    started: Instant,
+) -> Result<SortReport, ArrayError> {
+    let member = crate::array::layout_members(&entry.layout)[0];
+    let dev = &array.members()[usize::from(member)].device;
+    dev.put_bytes(&array.member_path(out_id), &[])
+        .map_err(array.member_error(member, "file-write"))?;
+    array.commit(
+        &output_path,
+        FileEntry {
+            id: out_id,
+            size_bytes: 0,
+            layout: Layout::Single { member },
+        },
+    )?;
+    Ok(SortReport {
+        input: input_path,
+        output: output_path,
+        mode: options.mode,
+        topology: options.topology,
+        bytes: 0,
+        keys: 0,
+        parts: 0,
+        output_member: member,
+        output_layout: Layout::Single { member },
+        sort_wall_ns: 0,
+        merge_wall_ns: 0,
+        total_wall_ns: started.elapsed().as_nanos() as u64,
+        output_wall_ns: 0,
+        final_merge_slices: 0,
+        links: crate::link::LinkCounters {
+            members: vec![Default::default(); array.members().len()],
+            ..Default::default()
+        },
+        events: vec![SortEvent::Committed { member, bytes: 0 }],
+    })
+}
+
 fn diff(a: &LinkCounters, b: &LinkCounters) -> LinkCounters {
     let d = |x: &crate::link::LinkBytes, y: &crate::link::LinkBytes| crate::link::LinkBytes {
         egress: x.egress - y.egress,
@@ -1422,50 +1434,7 @@ fn run_sort(
     // Before any sub-operation starts: each piece's blocks locked and a buffer allocated
     // for it in its member's memory, as large as the merges will grow it. The sorts
     // then stage their pieces in parallel.
-    let mut parts: Vec<Part> = Vec::new();
-    let mut guards = Vec::new();
-    let piece = array.member_path(job.input.id);
-    let mut setup = || -> Result<(), ArrayError> {
-        for (&(m, len), &hold) in sizes.iter().zip(&hold) {
-            let dev = job.dev(m);
-            let ext = dev
-                .extents(&piece)
-                .map_err(array.member_error(m, "file-extents"))?;
-            let mut ranges = Vec::new();
-            let mut mapped = 0;
-            for e in &ext.extents {
-                // The piece may end inside its last block; lock whole blocks up to it.
-                let len = e.len.min(len.saturating_sub(e.file_offset));
-                if len == 0 {
-                    continue;
-                }
-                mapped += len;
-                ranges.push(BlockRange {
-                    start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
-                    len,
-                });
-            }
-            if mapped != len || ext.truncated {
-                return Err(ArrayError::Other(format!(
-                    "array member {m}: the piece of {len} bytes maps {mapped} bytes"
-                )));
-            }
-            guards.push(Some(array.locks().lock(
-                &format!("sort on member {m}"),
-                &ranges,
-                None,
-            )?));
-            let buf = job.alloc(m, hold)?;
-            parts.push(Part {
-                member: m,
-                len,
-                buf,
-                ranges,
-            });
-        }
-        Ok(())
-    };
-    setup()?;
+    let (parts, mut guards) = job.lock_and_allocate(sizes, &hold)?;
     job.emit(SortEvent::Submitted { parts: parts.len() });
     let sort_done = Mutex::new(Duration::ZERO);
     let (sorts, merged) = std::thread::scope(|s| {
@@ -1502,31 +1471,7 @@ fn run_sort(
         for r in sorts {
             r?;
         }
-        let out = match merged? {
-            Merged::Part(i) => &parts[i],
-            Merged::Written(layout) => return Ok(layout),
-        };
-        let t = out.member;
-        let out_path = array.member_path(out_id);
-        let dev = job.dev(t);
-        let writing = Instant::now();
-        dev.put_bytes(&out_path, &[])
-            .map_err(array.member_error(t, "file-write"))?;
-        let result_buf = job
-            .final_out
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .unwrap_or(out.buf);
-        let src = MemAt {
-            member: t,
-            handle: result_buf,
-            offset: 0,
-        };
-        job.write_mem_range(src, total, &out_path, 0)?;
-        dev.flush().map_err(array.member_error(t, "flush"))?;
-        job.output_ns
-            .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(Layout::Single { member: t })
+        job.write_output(&parts, merged?, out_id, total)
     })();
     let layout = result?;
     let output = options
@@ -1543,6 +1488,93 @@ fn run_sort(
     )?;
     let d = *sort_done.lock().unwrap_or_else(|e| e.into_inner());
     Ok((layout, d))
+}
+
+impl Job<'_> {
+    /// Before any sub-operation starts: each piece's blocks locked and a buffer
+    /// allocated for it in its member's memory, as large as the merges will grow it
+    /// (`hold`). On failure the locks taken so far are released as the guards drop.
+    fn lock_and_allocate(
+        &self,
+        sizes: &[(u16, u64)],
+        hold: &[u64],
+    ) -> Result<(Vec<Part>, Vec<Option<LockGuard>>), ArrayError> {
+        let array = self.array;
+        let (mut parts, mut guards) = (Vec::new(), Vec::new());
+        let piece = array.member_path(self.input.id);
+        for (&(m, len), &hold) in sizes.iter().zip(hold) {
+            let ext = self
+                .dev(m)
+                .extents(&piece)
+                .map_err(array.member_error(m, "file-extents"))?;
+            let mut ranges = Vec::new();
+            let mut mapped = 0;
+            for e in &ext.extents {
+                // The piece may end inside its last block; lock whole blocks up to it.
+                let len = e.len.min(len.saturating_sub(e.file_offset));
+                if len == 0 {
+                    continue;
+                }
+                mapped += len;
+                ranges.push(BlockRange {
+                    start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
+                    len,
+                });
+            }
+            if mapped != len || ext.truncated {
+                return Err(ArrayError::Other(format!(
+                    "array member {m}: the piece of {len} bytes maps {mapped} bytes"
+                )));
+            }
+            let owner = format!("sort on member {m}");
+            guards.push(Some(array.locks().lock(&owner, &ranges, None)?));
+            let buf = self.alloc(m, hold)?;
+            parts.push(Part {
+                member: m,
+                len,
+                buf,
+                ranges,
+            });
+        }
+        Ok((parts, guards))
+    }
+
+    /// Writes the merged result (unless the multiway merge wrote it already) to the
+    /// output's member file and flushes it; returns the output's layout.
+    fn write_output(
+        &self,
+        parts: &[Part],
+        merged: Merged,
+        out_id: u64,
+        total: u64,
+    ) -> Result<Layout, ArrayError> {
+        let array = self.array;
+        let out = match merged {
+            Merged::Part(i) => &parts[i],
+            Merged::Written(layout) => return Ok(layout),
+        };
+        let t = out.member;
+        let out_path = array.member_path(out_id);
+        let dev = self.dev(t);
+        let writing = Instant::now();
+        dev.put_bytes(&out_path, &[])
+            .map_err(array.member_error(t, "file-write"))?;
+        let result_buf = self
+            .final_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or(out.buf);
+        let src = MemAt {
+            member: t,
+            handle: result_buf,
+            offset: 0,
+        };
+        self.write_mem_range(src, total, &out_path, 0)?;
+        dev.flush().map_err(array.member_error(t, "flush"))?;
+        self.output_ns
+            .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Layout::Single { member: t })
+    }
 }
 
 fn job_input_path(job: &Job<'_>) -> String {

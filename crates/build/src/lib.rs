@@ -10,6 +10,8 @@
 //!   objects with `include_bytes!`.
 //! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
 
+#![warn(clippy::too_many_lines)]
+
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};

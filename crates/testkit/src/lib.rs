@@ -8,12 +8,15 @@
 //! `tests/vectors`. One runner drives every vector through every engine and compares
 //! value, trap and fuel, so a vector is never copied per backend.
 
+#![warn(clippy::too_many_lines)]
+
 #[cfg(feature = "ebpf")]
 pub mod conformance;
 #[cfg(feature = "ebpf")]
 pub mod engines;
 #[cfg(feature = "ebpf")]
 pub mod gen;
+pub mod bytes;
 pub mod tools;
 #[cfg(feature = "ebpf")]
 pub mod vectors;

@@ -3,6 +3,7 @@
 
 use chacha20::cipher::{KeyIvInit, StreamCipher};
 use csx_fs::ops::{Catalogue, OpError};
+use csx_testkit::bytes::seeded as noise;
 use csx_fs::pipe::{self, PipeError, PipeOptions, PipeReport, Sink, Source};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
@@ -62,18 +63,6 @@ impl std::io::Write for Shared {
     }
 }
 
-/// Seeded pseudo-random bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 /// Chunk sizes: a whole number of values, and one that splits them.
 const CHUNKS: [u64; 2] = [4096, 4099];
