@@ -128,9 +128,7 @@ impl Array {
         }
         self.locks().wait_unlocked(ranges, None)?;
         let route = self.block_route(src_member, dst_member);
-        let src = &self.members()[usize::from(src_member)].device;
         let dst_dev = &self.members()[usize::from(dst_member)].device;
-        let mut at = dst_offset;
         if route == Route::Local {
             let sources = ranges
                 .iter()
@@ -145,49 +143,85 @@ impl Array {
             return Ok((n, route));
         }
         let total: u64 = ranges.iter().map(|r| r.len).sum();
+        let to = MemAt {
+            member: dst_member,
+            handle: dst,
+            offset: dst_offset,
+        };
         if route == Route::Peer {
-            let peer = self.members()[usize::from(src_member)].uri.clone();
-            let sources: Vec<CopySource> = ranges
-                .iter()
-                .map(|r| CopySource::Peer {
-                    peer: peer.clone(),
-                    offset: r.start.byte_offset(),
-                    len: r.len,
-                })
-                .collect();
-            // Within the protocol's limits per command: sources and bytes.
-            let mut at = dst_offset;
-            let mut batch: Vec<CopySource> = Vec::new();
-            let mut batch_len = 0;
-            let flush = |batch: &mut Vec<CopySource>, at: &mut u64, n: u64| {
-                if batch.is_empty() {
-                    return Ok(());
-                }
-                dst_dev
-                    .copy_to_mem(dst, *at, std::mem::take(batch))
-                    .map_err(|e| {
-                        if e.status() == Some(Status::NamespaceNotReachable) {
-                            self.member_error(src_member, "peer-read")(e)
-                        } else {
-                            self.member_error(dst_member, "memory-copy")(e)
-                        }
-                    })?;
-                *at += n;
-                Ok::<(), ArrayError>(())
-            };
-            for s in sources {
-                let n = s.len();
-                if batch.len() == COPY_SOURCES_MAX || batch_len + n > COPY_SIZE_MAX {
-                    flush(&mut batch, &mut at, batch_len)?;
-                    batch_len = 0;
-                }
-                batch.push(s);
-                batch_len += n;
-            }
-            flush(&mut batch, &mut at, batch_len)?;
-            self.account(route, src_member, dst_member, total);
-            return Ok((total, route));
+            self.read_blocks_peer(ranges, src_member, to)?;
+        } else {
+            self.read_blocks_staged(ranges, src_member, to, total)?;
         }
+        self.account(route, src_member, dst_member, total);
+        Ok((total, route))
+    }
+
+    /// The ranges (all on `src_member`) pulled by `dst`'s daemon from the source's
+    /// daemon, in Memory Copy commands within the protocol's limits.
+    fn read_blocks_peer(
+        &self,
+        ranges: &[BlockRange],
+        src_member: u16,
+        dst: MemAt,
+    ) -> Result<(), ArrayError> {
+        let dst_dev = &self.members()[usize::from(dst.member)].device;
+        let (dst_member, dst_offset, dst) = (dst.member, dst.offset, dst.handle);
+        let peer = self.members()[usize::from(src_member)].uri.clone();
+        let sources: Vec<CopySource> = ranges
+            .iter()
+            .map(|r| CopySource::Peer {
+                peer: peer.clone(),
+                offset: r.start.byte_offset(),
+                len: r.len,
+            })
+            .collect();
+        // Within the protocol's limits per command: sources and bytes.
+        let mut at = dst_offset;
+        let mut batch: Vec<CopySource> = Vec::new();
+        let mut batch_len = 0;
+        let flush = |batch: &mut Vec<CopySource>, at: &mut u64, n: u64| {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            dst_dev
+                .copy_to_mem(dst, *at, std::mem::take(batch))
+                .map_err(|e| {
+                    if e.status() == Some(Status::NamespaceNotReachable) {
+                        self.member_error(src_member, "peer-read")(e)
+                    } else {
+                        self.member_error(dst_member, "memory-copy")(e)
+                    }
+                })?;
+            *at += n;
+            Ok::<(), ArrayError>(())
+        };
+        for s in sources {
+            let n = s.len();
+            if batch.len() == COPY_SOURCES_MAX || batch_len + n > COPY_SIZE_MAX {
+                flush(&mut batch, &mut at, batch_len)?;
+                batch_len = 0;
+            }
+            batch.push(s);
+            batch_len += n;
+        }
+        flush(&mut batch, &mut at, batch_len)?;
+        Ok(())
+    }
+
+    /// The ranges (all on `src_member`) staged through the source's memory and written
+    /// to `dst` by the host, a staging buffer at a time; the buffer is freed whatever
+    /// happened.
+    fn read_blocks_staged(
+        &self,
+        ranges: &[BlockRange],
+        src_member: u16,
+        dst: MemAt,
+        total: u64,
+    ) -> Result<(), ArrayError> {
+        let src = &self.members()[usize::from(src_member)].device;
+        let dst_dev = &self.members()[usize::from(dst.member)].device;
+        let (dst_member, mut at, dst) = (dst.member, dst.offset, dst.handle);
         let staging_len = total.min(MEM_IO_SIZE_MAX);
         let staging = src
             .alloc(staging_len)
@@ -222,9 +256,7 @@ impl Array {
             .free(staging)
             .map_err(self.member_error(src_member, "memory-free"));
         result?;
-        freed?;
-        self.account(route, src_member, dst_member, total);
-        Ok((total, route))
+        freed
     }
 
     /// Copies `len` bytes of device memory from `src` (on its member) to `dst`.

@@ -696,7 +696,9 @@ impl<'a> Job<'a> {
         if runs.split == 0 || runs.split == runs.len {
             return self.merge_in(runs, round);
         }
-        let Ok(out) = self.session(runs.member).alloc(runs.len) else {
+        // (The session's lock is released before the fallback takes it again.)
+        let out = self.session(runs.member).alloc(runs.len);
+        let Ok(out) = out else {
             // No room for a second buffer: in place.
             return self.merge_in(runs, round);
         };

@@ -233,11 +233,14 @@ fn filter_aggregate(below: u64) -> String {
 /// Half the u64 range: the filter that keeps half the values.
 const HALF: u64 = 1 << 63;
 
+/// One match rate's cases: (match %, device filter, device filter + aggregate, [host
+/// filter, host filter + aggregate]).
+type Selectivity = (u64, Case, Case, Vec<Case>);
+
 /// What the cases measured.
 struct Results {
     overhead: Vec<Case>,
-    /// (match %, device filter, device filter + aggregate, [host filter, host both]).
-    selectivity: Vec<(u64, Case, Case, Vec<Case>)>,
+    selectivity: Vec<Selectivity>,
     two: Vec<Case>,
     /// The slower stage alone over the fused pair.
     fused_share: f64,
@@ -334,7 +337,7 @@ fn discard() -> Sink {
     Sink::Discard
 }
 
-/// 1. Pipe overhead: a passthrough between every pair of ends.
+/// Case 1, pipe overhead: a passthrough between every pair of ends.
 fn overhead(b: &Bench, data: &Arc<Vec<u8>>) -> anyhow::Result<Vec<Case>> {
     let size = data.len() as u64;
     let host_in = || Source::Host(Box::new(Bytes(Arc::clone(data), 0)));
@@ -375,12 +378,9 @@ fn overhead(b: &Bench, data: &Arc<Vec<u8>>) -> anyhow::Result<Vec<Case>> {
     ])
 }
 
-/// 3. Selectivity: the device's filter (alone and fused with aggregate) against the
-/// host's at 25, 50 and 75 % matches.
-fn selectivity(
-    b: &Bench,
-    data: &[u8],
-) -> anyhow::Result<Vec<(u64, Case, Case, Vec<Case>)>> {
+/// Case 3, selectivity: the device's filter (alone and fused with aggregate)
+/// against the host's at match rates of 25, 50 and 75 %.
+fn selectivity(b: &Bench, data: &[u8]) -> anyhow::Result<Vec<Selectivity>> {
     let size = data.len() as u64;
     let mut out = Vec::new();
     for pct in [25u64, 50, 75] {
@@ -435,7 +435,7 @@ fn host_case(runs: u32, data: &[u8], pct: u64, below: u64, aggregate: bool) -> C
     }
 }
 
-/// 4. Two stages fused against each alone (the filter keeps half).
+/// Case 4: two stages fused against each alone (the filter keeps half).
 fn two_stages(b: &Bench, size: u64) -> anyhow::Result<Vec<Case>> {
     Ok(vec![
         b.pipe(
@@ -458,7 +458,7 @@ fn two_stages(b: &Bench, size: u64) -> anyhow::Result<Vec<Case>> {
     ])
 }
 
-/// 2. Shell pipes through a mount under `dir` against the fused csx pipe.
+/// Case 2: shell pipes through a mount under `dir` against the fused csx pipe.
 fn shell_pipes(b: &Bench, dir: &Path, size: u64) -> anyhow::Result<Vec<Case>> {
     let mnt = dir.join("mnt");
     std::fs::create_dir(&mnt)?;

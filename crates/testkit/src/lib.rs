@@ -10,13 +10,13 @@
 
 #![warn(clippy::too_many_lines)]
 
+pub mod bytes;
 #[cfg(feature = "ebpf")]
 pub mod conformance;
 #[cfg(feature = "ebpf")]
 pub mod engines;
 #[cfg(feature = "ebpf")]
 pub mod gen;
-pub mod bytes;
 pub mod tools;
 #[cfg(feature = "ebpf")]
 pub mod vectors;

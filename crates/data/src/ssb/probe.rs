@@ -40,8 +40,8 @@
 use csx_ebpf::isa::*;
 use csx_host::proto::abi::functions::{CSX_MEMCPY, CSX_MEMSET};
 
-use csx_ebpf::emit::{jmp_k, jmp_x, R0, R1};
 use crate::predicate::RawRange;
+use csx_ebpf::emit::{jmp_k, jmp_x, R0, R1};
 
 /// Keys below a base this small get zero entries in the copied table, so the lookup
 /// needs no subtraction (a dense dimension's keys start at 1).

@@ -3,10 +3,10 @@
 
 use chacha20::cipher::{KeyIvInit, StreamCipher};
 use csx_fs::ops::{Catalogue, OpError};
-use csx_testkit::bytes::seeded as noise;
 use csx_fs::pipe::{self, PipeError, PipeOptions, PipeReport, Sink, Source};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
+use csx_testkit::bytes::seeded as noise;
 use tempfile::TempDir;
 
 /// A device with room for pipelines: 64 MiB of device memory, two engines.
@@ -62,7 +62,6 @@ impl std::io::Write for Shared {
         Ok(())
     }
 }
-
 
 /// Chunk sizes: a whole number of values, and one that splits them.
 const CHUNKS: [u64; 2] = [4096, 4099];
