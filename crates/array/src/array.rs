@@ -344,6 +344,18 @@ impl Array {
         }
     }
 
+    /// Maps a failed session step on `member` to the error naming it.
+    pub fn session_error(
+        &self,
+        member: u16,
+    ) -> impl FnOnce(csx_host::session::SessionError) -> ArrayError + '_ {
+        move |source| ArrayError::Session {
+            member,
+            uri: self.members[usize::from(member)].uri.clone(),
+            source: Box::new(source),
+        }
+    }
+
     fn catalog(&self) -> MutexGuard<'_, Catalog> {
         self.catalog.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -40,6 +40,24 @@ pub enum Route {
     HostMediated,
 }
 
+/// A place in one member's device memory: an allocation and an offset in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemAt {
+    pub member: u16,
+    pub handle: MemHandle,
+    pub offset: u64,
+}
+
+impl MemAt {
+    /// The place `bytes` further on.
+    pub fn plus(self, bytes: u64) -> MemAt {
+        MemAt {
+            offset: self.offset + bytes,
+            ..self
+        }
+    }
+}
+
 impl Array {
     /// Whether member `m` runs in this process.
     pub fn is_embedded(&self, m: u16) -> bool {
@@ -110,9 +128,7 @@ impl Array {
         }
         self.locks().wait_unlocked(ranges, None)?;
         let route = self.block_route(src_member, dst_member);
-        let src = &self.members()[usize::from(src_member)].device;
         let dst_dev = &self.members()[usize::from(dst_member)].device;
-        let mut at = dst_offset;
         if route == Route::Local {
             let sources = ranges
                 .iter()
@@ -127,49 +143,85 @@ impl Array {
             return Ok((n, route));
         }
         let total: u64 = ranges.iter().map(|r| r.len).sum();
+        let to = MemAt {
+            member: dst_member,
+            handle: dst,
+            offset: dst_offset,
+        };
         if route == Route::Peer {
-            let peer = self.members()[usize::from(src_member)].uri.clone();
-            let sources: Vec<CopySource> = ranges
-                .iter()
-                .map(|r| CopySource::Peer {
-                    peer: peer.clone(),
-                    offset: r.start.byte_offset(),
-                    len: r.len,
-                })
-                .collect();
-            // Within the protocol's limits per command: sources and bytes.
-            let mut at = dst_offset;
-            let mut batch: Vec<CopySource> = Vec::new();
-            let mut batch_len = 0;
-            let flush = |batch: &mut Vec<CopySource>, at: &mut u64, n: u64| {
-                if batch.is_empty() {
-                    return Ok(());
-                }
-                dst_dev
-                    .copy_to_mem(dst, *at, std::mem::take(batch))
-                    .map_err(|e| {
-                        if e.status() == Some(Status::NamespaceNotReachable) {
-                            self.member_error(src_member, "peer-read")(e)
-                        } else {
-                            self.member_error(dst_member, "memory-copy")(e)
-                        }
-                    })?;
-                *at += n;
-                Ok::<(), ArrayError>(())
-            };
-            for s in sources {
-                let n = s.len();
-                if batch.len() == COPY_SOURCES_MAX || batch_len + n > COPY_SIZE_MAX {
-                    flush(&mut batch, &mut at, batch_len)?;
-                    batch_len = 0;
-                }
-                batch.push(s);
-                batch_len += n;
-            }
-            flush(&mut batch, &mut at, batch_len)?;
-            self.account(route, src_member, dst_member, total);
-            return Ok((total, route));
+            self.read_blocks_peer(ranges, src_member, to)?;
+        } else {
+            self.read_blocks_staged(ranges, src_member, to, total)?;
         }
+        self.account(route, src_member, dst_member, total);
+        Ok((total, route))
+    }
+
+    /// The ranges (all on `src_member`) pulled by `dst`'s daemon from the source's
+    /// daemon, in Memory Copy commands within the protocol's limits.
+    fn read_blocks_peer(
+        &self,
+        ranges: &[BlockRange],
+        src_member: u16,
+        dst: MemAt,
+    ) -> Result<(), ArrayError> {
+        let dst_dev = &self.members()[usize::from(dst.member)].device;
+        let (dst_member, dst_offset, dst) = (dst.member, dst.offset, dst.handle);
+        let peer = self.members()[usize::from(src_member)].uri.clone();
+        let sources: Vec<CopySource> = ranges
+            .iter()
+            .map(|r| CopySource::Peer {
+                peer: peer.clone(),
+                offset: r.start.byte_offset(),
+                len: r.len,
+            })
+            .collect();
+        // Within the protocol's limits per command: sources and bytes.
+        let mut at = dst_offset;
+        let mut batch: Vec<CopySource> = Vec::new();
+        let mut batch_len = 0;
+        let flush = |batch: &mut Vec<CopySource>, at: &mut u64, n: u64| {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            dst_dev
+                .copy_to_mem(dst, *at, std::mem::take(batch))
+                .map_err(|e| {
+                    if e.status() == Some(Status::NamespaceNotReachable) {
+                        self.member_error(src_member, "peer-read")(e)
+                    } else {
+                        self.member_error(dst_member, "memory-copy")(e)
+                    }
+                })?;
+            *at += n;
+            Ok::<(), ArrayError>(())
+        };
+        for s in sources {
+            let n = s.len();
+            if batch.len() == COPY_SOURCES_MAX || batch_len + n > COPY_SIZE_MAX {
+                flush(&mut batch, &mut at, batch_len)?;
+                batch_len = 0;
+            }
+            batch.push(s);
+            batch_len += n;
+        }
+        flush(&mut batch, &mut at, batch_len)?;
+        Ok(())
+    }
+
+    /// The ranges (all on `src_member`) staged through the source's memory and written
+    /// to `dst` by the host, a staging buffer at a time; the buffer is freed whatever
+    /// happened.
+    fn read_blocks_staged(
+        &self,
+        ranges: &[BlockRange],
+        src_member: u16,
+        dst: MemAt,
+        total: u64,
+    ) -> Result<(), ArrayError> {
+        let src = &self.members()[usize::from(src_member)].device;
+        let dst_dev = &self.members()[usize::from(dst.member)].device;
+        let (dst_member, mut at, dst) = (dst.member, dst.offset, dst.handle);
         let staging_len = total.min(MEM_IO_SIZE_MAX);
         let staging = src
             .alloc(staging_len)
@@ -204,24 +256,26 @@ impl Array {
             .free(staging)
             .map_err(self.member_error(src_member, "memory-free"));
         result?;
-        freed?;
-        self.account(route, src_member, dst_member, total);
-        Ok((total, route))
+        freed
     }
 
-    /// Copies `len` bytes of member `src_member`'s allocation `src` from `src_offset`
-    /// into member `dst_member`'s allocation `dst` at `dst_offset`.
-    #[allow(clippy::too_many_arguments)]
+    /// Copies `len` bytes of device memory from `src` (on its member) to `dst`.
     pub fn d2d_copy_mem(
         &self,
-        src_member: u16,
-        src: MemHandle,
-        src_offset: u64,
+        src: MemAt,
+        dst: MemAt,
         len: u64,
-        dst_member: u16,
-        dst: MemHandle,
-        dst_offset: u64,
     ) -> Result<(u64, Route), ArrayError> {
+        let MemAt {
+            member: src_member,
+            handle: src,
+            offset: src_offset,
+        } = src;
+        let MemAt {
+            member: dst_member,
+            handle: dst,
+            offset: dst_offset,
+        } = dst;
         self.member_at(src_member)?;
         self.member_at(dst_member)?;
         let route = self.route(src_member, dst_member);

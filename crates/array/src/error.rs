@@ -51,6 +51,15 @@ pub enum ArrayError {
         #[source]
         source: Box<CallError>,
     },
+    /// A step of a member's session failed (a command, or a program that trapped or
+    /// returned an error code).
+    #[error("array member {member} ({uri}): {source}")]
+    Session {
+        member: u16,
+        uri: String,
+        #[source]
+        source: Box<csx_host::session::SessionError>,
+    },
     #[error("no file {path:?} in the array")]
     NotFound { path: String },
     #[error("array path {path:?}: {reason}")]
@@ -109,6 +118,7 @@ impl ArrayError {
         match self {
             ArrayError::MemberOpen { member, .. }
             | ArrayError::Member { member, .. }
+            | ArrayError::Session { member, .. }
             | ArrayError::Lambda { member, .. } => Some(*member),
             _ => None,
         }

@@ -28,7 +28,7 @@ use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaIo, LambdaOptions, Lambd
 use csx_lambda::{Parallelism, RunAccount};
 
 use crate::array::Array;
-use crate::desc::Layout;
+use crate::desc::{FileEntry, Layout};
 use crate::error::ArrayError;
 
 /// Largest request: the device's largest staging window is far below this; it bounds
@@ -197,41 +197,7 @@ pub fn read_lambda(
     opts: &ArrayLambdaOptions,
     sink: &mut (dyn FnMut(&Request, &LambdaOutput) -> Result<(), ArrayError> + Send),
 ) -> Result<ArrayLambdaReport, ArrayError> {
-    if opts.chunk == 0 || opts.chunk > CHUNK_MAX {
-        return Err(ArrayError::OutOfRange {
-            what: "λ request size (--chunk)",
-            value: opts.chunk,
-            min: 1,
-            max: CHUNK_MAX,
-        });
-    }
-    if opts.threads == 0 || opts.threads > 256 {
-        return Err(ArrayError::OutOfRange {
-            what: "requests in flight per member (--threads)",
-            value: u64::from(opts.threads),
-            min: 1,
-            max: 256,
-        });
-    }
-    let entry_desc = array.stat(path)?;
-    if let Some(r) = opts.record {
-        if r == 0 || !opts.chunk.is_multiple_of(r) {
-            return Err(ArrayError::Unaligned {
-                what: "λ request size (--chunk)",
-                value: opts.chunk,
-                align: r,
-            });
-        }
-        if let Layout::Striped { stripe_bytes, .. } = entry_desc.layout {
-            if !stripe_bytes.is_multiple_of(r) {
-                return Err(ArrayError::Unaligned {
-                    what: "the file's stripe",
-                    value: stripe_bytes,
-                    align: r,
-                });
-            }
-        }
-    }
+    let entry_desc = checked_entry(array, path, opts)?;
     let mpath = array.member_path(entry_desc.id);
     let requests = plan(entry_desc.size_bytes, &entry_desc.layout, opts.chunk);
     // The members holding requests, in tag order.
@@ -239,19 +205,7 @@ pub fn read_lambda(
     involved.sort_unstable();
     involved.dedup();
 
-    // Load the λ on each of them; on a failure unload those loaded.
-    let mut loaded: Vec<(u16, Lambda)> = Vec::new();
-    for &m in &involved {
-        let dev = &array.members()[usize::from(m)].device;
-        match Lambda::load(dev, lambda.name, lambda.image, lambda.entry) {
-            Ok(l) => loaded.push((m, l)),
-            Err(e) => {
-                // The load error is the one to report.
-                let _ = unload_all(array, loaded);
-                return Err(lambda_error(array, m, "load the λ", None, e));
-            }
-        }
-    }
+    let loaded = load_on(array, &involved, &lambda)?;
 
     let ordered = Mutex::new(Ordered {
         next: 0,
@@ -269,10 +223,17 @@ pub fn read_lambda(
                 let m = *m;
                 let mine: Vec<Request> =
                     requests.iter().filter(|r| r.member == m).copied().collect();
-                let (ordered, failed, mpath) = (&ordered, &failed, &mpath);
+                let shared = ReadShared {
+                    array,
+                    mpath: &mpath,
+                    args,
+                    opts,
+                    ordered: &ordered,
+                    failed: &failed,
+                };
                 s.spawn(move || {
-                    member_requests(array, m, lambda, mpath, &mine, args, opts, ordered, failed)
-                        .inspect_err(|_| failed.store(true, Ordering::Relaxed))
+                    member_requests(shared, m, lambda, &mine)
+                        .inspect_err(|_| shared.failed.store(true, Ordering::Relaxed))
                 })
             })
             .collect();
@@ -319,6 +280,73 @@ pub fn read_lambda(
     })
 }
 
+/// The file `path`'s entry, once the options are within their bounds and a record
+/// size divides the request size and the file's stripe.
+fn checked_entry(
+    array: &Array,
+    path: &str,
+    opts: &ArrayLambdaOptions,
+) -> Result<FileEntry, ArrayError> {
+    if opts.chunk == 0 || opts.chunk > CHUNK_MAX {
+        return Err(ArrayError::OutOfRange {
+            what: "λ request size (--chunk)",
+            value: opts.chunk,
+            min: 1,
+            max: CHUNK_MAX,
+        });
+    }
+    if opts.threads == 0 || opts.threads > 256 {
+        return Err(ArrayError::OutOfRange {
+            what: "requests in flight per member (--threads)",
+            value: u64::from(opts.threads),
+            min: 1,
+            max: 256,
+        });
+    }
+    let entry = array.stat(path)?;
+    if let Some(r) = opts.record {
+        if r == 0 || !opts.chunk.is_multiple_of(r) {
+            return Err(ArrayError::Unaligned {
+                what: "λ request size (--chunk)",
+                value: opts.chunk,
+                align: r,
+            });
+        }
+        if let Layout::Striped { stripe_bytes, .. } = entry.layout {
+            if !stripe_bytes.is_multiple_of(r) {
+                return Err(ArrayError::Unaligned {
+                    what: "the file's stripe",
+                    value: stripe_bytes,
+                    align: r,
+                });
+            }
+        }
+    }
+    Ok(entry)
+}
+
+/// Loads the λ on each of `members`; on a failure unloads those loaded and reports the
+/// load's error.
+fn load_on(
+    array: &Array,
+    members: &[u16],
+    lambda: &LambdaImage<'_>,
+) -> Result<Vec<(u16, Lambda)>, ArrayError> {
+    let mut loaded: Vec<(u16, Lambda)> = Vec::new();
+    for &m in members {
+        let dev = &array.members()[usize::from(m)].device;
+        match Lambda::load(dev, lambda.name, lambda.image, lambda.entry) {
+            Ok(l) => loaded.push((m, l)),
+            Err(e) => {
+                // The load error is the one to report.
+                let _ = unload_all(array, loaded);
+                return Err(lambda_error(array, m, "load the λ", None, e));
+            }
+        }
+    }
+    Ok(loaded)
+}
+
 /// Unloads every loaded λ; the first failure, naming its member.
 fn unload_all(array: &Array, loaded: Vec<(u16, Lambda)>) -> Result<(), ArrayError> {
     let mut first = Ok(());
@@ -335,18 +363,33 @@ fn unload_all(array: &Array, loaded: Vec<(u16, Lambda)>) -> Result<(), ArrayErro
 
 /// One member's requests, `opts.threads` at a time; stops early when another member
 /// failed.
-#[allow(clippy::too_many_arguments)]
+/// What every member's worker of one λ read shares.
+#[derive(Clone, Copy)]
+struct ReadShared<'a, 's> {
+    array: &'a Array,
+    /// The file's member path.
+    mpath: &'a str,
+    args: &'a LambdaArgs,
+    opts: &'a ArrayLambdaOptions,
+    ordered: &'a Mutex<Ordered<'s>>,
+    /// Set by a worker that failed: the others stop at their next request.
+    failed: &'a AtomicBool,
+}
+
 fn member_requests(
-    array: &Array,
+    shared: ReadShared<'_, '_>,
     m: u16,
     lambda: &Lambda,
-    mpath: &str,
     mine: &[Request],
-    args: &LambdaArgs,
-    opts: &ArrayLambdaOptions,
-    ordered: &Mutex<Ordered<'_>>,
-    failed: &AtomicBool,
 ) -> Result<(u16, RunAccount), ArrayError> {
+    let ReadShared {
+        array,
+        mpath,
+        args,
+        opts,
+        ordered,
+        failed,
+    } = shared;
     let dev = &array.members()[usize::from(m)].device;
     let mut lopts = opts.lambda.clone();
     if opts.threads > 1 && lopts.parallelism.is_none() {

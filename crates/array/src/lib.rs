@@ -14,6 +14,8 @@
 //! The crate sits on csx-host's public API and csx-proto; it never reaches device
 //! internals.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod array;
 pub mod d2d;
 pub mod desc;

@@ -168,44 +168,7 @@ pub fn plan(parts: &[(u16, u64)], topology: Topology) -> Vec<SortEvent> {
             }
             t
         }
-        Topology::Tree => {
-            for &(m, len) in parts {
-                ev.push(SortEvent::MergeRead {
-                    round: 0,
-                    from: m,
-                    into: m,
-                    bytes: len,
-                });
-            }
-            let mut runs: Vec<(u16, u64)> = parts.to_vec();
-            let mut round = 0;
-            while runs.len() > 1 {
-                round += 1;
-                let mut next = Vec::new();
-                for pair in runs.chunks(2) {
-                    match *pair {
-                        [(am, alen), (bm, blen)] => {
-                            ev.push(SortEvent::MergeRead {
-                                round,
-                                from: bm,
-                                into: am,
-                                bytes: blen,
-                            });
-                            ev.push(SortEvent::Merged {
-                                round,
-                                into: am,
-                                bytes: alen + blen,
-                            });
-                            next.push((am, alen + blen));
-                        }
-                        [one] => next.push(one),
-                        _ => unreachable!("chunks of at most two"),
-                    }
-                }
-                runs = next;
-            }
-            runs[0].0
-        }
+        Topology::Tree => plan_tree(parts, &mut ev),
         Topology::Multiway => {
             // The slices a multiway merge cuts depend on the keys; this is what uniform
             // keys give on average: member k's slice takes from every run its share.
@@ -242,6 +205,46 @@ pub fn plan(parts: &[(u16, u64)], topology: Topology) -> Vec<SortEvent> {
         bytes: total,
     });
     ev
+}
+
+/// The tree's merge events (see [`plan`]); returns the member holding the result.
+fn plan_tree(parts: &[(u16, u64)], ev: &mut Vec<SortEvent>) -> u16 {
+    for &(m, len) in parts {
+        ev.push(SortEvent::MergeRead {
+            round: 0,
+            from: m,
+            into: m,
+            bytes: len,
+        });
+    }
+    let mut runs: Vec<(u16, u64)> = parts.to_vec();
+    let mut round = 0;
+    while runs.len() > 1 {
+        round += 1;
+        let mut next = Vec::new();
+        for pair in runs.chunks(2) {
+            match *pair {
+                [(am, alen), (bm, blen)] => {
+                    ev.push(SortEvent::MergeRead {
+                        round,
+                        from: bm,
+                        into: am,
+                        bytes: blen,
+                    });
+                    ev.push(SortEvent::Merged {
+                        round,
+                        into: am,
+                        bytes: alen + blen,
+                    });
+                    next.push((am, alen + blen));
+                }
+                [one] => next.push(one),
+                _ => unreachable!("chunks of at most two"),
+            }
+        }
+        runs = next;
+    }
+    runs[0].0
 }
 
 /// The parts a striped put of `size` bytes over `n` members at [`even_stripe`] gives.

@@ -39,15 +39,19 @@
 //! staging), moved once per merge that needs them, and written once (the output).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use csx_ebpf::emit::{Emitter, R3, R4, R5};
+use csx_ebpf::isa::{ALU_ADD, ALU_MOV, SIZE_DW};
 use csx_host::proto::{EngineKind, MemHandle, MemRange, ProgramIndex, ProgramType};
+use csx_host::session::Session;
 use csx_host::{Device, ExecuteRequest};
+use csx_proto::abi::args;
 use serde::Serialize;
 
 use crate::array::{piece_sizes, Array};
-use crate::d2d::Route;
+use crate::d2d::{MemAt, Route};
 use crate::desc::{normalize_path, FileEntry, Layout};
 use crate::error::ArrayError;
 use crate::link::LinkCounters;
@@ -151,50 +155,56 @@ pub struct SortReport {
     pub events: Vec<SortEvent>,
 }
 
+/// The argument block's fields the sort's programs read (the device passes it in r5).
+const CPARAM1: i16 = args::CPARAM1_OFFSET as i16;
+/// `args->windows[i].addr` and `.len`.
+const fn window_addr(i: usize) -> i16 {
+    (args::WINDOWS_OFFSET + i * args::WINDOW_SIZE) as i16
+}
+const fn window_len(i: usize) -> i16 {
+    window_addr(i) + 8
+}
+
+/// `call <id>; exit` after `prologue`, as a raw image.
+fn call_program(id: u32, prologue: impl FnOnce(&mut Emitter<()>)) -> Result<Vec<u8>, ArrayError> {
+    let mut e = Emitter::new();
+    prologue(&mut e);
+    e.call(id as i32);
+    e.exit();
+    e.finish()
+        .map_err(|err| ArrayError::Other(format!("the sort's program for function {id}: {err}")))
+}
+
 /// `call csx_sort_u64; exit`: r1/r2 are window 0 at entry.
-fn sort_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x85, 0, 0, 0];
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn sort_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |_| {})
 }
 
 /// `r3 = args->cparam1; call csx_merge_u64; exit`.
-fn merge_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x79, 0x53, 0, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| e.ldx(SIZE_DW, R3, R5, CPARAM1))
 }
 
 /// `r3 = &args->windows[2]; r4 = args->cparam1; r5 = args->windows[1].addr;
 /// call csx_merge_runs_u64; exit`: the runs in windows 2.. (cparam1 of them) merge into
 /// window 0 (r1/r2 at entry), the keys taken from each go to window 1.
-fn merge_runs_program(id: u32) -> Vec<u8> {
-    let runs_at =
-        (csx_proto::abi::args::WINDOWS_OFFSET + 2 * csx_proto::abi::args::WINDOW_SIZE) as i32;
-    let mut p = vec![0xbf, 0x53, 0, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x07, 0x03, 0, 0]);
-    p.extend_from_slice(&runs_at.to_le_bytes());
-    p.extend_from_slice(&[0x79, 0x54, 0, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x79, 0x55, 40, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_runs_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| {
+        e.alu_x(ALU_MOV, R3, R5);
+        e.alu_k(ALU_ADD, R3, i32::from(window_addr(2)));
+        e.ldx(SIZE_DW, R4, R5, CPARAM1);
+        e.ldx(SIZE_DW, R5, R5, window_addr(1));
+    })
 }
 
 /// `r3 = args->windows[1].addr; r4 = args->windows[1].len; r5 = args->windows[2].addr;
 /// call csx_merge_into_u64; exit`: window 0 and window 1 merge into window 2.
-fn merge_into_program(id: u32) -> Vec<u8> {
-    let mut p = vec![0x79, 0x53, 40, 0, 0, 0, 0, 0];
-    p.extend_from_slice(&[0x79, 0x54, 48, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x79, 0x55, 56, 0, 0, 0, 0, 0]);
-    p.extend_from_slice(&[0x85, 0, 0, 0]);
-    p.extend_from_slice(&id.to_le_bytes());
-    p.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
-    p
+fn merge_into_program(id: u32) -> Result<Vec<u8>, ArrayError> {
+    call_program(id, |e| {
+        e.ldx(SIZE_DW, R3, R5, window_addr(1));
+        e.ldx(SIZE_DW, R4, R5, window_len(1));
+        e.ldx(SIZE_DW, R5, R5, window_addr(2));
+    })
 }
 
 /// The programs loaded on one member, and its engines.
@@ -240,6 +250,17 @@ struct Part {
     ranges: Vec<BlockRange>,
 }
 
+impl Part {
+    /// Byte `offset` of the part's buffer.
+    fn at(&self, offset: u64) -> MemAt {
+        MemAt {
+            member: self.member,
+            handle: self.buf,
+            offset,
+        }
+    }
+}
+
 /// Bytes each part's buffer must hold: its own part, plus every run the topology merges
 /// into it.
 fn holds(lens: &[u64], topology: Topology) -> Vec<u64> {
@@ -269,11 +290,43 @@ fn holds(lens: &[u64], topology: Topology) -> Vec<u64> {
     hold
 }
 
+/// One member's session (the programs the sort loaded there and the device memory it
+/// allocated, released when the sort ends, whatever happened) and those programs.
+struct MemberWork<'a> {
+    session: Mutex<Session<'a>>,
+    programs: Programs,
+}
+
+/// Two sorted runs side by side in one member's buffer: keys `[0, split)` and
+/// `[split, len)` (bytes).
+#[derive(Clone, Copy, Debug)]
+struct RunPair {
+    member: u16,
+    buf: MemHandle,
+    split: u64,
+    len: u64,
+}
+
+/// The chunk loop of one multiway slice: what it merges with and into.
+struct SliceMerge<'p> {
+    member: u16,
+    prog: ProgramIndex,
+    /// The two output buffers merged into in turn.
+    outs: [MemHandle; 2],
+    /// Bytes merged per Execute.
+    chunk: u64,
+    /// The keys-taken table (one u64 per run).
+    taken: MemHandle,
+    /// Keys of the slice.
+    total: u64,
+    out_path: &'p str,
+}
+
 /// Per-sort state shared by its threads.
 struct Job<'a> {
     array: &'a Array,
     input: FileEntry,
-    programs: Vec<Option<Programs>>,
+    members: Vec<Option<MemberWork<'a>>>,
     events: Mutex<Vec<SortEvent>>,
     on_event: &'a (dyn Fn(&SortEvent) + Sync),
     /// Set by a sort that failed: merges stop at their next wait (the sort's error is
@@ -289,7 +342,7 @@ struct Job<'a> {
     run_prefix: String,
 }
 
-impl Job<'_> {
+impl<'a> Job<'a> {
     fn emit(&self, e: SortEvent) {
         (self.on_event)(&e);
         self.events
@@ -302,37 +355,63 @@ impl Job<'_> {
         &self.array.members()[usize::from(m)].device
     }
 
-    fn progs(&self, m: u16) -> &Programs {
-        self.programs[usize::from(m)]
+    fn work(&self, m: u16) -> &MemberWork<'a> {
+        self.members[usize::from(m)]
             .as_ref()
-            .expect("programs are loaded on every member that sorts or merges")
+            .expect("a session is open on every member that sorts or merges")
     }
 
+    fn progs(&self, m: u16) -> &Programs {
+        &self.work(m).programs
+    }
+
+    /// Member `m`'s session (held for one step: a merge's threads on other members
+    /// use their own).
+    fn session(&self, m: u16) -> MutexGuard<'_, Session<'a>> {
+        self.work(m)
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Device memory on member `m`, released with its session.
     fn alloc(&self, m: u16, len: u64) -> Result<MemHandle, ArrayError> {
-        self.dev(m)
+        self.session(m)
             .alloc(len.max(KEY_BYTES))
-            .map_err(self.array.member_error(m, "memory-alloc"))
+            .map_err(self.array.session_error(m))
     }
 
-    fn free(&self, m: u16, h: MemHandle) {
-        let _ = self.dev(m).free(h);
-    }
-
+    /// Runs `req` on member `m`, which must return `keys` (the keys it sorted or merged).
     fn run(&self, m: u16, req: ExecuteRequest, what: &str, keys: u64) -> Result<(), ArrayError> {
+        self.run_all(m, vec![req], what, &[keys])
+    }
+
+    /// Runs `reqs` at once on member `m`'s engines; run i must return `keys[i]`.
+    fn run_all(
+        &self,
+        m: u16,
+        reqs: Vec<ExecuteRequest>,
+        what: &str,
+        keys: &[u64],
+    ) -> Result<(), ArrayError> {
         // Our own programs, whose work grows with the data: they take the most time the
         // protocol allows, not the default meant for untrusted programs.
-        let req = req.time_limit_ms(csx_proto::limits::TIME_LIMIT_MS_MAX);
-        let ex = self
-            .dev(m)
-            .execute(&req)
-            .map_err(self.array.member_error(m, "execute"))?;
-        if ex.trapped() || ex.r0 != keys {
-            return Err(ArrayError::Other(format!(
-                "array member {m}: the {what} returned {} for {keys} keys (trap: {:?}, detail: {:?})",
-                ex.r0_signed(),
-                ex.trap,
-                ex.detail
-            )));
+        let reqs: Vec<ExecuteRequest> = reqs
+            .into_iter()
+            .map(|r| r.time_limit_ms(csx_proto::limits::TIME_LIMIT_MS_MAX))
+            .collect();
+        let done = self
+            .session(m)
+            .execute_all(&reqs)
+            .map_err(self.array.session_error(m))?;
+        for (ex, &keys) in done.iter().zip(keys) {
+            if ex.r0 != keys {
+                return Err(ArrayError::Other(format!(
+                    "array member {m}: the {what} returned {} for {keys} keys (detail: {:?})",
+                    ex.r0_signed(),
+                    ex.detail
+                )));
+            }
         }
         Ok(())
     }
@@ -342,7 +421,7 @@ impl Job<'_> {
     fn sort_part(&self, p: &Part, guard: LockGuard) -> Result<(), ArrayError> {
         let m = p.member;
         let piece = self.array.member_path(self.input.id);
-        let r = copy_file(self.array, self.dev(m), m, &piece, p.len, p.buf).and_then(|()| {
+        let r = self.copy_file(m, &piece, p.len, p.buf).and_then(|()| {
             self.run(
                 m,
                 ExecuteRequest::new(self.progs(m).sort).window(p.buf, 0, p.len),
@@ -372,22 +451,12 @@ impl Job<'_> {
         Ok(())
     }
 
-    /// Moves `len` bytes of run `src` on member `from` into `dst` at `at` on member
-    /// `into`: device to device (instant) or through the host (the baseline).
-    #[allow(clippy::too_many_arguments)]
-    fn move_run(
-        &self,
-        from: u16,
-        src: MemHandle,
-        src_off: u64,
-        len: u64,
-        into: u16,
-        dst: MemHandle,
-        at: u64,
-        mode: SortMode,
-    ) -> Result<(), ArrayError> {
+    /// Moves `len` bytes of a run from `src` to `dst` (on another member, or the same):
+    /// device to device (instant) or through the host (the baseline).
+    fn move_run(&self, src: MemAt, dst: MemAt, len: u64, mode: SortMode) -> Result<(), ArrayError> {
+        let (from, into) = (src.member, dst.member);
         if mode == SortMode::Instant && self.array.block_route(from, into) == Route::Peer {
-            return self.move_run_peer(from, src, src_off, len, into, dst, at);
+            return self.move_run_peer(src, dst, len);
         }
         if mode == SortMode::Instant || from == into {
             // A large run moves as two halves at once (two copies on the link): one
@@ -405,7 +474,7 @@ impl Job<'_> {
                     .map(|&(off, n)| {
                         s.spawn(move || {
                             self.array
-                                .d2d_copy_mem(from, src, src_off + off, n, into, dst, at + off)
+                                .d2d_copy_mem(src.plus(off), dst.plus(off), n)
                                 .map(|_| ())
                         })
                     })
@@ -422,10 +491,10 @@ impl Job<'_> {
             let n = (len - done).min(csx_host::proto::limits::MEM_IO_SIZE_MAX);
             let bytes = self
                 .dev(from)
-                .read_mem(src, src_off + done, n)
+                .read_mem(src.handle, src.offset + done, n)
                 .map_err(self.array.member_error(from, "memory-read"))?;
             self.dev(into)
-                .write_mem(dst, at + done, &bytes)
+                .write_mem(dst.handle, dst.offset + done, &bytes)
                 .map_err(self.array.member_error(into, "memory-write"))?;
             done += n;
         }
@@ -438,78 +507,72 @@ impl Job<'_> {
     /// from the source daemon (`Array::d2d_read_blocks`, one D2D crossing; the host link
     /// carries commands only). The run file is deleted afterwards, done or failed; one
     /// left by a crash is an orphan under the array's prefix (`Array::orphans`).
-    #[allow(clippy::too_many_arguments)]
-    fn move_run_peer(
-        &self,
-        from: u16,
-        src: MemHandle,
-        src_off: u64,
-        len: u64,
-        into: u16,
-        dst: MemHandle,
-        at: u64,
-    ) -> Result<(), ArrayError> {
+    fn move_run_peer(&self, src: MemAt, dst: MemAt, len: u64) -> Result<(), ArrayError> {
+        let (from, into) = (src.member, dst.member);
         // One file per move: a multiway merge moves ranges of one run to several
         // members at once.
-        let path = format!("{}.run{from}.{into}.{src_off}", self.run_prefix);
+        let path = format!("{}.run{from}.{into}.{}", self.run_prefix, src.offset);
         let dev = self.dev(from);
         let r = (|| {
             dev.put_bytes(&path, &[])
                 .map_err(self.array.member_error(from, "file-write"))?;
-            write_mem_range(self.array, dev, from, &path, 0, src, src_off, len)?;
-            let ext = dev
-                .extents(&path)
-                .map_err(self.array.member_error(from, "file-extents"))?;
-            let mut extents = ext.extents;
-            extents.sort_by_key(|e| e.file_offset);
-            let mut ranges = Vec::new();
-            let mut mapped = 0;
-            for e in &extents {
-                if e.file_offset != mapped {
-                    break;
-                }
-                let n = e.len.min(len - mapped);
-                ranges.push(BlockRange {
-                    start: TaggedAddr::from_byte_offset(from, e.nvm_offset)?,
-                    len: n,
-                });
-                mapped += n;
-                if mapped == len {
-                    break;
-                }
-            }
-            if mapped != len || (ext.truncated && mapped < len) {
-                return Err(ArrayError::Other(format!(
-                    "array member {from}: the run file of {len} bytes maps {mapped} contiguous bytes"
-                )));
-            }
-            self.array.d2d_read_blocks(&ranges, into, dst, at)?;
+            self.write_mem_range(src, len, &path, 0)?;
+            let ranges = self.run_file_blocks(from, &path, len)?;
+            self.array
+                .d2d_read_blocks(&ranges, into, dst.handle, dst.offset)?;
             Ok(())
         })();
         let _ = dev.delete_file(&path);
         r
     }
 
-    fn merge_in(
-        &self,
-        into: u16,
-        buf: MemHandle,
-        split: u64,
-        len: u64,
-        round: u32,
-    ) -> Result<(), ArrayError> {
+    /// The blocks of the first `len` bytes of member `m`'s run file `path`, which must
+    /// map them contiguously from its start.
+    fn run_file_blocks(&self, m: u16, path: &str, len: u64) -> Result<Vec<BlockRange>, ArrayError> {
+        let ext = self
+            .dev(m)
+            .extents(path)
+            .map_err(self.array.member_error(m, "file-extents"))?;
+        let mut extents = ext.extents;
+        extents.sort_by_key(|e| e.file_offset);
+        let mut ranges = Vec::new();
+        let mut mapped = 0;
+        for e in &extents {
+            if e.file_offset != mapped {
+                break;
+            }
+            let n = e.len.min(len - mapped);
+            ranges.push(BlockRange {
+                start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
+                len: n,
+            });
+            mapped += n;
+            if mapped == len {
+                break;
+            }
+        }
+        if mapped != len || (ext.truncated && mapped < len) {
+            return Err(ArrayError::Other(format!(
+                "array member {m}: the run file of {len} bytes maps {mapped} contiguous bytes"
+            )));
+        }
+        Ok(ranges)
+    }
+
+    /// Merges the two runs of `runs` in place (merge round `round`).
+    fn merge_in(&self, runs: RunPair, round: u32) -> Result<(), ArrayError> {
         self.run(
-            into,
-            ExecuteRequest::new(self.progs(into).merge)
-                .window(buf, 0, len)
-                .cparams(split, 0),
+            runs.member,
+            ExecuteRequest::new(self.progs(runs.member).merge)
+                .window(runs.buf, 0, runs.len)
+                .cparams(runs.split, 0),
             "merge",
-            len / KEY_BYTES,
+            runs.len / KEY_BYTES,
         )?;
         self.emit(SortEvent::Merged {
             round,
-            into,
-            bytes: len,
+            into: runs.member,
+            bytes: runs.len,
         });
         Ok(())
     }
@@ -528,11 +591,17 @@ impl Job<'_> {
                 bytes: p.len,
             });
             if k > 0 {
-                self.move_run(p.member, p.buf, 0, p.len, t, buf, acc, mode)?;
+                self.move_run(p.at(0), parts[0].at(acc), p.len, mode)?;
+                let runs = RunPair {
+                    member: t,
+                    buf,
+                    split: acc,
+                    len: acc + p.len,
+                };
                 if k + 1 == parts.len() {
-                    self.merge_last(t, buf, acc, acc + p.len, k as u32)?;
+                    self.merge_last(runs, k as u32)?;
                 } else {
-                    self.merge_in(t, buf, acc, acc + p.len, k as u32)?;
+                    self.merge_in(runs, k as u32)?;
                 }
             }
             acc += p.len;
@@ -566,7 +635,7 @@ impl Job<'_> {
                         let c = c.to_vec();
                         let last = runs.len() == 2;
                         s.spawn(move || match *c {
-                            [a, b] => self.merge_pair(parts, a, b, mode, round, last),
+                            [a, b] => self.merge_pair(parts, [a, b], mode, round, last),
                             [one] => Ok(one),
                             _ => unreachable!("chunks of one or two"),
                         })
@@ -581,12 +650,12 @@ impl Job<'_> {
         Ok(runs[0].0)
     }
 
-    /// Merges run `b` into `a`'s buffer, behind `a`'s run.
+    /// Merges run `b` into `a`'s buffer, behind `a`'s run (each a part index and the
+    /// bytes of its run).
     fn merge_pair(
         &self,
         parts: &[Part],
-        a: (usize, u64),
-        b: (usize, u64),
+        [a, b]: [(usize, u64); 2],
         mode: SortMode,
         round: u32,
         last: bool,
@@ -598,11 +667,17 @@ impl Job<'_> {
             into: pa.member,
             bytes: b.1,
         });
-        self.move_run(pb.member, pb.buf, 0, b.1, pa.member, pa.buf, a.1, mode)?;
+        self.move_run(pb.at(0), pa.at(a.1), b.1, mode)?;
+        let runs = RunPair {
+            member: pa.member,
+            buf: pa.buf,
+            split: a.1,
+            len: a.1 + b.1,
+        };
         if last {
-            self.merge_last(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+            self.merge_last(runs, round)?;
         } else {
-            self.merge_in(pa.member, pa.buf, a.1, a.1 + b.1, round)?;
+            self.merge_in(runs, round)?;
         }
         Ok((a.0, a.1 + b.1))
     }
@@ -611,129 +686,110 @@ impl Job<'_> {
     /// result's buffer is then `final_out`), or in place on one engine when the member
     /// has one engine, no `csx_merge_into_u64`, no memory for a second buffer, or the
     /// runs are small.
-    fn merge_last(
-        &self,
-        into: u16,
-        buf: MemHandle,
-        split: u64,
-        len: u64,
-        round: u32,
-    ) -> Result<(), ArrayError> {
-        let progs = self.progs(into);
+    fn merge_last(&self, runs: RunPair, round: u32) -> Result<(), ArrayError> {
+        let progs = self.progs(runs.member);
         let slices = progs.engines.min(SLICES_MAX);
-        let (Some(prog), true) = (progs.merge_into, slices >= 2 && len >= SPLIT_MIN_BYTES) else {
-            return self.merge_in(into, buf, split, len, round);
+        let (Some(prog), true) = (progs.merge_into, slices >= 2 && runs.len >= SPLIT_MIN_BYTES)
+        else {
+            return self.merge_in(runs, round);
         };
-        if split == 0 || split == len {
-            return self.merge_in(into, buf, split, len, round);
+        if runs.split == 0 || runs.split == runs.len {
+            return self.merge_in(runs, round);
         }
-        let Ok(out) = self.dev(into).alloc(len) else {
+        // (The session's lock is released before the fallback takes it again.)
+        let out = self.session(runs.member).alloc(runs.len);
+        let Ok(out) = out else {
             // No room for a second buffer: in place.
-            return self.merge_in(into, buf, split, len, round);
+            return self.merge_in(runs, round);
         };
         self.final_slices.store(slices, Ordering::Relaxed);
-        let r = self.merge_split(into, prog, buf, split, len, out, slices);
-        if let Err(e) = r {
-            self.free(into, out);
-            return Err(e);
-        }
+        self.merge_split(runs, prog, out, slices)?;
         *self.final_out.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
         self.emit(SortEvent::Merged {
             round,
-            into,
-            bytes: len,
+            into: runs.member,
+            bytes: runs.len,
         });
         Ok(())
     }
 
     /// Merge path: the output cut into `slices` equal pieces at co-ranks (the keys of
-    /// each run that go before the cut), each piece merged by its own Execute from
-    /// disjoint windows, all at once (the member's engines run them in parallel).
-    #[allow(clippy::too_many_arguments)]
+    /// each run that go before the cut), each piece merged by its own Execute of `prog`
+    /// from disjoint windows into `out`, all at once (the member's engines run them in
+    /// parallel). A piece with keys of one run only is a copy inside the member, made
+    /// while the others merge.
     fn merge_split(
         &self,
-        into: u16,
+        runs: RunPair,
         prog: ProgramIndex,
-        buf: MemHandle,
-        split: u64,
-        len: u64,
         out: MemHandle,
         slices: u32,
     ) -> Result<(), ArrayError> {
-        let (na, nb) = (split / KEY_BYTES, (len - split) / KEY_BYTES);
+        let (na, nb) = (runs.split / KEY_BYTES, (runs.len - runs.split) / KEY_BYTES);
         let p = u64::from(slices);
         let mut cuts = vec![(0u64, 0u64)];
         for s in 1..p {
-            cuts.push(self.co_rank(into, buf, split, na, nb, (na + nb) * s / p)?);
+            cuts.push(self.co_rank(runs, na, nb, (na + nb) * s / p)?);
         }
         cuts.push((na, nb));
-        let results: Vec<Result<(), ArrayError>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = cuts
-                .windows(2)
-                .map(|w| {
-                    let (from, to) = (w[0], w[1]);
-                    sc.spawn(move || self.merge_slice(into, prog, buf, split, out, from, to))
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("a slice merger panicked"))
-                .collect()
-        });
-        results.into_iter().collect()
-    }
-
-    /// One slice of a split merge: keys `from.0..to.0` of the left run and
-    /// `from.1..to.1` of the right run into `out` at `from.0 + from.1`.
-    #[allow(clippy::too_many_arguments)]
-    fn merge_slice(
-        &self,
-        into: u16,
-        prog: ProgramIndex,
-        buf: MemHandle,
-        split: u64,
-        out: MemHandle,
-        from: (u64, u64),
-        to: (u64, u64),
-    ) -> Result<(), ArrayError> {
-        let (a_off, alen) = (from.0 * KEY_BYTES, (to.0 - from.0) * KEY_BYTES);
-        let (b_off, blen) = (split + from.1 * KEY_BYTES, (to.1 - from.1) * KEY_BYTES);
-        let at = (from.0 + from.1) * KEY_BYTES;
-        if alen == 0 || blen == 0 {
-            // One side only: a copy inside the member.
-            let (src, n) = if alen == 0 {
-                (b_off, blen)
-            } else {
-                (a_off, alen)
-            };
-            let mut done = 0;
-            while done < n {
-                let c = (n - done).min(CHUNK);
-                self.dev(into)
-                    .copy_to_mem(
-                        out,
-                        at + done,
-                        vec![csx_host::proto::CopySource::Mem {
-                            handle: buf,
-                            offset: src + done,
-                            len: c,
-                        }],
-                    )
-                    .map_err(self.array.member_error(into, "memory-copy"))?;
-                done += c;
+        let (mut reqs, mut keys, mut copies) = (Vec::new(), Vec::new(), Vec::new());
+        for w in cuts.windows(2) {
+            let (from, to) = (w[0], w[1]);
+            let (a_off, alen) = (from.0 * KEY_BYTES, (to.0 - from.0) * KEY_BYTES);
+            let (b_off, blen) = (runs.split + from.1 * KEY_BYTES, (to.1 - from.1) * KEY_BYTES);
+            let at = (from.0 + from.1) * KEY_BYTES;
+            match (alen, blen) {
+                (0, n) => copies.push((b_off, at, n)),
+                (n, 0) => copies.push((a_off, at, n)),
+                _ => {
+                    reqs.push(
+                        ExecuteRequest::new(prog)
+                            .window(runs.buf, a_off, alen)
+                            .window(runs.buf, b_off, blen)
+                            .window(out, at, alen + blen),
+                    );
+                    keys.push((alen + blen) / KEY_BYTES);
+                }
             }
-            return Ok(());
         }
-        self.run(
-            into,
-            ExecuteRequest::new(prog)
-                .window(buf, a_off, alen)
-                .window(buf, b_off, blen)
-                .window(out, at, alen + blen),
-            "merge slice",
-            (alen + blen) / KEY_BYTES,
-        )
+        std::thread::scope(|s| {
+            let copier = s.spawn(|| {
+                let place = |handle, offset| MemAt {
+                    member: runs.member,
+                    handle,
+                    offset,
+                };
+                copies.iter().try_for_each(|&(src, at, n)| {
+                    self.copy_in_member(place(runs.buf, src), place(out, at), n)
+                })
+            });
+            let merged = self.run_all(runs.member, reqs, "merge slice", &keys);
+            let copied = copier.join().expect("a slice copier panicked");
+            merged.and(copied)
+        })
     }
 
+    /// `n` bytes from `src` to `dst` on the same member, in chunks.
+    fn copy_in_member(&self, src: MemAt, dst: MemAt, n: u64) -> Result<(), ArrayError> {
+        let m = dst.member;
+        let mut done = 0;
+        while done < n {
+            let c = (n - done).min(CHUNK);
+            self.dev(m)
+                .copy_to_mem(
+                    dst.handle,
+                    dst.offset + done,
+                    vec![csx_host::proto::CopySource::Mem {
+                        handle: src.handle,
+                        offset: src.offset + done,
+                        len: c,
+                    }],
+                )
+                .map_err(self.array.member_error(m, "memory-copy"))?;
+            done += c;
+        }
+        Ok(())
+    }
     /// The multiway merge (see [`Topology::Multiway`]): once every run is sorted, the
     /// output is cut into one slice per part at co-ranks over all runs, and every
     /// part's member merges its slice at once; returns the output's layout.
@@ -770,7 +826,7 @@ impl Job<'_> {
             let hs: Vec<_> = (0..parts.len())
                 .map(|k| {
                     let (from, to) = (&cuts[k], &cuts[k + 1]);
-                    s.spawn(move || self.multiway_slice(parts, k, from, to, mode, out_path))
+                    s.spawn(move || self.multiway_slice(parts, k, [from, to], mode, out_path))
                 })
                 .collect();
             hs.into_iter()
@@ -854,8 +910,7 @@ impl Job<'_> {
         &self,
         parts: &[Part],
         k: usize,
-        from: &[u64],
-        to: &[u64],
+        [from, to]: [&[u64]; 2],
         mode: SortMode,
         out_path: &str,
     ) -> Result<u64, ArrayError> {
@@ -872,61 +927,18 @@ impl Job<'_> {
                 "array member {m} has no registered function csx_merge_runs_u64 (a csx device older than this array?)"
             )));
         };
-        let recv_len: u64 = (0..parts.len())
-            .filter(|&i| i != k)
-            .map(|i| (to[i] - from[i]) * KEY_BYTES)
-            .sum();
+        let mut runs = self.gather_runs(parts, k, [from, to], mode)?;
         let chunk = (slice_keys * KEY_BYTES).min(MULTIWAY_CHUNK);
-        let mut held: Vec<MemHandle> = Vec::new();
-        let r = (|| {
-            let recv = if recv_len > 0 {
-                let h = self.alloc(m, recv_len)?;
-                held.push(h);
-                Some(h)
-            } else {
-                None
-            };
-            // Each run's range on this member: (buffer, offset, keys).
-            let mut runs = Vec::with_capacity(parts.len());
-            let mut at = 0;
-            for (i, p) in parts.iter().enumerate() {
-                let n = to[i] - from[i];
-                if i == k {
-                    runs.push((p.buf, from[i] * KEY_BYTES, n));
-                    continue;
-                }
-                self.emit(SortEvent::MergeRead {
-                    round: 1,
-                    from: p.member,
-                    into: m,
-                    bytes: n * KEY_BYTES,
-                });
-                if n > 0 {
-                    let recv = recv.expect("a buffer for the moved ranges");
-                    self.move_run(
-                        p.member,
-                        p.buf,
-                        from[i] * KEY_BYTES,
-                        n * KEY_BYTES,
-                        m,
-                        recv,
-                        at,
-                        mode,
-                    )?;
-                    runs.push((recv, at, n));
-                    at += n * KEY_BYTES;
-                }
-            }
-            let outs = [self.alloc(m, chunk)?, self.alloc(m, chunk)?];
-            held.extend(outs);
-            let taken = self.alloc(m, KEY_BYTES * parts.len() as u64)?;
-            held.push(taken);
-            self.merge_chunks(m, prog, &mut runs, outs, chunk, taken, slice_keys, out_path)
-        })();
-        for h in held {
-            self.free(m, h);
-        }
-        let write_ns = r?;
+        let slice = SliceMerge {
+            member: m,
+            prog,
+            outs: [self.alloc(m, chunk)?, self.alloc(m, chunk)?],
+            chunk,
+            taken: self.alloc(m, KEY_BYTES * parts.len() as u64)?,
+            total: slice_keys,
+            out_path,
+        };
+        let write_ns = self.merge_chunks(&slice, &mut runs)?;
         dev.flush().map_err(self.array.member_error(m, "flush"))?;
         self.emit(SortEvent::Merged {
             round: 1,
@@ -936,23 +948,66 @@ impl Job<'_> {
         Ok(write_ns)
     }
 
-    /// The chunk loop of [`Job::multiway_slice`]: merges `total` keys from `runs`
-    /// (advanced as keys are taken) `chunk` bytes at a time into `outs[0]`, `outs[1]`,
-    /// ... in turn; a writer thread writes each chunk to `out_path` while the next one
-    /// merges (a buffer is merged into again only once its last write is done).
-    #[allow(clippy::too_many_arguments)]
+    /// Each run's range of member `parts[k]`'s multiway slice, on that member: its own
+    /// in place, the others' moved into one buffer there. Returns (buffer, offset,
+    /// keys) per run with keys in the slice (its own always).
+    fn gather_runs(
+        &self,
+        parts: &[Part],
+        k: usize,
+        [from, to]: [&[u64]; 2],
+        mode: SortMode,
+    ) -> Result<Vec<(MemHandle, u64, u64)>, ArrayError> {
+        let m = parts[k].member;
+        let recv_len: u64 = (0..parts.len())
+            .filter(|&i| i != k)
+            .map(|i| (to[i] - from[i]) * KEY_BYTES)
+            .sum();
+        let recv = if recv_len > 0 {
+            Some(self.alloc(m, recv_len)?)
+        } else {
+            None
+        };
+        let mut runs = Vec::with_capacity(parts.len());
+        let mut at = 0;
+        for (i, p) in parts.iter().enumerate() {
+            let n = to[i] - from[i];
+            if i == k {
+                runs.push((p.buf, from[i] * KEY_BYTES, n));
+                continue;
+            }
+            self.emit(SortEvent::MergeRead {
+                round: 1,
+                from: p.member,
+                into: m,
+                bytes: n * KEY_BYTES,
+            });
+            if n > 0 {
+                let handle = recv.expect("a buffer for the moved ranges");
+                let dst = MemAt {
+                    member: m,
+                    handle,
+                    offset: at,
+                };
+                self.move_run(p.at(from[i] * KEY_BYTES), dst, n * KEY_BYTES, mode)?;
+                runs.push((handle, at, n));
+                at += n * KEY_BYTES;
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The chunk loop of [`Job::multiway_slice`]: merges `slice.total` keys from
+    /// `runs` (advanced as keys are taken) `slice.chunk` bytes at a time into
+    /// `slice.outs[0]`, `[1]`, ... in turn; a writer thread writes each chunk to
+    /// `slice.out_path` while the next one merges (a buffer is merged into again only
+    /// once its last write is done). Returns the time the writes took.
     fn merge_chunks(
         &self,
-        m: u16,
-        prog: ProgramIndex,
+        slice: &SliceMerge<'_>,
         runs: &mut [(MemHandle, u64, u64)],
-        outs: [MemHandle; 2],
-        chunk: u64,
-        taken: MemHandle,
-        total: u64,
-        out_path: &str,
     ) -> Result<u64, ArrayError> {
-        let dev = self.dev(m);
+        let m = slice.member;
         let (to_writer, jobs) = std::sync::mpsc::channel::<(usize, u64, u64)>();
         let (done_tx, done) = std::sync::mpsc::channel::<Result<(), ArrayError>>();
         std::thread::scope(|s| {
@@ -960,7 +1015,12 @@ impl Job<'_> {
                 let mut busy = Duration::ZERO;
                 for (i, off, len) in jobs {
                     let t = Instant::now();
-                    let r = write_mem_range(self.array, dev, m, out_path, off, outs[i], 0, len);
+                    let src = MemAt {
+                        member: m,
+                        handle: slice.outs[i],
+                        offset: 0,
+                    };
+                    let r = self.write_mem_range(src, len, slice.out_path, off);
                     busy += t.elapsed();
                     let failed = r.is_err();
                     if done_tx.send(r).is_err() || failed {
@@ -972,37 +1032,14 @@ impl Job<'_> {
             let merged = (|| {
                 let (mut written, mut in_flight) = (0u64, 0usize);
                 let mut j = 0usize;
-                while written < total {
+                while written < slice.total {
                     if in_flight == 2 {
                         // The buffer about to be reused: its write (the oldest) is done.
                         done.recv().map_err(|_| writer_gone())??;
                         in_flight -= 1;
                     }
-                    let n = (total - written).min(chunk / KEY_BYTES);
-                    let live: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].2 > 0).collect();
-                    let mut req = ExecuteRequest::new(prog)
-                        .window(outs[j % 2], 0, n * KEY_BYTES)
-                        .window(taken, 0, KEY_BYTES * live.len() as u64)
-                        .cparams(live.len() as u64, 0);
-                    for &i in &live {
-                        let (h, off, keys) = runs[i];
-                        req = req.window(h, off, keys * KEY_BYTES);
-                    }
-                    self.run(m, req, "multiway merge", n)?;
-                    let t = dev
-                        .read_mem(taken, 0, KEY_BYTES * live.len() as u64)
-                        .map_err(self.array.member_error(m, "memory-read"))?;
-                    for (c, &i) in t.chunks_exact(8).zip(&live) {
-                        let used = u64::from_le_bytes(c.try_into().expect("chunks of 8"));
-                        if used > runs[i].2 {
-                            return Err(ArrayError::Other(format!(
-                                "array member {m}: the multiway merge took {used} keys of a run of {}",
-                                runs[i].2
-                            )));
-                        }
-                        runs[i].1 += used * KEY_BYTES;
-                        runs[i].2 -= used;
-                    }
+                    let n = (slice.total - written).min(slice.chunk / KEY_BYTES);
+                    self.merge_chunk(slice, runs, slice.outs[j % 2], n)?;
                     to_writer
                         .send((j % 2, written * KEY_BYTES, n * KEY_BYTES))
                         .map_err(|_| writer_gone())?;
@@ -1029,6 +1066,45 @@ impl Job<'_> {
         })
     }
 
+    /// One Execute of the multiway merge: `n` keys from the runs with keys left into
+    /// `out`; advances each run past the keys taken from it.
+    fn merge_chunk(
+        &self,
+        slice: &SliceMerge<'_>,
+        runs: &mut [(MemHandle, u64, u64)],
+        out: MemHandle,
+        n: u64,
+    ) -> Result<(), ArrayError> {
+        let m = slice.member;
+        let live: Vec<usize> = (0..runs.len()).filter(|&i| runs[i].2 > 0).collect();
+        let table = KEY_BYTES * live.len() as u64;
+        let mut req = ExecuteRequest::new(slice.prog)
+            .window(out, 0, n * KEY_BYTES)
+            .window(slice.taken, 0, table)
+            .cparams(live.len() as u64, 0);
+        for &i in &live {
+            let (h, off, keys) = runs[i];
+            req = req.window(h, off, keys * KEY_BYTES);
+        }
+        self.run(m, req, "multiway merge", n)?;
+        let t = self
+            .dev(m)
+            .read_mem(slice.taken, 0, table)
+            .map_err(self.array.member_error(m, "memory-read"))?;
+        for (c, &i) in t.chunks_exact(8).zip(&live) {
+            let used = u64::from_le_bytes(c.try_into().expect("chunks of 8"));
+            if used > runs[i].2 {
+                return Err(ArrayError::Other(format!(
+                    "array member {m}: the multiway merge took {used} keys of a run of {}",
+                    runs[i].2
+                )));
+            }
+            runs[i].1 += used * KEY_BYTES;
+            runs[i].2 -= used;
+        }
+        Ok(())
+    }
+
     /// The key at byte `offset` of `buf` on member `m`.
     fn key_at(&self, m: u16, buf: MemHandle, offset: u64) -> Result<u64, ArrayError> {
         let b = self
@@ -1044,26 +1120,18 @@ impl Job<'_> {
         Ok(u64::from_le_bytes(k))
     }
 
-    /// The co-rank of output key `k` of merging the left run (`na` keys at 0 of `buf`)
-    /// with the right run (`nb` keys at byte `split`): `(i, k - i)` such that every key
-    /// of left[..i] and right[..k - i] is at most every key of left[i..] and
-    /// right[k - i..]. A binary search over i, two key reads per step.
-    fn co_rank(
-        &self,
-        m: u16,
-        buf: MemHandle,
-        split: u64,
-        na: u64,
-        nb: u64,
-        k: u64,
-    ) -> Result<(u64, u64), ArrayError> {
+    /// The co-rank of output key `k` of merging the left run of `runs` (`na` keys)
+    /// with its right run (`nb` keys): `(i, k - i)` such that every key of left[..i]
+    /// and right[..k - i] is at most every key of left[i..] and right[k - i..]. A
+    /// binary search over i, two key reads per step.
+    fn co_rank(&self, runs: RunPair, na: u64, nb: u64, k: u64) -> Result<(u64, u64), ArrayError> {
         let (mut lo, mut hi) = (k.saturating_sub(nb), k.min(na));
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let j = k - mid;
             // mid < hi <= k, so j >= 1; mid >= k - nb, so j - 1 < nb.
-            let a = self.key_at(m, buf, mid * KEY_BYTES)?;
-            let b = self.key_at(m, buf, split + (j - 1) * KEY_BYTES)?;
+            let a = self.key_at(runs.member, runs.buf, mid * KEY_BYTES)?;
+            let b = self.key_at(runs.member, runs.buf, runs.split + (j - 1) * KEY_BYTES)?;
             if a < b {
                 lo = mid + 1;
             } else {
@@ -1072,69 +1140,49 @@ impl Job<'_> {
         }
         Ok((lo, k - lo))
     }
-}
 
-/// Memory Copy of `len` bytes of the member file `path` into `buf`, in chunks.
-fn copy_file(
-    array: &Array,
-    dev: &Device,
-    m: u16,
-    path: &str,
-    len: u64,
-    buf: MemHandle,
-) -> Result<(), ArrayError> {
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(CHUNK);
-        dev.copy_file_to_mem(path, done, n, buf, done)
-            .map_err(array.member_error(m, "memory-copy"))?;
-        done += n;
+    /// Memory Copy of `len` bytes of member `m`'s file `path` into `buf`, in chunks.
+    fn copy_file(&self, m: u16, path: &str, len: u64, buf: MemHandle) -> Result<(), ArrayError> {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK);
+            self.dev(m)
+                .copy_file_to_mem(path, done, n, buf, done)
+                .map_err(self.array.member_error(m, "memory-copy"))?;
+            done += n;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// File Write From Memory of `len` bytes of `buf` into the member file `path` (one
-/// stream: the file store writes under one lock, so two streams would not overlap).
-fn write_file(
-    array: &Array,
-    dev: &Device,
-    m: u16,
-    path: &str,
-    buf: MemHandle,
-    len: u64,
-) -> Result<(), ArrayError> {
-    write_mem_range(array, dev, m, path, 0, buf, 0, len)
-}
-
-/// File Write From Memory of `len` bytes of `buf` from `buf_off` into `path` at
-/// `file_off`.
-#[allow(clippy::too_many_arguments)]
-fn write_mem_range(
-    array: &Array,
-    dev: &Device,
-    m: u16,
-    path: &str,
-    file_off: u64,
-    buf: MemHandle,
-    buf_off: u64,
-    len: u64,
-) -> Result<(), ArrayError> {
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(WRITE_CHUNK);
-        dev.write_mem_to_file(
-            path,
-            file_off + done,
-            MemRange {
-                handle: buf,
-                offset: buf_off + done,
-                len: n,
-            },
-        )
-        .map_err(array.member_error(m, "file-write-from-memory"))?;
-        done += n;
+    /// File Write From Memory of `len` bytes from `src` into its member's file `path`
+    /// at `file_off` (one stream: the file store writes under one lock, so two streams
+    /// would not overlap).
+    fn write_mem_range(
+        &self,
+        src: MemAt,
+        len: u64,
+        path: &str,
+        file_off: u64,
+    ) -> Result<(), ArrayError> {
+        let m = src.member;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(WRITE_CHUNK);
+            self.dev(m)
+                .write_mem_to_file(
+                    path,
+                    file_off + done,
+                    MemRange {
+                        handle: src.handle,
+                        offset: src.offset + done,
+                        len: n,
+                    },
+                )
+                .map_err(self.array.member_error(m, "file-write-from-memory"))?;
+            done += n;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn function_id(array: &Array, m: u16, name: &str) -> Result<u32, ArrayError> {
@@ -1152,8 +1200,13 @@ fn function_id(array: &Array, m: u16, name: &str) -> Result<u32, ArrayError> {
         })
 }
 
-fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
+/// Opens member `m`'s session and loads the sort's programs in it (those of the
+/// optional functions only where the member has them). On failure the session drops
+/// and unloads what it loaded.
+fn open_member(array: &Array, m: u16) -> Result<MemberWork<'_>, ArrayError> {
     let dev = &array.members()[usize::from(m)].device;
+    let err = || array.session_error(m);
+    let mut session = Session::new(dev);
     let engine = if dev
         .identify()
         .map_err(array.member_error(m, "identify"))?
@@ -1163,79 +1216,39 @@ fn load_programs(array: &Array, m: u16) -> Result<Programs, ArrayError> {
     } else {
         EngineKind::Interpreter
     };
-    let engines = dev
-        .identify()
-        .map_err(array.member_error(m, "identify"))?
-        .engines;
-    let load = |image: Vec<u8>| -> Result<ProgramIndex, ArrayError> {
-        let pind = dev
-            .load_program_any_slot(ProgramType::Raw, &image, None)
-            .map_err(array.member_error(m, "load-program"))?;
-        if let Err(e) = dev.activate(pind, engine) {
-            let _ = dev.unload(pind);
-            return Err(array.member_error(m, "activate-program")(e));
-        }
-        Ok(pind)
+    let engines = u32::try_from(session.engines().map_err(err())?).unwrap_or(u32::MAX);
+    let mut load = |name: &str, image: Vec<u8>| {
+        session
+            .load(name, ProgramType::Raw, &image, engine)
+            .map_err(err())
     };
-    let unload = |pinds: &[ProgramIndex]| {
-        for &pind in pinds {
-            let _ = dev.deactivate(pind);
-            let _ = dev.unload(pind);
-        }
-    };
-    let sort = load(sort_program(function_id(array, m, "csx_sort_u64")?))?;
-    let merge = match function_id(array, m, "csx_merge_u64").and_then(|id| load(merge_program(id)))
-    {
-        Ok(merge) => merge,
-        Err(e) => {
-            unload(&[sort]);
-            return Err(e);
-        }
-    };
+    let sort = load(
+        "sort",
+        sort_program(function_id(array, m, "csx_sort_u64")?)?,
+    )?;
+    let merge = load(
+        "merge",
+        merge_program(function_id(array, m, "csx_merge_u64")?)?,
+    )?;
     // Optional: a device without it merges in place on one engine.
     let merge_into = match function_id(array, m, "csx_merge_into_u64") {
-        Ok(id) => match load(merge_into_program(id)) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                unload(&[sort, merge]);
-                return Err(e);
-            }
-        },
+        Ok(id) => Some(load("merge slice", merge_into_program(id)?)?),
         Err(_) => None,
     };
     let merge_runs = match function_id(array, m, "csx_merge_runs_u64") {
-        Ok(id) => match load(merge_runs_program(id)) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                unload(
-                    &[Some(sort), Some(merge), merge_into]
-                        .into_iter()
-                        .flatten()
-                        .collect::<Vec<_>>(),
-                );
-                return Err(e);
-            }
-        },
+        Ok(id) => Some(load("multiway merge", merge_runs_program(id)?)?),
         Err(_) => None,
     };
-    Ok(Programs {
-        sort,
-        merge,
-        merge_into,
-        merge_runs,
-        engines,
+    Ok(MemberWork {
+        session: Mutex::new(session),
+        programs: Programs {
+            sort,
+            merge,
+            merge_into,
+            merge_runs,
+            engines,
+        },
     })
-}
-
-fn unload_programs(array: &Array, m: u16, p: &Programs) {
-    let dev = &array.members()[usize::from(m)].device;
-    for pind in [Some(p.sort), Some(p.merge), p.merge_into, p.merge_runs]
-        .into_iter()
-        .flatten()
-    {
-        let _ = dev.deactivate(pind);
-        let _ = dev.unload(pind);
-    }
 }
 
 /// Sorts the array file `input` (little-endian u64 keys) per `options` (see the module
@@ -1267,47 +1280,15 @@ pub fn sort(
         .filter(|&(_, len)| len > 0)
         .collect();
     if parts_sizes.is_empty() {
-        // No keys: the output is an empty file, on the input's first member.
-        let member = crate::array::layout_members(&entry.layout)[0];
-        let dev = &array.members()[usize::from(member)].device;
-        dev.put_bytes(&array.member_path(out_id), &[])
-            .map_err(array.member_error(member, "file-write"))?;
-        array.commit(
-            &output_path,
-            FileEntry {
-                id: out_id,
-                size_bytes: 0,
-                layout: Layout::Single { member },
-            },
-        )?;
-        let events = vec![SortEvent::Committed { member, bytes: 0 }];
-        on_event(&events[0]);
-        return Ok(SortReport {
-            input: input_path,
-            output: output_path,
-            mode: options.mode,
-            topology: options.topology,
-            bytes: 0,
-            keys: 0,
-            parts: 0,
-            output_member: member,
-            output_layout: Layout::Single { member },
-            sort_wall_ns: 0,
-            merge_wall_ns: 0,
-            total_wall_ns: started.elapsed().as_nanos() as u64,
-            output_wall_ns: 0,
-            final_merge_slices: 0,
-            links: crate::link::LinkCounters {
-                members: vec![Default::default(); array.members().len()],
-                ..Default::default()
-            },
-            events,
-        });
+        let ends = (input_path, output_path);
+        let report = sort_nothing(array, &entry, ends, out_id, options, started)?;
+        on_event(&report.events[0]);
+        return Ok(report);
     }
     let mut job = Job {
         array,
         input: entry.clone(),
-        programs: (0..array.members().len()).map(|_| None).collect(),
+        members: (0..array.members().len()).map(|_| None).collect(),
         events: Mutex::new(Vec::new()),
         on_event,
         failed: AtomicBool::new(false),
@@ -1318,15 +1299,16 @@ pub fn sort(
     };
     let result = (|| {
         for &(m, _) in &parts_sizes {
-            job.programs[usize::from(m)] = Some(load_programs(array, m)?);
+            job.members[usize::from(m)] = Some(open_member(array, m)?);
         }
         run_sort(&job, &parts_sizes, options, out_id, started)
     })();
-    // Cleanup, whatever happened: programs; on failure the output piece.
-    for (m, p) in job.programs.iter().enumerate() {
-        if let Some(p) = p {
-            unload_programs(array, m as u16, p);
-        }
+    // Cleanup, whatever happened: every member's programs and memory (the sort's
+    // answer is committed or abandoned by now, so a release that fails changes neither;
+    // the session tries every release); on failure the output piece.
+    for work in job.members.iter_mut().filter_map(Option::take) {
+        let session = work.session.into_inner().unwrap_or_else(|p| p.into_inner());
+        let _ = session.close();
     }
     let (output_layout, sort_done) = match result {
         Ok(r) => r,
@@ -1362,6 +1344,50 @@ pub fn sort(
         final_merge_slices: job.final_slices.load(Ordering::Relaxed),
         links: diff(&after, &before),
         events,
+    })
+}
+
+/// A sort of no keys: the output is an empty file, on the input's first member.
+fn sort_nothing(
+    array: &Array,
+    entry: &FileEntry,
+    (input_path, output_path): (String, String),
+    out_id: u64,
+    options: &SortOptions,
+    started: Instant,
+) -> Result<SortReport, ArrayError> {
+    let member = crate::array::layout_members(&entry.layout)[0];
+    let dev = &array.members()[usize::from(member)].device;
+    dev.put_bytes(&array.member_path(out_id), &[])
+        .map_err(array.member_error(member, "file-write"))?;
+    array.commit(
+        &output_path,
+        FileEntry {
+            id: out_id,
+            size_bytes: 0,
+            layout: Layout::Single { member },
+        },
+    )?;
+    Ok(SortReport {
+        input: input_path,
+        output: output_path,
+        mode: options.mode,
+        topology: options.topology,
+        bytes: 0,
+        keys: 0,
+        parts: 0,
+        output_member: member,
+        output_layout: Layout::Single { member },
+        sort_wall_ns: 0,
+        merge_wall_ns: 0,
+        total_wall_ns: started.elapsed().as_nanos() as u64,
+        output_wall_ns: 0,
+        final_merge_slices: 0,
+        links: crate::link::LinkCounters {
+            members: vec![Default::default(); array.members().len()],
+            ..Default::default()
+        },
+        events: vec![SortEvent::Committed { member, bytes: 0 }],
     })
 }
 
@@ -1410,59 +1436,7 @@ fn run_sort(
     // Before any sub-operation starts: each piece's blocks locked and a buffer allocated
     // for it in its member's memory, as large as the merges will grow it. The sorts
     // then stage their pieces in parallel.
-    let mut parts: Vec<Part> = Vec::new();
-    let mut guards = Vec::new();
-    let piece = array.member_path(job.input.id);
-    let mut setup = || -> Result<(), ArrayError> {
-        for (&(m, len), &hold) in sizes.iter().zip(&hold) {
-            let dev = job.dev(m);
-            let ext = dev
-                .extents(&piece)
-                .map_err(array.member_error(m, "file-extents"))?;
-            let mut ranges = Vec::new();
-            let mut mapped = 0;
-            for e in &ext.extents {
-                // The piece may end inside its last block; lock whole blocks up to it.
-                let len = e.len.min(len.saturating_sub(e.file_offset));
-                if len == 0 {
-                    continue;
-                }
-                mapped += len;
-                ranges.push(BlockRange {
-                    start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
-                    len,
-                });
-            }
-            if mapped != len || ext.truncated {
-                return Err(ArrayError::Other(format!(
-                    "array member {m}: the piece of {len} bytes maps {mapped} bytes"
-                )));
-            }
-            guards.push(Some(array.locks().lock(
-                &format!("sort on member {m}"),
-                &ranges,
-                None,
-            )?));
-            let buf = job.alloc(m, hold)?;
-            parts.push(Part {
-                member: m,
-                len,
-                buf,
-                ranges,
-            });
-        }
-        Ok(())
-    };
-    let set_up = setup();
-    let free_all = |parts: &[Part]| {
-        for p in parts {
-            job.free(p.member, p.buf);
-        }
-    };
-    if let Err(e) = set_up {
-        free_all(&parts);
-        return Err(e);
-    }
+    let (parts, mut guards) = job.lock_and_allocate(sizes, &hold)?;
     job.emit(SortEvent::Submitted { parts: parts.len() });
     let sort_done = Mutex::new(Duration::ZERO);
     let (sorts, merged) = std::thread::scope(|s| {
@@ -1499,37 +1473,8 @@ fn run_sort(
         for r in sorts {
             r?;
         }
-        let out = match merged? {
-            Merged::Part(i) => &parts[i],
-            Merged::Written(layout) => return Ok(layout),
-        };
-        let t = out.member;
-        let out_path = array.member_path(out_id);
-        let dev = job.dev(t);
-        let writing = Instant::now();
-        dev.put_bytes(&out_path, &[])
-            .map_err(array.member_error(t, "file-write"))?;
-        let result_buf = job
-            .final_out
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .unwrap_or(out.buf);
-        write_file(array, dev, t, &out_path, result_buf, total)?;
-        dev.flush().map_err(array.member_error(t, "flush"))?;
-        job.output_ns
-            .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(Layout::Single { member: t })
+        job.write_output(&parts, merged?, out_id, total)
     })();
-    free_all(&parts);
-    if let Some(h) = job
-        .final_out
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
-        // Both topologies end merging into the first part's member.
-        job.free(parts[0].member, h);
-    }
     let layout = result?;
     let output = options
         .output
@@ -1547,6 +1492,93 @@ fn run_sort(
     Ok((layout, d))
 }
 
+impl Job<'_> {
+    /// Before any sub-operation starts: each piece's blocks locked and a buffer
+    /// allocated for it in its member's memory, as large as the merges will grow it
+    /// (`hold`). On failure the locks taken so far are released as the guards drop.
+    fn lock_and_allocate(
+        &self,
+        sizes: &[(u16, u64)],
+        hold: &[u64],
+    ) -> Result<(Vec<Part>, Vec<Option<LockGuard>>), ArrayError> {
+        let array = self.array;
+        let (mut parts, mut guards) = (Vec::new(), Vec::new());
+        let piece = array.member_path(self.input.id);
+        for (&(m, len), &hold) in sizes.iter().zip(hold) {
+            let ext = self
+                .dev(m)
+                .extents(&piece)
+                .map_err(array.member_error(m, "file-extents"))?;
+            let mut ranges = Vec::new();
+            let mut mapped = 0;
+            for e in &ext.extents {
+                // The piece may end inside its last block; lock whole blocks up to it.
+                let len = e.len.min(len.saturating_sub(e.file_offset));
+                if len == 0 {
+                    continue;
+                }
+                mapped += len;
+                ranges.push(BlockRange {
+                    start: TaggedAddr::from_byte_offset(m, e.nvm_offset)?,
+                    len,
+                });
+            }
+            if mapped != len || ext.truncated {
+                return Err(ArrayError::Other(format!(
+                    "array member {m}: the piece of {len} bytes maps {mapped} bytes"
+                )));
+            }
+            let owner = format!("sort on member {m}");
+            guards.push(Some(array.locks().lock(&owner, &ranges, None)?));
+            let buf = self.alloc(m, hold)?;
+            parts.push(Part {
+                member: m,
+                len,
+                buf,
+                ranges,
+            });
+        }
+        Ok((parts, guards))
+    }
+
+    /// Writes the merged result (unless the multiway merge wrote it already) to the
+    /// output's member file and flushes it; returns the output's layout.
+    fn write_output(
+        &self,
+        parts: &[Part],
+        merged: Merged,
+        out_id: u64,
+        total: u64,
+    ) -> Result<Layout, ArrayError> {
+        let array = self.array;
+        let out = match merged {
+            Merged::Part(i) => &parts[i],
+            Merged::Written(layout) => return Ok(layout),
+        };
+        let t = out.member;
+        let out_path = array.member_path(out_id);
+        let dev = self.dev(t);
+        let writing = Instant::now();
+        dev.put_bytes(&out_path, &[])
+            .map_err(array.member_error(t, "file-write"))?;
+        let result_buf = self
+            .final_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or(out.buf);
+        let src = MemAt {
+            member: t,
+            handle: result_buf,
+            offset: 0,
+        };
+        self.write_mem_range(src, total, &out_path, 0)?;
+        dev.flush().map_err(array.member_error(t, "flush"))?;
+        self.output_ns
+            .store(writing.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(Layout::Single { member: t })
+    }
+}
+
 fn job_input_path(job: &Job<'_>) -> String {
     job.array
         .list("/")
@@ -1554,4 +1586,39 @@ fn job_input_path(job: &Job<'_>) -> String {
         .find(|(_, e)| e.id == job.input.id)
         .map(|(p, _)| p)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The programs as the text assembler writes them.
+    fn assembled(text: &str) -> Vec<u8> {
+        csx_ebpf::asm::assemble(text)
+            .expect("assembles")
+            .iter()
+            .flat_map(|i| i.encode())
+            .collect()
+    }
+
+    #[test]
+    fn the_programs_read_the_argument_block_where_the_abi_puts_it() {
+        assert_eq!(sort_program(18).unwrap(), assembled("call 18\nexit"));
+        assert_eq!(
+            merge_program(19).unwrap(),
+            assembled("ldxdw %r3, [%r5+0]\ncall 19\nexit")
+        );
+        assert_eq!(
+            merge_into_program(23).unwrap(),
+            assembled(
+                "ldxdw %r3, [%r5+40]\nldxdw %r4, [%r5+48]\nldxdw %r5, [%r5+56]\ncall 23\nexit"
+            )
+        );
+        assert_eq!(
+            merge_runs_program(24).unwrap(),
+            assembled(
+                "mov %r3, %r5\nadd %r3, 56\nldxdw %r4, [%r5+0]\nldxdw %r5, [%r5+40]\ncall 24\nexit"
+            )
+        );
+    }
 }

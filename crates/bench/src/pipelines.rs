@@ -21,6 +21,8 @@
 //! Wall time is this machine's; modelled time is the device profile's (the sum over the
 //! stages' completions), so it is the same everywhere.
 
+#![warn(clippy::too_many_lines)]
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -223,46 +225,124 @@ fn host_filter(data: &[u8], below: u64, aggregate: bool) -> (Vec<u8>, [u64; 4]) 
     (out, [count, sum, min, max])
 }
 
+/// The filter | aggregate pipeline keeping values below `below`.
+fn filter_aggregate(below: u64) -> String {
+    format!("filter --op lt --value {below} | aggregate")
+}
+
+/// Half the u64 range: the filter that keeps half the values.
+const HALF: u64 = 1 << 63;
+
+/// One match rate's cases: (match %, device filter, device filter + aggregate, [host
+/// filter, host filter + aggregate]).
+type Selectivity = (u64, Case, Case, Vec<Case>);
+
+/// What the cases measured.
+struct Results {
+    overhead: Vec<Case>,
+    selectivity: Vec<Selectivity>,
+    two: Vec<Case>,
+    /// The slower stage alone over the fused pair.
+    fused_share: f64,
+    shell: Vec<Case>,
+}
+
+impl Results {
+    /// How much slower the proxies' shell pipe is than the fused csx pipe.
+    fn shell_ratio(&self) -> Option<f64> {
+        (self.shell.len() == 3).then(|| self.shell[1].wall_s / self.shell[0].wall_s - 1.0)
+    }
+}
+
 pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
     let size = args.size / 8 * 8;
     if size < 8 << 20 {
         bail!("--size {} is below 8 MiB: too small to measure", args.size);
     }
     let tmp = tempfile::tempdir().context("a temporary directory")?;
+    let data = Arc::new(values(size));
+    let b = setup(&args, tmp.path(), &data)?;
+    let progress = |s: &str| {
+        if !args.json {
+            eprintln!("csx bench pipelines: {s}");
+        }
+    };
+    progress("pipe overhead (passthrough)");
+    let overhead = overhead(&b, &data)?;
+    progress("filter selectivity against the host");
+    let selectivity = selectivity(&b, &data)?;
+    progress("two fused stages against each alone");
+    let two = two_stages(&b, size)?;
+    let slower = two[0].wall_s.max(two[1].wall_s);
+    let fused_share = slower / two[2].wall_s;
+    let shell = if args.no_shell {
+        Vec::new()
+    } else {
+        progress("shell pipes through the mount");
+        shell_pipes(&b, tmp.path(), size)?
+    };
+    check_answer(&b, &data)?;
+    let results = Results {
+        overhead,
+        selectivity,
+        two,
+        fused_share,
+        shell,
+    };
+    if let Some(dir) = &args.plots {
+        plots(dir, &results)?;
+    }
+    if args.json {
+        let report = json_report(&results, size, args.chunk, b.runs);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(exit::SUCCESS);
+    }
+    print_tables(&results, size, args.chunk, b.runs);
+    Ok(exit::SUCCESS)
+}
+
+/// A fresh embedded device under `dir` holding `data` in `/data.u64`, read once (warm).
+fn setup(args: &PipelinesBenchArgs, dir: &Path, data: &[u8]) -> anyhow::Result<Bench> {
+    let size = data.len() as u64;
     let config = DeviceConfig {
         nvm_size_bytes: (3 * size + (256 << 20)).next_multiple_of(1 << 20),
         slm_size_bytes: 512 << 20,
         state_size_bytes: 4096,
         ..DeviceConfig::default()
     };
-    let dev = Device::init(&tmp.path().join("dev"), config).context("creating the device")?;
-    let data = Arc::new(values(size));
-    dev.put_bytes("/data.u64", &data)
+    let dev = Device::init(&dir.join("dev"), config).context("creating the device")?;
+    dev.put_bytes("/data.u64", data)
         .context("writing the data")?;
     // Warm: read it once (the page cache of the image holds it).
     let _ = dev.read_file("/data.u64", 0, size.min(64 << 20))?;
-    let b = Bench {
+    Ok(Bench {
         dev: Arc::new(MetalFs::new(dev)),
         opts: PipeOptions {
             chunk: args.chunk,
             ..PipeOptions::default()
         },
         runs: args.runs.max(1),
-    };
-    let file = || Source::DeviceFile("/data.u64".into());
-    let host_in = || Source::Host(Box::new(Bytes(Arc::clone(&data), 0)));
-    let host_out = || Sink::Host(Box::new(Count));
-    let discard = || Sink::Discard;
-    let progress = |s: &str| {
-        if !args.json {
-            eprintln!("csx bench pipelines: {s}");
-        }
-    };
+    })
+}
 
-    // 1. Pipe overhead.
-    progress("pipe overhead (passthrough)");
+fn file() -> Source {
+    Source::DeviceFile("/data.u64".into())
+}
+
+fn host_out() -> Sink {
+    Sink::Host(Box::new(Count))
+}
+
+fn discard() -> Sink {
+    Sink::Discard
+}
+
+/// Case 1, pipe overhead: a passthrough between every pair of ends.
+fn overhead(b: &Bench, data: &Arc<Vec<u8>>) -> anyhow::Result<Vec<Case>> {
+    let size = data.len() as u64;
+    let host_in = || Source::Host(Box::new(Bytes(Arc::clone(data), 0)));
     let datagen = format!("datagen --size {size} | passthrough");
-    let overhead = vec![
+    Ok(vec![
         b.pipe(
             "host->device->host",
             "passthrough",
@@ -295,11 +375,14 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
             size,
             Some(0),
         )?,
-    ];
+    ])
+}
 
-    // 3. Selectivity against the host.
-    progress("filter selectivity against the host");
-    let mut selectivity = Vec::new();
+/// Case 3, selectivity: the device's filter (alone and fused with aggregate)
+/// against the host's at match rates of 25, 50 and 75 %.
+fn selectivity(b: &Bench, data: &[u8]) -> anyhow::Result<Vec<Selectivity>> {
+    let size = data.len() as u64;
+    let mut out = Vec::new();
     for pct in [25u64, 50, 75] {
         let below = ((u128::from(pct) << 64) / 100) as u64;
         let dev_filter = b.pipe(
@@ -312,48 +395,52 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
         )?;
         let dev_fused = b.pipe(
             &format!("device filter+aggregate {pct}%"),
-            &format!("filter --op lt --value {below} | aggregate"),
+            &filter_aggregate(below),
             file,
             host_out,
             size,
             None,
         )?;
-        let mut host = Vec::new();
-        for aggregate in [false, true] {
-            let mut runs_s = Vec::new();
-            for _ in 0..b.runs {
-                let t = Instant::now();
-                std::hint::black_box(host_filter(&data, below, aggregate));
-                runs_s.push(t.elapsed().as_secs_f64());
-            }
-            let wall_s = runs_s.iter().copied().fold(f64::INFINITY, f64::min);
-            host.push(Case {
-                name: format!(
-                    "host {}{pct}%",
-                    if aggregate {
-                        "filter+aggregate "
-                    } else {
-                        "filter "
-                    }
-                ),
-                bytes: size,
-                wall_s,
-                runs_s,
-                mib_s: mib_s(size, wall_s),
-                device_mib_s: None,
-                modelled_s: None,
-            });
-        }
-        selectivity.push((pct, dev_filter, dev_fused, host));
+        let host = [false, true]
+            .into_iter()
+            .map(|aggregate| host_case(b.runs, data, pct, below, aggregate))
+            .collect();
+        out.push((pct, dev_filter, dev_fused, host));
     }
+    Ok(out)
+}
 
-    // 4. Two stages fused against each alone (the filter keeps half).
-    progress("two fused stages against each alone");
-    let half = 1u64 << 63;
-    let two = vec![
+/// The host's filter (and aggregate) over `data`, best of `runs`.
+fn host_case(runs: u32, data: &[u8], pct: u64, below: u64, aggregate: bool) -> Case {
+    let mut runs_s = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        std::hint::black_box(host_filter(data, below, aggregate));
+        runs_s.push(t.elapsed().as_secs_f64());
+    }
+    let wall_s = runs_s.iter().copied().fold(f64::INFINITY, f64::min);
+    let what = if aggregate {
+        "filter+aggregate "
+    } else {
+        "filter "
+    };
+    Case {
+        name: format!("host {what}{pct}%"),
+        bytes: data.len() as u64,
+        wall_s,
+        runs_s,
+        mib_s: mib_s(data.len() as u64, wall_s),
+        device_mib_s: None,
+        modelled_s: None,
+    }
+}
+
+/// Case 4: two stages fused against each alone (the filter keeps half).
+fn two_stages(b: &Bench, size: u64) -> anyhow::Result<Vec<Case>> {
+    Ok(vec![
         b.pipe(
             "filter alone",
-            &format!("filter --op lt --value {half}"),
+            &format!("filter --op lt --value {HALF}"),
             file,
             discard,
             size,
@@ -362,56 +449,58 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
         b.pipe("aggregate alone", "aggregate", file, host_out, size, None)?,
         b.pipe(
             "filter | aggregate (fused)",
-            &format!("filter --op lt --value {half} | aggregate"),
+            &filter_aggregate(HALF),
             file,
             host_out,
             size,
             None,
         )?,
-    ];
-    let slower = two[0].wall_s.max(two[1].wall_s);
-    let fused_share = slower / two[2].wall_s;
+    ])
+}
 
-    // 2. Shell pipes against the fused csx pipe.
-    let mut shell_cases = Vec::new();
-    if !args.no_shell {
-        progress("shell pipes through the mount");
-        let mnt = tmp.path().join("mnt");
-        std::fs::create_dir(&mnt)?;
-        let mnt = std::fs::canonicalize(&mnt)?;
-        let socket = tmp.path().join("ops.sock");
-        let server = shell::OpsServer::start(Arc::clone(&b.dev), &socket, false)?;
-        let exe = std::env::current_exe().context("the csx executable")?;
-        let mounted = mount::spawn_with_ops(
-            Arc::clone(&b.dev),
-            &mnt,
-            shell::ops_dir(&exe, &socket, &mnt),
-        )
-        .context("mounting (needs /dev/fuse and root; --no-shell skips these cases)")?;
-        let pipeline = format!("filter --op lt --value {half} | aggregate");
-        let fused = b.pipe("csx pipe (fused)", &pipeline, file, host_out, size, None)?;
-        let f = format!("$MNT/.ops/filter --op lt --value {half}");
-        let a = "$MNT/.ops/aggregate";
-        let sh_fused = b.shell(
-            "shell pipe, fused by the proxies",
-            &mnt,
-            &format!("{f} < $MNT/data.u64 | {a} > /dev/null"),
-            size,
-        )?;
-        let sh_host = b.shell(
-            "shell pipe through cat (host)",
-            &mnt,
-            &format!("{f} < $MNT/data.u64 | cat | {a} > /dev/null"),
-            size,
-        )?;
-        shell_cases = vec![fused, sh_fused, sh_host];
-        mounted.unmount().context("unmounting")?;
-        drop(server);
-    }
+/// Case 2: shell pipes through a mount under `dir` against the fused csx pipe.
+fn shell_pipes(b: &Bench, dir: &Path, size: u64) -> anyhow::Result<Vec<Case>> {
+    let mnt = dir.join("mnt");
+    std::fs::create_dir(&mnt)?;
+    let mnt = std::fs::canonicalize(&mnt)?;
+    let socket = dir.join("ops.sock");
+    let server = shell::OpsServer::start(Arc::clone(&b.dev), &socket, false)?;
+    let exe = std::env::current_exe().context("the csx executable")?;
+    let mounted = mount::spawn_with_ops(
+        Arc::clone(&b.dev),
+        &mnt,
+        shell::ops_dir(&exe, &socket, &mnt),
+    )
+    .context("mounting (needs /dev/fuse and root; --no-shell skips these cases)")?;
+    let fused = b.pipe(
+        "csx pipe (fused)",
+        &filter_aggregate(HALF),
+        file,
+        host_out,
+        size,
+        None,
+    )?;
+    let f = format!("$MNT/.ops/filter --op lt --value {HALF}");
+    let a = "$MNT/.ops/aggregate";
+    let sh_fused = b.shell(
+        "shell pipe, fused by the proxies",
+        &mnt,
+        &format!("{f} < $MNT/data.u64 | {a} > /dev/null"),
+        size,
+    )?;
+    let sh_host = b.shell(
+        "shell pipe through cat (host)",
+        &mnt,
+        &format!("{f} < $MNT/data.u64 | cat | {a} > /dev/null"),
+        size,
+    )?;
+    mounted.unmount().context("unmounting")?;
+    drop(server);
+    Ok(vec![fused, sh_fused, sh_host])
+}
 
-    // Checks: the device's answers are the host's.
-    let stages = Catalogue.parse_pipeline(&format!("filter --op lt --value {half} | aggregate"))?;
-    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+/// The device's filter | aggregate answers what the host's does.
+fn check_answer(b: &Bench, data: &[u8]) -> anyhow::Result<()> {
     struct Into(Arc<std::sync::Mutex<Vec<u8>>>);
     impl Write for Into {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -422,6 +511,8 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
             Ok(())
         }
     }
+    let stages = Catalogue.parse_pipeline(&filter_aggregate(HALF))?;
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
     pipe::run(
         &b.dev(),
         &stages,
@@ -429,7 +520,7 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
         Sink::Host(Box::new(Into(Arc::clone(&got)))),
         &b.opts,
     )?;
-    let want = host_filter(&data, half, true).1;
+    let want = host_filter(data, HALF, true).1;
     let got: Vec<u64> = got
         .lock()
         .expect("not poisoned")
@@ -439,112 +530,111 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
     if got != want {
         bail!("the device's filter | aggregate answered {got:?}, the host {want:?}");
     }
+    Ok(())
+}
 
-    let shell_ratio = if shell_cases.len() == 3 {
-        Some(shell_cases[1].wall_s / shell_cases[0].wall_s - 1.0)
-    } else {
-        None
-    };
-    let report = json!({
+fn json_report(r: &Results, size: u64, chunk: u64, runs: u32) -> serde_json::Value {
+    json!({
         "size": size,
-        "chunk": args.chunk,
-        "runs": b.runs,
-        "overhead": overhead,
-        "selectivity": selectivity.iter().map(|(pct, f, ff, h)| json!({
+        "chunk": chunk,
+        "runs": runs,
+        "overhead": r.overhead,
+        "selectivity": r.selectivity.iter().map(|(pct, f, ff, h)| json!({
             "match_pct": pct, "device_filter": f, "device_filter_aggregate": ff,
             "host_filter": h[0], "host_filter_aggregate": h[1],
         })).collect::<Vec<_>>(),
-        "two_stages": two,
-        "fused_over_slower_stage": fused_share,
-        "shell": shell_cases,
-        "shell_slower_than_fused": shell_ratio,
-    });
-    if let Some(dir) = &args.plots {
-        std::fs::create_dir_all(dir)?;
-        let mut charts = vec![
-            (
-                "pipelines-overhead.svg",
-                "Pipe overhead (passthrough)",
-                overhead.clone(),
-            ),
-            (
-                "pipelines-two-stages.svg",
-                "Two fused stages against each alone",
-                two.clone(),
-            ),
-        ];
-        if !shell_cases.is_empty() {
-            charts.push((
-                "pipelines-shell.svg",
-                "filter | aggregate: fused, shell, through cat",
-                shell_cases.clone(),
-            ));
-        }
-        for (file_name, title, cases) in charts {
-            let chart = BarChart {
-                title: title.into(),
-                y_label: "MiB/s".into(),
-                groups: cases
-                    .iter()
-                    .map(|c| {
-                        let mut v = vec![("pipe (wall)".to_owned(), c.mib_s)];
-                        if let Some(d) = c.device_mib_s {
-                            v.push(("device stage".to_owned(), d));
-                        }
-                        (c.name.clone(), v)
-                    })
-                    .collect(),
-                ..BarChart::default()
-            };
-            std::fs::write(dir.join(file_name), chart.to_svg())?;
-        }
+        "two_stages": r.two,
+        "fused_over_slower_stage": r.fused_share,
+        "shell": r.shell,
+        "shell_slower_than_fused": r.shell_ratio(),
+    })
+}
+
+/// The SVG bar charts, one per case group, into `dir`.
+fn plots(dir: &Path, r: &Results) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut charts = vec![
+        (
+            "pipelines-overhead.svg",
+            "Pipe overhead (passthrough)",
+            &r.overhead,
+        ),
+        (
+            "pipelines-two-stages.svg",
+            "Two fused stages against each alone",
+            &r.two,
+        ),
+    ];
+    if !r.shell.is_empty() {
+        charts.push((
+            "pipelines-shell.svg",
+            "filter | aggregate: fused, shell, through cat",
+            &r.shell,
+        ));
+    }
+    for (file_name, title, cases) in charts {
         let chart = BarChart {
-            title: "Filter by match rate: device against host".into(),
+            title: title.into(),
             y_label: "MiB/s".into(),
-            groups: selectivity
+            groups: cases
                 .iter()
-                .map(|(pct, f, ff, h)| {
-                    (
-                        format!("{pct}% match"),
-                        vec![
-                            ("device filter".to_owned(), f.mib_s),
-                            ("device filter+aggregate".to_owned(), ff.mib_s),
-                            ("host filter".to_owned(), h[0].mib_s),
-                            ("host filter+aggregate".to_owned(), h[1].mib_s),
-                        ],
-                    )
+                .map(|c| {
+                    let mut v = vec![("pipe (wall)".to_owned(), c.mib_s)];
+                    if let Some(d) = c.device_mib_s {
+                        v.push(("device stage".to_owned(), d));
+                    }
+                    (c.name.clone(), v)
                 })
                 .collect(),
             ..BarChart::default()
         };
-        std::fs::write(dir.join("pipelines-selectivity.svg"), chart.to_svg())?;
+        std::fs::write(dir.join(file_name), chart.to_svg())?;
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(exit::SUCCESS);
-    }
-    let row = |c: &Case| {
-        println!(
-            "  {:<36} {:>9.1} MiB/s  best {:>7.3} s{}{}",
-            c.name,
-            c.mib_s,
-            c.wall_s,
-            c.device_mib_s
-                .map(|d| format!("  device stage {d:.1} MiB/s ({:.0}%)", 100.0 * c.mib_s / d))
-                .unwrap_or_default(),
-            c.modelled_s
-                .map(|m| format!("  modelled {m:.3} s"))
-                .unwrap_or_default()
-        );
+    let chart = BarChart {
+        title: "Filter by match rate: device against host".into(),
+        y_label: "MiB/s".into(),
+        groups: r
+            .selectivity
+            .iter()
+            .map(|(pct, f, ff, h)| {
+                (
+                    format!("{pct}% match"),
+                    vec![
+                        ("device filter".to_owned(), f.mib_s),
+                        ("device filter+aggregate".to_owned(), ff.mib_s),
+                        ("host filter".to_owned(), h[0].mib_s),
+                        ("host filter+aggregate".to_owned(), h[1].mib_s),
+                    ],
+                )
+            })
+            .collect(),
+        ..BarChart::default()
     };
+    std::fs::write(dir.join("pipelines-selectivity.svg"), chart.to_svg())?;
+    Ok(())
+}
+
+fn row(c: &Case) {
     println!(
-        "data: {size} bytes of u64, chunk {} bytes, best of {}",
-        args.chunk, b.runs
+        "  {:<36} {:>9.1} MiB/s  best {:>7.3} s{}{}",
+        c.name,
+        c.mib_s,
+        c.wall_s,
+        c.device_mib_s
+            .map(|d| format!("  device stage {d:.1} MiB/s ({:.0}%)", 100.0 * c.mib_s / d))
+            .unwrap_or_default(),
+        c.modelled_s
+            .map(|m| format!("  modelled {m:.3} s"))
+            .unwrap_or_default()
     );
+}
+
+fn print_tables(r: &Results, size: u64, chunk: u64, runs: u32) {
+    println!("data: {size} bytes of u64, chunk {chunk} bytes, best of {runs}");
     println!("pipe overhead (pipe/device, Metal FS: 86% twice, 89% and 94% once):");
-    overhead.iter().for_each(row);
+    r.overhead.iter().for_each(row);
     println!("filter by match rate, device against the host:");
-    for (_, f, ff, h) in &selectivity {
+    for (_, f, ff, h) in &r.selectivity {
         row(f);
         row(ff);
         row(&h[0]);
@@ -552,15 +642,14 @@ pub fn run(args: PipelinesBenchArgs) -> anyhow::Result<u8> {
     }
     println!(
         "two fused stages (goal: fused >= 80% of the slower stage alone: {:.0}%):",
-        100.0 * fused_share
+        100.0 * r.fused_share
     );
-    two.iter().for_each(row);
-    if let Some(r) = shell_ratio {
+    r.two.iter().for_each(row);
+    if let Some(ratio) = r.shell_ratio() {
         println!(
             "shell pipes (goal: <= 15% slower than fused: {:+.1}%):",
-            100.0 * r
+            100.0 * ratio
         );
-        shell_cases.iter().for_each(row);
+        r.shell.iter().for_each(row);
     }
-    Ok(exit::SUCCESS)
 }

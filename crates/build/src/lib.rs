@@ -10,6 +10,8 @@
 //!   objects with `include_bytes!`.
 //! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
 
+#![warn(clippy::too_many_lines)]
+
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,6 +36,13 @@ pub fn repo_path(rel: &str) -> PathBuf {
 pub fn out_dir() -> PathBuf {
     PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
 }
+
+/// The one flag set of every C-to-eBPF compile in csx: the build scripts' (through
+/// [`Clang::bpf`]), the tests' (`csx_testkit::tools::compile_bpf`) and `csx build`'s.
+/// Version 3 of the ISA (32-bit jumps and ALU), and no common symbols (an uninitialised
+/// global gets a section the loader places, not a COMMON symbol it cannot). A caller
+/// adds warnings or include directories, never another target or optimisation level.
+pub const BPF_FLAGS: &[&str] = &["-O2", "-target", "bpf", "-mcpu=v3", "-fno-common"];
 
 /// The C compiler of device programs.
 #[derive(Clone, Debug)]
@@ -71,7 +80,7 @@ impl Clang {
     }
 
     /// Compiles `source` to the eBPF object `object`:
-    /// `clang -O2 -target bpf FLAGS -I INCLUDE... -c SOURCE -o OBJECT`.
+    /// `clang BPF_FLAGS FLAGS -I INCLUDE... -c SOURCE -o OBJECT` (see [`BPF_FLAGS`]).
     pub fn bpf(
         &self,
         source: &Path,
@@ -81,7 +90,7 @@ impl Clang {
     ) -> Result<(), String> {
         let clang = &self.path;
         let mut cmd = Command::new(clang);
-        cmd.args(["-O2", "-target", "bpf"]).args(flags);
+        cmd.args(BPF_FLAGS).args(flags);
         for dir in includes {
             cmd.arg("-I").arg(dir);
         }

@@ -667,18 +667,7 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             if *host == 0 {
                 return fail(CS_INVALID_ARG, "HostVAddress is NULL");
             }
-            let to_device = match *ty {
-                CS_COPY_TO_DEVICE => true,
-                CS_COPY_FROM_DEVICE => false,
-                other => {
-                    return fail(
-                        CS_INVALID_OPTION,
-                        format!(
-                            "Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"
-                        ),
-                    )
-                }
-            };
+            let to_device = copy_to_device(*ty)?;
             maps.extend(sync_of(&m, &dev));
             Op::Copy {
                 dev,
@@ -736,43 +725,8 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             mem_offset,
             ranges,
         } => {
-            if *ty == CS_STORAGE_STORE_TYPE {
-                return fail(
-                    CS_UNSUPPORTED,
-                    "block STORE: csx writes storage only through its file store (use file I/O)",
-                );
-            }
-            if *ty != CS_STORAGE_LOAD_TYPE {
-                return fail(
-                    CS_INVALID_OPTION,
-                    format!("BlockIo.Type {ty} is not CS_STORAGE_LOAD_TYPE (1)"),
-                );
-            }
-            if *storage_index != 0 {
-                return fail(
-                    CS_ENTITY_NOT_ON_DEVICE,
-                    format!(
-                        "BlockIo.StorageIndex {storage_index}: a csx device is not an array (0)"
-                    ),
-                );
-            }
-            let mut sources = Vec::with_capacity(ranges.len());
-            let mut total: u64 = 0;
-            for (i, &(ns, lba, n)) in ranges.iter().enumerate() {
-                if ns != 1 {
-                    return fail(
-                        CS_ENTITY_NOT_ON_DEVICE,
-                        format!("BlockIo.Range[{i}].NamespaceId {ns} is not the NVM namespace (1)"),
-                    );
-                }
-                let len = u64::from(n) * CSX_BLOCK_SIZE;
-                let offset = lba.checked_mul(CSX_BLOCK_SIZE).ok_or(Fail {
-                    status: CS_INVALID_LENGTH,
-                    message: format!("BlockIo.Range[{i}].StartLba {lba} overflows"),
-                })?;
-                total = total.saturating_add(len);
-                sources.push(CopySource::Nvm { offset, len });
-            }
+            check_block_load(*ty, *storage_index)?;
+            let (sources, total) = block_sources(ranges)?;
             let (dev, m) = storage_dev(*dev, *mem, *mem_offset, total, "BlockIo.DevMem")?;
             maps.extend(sync_of(&m, &dev));
             Op::BlockLoad {
@@ -795,6 +749,63 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
         }
     };
     Ok(Work { op, maps })
+}
+
+/// `CS_COPY_TO_DEVICE` (true) or `CS_COPY_FROM_DEVICE` (false).
+fn copy_to_device(ty: i32) -> R<bool> {
+    match ty {
+        CS_COPY_TO_DEVICE => Ok(true),
+        CS_COPY_FROM_DEVICE => Ok(false),
+        other => fail(
+            CS_INVALID_OPTION,
+            format!("Type {other} is not CS_COPY_TO_DEVICE (1) or CS_COPY_FROM_DEVICE (2)"),
+        ),
+    }
+}
+
+/// A block request csx runs: a LOAD from storage index 0.
+fn check_block_load(ty: i32, storage_index: u32) -> R<()> {
+    if ty == CS_STORAGE_STORE_TYPE {
+        return fail(
+            CS_UNSUPPORTED,
+            "block STORE: csx writes storage only through its file store (use file I/O)",
+        );
+    }
+    if ty != CS_STORAGE_LOAD_TYPE {
+        return fail(
+            CS_INVALID_OPTION,
+            format!("BlockIo.Type {ty} is not CS_STORAGE_LOAD_TYPE (1)"),
+        );
+    }
+    if storage_index != 0 {
+        return fail(
+            CS_ENTITY_NOT_ON_DEVICE,
+            format!("BlockIo.StorageIndex {storage_index}: a csx device is not an array (0)"),
+        );
+    }
+    Ok(())
+}
+
+/// The block ranges as copy sources of the NVM namespace, and their bytes.
+fn block_sources(ranges: &[(u32, u64, u32)]) -> R<(Vec<CopySource>, u64)> {
+    let mut sources = Vec::with_capacity(ranges.len());
+    let mut total: u64 = 0;
+    for (i, &(ns, lba, n)) in ranges.iter().enumerate() {
+        if ns != 1 {
+            return fail(
+                CS_ENTITY_NOT_ON_DEVICE,
+                format!("BlockIo.Range[{i}].NamespaceId {ns} is not the NVM namespace (1)"),
+            );
+        }
+        let len = u64::from(n) * CSX_BLOCK_SIZE;
+        let offset = lba.checked_mul(CSX_BLOCK_SIZE).ok_or(Fail {
+            status: CS_INVALID_LENGTH,
+            message: format!("BlockIo.Range[{i}].StartLba {lba} overflows"),
+        })?;
+        total = total.saturating_add(len);
+        sources.push(CopySource::Nvm { offset, len });
+    }
+    Ok((sources, total))
 }
 
 /// CSF ids from here on are built-in CSFs: registered device function `id - BASE`.

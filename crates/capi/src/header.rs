@@ -542,6 +542,8 @@ pub type Enum = (&'static str, Vec<(&'static str, i64)>);
 /// Every enum of the header, in the spec's numbering (v1.x; `CS_CONFIG_TYPE` is
 /// `CS_CONFIG_TYPE_V05` under `CS_API_V05`). `CS_STATUS` carries the csx extension
 /// status too (outside the spec's range).
+// The table of every enum of the spec header, one entry each, in the header's order.
+#[allow(clippy::too_many_lines)]
 pub fn enums() -> Vec<Enum> {
     let i = |v: i32| i64::from(v);
     vec![

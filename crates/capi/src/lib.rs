@@ -18,6 +18,7 @@
 //! length over a limit, value outside an enum) crashes the caller: it gets a status and
 //! `csxGetLastError` a message naming the value and the limit.
 #![allow(non_snake_case)]
+#![warn(clippy::too_many_lines)]
 
 pub mod api;
 pub mod conformance;

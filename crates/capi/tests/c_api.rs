@@ -63,14 +63,7 @@ fn build(work: &Path) -> (PathBuf, PathBuf) {
             .arg(&exe),
     );
     let elf = work.join("filter.o");
-    run_tool(
-        Command::new("clang")
-            .args(["-O2", "-target", "bpf", "-c", "-I"])
-            .arg(repo().join("sdk/include"))
-            .arg(repo().join("sdk/programs/filter.c"))
-            .arg("-o")
-            .arg(&elf),
-    );
+    compile_bpf(&repo().join("sdk/programs/filter.c"), &elf);
     (exe, elf)
 }
 
@@ -200,15 +193,17 @@ fn filter_through_rust(dir: &Path, elf: &Path, lo: u64, hi: u64) -> (u64, u64) {
 /// Compiles an SDK program (sdk/programs) to eBPF.
 fn bpf_program(work: &Path, name: &str) -> PathBuf {
     let elf = work.join(format!("{name}.o"));
-    run_tool(
-        Command::new("clang")
-            .args(["-O2", "-target", "bpf", "-c", "-I"])
-            .arg(repo().join("sdk/include"))
-            .arg(repo().join(format!("sdk/programs/{name}.c")))
-            .arg("-o")
-            .arg(&elf),
-    );
+    compile_bpf(&repo().join(format!("sdk/programs/{name}.c")), &elf);
     elf
+}
+
+/// Compiles the C program `source` to the eBPF object `elf` the way every csx compile
+/// does (csx-build's flags, through csx-testkit), with the SDK's headers.
+fn compile_bpf(source: &Path, elf: &Path) {
+    let include = repo().join("sdk/include");
+    let flags = [std::ffi::OsStr::new("-I"), include.as_os_str()];
+    let object = csx_testkit::tools::compile_bpf(csx_testkit::tools::clang(), source, flags);
+    std::fs::write(elf, object).unwrap();
 }
 
 /// The examples of sdk/examples, installed with `make install-files` and built with
@@ -495,14 +490,7 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
     use csx_host::proto::{EngineKind, ProgramType};
     let elf = work.join("csfs.o");
     if !elf.exists() {
-        run_tool(
-            Command::new("clang")
-                .args(["-O2", "-target", "bpf", "-c", "-I"])
-                .arg(repo().join("sdk/include"))
-                .arg(repo().join("crates/capi/tests/c/v05/csfs.c"))
-                .arg("-o")
-                .arg(&elf),
-        );
+        compile_bpf(&repo().join("crates/capi/tests/c/v05/csfs.c"), &elf);
     }
     let image = std::fs::read(&elf).unwrap();
     let dir = work.join(name);

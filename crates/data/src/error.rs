@@ -62,6 +62,8 @@ pub enum DataError {
     Open(#[from] OpenError),
     #[error("{tool}: {message}; run scripts/setup.sh")]
     Tool { tool: String, message: String },
+    #[error("emitting a device program: {0}")]
+    Emit(#[from] csx_ebpf::emit::EmitError),
 }
 
 impl DataError {

@@ -16,7 +16,6 @@
 
 pub mod calendar;
 pub mod columnar;
-mod emit;
 pub mod error;
 pub mod gen;
 pub mod names;

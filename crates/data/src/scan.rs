@@ -402,7 +402,7 @@ impl<'d> Scanner<'d> {
         } else {
             schema.rows.div_ceil(chunk)
         };
-        let image = program::emit(&layout);
+        let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
         let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
             2

@@ -550,6 +550,9 @@ fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[
 /// pc if it traps. The sequences were picked by counting, over all `csx bench vm`
 /// kernels, which adjacent pairs and triples run most (each kernel weighted equally);
 /// the test `fused_and_unfused_agree` holds every one to the unfused decoding.
+// One match over the fused sequences, a table read top to bottom: split, the
+// sequences and their guards would be apart.
+#[allow(clippy::too_many_lines)]
 fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
     use Kind::*;
     for i in 0..slots.len() {
@@ -2639,6 +2642,8 @@ mod tests {
     /// faults at the next access, and four regions read in turn give their own bytes:
     /// what any caching of regions in the interpreter must keep.
     #[test]
+    // One scenario in its order: each step depends on the state the previous left.
+    #[allow(clippy::too_many_lines)]
     fn region_bounds_stay_exact_across_accesses_and_helpers() {
         let mut t = FunctionTable::new();
         t.insert(FunctionSig {

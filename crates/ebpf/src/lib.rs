@@ -7,9 +7,12 @@
 //! Invariants: this crate does no I/O; no program, however malformed, makes any function
 //! here panic, loop forever or touch memory outside the regions it was given.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod asm;
 pub mod count;
 pub mod disasm;
+pub mod emit;
 pub mod engine;
 pub mod helper;
 pub mod interp;

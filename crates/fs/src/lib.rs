@@ -17,6 +17,8 @@
 //! The device is reached only through csx-host's public API, so a mount works the same on
 //! an embedded device and on a daemon (`shm://`, `tcp://`).
 
+#![warn(clippy::too_many_lines)]
+
 pub mod attrs;
 pub mod core;
 pub mod fuse;

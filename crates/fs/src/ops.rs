@@ -523,6 +523,30 @@ pub fn encode_params(spec: &OpSpec, words: &[String]) -> Result<Vec<u8>, OpError
         .unwrap_or(0);
     debug_assert!(size <= PARAMS_SIZE_MAX);
     let mut block = vec![0u8; size];
+    let given = given_values(spec, words)?;
+    if spec.name == "filter" {
+        check_filter(spec, &given)?;
+    }
+    for (param, value) in spec.params.iter().zip(given) {
+        let value = match (value, param.default, param.kind) {
+            (Some(v), _, _) => v,
+            (None, Some(d), _) => d.to_owned(),
+            (None, None, ParamKind::Bool) => "false".to_owned(),
+            (None, None, _) => {
+                return Err(OpError::Required {
+                    op: spec.name.to_owned(),
+                    param: param.name.to_owned(),
+                })
+            }
+        };
+        encode_value(spec, param, value, &mut block)?;
+    }
+    Ok(block)
+}
+
+/// The value given for each of `spec`'s parameters in `words` (`--name value`,
+/// `--name=value`, `-c value`; a bool's value is optional).
+fn given_values(spec: &OpSpec, words: &[String]) -> Result<Vec<Option<String>>, OpError> {
     let mut given: Vec<Option<String>> = vec![None; spec.params.len()];
     let mut i = 0;
     while i < words.len() {
@@ -570,68 +594,62 @@ pub fn encode_params(spec: &OpSpec, words: &[String]) -> Result<Vec<u8>, OpError
         given[idx] = Some(value);
         i += 1;
     }
-    if spec.name == "filter" {
-        check_filter(spec, &given)?;
-    }
-    for (param, value) in spec.params.iter().zip(given) {
-        let value = match (value, param.default, param.kind) {
-            (Some(v), _, _) => v,
-            (None, Some(d), _) => d.to_owned(),
-            (None, None, ParamKind::Bool) => "false".to_owned(),
-            (None, None, _) => {
-                return Err(OpError::Required {
-                    op: spec.name.to_owned(),
-                    param: param.name.to_owned(),
-                })
+    Ok(given)
+}
+
+/// Writes `value` of `param` into the parameter block at its offset.
+fn encode_value(
+    spec: &OpSpec,
+    param: &ParamSpec,
+    value: String,
+    block: &mut [u8],
+) -> Result<(), OpError> {
+    let bad = |reason: String| OpError::BadValue {
+        op: spec.name.to_owned(),
+        param: param.name.to_owned(),
+        value: value.clone(),
+        reason,
+    };
+    let at = param.offset;
+    match param.kind {
+        ParamKind::Bool => {
+            let v = match value.as_str() {
+                "true" | "1" | "yes" => 1u64,
+                "false" | "0" | "no" => 0,
+                _ => return Err(bad("a bool is true or false".into())),
+            };
+            block[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        ParamKind::Int => {
+            let v = parse_int(&value).map_err(bad)?;
+            block[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        ParamKind::Choice(choices) => {
+            let Some(v) = choices.iter().position(|c| *c == value) else {
+                return Err(bad(format!("one of {}", choices.join(", "))));
+            };
+            block[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());
+        }
+        ParamKind::Bytes { size } => {
+            let bytes = parse_hex(&value).map_err(bad)?;
+            if bytes.len() != size {
+                return Err(bad(format!(
+                    "{} bytes, must be {size} ({} hex digits)",
+                    bytes.len(),
+                    2 * size
+                )));
             }
-        };
-        let bad = |reason: String| OpError::BadValue {
-            op: spec.name.to_owned(),
-            param: param.name.to_owned(),
-            value: value.clone(),
-            reason,
-        };
-        let at = param.offset;
-        match param.kind {
-            ParamKind::Bool => {
-                let v = match value.as_str() {
-                    "true" | "1" | "yes" => 1u64,
-                    "false" | "0" | "no" => 0,
-                    _ => return Err(bad("a bool is true or false".into())),
-                };
-                block[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            block[at..at + size].copy_from_slice(&bytes);
+        }
+        ParamKind::Text { max } => {
+            if value.len() > max {
+                return Err(bad(format!("{} bytes, at most {max}", value.len())));
             }
-            ParamKind::Int => {
-                let v = parse_int(&value).map_err(bad)?;
-                block[at..at + 8].copy_from_slice(&v.to_le_bytes());
-            }
-            ParamKind::Choice(choices) => {
-                let Some(v) = choices.iter().position(|c| *c == value) else {
-                    return Err(bad(format!("one of {}", choices.join(", "))));
-                };
-                block[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());
-            }
-            ParamKind::Bytes { size } => {
-                let bytes = parse_hex(&value).map_err(bad)?;
-                if bytes.len() != size {
-                    return Err(bad(format!(
-                        "{} bytes, must be {size} ({} hex digits)",
-                        bytes.len(),
-                        2 * size
-                    )));
-                }
-                block[at..at + size].copy_from_slice(&bytes);
-            }
-            ParamKind::Text { max } => {
-                if value.len() > max {
-                    return Err(bad(format!("{} bytes, at most {max}", value.len())));
-                }
-                block[at..at + 8].copy_from_slice(&(value.len() as u64).to_le_bytes());
-                block[at + 8..at + 8 + value.len()].copy_from_slice(value.as_bytes());
-            }
+            block[at..at + 8].copy_from_slice(&(value.len() as u64).to_le_bytes());
+            block[at + 8..at + 8 + value.len()].copy_from_slice(value.as_bytes());
         }
     }
-    Ok(block)
+    Ok(())
 }
 
 /// The filter's operands must fit the comparison (a negative operand for an unsigned type

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csx_host::device::program_type_of;
+use csx_host::session::{Session, SessionError};
 use csx_host::{CallError, Device, ExecuteRequest};
 use csx_proto::abi::op::{OP_AGAIN, OP_FIRST, OP_LAST, OP_LEN_MASK};
 use csx_proto::ids::{MemHandle, ProgramIndex};
@@ -191,6 +192,13 @@ pub enum PipeError {
         name: String,
         chunk: u64,
     },
+    /// A step of the run's session failed (loading, activating, allocating).
+    #[error("{what}: {source}")]
+    Session {
+        what: String,
+        #[source]
+        source: Box<SessionError>,
+    },
     #[error("the pipe was stopped: {0}")]
     Stopped(String),
     #[error("{what}: {source}")]
@@ -204,6 +212,14 @@ pub enum PipeError {
 }
 
 impl PipeError {
+    fn session(what: impl Into<String>) -> impl FnOnce(SessionError) -> PipeError {
+        let what = what.into();
+        move |source| PipeError::Session {
+            what,
+            source: Box::new(source),
+        }
+    }
+
     fn device(what: impl Into<String>) -> impl FnOnce(CallError) -> PipeError {
         let what = what.into();
         move |source| PipeError::Device { what, source }
@@ -218,38 +234,17 @@ struct Chunk {
     last: bool,
 }
 
-/// Programs and memory of one run, released on drop whatever happened.
-struct Resources<'d> {
-    dev: &'d Device,
-    programs: Vec<ProgramIndex>,
-    memory: Vec<MemHandle>,
-}
-
-impl Resources<'_> {
-    fn alloc(&mut self, size: u64, what: &str) -> Result<MemHandle, PipeError> {
-        if size > SLM_ALLOC_SIZE_MAX {
-            return Err(PipeError::Invalid(format!(
-                "{what} needs {size} bytes of device memory, one allocation holds at most {SLM_ALLOC_SIZE_MAX}"
-            )));
-        }
-        let h = self.dev.alloc(size).map_err(PipeError::device(format!(
-            "allocating {size} bytes for {what}"
-        )))?;
-        self.memory.push(h);
-        Ok(h)
+/// Device memory from `session` (freed when it ends) for `what`, within one
+/// allocation's limit.
+fn alloc(session: &mut Session<'_>, size: u64, what: &str) -> Result<MemHandle, PipeError> {
+    if size > SLM_ALLOC_SIZE_MAX {
+        return Err(PipeError::Invalid(format!(
+            "{what} needs {size} bytes of device memory, one allocation holds at most {SLM_ALLOC_SIZE_MAX}"
+        )));
     }
-}
-
-impl Drop for Resources<'_> {
-    fn drop(&mut self) {
-        // Best effort: a device that is gone reclaims both when the client goes.
-        for &p in &self.programs {
-            let _ = self.dev.unload(p);
-        }
-        for &h in &self.memory {
-            let _ = self.dev.free(h);
-        }
-    }
+    session.alloc(size).map_err(PipeError::session(format!(
+        "allocating {size} bytes for {what}"
+    )))
 }
 
 /// The first error of a run; later ones are consequences.
@@ -300,7 +295,8 @@ impl FirstError {
     }
 }
 
-/// Runs `stages` from `source` to `sink` on `dev`.
+/// Runs `stages` from `source` to `sink` on `dev`. The run's programs and device
+/// memory live in one session, released when it returns, whatever happened.
 pub fn run(
     dev: &Device,
     stages: &[Stage],
@@ -309,87 +305,9 @@ pub fn run(
     opts: &PipeOptions,
 ) -> Result<PipeReport, PipeError> {
     let start = Instant::now();
-    if stages.is_empty() {
-        return Err(OpError::EmptyStage.into());
-    }
-    if !(CHUNK_MIN..=CHUNK_MAX).contains(&opts.chunk) {
-        return Err(PipeError::Invalid(format!(
-            "chunk of {} bytes, must be {CHUNK_MIN}..={CHUNK_MAX}",
-            opts.chunk
-        )));
-    }
-    match (&source, stages[0].source_only) {
-        (Source::Nothing, false) => {
-            return Err(PipeError::Invalid(format!(
-                "no input: give one, or start the pipeline with a generator (datagen); {} reads its input",
-                stages[0].name
-            )))
-        }
-        (Source::DeviceFile(_) | Source::Host(_), true) => {
-            return Err(PipeError::Invalid(format!(
-                "{} generates its stream and ignores input: drop the input",
-                stages[0].name
-            )))
-        }
-        _ => {}
-    }
-    let mut res = Resources {
-        dev,
-        programs: Vec::new(),
-        memory: Vec::new(),
-    };
-    // Programs.
-    let mut pinds = Vec::with_capacity(stages.len());
-    for (i, s) in stages.iter().enumerate() {
-        let what = format!("loading stage {} ({})", i + 1, s.name);
-        let pind = dev
-            .load_program_any_slot(program_type_of(&s.object), &s.object, s.entry.as_deref())
-            .map_err(PipeError::device(what.clone()))?;
-        res.programs.push(pind);
-        dev.activate(pind, opts.engine)
-            .map_err(PipeError::device(format!(
-                "activating stage {} ({})",
-                i + 1,
-                s.name
-            )))?;
-        pinds.push(pind);
-    }
-    // Memory: the source's two buffers, each stage's two outputs and its state.
-    let mut in_cap = opts.chunk;
-    let src_bufs = if matches!(source, Source::Nothing) {
-        // A generator's input is one empty chunk: a small buffer.
-        vec![res.alloc(64, "the empty input")?]
-    } else {
-        vec![
-            res.alloc(in_cap, "input buffer 0")?,
-            res.alloc(in_cap, "input buffer 1")?,
-        ]
-    };
-    let mut plans = Vec::with_capacity(stages.len());
-    for (i, s) in stages.iter().enumerate() {
-        let cap = s.out.bytes(in_cap).max(64);
-        let what = format!("stage {} ({})", i + 1, s.name);
-        let outs = [
-            res.alloc(cap, &format!("{what} output 0"))?,
-            res.alloc(cap, &format!("{what} output 1"))?,
-        ];
-        let state_len = s.state_bytes.max(8);
-        let state = res.alloc(state_len, &format!("{what} state"))?;
-        dev.fill_mem(state, 0, state_len, 0)
-            .map_err(PipeError::device(format!("zeroing {what} state")))?;
-        plans.push(StagePlan {
-            index: i + 1,
-            name: s.name.clone(),
-            pind: pinds[i],
-            params: s.params.clone(),
-            outs,
-            cap,
-            state,
-            state_len,
-            fuel: opts.fuel,
-        });
-        in_cap = cap;
-    }
+    check(stages, &source, opts)?;
+    let mut session = Session::new(dev);
+    let (src_bufs, plans) = prepare(&mut session, stages, &source, opts)?;
     let (output_path, temp_path) = match &sink {
         Sink::DeviceFile(p) => {
             let temp = format!("{p}.csx-pipe-partial");
@@ -399,83 +317,197 @@ pub fn run(
         }
         _ => (None, None),
     };
-
     let first = FirstError {
         error: Mutex::new(None),
         abort: AtomicBool::new(false),
         stop: opts.stop.clone(),
     };
+    let ends = Ends {
+        source,
+        src_bufs: &src_bufs,
+        sink,
+        temp: temp_path.as_deref(),
+    };
+    let mut report = stream(&session, &plans, ends, opts, &first);
+    if let Some(e) = first.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(t) = &temp_path {
+            let _ = dev.delete_file(t);
+        }
+        return Err(e);
+    }
+    if let (Some(out), Some(temp)) = (output_path, temp_path) {
+        commit(dev, &temp, &out, report.bytes_out)?;
+    }
+    session.close().map_err(PipeError::session(
+        "releasing the pipe's programs and memory",
+    ))?;
+    report.wall_ns = start.elapsed().as_nanos() as u64;
+    Ok(report)
+}
+
+/// The arguments' checks, before anything is sent to the device.
+fn check(stages: &[Stage], source: &Source, opts: &PipeOptions) -> Result<(), PipeError> {
+    if stages.is_empty() {
+        return Err(OpError::EmptyStage.into());
+    }
+    if !(CHUNK_MIN..=CHUNK_MAX).contains(&opts.chunk) {
+        return Err(PipeError::Invalid(format!(
+            "chunk of {} bytes, must be {CHUNK_MIN}..={CHUNK_MAX}",
+            opts.chunk
+        )));
+    }
+    match (source, stages[0].source_only) {
+        (Source::Nothing, false) => Err(PipeError::Invalid(format!(
+            "no input: give one, or start the pipeline with a generator (datagen); {} reads its input",
+            stages[0].name
+        ))),
+        (Source::DeviceFile(_) | Source::Host(_), true) => Err(PipeError::Invalid(format!(
+            "{} generates its stream and ignores input: drop the input",
+            stages[0].name
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Loads every stage and allocates the run's memory in `session`: the source's two
+/// buffers (one small one for a generator's empty input), each stage's two outputs and
+/// its zeroed state.
+fn prepare(
+    session: &mut Session<'_>,
+    stages: &[Stage],
+    source: &Source,
+    opts: &PipeOptions,
+) -> Result<(Vec<MemHandle>, Vec<StagePlan>), PipeError> {
+    let mut pinds = Vec::with_capacity(stages.len());
+    for (i, s) in stages.iter().enumerate() {
+        let what = format!("stage {} ({})", i + 1, s.name);
+        let pind = session
+            .load_program_entry(
+                &s.name,
+                s.entry.as_deref(),
+                program_type_of(&s.object),
+                &s.object,
+            )
+            .map_err(PipeError::session(format!("loading {what}")))?;
+        session
+            .activate(pind, opts.engine)
+            .map_err(PipeError::session(format!("activating {what}")))?;
+        pinds.push(pind);
+    }
+    let mut in_cap = opts.chunk;
+    let src_bufs = if matches!(source, Source::Nothing) {
+        vec![alloc(session, 64, "the empty input")?]
+    } else {
+        vec![
+            alloc(session, in_cap, "input buffer 0")?,
+            alloc(session, in_cap, "input buffer 1")?,
+        ]
+    };
+    let mut plans = Vec::with_capacity(stages.len());
+    for ((i, s), pind) in stages.iter().enumerate().zip(pinds) {
+        let cap = s.out.bytes(in_cap).max(64);
+        let what = format!("stage {} ({})", i + 1, s.name);
+        let outs = [
+            alloc(session, cap, &format!("{what} output 0"))?,
+            alloc(session, cap, &format!("{what} output 1"))?,
+        ];
+        let state_len = s.state_bytes.max(8);
+        let state = alloc(session, state_len, &format!("{what} state"))?;
+        session
+            .fill(state, 0, state_len, 0)
+            .map_err(PipeError::session(format!("zeroing {what} state")))?;
+        plans.push(StagePlan {
+            index: i + 1,
+            name: s.name.clone(),
+            pind,
+            params: s.params.clone(),
+            outs,
+            cap,
+            state,
+            state_len,
+            fuel: opts.fuel,
+        });
+        in_cap = cap;
+    }
+    Ok((src_bufs, plans))
+}
+
+/// Where a run's stream starts and ends.
+struct Ends<'a> {
+    source: Source,
+    src_bufs: &'a [MemHandle],
+    sink: Sink,
+    /// The device sink's temporary file.
+    temp: Option<&'a str>,
+}
+
+/// Streams the chunks: one thread per stage and one for the sink, the source on this
+/// one, each buffer handed on by channel and given back by its consumer. Errors go to
+/// `first`; the report counts what moved.
+fn stream(
+    session: &Session<'_>,
+    plans: &[StagePlan],
+    ends: Ends<'_>,
+    opts: &PipeOptions,
+    first: &FirstError,
+) -> PipeReport {
+    let dev = session.device();
     let mut report = PipeReport {
         chunk: opts.chunk,
         ..PipeReport::default()
     };
-    let first_ref = &first;
     std::thread::scope(|scope| {
         // Free lists: the producer's receiver, a sender for its consumer to give back.
         let (src_free_tx, src_free_rx) = sync_channel::<MemHandle>(2);
-        for &b in &src_bufs {
+        for &b in ends.src_bufs {
             src_free_tx.send(b).expect("room for two");
         }
         let (tx0, mut rx) = sync_channel::<Chunk>(1);
         let mut upstream_free = src_free_tx;
         let mut stage_handles = Vec::new();
-        for plan in &plans {
+        for plan in plans {
             let (free_tx, free_rx) = sync_channel::<MemHandle>(2);
             for &b in &plan.outs {
                 free_tx.send(b).expect("room for two");
             }
             let (tx, next_rx) = sync_channel::<Chunk>(1);
-            let input = std::mem::replace(&mut rx, next_rx);
-            let give_back = std::mem::replace(&mut upstream_free, free_tx.clone());
+            let io = StageIo {
+                input: std::mem::replace(&mut rx, next_rx),
+                give_back: std::mem::replace(&mut upstream_free, free_tx.clone()),
+                free: free_rx,
+                free_self: free_tx,
+                output: tx,
+            };
             stage_handles.push(scope.spawn(move || {
                 let mut st = StageReport {
                     name: plan.name.clone(),
                     ..StageReport::default()
                 };
-                if let Err(e) = plan.run(
-                    dev, input, give_back, free_rx, free_tx, tx, first_ref, &mut st,
-                ) {
-                    first_ref.set(e);
+                if let Err(e) = plan.run(dev, io, first, &mut st) {
+                    first.set(e);
                 }
                 st
             }));
         }
-        let sink_give_back = upstream_free;
-        let last_rx = rx;
-        let temp = temp_path.clone();
+        let (sink, temp) = (ends.sink, ends.temp);
         let sink_handle = scope.spawn(move || {
-            let mut bytes = 0u64;
-            let mut to_host = 0u64;
-            if let Err(e) = run_sink(
-                dev,
-                sink,
-                temp.as_deref(),
-                last_rx,
-                sink_give_back,
-                first_ref,
-                &mut bytes,
-                &mut to_host,
-            ) {
-                first_ref.set(e);
-            }
-            (bytes, to_host)
-        });
-        let (bytes_in, to_device) = match run_source(
-            dev,
-            source,
-            &src_bufs,
-            opts.chunk,
-            src_free_rx,
-            tx0,
-            first_ref,
-            opts.progress.as_deref(),
-        ) {
-            Ok(v) => v,
-            Err(e) => {
-                first_ref.set(e);
+            run_sink(dev, sink, temp, rx, upstream_free, first).unwrap_or_else(|e| {
+                first.set(e);
                 (0, 0)
-            }
+            })
+        });
+        let source = SourceIo {
+            bufs: ends.src_bufs,
+            chunk: opts.chunk,
+            free: src_free_rx,
+            out: tx0,
+            progress: opts.progress.as_deref(),
         };
+        let (bytes_in, to_device) =
+            run_source(dev, ends.source, source, first).unwrap_or_else(|e| {
+                first.set(e);
+                (0, 0)
+            });
         report.bytes_in = bytes_in;
         report.host_to_device = to_device;
         for h in stage_handles {
@@ -485,28 +517,22 @@ pub fn run(
         report.bytes_out = bytes_out;
         report.device_to_host = to_host;
     });
-    if let Some(e) = first.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        if let Some(t) = &temp_path {
-            let _ = dev.delete_file(t);
-        }
-        return Err(e);
+    report
+}
+
+/// The device output exists only once it is whole: flush, then rename the temporary
+/// file over the old one.
+fn commit(dev: &Device, temp: &str, out: &str, bytes_out: u64) -> Result<(), PipeError> {
+    if bytes_out == 0 {
+        dev.write_file(temp, 0, &[])
+            .map_err(PipeError::device(format!("creating {temp}")))?;
     }
-    if let (Some(out), Some(temp)) = (output_path, temp_path) {
-        // The output exists only once it is whole: flush, then rename over the old one.
-        if report.bytes_out == 0 {
-            dev.write_file(&temp, 0, &[])
-                .map_err(PipeError::device(format!("creating {temp}")))?;
-        }
-        dev.flush()
-            .map_err(PipeError::device("flushing the output"))?;
-        dev.rename(&temp, &out)
-            .map_err(PipeError::device(format!("renaming {temp} to {out}")))?;
-        dev.flush()
-            .map_err(PipeError::device("flushing the rename"))?;
-    }
-    drop(res);
-    report.wall_ns = start.elapsed().as_nanos() as u64;
-    Ok(report)
+    dev.flush()
+        .map_err(PipeError::device("flushing the output"))?;
+    dev.rename(temp, out)
+        .map_err(PipeError::device(format!("renaming {temp} to {out}")))?;
+    dev.flush()
+        .map_err(PipeError::device("flushing the rename"))
 }
 
 struct StagePlan {
@@ -521,119 +547,166 @@ struct StagePlan {
     fuel: Option<u64>,
 }
 
+/// A stage's channels: chunks in from its producer (given back when consumed), its
+/// own free output buffers, and chunks out to its consumer.
+struct StageIo {
+    input: Receiver<Chunk>,
+    give_back: SyncSender<MemHandle>,
+    free: Receiver<MemHandle>,
+    free_self: SyncSender<MemHandle>,
+    output: SyncSender<Chunk>,
+}
+
+/// One Execute of a stage: chunk `chunk` (the `chunk_no`th) into `out`.
+struct Call {
+    chunk: Chunk,
+    out: MemHandle,
+    is_first: bool,
+    chunk_no: u64,
+}
+
+/// What one Execute of a stage produced: `len` bytes in its output buffer, and whether
+/// it asks to be called again on the same input.
+struct Produced {
+    len: u64,
+    again: bool,
+}
+
 impl StagePlan {
-    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         dev: &Device,
-        input: Receiver<Chunk>,
-        give_back: SyncSender<MemHandle>,
-        free: Receiver<MemHandle>,
-        free_self: SyncSender<MemHandle>,
-        output: SyncSender<Chunk>,
+        io: StageIo,
         first: &FirstError,
         st: &mut StageReport,
     ) -> Result<(), PipeError> {
         let mut chunk_no = 0u64;
         let mut is_first = true;
-        while let Some(c) = first.recv(&input) {
+        while let Some(c) = first.recv(&io.input) {
             st.bytes_in += c.len;
             loop {
-                let Some(out) = first.recv(&free) else {
+                let Some(out) = first.recv(&io.free) else {
                     return Ok(());
                 };
-                let flags = if is_first { OP_FIRST } else { 0 } | if c.last { OP_LAST } else { 0 };
-                let in_window = if c.len == 0 { 64 } else { c.len };
-                let mut req = ExecuteRequest::new(self.pind)
-                    .window(c.buf, 0, in_window)
-                    .window(out, 0, self.cap)
-                    .window(self.state, 0, self.state_len)
-                    .cparams(flags, c.len)
-                    .params(self.params.clone());
-                if let Some(f) = self.fuel {
-                    req = req.fuel(f);
-                }
-                let t0 = Instant::now();
-                let Some(ex) = execute(dev, &req, first).map_err(PipeError::device(format!(
-                    "stage {} ({}) at chunk {chunk_no}",
-                    self.index, self.name
-                )))?
-                else {
+                let call = Call {
+                    chunk: c,
+                    out,
+                    is_first,
+                    chunk_no,
+                };
+                let Some(p) = self.call(dev, call, first, st)? else {
                     return Ok(());
                 };
-                st.busy_ns += t0.elapsed().as_nanos() as u64;
-                st.calls += 1;
-                st.device_ns += ex.timing.execute_ns;
-                st.modelled_ns += ex.timing.modelled_ns;
                 is_first = false;
-                if ex.trapped() {
-                    let trap = ex
-                        .trap
-                        .as_ref()
-                        .map_or_else(|| "a trap".to_owned(), |t| format!("{t:?}"));
-                    return Err(PipeError::Trap {
-                        stage: self.index,
-                        name: self.name.clone(),
-                        chunk: chunk_no,
-                        trap,
-                    });
-                }
-                if ex.r0_signed() < 0 {
-                    return Err(PipeError::Failed {
-                        stage: self.index,
-                        name: self.name.clone(),
-                        chunk: chunk_no,
-                        code: ex.r0_signed(),
-                        detail: ex
-                            .detail
-                            .as_ref()
-                            .map(|d| format!("{}: {}", d.function, d.message)),
-                    });
-                }
-                let again = ex.r0 & OP_AGAIN != 0;
-                let n = ex.r0 & OP_LEN_MASK;
-                if n > self.cap {
-                    return Err(PipeError::OutputTooLarge {
-                        stage: self.index,
-                        name: self.name.clone(),
-                        len: n,
-                        cap: self.cap,
-                    });
-                }
-                if again && n == 0 {
-                    return Err(PipeError::NoProgress {
-                        stage: self.index,
-                        name: self.name.clone(),
-                        chunk: chunk_no,
-                    });
-                }
-                st.bytes_out += n;
-                let last = c.last && !again;
-                if n > 0 || last {
-                    if output
-                        .send(Chunk {
-                            buf: out,
-                            len: n,
-                            last,
-                        })
-                        .is_err()
-                    {
+                st.bytes_out += p.len;
+                let last = c.last && !p.again;
+                if p.len > 0 || last {
+                    let next = Chunk {
+                        buf: out,
+                        len: p.len,
+                        last,
+                    };
+                    if io.output.send(next).is_err() {
                         return Ok(());
                     }
                 } else {
-                    let _ = free_self.send(out);
+                    let _ = io.free_self.send(out);
                 }
-                if !again {
+                if !p.again {
                     break;
                 }
             }
             chunk_no += 1;
-            let _ = give_back.send(c.buf);
+            let _ = io.give_back.send(c.buf);
             if c.last {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// One Execute of the stage, its result checked; `None` once the run was aborted.
+    fn call(
+        &self,
+        dev: &Device,
+        call: Call,
+        first: &FirstError,
+        st: &mut StageReport,
+    ) -> Result<Option<Produced>, PipeError> {
+        let Call {
+            chunk: c,
+            out,
+            is_first,
+            chunk_no,
+        } = call;
+        let flags = if is_first { OP_FIRST } else { 0 } | if c.last { OP_LAST } else { 0 };
+        let in_window = if c.len == 0 { 64 } else { c.len };
+        let mut req = ExecuteRequest::new(self.pind)
+            .window(c.buf, 0, in_window)
+            .window(out, 0, self.cap)
+            .window(self.state, 0, self.state_len)
+            .cparams(flags, c.len)
+            .params(self.params.clone());
+        if let Some(f) = self.fuel {
+            req = req.fuel(f);
+        }
+        let t0 = Instant::now();
+        let Some(ex) = execute(dev, &req, first).map_err(PipeError::device(format!(
+            "stage {} ({}) at chunk {chunk_no}",
+            self.index, self.name
+        )))?
+        else {
+            return Ok(None);
+        };
+        st.busy_ns += t0.elapsed().as_nanos() as u64;
+        st.calls += 1;
+        st.device_ns += ex.timing.execute_ns;
+        st.modelled_ns += ex.timing.modelled_ns;
+        self.checked(&ex, chunk_no).map(Some)
+    }
+
+    /// What an Execute produced, or the typed error of a trap, a negative code, an
+    /// output larger than the buffer or a call that made no progress.
+    fn checked(&self, ex: &csx_host::Execution, chunk: u64) -> Result<Produced, PipeError> {
+        let (stage, name) = (self.index, self.name.clone());
+        if ex.trapped() {
+            let trap = ex
+                .trap
+                .as_ref()
+                .map_or_else(|| "a trap".to_owned(), |t| format!("{t:?}"));
+            return Err(PipeError::Trap {
+                stage,
+                name,
+                chunk,
+                trap,
+            });
+        }
+        if ex.r0_signed() < 0 {
+            return Err(PipeError::Failed {
+                stage,
+                name,
+                chunk,
+                code: ex.r0_signed(),
+                detail: ex
+                    .detail
+                    .as_ref()
+                    .map(|d| format!("{}: {}", d.function, d.message)),
+            });
+        }
+        let again = ex.r0 & OP_AGAIN != 0;
+        let len = ex.r0 & OP_LEN_MASK;
+        if len > self.cap {
+            return Err(PipeError::OutputTooLarge {
+                stage,
+                name,
+                len,
+                cap: self.cap,
+            });
+        }
+        if again && len == 0 {
+            return Err(PipeError::NoProgress { stage, name, chunk });
+        }
+        Ok(Produced { len, again })
     }
 }
 
@@ -661,17 +734,29 @@ fn execute(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_source(
-    dev: &Device,
-    source: Source,
-    bufs: &[MemHandle],
+/// The source's buffers and channels: free buffers in, filled chunks out.
+struct SourceIo<'a> {
+    bufs: &'a [MemHandle],
     chunk: u64,
     free: Receiver<MemHandle>,
     out: SyncSender<Chunk>,
+    progress: Option<&'a AtomicU64>,
+}
+
+/// Feeds the first stage from `source`; returns (bytes read, bytes from the host).
+fn run_source(
+    dev: &Device,
+    source: Source,
+    io: SourceIo<'_>,
     first: &FirstError,
-    progress: Option<&AtomicU64>,
 ) -> Result<(u64, u64), PipeError> {
+    let SourceIo {
+        bufs,
+        chunk,
+        free,
+        out,
+        progress,
+    } = io;
     let count = |n: u64| {
         if let Some(p) = progress {
             p.fetch_add(n, Ordering::Relaxed);
@@ -760,7 +845,8 @@ fn run_source(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Takes the last stage's chunks to `sink` (a device sink writes `temp`); returns
+/// (bytes written, bytes to the host).
 fn run_sink(
     dev: &Device,
     sink: Sink,
@@ -768,9 +854,9 @@ fn run_sink(
     input: Receiver<Chunk>,
     give_back: SyncSender<MemHandle>,
     first: &FirstError,
-    bytes: &mut u64,
-    to_host: &mut u64,
-) -> Result<(), PipeError> {
+) -> Result<(u64, u64), PipeError> {
+    let (mut n_bytes, mut n_to_host) = (0u64, 0u64);
+    let (bytes, to_host) = (&mut n_bytes, &mut n_to_host);
     let mut sink = sink;
     let mut buf = Vec::new();
     while let Some(c) = first.recv(&input) {
@@ -814,7 +900,7 @@ fn run_sink(
             source: e,
         })?;
     }
-    Ok(())
+    Ok((n_bytes, n_to_host))
 }
 
 const _: () = assert!(CHUNK_MAX <= MEM_IO_SIZE_MAX * 16);

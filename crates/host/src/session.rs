@@ -332,6 +332,18 @@ impl<'d> Session<'d> {
         ptype: ProgramType,
         image: &[u8],
     ) -> Result<ProgramIndex, SessionError> {
+        self.load_program_entry(name, Some(name), ptype, image)
+    }
+
+    /// [`Session::load_program`] with the entry function given apart from the name
+    /// errors use; `None`: the object's default entry (see `csx_ebpf::loader`).
+    pub fn load_program_entry(
+        &mut self,
+        name: &str,
+        entry: Option<&str>,
+        ptype: ProgramType,
+        image: &[u8],
+    ) -> Result<ProgramIndex, SessionError> {
         let what = || format!("loading program {name}");
         let occupied: Vec<ProgramIndex> = self
             .dev
@@ -345,7 +357,7 @@ impl<'d> Session<'d> {
             .filter(|p| !occupied.contains(p));
         let mut last = None;
         for pind in free {
-            match self.load_into(name, pind, ptype, image) {
+            match self.load_into((name, entry), pind, ptype, image) {
                 Ok(()) => return Ok(pind),
                 Err(e @ CallError::ProgramInUse(_)) => last = Some(e),
                 Err(e) => return Err(SessionError::device(what(), e)),
@@ -354,7 +366,7 @@ impl<'d> Session<'d> {
         // Every slot is taken: the device's own refusal names the limit.
         let e = match last {
             Some(e) => e,
-            None => match self.dev.load_program_any_slot(ptype, image, Some(name)) {
+            None => match self.dev.load_program_any_slot(ptype, image, entry) {
                 Ok(pind) => {
                     self.programs.push(Held {
                         name: name.to_string(),
@@ -373,7 +385,7 @@ impl<'d> Session<'d> {
     /// first accepted chunk.
     fn load_into(
         &mut self,
-        name: &str,
+        (name, entry): (&str, Option<&str>),
         pind: ProgramIndex,
         ptype: ProgramType,
         image: &[u8],
@@ -389,7 +401,7 @@ impl<'d> Session<'d> {
                 total_size_bytes,
                 offset: (i * chunk) as u32,
                 data: data.to_vec(),
-                entry: (i == 0).then(|| name.to_string()),
+                entry: entry.filter(|_| i == 0).map(str::to_string),
             })?;
             if i == 0 {
                 self.programs.push(Held {

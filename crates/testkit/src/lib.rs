@@ -8,6 +8,9 @@
 //! `tests/vectors`. One runner drives every vector through every engine and compares
 //! value, trap and fuel, so a vector is never copied per backend.
 
+#![warn(clippy::too_many_lines)]
+
+pub mod bytes;
 #[cfg(feature = "ebpf")]
 pub mod conformance;
 #[cfg(feature = "ebpf")]

@@ -55,7 +55,9 @@ fn find_compiler(env: &str, default: &str) -> PathBuf {
     }
 }
 
-/// Compiles the C file `source` for BPF: `COMPILER -O2 -target bpf -c FLAGS SOURCE`.
+/// Compiles the C file `source` for BPF: `COMPILER BPF_FLAGS -c FLAGS SOURCE`, with
+/// csx-build's one flag set ([`csx_build::BPF_FLAGS`]); a later `-mcpu` in `flags` wins
+/// (the loader's tests compile at v1 and v4 on purpose).
 /// Returns the object's bytes; panics with the compiler's messages when it fails.
 pub fn compile_bpf<I>(compiler: &Path, source: &Path, flags: I) -> Vec<u8>
 where
@@ -63,7 +65,8 @@ where
     I::Item: AsRef<OsStr>,
 {
     let mut cmd = Command::new(compiler);
-    cmd.args(["-O2", "-target", "bpf", "-c"])
+    cmd.args(csx_build::BPF_FLAGS)
+        .arg("-c")
         .args(flags)
         .arg(source)
         .args(["-o", "-"]);
@@ -77,7 +80,8 @@ where
     I::Item: AsRef<OsStr>,
 {
     let mut cmd = Command::new(compiler);
-    cmd.args(["-O2", "-target", "bpf", "-c"])
+    cmd.args(csx_build::BPF_FLAGS)
+        .arg("-c")
         .args(flags)
         .args(["-x", "c", "-", "-o", "-"]);
     run_compiler(cmd, "<source text>", Some(source))

@@ -29,18 +29,7 @@ pub fn embedded(n: usize) -> (tempfile::TempDir, Array) {
     (dir, array)
 }
 
-/// Seeded bytes (xorshift), so failures reproduce.
-pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use csx_testkit::bytes::seeded as bytes;
 
 /// Seeded little-endian u64 keys.
 #[allow(dead_code)] // Used by the sort tests.

@@ -501,3 +501,50 @@ fn the_final_merge_split_over_engines_sorts_byte_identically() {
     assert_eq!(r.final_merge_slices, 2);
     array.close().unwrap();
 }
+
+/// Free device memory and occupied program slots of every member.
+fn footprints(array: &Array) -> Vec<(u64, usize)> {
+    array
+        .members()
+        .iter()
+        .map(|m| {
+            let info = m.device.identify().unwrap();
+            (info.slm_free_bytes, m.device.programs().unwrap().len())
+        })
+        .collect()
+}
+
+#[test]
+fn a_sort_done_or_failed_leaves_no_program_or_memory_on_any_member() {
+    let (_dir, array) = embedded(2);
+    let data = keys(40_000, 5);
+    let striped = Placement::Striped {
+        stripe_bytes: 16 << 10,
+    };
+    array.put_bytes("/in", &data, striped).unwrap();
+    let before = footprints(&array);
+    for mode in [SortMode::Instant, SortMode::Host] {
+        for topology in [Topology::Chain, Topology::Tree, Topology::Multiway] {
+            sort(&array, "/in", &opts(mode, topology, "/out"), &|_| {}).unwrap();
+            assert_eq!(array.get_bytes("/out").unwrap(), sorted(&data));
+            assert_eq!(footprints(&array), before, "{mode:?} {topology:?}");
+        }
+    }
+    // Member 1 without memory for its part: the sort fails after member 0 allocated
+    // its buffer and both loaded their programs, and releases all of it.
+    let dev1 = &array.members()[1].device;
+    let blocker = dev1.alloc(before[1].0 - 4096).unwrap();
+    let blocked = footprints(&array);
+    let e = sort(
+        &array,
+        "/in",
+        &opts(SortMode::Instant, Topology::Chain, "/out"),
+        &|_| {},
+    )
+    .unwrap_err();
+    assert_eq!(e.member(), Some(1), "the error names the member: {e}");
+    assert_eq!(footprints(&array), blocked);
+    dev1.free(blocker).unwrap();
+    assert_eq!(footprints(&array), before);
+    assert!(array.locks().held().is_empty());
+}

@@ -22,7 +22,7 @@
 
 use csx_ebpf::isa::*;
 
-use crate::emit::{jmp_k, jmp_x, size_of, R0, R1};
+use csx_ebpf::emit::{jmp_k, jmp_x, size_of, R0, R1};
 
 use crate::predicate::RawRange;
 
@@ -86,7 +86,7 @@ enum Label {
     Pass(usize),
 }
 
-type Emitter = crate::emit::Emitter<Label>;
+type Emitter = csx_ebpf::emit::Emitter<Label>;
 
 /// The address `base + segment` in a register: `base` itself with the segment in the
 /// offset field when it fits 16 bits, else r1.
@@ -123,7 +123,7 @@ const COLUMN_REGS: usize = 8;
 /// The raw eBPF image of the scan program for `layout` (see the module doc). Every
 /// segment and window size must be at most [`SEGMENT_MAX`], widths 4 or 8, and the
 /// inputs at most 15.
-pub fn emit(layout: &Layout) -> Vec<u8> {
+pub fn emit(layout: &Layout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> {
     assert!(layout.in_bytes <= SEGMENT_MAX && layout.out_bytes <= SEGMENT_MAX);
     let mut e = Emitter::new();
     let n = layout.inputs.len();

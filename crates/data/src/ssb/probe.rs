@@ -40,8 +40,8 @@
 use csx_ebpf::isa::*;
 use csx_host::proto::abi::functions::{CSX_MEMCPY, CSX_MEMSET};
 
-use crate::emit::{jmp_k, jmp_x, R0, R1};
 use crate::predicate::RawRange;
+use csx_ebpf::emit::{jmp_k, jmp_x, R0, R1};
 
 /// Keys below a base this small get zero entries in the copied table, so the lookup
 /// needs no subtraction (a dense dimension's keys start at 1).
@@ -144,7 +144,7 @@ enum Label {
     Pass(usize),
 }
 
-type Emitter = crate::emit::Emitter<Label>;
+type Emitter = csx_ebpf::emit::Emitter<Label>;
 
 /// `dst = *(u32 *)(column at segment, row i)`: through P's offset field when the
 /// column is near the anchor, else through r1.
@@ -163,7 +163,7 @@ fn load_column(e: &mut Emitter, dst: u8, anchor: u64, segment: u64) {
 /// The raw eBPF image of the probe for `layout` (see the module doc). Panics on a
 /// layout the host never makes: no dimension or more than [`PROBE_DIMS_MAX`], no
 /// measure or more than two, or segments past `i32::MAX`.
-pub fn emit(layout: &ProbeLayout) -> Vec<u8> {
+pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> {
     assert!(!layout.dims.is_empty() && layout.dims.len() <= PROBE_DIMS_MAX);
     assert!(!layout.measure.is_empty() && layout.measure.len() <= 2);
     assert!(layout.in_bytes <= i32::MAX as u64);

@@ -1201,7 +1201,7 @@ impl<'a> Plan<'a> {
             },
             in_bytes: lo.in_bytes,
         };
-        let image = probe::emit(&layout);
+        let image = probe::emit(&layout)?;
         Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?)
     }
 

@@ -258,7 +258,7 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
         }
         let run = |l: &ProbeLayout, rows: u64, out_len: u64| {
             let pind = dev
-                .load_program_any_slot(ProgramType::Raw, &emit(l), Some("probe"))
+                .load_program_any_slot(ProgramType::Raw, &emit(l).unwrap(), Some("probe"))
                 .unwrap();
             dev.activate(pind, engine).unwrap();
             dev.fill_mem(out, 0, 1024, 0).unwrap();

@@ -6,6 +6,7 @@ use csx_fs::ops::{Catalogue, OpError};
 use csx_fs::pipe::{self, PipeError, PipeOptions, PipeReport, Sink, Source};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
+use csx_testkit::bytes::seeded as noise;
 use tempfile::TempDir;
 
 /// A device with room for pipelines: 64 MiB of device memory, two engines.
@@ -60,19 +61,6 @@ impl std::io::Write for Shared {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// Seeded pseudo-random bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 /// Chunk sizes: a whole number of values, and one that splits them.
