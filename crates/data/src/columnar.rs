@@ -700,6 +700,38 @@ impl LocalTable {
     }
 }
 
+/// Writes the table at `src` again at `dst` in raw column files (version 1): what a
+/// reader of the first version only (the Parquet converter) reads.
+pub fn copy_as_raw(src: &Path, dst: &Path) -> Result<Schema, DataError> {
+    let t = LocalTable::open(src)?;
+    let mut w = TableWriter::create_raw(dst, &t.schema.table, t.schema.columns.clone())?;
+    let mut dicts = Vec::new();
+    for (i, c) in t.schema.columns.iter().enumerate() {
+        let values = t.read(&c.name)?;
+        for r in 0..values.len() {
+            w.put(i, values.get_i64(r))?;
+        }
+        if c.ty == ColumnType::Dict {
+            dicts.push((c.name.clone(), t.dictionary(&c.name)?));
+        }
+    }
+    let refs: Vec<(&str, &[String])> = dicts
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_slice()))
+        .collect();
+    w.finish(&refs)
+}
+
+/// Writes one encoded column file of `values` (of a column of type `ty`) at `path`.
+pub fn write_encoded_column(path: &Path, ty: ColumnType, values: &Values) -> Result<(), DataError> {
+    let mut e = crate::encoding::ColumnEncoder::create(path, ty, crate::encoding::BLOCK_ROWS)?;
+    for r in 0..values.len() {
+        e.push(values.get_i64(r))?;
+    }
+    e.finish()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,13 +81,21 @@ pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (Blo
     let max = *values.iter().max().expect("a block has rows");
     let range = max.wrapping_sub(min) as u64;
     let bits = (64 - range.leading_zeros()) as u8;
-    let runs = 1 + values.windows(2).filter(|p| p[0] != p[1]).count() as u32;
-    let size = |enc, bits, runs| colblock::payload_len(enc, width as u8, bits, rows, runs);
+    let mut run_lens: Vec<u32> = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        match run_lens.last_mut() {
+            Some(l) if values[i - 1] == *v => *l += 1,
+            _ => run_lens.push(1),
+        }
+    }
+    let runs = run_lens.len() as u32;
+    let run_bits = (32 - run_lens.iter().max().copied().unwrap_or(1).leading_zeros()) as u8;
+    let size = |enc, bits, runs, rb| colblock::payload_len(enc, width as u8, bits, rows, runs, rb);
     let candidates = [
         (ENC_CONSTANT, (min == max).then_some(0)),
-        (ENC_RAW, size(ENC_RAW, 0, 0)),
-        (ENC_PACKED, size(ENC_PACKED, bits, 0)),
-        (ENC_RUNS, size(ENC_RUNS, 0, runs)),
+        (ENC_RAW, size(ENC_RAW, 0, 0, 0)),
+        (ENC_PACKED, size(ENC_PACKED, bits, 0, 0)),
+        (ENC_RUNS, size(ENC_RUNS, bits, runs, run_bits)),
     ];
     let (encoding, _) = candidates
         .iter()
@@ -104,49 +112,39 @@ pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (Blo
             }
         }
         ENC_PACKED => {
-            let b = usize::from(bits);
-            let mut words = vec![0u64; (values.len() * b).div_ceil(64)];
-            for (i, &v) in values.iter().enumerate() {
-                let d = v.wrapping_sub(min) as u64;
-                let bit = i * b;
-                let (k, s) = (bit / 64, bit % 64);
-                words[k] |= d << s;
-                if s > 0 && s + b > 64 {
-                    words[k + 1] |= d >> (64 - s);
-                }
-            }
-            payload = words.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let offsets: Vec<u64> = values.iter().map(|&v| v.wrapping_sub(min) as u64).collect();
+            payload = pack(&offsets, bits);
         }
         _ => {
-            let mut lens: Vec<u32> = Vec::new();
-            let mut vals: Vec<u8> = Vec::new();
-            for (i, &v) in values.iter().enumerate() {
-                if i > 0 && values[i - 1] == v {
-                    *lens.last_mut().expect("a run") += 1;
-                } else {
-                    vals.extend_from_slice(&((v as u64) & mask).to_le_bytes()[..w]);
-                    lens.push(1);
-                }
+            let mut starts = Vec::with_capacity(run_lens.len());
+            let mut row = 0usize;
+            for &l in &run_lens {
+                starts.push(values[row].wrapping_sub(min) as u64);
+                row += l as usize;
             }
-            payload = vals;
-            for l in lens {
-                payload.extend_from_slice(&l.to_le_bytes());
-            }
+            let lens: Vec<u64> = run_lens.iter().map(|&l| u64::from(l)).collect();
+            payload = pack(&starts, bits);
+            payload.extend_from_slice(&pack(&lens, run_bits));
         }
     }
     let h = BlockHeader {
         encoding,
         width: width as u8,
-        bits: if encoding == ENC_PACKED { bits } else { 0 },
+        bits: if encoding == ENC_PACKED || encoding == ENC_RUNS {
+            bits
+        } else {
+            0
+        },
         signed: ty.signed(),
         rows,
         at,
         payload_len: payload.len() as u32,
         runs: if encoding == ENC_RUNS { runs } else { 0 },
-        reference: if encoding == ENC_CONSTANT || encoding == ENC_PACKED {
-            (min as u64) & mask
-        } else {
+        run_bits: if encoding == ENC_RUNS { run_bits } else { 0 },
+        reference: if encoding == ENC_RAW {
             0
+        } else {
+            (min as u64) & mask
         },
         min,
         max,
@@ -154,6 +152,25 @@ pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (Blo
         index,
     };
     (h, payload)
+}
+
+/// `values` packed at `bits` each (0 to 64), least significant bit first, in
+/// little-endian u64 words.
+fn pack(values: &[u64], bits: u8) -> Vec<u8> {
+    let b = usize::from(bits);
+    let mut words = vec![0u64; (values.len() * b).div_ceil(64)];
+    for (i, &d) in values.iter().enumerate() {
+        let bit = i * b;
+        let (k, s) = (bit / 64, bit % 64);
+        if b == 0 {
+            continue;
+        }
+        words[k] |= d << s;
+        if s > 0 && s + b > 64 {
+            words[k + 1] |= d >> (64 - s);
+        }
+    }
+    words.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// A block of `rows` copies of `value` (the stand-in for a block a zone map skipped).
@@ -612,6 +629,13 @@ mod tests {
             .map(|i| [i32::MIN as i64, -1, i32::MAX as i64][i / 2000])
             .collect();
         assert_eq!(round_trip(Int32, &runs32), ENC_RUNS);
+        // Short runs (an order's lines share its date): packed runs.
+        let short: Vec<i64> = (0..4000)
+            .map(|i| 19_920_101 + (i / 4 * 7919) % 70_000)
+            .collect();
+        assert_eq!(round_trip(Uint32, &short), ENC_RUNS);
+        let one_run_each: Vec<i64> = (0..64).map(|i| i64::MIN + 1 + (i % 2)).collect();
+        round_trip(Int64, &one_run_each);
         // Raw: the whole domain in one block.
         let full: Vec<i64> = (0..64)
             .map(|i| {

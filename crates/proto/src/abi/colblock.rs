@@ -8,26 +8,28 @@
 //! offset size field
 //!      0    1 encoding      0 raw, 1 constant, 2 frame of reference + bit packing, 3 runs
 //!      1    1 width         bytes per value: 4 or 8
-//!      2    1 bits          bits per packed value (encoding 2), 0 to 8 * width
+//!      2    1 bits          bits per packed value (encodings 2, 3), 0 to 8 * width
 //!      3    1 flags         bit 0: values are signed
 //!      4    4 rows          values in the block, 1 to BLOCK_ROWS_MAX
 //!      8    8 at            file offset of this header
 //!     16    4 payload_len   bytes of payload after the header
 //!     20    4 runs          runs (encoding 3), else 0
-//!     24    8 reference     the frame of reference (encodings 1, 2), as the value's bits
+//!     24    8 reference     the frame of reference (encodings 1-3), as the value's bits
 //!     32    8 min           zone map: the smallest value, widened to i64
 //!     40    8 max           zone map: the largest value, widened to i64
 //!     48    4 payload_crc   CRC-32C of the payload
 //!     52    4 index         the block's index in its column
-//!     56    4 magic         "cblk"
+//!     56    1 run_bits      bits per packed run length (encoding 3), else 0
+//!     57    3 magic         "blk"
 //!     60    4 header_crc    CRC-32C of bytes 0..60
 //! ```
 //!
 //! Payloads: raw, `rows * width` bytes; constant, none (every value is `reference`);
 //! bit-packed, `ceil(rows * bits / 64)` little-endian u64 words, value i's offset from
 //! `reference` in bits `[i * bits, (i + 1) * bits)` counted from the least significant
-//! bit of word 0; runs, `runs` values of `width` bytes and then `runs` u32 run lengths
-//! summing to `rows`. A value is `reference + offset` modulo `2^(8 * width)`.
+//! bit of word 0; runs, the `runs` values' offsets packed so at `bits` each, then (from
+//! the next whole word) the `runs` run lengths packed at `run_bits` each, summing to
+//! `rows`. A value is `reference + offset` modulo `2^(8 * width)`.
 //!
 //! Invariant: a block is decoded only after both checksums match and every field is
 //! consistent; anything else is a [`BlockError`] saying where, never a value.
@@ -37,7 +39,7 @@ pub const BLOCK_HEADER_SIZE: usize = 64;
 /// Most rows in one block (a block's decode is one piece between looks at the stop flag).
 pub const BLOCK_ROWS_MAX: u32 = 1 << 20;
 /// The header's magic at offset 56.
-pub const BLOCK_MAGIC: [u8; 4] = *b"cblk";
+pub const BLOCK_MAGIC: [u8; 3] = *b"blk";
 
 /// Encoding ids.
 pub const ENC_RAW: u8 = 0;
@@ -95,6 +97,7 @@ pub struct BlockHeader {
     pub at: u64,
     pub payload_len: u32,
     pub runs: u32,
+    pub run_bits: u8,
     pub reference: u64,
     pub min: i64,
     pub max: i64,
@@ -111,13 +114,23 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
 }
 
 /// The payload bytes encoding `enc` needs for `rows` values of `width` bytes.
-pub fn payload_len(enc: u8, width: u8, bits: u8, rows: u32, runs: u32) -> Option<u64> {
+pub fn payload_len(
+    enc: u8,
+    width: u8,
+    bits: u8,
+    rows: u32,
+    runs: u32,
+    run_bits: u8,
+) -> Option<u64> {
     let rows = u64::from(rows);
     match enc {
         ENC_RAW => Some(rows * u64::from(width)),
         ENC_CONSTANT => Some(0),
         ENC_PACKED => Some((rows * u64::from(bits)).div_ceil(64) * 8),
-        ENC_RUNS => Some(u64::from(runs) * (u64::from(width) + 4)),
+        ENC_RUNS => Some(
+            (u64::from(runs) * u64::from(bits)).div_ceil(64) * 8
+                + (u64::from(runs) * u64::from(run_bits)).div_ceil(64) * 8,
+        ),
         _ => None,
     }
 }
@@ -139,7 +152,8 @@ impl BlockHeader {
         b[40..48].copy_from_slice(&self.max.to_le_bytes());
         b[48..52].copy_from_slice(&self.payload_crc.to_le_bytes());
         b[52..56].copy_from_slice(&self.index.to_le_bytes());
-        b[56..60].copy_from_slice(&BLOCK_MAGIC);
+        b[56] = self.run_bits;
+        b[57..60].copy_from_slice(&BLOCK_MAGIC);
         let crc = crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -161,7 +175,7 @@ impl BlockHeader {
                 "header checksum {stored:#010x}, the header's bytes give {crc:#010x}"
             ));
         }
-        if b[56..60] != BLOCK_MAGIC {
+        if b[57..60] != BLOCK_MAGIC {
             return Err("no block magic".to_string());
         }
         let h = BlockHeader {
@@ -173,6 +187,7 @@ impl BlockHeader {
             at: le_u64(b, 8),
             payload_len: le_u32(b, 16),
             runs: le_u32(b, 20),
+            run_bits: b[56],
             reference: le_u64(b, 24),
             min: le_u64(b, 32) as i64,
             max: le_u64(b, 40) as i64,
@@ -191,13 +206,18 @@ impl BlockHeader {
         if h.bits > 8 * h.width {
             return Err(format!("{} bits per value of {} bytes", h.bits, h.width));
         }
-        if h.encoding == ENC_RUNS && (h.runs == 0 || h.runs > h.rows) {
-            return Err(format!("{} runs for {} rows", h.runs, h.rows));
+        if h.encoding == ENC_RUNS
+            && (h.runs == 0 || h.runs > h.rows || h.run_bits == 0 || h.run_bits > 32)
+        {
+            return Err(format!(
+                "{} runs of {} bits for {} rows",
+                h.runs, h.run_bits, h.rows
+            ));
         }
         if h.min > h.max {
             return Err(format!("zone map min {} above max {}", h.min, h.max));
         }
-        match payload_len(h.encoding, h.width, h.bits, h.rows, h.runs) {
+        match payload_len(h.encoding, h.width, h.bits, h.rows, h.runs, h.run_bits) {
             None => Err(format!("unknown encoding {}", h.encoding)),
             Some(n) if n != u64::from(h.payload_len) => Err(format!(
                 "payload of {} bytes, the encoding needs {n}",
@@ -278,24 +298,26 @@ pub fn decode_block(
         ENC_PACKED => unpack_bits(payload, h, first, n, out),
         ENC_RUNS => {
             let runs = h.runs as usize;
-            let (values, lens) = payload.split_at(runs * width);
+            let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
+            let (values, lens) = payload.split_at(value_words);
             let mut row = 0usize; // first row of run r
             let mut i = 0usize; // values written
             for r in 0..runs {
-                let len = le_u32(lens, r * 4) as usize;
+                let len = field(lens, r, h.run_bits) as usize;
                 let end = row + len;
-                if end > h.rows as usize {
+                if len == 0 || end > h.rows as usize {
                     return Err((
                         BlockPart::Data,
-                        format!("run {r} ends at row {end}, past the block's {}", h.rows),
+                        format!(
+                            "run {r} of {len} rows ends at row {end}, the block has {}",
+                            h.rows
+                        ),
                     ));
                 }
                 let lo = row.max(first);
                 let hi = end.min(first + n);
                 if lo < hi {
-                    let mut v = [0u8; 8];
-                    v[..width].copy_from_slice(&values[r * width..(r + 1) * width]);
-                    let v = u64::from_le_bytes(v);
+                    let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
                     for _ in lo..hi {
                         put(out, i, width, v);
                         i += 1;
@@ -313,6 +335,27 @@ pub fn decode_block(
         e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
     }
     Ok(())
+}
+
+/// Packed field `i` of `bits` bits (0 to 64) of little-endian words `words`.
+fn field(words: &[u8], i: usize, bits: u8) -> u64 {
+    let bits = usize::from(bits);
+    if bits == 0 {
+        return 0;
+    }
+    let n = words.len() / 8;
+    let word = |k: usize| if k < n { le_u64(words, k * 8) } else { 0 };
+    let bit = i * bits;
+    let (k, s) = (bit / 64, bit % 64);
+    let mut v = word(k) >> s;
+    if s > 0 && s + bits > 64 {
+        v |= word(k + 1) << (64 - s);
+    }
+    if bits == 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
 }
 
 /// Bit-packed rows `[first, first + n)` into `out`.
