@@ -388,13 +388,12 @@ impl EncodedColumn {
         header: FileHeader,
         dir: &[u8],
     ) -> Result<EncodedColumn, DataError> {
-        let bad = |block: u64, part: &str, message: String| DataError::CorruptBlock {
+        let bad = |block: u64, part: &'static str, message: String| DataError::CorruptBlock {
             table: table.to_string(),
             column: column.to_string(),
-            path: path.to_string(),
             block,
-            part: part.to_string(),
-            message,
+            part,
+            message: format!("{message} ({path})"),
         };
         const PART: &str = "directory entry (block header and zone map)";
         let mut blocks = Vec::with_capacity(header.blocks as usize);
@@ -513,14 +512,14 @@ impl EncodedColumn {
         Ok(())
     }
 
-    pub fn corrupt(&self, block: u64, part: &str, message: String) -> DataError {
+    /// The error of block `block`'s bad `part` (its message names the file too).
+    pub fn corrupt(&self, block: u64, part: &'static str, message: String) -> DataError {
         DataError::CorruptBlock {
             table: self.table.clone(),
             column: self.column.clone(),
-            path: self.path.clone(),
             block,
-            part: part.to_string(),
-            message,
+            part,
+            message: format!("{message} ({})", self.path),
         }
     }
 

@@ -36,13 +36,12 @@ pub enum DataError {
     Dictionary { path: String, message: String },
     /// A block of an encoded column whose header, zone map (its directory entry) or
     /// payload fails its checksum or is inconsistent.
-    #[error("table {table}, column {column}, block {block} ({path}): bad {part}: {message}")]
+    #[error("table {table}, column {column}, block {block}: bad {part}: {message}")]
     CorruptBlock {
         table: String,
         column: String,
-        path: String,
         block: u64,
-        part: String,
+        part: &'static str,
         message: String,
     },
     /// An encoded column file whose header is bad.

@@ -34,7 +34,7 @@ pub const UNPACK_OPERATOR: &str = "col_unpack";
 /// `COL_UNPACK_BAD` of `sdk/ssb/ssb.h`.
 const COL_UNPACK_BAD: i64 = -1_000_000;
 /// Pieces one col_unpack run takes (40 bytes each in its params).
-const PIECES_PER_RUN: usize = (csx_host::proto::limits::PARAMS_SIZE_MAX as usize) / 40;
+const PIECES_PER_RUN: usize = csx_host::proto::limits::PARAMS_SIZE_MAX / 40;
 
 /// A column file on the device, as staging needs it.
 #[derive(Clone, Debug)]

@@ -255,7 +255,7 @@ pub fn decode_block(
 ) -> Result<(), (BlockPart, String)> {
     let width = usize::from(h.width);
     let n = out.len() / width;
-    if out.len() % width != 0 || first + n as u64 > u64::from(h.rows) {
+    if !out.len().is_multiple_of(width) || first + n as u64 > u64::from(h.rows) {
         return Err((
             BlockPart::Header,
             format!(
@@ -445,7 +445,7 @@ pub fn decode_blocks(
         let h = BlockHeader::parse(rest).map_err(|m| bad(BlockPart::Header, m))?;
         if width == 0 {
             width = usize::from(h.width);
-            if out.len() % width != 0 {
+            if !out.len().is_multiple_of(width) {
                 return Err(bad(
                     BlockPart::Header,
                     format!(
