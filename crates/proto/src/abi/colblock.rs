@@ -255,12 +255,12 @@ pub fn decode_block(
 ) -> Result<(), (BlockPart, String)> {
     let width = usize::from(h.width);
     let n = out.len() / width;
-    if !out.len().is_multiple_of(width) || first + n as u64 > u64::from(h.rows) {
+    if !out.len().is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
         return Err((
             BlockPart::Header,
             format!(
                 "rows {first}..{} asked of a block of {} rows of {width} bytes",
-                first + n as u64,
+                first.saturating_add(n as u64),
                 h.rows
             ),
         ));
@@ -437,8 +437,8 @@ pub fn decode_blocks(
                 format!(
                     "the input ends ({} bytes) before row {} of {} asked",
                     src.len(),
-                    first + (written / width.max(1)) as u64,
-                    first + (out.len() / width.max(1)) as u64
+                    first.saturating_add((written / width.max(1)) as u64),
+                    first.saturating_add((out.len() / width.max(1)) as u64)
                 ),
             ));
         }
@@ -474,7 +474,7 @@ pub fn decode_blocks(
                 ),
             ));
         }
-        let want = first + (written / width) as u64;
+        let want = first.saturating_add((written / width) as u64);
         let block_end = row + u64::from(h.rows);
         if want < block_end {
             let from = want - row;
@@ -616,10 +616,12 @@ mod tests {
                 .collect();
             assert_eq!(vals, all[first..first + n], "rows {first}+{n}");
         }
-        // Past the end.
-        let mut out = vec![0u8; 4 * 10];
-        let e = decode_blocks(&src, 170, &mut out, &mut || false).unwrap_err();
-        assert_eq!(e.part, BlockPart::Header);
+        // Past the end, however far.
+        for first in [170, 177, u64::MAX - 3, u64::MAX] {
+            let mut out = vec![0u8; 4 * 10];
+            let e = decode_blocks(&src, first, &mut out, &mut || false).unwrap_err();
+            assert_eq!(e.part, BlockPart::Header);
+        }
         // A flipped payload bit of the second block, then of its header.
         let second = BLOCK_HEADER_SIZE + (7 * 100usize).div_ceil(64) * 8;
         for (flip, part) in [
