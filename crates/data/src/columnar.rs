@@ -755,14 +755,44 @@ pub fn cluster_table(dir: &Path, by: &str) -> Result<Schema, DataError> {
         .map(|(n, d)| (n.as_str(), d.as_slice()))
         .collect();
     let schema = w.finish(&refs)?;
+    replace_table(&tmp, dir, &schema)?;
+    Ok(schema)
+}
+
+/// Moves the table written at `tmp` over the one at `dir`, file by file, `schema.json`
+/// last, and removes `tmp`.
+fn replace_table(tmp: &Path, dir: &Path, schema: &Schema) -> Result<(), DataError> {
     let mut names: Vec<String> = schema.columns.iter().map(ColumnSchema::file_name).collect();
-    names.extend(dicts.iter().map(|(n, _)| format!("{n}.dict")));
+    names.extend(
+        (schema.columns.iter())
+            .filter(|c| c.ty == ColumnType::Dict)
+            .map(ColumnSchema::dict_file_name),
+    );
     names.push(SCHEMA_FILE.to_string());
     for n in names {
         std::fs::rename(tmp.join(&n), dir.join(&n)).map_err(|e| DataError::io(dir.join(&n), e))?;
     }
-    std::fs::remove_dir(&tmp).map_err(|e| DataError::io(&tmp, e))?;
-    Ok(schema)
+    std::fs::remove_dir(tmp).map_err(|e| DataError::io(tmp, e))
+}
+
+/// Rewrites every table of the dataset at `dir` in raw column files (version 1), in
+/// place: for readers that know only the first version (Python's `csx.arrow` and
+/// `csx.dask` read column files themselves).
+pub fn dataset_as_raw(dir: &Path) -> Result<(), DataError> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| DataError::io(dir, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| DataError::io(dir, e))?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let table = e.path();
+        if table.join(SCHEMA_FILE).is_file() {
+            let tmp = table.with_extension("raw");
+            let schema = copy_as_raw(&table, &tmp)?;
+            replace_table(&tmp, &table, &schema)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes one encoded column file of `values` (of a column of type `ty`) at `path`.
@@ -999,5 +1029,48 @@ mod tests {
         std::fs::write(&p, &bad).unwrap();
         let e = LocalTable::open(tmp.path()).unwrap_err().to_string();
         assert!(e.contains("column d") && e.contains("checksum"), "{e}");
+    }
+
+    /// A generated dataset rewritten raw in place reads the same; a table clustered
+    /// by a column holds the same rows in that column's order.
+    #[test]
+    fn datasets_go_raw_and_tables_cluster_without_changing_rows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("tpch");
+        crate::tpch::generate(&data, 0.001, 3, &mut |_, _, _| {}).unwrap();
+        let li = data.join("lineitem");
+        let before = LocalTable::open(&li).unwrap();
+        let cols: Vec<String> = before
+            .schema
+            .columns
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        let values: Vec<Values> = cols.iter().map(|c| before.read(c).unwrap()).collect();
+        assert!(before.schema.encoded());
+        dataset_as_raw(&data).unwrap();
+        let raw = LocalTable::open(&li).unwrap();
+        assert_eq!(raw.schema.version, FORMAT_VERSION_RAW);
+        for (c, v) in cols.iter().zip(&values) {
+            assert_eq!(&raw.read(c).unwrap(), v, "{c}");
+        }
+        assert_eq!(
+            raw.dictionary("l_shipmode").unwrap(),
+            before.dictionary("l_shipmode").unwrap()
+        );
+        cluster_table(&li, "l_shipdate").unwrap();
+        let sorted = LocalTable::open(&li).unwrap();
+        let dates = sorted.read("l_shipdate").unwrap();
+        assert!((1..dates.len()).all(|i| dates.get_i64(i - 1) <= dates.get_i64(i)));
+        let rows = |t: &[Values]| {
+            let mut r: Vec<Vec<i64>> = (0..t[0].len())
+                .map(|i| t.iter().map(|v| v.get_i64(i)).collect())
+                .collect();
+            r.sort();
+            r
+        };
+        let after: Vec<Values> = cols.iter().map(|c| sorted.read(c).unwrap()).collect();
+        assert_eq!(rows(&after), rows(&values));
+        assert!(!li.with_extension("clustering").exists());
     }
 }
