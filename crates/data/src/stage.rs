@@ -281,7 +281,7 @@ impl Staging {
         }
         let pind = match s.find_program(UNPACK_OPERATOR) {
             Some(p) => p,
-            None => ops::load(s, UNPACK_OPERATOR, EngineKind::Jit)?,
+            None => ops::load(s, UNPACK_OPERATOR, EngineKind::Interpreter)?,
         };
         for round in (0..most).step_by(PIECES_PER_RUN) {
             let mut runs = Vec::new();
@@ -374,13 +374,15 @@ fn diagnose(s: &mut Session, staged: MemHandle, p: &Piece, detail: &str) -> Data
     }
 }
 
-/// Stages a whole column of the table at `dir` into fresh device memory, waiting for
-/// it (the dimensions' columns); the memory holds `rows * width` bytes of plain values.
-pub fn stage_whole(
+/// Starts staging a whole column of the table at `dir` into fresh device memory (its
+/// staged blocks into a buffer of their own), as part of `staging`; the memory holds
+/// `rows * width` bytes of plain values once `staging` is finished.
+pub fn stage_whole_into(
     s: &mut Session,
     dir: &str,
     schema: &Schema,
     name: &str,
+    staging: &mut Staging,
 ) -> Result<MemHandle, DataError> {
     let column = Arc::new(device_column(s, dir, schema, name)?);
     let bytes = schema.rows * column.ty().width();
@@ -390,15 +392,27 @@ pub fn stage_whole(
         0 => MemHandle::NONE,
         n => ops::alloc(s, n)?,
     };
-    let mut st = Staging::default();
-    let t = st.target(Target::new(staged, bound, h, bytes.max(64)));
-    if let Err(e) = st.stage_rows(s, &column, (0, schema.rows), &[], t, 0) {
-        st.abandon(s);
-        return Err(e);
-    }
-    st.finish(s)?;
-    if bound > 0 {
-        s.free(staged)?;
-    }
+    let t = staging.target(Target::new(staged, bound, h, bytes.max(64)));
+    staging.stage_rows(s, &column, (0, schema.rows), &[], t, 0)?;
     Ok(h)
+}
+
+/// [`stage_whole_into`] alone, waited for.
+pub fn stage_whole(
+    s: &mut Session,
+    dir: &str,
+    schema: &Schema,
+    name: &str,
+) -> Result<MemHandle, DataError> {
+    let mut st = Staging::default();
+    match stage_whole_into(s, dir, schema, name, &mut st) {
+        Ok(h) => {
+            st.finish(s)?;
+            Ok(h)
+        }
+        Err(e) => {
+            st.abandon(s);
+            Err(e)
+        }
+    }
 }

@@ -562,15 +562,17 @@ fn bind(
     Ok(out)
 }
 
-/// Stages column `col` of the table at `dir` (schema `schema`) into fresh device
-/// memory as plain values (an encoded column expanded on the device: `crate::stage`).
+/// Starts staging column `col` of the table at `dir` (schema `schema`) into fresh
+/// device memory as plain values, as part of `batch` (an encoded column is expanded on
+/// the device when the batch is finished: `crate::stage`).
 fn stage_column(
     s: &mut Session,
     dir: &str,
     schema: &Schema,
     col: &str,
+    batch: &mut crate::stage::Staging,
 ) -> Result<MemHandle, DataError> {
-    crate::stage::stage_whole(s, dir, schema, col)
+    crate::stage::stage_whole_into(s, dir, schema, col, batch)
 }
 
 /// A dimension's group column staged on the device.
@@ -615,26 +617,23 @@ impl StagedDim {
             KeyRange::Dense => (1u32, rows as u32),
             KeyRange::Fixed(lo, hi) => (lo, hi),
         };
+        // Every column of the dimension staged together, expanded in one batch.
+        let mut batch = crate::stage::Staging::default();
+        let staged = StagedDim::stage_columns(s, dir, &schema, spec, &mut batch);
+        let (keys, filters, nothing, group) = match staged {
+            Ok(x) => x,
+            Err(e) => {
+                batch.abandon(s);
+                return Err(e);
+            }
+        };
+        batch.finish(s)?;
         let words = rows.div_ceil(64).max(1);
-        let keys = stage_column(s, dir, &schema, spec.key)?;
         let mask = ops::alloc(s, words * 8)?;
         let scratch = match strategy {
             FilterStrategy::Accel => Some(ops::alloc(s, 3 * words * 8)?),
             _ => None,
         };
-        let preds = bind(s, dir, &schema, spec.preds)?;
-        let mut filters = Vec::new();
-        let mut nothing = false;
-        for (col, _, compiled) in compile_predicates(&schema, &preds)? {
-            match compiled {
-                Compiled::Nothing => nothing = true,
-                Compiled::All => {}
-                Compiled::Ranges(r) => {
-                    filters.push((stage_column(s, dir, &schema, &col)?, r));
-                }
-            }
-        }
-        let group = StagedDim::stage_group(s, dir, &schema, spec)?;
         let count = u64::from(group.as_ref().map_or(1, |g| g.count));
         Ok(StagedDim {
             spec,
@@ -653,17 +652,52 @@ impl StagedDim {
         })
     }
 
+    /// Starts staging the dimension's key, selection and group columns in `batch`.
+    #[allow(clippy::type_complexity)]
+    fn stage_columns(
+        s: &mut Session,
+        dir: &str,
+        schema: &Schema,
+        spec: &'static DimSpec,
+        batch: &mut crate::stage::Staging,
+    ) -> Result<
+        (
+            MemHandle,
+            Vec<(MemHandle, Vec<(u64, u64)>)>,
+            bool,
+            Option<StagedGroup>,
+        ),
+        DataError,
+    > {
+        let keys = stage_column(s, dir, schema, spec.key, batch)?;
+        let preds = bind(s, dir, schema, spec.preds)?;
+        let mut filters = Vec::new();
+        let mut nothing = false;
+        for (col, _, compiled) in compile_predicates(schema, &preds)? {
+            match compiled {
+                Compiled::Nothing => nothing = true,
+                Compiled::All => {}
+                Compiled::Ranges(r) => {
+                    filters.push((stage_column(s, dir, schema, &col, batch)?, r));
+                }
+            }
+        }
+        let group = StagedDim::stage_group(s, dir, schema, spec, batch)?;
+        Ok((keys, filters, nothing, group))
+    }
+
     fn stage_group(
         s: &mut Session,
         dir: &str,
         schema: &Schema,
         spec: &DimSpec,
+        batch: &mut crate::stage::Staging,
     ) -> Result<Option<StagedGroup>, DataError> {
         let Some((g, range)) = spec.group else {
             return Ok(None);
         };
         let c = schema.column(g)?;
-        let column = stage_column(s, dir, schema, g)?;
+        let column = stage_column(s, dir, schema, g, batch)?;
         let (count, base, dict) = match (c.ty, range) {
             (ColumnType::Dict, _) => (
                 c.entries as u32,
