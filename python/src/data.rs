@@ -45,6 +45,12 @@ pub fn generate<'py>(
                 "benchmark {other:?} is not one of 'tpch', 'ssb'"
             ))),
         }
+        .and_then(|d| {
+            // The package's own readers (csx.arrow, csx.dask) read raw column files
+            // (format version 1) only.
+            csx_data::columnar::dataset_as_raw(&out)?;
+            Ok(d)
+        })
     })?;
     let d = PyDict::new(py);
     for (table, rows) in dataset.tables {

@@ -134,6 +134,7 @@ _Static_assert(sizeof(struct csx_args) == 280, "the fixed part is 280 bytes");
 #define CSX_HELPER_CHACHA20 22
 #define CSX_HELPER_MERGE_INTO_U64 23
 #define CSX_HELPER_MERGE_RUNS_U64 24
+#define CSX_HELPER_UNPACK 25
 
 /* Registered device functions, resolved by name when the device loads a program. */
 
@@ -243,6 +244,16 @@ extern long csx_merge_into_u64(const void *a, unsigned long a_len, const void *b
  */
 extern long csx_merge_runs_u64(void *out, unsigned long out_len, const void *runs,
                                unsigned long n, unsigned long *taken);
+
+/*
+ * csx_unpack (id 25, version 1): expands encoded column blocks (the columnar format's
+ * version 2, stored back to back at blocks) into plain values: rows first_row ..
+ * first_row + dst_len/width into dst; each block's header and payload CRC-32C checked
+ * before it is decoded; returns the rows written, or CSX_EBADMSG for a bad block or rows
+ * past the blocks (the detail names the block's byte offset in blocks and the bad part).
+ */
+extern long csx_unpack(const void *blocks, unsigned long blocks_len,
+                       unsigned long first_row, void *dst, unsigned long dst_len);
 
 /*
  * Declares the program `name`, in its own section "csx/name" so one object may hold

@@ -12,6 +12,9 @@
 
 #include "csx.h"
 
+/* r0 of col_unpack when csx_unpack refused piece i: COL_UNPACK_BAD - i. */
+#define COL_UNPACK_BAD (-1000000L)
+
 /* Most value ranges one filter run ORs together (an IN list of 16 values). */
 #define SSB_RANGES_MAX 16
 

@@ -34,6 +34,24 @@ pub enum DataError {
     },
     #[error("{path}: {message}")]
     Dictionary { path: String, message: String },
+    /// A block of an encoded column whose header, zone map (its directory entry) or
+    /// payload fails its checksum or is inconsistent.
+    #[error("table {table}, column {column}, block {block}: bad {part}: {message}")]
+    CorruptBlock {
+        table: String,
+        column: String,
+        block: u64,
+        part: &'static str,
+        message: String,
+    },
+    /// An encoded column file whose header is bad.
+    #[error("table {table}, column {column} ({path}): bad column file: {message}")]
+    CorruptColumn {
+        table: String,
+        column: String,
+        path: String,
+        message: String,
+    },
     #[error("table {table} has no column {column:?}; columns: {known}")]
     UnknownColumn {
         table: String,

@@ -1,7 +1,9 @@
 //! csx-data: data pipelines on csx devices.
 //!
-//! * [`columnar`]: the columnar format (one file per column, fixed-width little-endian
-//!   values, dictionary-encoded strings, a schema per table; `docs/design/columnar.md`).
+//! * [`columnar`]: the columnar format (one file per column, dictionary-encoded strings,
+//!   a schema per table; `docs/design/columnar.md`); [`encoding`]: its version 2, encoded
+//!   blocks with zone maps and checksums; [`stage`]: encoded columns staged and expanded
+//!   on the device (`csx_unpack`), blocks a zone map excludes never read.
 //! * [`ssb::gen`] and [`tpch`]: deterministic generators of the Star Schema Benchmark's
 //!   tables and TPC-H's ORDERS and LINEITEM, written columnar; [`parquet`] writes the
 //!   Parquet copy the DuckDB oracle reads.
@@ -16,6 +18,7 @@
 
 pub mod calendar;
 pub mod columnar;
+pub mod encoding;
 pub mod error;
 pub mod gen;
 pub mod names;
@@ -28,6 +31,7 @@ mod python;
 pub mod rng;
 pub mod scan;
 pub mod ssb;
+pub mod stage;
 pub mod tpch;
 
 pub use columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};

@@ -33,10 +33,13 @@ use crate::columnar::{
     check_codes, decode_dictionary, ColumnSchema, ColumnType, LocalTable, Schema, Values,
     DICT_SIZE_MAX, SCHEMA_FILE, SCHEMA_SIZE_MAX,
 };
+use crate::encoding::{skipped_blocks, EncodedColumn};
 use crate::error::DataError;
-use crate::ops::{self, Meter, PendingCopy, Session};
+use crate::ops::{self, Meter, Session};
 use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
+use crate::stage::{device_column, DeviceColumn, Staging, Target};
 use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
+use std::sync::Arc;
 
 /// How the SSB operators compute a selection (Delilah's filter strategies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -158,6 +161,11 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
             .stat(&p)
             .map_err(|e| DataError::device(format!("column file {p}"), e))?
             .size_bytes;
+        if schema.encoded() {
+            // An encoded file's size is checked against its header when it is opened
+            // for staging (`crate::stage::device_column`).
+            continue;
+        }
         let expected = schema.rows * c.ty.width();
         if found != expected {
             return Err(DataError::ColumnLength {
@@ -243,7 +251,7 @@ struct Staged {
     start: u64,
     count: u64,
     set: u64,
-    copies: Vec<PendingCopy>,
+    copies: Staging,
 }
 
 /// A scan read chunk by chunk ([`Scanner::next_chunk`]); [`scan`] collects one.
@@ -277,6 +285,13 @@ pub struct Scanner<'d> {
     slots: u64,
     sets: u64,
     buffers: Vec<(MemHandle, MemHandle)>,
+    /// The staged columns' files (inputs order), the blocks their zone maps exclude,
+    /// and per slot a buffer of staged blocks (encoded tables) of `staged_len` bytes.
+    files: Vec<Arc<DeviceColumn>>,
+    skip: Vec<bool>,
+    staged_bufs: Vec<MemHandle>,
+    staged_len: u64,
+    skipped: u64,
     staged: Option<Staged>,
     ready: VecDeque<Chunk>,
     setup: Meter,
@@ -402,8 +417,16 @@ impl<'d> Scanner<'d> {
         } else {
             schema.rows.div_ceil(chunk)
         };
+        let files = (inputs.iter())
+            .map(|c| device_column(&mut session, table_dir, &schema, &c.name).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(&files))
+            .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
+            .collect();
+        let skip = skipped_blocks(&zone);
+        let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
-        let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64);
+        let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;
         let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
             2
         } else {
@@ -433,6 +456,11 @@ impl<'d> Scanner<'d> {
             slots,
             sets,
             buffers: Vec::new(),
+            files,
+            skip,
+            staged_bufs: Vec::new(),
+            staged_len,
+            skipped: 0,
             staged: None,
             ready: VecDeque::new(),
             setup,
@@ -504,6 +532,10 @@ impl<'d> Scanner<'d> {
             let input = ops::alloc(&mut self.session, self.layout.in_bytes)?;
             let output = ops::alloc(&mut self.session, self.layout.out_bytes)?;
             self.buffers.push((input, output));
+            if self.staged_len > 0 {
+                let b = ops::alloc(&mut self.session, self.staged_len)?;
+                self.staged_bufs.push(b);
+            }
         }
         Ok(pind)
     }
@@ -515,26 +547,35 @@ impl<'d> Scanner<'d> {
     /// Starts staging the batch of chunks from `start` into buffer set `set`.
     fn stage(&mut self, start: u64, set: u64) -> Result<Staged, DataError> {
         let end = (start + self.slots).min(self.chunks);
-        let mut copies = Vec::new();
+        let mut copies = Staging::default();
         for (i, c) in (start..end).enumerate() {
-            let (input, _) = self.buffers[(set * self.slots) as usize + i];
+            let k = (set * self.slots) as usize + i;
+            let (input, _) = self.buffers[k];
+            let staged = self.staged_bufs.get(k).copied().unwrap_or(MemHandle::NONE);
+            let t = copies.target(Target::new(
+                staged,
+                self.staged_len,
+                input,
+                self.layout.in_bytes.max(64),
+            ));
             let first = c * self.chunk;
             let rows = self.chunk.min(self.schema.rows - first);
-            for (col, l) in self.inputs.iter().zip(&self.layout.inputs) {
-                let w = l.width;
-                let path = join(&self.table_dir, &col.file_name());
-                match self
-                    .session
-                    .start_copy_file(&path, first * w, rows * w, input, l.segment)
-                {
-                    Ok(p) => copies.push(p),
-                    Err(e) => {
-                        let _ = self.session.wait_copies(copies);
-                        return Err(e.into());
-                    }
+            for (f, l) in self.files.iter().zip(&self.layout.inputs) {
+                let r = copies.stage_rows(
+                    &mut self.session,
+                    f,
+                    (first, rows),
+                    &self.skip,
+                    t,
+                    l.segment,
+                );
+                if let Err(e) = r {
+                    copies.abandon(&mut self.session);
+                    return Err(e);
                 }
             }
         }
+        self.skipped += copies.skipped;
         Ok(Staged {
             start,
             count: end - start,
@@ -546,7 +587,7 @@ impl<'d> Scanner<'d> {
     /// Waits for every copy still in flight.
     fn drain(&mut self) {
         if let Some(s) = self.staged.take() {
-            let _ = self.session.wait_copies(s.copies);
+            s.copies.abandon(&mut self.session);
         }
     }
 
@@ -571,7 +612,7 @@ impl<'d> Scanner<'d> {
             set,
             copies,
         } = current;
-        self.session.wait_copies(copies)?;
+        copies.finish(&mut self.session)?;
         let after = start + count;
         if self.sets == 2 && after < self.chunks {
             self.staged = Some(self.stage(after, 1 - set)?);
@@ -672,6 +713,12 @@ impl<'d> Scanner<'d> {
     pub fn close(mut self) -> Result<Meter, DataError> {
         self.drain();
         Ok(self.session.close()?)
+    }
+
+    /// Blocks (of every staged column) zone maps excluded so far: not read from the
+    /// media.
+    pub fn skipped_blocks(&self) -> u64 {
+        self.skipped
     }
 
     /// Whether a predicate selects no row at all (the scan runs no chunk).

@@ -15,7 +15,8 @@
 //!
 //! Stopping: a context given the run's stop flag ([`CallContext::with_stop`]) looks at
 //! it after every function returns and, in the functions whose work grows with their
-//! arguments (memcpy, memset, the filters, sort, merge, file reads), between
+//! arguments (memcpy, memset, the filters, sort, merge, file reads), and between the
+//! blocks `csx_unpack` decodes, between
 //! pieces of at most [`STOP_CHECK_BYTES`] bytes; a set flag ends the run with the
 //! abort [`STOPPED_IN_FUNCTION`], which `crate::execute` reports as the run stopped
 //! (aborted, or past its time limit). A sort of more than [`SORT_PIECE_KEYS`] keys is
@@ -1036,6 +1037,33 @@ impl CallContext<'_> {
     }
 }
 
+/// The columnar format's decoder: encoded column blocks into plain values.
+impl CallContext<'_> {
+    fn unpack(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
+        const F: &str = "csx_unpack";
+        let (src, src_len, first, dst, dst_len) = (a[0], a[1], a[2], a[3], a[4]);
+        // The input is copied out first (it is smaller than the output), so the two may
+        // lie anywhere in the program's memory.
+        let input = match mem.slice(src, src_len) {
+            Ok(d) => d.to_vec(),
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        let out = match mem.slice_mut(dst, dst_len) {
+            Ok(o) => o,
+            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        };
+        // Block by block (at most BLOCK_ROWS_MAX rows each), looking at the stop flag
+        // between blocks.
+        let stop = self.stop;
+        let mut stopped = || stop.is_some_and(StopFlag::is_set);
+        match abi::colblock::decode_blocks(&input, first, out, &mut stopped) {
+            Ok(Some(rows)) => Ok(rows),
+            Ok(None) => Err(stopped_abort()),
+            Err(e) => self.fail(F, CSX_EBADMSG, e.to_string()),
+        }
+    }
+}
+
 impl HelperHost for CallContext<'_> {
     fn call(&mut self, id: u32, args: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         let r0 = self.dispatch(id, args, mem)?;
@@ -1065,6 +1093,7 @@ impl CallContext<'_> {
             ids::CSX_CHACHA20 => self.chacha20(args, mem),
             ids::CSX_MERGE_INTO_U64 => self.merge_into(args, mem),
             ids::CSX_MERGE_RUNS_U64 => self.merge_runs(args, mem),
+            ids::CSX_UNPACK => self.unpack(args, mem),
             // The VM only calls ids in the table, so this is a table/host mismatch.
             _ => self.fail(
                 "device",
@@ -1806,6 +1835,100 @@ mod tests {
         mem.store(p + 1, 8, u64::MAX).unwrap();
         let bad = ctx.call(ids::CSX_LZ4_DECOMPRESS, [p, c, b, 5000, 0], &mut mem);
         assert_eq!(bad, Ok(CSX_EBADMSG as u64));
+    }
+
+    /// csx_unpack expands constant and raw blocks stored back to back, any row range;
+    /// a flipped bit in a header or a payload is CSX_EBADMSG naming the block's offset
+    /// and the part; bad pointers are CSX_EFAULT; a set stop flag stops the run.
+    #[test]
+    fn unpack_expands_blocks_checks_them_and_stops() {
+        use abi::colblock::{crc32c, BlockHeader, BLOCK_HEADER_SIZE, ENC_CONSTANT, ENC_RAW};
+        let raw: Vec<u8> = (0..50u32).flat_map(|v| (v * 3).to_le_bytes()).collect();
+        let blocks = [
+            BlockHeader {
+                encoding: ENC_CONSTANT,
+                width: 4,
+                rows: 30,
+                reference: 7,
+                min: 7,
+                max: 7,
+                payload_crc: crc32c(&[]),
+                ..BlockHeader::default()
+            },
+            BlockHeader {
+                encoding: ENC_RAW,
+                width: 4,
+                rows: 50,
+                payload_len: 200,
+                min: 0,
+                max: 147,
+                payload_crc: crc32c(&raw),
+                index: 1,
+                ..BlockHeader::default()
+            },
+        ];
+        let mut src = blocks[0].encode().to_vec();
+        src.extend_from_slice(&blocks[1].encode());
+        src.extend_from_slice(&raw);
+        let mut out = vec![0u8; 80 * 4];
+        let mut ctx = CallContext::without_files(Instant::now());
+        let mut mem = MemoryMap::new();
+        let s = mem.map_read_write(RegionIdx(4), &mut src).unwrap();
+        let d = mem.map_read_write(RegionIdx(5), &mut out).unwrap();
+        let n = (2 * BLOCK_HEADER_SIZE + 200) as u64;
+        let f = ids::CSX_UNPACK;
+        // Rows 25..35: five constants, then the raw block's first five.
+        assert_eq!(ctx.call(f, [s, n, 25, d, 40], &mut mem), Ok(10));
+        let got: Vec<u32> = mem
+            .slice(d, 40)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [7, 7, 7, 7, 7, 0, 3, 6, 9, 12]);
+        assert_eq!(ctx.call(f, [s, n, 0, d, 320], &mut mem), Ok(80));
+        assert!(ctx.detail.is_none());
+        // Past the last row; an output that is not whole values.
+        assert_eq!(
+            ctx.call(f, [s, n, 75, d, 24], &mut mem),
+            Ok(CSX_EBADMSG as u64)
+        );
+        assert_eq!(
+            ctx.call(f, [s, n, 0, d, 6], &mut mem),
+            Ok(CSX_EBADMSG as u64)
+        );
+        // A flipped payload bit, then a flipped header bit, of the second block.
+        for (flip, part) in [
+            (2 * BLOCK_HEADER_SIZE + 9, "bad data"),
+            (BLOCK_HEADER_SIZE + 33, "bad header"),
+        ] {
+            let mut ctx = CallContext::without_files(Instant::now());
+            let at = s + flip as u64;
+            let b = mem.load(at, 1).unwrap();
+            mem.store(at, 1, b ^ 4).unwrap();
+            assert_eq!(
+                ctx.call(f, [s, n, 0, d, 320], &mut mem),
+                Ok(CSX_EBADMSG as u64)
+            );
+            let detail = ctx.detail.clone().unwrap();
+            assert_eq!(detail.function, "csx_unpack");
+            assert!(
+                detail.message.contains("block at byte 64") && detail.message.contains(part),
+                "{}",
+                detail.message
+            );
+            mem.store(at, 1, b).unwrap();
+        }
+        // Outside the program's memory.
+        assert_eq!(
+            ctx.call(f, [s, n + 1, 0, d, 40], &mut mem),
+            Ok(CSX_EFAULT as u64)
+        );
+        // Stopped.
+        let flag = StopFlag::new();
+        flag.stop(1);
+        let mut ctx = CallContext::without_files(Instant::now()).with_stop(&flag);
+        assert!(ctx.call(f, [s, n, 0, d, 320], &mut mem).is_err());
     }
 
     /// The filters' contract written the obvious way: every value read, then the bitmap.

@@ -284,6 +284,16 @@ impl<'d> Session<'d> {
             .map_or_else(|| format!("in slot {}", pind.0), |h| h.name.clone())
     }
 
+    /// The slot of a program this session loaded or adopted under `name`, if it holds
+    /// one (so a helper program is loaded once per session).
+    pub fn find_program(&self, name: &str) -> Option<ProgramIndex> {
+        self.programs
+            .iter()
+            .rev()
+            .find(|h| h.name == name)
+            .map(|h| h.pind)
+    }
+
     /// One command, waited for; its cost goes to the data path's modelled time
     /// (`setup`: to the set-up time).
     fn call(

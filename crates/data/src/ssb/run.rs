@@ -37,8 +37,7 @@ use serde_json::Value;
 use crate::columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};
 use crate::error::DataError;
 use crate::ops::{
-    self, filter_params, DimParams, Meter, PendingCopy, ProbeDimParams, ProbeParams, Session,
-    Window, NO_WINDOW,
+    self, filter_params, DimParams, Meter, ProbeDimParams, ProbeParams, Session, Window, NO_WINDOW,
 };
 use crate::predicate::{literal, Cmp, Compiled, Predicate};
 use crate::scan::{
@@ -247,11 +246,9 @@ impl ColumnSource for DeviceSource<'_, '_> {
     fn values(&mut self, table: &str, column: &str) -> Result<Values, DataError> {
         let schema = self.schema(table)?;
         let c = schema.column(column)?;
-        let path = format!("{}/{table}/{}", self.dir, c.file_name());
-        let bytes = self
-            .session
-            .read_file(&path, 0, schema.rows * c.ty.width())?;
-        let values = Values::from_le_bytes(c.ty, &bytes);
+        let dir = format!("{}/{table}", self.dir);
+        let path = format!("{dir}/{}", c.file_name());
+        let values = crate::stage::read_to_host(self.session, &dir, &schema, column)?;
         if let Values::U32(codes) = &values {
             if c.ty == ColumnType::Dict {
                 crate::columnar::check_codes(codes, c.entries, &path, 0)?;
@@ -565,11 +562,17 @@ fn bind(
     Ok(out)
 }
 
-/// Allocates `bytes` and stages column `col` of the table at `dir` into it.
-fn stage_column(s: &mut Session, dir: &str, col: &str, bytes: u64) -> Result<MemHandle, DataError> {
-    let h = ops::alloc(s, bytes)?;
-    s.copy_file(&format!("{dir}/{col}.col"), 0, bytes, h, 0)?;
-    Ok(h)
+/// Starts staging column `col` of the table at `dir` (schema `schema`) into fresh
+/// device memory as plain values, as part of `batch` (an encoded column is expanded on
+/// the device when the batch is finished: `crate::stage`).
+fn stage_column(
+    s: &mut Session,
+    dir: &str,
+    schema: &Schema,
+    col: &str,
+    batch: &mut crate::stage::Staging,
+) -> Result<MemHandle, DataError> {
+    crate::stage::stage_whole_into(s, dir, schema, col, batch)
 }
 
 /// A dimension's group column staged on the device.
@@ -614,26 +617,23 @@ impl StagedDim {
             KeyRange::Dense => (1u32, rows as u32),
             KeyRange::Fixed(lo, hi) => (lo, hi),
         };
+        // Every column of the dimension staged together, expanded in one batch.
+        let mut batch = crate::stage::Staging::default();
+        let staged = StagedDim::stage_columns(s, dir, &schema, spec, &mut batch);
+        let (keys, filters, nothing, group) = match staged {
+            Ok(x) => x,
+            Err(e) => {
+                batch.abandon(s);
+                return Err(e);
+            }
+        };
+        batch.finish(s)?;
         let words = rows.div_ceil(64).max(1);
-        let keys = stage_column(s, dir, spec.key, rows * 4)?;
         let mask = ops::alloc(s, words * 8)?;
         let scratch = match strategy {
             FilterStrategy::Accel => Some(ops::alloc(s, 3 * words * 8)?),
             _ => None,
         };
-        let preds = bind(s, dir, &schema, spec.preds)?;
-        let mut filters = Vec::new();
-        let mut nothing = false;
-        for (col, ty, compiled) in compile_predicates(&schema, &preds)? {
-            match compiled {
-                Compiled::Nothing => nothing = true,
-                Compiled::All => {}
-                Compiled::Ranges(r) => {
-                    filters.push((stage_column(s, dir, &col, rows * ty.width())?, r));
-                }
-            }
-        }
-        let group = StagedDim::stage_group(s, dir, &schema, spec)?;
         let count = u64::from(group.as_ref().map_or(1, |g| g.count));
         Ok(StagedDim {
             spec,
@@ -652,17 +652,52 @@ impl StagedDim {
         })
     }
 
+    /// Starts staging the dimension's key, selection and group columns in `batch`.
+    #[allow(clippy::type_complexity)]
+    fn stage_columns(
+        s: &mut Session,
+        dir: &str,
+        schema: &Schema,
+        spec: &'static DimSpec,
+        batch: &mut crate::stage::Staging,
+    ) -> Result<
+        (
+            MemHandle,
+            Vec<(MemHandle, Vec<(u64, u64)>)>,
+            bool,
+            Option<StagedGroup>,
+        ),
+        DataError,
+    > {
+        let keys = stage_column(s, dir, schema, spec.key, batch)?;
+        let preds = bind(s, dir, schema, spec.preds)?;
+        let mut filters = Vec::new();
+        let mut nothing = false;
+        for (col, _, compiled) in compile_predicates(schema, &preds)? {
+            match compiled {
+                Compiled::Nothing => nothing = true,
+                Compiled::All => {}
+                Compiled::Ranges(r) => {
+                    filters.push((stage_column(s, dir, schema, &col, batch)?, r));
+                }
+            }
+        }
+        let group = StagedDim::stage_group(s, dir, schema, spec, batch)?;
+        Ok((keys, filters, nothing, group))
+    }
+
     fn stage_group(
         s: &mut Session,
         dir: &str,
         schema: &Schema,
         spec: &DimSpec,
+        batch: &mut crate::stage::Staging,
     ) -> Result<Option<StagedGroup>, DataError> {
         let Some((g, range)) = spec.group else {
             return Ok(None);
         };
         let c = schema.column(g)?;
-        let column = stage_column(s, dir, g, schema.rows * 4)?;
+        let column = stage_column(s, dir, schema, g, batch)?;
         let (count, base, dict) = match (c.ty, range) {
             (ColumnType::Dict, _) => (
                 c.entries as u32,
@@ -771,6 +806,16 @@ struct Lineorder {
     partitions: u64,
     sets: u64,
     slots: Vec<MemHandle>,
+    /// The columns' files and the staged-block buffers, made at the first staging.
+    staging: std::cell::RefCell<Option<LoStaging>>,
+}
+
+/// LINEORDER's staging state: each staged column's file (`cols` order), the blocks a
+/// zone map excludes, and a buffer of staged blocks per slot.
+struct LoStaging {
+    files: Vec<std::sync::Arc<crate::stage::DeviceColumn>>,
+    skip: Vec<bool>,
+    staged: Vec<(MemHandle, u64)>,
 }
 
 impl Lineorder {
@@ -824,6 +869,7 @@ impl Lineorder {
             partitions: u64::from(partitions),
             sets,
             slots,
+            staging: std::cell::RefCell::new(None),
         })
     }
 
@@ -900,26 +946,70 @@ impl Lineorder {
         (start, self.round.min(self.rows - start))
     }
 
-    /// Starts the Memory Copies of round `r` into slot set `set` (on the device's
-    /// transfer workers; the caller waits for them).
-    fn stage(&self, s: &mut Session, r: u64, set: u64) -> Result<Vec<PendingCopy>, DataError> {
+    /// Opens the staged columns' files, finds the blocks LINEORDER's selections'
+    /// zone maps exclude and allocates a buffer of staged blocks per slot (encoded
+    /// columns), once.
+    fn staging_state(&self, s: &mut Session) -> Result<(), DataError> {
+        if self.staging.borrow().is_some() {
+            return Ok(());
+        }
+        let schema = device_schema(s, &self.dir)?;
+        let files = (self.cols.iter())
+            .map(|c| crate::stage::device_column(s, &self.dir, &schema, c).map(std::sync::Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let zone: Vec<(&crate::encoding::EncodedColumn, &[(u64, u64)])> = (self.filters.iter())
+            .filter_map(|(c, r)| {
+                let i = self.cols.iter().position(|x| x == c)?;
+                Some((files[i].encoded()?, r.as_slice()))
+            })
+            .collect();
+        let skip = crate::encoding::skipped_blocks(&zone);
+        let bound: u64 = files.iter().map(|f| f.staged_bound(self.part_max)).sum();
+        let staged = match bound {
+            0 => vec![(MemHandle::NONE, 0); self.slots.len()],
+            _ => (0..self.slots.len())
+                .map(|_| Ok((ops::alloc(s, bound)?, bound)))
+                .collect::<Result<_, DataError>>()?,
+        };
+        *self.staging.borrow_mut() = Some(LoStaging {
+            files,
+            skip,
+            staged,
+        });
+        Ok(())
+    }
+
+    /// Starts staging round `r` into slot set `set`: the Memory Copies of its columns
+    /// (of an encoded column, of the blocks no zone map excludes) run on the device's
+    /// transfer workers; [`Lineorder::wait`] waits for them and expands the blocks.
+    fn stage(&self, s: &mut Session, r: u64, set: u64) -> Result<crate::stage::Staging, DataError> {
+        self.staging_state(s)?;
+        let guard = self.staging.borrow();
+        let st = guard.as_ref().expect("the staging state was just made");
         let (start, n) = self.round_rows(r);
-        let mut copies = Vec::new();
+        let mut staging = crate::stage::Staging::default();
         for (p, (off, len)) in round_parts(n, self.partitions).into_iter().enumerate() {
-            for (i, c) in self.cols.iter().enumerate() {
-                let path = format!("{}/{c}.col", self.dir);
-                let at = (start + off) * 4;
+            let (buf, buf_len) = st.staged[(set * self.partitions) as usize + p];
+            let t = staging.target(crate::stage::Target::new(
+                buf,
+                buf_len,
+                self.slot(set, p),
+                self.in_bytes,
+            ));
+            for (i, f) in st.files.iter().enumerate() {
                 let dst = i as u64 * self.col_bytes;
-                match s.start_copy_file(&path, at, len * 4, self.slot(set, p), dst) {
-                    Ok(x) => copies.push(x),
-                    Err(e) => {
-                        let _ = s.wait_copies(copies);
-                        return Err(e.into());
-                    }
+                if let Err(e) = staging.stage_rows(s, f, (start + off, len), &st.skip, t, dst) {
+                    staging.abandon(s);
+                    return Err(e);
                 }
             }
         }
-        Ok(copies)
+        Ok(staging)
+    }
+
+    /// Waits for a round's staging and expands its encoded blocks on the engines.
+    fn wait(&self, s: &mut Session, staging: crate::stage::Staging) -> Result<(), DataError> {
+        staging.finish(s)
     }
 }
 
@@ -1044,7 +1134,7 @@ impl<'a> Plan<'a> {
         if self.empty {
             if let Some(c) = pending.take() {
                 let clock = Clock::start(s);
-                s.wait_copies(c)?;
+                lo.wait(s, c)?;
                 clock.phase(s, "load", phases);
             }
             Clock::start(s).phase(s, "probe", phases);
@@ -1062,7 +1152,7 @@ impl<'a> Plan<'a> {
                 Some(c) => c,
                 None => lo.stage(s, r, r % lo.sets)?,
             };
-            s.wait_copies(copies)?;
+            lo.wait(s, copies)?;
             if r + 1 < lo.rounds {
                 pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
             }

@@ -27,6 +27,7 @@ pub const CSX_LZ4_COMPRESS: u32 = 21;
 pub const CSX_CHACHA20: u32 = 22;
 pub const CSX_MERGE_INTO_U64: u32 = 23;
 pub const CSX_MERGE_RUNS_U64: u32 = 24;
+pub const CSX_UNPACK: u32 = 25;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,6 +185,14 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         version: 1,
         c_decl: "long csx_merge_runs_u64(void *out, unsigned long out_len, const void *runs, unsigned long n, unsigned long *taken);",
         doc: "accelerated multiway merge: the first out_len/8 keys of the n (1 to 16) sorted u64 runs described at runs ({const void *addr; unsigned long len;} each, as args->windows) into out, ties from the lower run first; taken[i] gets the keys used from run i; returns the keys written",
+    },
+    FunctionSpec {
+        id: CSX_UNPACK,
+        name: "csx_unpack",
+        args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrOut { len_arg: 4 }, Scalar],
+        version: 1,
+        c_decl: "long csx_unpack(const void *blocks, unsigned long blocks_len, unsigned long first_row, void *dst, unsigned long dst_len);",
+        doc: "expands encoded column blocks (the columnar format's version 2, stored back to back at blocks) into plain values: rows first_row .. first_row + dst_len/width into dst; each block's header and payload CRC-32C checked before it is decoded; returns the rows written, or CSX_EBADMSG for a bad block or rows past the blocks (the detail names the block's byte offset in blocks and the bad part)",
     },
 ];
 

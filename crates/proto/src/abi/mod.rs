@@ -4,6 +4,7 @@
 //! - the region map ([`ARGS_REGION`], [`STATE_REGION`], [`WINDOW_REGION_FIRST`]);
 //! - the layout of `struct csx_args` and its encoder ([`args`]);
 //! - the registered device functions: ids, C declarations, argument kinds ([`functions`]);
+//! - encoded column blocks, as `csx_unpack` expands them ([`colblock`]);
 //! - the comparison operators of the filter functions ([`cmp`]);
 //! - the negative `CSX_E*` codes functions return ([`errno`]);
 //! - the streaming operator contract of `csx pipe` ([`op`]);
@@ -34,6 +35,7 @@
 
 pub mod args;
 pub mod cmp;
+pub mod colblock;
 pub mod errno;
 pub mod functions;
 pub mod header;

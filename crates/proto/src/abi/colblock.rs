@@ -1,0 +1,646 @@
+//! Encoded column blocks: the unit the columnar format's version 2 stores
+//! (`docs/design/columnar.md`) and the device function `csx_unpack` expands in device
+//! memory. Host writer and device agree on this module alone.
+//!
+//! A block is a 64-byte header followed by its payload. The header (little-endian):
+//!
+//! ```text
+//! offset size field
+//!      0    1 encoding      0 raw, 1 constant, 2 frame of reference + bit packing, 3 runs
+//!      1    1 width         bytes per value: 4 or 8
+//!      2    1 bits          bits per packed value (encodings 2, 3), 0 to 8 * width
+//!      3    1 flags         bit 0: values are signed
+//!      4    4 rows          values in the block, 1 to BLOCK_ROWS_MAX
+//!      8    8 at            file offset of this header
+//!     16    4 payload_len   bytes of payload after the header
+//!     20    4 runs          runs (encoding 3), else 0
+//!     24    8 reference     the frame of reference (encodings 1-3), as the value's bits
+//!     32    8 min           zone map: the smallest value, widened to i64
+//!     40    8 max           zone map: the largest value, widened to i64
+//!     48    4 payload_crc   CRC-32C of the payload
+//!     52    4 index         the block's index in its column
+//!     56    1 run_bits      bits per packed run length (encoding 3), else 0
+//!     57    3 magic         "blk"
+//!     60    4 header_crc    CRC-32C of bytes 0..60
+//! ```
+//!
+//! Payloads: raw, `rows * width` bytes; constant, none (every value is `reference`);
+//! bit-packed, `ceil(rows * bits / 64)` little-endian u64 words, value i's offset from
+//! `reference` in bits `[i * bits, (i + 1) * bits)` counted from the least significant
+//! bit of word 0; runs, the `runs` values' offsets packed so at `bits` each, then (from
+//! the next whole word) the `runs` run lengths packed at `run_bits` each, summing to
+//! `rows`. A value is `reference + offset` modulo `2^(8 * width)`.
+//!
+//! Invariant: a block is decoded only after both checksums match and every field is
+//! consistent; anything else is a [`BlockError`] saying where, never a value.
+
+/// Bytes of a block header.
+pub const BLOCK_HEADER_SIZE: usize = 64;
+/// Most rows in one block (a block's decode is one piece between looks at the stop flag).
+pub const BLOCK_ROWS_MAX: u32 = 1 << 20;
+/// The header's magic at offset 56.
+pub const BLOCK_MAGIC: [u8; 3] = *b"blk";
+
+/// Encoding ids.
+pub const ENC_RAW: u8 = 0;
+pub const ENC_CONSTANT: u8 = 1;
+pub const ENC_PACKED: u8 = 2;
+pub const ENC_RUNS: u8 = 3;
+
+/// Which part of a block is bad.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockPart {
+    /// The header (its checksum or a field).
+    Header,
+    /// The payload (its checksum or its contents).
+    Data,
+}
+
+impl BlockPart {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockPart::Header => "header",
+            BlockPart::Data => "data",
+        }
+    }
+}
+
+/// A block that may not be decoded: where it starts in the input and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockError {
+    /// Byte offset of the block's header in the input given to the decoder.
+    pub at: usize,
+    pub part: BlockPart,
+    pub message: String,
+}
+
+impl std::fmt::Display for BlockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "block at byte {}: bad {}: {}",
+            self.at,
+            self.part.name(),
+            self.message
+        )
+    }
+}
+
+/// A block's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct BlockHeader {
+    pub encoding: u8,
+    pub width: u8,
+    pub bits: u8,
+    pub signed: bool,
+    pub rows: u32,
+    pub at: u64,
+    pub payload_len: u32,
+    pub runs: u32,
+    pub run_bits: u8,
+    pub reference: u64,
+    pub min: i64,
+    pub max: i64,
+    pub payload_crc: u32,
+    pub index: u32,
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The payload bytes encoding `enc` needs for `rows` values of `width` bytes.
+pub fn payload_len(
+    enc: u8,
+    width: u8,
+    bits: u8,
+    rows: u32,
+    runs: u32,
+    run_bits: u8,
+) -> Option<u64> {
+    let rows = u64::from(rows);
+    match enc {
+        ENC_RAW => Some(rows * u64::from(width)),
+        ENC_CONSTANT => Some(0),
+        ENC_PACKED => Some((rows * u64::from(bits)).div_ceil(64) * 8),
+        ENC_RUNS => Some(
+            (u64::from(runs) * u64::from(bits)).div_ceil(64) * 8
+                + (u64::from(runs) * u64::from(run_bits)).div_ceil(64) * 8,
+        ),
+        _ => None,
+    }
+}
+
+impl BlockHeader {
+    /// The header's 64 bytes, checksum included.
+    pub fn encode(&self) -> [u8; BLOCK_HEADER_SIZE] {
+        let mut b = [0u8; BLOCK_HEADER_SIZE];
+        b[0] = self.encoding;
+        b[1] = self.width;
+        b[2] = self.bits;
+        b[3] = u8::from(self.signed);
+        b[4..8].copy_from_slice(&self.rows.to_le_bytes());
+        b[8..16].copy_from_slice(&self.at.to_le_bytes());
+        b[16..20].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[20..24].copy_from_slice(&self.runs.to_le_bytes());
+        b[24..32].copy_from_slice(&self.reference.to_le_bytes());
+        b[32..40].copy_from_slice(&self.min.to_le_bytes());
+        b[40..48].copy_from_slice(&self.max.to_le_bytes());
+        b[48..52].copy_from_slice(&self.payload_crc.to_le_bytes());
+        b[52..56].copy_from_slice(&self.index.to_le_bytes());
+        b[56] = self.run_bits;
+        b[57..60].copy_from_slice(&BLOCK_MAGIC);
+        let crc = crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks a header: its checksum, then every field's range and the
+    /// payload length its encoding implies. The error message says what is wrong.
+    pub fn parse(b: &[u8]) -> Result<BlockHeader, String> {
+        if b.len() < BLOCK_HEADER_SIZE {
+            return Err(format!(
+                "{} bytes, a header has {BLOCK_HEADER_SIZE}",
+                b.len()
+            ));
+        }
+        let stored = le_u32(b, 60);
+        let crc = crc32c(&b[..60]);
+        if stored != crc {
+            return Err(format!(
+                "header checksum {stored:#010x}, the header's bytes give {crc:#010x}"
+            ));
+        }
+        if b[57..60] != BLOCK_MAGIC {
+            return Err("no block magic".to_string());
+        }
+        let h = BlockHeader {
+            encoding: b[0],
+            width: b[1],
+            bits: b[2],
+            signed: b[3] & 1 != 0,
+            rows: le_u32(b, 4),
+            at: le_u64(b, 8),
+            payload_len: le_u32(b, 16),
+            runs: le_u32(b, 20),
+            run_bits: b[56],
+            reference: le_u64(b, 24),
+            min: le_u64(b, 32) as i64,
+            max: le_u64(b, 40) as i64,
+            payload_crc: le_u32(b, 48),
+            index: le_u32(b, 52),
+        };
+        if b[3] & !1 != 0 {
+            return Err(format!("unknown flags {:#x}", b[3]));
+        }
+        if h.width != 4 && h.width != 8 {
+            return Err(format!("width {}, must be 4 or 8", h.width));
+        }
+        if h.rows == 0 || h.rows > BLOCK_ROWS_MAX {
+            return Err(format!("{} rows, must be 1 to {BLOCK_ROWS_MAX}", h.rows));
+        }
+        if h.bits > 8 * h.width {
+            return Err(format!("{} bits per value of {} bytes", h.bits, h.width));
+        }
+        if h.encoding == ENC_RUNS
+            && (h.runs == 0 || h.runs > h.rows || h.run_bits == 0 || h.run_bits > 32)
+        {
+            return Err(format!(
+                "{} runs of {} bits for {} rows",
+                h.runs, h.run_bits, h.rows
+            ));
+        }
+        if h.min > h.max {
+            return Err(format!("zone map min {} above max {}", h.min, h.max));
+        }
+        match payload_len(h.encoding, h.width, h.bits, h.rows, h.runs, h.run_bits) {
+            None => Err(format!("unknown encoding {}", h.encoding)),
+            Some(n) if n != u64::from(h.payload_len) => Err(format!(
+                "payload of {} bytes, the encoding needs {n}",
+                h.payload_len
+            )),
+            Some(_) => Ok(h),
+        }
+    }
+
+    /// Bytes of the block: header and payload.
+    pub fn stored_len(&self) -> u64 {
+        BLOCK_HEADER_SIZE as u64 + u64::from(self.payload_len)
+    }
+}
+
+fn width_mask(width: u8) -> u64 {
+    if width >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * u32::from(width))) - 1
+    }
+}
+
+fn put(out: &mut [u8], i: usize, width: usize, v: u64) {
+    out[i * width..(i + 1) * width].copy_from_slice(&v.to_le_bytes()[..width]);
+}
+
+/// Decodes rows `[first, first + out.len() / width)` of one block (`h`, parsed, and
+/// its `payload`) into `out`; the payload's checksum is checked first.
+pub fn decode_block(
+    h: &BlockHeader,
+    payload: &[u8],
+    first: u64,
+    out: &mut [u8],
+) -> Result<(), (BlockPart, String)> {
+    let width = usize::from(h.width);
+    let n = out.len() / width;
+    if !out.len().is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
+        return Err((
+            BlockPart::Header,
+            format!(
+                "rows {first}..{} asked of a block of {} rows of {width} bytes",
+                first.saturating_add(n as u64),
+                h.rows
+            ),
+        ));
+    }
+    if payload.len() != h.payload_len as usize {
+        return Err((
+            BlockPart::Data,
+            format!(
+                "{} payload bytes present, the header says {}",
+                payload.len(),
+                h.payload_len
+            ),
+        ));
+    }
+    let crc = crc32c(payload);
+    if crc != h.payload_crc {
+        return Err((
+            BlockPart::Data,
+            format!(
+                "payload checksum {:#010x}, the payload's bytes give {crc:#010x}",
+                h.payload_crc
+            ),
+        ));
+    }
+    let first = first as usize;
+    let mask = width_mask(h.width);
+    match h.encoding {
+        ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
+        ENC_CONSTANT => {
+            let v = h.reference & mask;
+            for i in 0..n {
+                put(out, i, width, v);
+            }
+        }
+        ENC_PACKED => unpack_bits(payload, h, first, n, out),
+        ENC_RUNS => {
+            let runs = h.runs as usize;
+            let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
+            let (values, lens) = payload.split_at(value_words);
+            let mut row = 0usize; // first row of run r
+            let mut i = 0usize; // values written
+            for r in 0..runs {
+                let len = field(lens, r, h.run_bits) as usize;
+                let end = row + len;
+                if len == 0 || end > h.rows as usize {
+                    return Err((
+                        BlockPart::Data,
+                        format!(
+                            "run {r} of {len} rows ends at row {end}, the block has {}",
+                            h.rows
+                        ),
+                    ));
+                }
+                let lo = row.max(first);
+                let hi = end.min(first + n);
+                if lo < hi {
+                    let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
+                    for _ in lo..hi {
+                        put(out, i, width, v);
+                        i += 1;
+                    }
+                }
+                row = end;
+            }
+            if row != h.rows as usize {
+                return Err((
+                    BlockPart::Data,
+                    format!("the runs cover {row} rows, the block has {}", h.rows),
+                ));
+            }
+        }
+        e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
+    }
+    Ok(())
+}
+
+/// Packed field `i` of `bits` bits (0 to 64) of little-endian words `words`.
+fn field(words: &[u8], i: usize, bits: u8) -> u64 {
+    let bits = usize::from(bits);
+    if bits == 0 {
+        return 0;
+    }
+    let n = words.len() / 8;
+    let word = |k: usize| if k < n { le_u64(words, k * 8) } else { 0 };
+    let bit = i * bits;
+    let (k, s) = (bit / 64, bit % 64);
+    let mut v = word(k) >> s;
+    if s > 0 && s + bits > 64 {
+        v |= word(k + 1) << (64 - s);
+    }
+    if bits == 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
+}
+
+/// Bit-packed rows `[first, first + n)` into `out`.
+fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mut [u8]) {
+    let bits = usize::from(h.bits);
+    let width = usize::from(h.width);
+    let mask = width_mask(h.width);
+    let reference = h.reference;
+    if bits == 0 {
+        for i in 0..n {
+            put(out, i, width, reference & mask);
+        }
+        return;
+    }
+    let field = if bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    let words = payload.len() / 8;
+    let word = |k: usize| -> u64 {
+        if k < words {
+            le_u64(payload, k * 8)
+        } else {
+            0
+        }
+    };
+    if width == 4 {
+        for (i, o) in out.chunks_exact_mut(4).enumerate() {
+            let bit = (first + i) * bits;
+            let (k, s) = (bit / 64, bit % 64);
+            let mut v = word(k) >> s;
+            if s + bits > 64 {
+                v |= word(k + 1) << (64 - s);
+            }
+            let x = reference.wrapping_add(v & field) as u32;
+            o.copy_from_slice(&x.to_le_bytes());
+        }
+    } else {
+        for (i, o) in out.chunks_exact_mut(8).enumerate() {
+            let bit = (first + i) * bits;
+            let (k, s) = (bit / 64, bit % 64);
+            let mut v = word(k) >> s;
+            if s > 0 && s + bits > 64 {
+                v |= word(k + 1) << (64 - s);
+            }
+            let x = reference.wrapping_add(v & field);
+            o.copy_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
+/// Decodes rows `[first, first + out.len() / width)` of a sequence of blocks stored back
+/// to back in `src` (as in a column file), each block's header and payload checked
+/// before it is decoded. `stop` is asked between blocks; when it says so, decoding ends
+/// with `Ok(None)`. Returns the rows written.
+pub fn decode_blocks(
+    src: &[u8],
+    first: u64,
+    out: &mut [u8],
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<Option<u64>, BlockError> {
+    let mut at = 0usize;
+    let mut row = 0u64; // first row of the block at `at`
+    let mut written = 0usize; // bytes of out written
+    let mut width = 0usize;
+    while written < out.len() || width == 0 {
+        if stop() {
+            return Ok(None);
+        }
+        let bad = |part, message| BlockError { at, part, message };
+        let rest = &src[at.min(src.len())..];
+        if rest.len() < BLOCK_HEADER_SIZE {
+            if out.is_empty() && at == src.len() {
+                return Ok(Some(0));
+            }
+            return Err(bad(
+                BlockPart::Header,
+                format!(
+                    "the input ends ({} bytes) before row {} of {} asked",
+                    src.len(),
+                    first.saturating_add((written / width.max(1)) as u64),
+                    first.saturating_add((out.len() / width.max(1)) as u64)
+                ),
+            ));
+        }
+        let h = BlockHeader::parse(rest).map_err(|m| bad(BlockPart::Header, m))?;
+        if width == 0 {
+            width = usize::from(h.width);
+            if !out.len().is_multiple_of(width) {
+                return Err(bad(
+                    BlockPart::Header,
+                    format!(
+                        "output of {} bytes is not whole values of {width} bytes",
+                        out.len()
+                    ),
+                ));
+            }
+            if out.is_empty() {
+                return Ok(Some(0));
+            }
+        } else if usize::from(h.width) != width {
+            return Err(bad(
+                BlockPart::Header,
+                format!("width {} after blocks of width {width}", h.width),
+            ));
+        }
+        let end = BLOCK_HEADER_SIZE + h.payload_len as usize;
+        if rest.len() < end {
+            return Err(bad(
+                BlockPart::Data,
+                format!(
+                    "payload of {} bytes, the input holds {}",
+                    h.payload_len,
+                    rest.len() - BLOCK_HEADER_SIZE
+                ),
+            ));
+        }
+        let want = first.saturating_add((written / width) as u64);
+        let block_end = row + u64::from(h.rows);
+        if want < block_end {
+            let from = want - row;
+            let n = ((block_end - want) as usize).min((out.len() - written) / width);
+            decode_block(
+                &h,
+                &rest[BLOCK_HEADER_SIZE..end],
+                from,
+                &mut out[written..written + n * width],
+            )
+            .map_err(|(part, m)| bad(part, m))?;
+            written += n * width;
+        }
+        row = block_end;
+        at += end;
+    }
+    Ok(Some((written / width.max(1)) as u64))
+}
+
+/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), slicing by 8.
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc32c_append(0, data)
+}
+
+/// Continues a CRC-32C: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`.
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    let t = &CRC_TABLES;
+    let mut c = !crc;
+    let mut chunks = data.chunks_exact(8);
+    for b in &mut chunks {
+        let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        c = t[7][(lo & 0xff) as usize]
+            ^ t[6][((lo >> 8) & 0xff) as usize]
+            ^ t[5][((lo >> 16) & 0xff) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][b[4] as usize]
+            ^ t[2][b[5] as usize]
+            ^ t[1][b[6] as usize]
+            ^ t[0][b[7] as usize];
+    }
+    for &b in chunks.remainder() {
+        c = t[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+const fn crc_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut j = 1;
+    while j < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[j - 1][i];
+            t[j][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        j += 1;
+    }
+    t
+}
+
+static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_matches_the_standard_check_values() {
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        assert_eq!(
+            crc32c_append(crc32c(&data[..333]), &data[333..]),
+            crc32c(&data)
+        );
+    }
+
+    fn packed(values: &[u32], reference: u32, bits: u8) -> (BlockHeader, Vec<u8>) {
+        let words = (values.len() * bits as usize).div_ceil(64);
+        let mut w = vec![0u64; words];
+        for (i, &v) in values.iter().enumerate() {
+            let d = u64::from(v - reference);
+            let bit = i * bits as usize;
+            w[bit / 64] |= d << (bit % 64);
+            if bit % 64 + bits as usize > 64 {
+                w[bit / 64 + 1] |= d >> (64 - bit % 64);
+            }
+        }
+        let payload: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let h = BlockHeader {
+            encoding: ENC_PACKED,
+            width: 4,
+            bits,
+            rows: values.len() as u32,
+            payload_len: payload.len() as u32,
+            reference: u64::from(reference),
+            min: i64::from(*values.iter().min().unwrap()),
+            max: i64::from(*values.iter().max().unwrap()),
+            payload_crc: crc32c(&payload),
+            ..BlockHeader::default()
+        };
+        (h, payload)
+    }
+
+    #[test]
+    fn a_packed_sequence_decodes_any_row_range_and_names_a_bad_block() {
+        let a: Vec<u32> = (0..100).map(|i| 1000 + (i * 37) % 101).collect();
+        let b: Vec<u32> = (0..77).map(|i| 5 + (i * 13) % 29).collect();
+        let mut src = Vec::new();
+        for (vals, reference, bits) in [(&a, 1000, 7u8), (&b, 5, 5u8)] {
+            let (h, p) = packed(vals, reference, bits);
+            src.extend_from_slice(&h.encode());
+            src.extend_from_slice(&p);
+        }
+        let all: Vec<u32> = a.iter().chain(&b).copied().collect();
+        for (first, n) in [(0usize, 177usize), (95, 10), (100, 77), (3, 0), (176, 1)] {
+            let mut out = vec![0u8; n * 4];
+            let got = decode_blocks(&src, first as u64, &mut out, &mut || false).unwrap();
+            assert_eq!(got, Some(n as u64));
+            let vals: Vec<u32> = out
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(vals, all[first..first + n], "rows {first}+{n}");
+        }
+        // Past the end, however far.
+        for first in [170, 177, u64::MAX - 3, u64::MAX] {
+            let mut out = vec![0u8; 4 * 10];
+            let e = decode_blocks(&src, first, &mut out, &mut || false).unwrap_err();
+            assert_eq!(e.part, BlockPart::Header);
+        }
+        // A flipped payload bit of the second block, then of its header.
+        let second = BLOCK_HEADER_SIZE + (7 * 100usize).div_ceil(64) * 8;
+        for (flip, part) in [
+            (second + BLOCK_HEADER_SIZE + 3, BlockPart::Data),
+            (second + 4, BlockPart::Header),
+        ] {
+            let mut bad = src.clone();
+            bad[flip] ^= 0x10;
+            let mut out = vec![0u8; 177 * 4];
+            let e = decode_blocks(&bad, 0, &mut out, &mut || false).unwrap_err();
+            assert_eq!((e.at, e.part), (second, part), "{e}");
+        }
+        // A stop between blocks.
+        let mut calls = 0;
+        let mut out = vec![0u8; 177 * 4];
+        let r = decode_blocks(&src, 0, &mut out, &mut || {
+            calls += 1;
+            calls > 1
+        });
+        assert_eq!(r, Ok(None));
+    }
+}
