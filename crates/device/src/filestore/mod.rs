@@ -142,7 +142,6 @@ const KEY_NVM_SIZE: &str = "nvm_size_bytes";
 const FORMAT_VERSION: u64 = 2;
 const FORMAT_VERSION_UNSUMMED: u64 = 1;
 
-
 const _: () = assert!(FILE_SIZE_MAX > crate::nvm::NVM_SIZE_MAX);
 const _: () = assert!(FILE_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!((FILE_SIZE_MAX as u128) < (i64::MAX as u128));
@@ -445,12 +444,7 @@ impl FileStore {
 
     /// Zeroes the bytes of the file's last block past its size, before the file grows
     /// to `new_size`, and updates the block's checksum. Returns whether it wrote.
-    fn zero_tail(
-        &self,
-        st: &mut State,
-        path: &str,
-        new_size: u64,
-    ) -> Result<bool, FileStoreError> {
+    fn zero_tail(&self, st: &mut State, path: &str, new_size: u64) -> Result<bool, FileStoreError> {
         let Some(record) = st.files.get(path) else {
             return Ok(false);
         };
@@ -565,7 +559,8 @@ impl FileStore {
                 continue;
             }
             let nvm_first = piece.nvm_block + (lo - piece.file_block);
-            let bytes = &data[(lo * BLOCK_SIZE - offset) as usize..(hi * BLOCK_SIZE - offset) as usize];
+            let bytes =
+                &data[(lo * BLOCK_SIZE - offset) as usize..(hi * BLOCK_SIZE - offset) as usize];
             sums.resize((hi - lo) as usize, 0);
             crc::crc32c_chunks(bytes, BLOCK_SIZE as usize, &mut sums);
             st.data_dirty = true;
@@ -683,10 +678,7 @@ impl FileStore {
         for k in (0..direct_lo).chain(direct_hi.max(direct_lo)..blocks) {
             let covered = covered_bytes(run.size, run.block + k);
             let block_start = k as usize * bs;
-            read(
-                (run.nvm_block + k) * BLOCK_SIZE,
-                &mut scratch[..covered],
-            )?;
+            read((run.nvm_block + k) * BLOCK_SIZE, &mut scratch[..covered])?;
             verify_block(
                 st,
                 run.path,
@@ -696,7 +688,8 @@ impl FileStore {
             )?;
             let lo = start.max(block_start);
             let hi = end.min(block_start + bs);
-            dst[lo - start..hi - start].copy_from_slice(&scratch[lo - block_start..hi - block_start]);
+            dst[lo - start..hi - start]
+                .copy_from_slice(&scratch[lo - block_start..hi - block_start]);
         }
         if direct_lo < direct_hi {
             let lo = direct_lo as usize * bs - start;

@@ -76,7 +76,11 @@ impl Group {
             ));
         }
         let mut g = Group::empty();
-        for (w, b) in g.known.iter_mut().zip(bytes[..BITMAP_BYTES].chunks_exact(8)) {
+        for (w, b) in g
+            .known
+            .iter_mut()
+            .zip(bytes[..BITMAP_BYTES].chunks_exact(8))
+        {
             *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
         }
         for (s, b) in g.sums.iter_mut().zip(bytes[BITMAP_BYTES..].chunks_exact(4)) {

@@ -1341,7 +1341,10 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
                     other => panic!("expected a checksum error, got {other}"),
                 }
                 let msg = err.to_string();
-                assert!(msg.contains("/f") && msg.contains(&format!("block {block}")), "{msg}");
+                assert!(
+                    msg.contains("/f") && msg.contains(&format!("block {block}")),
+                    "{msg}"
+                );
                 // A read of one byte of the bad block fails too; a read that avoids it
                 // succeeds.
                 let mut one = [0u8; 1];
@@ -1356,7 +1359,9 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
                 assert_eq!(piece, data[from..from + 300]);
             }
             // A partial write into the bad block is refused and changes nothing.
-            let err = store.write_at("/f", block * BLOCK_SIZE + 1, b"xy").unwrap_err();
+            let err = store
+                .write_at("/f", block * BLOCK_SIZE + 1, b"xy")
+                .unwrap_err();
             assert!(matches!(err, FileStoreError::Checksum { .. }), "{err}");
             assert_eq!(read_all(&store, "/g"), pattern(5000, 4));
             crash(store);
@@ -1402,7 +1407,9 @@ fn a_wrong_stored_checksum_is_an_error_never_other_bytes() {
         txn.commit().unwrap();
     }
     let store = reopen(&dir);
-    let err = store.read_at("/f", 0, &mut vec![0; data.len()]).unwrap_err();
+    let err = store
+        .read_at("/f", 0, &mut vec![0; data.len()])
+        .unwrap_err();
     assert!(
         matches!(err, FileStoreError::Checksum { block: 1, .. }),
         "{err}"
@@ -1417,8 +1424,17 @@ fn a_wrong_stored_checksum_is_an_error_never_other_bytes() {
     let meta = dir.path().join(META_FILE_NAME);
     let raw = fs::read(&meta).unwrap();
     let sum = crc::crc32c(&data[..BLOCK_SIZE as usize]).to_le_bytes();
-    let hits: Vec<usize> = raw.windows(4).enumerate().filter(|(_, w)| *w == sum).map(|(i, _)| i).collect();
-    assert!(!hits.is_empty(), "the checksum is stored in {}", meta.display());
+    let hits: Vec<usize> = raw
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| *w == sum)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        !hits.is_empty(),
+        "the checksum is stored in {}",
+        meta.display()
+    );
     for at in hits {
         flip_bit(&meta, at as u64, 3);
     }
@@ -1459,7 +1475,9 @@ fn an_image_made_before_checksums_opens_unverified_and_gains_them() {
     assert_eq!(store.unverified_blocks(), 4);
     assert_eq!(read_all(&store, "/old"), old);
     store.write_at("/new", 0, &pattern(5000, 7)).unwrap();
-    store.write_at("/old", 0, &old[..BLOCK_SIZE as usize]).unwrap();
+    store
+        .write_at("/old", 0, &old[..BLOCK_SIZE as usize])
+        .unwrap();
     assert_eq!(store.unverified_blocks(), 3);
     store.close().unwrap();
     {
@@ -1472,10 +1490,17 @@ fn an_image_made_before_checksums_opens_unverified_and_gains_them() {
             .unwrap()
             .unwrap()
             .value();
-        assert_eq!(version, FORMAT_VERSION, "the first flush marks the new format");
+        assert_eq!(
+            version, FORMAT_VERSION,
+            "the first flush marks the new format"
+        );
     }
     // An unverified block reads what the media holds; a verified one is checked.
-    flip_bit(&dir.path().join(NVM_FILE), nvm_offset + 2 * BLOCK_SIZE + 1, 0);
+    flip_bit(
+        &dir.path().join(NVM_FILE),
+        nvm_offset + 2 * BLOCK_SIZE + 1,
+        0,
+    );
     flip_bit(&dir.path().join(NVM_FILE), nvm_offset + 1, 0);
     let store = reopen(&dir);
     let mut buf = vec![0u8; 10];

@@ -12,6 +12,7 @@
 //! (`programs`).
 
 mod abort;
+mod campaign;
 mod codemap;
 mod concurrency;
 mod daemon;
