@@ -105,13 +105,13 @@ fn helper_slow_client() {
 }
 
 /// A daemon in a child process, on the device in `state`.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    uri: String,
+    pub(crate) uri: String,
 }
 
 impl Daemon {
-    fn start(state: &Path, kind: Kind) -> Daemon {
+    pub(crate) fn start(state: &Path, kind: Kind) -> Daemon {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -140,7 +140,7 @@ impl Daemon {
     }
 
     /// SIGKILL: nothing flushed, nothing closed.
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().unwrap();
     }

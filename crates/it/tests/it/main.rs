@@ -21,6 +21,7 @@ mod errors;
 mod execute;
 mod files;
 mod lambda;
+mod media;
 mod memory;
 mod open;
 mod persistence;
