@@ -1140,12 +1140,14 @@ impl Harness {
         expected.sort();
         assert_eq!(names, expected, "files after crash");
         let mut model = Model::new();
+        let mut removed = false;
         for (path, content) in &self.durable {
             if self.torn.contains(path) && !reads_whole(store, path) {
                 // A block written in place since the flush no longer matches its durable
                 // checksum: an error naming the block, never different bytes. Removing
                 // the file is the way out.
                 store.delete(path).unwrap();
+                removed = true;
                 continue;
             }
             let got = read_all(store, path);
@@ -1154,6 +1156,10 @@ impl Harness {
                 assert!(got == *content, "{path} changed by the crash");
             }
             model.insert(path.clone(), got);
+        }
+        if removed {
+            // The removals are part of the state the harness now calls durable.
+            store.flush().unwrap();
         }
         self.model = model;
         self.mark_flushed();
