@@ -193,7 +193,7 @@ fn hostile(kind: usize, source: &str, port: u16, shm_uri: &str, stop: &AtomicBoo
                 if let Some(mut s) = connect_from(source, port) {
                     let n = 1 + (rng.next() % 4096) as usize;
                     let mut junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
-                    if rng.next() % 2 == 0 {
+                    if rng.next().is_multiple_of(2) {
                         junk[..PDU_HEADER_SIZE.min(n)].copy_from_slice(
                             &[4, 0, 8, 0, 0xff, 0xff, 0xff, 0x7f][..PDU_HEADER_SIZE.min(n)],
                         );
@@ -227,7 +227,7 @@ fn hostile(kind: usize, source: &str, port: u16, shm_uri: &str, stop: &AtomicBoo
                         if dev
                             .load_program(pind, ProgramType::Raw, &RETURN_ZERO, None)
                             .is_err()
-                            && rng.next() % 4 == 0
+                            && rng.next().is_multiple_of(4)
                         {
                             break;
                         }

@@ -449,7 +449,7 @@ impl FileStore {
             return Ok(false);
         };
         let size = record.size;
-        if size % BLOCK_SIZE == 0 || new_size <= size {
+        if size.is_multiple_of(BLOCK_SIZE) || new_size <= size {
             return Ok(false);
         }
         let block = size / BLOCK_SIZE;
@@ -741,7 +741,7 @@ impl FileStore {
         if len > size {
             self.zero_tail(st, &path, len)?;
         }
-        if len < size && len % BLOCK_SIZE != 0 {
+        if len < size && !len.is_multiple_of(BLOCK_SIZE) {
             // The new last block's checksum covers fewer bytes: verify the old ones first.
             let block = len / BLOCK_SIZE;
             if let Mapping::Mapped { nvm_block, .. } = st.get(&path)?.lookup(block) {

@@ -6,7 +6,8 @@
 //! What "acknowledged" means: `Device::put_file` returned (it renames a staged temporary
 //! over the target and flushes), or `Device::delete_file` then `Device::flush` returned.
 //! The writer prints `start` before each operation and `ack` after it, so after a kill
-//! each path must hold the last acknowledged state or the one in flight, nothing else
+//! each path must hold the last acknowledged state or that of an operation started
+//! since, nothing else
 //! (no half file, no older version, no resurrected delete). Between operations a writer
 //! also writes a scratch file without flushing (never acknowledged), so a power loss has
 //! unsynced writes to drop.
@@ -95,10 +96,11 @@ fn helper_campaign_writer() {
                 Ok(()) => true,
                 Err(e) => e.to_string().contains("no such file"),
             };
-            if gone && dev.flush().is_ok() {
-                writeln!(out, "ack {path} 0").unwrap();
-                out.flush().unwrap();
+            if !gone || dev.flush().is_err() {
+                return; // The daemon died: the campaign kills this writer next.
             }
+            writeln!(out, "ack {path} 0").unwrap();
+            out.flush().unwrap();
             continue;
         }
         let seed = base + i;
@@ -181,12 +183,13 @@ fn start_writer(
     (Proc(child), lines)
 }
 
-/// What a path may hold: its last acknowledged version (`Some(seed)`, seed 0 for
-/// absent) and the one in flight, if any.
-#[derive(Default, Clone, Copy, Debug)]
+/// What a path may hold: its last acknowledged version (seed 0 for absent), or the
+/// outcome of any operation started on it since (an unacknowledged one may have
+/// happened, and a later one too).
+#[derive(Default, Clone, Debug)]
 struct PathState {
     acked: u64,
-    in_flight: Option<u64>,
+    in_flight: Vec<u64>,
 }
 
 fn apply_lines(model: &mut BTreeMap<String, PathState>, lines: &[String]) -> usize {
@@ -204,10 +207,10 @@ fn apply_lines(model: &mut BTreeMap<String, PathState>, lines: &[String]) -> usi
         };
         let st = model.entry(path.to_owned()).or_default();
         match what {
-            "start" => st.in_flight = Some(seed),
+            "start" => st.in_flight.push(seed),
             "ack" => {
                 st.acked = seed;
-                st.in_flight = None;
+                st.in_flight.clear();
                 acks += 1;
             }
             _ => {}
@@ -233,14 +236,23 @@ fn check(dev: &Device, model: &mut BTreeMap<String, PathState>, point: u64, rest
         };
         let now = if holds(st.acked) {
             st.acked
-        } else if let Some(s) = st.in_flight.filter(|s| holds(*s)) {
+        } else if let Some(&s) = st.in_flight.iter().find(|s| holds(**s)) {
             s
         } else {
+            let listing: Vec<(String, u64)> = dev
+                .list_files("/")
+                .map(|l| {
+                    l.files
+                        .into_iter()
+                        .map(|f| (f.path, f.size_bytes))
+                        .collect()
+                })
+                .unwrap_or_default();
             panic!(
-                "kill point {point}: {path} holds {} bytes, neither its acknowledged version (seed {}) nor the one in flight ({:?})",
-                got.as_ref().map_or(0, Vec::len),
+                "kill point {point}: {path} holds {:?} bytes, neither its acknowledged version (seed {}) nor one in flight (seeds {:?}); the device holds {listing:?}",
+                got.as_ref().map(Vec::len),
                 st.acked,
-                st.in_flight
+                st.in_flight,
             );
         };
         if !restarted {
@@ -251,7 +263,7 @@ fn check(dev: &Device, model: &mut BTreeMap<String, PathState>, point: u64, rest
         }
         *st = PathState {
             acked: now,
-            in_flight: None,
+            in_flight: Vec::new(),
         };
     }
     if !restarted {
@@ -287,6 +299,12 @@ fn kill_campaign_keeps_every_acknowledged_byte() {
     for point in 0..points {
         let shm = point % 2 == 1;
         let power = rng.below(2) == 0;
+        if std::env::var_os("CSX_CAMPAIGN_VERBOSE").is_some() {
+            eprintln!(
+                "kill point {point}: shm {shm}, power loss {power}, state {}",
+                state.display()
+            );
+        }
         let (daemon, uri) = start_daemon(&state, shm, power.then_some(log.as_path()));
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| start_writer(&uri, w, (point + 1) * 1_000_000 + w * 100_000, dir.path()))
@@ -294,6 +312,9 @@ fn kill_campaign_keeps_every_acknowledged_byte() {
         std::thread::sleep(Duration::from_millis(100 + rng.below(800)));
         // 0: the writers only, 1: the daemon only, 2: both at once.
         let target = rng.below(3);
+        if std::env::var_os("CSX_CAMPAIGN_VERBOSE").is_some() {
+            eprintln!("kill point {point}: target {target}");
+        }
         kinds[target as usize] += 1;
         let mut daemon = Some(daemon);
         if target >= 1 {

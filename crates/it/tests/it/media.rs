@@ -53,7 +53,10 @@ fn a_flipped_bit_is_an_error_naming_file_and_block_on_every_transport() {
         );
         // get_file fails and leaves no local file.
         let local = dir.path().join(format!("got-{how}"));
-        assert!(dev.get_file("/m/file", &local, &mut |_| {}).is_err(), "{how}");
+        assert!(
+            dev.get_file("/m/file", &local, &mut |_| {}).is_err(),
+            "{how}"
+        );
         assert!(!local.exists(), "{how}: a partial local file");
     };
     let dev = Device::open(state.to_str().unwrap()).unwrap();
