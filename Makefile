@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 CSX_LIB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: setup build test lint demo bench clean install install-files fuzz
+.PHONY: setup build test lint demo bench clean install install-files fuzz soak probes
 
 setup:
 	@scripts/setup.sh
@@ -30,6 +30,16 @@ demo: build
 FUZZ_MINUTES ?= 1
 fuzz: setup
 	FUZZ_MINUTES=$(FUZZ_MINUTES) $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") scripts/fuzz.sh
+
+# The long fault campaigns: 1,000 kill -9 points with power-loss simulation, 64 hostile
+# clients for 10 minutes, the 32-client soak for 10 minutes (scripts/soak.sh).
+soak: setup
+	CARGO="$(CARGO)" scripts/soak.sh
+
+# Re-runs the automatable probes of the reliability round against a release csx
+# (scripts/probes.sh): prints each probe's verdict and the count that held.
+probes: build
+	scripts/probes.sh $(or $(CARGO_TARGET_DIR),target)/release/csx
 
 clean:
 	$(CARGO) clean

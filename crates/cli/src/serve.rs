@@ -79,6 +79,12 @@ pub struct ServeArgs {
     /// directory.
     #[arg(long)]
     shm_other_users: bool,
+    /// Connections one tcp client address (or one shm user) may hold at once (default
+    /// 72 of the daemon's 80); past it that source is refused with a message naming
+    /// the limit, and other sources still get in.
+    #[arg(long, value_name = "N", default_value_t = csx_server::CONNECTIONS_PER_SOURCE_DEFAULT,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=csx_server::CONNECTIONS_MAX as u64))]
+    connections_per_source: usize,
     /// Unload the programs a client leaves loaded when it disconnects or dies.
     #[arg(long)]
     reclaim_programs: bool,
@@ -164,7 +170,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
         .limits(limits)
         .reclaim_programs(args.reclaim_programs)
         .write_stall(Duration::from_secs(args.write_stall))
-        .shm_other_users(args.shm_other_users);
+        .shm_other_users(args.shm_other_users)
+        .connections_per_source(args.connections_per_source);
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         options = options.tls(cert, key);
     }

@@ -181,6 +181,63 @@ pub struct Nvm {
     /// loss (see [`Nvm::simulate_power_loss`]).
     #[cfg(test)]
     undo: std::sync::Mutex<Option<UndoLog>>,
+    /// The power-loss log of a crash test ([`UNDO_LOG_ENV`]), when one was asked for.
+    undo_file: Option<std::sync::Mutex<File>>,
+}
+
+/// Test hook for crash campaigns across processes: when this environment variable names
+/// a file at open, every write first appends to it what it overwrites (offset, length,
+/// old bytes), and every sync empties it. After a SIGKILL, [`apply_undo_log`]
+/// undoes (some of) the writes after the last marker: the image then holds what a power
+/// loss at that moment could have left on the media (synced bytes, plus whichever unsynced
+/// writes the kernel happened to write back). Costs a read and a write per write; never
+/// set it in production.
+pub const UNDO_LOG_ENV: &str = "CSX_NVM_UNDO_LOG";
+
+/// Applies a power-loss log written under [`UNDO_LOG_ENV`] to the image at `image`:
+/// every write since the last sync is undone unless `keep(i)` (the `i`-th such
+/// write) says it reached the media, newest first. A last record cut short by the kill
+/// is ignored (its write had not started). Removes the log. Returns (writes after the
+/// last sync, writes undone).
+pub fn apply_undo_log(
+    image: &Path,
+    log: &Path,
+    mut keep: impl FnMut(usize) -> bool,
+) -> io::Result<(usize, usize)> {
+    let bytes = match std::fs::read(log) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
+        Err(e) => return Err(e),
+    };
+    let mut records: Vec<(u64, &[u8])> = Vec::new();
+    let mut at = 0usize;
+    while at + 16 <= bytes.len() {
+        let offset = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(bytes[at + 8..at + 16].try_into().expect("8 bytes"));
+        let Some(end) = usize::try_from(len)
+            .ok()
+            .and_then(|l| (at + 16).checked_add(l))
+        else {
+            break;
+        };
+        if end > bytes.len() {
+            break;
+        }
+        records.push((offset, &bytes[at + 16..end]));
+        at = end;
+    }
+    let decisions: Vec<bool> = (0..records.len()).map(&mut keep).collect();
+    let file = OpenOptions::new().write(true).open(image)?;
+    let mut undone = 0;
+    for (i, (offset, old)) in records.iter().enumerate().rev() {
+        if !decisions[i] {
+            file.write_all_at(old, *offset)?;
+            undone += 1;
+        }
+    }
+    file.sync_all()?;
+    std::fs::remove_file(log)?;
+    Ok((records.len(), undone))
 }
 
 /// Test-only: (offset, bytes overwritten) of each write since the last sync, in order.
@@ -240,6 +297,16 @@ impl Nvm {
             size_bytes,
             #[cfg(test)]
             undo: std::sync::Mutex::new(None),
+            undo_file: match std::env::var_os(UNDO_LOG_ENV).filter(|p| !p.is_empty()) {
+                Some(log) => Some(std::sync::Mutex::new(
+                    OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&log)
+                        .map_err(|source| io_error(Path::new(&log), "open", source))?,
+                )),
+                None => None,
+            },
         };
         nvm.probe_direct();
         Ok(nvm)
@@ -287,23 +354,49 @@ impl Nvm {
         self.check_range(offset, data.len())?;
         #[cfg(test)]
         self.record_undo(offset, data.len());
-        self.file
-            .write_all_at(data, offset)
-            .map_err(|source| NvmError::Write {
-                path: self.path.clone(),
-                offset,
-                len: data.len() as u64,
-                source,
-            })
+        let write_error = |source| NvmError::Write {
+            path: self.path.clone(),
+            offset,
+            len: data.len() as u64,
+            source,
+        };
+        if let Some(log) = &self.undo_file {
+            // The record is complete before the write starts, and the two happen under
+            // one lock, so the log's order is the writes' order.
+            let mut log = log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut record = Vec::with_capacity(16 + data.len());
+            record.extend_from_slice(&offset.to_le_bytes());
+            record.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            record.resize(16 + data.len(), 0);
+            self.file
+                .read_exact_at(&mut record[16..], offset)
+                .map_err(write_error)?;
+            io::Write::write_all(&mut *log, &record).map_err(write_error)?;
+            return self.file.write_all_at(data, offset).map_err(write_error);
+        }
+        self.file.write_all_at(data, offset).map_err(write_error)
     }
 
     /// Makes every completed write durable (`fdatasync`; the size never changes, so the
     /// file's data is all there is to sync).
     pub fn sync(&self) -> Result<(), NvmError> {
+        let log = self
+            .undo_file
+            .as_ref()
+            .map(|l| l.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         self.file.sync_data().map_err(|source| NvmError::Sync {
             path: self.path.clone(),
             source,
         })?;
+        if let Some(log) = log {
+            // Everything logged is on the media now: nothing before this may be undone.
+            log.set_len(0).map_err(|source| NvmError::Sync {
+                path: self.path.clone(),
+                source,
+            })?;
+        }
         #[cfg(test)]
         if let Some(log) = self.undo.lock().expect("undo lock").as_mut() {
             log.clear();

@@ -195,6 +195,7 @@ fn file_outcome(e: &FileStoreError) -> (Status, i64) {
         | FileStoreError::ImageSizeMismatch { .. }
         | FileStoreError::MetaCorrupt { .. }
         | FileStoreError::MetaMissing { .. } => (Status::Corrupt, CSX_EBADMSG),
+        FileStoreError::Checksum { .. } => (Status::Corrupt, CSX_EIO),
         FileStoreError::Nvm(NvmError::OutOfRange { .. }) => (Status::OutOfRange, CSX_EIO),
         _ => (Status::IoError, CSX_EIO),
     }

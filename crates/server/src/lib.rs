@@ -56,6 +56,70 @@ pub const ACCEPT_POLL: Duration = Duration::from_millis(100);
 
 pub use csx_proto::limits::SERVER_CONNECTIONS_MAX as CONNECTIONS_MAX;
 
+/// Connections one source (a tcp client's IP address, an shm client's user) may hold a
+/// thread for at once, unless [`ServerOptions::connections_per_source`] says otherwise:
+/// so one address or user, however hostile, leaves at least 8 of the
+/// [`CONNECTIONS_MAX`] threads to everyone else.
+pub const CONNECTIONS_PER_SOURCE_DEFAULT: usize = CONNECTIONS_MAX - 8;
+
+/// Where a connection comes from, for [`CONNECTIONS_PER_SOURCE_DEFAULT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    Address(std::net::IpAddr),
+    User(u32),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Address(ip) => write!(f, "address {ip}"),
+            Source::User(uid) => write!(f, "user {uid}"),
+        }
+    }
+}
+
+/// Why [`Context::spawn_connection`] refused a connection; the text is for the client.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Every connection thread is taken.
+    Full,
+    /// This source holds its limit.
+    SourceFull { source: Source, limit: usize },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Full => write!(
+                f,
+                "the device serves {CONNECTIONS_MAX} connections, its limit; try again later"
+            ),
+            Refusal::SourceFull { source, limit } => write!(
+                f,
+                "{source} holds {limit} connections, its limit per source (the device serves {CONNECTIONS_MAX} connections in all); close some and try again"
+            ),
+        }
+    }
+}
+
+/// Counts a source's connection while it lives.
+struct SourceGuard {
+    ctx: Arc<Context>,
+    source: Source,
+}
+
+impl Drop for SourceGuard {
+    fn drop(&mut self) {
+        let mut sources = self.ctx.sources.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = sources.get_mut(&self.source) {
+            *n -= 1;
+            if *n == 0 {
+                sources.remove(&self.source);
+            }
+        }
+    }
+}
+
 /// Why the server could not start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -169,6 +233,9 @@ pub struct ServerOptions {
     /// Serve shm clients running as other users (by default only the daemon's own
     /// user, and root, may connect; see `shm`).
     pub shm_other_users: bool,
+    /// Connections one tcp address or shm user may hold at once; `None`:
+    /// [`CONNECTIONS_PER_SOURCE_DEFAULT`].
+    pub connections_per_source: Option<usize>,
 }
 
 impl ServerOptions {
@@ -186,6 +253,13 @@ impl ServerOptions {
     /// Serving `tcps://` addresses with this certificate chain and key (PEM files).
     pub fn tls(mut self, cert: std::path::PathBuf, key: std::path::PathBuf) -> ServerOptions {
         self.tls = Some((cert, key));
+        self
+    }
+
+    /// At most `n` connections at once from one tcp address or shm user (1 to
+    /// [`CONNECTIONS_MAX`]).
+    pub fn connections_per_source(mut self, n: usize) -> ServerOptions {
+        self.connections_per_source = Some(n);
         self
     }
 
@@ -240,6 +314,9 @@ pub(crate) struct Context {
     pub(crate) write_stall: Duration,
     pub(crate) shm_other_users: bool,
     connections: Mutex<Vec<JoinHandle<()>>>,
+    /// Live connections by source, and the most one source may hold.
+    sources: Mutex<std::collections::HashMap<Source, usize>>,
+    source_max: usize,
 }
 
 impl Context {
@@ -251,13 +328,15 @@ impl Context {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Runs `serve` on a new thread for one connection, or returns `false` when
-    /// [`CONNECTIONS_MAX`] are running (the caller then closes the connection).
+    /// Runs `serve` on a new thread for one connection from `source`, or refuses when
+    /// [`CONNECTIONS_MAX`] are running or `source` holds its limit (the caller then tells
+    /// the client and closes the connection).
     pub(crate) fn spawn_connection(
         self: &Arc<Self>,
         name: String,
+        source: Source,
         serve: impl FnOnce(Arc<Context>) + Send + 'static,
-    ) -> bool {
+    ) -> Result<(), Refusal> {
         let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         // Finished threads are joined here, so the list holds live ones only.
         let (done, live): (Vec<_>, Vec<_>) = connections.drain(..).partition(|h| h.is_finished());
@@ -266,20 +345,35 @@ impl Context {
             let _ = h.join();
         }
         if connections.len() >= CONNECTIONS_MAX {
-            return false;
+            return Err(Refusal::Full);
         }
-        let ctx = Arc::clone(self);
-        match std::thread::Builder::new()
-            .name(name)
-            .spawn(move || serve(ctx))
         {
+            let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+            let held = sources.entry(source).or_insert(0);
+            if *held >= self.source_max {
+                return Err(Refusal::SourceFull {
+                    source,
+                    limit: self.source_max,
+                });
+            }
+            *held += 1;
+        }
+        let guard = SourceGuard {
+            ctx: Arc::clone(self),
+            source,
+        };
+        let ctx = Arc::clone(self);
+        match std::thread::Builder::new().name(name).spawn(move || {
+            let _guard = guard;
+            serve(ctx)
+        }) {
             Ok(h) => {
                 connections.push(h);
-                true
+                Ok(())
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot start a connection thread");
-                false
+                Err(Refusal::Full)
             }
         }
     }
@@ -409,6 +503,16 @@ impl Server {
             .limits
             .unwrap_or_else(|| ClientLimits::unlimited(device.config().slm_size_bytes));
         check_limits(&limits, device.config().slm_size_bytes)?;
+        let source_max = options
+            .connections_per_source
+            .unwrap_or(CONNECTIONS_PER_SOURCE_DEFAULT);
+        if !(1..=CONNECTIONS_MAX).contains(&source_max) {
+            return Err(ServerError::BadLimit {
+                what: "the connections per source",
+                value: source_max.to_string(),
+                reason: format!("must be 1..={CONNECTIONS_MAX}"),
+            });
+        }
         let write_stall = options.write_stall.unwrap_or(WRITE_STALL_DEFAULT);
         if write_stall < Duration::from_secs(1) {
             return Err(ServerError::BadLimit {
@@ -429,6 +533,14 @@ impl Server {
             ),
             None => None,
         };
+        let unverified = device.file_store().unverified_blocks();
+        if unverified > 0 {
+            tracing::warn!(
+                blocks = unverified,
+                bytes = unverified * csx_device::nvm::BLOCK_SIZE,
+                "the image was made before the file store kept block checksums: these blocks read unverified until they are rewritten"
+            );
+        }
         // A served device reads its peers' storage itself (D2D over tcp).
         device.set_peer_link(Arc::new(peer::TcpPeers::default()));
         let ctx = Arc::new(Context {
@@ -446,6 +558,8 @@ impl Server {
             write_stall,
             shm_other_users: options.shm_other_users,
             connections: Mutex::new(Vec::new()),
+            sources: Mutex::new(std::collections::HashMap::new()),
+            source_max,
         });
         let mut server = Server {
             ctx: Some(ctx),

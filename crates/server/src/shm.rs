@@ -79,19 +79,19 @@ pub(crate) fn bind(name: &str, other_users: bool) -> io::Result<(UnixListener, P
     Ok((listener, path))
 }
 
-/// Whether the client at the other end of `stream` may be served: one of this user
+/// The user of the client at the other end of `stream`, if it may be served: one of this user
 /// (or root), or any user when the server serves other users. Refused clients hear why.
-fn admit_user(stream: &mut UnixStream, ctx: &Context) -> bool {
+fn admit_user(stream: &mut UnixStream, ctx: &Context) -> Option<u32> {
     let me = shm_transport::my_uid();
     let uid = match shm_transport::peer_uid(stream) {
         Ok(uid) => uid,
         Err(e) => {
             tracing::warn!(error = %e, "cannot tell which user an shm client is; closing");
-            return false;
+            return None;
         }
     };
     if ctx.shm_other_users || shm_transport::trusted_uid(uid, me) {
-        return true;
+        return Some(uid);
     }
     tracing::warn!(client_uid = uid, "refusing an shm client of another user");
     refuse_early(
@@ -99,7 +99,7 @@ fn admit_user(stream: &mut UnixStream, ctx: &Context) -> bool {
         WelcomeStatus::PermissionDenied,
         format!("this device serves user {me} only, not user {uid}"),
     );
-    false
+    None
 }
 
 /// Answers a client refused before its hello was read (its hello is then ignored).
@@ -124,26 +124,22 @@ pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
                 if stream.set_nonblocking(false).is_err() {
                     continue;
                 }
-                if !admit_user(&mut stream, ctx) {
+                let Some(uid) = admit_user(&mut stream, ctx) else {
                     Context::count(&ctx.clients_refused, 1);
                     continue;
-                }
+                };
                 next += 1;
                 let mut refusal = stream.try_clone().ok();
-                let spawned =
-                    ctx.spawn_connection(format!("csx-shm-{next}"), move |ctx| serve(stream, &ctx));
-                if !spawned {
+                let spawned = ctx.spawn_connection(
+                    format!("csx-shm-{next}"),
+                    crate::Source::User(uid),
+                    move |ctx| serve(stream, &ctx),
+                );
+                if let Err(why) = spawned {
                     Context::count(&ctx.clients_refused, 1);
-                    tracing::warn!("too many connections; refusing an shm client");
+                    tracing::warn!(client_uid = uid, reason = %why, "refusing an shm client");
                     if let Some(s) = refusal.as_mut() {
-                        refuse_early(
-                            s,
-                            WelcomeStatus::Unavailable,
-                            format!(
-                                "the device serves {} connections, its limit; try again later",
-                                crate::CONNECTIONS_MAX
-                            ),
-                        );
+                        refuse_early(s, WelcomeStatus::Unavailable, why.to_string());
                     }
                 }
             }

@@ -85,7 +85,8 @@ pub(crate) fn accept_loop(
                     Some(_) => None,
                 };
                 let tls = tls.clone();
-                let spawned = ctx.spawn_connection(name, move |ctx| {
+                let source = crate::Source::Address(peer.ip());
+                let spawned = ctx.spawn_connection(name, source, move |ctx| {
                     let conn = match tls {
                         None => Conn::Plain(stream),
                         Some(config) => {
@@ -105,11 +106,11 @@ pub(crate) fn accept_loop(
                     };
                     serve(conn, peer, deadline, &ctx)
                 });
-                if !spawned {
+                if let Err(why) = spawned {
                     Context::count(&ctx.clients_refused, 1);
-                    tracing::warn!(%peer, "too many connections; refusing");
+                    tracing::warn!(%peer, reason = %why, "refusing a connection");
                     if let Some(mut s) = refusal {
-                        refuse_full(&mut s);
+                        refuse_full(&mut s, &why);
                     }
                 }
             }
@@ -126,16 +127,13 @@ pub(crate) fn accept_loop(
 
 /// Tells a plain client refused at the connection limit why, without reading its
 /// request (an ICResp needs none of it) and without waiting on it.
-fn refuse_full(s: &mut std::net::TcpStream) {
+fn refuse_full(s: &mut std::net::TcpStream, why: &crate::Refusal) {
     let resp = ICResp {
         status: ConnectStatus::Unavailable,
         queue_depth: 0,
         data_pdu_size_max: DATA_PDU_SIZE_MAX as u32,
         queue_id: 0,
-        message: format!(
-            "the device serves {} connections, its limit; try again later",
-            crate::CONNECTIONS_MAX
-        ),
+        message: why.to_string(),
     };
     let _ = s.set_nonblocking(true);
     let _ = s.write_all(&resp.encode());

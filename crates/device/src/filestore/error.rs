@@ -76,6 +76,16 @@ pub enum FileStoreError {
         count: usize,
         limit: usize,
     },
+    /// A block of a file does not match its checksum: its bytes changed on the media
+    /// since the store wrote them. Nothing of the read is returned.
+    #[error("{path}: block {block} (file bytes {}..{}, namespace offset {nvm_offset}) fails its checksum: stored crc32c {expected:#010x}, the block's bytes give {actual:#010x}; the data on the media is corrupt", block * crate::nvm::BLOCK_SIZE, (block + 1) * crate::nvm::BLOCK_SIZE)]
+    Checksum {
+        path: String,
+        block: u64,
+        nvm_offset: u64,
+        expected: u32,
+        actual: u32,
+    },
     /// The namespace failed.
     #[error(transparent)]
     Nvm(#[from] NvmError),

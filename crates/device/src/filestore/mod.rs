@@ -82,10 +82,12 @@
 //! See `dirs.rs`.
 
 mod alloc;
+mod crc;
 mod dirs;
 mod error;
 pub mod path;
 mod record;
+mod sums;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -102,6 +104,7 @@ use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
 use alloc::{Allocator, BlockRange};
 use csx_proto::limits::PARTIAL_DIR;
 use record::{ExtentRec, FileRecord, Mapping};
+use sums::{BlockSums, Group};
 
 pub use dirs::{DirEntry, EntryKind, DIRS_MAX};
 pub use error::FileStoreError;
@@ -128,13 +131,16 @@ const FILES_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("files");
 const SUPERBLOCK_TABLE: TableDefinition<&str, u64> = TableDefinition::new("superblock");
 /// Explicit directories: canonical path to creation time (ns since the epoch).
 const DIRS_TABLE: TableDefinition<&str, u64> = TableDefinition::new("dirs");
+/// Block checksums by group of namespace blocks (see `sums.rs`).
+const SUMS_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("block_sums");
 const KEY_FORMAT_VERSION: &str = "format_version";
 const KEY_BLOCK_SIZE: &str = "block_size";
 const KEY_NVM_SIZE: &str = "nvm_size_bytes";
-const FORMAT_VERSION: u64 = 1;
-
-/// Zeros for padding new blocks: a pad is always shorter than a block.
-static ZEROS: [u8; BLOCK_SIZE as usize] = [0; BLOCK_SIZE as usize];
+/// Version 2 keeps block checksums. Version 1 (before them) still opens, its blocks
+/// unverified until rewritten; the first flush marks it version 2, so a build that does
+/// not know checksums cannot open it again and write blocks without them.
+const FORMAT_VERSION: u64 = 2;
+const FORMAT_VERSION_UNSUMMED: u64 = 1;
 
 const _: () = assert!(FILE_SIZE_MAX > crate::nvm::NVM_SIZE_MAX);
 const _: () = assert!(FILE_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
@@ -192,6 +198,11 @@ struct State {
     dirty_dirs: BTreeSet<String>,
     /// Whether the image was written since the last flush.
     data_dirty: bool,
+    /// Block checksums (see `sums.rs`).
+    sums: BlockSums,
+    /// The durable format version: [`FORMAT_VERSION_UNSUMMED`] until the first commit of
+    /// an image made before checksums.
+    format_version: u64,
     poisoned: Option<String>,
     /// Flushes completed, explicit or implicit (tests compare it around an operation).
     #[cfg(test)]
@@ -296,6 +307,25 @@ impl FileStore {
         })
     }
 
+    /// Mapped blocks that have no checksum, so read unverified: blocks of an image made
+    /// before the store kept checksums (format version 1) not rewritten since. Zero for
+    /// an image made since.
+    pub fn unverified_blocks(&self) -> u64 {
+        let st = self
+            .state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut missing = 0;
+        for record in st.files.values() {
+            for e in &record.extents {
+                let mut known = 0;
+                st.sums.for_run(e.nvm_block, e.count, |_, _| known += 1);
+                missing += e.count - known;
+            }
+        }
+        missing
+    }
+
     /// The namespace the store lives in.
     pub fn nvm(&self) -> &Arc<Nvm> {
         &self.nvm
@@ -390,15 +420,11 @@ impl FileStore {
         }
 
         // 3. Zero the old last block past the old size if the write leaves a gap there,
-        //    then write the data, new blocks padded with zeros. Undo the allocation on
-        //    failure.
-        st.data_dirty = true;
-        let written = match st.files.get(path) {
-            Some(record) if offset > record.size => self
-                .zero_tail(record, offset)
-                .and_then(|_| self.write_pieces(&pieces, offset, data)),
-            _ => self.write_pieces(&pieces, offset, data),
-        };
+        //    then write the data, new blocks padded with zeros, each block's checksum
+        //    updated. Undo the allocation on failure.
+        let old_size = st.files.get(path).map_or(0, |r| r.size);
+        let new_size = old_size.max(end);
+        let written = self.write_pieces(st, path, &pieces, offset, data, old_size, new_size);
         if let Err(err) = written {
             release_all(&mut st.alloc, &fresh);
             return Err(err);
@@ -416,47 +442,134 @@ impl FileStore {
         Ok(())
     }
 
-    /// Zeroes the bytes of the file's last block from its size up to `new_end` (or the
-    /// block's end), before the file grows to `new_end`. Returns whether it wrote.
-    fn zero_tail(&self, record: &FileRecord, new_end: u64) -> Result<bool, FileStoreError> {
-        let in_block = record.size % BLOCK_SIZE;
-        if in_block == 0 || new_end <= record.size {
-            return Ok(false);
-        }
-        let Mapping::Mapped { nvm_block, .. } = record.lookup(record.size / BLOCK_SIZE) else {
+    /// Zeroes the bytes of the file's last block past its size, before the file grows
+    /// to `new_size`, and updates the block's checksum. Returns whether it wrote.
+    fn zero_tail(&self, st: &mut State, path: &str, new_size: u64) -> Result<bool, FileStoreError> {
+        let Some(record) = st.files.get(path) else {
             return Ok(false);
         };
-        let zero_end = BLOCK_SIZE.min(in_block + (new_end - record.size));
-        let pad = (zero_end - in_block) as usize;
-        self.nvm
-            .write_at(nvm_block * BLOCK_SIZE + in_block, &ZEROS[..pad])?;
+        let size = record.size;
+        if size.is_multiple_of(BLOCK_SIZE) || new_size <= size {
+            return Ok(false);
+        }
+        let block = size / BLOCK_SIZE;
+        let Mapping::Mapped { nvm_block, .. } = record.lookup(block) else {
+            return Ok(false);
+        };
+        let mut scratch = self.read_block(st, path, block, nvm_block, size)?;
+        self.write_block(st, block, nvm_block, &mut scratch, new_size)?;
         Ok(true)
     }
 
+    /// Reads file block `block` (at namespace block `nvm_block`) of a file of `size`
+    /// bytes for a read-modify-write: verifies the bytes its checksum covers and zeroes
+    /// the rest (bytes past the size are unspecified).
+    fn read_block(
+        &self,
+        st: &State,
+        path: &str,
+        block: u64,
+        nvm_block: u64,
+        size: u64,
+    ) -> Result<Box<[u8]>, FileStoreError> {
+        let mut scratch = vec![0u8; BLOCK_SIZE as usize].into_boxed_slice();
+        let covered = covered_bytes(size, block);
+        self.nvm
+            .read_at(nvm_block * BLOCK_SIZE, &mut scratch[..covered])?;
+        verify_block(st, path, block, nvm_block, &scratch[..covered])?;
+        Ok(scratch)
+    }
+
+    /// Writes a whole block assembled in `scratch` and sets its checksum over the bytes a
+    /// file of `new_size` bytes has in it.
+    fn write_block(
+        &self,
+        st: &mut State,
+        block: u64,
+        nvm_block: u64,
+        scratch: &mut [u8],
+        new_size: u64,
+    ) -> Result<(), FileStoreError> {
+        let covered = covered_bytes(new_size, block);
+        scratch[covered..].fill(0);
+        st.data_dirty = true;
+        st.sums.set(nvm_block, crc::crc32c(&scratch[..covered]));
+        self.nvm.write_at(nvm_block * BLOCK_SIZE, scratch)?;
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` over `pieces`, growing the file from `old_size` to
+    /// `new_size`. Blocks the data covers whole are written from it; a block it covers
+    /// in part (at most the first and the last) and the old last block are assembled
+    /// whole first, their old bytes verified before anything is written, so a checksum
+    /// error changes nothing.
+    #[allow(clippy::too_many_arguments)]
     fn write_pieces(
         &self,
+        st: &mut State,
+        path: &str,
         pieces: &[Piece],
         offset: u64,
         data: &[u8],
+        old_size: u64,
+        new_size: u64,
     ) -> Result<(), FileStoreError> {
         let end = offset + data.len() as u64;
+        let first_block = offset / BLOCK_SIZE;
+        let last_block = (end - 1) / BLOCK_SIZE;
+        let place = |block: u64| -> (u64, bool) {
+            let p = pieces
+                .iter()
+                .find(|p| p.file_block <= block && block < p.file_block + p.count)
+                .expect("the pieces cover the write");
+            (p.nvm_block + (block - p.file_block), p.fresh)
+        };
+        // 1. The blocks written in part, read (and verified) or zeroed, then patched.
+        let mut partial: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(2);
+        for block in [first_block, last_block] {
+            let start = block * BLOCK_SIZE;
+            let whole = offset <= start && start + BLOCK_SIZE <= end;
+            if whole || partial.iter().any(|(b, _, _)| *b == block) {
+                continue;
+            }
+            let (nvm_block, fresh) = place(block);
+            let mut scratch = if fresh {
+                vec![0u8; BLOCK_SIZE as usize].into_boxed_slice()
+            } else {
+                self.read_block(st, path, block, nvm_block, old_size)?
+            };
+            let lo = offset.max(start);
+            let hi = end.min(start + BLOCK_SIZE);
+            scratch[(lo - start) as usize..(hi - start) as usize]
+                .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            partial.push((block, nvm_block, scratch));
+        }
+        // 2. The old last block, if the write leaves a gap after the old size.
+        if offset > old_size && !partial.iter().any(|(b, _, _)| *b == old_size / BLOCK_SIZE) {
+            self.zero_tail(st, path, new_size)?;
+        }
+        // 3. Whole blocks, straight from `data`.
+        let whole_first = offset.div_ceil(BLOCK_SIZE);
+        let whole_end = end / BLOCK_SIZE;
+        let mut sums = Vec::new();
         for piece in pieces {
-            let piece_start = piece.file_block * BLOCK_SIZE;
-            let piece_end = (piece.file_block + piece.count) * BLOCK_SIZE;
-            let nvm_start = piece.nvm_block * BLOCK_SIZE;
-            let lo = piece_start.max(offset);
-            let hi = piece_end.min(end);
-            if piece.fresh && lo > piece_start {
-                let pad = (lo - piece_start) as usize;
-                self.nvm.write_at(nvm_start, &ZEROS[..pad])?;
+            let lo = piece.file_block.max(whole_first);
+            let hi = (piece.file_block + piece.count).min(whole_end);
+            if lo >= hi {
+                continue;
             }
-            let bytes = &data[(lo - offset) as usize..(hi - offset) as usize];
-            self.nvm.write_at(nvm_start + (lo - piece_start), bytes)?;
-            if piece.fresh && hi < piece_end {
-                let pad = (piece_end - hi) as usize;
-                self.nvm
-                    .write_at(nvm_start + (hi - piece_start), &ZEROS[..pad])?;
-            }
+            let nvm_first = piece.nvm_block + (lo - piece.file_block);
+            let bytes =
+                &data[(lo * BLOCK_SIZE - offset) as usize..(hi * BLOCK_SIZE - offset) as usize];
+            sums.resize((hi - lo) as usize, 0);
+            crc::crc32c_chunks(bytes, BLOCK_SIZE as usize, &mut sums);
+            st.data_dirty = true;
+            st.sums.set_run(nvm_first, &sums);
+            self.nvm.write_at(nvm_first * BLOCK_SIZE, bytes)?;
+        }
+        // 4. The partial blocks, whole.
+        for (block, nvm_block, mut scratch) in partial {
+            self.write_block(st, block, nvm_block, &mut scratch, new_size)?;
         }
         Ok(())
     }
@@ -507,12 +620,15 @@ impl FileStore {
                 Mapping::Mapped { nvm_block, run } => {
                     let len = (run * BLOCK_SIZE - in_block).min(left) as usize;
                     let dst = &mut buf[done..done + len];
-                    let at = nvm_block * BLOCK_SIZE + in_block;
-                    if uncached {
-                        self.nvm.read_at_uncached(at, dst)?;
-                    } else {
-                        self.nvm.read_at(at, dst)?;
-                    }
+                    let run = MappedRun {
+                        path: &path,
+                        size: record.size,
+                        block,
+                        nvm_block,
+                        in_block,
+                        uncached,
+                    };
+                    self.read_verified(&st, &run, dst)?;
                     done += len;
                 }
                 Mapping::Hole { run } => {
@@ -525,6 +641,85 @@ impl FileStore {
             pos = offset + done as u64;
         }
         Ok(n)
+    }
+
+    /// Reads `dst.len()` bytes of a mapped run and verifies every block they touch
+    /// against its checksum. Blocks whose checksummed bytes `dst` holds exactly (every
+    /// block but a partly read first or last one) are verified in `dst`; the others are
+    /// read whole into a scratch block, verified there and copied out.
+    fn read_verified(
+        &self,
+        st: &State,
+        run: &MappedRun<'_>,
+        dst: &mut [u8],
+    ) -> Result<(), FileStoreError> {
+        let read = |at: u64, to: &mut [u8]| -> Result<(), FileStoreError> {
+            if run.uncached {
+                self.nvm.read_at_uncached(at, to)?;
+            } else {
+                self.nvm.read_at(at, to)?;
+            }
+            Ok(())
+        };
+        let bs = BLOCK_SIZE as usize;
+        let start = run.in_block as usize;
+        let end = start + dst.len();
+        let blocks = end.div_ceil(bs) as u64;
+        // Blocks [direct_lo, direct_hi) of the run are read straight into `dst`.
+        let direct_lo = u64::from(start != 0);
+        let last_covered = covered_bytes(run.size, run.block + blocks - 1);
+        let last_end = end - (blocks as usize - 1) * bs;
+        let direct_hi = if last_end == last_covered || last_end == bs {
+            blocks
+        } else {
+            blocks - 1
+        };
+        let mut scratch = [0u8; BLOCK_SIZE as usize];
+        for k in (0..direct_lo).chain(direct_hi.max(direct_lo)..blocks) {
+            let covered = covered_bytes(run.size, run.block + k);
+            let block_start = k as usize * bs;
+            read((run.nvm_block + k) * BLOCK_SIZE, &mut scratch[..covered])?;
+            verify_block(
+                st,
+                run.path,
+                run.block + k,
+                run.nvm_block + k,
+                &scratch[..covered],
+            )?;
+            let lo = start.max(block_start);
+            let hi = end.min(block_start + bs);
+            dst[lo - start..hi - start]
+                .copy_from_slice(&scratch[lo - block_start..hi - block_start]);
+        }
+        if direct_lo < direct_hi {
+            let lo = direct_lo as usize * bs - start;
+            let hi = (direct_hi as usize * bs).min(end) - start;
+            let part = &mut dst[lo..hi];
+            read((run.nvm_block + direct_lo) * BLOCK_SIZE, part)?;
+            let whole = part.len() / bs;
+            let mut got = vec![0u32; whole];
+            crc::crc32c_chunks(&part[..whole * bs], bs, &mut got);
+            if whole * bs < part.len() {
+                got.push(crc::crc32c(&part[whole * bs..]));
+            }
+            let mut bad = None;
+            st.sums
+                .for_run(run.nvm_block + direct_lo, got.len() as u64, |i, sum| {
+                    if bad.is_none() && got[i as usize] != sum {
+                        bad = Some((i, sum));
+                    }
+                });
+            if let Some((i, expected)) = bad {
+                return Err(FileStoreError::Checksum {
+                    path: run.path.to_owned(),
+                    block: run.block + direct_lo + i,
+                    nvm_offset: (run.nvm_block + direct_lo + i) * BLOCK_SIZE,
+                    expected,
+                    actual: got[i as usize],
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Sets the file's size to `len`. Shrinking unmaps the blocks past the new end (they
@@ -542,13 +737,20 @@ impl FileStore {
         let mut guard = self.write_state()?;
         let st = &mut *guard;
         st.check_usable()?;
-        let record = st
-            .files
-            .get_mut(&path)
-            .ok_or_else(|| FileStoreError::NotFound { path: path.clone() })?;
-        if len > record.size && self.zero_tail(record, len)? {
-            st.data_dirty = true;
+        let size = st.get(&path)?.size;
+        if len > size {
+            self.zero_tail(st, &path, len)?;
         }
+        if len < size && !len.is_multiple_of(BLOCK_SIZE) {
+            // The new last block's checksum covers fewer bytes: verify the old ones first.
+            let block = len / BLOCK_SIZE;
+            if let Mapping::Mapped { nvm_block, .. } = st.get(&path)?.lookup(block) {
+                let scratch = self.read_block(st, &path, block, nvm_block, size)?;
+                let covered = covered_bytes(len, block);
+                st.sums.set(nvm_block, crc::crc32c(&scratch[..covered]));
+            }
+        }
+        let record = st.files.get_mut(&path).expect("checked above");
         if len < record.size {
             let freed = record.unmap_from(len.div_ceil(BLOCK_SIZE));
             st.pending_blocks += freed.iter().map(|r| r.count).sum::<u64>();
@@ -684,7 +886,7 @@ impl FileStore {
             st.data_dirty = false;
         }
         // 2. Then the metadata, atomically.
-        if !st.dirty.is_empty() || !st.dirty_dirs.is_empty() {
+        if !st.dirty.is_empty() || !st.dirty_dirs.is_empty() || st.sums.has_dirty() {
             #[cfg(test)]
             if self
                 .hooks
@@ -701,6 +903,8 @@ impl FileStore {
             }
             st.dirty.clear();
             st.dirty_dirs.clear();
+            st.sums.clear_dirty();
+            st.format_version = FORMAT_VERSION;
         }
         // 3. Only now may the blocks the commit unmapped be reused.
         for range in st.pending_free.drain(..) {
@@ -718,6 +922,19 @@ impl FileStore {
         let meta = |err: redb::Error| meta_error(&self.meta_path, err);
         let txn = self.db.begin_write().map_err(|e| meta(e.into()))?;
         {
+            let mut sums = txn.open_table(SUMS_TABLE).map_err(|e| meta(e.into()))?;
+            for (index, group) in st.sums.dirty() {
+                sums.insert(index, group.encode().as_slice())
+                    .map_err(|e| meta(e.into()))?;
+            }
+            if st.format_version != FORMAT_VERSION {
+                let mut superblock = txn
+                    .open_table(SUPERBLOCK_TABLE)
+                    .map_err(|e| meta(e.into()))?;
+                superblock
+                    .insert(KEY_FORMAT_VERSION, FORMAT_VERSION)
+                    .map_err(|e| meta(e.into()))?;
+            }
             let mut table = txn.open_table(FILES_TABLE).map_err(|e| meta(e.into()))?;
             for path in &st.dirty {
                 match st.files.get(path) {
@@ -887,6 +1104,47 @@ struct Piece {
     fresh: bool,
 }
 
+/// Where a read of a mapped run lies: file block `block` at namespace block `nvm_block`,
+/// from byte `in_block` of that block, in a file of `size` bytes.
+struct MappedRun<'a> {
+    path: &'a str,
+    size: u64,
+    block: u64,
+    nvm_block: u64,
+    in_block: u64,
+    uncached: bool,
+}
+
+/// Bytes of file block `block` a file of `size` bytes holds: what its checksum covers.
+fn covered_bytes(size: u64, block: u64) -> usize {
+    size.saturating_sub(block * BLOCK_SIZE).min(BLOCK_SIZE) as usize
+}
+
+/// Checks `bytes` (the covered bytes of file block `block`, at namespace block
+/// `nvm_block`) against the block's checksum, if it has one.
+fn verify_block(
+    st: &State,
+    path: &str,
+    block: u64,
+    nvm_block: u64,
+    bytes: &[u8],
+) -> Result<(), FileStoreError> {
+    let Some(expected) = st.sums.get(nvm_block) else {
+        return Ok(());
+    };
+    let actual = crc::crc32c(bytes);
+    if actual == expected {
+        return Ok(());
+    }
+    Err(FileStoreError::Checksum {
+        path: path.to_owned(),
+        block,
+        nvm_offset: nvm_block * BLOCK_SIZE,
+        expected,
+        actual,
+    })
+}
+
 /// Blocks in `[first, end)` the record does not map.
 fn hole_blocks(record: &FileRecord, first: u64, end: u64) -> u64 {
     let mut block = first;
@@ -1028,6 +1286,7 @@ fn init_meta(path: &Path, nvm_size: u64) -> Result<(), FileStoreError> {
         }
         txn.open_table(FILES_TABLE).map_err(|e| meta(e.into()))?;
         txn.open_table(DIRS_TABLE).map_err(|e| meta(e.into()))?;
+        txn.open_table(SUMS_TABLE).map_err(|e| meta(e.into()))?;
     }
     txn.commit().map_err(|e| meta(e.into()))
 }
@@ -1067,8 +1326,13 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
     let txn = db
         .begin_read()
         .map_err(|e| meta_error(meta_path, e.into()))?;
-    check_superblock(&txn, meta_path, nvm)?;
+    let format_version = check_superblock(&txn, meta_path, nvm)?;
     let files = read_records(&txn, meta_path, nvm)?;
+    let sums = if format_version == FORMAT_VERSION_UNSUMMED {
+        BlockSums::default()
+    } else {
+        read_sums(&txn, meta_path, nvm)?
+    };
     let dirs = dirs::read_dirs(&txn, meta_path, &files)?;
     let used = files
         .values()
@@ -1103,6 +1367,8 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         dirs,
         dirty_dirs: BTreeSet::new(),
         data_dirty: false,
+        sums,
+        format_version,
         poisoned: None,
         #[cfg(test)]
         flushes: 0,
@@ -1115,7 +1381,7 @@ fn check_superblock(
     txn: &redb::ReadTransaction,
     meta_path: &Path,
     nvm: &Nvm,
-) -> Result<(), FileStoreError> {
+) -> Result<u64, FileStoreError> {
     let corrupt = |reason: String| meta_corrupt(meta_path, reason);
     let superblock = txn
         .open_table(SUPERBLOCK_TABLE)
@@ -1128,7 +1394,7 @@ fn check_superblock(
         }
     };
     let version = field(KEY_FORMAT_VERSION)?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_UNSUMMED {
         return Err(corrupt(format!(
             "format version {version} is unknown, expected {FORMAT_VERSION}"
         )));
@@ -1154,7 +1420,37 @@ fn check_superblock(
             expected_bytes,
         });
     }
-    Ok(())
+    Ok(version)
+}
+
+/// Reads every group of block checksums.
+fn read_sums(
+    txn: &redb::ReadTransaction,
+    meta_path: &Path,
+    nvm: &Nvm,
+) -> Result<BlockSums, FileStoreError> {
+    let corrupt = |reason: String| meta_corrupt(meta_path, reason);
+    let table = txn
+        .open_table(SUMS_TABLE)
+        .map_err(|e| corrupt(format!("block checksums table: {e}")))?;
+    let groups_max = nvm.block_count().div_ceil(sums::GROUP_BLOCKS);
+    let mut groups = BTreeMap::new();
+    for entry in table
+        .iter()
+        .map_err(|e| corrupt(format!("block checksums table: {e}")))?
+    {
+        let (key, value) = entry.map_err(|e| corrupt(format!("block checksums table: {e}")))?;
+        let index = key.value();
+        if index >= groups_max {
+            return Err(corrupt(format!(
+                "block checksum group {index} lies outside the {groups_max}-group namespace"
+            )));
+        }
+        let group = Group::decode(value.value())
+            .map_err(|reason| corrupt(format!("block checksum group {index}: {reason}")))?;
+        groups.insert(index, Box::new(group));
+    }
+    Ok(BlockSums::from_groups(groups))
 }
 
 /// Reads and checks every record of the `files` table.

@@ -20,8 +20,8 @@ use csx_server::{Server, ServerConfig};
 use crate::files::pattern;
 use crate::served::{listen_addr, Kind};
 
-const DAEMON_STATE_ENV: &str = "CSX_IT_DAEMON_STATE";
-const DAEMON_KIND_ENV: &str = "CSX_IT_DAEMON_KIND";
+pub(crate) const DAEMON_STATE_ENV: &str = "CSX_IT_DAEMON_STATE";
+pub(crate) const DAEMON_KIND_ENV: &str = "CSX_IT_DAEMON_KIND";
 const CLIENT_URI_ENV: &str = "CSX_IT_CLIENT_URI";
 const CLIENT_ACTION_ENV: &str = "CSX_IT_CLIENT_ACTION";
 const CLIENT_LOCAL_ENV: &str = "CSX_IT_CLIENT_LOCAL";
@@ -32,7 +32,7 @@ const CLIENT_PATH_ENV: &str = "CSX_IT_CLIENT_PATH";
 const NVM: u64 = 256 << 20;
 
 /// A fresh device in a temporary directory (the device is `dir/dev`).
-fn fresh_device() -> tempfile::TempDir {
+pub(crate) fn fresh_device() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = DeviceConfig {
         nvm_size_bytes: NVM,
@@ -105,13 +105,13 @@ fn helper_slow_client() {
 }
 
 /// A daemon in a child process, on the device in `state`.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    uri: String,
+    pub(crate) uri: String,
 }
 
 impl Daemon {
-    fn start(state: &Path, kind: Kind) -> Daemon {
+    pub(crate) fn start(state: &Path, kind: Kind) -> Daemon {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -140,7 +140,7 @@ impl Daemon {
     }
 
     /// SIGKILL: nothing flushed, nothing closed.
-    fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().unwrap();
     }

@@ -12,6 +12,7 @@
 //! (`programs`).
 
 mod abort;
+mod campaign;
 mod codemap;
 mod concurrency;
 mod daemon;
@@ -20,6 +21,7 @@ mod errors;
 mod execute;
 mod files;
 mod lambda;
+mod media;
 mod memory;
 mod open;
 mod persistence;

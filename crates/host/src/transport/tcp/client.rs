@@ -93,16 +93,19 @@ pub fn read_token_file(path: &Path) -> io::Result<Vec<u8>> {
 impl TcpOptions {
     /// Options with the token from the file `$CSX_TOKEN_FILE` names, if it is set.
     pub fn from_env(queue_depth: u32) -> Result<TcpOptions, TransportError> {
-        let token =
-            match std::env::var_os(TOKEN_FILE_ENV).filter(|v| !v.is_empty()) {
-                Some(path) => Some(read_token_file(Path::new(&path)).map_err(|source| {
-                    TransportError::Io {
-                        op: "read the token file named by CSX_TOKEN_FILE",
-                        source,
-                    }
-                })?),
-                None => None,
-            };
+        let token = match std::env::var_os(TOKEN_FILE_ENV).filter(|v| !v.is_empty()) {
+            Some(path) => Some(read_token_file(Path::new(&path)).map_err(|source| {
+                TransportError::Io {
+                    op: "read the token file named by CSX_TOKEN_FILE",
+                    // The file's name, which the error alone does not carry.
+                    source: std::io::Error::new(
+                        source.kind(),
+                        format!("{}: {source}", Path::new(&path).display()),
+                    ),
+                }
+            })?),
+            None => None,
+        };
         Ok(TcpOptions { queue_depth, token })
     }
 }
