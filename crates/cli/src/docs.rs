@@ -121,12 +121,7 @@ pub fn markdown() -> String {
         }
         let usage = leaf.clone().render_usage().to_string();
         let usage = usage.trim_start_matches("Usage: ").trim();
-        let _ = writeln!(
-            md,
-            "```text\n{} {}\n```\n",
-            name,
-            usage.split_once(' ').map_or("", |(_, rest)| rest)
-        );
+        let _ = writeln!(md, "```text\n{usage}\n```\n");
         for arg in leaf.get_arguments().filter(|a| !a.is_hide_set()) {
             let id = arg.get_id().as_str();
             if id == "help" || id == "version" {
