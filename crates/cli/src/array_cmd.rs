@@ -632,12 +632,8 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
     }
     array.close()?;
     if spec.json {
-        let mut v: serde_json::Value = serde_json::from_str(&crate::lambda_cmd::account_json(
-            &total,
-            wall_ns,
-            modelled_ns,
-            report.output_bytes,
-        ))?;
+        let mut v =
+            crate::lambda_cmd::account_json(&total, wall_ns, modelled_ns, report.output_bytes);
         v["requests"] = json!(report.requests);
         v["members"] = rows
             .iter()

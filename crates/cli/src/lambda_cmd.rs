@@ -294,7 +294,7 @@ pub(crate) fn account_json(
     wall_ns: u64,
     modelled_ns: u64,
     output_bytes: u64,
-) -> String {
+) -> serde_json::Value {
     serde_json::json!({
         "requests_host": a.requests_host,
         "requests_device": a.requests_device,
@@ -310,7 +310,6 @@ pub(crate) fn account_json(
         "host_compute_ns": a.host_compute_ns,
         "device_compute_ns": a.device_compute_ns,
     })
-    .to_string()
 }
 
 fn print_account(a: &RunAccount, wall_ns: u64, modelled_ns: u64, output_bytes: u64, json: bool) {

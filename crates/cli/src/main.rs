@@ -74,7 +74,12 @@ pub struct Cli {
     #[arg(long, global = true)]
     pretty: bool,
     /// The old place of --device, before the command (deprecated: after it).
-    #[arg(long, hide = true, value_name = "URI")]
+    #[arg(
+        long = "device",
+        id = "device_before_command",
+        hide = true,
+        value_name = "URI"
+    )]
     device: Option<String>,
     #[command(subcommand)]
     command: Command,
