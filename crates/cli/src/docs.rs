@@ -2,7 +2,6 @@
 //! SHELL`), man pages (`csx man DIR`, run by `make install`) and `docs/cli.md` (a test
 //! fails when it is stale; `CSX_BLESS=1 cargo test -p csx cli_md` rewrites it).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -94,6 +93,7 @@ pub fn leaves(cmd: &clap::Command) -> Vec<(Vec<String>, clap::Command)> {
 #[cfg(test)]
 /// `docs/cli.md`: every visible command, its about, usage and options.
 pub fn markdown() -> String {
+    use std::fmt::Write as _;
     let mut cmd = crate::Cli::command();
     cmd.build();
     let mut md = String::from(
