@@ -219,7 +219,9 @@ mod tests {
     fn both_paths_run_every_round_on_one_device() {
         let args = CapiBenchArgs {
             iterations: 20,
-            rounds: 3,
+            runs: 3,
+            rounds: None,
+            device: None,
             uri: None,
             json: true,
         };
@@ -238,8 +240,10 @@ mod tests {
     fn a_device_that_cannot_be_opened_is_an_error_naming_it() {
         let args = CapiBenchArgs {
             iterations: 1,
-            rounds: 1,
-            uri: Some("bogus://x".into()),
+            runs: 1,
+            rounds: None,
+            device: Some("bogus://x".into()),
+            uri: None,
             json: true,
         };
         let e = measure(&args).expect_err("no such device").to_string();
