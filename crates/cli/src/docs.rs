@@ -60,7 +60,10 @@ pub fn run_man(args: ManArgs) -> anyhow::Result<u8> {
 /// Every visible command with its man page name (`csx-device-init`), depth first.
 fn pages(cmd: &clap::Command, name: &str) -> Vec<(String, clap::Command)> {
     let mut out = vec![(name.to_string(), cmd.clone())];
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         out.extend(pages(sub, &format!("{name}-{}", sub.get_name())));
     }
     out
@@ -107,7 +110,30 @@ pub fn markdown() -> String {
          default `$CSX_DEVICE`); a command that does not refuses it. Device paths are \
          arguments or `--to DEVPATH`; local files are `-o/--output FILE` (or `--input` for \
          a local input). `--json` (one compact document) and `--pretty` are global. Old \
-         spellings still work, hidden, with a one-line deprecation note on stderr.\n",
+         spellings still work, hidden, with a one-line deprecation note on stderr.\n\n\
+         <!-- example: run -->\n\
+         ```sh\n\
+         csx device init --state ./dev0 --nvm-size 64MiB --slm-size 16MiB\n\
+         csx gen u64 --size 1MiB -o nums.bin\n\
+         csx put nums.bin /data/nums --device ./dev0\n\
+         csx ls /data --device ./dev0 --json --pretty\n\
+         csx --json device info --device ./dev0\n\
+         ```\n\n\
+         | old spelling | now |\n\
+         |---|---|\n\
+         | `csx --device URI CMD` | `csx CMD --device URI` |\n\
+         | `csx info`, `csx functions` | `csx device info`, `csx device functions` |\n\
+         | `csx sort ... --output DEVPATH` | `csx array sort ... --to DEVPATH` |\n\
+         | `csx array info --state DIR` | `csx array info --device array:DIR` |\n\
+         | `csx read`, `csx write`, `csx cache drop` | `csx lambda read`, `csx lambda write`, `csx lambda cache-drop` |\n\
+         | `--state-dir DIR` (λ-IO) | `--state DIR` |\n\
+         | `csx mount`, `csx umount` | `csx fs mount`, `csx fs umount` |\n\
+         | `csx pipe ... --output DEVPATH` | `csx op pipe ... --to DEVPATH` |\n\
+         | `--interp`, `--jit`, `--quick` | `--engine interp\\|jit\\|quick` |\n\
+         | `--repeat`, `--rounds` | `--runs` |\n\
+         | `--link-gbps X` (`device init`) | `--link-bandwidth RATE` |\n\
+         | `--command-latency-us` (`array init`) | `--link-latency-us` |\n\
+         | `bench capi --uri URI` | `bench capi --device URI` |\n",
     );
     for (words, leaf) in leaves(&cmd) {
         let name = if words.is_empty() {
