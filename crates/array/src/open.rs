@@ -308,6 +308,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("is an array of 2 devices"), "{e}");
+        // More than the array holds: refused, naming the limit; nothing is left behind.
+        let e = dev
+            .put_bytes("/big", &vec![7u8; 17 << 20])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("{} bytes", 16u64 << 20)), "{e}");
+        assert_eq!(dev.list_files("/").unwrap().files.len(), 1);
         dev.close().unwrap();
         // The file is in the array's catalog: the array itself sees it.
         let array = Array::open(&dir).unwrap();
