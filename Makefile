@@ -1,12 +1,13 @@
 # The two jobs of the README: `make demo` and `make test`. Both do their own set-up.
 CARGO ?= cargo
 SIZE ?= 256MiB
-# `make install PREFIX=...`: libcsx (the SNIA CS API, crates/capi), cs_api.h, cs_api_v05.h and csx.pc.
+# `make install PREFIX=...`: the csx binary with its man pages and bash, zsh and fish
+# completions; libcsx (the SNIA CS API, crates/capi), cs_api.h, cs_api_v05.h and csx.pc.
 PREFIX ?= /usr/local
 CSX_LIB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: setup build test lint demo bench clean install install-files fuzz soak probes
+.PHONY: setup build test lint demo bench clean install install-files install-cli fuzz soak probes
 
 setup:
 	@scripts/setup.sh
@@ -45,8 +46,18 @@ clean:
 	$(CARGO) clean
 
 install: setup
-	$(CARGO) build --release -p csx-capi
-	$(MAKE) install-files
+	$(CARGO) build --release -p csx-capi -p csx
+	$(MAKE) install-files install-cli
+
+# The csx binary, its man pages and completions, generated from its own definitions.
+install-cli:
+	install -d $(PREFIX)/bin $(PREFIX)/share/man/man1 $(PREFIX)/share/bash-completion/completions \
+		$(PREFIX)/share/zsh/site-functions $(PREFIX)/share/fish/vendor_completions.d
+	install -m 755 $(CSX_LIB_DIR)/csx $(PREFIX)/bin/csx
+	$(PREFIX)/bin/csx man $(PREFIX)/share/man/man1
+	$(PREFIX)/bin/csx completions bash > $(PREFIX)/share/bash-completion/completions/csx
+	$(PREFIX)/bin/csx completions zsh > $(PREFIX)/share/zsh/site-functions/_csx
+	$(PREFIX)/bin/csx completions fish > $(PREFIX)/share/fish/vendor_completions.d/csx.fish
 
 # Installs what is already built in CSX_LIB_DIR (the tests point it at their build).
 install-files:

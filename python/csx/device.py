@@ -345,7 +345,7 @@ class Device:
     def open(cls, uri: Union[str, "os.PathLike[str]"]) -> "Device":
         """Opens the device at ``uri``: an embedded device's state directory (a path),
         ``shm://NAME`` or ``tcp://HOST:PORT`` (a daemon: ``csx device serve`` or
-        :func:`csx.serve`). Raises :class:`csx.OpenError` when it cannot."""
+        :func:`csx.serve`), or ``array:DIR`` (an array's files). Raises :class:`csx.OpenError` when it cannot."""
         if not isinstance(uri, (str, os.PathLike)):
             raise TypeError(f"uri must be a str or os.PathLike, not {type(uri).__name__}")
         u = os.fspath(uri)

@@ -238,11 +238,11 @@ impl PyDevice {
 
 #[pymethods]
 impl PyDevice {
-    /// Opens the device at `uri`: a state directory (embedded), shm://NAME or
-    /// tcp://HOST:PORT.
+    /// Opens the device at `uri`: a state directory (embedded), shm://NAME,
+    /// tcp://HOST:PORT, tcps://HOST:PORT or array:DIR (an array's files).
     #[staticmethod]
     fn open(py: Python<'_>, uri: String) -> PyResult<PyDevice> {
-        let dev = py.detach(move || Device::open(&uri).map_err(Error::from))?;
+        let dev = py.detach(move || csx_array::open(&uri).map_err(Error::from))?;
         Ok(PyDevice::wrap(dev))
     }
 

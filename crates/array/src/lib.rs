@@ -9,6 +9,7 @@
 //! * [`d2d`]: device-to-device transfer by tagged block address or device memory.
 //! * [`sort`]: the distributed merge sort (instant chain, instant tree, host baseline).
 //! * [`lambda`]: λ-IO's λ-read over an array file, run by the members holding it.
+//! * [`open`]: one opener for every device URI, `array:DIR` included.
 //! * [`model`]: a sort's modelled time from its log, calibrated on the thesis.
 //!
 //! The crate sits on csx-host's public API and csx-proto; it never reaches device
@@ -24,6 +25,7 @@ pub mod lambda;
 pub mod link;
 pub mod locks;
 pub mod model;
+pub mod open;
 pub mod sort;
 pub mod tag;
 
@@ -32,5 +34,6 @@ pub use desc::{ArrayDesc, FileEntry, Layout};
 pub use error::ArrayError;
 pub use link::{LinkCounters, LinkModel, LinkStats};
 pub use locks::{BlockRange, LockGuard, LockTable};
+pub use open::open;
 pub use sort::{sort, SortEvent, SortMode, SortOptions, SortReport, Topology};
 pub use tag::TaggedAddr;

@@ -28,10 +28,10 @@ use crate::exit;
 /// (`Device::execute`), then as many through the C API (`csQueueComputeRequest`, no
 /// callback: synchronous), on one connection. Prints the median ns per call of each path
 /// and the ratio C / Rust. By default on a fresh embedded device in a temporary directory
-/// (deleted after); --uri measures another device (a daemon: tcp://HOST:PORT, shm://NAME),
+/// (deleted after); --device measures another device (a daemon: tcp://HOST:PORT, shm://NAME),
 /// loading the no-op into a free program slot and unloading it after.
 ///
-/// Example: csx bench capi --iterations 20000 --rounds 7
+/// Example: csx bench capi --iterations 20000 --runs 7
 #[derive(Debug, Args)]
 pub struct CapiBenchArgs {
     /// No-op computes per path per round.
@@ -39,9 +39,13 @@ pub struct CapiBenchArgs {
     iterations: u32,
     /// Rounds (odd, so the median is one of them).
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
-    rounds: u32,
+    runs: u32,
+    #[arg(long, hide = true, conflicts_with = "runs", value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: Option<u32>,
     /// Measure this device instead of a fresh embedded one.
     #[arg(long, value_name = "URI")]
+    device: Option<String>,
+    #[arg(long, hide = true, value_name = "URI", conflicts_with = "device")]
     uri: Option<String>,
     /// Print one JSON object (`engine`, `rounds`, `iterations`, `rust_ns`, `c_ns`,
     /// `ratio`, and each round's `rust_rounds_ns` / `c_rounds_ns`) instead of a table.
@@ -69,6 +73,15 @@ fn median(v: &[f64]) -> f64 {
 }
 
 pub fn run(args: CapiBenchArgs) -> anyhow::Result<u8> {
+    let mut args = args;
+    if let Some(r) = args.rounds.take() {
+        eprintln!("csx: bench capi --rounds is deprecated; use --runs");
+        args.runs = r;
+    }
+    if let Some(u) = args.uri.take() {
+        eprintln!("csx: bench capi --uri is deprecated; use --device");
+        args.device = Some(u);
+    }
     let report = measure(&args)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -87,7 +100,7 @@ pub fn run(args: CapiBenchArgs) -> anyhow::Result<u8> {
 /// Runs the rounds (see [`CapiBenchArgs`]).
 fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let uri = match &args.uri {
+    let uri = match &args.device {
         Some(u) => u.clone(),
         None => {
             let dir = temp.path().join("dev");
@@ -140,9 +153,9 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     let mut rust_ns = Vec::new();
     let mut c_ns = Vec::new();
     let n = args.iterations;
-    for round in 0..args.rounds {
+    for round in 0..args.runs {
         if !args.json {
-            eprint!("\rround {}/{}", round + 1, args.rounds);
+            eprint!("\rround {}/{}", round + 1, args.runs);
         }
         let t = Instant::now();
         for _ in 0..n {
@@ -182,13 +195,13 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     ensure!(closed == CS_SUCCESS, "csCloseCSx failed: {}", name(closed));
     let (r, c) = (median(&rust_ns), median(&c_ns));
     Ok(Report {
-        uri: if args.uri.is_some() {
+        uri: if args.device.is_some() {
             uri
         } else {
             "(temporary embedded device)".into()
         },
         engine: format!("{engine:?}"),
-        rounds: args.rounds,
+        rounds: args.runs,
         iterations: n,
         rust_ns: r,
         c_ns: c,
@@ -206,7 +219,9 @@ mod tests {
     fn both_paths_run_every_round_on_one_device() {
         let args = CapiBenchArgs {
             iterations: 20,
-            rounds: 3,
+            runs: 3,
+            rounds: None,
+            device: None,
             uri: None,
             json: true,
         };
@@ -225,8 +240,10 @@ mod tests {
     fn a_device_that_cannot_be_opened_is_an_error_naming_it() {
         let args = CapiBenchArgs {
             iterations: 1,
-            rounds: 1,
-            uri: Some("bogus://x".into()),
+            runs: 1,
+            rounds: None,
+            device: Some("bogus://x".into()),
+            uri: None,
             json: true,
         };
         let e = measure(&args).expect_err("no such device").to_string();

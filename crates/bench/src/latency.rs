@@ -36,6 +36,9 @@ use crate::exit;
 /// Measure round trips of no-op executions and memory reads and writes.
 #[derive(Debug, Args)]
 pub struct LatencyBenchArgs {
+    /// The device to measure; default: $CSX_DEVICE, else the per-user device.
+    #[arg(long, env = "CSX_DEVICE", value_name = "URI")]
+    device: Option<String>,
     /// Print a JSON list of rows (`transport`, `op`, `depth`, `p50_ns`, `p99_ns`,
     /// `bytes_per_s`) instead of a table.
     #[arg(long)]
@@ -393,7 +396,10 @@ pub fn run(
     args: LatencyBenchArgs,
     device: &dyn Fn() -> anyhow::Result<String>,
 ) -> anyhow::Result<u8> {
-    let uri = device()?;
+    let uri = match &args.device {
+        Some(uri) => uri.clone(),
+        None => device()?,
+    };
     let duration = Duration::from_millis(args.duration_ms.max(1));
     let mut driver = open(&uri).with_context(|| format!("cannot open device {uri}"))?;
     let mut next = 0u64;

@@ -1,6 +1,6 @@
 //! `csx bench ssb`: Delilah's SSB experiments (thesis ch. 12) on csx, through csx-data.
 //!
-//! Cases, each run `--repeat` times (the median wall time is reported; modelled time and
+//! Cases, each run `--runs` times (the median wall time is reported; modelled time and
 //! bytes do not vary between runs):
 //! * engines: Q3.3 fully offloaded on the JIT and on the interpreter (Fig. 12.1), with
 //!   the emitted probe and with the operator probe (`ProbeKind`);
@@ -54,11 +54,11 @@ use crate::plot::BarChart;
 /// the --profile's speeds for modelled times; generates SSB at --sf (in $TMPDIR), puts it
 /// there, writes its Parquet copy, runs
 /// Q3.3 (and Q1.1 for the strategies) in every case, and deletes the device and the data.
-/// Wall times are medians of --repeat runs without loading and compiling the operators.
+/// Wall times are medians of --runs runs without loading and compiling the operators.
 ///
 /// Examples:
 ///   csx bench ssb --sf 1 --plots docs/plots
-///   csx bench ssb --sf 0.1 --repeat 1 --json
+///   csx bench ssb --sf 0.1 --runs 1 --json
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SsbBenchArgs {
@@ -68,7 +68,9 @@ pub struct SsbBenchArgs {
     sf: f64,
     /// Runs of each case; the median wall time is reported (Delilah: 10).
     #[arg(long, default_value_t = 3)]
-    repeat: u32,
+    runs: u32,
+    #[arg(long, hide = true, conflicts_with = "runs")]
+    repeat: Option<u32>,
     /// The device's performance profile for modelled times: daisy (Delilah's board),
     /// lambda-io or unthrottled.
     #[arg(long, default_value = "daisy")]
@@ -220,7 +222,13 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
     // One untimed run first: it brings the image's pages and the allocator up to speed,
     // so the first measured case is not the only cold one.
     run(&dev, dir, query("Q3.3").expect("a query"), &base).context("the warm-up run")?;
-    let r = args.repeat;
+    let r = match args.repeat {
+        Some(r) => {
+            eprintln!("csx: bench ssb --repeat is deprecated; use --runs");
+            r
+        }
+        None => args.runs,
+    };
     let mut cases = Vec::new();
     let mut step = |c: anyhow::Result<Case>| -> anyhow::Result<()> {
         let c = c?;
@@ -458,7 +466,7 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
     } else {
         println!(
             "SSB at SF {} on an embedded device, {} engines, profile {} (modelled), median of {} runs; wall excludes preparing (loading, compiling) the operators",
-            args.sf, args.engines, args.profile, args.repeat
+            args.sf, args.engines, args.profile, r
         );
         println!(
             "{:<12} {:<38} {:>11} {:>13} {:>14} {:>11}",

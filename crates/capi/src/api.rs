@@ -25,7 +25,7 @@ use csx_host::proto::limits::{
     FUEL_MAX, PARAMS_SIZE_MAX, SLM_ALLOC_SIZE_MAX, TIME_LIMIT_MS_MAX, WINDOWS_MAX,
 };
 use csx_host::proto::{CopySource, MemHandle as DevMemHandle, MemRange};
-use csx_host::{CallError, Device, DeviceUri, ExecuteRequest};
+use csx_host::{CallError, DeviceUri, ExecuteRequest};
 
 use crate::mapping::Mapping;
 use crate::queue::{Job, Kind, Request, Worker};
@@ -1066,6 +1066,10 @@ fn canonical_name(name: &str) -> String {
             .ok()
             .and_then(|p| p.to_str().map(str::to_string))
             .unwrap_or_else(|| name.to_string()),
+        Ok(DeviceUri::Array(path)) => std::fs::canonicalize(&path)
+            .ok()
+            .and_then(|p| p.to_str().map(|p| format!("array:{p}")))
+            .unwrap_or_else(|| name.to_string()),
         _ => name.to_string(),
     }
 }
@@ -1078,7 +1082,7 @@ pub(crate) fn open_shared(name: &str) -> R<u64> {
     let dev = match open {
         Some(d) => d,
         None => {
-            let device = Device::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
+            let device = csx_array::open(name).or_else(|e| fail(open_status(&e), e.to_string()))?;
             Arc::new(Dev::new(canonical, device))
         }
     };

@@ -687,3 +687,39 @@ fn v05_programs_compile_unchanged_and_run() {
         "{out}"
     );
 }
+
+#[test]
+fn c_programs_open_an_array_by_its_uri() {
+    let work = tempfile::tempdir().unwrap();
+    let lib = work.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
+    let exe = work.path().join("array_test");
+    run_tool(
+        Command::new("gcc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+            .arg(repo().join("sdk/include"))
+            .arg(repo().join("crates/capi/tests/c/array_test.c"))
+            .arg("-L")
+            .arg(&lib)
+            .arg("-lcsx")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let dir = work.path().join("arr");
+    let member_nvm = 8u64 << 20;
+    let config = DeviceConfig {
+        nvm_size_bytes: member_nvm,
+        slm_size_bytes: 1 << 20,
+        ..DeviceConfig::default()
+    };
+    csx_array::Array::init_embedded(&dir, 2, config, csx_array::LinkModel::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let uri = format!("array:{}", dir.display());
+    let out = run_tool(Command::new(&exe).arg(&uri).arg(member_nvm.to_string()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("array_test: ok"), "{stdout}");
+}

@@ -24,9 +24,9 @@ Examples:
   csx array init --state ./arr2 --member tcp://127.0.0.1:4420 --member tcp://127.0.0.1:4421
   csx array init --state ./arr --members 2 --link-bandwidth 1Gbps
   csx array init --state ./arr --members 2 --profile daisy --link-bandwidth 10Gbps
-  csx --device array:./arr put nums.bin /nums --stripe 1MiB
-  csx --device array:./arr stat /nums          # extents as tagged block addresses
-  csx array info --state ./arr --json";
+  csx put nums.bin /nums --stripe 1MiB --device array:./arr
+  csx stat /nums --device array:./arr          # extents as tagged block addresses
+  csx array info --device array:./arr --json";
 
 /// Arrays of devices: one namespace, one tagged block address space (SCANCOMS/INSTANT).
 #[derive(Debug, Args)]
@@ -40,6 +40,7 @@ pub struct ArrayArgs {
 enum ArrayCommand {
     Init(InitArgs),
     Info(InfoArgs),
+    Sort(SortArgs),
 }
 
 /// Create an array: N new embedded members in DIR/m0, DIR/m1, ..., or existing devices.
@@ -81,6 +82,13 @@ pub struct InitArgs {
     link_bandwidth: Option<String>,
     /// Override: modelled fixed cost of one command on a link (host or D2D), µs.
     #[arg(long, value_name = "US")]
+    link_latency_us: Option<u64>,
+    #[arg(
+        long,
+        hide = true,
+        value_name = "US",
+        conflicts_with = "link_latency_us"
+    )]
     command_latency_us: Option<u64>,
     /// Print the description as JSON.
     #[arg(long)]
@@ -91,9 +99,10 @@ pub struct InitArgs {
 #[derive(Debug, Args)]
 #[command(after_help = ARRAY_EXAMPLES)]
 pub struct InfoArgs {
-    /// The array's directory.
-    #[arg(long, value_name = "DIR")]
-    state: PathBuf,
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
+    #[arg(long, hide = true, value_name = "DIR")]
+    state: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -102,6 +111,10 @@ pub fn run(args: ArrayArgs) -> anyhow::Result<u8> {
     match args.command {
         ArrayCommand::Init(a) => run_init(a),
         ArrayCommand::Info(a) => run_info(a),
+        ArrayCommand::Sort(a) => {
+            let g = a.dev.global();
+            run_sort(a, &g)
+        }
     }
 }
 
@@ -115,7 +128,10 @@ fn run_init(a: InitArgs) -> anyhow::Result<u8> {
         link.host_bytes_per_sec = b;
         link.member_bytes_per_sec = b;
     }
-    if let Some(us) = a.command_latency_us {
+    if a.command_latency_us.is_some() {
+        eprintln!("csx: --command-latency-us is deprecated; use --link-latency-us");
+    }
+    if let Some(us) = a.link_latency_us.or(a.command_latency_us) {
         link = link.with_latency(us.saturating_mul(1000));
     }
     let array = match a.members {
@@ -137,7 +153,15 @@ fn run_init(a: InitArgs) -> anyhow::Result<u8> {
 }
 
 fn run_info(a: InfoArgs) -> anyhow::Result<u8> {
-    let array = Array::open(&a.state)?;
+    let dir = match (&a.state, crate::connect::array_dir(&a.dev.global())) {
+        (Some(dir), _) => {
+            eprintln!("csx: array info --state is deprecated; use --device array:DIR");
+            dir.clone()
+        }
+        (None, Some(dir)) => dir,
+        (None, None) => bail!("name the array with --device array:DIR"),
+    };
+    let array = Array::open(&dir)?;
     print_info(&array, a.json);
     array.close()?;
     Ok(exit::SUCCESS)
@@ -153,8 +177,10 @@ fn print_info(array: &Array, as_json: bool) {
             .map(|m| json!({ "tag": m.index, "uri": m.uri, "nvm_size_bytes": m.nvm_size_bytes }))
             .collect();
         println!(
-            "{:#}",
-            json!({ "dir": array.dir(), "id": d.id, "members": members, "link": d.link, "files": files.len() })
+            "{}",
+            crate::output::Json(
+                json!({ "dir": array.dir(), "id": d.id, "members": members, "link": d.link, "files": files.len() })
+            )
         );
         return;
     }
@@ -255,7 +281,7 @@ pub fn ls(dir: &Path, under: &str, as_json: bool) -> anyhow::Result<u8> {
             .iter()
             .map(|(p, e)| json!({ "path": p, "size_bytes": e.size_bytes, "layout": e.layout }))
             .collect();
-        println!("{:#}", serde_json::Value::Array(rows));
+        println!("{}", crate::output::Json(serde_json::Value::Array(rows)));
     } else {
         for (p, e) in &files {
             println!("{:>14}  {p}  ({})", e.size_bytes, layout_text(e));
@@ -280,9 +306,11 @@ pub fn stat(dir: &Path, devpath: &str, as_json: bool) -> anyhow::Result<u8> {
             })
             .collect();
         println!(
-            "{:#}",
-            json!({ "path": map.path, "size_bytes": map.entry.size_bytes, "layout": map.entry.layout,
+            "{}",
+            crate::output::Json(
+                json!({ "path": map.path, "size_bytes": map.entry.size_bytes, "layout": map.entry.layout,
                     "extents": extents, "extents_truncated": map.truncated })
+            )
         );
     } else {
         println!("path     {}", map.path);
@@ -343,18 +371,22 @@ pub fn rm(dir: &Path, devpath: &str) -> anyhow::Result<u8> {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   csx gen u64 --size 64MiB -o nums.bin
-  csx --device array:./arr put nums.bin /nums --stripe 1MiB
-  csx --device array:./arr sort /nums --output /nums.sorted
-  csx --device array:./arr sort /nums --output /nums.host --mode host --json
-  csx --device array:./arr sort /nums --output /nums.fast --topology multiway")]
+  csx put nums.bin /nums --stripe 1MiB --device array:./arr
+  csx array sort /nums --to /nums.sorted --device array:./arr
+  csx array sort /nums --to /nums.host --mode host --json --device array:./arr
+  csx array sort /nums --to /nums.fast --topology multiway --device array:./arr")]
 pub struct SortArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The array file to sort.
     devpath: String,
     /// The key type: little-endian u64 (the only one so far).
     #[arg(long, value_name = "TYPE", default_value = "u64", value_parser = ["u64"])]
     key: String,
-    /// Where the sorted file goes; default: replace the input (atomically).
+    /// The device path the sorted file goes to; default: replace the input (atomically).
     #[arg(long, value_name = "DEVPATH")]
+    to: Option<String>,
+    #[arg(long, hide = true, value_name = "DEVPATH", conflicts_with = "to")]
     output: Option<String>,
     /// instant: runs move device to device; host: through the host (the baseline).
     #[arg(long, value_name = "MODE", default_value = "instant", value_parser = ["instant", "host"])]
@@ -387,7 +419,13 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
             "multiway" => csx_array::Topology::Multiway,
             _ => csx_array::Topology::Chain,
         },
-        output: args.output.clone(),
+        output: match (&args.to, &args.output) {
+            (None, Some(old)) => {
+                eprintln!("csx: array sort --output is deprecated; use --to DEVPATH");
+                Some(old.clone())
+            }
+            (to, _) => to.clone(),
+        },
     };
     let show = std::io::stderr().is_terminal() && !args.json;
     let report = csx_array::sort(&array, &args.devpath, &options, &|e| {
@@ -486,7 +524,7 @@ pub fn exec_member(
 pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Result<u8> {
     use std::io::Write as _;
     let spec = &args.spec;
-    if spec.state_dir.is_some() {
+    if spec.state_dir.is_some() || spec.state_dir_old.is_some() {
         bail!("--state-dir names one device's state; an array's members are found by the array");
     }
     let array = open(dir)?;
@@ -594,12 +632,8 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
     }
     array.close()?;
     if spec.json {
-        let mut v: serde_json::Value = serde_json::from_str(&crate::lambda_cmd::account_json(
-            &total,
-            wall_ns,
-            modelled_ns,
-            report.output_bytes,
-        ))?;
+        let mut v =
+            crate::lambda_cmd::account_json(&total, wall_ns, modelled_ns, report.output_bytes);
         v["requests"] = json!(report.requests);
         v["members"] = rows
             .iter()
@@ -611,7 +645,7 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
                         "modelled_ns": ns })
             })
             .collect();
-        println!("{v}");
+        println!("{}", crate::output::Json(&v));
         return Ok(exit::SUCCESS);
     }
     println!(

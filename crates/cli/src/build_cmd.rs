@@ -18,10 +18,12 @@ use crate::{exit, GlobalArgs};
 /// Examples:
 ///   csx build sum.c                     # writes sum.o
 ///   csx build sum.c -o /tmp/sum.o --entry sum
-///   csx --device ./dev build sum.c      # check against that device's functions
+///   csx build sum.c --device ./dev      # check against that device's functions
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct BuildArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The C source file.
     #[arg(value_name = "PROG.c")]
     source: PathBuf,
@@ -31,6 +33,9 @@ pub struct BuildArgs {
     /// The entry function, when the object has several.
     #[arg(long, value_name = "NAME")]
     entry: Option<String>,
+    /// Print the check as JSON: object, entry, instructions, functions.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -51,6 +56,18 @@ pub fn run(args: BuildArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     };
     let report = check_object(&object, args.entry.as_deref(), &functions)
         .with_context(|| format!("checking {}", output.display()))?;
+    if args.json {
+        println!(
+            "{}",
+            crate::output::Json(serde_json::json!({
+                "object": output,
+                "entry": report.entry,
+                "instructions": report.slot_count,
+                "functions": report.functions_used,
+            }))
+        );
+        return Ok(exit::SUCCESS);
+    }
     println!(
         "{}: entry {}, {} instructions, functions: {}",
         output.display(),

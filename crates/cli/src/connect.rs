@@ -13,6 +13,41 @@ use csx_host::Device;
 
 use crate::GlobalArgs;
 
+/// `--device URI`: declared by every command that talks to a device, and by no other
+/// (clap refuses it there). Global within a group, so `csx program list --device D`
+/// and `csx program --device D list` both work.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DeviceArg {
+    /// The device: a state directory (an embedded device), `shm://NAME`,
+    /// `tcp://HOST:PORT`, `tcps://HOST:PORT` or `array:DIR`; default: $CSX_DEVICE, else
+    /// a per-user device created on first use in ~/.local/share/csx/device.
+    #[arg(long, global = true, env = "CSX_DEVICE", value_name = "URI")]
+    pub device: Option<String>,
+}
+
+/// `--device` given before the command (the old place), if it was.
+static DEVICE_BEFORE_COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Records a `--device` given before the command: used where the command's own
+/// `--device` (and `$CSX_DEVICE`) is absent.
+pub fn set_device_before_command(uri: Option<String>) {
+    if let Some(uri) = uri {
+        let _ = DEVICE_BEFORE_COMMAND.set(uri);
+    }
+}
+
+impl DeviceArg {
+    /// What the command functions take.
+    pub fn global(&self) -> GlobalArgs {
+        GlobalArgs {
+            device: self
+                .device
+                .clone()
+                .or_else(|| DEVICE_BEFORE_COMMAND.get().cloned()),
+        }
+    }
+}
+
 /// NVM namespace of the per-user device: sparse, so it costs only what files use.
 pub const DEFAULT_NVM_SIZE: u64 = 4 << 30;
 
@@ -61,12 +96,11 @@ pub fn device_uri(global: &GlobalArgs) -> anyhow::Result<String> {
 /// The array the command line names, if it names one: `--device array:DIR`, or a
 /// `--device DIR` that holds an array (`array.json`).
 pub fn array_dir(global: &GlobalArgs) -> Option<PathBuf> {
-    let uri = global.device.as_deref()?;
-    if let Some(dir) = uri.strip_prefix("array:") {
-        return Some(PathBuf::from(dir));
+    match csx_host::DeviceUri::parse(global.device.as_deref()?).ok()? {
+        csx_host::DeviceUri::Array(dir) => Some(dir),
+        csx_host::DeviceUri::Embedded(dir) => csx_array::desc::is_array(&dir).then_some(dir),
+        _ => None,
     }
-    let dir = PathBuf::from(uri);
-    (!uri.contains("://") && csx_array::desc::is_array(&dir)).then_some(dir)
 }
 
 /// Opens the device the command line names (see the module doc).

@@ -58,9 +58,11 @@ pub fn gen_benchmark(
             .map(|(t, rows)| json!({ "table": t, "rows": rows }))
             .collect();
         println!(
-            "{:#}",
-            json!({ "benchmark": what, "sf": sf, "seed": seed, "out": out, "tables": tables,
+            "{}",
+            crate::output::Json(
+                json!({ "benchmark": what, "sf": sf, "seed": seed, "out": out, "tables": tables,
                     "parquet": parquet, "elapsed_ns": started.elapsed().as_nanos() as u64 })
+            )
         );
     } else {
         for (t, rows) in &dataset.tables {
@@ -103,9 +105,11 @@ pub fn put_recursive(
     let elapsed = started.elapsed();
     if json_out {
         println!(
-            "{:#}",
-            json!({ "path": dev_dir, "files": summary.files, "dirs": summary.dirs,
+            "{}",
+            crate::output::Json(
+                json!({ "path": dev_dir, "files": summary.files, "dirs": summary.dirs,
                     "bytes": summary.bytes, "elapsed_ns": elapsed.as_nanos() as u64 })
+            )
         );
     } else {
         println!(

@@ -73,6 +73,8 @@ const DEMO_DEVICE_DIR: &str = "out/demo-device";
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// Total bytes of data, split across the workloads (KiB, MiB, GiB).
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     size: u64,

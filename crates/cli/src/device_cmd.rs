@@ -17,8 +17,8 @@ const DEVICE_EXAMPLES: &str = "\
 Examples:
   csx device init --state ./dev0
   csx device init --state /var/lib/csx/dev1 --nvm-size 16GiB --slm-size 2GiB --engines 4
-  csx device init --state ./dev2 --profile lambda-io --link-gbps 2.0
-  CSX_DEVICE=./dev0 csx info";
+  csx device init --state ./dev2 --profile lambda-io --link-bandwidth 2GB/s
+  CSX_DEVICE=./dev0 csx device info";
 
 /// Create and manage devices.
 #[derive(Debug, Args)]
@@ -32,6 +32,10 @@ pub struct DeviceArgs {
 enum DeviceCommand {
     Init(InitArgs),
     Serve(crate::serve::ServeArgs),
+    /// Describe the device: namespaces, engines, limits.
+    Info(InfoArgs),
+    /// List the device's registered functions (what programs may call).
+    Functions(FunctionsArgs),
 }
 
 /// Create a device in a state directory.
@@ -65,8 +69,10 @@ pub struct InitArgs {
     /// Performance profile of the emulated device: unthrottled, lambda-io or daisy.
     #[arg(long, value_name = "NAME", default_value = "unthrottled")]
     profile: String,
-    /// Override the profile's host link bandwidth, GB/s (0: unlimited).
-    #[arg(long, value_name = "X")]
+    /// Override the profile's host link bandwidth, e.g. 2GB/s, 10Gbps, unlimited.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    link_bandwidth: Option<u64>,
+    #[arg(long, hide = true, value_name = "X", conflicts_with = "link_bandwidth")]
     link_gbps: Option<f64>,
     /// Override the profile's per-command link latency, µs.
     #[arg(long, value_name = "X")]
@@ -86,7 +92,20 @@ pub fn run_device(args: DeviceArgs) -> anyhow::Result<u8> {
     match args.command {
         DeviceCommand::Init(a) => init(a),
         DeviceCommand::Serve(a) => crate::serve::run(a),
+        DeviceCommand::Info(a) => {
+            let g = a.dev.global();
+            run_info(a, &g)
+        }
+        DeviceCommand::Functions(a) => {
+            let g = a.dev.global();
+            run_functions(a, &g)
+        }
     }
+}
+
+/// A link rate (`10Gbps`, `2GB/s`, `unlimited`) in bytes per second.
+fn parse_rate(text: &str) -> Result<u64, String> {
+    csx_array::link::parse_bandwidth(text).map_err(|e| e.to_string())
 }
 
 /// The profile and its overrides (`custom` in the profile name once overridden).
@@ -96,7 +115,12 @@ fn apply_perf(config: &mut DeviceConfig, args: &InitArgs) -> anyhow::Result<()> 
     let mut custom = false;
     let per_sec = |gbps: f64| (gbps * 1e9).round() as u64;
     if let Some(x) = args.link_gbps {
+        eprintln!("csx: --link-gbps is deprecated; use --link-bandwidth {x}GB/s");
         perf.link_bytes_per_sec = per_sec(x);
+        custom = true;
+    }
+    if let Some(rate) = args.link_bandwidth {
+        perf.link_bytes_per_sec = rate;
         custom = true;
     }
     if let Some(x) = args.link_latency_us {
@@ -157,8 +181,10 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
 
 /// Describe the device: its namespaces, engines and limits.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  csx info\n  csx --device ./dev0 info --json")]
+#[command(after_help = "Examples:\n  csx device info\n  csx device info --device ./dev0 --json")]
 pub struct InfoArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -277,8 +303,12 @@ pub fn run_info(args: InfoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 /// resolves each name to its id. Pointer arguments are checked against the program's
 /// memory before the function runs; a failing function returns a negative CSX_E* code.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  csx functions\n  csx functions --json | jq '.[].name'")]
+#[command(
+    after_help = "Examples:\n  csx device functions\n  csx device functions --json | jq '.[].name'"
+)]
 pub struct FunctionsArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// Print a JSON array of {id, name, version, args, c_decl, doc}.
     #[arg(long)]
     json: bool,
@@ -308,7 +338,7 @@ pub fn run_functions(args: FunctionsArgs, global: &GlobalArgs) -> anyhow::Result
     let functions = dev.functions().context("list functions")?;
     if args.json {
         let out: Vec<_> = functions.iter().map(function_json).collect();
-        println!("{:#}", serde_json::Value::Array(out));
+        println!("{}", crate::output::Json(serde_json::Value::Array(out)));
     } else {
         println!("{:>4}  {:<20} {:>3}  DECLARATION", "ID", "NAME", "VER");
         for f in &functions {

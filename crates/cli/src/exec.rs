@@ -53,6 +53,8 @@ command's connection takes it with it).";
 #[derive(Debug, Args)]
 #[command(after_help = EXEC_HELP)]
 pub struct ExecArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The program: an ELF object from clang, or raw eBPF bytecode.
     prog: PathBuf,
     /// The ELF function to run (the only global function if absent).

@@ -28,6 +28,8 @@ use crate::{exit, GlobalArgs};
     after_help = "Examples:\n  csx put numbers.bin /data/numbers.bin\n  csx --device ./dev0 put big.csv /logs/big.csv\n  gzip -dc log.gz | csx put - /logs/log\n  csx put -r data/ssb /ssb/sf1"
 )]
 pub struct PutArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The local file, or `-` for standard input (with -r: the local directory).
     local: PathBuf,
     /// The device path, e.g. /data/numbers.bin (with -r: the device directory).
@@ -54,6 +56,8 @@ pub struct PutArgs {
     after_help = "Examples:\n  csx get /data/numbers.bin numbers.copy\n  csx get /logs/log - | grep error"
 )]
 pub struct GetArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The device path.
     devpath: String,
     /// The local file to write, or `-` for standard output.
@@ -67,6 +71,8 @@ pub struct GetArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  csx ls\n  csx ls /data --json")]
 pub struct LsArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The directory (a path prefix); `/` lists everything.
     #[arg(default_value = "/")]
     dir: String,
@@ -79,6 +85,8 @@ pub struct LsArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  csx stat /data/numbers.bin")]
 pub struct StatArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The device path.
     devpath: String,
     /// Print {path, size_bytes, extents: [{file_offset, nvm_offset, len}]}.
@@ -91,6 +99,8 @@ pub struct StatArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  csx rm /data/numbers.bin")]
 pub struct RmArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The device path.
     devpath: String,
 }
@@ -102,6 +112,8 @@ pub struct RmArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  csx sync\n  csx --device tcp://10.0.0.5:4420 sync --json")]
 pub struct SyncArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// Print {"device", "elapsed_ns"}.
     #[arg(long)]
     json: bool,
@@ -161,8 +173,10 @@ pub(crate) fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, st
     let elapsed = started.elapsed();
     if json {
         println!(
-            "{:#}",
-            json!({ "path": path, "bytes": bytes, "elapsed_ns": elapsed.as_nanos() as u64 })
+            "{}",
+            crate::output::Json(
+                json!({ "path": path, "bytes": bytes, "elapsed_ns": elapsed.as_nanos() as u64 })
+            )
         );
     } else {
         let rate = bytes as f64 / elapsed.as_secs_f64().max(1e-9) / (1u64 << 20) as f64;
@@ -171,6 +185,14 @@ pub(crate) fn report_transfer(json: bool, verb: &str, path: &str, bytes: u64, st
             format_size(bytes),
             elapsed.as_secs_f64()
         );
+    }
+}
+
+impl LsArgs {
+    /// Whether `--json` was given (before or after the command).
+    #[cfg(test)]
+    pub fn json_wanted(&self) -> bool {
+        self.json
     }
 }
 
@@ -250,8 +272,10 @@ pub fn run_get(args: GetArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         if args.json {
             let elapsed = started.elapsed().as_nanos() as u64;
             eprintln!(
-                "{:#}",
-                json!({ "path": args.devpath, "bytes": bytes, "elapsed_ns": elapsed })
+                "{}",
+                crate::output::Json(
+                    json!({ "path": args.devpath, "bytes": bytes, "elapsed_ns": elapsed })
+                )
             );
         }
     } else {
@@ -279,8 +303,10 @@ pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot list {}", args.dir))?;
     if args.json {
         println!(
-            "{:#}",
-            serde_json::Value::Array(list.files.iter().map(file_json).collect())
+            "{}",
+            crate::output::Json(serde_json::Value::Array(
+                list.files.iter().map(file_json).collect()
+            ))
         );
     } else {
         for f in &list.files {
@@ -302,7 +328,10 @@ pub fn run_stat(args: StatArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let st = match dev.stat(&args.devpath) {
         Err(csx_host::CallError::NotFound(_)) if is_dir(&dev, &args.devpath) => {
             if args.json {
-                println!("{:#}", json!({ "path": args.devpath, "kind": "dir" }));
+                println!(
+                    "{}",
+                    crate::output::Json(json!({ "path": args.devpath, "kind": "dir" }))
+                );
             } else {
                 println!("path     {}", args.devpath);
                 println!("kind     directory (csx ls {} lists it)", args.devpath);
@@ -322,8 +351,10 @@ pub fn run_stat(args: StatArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             .map(|e| json!({ "file_offset": e.file_offset, "nvm_offset": e.nvm_offset, "len": e.len }))
             .collect();
         println!(
-            "{:#}",
-            json!({ "path": st.path, "size_bytes": st.size_bytes, "extents": extents, "extents_truncated": ext.truncated })
+            "{}",
+            crate::output::Json(
+                json!({ "path": st.path, "size_bytes": st.size_bytes, "extents": extents, "extents_truncated": ext.truncated })
+            )
         );
     } else {
         println!("path     {}", st.path);
@@ -399,8 +430,8 @@ pub fn run_sync(args: SyncArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let elapsed = started.elapsed();
     if args.json {
         println!(
-            "{:#}",
-            json!({ "device": name, "elapsed_ns": elapsed.as_nanos() as u64 })
+            "{}",
+            crate::output::Json(json!({ "device": name, "elapsed_ns": elapsed.as_nanos() as u64 }))
         );
     } else {
         println!("synced {name} in {:.3} s", elapsed.as_secs_f64());

@@ -35,9 +35,11 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// device and survive remounts; a file with none recorded belongs to the mounting user,
 /// mode 0644 (0755 for a directory).
 ///
-/// Example: csx --device /tmp/dev mount /mnt/csx && ls /mnt/csx && csx umount /mnt/csx
+/// Example: csx fs mount /mnt/csx --device /tmp/dev && ls /mnt/csx && csx fs umount /mnt/csx
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// An existing, empty directory.
     pub mountpoint: PathBuf,
     /// Serve in this process until unmounted or interrupted (SIGINT/SIGTERM unmount; a
@@ -66,6 +68,29 @@ pub struct UmountArgs {
     /// Detach now even if busy.
     #[arg(long)]
     pub lazy: bool,
+}
+
+/// `csx fs {mount,umount}`.
+#[derive(Debug, clap::Args)]
+pub struct FsArgs {
+    #[command(subcommand)]
+    command: FsCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum FsCommand {
+    Mount(MountArgs),
+    Umount(UmountArgs),
+}
+
+pub fn run_group(args: FsArgs) -> anyhow::Result<u8> {
+    match args.command {
+        FsCommand::Mount(a) => {
+            let g = a.dev.global();
+            run_mount(a, &g)
+        }
+        FsCommand::Umount(a) => run_umount(a),
+    }
 }
 
 pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
@@ -162,10 +187,11 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
     let mut cmd = std::process::Command::new(exe);
+    cmd.args(["fs", "mount", "--foreground"])
+        .arg(&args.mountpoint);
     if let Some(uri) = &global.device {
         cmd.arg("--device").arg(uri);
     }
-    cmd.arg("mount").arg("--foreground").arg(&args.mountpoint);
     if args.allow_other {
         cmd.arg("--allow-other");
     }
@@ -192,7 +218,7 @@ fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8>
     loop {
         if mount::is_mounted(&args.mountpoint)? {
             println!(
-                "csx: mounted at {} (pid {}); unmount with: csx umount {}",
+                "csx: mounted at {} (pid {}); unmount with: csx fs umount {}",
                 args.mountpoint.display(),
                 child.id(),
                 args.mountpoint.display()

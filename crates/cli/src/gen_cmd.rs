@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _};
 use csx_workloads::gen::{DataSpec, KINDS};
 
 use crate::connect::parse_size;
-use crate::{exit, GlobalArgs};
+use crate::exit;
 
 /// Generate test data: a kind (u32, u64, text, vectors, bitmap), a workload's dataset, or
 /// a benchmark's tables (ssb, tpch).
@@ -58,7 +58,7 @@ pub struct GenArgs {
     output: Option<PathBuf>,
 }
 
-pub fn run(args: GenArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
+pub fn run(args: GenArgs) -> anyhow::Result<u8> {
     if matches!(args.what.as_str(), "ssb" | "tpch") {
         return crate::data_cmd::gen_benchmark(
             &args.what,

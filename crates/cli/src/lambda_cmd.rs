@@ -64,8 +64,15 @@ pub struct LambdaSpec {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub(crate) cache_budget: Option<u64>,
     /// The device's state directory, for a device served on this machine (shm://).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long = "state", value_name = "DIR")]
     pub(crate) state_dir: Option<PathBuf>,
+    #[arg(
+        long = "state-dir",
+        hide = true,
+        value_name = "DIR",
+        conflicts_with = "state_dir"
+    )]
+    pub(crate) state_dir_old: Option<PathBuf>,
     /// Dispatcher profiling period n and length k.
     #[arg(long, value_name = "N", default_value_t = csx_lambda::dispatch::PERIOD_DEFAULT)]
     pub(crate) period: u32,
@@ -89,6 +96,8 @@ pub struct LambdaSpec {
 /// with status 130; a second Ctrl-C quits at once.
 #[derive(Debug, Args)]
 pub struct ReadArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The device file.
     pub(crate) devpath: String,
     #[command(flatten)]
@@ -104,6 +113,8 @@ pub struct ReadArgs {
 /// Run a λ over a local file and write its outputs to a device file (λ-IO's λ-write).
 #[derive(Debug, Args)]
 pub struct WriteArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The device file (created if absent).
     devpath: String,
     #[command(flatten)]
@@ -119,6 +130,8 @@ pub struct WriteArgs {
 /// The host cache of the device's image.
 #[derive(Debug, Args)]
 pub struct CacheArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     #[command(subcommand)]
     command: CacheCommand,
 }
@@ -126,11 +139,69 @@ pub struct CacheArgs {
 #[derive(Debug, Subcommand)]
 enum CacheCommand {
     /// Drop the device's image from the host page cache.
-    Drop {
-        /// The device's state directory, for a device served on this machine.
-        #[arg(long, value_name = "DIR")]
-        state_dir: Option<PathBuf>,
-    },
+    Drop(CacheDropArgs),
+}
+
+/// Drop the device's image from the host page cache.
+#[derive(Debug, Args)]
+pub struct CacheDropArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
+    /// The device's state directory, for a device served on this machine.
+    #[arg(long = "state", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    #[arg(
+        long = "state-dir",
+        hide = true,
+        value_name = "DIR",
+        conflicts_with = "state_dir"
+    )]
+    state_dir_old: Option<PathBuf>,
+}
+
+/// `--state DIR`, or the old `--state-dir DIR` with its note.
+fn state_of(state: &Option<PathBuf>, old: &Option<PathBuf>) -> Option<PathBuf> {
+    match (state, old) {
+        (None, Some(dir)) => {
+            eprintln!("csx: --state-dir is deprecated; use --state");
+            Some(dir.clone())
+        }
+        (state, _) => state.clone(),
+    }
+}
+
+/// λ-IO: `csx lambda {read,write,cache-drop}`.
+#[derive(Debug, Args)]
+pub struct LambdaGroupArgs {
+    #[command(subcommand)]
+    command: LambdaCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LambdaCommand {
+    /// Run a λ over a device file chunk by chunk, on the host, the device or either.
+    Read(ReadArgs),
+    /// Run a λ over a local file and write its outputs to a device file.
+    Write(WriteArgs),
+    /// Drop the device's image from the host page cache.
+    CacheDrop(CacheDropArgs),
+}
+
+pub fn run_group(args: LambdaGroupArgs) -> anyhow::Result<u8> {
+    match args.command {
+        LambdaCommand::Read(a) => {
+            let g = a.dev.global();
+            run_read(a, &g)
+        }
+        LambdaCommand::Write(a) => {
+            let g = a.dev.global();
+            run_write(a, &g)
+        }
+        LambdaCommand::CacheDrop(a) => {
+            let g = a.dev.global();
+            cache_drop(a, &g)
+        }
+    }
 }
 
 /// The object file of `prog` (see [`LambdaSpec::prog`]) and a name for it.
@@ -168,7 +239,7 @@ fn options(spec: &LambdaSpec, threads: u32, engines: u32) -> LambdaOptions {
         cache_budget_bytes: spec
             .cache_budget
             .unwrap_or(csx_lambda::CACHE_BUDGET_DEFAULT),
-        state_dir: spec.state_dir.clone(),
+        state_dir: state_of(&spec.state_dir, &spec.state_dir_old),
         period: spec.period,
         profile_len: spec.profile_len,
         parallelism: (threads > 1).then_some(Parallelism {
@@ -223,7 +294,7 @@ pub(crate) fn account_json(
     wall_ns: u64,
     modelled_ns: u64,
     output_bytes: u64,
-) -> String {
+) -> serde_json::Value {
     serde_json::json!({
         "requests_host": a.requests_host,
         "requests_device": a.requests_device,
@@ -239,12 +310,14 @@ pub(crate) fn account_json(
         "host_compute_ns": a.host_compute_ns,
         "device_compute_ns": a.device_compute_ns,
     })
-    .to_string()
 }
 
 fn print_account(a: &RunAccount, wall_ns: u64, modelled_ns: u64, output_bytes: u64, json: bool) {
     if json {
-        println!("{}", account_json(a, wall_ns, modelled_ns, output_bytes));
+        println!(
+            "{}",
+            crate::output::Json(account_json(a, wall_ns, modelled_ns, output_bytes))
+        );
         return;
     }
     println!(
@@ -450,7 +523,20 @@ pub fn run_write(args: WriteArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
 
 pub fn run_cache(args: CacheArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     match args.command {
-        CacheCommand::Drop { state_dir } => {
+        CacheCommand::Drop(mut a) => {
+            if a.dev.device.is_none() {
+                a.dev.device.clone_from(&global.device);
+            }
+            let g = a.dev.global();
+            cache_drop(a, &g)
+        }
+    }
+}
+
+fn cache_drop(a: CacheDropArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let state_dir = state_of(&a.state_dir, &a.state_dir_old);
+    {
+        {
             let dev = connect::open(global)?;
             let io = LambdaIo::new(
                 &dev,

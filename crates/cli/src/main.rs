@@ -16,6 +16,7 @@ mod connect;
 mod data_cmd;
 mod demo;
 mod device_cmd;
+mod docs;
 mod engine_arg;
 mod exec;
 mod files;
@@ -25,6 +26,7 @@ mod hex;
 mod interrupt;
 mod lambda_cmd;
 mod op_cmd;
+mod output;
 mod program_cmd;
 mod sdk_cmd;
 mod serve;
@@ -64,39 +66,35 @@ Exit status:
 /// device; `csx bench` measures the VM.
 #[derive(Debug, Parser)]
 #[command(name = "csx", version, after_help = EXIT_HELP)]
-struct Cli {
-    #[command(flatten)]
-    global: GlobalArgs,
+pub struct Cli {
+    /// Print what the command prints as one compact JSON document.
+    #[arg(long, global = true)]
+    json: bool,
+    /// With --json: an indented document.
+    #[arg(long, global = true)]
+    pretty: bool,
+    /// The old place of --device, before the command (deprecated: after it).
+    #[arg(
+        long = "device",
+        id = "device_before_command",
+        hide = true,
+        value_name = "URI"
+    )]
+    device: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
-/// Options every command accepts.
-#[derive(Debug, clap::Args)]
+/// The device a command talks to (from its `--device`, else `$CSX_DEVICE`, else the
+/// per-user device: see `connect`).
+#[derive(Debug, Clone, Default)]
 pub struct GlobalArgs {
-    /// Device to talk to: a state directory (an embedded device), `shm://NAME` or
-    /// `tcp://HOST:PORT`; default: $CSX_DEVICE, else a per-user device created on
-    /// first use in ~/.local/share/csx/device (device commands only).
-    #[arg(long, global = true, env = "CSX_DEVICE", value_name = "URI")]
     pub device: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run, disassemble and test eBPF programs on the local VM (no device needed).
-    Vm(vm::VmArgs),
-    /// Measure csx (the VM's engines against native code and other runtimes).
-    Bench(csx_bench::BenchArgs),
-    /// Create devices (`csx device init`) and serve them (`csx device serve`).
-    Device(device_cmd::DeviceArgs),
-    /// Arrays of devices: one namespace, tagged block addresses (`csx array init`).
-    Array(array_cmd::ArrayArgs),
-    /// Sort an array file across its members (distributed merge sort, INSTANT).
-    Sort(array_cmd::SortArgs),
-    /// Describe the device: namespaces, engines, limits.
-    Info(device_cmd::InfoArgs),
-    /// List the device's registered functions (what programs may call).
-    Functions(device_cmd::FunctionsArgs),
+    // Porcelain: files and programs on a device.
     /// Copy a local file onto the device.
     Put(files::PutArgs),
     /// Copy a device file to a local file.
@@ -111,8 +109,23 @@ enum Command {
     Sync(files::SyncArgs),
     /// Run a program on the device over a device file.
     Exec(exec::ExecArgs),
+    // Noun groups.
+    /// Devices: create, serve and describe them (`csx device {init,serve,info,functions}`).
+    Device(device_cmd::DeviceArgs),
+    /// Arrays of devices: one namespace, tagged block addresses (`csx array {init,info,sort}`).
+    Array(array_cmd::ArrayArgs),
     /// Programs kept on the device by name: `csx program {load,list,unload}`.
     Program(program_cmd::ProgramArgs),
+    /// λ-IO: a λ over device files, on the host or the device (`csx lambda {read,write,cache-drop}`).
+    Lambda(lambda_cmd::LambdaGroupArgs),
+    /// The device's files through FUSE (`csx fs {mount,umount}`).
+    Fs(fs_cmd::FsArgs),
+    /// The device's operators (Metal FS): `csx op {list,pipe}`.
+    Op(op_cmd::OpArgs),
+    /// Run, disassemble and test eBPF programs on the local VM (no device needed).
+    Vm(vm::VmArgs),
+    /// Measure csx (the VM's engines against native code and other runtimes).
+    Bench(csx_bench::BenchArgs),
     /// Run every workload on the host and on a device; compare answers, time and bytes.
     Demo(demo::DemoArgs),
     /// Generate seeded, reproducible test data.
@@ -123,49 +136,171 @@ enum Command {
     Build(build_cmd::BuildArgs),
     /// The C SDK (`csx sdk header`).
     Sdk(sdk_cmd::SdkArgs),
-    /// Run a λ over a device file chunk by chunk, on the host, the device or either.
+    /// Shell completions (bash, zsh, fish) and man pages, from these definitions.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages (csx.1, csx-put.1, ...) into a directory.
+    #[command(hide = true)]
+    Man(docs::ManArgs),
+    // Old spellings: hidden, each with a one-line deprecation note.
+    #[command(hide = true)]
+    Info(device_cmd::InfoArgs),
+    #[command(hide = true)]
+    Functions(device_cmd::FunctionsArgs),
+    #[command(hide = true)]
+    Sort(array_cmd::SortArgs),
+    #[command(hide = true)]
     Read(lambda_cmd::ReadArgs),
-    /// Run a λ over a local file and write its outputs to a device file.
+    #[command(hide = true)]
     Write(lambda_cmd::WriteArgs),
-    /// The host page cache of the device's image (`csx cache drop`).
+    #[command(hide = true)]
     Cache(lambda_cmd::CacheArgs),
-    // The help of these two is their Args' doc comment.
+    #[command(hide = true)]
     Mount(fs_cmd::MountArgs),
+    #[command(hide = true)]
     Umount(fs_cmd::UmountArgs),
-    /// The device's operators (Metal FS): `csx op list`.
-    Op(op_cmd::OpArgs),
+    #[command(hide = true)]
     Pipe(op_cmd::PipeArgs),
 }
 
+/// The one-line note of an old command spelling.
+fn renamed(old: &str, new: &str) {
+    eprintln!("csx: `csx {old}` is deprecated; use `csx {new}`");
+}
+
+impl Command {
+    /// Whether this command talks to a device (takes `--device`).
+    fn takes_device(&self) -> bool {
+        !matches!(
+            self,
+            Command::Vm(_)
+                | Command::Gen(_)
+                | Command::Completions(_)
+                | Command::Man(_)
+                | Command::Umount(_)
+        )
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    output::set_pretty(cli.pretty);
+    if cli.device.is_some() {
+        if !cli.command.takes_device() {
+            use clap::CommandFactory;
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::UnknownArgument,
+                    "this command takes no device: unexpected argument '--device'",
+                )
+                .exit();
+        }
+        eprintln!("csx: --device before the command is deprecated; put it after the command");
+        connect::set_device_before_command(cli.device);
+    }
     match cli.command {
-        Command::Vm(args) => vm::run(args, &cli.global),
-        Command::Bench(args) => csx_bench::run(args, &|| connect::device_uri(&cli.global)),
-        Command::Device(args) => device_cmd::run_device(args),
-        Command::Array(args) => array_cmd::run(args),
-        Command::Sort(args) => array_cmd::run_sort(args, &cli.global),
-        Command::Info(args) => device_cmd::run_info(args, &cli.global),
-        Command::Functions(args) => device_cmd::run_functions(args, &cli.global),
-        Command::Put(args) => files::run_put(args, &cli.global),
-        Command::Get(args) => files::run_get(args, &cli.global),
-        Command::Ls(args) => files::run_ls(args, &cli.global),
-        Command::Stat(args) => files::run_stat(args, &cli.global),
-        Command::Rm(args) => files::run_rm(args, &cli.global),
-        Command::Sync(args) => files::run_sync(args, &cli.global),
-        Command::Exec(args) => exec::run(args, &cli.global),
-        Command::Program(args) => program_cmd::run(args, &cli.global),
-        Command::Demo(args) => demo::run(args, &cli.global),
-        Command::Gen(args) => gen_cmd::run(args, &cli.global),
-        Command::Ssb(args) => ssb_cmd::run_cmd(args, &cli.global),
-        Command::Build(args) => build_cmd::run(args, &cli.global),
-        Command::Sdk(args) => sdk_cmd::run(args, &cli.global),
-        Command::Read(args) => lambda_cmd::run_read(args, &cli.global),
-        Command::Write(args) => lambda_cmd::run_write(args, &cli.global),
-        Command::Cache(args) => lambda_cmd::run_cache(args, &cli.global),
-        Command::Mount(args) => fs_cmd::run_mount(args, &cli.global),
-        Command::Umount(args) => fs_cmd::run_umount(args),
-        Command::Op(args) => op_cmd::run_op(args),
-        Command::Pipe(args) => op_cmd::run_pipe(args, &cli.global),
+        Command::Put(a) => {
+            let g = a.dev.global();
+            files::run_put(a, &g)
+        }
+        Command::Get(a) => {
+            let g = a.dev.global();
+            files::run_get(a, &g)
+        }
+        Command::Ls(a) => {
+            let g = a.dev.global();
+            files::run_ls(a, &g)
+        }
+        Command::Stat(a) => {
+            let g = a.dev.global();
+            files::run_stat(a, &g)
+        }
+        Command::Rm(a) => {
+            let g = a.dev.global();
+            files::run_rm(a, &g)
+        }
+        Command::Sync(a) => {
+            let g = a.dev.global();
+            files::run_sync(a, &g)
+        }
+        Command::Exec(a) => {
+            let g = a.dev.global();
+            exec::run(a, &g)
+        }
+        Command::Program(a) => {
+            let g = a.dev.global();
+            program_cmd::run(a, &g)
+        }
+        Command::Demo(a) => {
+            let g = a.dev.global();
+            demo::run(a, &g)
+        }
+        Command::Ssb(a) => {
+            let g = a.dev.global();
+            ssb_cmd::run_cmd(a, &g)
+        }
+        Command::Build(a) => {
+            let g = a.dev.global();
+            build_cmd::run(a, &g)
+        }
+        Command::Sdk(a) => {
+            let g = a.dev.global();
+            sdk_cmd::run(a, &g)
+        }
+        Command::Device(a) => device_cmd::run_device(a),
+        Command::Array(a) => array_cmd::run(a),
+        Command::Lambda(a) => lambda_cmd::run_group(a),
+        Command::Fs(a) => fs_cmd::run_group(a),
+        Command::Op(a) => op_cmd::run_op(a),
+        Command::Vm(a) => vm::run(a),
+        Command::Bench(a) => csx_bench::run(a, &|| {
+            connect::device_uri(&connect::DeviceArg::default().global())
+        }),
+        Command::Gen(a) => gen_cmd::run(a),
+        Command::Completions(a) => docs::run_completions(a),
+        Command::Man(a) => docs::run_man(a),
+        Command::Info(a) => {
+            renamed("info", "device info");
+            let g = a.dev.global();
+            device_cmd::run_info(a, &g)
+        }
+        Command::Functions(a) => {
+            renamed("functions", "device functions");
+            let g = a.dev.global();
+            device_cmd::run_functions(a, &g)
+        }
+        Command::Sort(a) => {
+            renamed("sort", "array sort");
+            let g = a.dev.global();
+            array_cmd::run_sort(a, &g)
+        }
+        Command::Read(a) => {
+            renamed("read", "lambda read");
+            let g = a.dev.global();
+            lambda_cmd::run_read(a, &g)
+        }
+        Command::Write(a) => {
+            renamed("write", "lambda write");
+            let g = a.dev.global();
+            lambda_cmd::run_write(a, &g)
+        }
+        Command::Mount(a) => {
+            renamed("mount", "fs mount");
+            let g = a.dev.global();
+            fs_cmd::run_mount(a, &g)
+        }
+        Command::Pipe(a) => {
+            renamed("pipe", "op pipe");
+            let g = a.dev.global();
+            op_cmd::run_pipe(a, &g)
+        }
+        Command::Cache(a) => {
+            renamed("cache drop", "lambda cache-drop");
+            let g = a.dev.global();
+            lambda_cmd::run_cache(a, &g)
+        }
+        Command::Umount(a) => {
+            renamed("umount", "fs umount");
+            fs_cmd::run_umount(a)
+        }
     }
 }
 
@@ -222,5 +357,165 @@ mod tests {
     fn usage_status_is_clap_s() {
         let e = Cli::try_parse_from(["csx", "vm", "run"]).expect_err("PROG is required");
         assert_eq!(e.exit_code(), i32::from(exit::USAGE));
+    }
+}
+
+/// The grammar every command keeps (see docs/cli.md): checked over every visible leaf.
+#[cfg(test)]
+mod grammar {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Leaves that talk to no device, and so refuse `--device`.
+    const NO_DEVICE: &[&str] = &[
+        "device init",
+        "device serve",
+        "array init",
+        "fs umount",
+        "op list",
+        "vm run",
+        "vm disasm",
+        "vm conformance-plugin",
+        "gen",
+        "completions",
+        "bench array",
+        "bench vm",
+        "bench device",
+        "bench lambda",
+        "bench workloads",
+        "bench mount",
+        "bench pipelines",
+        "bench ssb",
+    ];
+
+    /// Leaves whose output is text for people or programs other than a data document
+    /// (logs, a file, a listing of source), and so need no `--json` of their own.
+    const NO_JSON: &[&str] = &[
+        "device serve",
+        "rm",
+        "fs mount",
+        "fs umount",
+        "vm disasm",
+        "vm conformance-plugin",
+        "sdk header",
+        "completions",
+        "lambda cache-drop",
+        "op pipe",
+        "program unload",
+    ];
+
+    /// Flags that are old spellings of another: none may be visible.
+    const OLD_FLAGS: &[(&str, &str)] = &[
+        ("repeat", "runs"),
+        ("rounds", "runs"),
+        ("state-dir", "state"),
+        ("link-gbps", "link-bandwidth"),
+        ("command-latency-us", "link-latency-us"),
+        ("interp", "engine"),
+        ("jit", "engine"),
+        ("uri", "device"),
+    ];
+
+    fn leaves() -> Vec<(String, clap::Command)> {
+        docs::leaves(&Cli::command())
+            .into_iter()
+            .map(|(w, c)| (w.join(" "), c))
+            .collect()
+    }
+
+    #[test]
+    fn a_command_takes_device_if_and_only_if_it_talks_to_one() {
+        for (name, leaf) in leaves() {
+            let has = leaf
+                .get_arguments()
+                .any(|a| a.get_long() == Some("device") && !a.is_hide_set());
+            let talks = !NO_DEVICE.contains(&name.as_str());
+            assert_eq!(has, talks, "`csx {name}`: --device declared: {has}");
+        }
+    }
+
+    #[test]
+    fn a_command_that_prints_data_has_its_own_json() {
+        let mut missing = Vec::new();
+        for (name, leaf) in leaves() {
+            if NO_JSON.contains(&name.as_str()) {
+                continue;
+            }
+            // The global --json reaches every command; a command that prints data reads
+            // its own (a local `json` that the global one sets).
+            let own = leaf
+                .get_arguments()
+                .any(|a| a.get_id() == "json" && !a.is_global_set());
+            if !own {
+                missing.push(name);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "print data without a --json of their own: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn no_visible_flag_is_an_old_spelling() {
+        let mut shown = Vec::new();
+        for (name, leaf) in leaves() {
+            for a in leaf.get_arguments().filter(|a| !a.is_hide_set()) {
+                if let Some((old, new)) = OLD_FLAGS.iter().find(|(o, _)| a.get_long() == Some(o)) {
+                    shown.push(format!(
+                        "`csx {name}` shows --{old} (the one spelling: --{new})"
+                    ));
+                }
+            }
+        }
+        assert!(shown.is_empty(), "{shown:#?}");
+    }
+
+    #[test]
+    fn a_command_without_a_device_refuses_device() {
+        for words in [
+            &["vm", "run", "p.o"][..],
+            &["gen", "u64", "--size", "8"],
+            &["op", "list"],
+            &["fs", "umount", "/mnt"],
+            &["bench", "vm"],
+            &["device", "init", "--state", "d"],
+            &["completions", "bash"],
+        ] {
+            let mut argv = vec!["csx"];
+            argv.extend_from_slice(words);
+            argv.extend(["--device", "x"]);
+            let e = Cli::try_parse_from(&argv).expect_err(&words.join(" "));
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{words:?}"
+            );
+            assert!(e.to_string().contains("--device"), "{e}");
+        }
+        // And every device command takes it after its name.
+        for words in [
+            &["ls"][..],
+            &["device", "info"],
+            &["program", "list"],
+            &["array", "sort", "/f"],
+        ] {
+            let mut argv = vec!["csx"];
+            argv.extend_from_slice(words);
+            argv.extend(["--device", "x"]);
+            Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn json_given_before_the_command_reaches_it() {
+        let cli = Cli::try_parse_from(["csx", "--json", "ls"]).unwrap();
+        match cli.command {
+            Command::Ls(a) => assert!(a.json_wanted()),
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from(["csx", "ls", "--json", "--pretty"]).unwrap();
+        assert!(cli.pretty);
     }
 }

@@ -22,6 +22,7 @@ pub struct OpArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum OpCommand {
+    Pipe(Box<PipeArgs>),
     /// List the operators a pipeline stage may name, with their parameters.
     ///
     /// Each operator is a device program that follows the streaming operator contract
@@ -56,11 +57,11 @@ Stages: OP [--param VALUE]... separated by `|` (one shell word: quote the pipeli
 
 Examples:
   csx gen u32 --size 64MiB -o nums.bin && csx put nums.bin /nums
-  csx pipe 'filter --type u32 --op gt --value 100 | aggregate --type u32 --text' --input /nums
-  csx pipe 'datagen --size 1GiB | filter --op lt --value 0x4000000000000000' --output /quarter
-  csx pipe 'compress' --input /logs --output /logs.lz4
-  csx pipe 'decompress | grep --pattern ERROR' --input /logs.lz4 --output-local errors.txt
-  csx pipe 'encrypt --key 000102...1f' --input /secret --output /secret.enc --json
+  csx op pipe 'filter --type u32 --op gt --value 100 | aggregate --type u32 --text' --input /nums
+  csx op pipe 'datagen --size 1GiB | filter --op lt --value 0x4000000000000000' --to /quarter
+  csx op pipe 'compress' --input /logs --to /logs.lz4
+  csx op pipe 'decompress | grep --pattern ERROR' --input /logs.lz4 --output-local errors.txt
+  csx op pipe 'encrypt --key 000102...1f' --input /secret --to /secret.enc --json
 
 Without --output or --output-local the result goes to standard output (--discard: nowhere).
 Ctrl-C, SIGTERM or SIGHUP stops the pipe: the device runs are aborted and the stages'
@@ -79,6 +80,8 @@ DEVPATH only after the last chunk (on failure it is deleted and DEVPATH left as 
 #[derive(Debug, clap::Args)]
 #[command(after_help = PIPE_HELP)]
 pub struct PipeArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     /// The stages: 'OP [--param VALUE]... | OP ...'.
     pipeline: String,
     /// The input device file (omit when the first stage generates, like datagen).
@@ -89,25 +92,31 @@ pub struct PipeArgs {
     input_local: Option<PathBuf>,
     /// Write the output to this device file (nothing crosses to the host).
     #[arg(long, value_name = "DEVPATH")]
+    to: Option<String>,
+    #[arg(long, hide = true, value_name = "DEVPATH", conflicts_with = "to")]
     output: Option<String>,
     /// Write the output to this local file.
-    #[arg(long, value_name = "FILE", conflicts_with = "output")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["to", "output"])]
     output_local: Option<PathBuf>,
     /// Drop the output on the device (a benchmark's sink).
-    #[arg(long, conflicts_with_all = ["output", "output_local"])]
+    #[arg(long, conflicts_with_all = ["to", "output", "output_local"])]
     discard: bool,
     /// Bytes of one chunk (4KiB..=256MiB).
     #[arg(long, value_name = "N", value_parser = parse_size, default_value = "4MiB")]
     chunk: u64,
     #[command(flatten)]
     engine: crate::engine_arg::DeviceEngineChoice,
-    /// Print a JSON report (the output then needs --output, --output-local or --discard).
+    /// Print a JSON report (the output then needs --to, --output-local or --discard).
     #[arg(long)]
     json: bool,
 }
 
 pub fn run_op(args: OpArgs) -> anyhow::Result<u8> {
     let json = match args.command {
+        OpCommand::Pipe(a) => {
+            let g = a.dev.global();
+            return run_pipe(*a, &g);
+        }
         OpCommand::List { json } => json,
         OpCommand::Proxy {
             socket,
@@ -146,10 +155,7 @@ pub fn run_op(args: OpArgs) -> anyhow::Result<u8> {
                 })
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "operators": ops }))?
-        );
+        println!("{}", crate::output::Json(json!({ "operators": ops })));
         return Ok(exit::SUCCESS);
     }
     for o in cat.operators() {
@@ -168,9 +174,14 @@ pub fn run_op(args: OpArgs) -> anyhow::Result<u8> {
 }
 
 pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let mut args = args;
+    if let Some(old) = args.output.take() {
+        eprintln!("csx: op pipe --output is deprecated; use --to DEVPATH");
+        args.to = Some(old);
+    }
     let stages = Catalogue.parse_pipeline(&args.pipeline)?;
-    if args.json && args.output.is_none() && args.output_local.is_none() && !args.discard {
-        anyhow::bail!("--json prints the report on standard output: give --output DEVPATH, --output-local FILE or --discard for the data");
+    if args.json && args.to.is_none() && args.output_local.is_none() && !args.discard {
+        anyhow::bail!("--json prints the report on standard output: give --to DEVPATH, --output-local FILE or --discard for the data");
     }
     let source = match (&args.input, &args.input_local) {
         (Some(p), _) => Source::DeviceFile(p.clone()),
@@ -183,7 +194,7 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         .output_local
         .as_ref()
         .map(|f| PathBuf::from(format!("{}.partial", f.display())));
-    let sink = if let Some(p) = &args.output {
+    let sink = if let Some(p) = &args.to {
         Sink::DeviceFile(p.clone())
     } else if let Some(tmp) = &partial {
         Sink::Host(Box::new(std::io::BufWriter::new(
@@ -230,7 +241,7 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let show = !args.json
         && std::io::stderr().is_terminal()
         && (args.input.is_some() || args.input_local.is_some())
-        && (args.output.is_some() || args.output_local.is_some() || args.discard);
+        && (args.to.is_some() || args.output_local.is_some() || args.discard);
     let counter = Arc::new(AtomicU64::new(0));
     let opts = PipeOptions {
         progress: show.then(|| Arc::clone(&counter)),
@@ -296,8 +307,8 @@ pub fn run_pipe(args: PipeArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
             .with_context(|| format!("renaming {} to {}", tmp.display(), dst.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if args.output.is_some() || args.output_local.is_some() || args.discard {
+        println!("{}", crate::output::Json(&report));
+    } else if args.to.is_some() || args.output_local.is_some() || args.discard {
         let secs = report.wall_ns as f64 / 1e9;
         eprintln!(
             "csx: {} stages, {} bytes in, {} bytes out in {:.3} s ({:.1} MiB/s of input)",

@@ -33,6 +33,8 @@ with `csx program load` stay, across restarts of the device.";
 #[derive(Debug, Args)]
 #[command(after_help = PROGRAM_EXAMPLES)]
 pub struct ProgramArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     #[command(subcommand)]
     command: ProgramCommand,
 }
@@ -174,7 +176,7 @@ fn load(dev: &Device, a: &LoadArgs) -> anyhow::Result<u8> {
         .into_iter()
         .find(|p| p.pind == pind);
     match (a.json, info) {
-        (true, Some(p)) => println!("{}", info_json(&p)),
+        (true, Some(p)) => println!("{}", crate::output::Json(info_json(&p))),
         _ => println!(
             "loaded {} as {:?} in slot {}, active on {}",
             a.file.display(),
@@ -190,7 +192,7 @@ fn list(dev: &Device, a: &ListArgs) -> anyhow::Result<u8> {
     let programs = dev.programs().context("cannot list programs")?;
     if a.json {
         let all: Vec<serde_json::Value> = programs.iter().map(info_json).collect();
-        println!("{}", serde_json::Value::Array(all));
+        println!("{}", crate::output::Json(serde_json::Value::Array(all)));
         return Ok(exit::SUCCESS);
     }
     if programs.is_empty() {

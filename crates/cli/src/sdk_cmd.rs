@@ -12,6 +12,8 @@ use crate::{exit, GlobalArgs};
 #[derive(Debug, clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct SdkArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     #[command(subcommand)]
     command: SdkCommand,
 }

@@ -17,6 +17,8 @@ use crate::{exit, GlobalArgs};
 /// The Star Schema Benchmark on the device (Delilah's experiment).
 #[derive(Debug, Args)]
 pub struct SsbArgs {
+    #[command(flatten)]
+    pub dev: crate::connect::DeviceArg,
     #[command(subcommand)]
     command: SsbCommand,
 }
@@ -133,7 +135,10 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     dev.close().context("closing the device")?;
     let result = result?;
     if args.json {
-        println!("{:#}", run_json(&result, args.sf, &dir, generated));
+        println!(
+            "{}",
+            crate::output::Json(run_json(&result, args.sf, &dir, generated))
+        );
     } else {
         print_run(&result, &dir);
     }

@@ -22,7 +22,7 @@ use csx_ebpf::program::{Program, VerifiedProgram};
 use csx_ebpf::trap::Trap;
 use serde::Serialize;
 
-use crate::{exit, hex, GlobalArgs};
+use crate::{exit, hex};
 
 /// Run, disassemble and test eBPF programs locally.
 #[derive(Debug, Args)]
@@ -61,9 +61,9 @@ fn engine_kind(e: EngineArg) -> EngineKind {
 ///
 /// Examples:
 ///   csx vm run sum.o --mem-hex '0100000000000000 0200000000000000'
-///   csx vm run filter.o --entry filter --mem-file records.bin --repeat 1000 --json
+///   csx vm run filter.o --entry filter --mem-file records.bin --runs 1000 --json
 ///   csx vm run sum.o --mem-file values.bin --count
-///   csx vm run sum.o --mem-file values.bin --repeat 100 --time-counted
+///   csx vm run sum.o --mem-file values.bin --runs 100 --time-counted
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment, after_help = RUN_EXIT_HELP)]
 struct RunArgs {
@@ -87,7 +87,9 @@ struct RunArgs {
     fuel: u64,
     /// Time the program: one warm-up run, then N runs on the same memory (not reset
     /// between runs); prints the mean nanoseconds per run.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", group = "timed", value_parser = clap::value_parser!(u64).range(1..))]
+    runs: Option<u64>,
+    #[arg(long, hide = true, value_name = "N", group = "timed", value_parser = clap::value_parser!(u64).range(1..))]
     repeat: Option<u64>,
     /// Also count the instructions one run executes, per class (alu64, alu32, mul, div,
     /// load, store, atomic, jump, jump32, call), by basic block as every engine counts
@@ -95,10 +97,10 @@ struct RunArgs {
     /// fresh memory. What the device's modelled compute time is priced from.
     #[arg(long)]
     count: bool,
-    /// With --repeat: every timed run (and the warm-up) counts its instructions too, so
+    /// With --runs: every timed run (and the warm-up) counts its instructions too, so
     /// ns_per_run is the counted runs' time; run the same command without this flag to
     /// see what counting costs an engine.
-    #[arg(long, requires = "repeat")]
+    #[arg(long, requires = "timed")]
     time_counted: bool,
     /// Print one JSON object: r0, r0_hex, trap, fuel_used, engine, runs, ns_per_run,
     /// and with --count `work` (instructions per class and their total).
@@ -165,7 +167,7 @@ fn parse_plugin_options(text: &str) -> Result<EngineKind, String> {
     }
 }
 
-pub fn run(args: VmArgs, _global: &GlobalArgs) -> anyhow::Result<u8> {
+pub fn run(args: VmArgs) -> anyhow::Result<u8> {
     match args.command {
         VmCommand::Run(a) => run_program(a),
         VmCommand::Disasm(a) => disasm(a),
@@ -375,7 +377,14 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let mut ns_per_run = None;
     let mut runs = 1;
     // Repeated runs stop at the first trap (the warm-up's included), which is reported.
-    if let (Some(repeat), true) = (args.repeat, outcome.result.is_ok()) {
+    let repeat = match args.repeat {
+        Some(n) => {
+            eprintln!("csx: vm run --repeat is deprecated; use --runs");
+            Some(n)
+        }
+        None => args.runs,
+    };
+    if let (Some(repeat), true) = (repeat, outcome.result.is_ok()) {
         let started = Instant::now();
         let mut timed = 0;
         while timed < repeat {
@@ -416,10 +425,7 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
 
 fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).context("encoding the report")?
-        );
+        println!("{}", crate::output::Json(report));
         return Ok(());
     }
     match (&report.r0_hex, &report.trap) {

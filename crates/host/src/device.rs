@@ -163,6 +163,10 @@ impl Device {
                 )?;
                 Ok(Device::with_client(Client::new(Box::new(t)), parsed))
             }
+            DeviceUri::Array(_) => Err(OpenError::Array {
+                uri: uri.to_string(),
+                reason: "an array of devices is opened by csx_array::open (as the csx CLI, libcsx and Python do), not Device::open".to_string(),
+            }),
             #[allow(unreachable_patterns)] // Reachable without the `inproc` feature.
             other => Err(OpenError::TransportUnavailable {
                 uri: uri.to_string(),

@@ -20,8 +20,16 @@ use csx_proto::{CommandId, Completion, ErrorDetail, Status, WireError, WireTrap}
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    #[error("device uri {uri:?}: unknown scheme {scheme:?} (use a path for an embedded device, shm://NAME or tcp://HOST:PORT)")]
+    #[error(
+        "device uri {uri:?}: unknown scheme {scheme:?} (known: {})",
+        crate::uri::SCHEMES
+    )]
     UnknownScheme { uri: String, scheme: String },
+    /// `array:DIR`: an array is opened by csx-array (`csx_array::open`), which sits
+    /// above this crate; `reason` says why it could not be (here: that this opener
+    /// does not open arrays).
+    #[error("device uri {uri:?}: {reason}")]
+    Array { uri: String, reason: String },
     #[error("device uri {uri:?}: the {scheme} transport is not available in this build")]
     TransportUnavailable { uri: String, scheme: &'static str },
     #[error("device uri {uri:?}: {reason}")]

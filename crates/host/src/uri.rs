@@ -6,9 +6,14 @@
 //! | `shm://NAME`                | a `csx device serve` on this machine           |
 //! | `tcp://HOST:PORT`           | a `csx device serve` across the network         |
 //! | `tcps://HOST:PORT`          | the same over TLS (trusting the CAs in the PEM file named by `CSX_TLS_CA`) |
+//! | `array:DIR`, `array://DIR`  | an array of devices described in `DIR` (opened by `csx_array::open`) |
 //!
-//! A string without `://` is a path, so `./dev`, `/var/lib/csx` and `dev0` all name
-//! embedded devices.
+//! A string without `://` (and not starting `array:`) is a path, so `./dev`,
+//! `/var/lib/csx` and `dev0` all name embedded devices.
+//!
+//! This crate parses `array:` but cannot open it: arrays live in csx-array, above this
+//! crate. [`crate::Device::open`] refuses an array with [`OpenError::Array`]; products
+//! open every form through `csx_array::open`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -27,7 +32,13 @@ pub enum DeviceUri {
     Tcp { addr: String },
     /// A device served over TLS on TCP at `HOST:PORT`.
     Tcps { addr: String },
+    /// An array of devices described in this directory.
+    Array(PathBuf),
 }
+
+/// The schemes [`DeviceUri::parse`] knows, as an unknown scheme's error lists them.
+pub const SCHEMES: &str =
+    "a path or inproc://PATH, shm://NAME, tcp://HOST:PORT, tcps://HOST:PORT, array:DIR";
 
 impl DeviceUri {
     /// Parses `uri` (see the module doc).
@@ -38,6 +49,13 @@ impl DeviceUri {
         };
         if uri.is_empty() {
             return Err(bad("is empty"));
+        }
+        if let Some(dir) = uri.strip_prefix("array:") {
+            let dir = dir.strip_prefix("//").unwrap_or(dir);
+            if dir.is_empty() {
+                return Err(bad("names no directory after array:"));
+            }
+            return Ok(DeviceUri::Array(PathBuf::from(dir)));
         }
         let Some((scheme, rest)) = uri.split_once("://") else {
             return Ok(DeviceUri::Embedded(PathBuf::from(uri)));
@@ -80,9 +98,10 @@ impl DeviceUri {
         }
     }
 
-    /// The transport's name: `inproc`, `shm` or `tcp`.
+    /// The transport's name: `inproc`, `shm`, `tcp`, `tcps` or `array`.
     pub fn transport(&self) -> &'static str {
         match self {
+            DeviceUri::Array(_) => "array",
             DeviceUri::Embedded(_) => "inproc",
             DeviceUri::Shm { .. } => "shm",
             DeviceUri::Tcp { .. } => "tcp",
@@ -98,6 +117,7 @@ impl fmt::Display for DeviceUri {
             DeviceUri::Shm { name } => write!(f, "shm://{name}"),
             DeviceUri::Tcp { addr } => write!(f, "tcp://{addr}"),
             DeviceUri::Tcps { addr } => write!(f, "tcps://{addr}"),
+            DeviceUri::Array(dir) => write!(f, "array:{}", dir.display()),
         }
     }
 }
@@ -164,6 +184,22 @@ mod tests {
             DeviceUri::parse("shm://"),
             Err(OpenError::BadUri { .. })
         ));
+        for uri in ["array:/a/b", "array:///a/b"] {
+            assert_eq!(
+                DeviceUri::parse(uri).unwrap(),
+                DeviceUri::Array("/a/b".into())
+            );
+        }
+        assert_eq!(DeviceUri::parse("array:d").unwrap().to_string(), "array:d");
+        assert!(matches!(
+            DeviceUri::parse("array:"),
+            Err(OpenError::BadUri { .. })
+        ));
+        // An unknown scheme's error lists the known ones.
+        let e = DeviceUri::parse("nvme://x").unwrap_err().to_string();
+        for scheme in ["shm://", "tcp://", "tcps://", "array:"] {
+            assert!(e.contains(scheme), "{e}");
+        }
         // Not a scheme: a path that happens to contain "://".
         assert_eq!(
             DeviceUri::parse("./a://b").unwrap(),

@@ -48,7 +48,7 @@ fn array_links_come_from_a_device_profile() {
             "lambda-io",
             "--link-bandwidth",
             "1Gbps",
-            "--command-latency-us",
+            "--link-latency-us",
             "20",
         ],
     );
@@ -102,25 +102,25 @@ fn array_files_round_trip_with_tagged_extents() {
     std::fs::write(&local, &data).unwrap();
     let device = format!("array:{}", s(&arr));
     run(&[
+        "put",
         "--device",
         &device,
-        "put",
         s(&local),
         "/d/in",
         "--stripe",
         "16KiB",
     ]);
     run(&[
+        "put",
         "--device",
         s(&arr),
-        "put",
         s(&local),
         "/d/one",
         "--member",
         "2",
     ]);
 
-    let st = json(&run(&["--device", &device, "stat", "/d/in", "--json"]));
+    let st = json(&run(&["stat", "--device", &device, "/d/in", "--json"]));
     assert_eq!(st["size_bytes"], 200_000);
     let extents = st["extents"].as_array().unwrap();
     let mut next = 0;
@@ -138,7 +138,7 @@ fn array_files_round_trip_with_tagged_extents() {
         next += e["len"].as_u64().unwrap();
     }
     assert_eq!(next, 200_000);
-    let one = json(&run(&["--device", &device, "stat", "/d/one", "--json"]));
+    let one = json(&run(&["stat", "--device", &device, "/d/one", "--json"]));
     assert!(one["extents"]
         .as_array()
         .unwrap()
@@ -146,12 +146,12 @@ fn array_files_round_trip_with_tagged_extents() {
         .all(|e| e["member"] == 2 && e["tagged_addr"].as_u64().unwrap() >> 55 == 2));
 
     let out = tmp.path().join("out.bin");
-    run(&["--device", &device, "get", "/d/in", s(&out)]);
+    run(&["get", "--device", &device, "/d/in", s(&out)]);
     assert_eq!(std::fs::read(&out).unwrap(), data);
-    let ls = json(&run(&["--device", &device, "ls", "/d", "--json"]));
+    let ls = json(&run(&["ls", "--device", &device, "/d", "--json"]));
     assert_eq!(ls.as_array().unwrap().len(), 2);
-    run(&["--device", &device, "rm", "/d/one"]);
-    let ls = json(&run(&["--device", &device, "ls", "--json"]));
+    run(&["rm", "--device", &device, "/d/one"]);
+    let ls = json(&run(&["ls", "--device", &device, "--json"]));
     assert_eq!(ls.as_array().unwrap().len(), 1);
 
     // A distributed sort, both modes: byte-identical, and the reference order.
@@ -160,26 +160,27 @@ fn array_files_round_trip_with_tagged_extents() {
         .collect();
     std::fs::write(&local, &keys).unwrap();
     run(&[
+        "put",
         "--device",
         &device,
-        "put",
         s(&local),
         "/k",
         "--stripe",
         "8KiB",
     ]);
     let instant = json(&run(&[
-        "--device", &device, "sort", "/k", "--output", "/k.i", "--json",
+        "array", "sort", "--device", &device, "/k", "--to", "/k.i", "--json",
     ]));
     assert_eq!(instant["keys"], 30_000);
     assert_eq!(instant["links"]["host"]["ingress"], 0);
     assert!(instant["modelled"]["total_ns"].as_u64().unwrap() > 0);
     let host = json(&run(&[
+        "array",
+        "sort",
         "--device",
         &device,
-        "sort",
         "/k",
-        "--output",
+        "--to",
         "/k.h",
         "--mode",
         "host",
@@ -190,9 +191,9 @@ fn array_files_round_trip_with_tagged_extents() {
     assert!(host["links"]["host_copy_bytes"].as_u64().unwrap() > 0);
     // At 1 Gbit/s the host path is slower on the modelled clock.
     assert!(host["modelled"]["merge_ns"].as_u64() > instant["modelled"]["merge_ns"].as_u64());
-    run(&["--device", &device, "get", "/k.i", s(&out)]);
+    run(&["get", "--device", &device, "/k.i", s(&out)]);
     let got_i = std::fs::read(&out).unwrap();
-    run(&["--device", &device, "get", "/k.h", s(&out)]);
+    run(&["get", "--device", &device, "/k.h", s(&out)]);
     assert_eq!(std::fs::read(&out).unwrap(), got_i);
     let mut v: Vec<u64> = keys
         .chunks_exact(8)
@@ -211,18 +212,18 @@ fn array_files_round_trip_with_tagged_extents() {
     )
     .unwrap();
     run(&[
+        "put",
         "--device",
         &device,
-        "put",
         s(&local),
         "/single",
         "--member",
         "1",
     ]);
     let ex = json(&run(&[
+        "exec",
         "--device",
         &device,
-        "exec",
         s(&prog),
         "--input",
         "/single",
@@ -230,9 +231,9 @@ fn array_files_round_trip_with_tagged_extents() {
     ]));
     assert_eq!(ex["r0"], keys.len() as u64, "{ex}");
     let ex = json(&run(&[
+        "exec",
         "--device",
         &device,
-        "exec",
         s(&prog),
         "--input",
         "/single:8:16",
@@ -240,7 +241,7 @@ fn array_files_round_trip_with_tagged_extents() {
     ]));
     assert_eq!(ex["r0"], 16, "{ex}");
     let bad = csx()
-        .args(["--device", &device, "exec", s(&prog), "--input", "/k"])
+        .args(["exec", "--device", &device, s(&prog), "--input", "/k"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("striped over 3 members"));
@@ -248,9 +249,9 @@ fn array_files_round_trip_with_tagged_extents() {
     // Bad input: typed messages naming the value and the limit.
     let bad = csx()
         .args([
+            "put",
             "--device",
             &device,
-            "put",
             s(&local),
             "/x",
             "--stripe",
@@ -265,7 +266,7 @@ fn array_files_round_trip_with_tagged_extents() {
         "{msg}"
     );
     let bad = csx()
-        .args(["--device", &device, "put", s(&local), "/x", "--member", "9"])
+        .args(["put", "--device", &device, s(&local), "/x", "--member", "9"])
         .output()
         .unwrap();
     let msg = String::from_utf8_lossy(&bad.stderr);
@@ -320,13 +321,14 @@ fn read_lambda_on_an_array_matches_one_device() {
         .collect::<Vec<_>>());
     crate::device_exec::init_device(&dev, "64MiB", "16MiB");
     let a = format!("array:{}", s(&arr));
-    run(&["--device", &a, "put", s(&data), "/u64", "--stripe", "64KiB"]);
-    run(&["--device", s(&dev), "put", s(&data), "/u64"]);
+    run(&["put", "--device", &a, s(&data), "/u64", "--stripe", "64KiB"]);
+    run(&["put", "--device", s(&dev), s(&data), "/u64"]);
     let read = |device: &str, chunk: &str, out: &Path| {
         json(&run(&[
+            "lambda",
+            "read",
             "--device",
             device,
-            "read",
             "/u64",
             "--lambda",
             "stats64",
@@ -375,9 +377,10 @@ fn read_lambda_on_an_array_matches_one_device() {
     std::fs::write(&junk, [0x5au8; 40]).unwrap();
     let out = csx()
         .args([
+            "lambda",
+            "read",
             "--device",
             &a,
-            "read",
             "/u64",
             "--lambda",
             s(&junk),
@@ -427,7 +430,7 @@ fn a_dead_member_is_reported_once_with_its_cause() {
     .unwrap();
     let device = format!("array:{}", s(&arr));
     let out = csx()
-        .args(["--device", &device, "ls", "/"])
+        .args(["ls", "--device", &device, "/"])
         .env("CSX_TIMEOUT", "5")
         .output()
         .unwrap();

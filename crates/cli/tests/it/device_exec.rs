@@ -66,9 +66,7 @@ pub(crate) fn init_device(state: &Path, nvm: &str, slm: &str) -> String {
 /// Runs `csx --device DEV ARGS...`.
 fn run(dev: &Path, args: &[&str]) -> Output {
     csx()
-        .env_remove("CSX_DEVICE")
-        .arg("--device")
-        .arg(dev)
+        .env("CSX_DEVICE", dev)
         .args(args)
         .output()
         .expect("csx runs")
@@ -160,7 +158,7 @@ fn init_put_exec_sum() {
         "{text}"
     );
     // exec cleans up: no programs stay loaded, no memory stays allocated.
-    let info = json(run(&dev, &["info", "--json"]));
+    let info = json(run(&dev, &["device", "info", "--json"]));
     assert_eq!(info["programs_loaded"], 0);
     assert_eq!(info["slm_free_bytes"], info["slm_size_bytes"]);
     assert_eq!(info["engines"], 2);
@@ -196,7 +194,7 @@ fn file_commands_traps_and_outputs() {
     let back = tmp.path().join("back.bin");
     ok(run(&dev, &["get", "/a/in.bin", back.to_str().unwrap()]));
     assert!(std::fs::read(&back).unwrap() == data);
-    let functions = json(run(&dev, &["functions", "--json"]));
+    let functions = json(run(&dev, &["device", "functions", "--json"]));
     assert!(functions
         .as_array()
         .unwrap()
@@ -268,7 +266,7 @@ fn file_commands_traps_and_outputs() {
         err.contains("/no/such/file") && err.contains("not found"),
         "{err}"
     );
-    let info = json(run(&dev, &["info", "--json"]));
+    let info = json(run(&dev, &["device", "info", "--json"]));
     assert_eq!(
         info["programs_loaded"], 0,
         "a failed exec unloads its program too"
@@ -302,7 +300,7 @@ fn default_device_is_created_on_first_use() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("created a device at"), "{err}");
     assert!(tmp.path().join("csx/device/device.json").is_file());
-    let out = run_default(&["info"]);
+    let out = run_default(&["device", "info"]);
     assert!(out.status.success());
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("created"),
@@ -325,7 +323,7 @@ fn default_device_is_created_on_first_use() {
         .unwrap());
     let info = csx()
         .env("CSX_DEVICE", &other)
-        .args(["info", "--json"])
+        .args(["device", "info", "--json"])
         .output()
         .unwrap();
     assert_eq!(json(info)["nvm_size_bytes"], 8 << 20);
@@ -345,8 +343,7 @@ fn ctrl_c_aborts_exec() {
     let prog = compile(tmp.path());
     let mut child = csx()
         .env_remove("CSX_DEVICE")
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args([
             "exec",
             prog.to_str().unwrap(),
@@ -386,7 +383,7 @@ fn ctrl_c_aborts_exec() {
         "{seen}"
     );
     // The program was unloaded and its memory freed: the device runs the next command.
-    let info = json(run(&dev, &["info", "--json"]));
+    let info = json(run(&dev, &["device", "info", "--json"]));
     assert_eq!(info["slm_free_bytes"], info["slm_size_bytes"], "{info}");
     assert_eq!(info["programs_loaded"], 0, "{info}");
     let r = json(run(

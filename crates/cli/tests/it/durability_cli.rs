@@ -12,7 +12,7 @@ use crate::{csx, run_with_stdin};
 
 fn on(uri: &str) -> Command {
     let mut cmd = csx();
-    cmd.env_remove("CSX_DEVICE").args(["--device", uri]);
+    cmd.env("CSX_DEVICE", uri);
     cmd
 }
 

@@ -18,9 +18,7 @@ fn stderr(out: &Output) -> String {
 
 fn on(dev: &Path, args: &[&str]) -> Output {
     csx()
-        .env_remove("CSX_DEVICE")
-        .arg("--device")
-        .arg(dev)
+        .env("CSX_DEVICE", dev)
         .args(args)
         .output()
         .expect("csx runs")
@@ -78,6 +76,7 @@ fn device_commands_take_engine_and_the_old_flags() {
 
     let pipe = |extra: &[&str]| {
         let mut args = vec![
+            "op",
             "pipe",
             "aggregate --type u32 --text",
             "--input",

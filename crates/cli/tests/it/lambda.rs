@@ -12,9 +12,7 @@ use crate::csx;
 
 fn run(dev: &Path, args: &[&str]) -> Output {
     csx()
-        .env_remove("CSX_DEVICE")
-        .arg("--device")
-        .arg(dev)
+        .env("CSX_DEVICE", dev)
         .args(args)
         .output()
         .expect("csx runs")
@@ -61,13 +59,14 @@ fn read_modes_agree_and_account() {
         ],
     ));
     ok(run(&dev, &["put", data.to_str().unwrap(), "/d/u32"]));
-    ok(run(&dev, &["cache", "drop"]));
+    ok(run(&dev, &["lambda", "cache-drop"]));
     let mut outputs = Vec::new();
     for (mode, threads) in [("host", "1"), ("device", "2"), ("auto", "3")] {
         let out = tmp.path().join(format!("{mode}.out"));
         let (stdout, stderr) = ok(run(
             &dev,
             &[
+                "lambda",
                 "read",
                 "/d/u32",
                 "--lambda",
@@ -142,6 +141,7 @@ fn write_modes_agree_and_errors() {
         let (stdout, _) = ok(run(
             &dev,
             &[
+                "lambda",
                 "write",
                 &path,
                 "--lambda",
@@ -169,13 +169,15 @@ fn write_modes_agree_and_errors() {
     // A missing file and a bad mode are errors with their reasons.
     let out = run(
         &dev,
-        &["read", "/d/none", "--lambda", "stats64", "--mode", "host"],
+        &[
+            "lambda", "read", "/d/none", "--lambda", "stats64", "--mode", "host",
+        ],
     );
     assert_eq!(out.status.code(), Some(1));
     let out = run(
         &dev,
         &[
-            "read", "/d/none", "--lambda", "stats64", "--mode", "sideways",
+            "lambda", "read", "/d/none", "--lambda", "stats64", "--mode", "sideways",
         ],
     );
     assert_eq!(out.status.code(), Some(2));

@@ -43,7 +43,12 @@ fn wait_mounted(mnt: &Path, child: &mut Child) {
 
 /// Detaches a mount left behind by a killed process (the kernel answers ENOTCONN).
 fn detach(mnt: &Path) {
-    let out = csx().arg("umount").arg("--lazy").arg(mnt).output().unwrap();
+    let out = csx()
+        .args(["fs", "umount"])
+        .arg("--lazy")
+        .arg(mnt)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -59,9 +64,9 @@ fn mount_in_the_background_then_umount() {
     fs::create_dir(&mnt).unwrap();
     init_device(&dev);
     let out = csx()
+        .args(["fs", "mount"])
         .arg("--device")
         .arg(&dev)
-        .arg("mount")
         .arg(&mnt)
         .output()
         .unwrap();
@@ -75,15 +80,15 @@ fn mount_in_the_background_then_umount() {
     fs::write(mnt.join("d/f"), b"through the mount").unwrap();
     // A second mount at the same place is refused.
     let again = csx()
+        .args(["fs", "mount"])
         .arg("--device")
         .arg(&dev)
-        .arg("mount")
         .arg(&mnt)
         .output()
         .unwrap();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already a csx mount"));
-    let out = csx().arg("umount").arg(&mnt).output().unwrap();
+    let out = csx().args(["fs", "umount"]).arg(&mnt).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -92,12 +97,7 @@ fn mount_in_the_background_then_umount() {
     // The mount process releases the device soon after.
     let start = Instant::now();
     loop {
-        let ls = csx()
-            .arg("--device")
-            .arg(&dev)
-            .args(["ls"])
-            .output()
-            .unwrap();
+        let ls = csx().env("CSX_DEVICE", &dev).args(["ls"]).output().unwrap();
         if ls.status.success() {
             assert!(String::from_utf8_lossy(&ls.stdout).contains("/d/f"));
             break;
@@ -110,7 +110,7 @@ fn mount_in_the_background_then_umount() {
     }
     assert!(!mounted(&mnt));
     // umount of something that is not a csx mount names it.
-    let out = csx().arg("umount").arg(&mnt).output().unwrap();
+    let out = csx().args(["fs", "umount"]).arg(&mnt).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a csx mount"));
 }
@@ -123,9 +123,8 @@ fn what_fsync_and_close_acknowledged_survives_kill_9() {
     fs::create_dir(&mnt).unwrap();
     init_device(&dev);
     let mut child = csx()
-        .arg("--device")
-        .arg(&dev)
-        .args(["mount", "--foreground"])
+        .env("CSX_DEVICE", &dev)
+        .args(["fs", "mount", "--foreground"])
         .arg(&mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -154,9 +153,9 @@ fn what_fsync_and_close_acknowledged_survives_kill_9() {
     let get = |path: &str| {
         let local = tmp.path().join("out");
         let out = csx()
+            .arg("get")
             .arg("--device")
             .arg(&dev)
-            .arg("get")
             .arg(path)
             .arg(&local)
             .output()
@@ -175,7 +174,7 @@ fn what_fsync_and_close_acknowledged_survives_kill_9() {
     assert_eq!(get("/dir/closed"), b"closed file");
     assert_eq!(get("/dir/renamed"), b"renamed");
     assert_eq!(get("/last"), b"x");
-    let ls = csx().arg("--device").arg(&dev).arg("ls").output().unwrap();
+    let ls = csx().arg("ls").arg("--device").arg(&dev).output().unwrap();
     assert!(!String::from_utf8_lossy(&ls.stdout).contains("/tmp"));
 }
 
@@ -187,9 +186,8 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
     fs::create_dir(&mnt).unwrap();
     init_device(&dev);
     let mut child = csx()
-        .arg("--device")
-        .arg(&dev)
-        .args(["mount", "--foreground"])
+        .env("CSX_DEVICE", &dev)
+        .args(["fs", "mount", "--foreground"])
         .arg(&mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -197,7 +195,7 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
         .unwrap();
     wait_mounted(&mnt, &mut child);
     let open = fs::File::create(mnt.join("open")).unwrap();
-    let out = csx().arg("umount").arg(&mnt).output().unwrap();
+    let out = csx().args(["fs", "umount"]).arg(&mnt).output().unwrap();
     assert!(!out.status.success(), "umount of a busy mount succeeded");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("busy"), "{err}");
@@ -241,8 +239,7 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
     assert!(status.success(), "{status}");
     assert!(!mounted(&mnt));
     let out = csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args(["get", "/unsynced"])
         .arg(tmp.path().join("u"))
         .output()
@@ -270,9 +267,9 @@ fn umount_then_mount_never_tears_down_the_new_mount() {
     let (_daemon, uris) = crate::served_exec::Daemon::start(&dev, &[&name]);
     let mount = || {
         let out = csx()
+            .args(["fs", "mount"])
             .arg("--device")
             .arg(&uris[0])
-            .arg("mount")
             .arg(&mnt)
             .arg("--log")
             .arg(&log)
@@ -286,7 +283,7 @@ fn umount_then_mount_never_tears_down_the_new_mount() {
         );
     };
     let umount = || {
-        let out = csx().arg("umount").arg(&mnt).output().unwrap();
+        let out = csx().args(["fs", "umount"]).arg(&mnt).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -313,9 +310,8 @@ fn an_unlink_is_durable_when_rm_returns() {
     fs::create_dir(&mnt).unwrap();
     init_device(&dev);
     let mut child = csx()
-        .arg("--device")
-        .arg(&dev)
-        .args(["mount", "--foreground"])
+        .env("CSX_DEVICE", &dev)
+        .args(["fs", "mount", "--foreground"])
         .arg(&mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -331,7 +327,7 @@ fn an_unlink_is_durable_when_rm_returns() {
     child.kill().unwrap();
     child.wait().unwrap();
     detach(&mnt);
-    let ls = csx().arg("--device").arg(&dev).arg("ls").output().unwrap();
+    let ls = csx().arg("ls").arg("--device").arg(&dev).output().unwrap();
     let text = String::from_utf8_lossy(&ls.stdout);
     assert!(text.contains("/kept"), "{text}");
     assert!(

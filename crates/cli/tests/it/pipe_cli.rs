@@ -22,9 +22,9 @@ fn device_with(dir: &Path, path: &str, data: &[u8]) {
     let local = dir.join("data.bin");
     std::fs::write(&local, data).unwrap();
     ok(&csx()
+        .arg("put")
         .arg("--device")
         .arg(dir.join("dev"))
-        .arg("put")
         .arg(&local)
         .arg(path)
         .output()
@@ -85,9 +85,9 @@ fn pipe_filters_and_aggregates_a_device_file() {
     );
     let dev = tmp.path().join("dev");
     let out = csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args([
+            "op",
             "pipe",
             "filter --type u32 --op gt --value 100 | aggregate --type u32 --text",
         ])
@@ -97,14 +97,14 @@ fn pipe_filters_and_aggregates_a_device_file() {
     assert_eq!(ok(&out), want);
     // The report, with the output kept on the device.
     let out = csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args([
+            "op",
             "pipe",
             "filter -t u32 -o gt -v 100 | aggregate -t u32 --text",
             "--json",
         ])
-        .args(["--input", "/nums", "--output", "/sum.txt"])
+        .args(["--input", "/nums", "--to", "/sum.txt"])
         .output()
         .unwrap();
     let report: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
@@ -114,8 +114,7 @@ fn pipe_filters_and_aggregates_a_device_file() {
     assert_eq!(report["device_to_host"], 0);
     let local = tmp.path().join("sum.txt");
     ok(&csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args(["get", "/sum.txt"])
         .arg(&local)
         .output()
@@ -129,9 +128,9 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
     device_with(tmp.path(), "/bad.lz4", b"not a csx_lz4 stream at all");
     let dev = tmp.path().join("dev");
     let out = csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args([
+            "op",
             "pipe",
             "filter --op gt --value 1 | agregate",
             "--input",
@@ -147,9 +146,9 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
     );
     let local = tmp.path().join("out.bin");
     let out = csx()
-        .arg("--device")
-        .arg(&dev)
+        .env("CSX_DEVICE", &dev)
         .args([
+            "op",
             "pipe",
             "decompress",
             "--input",
@@ -176,9 +175,9 @@ fn a_signal_stops_csx_pipe_and_its_programs_are_unloaded() {
         device_with(tmp.path(), "/x", b"x");
         let dev = tmp.path().join("dev");
         let child = csx()
-            .arg("--device")
-            .arg(&dev)
+            .env("CSX_DEVICE", &dev)
             .args([
+                "op",
                 "pipe",
                 "datagen --size 1TiB | passthrough | aggregate",
                 "--discard",
@@ -199,9 +198,9 @@ fn a_signal_stops_csx_pipe_and_its_programs_are_unloaded() {
         assert_eq!(out.status.code(), Some(status), "{signal}: {err}");
         assert!(err.contains("programs unloaded"), "{err}");
         let info = ok(&csx()
+            .args(["device", "info"])
             .arg("--device")
             .arg(&dev)
-            .arg("info")
             .output()
             .unwrap());
         assert!(

@@ -31,7 +31,7 @@ fn run(uri: &str, args: &[&str]) -> Output {
 fn spinning_exec(uri: &str, spin: &Path) -> Child {
     csx()
         .env_remove("CSX_DEVICE")
-        .args(["--device", uri, "exec"])
+        .args(["exec", "--device", uri])
         .arg(spin)
         .args(["--fuel", "1099511627776", "--time-limit-ms", "3600000"])
         .stdout(Stdio::null())

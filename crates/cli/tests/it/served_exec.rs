@@ -176,7 +176,7 @@ fn exec_over_shm_and_tcp_matches_embedded() {
     for uri in &uris {
         let served = exec_results(uri, prog, tmp.path());
         assert_eq!(served, embedded, "results over {uri} differ from embedded");
-        let info = json(run(uri, &["info", "--json"]));
+        let info = json(run(uri, &["device", "info", "--json"]));
         assert_eq!(info["programs_loaded"], 0, "exec over {uri} unloads");
     }
     let status = daemon.stop();

@@ -34,9 +34,8 @@ impl Mount {
             String::from_utf8_lossy(&out.stderr)
         );
         let child = csx()
-            .arg("--device")
-            .arg(&dev)
-            .args(["mount", "--foreground"])
+            .env("CSX_DEVICE", &dev)
+            .args(["fs", "mount", "--foreground"])
             .arg(&mnt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -80,7 +79,11 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = csx().arg("umount").arg("--lazy").arg(&self.mnt).output();
+        let _ = csx()
+            .args(["fs", "umount"])
+            .arg("--lazy")
+            .arg(&self.mnt)
+            .output();
         let start = Instant::now();
         while self.child.try_wait().ok().flatten().is_none()
             && start.elapsed() < Duration::from_secs(20)
@@ -284,7 +287,7 @@ fn a_chain_whose_proxies_all_died_is_cancelled_and_umount_ends_the_mount() {
         proxies.len() == 2 && proxies.iter().all(|&p| holds_socket(p))
     });
     std::thread::sleep(Duration::from_millis(500));
-    let out = csx().arg("umount").arg(&m.mnt).output().unwrap();
+    let out = csx().args(["fs", "umount"]).arg(&m.mnt).output().unwrap();
     assert!(
         out.status.success(),
         "{}",

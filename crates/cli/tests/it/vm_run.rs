@@ -133,7 +133,7 @@ fn fuel_bounds_an_infinite_loop() {
 fn json_with_repeat_reports_the_mean() {
     let dir = tempfile::tempdir().expect("temp dir");
     let prog = write(dir.path(), "ret42.bin", RETURN_42);
-    let out = vm(&["run", "--json", "--repeat", "100"], &prog);
+    let out = vm(&["run", "--json", "--runs", "100"], &prog);
     assert!(out.status.success(), "{}", stderr(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(json["r0"], 42);
@@ -143,7 +143,7 @@ fn json_with_repeat_reports_the_mean() {
     assert!(json["trap"].is_null());
     assert!(json["ns_per_run"].as_f64().expect("ns_per_run") > 0.0);
 
-    let out = vm(&["run", "--engine=interp", "--repeat", "10"], &prog);
+    let out = vm(&["run", "--engine=interp", "--runs", "10"], &prog);
     let text = stdout(&out);
     assert!(text.starts_with("0x2a\n"), "{text}");
     assert!(
@@ -158,7 +158,7 @@ fn time_counted_times_counting_runs_and_needs_repeat() {
     let prog = write(dir.path(), "ret42.bin", RETURN_42);
     for &engine in engines() {
         let out = vm(
-            &["run", engine, "--json", "--repeat", "5", "--time-counted"],
+            &["run", engine, "--json", "--runs", "5", "--time-counted"],
             &prog,
         );
         assert!(out.status.success(), "{engine}: {}", stderr(&out));
@@ -167,21 +167,21 @@ fn time_counted_times_counting_runs_and_needs_repeat() {
         assert_eq!(json["counted"], true, "{engine}");
         assert_eq!(json["runs"], 6, "{engine}");
 
-        let out = vm(&["run", engine, "--repeat", "5", "--time-counted"], &prog);
+        let out = vm(&["run", engine, "--runs", "5", "--time-counted"], &prog);
         let text = stdout(&out);
         assert!(
             text.contains("ns/run (mean of 5 counted runs after 1 warm-up"),
             "{engine}: {text}"
         );
     }
-    let out = vm(&["run", "--json", "--repeat", "5"], &prog);
+    let out = vm(&["run", "--json", "--runs", "5"], &prog);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(json["counted"], false);
 
-    // Without --repeat there is nothing to time: a command-line error.
+    // Without --runs there is nothing to time: a command-line error.
     let out = vm(&["run", "--time-counted"], &prog);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--repeat"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--runs"), "{}", stderr(&out));
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn repeat_stops_at_the_first_trap() {
     let prog = write(dir.path(), "spin.bin", SPIN);
     let start = std::time::Instant::now();
     let out = vm(
-        &["run", "--repeat", "1000000", "--fuel", "100000", "--json"],
+        &["run", "--runs", "1000000", "--fuel", "100000", "--json"],
         &prog,
     );
     assert_eq!(out.status.code(), Some(EXIT_TRAP), "{}", stderr(&out));
