@@ -55,8 +55,9 @@ _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 @dataclass(frozen=True)
 class Comparison:
-    """``column op value`` (op one of = != < <= > >=) or ``column BETWEEN lo AND hi``
-    (op "between", value the pair)."""
+    """``column op value`` (op one of = != < <= > >=), ``column BETWEEN lo AND hi``
+    (op "between", value the pair) or ``column IN (v, ...)`` (op "in", value the tuple
+    of values)."""
 
     column: str
     op: str
@@ -67,16 +68,18 @@ class Comparison:
 @dataclass(frozen=True)
 class Range:
     """The rows whose stored integer value v of ``column`` has lo <= v <= hi and
-    v not in ``excluded``; an empty range (lo > hi) keeps no row."""
+    v not in ``excluded`` (and, when ``values`` is not None, v in ``values``: an IN
+    list); an empty range (lo > hi, or no value left) keeps no row."""
 
     column: str
     lo: int
     hi: int
     excluded: Tuple[int, ...] = ()
+    values: Optional[Tuple[int, ...]] = None
 
     @property
     def empty(self) -> bool:
-        return self.lo > self.hi
+        return self.lo > self.hi or (self.values is not None and not self.values)
 
 
 class _Tok:
@@ -421,7 +424,14 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
         except ValueError as e:
             raise QueryError(f"filter {c.text!r}: {e}") from None
         lo_b, hi_b = _BOUNDS[col.type]
-        pieces = [(c.op, c.value)] if c.op != "between" else [(">=", c.value[0]), ("<=", c.value[1])]
+        values: Optional[Tuple[int, ...]] = None
+        if c.op == "in":
+            values = _in_values(col, c, dictionaries)
+            pieces: List[Tuple[str, Any]] = []
+        elif c.op == "between":
+            pieces = [(">=", c.value[0]), ("<=", c.value[1])]
+        else:
+            pieces = [(c.op, c.value)]
         lo, hi, excl = lo_b, hi_b, ()
         for op, value in pieces:
             if col.type == "dict":
@@ -449,8 +459,37 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
         prev = ranges.get(col.name)
         if prev is not None:
             lo, hi, excl = max(lo, prev.lo), min(hi, prev.hi), prev.excluded + excl
+            if prev.values is not None:
+                values = prev.values if values is None else tuple(v for v in values if v in set(prev.values))
         else:
             order.append(col.name)
         lo, hi = max(lo, lo_b), min(hi, hi_b)
-        ranges[col.name] = Range(col.name, lo, hi, tuple(sorted(set(e for e in excl if lo <= e <= hi))))
+        excluded = tuple(sorted(set(e for e in excl if lo <= e <= hi)))
+        if values is not None:
+            values = tuple(sorted(set(v for v in values if lo <= v <= hi and v not in excluded)))
+            excluded = ()
+        ranges[col.name] = Range(col.name, lo, hi, excluded, values)
     return [ranges[n] for n in order]
+
+
+def _in_values(col: Any, c: Comparison, dictionaries: Dict[str, Sequence[str]]) -> Tuple[int, ...]:
+    """The stored values of an IN list (values the column cannot hold are dropped)."""
+    out = []
+    if col.type == "dict":
+        entries = list(dictionaries[col.name])
+        for v in c.value:
+            if not isinstance(v, str):
+                raise UnsupportedFilterError(
+                    f"unsupported filter part {c.text!r}: column {col.name} holds strings; compare it with a 'string'",
+                    c.text,
+                )
+            i = bisect.bisect_left(entries, v)
+            if i < len(entries) and entries[i] == v:
+                out.append(i)
+        return tuple(out)
+    lo_b, hi_b = _BOUNDS[col.type]
+    for v in c.value:
+        x = _scaled(col, v, c)
+        if x.denominator == 1 and lo_b <= x <= hi_b:
+            out.append(int(x))
+    return tuple(out)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ from . import _native
 from . import arrow as carrow
 from .device import Device, _check_opt_int
 from .errors import QueryError
-from .filter import _BOUNDS, Range, bind, parse
+from .filter import _BOUNDS, Comparison, Range, bind, parse
 
 __all__ = ["Scan", "ScanStats", "scan", "predicates"]
 
@@ -64,15 +64,19 @@ class ScanStats:
     fuel_used: int = 0
 
 
-def predicates(ranges: Sequence[Range], schema: Any) -> List[Tuple[str, str, int, int]]:
-    """csx-data predicates (column, op, a, b) for bound filter ranges."""
-    out: List[Tuple[str, str, int, int]] = []
+def predicates(ranges: Sequence[Range], schema: Any) -> List[Tuple[str, str, List[int]]]:
+    """csx-data predicates (column, op, values) for bound filter ranges: op "between"
+    with [lo, hi], "!=" with [v], "in" with the values."""
+    out: List[Tuple[str, str, List[int]]] = []
     for r in ranges:
+        if r.values is not None:
+            out.append((r.column, "in", list(r.values)))
+            continue
         lo_b, hi_b = _BOUNDS[schema.column(r.column).type]
         if r.lo > lo_b or r.hi < hi_b:
-            out.append((r.column, "between", r.lo, r.hi))
+            out.append((r.column, "between", [r.lo, r.hi]))
         for e in r.excluded:
-            out.append((r.column, "!=", e, 0))
+            out.append((r.column, "!=", [e]))
     return out
 
 
@@ -86,7 +90,7 @@ class Scan:
         device: Device,
         table: str,
         columns: Optional[Sequence[str]] = None,
-        filter: Optional[str] = None,
+        filter: Union[str, Sequence[Comparison], None] = None,
         *,
         chunk_rows: Optional[int] = None,
         engine: str = "jit",
@@ -102,7 +106,15 @@ class Scan:
         info = self.schema_info
         names = info.names if columns is None else carrow._column_names(columns)
         self.outputs = [info.column(n) for n in names]
-        comparisons = parse(filter or "")
+        if filter is None or isinstance(filter, str):
+            comparisons = parse(filter or "")
+        elif isinstance(filter, (list, tuple)):
+            comparisons = list(filter)
+            for c in comparisons:
+                if not isinstance(c, Comparison):
+                    raise TypeError(f"filter must be a str or csx.filter.Comparison values, not {type(c).__name__}")
+        else:
+            raise TypeError(f"filter must be a str or a list of csx.filter.Comparison, not {type(filter).__name__}")
         dicts: Dict[str, List[str]] = {}
         self._dictionaries: Dict[str, pa.Array] = {}
         for c in {cmp.column for cmp in comparisons} | {o.name for o in self.outputs}:
