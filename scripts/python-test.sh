@@ -23,8 +23,11 @@ VPY=$VENV/bin/python
 # The packages the build and the tests need (module name=pip requirement).
 need=()
 # csx.dask: dask.dataframe (with pandas) and distributed, versions that support Python 3.11.
+# csx.polars: Polars' IO sources (register_io_source, 1.x and 2.x). mypy checks the
+# package's types (strict on csx).
 for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest matplotlib=matplotlib \
-    dask.dataframe='dask[dataframe]>=2025.1' distributed='distributed>=2025.1'; do
+    dask.dataframe='dask[dataframe]>=2025.1' distributed='distributed>=2025.1' \
+    polars='polars>=1.20' mypy='mypy>=1.15'; do
     mod=${pair%%=*}
     "$VPY" -c "import $mod" >/dev/null 2>&1 || need+=("${pair#*=}")
 done
