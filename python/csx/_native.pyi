@@ -5,6 +5,9 @@ from os import PathLike
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 ABI_VERSION: int
+__version__: str
+
+def statuses() -> List[Tuple[int, str, str]]: ...
 
 class Buffer:
     """Read-only bytes from the device; supports the buffer protocol, so
@@ -84,6 +87,7 @@ class Device:
         cparam2: int = 0,
         params: Any = None,
         fuel: Optional[int] = None,
+        time_limit_ms: Optional[int] = None,
     ) -> ExecResult: ...
     def read_lambda(
         self,
@@ -126,7 +130,7 @@ class Scanner:
         device: Device,
         table: str,
         columns: List[str],
-        predicates: List[Tuple[str, str, int, int]],
+        predicates: List[Tuple[str, str, List[int]]],
         engine: str = "jit",
         chunk_rows: Optional[int] = None,
     ) -> None: ...

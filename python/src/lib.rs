@@ -43,6 +43,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::build, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::statuses, m)?)?;
     m.add("ABI_VERSION", csx_host::proto::abi::ABI_VERSION)?;
+    // The package's one version: the workspace's (Cargo.toml), which maturin also
+    // writes into the wheel's metadata.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
