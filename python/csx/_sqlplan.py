@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import QueryError, UnsupportedFilterError
-from .filter import Comparison, bind
+from .filter import RANGES_MAX, Comparison, bind, raw_ranges
 
 _CMP = {
     "COMPARE_EQUAL": "=",
@@ -99,7 +99,7 @@ class _Folder:
     def render(self, expr: Dict[str, Any]) -> str:
         stmt = copy.deepcopy(self.template)
         stmt["statements"][0]["node"]["select_list"] = [expr]
-        text = self.con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(stmt)]).fetchone()[0]
+        text = str(self.con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(stmt)]).fetchone()[0])
         text = text.strip().rstrip(";")
         return text[len("SELECT ") :] if text.upper().startswith("SELECT ") else text
 
@@ -111,7 +111,7 @@ class _Folder:
 
 def parse(con: Any, sql: str) -> Dict[str, Any]:
     raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
-    tree = json.loads(raw)
+    tree: Dict[str, Any] = json.loads(raw)
     if tree.get("error"):
         raise QueryError(f"DuckDB cannot parse the statement: {tree.get('error_message', tree)}")
     stmts = tree.get("statements") or []
@@ -466,7 +466,14 @@ class Planner:
         ref, name = c
         col = ref.schema.column(name)
         dicts = {name: self.dictionaries(ref, name)} if col.type == "dict" else {}
-        bind([cmp], ref.schema, dicts)
+        same = [x for x in ref.comparisons if x.column == name] + [cmp]
+        (r,) = bind(same, ref.schema, dicts)
+        n = raw_ranges(r, col.type)
+        if n > RANGES_MAX:
+            raise UnsupportedFilterError(
+                f"with it the device would evaluate {n} value ranges on {name}; its limit is {RANGES_MAX}",
+                cmp.text,
+            )
         return ref, cmp
 
 

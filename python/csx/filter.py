@@ -28,7 +28,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import QueryError, UnsupportedFilterError
 
@@ -251,13 +251,14 @@ class _Parser:
             raise self.unsupported_from(t.start, f"function {t.text}() is not supported")
         self.take()
         # table.column is accepted as column.
-        if self.peek() is not None and self.peek().text == ".":  # pragma: no cover
+        dot = self.peek()
+        if dot is not None and dot.text == ".":  # pragma: no cover
             self.take()
             return self.take().text.lower()
         return t.text.lower()
 
     def value(self, start: int) -> Value:
-        v = self.term(start)
+        v: Value = self.term(start)
         while True:
             t = self.peek()
             if t is None or t.text not in ("+", "-"):
@@ -290,10 +291,10 @@ class _Parser:
             if unit.word not in _UNITS:
                 raise self.unsupported_from(start, f"INTERVAL unit {unit.text!r} is not DAY, MONTH or YEAR")
             try:
-                n = int(s.text.strip("'").strip())
+                count = int(s.text.strip("'").strip())
             except ValueError:
                 raise self.unsupported_from(start, f"INTERVAL count {s.text} is not an integer") from None
-            return ("interval", n, unit.word.rstrip("S"))
+            return ("interval", count, unit.word.rstrip("S"))
         if t.kind == "ident" and t.word not in _KEYWORDS:
             raise self.unsupported_from(start, f"{t.text} is not a constant (arithmetic on columns is not supported)")
         raise self.unsupported_from(start, f"unexpected {t.text!r} where a constant belongs")
@@ -346,9 +347,9 @@ def parse(text: str) -> List[Comparison]:
         if t.kind == "str" and not t.text.endswith("'"):  # pragma: no cover
             raise p.unsupported(t.start, t.end, "unterminated string")
     preds = p.conjunction()
-    if p.peek() is not None:
-        t = p.peek()
-        raise p.unsupported(t.start, len(text), f"unexpected {t.text!r}")
+    rest = p.peek()
+    if rest is not None:
+        raise p.unsupported(rest.start, len(text), f"unexpected {rest.text!r}")
     return preds
 
 
@@ -412,7 +413,7 @@ def _dict_bounds(entries: Sequence[str], op: str, s: str) -> Tuple[int, int, Tup
     return (lo_i, n - 1, ())  # >=
 
 
-def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str, Sequence[str]]) -> List[Range]:
+def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Mapping[str, Sequence[str]]) -> List[Range]:
     """Inclusive stored-value ranges, one per filtered column (comparisons on one
     column intersect). ``dictionaries`` holds the sorted entries of each dict column
     filtered."""
@@ -432,7 +433,8 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
             pieces = [(">=", c.value[0]), ("<=", c.value[1])]
         else:
             pieces = [(c.op, c.value)]
-        lo, hi, excl = lo_b, hi_b, ()
+        lo, hi = lo_b, hi_b
+        excl: Tuple[int, ...] = ()
         for op, value in pieces:
             if col.type == "dict":
                 if not isinstance(value, str):
@@ -442,6 +444,7 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
                     )
                 a, b, ex = _dict_bounds(list(dictionaries[col.name]), op, value)
             else:
+                ex = ()
                 x = _scaled(col, value, c)
                 if op == "=":
                     a, b, ex = (int(x), int(x), ()) if x.denominator == 1 else (1, 0, ())
@@ -472,7 +475,7 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
     return [ranges[n] for n in order]
 
 
-def _in_values(col: Any, c: Comparison, dictionaries: Dict[str, Sequence[str]]) -> Tuple[int, ...]:
+def _in_values(col: Any, c: Comparison, dictionaries: Mapping[str, Sequence[str]]) -> Tuple[int, ...]:
     """The stored values of an IN list (values the column cannot hold are dropped)."""
     out = []
     if col.type == "dict":
@@ -493,3 +496,36 @@ def _in_values(col: Any, c: Comparison, dictionaries: Dict[str, Sequence[str]]) 
         if x.denominator == 1 and lo_b <= x <= hi_b:
             out.append(int(x))
     return tuple(out)
+
+
+#: Most value ranges the device's filter evaluates on one column (csx-data's RANGES_MAX).
+RANGES_MAX = 16
+
+
+def raw_ranges(r: Range, type: str) -> int:
+    """How many ranges of raw (unsigned) values the device's filter needs for ``r`` on
+    a column of ``type``: at most :data:`RANGES_MAX` compile (a signed interval across
+    zero is two)."""
+    lo_b, hi_b = _BOUNDS[type]
+    if r.empty:
+        return 0
+    pieces: List[Tuple[int, int]] = []
+    if r.values is not None:
+        vals = sorted(r.values)
+        for v in vals:
+            if pieces and v == pieces[-1][1] + 1:
+                pieces[-1] = (pieces[-1][0], v)
+            else:
+                pieces.append((v, v))
+    else:
+        a = r.lo
+        for e in sorted(r.excluded):
+            if a <= e - 1:
+                pieces.append((a, e - 1))
+            a = e + 1
+        if a <= r.hi:
+            pieces.append((a, r.hi))
+    if pieces == [(lo_b, hi_b)]:
+        return 0
+    signed = lo_b < 0
+    return sum(2 if signed and a < 0 <= b else 1 for a, b in pieces)

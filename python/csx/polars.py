@@ -28,14 +28,14 @@ import io
 import json
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generator, Iterator, List, Optional, Tuple
 
 import pyarrow as pa
 
 from . import arrow as carrow
 from .device import Device
 from .errors import UnsupportedFilterError
-from .filter import Comparison, bind
+from .filter import RANGES_MAX, Comparison, bind, raw_ranges
 from .scan import Scan, ScanStats
 
 try:
@@ -299,7 +299,15 @@ class Source:
                     for c in cmps
                     if self.schema.column(c.column).type == "dict"
                 }
-                bind(cmps, self.schema, dicts)
+                cols = {c.column for c in cmps}
+                for r in bind([c for c in device if c.column in cols] + cmps, self.schema, dicts):
+                    count = raw_ranges(r, self.schema.column(r.column).type)
+                    if count > RANGES_MAX:
+                        raise UnsupportedFilterError(
+                            f"with it the device would evaluate {count} value ranges on {r.column}; "
+                            f"its limit is {RANGES_MAX}",
+                            r.column,
+                        )
             except UnsupportedFilterError as e:
                 rest.append((_text(n), n, str(e)))
                 continue
@@ -330,7 +338,7 @@ class Source:
         s = Scan(self.device, self.schema.dir, columns, device, chunk_rows=self.chunk_rows, engine=self.engine)
         run.stats = s.stats
         left = n_rows
-        batches = s.batches()
+        batches: Generator["pa.RecordBatch", None, None] = s.batches()
         try:
             for batch in batches:
                 df = pl.from_arrow(_plain(batch))

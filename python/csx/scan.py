@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
@@ -110,9 +110,9 @@ class Scan:
             comparisons = parse(filter or "")
         elif isinstance(filter, (list, tuple)):
             comparisons = list(filter)
-            for c in comparisons:
-                if not isinstance(c, Comparison):
-                    raise TypeError(f"filter must be a str or csx.filter.Comparison values, not {type(c).__name__}")
+            for item in comparisons:
+                if not isinstance(item, Comparison):
+                    raise TypeError(f"filter must be a str or csx.filter.Comparison values, not {type(item).__name__}")
         else:
             raise TypeError(f"filter must be a str or a list of csx.filter.Comparison, not {type(filter).__name__}")
         dicts: Dict[str, List[str]] = {}
@@ -149,7 +149,7 @@ class Scan:
         """The scan program (raw eBPF) the device runs for this query."""
         return bytes(self._native.program)
 
-    def batches(self) -> Iterator["pa.RecordBatch"]:
+    def batches(self) -> Generator["pa.RecordBatch", None, None]:
         """The kept rows, one record batch per chunk (an empty scan yields none)."""
         if self._consumed:
             raise QueryError("a scan runs once; make a new one")

@@ -160,3 +160,19 @@ def test_polars_source_bad_input(data):
         csx.polars.Source(d, "/nowhere")
     with pytest.raises(ValueError):
         csx.polars.Source(d, "/tpch/lineitem", engine="magic")
+
+
+def test_an_is_in_past_the_device_range_limit_runs_in_polars(data):
+    root, d, _ssb, _ = data
+
+    def query(li):
+        return li.filter(pl.col("l_orderkey").is_in(list(range(1, 200, 3))) & (pl.col("l_quantity") < 30)).select(
+            pl.len(), pl.col("l_quantity").sum()
+        )
+
+    src = csx.polars.Source(d, "/tpch/lineitem")
+    got = query(src.lazy()).collect()
+    assert rows(got) == rows(query(pl.scan_parquet(root / "tpch-parquet" / "lineitem.parquet")).collect())
+    r = src.runs[-1]
+    assert len(r.on_device) == 1 and len(r.in_polars) == 1, src.explain()
+    assert "its limit is 16" in r.in_polars[0][1]

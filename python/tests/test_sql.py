@@ -186,3 +186,15 @@ def test_sql_bad_input(data):
     with pytest.raises(duckdb.Error) as e:
         csx.duckdb.sql(con, d, "select nope from lineitem where l_quantity < 3", tables="/tpch").fetchall()
     assert "nope" in str(e.value)
+
+
+def test_an_in_list_past_the_device_range_limit_runs_in_duckdb(data):
+    root, d, _ssb, tpch = data
+    keys = ", ".join(str(k) for k in range(1, 200, 3))  # 67 separate values
+    text = f"""select count(*), sum(l_quantity) from lineitem
+               where l_orderkey in ({keys}) and l_quantity in (1, 3, 5) and l_tax != 0.02"""
+    q = csx.duckdb.sql(duckdb.connect(), d, text, tables="/tpch")
+    assert q.fetchall() == over_parquet(text, root / "tpch-parquet", tpch)
+    why = dict(q.stats.in_duckdb)
+    assert len(why) == 1 and "value ranges on l_orderkey; its limit is 16" in next(iter(why.values()))
+    assert len(q.stats.on_device) == 2

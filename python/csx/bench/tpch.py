@@ -47,7 +47,7 @@ from csx.scan import host_table
 
 from . import lineitem as gen
 
-QUERIES = {
+QUERIES: Dict[str, Dict[str, Any]] = {
     "q6": {
         "columns_all": ["l_shipdate", "l_discount", "l_quantity", "l_extendedprice"],
         "pushdown_columns": ["l_extendedprice", "l_discount"],
@@ -212,7 +212,7 @@ def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[in
 
 def _summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     keys = ["wall_ns", "device_wall_ns", "host_ns", "device_modelled_ns", "modelled_ns"]
-    out = {k: _median([r[k] for r in runs]) for k in keys}
+    out: Dict[str, Any] = {k: _median([r[k] for r in runs]) for k in keys}
     out["wall_ns_runs"] = [r["wall_ns"] for r in runs]
     out["bytes_to_host"] = runs[-1]["bytes_to_host"]
     for k in ("bytes_staged", "rows_kept", "rows_scanned"):
@@ -302,6 +302,7 @@ def run(args: Any) -> int:
                 csx.arrow.put_table(dev, "/tpch/lineitem", t)
                 del t
             else:
+                assert data_dir is not None
                 csx.data.put_dir(dev, os.path.join(data_dir, "lineitem"), "/tpch/lineitem")
             meta["rows"] = csx.arrow.read_schema(dev, "/tpch/lineitem").rows
             con = duckdb.connect()
