@@ -300,8 +300,16 @@ class Planner:
     # -- one SELECT ------------------------------------------------------------------
 
     def _from_refs(
-        self, node: Optional[Dict[str, Any]], ref_of: Dict[int, TableRef], eligible: bool, out: List[Tuple[TableRef, bool, str]], others: List[int]
+        self,
+        node: Optional[Dict[str, Any]],
+        ref_of: Dict[int, TableRef],
+        blocked: str,
+        out: List[Tuple[TableRef, bool, str]],
+        others: List[int],
     ) -> None:
+        """The csx table references of a FROM clause: (reference, whether a WHERE
+        conjunct may move into its scan, why not). ``blocked`` is the reason nothing
+        under ``node`` may take one ("" when they may)."""
         if not isinstance(node, dict):
             return
         t = node.get("type")
@@ -310,22 +318,28 @@ class Planner:
             if ref is None:
                 others.append(1)
                 return
-            why = ""
-            if node.get("sample"):
+            why = blocked
+            if not why and node.get("sample"):
                 why = f"{ref.alias} has a SAMPLE (the filter must run after it)"
-            elif not eligible:
-                why = f"{ref.alias} is on the null-supplying side of an outer join"
-            out.append((ref, eligible and not why, why))
+            out.append((ref, not why, why))
             return
         if t == "JOIN":
             jt, rt = node.get("join_type"), node.get("ref_type")
-            ok = rt in ("CROSS", "REGULAR", "NATURAL")
-            left_ok = eligible and ok and jt in ("INNER", "LEFT")
-            right_ok = eligible and ok and jt in ("INNER", "RIGHT")
-            if node.get("sample"):
-                left_ok = right_ok = False
-            self._from_refs(node.get("left"), ref_of, left_ok, out, others)
-            self._from_refs(node.get("right"), ref_of, right_ok, out, others)
+            left, right = blocked, blocked
+            if not blocked:
+                if rt not in ("CROSS", "REGULAR", "NATURAL"):
+                    left = right = f"it is under a {str(rt).lower()} join"
+                elif jt not in ("INNER", "LEFT", "RIGHT"):
+                    left = right = f"it is under a {str(jt).lower()} join"
+                else:
+                    if jt == "RIGHT":
+                        left = "it is on the null-supplying side of an outer join"
+                    if jt == "LEFT":
+                        right = "it is on the null-supplying side of an outer join"
+                if node.get("sample"):
+                    left = right = "the join has a SAMPLE (the filter must run after it)"
+            self._from_refs(node.get("left"), ref_of, left, out, others)
+            self._from_refs(node.get("right"), ref_of, right, out, others)
             return
         if t != "EMPTY":
             others.append(1)
@@ -336,8 +350,13 @@ class Planner:
             return
         in_from: List[Tuple[TableRef, bool, str]] = []
         others: List[int] = []
-        self._from_refs(node.get("from_table"), ref_of, node.get("sample") is None, in_from, others)
+        blocked = "the SELECT has USING SAMPLE (the filter must run after it)" if node.get("sample") else ""
+        self._from_refs(node.get("from_table"), ref_of, blocked, in_from, others)
         if not in_from:
+            if self.refs:
+                for e in _flatten_and(where):
+                    why = "its SELECT reads no csx table directly (a subquery, a CTE or a DuckDB relation)"
+                    self.conjuncts.append(Conjunct(self.folder.render(e), "duckdb", why))
             return
         keep: List[Dict[str, Any]] = []
         for e in _flatten_and(where):

@@ -198,3 +198,22 @@ def test_an_in_list_past_the_device_range_limit_runs_in_duckdb(data):
     why = dict(q.stats.in_duckdb)
     assert len(why) == 1 and "value ranges on l_orderkey; its limit is 16" in next(iter(why.values()))
     assert len(q.stats.on_device) == 2
+
+
+def test_samples_and_outer_selects_keep_their_where_in_duckdb(data):
+    root, d, _ssb, tpch = data
+    con = duckdb.connect()
+    for text, reason in [
+        ("select count(*) from lineitem where l_quantity < 40 using sample 10 rows", "USING SAMPLE"),
+        ("select count(*) from lineitem tablesample 10 rows where l_quantity < 40", "has a SAMPLE"),
+    ]:
+        q = csx.duckdb.sql(con, d, text, tables="/tpch")
+        assert q.fetchall()[0][0] <= 10
+        assert q.stats.on_device == [] and reason in q.stats.in_duckdb[0][1]
+        s = q.stats.tables[0].scans[0]
+        assert s.rows_kept == s.rows_scanned == tpch["lineitem"]
+    text = "select count(*) from (select * from lineitem where l_quantity < 10) t where t.l_tax = 0"
+    q = csx.duckdb.sql(con, d, text, tables="/tpch")
+    assert q.fetchall() == over_parquet(text, root / "tpch-parquet", tpch)
+    assert q.stats.on_device == ["(l_quantity < 10)"]
+    assert "reads no csx table directly" in dict(q.stats.in_duckdb)["(t.l_tax = 0)"]
