@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union, final
 __all__ = [
     "Buffer", "Device", "ExecResult", "LambdaResult", "Server", "ScanChunk", "Scanner",
     "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
-    "build", "sdk_program", "sdk_programs", "statuses", "ABI_VERSION", "__version__",
+    "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
+    "ABI_VERSION", "__version__",
 ]
 
 ABI_VERSION: int
@@ -160,6 +161,8 @@ class Scanner:
     def close(self) -> None: ...
 
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
+def table_schema(device: Device, table: str) -> Tuple[str, int, List[Tuple[str, str, int, int]]]: ...
+def table_dictionary(device: Device, table: str, column: str) -> List[str]: ...
 
 @final
 class SsbRun:

@@ -44,7 +44,7 @@ from . import _sqlplan
 from . import arrow as carrow
 from .device import Device
 from .errors import NotFoundError, QueryError
-from .scan import Scan, ScanStats
+from .scan import Scan, ScanStats, table_dictionary, table_schema
 from .scan import scan as _scan
 
 try:
@@ -253,15 +253,16 @@ def sql(
     con: Any,
     device: Device,
     query: str,
-    tables: Union[str, Mapping[str, str]],
+    tables: Union[str, Mapping[str, str]] = "/",
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
 ) -> Query:
     """One SQL statement over csx tables, its device-evaluable WHERE conjuncts run on
     the device (see the module doc). ``tables``: a device directory whose
-    subdirectories are tables (``"/ssb/sf1"``: ``lineorder`` is ``/ssb/sf1/lineorder``),
-    or a mapping of table names to device table directories. A table name the
+    subdirectories are tables (``"/ssb/sf1"``: ``lineorder`` is ``/ssb/sf1/lineorder``;
+    the device's root by default), or a mapping of table names to device table
+    directories. A table name the
     statement uses that is not a csx table is left to DuckDB (its own tables and
     views). Returns a :class:`Query`."""
     _check_con(con)
@@ -295,7 +296,7 @@ def sql(
         if p is None:
             return None
         try:
-            return p, carrow.read_schema(device, p)
+            return p, table_schema(device, p)
         except NotFoundError:
             if isinstance(tables, Mapping):
                 raise QueryError(f"table {name}: no csx table at {p} (no {p}/schema.json)") from None
@@ -306,7 +307,7 @@ def sql(
     def dictionaries(ref: Any, column: str) -> List[str]:
         key = (ref.path, column)
         if key not in dict_cache:
-            d = carrow.read_dictionary(device, ref.schema, ref.schema.column(column))
+            d = table_dictionary(device, ref.schema, column)
             dict_cache[key] = [str(x) for x in d.to_pylist()]
         return dict_cache[key]
 

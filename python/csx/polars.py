@@ -36,7 +36,7 @@ from . import arrow as carrow
 from .device import Device
 from .errors import UnsupportedFilterError
 from .filter import RANGES_MAX, Comparison, bind, raw_ranges
-from .scan import Scan, ScanStats
+from .scan import Scan, ScanStats, table_dictionary, table_schema
 
 try:
     import polars as pl
@@ -128,7 +128,7 @@ class Source:
         self.table = table
         self.engine = engine
         self.chunk_rows = chunk_rows
-        self.schema = carrow.read_schema(device, table)
+        self.schema = table_schema(device, table)
         self.runs: List[PolarsScan] = []
         self._dicts: Dict[str, List[str]] = {}
 
@@ -162,7 +162,7 @@ class Source:
 
     def _dictionary(self, name: str) -> List[str]:
         if name not in self._dicts:
-            d = carrow.read_dictionary(self.device, self.schema, self.schema.column(name))
+            d = table_dictionary(self.device, self.schema, name)
             self._dicts[name] = [str(x) for x in d.to_pylist()]
         return self._dicts[name]
 

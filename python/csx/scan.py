@@ -64,6 +64,25 @@ class ScanStats:
     fuel_used: int = 0
 
 
+def table_schema(device: Device, table: str) -> carrow.TableSchema:
+    """The schema of the columnar table ``table`` on ``device``, read and checked by
+    csx-data's reader (the native module), so the scan follows the format csx-data
+    reads."""
+    d = carrow._table_dir(table)
+    name, rows, cols = _native.table_schema(device._dev(), d)
+    return carrow.TableSchema(
+        table=name,
+        rows=rows,
+        columns=[carrow.Column(name=n, type=t, scale=s, entries=e) for n, t, s, e in cols],
+        dir=d,
+    )
+
+
+def table_dictionary(device: Device, schema: carrow.TableSchema, column: str) -> "pa.Array":
+    """A dict column's dictionary (csx-data's reader), as an Arrow string array."""
+    return pa.array(_native.table_dictionary(device._dev(), schema.dir, column), pa.string())
+
+
 def predicates(ranges: Sequence[Range], schema: Any) -> List[Tuple[str, str, List[int]]]:
     """csx-data predicates (column, op, values) for bound filter ranges: op "between"
     with [lo, hi], "!=" with [v], "in" with the values."""
@@ -102,7 +121,7 @@ class Scan:
         t_setup = time.perf_counter_ns()
         self.device = device
         self.engine = engine
-        self.schema_info = carrow.read_schema(device, table)
+        self.schema_info = table_schema(device, table)
         info = self.schema_info
         names = info.names if columns is None else carrow._column_names(columns)
         self.outputs = [info.column(n) for n in names]
@@ -123,7 +142,7 @@ class Scan:
             except ValueError as e:
                 raise QueryError(str(e)) from None
             if col.type == "dict":
-                d = carrow.read_dictionary(device, info, col)
+                d = table_dictionary(device, info, c)
                 self._dictionaries[c] = d
                 dicts[c] = d.to_pylist()
         self.ranges = bind(comparisons, info, dicts)

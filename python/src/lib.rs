@@ -34,6 +34,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<scan::ScanChunk>()?;
     m.add_class::<scan::Scanner>()?;
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::table_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::table_dictionary, m)?)?;
     m.add_function(wrap_pyfunction!(data::generate, m)?)?;
     m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;

@@ -288,3 +288,50 @@ pub fn get_timed(
     let (data, ns) = py.detach(move || read_timed(&dev, &path))?;
     Ok((Buffer::new(data), ns))
 }
+
+/// A table's schema as csx-data reads it on the device (the column files' sizes
+/// checked): (table name, rows, [(column, type, scale, dictionary entries)]).
+type SchemaRow = (String, u64, Vec<(String, &'static str, u32, u64)>);
+
+/// Reads the schema of the columnar table at `table` on `device` with csx-data's reader
+/// (so Python follows the format csx-data reads).
+#[pyfunction]
+pub fn table_schema(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    table: String,
+) -> PyResult<SchemaRow> {
+    let dev = device.get().device()?;
+    let schema = py.detach(move || -> Result<csx_data::Schema> {
+        let mut session = csx_host::Session::shared(dev);
+        Ok(csx_data::scan::device_schema(&mut session, &table)?)
+    })?;
+    let columns = schema
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.ty.name(), c.scale, c.entries))
+        .collect();
+    Ok((schema.table, schema.rows, columns))
+}
+
+/// The dictionary of dict column `column` of the table at `table`, read and checked
+/// by csx-data (entries in code order).
+#[pyfunction]
+pub fn table_dictionary(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    table: String,
+    column: String,
+) -> PyResult<Vec<String>> {
+    let dev = device.get().device()?;
+    Ok(py.detach(move || -> Result<Vec<String>> {
+        let mut session = csx_host::Session::shared(dev);
+        let schema = csx_data::scan::device_schema(&mut session, &table)?;
+        Ok(csx_data::scan::device_dictionary(
+            &mut session,
+            &table,
+            &schema,
+            &column,
+        )?)
+    })?)
+}

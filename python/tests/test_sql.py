@@ -217,3 +217,19 @@ def test_samples_and_outer_selects_keep_their_where_in_duckdb(data):
     assert q.fetchall() == over_parquet(text, root / "tpch-parquet", tpch)
     assert q.stats.on_device == ["(l_quantity < 10)"]
     assert "reads no csx table directly" in dict(q.stats.in_duckdb)["(t.l_tax = 0)"]
+
+
+def test_tables_default_to_the_device_root(dev):
+    import numpy as np
+    import pyarrow as pa
+
+    import csx.arrow
+
+    csx.arrow.put_table(dev, "/nums", pa.table({"a": pa.array(np.arange(1000, dtype=np.int64))}))
+    con = duckdb.connect()
+    con.sql("create table other as select 5 as a")  # a DuckDB table stays DuckDB's
+    q = csx.duckdb.sql(con, dev, "select sum(n.a), max(o.a) from nums n, other o where n.a < 10 and o.a = 5")
+    assert q.fetchall() == [(45, 5)]
+    assert q.stats.on_device == ["(n.a < 10)"] and [t.table for t in q.stats.tables] == ["nums"]
+    assert "reads relations that are not csx tables" not in q.explain()
+    assert q.stats.tables[0].scans[0].rows_kept == 10
