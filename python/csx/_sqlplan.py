@@ -254,8 +254,16 @@ class Planner:
 
         _walk(stmt, tables)
 
-        # Projection: every column name the statement mentions that the table has; a
-        # star anywhere takes every column.
+        # Pushdown, one SELECT at a time.
+        def selects(n: Dict[str, Any]) -> None:
+            if n.get("type") == "SELECT_NODE":
+                self._select(n, ref_of)
+
+        _walk(stmt, selects)
+
+        # Projection: every column name the statement still mentions once the pushed
+        # conjuncts left it (a column only the device filter reads is not returned);
+        # a star anywhere takes every column.
         mentioned: Set[str] = set()
         star = [False]
 
@@ -277,13 +285,6 @@ class Planner:
             if not ref.columns:
                 # count(*) and the like need the row count: the narrowest column.
                 ref.columns = [min(ref.schema.columns, key=lambda c: c.width).name]
-
-        # Pushdown, one SELECT at a time.
-        def selects(n: Dict[str, Any]) -> None:
-            if n.get("type") == "SELECT_NODE":
-                self._select(n, ref_of)
-
-        _walk(stmt, selects)
 
         # The statement DuckDB runs: the csx tables replaced by their views.
         def replace(n: Dict[str, Any]) -> None:

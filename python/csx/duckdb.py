@@ -230,6 +230,10 @@ class Query:
     def df(self) -> Any:
         return self.relation.df()
 
+    def tables_columns(self) -> List[List[str]]:
+        """The columns read from each csx table reference, sorted."""
+        return [sorted(t.columns) for t in self.stats.tables]
+
     def explain(self) -> str:
         """What ran where (see :class:`PushdownStats`)."""
         return self.stats.explain()
