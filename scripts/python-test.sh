@@ -23,8 +23,11 @@ VPY=$VENV/bin/python
 # The packages the build and the tests need (module name=pip requirement).
 need=()
 # csx.dask: dask.dataframe (with pandas) and distributed, versions that support Python 3.11.
+# csx.polars: Polars' IO sources (register_io_source, 1.x and 2.x). mypy checks the
+# package's types (strict on csx).
 for pair in numpy=numpy pyarrow=pyarrow duckdb=duckdb pytest=pytest matplotlib=matplotlib \
-    dask.dataframe='dask[dataframe]>=2025.1' distributed='distributed>=2025.1'; do
+    dask.dataframe='dask[dataframe]>=2025.1' distributed='distributed>=2025.1' \
+    polars='polars>=1.20' mypy='mypy>=2'; do
     mod=${pair%%=*}
     "$VPY" -c "import $mod" >/dev/null 2>&1 || need+=("${pair#*=}")
 done
@@ -50,4 +53,9 @@ echo "python-test: building csx._native (maturin develop, dev profile)"
 # and the tests import the package from python/.
 (cd python && VIRTUAL_ENV=$VENV "$MATURIN" develop -q --skip-install)
 (cd python && "$VPY" -c "import csx._native") || { echo "python-test: csx._native did not build" >&2; exit 1; }
+# The types: mypy strict on the package (python/pyproject.toml [tool.mypy]), and the
+# stubs of the native module against the module itself.
+echo "python-test: mypy (strict) on csx, stubtest on csx._native"
+(cd python && "$VPY" -m mypy -p csx \
+    && "$VPY" -m mypy.stubtest csx._native --ignore-disjoint-bases --allowlist stubtest-allowlist.txt)
 cd python && exec "$VPY" -m pytest -q -p no:cacheprovider tests "$@"

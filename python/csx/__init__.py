@@ -14,6 +14,7 @@ over many storage nodes, queried with Dask; ``import csx.dask``), ``python -m cs
 """
 
 from . import errors
+from . import _native
 from ._native import ABI_VERSION, Buffer
 from .device import (
     Device,
@@ -36,6 +37,9 @@ from .errors import (
     DataError,
     DeviceError,
     DirectoryNotEmptyError,
+    AbortedError,
+    TimeLimitExceededError,
+    InternalDeviceError,
     InvalidCommandError,
     InvalidProgramError,
     LambdaError,
@@ -55,7 +59,8 @@ from .errors import (
     UnsupportedFilterError,
 )
 
-__version__ = "0.1.0"
+#: The workspace's version (Cargo.toml), compiled into the native module.
+__version__: str = _native.__version__
 
 __all__ = [
     "ABI_VERSION",
@@ -79,6 +84,9 @@ __all__ = [
     "DataError",
     "DeviceError",
     "DirectoryNotEmptyError",
+    "AbortedError",
+    "TimeLimitExceededError",
+    "InternalDeviceError",
     "InvalidCommandError",
     "InvalidProgramError",
     "LambdaError",

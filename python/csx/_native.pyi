@@ -2,10 +2,21 @@
 public API in csx (csx.Device, ...), which checks arguments and names the bad one."""
 
 from os import PathLike
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union, final
+
+__all__ = [
+    "Buffer", "Device", "ExecResult", "LambdaResult", "Server", "ScanChunk", "Scanner",
+    "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
+    "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
+    "ABI_VERSION", "__version__",
+]
 
 ABI_VERSION: int
+__version__: str
 
+def statuses() -> List[Tuple[int, str, str]]: ...
+
+@final
 class Buffer:
     """Read-only bytes from the device; supports the buffer protocol, so
     numpy.frombuffer, memoryview and pyarrow.py_buffer view it without a copy."""
@@ -16,6 +27,7 @@ class Buffer:
     @property
     def address(self) -> int: ...
 
+@final
 class ExecResult:
     r0: int
     r0_signed: int
@@ -33,6 +45,7 @@ class ExecResult:
     timing: Dict[str, int]
     wall_ns: int
 
+@final
 class LambdaResult:
     output: Buffer
     ran: str
@@ -43,6 +56,7 @@ class LambdaResult:
 
 _Path = Union[str, PathLike[str]]
 
+@final
 class Device:
     @staticmethod
     def open(uri: str) -> Device: ...
@@ -84,6 +98,7 @@ class Device:
         cparam2: int = 0,
         params: Any = None,
         fuel: Optional[int] = None,
+        time_limit_ms: Optional[int] = None,
     ) -> ExecResult: ...
     def read_lambda(
         self,
@@ -102,6 +117,7 @@ class Device:
         state_dir: Optional[_Path] = None,
     ) -> LambdaResult: ...
 
+@final
 class Server:
     @staticmethod
     def start(state: _Path, listen: List[str], token: Optional[str] = None) -> Server: ...
@@ -114,22 +130,24 @@ def build(source: str, name: str = "program") -> bytes: ...
 def sdk_program(name: str) -> bytes: ...
 def sdk_programs() -> List[str]: ...
 
+@final
 class ScanChunk:
     first_row: int
     rows: int
     kept: int
     columns: List[Buffer]
 
+@final
 class Scanner:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         device: Device,
         table: str,
         columns: List[str],
-        predicates: List[Tuple[str, str, int, int]],
+        predicates: List[Tuple[str, str, List[int]]],
         engine: str = "jit",
         chunk_rows: Optional[int] = None,
-    ) -> None: ...
+    ) -> Scanner: ...
     @property
     def program(self) -> Buffer: ...
     @property
@@ -143,7 +161,10 @@ class Scanner:
     def close(self) -> None: ...
 
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
+def table_schema(device: Device, table: str) -> Tuple[str, int, List[Tuple[str, str, int, int]]]: ...
+def table_dictionary(device: Device, table: str, column: str) -> List[str]: ...
 
+@final
 class SsbRun:
     query: str
     sql: str

@@ -245,9 +245,12 @@ class Program:
         cparam2: int = 0,
         params: BytesLike = b"",
         fuel: Optional[int] = None,
+        time_limit_ms: Optional[int] = None,
         check: bool = True,
     ) -> ExecResult:
-        """Runs the program once.
+        """Runs the program once. Ctrl-C (any signal handler that raises) while it
+        runs aborts it on the device; the exception (KeyboardInterrupt) is raised once
+        the device has stopped it.
 
         Args:
             input: window 0: a device path (str; the range is copied on the device,
@@ -260,6 +263,9 @@ class Program:
             cparam1, cparam2: ``args->cparam1``/``cparam2`` (u64).
             params: ``args->params`` bytes.
             fuel: the run's budget (the device's default when None).
+            time_limit_ms: the run's time limit in ms (the device's default, 1 s unless
+                its configuration says otherwise, when None); past it the run stops
+                and :class:`csx.TimeLimitExceededError` is raised.
             check: raise :class:`csx.TrapError` when the program traps (otherwise the
                 trap is in the result).
         """
@@ -288,6 +294,7 @@ class Program:
                 cparam2=_check_int("cparam2", cparam2),
                 params=_as_bytes("params", params),
                 fuel=_check_opt_int("fuel", fuel, 1),
+                time_limit_ms=_check_opt_int("time_limit_ms", time_limit_ms, 1, (1 << 32) - 1),
                 **kw,
             )
         )
@@ -552,6 +559,7 @@ class Device:
         params: BytesLike = b"",
         engine: str = "jit",
         fuel: Optional[int] = None,
+        time_limit_ms: Optional[int] = None,
         entry: Optional[str] = None,
         check: bool = True,
     ) -> ExecResult:
@@ -568,6 +576,7 @@ class Device:
                 cparam2=cparam2,
                 params=params,
                 fuel=fuel,
+                time_limit_ms=time_limit_ms,
                 check=check,
             )
         finally:
@@ -599,7 +608,11 @@ class Device:
 
         Each call is one λ-IO session (the λ is loaded, run and unloaded): in "auto"
         the dispatcher has no history yet, so it profiles, running both sides and
-        checking that they agree (``ran == "both"``)."""
+        checking that they agree (``ran == "both"``).
+
+        Ctrl-C (any signal handler that raises) while it runs stops the read: the
+        λ-IO handle's stop flag aborts its device runs and stops its host runs, and
+        the exception is raised once they have stopped."""
         image, name = _program_image(program)
         if entry is not None:
             _check_str("entry", entry)

@@ -41,6 +41,9 @@ __all__ = [
     "OutOfRangeError",
     "StorageError",
     "DirectoryNotEmptyError",
+    "AbortedError",
+    "TimeLimitExceededError",
+    "InternalDeviceError",
     "DataError",
     "QueryError",
     "UnsupportedFilterError",
@@ -200,6 +203,21 @@ class DirectoryNotEmptyError(DeviceError):
     """The directory still has entries."""
 
 
+class AbortedError(DeviceError):
+    """The command was aborted: by an Abort (Ctrl-C during a run from Python raises
+    the KeyboardInterrupt instead), because its connection closed, or because the
+    device is shutting down; ``detail`` says which."""
+
+
+class TimeLimitExceededError(DeviceError, TimeoutError):
+    """The run went past its time limit (``time_limit_ms``, or the device's default)
+    and was stopped; ``detail`` names the limit."""
+
+
+class InternalDeviceError(DeviceError):
+    """The device failed in a way that is its own fault (a bug to report)."""
+
+
 class DataError(CsxError, ValueError):
     """Columnar data is corrupt or malformed: a column file of the wrong length, a
     dictionary index out of range, a bad schema. The message names the file (and
@@ -220,8 +238,12 @@ class UnsupportedFilterError(QueryError, ValueError):
         self.part = part
 
 
-# Status name (csx_proto::Status) -> class.
+# Status name (csx_proto::Status) -> class: every status but Success (a test walks
+# the protocol's status table, so a new status without a class here fails it).
 STATUS_CLASSES: Dict[str, Type[DeviceError]] = {
+    "Internal": InternalDeviceError,
+    "Aborted": AbortedError,
+    "TimeLimitExceeded": TimeLimitExceededError,
     "InvalidOpcode": InvalidCommandError,
     "InvalidField": InvalidCommandError,
     "InvalidMemoryNamespace": InvalidCommandError,

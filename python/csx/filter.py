@@ -28,7 +28,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import QueryError, UnsupportedFilterError
 
@@ -55,8 +55,9 @@ _MIRROR = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 @dataclass(frozen=True)
 class Comparison:
-    """``column op value`` (op one of = != < <= > >=) or ``column BETWEEN lo AND hi``
-    (op "between", value the pair)."""
+    """``column op value`` (op one of = != < <= > >=), ``column BETWEEN lo AND hi``
+    (op "between", value the pair) or ``column IN (v, ...)`` (op "in", value the tuple
+    of values)."""
 
     column: str
     op: str
@@ -67,16 +68,18 @@ class Comparison:
 @dataclass(frozen=True)
 class Range:
     """The rows whose stored integer value v of ``column`` has lo <= v <= hi and
-    v not in ``excluded``; an empty range (lo > hi) keeps no row."""
+    v not in ``excluded`` (and, when ``values`` is not None, v in ``values``: an IN
+    list); an empty range (lo > hi, or no value left) keeps no row."""
 
     column: str
     lo: int
     hi: int
     excluded: Tuple[int, ...] = ()
+    values: Optional[Tuple[int, ...]] = None
 
     @property
     def empty(self) -> bool:
-        return self.lo > self.hi
+        return self.lo > self.hi or (self.values is not None and not self.values)
 
 
 class _Tok:
@@ -248,13 +251,14 @@ class _Parser:
             raise self.unsupported_from(t.start, f"function {t.text}() is not supported")
         self.take()
         # table.column is accepted as column.
-        if self.peek() is not None and self.peek().text == ".":  # pragma: no cover
+        dot = self.peek()
+        if dot is not None and dot.text == ".":  # pragma: no cover
             self.take()
             return self.take().text.lower()
         return t.text.lower()
 
     def value(self, start: int) -> Value:
-        v = self.term(start)
+        v: Value = self.term(start)
         while True:
             t = self.peek()
             if t is None or t.text not in ("+", "-"):
@@ -287,10 +291,10 @@ class _Parser:
             if unit.word not in _UNITS:
                 raise self.unsupported_from(start, f"INTERVAL unit {unit.text!r} is not DAY, MONTH or YEAR")
             try:
-                n = int(s.text.strip("'").strip())
+                count = int(s.text.strip("'").strip())
             except ValueError:
                 raise self.unsupported_from(start, f"INTERVAL count {s.text} is not an integer") from None
-            return ("interval", n, unit.word.rstrip("S"))
+            return ("interval", count, unit.word.rstrip("S"))
         if t.kind == "ident" and t.word not in _KEYWORDS:
             raise self.unsupported_from(start, f"{t.text} is not a constant (arithmetic on columns is not supported)")
         raise self.unsupported_from(start, f"unexpected {t.text!r} where a constant belongs")
@@ -343,9 +347,9 @@ def parse(text: str) -> List[Comparison]:
         if t.kind == "str" and not t.text.endswith("'"):  # pragma: no cover
             raise p.unsupported(t.start, t.end, "unterminated string")
     preds = p.conjunction()
-    if p.peek() is not None:
-        t = p.peek()
-        raise p.unsupported(t.start, len(text), f"unexpected {t.text!r}")
+    rest = p.peek()
+    if rest is not None:
+        raise p.unsupported(rest.start, len(text), f"unexpected {rest.text!r}")
     return preds
 
 
@@ -409,7 +413,7 @@ def _dict_bounds(entries: Sequence[str], op: str, s: str) -> Tuple[int, int, Tup
     return (lo_i, n - 1, ())  # >=
 
 
-def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str, Sequence[str]]) -> List[Range]:
+def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Mapping[str, Sequence[str]]) -> List[Range]:
     """Inclusive stored-value ranges, one per filtered column (comparisons on one
     column intersect). ``dictionaries`` holds the sorted entries of each dict column
     filtered."""
@@ -421,8 +425,16 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
         except ValueError as e:
             raise QueryError(f"filter {c.text!r}: {e}") from None
         lo_b, hi_b = _BOUNDS[col.type]
-        pieces = [(c.op, c.value)] if c.op != "between" else [(">=", c.value[0]), ("<=", c.value[1])]
-        lo, hi, excl = lo_b, hi_b, ()
+        values: Optional[Tuple[int, ...]] = None
+        if c.op == "in":
+            values = _in_values(col, c, dictionaries)
+            pieces: List[Tuple[str, Any]] = []
+        elif c.op == "between":
+            pieces = [(">=", c.value[0]), ("<=", c.value[1])]
+        else:
+            pieces = [(c.op, c.value)]
+        lo, hi = lo_b, hi_b
+        excl: Tuple[int, ...] = ()
         for op, value in pieces:
             if col.type == "dict":
                 if not isinstance(value, str):
@@ -432,6 +444,7 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
                     )
                 a, b, ex = _dict_bounds(list(dictionaries[col.name]), op, value)
             else:
+                ex = ()
                 x = _scaled(col, value, c)
                 if op == "=":
                     a, b, ex = (int(x), int(x), ()) if x.denominator == 1 else (1, 0, ())
@@ -449,8 +462,70 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Dict[str,
         prev = ranges.get(col.name)
         if prev is not None:
             lo, hi, excl = max(lo, prev.lo), min(hi, prev.hi), prev.excluded + excl
+            if prev.values is not None:
+                values = prev.values if values is None else tuple(v for v in values if v in set(prev.values))
         else:
             order.append(col.name)
         lo, hi = max(lo, lo_b), min(hi, hi_b)
-        ranges[col.name] = Range(col.name, lo, hi, tuple(sorted(set(e for e in excl if lo <= e <= hi))))
+        excluded = tuple(sorted(set(e for e in excl if lo <= e <= hi)))
+        if values is not None:
+            values = tuple(sorted(set(v for v in values if lo <= v <= hi and v not in excluded)))
+            excluded = ()
+        ranges[col.name] = Range(col.name, lo, hi, excluded, values)
     return [ranges[n] for n in order]
+
+
+def _in_values(col: Any, c: Comparison, dictionaries: Mapping[str, Sequence[str]]) -> Tuple[int, ...]:
+    """The stored values of an IN list (values the column cannot hold are dropped)."""
+    out = []
+    if col.type == "dict":
+        entries = list(dictionaries[col.name])
+        for v in c.value:
+            if not isinstance(v, str):
+                raise UnsupportedFilterError(
+                    f"unsupported filter part {c.text!r}: column {col.name} holds strings; compare it with a 'string'",
+                    c.text,
+                )
+            i = bisect.bisect_left(entries, v)
+            if i < len(entries) and entries[i] == v:
+                out.append(i)
+        return tuple(out)
+    lo_b, hi_b = _BOUNDS[col.type]
+    for v in c.value:
+        x = _scaled(col, v, c)
+        if x.denominator == 1 and lo_b <= x <= hi_b:
+            out.append(int(x))
+    return tuple(out)
+
+
+#: Most value ranges the device's filter evaluates on one column (csx-data's RANGES_MAX).
+RANGES_MAX = 16
+
+
+def raw_ranges(r: Range, type: str) -> int:
+    """How many ranges of raw (unsigned) values the device's filter needs for ``r`` on
+    a column of ``type``: at most :data:`RANGES_MAX` compile (a signed interval across
+    zero is two)."""
+    lo_b, hi_b = _BOUNDS[type]
+    if r.empty:
+        return 0
+    pieces: List[Tuple[int, int]] = []
+    if r.values is not None:
+        vals = sorted(r.values)
+        for v in vals:
+            if pieces and v == pieces[-1][1] + 1:
+                pieces[-1] = (pieces[-1][0], v)
+            else:
+                pieces.append((v, v))
+    else:
+        a = r.lo
+        for e in sorted(r.excluded):
+            if a <= e - 1:
+                pieces.append((a, e - 1))
+            a = e + 1
+        if a <= r.hi:
+            pieces.append((a, r.hi))
+    if pieces == [(lo_b, hi_b)]:
+        return 0
+    signed = lo_b < 0
+    return sum(2 if signed and a < 0 <= b else 1 for a, b in pieces)

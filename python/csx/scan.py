@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ from . import _native
 from . import arrow as carrow
 from .device import Device, _check_opt_int
 from .errors import QueryError
-from .filter import _BOUNDS, Range, bind, parse
+from .filter import _BOUNDS, Comparison, Range, bind, parse
 
 __all__ = ["Scan", "ScanStats", "scan", "predicates"]
 
@@ -64,15 +64,38 @@ class ScanStats:
     fuel_used: int = 0
 
 
-def predicates(ranges: Sequence[Range], schema: Any) -> List[Tuple[str, str, int, int]]:
-    """csx-data predicates (column, op, a, b) for bound filter ranges."""
-    out: List[Tuple[str, str, int, int]] = []
+def table_schema(device: Device, table: str) -> carrow.TableSchema:
+    """The schema of the columnar table ``table`` on ``device``, read and checked by
+    csx-data's reader (the native module), so the scan follows the format csx-data
+    reads."""
+    d = carrow._table_dir(table)
+    name, rows, cols = _native.table_schema(device._dev(), d)
+    return carrow.TableSchema(
+        table=name,
+        rows=rows,
+        columns=[carrow.Column(name=n, type=t, scale=s, entries=e) for n, t, s, e in cols],
+        dir=d,
+    )
+
+
+def table_dictionary(device: Device, schema: carrow.TableSchema, column: str) -> "pa.Array":
+    """A dict column's dictionary (csx-data's reader), as an Arrow string array."""
+    return pa.array(_native.table_dictionary(device._dev(), schema.dir, column), pa.string())
+
+
+def predicates(ranges: Sequence[Range], schema: Any) -> List[Tuple[str, str, List[int]]]:
+    """csx-data predicates (column, op, values) for bound filter ranges: op "between"
+    with [lo, hi], "!=" with [v], "in" with the values."""
+    out: List[Tuple[str, str, List[int]]] = []
     for r in ranges:
+        if r.values is not None:
+            out.append((r.column, "in", list(r.values)))
+            continue
         lo_b, hi_b = _BOUNDS[schema.column(r.column).type]
         if r.lo > lo_b or r.hi < hi_b:
-            out.append((r.column, "between", r.lo, r.hi))
+            out.append((r.column, "between", [r.lo, r.hi]))
         for e in r.excluded:
-            out.append((r.column, "!=", e, 0))
+            out.append((r.column, "!=", [e]))
     return out
 
 
@@ -86,7 +109,7 @@ class Scan:
         device: Device,
         table: str,
         columns: Optional[Sequence[str]] = None,
-        filter: Optional[str] = None,
+        filter: Union[str, Sequence[Comparison], None] = None,
         *,
         chunk_rows: Optional[int] = None,
         engine: str = "jit",
@@ -98,11 +121,19 @@ class Scan:
         t_setup = time.perf_counter_ns()
         self.device = device
         self.engine = engine
-        self.schema_info = carrow.read_schema(device, table)
+        self.schema_info = table_schema(device, table)
         info = self.schema_info
         names = info.names if columns is None else carrow._column_names(columns)
         self.outputs = [info.column(n) for n in names]
-        comparisons = parse(filter or "")
+        if filter is None or isinstance(filter, str):
+            comparisons = parse(filter or "")
+        elif isinstance(filter, (list, tuple)):
+            comparisons = list(filter)
+            for item in comparisons:
+                if not isinstance(item, Comparison):
+                    raise TypeError(f"filter must be a str or csx.filter.Comparison values, not {type(item).__name__}")
+        else:
+            raise TypeError(f"filter must be a str or a list of csx.filter.Comparison, not {type(filter).__name__}")
         dicts: Dict[str, List[str]] = {}
         self._dictionaries: Dict[str, pa.Array] = {}
         for c in {cmp.column for cmp in comparisons} | {o.name for o in self.outputs}:
@@ -111,7 +142,7 @@ class Scan:
             except ValueError as e:
                 raise QueryError(str(e)) from None
             if col.type == "dict":
-                d = carrow.read_dictionary(device, info, col)
+                d = table_dictionary(device, info, c)
                 self._dictionaries[c] = d
                 dicts[c] = d.to_pylist()
         self.ranges = bind(comparisons, info, dicts)
@@ -137,7 +168,7 @@ class Scan:
         """The scan program (raw eBPF) the device runs for this query."""
         return bytes(self._native.program)
 
-    def batches(self) -> Iterator["pa.RecordBatch"]:
+    def batches(self) -> Generator["pa.RecordBatch", None, None]:
         """The kept rows, one record batch per chunk (an empty scan yields none)."""
         if self._consumed:
             raise QueryError("a scan runs once; make a new one")

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, Reply, Status};
 use csx_host::transport::inproc::DeviceConfig;
@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use crate::buffer::Buffer;
-use crate::errors::{Error, Kind, Result};
+use crate::errors::{check_signals, Error, Kind, Result};
 
 /// A device opened from Python (see the module doc).
 #[pyclass(module = "csx._native", name = "Device", frozen)]
@@ -209,13 +209,70 @@ fn stage_and_execute(
         None => None,
     };
     let t = Instant::now();
-    let run = dev.execute(&request)?;
+    let run = execute_interruptibly(dev, &request)?;
     let wall_ns = t.elapsed().as_nanos() as u64;
     let output = match out {
         Some((h, n)) if !run.trapped() => Some(dev.read_mem(h, 0, n)?),
         _ => None,
     };
     Ok((run, staged, output, wall_ns))
+}
+
+/// How often a call waiting for the device runs Python's signal handlers.
+const SIGNAL_POLL: Duration = Duration::from_millis(10);
+
+/// Runs `request` and waits for it, running Python's signal handlers every
+/// [`SIGNAL_POLL`]: when one raises (Ctrl-C's KeyboardInterrupt), the run is aborted on
+/// the device, its completion waited for, and that exception is the result (as the
+/// CLI's Ctrl-C does). A handler that raises before the run starts keeps it from
+/// starting.
+fn execute_interruptibly(dev: &Device, request: &ExecuteRequest) -> Result<Execution> {
+    check_signals()?;
+    let id = dev.submit_execute(request)?;
+    let mut raised: Option<Error> = None;
+    loop {
+        let done = dev.wait_execute(id, Some(SIGNAL_POLL));
+        match (done, raised.take()) {
+            (Ok(Some(run)), None) => return Ok(run),
+            (Err(e), None) => return Err(e.into()),
+            // Aborted (or finished anyway): the exception is the answer.
+            (Ok(Some(_)) | Err(_), Some(r)) => return Err(r),
+            (Ok(None), Some(r)) => raised = Some(r),
+            (Ok(None), None) => {
+                if let Err(r) = check_signals() {
+                    dev.abort(id)?;
+                    raised = Some(r);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `work` on a thread of its own while this one runs Python's signal handlers
+/// every [`SIGNAL_POLL`]; when one raises, `stop` is called once (it stops the work,
+/// which then returns early) and the exception is the result.
+fn interruptibly<T: Send>(work: impl FnOnce() -> Result<T> + Send, stop: impl Fn()) -> Result<T> {
+    check_signals()?;
+    std::thread::scope(|scope| {
+        let handle = scope.spawn(work);
+        let mut raised: Option<Error> = None;
+        while !handle.is_finished() {
+            std::thread::sleep(SIGNAL_POLL);
+            if raised.is_none() {
+                if let Err(r) = check_signals() {
+                    stop();
+                    raised = Some(r);
+                }
+            }
+        }
+        let out = handle
+            .join()
+            .unwrap_or_else(|_| Err(Error::new(Kind::Device, "the call's thread panicked")));
+        match raised {
+            Some(r) => Err(r),
+            None => out,
+        }
+    })
 }
 
 impl PyDevice {
@@ -472,7 +529,7 @@ impl PyDevice {
     /// Runs the program in `slot`. Window 0 is the device file range `input_path`
     /// [`input_offset`, +`input_length`) (copied on the device), or `input_data` (host
     /// bytes), or 8 zero bytes; window 1 is `output_size` zeroed bytes, read back.
-    #[pyo3(signature = (slot, input_path=None, input_offset=0, input_length=None, input_data=None, output_size=None, cparam1=0, cparam2=0, params=None, fuel=None))]
+    #[pyo3(signature = (slot, input_path=None, input_offset=0, input_length=None, input_data=None, output_size=None, cparam1=0, cparam2=0, params=None, fuel=None, time_limit_ms=None))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -487,6 +544,7 @@ impl PyDevice {
         cparam2: u64,
         params: Option<&Bound<'_, PyAny>>,
         fuel: Option<u64>,
+        time_limit_ms: Option<u32>,
     ) -> PyResult<ExecResult> {
         let input = match (input_path, input_data) {
             (Some(_), Some(_)) => {
@@ -509,6 +567,9 @@ impl PyDevice {
             .params(params);
         if let Some(f) = fuel {
             request = request.fuel(f);
+        }
+        if let Some(ms) = time_limit_ms {
+            request = request.time_limit_ms(ms);
         }
         let dev = self.device()?;
         let (run, staged, output, wall_ns) =
@@ -578,21 +639,40 @@ impl PyDevice {
             fuel,
         };
         let dev = self.device()?;
-        let out = py.detach(move || -> Result<csx_lambda::LambdaOutput> {
-            let options = LambdaOptions {
-                state_dir,
-                ..LambdaOptions::default()
-            };
-            let io = LambdaIo::new(&dev, &options)?;
-            let lambda = Lambda::load(&dev, &name, &image, entry.as_deref())?;
-            let result = io.open(&path).and_then(|file| {
-                let len = length.unwrap_or(file.size_bytes().saturating_sub(offset));
-                file.read_lambda(offset, len, &lambda, &args, mode)
-            });
-            let unloaded = lambda.unload(&dev);
-            let out = result?;
-            unloaded?;
-            Ok(out)
+        // The λ-IO handle's stop flag, once the handle exists: Ctrl-C sets it, which
+        // aborts the λ's device runs and stops its host runs.
+        let stop = Mutex::new(None);
+        let pending_stop = std::sync::atomic::AtomicBool::new(false);
+        let out = py.detach(|| {
+            interruptibly(
+                || -> Result<csx_lambda::LambdaOutput> {
+                    let options = LambdaOptions {
+                        state_dir,
+                        ..LambdaOptions::default()
+                    };
+                    let io = LambdaIo::new(&dev, &options)?;
+                    let flag = io.stop_flag();
+                    *stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&flag));
+                    if pending_stop.load(std::sync::atomic::Ordering::Acquire) {
+                        flag.stop(1);
+                    }
+                    let lambda = Lambda::load(&dev, &name, &image, entry.as_deref())?;
+                    let result = io.open(&path).and_then(|file| {
+                        let len = length.unwrap_or(file.size_bytes().saturating_sub(offset));
+                        file.read_lambda(offset, len, &lambda, &args, mode)
+                    });
+                    let unloaded = lambda.unload(&dev);
+                    let out = result?;
+                    unloaded?;
+                    Ok(out)
+                },
+                || {
+                    pending_stop.store(true, std::sync::atomic::Ordering::Release);
+                    if let Some(f) = stop.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                        f.stop(1);
+                    }
+                },
+            )
         })?;
         let ran = match out.ran {
             Ran::Host => "host",

@@ -65,6 +65,9 @@ pub struct Error {
     pub message: String,
     /// The device's failure, for [`Kind::Device`].
     pub failure: Option<Box<csx_host::DeviceFailure>>,
+    /// A Python exception raised while the call waited (a signal handler's
+    /// KeyboardInterrupt): raised as it is, after the device run was stopped.
+    pub raised: Option<PyErr>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -75,6 +78,7 @@ impl Error {
             kind,
             message: message.into(),
             failure: None,
+            raised: None,
         }
     }
 
@@ -88,8 +92,26 @@ impl Error {
             kind: Kind::Device,
             message: message.into(),
             failure: Some(Box::new(failure)),
+            raised: None,
         }
     }
+
+    /// A Python exception to raise as it is (see [`Error::raised`]).
+    pub fn python(e: PyErr) -> Error {
+        Error {
+            kind: Kind::Value,
+            message: e.to_string(),
+            failure: None,
+            raised: Some(e),
+        }
+    }
+}
+
+/// Runs the signal handlers Python has pending (Ctrl-C's raises KeyboardInterrupt).
+/// Called without the GIL held, from a call that waits for the device: it takes the
+/// GIL for the moment of the check.
+pub fn check_signals() -> Result<()> {
+    Python::attach(|py| py.check_signals()).map_err(Error::python)
 }
 
 impl From<CallError> for Error {
@@ -169,7 +191,10 @@ fn exception(py: Python<'_>, e: Error) -> PyResult<PyErr> {
 }
 
 impl From<Error> for PyErr {
-    fn from(e: Error) -> PyErr {
+    fn from(mut e: Error) -> PyErr {
+        if let Some(raised) = e.raised.take() {
+            return raised;
+        }
         Python::attach(|py| {
             let message = e.message.clone();
             match exception(py, e) {
@@ -182,4 +207,14 @@ impl From<Error> for PyErr {
             }
         })
     }
+}
+
+/// Every completion status of the protocol: (code, name, description), in code order
+/// (the table `csx.errors` maps to exception classes; its test walks this one).
+#[pyfunction]
+pub fn statuses() -> Vec<(u16, &'static str, &'static str)> {
+    csx_host::proto::Status::ALL
+        .iter()
+        .map(|s| (u16::from(s.code()), s.name(), s.text()))
+        .collect()
 }

@@ -34,6 +34,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<scan::ScanChunk>()?;
     m.add_class::<scan::Scanner>()?;
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::table_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::table_dictionary, m)?)?;
     m.add_function(wrap_pyfunction!(data::generate, m)?)?;
     m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;
@@ -43,6 +45,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::build, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::statuses, m)?)?;
     m.add("ABI_VERSION", csx_host::proto::abi::ABI_VERSION)?;
+    // The package's one version: the workspace's (Cargo.toml), which maturin also
+    // writes into the wheel's metadata.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -34,20 +34,35 @@ pub struct ScanChunk {
     columns: Vec<Py<Buffer>>,
 }
 
-/// A comparison of csx-data from Python's (column, op, a, b): op one of = != < <= > >=
-/// between (b only for between), values in the column's stored units.
-pub(crate) fn predicate_of((column, op, a, b): &(String, String, i64, i64)) -> Result<Predicate> {
+/// A comparison of csx-data from Python's (column, op, values): op one of = != < <= >
+/// >= (one value), between (two), in (any number), values in the column's stored units.
+pub(crate) fn predicate_of((column, op, values): &(String, String, Vec<i64>)) -> Result<Predicate> {
+    let want = match op.as_str() {
+        "between" => Some(2),
+        "in" => None,
+        _ => Some(1),
+    };
+    if let Some(n) = want {
+        if values.len() != n {
+            return Err(Error::value(format!(
+                "predicate {column} {op} takes {n} value(s), got {}",
+                values.len()
+            )));
+        }
+    }
+    let a = values.first().copied().unwrap_or(0);
     let cmp = match op.as_str() {
-        "=" => Cmp::Eq(*a),
-        "!=" => Cmp::Ne(*a),
-        "<" => Cmp::Lt(*a),
-        "<=" => Cmp::Le(*a),
-        ">" => Cmp::Gt(*a),
-        ">=" => Cmp::Ge(*a),
-        "between" => Cmp::Between(*a, *b),
+        "=" => Cmp::Eq(a),
+        "!=" => Cmp::Ne(a),
+        "<" => Cmp::Lt(a),
+        "<=" => Cmp::Le(a),
+        ">" => Cmp::Gt(a),
+        ">=" => Cmp::Ge(a),
+        "between" => Cmp::Between(a, values[1]),
+        "in" => Cmp::In(values.clone()),
         other => {
             return Err(Error::value(format!(
-                "predicate operator {other:?} is not one of = != < <= > >= between"
+                "predicate operator {other:?} is not one of = != < <= > >= between in"
             )))
         }
     };
@@ -84,7 +99,7 @@ impl Scanner {
 #[pymethods]
 impl Scanner {
     /// Opens the scan of `columns` of the table at `table` on `device`, keeping the
-    /// rows that satisfy every predicate (column, op, a, b).
+    /// rows that satisfy every predicate (column, op, values).
     #[new]
     #[pyo3(signature = (device, table, columns, predicates, engine="jit", chunk_rows=None))]
     fn new(
@@ -92,7 +107,7 @@ impl Scanner {
         device: &Bound<'_, PyDevice>,
         table: String,
         columns: Vec<String>,
-        predicates: Vec<(String, String, i64, i64)>,
+        predicates: Vec<(String, String, Vec<i64>)>,
         engine: &str,
         chunk_rows: Option<u64>,
     ) -> PyResult<Scanner> {
@@ -146,8 +161,11 @@ impl Scanner {
         })?)
     }
 
-    /// The next chunk's kept rows, or None after the last.
+    /// The next chunk's kept rows, or None after the last. Python's signal handlers
+    /// run first: Ctrl-C stops a scan before its next chunk (a chunk's run is bounded
+    /// by the device's time limit).
     fn next(&self, py: Python<'_>) -> PyResult<Option<ScanChunk>> {
+        py.check_signals()?;
         let chunk = self.with(py, |s| Ok(s.next_chunk()?))?;
         let Some(c) = chunk else {
             return Ok(None);
@@ -269,4 +287,51 @@ pub fn get_timed(
     let dev = device.get().device()?;
     let (data, ns) = py.detach(move || read_timed(&dev, &path))?;
     Ok((Buffer::new(data), ns))
+}
+
+/// A table's schema as csx-data reads it on the device (the column files' sizes
+/// checked): (table name, rows, [(column, type, scale, dictionary entries)]).
+type SchemaRow = (String, u64, Vec<(String, &'static str, u32, u64)>);
+
+/// Reads the schema of the columnar table at `table` on `device` with csx-data's reader
+/// (so Python follows the format csx-data reads).
+#[pyfunction]
+pub fn table_schema(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    table: String,
+) -> PyResult<SchemaRow> {
+    let dev = device.get().device()?;
+    let schema = py.detach(move || -> Result<csx_data::Schema> {
+        let mut session = csx_host::Session::shared(dev);
+        Ok(csx_data::scan::device_schema(&mut session, &table)?)
+    })?;
+    let columns = schema
+        .columns
+        .iter()
+        .map(|c| (c.name.clone(), c.ty.name(), c.scale, c.entries))
+        .collect();
+    Ok((schema.table, schema.rows, columns))
+}
+
+/// The dictionary of dict column `column` of the table at `table`, read and checked
+/// by csx-data (entries in code order).
+#[pyfunction]
+pub fn table_dictionary(
+    py: Python<'_>,
+    device: &Bound<'_, PyDevice>,
+    table: String,
+    column: String,
+) -> PyResult<Vec<String>> {
+    let dev = device.get().device()?;
+    Ok(py.detach(move || -> Result<Vec<String>> {
+        let mut session = csx_host::Session::shared(dev);
+        let schema = csx_data::scan::device_schema(&mut session, &table)?;
+        Ok(csx_data::scan::device_dictionary(
+            &mut session,
+            &table,
+            &schema,
+            &column,
+        )?)
+    })?)
 }

@@ -28,7 +28,7 @@ def lineitem(rows: int, seed: int = 1) -> pa.Table:
     status = np.where(ship > cutoff, "O", "F")
     flag = np.where(receipt > cutoff, "N", np.where(rng.random(rows) < 0.5, "R", "A"))
 
-    def dec(v, p=15):
+    def dec(v: "np.ndarray", p: int = 15) -> "pa.Array":
         return pa.Array.from_buffers(pa.decimal64(p, 2), rows, [None, pa.py_buffer(np.ascontiguousarray(v, dtype="<i8"))]).cast(pa.decimal128(p, 2))
 
     return pa.table(

@@ -66,7 +66,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import duckdb
 import numpy as np
@@ -82,7 +82,7 @@ from .tpch import _commit, _cpu, _loadavg
 
 EPOCH = dt.date(1970, 1, 1)
 COLUMN_WIDTHS = {"l_shipdate": 4, "l_quantity": 8, "l_extendedprice": 8, "l_discount": 8, "l_tax": 8, "l_returnflag": 4, "l_linestatus": 4}
-QUERIES = {
+QUERIES: Dict[str, Dict[str, Any]] = {
     "q6": {"columns": ["l_shipdate", "l_quantity", "l_extendedprice", "l_discount"], "sql": gen.Q6},
     "q1": {"columns": ["l_shipdate"] + gen.Q1_COLUMNS, "sql": gen.Q1},
 }
@@ -126,14 +126,16 @@ def _scaled(series: Any) -> np.ndarray:
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
     d = a.cast(pa.decimal128(18, a.type.scale))
-    return np.frombuffer(d.buffers()[1], dtype="<i8")[2 * d.offset : 2 * (d.offset + len(d)) : 2].copy()
+    out: np.ndarray = np.frombuffer(d.buffers()[1], dtype="<i8")[2 * d.offset : 2 * (d.offset + len(d)) : 2].copy()
+    return out
 
 
 def _days(series: Any) -> np.ndarray:
     a = pa.array(series)
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
-    return a.cast(pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
+    out: np.ndarray = a.cast(pa.date32()).cast(pa.int32()).to_numpy(zero_copy_only=False)
+    return out
 
 
 def _day(s: str) -> int:
@@ -187,6 +189,8 @@ def _q1_answer(groups: Any) -> List[Any]:
 
 def _run_parquet(files: List[str], query: str) -> List[Any]:
     import dask
+    from dask.base import compute as dask_compute
+    from dask.delayed import delayed as dask_delayed
     import dask.dataframe as dd
     import pandas as pd
 
@@ -199,7 +203,7 @@ def _run_parquet(files: List[str], query: str) -> List[Any]:
         return _q6_answer(int(tot["revenue"]), int(tot["rows"]))
     meta = pd.DataFrame({k: pd.Series([], dtype=object) for k in ("l_returnflag", "l_linestatus", "qty", "ext", "disc_price", "charge", "disc", "n")})
     parts = df.map_partitions(_pq_q1_partial, meta=meta)
-    groups = dask.delayed(_combine)(parts.to_delayed(), ["l_returnflag", "l_linestatus"]).compute()
+    groups = dask_delayed(_combine)(parts.to_delayed(), ["l_returnflag", "l_linestatus"]).compute()
     return _q1_answer(groups)
 
 
@@ -265,7 +269,7 @@ def _dispatch_ns(client: Any, tasks: int = 200) -> float:
     return _best(batch) / tasks
 
 
-def _fit(points: List[tuple]) -> tuple:
+def _fit(points: List[Tuple[float, float]]) -> Tuple[float, float]:
     """Least squares y = a + b x. A negative intercept (noise on a loaded machine) is
     replaced by the line through the origin and the largest x's mean y."""
     xs = np.array([p[0] for p in points], dtype=float)

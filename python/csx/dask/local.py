@@ -61,7 +61,7 @@ class LocalNodes:
         self.slm_size = slm_size
         self.engines = engines
         self.start_timeout_s = start_timeout_s
-        self.procs: List[Optional[subprocess.Popen]] = [None] * n
+        self.procs: List[Optional["subprocess.Popen[bytes]"]] = [None] * n
         self.uris: List[str] = [""] * n
         try:
             for i in range(n):
@@ -75,7 +75,8 @@ class LocalNodes:
 
     def start(self, i: int) -> str:
         """Starts node ``i``'s daemon (on a new port); returns its URI."""
-        if self.procs[i] is not None and self.procs[i].poll() is None:
+        running = self.procs[i]
+        if running is not None and running.poll() is None:
             raise ValueError(f"node {i} is already running ({self.uris[i]})")
         cmd = [sys.executable, "-m", "csx.dask.node", self.state_dir(i), "--listen", "tcp://127.0.0.1:0"]
         cmd += ["--nvm-size", str(self.nvm_size), "--slm-size", str(self.slm_size), "--engines", str(self.engines)]

@@ -156,7 +156,7 @@ def _put_local_partition(dev: Any, local: str, info: carrow.TableSchema, dest: s
         if c.type == "dict":
             moved += dev.put_file(os.path.join(local, f"{c.name}.dict"), f"{dest}/{c.name}.dict")
     moved += dev.put(f"{dest}/{carrow.SCHEMA_FILE}", _schema_json(info, rows))
-    return moved
+    return int(moved)
 
 
 def _remove_tree(dev: Any, root: str) -> None:

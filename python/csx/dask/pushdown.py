@@ -126,7 +126,7 @@ class _Task:
     schema: Tuple[Tuple[str, str, int], ...]  # (name, type, scale) per column, from the catalogue
 
 
-class _Items(list):
+class _Items(List[Any]):
     """A Bag partition (the λ outputs) carrying its stats."""
 
     csx_stats: Dict[str, Any]
@@ -460,8 +460,10 @@ def read(
             out = db.from_delayed(futures)
         else:
             import dask
+            from dask.base import compute as dask_compute
+            from dask.delayed import delayed as dask_delayed
 
-            out = db.from_delayed([dask.delayed(_run_partition)(t) for t in tasks])
+            out = db.from_delayed([dask_delayed(_run_partition)(t) for t in tasks])
     else:
         import dask.dataframe as dd
 

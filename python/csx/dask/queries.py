@@ -52,11 +52,13 @@ def _dec(v: int, scale: int) -> Decimal:
 def tpch_q6(cluster: Cluster, table: str = "/tpch/lineitem", **read_kw: Any) -> List[Tuple[Optional[Decimal]]]:
     """TPC-H Q6: ``[(revenue,)]`` (None when no row passes, as in SQL)."""
     import dask
+    from dask.base import compute as dask_compute
+    from dask.delayed import delayed as dask_delayed
 
     df = read(cluster, table, Q6_COLUMNS, Q6_FILTER, decimals="scaled", **read_kw)
     s = scales(cluster, table)
     # int64 products (< 2^31 * 100) summed in int64: exact below 9e10 kept rows.
-    revenue, rows = dask.compute((df["l_extendedprice"] * df["l_discount"]).sum(), df["l_discount"].count())
+    revenue, rows = dask_compute((df["l_extendedprice"] * df["l_discount"]).sum(), df["l_discount"].count())
     if int(rows) == 0:
         return [(None,)]
     return [(_dec(revenue, s["l_extendedprice"] + s["l_discount"]),)]
@@ -108,6 +110,8 @@ def tpch_q1(cluster: Cluster, table: str = "/tpch/lineitem", **read_kw: Any) -> 
     status, sum_qty, sum_base_price, sum_disc_price, sum_charge (exact decimals),
     avg_qty, avg_price, avg_disc (floats), count_order."""
     import dask
+    from dask.base import compute as dask_compute
+    from dask.delayed import delayed as dask_delayed
     import pandas as pd
 
     entry = cluster.catalogue.get(table)
@@ -128,7 +132,7 @@ def tpch_q1(cluster: Cluster, table: str = "/tpch/lineitem", **read_kw: Any) -> 
         }
     )
     parts = df.map_partitions(_q1_partial, 10**sd, 10**st, meta=meta)
-    groups = dask.delayed(_combine)(parts.to_delayed(), ["l_returnflag", "l_linestatus"]).compute()
+    groups = dask_delayed(_combine)(parts.to_delayed(), ["l_returnflag", "l_linestatus"]).compute()
     out: List[Tuple[Any, ...]] = []
     if groups is None:
         return out
@@ -159,6 +163,8 @@ def ssb_q3_3(cluster: Cluster, root: str = "/ssb", **read_kw: Any) -> List[Tuple
     """SSB Q3.3: ``[(c_city, s_city, d_year, revenue)]`` ordered by year, then revenue
     descending (then the cities, for a total order)."""
     import dask
+    from dask.base import compute as dask_compute
+    from dask.delayed import delayed as dask_delayed
     import pandas as pd
 
     lo_cities = f"between '{KI_CITIES[0]}' and '{KI_CITIES[-1]}'"
@@ -189,7 +195,7 @@ def ssb_q3_3(cluster: Cluster, root: str = "/ssb", **read_kw: Any) -> List[Tuple
         }
     )
     parts = joined.map_partitions(_q33_partial, meta=meta)
-    groups = dask.delayed(_combine)(parts.to_delayed(), ["c_city", "s_city", "d_year"]).compute()
+    groups = dask_delayed(_combine)(parts.to_delayed(), ["c_city", "s_city", "d_year"]).compute()
     if groups is None:
         return []
     rows = [(str(c), str(s), int(y), int(r["lo_revenue"])) for (c, s, y), r in groups.iterrows()]
