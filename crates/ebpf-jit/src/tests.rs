@@ -1507,7 +1507,35 @@ fn many_slices_programs() -> Vec<(&'static str, String)> {
              f:\nmov %r0, %r1\nand %r0, 7\nexit"
                 .into(),
         ),
+        ("two charges", two_charges(60_000)),
     ]
+}
+
+/// A loop of `n` iterations in grep's shape: a conditional backward branch into the
+/// middle of the loop, and a `ja` back to its header, so most iterations charge fuel
+/// twice (and some three times) at different pcs with different costs.
+fn two_charges(n: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\nhead:\nadd %r6, 1\nmov %r3, %r6\nand %r3, 3\n\
+         jne %r3, 0, other\nadd %r0, 7\nmid:\nadd %r0, 1\njgt %r6, {n}, done\nja head\n\
+         other:\njne %r3, 2, mid\nadd %r0, 100\nja mid\ndone:\nexit"
+    )
+}
+
+#[test]
+fn two_charges_per_iteration_match_at_every_budget() {
+    let p = program(&two_charges(9), vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    // Iterations 1..=10: r6 % 4 == 0 adds 8, == 2 adds 101, else 1.
+    let want: u64 = (1..=10u64)
+        .map(|i| match i % 4 {
+            0 => 8,
+            2 => 101,
+            _ => 1,
+        })
+        .sum();
+    assert_eq!(full.result, Ok(want));
+    every_budget_runs_out_or_matches(&p, &full);
 }
 
 /// A run over many slices uses the interpreter's fuel, and at every budget around the

@@ -1946,21 +1946,28 @@ impl<'a, 'f> Translator<'a, 'f> {
         trap_pc: impl Fn(&mut FunctionBuilder<'f>) -> Value,
         resume: Option<Block>,
     ) {
-        // The slice is at most `STOP_SLICE` and a cost at most a program's length, so
-        // the slice is short exactly when what is left of it is negative; testing that
-        // (not the slice before the charge) keeps one value live, not two. On the cold
-        // path it stays so: the fuel used, budget minus slice minus reserve, includes
-        // the charge whether the run goes on or traps (`store_fuel`).
+        // The slice is short exactly when it is below the cost. Comparing before the
+        // subtraction, and subtracting on each path on its own, lets the hot path be a
+        // compare, a branch and a subtraction in place (the slice is dead after it),
+        // with no copy of the slice kept for the cold path. On the cold path what is
+        // left of the slice goes negative: the fuel used, budget minus slice minus
+        // reserve, includes the charge whether the run goes on or traps (`store_fuel`).
         let left = self.b.use_var(self.fuel_left);
-        let after = self.b.ins().isub(left, cost);
-        let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, after, 0);
-        self.b.def_var(self.fuel_left, after);
+        let short = self.b.ins().icmp(IntCC::UnsignedLessThan, left, cost);
         let refill = self.b.create_block();
+        let hot = self.b.create_block();
         let cont = self.b.create_block();
         self.b.set_cold_block(refill);
-        self.b.ins().brif(short, refill, &[], cont, &[]);
+        self.b.ins().brif(short, refill, &[], hot, &[]);
+
+        self.enter(hot);
+        let paid = self.b.ins().isub(left, cost);
+        self.b.def_var(self.fuel_left, paid);
+        self.b.ins().jump(cont, &[]);
 
         self.enter(refill);
+        let after = self.b.ins().isub(left, cost);
+        self.b.def_var(self.fuel_left, after);
         let fl = self.flags.ctx;
         let reserve = self
             .b
