@@ -117,6 +117,10 @@ pub struct RunOptions {
     pub state_offset: u64,
     /// LINEORDER rows staged in device memory at a time.
     pub round_rows: u64,
+    /// Ask the device to keep the staged columns resident and reuse what an earlier
+    /// query left there (`csx_host::Session::set_resident`): a device with resident
+    /// memory then reads an unchanged column from its media once.
+    pub resident: bool,
 }
 
 impl Default for RunOptions {
@@ -129,6 +133,7 @@ impl Default for RunOptions {
             partitions: None,
             state_offset: 0,
             round_rows: ROUND_ROWS_DEFAULT,
+            resident: false,
         }
     }
 }
@@ -178,6 +183,18 @@ pub struct QueryRun {
     pub partitions: u32,
     /// LINEORDER rows joined.
     pub joined: u64,
+    /// With [`RunOptions::resident`]: per column file staged, the bytes staged and those
+    /// the device served from resident memory (not read from its media again).
+    pub reuse: Vec<ColumnReuse>,
+}
+
+/// One column file's staging in a resident run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnReuse {
+    /// The column file's device path.
+    pub path: String,
+    pub staged_bytes: u64,
+    pub resident_bytes: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -488,6 +505,7 @@ pub fn run(
     let started = Instant::now();
     let data_dir = data_dir.trim_end_matches('/');
     let mut s = Session::new(dev);
+    s.set_resident(opts.resident);
     let partitions = match opts.partitions {
         Some(p) => p,
         None => s.engines()? as u32,
@@ -499,6 +517,13 @@ pub fn run(
     } else {
         Plan::new(data_dir, q, opts, partitions)?.run(&mut s, &mut phases)?
     };
+    let reuse = (s.reuse().iter())
+        .map(|(path, &(staged_bytes, resident_bytes))| ColumnReuse {
+            path: path.clone(),
+            staged_bytes,
+            resident_bytes,
+        })
+        .collect();
     let meter = s.close()?;
     Ok(QueryRun {
         query: q.name,
@@ -510,6 +535,7 @@ pub fn run(
         wall_ns: started.elapsed().as_nanos() as u64,
         partitions,
         joined: answer.joined,
+        reuse,
     })
 }
 

@@ -7,6 +7,7 @@
 mod oracle;
 mod put_gen;
 mod scan;
+mod resident;
 mod ssb;
 
 /// An embedded device under the lambda-io profile (so modelled times are not zero).
