@@ -1049,21 +1049,23 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// The phases: prepare, load, dims, probe (rounds), merge, then the decoding.
+    /// The phases: load (the dimensions, then round 0's copies started), prepare
+    /// (overlapping them), dims, probe (rounds), merge, then the decoding.
     fn run(mut self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Answer, DataError> {
-        let mut ops = self.prepare(s, phases)?;
         let clock = Clock::start(s);
         let dims = self.load_dims(s)?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
         let lo = Lineorder::plan(s, lo_dir, self.q, &self.opts, self.partitions, &dims)?;
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
-        // Round 0's copies run while the dimensions are built.
+        // Round 0's copies run while the operators are loaded and compiled and the
+        // dimensions are built.
         let mut pending = if self.empty {
             None
         } else {
             Some(lo.stage(s, 0, 0)?)
         };
         clock.phase(s, "load", phases);
+        let mut ops = self.prepare(s, phases)?;
         let groups = self.build_dims(s, &ops, &dims, phases)?;
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];

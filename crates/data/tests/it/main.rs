@@ -6,8 +6,8 @@
 
 mod oracle;
 mod put_gen;
-mod scan;
 mod resident;
+mod scan;
 mod ssb;
 
 /// An embedded device under the lambda-io profile (so modelled times are not zero).

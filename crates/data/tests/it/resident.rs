@@ -27,7 +27,10 @@ fn resident_runs_reuse_columns_and_see_writes() {
     assert!(!first.rows.is_empty());
     assert_eq!(first.meter.resident_bytes, 0, "nothing resident yet");
     let second = run(&dev, "/ssb", q, &resident).unwrap();
-    assert_eq!(second.rows, first.rows, "reused columns give the same answer");
+    assert_eq!(
+        second.rows, first.rows,
+        "reused columns give the same answer"
+    );
     assert!(second.meter.resident_bytes > 0);
     assert!(
         second.meter.media_bytes < first.meter.media_bytes,
@@ -52,5 +55,8 @@ fn resident_runs_reuse_columns_and_see_writes() {
     let discount = (after.reuse.iter())
         .find(|c| c.path == path)
         .expect("lo_discount staged");
-    assert_eq!(discount.resident_bytes, 0, "the written column was read again");
+    assert_eq!(
+        discount.resident_bytes, 0,
+        "the written column was read again"
+    );
 }
