@@ -212,7 +212,7 @@ mod tests {
         assert!(r.stats().used <= 100);
         r.set_budget(40);
         assert!(r.stats().used <= 40);
-        assert_eq!(Resident::new(0).insert("/f", 0, 1, &[0; 1]), false);
+        assert!(!Resident::new(0).insert("/f", 0, 1, &[0; 1]));
     }
 
     #[test]
