@@ -26,6 +26,7 @@ pq = duckdb.connect()
 mem = duckdb.connect()
 for con in (pq, mem):
     con.execute(f"SET threads = {threads}")
+    con.execute("SET enable_progress_bar = false")
 for f in sorted(os.listdir(d)):
     if f.endswith('.parquet'):
         src = f"read_parquet('{os.path.join(d, f)}')"
