@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 mod array;
 mod capi;
 mod device;
+mod duckdb;
 pub mod engine;
 mod lambda;
 mod latency;

@@ -35,6 +35,7 @@ use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
 use serde_json::json;
 
+use crate::duckdb::{DuckDb, Source};
 use crate::exit;
 use crate::plot::BarChart;
 
@@ -181,34 +182,68 @@ fn measure(
     })
 }
 
-pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
+pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
+    if let Some(r) = args.repeat.take() {
+        eprintln!("csx: bench ssb --repeat is deprecated; use --runs");
+        args.runs = r;
+    }
     csx_data::gen::check_sf(args.sf)?;
+    let tmp = tempfile::tempdir().context("a temporary directory")?;
+    let (dev, parquet) = prepare(&args, tmp.path())?;
+    let cases = measure_cases(&dev, &args)?;
+    let side = side_by_side(&dev, &parquet, &args)?;
+    let (checks, differ) = check_answers(&dev, &parquet, &cases)?;
+    dev.close().context("closing the device")?;
+    drop(tmp);
+    let summary = Summary::of(&cases)?;
+    let checked: usize = checks.iter().map(|c| c.runs.len()).sum::<usize>() + cases.len();
+    print_checks(&args, &checks, checked);
+    if !differ.is_empty() {
+        anyhow::bail!(
+            "{} of {checked} runs differ from DuckDB's answer at SF {}:\n{}",
+            differ.len(),
+            args.sf,
+            differ.join("\n")
+        );
+    }
+    if args.json {
+        print_json(&args, &cases, &side, &summary);
+    } else {
+        print_table(&args, &cases, &side, &summary);
+    }
+    if let Some(plots) = &args.plots {
+        write_plots(plots, &args, &cases, &side, &summary)?;
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// A fresh embedded device with the profile's speeds and resident memory, the dataset
+/// generated, put on it and copied to Parquet (the columnar copy deleted once both are
+/// written).
+fn prepare(args: &SsbBenchArgs, tmp: &std::path::Path) -> anyhow::Result<(Device, PathBuf)> {
     let mut perf = PerfModel::profile(&args.profile)?;
     perf.throttle = false;
-    let tmp = tempfile::tempdir().context("a temporary directory")?;
     let config = DeviceConfig {
         nvm_size_bytes: 4 << 30,
         slm_size_bytes: 2 << 30,
         state_size_bytes: 4 << 20,
         engines: Some(args.engines),
+        resident_bytes: Some(RESIDENT_BYTES),
         perf,
         ..DeviceConfig::default()
     };
-    let dev = Device::init(&tmp.path().join("dev"), config).context("creating the device")?;
-    let dir = "/ssb";
+    let dev = Device::init(&tmp.join("dev"), config).context("creating the device")?;
     let started = Instant::now();
-    // Generated here, put on the device and copied to Parquet for DuckDB, the oracle;
-    // the columnar copy is deleted once both are written.
-    let columnar = tmp.path().join("columnar");
-    let parquet = tmp.path().join("parquet");
+    let columnar = tmp.join("columnar");
+    let parquet = tmp.join("parquet");
     eprintln!("bench ssb: generating SSB at SF {}", args.sf);
     csx_data::ssb::gen::generate(&columnar, args.sf, 1, &mut |table, done, total| {
         if done == total {
             eprintln!("bench ssb: generated {table}");
         }
     })?;
-    eprintln!("bench ssb: putting the dataset to {dir}");
-    csx_data::put::put_dir(&dev, &columnar, dir, &mut |_, _| {})?;
+    eprintln!("bench ssb: putting the dataset to {DIR}");
+    csx_data::put::put_dir(&dev, &columnar, DIR, &mut |_, _| {})?;
     eprintln!("bench ssb: writing the Parquet copy for DuckDB");
     csx_data::parquet::write_parquet(&columnar, &parquet)?;
     std::fs::remove_dir_all(&columnar)
@@ -217,34 +252,25 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         "bench ssb: dataset ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    Ok((dev, parquet))
+}
 
+/// Device memory the benchmark's device keeps for resident columns (every query's
+/// columns at SF 1 fit).
+const RESIDENT_BYTES: u64 = 1 << 30;
+/// Where the dataset lives on the device.
+const DIR: &str = "/ssb";
+
+/// The timed cases: engines, filters, concurrency, splits.
+fn measure_cases(dev: &Device, args: &SsbBenchArgs) -> anyhow::Result<Vec<Case>> {
     let base = RunOptions::default();
     // One untimed run first: it brings the image's pages and the allocator up to speed,
     // so the first measured case is not the only cold one.
-    run(&dev, dir, query("Q3.3").expect("a query"), &base).context("the warm-up run")?;
-    let r = match args.repeat {
-        Some(r) => {
-            eprintln!("csx: bench ssb --repeat is deprecated; use --runs");
-            r
-        }
-        None => args.runs,
-    };
-    let mut cases = Vec::new();
-    let mut step = |c: anyhow::Result<Case>| -> anyhow::Result<()> {
-        let c = c?;
-        eprintln!(
-            "bench ssb: {} {}: {:.1} ms",
-            c.case,
-            c.label(),
-            c.median_ns() as f64 / 1e6
-        );
-        cases.push(c);
-        Ok(())
-    };
+    run(dev, DIR, query("Q3.3").expect("a query"), &base).context("the warm-up run")?;
+    let mut plan: Vec<(&'static str, &'static str, RunOptions)> = Vec::new();
     for probe in ProbeKind::ALL {
         for engine in [EngineKind::Jit, EngineKind::Interpreter] {
-            step(measure(
-                &dev,
+            plan.push((
                 "engine",
                 "Q3.3",
                 RunOptions {
@@ -252,55 +278,140 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                     probe,
                     ..base
                 },
-                r,
-                dir,
-            ))?;
+            ));
         }
     }
     for q in ["Q3.3", "Q1.1"] {
         for strategy in FilterStrategy::ALL {
-            step(measure(
-                &dev,
+            let probe = ProbeKind::Operator;
+            plan.push((
                 "filter",
                 q,
                 RunOptions {
                     strategy,
-                    probe: ProbeKind::Operator,
+                    probe,
                     ..base
                 },
-                r,
-                dir,
-            ))?;
+            ));
         }
     }
     for partitions in [1, args.engines] {
-        step(measure(
-            &dev,
-            "concurrency",
-            "Q3.3",
-            RunOptions {
-                partitions: Some(partitions),
-                ..base
-            },
-            r,
-            dir,
-        ))?;
+        let partitions = Some(partitions);
+        plan.push(("concurrency", "Q3.3", RunOptions { partitions, ..base }));
     }
     for split in Split::ALL {
-        step(measure(
-            &dev,
-            "split",
-            "Q3.3",
-            RunOptions { split, ..base },
-            r,
-            dir,
-        ))?;
+        plan.push(("split", "Q3.3", RunOptions { split, ..base }));
     }
-    // Every implemented query on every split (and, offloaded, on both engines and both
-    // probes) against DuckDB over the Parquet copy.
+    let mut cases = Vec::new();
+    for (case, q, opts) in plan {
+        let c = measure(dev, case, q, opts, args.runs, DIR)?;
+        eprintln!(
+            "bench ssb: {} {}: {:.1} ms",
+            c.case,
+            c.label(),
+            c.median_ns() as f64 / 1e6
+        );
+        cases.push(c);
+    }
+    Ok(cases)
+}
+
+/// The queries csx and DuckDB run side by side.
+const SIDE_QUERIES: [&str; 2] = ["Q3.3", "Q1.1"];
+
+/// One query side by side: csx offloaded (fresh staging, and resident), DuckDB on the
+/// host over the Parquet copy and from its own memory; best wall of the interleaved
+/// rounds.
+struct Side {
+    query: &'static str,
+    rounds: u32,
+    csx_ns: u64,
+    csx_resident_ns: u64,
+    duckdb_parquet_ns: u64,
+    duckdb_memory_ns: u64,
+    /// The offloaded run's modelled time (the device's profile), media bytes, and the
+    /// resident run's media bytes and bytes reused.
+    modelled_ns: u64,
+    media_bytes: u64,
+    resident_media_bytes: u64,
+    resident_bytes: u64,
+}
+
+/// DuckDB's threads beside csx (this machine's cores).
+const DUCKDB_THREADS: u32 = 2;
+/// Fewest interleaved rounds side by side (best of them is reported).
+const SIDE_ROUNDS_MIN: u32 = 5;
+
+fn side_by_side(
+    dev: &Device,
+    parquet: &std::path::Path,
+    args: &SsbBenchArgs,
+) -> anyhow::Result<Vec<Side>> {
+    eprintln!("bench ssb: side by side with DuckDB (threads {DUCKDB_THREADS})");
+    let mut duck = DuckDb::start(parquet, DUCKDB_THREADS)?;
+    let mut out = Vec::new();
+    for name in SIDE_QUERIES {
+        let q = query(name).expect("a known query");
+        let fresh = RunOptions::default();
+        let resident = RunOptions {
+            resident: true,
+            ..fresh
+        };
+        let rounds = args.runs.max(SIDE_ROUNDS_MIN);
+        let mut best = [u64::MAX; 4];
+        let mut last = None;
+        // Round 0 warms everything (and fills the resident memory); it is not counted.
+        for round in 0..=rounds {
+            let a = run(dev, DIR, q, &fresh).with_context(|| format!("side: {name}"))?;
+            let b = run(dev, DIR, q, &resident).with_context(|| format!("side: {name}"))?;
+            anyhow::ensure!(
+                a.rows == b.rows,
+                "{name}: the resident run's answer differs"
+            );
+            let c = duck.time(Source::Parquet, q.sql)?;
+            let d = duck.time(Source::Memory, q.sql)?;
+            anyhow::ensure!(
+                c.rows == d.rows && c.rows == a.rows.len() as u64,
+                "{name}: DuckDB gave {} and {} rows, csx {}",
+                c.rows,
+                d.rows,
+                a.rows.len()
+            );
+            if round > 0 {
+                for (x, ns) in best.iter_mut().zip([a.wall_ns, b.wall_ns, c.ns, d.ns]) {
+                    *x = (*x).min(ns);
+                }
+            }
+            last = Some((a, b));
+        }
+        let (a, b) = last.expect("at least one round");
+        out.push(Side {
+            query: q.name,
+            rounds,
+            csx_ns: best[0],
+            csx_resident_ns: best[1],
+            duckdb_parquet_ns: best[2],
+            duckdb_memory_ns: best[3],
+            modelled_ns: a.meter.modelled_ns,
+            media_bytes: a.meter.media_bytes,
+            resident_media_bytes: b.meter.media_bytes,
+            resident_bytes: b.meter.resident_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// Every implemented query on every split (and, offloaded, on both engines and both
+/// probes) against DuckDB over the Parquet copy, and the timed cases' answers too: the
+/// checks, and the differences found.
+fn check_answers(
+    dev: &Device,
+    parquet: &std::path::Path,
+    cases: &[Case],
+) -> anyhow::Result<(Vec<AnswerCheck>, Vec<String>)> {
     eprintln!("bench ssb: checking every query against DuckDB");
     let specs: Vec<&QuerySpec> = QUERIES.iter().collect();
-    let oracle = csx_data::ssb::duckdb_answers(&parquet, &specs)?;
+    let oracle = csx_data::ssb::duckdb_answers(parquet, &specs)?;
     let mut checks: Vec<AnswerCheck> = Vec::new();
     let mut differ: Vec<String> = Vec::new();
     let mut compare = |label: String, want: &[ResultRow], got: &[ResultRow]| {
@@ -313,31 +424,16 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         }
         d.is_empty()
     };
+    let base = RunOptions::default();
     for (spec, want) in QUERIES.iter().zip(&oracle) {
         let mut check = AnswerCheck {
             query: spec.name,
             rows: want.len(),
             runs: Vec::new(),
         };
-        let mut runs = vec![RunOptions {
-            split: Split::Host,
-            ..base
-        }];
-        for split in [Split::Offload, Split::HostAgg] {
-            for engine in [EngineKind::Jit, EngineKind::Interpreter] {
-                for probe in ProbeKind::ALL {
-                    runs.push(RunOptions {
-                        split,
-                        engine,
-                        probe,
-                        ..base
-                    });
-                }
-            }
-        }
-        for opts in runs {
+        for opts in answer_runs(base) {
             let r =
-                run(&dev, dir, spec, &opts).with_context(|| format!("answers: {}", spec.name))?;
+                run(dev, DIR, spec, &opts).with_context(|| format!("answers: {}", spec.name))?;
             let label = format!(
                 "{} {} {} {}",
                 spec.name,
@@ -350,54 +446,110 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
         }
         checks.push(check);
     }
-    // The timed cases' answers too.
-    for c in &cases {
+    for c in cases {
         let i = QUERIES
             .iter()
             .position(|q| q.name == c.run.query)
             .expect("a known query");
         compare(format!("{} {}", c.case, c.label()), &oracle[i], &c.run.rows);
     }
-    dev.close().context("closing the device")?;
-    drop(tmp);
+    Ok((checks, differ))
+}
 
-    let find = |case: &str, f: &dyn Fn(&QueryRun) -> bool| {
-        cases.iter().find(|c| c.case == case && f(&c.run))
-    };
-    let engine_case = |engine: EngineKind, probe: ProbeKind| {
-        find("engine", &|r| {
-            r.options.engine == engine && r.options.probe == probe
-        })
-        .expect("measured")
-    };
-    let jit = engine_case(EngineKind::Jit, ProbeKind::Emitted);
-    let interp = engine_case(EngineKind::Interpreter, ProbeKind::Emitted);
-    let op_jit = engine_case(EngineKind::Jit, ProbeKind::Operator);
-    let op_interp = engine_case(EngineKind::Interpreter, ProbeKind::Operator);
-    let off = find("split", &|r| r.options.split == Split::Offload).expect("measured");
-    let host = find("split", &|r| r.options.split == Split::Host).expect("measured");
-    // Every device answer equals the host reference (the host-only split computes it
-    // from the columns; the tests check it against DuckDB), and Q1.1's runs agree.
-    for c in &cases {
-        let want = match c.run.query {
-            "Q3.3" => &host.run.rows,
-            _ => {
-                &find("filter", &|r| r.query == c.run.query)
-                    .expect("measured")
-                    .run
-                    .rows
+/// The runs each query's answer is checked in: host only, and the offloaded splits on
+/// both engines and both probes.
+fn answer_runs(base: RunOptions) -> Vec<RunOptions> {
+    let mut runs = vec![RunOptions {
+        split: Split::Host,
+        ..base
+    }];
+    for split in [Split::Offload, Split::HostAgg] {
+        for engine in [EngineKind::Jit, EngineKind::Interpreter] {
+            for probe in ProbeKind::ALL {
+                runs.push(RunOptions {
+                    split,
+                    engine,
+                    probe,
+                    ..base
+                });
             }
-        };
-        anyhow::ensure!(
-            &c.run.rows == want,
-            "{} {}: the answer differs from the host reference's",
-            c.case,
-            c.label()
-        );
+        }
     }
-    let checked: usize = checks.iter().map(|c| c.runs.len()).sum::<usize>() + cases.len();
+    runs
+}
+
+/// The cases the summary compares, and its ratios.
+struct Summary<'c> {
+    jit: &'c Case,
+    interp: &'c Case,
+    op_jit: &'c Case,
+    op_interp: &'c Case,
+    off: &'c Case,
+    host: &'c Case,
+    ratio: f64,
+    probe_ratio: f64,
+    op_ratio: f64,
+    op_probe_ratio: f64,
+    bytes_ratio: f64,
+}
+
+impl<'c> Summary<'c> {
+    /// Finds the compared cases; every device answer must equal the host reference (the
+    /// host-only split computes it from the columns), and Q1.1's runs agree.
+    fn of(cases: &'c [Case]) -> anyhow::Result<Summary<'c>> {
+        let find = |case: &str, f: &dyn Fn(&QueryRun) -> bool| {
+            cases.iter().find(|c| c.case == case && f(&c.run))
+        };
+        let engine_case = |engine: EngineKind, probe: ProbeKind| {
+            find("engine", &|r| {
+                r.options.engine == engine && r.options.probe == probe
+            })
+            .expect("measured")
+        };
+        let jit = engine_case(EngineKind::Jit, ProbeKind::Emitted);
+        let interp = engine_case(EngineKind::Interpreter, ProbeKind::Emitted);
+        let op_jit = engine_case(EngineKind::Jit, ProbeKind::Operator);
+        let op_interp = engine_case(EngineKind::Interpreter, ProbeKind::Operator);
+        let off = find("split", &|r| r.options.split == Split::Offload).expect("measured");
+        let host = find("split", &|r| r.options.split == Split::Host).expect("measured");
+        for c in cases {
+            let want = match c.run.query {
+                "Q3.3" => &host.run.rows,
+                q => {
+                    &(find("filter", &|r| r.query == q).expect("measured"))
+                        .run
+                        .rows
+                }
+            };
+            anyhow::ensure!(
+                &c.run.rows == want,
+                "{} {}: the answer differs from the host reference's",
+                c.case,
+                c.label()
+            );
+        }
+        let phase_ratio =
+            |a: &Case, b: &Case| a.phase_ns("probe") as f64 / b.phase_ns("probe").max(1) as f64;
+        Ok(Summary {
+            jit,
+            interp,
+            op_jit,
+            op_interp,
+            off,
+            host,
+            ratio: interp.median_ns() as f64 / jit.median_ns() as f64,
+            probe_ratio: phase_ratio(interp, jit),
+            op_ratio: op_interp.median_ns() as f64 / op_jit.median_ns() as f64,
+            op_probe_ratio: phase_ratio(op_interp, op_jit),
+            bytes_ratio: host.run.meter.bytes_to_host as f64
+                / off.run.meter.bytes_to_host.max(1) as f64,
+        })
+    }
+}
+
+fn print_checks(args: &SsbBenchArgs, checks: &[AnswerCheck], checked: usize) {
     if args.json {
-        for c in &checks {
+        for c in checks {
             println!(
                 "{}",
                 json!({
@@ -407,211 +559,277 @@ pub fn run_bench(args: SsbBenchArgs) -> anyhow::Result<u8> {
                 })
             );
         }
-    } else {
+        return;
+    }
+    println!(
+        "Answers against DuckDB over the Parquet copy at SF {} ({checked} runs: every query on every split, offloaded splits on both engines and both probes, and every timed case):",
+        args.sf
+    );
+    for c in checks {
+        let equal = c.runs.iter().filter(|(_, e)| *e).count();
         println!(
-            "Answers against DuckDB over the Parquet copy at SF {} ({checked} runs: every query on every split, offloaded splits on both engines and both probes, and every timed case):",
-            args.sf
-        );
-        for c in &checks {
-            let equal = c.runs.iter().filter(|(_, e)| *e).count();
-            println!(
-                "  {:<5} {:>4} rows  {}/{} runs equal",
-                c.query,
-                c.rows,
-                equal,
-                c.runs.len()
-            );
-        }
-    }
-    if !differ.is_empty() {
-        anyhow::bail!(
-            "{} of {checked} runs differ from DuckDB's answer at SF {}:\n{}",
-            differ.len(),
-            args.sf,
-            differ.join("\n")
+            "  {:<5} {:>4} rows  {}/{} runs equal",
+            c.query,
+            c.rows,
+            equal,
+            c.runs.len()
         );
     }
-    let ratio = interp.median_ns() as f64 / jit.median_ns() as f64;
-    let probe_ratio = interp.phase_ns("probe") as f64 / jit.phase_ns("probe").max(1) as f64;
-    let op_ratio = op_interp.median_ns() as f64 / op_jit.median_ns() as f64;
-    let op_probe_ratio =
-        op_interp.phase_ns("probe") as f64 / op_jit.phase_ns("probe").max(1) as f64;
-    let bytes_ratio =
-        host.run.meter.bytes_to_host as f64 / off.run.meter.bytes_to_host.max(1) as f64;
+}
 
-    if args.json {
-        for c in &cases {
-            println!(
-                "{}",
-                json!({
-                    "case": c.case, "query": c.run.query, "split": c.run.options.split.name(),
-                    "engine": engine_name(c.run.options.engine), "filter": c.run.options.strategy.name(),
-                    "probe": c.run.options.probe.name(),
-                    "partitions": c.run.partitions, "sf": args.sf, "profile": args.profile,
-                    "wall_ns_median": c.median_ns(), "prepare_ns": c.prepare_ns, "wall_ns": c.wall_ns,
-                    "modelled_ns": c.run.meter.modelled_ns, "bytes_to_host": c.run.meter.bytes_to_host,
-                    "media_bytes": c.run.meter.media_bytes, "host_ns": c.run.host_ns,
-                    "fuel": c.run.meter.fuel, "rows": c.run.rows.len(), "joined": c.run.joined,
-                    "phases": c.run.phases.iter().map(|p| json!({"phase": p.name, "wall_ns": p.wall_ns, "modelled_ns": p.modelled_ns, "vm_ns": p.vm_ns, "commands": p.commands})).collect::<Vec<_>>(),
-                })
-            );
-        }
+fn case_json(args: &SsbBenchArgs, c: &Case) -> serde_json::Value {
+    json!({
+        "case": c.case, "query": c.run.query, "split": c.run.options.split.name(),
+        "engine": engine_name(c.run.options.engine), "filter": c.run.options.strategy.name(),
+        "probe": c.run.options.probe.name(),
+        "partitions": c.run.partitions, "sf": args.sf, "profile": args.profile,
+        "wall_ns_median": c.median_ns(), "prepare_ns": c.prepare_ns, "wall_ns": c.wall_ns,
+        "modelled_ns": c.run.meter.modelled_ns, "bytes_to_host": c.run.meter.bytes_to_host,
+        "media_bytes": c.run.meter.media_bytes, "host_ns": c.run.host_ns,
+        "fuel": c.run.meter.fuel, "rows": c.run.rows.len(), "joined": c.run.joined,
+        "phases": c.run.phases.iter().map(|p| json!({"phase": p.name, "wall_ns": p.wall_ns, "modelled_ns": p.modelled_ns, "vm_ns": p.vm_ns, "commands": p.commands})).collect::<Vec<_>>(),
+    })
+}
+
+fn side_json(args: &SsbBenchArgs, s: &Side) -> serde_json::Value {
+    json!({
+        "side_by_side": s.query, "sf": args.sf, "profile": args.profile, "rounds": s.rounds,
+        "duckdb_threads": DUCKDB_THREADS, "csx_wall_ns_best": s.csx_ns,
+        "csx_resident_wall_ns_best": s.csx_resident_ns,
+        "duckdb_parquet_ns_best": s.duckdb_parquet_ns, "duckdb_memory_ns_best": s.duckdb_memory_ns,
+        "csx_modelled_ns": s.modelled_ns, "csx_media_bytes": s.media_bytes,
+        "csx_resident_media_bytes": s.resident_media_bytes,
+        "csx_resident_bytes_reused": s.resident_bytes,
+    })
+}
+
+fn print_json(args: &SsbBenchArgs, cases: &[Case], side: &[Side], m: &Summary) {
+    for c in cases {
+        println!("{}", case_json(args, c));
+    }
+    for s in side {
+        println!("{}", side_json(args, s));
+    }
+    println!(
+        "{}",
+        json!({ "summary": true, "jit_interp_ratio": m.ratio, "jit_interp_probe_ratio": m.probe_ratio,
+                "operator_jit_interp_ratio": m.op_ratio,
+                "operator_jit_interp_probe_ratio": m.op_probe_ratio,
+                "offload_vs_host_bytes_ratio": m.bytes_ratio,
+                "offload_modelled_ns": m.off.run.meter.modelled_ns,
+                "host_only_modelled_ns": m.host.run.meter.modelled_ns })
+    );
+}
+
+fn print_table(args: &SsbBenchArgs, cases: &[Case], side: &[Side], m: &Summary) {
+    println!(
+        "SSB at SF {} on an embedded device, {} engines, profile {} (modelled), median of {} runs; wall excludes preparing (loading, compiling) the operators",
+        args.sf, args.engines, args.profile, args.runs
+    );
+    println!(
+        "{:<12} {:<38} {:>11} {:>13} {:>14} {:>11}",
+        "case", "run", "wall ms", "modelled ms", "bytes to host", "host ms"
+    );
+    for c in cases {
         println!(
-            "{}",
-            json!({ "summary": true, "jit_interp_ratio": ratio, "jit_interp_probe_ratio": probe_ratio,
-                    "operator_jit_interp_ratio": op_ratio,
-                    "operator_jit_interp_probe_ratio": op_probe_ratio,
-                    "offload_vs_host_bytes_ratio": bytes_ratio })
-        );
-    } else {
-        println!(
-            "SSB at SF {} on an embedded device, {} engines, profile {} (modelled), median of {} runs; wall excludes preparing (loading, compiling) the operators",
-            args.sf, args.engines, args.profile, r
-        );
-        println!(
-            "{:<12} {:<38} {:>11} {:>13} {:>14} {:>11}",
-            "case", "run", "wall ms", "modelled ms", "bytes to host", "host ms"
-        );
-        for c in &cases {
-            println!(
-                "{:<12} {:<38} {:>11.1} {:>13.3} {:>14} {:>11.1}",
-                c.case,
-                c.label(),
-                c.median_ns() as f64 / 1e6,
-                c.run.meter.modelled_ns as f64 / 1e6,
-                c.run.meter.bytes_to_host,
-                c.run.host_ns as f64 / 1e6
-            );
-        }
-        println!("JIT/interpreter, Q3.3 offload, emitted probe: {ratio:.2}x wall, {probe_ratio:.2}x in the probe phase (Delilah: 9.2x)");
-        println!("JIT/interpreter, Q3.3 offload, operator probe: {op_ratio:.2}x wall, {op_probe_ratio:.2}x in the probe phase");
-        println!("phases of the last run, wall ms / of which VMs ms:");
-        for c in [jit, interp, op_jit, op_interp] {
-            let phases: Vec<String> = c
-                .run
-                .phases
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{} {:.1} / {:.1}",
-                        p.name,
-                        p.wall_ns as f64 / 1e6,
-                        p.vm_ns as f64 / 1e6
-                    )
-                })
-                .collect();
-            println!("  {:<38} {}", c.label(), phases.join(", "));
-        }
-        let prep = |c: &Case| c.prepare_ns.iter().copied().max().unwrap_or(0) as f64 / 1e6;
-        println!(
-            "preparing the operators: {:.1} ms on the JIT, {:.1} ms on the interpreter",
-            prep(jit),
-            prep(interp)
-        );
-        println!(
-            "host-only / full offload bytes to host, Q3.3: {bytes_ratio:.0}x (goal: at least 10x)"
+            "{:<12} {:<38} {:>11.1} {:>13.3} {:>14} {:>11.1}",
+            c.case,
+            c.label(),
+            c.median_ns() as f64 / 1e6,
+            c.run.meter.modelled_ns as f64 / 1e6,
+            c.run.meter.bytes_to_host,
+            c.run.host_ns as f64 / 1e6
         );
     }
-    if let Some(plots) = &args.plots {
-        std::fs::create_dir_all(plots).with_context(|| format!("creating {}", plots.display()))?;
-        let ms = |c: &Case| c.median_ns() as f64 / 1e6;
-        let series = |c: &Case| {
-            format!(
-                "{} {}",
-                engine_name(c.run.options.engine),
-                c.run.options.probe.name()
-            )
-        };
-        let charts = [
-            (
-                "ssb-engines.svg",
-                BarChart {
-                    title: format!(
-                        "SSB Q3.3 at SF {}, full offload: JIT vs interpreter",
-                        args.sf
-                    ),
-                    y_label: "wall ms (median)".to_string(),
-                    groups: ["load", "dims", "probe", "merge"]
-                        .iter()
-                        .map(|p| {
-                            (
-                                p.to_string(),
-                                [jit, interp, op_jit, op_interp]
-                                    .iter()
-                                    .map(|c| (series(c), c.phase_ns(p) as f64 / 1e6))
-                                    .collect(),
-                            )
-                        })
-                        .chain([(
-                            "total".to_string(),
-                            [jit, interp, op_jit, op_interp]
-                                .iter()
-                                .map(|c| (series(c), ms(c)))
-                                .collect(),
-                        )])
-                        .collect(),
-                    stacked: false,
-                    log: true,
-                },
-            ),
-            (
-                "ssb-filters.svg",
-                BarChart {
-                    title: format!(
-                        "SSB selection strategies at SF {} (JIT, full offload)",
-                        args.sf
-                    ),
-                    y_label: "wall ms (median)".to_string(),
-                    groups: ["Q1.1", "Q3.3"]
-                        .iter()
-                        .map(|q| {
-                            let v = cases
-                                .iter()
-                                .filter(|c| c.case == "filter" && c.run.query == *q)
-                                .map(|c| (c.run.options.strategy.name().to_string(), ms(c)))
-                                .collect();
-                            (q.to_string(), v)
-                        })
-                        .collect(),
-                    stacked: false,
-                    log: false,
-                },
-            ),
-            (
-                "ssb-splits.svg",
-                BarChart {
-                    title: format!("SSB Q3.3 at SF {}: degrees of offload", args.sf),
-                    y_label: "bytes to host, modelled µs, wall ms".to_string(),
-                    groups: cases
-                        .iter()
-                        .filter(|c| c.case == "split")
-                        .map(|c| {
-                            (
-                                c.run.options.split.name().to_string(),
-                                vec![
-                                    (
-                                        "bytes to host".to_string(),
-                                        c.run.meter.bytes_to_host as f64,
-                                    ),
-                                    (
-                                        "modelled device µs".to_string(),
-                                        c.run.meter.modelled_ns as f64 / 1e3,
-                                    ),
-                                    ("wall ms".to_string(), ms(c)),
-                                ],
-                            )
-                        })
-                        .collect(),
-                    stacked: false,
-                    log: true,
-                },
-            ),
-        ];
-        for (file, chart) in charts {
-            let path = plots.join(file);
-            std::fs::write(&path, chart.to_svg())
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
+    let (ratio, probe_ratio) = (m.ratio, m.probe_ratio);
+    let (op_ratio, op_probe_ratio) = (m.op_ratio, m.op_probe_ratio);
+    println!("JIT/interpreter, Q3.3 offload, emitted probe: {ratio:.2}x wall, {probe_ratio:.2}x in the probe phase (Delilah: 9.2x)");
+    println!("JIT/interpreter, Q3.3 offload, operator probe: {op_ratio:.2}x wall, {op_probe_ratio:.2}x in the probe phase");
+    println!("phases of the last run, wall ms / of which VMs ms:");
+    for c in [m.jit, m.interp, m.op_jit, m.op_interp] {
+        let phases: Vec<String> = (c.run.phases.iter())
+            .map(|p| {
+                let (wall, vm) = (p.wall_ns as f64 / 1e6, p.vm_ns as f64 / 1e6);
+                format!("{} {wall:.1} / {vm:.1}", p.name)
+            })
+            .collect();
+        println!("  {:<38} {}", c.label(), phases.join(", "));
     }
-    Ok(exit::SUCCESS)
+    let prep = |c: &Case| c.prepare_ns.iter().copied().max().unwrap_or(0) as f64 / 1e6;
+    println!(
+        "preparing the operators: {:.1} ms on the JIT, {:.1} ms on the interpreter",
+        prep(m.jit),
+        prep(m.interp)
+    );
+    println!(
+        "host-only / full offload bytes to host, Q3.3: {:.0}x (goal: at least 10x)",
+        m.bytes_ratio
+    );
+    print_side(args, side);
+}
+
+fn print_side(args: &SsbBenchArgs, side: &[Side]) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!(
+        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included); modelled under {}:",
+        args.profile
+    );
+    println!(
+        "{:<6} {:>9} {:>13} {:>15} {:>14} {:>13} {:>12} {:>14}",
+        "query",
+        "csx ms",
+        "resident ms",
+        "duckdb pq ms",
+        "duckdb mem ms",
+        "modelled ms",
+        "media MB",
+        "resident media"
+    );
+    for s in side {
+        println!(
+            "{:<6} {:>9.1} {:>13.1} {:>15.1} {:>14.1} {:>13.3} {:>12.1} {:>14.1}",
+            s.query,
+            ms(s.csx_ns),
+            ms(s.csx_resident_ns),
+            ms(s.duckdb_parquet_ns),
+            ms(s.duckdb_memory_ns),
+            ms(s.modelled_ns),
+            s.media_bytes as f64 / 1e6,
+            s.resident_media_bytes as f64 / 1e6
+        );
+    }
+}
+
+fn write_plots(
+    plots: &std::path::Path,
+    args: &SsbBenchArgs,
+    cases: &[Case],
+    side: &[Side],
+    m: &Summary,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(plots).with_context(|| format!("creating {}", plots.display()))?;
+    let charts = [
+        ("ssb-engines.svg", engines_chart(args, m)),
+        ("ssb-filters.svg", filters_chart(args, cases)),
+        ("ssb-splits.svg", splits_chart(args, cases)),
+        ("ssb-side.svg", side_chart(args, side)),
+    ];
+    for (file, chart) in charts {
+        let path = plots.join(file);
+        std::fs::write(&path, chart.to_svg())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn ms(c: &Case) -> f64 {
+    c.median_ns() as f64 / 1e6
+}
+
+fn engines_chart(args: &SsbBenchArgs, m: &Summary) -> BarChart {
+    let all = [m.jit, m.interp, m.op_jit, m.op_interp];
+    let series = |c: &Case| {
+        format!(
+            "{} {}",
+            engine_name(c.run.options.engine),
+            c.run.options.probe.name()
+        )
+    };
+    let phase = |p: &str| {
+        let v = all.iter().map(|c| (series(c), c.phase_ns(p) as f64 / 1e6));
+        (p.to_string(), v.collect())
+    };
+    let total = (
+        "total".to_string(),
+        all.iter().map(|c| (series(c), ms(c))).collect(),
+    );
+    BarChart {
+        title: format!(
+            "SSB Q3.3 at SF {}, full offload: JIT vs interpreter",
+            args.sf
+        ),
+        y_label: "wall ms (median)".to_string(),
+        groups: ["load", "dims", "probe", "merge"]
+            .iter()
+            .map(|p| phase(p))
+            .chain([total])
+            .collect(),
+        stacked: false,
+        log: true,
+    }
+}
+
+fn filters_chart(args: &SsbBenchArgs, cases: &[Case]) -> BarChart {
+    let group = |q: &str| {
+        let v = (cases.iter())
+            .filter(|c| c.case == "filter" && c.run.query == q)
+            .map(|c| (c.run.options.strategy.name().to_string(), ms(c)))
+            .collect();
+        (q.to_string(), v)
+    };
+    BarChart {
+        title: format!(
+            "SSB selection strategies at SF {} (JIT, full offload)",
+            args.sf
+        ),
+        y_label: "wall ms (median)".to_string(),
+        groups: ["Q1.1", "Q3.3"].iter().map(|q| group(q)).collect(),
+        stacked: false,
+        log: false,
+    }
+}
+
+fn splits_chart(args: &SsbBenchArgs, cases: &[Case]) -> BarChart {
+    let bars = |c: &Case| {
+        vec![
+            (
+                "bytes to host".to_string(),
+                c.run.meter.bytes_to_host as f64,
+            ),
+            (
+                "modelled device µs".to_string(),
+                c.run.meter.modelled_ns as f64 / 1e3,
+            ),
+            ("wall ms".to_string(), ms(c)),
+        ]
+    };
+    BarChart {
+        title: format!("SSB Q3.3 at SF {}: degrees of offload", args.sf),
+        y_label: "bytes to host, modelled µs, wall ms".to_string(),
+        groups: (cases.iter())
+            .filter(|c| c.case == "split")
+            .map(|c| (c.run.options.split.name().to_string(), bars(c)))
+            .collect(),
+        stacked: false,
+        log: true,
+    }
+}
+
+fn side_chart(args: &SsbBenchArgs, side: &[Side]) -> BarChart {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let bars = |s: &Side| {
+        vec![
+            ("csx".to_string(), ms(s.csx_ns)),
+            ("csx resident".to_string(), ms(s.csx_resident_ns)),
+            ("DuckDB Parquet".to_string(), ms(s.duckdb_parquet_ns)),
+            ("DuckDB memory".to_string(), ms(s.duckdb_memory_ns)),
+            (
+                format!("csx modelled ({})", args.profile),
+                ms(s.modelled_ns),
+            ),
+        ]
+    };
+    BarChart {
+        title: format!(
+            "SSB at SF {}: csx beside DuckDB on the host (threads {DUCKDB_THREADS})",
+            args.sf
+        ),
+        y_label: "ms (best of interleaved rounds)".to_string(),
+        groups: side
+            .iter()
+            .map(|s| (s.query.to_string(), bars(s)))
+            .collect(),
+        stacked: false,
+        log: false,
+    }
 }

@@ -62,6 +62,11 @@ pub struct InitArgs {
     /// Execution engines (threads); one per core if absent.
     #[arg(long, value_name = "N")]
     engines: Option<u32>,
+    /// Device memory besides the SLM kept for resident file ranges (`csx ssb run
+    /// --resident`), e.g. 512MiB; none if absent. `csx device serve --resident-memory`
+    /// overrides it while serving.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    resident_memory: Option<u64>,
     /// Time limit of an execution that names none, in milliseconds (1 s if absent; at
     /// most 3600000): a program running longer is stopped.
     #[arg(long, value_name = "MS")]
@@ -149,6 +154,7 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
         state_size_bytes: args.state_size,
         engines: args.engines,
         time_limit_ms: args.time_limit_ms,
+        resident_bytes: args.resident_memory,
         ..connect::default_config()
     };
     apply_perf(&mut config, &args)?;

@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// SLM one client may hold allocated, e.g. 64MiB (default: a quarter of the device's).
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     client_memory: Option<u64>,
+    /// Device memory kept for resident file ranges, e.g. 512MiB (default: the device's
+    /// `resident_bytes`, else none): Memory Copies that ask for it (`csx ssb run
+    /// --resident`) leave their ranges there, shared by every client and process, least
+    /// recently used out first, dropped when their file changes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    resident_memory: Option<u64>,
     /// Program slots one client may hold loaded or loading.
     #[arg(long, value_name = "N", default_value_t = csx_server::CLIENT_SLOTS_DEFAULT,
           value_parser = clap::value_parser!(u16).range(1..))]
@@ -159,6 +165,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
     let config = ServerConfig { listen, token };
     let device = csx_device::DeviceRuntime::open(&args.state)
         .with_context(|| format!("cannot open the device in {}", args.state.display()))?;
+    if let Some(bytes) = args.resident_memory {
+        device.resident().set_budget(bytes);
+    }
     let defaults = ClientLimits::for_device(device.config().slm_size_bytes);
     let limits = ClientLimits {
         memory_bytes: args.client_memory.unwrap_or(defaults.memory_bytes),

@@ -85,6 +85,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print the result and its costs as JSON.
+    /// Ask the device to keep the staged columns resident in its memory and reuse what
+    /// an earlier query left there (a served device with `--resident-memory`; the report
+    /// says which columns were reused and the bytes not read again).
+    #[arg(long)]
+    resident: bool,
     #[arg(long)]
     json: bool,
 }
@@ -129,6 +134,7 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         probe,
         partitions: args.partitions,
         round_rows: args.round_rows,
+        resident: args.resident,
         ..Default::default()
     };
     let result = run(&dev, &dir, q, &opts).with_context(|| format!("running {} on {dir}", q.name));
@@ -175,6 +181,9 @@ pub fn run_json(r: &QueryRun, sf: f64, dir: &str, generated: bool) -> serde_json
         "modelled_ns": r.meter.modelled_ns, "wall_ns": r.wall_ns, "host_ns": r.host_ns,
         "fuel": r.meter.fuel, "commands": r.meter.commands, "executions": r.meter.executions,
         "phases": phases,
+        "resident": r.options.resident, "resident_bytes": r.meter.resident_bytes,
+        "reuse": r.reuse.iter().map(|c| json!({"file": c.path, "staged_bytes": c.staged_bytes,
+            "resident_bytes": c.resident_bytes})).collect::<Vec<_>>(),
     })
 }
 
@@ -225,6 +234,21 @@ fn print_run(r: &QueryRun, dir: &str) {
             p.wall_ns as f64 / 1e6,
             p.vm_ns as f64 / 1e6,
             p.commands
+        );
+    }
+    if r.options.resident {
+        let reused: Vec<&str> = (r.reuse.iter())
+            .filter(|c| c.resident_bytes > 0)
+            .map(|c| c.path.as_str())
+            .collect();
+        println!(
+            "resident: {} not read again from the media; reused {}",
+            connect::format_size(r.meter.resident_bytes),
+            if reused.is_empty() {
+                "nothing (first run, a changed file, or no resident memory)".to_string()
+            } else {
+                reused.join(", ")
+            }
         );
     }
 }

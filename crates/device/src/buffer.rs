@@ -9,9 +9,18 @@
 
 use std::ptr::NonNull;
 
+/// Alignment of the first byte of a [`RawBuffer::zeroed`] buffer: a page, so that offsets
+/// the memory namespace aligns are aligned addresses too (direct media reads go straight
+/// into page-aligned device memory, without a bounce copy).
+pub(crate) const ZEROED_ALIGNMENT: usize = 4096;
+
 /// Heap bytes owned by the buffer and freed when it drops.
 pub(crate) struct RawBuffer {
+    /// The heap allocation: `alloc_len` bytes from `ptr`.
     ptr: NonNull<u8>,
+    alloc_len: usize,
+    /// The buffer: `len` bytes from `ptr + start`.
+    start: usize,
     len: usize,
 }
 
@@ -24,9 +33,15 @@ unsafe impl Send for RawBuffer {}
 unsafe impl Sync for RawBuffer {}
 
 impl RawBuffer {
-    /// `len` zero bytes: large buffers are fresh anonymous pages the OS maps lazily.
+    /// `len` zero bytes starting at a [`ZEROED_ALIGNMENT`] boundary: large buffers are
+    /// fresh anonymous pages the OS maps lazily (the allocation is `len` plus one
+    /// alignment, the unused head and tail never touched).
     pub(crate) fn zeroed(len: usize) -> RawBuffer {
-        RawBuffer::from_vec(vec![0u8; len])
+        let mut b = RawBuffer::from_vec(vec![0u8; len + ZEROED_ALIGNMENT]);
+        let misalignment = b.ptr.as_ptr() as usize % ZEROED_ALIGNMENT;
+        b.start = (ZEROED_ALIGNMENT - misalignment) % ZEROED_ALIGNMENT;
+        b.len = len;
+        b
     }
 
     /// The bytes of `bytes`, moved into the buffer.
@@ -34,7 +49,12 @@ impl RawBuffer {
         let len = bytes.len();
         let boxed: Box<[u8]> = bytes.into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(boxed).cast::<u8>()).expect("Box never yields null");
-        RawBuffer { ptr, len }
+        RawBuffer {
+            ptr,
+            alloc_len: len,
+            start: 0,
+            len,
+        }
     }
 
     /// Maps the whole pages of `[start, start + len)` in advance, writable (Linux
@@ -46,7 +66,7 @@ impl RawBuffer {
         #[cfg(target_os = "linux")]
         {
             const PAGE: usize = 4096;
-            let base = self.ptr.as_ptr() as usize;
+            let base = self.as_ptr() as usize;
             let from = (base + start).next_multiple_of(PAGE);
             let to = (base + start + len) / PAGE * PAGE;
             if to > from {
@@ -72,18 +92,20 @@ impl RawBuffer {
 
     /// The first byte. Valid for `len()` bytes while the buffer lives.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        // Inside the allocation: `start + len <= alloc_len` by construction.
+        self.ptr.as_ptr().wrapping_add(self.start)
     }
 }
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
-        // SAFETY: `ptr` and `len` came from `Box::into_raw` of a `Box<[u8]>` of exactly
-        // `len` bytes in `from_vec`, and are turned back into that box once, here.
+        // SAFETY: `ptr` and `alloc_len` came from `Box::into_raw` of a `Box<[u8]>` of
+        // exactly `alloc_len` bytes in `from_vec`, and are turned back into that box once,
+        // here.
         unsafe {
             drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
                 self.ptr.as_ptr(),
-                self.len,
+                self.alloc_len,
             )));
         }
     }
@@ -104,6 +126,7 @@ mod tests {
         // SAFETY: as above, 4096 bytes.
         let bytes = unsafe { std::slice::from_raw_parts(z.as_ptr(), z.len()) };
         assert!(bytes.iter().all(|&b| b == 0));
+        assert_eq!(z.as_ptr() as usize % ZEROED_ALIGNMENT, 0);
         assert_eq!(RawBuffer::zeroed(0).len(), 0);
     }
 }

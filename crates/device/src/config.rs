@@ -88,6 +88,11 @@ pub struct DeviceConfig {
     /// The emulated device's link, media and compute speeds (absent: unthrottled).
     #[serde(default)]
     pub perf: PerfModel,
+    /// Bytes of resident memory: device memory besides the SLM in which Memory Copies
+    /// of resident file ranges stay between commands and clients (`crate::resident`);
+    /// `None` or 0: none is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_bytes: Option<u64>,
     /// Time limit in milliseconds of an execution that names none; `None`:
     /// [`TIME_LIMIT_MS_DEFAULT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +111,7 @@ impl Default for DeviceConfig {
             jit: None,
             jit_tiering: None,
             perf: PerfModel::default(),
+            resident_bytes: None,
             time_limit_ms: None,
         }
     }
@@ -154,6 +160,9 @@ impl DeviceConfig {
                 1,
                 u64::from(TRANSFER_WORKERS_MAX),
             )?;
+        }
+        if let Some(n) = self.resident_bytes {
+            range("resident_bytes", n, 0, SLM_SIZE_MAX)?;
         }
         if let Some(ms) = self.time_limit_ms {
             range(

@@ -26,6 +26,7 @@ pub mod perf;
 pub mod programs;
 pub mod queue;
 pub mod rangeset;
+pub mod resident;
 pub mod runtime;
 pub mod slm;
 pub mod state;

@@ -36,7 +36,8 @@
 //!
 //! A real device's media serves many reads at once, and so do the disks under an image: a
 //! single synchronous `pread` at a time leaves most of their bandwidth unused. A direct
-//! read longer than one [`DIRECT_PIECE_SIZE`] piece is therefore cut at aligned
+//! read longer than one piece (up to [`DIRECT_PIECE_SIZE`]; smaller, down to
+//! [`DIRECT_PIECE_MIN`], when that fills the queue) is therefore cut at aligned
 //! boundaries into pieces that up to [`DIRECT_QUEUE_DEPTH`] threads (the caller and
 //! scoped helpers) read at once, each straight into the caller's buffer when the piece is
 //! aligned there, else through its own bounce buffer. `csx bench device` compares this
@@ -78,8 +79,14 @@ pub const DIRECT_PIECE_SIZE: usize = 512 << 10;
 /// half a MiB in flight.
 pub const DIRECT_QUEUE_DEPTH: usize = 8;
 
+/// The smallest piece a direct read is cut into to fill the queue (below it, the
+/// per-read cost outweighs the depth).
+pub const DIRECT_PIECE_MIN: usize = 128 << 10;
+
 const _: () = assert!(BLOCK_SIZE.is_power_of_two());
 const _: () = assert!(DIRECT_PIECE_SIZE.is_multiple_of(DIRECT_IO_ALIGNMENT));
+const _: () = assert!(DIRECT_PIECE_MIN.is_multiple_of(DIRECT_IO_ALIGNMENT));
+const _: () = assert!(DIRECT_PIECE_MIN <= DIRECT_PIECE_SIZE);
 const _: () = assert!(DIRECT_PIECE_SIZE <= BOUNCE_SIZE_MAX);
 const _: () = assert!(NVM_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!(BLOCK_SIZE.is_multiple_of(DIRECT_IO_ALIGNMENT as u64));
@@ -600,11 +607,11 @@ impl AlignedBuf {
 
 /// The pieces of a direct read of `buf.len()` bytes at `offset`: each an aligned file
 /// offset (the piece's start, widened down to the alignment), how far into that the
-/// wanted bytes start, and the part of `buf` it fills. Piece boundaries inside the range fall on multiples of [`DIRECT_PIECE_SIZE`]
+/// wanted bytes start, and the part of `buf` it fills. Piece boundaries inside the range fall on multiples of the piece size
 /// from the aligned start, so every aligned piece of an aligned buffer needs no bounce.
 fn direct_pieces(offset: u64, buf: &mut [u8]) -> Vec<(u64, usize, &mut [u8])> {
     let align = DIRECT_IO_ALIGNMENT as u64;
-    let piece = DIRECT_PIECE_SIZE as u64;
+    let piece = piece_size(buf.len() as u64);
     let start_aligned = offset / align * align;
     let end = offset + buf.len() as u64;
     let mut pieces = Vec::with_capacity((end - start_aligned).div_ceil(piece) as usize);
@@ -619,6 +626,18 @@ fn direct_pieces(offset: u64, buf: &mut [u8]) -> Vec<(u64, usize, &mut [u8])> {
         at = piece_end;
     }
     pieces
+}
+
+/// The piece size of a direct read of `len` bytes: [`DIRECT_PIECE_SIZE`], or less for a
+/// read too short to fill the queue with such pieces (a 2 MiB column slice is 8 pieces
+/// of 256 KiB, not 4 of 512 KiB, so all [`DIRECT_QUEUE_DEPTH`] reads are in flight), but
+/// never under [`DIRECT_PIECE_MIN`]; always a multiple of the alignment.
+fn piece_size(len: u64) -> u64 {
+    let align = DIRECT_IO_ALIGNMENT as u64;
+    let even = len
+        .div_ceil(DIRECT_QUEUE_DEPTH as u64)
+        .next_multiple_of(align);
+    even.clamp(DIRECT_PIECE_MIN as u64, DIRECT_PIECE_SIZE as u64)
 }
 
 /// Reads one piece: `dst.len()` bytes at `at + skip`, where `at` is aligned and `skip`
@@ -767,7 +786,13 @@ mod tests {
             (4096, (DIRECT_QUEUE_DEPTH as u64 * piece) as usize),
             (777, (19 * piece) as usize),
             (piece + 4095, (piece as usize) + 1),
+            // Reads cut into smaller pieces to fill the queue.
+            (4096, 2 << 20),
+            (123, (1 << 20) + 5),
         ];
+        assert_eq!(piece_size(2 << 20), 256 << 10);
+        assert_eq!(piece_size(64 << 20), piece);
+        assert_eq!(piece_size(4096), DIRECT_PIECE_MIN as u64);
         for &(offset, len) in cases {
             for shift in [0usize, 1, 4096] {
                 let mut storage = vec![0u8; len + shift];
@@ -780,10 +805,10 @@ mod tests {
             }
         }
         // The pieces tile the buffer exactly, in order, each within one piece.
-        let mut buf = vec![0u8; (3 * piece) as usize + 10];
+        let mut buf = vec![0u8; (9 * piece) as usize + 10];
         let len = buf.len();
         let pieces = direct_pieces(piece - 5, &mut buf);
-        assert_eq!(pieces.len(), 4);
+        assert_eq!(pieces.len(), 10);
         let first = (piece - 4096, 4091, (piece - 4091) as usize);
         assert_eq!((pieces[0].0, pieces[0].1, pieces[0].2.len()), first);
         assert_eq!((pieces[1].0, pieces[1].1), (2 * piece - 4096, 0));

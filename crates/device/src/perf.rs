@@ -493,13 +493,18 @@ impl PerfModel {
             (Op::MemWrite { data, .. }, _) => self.link_ns(data.len() as u64),
             (Op::LoadProgram { data, .. }, _) => self.link_ns(data.len() as u64),
             (Op::MemRead { .. }, Reply::Data(d)) => self.link_ns(d.len() as u64),
-            (Op::MemCopy { sources, .. }, _) => {
+            (Op::MemCopy { sources, .. }, reply) => {
                 let storage: u64 = sources
                     .iter()
                     .filter(|s| !matches!(s, CopySource::Mem { .. }))
                     .map(CopySource::len)
                     .sum();
-                self.media_ns(storage)
+                // Bytes served from resident memory do not touch the media.
+                let resident = match reply {
+                    Reply::Copied { resident_bytes } => *resident_bytes,
+                    _ => 0,
+                };
+                self.media_ns(storage.saturating_sub(resident))
             }
             (Op::FileWrite { data, .. }, _) => {
                 let n = data.len() as u64;

@@ -134,14 +134,22 @@ impl FreeList {
         self.by_size.last().map_or(0, |&(len, _)| len)
     }
 
-    /// The smallest run that fits `len` bytes; takes its head.
-    fn allocate(&mut self, len: u64) -> Option<u64> {
-        let &(run_len, offset) = self.by_size.range((len, 0)..).next()?;
+    /// The smallest run that fits `len` bytes starting at a multiple of `align`; takes
+    /// that part of it (the head before it, if any, stays free).
+    fn allocate(&mut self, len: u64, align: u64) -> Option<u64> {
+        let (run_len, offset, start) = self
+            .by_size
+            .range((len, 0)..)
+            .map(|&(run_len, offset)| (run_len, offset, offset.next_multiple_of(align)))
+            .find(|&(run_len, offset, start)| start + len <= offset + run_len)?;
         self.remove(offset, run_len);
-        if run_len > len {
-            self.insert(offset + len, run_len - len);
+        if start > offset {
+            self.insert(offset, start - offset);
         }
-        Some(offset)
+        if offset + run_len > start + len {
+            self.insert(start + len, offset + run_len - start - len);
+        }
+        Some(start)
     }
 
     /// Returns a run, merging it with free neighbours.
@@ -232,8 +240,29 @@ impl std::fmt::Debug for Slm {
 /// system call costs more than the faults it saves).
 const POPULATE_MIN: u64 = 2 << 20;
 
+/// Allocations of at least this many bytes start on a page ([`PAGE_ALIGNMENT`]), so that
+/// direct media reads (Memory Copy from storage) go straight into them instead of through
+/// a bounce buffer; smaller ones on [`SLM_ALIGNMENT`]. At most one page in 16 is lost to
+/// the alignment.
+pub const PAGE_ALIGNED_MIN: u64 = 64 << 10;
+
+/// The page alignment of large allocations: the media's direct-read alignment.
+pub const PAGE_ALIGNMENT: u64 = crate::nvm::DIRECT_IO_ALIGNMENT as u64;
+
+const _: () = assert!(PAGE_ALIGNMENT as usize == crate::buffer::ZEROED_ALIGNMENT);
+const _: () = assert!(PAGE_ALIGNMENT.is_multiple_of(SLM_ALIGNMENT));
+
 fn round_up(len: u64) -> u64 {
     len.div_ceil(SLM_ALIGNMENT) * SLM_ALIGNMENT
+}
+
+/// The alignment of an allocation of `reserved_bytes`.
+fn alignment(reserved_bytes: u64) -> u64 {
+    if reserved_bytes >= PAGE_ALIGNED_MIN {
+        PAGE_ALIGNMENT
+    } else {
+        SLM_ALIGNMENT
+    }
 }
 
 impl Slm {
@@ -291,7 +320,13 @@ impl Slm {
         if !inner.live_clients.contains(&owner) {
             return Err(SlmError::ClientGone);
         }
-        let Some(start) = inner.free.allocate(reserved_bytes) else {
+        // A page-aligned place if there is one, else any (alignment is speed, not
+        // correctness: direct reads bounce through an aligned buffer otherwise).
+        let start = (inner
+            .free
+            .allocate(reserved_bytes, alignment(reserved_bytes)))
+        .or_else(|| inner.free.allocate(reserved_bytes, SLM_ALIGNMENT));
+        let Some(start) = start else {
             return Err(SlmError::NoMemory {
                 size_bytes,
                 free_bytes: inner.free.free_bytes,
@@ -713,6 +748,28 @@ mod tests {
             len,
             write: true,
         }
+    }
+
+    #[test]
+    fn large_allocations_start_on_a_page() {
+        let s = slm(1 << 20);
+        let small = s.alloc(A, 100).unwrap();
+        let large = s.alloc(A, PAGE_ALIGNED_MIN).unwrap();
+        let leases = s.lease(A, &[w(small, 0, 100), w(large, 0, 4096)]).unwrap();
+        let addr = |i: usize| leases.slice(i).as_ptr() as u64;
+        assert_eq!(addr(0) % SLM_ALIGNMENT, 0);
+        assert_eq!(addr(1) % PAGE_ALIGNMENT, 0, "{:#x}", addr(1));
+        drop(leases);
+        s.check();
+        // The head skipped for the alignment stays free for small allocations.
+        assert_eq!(s.free_bytes(), (1 << 20) - 128 - PAGE_ALIGNED_MIN);
+        let fill: Vec<MemHandle> = (0..31).map(|_| s.alloc(A, 128).unwrap()).collect();
+        s.check();
+        assert_eq!(fill.len(), 31);
+        // A space too tight for an aligned start still takes an unaligned allocation.
+        let tight = slm(PAGE_ALIGNED_MIN + 64);
+        let _head = tight.alloc(A, 64).unwrap();
+        assert!(tight.alloc(A, PAGE_ALIGNED_MIN).is_ok());
     }
 
     #[test]

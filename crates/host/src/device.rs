@@ -100,6 +100,7 @@ fn unexpected(op: &'static str, expected: &'static str, reply: &Reply) -> CallEr
         Reply::Extents { .. } => "extents",
         Reply::Execute(_) => "execute",
         Reply::Entries { .. } => "entries",
+        Reply::Copied { .. } => "copied",
     };
     CallError::UnexpectedReply {
         op,

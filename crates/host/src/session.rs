@@ -53,6 +53,9 @@ pub struct Meter {
     pub bytes_from_host: u64,
     /// Bytes read from the media into device memory (Memory Copy from files).
     pub media_bytes: u64,
+    /// Bytes of file copies the device served from its resident memory instead of its
+    /// media ([`Session::set_resident`]).
+    pub resident_bytes: u64,
     /// Fuel the executions used.
     pub fuel: u64,
     /// Commands issued.
@@ -88,6 +91,7 @@ impl Meter {
         f(&mut self.bytes_to_host, other.bytes_to_host);
         f(&mut self.bytes_from_host, other.bytes_from_host);
         f(&mut self.media_bytes, other.media_bytes);
+        f(&mut self.resident_bytes, other.resident_bytes);
         f(&mut self.fuel, other.fuel);
         f(&mut self.commands, other.commands);
         f(&mut self.executions, other.executions);
@@ -232,6 +236,10 @@ pub struct Session<'d> {
     /// Commands submitted and not yet waited for: releasing waits for them before
     /// freeing the memory they use.
     in_flight: Vec<CommandId>,
+    /// File copies ask the device to keep their ranges resident.
+    resident: bool,
+    /// Per file copied with `resident` set: (bytes copied, bytes served resident).
+    reuse: std::collections::BTreeMap<String, (u64, u64)>,
     pub meter: Meter,
 }
 
@@ -253,6 +261,8 @@ impl<'d> Session<'d> {
             programs: Vec::new(),
             memory: Vec::new(),
             in_flight: Vec::new(),
+            resident: false,
+            reuse: std::collections::BTreeMap::new(),
             meter: Meter::default(),
         }
     }
@@ -550,15 +560,31 @@ impl<'d> Session<'d> {
     // ---------------------------------------------------------------------------------
     // Copies on the device.
 
-    fn copy_op(path: &str, offset: u64, len: u64, dst: MemHandle, dst_offset: u64) -> Op {
+    /// From now on, file copies ([`Session::copy_file`], [`Session::start_copy_file`])
+    /// ask the device to keep the ranges they read resident in its memory and to serve
+    /// them from there while the file is unchanged (`CopySource::ResidentFile`; a device
+    /// without resident memory reads its media as before). [`Meter::resident_bytes`]
+    /// and [`Session::reuse`] say what was served so.
+    pub fn set_resident(&mut self, on: bool) {
+        self.resident = on;
+    }
+
+    /// Per file copied while [`Session::set_resident`] was on: (bytes copied, bytes
+    /// the device served from resident memory), by path.
+    pub fn reuse(&self) -> &std::collections::BTreeMap<String, (u64, u64)> {
+        &self.reuse
+    }
+
+    fn copy_op(&self, path: &str, offset: u64, len: u64, dst: MemHandle, dst_offset: u64) -> Op {
+        let path = path.to_string();
+        let source = match self.resident {
+            true => CopySource::ResidentFile { path, offset, len },
+            false => CopySource::File { path, offset, len },
+        };
         Op::MemCopy {
             dst,
             dst_offset,
-            sources: vec![CopySource::File {
-                path: path.to_string(),
-                offset,
-                len,
-            }],
+            sources: vec![source],
         }
     }
 
@@ -573,10 +599,10 @@ impl<'d> Session<'d> {
         dst: MemHandle,
         dst_offset: u64,
     ) -> Result<(), SessionError> {
-        let op = Session::copy_op(path, offset, len, dst, dst_offset);
+        let op = self.copy_op(path, offset, len, dst, dst_offset);
         let what = || format!("staging {len} bytes of {path} at {offset}");
         let c = self.call(what, op, false)?;
-        self.copied(path, offset, len, c.value)
+        self.copied(path, offset, len, &c)
     }
 
     fn copied(
@@ -584,17 +610,27 @@ impl<'d> Session<'d> {
         path: &str,
         offset: u64,
         len: u64,
-        found: u64,
+        c: &Completion,
     ) -> Result<(), SessionError> {
-        if found != len {
+        if c.value != len {
             return Err(SessionError::ShortCopy {
                 path: path.to_string(),
                 offset,
-                found,
+                found: c.value,
                 expected: len,
             });
         }
-        self.meter.media_bytes += len;
+        let resident = match c.reply {
+            Reply::Copied { resident_bytes } => resident_bytes.min(len),
+            _ => 0,
+        };
+        self.meter.media_bytes += len - resident;
+        self.meter.resident_bytes += resident;
+        if self.resident {
+            let e = self.reuse.entry(path.to_string()).or_default();
+            e.0 += len;
+            e.1 += resident;
+        }
         Ok(())
     }
 
@@ -610,7 +646,7 @@ impl<'d> Session<'d> {
         dst: MemHandle,
         dst_offset: u64,
     ) -> Result<PendingCopy, SessionError> {
-        let op = Session::copy_op(path, offset, len, dst, dst_offset);
+        let op = self.copy_op(path, offset, len, dst, dst_offset);
         let id = self.dev.client().submit_private(op).map_err(|e| {
             SessionError::device(format!("staging {len} bytes of {path} at {offset}"), e)
         })?;
@@ -649,7 +685,7 @@ impl<'d> Session<'d> {
             let e = CallError::from_completion("mem-copy", c);
             return Err(SessionError::device(what(), e));
         }
-        self.copied(&p.path, p.offset, p.len, c.value)
+        self.copied(&p.path, p.offset, p.len, &c)
     }
 
     /// Writes `src` into the device file `path` at `offset`, on the device; returns the

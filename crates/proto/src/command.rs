@@ -64,6 +64,12 @@ pub enum Windows {
 pub enum CopySource {
     /// Bytes of a device file (its extents are resolved on the device).
     File { path: String, offset: u64, len: u64 },
+    /// The same bytes, kept resident: the device keeps them in its resident memory
+    /// after reading them (within its resident budget, least recently used first out)
+    /// and serves this range from there, without reading its media, while the file is
+    /// unchanged. A device without resident memory reads them as `File`. The completion's
+    /// reply says how many bytes came from resident memory (`Reply::Copied`).
+    ResidentFile { path: String, offset: u64, len: u64 },
     /// Bytes of the NVM namespace, by byte address.
     Nvm { offset: u64, len: u64 },
     /// Bytes of another SLM allocation.
@@ -84,6 +90,7 @@ impl CopySource {
     pub fn len(&self) -> u64 {
         match self {
             CopySource::File { len, .. }
+            | CopySource::ResidentFile { len, .. }
             | CopySource::Nvm { len, .. }
             | CopySource::Mem { len, .. }
             | CopySource::Peer { len, .. } => *len,
@@ -532,7 +539,8 @@ fn validate_copy(
     let mut total: u64 = 0;
     for s in sources {
         match s {
-            CopySource::File { path, offset, len } => {
+            CopySource::File { path, offset, len }
+            | CopySource::ResidentFile { path, offset, len } => {
                 validate_path(path)?;
                 check_span("source", *offset, *len)?;
             }

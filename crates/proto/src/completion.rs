@@ -314,6 +314,9 @@ pub enum Reply {
         entries: Vec<DirEntryInfo>,
         truncated: bool,
     },
+    /// Memory Copy with resident sources: of the bytes copied, those served from the
+    /// device's resident memory instead of its media.
+    Copied { resident_bytes: u64 },
 }
 
 impl Reply {
@@ -351,6 +354,7 @@ impl Reply {
                 check_str_bytes("directory listing", bytes, PAYLOAD_SIZE_MAX)
             }
             Reply::Extents { extents, .. } => check_count("extents", extents.len(), EXTENTS_MAX),
+            Reply::Copied { .. } => Ok(()),
             Reply::Execute(e) => {
                 check_count("trace", e.trace.len(), TRACE_MESSAGES_MAX)?;
                 check_count("work classes", e.work.len(), WORK_CLASSES_MAX)?;

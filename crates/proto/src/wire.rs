@@ -458,6 +458,12 @@ fn encode_source(w: &mut Writer<'_>, s: &CopySource) {
             w.u64(*len);
             w.str(path);
         }
+        CopySource::ResidentFile { path, offset, len } => {
+            w.u8(4);
+            w.u64(*offset);
+            w.u64(*len);
+            w.str(path);
+        }
         CopySource::Nvm { offset, len } => {
             w.u8(1);
             w.u64(*offset);
@@ -782,6 +788,11 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
                 offset,
                 len,
             },
+            4 => CopySource::ResidentFile {
+                path: r.str("source path", PATH_SIZE_MAX)?,
+                offset,
+                len,
+            },
             v => {
                 return Err(WireError::BadTag {
                     field: "source tag",
@@ -934,6 +945,7 @@ fn reply_kind(r: &Reply) -> u8 {
         Reply::Extents { .. } => 7,
         Reply::Execute(_) => 8,
         Reply::Entries { .. } => 9,
+        Reply::Copied { .. } => 10,
     }
 }
 
@@ -1056,6 +1068,7 @@ fn encode_reply(w: &mut Writer<'_>, reply: &Reply) {
             files.iter().for_each(|f| encode_file_info(w, f));
         }
         Reply::File(f) => encode_file_info(w, f),
+        Reply::Copied { resident_bytes } => w.u64(*resident_bytes),
         Reply::Entries { entries, truncated } => {
             w.bool(*truncated);
             w.len(entries.len());
@@ -1324,6 +1337,9 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
             }
             Reply::Entries { entries, truncated }
         }
+        10 => Reply::Copied {
+            resident_bytes: r.u64("resident bytes")?,
+        },
         7 => {
             let truncated = r.bool("truncated")?;
             let n = r.count("extents", EXTENTS_MAX, 24)?;

@@ -116,6 +116,10 @@ pub struct RunOptions {
     pub state_offset: u64,
     /// LINEORDER rows staged in device memory at a time.
     pub round_rows: u64,
+    /// Ask the device to keep the staged columns resident and reuse what an earlier
+    /// query left there (`csx_host::Session::set_resident`): a device with resident
+    /// memory then reads an unchanged column from its media once.
+    pub resident: bool,
 }
 
 impl Default for RunOptions {
@@ -128,6 +132,7 @@ impl Default for RunOptions {
             partitions: None,
             state_offset: 0,
             round_rows: ROUND_ROWS_DEFAULT,
+            resident: false,
         }
     }
 }
@@ -177,6 +182,18 @@ pub struct QueryRun {
     pub partitions: u32,
     /// LINEORDER rows joined.
     pub joined: u64,
+    /// With [`RunOptions::resident`]: per column file staged, the bytes staged and those
+    /// the device served from resident memory (not read from its media again).
+    pub reuse: Vec<ColumnReuse>,
+}
+
+/// One column file's staging in a resident run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnReuse {
+    /// The column file's device path.
+    pub path: String,
+    pub staged_bytes: u64,
+    pub resident_bytes: u64,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -485,6 +502,7 @@ pub fn run(
     let started = Instant::now();
     let data_dir = data_dir.trim_end_matches('/');
     let mut s = Session::new(dev);
+    s.set_resident(opts.resident);
     let partitions = match opts.partitions {
         Some(p) => p,
         None => s.engines()? as u32,
@@ -496,6 +514,13 @@ pub fn run(
     } else {
         Plan::new(data_dir, q, opts, partitions)?.run(&mut s, &mut phases)?
     };
+    let reuse = (s.reuse().iter())
+        .map(|(path, &(staged_bytes, resident_bytes))| ColumnReuse {
+            path: path.clone(),
+            staged_bytes,
+            resident_bytes,
+        })
+        .collect();
     let meter = s.close()?;
     Ok(QueryRun {
         query: q.name,
@@ -507,6 +532,7 @@ pub fn run(
         wall_ns: started.elapsed().as_nanos() as u64,
         partitions,
         joined: answer.joined,
+        reuse,
     })
 }
 
@@ -1113,21 +1139,23 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// The phases: prepare, load, dims, probe (rounds), merge, then the decoding.
+    /// The phases: load (the dimensions, then round 0's copies started), prepare
+    /// (overlapping them), dims, probe (rounds), merge, then the decoding.
     fn run(mut self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Answer, DataError> {
-        let mut ops = self.prepare(s, phases)?;
         let clock = Clock::start(s);
         let dims = self.load_dims(s)?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
         let lo = Lineorder::plan(s, lo_dir, self.q, &self.opts, self.partitions, &dims)?;
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
-        // Round 0's copies run while the dimensions are built.
+        // Round 0's copies run while the operators are loaded and compiled and the
+        // dimensions are built.
         let mut pending = if self.empty {
             None
         } else {
             Some(lo.stage(s, 0, 0)?)
         };
         clock.phase(s, "load", phases);
+        let mut ops = self.prepare(s, phases)?;
         let groups = self.build_dims(s, &ops, &dims, phases)?;
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];

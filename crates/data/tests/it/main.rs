@@ -6,6 +6,7 @@
 
 mod oracle;
 mod put_gen;
+mod resident;
 mod scan;
 mod ssb;
 

@@ -313,8 +313,8 @@ impl State {
             let record = self.files.remove(&p).expect("listed above");
             let new = moved(&p);
             self.files.insert(new.clone(), record);
-            self.dirty.insert(p);
-            self.dirty.insert(new);
+            self.touch(p);
+            self.touch(new);
         }
         for key in dirs {
             let created = self.dirs.remove(&key).expect("listed above");

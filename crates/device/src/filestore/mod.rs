@@ -89,7 +89,7 @@ pub mod path;
 mod record;
 mod sums;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::ops::Bound;
@@ -191,6 +191,9 @@ struct State {
     pending_blocks: u64,
     /// Paths whose record changed (or disappeared) since the last flush.
     dirty: BTreeSet<String>,
+    /// Each path's content version (see [`FileStore::version`]): the store's base for
+    /// paths unchanged since it opened, else a fresh one per change.
+    versions: ContentVersions,
     /// Explicit directories (made by `mkdir` or kept after their last entry left), with
     /// their creation time.
     dirs: BTreeMap<String, u64>,
@@ -371,11 +374,15 @@ impl FileStore {
             st.check_create(&path)?;
         }
         if !data.is_empty() {
-            self.write_blocks(st, &path, offset, data, now)?;
+            if let Err(e) = self.write_blocks(st, &path, offset, data, now) {
+                // Bytes written in place before the failure changed the content.
+                st.versions.bump(&path);
+                return Err(e);
+            }
         } else if is_new {
             st.files.insert(path.clone(), FileRecord::new(now));
         }
-        st.dirty.insert(path);
+        st.touch(path);
         Ok(())
     }
 
@@ -758,7 +765,7 @@ impl FileStore {
         }
         record.size = len;
         record.modified_ns = now_ns();
-        st.dirty.insert(path);
+        st.touch(path);
         Ok(())
     }
 
@@ -808,7 +815,7 @@ impl FileStore {
             .ok_or_else(|| FileStoreError::NotFound { path: path.clone() })?;
         st.unmap_all(&record);
         st.keep_parent(&path);
-        st.dirty.insert(path);
+        st.touch(path);
         Ok(())
     }
 
@@ -859,8 +866,8 @@ impl FileStore {
         let record = st.files.remove(&from).expect("checked above");
         st.files.insert(to.clone(), record);
         st.keep_parent(&from);
-        st.dirty.insert(from);
-        st.dirty.insert(to);
+        st.touch(from);
+        st.touch(to);
         Ok(())
     }
 
@@ -963,6 +970,15 @@ impl FileStore {
             }
         }
         txn.commit().map_err(|e| meta(e.into()))
+    }
+
+    /// The content version of `path`: equal for two calls only if no write, truncate,
+    /// delete or rename touched the path in between, in this store or since it opened
+    /// (versions are unique across every store of the process, so a reopened store never
+    /// repeats an old one). What the device keeps resident is valid while it is equal.
+    pub fn version(&self, path: &str) -> Result<u64, FileStoreError> {
+        let path = canonical(path)?;
+        Ok(self.read_state()?.versions.get(&path))
     }
 
     fn read_state(&self) -> Result<RwLockReadGuard<'_, State>, FileStoreError> {
@@ -1073,7 +1089,7 @@ impl State {
             if let Some(record) = self.files.remove(&path) {
                 self.unmap_all(&record);
             }
-            self.dirty.insert(path);
+            self.touch(path);
         }
         let explicit: Vec<String> = self
             .dirs
@@ -1364,6 +1380,7 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         pending_free: Vec::new(),
         pending_blocks: 0,
         dirty: BTreeSet::new(),
+        versions: ContentVersions::new(),
         dirs,
         dirty_dirs: BTreeSet::new(),
         data_dirty: false,
@@ -1373,6 +1390,47 @@ fn load_state(db: &Database, meta_path: &Path, nvm: &Nvm) -> Result<State, FileS
         #[cfg(test)]
         flushes: 0,
     })
+}
+
+/// Content versions of paths (see [`FileStore::version`]).
+#[derive(Debug)]
+struct ContentVersions {
+    /// The version of every path not changed since the store opened.
+    base: u64,
+    changed: HashMap<String, u64>,
+}
+
+/// The next content version of any store in the process.
+static NEXT_VERSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_version() -> u64 {
+    NEXT_VERSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl ContentVersions {
+    fn new() -> ContentVersions {
+        ContentVersions {
+            base: next_version(),
+            changed: HashMap::new(),
+        }
+    }
+
+    fn get(&self, path: &str) -> u64 {
+        self.changed.get(path).copied().unwrap_or(self.base)
+    }
+
+    fn bump(&mut self, path: &str) {
+        self.changed.insert(path.to_string(), next_version());
+    }
+}
+
+impl State {
+    /// Marks `path` changed: its record is written at the next flush, and its content
+    /// version moves on.
+    fn touch(&mut self, path: String) {
+        self.versions.bump(&path);
+        self.dirty.insert(path);
+    }
 }
 
 /// Checks the superblock's format and block size, and that the image is the namespace it

@@ -188,6 +188,8 @@ pub(crate) struct Shared {
     pub(crate) nvm: Arc<Nvm>,
     pub(crate) files: FileStore,
     pub(crate) slm: Arc<Slm>,
+    /// File ranges kept in device memory between commands (see [`crate::resident`]).
+    pub(crate) resident: crate::resident::Resident,
     pub(crate) rangesets: RangeSets,
     pub(crate) programs: Programs,
     pub(crate) state: SharedState,
@@ -350,6 +352,7 @@ impl DeviceRuntime {
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             slm: Arc::new(Slm::new(config.slm_size_bytes)),
+            resident: crate::resident::Resident::new(config.resident_bytes.unwrap_or(0)),
             config,
             engines,
             nvm,
@@ -456,6 +459,12 @@ impl DeviceRuntime {
     /// open (for example because the function table changed), with the reason.
     pub fn restore_failures(&self) -> &[(ProgramIndex, String)] {
         &self.shared().restore_failures
+    }
+
+    /// The device's resident memory (file ranges kept between commands and clients):
+    /// its budget can be changed while the device runs (lowering it evicts at once).
+    pub fn resident(&self) -> &crate::resident::Resident {
+        &self.shared().resident
     }
 
     /// The device's file store, for host-side readers in the same process (λ-IO's host

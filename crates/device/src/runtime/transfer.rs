@@ -144,21 +144,66 @@ impl Shared {
             .expect("the destination is leased writable");
         let mut pos = 0usize;
         let mut mem_sources = rest.iter();
+        let mut resident_bytes = 0;
         for (i, s) in sources.iter().enumerate() {
             let len = s.len() as usize;
             let piece = &mut out[pos..pos + len];
-            if let CopySource::Mem { .. } = s {
-                let src: &[u8] = match mem_sources.next().expect("one lease per memory source") {
-                    Ok(s) => s,
-                    Err(s) => s,
-                };
-                piece.copy_from_slice(src);
-            } else if let Err(c) = self.copy_from_storage(i, s, piece) {
+            let done = match s {
+                CopySource::Mem { .. } => {
+                    let src: &[u8] = match mem_sources.next().expect("one lease per memory source")
+                    {
+                        Ok(s) => s,
+                        Err(s) => s,
+                    };
+                    piece.copy_from_slice(src);
+                    Ok(())
+                }
+                CopySource::ResidentFile { path, offset, len } => self
+                    .copy_resident(i, path, *offset, *len, piece)
+                    .map(|hit| resident_bytes += if hit { *len } else { 0 }),
+                _ => self.copy_from_storage(i, s, piece),
+            };
+            if let Err(c) = done {
                 return *c;
             }
             pos += len;
         }
-        ok(total)
+        let mut c = ok(total);
+        if sources
+            .iter()
+            .any(|s| matches!(s, CopySource::ResidentFile { .. }))
+        {
+            c.reply = Reply::Copied { resident_bytes };
+        }
+        c
+    }
+
+    /// A resident source: from the device's resident memory when the range is there at
+    /// the file's current content version (returns true), else from the media, then kept
+    /// (within the resident budget) under the version read before the media read, so a
+    /// write racing with it leaves an entry that never matches.
+    fn copy_resident(
+        &self,
+        i: usize,
+        path: &str,
+        offset: u64,
+        len: u64,
+        piece: &mut [u8],
+    ) -> Result<bool, Box<Completion>> {
+        let version = (self.files.version(path))
+            .map_err(|e| Box::new(fail_with_context(&e, &format!("source {i}"))))?;
+        if let Some(bytes) = self.resident.get(path, offset, len, version) {
+            piece.copy_from_slice(&bytes);
+            return Ok(true);
+        }
+        let file = CopySource::File {
+            path: path.to_string(),
+            offset,
+            len,
+        };
+        self.copy_from_storage(i, &file, piece)?;
+        self.resident.insert(path, offset, version, piece);
+        Ok(false)
     }
 
     /// Reads storage source `i` (a file or NVM range) into `piece`, exactly, from the
@@ -202,7 +247,9 @@ impl Shared {
                     Box::new(fail(status, "peer", format!("source {i}: {e}")))
                 })
             }
-            CopySource::Mem { .. } => unreachable!("memory sources are copied from their leases"),
+            CopySource::Mem { .. } | CopySource::ResidentFile { .. } => {
+                unreachable!("memory and resident sources are copied by mem_copy")
+            }
         }
     }
 

@@ -16,3 +16,4 @@ mod memory;
 mod perf;
 mod persistence;
 mod programs;
+mod resident;

@@ -1,0 +1,62 @@
+//! Resident SSB runs: the second run of a query on a device with resident memory stages
+//! its columns from there (same answer, fewer media bytes), and a write to a column file
+//! is seen by the next run.
+
+use csx_data::ssb::queries::query;
+use csx_data::ssb::run::{run, RunOptions};
+
+#[test]
+fn resident_runs_reuse_columns_and_see_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 1, &mut |_, _, _| {}).unwrap();
+    let config = csx_device::DeviceConfig {
+        perf: csx_device::perf::PerfModel::lambda_io(),
+        resident_bytes: Some(64 << 20),
+        ..Default::default()
+    };
+    let dev = csx_host::Device::init(&tmp.path().join("dev"), config).unwrap();
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let q = query("Q1.1").unwrap();
+    let resident = RunOptions {
+        resident: true,
+        round_rows: 1 << 14,
+        ..Default::default()
+    };
+    let first = run(&dev, "/ssb", q, &resident).unwrap();
+    assert!(!first.rows.is_empty());
+    assert_eq!(first.meter.resident_bytes, 0, "nothing resident yet");
+    let second = run(&dev, "/ssb", q, &resident).unwrap();
+    assert_eq!(
+        second.rows, first.rows,
+        "reused columns give the same answer"
+    );
+    assert!(second.meter.resident_bytes > 0);
+    assert!(
+        second.meter.media_bytes < first.meter.media_bytes,
+        "{} media bytes, then {}",
+        first.meter.media_bytes,
+        second.meter.media_bytes
+    );
+    let discount = (second.reuse.iter())
+        .find(|c| c.path == "/ssb/lineorder/lo_discount.col")
+        .unwrap_or_else(|| panic!("lo_discount staged: {:?}", second.reuse));
+    assert_eq!(discount.resident_bytes, discount.staged_bytes);
+    // Every discount becomes 2 (inside Q1.1's 1..3): the answer grows, and the resident
+    // run must see it exactly as a fresh one does.
+    let path = "/ssb/lineorder/lo_discount.col";
+    let size = dev.stat(path).unwrap().size_bytes;
+    let twos: Vec<u8> = (0..size / 4).flat_map(|_| 2u32.to_le_bytes()).collect();
+    dev.write_file(path, 0, &twos).unwrap();
+    let after = run(&dev, "/ssb", q, &resident).unwrap();
+    let fresh = run(&dev, "/ssb", q, &RunOptions::default()).unwrap();
+    assert_eq!(after.rows, fresh.rows, "a resident run sees the write");
+    assert_ne!(after.rows, first.rows, "the write changed the answer");
+    let discount = (after.reuse.iter())
+        .find(|c| c.path == path)
+        .expect("lo_discount staged");
+    assert_eq!(
+        discount.resident_bytes, 0,
+        "the written column was read again"
+    );
+}
