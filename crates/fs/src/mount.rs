@@ -566,7 +566,17 @@ pub fn unmount_and_wait(mountpoint: &Path, lazy: bool) -> io::Result<Option<u32>
             // SAFETY: a non-negative result is a fresh descriptor nothing else owns.
             (fd >= 0).then(|| (pid, unsafe { OwnedFd::from_raw_fd(fd as i32) }))
         });
-    unmount(mountpoint, lazy)?;
+    // A mount just made may be busy for a moment (the kernel, or a desktop's indexer,
+    // still looking at it): retry as `Mounted::unmount` does before refusing.
+    let start = std::time::Instant::now();
+    loop {
+        match unmount(mountpoint, lazy) {
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy && start.elapsed() < BUSY_RETRY => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other?,
+        }
+    }
     let Some((pid, fd)) = pidfd else {
         return Ok(None);
     };

@@ -10,6 +10,10 @@ fn resident_runs_reuse_columns_and_see_writes() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("ssb");
     csx_data::ssb::gen::generate(&data, 0.01, 1, &mut |_, _, _| {}).unwrap();
+    // Raw (first-version) column files: the test rewrites a column's values in place,
+    // and an encoded block spans several of these small rounds (so an encoded table's
+    // first run already reuses blocks it staged for an earlier round).
+    csx_data::columnar::dataset_as_raw(&data).unwrap();
     let config = csx_device::DeviceConfig {
         perf: csx_device::perf::PerfModel::lambda_io(),
         resident_bytes: Some(64 << 20),
