@@ -8,6 +8,7 @@ __all__ = [
     "Buffer", "Device", "ExecResult", "LambdaResult", "Server", "ScanChunk", "Scanner",
     "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
     "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
+    "table_read", "local_table_read", "table_write",
     "ABI_VERSION", "__version__",
 ]
 
@@ -163,6 +164,23 @@ class Scanner:
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
 def table_schema(device: Device, table: str) -> Tuple[str, int, List[Tuple[str, str, int, int]]]: ...
 def table_dictionary(device: Device, table: str, column: str) -> List[str]: ...
+
+_SchemaInfo = Tuple[str, int, int, List[Tuple[str, str, int, int]]]
+_ColumnRead = Tuple[str, Buffer, Optional[List[str]]]
+
+def table_read(
+    device: Device, table: str, columns: Optional[List[str]] = None
+) -> Tuple[_SchemaInfo, List[_ColumnRead], int, int]: ...
+def local_table_read(
+    dir: str, columns: Optional[List[str]] = None
+) -> Tuple[_SchemaInfo, List[_ColumnRead]]: ...
+def table_write(
+    device: Device,
+    table: str,
+    name: str,
+    columns: List[Tuple[str, str, int, bytes]],
+    dictionaries: List[Tuple[str, List[str]]],
+) -> _SchemaInfo: ...
 
 @final
 class SsbRun:

@@ -1,14 +1,16 @@
 """Columnar tables on a csx device as Arrow.
 
 A table is a device directory in csx's columnar format (``docs/design/columnar.md``,
-written by ``csx gen ssb|tpch`` and put with ``csx put -r``): ``schema.json``, one file
-of fixed-width little-endian values per column (``NAME.col``) and, for a
-dictionary-encoded string column, its sorted dictionary (``NAME.dict``, entries joined
-by newlines).
+written by ``csx gen ssb|tpch``, put with ``csx put -r``, or by :func:`put_table`):
+``schema.json``, one file per column (``NAME.col``: encoded blocks with zone maps and
+CRC-32C checksums in version 2, fixed-width values in version 1) and, for a
+dictionary-encoded string column, its sorted dictionary (``NAME.dict``).
 
-Column types map to Arrow without a copy after the transfer: the bytes read from the
-device stay in one :class:`csx.Buffer` that the Arrow array views
-(``pyarrow.py_buffer``):
+This module never parses a column file: csx-data's reader and writer (the native
+module, the same code ``csx gen`` and the device scans use) do, so every format version
+csx-data reads is read here, with every check it makes. Each column comes back as one
+:class:`csx.Buffer` of fixed-width little-endian values that the Arrow array views
+(``pyarrow.py_buffer``) without a copy:
 
 =========  ==========================================
 int32      ``int32``
@@ -19,19 +21,21 @@ decimal    ``decimal64(18, scale)`` (the scaled int64)
 dict       ``dictionary(uint32, string)`` (codes viewed, the dictionary decoded)
 =========  ==========================================
 
-Every read is validated: a column file of the wrong length, a dictionary with the wrong
-number of entries or a code outside the dictionary raises :class:`csx.DataError` naming
-the file (and the row), never a wrong answer.
+A bad table raises :class:`csx.DataError` with csx-data's message: a block whose
+checksum fails names the table, column, block and part; a column file of the wrong
+length, a dictionary with the wrong number of entries or a code outside the dictionary
+names the file (and the row). Never a wrong answer.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _native
 from .errors import DataError
 
 try:
@@ -49,14 +53,17 @@ __all__ = [
     "column_from_buffer",
     "read_column",
     "read_table",
+    "read_local_schema",
+    "read_local_table",
     "put_table",
 ]
 
 FORMAT_NAME = "csx-columnar"
-FORMAT_VERSION = 1
+#: The version csx-data (and :func:`put_table`) writes: encoded blocks.
+FORMAT_VERSION = 2
+#: The first version: raw fixed-width column files (still read).
+FORMAT_VERSION_RAW = 1
 SCHEMA_FILE = "schema.json"
-SCHEMA_SIZE_MAX = 1 << 20
-DICT_SIZE_MAX = 1 << 30
 
 _WIDTHS = {"int32": 4, "int64": 8, "uint32": 4, "date": 4, "decimal": 8, "dict": 4}
 _NUMPY = {"int32": "<i4", "int64": "<i8", "uint32": "<u4", "date": "<i4", "decimal": "<i8", "dict": "<u4"}
@@ -73,7 +80,7 @@ class Column:
 
     @property
     def width(self) -> int:
-        """Bytes per value."""
+        """Bytes per value (as read: a version 2 file stores them encoded)."""
         return _WIDTHS[self.type]
 
     @property
@@ -89,6 +96,7 @@ class TableSchema:
     rows: int
     columns: List[Column]
     dir: str
+    version: int = FORMAT_VERSION
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -112,44 +120,49 @@ def _table_dir(table: str) -> str:
     return table.rstrip("/") or "/"
 
 
-def read_schema(dev: Any, table: str) -> TableSchema:
-    """Reads and validates ``TABLE/schema.json`` on the device."""
+def _native_device(dev: Any) -> Any:
+    native = getattr(dev, "_dev", None)
+    if native is None:
+        raise TypeError(f"dev must be a csx.Device, not {type(dev).__name__}")
+    return native()
+
+
+_SchemaInfo = Tuple[str, int, int, List[Tuple[str, str, int, int]]]
+
+
+def _schema_of(info: _SchemaInfo, d: str) -> TableSchema:
+    name, version, rows, cols = info
+    return TableSchema(
+        table=name,
+        rows=rows,
+        columns=[Column(name=n, type=t, scale=s, entries=e) for n, t, s, e in cols],
+        dir=d,
+        version=version,
+    )
+
+
+def _read(dev: Any, table: str, columns: Optional[List[str]]) -> "tuple[TableSchema, Dict[str, pa.Array], int, int]":
+    """(schema, arrays, bytes the device sent, modelled ns) of ``columns`` (all when
+    None; none when empty) of a device table, read by csx-data."""
     d = _table_dir(table)
-    path = f"{d}/{SCHEMA_FILE}"
-    size = dev.stat(path).size
-    if size > SCHEMA_SIZE_MAX:
-        raise DataError(f"{path}: {size} bytes, the limit for a schema is {SCHEMA_SIZE_MAX}")
-    try:
-        raw = json.loads(bytes(dev.get(path)))
-    except ValueError as e:
-        raise DataError(f"{path}: bad schema: not JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise DataError(f"{path}: bad schema: not a JSON object")
-    if raw.get("format") != FORMAT_NAME:
-        raise DataError(f"{path}: bad schema: format is {raw.get('format')!r}, expected {FORMAT_NAME!r}")
-    if raw.get("version") != FORMAT_VERSION:
-        raise DataError(
-            f"{path}: bad schema: version {raw.get('version')!r} is not supported, "
-            f"this package reads version {FORMAT_VERSION}"
-        )
-    rows = raw.get("rows")
-    if not isinstance(rows, int) or rows < 0 or rows > (1 << 32) - 1:
-        raise DataError(f"{path}: bad schema: rows {rows!r} is not an integer in [0, 2^32-1]")
-    cols = []
-    for i, c in enumerate(raw.get("columns") or []):
-        if not isinstance(c, dict) or c.get("type") not in _WIDTHS or not isinstance(c.get("name"), str):
-            raise DataError(f"{path}: bad schema: column {i} is {c!r}; types: {', '.join(_WIDTHS)}")
-        cols.append(
-            Column(
-                name=c["name"],
-                type=c["type"],
-                scale=int(c.get("scale", 0)),
-                entries=int(c.get("entries", 0)),
-            )
-        )
-    if not cols:
-        raise DataError(f"{path}: bad schema: no columns")
-    return TableSchema(table=str(raw.get("table", "")), rows=rows, columns=cols, dir=d)
+    native = _native_device(dev)
+    info, read, moved, ns = _native.table_read(native, d, columns)
+    schema = _schema_of(info, d)
+    return schema, _arrays(schema, read), moved, ns
+
+
+def _arrays(schema: TableSchema, read: Sequence[Tuple[str, Any, Optional[List[str]]]]) -> Dict[str, "pa.Array"]:
+    arrays: Dict[str, pa.Array] = {}
+    for n, buf, entries in read:
+        col = schema.column(n)
+        dictionary = None if entries is None else pa.array(entries, pa.string())
+        arrays[n] = column_from_buffer(buf, col, schema.rows, f"{schema.dir}/{n}.col", dictionary)
+    return arrays
+
+
+def read_schema(dev: Any, table: str) -> TableSchema:
+    """Reads and validates ``TABLE/schema.json`` on the device (csx-data's reader)."""
+    return _read(dev, table, [])[0]
 
 
 def arrow_type(col: Column) -> "pa.DataType":
@@ -165,24 +178,6 @@ def arrow_type(col: Column) -> "pa.DataType":
     if col.type == "decimal":
         return pa.decimal64(18, col.scale)
     return pa.dictionary(pa.uint32(), pa.string())
-
-
-def decode_dictionary(data: bytes, entries: int, path: str) -> "pa.Array":
-    """A dictionary file's entries as an Arrow string array, checked against the
-    schema's entry count."""
-    if entries == 0:
-        if data:
-            raise DataError(f"{path}: {len(data)} bytes for an empty dictionary")
-        return pa.array([], pa.string())
-    if not data.endswith(b"\n"):
-        raise DataError(f"{path}: the dictionary does not end with a newline")
-    items = data[:-1].split(b"\n")
-    if len(items) != entries:
-        raise DataError(f"{path}: {len(items)} dictionary entries, the schema says {entries}")
-    try:
-        return pa.array([s.decode("utf-8") for s in items], pa.string())
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: a dictionary entry is not UTF-8: {e}") from None
 
 
 def check_codes(codes: np.ndarray, entries: int, path: str, first_row: int = 0) -> None:
@@ -204,9 +199,10 @@ def column_from_buffer(
     dictionary: Optional["pa.Array"] = None,
     first_row: int = 0,
 ) -> "pa.Array":
-    """An Arrow array over ``rows`` values of ``col`` in ``buf`` (a csx.Buffer or any
-    bytes-like object), without copying the values; the length and dictionary codes
-    are checked and a failure names ``path`` (and the row)."""
+    """An Arrow array over ``rows`` decoded values of ``col`` in ``buf`` (a csx.Buffer
+    or any bytes-like object of fixed-width little-endian values), without copying
+    them; the length and dictionary codes are checked and a failure names ``path``
+    (and the row)."""
     expected = rows * col.width
     if len(buf) != expected:
         raise DataError(
@@ -223,32 +219,40 @@ def column_from_buffer(
     return pa.Array.from_buffers(arrow_type(col), rows, [None, data])
 
 
-def read_dictionary(dev: Any, schema: TableSchema, col: Column) -> "pa.Array":
-    path = f"{schema.dir}/{col.name}.dict"
-    size = dev.stat(path).size
-    if size > DICT_SIZE_MAX:
-        raise DataError(f"{path}: {size} bytes, the limit for a dictionary is {DICT_SIZE_MAX}")
-    return decode_dictionary(bytes(dev.get(path)), col.entries, path)
-
-
 def read_column(dev: Any, schema: TableSchema, name: str) -> "pa.Array":
     """One whole column of a device table as an Arrow array."""
     col = schema.column(name)
-    path = f"{schema.dir}/{col.name}.col"
-    dictionary = read_dictionary(dev, schema, col) if col.type == "dict" else None
-    return column_from_buffer(dev.get(path), col, schema.rows, path, dictionary)
+    return _read(dev, schema.dir, [col.name])[1][col.name]
 
 
 def read_table(dev: Any, table: str, columns: Optional[Sequence[str]] = None) -> "pa.Table":
     """The device table ``table`` (a directory) as an Arrow table: every column, or
     the ones named in ``columns``, in that order. Reads whole columns to the host:
     use :func:`csx.duckdb.scan` (or :func:`csx.scan`) to filter on the device."""
-    schema = read_schema(dev, table)
-    names = schema.names if columns is None else _column_names(columns)
-    arrays: Dict[str, Any] = {}
-    for n in names:
-        arrays[n] = read_column(dev, schema, n)
-    return pa.table(arrays)
+    names = None if columns is None else _column_names(columns)
+    schema, arrays, _, _ = _read(dev, table, names)
+    return pa.table({n: arrays[n] for n in (schema.names if names is None else names)})
+
+
+def _local_read(path: Any, columns: Optional[List[str]]) -> "tuple[TableSchema, Dict[str, pa.Array]]":
+    d = os.path.abspath(os.fspath(path))
+    info, read = _native.local_table_read(d, columns)
+    schema = _schema_of(info, d)
+    return schema, _arrays(schema, read)
+
+
+def read_local_schema(path: Any) -> TableSchema:
+    """The schema of the local table directory ``path`` (csx-data's reader; every
+    column file's header or length checked). ``dir`` is the absolute local path."""
+    return _local_read(path, [])[0]
+
+
+def read_local_table(path: Any, columns: Optional[Sequence[str]] = None) -> "pa.Table":
+    """The local table directory ``path`` (as ``csx gen`` writes it) as an Arrow
+    table, read by csx-data like :func:`read_table`."""
+    names = None if columns is None else _column_names(columns)
+    schema, arrays = _local_read(path, names)
+    return pa.table({n: arrays[n] for n in (schema.names if names is None else names)})
 
 
 def _column_names(columns: Any) -> List[str]:
@@ -272,8 +276,9 @@ def _check_name(kind: str, name: str) -> None:
         raise ValueError(f"{kind} name {name!r} must be 1 to 64 characters of a-z, 0-9 and _")
 
 
-def _encode_column(name: str, arr: Any) -> "tuple[Column, bytes, Optional[bytes]]":
-    """(schema column, column bytes, dictionary bytes) of an Arrow array."""
+def _encode_column(name: str, arr: Any) -> "tuple[Column, bytes, Optional[List[str]]]":
+    """(schema column, little-endian values, dictionary entries) of an Arrow array:
+    what csx-data's writer takes."""
     import pyarrow.compute as pc
 
     if isinstance(arr, pa.ChunkedArray):
@@ -310,9 +315,8 @@ def _encode_column(name: str, arr: Any) -> "tuple[Column, bytes, Optional[bytes]
                 raise ValueError(f"column {name}: a value holds a newline, which a dictionary cannot store")
         entries = sorted(uniq)
         codes = pc.index_in(arr.cast(pa.string()), value_set=pa.array(entries, pa.string()))
-        data = codes.to_numpy().astype("<u4").tobytes()
-        dict_bytes = "".join(e + "\n" for e in entries).encode("utf-8")
-        return Column(name, "dict", entries=len(entries)), data, dict_bytes
+        data = codes.to_numpy(zero_copy_only=False).astype("<u4").tobytes()
+        return Column(name, "dict", entries=len(entries)), data, entries
     raise ValueError(
         f"column {name} is {t}; the columnar format stores int32, int64, uint32, date32, "
         "decimal (precision <= 18) and strings"
@@ -321,30 +325,24 @@ def _encode_column(name: str, arr: Any) -> "tuple[Column, bytes, Optional[bytes]
 
 def put_table(dev: Any, table: str, data: Any, name: Optional[str] = None) -> TableSchema:
     """Writes the Arrow table ``data`` (or anything ``pyarrow.table`` accepts) to the
-    device directory ``table`` in the columnar format: the column files, dictionaries
-    and ``schema.json`` (written last, so a reader never sees a schema whose columns
-    are not all there). Returns the schema."""
+    device directory ``table`` with csx-data's writer, in the format ``csx gen``
+    writes (version 2: encoded blocks, zone maps, checksums): the column files,
+    dictionaries and ``schema.json`` (put last, so a reader never sees a schema whose
+    columns are not all there). Returns the schema."""
     d = _table_dir(table)
+    native = _native_device(dev)
     t = data if isinstance(data, pa.Table) else pa.table(data)
     tname = name or d.rstrip("/").rsplit("/", 1)[-1]
     _check_name("table", tname)
-    cols = []
+    if t.num_columns == 0:
+        raise ValueError(f"table {tname} has no columns; the columnar format needs at least one")
+    columns: List[Tuple[str, str, int, bytes]] = []
+    dictionaries: List[Tuple[str, List[str]]] = []
     for field, col in zip(t.schema, t.columns):
         _check_name("column", field.name)
-        c, data_bytes, dict_bytes = _encode_column(field.name, col)
-        dev.put(f"{d}/{c.name}.col", data_bytes)
-        if dict_bytes is not None:
-            dev.put(f"{d}/{c.name}.dict", dict_bytes)
-        cols.append(c)
-    schema = {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "table": tname,
-        "rows": t.num_rows,
-        "columns": [
-            {k: v for k, v in (("name", c.name), ("type", c.type), ("scale", c.scale), ("entries", c.entries)) if v or k in ("name", "type")}
-            for c in cols
-        ],
-    }
-    dev.put(f"{d}/{SCHEMA_FILE}", json.dumps(schema, indent=2).encode())
-    return TableSchema(table=tname, rows=t.num_rows, columns=cols, dir=d)
+        c, values, entries = _encode_column(field.name, col)
+        columns.append((c.name, c.type, c.scale, values))
+        if entries is not None:
+            dictionaries.append((c.name, entries))
+    info = _native.table_write(native, d, tname, columns, dictionaries)
+    return _schema_of(info, d)

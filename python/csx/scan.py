@@ -249,18 +249,9 @@ def scan(
 
 def host_table(device: Device, table: str, columns: Sequence[str]) -> "tuple[pa.Table, Dict[str, int]]":
     """The host-only path: whole columns read to the host as Arrow (File Read
-    commands), with the bytes moved and the commands' modelled ns."""
-    info = carrow.read_schema(device, table)
-    arrays = {}
-    moved = 0
-    modelled = 0
-    for n in carrow._column_names(list(columns)):
-        col = info.column(n)
-        path = f"{info.dir}/{col.name}.col"
-        buf, ns = _native.get_timed(device._dev(), path)
-        moved += len(buf)
-        modelled += ns
-        d = carrow.read_dictionary(device, info, col) if col.type == "dict" else None
-        arrays[n] = carrow.column_from_buffer(buf, col, info.rows, path, d)
-    return pa.table(arrays), {"bytes_to_host": moved, "modelled_ns": modelled}
-
+    commands; an encoded column's blocks sent as stored and decoded, and checked, on
+    the host by csx-data), with the bytes the device sent (schema, column files and
+    dictionaries) and the commands' modelled ns."""
+    names = carrow._column_names(list(columns))
+    _, arrays, moved, modelled = carrow._read(device, table, names)
+    return pa.table({n: arrays[n] for n in names}), {"bytes_to_host": moved, "modelled_ns": modelled}

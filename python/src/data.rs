@@ -25,7 +25,8 @@ impl From<csx_data::DataError> for Error {
 }
 
 /// Generates benchmark `kind` ("tpch" or "ssb") at scale factor `sf` into `out`
-/// (columnar, one directory per table); returns {table: rows}.
+/// (columnar, one directory per table, in the format `csx gen` writes); returns
+/// {table: rows}.
 #[pyfunction]
 #[pyo3(signature = (kind, out, sf, seed=1))]
 pub fn generate<'py>(
@@ -45,12 +46,6 @@ pub fn generate<'py>(
                 "benchmark {other:?} is not one of 'tpch', 'ssb'"
             ))),
         }
-        .and_then(|d| {
-            // The package's own readers (csx.arrow, csx.dask) read raw column files
-            // (format version 1) only.
-            csx_data::columnar::dataset_as_raw(&out)?;
-            Ok(d)
-        })
     })?;
     let d = PyDict::new(py);
     for (table, rows) in dataset.tables {

@@ -21,6 +21,7 @@ mod device;
 mod errors;
 mod scan;
 mod server;
+mod table;
 
 use pyo3::prelude::*;
 
@@ -36,6 +37,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_read, m)?)?;
+    m.add_function(wrap_pyfunction!(table::local_table_read, m)?)?;
+    m.add_function(wrap_pyfunction!(table::table_write, m)?)?;
     m.add_function(wrap_pyfunction!(data::generate, m)?)?;
     m.add_function(wrap_pyfunction!(data::write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(data::put_dir, m)?)?;

@@ -149,17 +149,8 @@ def _load_lineitem(args: Any, work: str, quiet: bool) -> "tuple[Optional[pa.Tabl
 
 
 def _read_local_table(table_dir: str) -> pa.Table:
-    """A local columnar table directory as Arrow (the same decoding as csx.arrow)."""
-
-    class _Local:
-        def stat(self, path: str) -> Any:
-            return type("S", (), {"size": os.path.getsize(table_dir + path[len("/t"):])})()
-
-        def get(self, path: str, **kw: Any) -> bytes:
-            with open(table_dir + path[len("/t"):], "rb") as f:
-                return f.read()
-
-    return csx.arrow.read_table(_Local(), "/t")
+    """A local columnar table directory as Arrow (csx-data's reader, as csx.arrow)."""
+    return csx.arrow.read_local_table(table_dir)
 
 
 def _median(xs: List[float]) -> float:

@@ -40,23 +40,13 @@ NODE_COPY_FORMAT = "csx-dask-placement"
 
 
 class _LocalTable:
-    """A local columnar table directory, read through csx.arrow's schema validation."""
+    """A local columnar table directory, its schema read and checked by csx-data."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def _local(self, dev_path: str) -> str:
-        return os.path.join(self.path, dev_path[len("/t/") :])
-
-    def stat(self, dev_path: str) -> Any:
-        return type("Stat", (), {"size": os.path.getsize(self._local(dev_path))})()
-
-    def get(self, dev_path: str, **_kw: Any) -> bytes:
-        with open(self._local(dev_path), "rb") as f:
-            return f.read()
-
     def schema(self) -> carrow.TableSchema:
-        return carrow.read_schema(self, "/t")
+        return carrow.read_local_schema(self.path)
 
 
 def _tables_of(dataset: Any, table: Optional[str]) -> List[Tuple[str, Any]]:
@@ -113,7 +103,7 @@ def _schema_json(info: carrow.TableSchema, rows: int) -> bytes:
             d["entries"] = c.entries
         cols.append(d)
     return json.dumps(
-        {"format": carrow.FORMAT_NAME, "version": carrow.FORMAT_VERSION, "table": info.table, "rows": rows, "columns": cols},
+        {"format": carrow.FORMAT_NAME, "version": carrow.FORMAT_VERSION_RAW, "table": info.table, "rows": rows, "columns": cols},
         indent=2,
     ).encode()
 
@@ -222,12 +212,15 @@ def put(
 
 
 def _put_table(cluster: Cluster, dest: str, src: Any, nparts: int, replicas: int, progress: bool) -> TableEntry:
+    info: Optional[carrow.TableSchema] = None
     if isinstance(src, str):
         info = _LocalTable(src).schema()
-        rows = info.rows
-    else:
-        rows = src.num_rows
-        info = None
+        if info.version != carrow.FORMAT_VERSION_RAW:
+            # Encoded column files are not sliced by byte ranges: the table is read
+            # (csx-data's reader) and its partitions written like an Arrow table's.
+            src = carrow.read_local_table(src)
+            info = None
+    rows = info.rows if info is not None else src.num_rows
     nparts = max(1, min(nparts, rows))
     placement = secrets.token_hex(8)
     root = f"{dest}/.csx-dask-{placement}"
