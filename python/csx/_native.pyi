@@ -180,6 +180,7 @@ def table_write(
     name: str,
     columns: List[Tuple[str, str, int, bytes]],
     dictionaries: List[Tuple[str, List[str]]],
+    raw: bool = False,
 ) -> _SchemaInfo: ...
 
 @final

@@ -329,6 +329,12 @@ def put_table(dev: Any, table: str, data: Any, name: Optional[str] = None) -> Ta
     writes (version 2: encoded blocks, zone maps, checksums): the column files,
     dictionaries and ``schema.json`` (put last, so a reader never sees a schema whose
     columns are not all there). Returns the schema."""
+    return _put_table(dev, table, data, name, raw=False)
+
+
+def _put_table(dev: Any, table: str, data: Any, name: Optional[str], raw: bool) -> TableSchema:
+    """:func:`put_table`; ``raw`` writes version 1 (raw column files), for a reader of
+    a column file's bytes (a λ of :mod:`csx.dask`)."""
     d = _table_dir(table)
     native = _native_device(dev)
     t = data if isinstance(data, pa.Table) else pa.table(data)
@@ -344,5 +350,5 @@ def put_table(dev: Any, table: str, data: Any, name: Optional[str] = None) -> Ta
         columns.append((c.name, c.type, c.scale, values))
         if entries is not None:
             dictionaries.append((c.name, entries))
-    info = _native.table_write(native, d, tname, columns, dictionaries)
+    info = _native.table_write(native, d, tname, columns, dictionaries, raw)
     return _schema_of(info, d)

@@ -8,7 +8,8 @@
 //! come back as one buffer per column of fixed-width little-endian values, which Arrow
 //! views without a copy.
 //!
-//! Writing goes through csx-data's `TableWriter` (the current version, encoded) into a
+//! Writing goes through csx-data's `TableWriter` (the current version, encoded, unless
+//! raw files are asked for) into a
 //! private local directory, whose files are then put on the device, the schema last.
 
 use std::path::{Path, PathBuf};
@@ -189,6 +190,7 @@ fn write_local(
     table: &str,
     columns: &[ColumnWrite],
     dictionaries: &[(String, Vec<String>)],
+    raw: bool,
 ) -> Result<Schema> {
     if columns.is_empty() {
         return Err(Error::value(format!("table {table} has no columns")));
@@ -244,7 +246,11 @@ fn write_local(
     Schema::new(table, rows.unwrap_or(0) as u64, schema_cols.clone())
         .validate()
         .map_err(|m| Error::value(format!("table {table}: {m}")))?;
-    let mut w = csx_data::columnar::TableWriter::create(dir, table, schema_cols)?;
+    let mut w = if raw {
+        csx_data::columnar::TableWriter::create_raw(dir, table, schema_cols)?
+    } else {
+        csx_data::columnar::TableWriter::create(dir, table, schema_cols)?
+    };
     for (i, (_, ty, _, data)) in columns.iter().enumerate() {
         match Values::from_le_bytes(column_type(ty)?, data) {
             Values::I32(v) => v.into_iter().try_for_each(|x| w.i32(i, x))?,
@@ -286,8 +292,10 @@ fn put_files(dev: &Device, local: &Path, dev_dir: &str, schema: &Schema) -> Resu
 
 /// Writes a table at `table` on `device` with csx-data's writer (the current format
 /// version): `columns` [(name, type, decimal scale, little-endian values)],
-/// `dictionaries` [(dict column, sorted entries)]. Returns the schema written.
+/// `dictionaries` [(dict column, sorted entries)]; `raw` writes version 1 (raw column
+/// files, for readers of a column file's bytes). Returns the schema written.
 #[pyfunction]
+#[pyo3(signature = (device, table, name, columns, dictionaries, raw=false))]
 pub fn table_write<'py>(
     py: Python<'py>,
     device: &Bound<'py, PyDevice>,
@@ -295,6 +303,7 @@ pub fn table_write<'py>(
     name: String,
     columns: Vec<(String, String, u32, Bound<'py, PyBytes>)>,
     dictionaries: Vec<(String, Vec<String>)>,
+    raw: bool,
 ) -> PyResult<SchemaInfo> {
     let dev = device.get().device()?;
     let columns: Vec<ColumnWrite> = columns
@@ -304,7 +313,7 @@ pub fn table_write<'py>(
     let schema = py.detach(move || -> Result<Schema> {
         let scratch = Scratch::new()?;
         let local = scratch.0.join("t");
-        let schema = write_local(&local, &name, &columns, &dictionaries)?;
+        let schema = write_local(&local, &name, &columns, &dictionaries, raw)?;
         put_files(&dev, &local, &table, &schema)?;
         Ok(schema)
     })?;

@@ -185,3 +185,12 @@ def test_put_table_refuses_what_the_format_cannot_store(dev, tmp_path):
     # Nothing was written by a refused put.
     with pytest.raises(csx.CsxError):
         dev.stat("/bad/schema.json")
+
+
+def test_a_raw_put_writes_version_1_for_readers_of_column_bytes(dev):
+    # csx.dask's partitions: a λ reads a column file's bytes, so they stay raw.
+    schema = csx.arrow._put_table(dev, "/rawput", {"a": pa.array([3, -4], pa.int64()), "s": pa.array(["q", "p"])}, None, raw=True)
+    assert schema.version == 1
+    assert bytes(dev.get("/rawput/a.col")) == np.array([3, -4], dtype="<i8").tobytes()
+    assert bytes(dev.get("/rawput/s.col")) == np.array([1, 0], dtype="<u4").tobytes()
+    assert csx.arrow.read_table(dev, "/rawput").to_pylist() == [{"a": 3, "s": "q"}, {"a": -4, "s": "p"}]

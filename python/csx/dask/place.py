@@ -217,7 +217,8 @@ def _put_table(cluster: Cluster, dest: str, src: Any, nparts: int, replicas: int
         info = _LocalTable(src).schema()
         if info.version != carrow.FORMAT_VERSION_RAW:
             # Encoded column files are not sliced by byte ranges: the table is read
-            # (csx-data's reader) and its partitions written like an Arrow table's.
+            # (csx-data's reader) and its partitions written like an Arrow table's
+            # (raw, as every partition is).
             src = carrow.read_local_table(src)
             info = None
     rows = info.rows if info is not None else src.num_rows
@@ -238,7 +239,8 @@ def _put_table(cluster: Cluster, dest: str, src: Any, nparts: int, replicas: int
             if info is not None:
                 _put_local_partition(dev, src, info, path, first, n)
             else:
-                written = carrow.put_table(dev, path, src.slice(first, n), name=dest.rsplit("/", 1)[-1])
+                # Raw column files (version 1): a λ reads a partition's column bytes.
+                written = carrow._put_table(dev, path, src.slice(first, n), dest.rsplit("/", 1)[-1], raw=True)
                 if columns is None:
                     columns = _columns_json(written)
             used.add(node.uri)
