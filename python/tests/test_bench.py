@@ -19,8 +19,11 @@ def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
     assert 10_000 < rows < 14_000  # csx gen tpch at SF 0.002: about 6e6 * SF lines
     q6 = r["results"]["q6"]
     assert q6["answer_checked"]
-    # Alone reads four whole columns: l_shipdate (4 bytes), three decimals (8 each).
-    assert q6["alone"]["bytes_to_host"] == rows * (4 + 8 + 8 + 8)
+    # Alone reads four whole columns, as stored: csx gen's encoded blocks, fewer bytes
+    # than the raw values (l_shipdate 4 bytes, three decimals 8 each) but more than the
+    # kept rows pushdown sends.
+    alone = q6["alone"]["bytes_to_host"]
+    assert q6["pushdown"]["bytes_to_host"] < alone < rows * (4 + 8 + 8 + 8)
     # Pushdown reads only the kept rows' two decimals.
     assert q6["pushdown"]["bytes_to_host"] == q6["pushdown"]["rows_kept"] * 16
     assert 0 < q6["pushdown"]["rows_kept"] < rows
