@@ -232,7 +232,7 @@ fn write_local(
         }
         let codes = Values::from_le_bytes(ColumnType::Dict, data);
         if let Values::U32(codes) = &codes {
-            check_codes(codes, entries.len() as u64, name, 0)?;
+            check_codes(codes, entries.len() as u64, &format!("column {name}"), 0)?;
         }
     }
     for (name, ty, _, _) in columns {
