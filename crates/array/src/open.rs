@@ -17,7 +17,7 @@ use csx_host::transport::Transport;
 use csx_host::{Client, Device, DeviceUri, OpenError, TransportError};
 use csx_proto::command::{Command, Op, WriteMode};
 use csx_proto::completion::{FileInfo, Reply};
-use csx_proto::{Completion, Status};
+use csx_proto::{CommandId, Completion, Status};
 
 use crate::{Array, ArrayError, Placement};
 
@@ -74,21 +74,85 @@ impl ArrayTransport {
         self.array.members().iter().map(|m| m.nvm_size_bytes).sum()
     }
 
+    /// A file's bytes from `offset`: the file being written, else the array's copy.
+    fn read(
+        &self,
+        state: &mut State,
+        id: CommandId,
+        path: String,
+        offset: u64,
+        len: u64,
+    ) -> Completion {
+        let whole = match state.writing.get(&path) {
+            Some(data) => data.clone(),
+            None => match &state.read_cache {
+                Some((p, data)) if *p == path => data.clone(),
+                _ => match self.array.get_bytes(&path) {
+                    Ok(data) => {
+                        state.read_cache = Some((path.clone(), data.clone()));
+                        data
+                    }
+                    Err(e) => return failed(id, e),
+                },
+            },
+        };
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(whole.len());
+        let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
+        let mut c = reply(id, Reply::Data(whole[start..end.min(whole.len())].to_vec()));
+        c.value = (end.min(whole.len()) - start) as u64;
+        c
+    }
+
+    /// Writes into the file's pending bytes (entering the catalog at rename or flush),
+    /// within the array's capacity.
+    fn write(
+        &self,
+        state: &mut State,
+        id: CommandId,
+        path: String,
+        offset: u64,
+        data: &[u8],
+        mode: WriteMode,
+    ) -> Completion {
+        let end = offset.saturating_add(data.len() as u64);
+        let pending: u64 = state.writing.values().map(|d| d.len() as u64).sum();
+        if end.saturating_add(pending) > self.capacity() {
+            return Completion::error(
+                id,
+                Status::NoSpace,
+                "array",
+                format!(
+                    "writing {path} to byte {end} would hold more than the array's {} bytes",
+                    self.capacity()
+                ),
+            );
+        }
+        state.read_cache = None;
+        let file = state.writing.entry(path.clone()).or_default();
+        if mode == WriteMode::Truncate {
+            file.clear();
+        } else if file.is_empty() {
+            // Writing into an array file already written: start from its bytes.
+            if let Ok(old) = self.array.get_bytes(&path) {
+                *file = old;
+            }
+        }
+        let (offset, end) = (offset as usize, end as usize);
+        if file.len() < end {
+            file.resize(end, 0);
+        }
+        file[offset..end].copy_from_slice(data);
+        let mut c = Completion::new(id, Status::Success);
+        c.value = data.len() as u64;
+        c
+    }
+
     fn run(&self, state: &mut State, cmd: Command) -> Completion {
         let id = cmd.id;
-        let failed = |e: ArrayError| {
-            let status = match e {
-                ArrayError::NotFound { .. } => Status::NotFound,
-                ArrayError::BadPath { .. } => Status::InvalidField,
-                _ => Status::Internal,
-            };
-            Completion::error(id, status, "array", e.to_string())
-        };
-        let reply = |reply: Reply| {
-            let mut c = Completion::new(id, Status::Success);
-            c.reply = reply;
-            c
-        };
+        let failed = |e: ArrayError| failed(id, e);
+        let reply = |r: Reply| reply(id, r);
         let info = |path: &str, size_bytes: u64| FileInfo {
             path: path.to_string(),
             size_bytes,
@@ -126,66 +190,13 @@ impl ArrayTransport {
                     Err(e) => failed(e),
                 },
             },
-            Op::FileRead { path, offset, len } => {
-                let whole = match state.writing.get(&path) {
-                    Some(data) => data.clone(),
-                    None => match &state.read_cache {
-                        Some((p, data)) if *p == path => data.clone(),
-                        _ => match self.array.get_bytes(&path) {
-                            Ok(data) => {
-                                state.read_cache = Some((path.clone(), data.clone()));
-                                data
-                            }
-                            Err(e) => return failed(e),
-                        },
-                    },
-                };
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(whole.len());
-                let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-                let mut c = reply(Reply::Data(whole[start..end.min(whole.len())].to_vec()));
-                c.value = (end.min(whole.len()) - start) as u64;
-                c
-            }
+            Op::FileRead { path, offset, len } => self.read(state, id, path, offset, len),
             Op::FileWrite {
                 path,
                 offset,
                 data,
                 mode,
-            } => {
-                let end = offset.saturating_add(data.len() as u64);
-                let pending: u64 = state.writing.values().map(|d| d.len() as u64).sum();
-                if end.saturating_add(pending) > self.capacity() {
-                    return Completion::error(
-                        id,
-                        Status::NoSpace,
-                        "array",
-                        format!(
-                            "writing {path} to byte {end} would hold more than the array's {} bytes",
-                            self.capacity()
-                        ),
-                    );
-                }
-                state.read_cache = None;
-                let file = state.writing.entry(path.clone()).or_default();
-                if mode == WriteMode::Truncate {
-                    file.clear();
-                } else if file.is_empty() {
-                    // Writing into an array file already written: start from its bytes.
-                    if let Ok(old) = self.array.get_bytes(&path) {
-                        *file = old;
-                    }
-                }
-                let (offset, end) = (offset as usize, end as usize);
-                if file.len() < end {
-                    file.resize(end, 0);
-                }
-                file[offset..end].copy_from_slice(&data);
-                let mut c = Completion::new(id, Status::Success);
-                c.value = data.len() as u64;
-                c
-            }
+            } => self.write(state, id, path, offset, &data, mode),
             Op::FileRename { from, to } => {
                 state.read_cache = None;
                 let result = match state.writing.remove(&from) {
@@ -271,6 +282,23 @@ impl Transport for ArrayTransport {
                 reason: e.to_string(),
             })
     }
+}
+
+/// A failed command's completion, the array error mapped to a status.
+fn failed(id: CommandId, e: ArrayError) -> Completion {
+    let status = match e {
+        ArrayError::NotFound { .. } => Status::NotFound,
+        ArrayError::BadPath { .. } => Status::InvalidField,
+        _ => Status::Internal,
+    };
+    Completion::error(id, status, "array", e.to_string())
+}
+
+/// A successful command's completion carrying `r`.
+fn reply(id: CommandId, r: Reply) -> Completion {
+    let mut c = Completion::new(id, Status::Success);
+    c.reply = r;
+    c
 }
 
 #[cfg(test)]
