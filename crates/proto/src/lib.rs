@@ -8,6 +8,7 @@
 pub mod abi;
 pub mod command;
 pub mod completion;
+pub mod crc;
 pub mod ids;
 pub mod limits;
 pub mod status;

@@ -82,7 +82,7 @@
 //! See `dirs.rs`.
 
 mod alloc;
-mod crc;
+use csx_proto::crc;
 mod dirs;
 mod error;
 pub mod path;

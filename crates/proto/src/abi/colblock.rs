@@ -494,64 +494,8 @@ pub fn decode_blocks(
     Ok(Some((written / width.max(1)) as u64))
 }
 
-/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), slicing by 8.
-pub fn crc32c(data: &[u8]) -> u32 {
-    crc32c_append(0, data)
-}
-
-/// Continues a CRC-32C: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`.
-pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
-    let t = &CRC_TABLES;
-    let mut c = !crc;
-    let mut chunks = data.chunks_exact(8);
-    for b in &mut chunks {
-        let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        c = t[7][(lo & 0xff) as usize]
-            ^ t[6][((lo >> 8) & 0xff) as usize]
-            ^ t[5][((lo >> 16) & 0xff) as usize]
-            ^ t[4][(lo >> 24) as usize]
-            ^ t[3][b[4] as usize]
-            ^ t[2][b[5] as usize]
-            ^ t[1][b[6] as usize]
-            ^ t[0][b[7] as usize];
-    }
-    for &b in chunks.remainder() {
-        c = t[0][((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
-    }
-    !c
-}
-
-const fn crc_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut j = 1;
-    while j < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = t[j - 1][i];
-            t[j][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        j += 1;
-    }
-    t
-}
-
-static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
+/// CRC-32C of a block's bytes (the one implementation, hardware where present).
+pub use crate::crc::{crc32c, crc32c_append};
 
 #[cfg(test)]
 mod tests {

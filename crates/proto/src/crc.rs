@@ -1,4 +1,5 @@
-//! CRC32C (Castagnoli), the file store's block checksum.
+//! CRC32C (Castagnoli): the file store's block checksum and the column blocks' (one
+//! implementation for both, in the lowest crate that needs it).
 //!
 //! Standard parameters (reflected polynomial 0x82F63B78, initial value and final xor
 //! 0xFFFFFFFF), so `crc32c(b"123456789") == 0xE3069283`. On x86-64 with SSE4.2 the
@@ -39,6 +40,11 @@ const fn make_tables() -> [[u32; 256]; 8] {
 /// The CRC32C of `data`.
 pub fn crc32c(data: &[u8]) -> u32 {
     !update(!0, data)
+}
+
+/// Continues a CRC32C: `crc32c_append(crc32c(a), b) == crc32c(a ++ b)`.
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    !update(!crc, data)
 }
 
 /// The CRC32C of every `block`-byte chunk of `data` (whose length is a multiple of
