@@ -15,6 +15,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
         "(make test runs it) or `pip install ./python`"
     ) from None
 
+import csx.data  # noqa: E402 (after the import check above)
+
 MiB = 1 << 20
 _names = itertools.count()
 
@@ -58,3 +60,16 @@ def any_dev(request, tmp_path):
 @pytest.fixture(scope="session")
 def stats64():
     return csx.sdk_program("stats64")
+
+
+def ssb_and_tpch(root, ssb_seed, tpch_seed):
+    """SSB (SF 0.01) and TPC-H (SF 0.002) under `root`, each with its Parquet copy, put
+    on a new embedded device at /ssb and /tpch: (device, ssb dataset, tpch dataset)."""
+    ssb = csx.data.generate("ssb", root / "ssb", 0.01, seed=ssb_seed)
+    csx.data.write_parquet(root / "ssb", root / "ssb-parquet")
+    tpch = csx.data.generate("tpch", root / "tpch", 0.002, seed=tpch_seed)
+    csx.data.write_parquet(root / "tpch", root / "tpch-parquet")
+    d = new_device(root / "dev")
+    csx.data.put_dir(d, root / "ssb", "/ssb")
+    csx.data.put_dir(d, root / "tpch", "/tpch")
+    return d, ssb, tpch

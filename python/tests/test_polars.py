@@ -12,19 +12,13 @@ import csx
 import csx.data
 import csx.polars
 
-from conftest import new_device
+from conftest import ssb_and_tpch
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("pldata")
-    ssb = csx.data.generate("ssb", root / "ssb", 0.01, seed=2)
-    csx.data.write_parquet(root / "ssb", root / "ssb-parquet")
-    tpch = csx.data.generate("tpch", root / "tpch", 0.002, seed=4)
-    csx.data.write_parquet(root / "tpch", root / "tpch-parquet")
-    d = new_device(root / "dev")
-    csx.data.put_dir(d, root / "ssb", "/ssb")
-    csx.data.put_dir(d, root / "tpch", "/tpch")
+    d, ssb, tpch = ssb_and_tpch(root, 2, 4)
     yield root, d, ssb, tpch
     d.close()
 

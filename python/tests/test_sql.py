@@ -11,19 +11,13 @@ import csx.data
 import csx.duckdb
 from csx.bench.lineitem import Q1, Q6
 
-from conftest import new_device
+from conftest import ssb_and_tpch
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("sqldata")
-    ssb = csx.data.generate("ssb", root / "ssb", 0.01, seed=1)
-    csx.data.write_parquet(root / "ssb", root / "ssb-parquet")
-    tpch = csx.data.generate("tpch", root / "tpch", 0.002, seed=3)
-    csx.data.write_parquet(root / "tpch", root / "tpch-parquet")
-    d = new_device(root / "dev")
-    csx.data.put_dir(d, root / "ssb", "/ssb")
-    csx.data.put_dir(d, root / "tpch", "/tpch")
+    d, ssb, tpch = ssb_and_tpch(root, 1, 3)
     yield root, d, ssb, tpch
     d.close()
 
