@@ -299,8 +299,29 @@ fn real_logs(n: usize, size: u64) -> anyhow::Result<[Vec<SortEvent>; 3]> {
     Ok(logs.try_into().expect("three logs"))
 }
 
-fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Result<Wall> {
+/// The host side of the wall run: `data` sorted with rayon's `par_sort_unstable`.
+struct HostSort {
+    wall_ns: u64,
+    cpu_ns: u64,
+    /// The sorted keys as bytes, the output every array sort must equal.
+    expect: Vec<u8>,
+}
+
+fn host_sort(mut data: Vec<u64>) -> anyhow::Result<HostSort> {
     use rayon::slice::ParallelSliceMut as _;
+    let cpu0 = process_cpu_ns()?;
+    let t = Instant::now();
+    data.par_sort_unstable();
+    let wall_ns = t.elapsed().as_nanos() as u64;
+    let cpu_ns = process_cpu_ns()? - cpu0;
+    Ok(HostSort {
+        wall_ns,
+        cpu_ns,
+        expect: to_bytes(&data),
+    })
+}
+
+fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Result<Wall> {
     let n = 4;
     let tmp = match dir {
         Some(d) => tempfile::tempdir_in(d),
@@ -311,10 +332,9 @@ fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Resul
     config.engines = None;
     let array = Array::init_embedded(&tmp.path().join("arr"), n, config, LinkModel::default())?;
     let data = keys((size / 8) as usize, 0x5eed);
-    let mut expect = to_bytes(&data);
     array.put_bytes(
         "/in",
-        &expect,
+        &to_bytes(&data),
         Placement::Striped {
             stripe_bytes: even_stripe(size, n),
         },
@@ -323,58 +343,11 @@ fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Resul
     for m in array.members() {
         m.device.flush().context("flush a member")?;
     }
-    let mut host = data;
-    let cpu0 = process_cpu_ns()?;
-    let t = Instant::now();
-    host.par_sort_unstable();
-    let host_ns = t.elapsed().as_nanos() as u64;
-    let host_cpu_ns = process_cpu_ns()? - cpu0;
-    expect.clear();
-    expect.extend(host.iter().flat_map(|k| k.to_le_bytes()));
-    drop(host);
+    let host = host_sort(data)?;
     let mut sorts = Vec::new();
     for &topology in topologies {
-        // The usage when the last part is sorted: the sort phase's end.
-        let sorted = std::sync::atomic::AtomicUsize::new(0);
-        let at_sorted = std::sync::Mutex::new(None);
-        let u0 = Usage::now()?;
-        let r = sort(
-            &array,
-            "/in",
-            &SortOptions {
-                mode: SortMode::Instant,
-                topology,
-                output: Some("/out".into()),
-            },
-            &|e| {
-                if matches!(e, SortEvent::Sorted { .. })
-                    && sorted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n
-                {
-                    *at_sorted.lock().unwrap_or_else(|p| p.into_inner()) = Usage::now().ok();
-                }
-            },
-        )?;
-        let used = Usage::now()?.since(&u0);
-        let sort_phase = at_sorted
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .map(|u| u.since(&u0))
-            .unwrap_or_default();
-        sorts.push(WallSort {
-            topology,
-            wall_ns: r.total_wall_ns,
-            cpu_ns: used.cpu_ns(),
-            user_ns: used.user_ns,
-            sys_ns: used.sys_ns,
-            minor_faults: used.minor_faults,
-            sort_phase,
-            phases: WallPhases {
-                sort_ns: r.sort_wall_ns,
-                merge_ns: r.merge_wall_ns,
-                output_write_ns: r.output_wall_ns,
-            },
-        });
-        if array.get_bytes("/out")? != expect {
+        sorts.push(wall_sort(&array, topology, n)?);
+        if array.get_bytes("/out")? != host.expect {
             bail!("the array's {topology:?} sort differs from the host's par_sort_unstable");
         }
     }
@@ -389,11 +362,55 @@ fn wall(size: u64, dir: Option<&Path>, topologies: &[Topology]) -> anyhow::Resul
             .map(|d| d.display().to_string())
             .unwrap_or_else(|| std::env::temp_dir().display().to_string()),
         sorts,
-        host_par_sort_unstable_ns: host_ns,
-        ratio: best as f64 / host_ns as f64,
-        host_cpu_ns,
-        cpu_ratio: best_cpu as f64 / host_cpu_ns.max(1) as f64,
+        host_par_sort_unstable_ns: host.wall_ns,
+        ratio: best as f64 / host.wall_ns as f64,
+        host_cpu_ns: host.cpu_ns,
+        cpu_ratio: best_cpu as f64 / host.cpu_ns.max(1) as f64,
         outputs_equal: true,
+    })
+}
+
+/// One timed instant sort of `/in` into `/out` on the `n` members of `array`.
+fn wall_sort(array: &Array, topology: Topology, n: usize) -> anyhow::Result<WallSort> {
+    // The usage when the last part is sorted: the sort phase's end.
+    let sorted = std::sync::atomic::AtomicUsize::new(0);
+    let at_sorted = std::sync::Mutex::new(None);
+    let u0 = Usage::now()?;
+    let r = sort(
+        array,
+        "/in",
+        &SortOptions {
+            mode: SortMode::Instant,
+            topology,
+            output: Some("/out".into()),
+        },
+        &|e| {
+            if matches!(e, SortEvent::Sorted { .. })
+                && sorted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == n
+            {
+                *at_sorted.lock().unwrap_or_else(|p| p.into_inner()) = Usage::now().ok();
+            }
+        },
+    )?;
+    let used = Usage::now()?.since(&u0);
+    let sort_phase = at_sorted
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .map(|u| u.since(&u0))
+        .unwrap_or_default();
+    Ok(WallSort {
+        topology,
+        wall_ns: r.total_wall_ns,
+        cpu_ns: used.cpu_ns(),
+        user_ns: used.user_ns,
+        sys_ns: used.sys_ns,
+        minor_faults: used.minor_faults,
+        sort_phase,
+        phases: WallPhases {
+            sort_ns: r.sort_wall_ns,
+            merge_ns: r.merge_wall_ns,
+            output_write_ns: r.output_wall_ns,
+        },
     })
 }
 
@@ -410,68 +427,13 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
     let mut rows = Vec::new();
     for &n in &args.disks {
         for &size in &sizes {
-            let (source, logs) = if size <= args.real_max {
-                if !args.json {
-                    eprintln!("bench array: sorting {size} bytes on {n} members (3 ways)");
-                }
-                ("run", real_logs(n, size)?)
-            } else {
-                let chain = plan(&even_parts(size, n), Topology::Chain);
-                let tree = plan(&even_parts(size, n), Topology::Tree);
-                ("plan", [chain.clone(), chain, tree])
-            };
-            for (link, bits) in LINKS {
-                let mut model = SortModel::thesis(bits / 8);
-                model.link = model.link.clone().with_latency(args.latency_us * 1000);
-                let host_chain = price(&logs[0], SortMode::Host, &model);
-                let instant_chain = price(&logs[1], SortMode::Instant, &model);
-                let instant_tree = price(&logs[2], SortMode::Instant, &model);
-                rows.push(Row {
-                    disks: n,
-                    size_bytes: size,
-                    source,
-                    link,
-                    link_bits_per_sec: bits,
-                    gain_pct: gain(&host_chain, &instant_chain),
-                    tree_gain_pct: gain(&host_chain, &instant_tree),
-                    host_chain,
-                    instant_chain,
-                    instant_tree,
-                });
-            }
+            grid_rows(&args, n, size, &mut rows)?;
         }
     }
-    let thesis: Vec<ThesisRow> = THESIS_GAINS
-        .iter()
-        .filter_map(|&(disks, gbps, t)| {
-            let r = rows.iter().find(|r| {
-                r.disks == disks
-                    && r.size_bytes == 512 << 20
-                    && r.link_bits_per_sec == gbps * 1_000_000_000
-            })?;
-            Some(ThesisRow {
-                disks,
-                link_gbit_per_sec: gbps,
-                thesis_gain_pct: t,
-                modelled_gain_pct: r.gain_pct,
-                difference_pp: r.gain_pct - t,
-            })
-        })
-        .collect();
+    let thesis = thesis_rows(&rows);
     let wall = args
         .wall
-        .map(|size| {
-            let topologies: Vec<Topology> = args
-                .wall_topology
-                .iter()
-                .map(|t| match t.as_str() {
-                    "chain" => Topology::Chain,
-                    "tree" => Topology::Tree,
-                    _ => Topology::Multiway,
-                })
-                .collect();
-            wall(size, args.wall_dir.as_deref(), &topologies)
-        })
+        .map(|size| wall(size, args.wall_dir.as_deref(), &wall_topologies(&args)))
         .transpose()?;
     let model = SortModel::thesis(0);
     if args.json {
@@ -492,6 +454,80 @@ pub fn run(args: ArrayBenchArgs) -> anyhow::Result<u8> {
     Ok(exit::SUCCESS)
 }
 
+/// The grid's rows of `n` members and `size` bytes, one per link speed: priced from
+/// real sorts' logs up to `--real-max`, from the plan above.
+fn grid_rows(
+    args: &ArrayBenchArgs,
+    n: usize,
+    size: u64,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let (source, logs) = if size <= args.real_max {
+        if !args.json {
+            eprintln!("bench array: sorting {size} bytes on {n} members (3 ways)");
+        }
+        ("run", real_logs(n, size)?)
+    } else {
+        let chain = plan(&even_parts(size, n), Topology::Chain);
+        let tree = plan(&even_parts(size, n), Topology::Tree);
+        ("plan", [chain.clone(), chain, tree])
+    };
+    for (link, bits) in LINKS {
+        let mut model = SortModel::thesis(bits / 8);
+        model.link = model.link.clone().with_latency(args.latency_us * 1000);
+        let host_chain = price(&logs[0], SortMode::Host, &model);
+        let instant_chain = price(&logs[1], SortMode::Instant, &model);
+        let instant_tree = price(&logs[2], SortMode::Instant, &model);
+        rows.push(Row {
+            disks: n,
+            size_bytes: size,
+            source,
+            link,
+            link_bits_per_sec: bits,
+            gain_pct: gain(&host_chain, &instant_chain),
+            tree_gain_pct: gain(&host_chain, &instant_tree),
+            host_chain,
+            instant_chain,
+            instant_tree,
+        });
+    }
+    Ok(())
+}
+
+/// The thesis's 512 MB gains (Fig. 5.4) beside the grid's, where the grid has them.
+fn thesis_rows(rows: &[Row]) -> Vec<ThesisRow> {
+    THESIS_GAINS
+        .iter()
+        .filter_map(|&(disks, gbps, t)| {
+            let r = find_row(rows, disks, 512 << 20, gbps * 1_000_000_000)?;
+            Some(ThesisRow {
+                disks,
+                link_gbit_per_sec: gbps,
+                thesis_gain_pct: t,
+                modelled_gain_pct: r.gain_pct,
+                difference_pp: r.gain_pct - t,
+            })
+        })
+        .collect()
+}
+
+/// The grid's row of `disks` members, `size` bytes and a link of `bits` per second.
+fn find_row(rows: &[Row], disks: usize, size: u64, bits: u64) -> Option<&Row> {
+    rows.iter()
+        .find(|r| r.disks == disks && r.size_bytes == size && r.link_bits_per_sec == bits)
+}
+
+fn wall_topologies(args: &ArrayBenchArgs) -> Vec<Topology> {
+    args.wall_topology
+        .iter()
+        .map(|t| match t.as_str() {
+            "chain" => Topology::Chain,
+            "tree" => Topology::Tree,
+            _ => Topology::Multiway,
+        })
+        .collect()
+}
+
 fn size_label(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{}MB", b >> 20)
@@ -509,58 +545,16 @@ fn print_tables(
 ) {
     println!("INSTANT (chain) gain over the host-mediated baseline, % of modelled time");
     for &n in disks {
-        println!(
-            "\n{n} disks     {}",
-            LINKS
-                .map(|l| format!("{:>10}", l.0.replace(" ", "")))
-                .join("")
-        );
-        for &size in sizes {
-            let cells: String = LINKS
-                .iter()
-                .map(|(_, bits)| {
-                    rows.iter()
-                        .find(|r| {
-                            r.disks == n && r.size_bytes == size && r.link_bits_per_sec == *bits
-                        })
-                        .map_or_else(
-                            || format!("{:>10}", "-"),
-                            |r| format!("{:>10.2}", r.gain_pct),
-                        )
-                })
-                .collect();
-            let src = rows
-                .iter()
-                .find(|r| r.disks == n && r.size_bytes == size)
-                .map_or("", |r| r.source);
-            println!("{:>7} {:>4} {cells}", size_label(size), src);
-        }
+        print_gain_table(rows, n, sizes);
     }
     if !thesis.is_empty() {
-        println!("\n512 MB merge sort, gain of INSTANT over OAS (thesis Fig. 5.4) vs modelled:");
-        println!(
-            "{:>6} {:>10} {:>9} {:>9} {:>8}",
-            "disks", "link", "thesis", "modelled", "diff pp"
-        );
-        for t in thesis {
-            println!(
-                "{:>6} {:>6}Gbps {:>8.2}% {:>8.2}% {:>+8.2}",
-                t.disks,
-                t.link_gbit_per_sec,
-                t.thesis_gain_pct,
-                t.modelled_gain_pct,
-                t.difference_pp
-            );
-        }
+        print_thesis(thesis);
     }
-    let tree: Vec<&Row> = rows
+    let largest = sizes.last().copied().unwrap_or(0);
+    for r in rows
         .iter()
-        .filter(|r| {
-            r.size_bytes == sizes.last().copied().unwrap_or(0)
-                && r.link_bits_per_sec == 1_000_000_000
-        })
-        .collect();
-    for r in tree {
+        .filter(|r| r.size_bytes == largest && r.link_bits_per_sec == 1_000_000_000)
+    {
         println!(
             "tree merge, {} disks, {} at 1 Gbit/s: {:.2}% faster than the baseline (chain: {:.2}%)",
             r.disks,
@@ -570,37 +564,81 @@ fn print_tables(
         );
     }
     if let Some(w) = wall {
+        print_wall(w);
+    }
+}
+
+/// The chain gain of `n` members: one line per size, one column per link.
+fn print_gain_table(rows: &[Row], n: usize, sizes: &[u64]) {
+    println!(
+        "\n{n} disks     {}",
+        LINKS
+            .map(|l| format!("{:>10}", l.0.replace(" ", "")))
+            .join("")
+    );
+    for &size in sizes {
+        let cells: String = LINKS
+            .iter()
+            .map(|(_, bits)| {
+                find_row(rows, n, size, *bits).map_or_else(
+                    || format!("{:>10}", "-"),
+                    |r| format!("{:>10.2}", r.gain_pct),
+                )
+            })
+            .collect();
+        let src = rows
+            .iter()
+            .find(|r| r.disks == n && r.size_bytes == size)
+            .map_or("", |r| r.source);
+        println!("{:>7} {:>4} {cells}", size_label(size), src);
+    }
+}
+
+fn print_thesis(thesis: &[ThesisRow]) {
+    println!("\n512 MB merge sort, gain of INSTANT over OAS (thesis Fig. 5.4) vs modelled:");
+    println!(
+        "{:>6} {:>10} {:>9} {:>9} {:>8}",
+        "disks", "link", "thesis", "modelled", "diff pp"
+    );
+    for t in thesis {
         println!(
-            "\nwall: {} on {} embedded members in {}: host par_sort_unstable {:.3} s (cpu {:.3} s); best ratio {:.2} (cpu {:.2})",
-            size_label(w.size_bytes),
-            w.members,
-            w.dir,
-            w.host_par_sort_unstable_ns as f64 / 1e9,
-            w.host_cpu_ns as f64 / 1e9,
-            w.ratio,
-            w.cpu_ratio
+            "{:>6} {:>6}Gbps {:>8.2}% {:>8.2}% {:>+8.2}",
+            t.disks, t.link_gbit_per_sec, t.thesis_gain_pct, t.modelled_gain_pct, t.difference_pp
         );
-        for r in &w.sorts {
-            let p = &r.phases;
-            println!(
-                "  instant {:?}: {:.3} s (cpu {:.3} s): sort phase {:.3} s (staging included), merge phase {:.3} s (output write and flush {:.3} s)",
-                r.topology,
-                r.wall_ns as f64 / 1e9,
-                r.cpu_ns as f64 / 1e9,
-                p.sort_ns as f64 / 1e9,
-                p.merge_ns as f64 / 1e9,
-                p.output_write_ns as f64 / 1e9
-            );
-            println!(
-                "    cpu: user {:.3} s, system {:.3} s, {} minor faults; of it the sort phase: user {:.3} s, system {:.3} s, {} minor faults",
-                r.user_ns as f64 / 1e9,
-                r.sys_ns as f64 / 1e9,
-                r.minor_faults,
-                r.sort_phase.user_ns as f64 / 1e9,
-                r.sort_phase.sys_ns as f64 / 1e9,
-                r.sort_phase.minor_faults
-            );
-        }
+    }
+}
+
+fn print_wall(w: &Wall) {
+    println!(
+        "\nwall: {} on {} embedded members in {}: host par_sort_unstable {:.3} s (cpu {:.3} s); best ratio {:.2} (cpu {:.2})",
+        size_label(w.size_bytes),
+        w.members,
+        w.dir,
+        w.host_par_sort_unstable_ns as f64 / 1e9,
+        w.host_cpu_ns as f64 / 1e9,
+        w.ratio,
+        w.cpu_ratio
+    );
+    for r in &w.sorts {
+        let p = &r.phases;
+        println!(
+            "  instant {:?}: {:.3} s (cpu {:.3} s): sort phase {:.3} s (staging included), merge phase {:.3} s (output write and flush {:.3} s)",
+            r.topology,
+            r.wall_ns as f64 / 1e9,
+            r.cpu_ns as f64 / 1e9,
+            p.sort_ns as f64 / 1e9,
+            p.merge_ns as f64 / 1e9,
+            p.output_write_ns as f64 / 1e9
+        );
+        println!(
+            "    cpu: user {:.3} s, system {:.3} s, {} minor faults; of it the sort phase: user {:.3} s, system {:.3} s, {} minor faults",
+            r.user_ns as f64 / 1e9,
+            r.sys_ns as f64 / 1e9,
+            r.minor_faults,
+            r.sort_phase.user_ns as f64 / 1e9,
+            r.sort_phase.sys_ns as f64 / 1e9,
+            r.sort_phase.minor_faults
+        );
     }
 }
 
@@ -611,27 +649,7 @@ fn write_plots(dir: &Path, rows: &[Row], thesis: &[ThesisRow]) -> anyhow::Result
         std::fs::write(&path, chart.to_svg()).with_context(|| format!("writing {}", path.display()))
     };
     if !thesis.is_empty() {
-        write(
-            "array-thesis.svg",
-            BarChart {
-                title: "512 MB merge sort: INSTANT gain over OAS, thesis vs modelled".into(),
-                y_label: "gain (%)".into(),
-                groups: thesis
-                    .iter()
-                    .map(|t| {
-                        (
-                            format!("{} disks, {} Gbit/s", t.disks, t.link_gbit_per_sec),
-                            vec![
-                                ("thesis (Fig. 5.4)".to_string(), t.thesis_gain_pct),
-                                ("csx model".to_string(), t.modelled_gain_pct),
-                            ],
-                        )
-                    })
-                    .collect(),
-                stacked: false,
-                log: false,
-            },
-        )?;
+        write("array-thesis.svg", thesis_chart(thesis))?;
     }
     let largest = rows.iter().map(|r| r.size_bytes).max().unwrap_or(0);
     let disks: Vec<usize> = {
@@ -641,104 +659,110 @@ fn write_plots(dir: &Path, rows: &[Row], thesis: &[ThesisRow]) -> anyhow::Result
     };
     write(
         "array-gain-by-link.svg",
-        BarChart {
-            title: format!(
-                "{}: INSTANT chain gain over the baseline by link",
-                size_label(largest)
-            ),
-            y_label: "gain (%)".into(),
-            groups: LINKS
-                .iter()
-                .map(|(label, bits)| {
-                    (
-                        label.to_string(),
-                        disks
-                            .iter()
-                            .filter_map(|&n| {
-                                rows.iter()
-                                    .find(|r| {
-                                        r.disks == n
-                                            && r.size_bytes == largest
-                                            && r.link_bits_per_sec == *bits
-                                    })
-                                    .map(|r| (format!("{n} disks"), r.gain_pct))
-                            })
-                            .collect(),
-                    )
-                })
-                .collect(),
-            stacked: false,
-            log: false,
-        },
+        gain_by_link_chart(rows, &disks, largest),
     )?;
     let first = disks.first().copied().unwrap_or(2);
     write(
         "array-merge-split.svg",
-        BarChart {
-            title: format!(
-                "{}, {first} disks, INSTANT: merge phase split (thesis Fig. 5.3)",
-                size_label(largest)
-            ),
-            y_label: "modelled ms".into(),
-            groups: LINKS
-                .iter()
-                .filter_map(|(label, bits)| {
-                    let r = rows.iter().find(|r| {
-                        r.disks == first && r.size_bytes == largest && r.link_bits_per_sec == *bits
-                    })?;
-                    let m = &r.instant_chain;
-                    Some((
-                        label.to_string(),
-                        vec![
-                            (
-                                "device-to-device transfer".to_string(),
-                                m.transfer_ns as f64 / 1e6,
-                            ),
-                            (
-                                "merge execution".to_string(),
-                                (m.merge_ns - m.transfer_ns) as f64 / 1e6,
-                            ),
-                        ],
-                    ))
-                })
-                .collect(),
-            stacked: true,
-            log: false,
-        },
+        merge_split_chart(rows, first, largest),
     )?;
-    write(
-        "array-gain-by-size.svg",
-        BarChart {
-            title: "INSTANT chain gain over the baseline by size, 1 Gbit/s".into(),
-            y_label: "gain (%)".into(),
-            groups: {
-                let mut sizes: Vec<u64> = rows.iter().map(|r| r.size_bytes).collect();
-                sizes.sort_unstable();
-                sizes.dedup();
-                sizes
-                    .iter()
-                    .map(|&s| {
-                        (
-                            size_label(s),
-                            disks
-                                .iter()
-                                .filter_map(|&n| {
-                                    rows.iter()
-                                        .find(|r| {
-                                            r.disks == n
-                                                && r.size_bytes == s
-                                                && r.link_bits_per_sec == 1_000_000_000
-                                        })
-                                        .map(|r| (format!("{n} disks"), r.gain_pct))
-                                })
-                                .collect(),
-                        )
-                    })
-                    .collect()
-            },
-            stacked: false,
-            log: false,
-        },
-    )?;
+    write("array-gain-by-size.svg", gain_by_size_chart(rows, &disks))?;
     Ok(())
+}
+
+fn thesis_chart(thesis: &[ThesisRow]) -> BarChart {
+    BarChart {
+        title: "512 MB merge sort: INSTANT gain over OAS, thesis vs modelled".into(),
+        y_label: "gain (%)".into(),
+        groups: thesis
+            .iter()
+            .map(|t| {
+                (
+                    format!("{} disks, {} Gbit/s", t.disks, t.link_gbit_per_sec),
+                    vec![
+                        ("thesis (Fig. 5.4)".to_string(), t.thesis_gain_pct),
+                        ("csx model".to_string(), t.modelled_gain_pct),
+                    ],
+                )
+            })
+            .collect(),
+        stacked: false,
+        log: false,
+    }
+}
+
+/// The chain gain of each member count in `disks` at `size` bytes and `bits` per second.
+fn gains_by_disks(rows: &[Row], disks: &[usize], size: u64, bits: u64) -> Vec<(String, f64)> {
+    disks
+        .iter()
+        .filter_map(|&n| find_row(rows, n, size, bits).map(|r| (format!("{n} disks"), r.gain_pct)))
+        .collect()
+}
+
+fn gain_by_link_chart(rows: &[Row], disks: &[usize], largest: u64) -> BarChart {
+    BarChart {
+        title: format!(
+            "{}: INSTANT chain gain over the baseline by link",
+            size_label(largest)
+        ),
+        y_label: "gain (%)".into(),
+        groups: LINKS
+            .iter()
+            .map(|(label, bits)| {
+                (
+                    label.to_string(),
+                    gains_by_disks(rows, disks, largest, *bits),
+                )
+            })
+            .collect(),
+        stacked: false,
+        log: false,
+    }
+}
+
+fn merge_split_chart(rows: &[Row], first: usize, largest: u64) -> BarChart {
+    BarChart {
+        title: format!(
+            "{}, {first} disks, INSTANT: merge phase split (thesis Fig. 5.3)",
+            size_label(largest)
+        ),
+        y_label: "modelled ms".into(),
+        groups: LINKS
+            .iter()
+            .filter_map(|(label, bits)| {
+                let m = &find_row(rows, first, largest, *bits)?.instant_chain;
+                Some((
+                    label.to_string(),
+                    vec![
+                        (
+                            "device-to-device transfer".to_string(),
+                            m.transfer_ns as f64 / 1e6,
+                        ),
+                        (
+                            "merge execution".to_string(),
+                            (m.merge_ns - m.transfer_ns) as f64 / 1e6,
+                        ),
+                    ],
+                ))
+            })
+            .collect(),
+        stacked: true,
+        log: false,
+    }
+}
+
+fn gain_by_size_chart(rows: &[Row], disks: &[usize]) -> BarChart {
+    let mut sizes: Vec<u64> = rows.iter().map(|r| r.size_bytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    BarChart {
+        title: "INSTANT chain gain over the baseline by size, 1 Gbit/s".into(),
+        y_label: "gain (%)".into(),
+        groups: sizes
+            .iter()
+            .map(|&s| (size_label(s), gains_by_disks(rows, disks, s, 1_000_000_000)))
+            .collect(),
+        stacked: false,
+        log: false,
+    }
 }

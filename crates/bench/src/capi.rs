@@ -8,6 +8,7 @@
 //! (linking csx-capi as an rlib: the call itself is an ordinary function call).
 
 use std::ffi::CString;
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Context as _};
@@ -15,7 +16,7 @@ use clap::Args;
 use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
 use csx_capi::status::{name, CS_SUCCESS};
 use csx_capi::types::{CsComputeArg, CsComputeArgValue, CsComputeRequest, CsDevHandle};
-use csx_host::proto::{EngineKind, ProgramType};
+use csx_host::proto::{EngineKind, ProgramIndex, ProgramType};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{Device, ExecuteRequest};
 use serde::Serialize;
@@ -102,21 +103,7 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     let temp = tempfile::tempdir().context("cannot create a temporary directory")?;
     let uri = match &args.device {
         Some(u) => u.clone(),
-        None => {
-            let dir = temp.path().join("dev");
-            let config = DeviceConfig {
-                nvm_size_bytes: 16 << 20,
-                slm_size_bytes: 16 << 20,
-                engines: Some(1),
-                ..DeviceConfig::default()
-            };
-            Device::init(&dir, config)
-                .context("cannot create the embedded device")?
-                .close()?;
-            dir.to_str()
-                .context("temporary path is not UTF-8")?
-                .to_string()
-        }
+        None => fresh_device(temp.path())?,
     };
     let c_uri = CString::new(uri.clone()).context("the URI holds a NUL byte")?;
     let mut dev: CsDevHandle = std::ptr::null_mut();
@@ -131,15 +118,7 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     let shared = csx_capi::registry::with(|r| r.devices.get(&key).cloned())
         .context("the opened device is not in libcsx's table")?;
     let device = &shared.device;
-    // mov r0, 0; exit
-    let noop: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
-    let pind = device.load_program_any_slot(ProgramType::Raw, &noop, None)?;
-    let engine = if device.identify()?.jit {
-        EngineKind::Jit
-    } else {
-        EngineKind::Interpreter
-    };
-    device.activate(pind, engine)?;
+    let (pind, engine) = load_noop(device)?;
     let request = CsComputeRequest {
         dev_handle: dev,
         csf_id: u32::from(pind.0),
@@ -149,6 +128,69 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
             u: CsComputeArgValue { value64: 0 },
         }],
     };
+    let (rust_ns, c_ns) = time_rounds(args, device, pind, &request)?;
+    device.deactivate(pind)?;
+    device.unload(pind)?;
+    drop(shared);
+    let closed = csCloseCSx(dev);
+    ensure!(closed == CS_SUCCESS, "csCloseCSx failed: {}", name(closed));
+    let (r, c) = (median(&rust_ns), median(&c_ns));
+    Ok(Report {
+        uri: if args.device.is_some() {
+            uri
+        } else {
+            "(temporary embedded device)".into()
+        },
+        engine: format!("{engine:?}"),
+        rounds: args.runs,
+        iterations: args.iterations,
+        rust_ns: r,
+        c_ns: c,
+        ratio: c / r,
+        rust_rounds_ns: rust_ns,
+        c_rounds_ns: c_ns,
+    })
+}
+
+/// A fresh embedded device in `dir`; returns its URI.
+fn fresh_device(dir: &Path) -> anyhow::Result<String> {
+    let dir = dir.join("dev");
+    let config = DeviceConfig {
+        nvm_size_bytes: 16 << 20,
+        slm_size_bytes: 16 << 20,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    Device::init(&dir, config)
+        .context("cannot create the embedded device")?
+        .close()?;
+    Ok(dir
+        .to_str()
+        .context("temporary path is not UTF-8")?
+        .to_string())
+}
+
+/// Loads and activates the no-op (`mov r0, 0; exit`) in a free slot, with the JIT where
+/// the device has one.
+fn load_noop(device: &Device) -> anyhow::Result<(ProgramIndex, EngineKind)> {
+    let noop: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let pind = device.load_program_any_slot(ProgramType::Raw, &noop, None)?;
+    let engine = if device.identify()?.jit {
+        EngineKind::Jit
+    } else {
+        EngineKind::Interpreter
+    };
+    device.activate(pind, engine)?;
+    Ok((pind, engine))
+}
+
+/// Each round's ns per call through the Rust API and through the C API, alternating.
+fn time_rounds(
+    args: &CapiBenchArgs,
+    device: &Device,
+    pind: ProgramIndex,
+    request: &CsComputeRequest,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let rust_request = ExecuteRequest::new(pind);
     let mut rust_ns = Vec::new();
     let mut c_ns = Vec::new();
@@ -165,50 +207,35 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
         rust_ns.push(t.elapsed().as_nanos() as f64 / f64::from(n));
         let t = Instant::now();
         for _ in 0..n {
-            let mut r0 = 1u64;
-            // SAFETY: a valid request with no arguments, no callback, and a valid
-            // CompValue.
-            let s = unsafe {
-                csQueueComputeRequest(
-                    &request,
-                    std::ptr::null_mut(),
-                    None,
-                    std::ptr::null_mut(),
-                    &mut r0,
-                )
-            };
-            ensure!(
-                s == CS_SUCCESS && r0 == 0,
-                "csQueueComputeRequest returned {} (r0 {r0})",
-                name(s)
-            );
+            c_compute(request)?;
         }
         c_ns.push(t.elapsed().as_nanos() as f64 / f64::from(n));
     }
     if !args.json {
         eprintln!();
     }
-    device.deactivate(pind)?;
-    device.unload(pind)?;
-    drop(shared);
-    let closed = csCloseCSx(dev);
-    ensure!(closed == CS_SUCCESS, "csCloseCSx failed: {}", name(closed));
-    let (r, c) = (median(&rust_ns), median(&c_ns));
-    Ok(Report {
-        uri: if args.device.is_some() {
-            uri
-        } else {
-            "(temporary embedded device)".into()
-        },
-        engine: format!("{engine:?}"),
-        rounds: args.runs,
-        iterations: n,
-        rust_ns: r,
-        c_ns: c,
-        ratio: c / r,
-        rust_rounds_ns: rust_ns,
-        c_rounds_ns: c_ns,
-    })
+    Ok((rust_ns, c_ns))
+}
+
+/// One synchronous no-op compute through `csQueueComputeRequest`.
+fn c_compute(request: &CsComputeRequest) -> anyhow::Result<()> {
+    let mut r0 = 1u64;
+    // SAFETY: a valid request with no arguments, no callback, and a valid CompValue.
+    let s = unsafe {
+        csQueueComputeRequest(
+            request,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+            &mut r0,
+        )
+    };
+    ensure!(
+        s == CS_SUCCESS && r0 == 0,
+        "csQueueComputeRequest returned {} (r0 {r0})",
+        name(s)
+    );
+    Ok(())
 }
 
 #[cfg(test)]

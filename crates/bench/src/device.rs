@@ -890,17 +890,7 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         .map_or(2, |n| n.get())
         .max(2);
     let wants = |case: &str| args.only.is_empty() || args.only.iter().any(|c| c == case);
-    let config = DeviceConfig {
-        nvm_size_bytes: (args.size + args.media_size + (64 << 20)).next_multiple_of(4096),
-        // Two staging buffers, the by-path buffers, the 1 MiB case and the media buffer.
-        slm_size_bytes: ((2 + by_path_buffers as u64) * args.chunk
-            + (4 << 20)
-            + super::media::MEDIA_COPY_SIZE)
-            .next_multiple_of(4096),
-        state_size_bytes: 4096,
-        engines: args.engines,
-        ..DeviceConfig::default()
-    };
+    let config = bench_config(&args, by_path_buffers);
     let load_average_before = load_average();
     let dev = Device::init(&state, config).context("cannot create the benchmark device")?;
     let engines = dev.identify().context("identify")?.engines;
@@ -952,4 +942,20 @@ pub fn run(args: DeviceBenchArgs) -> anyhow::Result<u8> {
         print_human(&report);
     }
     Ok(exit::SUCCESS)
+}
+
+/// The benchmark device: room for the file and the media case on NVM, for the staging
+/// and by-path buffers in memory.
+fn bench_config(args: &DeviceBenchArgs, by_path_buffers: usize) -> DeviceConfig {
+    DeviceConfig {
+        nvm_size_bytes: (args.size + args.media_size + (64 << 20)).next_multiple_of(4096),
+        // Two staging buffers, the by-path buffers, the 1 MiB case and the media buffer.
+        slm_size_bytes: ((2 + by_path_buffers as u64) * args.chunk
+            + (4 << 20)
+            + super::media::MEDIA_COPY_SIZE)
+            .next_multiple_of(4096),
+        state_size_bytes: 4096,
+        engines: args.engines,
+        ..DeviceConfig::default()
+    }
 }

@@ -488,80 +488,107 @@ fn app<'l>(lambdas: &'l [Lambda], name: &str, path: String, size: u64) -> App<'l
     }
 }
 
-/// Runs one scenario (every mode) over `apps` and appends its rows.
-#[allow(clippy::too_many_arguments)]
+/// One scenario: its name, the applications running at once, the cache's state and
+/// the host page cache's budget.
+struct Scenario<'s, 'l> {
+    name: &'s str,
+    apps: &'s [App<'l>],
+    warm: bool,
+    budget: u64,
+}
+
+/// Runs one scenario (every mode) and appends its rows.
 fn scenario(
     bench: &Bench<'_>,
     rows: &mut Vec<Row>,
-    name: &str,
-    apps: &[App<'_>],
-    warm: bool,
-    budget: u64,
+    s: &Scenario<'_, '_>,
     json: bool,
 ) -> anyhow::Result<()> {
     let mut reference: Option<Vec<Vec<Vec<u8>>>> = None;
     let mut computes: Vec<Vec<u64>> = Vec::new();
     // Host first: buffered borrows its compute.
     for mode in [MODES[1], MODES[0], MODES[2], MODES[3]] {
-        let io = bench.io(budget)?;
-        let files: Vec<LambdaFile<'_, '_>> = apps
+        let io = bench.io(s.budget)?;
+        let files: Vec<LambdaFile<'_, '_>> = s
+            .apps
             .iter()
             .map(|a| io.open(&a.path))
             .collect::<Result<_, _>>()?;
         let refs: Vec<&LambdaFile<'_, '_>> = files.iter().collect();
-        bench.prepare(&io, &refs, warm)?;
+        bench.prepare(&io, &refs, s.warm)?;
         let start = Instant::now();
-        let runs = bench.run_apps(&files, apps, mode, &computes)?;
+        let runs = bench.run_apps(&files, s.apps, mode, &computes)?;
         let wall_ns = start.elapsed().as_nanos() as u64;
         let outputs: Vec<Vec<Vec<u8>>> = runs.iter().map(|r| r.outputs.clone()).collect();
         match &reference {
             None => reference = Some(outputs),
             Some(r) if *r == outputs => {}
-            Some(_) => bail!("{name}: {} disagrees with host", mode.name()),
+            Some(_) => bail!("{}: {} disagrees with host", s.name, mode.name()),
         }
         if mode == MODES[1] {
             computes = runs.iter().map(|r| r.host_compute.clone()).collect();
         }
-        let threads_each = (bench.threads / apps.len() as u32).max(1);
+        let threads_each = (bench.threads / s.apps.len() as u32).max(1);
         let accounts: Vec<(RunAccount, u32)> =
             runs.iter().map(|r| (r.account, threads_each)).collect();
         let modelled_ns = makespan_ns(&accounts, bench.engines);
-        let total = runs.iter().fold(RunAccount::default(), |mut t, r| {
-            let a = r.account;
-            t.requests_host += a.requests_host;
-            t.requests_device += a.requests_device;
-            t.requests_profiled += a.requests_profiled;
-            t.link_bytes += a.link_bytes;
-            t.media_bytes += a.media_bytes;
-            t.insns += a.insns;
-            t.input_bytes += a.input_bytes;
-            t
-        });
-        let program = apps
-            .iter()
-            .map(|a| a.workload.name)
-            .collect::<Vec<_>>()
-            .join("+");
+        let total = sum_accounts(&runs);
         let row = Row {
-            scenario: name.to_string(),
-            program,
-            cache: if warm { "warm" } else { "cold" },
-            dataset_bytes: apps.iter().map(|a| a.size).sum(),
-            cache_budget_bytes: budget,
+            scenario: s.name.to_string(),
+            program: s
+                .apps
+                .iter()
+                .map(|a| a.workload.name)
+                .collect::<Vec<_>>()
+                .join("+"),
+            cache: if s.warm { "warm" } else { "cold" },
+            dataset_bytes: s.apps.iter().map(|a| a.size).sum(),
+            cache_budget_bytes: s.budget,
             mode: mode.name(),
-            requests_host: total.requests_host,
-            requests_device: total.requests_device,
-            requests_profiled: total.requests_profiled,
-            link_bytes: total.link_bytes,
-            media_bytes: total.media_bytes,
-            wall_ns,
-            modelled_ns,
-            insns_per_byte: total.insns as f64 / total.input_bytes.max(1) as f64,
+            ..Row::counted(&total, wall_ns, modelled_ns)
         };
         print_row(&row, json, rows.is_empty());
         rows.push(row);
     }
     Ok(())
+}
+
+/// The counts of the applications' runs together.
+fn sum_accounts(runs: &[AppRun]) -> RunAccount {
+    runs.iter().fold(RunAccount::default(), |mut t, r| {
+        let a = r.account;
+        t.requests_host += a.requests_host;
+        t.requests_device += a.requests_device;
+        t.requests_profiled += a.requests_profiled;
+        t.link_bytes += a.link_bytes;
+        t.media_bytes += a.media_bytes;
+        t.insns += a.insns;
+        t.input_bytes += a.input_bytes;
+        t
+    })
+}
+
+impl Row {
+    /// A row's counts and times; the caller names its scenario, program, cache, sizes
+    /// and mode.
+    fn counted(account: &RunAccount, wall_ns: u64, modelled_ns: u64) -> Row {
+        Row {
+            scenario: String::new(),
+            program: String::new(),
+            cache: "-",
+            dataset_bytes: 0,
+            cache_budget_bytes: 0,
+            mode: "",
+            requests_host: account.requests_host,
+            requests_device: account.requests_device,
+            requests_profiled: account.requests_profiled,
+            link_bytes: account.link_bytes,
+            media_bytes: account.media_bytes,
+            wall_ns,
+            modelled_ns,
+            insns_per_byte: account.insns as f64 / account.input_bytes.max(1) as f64,
+        }
+    }
 }
 
 fn run_cases(
@@ -580,7 +607,13 @@ fn run_cases(
     for name in ["stats64", "stats32", "knn", "grep"] {
         for warm in [false, true] {
             let apps = [app(lambdas, name, paths[name].clone(), size)];
-            scenario(bench, rows, "single", &apps, warm, 2 * size, json)?;
+            let s = Scenario {
+                name: "single",
+                apps: &apps,
+                warm,
+                budget: 2 * size,
+            };
+            scenario(bench, rows, &s, json)?;
         }
     }
     // 2. λ-write.
@@ -598,15 +631,14 @@ fn run_cases(
             put_dataset(dev, "stats64", data)?
         };
         let apps = [app(lambdas, "stats64", path, data)];
-        scenario(
-            bench,
-            rows,
-            &format!("dataset-{label}"),
-            &apps,
-            true,
+        let name = format!("dataset-{label}");
+        let s = Scenario {
+            name: &name,
+            apps: &apps,
+            warm: true,
             budget,
-            json,
-        )?;
+        };
+        scenario(bench, rows, &s, json)?;
     }
     // 4. Two applications at once.
     for warm in [false, true] {
@@ -614,7 +646,13 @@ fn run_cases(
             app(lambdas, "stats32", paths["stats32"].clone(), size),
             app(lambdas, "stats64", paths["stats64"].clone(), size),
         ];
-        scenario(bench, rows, "two-apps", &apps, warm, budget, json)?;
+        let s = Scenario {
+            name: "two-apps",
+            apps: &apps,
+            warm,
+            budget,
+        };
+        scenario(bench, rows, &s, json)?;
     }
     Ok(())
 }
@@ -640,9 +678,9 @@ fn write_scenario(
         .iter()
         .find(|l| l.name() == "bitmap")
         .expect("loaded");
-    let pieces: Vec<Vec<u8>> = bench
+    let pieces: Vec<Piece> = bench
         .chunks(size)
-        .map(|(i, _, len)| Ok((w.dataset)().generate(i as u64 + 1, len)?))
+        .map(|c| Ok((c, (w.dataset)().generate(c.0 as u64 + 1, c.2)?)))
         .collect::<anyhow::Result<_>>()?;
     let mut reference: Option<Vec<u8>> = None;
     let mut computes: Vec<u64> = Vec::new();
@@ -652,36 +690,8 @@ fn write_scenario(
         dev_truncate(bench.dev, &path)?;
         let mut file = io.open(&path)?;
         io.cache_drop()?;
-        let mut account = RunAccount::default();
         let start = Instant::now();
-        for ((i, offset, len), input) in bench.chunks(size).zip(&pieces) {
-            let args = LambdaArgs {
-                output_size_bytes: Some(len),
-                ..LambdaArgs::default()
-            };
-            match mode {
-                BenchMode::Buffered => {
-                    let inv = Invocation {
-                        output_size_bytes: len,
-                        ..Invocation::default()
-                    };
-                    let out = (w.reference)(input, &inv);
-                    if out.r0 < 0 {
-                        bail!("bitmap reference failed with {}", out.r0);
-                    }
-                    let mut cost = file.write_plain(offset, &out.output)?;
-                    cost.compute_ns = computes[i];
-                    account.add_host(input.len() as u64, &cost);
-                }
-                BenchMode::Lambda(m) => {
-                    let out = file.write_lambda(offset, input, lambda, &args, m)?;
-                    if m == Mode::Host {
-                        computes.push(out.host.map_or(0, |h| h.compute_ns));
-                    }
-                    account.add(input.len() as u64, &out);
-                }
-            }
-        }
+        let account = write_bitmap(&mut file, mode, lambda, &pieces, &mut computes)?;
         let wall_ns = start.elapsed().as_nanos() as u64;
         let written = bench.dev.read_file(&path, 0, u64::MAX)?;
         match &reference {
@@ -696,19 +706,62 @@ fn write_scenario(
             dataset_bytes: size,
             cache_budget_bytes: 2 * size,
             mode: mode.name(),
-            requests_host: account.requests_host,
-            requests_device: account.requests_device,
-            requests_profiled: account.requests_profiled,
-            link_bytes: account.link_bytes,
-            media_bytes: account.media_bytes,
-            wall_ns,
-            modelled_ns: account.modelled_ns(bench.threads, bench.engines),
-            insns_per_byte: account.insns as f64 / account.input_bytes.max(1) as f64,
+            ..Row::counted(
+                &account,
+                wall_ns,
+                account.modelled_ns(bench.threads, bench.engines),
+            )
         };
         print_row(&row, json, rows.is_empty());
         rows.push(row);
     }
     Ok(())
+}
+
+/// One chunk of the write scenario's input: (index, offset, length) and its bytes.
+type Piece = ((usize, u64, u64), Vec<u8>);
+
+/// Writes the bitmap of each of `pieces` in `mode`, a request per chunk, in order.
+/// Host mode records each chunk's compute time in `computes`; buffered, which computes
+/// natively, is charged those.
+fn write_bitmap(
+    file: &mut LambdaFile<'_, '_>,
+    mode: BenchMode,
+    lambda: &Lambda,
+    pieces: &[Piece],
+    computes: &mut Vec<u64>,
+) -> anyhow::Result<RunAccount> {
+    let w = workload("bitmap");
+    let mut account = RunAccount::default();
+    for &((i, offset, len), ref input) in pieces {
+        let args = LambdaArgs {
+            output_size_bytes: Some(len),
+            ..LambdaArgs::default()
+        };
+        match mode {
+            BenchMode::Buffered => {
+                let inv = Invocation {
+                    output_size_bytes: len,
+                    ..Invocation::default()
+                };
+                let out = (w.reference)(input, &inv);
+                if out.r0 < 0 {
+                    bail!("bitmap reference failed with {}", out.r0);
+                }
+                let mut cost = file.write_plain(offset, &out.output)?;
+                cost.compute_ns = computes[i];
+                account.add_host(input.len() as u64, &cost);
+            }
+            BenchMode::Lambda(m) => {
+                let out = file.write_lambda(offset, input, lambda, &args, m)?;
+                if m == Mode::Host {
+                    computes.push(out.host.map_or(0, |h| h.compute_ns));
+                }
+                account.add(input.len() as u64, &out);
+            }
+        }
+    }
+    Ok(account)
 }
 
 fn dev_truncate(dev: &Device, path: &str) -> anyhow::Result<()> {

@@ -419,6 +419,30 @@ pub fn run(
     }
     teardown(&mut driver, &mut next, &setup)?;
     let transport = driver.transport().name();
+    close(driver)?;
+    let memcpy = [
+        memcpy_bytes_per_s(1 << 20, duration),
+        memcpy_bytes_per_s(64 << 20, duration),
+    ];
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        eprintln!(
+            "csx: memcpy on this machine: {} (1 MiB blocks), {} (64 MiB blocks)",
+            gib(memcpy[0]),
+            gib(memcpy[1])
+        );
+    } else {
+        println!(
+            "device {uri} ({transport}), {} ms per case",
+            duration.as_millis()
+        );
+        print_table(&rows, memcpy);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// Closes the transport (through shm, after a line of the host side's counters).
+fn close(driver: Driver) -> anyhow::Result<()> {
     match driver {
         Driver::Plain(t) => t.close()?,
         Driver::Shm {
@@ -433,26 +457,16 @@ pub fn run(
             Box::new(t).close()?;
         }
     }
-    let memcpy_1m = memcpy_bytes_per_s(1 << 20, duration);
-    let memcpy_64m = memcpy_bytes_per_s(64 << 20, duration);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        eprintln!(
-            "csx: memcpy on this machine: {} (1 MiB blocks), {} (64 MiB blocks)",
-            gib(memcpy_1m),
-            gib(memcpy_64m)
-        );
-        return Ok(exit::SUCCESS);
-    }
-    println!(
-        "device {uri} ({transport}), {} ms per case",
-        duration.as_millis()
-    );
+    Ok(())
+}
+
+/// The rows and the memcpy yardstick (bytes per second of 1 MiB and 64 MiB blocks).
+fn print_table(rows: &[Row], memcpy: [f64; 2]) {
     println!(
         "{:<8} {:>5} {:>12} {:>12} {:>14} {:>12}",
         "op", "depth", "p50", "p99", "throughput", "ops/s"
     );
-    for r in &rows {
+    for r in rows {
         let through = if r.bytes_per_s > 0.0 {
             gib(r.bytes_per_s)
         } else {
@@ -470,8 +484,7 @@ pub fn run(
     }
     println!(
         "memcpy: {} (1 MiB blocks), {} (64 MiB blocks)",
-        gib(memcpy_1m),
-        gib(memcpy_64m)
+        gib(memcpy[0]),
+        gib(memcpy[1])
     );
-    Ok(exit::SUCCESS)
 }

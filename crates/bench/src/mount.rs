@@ -105,10 +105,28 @@ fn mib_s(bytes: u64, d: Duration) -> f64 {
 
 pub fn run(args: MountBenchArgs) -> anyhow::Result<u8> {
     let tmp = tempfile::tempdir().context("cannot make a temporary directory")?;
-    let state = tmp.path().join("dev");
-    let nvm = (args.size.div_ceil(4096) * 4096 + (64 << 20)).next_power_of_two();
+    let dev = device_with_data(&tmp.path().join("dev"), args.size)?;
+    let out = tmp.path().join("out");
+    let get = timed(args.runs, || {
+        dev.get_file("/data", &out, &mut |_| {})?;
+        Ok(())
+    })?;
+    if !same_as_data(&out, args.size)? {
+        bail!("csx get returned other bytes than were written");
+    }
+    let via_mount = time_mount(dev, tmp.path(), &out, args.runs)?;
+    if !same_as_data(&out, args.size)? {
+        bail!("the mount returned other bytes than were written");
+    }
+    print_report(&args, &get, &via_mount);
+    Ok(exit::SUCCESS)
+}
+
+/// A fresh embedded device in `state` holding `/data`: `size` bytes of seeded data.
+fn device_with_data(state: &Path, size: u64) -> anyhow::Result<Device> {
+    let nvm = (size.div_ceil(4096) * 4096 + (64 << 20)).next_power_of_two();
     let dev = Device::init(
-        &state,
+        state,
         DeviceConfig {
             nvm_size_bytes: nvm,
             slm_size_bytes: 16 << 20,
@@ -119,48 +137,44 @@ pub fn run(args: MountBenchArgs) -> anyhow::Result<u8> {
     .context("cannot create the benchmark device")?;
     let mut off = 0u64;
     let mut i = 0u64;
-    while off < args.size {
-        let len = (args.size - off).min(CHUNK as u64) as usize;
+    while off < size {
+        let len = (size - off).min(CHUNK as u64) as usize;
         dev.write_file("/data", off, &data_chunk(i, len))?;
         off += len as u64;
         i += 1;
     }
     dev.flush()?;
-    let out = tmp.path().join("out");
+    Ok(dev)
+}
 
-    let get = timed(args.runs, || {
-        dev.get_file("/data", &out, &mut |_| {})?;
-        Ok(())
-    })?;
-    if !same_as_data(&out, args.size)? {
-        bail!("csx get returned other bytes than were written");
-    }
-
+/// Mounts `dev` under `tmp`, times `runs` copies of `/data` through the mount into
+/// `out`, unmounts and closes the device.
+fn time_mount(dev: Device, tmp: &Path, out: &Path, runs: u32) -> anyhow::Result<Vec<Duration>> {
     let fs = Arc::new(MetalFs::new(dev));
-    let mnt = tmp.path().join("mnt");
+    let mnt = tmp.join("mnt");
     fs::create_dir(&mnt)?;
     let mounted = mount::spawn(Arc::clone(&fs), &mnt).context(
         "cannot mount with FUSE: needs /dev/fuse and root or fusermount3 (scripts/setup.sh)",
     )?;
     let through = mnt.join("data");
-    let via_mount = timed(args.runs, || {
+    let via_mount = timed(runs, || {
         let mut src = fs::File::open(&through)?;
-        let mut dst = fs::File::create(&out)?;
+        let mut dst = fs::File::create(out)?;
         std::io::copy(&mut src, &mut dst)?;
         dst.sync_all()?;
         Ok(())
     });
     mounted.unmount()?;
     let via_mount = via_mount?;
-    if !same_as_data(&out, args.size)? {
-        bail!("the mount returned other bytes than were written");
-    }
     Arc::try_unwrap(fs)
         .map_err(|_| anyhow::anyhow!("the mount still holds the device"))?
         .close()?;
+    Ok(via_mount)
+}
 
+fn print_report(args: &MountBenchArgs, get: &[Duration], via_mount: &[Duration]) {
     let best = |v: &[Duration]| v.iter().copied().min().unwrap_or_default();
-    let (g, m) = (best(&get), best(&via_mount));
+    let (g, m) = (best(get), best(via_mount));
     let ratio = mib_s(args.size, m) / mib_s(args.size, g);
     if args.json {
         let ms = |v: &[Duration]| v.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>();
@@ -169,41 +183,35 @@ pub fn run(args: MountBenchArgs) -> anyhow::Result<u8> {
             serde_json::json!({
                 "size_bytes": args.size,
                 "runs": args.runs,
-                "get_ms": ms(&get),
-                "mount_ms": ms(&via_mount),
+                "get_ms": ms(get),
+                "mount_ms": ms(via_mount),
                 "get_mib_s": mib_s(args.size, g),
                 "mount_mib_s": mib_s(args.size, m),
                 "mount_over_get": ratio,
                 "goal_mount_over_get": 0.5,
             })
         );
-    } else {
-        let list = |v: &[Duration]| {
-            v.iter()
-                .map(|d| format!("{:.1}", d.as_secs_f64() * 1e3))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        println!(
-            "sequential read of a warm {} MiB file into a local file",
-            args.size >> 20
-        );
-        println!("{:<8} {:>10} {:>12}  runs (ms)", "way", "best ms", "MiB/s");
-        println!(
-            "{:<8} {:>10.1} {:>12.1}  {}",
-            "get",
-            g.as_secs_f64() * 1e3,
-            mib_s(args.size, g),
-            list(&get)
-        );
-        println!(
-            "{:<8} {:>10.1} {:>12.1}  {}",
-            "mount",
-            m.as_secs_f64() * 1e3,
-            mib_s(args.size, m),
-            list(&via_mount)
-        );
-        println!("mount / get throughput: {ratio:.2} (goal >= 0.50)");
+        return;
     }
-    Ok(exit::SUCCESS)
+    let list = |v: &[Duration]| {
+        v.iter()
+            .map(|d| format!("{:.1}", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "sequential read of a warm {} MiB file into a local file",
+        args.size >> 20
+    );
+    println!("{:<8} {:>10} {:>12}  runs (ms)", "way", "best ms", "MiB/s");
+    for (way, best, runs) in [("get", g, get), ("mount", m, via_mount)] {
+        println!(
+            "{:<8} {:>10.1} {:>12.1}  {}",
+            way,
+            best.as_secs_f64() * 1e3,
+            mib_s(args.size, best),
+            list(runs)
+        );
+    }
+    println!("mount / get throughput: {ratio:.2} (goal >= 0.50)");
 }

@@ -65,21 +65,7 @@ impl BarChart {
         let height = MARGIN_TOP + PLOT_HEIGHT + MARGIN_BOTTOM;
         let axis = Axis::new(self.extent(), self.log);
 
-        let mut svg = String::new();
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(
-            svg,
-            r#"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="white"/>"#
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="24" font-size="15" font-weight="bold">{}</text>"#,
-            MARGIN_LEFT,
-            escape(&self.title)
-        );
+        let mut svg = self.header(width, height);
         self.write_axes(&mut svg, &axis, plot_width);
         for (g, (label, values)) in self.groups.iter().enumerate() {
             let x0 = MARGIN_LEFT + g as f64 * group_width + GROUP_GAP / 2.0;
@@ -124,6 +110,26 @@ impl BarChart {
         }
         self.write_legend(&mut svg, &series, MARGIN_LEFT + plot_width + 20.0);
         svg.push_str("</svg>\n");
+        svg
+    }
+
+    /// The document's opening: the `<svg>` element, a white background and the title.
+    fn header(&self, width: f64, height: f64) -> String {
+        let mut svg = String::new();
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<rect x="0" y="0" width="{width:.0}" height="{height:.0}" fill="white"/>"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="24" font-size="15" font-weight="bold">{}</text>"#,
+            MARGIN_LEFT,
+            escape(&self.title)
+        );
         svg
     }
 

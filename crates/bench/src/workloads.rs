@@ -152,14 +152,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
         .prefix("csx-bench-workloads-")
         .tempdir()
         .context("cannot create a temporary directory")?;
-    let config = DeviceConfig {
-        nvm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
-        slm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
-        perf: model.clone(),
-        // The per-user device's shared state size (`csx device init`'s default).
-        state_size_bytes: 1 << 20,
-        ..DeviceConfig::default()
-    };
+    let config = bench_config(size, &model);
     let load_before = load_average();
     let dev = Device::init(&tmp.path().join("dev"), config)
         .context("cannot create the benchmark device")?;
@@ -196,19 +189,37 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
             println!("plots written to {}", dir.display());
         }
     }
+    Ok(verdict(&rows))
+}
+
+/// The benchmark device: room for two copies of the input in each memory.
+fn bench_config(size: u64, model: &PerfModel) -> DeviceConfig {
+    DeviceConfig {
+        nvm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
+        slm_size_bytes: (2 * size + (64 << 20)).next_multiple_of(4096),
+        perf: model.clone(),
+        // The per-user device's shared state size (`csx device init`'s default).
+        state_size_bytes: 1 << 20,
+        ..DeviceConfig::default()
+    }
+}
+
+/// Success when every row's answers agreed with the reference; else an error naming
+/// the rows that did not.
+fn verdict(rows: &[Row]) -> u8 {
     let disagree: Vec<String> = rows
         .iter()
         .filter(|r| !r.agree)
         .map(|r| format!("{} ({}, {})", r.workload, r.mode, r.cache))
         .collect();
-    if !disagree.is_empty() {
-        eprintln!(
-            "error: answers differ from the reference: {}",
-            disagree.join(", ")
-        );
-        return Ok(exit::ERROR);
+    if disagree.is_empty() {
+        return exit::SUCCESS;
     }
-    Ok(exit::SUCCESS)
+    eprintln!(
+        "error: answers differ from the reference: {}",
+        disagree.join(", ")
+    );
+    exit::ERROR
 }
 
 /// The workloads `--only` names, in table order; all of them when it is empty.
@@ -225,7 +236,7 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<&'static Workload>> {
         .collect())
 }
 
-/// The three rows of one workload.
+/// The rows of one workload, one per mode and cache.
 fn bench_workload(
     session: &mut Runner<'_>,
     io: &LambdaIo<'_>,
@@ -244,58 +255,17 @@ fn bench_workload(
     let inv = (w.invocation)(&case);
     let expected = (w.reference)(&data, &inv);
     drop(data);
-
+    let trial = Trial {
+        w,
+        case: &case,
+        inv: &inv,
+        expected: &expected,
+        model,
+        runs: args.runs,
+    };
     let mut rows = Vec::new();
     for (mode, cache) in MODES {
-        let mut samples = Vec::new();
-        let mut agree = true;
-        let mut bytes_to_host = 0;
-        let mut fuel_used = 0;
-        for _ in 0..args.runs {
-            if cache == "cold" {
-                io.cache_drop()
-                    .context("dropping the image from the host page cache")?;
-            }
-            let (outcome, phases) = if mode == "native" {
-                bytes_to_host = case.input_size_bytes;
-                native(dev, w, &case, &inv, cache == "cold", model)?
-            } else {
-                let engine = if mode == "jit" {
-                    EngineKind::Jit
-                } else {
-                    EngineKind::Interpreter
-                };
-                session.unload_all().context("unloading the programs")?;
-                let run = session.run(w, &case, &inv, engine)?;
-                bytes_to_host = run.host_bytes;
-                fuel_used = run.fuel_used;
-                let mut phases = run.phases;
-                if w.shape == Shape::ReadFile {
-                    phases.stage.modelled_ns = model.media_ns(case.input_size_bytes);
-                }
-                (run.outcome, phases)
-            };
-            agree &= outcome == expected;
-            samples.push(phases);
-        }
-        rows.push(Row {
-            workload: w.name,
-            origin: w.origin.name(),
-            mode,
-            cache,
-            input_bytes: case.input_size_bytes,
-            runs: args.runs,
-            agree,
-            bytes_to_host,
-            fuel_used,
-            prepare_ms: {
-                let mut v: Vec<u64> = samples.iter().map(|p| p.prepare_ns).collect();
-                v.sort_unstable();
-                v.get(v.len() / 2).map_or(0.0, |ns| *ns as f64 / 1e6)
-            },
-            wall_ms: medians(&samples, |p| p.wall_ns),
-            modelled_ms: medians(&samples, |p| p.modelled_ns),
-        });
+        rows.push(bench_mode(session, io, &trial, mode, cache)?);
     }
     dev.delete_file(&case.input_path)
         .with_context(|| format!("deleting {}", case.input_path))?;
@@ -304,6 +274,76 @@ fn bench_workload(
             .with_context(|| format!("deleting {}", case.output_path))?;
     }
     Ok(rows)
+}
+
+/// One workload's case on the device, with the answer it must give.
+struct Trial<'t> {
+    w: &'static Workload,
+    case: &'t Case,
+    inv: &'t csx_workloads::Invocation,
+    expected: &'t Outcome,
+    model: &'t PerfModel,
+    runs: u32,
+}
+
+/// The row of one mode and cache: `trial.runs` runs, each phase's median.
+fn bench_mode(
+    session: &mut Runner<'_>,
+    io: &LambdaIo<'_>,
+    t: &Trial<'_>,
+    mode: &'static str,
+    cache: &'static str,
+) -> anyhow::Result<Row> {
+    let (w, case, model) = (t.w, t.case, t.model);
+    let mut samples = Vec::new();
+    let mut agree = true;
+    let mut bytes_to_host = 0;
+    let mut fuel_used = 0;
+    for _ in 0..t.runs {
+        if cache == "cold" {
+            io.cache_drop()
+                .context("dropping the image from the host page cache")?;
+        }
+        let (outcome, phases) = if mode == "native" {
+            bytes_to_host = case.input_size_bytes;
+            native(session.device(), w, case, t.inv, cache == "cold", model)?
+        } else {
+            let engine = if mode == "jit" {
+                EngineKind::Jit
+            } else {
+                EngineKind::Interpreter
+            };
+            session.unload_all().context("unloading the programs")?;
+            let run = session.run(w, case, t.inv, engine)?;
+            bytes_to_host = run.host_bytes;
+            fuel_used = run.fuel_used;
+            let mut phases = run.phases;
+            if w.shape == Shape::ReadFile {
+                phases.stage.modelled_ns = model.media_ns(case.input_size_bytes);
+            }
+            (run.outcome, phases)
+        };
+        agree &= outcome == *t.expected;
+        samples.push(phases);
+    }
+    Ok(Row {
+        workload: w.name,
+        origin: w.origin.name(),
+        mode,
+        cache,
+        input_bytes: case.input_size_bytes,
+        runs: t.runs,
+        agree,
+        bytes_to_host,
+        fuel_used,
+        prepare_ms: {
+            let mut v: Vec<u64> = samples.iter().map(|p| p.prepare_ns).collect();
+            v.sort_unstable();
+            v.get(v.len() / 2).map_or(0.0, |ns| *ns as f64 / 1e6)
+        },
+        wall_ms: medians(&samples, |p| p.wall_ns),
+        modelled_ms: medians(&samples, |p| p.modelled_ns),
+    })
 }
 
 /// The host's way: read the input from the device file, then run the reference. The
@@ -515,26 +555,41 @@ fn findings(rows: &[Row]) -> String {
 /// The three plots (see `docs/benchmarks.md`).
 fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let phases = |r: &Row, names: &[&str]| -> Vec<(String, f64)> {
-        let p = &r.wall_ms;
-        let all = [
-            ("load", p.load),
-            ("activate", p.activate),
-            ("stage", p.stage),
-            ("execute", p.execute),
-            ("result", p.result),
-        ];
-        all.iter()
-            .filter(|(n, _)| names.contains(n))
-            .map(|(n, v)| (n.to_string(), *v))
-            .collect()
-    };
     let jit: Vec<&Row> = rows
         .iter()
         .filter(|r| r.mode == "jit" && r.cache == "warm")
         .collect();
+    for (name, chart) in [
+        ("workloads-breakdown.svg", breakdown_chart(&jit, size)),
+        ("workloads-engines.svg", engines_chart(rows, &jit, size)),
+        ("workloads-select.svg", select_chart(rows)),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, chart.to_svg())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The wall times of the phases `names` of row `r`, in phase order.
+fn phase_values(r: &Row, names: &[&str]) -> Vec<(String, f64)> {
+    let p = &r.wall_ms;
+    let all = [
+        ("load", p.load),
+        ("activate", p.activate),
+        ("stage", p.stage),
+        ("execute", p.execute),
+        ("result", p.result),
+    ];
+    all.iter()
+        .filter(|(n, _)| names.contains(n))
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect()
+}
+
+fn breakdown_chart(jit: &[&Row], size: u64) -> BarChart {
     let every = ["load", "activate", "stage", "execute", "result"];
-    let breakdown = BarChart {
+    BarChart {
         title: format!(
             "Latency breakdown per workload, JIT ({} input, wall time)",
             format_size(size)
@@ -542,12 +597,15 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
         y_label: "ms".to_string(),
         groups: jit
             .iter()
-            .map(|r| (r.workload.to_string(), phases(r, &every)))
+            .map(|r| (r.workload.to_string(), phase_values(r, &every)))
             .collect(),
         stacked: true,
         log: false,
-    };
-    let engines = BarChart {
+    }
+}
+
+fn engines_chart(rows: &[Row], jit: &[&Row], size: u64) -> BarChart {
+    BarChart {
         title: format!(
             "Execution time: interpreter, JIT and native ({} input)",
             format_size(size)
@@ -566,8 +624,11 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
             .collect(),
         stacked: false,
         log: true,
-    };
-    let select = BarChart {
+    }
+}
+
+fn select_chart(rows: &[Row]) -> BarChart {
+    BarChart {
         title: "Selection filter three ways, JIT, per request (Delilah §12.5)".to_string(),
         y_label: "ms".to_string(),
         groups: ["select_poslist", "select_bitmask", "select_accel"]
@@ -575,22 +636,12 @@ fn write_plots(dir: &Path, rows: &[Row], size: u64) -> anyhow::Result<()> {
             .filter_map(|w| row(rows, w, "jit"))
             .map(|r| {
                 let label = r.workload.trim_start_matches("select_").to_string();
-                (label, phases(r, &["stage", "execute", "result"]))
+                (label, phase_values(r, &["stage", "execute", "result"]))
             })
             .collect(),
         stacked: true,
         log: false,
-    };
-    for (name, chart) in [
-        ("workloads-breakdown.svg", breakdown),
-        ("workloads-engines.svg", engines),
-        ("workloads-select.svg", select),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, chart.to_svg())
-            .with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(())
 }
 
 /// The 1, 5 and 15 minute load averages, where the system reports them.
