@@ -6,6 +6,8 @@
 //!
 //! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang.
 
+#![warn(clippy::too_many_lines)]
+
 use clap::{Args, Subcommand};
 
 mod array;

@@ -205,22 +205,7 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let cache = io.local().ok().map(|_| &io);
 
     if !args.json {
-        println!(
-            "csx demo: {} workloads over {} of generated data (seed {}).",
-            WORKLOADS.len(),
-            format_size(per_workload * WORKLOADS.len() as u64),
-            args.seed
-        );
-        println!(
-            "Each answer is computed twice and must agree: on the host, which reads the \
-             whole input from the device and computes; and on the device (JIT), which \
-             stages the input next to the program and sends back only the answer. Each \
-             side runs cold (the image dropped from the host page cache) and then warm."
-        );
-        if cache.is_none() {
-            println!("(The device's image is not on this machine: no cold runs.)");
-        }
-        println!();
+        print_intro(&args, per_workload, cache.is_some());
     }
 
     let mut rows = Vec::new();
@@ -237,28 +222,53 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     dev.close().context("closing the device")?;
 
     if !args.json {
-        print_wall(&rows);
-        println!();
-        print_modelled(&rows, &model);
-        println!();
-        print_split(&rows);
-        let host: u64 = rows.iter().map(|r| r.host_mode_bytes_to_host).sum();
-        let device: u64 = rows.iter().map(|r| r.device_mode_bytes_to_host).sum();
-        println!();
-        println!(
-            "All {} answers agree. Offloading moved {} to the host instead of {} ({:.0}x less), in {:.1} s.",
-            rows.len(),
-            format_size(device),
-            format_size(host),
-            host as f64 / device.max(1) as f64,
-            started.elapsed().as_secs_f64()
-        );
-        for line in verdict(&rows, &model) {
-            println!("{line}");
-        }
-        println!("Next: write your own program (csx sdk header, csx build), run it with csx exec.");
+        print_tables(&rows, &model, started);
     }
     Ok(exit::SUCCESS)
+}
+
+/// What the demo does, before the first workload runs.
+fn print_intro(args: &DemoArgs, per_workload: u64, cold_runs: bool) {
+    println!(
+        "csx demo: {} workloads over {} of generated data (seed {}).",
+        WORKLOADS.len(),
+        format_size(per_workload * WORKLOADS.len() as u64),
+        args.seed
+    );
+    println!(
+        "Each answer is computed twice and must agree: on the host, which reads the \
+         whole input from the device and computes; and on the device (JIT), which \
+         stages the input next to the program and sends back only the answer. Each \
+         side runs cold (the image dropped from the host page cache) and then warm."
+    );
+    if !cold_runs {
+        println!("(The device's image is not on this machine: no cold runs.)");
+    }
+    println!();
+}
+
+/// The three tables, the bytes saved and the verdict.
+fn print_tables(rows: &[Row], model: &PerfModel, started: Instant) {
+    print_wall(rows);
+    println!();
+    print_modelled(rows, model);
+    println!();
+    print_split(rows);
+    let host: u64 = rows.iter().map(|r| r.host_mode_bytes_to_host).sum();
+    let device: u64 = rows.iter().map(|r| r.device_mode_bytes_to_host).sum();
+    println!();
+    println!(
+        "All {} answers agree. Offloading moved {} to the host instead of {} ({:.0}x less), in {:.1} s.",
+        rows.len(),
+        format_size(device),
+        format_size(host),
+        host as f64 / device.max(1) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    for line in verdict(rows, model) {
+        println!("{line}");
+    }
+    println!("Next: write your own program (csx sdk header, csx build), run it with csx exec.");
 }
 
 /// The device: `--device` as given, else a fresh one in ./out/demo-device sized for
@@ -291,22 +301,23 @@ fn remove_old_device(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One workload's case on the device, with the answer it must give.
+struct Trial<'t> {
+    w: &'t Workload,
+    case: Case,
+    inv: csx_workloads::Invocation,
+    expected: Outcome,
+}
+
 /// The host's way, end to end: the input from the device file, then the compute.
-fn host_run(
-    dev: &Device,
-    model: &PerfModel,
-    w: &Workload,
-    case: &Case,
-    inv: &csx_workloads::Invocation,
-    expected: &Outcome,
-    cold: bool,
-) -> anyhow::Result<HostRun> {
+fn host_run(dev: &Device, model: &PerfModel, t: &Trial<'_>, cold: bool) -> anyhow::Result<HostRun> {
+    let case = &t.case;
     let (input, read) = read_file_timed(dev, &case.input_path, case.input_size_bytes)
         .with_context(|| format!("reading {}", case.input_path))?;
     let start = Instant::now();
-    let answer = (w.reference)(&input, inv);
+    let answer = (t.w.reference)(&input, &t.inv);
     let compute_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    if &answer != expected {
+    if answer != t.expected {
         bail!("the host's answer over the input read back differs from the generated input's");
     }
     // Cold: the File Reads' modelled time (media, link, latency); warm: the page cache
@@ -322,6 +333,108 @@ fn host_run(
         compute_ms: ms(compute_ns),
         modelled_ms: ms(read_modelled + compute_ns),
     })
+}
+
+/// Drops the device's image from the host page cache, where the image is on this machine.
+fn drop_cache(cache: Option<&LambdaIo<'_>>) -> anyhow::Result<()> {
+    if let Some(io) = cache {
+        io.cache_drop()
+            .context("dropping the image from the page cache")?;
+    }
+    Ok(())
+}
+
+/// The host's cold (where possible) and warm runs, and the compute time both are
+/// modelled with.
+fn host_runs(
+    dev: &Device,
+    cache: Option<&LambdaIo<'_>>,
+    model: &PerfModel,
+    t: &Trial<'_>,
+) -> anyhow::Result<(Option<HostRun>, HostRun, f64)> {
+    let mut host_cold = match cache {
+        Some(_) => {
+            drop_cache(cache)?;
+            Some(host_run(dev, model, t, true)?)
+        }
+        None => None,
+    };
+    let mut host_warm = host_run(dev, model, t, false)?;
+    // Both runs computed the same answer from the same bytes in memory: the faster of
+    // the two measures is the less disturbed one (other work on this machine only adds
+    // time), and both sides' modelled compute uses it.
+    let compute_ms = host_cold.map_or(host_warm.compute_ms, |h| {
+        h.compute_ms.min(host_warm.compute_ms)
+    });
+    for h in host_cold.iter_mut().chain(std::iter::once(&mut host_warm)) {
+        h.modelled_ms += compute_ms - h.compute_ms;
+    }
+    Ok((host_cold, host_warm, compute_ms))
+}
+
+/// The device's cold and warm runs on the JIT.
+struct DeviceRuns {
+    cold: DeviceRunMs,
+    warm: DeviceRunMs,
+    fuel_used: u64,
+    bytes_to_host: u64,
+}
+
+/// The device's runs on the JIT, cold then warm; the program is loaded and compiled
+/// once, before the cold run, so both runs time the request alone.
+fn device_runs(
+    session: &mut Runner<'_>,
+    cache: Option<&LambdaIo<'_>>,
+    model: &PerfModel,
+    t: &Trial<'_>,
+) -> anyhow::Result<DeviceRuns> {
+    session
+        .program(t.w.programs[0], EngineKind::Jit)
+        .map_err(anyhow::Error::from)?;
+    let mut device = Vec::new();
+    let mut fuel_used = 0;
+    let mut bytes_to_host = 0;
+    for cold in [true, false] {
+        if cold {
+            drop_cache(cache)?;
+        }
+        let run = session.run(t.w, &t.case, &t.inv, EngineKind::Jit)?;
+        if run.outcome != t.expected {
+            bail!(
+                "the device answered {} but the host answered {}",
+                answer(t.w, &run.outcome),
+                answer(t.w, &t.expected)
+            );
+        }
+        let mut phases = run.phases;
+        if t.w.shape == Shape::ReadFile {
+            // The program's own read is not in its completion's model: its bytes over
+            // the media.
+            phases.stage.modelled_ns = model.media_ns(t.case.input_size_bytes);
+        }
+        device.push(DeviceRunMs::from_phases(&phases));
+        fuel_used = run.fuel_used;
+        bytes_to_host = run.host_bytes;
+    }
+    Ok(DeviceRuns {
+        cold: device[0],
+        warm: device[1],
+        fuel_used,
+        bytes_to_host,
+    })
+}
+
+/// The request's wall time in the interpreter, whose answer must agree too.
+fn interpreter_run(session: &mut Runner<'_>, t: &Trial<'_>) -> anyhow::Result<f64> {
+    let run = session.run(t.w, &t.case, &t.inv, EngineKind::Interpreter)?;
+    if run.outcome != t.expected {
+        bail!(
+            "the device (interpreter) answered {} but the host answered {}",
+            answer(t.w, &run.outcome),
+            answer(t.w, &t.expected)
+        );
+    }
+    Ok(ms(run.phases.request().wall_ns))
 }
 
 /// Generates the workload's input onto the device, answers it on the host and on the
@@ -340,113 +453,54 @@ fn run_workload(
     dev.put_bytes(&case.input_path, &data)
         .with_context(|| format!("writing {}", case.input_path))?;
     let inv = (w.invocation)(&case);
-
     let expected = (w.reference)(&data, &inv);
     drop(data);
-    let drop_cache = || -> anyhow::Result<()> {
-        if let Some(io) = cache {
-            io.cache_drop()
-                .context("dropping the image from the page cache")?;
-        }
-        Ok(())
+    let t = Trial {
+        w,
+        case,
+        inv,
+        expected,
     };
-
-    let mut host_cold = match cache {
-        Some(_) => {
-            drop_cache()?;
-            Some(host_run(dev, model, w, &case, &inv, &expected, true)?)
-        }
-        None => None,
-    };
-    let mut host_warm = host_run(dev, model, w, &case, &inv, &expected, false)?;
-    // Both runs computed the same answer from the same bytes in memory: the faster of
-    // the two measures is the less disturbed one (other work on this machine only adds
-    // time), and both sides' modelled compute uses it.
-    let compute_ms = host_cold.map_or(host_warm.compute_ms, |h| {
-        h.compute_ms.min(host_warm.compute_ms)
-    });
-    for h in host_cold.iter_mut().chain(std::iter::once(&mut host_warm)) {
-        h.modelled_ms += compute_ms - h.compute_ms;
-    }
-
-    // The device: the program is loaded and compiled once, before the cold run, so both
-    // runs time the request alone.
-    session
-        .program(w.programs[0], EngineKind::Jit)
-        .map_err(anyhow::Error::from)?;
-    let mut device = Vec::new();
-    let mut fuel_used = 0;
-    let mut device_bytes = 0;
-    for cold in [true, false] {
-        if cold {
-            drop_cache()?;
-        }
-        let run = session.run(w, &case, &inv, EngineKind::Jit)?;
-        if run.outcome != expected {
-            bail!(
-                "the device answered {} but the host answered {}",
-                answer(w, &run.outcome),
-                answer(w, &expected)
-            );
-        }
-        let mut phases = run.phases;
-        if w.shape == Shape::ReadFile {
-            // The program's own read is not in its completion's model: its bytes over
-            // the media.
-            phases.stage.modelled_ns = model.media_ns(case.input_size_bytes);
-        }
-        device.push(DeviceRunMs::from_phases(&phases));
-        fuel_used = run.fuel_used;
-        device_bytes = run.host_bytes;
-    }
+    let (host_cold, host_warm, compute_ms) = host_runs(dev, cache, model, &t)?;
+    let device = device_runs(session, cache, model, &t)?;
     let interpreter_ms = if size <= INTERPRETER_INPUT_MAX {
-        let run = session.run(w, &case, &inv, EngineKind::Interpreter)?;
-        if run.outcome != expected {
-            bail!(
-                "the device (interpreter) answered {} but the host answered {}",
-                answer(w, &run.outcome),
-                answer(w, &expected)
-            );
-        }
-        Some(ms(run.phases.request().wall_ns))
+        Some(interpreter_run(session, &t)?)
     } else {
         None
     };
-    dev.delete_file(&case.input_path)
-        .with_context(|| format!("deleting {}", case.input_path))?;
-    if dev.stat(&case.output_path).is_ok() {
-        dev.delete_file(&case.output_path)
-            .with_context(|| format!("deleting {}", case.output_path))?;
+    dev.delete_file(&t.case.input_path)
+        .with_context(|| format!("deleting {}", t.case.input_path))?;
+    if dev.stat(&t.case.output_path).is_ok() {
+        dev.delete_file(&t.case.output_path)
+            .with_context(|| format!("deleting {}", t.case.output_path))?;
     }
-    let input = case.input_size_bytes;
-    let (device_cold, device_warm) = (device[0], device[1]);
+    let input = t.case.input_size_bytes;
     let media_ms = ms(model.media_ns(input));
     // The host's read path: the link and its kernel's I/O stack.
     let link_ms = ms(model.link_ns(input) + model.host_stack_ns(input));
-    let host_compute = compute_ms;
-    let host_cold_modelled = host_cold.map_or(media_ms + link_ms + host_compute, |h| h.modelled_ms);
-    let d = device_cold;
+    let host_cold_modelled = host_cold.map_or(media_ms + link_ms + compute_ms, |h| h.modelled_ms);
+    let d = device.cold;
     Ok(Row {
         workload: w.name,
         origin: w.origin.name(),
         input_bytes: input,
-        answer: answer(w, &expected),
+        answer: answer(w, &t.expected),
         host_cold,
         host_warm,
-        device_cold,
-        device_warm,
+        device_cold: device.cold,
+        device_warm: device.warm,
         host_modelled_media_ms: media_ms,
         host_modelled_link_ms: link_ms,
         interpreter_ms,
-        fuel_used,
+        fuel_used: device.fuel_used,
         host_mode_bytes_to_host: input,
-        device_mode_bytes_to_host: device_bytes,
-        reduction: input as f64 / device_bytes.max(1) as f64,
+        device_mode_bytes_to_host: device.bytes_to_host,
+        reduction: input as f64 / device.bytes_to_host.max(1) as f64,
         modelled_cold_speedup: host_cold_modelled / d.total().modelled_ms.max(1e-9),
         host_bound: bound(&[
             ("media", media_ms),
             ("link", link_ms),
-            ("compute", host_compute),
+            ("compute", compute_ms),
         ]),
         device_bound: bound(&[
             ("media", d.modelled_stage_ms),
@@ -656,12 +710,6 @@ fn verdict(rows: &[Row], model: &PerfModel) -> Vec<String> {
         let s: f64 = rs.iter().map(|r| r.modelled_cold_speedup.ln()).sum();
         (s / rs.len() as f64).exp()
     };
-    let names = |rs: &[&Row]| {
-        rs.iter()
-            .map(|r| format!("{} {:.2}x", r.workload, r.modelled_cold_speedup))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let mut out = Vec::new();
     out.push(format!(
         "Modelled ({} profile), cold: offloading won {} of {} workloads (geomean {:.2}x: {}).",
@@ -669,37 +717,15 @@ fn verdict(rows: &[Row], model: &PerfModel) -> Vec<String> {
         won.len(),
         rows.len(),
         geomean(&won),
-        names(&won)
+        speedups(&won)
     ));
-    let by_bound = |rs: &[&Row], bound: &str| -> Vec<&'static str> {
-        rs.iter()
-            .filter(|r| r.host_bound == bound)
-            .map(|r| r.workload)
-            .collect()
-    };
-    let link_bound = by_bound(&won, "link");
-    if !link_bound.is_empty() {
-        out.push(format!(
-            "  Link-bound host ({}): every input byte crosses the {} link and the host's I/O \
-             stack, while the device reads its media (as fast for both) and sends only the answer.",
-            link_bound.join(", "),
-            rate(model.link_bytes_per_sec)
-        ));
-    }
-    let compute_bound = by_bound(&won, "compute");
-    if !compute_bound.is_empty() {
-        out.push(format!(
-            "  Compute-bound host ({}): the host's code over the whole input takes longer than \
-             the device's program next to the data, on top of the link it also pays.",
-            compute_bound.join(", ")
-        ));
-    }
+    out.extend(why_won(&won, model));
     if !lost.is_empty() {
         let compute_bound = lost.iter().filter(|r| r.device_bound == "compute").count();
         out.push(format!(
             "  Lost {} ({}): the device is compute-bound in {} of them (its cores take {}x the host's time).",
             lost.len(),
-            names(&lost),
+            speedups(&lost),
             compute_bound,
             f64::from(model.compute_scale_milli) / 1000.0
         ));
@@ -713,6 +739,43 @@ fn verdict(rows: &[Row], model: &PerfModel) -> Vec<String> {
         warm_host,
         rows.len()
     ));
+    out
+}
+
+/// The workloads with their modelled cold speedups, comma-separated.
+fn speedups(rs: &[&Row]) -> String {
+    rs.iter()
+        .map(|r| format!("{} {:.2}x", r.workload, r.modelled_cold_speedup))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why offloading won where it did: a line per kind of bound host.
+fn why_won(won: &[&Row], model: &PerfModel) -> Vec<String> {
+    let by_bound = |bound: &str| -> Vec<&'static str> {
+        won.iter()
+            .filter(|r| r.host_bound == bound)
+            .map(|r| r.workload)
+            .collect()
+    };
+    let mut out = Vec::new();
+    let link_bound = by_bound("link");
+    if !link_bound.is_empty() {
+        out.push(format!(
+            "  Link-bound host ({}): every input byte crosses the {} link and the host's I/O \
+             stack, while the device reads its media (as fast for both) and sends only the answer.",
+            link_bound.join(", "),
+            rate(model.link_bytes_per_sec)
+        ));
+    }
+    let compute_bound = by_bound("compute");
+    if !compute_bound.is_empty() {
+        out.push(format!(
+            "  Compute-bound host ({}): the host's code over the whole input takes longer than \
+             the device's program next to the data, on top of the link it also pays.",
+            compute_bound.join(", ")
+        ));
+    }
     out
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use csx_host::proto::{FunctionInfo, WireArgKind};
+use csx_host::proto::{DeviceInfo, FunctionInfo, WireArgKind};
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
 use serde_json::json;
@@ -199,108 +199,115 @@ pub struct InfoArgs {
 pub fn run_info(args: InfoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let dev = connect::open(global)?;
     let i = dev.identify().context("identify")?;
-    let programs = dev.programs().context("list programs")?;
-    let files = dev.list_files("/").context("list files")?;
+    let about = About {
+        device: format!("{} ({})", dev.uri(), dev.client().transport_name()),
+        programs: dev.programs().context("list programs")?.len(),
+        files: dev.list_files("/").context("list files")?.files.len(),
+    };
     if args.json {
-        let out = json!({
-            "uri": dev.uri().to_string(),
-            "transport": dev.client().transport_name(),
-            "version": i.version,
-            "abi_version": i.abi_version,
-            "nvm_size_bytes": i.nvm_size_bytes,
-            "slm_size_bytes": i.slm_size_bytes,
-            "slm_free_bytes": i.slm_free_bytes,
-            "state_size_bytes": i.state_size_bytes,
-            "engines": i.engines,
-            "jit": i.jit,
-            "program_slots": i.program_slots,
-            "programs_loaded": programs.len(),
-            "programs_active_max": i.programs_active_max,
-            "program_size_max": i.program_size_max,
-            "load_chunk_size_max": i.load_chunk_size_max,
-            "range_sets_max": i.range_sets_max,
-            "ranges_per_set_max": i.ranges_per_set_max,
-            "params_size_max": i.params_size_max,
-            "mem_io_size_max": i.mem_io_size_max,
-            "file_io_size_max": i.file_io_size_max,
-            "queue_depth_max": i.queue_depth_max,
-            "fuel_default": i.fuel_default,
-            "files": files.files.len(),
-        });
+        let mut out = info_json(&i, &about);
+        out["uri"] = json!(dev.uri().to_string());
+        out["transport"] = json!(dev.client().transport_name());
         println!("{out:#}");
     } else {
-        let rows = [
-            (
-                "device",
-                format!("{} ({})", dev.uri(), dev.client().transport_name()),
-            ),
-            (
-                "version",
-                format!("{}, program ABI {}", i.version, i.abi_version),
-            ),
-            (
-                "nvm",
-                format!(
-                    "{}, {} files",
-                    format_size(i.nvm_size_bytes),
-                    files.files.len()
-                ),
-            ),
-            (
-                "slm",
-                format!(
-                    "{} ({} free)",
-                    format_size(i.slm_size_bytes),
-                    format_size(i.slm_free_bytes)
-                ),
-            ),
-            ("shared state", format_size(i.state_size_bytes)),
-            (
-                "engines",
-                format!(
-                    "{} ({})",
-                    i.engines,
-                    if i.jit {
-                        "interpreter and JIT"
-                    } else {
-                        "interpreter only"
-                    }
-                ),
-            ),
-            (
-                "programs",
-                format!(
-                    "{} of {} slots loaded, {} active at most, {} per image",
-                    programs.len(),
-                    i.program_slots,
-                    i.programs_active_max,
-                    format_size(u64::from(i.program_size_max))
-                ),
-            ),
-            (
-                "executions",
-                format!(
-                    "{} windows, {} of parameters, {} fuel by default",
-                    i.ranges_per_set_max,
-                    format_size(u64::from(i.params_size_max)),
-                    i.fuel_default
-                ),
-            ),
-            (
-                "transfers",
-                format!(
-                    "{} per memory or file command",
-                    format_size(i.mem_io_size_max)
-                ),
-            ),
-            ("queue depth", i.queue_depth_max.to_string()),
-        ];
-        for (k, v) in rows {
+        for (k, v) in info_rows(&i, &about) {
             println!("{k:<13}{v}");
         }
     }
     dev.close().context("closing the device")?;
     Ok(exit::SUCCESS)
+}
+
+/// What `device info` says beside the device's own identification: the device as
+/// `URI (transport)`, the programs loaded and the files on it.
+struct About {
+    device: String,
+    programs: usize,
+    files: usize,
+}
+
+/// `device info --json` without the `uri` and `transport` keys.
+fn info_json(i: &DeviceInfo, about: &About) -> serde_json::Value {
+    json!({
+        "version": i.version,
+        "abi_version": i.abi_version,
+        "nvm_size_bytes": i.nvm_size_bytes,
+        "slm_size_bytes": i.slm_size_bytes,
+        "slm_free_bytes": i.slm_free_bytes,
+        "state_size_bytes": i.state_size_bytes,
+        "engines": i.engines,
+        "jit": i.jit,
+        "program_slots": i.program_slots,
+        "programs_loaded": about.programs,
+        "programs_active_max": i.programs_active_max,
+        "program_size_max": i.program_size_max,
+        "load_chunk_size_max": i.load_chunk_size_max,
+        "range_sets_max": i.range_sets_max,
+        "ranges_per_set_max": i.ranges_per_set_max,
+        "params_size_max": i.params_size_max,
+        "mem_io_size_max": i.mem_io_size_max,
+        "file_io_size_max": i.file_io_size_max,
+        "queue_depth_max": i.queue_depth_max,
+        "fuel_default": i.fuel_default,
+        "files": about.files,
+    })
+}
+
+/// The lines of `device info`: (label, value).
+fn info_rows(i: &DeviceInfo, about: &About) -> [(&'static str, String); 10] {
+    let engines = if i.jit {
+        "interpreter and JIT"
+    } else {
+        "interpreter only"
+    };
+    [
+        ("device", about.device.clone()),
+        (
+            "version",
+            format!("{}, program ABI {}", i.version, i.abi_version),
+        ),
+        (
+            "nvm",
+            format!("{}, {} files", format_size(i.nvm_size_bytes), about.files),
+        ),
+        (
+            "slm",
+            format!(
+                "{} ({} free)",
+                format_size(i.slm_size_bytes),
+                format_size(i.slm_free_bytes)
+            ),
+        ),
+        ("shared state", format_size(i.state_size_bytes)),
+        ("engines", format!("{} ({engines})", i.engines)),
+        (
+            "programs",
+            format!(
+                "{} of {} slots loaded, {} active at most, {} per image",
+                about.programs,
+                i.program_slots,
+                i.programs_active_max,
+                format_size(u64::from(i.program_size_max))
+            ),
+        ),
+        (
+            "executions",
+            format!(
+                "{} windows, {} of parameters, {} fuel by default",
+                i.ranges_per_set_max,
+                format_size(u64::from(i.params_size_max)),
+                i.fuel_default
+            ),
+        ),
+        (
+            "transfers",
+            format!(
+                "{} per memory or file command",
+                format_size(i.mem_io_size_max)
+            ),
+        ),
+        ("queue depth", i.queue_depth_max.to_string()),
+    ]
 }
 
 /// List the device's registered functions: what programs may call.

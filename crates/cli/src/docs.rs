@@ -94,47 +94,50 @@ pub fn leaves(cmd: &clap::Command) -> Vec<(Vec<String>, clap::Command)> {
 }
 
 #[cfg(test)]
+/// The opening of `docs/cli.md`: the grammar, an example and the old spellings.
+const MARKDOWN_HEAD: &str =
+        "# The csx command line\n\n\
+     Generated from the clap definitions (`crates/cli/src/docs.rs`); a test fails when \
+     this file is stale: `CSX_BLESS=1 cargo test -p csx cli_md` rewrites it.\n\n\
+     Grammar: porcelain verbs (`put`, `get`, `ls`, `stat`, `rm`, `sync`, `exec`) at the top \
+     level beside noun groups (`device`, `array`, `program`, `lambda`, `fs`, `op`, `vm`, \
+     `bench`, ...). A command that talks to a device takes `--device URI` (a state \
+     directory, `shm://NAME`, `tcp://HOST:PORT`, `tcps://HOST:PORT` or `array:DIR`; \
+     default `$CSX_DEVICE`); a command that does not refuses it. Device paths are \
+     arguments or `--to DEVPATH`; local files are `-o/--output FILE` (or `--input` for \
+     a local input). `--json` (one compact document) and `--pretty` are global. Old \
+     spellings still work, hidden, with a one-line deprecation note on stderr.\n\n\
+     <!-- example: run -->\n\
+     ```sh\n\
+     csx device init --state ./dev0 --nvm-size 64MiB --slm-size 16MiB\n\
+     csx gen u64 --size 1MiB -o nums.bin\n\
+     csx put nums.bin /data/nums --device ./dev0\n\
+     csx ls /data --device ./dev0 --json --pretty\n\
+     csx --json device info --device ./dev0\n\
+     ```\n\n\
+     | old spelling | now |\n\
+     |---|---|\n\
+     | `csx --device URI CMD` | `csx CMD --device URI` |\n\
+     | `csx info`, `csx functions` | `csx device info`, `csx device functions` |\n\
+     | `csx sort ... --output DEVPATH` | `csx array sort ... --to DEVPATH` |\n\
+     | `csx array info --state DIR` | `csx array info --device array:DIR` |\n\
+     | `csx read`, `csx write`, `csx cache drop` | `csx lambda read`, `csx lambda write`, `csx lambda cache-drop` |\n\
+     | `--state-dir DIR` (λ-IO) | `--state DIR` |\n\
+     | `csx mount`, `csx umount` | `csx fs mount`, `csx fs umount` |\n\
+     | `csx pipe ... --output DEVPATH` | `csx op pipe ... --to DEVPATH` |\n\
+     | `--interp`, `--jit`, `--quick` | `--engine interp\\|jit\\|quick` |\n\
+     | `--repeat`, `--rounds` | `--runs` |\n\
+     | `--link-gbps X` (`device init`) | `--link-bandwidth RATE` |\n\
+     | `--command-latency-us` (`array init`) | `--link-latency-us` |\n\
+     | `bench capi --uri URI` | `bench capi --device URI` |\n";
+
+#[cfg(test)]
 /// `docs/cli.md`: every visible command, its about, usage and options.
 pub fn markdown() -> String {
     use std::fmt::Write as _;
     let mut cmd = crate::Cli::command();
     cmd.build();
-    let mut md = String::from(
-        "# The csx command line\n\n\
-         Generated from the clap definitions (`crates/cli/src/docs.rs`); a test fails when \
-         this file is stale: `CSX_BLESS=1 cargo test -p csx cli_md` rewrites it.\n\n\
-         Grammar: porcelain verbs (`put`, `get`, `ls`, `stat`, `rm`, `sync`, `exec`) at the top \
-         level beside noun groups (`device`, `array`, `program`, `lambda`, `fs`, `op`, `vm`, \
-         `bench`, ...). A command that talks to a device takes `--device URI` (a state \
-         directory, `shm://NAME`, `tcp://HOST:PORT`, `tcps://HOST:PORT` or `array:DIR`; \
-         default `$CSX_DEVICE`); a command that does not refuses it. Device paths are \
-         arguments or `--to DEVPATH`; local files are `-o/--output FILE` (or `--input` for \
-         a local input). `--json` (one compact document) and `--pretty` are global. Old \
-         spellings still work, hidden, with a one-line deprecation note on stderr.\n\n\
-         <!-- example: run -->\n\
-         ```sh\n\
-         csx device init --state ./dev0 --nvm-size 64MiB --slm-size 16MiB\n\
-         csx gen u64 --size 1MiB -o nums.bin\n\
-         csx put nums.bin /data/nums --device ./dev0\n\
-         csx ls /data --device ./dev0 --json --pretty\n\
-         csx --json device info --device ./dev0\n\
-         ```\n\n\
-         | old spelling | now |\n\
-         |---|---|\n\
-         | `csx --device URI CMD` | `csx CMD --device URI` |\n\
-         | `csx info`, `csx functions` | `csx device info`, `csx device functions` |\n\
-         | `csx sort ... --output DEVPATH` | `csx array sort ... --to DEVPATH` |\n\
-         | `csx array info --state DIR` | `csx array info --device array:DIR` |\n\
-         | `csx read`, `csx write`, `csx cache drop` | `csx lambda read`, `csx lambda write`, `csx lambda cache-drop` |\n\
-         | `--state-dir DIR` (λ-IO) | `--state DIR` |\n\
-         | `csx mount`, `csx umount` | `csx fs mount`, `csx fs umount` |\n\
-         | `csx pipe ... --output DEVPATH` | `csx op pipe ... --to DEVPATH` |\n\
-         | `--interp`, `--jit`, `--quick` | `--engine interp\\|jit\\|quick` |\n\
-         | `--repeat`, `--rounds` | `--runs` |\n\
-         | `--link-gbps X` (`device init`) | `--link-bandwidth RATE` |\n\
-         | `--command-latency-us` (`array init`) | `--link-latency-us` |\n\
-         | `bench capi --uri URI` | `bench capi --device URI` |\n",
-    );
+    let mut md = String::from(MARKDOWN_HEAD);
     for (words, leaf) in leaves(&cmd) {
         let name = if words.is_empty() {
             "csx".to_string()
@@ -150,28 +153,33 @@ pub fn markdown() -> String {
         let _ = writeln!(md, "```text\n{usage}\n```\n");
         for arg in leaf.get_arguments().filter(|a| !a.is_hide_set()) {
             let id = arg.get_id().as_str();
-            if id == "help" || id == "version" {
-                continue;
+            if id != "help" && id != "version" {
+                let _ = writeln!(md, "{}", option_line(arg));
             }
-            let spelling = match (arg.get_short(), arg.get_long()) {
-                (Some(s), Some(l)) => format!("-{s}, --{l}"),
-                (None, Some(l)) => format!("--{l}"),
-                (Some(s), None) => format!("-{s}"),
-                (None, None) => id.to_uppercase(),
-            };
-            let value = arg
-                .get_value_names()
-                .map(|v| format!(" {}", v.join(" ")))
-                .filter(|_| arg.get_long().is_some() && arg.get_action().takes_values())
-                .unwrap_or_default();
-            let help = arg
-                .get_help()
-                .map(|h| h.to_string().replace('\n', " "))
-                .unwrap_or_default();
-            let _ = writeln!(md, "- `{spelling}{value}`: {help}");
         }
     }
     md
+}
+
+#[cfg(test)]
+/// An option's line in `docs/cli.md`: its spellings, value and help.
+fn option_line(arg: &clap::Arg) -> String {
+    let spelling = match (arg.get_short(), arg.get_long()) {
+        (Some(s), Some(l)) => format!("-{s}, --{l}"),
+        (None, Some(l)) => format!("--{l}"),
+        (Some(s), None) => format!("-{s}"),
+        (None, None) => arg.get_id().as_str().to_uppercase(),
+    };
+    let value = arg
+        .get_value_names()
+        .map(|v| format!(" {}", v.join(" ")))
+        .filter(|_| arg.get_long().is_some() && arg.get_action().takes_values())
+        .unwrap_or_default();
+    let help = arg
+        .get_help()
+        .map(|h| h.to_string().replace('\n', " "))
+        .unwrap_or_default();
+    format!("- `{spelling}{value}`: {help}")
 }
 
 #[cfg(test)]

@@ -101,35 +101,12 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let dev = connect::open(global)?;
     let uri = dev.uri().to_string();
     let fs = Arc::new(MetalFs::new(dev));
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(signal, Arc::clone(&stop))
-            .context("cannot install the signal handlers")?;
-    }
+    let stop = stop_on_signals()?;
     // The operators' executables (`MOUNT/.ops/NAME`) and the socket their proxies
     // register at, in a directory of this process's own.
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
-    // Private to this user (0700): another user can neither reach the socket nor put
-    // something in the directory's place.
-    let ops_dir = std::env::temp_dir().join(format!(
-        "csx-mount-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-    ));
-    {
-        use std::os::unix::fs::DirBuilderExt as _;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&ops_dir)
-            .with_context(|| format!("cannot create {}", ops_dir.display()))?;
-    }
+    let ops_dir = private_ops_dir()?;
     let socket = ops_dir.join("ops.sock");
     let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
@@ -142,17 +119,7 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         allow_other: args.allow_other,
     };
     let mounted = mount::spawn_with(fuse, &mount::fs_name(&fs), &args.mountpoint, &opts)?;
-    // `csx umount` finds this process by the mount's device number and waits for it.
-    let record = match mounted.dev().map(mount::record_server) {
-        Some(Ok(path)) => Some(path),
-        Some(Err(e)) => {
-            eprintln!(
-                "csx: cannot record the mount process ({e}): `csx umount` will not wait for it"
-            );
-            None
-        }
-        None => None,
-    };
+    let record = record_server(&mounted);
     eprintln!(
         "csx: mounted {uri} at {} (pid {})",
         args.mountpoint.display(),
@@ -182,6 +149,55 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     closed?;
     eprintln!("csx: unmounted {}", args.mountpoint.display());
     Ok(exit::SUCCESS)
+}
+
+/// A flag SIGINT, SIGTERM and SIGHUP set.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// A fresh directory of this process's own in the temporary directory, private to this
+/// user (0700): another user can neither reach a socket in it nor put something in its
+/// place.
+fn private_ops_dir() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let ops_dir = std::env::temp_dir().join(format!(
+        "csx-mount-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&ops_dir)
+        .with_context(|| format!("cannot create {}", ops_dir.display()))?;
+    Ok(ops_dir)
+}
+
+/// Records this process as the mount's server, so `csx umount` finds it by the mount's
+/// device number and waits for it; the record's path, or `None` (said on stderr) when
+/// it cannot.
+fn record_server(mounted: &mount::Mounted) -> Option<PathBuf> {
+    match mounted.dev().map(mount::record_server) {
+        Some(Ok(path)) => Some(path),
+        Some(Err(e)) => {
+            eprintln!(
+                "csx: cannot record the mount process ({e}): `csx umount` will not wait for it"
+            );
+            None
+        }
+        None => None,
+    }
 }
 
 fn spawn_background(args: &MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {

@@ -344,6 +344,23 @@ struct Ordered {
 }
 
 impl Ordered {
+    /// Nothing written yet, into a new file at `output` (none: the bytes are counted only).
+    fn new(output: Option<&std::path::Path>) -> anyhow::Result<Ordered> {
+        let sink = match output {
+            Some(p) => Some(std::io::BufWriter::new(
+                std::fs::File::create(p)
+                    .with_context(|| format!("cannot create {}", p.display()))?,
+            )),
+            None => None,
+        };
+        Ok(Ordered {
+            next: 0,
+            pending: BTreeMap::new(),
+            sink,
+            bytes: 0,
+        })
+    }
+
     fn put(&mut self, index: u64, bytes: Vec<u8>) -> std::io::Result<()> {
         self.pending.insert(index, bytes);
         while let Some(b) = self.pending.remove(&self.next) {
@@ -402,18 +419,7 @@ fn read_with(
     let size = file.size_bytes();
     let chunks = size.div_ceil(spec.chunk);
     let base = base_args(spec)?;
-    let sink = match &args.output {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
-        )),
-        None => None,
-    };
-    let ordered = Mutex::new(Ordered {
-        next: 0,
-        pending: BTreeMap::new(),
-        sink,
-        bytes: 0,
-    });
+    let ordered = Mutex::new(Ordered::new(args.output.as_deref())?);
     let account = Mutex::new(RunAccount::default());
     let next = AtomicU64::new(0);
     let start = Instant::now();
@@ -455,13 +461,18 @@ fn read_with(
     let modelled = account.modelled_ns(args.threads, engines);
     print_account(&account, wall_ns, modelled, ordered.bytes, spec.json);
     if spec.trace {
-        let c = io.dispatcher().counters();
-        eprintln!(
-            "dispatcher: {} host, {} device, {} profiled",
-            c.requests_host, c.requests_device, c.requests_profiled
-        );
+        trace_dispatcher(io);
     }
     Ok(crate::exit::SUCCESS)
+}
+
+/// The dispatcher's count of requests per side, on stderr.
+fn trace_dispatcher(io: &LambdaIo<'_>) {
+    let c = io.dispatcher().counters();
+    eprintln!(
+        "dispatcher: {} host, {} device, {} profiled",
+        c.requests_host, c.requests_device, c.requests_profiled
+    );
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

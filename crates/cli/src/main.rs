@@ -4,7 +4,9 @@
 //! function returning the process's exit status; this file only parses, dispatches and
 //! turns errors into exit codes. To add a group `foo`: write `src/foo.rs` with
 //! `pub struct FooArgs` and `pub fn run(args: FooArgs, global: &GlobalArgs)`, then add a
-//! variant to [`Command`] and an arm to [`run`].
+//! variant to [`Command`] and an arm to [`dispatch`].
+
+#![warn(clippy::too_many_lines)]
 
 use std::process::ExitCode;
 
@@ -142,6 +144,14 @@ enum Command {
     #[command(hide = true)]
     Man(docs::ManArgs),
     // Old spellings: hidden, each with a one-line deprecation note.
+    #[command(flatten)]
+    Old(OldCommand),
+}
+
+/// The old spellings of commands now in a group: hidden, each with a one-line
+/// deprecation note.
+#[derive(Debug, Subcommand)]
+enum OldCommand {
     #[command(hide = true)]
     Info(device_cmd::InfoArgs),
     #[command(hide = true)]
@@ -176,7 +186,7 @@ impl Command {
                 | Command::Gen(_)
                 | Command::Completions(_)
                 | Command::Man(_)
-                | Command::Umount(_)
+                | Command::Old(OldCommand::Umount(_))
         )
     }
 }
@@ -196,7 +206,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         eprintln!("csx: --device before the command is deprecated; put it after the command");
         connect::set_device_before_command(cli.device);
     }
-    match cli.command {
+    dispatch(cli.command)
+}
+
+/// Runs the command: each porcelain verb with its device, each group by its module.
+fn dispatch(command: Command) -> anyhow::Result<u8> {
+    match command {
         Command::Put(a) => {
             let g = a.dev.global();
             files::run_put(a, &g)
@@ -257,47 +272,54 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Gen(a) => gen_cmd::run(a),
         Command::Completions(a) => docs::run_completions(a),
         Command::Man(a) => docs::run_man(a),
-        Command::Info(a) => {
+        Command::Old(old) => run_old(old),
+    }
+}
+
+/// Runs an old spelling, after its deprecation note.
+fn run_old(command: OldCommand) -> anyhow::Result<u8> {
+    match command {
+        OldCommand::Info(a) => {
             renamed("info", "device info");
             let g = a.dev.global();
             device_cmd::run_info(a, &g)
         }
-        Command::Functions(a) => {
+        OldCommand::Functions(a) => {
             renamed("functions", "device functions");
             let g = a.dev.global();
             device_cmd::run_functions(a, &g)
         }
-        Command::Sort(a) => {
+        OldCommand::Sort(a) => {
             renamed("sort", "array sort");
             let g = a.dev.global();
             array_cmd::run_sort(a, &g)
         }
-        Command::Read(a) => {
+        OldCommand::Read(a) => {
             renamed("read", "lambda read");
             let g = a.dev.global();
             lambda_cmd::run_read(a, &g)
         }
-        Command::Write(a) => {
+        OldCommand::Write(a) => {
             renamed("write", "lambda write");
             let g = a.dev.global();
             lambda_cmd::run_write(a, &g)
         }
-        Command::Mount(a) => {
+        OldCommand::Mount(a) => {
             renamed("mount", "fs mount");
             let g = a.dev.global();
             fs_cmd::run_mount(a, &g)
         }
-        Command::Pipe(a) => {
+        OldCommand::Pipe(a) => {
             renamed("pipe", "op pipe");
             let g = a.dev.global();
             op_cmd::run_pipe(a, &g)
         }
-        Command::Cache(a) => {
+        OldCommand::Cache(a) => {
             renamed("cache drop", "lambda cache-drop");
             let g = a.dev.global();
             lambda_cmd::run_cache(a, &g)
         }
-        Command::Umount(a) => {
+        OldCommand::Umount(a) => {
             renamed("umount", "fs umount");
             fs_cmd::run_umount(a)
         }

@@ -168,23 +168,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
     if let Some(bytes) = args.resident_memory {
         device.resident().set_budget(bytes);
     }
-    let defaults = ClientLimits::for_device(device.config().slm_size_bytes);
-    let limits = ClientLimits {
-        memory_bytes: args.client_memory.unwrap_or(defaults.memory_bytes),
-        queued_commands: args.client_queue,
-        program_slots: args.client_slots,
-        reply_bytes: args.client_reply_memory.unwrap_or(defaults.reply_bytes),
-    };
-    let mut options = ServerOptions::new()
-        .limits(limits)
-        .reclaim_programs(args.reclaim_programs)
-        .write_stall(Duration::from_secs(args.write_stall))
-        .shm_other_users(args.shm_other_users)
-        .connections_per_source(args.connections_per_source);
-    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
-        options = options.tls(cert, key);
-    }
-    let server = Server::start_with(device, config, options)
+    let limits = client_limits(&args, device.config().slm_size_bytes);
+    let server = Server::start_with(device, config, server_options(&args, limits))
         .with_context(|| format!("cannot serve the device in {}", args.state.display()))?;
     tracing::info!(
         memory = %csx_host::size::format_size(limits.memory_bytes),
@@ -198,7 +183,44 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
     tracing::info!(state = %args.state.display(), %uris, "serving");
     // Scripts read the addresses (a tcp port chosen by the system) from stdout.
     println!("csx: serving {} on {uris}", args.state.display());
-    let interval = Duration::from_secs(args.status_interval);
+    wait_for_stop(&server, &stop, Duration::from_secs(args.status_interval));
+    tracing::info!("shutting down: aborting executions, finishing other commands in flight");
+    let final_status = server.status();
+    server
+        .shutdown()
+        .context("the device did not shut down cleanly")?;
+    tracing::info!("device closed; {}", status_line(&final_status));
+    Ok(exit::SUCCESS)
+}
+
+/// Each client's limits: the flags, else the defaults for a device of `slm_size_bytes`
+/// of memory.
+fn client_limits(args: &ServeArgs, slm_size_bytes: u64) -> ClientLimits {
+    let defaults = ClientLimits::for_device(slm_size_bytes);
+    ClientLimits {
+        memory_bytes: args.client_memory.unwrap_or(defaults.memory_bytes),
+        queued_commands: args.client_queue,
+        program_slots: args.client_slots,
+        reply_bytes: args.client_reply_memory.unwrap_or(defaults.reply_bytes),
+    }
+}
+
+fn server_options(args: &ServeArgs, limits: ClientLimits) -> ServerOptions {
+    let options = ServerOptions::new()
+        .limits(limits)
+        .reclaim_programs(args.reclaim_programs)
+        .write_stall(Duration::from_secs(args.write_stall))
+        .shm_other_users(args.shm_other_users)
+        .connections_per_source(args.connections_per_source);
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => options.tls(cert.clone(), key.clone()),
+        _ => options,
+    }
+}
+
+/// Waits until `stop` is set, logging the server's status every `interval` when it
+/// changed (never when `interval` is zero).
+fn wait_for_stop(server: &Server, stop: &AtomicBool, interval: Duration) {
     let mut last_status = Instant::now();
     let mut last = server.status();
     while !stop.load(Ordering::Acquire) {
@@ -212,11 +234,4 @@ pub fn run(args: ServeArgs) -> anyhow::Result<u8> {
             last_status = Instant::now();
         }
     }
-    tracing::info!("shutting down: aborting executions, finishing other commands in flight");
-    let final_status = server.status();
-    server
-        .shutdown()
-        .context("the device did not shut down cleanly")?;
-    tracing::info!("device closed; {}", status_line(&final_status));
-    Ok(exit::SUCCESS)
 }

@@ -338,13 +338,7 @@ struct RunReport {
 fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let label = args.prog.display().to_string();
     let bytes = read_file(&args.prog, "program")?;
-    let mut memory = match (&args.mem_file, &args.mem_hex) {
-        (Some(path), _) => read_memory_file(path)?,
-        (None, Some(text)) => hex::parse(text).context("parsing --mem-hex")?,
-        (None, None) => Vec::new(),
-    };
-    check_memory_size("the memory", &memory)?;
-
+    let mut memory = initial_memory(&args)?;
     let functions = Arc::new(FunctionTable::conformance());
     let program = load_program(&label, &bytes, args.entry.as_deref(), &functions)?;
     let program = verify_program(&label, program, functions)?;
@@ -352,15 +346,9 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     let (engine, _) = build_engine(kind, program)?;
 
     // With --count, a counted run first, on its own copy of the memory.
-    let work = if args.count {
-        let blocks = engine.program().blocks();
-        let counts = ExecCounts::new(blocks);
-        let mut copy = memory.clone();
-        run_counted(engine.as_ref(), &mut copy, args.fuel, &counts);
-        Some(blocks.work(&counts.values()))
-    } else {
-        None
-    };
+    let work = args
+        .count
+        .then(|| count_work(engine.as_ref(), &memory, args.fuel));
     // One run, or a warm-up followed by `repeat` timed runs; with --time-counted every
     // one of them counts (into one buffer, reset before each run).
     let timed_counts = args
@@ -385,17 +373,10 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
         None => args.runs,
     };
     if let (Some(repeat), true) = (repeat, outcome.result.is_ok()) {
-        let started = Instant::now();
-        let mut timed = 0;
-        while timed < repeat {
-            outcome = run_once(&mut memory);
-            timed += 1;
-            if outcome.result.is_err() {
-                break;
-            }
-        }
+        let (last, timed, ns) = timed_runs(repeat, || run_once(&mut memory));
+        outcome = last;
         runs += timed;
-        ns_per_run = Some(started.elapsed().as_nanos() as f64 / timed as f64);
+        ns_per_run = Some(ns);
     }
 
     let trap = outcome
@@ -421,6 +402,44 @@ fn run_program(args: RunArgs) -> anyhow::Result<u8> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// The program's memory: --mem-file's bytes, --mem-hex's, or none.
+fn initial_memory(args: &RunArgs) -> anyhow::Result<Vec<u8>> {
+    let memory = match (&args.mem_file, &args.mem_hex) {
+        (Some(path), _) => read_memory_file(path)?,
+        (None, Some(text)) => hex::parse(text).context("parsing --mem-hex")?,
+        (None, None) => Vec::new(),
+    };
+    check_memory_size("the memory", &memory)?;
+    Ok(memory)
+}
+
+/// The instructions per class of one counted run, on a copy of `memory`.
+fn count_work(engine: &dyn Engine, memory: &[u8], fuel: u64) -> csx_ebpf::count::WorkCounts {
+    let blocks = engine.program().blocks();
+    let counts = ExecCounts::new(blocks);
+    let mut copy = memory.to_vec();
+    run_counted(engine, &mut copy, fuel, &counts);
+    blocks.work(&counts.values())
+}
+
+/// Up to `repeat` timed runs, stopping after the first that traps: the last run's
+/// outcome, the runs made and the mean ns per run.
+fn timed_runs(repeat: u64, mut run: impl FnMut() -> RunOutcome) -> (RunOutcome, u64, f64) {
+    let started = Instant::now();
+    let mut timed = 0;
+    loop {
+        let outcome = run();
+        timed += 1;
+        if timed >= repeat || outcome.result.is_err() {
+            return (
+                outcome,
+                timed,
+                started.elapsed().as_nanos() as f64 / timed as f64,
+            );
+        }
+    }
 }
 
 fn print_run_report(report: &RunReport, json: bool) -> anyhow::Result<()> {
