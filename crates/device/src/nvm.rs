@@ -465,17 +465,17 @@ impl Nvm {
         let pieces = direct_pieces(offset, buf);
         let workers = pieces.len().min(DIRECT_QUEUE_DEPTH);
         if workers <= 1 {
-            let mut bounce = None;
-            for (at, skip, dst) in pieces {
-                read_piece(direct, at, skip, dst, &mut bounce)?;
-            }
-            return Ok(());
+            return BOUNCE.with_borrow_mut(|bounce| {
+                for (at, skip, dst) in pieces {
+                    read_piece(direct, at, skip, dst, bounce)?;
+                }
+                Ok(())
+            });
         }
         let queue = std::sync::Mutex::new(pieces.into_iter());
         let failed = std::sync::atomic::AtomicBool::new(false);
         let work = || -> io::Result<()> {
-            let mut bounce = None;
-            loop {
+            BOUNCE.with_borrow_mut(|bounce| loop {
                 if failed.load(Ordering::Relaxed) {
                     return Ok(());
                 }
@@ -488,11 +488,11 @@ impl Nvm {
                 let Some((at, skip, dst)) = next else {
                     return Ok(());
                 };
-                if let Err(e) = read_piece(direct, at, skip, dst, &mut bounce) {
+                if let Err(e) = read_piece(direct, at, skip, dst, bounce) {
                     failed.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
-            }
+            })
         };
         std::thread::scope(|scope| {
             // A helper that cannot be started (the system is out of threads) is simply
@@ -580,6 +580,13 @@ impl Nvm {
     }
 }
 
+thread_local! {
+    /// The bounce buffer of this thread's unaligned direct reads, kept from one read to
+    /// the next: a transfer worker reads many column blocks, and a fresh zeroed buffer a
+    /// read (a mapping of its own, faulted in and unmapped again) cost more than the copy.
+    static BOUNCE: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
 /// A heap buffer whose usable part starts at a [`DIRECT_IO_ALIGNMENT`] boundary. Built
 /// from an over-allocated `Vec`, so it needs no unsafe allocation code.
 struct AlignedBuf {
@@ -643,7 +650,7 @@ fn piece_size(len: u64) -> u64 {
 /// Reads one piece: `dst.len()` bytes at `at + skip`, where `at` is aligned and `skip`
 /// is non-zero only for a first piece that starts unaligned. Straight into `dst` when it
 /// starts at `at` and its address and length are aligned, otherwise through `bounce`
-/// (allocated on first use, [`BOUNCE_SIZE_MAX`] bytes, at least a piece).
+/// (the thread's, grown to the largest piece it has read, at most [`BOUNCE_SIZE_MAX`]).
 fn read_piece(
     direct: &File,
     at: u64,
@@ -657,10 +664,15 @@ fn read_piece(
     if aligned {
         return direct.read_exact_at(dst, at);
     }
-    let bounce = bounce.get_or_insert_with(|| AlignedBuf::new(BOUNCE_SIZE_MAX));
     // The image size is a multiple of the alignment, so the widened range stays inside
     // the file.
     let span = (skip + dst.len()).next_multiple_of(DIRECT_IO_ALIGNMENT);
+    if bounce.as_ref().is_none_or(|b| b.len < span) {
+        // Grown to the largest piece seen, at most a maximal one: most reads need far
+        // less than BOUNCE_SIZE_MAX.
+        *bounce = Some(AlignedBuf::new(span.min(BOUNCE_SIZE_MAX)));
+    }
+    let bounce = bounce.as_mut().expect("set above");
     let chunk = &mut bounce.as_mut()[..span];
     direct.read_exact_at(chunk, at)?;
     dst.copy_from_slice(&chunk[skip..skip + dst.len()]);
