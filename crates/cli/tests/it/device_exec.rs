@@ -115,7 +115,6 @@ fn init_put_exec_sum() {
             prog,
             "--entry",
             "sum",
-            "--input",
             "/data/nums",
             "--json",
         ],
@@ -141,7 +140,6 @@ fn init_put_exec_sum() {
             prog,
             "--entry",
             "sum",
-            "--input",
             "/data/nums:8:16",
             "--engine=interp",
             "--json",
@@ -151,7 +149,7 @@ fn init_put_exec_sum() {
     // The human output says the same.
     let text = ok(run(
         &dev,
-        &["exec", prog, "--entry", "sum", "--input", "/data/nums"],
+        &["exec", prog, "--entry", "sum", "/data/nums"],
     ));
     assert!(
         text.contains(&format!("r0        {}", n * (n + 1) / 2)),
@@ -211,7 +209,6 @@ fn file_commands_traps_and_outputs() {
             prog,
             "--entry",
             "oob",
-            "--input",
             "/a/in.bin",
             "--json",
         ],
@@ -234,7 +231,6 @@ fn file_commands_traps_and_outputs() {
             prog,
             "--entry",
             "copy_plus",
-            "--input",
             "/a/in.bin:0:1000",
             "--output-size",
             "1KiB",
@@ -258,7 +254,7 @@ fn file_commands_traps_and_outputs() {
     // Errors: exit status 1 and a message naming the problem.
     let out = run(
         &dev,
-        &["exec", prog, "--entry", "sum", "--input", "/no/such/file"],
+        &["exec", prog, "--entry", "sum", "/no/such/file"],
     );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

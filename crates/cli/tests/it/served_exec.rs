@@ -93,7 +93,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
     let r = json(run(
         uri,
         &[
-            "exec", prog, "--entry", "sum", "--input", "/d/nums", "--json",
+            "exec", prog, "--entry", "sum", "/d/nums", "--json",
         ],
     ));
     results.push(r["r0"].clone());
@@ -104,7 +104,6 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
             prog,
             "--entry",
             "sum",
-            "--input",
             "/d/nums:800:8000",
             "--engine=interp",
             "--json",
@@ -119,7 +118,6 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
             prog,
             "--entry",
             "copy_plus",
-            "--input",
             "/d/nums:0:1000",
             "--output-size",
             "1KiB",
@@ -140,7 +138,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
     let out = run(
         uri,
         &[
-            "exec", prog, "--entry", "oob", "--input", "/d/nums", "--json",
+            "exec", prog, "--entry", "oob", "/d/nums", "--json",
         ],
     );
     assert_eq!(out.status.code(), Some(3), "{uri}");
