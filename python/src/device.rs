@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, Reply, Status};
-use csx_host::transport::inproc::DeviceConfig;
 use csx_host::session::Session;
+use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use csx_lambda::{Lambda, LambdaArgs, LambdaIo, LambdaOptions, Mode, Ran, SideCost};
 use pyo3::buffer::PyBuffer;
@@ -156,7 +156,11 @@ fn stage_input(session: &mut Session<'_>, input: Input) -> Result<((MemHandle, u
         Input::File { path, offset, len } => {
             let len = match len {
                 Some(l) => l,
-                None => session.device().stat(&path)?.size_bytes.saturating_sub(offset),
+                None => session
+                    .device()
+                    .stat(&path)?
+                    .size_bytes
+                    .saturating_sub(offset),
             };
             if len == 0 {
                 return Err(Error::value(format!(

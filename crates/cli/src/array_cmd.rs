@@ -610,24 +610,31 @@ fn run_lambda(
         image: &object,
         entry: spec.entry.as_deref(),
     };
-    let report = csx_array::lambda::read_lambda(array, &args.devpath, image, &base, &opts, &mut |r, out| {
-        if trace {
-            eprintln!(
-                "request {} at {}: member {} at {}, {} bytes, ran {:?}, modelled {} ns",
-                r.index, r.file_offset, r.member, r.member_offset, r.len, out.ran, out.modelled_ns()
-            );
-        }
-        if let Some(s) = &mut sink {
-            s.write_all(&out.output).map_err(|e| {
-                csx_array::ArrayError::Other(format!("cannot write the output: {e}"))
-            })?;
-        }
-        line.update(csx_host::Progress {
-            done_bytes: r.file_offset + r.len,
-            total_bytes: size,
+    let report =
+        csx_array::lambda::read_lambda(array, &args.devpath, image, &base, &opts, &mut |r, out| {
+            if trace {
+                eprintln!(
+                    "request {} at {}: member {} at {}, {} bytes, ran {:?}, modelled {} ns",
+                    r.index,
+                    r.file_offset,
+                    r.member,
+                    r.member_offset,
+                    r.len,
+                    out.ran,
+                    out.modelled_ns()
+                );
+            }
+            if let Some(s) = &mut sink {
+                s.write_all(&out.output).map_err(|e| {
+                    csx_array::ArrayError::Other(format!("cannot write the output: {e}"))
+                })?;
+            }
+            line.update(csx_host::Progress {
+                done_bytes: r.file_offset + r.len,
+                total_bytes: size,
+            });
+            Ok(())
         });
-        Ok(())
-    });
     line.finish();
     let report = match report {
         Err(e @ csx_array::ArrayError::Aborted { .. }) => return Err(e.into()),
@@ -683,11 +690,7 @@ fn member_accounts(
     Ok(acc)
 }
 
-fn print_lambda_json(
-    report: &csx_array::lambda::ArrayLambdaReport,
-    acc: &Accounts,
-    wall_ns: u64,
-) {
+fn print_lambda_json(report: &csx_array::lambda::ArrayLambdaReport, acc: &Accounts, wall_ns: u64) {
     let mut v =
         crate::lambda_cmd::account_json(&acc.total, wall_ns, acc.modelled_ns, report.output_bytes);
     v["requests"] = json!(report.requests);

@@ -65,7 +65,12 @@ pub struct ExecArgs {
     #[arg(value_name = "DEVPATH[:OFFSET:LEN]")]
     devpath: Option<String>,
     /// The old spelling of the DEVPATH argument.
-    #[arg(long = "input", hide = true, value_name = "DEVPATH", conflicts_with = "devpath")]
+    #[arg(
+        long = "input",
+        hide = true,
+        value_name = "DEVPATH",
+        conflicts_with = "devpath"
+    )]
     old_input: Option<String>,
     /// Bytes of window 1, the output (e.g. 4096 or 1MiB).
     #[arg(long, value_name = "N", value_parser = parse_size)]
@@ -162,12 +167,8 @@ fn load_and_run(
     let mut steps = Steps::default();
     let name = args.prog.display().to_string();
     let t = Instant::now();
-    let pind = session.load_program_entry(
-        &name,
-        args.entry.as_deref(),
-        program_type_of(image),
-        image,
-    );
+    let pind =
+        session.load_program_entry(&name, args.entry.as_deref(), program_type_of(image), image);
     let pind = timed(&mut steps.load_ns, t, pind)?;
     let t = Instant::now();
     let activated = session.activate(pind, args.engine.kind());
@@ -454,7 +455,9 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let mut session = Session::new(&dev);
     let outcome = load_and_run(&mut session, &args, &image, params, &interrupt);
     // Free and unload whatever happened; a failure to release only matters if the run succeeded.
-    let released = session.close().context("cannot release the run's device resources");
+    let released = session
+        .close()
+        .context("cannot release the run's device resources");
     if interrupt.pressed() {
         released?;
         dev.close().context("closing the device")?;

@@ -482,23 +482,24 @@ mod grammar {
             let Some(long) = a.get_long() else {
                 continue; // an argument: device paths belong there
             };
-            let value = a
-                .get_value_names()
-                .map(|v| v.join(" "))
-                .unwrap_or_default();
+            let value = a.get_value_names().map(|v| v.join(" ")).unwrap_or_default();
             let flag = format!("`csx {name}` --{long} {value}");
             if value.contains("DEVPATH") && long != "to" {
                 broken.push(format!("{flag}: a device path is an argument or --to"));
             }
             let local = value.contains("FILE") || value.contains("LOCAL");
-            let data = ["input", "output", "local"].iter().any(|w| long.contains(w));
+            let data = ["input", "output", "local"]
+                .iter()
+                .any(|w| long.contains(w));
             if local && data && long != "output" && long != "input" {
                 broken.push(format!(
                     "{flag}: a local file is -o/--output (or --input for a local input)"
                 ));
             }
             if long == "output" && a.get_short() != Some('o') {
-                broken.push(format!("{flag}: --output is -o/--output FILE, a local file"));
+                broken.push(format!(
+                    "{flag}: --output is -o/--output FILE, a local file"
+                ));
             }
         }
         broken
@@ -538,8 +539,18 @@ mod grammar {
             .arg(Arg::new("path").value_name("DEVPATH"))
             .arg(Arg::new("to").long("to").value_name("DEVPATH"))
             .arg(Arg::new("input").long("input").value_name("FILE"))
-            .arg(Arg::new("output").short('o').long("output").value_name("FILE"))
-            .arg(Arg::new("old").long("input-dev").value_name("DEVPATH").hide(true));
+            .arg(
+                Arg::new("output")
+                    .short('o')
+                    .long("output")
+                    .value_name("FILE"),
+            )
+            .arg(
+                Arg::new("old")
+                    .long("input-dev")
+                    .value_name("DEVPATH")
+                    .hide(true),
+            );
         assert_eq!(path_rule_breaks("x", &good), Vec::<String>::new());
     }
 

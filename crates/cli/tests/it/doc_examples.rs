@@ -200,7 +200,12 @@ fn every_document_with_examples_is_run() {
     let mut unrun = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        let rel = f.strip_prefix(repo()).unwrap().to_str().unwrap().to_string();
+        let rel = f
+            .strip_prefix(repo())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         let has = text
             .lines()
             .any(|l| matches!(l.trim(), "```sh" | "```bash" | "```python" | "```console"));

@@ -181,13 +181,19 @@ fn old_spellings_work_with_one_note_each() {
         ],
         "op pipe --output-local is deprecated; use -o/--output FILE",
     );
-    assert_eq!(std::fs::read_to_string(&local_sum).unwrap(), summed_text(&local_nums));
+    assert_eq!(
+        std::fs::read_to_string(&local_sum).unwrap(),
+        summed_text(&local_nums)
+    );
     // The old command's --output went to the device, with the same sum.
     let got = csx()
         .args(["get", "/sum", "-", "--device", d])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&got.stdout), summed_text(&local_nums));
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        summed_text(&local_nums)
+    );
     let raw = tmp.path().join("r7.bin");
     // mov r0, 7; exit
     std::fs::write(&raw, [0xb7, 0, 0, 0, 7, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0]).unwrap();
@@ -276,18 +282,30 @@ fn a_device_flag_wins_over_csx_device_wherever_it_stands() {
         .args(["--slm-size", "4MiB"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // $CSX_DEVICE names a device nobody serves: using it fails.
     let unserved = "tcp://127.0.0.1:1";
     for args in [&["ls", "/", "--device", d][..], &["--device", d, "ls", "/"]] {
-        let out = csx().env("CSX_DEVICE", unserved).args(args).output().unwrap();
+        let out = csx()
+            .env("CSX_DEVICE", unserved)
+            .args(args)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let out = csx().env("CSX_DEVICE", unserved).args(["ls", "/"]).output().unwrap();
+    let out = csx()
+        .env("CSX_DEVICE", unserved)
+        .args(["ls", "/"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(unserved));
 }

@@ -146,13 +146,7 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
     let local = tmp.path().join("out.bin");
     let out = csx()
         .env("CSX_DEVICE", &dev)
-        .args([
-            "op",
-            "pipe",
-            "decompress",
-            "/bad.lz4",
-            "--output",
-        ])
+        .args(["op", "pipe", "decompress", "/bad.lz4", "--output"])
         .arg(&local)
         .output()
         .unwrap();
