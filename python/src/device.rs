@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, Reply, Status};
+use csx_host::session::Session;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use csx_lambda::{Lambda, LambdaArgs, LambdaIo, LambdaOptions, Mode, Ran, SideCost};
@@ -132,50 +133,43 @@ type FileRow = (String, u64, u32);
 /// host's wall ns of the execute command.
 type RunOutput = (Execution, u64, Option<Vec<u8>>, u64);
 
-/// Stages the windows, executes, reads the output; frees what it allocated whatever
-/// happens.
+/// Stages the windows, executes, reads the output, on a session that frees what it
+/// allocated whatever happens.
 fn run_program(
     dev: &Device,
     request: ExecuteRequest,
     input: Input,
     output_size: Option<u64>,
 ) -> Result<RunOutput> {
-    let mut handles: Vec<MemHandle> = Vec::new();
-    let result = stage_and_execute(dev, request, input, output_size, &mut handles);
-    let mut cleanup = Ok(());
-    for h in handles {
-        if let Err(e) = dev.free(h) {
-            cleanup = cleanup.and(Err(e));
-        }
-    }
+    let mut session = Session::new(dev);
+    let result = stage_and_execute(&mut session, request, input, output_size);
+    let released = session.close();
     let result = result?;
-    cleanup?;
+    released?;
     Ok(result)
 }
 
-fn stage_and_execute(
-    dev: &Device,
-    mut request: ExecuteRequest,
-    input: Input,
-    output_size: Option<u64>,
-    handles: &mut Vec<MemHandle>,
-) -> Result<RunOutput> {
-    let staged = match input {
+/// Window 0 on `session`: a device file range copied on the device, host bytes, or 8
+/// zero bytes. The window and the bytes staged.
+fn stage_input(session: &mut Session<'_>, input: Input) -> Result<((MemHandle, u64), u64)> {
+    match input {
         Input::File { path, offset, len } => {
             let len = match len {
                 Some(l) => l,
-                None => dev.stat(&path)?.size_bytes.saturating_sub(offset),
+                None => session
+                    .device()
+                    .stat(&path)?
+                    .size_bytes
+                    .saturating_sub(offset),
             };
             if len == 0 {
                 return Err(Error::value(format!(
                     "input {path} at offset {offset} is empty; window 0 needs at least one byte"
                 )));
             }
-            let h = dev.alloc(len)?;
-            handles.push(h);
-            let n = dev.copy_file_to_mem(&path, offset, len, h, 0)?;
-            request = request.window(h, 0, len);
-            n
+            let h = session.alloc(len)?;
+            session.copy_file(&path, offset, len, h, 0)?;
+            Ok(((h, len), len))
         }
         Input::Data(data) => {
             if data.is_empty() {
@@ -183,39 +177,155 @@ fn stage_and_execute(
                     "input is empty; window 0 needs at least one byte",
                 ));
             }
-            let h = dev.alloc(data.len() as u64)?;
-            handles.push(h);
-            dev.write_mem(h, 0, &data)?;
-            request = request.window(h, 0, data.len() as u64);
-            data.len() as u64
+            let len = data.len() as u64;
+            let h = session.alloc(len)?;
+            session.write(h, 0, &data)?;
+            Ok(((h, len), len))
         }
         Input::None => {
-            let h = dev.alloc(8)?;
-            handles.push(h);
-            dev.fill_mem(h, 0, 8, 0)?;
-            request = request.window(h, 0, 8);
-            0
+            let h = session.alloc(8)?;
+            session.fill(h, 0, 8, 0)?;
+            Ok(((h, 8), 0))
         }
-    };
+    }
+}
+
+fn stage_and_execute(
+    session: &mut Session<'_>,
+    request: ExecuteRequest,
+    input: Input,
+    output_size: Option<u64>,
+) -> Result<RunOutput> {
+    let ((h0, len0), staged) = stage_input(session, input)?;
+    let mut request = request.window(h0, 0, len0);
     let out = match output_size {
         Some(0) => return Err(Error::value("output_size must be at least 1 byte")),
         Some(n) => {
-            let h = dev.alloc(n)?;
-            handles.push(h);
-            dev.fill_mem(h, 0, n, 0)?;
+            let h = session.alloc(n)?;
+            session.fill(h, 0, n, 0)?;
             request = request.window(h, 0, n);
             Some((h, n))
         }
         None => None,
     };
     let t = Instant::now();
-    let run = execute_interruptibly(dev, &request)?;
+    let run = execute_interruptibly(session.device(), &request)?;
     let wall_ns = t.elapsed().as_nanos() as u64;
     let output = match out {
-        Some((h, n)) if !run.trapped() => Some(dev.read_mem(h, 0, n)?),
+        Some((h, n)) if !run.trapped() => Some(session.read(h, 0, n)?),
         _ => None,
     };
     Ok((run, staged, output, wall_ns))
+}
+
+/// An execution as Python sees it.
+fn exec_result(
+    py: Python<'_>,
+    run: Execution,
+    staged_bytes: u64,
+    output: Option<Vec<u8>>,
+    wall_ns: u64,
+) -> PyResult<ExecResult> {
+    let t = run.timing;
+    let timing = PyDict::new(py);
+    timing.set_item("queued_ns", t.queued_ns)?;
+    timing.set_item("transfer_ns", t.transfer_ns)?;
+    timing.set_item("prepare_ns", t.prepare_ns)?;
+    timing.set_item("execute_ns", t.execute_ns)?;
+    timing.set_item("total_ns", t.total_ns)?;
+    timing.set_item("modelled_ns", t.modelled_ns)?;
+    let output = match output {
+        Some(bytes) => Some(Py::new(py, Buffer::new(bytes))?),
+        None => None,
+    };
+    Ok(ExecResult {
+        r0: run.r0,
+        r0_signed: run.r0_signed(),
+        status: run.status.code(),
+        status_name: run.status.name(),
+        trapped: run.status == Status::Trap,
+        trap: run.trap.as_ref().map(|t| t.to_string()),
+        trap_kind: run.trap.as_ref().map(|t| t.kind_name()),
+        trap_pc: run.trap.as_ref().map(|t| t.pc),
+        fuel_used: run.fuel_used,
+        trace: run.trace,
+        detail: run.detail.as_ref().map(|d| d.to_string()),
+        output,
+        staged_bytes,
+        timing: timing.unbind(),
+        wall_ns,
+    })
+}
+
+/// A λ-IO read's arguments, checked.
+struct LambdaRead {
+    path: String,
+    image: Vec<u8>,
+    name: String,
+    entry: Option<String>,
+    offset: u64,
+    length: Option<u64>,
+    mode: Mode,
+    args: LambdaArgs,
+    state_dir: Option<PathBuf>,
+}
+
+impl LambdaRead {
+    /// Loads the λ, reads, unloads it. Ctrl-C sets the λ-IO handle's stop flag (once
+    /// the handle exists), which aborts the λ's device runs and stops its host runs.
+    fn run(self, dev: &Device) -> Result<csx_lambda::LambdaOutput> {
+        let stop = Mutex::new(None);
+        let pending_stop = std::sync::atomic::AtomicBool::new(false);
+        interruptibly(
+            || -> Result<csx_lambda::LambdaOutput> {
+                let options = LambdaOptions {
+                    state_dir: self.state_dir.clone(),
+                    ..LambdaOptions::default()
+                };
+                let io = LambdaIo::new(dev, &options)?;
+                let flag = io.stop_flag();
+                *stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&flag));
+                if pending_stop.load(std::sync::atomic::Ordering::Acquire) {
+                    flag.stop(1);
+                }
+                let lambda = Lambda::load(dev, &self.name, &self.image, self.entry.as_deref())?;
+                let result = io.open(&self.path).and_then(|file| {
+                    let len = self
+                        .length
+                        .unwrap_or(file.size_bytes().saturating_sub(self.offset));
+                    file.read_lambda(self.offset, len, &lambda, &self.args, self.mode)
+                });
+                let unloaded = lambda.unload(dev);
+                let out = result?;
+                unloaded?;
+                Ok(out)
+            },
+            || {
+                pending_stop.store(true, std::sync::atomic::Ordering::Release);
+                if let Some(f) = stop.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    f.stop(1);
+                }
+            },
+        )
+    }
+}
+
+/// A λ-IO read's output as Python sees it.
+fn lambda_result(py: Python<'_>, out: csx_lambda::LambdaOutput) -> PyResult<LambdaResult> {
+    let ran = match out.ran {
+        Ran::Host => "host",
+        Ran::Device => "device",
+        Ran::Both => "both",
+    };
+    let modelled_ns = out.modelled_ns();
+    Ok(LambdaResult {
+        ran,
+        cache_ratio: out.cache_ratio,
+        modelled_ns,
+        host: out.host.as_ref().map(|c| cost_dict(py, c)).transpose()?,
+        device: out.device.as_ref().map(|c| cost_dict(py, c)).transpose()?,
+        output: Py::new(py, Buffer::new(out.output))?,
+    })
 }
 
 /// How often a call waiting for the device runs Python's signal handlers.
@@ -574,35 +684,7 @@ impl PyDevice {
         let dev = self.device()?;
         let (run, staged, output, wall_ns) =
             py.detach(move || run_program(&dev, request, input, output_size))?;
-        let t = run.timing;
-        let timing = PyDict::new(py);
-        timing.set_item("queued_ns", t.queued_ns)?;
-        timing.set_item("transfer_ns", t.transfer_ns)?;
-        timing.set_item("prepare_ns", t.prepare_ns)?;
-        timing.set_item("execute_ns", t.execute_ns)?;
-        timing.set_item("total_ns", t.total_ns)?;
-        timing.set_item("modelled_ns", t.modelled_ns)?;
-        let output = match output {
-            Some(bytes) => Some(Py::new(py, Buffer::new(bytes))?),
-            None => None,
-        };
-        Ok(ExecResult {
-            r0: run.r0,
-            r0_signed: run.r0_signed(),
-            status: run.status.code(),
-            status_name: run.status.name(),
-            trapped: run.status == Status::Trap,
-            trap: run.trap.as_ref().map(|t| t.to_string()),
-            trap_kind: run.trap.as_ref().map(|t| t.kind_name()),
-            trap_pc: run.trap.as_ref().map(|t| t.pc),
-            fuel_used: run.fuel_used,
-            trace: run.trace,
-            detail: run.detail.as_ref().map(|d| d.to_string()),
-            output,
-            staged_bytes: staged,
-            timing: timing.unbind(),
-            wall_ns,
-        })
+        exec_result(py, run, staged, output, wall_ns)
     }
 
     /// λ-IO: runs the λ `image` over [`offset`, +`length`) of the device file `path` in
@@ -639,55 +721,19 @@ impl PyDevice {
             fuel,
         };
         let dev = self.device()?;
-        // The λ-IO handle's stop flag, once the handle exists: Ctrl-C sets it, which
-        // aborts the λ's device runs and stops its host runs.
-        let stop = Mutex::new(None);
-        let pending_stop = std::sync::atomic::AtomicBool::new(false);
-        let out = py.detach(|| {
-            interruptibly(
-                || -> Result<csx_lambda::LambdaOutput> {
-                    let options = LambdaOptions {
-                        state_dir,
-                        ..LambdaOptions::default()
-                    };
-                    let io = LambdaIo::new(&dev, &options)?;
-                    let flag = io.stop_flag();
-                    *stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&flag));
-                    if pending_stop.load(std::sync::atomic::Ordering::Acquire) {
-                        flag.stop(1);
-                    }
-                    let lambda = Lambda::load(&dev, &name, &image, entry.as_deref())?;
-                    let result = io.open(&path).and_then(|file| {
-                        let len = length.unwrap_or(file.size_bytes().saturating_sub(offset));
-                        file.read_lambda(offset, len, &lambda, &args, mode)
-                    });
-                    let unloaded = lambda.unload(&dev);
-                    let out = result?;
-                    unloaded?;
-                    Ok(out)
-                },
-                || {
-                    pending_stop.store(true, std::sync::atomic::Ordering::Release);
-                    if let Some(f) = stop.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                        f.stop(1);
-                    }
-                },
-            )
-        })?;
-        let ran = match out.ran {
-            Ran::Host => "host",
-            Ran::Device => "device",
-            Ran::Both => "both",
+        let read = LambdaRead {
+            path,
+            image,
+            name,
+            entry,
+            offset,
+            length,
+            mode,
+            args,
+            state_dir,
         };
-        let modelled_ns = out.modelled_ns();
-        Ok(LambdaResult {
-            ran,
-            cache_ratio: out.cache_ratio,
-            modelled_ns,
-            host: out.host.as_ref().map(|c| cost_dict(py, c)).transpose()?,
-            device: out.device.as_ref().map(|c| cost_dict(py, c)).transpose()?,
-            output: Py::new(py, Buffer::new(out.output))?,
-        })
+        let out = py.detach(|| read.run(&dev))?;
+        lambda_result(py, out)
     }
 
     fn __repr__(&self) -> String {

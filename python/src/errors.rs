@@ -128,6 +128,21 @@ impl From<CallError> for Error {
     }
 }
 
+impl From<csx_host::SessionError> for Error {
+    /// A session step's failure: the device's status when it failed a command, with
+    /// the step named in the message.
+    fn from(e: csx_host::SessionError) -> Error {
+        let message = e.to_string();
+        match e {
+            csx_host::SessionError::Device { source, .. } => Error {
+                message,
+                ..Error::from(source)
+            },
+            _ => Error::new(Kind::Io, message),
+        }
+    }
+}
+
 impl From<OpenError> for Error {
     fn from(e: OpenError) -> Error {
         let kind = match e {

@@ -184,7 +184,8 @@ impl Drop for Scratch {
 /// One column to write: (name, type, decimal scale, little-endian values).
 type ColumnWrite = (String, String, u32, Vec<u8>);
 
-/// Writes the table locally with csx-data's `TableWriter` (the current version).
+/// Writes the table locally with csx-data's `TableWriter` (the current version),
+/// after checking every column and dictionary.
 fn write_local(
     dir: &Path,
     table: &str,
@@ -192,6 +193,33 @@ fn write_local(
     dictionaries: &[(String, Vec<String>)],
     raw: bool,
 ) -> Result<Schema> {
+    let (schema_cols, rows) = column_schemas(table, columns)?;
+    check_dictionaries(columns, dictionaries)?;
+    // The names (and the rest of the schema) are checked before anything is written.
+    Schema::new(table, rows, schema_cols.clone())
+        .validate()
+        .map_err(|m| Error::value(format!("table {table}: {m}")))?;
+    let mut w = if raw {
+        csx_data::columnar::TableWriter::create_raw(dir, table, schema_cols)?
+    } else {
+        csx_data::columnar::TableWriter::create(dir, table, schema_cols)?
+    };
+    for (i, (_, ty, _, data)) in columns.iter().enumerate() {
+        match Values::from_le_bytes(column_type(ty)?, data) {
+            Values::I32(v) => v.into_iter().try_for_each(|x| w.i32(i, x))?,
+            Values::I64(v) => v.into_iter().try_for_each(|x| w.i64(i, x))?,
+            Values::U32(v) => v.into_iter().try_for_each(|x| w.u32(i, x))?,
+        }
+    }
+    let dicts: Vec<(&str, &[String])> = dictionaries
+        .iter()
+        .map(|(n, e)| (n.as_str(), e.as_slice()))
+        .collect();
+    Ok(w.finish(&dicts)?)
+}
+
+/// The columns' schemas and the rows they all hold (whole values, one row count).
+fn column_schemas(table: &str, columns: &[ColumnWrite]) -> Result<(Vec<ColumnSchema>, u64)> {
     if columns.is_empty() {
         return Err(Error::value(format!("table {table} has no columns")));
     }
@@ -219,6 +247,15 @@ fn write_local(
         }
         schema_cols.push(c);
     }
+    Ok((schema_cols, rows.unwrap_or(0) as u64))
+}
+
+/// Every dictionary belongs to a dict column, holds no newline and covers its codes;
+/// every dict column has one.
+fn check_dictionaries(
+    columns: &[ColumnWrite],
+    dictionaries: &[(String, Vec<String>)],
+) -> Result<()> {
     for (name, entries) in dictionaries {
         let Some((_, _, _, data)) = columns.iter().find(|c| &c.0 == name && c.1 == "dict") else {
             return Err(Error::value(format!(
@@ -242,27 +279,7 @@ fn write_local(
             )));
         }
     }
-    // The names (and the rest of the schema) are checked before anything is written.
-    Schema::new(table, rows.unwrap_or(0) as u64, schema_cols.clone())
-        .validate()
-        .map_err(|m| Error::value(format!("table {table}: {m}")))?;
-    let mut w = if raw {
-        csx_data::columnar::TableWriter::create_raw(dir, table, schema_cols)?
-    } else {
-        csx_data::columnar::TableWriter::create(dir, table, schema_cols)?
-    };
-    for (i, (_, ty, _, data)) in columns.iter().enumerate() {
-        match Values::from_le_bytes(column_type(ty)?, data) {
-            Values::I32(v) => v.into_iter().try_for_each(|x| w.i32(i, x))?,
-            Values::I64(v) => v.into_iter().try_for_each(|x| w.i64(i, x))?,
-            Values::U32(v) => v.into_iter().try_for_each(|x| w.u32(i, x))?,
-        }
-    }
-    let dicts: Vec<(&str, &[String])> = dictionaries
-        .iter()
-        .map(|(n, e)| (n.as_str(), e.as_slice()))
-        .collect();
-    Ok(w.finish(&dicts)?)
+    Ok(())
 }
 
 /// Puts the files of the local table `local` at `dev_dir`, the schema last, and

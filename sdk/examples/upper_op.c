@@ -3,8 +3,8 @@
  * as a pipeline stage:
  *
  *     csx build sdk/examples/upper_op.c -o upper.o
- *     csx pipe './upper.o | grep --pattern HELLO' --input /logs/app.txt --output-local out.txt
- *     csx pipe './upper.o --int 1' --input /logs/app.txt     # lowercase instead
+ *     csx op pipe './upper.o | grep --pattern HELLO' /logs/app.txt -o out.txt
+ *     csx op pipe './upper.o --int 1' /logs/app.txt     # lowercase instead
  *
  * It follows the streaming operator contract of csx.h ("Streaming operators"): window 0
  * the input chunk, window 1 the output buffer (here at least the input's length),

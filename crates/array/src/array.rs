@@ -388,7 +388,7 @@ impl Array {
             .ok_or(ArrayError::NotFound { path })
     }
 
-    fn resolve_layout(&self, placement: Placement) -> Result<Layout, ArrayError> {
+    pub(crate) fn resolve_layout(&self, placement: Placement) -> Result<Layout, ArrayError> {
         match placement {
             Placement::Member(m) => {
                 self.member_at(m)?;

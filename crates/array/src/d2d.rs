@@ -266,29 +266,19 @@ impl Array {
         dst: MemAt,
         len: u64,
     ) -> Result<(u64, Route), ArrayError> {
-        let MemAt {
-            member: src_member,
-            handle: src,
-            offset: src_offset,
-        } = src;
-        let MemAt {
-            member: dst_member,
-            handle: dst,
-            offset: dst_offset,
-        } = dst;
+        let (src_member, dst_member) = (src.member, dst.member);
         self.member_at(src_member)?;
         self.member_at(dst_member)?;
         let route = self.route(src_member, dst_member);
-        let src_dev = &self.members()[usize::from(src_member)].device;
-        let dst_dev = &self.members()[usize::from(dst_member)].device;
         if route == Route::Local {
-            let n = dst_dev
+            let n = self.members()[usize::from(dst_member)]
+                .device
                 .copy_to_mem(
-                    dst,
-                    dst_offset,
+                    dst.handle,
+                    dst.offset,
                     vec![CopySource::Mem {
-                        handle: src,
-                        offset: src_offset,
+                        handle: src.handle,
+                        offset: src.offset,
                         len,
                     }],
                 )
@@ -298,40 +288,53 @@ impl Array {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(MEM_IO_SIZE_MAX);
-            // The source device's reply buffer is the chunk written: one copy out of the
-            // source's memory, one into the destination's, none in between.
-            let reply = src_dev
-                .client()
-                .call_ok(Op::MemRead {
-                    handle: src,
-                    offset: src_offset + done,
-                    len: n,
-                })
-                .map_err(self.member_error(src_member, "memory-read"))?
-                .reply;
-            let bytes = match reply {
-                Reply::Data(d) if d.len() as u64 == n => d,
-                other => {
-                    let got = match other {
-                        Reply::Data(d) => d.len(),
-                        _ => 0,
-                    };
-                    return Err(ArrayError::Other(format!(
-                        "array member {src_member}: a memory read of {n} bytes returned {got}"
-                    )));
-                }
+            let at = |m: MemAt| MemAt {
+                offset: m.offset + done,
+                ..m
             };
-            dst_dev
-                .client()
-                .call_ok(Op::MemWrite {
-                    handle: dst,
-                    offset: dst_offset + done,
-                    data: bytes,
-                })
-                .map_err(self.member_error(dst_member, "memory-write"))?;
+            self.relay_chunk(at(src), at(dst), n)?;
             done += n;
         }
         self.account(route, src_member, dst_member, len);
         Ok((len, route))
+    }
+
+    /// One chunk of a copy between members through the host: the source device's
+    /// reply buffer is the chunk written, one copy out of the source's memory, one into
+    /// the destination's, none in between.
+    fn relay_chunk(&self, src: MemAt, dst: MemAt, n: u64) -> Result<(), ArrayError> {
+        let src_dev = &self.members()[usize::from(src.member)].device;
+        let dst_dev = &self.members()[usize::from(dst.member)].device;
+        let reply = src_dev
+            .client()
+            .call_ok(Op::MemRead {
+                handle: src.handle,
+                offset: src.offset,
+                len: n,
+            })
+            .map_err(self.member_error(src.member, "memory-read"))?
+            .reply;
+        let bytes = match reply {
+            Reply::Data(d) if d.len() as u64 == n => d,
+            other => {
+                let got = match other {
+                    Reply::Data(d) => d.len(),
+                    _ => 0,
+                };
+                return Err(ArrayError::Other(format!(
+                    "array member {}: a memory read of {n} bytes returned {got}",
+                    src.member
+                )));
+            }
+        };
+        dst_dev
+            .client()
+            .call_ok(Op::MemWrite {
+                handle: dst.handle,
+                offset: dst.offset,
+                data: bytes,
+            })
+            .map_err(self.member_error(dst.member, "memory-write"))?;
+        Ok(())
     }
 }

@@ -200,12 +200,7 @@ pub fn read_lambda(
     let entry_desc = checked_entry(array, path, opts)?;
     let mpath = array.member_path(entry_desc.id);
     let requests = plan(entry_desc.size_bytes, &entry_desc.layout, opts.chunk);
-    // The members holding requests, in tag order.
-    let mut involved: Vec<u16> = requests.iter().map(|r| r.member).collect();
-    involved.sort_unstable();
-    involved.dedup();
-
-    let loaded = load_on(array, &involved, &lambda)?;
+    let loaded = load_on(array, &members_of(&requests), &lambda)?;
 
     let ordered = Mutex::new(Ordered {
         next: 0,
@@ -237,25 +232,7 @@ pub fn read_lambda(
                 })
             })
             .collect();
-        let mut accounts = Vec::new();
-        let mut first_err = None;
-        for h in handles {
-            match h.join().expect("a member's λ worker panicked") {
-                Ok(a) => accounts.push(a),
-                Err(e) => {
-                    if let ArrayError::Lambda { member, source, .. } = &e {
-                        if matches!(**source, LambdaError::Aborted { .. }) {
-                            lock(&aborted).push(*member);
-                        }
-                    }
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(accounts),
-        }
+        join_members(handles, &aborted)
     });
     let unloaded = unload_all(array, loaded);
     if opts.stop.load(Ordering::SeqCst) {
@@ -278,6 +255,44 @@ pub fn read_lambda(
         output_bytes: ordered.output_bytes,
         members,
     })
+}
+
+/// The members holding requests, in tag order.
+fn members_of(requests: &[Request]) -> Vec<u16> {
+    let mut involved: Vec<u16> = requests.iter().map(|r| r.member).collect();
+    involved.sort_unstable();
+    involved.dedup();
+    involved
+}
+
+/// One member's worker: its account, or why it failed.
+type MemberResult = Result<(u16, RunAccount), ArrayError>;
+
+/// Waits for every member's worker: their accounts, or the first failure (the members
+/// whose runs ended aborted go to `aborted`).
+fn join_members(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, MemberResult>>,
+    aborted: &Mutex<Vec<u16>>,
+) -> Result<Vec<(u16, RunAccount)>, ArrayError> {
+    let mut accounts = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.join().expect("a member's λ worker panicked") {
+            Ok(a) => accounts.push(a),
+            Err(e) => {
+                if let ArrayError::Lambda { member, source, .. } = &e {
+                    if matches!(**source, LambdaError::Aborted { .. }) {
+                        lock(aborted).push(*member);
+                    }
+                }
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(accounts),
+    }
 }
 
 /// The file `path`'s entry, once the options are within their bounds and a record
@@ -361,8 +376,6 @@ fn unload_all(array: &Array, loaded: Vec<(u16, Lambda)>) -> Result<(), ArrayErro
     first
 }
 
-/// One member's requests, `opts.threads` at a time; stops early when another member
-/// failed.
 /// What every member's worker of one λ read shares.
 #[derive(Clone, Copy)]
 struct ReadShared<'a, 's> {
@@ -376,20 +389,13 @@ struct ReadShared<'a, 's> {
     failed: &'a AtomicBool,
 }
 
-fn member_requests(
-    shared: ReadShared<'_, '_>,
+/// Member `m`'s λ-IO handle (with the read's parallelism) and the mode it runs in: a
+/// member served from elsewhere has no host side here, so its Auto runs on the device.
+fn member_io<'a>(
+    array: &'a Array,
     m: u16,
-    lambda: &Lambda,
-    mine: &[Request],
-) -> Result<(u16, RunAccount), ArrayError> {
-    let ReadShared {
-        array,
-        mpath,
-        args,
-        opts,
-        ordered,
-        failed,
-    } = shared;
+    opts: &ArrayLambdaOptions,
+) -> Result<(LambdaIo<'a>, Mode), ArrayError> {
     let dev = &array.members()[usize::from(m)].device;
     let mut lopts = opts.lambda.clone();
     if opts.threads > 1 && lopts.parallelism.is_none() {
@@ -404,11 +410,30 @@ fn member_requests(
         });
     }
     let io = LambdaIo::new(dev, &lopts).map_err(|e| lambda_error(array, m, "λ-IO", None, e))?;
-    // A member served from elsewhere has no host side here: its device runs Auto.
     let mode = match (opts.mode, io.local()) {
         (Mode::Auto, Err(_)) => Mode::Device,
         (mode, _) => mode,
     };
+    Ok((io, mode))
+}
+
+/// One member's requests, `opts.threads` at a time; stops early when another member
+/// failed.
+fn member_requests(
+    shared: ReadShared<'_, '_>,
+    m: u16,
+    lambda: &Lambda,
+    mine: &[Request],
+) -> Result<(u16, RunAccount), ArrayError> {
+    let ReadShared {
+        array,
+        mpath,
+        args,
+        opts,
+        ordered,
+        failed,
+    } = shared;
+    let (io, mode) = member_io(array, m, opts)?;
     let file = io
         .open(mpath)
         .map_err(|e| lambda_error(array, m, "open its piece", None, e))?;

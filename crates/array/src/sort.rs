@@ -1251,15 +1251,12 @@ fn open_member(array: &Array, m: u16) -> Result<MemberWork<'_>, ArrayError> {
     })
 }
 
-/// Sorts the array file `input` (little-endian u64 keys) per `options` (see the module
-/// doc). `on_event` hears every step as it happens.
-pub fn sort(
+/// The input's path, the output's, and the input's entry, once it holds whole keys.
+fn sort_ends(
     array: &Array,
     input: &str,
     options: &SortOptions,
-    on_event: &(dyn Fn(&SortEvent) + Sync),
-) -> Result<SortReport, ArrayError> {
-    let started = Instant::now();
+) -> Result<(String, String, FileEntry), ArrayError> {
     let input_path = normalize_path(input)?;
     let output_path = match &options.output {
         Some(o) => normalize_path(o)?,
@@ -1273,6 +1270,43 @@ pub fn sort(
             width: KEY_BYTES,
         });
     }
+    Ok((input_path, output_path, entry))
+}
+
+impl<'a> Job<'a> {
+    /// A sort's shared state before any member is opened; its runs are named after
+    /// the output's id `out_id`.
+    fn new(
+        array: &'a Array,
+        input: FileEntry,
+        on_event: &'a (dyn Fn(&SortEvent) + Sync),
+        out_id: u64,
+    ) -> Job<'a> {
+        Job {
+            array,
+            input,
+            members: (0..array.members().len()).map(|_| None).collect(),
+            events: Mutex::new(Vec::new()),
+            on_event,
+            failed: AtomicBool::new(false),
+            output_ns: AtomicU64::new(0),
+            final_out: Mutex::new(None),
+            final_slices: std::sync::atomic::AtomicU32::new(0),
+            run_prefix: array.member_path(out_id),
+        }
+    }
+}
+
+/// Sorts the array file `input` (little-endian u64 keys) per `options` (see the module
+/// doc). `on_event` hears every step as it happens.
+pub fn sort(
+    array: &Array,
+    input: &str,
+    options: &SortOptions,
+    on_event: &(dyn Fn(&SortEvent) + Sync),
+) -> Result<SortReport, ArrayError> {
+    let started = Instant::now();
+    let (input_path, output_path, entry) = sort_ends(array, input, options)?;
     let before = array.links().snapshot();
     let out_id = array.reserve_id();
     let parts_sizes: Vec<(u16, u64)> = piece_sizes(&entry)
@@ -1285,18 +1319,7 @@ pub fn sort(
         on_event(&report.events[0]);
         return Ok(report);
     }
-    let mut job = Job {
-        array,
-        input: entry.clone(),
-        members: (0..array.members().len()).map(|_| None).collect(),
-        events: Mutex::new(Vec::new()),
-        on_event,
-        failed: AtomicBool::new(false),
-        output_ns: AtomicU64::new(0),
-        final_out: Mutex::new(None),
-        final_slices: std::sync::atomic::AtomicU32::new(0),
-        run_prefix: array.member_path(out_id),
-    };
+    let mut job = Job::new(array, entry.clone(), on_event, out_id);
     let result = (|| {
         for &(m, _) in &parts_sizes {
             job.members[usize::from(m)] = Some(open_member(array, m)?);

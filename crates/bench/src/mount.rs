@@ -22,7 +22,7 @@ use csx_host::Device;
 
 use crate::exit;
 
-/// Measure sequential reads through `csx mount` against `csx get`.
+/// Measure sequential reads through `csx fs mount` against `csx get`.
 #[derive(Debug, clap::Args)]
 pub struct MountBenchArgs {
     /// Bytes of the file (the goal is stated for 1 GiB; accepts KiB, MiB, GiB).

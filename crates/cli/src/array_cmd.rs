@@ -48,7 +48,7 @@ enum ArrayCommand {
 /// The array's description (members, links) and its catalog of files live in DIR. Use it
 /// afterwards as `--device array:DIR`: `put` places a file on one member or stripes it
 /// (`--stripe`), `stat` shows its extents as tagged block addresses (disk in the upper 9
-/// bits, 512-byte sectors), `csx sort` sorts across members.
+/// bits, 512-byte sectors), `csx array sort` sorts across members.
 #[derive(Debug, Args)]
 #[command(after_help = ARRAY_EXAMPLES)]
 pub struct InitArgs {
@@ -404,29 +404,11 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
     use std::io::IsTerminal as _;
     let Some(dir) = crate::connect::array_dir(global) else {
         bail!(
-            "csx sort works on arrays: give --device array:DIR (create one with `csx array init`)"
+            "csx array sort works on arrays: give --device array:DIR (create one with `csx array init`)"
         );
     };
     let array = open(&dir)?;
-    let options = csx_array::SortOptions {
-        mode: if args.mode == "host" {
-            csx_array::SortMode::Host
-        } else {
-            csx_array::SortMode::Instant
-        },
-        topology: match args.topology.as_str() {
-            "tree" => csx_array::Topology::Tree,
-            "multiway" => csx_array::Topology::Multiway,
-            _ => csx_array::Topology::Chain,
-        },
-        output: match (&args.to, &args.output) {
-            (None, Some(old)) => {
-                eprintln!("csx: array sort --output is deprecated; use --to DEVPATH");
-                Some(old.clone())
-            }
-            (to, _) => to.clone(),
-        },
-    };
+    let options = sort_options(&args);
     let show = std::io::stderr().is_terminal() && !args.json;
     let report = csx_array::sort(&array, &args.devpath, &options, &|e| {
         if show {
@@ -445,8 +427,37 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
         let mut v = serde_json::to_value(&report)?;
         v["modelled"] = serde_json::to_value(modelled)?;
         println!("{v:#}");
-        return Ok(exit::SUCCESS);
+    } else {
+        print_sort(&report, &modelled);
     }
+    Ok(exit::SUCCESS)
+}
+
+/// The sort's options from the command line (the old `--output` with its note).
+fn sort_options(args: &SortArgs) -> csx_array::SortOptions {
+    csx_array::SortOptions {
+        mode: if args.mode == "host" {
+            csx_array::SortMode::Host
+        } else {
+            csx_array::SortMode::Instant
+        },
+        topology: match args.topology.as_str() {
+            "tree" => csx_array::Topology::Tree,
+            "multiway" => csx_array::Topology::Multiway,
+            _ => csx_array::Topology::Chain,
+        },
+        output: match (&args.to, &args.output) {
+            (None, Some(old)) => {
+                eprintln!("csx: array sort --output is deprecated; use --to DEVPATH");
+                Some(old.clone())
+            }
+            (to, _) => to.clone(),
+        },
+    }
+}
+
+/// The sort's report for people: what went where, wall and modelled time, link bytes.
+fn print_sort(report: &csx_array::SortReport, modelled: &csx_array::model::ModelledSort) {
     let l = &report.links;
     println!(
         "sorted {} ({} keys, {}) into {} on {}: {:?}/{:?}",
@@ -490,7 +501,6 @@ pub fn run_sort(args: SortArgs, global: &crate::GlobalArgs) -> anyhow::Result<u8
         format_size(l.host.ingress),
         format_size(l.host.egress)
     );
-    Ok(exit::SUCCESS)
 }
 
 /// The member `csx exec` runs on for an array: the one holding `input` (which must not
@@ -518,22 +528,46 @@ pub fn exec_member(
     }
 }
 
-/// `csx read --lambda` on an array (`csx_array::lambda::read_lambda`): the members
+/// `csx lambda read` on an array (`csx_array::lambda::read_lambda`): the members
 /// holding the file run the requests over their own bytes, at once; the outputs are
 /// written in file order.
 pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Result<u8> {
-    use std::io::Write as _;
     let spec = &args.spec;
     if spec.state_dir.is_some() || spec.state_dir_old.is_some() {
         bail!("--state-dir names one device's state; an array's members are found by the array");
     }
     let array = open(dir)?;
-    let (name, object) = crate::lambda_cmd::lambda_object(&spec.prog)?;
-    let base = crate::lambda_cmd::base_args(spec)?;
     // Ctrl-C stops every member's runs (device runs get an Abort); the λ is still
     // unloaded from every member.
     let interrupt = crate::interrupt::Interrupt::install()?;
-    let opts = csx_array::lambda::ArrayLambdaOptions {
+    let started = Instant::now();
+    let report = run_lambda(&array, args, &interrupt);
+    if let Err(e) = &report {
+        if let Some(csx_array::ArrayError::Aborted { members, .. }) = e.downcast_ref() {
+            eprintln!("csx read: interrupted: the λ runs in flight were aborted (members {members:?}); the λ is unloaded from every member");
+            let _ = array.close();
+            return Ok(exit::INTERRUPTED);
+        }
+    }
+    let report = report?;
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    let accounts = member_accounts(&array, &report, args.threads)?;
+    array.close()?;
+    if spec.json {
+        print_lambda_json(&report, &accounts, wall_ns);
+    } else {
+        print_lambda_text(&args.devpath, &report, &accounts, wall_ns);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// The options of an array λ-read from the command line.
+fn lambda_options(
+    args: &crate::lambda_cmd::ReadArgs,
+    interrupt: &crate::interrupt::Interrupt,
+) -> csx_array::lambda::ArrayLambdaOptions {
+    let spec = &args.spec;
+    csx_array::lambda::ArrayLambdaOptions {
         stop: interrupt.flag(),
         chunk: spec.chunk,
         mode: spec.mode,
@@ -547,7 +581,21 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
             profile_len: spec.profile_len,
             ..csx_lambda::LambdaOptions::default()
         },
-    };
+    }
+}
+
+/// Runs the λ over the array file, writing the outputs in file order to `--output`
+/// (with progress, and a line per request with --trace).
+fn run_lambda(
+    array: &csx_array::Array,
+    args: &crate::lambda_cmd::ReadArgs,
+    interrupt: &crate::interrupt::Interrupt,
+) -> anyhow::Result<csx_array::lambda::ArrayLambdaReport> {
+    use std::io::Write as _;
+    let spec = &args.spec;
+    let (name, object) = crate::lambda_cmd::lambda_object(&spec.prog)?;
+    let base = crate::lambda_cmd::base_args(spec)?;
+    let opts = lambda_options(args, interrupt);
     let mut sink = match &args.output {
         Some(p) => Some(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
@@ -557,18 +605,13 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
     let size = array.stat(&args.devpath)?.size_bytes;
     let mut line = ProgressLine::new(format!("read {}", args.devpath));
     let trace = spec.trace;
-    let started = Instant::now();
-    let report = csx_array::lambda::read_lambda(
-        &array,
-        &args.devpath,
-        csx_array::lambda::LambdaImage {
-            name: &name,
-            image: &object,
-            entry: spec.entry.as_deref(),
-        },
-        &base,
-        &opts,
-        &mut |r, out| {
+    let image = csx_array::lambda::LambdaImage {
+        name: &name,
+        image: &object,
+        entry: spec.entry.as_deref(),
+    };
+    let report =
+        csx_array::lambda::read_lambda(array, &args.devpath, image, &base, &opts, &mut |r, out| {
             if trace {
                 eprintln!(
                     "request {} at {}: member {} at {}, {} bytes, ran {:?}, modelled {} ns",
@@ -591,23 +634,36 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
                 total_bytes: size,
             });
             Ok(())
-        },
-    );
+        });
     line.finish();
-    if let Err(csx_array::ArrayError::Aborted { members, .. }) = &report {
-        eprintln!("csx read: interrupted: the λ runs in flight were aborted (members {members:?}); the λ is unloaded from every member");
-        let _ = array.close();
-        return Ok(exit::INTERRUPTED);
-    }
-    let report = report.with_context(|| format!("λ-read of {}", args.devpath))?;
+    let report = match report {
+        Err(e @ csx_array::ArrayError::Aborted { .. }) => return Err(e.into()),
+        r => r.with_context(|| format!("λ-read of {}", args.devpath))?,
+    };
     if let Some(s) = &mut sink {
         s.flush()?;
     }
-    let wall_ns = started.elapsed().as_nanos() as u64;
-    // Members run at once: the run's modelled time is its slowest member's.
-    let mut total = csx_lambda::RunAccount::default();
-    let mut rows = Vec::new();
-    let mut modelled_ns = 0u64;
+    Ok(report)
+}
+
+/// Each member's account with its modelled ns; their sum; the run's modelled ns (the
+/// members run at once: the slowest member's).
+struct Accounts {
+    rows: Vec<(u16, csx_lambda::RunAccount, u64)>,
+    total: csx_lambda::RunAccount,
+    modelled_ns: u64,
+}
+
+fn member_accounts(
+    array: &csx_array::Array,
+    report: &csx_array::lambda::ArrayLambdaReport,
+    threads: u32,
+) -> anyhow::Result<Accounts> {
+    let mut acc = Accounts {
+        rows: Vec::new(),
+        total: csx_lambda::RunAccount::default(),
+        modelled_ns: 0,
+    };
     for (m, a) in &report.members {
         let engines = array.members()[usize::from(*m)]
             .device
@@ -615,47 +671,57 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
             .map_err(array.member_error(*m, "identify"))?
             .engines
             .max(1);
-        let ns = a.modelled_ns(args.threads, engines);
-        modelled_ns = modelled_ns.max(ns);
-        total.requests_host += a.requests_host;
-        total.requests_device += a.requests_device;
-        total.requests_profiled += a.requests_profiled;
-        total.input_bytes += a.input_bytes;
-        total.link_bytes += a.link_bytes;
-        total.media_bytes += a.media_bytes;
-        total.media_ns += a.media_ns;
-        total.link_ns += a.link_ns;
-        total.host_compute_ns += a.host_compute_ns;
-        total.device_compute_ns += a.device_compute_ns;
-        total.request_ns += a.request_ns;
-        rows.push((*m, *a, ns));
+        let ns = a.modelled_ns(threads, engines);
+        acc.modelled_ns = acc.modelled_ns.max(ns);
+        let t = &mut acc.total;
+        t.requests_host += a.requests_host;
+        t.requests_device += a.requests_device;
+        t.requests_profiled += a.requests_profiled;
+        t.input_bytes += a.input_bytes;
+        t.link_bytes += a.link_bytes;
+        t.media_bytes += a.media_bytes;
+        t.media_ns += a.media_ns;
+        t.link_ns += a.link_ns;
+        t.host_compute_ns += a.host_compute_ns;
+        t.device_compute_ns += a.device_compute_ns;
+        t.request_ns += a.request_ns;
+        acc.rows.push((*m, *a, ns));
     }
-    array.close()?;
-    if spec.json {
-        let mut v =
-            crate::lambda_cmd::account_json(&total, wall_ns, modelled_ns, report.output_bytes);
-        v["requests"] = json!(report.requests);
-        v["members"] = rows
-            .iter()
-            .map(|(m, a, ns)| {
-                json!({ "member": m, "requests_host": a.requests_host,
-                        "requests_device": a.requests_device,
-                        "requests_profiled": a.requests_profiled,
-                        "input_bytes": a.input_bytes, "link_bytes": a.link_bytes,
-                        "modelled_ns": ns })
-            })
-            .collect();
-        println!("{}", crate::output::Json(&v));
-        return Ok(exit::SUCCESS);
-    }
+    Ok(acc)
+}
+
+fn print_lambda_json(report: &csx_array::lambda::ArrayLambdaReport, acc: &Accounts, wall_ns: u64) {
+    let mut v =
+        crate::lambda_cmd::account_json(&acc.total, wall_ns, acc.modelled_ns, report.output_bytes);
+    v["requests"] = json!(report.requests);
+    v["members"] = acc
+        .rows
+        .iter()
+        .map(|(m, a, ns)| {
+            json!({ "member": m, "requests_host": a.requests_host,
+                    "requests_device": a.requests_device,
+                    "requests_profiled": a.requests_profiled,
+                    "input_bytes": a.input_bytes, "link_bytes": a.link_bytes,
+                    "modelled_ns": ns })
+        })
+        .collect();
+    println!("{}", crate::output::Json(&v));
+}
+
+fn print_lambda_text(
+    devpath: &str,
+    report: &csx_array::lambda::ArrayLambdaReport,
+    acc: &Accounts,
+    wall_ns: u64,
+) {
     println!(
         "λ-read {} ({}) over {} members in {} requests",
-        args.devpath,
+        devpath,
         format_size(report.input_bytes),
-        rows.len(),
+        acc.rows.len(),
         report.requests
     );
-    for (m, a, ns) in &rows {
+    for (m, a, ns) in &acc.rows {
         println!(
             "  member {m}: {} host, {} device, {} profiled; {} in, {} over its link; modelled {:.3} ms",
             a.requests_host,
@@ -673,7 +739,6 @@ pub fn read_lambda(dir: &Path, args: &crate::lambda_cmd::ReadArgs) -> anyhow::Re
     println!(
         "time: wall {:.3} ms, modelled {:.3} ms (the slowest member's)",
         wall_ns as f64 / 1e6,
-        modelled_ns as f64 / 1e6
+        acc.modelled_ns as f64 / 1e6
     );
-    Ok(exit::SUCCESS)
 }

@@ -1,7 +1,7 @@
 //! Which device a command talks to, and byte sizes on the command line.
 //!
-//! The device is `--device URI`, else `$CSX_DEVICE` (clap reads both into
-//! `GlobalArgs::device`), else the per-user embedded device in
+//! The device is `--device URI` (after the command, else before it: the old place),
+//! else `$CSX_DEVICE`, else the per-user embedded device in
 //! `$XDG_DATA_HOME/csx/device` (`~/.local/share/csx/device`), created with
 //! [`default_config`] the first time a command needs it, with a note on stderr.
 
@@ -21,7 +21,7 @@ pub struct DeviceArg {
     /// The device: a state directory (an embedded device), `shm://NAME`,
     /// `tcp://HOST:PORT`, `tcps://HOST:PORT` or `array:DIR`; default: $CSX_DEVICE, else
     /// a per-user device created on first use in ~/.local/share/csx/device.
-    #[arg(long, global = true, env = "CSX_DEVICE", value_name = "URI")]
+    #[arg(long, global = true, value_name = "URI")]
     pub device: Option<String>,
 }
 
@@ -29,7 +29,8 @@ pub struct DeviceArg {
 static DEVICE_BEFORE_COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Records a `--device` given before the command: used where the command's own
-/// `--device` (and `$CSX_DEVICE`) is absent.
+/// `--device` is absent, before `$CSX_DEVICE` (a flag on the command line wins over
+/// the environment wherever it stands).
 pub fn set_device_before_command(uri: Option<String>) {
     if let Some(uri) = uri {
         let _ = DEVICE_BEFORE_COMMAND.set(uri);
@@ -37,13 +38,16 @@ pub fn set_device_before_command(uri: Option<String>) {
 }
 
 impl DeviceArg {
-    /// What the command functions take.
+    /// What the command functions take: the device the command line names, else
+    /// `$CSX_DEVICE`'s.
     pub fn global(&self) -> GlobalArgs {
+        let env = || std::env::var("CSX_DEVICE").ok().filter(|v| !v.is_empty());
         GlobalArgs {
             device: self
                 .device
                 .clone()
-                .or_else(|| DEVICE_BEFORE_COMMAND.get().cloned()),
+                .or_else(|| DEVICE_BEFORE_COMMAND.get().cloned())
+                .or_else(env),
         }
     }
 }

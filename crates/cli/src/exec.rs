@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use csx_host::proto::{MemHandle, ProgramIndex, Status, Timing};
+use csx_host::proto::{MemHandle, Status, Timing};
+use csx_host::session::Session;
 use csx_host::{program_type_of, Device, ExecuteRequest, Execution};
 use serde_json::json;
 
@@ -22,17 +23,17 @@ use crate::{exit, hex, GlobalArgs};
 const EXEC_HELP: &str = "\
 The program's view (C, compiled with `clang -O2 -target bpf -c`):
   u64 entry(u8 *data, u64 len, u64 *state, u64 state_len, const struct csx_args *args)
-  data, len         window 0: the --input range, staged into device memory
+  data, len         window 0: the DEVPATH range, staged into device memory
   args->windows[1]  the --output-size bytes (zeroed), read back after the run
   state             the device's shared state, kept across executions
   args              cparam1, cparam2, the windows, and the --params-hex bytes
-Without --input, window 0 is 8 zero bytes, so the output is always window 1.
+Without DEVPATH, window 0 is 8 zero bytes, so the output is always window 1.
 
 Examples:
   csx put numbers.bin /data/numbers.bin
-  csx exec sum.bpf.o --input /data/numbers.bin
-  csx exec sum.bpf.o --input /data/numbers.bin:4096:8192 --engine interp --json
-  csx exec filter.bpf.o --input /data/rows --output-size 1MiB --output matches.bin --cparam1 42
+  csx exec sum.bpf.o /data/numbers.bin
+  csx exec sum.bpf.o /data/numbers.bin:4096:8192 --engine interp --json
+  csx exec filter.bpf.o /data/rows --output-size 1MiB -o matches.bin --cparam1 42
 
 Stopping: a run ends at its time limit (--time-limit-ms, else the device's, 1 s by
 default) or when its fuel runs out. Ctrl-C aborts it on the device; the command still
@@ -61,13 +62,21 @@ pub struct ExecArgs {
     #[arg(long, value_name = "NAME")]
     entry: Option<String>,
     /// Window 0: a device file, or a byte range of it as DEVPATH:OFFSET:LEN.
-    #[arg(long, value_name = "DEVPATH[:OFFSET:LEN]")]
-    input: Option<String>,
+    #[arg(value_name = "DEVPATH[:OFFSET:LEN]")]
+    devpath: Option<String>,
+    /// The old spelling of the DEVPATH argument.
+    #[arg(
+        long = "input",
+        hide = true,
+        value_name = "DEVPATH",
+        conflicts_with = "devpath"
+    )]
+    old_input: Option<String>,
     /// Bytes of window 1, the output (e.g. 4096 or 1MiB).
     #[arg(long, value_name = "N", value_parser = parse_size)]
     output_size: Option<u64>,
     /// Write window 1 to this local file (otherwise its first bytes are printed).
-    #[arg(long, value_name = "LOCAL", requires = "output_size")]
+    #[arg(short, long, value_name = "FILE", requires = "output_size")]
     output: Option<PathBuf>,
     /// args->cparam1.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -110,7 +119,7 @@ fn parse_input(text: &str) -> anyhow::Result<InputRange> {
         }
     }
     if text.is_empty() {
-        bail!("--input names no device file");
+        bail!("the input names no device file");
     }
     Ok(InputRange {
         path: text.to_string(),
@@ -140,75 +149,41 @@ fn nanos(since: Instant) -> u64 {
     since.elapsed().as_nanos() as u64
 }
 
-/// Everything between loading and unloading; `handles` collects allocations to free.
-fn stage_and_run(
-    dev: &Device,
+/// The step that finished, timed from `since`.
+fn timed<T>(slot: &mut u64, since: Instant, r: T) -> T {
+    *slot = nanos(since);
+    r
+}
+
+/// Loads, activates, stages and runs on `session`, which frees and unloads all of it
+/// when it closes or drops.
+fn load_and_run(
+    session: &mut Session<'_>,
     args: &ExecArgs,
-    pind: ProgramIndex,
+    image: &[u8],
     params: Vec<u8>,
-    steps: &mut Steps,
-    handles: &mut Vec<MemHandle>,
     interrupt: &Interrupt,
 ) -> anyhow::Result<Outcome> {
-    let engine = args.engine.kind();
+    let mut steps = Steps::default();
+    let name = args.prog.display().to_string();
     let t = Instant::now();
-    dev.activate(pind, engine)
-        .with_context(|| format!("cannot activate {}", args.prog.display()))?;
-    steps.activate_ns = nanos(t);
+    let pind =
+        session.load_program_entry(&name, args.entry.as_deref(), program_type_of(image), image);
+    let pind = timed(&mut steps.load_ns, t, pind)?;
+    let t = Instant::now();
+    let activated = session.activate(pind, args.engine.kind());
+    timed(&mut steps.activate_ns, t, activated)?;
 
     let t = Instant::now();
+    let (window0, staged_bytes) = stage_input(session, args.devpath.as_deref())?;
+    let out = output_window(session, args.output_size)?;
     let mut req = ExecuteRequest::new(pind)
         .cparams(args.cparam1, args.cparam2)
-        .params(params);
-    let mut staged_bytes = 0;
-    match &args.input {
-        Some(text) => {
-            let input = parse_input(text)?;
-            let (offset, len) = match input.range {
-                Some(r) => r,
-                None => (
-                    0,
-                    dev.stat(&input.path)
-                        .with_context(|| format!("cannot stat {}", input.path))?
-                        .size_bytes,
-                ),
-            };
-            if len == 0 {
-                bail!(
-                    "the input {} is empty; a window needs at least one byte",
-                    text
-                );
-            }
-            let h = dev
-                .alloc(len)
-                .with_context(|| format!("cannot allocate {len} bytes of device memory"))?;
-            handles.push(h);
-            staged_bytes = dev
-                .copy_file_to_mem(&input.path, offset, len, h, 0)
-                .with_context(|| format!("cannot stage {text} into device memory"))?;
-            req = req.window(h, 0, len);
-        }
-        None => {
-            let h = dev.alloc(8).context("cannot allocate window 0")?;
-            handles.push(h);
-            dev.fill_mem(h, 0, 8, 0).context("cannot zero window 0")?;
-            req = req.window(h, 0, 8);
-        }
+        .params(params)
+        .window(window0.0, 0, window0.1);
+    if let Some((h, n)) = out {
+        req = req.window(h, 0, n);
     }
-    let out = match args.output_size {
-        Some(0) => bail!("--output-size must be at least 1 byte"),
-        Some(n) => {
-            let h = dev
-                .alloc(n)
-                .with_context(|| format!("cannot allocate {n} bytes of output"))?;
-            handles.push(h);
-            dev.fill_mem(h, 0, n, 0)
-                .context("cannot zero the output window")?;
-            req = req.window(h, 0, n);
-            Some((h, n))
-        }
-        None => None,
-    };
     if let Some(f) = args.fuel {
         req = req.fuel(f);
     }
@@ -218,33 +193,18 @@ fn stage_and_run(
     steps.stage_ns = nanos(t);
 
     let t = Instant::now();
-    let run = match interrupt.execute(dev, &req) {
-        Err(csx_host::CallError::TimeLimitExceeded(f)) => {
-            // Stopped by a limit, like a fuel trap: reported, and exit status 3.
-            return Ok(Outcome {
-                run: Execution {
-                    r0: 0,
-                    status: f.status,
-                    trap: None,
-                    timing: Timing::default(),
-                    detail: f.detail,
-                    fuel_used: 0,
-                    trace: Vec::new(),
-                    work: Vec::new(),
-                },
-                steps: *steps,
-                staged_bytes,
-                output: None,
-            });
-        }
-        r => r.context("execute")?,
+    let (run, finished) = match interrupt.execute(session.device(), &req) {
+        // Stopped by a limit, like a fuel trap: reported, and exit status 3.
+        Err(csx_host::CallError::TimeLimitExceeded(f)) => (stopped_by_limit(*f), false),
+        r => (r.context("execute")?, true),
     };
     steps.execute_ns = nanos(t);
 
     let t = Instant::now();
     let output = match out {
-        Some((h, n)) if !run.trapped() => Some(
-            dev.read_mem(h, 0, n)
+        Some((h, n)) if finished && !run.trapped() => Some(
+            session
+                .read(h, 0, n)
                 .context("cannot read the output window")?,
         ),
         _ => None,
@@ -252,10 +212,79 @@ fn stage_and_run(
     steps.output_ns = nanos(t);
     Ok(Outcome {
         run,
-        steps: *steps,
+        steps,
         staged_bytes,
         output,
     })
+}
+
+/// A run its time limit stopped, reported like a trap: no r0, no timing.
+fn stopped_by_limit(f: csx_host::DeviceFailure) -> Execution {
+    Execution {
+        r0: 0,
+        status: f.status,
+        trap: None,
+        timing: Timing::default(),
+        detail: f.detail,
+        fuel_used: 0,
+        trace: Vec::new(),
+        work: Vec::new(),
+    }
+}
+
+/// Window 0: the input range staged into device memory by a Memory Copy on the
+/// device, or 8 zero bytes without an input. The window and the bytes staged.
+fn stage_input(
+    session: &mut Session<'_>,
+    input: Option<&str>,
+) -> anyhow::Result<((MemHandle, u64), u64)> {
+    let Some(text) = input else {
+        let h = session.alloc(8).context("cannot allocate window 0")?;
+        session.fill(h, 0, 8, 0).context("cannot zero window 0")?;
+        return Ok(((h, 8), 0));
+    };
+    let input = parse_input(text)?;
+    let (offset, len) = match input.range {
+        Some(r) => r,
+        None => (
+            0,
+            session
+                .device()
+                .stat(&input.path)
+                .with_context(|| format!("cannot stat {}", input.path))?
+                .size_bytes,
+        ),
+    };
+    if len == 0 {
+        bail!("the input {text} is empty; a window needs at least one byte");
+    }
+    let h = session
+        .alloc(len)
+        .with_context(|| format!("cannot allocate {len} bytes of device memory"))?;
+    session
+        .copy_file(&input.path, offset, len, h, 0)
+        .with_context(|| format!("cannot stage {text} into device memory"))?;
+    Ok(((h, len), len))
+}
+
+/// Window 1 of `size` zeroed bytes, if asked for.
+fn output_window(
+    session: &mut Session<'_>,
+    size: Option<u64>,
+) -> anyhow::Result<Option<(MemHandle, u64)>> {
+    match size {
+        None => Ok(None),
+        Some(0) => bail!("--output-size must be at least 1 byte"),
+        Some(n) => {
+            let h = session
+                .alloc(n)
+                .with_context(|| format!("cannot allocate {n} bytes of output"))?;
+            session
+                .fill(h, 0, n, 0)
+                .context("cannot zero the output window")?;
+            Ok(Some((h, n)))
+        }
+    }
 }
 
 fn timing_json(t: &Timing) -> serde_json::Value {
@@ -270,52 +299,63 @@ fn timing_json(t: &Timing) -> serde_json::Value {
 }
 
 fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
-    let r = &o.run;
     if let (Some(path), Some(bytes)) = (&args.output, &o.output) {
         std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let show_output = args.output.is_none();
+    // Without a local file the output is shown.
+    let shown = o.output.as_deref().filter(|_| args.output.is_none());
     if args.json {
-        let trap = r
-            .trap
-            .as_ref()
-            .map(|t| json!({ "kind": t.kind_name(), "pc": t.pc, "message": t.to_string() }));
-        let detail = r
-            .detail
-            .as_ref()
-            .map(|d| json!({ "function": d.function, "code": d.code, "message": d.message }));
-        let s = o.steps;
-        let mut out = json!({
-            "r0": r.r0,
-            "r0_signed": r.r0_signed(),
-            "status": r.status.name(),
-            "trap": trap,
-            "timing": timing_json(&r.timing),
-            "host_timing": {
-                "load_ns": s.load_ns, "activate_ns": s.activate_ns, "stage_ns": s.stage_ns,
-                "execute_ns": s.execute_ns, "output_ns": s.output_ns,
-            },
-            "staged_bytes": o.staged_bytes,
-            "fuel_used": r.fuel_used,
-            "work": work_json(&r.work),
-            "detail": detail,
-            "trace": r.trace,
-        });
-        if let (true, Some(bytes)) = (show_output, &o.output) {
-            out["output_hex"] = json!(hex_string(bytes));
+        println!("{:#}", outcome_json(o, shown));
+    } else {
+        print_run(&o.run);
+        print_costs(o);
+        if let Some(bytes) = shown {
+            print_output(bytes);
         }
-        println!("{out:#}");
-        return Ok(());
     }
-    println!(
-        "r0        {}{}",
-        r.r0,
-        if r.r0_signed() < 0 {
-            format!(" ({})", r.r0_signed())
-        } else {
-            String::new()
-        }
-    );
+    Ok(())
+}
+
+fn outcome_json(o: &Outcome, shown: Option<&[u8]>) -> serde_json::Value {
+    let r = &o.run;
+    let trap = r
+        .trap
+        .as_ref()
+        .map(|t| json!({ "kind": t.kind_name(), "pc": t.pc, "message": t.to_string() }));
+    let detail = r
+        .detail
+        .as_ref()
+        .map(|d| json!({ "function": d.function, "code": d.code, "message": d.message }));
+    let s = o.steps;
+    let mut out = json!({
+        "r0": r.r0,
+        "r0_signed": r.r0_signed(),
+        "status": r.status.name(),
+        "trap": trap,
+        "timing": timing_json(&r.timing),
+        "host_timing": {
+            "load_ns": s.load_ns, "activate_ns": s.activate_ns, "stage_ns": s.stage_ns,
+            "execute_ns": s.execute_ns, "output_ns": s.output_ns,
+        },
+        "staged_bytes": o.staged_bytes,
+        "fuel_used": r.fuel_used,
+        "work": work_json(&r.work),
+        "detail": detail,
+        "trace": r.trace,
+    });
+    if let Some(bytes) = shown {
+        out["output_hex"] = json!(hex_string(bytes));
+    }
+    out
+}
+
+/// r0, the status, and the trap, detail and trace if any.
+fn print_run(r: &Execution) {
+    let signed = match r.r0_signed() {
+        n if n < 0 => format!(" ({n})"),
+        _ => String::new(),
+    };
+    println!("r0        {}{signed}", r.r0);
     println!("status    {}", r.status);
     if let Some(t) = &r.trap {
         println!("trap      {t}");
@@ -326,6 +366,11 @@ fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
     for line in &r.trace {
         println!("trace     {line}");
     }
+}
+
+/// The device's and the host's timing, the fuel and the work executed.
+fn print_costs(o: &Outcome) {
+    let r = &o.run;
     let t = r.timing;
     let us = |ns: u64| ns as f64 / 1000.0;
     println!(
@@ -355,27 +400,50 @@ fn print_outcome(args: &ExecArgs, o: &Outcome) -> anyhow::Result<()> {
             .collect();
         println!("executed  {total} instructions: {}", classes.join(", "));
     }
-    if let (true, Some(bytes)) = (show_output, &o.output) {
-        let shown = &bytes[..bytes.len().min(256)];
-        println!(
-            "output    {} bytes{}: {}",
-            bytes.len(),
-            if shown.len() < bytes.len() {
-                ", first 256"
-            } else {
-                ""
-            },
-            hex_string(shown)
-        );
-    }
-    Ok(())
+}
+
+/// The output window's first 256 bytes, as hex.
+fn print_output(bytes: &[u8]) {
+    let shown = &bytes[..bytes.len().min(256)];
+    let first = if shown.len() < bytes.len() {
+        ", first 256"
+    } else {
+        ""
+    };
+    println!(
+        "output    {} bytes{first}: {}",
+        bytes.len(),
+        hex_string(shown)
+    );
 }
 
 fn hex_string(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The device to run on: on an array, the member holding the input (whose path there
+/// replaces the input's).
+fn open_device(args: &mut ExecArgs, global: &GlobalArgs) -> anyhow::Result<Device> {
+    let Some(dir) = connect::array_dir(global) else {
+        return connect::open(global);
+    };
+    let input = args.devpath.as_deref().map(parse_input).transpose()?;
+    let (dev, path) = crate::array_cmd::exec_member(&dir, input.as_ref().map(|i| i.path.as_str()))?;
+    if let (Some(i), Some(path)) = (input, path) {
+        args.devpath = Some(match i.range {
+            Some((offset, len)) => format!("{path}:{offset}:{len}"),
+            None => path,
+        });
+    }
+    Ok(dev)
+}
+
 pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
+    let mut args = args;
+    if let Some(old) = args.old_input.take() {
+        eprintln!("csx: exec --input is deprecated; give the device file as an argument (csx exec PROG DEVPATH)");
+        args.devpath = Some(old);
+    }
     let interrupt = Interrupt::install()?;
     let image = std::fs::read(&args.prog)
         .with_context(|| format!("cannot read {}", args.prog.display()))?;
@@ -383,57 +451,21 @@ pub fn run(args: ExecArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Some(h) => hex::parse(h).context("--params-hex")?,
         None => Vec::new(),
     };
-    let mut args = args;
-    let dev = match connect::array_dir(global) {
-        // On an array the program runs on the member holding the input.
-        Some(dir) => {
-            let input = args.input.as_deref().map(parse_input).transpose()?;
-            let (dev, path) =
-                crate::array_cmd::exec_member(&dir, input.as_ref().map(|i| i.path.as_str()))?;
-            if let (Some(i), Some(path)) = (input, path) {
-                args.input = Some(match i.range {
-                    Some((offset, len)) => format!("{path}:{offset}:{len}"),
-                    None => path,
-                });
-            }
-            dev
-        }
-        None => connect::open(global)?,
-    };
-    let mut steps = Steps::default();
-    let t = Instant::now();
-    let pind = dev
-        .load_program_any_slot(program_type_of(&image), &image, args.entry.as_deref())
-        .with_context(|| format!("cannot load {}", args.prog.display()))?;
-    steps.load_ns = nanos(t);
-    let mut handles = Vec::new();
-    let outcome = stage_and_run(
-        &dev,
-        &args,
-        pind,
-        params,
-        &mut steps,
-        &mut handles,
-        &interrupt,
-    );
-    // Clean up whatever happened; a cleanup failure only matters if the run succeeded.
-    let mut cleanup: anyhow::Result<()> = Ok(());
-    for h in handles {
-        if let Err(e) = dev.free(h) {
-            cleanup = cleanup.and(Err(e).context("cannot free device memory"));
-        }
-    }
-    if let Err(e) = dev.unload(pind) {
-        cleanup = cleanup.and(Err(e).context("cannot unload the program"));
-    }
+    let dev = open_device(&mut args, global)?;
+    let mut session = Session::new(&dev);
+    let outcome = load_and_run(&mut session, &args, &image, params, &interrupt);
+    // Free and unload whatever happened; a failure to release only matters if the run succeeded.
+    let released = session
+        .close()
+        .context("cannot release the run's device resources");
     if interrupt.pressed() {
-        cleanup?;
+        released?;
         dev.close().context("closing the device")?;
         eprintln!("csx exec: interrupted: the program was aborted on the device");
         return Ok(exit::INTERRUPTED);
     }
     let outcome = outcome?;
-    cleanup?;
+    released?;
     dev.close().context("closing the device")?;
     print_outcome(&args, &outcome)?;
     // A trap and a run stopped by its time limit exit alike (a fuel trap is a trap).

@@ -1,4 +1,4 @@
-//! `csx mount` and `csx umount`: the device's files as a file system (csx-fs, FUSE).
+//! `csx fs mount` and `csx fs umount`: the device's files as a file system (csx-fs, FUSE).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -14,7 +14,7 @@ use crate::{connect, exit, GlobalArgs};
 /// How often the foreground mount checks for a signal or an outside unmount.
 const POLL: Duration = Duration::from_millis(50);
 
-/// How long `csx mount` waits for its background mount to come up.
+/// How long `csx fs mount` waits for its background mount to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Mount the device's files at MOUNTPOINT (FUSE).
@@ -25,8 +25,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// an embedded device (a state directory: the mount process holds it) and on a served
 /// one (`shm://NAME`, `tcp://HOST:PORT`).
 ///
-/// Without --foreground the mount runs in a background process and `csx mount` returns
-/// once it is live; `csx umount MOUNTPOINT` ends it. Needs /dev/fuse and root, or
+/// Without --foreground the mount runs in a background process and `csx fs mount` returns
+/// once it is live; `csx fs umount MOUNTPOINT` ends it. Needs /dev/fuse and root, or
 /// fusermount3 (scripts/setup.sh installs fuse3).
 ///
 /// Permissions: only the mounting user reaches the mount unless --allow-other; the
@@ -55,15 +55,15 @@ pub struct MountArgs {
     pub allow_other: bool,
 }
 
-/// Unmount a `csx mount`.
+/// Unmount a `csx fs mount`.
 ///
 /// Refuses (EBUSY) while files are open or a shell sits inside, unless --lazy: then the
 /// mount is detached at once and ends when the last user leaves. The mount process stops
-/// the operator pipes it runs, flushes the device and exits; `csx umount` (without
+/// the operator pipes it runs, flushes the device and exits; `csx fs umount` (without
 /// --lazy) returns once it has, so the mount point and the device are free again.
 #[derive(Debug, clap::Args)]
 pub struct UmountArgs {
-    /// The directory `csx mount` mounted.
+    /// The directory `csx fs mount` mounted.
     pub mountpoint: PathBuf,
     /// Detach now even if busy.
     #[arg(long)]
@@ -192,7 +192,7 @@ fn record_server(mounted: &mount::Mounted) -> Option<PathBuf> {
         Some(Ok(path)) => Some(path),
         Some(Err(e)) => {
             eprintln!(
-                "csx: cannot record the mount process ({e}): `csx umount` will not wait for it"
+                "csx: cannot record the mount process ({e}): `csx fs umount` will not wait for it"
             );
             None
         }

@@ -106,7 +106,7 @@ pub struct ReadArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) threads: u32,
     /// Write the outputs, concatenated in file order, to this local file.
-    #[arg(long, value_name = "LOCAL")]
+    #[arg(short, long, value_name = "FILE")]
     pub(crate) output: Option<PathBuf>,
 }
 
@@ -120,7 +120,7 @@ pub struct WriteArgs {
     #[command(flatten)]
     spec: LambdaSpec,
     /// The local input; each chunk of it is one request.
-    #[arg(long, value_name = "LOCAL")]
+    #[arg(long, value_name = "FILE")]
     input: PathBuf,
     /// Where the first output goes in the device file; each next one follows.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]

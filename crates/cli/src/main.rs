@@ -169,7 +169,7 @@ enum OldCommand {
     #[command(hide = true)]
     Umount(fs_cmd::UmountArgs),
     #[command(hide = true)]
-    Pipe(op_cmd::PipeArgs),
+    Pipe(op_cmd::OldPipeArgs),
 }
 
 /// The one-line note of an old command spelling.
@@ -312,7 +312,7 @@ fn run_old(command: OldCommand) -> anyhow::Result<u8> {
         OldCommand::Pipe(a) => {
             renamed("pipe", "op pipe");
             let g = a.dev.global();
-            op_cmd::run_pipe(a, &g)
+            op_cmd::run_pipe(a.into(), &g)
         }
         OldCommand::Cache(a) => {
             renamed("cache drop", "lambda cache-drop");
@@ -492,6 +492,88 @@ mod grammar {
             }
         }
         assert!(shown.is_empty(), "{shown:#?}");
+    }
+
+    /// Where `leaf` (`csx {name}`) breaks the path rule: a device path is an argument or
+    /// `--to DEVPATH`; a local file is `-o/--output FILE` (or `--input FILE` for a
+    /// local input). A flag is read by its value name: DEVPATH names a device path,
+    /// FILE or LOCAL a local file.
+    fn path_rule_breaks(name: &str, leaf: &clap::Command) -> Vec<String> {
+        let mut broken = Vec::new();
+        for a in leaf.get_arguments().filter(|a| !a.is_hide_set()) {
+            let Some(long) = a.get_long() else {
+                continue; // an argument: device paths belong there
+            };
+            let value = a.get_value_names().map(|v| v.join(" ")).unwrap_or_default();
+            let flag = format!("`csx {name}` --{long} {value}");
+            if value.contains("DEVPATH") && long != "to" {
+                broken.push(format!("{flag}: a device path is an argument or --to"));
+            }
+            let local = value.contains("FILE") || value.contains("LOCAL");
+            let data = ["input", "output", "local"]
+                .iter()
+                .any(|w| long.contains(w));
+            if local && data && long != "output" && long != "input" {
+                broken.push(format!(
+                    "{flag}: a local file is -o/--output (or --input for a local input)"
+                ));
+            }
+            if long == "output" && a.get_short() != Some('o') {
+                broken.push(format!(
+                    "{flag}: --output is -o/--output FILE, a local file"
+                ));
+            }
+        }
+        broken
+    }
+
+    #[test]
+    fn device_paths_are_arguments_or_to_and_local_files_are_output() {
+        let broken: Vec<String> = leaves()
+            .iter()
+            .flat_map(|(name, leaf)| path_rule_breaks(name, leaf))
+            .collect();
+        assert!(broken.is_empty(), "{broken:#?}");
+    }
+
+    #[test]
+    fn a_command_breaking_the_path_rule_fails_the_check() {
+        use clap::Arg;
+        let dev = |long: &'static str, value: &'static str| {
+            clap::Command::new("x").arg(Arg::new(long).long(long).value_name(value))
+        };
+        let dev_output = clap::Command::new("x").arg(
+            Arg::new("output")
+                .short('o')
+                .long("output")
+                .value_name("DEVPATH"),
+        );
+        for bad in [
+            dev("input", "DEVPATH"),
+            dev_output,
+            dev("output-local", "FILE"),
+            dev("input-local", "FILE"),
+            dev("output", "FILE"), // without -o
+        ] {
+            assert_eq!(path_rule_breaks("x", &bad).len(), 1, "{bad:?}");
+        }
+        let good = clap::Command::new("x")
+            .arg(Arg::new("path").value_name("DEVPATH"))
+            .arg(Arg::new("to").long("to").value_name("DEVPATH"))
+            .arg(Arg::new("input").long("input").value_name("FILE"))
+            .arg(
+                Arg::new("output")
+                    .short('o')
+                    .long("output")
+                    .value_name("FILE"),
+            )
+            .arg(
+                Arg::new("old")
+                    .long("input-dev")
+                    .value_name("DEVPATH")
+                    .hide(true),
+            );
+        assert_eq!(path_rule_breaks("x", &good), Vec::<String>::new());
     }
 
     #[test]

@@ -458,6 +458,78 @@ impl FuseFs {
     }
 }
 
+/// What a setattr changes besides the size.
+struct MetaChange {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    atime: Option<TimeOrNow>,
+    mtime: Option<TimeOrNow>,
+}
+
+impl MetaChange {
+    fn owner_change(&self) -> bool {
+        self.mode.is_some() || self.uid.is_some() || self.gid.is_some()
+    }
+
+    fn any(&self) -> bool {
+        self.owner_change() || self.atime.is_some() || self.mtime.is_some()
+    }
+}
+
+impl FuseFs {
+    /// Changes `path`'s mode, owner or times for `caller`, if it may (root may all;
+    /// the owner its mode, group and explicit times; anyone who may write a file may
+    /// drop its set-id bits); an owner change is durable before it is answered.
+    fn change_meta(&self, caller: u32, path: &str, c: &MetaChange) -> Result<(), Errno> {
+        let a = self.fs.stat(path).map_err(|e| errno(&e))?;
+        let dir = a.kind == EntryKind::Dir;
+        let mut m = self.attrs.get(path, dir);
+        let root = caller == 0;
+        let owner = caller == m.uid;
+        if c.uid.is_some_and(|u| u != m.uid) && !root {
+            return Err(Errno::EPERM);
+        }
+        if c.gid.is_some_and(|g| g != m.gid) && !root && !owner {
+            return Err(Errno::EPERM);
+        }
+        // Anyone who may write a file may drop its set-id bits (the kernel asks so
+        // when a non-owner writes it); any other mode change is the owner's.
+        let drops_set_id_only = c
+            .mode
+            .is_some_and(|md| md & MODE_MASK == m.mode & !(libc::S_ISUID | libc::S_ISGID));
+        if c.mode.is_some() && !root && !owner && !drops_set_id_only {
+            return Err(Errno::EPERM);
+        }
+        let explicit = |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
+        if (explicit(&c.atime) || explicit(&c.mtime)) && !root && !owner {
+            return Err(Errno::EPERM);
+        }
+        if let Some(u) = c.uid {
+            m.uid = u;
+        }
+        if let Some(g) = c.gid {
+            m.gid = g;
+        }
+        if let Some(md) = c.mode {
+            m.mode = md & MODE_MASK;
+        }
+        if let Some(t) = c.atime {
+            m.atime_ns = Some(time_ns(t));
+        }
+        if let Some(t) = c.mtime {
+            m.mtime = Some((time_ns(t), ns_of(a.modified) as u64));
+        }
+        m.ctime_ns = now_ns();
+        self.set_meta(path, dir, m)?;
+        if c.owner_change() {
+            // Who may read a file is made durable before the change is answered.
+            self.sync_namespace()?;
+        }
+        Ok(())
+    }
+}
+
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Best effort: the kernel may cap either below what we ask.
@@ -530,53 +602,15 @@ impl Filesystem for FuseFs {
                     self.mark_written(fh);
                 }
             }
-            let owner_change = mode.is_some() || uid.is_some() || gid.is_some();
-            if owner_change || atime.is_some() || mtime.is_some() {
-                let a = self.fs.stat(&path).map_err(|e| errno(&e))?;
-                let dir = a.kind == EntryKind::Dir;
-                let mut m = self.attrs.get(&path, dir);
-                let caller = req.uid();
-                let root = caller == 0;
-                let owner = caller == m.uid;
-                if uid.is_some_and(|u| u != m.uid) && !root {
-                    return Err(Errno::EPERM);
-                }
-                if gid.is_some_and(|g| g != m.gid) && !root && !owner {
-                    return Err(Errno::EPERM);
-                }
-                // Anyone who may write a file may drop its set-id bits (the kernel asks
-                // so when a non-owner writes it); any other mode change is the owner's.
-                let drops_set_id_only = mode
-                    .is_some_and(|md| md & MODE_MASK == m.mode & !(libc::S_ISUID | libc::S_ISGID));
-                if mode.is_some() && !root && !owner && !drops_set_id_only {
-                    return Err(Errno::EPERM);
-                }
-                let explicit =
-                    |t: &Option<TimeOrNow>| matches!(t, Some(TimeOrNow::SpecificTime(_)));
-                if (explicit(&atime) || explicit(&mtime)) && !root && !owner {
-                    return Err(Errno::EPERM);
-                }
-                if let Some(u) = uid {
-                    m.uid = u;
-                }
-                if let Some(g) = gid {
-                    m.gid = g;
-                }
-                if let Some(md) = mode {
-                    m.mode = md & MODE_MASK;
-                }
-                if let Some(t) = atime {
-                    m.atime_ns = Some(time_ns(t));
-                }
-                if let Some(t) = mtime {
-                    m.mtime = Some((time_ns(t), ns_of(a.modified) as u64));
-                }
-                m.ctime_ns = now_ns();
-                self.set_meta(&path, dir, m)?;
-                if owner_change {
-                    // Who may read a file is made durable before the change is answered.
-                    self.sync_namespace()?;
-                }
+            let change = MetaChange {
+                mode,
+                uid,
+                gid,
+                atime,
+                mtime,
+            };
+            if change.any() {
+                self.change_meta(req.uid(), &path, &change)?;
             }
             self.entry(&path)
         });

@@ -765,73 +765,63 @@ fn user_stage(path: &str, words: &[String]) -> Result<Stage, OpError> {
         path: path.to_owned(),
         reason: e.to_string(),
     })?;
-    let mut params = Vec::new();
-    let mut state_bytes = USER_STATE_BYTES;
-    let mut entry = None;
-    let valid = || {
-        ["--int", "--bytes", "--hex", "--state-bytes", "--entry"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect()
+    let mut stage = Stage {
+        name: path.to_owned(),
+        object,
+        entry: None,
+        params: Vec::new(),
+        state_bytes: USER_STATE_BYTES,
+        out: OutCap::Plus(USER_OUT_EXTRA),
+        source_only: false,
     };
-    let mut i = 0;
-    while i < words.len() {
-        let key = words[i].clone();
-        let Some(name) = key.strip_prefix("--") else {
-            return Err(OpError::Positional {
-                op: path.to_owned(),
-                arg: key,
-            });
-        };
-        if !["int", "bytes", "hex", "state-bytes", "entry"].contains(&name) {
-            return Err(OpError::UnknownParam {
-                op: path.to_owned(),
-                param: name.to_owned(),
-                valid: valid(),
-            });
-        }
-        let value = words
-            .get(i + 1)
-            .cloned()
-            .ok_or_else(|| OpError::MissingValue {
-                op: path.to_owned(),
-                param: name.to_owned(),
-            })?;
+    for pair in words.chunks(2) {
+        let (name, value) = user_param(path, pair)?;
         let bad = |reason: String| OpError::BadValue {
             op: path.to_owned(),
             param: name.to_owned(),
-            value: value.clone(),
+            value: value.to_owned(),
             reason,
         };
+        let params = &mut stage.params;
         match name {
-            "int" => params.extend_from_slice(&parse_int(&value).map_err(bad)?.to_le_bytes()),
+            "int" => params.extend_from_slice(&parse_int(value).map_err(bad)?.to_le_bytes()),
             "bytes" => params.extend_from_slice(value.as_bytes()),
-            "hex" => params.extend(parse_hex(&value).map_err(bad)?),
-            "state-bytes" => state_bytes = parse_int(&value).map_err(bad)?,
-            _ => entry = Some(value.clone()),
+            "hex" => params.extend(parse_hex(value).map_err(bad)?),
+            "state-bytes" => stage.state_bytes = parse_int(value).map_err(bad)?,
+            _ => stage.entry = Some(value.to_owned()),
         }
-        if params.len() > PARAMS_SIZE_MAX {
-            return Err(OpError::BadValue {
-                op: path.to_owned(),
-                param: name.to_owned(),
-                value: value.clone(),
-                reason: format!(
-                    "params of {} bytes, at most {PARAMS_SIZE_MAX}",
-                    params.len()
-                ),
-            });
+        if stage.params.len() > PARAMS_SIZE_MAX {
+            return Err(bad(format!(
+                "params of {} bytes, at most {PARAMS_SIZE_MAX}",
+                stage.params.len()
+            )));
         }
-        i += 2;
     }
-    Ok(Stage {
-        name: path.to_owned(),
-        object,
-        entry,
-        params,
-        state_bytes,
-        out: OutCap::Plus(USER_OUT_EXTRA),
-        source_only: false,
-    })
+    Ok(stage)
+}
+
+/// One `--NAME VALUE` pair of a user operator's words: (NAME, VALUE).
+fn user_param<'w>(path: &str, pair: &'w [String]) -> Result<(&'w str, &'w str), OpError> {
+    const NAMES: [&str; 5] = ["int", "bytes", "hex", "state-bytes", "entry"];
+    let key = &pair[0];
+    let Some(name) = key.strip_prefix("--") else {
+        return Err(OpError::Positional {
+            op: path.to_owned(),
+            arg: key.clone(),
+        });
+    };
+    if !NAMES.contains(&name) {
+        return Err(OpError::UnknownParam {
+            op: path.to_owned(),
+            param: name.to_owned(),
+            valid: NAMES.iter().map(|n| format!("--{n}")).collect(),
+        });
+    }
+    let value = pair.get(1).ok_or_else(|| OpError::MissingValue {
+        op: path.to_owned(),
+        param: name.to_owned(),
+    })?;
+    Ok((name, value))
 }
 
 impl fmt::Display for OpSpec {

@@ -23,7 +23,7 @@
 //! is written under a temporary name (`PATH.csx-pipe-partial`) renamed over `PATH` only
 //! after the last chunk and a flush, and deleted on failure (the old `PATH`, if any,
 //! stays as it was); a host sink has received the chunks before the failure, and the
-//! caller (`csx pipe --output-local`) writes to a temporary file it renames only on
+//! caller (`csx op pipe --output`) writes to a temporary file it renames only on
 //! success.
 //!
 //! Differences from Metal FS: an operator may appear more than once in a pipeline (each
@@ -462,33 +462,9 @@ fn stream(
         for &b in ends.src_bufs {
             src_free_tx.send(b).expect("room for two");
         }
-        let (tx0, mut rx) = sync_channel::<Chunk>(1);
-        let mut upstream_free = src_free_tx;
-        let mut stage_handles = Vec::new();
-        for plan in plans {
-            let (free_tx, free_rx) = sync_channel::<MemHandle>(2);
-            for &b in &plan.outs {
-                free_tx.send(b).expect("room for two");
-            }
-            let (tx, next_rx) = sync_channel::<Chunk>(1);
-            let io = StageIo {
-                input: std::mem::replace(&mut rx, next_rx),
-                give_back: std::mem::replace(&mut upstream_free, free_tx.clone()),
-                free: free_rx,
-                free_self: free_tx,
-                output: tx,
-            };
-            stage_handles.push(scope.spawn(move || {
-                let mut st = StageReport {
-                    name: plan.name.clone(),
-                    ..StageReport::default()
-                };
-                if let Err(e) = plan.run(dev, io, first, &mut st) {
-                    first.set(e);
-                }
-                st
-            }));
-        }
+        let (tx0, rx) = sync_channel::<Chunk>(1);
+        let (stage_handles, rx, upstream_free) =
+            spawn_stages(scope, dev, plans, (rx, src_free_tx), first);
         let (sink, temp) = (ends.sink, ends.temp);
         let sink_handle = scope.spawn(move || {
             run_sink(dev, sink, temp, rx, upstream_free, first).unwrap_or_else(|e| {
@@ -518,6 +494,50 @@ fn stream(
         report.device_to_host = to_host;
     });
     report
+}
+
+/// Starts one thread per stage, chained by channels from the source's (`upstream`:
+/// its chunks and its free list); returns their handles and the last stage's chunks
+/// and free list, for the sink.
+#[allow(clippy::type_complexity)]
+fn spawn_stages<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    dev: &'env Device,
+    plans: &'env [StagePlan],
+    upstream: (Receiver<Chunk>, SyncSender<MemHandle>),
+    first: &'env FirstError,
+) -> (
+    Vec<std::thread::ScopedJoinHandle<'scope, StageReport>>,
+    Receiver<Chunk>,
+    SyncSender<MemHandle>,
+) {
+    let (mut rx, mut upstream_free) = upstream;
+    let mut handles = Vec::new();
+    for plan in plans {
+        let (free_tx, free_rx) = sync_channel::<MemHandle>(2);
+        for &b in &plan.outs {
+            free_tx.send(b).expect("room for two");
+        }
+        let (tx, next_rx) = sync_channel::<Chunk>(1);
+        let io = StageIo {
+            input: std::mem::replace(&mut rx, next_rx),
+            give_back: std::mem::replace(&mut upstream_free, free_tx.clone()),
+            free: free_rx,
+            free_self: free_tx,
+            output: tx,
+        };
+        handles.push(scope.spawn(move || {
+            let mut st = StageReport {
+                name: plan.name.clone(),
+                ..StageReport::default()
+            };
+            if let Err(e) = plan.run(dev, io, first, &mut st) {
+                first.set(e);
+            }
+            st
+        }));
+    }
+    (handles, rx, upstream_free)
 }
 
 /// The device output exists only once it is whole: flush, then rename the temporary
@@ -750,99 +770,117 @@ fn run_source(
     io: SourceIo<'_>,
     first: &FirstError,
 ) -> Result<(u64, u64), PipeError> {
-    let SourceIo {
-        bufs,
-        chunk,
-        free,
-        out,
-        progress,
-    } = io;
-    let count = |n: u64| {
-        if let Some(p) = progress {
-            p.fetch_add(n, Ordering::Relaxed);
-        }
-    };
     match source {
         Source::Nothing => {
-            let _ = out.send(Chunk {
-                buf: bufs[0],
+            let _ = io.out.send(Chunk {
+                buf: io.bufs[0],
                 len: 0,
                 last: true,
             });
             Ok((0, 0))
         }
-        Source::DeviceFile(path) => {
-            let size = dev
-                .stat(&path)
-                .map_err(PipeError::device(format!("the input {path}")))?
-                .size_bytes;
-            let mut off = 0u64;
-            loop {
-                let Some(buf) = first.recv(&free) else {
-                    return Ok((off, 0));
-                };
-                let n = chunk.min(size - off);
-                if n > 0 {
-                    let got = dev
-                        .copy_file_to_mem(&path, off, n, buf, 0)
-                        .map_err(PipeError::device(format!("reading {path} at {off}")))?;
-                    if got != n {
-                        return Err(PipeError::Invalid(format!(
-                            "{path} changed size while the pipe read it ({got} of {n} bytes at {off})"
-                        )));
-                    }
-                }
-                off += n;
-                count(n);
-                let last = off >= size;
-                if out.send(Chunk { buf, len: n, last }).is_err() || last {
-                    return Ok((off, 0));
-                }
+        Source::DeviceFile(path) => source_device_file(dev, &path, &io, first).map(|n| (n, 0)),
+        Source::Host(reader) => source_host(dev, reader, &io, first).map(|n| (n, n)),
+    }
+}
+
+impl SourceIo<'_> {
+    /// Counts `n` bytes of input consumed, for the caller's progress.
+    fn count(&self, n: u64) {
+        if let Some(p) = self.progress {
+            p.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Copies the device file into the source's buffers on the device, a chunk at a
+/// time; returns the bytes read.
+fn source_device_file(
+    dev: &Device,
+    path: &str,
+    io: &SourceIo<'_>,
+    first: &FirstError,
+) -> Result<u64, PipeError> {
+    let size = dev
+        .stat(path)
+        .map_err(PipeError::device(format!("the input {path}")))?
+        .size_bytes;
+    let mut off = 0u64;
+    loop {
+        let Some(buf) = first.recv(&io.free) else {
+            return Ok(off);
+        };
+        let n = io.chunk.min(size - off);
+        if n > 0 {
+            let got = dev
+                .copy_file_to_mem(path, off, n, buf, 0)
+                .map_err(PipeError::device(format!("reading {path} at {off}")))?;
+            if got != n {
+                return Err(PipeError::Invalid(format!(
+                    "{path} changed size while the pipe read it ({got} of {n} bytes at {off})"
+                )));
             }
         }
-        Source::Host(mut reader) => {
-            let mut data = vec![0u8; chunk as usize];
-            let mut total = 0u64;
-            loop {
-                let Some(buf) = first.recv(&free) else {
-                    return Ok((total, total));
-                };
-                // Fill the chunk (a pipe gives short reads); end of stream is a 0 read.
-                let mut n = 0usize;
-                while n < data.len() {
-                    match reader.read(&mut data[n..]) {
-                        Ok(0) => break,
-                        Ok(k) => n += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            return Err(PipeError::Io {
-                                what: "reading the input".into(),
-                                source: e,
-                            })
-                        }
-                    }
-                }
-                let last = n < data.len();
-                if n > 0 {
-                    dev.write_mem(buf, 0, &data[..n])
-                        .map_err(PipeError::device("writing input into device memory"))?;
-                }
-                total += n as u64;
-                count(n as u64);
-                if out
-                    .send(Chunk {
-                        buf,
-                        len: n as u64,
-                        last,
-                    })
-                    .is_err()
-                    || last
-                {
-                    return Ok((total, total));
-                }
+        off += n;
+        io.count(n);
+        let last = off >= size;
+        if io.out.send(Chunk { buf, len: n, last }).is_err() || last {
+            return Ok(off);
+        }
+    }
+}
+
+/// Writes the host reader's bytes into the source's buffers, a chunk at a time;
+/// returns the bytes read (all of which crossed from the host).
+fn source_host(
+    dev: &Device,
+    mut reader: Box<dyn Read + Send>,
+    io: &SourceIo<'_>,
+    first: &FirstError,
+) -> Result<u64, PipeError> {
+    let mut data = vec![0u8; io.chunk as usize];
+    let mut total = 0u64;
+    loop {
+        let Some(buf) = first.recv(&io.free) else {
+            return Ok(total);
+        };
+        let n = fill(&mut *reader, &mut data)?;
+        let last = n < data.len();
+        if n > 0 {
+            dev.write_mem(buf, 0, &data[..n])
+                .map_err(PipeError::device("writing input into device memory"))?;
+        }
+        total += n as u64;
+        io.count(n as u64);
+        let chunk = Chunk {
+            buf,
+            len: n as u64,
+            last,
+        };
+        if io.out.send(chunk).is_err() || last {
+            return Ok(total);
+        }
+    }
+}
+
+/// Fills `data` from `reader` (a pipe gives short reads); fewer bytes only at the end
+/// of the stream.
+fn fill(reader: &mut dyn Read, data: &mut [u8]) -> Result<usize, PipeError> {
+    let mut n = 0usize;
+    while n < data.len() {
+        match reader.read(&mut data[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(PipeError::Io {
+                    what: "reading the input".into(),
+                    source: e,
+                })
             }
         }
     }
+    Ok(n)
 }
 
 /// Takes the last stage's chunks to `sink` (a device sink writes `temp`); returns

@@ -225,7 +225,6 @@ fn array_files_round_trip_with_tagged_extents() {
         "--device",
         &device,
         s(&prog),
-        "--input",
         "/single",
         "--json",
     ]));
@@ -235,13 +234,12 @@ fn array_files_round_trip_with_tagged_extents() {
         "--device",
         &device,
         s(&prog),
-        "--input",
         "/single:8:16",
         "--json",
     ]));
     assert_eq!(ex["r0"], 16, "{ex}");
     let bad = csx()
-        .args(["exec", "--device", &device, s(&prog), "--input", "/k"])
+        .args(["exec", "--device", &device, s(&prog), "/k"])
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("striped over 3 members"));

@@ -110,15 +110,7 @@ fn init_put_exec_sum() {
     // The check: r0 is the sum, in --json.
     let r = json(run(
         &dev,
-        &[
-            "exec",
-            prog,
-            "--entry",
-            "sum",
-            "--input",
-            "/data/nums",
-            "--json",
-        ],
+        &["exec", prog, "--entry", "sum", "/data/nums", "--json"],
     ));
     assert_eq!(r["r0"], n * (n + 1) / 2);
     assert_eq!(r["status"], "Success");
@@ -141,7 +133,6 @@ fn init_put_exec_sum() {
             prog,
             "--entry",
             "sum",
-            "--input",
             "/data/nums:8:16",
             "--engine=interp",
             "--json",
@@ -149,10 +140,7 @@ fn init_put_exec_sum() {
     ));
     assert_eq!(r["r0"], 2 + 3);
     // The human output says the same.
-    let text = ok(run(
-        &dev,
-        &["exec", prog, "--entry", "sum", "--input", "/data/nums"],
-    ));
+    let text = ok(run(&dev, &["exec", prog, "--entry", "sum", "/data/nums"]));
     assert!(
         text.contains(&format!("r0        {}", n * (n + 1) / 2)),
         "{text}"
@@ -206,15 +194,7 @@ fn file_commands_traps_and_outputs() {
     // A trap: exit status 3, status and trap in the JSON.
     let out = run(
         &dev,
-        &[
-            "exec",
-            prog,
-            "--entry",
-            "oob",
-            "--input",
-            "/a/in.bin",
-            "--json",
-        ],
+        &["exec", prog, "--entry", "oob", "/a/in.bin", "--json"],
     );
     assert_eq!(
         out.status.code(),
@@ -234,7 +214,6 @@ fn file_commands_traps_and_outputs() {
             prog,
             "--entry",
             "copy_plus",
-            "--input",
             "/a/in.bin:0:1000",
             "--output-size",
             "1KiB",
@@ -256,10 +235,7 @@ fn file_commands_traps_and_outputs() {
     assert_eq!(&got[..1000], &want[..]);
     assert!(got[1000..].iter().all(|&b| b == 0));
     // Errors: exit status 1 and a message naming the problem.
-    let out = run(
-        &dev,
-        &["exec", prog, "--entry", "sum", "--input", "/no/such/file"],
-    );
+    let out = run(&dev, &["exec", prog, "--entry", "sum", "/no/such/file"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -1,4 +1,6 @@
-//! The shell examples of README.md and docs/cli.md run as written, on embedded devices.
+//! The shell examples of README.md and docs/ run as written, on embedded devices (the
+//! Python examples of python/README.md run in `python/tests/test_readme.py`, the same
+//! way).
 //!
 //! Every ```sh block must follow a marker line, so none is skipped silently:
 //! * `<!-- example: run ... -->`: run with bash (`set -e`), with the built `csx` first on
@@ -116,7 +118,7 @@ fn run_file(rel: &str) -> usize {
                     let ok = shell(
                         home.path(),
                         &bin,
-                        &format!("csx device info --device {uri}"),
+                        &format!("{prelude}csx device info --device {uri}"),
                     )
                     .output()
                     .is_ok_and(|o| o.status.success());
@@ -165,6 +167,57 @@ fn readme_examples_run() {
 #[test]
 fn cli_md_examples_run() {
     assert!(run_file("docs/cli.md") >= 1, "docs/cli.md runs no example");
+}
+
+#[test]
+fn security_md_examples_run() {
+    assert!(
+        run_file("docs/security.md") >= 2,
+        "docs/security.md runs no example"
+    );
+}
+
+/// The Markdown files whose shell examples the tests above run.
+const RUN_HERE: &[&str] = &["README.md", "docs/cli.md", "docs/security.md"];
+
+/// Every Markdown file of the repository's documentation with a ```sh or ```python
+/// block is run by a test: here, or python/README.md by the Python suite. A new file
+/// with examples fails this until a test runs it.
+#[test]
+fn every_document_with_examples_is_run() {
+    let mut files = vec![repo().join("README.md"), repo().join("python/README.md")];
+    let mut dirs = vec![repo().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                files.push(p);
+            }
+        }
+    }
+    let mut unrun = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let rel = f
+            .strip_prefix(repo())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let has = text
+            .lines()
+            .any(|l| matches!(l.trim(), "```sh" | "```bash" | "```python" | "```console"));
+        let run = RUN_HERE.contains(&rel.as_str())
+            || (rel == "python/README.md"
+                && std::fs::read_to_string(repo().join("python/tests/test_readme.py"))
+                    .is_ok_and(|t| t.contains("README.md")));
+        if has && !run {
+            unrun.push(rel);
+        }
+    }
+    assert!(unrun.is_empty(), "examples no test runs: {unrun:?}");
 }
 
 #[test]

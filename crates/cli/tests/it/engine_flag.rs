@@ -79,7 +79,6 @@ fn device_commands_take_engine_and_the_old_flags() {
             "op",
             "pipe",
             "aggregate --type u32 --text",
-            "--input",
             "/nums",
             "--chunk",
             "64KiB",

@@ -28,6 +28,10 @@ fn old(args: &[&str], note: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+fn summed_text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap()
+}
+
 #[test]
 fn old_spellings_work_with_one_note_each() {
     let tmp = tempfile::tempdir().unwrap();
@@ -134,9 +138,9 @@ fn old_spellings_work_with_one_note_each() {
         "use `csx op pipe`",
     );
     assert!(!text.is_empty());
+    // The old command keeps its old flags: --output DEVPATH is a device file there.
     old(
         &[
-            "op",
             "pipe",
             "aggregate --type u32 --text",
             "--input",
@@ -146,8 +150,58 @@ fn old_spellings_work_with_one_note_each() {
             "--device",
             d,
         ],
-        "op pipe --output is deprecated; use --to DEVPATH",
+        "use `csx op pipe`",
     );
+    let local_nums = tmp.path().join("nums.copy");
+    old(
+        &[
+            "op",
+            "pipe",
+            "aggregate --type u32 --text",
+            "--input-local",
+            s(&nums),
+            "-o",
+            s(&local_nums),
+            "--device",
+            d,
+        ],
+        "op pipe --input-local is deprecated; use --input FILE",
+    );
+    let local_sum = tmp.path().join("sum.txt");
+    old(
+        &[
+            "op",
+            "pipe",
+            "aggregate --type u32 --text",
+            "/nums",
+            "--output-local",
+            s(&local_sum),
+            "--device",
+            d,
+        ],
+        "op pipe --output-local is deprecated; use -o/--output FILE",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&local_sum).unwrap(),
+        summed_text(&local_nums)
+    );
+    // The old command's --output went to the device, with the same sum.
+    let got = csx()
+        .args(["get", "/sum", "-", "--device", d])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        summed_text(&local_nums)
+    );
+    let raw = tmp.path().join("r7.bin");
+    // mov r0, 7; exit
+    std::fs::write(&raw, [0xb7, 0, 0, 0, 7, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let ex = old(
+        &["exec", s(&raw), "--input", "/nums", "--device", d],
+        "exec --input is deprecated; give the device file as an argument",
+    );
+    assert!(ex.contains("(65536 bytes)"), "{ex}");
     // vm run --repeat: the old repetition flag.
     let prog = tmp.path().join("p.bin");
     // mov r0, 7; exit
@@ -216,4 +270,42 @@ fn old_benchmark_flags_parse_as_the_new_ones() {
         assert!(!help.contains(hidden), "{args:?} shows {hidden}");
         assert!(help.contains("--runs"), "{args:?}: {help}");
     }
+}
+
+#[test]
+fn a_device_flag_wins_over_csx_device_wherever_it_stands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = tmp.path().join("dev");
+    let d = s(&dev);
+    let out = csx()
+        .args(["device", "init", "--state", d, "--nvm-size", "16MiB"])
+        .args(["--slm-size", "4MiB"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // $CSX_DEVICE names a device nobody serves: using it fails.
+    let unserved = "tcp://127.0.0.1:1";
+    for args in [&["ls", "/", "--device", d][..], &["--device", d, "ls", "/"]] {
+        let out = csx()
+            .env("CSX_DEVICE", unserved)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = csx()
+        .env("CSX_DEVICE", unserved)
+        .args(["ls", "/"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(unserved));
 }

@@ -91,7 +91,7 @@ fn pipe_filters_and_aggregates_a_device_file() {
             "pipe",
             "filter --type u32 --op gt --value 100 | aggregate --type u32 --text",
         ])
-        .args(["--input", "/nums", "--chunk", "64KiB"])
+        .args(["/nums", "--chunk", "64KiB"])
         .output()
         .unwrap();
     assert_eq!(ok(&out), want);
@@ -104,7 +104,7 @@ fn pipe_filters_and_aggregates_a_device_file() {
             "filter -t u32 -o gt -v 100 | aggregate -t u32 --text",
             "--json",
         ])
-        .args(["--input", "/nums", "--to", "/sum.txt"])
+        .args(["/nums", "--to", "/sum.txt"])
         .output()
         .unwrap();
     let report: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
@@ -133,7 +133,6 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
             "op",
             "pipe",
             "filter --op gt --value 1 | agregate",
-            "--input",
             "/bad.lz4",
         ])
         .output()
@@ -147,14 +146,7 @@ fn pipe_names_bad_operators_and_fails_without_leaving_output() {
     let local = tmp.path().join("out.bin");
     let out = csx()
         .env("CSX_DEVICE", &dev)
-        .args([
-            "op",
-            "pipe",
-            "decompress",
-            "--input",
-            "/bad.lz4",
-            "--output-local",
-        ])
+        .args(["op", "pipe", "decompress", "/bad.lz4", "--output"])
         .arg(&local)
         .output()
         .unwrap();

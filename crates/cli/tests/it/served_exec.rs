@@ -92,9 +92,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
     let mut results = Vec::new();
     let r = json(run(
         uri,
-        &[
-            "exec", prog, "--entry", "sum", "--input", "/d/nums", "--json",
-        ],
+        &["exec", prog, "--entry", "sum", "/d/nums", "--json"],
     ));
     results.push(r["r0"].clone());
     let r = json(run(
@@ -104,7 +102,6 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
             prog,
             "--entry",
             "sum",
-            "--input",
             "/d/nums:800:8000",
             "--engine=interp",
             "--json",
@@ -119,7 +116,6 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
             prog,
             "--entry",
             "copy_plus",
-            "--input",
             "/d/nums:0:1000",
             "--output-size",
             "1KiB",
@@ -137,12 +133,7 @@ fn exec_results(uri: &str, prog: &str, out_dir: &Path) -> Vec<Value> {
     results.push(r["r0"].clone());
     results.push(Value::from(std::fs::read(&outfile).unwrap()));
     // A trap: exit status 3 and the same trap on every transport.
-    let out = run(
-        uri,
-        &[
-            "exec", prog, "--entry", "oob", "--input", "/d/nums", "--json",
-        ],
-    );
+    let out = run(uri, &["exec", prog, "--entry", "oob", "/d/nums", "--json"]);
     assert_eq!(out.status.code(), Some(3), "{uri}");
     let trap: Value = serde_json::from_slice(&out.stdout).unwrap();
     results.push(trap["trap"].clone());
