@@ -184,7 +184,7 @@ fn private_ops_dir() -> anyhow::Result<PathBuf> {
     Ok(ops_dir)
 }
 
-/// Records this process as the mount's server, so `csx umount` finds it by the mount's
+/// Records this process as the mount's server, so `csx fs umount` finds it by the mount's
 /// device number and waits for it; the record's path, or `None` (said on stderr) when
 /// it cannot.
 fn record_server(mounted: &mount::Mounted) -> Option<PathBuf> {
