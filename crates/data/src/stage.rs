@@ -520,7 +520,10 @@ fn header_mismatch(staged: &[u8], expect: &[u8]) -> Option<(usize, String)> {
     }
     (at != staged.len()).then(|| {
         let k = expect.len() / BLOCK_HEADER_SIZE;
-        (k.saturating_sub(1), format!("the blocks end at byte {at} of {}", staged.len()))
+        (
+            k.saturating_sub(1),
+            format!("the blocks end at byte {at} of {}", staged.len()),
+        )
     })
 }
 

@@ -827,7 +827,6 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 size_bytes: self.size_bytes,
             });
         }
-        let len = input.len() as u64;
         let out = match mode {
             Mode::Host => single(
                 Ran::Host,
@@ -839,36 +838,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 self.write_device(offset, input, lambda, args)?,
                 0.0,
             ),
-            Mode::Auto => {
-                let key = self.key(lambda, Direction::Write);
-                let choice = self.io.dispatcher().decide(&key, len, 0.0);
-                let predicted = self.predicted();
-                match choice {
-                    Choice::Run(Side::Host) => LambdaOutput {
-                        predicted_ns: predicted,
-                        ..single(
-                            Ran::Host,
-                            self.write_host(offset, input, lambda, args)?,
-                            0.0,
-                        )
-                    },
-                    Choice::Run(Side::Device) => LambdaOutput {
-                        predicted_ns: predicted,
-                        ..single(
-                            Ran::Device,
-                            self.write_device(offset, input, lambda, args)?,
-                            0.0,
-                        )
-                    },
-                    Choice::Profile => {
-                        // Both sides write the same bytes to the same place; the second
-                        // write is the profile's cost.
-                        let h = self.write_host(offset, input, lambda, args)?;
-                        let d = self.write_device(offset, input, lambda, args)?;
-                        self.profiled(&key, len, 0.0, h, d)?
-                    }
-                }
-            }
+            Mode::Auto => self.write_auto(offset, input, lambda, args)?,
         };
         self.refresh()?;
         if let Ok(local) = self.io.local() {
@@ -881,6 +851,46 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             }
         }
         Ok(out)
+    }
+
+    /// [`Mode::Auto`]'s write: the side the dispatcher picks, or both when it
+    /// profiles.
+    fn write_auto(
+        &mut self,
+        offset: u64,
+        input: &[u8],
+        lambda: &Lambda,
+        args: &LambdaArgs,
+    ) -> Result<LambdaOutput, LambdaError> {
+        let len = input.len() as u64;
+        let key = self.key(lambda, Direction::Write);
+        let choice = self.io.dispatcher().decide(&key, len, 0.0);
+        let predicted = self.predicted();
+        Ok(match choice {
+            Choice::Run(Side::Host) => LambdaOutput {
+                predicted_ns: predicted,
+                ..single(
+                    Ran::Host,
+                    self.write_host(offset, input, lambda, args)?,
+                    0.0,
+                )
+            },
+            Choice::Run(Side::Device) => LambdaOutput {
+                predicted_ns: predicted,
+                ..single(
+                    Ran::Device,
+                    self.write_device(offset, input, lambda, args)?,
+                    0.0,
+                )
+            },
+            Choice::Profile => {
+                // Both sides write the same bytes to the same place; the second write is
+                // the profile's cost.
+                let h = self.write_host(offset, input, lambda, args)?;
+                let d = self.write_device(offset, input, lambda, args)?;
+                self.profiled(&key, len, 0.0, h, d)?
+            }
+        })
     }
 
     fn write_host(

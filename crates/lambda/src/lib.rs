@@ -29,6 +29,8 @@
 //! Invariant: in `auto`, a profiled request's two outputs are compared and must be
 //! equal; otherwise the request fails with [`LambdaError::SidesDisagree`].
 
+#![warn(clippy::too_many_lines)]
+
 pub mod account;
 pub mod dispatch;
 mod file;

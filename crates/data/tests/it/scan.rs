@@ -290,8 +290,8 @@ fn a_block_whose_inline_header_is_not_its_directory_entry_is_refused_on_the_devi
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("t");
     let rows = 2 * u64::from(csx_data::encoding::BLOCK_ROWS);
-    let mut w = TableWriter::create(&dir, "t", vec![ColumnSchema::new("v", ColumnType::Uint32)])
-        .unwrap();
+    let mut w =
+        TableWriter::create(&dir, "t", vec![ColumnSchema::new("v", ColumnType::Uint32)]).unwrap();
     // Values over the whole domain: both blocks raw, of the same length.
     let mut x = 0x2545_f491u32;
     for _ in 0..rows {
@@ -305,7 +305,11 @@ fn a_block_whose_inline_header_is_not_its_directory_entry_is_refused_on_the_devi
     let good = std::fs::read(&p).unwrap();
     let (col, _) = EncodedColumn::open_local("t", "v", &p, ColumnType::Uint32, rows).unwrap();
     let (b0, b1) = (col.blocks[0], col.blocks[1]);
-    assert_eq!(b0.stored_len(), b1.stored_len(), "the test needs equal blocks");
+    assert_eq!(
+        b0.stored_len(),
+        b1.stored_len(),
+        "the test needs equal blocks"
+    );
     let len = b1.stored_len() as usize;
     let mut bad = good.clone();
     bad.copy_within(b1.at as usize..b1.at as usize + len, b0.at as usize);
