@@ -40,7 +40,8 @@ mod sys;
 
 pub use account::{makespan_ns, RunAccount};
 pub use dispatch::{
-    Choice, Counters, Decision, Direction, Dispatcher, Estimate, Key, Parallelism, Sample, Side,
+    Choice, Counters, Decision, DeviceFloor, Direction, Dispatcher, Estimate, Key, Parallelism,
+    Sample, Side,
 };
 pub use file::{
     LambdaFile, LambdaIo, LambdaOptions, LambdaOutput, Mode, Ran, SideCost, CACHE_BUDGET_DEFAULT,
