@@ -32,6 +32,22 @@ def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
     assert q6["pushdown_interp"]["rows_kept"] == q6["pushdown"]["rows_kept"]
     assert q6["pushdown_interp"]["bytes_to_host"] == q6["pushdown"]["bytes_to_host"]
     assert r["results"]["q1"]["answer_checked"]
+    # DuckDB alone on the host over the same data, no bytes from the device.
+    for side in ("duckdb_parquet", "duckdb_parquet_cold", "duckdb_memory"):
+        assert q6[side]["bytes_to_host"] == 0 and q6[side]["wall_ns"] > 0, side
+    assert r["meta"]["duckdb_threads"] == 2 and r["meta"]["cold_drop"]
+    # Offload against host-only, modelled under both profiles, with daisy's verdict.
+    m = r["goals"]["modelled_offload"]
+    assert set(m) == {"daisy", "lambda-io"}
+    for prof, per_q in m.items():
+        assert set(per_q) == {"q6", "q1"}
+        for v in per_q.values():
+            assert v["offload_modelled_ns"] > 0 and v["host_only_modelled_ns"] > 0
+            assert v["offload_speedup"] == v["host_only_modelled_ns"] / v["offload_modelled_ns"]
+            if prof == "daisy":
+                assert v["goal_speedup"] == 2.0 and v["goal_met"] == (v["offload_speedup"] >= 2.0)
+            else:
+                assert v["goal_met"] is None
     assert plot.read_text().lstrip().startswith("<?xml")
 
 

@@ -12,8 +12,30 @@
 
 #include "csx.h"
 
-/* r0 of col_unpack when csx_unpack refused piece i: COL_UNPACK_BAD - i. */
+/* r0 of col_unpack when piece i's headers or csx_unpack refused it: COL_UNPACK_BAD - i. */
 #define COL_UNPACK_BAD (-1000000L)
+
+/*
+ * params of col_unpack: one per piece (rows of one column expanded from staged blocks).
+ *
+ *     offset  size  field
+ *          0     8  src_off       the piece's staged blocks in window 0
+ *          8     8  src_len
+ *         16     8  first_row     the first row wanted, counted from the first block's
+ *         24     8  dst_off       where its values go in window 1
+ *         32     8  dst_len
+ *         40     8  expect_off    the expected block headers in window 0, 64 bytes each
+ *         48     8  expect_count  blocks in the piece
+ */
+struct col_unpack_piece {
+    csx_u64 src_off;
+    csx_u64 src_len;
+    csx_u64 first_row;
+    csx_u64 dst_off;
+    csx_u64 dst_len;
+    csx_u64 expect_off;
+    csx_u64 expect_count;
+};
 
 /* Most value ranges one filter run ORs together (an IN list of 16 values). */
 #define SSB_RANGES_MAX 16

@@ -13,7 +13,11 @@
 //!   bytes to the host, modelled device time, host time;
 //! * answers: every implemented query on every split (the offloaded ones on both engines
 //!   and both probes) and every timed case against DuckDB over the dataset's Parquet
-//!   copy; any difference fails the benchmark.
+//!   copy; any difference fails the benchmark;
+//! * modelled offload: Q3.3 and Q1.1 offloaded and host-only under the `daisy` and
+//!   `lambda-io` profiles (a second device of the same dataset for the profile not
+//!   `--profile`'s), offload's speedup and the verdict against daisy's goal (offload at
+//!   least 2x faster than host-only), in the table and as JSON lines.
 //!
 //! The device is a fresh embedded one in a temporary directory with the `--profile`'s
 //! speeds (throttling off: wall times are this machine's, modelled times the profile's)
@@ -60,7 +64,7 @@ use crate::plot::BarChart;
 /// Examples:
 ///   csx bench ssb --sf 1 --plots docs/plots
 ///   csx bench ssb --sf 0.1 --runs 1 --json
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SsbBenchArgs {
     /// Scale factor of the generated dataset (SF 1: 6 M LINEORDER rows, 92 MiB of Q3.3's
@@ -193,6 +197,7 @@ pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
     let cases = measure_cases(&dev, &args)?;
     let side = side_by_side(&dev, &parquet, &args)?;
     let (checks, differ) = check_answers(&dev, &parquet, &cases)?;
+    let modelled = model_profiles(&dev, &args, tmp.path())?;
     dev.close().context("closing the device")?;
     drop(tmp);
     let summary = Summary::of(&cases)?;
@@ -208,8 +213,12 @@ pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
     }
     if args.json {
         print_json(&args, &cases, &side, &summary);
+        for m in &modelled {
+            println!("{}", m.json(&args));
+        }
     } else {
         print_table(&args, &cases, &side, &summary);
+        print_modelled(&modelled);
     }
     if let Some(plots) = &args.plots {
         write_plots(plots, &args, &cases, &side, &summary)?;
@@ -218,9 +227,17 @@ pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
 }
 
 /// A fresh embedded device with the profile's speeds and resident memory, the dataset
-/// generated, put on it and copied to Parquet (the columnar copy deleted once both are
-/// written).
+/// generated, put on it and copied to Parquet (the columnar copy kept for the other
+/// profiles' devices; the temporary directory goes at the end).
 fn prepare(args: &SsbBenchArgs, tmp: &std::path::Path) -> anyhow::Result<(Device, PathBuf)> {
+    let dev = new_device(args, &tmp.join("dev"))?;
+    let parquet = prepare_data(args, &dev, tmp)?;
+    Ok((dev, parquet))
+}
+
+/// A fresh embedded device at `dir` with `args`' profile (throttling off), engines and
+/// resident memory.
+fn new_device(args: &SsbBenchArgs, dir: &std::path::Path) -> anyhow::Result<Device> {
     let mut perf = PerfModel::profile(&args.profile)?;
     perf.throttle = false;
     let config = DeviceConfig {
@@ -232,7 +249,27 @@ fn prepare(args: &SsbBenchArgs, tmp: &std::path::Path) -> anyhow::Result<(Device
         perf,
         ..DeviceConfig::default()
     };
-    let dev = Device::init(&tmp.join("dev"), config).context("creating the device")?;
+    Device::init(dir, config).context("creating the device")
+}
+
+/// A fresh device of `args`' profile at `dir` holding the columnar dataset `columnar`.
+fn device_of(
+    args: &SsbBenchArgs,
+    dir: &std::path::Path,
+    columnar: &std::path::Path,
+) -> anyhow::Result<Device> {
+    let dev = new_device(args, dir)?;
+    csx_data::put::put_dir(&dev, columnar, DIR, &mut |_, _| {})?;
+    Ok(dev)
+}
+
+/// The dataset generated under `tmp` (its columnar copy kept for [`model_profiles`]),
+/// put on `dev` and copied to Parquet.
+fn prepare_data(
+    args: &SsbBenchArgs,
+    dev: &Device,
+    tmp: &std::path::Path,
+) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
     let columnar = tmp.join("columnar");
     let parquet = tmp.join("parquet");
@@ -243,16 +280,123 @@ fn prepare(args: &SsbBenchArgs, tmp: &std::path::Path) -> anyhow::Result<(Device
         }
     })?;
     eprintln!("bench ssb: putting the dataset to {DIR}");
-    csx_data::put::put_dir(&dev, &columnar, DIR, &mut |_, _| {})?;
+    csx_data::put::put_dir(dev, &columnar, DIR, &mut |_, _| {})?;
     eprintln!("bench ssb: writing the Parquet copy for DuckDB");
     csx_data::parquet::write_parquet(&columnar, &parquet)?;
-    std::fs::remove_dir_all(&columnar)
-        .with_context(|| format!("deleting {}", columnar.display()))?;
     eprintln!(
         "bench ssb: dataset ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    Ok((dev, parquet))
+    Ok(parquet)
+}
+
+/// The profiles offload is modelled under against host-only, and the speedup each one's
+/// goal asks of offload (`None`: reported without a goal).
+const MODEL_PROFILES: [(&str, Option<f64>); 2] = [("daisy", Some(2.0)), ("lambda-io", None)];
+
+/// One query's offload and host-only splits under one profile: modelled device time
+/// plus the host's own measured compute (as `python -m csx.bench tpch` counts them).
+struct Modelled {
+    profile: &'static str,
+    query: &'static str,
+    offload_ns: u64,
+    host_only_ns: u64,
+    goal: Option<f64>,
+}
+
+impl Modelled {
+    fn speedup(&self) -> f64 {
+        self.host_only_ns as f64 / self.offload_ns.max(1) as f64
+    }
+
+    fn met(&self) -> Option<bool> {
+        self.goal.map(|g| self.speedup() >= g)
+    }
+
+    fn verdict(&self) -> String {
+        match (self.goal, self.met()) {
+            (Some(g), Some(true)) => format!("goal >= {g}x: met"),
+            (Some(g), _) => format!("goal >= {g}x: NOT met"),
+            _ => "no goal".to_string(),
+        }
+    }
+
+    fn json(&self, args: &SsbBenchArgs) -> serde_json::Value {
+        json!({
+            "modelled_offload": self.query, "profile": self.profile, "sf": args.sf,
+            "offload_modelled_ns": self.offload_ns, "host_only_modelled_ns": self.host_only_ns,
+            "offload_speedup": self.speedup(), "goal_speedup": self.goal, "goal_met": self.met(),
+        })
+    }
+}
+
+/// [`SIDE_QUERIES`]' offload and host-only splits, once each, under every profile of
+/// [`MODEL_PROFILES`]: on `dev` for its own profile, else on a fresh device of that
+/// profile holding the same dataset (the columnar copy under `tmp`), deleted after.
+fn model_profiles(
+    dev: &Device,
+    args: &SsbBenchArgs,
+    tmp: &std::path::Path,
+) -> anyhow::Result<Vec<Modelled>> {
+    let mut out = Vec::new();
+    for (profile, goal) in MODEL_PROFILES {
+        let own = profile == args.profile;
+        let other = if own {
+            None
+        } else {
+            eprintln!("bench ssb: modelling under {profile}");
+            let other_args = SsbBenchArgs {
+                profile: profile.to_string(),
+                ..args.clone()
+            };
+            Some(device_of(
+                &other_args,
+                &tmp.join(format!("dev-{profile}")),
+                &tmp.join("columnar"),
+            )?)
+        };
+        let d = other.as_ref().unwrap_or(dev);
+        for name in SIDE_QUERIES {
+            let q = query(name).expect("a known query");
+            let off = run(d, DIR, q, &RunOptions::default())?;
+            let host = RunOptions {
+                split: Split::Host,
+                ..RunOptions::default()
+            };
+            let host = run(d, DIR, q, &host)?;
+            anyhow::ensure!(
+                off.rows == host.rows,
+                "{name} under {profile}: the splits' answers differ"
+            );
+            out.push(Modelled {
+                profile,
+                query: q.name,
+                offload_ns: off.meter.modelled_ns + off.host_ns,
+                host_only_ns: host.meter.modelled_ns + host.host_ns,
+                goal,
+            });
+        }
+        if let Some(d) = other {
+            d.close().context("closing the modelling device")?;
+            let _ = std::fs::remove_dir_all(tmp.join(format!("dev-{profile}")));
+        }
+    }
+    Ok(out)
+}
+
+fn print_modelled(modelled: &[Modelled]) {
+    println!("modelled offload against host-only (device modelled + host compute):");
+    for m in modelled {
+        println!(
+            "  {:<10} {:<5} offload {:>10.3} ms, host-only {:>10.3} ms: {:.2}x ({})",
+            m.profile,
+            m.query,
+            m.offload_ns as f64 / 1e6,
+            m.host_only_ns as f64 / 1e6,
+            m.speedup(),
+            m.verdict()
+        );
+    }
 }
 
 /// Device memory the benchmark's device keeps for resident columns (every query's

@@ -68,19 +68,8 @@ fn width_mask(width: u64) -> u64 {
 // ---------------------------------------------------------------------------------------
 // Encoding one block.
 
-/// Encodes `values` (widened to i64 from a column of type `ty`) as block `index` at
-/// file offset `at`, in whichever encoding is smallest (ties: constant, raw, packed,
-/// runs, the cheaper decode first).
-pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (BlockHeader, Vec<u8>) {
-    assert!(!values.is_empty() && values.len() <= colblock::BLOCK_ROWS_MAX as usize);
-    let width = ty.width();
-    let mask = width_mask(width);
-    let w = width as usize;
-    let rows = values.len() as u32;
-    let min = *values.iter().min().expect("a block has rows");
-    let max = *values.iter().max().expect("a block has rows");
-    let range = max.wrapping_sub(min) as u64;
-    let bits = (64 - range.leading_zeros()) as u8;
+/// Lengths of the runs of equal values in `values`.
+fn run_lengths(values: &[i64]) -> Vec<u32> {
     let mut run_lens: Vec<u32> = Vec::new();
     for (i, v) in values.iter().enumerate() {
         match run_lens.last_mut() {
@@ -88,6 +77,60 @@ pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (Blo
             _ => run_lens.push(1),
         }
     }
+    run_lens
+}
+
+/// The payload of `values` in `encoding` (`min`: the frame of reference; `bits`,
+/// `run_bits`: the packed widths).
+fn encode_payload(
+    encoding: u8,
+    values: &[i64],
+    (width, min): (u64, i64),
+    (bits, run_lens, run_bits): (u8, &[u32], u8),
+) -> Vec<u8> {
+    let mask = width_mask(width);
+    let w = width as usize;
+    match encoding {
+        ENC_CONSTANT => Vec::new(),
+        ENC_RAW => {
+            let mut payload = Vec::with_capacity(values.len() * w);
+            for &v in values {
+                payload.extend_from_slice(&((v as u64) & mask).to_le_bytes()[..w]);
+            }
+            payload
+        }
+        ENC_PACKED => {
+            let offsets: Vec<u64> = values.iter().map(|&v| v.wrapping_sub(min) as u64).collect();
+            pack(&offsets, bits)
+        }
+        _ => {
+            let mut starts = Vec::with_capacity(run_lens.len());
+            let mut row = 0usize;
+            for &l in run_lens {
+                starts.push(values[row].wrapping_sub(min) as u64);
+                row += l as usize;
+            }
+            let lens: Vec<u64> = run_lens.iter().map(|&l| u64::from(l)).collect();
+            let mut payload = pack(&starts, bits);
+            payload.extend_from_slice(&pack(&lens, run_bits));
+            payload
+        }
+    }
+}
+
+/// Encodes `values` (widened to i64 from a column of type `ty`) as block `index` at
+/// file offset `at`, in whichever encoding is smallest (ties: constant, raw, packed,
+/// runs, the cheaper decode first).
+pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (BlockHeader, Vec<u8>) {
+    assert!(!values.is_empty() && values.len() <= colblock::BLOCK_ROWS_MAX as usize);
+    let width = ty.width();
+    let mask = width_mask(width);
+    let rows = values.len() as u32;
+    let min = *values.iter().min().expect("a block has rows");
+    let max = *values.iter().max().expect("a block has rows");
+    let range = max.wrapping_sub(min) as u64;
+    let bits = (64 - range.leading_zeros()) as u8;
+    let run_lens = run_lengths(values);
     let runs = run_lens.len() as u32;
     let run_bits = (32 - run_lens.iter().max().copied().unwrap_or(1).leading_zeros()) as u8;
     let size = |enc, bits, runs, rb| colblock::payload_len(enc, width as u8, bits, rows, runs, rb);
@@ -102,39 +145,12 @@ pub fn encode_block(ty: ColumnType, values: &[i64], index: u32, at: u64) -> (Blo
         .filter_map(|&(e, s)| s.map(|s| (e, s)))
         .min_by_key(|&(_, s)| s)
         .expect("raw always applies");
-    let mut payload = Vec::new();
-    match encoding {
-        ENC_CONSTANT => {}
-        ENC_RAW => {
-            payload.reserve(values.len() * w);
-            for &v in values {
-                payload.extend_from_slice(&((v as u64) & mask).to_le_bytes()[..w]);
-            }
-        }
-        ENC_PACKED => {
-            let offsets: Vec<u64> = values.iter().map(|&v| v.wrapping_sub(min) as u64).collect();
-            payload = pack(&offsets, bits);
-        }
-        _ => {
-            let mut starts = Vec::with_capacity(run_lens.len());
-            let mut row = 0usize;
-            for &l in &run_lens {
-                starts.push(values[row].wrapping_sub(min) as u64);
-                row += l as usize;
-            }
-            let lens: Vec<u64> = run_lens.iter().map(|&l| u64::from(l)).collect();
-            payload = pack(&starts, bits);
-            payload.extend_from_slice(&pack(&lens, run_bits));
-        }
-    }
+    let payload = encode_payload(encoding, values, (width, min), (bits, &run_lens, run_bits));
+    let packed = encoding == ENC_PACKED || encoding == ENC_RUNS;
     let h = BlockHeader {
         encoding,
         width: width as u8,
-        bits: if encoding == ENC_PACKED || encoding == ENC_RUNS {
-            bits
-        } else {
-            0
-        },
+        bits: if packed { bits } else { 0 },
         signed: ty.signed(),
         rows,
         at,

@@ -16,6 +16,8 @@
 //! Built on csx-host's public API only: everything the device does here, it does
 //! through commands a served device accepts too.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod calendar;
 pub mod columnar;
 pub mod encoding;

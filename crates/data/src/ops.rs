@@ -258,6 +258,10 @@ mod tests {
                 c_fields(&header, "ssb_probe_params", n)
             );
         }
+        assert_eq!(
+            rust_fields(&crate::stage::piece_params(&Default::default())),
+            c_fields(&header, "col_unpack_piece", 0)
+        );
         // The parse itself: the probe's first dimension sits after eight u32s.
         let fields = c_fields(&header, "ssb_probe_params", 1);
         assert_eq!(fields[8], ("dims.fk_window".to_string(), 32, 4));

@@ -387,6 +387,43 @@ fn plan_layout(
     Ok((inputs, layout))
 }
 
+/// The staged columns on the device (headers and directories read and checked) and the
+/// blocks their zone maps exclude under `ranges`.
+fn open_inputs(
+    session: &mut Session<'_>,
+    table_dir: &str,
+    schema: &Schema,
+    inputs: &[ColumnSchema],
+    ranges: &BTreeMap<String, Vec<RawRange>>,
+) -> Result<(Vec<Arc<DeviceColumn>>, Vec<bool>), DataError> {
+    let files = (inputs.iter())
+        .map(|c| device_column(session, table_dir, schema, &c.name).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(&files))
+        .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
+        .collect();
+    let skip = skipped_blocks(&zone);
+    Ok((files, skip))
+}
+
+/// How many chunks run at once (slots, at most one per engine) and in how many buffer
+/// sets (two when they fit the scan's memory budget, so staging overlaps the runs), for
+/// `per_slot` bytes of device memory a chunk.
+fn buffer_sets(per_slot: u64, chunks: u64, engines: u64) -> (u64, u64) {
+    let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
+        2
+    } else {
+        1
+    };
+    let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
+        .clamp(1, engines)
+        .min(chunks.max(1));
+    if chunks <= slots {
+        sets = 1;
+    }
+    (slots, sets)
+}
+
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
     /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
@@ -417,27 +454,11 @@ impl<'d> Scanner<'d> {
         } else {
             schema.rows.div_ceil(chunk)
         };
-        let files = (inputs.iter())
-            .map(|c| device_column(&mut session, table_dir, &schema, &c.name).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
-        let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(&files))
-            .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
-            .collect();
-        let skip = skipped_blocks(&zone);
+        let (files, skip) = open_inputs(&mut session, table_dir, &schema, &inputs, &ranges)?;
         let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;
-        let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
-            2
-        } else {
-            1
-        };
-        let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
-            .clamp(1, session.engines()?)
-            .min(chunks.max(1));
-        if chunks <= slots {
-            sets = 1;
-        }
+        let (slots, sets) = buffer_sets(per_slot, chunks, session.engines()?);
         let setup = session.meter;
         Ok(Scanner {
             session,

@@ -11,9 +11,13 @@
 //!                             and their rows expanded into the destination
 //! ```
 //!
-//! A block that fails its checksum is found by csx_unpack on the device; the host then
-//! reads the piece's staged bytes back and names the table, column, block and part
-//! ([`DataError::CorruptBlock`]).
+//! The device trusts no inline header: the host writes, after a target's staged blocks,
+//! the header it expects for each (its checked directory entry, or the stand-in it
+//! wrote), and col_unpack refuses a piece whose staged headers differ or do not tile it,
+//! so a crafted file whose inline headers disagree with its directory (another block's
+//! rows, another row count) decodes nothing. A block that fails its checksum is found by
+//! csx_unpack. Either way the host then reads the piece's staged bytes back and names the
+//! table, column, block and part ([`DataError::CorruptBlock`]).
 //!
 //! A stood-in block's rows hold values the predicate that excluded the block rejects
 //! (the column's minimum in that block) on the filtered column, and valid values (each
@@ -23,6 +27,7 @@ use std::sync::Arc;
 
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
 use csx_host::proto::{EngineKind, MemHandle};
+use csx_host::session::Params;
 
 use crate::columnar::{ColumnType, Schema, Values, FORMAT_VERSION};
 use crate::encoding::{constant_block, EncodedColumn, FileHeader, FILE_HEADER_SIZE};
@@ -33,8 +38,10 @@ use crate::ops::{self, PendingCopy, Session};
 pub const UNPACK_OPERATOR: &str = "col_unpack";
 /// `COL_UNPACK_BAD` of `sdk/ssb/ssb.h`.
 const COL_UNPACK_BAD: i64 = -1_000_000;
-/// Pieces one col_unpack run takes (40 bytes each in its params).
-const PIECES_PER_RUN: usize = csx_host::proto::limits::PARAMS_SIZE_MAX / 40;
+/// Bytes of one piece in col_unpack's params (`struct col_unpack_piece`).
+const PIECE_PARAMS_SIZE: usize = 56;
+/// Pieces one col_unpack run takes.
+const PIECES_PER_RUN: usize = csx_host::proto::limits::PARAMS_SIZE_MAX / PIECE_PARAMS_SIZE;
 
 /// A column file on the device, as staging needs it.
 #[derive(Clone, Debug)]
@@ -60,14 +67,16 @@ impl DeviceColumn {
         }
     }
 
-    /// Bytes of staged blocks `rows` consecutive rows may need (0 for a raw column).
+    /// Bytes of staged blocks `rows` consecutive rows may need, with their expected
+    /// headers (0 for a raw column).
     pub fn staged_bound(&self, rows: u64) -> u64 {
         match self {
             DeviceColumn::Raw { .. } => 0,
             DeviceColumn::Encoded(c) => {
                 let blocks = (rows.div_ceil(c.block_rows()) + 1).min(c.blocks.len() as u64);
                 let largest = c.blocks.iter().map(|b| b.stored_len()).max().unwrap_or(0);
-                blocks * largest
+                // The expected headers start 8-aligned: 7 bytes of padding at most.
+                blocks * (largest + BLOCK_HEADER_SIZE as u64) + 7
             }
         }
     }
@@ -146,6 +155,50 @@ struct Piece {
     first_row: u64,
     dst_off: u64,
     dst_len: u64,
+    /// The piece's expected block headers: byte offset in its target's `expect`, and
+    /// how many.
+    expect_off: u64,
+    expect_count: u64,
+}
+
+/// col_unpack's params of one piece (`struct col_unpack_piece` of `sdk/ssb/ssb.h`).
+pub(crate) fn piece_params(p: &PieceParams) -> Params {
+    Params::new()
+        .u64("src_off", p.src_off)
+        .u64("src_len", p.src_len)
+        .u64("first_row", p.first_row)
+        .u64("dst_off", p.dst_off)
+        .u64("dst_len", p.dst_len)
+        .u64("expect_off", p.expect_off)
+        .u64("expect_count", p.expect_count)
+}
+
+/// The fields of `struct col_unpack_piece`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PieceParams {
+    pub src_off: u64,
+    pub src_len: u64,
+    pub first_row: u64,
+    pub dst_off: u64,
+    pub dst_len: u64,
+    pub expect_off: u64,
+    pub expect_count: u64,
+}
+
+impl Piece {
+    /// Its params; `expect_base`: where its target's expected headers lie in the
+    /// target's staged buffer.
+    fn params(&self, expect_base: u64) -> Params {
+        piece_params(&PieceParams {
+            src_off: self.src_off,
+            src_len: self.src_len,
+            first_row: self.first_row,
+            dst_off: self.dst_off,
+            dst_len: self.dst_len,
+            expect_off: expect_base + self.expect_off,
+            expect_count: self.expect_count,
+        })
+    }
 }
 
 /// A destination and the buffer of staged blocks expanded into it.
@@ -157,6 +210,9 @@ pub struct Target {
     pub dst_len: u64,
     used: u64,
     pieces: Vec<Piece>,
+    /// The headers the staged blocks must have, in staging order (64 bytes each),
+    /// written after the blocks when the staging finishes.
+    expect: Vec<u8>,
 }
 
 impl Target {
@@ -168,6 +224,7 @@ impl Target {
             dst_len,
             used: 0,
             pieces: Vec::new(),
+            expect: Vec::new(),
         }
     }
 }
@@ -203,20 +260,20 @@ impl Staging {
         if rows == 0 {
             return Ok(());
         }
-        let target = &mut self.targets[t];
         let col = match column.as_ref() {
             DeviceColumn::Raw { path, ty } => {
                 let w = ty.width();
-                let c = s.start_copy_file(path, first * w, rows * w, target.dst, dst_off)?;
+                let dst = self.targets[t].dst;
+                let c = s.start_copy_file(path, first * w, rows * w, dst, dst_off)?;
                 self.copies.push(c);
                 return Ok(());
             }
             DeviceColumn::Encoded(c) => c,
         };
-        let w = col.header.ty.width();
         let br = col.block_rows();
         let (b0, b1) = ((first / br) as usize, ((first + rows - 1) / br) as usize);
-        let start = target.used;
+        let start = self.targets[t].used;
+        let expect_off = self.targets[t].expect.len() as u64;
         let mut b = b0;
         while b <= b1 {
             let skipped = skip.get(b).copied().unwrap_or(false);
@@ -224,38 +281,10 @@ impl Staging {
             while e <= b1 && skip.get(e).copied().unwrap_or(false) == skipped {
                 e += 1;
             }
-            let len = if skipped {
-                (e - b) as u64 * BLOCK_HEADER_SIZE as u64
-            } else {
-                col.span(b, e)
-            };
-            if target.used + len > target.staged_len {
-                return Err(DataError::TooLarge {
-                    what: format!(
-                        "staged blocks of {} for rows {first}..{}",
-                        col.path,
-                        first + rows
-                    ),
-                    needed: target.used + len,
-                    limit: target.staged_len,
-                });
-            }
-            if skipped {
-                let mut bytes = Vec::with_capacity(len as usize);
-                for k in b..e {
-                    let h = &col.blocks[k];
-                    bytes.extend_from_slice(&constant_block(col.header.ty, h.min, h.rows, h.index));
-                }
-                s.write(target.staged, target.used, &bytes)?;
-                self.skipped += (e - b) as u64;
-            } else {
-                let at = col.blocks[b].at;
-                let c = s.start_copy_file(&col.path, at, len, target.staged, target.used)?;
-                self.copies.push(c);
-            }
-            target.used += len;
+            self.stage_blocks(s, col, (b, e), skipped, t, (first, rows))?;
             b = e;
         }
+        let target = &mut self.targets[t];
         target.pieces.push(Piece {
             column: column.clone(),
             first_block: b0,
@@ -263,8 +292,61 @@ impl Staging {
             src_len: target.used - start,
             first_row: first - b0 as u64 * br,
             dst_off,
-            dst_len: rows * w,
+            dst_len: rows * col.header.ty.width(),
+            expect_off,
+            expect_count: (b1 + 1 - b0) as u64,
         });
+        Ok(())
+    }
+
+    /// Stages blocks `[b, e)` of `col` after target `t`'s used bytes: a Memory Copy of
+    /// them, or (`skipped`) their stand-ins written; records their expected headers.
+    /// `rows`: the rows being staged, for the error when they do not fit.
+    fn stage_blocks(
+        &mut self,
+        s: &mut Session,
+        col: &EncodedColumn,
+        (b, e): (usize, usize),
+        skipped: bool,
+        t: usize,
+        (first, rows): (u64, u64),
+    ) -> Result<(), DataError> {
+        let target = &mut self.targets[t];
+        let len = if skipped {
+            (e - b) as u64 * BLOCK_HEADER_SIZE as u64
+        } else {
+            col.span(b, e)
+        };
+        let expect_len = (target.expect.len() + (e - b) * BLOCK_HEADER_SIZE) as u64;
+        let needed = (target.used + len).next_multiple_of(8) + expect_len;
+        if needed > target.staged_len {
+            return Err(DataError::TooLarge {
+                what: format!(
+                    "staged blocks of {} for rows {first}..{}",
+                    col.path,
+                    first + rows
+                ),
+                needed,
+                limit: target.staged_len,
+            });
+        }
+        if skipped {
+            let mut bytes = Vec::with_capacity(len as usize);
+            for h in &col.blocks[b..e] {
+                bytes.extend_from_slice(&constant_block(col.header.ty, h.min, h.rows, h.index));
+            }
+            s.write(target.staged, target.used, &bytes)?;
+            target.expect.extend_from_slice(&bytes);
+            self.skipped += (e - b) as u64;
+        } else {
+            let at = col.blocks[b].at;
+            let c = s.start_copy_file(&col.path, at, len, target.staged, target.used)?;
+            self.copies.push(c);
+            for h in &col.blocks[b..e] {
+                target.expect.extend_from_slice(&h.encode());
+            }
+        }
+        target.used += len;
         Ok(())
     }
 
@@ -274,6 +356,14 @@ impl Staging {
         let Staging {
             copies, targets, ..
         } = self;
+        // The expected headers go in while the copies are in flight.
+        let bases = match write_expected(s, &targets) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = s.wait_copies(copies);
+                return Err(e);
+            }
+        };
         s.wait_copies(copies)?;
         let most = targets.iter().map(|t| t.pieces.len()).max().unwrap_or(0);
         if most == 0 {
@@ -292,11 +382,9 @@ impl Staging {
                 if pieces.is_empty() {
                     continue;
                 }
-                let mut params = Vec::with_capacity(pieces.len() * 40);
+                let mut params = Vec::with_capacity(pieces.len() * PIECE_PARAMS_SIZE);
                 for p in pieces {
-                    for v in [p.src_off, p.src_len, p.first_row, p.dst_off, p.dst_len] {
-                        params.extend_from_slice(&v.to_le_bytes());
-                    }
+                    params.extend_from_slice(&p.params(bases[ti]).into_bytes());
                 }
                 let w = [(t.staged, 0, t.staged_len.max(64)), (t.dst, 0, t.dst_len)];
                 runs.push(
@@ -308,26 +396,7 @@ impl Staging {
             }
             let done = s.execute_all(&runs)?;
             for (x, &(ti, round)) in done.iter().zip(&which) {
-                let r0 = x.r0_signed();
-                if r0 >= 0 {
-                    continue;
-                }
-                let t = &targets[ti];
-                if r0 <= COL_UNPACK_BAD {
-                    let i = round + (COL_UNPACK_BAD - r0) as usize;
-                    if let Some(p) = t.pieces.get(i) {
-                        let detail = x
-                            .detail
-                            .as_ref()
-                            .map(|d| d.message.clone())
-                            .unwrap_or_default();
-                        return Err(diagnose(s, t.staged, p, &detail));
-                    }
-                }
-                return Err(DataError::Operator {
-                    operator: UNPACK_OPERATOR.to_string(),
-                    message: format!("returned {r0} (its windows do not fit its pieces)"),
-                });
+                check_unpacked(s, x, &targets[ti], round)?;
             }
         }
         Ok(())
@@ -339,16 +408,66 @@ impl Staging {
     }
 }
 
-/// The error of a piece csx_unpack refused: its staged bytes read back and walked on
-/// the host, the bad block named by its place in the piece.
-fn diagnose(s: &mut Session, staged: MemHandle, p: &Piece, detail: &str) -> DataError {
+/// Writes each target's expected headers after its staged blocks (8-aligned); their
+/// offsets in the targets' staged buffers.
+fn write_expected(s: &mut Session, targets: &[Target]) -> Result<Vec<u64>, DataError> {
+    let mut bases = Vec::with_capacity(targets.len());
+    for t in targets {
+        let base = t.used.next_multiple_of(8);
+        if !t.expect.is_empty() {
+            // stage_blocks made room for them.
+            debug_assert!(base + t.expect.len() as u64 <= t.staged_len);
+            s.write(t.staged, base, &t.expect)?;
+        }
+        bases.push(base);
+    }
+    Ok(bases)
+}
+
+/// The outcome of one col_unpack run over target `t`'s pieces from `round`: a refused
+/// piece diagnosed into the error naming its block.
+fn check_unpacked(
+    s: &mut Session,
+    x: &csx_host::Execution,
+    t: &Target,
+    round: usize,
+) -> Result<(), DataError> {
+    let r0 = x.r0_signed();
+    if r0 >= 0 {
+        return Ok(());
+    }
+    if r0 <= COL_UNPACK_BAD {
+        let i = round + (COL_UNPACK_BAD - r0) as usize;
+        if let Some(p) = t.pieces.get(i) {
+            let detail = x
+                .detail
+                .as_ref()
+                .map(|d| d.message.clone())
+                .unwrap_or_default();
+            return Err(diagnose(s, t, p, &detail));
+        }
+    }
+    Err(DataError::Operator {
+        operator: UNPACK_OPERATOR.to_string(),
+        message: format!("returned {r0} (its windows do not fit its pieces)"),
+    })
+}
+
+/// The error of a piece col_unpack refused: its staged bytes read back and walked on
+/// the host, the bad block named by its place in the piece: first a header that differs
+/// from the expected one, then what csx_unpack finds.
+fn diagnose(s: &mut Session, t: &Target, p: &Piece, detail: &str) -> DataError {
     let DeviceColumn::Encoded(col) = p.column.as_ref() else {
         return DataError::Invalid(format!("a raw column's piece failed to expand: {detail}"));
     };
-    let bytes = match s.read(staged, p.src_off, p.src_len) {
+    let bytes = match s.read(t.staged, p.src_off, p.src_len) {
         Ok(b) => b,
         Err(e) => return e.into(),
     };
+    let expect = &t.expect[p.expect_off as usize..][..p.expect_count as usize * BLOCK_HEADER_SIZE];
+    if let Some((k, message)) = header_mismatch(&bytes, expect) {
+        return col.corrupt((p.first_block + k) as u64, "header", message);
+    }
     let mut out = vec![0u8; p.dst_len as usize];
     match colblock::decode_blocks(&bytes, p.first_row, &mut out, &mut || false) {
         Err(e) => {
@@ -372,6 +491,40 @@ fn diagnose(s: &mut Session, staged: MemHandle, p: &Piece, detail: &str) -> Data
             ),
         },
     }
+}
+
+/// The first staged block (its place in the piece) whose header is not the expected
+/// one, as col_unpack walks them, and what differs.
+fn header_mismatch(staged: &[u8], expect: &[u8]) -> Option<(usize, String)> {
+    let mut at = 0usize;
+    for (k, want) in expect.chunks_exact(BLOCK_HEADER_SIZE).enumerate() {
+        let Some(got) = staged.get(at..at + BLOCK_HEADER_SIZE) else {
+            return Some((k, format!("the staged blocks end at byte {}", staged.len())));
+        };
+        if got != want {
+            let what = match (
+                colblock::BlockHeader::parse(got),
+                colblock::BlockHeader::parse(want),
+            ) {
+                (Ok(g), Ok(w)) => format!(
+                    "block {} of {} rows at {} where the directory has block {} of {} rows at {}",
+                    g.index, g.rows, g.at, w.index, w.rows, w.at
+                ),
+                (Err(m), _) => m,
+                (Ok(_), Err(m)) => format!("the expected header is bad: {m}"),
+            };
+            return Some((k, format!("differs from its directory entry: {what}")));
+        }
+        let len = u32::from_le_bytes(want[16..20].try_into().expect("4 bytes"));
+        at += BLOCK_HEADER_SIZE + len as usize;
+    }
+    (at != staged.len()).then(|| {
+        let k = expect.len() / BLOCK_HEADER_SIZE;
+        (
+            k.saturating_sub(1),
+            format!("the blocks end at byte {at} of {}", staged.len()),
+        )
+    })
 }
 
 /// Starts staging a whole column of the table at `dir` into fresh device memory (its

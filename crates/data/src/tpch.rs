@@ -58,16 +58,9 @@ pub fn part_supplier(partkey: i64, i: i64, suppliers: i64) -> i64 {
     (partkey + i * (suppliers / 4 + (partkey - 1) / suppliers)) % suppliers + 1
 }
 
-/// Generates ORDERS and LINEITEM under `out` and `out/dataset.json`.
-pub fn generate(
-    out: &Path,
-    sf: f64,
-    seed: u64,
-    progress: ProgressFn,
-) -> Result<Dataset, DataError> {
-    check_sf(sf)?;
-    let counts = TpchCounts::at(sf);
-    let orders_cols = vec![
+/// ORDERS' columns.
+fn orders_columns() -> Vec<ColumnSchema> {
+    vec![
         ColumnSchema::new("o_orderkey", Int32),
         ColumnSchema::new("o_custkey", Int32),
         ColumnSchema::new("o_orderstatus", Dict),
@@ -76,8 +69,12 @@ pub fn generate(
         ColumnSchema::new("o_orderpriority", Dict),
         ColumnSchema::new("o_clerk", Dict),
         ColumnSchema::new("o_shippriority", Int32),
-    ];
-    let line_cols = vec![
+    ]
+}
+
+/// LINEITEM's columns.
+fn lineitem_columns() -> Vec<ColumnSchema> {
+    vec![
         ColumnSchema::new("l_orderkey", Int32),
         ColumnSchema::new("l_partkey", Int32),
         ColumnSchema::new("l_suppkey", Int32),
@@ -93,79 +90,147 @@ pub fn generate(
         ColumnSchema::new("l_receiptdate", Date),
         ColumnSchema::new("l_shipinstruct", Dict),
         ColumnSchema::new("l_shipmode", Dict),
-    ];
-    let status = Domain::new(["F", "O", "P"].map(String::from));
-    let flags = Domain::new(["A", "N", "R"].map(String::from));
-    let line_status = Domain::new(["F", "O"].map(String::from));
-    let priorities = Domain::new(PRIORITIES.iter().map(|s| s.to_string()));
-    let clerks = Domain::new((1..=counts.clerks).map(|k| format!("Clerk#{k:09}")));
-    let instruct = Domain::new(SHIP_INSTRUCT.iter().map(|s| s.to_string()));
-    let modes = Domain::new(SHIP_MODES.iter().map(|s| s.to_string()));
+    ]
+}
 
+/// The dictionaries of ORDERS and LINEITEM.
+struct Domains {
+    status: Domain,
+    flags: Domain,
+    line_status: Domain,
+    priorities: Domain,
+    clerks: Domain,
+    instruct: Domain,
+    modes: Domain,
+}
+
+impl Domains {
+    fn new(counts: &TpchCounts) -> Domains {
+        Domains {
+            status: Domain::new(["F", "O", "P"].map(String::from)),
+            flags: Domain::new(["A", "N", "R"].map(String::from)),
+            line_status: Domain::new(["F", "O"].map(String::from)),
+            priorities: Domain::new(PRIORITIES.iter().map(|s| s.to_string())),
+            clerks: Domain::new((1..=counts.clerks).map(|k| format!("Clerk#{k:09}"))),
+            instruct: Domain::new(SHIP_INSTRUCT.iter().map(|s| s.to_string())),
+            modes: Domain::new(SHIP_MODES.iter().map(|s| s.to_string())),
+        }
+    }
+}
+
+/// The draws of a line beyond [`OrderDraws::line`]'s, each its own stream.
+struct LineStreams {
+    supp: Stream,
+    ship: Stream,
+    receipt: Stream,
+    flag: Stream,
+    instr: Stream,
+    mode: Stream,
+}
+
+impl LineStreams {
+    fn new(seed: u64) -> LineStreams {
+        LineStreams {
+            supp: Stream::new(seed, "l_suppkey"),
+            ship: Stream::new(seed, "l_shipdate"),
+            receipt: Stream::new(seed, "l_receiptdate"),
+            flag: Stream::new(seed, "l_returnflag"),
+            instr: Stream::new(seed, "l_shipinstruct"),
+            mode: Stream::new(seed, "l_shipmode"),
+        }
+    }
+}
+
+/// What an order takes from its lines: the total price in cents, and whether any line
+/// is open (O) and any fulfilled (F).
+struct LinesSummary {
+    total_cents: i64,
+    any_o: bool,
+    any_f: bool,
+}
+
+/// Draws and writes `order`'s lines.
+fn write_lines(
+    lw: &mut TableWriter,
+    order: &crate::gen::Order,
+    draws: &mut OrderDraws,
+    st: &mut LineStreams,
+    (d, counts): (&Domains, &TpchCounts),
+) -> Result<LinesSummary, DataError> {
     let today = current_date();
+    let (orderkey, odate) = (order.orderkey as i32, order.date);
+    let mut sum = LinesSummary {
+        total_cents: 0,
+        any_o: false,
+        any_f: false,
+    };
+    for ln in 1..=order.lines {
+        let l = draws.line(order, counts.parts);
+        let (partkey, qty, ext, disc, tax) = (l.partkey, l.quantity, l.extended, l.discount, l.tax);
+        let suppkey = part_supplier(partkey, st.supp.range(0, 3), counts.suppliers);
+        let ship = odate + st.ship.range(1, 121) as i32;
+        let receipt = ship + st.receipt.range(1, 30) as i32;
+        let flag = if receipt <= today {
+            st.flag.pick(&["R", "A"])
+        } else {
+            "N"
+        };
+        let ls = if ship > today { "O" } else { "F" };
+        sum.any_o |= ls == "O";
+        sum.any_f |= ls == "F";
+        sum.total_cents += ext * (100 + tax) * (100 - disc) / 10_000;
+        lw.i32(0, orderkey)?;
+        lw.i32(1, partkey as i32)?;
+        lw.i32(2, suppkey as i32)?;
+        lw.i32(3, ln as i32)?;
+        lw.i64(4, qty * 100)?;
+        lw.i64(5, ext)?;
+        lw.i64(6, disc)?;
+        lw.i64(7, tax)?;
+        lw.u32(8, d.flags.code(flag))?;
+        lw.u32(9, d.line_status.code(ls))?;
+        lw.i32(10, ship)?;
+        lw.i32(11, l.commit)?;
+        lw.i32(12, receipt)?;
+        lw.u32(13, d.instruct.code(st.instr.pick(&SHIP_INSTRUCT)))?;
+        lw.u32(14, d.modes.code(st.mode.pick(&SHIP_MODES)))?;
+    }
+    Ok(sum)
+}
+
+/// Generates ORDERS and LINEITEM under `out` and `out/dataset.json`.
+pub fn generate(
+    out: &Path,
+    sf: f64,
+    seed: u64,
+    progress: ProgressFn,
+) -> Result<Dataset, DataError> {
+    check_sf(sf)?;
+    let counts = TpchCounts::at(sf);
+    let d = Domains::new(&counts);
     let mut draws = OrderDraws::new(seed, "o_", "l_");
     let mut s_clerk = Stream::new(seed, "o_clerk");
-    let mut s_supp = Stream::new(seed, "l_suppkey");
-    let mut s_ship = Stream::new(seed, "l_shipdate");
-    let mut s_receipt = Stream::new(seed, "l_receiptdate");
-    let mut s_flag = Stream::new(seed, "l_returnflag");
-    let mut s_instr = Stream::new(seed, "l_shipinstruct");
-    let mut s_mode = Stream::new(seed, "l_shipmode");
+    let mut streams = LineStreams::new(seed);
 
-    let mut ow = TableWriter::create(&out.join("orders"), "orders", orders_cols)?;
-    let mut lw = TableWriter::create(&out.join("lineitem"), "lineitem", line_cols)?;
+    let mut ow = TableWriter::create(&out.join("orders"), "orders", orders_columns())?;
+    let mut lw = TableWriter::create(&out.join("lineitem"), "lineitem", lineitem_columns())?;
     let mut line_rows = 0u64;
     let total = counts.orders as u64;
     for i in 1..=counts.orders {
         let order = draws.order(i, counts.customers);
-        let (orderkey, odate, nlines) = (order.orderkey as i32, order.date, order.lines);
-        let mut total_cents = 0i64;
-        let (mut any_o, mut any_f) = (false, false);
-        for ln in 1..=nlines {
-            let l = draws.line(&order, counts.parts);
-            let (partkey, qty, ext, disc, tax) =
-                (l.partkey, l.quantity, l.extended, l.discount, l.tax);
-            let suppkey = part_supplier(partkey, s_supp.range(0, 3), counts.suppliers);
-            let ship = odate + s_ship.range(1, 121) as i32;
-            let commit = l.commit;
-            let receipt = ship + s_receipt.range(1, 30) as i32;
-            let flag = if receipt <= today {
-                s_flag.pick(&["R", "A"])
-            } else {
-                "N"
-            };
-            let ls = if ship > today { "O" } else { "F" };
-            any_o |= ls == "O";
-            any_f |= ls == "F";
-            total_cents += ext * (100 + tax) * (100 - disc) / 10_000;
-            lw.i32(0, orderkey)?;
-            lw.i32(1, partkey as i32)?;
-            lw.i32(2, suppkey as i32)?;
-            lw.i32(3, ln as i32)?;
-            lw.i64(4, qty * 100)?;
-            lw.i64(5, ext)?;
-            lw.i64(6, disc)?;
-            lw.i64(7, tax)?;
-            lw.u32(8, flags.code(flag))?;
-            lw.u32(9, line_status.code(ls))?;
-            lw.i32(10, ship)?;
-            lw.i32(11, commit)?;
-            lw.i32(12, receipt)?;
-            lw.u32(13, instruct.code(s_instr.pick(&SHIP_INSTRUCT)))?;
-            lw.u32(14, modes.code(s_mode.pick(&SHIP_MODES)))?;
-        }
-        line_rows += nlines as u64;
-        let st = match (any_o, any_f) {
+        let sum = write_lines(&mut lw, &order, &mut draws, &mut streams, (&d, &counts))?;
+        line_rows += order.lines as u64;
+        let st = match (sum.any_o, sum.any_f) {
             (true, false) => "O",
             (false, true) => "F",
             _ => "P",
         };
-        ow.i32(0, orderkey)?;
+        ow.i32(0, order.orderkey as i32)?;
         ow.i32(1, order.custkey as i32)?;
-        ow.u32(2, status.code(st))?;
-        ow.i64(3, total_cents)?;
-        ow.i32(4, odate)?;
-        ow.u32(5, priorities.code(order.priority))?;
+        ow.u32(2, d.status.code(st))?;
+        ow.i64(3, sum.total_cents)?;
+        ow.i32(4, order.date)?;
+        ow.u32(5, d.priorities.code(order.priority))?;
         ow.u32(6, s_clerk.range(0, counts.clerks - 1) as u32)?;
         ow.i32(7, 0)?;
         if (i as u64).is_multiple_of(PROGRESS_ROWS) {
@@ -174,15 +239,15 @@ pub fn generate(
     }
     progress("orders+lineitem", total, total);
     ow.finish(&[
-        ("o_orderstatus", status.entries()),
-        ("o_orderpriority", priorities.entries()),
-        ("o_clerk", clerks.entries()),
+        ("o_orderstatus", d.status.entries()),
+        ("o_orderpriority", d.priorities.entries()),
+        ("o_clerk", d.clerks.entries()),
     ])?;
     lw.finish(&[
-        ("l_returnflag", flags.entries()),
-        ("l_linestatus", line_status.entries()),
-        ("l_shipinstruct", instruct.entries()),
-        ("l_shipmode", modes.entries()),
+        ("l_returnflag", d.flags.entries()),
+        ("l_linestatus", d.line_status.entries()),
+        ("l_shipinstruct", d.instruct.entries()),
+        ("l_shipmode", d.modes.entries()),
     ])?;
     let dataset = Dataset {
         benchmark: Benchmark::Tpch,

@@ -53,6 +53,15 @@
 //! mean of the `k` samples; the rest of the period is dispatched on them. Before the first
 //! estimate exists every request is profiled, so the dispatcher never guesses.
 //!
+//! **The device's floor** ([`DeviceFloor`], [`Dispatcher::host_beats_floor`]). A
+//! profiled request runs its host side first. When that side's time, predicted as above,
+//! is already below what the device side would take with its compute free (its bytes at
+//! the media's and the link's bandwidths), the device cannot win: its side is not run,
+//! the request counts as a host run, and the period's profiling ends with the host chosen
+//! while the cache holds at least as much of the input. Without it, a warm stream paid
+//! one device-side run per period (10-30x a cached host request) to learn what the
+//! bandwidths alone already said.
+//!
 //! Invariant: a [`Dispatcher`] only decides and records; it never runs anything, so it is
 //! deterministic for a given sequence of calls (tests rely on that).
 
@@ -204,6 +213,16 @@ impl Estimate {
     }
 }
 
+/// What no device run can beat, per byte: its media and link at the device's bandwidths
+/// (compute free). From the device's performance model, not from samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DeviceFloor {
+    /// Media ↔ device memory, ns per byte.
+    pub s: f64,
+    /// Device memory ↔ host link, ns per byte.
+    pub d: f64,
+}
+
 /// How much faster (relatively) one side must be predicted after a profiled sample for
 /// that sample to end the period's profiling (see [`Dispatcher::record`]).
 pub const DECISIVE_MARGIN: f64 = 0.25;
@@ -290,6 +309,8 @@ struct KeyState {
     estimate: Option<Estimate>,
     /// The period's profiling ended early: a sample's prediction was decisive.
     settled: bool,
+    /// This period's host side beat the device's floor at this cached fraction.
+    floor_win: Option<f64>,
 }
 
 /// The `auto` dispatcher for any number of (file, λ) keys.
@@ -340,10 +361,13 @@ impl Dispatcher {
         state.requests += 1;
         if request.is_multiple_of(u64::from(self.period)) {
             state.settled = false;
+            state.floor_win = None;
         }
         let in_profile =
             request % u64::from(self.period) < u64::from(self.profile_len) && !state.settled;
+        let floor_holds = state.floor_win.is_some_and(|c0| cache_ratio >= c0);
         let (choice, predicted_ns) = match (&state.estimate, in_profile) {
+            (_, false) if floor_holds => (Choice::Run(Side::Host), None),
             (Some(est), false) => {
                 let (h, d) = est.predict(key.direction, bytes, cache_ratio, self.parallelism);
                 let side = if h <= d { Side::Host } else { Side::Device };
@@ -406,6 +430,51 @@ impl Dispatcher {
             }
             state.settled |= decisive;
         }
+    }
+
+    /// After the host side of a profiled request of `key` ran (`host`: its fields of a
+    /// [`Sample`]; the device's are ignored): whether the device side may be skipped,
+    /// because the host's predicted time is below the device's `floor` for the same
+    /// bytes (see the module doc). When it is, the request is recorded as a host run (in
+    /// the counters and the trace) and the period's profiling ends, the host chosen
+    /// while the cached fraction stays at least `host.cache_ratio`.
+    pub fn host_beats_floor(&mut self, key: &Key, host: &Sample, floor: DeviceFloor) -> bool {
+        let bytes = host.input_bytes;
+        if bytes == 0 {
+            return false;
+        }
+        let per_byte = |ns: Option<u64>, n: u64| match (ns, n) {
+            (Some(t), n) if n > 0 => t as f64 / n as f64,
+            _ => 0.0,
+        };
+        let io = host.host_io_bytes.unwrap_or(0);
+        let partial = Estimate {
+            s: floor.s,
+            d: floor.d,
+            h: per_byte(host.host_compute_ns, bytes),
+            g: 0.0,
+            alpha: host.output_bytes as f64 / bytes as f64,
+            xs: per_byte(host.host_media_ns, io),
+            xd: per_byte(host.host_link_ns, io),
+            lh: per_byte(host.host_latency_ns, bytes),
+            ld: 0.0,
+        };
+        let (h, d) = partial.predict(key.direction, bytes, host.cache_ratio, self.parallelism);
+        if h.total_cmp(&d) != std::cmp::Ordering::Less {
+            return false;
+        }
+        let state = self.keys.entry(key.clone()).or_default();
+        state.settled = true;
+        state.floor_win = Some(host.cache_ratio);
+        self.counters.requests_profiled -= 1;
+        self.counters.requests_host += 1;
+        let last =
+            (self.trace.iter_mut().rev()).find(|t| t.key == *key && t.choice == Choice::Profile);
+        if let Some(t) = last {
+            t.choice = Choice::Run(Side::Host);
+            t.predicted_ns = Some((h, d));
+        }
+        true
     }
 
     /// The current estimate for `key`.
@@ -634,6 +703,64 @@ mod tests {
         assert_eq!(close.decide(&k, 1 << 20, 0.0), Choice::Run(Side::Device));
         assert!(is_decisive(1.0, 1.25) && is_decisive(1.25, 1.0));
         assert!(!is_decisive(1.0, 1.2) && !is_decisive(0.0, 1.0));
+    }
+
+    /// The host's half of `sample`: what a profiled request knows before its device
+    /// side runs.
+    fn host_half(mut s: Sample, cache_ratio: f64) -> Sample {
+        s.cache_ratio = cache_ratio;
+        s.media_ns = None;
+        s.link_ns = None;
+        s.device_compute_ns = None;
+        s.device_latency_ns = None;
+        if cache_ratio >= 1.0 {
+            s.host_media_ns = Some(0);
+            s.host_link_ns = Some(0);
+            s.host_io_bytes = Some(0);
+        }
+        s
+    }
+
+    #[test]
+    fn a_host_side_below_the_device_floor_skips_the_device_side() {
+        // Warm: the host computes at 0.2 ns/B from its cache; the device cannot read the
+        // media faster than 0.28 ns/B. One host run settles the period.
+        let floor = DeviceFloor { s: 0.28, d: 0.31 };
+        let mut disp = Dispatcher::new(20, 5).unwrap();
+        let k = key(Direction::Read);
+        let mut choices = Vec::new();
+        for _ in 0..25 {
+            let c = disp.decide(&k, 1 << 20, 1.0);
+            if c == Choice::Profile {
+                assert!(disp.host_beats_floor(&k, &host_half(sample(0.2, 0.001), 1.0), floor));
+            }
+            choices.push(c);
+        }
+        for (i, c) in choices.iter().enumerate() {
+            let want = match i % 20 {
+                0 => Choice::Profile,
+                _ => Choice::Run(Side::Host),
+            };
+            assert_eq!(*c, want, "request {i}");
+        }
+        // The two "profiled" requests ran on the host alone and count so.
+        let n = disp.counters();
+        assert_eq!(
+            (n.requests_host, n.requests_device, n.requests_profiled),
+            (25, 0, 0)
+        );
+        let first = disp.trace()[0].to_string();
+        assert!(first.contains("host (predicted host"), "{first}");
+        // The cache went cold within the period: the floor no longer says anything, so
+        // the request is profiled, and a cold host (0.59 + 0.2 ns/B) does not beat the
+        // floor: the device side runs.
+        assert_eq!(disp.decide(&k, 1 << 20, 0.0), Choice::Profile);
+        assert!(!disp.host_beats_floor(&k, &host_half(sample(0.2, 0.001), 0.0), floor));
+        // Heavy compute cold: above the floor, so both sides are still measured.
+        let mut heavy = Dispatcher::new(20, 5).unwrap();
+        assert_eq!(heavy.decide(&k, 1 << 20, 0.0), Choice::Profile);
+        assert!(!heavy.host_beats_floor(&k, &host_half(sample(2.0, 0.001), 0.0), floor));
+        assert_eq!(heavy.counters().requests_profiled, 1);
     }
 
     #[test]

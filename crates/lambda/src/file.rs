@@ -40,7 +40,7 @@ use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::FILE_IO_SIZE_MAX;
 use csx_proto::{Completion, CopySource, MemHandle, MemRange, Op, Reply, WriteMode};
 
-use super::dispatch::{Choice, Direction, Dispatcher, Key, Parallelism, Sample, Side};
+use super::dispatch::{Choice, DeviceFloor, Direction, Dispatcher, Key, Parallelism, Sample, Side};
 use super::local::{ImageRange, LocalImage};
 use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
@@ -617,6 +617,9 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                         // The host side first: the device side does not touch the host
                         // cache, so both see the cache state the ratio was taken in.
                         let h = self.read_host(offset, len, lambda, args)?;
+                        if self.host_beats_floor(&key, len, c, &h) {
+                            return Ok(single(Ran::Host, h, c));
+                        }
                         let d = self.read_device(offset, len, lambda, args)?;
                         self.profiled(&key, len, c, h, d)
                     }
@@ -632,6 +635,43 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             .trace()
             .last()
             .and_then(|d| d.predicted_ns)
+    }
+
+    /// The host's half of a profiled request's sample.
+    fn host_sample(&self, key: &Key, input_bytes: u64, c: f64, h: &SideRun) -> Sample {
+        Sample {
+            input_bytes,
+            output_bytes: h.output.len() as u64,
+            cache_ratio: c,
+            host_compute_ns: Some(h.cost.compute_ns),
+            host_media_ns: Some(h.cost.media_ns),
+            host_link_ns: Some(h.cost.link_ns),
+            host_io_bytes: Some(match key.direction {
+                Direction::Read => h.cost.media_bytes,
+                Direction::Write => h.output.len() as u64,
+            }),
+            host_latency_ns: Some(h.cost.latency_ns),
+            ..Sample::default()
+        }
+    }
+
+    /// After a profiled request's host side: whether it beat the device's floor (its
+    /// bytes at the media's and link's bandwidths), so the device side need not run
+    /// (`Dispatcher::host_beats_floor`). Never without the device's performance model.
+    fn host_beats_floor(&self, key: &Key, input_bytes: u64, c: f64, h: &SideRun) -> bool {
+        let Some(perf) = self.io.perf.as_ref() else {
+            return false;
+        };
+        if input_bytes == 0 {
+            return false;
+        }
+        let per_byte = |ns: u64| ns as f64 / input_bytes as f64;
+        let floor = DeviceFloor {
+            s: per_byte(perf.media_ns(input_bytes)),
+            d: per_byte(perf.link_ns(input_bytes)),
+        };
+        let sample = self.host_sample(key, input_bytes, c, h);
+        self.io.dispatcher().host_beats_floor(key, &sample, floor)
     }
 
     /// Checks a profiled request's two answers and feeds the dispatcher.
@@ -651,21 +691,11 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             });
         }
         let sample = Sample {
-            input_bytes,
-            output_bytes: h.output.len() as u64,
-            cache_ratio: c,
-            host_compute_ns: Some(h.cost.compute_ns),
-            host_media_ns: Some(h.cost.media_ns),
-            host_link_ns: Some(h.cost.link_ns),
-            host_io_bytes: Some(match key.direction {
-                Direction::Read => h.cost.media_bytes,
-                Direction::Write => h.output.len() as u64,
-            }),
             media_ns: Some(d.cost.media_ns),
             link_ns: Some(d.cost.link_ns),
             device_compute_ns: Some(d.cost.compute_ns),
-            host_latency_ns: Some(h.cost.latency_ns),
             device_latency_ns: Some(d.cost.latency_ns),
+            ..self.host_sample(key, input_bytes, c, &h)
         };
         self.io.dispatcher().record(key, sample);
         Ok(LambdaOutput {
@@ -827,7 +857,6 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 size_bytes: self.size_bytes,
             });
         }
-        let len = input.len() as u64;
         let out = match mode {
             Mode::Host => single(
                 Ran::Host,
@@ -839,36 +868,7 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
                 self.write_device(offset, input, lambda, args)?,
                 0.0,
             ),
-            Mode::Auto => {
-                let key = self.key(lambda, Direction::Write);
-                let choice = self.io.dispatcher().decide(&key, len, 0.0);
-                let predicted = self.predicted();
-                match choice {
-                    Choice::Run(Side::Host) => LambdaOutput {
-                        predicted_ns: predicted,
-                        ..single(
-                            Ran::Host,
-                            self.write_host(offset, input, lambda, args)?,
-                            0.0,
-                        )
-                    },
-                    Choice::Run(Side::Device) => LambdaOutput {
-                        predicted_ns: predicted,
-                        ..single(
-                            Ran::Device,
-                            self.write_device(offset, input, lambda, args)?,
-                            0.0,
-                        )
-                    },
-                    Choice::Profile => {
-                        // Both sides write the same bytes to the same place; the second
-                        // write is the profile's cost.
-                        let h = self.write_host(offset, input, lambda, args)?;
-                        let d = self.write_device(offset, input, lambda, args)?;
-                        self.profiled(&key, len, 0.0, h, d)?
-                    }
-                }
-            }
+            Mode::Auto => self.write_auto(offset, input, lambda, args)?,
         };
         self.refresh()?;
         if let Ok(local) = self.io.local() {
@@ -881,6 +881,49 @@ impl<'a, 'd> LambdaFile<'a, 'd> {
             }
         }
         Ok(out)
+    }
+
+    /// [`Mode::Auto`]'s write: the side the dispatcher picks, or both when it
+    /// profiles.
+    fn write_auto(
+        &mut self,
+        offset: u64,
+        input: &[u8],
+        lambda: &Lambda,
+        args: &LambdaArgs,
+    ) -> Result<LambdaOutput, LambdaError> {
+        let len = input.len() as u64;
+        let key = self.key(lambda, Direction::Write);
+        let choice = self.io.dispatcher().decide(&key, len, 0.0);
+        let predicted = self.predicted();
+        Ok(match choice {
+            Choice::Run(Side::Host) => LambdaOutput {
+                predicted_ns: predicted,
+                ..single(
+                    Ran::Host,
+                    self.write_host(offset, input, lambda, args)?,
+                    0.0,
+                )
+            },
+            Choice::Run(Side::Device) => LambdaOutput {
+                predicted_ns: predicted,
+                ..single(
+                    Ran::Device,
+                    self.write_device(offset, input, lambda, args)?,
+                    0.0,
+                )
+            },
+            Choice::Profile => {
+                // Both sides write the same bytes to the same place; the second write is
+                // the profile's cost.
+                let h = self.write_host(offset, input, lambda, args)?;
+                if self.host_beats_floor(&key, len, 0.0, &h) {
+                    return Ok(single(Ran::Host, h, 0.0));
+                }
+                let d = self.write_device(offset, input, lambda, args)?;
+                self.profiled(&key, len, 0.0, h, d)?
+            }
+        })
     }
 
     fn write_host(

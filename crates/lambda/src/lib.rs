@@ -29,6 +29,8 @@
 //! Invariant: in `auto`, a profiled request's two outputs are compared and must be
 //! equal; otherwise the request fails with [`LambdaError::SidesDisagree`].
 
+#![warn(clippy::too_many_lines)]
+
 pub mod account;
 pub mod dispatch;
 mod file;
@@ -38,7 +40,8 @@ mod sys;
 
 pub use account::{makespan_ns, RunAccount};
 pub use dispatch::{
-    Choice, Counters, Decision, Direction, Dispatcher, Estimate, Key, Parallelism, Sample, Side,
+    Choice, Counters, Decision, DeviceFloor, Direction, Dispatcher, Estimate, Key, Parallelism,
+    Sample, Side,
 };
 pub use file::{
     LambdaFile, LambdaIo, LambdaOptions, LambdaOutput, Mode, Ran, SideCost, CACHE_BUDGET_DEFAULT,

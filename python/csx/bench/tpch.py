@@ -14,6 +14,20 @@ modelled time (the device commands' modelled ns under the profile, plus the host
 own measured time for the DuckDB part), and the bytes that crossed to the host. Every
 answer is checked against DuckDB over the Parquet copy of the data.
 
+Side by side, interleaved with the runs above, DuckDB on the host alone over the same
+data with no device (threads 2, this machine's cores):
+
+  duckdb_parquet       over the Parquet copy, its pages in the page cache (warm);
+  duckdb_parquet_cold  the same after the copy's pages are dropped from the page cache
+                       (posix_fadvise DONTNEED: permitted without privileges, the
+                       kernel may keep pages others map; "cold_drop" says what ran);
+  duckdb_memory        from a table in DuckDB's own memory.
+
+Modelled offload (--profiles, default daisy and lambda-io): each query's alone
+(host-only: the columns to the host, DuckDB there) and pushdown (offload) sides once on
+a device under each profile; the verdict per profile is offload's speedup against the
+goal (daisy: offload at least 2x faster than host-only; lambda-io: reported).
+
 Pushdown runs csx-data's scan (a program emitted per query, one pass per chunk) on
 the device's JIT ("pushdown"), and with --engines jit,interp on its interpreter too
 ("pushdown_interp").
@@ -29,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -87,6 +102,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--plot", default=None, help="write an SVG bar chart of wall, modelled time and bytes here")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument(
+        "--profiles",
+        default="daisy,lambda-io",
+        help="profiles to model offload against host-only under, comma-separated ('' for none; default daisy,lambda-io)",
+    )
     p.add_argument("--keep", default=None, help="keep the device and data in this directory (default: a temporary one, deleted)")
 
 
@@ -205,6 +225,105 @@ def _run_pushdown(con: Any, dev: Any, q: Dict[str, Any], chunk_rows: Optional[in
     }
 
 
+# DuckDB's threads beside csx (this machine's cores), as `csx bench ssb`.
+DUCKDB_THREADS = 2
+
+# What each profile's modelled offload must reach against host-only (speedup); None:
+# reported without a goal.
+PROFILE_GOALS: Dict[str, Optional[float]] = {"daisy": 2.0, "lambda-io": None}
+
+
+def _close(a: Any, b: Any) -> bool:
+    """Equal answers, floats to a relative 1e-9 (summation order)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def _drop_cached(path: str) -> str:
+    """Drops ``path``'s pages from the page cache where permitted; what ran."""
+    if not hasattr(os, "posix_fadvise"):
+        return "not permitted here (no posix_fadvise): warm"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return "posix_fadvise DONTNEED"
+
+
+def _run_duckdb(con: Any, sql: str, source: str) -> Dict[str, Any]:
+    t0 = time.perf_counter_ns()
+    answer = con.sql(sql.replace("{t}", source)).fetchall()
+    t1 = time.perf_counter_ns()
+    return {
+        "answer": answer,
+        "wall_ns": t1 - t0,
+        "device_wall_ns": 0,
+        "host_ns": t1 - t0,
+        "device_modelled_ns": 0,
+        "modelled_ns": t1 - t0,
+        "bytes_to_host": 0,
+    }
+
+
+def _duckdb_sides(host_con: Any, q: Dict[str, Any], parquet: str) -> Dict[str, Dict[str, Any]]:
+    """One round of DuckDB alone on the host: Parquet warm, Parquet cold, memory."""
+    src = f"read_parquet('{parquet}')"
+    out = {"duckdb_parquet": _run_duckdb(host_con, q["sql"], src)}
+    _drop_cached(parquet)
+    out["duckdb_parquet_cold"] = _run_duckdb(host_con, q["sql"], src)
+    out["duckdb_memory"] = _run_duckdb(host_con, q["sql"], "li_memory")
+    return out
+
+
+def _model_profiles(args: Any, work: str, data_dir: Optional[str], t: Optional[pa.Table], queries: List[str], quiet: bool) -> Dict[str, Any]:
+    """Each query's host-only (alone) and offload (pushdown) sides once on a device under
+    each of --profiles; modelled ns, speedup and verdict."""
+    profiles = [x.strip() for x in args.profiles.split(",") if x.strip()]
+    out: Dict[str, Any] = {}
+    for prof in profiles:
+        _progress(f"modelling under {prof}", quiet)
+        dev = csx.Device.init(os.path.join(work, f"dev-{prof}"), profile=prof, nvm_size=8 << 30, slm_size=2 << 30)
+        try:
+            if t is not None:
+                csx.arrow.put_table(dev, "/tpch/lineitem", t)
+            else:
+                assert data_dir is not None
+                csx.data.put_dir(dev, os.path.join(data_dir, "lineitem"), "/tpch/lineitem")
+            con = duckdb.connect()
+            con.execute(f"SET threads = {DUCKDB_THREADS}")
+            per_q: Dict[str, Any] = {}
+            for name in queries:
+                q = QUERIES[name]
+                # The host's part of each side is measured: the median of up to 3 runs.
+                alones, pushes = [], []
+                for _ in range(max(1, min(args.repeat, 3))):
+                    alones.append(_run_alone(con, dev, q))
+                    pushes.append(_run_pushdown(con, dev, q, args.chunk_rows, "jit"))
+                    if alones[-1]["answer"] != pushes[-1]["answer"]:
+                        raise SystemExit(f"{name} under {prof}: pushdown and host-only answers differ")
+                alone, push = _summary(alones), _summary(pushes)
+                speedup = alone["modelled_ns"] / max(1, push["modelled_ns"])
+                goal = PROFILE_GOALS.get(prof)
+                per_q[name] = {
+                    "host_only_modelled_ns": alone["modelled_ns"],
+                    "offload_modelled_ns": push["modelled_ns"],
+                    "offload_device_modelled_ns": push["device_modelled_ns"],
+                    "offload_speedup": speedup,
+                    "goal_speedup": goal,
+                    "goal_met": None if goal is None else speedup >= goal,
+                }
+            out[prof] = per_q
+        finally:
+            dev.close()
+            shutil.rmtree(os.path.join(work, f"dev-{prof}"), ignore_errors=True)
+    return out
+
+
 def _summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     keys = ["wall_ns", "device_wall_ns", "host_ns", "device_modelled_ns", "modelled_ns"]
     out: Dict[str, Any] = {k: _median([r[k] for r in runs]) for k in keys}
@@ -295,12 +414,17 @@ def run(args: Any) -> int:
         try:
             if t is not None:
                 csx.arrow.put_table(dev, "/tpch/lineitem", t)
-                del t
             else:
                 assert data_dir is not None
                 csx.data.put_dir(dev, os.path.join(data_dir, "lineitem"), "/tpch/lineitem")
             meta["rows"] = csx.arrow.read_schema(dev, "/tpch/lineitem").rows
             con = duckdb.connect()
+            # DuckDB alone on the host: its own connection, threads as beside csx.
+            host_con = duckdb.connect()
+            host_con.execute(f"SET threads = {DUCKDB_THREADS}")
+            host_con.execute(f"CREATE TABLE li_memory AS SELECT * FROM read_parquet('{parquet}')")
+            meta["duckdb_threads"] = DUCKDB_THREADS
+            meta["cold_drop"] = _drop_cached(parquet)
             results: Dict[str, Any] = {}
             for name in queries:
                 q = QUERIES[name]
@@ -308,20 +432,28 @@ def run(args: Any) -> int:
                 runs: Dict[str, List[Dict[str, Any]]] = {"alone": []}
                 for b in engines:
                     runs["pushdown" if b == "jit" else "pushdown_interp"] = []
+                for side in ("duckdb_parquet", "duckdb_parquet_cold", "duckdb_memory"):
+                    runs[side] = []
                 for i in range(args.repeat):
                     _progress(f"{name}: run {i + 1}/{args.repeat}", quiet)
                     got = {"alone": _run_alone(con, dev, q)}
                     for b in engines:
                         side = "pushdown" if b == "jit" else "pushdown_interp"
                         got[side] = _run_pushdown(con, dev, q, args.chunk_rows, b)
+                    got.update(_duckdb_sides(host_con, q, parquet))
                     for side, r in got.items():
-                        if r["answer"] != oracle:
+                        # DuckDB's own runs on other threads may sum floats in another
+                        # order: their AVGs agree to rounding.
+                        same = _close(r["answer"], oracle) if side.startswith("duckdb") else r["answer"] == oracle
+                        if not same:
                             raise SystemExit(f"{name} {side}: the answer differs from DuckDB over Parquet:\n{r['answer']}\n!=\n{oracle}")
                         runs[side].append(r)
                 results[name] = {side: _summary(rs) for side, rs in runs.items()}
                 results[name]["answer_checked"] = True
+            host_con.close()
         finally:
             dev.close()
+        modelled = _model_profiles(args, work, data_dir, t, queries, quiet)
     finally:
         meta["loadavg_after"] = _loadavg()
         if work_ctx:
@@ -337,6 +469,7 @@ def run(args: Any) -> int:
         goals["q6_modelled_goal_met"] = goals["q6_modelled_ratio"] < 1
     if args.plot:
         _plot(args.plot, results, meta)
+    goals["modelled_offload"] = modelled
     out = {"meta": meta, "results": results, "goals": goals}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -344,12 +477,12 @@ def run(args: Any) -> int:
     print(f"TPC-H SF {args.sf:g}: {meta['rows']:,} LINEITEM rows ({meta['data']})")
     print(f"machine {meta['machine']}; commit {meta['commit']}; duckdb {meta['duckdb']}")
     print(f"load average before {meta['loadavg_before']}, after {meta['loadavg_after']}; median of {args.repeat} runs")
-    print(f"{'query':6} {'side':9} {'wall ms':>9} {'modelled ms':>12} {'device ms':>10} {'host ms':>8} {'to host MB':>11}")
+    print(f"{'query':6} {'side':19} {'wall ms':>9} {'modelled ms':>12} {'device ms':>10} {'host ms':>8} {'to host MB':>11}")
     for name, r in results.items():
         for side in [k for k in r if isinstance(r[k], dict)]:
             s = r[side]
             print(
-                f"{name:6} {side:9} {s['wall_ns'] / 1e6:9.1f} {s['modelled_ns'] / 1e6:12.1f} "
+                f"{name:6} {side:19} {s['wall_ns'] / 1e6:9.1f} {s['modelled_ns'] / 1e6:12.1f} "
                 f"{s['device_modelled_ns'] / 1e6:10.1f} {s['host_ns'] / 1e6:8.1f} {s['bytes_to_host'] / 1e6:11.2f}"
             )
     if goals:
@@ -358,6 +491,14 @@ def run(args: Any) -> int:
             f"bytes {goals['q6_bytes_reduction']:.1f}x fewer (goal >= 5: {'met' if goals['q6_bytes_goal_met'] else 'NOT met'}), "
             f"modelled pushdown/alone {goals['q6_modelled_ratio']:.2f} (goal < 1: {'met' if goals['q6_modelled_goal_met'] else 'NOT met'})"
         )
+    for prof, per_q in modelled.items():
+        for name, m in per_q.items():
+            goal = m["goal_speedup"]
+            verdict = "no goal" if goal is None else (f"goal >= {goal:g}x: " + ("met" if m["goal_met"] else "NOT met"))
+            print(
+                f"modelled under {prof}: {name} offload {m['offload_modelled_ns'] / 1e6:.1f} ms, host-only "
+                f"{m['host_only_modelled_ns'] / 1e6:.1f} ms: {m['offload_speedup']:.2f}x ({verdict})"
+            )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -174,53 +174,99 @@ fn exits(e: &mut Emitter, layout: &Layout) {
 ///   done: r0 = (output 0 - its start) / width   (or the kept counter without outputs)
 /// ```
 fn emit_pointers(e: &mut Emitter, layout: &Layout) {
-    let n = layout.inputs.len();
-    let m = layout.outputs.len();
-    let input_reg = |k: usize| 2 + k as u8;
-    let output_reg = |j: usize| 2 + (n + j) as u8;
-    let end = 2 + (n + m) as u8;
-    let kept = end + 1; // only without outputs
+    let r = PointerRegs {
+        n: layout.inputs.len(),
+        m: layout.outputs.len(),
+    };
     check_args(e, layout, R0);
+    pointers_setup(e, layout, &r);
+    e.jump(jmp_k(JMP_JEQ, R0, 0), Label::Done);
+    e.jump(jmp_k(JMP_JA, 0, 0), Label::Loop);
+    e.label(Label::Next);
+    for (k, input) in layout.inputs.iter().enumerate() {
+        e.alu_k(ALU_ADD, r.input(k), input.width as i32);
+    }
+    e.jump(jmp_x(JMP_JGE, r.input(0), r.end()), Label::Done);
+    e.label(Label::Loop);
+    pointers_body(e, layout, &r);
+    e.jump(jmp_k(JMP_JA, 0, 0), Label::Next);
+    e.label(Label::Done);
+    if r.m > 0 {
+        let w = layout.inputs[layout.outputs[0].input].width;
+        e.alu_x(ALU_MOV, R0, r.output(0));
+        e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, 10, -8, 0);
+        e.alu_x(ALU_SUB, R0, R1);
+        e.alu_k(ALU_RSH, R0, w.trailing_zeros() as i32);
+    } else {
+        e.alu_x(ALU_MOV, R0, r.kept());
+    }
+    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
+    exits(e, layout);
+}
+
+/// The registers of the pointer form: `n` inputs from r2, `m` outputs after them,
+/// then END, then the kept counter (only without outputs).
+struct PointerRegs {
+    n: usize,
+    m: usize,
+}
+
+impl PointerRegs {
+    fn input(&self, k: usize) -> u8 {
+        2 + k as u8
+    }
+    fn output(&self, j: usize) -> u8 {
+        2 + (self.n + j) as u8
+    }
+    fn end(&self) -> u8 {
+        2 + (self.n + self.m) as u8
+    }
+    fn kept(&self) -> u8 {
+        self.end() + 1
+    }
+}
+
+/// The pointer form's registers set: every input at its segment of window 0, END at
+/// input 0's end, every output at its segment of window 1 (output 0's start saved at
+/// [r10-8]), or the kept counter zeroed. r0 still holds the rows.
+fn pointers_setup(e: &mut Emitter, layout: &Layout, r: &PointerRegs) {
     // Window 1's address to the stack, window 0's to r1: r5 is a column from here.
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24 + 16, 0);
     e.op(CLASS_STX | MODE_MEM | SIZE_DW, 10, R1, -16, 0);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, ARGS, 24, 0);
     for (k, input) in layout.inputs.iter().enumerate() {
-        e.alu_x(ALU_MOV, input_reg(k), R1);
+        e.alu_x(ALU_MOV, r.input(k), R1);
         if input.segment > 0 {
-            e.alu_k(ALU_ADD, input_reg(k), input.segment as i32);
+            e.alu_k(ALU_ADD, r.input(k), input.segment as i32);
         }
     }
     let w0 = layout.inputs[0].width;
-    e.alu_x(ALU_MOV, end, R0);
-    e.alu_k(ALU_LSH, end, w0.trailing_zeros() as i32);
-    e.alu_x(ALU_ADD, end, input_reg(0));
+    e.alu_x(ALU_MOV, r.end(), R0);
+    e.alu_k(ALU_LSH, r.end(), w0.trailing_zeros() as i32);
+    e.alu_x(ALU_ADD, r.end(), r.input(0));
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, 10, -16, 0);
     for (j, out) in layout.outputs.iter().enumerate() {
-        e.alu_x(ALU_MOV, output_reg(j), R1);
+        e.alu_x(ALU_MOV, r.output(j), R1);
         if out.segment > 0 {
-            e.alu_k(ALU_ADD, output_reg(j), out.segment as i32);
+            e.alu_k(ALU_ADD, r.output(j), out.segment as i32);
         }
     }
-    if m > 0 {
-        e.op(CLASS_STX | MODE_MEM | SIZE_DW, 10, output_reg(0), -8, 0);
+    if r.m > 0 {
+        e.op(CLASS_STX | MODE_MEM | SIZE_DW, 10, r.output(0), -8, 0);
     } else {
-        e.alu_k(ALU_MOV, kept, 0);
+        e.alu_k(ALU_MOV, r.kept(), 0);
     }
-    e.jump(jmp_k(JMP_JEQ, R0, 0), Label::Done);
-    e.jump(jmp_k(JMP_JA, 0, 0), Label::Loop);
-    e.label(Label::Next);
-    for (k, input) in layout.inputs.iter().enumerate() {
-        e.alu_k(ALU_ADD, input_reg(k), input.width as i32);
-    }
-    e.jump(jmp_x(JMP_JGE, input_reg(0), end), Label::Done);
-    e.label(Label::Loop);
+}
+
+/// One row of the pointer form: dict checks, range tests (fail: next row), the
+/// outputs copied (or the row counted).
+fn pointers_body(e: &mut Emitter, layout: &Layout, r: &PointerRegs) {
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(entries) = input.dict_entries {
             e.op(
                 CLASS_LDX | MODE_MEM | size_of(input.width),
                 R0,
-                input_reg(k),
+                r.input(k),
                 0,
                 0,
             );
@@ -232,7 +278,7 @@ fn emit_pointers(e: &mut Emitter, layout: &Layout) {
             e.op(
                 CLASS_LDX | MODE_MEM | size_of(input.width),
                 R0,
-                input_reg(k),
+                r.input(k),
                 0,
                 0,
             );
@@ -242,26 +288,13 @@ fn emit_pointers(e: &mut Emitter, layout: &Layout) {
     for (j, out) in layout.outputs.iter().enumerate() {
         let input = &layout.inputs[out.input];
         let size = size_of(input.width);
-        e.op(CLASS_LDX | MODE_MEM | size, R0, input_reg(out.input), 0, 0);
-        e.op(CLASS_STX | MODE_MEM | size, output_reg(j), R0, 0, 0);
-        e.alu_k(ALU_ADD, output_reg(j), input.width as i32);
+        e.op(CLASS_LDX | MODE_MEM | size, R0, r.input(out.input), 0, 0);
+        e.op(CLASS_STX | MODE_MEM | size, r.output(j), R0, 0, 0);
+        e.alu_k(ALU_ADD, r.output(j), input.width as i32);
     }
-    if m == 0 {
-        e.alu_k(ALU_ADD, kept, 1);
+    if r.m == 0 {
+        e.alu_k(ALU_ADD, r.kept(), 1);
     }
-    e.jump(jmp_k(JMP_JA, 0, 0), Label::Next);
-    e.label(Label::Done);
-    if m > 0 {
-        let w = layout.inputs[layout.outputs[0].input].width;
-        e.alu_x(ALU_MOV, R0, output_reg(0));
-        e.op(CLASS_LDX | MODE_MEM | SIZE_DW, R1, 10, -8, 0);
-        e.alu_x(ALU_SUB, R0, R1);
-        e.alu_k(ALU_RSH, R0, w.trailing_zeros() as i32);
-    } else {
-        e.alu_x(ALU_MOV, R0, kept);
-    }
-    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
-    exits(e, layout);
 }
 
 /// Shared-base form (any number of columns): r4/r5 advance by 4/8 bytes per row from

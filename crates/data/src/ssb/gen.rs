@@ -93,8 +93,9 @@ pub fn generate(
     Ok(dataset)
 }
 
-fn date(dir: &Path, progress: ProgressFn) -> Result<u64, DataError> {
-    let cols = vec![
+/// DATE's columns.
+fn date_columns() -> Vec<ColumnSchema> {
+    vec![
         ColumnSchema::new("d_datekey", Uint32),
         ColumnSchema::new("d_date", Dict),
         ColumnSchema::new("d_dayofweek", Dict),
@@ -112,7 +113,22 @@ fn date(dir: &Path, progress: ProgressFn) -> Result<u64, DataError> {
         ColumnSchema::new("d_lastdayinmonthfl", Uint32),
         ColumnSchema::new("d_holidayfl", Uint32),
         ColumnSchema::new("d_weekdayfl", Uint32),
-    ];
+    ]
+}
+
+/// The selling season of month `m`.
+fn season(m: u32) -> &'static str {
+    match m {
+        12 => "Christmas",
+        1 | 2 => "Winter",
+        3..=5 => "Spring",
+        6..=8 => "Summer",
+        _ => "Fall",
+    }
+}
+
+fn date(dir: &Path, progress: ProgressFn) -> Result<u64, DataError> {
+    let cols = date_columns();
     let first = days_from_civil(FIRST_DAY.0, FIRST_DAY.1, FIRST_DAY.2);
     let last = days_from_civil(LAST_DAY.0, LAST_DAY.1, LAST_DAY.2);
     let date_text = |z: i32| {
@@ -133,13 +149,7 @@ fn date(dir: &Path, progress: ProgressFn) -> Result<u64, DataError> {
         let (y, m, d) = civil_from_days(z);
         let wd = weekday(z);
         let doy = (z - days_from_civil(y, 1, 1) + 1) as u32;
-        let season = match m {
-            12 => "Christmas",
-            1 | 2 => "Winter",
-            3..=5 => "Spring",
-            6..=8 => "Summer",
-            _ => "Fall",
-        };
+        let season = season(m);
         let holiday = matches!((m, d), (1, 1) | (7, 4) | (12, 24) | (12, 25) | (12, 31));
         w.u32(0, yyyymmdd(z) as u32)?;
         w.u32(1, d_date.code(&date_text(z)))?;
@@ -286,8 +296,9 @@ fn supplier(
     Ok(n)
 }
 
-fn part(dir: &Path, counts: SsbCounts, seed: u64, progress: ProgressFn) -> Result<u64, DataError> {
-    let cols = vec![
+/// PART's columns.
+fn part_columns() -> Vec<ColumnSchema> {
+    vec![
         ColumnSchema::new("p_partkey", Uint32),
         ColumnSchema::new("p_name", Dict),
         ColumnSchema::new("p_mfgr", Dict),
@@ -297,84 +308,146 @@ fn part(dir: &Path, counts: SsbCounts, seed: u64, progress: ProgressFn) -> Resul
         ColumnSchema::new("p_type", Dict),
         ColumnSchema::new("p_size", Uint32),
         ColumnSchema::new("p_container", Dict),
-    ];
-    let pair = |a: usize, b: usize| format!("{} {}", COLORS[a], COLORS[b]);
-    let p_name = Domain::new((0..COLORS.len()).flat_map(|a| {
-        (0..COLORS.len())
-            .filter(move |&b| b != a)
-            .map(move |b| pair(a, b))
-    }));
-    let p_mfgr = Domain::new((1..=5).map(|m| format!("MFGR#{m}")));
-    let p_category =
-        Domain::new((1..=5).flat_map(|m| (1..=5).map(move |c| format!("MFGR#{m}{c}"))));
-    let p_brand =
-        Domain::new((1..=5).flat_map(|m| {
-            (1..=5).flat_map(move |c| (1..=40).map(move |b| format!("MFGR#{m}{c}{b}")))
-        }));
-    let p_color = Domain::new(COLORS.iter().map(|s| s.to_string()));
-    let p_type = Domain::new(TYPE_S1.iter().flat_map(|a| {
-        TYPE_S2
-            .iter()
-            .flat_map(move |b| TYPE_S3.iter().map(move |c| format!("{a} {b} {c}")))
-    }));
-    let p_container = Domain::new(
-        CONTAINER_S1
-            .iter()
-            .flat_map(|a| CONTAINER_S2.iter().map(move |b| format!("{a} {b}"))),
+    ]
+}
+
+/// A part's name: two different colours.
+fn part_name(a: usize, b: usize) -> String {
+    format!("{} {}", COLORS[a], COLORS[b])
+}
+
+/// PART's dictionaries.
+struct PartDomains {
+    name: Domain,
+    mfgr: Domain,
+    category: Domain,
+    brand: Domain,
+    color: Domain,
+    ty: Domain,
+    container: Domain,
+}
+
+impl PartDomains {
+    fn new() -> PartDomains {
+        let n = COLORS.len();
+        PartDomains {
+            name: Domain::new((0..n).flat_map(|a| {
+                (0..n)
+                    .filter(move |&b| b != a)
+                    .map(move |b| part_name(a, b))
+            })),
+            mfgr: Domain::new((1..=5).map(|m| format!("MFGR#{m}"))),
+            category: Domain::new(
+                (1..=5).flat_map(|m| (1..=5).map(move |c| format!("MFGR#{m}{c}"))),
+            ),
+            brand: Domain::new((1..=5).flat_map(|m| {
+                (1..=5).flat_map(move |c| (1..=40).map(move |b| format!("MFGR#{m}{c}{b}")))
+            })),
+            color: Domain::new(COLORS.iter().map(|s| s.to_string())),
+            ty: Domain::new(TYPE_S1.iter().flat_map(|a| {
+                TYPE_S2
+                    .iter()
+                    .flat_map(move |b| TYPE_S3.iter().map(move |c| format!("{a} {b} {c}")))
+            })),
+            container: Domain::new(
+                CONTAINER_S1
+                    .iter()
+                    .flat_map(|a| CONTAINER_S2.iter().map(move |b| format!("{a} {b}"))),
+            ),
+        }
+    }
+
+    fn entries(&self) -> [(&'static str, &[String]); 7] {
+        [
+            ("p_name", self.name.entries()),
+            ("p_mfgr", self.mfgr.entries()),
+            ("p_category", self.category.entries()),
+            ("p_brand1", self.brand.entries()),
+            ("p_color", self.color.entries()),
+            ("p_type", self.ty.entries()),
+            ("p_container", self.container.entries()),
+        ]
+    }
+}
+
+/// PART's draws, each column its own stream.
+struct PartStreams {
+    name: Stream,
+    mfgr: Stream,
+    cat: Stream,
+    brand: Stream,
+    color: Stream,
+    ty: Stream,
+    size: Stream,
+    cont: Stream,
+}
+
+impl PartStreams {
+    fn new(seed: u64) -> PartStreams {
+        PartStreams {
+            name: Stream::new(seed, "p_name"),
+            mfgr: Stream::new(seed, "p_mfgr"),
+            cat: Stream::new(seed, "p_category"),
+            brand: Stream::new(seed, "p_brand1"),
+            color: Stream::new(seed, "p_color"),
+            ty: Stream::new(seed, "p_type"),
+            size: Stream::new(seed, "p_size"),
+            cont: Stream::new(seed, "p_container"),
+        }
+    }
+}
+
+/// Draws and writes part `k`.
+fn part_row(
+    w: &mut TableWriter,
+    k: i64,
+    d: &PartDomains,
+    s: &mut PartStreams,
+) -> Result<(), DataError> {
+    let a = s.name.range(0, COLORS.len() as i64 - 1) as usize;
+    let mut b = s.name.range(0, COLORS.len() as i64 - 2) as usize;
+    if b >= a {
+        b += 1;
+    }
+    let m = s.mfgr.range(1, 5);
+    let c = s.cat.range(1, 5);
+    let br = s.brand.range(1, 40);
+    w.u32(0, k as u32)?;
+    w.u32(1, d.name.code(&part_name(a, b)))?;
+    w.u32(2, d.mfgr.code(&format!("MFGR#{m}")))?;
+    w.u32(3, d.category.code(&format!("MFGR#{m}{c}")))?;
+    w.u32(4, d.brand.code(&format!("MFGR#{m}{c}{br}")))?;
+    w.u32(5, d.color.code(s.color.pick(&COLORS)))?;
+    let t = format!(
+        "{} {} {}",
+        s.ty.pick(&TYPE_S1),
+        s.ty.pick(&TYPE_S2),
+        s.ty.pick(&TYPE_S3)
     );
-    let mut s_name = Stream::new(seed, "p_name");
-    let mut s_mfgr = Stream::new(seed, "p_mfgr");
-    let mut s_cat = Stream::new(seed, "p_category");
-    let mut s_brand = Stream::new(seed, "p_brand1");
-    let mut s_color = Stream::new(seed, "p_color");
-    let mut s_type = Stream::new(seed, "p_type");
-    let mut s_size = Stream::new(seed, "p_size");
-    let mut s_cont = Stream::new(seed, "p_container");
-    let mut w = TableWriter::create(dir, "part", cols)?;
+    w.u32(6, d.ty.code(&t))?;
+    w.u32(7, s.size.range(1, 50) as u32)?;
+    let ct = format!(
+        "{} {}",
+        s.cont.pick(&CONTAINER_S1),
+        s.cont.pick(&CONTAINER_S2)
+    );
+    w.u32(8, d.container.code(&ct))?;
+    Ok(())
+}
+
+fn part(dir: &Path, counts: SsbCounts, seed: u64, progress: ProgressFn) -> Result<u64, DataError> {
+    let d = PartDomains::new();
+    let mut streams = PartStreams::new(seed);
+    let mut w = TableWriter::create(dir, "part", part_columns())?;
     let n = counts.parts as u64;
     for k in 1..=counts.parts {
-        let a = s_name.range(0, COLORS.len() as i64 - 1) as usize;
-        let mut b = s_name.range(0, COLORS.len() as i64 - 2) as usize;
-        if b >= a {
-            b += 1;
-        }
-        let m = s_mfgr.range(1, 5);
-        let c = s_cat.range(1, 5);
-        let br = s_brand.range(1, 40);
-        w.u32(0, k as u32)?;
-        w.u32(1, p_name.code(&pair(a, b)))?;
-        w.u32(2, p_mfgr.code(&format!("MFGR#{m}")))?;
-        w.u32(3, p_category.code(&format!("MFGR#{m}{c}")))?;
-        w.u32(4, p_brand.code(&format!("MFGR#{m}{c}{br}")))?;
-        w.u32(5, p_color.code(s_color.pick(&COLORS)))?;
-        let t = format!(
-            "{} {} {}",
-            s_type.pick(&TYPE_S1),
-            s_type.pick(&TYPE_S2),
-            s_type.pick(&TYPE_S3)
-        );
-        w.u32(6, p_type.code(&t))?;
-        w.u32(7, s_size.range(1, 50) as u32)?;
-        let ct = format!(
-            "{} {}",
-            s_cont.pick(&CONTAINER_S1),
-            s_cont.pick(&CONTAINER_S2)
-        );
-        w.u32(8, p_container.code(&ct))?;
+        part_row(&mut w, k, &d, &mut streams)?;
         if (k as u64).is_multiple_of(PROGRESS_ROWS) {
             progress("part", k as u64, n);
         }
     }
     progress("part", n, n);
-    w.finish(&[
-        ("p_name", p_name.entries()),
-        ("p_mfgr", p_mfgr.entries()),
-        ("p_category", p_category.entries()),
-        ("p_brand1", p_brand.entries()),
-        ("p_color", p_color.entries()),
-        ("p_type", p_type.entries()),
-        ("p_container", p_container.entries()),
-    ])?;
+    w.finish(&d.entries())?;
     Ok(n)
 }
 
@@ -399,13 +472,9 @@ mod lo {
     pub const SHIPMODE: usize = 16;
 }
 
-fn lineorder(
-    dir: &Path,
-    counts: SsbCounts,
-    seed: u64,
-    progress: ProgressFn,
-) -> Result<u64, DataError> {
-    let cols = vec![
+/// LINEORDER's columns, in the order of [`lo`].
+fn lineorder_columns() -> Vec<ColumnSchema> {
+    vec![
         ColumnSchema::new("lo_orderkey", Uint32),
         ColumnSchema::new("lo_linenumber", Uint32),
         ColumnSchema::new("lo_custkey", Uint32),
@@ -423,21 +492,61 @@ fn lineorder(
         ColumnSchema::new("lo_tax", Uint32),
         ColumnSchema::new("lo_commitdate", Uint32),
         ColumnSchema::new("lo_shipmode", Dict),
-    ];
+    ]
+}
+
+/// One order's line as drawn: (partkey, suppkey, quantity, extprice, discount, revenue,
+/// supplycost, tax, commit, mode).
+type LoLine = [i64; 10];
+
+/// Writes an order's drawn `lines`; `prio`: its priority's code, `total`: its total
+/// price.
+fn write_order_lines(
+    w: &mut TableWriter,
+    order: &crate::gen::Order,
+    prio: u32,
+    lines: &[LoLine],
+    total: i64,
+) -> Result<(), DataError> {
+    for (ln, l) in lines.iter().enumerate() {
+        w.u32(lo::ORDERKEY, order.orderkey as u32)?;
+        w.u32(lo::LINENUMBER, ln as u32 + 1)?;
+        w.u32(lo::CUSTKEY, order.custkey as u32)?;
+        w.u32(lo::PARTKEY, l[0] as u32)?;
+        w.u32(lo::SUPPKEY, l[1] as u32)?;
+        w.u32(lo::ORDERDATE, yyyymmdd(order.date) as u32)?;
+        w.u32(lo::ORDERPRIORITY, prio)?;
+        w.u32(lo::SHIPPRIORITY, 0)?;
+        w.u32(lo::QUANTITY, l[2] as u32)?;
+        w.u32(lo::EXTENDEDPRICE, l[3] as u32)?;
+        w.u32(lo::ORDTOTALPRICE, total as u32)?;
+        w.u32(lo::DISCOUNT, l[4] as u32)?;
+        w.u32(lo::REVENUE, l[5] as u32)?;
+        w.u32(lo::SUPPLYCOST, l[6] as u32)?;
+        w.u32(lo::TAX, l[7] as u32)?;
+        w.u32(lo::COMMITDATE, l[8] as u32)?;
+        w.u32(lo::SHIPMODE, l[9] as u32)?;
+    }
+    Ok(())
+}
+
+fn lineorder(
+    dir: &Path,
+    counts: SsbCounts,
+    seed: u64,
+    progress: ProgressFn,
+) -> Result<u64, DataError> {
     let priorities = Domain::new(PRIORITIES.iter().map(|s| s.to_string()));
     let modes = Domain::new(SHIP_MODES.iter().map(|s| s.to_string()));
     let mut draws = OrderDraws::new(seed, "lo_", "lo_");
     let mut s_supp = Stream::new(seed, "lo_suppkey");
     let mut s_mode = Stream::new(seed, "lo_shipmode");
-    let mut w = TableWriter::create(dir, "lineorder", cols)?;
+    let mut w = TableWriter::create(dir, "lineorder", lineorder_columns())?;
     let mut rows = 0u64;
     let total_orders = counts.orders as u64;
-    // One order's lines: (partkey, suppkey, quantity, extprice, discount, revenue, supplycost, tax, commit, mode).
-    let mut lines: Vec<[i64; 10]> = Vec::with_capacity(7);
+    let mut lines: Vec<LoLine> = Vec::with_capacity(7);
     for i in 1..=counts.orders {
         let order = draws.order(i, counts.customers);
-        let (orderkey, custkey, odate) = (order.orderkey, order.custkey, order.date);
-        let prio = priorities.code(order.priority);
         lines.clear();
         let mut total = 0i64;
         for _ in 0..order.lines {
@@ -454,25 +563,13 @@ fn lineorder(
                 partkey, suppkey, qty, ext, disc, revenue, cost, tax, commit, mode,
             ]);
         }
-        for (ln, l) in lines.iter().enumerate() {
-            w.u32(lo::ORDERKEY, orderkey as u32)?;
-            w.u32(lo::LINENUMBER, ln as u32 + 1)?;
-            w.u32(lo::CUSTKEY, custkey as u32)?;
-            w.u32(lo::PARTKEY, l[0] as u32)?;
-            w.u32(lo::SUPPKEY, l[1] as u32)?;
-            w.u32(lo::ORDERDATE, yyyymmdd(odate) as u32)?;
-            w.u32(lo::ORDERPRIORITY, prio)?;
-            w.u32(lo::SHIPPRIORITY, 0)?;
-            w.u32(lo::QUANTITY, l[2] as u32)?;
-            w.u32(lo::EXTENDEDPRICE, l[3] as u32)?;
-            w.u32(lo::ORDTOTALPRICE, total as u32)?;
-            w.u32(lo::DISCOUNT, l[4] as u32)?;
-            w.u32(lo::REVENUE, l[5] as u32)?;
-            w.u32(lo::SUPPLYCOST, l[6] as u32)?;
-            w.u32(lo::TAX, l[7] as u32)?;
-            w.u32(lo::COMMITDATE, l[8] as u32)?;
-            w.u32(lo::SHIPMODE, l[9] as u32)?;
-        }
+        write_order_lines(
+            &mut w,
+            &order,
+            priorities.code(order.priority),
+            &lines,
+            total,
+        )?;
         rows += order.lines as u64;
         if (i as u64).is_multiple_of(PROGRESS_ROWS) {
             progress("lineorder", i as u64, total_orders);

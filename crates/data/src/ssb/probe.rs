@@ -168,8 +168,49 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
     assert!(!layout.measure.is_empty() && layout.measure.len() <= 2);
     assert!(layout.in_bytes <= i32::MAX as u64);
     let mut e = Emitter::new();
+    check_args(&mut e, layout);
+    copy_tables(&mut e, layout);
+    let anchor = loop_registers(&mut e, layout);
 
-    // Arguments: two windows, rows within the layout, windows large enough.
+    e.label(Label::Next);
+    e.alu_k(ALU_ADD, P, 4);
+    e.jump(jmp_x(JMP_JGE, P, END), Label::Done);
+    e.label(Label::Loop);
+    for (k, (segment, ranges)) in layout.filters.iter().enumerate() {
+        load_column(&mut e, R0, anchor, *segment);
+        e.range_test(4, ranges, Label::Next, Label::Pass(k));
+    }
+    let grouped = join_dims(&mut e, layout, anchor);
+    load_column(&mut e, R0, anchor, layout.measure[0]);
+    if let Some(&b) = layout.measure.get(1) {
+        load_column(&mut e, R1, anchor, b);
+        e.alu_x(ALU_MUL, R0, R1);
+    }
+    output_row(&mut e, layout, grouped);
+    e.alu_k(ALU_ADD, JOINED, 1);
+    e.goto(Label::Next);
+
+    e.label(Label::Done);
+    e.alu_x(ALU_MOV, R0, JOINED);
+    e.exit();
+    for (l, code) in [
+        (Label::Einval, EINVAL),
+        (Label::Enospc, ENOSPC),
+        (Label::Erange, ERANGE),
+    ] {
+        e.label(l);
+        e.alu_k(ALU_MOV, R0, code);
+        e.exit();
+    }
+    // A device function failed: its code is in r0.
+    e.label(Label::Fail);
+    e.exit();
+    e.finish()
+}
+
+/// The arguments: two windows, rows within the layout, windows large enough, the
+/// shared state holding every table; then STATE, OUT and WIN0 set.
+fn check_args(e: &mut Emitter, layout: &ProbeLayout) {
     e.ldx(SIZE_W, R1, ARGS, 16);
     e.jump(jmp_k(JMP_JNE, R1, 2), Label::Einval);
     e.ldx(SIZE_DW, ROWS, ARGS, 0);
@@ -199,8 +240,11 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
     e.alu_x(ALU_MOV, STATE, 3);
     e.ldx(SIZE_DW, OUT, ARGS, 24 + 16);
     e.ldx(SIZE_DW, WIN0, ARGS, 24);
+}
 
-    // The tables into window 0 (r1-r5 are the calls' arguments and clobbered).
+/// The dimensions' tables from the shared state into window 0 (r1-r5 are the calls'
+/// arguments and clobbered).
+fn copy_tables(e: &mut Emitter, layout: &ProbeLayout) {
     for d in &layout.dims {
         let folded = d.folded();
         if folded > 0 {
@@ -222,8 +266,11 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
         e.call(CSX_MEMCPY as i32);
         e.jump(jmp_k(JMP_JSLT, R0, 0), Label::Fail);
     }
+}
 
-    // Registers for the loop.
+/// The loop's registers (tables, row pointer at the anchor column, its end, the
+/// counters), then into the loop (or done for no rows); the anchor's segment.
+fn loop_registers(e: &mut Emitter, layout: &ProbeLayout) -> u64 {
     let anchor = layout
         .filters
         .first()
@@ -243,18 +290,15 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
     e.mov64(GROUP, 0);
     e.jump(jmp_x(JMP_JEQ, P, END), Label::Done);
     e.goto(Label::Loop);
+    anchor
+}
 
-    e.label(Label::Next);
-    e.alu_k(ALU_ADD, P, 4);
-    e.jump(jmp_x(JMP_JGE, P, END), Label::Done);
-    e.label(Label::Loop);
-    for (k, (segment, ranges)) in layout.filters.iter().enumerate() {
-        load_column(&mut e, R0, anchor, *segment);
-        e.range_test(4, ranges, Label::Next, Label::Pass(k));
-    }
+/// Each dimension's lookup of the row's foreign key (no match: the next row), its
+/// group id folded into GROUP; whether any dimension groups.
+fn join_dims(e: &mut Emitter, layout: &ProbeLayout, anchor: u64) -> bool {
     let mut grouped = false;
     for (i, d) in layout.dims.iter().enumerate() {
-        load_column(&mut e, R0, anchor, d.fk_segment);
+        load_column(e, R0, anchor, d.fk_segment);
         let folded = d.folded();
         let limit = folded + u64::from(d.entries);
         if folded == 0 {
@@ -284,11 +328,11 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
             }
         }
     }
-    load_column(&mut e, R0, anchor, layout.measure[0]);
-    if let Some(&b) = layout.measure.get(1) {
-        load_column(&mut e, R1, anchor, b);
-        e.alu_x(ALU_MUL, R0, R1);
-    }
+    grouped
+}
+
+/// The row's measure (in R0) added to its group's sum, or emitted with its group.
+fn output_row(e: &mut Emitter, layout: &ProbeLayout, grouped: bool) {
     match layout.mode {
         ProbeMode::Aggregate { .. } => {
             // GROUP < groups: every dimension's id was checked against its groups.
@@ -314,23 +358,4 @@ pub fn emit(layout: &ProbeLayout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> 
             e.alu_k(ALU_ADD, OUT, 8);
         }
     }
-    e.alu_k(ALU_ADD, JOINED, 1);
-    e.goto(Label::Next);
-
-    e.label(Label::Done);
-    e.alu_x(ALU_MOV, R0, JOINED);
-    e.exit();
-    for (l, code) in [
-        (Label::Einval, EINVAL),
-        (Label::Enospc, ENOSPC),
-        (Label::Erange, ERANGE),
-    ] {
-        e.label(l);
-        e.alu_k(ALU_MOV, R0, code);
-        e.exit();
-    }
-    // A device function failed: its code is in r0.
-    e.label(Label::Fail);
-    e.exit();
-    e.finish()
 }

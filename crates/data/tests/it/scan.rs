@@ -281,6 +281,74 @@ fn a_flipped_bit_in_a_block_on_the_device_names_table_column_and_block() {
     dev.close().unwrap();
 }
 
+/// A crafted file that is self-consistent (every checksum right, the directory intact)
+/// but whose block 0 holds a copy of block 1, inline header and all: the device must
+/// check each staged header against its directory entry and refuse it, naming the block,
+/// not return block 1's rows as block 0's.
+#[test]
+fn a_block_whose_inline_header_is_not_its_directory_entry_is_refused_on_the_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t");
+    let rows = 2 * u64::from(csx_data::encoding::BLOCK_ROWS);
+    let mut w =
+        TableWriter::create(&dir, "t", vec![ColumnSchema::new("v", ColumnType::Uint32)]).unwrap();
+    // Values over the whole domain: both blocks raw, of the same length.
+    let mut x = 0x2545_f491u32;
+    for _ in 0..rows {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        w.u32(0, x).unwrap();
+    }
+    w.finish(&[]).unwrap();
+    let p = dir.join("v.col");
+    let good = std::fs::read(&p).unwrap();
+    let (col, _) = EncodedColumn::open_local("t", "v", &p, ColumnType::Uint32, rows).unwrap();
+    let (b0, b1) = (col.blocks[0], col.blocks[1]);
+    assert_eq!(
+        b0.stored_len(),
+        b1.stored_len(),
+        "the test needs equal blocks"
+    );
+    let len = b1.stored_len() as usize;
+    let mut bad = good.clone();
+    bad.copy_within(b1.at as usize..b1.at as usize + len, b0.at as usize);
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &dir, "/t", &mut |_, _| {}).unwrap();
+    // The good file scans; the crafted one fails on the device, whatever the engine.
+    let opts = ScanOptions::default();
+    let all = scan(&dev, "/t", &["v"], &[], &opts).unwrap();
+    assert_eq!(all.rows, rows);
+    dev.put_bytes("/t/v.col", &bad).unwrap();
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let opts = ScanOptions {
+            engine,
+            ..Default::default()
+        };
+        for preds in [vec![], vec![Predicate::new("v", Cmp::Ge(0))]] {
+            let e = scan(&dev, "/t", &["v"], &preds, &opts).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(
+                    e,
+                    csx_data::DataError::CorruptBlock {
+                        block: 0,
+                        part: "header",
+                        ..
+                    }
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains("table t, column v, block 0")
+                    && text.contains("differs from its directory entry"),
+                "{text}"
+            );
+        }
+    }
+    dev.close().unwrap();
+}
+
 /// A clustered column's zone maps skip blocks: the skipped blocks are never staged
 /// (fewer media bytes) and the answers equal the host reference's and an unskipped
 /// scan's (the raw twin has no zone maps).

@@ -241,8 +241,22 @@ fn width_mask(width: u8) -> u64 {
     }
 }
 
-fn put(out: &mut [u8], i: usize, width: usize, v: u64) {
-    out[i * width..(i + 1) * width].copy_from_slice(&v.to_le_bytes()[..width]);
+/// Every value of `out` (whole values of `width`, 4 or 8 bytes) set to `v`: stores of a
+/// known size, not a copy call per value.
+fn fill(out: &mut [u8], width: usize, v: u64) {
+    if width == 4 {
+        let b = (v as u32).to_le_bytes();
+        for o in out.chunks_exact_mut(4) {
+            let o: &mut [u8; 4] = o.try_into().expect("4-byte chunks");
+            *o = b;
+        }
+    } else {
+        let b = v.to_le_bytes();
+        for o in out.chunks_exact_mut(8) {
+            let o: &mut [u8; 8] = o.try_into().expect("8-byte chunks");
+            *o = b;
+        }
+    }
 }
 
 /// Decodes rows `[first, first + out.len() / width)` of one block (`h`, parsed, and
@@ -289,12 +303,7 @@ pub fn decode_block(
     let mask = width_mask(h.width);
     match h.encoding {
         ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
-        ENC_CONSTANT => {
-            let v = h.reference & mask;
-            for i in 0..n {
-                put(out, i, width, v);
-            }
-        }
+        ENC_CONSTANT => fill(out, width, h.reference & mask),
         ENC_PACKED => unpack_bits(payload, h, first, n, out),
         ENC_RUNS => {
             let runs = h.runs as usize;
@@ -318,10 +327,8 @@ pub fn decode_block(
                 let hi = end.min(first + n);
                 if lo < hi {
                     let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
-                    for _ in lo..hi {
-                        put(out, i, width, v);
-                        i += 1;
-                    }
+                    fill(&mut out[i * width..(i + hi - lo) * width], width, v);
+                    i += hi - lo;
                 }
                 row = end;
             }
@@ -365,9 +372,7 @@ fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mu
     let mask = width_mask(h.width);
     let reference = h.reference;
     if bits == 0 {
-        for i in 0..n {
-            put(out, i, width, reference & mask);
-        }
+        fill(&mut out[..n * width], width, reference & mask);
         return;
     }
     let field = if bits == 64 {
@@ -392,7 +397,8 @@ fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mu
                 v |= word(k + 1) << (64 - s);
             }
             let x = reference.wrapping_add(v & field) as u32;
-            o.copy_from_slice(&x.to_le_bytes());
+            let o: &mut [u8; 4] = o.try_into().expect("4-byte chunks");
+            *o = x.to_le_bytes();
         }
     } else {
         for (i, o) in out.chunks_exact_mut(8).enumerate() {
@@ -403,7 +409,8 @@ fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mu
                 v |= word(k + 1) << (64 - s);
             }
             let x = reference.wrapping_add(v & field);
-            o.copy_from_slice(&x.to_le_bytes());
+            let o: &mut [u8; 8] = o.try_into().expect("8-byte chunks");
+            *o = x.to_le_bytes();
         }
     }
 }
