@@ -661,7 +661,7 @@ impl PyDevice {
                         let len = length.unwrap_or(file.size_bytes().saturating_sub(offset));
                         file.read_lambda(offset, len, &lambda, &args, mode)
                     });
-                    let unloaded = lambda.unload(&dev);
+                    let unloaded = lambda.unload();
                     let out = result?;
                     unloaded?;
                     Ok(out)
