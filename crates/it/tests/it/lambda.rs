@@ -695,7 +695,8 @@ fn footprint(dev: &csx_host::Device) -> (u64, usize) {
 fn a_failed_stopped_or_panicking_run_leaves_nothing_on_the_device() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
-        dev.put_bytes("/lambda/left", &random_bytes(5, 8192)).unwrap();
+        dev.put_bytes("/lambda/left", &random_bytes(5, 8192))
+            .unwrap();
         let before = footprint(dev);
         {
             let io = LambdaIo::new(dev, &options()).unwrap();
