@@ -295,7 +295,7 @@ impl LambdaRead {
                         .unwrap_or(file.size_bytes().saturating_sub(self.offset));
                     file.read_lambda(self.offset, len, &lambda, &self.args, self.mode)
                 });
-                let unloaded = lambda.unload(dev);
+                let unloaded = lambda.unload();
                 let out = result?;
                 unloaded?;
                 Ok(out)

@@ -342,12 +342,12 @@ fn checked_entry(
 
 /// Loads the λ on each of `members`; on a failure unloads those loaded and reports the
 /// load's error.
-fn load_on(
-    array: &Array,
+fn load_on<'a>(
+    array: &'a Array,
     members: &[u16],
     lambda: &LambdaImage<'_>,
-) -> Result<Vec<(u16, Lambda)>, ArrayError> {
-    let mut loaded: Vec<(u16, Lambda)> = Vec::new();
+) -> Result<Vec<(u16, Lambda<'a>)>, ArrayError> {
+    let mut loaded: Vec<(u16, Lambda<'a>)> = Vec::new();
     for &m in members {
         let dev = &array.members()[usize::from(m)].device;
         match Lambda::load(dev, lambda.name, lambda.image, lambda.entry) {
@@ -363,11 +363,10 @@ fn load_on(
 }
 
 /// Unloads every loaded λ; the first failure, naming its member.
-fn unload_all(array: &Array, loaded: Vec<(u16, Lambda)>) -> Result<(), ArrayError> {
+fn unload_all(array: &Array, loaded: Vec<(u16, Lambda<'_>)>) -> Result<(), ArrayError> {
     let mut first = Ok(());
     for (m, l) in loaded {
-        let dev = &array.members()[usize::from(m)].device;
-        if let Err(e) = l.unload(dev) {
+        if let Err(e) = l.unload() {
             if first.is_ok() {
                 first = Err(lambda_error(array, m, "unload the λ", None, e));
             }

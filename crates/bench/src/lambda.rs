@@ -123,7 +123,7 @@ struct Row {
 /// A dataset on the device and the λ that reads it.
 struct App<'l> {
     workload: &'static Workload,
-    lambda: &'l Lambda,
+    lambda: &'l Lambda<'l>,
     path: String,
     size: u64,
     invocation: Invocation,
@@ -357,7 +357,7 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
     let mut rows = Vec::new();
     let result = run_cases(&bench, &lambdas, args.size, &mut rows, args.json);
     for l in lambdas {
-        l.unload(&dev)?;
+        l.unload()?;
     }
     result?;
     if let Some(dir) = &args.plots {
@@ -472,7 +472,7 @@ fn put_dataset(dev: &Device, name: &str, size: u64) -> anyhow::Result<String> {
     Ok(path)
 }
 
-fn app<'l>(lambdas: &'l [Lambda], name: &str, path: String, size: u64) -> App<'l> {
+fn app<'l>(lambdas: &'l [Lambda<'l>], name: &str, path: String, size: u64) -> App<'l> {
     let w = workload(name);
     let case = csx_workloads::Case::new(w, 1, size);
     let mut invocation = (w.invocation)(&case);

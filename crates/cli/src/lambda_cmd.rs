@@ -400,7 +400,7 @@ pub fn run_read(args: ReadArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let lambda = Lambda::load(&dev, &name, &object, spec.entry.as_deref())?;
     let result = read_with(&io, &lambda, &args, engines);
     drop(io);
-    lambda.unload(&dev)?;
+    lambda.unload()?;
     if interrupt.pressed() {
         eprintln!("csx read: interrupted: the λ runs were aborted");
         return Ok(crate::exit::INTERRUPTED);
@@ -528,7 +528,7 @@ pub fn run_write(args: WriteArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         Ok(crate::exit::SUCCESS)
     })();
     drop(io);
-    lambda.unload(&dev)?;
+    lambda.unload()?;
     result
 }
 

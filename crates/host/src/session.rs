@@ -233,6 +233,8 @@ pub struct Session<'d> {
     engines: Option<u64>,
     programs: Vec<Held>,
     memory: Vec<MemHandle>,
+    /// Allocations of `memory` kept idle for reuse ([`Session::keep`]), with their sizes.
+    idle: Vec<(MemHandle, u64)>,
     /// Commands submitted and not yet waited for: releasing waits for them before
     /// freeing the memory they use.
     in_flight: Vec<CommandId>,
@@ -260,6 +262,7 @@ impl<'d> Session<'d> {
             engines: None,
             programs: Vec::new(),
             memory: Vec::new(),
+            idle: Vec::new(),
             in_flight: Vec::new(),
             resident: false,
             reuse: std::collections::BTreeMap::new(),
@@ -504,6 +507,7 @@ impl<'d> Session<'d> {
             return Ok(());
         };
         self.memory.remove(i);
+        self.idle.retain(|&(m, _)| m != h);
         self.call(
             || "freeing device memory".to_string(),
             Op::MemFree { handle: h },
@@ -522,6 +526,57 @@ impl<'d> Session<'d> {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// An allocation of at least `bytes` for work that hands it back with
+    /// [`Session::keep`] (a stream of equal requests then reuses one): the smallest kept
+    /// allocation that fits, else a new one of `bytes`. When the device refuses the new
+    /// one and allocations are kept, those are freed (they may hold the memory it
+    /// needs) and it is asked once more. Returns the handle and its size.
+    pub fn take(&mut self, bytes: u64) -> Result<(MemHandle, u64), SessionError> {
+        let best = self
+            .idle
+            .iter()
+            .enumerate()
+            .filter(|(_, &(_, size))| size >= bytes)
+            .min_by_key(|(_, &(_, size))| size)
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return Ok(self.idle.swap_remove(i));
+        }
+        match self.alloc(bytes) {
+            Ok(h) => Ok((h, bytes)),
+            Err(_) if !self.idle.is_empty() => {
+                self.free_idle()?;
+                Ok((self.alloc(bytes)?, bytes))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Keeps the session's allocation `h` of `bytes` idle for a later
+    /// [`Session::take`]; it is freed by [`Session::free_idle`] or when the session
+    /// ends.
+    pub fn keep(&mut self, h: MemHandle, bytes: u64) {
+        if self.memory.contains(&h) && !self.idle.iter().any(|&(m, _)| m == h) {
+            self.idle.push((h, bytes));
+        }
+    }
+
+    /// Frees every allocation kept idle (the first failure, after trying each).
+    pub fn free_idle(&mut self) -> Result<(), SessionError> {
+        let mut first = None;
+        for (h, _) in std::mem::take(&mut self.idle) {
+            if let Err(e) = self.free(h) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Allocations kept idle, and their bytes.
+    pub fn idle(&self) -> (usize, u64) {
+        (self.idle.len(), self.idle.iter().map(|&(_, n)| n).sum())
     }
 
     /// Sets `len` bytes of `h` from `offset` to `byte`.

@@ -44,6 +44,7 @@ use super::dispatch::{Choice, DeviceFloor, Direction, Dispatcher, Key, Paralleli
 use super::local::{ImageRange, LocalImage};
 use super::program::{Lambda, LambdaArgs};
 use super::LambdaError;
+use csx_host::session::Session;
 use csx_host::Device;
 use csx_host::DeviceUri;
 use csx_host::{CallError, ExecuteRequest, Execution};
@@ -198,7 +199,9 @@ pub struct LambdaIo<'d> {
     local: Result<LocalImage, String>,
     perf: Option<PerfModel>,
     dispatcher: Mutex<Dispatcher>,
-    staging: Mutex<Vec<(MemHandle, u64)>>,
+    /// Holds the staging allocations: kept for reuse between requests, freed when the
+    /// handle is dropped (also in a panic).
+    session: Mutex<Session<'d>>,
     /// Set: every λ run of this handle stops (see [`LambdaIo::stop_flag`]).
     stop: Arc<StopFlag>,
 }
@@ -245,7 +248,7 @@ impl<'d> LambdaIo<'d> {
             local,
             perf,
             dispatcher: Mutex::new(dispatcher),
-            staging: Mutex::new(Vec::new()),
+            session: Mutex::new(Session::new(dev)),
             stop: Arc::new(StopFlag::new()),
         })
     }
@@ -314,59 +317,26 @@ impl<'d> LambdaIo<'d> {
         Ok(f)
     }
 
-    /// A staging allocation of at least `size_bytes` (reused across requests).
+    /// A staging allocation of at least `size_bytes` (reused across requests): sizes
+    /// round up to a power of two from [`STAGING_SIZE_MIN`], so a stream of equal
+    /// chunks reuses one allocation; when the device is short of memory, idle ones
+    /// are freed and the allocation is retried.
     fn take_staging(&self, size_bytes: u64) -> Result<(MemHandle, u64), LambdaError> {
-        {
-            let mut pool = lock(&self.staging);
-            let best = pool
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, size))| *size >= size_bytes)
-                .min_by_key(|(_, (_, size))| *size)
-                .map(|(i, _)| i);
-            if let Some(i) = best {
-                return Ok(pool.swap_remove(i));
-            }
-        }
         let size = size_bytes.max(STAGING_SIZE_MIN).next_power_of_two();
-        match self.dev.alloc(size) {
-            Ok(h) => Ok((h, size)),
-            Err(_) => {
-                // Device memory may be held by smaller idle allocations: free them, retry.
-                self.free_staging();
-                Ok((self.dev.alloc(size)?, size))
-            }
-        }
+        Ok(lock(&self.session).take(size)?)
     }
 
-    fn give_staging(&self, staging: (MemHandle, u64)) {
-        lock(&self.staging).push(staging);
-    }
-
-    /// Runs `f` on a staging allocation of at least `size_bytes`, then returns it to the
-    /// pool whatever `f` returned.
+    /// Runs `f` on a staging allocation of at least `size_bytes`, then keeps it for
+    /// reuse whatever `f` returned.
     fn with_staging<T>(
         &self,
         size_bytes: u64,
         f: impl FnOnce(MemHandle) -> Result<T, LambdaError>,
     ) -> Result<T, LambdaError> {
-        let staging = self.take_staging(size_bytes)?;
-        let r = f(staging.0);
-        self.give_staging(staging);
+        let (h, size) = self.take_staging(size_bytes)?;
+        let r = f(h);
+        lock(&self.session).keep(h, size);
         r
-    }
-
-    fn free_staging(&self) {
-        let idle: Vec<(MemHandle, u64)> = std::mem::take(&mut *lock(&self.staging));
-        for (h, _) in idle {
-            let _ = self.dev.free(h);
-        }
-    }
-}
-
-impl Drop for LambdaIo<'_> {
-    fn drop(&mut self) {
-        self.free_staging();
     }
 }
 

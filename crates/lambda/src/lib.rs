@@ -49,6 +49,7 @@ pub use file::{
 };
 pub use program::{Lambda, LambdaArgs};
 
+use csx_host::session::SessionError;
 use csx_host::CallError;
 
 /// Why a λ request failed.
@@ -104,6 +105,19 @@ pub enum LambdaError {
     },
     #[error("bad λ options: {0}")]
     Options(String),
+    /// A session command failed other than by the device's refusal.
+    #[error(transparent)]
+    Session(SessionError),
+}
+
+impl From<SessionError> for LambdaError {
+    /// A command's refusal is the device's error, as from a direct call.
+    fn from(e: SessionError) -> LambdaError {
+        match e {
+            SessionError::Device { source, .. } => LambdaError::Device(source),
+            other => LambdaError::Session(other),
+        }
+    }
 }
 
 impl LambdaError {

@@ -1,7 +1,9 @@
 //! [`Lambda`]: one eBPF object file, loaded on both sides: into a device program slot
 //! (activated on the device's JIT) for the device side, and verified and compiled by the
 //! host's JIT (`csx-ebpf-jit`, tiered: quick code at once, Cranelift's when ready)
-//! against the device's function table for the host side.
+//! against the device's function table for the host side. The device slot is held by a
+//! [`Session`]: it is unloaded when the λ is unloaded or dropped, also after an error or
+//! in a panic.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +14,7 @@ use csx_ebpf::engine::{Engine, RunOutcome, StopFlag};
 use csx_proto::{EngineKind, ProgramIndex};
 
 use super::LambdaError;
+use csx_host::session::Session;
 use csx_host::{program_type_of, Device};
 
 /// An execution's scalars for one λ request (what `struct csx_args` carries besides the
@@ -28,13 +31,15 @@ pub struct LambdaArgs {
 }
 
 /// A λ loaded on both sides (see the module doc).
-pub struct Lambda {
+pub struct Lambda<'d> {
     name: String,
     pind: ProgramIndex,
     host_engine: Arc<dyn Engine>,
+    /// Holds the device slot.
+    session: Session<'d>,
 }
 
-impl std::fmt::Debug for Lambda {
+impl std::fmt::Debug for Lambda<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lambda")
             .field("name", &self.name)
@@ -43,34 +48,34 @@ impl std::fmt::Debug for Lambda {
     }
 }
 
-impl Lambda {
+impl<'d> Lambda<'d> {
     /// Loads `image` (an ELF object or raw bytecode) into a free slot of `dev`, activates
     /// it on the device's JIT (its interpreter when the device has no JIT), and compiles
     /// it on the host. `name` keys the dispatcher's profile of this λ.
     pub fn load(
-        dev: &Device,
+        dev: &'d Device,
         name: &str,
         image: &[u8],
         entry: Option<&str>,
-    ) -> Result<Lambda, LambdaError> {
+    ) -> Result<Lambda<'d>, LambdaError> {
         // First, the host side: a program the device would refuse is refused here too,
         // with the verifier's reason, before a slot is taken.
         let host_engine = host_engine(name, image, entry)?;
-        // Then, the device side.
-        let pind = dev.load_program_any_slot(program_type_of(image), image, entry)?;
+        // Then, the device side; a failure past the load drops the session, which
+        // unloads the slot.
+        let mut session = Session::new(dev);
+        let pind = session.load_program_entry(name, entry, program_type_of(image), image)?;
         let engine = if dev.identify()?.jit {
             EngineKind::Jit
         } else {
             EngineKind::Interpreter
         };
-        if let Err(e) = dev.activate(pind, engine) {
-            let _ = dev.unload(pind);
-            return Err(e.into());
-        }
+        session.activate(pind, engine)?;
         Ok(Lambda {
             name: name.to_string(),
             pind,
             host_engine,
+            session,
         })
     }
 
@@ -83,10 +88,10 @@ impl Lambda {
         self.pind
     }
 
-    /// Frees the device slot.
-    pub fn unload(self, dev: &Device) -> Result<(), LambdaError> {
-        dev.deactivate(self.pind)?;
-        dev.unload(self.pind)?;
+    /// Frees the device slot (dropping the λ frees it too, without reporting a
+    /// failure).
+    pub fn unload(self) -> Result<(), LambdaError> {
+        self.session.close()?;
         Ok(())
     }
 

@@ -240,3 +240,44 @@ fn params_name_their_fields_at_their_offsets() {
         [2, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]
     );
 }
+
+#[test]
+fn kept_allocations_are_reused_freed_to_make_room_and_released_at_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = DeviceConfig {
+        slm_size_bytes: 1 << 20,
+        ..Default::default()
+    };
+    let dev = Device::init(tmp.path(), config).unwrap();
+    let before = footprint(&dev);
+    let mut s = Session::new(&dev);
+    let (small, n) = s.take(1 << 16).unwrap();
+    assert_eq!(n, 1 << 16);
+    s.keep(small, n);
+    let (large, n) = s.take(1 << 18).unwrap();
+    s.keep(large, n);
+    assert_eq!(s.idle(), (2, (1 << 16) + (1 << 18)));
+    // The smallest kept allocation that fits, not a new one.
+    assert_eq!(s.take(1000).unwrap(), (small, 1 << 16));
+    s.keep(small, 1 << 16);
+    assert_eq!(s.take((1 << 16) + 1).unwrap(), (large, 1 << 18));
+    s.keep(large, 1 << 18);
+    // Keeping a handle twice, or one the session does not hold, keeps nothing more.
+    s.keep(large, 1 << 18);
+    s.keep(MemHandle(9999), 1 << 18);
+    assert_eq!(s.idle().0, 2);
+    // The whole memory fits only once the kept allocations are freed.
+    let (whole, n) = s.take(1 << 20).unwrap();
+    assert_eq!(n, 1 << 20);
+    assert_eq!(s.idle(), (0, 0));
+    assert!(dev.free(small).is_err() && dev.free(large).is_err());
+    s.keep(whole, n);
+    // Too large even with nothing kept: the device's refusal, after freeing what was kept.
+    let err = s.take(1 << 21).unwrap_err();
+    assert!(matches!(err, SessionError::Device { .. }), "{err}");
+    assert_eq!(s.idle(), (0, 0));
+    let (h, n) = s.take(4096).unwrap();
+    s.keep(h, n);
+    drop(s);
+    assert_eq!(footprint(&dev), before);
+}

@@ -11,6 +11,7 @@
 //! (ratio 0 after a drop, 1 after a read, the budget, a λ-write's invalidation).
 
 use std::ffi::OsStr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran};
@@ -284,7 +285,7 @@ fn reads_agree_on_every_side_and_chunk_size() {
                 assert!(!outputs[0][0].is_empty());
                 check_reference(&case, &outputs[0]);
             }
-            lambda.unload(dev).unwrap();
+            lambda.unload().unwrap();
         }
         let counters = io.dispatcher().counters();
         assert!(counters.requests_profiled > 0, "{counters:?}");
@@ -345,7 +346,7 @@ fn writes_agree_on_every_side() {
         assert_eq!(contents[0][0] & 1, 0);
         assert!(contents[0].iter().any(|&b| b != 0));
         drop(io);
-        lambda.unload(dev).unwrap();
+        lambda.unload().unwrap();
     });
 }
 
@@ -393,8 +394,8 @@ fn errors_are_typed() {
             Err(LambdaError::Load { .. })
         ));
         drop(io);
-        traps.unload(dev).unwrap();
-        stats.unload(dev).unwrap();
+        traps.unload().unwrap();
+        stats.unload().unwrap();
     });
 }
 
@@ -435,7 +436,7 @@ fn the_stop_flag_ends_a_spinning_lambda() {
                 "{mode:?}: {again}"
             );
         }
-        spin.unload(dev).unwrap();
+        spin.unload().unwrap();
     });
 }
 
@@ -480,7 +481,7 @@ fn host_side_needs_a_local_image() {
             .unwrap();
         assert_eq!(h.output, d.output);
         drop((io, local));
-        stats.unload(dev).unwrap();
+        stats.unload().unwrap();
     });
 }
 
@@ -544,8 +545,8 @@ fn host_cache_ratio_budget_and_write_invalidation() {
         assert_eq!(file.cache_ratio(0, size).unwrap(), 0.0);
         assert_eq!(io.local().unwrap().tracked_bytes(), 0);
         drop(io);
-        stats.unload(dev).unwrap();
-        bitmap.unload(dev).unwrap();
+        stats.unload().unwrap();
+        bitmap.unload().unwrap();
     });
 }
 
@@ -595,7 +596,7 @@ fn fragmented_files_read_the_same_on_both_sides() {
             .collect();
         assert_eq!(outs[0], outs[1]);
         drop(io);
-        stats.unload(dev).unwrap();
+        stats.unload().unwrap();
     });
 }
 
@@ -641,7 +642,7 @@ fn device_outputs_beyond_one_memory_read_come_back_whole() {
             .any(|&b| b != 0));
         drop(file);
         drop(io);
-        lambda.unload(dev).unwrap();
+        lambda.unload().unwrap();
     });
 }
 
@@ -680,6 +681,51 @@ fn reads_see_every_completed_write_on_both_sides() {
         }
         drop(file);
         drop(io);
-        stats.unload(dev).unwrap();
+        stats.unload().unwrap();
+    });
+}
+
+/// The device's free memory and its occupied program slots.
+fn footprint(dev: &csx_host::Device) -> (u64, usize) {
+    let info = dev.identify().unwrap();
+    (info.slm_free_bytes, dev.programs().unwrap().len())
+}
+
+#[test]
+fn a_failed_stopped_or_panicking_run_leaves_nothing_on_the_device() {
+    crate::run(crate::EMBEDDED, |f| {
+        let dev = f.dev();
+        dev.put_bytes("/lambda/left", &random_bytes(5, 8192))
+            .unwrap();
+        let before = footprint(dev);
+        {
+            let io = LambdaIo::new(dev, &options()).unwrap();
+            let file = io.open("/lambda/left").unwrap();
+            let traps = Lambda::load(dev, "traps", &crate::programs::compile(TRAPS), None).unwrap();
+            let e = file
+                .read_lambda(0, 4096, &traps, &LambdaArgs::default(), Mode::Device)
+                .unwrap_err();
+            assert!(matches!(e, LambdaError::Trap { .. }), "{e}");
+            let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
+            assert_eq!(footprint(dev).1, before.1 + 2);
+            io.stop_flag().stop(1);
+            let e = file
+                .read_lambda(0, 4096, &stats, &small_output(32), Mode::Device)
+                .unwrap_err();
+            assert!(matches!(e, LambdaError::Aborted { .. }), "{e}");
+            // Dropped without unloading, as when `?` returns the error.
+        }
+        assert_eq!(footprint(dev), before);
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let io = LambdaIo::new(dev, &options()).unwrap();
+            let file = io.open("/lambda/left").unwrap();
+            let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
+            file.read_lambda(0, 4096, &stats, &small_output(32), Mode::Device)
+                .unwrap();
+            assert!(footprint(dev).0 < before.0, "a staging allocation is held");
+            panic!("the caller fails mid-run");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(footprint(dev), before);
     });
 }
