@@ -9,7 +9,7 @@ import sys
 def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
     plot = tmp_path / "tpch.svg"
     out = subprocess.run(
-        [sys.executable, "-m", "csx.bench", "tpch", "--sf", "0.002", "--repeat", "1", "--engines", "jit,interp", "--json", "--plot", str(plot)],
+        [sys.executable, "-m", "csx.bench", "tpch", "--sf", "0.002", "--runs", "1", "--engines", "jit,interp", "--json", "--plot", str(plot)],
         capture_output=True,
         text=True,
         check=True,

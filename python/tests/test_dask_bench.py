@@ -11,7 +11,7 @@ import sys
 def test_bench_scaleout_runs_checks_answers_and_accounts_bytes(tmp_path):
     plot = tmp_path / "scaleout.svg"
     out = subprocess.run(
-        [sys.executable, "-m", "csx.bench", "scaleout", "--sf", "0.005", "--nodes", "1,2", "--repeat", "1",
+        [sys.executable, "-m", "csx.bench", "scaleout", "--sf", "0.005", "--nodes", "1,2", "--runs", "1",
          "--model-nodes", "1,2,16", "--model-sf", "100", "--json", "--plot", str(plot)],
         capture_output=True,
         text=True,

@@ -93,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queries", default="q6,q1", help="comma-separated: q6, q1 (default both)")
     p.add_argument("--nodes", default="1,2,3", help="node counts run on this machine (default 1,2,3)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of LINEITEM in the wall runs (default 6)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per query, side and node count; the median wall is reported (default 3)")
+    p.add_argument("--runs", "--repeat", dest="repeat", type=int, default=3, help="runs per query, side and node count (--repeat: the old spelling); the median wall is reported (default 3)")
     p.add_argument("--profile", default="lambda-io", help="the nodes' device performance profile (default lambda-io)")
     p.add_argument("--model-nodes", default="1,2,4,8,16,32,64", help="node counts of the model (default 1,2,4,8,16,32,64)")
     p.add_argument("--model-sf", default="10,100", help="scale factors the model spreads over the nodes, comma-separated (default 10,100)")

@@ -84,7 +84,7 @@ QUERIES: Dict[str, Dict[str, Any]] = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sf", type=float, default=1.0, help="scale factor (LINEITEM has 6e6 * SF rows; default 1)")
     p.add_argument("--queries", default="q6,q1", help="comma-separated: q6, q1 (default both)")
-    p.add_argument("--repeat", type=int, default=5, help="runs per query and side; the median is reported (default 5)")
+    p.add_argument("--runs", "--repeat", dest="repeat", type=int, default=5, help="runs per query and side (--repeat: the old spelling); the median is reported (default 5)")
     p.add_argument("--profile", default="lambda-io", help="the device's performance profile (default lambda-io)")
     p.add_argument("--chunk-rows", type=int, default=None, help="rows per device scan chunk (default 1Mi)")
     p.add_argument("--data", default=None, help="a `csx gen tpch` output directory to use instead of generating")
