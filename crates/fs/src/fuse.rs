@@ -140,6 +140,8 @@ impl Inodes {
 
 #[derive(Debug)]
 struct Handle {
+    /// The inode it is open on.
+    ino: u64,
     wrote: AtomicBool,
 }
 
@@ -433,15 +435,23 @@ impl FuseFs {
         Ok(used.min(self.capacity))
     }
 
-    fn new_fh(&self) -> u64 {
+    fn new_fh(&self, ino: u64) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.files).insert(
             fh,
             Handle {
+                ino,
                 wrote: AtomicBool::new(false),
             },
         );
         fh
+    }
+
+    /// Marks every handle open on `ino` written (a change made without a handle).
+    fn mark_inode_written(&self, ino: u64) {
+        for h in lock(&self.files).values().filter(|h| h.ino == ino) {
+            h.wrote.store(true, Ordering::Relaxed);
+        }
     }
 
     fn mark_written(&self, fh: FileHandle) {
@@ -526,8 +536,11 @@ impl Filesystem for FuseFs {
             if let Some(size) = size {
                 self.check_size(size)?;
                 self.fs.truncate(&path, size).map_err(|e| errno(&e))?;
-                if let Some(fh) = fh {
-                    self.mark_written(fh);
+                match fh {
+                    Some(fh) => self.mark_written(fh),
+                    // `open(O_TRUNC)` truncates after its open, without the handle: the
+                    // handles open on the file make it durable at their close.
+                    None => self.mark_inode_written(ino.0),
                 }
             }
             let owner_change = mode.is_some() || uid.is_some() || gid.is_some();
@@ -672,13 +685,13 @@ impl Filesystem for FuseFs {
             if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
                 reply.error(Errno::EROFS);
             } else {
-                reply.opened(FileHandle(self.new_fh()), FopenFlags::empty());
+                reply.opened(FileHandle(self.new_fh(ino.0)), FopenFlags::empty());
             }
             return;
         }
         match self.path(ino).and_then(|path| self.entry(&path)) {
             Ok(a) if a.kind == FileType::Directory => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(self.new_fh()), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(self.new_fh(ino.0)), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -706,7 +719,7 @@ impl Filesystem for FuseFs {
         });
         match r {
             Ok(attr) => {
-                let fh = self.new_fh();
+                let fh = self.new_fh(attr.ino.0);
                 // A created file is a change to make durable at close.
                 self.mark_written(FileHandle(fh));
                 reply.created(

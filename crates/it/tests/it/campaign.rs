@@ -230,7 +230,12 @@ pub(crate) fn apply_lines(model: &mut BTreeMap<String, PathState>, lines: &[Stri
 /// After a restart each path is settled to what it holds, and no temporary of an
 /// interrupted put is left (a live daemon keeps a dead client's temporary until it
 /// restarts, as documented).
-pub(crate) fn check(dev: &Device, model: &mut BTreeMap<String, PathState>, point: u64, restarted: bool) {
+pub(crate) fn check(
+    dev: &Device,
+    model: &mut BTreeMap<String, PathState>,
+    point: u64,
+    restarted: bool,
+) {
     for (path, st) in model.iter_mut() {
         let got = match dev.read_file(path, 0, u64::MAX) {
             Ok(bytes) => Some(bytes),

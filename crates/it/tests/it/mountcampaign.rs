@@ -247,8 +247,13 @@ fn mount_kill_campaign_keeps_every_acknowledged_byte() {
             drop(dev);
         }
         power_points += u64::from(power);
-        let (restarted, uri) =
-            crash_and_restart(daemon, &state, shm, power.then_some(log.as_path()), &mut rng);
+        let (restarted, uri) = crash_and_restart(
+            daemon,
+            &state,
+            shm,
+            power.then_some(log.as_path()),
+            &mut rng,
+        );
         let dev = Device::open(&uri).unwrap();
         check(&dev, &mut model, point, true);
         dev.close().unwrap();
