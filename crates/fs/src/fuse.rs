@@ -447,11 +447,27 @@ impl FuseFs {
         fh
     }
 
-    /// Marks every handle open on `ino` written (a change made without a handle).
-    fn mark_inode_written(&self, ino: u64) {
-        for h in lock(&self.files).values().filter(|h| h.ino == ino) {
-            h.wrote.store(true, Ordering::Relaxed);
+    /// Truncates the file `ino` at `path` to `size`; its close then flushes the change.
+    /// `fh` is the handle it came through, if any: `open(O_TRUNC)` truncates after its
+    /// open without the handle, so then every handle open on the file counts as written.
+    fn truncate(
+        &self,
+        ino: u64,
+        path: &str,
+        size: u64,
+        fh: Option<FileHandle>,
+    ) -> Result<(), Errno> {
+        self.check_size(size)?;
+        self.fs.truncate(path, size).map_err(|e| errno(&e))?;
+        match fh {
+            Some(fh) => self.mark_written(fh),
+            None => {
+                for h in lock(&self.files).values().filter(|h| h.ino == ino) {
+                    h.wrote.store(true, Ordering::Relaxed);
+                }
+            }
         }
+        Ok(())
     }
 
     fn mark_written(&self, fh: FileHandle) {
@@ -534,14 +550,7 @@ impl Filesystem for FuseFs {
         }
         let r = self.path(ino).and_then(|path| {
             if let Some(size) = size {
-                self.check_size(size)?;
-                self.fs.truncate(&path, size).map_err(|e| errno(&e))?;
-                match fh {
-                    Some(fh) => self.mark_written(fh),
-                    // `open(O_TRUNC)` truncates after its open, without the handle: the
-                    // handles open on the file make it durable at their close.
-                    None => self.mark_inode_written(ino.0),
-                }
+                self.truncate(ino.0, &path, size, fh)?;
             }
             let owner_change = mode.is_some() || uid.is_some() || gid.is_some();
             if owner_change || atime.is_some() || mtime.is_some() {
