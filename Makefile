@@ -32,8 +32,9 @@ FUZZ_MINUTES ?= 1
 fuzz: setup
 	FUZZ_MINUTES=$(FUZZ_MINUTES) $(if $(FUZZ_TARGETS),FUZZ_TARGETS="$(FUZZ_TARGETS)") scripts/fuzz.sh
 
-# The long fault campaigns: 1,000 kill -9 points with power-loss simulation, 64 hostile
-# clients for 10 minutes, the 32-client soak for 10 minutes (scripts/soak.sh).
+# The long fault campaigns: 1,000 kill -9 points of writers and daemon and 1,000 of a
+# mount, with power-loss simulation, 64 hostile clients for 10 minutes, the 32-client
+# soak for 10 minutes (scripts/soak.sh).
 soak: setup
 	CARGO="$(CARGO)" scripts/soak.sh
 

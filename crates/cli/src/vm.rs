@@ -282,6 +282,15 @@ fn read_bounded(path: &Path, limit: u64) -> anyhow::Result<Vec<u8>> {
         if memory.len() as u64 + n as u64 > limit {
             return Err(too_big());
         }
+        // Growing toward the limit (4 GiB) may ask for more than this host grants: that
+        // is an error naming the file and the size, not an abort.
+        memory.try_reserve(n).map_err(|_| {
+            anyhow::anyhow!(
+                "memory file {}: cannot hold {} bytes of it in memory on this host (the VM maps at most {limit})",
+                path.display(),
+                memory.len() + n
+            )
+        })?;
         memory.extend_from_slice(&buf[..n]);
     }
 }

@@ -108,11 +108,13 @@ pub enum ProgramError {
     TooBig { size_bytes: u32 },
     #[error("chunk at offset {offset}: {reason}")]
     BadChunk { offset: u32, reason: String },
-    #[error("loader: {message}")]
+    // The layer (loader, verifier, jit) is the failed completion's component
+    // (`ToStatus::component`), printed before the message: the message does not repeat it.
+    #[error("{message}")]
     Load { message: String },
-    #[error("verifier: {message}")]
+    #[error("{message}")]
     Verify { message: String },
-    #[error("jit: {message}")]
+    #[error("{message}")]
     Jit { message: String },
     #[error("cannot persist slot {pind}: {message}")]
     Persist { pind: u16, message: String },

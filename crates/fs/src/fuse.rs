@@ -140,6 +140,8 @@ impl Inodes {
 
 #[derive(Debug)]
 struct Handle {
+    /// The inode it is open on.
+    ino: u64,
     wrote: AtomicBool,
 }
 
@@ -433,15 +435,39 @@ impl FuseFs {
         Ok(used.min(self.capacity))
     }
 
-    fn new_fh(&self) -> u64 {
+    fn new_fh(&self, ino: u64) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.files).insert(
             fh,
             Handle {
+                ino,
                 wrote: AtomicBool::new(false),
             },
         );
         fh
+    }
+
+    /// Truncates the file `ino` at `path` to `size`; its close then flushes the change.
+    /// `fh` is the handle it came through, if any: `open(O_TRUNC)` truncates after its
+    /// open without the handle, so then every handle open on the file counts as written.
+    fn truncate(
+        &self,
+        ino: u64,
+        path: &str,
+        size: u64,
+        fh: Option<FileHandle>,
+    ) -> Result<(), Errno> {
+        self.check_size(size)?;
+        self.fs.truncate(path, size).map_err(|e| errno(&e))?;
+        match fh {
+            Some(fh) => self.mark_written(fh),
+            None => {
+                for h in lock(&self.files).values().filter(|h| h.ino == ino) {
+                    h.wrote.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn mark_written(&self, fh: FileHandle) {
@@ -596,11 +622,7 @@ impl Filesystem for FuseFs {
         }
         let r = self.path(ino).and_then(|path| {
             if let Some(size) = size {
-                self.check_size(size)?;
-                self.fs.truncate(&path, size).map_err(|e| errno(&e))?;
-                if let Some(fh) = fh {
-                    self.mark_written(fh);
-                }
+                self.truncate(ino.0, &path, size, fh)?;
             }
             let change = MetaChange {
                 mode,
@@ -706,13 +728,13 @@ impl Filesystem for FuseFs {
             if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
                 reply.error(Errno::EROFS);
             } else {
-                reply.opened(FileHandle(self.new_fh()), FopenFlags::empty());
+                reply.opened(FileHandle(self.new_fh(ino.0)), FopenFlags::empty());
             }
             return;
         }
         match self.path(ino).and_then(|path| self.entry(&path)) {
             Ok(a) if a.kind == FileType::Directory => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(self.new_fh()), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(self.new_fh(ino.0)), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -740,7 +762,7 @@ impl Filesystem for FuseFs {
         });
         match r {
             Ok(attr) => {
-                let fh = self.new_fh();
+                let fh = self.new_fh(attr.ino.0);
                 // A created file is a change to make durable at close.
                 self.mark_written(FileHandle(fh));
                 reply.created(

@@ -628,6 +628,19 @@ pub fn check_mountpoint(mountpoint: &Path) -> io::Result<()> {
             format!("{} is already a csx mount", mountpoint.display()),
         ));
     }
+    let mut entries =
+        fs::read_dir(mountpoint).map_err(with_path(mountpoint, "list mount point"))?;
+    if entries.next().is_some() {
+        // A mount would hide what is there (and a mount inside another csx mount would
+        // shadow part of that device's tree).
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "mount point {} is not empty: csx mounts only on an empty directory",
+                mountpoint.display()
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -739,5 +752,25 @@ mod tests {
         assert_eq!(device_of_fs_name("csx:%4"), None);
         assert_eq!(device_of_fs_name("csx:%zz"), None);
         assert_eq!(device_of_fs_name("sshfs#x"), None);
+    }
+
+    #[test]
+    fn a_mount_point_must_be_an_empty_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().join("m");
+        let e = check_mountpoint(&m).unwrap_err().to_string();
+        assert!(e.contains(&m.display().to_string()), "{e}");
+        fs::write(&m, b"x").unwrap();
+        let e = check_mountpoint(&m).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+        fs::remove_file(&m).unwrap();
+        fs::create_dir(&m).unwrap();
+        check_mountpoint(&m).unwrap();
+        fs::write(m.join("f"), b"x").unwrap();
+        let e = check_mountpoint(&m).unwrap_err().to_string();
+        assert!(
+            e.contains("not empty") && e.contains(&m.display().to_string()),
+            "{e}"
+        );
     }
 }

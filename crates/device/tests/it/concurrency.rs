@@ -151,8 +151,12 @@ fn close_completes_everything_in_flight() {
     }
     qp.submit(Command::new(CommandId(64), Op::Identify))
         .unwrap();
-    h.qp = None;
+    // The pair that loaded the program stays open through the close: dropping it first
+    // would release the program (a client's programs go with it), and executions still
+    // queued would then end NoProgram, depending on how far the engines had got.
+    let loader = h.qp.take();
     h.dev.take().unwrap().close().unwrap();
+    drop(loader);
     let mut ids = HashSet::new();
     while let Some(c) = qp.try_reap() {
         match c.status {

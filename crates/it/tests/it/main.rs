@@ -23,6 +23,7 @@ mod files;
 mod lambda;
 mod media;
 mod memory;
+mod mountcampaign;
 mod open;
 mod persistence;
 mod programs;

@@ -51,3 +51,23 @@ fn two_clients_one_device(f: &mut Fixture) {
 }
 
 crate::backend_tests!(two_clients_one_device);
+
+/// A CA file (`CSX_TLS_CA`) that cannot be used is named once in the open error, with
+/// its cause once: the TLS configuration's error leaves the naming to `OpenError::Io`.
+#[test]
+fn a_bad_tls_ca_file_is_named_once() {
+    use csx_host::transport::tcp::conn::tls::client_config;
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, b"not a certificate\n").unwrap();
+    for ca in [dir.path().join("missing.pem"), empty] {
+        let e = OpenError::Io {
+            op: "read the TLS certificates of CSX_TLS_CA,",
+            path: ca.clone(),
+            source: client_config(&ca).unwrap_err(),
+        }
+        .to_string();
+        let name = ca.display().to_string();
+        assert_eq!(e.matches(&name).count(), 1, "{e}");
+    }
+}

@@ -204,15 +204,14 @@ pub mod tls {
 
     /// A client's TLS configuration trusting the certificates (CAs) in the PEM file `ca`.
     pub fn client_config(ca: &Path) -> io::Result<Arc<rustls::ClientConfig>> {
+        // The errors do not name `ca`: the caller's error does (`OpenError::Io`).
         let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(ca)
-            .map_err(|e| invalid(format!("{}: {e}", ca.display())))?
-        {
-            let cert = cert.map_err(|e| invalid(format!("{}: {e}", ca.display())))?;
+        for cert in CertificateDer::pem_file_iter(ca).map_err(|e| invalid(e.to_string()))? {
+            let cert = cert.map_err(|e| invalid(e.to_string()))?;
             roots.add(cert).map_err(invalid)?;
         }
         if roots.is_empty() {
-            return Err(invalid(format!("{} holds no certificate", ca.display())));
+            return Err(invalid("the file holds no certificate".to_string()));
         }
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
