@@ -22,6 +22,8 @@
 //! connection drops its queue pair before it closes its socket or handshake channel, so
 //! a client whose close returned sees its memory reclaimed.
 
+#![warn(clippy::too_many_lines)]
+
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

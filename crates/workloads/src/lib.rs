@@ -20,6 +20,8 @@
 //! Invariant: for every workload, seed and input, the device's answer (interpreter and
 //! JIT) equals `reference` exactly, r0 included (`tests/it/equivalence.rs`).
 
+#![warn(clippy::too_many_lines)]
+
 pub mod compile;
 pub mod gen;
 pub mod reference;
