@@ -315,11 +315,6 @@ impl Shared {
         };
         // Next, build the argument block and the region table, and run.
         let state = self.state.map();
-        let windows: Vec<&mut [u8]> = leases
-            .slices_mut()
-            .into_iter()
-            .map(|s| s.expect("windows are leased writable"))
-            .collect();
         // Where the profile models compute from work (`PerfModel::counts_work`), the
         // execution counts its instructions and its modelled compute comes from them
         // (`crate::perf`); otherwise it runs the uncounted code, priced from fuel.
@@ -346,7 +341,7 @@ impl Shared {
             stop,
             leash,
         );
-        let outcome = run_with_state(ticket.engine.as_ref(), windows, &state, &call, &mut ctx);
+        let outcome = run_with_state(ticket.engine.as_ref(), &mut leases, &state, &call, &mut ctx);
         let run = run_start.elapsed();
         drop(watch);
         // The region table's borrows end here; release the state and the windows before
@@ -362,14 +357,20 @@ impl Shared {
     }
 }
 
-/// Runs `engine` on `windows` with the device's shared state mapped as its state region.
+/// Runs `engine` on the leased windows with the device's shared state mapped as its
+/// state region.
 fn run_with_state(
     engine: &dyn Engine,
-    windows: Vec<&mut [u8]>,
+    leases: &mut Leases,
     state: &StateMapping<'_>,
     call: &RunCall<'_>,
     ctx: &mut CallContext<'_>,
 ) -> RunOutcome {
+    let windows: Vec<&mut [u8]> = leases
+        .slices_mut()
+        .into_iter()
+        .map(|s| s.expect("windows are leased writable"))
+        .collect();
     run_on_windows(
         engine,
         windows,
