@@ -151,8 +151,11 @@ fn close_completes_everything_in_flight() {
     }
     qp.submit(Command::new(CommandId(64), Op::Identify))
         .unwrap();
-    h.qp = None;
+    // The pair that loaded the program outlives the close: were it dropped first, its
+    // program would go with it and the queued executions would find no program.
+    let owner = h.qp.take();
     h.dev.take().unwrap().close().unwrap();
+    drop(owner);
     let mut ids = HashSet::new();
     while let Some(c) = qp.try_reap() {
         match c.status {
