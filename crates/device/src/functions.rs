@@ -1623,6 +1623,8 @@ mod tests {
     /// `taken`) it equals a sort of all runs, with empty runs, duplicates across runs and
     /// windows at odd addresses; ties come from the lower run; bad tables are refused.
     #[test]
+    // The cases, the piecewise merge and the refusals share one store and one map.
+    #[allow(clippy::too_many_lines)]
     fn merge_runs_in_pieces_equals_a_sort_of_all_runs() {
         let dir = tempfile::tempdir().unwrap();
         let files = store(dir.path());

@@ -439,7 +439,8 @@ impl Programs {
                 return Err(bad("no load in progress; the first chunk has offset 0"))
             }
             (ProgramState::Loading, _) => {
-                next_chunk_fits(slot, offset, total_size_bytes, ptype, entry).map_err(|r| bad(&r))?;
+                next_chunk_fits(slot, offset, total_size_bytes, ptype, entry)
+                    .map_err(|r| bad(&r))?;
             }
         }
         if offset as usize + data.len() > total_size_bytes as usize {

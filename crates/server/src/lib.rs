@@ -39,6 +39,9 @@ mod help;
 mod peer;
 mod quota;
 mod replies;
+// The shared-memory transport's connect and serve paths are still long functions, split
+// in their own change; the lint applies to it once they are.
+#[allow(clippy::too_many_lines)]
 pub mod shm;
 pub mod tcp;
 
@@ -469,7 +472,6 @@ pub struct Server {
     shm_paths: Vec<std::path::PathBuf>,
 }
 
-
 /// The connections allowed per source address and the write stall limit of `options`
 /// (defaults when unset), each checked against its range.
 fn check_connection_limits(options: &ServerOptions) -> Result<(usize, Duration), ServerError> {
@@ -499,13 +501,13 @@ fn check_connection_limits(options: &ServerOptions) -> Result<(usize, Duration),
 fn tls_config(options: &ServerOptions) -> Result<Option<Arc<rustls::ServerConfig>>, ServerError> {
     Ok(match &options.tls {
         Some((cert, key)) => Some(
-            csx_host::transport::tcp::conn::tls::server_config(cert, key).map_err(
-                |source| ServerError::Tls {
+            csx_host::transport::tcp::conn::tls::server_config(cert, key).map_err(|source| {
+                ServerError::Tls {
                     cert: cert.clone(),
                     key: key.clone(),
                     source,
-                },
-            )?,
+                }
+            })?,
         ),
         None => None,
     })

@@ -33,9 +33,8 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::tcp::framing::{
     data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    CommandCapsule,
-    ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason, TermReq,
-    CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    CommandCapsule, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
+    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
@@ -239,7 +238,13 @@ fn call_help_on_overrun(qp: &QueuePair, help: &Arc<HelpSignal>) {
 
 /// Gives back what a departed client held: its queue pair (its memory and, when the
 /// server reclaims programs, its programs) goes now.
-fn release_client(quota: &Quota, qp: Arc<QueuePair>, ctx: &Context, peer: SocketAddr, queue_id: u32) {
+fn release_client(
+    quota: &Quota,
+    qp: Arc<QueuePair>,
+    ctx: &Context,
+    peer: SocketAddr,
+    queue_id: u32,
+) {
     let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
     if reclaimed > 0 {
         tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
@@ -673,30 +678,31 @@ impl Connection<'_> {
         cap: &CommandCapsule<'_>,
         cid: CommandId,
         data_len: usize,
-    ) -> Result<Command, Completion> {
-    let refused =
-        |status: Status, message: String| Completion::error(cid, status, "transport", message);
-    if cap.queue_id != self.queue_id {
-        Err(refused(
-            Status::InvalidField,
-            format!(
-                "capsule for queue {} arrived on queue {}",
-                cap.queue_id, self.queue_id
-            ),
-        ))
-    } else {
-        match decode_command(cap.frame) {
-            Ok(cmd) if data_len > 0 && !takes_data(&cmd) => Err(refused(
+    ) -> Result<Command, Box<Completion>> {
+        let refused = |status: Status, message: String| {
+            Box::new(Completion::error(cid, status, "transport", message))
+        };
+        if cap.queue_id != self.queue_id {
+            Err(refused(
                 Status::InvalidField,
-                format!("{} takes no data pdus", cmd.op.name()),
-            )),
-            Ok(cmd) => Ok(cmd),
-            Err(e) => Err(refused(
-                wire_status(&e),
-                format!("undecodable command: {e}"),
-            )),
+                format!(
+                    "capsule for queue {} arrived on queue {}",
+                    cap.queue_id, self.queue_id
+                ),
+            ))
+        } else {
+            match decode_command(cap.frame) {
+                Ok(cmd) if data_len > 0 && !takes_data(&cmd) => Err(refused(
+                    Status::InvalidField,
+                    format!("{} takes no data pdus", cmd.op.name()),
+                )),
+                Ok(cmd) => Ok(cmd),
+                Err(e) => Err(refused(
+                    wire_status(&e),
+                    format!("undecodable command: {e}"),
+                )),
+            }
         }
-    }
     }
 
     /// One command capsule: submit it, or start collecting its data.
@@ -744,7 +750,7 @@ impl Connection<'_> {
                 })
             }
             Err(c) => {
-                self.answer(c);
+                self.answer(*c);
                 if data_len > 0 {
                     *pending = Some(Pending {
                         cid,

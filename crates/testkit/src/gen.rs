@@ -424,7 +424,7 @@ fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<
         85..=91 => gen_helper_call(c),
         92..=93 => vec![plain(OP_CALLX, c.src(), 0, 0, 0)],
         94..=95 => vec![plain(OP_EXIT, 0, 0, 0, 0)],
-        96..=97 => gen_indexed_pointer(c, i),
+        96..=97 => gen_indexed_pointer(c),
         _ => gen_derived_pointer(c),
     }
 }
@@ -500,7 +500,7 @@ fn gen_atomic(c: &mut Choices<'_>) -> Vec<Pending> {
 /// A pointer plus a bounded index, as a data-indexed array is addressed:
 /// `dst = src & mask` (or `src >> k`, or a 32-bit `and`), `dst += base`, `dst += off`.
 /// Through r10 the JIT may prove such accesses in the frame.
-fn gen_indexed_pointer(c: &mut Choices<'_>, i: usize) -> Vec<Pending> {
+fn gen_indexed_pointer(c: &mut Choices<'_>) -> Vec<Pending> {
     let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
     let src = c.src();
     let base = c.pick(&[10u8, 10, 1, 3]);

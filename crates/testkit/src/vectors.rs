@@ -454,7 +454,11 @@ fn parse_number(body: &str) -> Result<u64, String> {
 /// The expected verifier message of a `verify-error` section: its lines without
 /// comments, joined by spaces; never empty.
 fn expected_message(body: &str) -> Result<String, String> {
-    let text = body.lines().map(strip_comment).collect::<Vec<_>>().join(" ");
+    let text = body
+        .lines()
+        .map(strip_comment)
+        .collect::<Vec<_>>()
+        .join(" ");
     let text = text.trim();
     if text.is_empty() {
         return Err("empty expected message".into());

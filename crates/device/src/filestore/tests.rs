@@ -1008,6 +1008,9 @@ impl Harness {
         }
     }
 
+    // One arm per operation of the model, each the store's behaviour beside it: the
+    // model reads as one table.
+    #[allow(clippy::too_many_lines)]
     fn apply(&mut self, op: &Op) {
         let flushes_before = self.flushes();
         let model_before = self.model.clone();

@@ -60,7 +60,9 @@ impl Shared {
                 }
                 Err(e) => fail_with(&e),
             },
-            Op::PersistProgram { pind, name } => done(self.programs.persist_as(client, *pind, name)),
+            Op::PersistProgram { pind, name } => {
+                done(self.programs.persist_as(client, *pind, name))
+            }
             Op::DeactivateProgram { pind } => done(self.programs.deactivate(*pind)),
             Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
             {
