@@ -29,6 +29,6 @@ pub mod run;
 pub mod sdk;
 pub mod workloads;
 
-pub use compile::{BuildError, Compiler};
+pub use compile::{program, BuildError, Compiler};
 pub use run::{read_file_timed, DeviceRun, PhaseTime, Phases, RunError, Runner};
 pub use workloads::{by_name, Case, Invocation, Origin, Outcome, Shape, Workload, WORKLOADS};
