@@ -12,6 +12,8 @@
 //!   headers) registered with `cargo:rerun-if-changed` so builds stay incremental.
 //! * [`object_table`]: the Rust source of a `(name, eBPF object)` table that embeds the
 //!   objects with `include_bytes!`.
+//! * [`embed_folder`]: the whole build script of a folder of device programs: each
+//!   `.c` file compiled with the SDK header, and the table of their objects written.
 //! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
 
 #![warn(clippy::too_many_lines)]
@@ -235,6 +237,50 @@ pub fn object_table(
     }
     table.push_str("];\n");
     table
+}
+
+/// A folder of device programs to embed: every `.c` file of `sources` compiled with
+/// [`BPF_FLAGS`] and `flags`, `sdk/include` and the folder itself on the include path,
+/// into OUT_DIR.
+#[derive(Clone, Copy, Debug)]
+pub struct Folder<'a> {
+    /// The folder, relative to the crate (`../../sdk/programs`).
+    pub sources: &'a str,
+    /// Flags after [`BPF_FLAGS`].
+    pub flags: &'a [&'a str],
+    /// The generated file in OUT_DIR (`sdk_programs.rs`) and the comment naming its maker.
+    pub table_file: &'a str,
+    pub generated_by: &'a str,
+    /// The doc comment of the table `pub static OBJECTS: &[(&str, &[u8])]`.
+    pub doc: &'a str,
+}
+
+/// Compiles every program of `folder` (`<stem>.bpf.o` in OUT_DIR) and writes the
+/// `OBJECTS` table of them; a failure is reported to cargo ([`error`]), which fails
+/// the build.
+pub fn embed_folder(folder: &Folder<'_>) {
+    let out = out_dir();
+    let source_dir = repo_path(folder.sources);
+    let include_dir = repo_path("../../sdk/include");
+    println!(
+        "cargo:rerun-if-changed={}",
+        include_dir.join("csx.h").display()
+    );
+    let clang = Clang::from_env();
+    let sources = match c_sources(&source_dir) {
+        Ok(s) => s,
+        Err(e) => return error(&e),
+    };
+    let mut objects = Vec::new();
+    for (name, path) in &sources {
+        let object = out.join(format!("{name}.bpf.o"));
+        if let Err(e) = clang.bpf(path, &object, folder.flags, &[&include_dir, &source_dir]) {
+            return error(&e);
+        }
+        objects.push((name.clone(), object));
+    }
+    let table = object_table(folder.generated_by, folder.doc, "OBJECTS", &objects);
+    fs::write(out.join(folder.table_file), table).expect("OUT_DIR is writable");
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 
 use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran};
+use csx_testkit::bytes::seeded;
 use csx_testkit::tools;
 
 const MODES: [Mode; 3] = [Mode::Host, Mode::Device, Mode::Auto];
@@ -48,16 +49,6 @@ fn next(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        v.extend_from_slice(&next(&mut s).to_le_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 /// Bytes of a grep row and of a knn vector (dim 16 × i32).
@@ -121,13 +112,13 @@ fn read_cases() -> Vec<ReadCase> {
     vec![
         ReadCase {
             program: "stats64",
-            data: random_bytes(1, (300 << 10) + 40),
+            data: seeded((300 << 10) + 40, 1),
             chunks: vec![64 << 10, 40_000, 1 << 20],
             args: |_| small_output(32),
         },
         ReadCase {
             program: "stats32",
-            data: random_bytes(2, (300 << 10) + 12),
+            data: seeded((300 << 10) + 12, 2),
             chunks: vec![64 << 10, 30_004, 1 << 20],
             args: |_| LambdaArgs::default(),
         },
@@ -358,7 +349,7 @@ fn errors_are_typed() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
         let io = LambdaIo::new(dev, &options()).unwrap();
-        dev.put_bytes("/lambda/e", &random_bytes(3, 8192)).unwrap();
+        dev.put_bytes("/lambda/e", &seeded(8192, 3)).unwrap();
         let file = io.open("/lambda/e").unwrap();
         let traps = Lambda::load(dev, "traps", &crate::programs::compile(TRAPS), None).unwrap();
         for mode in [Mode::Host, Mode::Device] {
@@ -404,7 +395,7 @@ fn errors_are_typed() {
 fn the_stop_flag_ends_a_spinning_lambda() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
-        dev.put_bytes("/lambda/s", &random_bytes(5, 4096)).unwrap();
+        dev.put_bytes("/lambda/s", &seeded(4096, 5)).unwrap();
         let spin = Lambda::load(
             dev,
             "spin",
@@ -444,8 +435,7 @@ fn host_side_needs_a_local_image() {
     crate::run(crate::SHM, |f| {
         let dev = f.dev();
         let io = LambdaIo::new(dev, &options()).unwrap();
-        dev.put_bytes("/lambda/remote", &random_bytes(4, 4096))
-            .unwrap();
+        dev.put_bytes("/lambda/remote", &seeded(4096, 4)).unwrap();
         let file = io.open("/lambda/remote").unwrap();
         let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
         let args = small_output(32);
@@ -498,7 +488,7 @@ fn host_cache_ratio_budget_and_write_invalidation() {
         )
         .unwrap();
         let size = 256u64 << 10;
-        dev.put_bytes("/lambda/c", &random_bytes(5, size as usize))
+        dev.put_bytes("/lambda/c", &seeded(size as usize, 5))
             .unwrap();
         let mut file = io.open("/lambda/c").unwrap();
         io.cache_drop().unwrap();
@@ -571,7 +561,7 @@ fn fragmented_files_read_the_same_on_both_sides() {
         dev.truncate_file("/lambda/frag", (expected.len() + hole) as u64)
             .unwrap();
         expected.resize(expected.len() + hole, 0);
-        let tail = random_bytes(99, piece);
+        let tail = seeded(piece, 99);
         dev.write_file("/lambda/frag", expected.len() as u64, &tail)
             .unwrap();
         expected.extend_from_slice(&tail);
