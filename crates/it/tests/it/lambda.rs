@@ -549,7 +549,7 @@ fn fragmented_files_read_the_same_on_both_sides() {
         let piece = 12 << 10;
         let mut expected = Vec::new();
         for i in 0..6u64 {
-            let a = random_bytes(10 + i, piece);
+            let a = seeded(piece, 10 + i);
             dev.write_file("/lambda/frag", i * piece as u64, &a)
                 .unwrap();
             dev.write_file("/lambda/other", i * piece as u64, &a)
