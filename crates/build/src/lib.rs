@@ -248,8 +248,9 @@ pub struct Folder<'a> {
     pub sources: &'a str,
     /// Flags after [`BPF_FLAGS`].
     pub flags: &'a [&'a str],
-    /// The generated file in OUT_DIR (`sdk_programs.rs`) and the comment naming its maker.
+    /// The generated file in OUT_DIR (`sdk_programs.rs`).
     pub table_file: &'a str,
+    /// Its first comment, naming the build script that made it.
     pub generated_by: &'a str,
     /// The doc comment of the table `pub static OBJECTS: &[(&str, &[u8])]`.
     pub doc: &'a str,

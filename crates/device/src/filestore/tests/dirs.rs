@@ -342,11 +342,7 @@ fn kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree() {
                 tree_data(g),
                 "{at}"
             );
-            assert_eq!(
-                read_all(&store, &format!("{at}/f")),
-                seeded(100, g),
-                "{at}"
-            );
+            assert_eq!(read_all(&store, &format!("{at}/f")), seeded(100, g), "{at}");
             let expect: &[&str] = if g + 1 == done.len() as u64 {
                 &["data", "empty/", "f"]
             } else {
