@@ -754,14 +754,12 @@ pub fn build<'py>(py: Python<'py>, source: String, name: &str) -> PyResult<Bound
     Ok(PyBytes::new(py, &object))
 }
 
-/// The eBPF object of the SDK program `name` (sdk/programs: stats64, filter, ...).
+/// The eBPF object of the SDK program `name` (sdk/programs: stats64, filter, ...), built
+/// in: no clang needed.
 #[pyfunction]
 pub fn sdk_program<'py>(py: Python<'py>, name: String) -> PyResult<Bound<'py, PyBytes>> {
-    let object = py.detach(move || -> Result<Vec<u8>> {
-        let compiler = csx_workloads::compile::Compiler::new()?;
-        Ok(compiler.program(&name)?)
-    })?;
-    Ok(PyBytes::new(py, &object))
+    let object = csx_workloads::compile::program(&name).map_err(Error::from)?;
+    Ok(PyBytes::new(py, object))
 }
 
 /// The names of the SDK's programs.

@@ -343,7 +343,6 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
     let config = device_config(args.size, args.compute_scale)?;
     let engines = config.perf.engines.unwrap_or(4);
     let dev = Device::init(&dir, config)?;
-    let compiler = csx_workloads::Compiler::new()?;
     let bench = Bench {
         dev: &dev,
         chunk: args.chunk,
@@ -352,7 +351,12 @@ pub fn run(args: LambdaBenchArgs) -> anyhow::Result<u8> {
     };
     let mut lambdas = Vec::new();
     for name in ["stats64", "stats32", "knn", "grep", "bitmap"] {
-        lambdas.push(Lambda::load(&dev, name, &compiler.program(name)?, None)?);
+        lambdas.push(Lambda::load(
+            &dev,
+            name,
+            csx_workloads::program(name)?,
+            None,
+        )?);
     }
     let mut rows = Vec::new();
     let result = run_cases(&bench, &lambdas, args.size, &mut rows, args.json);
@@ -871,7 +875,7 @@ mod tests {
             );
             compiler.compile_source(&format!("{name}-plain"), &source, &["-Wall"])
         } else {
-            compiler.program(name)
+            csx_workloads::program(name).map(<[u8]>::to_vec)
         }
         .unwrap_or_else(|e| panic!("{e}"));
         let engine = csx_lambda::program::host_engine(name, &image, None).unwrap();

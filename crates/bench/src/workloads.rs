@@ -39,7 +39,7 @@ use csx_host::Device;
 use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::{
-    read_file_timed, Case, Compiler, Outcome, PhaseTime, Phases, Runner, Shape, Workload, WORKLOADS,
+    read_file_timed, Case, Outcome, PhaseTime, Phases, Runner, Shape, Workload, WORKLOADS,
 };
 
 use super::plot::BarChart;
@@ -156,8 +156,7 @@ pub fn run(args: WorkloadsBenchArgs) -> anyhow::Result<u8> {
     let load_before = load_average();
     let dev = Device::init(&tmp.path().join("dev"), config)
         .context("cannot create the benchmark device")?;
-    let compiler = Compiler::new().context("the benchmark compiles the SDK programs")?;
-    let mut session = Runner::new(&dev, compiler);
+    let mut session = Runner::new(&dev);
     let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;
     if !args.json {
         print_header(&args, size, workloads.len(), load_before);

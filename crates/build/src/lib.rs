@@ -1,13 +1,19 @@
-//! csx-build: what the build scripts that compile C to eBPF share (a build-dependency of
-//! csx-data, csx-fs and csx-bench).
+//! csx-build: the one C-to-eBPF path of csx. The build scripts that embed device programs
+//! (csx-data, csx-fs, csx-bench, csx-workloads) use it as a build-dependency; csx-workloads'
+//! run-time compiler (`csx build`) uses [`compile_bpf`] too, so every compile has the
+//! same flags ([`BPF_FLAGS`]).
 //!
-//! * [`Clang`]: the compiler (`$CSX_CLANG`, else `clang`), its version, and one eBPF
-//!   compile ([`Clang::bpf`]) with the flags each caller chooses; a clang that cannot run
-//!   is an error naming `scripts/setup.sh`.
+//! * [`compile_bpf`]: one compile, `clang BPF_FLAGS FLAGS -I INCLUDE... -c SOURCE -o
+//!   OBJECT`, its diagnostics captured in the error; a clang that cannot run is an error
+//!   naming `scripts/setup.sh`.
+//! * [`Clang`]: the build scripts' compiler (`$CSX_CLANG`, else `clang`), its version,
+//!   and [`Clang::bpf`] (a [`compile_bpf`] whose error is the message cargo prints).
 //! * [`c_sources`]: the `.c` files of a directory, sorted, each (and the directory, and its
 //!   headers) registered with `cargo:rerun-if-changed` so builds stay incremental.
 //! * [`object_table`]: the Rust source of a `(name, eBPF object)` table that embeds the
 //!   objects with `include_bytes!`.
+//! * [`embed_folder`]: the whole build script of a folder of device programs: each
+//!   `.c` file compiled with the SDK header, and the table of their objects written.
 //! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
 
 #![warn(clippy::too_many_lines)]
@@ -38,13 +44,107 @@ pub fn out_dir() -> PathBuf {
 }
 
 /// The one flag set of every C-to-eBPF compile in csx: the build scripts' (through
-/// [`Clang::bpf`]), the tests' (`csx_testkit::tools::compile_bpf`) and `csx build`'s.
+/// [`Clang::bpf`]), the run-time compiler's and `csx build`'s (through [`compile_bpf`]),
+/// and the tests' (`csx_testkit::tools::compile_bpf`).
 /// Version 3 of the ISA (32-bit jumps and ALU), and no common symbols (an uninitialised
 /// global gets a section the loader places, not a COMMON symbol it cannot). A caller
 /// adds warnings or include directories, never another target or optimisation level.
 pub const BPF_FLAGS: &[&str] = &["-O2", "-target", "bpf", "-mcpu=v3", "-fno-common"];
 
-/// The C compiler of device programs.
+/// The extra flags of the SDK's own programs: they compile without a warning.
+pub const SDK_PROGRAM_FLAGS: &[&str] = &["-Wall", "-Werror"];
+
+/// Why a C-to-eBPF compile failed.
+#[derive(Debug)]
+pub enum CompileError {
+    /// The compiler did not start (not installed, or not executable).
+    NotRunnable {
+        clang: String,
+        source_path: PathBuf,
+        source: std::io::Error,
+    },
+    /// It ran and refused the source; `stderr` holds its diagnostics.
+    Failed {
+        clang: String,
+        source_path: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompileError::NotRunnable {
+                clang,
+                source_path,
+                source,
+            } => write!(
+                f,
+                "running {clang} on {}: {source}; {SETUP_HINT}",
+                source_path.display()
+            ),
+            CompileError::Failed {
+                clang,
+                source_path,
+                status,
+                stderr,
+            } => write!(
+                f,
+                "{clang} -target bpf failed on {} ({status}):\n{stderr}",
+                source_path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CompileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CompileError::NotRunnable { source, .. } => Some(source),
+            CompileError::Failed { .. } => None,
+        }
+    }
+}
+
+/// Compiles the C file `source` to the eBPF object `object`:
+/// `CLANG BPF_FLAGS FLAGS -I INCLUDE... -c SOURCE -o OBJECT` (see [`BPF_FLAGS`]).
+/// clang's diagnostics are captured: a failure carries them.
+pub fn compile_bpf(
+    clang: &Path,
+    source: &Path,
+    object: &Path,
+    flags: &[&str],
+    includes: &[&Path],
+) -> Result<(), CompileError> {
+    let mut cmd = Command::new(clang);
+    cmd.args(BPF_FLAGS).args(flags);
+    for dir in includes {
+        cmd.arg("-I").arg(dir);
+    }
+    let output = cmd
+        .arg("-c")
+        .arg(source)
+        .arg("-o")
+        .arg(object)
+        .output()
+        .map_err(|e| CompileError::NotRunnable {
+            clang: clang.display().to_string(),
+            source_path: source.to_path_buf(),
+            source: e,
+        })?;
+    if !output.status.success() {
+        return Err(CompileError::Failed {
+            clang: clang.display().to_string(),
+            source_path: source.to_path_buf(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The C compiler of device programs, as a build script finds it.
 #[derive(Clone, Debug)]
 pub struct Clang {
     /// The command: `$CSX_CLANG`, else `clang`.
@@ -79,8 +179,8 @@ impl Clang {
         Ok(text.lines().next().unwrap_or("clang").trim().to_string())
     }
 
-    /// Compiles `source` to the eBPF object `object`:
-    /// `clang BPF_FLAGS FLAGS -I INCLUDE... -c SOURCE -o OBJECT` (see [`BPF_FLAGS`]).
+    /// Compiles `source` to the eBPF object `object` ([`compile_bpf`]); the error is
+    /// the message to report, clang's diagnostics included.
     pub fn bpf(
         &self,
         source: &Path,
@@ -88,26 +188,8 @@ impl Clang {
         flags: &[&str],
         includes: &[&Path],
     ) -> Result<(), String> {
-        let clang = &self.path;
-        let mut cmd = Command::new(clang);
-        cmd.args(BPF_FLAGS).args(flags);
-        for dir in includes {
-            cmd.arg("-I").arg(dir);
-        }
-        let status = cmd
-            .arg("-c")
-            .arg(source)
-            .arg("-o")
-            .arg(object)
-            .status()
-            .map_err(|e| format!("running {clang} on {}: {e}; {SETUP_HINT}", source.display()))?;
-        if !status.success() {
-            return Err(format!(
-                "{clang} -target bpf failed on {} ({status})",
-                source.display()
-            ));
-        }
-        Ok(())
+        compile_bpf(Path::new(&self.path), source, object, flags, includes)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -157,6 +239,51 @@ pub fn object_table(
     table
 }
 
+/// A folder of device programs to embed: every `.c` file of `sources` compiled with
+/// [`BPF_FLAGS`] and `flags`, `sdk/include` and the folder itself on the include path,
+/// into OUT_DIR.
+#[derive(Clone, Copy, Debug)]
+pub struct Folder<'a> {
+    /// The folder, relative to the crate (`../../sdk/programs`).
+    pub sources: &'a str,
+    /// Flags after [`BPF_FLAGS`].
+    pub flags: &'a [&'a str],
+    /// The generated file in OUT_DIR (`sdk_programs.rs`).
+    pub table_file: &'a str,
+    /// Its first comment, naming the build script that made it.
+    pub generated_by: &'a str,
+    /// The doc comment of the table `pub static OBJECTS: &[(&str, &[u8])]`.
+    pub doc: &'a str,
+}
+
+/// Compiles every program of `folder` (`<stem>.bpf.o` in OUT_DIR) and writes the
+/// `OBJECTS` table of them; a failure is reported to cargo ([`error`]), which fails
+/// the build.
+pub fn embed_folder(folder: &Folder<'_>) {
+    let out = out_dir();
+    let source_dir = repo_path(folder.sources);
+    let include_dir = repo_path("../../sdk/include");
+    println!(
+        "cargo:rerun-if-changed={}",
+        include_dir.join("csx.h").display()
+    );
+    let clang = Clang::from_env();
+    let sources = match c_sources(&source_dir) {
+        Ok(s) => s,
+        Err(e) => return error(&e),
+    };
+    let mut objects = Vec::new();
+    for (name, path) in &sources {
+        let object = out.join(format!("{name}.bpf.o"));
+        if let Err(e) = clang.bpf(path, &object, folder.flags, &[&include_dir, &source_dir]) {
+            return error(&e);
+        }
+        objects.push((name.clone(), object));
+    }
+    let table = object_table(folder.generated_by, folder.doc, "OBJECTS", &objects);
+    fs::write(out.join(folder.table_file), table).expect("OUT_DIR is writable");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +315,26 @@ mod tests {
             .bpf(Path::new("x.c"), Path::new("x.o"), &[], &[])
             .unwrap_err();
         assert!(e.contains("scripts/setup.sh") && e.contains("x.c"), "{e}");
+    }
+
+    /// A source clang refuses: the error names the file and carries clang's own
+    /// diagnostic (the word it could not resolve). Needs clang, as every build does.
+    #[test]
+    fn a_refused_source_carries_the_diagnostics() {
+        let dir = std::env::temp_dir().join(format!("csx-build-refused-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("broken.c");
+        fs::write(&source, "int f(void) { return no_such_name; }\n").unwrap();
+        let clang = std::env::var("CSX_CLANG").unwrap_or_else(|_| "clang".to_string());
+        let e =
+            compile_bpf(Path::new(&clang), &source, &dir.join("broken.o"), &[], &[]).unwrap_err();
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(e, CompileError::Failed { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("broken.c") && text.contains("no_such_name"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -33,9 +33,7 @@ use csx_host::Device;
 use csx_lambda::{LambdaIo, LambdaOptions};
 use csx_proto::EngineKind;
 use csx_workloads::reference::{grep_counts, knn_hits, Stats};
-use csx_workloads::{
-    read_file_timed, Case, Compiler, Outcome, Phases, Runner, Shape, Workload, WORKLOADS,
-};
+use csx_workloads::{read_file_timed, Case, Outcome, Phases, Runner, Shape, Workload, WORKLOADS};
 
 use crate::connect::{format_size, parse_size};
 use crate::{exit, GlobalArgs};
@@ -197,8 +195,7 @@ pub fn run(args: DemoArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     // A device given with --device models its completions with its own profile; the
     // host's side is modelled with --profile's.
     let model = profile;
-    let compiler = Compiler::new().context("the demo compiles the SDK programs")?;
-    let mut session = Runner::new(&dev, compiler);
+    let mut session = Runner::new(&dev);
     // Cold runs drop the device's image from the host page cache; that needs the image
     // on this machine (an embedded device, or one served here).
     let io = LambdaIo::new(&dev, &LambdaOptions::default()).context("the host's cache")?;

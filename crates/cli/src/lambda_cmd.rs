@@ -228,8 +228,7 @@ pub(crate) fn lambda_object(prog: &str) -> anyhow::Result<(String, Vec<u8>)> {
         .iter()
         .any(|p| p.name == prog)
     {
-        let compiler = csx_workloads::Compiler::new()?;
-        return Ok((prog.to_string(), compiler.program(prog)?));
+        return Ok((prog.to_string(), csx_workloads::program(prog)?.to_vec()));
     }
     bail!("{prog} is neither a file nor an SDK program")
 }

@@ -29,14 +29,16 @@ use csx_ebpf::trap::{Trap, TrapKind};
 use csx_proto::abi;
 use csx_proto::limits::WINDOWS_MAX;
 use csx_proto::{
-    ClientId, CommandId, Completion, ErrorDetail, ExecuteInfo, MemRange, Op, Reply, Status,
-    Windows, WireTrap, WireTrapKind,
+    ClientId, CommandId, Completion, ErrorDetail, ExecuteInfo, MemRange, Op, ProgramIndex, Reply,
+    Status, Windows, WireTrap, WireTrapKind,
 };
 
 use crate::functions::{CallContext, STOPPED_IN_FUNCTION};
+use crate::programs::RunTicket;
 use crate::rangeset::{check_ranges, RangeSetUse};
 use crate::runtime::{ns, Shared};
 use crate::slm::{LeaseRequest, Leases};
+use crate::state::StateMapping;
 use crate::status::{fail, fail_with, window_status, ToStatus};
 
 /// Region of `struct csx_args`.
@@ -265,6 +267,23 @@ impl Shared {
             .map_err(|e| Box::new(fail(window_status(&e), "execute", e.to_string())))
     }
 
+    /// Borrows the program's engine first (the slot cannot be deactivated meanwhile),
+    /// then resolves the windows and leases their bytes.
+    fn admit<'a>(
+        &'a self,
+        client: ClientId,
+        pind: ProgramIndex,
+        windows: &'a Windows,
+    ) -> Result<(RunTicket<'a>, WindowRanges<'a>, Leases), Refusal> {
+        let ticket = self
+            .programs
+            .begin_run(pind)
+            .map_err(|e| Box::new(fail_with(&e)))?;
+        let resolved = self.resolve_windows(client, windows)?;
+        let leases = self.lease_windows(client, resolved.ranges())?;
+        Ok((ticket, resolved, leases))
+    }
+
     /// Runs one Execute command (on an engine thread, or inline on a transport's) under
     /// `stop`; `leash`: the hook the watchdog calls if the run lasts (an inline run).
     pub(crate) fn execute(
@@ -286,39 +305,16 @@ impl Shared {
         else {
             unreachable!("execute is only called for Execute");
         };
-        if let Some(reason) = StopReason::from_code(stop.reason()) {
-            // Aborted while it waited in the queue.
-            let mut c = Completion::new(CommandId(0), Status::Aborted);
-            c.detail = Some(ErrorDetail::new(
-                "execute",
-                0,
-                format!("{} before it ran", stop_cause(reason)),
-            ));
+        if let Some(c) = stopped_in_queue(stop) {
             return c;
         }
         let prepare_start = Instant::now();
-        // First, borrow the program's engine: the slot cannot be deactivated meanwhile.
-        let ticket = match self.programs.begin_run(*pind) {
-            Ok(t) => t,
-            Err(e) => return fail_with(&e),
-        };
-        // Then, resolve the windows and lease their bytes.
-        let resolved = match self.resolve_windows(client, windows) {
-            Ok(w) => w,
-            Err(c) => return *c,
-        };
-        let ranges = resolved.ranges();
-        let mut leases = match self.lease_windows(client, ranges) {
-            Ok(l) => l,
+        let (ticket, _resolved, mut leases) = match self.admit(client, *pind, windows) {
+            Ok(admitted) => admitted,
             Err(c) => return *c,
         };
         // Next, build the argument block and the region table, and run.
         let state = self.state.map();
-        let windows: Vec<&mut [u8]> = leases
-            .slices_mut()
-            .into_iter()
-            .map(|s| s.expect("windows are leased writable"))
-            .collect();
         // Where the profile models compute from work (`PerfModel::counts_work`), the
         // execution counts its instructions and its modelled compute comes from them
         // (`crate::perf`); otherwise it runs the uncounted code, priced from fuel.
@@ -345,21 +341,7 @@ impl Shared {
             stop,
             leash,
         );
-        let outcome = run_on_windows(
-            ticket.engine.as_ref(),
-            windows,
-            |mem| {
-                // SAFETY: the mapping's bytes live in the device's shared state, which
-                // outlives this run; `state` (the gate held shared) keeps clear and save
-                // from touching them until it drops after the run. Concurrent runs write
-                // them racily by design (see `state`), which the VM tolerates.
-                let addr = unsafe { mem.map_raw(STATE_REGION, state.ptr, state.len, true) }
-                    .expect("the shared state size is bounded below the region limit");
-                (addr, state.len as u64)
-            },
-            &call,
-            &mut ctx,
-        );
+        let outcome = run_with_state(ticket.engine.as_ref(), &mut leases, &state, &call, &mut ctx);
         let run = run_start.elapsed();
         drop(watch);
         // The region table's borrows end here; release the state and the windows before
@@ -368,30 +350,85 @@ impl Shared {
         drop(leases);
         let work = counts.as_ref().map(|counts| blocks.work(&counts.values()));
         let mut c = completion_of(&outcome, &mut ctx, work.as_ref());
-        match &outcome.result {
-            Err(Trap {
-                pc,
-                kind: TrapKind::Stopped { reason },
-            }) => stopped(&mut c, *pc, *reason, outcome.fuel_used, limit_ms),
-            // A device function saw the flag and stopped the run inside its call.
-            Err(Trap {
-                pc,
-                kind:
-                    TrapKind::HelperAbort {
-                        code: STOPPED_IN_FUNCTION,
-                        ..
-                    },
-            }) if stop.is_set() => stopped(&mut c, *pc, stop.reason(), outcome.fuel_used, limit_ms),
-            // The run ended on its own, but after its time limit passed (inside one long
-            // call, which the flag could not interrupt): past its limit, not a success.
-            Ok(_) if StopReason::from_code(stop.reason()) == Some(StopReason::TimeLimit) => {
-                overran(&mut c, outcome.fuel_used, limit_ms, run);
-            }
-            _ => {}
-        }
+        mark_stop(&mut c, &outcome, stop, limit_ms, run);
         c.timing.prepare_ns = prepare_ns;
         c.timing.execute_ns = ns(run.saturating_sub(ctx.io));
         c
+    }
+}
+
+/// Runs `engine` on the leased windows with the device's shared state mapped as its
+/// state region.
+fn run_with_state(
+    engine: &dyn Engine,
+    leases: &mut Leases,
+    state: &StateMapping<'_>,
+    call: &RunCall<'_>,
+    ctx: &mut CallContext<'_>,
+) -> RunOutcome {
+    let windows: Vec<&mut [u8]> = leases
+        .slices_mut()
+        .into_iter()
+        .map(|s| s.expect("windows are leased writable"))
+        .collect();
+    run_on_windows(
+        engine,
+        windows,
+        |mem| {
+            // SAFETY: the mapping's bytes live in the device's shared state, which
+            // outlives this run; `state` (the gate held shared) keeps clear and save
+            // from touching them until it drops after the run. Concurrent runs write
+            // them racily by design (see `state`), which the VM tolerates.
+            let addr = unsafe { mem.map_raw(STATE_REGION, state.ptr, state.len, true) }
+                .expect("the shared state size is bounded below the region limit");
+            (addr, state.len as u64)
+        },
+        call,
+        ctx,
+    )
+}
+
+/// The completion of a run aborted while it waited in the queue, if it was.
+fn stopped_in_queue(stop: &StopFlag) -> Option<Completion> {
+    let reason = StopReason::from_code(stop.reason())?;
+    let mut c = Completion::new(CommandId(0), Status::Aborted);
+    c.detail = Some(ErrorDetail::new(
+        "execute",
+        0,
+        format!("{} before it ran", stop_cause(reason)),
+    ));
+    Some(c)
+}
+
+/// Marks `c` stopped (by abort, close or time limit) or overrun when the run's outcome
+/// says so; a run that ended on its own inside its limit keeps its completion.
+fn mark_stop(
+    c: &mut Completion,
+    outcome: &RunOutcome,
+    stop: &StopFlag,
+    limit_ms: u32,
+    run: Duration,
+) {
+    match &outcome.result {
+        Err(Trap {
+            pc,
+            kind: TrapKind::Stopped { reason },
+        }) => stopped(c, *pc, *reason, outcome.fuel_used, limit_ms),
+        // A device function saw the flag and stopped the run inside its call.
+        Err(Trap {
+            pc,
+            kind:
+                TrapKind::HelperAbort {
+                    code: STOPPED_IN_FUNCTION,
+                    ..
+                },
+        }) if stop.is_set() => stopped(c, *pc, stop.reason(), outcome.fuel_used, limit_ms),
+        // The run ended on its own, but after its time limit passed (inside one long
+        // call, which the flag could not interrupt): past its limit, not a success.
+        Ok(_) if StopReason::from_code(stop.reason()) == Some(StopReason::TimeLimit) => {
+            overran(c, outcome.fuel_used, limit_ms, run);
+        }
+        _ => {}
     }
 }
 

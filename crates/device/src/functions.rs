@@ -97,6 +97,25 @@ impl std::fmt::Debug for CallContext<'_> {
 
 type CallResult = Result<u64, HelperAbort>;
 
+/// One checked `csx_filter_u32`/`csx_filter_u64` call: `len` bytes of `width`-byte
+/// values at `src` compared by `op` with `operand`, one bit a value at `bitmap`.
+struct FilterCall {
+    name: &'static str,
+    width: usize,
+    src: u64,
+    len: u64,
+    bitmap: u64,
+    op: u64,
+    operand: u64,
+    kernel: fn(&[u8], &mut [u8], u64, u64) -> u64,
+}
+
+impl FilterCall {
+    fn bitmap_len(&self) -> u64 {
+        (self.len / self.width as u64).div_ceil(8)
+    }
+}
+
 /// The abort code a function stops its run with when the run's stop flag is set (no
 /// `CSX_E*` code is this low).
 pub const STOPPED_IN_FUNCTION: i64 = -0x7374_6f70;
@@ -406,26 +425,48 @@ impl<'a> CallContext<'a> {
         } else {
             filter::bits_u64
         };
+        let call = FilterCall {
+            name,
+            width,
+            src,
+            len,
+            bitmap,
+            op,
+            operand,
+            kernel,
+        };
         if overlap {
-            // The contract reads every value before the bitmap is written; when the
-            // bitmap overlaps the input, only a full staging copy keeps that order.
-            let mut bits = vec![0u8; bitmap_len as usize];
-            let data = match mem.slice(src, len) {
-                Ok(d) => d,
-                Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
-            };
-            let matches = kernel(data, &mut bits, op, operand);
-            return match mem.slice_mut(bitmap, bitmap_len) {
-                Ok(out) => {
-                    out.copy_from_slice(&bits);
-                    Ok(matches)
-                }
-                Err(t) => self.fail(name, CSX_EFAULT, t.to_string()),
-            };
+            self.filter_staged(&call, mem)
+        } else {
+            self.filter_blocks(&call, mem)
         }
-        // Disjoint ranges: one bounded stack block at a time, the bitmap bytes copied
-        // out as each block is done (a borrow of the input and one of the output cannot
-        // live together on one `MemoryMap`).
+    }
+
+    /// A filter whose bitmap overlaps its input: the contract reads every value before
+    /// the bitmap is written, and only a full staging copy keeps that order.
+    fn filter_staged(&mut self, f: &FilterCall, mem: &mut MemoryMap<'_>) -> CallResult {
+        let bitmap_len = f.bitmap_len();
+        let mut bits = vec![0u8; bitmap_len as usize];
+        let data = match mem.slice(f.src, f.len) {
+            Ok(d) => d,
+            Err(t) => return self.fail(f.name, CSX_EFAULT, t.to_string()),
+        };
+        let matches = (f.kernel)(data, &mut bits, f.op, f.operand);
+        match mem.slice_mut(f.bitmap, bitmap_len) {
+            Ok(out) => {
+                out.copy_from_slice(&bits);
+                Ok(matches)
+            }
+            Err(t) => self.fail(f.name, CSX_EFAULT, t.to_string()),
+        }
+    }
+
+    /// A filter over disjoint ranges: one bounded stack block at a time, the bitmap bytes
+    /// copied out as each block is done (a borrow of the input and one of the output
+    /// cannot live together on one `MemoryMap`).
+    fn filter_blocks(&mut self, f: &FilterCall, mem: &mut MemoryMap<'_>) -> CallResult {
+        let width = f.width;
+        let count = (f.len / width as u64) as usize;
         let mut staging = [0u8; filter::BLOCK_BITMAP_BYTES];
         let mut matches = 0u64;
         let mut done = 0usize;
@@ -438,14 +479,14 @@ impl<'a> CallContext<'a> {
             let n = (count - done).min(filter::BLOCK_VALUES);
             since_check += n * width;
             let bytes = n.div_ceil(8);
-            let data = match mem.slice(src + (done * width) as u64, (n * width) as u64) {
+            let data = match mem.slice(f.src + (done * width) as u64, (n * width) as u64) {
                 Ok(d) => d,
-                Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
+                Err(t) => return self.fail(f.name, CSX_EFAULT, t.to_string()),
             };
-            matches += kernel(data, &mut staging[..bytes], op, operand);
-            match mem.slice_mut(bitmap + (done / 8) as u64, bytes as u64) {
+            matches += (f.kernel)(data, &mut staging[..bytes], f.op, f.operand);
+            match mem.slice_mut(f.bitmap + (done / 8) as u64, bytes as u64) {
                 Ok(out) => out.copy_from_slice(&staging[..bytes]),
-                Err(t) => return self.fail(name, CSX_EFAULT, t.to_string()),
+                Err(t) => return self.fail(f.name, CSX_EFAULT, t.to_string()),
             }
             done += n;
         }
@@ -778,6 +819,47 @@ fn co_ranks(runs: &[&[u64]], n: usize) -> Vec<usize> {
 /// scratch stay in the caches.
 const MERGE_BLOCK_KEYS: usize = 8 << 10;
 
+/// Why a merge's output or `taken` (host address, length) may not be written: a run or
+/// the other shares a byte with it.
+fn merge_overlap(
+    runs: &[(*mut u8, u64)],
+    out: (*mut u8, u64),
+    taken: (*mut u8, u64),
+) -> Option<String> {
+    let overlap = |(p, plen): (*mut u8, u64), (q, qlen): (*mut u8, u64)| {
+        plen > 0
+            && qlen > 0
+            && (p as usize) < q as usize + qlen as usize
+            && (q as usize) < p as usize + plen as usize
+    };
+    for (i, &run) in runs.iter().enumerate() {
+        if overlap(run, out) || overlap(run, taken) {
+            return Some(format!("the output or taken overlaps run {i}"));
+        }
+    }
+    overlap(out, taken).then(|| "taken overlaps the output".to_string())
+}
+
+/// Merges the sorted runs of little-endian keys `runs` into `out` (`taken[i]`: keys
+/// taken from run `i`); returns the keys written. Aligned bytes are merged in place,
+/// others through decoded copies.
+fn merge_run_bytes(runs: &[&[u8]], out: &mut [u8], taken: &mut [u64]) -> usize {
+    let aligned: Option<Vec<&[u64]>> = runs.iter().map(|r| as_keys(r)).collect();
+    match (aligned, as_keys_mut(out)) {
+        (Some(keys), Some(ko)) => merge_runs_keys(&keys, ko, taken),
+        (_, _) => {
+            let owned: Vec<Vec<u64>> = runs.iter().map(|r| decode_keys(r)).collect();
+            let refs: Vec<&[u64]> = owned.iter().map(Vec::as_slice).collect();
+            let mut ko = vec![0u64; out.len() / 8];
+            let w = merge_runs_keys(&refs, &mut ko, taken);
+            for (c, v) in out.chunks_exact_mut(8).zip(&ko[..w]) {
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+            w
+        }
+    }
+}
+
 /// The multiway merge: the first `out.len()` keys of the union of the sorted `runs`
 /// (fewer when they run out), ties from the lower run first; `taken[i]` gets the keys
 /// used from run i. Returns the keys written.
@@ -855,29 +937,10 @@ impl CallContext<'_> {
                 format!("{n} runs: between 1 and {MERGE_RUNS_MAX}"),
             );
         }
-        // The run table, read once.
-        let table = match mem.translate(pruns, n * 16, false) {
-            // SAFETY: `translate` checked that `n * 16` bytes from `p` lie in a region
-            // mapped readable; they are copied out at once, before any other slice of
-            // `mem` is made.
-            Ok(p) => decode_keys(unsafe { std::slice::from_raw_parts(p, (n * 16) as usize) }),
-            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        let runs = match self.translate_runs(mem, pruns, n) {
+            Ok(runs) => runs,
+            Err(failed) => return failed,
         };
-        let mut runs = Vec::with_capacity(n as usize);
-        for (i, d) in table.chunks_exact(2).enumerate() {
-            let (addr, len) = (d[0], d[1]);
-            if len % 8 != 0 {
-                return self.fail(
-                    F,
-                    CSX_EINVAL,
-                    format!("run {i} length {len} is not a multiple of 8"),
-                );
-            }
-            match mem.translate(addr, len, false) {
-                Ok(p) => runs.push((p, len)),
-                Err(t) => return self.fail(F, CSX_EFAULT, format!("run {i}: {t}")),
-            }
-        }
         let (xo, xt) = match mem
             .translate(po, olen, true)
             .and_then(|o| Ok((o, mem.translate(ptaken, n * 8, true)?)))
@@ -886,23 +949,8 @@ impl CallContext<'_> {
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
         // Host addresses: the output and `taken` share no byte with a run or each other.
-        let overlap = |p: *mut u8, plen: u64, q: *mut u8, qlen: u64| {
-            plen > 0
-                && qlen > 0
-                && (p as usize) < q as usize + qlen as usize
-                && (q as usize) < p as usize + plen as usize
-        };
-        for (i, &(p, len)) in runs.iter().enumerate() {
-            if overlap(p, len, xo, olen) || overlap(p, len, xt, n * 8) {
-                return self.fail(
-                    F,
-                    CSX_EINVAL,
-                    format!("the output or taken overlaps run {i}"),
-                );
-            }
-        }
-        if overlap(xo, olen, xt, n * 8) {
-            return self.fail(F, CSX_EINVAL, "taken overlaps the output".to_string());
+        if let Some(problem) = merge_overlap(&runs, (xo, olen), (xt, n * 8)) {
+            return self.fail(F, CSX_EINVAL, problem);
         }
         let slices: Vec<&[u8]> = runs
             .iter()
@@ -925,20 +973,7 @@ impl CallContext<'_> {
             unsafe { std::slice::from_raw_parts_mut(xo, olen as usize) }
         };
         let mut taken = vec![0u64; n as usize];
-        let aligned: Option<Vec<&[u64]>> = slices.iter().map(|r| as_keys(r)).collect();
-        let written = match (aligned, as_keys_mut(out)) {
-            (Some(keys), Some(ko)) => merge_runs_keys(&keys, ko, &mut taken),
-            (_, _) => {
-                let owned: Vec<Vec<u64>> = slices.iter().map(|r| decode_keys(r)).collect();
-                let refs: Vec<&[u64]> = owned.iter().map(Vec::as_slice).collect();
-                let mut ko = vec![0u64; (olen / 8) as usize];
-                let w = merge_runs_keys(&refs, &mut ko, &mut taken);
-                for (c, v) in out.chunks_exact_mut(8).zip(&ko[..w]) {
-                    c.copy_from_slice(&v.to_le_bytes());
-                }
-                w
-            }
-        };
+        let written = merge_run_bytes(&slices, out, &mut taken);
         // SAFETY: `n * 8` bytes from `xt` lie in a region mapped writable and overlap
         // no run and not the output (checked above); the slices above are no longer used.
         let t = unsafe { std::slice::from_raw_parts_mut(xt, (n * 8) as usize) };
@@ -946,6 +981,42 @@ impl CallContext<'_> {
             c.copy_from_slice(&v.to_le_bytes());
         }
         Ok(written as u64)
+    }
+
+    /// The host address and length of each of the `n` runs the table at `pruns` names
+    /// (`{addr, len}` pairs of u64), each a readable whole number of keys; a bad run is
+    /// the call's failure, made.
+    fn translate_runs(
+        &mut self,
+        mem: &mut MemoryMap<'_>,
+        pruns: u64,
+        n: u64,
+    ) -> Result<Vec<(*mut u8, u64)>, CallResult> {
+        const F: &str = "csx_merge_runs_u64";
+        // The run table, read once.
+        let table = match mem.translate(pruns, n * 16, false) {
+            // SAFETY: `translate` checked that `n * 16` bytes from `p` lie in a region
+            // mapped readable; they are copied out at once, before any other slice of
+            // `mem` is made.
+            Ok(p) => decode_keys(unsafe { std::slice::from_raw_parts(p, (n * 16) as usize) }),
+            Err(t) => return Err(self.fail(F, CSX_EFAULT, t.to_string())),
+        };
+        let mut runs = Vec::with_capacity(n as usize);
+        for (i, d) in table.chunks_exact(2).enumerate() {
+            let (addr, len) = (d[0], d[1]);
+            if len % 8 != 0 {
+                return Err(self.fail(
+                    F,
+                    CSX_EINVAL,
+                    format!("run {i} length {len} is not a multiple of 8"),
+                ));
+            }
+            match mem.translate(addr, len, false) {
+                Ok(p) => runs.push((p, len)),
+                Err(t) => return Err(self.fail(F, CSX_EFAULT, format!("run {i}: {t}"))),
+            }
+        }
+        Ok(runs)
     }
 }
 
@@ -1552,6 +1623,8 @@ mod tests {
     /// `taken`) it equals a sort of all runs, with empty runs, duplicates across runs and
     /// windows at odd addresses; ties come from the lower run; bad tables are refused.
     #[test]
+    // The cases, the piecewise merge and the refusals share one store and one map.
+    #[allow(clippy::too_many_lines)]
     fn merge_runs_in_pieces_equals_a_sort_of_all_runs() {
         let dir = tempfile::tempdir().unwrap();
         let files = store(dir.path());

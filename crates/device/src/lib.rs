@@ -13,6 +13,8 @@
 //! Invariant: no command, however malformed, panics the device or corrupts its file
 //! store; every failure is a typed status in a completion.
 
+#![warn(clippy::too_many_lines)]
+
 mod buffer;
 pub mod config;
 pub mod dma;

@@ -274,6 +274,57 @@ pub struct ActivationTiming {
     pub compile: Duration,
 }
 
+/// Starts a load (or restarts one) in `slot` for `client`: releases what the slot held
+/// from `bytes_total`, then reserves `total_size_bytes` under the device's total.
+fn start_load(
+    slot: &mut Slot,
+    bytes_total: &mut u64,
+    client: ClientId,
+    ptype: ProgramType,
+    total_size_bytes: u32,
+    entry: Option<&str>,
+) -> Result<(), ProgramError> {
+    *bytes_total -= u64::from(slot.total_size_bytes);
+    let total = *bytes_total + u64::from(total_size_bytes);
+    if total > PROGRAM_BYTES_TOTAL_MAX {
+        *slot = Slot::default();
+        return Err(ProgramError::BytesExceeded {
+            size_bytes: total_size_bytes,
+            total_bytes: total,
+        });
+    }
+    *bytes_total = total;
+    slot.ptype = Some(ptype);
+    slot.total_size_bytes = total_size_bytes;
+    slot.image = Vec::with_capacity(total_size_bytes as usize);
+    slot.entry = entry.map(str::to_owned);
+    slot.loader = Some(client);
+    slot.set_state(ProgramState::Loading);
+    Ok(())
+}
+
+/// Why a chunk after the first does not continue the load in `slot`, if it does not:
+/// it must start where the image ends, repeat the first chunk's size and type, and not
+/// name the entry.
+fn next_chunk_fits(
+    slot: &Slot,
+    offset: u32,
+    total_size_bytes: u32,
+    ptype: ProgramType,
+    entry: Option<&str>,
+) -> Result<(), String> {
+    if slot.image.len() != offset as usize {
+        return Err(format!("expected offset {}", slot.image.len()));
+    }
+    if slot.total_size_bytes != total_size_bytes || slot.ptype != Some(ptype) {
+        return Err("total size or program type differs from the first chunk".into());
+    }
+    if entry.is_some() {
+        return Err("only the first chunk may name the entry".into());
+    }
+    Ok(())
+}
+
 fn slot_index(pind: ProgramIndex) -> Result<usize, ProgramError> {
     if pind.0 >= PROGRAM_SLOTS_COUNT {
         return Err(ProgramError::InvalidIndex { pind: pind.0 });
@@ -378,40 +429,20 @@ impl Programs {
                     reason: "another queue pair is loading a program into it",
                 })
             }
-            (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
-                // A new load, or a restart of one: release what the slot held.
-                inner.bytes_total -= u64::from(slot.total_size_bytes);
-                let total = inner.bytes_total + u64::from(total_size_bytes);
-                if total > PROGRAM_BYTES_TOTAL_MAX {
-                    *slot = Slot::default();
-                    return Err(ProgramError::BytesExceeded {
-                        size_bytes: total_size_bytes,
-                        total_bytes: total,
-                    });
-                }
-                inner.bytes_total = total;
-                slot.ptype = Some(ptype);
-                slot.total_size_bytes = total_size_bytes;
-                slot.image = Vec::with_capacity(total_size_bytes as usize);
-                slot.entry = entry.map(str::to_owned);
-                slot.loader = Some(client);
-                slot.set_state(ProgramState::Loading);
-            }
+            (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => start_load(
+                slot,
+                &mut inner.bytes_total,
+                client,
+                ptype,
+                total_size_bytes,
+                entry,
+            )?,
             (ProgramState::Empty, _) => {
                 return Err(bad("no load in progress; the first chunk has offset 0"))
             }
             (ProgramState::Loading, _) => {
-                if slot.image.len() != offset as usize {
-                    return Err(bad(&format!("expected offset {}", slot.image.len())));
-                }
-                if slot.total_size_bytes != total_size_bytes || slot.ptype != Some(ptype) {
-                    return Err(bad(
-                        "total size or program type differs from the first chunk",
-                    ));
-                }
-                if entry.is_some() {
-                    return Err(bad("only the first chunk may name the entry"));
-                }
+                next_chunk_fits(slot, offset, total_size_bytes, ptype, entry)
+                    .map_err(|r| bad(&r))?;
             }
         }
         if offset as usize + data.len() > total_size_bytes as usize {
@@ -423,6 +454,19 @@ impl Programs {
             return Ok(received);
         }
         // The image is complete: parse it now so a malformed image is refused at load.
+        self.complete_load(slot, &mut inner.bytes_total, client, pind)?;
+        Ok(received)
+    }
+
+    /// Parses the complete image of `slot` (loaded by `client`): the slot is Loaded, or
+    /// emptied (its bytes released from `bytes_total`) when the image is malformed.
+    fn complete_load(
+        &self,
+        slot: &mut Slot,
+        bytes_total: &mut u64,
+        client: ClientId,
+        pind: ProgramIndex,
+    ) -> Result<(), ProgramError> {
         match self.parse(
             slot.ptype.expect("set by the first chunk"),
             &slot.image,
@@ -435,15 +479,15 @@ impl Programs {
                 // it is written to the state directory only once persistent.
                 slot.owner = (client != DEVICE_CLIENT).then_some(client);
                 slot.set_state(ProgramState::Loaded);
+                Ok(())
             }
             Err(e) => {
-                inner.bytes_total -= u64::from(slot.total_size_bytes);
+                *bytes_total -= u64::from(slot.total_size_bytes);
                 slot.set_state(ProgramState::Empty);
                 *slot = Slot::default();
-                return Err(e);
+                Err(e)
             }
         }
-        Ok(received)
     }
 
     /// Makes the program in `pind` persistent under `name` for its owner `client`: it
@@ -606,34 +650,8 @@ impl Programs {
         let idx = slot_index(pind)?;
         // First, check the slot and copy out what the build needs, then build without
         // holding the lock (a JIT compile takes milliseconds; executions keep running).
-        let (ptype, image, entry) = {
-            let inner = self.lock();
-            let slot = &inner.slots[idx];
-            match slot.state() {
-                ProgramState::Empty | ProgramState::Loading => {
-                    return Err(ProgramError::NoProgram { pind: pind.0 })
-                }
-                ProgramState::Active if slot.active.as_ref().map(|a| a.kind) == Some(kind) => {
-                    return Ok(ActivationTiming::default())
-                }
-                ProgramState::Active => {
-                    return Err(ProgramError::InUse {
-                        pind: pind.0,
-                        reason: "active on another engine; deactivate first",
-                    })
-                }
-                ProgramState::Loaded => {}
-            }
-            if inner.active_count >= PROGRAMS_ACTIVE_MAX {
-                return Err(ProgramError::TooManyActive {
-                    count: inner.active_count,
-                });
-            }
-            (
-                slot.ptype.expect("a loaded slot has a type"),
-                slot.image.clone(),
-                slot.entry.clone(),
-            )
+        let Some((ptype, image, entry)) = self.activation_source(idx, pind, kind)? else {
+            return Ok(ActivationTiming::default());
         };
         let (active, timing) = self.build(ptype, &image, entry.as_deref(), pind, kind)?;
         // Then install it, if the slot did not change meanwhile (only the admin worker
@@ -670,6 +688,44 @@ impl Programs {
             self.persist_record(pind, &record)?;
         }
         Ok(timing)
+    }
+
+    /// What activating slot `idx` on `kind` builds (type, image, entry), copied out under
+    /// the lock; `None` when it is already active on `kind`.
+    #[allow(clippy::type_complexity)]
+    fn activation_source(
+        &self,
+        idx: usize,
+        pind: ProgramIndex,
+        kind: EngineKind,
+    ) -> Result<Option<(ProgramType, Vec<u8>, Option<String>)>, ProgramError> {
+        let inner = self.lock();
+        let slot = &inner.slots[idx];
+        match slot.state() {
+            ProgramState::Empty | ProgramState::Loading => {
+                return Err(ProgramError::NoProgram { pind: pind.0 })
+            }
+            ProgramState::Active if slot.active.as_ref().map(|a| a.kind) == Some(kind) => {
+                return Ok(None)
+            }
+            ProgramState::Active => {
+                return Err(ProgramError::InUse {
+                    pind: pind.0,
+                    reason: "active on another engine; deactivate first",
+                })
+            }
+            ProgramState::Loaded => {}
+        }
+        if inner.active_count >= PROGRAMS_ACTIVE_MAX {
+            return Err(ProgramError::TooManyActive {
+                count: inner.active_count,
+            });
+        }
+        Ok(Some((
+            slot.ptype.expect("a loaded slot has a type"),
+            slot.image.clone(),
+            slot.entry.clone(),
+        )))
     }
 
     fn build(
@@ -926,6 +982,23 @@ impl Programs {
         failures
     }
 
+    /// Names the program in `pind` persistent `name`, unless the name is invalid or
+    /// another slot holds it; says whether it did.
+    fn claim_name(&self, pind: ProgramIndex, name: &str) -> bool {
+        let mut inner = self.lock();
+        let taken = inner
+            .slots
+            .iter()
+            .any(|s| s.persistent.as_deref() == Some(name));
+        let slot = &mut inner.slots[usize::from(pind.0)];
+        if !taken && csx_proto::validate_program_name(name).is_ok() {
+            slot.persistent = Some(name.to_string());
+            true
+        } else {
+            false
+        }
+    }
+
     fn restore_slot(&self, dir: &Path, pind: ProgramIndex) -> Result<(), ProgramError> {
         let json = dir.join(format!("{}.json", pind.0));
         let Ok(bytes) = fs::read(&json) else {
@@ -963,21 +1036,7 @@ impl Programs {
             // name (see the module doc); its record is rewritten with that name.
             None => (format!("slot{}", pind.0), None),
         };
-        let restored = {
-            let mut inner = self.lock();
-            let taken = inner
-                .slots
-                .iter()
-                .any(|s| s.persistent.as_deref() == Some(name.as_str()));
-            let slot = &mut inner.slots[usize::from(pind.0)];
-            if !taken && csx_proto::validate_program_name(&name).is_ok() {
-                slot.persistent = Some(name.clone());
-                true
-            } else {
-                false
-            }
-        };
-        if !restored {
+        if !self.claim_name(pind, &name) {
             let _ = self.unload(pind);
             return Err(bad(format!(
                 "{}: the name {name:?} is invalid or taken by another slot",

@@ -253,6 +253,44 @@ impl Client {
         }
     }
 
+    /// Waits (as a sleeper) until the table changes or `remaining` passes.
+    fn sleep<'a>(
+        &'a self,
+        mut t: MutexGuard<'a, Table>,
+        remaining: Option<Duration>,
+    ) -> MutexGuard<'a, Table> {
+        t.sleepers += 1;
+        t = match remaining {
+            None => self.changed.wait(t).unwrap_or_else(|p| p.into_inner()),
+            Some(r) => {
+                self.changed
+                    .wait_timeout(t, r)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+        };
+        t.sleepers -= 1;
+        t
+    }
+
+    /// Files a completion the reaper received: returned when it is what the reaper
+    /// wants, else kept ready for its waiter; one for no outstanding command is counted
+    /// stray and dropped.
+    fn file(&self, t: &mut Table, want: Want, c: Completion) -> Option<Completion> {
+        if !t.outstanding.contains(&c.id) || t.ready.contains_key(&c.id) {
+            self.stray.fetch_add(1, Ordering::Relaxed);
+            debug_assert!(false, "completion for {} which is not outstanding", c.id);
+            None
+        } else if Self::wanted(t, want, &c) {
+            t.outstanding.remove(&c.id);
+            t.awaited.remove(&c.id);
+            Some(c)
+        } else {
+            t.ready.insert(c.id, c);
+            None
+        }
+    }
+
     /// The loop every waiting thread runs (see "Reaping" in the module doc).
     fn collect<'a>(
         &'a self,
@@ -282,17 +320,7 @@ impl Client {
                 if expired {
                     return Ok(None);
                 }
-                t.sleepers += 1;
-                t = match remaining {
-                    None => self.changed.wait(t).unwrap_or_else(|p| p.into_inner()),
-                    Some(r) => {
-                        self.changed
-                            .wait_timeout(t, r)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0
-                    }
-                };
-                t.sleepers -= 1;
+                t = self.sleep(t, remaining);
                 continue;
             }
             // Become the reaper. Past the deadline, only take what is there already.
@@ -307,18 +335,11 @@ impl Client {
             t.reaping = false;
             match reaped {
                 Ok(Some(c)) => {
-                    if !t.outstanding.contains(&c.id) || t.ready.contains_key(&c.id) {
-                        self.stray.fetch_add(1, Ordering::Relaxed);
-                        debug_assert!(false, "completion for {} which is not outstanding", c.id);
-                    } else if Self::wanted(&t, want, &c) {
-                        t.outstanding.remove(&c.id);
-                        t.awaited.remove(&c.id);
-                        self.wake(&t);
-                        return Ok(Some(c));
-                    } else {
-                        t.ready.insert(c.id, c);
-                    }
+                    let mine = self.file(&mut t, want, c);
                     self.wake(&t);
+                    if mine.is_some() {
+                        return Ok(mine);
+                    }
                 }
                 Ok(None) => {
                     self.wake(&t);

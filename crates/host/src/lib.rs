@@ -33,6 +33,8 @@
 //! Invariant: only protocol types cross a transport; this crate reaches the device
 //! runtime only through the `inproc` feature's transport.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod client;
 pub mod device;
 pub mod error;

@@ -573,6 +573,74 @@ fn validate_copy(
     check_span("destination", dst_offset, total)
 }
 
+/// An allocation is not empty and not over the device's largest.
+fn check_alloc(size_bytes: u64) -> Result<(), FieldError> {
+    if size_bytes == 0 {
+        return Err(FieldError::Empty {
+            field: "allocation",
+        });
+    }
+    check_len("allocation", size_bytes, SLM_ALLOC_SIZE_MAX)
+}
+
+/// A command names a range set by an id the device hands out, never the reserved one.
+fn check_rsid(rsid: RangeSetId) -> Result<(), FieldError> {
+    if rsid == RangeSetId::NONE {
+        return Err(FieldError::ReservedRangeSetId);
+    }
+    Ok(())
+}
+
+/// An execute's windows: a named range set (not the reserved id) or inline ranges.
+fn check_windows(windows: &Windows) -> Result<(), FieldError> {
+    match windows {
+        Windows::RangeSet(rsid) => check_rsid(*rsid),
+        Windows::Inline(ranges) => validate_ranges(ranges, true),
+    }
+}
+
+/// A fuel budget, when given, is in `1..=FUEL_MAX`.
+fn check_fuel(fuel: Option<u64>) -> Result<(), FieldError> {
+    match fuel {
+        Some(f) if f == 0 || f > FUEL_MAX => Err(FieldError::NotInRange {
+            field: "fuel",
+            value: f,
+            unit: "",
+            min: 1,
+            max: FUEL_MAX,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A time limit, when given, is in `1..=TIME_LIMIT_MS_MAX` milliseconds.
+fn check_time_limit(ms: Option<u32>) -> Result<(), FieldError> {
+    match ms {
+        Some(ms) if ms == 0 || ms > TIME_LIMIT_MS_MAX => Err(FieldError::NotInRange {
+            field: "time limit",
+            value: u64::from(ms),
+            unit: " ms",
+            min: 1,
+            max: u64::from(TIME_LIMIT_MS_MAX),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A directory read asks for `1..=FILE_LIST_ENTRIES_MAX` entries.
+fn check_entry_count(max: u32) -> Result<(), FieldError> {
+    if max == 0 || max as usize > FILE_LIST_ENTRIES_MAX {
+        return Err(FieldError::NotInRange {
+            field: "entry count",
+            value: u64::from(max),
+            unit: "",
+            min: 1,
+            max: FILE_LIST_ENTRIES_MAX as u64,
+        });
+    }
+    Ok(())
+}
+
 impl Op {
     /// Checks every field against the protocol's limits and shapes. The device runs
     /// only commands that pass; the wire encoder encodes only those.
@@ -594,14 +662,50 @@ impl Op {
                 check_pind(*pind)?;
                 validate_program_name(name)
             }
-            Op::MemAlloc { size_bytes } => {
-                if *size_bytes == 0 {
-                    return Err(FieldError::Empty {
-                        field: "allocation",
-                    });
-                }
-                check_len("allocation", *size_bytes, SLM_ALLOC_SIZE_MAX)
+            Op::MemAlloc { .. }
+            | Op::MemFree { .. }
+            | Op::MemWrite { .. }
+            | Op::MemRead { .. }
+            | Op::MemFill { .. }
+            | Op::MemCopy { .. }
+            | Op::RangeSetCreate { .. }
+            | Op::RangeSetDelete { .. } => self.validate_memory_op(),
+            Op::Execute {
+                pind,
+                windows,
+                params,
+                fuel,
+                time_limit_ms,
+                ..
+            } => {
+                check_pind(*pind)?;
+                check_windows(windows)?;
+                check_len("params", params.len() as u64, PARAMS_SIZE_MAX as u64)?;
+                check_fuel(*fuel)?;
+                check_time_limit(*time_limit_ms)
             }
+            Op::Abort { .. } => Ok(()),
+            Op::ClearState { offset, len } => check_span("clear", *offset, *len),
+            Op::FileWrite { .. }
+            | Op::FileRead { .. }
+            | Op::FileList { .. }
+            | Op::FileStat { .. }
+            | Op::FileDelete { .. }
+            | Op::FileExtents { .. }
+            | Op::FileTruncate { .. }
+            | Op::DirCreate { .. }
+            | Op::DirRemove { .. }
+            | Op::FileRename { .. }
+            | Op::DirRead { .. }
+            | Op::PathStat { .. }
+            | Op::FileWriteFromMem { .. } => self.validate_file_op(),
+        }
+    }
+
+    /// [`Op::validate`] of the device memory's commands: handles, then sizes and spans.
+    fn validate_memory_op(&self) -> Result<(), FieldError> {
+        match self {
+            Op::MemAlloc { size_bytes } => check_alloc(*size_bytes),
             Op::MemFree { handle } => check_handle(*handle),
             Op::MemWrite {
                 handle,
@@ -637,55 +741,15 @@ impl Op {
                 sources,
             } => validate_copy(*dst, *dst_offset, sources),
             Op::RangeSetCreate { ranges } => validate_ranges(ranges, false),
-            Op::RangeSetDelete { rsid } => {
-                if *rsid == RangeSetId::NONE {
-                    return Err(FieldError::ReservedRangeSetId);
-                }
-                Ok(())
-            }
-            Op::Execute {
-                pind,
-                windows,
-                params,
-                fuel,
-                time_limit_ms,
-                ..
-            } => {
-                check_pind(*pind)?;
-                match windows {
-                    Windows::RangeSet(rsid) if *rsid == RangeSetId::NONE => {
-                        return Err(FieldError::ReservedRangeSetId)
-                    }
-                    Windows::RangeSet(_) => {}
-                    Windows::Inline(ranges) => validate_ranges(ranges, true)?,
-                }
-                check_len("params", params.len() as u64, PARAMS_SIZE_MAX as u64)?;
-                if let Some(f) = *fuel {
-                    if f == 0 || f > FUEL_MAX {
-                        return Err(FieldError::NotInRange {
-                            field: "fuel",
-                            value: f,
-                            unit: "",
-                            min: 1,
-                            max: FUEL_MAX,
-                        });
-                    }
-                }
-                if let Some(ms) = *time_limit_ms {
-                    if ms == 0 || ms > TIME_LIMIT_MS_MAX {
-                        return Err(FieldError::NotInRange {
-                            field: "time limit",
-                            value: u64::from(ms),
-                            unit: " ms",
-                            min: 1,
-                            max: u64::from(TIME_LIMIT_MS_MAX),
-                        });
-                    }
-                }
-                Ok(())
-            }
-            Op::Abort { .. } => Ok(()),
-            Op::ClearState { offset, len } => check_span("clear", *offset, *len),
+            Op::RangeSetDelete { rsid } => check_rsid(*rsid),
+            // `validate` routes only the memory commands here.
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Op::validate`] of the file store's commands: paths, then sizes and spans.
+    fn validate_file_op(&self) -> Result<(), FieldError> {
+        match self {
             Op::FileWrite {
                 path, offset, data, ..
             } => {
@@ -711,16 +775,7 @@ impl Op {
             Op::DirRead { dir, after, max } => {
                 validate_dir(dir)?;
                 check_len("after", after.len() as u64, NAME_SIZE_MAX as u64 + 1)?;
-                if *max == 0 || *max as usize > FILE_LIST_ENTRIES_MAX {
-                    return Err(FieldError::NotInRange {
-                        field: "entry count",
-                        value: u64::from(*max),
-                        unit: "",
-                        min: 1,
-                        max: FILE_LIST_ENTRIES_MAX as u64,
-                    });
-                }
-                Ok(())
+                check_entry_count(*max)
             }
             Op::PathStat { path } => validate_dir(path),
             Op::FileWriteFromMem { path, offset, src } => {
@@ -729,6 +784,8 @@ impl Op {
                 check_len("write", src.len, FILE_IO_SIZE_MAX)?;
                 check_span("write", *offset, src.len)
             }
+            // `validate` routes only the file store's commands here.
+            _ => Ok(()),
         }
     }
 

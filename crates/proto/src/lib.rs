@@ -5,6 +5,8 @@
 //! the VM: the device converts its own types (traps, function signatures) into the
 //! wire mirrors defined here.
 
+#![warn(clippy::too_many_lines)]
+
 pub mod abi;
 pub mod command;
 pub mod completion;

@@ -143,24 +143,8 @@ impl Quota {
                 cmd.id, status, "server", message,
             )))
         };
-        let tracked = match &cmd.op {
-            Op::MemAlloc { size_bytes } => Tracked::Alloc { size: *size_bytes },
-            Op::MemFree { handle } => Tracked::Free {
-                handle: u64::from(handle.0),
-            },
-            Op::LoadProgram {
-                pind,
-                offset,
-                data,
-                total_size_bytes,
-                ..
-            } => Tracked::Load {
-                pind: pind.0,
-                first: *offset == 0,
-                last: u64::from(*offset) + data.len() as u64 >= u64::from(*total_size_bytes),
-            },
-            Op::UnloadProgram { pind } => Tracked::Unload { pind: pind.0 },
-            _ => return Ok(()),
+        let Some(tracked) = tracked_of(&cmd.op) else {
+            return Ok(());
         };
         let mut s = lock(&self.state);
         if s.pending.contains_key(&cmd.id) {
@@ -272,4 +256,28 @@ impl Quota {
         lock(owners).retain(|_, c| *c != self.client);
         0
     }
+}
+
+/// What the quota tracks of `op` until it completes: memory allocated or freed, program
+/// loads and unloads; `None` for the rest.
+fn tracked_of(op: &Op) -> Option<Tracked> {
+    Some(match op {
+        Op::MemAlloc { size_bytes } => Tracked::Alloc { size: *size_bytes },
+        Op::MemFree { handle } => Tracked::Free {
+            handle: u64::from(handle.0),
+        },
+        Op::LoadProgram {
+            pind,
+            offset,
+            data,
+            total_size_bytes,
+            ..
+        } => Tracked::Load {
+            pind: pind.0,
+            first: *offset == 0,
+            last: u64::from(*offset) + data.len() as u64 >= u64::from(*total_size_bytes),
+        },
+        Op::UnloadProgram { pind } => Tracked::Unload { pind: pind.0 },
+        _ => return None,
+    })
 }

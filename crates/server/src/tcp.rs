@@ -33,8 +33,8 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::tcp::framing::{
     data_header, decode_command_capsule, decode_data, response_capsule_header, secrets_equal,
-    ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason, TermReq,
-    CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
+    CommandCapsule, ConnectStatus, FramingError, ICReq, ICResp, PduReader, PduType, TermReason,
+    TermReq, CAPSULE_PSH_SIZE, DATA_PSH_SIZE, ICREQ_SIZE_MAX, PDU_HEADER_SIZE,
 };
 use csx_host::transport::tcp::{
     COMMAND_CAPSULE_SIZE_MAX, DATA_PDU_SIZE_MAX, HANDSHAKE_TIMEOUT, SOCKET_BUFFER_SIZE,
@@ -195,6 +195,99 @@ impl Sender {
     }
 }
 
+/// The sending half of a connection: a clone of its socket.
+fn new_sender(stream: &Conn, ctx: &Context) -> io::Result<Arc<Sender>> {
+    Ok(Arc::new(Sender {
+        stream: Mutex::new(stream.try_clone()?),
+        dead: AtomicBool::new(false),
+        stall: ctx.write_stall,
+        last_write: Mutex::new(Instant::now()),
+    }))
+}
+
+/// Starts the connection's completion thread (`send_completions`).
+fn spawn_completions(
+    qp: &Arc<QueuePair>,
+    sender: &Arc<Sender>,
+    draining: &Arc<AtomicBool>,
+    ctx: &Arc<Context>,
+    quota: &Arc<Quota>,
+    replies: &Arc<ReplyBudget>,
+    queue_id: u32,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let (qp, sender, draining, ctx, quota, replies) = (
+        Arc::clone(qp),
+        Arc::clone(sender),
+        Arc::clone(draining),
+        Arc::clone(ctx),
+        Arc::clone(quota),
+        Arc::clone(replies),
+    );
+    std::thread::Builder::new()
+        .name(format!("csx-tcp-cq-{queue_id}"))
+        .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota, &replies))
+}
+
+/// The device calls this (on its watchdog thread) when an Execute this connection's
+/// thread runs inline outlasts its leash: the helper takes over reading while the run
+/// holds this thread (`Connection::help`).
+fn call_help_on_overrun(qp: &QueuePair, help: &Arc<HelpSignal>) {
+    let help = Arc::clone(help);
+    qp.on_inline_overrun(move || help.request());
+}
+
+/// Gives back what a departed client held: its queue pair (its memory and, when the
+/// server reclaims programs, its programs) goes now.
+fn release_client(
+    quota: &Quota,
+    qp: Arc<QueuePair>,
+    ctx: &Context,
+    peer: SocketAddr,
+    queue_id: u32,
+) {
+    let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
+    if reclaimed > 0 {
+        tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
+    }
+    drop(Arc::into_inner(qp));
+    ctx.client_disconnected();
+}
+
+/// Reads commands until the connection ends, with the helper thread standing by to
+/// read while an inline run holds this one; returns why it ended.
+fn run_reading(conn: &Connection<'_>, help: &HelpSignal, queue_id: u32) -> Ending {
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name(format!("csx-tcp-help-{queue_id}"))
+            .spawn_scoped(scope, || conn.help());
+        let why = conn.run();
+        help.close();
+        if let Ok(h) = helper {
+            let _ = h.join();
+        }
+        why
+    })
+}
+
+/// Logs why the connection ends and, when the server ends it, tells the client why.
+fn say_goodbye(sender: &Sender, why: &Ending, peer: SocketAddr, queue_id: u32) {
+    if let Ending::Broken(error) = why {
+        tracing::debug!(%peer, client = queue_id, %error, "connection broken");
+    }
+    if let Ending::Fatal(reason, message) = why {
+        tracing::warn!(%peer, client = queue_id, %message, "closing the connection");
+        let term = TermReq::encode(PduType::C2HTermReq, *reason, message);
+        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
+    } else if let Ending::Stopping = why {
+        let term = TermReq::encode(
+            PduType::C2HTermReq,
+            TermReason::ShuttingDown,
+            "the device is shutting down",
+        );
+        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
+    }
+}
+
 /// One connection: handshake, then the two threads.
 fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Context>) {
     let _ = stream.tcp().set_nodelay(true);
@@ -210,19 +303,28 @@ fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Contex
     ctx.client_connected();
     tracing::info!(%peer, client = queue_id, depth = qp.depth(), "tcp client connected");
     reader.set_plen_max(PLEN_MAX);
-    let sender = match stream.try_clone() {
-        Ok(s) => Arc::new(Sender {
-            stream: Mutex::new(s),
-            dead: AtomicBool::new(false),
-            stall: ctx.write_stall,
-            last_write: Mutex::new(Instant::now()),
-        }),
+    let sender = match new_sender(&stream, ctx) {
+        Ok(s) => s,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "cannot clone the socket");
             ctx.client_disconnected();
             return;
         }
     };
+    serve_pair(stream, reader, &sender, qp, queue_id, peer, ctx);
+}
+
+/// A connected client's queue pair: runs its two threads until the connection ends,
+/// then gives back what the client held and closes the socket.
+fn serve_pair(
+    stream: Conn,
+    reader: PduReader,
+    sender: &Arc<Sender>,
+    qp: QueuePair,
+    queue_id: u32,
+    peer: SocketAddr,
+    ctx: &Arc<Context>,
+) {
     let qp = Arc::new(qp);
     let quota = Arc::new(Quota::new(queue_id, ctx.limits));
     let replies = Arc::new(ReplyBudget::new(
@@ -230,19 +332,7 @@ fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Contex
         Arc::clone(&ctx.reply_bytes_held),
     ));
     let draining = Arc::new(AtomicBool::new(false));
-    let completions = {
-        let (qp, sender, draining, ctx, quota, replies) = (
-            Arc::clone(&qp),
-            Arc::clone(&sender),
-            Arc::clone(&draining),
-            Arc::clone(ctx),
-            Arc::clone(&quota),
-            Arc::clone(&replies),
-        );
-        std::thread::Builder::new()
-            .name(format!("csx-tcp-cq-{queue_id}"))
-            .spawn(move || send_completions(&qp, &sender, &draining, &ctx, &quota, &replies))
-    };
+    let completions = spawn_completions(&qp, sender, &draining, ctx, &quota, &replies, queue_id);
     let completions = match completions {
         Ok(h) => h,
         Err(e) => {
@@ -253,17 +343,11 @@ fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Contex
     };
     let lend = Lend::default();
     let help = Arc::new(HelpSignal::default());
-    {
-        // The device calls this (on its watchdog thread) when an Execute this
-        // connection's thread runs inline outlasts its leash: the helper takes over
-        // reading while the run holds this thread (`Connection::help`).
-        let help = Arc::clone(&help);
-        qp.on_inline_overrun(move || help.request());
-    }
+    call_help_on_overrun(&qp, &help);
     let conn = Connection {
         qp: &qp,
         queue_id,
-        sender: &sender,
+        sender,
         completer: completions.thread().clone(),
         quota: &quota,
         replies: &replies,
@@ -276,17 +360,7 @@ fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Contex
         lend: &lend,
         help: &help,
     };
-    let why = std::thread::scope(|scope| {
-        let helper = std::thread::Builder::new()
-            .name(format!("csx-tcp-help-{queue_id}"))
-            .spawn_scoped(scope, || conn.help());
-        let why = conn.run();
-        help.close();
-        if let Ok(h) = helper {
-            let _ = h.join();
-        }
-        why
-    });
+    let why = run_reading(&conn, &help, queue_id);
     let stream = conn
         .side
         .into_inner()
@@ -298,57 +372,38 @@ fn serve(mut stream: Conn, peer: SocketAddr, deadline: Instant, ctx: &Arc<Contex
     draining.store(true, Ordering::Release);
     completions.thread().unpark();
     let _ = completions.join();
-    if let Ending::Broken(error) = &why {
-        tracing::debug!(%peer, client = queue_id, %error, "connection broken");
-    }
-    if let Ending::Fatal(reason, message) = &why {
-        tracing::warn!(%peer, client = queue_id, %message, "closing the connection");
-        let term = TermReq::encode(PduType::C2HTermReq, *reason, message);
-        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
-    } else if let Ending::Stopping = why {
-        let term = TermReq::encode(
-            PduType::C2HTermReq,
-            TermReason::ShuttingDown,
-            "the device is shutting down",
-        );
-        sender.write(&mut sender.lock(), &mut [IoSlice::new(&term)]);
-    }
+    say_goodbye(sender, &why, peer, queue_id);
     // The queue pair goes first (reclaiming the client's memory and, when the server
     // reclaims programs, its programs), then the socket: a client that waits for the
     // close knows its resources are back.
-    let reclaimed = quota.release(&qp, &ctx.slot_owners, ctx.reclaim_programs);
-    if reclaimed > 0 {
-        tracing::info!(%peer, client = queue_id, programs = reclaimed, "unloaded the programs of a departed client");
-    }
-    drop(Arc::into_inner(qp));
-    ctx.client_disconnected();
+    release_client(&quota, qp, ctx, peer, queue_id);
     let _ = stream.shutdown(Shutdown::Both);
     tracing::info!(%peer, client = queue_id, reason = ?why, "tcp client disconnected");
 }
 
-/// Reads the ICReq, checks it, opens the queue pair and answers. `None`: refused.
-fn handshake(
+/// Reads the connect request (or why it is malformed) before `deadline`; `None`: the
+/// peer closed, stalled or failed first.
+fn read_icreq(
     stream: &mut Conn,
     reader: &mut PduReader,
     peer: SocketAddr,
     deadline: Instant,
-    ctx: &Context,
-) -> Option<(QueuePair, u32)> {
+) -> Option<Result<ICReq, FramingError>> {
     // One deadline for the whole handshake: a peer trickling bytes cannot hold the
     // connection (and its thread) longer than a silent one.
-    let req = loop {
+    loop {
         match reader.next_pdu() {
             Ok(Some(pdu)) if pdu.header.pdu_type == PduType::ICReq => {
-                break ICReq::decode(pdu.body);
+                break Some(ICReq::decode(pdu.body));
             }
             Ok(Some(pdu)) => {
-                break Err(FramingError::Unexpected {
+                break Some(Err(FramingError::Unexpected {
                     pdu_type: pdu.header.pdu_type,
                     context: "before the connect request",
-                })
+                }))
             }
             Ok(None) => {}
-            Err(e) => break Err(e),
+            Err(e) => break Some(Err(e)),
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
@@ -364,7 +419,18 @@ fn handshake(
                 return None;
             }
         }
-    };
+    }
+}
+
+/// Reads the ICReq, checks it, opens the queue pair and answers. `None`: refused.
+fn handshake(
+    stream: &mut Conn,
+    reader: &mut PduReader,
+    peer: SocketAddr,
+    deadline: Instant,
+    ctx: &Context,
+) -> Option<(QueuePair, u32)> {
+    let req = read_icreq(stream, reader, peer, deadline)?;
     let respond = |stream: &mut Conn, status, queue_depth, queue_id, message: &str| {
         let resp = ICResp {
             status,
@@ -604,6 +670,41 @@ impl Connection<'_> {
         }
     }
 
+    /// The command of capsule `cap` (id `cid`, `data_len` bytes to follow), or the
+    /// completion refusing it: sent to another queue, undecodable, or data for a
+    /// command that takes none.
+    fn capsule_command(
+        &self,
+        cap: &CommandCapsule<'_>,
+        cid: CommandId,
+        data_len: usize,
+    ) -> Result<Command, Box<Completion>> {
+        let refused = |status: Status, message: String| {
+            Box::new(Completion::error(cid, status, "transport", message))
+        };
+        if cap.queue_id != self.queue_id {
+            Err(refused(
+                Status::InvalidField,
+                format!(
+                    "capsule for queue {} arrived on queue {}",
+                    cap.queue_id, self.queue_id
+                ),
+            ))
+        } else {
+            match decode_command(cap.frame) {
+                Ok(cmd) if data_len > 0 && !takes_data(&cmd) => Err(refused(
+                    Status::InvalidField,
+                    format!("{} takes no data pdus", cmd.op.name()),
+                )),
+                Ok(cmd) => Ok(cmd),
+                Err(e) => Err(refused(
+                    wire_status(&e),
+                    format!("undecodable command: {e}"),
+                )),
+            }
+        }
+    }
+
     /// One command capsule: submit it, or start collecting its data.
     fn capsule(&self, pending: &mut Option<Pending>, body: &[u8]) -> Result<Step, FramingError> {
         if let Some(p) = pending {
@@ -635,29 +736,7 @@ impl Connection<'_> {
                 cap.frame.len()
             )));
         };
-        let refused =
-            |status: Status, message: String| Completion::error(cid, status, "transport", message);
-        let outcome = if cap.queue_id != self.queue_id {
-            Err(refused(
-                Status::InvalidField,
-                format!(
-                    "capsule for queue {} arrived on queue {}",
-                    cap.queue_id, self.queue_id
-                ),
-            ))
-        } else {
-            match decode_command(cap.frame) {
-                Ok(cmd) if data_len > 0 && !takes_data(&cmd) => Err(refused(
-                    Status::InvalidField,
-                    format!("{} takes no data pdus", cmd.op.name()),
-                )),
-                Ok(cmd) => Ok(cmd),
-                Err(e) => Err(refused(
-                    wire_status(&e),
-                    format!("undecodable command: {e}"),
-                )),
-            }
-        };
+        let outcome = self.capsule_command(&cap, cid, data_len);
         match outcome {
             Ok(cmd) if data_len == 0 => return Ok(Step::Submit(cmd)),
             Ok(cmd) => {
@@ -671,7 +750,7 @@ impl Connection<'_> {
                 })
             }
             Err(c) => {
-                self.answer(c);
+                self.answer(*c);
                 if data_len > 0 {
                     *pending = Some(Pending {
                         cid,

@@ -63,8 +63,7 @@ impl Rng {
 
 /// The bytes of a file written with `seed`.
 fn content(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng(seed | 1);
-    (0..len).map(|_| r.next() as u8).collect()
+    csx_testkit::bytes::seeded(len, seed)
 }
 
 /// An acknowledged file write: path, seed, length.

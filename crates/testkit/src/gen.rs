@@ -387,72 +387,15 @@ fn gen_function(c: &mut Choices<'_>, n_functions: usize) -> Vec<Vec<Pending>> {
 }
 
 /// Item `i` of `n`: one instruction or a short sequence.
-// One arm per kind of instruction the generator emits, weighted side by side: the
-// weights are only comparable in one place.
-#[allow(clippy::too_many_lines)]
+// One arm per kind of instruction, weighted side by side: the weights are only
+// comparable in one place.
 fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<Pending> {
     match c.below(100) {
         0..=29 => vec![gen_alu(c)],
-        30..=34 => {
-            let v = c.imm64();
-            let dst = c.dst();
-            vec![
-                plain(OP_LDDW, dst, 0, 0, v as u32 as i32),
-                plain(0, 0, 0, 0, (v >> 32) as u32 as i32),
-            ]
-        }
-        35..=46 => {
-            let (size_bits, size) = c.size();
-            let (base, off) = c.address(size);
-            let signed = size < 8 && c.chance(30);
-            let mode = if signed { MODE_MEMSX } else { MODE_MEM };
-            vec![plain(CLASS_LDX | mode | size_bits, c.dst(), base, off, 0)]
-        }
-        47..=56 => {
-            let (size_bits, size) = c.size();
-            let (base, off) = c.address(size);
-            if c.chance(40) {
-                let imm = c.imm();
-                vec![plain(CLASS_ST | MODE_MEM | size_bits, base, 0, off, imm)]
-            } else {
-                vec![plain(
-                    CLASS_STX | MODE_MEM | size_bits,
-                    base,
-                    c.src(),
-                    off,
-                    0,
-                )]
-            }
-        }
-        57..=61 => {
-            let (size_bits, size) = c.pick(&[(SIZE_W, 4u8), (SIZE_DW, 8)]);
-            let (base, off) = c.address(size);
-            let op = c.pick(&[
-                ATOMIC_ADD,
-                ATOMIC_OR,
-                ATOMIC_AND,
-                ATOMIC_XOR,
-                ATOMIC_ADD | ATOMIC_FETCH,
-                ATOMIC_OR | ATOMIC_FETCH,
-                ATOMIC_AND | ATOMIC_FETCH,
-                ATOMIC_XOR | ATOMIC_FETCH,
-                ATOMIC_XCHG,
-                ATOMIC_CMPXCHG,
-            ]);
-            // Fetching forms write `src`, which must not be r10.
-            let src = if op & ATOMIC_FETCH != 0 && op != ATOMIC_CMPXCHG {
-                c.dst()
-            } else {
-                c.src()
-            };
-            vec![plain(
-                CLASS_STX | MODE_ATOMIC | size_bits,
-                base,
-                src,
-                off,
-                op,
-            )]
-        }
+        30..=34 => gen_lddw(c),
+        35..=46 => gen_load(c),
+        47..=56 => gen_store(c),
+        57..=61 => gen_atomic(c),
         62..=73 => {
             let target = (i + 1 + c.below(8)).min(n);
             vec![gen_jump(c, target)]
@@ -481,52 +424,124 @@ fn gen_item(c: &mut Choices<'_>, i: usize, n: usize, n_functions: usize) -> Vec<
         85..=91 => gen_helper_call(c),
         92..=93 => vec![plain(OP_CALLX, c.src(), 0, 0, 0)],
         94..=95 => vec![plain(OP_EXIT, 0, 0, 0, 0)],
-        96..=97 => {
-            // A pointer plus a bounded index, as a data-indexed array is addressed:
-            // `dst = src & mask` (or `src >> k`, or a 32-bit `and`), `dst += base`,
-            // `dst += off`. Through r10 the JIT may prove such accesses in the frame.
-            let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
-            let src = c.src();
-            let base = c.pick(&[10u8, 10, 1, 3]);
-            let off = -(i32::from(c.byte()) * 2);
-            let bound = match c.below(3) {
-                0 => {
-                    let mask = c.pick(&[7, 15, 60, 63, 255, 504, 1023]);
-                    plain(CLASS_ALU64 | ALU_AND | SRC_K, dst, 0, 0, mask)
-                }
-                1 => plain(
-                    CLASS_ALU64 | ALU_RSH | SRC_K,
-                    dst,
-                    0,
-                    0,
-                    52 + c.below(12) as i32,
-                ),
-                _ => plain(
-                    CLASS_ALU | ALU_AND | SRC_K,
-                    dst,
-                    0,
-                    0,
-                    c.pick(&[60, 255, 4095]),
-                ),
-            };
-            vec![
-                plain(CLASS_ALU64 | ALU_MOV | SRC_X, dst, src, 0, 0),
-                bound,
-                plain(CLASS_ALU64 | ALU_ADD | SRC_X, dst, base, 0, 0),
-                plain(CLASS_ALU64 | ALU_ADD | SRC_K, dst, 0, 0, off),
-            ]
-        }
-        _ => {
-            // A derived pointer: r10 or a region pointer plus a small offset.
-            let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
-            let base = c.pick(&[10u8, 1, 3]);
-            let off = c.byte() as i32 - 160;
-            vec![
-                plain(CLASS_ALU64 | ALU_MOV | SRC_X, dst, base, 0, 0),
-                plain(CLASS_ALU64 | ALU_ADD | SRC_K, dst, 0, 0, off),
-            ]
-        }
+        96..=97 => gen_indexed_pointer(c),
+        _ => gen_derived_pointer(c),
     }
+}
+
+/// A 64-bit immediate load (two slots).
+fn gen_lddw(c: &mut Choices<'_>) -> Vec<Pending> {
+    let v = c.imm64();
+    let dst = c.dst();
+    vec![
+        plain(OP_LDDW, dst, 0, 0, v as u32 as i32),
+        plain(0, 0, 0, 0, (v >> 32) as u32 as i32),
+    ]
+}
+
+/// A load, sign-extending for some narrow sizes.
+fn gen_load(c: &mut Choices<'_>) -> Vec<Pending> {
+    let (size_bits, size) = c.size();
+    let (base, off) = c.address(size);
+    let signed = size < 8 && c.chance(30);
+    let mode = if signed { MODE_MEMSX } else { MODE_MEM };
+    vec![plain(CLASS_LDX | mode | size_bits, c.dst(), base, off, 0)]
+}
+
+/// A store of an immediate or a register.
+fn gen_store(c: &mut Choices<'_>) -> Vec<Pending> {
+    let (size_bits, size) = c.size();
+    let (base, off) = c.address(size);
+    if c.chance(40) {
+        let imm = c.imm();
+        vec![plain(CLASS_ST | MODE_MEM | size_bits, base, 0, off, imm)]
+    } else {
+        vec![plain(
+            CLASS_STX | MODE_MEM | size_bits,
+            base,
+            c.src(),
+            off,
+            0,
+        )]
+    }
+}
+
+/// An atomic read-modify-write, fetching or not.
+fn gen_atomic(c: &mut Choices<'_>) -> Vec<Pending> {
+    let (size_bits, size) = c.pick(&[(SIZE_W, 4u8), (SIZE_DW, 8)]);
+    let (base, off) = c.address(size);
+    let op = c.pick(&[
+        ATOMIC_ADD,
+        ATOMIC_OR,
+        ATOMIC_AND,
+        ATOMIC_XOR,
+        ATOMIC_ADD | ATOMIC_FETCH,
+        ATOMIC_OR | ATOMIC_FETCH,
+        ATOMIC_AND | ATOMIC_FETCH,
+        ATOMIC_XOR | ATOMIC_FETCH,
+        ATOMIC_XCHG,
+        ATOMIC_CMPXCHG,
+    ]);
+    // Fetching forms write `src`, which must not be r10.
+    let src = if op & ATOMIC_FETCH != 0 && op != ATOMIC_CMPXCHG {
+        c.dst()
+    } else {
+        c.src()
+    };
+    vec![plain(
+        CLASS_STX | MODE_ATOMIC | size_bits,
+        base,
+        src,
+        off,
+        op,
+    )]
+}
+
+/// A pointer plus a bounded index, as a data-indexed array is addressed:
+/// `dst = src & mask` (or `src >> k`, or a 32-bit `and`), `dst += base`, `dst += off`.
+/// Through r10 the JIT may prove such accesses in the frame.
+fn gen_indexed_pointer(c: &mut Choices<'_>) -> Vec<Pending> {
+    let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
+    let src = c.src();
+    let base = c.pick(&[10u8, 10, 1, 3]);
+    let off = -(i32::from(c.byte()) * 2);
+    let bound = match c.below(3) {
+        0 => {
+            let mask = c.pick(&[7, 15, 60, 63, 255, 504, 1023]);
+            plain(CLASS_ALU64 | ALU_AND | SRC_K, dst, 0, 0, mask)
+        }
+        1 => plain(
+            CLASS_ALU64 | ALU_RSH | SRC_K,
+            dst,
+            0,
+            0,
+            52 + c.below(12) as i32,
+        ),
+        _ => plain(
+            CLASS_ALU | ALU_AND | SRC_K,
+            dst,
+            0,
+            0,
+            c.pick(&[60, 255, 4095]),
+        ),
+    };
+    vec![
+        plain(CLASS_ALU64 | ALU_MOV | SRC_X, dst, src, 0, 0),
+        bound,
+        plain(CLASS_ALU64 | ALU_ADD | SRC_X, dst, base, 0, 0),
+        plain(CLASS_ALU64 | ALU_ADD | SRC_K, dst, 0, 0, off),
+    ]
+}
+
+/// A derived pointer: r10 or a region pointer plus a small offset.
+fn gen_derived_pointer(c: &mut Choices<'_>) -> Vec<Pending> {
+    let dst = c.pick(&[4u8, 5, 6, 7, 8, 9]);
+    let base = c.pick(&[10u8, 1, 3]);
+    let off = c.byte() as i32 - 160;
+    vec![
+        plain(CLASS_ALU64 | ALU_MOV | SRC_X, dst, base, 0, 0),
+        plain(CLASS_ALU64 | ALU_ADD | SRC_K, dst, 0, 0, off),
+    ]
 }
 
 fn gen_alu(c: &mut Choices<'_>) -> Pending {

@@ -400,13 +400,7 @@ pub fn parse_vector(name: &str, text: &str) -> Result<Vector, VectorError> {
             line: s.line,
             problem,
         };
-        let number = || {
-            let w = words(&s.body);
-            match w[..] {
-                [one] => parse_u64(one).ok_or_else(|| bad(format!("`{one}` is not a u64"))),
-                _ => Err(bad(format!("expected one number, found {} words", w.len()))),
-            }
-        };
+        let number = || parse_number(&s.body).map_err(bad);
         match s.name {
             "asm" => {
                 v.insns = assemble(&s.body).map_err(|source| VectorError::Asm {
@@ -421,17 +415,8 @@ pub fn parse_vector(name: &str, text: &str) -> Result<Vector, VectorError> {
             "result" => expectations.push(Expect::Value(number()?)),
             "error" => expectations.push(Expect::Trap(parse_trap(&s.body).map_err(bad)?)),
             "verify-error" => {
-                let text = s
-                    .body
-                    .lines()
-                    .map(strip_comment)
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let text = text.trim();
-                if text.is_empty() {
-                    return Err(bad("empty expected message".into()));
-                }
-                expectations.push(Expect::VerifyError(text.to_string()));
+                let text = expected_message(&s.body).map_err(bad)?;
+                expectations.push(Expect::VerifyError(text));
             }
             "fuel" => v.fuel = number()?,
             "fuel-used" => v.fuel_used = Some(number()?),
@@ -455,6 +440,30 @@ pub fn parse_vector(name: &str, text: &str) -> Result<Vector, VectorError> {
     }
     v.expect = expectations.pop().expect("exactly one expectation");
     Ok(v)
+}
+
+/// The one number of a section's body.
+fn parse_number(body: &str) -> Result<u64, String> {
+    let w = words(body);
+    match w[..] {
+        [one] => parse_u64(one).ok_or_else(|| format!("`{one}` is not a u64")),
+        _ => Err(format!("expected one number, found {} words", w.len())),
+    }
+}
+
+/// The expected verifier message of a `verify-error` section: its lines without
+/// comments, joined by spaces; never empty.
+fn expected_message(body: &str) -> Result<String, String> {
+    let text = body
+        .lines()
+        .map(strip_comment)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty expected message".into());
+    }
+    Ok(text.to_string())
 }
 
 /// Every `.data` file under `dir`, sorted by path.

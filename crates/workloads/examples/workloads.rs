@@ -9,7 +9,7 @@ use std::time::Instant;
 use csx_host::transport::inproc::DeviceConfig;
 use csx_host::Device;
 use csx_proto::EngineKind;
-use csx_workloads::{Case, Compiler, Runner, WORKLOADS};
+use csx_workloads::{Case, Runner, WORKLOADS};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -24,7 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..DeviceConfig::default()
     };
     let dev = Device::init(&dir.path().join("dev"), config)?;
-    let mut session = Runner::new(&dev, Compiler::new()?);
+    let mut session = Runner::new(&dev);
 
     println!(
         "{:<22} {:>9} {:>12} {:>12} {:>12} {:>10}  agree",

@@ -1,17 +1,22 @@
 //! Building device programs: C to an eBPF object with clang, cached, and checked against
 //! a device's function table before it ships (`csx build`).
 //!
-//! [`Compiler`] runs `clang -O2 -target bpf -mcpu=v3 -c` with the SDK header on the
-//! include path. The header it uses is generated from the built-in function table
+//! [`Compiler`] compiles through csx-build's one C-to-eBPF path
+//! ([`csx_build::compile_bpf`], flags [`csx_build::BPF_FLAGS`]) with the SDK header on
+//! the include path. The header it uses is generated from the built-in function table
 //! ([`crate::sdk::builtin_header`]) and written into the cache directory, so programs
 //! build the same from a repository checkout or from an installed `csx` binary (the
 //! committed `sdk/include/csx.h` is kept byte-identical by a test).
 //!
-//! The SDK's own programs ([`PROGRAMS`]) are embedded in this crate and compiled on
-//! demand into `<cache>/programs/<name>-<key>.o`, where the key hashes clang's version,
-//! the flags, the source and the header; a stale object is never reused, and a cached
-//! one is shared by every process. Writes go to a temporary name and are renamed into
-//! place, so concurrent builders never see half an object.
+//! The SDK's own programs are compiled when the crate is built (`build.rs`, the same
+//! flags) and embedded: [`program`] returns one without a compiler. Their sources
+//! ([`PROGRAMS`]) are embedded too, for variants compiled at run time.
+//!
+//! Source text ([`Compiler::compile_source`]) is compiled into
+//! `<cache>/programs/<name>-<key>.o`, where the key hashes clang's version, the flags,
+//! the source and the header; a stale object is never reused, and a cached one is
+//! shared by every process. Writes go to a temporary name and are renamed into place,
+//! so concurrent builders never see half an object.
 //!
 //! [`check_object`] is the step `csx build` runs after compiling: every `extern`
 //! function the object calls must be in the device's table (the missing ones are
@@ -21,16 +26,29 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use csx_build::{CompileError, BPF_FLAGS, SDK_PROGRAM_FLAGS};
+
 use csx_ebpf::helper::{ArgKind, FunctionSig, FunctionTable};
 use csx_ebpf::loader::{self, LoadError};
 use csx_ebpf::verifier::{self, VerifyError};
 use csx_proto::{FunctionInfo, WireArgKind};
 
-/// Flags of every build, before the include path and the files.
-pub const CLANG_FLAGS: &[&str] = &["-O2", "-target", "bpf", "-mcpu=v3", "-c", "-fno-common"];
+/// The objects `build.rs` compiled from `sdk/programs`.
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/sdk_programs.rs"));
+}
 
-/// Extra flags for the SDK's own programs: they must compile without a warning.
-const SDK_PROGRAM_FLAGS: &[&str] = &["-Wall", "-Werror"];
+/// The object of the SDK program `name` (one of [`PROGRAMS`]), compiled when the crate
+/// was built: no compiler is needed to run it.
+pub fn program(name: &str) -> Result<&'static [u8], BuildError> {
+    embedded::OBJECTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, object)| *object)
+        .ok_or_else(|| BuildError::UnknownProgram {
+            name: name.to_string(),
+        })
+}
 
 /// One embedded source file of the SDK's programs.
 #[derive(Clone, Copy, Debug)]
@@ -212,26 +230,26 @@ impl Compiler {
         extra_flags: &[&str],
     ) -> Result<(), BuildError> {
         let include = self.include_dir()?;
-        let output = Command::new(&self.clang)
-            .args(CLANG_FLAGS)
-            .args(extra_flags)
-            .arg("-I")
-            .arg(&include)
-            .arg(source_path)
-            .arg("-o")
-            .arg(object_path)
-            .output()
-            .map_err(|source| BuildError::ClangSpawn {
-                clang: self.clang.display().to_string(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(BuildError::Compile {
-                source_path: source_path.to_path_buf(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            });
-        }
-        Ok(())
+        csx_build::compile_bpf(
+            &self.clang,
+            source_path,
+            object_path,
+            extra_flags,
+            &[&include],
+        )
+        .map_err(|e| match e {
+            CompileError::NotRunnable { clang, source, .. } => {
+                BuildError::ClangSpawn { clang, source }
+            }
+            CompileError::Failed {
+                source_path,
+                stderr,
+                ..
+            } => BuildError::Compile {
+                source_path,
+                stderr,
+            },
+        })
     }
 
     /// The object of C source text `source` (named `name` in diagnostics), from the
@@ -245,7 +263,7 @@ impl Compiler {
         let header = crate::sdk::builtin_header();
         let mut key = Fnv64::new();
         key.write(self.clang_version.as_bytes());
-        for flag in CLANG_FLAGS.iter().chain(extra_flags) {
+        for flag in BPF_FLAGS.iter().chain(extra_flags) {
             key.write(flag.as_bytes());
             key.write(&[0]);
         }
@@ -264,8 +282,9 @@ impl Compiler {
         std::fs::read(&object_path).map_err(io_error(&object_path))
     }
 
-    /// The object of the SDK program `name` (one of [`PROGRAMS`]).
-    pub fn program(&self, name: &str) -> Result<Vec<u8>, BuildError> {
+    /// The object of the SDK program `name` compiled now (as `build.rs` compiled the
+    /// embedded one), from the cache when an identical build exists.
+    pub fn compile_program(&self, name: &str) -> Result<Vec<u8>, BuildError> {
         let p =
             PROGRAMS
                 .iter()
@@ -403,6 +422,10 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), PROGRAMS.len());
+        // The objects build.rs compiled are the sources listed, one each.
+        let mut built: Vec<&str> = embedded::OBJECTS.iter().map(|(n, _)| *n).collect();
+        built.sort_unstable();
+        assert_eq!(built, names);
         for p in PROGRAMS {
             assert!(
                 p.source.contains(&format!("CSX_PROGRAM({})", p.name)),

@@ -20,6 +20,8 @@
 //! Invariant: for every workload, seed and input, the device's answer (interpreter and
 //! JIT) equals `reference` exactly, r0 included (`tests/it/equivalence.rs`).
 
+#![warn(clippy::too_many_lines)]
+
 pub mod compile;
 pub mod gen;
 pub mod reference;
@@ -27,6 +29,6 @@ pub mod run;
 pub mod sdk;
 pub mod workloads;
 
-pub use compile::{BuildError, Compiler};
+pub use compile::{program, BuildError, Compiler};
 pub use run::{read_file_timed, DeviceRun, PhaseTime, Phases, RunError, Runner};
 pub use workloads::{by_name, Case, Invocation, Origin, Outcome, Shape, Workload, WORKLOADS};

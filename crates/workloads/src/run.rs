@@ -27,7 +27,7 @@ use csx_proto::{
     Completion, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply, Timing, WireTrap,
 };
 
-use crate::compile::{BuildError, Compiler};
+use crate::compile::BuildError;
 use crate::reference::Stats;
 use crate::workloads::{chain_second_invocation, Case, Invocation, Outcome, Shape, Workload};
 
@@ -154,7 +154,6 @@ impl Phases {
 pub struct Runner<'d> {
     dev: &'d Device,
     session: Session<'d>,
-    compiler: Compiler,
     loaded: HashMap<(String, EngineKind), ProgramIndex>,
     /// Load and activation time of programs loaded since the last run began.
     pending: Phases,
@@ -181,11 +180,12 @@ fn failed<'a>(program: &'a str, step: &'static str) -> impl FnOnce(SessionError)
 }
 
 impl<'d> Runner<'d> {
-    pub fn new(dev: &'d Device, compiler: Compiler) -> Runner<'d> {
+    /// A runner on `dev`; the SDK programs it loads are the ones embedded at build
+    /// time ([`crate::compile::program`]).
+    pub fn new(dev: &'d Device) -> Runner<'d> {
         Runner {
             dev,
             session: Session::new(dev),
-            compiler,
             loaded: HashMap::new(),
             pending: Phases::default(),
         }
@@ -200,17 +200,14 @@ impl<'d> Runner<'d> {
         if let Some(&pind) = self.loaded.get(&(program.to_string(), engine)) {
             return Ok(pind);
         }
-        let object = self
-            .compiler
-            .program(program)
-            .map_err(|source| RunError::Build {
-                program: program.to_string(),
-                source,
-            })?;
+        let object = crate::compile::program(program).map_err(|source| RunError::Build {
+            program: program.to_string(),
+            source,
+        })?;
         let s = &mut self.session;
         let (started, at) = (Instant::now(), s.meter);
         let pind = s
-            .load_program(program, ProgramType::Elf, &object)
+            .load_program(program, ProgramType::Elf, object)
             .map_err(failed(program, "load"))?;
         self.pending.load = self.pending.load.plus(PhaseTime::since(started, &at, s));
         let (started, at) = (Instant::now(), s.meter);

@@ -57,8 +57,10 @@ fn demo_runs_every_workload_and_the_answers_agree() {
 #[test]
 fn demo_json_splits_both_sides_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
+    // The SDK programs are built in: the demo runs with no compiler to be found.
     let out = csx()
         .current_dir(dir.path())
+        .env("CSX_CLANG", "/nonexistent/clang")
         .args(["demo", "--size", "2MiB", "--json"])
         .output()
         .expect("csx starts");
@@ -132,6 +134,20 @@ fn build_checks_programs_against_the_function_table() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "stderr:\n{stderr}");
     assert!(stderr.contains("csx_no_such_function"), "{stderr}");
+
+    // Building needs clang, and says so when it is missing.
+    let out = csx()
+        .env("CSX_CLANG", "/nonexistent/clang")
+        .arg("build")
+        .arg(&good)
+        .output()
+        .expect("csx starts");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("clang not found") && stderr.contains("scripts/setup.sh"),
+        "{stderr}"
+    );
 }
 
 #[test]

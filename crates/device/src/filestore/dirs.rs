@@ -239,10 +239,9 @@ impl State {
     /// Renames directory `from` (checked to be one) to `to`, with everything below it.
     /// `to` must be missing or an empty directory, and not lie below `from`. Nothing
     /// changes on error.
-    pub(super) fn rename_dir(&mut self, from: &str, to: &str) -> Result<(), FileStoreError> {
-        if from == to {
-            return Ok(());
-        }
+    /// A directory `from` may move to `to`: not into itself, and `to` is no file, has
+    /// no file among its ancestors, and is no directory with entries.
+    fn check_rename_target(&self, from: &str, to: &str) -> Result<(), FileStoreError> {
         if path::is_within(to, from) {
             return Err(FileStoreError::RenameIntoItself {
                 from: from.to_owned(),
@@ -265,6 +264,14 @@ impl State {
                 path: to.to_owned(),
             });
         }
+        Ok(())
+    }
+
+    pub(super) fn rename_dir(&mut self, from: &str, to: &str) -> Result<(), FileStoreError> {
+        if from == to {
+            return Ok(());
+        }
+        self.check_rename_target(from, to)?;
         let from_prefix = dir_key(from);
         let below = |p: &&String| p.starts_with(&from_prefix);
         let files: Vec<String> = self

@@ -703,28 +703,7 @@ impl FileStore {
             let hi = (direct_hi as usize * bs).min(end) - start;
             let part = &mut dst[lo..hi];
             read((run.nvm_block + direct_lo) * BLOCK_SIZE, part)?;
-            let whole = part.len() / bs;
-            let mut got = vec![0u32; whole];
-            crc::crc32c_chunks(&part[..whole * bs], bs, &mut got);
-            if whole * bs < part.len() {
-                got.push(crc::crc32c(&part[whole * bs..]));
-            }
-            let mut bad = None;
-            st.sums
-                .for_run(run.nvm_block + direct_lo, got.len() as u64, |i, sum| {
-                    if bad.is_none() && got[i as usize] != sum {
-                        bad = Some((i, sum));
-                    }
-                });
-            if let Some((i, expected)) = bad {
-                return Err(FileStoreError::Checksum {
-                    path: run.path.to_owned(),
-                    block: run.block + direct_lo + i,
-                    nvm_offset: (run.nvm_block + direct_lo + i) * BLOCK_SIZE,
-                    expected,
-                    actual: got[i as usize],
-                });
-            }
+            verify_run(st, run, direct_lo, part)?;
         }
         Ok(())
     }
@@ -1129,6 +1108,40 @@ struct MappedRun<'a> {
     nvm_block: u64,
     in_block: u64,
     uncached: bool,
+}
+
+/// Verifies whole blocks `first..` of `run` read into `part` (the last one may be the
+/// file's partly covered last block) against their checksums in one pass.
+fn verify_run(
+    st: &State,
+    run: &MappedRun<'_>,
+    first: u64,
+    part: &[u8],
+) -> Result<(), FileStoreError> {
+    let bs = BLOCK_SIZE as usize;
+    let whole = part.len() / bs;
+    let mut got = vec![0u32; whole];
+    crc::crc32c_chunks(&part[..whole * bs], bs, &mut got);
+    if whole * bs < part.len() {
+        got.push(crc::crc32c(&part[whole * bs..]));
+    }
+    let mut bad = None;
+    st.sums
+        .for_run(run.nvm_block + first, got.len() as u64, |i, sum| {
+            if bad.is_none() && got[i as usize] != sum {
+                bad = Some((i, sum));
+            }
+        });
+    if let Some((i, expected)) = bad {
+        return Err(FileStoreError::Checksum {
+            path: run.path.to_owned(),
+            block: run.block + first + i,
+            nvm_offset: (run.nvm_block + first + i) * BLOCK_SIZE,
+            expected,
+            actual: got[i as usize],
+        });
+    }
+    Ok(())
 }
 
 /// Bytes of file block `block` a file of `size` bytes holds: what its checksum covers.

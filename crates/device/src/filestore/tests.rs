@@ -14,6 +14,7 @@ use std::io::{BufRead, BufReader};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use csx_testkit::bytes::seeded;
 use proptest::prelude::*;
 use tempfile::TempDir;
 
@@ -39,18 +40,6 @@ fn reopen(dir: &TempDir) -> FileStore {
 fn crash(store: FileStore) {
     store.hooks.skip_flush_on_drop.store(true, Ordering::SeqCst);
     drop(store);
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn read_all(store: &FileStore, path: &str) -> Vec<u8> {
@@ -155,7 +144,7 @@ fn write_read_overwrite_extend() {
 fn stat_reports_size_extents_and_times() {
     let (_dir, store) = new_store(64);
     let before = SystemTime::now();
-    store.write_at("/f", 0, &pattern(5000, 1)).unwrap();
+    store.write_at("/f", 0, &seeded(5000, 1)).unwrap();
     let stat = store.stat("f").unwrap();
     assert_eq!(stat.path, "/f");
     assert_eq!(stat.size, 5000);
@@ -172,7 +161,7 @@ fn stat_reports_size_extents_and_times() {
 #[test]
 fn truncate_shrinks_and_grows_with_zeros() {
     let (_dir, store) = new_store(64);
-    let data = pattern(3 * BLOCK_SIZE as usize, 2);
+    let data = seeded(3 * BLOCK_SIZE as usize, 2);
     store.write_at("/t", 0, &data).unwrap();
     store.truncate("/t", 5000).unwrap();
     assert_eq!(read_all(&store, "/t"), &data[..5000]);
@@ -205,7 +194,7 @@ fn truncate_shrinks_and_grows_with_zeros() {
 fn delete_frees_blocks_only_after_flush() {
     let (_dir, store) = new_store(64);
     store
-        .write_at("/a", 0, &pattern(8 * BLOCK_SIZE as usize, 3))
+        .write_at("/a", 0, &seeded(8 * BLOCK_SIZE as usize, 3))
         .unwrap();
     let a_extents = store.extents("/a").unwrap();
     let free_before = store.free_bytes();
@@ -217,7 +206,7 @@ fn delete_frees_blocks_only_after_flush() {
     ));
     // Before the flush, new data must not land in /a's old blocks.
     store
-        .write_at("/b", 0, &pattern(20 * BLOCK_SIZE as usize, 4))
+        .write_at("/b", 0, &seeded(20 * BLOCK_SIZE as usize, 4))
         .unwrap();
     let overlaps = |x: &Extent, y: &Extent| {
         x.nvm_offset < y.nvm_offset + y.len && y.nvm_offset < x.nvm_offset + x.len
@@ -347,7 +336,7 @@ fn invalid_paths_are_typed_errors() {
 fn extents_follow_the_file() {
     let (_dir, store) = new_store(256);
     // Written in many small appends, a file still gets one extent.
-    let data = pattern(100_000, 5);
+    let data = seeded(100_000, 5);
     for (i, chunk) in data.chunks(3000).enumerate() {
         store.write_at("/seq", (i * 3000) as u64, chunk).unwrap();
     }
@@ -393,7 +382,7 @@ fn interleaved_appends_keep_extents_large() {
 #[test]
 fn data_and_metadata_persist_across_reopen() {
     let (dir, store) = new_store(128);
-    let big = pattern(200_000, 6);
+    let big = seeded(200_000, 6);
     store.write_at("/keep/big", 0, &big).unwrap();
     store.write_at("/keep/small", 0, b"small").unwrap();
     store.write_at("/gone", 0, b"gone").unwrap();
@@ -487,7 +476,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
             break;
         }
         store
-            .write_at(&format!("/small/{i}"), 0, &pattern(len, i as u64))
+            .write_at(&format!("/small/{i}"), 0, &seeded(len, i as u64))
             .unwrap();
         i += 1;
     }
@@ -497,7 +486,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
     store.flush().unwrap();
     let largest_run = store.state.read().unwrap().alloc.largest_run();
     let free = store.free_bytes();
-    let big = pattern(free as usize - 3000, 99);
+    let big = seeded(free as usize - 3000, 99);
     assert!(big.len() as u64 > largest_run * BLOCK_SIZE);
     store.write_at("/big", 0, &big).unwrap();
     let extents = store.extents("/big").unwrap();
@@ -514,7 +503,7 @@ fn fragmented_namespace_still_holds_a_large_file() {
         let len = 4096 * (1 + j % 5) + j * 7 % 4096;
         assert_eq!(
             read_all(&store, &format!("/small/{j}")),
-            pattern(len, j as u64)
+            seeded(len, j as u64)
         );
     }
 }
@@ -522,10 +511,10 @@ fn fragmented_namespace_still_holds_a_large_file() {
 #[test]
 fn crash_without_flush_keeps_the_last_flush() {
     let (dir, store) = new_store(64);
-    store.write_at("/flushed", 0, &pattern(50_000, 7)).unwrap();
+    store.write_at("/flushed", 0, &seeded(50_000, 7)).unwrap();
     store.write_at("/doomed", 0, b"doomed").unwrap();
     store.flush().unwrap();
-    store.write_at("/new", 0, &pattern(30_000, 8)).unwrap();
+    store.write_at("/new", 0, &seeded(30_000, 8)).unwrap();
     store.delete("/doomed").unwrap();
     store.write_at("/flushed", 50_000, b"appended").unwrap();
     crash(store);
@@ -538,16 +527,16 @@ fn crash_without_flush_keeps_the_last_flush() {
         .map(|s| s.path)
         .collect();
     assert_eq!(names, ["/doomed", "/flushed"]);
-    assert_eq!(read_all(&store, "/flushed"), pattern(50_000, 7));
+    assert_eq!(read_all(&store, "/flushed"), seeded(50_000, 7));
     assert_eq!(read_all(&store, "/doomed"), b"doomed");
 }
 
 #[test]
 fn failure_between_data_sync_and_commit_poisons_and_loses_only_unflushed() {
     let (dir, store) = new_store(64);
-    store.write_at("/a", 0, &pattern(40_000, 9)).unwrap();
+    store.write_at("/a", 0, &seeded(40_000, 9)).unwrap();
     store.flush().unwrap();
-    store.write_at("/b", 0, &pattern(40_000, 10)).unwrap();
+    store.write_at("/b", 0, &seeded(40_000, 10)).unwrap();
     store.delete("/a").unwrap();
     store.hooks.fail_before_commit.store(true, Ordering::SeqCst);
     assert!(matches!(
@@ -563,11 +552,11 @@ fn failure_between_data_sync_and_commit_poisons_and_loses_only_unflushed() {
         store.flush(),
         Err(FileStoreError::Poisoned { .. })
     ));
-    assert_eq!(read_all(&store, "/b"), pattern(40_000, 10));
+    assert_eq!(read_all(&store, "/b"), seeded(40_000, 10));
     crash(store);
 
     let store = reopen(&dir);
-    assert_eq!(read_all(&store, "/a"), pattern(40_000, 9));
+    assert_eq!(read_all(&store, "/a"), seeded(40_000, 9));
     assert!(matches!(
         store.stat("/b"),
         Err(FileStoreError::NotFound { .. })
@@ -579,20 +568,20 @@ fn power_loss_keeps_flushed_files_whatever_reached_the_media() {
     for keep_all in [false, true] {
         let (dir, store) = new_store(64);
         store.nvm().track_power_loss();
-        store.write_at("/a", 0, &pattern(30_000, 11)).unwrap();
-        store.write_at("/b", 0, &pattern(30_000, 12)).unwrap();
+        store.write_at("/a", 0, &seeded(30_000, 11)).unwrap();
+        store.write_at("/b", 0, &seeded(30_000, 12)).unwrap();
         store.flush().unwrap();
         // After the flush: /a deleted and replaced by a file that cannot reuse its blocks,
         // /b grown in place, a new file written.
         store.delete("/a").unwrap();
-        store.write_at("/a2", 0, &pattern(30_000, 13)).unwrap();
-        store.write_at("/b", 30_000, &pattern(5000, 14)).unwrap();
+        store.write_at("/a2", 0, &seeded(30_000, 13)).unwrap();
+        store.write_at("/b", 30_000, &seeded(5000, 14)).unwrap();
         store.nvm().simulate_power_loss(|_| keep_all);
         crash(store);
 
         let store = reopen(&dir);
-        assert_eq!(read_all(&store, "/a"), pattern(30_000, 11));
-        assert_eq!(read_all(&store, "/b"), pattern(30_000, 12));
+        assert_eq!(read_all(&store, "/a"), seeded(30_000, 11));
+        assert_eq!(read_all(&store, "/b"), seeded(30_000, 12));
         assert!(store.stat("/a2").is_err());
         // The lost append must not reappear when /b grows again.
         store.truncate("/b", 40_000).unwrap();
@@ -755,7 +744,7 @@ fn concurrent_writers_and_readers() {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
                 let path = format!("/t/{t}");
-                let data = pattern(300_000, t);
+                let data = seeded(300_000, t);
                 for (i, chunk) in data.chunks(10_000).enumerate() {
                     store.write_at(&path, (i * 10_000) as u64, chunk).unwrap();
                     let mut back = vec![0u8; chunk.len()];
@@ -815,7 +804,7 @@ fn crash_child() {
             .write_at(
                 &scratch,
                 generation * 1000 % 50_000,
-                &pattern(20_000, generation),
+                &seeded(20_000, generation),
             )
             .unwrap();
         if generation % 3 == 0 {
@@ -829,7 +818,7 @@ fn crash_child() {
 }
 
 fn generation_data(generation: u64) -> Vec<u8> {
-    pattern(
+    seeded(
         1000 + (generation as usize * 1237) % 15_000,
         generation + 1000,
     )
@@ -1008,6 +997,9 @@ impl Harness {
         }
     }
 
+    // One arm per operation of the model, each the store's behaviour beside it: the
+    // model reads as one table.
+    #[allow(clippy::too_many_lines)]
     fn apply(&mut self, op: &Op) {
         let flushes_before = self.flushes();
         let model_before = self.model.clone();
@@ -1019,7 +1011,7 @@ impl Harness {
                 seed,
             } => {
                 let path = MODEL_PATHS[file];
-                let data = pattern(len, seed);
+                let data = seeded(len, seed);
                 let result = self.store().write_at(path, offset, &data);
                 let creatable =
                     self.model.contains_key(path) || model_can_create(&self.model, path);
@@ -1113,7 +1105,7 @@ impl Harness {
             }
             Op::Crash { keep_seed } => {
                 let store = self.store.take().unwrap();
-                let keep = pattern(4096, keep_seed);
+                let keep = seeded(4096, keep_seed);
                 store
                     .nvm()
                     .simulate_power_loss(|i| keep[i % keep.len()] & 1 == 1);
@@ -1226,8 +1218,8 @@ mod dirs;
 #[test]
 fn replace_by_rename_is_atomic_and_staging_is_reclaimed() {
     let (dir, store) = new_store(256);
-    let old = pattern(40_000, 1);
-    let new = pattern(70_000, 2);
+    let old = seeded(40_000, 1);
+    let new = seeded(70_000, 2);
     store.write_at("/t", 0, &old).unwrap();
     store.flush().unwrap();
     let tmp = format!("{PARTIAL_DIR}/writer-1");
@@ -1327,9 +1319,9 @@ fn flip_bit(path: &std::path::Path, offset: u64, bit: u8) {
 #[test]
 fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
     let (dir, store) = new_store(64);
-    let data = pattern(10 * BLOCK_SIZE as usize + 100, 3);
+    let data = seeded(10 * BLOCK_SIZE as usize + 100, 3);
     store.write_at("/f", 0, &data).unwrap();
-    store.write_at("/g", 0, &pattern(5000, 4)).unwrap();
+    store.write_at("/g", 0, &seeded(5000, 4)).unwrap();
     let ext = store.extents("/f").unwrap();
     assert_eq!(store.unverified_blocks(), 0);
     store.close().unwrap();
@@ -1381,7 +1373,7 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
                 .write_at("/f", block * BLOCK_SIZE + 1, b"xy")
                 .unwrap_err();
             assert!(matches!(err, FileStoreError::Checksum { .. }), "{err}");
-            assert_eq!(read_all(&store, "/g"), pattern(5000, 4));
+            assert_eq!(read_all(&store, "/g"), seeded(5000, 4));
             crash(store);
             flip_bit(&dir.path().join(NVM_FILE), nvm_offset, bit);
             let store = reopen(&dir);
@@ -1403,7 +1395,7 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
 #[test]
 fn a_wrong_stored_checksum_is_an_error_never_other_bytes() {
     let (dir, store) = new_store(64);
-    let data = pattern(3 * BLOCK_SIZE as usize, 5);
+    let data = seeded(3 * BLOCK_SIZE as usize, 5);
     store.write_at("/f", 0, &data).unwrap();
     let nvm_block = store.extents("/f").unwrap()[0].nvm_offset / BLOCK_SIZE;
     store.close().unwrap();
@@ -1474,7 +1466,7 @@ fn a_wrong_stored_checksum_is_an_error_never_other_bytes() {
 #[test]
 fn an_image_made_before_checksums_opens_unverified_and_gains_them() {
     let (dir, store) = new_store(64);
-    let old = pattern(4 * BLOCK_SIZE as usize, 6);
+    let old = seeded(4 * BLOCK_SIZE as usize, 6);
     store.write_at("/old", 0, &old).unwrap();
     let nvm_offset = store.extents("/old").unwrap()[0].nvm_offset;
     store.close().unwrap();
@@ -1492,7 +1484,7 @@ fn an_image_made_before_checksums_opens_unverified_and_gains_them() {
     let store = reopen(&dir);
     assert_eq!(store.unverified_blocks(), 4);
     assert_eq!(read_all(&store, "/old"), old);
-    store.write_at("/new", 0, &pattern(5000, 7)).unwrap();
+    store.write_at("/new", 0, &seeded(5000, 7)).unwrap();
     store
         .write_at("/old", 0, &old[..BLOCK_SIZE as usize])
         .unwrap();
@@ -1528,7 +1520,7 @@ fn an_image_made_before_checksums_opens_unverified_and_gains_them() {
         store.read_at("/old", 0, &mut buf),
         Err(FileStoreError::Checksum { block: 0, .. })
     ));
-    assert_eq!(read_all(&store, "/new"), pattern(5000, 7));
+    assert_eq!(read_all(&store, "/new"), seeded(5000, 7));
 }
 
 #[test]
@@ -1536,19 +1528,19 @@ fn appends_after_a_flush_keep_the_flushed_bytes_readable_after_a_crash() {
     // The last block's checksum covers the bytes up to the size, so an unflushed append
     // into it (which reaches the media) does not spoil the flushed prefix.
     let (dir, store) = new_store(64);
-    store.write_at("/log", 0, &pattern(5000, 8)).unwrap();
+    store.write_at("/log", 0, &seeded(5000, 8)).unwrap();
     store.flush().unwrap();
-    store.write_at("/log", 5000, &pattern(100, 9)).unwrap();
-    store.write_at("/log", 5100, &pattern(3000, 10)).unwrap();
-    store.write_at("/log", 9000, &pattern(3000, 10)).unwrap();
+    store.write_at("/log", 5000, &seeded(100, 9)).unwrap();
+    store.write_at("/log", 5100, &seeded(3000, 10)).unwrap();
+    store.write_at("/log", 9000, &seeded(3000, 10)).unwrap();
     crash(store);
     let store = reopen(&dir);
-    assert_eq!(read_all(&store, "/log"), pattern(5000, 8));
+    assert_eq!(read_all(&store, "/log"), seeded(5000, 8));
     // Truncate within a block, grow, write with a gap: all still verify.
     store.truncate("/log", 4100).unwrap();
     store.truncate("/log", 9000).unwrap();
     store.write_at("/log", 12_000, b"tail").unwrap();
-    let mut want = pattern(5000, 8)[..4100].to_vec();
+    let mut want = seeded(5000, 8)[..4100].to_vec();
     want.resize(12_000, 0);
     want.extend_from_slice(b"tail");
     assert_eq!(read_all(&store, "/log"), want);

@@ -9,7 +9,12 @@ use csx_proto::limits::*;
 use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, ABI_VERSION};
 
 use super::{ns, Shared};
-use crate::status::{fail_with, ok, with_reply};
+use crate::status::{fail_with, ok, with_reply, ToStatus};
+
+/// The completion of a command that returns nothing: success (value 0) or its error.
+fn done<E: ToStatus>(r: Result<(), E>) -> Completion {
+    r.map_or_else(|e| fail_with(&e), |()| ok(0))
+}
 
 impl Shared {
     pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
@@ -46,10 +51,7 @@ impl Shared {
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
             }
-            Op::UnloadProgram { pind } => self
-                .programs
-                .unload(*pind)
-                .map_or_else(|e| fail_with(&e), |()| ok(0)),
+            Op::UnloadProgram { pind } => done(self.programs.unload(*pind)),
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);
@@ -58,36 +60,23 @@ impl Shared {
                 }
                 Err(e) => fail_with(&e),
             },
-            Op::PersistProgram { pind, name } => self
-                .programs
-                .persist_as(client, *pind, name)
-                .map_or_else(|e| fail_with(&e), |()| ok(0)),
-            Op::DeactivateProgram { pind } => self
-                .programs
-                .deactivate(*pind)
-                .map_or_else(|e| fail_with(&e), |()| ok(0)),
+            Op::PersistProgram { pind, name } => {
+                done(self.programs.persist_as(client, *pind, name))
+            }
+            Op::DeactivateProgram { pind } => done(self.programs.deactivate(*pind)),
             Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
             {
                 Ok(rsid) => ok(u64::from(rsid.0)),
                 Err(e) => fail_with(&e),
             },
-            Op::RangeSetDelete { rsid } => match self.rangesets.delete(client, *rsid) {
-                Ok(()) => ok(0),
-                Err(e) => fail_with(&e),
-            },
-            Op::ClearState { offset, len } => match self.state.clear(*offset, *len) {
-                Ok(()) => ok(0),
-                Err(e) => fail_with(&e),
-            },
+            Op::RangeSetDelete { rsid } => done(self.rangesets.delete(client, *rsid)),
+            Op::ClearState { offset, len } => done(self.state.clear(*offset, *len)),
             Op::Flush => self.flush(),
             Op::MemAlloc { size_bytes } => match self.slm.alloc(client, *size_bytes) {
                 Ok(h) => ok(u64::from(h.0)),
                 Err(e) => fail_with(&e),
             },
-            Op::MemFree { handle } => self
-                .slm
-                .free(client, *handle)
-                .map_or_else(|e| fail_with(&e), |()| ok(0)),
+            Op::MemFree { handle } => done(self.slm.free(client, *handle)),
             _ => self.transfer(client, &cmd.op),
         }
     }

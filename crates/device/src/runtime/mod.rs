@@ -381,6 +381,17 @@ impl DeviceRuntime {
             threads: Vec::new(),
             _lock: lock,
         };
+        device.spawn_threads(&shared, engines, transfer_workers)?;
+        Ok(device)
+    }
+
+    /// Starts the worker threads (each pool's, by class) and the watchdog's.
+    fn spawn_threads(
+        &mut self,
+        shared: &Arc<Shared>,
+        engines: u32,
+        transfer_workers: u32,
+    ) -> Result<(), DeviceError> {
         let pools = [
             (Class::Compute, engines, "engine"),
             (Class::Transfer, transfer_workers, "transfer"),
@@ -389,21 +400,21 @@ impl DeviceRuntime {
         ];
         for (class, count, name) in pools {
             for i in 0..count {
-                let s = Arc::clone(&shared);
+                let s = Arc::clone(shared);
                 let handle = std::thread::Builder::new()
                     .name(format!("csx-{name}-{i}"))
                     .spawn(move || worker(&s, class))
                     .map_err(|source| DeviceError::Spawn { source })?;
-                device.threads.push(handle);
+                self.threads.push(handle);
             }
         }
-        let s = Arc::clone(&shared);
+        let s = Arc::clone(shared);
         let handle = std::thread::Builder::new()
             .name("csx-watchdog".into())
             .spawn(move || s.watchdog.run())
             .map_err(|source| DeviceError::Spawn { source })?;
-        device.threads.push(handle);
-        Ok(device)
+        self.threads.push(handle);
+        Ok(())
     }
 
     fn shared(&self) -> &Arc<Shared> {

@@ -221,22 +221,7 @@ impl QueuePair {
         }
         if let Op::Abort { target } = cmd.op {
             // Answered here, so an abort never waits behind other work.
-            let mut c = Completion::new(cmd.id, Status::Success);
-            c.value = self.qp.abort(target);
-            if c.value > 0 {
-                // Those still queued complete now (as aborted, without running) rather
-                // than when an engine gets to them.
-                let qp = &self.qp;
-                let queued = shared
-                    .compute
-                    .queue
-                    .take_where(|job| Arc::ptr_eq(&job.qp, qp) && job.cmd.id == target);
-                for job in queued {
-                    shared.run(job);
-                }
-            }
-            c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
-            post(&self.qp, c);
+            self.answer_abort(&shared, cmd.id, target, submitted);
             return Ok(());
         }
         let pool = shared.pool(class_of(&cmd.op));
@@ -268,6 +253,26 @@ impl QueuePair {
             return Err(SubmitError::ShuttingDown);
         }
         Ok(())
+    }
+
+    /// Aborts `target` and posts the Abort's completion (`id`): its value is the runs
+    /// stopped. Those still queued complete now (as aborted, without running) rather
+    /// than when an engine gets to them.
+    fn answer_abort(&self, shared: &Shared, id: CommandId, target: CommandId, submitted: Instant) {
+        let mut c = Completion::new(id, Status::Success);
+        c.value = self.qp.abort(target);
+        if c.value > 0 {
+            let qp = &self.qp;
+            let queued = shared
+                .compute
+                .queue
+                .take_where(|job| Arc::ptr_eq(&job.qp, qp) && job.cmd.id == target);
+            for job in queued {
+                shared.run(job);
+            }
+        }
+        c.timing.total_ns = submitted.elapsed().as_nanos() as u64;
+        post(&self.qp, c);
     }
 
     /// Undoes the accounting of a job that will not run.

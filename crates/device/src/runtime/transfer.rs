@@ -112,27 +112,7 @@ impl Shared {
     ) -> Completion {
         let total: u64 = sources.iter().map(CopySource::len).sum();
         // Lease the destination and every SLM source in one step.
-        let mut reqs = vec![LeaseRequest {
-            handle: dst,
-            offset: dst_offset,
-            len: total,
-            write: true,
-        }];
-        for s in sources {
-            if let CopySource::Mem {
-                handle,
-                offset,
-                len,
-            } = *s
-            {
-                reqs.push(LeaseRequest {
-                    handle,
-                    offset,
-                    len,
-                    write: false,
-                });
-            }
-        }
+        let reqs = copy_leases(dst, dst_offset, total, sources);
         let mut leases = match self.slm.lease(client, &reqs) {
             Ok(l) => l,
             Err(e) => return fail_with(&e),
@@ -253,6 +233,57 @@ impl Shared {
         }
     }
 
+    /// A file write in `mode`: truncating first, or refused when the file exists.
+    fn file_write(
+        &self,
+        path: &str,
+        offset: u64,
+        data: &[u8],
+        mode: WriteMode,
+    ) -> Result<Completion, FileStoreError> {
+        match mode {
+            WriteMode::Write => {}
+            WriteMode::Truncate => match self.files.truncate(path, 0) {
+                Ok(()) | Err(FileStoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            },
+            WriteMode::CreateNew => match self.files.stat(path) {
+                Ok(_) => {
+                    return Ok(fail(
+                        Status::FileExists,
+                        "filestore",
+                        format!("{path} exists"),
+                    ))
+                }
+                Err(FileStoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            },
+        }
+        self.files.write_at(path, offset, data)?;
+        Ok(ok(data.len() as u64))
+    }
+
+    /// The files under `dir`, as many as one reply holds (then `truncated`).
+    fn file_list(&self, dir: &str) -> Result<Completion, FileStoreError> {
+        let all = self.files.list(dir)?;
+        let mut files = Vec::new();
+        let mut bytes = 0usize;
+        let mut truncated = false;
+        for st in all {
+            bytes += st.path.len() + FileInfo::FIXED_SIZE;
+            if files.len() >= FILE_LIST_ENTRIES_MAX || bytes > PAYLOAD_SIZE_MAX {
+                truncated = true;
+                break;
+            }
+            files.push(FileInfo {
+                path: st.path,
+                size_bytes: st.size,
+                extent_count: st.extents,
+            });
+        }
+        Ok(with_reply(Reply::Files { files, truncated }))
+    }
+
     fn file_op(&self, op: &Op) -> Completion {
         let r: Result<Completion, FileStoreError> = (|| {
             Ok(match op {
@@ -261,28 +292,7 @@ impl Shared {
                     offset,
                     data,
                     mode,
-                } => {
-                    match mode {
-                        WriteMode::Write => {}
-                        WriteMode::Truncate => match self.files.truncate(path, 0) {
-                            Ok(()) | Err(FileStoreError::NotFound { .. }) => {}
-                            Err(e) => return Err(e),
-                        },
-                        WriteMode::CreateNew => match self.files.stat(path) {
-                            Ok(_) => {
-                                return Ok(fail(
-                                    Status::FileExists,
-                                    "filestore",
-                                    format!("{path} exists"),
-                                ))
-                            }
-                            Err(FileStoreError::NotFound { .. }) => {}
-                            Err(e) => return Err(e),
-                        },
-                    }
-                    self.files.write_at(path, *offset, data)?;
-                    ok(data.len() as u64)
-                }
+                } => self.file_write(path, *offset, data, *mode)?,
                 Op::FileRead { path, offset, len } => {
                     let size = self.files.stat(path)?.size;
                     let n = size.saturating_sub(*offset).min(*len) as usize;
@@ -291,25 +301,7 @@ impl Shared {
                     buf.truncate(got);
                     with_reply(Reply::Data(buf))
                 }
-                Op::FileList { dir } => {
-                    let all = self.files.list(dir)?;
-                    let mut files = Vec::new();
-                    let mut bytes = 0usize;
-                    let mut truncated = false;
-                    for st in all {
-                        bytes += st.path.len() + FileInfo::FIXED_SIZE;
-                        if files.len() >= FILE_LIST_ENTRIES_MAX || bytes > PAYLOAD_SIZE_MAX {
-                            truncated = true;
-                            break;
-                        }
-                        files.push(FileInfo {
-                            path: st.path,
-                            size_bytes: st.size,
-                            extent_count: st.extents,
-                        });
-                    }
-                    with_reply(Reply::Files { files, truncated })
-                }
+                Op::FileList { dir } => self.file_list(dir)?,
                 Op::FileStat { path } => {
                     let st = self.files.stat(path)?;
                     with_reply(Reply::File(FileInfo {
@@ -350,4 +342,36 @@ impl Shared {
         })();
         r.unwrap_or_else(|e| fail_with(&e))
     }
+}
+
+/// The leases of a copy of `total` bytes to `dst` at `dst_offset`: the destination
+/// (writable) first, then each memory source (read-only) in order.
+fn copy_leases(
+    dst: MemHandle,
+    dst_offset: u64,
+    total: u64,
+    sources: &[CopySource],
+) -> Vec<LeaseRequest> {
+    let mut reqs = vec![LeaseRequest {
+        handle: dst,
+        offset: dst_offset,
+        len: total,
+        write: true,
+    }];
+    for s in sources {
+        if let CopySource::Mem {
+            handle,
+            offset,
+            len,
+        } = *s
+        {
+            reqs.push(LeaseRequest {
+                handle,
+                offset,
+                len,
+                write: false,
+            });
+        }
+    }
+    reqs
 }

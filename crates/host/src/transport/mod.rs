@@ -32,6 +32,9 @@ pub mod bulk;
 mod framing;
 #[cfg(feature = "inproc")]
 pub mod inproc;
+// The shared-memory transport's connect and serve paths are still long functions, split
+// in their own change; the lint applies to it once they are.
+#[allow(clippy::too_many_lines)]
 pub mod shm;
 pub mod sys;
 pub mod tcp;

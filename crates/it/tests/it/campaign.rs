@@ -34,7 +34,7 @@ use csx_device::nvm::{apply_undo_log, UNDO_LOG_ENV};
 use csx_host::Device;
 
 use crate::durability::{fresh_device, DAEMON_KIND_ENV, DAEMON_STATE_ENV};
-use crate::files::pattern;
+use csx_testkit::bytes::seeded;
 
 const WRITER_URI_ENV: &str = "CSX_IT_CAMPAIGN_URI";
 const WRITER_ID_ENV: &str = "CSX_IT_CAMPAIGN_WRITER";
@@ -86,7 +86,7 @@ fn helper_campaign_writer() {
             // Unacknowledged writes (no flush): a power loss may drop them, and must
             // drop nothing else.
             let scratch = format!("/c/w{id}/scratch");
-            let _ = dev.write_file(&scratch, rng.below(8) << 20, &pattern(1 << 20, i));
+            let _ = dev.write_file(&scratch, rng.below(8) << 20, &seeded(1 << 20, i));
         }
         let path = format!("/c/w{id}/f{}", rng.below(FILES_PER_WRITER));
         if rng.below(6) == 0 {
@@ -104,7 +104,7 @@ fn helper_campaign_writer() {
             continue;
         }
         let seed = base + i;
-        std::fs::write(&local, pattern(version_len(seed), seed)).unwrap();
+        std::fs::write(&local, seeded(version_len(seed), seed)).unwrap();
         writeln!(out, "start {path} {seed}").unwrap();
         out.flush().unwrap();
         if dev.put_file(&local, &path, &mut |_| {}).is_err() {
@@ -247,12 +247,12 @@ pub(crate) fn check(
             // A path whose last state was a torn write: whatever it holds, it was never
             // acknowledged, and a delete or a truncate may have followed.
             (_, u64::MAX) => true,
-            (Some(b), s) if s != 0 => *b == pattern(version_len(s), s),
+            (Some(b), s) if s != 0 => *b == seeded(version_len(s), s),
             _ => false,
         };
         let prefix_of = |seed: u64| match &got {
             Some(b) if st.prefix_ok.contains(&seed) => {
-                let whole = pattern(version_len(seed), seed);
+                let whole = seeded(version_len(seed), seed);
                 b.len() <= whole.len() && *b == whole[..b.len()]
             }
             _ => false,

@@ -17,8 +17,8 @@ use csx_host::transport::inproc::DeviceConfig;
 use csx_host::{CallError, Device};
 use csx_server::{Server, ServerConfig};
 
-use crate::files::pattern;
 use crate::served::{listen_addr, Kind};
+use csx_testkit::bytes::seeded;
 
 pub(crate) const DAEMON_STATE_ENV: &str = "CSX_IT_DAEMON_STATE";
 pub(crate) const DAEMON_KIND_ENV: &str = "CSX_IT_DAEMON_KIND";
@@ -197,8 +197,8 @@ fn assert_no_partials(dev: &Device) {
 fn put_survives_daemon_kill(kind: Kind) {
     let dir = fresh_device();
     let state = dir.path().join("dev");
-    let small = pattern(1 << 20, 7);
-    let big = pattern((FILE_IO_SIZE_MAX * 2 + 12345) as usize, 8);
+    let small = seeded(1 << 20, 7);
+    let big = seeded((FILE_IO_SIZE_MAX * 2 + 12345) as usize, 8);
     let local_small = dir.path().join("small");
     let local_big = dir.path().join("big");
     std::fs::write(&local_small, &small).unwrap();
@@ -248,8 +248,8 @@ fn put_survives_daemon_kill_shm() {
 fn killed_put_leaves_the_old_file() {
     let dir = fresh_device();
     let state = dir.path().join("dev");
-    let old = pattern((FILE_IO_SIZE_MAX * 3) as usize, 1);
-    let new = pattern((FILE_IO_SIZE_MAX * 3 + 999) as usize, 2);
+    let old = seeded((FILE_IO_SIZE_MAX * 3) as usize, 1);
+    let new = seeded((FILE_IO_SIZE_MAX * 3 + 999) as usize, 2);
     let local_old = dir.path().join("old");
     let local_new = dir.path().join("new");
     std::fs::write(&local_old, &old).unwrap();
@@ -302,7 +302,7 @@ fn killed_put_leaves_the_old_file() {
 fn killed_get_leaves_the_old_local_file() {
     let dir = fresh_device();
     let state = dir.path().join("dev");
-    let data = pattern((FILE_IO_SIZE_MAX * 3) as usize, 3);
+    let data = seeded((FILE_IO_SIZE_MAX * 3) as usize, 3);
     let local_src = dir.path().join("src");
     std::fs::write(&local_src, &data).unwrap();
     let daemon = Daemon::start(&state, Kind::Tcp);
@@ -335,7 +335,7 @@ fn killed_get_leaves_the_old_local_file() {
 fn get_into_a_character_device() {
     let dir = fresh_device();
     let dev = Device::open(dir.path().join("dev").to_str().unwrap()).unwrap();
-    dev.put_bytes("/f", &pattern(100_000, 4)).unwrap();
+    dev.put_bytes("/f", &seeded(100_000, 4)).unwrap();
     let n = dev
         .get_file("/f", Path::new("/dev/null"), &mut |_| {})
         .unwrap();
@@ -345,7 +345,7 @@ fn get_into_a_character_device() {
         .get_writer("/f", &mut out, Path::new("a buffer"), &mut |_| {})
         .unwrap();
     assert_eq!(n, 100_000);
-    assert!(out == pattern(100_000, 4));
+    assert!(out == seeded(100_000, 4));
     dev.close().unwrap();
 }
 
@@ -366,10 +366,10 @@ fn failed_puts_leave_the_old_state() {
     assert!(err.to_string().contains("/d is a directory"), "{err}");
 
     // Fill most of the device, then put a file larger than what is left over it.
-    let old = pattern(100 << 20, 5);
+    let old = seeded(100 << 20, 5);
     std::fs::write(&local, &old).unwrap();
     dev.put_file(&local, "/big", &mut |_| {}).unwrap();
-    let too_big = pattern(160 << 20, 6);
+    let too_big = seeded(160 << 20, 6);
     std::fs::write(&local, &too_big).unwrap();
     let err = dev.put_file(&local, "/big", &mut |_| {}).unwrap_err();
     assert!(

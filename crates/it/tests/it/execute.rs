@@ -18,7 +18,7 @@ fn sum_bytes(data: &[u8]) -> u64 {
 /// Copy, sum it on both engines.
 fn sum_staged_file(f: &mut Fixture) {
     let dev = f.dev();
-    let data = crate::files::pattern(1 << 20, 21);
+    let data = csx_testkit::bytes::seeded(1 << 20, 21);
     dev.put_bytes("/numbers", &data).unwrap();
     let mem = dev.alloc(1 << 20).unwrap();
     dev.copy_file_to_mem("/numbers", 0, 1 << 20, mem, 0)
@@ -137,7 +137,7 @@ fn trace_trap_and_fuel(f: &mut Fixture) {
 /// a negative code with the function's detail.
 fn program_reads_file_by_path(f: &mut Fixture) {
     let dev = f.dev();
-    let data = crate::files::pattern(3 << 20, 8);
+    let data = csx_testkit::bytes::seeded(3 << 20, 8);
     dev.put_bytes("/delilah/input", &data).unwrap();
     let buf = dev.alloc(64 << 10).unwrap();
     for engine in [EngineKind::Interpreter, EngineKind::Jit] {

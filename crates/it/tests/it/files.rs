@@ -6,25 +6,14 @@ use csx_host::proto::limits::FILE_IO_SIZE_MAX;
 use csx_host::proto::{Op, Status, WriteMode};
 use csx_host::{CallError, Progress};
 
-use crate::Fixture;
+use csx_testkit::bytes::seeded;
 
-/// Deterministic bytes that differ at every position of a large file.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use crate::Fixture;
 
 fn small_files(f: &mut Fixture) {
     let dev = f.dev();
     dev.put_bytes("/a/one", b"hello").unwrap();
-    dev.put_bytes("/a/two", &pattern(10_000, 2)).unwrap();
+    dev.put_bytes("/a/two", &seeded(10_000, 2)).unwrap();
     dev.put_bytes("/b", b"").unwrap();
     assert_eq!(dev.read_file("/a/one", 0, 100).unwrap(), b"hello");
     assert_eq!(dev.read_file("/a/one", 1, 3).unwrap(), b"ell");
@@ -35,7 +24,7 @@ fn small_files(f: &mut Fixture) {
     );
     assert_eq!(
         dev.read_file("/a/two", 0, 20_000).unwrap(),
-        pattern(10_000, 2)
+        seeded(10_000, 2)
     );
     assert_eq!(dev.stat("/b").unwrap().size_bytes, 0);
     // Overwrite in place and extend.
@@ -62,7 +51,7 @@ fn small_files(f: &mut Fixture) {
     assert_eq!((st.path.as_str(), st.size_bytes), ("/a/two", 10_000));
     dev.truncate_file("/a/two", 20_000).unwrap();
     let grown = dev.read_file("/a/two", 0, 20_000).unwrap();
-    assert_eq!(&grown[..10_000], &pattern(10_000, 2)[..]);
+    assert_eq!(&grown[..10_000], &seeded(10_000, 2)[..]);
     assert!(
         grown[10_000..].iter().all(|&b| b == 0),
         "growth is zero-filled"
@@ -100,7 +89,7 @@ fn small_files(f: &mut Fixture) {
 fn put_get_streamed(f: &mut Fixture) {
     let dev = f.dev();
     let len = 2 * FILE_IO_SIZE_MAX as usize + 12_345;
-    let data = pattern(len, 7);
+    let data = seeded(len, 7);
     let local = f.scratch().join("big.in");
     std::fs::write(&local, &data).unwrap();
     let mut reports: Vec<Progress> = Vec::new();
@@ -147,7 +136,7 @@ fn put_get_streamed(f: &mut Fixture) {
 fn write_from_memory(f: &mut Fixture) {
     let dev = f.dev();
     let h = dev.alloc(1000).unwrap();
-    dev.write_mem(h, 0, &pattern(1000, 3)).unwrap();
+    dev.write_mem(h, 0, &seeded(1000, 3)).unwrap();
     let n = dev
         .write_mem_to_file(
             "/from-mem",
@@ -163,7 +152,7 @@ fn write_from_memory(f: &mut Fixture) {
     let got = dev.read_file("/from-mem", 0, 1000).unwrap();
     assert_eq!(got.len(), 510);
     assert!(got[..10].iter().all(|&b| b == 0));
-    assert_eq!(&got[10..], &pattern(1000, 3)[100..600]);
+    assert_eq!(&got[10..], &seeded(1000, 3)[100..600]);
     dev.free(h).unwrap();
 }
 

@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use csx_lambda::{Lambda, LambdaArgs, LambdaError, LambdaFile, LambdaIo, LambdaOptions, Mode, Ran};
+use csx_testkit::bytes::seeded;
 use csx_testkit::tools;
 
 const MODES: [Mode; 3] = [Mode::Host, Mode::Device, Mode::Auto];
@@ -49,16 +50,6 @@ fn next(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        v.extend_from_slice(&next(&mut s).to_le_bytes());
-    }
-    v.truncate(len);
-    v
 }
 
 /// Bytes of a grep row and of a knn vector (dim 16 × i32).
@@ -122,13 +113,13 @@ fn read_cases() -> Vec<ReadCase> {
     vec![
         ReadCase {
             program: "stats64",
-            data: random_bytes(1, (300 << 10) + 40),
+            data: seeded((300 << 10) + 40, 1),
             chunks: vec![64 << 10, 40_000, 1 << 20],
             args: |_| small_output(32),
         },
         ReadCase {
             program: "stats32",
-            data: random_bytes(2, (300 << 10) + 12),
+            data: seeded((300 << 10) + 12, 2),
             chunks: vec![64 << 10, 30_004, 1 << 20],
             args: |_| LambdaArgs::default(),
         },
@@ -359,7 +350,7 @@ fn errors_are_typed() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
         let io = LambdaIo::new(dev, &options()).unwrap();
-        dev.put_bytes("/lambda/e", &random_bytes(3, 8192)).unwrap();
+        dev.put_bytes("/lambda/e", &seeded(8192, 3)).unwrap();
         let file = io.open("/lambda/e").unwrap();
         let traps = Lambda::load(dev, "traps", &crate::programs::compile(TRAPS), None).unwrap();
         for mode in [Mode::Host, Mode::Device] {
@@ -405,7 +396,7 @@ fn errors_are_typed() {
 fn the_stop_flag_ends_a_spinning_lambda() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
-        dev.put_bytes("/lambda/s", &random_bytes(5, 4096)).unwrap();
+        dev.put_bytes("/lambda/s", &seeded(4096, 5)).unwrap();
         let spin = Lambda::load(
             dev,
             "spin",
@@ -445,8 +436,7 @@ fn host_side_needs_a_local_image() {
     crate::run(crate::SHM, |f| {
         let dev = f.dev();
         let io = LambdaIo::new(dev, &options()).unwrap();
-        dev.put_bytes("/lambda/remote", &random_bytes(4, 4096))
-            .unwrap();
+        dev.put_bytes("/lambda/remote", &seeded(4096, 4)).unwrap();
         let file = io.open("/lambda/remote").unwrap();
         let stats = Lambda::load(dev, "stats64", &sdk_program("stats64"), None).unwrap();
         let args = small_output(32);
@@ -499,7 +489,7 @@ fn host_cache_ratio_budget_and_write_invalidation() {
         )
         .unwrap();
         let size = 256u64 << 10;
-        dev.put_bytes("/lambda/c", &random_bytes(5, size as usize))
+        dev.put_bytes("/lambda/c", &seeded(size as usize, 5))
             .unwrap();
         let mut file = io.open("/lambda/c").unwrap();
         io.cache_drop().unwrap();
@@ -560,7 +550,7 @@ fn fragmented_files_read_the_same_on_both_sides() {
         let piece = 12 << 10;
         let mut expected = Vec::new();
         for i in 0..6u64 {
-            let a = random_bytes(10 + i, piece);
+            let a = seeded(piece, 10 + i);
             dev.write_file("/lambda/frag", i * piece as u64, &a)
                 .unwrap();
             dev.write_file("/lambda/other", i * piece as u64, &a)
@@ -572,7 +562,7 @@ fn fragmented_files_read_the_same_on_both_sides() {
         dev.truncate_file("/lambda/frag", (expected.len() + hole) as u64)
             .unwrap();
         expected.resize(expected.len() + hole, 0);
-        let tail = random_bytes(99, piece);
+        let tail = seeded(piece, 99);
         dev.write_file("/lambda/frag", expected.len() as u64, &tail)
             .unwrap();
         expected.extend_from_slice(&tail);
@@ -695,7 +685,7 @@ fn footprint(dev: &csx_host::Device) -> (u64, usize) {
 fn a_failed_stopped_or_panicking_run_leaves_nothing_on_the_device() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
-        dev.put_bytes("/lambda/left", &random_bytes(5, 8192))
+        dev.put_bytes("/lambda/left", &seeded(8192, 5))
             .unwrap();
         let before = footprint(dev);
         {

@@ -11,14 +11,14 @@ use csx_host::proto::Status;
 use csx_host::Device;
 
 use crate::durability::{fresh_device, Daemon};
-use crate::files::pattern;
 use crate::served::Kind;
+use csx_testkit::bytes::seeded;
 
 #[test]
 fn a_flipped_bit_is_an_error_naming_file_and_block_on_every_transport() {
     let dir = fresh_device();
     let state = dir.path().join("dev");
-    let data = pattern(3 << 20, 31);
+    let data = seeded(3 << 20, 31);
     let nvm_offset = {
         let dev = Device::open(state.to_str().unwrap()).unwrap();
         dev.put_bytes("/m/file", &data).unwrap();

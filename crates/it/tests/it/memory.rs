@@ -5,8 +5,8 @@
 use csx_host::proto::limits::MEM_IO_SIZE_MAX;
 use csx_host::proto::{CopySource, MemRange, ABI_VERSION};
 
-use crate::files::pattern;
 use crate::{Fixture, ENGINES, NVM_SIZE, SLM_SIZE, STATE_SIZE};
+use csx_testkit::bytes::seeded;
 
 fn identify_and_functions(f: &mut Fixture) {
     let dev = f.dev();
@@ -54,7 +54,7 @@ fn alloc_write_read_fill_free(f: &mut Fixture) {
     // Fresh memory reads as zeros.
     assert!(dev.read_mem(h, 0, 4096).unwrap().iter().all(|&b| b == 0));
     // Writes and reads larger than one command are chunked.
-    let data = pattern(len, 11);
+    let data = seeded(len, 11);
     dev.write_mem(h, 0, &data).unwrap();
     assert!(dev.read_mem(h, 0, len as u64).unwrap() == data);
     assert_eq!(dev.read_mem(h, 5, 10).unwrap(), &data[5..15]);
@@ -69,7 +69,7 @@ fn alloc_write_read_fill_free(f: &mut Fixture) {
 
 fn memory_copy(f: &mut Fixture) {
     let dev = f.dev();
-    let file = pattern(100_000, 5);
+    let file = seeded(100_000, 5);
     dev.put_bytes("/in", &file).unwrap();
     let dst = dev.alloc(200_000).unwrap();
     // A file range, on the device.

@@ -38,7 +38,7 @@ use csx_host::Device;
 
 use crate::campaign::{apply_lines, check, start_daemon, version_len, PathState, Proc, Rng};
 use crate::durability::fresh_device;
-use crate::files::pattern;
+use csx_testkit::bytes::seeded;
 
 const MOUNT_URI_ENV: &str = "CSX_IT_MOUNT_URI";
 const MOUNT_DIR_ENV: &str = "CSX_IT_MOUNT_DIR";
@@ -107,7 +107,7 @@ fn mount_op(
     dev_path: &str,
 ) -> std::io::Result<u64> {
     let path = dir.join(format!("f{k}"));
-    let bytes = pattern(version_len(seed), seed);
+    let bytes = seeded(version_len(seed), seed);
     match rng.below(8) {
         0 => {
             lines.push(format!("start {dev_path} 0"));
@@ -282,7 +282,7 @@ fn a_truncating_open_then_close_is_durable() {
     let (daemon, uri) = start_daemon(&state, false, None);
     let mount = start_mount(&uri, &mnt);
     let path = mnt.join("t");
-    fs::write(&path, pattern(100_000, 7)).unwrap();
+    fs::write(&path, seeded(100_000, 7)).unwrap();
     // `cp` of an empty file over it: open(O_TRUNC), no write, a checked close.
     let empty = dir.path().join("empty");
     fs::write(&empty, b"").unwrap();

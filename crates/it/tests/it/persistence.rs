@@ -8,7 +8,7 @@ use crate::programs::{load, COUNTER};
 use crate::Fixture;
 
 fn files_and_state_survive_restart(f: &mut Fixture) {
-    let data = crate::files::pattern(5 << 20, 99);
+    let data = csx_testkit::bytes::seeded(5 << 20, 99);
     let pind = load(f, COUNTER, EngineKind::Jit);
     let unnamed = load(f, COUNTER, EngineKind::Interpreter);
     f.dev().persist_program(pind, "counter").unwrap();

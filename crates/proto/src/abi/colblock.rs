@@ -269,7 +269,30 @@ pub fn decode_block(
 ) -> Result<(), (BlockPart, String)> {
     let width = usize::from(h.width);
     let n = out.len() / width;
-    if !out.len().is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
+    check_block(h, payload, first, out.len())?;
+    let first = first as usize;
+    let mask = width_mask(h.width);
+    match h.encoding {
+        ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
+        ENC_CONSTANT => fill(out, width, h.reference & mask),
+        ENC_PACKED => unpack_bits(payload, h, first, n, out),
+        ENC_RUNS => expand_runs(payload, h, first, out)?,
+        e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
+    }
+    Ok(())
+}
+
+/// Checks that `out_len` bytes from row `first` are whole values inside the block, and
+/// that `payload` has the header's length and checksum.
+fn check_block(
+    h: &BlockHeader,
+    payload: &[u8],
+    first: u64,
+    out_len: usize,
+) -> Result<(), (BlockPart, String)> {
+    let width = usize::from(h.width);
+    let n = out_len / width;
+    if !out_len.is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
         return Err((
             BlockPart::Header,
             format!(
@@ -299,47 +322,51 @@ pub fn decode_block(
             ),
         ));
     }
-    let first = first as usize;
+    Ok(())
+}
+
+/// Run-length rows `[first, first + out.len() / width)` into `out`; every run must be
+/// non-empty and the runs must cover the block exactly.
+fn expand_runs(
+    payload: &[u8],
+    h: &BlockHeader,
+    first: usize,
+    out: &mut [u8],
+) -> Result<(), (BlockPart, String)> {
+    let width = usize::from(h.width);
+    let n = out.len() / width;
     let mask = width_mask(h.width);
-    match h.encoding {
-        ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
-        ENC_CONSTANT => fill(out, width, h.reference & mask),
-        ENC_PACKED => unpack_bits(payload, h, first, n, out),
-        ENC_RUNS => {
-            let runs = h.runs as usize;
-            let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
-            let (values, lens) = payload.split_at(value_words);
-            let mut row = 0usize; // first row of run r
-            let mut i = 0usize; // values written
-            for r in 0..runs {
-                let len = field(lens, r, h.run_bits) as usize;
-                let end = row + len;
-                if len == 0 || end > h.rows as usize {
-                    return Err((
-                        BlockPart::Data,
-                        format!(
-                            "run {r} of {len} rows ends at row {end}, the block has {}",
-                            h.rows
-                        ),
-                    ));
-                }
-                let lo = row.max(first);
-                let hi = end.min(first + n);
-                if lo < hi {
-                    let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
-                    fill(&mut out[i * width..(i + hi - lo) * width], width, v);
-                    i += hi - lo;
-                }
-                row = end;
-            }
-            if row != h.rows as usize {
-                return Err((
-                    BlockPart::Data,
-                    format!("the runs cover {row} rows, the block has {}", h.rows),
-                ));
-            }
+    let runs = h.runs as usize;
+    let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
+    let (values, lens) = payload.split_at(value_words);
+    let mut row = 0usize; // first row of run r
+    let mut i = 0usize; // values written
+    for r in 0..runs {
+        let len = field(lens, r, h.run_bits) as usize;
+        let end = row + len;
+        if len == 0 || end > h.rows as usize {
+            return Err((
+                BlockPart::Data,
+                format!(
+                    "run {r} of {len} rows ends at row {end}, the block has {}",
+                    h.rows
+                ),
+            ));
         }
-        e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
+        let lo = row.max(first);
+        let hi = end.min(first + n);
+        if lo < hi {
+            let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
+            fill(&mut out[i * width..(i + hi - lo) * width], width, v);
+            i += hi - lo;
+        }
+        row = end;
+    }
+    if row != h.rows as usize {
+        return Err((
+            BlockPart::Data,
+            format!("the runs cover {row} rows, the block has {}", h.rows),
+        ));
     }
     Ok(())
 }
@@ -452,24 +479,11 @@ pub fn decode_blocks(
         let h = BlockHeader::parse(rest).map_err(|m| bad(BlockPart::Header, m))?;
         if width == 0 {
             width = usize::from(h.width);
-            if !out.len().is_multiple_of(width) {
-                return Err(bad(
-                    BlockPart::Header,
-                    format!(
-                        "output of {} bytes is not whole values of {width} bytes",
-                        out.len()
-                    ),
-                ));
-            }
             if out.is_empty() {
                 return Ok(Some(0));
             }
-        } else if usize::from(h.width) != width {
-            return Err(bad(
-                BlockPart::Header,
-                format!("width {} after blocks of width {width}", h.width),
-            ));
         }
+        check_width(&h, width, out.len()).map_err(|m| bad(BlockPart::Header, m))?;
         let end = BLOCK_HEADER_SIZE + h.payload_len as usize;
         if rest.len() < end {
             return Err(bad(
@@ -499,6 +513,19 @@ pub fn decode_blocks(
         at += end;
     }
     Ok(Some((written / width.max(1)) as u64))
+}
+
+/// A block's width must be the first block's `width`, and the output whole values of it.
+fn check_width(h: &BlockHeader, width: usize, out_len: usize) -> Result<(), String> {
+    if usize::from(h.width) != width {
+        return Err(format!("width {} after blocks of width {width}", h.width));
+    }
+    if !out_len.is_multiple_of(width) {
+        return Err(format!(
+            "output of {out_len} bytes is not whole values of {width} bytes"
+        ));
+    }
+    Ok(())
 }
 
 /// CRC-32C of a block's bytes (the one implementation, hardware where present).

@@ -1,30 +1,54 @@
-//! Every SDK program compiles warning-free, loads and verifies against the device's
-//! table; objects are cached; a program calling a missing function is named.
+//! Every SDK program is embedded (built with the crate), loads and verifies against the
+//! device's table, and is what the run-time compiler makes of the same source; objects
+//! are cached; a program calling a missing function is named.
 
-use csx_workloads::compile::{check_object, BuildError, PROGRAMS};
+use std::sync::Arc;
+
+use csx_ebpf::loader;
+use csx_workloads::compile::{check_object, function_table, program, BuildError, PROGRAMS};
 
 #[test]
-fn every_program_builds_and_verifies() {
-    let compiler = crate::compiler();
+fn every_program_is_embedded_and_verifies() {
     let functions = csx_device::functions::function_infos();
     for p in PROGRAMS {
-        let object = compiler
-            .program(p.name)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        let object = program(p.name).unwrap_or_else(|e| panic!("{}: {e}", p.name));
         let report =
-            check_object(&object, None, &functions).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+            check_object(object, None, &functions).unwrap_or_else(|e| panic!("{}: {e}", p.name));
         assert_eq!(report.entry, p.name);
+    }
+}
+
+/// One C-to-eBPF path: the objects build.rs embedded and the ones the run-time compiler
+/// makes of the same sources (the path `csx build` takes) hold the same instructions.
+#[test]
+fn the_build_and_the_run_time_compiler_agree() {
+    let compiler = crate::compiler();
+    let table = Arc::new(function_table(&csx_device::functions::function_infos()).unwrap());
+    let insns = |object: &[u8], name: &str| {
+        loader::load_elf(object, None, &table)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .insns
+    };
+    for p in PROGRAMS {
+        let built = compiler
+            .compile_program(p.name)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.name));
+        assert_eq!(
+            insns(&built, p.name),
+            insns(program(p.name).unwrap(), p.name),
+            "{}",
+            p.name
+        );
         // Cached: the second build returns the same bytes.
-        assert_eq!(compiler.program(p.name).unwrap(), object);
+        assert_eq!(compiler.compile_program(p.name).unwrap(), built);
     }
 }
 
 #[test]
 fn programs_use_the_functions_they_document() {
-    let compiler = crate::compiler();
     let functions = csx_device::functions::function_infos();
     let used = |name: &str| {
-        check_object(&compiler.program(name).unwrap(), None, &functions)
+        check_object(program(name).unwrap(), None, &functions)
             .unwrap()
             .functions_used
     };
@@ -72,7 +96,9 @@ fn compile_errors_name_the_file() {
 
 #[test]
 fn unknown_programs_and_missing_clang_are_explained() {
-    let err = crate::compiler().program("nope").unwrap_err();
+    let err = program("nope").unwrap_err();
+    assert!(err.to_string().contains("stats64"), "{err}");
+    let err = crate::compiler().compile_program("nope").unwrap_err();
     assert!(err.to_string().contains("stats64"), "{err}");
     let err =
         csx_workloads::Compiler::with_clang("/nonexistent/clang".into(), std::env::temp_dir())

@@ -41,7 +41,7 @@ fn check(session: &mut Runner<'_>, w: &Workload, case: &Case, data: &[u8], inv: 
 fn check_workload(name: &str, variants: fn(&Case, &Invocation) -> Vec<Invocation>) {
     let w = by_name(name).expect("a workload of the table");
     let fixture = Fixture::new();
-    let mut session = Runner::new(&fixture.dev, crate::compiler());
+    let mut session = Runner::new(&fixture.dev);
     for &seed in SEEDS {
         for &size in SIZES {
             let data = w.generate(seed, size).expect("generate");
@@ -175,7 +175,7 @@ fn bitmap() {
 fn bitmap_run_lengths() {
     let w = by_name("bitmap").unwrap();
     let fixture = Fixture::new();
-    let mut session = Runner::new(&fixture.dev, crate::compiler());
+    let mut session = Runner::new(&fixture.dev);
     for mean_run_bits in [1, 3, 9, 100, 5000] {
         for &seed in SEEDS {
             let data = DataSpec::Bitmap(BitmapSpec { mean_run_bits })
@@ -252,7 +252,7 @@ fn filter_then_aggregate() {
     let chained = by_name("filter_then_aggregate").unwrap();
     let fused = by_name("filter_aggregate").unwrap();
     let fixture = Fixture::new();
-    let mut session = Runner::new(&fixture.dev, crate::compiler());
+    let mut session = Runner::new(&fixture.dev);
     for &seed in SEEDS {
         let data = chained.generate(seed, 10_000).unwrap();
         let case = Case::new(chained, seed, data.len() as u64);
@@ -311,7 +311,7 @@ fn file_read() {
 fn file_read_of_a_missing_file() {
     let w = by_name("file_read").unwrap();
     let fixture = Fixture::new();
-    let mut session = Runner::new(&fixture.dev, crate::compiler());
+    let mut session = Runner::new(&fixture.dev);
     let case = Case::new(w, 0, 64);
     let inv = (w.invocation)(&case);
     for &engine in ENGINES {

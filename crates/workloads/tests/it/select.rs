@@ -11,7 +11,7 @@ use crate::{Fixture, ENGINES, SEEDS};
 #[test]
 fn three_ways_select_the_same_rows() {
     let fixture = Fixture::new();
-    let mut session = Runner::new(&fixture.dev, crate::compiler());
+    let mut session = Runner::new(&fixture.dev);
     let ways = ["select_poslist", "select_bitmask", "select_accel"].map(|n| by_name(n).unwrap());
     for &seed in SEEDS {
         for size in [4u64, 36, 4000, 40_004] {

@@ -137,7 +137,7 @@ fn rename_moves_a_directory_tree() {
     let (_dir, store) = new_store(64);
     store.mkdir("/src/empty").unwrap();
     store.write_at("/src/a", 0, b"aa").unwrap();
-    store.write_at("/src/sub/b", 0, &pattern(5000, 1)).unwrap();
+    store.write_at("/src/sub/b", 0, &seeded(5000, 1)).unwrap();
     store.write_at("/other/x", 0, b"x").unwrap();
     store.mkdir("/dst").unwrap();
     store.rename("/src", "/dst").unwrap();
@@ -146,7 +146,7 @@ fn rename_moves_a_directory_tree() {
         Err(FileStoreError::NotFound { .. })
     ));
     assert_eq!(list(&store, "/dst"), ["a", "empty/", "sub/"]);
-    assert_eq!(read_all(&store, "/dst/sub/b"), pattern(5000, 1));
+    assert_eq!(read_all(&store, "/dst/sub/b"), seeded(5000, 1));
     assert_eq!(read_all(&store, "/dst/a"), b"aa");
     // Refusals leave everything as it was.
     assert!(matches!(
@@ -168,7 +168,7 @@ fn rename_moves_a_directory_tree() {
     assert_eq!(list(&store, "/dst"), ["a", "empty/", "sub/"]);
     // Into a deeper, new place; the old parent stays.
     store.rename("/dst/sub", "/other/deep/sub2").unwrap();
-    assert_eq!(read_all(&store, "/other/deep/sub2/b"), pattern(5000, 1));
+    assert_eq!(read_all(&store, "/other/deep/sub2/b"), seeded(5000, 1));
     assert_eq!(list(&store, "/dst"), ["a", "empty/"]);
     check_invariants(&store);
 }
@@ -177,7 +177,7 @@ fn rename_moves_a_directory_tree() {
 fn directories_survive_reopen_and_crashes_keep_the_last_flush() {
     let (dir, store) = new_store(64);
     store.mkdir("/kept").unwrap();
-    store.write_at("/tree/f", 0, &pattern(3000, 7)).unwrap();
+    store.write_at("/tree/f", 0, &seeded(3000, 7)).unwrap();
     store.mkdir("/tree/e").unwrap();
     store.flush().unwrap();
     // After the flush: a mkdir, an rmdir and a directory rename, then a crash.
@@ -188,7 +188,7 @@ fn directories_survive_reopen_and_crashes_keep_the_last_flush() {
     let store = reopen(&dir);
     assert_eq!(list(&store, ""), ["kept/", "tree/"]);
     assert_eq!(list(&store, "/tree"), ["e/", "f"]);
-    assert_eq!(read_all(&store, "/tree/f"), pattern(3000, 7));
+    assert_eq!(read_all(&store, "/tree/f"), seeded(3000, 7));
     // The same, flushed, then a crash: all of it, at once.
     store.mkdir("/lost").unwrap();
     store.rmdir("/kept").unwrap();
@@ -198,7 +198,7 @@ fn directories_survive_reopen_and_crashes_keep_the_last_flush() {
     let store = reopen(&dir);
     assert_eq!(list(&store, ""), ["lost/", "moved/"]);
     assert_eq!(list(&store, "/moved"), ["e/", "f"]);
-    assert_eq!(read_all(&store, "/moved/f"), pattern(3000, 7));
+    assert_eq!(read_all(&store, "/moved/f"), seeded(3000, 7));
     store.close().unwrap();
     let store = reopen(&dir);
     assert_eq!(list(&store, ""), ["lost/", "moved/"]);
@@ -231,7 +231,7 @@ const TREE_CHILD_ENV: &str = "CSX_FILESTORE_TREE_CHILD_DIR";
 /// Bytes of `/done/{g}/data`: written longer, then cut by a truncate.
 fn tree_data(g: u64) -> Vec<u8> {
     let len = 500 + (g as usize * 977) % 9000;
-    pattern(len + 4000, g + 77)[..len].to_vec()
+    seeded(len + 4000, g + 77)[..len].to_vec()
 }
 
 /// Child half of `kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree`: per
@@ -255,13 +255,13 @@ fn tree_crash_child() {
         let data = tree_data(g);
         let stage = format!("/stage/{g}");
         store
-            .write_at(&stage, 0, &pattern(data.len() + 4000, g + 77))
+            .write_at(&stage, 0, &seeded(data.len() + 4000, g + 77))
             .unwrap();
         store.truncate(&stage, data.len() as u64).unwrap();
         let building = format!("/building/{g}");
         store.mkdir(&format!("{building}/empty")).unwrap();
         store
-            .write_at(&format!("{building}/f"), 0, &pattern(100, g))
+            .write_at(&format!("{building}/f"), 0, &seeded(100, g))
             .unwrap();
         store.rename(&stage, &format!("{building}/data")).unwrap();
         store.rename(&building, &format!("/done/{g}")).unwrap();
@@ -278,7 +278,7 @@ fn tree_crash_child() {
         store.rename(&format!("/done/{g}"), "/away").unwrap();
         store.mkdir("/scratch/a/b").unwrap();
         store
-            .write_at("/scratch/a/b/x", 0, &pattern(30_000, g))
+            .write_at("/scratch/a/b/x", 0, &seeded(30_000, g))
             .unwrap();
         store.truncate("/scratch/a/b/x", 10).unwrap();
         store.rename("/scratch/a", "/scratch/c").unwrap();
@@ -342,11 +342,7 @@ fn kill_during_renames_truncates_and_mkdirs_keeps_the_flushed_tree() {
                 tree_data(g),
                 "{at}"
             );
-            assert_eq!(
-                read_all(&store, &format!("{at}/f")),
-                pattern(100, g),
-                "{at}"
-            );
+            assert_eq!(read_all(&store, &format!("{at}/f")), seeded(100, g), "{at}");
             let expect: &[&str] = if g + 1 == done.len() as u64 {
                 &["data", "empty/", "f"]
             } else {

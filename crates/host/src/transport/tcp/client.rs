@@ -153,6 +153,37 @@ fn io_error(op: &'static str) -> impl FnOnce(io::Error) -> TransportError {
     move |source| TransportError::Io { op, source }
 }
 
+/// A TCP connection to the first address of `addr` that answers before `deadline`.
+fn connect_any(
+    addr: &str,
+    deadline: Instant,
+    no_answer: &dyn Fn(&'static str) -> TransportError,
+) -> Result<TcpStream, TransportError> {
+    let addrs: Vec<_> = addr
+        .to_socket_addrs()
+        .map_err(io_error("resolve the device address"))?
+        .collect();
+    let mut last = None;
+    let mut stream = None;
+    for a in addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(no_answer("the connect"));
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    stream.ok_or_else(|| TransportError::Io {
+        op: "connect to the device",
+        source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable)),
+    })
+}
+
 impl TcpTransport {
     /// Connects to the device at `addr` (`HOST:PORT`) and negotiates a queue pair.
     pub fn connect(addr: &str, options: &TcpOptions) -> Result<TcpTransport, TransportError> {
@@ -210,29 +241,7 @@ impl TcpTransport {
             waited_secs: timeouts.connect.as_secs(),
             during,
         };
-        let addrs: Vec<_> = addr
-            .to_socket_addrs()
-            .map_err(io_error("resolve the device address"))?
-            .collect();
-        let mut last = None;
-        let mut stream = None;
-        for a in addrs {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(no_answer("the connect"));
-            }
-            match TcpStream::connect_timeout(&a, left) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let stream = stream.ok_or_else(|| TransportError::Io {
-            op: "connect to the device",
-            source: last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrNotAvailable)),
-        })?;
+        let stream = connect_any(addr, deadline, &no_answer)?;
         stream
             .set_nodelay(true)
             .map_err(io_error("set TCP_NODELAY"))?;
@@ -351,41 +360,8 @@ impl TcpTransport {
             if lock(&self.in_flight).is_empty() {
                 return Ok(None);
             }
-            // A read waits until the caller's deadline or until the device has been
-            // silent for the answer timeout, whichever comes first.
-            let now = Instant::now();
-            let silent_left =
-                (*lock(&self.quiet_since) + self.answer_timeout).saturating_duration_since(now);
-            let timeout = match deadline {
-                _ if !wait => Some(Duration::ZERO),
-                None => Some(silent_left.max(Duration::from_millis(1))),
-                Some(d) => Some(
-                    d.saturating_duration_since(now)
-                        .min(silent_left.max(Duration::from_millis(1))),
-                ),
-            };
-            let Receive {
-                stream,
-                reader,
-                timeout: current,
-                ..
-            } = &mut *rx;
-            let read = if timeout == Some(Duration::ZERO) {
-                stream.set_nonblocking(true).and_then(|()| {
-                    let r = reader.fill(stream);
-                    stream.set_nonblocking(false).and(r)
-                })
-            } else if let Some(read) = stream.fill_polling(reader) {
-                read
-            } else {
-                if *current != timeout {
-                    stream
-                        .set_read_timeout(timeout)
-                        .map_err(io_error("set the read timeout"))?;
-                    *current = timeout;
-                }
-                reader.fill(stream)
-            };
+            let timeout = self.read_timeout(deadline, wait);
+            let read = self.fill(&mut rx, timeout)?;
             match read {
                 Ok(0) => {
                     return Err(self.fail("the device closed the connection".to_string()));
@@ -420,6 +396,86 @@ impl TcpTransport {
         }
     }
 
+    /// How long the next read may wait: not at all (`!wait`), else until the caller's
+    /// deadline or until the device has been silent for the answer timeout, whichever
+    /// comes first.
+    fn read_timeout(&self, deadline: Option<Instant>, wait: bool) -> Option<Duration> {
+        let now = Instant::now();
+        let silent_left =
+            (*lock(&self.quiet_since) + self.answer_timeout).saturating_duration_since(now);
+        match deadline {
+            _ if !wait => Some(Duration::ZERO),
+            None => Some(silent_left.max(Duration::from_millis(1))),
+            Some(d) => Some(
+                d.saturating_duration_since(now)
+                    .min(silent_left.max(Duration::from_millis(1))),
+            ),
+        }
+    }
+
+    /// One read of the socket into the PDU reader, waiting at most `timeout` (a zero
+    /// timeout reads without blocking).
+    fn fill(
+        &self,
+        rx: &mut Receive,
+        timeout: Option<Duration>,
+    ) -> Result<io::Result<usize>, TransportError> {
+        let Receive {
+            stream,
+            reader,
+            timeout: current,
+            ..
+        } = rx;
+        Ok(if timeout == Some(Duration::ZERO) {
+            stream.set_nonblocking(true).and_then(|()| {
+                let r = reader.fill(stream);
+                stream.set_nonblocking(false).and(r)
+            })
+        } else if let Some(read) = stream.fill_polling(reader) {
+            read
+        } else {
+            if *current != timeout {
+                stream
+                    .set_read_timeout(timeout)
+                    .map_err(io_error("set the read timeout"))?;
+                *current = timeout;
+            }
+            reader.fill(stream)
+        })
+    }
+
+    /// A C2H data PDU: its bytes join those of its command, which must be in flight,
+    /// at the next offset and within the length it asked.
+    fn take_data(
+        &self,
+        received: &mut HashMap<CommandId, Vec<u8>>,
+        body: &[u8],
+    ) -> Result<(), String> {
+        let d = decode_data(body).map_err(|e| e.to_string())?;
+        let cid = CommandId(d.cid);
+        let max = lock(&self.in_flight)
+            .get(&cid)
+            .copied()
+            .ok_or_else(|| format!("data for {cid}, which is not in flight"))?;
+        let buf = received.entry(cid).or_default();
+        if d.offset as usize != buf.len() || buf.len() + d.data.len() > max {
+            return Err(format!(
+                "data for {cid} at offset {} of {} bytes, {} received, {max} asked",
+                d.offset,
+                d.data.len(),
+                buf.len()
+            ));
+        }
+        if buf.is_empty() {
+            // `max` is the read's length, at most 16 MiB.
+            buf.reserve_exact(max);
+        }
+        buf.extend_from_slice(d.data);
+        TcpMetrics::add(&self.metrics.data_pdus, 1);
+        TcpMetrics::add(&self.metrics.c2h_bytes, d.data.len() as u64);
+        Ok(())
+    }
+
     /// Handles buffered PDUs until one completes a command. `Err` is a protocol
     /// violation by the device (the reason).
     fn next_completion(&self, rx: &mut Receive) -> Result<Option<Completion>, String> {
@@ -430,30 +486,7 @@ impl TcpTransport {
                 Err(e) => return Err(format!("bad pdu from the device: {e}")),
             };
             match pdu.header.pdu_type {
-                PduType::C2HData => {
-                    let d = decode_data(pdu.body).map_err(|e| e.to_string())?;
-                    let cid = CommandId(d.cid);
-                    let max = lock(&self.in_flight)
-                        .get(&cid)
-                        .copied()
-                        .ok_or_else(|| format!("data for {cid}, which is not in flight"))?;
-                    let buf = rx.data.entry(cid).or_default();
-                    if d.offset as usize != buf.len() || buf.len() + d.data.len() > max {
-                        return Err(format!(
-                            "data for {cid} at offset {} of {} bytes, {} received, {max} asked",
-                            d.offset,
-                            d.data.len(),
-                            buf.len()
-                        ));
-                    }
-                    if buf.is_empty() {
-                        // `max` is the read's length, at most 16 MiB.
-                        buf.reserve_exact(max);
-                    }
-                    buf.extend_from_slice(d.data);
-                    TcpMetrics::add(&self.metrics.data_pdus, 1);
-                    TcpMetrics::add(&self.metrics.c2h_bytes, d.data.len() as u64);
-                }
+                PduType::C2HData => self.take_data(&mut rx.data, pdu.body)?,
                 PduType::CapsuleResp => {
                     let r = decode_response_capsule(pdu.body).map_err(|e| e.to_string())?;
                     let mut c = decode_completion(r.frame)
@@ -508,18 +541,13 @@ impl From<TransportError> for Handshake {
     }
 }
 
-/// Sends the ICReq and reads the ICResp, by `deadline`.
-fn handshake(
-    stream: &mut Conn,
-    options: &TcpOptions,
-    deadline: Instant,
-) -> Result<ICResp, Handshake> {
+/// Sends the connect request of `options`; returns the queue depth it asks.
+fn send_icreq(stream: &mut Conn, options: &TcpOptions) -> Result<u32, TransportError> {
     let token = options.token.clone().unwrap_or_default();
     if token.len() > TOKEN_SIZE_MAX {
         return Err(TransportError::Disconnected {
             reason: format!("token has {} bytes, limit is {TOKEN_SIZE_MAX}", token.len()),
-        }
-        .into());
+        });
     }
     let depth = if options.queue_depth == 0 {
         QUEUE_DEPTH_DEFAULT
@@ -532,6 +560,40 @@ fn handshake(
     };
     std::io::Write::write_all(stream, &req.encode())
         .map_err(io_error("send the connect request"))?;
+    Ok(depth)
+}
+
+/// `resp` when it accepts the connection with a queue depth of 1 to `depth` (the one
+/// asked) and data pdus of some bytes; else why not.
+fn accepted(resp: ICResp, depth: u32) -> Result<ICResp, TransportError> {
+    let refused = |reason: String| TransportError::Disconnected {
+        reason: format!("the device refused the connection: {reason}"),
+    };
+    if resp.status != ConnectStatus::Accepted {
+        return Err(TransportError::Refused {
+            status: format!("{:?}", resp.status),
+            reason: resp.message,
+        });
+    }
+    if resp.queue_depth == 0 || resp.queue_depth > depth {
+        return Err(refused(format!(
+            "granted queue depth {} for {depth} asked",
+            resp.queue_depth
+        )));
+    }
+    if resp.data_pdu_size_max == 0 {
+        return Err(refused("data pdus of 0 bytes".to_string()));
+    }
+    Ok(resp)
+}
+
+/// Sends the ICReq and reads the ICResp, by `deadline`.
+fn handshake(
+    stream: &mut Conn,
+    options: &TcpOptions,
+    deadline: Instant,
+) -> Result<ICResp, Handshake> {
+    let depth = send_icreq(stream, options)?;
     let mut reader = PduReader::new(CONTROL_PDU_SIZE_MAX);
     let refused = |reason: String| TransportError::Disconnected {
         reason: format!("the device refused the connection: {reason}"),
@@ -542,24 +604,7 @@ fn handshake(
                 return match pdu.header.pdu_type {
                     PduType::ICResp => {
                         let resp = ICResp::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
-                        if resp.status != ConnectStatus::Accepted {
-                            return Err(TransportError::Refused {
-                                status: format!("{:?}", resp.status),
-                                reason: resp.message,
-                            }
-                            .into());
-                        }
-                        if resp.queue_depth == 0 || resp.queue_depth > depth {
-                            return Err(refused(format!(
-                                "granted queue depth {} for {depth} asked",
-                                resp.queue_depth
-                            ))
-                            .into());
-                        }
-                        if resp.data_pdu_size_max == 0 {
-                            return Err(refused("data pdus of 0 bytes".to_string()).into());
-                        }
-                        Ok(resp)
+                        Ok(accepted(resp, depth)?)
                     }
                     PduType::C2HTermReq => {
                         let t = TermReq::decode(pdu.body).map_err(|e| refused(e.to_string()))?;
