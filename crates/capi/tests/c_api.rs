@@ -723,3 +723,76 @@ fn c_programs_open_an_array_by_its_uri() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("array_test: ok"), "{stdout}");
 }
+
+/// A mapped allocation on `uri` is the device memory itself: what the host writes through
+/// the mapping the device reads with no request of libcsx's in between, and the reverse;
+/// another client cannot get its memory file; a free unmaps it and a new allocation
+/// starts zeroed.
+fn a_mapping_is_the_device_memory(uri: &str) {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csFreeMem, csOpenCSx};
+    use csx_capi::registry;
+    use csx_capi::status::CS_SUCCESS;
+    use std::ptr::{null, null_mut};
+    let name = std::ffi::CString::new(uri).unwrap();
+    let mut dev = null_mut();
+    // SAFETY: a C string and a writable handle.
+    assert_eq!(unsafe { csOpenCSx(name.as_ptr(), null_mut(), &mut dev) }, CS_SUCCESS);
+    let alloc = |bytes: i32| {
+        let (mut mem, mut vaddr) = (null_mut(), null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(dev, bytes, null(), &mut mem, &mut vaddr) };
+        assert_eq!(st, CS_SUCCESS, "{uri}");
+        assert!(!vaddr.is_null());
+        (mem, vaddr.cast::<u8>())
+    };
+    let (mem, at) = alloc(100);
+    let (handle, device) = registry::with(|r| {
+        let m = &r.mems[&registry::key_of(mem)];
+        (m.handle, std::sync::Arc::clone(&r.devices[&m.dev]))
+    });
+    // SAFETY: the mapping holds 100 bytes (a page), and no request is in flight.
+    let mapped = |at: *mut u8| unsafe { std::slice::from_raw_parts_mut(at, 100) };
+    mapped(at)[..7].copy_from_slice(b"through");
+    assert_eq!(device.device.read_mem(handle, 0, 7).unwrap(), b"through", "{uri}");
+    device.device.write_mem(handle, 50, b"back").unwrap();
+    assert_eq!(&mapped(at)[50..54], b"back", "{uri}");
+    // Another client of the device (its own queue pair) is refused the file.
+    let other = Device::open(uri).unwrap();
+    let refused = other.client().share_mem(handle).unwrap_err();
+    assert!(
+        matches!(&refused, csx_host::TransportError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{uri}: {refused}"
+    );
+    other.close().unwrap();
+    // SAFETY: a handle from csAllocMem.
+    assert_eq!(unsafe { csFreeMem(mem, null()) }, CS_SUCCESS);
+    // The mapping is gone: the page is no longer mapped in this process.
+    let mut resident = 0u8;
+    // SAFETY: mincore only asks about the page; ENOMEM says it is not mapped.
+    let r = unsafe { libc::mincore(at.cast(), 4096, &mut resident) };
+    assert_eq!((r, std::io::Error::last_os_error().raw_os_error()), (-1, Some(libc::ENOMEM)), "{uri}");
+    let (again, at2) = alloc(100);
+    assert!(mapped(at2).iter().all(|&b| b == 0), "{uri}");
+    // SAFETY: a handle from csAllocMem.
+    assert_eq!(unsafe { csFreeMem(again, null()) }, CS_SUCCESS);
+    assert_eq!(csCloseCSx(dev), CS_SUCCESS);
+}
+
+#[test]
+fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let work = tempfile::tempdir().unwrap();
+    let dir = device_dir(work.path());
+    a_mapping_is_the_device_memory(dir.to_str().unwrap());
+    let server = Server::open(
+        &dir,
+        ServerConfig {
+            listen: vec![ListenAddr::Shm(format!("csx-capi-map-{}", std::process::id()))],
+            token: None,
+        },
+    )
+    .expect("serve the device");
+    let uri = server.uris()[0].clone();
+    a_mapping_is_the_device_memory(&uri);
+    server.shutdown().unwrap();
+}

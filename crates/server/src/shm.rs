@@ -37,8 +37,9 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::shm as shm_transport;
 use csx_host::transport::shm::framing::{
-    word, Cqe, Hello, Layout, ShmFramingError, Span, Sqe, SqeFrame, Welcome, WelcomeStatus,
-    CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, HELLO_SIZE,
+    decode_map_request, word, Cqe, Hello, Layout, MapRefusal, MapReply, ShmFramingError, Span,
+    Sqe, SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE,
+    CQE_RESPONSE_OVERFLOW, HELLO_SIZE, MAP_REQUEST_SIZE,
 };
 use csx_host::transport::shm::metrics::ShmMetrics;
 use csx_host::transport::shm::ring::Region;
@@ -222,6 +223,9 @@ struct Queue {
     /// Shared with the queue pair's overrun hook (a signal only: the pair must not keep
     /// its own queue alive).
     help: Arc<HelpSignal>,
+    /// The client is of the device's own user (or root), so it may map its device memory
+    /// (`answer_map_request`).
+    may_map: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -426,6 +430,8 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         lent: AtomicBool::new(false),
         ended: Mutex::new(None),
         help: Arc::new(HelpSignal::default()),
+        may_map: shm_transport::peer_uid(stream)
+            .is_ok_and(|uid| shm_transport::trusted_uid(uid, shm_transport::my_uid())),
     })
 }
 
@@ -498,7 +504,7 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
                 complete(q, c, ctx);
                 last_work = Instant::now();
-            } else if let Some(end) = hung_up(stream) {
+            } else if let Some(end) = socket_event(q, stream) {
                 // The host went away while a long command runs: its executions are
                 // aborted rather than waited for (see `serve`).
                 return end;
@@ -520,7 +526,7 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
         q.doorbell.clear();
         match ready {
             Ok(r) if r[1] => {
-                if let Some(end) = hung_up(stream) {
+                if let Some(end) = socket_event(q, stream) {
                     return end;
                 }
             }
@@ -607,15 +613,59 @@ fn help(q: &Queue, ctx: &Context) {
     }
 }
 
-/// How the handshake socket (non-blocking) ended, if it did: the host closed it or
-/// broke the protocol by writing to it.
-fn hung_up(stream: &UnixStream) -> Option<Ending> {
-    let mut buf = [0u8; 64];
+/// Reads the handshake socket (non-blocking): map requests are answered; otherwise how
+/// it ended, if it did: the host closed it or broke the protocol by writing to it.
+fn socket_event(q: &Queue, stream: &UnixStream) -> Option<Ending> {
+    let mut buf = [0u8; MAP_REQUEST_SIZE];
     match (&*stream).read(&mut buf) {
         Ok(0) => Some(Ending::Closed),
+        Ok(MAP_REQUEST_SIZE) => match decode_map_request(&buf) {
+            Some(handle) => answer_map_request(q, stream, handle),
+            None => Some(Ending::Fatal("bytes on the handshake socket".to_string())),
+        },
         Ok(_) => Some(Ending::Fatal("bytes on the handshake socket".to_string())),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
         Err(_) => Some(Ending::Closed),
+    }
+}
+
+/// Sends the memory file of the client's allocation `handle` (or why not). Only to a
+/// client of the device's own user: sharing pages with a process that could not already
+/// write the device's memory would let it change bytes under a running command.
+fn answer_map_request(q: &Queue, stream: &UnixStream, handle: u32) -> Option<Ending> {
+    let shared = if q.may_map {
+        q.qp.share_mem(csx_proto::MemHandle(handle))
+            .map_err(|e| (share_refusal(&e), e.to_string()))
+    } else {
+        Err((
+            MapRefusal::NotPermitted,
+            "this device maps memory only to clients of its own user".to_string(),
+        ))
+    };
+    let (outcome, fd) = match shared {
+        Ok(fd) => (Ok(()), Some(fd)),
+        Err(why) => (Err(why), None),
+    };
+    let reply = MapReply { handle, outcome }.encode();
+    // The socket is non-blocking; a host that does not read its replies loses its
+    // connection rather than holding this thread.
+    let sent = match &fd {
+        Some(f) => sys::send_with_fds(stream, &reply, &[f.as_fd()]),
+        None => (&*stream).write_all(&reply),
+    };
+    match sent {
+        Ok(()) => None,
+        Err(e) => Some(Ending::Fatal(format!("cannot send a map reply: {e}"))),
+    }
+}
+
+fn share_refusal(e: &csx_device::slm::ShareError) -> MapRefusal {
+    use csx_device::slm::{ShareError, SlmError};
+    match e {
+        ShareError::Slm(SlmError::InUse { .. }) => MapRefusal::Busy,
+        ShareError::Slm(_) => MapRefusal::NotFound,
+        ShareError::NotPages { .. } => MapRefusal::NotPages,
+        _ => MapRefusal::Failed,
     }
 }
 

@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use csx_proto::{decode_completion, encode_command, Command, CommandId, Completion, Op, Status};
 
 use super::framing::{
-    word, Cqe, Hello, Layout, Span, Sqe, SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER,
-    CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, LAYOUT_SIZE, WELCOME_SIZE,
+    encode_map_request, word, Cqe, Hello, Layout, MapReply, Span, Sqe, SqeFrame, Welcome,
+    WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, LAYOUT_SIZE,
+    MAP_REPLY_SIZE, WELCOME_SIZE,
 };
 use super::heap::{Block, Heap};
 use super::metrics::ShmMetrics;
@@ -46,6 +47,22 @@ use super::{
 use crate::error::TransportError;
 use crate::transport::sys::{self, EventFd};
 use crate::transport::{bulk, Timeouts, Transport, KEEP_ALIVE_INTERVAL};
+
+/// A map reply as the file or the transport error every transport gives.
+fn map_outcome(reply: MapReply, fd: Option<OwnedFd>) -> Result<OwnedFd, TransportError> {
+    let refused = |kind: io::ErrorKind, message: String| TransportError::Io {
+        op: "map device memory",
+        source: io::Error::new(kind, message),
+    };
+    match (reply.outcome, fd) {
+        (Ok(()), Some(fd)) => Ok(fd),
+        (Ok(()), None) => Err(refused(
+            io::ErrorKind::InvalidData,
+            "the device granted a mapping without a file".to_string(),
+        )),
+        (Err((why, message)), _) => Err(refused(why.kind(), message)),
+    }
+}
 
 /// How long a submitter waiting for host memory sleeps between looks at the ring.
 const SPACE_POLL: Duration = Duration::from_millis(100);
@@ -115,6 +132,10 @@ struct Inner {
     /// How long the heartbeat may stand still while commands are in flight.
     answer_timeout: Duration,
     heartbeat: Mutex<Heartbeat>,
+    /// Map replies read off the socket (by whichever thread read it), with their files.
+    map_replies: Mutex<Vec<(MapReply, Option<OwnedFd>)>>,
+    /// One map request on the socket at a time.
+    map_one: Mutex<()>,
 }
 
 /// What the host last saw of the device's heartbeat word.
@@ -327,6 +348,8 @@ impl ShmTransport {
                     moved: Instant::now(),
                     looked: Instant::now(),
                 }),
+                map_replies: Mutex::new(Vec::new()),
+                map_one: Mutex::new(()),
             }),
         })
     }
@@ -888,21 +911,72 @@ impl Inner {
         Ok(())
     }
 
-    /// The socket became readable: the device said goodbye or went away.
+    /// The socket became readable: a map reply (kept for its requester), or the device
+    /// said goodbye or went away.
     fn check_socket(&self) -> Result<(), TransportError> {
         let mut buf = [0u8; HANDSHAKE_MESSAGE_SIZE_MAX];
-        match (&self.socket).read(&mut buf) {
-            Ok(0) => Err(self.fail(format!(
+        let (n, mut fds) = match sys::recv_with_fds(&self.socket, &mut buf) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(self.fail(format!("shm://{}: {e}", self.name))),
+        };
+        if n == 0 {
+            return Err(self.fail(format!(
                 "shm://{}: the device closed the connection",
                 self.name
-            ))),
-            Ok(n) => Err(self.fail(format!(
-                "shm://{}: {}",
-                self.name,
-                String::from_utf8_lossy(&buf[..n])
-            ))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) => Err(self.fail(format!("shm://{}: {e}", self.name))),
+            )));
+        }
+        if MapReply::is_reply(&buf[..n]) {
+            if let Some(reply) = MapReply::decode(&buf[..n]) {
+                lock(&self.map_replies).push((reply, fds.pop()));
+                if n == MAP_REPLY_SIZE {
+                    return Ok(());
+                }
+                // A goodbye right behind the reply.
+                let text = String::from_utf8_lossy(&buf[MAP_REPLY_SIZE..n]).into_owned();
+                return Err(self.fail(format!("shm://{}: {text}", self.name)));
+            }
+        }
+        Err(self.fail(format!(
+            "shm://{}: {}",
+            self.name,
+            String::from_utf8_lossy(&buf[..n])
+        )))
+    }
+
+    /// Asks the device for the memory file of allocation `handle` and waits for its
+    /// reply (as long as a command may go unanswered).
+    fn share_mem(&self, handle: u32) -> Result<OwnedFd, TransportError> {
+        let _one = lock(&self.map_one);
+        if let Some(reason) = lock(&self.broken).clone() {
+            return Err(TransportError::Disconnected { reason });
+        }
+        (&self.socket)
+            .write_all(&encode_map_request(handle))
+            .map_err(|e| self.fail(format!("shm://{}: asking to map memory: {e}", self.name)))?;
+        let deadline = Instant::now() + self.answer_timeout;
+        loop {
+            let taken = {
+                let mut replies = lock(&self.map_replies);
+                let at = replies.iter().position(|(r, _)| r.handle == handle);
+                at.map(|i| replies.swap_remove(i))
+            };
+            if let Some((reply, fd)) = taken {
+                return map_outcome(reply, fd);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(TransportError::NoAnswer {
+                    device: format!("shm://{}", self.name),
+                    waited_secs: self.answer_timeout.as_secs(),
+                    during: "a request to map device memory",
+                });
+            }
+            // Short looks: a reaping thread may read the reply off the socket meanwhile.
+            let look = left.min(Duration::from_millis(5));
+            sys::poll_readable(&[self.socket.as_fd()], Some(look))
+                .map_err(|e| self.fail(format!("waiting for a map reply: {e}")))?;
+            self.check_socket()?;
         }
     }
 }
@@ -934,6 +1008,10 @@ impl Transport for ShmTransport {
     fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         Ok(self.inner.reap(deadline, true)?.map(|(c, _)| c))
+    }
+
+    fn share_mem(&self, handle: csx_proto::MemHandle) -> Result<OwnedFd, TransportError> {
+        self.inner.share_mem(handle.0)
     }
 
     fn close(self: Box<Self>) -> Result<(), TransportError> {
