@@ -667,36 +667,7 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             bytes,
             mem,
             mem_offset,
-        } => {
-            let path = file_path(*file)?;
-            let (dev, m) = storage_dev(*dev, *mem, *mem_offset, *bytes, "FileIo.DevMem")?;
-            match *ty {
-                CS_STORAGE_LOAD_TYPE => Op::FileLoad {
-                    dev,
-                    path,
-                    offset: *offset,
-                    bytes: *bytes,
-                    mem: m.handle,
-                    mem_offset: *mem_offset,
-                },
-                CS_STORAGE_STORE_TYPE => Op::FileStore {
-                    dev,
-                    path,
-                    offset: *offset,
-                    range: MemRange {
-                        handle: m.handle,
-                        offset: *mem_offset,
-                        len: *bytes,
-                    },
-                },
-                other => {
-                    return fail(
-                        CS_INVALID_OPTION,
-                        format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"),
-                    )
-                }
-            }
-        }
+        } => prepare_file(*dev, *ty, *file, (*offset, *bytes), *mem, *mem_offset)?,
         Desc::Block {
             dev,
             ty,
@@ -724,6 +695,44 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
         }
     };
     Ok(Work { op })
+}
+
+/// A file request: `Bytes` at `offset` of the file `file` names, loaded into or stored
+/// from `mem` at `mem_offset`.
+fn prepare_file(
+    dev: usize,
+    ty: i32,
+    file: usize,
+    (offset, bytes): (u64, u64),
+    mem: usize,
+    mem_offset: u64,
+) -> R<Op> {
+    let path = file_path(file)?;
+    let (dev, m) = storage_dev(dev, mem, mem_offset, bytes, "FileIo.DevMem")?;
+    match ty {
+        CS_STORAGE_LOAD_TYPE => Ok(Op::FileLoad {
+            dev,
+            path,
+            offset,
+            bytes,
+            mem: m.handle,
+            mem_offset,
+        }),
+        CS_STORAGE_STORE_TYPE => Ok(Op::FileStore {
+            dev,
+            path,
+            offset,
+            range: MemRange {
+                handle: m.handle,
+                offset: mem_offset,
+                len: bytes,
+            },
+        }),
+        other => fail(
+            CS_INVALID_OPTION,
+            format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"),
+        ),
+    }
 }
 
 /// `CS_COPY_TO_DEVICE` (true) or `CS_COPY_FROM_DEVICE` (false).
@@ -890,21 +899,7 @@ fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
             host,
             len,
             to_device,
-        } => {
-            let bytes = *len as u64;
-            if *to_device {
-                // SAFETY: HostVAddress is readable for Bytes bytes until the request
-                // completes (the caller's contract).
-                let src = unsafe { std::slice::from_raw_parts(*host as *const u8, *len) };
-                dev.device.write_mem(*mem, *offset, src)?;
-            } else {
-                // SAFETY: HostVAddress is writable for Bytes bytes until the request
-                // completes (the caller's contract).
-                let dst = unsafe { std::slice::from_raw_parts_mut(*host as *mut u8, *len) };
-                dev.device.read_mem_into(*mem, *offset, dst)?;
-            }
-            Ok(bytes)
-        }
+        } => run_copy(dev, *mem, *offset, *host, *len, *to_device),
         Op::FileLoad {
             dev,
             path,
@@ -937,46 +932,81 @@ fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
             dev.device.fill_mem(*mem, *offset, *bytes, *byte)?;
             Ok(*bytes)
         }
-        Op::Compute { dev, request, csf } => {
-            let result = match req {
-                None => dev.device.execute(request),
-                Some(q) => {
-                    let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
-                    let r = dev.device.wait_execute(id, None);
-                    q.end_exec();
-                    r.map(|e| e.expect("a wait without a timeout returns a completion"))
-                }
-            };
-            match result {
-                Ok(run) if run.trapped() => fail(
-                    CS_ERROR_IN_EXECUTION,
-                    format!(
-                        "CSF {csf} trapped: {}",
-                        run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
-                    ),
-                ),
-                Ok(run) => Ok(run.r0),
-                Err(e) => Err(Fail::from(e)),
-            }
-        }
-        Op::Batch { entries } => {
-            for (done, (i, entry)) in entries.iter().enumerate() {
-                if req.is_some_and(Request::aborted) {
-                    return fail(
-                        CSX_ABORTED,
-                        format!("the batch was aborted after {done} entries"),
-                    );
-                }
-                prepare(entry)
-                    .and_then(|w| run_work(&w, req))
-                    .map_err(|e| Fail {
-                        status: e.status,
-                        message: format!("entry {i}: {}", e.message),
-                    })?;
-            }
-            Ok(entries.len() as u64)
-        }
+        Op::Compute { dev, request, csf } => run_compute(dev, request, *csf, req),
+        Op::Batch { entries } => run_batch(entries, req),
     }
+}
+
+/// A copy between the caller's `host` buffer and device memory.
+fn run_copy(
+    dev: &Dev,
+    mem: DevMemHandle,
+    offset: u64,
+    host: usize,
+    len: usize,
+    to_device: bool,
+) -> R<u64> {
+    if to_device {
+        // SAFETY: HostVAddress is readable for Bytes bytes until the request completes
+        // (the caller's contract).
+        let src = unsafe { std::slice::from_raw_parts(host as *const u8, len) };
+        dev.device.write_mem(mem, offset, src)?;
+    } else {
+        // SAFETY: HostVAddress is writable for Bytes bytes until the request completes
+        // (the caller's contract).
+        let dst = unsafe { std::slice::from_raw_parts_mut(host as *mut u8, len) };
+        dev.device.read_mem_into(mem, offset, dst)?;
+    }
+    Ok(len as u64)
+}
+
+/// An execution: waited for here, or (queued) submitted so that `csAbortRequest` can
+/// reach it; a trap is `CS_ERROR_IN_EXECUTION` naming it.
+fn run_compute(
+    dev: &Arc<Dev>,
+    request: &ExecuteRequest,
+    csf: CsCsfId,
+    req: Option<&Request>,
+) -> R<u64> {
+    let result = match req {
+        None => dev.device.execute(request),
+        Some(q) => {
+            let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
+            let r = dev.device.wait_execute(id, None);
+            q.end_exec();
+            r.map(|e| e.expect("a wait without a timeout returns a completion"))
+        }
+    };
+    match result {
+        Ok(run) if run.trapped() => fail(
+            CS_ERROR_IN_EXECUTION,
+            format!(
+                "CSF {csf} trapped: {}",
+                run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
+            ),
+        ),
+        Ok(run) => Ok(run.r0),
+        Err(e) => Err(Fail::from(e)),
+    }
+}
+
+/// A batch's entries in order, stopping at the first failure or an abort.
+fn run_batch(entries: &[(usize, Desc)], req: Option<&Request>) -> R<u64> {
+    for (done, (i, entry)) in entries.iter().enumerate() {
+        if req.is_some_and(Request::aborted) {
+            return fail(
+                CSX_ABORTED,
+                format!("the batch was aborted after {done} entries"),
+            );
+        }
+        prepare(entry)
+            .and_then(|w| run_work(&w, req))
+            .map_err(|e| Fail {
+                status: e.status,
+                message: format!("entry {i}: {}", e.message),
+            })?;
+    }
+    Ok(entries.len() as u64)
 }
 
 /// The device a single request's work runs on.

@@ -317,35 +317,7 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
 }
 
 fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
-    // One deadline for the whole hello: a peer trickling bytes holds this thread no
-    // longer than a silent one.
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    let mut buf = [0u8; HELLO_SIZE];
-    let mut got = 0;
-    while got < HELLO_SIZE {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return None;
-        }
-        match stream.read(&mut buf[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    let refuse = |stream: &mut UnixStream, status, message: String| {
-        tracing::warn!(?status, %message, "refusing shm client");
-        let w = Welcome {
-            status,
-            queue_depth: 0,
-            queue_id: 0,
-            region_bytes: 0,
-            message,
-        };
-        let _ = stream.write_all(&w.encode());
-        None
-    };
+    let buf = read_hello(stream)?;
     let hello = match Hello::decode(&buf) {
         Ok(h) => h,
         Err(e @ ShmFramingError::Version { .. }) => {
@@ -356,22 +328,8 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
             return None;
         }
     };
-    if hello.queue_depth == 0 {
-        return refuse(stream, WelcomeStatus::BadQueueDepth, "queue depth 0".into());
-    }
-    if !(HOST_MEMORY_MIN..=HOST_MEMORY_MAX).contains(&hello.host_memory_bytes) {
-        let m = format!(
-            "host memory of {} bytes, must be {HOST_MEMORY_MIN}..={HOST_MEMORY_MAX}",
-            hello.host_memory_bytes
-        );
-        return refuse(stream, WelcomeStatus::BadHostMemory, m);
-    }
-    if ctx.stopping() {
-        return refuse(
-            stream,
-            WelcomeStatus::Unavailable,
-            "the device is shutting down".into(),
-        );
+    if let Err((status, message)) = check_hello(&hello, ctx) {
+        return refuse(stream, status, message);
     }
     // The per-client limit on commands in flight is the depth granted.
     let depth = hello
@@ -383,14 +341,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         Err(e) => return refuse(stream, WelcomeStatus::Unavailable, e.to_string()),
     };
     let layout = Layout::new(depth, qp.client().0, hello.host_memory_bytes);
-    let made = (|| -> io::Result<(Region, EventFd, EventFd)> {
-        let name = format!("csx-client-{}", layout.queue_id);
-        let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
-        region.write(0, &layout.encode());
-        region.word(word::HEARTBEAT).store(1, Ordering::Release);
-        Ok((region, EventFd::new()?, EventFd::new()?))
-    })();
-    let (region, doorbell, interrupt) = match made {
+    let (region, doorbell, interrupt) = match make_region(&layout) {
         Ok(m) => m,
         Err(e) => {
             return refuse(
@@ -413,26 +364,105 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         return None;
     }
     let _ = stream.set_nonblocking(true);
-    let head = region.word(word::SQ_HEAD).load(Ordering::Relaxed);
-    Some(Queue {
-        region: Arc::new(region),
-        layout,
-        doorbell,
-        interrupt,
-        qp,
-        routes: Mutex::new(HashMap::new()),
-        cq: Mutex::new(()),
-        gone: AtomicBool::new(false),
-        metrics: ShmMetrics::default(),
-        quota: Quota::new(layout.queue_id, ctx.limits),
-        replies: ReplyBudget::new(ctx.limits.reply_bytes, Arc::clone(&ctx.reply_bytes_held)),
-        sq_head: Mutex::new(head),
-        lent: AtomicBool::new(false),
-        ended: Mutex::new(None),
-        help: Arc::new(HelpSignal::default()),
-        may_map: shm_transport::peer_uid(stream)
-            .is_ok_and(|uid| shm_transport::trusted_uid(uid, shm_transport::my_uid())),
-    })
+    let may_map = shm_transport::peer_uid(stream)
+        .is_ok_and(|uid| shm_transport::trusted_uid(uid, shm_transport::my_uid()));
+    Some(Queue::new(region, layout, (doorbell, interrupt), qp, may_map, ctx))
+}
+
+/// The hello, read under one deadline for the whole of it (a peer trickling bytes holds
+/// this thread no longer than a silent one); `None` when it does not come.
+fn read_hello(stream: &mut UnixStream) -> Option<[u8; HELLO_SIZE]> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut buf = [0u8; HELLO_SIZE];
+    let mut got = 0;
+    while got < HELLO_SIZE {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return None;
+        }
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(buf)
+}
+
+/// Answers a refused hello with a welcome naming why.
+fn refuse(stream: &mut UnixStream, status: WelcomeStatus, message: String) -> Option<Queue> {
+    tracing::warn!(?status, %message, "refusing shm client");
+    let w = Welcome {
+        status,
+        queue_depth: 0,
+        queue_id: 0,
+        region_bytes: 0,
+        message,
+    };
+    let _ = stream.write_all(&w.encode());
+    None
+}
+
+/// Why a hello cannot be served, if it cannot.
+fn check_hello(hello: &Hello, ctx: &Context) -> Result<(), (WelcomeStatus, String)> {
+    if hello.queue_depth == 0 {
+        return Err((WelcomeStatus::BadQueueDepth, "queue depth 0".into()));
+    }
+    if !(HOST_MEMORY_MIN..=HOST_MEMORY_MAX).contains(&hello.host_memory_bytes) {
+        let m = format!(
+            "host memory of {} bytes, must be {HOST_MEMORY_MIN}..={HOST_MEMORY_MAX}",
+            hello.host_memory_bytes
+        );
+        return Err((WelcomeStatus::BadHostMemory, m));
+    }
+    if ctx.stopping() {
+        return Err((
+            WelcomeStatus::Unavailable,
+            "the device is shutting down".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The client's shared region (its control page written) and its two eventfds.
+fn make_region(layout: &Layout) -> io::Result<(Region, EventFd, EventFd)> {
+    let name = format!("csx-client-{}", layout.queue_id);
+    let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
+    region.write(0, &layout.encode());
+    region.word(word::HEARTBEAT).store(1, Ordering::Release);
+    Ok((region, EventFd::new()?, EventFd::new()?))
+}
+
+impl Queue {
+    fn new(
+        region: Region,
+        layout: Layout,
+        (doorbell, interrupt): (EventFd, EventFd),
+        qp: QueuePair,
+        may_map: bool,
+        ctx: &Context,
+    ) -> Queue {
+        let head = region.word(word::SQ_HEAD).load(Ordering::Relaxed);
+        Queue {
+            region: Arc::new(region),
+            layout,
+            doorbell,
+            interrupt,
+            qp,
+            routes: Mutex::new(HashMap::new()),
+            cq: Mutex::new(()),
+            gone: AtomicBool::new(false),
+            metrics: ShmMetrics::default(),
+            quota: Quota::new(layout.queue_id, ctx.limits),
+            replies: ReplyBudget::new(ctx.limits.reply_bytes, Arc::clone(&ctx.reply_bytes_held)),
+            sq_head: Mutex::new(head),
+            lent: AtomicBool::new(false),
+            ended: Mutex::new(None),
+            help: Arc::new(HelpSignal::default()),
+            may_map,
+        }
+    }
 }
 
 /// How long the poller waits for a completion of a command in flight before it looks
