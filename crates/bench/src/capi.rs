@@ -219,7 +219,13 @@ fn c_call(request: &CsComputeRequest) -> anyhow::Result<()> {
     // SAFETY: a valid request (its argument, if any, a live allocation), no callback,
     // and a valid CompValue.
     let s = unsafe {
-        csQueueComputeRequest(request, std::ptr::null_mut(), None, std::ptr::null_mut(), &mut r0)
+        csQueueComputeRequest(
+            request,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+            &mut r0,
+        )
     };
     ensure!(
         s == CS_SUCCESS && r0 == 0,

@@ -730,7 +730,9 @@ fn prepare_file(
         }),
         other => fail(
             CS_INVALID_OPTION,
-            format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"),
+            format!(
+                "FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"
+            ),
         ),
     }
 }
@@ -807,9 +809,35 @@ pub(crate) fn csf_slot(id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
         .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
 }
 
+/// The slot a CSF id names: a slot itself, or the slot holding the program a fixed id is
+/// reserved for (see [`crate::fixed`]).
+fn slot_of_csf(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+    if !crate::fixed::is_fixed(id) {
+        return csf_slot(id);
+    }
+    let table = crate::manage::fixed_ids(dev)?;
+    let name = crate::fixed::id_of_name(&table, id).ok_or(Fail {
+        status: CS_INVALID_ID,
+        message: format!(
+            "CSFId {id} is not reserved on {} (`csx program load NAME FILE --id {id}`)",
+            dev.name
+        ),
+    })?;
+    match crate::manage::slots_named(dev, &name)?.first() {
+        Some(&slot) => Ok(csx_host::proto::ProgramIndex(slot as u16)),
+        None => fail(
+            CS_UNKNOWN_COMPUTE_FUNCTION,
+            format!(
+                "CSFId {id} is reserved for {name:?}, which is not loaded on {}",
+                dev.name
+            ),
+        ),
+    }
+}
+
 fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
     let dev = device(h(dev))?;
-    let mut request = ExecuteRequest::new(csf_slot(csf)?);
+    let mut request = ExecuteRequest::new(slot_of_csf(&dev, csf)?);
     let mut windows = 0usize;
     let mut values: Vec<u64> = Vec::new();
     let mut params: Vec<u8> = Vec::new();
@@ -1200,7 +1228,10 @@ const MAP_PAGE: u64 = 4096;
 fn map_allocation(dev: &Dev, handle: DevMemHandle, len: u64) -> R<Mapping> {
     let cannot = |why: String| Fail {
         status: CS_COULD_NOT_MAP_MEMORY,
-        message: format!("{}: cannot map {len} bytes of device memory: {why}", dev.name),
+        message: format!(
+            "{}: cannot map {len} bytes of device memory: {why}",
+            dev.name
+        ),
     };
     let file = dev
         .device

@@ -1107,7 +1107,10 @@ mod tests {
         // A departed client's shared allocation is reclaimed like any other.
         s.reclaim(A);
         s.check();
-        assert_eq!(s.free_bytes(), s.size_bytes() - s.size_bytes() % SLM_ALIGNMENT);
+        assert_eq!(
+            s.free_bytes(),
+            s.size_bytes() - s.size_bytes() % SLM_ALIGNMENT
+        );
     }
 
     #[test]

@@ -37,8 +37,8 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::shm as shm_transport;
 use csx_host::transport::shm::framing::{
-    decode_map_request, word, Cqe, Hello, Layout, MapRefusal, MapReply, ShmFramingError, Span,
-    Sqe, SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE,
+    decode_map_request, word, Cqe, Hello, Layout, MapRefusal, MapReply, ShmFramingError, Span, Sqe,
+    SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE,
     CQE_RESPONSE_OVERFLOW, HELLO_SIZE, MAP_REQUEST_SIZE,
 };
 use csx_host::transport::shm::metrics::ShmMetrics;
@@ -366,7 +366,14 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
     let _ = stream.set_nonblocking(true);
     let may_map = shm_transport::peer_uid(stream)
         .is_ok_and(|uid| shm_transport::trusted_uid(uid, shm_transport::my_uid()));
-    Some(Queue::new(region, layout, (doorbell, interrupt), qp, may_map, ctx))
+    Some(Queue::new(
+        region,
+        layout,
+        (doorbell, interrupt),
+        qp,
+        may_map,
+        ctx,
+    ))
 }
 
 /// The hello, read under one deadline for the whole of it (a peer trickling bytes holds

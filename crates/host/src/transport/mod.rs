@@ -142,13 +142,19 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// reserve whole pages), for the host to map shared: its pages are the device's memory
     /// until the allocation is freed. Only a device on this machine can (embedded, shm);
     /// the default refuses with `Unsupported`.
-    fn share_mem(&self, handle: csx_proto::MemHandle) -> Result<std::os::fd::OwnedFd, TransportError> {
+    fn share_mem(
+        &self,
+        handle: csx_proto::MemHandle,
+    ) -> Result<std::os::fd::OwnedFd, TransportError> {
         let _ = handle;
         Err(TransportError::Io {
             op: "map device memory",
             source: std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
-                format!("the {} transport cannot map device memory into this process", self.name()),
+                format!(
+                    "the {} transport cannot map device memory into this process",
+                    self.name()
+                ),
             ),
         })
     }

@@ -94,9 +94,7 @@ impl Transport for InprocTransport {
         &self,
         handle: csx_proto::MemHandle,
     ) -> Result<std::os::fd::OwnedFd, TransportError> {
-        self.qp()
-            .share_mem(handle)
-            .map_err(|e| share_error(&e))
+        self.qp().share_mem(handle).map_err(|e| share_error(&e))
     }
 
     fn close(mut self: Box<Self>) -> Result<(), TransportError> {

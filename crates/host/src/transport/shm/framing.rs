@@ -743,10 +743,16 @@ mod tests {
         bad[0] = b'X';
         assert_eq!(decode_map_request(&bad), None);
         assert_eq!(decode_map_request(&rq[..15]), None);
-        let ok = MapReply { handle: 9, outcome: Ok(()) };
+        let ok = MapReply {
+            handle: 9,
+            outcome: Ok(()),
+        };
         assert_eq!(MapReply::decode(&ok.encode()), Some(ok));
         let long = "é".repeat(400);
-        let no = MapReply { handle: 3, outcome: Err((MapRefusal::Busy, long)) };
+        let no = MapReply {
+            handle: 3,
+            outcome: Err((MapRefusal::Busy, long)),
+        };
         let back = MapReply::decode(&no.encode()).unwrap();
         let (why, text) = back.outcome.unwrap_err();
         assert_eq!(why, MapRefusal::Busy);
