@@ -199,7 +199,7 @@ fn c_request(dev: CsDevHandle, pind: ProgramIndex, mapped: Option<&Mapped>) -> C
     CsComputeRequest {
         dev_handle: dev,
         csf_id: u32::from(pind.0),
-        num_args: u32::from(mapped.is_some()),
+        num_args: i32::from(mapped.is_some()),
         args: [arg],
     }
 }

@@ -212,6 +212,33 @@ struct Inner {
 }
 
 impl Inner {
+    /// The absolute byte ranges of `owner`'s `requests`, checked against their
+    /// allocations' owner and bounds.
+    fn spans_of(
+        &self,
+        owner: ClientId,
+        requests: &[LeaseRequest],
+    ) -> Result<Vec<(u64, u64)>, SlmError> {
+        let mut spans = Vec::with_capacity(requests.len());
+        for r in requests {
+            let a = match self.allocs.get(&r.handle) {
+                Some(a) if a.owner == owner && !a.orphaned => a,
+                _ => return Err(SlmError::UnknownHandle { handle: r.handle }),
+            };
+            let end = r.offset.checked_add(r.len);
+            if end.is_none_or(|e| e > a.size_bytes) {
+                return Err(SlmError::OutOfRange {
+                    handle: r.handle,
+                    offset: r.offset,
+                    len: r.len,
+                    size_bytes: a.size_bytes,
+                });
+            }
+            spans.push((a.start + r.offset, a.start + r.offset + r.len));
+        }
+        Ok(spans)
+    }
+
     /// The parts of `[start, end)` that may hold nonzero bytes; marks the whole range so.
     fn dirty_then_mark(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut parts = Vec::new();
@@ -247,6 +274,22 @@ impl Inner {
         self.dirty.insert(lo, hi);
         parts
     }
+}
+
+/// Refuses a command whose own ranges overlap where one of them writes.
+fn check_own_overlaps(requests: &[LeaseRequest], spans: &[(u64, u64)]) -> Result<(), SlmError> {
+    for i in 0..requests.len() {
+        for j in i + 1..requests.len() {
+            let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
+            if overlap && (requests[i].write || requests[j].write) {
+                return Err(SlmError::Overlap {
+                    first: i,
+                    second: j,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The memory namespace.
@@ -579,35 +622,9 @@ impl Slm {
     ) -> Result<Leases, SlmError> {
         let mut inner = self.lock();
         // First, resolve every range to absolute bytes, checking owner and bounds.
-        let mut spans = Vec::with_capacity(requests.len());
-        for r in requests {
-            let a = match inner.allocs.get(&r.handle) {
-                Some(a) if a.owner == owner && !a.orphaned => a,
-                _ => return Err(SlmError::UnknownHandle { handle: r.handle }),
-            };
-            let end = r.offset.checked_add(r.len);
-            if end.is_none_or(|e| e > a.size_bytes) {
-                return Err(SlmError::OutOfRange {
-                    handle: r.handle,
-                    offset: r.offset,
-                    len: r.len,
-                    size_bytes: a.size_bytes,
-                });
-            }
-            spans.push((a.start + r.offset, a.start + r.offset + r.len));
-        }
+        let spans = inner.spans_of(owner, requests)?;
         // Then, the command's own ranges must not overlap where one of them writes.
-        for i in 0..requests.len() {
-            for j in i + 1..requests.len() {
-                let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
-                if overlap && (requests[i].write || requests[j].write) {
-                    return Err(SlmError::Overlap {
-                        first: i,
-                        second: j,
-                    });
-                }
-            }
-        }
+        check_own_overlaps(requests, &spans)?;
         // Next, no lease of another command may conflict.
         for (r, &(start, end)) in requests.iter().zip(&spans) {
             let conflict = inner

@@ -272,6 +272,14 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
         }
         why
     });
+    finish(queue, why, &mut stream, ctx);
+}
+
+/// Ends a client's connection: its commands in flight complete (executions aborted),
+/// its programs are reclaimed, it hears why if not by its own close, and its queue pair
+/// goes before its socket.
+fn finish(queue: Arc<Queue>, why: Ending, stream: &mut UnixStream, ctx: &Arc<Context>) {
+    let queue_id = queue.layout.queue_id;
     if !matches!(why, Ending::Stopping) {
         queue.gone.store(true, Ordering::Release);
     }
@@ -491,36 +499,10 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             // The helper met a broken entry (see `help`).
             return end;
         }
-        let mut worked = false;
-        let mut head = lock(&q.sq_head);
-        let tail = tail_word.load(Ordering::Acquire);
-        if tail != *head {
-            if let Err(reason) = check_tail(*head, tail, entries) {
-                return Ending::Fatal(reason);
-            }
-            while *head != tail {
-                let bytes = next_entry(q, &mut head);
-                if *head != tail {
-                    if let Err(reason) = take(q, &bytes, false, ctx) {
-                        return Ending::Fatal(reason);
-                    }
-                    continue;
-                }
-                // The last entry of a batch may run on this thread (see `take`): the
-                // helper may take the entries behind it meanwhile.
-                drop(head);
-                q.lent.store(true, Ordering::SeqCst);
-                let taken = take(q, &bytes, true, ctx);
-                q.lent.store(false, Ordering::SeqCst);
-                if let Err(reason) = taken {
-                    return Ending::Fatal(reason);
-                }
-                head = lock(&q.sq_head);
-                break;
-            }
-            worked = true;
-        }
-        drop(head);
+        let mut worked = match take_entries(q, tail_word, entries, ctx) {
+            Ok(took) => took,
+            Err(reason) => return Ending::Fatal(reason),
+        };
         while let Some(c) = q.qp.try_reap() {
             complete(q, c, ctx);
             worked = true;
@@ -548,29 +530,69 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             }
             continue;
         }
-        let idle = q.region.word(word::DEVICE_IDLE);
-        idle.store(1, Ordering::Relaxed);
-        // Pairs with the host's fence between publishing a tail and looking at this
-        // flag: either it sees the flag and rings, or this sees its tail.
-        fence(Ordering::SeqCst);
-        if tail_word.load(Ordering::Acquire) != *lock(&q.sq_head) {
-            idle.store(0, Ordering::Relaxed);
-            continue;
-        }
-        ShmMetrics::add(&q.metrics.sleeps, 1);
-        let ready = sys::poll_readable(&[q.doorbell.fd(), stream.as_fd()], Some(ACCEPT_POLL));
-        idle.store(0, Ordering::Relaxed);
-        q.doorbell.clear();
-        match ready {
-            Ok(r) if r[1] => {
-                if let Some(end) = socket_event(q, stream) {
-                    return end;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => return Ending::Fatal(format!("waiting on the doorbell: {e}")),
+        if let Some(end) = sleep_on_doorbell(q, stream, tail_word) {
+            return end;
         }
         last_work = Instant::now();
+    }
+}
+
+/// Takes every entry the host published (the last one perhaps inline, see [`take`]);
+/// whether there were any. `Err` ends the connection.
+fn take_entries(
+    q: &Queue,
+    tail_word: &std::sync::atomic::AtomicU32,
+    entries: u32,
+    ctx: &Context,
+) -> Result<bool, String> {
+    let mut head = lock(&q.sq_head);
+    let tail = tail_word.load(Ordering::Acquire);
+    if tail == *head {
+        return Ok(false);
+    }
+    check_tail(*head, tail, entries)?;
+    while *head != tail {
+        let bytes = next_entry(q, &mut head);
+        if *head != tail {
+            take(q, &bytes, false, ctx)?;
+            continue;
+        }
+        // The last entry of a batch may run on this thread (see `take`): the helper may
+        // take the entries behind it meanwhile.
+        drop(head);
+        q.lent.store(true, Ordering::SeqCst);
+        let taken = take(q, &bytes, true, ctx);
+        q.lent.store(false, Ordering::SeqCst);
+        taken?;
+        return Ok(true);
+    }
+    Ok(true)
+}
+
+/// Sleeps on the doorbell and the socket (after telling the host, and looking at the
+/// ring once more); how the connection ended, if the socket says it did.
+fn sleep_on_doorbell(
+    q: &Queue,
+    stream: &UnixStream,
+    tail_word: &std::sync::atomic::AtomicU32,
+) -> Option<Ending> {
+    let idle = q.region.word(word::DEVICE_IDLE);
+    idle.store(1, Ordering::Relaxed);
+    // Pairs with the host's fence between publishing a tail and looking at this flag:
+    // either it sees the flag and rings, or this sees its tail.
+    fence(Ordering::SeqCst);
+    if tail_word.load(Ordering::Acquire) != *lock(&q.sq_head) {
+        idle.store(0, Ordering::Relaxed);
+        return None;
+    }
+    ShmMetrics::add(&q.metrics.sleeps, 1);
+    let ready = sys::poll_readable(&[q.doorbell.fd(), stream.as_fd()], Some(ACCEPT_POLL));
+    idle.store(0, Ordering::Relaxed);
+    q.doorbell.clear();
+    match ready {
+        Ok(r) if r[1] => socket_event(q, stream),
+        Ok(_) => None,
+        Err(e) => Some(Ending::Fatal(format!("waiting on the doorbell: {e}"))),
     }
 }
 
@@ -734,21 +756,7 @@ fn wire_status(e: &WireError) -> Status {
 fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<(), String> {
     ShmMetrics::add(&q.metrics.commands, 1);
     let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
-    let frame = match &sqe.frame {
-        SqeFrame::Inline(f) => f.clone(),
-        SqeFrame::OutOfLine(span) => {
-            if !in_heap(q, *span, FRAME_SIZE_MAX) {
-                return Err(format!(
-                    "command of {} bytes at {} lies outside host memory",
-                    span.len, span.offset
-                ));
-            }
-            // Checked above against FRAME_SIZE_MAX and the heap.
-            let mut f = vec![0u8; span.len as usize];
-            q.region.read(span.offset as usize, &mut f);
-            f
-        }
-    };
+    let frame = entry_frame(q, &sqe)?;
     let Some(cid) = frame
         .get(8..16)
         .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
@@ -777,86 +785,24 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
         );
         Ok(())
     };
-    if sqe.queue_id != q.layout.queue_id {
-        let m = format!(
-            "entry for queue {} in the ring of queue {}",
-            sqe.queue_id, q.layout.queue_id
-        );
-        return refuse(Status::InvalidField, m);
-    }
-    if !response_ok {
-        return refuse(
-            Status::InvalidField,
-            "response area outside host memory".into(),
-        );
-    }
-    if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
-        let m = format!(
-            "data buffer of {} bytes at {} lies outside host memory or exceeds {TRANSFER_SIZE_MAX}",
-            sqe.data.len, sqe.data.offset
-        );
-        return refuse(Status::InvalidField, m);
+    if let Err((status, m)) = check_spans(q, &sqe, response_ok) {
+        return refuse(status, m);
     }
     let mut cmd = match decode_command(&frame) {
         Ok(cmd) => cmd,
         Err(e) => return refuse(wire_status(&e), format!("undecodable command: {e}")),
     };
+    let (dma, read) = match data_path(q, &mut cmd.op, sqe.data) {
+        Ok(path) => path,
+        Err(m) => return refuse(Status::InvalidField, m),
+    };
     let route = Route {
         data: sqe.data,
+        read,
         ..route
     };
-    let data = sqe.data;
-    let lend = || {
-        Box::new(HostMemory {
-            region: Arc::clone(&q.region),
-            offset: data.offset as usize,
-            len: data.len as usize,
-        })
-    };
-    // What the command does with its data buffer.
-    let (dma, read) = match &cmd.op {
-        _ if data.len == 0 => (None, ReadPath::None),
-        Op::MemWrite { data: d, .. } if d.is_empty() => (Some(lend()), ReadPath::None),
-        Op::MemRead { len, .. } if *len == data.len => (Some(lend()), ReadPath::Dma),
-        Op::FileRead { len, .. } if *len == data.len => (None, ReadPath::Copy),
-        Op::FileWrite { data: d, .. } if d.is_empty() => {
-            // Checked against TRANSFER_SIZE_MAX and the heap above.
-            let mut bytes = vec![0u8; data.len as usize];
-            q.region.read(data.offset as usize, &mut bytes);
-            bulk::put_command_data(&mut cmd.op, bytes);
-            (None, ReadPath::None)
-        }
-        other => {
-            let m = format!(
-                "{} takes no data buffer of {} bytes",
-                other.name(),
-                data.len
-            );
-            return refuse(Status::InvalidField, m);
-        }
-    };
-    let route = Route { read, ..route };
-    // A reply the daemon holds until it is posted (not one the device writes straight
-    // into host memory) counts against the client's reply bytes: past them this
-    // thread posts completions until the client has taken enough (see
-    // `crate::replies`).
-    let reply = if dma.is_some() {
-        0
-    } else {
-        bulk::reply_data_max(&cmd.op) as u64
-    };
-    let reserved = q.replies.reserve(cid, reply, Duration::ZERO, || {
-        if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
-            complete(q, c, ctx);
-        }
-        ctx.stopping() || q.gone.load(Ordering::Acquire)
-    });
-    match reserved {
-        Ok(()) => {}
-        Err(NotAdmitted::Duplicate) => return Err(format!("{cid} reused while in flight")),
-        Err(NotAdmitted::GaveUp) => {
-            return refuse(Status::Aborted, "the device is shutting down".into())
-        }
+    if !reserve_reply(q, cid, &cmd.op, dma.is_some(), ctx)? {
+        return refuse(Status::Aborted, "the device is shutting down".into());
     }
     if let Err(refusal) = q.quota.admit(&cmd, &ctx.slot_owners) {
         post(q, *refusal, route, ctx);
@@ -865,6 +811,131 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
     if lock(&q.routes).insert(cid, route).is_some() {
         return Err(format!("{cid} reused while in flight"));
     }
+    submit_taken(q, cid, cmd, dma, last, ctx)
+}
+
+/// Reserves the reply bytes the daemon will hold for the command until it is posted
+/// (none when the device writes its reply straight into host memory, `lent`): past the
+/// client's reply bytes this thread posts completions until the client has taken enough
+/// (see `crate::replies`). `Ok(false)`: the device is shutting down; `Err` ends the
+/// connection.
+fn reserve_reply(
+    q: &Queue,
+    cid: CommandId,
+    op: &Op,
+    lent: bool,
+    ctx: &Context,
+) -> Result<bool, String> {
+    let reply = if lent {
+        0
+    } else {
+        bulk::reply_data_max(op) as u64
+    };
+    let reserved = q.replies.reserve(cid, reply, Duration::ZERO, || {
+        if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
+            complete(q, c, ctx);
+        }
+        ctx.stopping() || q.gone.load(Ordering::Acquire)
+    });
+    match reserved {
+        Ok(()) => Ok(true),
+        Err(NotAdmitted::Duplicate) => Err(format!("{cid} reused while in flight")),
+        Err(NotAdmitted::GaveUp) => Ok(false),
+    }
+}
+
+/// The encoded command of an entry: inline, or copied out of host memory after its span
+/// is checked.
+fn entry_frame(q: &Queue, sqe: &Sqe) -> Result<Vec<u8>, String> {
+    match &sqe.frame {
+        SqeFrame::Inline(f) => Ok(f.clone()),
+        SqeFrame::OutOfLine(span) => {
+            if !in_heap(q, *span, FRAME_SIZE_MAX) {
+                return Err(format!(
+                    "command of {} bytes at {} lies outside host memory",
+                    span.len, span.offset
+                ));
+            }
+            // Checked above against FRAME_SIZE_MAX and the heap.
+            let mut f = vec![0u8; span.len as usize];
+            q.region.read(span.offset as usize, &mut f);
+            Ok(f)
+        }
+    }
+}
+
+/// Why an entry's queue id, response area or data buffer is refused, if it is.
+fn check_spans(q: &Queue, sqe: &Sqe, response_ok: bool) -> Result<(), (Status, String)> {
+    if sqe.queue_id != q.layout.queue_id {
+        let m = format!(
+            "entry for queue {} in the ring of queue {}",
+            sqe.queue_id, q.layout.queue_id
+        );
+        return Err((Status::InvalidField, m));
+    }
+    if !response_ok {
+        return Err((
+            Status::InvalidField,
+            "response area outside host memory".into(),
+        ));
+    }
+    if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
+        let m = format!(
+            "data buffer of {} bytes at {} lies outside host memory or exceeds {TRANSFER_SIZE_MAX}",
+            sqe.data.len, sqe.data.offset
+        );
+        return Err((Status::InvalidField, m));
+    }
+    Ok(())
+}
+
+/// What a command does with its data buffer (checked to lie in host memory): lent to the
+/// device (a memory write's source, a memory read's destination), copied in (a file
+/// write) or out (a file read), or refused naming the command.
+fn data_path(
+    q: &Queue,
+    op: &mut Op,
+    data: Span,
+) -> Result<(Option<Box<HostMemory>>, ReadPath), String> {
+    let lend = || {
+        Box::new(HostMemory {
+            region: Arc::clone(&q.region),
+            offset: data.offset as usize,
+            len: data.len as usize,
+        })
+    };
+    Ok(match &*op {
+        _ if data.len == 0 => (None, ReadPath::None),
+        Op::MemWrite { data: d, .. } if d.is_empty() => (Some(lend()), ReadPath::None),
+        Op::MemRead { len, .. } if *len == data.len => (Some(lend()), ReadPath::Dma),
+        Op::FileRead { len, .. } if *len == data.len => (None, ReadPath::Copy),
+        Op::FileWrite { data: d, .. } if d.is_empty() => {
+            // Checked against TRANSFER_SIZE_MAX and the heap by the caller.
+            let mut bytes = vec![0u8; data.len as usize];
+            q.region.read(data.offset as usize, &mut bytes);
+            bulk::put_command_data(op, bytes);
+            (None, ReadPath::None)
+        }
+        other => {
+            return Err(format!(
+                "{} takes no data buffer of {} bytes",
+                other.name(),
+                data.len
+            ))
+        }
+    })
+}
+
+/// Submits a taken command (inline when `last`, see [`take`]); a device shutting down
+/// answers it instead. `Err` ends the connection.
+fn submit_taken(
+    q: &Queue,
+    cid: CommandId,
+    cmd: csx_proto::Command,
+    dma: Option<Box<HostMemory>>,
+    last: bool,
+    ctx: &Context,
+) -> Result<(), String> {
     let submitted = match dma {
         _ if last => {
             q.qp.submit_inline(cmd, dma.map(|b| b as Box<dyn DmaBuffer>))
@@ -881,8 +952,26 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
             "more than {depth} commands in flight, the negotiated depth"
         )),
         Err(_) => {
-            lock(&q.routes).remove(&cid);
-            refuse(Status::Aborted, "the device is shutting down".into())
+            let route = lock(&q.routes).remove(&cid);
+            let route = route.expect("the route was recorded before the submit");
+            // The refusal carries no data: only the response area is used.
+            let route = Route {
+                data: Span::default(),
+                read: ReadPath::None,
+                ..route
+            };
+            post(
+                q,
+                Completion::error(
+                    cid,
+                    Status::Aborted,
+                    "transport",
+                    "the device is shutting down",
+                ),
+                route,
+                ctx,
+            );
+            Ok(())
         }
     }
 }

@@ -175,6 +175,98 @@ fn refused(reason: impl Into<String>) -> TransportError {
     }
 }
 
+/// An I/O error of step `op` as a transport error.
+fn io_error(op: &'static str) -> impl Fn(io::Error) -> TransportError {
+    move |source| TransportError::Io { op, source }
+}
+
+/// The handshake socket of `shm://name`, connected, once its directory and the user
+/// serving it are checked.
+fn open_socket(name: &str) -> Result<UnixStream, TransportError> {
+    check_name(name).map_err(|reason| TransportError::BadSetting {
+        name: "the shm device name",
+        value: name.to_string(),
+        reason,
+    })?;
+    let path = socket_path(name);
+    let unsafe_place = |reason: String| TransportError::Disconnected {
+        reason: format!("refusing shm://{name}: {reason}"),
+    };
+    if let Some(dir) = path.parent() {
+        if dir.exists() {
+            check_dir(dir).map_err(unsafe_place)?;
+        }
+    }
+    let socket = UnixStream::connect(&path).map_err(|e| TransportError::Disconnected {
+        reason: format!(
+            "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running as this user?)",
+            path.display()
+        ),
+    })?;
+    // The device must be this user's (or root's): another user could have bound the
+    // socket to receive what this client writes and answer its reads.
+    let me = my_uid();
+    let device_uid = peer_uid(&socket).map_err(io_error("ask who serves the socket"))?;
+    if !trusted_uid(device_uid, me) {
+        return Err(unsafe_place(format!(
+            "its socket {} is served by user {device_uid}, not by you (user {me}) or root",
+            path.display()
+        )));
+    }
+    Ok(socket)
+}
+
+/// Sends the hello and receives the welcome with its descriptors; a refusal is an error
+/// naming the device's reason.
+fn exchange_hello(
+    socket: &UnixStream,
+    name: &str,
+    hello: &Hello,
+    timeouts: &Timeouts,
+) -> Result<(Welcome, Vec<OwnedFd>), TransportError> {
+    let no_answer = || TransportError::NoAnswer {
+        device: format!("shm://{name}"),
+        waited_secs: timeouts.connect.as_secs(),
+        during: "the connect",
+    };
+    socket
+        .set_read_timeout(Some(timeouts.connect))
+        .map_err(io_error("set the handshake timeout"))?;
+    // A device that refuses without reading the hello (at its connection limit, or not
+    // serving this user) may have answered and closed already: its answer says more than
+    // the failed write.
+    let sent = (&*socket).write_all(&hello.encode());
+    let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
+    let (n, fds) = match sys::recv_with_fds(socket, &mut buf) {
+        Ok((0, _)) if sent.is_err() => {
+            return Err(io_error("send the handshake")(sent.expect_err("checked")))
+        }
+        Ok(got) => got,
+        Err(_) if sent.is_err() => {
+            return Err(io_error("send the handshake")(sent.expect_err("checked")))
+        }
+        Err(e) => {
+            return Err(match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
+                _ => io_error("receive the handshake")(e),
+            })
+        }
+    };
+    if n == 0 {
+        return Err(refused(
+            "it closed the connection without answering (it may be at its connection limit)",
+        ));
+    }
+    let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
+    if welcome.status != WelcomeStatus::Accepted {
+        return Err(TransportError::Refused {
+            status: format!("{:?}", welcome.status),
+            reason: welcome.message,
+        });
+    }
+    Ok((welcome, fds))
+}
+
 impl HostBuffer {
     /// Bytes of the buffer.
     pub fn len(&self) -> usize {
@@ -228,45 +320,7 @@ impl ShmTransport {
         options: &ShmOptions,
         timeouts: Timeouts,
     ) -> Result<ShmTransport, TransportError> {
-        check_name(name).map_err(|reason| TransportError::BadSetting {
-            name: "the shm device name",
-            value: name.to_string(),
-            reason,
-        })?;
-        let path = socket_path(name);
-        let unsafe_place = |reason: String| TransportError::Disconnected {
-            reason: format!("refusing shm://{name}: {reason}"),
-        };
-        if let Some(dir) = path.parent() {
-            if dir.exists() {
-                check_dir(dir).map_err(unsafe_place)?;
-            }
-        }
-        let socket = UnixStream::connect(&path).map_err(|e| TransportError::Disconnected {
-            reason: format!(
-                "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running as this user?)",
-                path.display()
-            ),
-        })?;
-        let io = |op| move |source| TransportError::Io { op, source };
-        // The device must be this user's (or root's): another user could have bound the
-        // socket to receive what this client writes and answer its reads.
-        let me = my_uid();
-        let device_uid = peer_uid(&socket).map_err(io("ask who serves the socket"))?;
-        if !trusted_uid(device_uid, me) {
-            return Err(unsafe_place(format!(
-                "its socket {} is served by user {device_uid}, not by you (user {me}) or root",
-                path.display()
-            )));
-        }
-        let no_answer = || TransportError::NoAnswer {
-            device: format!("shm://{name}"),
-            waited_secs: timeouts.connect.as_secs(),
-            during: "the connect",
-        };
-        socket
-            .set_read_timeout(Some(timeouts.connect))
-            .map_err(io("set the handshake timeout"))?;
+        let socket = open_socket(name)?;
         let hello = Hello {
             queue_depth: if options.queue_depth == 0 {
                 QUEUE_DEPTH_DEFAULT
@@ -279,42 +333,11 @@ impl ShmTransport {
                 options.host_memory_bytes
             },
         };
-        // A device that refuses without reading the hello (at its connection limit, or
-        // not serving this user) may have answered and closed already: its answer
-        // says more than the failed write.
-        let sent = (&socket).write_all(&hello.encode());
-        let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
-        let (n, fds) = match sys::recv_with_fds(&socket, &mut buf) {
-            Ok((0, _)) if sent.is_err() => {
-                return Err(io("send the handshake")(sent.expect_err("checked")))
-            }
-            Ok(got) => got,
-            Err(_) if sent.is_err() => {
-                return Err(io("send the handshake")(sent.expect_err("checked")))
-            }
-            Err(e) => {
-                return Err(match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
-                    _ => io("receive the handshake")(e),
-                })
-            }
-        };
-        if n == 0 {
-            return Err(refused(
-                "it closed the connection without answering (it may be at its connection limit)",
-            ));
-        }
-        let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
-        if welcome.status != WelcomeStatus::Accepted {
-            return Err(TransportError::Refused {
-                status: format!("{:?}", welcome.status),
-                reason: welcome.message,
-            });
-        }
+        let (welcome, fds) = exchange_hello(&socket, name, &hello, &timeouts)?;
         let [memory, doorbell, interrupt]: [_; 3] = fds
             .try_into()
             .map_err(|fds: Vec<_>| refused(format!("{} descriptors instead of 3", fds.len())))?;
-        let region = Region::map(File::from(memory)).map_err(io("map the shared region"))?;
+        let region = Region::map(File::from(memory)).map_err(io_error("map the shared region"))?;
         let mut header = [0u8; LAYOUT_SIZE];
         region.read(0, &mut header);
         let layout =
@@ -327,30 +350,31 @@ impl ShmTransport {
         }
         socket
             .set_nonblocking(true)
-            .map_err(io("make the socket non-blocking"))?;
-        Ok(ShmTransport {
-            inner: Arc::new(Inner {
-                heap: Mutex::new(Heap::new(layout.heap_offset, layout.heap_size)),
-                region,
-                layout,
-                socket,
-                doorbell: EventFd::from_fd(doorbell),
-                interrupt: EventFd::from_fd(interrupt),
-                table: Mutex::new(Table::default()),
-                sq: Mutex::new(()),
-                reaper: Mutex::new(Reaper::default()),
-                broken: Mutex::new(None),
-                metrics: ShmMetrics::default(),
-                name: name.to_string(),
-                answer_timeout: timeouts.answer,
-                heartbeat: Mutex::new(Heartbeat {
-                    value: 0,
-                    moved: Instant::now(),
-                    looked: Instant::now(),
-                }),
-                map_replies: Mutex::new(Vec::new()),
-                map_one: Mutex::new(()),
+            .map_err(io_error("make the socket non-blocking"))?;
+        let inner = Inner {
+            heap: Mutex::new(Heap::new(layout.heap_offset, layout.heap_size)),
+            region,
+            layout,
+            socket,
+            doorbell: EventFd::from_fd(doorbell),
+            interrupt: EventFd::from_fd(interrupt),
+            table: Mutex::new(Table::default()),
+            sq: Mutex::new(()),
+            reaper: Mutex::new(Reaper::default()),
+            broken: Mutex::new(None),
+            metrics: ShmMetrics::default(),
+            name: name.to_string(),
+            answer_timeout: timeouts.answer,
+            heartbeat: Mutex::new(Heartbeat {
+                value: 0,
+                moved: Instant::now(),
+                looked: Instant::now(),
             }),
+            map_replies: Mutex::new(Vec::new()),
+            map_one: Mutex::new(()),
+        };
+        Ok(ShmTransport {
+            inner: Arc::new(inner),
         })
     }
 
@@ -448,6 +472,34 @@ enum Payload {
     User(HostBuffer),
 }
 
+impl Payload {
+    /// Bytes of its data buffer.
+    fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Write(d) => d.len(),
+            Payload::Read(n) => *n,
+            Payload::User(b) => b.len,
+        }
+    }
+
+    /// Where its data buffer lies in host memory: the caller's buffer, or `block` (the
+    /// one allocated for it), or nowhere.
+    fn span(&self, block: Option<Block>) -> Span {
+        match (self, block) {
+            (Payload::User(b), _) => Span {
+                offset: b.block.offset,
+                len: b.len as u64,
+            },
+            (_, Some(b)) => Span {
+                offset: b.offset,
+                len: self.len() as u64,
+            },
+            _ => Span::default(),
+        }
+    }
+}
+
 fn is_listing(op: &Op) -> bool {
     matches!(
         op,
@@ -503,12 +555,7 @@ impl Inner {
         } else {
             RESPONSE_AREA_SIZE
         };
-        let data_len = match &payload {
-            Payload::None => 0,
-            Payload::Write(d) => d.len(),
-            Payload::Read(n) => *n,
-            Payload::User(b) => b.len,
-        };
+        let data_len = payload.len();
         let own_data = matches!(payload, Payload::Write(_) | Payload::Read(_)) && data_len > 0;
         let frame_out = frame.len() > SQE_INLINE_FRAME_MAX;
         let sizes = [
@@ -526,17 +573,7 @@ impl Inner {
         if let Some(b) = frame_block {
             self.region.write(b.offset as usize, &frame);
         }
-        let data_span = match (&payload, data_block) {
-            (Payload::User(b), _) => Span {
-                offset: b.block.offset,
-                len: b.len as u64,
-            },
-            (_, Some(b)) => Span {
-                offset: b.offset,
-                len: data_len as u64,
-            },
-            _ => Span::default(),
-        };
+        let data_span = payload.span(data_block);
         let sqe = Sqe {
             queue_id: self.layout.queue_id,
             frame: match frame_block {
