@@ -738,10 +738,8 @@ fn a_mapping_is_the_device_memory(uri: &str) {
     let name = std::ffi::CString::new(uri).unwrap();
     let mut dev = null_mut();
     // SAFETY: a C string and a writable handle.
-    assert_eq!(
-        unsafe { csOpenCSx(name.as_ptr(), null_mut(), &mut dev) },
-        CS_SUCCESS
-    );
+    let opened = unsafe { csOpenCSx(name.as_ptr(), null_mut(), &mut dev) };
+    assert_eq!(opened, CS_SUCCESS);
     let alloc = |bytes: i32| {
         let (mut mem, mut vaddr) = (null_mut(), null_mut());
         // SAFETY: writable outputs, no flags.
@@ -845,10 +843,8 @@ fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
     let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
     let mut h = std::ptr::null_mut();
     // SAFETY: a C string and a writable handle.
-    assert_eq!(
-        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) },
-        CS_SUCCESS
-    );
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
     let csf = std::ffi::CString::new("count").unwrap();
     // SAFETY: all zeros is a valid CsfIdInfo (integers and a null pointer).
     let mut info: [CsfIdInfo; 2] = unsafe { std::mem::zeroed() };
