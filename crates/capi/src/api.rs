@@ -561,21 +561,12 @@ pub(crate) unsafe fn compute_desc(req: *const CsComputeRequest) -> R<Desc> {
     })
 }
 
-/// A device allocation whose host mapping a request keeps coherent.
-#[derive(Debug)]
-pub struct MapSync {
-    dev: Arc<Dev>,
-    mem: DevMemHandle,
-    map: Arc<Mapping>,
-}
-
-/// A request ready to run: its arguments checked and copied (only a copy's host buffer
-/// is still the caller's, as the API's contract says), with the mappings to keep
-/// coherent around it.
+/// A request ready to run: its arguments checked and copied (only a copy's host buffer,
+/// and the mappings of the allocations it uses, are still the caller's, as the API's
+/// contract says).
 #[derive(Debug)]
 pub struct Work {
     pub op: Op,
-    pub maps: Vec<MapSync>,
 }
 
 /// What a [`Work`] does.
@@ -626,14 +617,6 @@ pub enum Op {
     },
 }
 
-fn sync_of(m: &Mem, dev: &Arc<Dev>) -> Option<MapSync> {
-    m.map.as_ref().map(|map| MapSync {
-        dev: Arc::clone(dev),
-        mem: m.handle,
-        map: Arc::clone(map),
-    })
-}
-
 fn storage_dev(dev: usize, mem: usize, offset: u64, bytes: u64, what: &str) -> R<(Arc<Dev>, Mem)> {
     let d = device(h(dev))?;
     let (m, mdev) = afdm(h(mem), offset, bytes, what)?;
@@ -654,7 +637,6 @@ fn file_path(file: usize) -> R<String> {
 
 /// Checks a request against the tables: the work it asks for.
 pub(crate) fn prepare(desc: &Desc) -> R<Work> {
-    let mut maps = Vec::new();
     let op = match desc {
         Desc::Copy {
             ty,
@@ -668,7 +650,6 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
                 return fail(CS_INVALID_ARG, "HostVAddress is NULL");
             }
             let to_device = copy_to_device(*ty)?;
-            maps.extend(sync_of(&m, &dev));
             Op::Copy {
                 dev,
                 mem: m.handle,
@@ -686,37 +667,7 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             bytes,
             mem,
             mem_offset,
-        } => {
-            let path = file_path(*file)?;
-            let (dev, m) = storage_dev(*dev, *mem, *mem_offset, *bytes, "FileIo.DevMem")?;
-            maps.extend(sync_of(&m, &dev));
-            match *ty {
-                CS_STORAGE_LOAD_TYPE => Op::FileLoad {
-                    dev,
-                    path,
-                    offset: *offset,
-                    bytes: *bytes,
-                    mem: m.handle,
-                    mem_offset: *mem_offset,
-                },
-                CS_STORAGE_STORE_TYPE => Op::FileStore {
-                    dev,
-                    path,
-                    offset: *offset,
-                    range: MemRange {
-                        handle: m.handle,
-                        offset: *mem_offset,
-                        len: *bytes,
-                    },
-                },
-                other => {
-                    return fail(
-                        CS_INVALID_OPTION,
-                        format!("FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"),
-                    )
-                }
-            }
-        }
+        } => prepare_file(*dev, *ty, *file, (*offset, *bytes), *mem, *mem_offset)?,
         Desc::Block {
             dev,
             ty,
@@ -728,7 +679,6 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             check_block_load(*ty, *storage_index)?;
             let (sources, total) = block_sources(ranges)?;
             let (dev, m) = storage_dev(*dev, *mem, *mem_offset, total, "BlockIo.DevMem")?;
-            maps.extend(sync_of(&m, &dev));
             Op::BlockLoad {
                 dev,
                 mem: m.handle,
@@ -736,11 +686,7 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
                 sources,
             }
         }
-        Desc::Compute { dev, csf, args } => {
-            let (op, m) = prepare_compute(*dev, *csf, args)?;
-            maps = m;
-            op
-        }
+        Desc::Compute { dev, csf, args } => prepare_compute(*dev, *csf, args)?,
         Desc::BadMode(mode) => {
             return fail(
                 CS_INVALID_OPTION,
@@ -748,7 +694,47 @@ pub(crate) fn prepare(desc: &Desc) -> R<Work> {
             )
         }
     };
-    Ok(Work { op, maps })
+    Ok(Work { op })
+}
+
+/// A file request: `Bytes` at `offset` of the file `file` names, loaded into or stored
+/// from `mem` at `mem_offset`.
+fn prepare_file(
+    dev: usize,
+    ty: i32,
+    file: usize,
+    (offset, bytes): (u64, u64),
+    mem: usize,
+    mem_offset: u64,
+) -> R<Op> {
+    let path = file_path(file)?;
+    let (dev, m) = storage_dev(dev, mem, mem_offset, bytes, "FileIo.DevMem")?;
+    match ty {
+        CS_STORAGE_LOAD_TYPE => Ok(Op::FileLoad {
+            dev,
+            path,
+            offset,
+            bytes,
+            mem: m.handle,
+            mem_offset,
+        }),
+        CS_STORAGE_STORE_TYPE => Ok(Op::FileStore {
+            dev,
+            path,
+            offset,
+            range: MemRange {
+                handle: m.handle,
+                offset: mem_offset,
+                len: bytes,
+            },
+        }),
+        other => fail(
+            CS_INVALID_OPTION,
+            format!(
+                "FileIo.Type {other} is not CS_STORAGE_LOAD_TYPE (1) or CS_STORAGE_STORE_TYPE (2)"
+            ),
+        ),
+    }
 }
 
 /// `CS_COPY_TO_DEVICE` (true) or `CS_COPY_FROM_DEVICE` (false).
@@ -823,10 +809,35 @@ pub(crate) fn csf_slot(id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
         .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
 }
 
-fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<(Op, Vec<MapSync>)> {
+/// The slot a CSF id names: a slot itself, or the slot holding the program a fixed id is
+/// reserved for (see [`crate::fixed`]).
+fn slot_of_csf(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+    if !crate::fixed::is_fixed(id) {
+        return csf_slot(id);
+    }
+    let table = crate::manage::fixed_ids(dev)?;
+    let name = crate::fixed::id_of_name(&table, id).ok_or(Fail {
+        status: CS_INVALID_ID,
+        message: format!(
+            "CSFId {id} is not reserved on {} (`csx program load NAME FILE --id {id}`)",
+            dev.name
+        ),
+    })?;
+    match crate::manage::slots_named(dev, &name)?.first() {
+        Some(&slot) => Ok(csx_host::proto::ProgramIndex(slot as u16)),
+        None => fail(
+            CS_UNKNOWN_COMPUTE_FUNCTION,
+            format!(
+                "CSFId {id} is reserved for {name:?}, which is not loaded on {}",
+                dev.name
+            ),
+        ),
+    }
+}
+
+fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
     let dev = device(h(dev))?;
-    let mut request = ExecuteRequest::new(csf_slot(csf)?);
-    let mut maps = Vec::new();
+    let mut request = ExecuteRequest::new(slot_of_csf(&dev, csf)?);
     let mut windows = 0usize;
     let mut values: Vec<u64> = Vec::new();
     let mut params: Vec<u8> = Vec::new();
@@ -843,9 +854,6 @@ fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<(Op, Vec<Map
                     );
                 }
                 request = request.window(m.handle, offset, m.size - offset);
-                if !maps.iter().any(|s: &MapSync| s.mem == m.handle) {
-                    maps.extend(sync_of(&m, &dev));
-                }
                 continue;
             }
             ArgDesc::V32(v) => (u64::from(v), v.to_le_bytes().to_vec()),
@@ -893,7 +901,7 @@ fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<(Op, Vec<Map
     if ms > 0 {
         request = request.time_limit_ms(ms);
     }
-    Ok((Op::Compute { dev, request, csf }, maps))
+    Ok(Op::Compute { dev, request, csf })
 }
 
 /// Runs a queued request on its worker (see [`crate::queue`]).
@@ -904,20 +912,10 @@ pub fn perform(work: &Work, req: &Request) -> R<u64> {
     run_work(work, Some(req))
 }
 
-/// Runs `work` between its mappings' write-out and read-back; `req` is the queued
-/// request it belongs to (for aborts), if any.
+/// Runs `work`; `req` is the queued request it belongs to (for aborts), if any. A
+/// mapped allocation needs nothing around it: its mapping is the device memory.
 fn run_work(work: &Work, req: Option<&Request>) -> R<u64> {
-    for s in &work.maps {
-        s.dev.device.write_mem(s.mem, 0, s.map.bytes())?;
-    }
-    let result = run_op(&work.op, req);
-    for s in &work.maps {
-        let back = s.dev.device.read_mem_into(s.mem, 0, s.map.bytes_mut());
-        if let (Ok(_), Err(e)) = (&result, back) {
-            return Err(e.into());
-        }
-    }
-    result
+    run_op(&work.op, req)
 }
 
 fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
@@ -929,21 +927,7 @@ fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
             host,
             len,
             to_device,
-        } => {
-            let bytes = *len as u64;
-            if *to_device {
-                // SAFETY: HostVAddress is readable for Bytes bytes until the request
-                // completes (the caller's contract).
-                let src = unsafe { std::slice::from_raw_parts(*host as *const u8, *len) };
-                dev.device.write_mem(*mem, *offset, src)?;
-            } else {
-                // SAFETY: HostVAddress is writable for Bytes bytes until the request
-                // completes (the caller's contract).
-                let dst = unsafe { std::slice::from_raw_parts_mut(*host as *mut u8, *len) };
-                dev.device.read_mem_into(*mem, *offset, dst)?;
-            }
-            Ok(bytes)
-        }
+        } => run_copy(dev, *mem, *offset, *host, *len, *to_device),
         Op::FileLoad {
             dev,
             path,
@@ -976,46 +960,81 @@ fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
             dev.device.fill_mem(*mem, *offset, *bytes, *byte)?;
             Ok(*bytes)
         }
-        Op::Compute { dev, request, csf } => {
-            let result = match req {
-                None => dev.device.execute(request),
-                Some(q) => {
-                    let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
-                    let r = dev.device.wait_execute(id, None);
-                    q.end_exec();
-                    r.map(|e| e.expect("a wait without a timeout returns a completion"))
-                }
-            };
-            match result {
-                Ok(run) if run.trapped() => fail(
-                    CS_ERROR_IN_EXECUTION,
-                    format!(
-                        "CSF {csf} trapped: {}",
-                        run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
-                    ),
-                ),
-                Ok(run) => Ok(run.r0),
-                Err(e) => Err(Fail::from(e)),
-            }
-        }
-        Op::Batch { entries } => {
-            for (done, (i, entry)) in entries.iter().enumerate() {
-                if req.is_some_and(Request::aborted) {
-                    return fail(
-                        CSX_ABORTED,
-                        format!("the batch was aborted after {done} entries"),
-                    );
-                }
-                prepare(entry)
-                    .and_then(|w| run_work(&w, req))
-                    .map_err(|e| Fail {
-                        status: e.status,
-                        message: format!("entry {i}: {}", e.message),
-                    })?;
-            }
-            Ok(entries.len() as u64)
-        }
+        Op::Compute { dev, request, csf } => run_compute(dev, request, *csf, req),
+        Op::Batch { entries } => run_batch(entries, req),
     }
+}
+
+/// A copy between the caller's `host` buffer and device memory.
+fn run_copy(
+    dev: &Dev,
+    mem: DevMemHandle,
+    offset: u64,
+    host: usize,
+    len: usize,
+    to_device: bool,
+) -> R<u64> {
+    if to_device {
+        // SAFETY: HostVAddress is readable for Bytes bytes until the request completes
+        // (the caller's contract).
+        let src = unsafe { std::slice::from_raw_parts(host as *const u8, len) };
+        dev.device.write_mem(mem, offset, src)?;
+    } else {
+        // SAFETY: HostVAddress is writable for Bytes bytes until the request completes
+        // (the caller's contract).
+        let dst = unsafe { std::slice::from_raw_parts_mut(host as *mut u8, len) };
+        dev.device.read_mem_into(mem, offset, dst)?;
+    }
+    Ok(len as u64)
+}
+
+/// An execution: waited for here, or (queued) submitted so that `csAbortRequest` can
+/// reach it; a trap is `CS_ERROR_IN_EXECUTION` naming it.
+fn run_compute(
+    dev: &Arc<Dev>,
+    request: &ExecuteRequest,
+    csf: CsCsfId,
+    req: Option<&Request>,
+) -> R<u64> {
+    let result = match req {
+        None => dev.device.execute(request),
+        Some(q) => {
+            let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
+            let r = dev.device.wait_execute(id, None);
+            q.end_exec();
+            r.map(|e| e.expect("a wait without a timeout returns a completion"))
+        }
+    };
+    match result {
+        Ok(run) if run.trapped() => fail(
+            CS_ERROR_IN_EXECUTION,
+            format!(
+                "CSF {csf} trapped: {}",
+                run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
+            ),
+        ),
+        Ok(run) => Ok(run.r0),
+        Err(e) => Err(Fail::from(e)),
+    }
+}
+
+/// A batch's entries in order, stopping at the first failure or an abort.
+fn run_batch(entries: &[(usize, Desc)], req: Option<&Request>) -> R<u64> {
+    for (done, (i, entry)) in entries.iter().enumerate() {
+        if req.is_some_and(Request::aborted) {
+            return fail(
+                CSX_ABORTED,
+                format!("the batch was aborted after {done} entries"),
+            );
+        }
+        prepare(entry)
+            .and_then(|w| run_work(&w, req))
+            .map_err(|e| Fail {
+                status: e.status,
+                message: format!("entry {i}: {}", e.message),
+            })?;
+    }
+    Ok(entries.len() as u64)
 }
 
 /// The device a single request's work runs on.
@@ -1192,8 +1211,8 @@ fn init_value(flags: Option<&CsMemFlags>) -> R<Option<u8>> {
     }
 }
 
-/// Whether a device's transport can carry a host mapping (all but tcp/tcps: a mapping
-/// is written out and read back around every request that uses it).
+/// Whether a device's transport can map its memory into this process (all but tcp/tcps:
+/// a device on another machine shares no pages with it).
 pub(crate) fn can_map(dev: &Dev) -> bool {
     !matches!(
         dev.device.uri(),
@@ -1201,10 +1220,31 @@ pub(crate) fn can_map(dev: &Dev) -> bool {
     )
 }
 
+/// The page size mapped allocations are rounded up to.
+const MAP_PAGE: u64 = 4096;
+
+/// A shared mapping of allocation `handle` (`len` bytes, whole pages): its memory file
+/// from the device, mapped; `CS_COULD_NOT_MAP_MEMORY` naming why not.
+fn map_allocation(dev: &Dev, handle: DevMemHandle, len: u64) -> R<Mapping> {
+    let cannot = |why: String| Fail {
+        status: CS_COULD_NOT_MAP_MEMORY,
+        message: format!(
+            "{}: cannot map {len} bytes of device memory: {why}",
+            dev.name
+        ),
+    };
+    let file = dev
+        .device
+        .client()
+        .share_mem(handle)
+        .map_err(|e| cannot(e.to_string()))?;
+    Mapping::of_file(&file, len as usize).map_err(|e| cannot(e.to_string()))
+}
+
 /// Allocates `Bytes` of device memory. `MemFlags` (nullable) may ask for it cleared or
 /// filled. With `VAddressPtr` non-null, `*VAddressPtr` receives a host mapping of it
-/// (see `docs/capi.md`: coherent at request boundaries) on an embedded or shm device;
-/// a tcp device cannot map (CS_COULD_NOT_MAP_MEMORY, nothing allocated).
+/// (the device memory itself, see `docs/capi.md`) on an embedded or shm device; a tcp
+/// device cannot map (CS_COULD_NOT_MAP_MEMORY, nothing allocated).
 ///
 /// # Safety
 /// `MemFlags` is null or readable; `MemHandle` and `VAddressPtr` are null or writable.
@@ -1244,33 +1284,35 @@ pub(crate) unsafe fn alloc_mem(
     }
     // SAFETY: the caller's contract.
     let vaddr = unsafe { vaddr.as_mut() };
-    let map = match vaddr {
-        None => None,
-        Some(_) if !can_map(&dev) => {
-            return fail(
-                CS_COULD_NOT_MAP_MEMORY,
-                format!("{}: a tcp device's memory cannot be mapped into this process (pass VAddressPtr NULL and copy with csQueueCopyMemRequest)", dev.name),
-            )
-        }
-        Some(_) => Some(Arc::new(Mapping::new(size as usize).ok_or(Fail {
-            status: CS_COULD_NOT_MAP_MEMORY,
-            message: format!("the host has no room to map {size} bytes"),
-        })?)),
+    if vaddr.is_some() && !can_map(&dev) {
+        return fail(
+            CS_COULD_NOT_MAP_MEMORY,
+            format!("{}: a tcp device's memory cannot be mapped into this process (pass VAddressPtr NULL and copy with csQueueCopyMemRequest)", dev.name),
+        );
+    }
+    // A mapped allocation holds whole pages, so that its memory file holds it alone.
+    let reserve = if vaddr.is_some() {
+        size.next_multiple_of(MAP_PAGE)
+    } else {
+        size
     };
-    let handle = dev.device.alloc(size)?;
-    let init_device = || -> Result<(), CallError> {
+    let handle = dev.device.alloc(reserve)?;
+    let init_device = || -> R<Option<Arc<Mapping>>> {
         if let Some(byte) = init {
             dev.device.fill_mem(handle, 0, size, byte)?;
         }
-        if let Some(m) = &map {
-            dev.device.read_mem_into(handle, 0, m.bytes_mut())?;
+        if vaddr.is_none() {
+            return Ok(None);
         }
-        Ok(())
+        map_allocation(&dev, handle, reserve).map(|m| Some(Arc::new(m)))
     };
-    if let Err(e) = init_device() {
-        let _ = dev.device.free(handle);
-        return Err(e.into());
-    }
+    let map = match init_device() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = dev.device.free(handle);
+            return Err(e);
+        }
+    };
     let dev_key = key_of(dev_handle);
     let addr = map.as_ref().map(|m| m.addr());
     let key = registry::with(|r| {
@@ -1342,7 +1384,6 @@ pub unsafe extern "C" fn csInitMem(
         let offset: u64 = ByteOffset;
         let (m, dev) = afdm(MemHandle, offset, bytes, "csInitMem")?;
         let work = Work {
-            maps: sync_of(&m, &dev).into_iter().collect(),
             op: Op::Fill {
                 dev,
                 mem: m.handle,
@@ -1974,7 +2015,6 @@ pub(crate) unsafe fn queue_batch(
     let entries = order.into_iter().map(|i| (i, entries[i].clone())).collect();
     let work = Work {
         op: Op::Batch { entries },
-        maps: Vec::new(),
     };
     // SAFETY: the caller's contract.
     unsafe {

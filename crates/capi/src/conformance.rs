@@ -28,7 +28,7 @@ pub fn table() -> Vec<Row> {
         ("csCloseCSE", "function", MAPPED, "`csCloseCSx`"),
         ("csRegisterNotify", "function", UNSUPPORTED, "`CS_UNSUPPORTED`: csx devices raise no notifications"),
         ("csDeregisterNotify", "function", UNSUPPORTED, "`CS_UNSUPPORTED`"),
-        ("csAllocMem", "function", SUPPORTED, "`VAddressPtr`: a host mapping (embedded, shm; coherent at request boundaries) or `CS_COULD_NOT_MAP_MEMORY` (tcp)"),
+        ("csAllocMem", "function", SUPPORTED, "`VAddressPtr`: a host mapping of the device memory itself (embedded, shm; whole pages) or `CS_COULD_NOT_MAP_MEMORY` (tcp)"),
         ("csFreeMem", "function", SUPPORTED, "v1.x `MemFlags` clears or fills before the free; the mapping is unmapped"),
         ("csInitMem", "function", SUPPORTED, "SLM Memory Fill"),
         ("csQueueStorageRequest", "function", SUPPORTED, "file I/O (`FileHandle` from `csxOpenFile`), block LOAD; block STORE is `CS_UNSUPPORTED` (csx writes storage through its file store)"),

@@ -395,8 +395,8 @@ CS_STATUS csRegisterNotify(char *DevName, u32 NotifyOptions, csDevNotificationFn
 CS_STATUS csDeregisterNotify(char *DevName, csDevNotificationFn NotifyFn);
 
 /* FDM. With VAddressPtr, csAllocMem maps the allocation into the host (embedded and shm
- * devices; coherent with the device at request boundaries: see docs/capi.md) or fails
- * with CS_COULD_NOT_MAP_MEMORY (tcp). */
+ * devices: the mapping is the device memory itself, see docs/capi.md) or fails with
+ * CS_COULD_NOT_MAP_MEMORY (tcp). */
 CS_STATUS csInitMem(CS_MEM_HANDLE MemHandle, unsigned long ByteOffset, int Bytes,
                     const CsMemFlags *MemFlags);
 

@@ -10,6 +10,7 @@
 //!   [`manage`]: discovery, CSFs, properties; [`v05`]: the v0.5 forms (the FFI boundary:
 //!   with [`mapping`], where the unsafe blocks of the crate are).
 //! * [`mapping`]: host mappings of device memory.
+//! * [`fixed`]: fixed CSF ids, reserved for a program's name.
 //! * [`queue`]: asynchronous completion (a worker per device handle) and aborts.
 //! * [`registry`]: the handle tables (handles are keys, never dereferenced).
 //! * [`header`]: the text of `cs_api.h`, generated from the above.
@@ -22,6 +23,7 @@
 
 pub mod api;
 pub mod conformance;
+pub mod fixed;
 pub mod header;
 pub mod manage;
 pub mod mapping;

@@ -105,16 +105,26 @@ fn with_device<T>(name: &str, f: impl FnOnce(&Arc<Dev>) -> R<T>) -> R<T> {
     result
 }
 
-/// The names of a device's CSFs: downloadable ones (occupied slots) then built-in ones.
+/// The device's fixed-id table (see [`crate::fixed`]), as a status on failure.
+pub(crate) fn fixed_ids(dev: &Dev) -> R<Vec<(u32, String)>> {
+    crate::fixed::read(&dev.device).map_err(|e| match e {
+        crate::fixed::FixedIdError::Device(e) => Fail::from(e),
+        other => Fail {
+            status: CS_DEVICE_ERROR,
+            message: format!("{}: {other}", dev.name),
+        },
+    })
+}
+
+/// The names of a device's CSFs: downloadable ones (occupied slots; their fixed id when
+/// their name has one) then built-in ones.
 fn csf_names(dev: &Dev) -> R<Vec<(String, u32, bool, bool)>> {
     let mut list = Vec::new();
+    let fixed = fixed_ids(dev)?;
     for p in dev.device.programs()? {
-        list.push((
-            p.persistent.unwrap_or(p.name),
-            u32::from(p.pind.0),
-            true,
-            p.state == ProgramState::Active,
-        ));
+        let name = p.persistent.unwrap_or(p.name);
+        let id = crate::fixed::id_of(&fixed, &name).unwrap_or(u32::from(p.pind.0));
+        list.push((name, id, true, p.state == ProgramState::Active));
     }
     for f in dev.device.functions()? {
         list.push((f.name, CSX_BUILTIN_CSF_BASE + f.id.0, false, true));
@@ -637,7 +647,7 @@ pub unsafe extern "C" fn csConfig(CSEHandle: CsDevHandle, Info: *const CsConfigI
 
 /// The slots holding a CSF named `name`, by the name it was kept under (`csx program
 /// load NAME`) or by its entry function (active ones first, then by slot).
-fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
+pub(crate) fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
     let mut found: Vec<(bool, u16)> = dev
         .device
         .programs()?
@@ -647,6 +657,36 @@ fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
         .collect();
     found.sort_unstable();
     Ok(found.into_iter().map(|(_, s)| u32::from(s)).collect())
+}
+
+/// The ids of the CSFs named `name`: its fixed id when it has one and is loaded, else
+/// the slots holding it.
+fn ids_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
+    let slots = slots_named(dev, name)?;
+    match crate::fixed::id_of(&fixed_ids(dev)?, name) {
+        Some(id) if !slots.is_empty() => Ok(vec![id]),
+        _ => Ok(slots),
+    }
+}
+
+/// The CSF whose id is `global` (a slot, or a fixed id whose program is loaded).
+fn ids_of_global(dev: &Dev, global: u64) -> R<Vec<u32>> {
+    let Ok(id) = u32::try_from(global) else {
+        return Ok(Vec::new());
+    };
+    if crate::fixed::is_fixed(id) {
+        return Ok(match crate::fixed::id_of_name(&fixed_ids(dev)?, id) {
+            Some(name) if !slots_named(dev, &name)?.is_empty() => vec![id],
+            _ => Vec::new(),
+        });
+    }
+    Ok(dev
+        .device
+        .programs()?
+        .iter()
+        .filter(|p| u32::from(p.pind.0) == id)
+        .map(|p| u32::from(p.pind.0))
+        .collect())
 }
 
 /// The one FDM of a csx device, as `CSFIdInfo.FDMList` names it.
@@ -682,16 +722,11 @@ pub unsafe extern "C" fn csGetCSFId(
         // SAFETY: the caller's contract.
         let count = unsafe { out(Count, "Count") }?;
         let ids = if CSFName.is_null() {
-            let programs = dev.device.programs()?;
-            programs
-                .iter()
-                .filter(|p| u64::from(p.pind.0) == GlobalId)
-                .map(|p| u32::from(p.pind.0))
-                .collect()
+            ids_of_global(&dev, GlobalId)?
         } else {
             // SAFETY: the caller's contract.
             let name = unsafe { string(CSFName, "CSFName") }?;
-            slots_named(&dev, name)?
+            ids_named(&dev, name)?
         };
         if ids.is_empty() {
             return fail(
@@ -752,7 +787,7 @@ pub unsafe extern "C" fn csGetFunction(
         let name = unsafe { string(FunctionName, "FunctionName") }?;
         // SAFETY: the caller's contract.
         let id = unsafe { out(FunctionId, "FunctionId") }?;
-        match slots_named(&dev, name)?.first() {
+        match ids_named(&dev, name)?.first() {
             Some(s) => {
                 *id = *s;
                 Ok(CS_SUCCESS)

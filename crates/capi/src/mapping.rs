@@ -1,77 +1,63 @@
 //! Host mappings of device memory (`csAllocMem`'s `VAddressPtr`).
 //!
-//! A mapping is host memory of the allocation's size (anonymous pages of its own, so an
-//! access after `csFreeMem` faults in the caller instead of landing in another
-//! allocation) that the library keeps coherent with the device at command boundaries:
-//! before a request that uses the allocation on the device runs, the mapping's bytes are
-//! written to it; after the request, the allocation's bytes are read back into the
-//! mapping. So a program writes its input through the pointer, queues a compute request,
-//! and reads the result through the pointer once the request has completed, as the API's
-//! examples do. The host must not touch a mapping while a request using its allocation is
-//! in flight (as with any buffer a request owns).
+//! A mapping is the allocation's own memory: the device hands out a memory file whose
+//! pages *are* the allocation (`csx_device::slm::Slm::share`: in this process for an
+//! embedded device, passed over the shm socket by a served one), and the library maps it
+//! shared. What the host writes through the pointer is what the device's commands read,
+//! and what they write is there when they complete; nothing is copied. The host must
+//! not touch a mapping while a request using its allocation is in flight (as with any
+//! buffer a request owns). `csFreeMem` unmaps it (the device meanwhile gives the
+//! allocation's range private pages again), so a later access faults in the caller.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-/// An anonymous private mapping of `len` bytes, unmapped on drop.
+/// A shared mapping of a device allocation's memory file, unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
-// SAFETY: the mapping is plain memory owned by this value; the library reads and writes it
-// only from the one thread running a request that uses it (the API's contract keeps the
-// caller off it meanwhile), so sharing the owner between threads is sound.
+// SAFETY: the mapping is an address range owned by this value; the library never reads
+// or writes through it (only C does, under the API's contract), so moving or sharing the
+// owner between threads cannot race.
 unsafe impl Send for Mapping {}
-// SAFETY: as for Send: no method mutates through `&self` except the two copy routines,
-// which the worker calls for one request at a time.
+// SAFETY: as for Send: no method accesses the bytes.
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` (> 0) zeroed bytes, or `None` when the host has no room.
-    pub fn new(len: usize) -> Option<Mapping> {
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions;
-        // the result is checked against MAP_FAILED.
+    /// Maps `len` (> 0, whole pages of the file) bytes of `file` shared, or the error.
+    pub fn of_file(file: &OwnedFd, len: usize) -> std::io::Result<Mapping> {
+        // SAFETY: a shared mapping of a file descriptor this process owns, with no
+        // address hint, has no preconditions; the result is checked against MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
                 0,
             )
         };
         if p == libc::MAP_FAILED {
-            return None;
+            return Err(std::io::Error::last_os_error());
         }
-        NonNull::new(p.cast::<u8>()).map(|ptr| Mapping { ptr, len })
+        let ptr = NonNull::new(p.cast::<u8>()).expect("mmap never yields null");
+        Ok(Mapping { ptr, len })
     }
 
     /// The address C receives.
     pub fn addr(&self) -> *mut std::ffi::c_void {
         self.ptr.as_ptr().cast()
     }
-
-    /// The mapping's bytes, to write to the device.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` mapped, readable bytes live as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The mapping's bytes, to fill from the device.
-    #[allow(clippy::mut_from_ref)]
-    pub fn bytes_mut(&self) -> &mut [u8] {
-        // SAFETY: `len` mapped, writable bytes live as long as `self`; only the worker
-        // running the request that uses the allocation touches them meanwhile (the API's
-        // contract), so no other reference is alive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are the mapping `new` made; nothing uses it after drop.
+        // SAFETY: `ptr`/`len` are the mapping `of_file` made; the library holds no
+        // reference into it.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }

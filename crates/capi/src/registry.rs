@@ -46,7 +46,8 @@ pub struct Mem {
     pub dev: u64,
     pub handle: MemHandle,
     pub size: u64,
-    /// Its host mapping, when the caller asked for one (see [`crate::mapping`]).
+    /// Its host mapping, when the caller asked for one (see [`crate::mapping`]); its
+    /// device allocation then holds `size` rounded up to whole pages.
     pub map: Option<Arc<crate::mapping::Mapping>>,
 }
 

@@ -516,6 +516,8 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
         // its loader otherwise.
         dev.persist_program(pind, csf).unwrap();
     }
+    // The fixed id the public sleep demo calls (as `csx program load sleep FILE --id 100`).
+    csx_capi::fixed::reserve(&dev, 100, "sleep").unwrap();
     dev.close().unwrap();
     dir
 }
@@ -722,4 +724,166 @@ fn c_programs_open_an_array_by_its_uri() {
     let out = run_tool(Command::new(&exe).arg(&uri).arg(member_nvm.to_string()));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("array_test: ok"), "{stdout}");
+}
+
+/// A mapped allocation on `uri` is the device memory itself: what the host writes through
+/// the mapping the device reads with no request of libcsx's in between, and the reverse;
+/// another client cannot get its memory file; a free unmaps it and a new allocation
+/// starts zeroed.
+fn a_mapping_is_the_device_memory(uri: &str) {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csFreeMem, csOpenCSx};
+    use csx_capi::registry;
+    use csx_capi::status::CS_SUCCESS;
+    use std::ptr::{null, null_mut};
+    let name = std::ffi::CString::new(uri).unwrap();
+    let mut dev = null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), null_mut(), &mut dev) };
+    assert_eq!(opened, CS_SUCCESS);
+    let alloc = |bytes: i32| {
+        let (mut mem, mut vaddr) = (null_mut(), null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(dev, bytes, null(), &mut mem, &mut vaddr) };
+        assert_eq!(st, CS_SUCCESS, "{uri}");
+        assert!(!vaddr.is_null());
+        (mem, vaddr.cast::<u8>())
+    };
+    let (mem, at) = alloc(100);
+    let (handle, device) = registry::with(|r| {
+        let m = &r.mems[&registry::key_of(mem)];
+        (m.handle, std::sync::Arc::clone(&r.devices[&m.dev]))
+    });
+    // SAFETY: the mapping holds 100 bytes (a page), and no request is in flight.
+    let mapped = |at: *mut u8| unsafe { std::slice::from_raw_parts_mut(at, 100) };
+    mapped(at)[..7].copy_from_slice(b"through");
+    assert_eq!(
+        device.device.read_mem(handle, 0, 7).unwrap(),
+        b"through",
+        "{uri}"
+    );
+    device.device.write_mem(handle, 50, b"back").unwrap();
+    assert_eq!(&mapped(at)[50..54], b"back", "{uri}");
+    // Another client of the device (its own queue pair) is refused the file.
+    let other = Device::open(uri).unwrap();
+    let refused = other.client().share_mem(handle).unwrap_err();
+    assert!(
+        matches!(&refused, csx_host::TransportError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+        "{uri}: {refused}"
+    );
+    other.close().unwrap();
+    // SAFETY: a handle from csAllocMem.
+    assert_eq!(unsafe { csFreeMem(mem, null()) }, CS_SUCCESS);
+    // The mapping is gone: the page is no longer mapped in this process.
+    let mut resident = 0u8;
+    // SAFETY: mincore only asks about the page; ENOMEM says it is not mapped.
+    let r = unsafe { libc::mincore(at.cast(), 4096, &mut resident) };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::ENOMEM)),
+        "{uri}"
+    );
+    let (again, at2) = alloc(100);
+    assert!(mapped(at2).iter().all(|&b| b == 0), "{uri}");
+    // SAFETY: a handle from csAllocMem.
+    assert_eq!(unsafe { csFreeMem(again, null()) }, CS_SUCCESS);
+    assert_eq!(csCloseCSx(dev), CS_SUCCESS);
+}
+
+#[test]
+fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let work = tempfile::tempdir().unwrap();
+    let dir = device_dir(work.path());
+    a_mapping_is_the_device_memory(dir.to_str().unwrap());
+    let server = Server::open(
+        &dir,
+        ServerConfig {
+            listen: vec![ListenAddr::Shm(format!(
+                "csx-capi-map-{}",
+                std::process::id()
+            ))],
+            token: None,
+        },
+    )
+    .expect("serve the device");
+    let uri = server.uris()[0].clone();
+    a_mapping_is_the_device_memory(&uri);
+    server.shutdown().unwrap();
+}
+
+/// Fixed CSF ids belong to a name in the device's file store: they survive a restart,
+/// follow the name, refuse an id another name holds or one outside their range, and an
+/// id nobody reserved is refused by name.
+#[test]
+fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
+    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::fixed::{read, reserve, FixedIdError};
+    use csx_capi::manage::csGetCSFId;
+    use csx_capi::status::{CS_INVALID_ID, CS_SUCCESS};
+    use csx_capi::types::{CsComputeArg, CsComputeArgValue, CsComputeRequest, CsfIdInfo};
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 5_000);
+    // v05_device reserved 100 and closed the device: the table outlived it.
+    let dev = Device::open(dir.to_str().unwrap()).unwrap();
+    assert_eq!(read(&dev).unwrap(), [(100, "sleep".to_string())]);
+    let taken = reserve(&dev, 100, "count").unwrap_err();
+    assert!(matches!(taken, FixedIdError::Taken { .. }), "{taken}");
+    assert!(taken.to_string().contains("\"sleep\""), "{taken}");
+    let low = reserve(&dev, 5, "count").unwrap_err();
+    assert!(low.to_string().contains("64..=65535"), "{low}");
+    reserve(&dev, 101, "count").unwrap();
+    reserve(&dev, 102, "count").unwrap();
+    let table = read(&dev).unwrap();
+    assert_eq!(
+        table,
+        [(100, "sleep".to_string()), (102, "count".to_string())]
+    );
+    dev.close().unwrap();
+
+    let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
+    let csf = std::ffi::CString::new("count").unwrap();
+    // SAFETY: all zeros is a valid CsfIdInfo (integers and a null pointer).
+    let mut info: [CsfIdInfo; 2] = unsafe { std::mem::zeroed() };
+    let (mut len, mut count) = (std::mem::size_of_val(&info) as i32, 0);
+    // SAFETY: valid outputs of `len` bytes.
+    let st = unsafe { csGetCSFId(h, csf.as_ptr(), 0, &mut len, &mut count, info.as_mut_ptr()) };
+    assert_eq!((st, count, info[0].csf_id), (CS_SUCCESS, 1, 102));
+    // SAFETY: as above, by GlobalId.
+    let st = unsafe {
+        csGetCSFId(
+            h,
+            std::ptr::null(),
+            100,
+            &mut len,
+            &mut count,
+            info.as_mut_ptr(),
+        )
+    };
+    assert_eq!((st, count, info[0].csf_id), (CS_SUCCESS, 1, 100));
+    let request = CsComputeRequest {
+        dev_handle: h,
+        csf_id: 103,
+        num_args: 0,
+        args: [CsComputeArg {
+            type_: 0,
+            u: CsComputeArgValue { value64: 0 },
+        }],
+    };
+    let mut r0 = 0u64;
+    // SAFETY: a request without arguments, synchronous.
+    let st = unsafe {
+        csQueueComputeRequest(
+            &request,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+            &mut r0,
+        )
+    };
+    assert_eq!(st, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
 }

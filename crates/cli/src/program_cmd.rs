@@ -65,6 +65,10 @@ pub struct LoadArgs {
     /// The engine to activate it on.
     #[arg(long, value_enum, value_name = "ENGINE", default_value_t = DeviceEngine::Jit)]
     engine: DeviceEngine,
+    /// Reserve this fixed CSF id (64..=65535) for NAME: C programs of the SNIA API
+    /// (libcsx) call the program by it, across restarts and reloads.
+    #[arg(long, value_name = "N")]
+    id: Option<u32>,
     /// Print one JSON object describing the slot.
     #[arg(long)]
     json: bool,
@@ -164,9 +168,14 @@ fn load(dev: &Device, a: &LoadArgs) -> anyhow::Result<u8> {
             dev.persist_program(pind, &a.name)
                 .with_context(|| format!("cannot keep {} as {:?}", a.file.display(), a.name))
         });
+    let kept = kept.and_then(|()| match a.id {
+        Some(id) => csx_capi::fixed::reserve(dev, id, &a.name)
+            .with_context(|| format!("cannot reserve CSF id {id} for {:?}", a.name)),
+        None => Ok(()),
+    });
     if let Err(e) = kept {
-        // Not persistent yet, so the device would unload it when this connection goes;
-        // unloading it now says so sooner.
+        // Not persistent yet (or without the id asked for): unloading it now leaves the
+        // device as it was.
         let _ = dev.unload(pind);
         return Err(e);
     }

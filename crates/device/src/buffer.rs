@@ -14,14 +14,18 @@ use std::ptr::NonNull;
 /// into page-aligned device memory, without a bounce copy).
 pub(crate) const ZEROED_ALIGNMENT: usize = 4096;
 
-/// Heap bytes owned by the buffer and freed when it drops.
+/// Bytes owned by the buffer and freed when it drops: a heap allocation, or (for
+/// [`RawBuffer::zeroed`]) an anonymous mapping of its own, whose pages the memory namespace
+/// may replace with shared ones (`slm::Slm::share`) without touching the allocator's heap.
 pub(crate) struct RawBuffer {
-    /// The heap allocation: `alloc_len` bytes from `ptr`.
+    /// The allocation: `alloc_len` bytes from `ptr`.
     ptr: NonNull<u8>,
     alloc_len: usize,
     /// The buffer: `len` bytes from `ptr + start`.
     start: usize,
     len: usize,
+    /// `ptr` is an `mmap` of `alloc_len` bytes (else a `Box<[u8]>`).
+    mapped: bool,
 }
 
 // SAFETY: the buffer is plain bytes it owns. It hands out only a raw pointer and
@@ -33,15 +37,40 @@ unsafe impl Send for RawBuffer {}
 unsafe impl Sync for RawBuffer {}
 
 impl RawBuffer {
-    /// `len` zero bytes starting at a [`ZEROED_ALIGNMENT`] boundary: large buffers are
-    /// fresh anonymous pages the OS maps lazily (the allocation is `len` plus one
-    /// alignment, the unused head and tail never touched).
+    /// `len` zero bytes starting at a [`ZEROED_ALIGNMENT`] boundary: an anonymous private
+    /// mapping of its own (pages the OS maps lazily), so that whole pages of it may be
+    /// replaced by other mappings (`MAP_FIXED`) and restored, never affecting the heap.
+    /// Panics when the host cannot reserve the address space (as an allocation aborts).
     pub(crate) fn zeroed(len: usize) -> RawBuffer {
-        let mut b = RawBuffer::from_vec(vec![0u8; len + ZEROED_ALIGNMENT]);
-        let misalignment = b.ptr.as_ptr() as usize % ZEROED_ALIGNMENT;
-        b.start = (ZEROED_ALIGNMENT - misalignment) % ZEROED_ALIGNMENT;
-        b.len = len;
-        b
+        if len == 0 {
+            return RawBuffer::from_vec(Vec::new());
+        }
+        // SAFETY: an anonymous private mapping without an address hint has no
+        // preconditions; the result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            p != libc::MAP_FAILED,
+            "cannot map {len} bytes of device memory: {}",
+            std::io::Error::last_os_error()
+        );
+        let ptr = NonNull::new(p.cast::<u8>()).expect("mmap never yields null");
+        debug_assert_eq!(ptr.as_ptr() as usize % ZEROED_ALIGNMENT, 0);
+        RawBuffer {
+            ptr,
+            alloc_len: len,
+            start: 0,
+            len,
+            mapped: true,
+        }
     }
 
     /// The bytes of `bytes`, moved into the buffer.
@@ -54,6 +83,7 @@ impl RawBuffer {
             alloc_len: len,
             start: 0,
             len,
+            mapped: false,
         }
     }
 
@@ -99,6 +129,12 @@ impl RawBuffer {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
+        if self.mapped {
+            // SAFETY: `ptr`/`alloc_len` are the mapping `zeroed` made (pages of it replaced
+            // by other mappings go with it); nothing uses the buffer after drop.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.alloc_len) };
+            return;
+        }
         // SAFETY: `ptr` and `alloc_len` came from `Box::into_raw` of a `Box<[u8]>` of
         // exactly `alloc_len` bytes in `from_vec`, and are turned back into that box once,
         // here.

@@ -22,6 +22,7 @@
 //! * A client that has departed ([`Slm::reclaim`]) can never allocate again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use csx_proto::limits::{SLM_ALIGNMENT, SLM_ALLOC_SIZE_MAX};
@@ -64,6 +65,30 @@ pub enum SlmError {
     ClientGone,
 }
 
+/// Why [`Slm::share`] refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShareError {
+    #[error(transparent)]
+    Slm(#[from] SlmError),
+    #[error("{handle} ({size_bytes} bytes) does not hold whole pages of its own: allocate a multiple of {PAGE_ALIGNMENT} bytes to map it")]
+    NotPages { handle: MemHandle, size_bytes: u64 },
+    #[error("cannot make a memory file for the allocation: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Writes the pages of `bytes` that are not all zero into `file` at their offsets (a fresh
+/// file reads as zeros, and untouched device memory stays unbacked).
+fn write_nonzero_pages(file: &std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    for (i, page) in bytes.chunks(PAGE_ALIGNMENT as usize).enumerate() {
+        if page.iter().any(|&b| b != 0) {
+            file.write_all_at(page, (i * PAGE_ALIGNMENT as usize) as u64)?;
+        }
+    }
+    Ok(())
+}
+
 /// One range a command asks to lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseRequest {
@@ -86,6 +111,8 @@ struct Allocation {
     lease_count: u32,
     /// Reclaimed while leased: freed when `lease_count` drops to 0.
     orphaned: bool,
+    /// The memory file whose pages back it since [`Slm::share`] (until it is freed).
+    shared: Option<OwnedFd>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -185,6 +212,33 @@ struct Inner {
 }
 
 impl Inner {
+    /// The absolute byte ranges of `owner`'s `requests`, checked against their
+    /// allocations' owner and bounds.
+    fn spans_of(
+        &self,
+        owner: ClientId,
+        requests: &[LeaseRequest],
+    ) -> Result<Vec<(u64, u64)>, SlmError> {
+        let mut spans = Vec::with_capacity(requests.len());
+        for r in requests {
+            let a = match self.allocs.get(&r.handle) {
+                Some(a) if a.owner == owner && !a.orphaned => a,
+                _ => return Err(SlmError::UnknownHandle { handle: r.handle }),
+            };
+            let end = r.offset.checked_add(r.len);
+            if end.is_none_or(|e| e > a.size_bytes) {
+                return Err(SlmError::OutOfRange {
+                    handle: r.handle,
+                    offset: r.offset,
+                    len: r.len,
+                    size_bytes: a.size_bytes,
+                });
+            }
+            spans.push((a.start + r.offset, a.start + r.offset + r.len));
+        }
+        Ok(spans)
+    }
+
     /// The parts of `[start, end)` that may hold nonzero bytes; marks the whole range so.
     fn dirty_then_mark(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut parts = Vec::new();
@@ -220,6 +274,22 @@ impl Inner {
         self.dirty.insert(lo, hi);
         parts
     }
+}
+
+/// Refuses a command whose own ranges overlap where one of them writes.
+fn check_own_overlaps(requests: &[LeaseRequest], spans: &[(u64, u64)]) -> Result<(), SlmError> {
+    for i in 0..requests.len() {
+        for j in i + 1..requests.len() {
+            let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
+            if overlap && (requests[i].write || requests[j].write) {
+                return Err(SlmError::Overlap {
+                    first: i,
+                    second: j,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The memory namespace.
@@ -258,7 +328,7 @@ fn round_up(len: u64) -> u64 {
 
 /// The alignment of an allocation of `reserved_bytes`.
 fn alignment(reserved_bytes: u64) -> u64 {
-    if reserved_bytes >= PAGE_ALIGNED_MIN {
+    if reserved_bytes >= PAGE_ALIGNED_MIN || reserved_bytes.is_multiple_of(PAGE_ALIGNMENT) {
         PAGE_ALIGNMENT
     } else {
         SLM_ALIGNMENT
@@ -352,6 +422,7 @@ impl Slm {
                 owner,
                 lease_count: 0,
                 orphaned: false,
+                shared: None,
             },
         );
         drop(inner);
@@ -401,8 +472,115 @@ impl Slm {
             });
         }
         let a = inner.allocs.remove(&handle).expect("looked up above");
-        inner.free.release(a.start, a.reserved_bytes);
+        self.retire(&mut inner, a);
         Ok(())
+    }
+
+    /// A memory file holding `owner`'s allocation `handle`, to map into a host: from now
+    /// on the allocation's pages *are* that file's (the namespace's range is remapped onto
+    /// it, its bytes kept), so what the host writes through its mapping is what commands
+    /// read, with no copy either way. Sharing again returns the same file. When the
+    /// allocation is freed its range goes back to private pages: the file (and any host
+    /// mapping of it) then holds no device memory. The allocation must start on a page
+    /// and reserve whole pages (allocate a multiple of [`PAGE_ALIGNMENT`]), so that the
+    /// file holds its bytes and no other allocation's; no command may be using it.
+    pub fn share(&self, owner: ClientId, handle: MemHandle) -> Result<OwnedFd, ShareError> {
+        let mut inner = self.lock();
+        let a = match inner.allocs.get_mut(&handle) {
+            Some(a) if a.owner == owner && !a.orphaned => a,
+            _ => return Err(SlmError::UnknownHandle { handle }.into()),
+        };
+        if let Some(fd) = &a.shared {
+            return Ok(fd.try_clone()?);
+        }
+        if a.start % PAGE_ALIGNMENT != 0 || a.reserved_bytes % PAGE_ALIGNMENT != 0 {
+            return Err(ShareError::NotPages {
+                handle,
+                size_bytes: a.size_bytes,
+            });
+        }
+        if a.lease_count > 0 {
+            return Err(SlmError::InUse {
+                handle,
+                offset: 0,
+                len: a.size_bytes,
+            }
+            .into());
+        }
+        let fd = self.remap_shared(handle, a.start, a.reserved_bytes)?;
+        let out = fd.try_clone()?;
+        a.shared = Some(fd);
+        Ok(out)
+    }
+
+    /// Moves the bytes of `[start, start + len)` (whole pages, held by no lease) into a
+    /// fresh memory file and maps that file over the range.
+    fn remap_shared(&self, handle: MemHandle, start: u64, len: u64) -> std::io::Result<OwnedFd> {
+        let name = std::ffi::CString::new(format!("csx-slm-{}", handle.0)).expect("no NUL");
+        // SAFETY: a NUL-terminated name and flags; the result is checked.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor memfd_create just opened and nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let file = std::fs::File::from(fd);
+        file.set_len(len)?;
+        // SAFETY: the range lies inside the buffer (allocations do), belongs to one
+        // allocation and no lease covers it (checked by the caller under the lock, which
+        // is held), so nothing writes it meanwhile; the slice ends before the remap below.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(self.buffer.as_ptr().add(start as usize), len as usize)
+        };
+        write_nonzero_pages(&file, bytes)?;
+        let at = self.buffer.as_ptr().wrapping_add(start as usize);
+        // SAFETY: `[at, at + len)` is whole pages of the buffer's own anonymous mapping
+        // (`RawBuffer::zeroed`; the buffer is page-aligned and so are `start` and `len`),
+        // and no reference into it is alive (as above). MAP_FIXED replaces exactly those
+        // pages with the file's, which hold the same bytes; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                at.cast(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        assert_eq!(p.cast::<u8>(), at, "MAP_FIXED maps where it is told");
+        Ok(OwnedFd::from(file))
+    }
+
+    /// Returns a removed allocation's range to the free list; a shared one first gets
+    /// private zero pages back, so its memory file no longer reaches the namespace.
+    fn retire(&self, inner: &mut Inner, a: Allocation) {
+        if a.shared.is_some() {
+            let at = self.buffer.as_ptr().wrapping_add(a.start as usize);
+            // SAFETY: the range is whole pages of the buffer's own mapping that the
+            // allocation held (checked by `share`), and the allocation has just been
+            // removed with no lease on it, so no reference into it is alive. MAP_FIXED
+            // replaces them with fresh private zero pages; the result is checked.
+            let p = unsafe {
+                libc::mmap(
+                    at.cast(),
+                    a.reserved_bytes as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            // Without its pages back the range would stay the file's: a host still
+            // mapping it would reach the next allocation there. Never reuse it then.
+            if p == libc::MAP_FAILED {
+                return;
+            }
+        }
+        inner.free.release(a.start, a.reserved_bytes);
     }
 
     /// The size of `owner`'s allocation `handle`.
@@ -431,7 +609,7 @@ impl Slm {
                 a.orphaned = true;
             } else {
                 let a = inner.allocs.remove(&h).expect("listed above");
-                inner.free.release(a.start, a.reserved_bytes);
+                self.retire(&mut inner, a);
             }
         }
     }
@@ -444,35 +622,9 @@ impl Slm {
     ) -> Result<Leases, SlmError> {
         let mut inner = self.lock();
         // First, resolve every range to absolute bytes, checking owner and bounds.
-        let mut spans = Vec::with_capacity(requests.len());
-        for r in requests {
-            let a = match inner.allocs.get(&r.handle) {
-                Some(a) if a.owner == owner && !a.orphaned => a,
-                _ => return Err(SlmError::UnknownHandle { handle: r.handle }),
-            };
-            let end = r.offset.checked_add(r.len);
-            if end.is_none_or(|e| e > a.size_bytes) {
-                return Err(SlmError::OutOfRange {
-                    handle: r.handle,
-                    offset: r.offset,
-                    len: r.len,
-                    size_bytes: a.size_bytes,
-                });
-            }
-            spans.push((a.start + r.offset, a.start + r.offset + r.len));
-        }
+        let spans = inner.spans_of(owner, requests)?;
         // Then, the command's own ranges must not overlap where one of them writes.
-        for i in 0..requests.len() {
-            for j in i + 1..requests.len() {
-                let overlap = spans[i].0 < spans[j].1 && spans[j].0 < spans[i].1;
-                if overlap && (requests[i].write || requests[j].write) {
-                    return Err(SlmError::Overlap {
-                        first: i,
-                        second: j,
-                    });
-                }
-            }
-        }
+        check_own_overlaps(requests, &spans)?;
         // Next, no lease of another command may conflict.
         for (r, &(start, end)) in requests.iter().zip(&spans) {
             let conflict = inner
@@ -533,7 +685,7 @@ impl Slm {
             a.lease_count -= 1;
             if a.orphaned && a.lease_count == 0 {
                 let a = inner.allocs.remove(&g.handle).expect("looked up above");
-                inner.free.release(a.start, a.reserved_bytes);
+                self.retire(&mut inner, a);
             }
         }
     }
@@ -875,6 +1027,107 @@ mod tests {
         drop(l);
         assert_eq!(s.free_bytes(), 4096);
         s.check();
+    }
+
+    /// `len` bytes of a memory file, mapped shared (unmapped on drop), as a host maps
+    /// what `Slm::share` returns.
+    struct HostMap(*mut u8, usize);
+
+    impl HostMap {
+        fn new(fd: &OwnedFd, len: usize) -> HostMap {
+            // SAFETY: a shared mapping of an open descriptor, no address hint; checked.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            HostMap(p.cast(), len)
+        }
+
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: `len` mapped bytes; the tests touch them only between commands.
+            unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
+        }
+    }
+
+    impl Drop for HostMap {
+        fn drop(&mut self) {
+            // SAFETY: the mapping `new` made.
+            unsafe { libc::munmap(self.0.cast(), self.1) };
+        }
+    }
+
+    #[test]
+    fn a_shared_allocation_is_the_mapping_and_free_detaches_it() {
+        let s = slm(1 << 20);
+        let filler = s.alloc(A, 64).unwrap();
+        let a = s.alloc(A, 8192).unwrap();
+        s.fill(A, a, 4096, 4096, 0x5a).unwrap();
+        let fd = s.share(A, a).unwrap();
+        let mut map = HostMap::new(&fd, 8192);
+        // The bytes it held before come along; writes either way need no copy.
+        assert_eq!(map.bytes()[4096], 0x5a);
+        assert_eq!(map.bytes()[0], 0);
+        map.bytes()[..4].copy_from_slice(b"host");
+        let mut seen = [0u8; 4];
+        s.read(A, a, 0, &mut seen).unwrap();
+        assert_eq!(&seen, b"host");
+        s.write(A, a, 100, b"device").unwrap();
+        assert_eq!(&map.bytes()[100..106], b"device");
+        // Sharing again gives the same memory.
+        let mut again = HostMap::new(&s.share(A, a).unwrap(), 8192);
+        assert_eq!(&again.bytes()[..4], b"host");
+        // Another client gets nothing; nor does a command-held allocation.
+        assert!(matches!(
+            s.share(B, a),
+            Err(ShareError::Slm(SlmError::UnknownHandle { .. }))
+        ));
+        let lease = s.lease(A, &[w(a, 0, 16)]).unwrap();
+        let b = s.alloc(A, 4096).unwrap();
+        let held = s.lease(A, &[w(b, 0, 16)]).unwrap();
+        assert!(matches!(
+            s.share(A, b),
+            Err(ShareError::Slm(SlmError::InUse { .. }))
+        ));
+        drop((lease, held));
+        // Freed: the old mapping no longer reaches device memory, and the allocation
+        // made in its place starts zeroed.
+        s.free(A, a).unwrap();
+        map.bytes()[..4].copy_from_slice(b"late");
+        let c = s.alloc(A, 8192).unwrap();
+        let mut fresh = [1u8; 8];
+        s.read(A, c, 0, &mut fresh).unwrap();
+        assert_eq!(fresh, [0; 8]);
+        s.write(A, c, 0, b"new").unwrap();
+        assert_eq!(&map.bytes()[..4], b"late");
+        drop(again);
+        s.free(A, filler).unwrap();
+        s.check();
+    }
+
+    #[test]
+    fn only_whole_page_allocations_are_shared() {
+        let s = slm(1 << 20);
+        let small = s.alloc(A, 100).unwrap();
+        assert!(matches!(
+            s.share(A, small),
+            Err(ShareError::NotPages { .. })
+        ));
+        let paged = s.alloc(A, 4096).unwrap();
+        assert!(s.share(A, paged).is_ok());
+        // A departed client's shared allocation is reclaimed like any other.
+        s.reclaim(A);
+        s.check();
+        assert_eq!(
+            s.free_bytes(),
+            s.size_bytes() - s.size_bytes() % SLM_ALIGNMENT
+        );
     }
 
     #[test]

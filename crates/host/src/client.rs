@@ -103,6 +103,15 @@ impl Client {
         }
     }
 
+    /// A memory file holding the device-memory allocation `handle` of this client, to map
+    /// shared (see [`Transport::share_mem`]).
+    pub fn share_mem(
+        &self,
+        handle: csx_proto::MemHandle,
+    ) -> Result<std::os::fd::OwnedFd, crate::error::TransportError> {
+        self.transport().share_mem(handle)
+    }
+
     /// The transport's name (`inproc`, `shm`, `tcp`).
     pub fn transport_name(&self) -> &'static str {
         self.transport().name()

@@ -37,8 +37,9 @@ use csx_proto::{
 use csx_host::transport::bulk;
 use csx_host::transport::shm as shm_transport;
 use csx_host::transport::shm::framing::{
-    word, Cqe, Hello, Layout, ShmFramingError, Span, Sqe, SqeFrame, Welcome, WelcomeStatus,
-    CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, HELLO_SIZE,
+    decode_map_request, word, Cqe, Hello, Layout, MapRefusal, MapReply, ShmFramingError, Span, Sqe,
+    SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE,
+    CQE_RESPONSE_OVERFLOW, HELLO_SIZE, MAP_REQUEST_SIZE,
 };
 use csx_host::transport::shm::metrics::ShmMetrics;
 use csx_host::transport::shm::ring::Region;
@@ -222,6 +223,9 @@ struct Queue {
     /// Shared with the queue pair's overrun hook (a signal only: the pair must not keep
     /// its own queue alive).
     help: Arc<HelpSignal>,
+    /// The client is of the device's own user (or root), so it may map its device memory
+    /// (`answer_map_request`).
+    may_map: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -268,6 +272,14 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
         }
         why
     });
+    finish(queue, why, &mut stream, ctx);
+}
+
+/// Ends a client's connection: its commands in flight complete (executions aborted),
+/// its programs are reclaimed, it hears why if not by its own close, and its queue pair
+/// goes before its socket.
+fn finish(queue: Arc<Queue>, why: Ending, stream: &mut UnixStream, ctx: &Arc<Context>) {
+    let queue_id = queue.layout.queue_id;
     if !matches!(why, Ending::Stopping) {
         queue.gone.store(true, Ordering::Release);
     }
@@ -313,35 +325,7 @@ fn serve(mut stream: UnixStream, ctx: &Arc<Context>) {
 }
 
 fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
-    // One deadline for the whole hello: a peer trickling bytes holds this thread no
-    // longer than a silent one.
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-    let mut buf = [0u8; HELLO_SIZE];
-    let mut got = 0;
-    while got < HELLO_SIZE {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return None;
-        }
-        match stream.read(&mut buf[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    let refuse = |stream: &mut UnixStream, status, message: String| {
-        tracing::warn!(?status, %message, "refusing shm client");
-        let w = Welcome {
-            status,
-            queue_depth: 0,
-            queue_id: 0,
-            region_bytes: 0,
-            message,
-        };
-        let _ = stream.write_all(&w.encode());
-        None
-    };
+    let buf = read_hello(stream)?;
     let hello = match Hello::decode(&buf) {
         Ok(h) => h,
         Err(e @ ShmFramingError::Version { .. }) => {
@@ -352,22 +336,8 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
             return None;
         }
     };
-    if hello.queue_depth == 0 {
-        return refuse(stream, WelcomeStatus::BadQueueDepth, "queue depth 0".into());
-    }
-    if !(HOST_MEMORY_MIN..=HOST_MEMORY_MAX).contains(&hello.host_memory_bytes) {
-        let m = format!(
-            "host memory of {} bytes, must be {HOST_MEMORY_MIN}..={HOST_MEMORY_MAX}",
-            hello.host_memory_bytes
-        );
-        return refuse(stream, WelcomeStatus::BadHostMemory, m);
-    }
-    if ctx.stopping() {
-        return refuse(
-            stream,
-            WelcomeStatus::Unavailable,
-            "the device is shutting down".into(),
-        );
+    if let Err((status, message)) = check_hello(&hello, ctx) {
+        return refuse(stream, status, message);
     }
     // The per-client limit on commands in flight is the depth granted.
     let depth = hello
@@ -379,14 +349,7 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         Err(e) => return refuse(stream, WelcomeStatus::Unavailable, e.to_string()),
     };
     let layout = Layout::new(depth, qp.client().0, hello.host_memory_bytes);
-    let made = (|| -> io::Result<(Region, EventFd, EventFd)> {
-        let name = format!("csx-client-{}", layout.queue_id);
-        let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
-        region.write(0, &layout.encode());
-        region.word(word::HEARTBEAT).store(1, Ordering::Release);
-        Ok((region, EventFd::new()?, EventFd::new()?))
-    })();
-    let (region, doorbell, interrupt) = match made {
+    let (region, doorbell, interrupt) = match make_region(&layout) {
         Ok(m) => m,
         Err(e) => {
             return refuse(
@@ -409,24 +372,112 @@ fn handshake(stream: &mut UnixStream, ctx: &Context) -> Option<Queue> {
         return None;
     }
     let _ = stream.set_nonblocking(true);
-    let head = region.word(word::SQ_HEAD).load(Ordering::Relaxed);
-    Some(Queue {
-        region: Arc::new(region),
+    let may_map = shm_transport::peer_uid(stream)
+        .is_ok_and(|uid| shm_transport::trusted_uid(uid, shm_transport::my_uid()));
+    Some(Queue::new(
+        region,
         layout,
-        doorbell,
-        interrupt,
+        (doorbell, interrupt),
         qp,
-        routes: Mutex::new(HashMap::new()),
-        cq: Mutex::new(()),
-        gone: AtomicBool::new(false),
-        metrics: ShmMetrics::default(),
-        quota: Quota::new(layout.queue_id, ctx.limits),
-        replies: ReplyBudget::new(ctx.limits.reply_bytes, Arc::clone(&ctx.reply_bytes_held)),
-        sq_head: Mutex::new(head),
-        lent: AtomicBool::new(false),
-        ended: Mutex::new(None),
-        help: Arc::new(HelpSignal::default()),
-    })
+        may_map,
+        ctx,
+    ))
+}
+
+/// The hello, read under one deadline for the whole of it (a peer trickling bytes holds
+/// this thread no longer than a silent one); `None` when it does not come.
+fn read_hello(stream: &mut UnixStream) -> Option<[u8; HELLO_SIZE]> {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut buf = [0u8; HELLO_SIZE];
+    let mut got = 0;
+    while got < HELLO_SIZE {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return None;
+        }
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(buf)
+}
+
+/// Answers a refused hello with a welcome naming why.
+fn refuse(stream: &mut UnixStream, status: WelcomeStatus, message: String) -> Option<Queue> {
+    tracing::warn!(?status, %message, "refusing shm client");
+    let w = Welcome {
+        status,
+        queue_depth: 0,
+        queue_id: 0,
+        region_bytes: 0,
+        message,
+    };
+    let _ = stream.write_all(&w.encode());
+    None
+}
+
+/// Why a hello cannot be served, if it cannot.
+fn check_hello(hello: &Hello, ctx: &Context) -> Result<(), (WelcomeStatus, String)> {
+    if hello.queue_depth == 0 {
+        return Err((WelcomeStatus::BadQueueDepth, "queue depth 0".into()));
+    }
+    if !(HOST_MEMORY_MIN..=HOST_MEMORY_MAX).contains(&hello.host_memory_bytes) {
+        let m = format!(
+            "host memory of {} bytes, must be {HOST_MEMORY_MIN}..={HOST_MEMORY_MAX}",
+            hello.host_memory_bytes
+        );
+        return Err((WelcomeStatus::BadHostMemory, m));
+    }
+    if ctx.stopping() {
+        return Err((
+            WelcomeStatus::Unavailable,
+            "the device is shutting down".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The client's shared region (its control page written) and its two eventfds.
+fn make_region(layout: &Layout) -> io::Result<(Region, EventFd, EventFd)> {
+    let name = format!("csx-client-{}", layout.queue_id);
+    let region = Region::map(sys::memfd_sealed(&name, layout.region_bytes())?)?;
+    region.write(0, &layout.encode());
+    region.word(word::HEARTBEAT).store(1, Ordering::Release);
+    Ok((region, EventFd::new()?, EventFd::new()?))
+}
+
+impl Queue {
+    fn new(
+        region: Region,
+        layout: Layout,
+        (doorbell, interrupt): (EventFd, EventFd),
+        qp: QueuePair,
+        may_map: bool,
+        ctx: &Context,
+    ) -> Queue {
+        let head = region.word(word::SQ_HEAD).load(Ordering::Relaxed);
+        Queue {
+            region: Arc::new(region),
+            layout,
+            doorbell,
+            interrupt,
+            qp,
+            routes: Mutex::new(HashMap::new()),
+            cq: Mutex::new(()),
+            gone: AtomicBool::new(false),
+            metrics: ShmMetrics::default(),
+            quota: Quota::new(layout.queue_id, ctx.limits),
+            replies: ReplyBudget::new(ctx.limits.reply_bytes, Arc::clone(&ctx.reply_bytes_held)),
+            sq_head: Mutex::new(head),
+            lent: AtomicBool::new(false),
+            ended: Mutex::new(None),
+            help: Arc::new(HelpSignal::default()),
+            may_map,
+        }
+    }
 }
 
 /// How long the poller waits for a completion of a command in flight before it looks
@@ -448,36 +499,10 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             // The helper met a broken entry (see `help`).
             return end;
         }
-        let mut worked = false;
-        let mut head = lock(&q.sq_head);
-        let tail = tail_word.load(Ordering::Acquire);
-        if tail != *head {
-            if let Err(reason) = check_tail(*head, tail, entries) {
-                return Ending::Fatal(reason);
-            }
-            while *head != tail {
-                let bytes = next_entry(q, &mut head);
-                if *head != tail {
-                    if let Err(reason) = take(q, &bytes, false, ctx) {
-                        return Ending::Fatal(reason);
-                    }
-                    continue;
-                }
-                // The last entry of a batch may run on this thread (see `take`): the
-                // helper may take the entries behind it meanwhile.
-                drop(head);
-                q.lent.store(true, Ordering::SeqCst);
-                let taken = take(q, &bytes, true, ctx);
-                q.lent.store(false, Ordering::SeqCst);
-                if let Err(reason) = taken {
-                    return Ending::Fatal(reason);
-                }
-                head = lock(&q.sq_head);
-                break;
-            }
-            worked = true;
-        }
-        drop(head);
+        let mut worked = match take_entries(q, tail_word, entries, ctx) {
+            Ok(took) => took,
+            Err(reason) => return Ending::Fatal(reason),
+        };
         while let Some(c) = q.qp.try_reap() {
             complete(q, c, ctx);
             worked = true;
@@ -498,36 +523,76 @@ fn poll_queue(q: &Queue, stream: &UnixStream, ctx: &Context) -> Ending {
             if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
                 complete(q, c, ctx);
                 last_work = Instant::now();
-            } else if let Some(end) = hung_up(stream) {
+            } else if let Some(end) = socket_event(q, stream) {
                 // The host went away while a long command runs: its executions are
                 // aborted rather than waited for (see `serve`).
                 return end;
             }
             continue;
         }
-        let idle = q.region.word(word::DEVICE_IDLE);
-        idle.store(1, Ordering::Relaxed);
-        // Pairs with the host's fence between publishing a tail and looking at this
-        // flag: either it sees the flag and rings, or this sees its tail.
-        fence(Ordering::SeqCst);
-        if tail_word.load(Ordering::Acquire) != *lock(&q.sq_head) {
-            idle.store(0, Ordering::Relaxed);
-            continue;
-        }
-        ShmMetrics::add(&q.metrics.sleeps, 1);
-        let ready = sys::poll_readable(&[q.doorbell.fd(), stream.as_fd()], Some(ACCEPT_POLL));
-        idle.store(0, Ordering::Relaxed);
-        q.doorbell.clear();
-        match ready {
-            Ok(r) if r[1] => {
-                if let Some(end) = hung_up(stream) {
-                    return end;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => return Ending::Fatal(format!("waiting on the doorbell: {e}")),
+        if let Some(end) = sleep_on_doorbell(q, stream, tail_word) {
+            return end;
         }
         last_work = Instant::now();
+    }
+}
+
+/// Takes every entry the host published (the last one perhaps inline, see [`take`]);
+/// whether there were any. `Err` ends the connection.
+fn take_entries(
+    q: &Queue,
+    tail_word: &std::sync::atomic::AtomicU32,
+    entries: u32,
+    ctx: &Context,
+) -> Result<bool, String> {
+    let mut head = lock(&q.sq_head);
+    let tail = tail_word.load(Ordering::Acquire);
+    if tail == *head {
+        return Ok(false);
+    }
+    check_tail(*head, tail, entries)?;
+    while *head != tail {
+        let bytes = next_entry(q, &mut head);
+        if *head != tail {
+            take(q, &bytes, false, ctx)?;
+            continue;
+        }
+        // The last entry of a batch may run on this thread (see `take`): the helper may
+        // take the entries behind it meanwhile.
+        drop(head);
+        q.lent.store(true, Ordering::SeqCst);
+        let taken = take(q, &bytes, true, ctx);
+        q.lent.store(false, Ordering::SeqCst);
+        taken?;
+        return Ok(true);
+    }
+    Ok(true)
+}
+
+/// Sleeps on the doorbell and the socket (after telling the host, and looking at the
+/// ring once more); how the connection ended, if the socket says it did.
+fn sleep_on_doorbell(
+    q: &Queue,
+    stream: &UnixStream,
+    tail_word: &std::sync::atomic::AtomicU32,
+) -> Option<Ending> {
+    let idle = q.region.word(word::DEVICE_IDLE);
+    idle.store(1, Ordering::Relaxed);
+    // Pairs with the host's fence between publishing a tail and looking at this flag:
+    // either it sees the flag and rings, or this sees its tail.
+    fence(Ordering::SeqCst);
+    if tail_word.load(Ordering::Acquire) != *lock(&q.sq_head) {
+        idle.store(0, Ordering::Relaxed);
+        return None;
+    }
+    ShmMetrics::add(&q.metrics.sleeps, 1);
+    let ready = sys::poll_readable(&[q.doorbell.fd(), stream.as_fd()], Some(ACCEPT_POLL));
+    idle.store(0, Ordering::Relaxed);
+    q.doorbell.clear();
+    match ready {
+        Ok(r) if r[1] => socket_event(q, stream),
+        Ok(_) => None,
+        Err(e) => Some(Ending::Fatal(format!("waiting on the doorbell: {e}"))),
     }
 }
 
@@ -607,15 +672,59 @@ fn help(q: &Queue, ctx: &Context) {
     }
 }
 
-/// How the handshake socket (non-blocking) ended, if it did: the host closed it or
-/// broke the protocol by writing to it.
-fn hung_up(stream: &UnixStream) -> Option<Ending> {
-    let mut buf = [0u8; 64];
+/// Reads the handshake socket (non-blocking): map requests are answered; otherwise how
+/// it ended, if it did: the host closed it or broke the protocol by writing to it.
+fn socket_event(q: &Queue, stream: &UnixStream) -> Option<Ending> {
+    let mut buf = [0u8; MAP_REQUEST_SIZE];
     match (&*stream).read(&mut buf) {
         Ok(0) => Some(Ending::Closed),
+        Ok(MAP_REQUEST_SIZE) => match decode_map_request(&buf) {
+            Some(handle) => answer_map_request(q, stream, handle),
+            None => Some(Ending::Fatal("bytes on the handshake socket".to_string())),
+        },
         Ok(_) => Some(Ending::Fatal("bytes on the handshake socket".to_string())),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
         Err(_) => Some(Ending::Closed),
+    }
+}
+
+/// Sends the memory file of the client's allocation `handle` (or why not). Only to a
+/// client of the device's own user: sharing pages with a process that could not already
+/// write the device's memory would let it change bytes under a running command.
+fn answer_map_request(q: &Queue, stream: &UnixStream, handle: u32) -> Option<Ending> {
+    let shared = if q.may_map {
+        q.qp.share_mem(csx_proto::MemHandle(handle))
+            .map_err(|e| (share_refusal(&e), e.to_string()))
+    } else {
+        Err((
+            MapRefusal::NotPermitted,
+            "this device maps memory only to clients of its own user".to_string(),
+        ))
+    };
+    let (outcome, fd) = match shared {
+        Ok(fd) => (Ok(()), Some(fd)),
+        Err(why) => (Err(why), None),
+    };
+    let reply = MapReply { handle, outcome }.encode();
+    // The socket is non-blocking; a host that does not read its replies loses its
+    // connection rather than holding this thread.
+    let sent = match &fd {
+        Some(f) => sys::send_with_fds(stream, &reply, &[f.as_fd()]),
+        None => (&*stream).write_all(&reply),
+    };
+    match sent {
+        Ok(()) => None,
+        Err(e) => Some(Ending::Fatal(format!("cannot send a map reply: {e}"))),
+    }
+}
+
+fn share_refusal(e: &csx_device::slm::ShareError) -> MapRefusal {
+    use csx_device::slm::{ShareError, SlmError};
+    match e {
+        ShareError::Slm(SlmError::InUse { .. }) => MapRefusal::Busy,
+        ShareError::Slm(_) => MapRefusal::NotFound,
+        ShareError::NotPages { .. } => MapRefusal::NotPages,
+        _ => MapRefusal::Failed,
     }
 }
 
@@ -647,21 +756,7 @@ fn wire_status(e: &WireError) -> Status {
 fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<(), String> {
     ShmMetrics::add(&q.metrics.commands, 1);
     let sqe = Sqe::decode(bytes).map_err(|e| format!("bad submission entry: {e}"))?;
-    let frame = match &sqe.frame {
-        SqeFrame::Inline(f) => f.clone(),
-        SqeFrame::OutOfLine(span) => {
-            if !in_heap(q, *span, FRAME_SIZE_MAX) {
-                return Err(format!(
-                    "command of {} bytes at {} lies outside host memory",
-                    span.len, span.offset
-                ));
-            }
-            // Checked above against FRAME_SIZE_MAX and the heap.
-            let mut f = vec![0u8; span.len as usize];
-            q.region.read(span.offset as usize, &mut f);
-            f
-        }
-    };
+    let frame = entry_frame(q, &sqe)?;
     let Some(cid) = frame
         .get(8..16)
         .map(|b| CommandId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
@@ -690,86 +785,24 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
         );
         Ok(())
     };
-    if sqe.queue_id != q.layout.queue_id {
-        let m = format!(
-            "entry for queue {} in the ring of queue {}",
-            sqe.queue_id, q.layout.queue_id
-        );
-        return refuse(Status::InvalidField, m);
-    }
-    if !response_ok {
-        return refuse(
-            Status::InvalidField,
-            "response area outside host memory".into(),
-        );
-    }
-    if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
-        let m = format!(
-            "data buffer of {} bytes at {} lies outside host memory or exceeds {TRANSFER_SIZE_MAX}",
-            sqe.data.len, sqe.data.offset
-        );
-        return refuse(Status::InvalidField, m);
+    if let Err((status, m)) = check_spans(q, &sqe, response_ok) {
+        return refuse(status, m);
     }
     let mut cmd = match decode_command(&frame) {
         Ok(cmd) => cmd,
         Err(e) => return refuse(wire_status(&e), format!("undecodable command: {e}")),
     };
+    let (dma, read) = match data_path(q, &mut cmd.op, sqe.data) {
+        Ok(path) => path,
+        Err(m) => return refuse(Status::InvalidField, m),
+    };
     let route = Route {
         data: sqe.data,
+        read,
         ..route
     };
-    let data = sqe.data;
-    let lend = || {
-        Box::new(HostMemory {
-            region: Arc::clone(&q.region),
-            offset: data.offset as usize,
-            len: data.len as usize,
-        })
-    };
-    // What the command does with its data buffer.
-    let (dma, read) = match &cmd.op {
-        _ if data.len == 0 => (None, ReadPath::None),
-        Op::MemWrite { data: d, .. } if d.is_empty() => (Some(lend()), ReadPath::None),
-        Op::MemRead { len, .. } if *len == data.len => (Some(lend()), ReadPath::Dma),
-        Op::FileRead { len, .. } if *len == data.len => (None, ReadPath::Copy),
-        Op::FileWrite { data: d, .. } if d.is_empty() => {
-            // Checked against TRANSFER_SIZE_MAX and the heap above.
-            let mut bytes = vec![0u8; data.len as usize];
-            q.region.read(data.offset as usize, &mut bytes);
-            bulk::put_command_data(&mut cmd.op, bytes);
-            (None, ReadPath::None)
-        }
-        other => {
-            let m = format!(
-                "{} takes no data buffer of {} bytes",
-                other.name(),
-                data.len
-            );
-            return refuse(Status::InvalidField, m);
-        }
-    };
-    let route = Route { read, ..route };
-    // A reply the daemon holds until it is posted (not one the device writes straight
-    // into host memory) counts against the client's reply bytes: past them this
-    // thread posts completions until the client has taken enough (see
-    // `crate::replies`).
-    let reply = if dma.is_some() {
-        0
-    } else {
-        bulk::reply_data_max(&cmd.op) as u64
-    };
-    let reserved = q.replies.reserve(cid, reply, Duration::ZERO, || {
-        if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
-            complete(q, c, ctx);
-        }
-        ctx.stopping() || q.gone.load(Ordering::Acquire)
-    });
-    match reserved {
-        Ok(()) => {}
-        Err(NotAdmitted::Duplicate) => return Err(format!("{cid} reused while in flight")),
-        Err(NotAdmitted::GaveUp) => {
-            return refuse(Status::Aborted, "the device is shutting down".into())
-        }
+    if !reserve_reply(q, cid, &cmd.op, dma.is_some(), ctx)? {
+        return refuse(Status::Aborted, "the device is shutting down".into());
     }
     if let Err(refusal) = q.quota.admit(&cmd, &ctx.slot_owners) {
         post(q, *refusal, route, ctx);
@@ -778,6 +811,131 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
     if lock(&q.routes).insert(cid, route).is_some() {
         return Err(format!("{cid} reused while in flight"));
     }
+    submit_taken(q, cid, cmd, dma, last, ctx)
+}
+
+/// Reserves the reply bytes the daemon will hold for the command until it is posted
+/// (none when the device writes its reply straight into host memory, `lent`): past the
+/// client's reply bytes this thread posts completions until the client has taken enough
+/// (see `crate::replies`). `Ok(false)`: the device is shutting down; `Err` ends the
+/// connection.
+fn reserve_reply(
+    q: &Queue,
+    cid: CommandId,
+    op: &Op,
+    lent: bool,
+    ctx: &Context,
+) -> Result<bool, String> {
+    let reply = if lent {
+        0
+    } else {
+        bulk::reply_data_max(op) as u64
+    };
+    let reserved = q.replies.reserve(cid, reply, Duration::ZERO, || {
+        if let Some(c) = q.qp.reap(Some(COMPLETION_WAIT)) {
+            complete(q, c, ctx);
+        }
+        ctx.stopping() || q.gone.load(Ordering::Acquire)
+    });
+    match reserved {
+        Ok(()) => Ok(true),
+        Err(NotAdmitted::Duplicate) => Err(format!("{cid} reused while in flight")),
+        Err(NotAdmitted::GaveUp) => Ok(false),
+    }
+}
+
+/// The encoded command of an entry: inline, or copied out of host memory after its span
+/// is checked.
+fn entry_frame(q: &Queue, sqe: &Sqe) -> Result<Vec<u8>, String> {
+    match &sqe.frame {
+        SqeFrame::Inline(f) => Ok(f.clone()),
+        SqeFrame::OutOfLine(span) => {
+            if !in_heap(q, *span, FRAME_SIZE_MAX) {
+                return Err(format!(
+                    "command of {} bytes at {} lies outside host memory",
+                    span.len, span.offset
+                ));
+            }
+            // Checked above against FRAME_SIZE_MAX and the heap.
+            let mut f = vec![0u8; span.len as usize];
+            q.region.read(span.offset as usize, &mut f);
+            Ok(f)
+        }
+    }
+}
+
+/// Why an entry's queue id, response area or data buffer is refused, if it is.
+fn check_spans(q: &Queue, sqe: &Sqe, response_ok: bool) -> Result<(), (Status, String)> {
+    if sqe.queue_id != q.layout.queue_id {
+        let m = format!(
+            "entry for queue {} in the ring of queue {}",
+            sqe.queue_id, q.layout.queue_id
+        );
+        return Err((Status::InvalidField, m));
+    }
+    if !response_ok {
+        return Err((
+            Status::InvalidField,
+            "response area outside host memory".into(),
+        ));
+    }
+    if sqe.data.len > 0 && !in_heap(q, sqe.data, TRANSFER_SIZE_MAX) {
+        let m = format!(
+            "data buffer of {} bytes at {} lies outside host memory or exceeds {TRANSFER_SIZE_MAX}",
+            sqe.data.len, sqe.data.offset
+        );
+        return Err((Status::InvalidField, m));
+    }
+    Ok(())
+}
+
+/// What a command does with its data buffer (checked to lie in host memory): lent to the
+/// device (a memory write's source, a memory read's destination), copied in (a file
+/// write) or out (a file read), or refused naming the command.
+fn data_path(
+    q: &Queue,
+    op: &mut Op,
+    data: Span,
+) -> Result<(Option<Box<HostMemory>>, ReadPath), String> {
+    let lend = || {
+        Box::new(HostMemory {
+            region: Arc::clone(&q.region),
+            offset: data.offset as usize,
+            len: data.len as usize,
+        })
+    };
+    Ok(match &*op {
+        _ if data.len == 0 => (None, ReadPath::None),
+        Op::MemWrite { data: d, .. } if d.is_empty() => (Some(lend()), ReadPath::None),
+        Op::MemRead { len, .. } if *len == data.len => (Some(lend()), ReadPath::Dma),
+        Op::FileRead { len, .. } if *len == data.len => (None, ReadPath::Copy),
+        Op::FileWrite { data: d, .. } if d.is_empty() => {
+            // Checked against TRANSFER_SIZE_MAX and the heap by the caller.
+            let mut bytes = vec![0u8; data.len as usize];
+            q.region.read(data.offset as usize, &mut bytes);
+            bulk::put_command_data(op, bytes);
+            (None, ReadPath::None)
+        }
+        other => {
+            return Err(format!(
+                "{} takes no data buffer of {} bytes",
+                other.name(),
+                data.len
+            ))
+        }
+    })
+}
+
+/// Submits a taken command (inline when `last`, see [`take`]); a device shutting down
+/// answers it instead. `Err` ends the connection.
+fn submit_taken(
+    q: &Queue,
+    cid: CommandId,
+    cmd: csx_proto::Command,
+    dma: Option<Box<HostMemory>>,
+    last: bool,
+    ctx: &Context,
+) -> Result<(), String> {
     let submitted = match dma {
         _ if last => {
             q.qp.submit_inline(cmd, dma.map(|b| b as Box<dyn DmaBuffer>))
@@ -794,8 +952,26 @@ fn take(q: &Queue, bytes: &[u8; SQE_SIZE], last: bool, ctx: &Context) -> Result<
             "more than {depth} commands in flight, the negotiated depth"
         )),
         Err(_) => {
-            lock(&q.routes).remove(&cid);
-            refuse(Status::Aborted, "the device is shutting down".into())
+            let route = lock(&q.routes).remove(&cid);
+            let route = route.expect("the route was recorded before the submit");
+            // The refusal carries no data: only the response area is used.
+            let route = Route {
+                data: Span::default(),
+                read: ReadPath::None,
+                ..route
+            };
+            post(
+                q,
+                Completion::error(
+                    cid,
+                    Status::Aborted,
+                    "transport",
+                    "the device is shutting down",
+                ),
+                route,
+                ctx,
+            );
+            Ok(())
         }
     }
 }

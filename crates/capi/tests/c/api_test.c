@@ -452,9 +452,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < HI - LO + 1; i++)
         ASSERT(kept[i] == (uint64_t)(LO + i));
 
-    /* Host mappings (embedded and shm devices; tcp cannot map): writes through the
-     * mapping reach the device before a request, the device's changes reach the mapping
-     * after it. */
+    /* Host mappings (embedded and shm devices; tcp cannot map): the mapping is the
+     * device memory, so writes through it are what a request reads, and the device's
+     * changes are in it when the request completes. */
     {
         CS_MEM_HANDLE min = NULL, mout = NULL;
         CS_MEM_PTR vin = NULL, vout = NULL;

@@ -127,6 +127,18 @@ impl QueuePair {
         self.qp.client
     }
 
+    /// A memory file holding this client's allocation `handle`, for a host to map (see
+    /// [`crate::slm::Slm::share`]): only the client that allocated it gets one.
+    pub fn share_mem(
+        &self,
+        handle: csx_proto::MemHandle,
+    ) -> Result<std::os::fd::OwnedFd, crate::slm::ShareError> {
+        let Some(shared) = self.shared.upgrade() else {
+            return Err(crate::slm::SlmError::ClientGone.into());
+        };
+        shared.slm.share(self.qp.client, handle)
+    }
+
     /// Most commands in flight.
     pub fn depth(&self) -> u32 {
         self.qp.depth

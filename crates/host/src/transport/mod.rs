@@ -140,6 +140,27 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// and a device this transport runs (an embedded one whose last client this was)
     /// shuts down cleanly. Dropping a transport does the same, losing the errors.
     fn close(self: Box<Self>) -> Result<(), TransportError>;
+
+    /// A memory file holding this pair's device-memory allocation `handle` (which must
+    /// reserve whole pages), for the host to map shared: its pages are the device's memory
+    /// until the allocation is freed. Only a device on this machine can (embedded, shm);
+    /// the default refuses with `Unsupported`.
+    fn share_mem(
+        &self,
+        handle: csx_proto::MemHandle,
+    ) -> Result<std::os::fd::OwnedFd, TransportError> {
+        let _ = handle;
+        Err(TransportError::Io {
+            op: "map device memory",
+            source: std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "the {} transport cannot map device memory into this process",
+                    self.name()
+                ),
+            ),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 /*
  * A v0.5 program in the shape of the public SNIA demos (rick-heig/nvme_csd
  * host/demos/sleep): the device from a path, its properties and capabilities, one 32-bit
- * argument, a synchronous compute request through the 5-argument v0.5 call.
+ * argument, a synchronous compute request through the 5-argument v0.5 call to the
+ * vendor's fixed function id 100, which it does not look up (reserved for the CSF with
+ * `csx program load sleep FILE --id 100`); the lookup by name must give the same id.
  *   sleep -d PATH -l MILLISECONDS
  * Prints "slept N ms in S seconds"; exits 1 on an error.
  */
@@ -14,6 +16,7 @@
 #include <sys/time.h>
 
 #define BUFFER_SIZE 4096
+#define SLEEP_FUNCTION_ID 100
 
 static double seconds(struct timeval start)
 {
@@ -66,13 +69,13 @@ int main(int argc, char *argv[])
         return 1;
     }
     status = csGetFunction((CS_CSE_HANDLE)dev, "sleep", NULL, &function);
-    if (status != CS_SUCCESS) {
-        printf("No sleep function (%d)\n", status);
+    if (status != CS_SUCCESS || function != SLEEP_FUNCTION_ID) {
+        printf("No sleep function at id %d (%d: %u)\n", SLEEP_FUNCTION_ID, status, function);
         return 1;
     }
     void *req = calloc(1, sizeof(CsComputeRequest) + sizeof(CsComputeArg) * 1);
     ((CsComputeRequest *)req)->CSEHandle = dev;
-    ((CsComputeRequest *)req)->FunctionId = function;
+    ((CsComputeRequest *)req)->FunctionId = SLEEP_FUNCTION_ID;
     ((CsComputeRequest *)req)->NumArgs = 1;
     CsComputeArg *arg = &((CsComputeRequest *)req)->Args[0];
     csHelperSetComputeArg(&arg[0], CS_32BIT_VALUE_TYPE, (u32)ms);

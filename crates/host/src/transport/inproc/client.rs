@@ -90,6 +90,13 @@ impl Transport for InprocTransport {
             .transpose()
     }
 
+    fn share_mem(
+        &self,
+        handle: csx_proto::MemHandle,
+    ) -> Result<std::os::fd::OwnedFd, TransportError> {
+        self.qp().share_mem(handle).map_err(|e| share_error(&e))
+    }
+
     fn close(mut self: Box<Self>) -> Result<(), TransportError> {
         drop(self.qp.take());
         match self.device.take() {
@@ -98,5 +105,22 @@ impl Transport for InprocTransport {
             }),
             None => Ok(()),
         }
+    }
+}
+
+/// A refused [`QueuePair::share_mem`] as the transport error every transport gives.
+pub(crate) fn share_error(e: &csx_device::slm::ShareError) -> TransportError {
+    use csx_device::slm::{ShareError, SlmError};
+    use std::io::ErrorKind;
+    let kind = match e {
+        ShareError::Slm(SlmError::InUse { .. }) => ErrorKind::ResourceBusy,
+        ShareError::Slm(_) => ErrorKind::NotFound,
+        ShareError::NotPages { .. } => ErrorKind::InvalidInput,
+        ShareError::Io(io) => io.kind(),
+        _ => ErrorKind::Other,
+    };
+    TransportError::Io {
+        op: "map device memory",
+        source: std::io::Error::new(kind, e.to_string()),
     }
 }

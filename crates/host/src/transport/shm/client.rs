@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use csx_proto::{decode_completion, encode_command, Command, CommandId, Completion, Op, Status};
 
 use super::framing::{
-    word, Cqe, Hello, Layout, Span, Sqe, SqeFrame, Welcome, WelcomeStatus, CQE_DATA_IN_BUFFER,
-    CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, LAYOUT_SIZE, WELCOME_SIZE,
+    encode_map_request, word, Cqe, Hello, Layout, MapReply, Span, Sqe, SqeFrame, Welcome,
+    WelcomeStatus, CQE_DATA_IN_BUFFER, CQE_FRAME_IN_RESPONSE, CQE_RESPONSE_OVERFLOW, LAYOUT_SIZE,
+    MAP_REPLY_SIZE, WELCOME_SIZE,
 };
 use super::heap::{Block, Heap};
 use super::metrics::ShmMetrics;
@@ -46,6 +47,22 @@ use super::{
 use crate::error::TransportError;
 use crate::transport::sys::{self, EventFd};
 use crate::transport::{bulk, Timeouts, Transport, KEEP_ALIVE_INTERVAL};
+
+/// A map reply as the file or the transport error every transport gives.
+fn map_outcome(reply: MapReply, fd: Option<OwnedFd>) -> Result<OwnedFd, TransportError> {
+    let refused = |kind: io::ErrorKind, message: String| TransportError::Io {
+        op: "map device memory",
+        source: io::Error::new(kind, message),
+    };
+    match (reply.outcome, fd) {
+        (Ok(()), Some(fd)) => Ok(fd),
+        (Ok(()), None) => Err(refused(
+            io::ErrorKind::InvalidData,
+            "the device granted a mapping without a file".to_string(),
+        )),
+        (Err((why, message)), _) => Err(refused(why.kind(), message)),
+    }
+}
 
 /// How long a submitter waiting for host memory sleeps between looks at the ring.
 const SPACE_POLL: Duration = Duration::from_millis(100);
@@ -115,6 +132,10 @@ struct Inner {
     /// How long the heartbeat may stand still while commands are in flight.
     answer_timeout: Duration,
     heartbeat: Mutex<Heartbeat>,
+    /// Map replies read off the socket (by whichever thread read it), with their files.
+    map_replies: Mutex<Vec<(MapReply, Option<OwnedFd>)>>,
+    /// One map request on the socket at a time.
+    map_one: Mutex<()>,
 }
 
 /// What the host last saw of the device's heartbeat word.
@@ -152,6 +173,98 @@ fn refused(reason: impl Into<String>) -> TransportError {
     TransportError::Disconnected {
         reason: format!("the device refused the connection: {}", reason.into()),
     }
+}
+
+/// An I/O error of step `op` as a transport error.
+fn io_error(op: &'static str) -> impl Fn(io::Error) -> TransportError {
+    move |source| TransportError::Io { op, source }
+}
+
+/// The handshake socket of `shm://name`, connected, once its directory and the user
+/// serving it are checked.
+fn open_socket(name: &str) -> Result<UnixStream, TransportError> {
+    check_name(name).map_err(|reason| TransportError::BadSetting {
+        name: "the shm device name",
+        value: name.to_string(),
+        reason,
+    })?;
+    let path = socket_path(name);
+    let unsafe_place = |reason: String| TransportError::Disconnected {
+        reason: format!("refusing shm://{name}: {reason}"),
+    };
+    if let Some(dir) = path.parent() {
+        if dir.exists() {
+            check_dir(dir).map_err(unsafe_place)?;
+        }
+    }
+    let socket = UnixStream::connect(&path).map_err(|e| TransportError::Disconnected {
+        reason: format!(
+            "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running as this user?)",
+            path.display()
+        ),
+    })?;
+    // The device must be this user's (or root's): another user could have bound the
+    // socket to receive what this client writes and answer its reads.
+    let me = my_uid();
+    let device_uid = peer_uid(&socket).map_err(io_error("ask who serves the socket"))?;
+    if !trusted_uid(device_uid, me) {
+        return Err(unsafe_place(format!(
+            "its socket {} is served by user {device_uid}, not by you (user {me}) or root",
+            path.display()
+        )));
+    }
+    Ok(socket)
+}
+
+/// Sends the hello and receives the welcome with its descriptors; a refusal is an error
+/// naming the device's reason.
+fn exchange_hello(
+    socket: &UnixStream,
+    name: &str,
+    hello: &Hello,
+    timeouts: &Timeouts,
+) -> Result<(Welcome, Vec<OwnedFd>), TransportError> {
+    let no_answer = || TransportError::NoAnswer {
+        device: format!("shm://{name}"),
+        waited_secs: timeouts.connect.as_secs(),
+        during: "the connect",
+    };
+    socket
+        .set_read_timeout(Some(timeouts.connect))
+        .map_err(io_error("set the handshake timeout"))?;
+    // A device that refuses without reading the hello (at its connection limit, or not
+    // serving this user) may have answered and closed already: its answer says more than
+    // the failed write.
+    let sent = (&*socket).write_all(&hello.encode());
+    let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
+    let (n, fds) = match sys::recv_with_fds(socket, &mut buf) {
+        Ok((0, _)) if sent.is_err() => {
+            return Err(io_error("send the handshake")(sent.expect_err("checked")))
+        }
+        Ok(got) => got,
+        Err(_) if sent.is_err() => {
+            return Err(io_error("send the handshake")(sent.expect_err("checked")))
+        }
+        Err(e) => {
+            return Err(match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
+                _ => io_error("receive the handshake")(e),
+            })
+        }
+    };
+    if n == 0 {
+        return Err(refused(
+            "it closed the connection without answering (it may be at its connection limit)",
+        ));
+    }
+    let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
+    if welcome.status != WelcomeStatus::Accepted {
+        return Err(TransportError::Refused {
+            status: format!("{:?}", welcome.status),
+            reason: welcome.message,
+        });
+    }
+    Ok((welcome, fds))
 }
 
 impl HostBuffer {
@@ -207,45 +320,7 @@ impl ShmTransport {
         options: &ShmOptions,
         timeouts: Timeouts,
     ) -> Result<ShmTransport, TransportError> {
-        check_name(name).map_err(|reason| TransportError::BadSetting {
-            name: "the shm device name",
-            value: name.to_string(),
-            reason,
-        })?;
-        let path = socket_path(name);
-        let unsafe_place = |reason: String| TransportError::Disconnected {
-            reason: format!("refusing shm://{name}: {reason}"),
-        };
-        if let Some(dir) = path.parent() {
-            if dir.exists() {
-                check_dir(dir).map_err(unsafe_place)?;
-            }
-        }
-        let socket = UnixStream::connect(&path).map_err(|e| TransportError::Disconnected {
-            reason: format!(
-                "cannot reach shm://{name} at {}: {e} (is `csx device serve --listen shm://{name}` running as this user?)",
-                path.display()
-            ),
-        })?;
-        let io = |op| move |source| TransportError::Io { op, source };
-        // The device must be this user's (or root's): another user could have bound the
-        // socket to receive what this client writes and answer its reads.
-        let me = my_uid();
-        let device_uid = peer_uid(&socket).map_err(io("ask who serves the socket"))?;
-        if !trusted_uid(device_uid, me) {
-            return Err(unsafe_place(format!(
-                "its socket {} is served by user {device_uid}, not by you (user {me}) or root",
-                path.display()
-            )));
-        }
-        let no_answer = || TransportError::NoAnswer {
-            device: format!("shm://{name}"),
-            waited_secs: timeouts.connect.as_secs(),
-            during: "the connect",
-        };
-        socket
-            .set_read_timeout(Some(timeouts.connect))
-            .map_err(io("set the handshake timeout"))?;
+        let socket = open_socket(name)?;
         let hello = Hello {
             queue_depth: if options.queue_depth == 0 {
                 QUEUE_DEPTH_DEFAULT
@@ -258,42 +333,11 @@ impl ShmTransport {
                 options.host_memory_bytes
             },
         };
-        // A device that refuses without reading the hello (at its connection limit, or
-        // not serving this user) may have answered and closed already: its answer
-        // says more than the failed write.
-        let sent = (&socket).write_all(&hello.encode());
-        let mut buf = vec![0u8; WELCOME_SIZE + HANDSHAKE_MESSAGE_SIZE_MAX];
-        let (n, fds) = match sys::recv_with_fds(&socket, &mut buf) {
-            Ok((0, _)) if sent.is_err() => {
-                return Err(io("send the handshake")(sent.expect_err("checked")))
-            }
-            Ok(got) => got,
-            Err(_) if sent.is_err() => {
-                return Err(io("send the handshake")(sent.expect_err("checked")))
-            }
-            Err(e) => {
-                return Err(match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => no_answer(),
-                    _ => io("receive the handshake")(e),
-                })
-            }
-        };
-        if n == 0 {
-            return Err(refused(
-                "it closed the connection without answering (it may be at its connection limit)",
-            ));
-        }
-        let welcome = Welcome::decode(&buf[..n]).map_err(|e| refused(e.to_string()))?;
-        if welcome.status != WelcomeStatus::Accepted {
-            return Err(TransportError::Refused {
-                status: format!("{:?}", welcome.status),
-                reason: welcome.message,
-            });
-        }
+        let (welcome, fds) = exchange_hello(&socket, name, &hello, &timeouts)?;
         let [memory, doorbell, interrupt]: [_; 3] = fds
             .try_into()
             .map_err(|fds: Vec<_>| refused(format!("{} descriptors instead of 3", fds.len())))?;
-        let region = Region::map(File::from(memory)).map_err(io("map the shared region"))?;
+        let region = Region::map(File::from(memory)).map_err(io_error("map the shared region"))?;
         let mut header = [0u8; LAYOUT_SIZE];
         region.read(0, &mut header);
         let layout =
@@ -306,28 +350,31 @@ impl ShmTransport {
         }
         socket
             .set_nonblocking(true)
-            .map_err(io("make the socket non-blocking"))?;
-        Ok(ShmTransport {
-            inner: Arc::new(Inner {
-                heap: Mutex::new(Heap::new(layout.heap_offset, layout.heap_size)),
-                region,
-                layout,
-                socket,
-                doorbell: EventFd::from_fd(doorbell),
-                interrupt: EventFd::from_fd(interrupt),
-                table: Mutex::new(Table::default()),
-                sq: Mutex::new(()),
-                reaper: Mutex::new(Reaper::default()),
-                broken: Mutex::new(None),
-                metrics: ShmMetrics::default(),
-                name: name.to_string(),
-                answer_timeout: timeouts.answer,
-                heartbeat: Mutex::new(Heartbeat {
-                    value: 0,
-                    moved: Instant::now(),
-                    looked: Instant::now(),
-                }),
+            .map_err(io_error("make the socket non-blocking"))?;
+        let inner = Inner {
+            heap: Mutex::new(Heap::new(layout.heap_offset, layout.heap_size)),
+            region,
+            layout,
+            socket,
+            doorbell: EventFd::from_fd(doorbell),
+            interrupt: EventFd::from_fd(interrupt),
+            table: Mutex::new(Table::default()),
+            sq: Mutex::new(()),
+            reaper: Mutex::new(Reaper::default()),
+            broken: Mutex::new(None),
+            metrics: ShmMetrics::default(),
+            name: name.to_string(),
+            answer_timeout: timeouts.answer,
+            heartbeat: Mutex::new(Heartbeat {
+                value: 0,
+                moved: Instant::now(),
+                looked: Instant::now(),
             }),
+            map_replies: Mutex::new(Vec::new()),
+            map_one: Mutex::new(()),
+        };
+        Ok(ShmTransport {
+            inner: Arc::new(inner),
         })
     }
 
@@ -425,6 +472,34 @@ enum Payload {
     User(HostBuffer),
 }
 
+impl Payload {
+    /// Bytes of its data buffer.
+    fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Write(d) => d.len(),
+            Payload::Read(n) => *n,
+            Payload::User(b) => b.len,
+        }
+    }
+
+    /// Where its data buffer lies in host memory: the caller's buffer, or `block` (the
+    /// one allocated for it), or nowhere.
+    fn span(&self, block: Option<Block>) -> Span {
+        match (self, block) {
+            (Payload::User(b), _) => Span {
+                offset: b.block.offset,
+                len: b.len as u64,
+            },
+            (_, Some(b)) => Span {
+                offset: b.offset,
+                len: self.len() as u64,
+            },
+            _ => Span::default(),
+        }
+    }
+}
+
 fn is_listing(op: &Op) -> bool {
     matches!(
         op,
@@ -480,12 +555,7 @@ impl Inner {
         } else {
             RESPONSE_AREA_SIZE
         };
-        let data_len = match &payload {
-            Payload::None => 0,
-            Payload::Write(d) => d.len(),
-            Payload::Read(n) => *n,
-            Payload::User(b) => b.len,
-        };
+        let data_len = payload.len();
         let own_data = matches!(payload, Payload::Write(_) | Payload::Read(_)) && data_len > 0;
         let frame_out = frame.len() > SQE_INLINE_FRAME_MAX;
         let sizes = [
@@ -503,17 +573,7 @@ impl Inner {
         if let Some(b) = frame_block {
             self.region.write(b.offset as usize, &frame);
         }
-        let data_span = match (&payload, data_block) {
-            (Payload::User(b), _) => Span {
-                offset: b.block.offset,
-                len: b.len as u64,
-            },
-            (_, Some(b)) => Span {
-                offset: b.offset,
-                len: data_len as u64,
-            },
-            _ => Span::default(),
-        };
+        let data_span = payload.span(data_block);
         let sqe = Sqe {
             queue_id: self.layout.queue_id,
             frame: match frame_block {
@@ -888,21 +948,72 @@ impl Inner {
         Ok(())
     }
 
-    /// The socket became readable: the device said goodbye or went away.
+    /// The socket became readable: a map reply (kept for its requester), or the device
+    /// said goodbye or went away.
     fn check_socket(&self) -> Result<(), TransportError> {
         let mut buf = [0u8; HANDSHAKE_MESSAGE_SIZE_MAX];
-        match (&self.socket).read(&mut buf) {
-            Ok(0) => Err(self.fail(format!(
+        let (n, mut fds) = match sys::recv_with_fds(&self.socket, &mut buf) {
+            Ok(got) => got,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(self.fail(format!("shm://{}: {e}", self.name))),
+        };
+        if n == 0 {
+            return Err(self.fail(format!(
                 "shm://{}: the device closed the connection",
                 self.name
-            ))),
-            Ok(n) => Err(self.fail(format!(
-                "shm://{}: {}",
-                self.name,
-                String::from_utf8_lossy(&buf[..n])
-            ))),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Err(e) => Err(self.fail(format!("shm://{}: {e}", self.name))),
+            )));
+        }
+        if MapReply::is_reply(&buf[..n]) {
+            if let Some(reply) = MapReply::decode(&buf[..n]) {
+                lock(&self.map_replies).push((reply, fds.pop()));
+                if n == MAP_REPLY_SIZE {
+                    return Ok(());
+                }
+                // A goodbye right behind the reply.
+                let text = String::from_utf8_lossy(&buf[MAP_REPLY_SIZE..n]).into_owned();
+                return Err(self.fail(format!("shm://{}: {text}", self.name)));
+            }
+        }
+        Err(self.fail(format!(
+            "shm://{}: {}",
+            self.name,
+            String::from_utf8_lossy(&buf[..n])
+        )))
+    }
+
+    /// Asks the device for the memory file of allocation `handle` and waits for its
+    /// reply (as long as a command may go unanswered).
+    fn share_mem(&self, handle: u32) -> Result<OwnedFd, TransportError> {
+        let _one = lock(&self.map_one);
+        if let Some(reason) = lock(&self.broken).clone() {
+            return Err(TransportError::Disconnected { reason });
+        }
+        (&self.socket)
+            .write_all(&encode_map_request(handle))
+            .map_err(|e| self.fail(format!("shm://{}: asking to map memory: {e}", self.name)))?;
+        let deadline = Instant::now() + self.answer_timeout;
+        loop {
+            let taken = {
+                let mut replies = lock(&self.map_replies);
+                let at = replies.iter().position(|(r, _)| r.handle == handle);
+                at.map(|i| replies.swap_remove(i))
+            };
+            if let Some((reply, fd)) = taken {
+                return map_outcome(reply, fd);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(TransportError::NoAnswer {
+                    device: format!("shm://{}", self.name),
+                    waited_secs: self.answer_timeout.as_secs(),
+                    during: "a request to map device memory",
+                });
+            }
+            // Short looks: a reaping thread may read the reply off the socket meanwhile.
+            let look = left.min(Duration::from_millis(5));
+            sys::poll_readable(&[self.socket.as_fd()], Some(look))
+                .map_err(|e| self.fail(format!("waiting for a map reply: {e}")))?;
+            self.check_socket()?;
         }
     }
 }
@@ -934,6 +1045,10 @@ impl Transport for ShmTransport {
     fn reap(&self, timeout: Option<Duration>) -> Result<Option<Completion>, TransportError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         Ok(self.inner.reap(deadline, true)?.map(|(c, _)| c))
+    }
+
+    fn share_mem(&self, handle: csx_proto::MemHandle) -> Result<OwnedFd, TransportError> {
+        self.inner.share_mem(handle.0)
     }
 
     fn close(self: Box<Self>) -> Result<(), TransportError> {

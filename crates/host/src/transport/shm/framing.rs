@@ -514,6 +514,129 @@ impl Cqe {
     }
 }
 
+/// After the handshake, the host may ask on the socket for a memory file of one of its
+/// device-memory allocations (`Transport::share_mem`): a [`MAP_REQUEST_SIZE`]-byte
+/// request, answered by a [`MAP_REPLY_SIZE`]-byte reply carrying the file (SCM_RIGHTS)
+/// or why not. One request at a time per host.
+pub const MAP_REQUEST_SIZE: usize = 16;
+
+/// Bytes of a map reply.
+pub const MAP_REPLY_SIZE: usize = 256;
+
+const MAP_REQUEST_MAGIC: &[u8; 8] = b"CSXMAPRQ";
+const MAP_REPLY_MAGIC: &[u8; 8] = b"CSXMAPRP";
+
+/// A request for the memory file of allocation `handle`: the magic, the handle (u32 LE),
+/// 4 zero bytes.
+pub fn encode_map_request(handle: u32) -> [u8; MAP_REQUEST_SIZE] {
+    let mut b = [0u8; MAP_REQUEST_SIZE];
+    b[..8].copy_from_slice(MAP_REQUEST_MAGIC);
+    b[8..12].copy_from_slice(&handle.to_le_bytes());
+    b
+}
+
+/// The handle a map request names, or `None` when `b` is not one.
+pub fn decode_map_request(b: &[u8]) -> Option<u32> {
+    if b.len() != MAP_REQUEST_SIZE || &b[..8] != MAP_REQUEST_MAGIC || b[12..] != [0; 4] {
+        return None;
+    }
+    Some(u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")))
+}
+
+/// Why a map request was refused (0 in the reply: granted, the file attached).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum MapRefusal {
+    /// No allocation of that handle for this client.
+    NotFound = 1,
+    /// A command is using it.
+    Busy = 2,
+    /// It does not hold whole pages of its own.
+    NotPages = 3,
+    /// The device serves clients of other users and maps memory only to its own.
+    NotPermitted = 4,
+    /// The device could not make the file.
+    Failed = 5,
+}
+
+impl MapRefusal {
+    fn from_code(code: u32) -> MapRefusal {
+        match code {
+            1 => MapRefusal::NotFound,
+            2 => MapRefusal::Busy,
+            3 => MapRefusal::NotPages,
+            4 => MapRefusal::NotPermitted,
+            _ => MapRefusal::Failed,
+        }
+    }
+
+    /// The I/O error kind the host reports it as.
+    pub fn kind(self) -> std::io::ErrorKind {
+        match self {
+            MapRefusal::NotFound => std::io::ErrorKind::NotFound,
+            MapRefusal::Busy => std::io::ErrorKind::ResourceBusy,
+            MapRefusal::NotPages => std::io::ErrorKind::InvalidInput,
+            MapRefusal::NotPermitted => std::io::ErrorKind::PermissionDenied,
+            MapRefusal::Failed => std::io::ErrorKind::Other,
+        }
+    }
+}
+
+/// The answer to a map request: the handle, then granted or a refusal with a message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapReply {
+    pub handle: u32,
+    pub outcome: Result<(), (MapRefusal, String)>,
+}
+
+impl MapReply {
+    /// The magic, handle (u32 LE), code (u32 LE: 0 or a [`MapRefusal`]), message length
+    /// (u32 LE), the message (UTF-8, cut to fit), zero padding.
+    pub fn encode(&self) -> [u8; MAP_REPLY_SIZE] {
+        let mut b = [0u8; MAP_REPLY_SIZE];
+        b[..8].copy_from_slice(MAP_REPLY_MAGIC);
+        b[8..12].copy_from_slice(&self.handle.to_le_bytes());
+        if let Err((why, message)) = &self.outcome {
+            b[12..16].copy_from_slice(&(*why as u32).to_le_bytes());
+            let mut n = message.len().min(MAP_REPLY_SIZE - 20);
+            while !message.is_char_boundary(n) {
+                n -= 1;
+            }
+            b[16..20].copy_from_slice(&(n as u32).to_le_bytes());
+            b[20..20 + n].copy_from_slice(&message.as_bytes()[..n]);
+        }
+        b
+    }
+
+    /// Whether `b` starts like a map reply.
+    pub fn is_reply(b: &[u8]) -> bool {
+        b.len() >= 8 && &b[..8] == MAP_REPLY_MAGIC
+    }
+
+    /// A reply from its first [`MAP_REPLY_SIZE`] bytes, or `None` when malformed.
+    pub fn decode(b: &[u8]) -> Option<MapReply> {
+        if b.len() < MAP_REPLY_SIZE || !MapReply::is_reply(b) {
+            return None;
+        }
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let (handle, code, n) = (word(8), word(12), word(16) as usize);
+        if code == 0 {
+            return Some(MapReply {
+                handle,
+                outcome: Ok(()),
+            });
+        }
+        let text = b.get(20..20 + n)?;
+        Some(MapReply {
+            handle,
+            outcome: Err((
+                MapRefusal::from_code(code),
+                String::from_utf8_lossy(text).into_owned(),
+            )),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,5 +733,29 @@ mod tests {
             inline: vec![9, 9, 9],
         };
         assert_eq!(Cqe::decode(&c.encode()).unwrap(), c);
+    }
+
+    #[test]
+    fn map_messages_round_trip() {
+        let rq = encode_map_request(7);
+        assert_eq!(decode_map_request(&rq), Some(7));
+        let mut bad = rq;
+        bad[0] = b'X';
+        assert_eq!(decode_map_request(&bad), None);
+        assert_eq!(decode_map_request(&rq[..15]), None);
+        let ok = MapReply {
+            handle: 9,
+            outcome: Ok(()),
+        };
+        assert_eq!(MapReply::decode(&ok.encode()), Some(ok));
+        let long = "é".repeat(400);
+        let no = MapReply {
+            handle: 3,
+            outcome: Err((MapRefusal::Busy, long)),
+        };
+        let back = MapReply::decode(&no.encode()).unwrap();
+        let (why, text) = back.outcome.unwrap_err();
+        assert_eq!(why, MapRefusal::Busy);
+        assert!(text.len() <= MAP_REPLY_SIZE - 20 && text.chars().all(|c| c == 'é'));
     }
 }

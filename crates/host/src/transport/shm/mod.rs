@@ -27,8 +27,11 @@
 //!
 //! Trust: the device trusts nothing in shared memory. It copies each entry out before
 //! reading it, checks every index, offset and length against the region and the limits
-//! below, and never forms a reference into memory the host can write. The host trusts
-//! its device, as a host trusts a PCIe device it lets DMA into its memory.
+//! below, and never forms a reference into memory the host can write, with one exception:
+//! a device-memory allocation a host of the device's own user maps (`Transport::share_mem`,
+//! the map request of `docs/design/shm.md`), which such a host could write through
+//! `/proc` anyway. The host trusts its device, as a host trusts a PCIe device it lets DMA
+//! into its memory.
 
 mod client;
 pub mod framing;
