@@ -96,10 +96,7 @@ pub(crate) struct LoopAccess {
     pub stride: i64,
     pub size: u8,
     pub write: bool,
-    /// Addressed from r10 (coefficient 1 on r10, or a base register that holds an
-    /// address computed from r10 on every path: `FunctionPlan::stack_bases`): the guard
-    /// checks it against the stack region (and finds no iteration in bounds if it is in
-    /// another).
+    /// Addressed from r10 (coefficient 1 on r10): checked against the stack region.
     pub stack: bool,
 }
 
@@ -399,10 +396,10 @@ fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
 /// A loop inside another runs its guard at every entry, so it is versioned only when it
 /// looks long enough to repay it, or the guard is cheap: every access goes unchecked,
 /// and either the loop is *counted* (every exit tests induction variables or constants,
-/// none tests loaded data) or every access is to the stack (whose bounds are constants:
-/// the guard loads nothing). A search loop over a mapped region that usually stops at
-/// its first or second iteration (grep's pattern match) would pay the guard for
-/// nothing; an insertion sort's shift through a stack array repays it.
+/// none tests loaded data) or every access is to the stack (a small array the program
+/// walks in short loops of its own). A search loop over a mapped region that usually
+/// stops at its first or second iteration (grep's pattern match) would pay the guard
+/// for nothing; an insertion sort's shift through a stack array repays it.
 fn version_loop(
     insns: &[Insn],
     plan: &FunctionPlan,
@@ -432,8 +429,8 @@ fn version_loop(
         states: &states,
         steps: &steps,
     };
-    let accesses = strided_accesses(plan, &walk);
-    if accesses.is_empty() || (shape.nested && !worth_nesting(&walk, &accesses)) {
+    let accesses = strided_accesses(&walk);
+    if accesses.is_empty() || (shape.nested && !worth_nesting(plan, &walk, &accesses)) {
         return None;
     }
     let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
@@ -547,7 +544,7 @@ fn stride_of(coef: &[i64; 11], steps: &[Option<i64>; 11]) -> i64 {
 
 /// The accesses whose address is affine in induction variables, with a stride the
 /// guard can bound.
-fn strided_accesses(plan: &FunctionPlan, w: &Walk<'_>) -> Vec<LoopAccess> {
+fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
     let mut accesses = Vec::new();
     for &u in w.order {
         let pc = w.g.pcs[u];
@@ -567,7 +564,7 @@ fn strided_accesses(plan: &FunctionPlan, w: &Walk<'_>) -> Vec<LoopAccess> {
             continue;
         };
         let stack = match coef[10] {
-            0 => plan.stack_bases.contains(&pc),
+            0 => false,
             1 => true,
             _ => continue,
         };
@@ -593,8 +590,10 @@ fn strided_accesses(plan: &FunctionPlan, w: &Walk<'_>) -> Vec<LoopAccess> {
     accesses
 }
 
-/// Whether a loop inside another repays its guard (see [`version_loop`]).
-fn worth_nesting(w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
+/// Whether a loop inside another repays its guard (see [`version_loop`]). An access
+/// through a base that holds an address computed from r10 on every path
+/// (`FunctionPlan::stack_bases`) counts as a stack access here.
+fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
     let all_unchecked = w.order.iter().all(|&u| {
         let pc = w.g.pcs[u];
         let insn = &w.insns[pc as usize];
@@ -605,7 +604,8 @@ fn worth_nesting(w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
     });
-    all_unchecked && (counted || accesses.iter().all(|a| a.stack))
+    let stack = |a: &LoopAccess| a.stack || plan.stack_bases.contains(&a.pc);
+    all_unchecked && (counted || accesses.iter().all(stack))
 }
 
 /// The 32-bit results the pass took as the forms they extend, each with the stride of
