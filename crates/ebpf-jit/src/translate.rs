@@ -432,6 +432,9 @@ struct LoopCopy {
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
+    // Creates every block, variable and loop copy of one function: the translator's fields
+    // (not split yet).
+    #[allow(clippy::too_many_lines)]
     fn new(
         module: &mut JITModule,
         mut b: FunctionBuilder<'f>,
@@ -1131,15 +1134,25 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Records what is known of an ALU result: its unsigned bound, and where it points
     /// relative to r10. `mov` of a register (the same value) keeps the source's facts.
     fn alu_facts(&mut self, pc: u32, insn: &Insn, result: Value) -> TResult<()> {
-        let is64 = insn.class() == CLASS_ALU64;
-        let op = insn.opc & 0xf0;
-        let by_reg = insn.opc & SRC_X != 0;
         let d = self.reg(pc, insn.dst)?;
-        let s = if by_reg {
+        let s = if insn.opc & SRC_X != 0 {
             Some(self.reg(pc, insn.src)?)
         } else {
             None
         };
+        let (bd, bs) = self.alu_bound(insn, d, s, result);
+        if insn.class() == CLASS_ALU64 {
+            self.pointer_facts(insn, (d, bd), (s, bs), result);
+        }
+        Ok(())
+    }
+
+    /// Records the unsigned bound of ALU result `result` (of `insn` on `d` and `s`, the
+    /// source register's value if it has one); returns the operands' bounds.
+    fn alu_bound(&mut self, insn: &Insn, d: Value, s: Option<Value>, result: Value) -> (u64, u64) {
+        let is64 = insn.class() == CLASS_ALU64;
+        let op = insn.opc & 0xf0;
+        let by_reg = s.is_some();
         let width_max = if is64 { u64::MAX } else { u64::from(u32::MAX) };
         let bits = if is64 { 64 } else { 32 };
         let imm = if is64 {
@@ -1174,9 +1187,20 @@ impl<'a, 'f> Translator<'a, 'f> {
         if bound <= width_max && bound < u64::MAX {
             self.bounds.insert(result, bound);
         }
-        if !is64 {
-            return Ok(());
-        }
+        (bd, bs)
+    }
+
+    /// Records where a 64-bit ALU result `result` points (of `insn` on `d` and `s`, each
+    /// with its bound): a pointer from r10 or a global section moved by a constant or a
+    /// bounded index, or at least derived from the stack.
+    fn pointer_facts(
+        &mut self,
+        insn: &Insn,
+        (d, bd): (Value, u64),
+        (s, bs): (Option<Value>, u64),
+        result: Value,
+    ) {
+        let op = insn.opc & 0xf0;
         // Track pointers from r10 and from global sections through constant `add`/`sub`
         // and the `add` of a bounded index.
         let within = |lo: i64, hi: i64| lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX;
@@ -1240,7 +1264,6 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
         }
-        Ok(())
     }
 
     /// The unsigned bound known for `v` (`u64::MAX` when nothing is known).
@@ -2217,12 +2240,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         Ok(self.b.ins().icmp(cc, a, b))
     }
 
-    /// Translates a converted branch (see `analysis`) as straight-line code: every arm
-    /// runs, and each register an arm changed takes its value through a `select`.
-    fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+    /// In the counting variant, counts each arm of the converted branch at `pc` under
+    /// its predicate.
+    fn count_arms(&mut self, cond: Value, pc: u32, shape: IfConv) {
         if let Some(c) = &self.counters {
             // Both arms run, so each arm's blocks count under its predicate, before the
-            // back-edge charge below can trap (the counting rule in `csx_ebpf::count`).
+            // back-edge charge of `if_convert` can trap (the counting rule in
+            // `csx_ebpf::count`).
             let not = self.b.ins().bxor_imm_s(cond, 1);
             match shape {
                 IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
@@ -2253,8 +2277,13 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
         }
+    }
+
+    /// Translates both arms of the converted branch at `pc` one after the other: the
+    /// registers as the taken path leaves them, and as the fall-through leaves them.
+    fn arm_values(&mut self, pc: u32, shape: IfConv) -> TResult<([Value; 10], [Value; 10])> {
         let before = self.snapshot();
-        let (taken, fallthrough) = match shape {
+        let values = match shape {
             IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
                 for q in pc + 1..arm_end {
                     let insn = self.insns[q as usize];
@@ -2294,6 +2323,14 @@ impl<'a, 'f> Translator<'a, 'f> {
                 (taken_values, self.snapshot())
             }
         };
+        Ok(values)
+    }
+
+    /// Translates a converted branch (see `analysis`) as straight-line code: every arm
+    /// runs, and each register an arm changed takes its value through a `select`.
+    fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+        self.count_arms(cond, pc, shape);
+        let (taken, fallthrough) = self.arm_values(pc, shape)?;
         for r in 0..10 {
             let v = if taken[r] == fallthrough[r] {
                 taken[r]
