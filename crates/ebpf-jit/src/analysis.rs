@@ -355,6 +355,9 @@ fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
     tails
 }
 
+// One walk over the function's slots fills every field of its plan; its steps share the walk's
+// tables (not split yet).
+#[allow(clippy::too_many_lines)]
 fn plan_function(
     insns: &[Insn],
     lddw_tails: &BTreeSet<u32>,
@@ -522,6 +525,8 @@ pub(crate) fn inlinable(insns: &[Insn], f: &FunctionPlan) -> bool {
 /// worklist. Stores through other pointers are assumed not to overwrite spill slots.
 /// It only picks which fast check an access tries first: every access is still checked
 /// exactly, so a wrong guess costs a cold miss, never safety.
+// One worklist data-flow with its transfer function inline (not split yet).
+#[allow(clippy::too_many_lines)]
 fn stack_bases(
     insns: &[Insn],
     pcs: &[u32],

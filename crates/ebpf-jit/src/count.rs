@@ -95,6 +95,8 @@ const OUTSIDE: u32 = u32::MAX;
 /// The counter classes of a function (see the module doc), ordered by head slot, each
 /// class's members by leader slot. Every canonical leader among the function's reachable
 /// slots is in exactly one class.
+// Three passes (blocks, parents, heads) over tables they share (not split yet).
+#[allow(clippy::too_many_lines)]
 pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<Class> {
     let all = blocks.leaders();
     let pcs = &f.pcs;

@@ -28,6 +28,8 @@
 //! `code_memory` (executable memory) and `runtime` (the call into compiled code and the
 //! helper trampoline) only.
 
+#![warn(clippy::too_many_lines)]
+
 mod analysis;
 mod code_memory;
 mod compiled;
@@ -55,7 +57,7 @@ use cranelift_module::{Linkage, Module};
 
 use csx_ebpf::program::VerifiedProgram;
 
-use crate::analysis::PlanError;
+use crate::analysis::{PlanError, ProgramPlan};
 use crate::code_memory::{compiled_fn_signature, CodeMemory};
 use crate::translate::{Entry, ProgramEnv, TranslateError};
 
@@ -95,6 +97,54 @@ pub type JitProgram = Compiled<Cranelift>;
 #[derive(Debug)]
 pub enum Cranelift {}
 
+/// The program's plan (see `analysis`), its errors as [`JitError`]s.
+fn plan_of(program: &VerifiedProgram, counting: bool) -> Result<ProgramPlan, JitError> {
+    let name = program.name();
+    analysis::plan_program_with(program.insns(), program.entry(), !counting).map_err(|e| match e {
+        PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
+            program: name.to_string(),
+            pc,
+            target,
+        },
+        PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd {
+            program: name.to_string(),
+            pc,
+        },
+    })
+}
+
+/// A module for the host ISA, optimising for speed.
+fn host_module(
+    codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
+) -> Result<JITModule, JitError> {
+    let mut flags = settings::builder();
+    for (flag, value) in [
+        ("opt_level", "speed"),
+        ("use_colocated_libcalls", "false"),
+        ("is_pic", "false"),
+        (
+            "enable_verifier",
+            if cfg!(debug_assertions) {
+                "true"
+            } else {
+                "false"
+            },
+        ),
+    ] {
+        flags.set(flag, value).map_err(|e| codegen(&e))?;
+    }
+    let isa = cranelift_native::builder()
+        .map_err(|m| JitError::UnsupportedHost {
+            message: m.to_string(),
+        })?
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| codegen(&e))?;
+    Ok(JITModule::new(JITBuilder::with_isa(
+        isa,
+        cranelift_module::default_libcall_names(),
+    )))
+}
+
 impl compiled::Backend for Cranelift {
     const NAME: &'static str = "JitProgram";
 
@@ -110,48 +160,8 @@ impl compiled::Backend for Cranelift {
         // Plan: which slots each eBPF function reaches, where blocks start, which
         // branches become selects.
         let insns = program.insns();
-        let plan =
-            analysis::plan_program_with(insns, program.entry(), !counting).map_err(
-                |e| match e {
-                    PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
-                        program: name.clone(),
-                        pc,
-                        target,
-                    },
-                    PlanError::FallsOffEnd { pc } => JitError::FallsOffEnd {
-                        program: name.clone(),
-                        pc,
-                    },
-                },
-            )?;
-
-        // Set up the host ISA, optimising for speed.
-        let mut flags = settings::builder();
-        for (flag, value) in [
-            ("opt_level", "speed"),
-            ("use_colocated_libcalls", "false"),
-            ("is_pic", "false"),
-            (
-                "enable_verifier",
-                if cfg!(debug_assertions) {
-                    "true"
-                } else {
-                    "false"
-                },
-            ),
-        ] {
-            flags.set(flag, value).map_err(|e| codegen(&e))?;
-        }
-        let isa = cranelift_native::builder()
-            .map_err(|m| JitError::UnsupportedHost {
-                message: m.to_string(),
-            })?
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| codegen(&e))?;
-        let mut module = JITModule::new(JITBuilder::with_isa(
-            isa,
-            cranelift_module::default_libcall_names(),
-        ));
+        let plan = plan_of(program, counting)?;
+        let mut module = host_module(&codegen)?;
         let call_conv = module.isa().default_call_conv();
 
         // Declare every function first, so calls can refer to any of them: the entry

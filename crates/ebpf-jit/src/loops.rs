@@ -34,6 +34,9 @@ const BODY_MAX: usize = 256;
 /// Largest stride (bytes per iteration, either way) an unchecked access may have.
 const STRIDE_MAX: i64 = 1 << 24;
 
+/// 2^32, the scale between a 32-bit value and its copy in a register's high half.
+const HIGH: i64 = 1 << 32;
+
 /// A register's value as an affine form of the header's register values, mod 2^64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sym {
@@ -106,6 +109,25 @@ pub(crate) struct VersionedLoop {
     pub accesses: Vec<LoopAccess>,
     /// How its unchecked iterations may also run unrolled (see [`Unroll`]).
     pub unroll: Option<Unroll>,
+    /// Forms the symbolic pass took for a 32-bit result as they are (see [`Narrow`]).
+    pub narrow: Vec<Narrow>,
+}
+
+/// A 32-bit result (a zero-extension: an ALU32 `mov`, `add`, `sub` or `lsh`, or
+/// `rsh 32` of a value shifted up by 32; a sign-extension: `arsh 32` of one) that the
+/// symbolic pass took as the affine form it extends, which is exact while that form,
+/// plus `k`'s bias (2^31 for a sign-extension), lies in `[0, 2^32)`. The form moves by
+/// `stride` per iteration, so the guard bounds the unchecked iterations to those in
+/// which it stays in that range (an int index into a stack array, `buf[j]` with
+/// `j--`). By induction over the iterations the guard lets run, every other form of
+/// the pass is then exact too.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Narrow {
+    pub pc: u32,
+    /// The form that must stay in `[0, 2^32)`, of the header's registers on entry.
+    pub coef: [i64; 11],
+    pub k: i64,
+    pub stride: i64,
 }
 
 /// The loops of `plan` worth versioning.
@@ -157,7 +179,12 @@ pub(crate) fn plan_loops(
             .iter()
             .enumerate()
             .any(|(j, body)| j != i && body[*h]);
-        if let Some(l) = version_loop(insns, plan, &graph, *h, latches, nested) {
+        let shape = LoopShape {
+            h: *h,
+            latches,
+            nested,
+        };
+        if let Some(l) = choose_variant(insns, plan, &graph, &shape) {
             loops.push(l);
         }
     }
@@ -316,6 +343,36 @@ impl Graph {
     }
 }
 
+/// A natural loop: its header, the nodes with back-edges to it, whether another loop
+/// holds it.
+struct LoopShape<'a> {
+    h: usize,
+    latches: &'a [usize],
+    nested: bool,
+}
+
+/// The versioning plan of a loop, taking 32-bit results as the forms they extend (see
+/// [`Narrow`]) only where that makes more accesses unchecked than without, and never in
+/// place of a plan with an unrolled copy.
+fn choose_variant(
+    insns: &[Insn],
+    plan: &FunctionPlan,
+    g: &Graph,
+    shape: &LoopShape<'_>,
+) -> Option<VersionedLoop> {
+    let exact = version_loop(insns, plan, g, shape, false);
+    if exact.as_ref().is_some_and(|l| l.unroll.is_some()) {
+        return exact;
+    }
+    let narrowed = version_loop(insns, plan, g, shape, true);
+    let count = |l: &Option<VersionedLoop>| l.as_ref().map_or(0, |l| l.accesses.len());
+    if count(&narrowed) > count(&exact) {
+        narrowed
+    } else {
+        exact
+    }
+}
+
 /// The natural loop of header `h` with back-edges from `latches`: the header and every
 /// node reaching a latch without passing it.
 fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
@@ -332,24 +389,25 @@ fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
     in_body
 }
 
-/// The versioning plan for the natural loop of header `h` with back-edges from
-/// `latches`, if it is innermost, call-free, translated as whole blocks, and has an
-/// access that can go unchecked.
+/// The versioning plan for the natural loop `shape`, if it is innermost, call-free,
+/// translated as whole blocks, and has an access that can go unchecked. `narrow`: take
+/// 32-bit results as the forms they extend (see [`Narrow`]).
 ///
 /// A loop inside another runs its guard at every entry, so it is versioned only when it
-/// looks long enough to repay it: a *counted* loop (every exit tests induction variables
-/// or constants, none tests loaded data) whose accesses all go unchecked. A search loop
-/// that usually stops at its first or second iteration (grep's pattern match, an
-/// insertion sort's shift) would pay the guard for nothing.
+/// looks long enough to repay it, or the guard is cheap: every access goes unchecked,
+/// and either the loop is *counted* (every exit tests induction variables or constants,
+/// none tests loaded data) or every access is to the stack (a small array the program
+/// walks in short loops of its own). A search loop over a mapped region that usually
+/// stops at its first or second iteration (grep's pattern match) would pay the guard
+/// for nothing; an insertion sort's shift through a stack array repays it.
 fn version_loop(
     insns: &[Insn],
     plan: &FunctionPlan,
     g: &Graph,
-    h: usize,
-    latches: &[usize],
-    nested: bool,
+    shape: &LoopShape<'_>,
+    narrow: bool,
 ) -> Option<VersionedLoop> {
-    let in_body = natural_body(g, h, latches);
+    let in_body = natural_body(g, shape.h, shape.latches);
     if in_body.iter().filter(|&&b| b).count() > BODY_MAX {
         return None;
     }
@@ -358,31 +416,57 @@ fn version_loop(
         return None;
     }
     let body: BTreeSet<u32> = nodes.iter().map(|&u| g.pcs[u]).collect();
-    // Translation covers whole shapes: an if-conversion or speculative region that
-    // starts in the loop must end in it.
-    for &pc in &body {
-        if let Some(shape) = plan.ifconv.get(&pc) {
-            if !body.contains(&shape.join()) {
-                return None;
-            }
-        }
-        if let Some(&join) = plan.regions.get(&pc) {
-            if !body.contains(&join) {
-                return None;
-            }
-        }
+    if !whole_shapes(plan, &body) {
+        return None;
     }
+    let order = body_order(g, &in_body, shape.h, nodes.len())?;
+    let (states, steps) = induction(insns, g, &in_body, shape, &order, narrow);
+    let walk = Walk {
+        insns,
+        g,
+        in_body: &in_body,
+        order: &order,
+        states: &states,
+        steps: &steps,
+    };
+    let accesses = strided_accesses(&walk);
+    if accesses.is_empty() || (shape.nested && !worth_nesting(plan, &walk, &accesses)) {
+        return None;
+    }
+    let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
+    let unroll = unroll_plan(plan, &walk, &body);
+    Some(VersionedLoop {
+        header: g.pcs[shape.h],
+        body,
+        accesses,
+        unroll,
+        narrow,
+    })
+}
 
-    // Topological order of the body without its back-edges; a cycle means an inner loop.
+/// Whether translation covers `body` in whole shapes: an if-conversion or speculative
+/// region that starts in the loop must end in it.
+fn whole_shapes(plan: &FunctionPlan, body: &BTreeSet<u32>) -> bool {
+    body.iter().all(|pc| {
+        plan.ifconv
+            .get(pc)
+            .is_none_or(|shape| body.contains(&shape.join()))
+            && plan.regions.get(pc).is_none_or(|join| body.contains(join))
+    })
+}
+
+/// The body's nodes in topological order without the back-edges to `h`, or `None` when
+/// there is a cycle left (an inner loop).
+fn body_order(g: &Graph, in_body: &[bool], h: usize, len: usize) -> Option<Vec<usize>> {
     let mut indeg: BTreeMap<usize, usize> = BTreeMap::new();
-    for &u in &nodes {
+    for u in (0..g.n).filter(|&u| in_body[u]) {
         for &v in &g.succ[u] {
             if in_body[v] && v != h {
                 *indeg.entry(v).or_default() += 1;
             }
         }
     }
-    let mut order = Vec::with_capacity(nodes.len());
+    let mut order = Vec::with_capacity(len);
     let mut ready = vec![h];
     while let Some(u) = ready.pop() {
         order.push(u);
@@ -396,18 +480,27 @@ fn version_loop(
             }
         }
     }
-    if order.len() != nodes.len() {
-        return None;
-    }
+    (order.len() == len).then_some(order)
+}
 
-    // Induction variables: assume every register is one, evaluate, drop those whose
-    // back-edge value is not `header + step` (same step everywhere), until stable.
+/// Induction variables: assume every register is one, evaluate, drop those whose
+/// back-edge value is not `header + step` (same step everywhere), until stable. The
+/// states at each node's entry, and each register's step (`None`: not an induction
+/// variable).
+fn induction(
+    insns: &[Insn],
+    g: &Graph,
+    in_body: &[bool],
+    shape: &LoopShape<'_>,
+    order: &[usize],
+    narrow: bool,
+) -> (BTreeMap<usize, State>, [Option<i64>; 11]) {
     let mut good = [true; 11];
-    let (states, steps) = loop {
+    loop {
         let mut header: State =
             std::array::from_fn(|r| if good[r] { Sym::reg(r) } else { Sym::Unknown });
         header[10] = Sym::reg(10);
-        let states = evaluate(insns, g, &in_body, h, &order, header);
+        let states = evaluate(insns, g, in_body, shape.h, order, header, narrow);
         let mut steps: [Option<i64>; 11] = [None; 11];
         steps[10] = Some(0);
         let mut changed = false;
@@ -417,8 +510,8 @@ fn version_loop(
             }
             let mut step: Option<i64> = None;
             let mut ok = true;
-            for &u in latches {
-                let after = transfer(insns, g.pcs[u], &states[&u]);
+            for &u in shape.latches {
+                let after = transfer(insns, g.pcs[u], &states[&u], narrow);
                 match after[r].add(Sym::reg(r), -1).as_const() {
                     Some(s) if step.is_none_or(|x| x == s) => step = Some(s),
                     _ => ok = false,
@@ -432,15 +525,30 @@ fn version_loop(
             }
         }
         if !changed {
-            break (states, steps);
+            return (states, steps);
         }
-    };
+    }
+}
 
-    // Accesses whose address is affine in induction variables.
+/// What a form of the header's registers moves per iteration (wrapping).
+fn stride_of(coef: &[i64; 11], steps: &[Option<i64>; 11]) -> i64 {
+    let mut stride: i64 = 0;
+    for r in 0..11 {
+        if coef[r] != 0 {
+            let step = steps[r].expect("only induction variables appear in a form");
+            stride = stride.wrapping_add(coef[r].wrapping_mul(step));
+        }
+    }
+    stride
+}
+
+/// The accesses whose address is affine in induction variables, with a stride the
+/// guard can bound.
+fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
     let mut accesses = Vec::new();
-    for &u in &order {
-        let pc = g.pcs[u];
-        let insn = &insns[pc as usize];
+    for &u in w.order {
+        let pc = w.g.pcs[u];
+        let insn = &w.insns[pc as usize];
         let (base, write) = match (insn.class(), insn.opc & 0xe0) {
             (CLASS_LDX, MODE_MEM | MODE_MEMSX) => (insn.src, false),
             (CLASS_ST | CLASS_STX, MODE_MEM) => (insn.dst, true),
@@ -452,7 +560,7 @@ fn version_loop(
             SIZE_W => 4,
             _ => 8,
         };
-        let Some(Sym::Affine { coef, k }) = states[&u].get(base as usize).copied() else {
+        let Some(Sym::Affine { coef, k }) = w.states[&u].get(base as usize).copied() else {
             continue;
         };
         let stack = match coef[10] {
@@ -460,13 +568,7 @@ fn version_loop(
             1 => true,
             _ => continue,
         };
-        let mut stride: i64 = 0;
-        for r in 0..11 {
-            if coef[r] != 0 {
-                let step = steps[r].expect("only induction variables appear in a form");
-                stride = stride.wrapping_add(coef[r].wrapping_mul(step));
-            }
-        }
+        let stride = stride_of(&coef, w.steps);
         // r10 plus a constant: the frame check of `translate` covers it already.
         if stack && coef[..10].iter().all(|&c| c == 0) {
             continue;
@@ -484,40 +586,50 @@ fn version_loop(
             stack,
         });
     }
-    if accesses.is_empty() {
-        return None;
-    }
-    if nested {
-        let all_unchecked = order.iter().all(|&u| {
-            let pc = g.pcs[u];
-            let insn = &insns[pc as usize];
-            let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
-            !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &states[&u])
-        });
-        let counted = order.iter().all(|&u| {
-            let leaves = g.succ[u].iter().any(|&v| !in_body[v]);
-            !leaves || induction_test(&insns[g.pcs[u] as usize], &states[&u])
-        });
-        if !all_unchecked || !counted {
+    accesses.sort_unstable_by_key(|a| a.pc);
+    accesses
+}
+
+/// Whether a loop inside another repays its guard (see [`version_loop`]). An access
+/// through a base that holds an address computed from r10 on every path
+/// (`FunctionPlan::stack_bases`) counts as a stack access here.
+fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
+    let all_unchecked = w.order.iter().all(|&u| {
+        let pc = w.g.pcs[u];
+        let insn = &w.insns[pc as usize];
+        let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
+        !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
+    });
+    let counted = w.order.iter().all(|&u| {
+        let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
+        !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
+    });
+    let stack = |a: &LoopAccess| a.stack || plan.stack_bases.contains(&a.pc);
+    all_unchecked && (counted || accesses.iter().all(stack))
+}
+
+/// The 32-bit results the pass took as the forms they extend, each with the stride of
+/// that form, or `None` when one moves too far per iteration to bound.
+fn narrowed(w: &Walk<'_>) -> Option<Vec<Narrow>> {
+    let mut out = Vec::new();
+    for &u in w.order {
+        let pc = w.g.pcs[u];
+        let Some((_, Sym::Affine { coef, k })) = narrowing(&w.insns[pc as usize], &w.states[&u])
+        else {
+            continue;
+        };
+        let stride = stride_of(&coef, w.steps);
+        if !(-STRIDE_MAX..=STRIDE_MAX).contains(&stride) {
             return None;
         }
+        out.push(Narrow {
+            pc,
+            coef,
+            k,
+            stride,
+        });
     }
-    accesses.sort_unstable_by_key(|a| a.pc);
-    let walk = Walk {
-        insns,
-        g,
-        in_body: &in_body,
-        order: &order,
-        states: &states,
-        steps: &steps,
-    };
-    let unroll = unroll_plan(plan, &walk, &body);
-    Some(VersionedLoop {
-        header: g.pcs[h],
-        body,
-        accesses,
-        unroll,
-    })
+    Some(out)
 }
 
 /// Whether `insn` accesses memory at r10 plus a constant (checked, if at all, by the
@@ -553,10 +665,11 @@ fn evaluate(
     h: usize,
     order: &[usize],
     header: State,
+    narrow: bool,
 ) -> BTreeMap<usize, State> {
     let mut states: BTreeMap<usize, State> = BTreeMap::from([(h, header)]);
     for &u in order {
-        let after = transfer(insns, g.pcs[u], &states[&u]);
+        let after = transfer(insns, g.pcs[u], &states[&u], narrow);
         for &v in &g.succ[u] {
             if !in_body[v] || v == h {
                 continue;
@@ -576,11 +689,60 @@ fn evaluate(
     states
 }
 
-/// The state after the instruction at `pc`.
-fn transfer(insns: &[Insn], pc: u32, s: &State) -> State {
+/// A 32-bit result as the form it extends, and the form that must lie in `[0, 2^32)`
+/// for that to be exact (see [`Narrow`]); `None` for any other instruction.
+fn narrowing(insn: &Insn, s: &State) -> Option<(Sym, Sym)> {
+    let dst = insn.dst as usize;
+    if dst >= 10 {
+        return None;
+    }
+    let op = insn.opc & 0xf0;
+    let by_reg = insn.opc & SRC_X != 0;
+    let src = || {
+        if by_reg {
+            s.get(insn.src as usize).copied().unwrap_or(Sym::Unknown)
+        } else {
+            Sym::konst(i64::from(insn.imm))
+        }
+    };
+    let d = s[dst];
+    let form = match (insn.class(), op) {
+        // A 32-bit operation: its result is the low half of the 64-bit one, zero-extended.
+        (CLASS_ALU, ALU_MOV) if by_reg && insn.off == 0 => src(),
+        (CLASS_ALU, ALU_ADD) => d.add(src(), 1),
+        (CLASS_ALU, ALU_SUB) => d.add(src(), -1),
+        (CLASS_ALU, ALU_LSH) if !by_reg => d.scale(1i64.wrapping_shl(insn.imm as u32 & 31)),
+        // `x << 32 >> 32` (or `s>> 32`): the low half of x, zero- (sign-) extended.
+        (CLASS_ALU64, ALU_RSH | ALU_ARSH) if !by_reg && insn.imm == 32 => match d {
+            Sym::Affine { coef, k } if coef.iter().all(|c| c % HIGH == 0) && k % HIGH == 0 => {
+                Sym::Affine {
+                    coef: coef.map(|c| c / HIGH),
+                    k: k / HIGH,
+                }
+            }
+            _ => Sym::Unknown,
+        },
+        _ => return None,
+    };
+    if form == Sym::Unknown {
+        return None;
+    }
+    let bias = if op == ALU_ARSH { 1 << 31 } else { 0 };
+    Some((form, form.add(Sym::konst(bias), 1)))
+}
+
+/// The state after the instruction at `pc`; `narrow`: with 32-bit results taken as the
+/// forms they extend (see [`Narrow`]).
+fn transfer(insns: &[Insn], pc: u32, s: &State, narrow: bool) -> State {
     let insn = &insns[pc as usize];
     let mut out = *s;
     let dst = insn.dst as usize;
+    if narrow {
+        if let Some((form, _)) = narrowing(insn, s) {
+            out[dst] = form;
+            return out;
+        }
+    }
     match insn.class() {
         CLASS_ALU64 if dst < 10 => {
             let op = insn.opc & 0xf0;

@@ -405,6 +405,8 @@ struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
     accesses: Vec<LoopAccess>,
+    /// 32-bit results the plan took as the forms they extend (see `loops::Narrow`).
+    narrow: Vec<loops::Narrow>,
     /// The checked loop's header block (back-edges of the checked loop go here).
     checked_head: Block,
     /// The unchecked copy's block of each leader in the loop.
@@ -430,6 +432,9 @@ struct LoopCopy {
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
+    // Creates every block, variable and loop copy of one function: the translator's fields
+    // (not split yet).
+    #[allow(clippy::too_many_lines)]
     fn new(
         module: &mut JITModule,
         mut b: FunctionBuilder<'f>,
@@ -612,6 +617,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 header: l.header,
                 body: l.body,
                 accesses: l.accesses,
+                narrow: l.narrow,
                 checked_head: b.create_block(),
                 unchecked,
                 latch: b.create_block(),
@@ -804,9 +810,11 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
-    /// the loop, or the loop's `reguard`): for each access the unchecked copy makes, how many iterations keep it
-    /// inside the region it starts in (see `loops`); the unchecked copy runs the fewest
-    /// of those, and the checked loop takes over when that is none or they are done.
+    /// the loop, or the loop's `reguard`): for each access the unchecked copy makes, how
+    /// many iterations keep it inside the region it starts in (see `loops`), and for each
+    /// 32-bit result taken as a form, how many keep that form in range; the unchecked copy
+    /// runs the fewest of those, and the checked loop takes over when that is none or
+    /// they are done.
     fn guard(&mut self, i: usize) {
         let accesses = self.loops[i].accesses.clone();
         let regs = self.snapshot();
@@ -815,78 +823,19 @@ impl<'a, 'f> Translator<'a, 'f> {
         // stay in the region the first of them starts in: (index, row, delta) by form.
         let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
         for a in &accesses {
-            let b = &mut self.b;
-            let mut addr = b.ins().iconst(types::I64, a.k);
-            for (r, &c) in a.coef.iter().enumerate() {
-                if c == 0 {
-                    continue;
-                }
-                let v = if r == 10 { self.fp } else { regs[r] };
-                let term = if c == 1 { v } else { b.ins().imul_imm_s(v, c) };
-                addr = b.ins().iadd(addr, term);
-            }
-            let idx = b.ins().ushr_imm_s(addr, 32);
-            let off = b.ins().band_imm_s(addr, 0xffff_ffff);
-            let (same, len, delta) = if a.stack {
-                let b = &mut self.b;
-                let same = b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, idx, i64::from(RegionIdx::STACK.0));
-                let len = b.ins().iconst(types::I64, STACK_SIZE as i64);
-                (same, len, self.stack_delta)
-            } else {
-                let (gidx, row, delta) = match groups.get(&a.coef) {
-                    Some(&g) => g,
-                    None => {
-                        let (row, _) = self.row_of(addr);
-                        let b = &mut self.b;
-                        let base = b.ins().load(
-                            types::I64,
-                            self.flags.table,
-                            row,
-                            RegionEntry::OFFSET_BASE,
-                        );
-                        let lo = b.ins().ishl_imm_s(idx, 32);
-                        let delta = b.ins().isub(base, lo);
-                        groups.insert(a.coef, (idx, row, delta));
-                        (idx, row, delta)
-                    }
-                };
-                let field = if a.write {
-                    RegionEntry::OFFSET_WRITE_LEN
-                } else {
-                    RegionEntry::OFFSET_READ_LEN
-                };
-                let b = &mut self.b;
-                let len = b.ins().load(types::I64, self.flags.table, row, field);
-                (b.ins().icmp(IntCC::Equal, idx, gidx), len, delta)
-            };
-            let b = &mut self.b;
-            let end = b.ins().iadd_imm_s(off, i64::from(a.size));
-            let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
-            let ok = b.ins().band(same, fits);
-            let count = match a.stride.signum() {
-                1 => {
-                    let room = b.ins().isub(len, end);
-                    let q = div(b, room, a.stride);
-                    b.ins().iadd_imm_s(q, 1)
-                }
-                -1 => {
-                    let q = div(b, off, -a.stride);
-                    b.ins().iadd_imm_s(q, 1)
-                }
-                _ => b.ins().iconst(types::I64, i64::MAX),
-            };
-            let zero = b.ins().iconst(types::I64, 0);
-            let count = b.ins().select(ok, count, zero);
+            let (count, delta) = self.access_trips(a, &regs, &mut groups);
             n = Some(match n {
-                Some(m) => b.ins().umin(m, count),
+                Some(m) => self.b.ins().umin(m, count),
                 None => count,
             });
             let var = self.loops[i].deltas[&a.pc];
             self.b.def_var(var, delta);
         }
         let mut n = n.expect("a versioned loop has an unchecked access");
+        for w in self.loops[i].narrow.clone() {
+            let m = self.narrow_trips(&w, &regs);
+            n = self.b.ins().umin(n, m);
+        }
         if let Some(cost) = self.loops[i].cost {
             // As many iterations as the slice pays for (it is below 2^32, so `div`
             // applies), and the slice left after them.
@@ -919,6 +868,96 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         };
         self.b.ins().brif(go, head, &[], checked, &[]);
+    }
+
+    /// For the guard: how many iterations, from the registers on entry `regs`, keep
+    /// access `a` inside the region it starts in (0 when it starts outside), and the host
+    /// minus virtual address of that region. `groups` holds the region of each pointer
+    /// form seen so far.
+    fn access_trips(
+        &mut self,
+        a: &LoopAccess,
+        regs: &[Value; 10],
+        groups: &mut BTreeMap<[i64; 11], (Value, Value, Value)>,
+    ) -> (Value, Value) {
+        let addr = self.eval_form((a.coef, a.k), regs);
+        let b = &mut self.b;
+        let idx = b.ins().ushr_imm_s(addr, 32);
+        let off = b.ins().band_imm_s(addr, 0xffff_ffff);
+        let (same, len, delta) = if a.stack {
+            let same = b
+                .ins()
+                .icmp_imm_s(IntCC::Equal, idx, i64::from(RegionIdx::STACK.0));
+            let len = b.ins().iconst(types::I64, STACK_SIZE as i64);
+            (same, len, self.stack_delta)
+        } else {
+            let (gidx, row, delta) = match groups.get(&a.coef) {
+                Some(&g) => g,
+                None => {
+                    let (row, _) = self.row_of(addr);
+                    let b = &mut self.b;
+                    let base =
+                        b.ins()
+                            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+                    let lo = b.ins().ishl_imm_s(idx, 32);
+                    let delta = b.ins().isub(base, lo);
+                    groups.insert(a.coef, (idx, row, delta));
+                    (idx, row, delta)
+                }
+            };
+            let field = if a.write {
+                RegionEntry::OFFSET_WRITE_LEN
+            } else {
+                RegionEntry::OFFSET_READ_LEN
+            };
+            let b = &mut self.b;
+            let len = b.ins().load(types::I64, self.flags.table, row, field);
+            (b.ins().icmp(IntCC::Equal, idx, gidx), len, delta)
+        };
+        let b = &mut self.b;
+        let end = b.ins().iadd_imm_s(off, i64::from(a.size));
+        let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
+        let ok = b.ins().band(same, fits);
+        let count = match a.stride.signum() {
+            1 => {
+                let room = b.ins().isub(len, end);
+                let q = div(b, room, a.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            -1 => {
+                let q = div(b, off, -a.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            _ => b.ins().iconst(types::I64, i64::MAX),
+        };
+        let zero = b.ins().iconst(types::I64, 0);
+        (b.ins().select(ok, count, zero), delta)
+    }
+
+    /// How many iterations, from the registers on entry `regs`, keep the form of `w` in
+    /// `[0, 2^32)` (0 when it starts outside): the iterations in which the 32-bit result
+    /// it stands for is that form.
+    fn narrow_trips(&mut self, w: &loops::Narrow, regs: &[Value; 10]) -> Value {
+        let v = self.eval_form((w.coef, w.k), regs);
+        let b = &mut self.b;
+        let ok = b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, v, 0xffff_ffff);
+        let count = match w.stride.signum() {
+            1 => {
+                let top = b.ins().iconst(types::I64, 0xffff_ffff);
+                let room = b.ins().isub(top, v);
+                let q = div(b, room, w.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            -1 => {
+                let q = div(b, v, -w.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            _ => b.ins().iconst(types::I64, i64::MAX),
+        };
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().select(ok, count, zero)
     }
 
     /// Fills the shared exits and completes the function.
@@ -1095,15 +1134,25 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Records what is known of an ALU result: its unsigned bound, and where it points
     /// relative to r10. `mov` of a register (the same value) keeps the source's facts.
     fn alu_facts(&mut self, pc: u32, insn: &Insn, result: Value) -> TResult<()> {
-        let is64 = insn.class() == CLASS_ALU64;
-        let op = insn.opc & 0xf0;
-        let by_reg = insn.opc & SRC_X != 0;
         let d = self.reg(pc, insn.dst)?;
-        let s = if by_reg {
+        let s = if insn.opc & SRC_X != 0 {
             Some(self.reg(pc, insn.src)?)
         } else {
             None
         };
+        let (bd, bs) = self.alu_bound(insn, d, s, result);
+        if insn.class() == CLASS_ALU64 {
+            self.pointer_facts(insn, (d, bd), (s, bs), result);
+        }
+        Ok(())
+    }
+
+    /// Records the unsigned bound of ALU result `result` (of `insn` on `d` and `s`, the
+    /// source register's value if it has one); returns the operands' bounds.
+    fn alu_bound(&mut self, insn: &Insn, d: Value, s: Option<Value>, result: Value) -> (u64, u64) {
+        let is64 = insn.class() == CLASS_ALU64;
+        let op = insn.opc & 0xf0;
+        let by_reg = s.is_some();
         let width_max = if is64 { u64::MAX } else { u64::from(u32::MAX) };
         let bits = if is64 { 64 } else { 32 };
         let imm = if is64 {
@@ -1138,9 +1187,20 @@ impl<'a, 'f> Translator<'a, 'f> {
         if bound <= width_max && bound < u64::MAX {
             self.bounds.insert(result, bound);
         }
-        if !is64 {
-            return Ok(());
-        }
+        (bd, bs)
+    }
+
+    /// Records where a 64-bit ALU result `result` points (of `insn` on `d` and `s`, each
+    /// with its bound): a pointer from r10 or a global section moved by a constant or a
+    /// bounded index, or at least derived from the stack.
+    fn pointer_facts(
+        &mut self,
+        insn: &Insn,
+        (d, bd): (Value, u64),
+        (s, bs): (Option<Value>, u64),
+        result: Value,
+    ) {
+        let op = insn.opc & 0xf0;
         // Track pointers from r10 and from global sections through constant `add`/`sub`
         // and the `add` of a bounded index.
         let within = |lo: i64, hi: i64| lo.abs() <= FACT_OFFSET_MAX && hi.abs() <= FACT_OFFSET_MAX;
@@ -1204,7 +1264,6 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
         }
-        Ok(())
     }
 
     /// The unsigned bound known for `v` (`u64::MAX` when nothing is known).
@@ -2181,12 +2240,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         Ok(self.b.ins().icmp(cc, a, b))
     }
 
-    /// Translates a converted branch (see `analysis`) as straight-line code: every arm
-    /// runs, and each register an arm changed takes its value through a `select`.
-    fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+    /// In the counting variant, counts each arm of the converted branch at `pc` under
+    /// its predicate.
+    fn count_arms(&mut self, cond: Value, pc: u32, shape: IfConv) {
         if let Some(c) = &self.counters {
             // Both arms run, so each arm's blocks count under its predicate, before the
-            // back-edge charge below can trap (the counting rule in `csx_ebpf::count`).
+            // back-edge charge of `if_convert` can trap (the counting rule in
+            // `csx_ebpf::count`).
             let not = self.b.ins().bxor_imm_s(cond, 1);
             match shape {
                 IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
@@ -2217,8 +2277,13 @@ impl<'a, 'f> Translator<'a, 'f> {
                 }
             }
         }
+    }
+
+    /// Translates both arms of the converted branch at `pc` one after the other: the
+    /// registers as the taken path leaves them, and as the fall-through leaves them.
+    fn arm_values(&mut self, pc: u32, shape: IfConv) -> TResult<([Value; 10], [Value; 10])> {
         let before = self.snapshot();
-        let (taken, fallthrough) = match shape {
+        let values = match shape {
             IfConv::Triangle { end: arm_end } | IfConv::BackTriangle { ja: arm_end, .. } => {
                 for q in pc + 1..arm_end {
                     let insn = self.insns[q as usize];
@@ -2258,6 +2323,14 @@ impl<'a, 'f> Translator<'a, 'f> {
                 (taken_values, self.snapshot())
             }
         };
+        Ok(values)
+    }
+
+    /// Translates a converted branch (see `analysis`) as straight-line code: every arm
+    /// runs, and each register an arm changed takes its value through a `select`.
+    fn if_convert(&mut self, cond: Value, pc: u32, shape: IfConv) -> TResult<()> {
+        self.count_arms(cond, pc, shape);
+        let (taken, fallthrough) = self.arm_values(pc, shape)?;
         for r in 0..10 {
             let v = if taken[r] == fallthrough[r] {
                 taken[r]

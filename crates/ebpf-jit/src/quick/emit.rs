@@ -687,6 +687,8 @@ impl Emitter<'_> {
     }
 
     /// Updates what is [`Known`] after `insn` (whose `lddw` tail is `tail`) ran.
+    // One match over the instruction classes, a case per class (not split yet).
+    #[allow(clippy::too_many_lines)]
     fn learn(&mut self, insn: &Insn, tail: Option<&Insn>) {
         let dst = usize::from(insn.dst);
         let by_reg = insn.opc & SRC_X != 0;
@@ -1046,6 +1048,8 @@ impl Emitter<'_> {
     // ---- the shared tail -----------------------------------------------------------------
 
     /// Emits the stubs and shared exits, then patches every displacement.
+    // Emits the stubs and exits, then patches the displacements they fix (not split yet).
+    #[allow(clippy::too_many_lines)]
     fn finish(mut self) -> EResult<Emitted> {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
         let mut to_mem_trap = Vec::new();

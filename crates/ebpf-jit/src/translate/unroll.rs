@@ -171,7 +171,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// The value of an affine form of the header's registers (`regs`, and r10).
-    fn eval_form(&mut self, (coef, k): ([i64; 11], i64), regs: &[Value; 10]) -> Value {
+    pub(super) fn eval_form(&mut self, (coef, k): ([i64; 11], i64), regs: &[Value; 10]) -> Value {
         let b = &mut self.b;
         let mut v = b.ins().iconst(types::I64, k);
         for (r, &c) in coef.iter().enumerate() {
