@@ -431,62 +431,85 @@ struct LoopCopy {
     group: Option<unroll::GroupCopy>,
 }
 
-impl<'a, 'f> Translator<'a, 'f> {
-    // Creates every block, variable and loop copy of one function: the translator's fields
-    // (not split yet).
-    #[allow(clippy::too_many_lines)]
-    fn new(
-        module: &mut JITModule,
-        mut b: FunctionBuilder<'f>,
-        env: &ProgramEnv<'a>,
-        plan: &'a FunctionPlan,
+/// The memory flags of a function's loads and stores: context, region table (movable
+/// when no helper can remap a region during the run) and program memory.
+fn mem_flags(b: &mut FunctionBuilder<'_>, env: &ProgramEnv<'_>) -> Flags {
+    let mut region = |id: u32, what: &'static str| {
+        Some(b.func.dfg.alias_regions.insert(AliasRegionData {
+            user_id: id,
+            description: what.into(),
+        }))
+    };
+    let (ctx_r, table_r, heap_r) = (
+        region(1, "context"),
+        region(2, "region table"),
+        region(3, "program memory"),
+    );
+    let mut table = MemFlagsData::trusted().with_alias_region(table_r);
+    if !env.calls_helpers {
+        // Without helpers nothing can remap a region during the run, so row loads
+        // may be hoisted out of loops. They are always in bounds of the table.
+        table = table.with_readonly().with_can_move();
+    }
+    let heap = MemFlagsData::new()
+        .with_notrap()
+        .with_endianness(Endianness::Little)
+        .with_alias_region(heap_r);
+    Flags {
+        ctx: MemFlagsData::trusted().with_alias_region(ctx_r),
+        table,
+        heap,
+        heap_aligned: heap.with_aligned(),
+    }
+}
+
+/// The helper-call signature, and the function references of every local call target
+/// of `plan`.
+fn declare_callees(
+    module: &mut JITModule,
+    b: &mut FunctionBuilder<'_>,
+    env: &ProgramEnv<'_>,
+    plan: &FunctionPlan,
+) -> (SigRef, BTreeMap<u32, FuncRef>) {
+    let mut helper = Signature::new(env.call_conv);
+    helper.params.extend([AbiParam::new(types::I64); 7]);
+    helper.returns.push(AbiParam::new(types::I64));
+    let helper_sig = b.import_signature(helper);
+    let mut callees = BTreeMap::new();
+    for &pc in &plan.pcs {
+        let insn = &env.insns[pc as usize];
+        if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
+            let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
+            let id = env.callee_ids[&target];
+            callees
+                .entry(target)
+                .or_insert_with(|| module.declare_func_in_func(id, b.func));
+        }
+    }
+    (helper_sig, callees)
+}
+
+/// What the entry block sets up: the context, the registers, the fuel slice and the
+/// frame pointer with its host address.
+struct EntryState {
+    ctx: Value,
+    uses: RegUse,
+    fuel_left: Variable,
+    regs: [Variable; 10],
+    fp: Value,
+    fp_host: Value,
+    stack_delta: Value,
+}
+
+impl EntryState {
+    /// Creates the entry block and loads the context's state into values and variables.
+    fn build(
+        b: &mut FunctionBuilder<'_>,
+        env: &ProgramEnv<'_>,
+        plan: &FunctionPlan,
         entry_kind: Entry,
-    ) -> Self {
-        let mut region = |id: u32, what: &'static str| {
-            Some(b.func.dfg.alias_regions.insert(AliasRegionData {
-                user_id: id,
-                description: what.into(),
-            }))
-        };
-        let (ctx_r, table_r, heap_r) = (
-            region(1, "context"),
-            region(2, "region table"),
-            region(3, "program memory"),
-        );
-        let mut table = MemFlagsData::trusted().with_alias_region(table_r);
-        if !env.calls_helpers {
-            // Without helpers nothing can remap a region during the run, so row loads
-            // may be hoisted out of loops. They are always in bounds of the table.
-            table = table.with_readonly().with_can_move();
-        }
-        let heap = MemFlagsData::new()
-            .with_notrap()
-            .with_endianness(Endianness::Little)
-            .with_alias_region(heap_r);
-        let flags = Flags {
-            ctx: MemFlagsData::trusted().with_alias_region(ctx_r),
-            table,
-            heap,
-            heap_aligned: heap.with_aligned(),
-        };
-
-        let mut helper = Signature::new(env.call_conv);
-        helper.params.extend([AbiParam::new(types::I64); 7]);
-        helper.returns.push(AbiParam::new(types::I64));
-        let helper_sig = b.import_signature(helper);
-        let mut callees = BTreeMap::new();
-        for &pc in &plan.pcs {
-            let insn = &env.insns[pc as usize];
-            if insn.opc == OP_CALL && insn.src == CALL_SRC_LOCAL {
-                let target = (i64::from(pc) + i64::from(insn.imm) + 1) as u32;
-                let id = env.callee_ids[&target];
-                callees
-                    .entry(target)
-                    .or_insert_with(|| module.declare_func_in_func(id, b.func));
-            }
-        }
-
-        // The entry block loads the context's state into values and variables.
+        flags: &Flags,
+    ) -> EntryState {
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
@@ -507,21 +530,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             Entry::Call => params[1],
         };
         b.def_var(fuel_left, left);
-        // The entry's r0 and r6-r9 start at 0; a callee's registers are its arguments.
-        let mut passed = [None; 10];
-        let mut fp_param = None;
-        if entry_kind == Entry::Call {
-            let abi = &env.abis[&plan.start];
-            let mut next = 2;
-            if abi.fp {
-                fp_param = Some(params[next]);
-                next += 1;
-            }
-            for &r in &abi.params {
-                passed[usize::from(r)] = Some(params[next]);
-                next += 1;
-            }
-        }
+        let (passed, fp_param) = passed_params(env, plan, entry_kind, &params);
         let regs: [Variable; 10] = std::array::from_fn(|r| {
             let var = b.declare_var(types::I64);
             let v = match (entry_kind, passed[r]) {
@@ -534,104 +543,186 @@ impl<'a, 'f> Translator<'a, 'f> {
             b.def_var(var, v);
             var
         });
-        // The entry's r10 is the top of the stack (`runtime::execute` is handed it by
-        // `RunMemory::with_mapped`): a constant, so stack addresses are the stack's base
-        // plus constants, one live value rather than two.
-        let (fp, fp_off) = if let Some(fp) = fp_param {
-            (fp, b.ins().band_imm_s(fp, 0xffff_ffff))
-        } else {
-            let top = RegionIdx::STACK.vaddr(STACK_SIZE as u32);
-            (
-                b.ins().iconst(types::I64, top as i64),
-                b.ins().iconst(types::I64, STACK_SIZE as i64),
-            )
-        };
-        let stack_base = if uses.memory || entry_kind == Entry::Run {
-            let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
-            let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
-            b.ins().load(
-                types::I64,
-                flags.table,
-                regions,
-                stack_row + RegionEntry::OFFSET_BASE,
-            )
-        } else {
-            b.ins().iconst(types::I64, 0)
-        };
-        let fp_host = b.ins().iadd(stack_base, fp_off);
-        let stack_delta = b.ins().iadd_imm_s(
-            stack_base,
-            (RegionIdx::STACK.vaddr(0) as i64).wrapping_neg(),
+        let (fp, fp_host, stack_delta) = frame(
+            b,
+            flags,
+            ctx,
+            fp_param,
+            uses.memory || entry_kind == Entry::Run,
         );
+        EntryState {
+            ctx,
+            uses,
+            fuel_left,
+            regs,
+            fp,
+            fp_host,
+            stack_delta,
+        }
+    }
+}
 
+/// The entry's r0 and r6-r9 start at 0; a callee's registers are its arguments (after
+/// the context, the fuel slice and, when it takes one, the frame pointer).
+fn passed_params(
+    env: &ProgramEnv<'_>,
+    plan: &FunctionPlan,
+    entry_kind: Entry,
+    params: &[Value],
+) -> ([Option<Value>; 10], Option<Value>) {
+    let mut passed = [None; 10];
+    let mut fp_param = None;
+    if entry_kind == Entry::Call {
+        let abi = &env.abis[&plan.start];
+        let mut next = 2;
+        if abi.fp {
+            fp_param = Some(params[next]);
+            next += 1;
+        }
+        for &r in &abi.params {
+            passed[usize::from(r)] = Some(params[next]);
+            next += 1;
+        }
+    }
+    (passed, fp_param)
+}
+
+/// The frame pointer, its host address and the stack's host-minus-virtual delta. The
+/// entry's r10 is the top of the stack (`runtime::execute` is handed it by
+/// `RunMemory::with_mapped`): a constant, so stack addresses are the stack's base plus
+/// constants, one live value rather than two.
+fn frame(
+    b: &mut FunctionBuilder<'_>,
+    flags: &Flags,
+    ctx: Value,
+    fp_param: Option<Value>,
+    load_stack_base: bool,
+) -> (Value, Value, Value) {
+    let (fp, fp_off) = if let Some(fp) = fp_param {
+        (fp, b.ins().band_imm_s(fp, 0xffff_ffff))
+    } else {
+        let top = RegionIdx::STACK.vaddr(STACK_SIZE as u32);
+        (
+            b.ins().iconst(types::I64, top as i64),
+            b.ins().iconst(types::I64, STACK_SIZE as i64),
+        )
+    };
+    let stack_base = if load_stack_base {
+        let regions = b.ins().load(types::I64, flags.ctx, ctx, offsets::REGIONS);
+        let stack_row = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
+        b.ins().load(
+            types::I64,
+            flags.table,
+            regions,
+            stack_row + RegionEntry::OFFSET_BASE,
+        )
+    } else {
+        b.ins().iconst(types::I64, 0)
+    };
+    let fp_host = b.ins().iadd(stack_base, fp_off);
+    let stack_delta = b.ins().iadd_imm_s(
+        stack_base,
+        (RegionIdx::STACK.vaddr(0) as i64).wrapping_neg(),
+    );
+    (fp, fp_host, stack_delta)
+}
+
+/// A block for every leader of `plan` (cold where the plan says so).
+fn leader_blocks(b: &mut FunctionBuilder<'_>, plan: &FunctionPlan) -> BTreeMap<u32, Block> {
+    let mut blocks = BTreeMap::new();
+    for &leader in &plan.leaders {
+        let block = b.create_block();
+        if plan.cold.contains(&leader) {
+            b.set_cold_block(block);
+        }
+        blocks.insert(leader, block);
+    }
+    blocks
+}
+
+/// The versioned loops of `plan`, each with its unchecked copy's blocks and variables,
+/// and the loop each body slot belongs to. The counting variant versions loops too: an
+/// iteration runs in one copy or the other, and both copies bump the same counters (see
+/// `count`).
+fn loop_copies(
+    b: &mut FunctionBuilder<'_>,
+    env: &ProgramEnv<'_>,
+    plan: &FunctionPlan,
+    blocks: &BTreeMap<u32, Block>,
+) -> (Vec<LoopCopy>, BTreeMap<u32, usize>) {
+    let mut loop_copies = Vec::new();
+    let mut loop_at = BTreeMap::new();
+    for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
+        for &pc in &l.body {
+            loop_at.insert(pc, loop_copies.len());
+        }
+        let mut unchecked = BTreeMap::new();
+        for &pc in &l.body {
+            if blocks.contains_key(&pc) {
+                let block = b.create_block();
+                if plan.cold.contains(&pc) {
+                    b.set_cold_block(block);
+                }
+                unchecked.insert(pc, block);
+            }
+        }
+        let group = unroll::GroupCopy::new(b, &l, blocks, plan, env.blocks.is_some());
+        let cost = loops::iteration_cost(env.insns, plan, &l).filter(|_| group.is_none());
+        let reguard = cost.map(|_| {
+            let block = b.create_block();
+            b.set_cold_block(block);
+            block
+        });
+        let limit = cost.map(|_| b.declare_var(types::I64));
+        let deltas = l
+            .accesses
+            .iter()
+            .map(|a| (a.pc, b.declare_var(types::I64)))
+            .collect();
+        loop_copies.push(LoopCopy {
+            header: l.header,
+            body: l.body,
+            accesses: l.accesses,
+            narrow: l.narrow,
+            checked_head: b.create_block(),
+            unchecked,
+            latch: b.create_block(),
+            leave: b.create_block(),
+            exits: BTreeMap::new(),
+            counter: b.declare_var(types::I64),
+            cost,
+            limit,
+            reguard,
+            deltas,
+            group,
+        });
+    }
+    (loop_copies, loop_at)
+}
+
+impl<'a, 'f> Translator<'a, 'f> {
+    /// Creates every block, variable and loop copy of one function: the translator's
+    /// fields.
+    fn new(
+        module: &mut JITModule,
+        mut b: FunctionBuilder<'f>,
+        env: &ProgramEnv<'a>,
+        plan: &'a FunctionPlan,
+        entry_kind: Entry,
+    ) -> Self {
+        let flags = mem_flags(&mut b, env);
+        let (helper_sig, callees) = declare_callees(module, &mut b, env, plan);
+        let start = EntryState::build(&mut b, env, plan, entry_kind, &flags);
         let counters = env
             .blocks
             .map(|m| Counters::new(&mut b, m, env.insns, plan));
-
-        let mut blocks = BTreeMap::new();
-        for &leader in &plan.leaders {
-            let block = b.create_block();
-            if plan.cold.contains(&leader) {
-                b.set_cold_block(block);
-            }
-            blocks.insert(leader, block);
-        }
+        let blocks = leader_blocks(&mut b, plan);
         let caches = [(); 2].map(|()| CacheVars {
             neg_lo: b.declare_var(types::I64),
             limit: b.declare_var(types::I64),
             delta: b.declare_var(types::I64),
         });
-
-        let mut loop_copies = Vec::new();
-        let mut loop_at = BTreeMap::new();
-        // The counting variant versions loops too: an iteration runs in one copy or the
-        // other, and both copies bump the same counters (see `count`).
-        for l in loops::plan_loops(env.insns, plan, !env.calls_helpers) {
-            for &pc in &l.body {
-                loop_at.insert(pc, loop_copies.len());
-            }
-            let mut unchecked = BTreeMap::new();
-            for &pc in &l.body {
-                if blocks.contains_key(&pc) {
-                    let block = b.create_block();
-                    if plan.cold.contains(&pc) {
-                        b.set_cold_block(block);
-                    }
-                    unchecked.insert(pc, block);
-                }
-            }
-            let group = unroll::GroupCopy::new(&mut b, &l, &blocks, plan, env.blocks.is_some());
-            let cost = loops::iteration_cost(env.insns, plan, &l).filter(|_| group.is_none());
-            let reguard = cost.map(|_| {
-                let block = b.create_block();
-                b.set_cold_block(block);
-                block
-            });
-            let limit = cost.map(|_| b.declare_var(types::I64));
-            let deltas = l
-                .accesses
-                .iter()
-                .map(|a| (a.pc, b.declare_var(types::I64)))
-                .collect();
-            loop_copies.push(LoopCopy {
-                header: l.header,
-                body: l.body,
-                accesses: l.accesses,
-                narrow: l.narrow,
-                checked_head: b.create_block(),
-                unchecked,
-                latch: b.create_block(),
-                leave: b.create_block(),
-                exits: BTreeMap::new(),
-                counter: b.declare_var(types::I64),
-                cost,
-                limit,
-                reguard,
-                deltas,
-                group,
-            });
-        }
-
+        let (loop_copies, loop_at) = loop_copies(&mut b, env, plan, &blocks);
         let trap_exit = b.create_block();
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
@@ -643,25 +734,25 @@ impl<'a, 'f> Translator<'a, 'f> {
             plan,
             flags,
             blocks,
-            regs,
-            fuel_left,
-            ctx,
-            fp,
-            fp_host,
+            regs: start.regs,
+            fuel_left: start.fuel_left,
+            ctx: start.ctx,
+            fp: start.fp,
+            fp_host: start.fp_host,
             caches,
             pointers: BTreeMap::from([(
-                fp,
+                start.fp,
                 PtrFact {
                     anchor: Anchor::Frame,
                     lo: 0,
                     hi: 0,
-                    host: fp_host,
+                    host: start.fp_host,
                 },
             )]),
             globals: env.globals,
             stack_derived: BTreeSet::new(),
             bounds: BTreeMap::new(),
-            stack_delta,
+            stack_delta: start.stack_delta,
             trap_exit,
             propagate,
             helper_sig,
@@ -676,7 +767,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             unchecked: false,
             group: None,
             entry: entry_kind,
-            uses,
+            uses: start.uses,
             abis: env.abis,
             plans: env.plans,
             inline_exit: None,
