@@ -94,55 +94,40 @@ const OUTSIDE: u32 = u32::MAX;
 
 /// The counter classes of a function (see the module doc), ordered by head slot, each
 /// class's members by leader slot. Every canonical leader among the function's reachable
-/// slots is in exactly one class.
-// Three passes (blocks, parents, heads) over tables they share (not split yet).
-#[allow(clippy::too_many_lines)]
+/// slots is in exactly one class. Three passes over shared tables: the blocks and their
+/// edges, each block's parent in its class, then each member's head and slot ranges.
 pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<Class> {
-    let all = blocks.leaders();
-    let pcs = &f.pcs;
-    let mut nodes: HashMap<u32, Node> = HashMap::new();
-    let leaders: Vec<u32> = pcs
+    let leaders: Vec<u32> = f
+        .pcs
         .iter()
         .copied()
         .filter(|&pc| blocks.block_at(pc).is_some())
         .collect();
-    for &l in &leaders {
+    let nodes = graph(insns, blocks, f, &leaders);
+    let parent = parents(&nodes, &leaders);
+    let (before, head_of) = heads(&nodes, &parent, &leaders);
+    classes(blocks, &leaders, &before, &head_of)
+}
+
+/// The block of each leader with its successors and predecessors (the function entry's
+/// predecessor is [`OUTSIDE`]).
+fn graph(
+    insns: &[Insn],
+    blocks: &BlockMap,
+    f: &FunctionPlan,
+    leaders: &[u32],
+) -> HashMap<u32, Node> {
+    let all = blocks.leaders();
+    let pcs = &f.pcs;
+    let mut nodes: HashMap<u32, Node> = HashMap::new();
+    for &l in leaders {
         let end = all
             .get(all.partition_point(|&x| x <= l))
             .copied()
             .unwrap_or(insns.len() as u32);
         // The block's last instruction: the last reachable slot before `end`.
         let last = pcs[pcs.partition_point(|&x| x < end) - 1];
-        let insn = &insns[last as usize];
-        let next = if insn.opc == OP_LDDW {
-            last + 2
-        } else {
-            last + 1
-        };
-        let mut succs = Vec::new();
-        let mut local_call = false;
-        if matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
-            let is32 = insn.class() == CLASS_JMP32;
-            match insn.opc & 0xf0 {
-                JMP_EXIT if !is32 => {}
-                JMP_CALL if !is32 => {
-                    local_call = insn.src == CALL_SRC_LOCAL && insn.opc & SRC_X == 0;
-                    succs.push(next);
-                }
-                JMP_JA => {
-                    let rel = if is32 { insn.imm } else { i32::from(insn.off) };
-                    succs.push((i64::from(last) + i64::from(rel) + 1) as u32);
-                }
-                _ => {
-                    succs.push((i64::from(last) + i64::from(insn.off) + 1) as u32);
-                    succs.push(next);
-                }
-            }
-        } else {
-            succs.push(next);
-        }
-        succs.sort_unstable();
-        succs.dedup();
+        let (succs, local_call) = successors(&insns[last as usize], last);
         nodes.insert(
             l,
             Node {
@@ -158,7 +143,7 @@ pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<C
         .expect("a function's first slot leads a block")
         .preds
         .push(OUTSIDE);
-    for &l in &leaders {
+    for &l in leaders {
         for s in nodes[&l].succs.clone() {
             if let Some(n) = nodes.get_mut(&s) {
                 n.preds.push(l);
@@ -169,46 +154,49 @@ pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<C
         n.preds.sort_unstable();
         n.preds.dedup();
     }
+    nodes
+}
 
-    // Each block's parent in its class and the arms between them.
-    let mut parent: HashMap<u32, (u32, Vec<u32>)> = HashMap::new();
-    let only = |v: &[u32], x: u32| v.len() == 1 && v[0] == x;
-    let plain = |x: u32| x != OUTSIDE && !nodes[&x].local_call;
-    for &b in &leaders {
-        let preds = &nodes[&b].preds;
-        let found = match *preds.as_slice() {
-            [a] if plain(a) && only(&nodes[&a].succs, b) => Some((a, Vec::new())),
-            [p, q] if plain(p) && plain(q) => {
-                let arm_of = |h: u32, t: u32| {
-                    plain(h)
-                        && only(&nodes[&t].preds, h)
-                        && only(&nodes[&t].succs, b)
-                        && nodes[&h].succs.len() == 2
-                };
-                let (np, nq) = (&nodes[&p], &nodes[&q]);
-                if np.succs.contains(&q) && np.succs.contains(&b) && arm_of(p, q) {
-                    Some((p, vec![q]))
-                } else if nq.succs.contains(&p) && nq.succs.contains(&b) && arm_of(q, p) {
-                    Some((q, vec![p]))
-                } else if np.preds.len() == 1
-                    && nq.preds == np.preds
-                    && np.preds[0] != OUTSIDE
-                    && {
-                        let h = np.preds[0];
-                        let hs = &nodes[&h].succs;
-                        hs.len() == 2 && hs.contains(&p) && hs.contains(&q)
-                    }
-                    && arm_of(np.preds[0], p)
-                    && arm_of(np.preds[0], q)
-                {
-                    Some((np.preds[0], vec![p, q]))
-                } else {
-                    None
-                }
+/// The slots a block ending with `insn` at `last` goes to next (sorted, distinct), and
+/// whether that instruction is a local call.
+fn successors(insn: &Insn, last: u32) -> (Vec<u32>, bool) {
+    let next = if insn.opc == OP_LDDW {
+        last + 2
+    } else {
+        last + 1
+    };
+    let mut succs = Vec::new();
+    let mut local_call = false;
+    if matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
+        let is32 = insn.class() == CLASS_JMP32;
+        match insn.opc & 0xf0 {
+            JMP_EXIT if !is32 => {}
+            JMP_CALL if !is32 => {
+                local_call = insn.src == CALL_SRC_LOCAL && insn.opc & SRC_X == 0;
+                succs.push(next);
             }
-            _ => None,
-        };
-        if let Some((h, arms)) = found {
+            JMP_JA => {
+                let rel = if is32 { insn.imm } else { i32::from(insn.off) };
+                succs.push((i64::from(last) + i64::from(rel) + 1) as u32);
+            }
+            _ => {
+                succs.push((i64::from(last) + i64::from(insn.off) + 1) as u32);
+                succs.push(next);
+            }
+        }
+    } else {
+        succs.push(next);
+    }
+    succs.sort_unstable();
+    succs.dedup();
+    (succs, local_call)
+}
+
+/// Each block's parent in its class and the arms between them.
+fn parents(nodes: &HashMap<u32, Node>, leaders: &[u32]) -> HashMap<u32, (u32, Vec<u32>)> {
+    let mut parent: HashMap<u32, (u32, Vec<u32>)> = HashMap::new();
+    for &b in leaders {
+        if let Some((h, arms)) = parent_of(nodes, b) {
             // No cycles: `b` must not be an ancestor of its would-be parent.
             let mut at = h;
             let mut cycle = at == b;
@@ -224,11 +212,61 @@ pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<C
             }
         }
     }
+    parent
+}
 
-    // Heads, and each member's slot ranges before it (memoized along the parent links).
+/// The would-be parent of block `b` and the arms between them: its one plain
+/// predecessor that goes only to it, or the head of an if (one arm) or an if-else (two
+/// arms) that joins at it.
+fn parent_of(nodes: &HashMap<u32, Node>, b: u32) -> Option<(u32, Vec<u32>)> {
+    let only = |v: &[u32], x: u32| v.len() == 1 && v[0] == x;
+    let plain = |x: u32| x != OUTSIDE && !nodes[&x].local_call;
+    match *nodes[&b].preds.as_slice() {
+        [a] if plain(a) && only(&nodes[&a].succs, b) => Some((a, Vec::new())),
+        [p, q] if plain(p) && plain(q) => {
+            let arm_of = |h: u32, t: u32| {
+                plain(h)
+                    && only(&nodes[&t].preds, h)
+                    && only(&nodes[&t].succs, b)
+                    && nodes[&h].succs.len() == 2
+            };
+            let (np, nq) = (&nodes[&p], &nodes[&q]);
+            if np.succs.contains(&q) && np.succs.contains(&b) && arm_of(p, q) {
+                Some((p, vec![q]))
+            } else if nq.succs.contains(&p) && nq.succs.contains(&b) && arm_of(q, p) {
+                Some((q, vec![p]))
+            } else if np.preds.len() == 1
+                && nq.preds == np.preds
+                && np.preds[0] != OUTSIDE
+                && {
+                    let h = np.preds[0];
+                    let hs = &nodes[&h].succs;
+                    hs.len() == 2 && hs.contains(&p) && hs.contains(&q)
+                }
+                && arm_of(np.preds[0], p)
+                && arm_of(np.preds[0], q)
+            {
+                Some((np.preds[0], vec![p, q]))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Each member's slot ranges before it, and its head.
+type Heads = (HashMap<u32, Vec<(u32, u32)>>, HashMap<u32, u32>);
+
+/// Heads, and each member's slot ranges before it (memoized along the parent links).
+fn heads(
+    nodes: &HashMap<u32, Node>,
+    parent: &HashMap<u32, (u32, Vec<u32>)>,
+    leaders: &[u32],
+) -> Heads {
     let mut before: HashMap<u32, Vec<(u32, u32)>> = HashMap::new();
     let mut head_of: HashMap<u32, u32> = HashMap::new();
-    for &b in &leaders {
+    for &b in leaders {
         let mut path = vec![b];
         while let Some((up, _)) = parent.get(path.last().expect("non-empty")) {
             if before.contains_key(up) {
@@ -252,10 +290,19 @@ pub(crate) fn plan(insns: &[Insn], blocks: &BlockMap, f: &FunctionPlan) -> Vec<C
             head_of.insert(m, head_of[up]);
         }
     }
+    (before, head_of)
+}
 
+/// The classes: members grouped by head, the head first, classes ordered by head slot.
+fn classes(
+    blocks: &BlockMap,
+    leaders: &[u32],
+    before: &HashMap<u32, Vec<(u32, u32)>>,
+    head_of: &HashMap<u32, u32>,
+) -> Vec<Class> {
     let mut classes: Vec<Class> = Vec::new();
     let mut index: HashMap<u32, usize> = HashMap::new();
-    for &b in &leaders {
+    for &b in leaders {
         let head = head_of[&b];
         let member = Member {
             leader: b,
