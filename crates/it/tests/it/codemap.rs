@@ -242,7 +242,9 @@ fn check_codemap(doc: &str, root: &Path) -> Vec<String> {
     problems
 }
 
-/// The variants of `enum NAME` in `file`, as command words (`Vm` -> `vm`).
+/// The variants of `enum NAME` in `file`, as command words (`Vm` -> `vm`); a variant
+/// under `#[command(flatten)]` adds its enum's commands, not one of its own (the hidden
+/// old spellings).
 fn subcommands(file: &Path, name: &str) -> Vec<String> {
     let text = fs::read_to_string(file).expect("source is readable");
     let start = text
@@ -250,9 +252,12 @@ fn subcommands(file: &Path, name: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("{} has no enum {name}", file.display()));
     let body = &text[start..];
     let body = &body[..body.find("\n}").expect("the enum ends")];
+    let mut flattened = false;
     body.lines()
         .filter_map(|l| {
-            let l = l.strip_prefix("    ")?;
+            let after_flatten =
+                std::mem::replace(&mut flattened, l.trim() == "#[command(flatten)]");
+            let l = l.strip_prefix("    ").filter(|_| !after_flatten)?;
             let variant: String = l
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric())

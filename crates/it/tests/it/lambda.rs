@@ -685,8 +685,7 @@ fn footprint(dev: &csx_host::Device) -> (u64, usize) {
 fn a_failed_stopped_or_panicking_run_leaves_nothing_on_the_device() {
     crate::run(crate::EMBEDDED, |f| {
         let dev = f.dev();
-        dev.put_bytes("/lambda/left", &seeded(8192, 5))
-            .unwrap();
+        dev.put_bytes("/lambda/left", &seeded(8192, 5)).unwrap();
         let before = footprint(dev);
         {
             let io = LambdaIo::new(dev, &options()).unwrap();
