@@ -434,8 +434,8 @@ mod tests {
     use super::*;
     use crate::LinkModel;
 
-    #[test]
-    fn every_uri_form_opens_and_an_array_serves_its_files() {
+    /// A fresh array of two small embedded members, in a temporary directory.
+    fn two_member_array() -> (tempfile::TempDir, std::path::PathBuf) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("arr");
         let cfg = csx_host::transport::inproc::DeviceConfig {
@@ -447,6 +447,12 @@ mod tests {
             .unwrap()
             .close()
             .unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn every_uri_form_opens_and_an_array_serves_its_files() {
+        let (tmp, dir) = two_member_array();
         let uri = format!("array:{}", dir.display());
         let dev = open(&uri).unwrap();
         assert_eq!(dev.uri(), &DeviceUri::Array(dir.clone()));
@@ -495,17 +501,7 @@ mod tests {
 
     #[test]
     fn a_file_being_written_lives_on_a_member_until_named() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("arr");
-        let cfg = csx_host::transport::inproc::DeviceConfig {
-            nvm_size_bytes: 8 << 20,
-            slm_size_bytes: 1 << 20,
-            ..Default::default()
-        };
-        Array::init_embedded(&dir, 2, cfg, LinkModel::default())
-            .unwrap()
-            .close()
-            .unwrap();
+        let (_tmp, dir) = two_member_array();
         let uri = format!("array:{}", dir.display());
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 249) as u8).collect();
         // Written in place and flushed: named at the flush, read back whole.

@@ -309,16 +309,18 @@ pub(crate) fn check(
     );
 }
 
+/// The number in environment variable `name`, else `default`.
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 #[test]
 fn kill_campaign_keeps_every_acknowledged_byte() {
-    let points: u64 = std::env::var("CSX_CAMPAIGN_POINTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
-    let seed: u64 = std::env::var("CSX_CAMPAIGN_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5EED);
+    let points = env_u64("CSX_CAMPAIGN_POINTS", 32);
+    let seed = env_u64("CSX_CAMPAIGN_SEED", 0x5EED);
     let dir = fresh_device();
     let state = dir.path().join("dev");
     let log = dir.path().join("undo.log");

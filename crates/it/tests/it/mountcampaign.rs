@@ -198,14 +198,8 @@ fn crash_and_restart(
 
 #[test]
 fn mount_kill_campaign_keeps_every_acknowledged_byte() {
-    let points: u64 = std::env::var("CSX_MOUNT_CAMPAIGN_POINTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
-    let seed: u64 = std::env::var("CSX_CAMPAIGN_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5EED);
+    let points = crate::campaign::env_u64("CSX_MOUNT_CAMPAIGN_POINTS", 12);
+    let seed = crate::campaign::env_u64("CSX_CAMPAIGN_SEED", 0x5EED);
     let dir = fresh_device();
     let state = dir.path().join("dev");
     let log = dir.path().join("undo.log");
