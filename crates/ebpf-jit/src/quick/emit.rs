@@ -1048,9 +1048,34 @@ impl Emitter<'_> {
     // ---- the shared tail -----------------------------------------------------------------
 
     /// Emits the stubs and shared exits, then patches every displacement.
-    // Emits the stubs and exits, then patches the displacements they fix (not split yet).
-    #[allow(clippy::too_many_lines)]
     fn finish(mut self) -> EResult<Emitted> {
+        let (stub_pos, to_mem_trap, mut to_set_trap) = self.emit_stubs();
+        let refill = self.emit_refill(&mut to_set_trap);
+        let (unwind, exit) = self.emit_exits(to_mem_trap, to_set_trap);
+        for (at, target, pc) in std::mem::take(&mut self.fixups) {
+            let dest = match target {
+                Target::Slot(t) => match self.slot_pos[t as usize] {
+                    usize::MAX => {
+                        return Err(EmitError::BadTarget {
+                            pc,
+                            target: i64::from(t),
+                        })
+                    }
+                    p => p,
+                },
+                Target::Stub(n) => stub_pos[n],
+                Target::Refill => refill,
+                Target::Exit => exit,
+                Target::Unwind => unwind,
+            };
+            self.a.patch_rel32(at, dest);
+        }
+        Ok(Emitted { code: self.a.buf })
+    }
+
+    /// Emits every stub: their positions, and the jumps still to bind to the memory-trap
+    /// and the set-trap paths.
+    fn emit_stubs(&mut self) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
         let mut to_mem_trap = Vec::new();
         let mut to_set_trap = Vec::new();
@@ -1083,13 +1108,17 @@ impl Emitter<'_> {
                 }
             }
         }
-        // The refill routine, called by a stub with r10 = pc after the charge left the
-        // slice short: the slice then holds `slice - cost` wrapped, so adding the
-        // reserve carries exactly when all the fuel left pays for the charge, and the
-        // sum is what is left after it. On a trap neither field changes (the fuel used,
-        // budget minus both, includes the charge) and the routine drops its return
-        // address and the stub's two saved registers before leaving through the trap
-        // path.
+        (stub_pos, to_mem_trap, to_set_trap)
+    }
+
+    /// Emits the refill routine and returns its position; its fuel and stop traps join
+    /// `to_set_trap`. A stub calls it with r10 = pc after the charge left the slice
+    /// short: the slice then holds `slice - cost` wrapped, so adding the reserve carries
+    /// exactly when all the fuel left pays for the charge, and the sum is what is left
+    /// after it. On a trap neither field changes (the fuel used, budget minus both,
+    /// includes the charge) and the routine drops its return address and the stub's two
+    /// saved registers before leaving through the trap path.
+    fn emit_refill(&mut self, to_set_trap: &mut Vec<usize>) -> usize {
         let refill = self.a.pos();
         let a = &mut self.a;
         a.mov_rm(R11, mem(CTX, offsets::FUEL_USED));
@@ -1116,7 +1145,12 @@ impl Emitter<'_> {
             a.mov_imm(R9, code as u64);
             to_set_trap.push(a.jmp_rel32());
         }
+        refill
+    }
 
+    /// Emits the trap paths and the two exits (trap unwind, normal exit) with their
+    /// epilogues; returns the unwind's and the exit's positions.
+    fn emit_exits(&mut self, to_mem_trap: Vec<usize>, to_set_trap: Vec<usize>) -> (usize, usize) {
         let a = &mut self.a;
         // Memory traps: r11 = address, r9 = size and write flag, r10 = pc.
         for at in to_mem_trap {
@@ -1156,26 +1190,7 @@ impl Emitter<'_> {
             self.a.pop(*r);
         }
         self.a.ret();
-
-        for (at, target, pc) in std::mem::take(&mut self.fixups) {
-            let dest = match target {
-                Target::Slot(t) => match self.slot_pos[t as usize] {
-                    usize::MAX => {
-                        return Err(EmitError::BadTarget {
-                            pc,
-                            target: i64::from(t),
-                        })
-                    }
-                    p => p,
-                },
-                Target::Stub(n) => stub_pos[n],
-                Target::Refill => refill,
-                Target::Exit => exit,
-                Target::Unwind => unwind,
-            };
-            self.a.patch_rel32(at, dest);
-        }
-        Ok(Emitted { code: self.a.buf })
+        (unwind, exit)
     }
 
     /// Compares rsp with the entry frame's: equal in the entry frame. (Not rbp against
