@@ -687,92 +687,18 @@ impl Emitter<'_> {
     }
 
     /// Updates what is [`Known`] after `insn` (whose `lddw` tail is `tail`) ran.
-    // One match over the instruction classes, a case per class (not split yet).
-    #[allow(clippy::too_many_lines)]
     fn learn(&mut self, insn: &Insn, tail: Option<&Insn>) {
         let dst = usize::from(insn.dst);
-        let by_reg = insn.opc & SRC_X != 0;
         let op = insn.opc & 0xf0;
-        let get = |k: &[Known; 10], r: u8| k.get(usize::from(r)).copied().unwrap_or(Known::NOTHING);
         let new = match insn.class() {
             // A byte swap's result may be 64 bits wide in either class.
             CLASS_ALU64 | CLASS_ALU if op == ALU_END => Known::NOTHING,
-            CLASS_ALU64 | CLASS_ALU => {
-                let wide = insn.class() == CLASS_ALU64;
-                let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
-                let d = get(&self.known, insn.dst);
-                let s = get(&self.known, insn.src);
-                let imm = if wide {
-                    i64::from(insn.imm) as u64
-                } else {
-                    u64::from(insn.imm as u32)
-                };
-                let bits = if wide { 64 } else { 32 };
-                let bd = d.bound.min(width);
-                let bound = match (op, by_reg) {
-                    (ALU_AND, false) => bd.min(imm),
-                    (ALU_AND, true) => bd.min(s.bound),
-                    // Every bit set in either operand, at most.
-                    (ALU_OR | ALU_XOR, _) => {
-                        let bs = if by_reg { s.bound.min(width) } else { imm };
-                        match bd | bs {
-                            0 => 0,
-                            x => u64::MAX >> x.leading_zeros(),
-                        }
-                    }
-                    (ALU_RSH, false) => bd >> (imm % bits),
-                    (ALU_LSH, false) => {
-                        let k = (imm % bits) as u32;
-                        if bd.leading_zeros() >= k + (64 - bits as u32) {
-                            bd << k
-                        } else {
-                            width
-                        }
-                    }
-                    (ALU_MOV, false) => imm,
-                    (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
-                    _ => width,
-                };
-                let global = match (wide, op, by_reg) {
-                    (true, ALU_MOV, true) if insn.off == 0 => s.global,
-                    (true, ALU_ADD | ALU_SUB, false) => d.global.and_then(|(n, lo, hi)| {
-                        let k = i64::from(insn.imm);
-                        let k = if op == ALU_ADD { k } else { -k };
-                        let (lo, hi) = (lo + k, hi + k);
-                        (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
-                            .then_some((n, lo, hi))
-                    }),
-                    (true, ALU_ADD, true) => match (d.global, s.global) {
-                        (Some(g), None) => Some((g, s.bound)),
-                        (None, Some(g)) => Some((g, d.bound)),
-                        _ => None,
-                    }
-                    .and_then(|((n, lo, hi), index)| {
-                        let hi = i64::try_from(index).ok()?.checked_add(hi)?;
-                        (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
-                    }),
-                    _ => None,
-                };
-                Known { bound, global }
-            }
+            CLASS_ALU64 | CLASS_ALU => self.learn_alu(insn),
             CLASS_LD if insn.opc != OP_LDDW => {
                 self.known = [Known::NOTHING; 10];
                 return;
             }
-            CLASS_LD => {
-                let high = tail.map_or(0, |t| t.imm);
-                let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
-                let off = value & 0xffff_ffff;
-                let global = ((value >> 32) as u32)
-                    .checked_sub(RegionIdx::GLOBALS_FIRST.0)
-                    .map(|n| n as usize)
-                    .filter(|&n| self.globals.get(n).is_some_and(|g| off <= g.read_len))
-                    .map(|n| (n, off as i64, off as i64));
-                Known {
-                    bound: value,
-                    global,
-                }
-            }
+            CLASS_LD => self.learn_lddw(insn, tail),
             CLASS_LDX => Known {
                 bound: match (insn.opc & 0xe0, insn.opc & 0x18) {
                     (MODE_MEM, SIZE_B) => 0xff,
@@ -800,6 +726,86 @@ impl Emitter<'_> {
         };
         if let Some(k) = self.known.get_mut(dst) {
             *k = new;
+        }
+    }
+
+    /// What is [`Known`] of an ALU instruction's result (not a byte swap).
+    fn learn_alu(&self, insn: &Insn) -> Known {
+        let by_reg = insn.opc & SRC_X != 0;
+        let op = insn.opc & 0xf0;
+        let get = |k: &[Known; 10], r: u8| k.get(usize::from(r)).copied().unwrap_or(Known::NOTHING);
+        let wide = insn.class() == CLASS_ALU64;
+        let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
+        let d = get(&self.known, insn.dst);
+        let s = get(&self.known, insn.src);
+        let imm = if wide {
+            i64::from(insn.imm) as u64
+        } else {
+            u64::from(insn.imm as u32)
+        };
+        let bits = if wide { 64 } else { 32 };
+        let bd = d.bound.min(width);
+        let bound = match (op, by_reg) {
+            (ALU_AND, false) => bd.min(imm),
+            (ALU_AND, true) => bd.min(s.bound),
+            // Every bit set in either operand, at most.
+            (ALU_OR | ALU_XOR, _) => {
+                let bs = if by_reg { s.bound.min(width) } else { imm };
+                match bd | bs {
+                    0 => 0,
+                    x => u64::MAX >> x.leading_zeros(),
+                }
+            }
+            (ALU_RSH, false) => bd >> (imm % bits),
+            (ALU_LSH, false) => {
+                let k = (imm % bits) as u32;
+                if bd.leading_zeros() >= k + (64 - bits as u32) {
+                    bd << k
+                } else {
+                    width
+                }
+            }
+            (ALU_MOV, false) => imm,
+            (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
+            _ => width,
+        };
+        let global = match (wide, op, by_reg) {
+            (true, ALU_MOV, true) if insn.off == 0 => s.global,
+            (true, ALU_ADD | ALU_SUB, false) => d.global.and_then(|(n, lo, hi)| {
+                let k = i64::from(insn.imm);
+                let k = if op == ALU_ADD { k } else { -k };
+                let (lo, hi) = (lo + k, hi + k);
+                (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
+                    .then_some((n, lo, hi))
+            }),
+            (true, ALU_ADD, true) => match (d.global, s.global) {
+                (Some(g), None) => Some((g, s.bound)),
+                (None, Some(g)) => Some((g, d.bound)),
+                _ => None,
+            }
+            .and_then(|((n, lo, hi), index)| {
+                let hi = i64::try_from(index).ok()?.checked_add(hi)?;
+                (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+            }),
+            _ => None,
+        };
+        Known { bound, global }
+    }
+
+    /// What is [`Known`] of an `lddw`'s value (whose second slot is `tail`): the value
+    /// itself, and the global it points into when it is one's address.
+    fn learn_lddw(&self, insn: &Insn, tail: Option<&Insn>) -> Known {
+        let high = tail.map_or(0, |t| t.imm);
+        let value = u64::from(insn.imm as u32) | (u64::from(high as u32) << 32);
+        let off = value & 0xffff_ffff;
+        let global = ((value >> 32) as u32)
+            .checked_sub(RegionIdx::GLOBALS_FIRST.0)
+            .map(|n| n as usize)
+            .filter(|&n| self.globals.get(n).is_some_and(|g| off <= g.read_len))
+            .map(|n| (n, off as i64, off as i64));
+        Known {
+            bound: value,
+            global,
         }
     }
 
