@@ -584,18 +584,24 @@ mod tests {
         }
     }
 
+    /// `n` cold 1 MiB requests' choices, each profiled one recording `profiled`.
+    fn decide_cold(disp: &mut Dispatcher, k: &Key, n: usize, profiled: Sample) -> Vec<Choice> {
+        (0..n)
+            .map(|_| {
+                let c = disp.decide(k, 1 << 20, 0.0);
+                if c == Choice::Profile {
+                    disp.record(k, profiled);
+                }
+                c
+            })
+            .collect()
+    }
+
     #[test]
     fn profiles_first_k_of_every_period() {
         let mut disp = Dispatcher::new(10, 3).unwrap();
         let k = key(Direction::Read);
-        let mut choices = Vec::new();
-        for _ in 0..20 {
-            let c = disp.decide(&k, 1 << 20, 0.0);
-            if c == Choice::Profile {
-                disp.record(&k, sample(0.2, 0.001));
-            }
-            choices.push(c);
-        }
+        let choices = decide_cold(&mut disp, &k, 20, sample(0.2, 0.001));
         for (i, c) in choices.iter().enumerate() {
             assert_eq!(*c == Choice::Profile, i % 10 < 3, "request {i}: {c:?}");
         }
@@ -674,14 +680,7 @@ mod tests {
         // = 5.08 ns/B, the host twice as fast: one profiled request settles it.
         let mut disp = Dispatcher::new(20, 5).unwrap();
         let k = key(Direction::Read);
-        let mut choices = Vec::new();
-        for _ in 0..45 {
-            let c = disp.decide(&k, 1 << 20, 0.0);
-            if c == Choice::Profile {
-                disp.record(&k, sample(2.0, 0.001));
-            }
-            choices.push(c);
-        }
+        let choices = decide_cold(&mut disp, &k, 45, sample(2.0, 0.001));
         for (i, c) in choices.iter().enumerate() {
             let want = match i % 20 {
                 0 => Choice::Profile,
