@@ -60,8 +60,6 @@ struct State {
     /// Files being written, by path: pieces on a member until renamed into the
     /// catalog (or deleted).
     writing: HashMap<String, Pending>,
-    /// The last array file read whole, for a read in chunks.
-    read_cache: Option<(String, Vec<u8>)>,
     closed: bool,
 }
 
@@ -123,23 +121,19 @@ impl ArrayTransport {
                 Err(e) => failed(id, self.array.member_error(p.member, "file-read")(e)),
             };
         }
-        let whole = match &state.read_cache {
-            Some((p, data)) if *p == path => data.clone(),
-            _ => match self.array.get_bytes(&path) {
-                Ok(data) => {
-                    state.read_cache = Some((path.clone(), data.clone()));
-                    data
-                }
-                Err(e) => return failed(id, e),
-            },
-        };
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(whole.len());
-        let end = start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX));
-        let mut c = reply(id, Reply::Data(whole[start..end.min(whole.len())].to_vec()));
-        c.value = (end.min(whole.len()) - start) as u64;
-        c
+        let read = self
+            .array
+            .stat(&path)
+            .and_then(|entry| self.array.read_range(&entry, offset, len));
+        match read {
+            Ok(data) => {
+                let n = data.len() as u64;
+                let mut c = reply(id, Reply::Data(data));
+                c.value = n;
+                c
+            }
+            Err(e) => failed(id, e),
+        }
     }
 
     /// Writes into the file's piece on its member (entering the catalog at rename or
@@ -153,7 +147,6 @@ impl ArrayTransport {
         data: &[u8],
         mode: WriteMode,
     ) -> Completion {
-        state.read_cache = None;
         let mut p = match state.writing.get(&path) {
             Some(p) if mode != WriteMode::Truncate => *p,
             _ => match self.start_piece(state, &path, mode) {
@@ -312,7 +305,6 @@ impl ArrayTransport {
 
     /// A file being written is committed under its new name; an array file renamed.
     fn rename(&self, state: &mut State, id: CommandId, from: &str, to: &str) -> Completion {
-        state.read_cache = None;
         let result = match state.writing.remove(from) {
             Some(p) => self.commit(to, &p),
             None => self.array.rename(from, to),
@@ -321,7 +313,6 @@ impl ArrayTransport {
     }
 
     fn delete(&self, state: &mut State, id: CommandId, path: &str) -> Completion {
-        state.read_cache = None;
         if let Some(p) = state.writing.remove(path) {
             self.drop_piece(&p);
             return Completion::new(id, Status::Success);
