@@ -887,3 +887,75 @@ fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
     assert_eq!(st, CS_INVALID_ID);
     assert_eq!(csCloseCSx(h), CS_SUCCESS);
 }
+
+/// A daemon serving shm clients of every user maps device memory only into processes of
+/// its own user: `tests/c/map_probe.c`, run as `nobody` (this test runs as root, as CI
+/// does, and fails when it cannot switch user), is refused the mapping with
+/// CS_COULD_NOT_MAP_MEMORY and still gets memory it does not ask to map.
+#[test]
+fn another_user_is_refused_the_shm_mapping() {
+    use csx_server::{ListenAddr, Server, ServerConfig, ServerOptions};
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(
+        me, 0,
+        "this test switches to user nobody with runuser, which needs root (CI runs as root)"
+    );
+    let work = tempfile::tempdir().unwrap();
+    // nobody reaches the probe and its library through the work directory.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lib = work.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
+    let exe = work.path().join("map_probe");
+    run_tool(
+        Command::new("gcc")
+            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+            .arg(repo().join("sdk/include"))
+            .arg(repo().join("crates/capi/tests/c/map_probe.c"))
+            .arg("-L")
+            .arg(&lib)
+            .arg("-lcsx")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe),
+    );
+    let dir = device_dir(work.path());
+    let name = format!("csx-capi-other-user-{}", std::process::id());
+    let server = Server::open_with(
+        &dir,
+        ServerConfig {
+            listen: vec![ListenAddr::Shm(name.clone())],
+            token: None,
+        },
+        ServerOptions::default().shm_other_users(true),
+    )
+    .expect("serve the device to every user");
+    // The socket directory is this user's; a daemon serving other users makes it 0711
+    // when it creates it. One made earlier by a daemon serving only its user is 0700:
+    // open it the same way (traversable, nothing in it readable).
+    let sockets = csx_host::transport::shm::socket_dir();
+    let mode = std::fs::metadata(&sockets).unwrap().permissions().mode() & 0o7777;
+    if mode & 0o001 == 0 {
+        std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+    }
+    let out = run_tool(
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "env"])
+            .arg(format!("CSX_SHM_DIR={}", sockets.display()))
+            .arg(&exe)
+            .arg(format!("shm://{name}")),
+    );
+    server.shutdown().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("map_probe: ok"), "{stdout}");
+    let refused = stdout
+        .lines()
+        .find(|l| l.contains("refused"))
+        .unwrap_or_default();
+    assert!(
+        !refused.contains("uid 0 ") && refused.contains("its own user"),
+        "{stdout}"
+    );
+}
