@@ -1041,8 +1041,8 @@ fn run_copy(
 
 /// An execution, submitted through the handle's session and waited for outside its
 /// lock (queued: recorded so that `csAbortRequest` can reach it); a trap is
-/// `CS_ERROR_IN_EXECUTION` naming it. A fixed id whose remembered slot was emptied
-/// meanwhile is looked up again and run once more.
+/// `CS_ERROR_IN_EXECUTION` naming it. A fixed id whose remembered slot was emptied (or
+/// holds a program not activated) meanwhile is looked up again and run once more.
 fn run_compute(
     (dev, handle): (&Arc<Dev>, &Arc<Handle>),
     request: &ExecuteRequest,
@@ -1051,7 +1051,7 @@ fn run_compute(
 ) -> R<u64> {
     let result = match execute(dev, handle, request, req)? {
         Err(SessionError::Device {
-            source: CallError::NoProgram(_),
+            source: CallError::NoProgram(_) | CallError::ProgramNotActivated(_),
             ..
         }) if crate::fixed::is_fixed(csf) => {
             handle.forget_slot(request.pind);

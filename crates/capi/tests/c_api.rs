@@ -959,3 +959,186 @@ fn another_user_is_refused_the_shm_mapping() {
         "{stdout}"
     );
 }
+
+/// Runs CSF `id` with `rounds` on the open device handle `h`: the status and r0.
+fn compute_id(h: csx_capi::types::CsDevHandle, id: u32, rounds: u64) -> (i32, u64) {
+    use csx_capi::api::csQueueComputeRequest;
+    use csx_capi::types::*;
+    let req = CsComputeRequest {
+        dev_handle: h,
+        csf_id: id,
+        num_args: 1,
+        args: [CsComputeArg {
+            type_: CS_64BIT_VALUE_TYPE,
+            u: CsComputeArgValue { value64: rounds },
+        }],
+    };
+    let mut r0 = 0u64;
+    // SAFETY: a request with its one argument, synchronous.
+    let status = unsafe {
+        csQueueComputeRequest(
+            &req,
+            std::ptr::null_mut(),
+            None,
+            std::ptr::null_mut(),
+            &mut r0,
+        )
+    };
+    (status, r0)
+}
+
+/// A fixed id's slot is looked up once per device handle (the table is read again only
+/// by a fresh handle, shown here by taking the table away), again when the run finds
+/// its slot emptied behind the handle's back (the program moved to another slot), and
+/// again after the handle unloads the slot itself.
+#[test]
+fn a_fixed_id_is_looked_up_once_per_handle_and_again_when_its_slot_empties() {
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
+    use csx_capi::fixed::{reserve, FIXED_IDS_PATH};
+    use csx_capi::manage::csDownload;
+    use csx_capi::status::{CS_INVALID_ID, CS_SUCCESS};
+    use csx_capi::types::{CsDownloadInfo, CS_BPF_PROGRAM};
+    use csx_host::proto::{EngineKind, ProgramType};
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 5_000);
+    let other = Device::open(dir.to_str().unwrap()).unwrap();
+    reserve(&other, 101, "count").unwrap();
+    let slot_of_count = || {
+        let p = other.programs().unwrap();
+        p.iter()
+            .find(|p| p.persistent.as_deref() == Some("count"))
+            .map(|p| p.pind)
+            .expect("count is loaded")
+    };
+    let open = || {
+        let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+        let mut h = std::ptr::null_mut();
+        // SAFETY: a C string and a writable handle.
+        let st = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+        assert_eq!(st, CS_SUCCESS);
+        h
+    };
+    let h = open();
+    let (st, expected) = compute_id(h, 101, 10);
+    assert_eq!(st, CS_SUCCESS);
+
+    // Another host moves "count" to another slot: the run finds the old slot empty,
+    // looks again and runs there.
+    let old = slot_of_count();
+    other.unload(old).unwrap();
+    let elf = std::fs::read(work.path().join("csfs.o")).unwrap();
+    let moved = csx_host::proto::ProgramIndex(csx_host::proto::limits::PROGRAM_SLOTS_COUNT - 1);
+    other
+        .load_program(moved, ProgramType::Elf, &elf, Some("count"))
+        .unwrap();
+    assert_ne!(moved, old);
+    other.activate(moved, EngineKind::Interpreter).unwrap();
+    other.persist_program(moved, "count").unwrap();
+    assert_eq!(compute_id(h, 101, 10), (CS_SUCCESS, expected));
+
+    // The table is not read again by this handle; a fresh one reads it.
+    other.delete_file(FIXED_IDS_PATH).unwrap();
+    assert_eq!(compute_id(h, 101, 10), (CS_SUCCESS, expected));
+    let fresh = open();
+    assert_eq!(compute_id(fresh, 101, 10).0, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(fresh), CS_SUCCESS);
+
+    // The handle unloads the slot itself: the id is looked up again, and is refused.
+    let unload = CsDownloadInfo {
+        type_: CS_BPF_PROGRAM,
+        sub_type: 0,
+        index: i32::from(moved.0),
+        unload: 1,
+        length: 0,
+        data_buffer: std::ptr::null(),
+    };
+    // SAFETY: a readable download description (no data to read for an unload).
+    assert_eq!(unsafe { csDownload(h, &unload) }, CS_SUCCESS);
+    assert_eq!(compute_id(h, 101, 10).0, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+    other.close().unwrap();
+}
+
+/// Map requests with hostile values get typed refusals and never wedge the daemon:
+/// handles that are nobody's, another client's, not whole pages; a thousand repeats of a
+/// good one; allocations of zero, negative and huge sizes asked mapped through libcsx.
+/// The daemon serves every client after all of it.
+#[test]
+fn hostile_map_requests_get_typed_refusals_and_the_daemon_serves_on() {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csOpenCSx};
+    use csx_capi::status::{CS_INVALID_LENGTH, CS_NOT_ENOUGH_MEMORY, CS_SUCCESS};
+    use csx_host::proto::MemHandle;
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    use std::io::ErrorKind;
+    let work = tempfile::tempdir().unwrap();
+    let dir = device_dir(work.path());
+    let server = Server::open(
+        &dir,
+        ServerConfig {
+            listen: vec![ListenAddr::Shm(format!(
+                "csx-capi-hostile-map-{}",
+                std::process::id()
+            ))],
+            token: None,
+        },
+    )
+    .expect("serve the device");
+    let uri = server.uris()[0].clone();
+    let dev = Device::open(&uri).unwrap();
+    let refused = |h: MemHandle| match dev.client().share_mem(h) {
+        Err(csx_host::TransportError::Io { source, .. }) => (source.kind(), source.to_string()),
+        other => panic!("map of {h:?}: {other:?}"),
+    };
+    for h in [0, 1, 12345, u32::MAX] {
+        let (kind, message) = refused(MemHandle(h));
+        assert_eq!(kind, ErrorKind::NotFound, "{h}: {message}");
+    }
+    let not_pages = dev.alloc(100).unwrap();
+    let (kind, message) = refused(not_pages);
+    assert_eq!(kind, ErrorKind::InvalidInput, "{message}");
+    assert!(message.contains("whole pages"), "{message}");
+    let theirs = Device::open(&uri).unwrap();
+    let their_page = theirs.alloc(4096).unwrap();
+    assert_eq!(refused(their_page).0, ErrorKind::NotFound);
+    // A good request again and again: each answered with the one memory file.
+    let page = dev.alloc(4096).unwrap();
+    for _ in 0..1000 {
+        drop(dev.client().share_mem(page).unwrap());
+    }
+    // Sizes through libcsx, mapped: refused by value, nothing allocated.
+    let name = std::ffi::CString::new(uri.as_str()).unwrap();
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    assert_eq!(
+        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) },
+        CS_SUCCESS
+    );
+    let free_before = dev.identify().unwrap().slm_free_bytes;
+    for (bytes, expected) in [
+        (0, CS_INVALID_LENGTH),
+        (-1, CS_INVALID_LENGTH),
+        (i32::MIN, CS_INVALID_LENGTH),
+        (i32::MAX, CS_NOT_ENOUGH_MEMORY),
+        (32 << 20, CS_NOT_ENOUGH_MEMORY),
+    ] {
+        let (mut mem, mut va) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(h, bytes, std::ptr::null(), &mut mem, &mut va) };
+        assert_eq!(
+            (st, mem.is_null(), va.is_null()),
+            (expected, true, true),
+            "{bytes}"
+        );
+    }
+    assert_eq!(dev.identify().unwrap().slm_free_bytes, free_before);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+    // Every client is still served, and the mapping still works.
+    theirs.close().unwrap();
+    assert_eq!(dev.read_mem(page, 0, 4).unwrap(), [0; 4]);
+    drop(dev.client().share_mem(page).unwrap());
+    dev.close().unwrap();
+    let late = Device::open(&uri).unwrap();
+    late.identify().unwrap();
+    late.close().unwrap();
+    server.shutdown().unwrap();
+}
