@@ -933,21 +933,24 @@ fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
     if !params.is_empty() {
         request = request.params(params);
     }
-    // The device's own time limit (device.json) bounds a request that names none; fuel
-    // is left to it too unless csxSetComputeLimits set one, so a long CSF runs until the
-    // device's time limit rather than a fixed instruction budget.
-    let fuel = dev.fuel.load(Ordering::Relaxed);
-    request = request.fuel(if fuel > 0 { fuel } else { FUEL_MAX });
-    let ms = dev.time_limit_ms.load(Ordering::Relaxed);
-    if ms > 0 {
-        request = request.time_limit_ms(ms);
-    }
     Ok(Op::Compute {
+        request: with_limits(&dev, request),
         dev,
         handle,
-        request,
         csf,
     })
+}
+
+/// The device's own time limit (device.json) bounds a request that names none; fuel is
+/// left to it too unless csxSetComputeLimits set one, so a long CSF runs until the
+/// device's time limit rather than a fixed instruction budget.
+fn with_limits(dev: &Dev, request: ExecuteRequest) -> ExecuteRequest {
+    let fuel = dev.fuel.load(Ordering::Relaxed);
+    let request = request.fuel(if fuel > 0 { fuel } else { FUEL_MAX });
+    match dev.time_limit_ms.load(Ordering::Relaxed) {
+        0 => request,
+        ms => request.time_limit_ms(ms),
+    }
 }
 
 /// Runs a queued request on its worker (see [`crate::queue`]).
@@ -1344,6 +1347,17 @@ pub unsafe extern "C" fn csAllocMem(
     })
 }
 
+/// `Bytes` of an allocation, checked.
+fn alloc_size(bytes: c_int) -> R<u64> {
+    match u64::try_from(bytes) {
+        Ok(size) if (1..=SLM_ALLOC_SIZE_MAX).contains(&size) => Ok(size),
+        _ => fail(
+            CS_INVALID_LENGTH,
+            format!("Bytes {bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
+        ),
+    }
+}
+
 /// # Safety
 /// `handle_out` and `vaddr` are null or writable.
 pub(crate) unsafe fn alloc_mem(
@@ -1357,13 +1371,7 @@ pub(crate) unsafe fn alloc_mem(
     // SAFETY: the caller's contract.
     let handle_out = unsafe { out(handle_out, "MemHandle") }?;
     let init = init_value(flags)?;
-    let size = u64::try_from(bytes).unwrap_or(0);
-    if size == 0 || size > SLM_ALLOC_SIZE_MAX {
-        return fail(
-            CS_INVALID_LENGTH,
-            format!("Bytes {bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
-        );
-    }
+    let size = alloc_size(bytes)?;
     // SAFETY: the caller's contract.
     let vaddr = unsafe { vaddr.as_mut() };
     if vaddr.is_some() && !can_map(&dev) {

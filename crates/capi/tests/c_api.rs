@@ -44,17 +44,18 @@ fn lib_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
-/// Builds the C test and the filter program into `work`: (api_test, filter.o).
-fn build(work: &Path) -> (PathBuf, PathBuf) {
+/// Builds the C program `tests/c/NAME.c` against libcsx (installed as `work/lib/libcsx.so`)
+/// into `work/NAME`.
+fn c_client(work: &Path, name: &str) -> PathBuf {
     let lib = work.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
     std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
-    let exe = work.join("api_test");
+    let exe = work.join(name);
     run_tool(
         Command::new("gcc")
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
             .arg(repo().join("sdk/include"))
-            .arg(repo().join("crates/capi/tests/c/api_test.c"))
+            .arg(repo().join(format!("crates/capi/tests/c/{name}.c")))
             .arg("-L")
             .arg(&lib)
             .arg("-lcsx")
@@ -62,6 +63,12 @@ fn build(work: &Path) -> (PathBuf, PathBuf) {
             .arg("-o")
             .arg(&exe),
     );
+    exe
+}
+
+/// Builds the C test and the filter program into `work`: (api_test, filter.o).
+fn build(work: &Path) -> (PathBuf, PathBuf) {
+    let exe = c_client(work, "api_test");
     let elf = work.join("filter.o");
     compile_bpf(&repo().join("sdk/programs/filter.c"), &elf);
     (exe, elf)
@@ -524,7 +531,7 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
 
 /// Runs the CSF "count" for `rounds` through the C entry point (csQueueComputeRequest).
 fn count_through_c(device: &str, rounds: u64) -> i32 {
-    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
     use csx_capi::manage::csGetFunction;
     use csx_capi::types::*;
     let name = std::ffi::CString::new(device).unwrap();
@@ -536,26 +543,7 @@ fn count_through_c(device: &str, rounds: u64) -> i32 {
     // SAFETY: a string and a writable id.
     let found = unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) };
     assert_eq!(found, 0);
-    let req = CsComputeRequest {
-        dev_handle: dev,
-        csf_id: id,
-        num_args: 1,
-        args: [CsComputeArg {
-            type_: CS_64BIT_VALUE_TYPE,
-            u: CsComputeArgValue { value64: rounds },
-        }],
-    };
-    let mut r0 = 0u64;
-    // SAFETY: a request with its one argument, synchronous.
-    let status = unsafe {
-        csQueueComputeRequest(
-            &req,
-            std::ptr::null_mut(),
-            None,
-            std::ptr::null_mut(),
-            &mut r0,
-        )
-    };
+    let (status, _) = compute_id(dev, id, rounds);
     assert_eq!(csCloseCSx(dev), 0);
     status
 }
@@ -693,22 +681,7 @@ fn v05_programs_compile_unchanged_and_run() {
 #[test]
 fn c_programs_open_an_array_by_its_uri() {
     let work = tempfile::tempdir().unwrap();
-    let lib = work.path().join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
-    let exe = work.path().join("array_test");
-    run_tool(
-        Command::new("gcc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-            .arg(repo().join("sdk/include"))
-            .arg(repo().join("crates/capi/tests/c/array_test.c"))
-            .arg("-L")
-            .arg(&lib)
-            .arg("-lcsx")
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-o")
-            .arg(&exe),
-    );
+    let exe = c_client(work.path(), "array_test");
     let dir = work.path().join("arr");
     let member_nvm = 8u64 << 20;
     let config = DeviceConfig {
@@ -789,24 +762,25 @@ fn a_mapping_is_the_device_memory(uri: &str) {
     assert_eq!(csCloseCSx(dev), CS_SUCCESS);
 }
 
+/// A daemon serving the device in `dir` over shm (`tag` names the queue): it and its URI.
+fn serve_shm(dir: &Path, tag: &str) -> (csx_server::Server, String) {
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let name = format!("csx-capi-{tag}-{}", std::process::id());
+    let config = ServerConfig {
+        listen: vec![ListenAddr::Shm(name)],
+        token: None,
+    };
+    let server = Server::open(dir, config).expect("serve the device");
+    let uri = server.uris()[0].clone();
+    (server, uri)
+}
+
 #[test]
 fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
-    use csx_server::{ListenAddr, Server, ServerConfig};
     let work = tempfile::tempdir().unwrap();
     let dir = device_dir(work.path());
     a_mapping_is_the_device_memory(dir.to_str().unwrap());
-    let server = Server::open(
-        &dir,
-        ServerConfig {
-            listen: vec![ListenAddr::Shm(format!(
-                "csx-capi-map-{}",
-                std::process::id()
-            ))],
-            token: None,
-        },
-    )
-    .expect("serve the device");
-    let uri = server.uris()[0].clone();
+    let (server, uri) = serve_shm(&dir, "map");
     a_mapping_is_the_device_memory(&uri);
     server.shutdown().unwrap();
 }
@@ -816,11 +790,11 @@ fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
 /// id nobody reserved is refused by name.
 #[test]
 fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
-    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
     use csx_capi::fixed::{read, reserve, FixedIdError};
     use csx_capi::manage::csGetCSFId;
     use csx_capi::status::{CS_INVALID_ID, CS_SUCCESS};
-    use csx_capi::types::{CsComputeArg, CsComputeArgValue, CsComputeRequest, CsfIdInfo};
+    use csx_capi::types::CsfIdInfo;
     let work = tempfile::tempdir().unwrap();
     let dir = v05_device(work.path(), "dev", 5_000);
     // v05_device reserved 100 and closed the device: the table outlived it.
@@ -864,27 +838,7 @@ fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
         )
     };
     assert_eq!((st, count, info[0].csf_id), (CS_SUCCESS, 1, 100));
-    let request = CsComputeRequest {
-        dev_handle: h,
-        csf_id: 103,
-        num_args: 0,
-        args: [CsComputeArg {
-            type_: 0,
-            u: CsComputeArgValue { value64: 0 },
-        }],
-    };
-    let mut r0 = 0u64;
-    // SAFETY: a request without arguments, synchronous.
-    let st = unsafe {
-        csQueueComputeRequest(
-            &request,
-            std::ptr::null_mut(),
-            None,
-            std::ptr::null_mut(),
-            &mut r0,
-        )
-    };
-    assert_eq!(st, CS_INVALID_ID);
+    assert_eq!(compute_id(h, 103, 0).0, CS_INVALID_ID);
     assert_eq!(csCloseCSx(h), CS_SUCCESS);
 }
 
@@ -905,22 +859,7 @@ fn another_user_is_refused_the_shm_mapping() {
     let work = tempfile::tempdir().unwrap();
     // nobody reaches the probe and its library through the work directory.
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let lib = work.path().join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
-    let exe = work.path().join("map_probe");
-    run_tool(
-        Command::new("gcc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-            .arg(repo().join("sdk/include"))
-            .arg(repo().join("crates/capi/tests/c/map_probe.c"))
-            .arg("-L")
-            .arg(&lib)
-            .arg("-lcsx")
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-o")
-            .arg(&exe),
-    );
+    let exe = c_client(work.path(), "map_probe");
     let dir = device_dir(work.path());
     let name = format!("csx-capi-other-user-{}", std::process::id());
     let server = Server::open_with(
@@ -1068,22 +1007,10 @@ fn hostile_map_requests_get_typed_refusals_and_the_daemon_serves_on() {
     use csx_capi::api::{csAllocMem, csCloseCSx, csOpenCSx};
     use csx_capi::status::{CS_INVALID_LENGTH, CS_NOT_ENOUGH_MEMORY, CS_SUCCESS};
     use csx_host::proto::MemHandle;
-    use csx_server::{ListenAddr, Server, ServerConfig};
     use std::io::ErrorKind;
     let work = tempfile::tempdir().unwrap();
     let dir = device_dir(work.path());
-    let server = Server::open(
-        &dir,
-        ServerConfig {
-            listen: vec![ListenAddr::Shm(format!(
-                "csx-capi-hostile-map-{}",
-                std::process::id()
-            ))],
-            token: None,
-        },
-    )
-    .expect("serve the device");
-    let uri = server.uris()[0].clone();
+    let (server, uri) = serve_shm(&dir, "hostile-map");
     let dev = Device::open(&uri).unwrap();
     let refused = |h: MemHandle| match dev.client().share_mem(h) {
         Err(csx_host::TransportError::Io { source, .. }) => (source.kind(), source.to_string()),
@@ -1109,10 +1036,8 @@ fn hostile_map_requests_get_typed_refusals_and_the_daemon_serves_on() {
     let name = std::ffi::CString::new(uri.as_str()).unwrap();
     let mut h = std::ptr::null_mut();
     // SAFETY: a C string and a writable handle.
-    assert_eq!(
-        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) },
-        CS_SUCCESS
-    );
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
     let free_before = dev.identify().unwrap().slm_free_bytes;
     for (bytes, expected) in [
         (0, CS_INVALID_LENGTH),

@@ -40,16 +40,20 @@ fn footprint(dev: &Device) -> (u64, usize) {
     (info.slm_free_bytes, dev.programs().unwrap().len())
 }
 
+/// Loads "seven" (`returns(7)`) into `s`, activated.
+fn load_seven(s: &mut Session) -> ProgramIndex {
+    s.load(
+        "seven",
+        ProgramType::Raw,
+        &returns(7),
+        EngineKind::Interpreter,
+    )
+    .unwrap()
+}
+
 /// Loads a program and allocates and stages memory in `s`.
 fn hold_things(s: &mut Session) -> (ProgramIndex, MemHandle) {
-    let pind = s
-        .load(
-            "seven",
-            ProgramType::Raw,
-            &returns(7),
-            EngineKind::Interpreter,
-        )
-        .unwrap();
+    let pind = load_seven(s);
     let h = s.alloc(1 << 16).unwrap();
     s.copy_file("/data", 0, 4096, h, 0).unwrap();
     (pind, h)
@@ -318,14 +322,7 @@ fn a_submitted_execution_is_waited_for_outside_the_session_or_aborted() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = device(tmp.path());
     let mut s = Session::new(&dev);
-    let seven = s
-        .load(
-            "seven",
-            ProgramType::Raw,
-            &returns(7),
-            EngineKind::Interpreter,
-        )
-        .unwrap();
+    let seven = load_seven(&mut s);
     // Waited for without the session, then metered by it.
     let run = s.submit_execute(&ExecuteRequest::new(seven)).unwrap();
     let result = run.wait_on(&dev);
