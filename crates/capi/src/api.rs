@@ -168,6 +168,23 @@ pub(crate) fn handle_state(key: u64) -> R<Arc<Handle>> {
     })
 }
 
+/// An open device handle's device and what the handle holds, in one look at the tables.
+fn device_and_handle(h: CsDevHandle) -> R<(Arc<Dev>, Arc<Handle>)> {
+    let key = key_of(h);
+    let found =
+        registry::with(|r| Some((r.devices.get(&key)?.clone(), r.handles.get(&key)?.clone())));
+    match found {
+        Some(both) if key != 0 => Ok(both),
+        _ => {
+            device(h)?;
+            fail(
+                CS_INVALID_HANDLE,
+                format!("device handle {key} is not open"),
+            )
+        }
+    }
+}
+
 fn memory(h: CsMemHandle) -> R<(Mem, Arc<Dev>)> {
     if h.is_null() {
         return fail(CS_INVALID_HANDLE, "the memory handle is NULL");
@@ -876,8 +893,7 @@ fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
 }
 
 fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
-    let handle = handle_state(dev as u64)?;
-    let dev = device(h(dev))?;
+    let (dev, handle) = device_and_handle(h(dev))?;
     let mut request = ExecuteRequest::new(slot_of_csf(&dev, &handle, csf)?);
     let mut windows = 0usize;
     let mut values: Vec<u64> = Vec::new();
@@ -1367,7 +1383,7 @@ pub(crate) unsafe fn alloc_mem(
     handle_out: *mut CsMemHandle,
     vaddr: *mut *mut c_void,
 ) -> R<CsStatus> {
-    let dev = device(dev_handle)?;
+    let (dev, session) = device_and_handle(dev_handle)?;
     // SAFETY: the caller's contract.
     let handle_out = unsafe { out(handle_out, "MemHandle") }?;
     let init = init_value(flags)?;
@@ -1387,7 +1403,6 @@ pub(crate) unsafe fn alloc_mem(
         size
     };
     let dev_key = key_of(dev_handle);
-    let session = handle_state(dev_key)?;
     let handle = session.session().alloc(reserve)?;
     let init_device = || -> R<Option<Arc<Mapping>>> {
         if let Some(byte) = init {
