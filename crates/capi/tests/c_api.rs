@@ -1067,3 +1067,46 @@ fn hostile_map_requests_get_typed_refusals_and_the_daemon_serves_on() {
     late.close().unwrap();
     server.shutdown().unwrap();
 }
+
+/// One device handle's calls run at once: while a compute request busy-waits 3 s on one
+/// engine, another thread allocates, frees and runs a compute on the other engine
+/// through the same handle and is done before it (the handle's session is locked only
+/// to submit, never while an execution runs).
+#[test]
+fn calls_on_one_handle_run_while_its_long_compute_runs() {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csFreeMem, csOpenCSx};
+    use csx_capi::status::CS_SUCCESS;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 10_000);
+    let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
+    let key = h as usize;
+    let long_done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let long = scope.spawn(|| {
+            // id 100 is "sleep": cparam1 milliseconds.
+            let result = compute_id(key as csx_capi::types::CsDevHandle, 100, 3_000);
+            long_done.store(true, Ordering::SeqCst);
+            result
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let h = key as csx_capi::types::CsDevHandle;
+        let (mut mem, mut va) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(h, 4096, std::ptr::null(), &mut mem, &mut va) };
+        assert_eq!(st, CS_SUCCESS);
+        // SAFETY: a handle from csAllocMem.
+        assert_eq!(unsafe { csFreeMem(mem, std::ptr::null()) }, CS_SUCCESS);
+        assert_eq!(compute_id(h, 100, 0), (CS_SUCCESS, 0));
+        assert!(
+            !long_done.load(Ordering::SeqCst),
+            "the short calls waited for the long compute"
+        );
+        assert_eq!(long.join().unwrap(), (CS_SUCCESS, 0));
+    });
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+}
