@@ -25,11 +25,11 @@ use csx_host::proto::limits::{
     FUEL_MAX, PARAMS_SIZE_MAX, SLM_ALLOC_SIZE_MAX, TIME_LIMIT_MS_MAX, WINDOWS_MAX,
 };
 use csx_host::proto::{CopySource, MemHandle as DevMemHandle, MemRange};
-use csx_host::{CallError, DeviceUri, ExecuteRequest};
+use csx_host::{CallError, DeviceUri, ExecuteRequest, SessionError};
 
 use crate::mapping::Mapping;
 use crate::queue::{Job, Kind, Request, Worker};
-use crate::registry::{self, handle_of, key_of, Dev, Event, Mem};
+use crate::registry::{self, handle_of, key_of, Dev, Event, Handle, Mem};
 use crate::status::*;
 use crate::types::*;
 
@@ -54,6 +54,24 @@ impl From<CallError> for Fail {
         Fail {
             status: call_status(&e),
             message: e.to_string(),
+        }
+    }
+}
+
+impl From<SessionError> for Fail {
+    /// A session's command failure is the device's (its message unchanged); a trap is
+    /// an error in execution.
+    fn from(e: SessionError) -> Fail {
+        match e {
+            SessionError::Device { source, .. } => Fail::from(source),
+            SessionError::Trap { trap, .. } => Fail {
+                status: CS_ERROR_IN_EXECUTION,
+                message: trap.to_string(),
+            },
+            other => Fail {
+                status: CS_DEVICE_ERROR,
+                message: other.to_string(),
+            },
         }
     }
 }
@@ -140,6 +158,31 @@ pub(crate) fn device(h: CsDevHandle) -> R<Arc<Dev>> {
         },
         Ok,
     )
+}
+
+/// What the open device handle `key` holds (its session).
+pub(crate) fn handle_state(key: u64) -> R<Arc<Handle>> {
+    registry::with(|r| r.handles.get(&key).cloned()).ok_or_else(|| Fail {
+        status: CS_INVALID_HANDLE,
+        message: format!("device handle {key} is not open"),
+    })
+}
+
+/// An open device handle's device and what the handle holds, in one look at the tables.
+fn device_and_handle(h: CsDevHandle) -> R<(Arc<Dev>, Arc<Handle>)> {
+    let key = key_of(h);
+    let found =
+        registry::with(|r| Some((r.devices.get(&key)?.clone(), r.handles.get(&key)?.clone())));
+    match found {
+        Some(both) if key != 0 => Ok(both),
+        _ => {
+            device(h)?;
+            fail(
+                CS_INVALID_HANDLE,
+                format!("device handle {key} is not open"),
+            )
+        }
+    }
 }
 
 fn memory(h: CsMemHandle) -> R<(Mem, Arc<Dev>)> {
@@ -602,6 +645,8 @@ pub enum Op {
     },
     Compute {
         dev: Arc<Dev>,
+        /// The handle's session submits the execution.
+        handle: Arc<Handle>,
         request: ExecuteRequest,
         csf: CsCsfId,
     },
@@ -810,11 +855,23 @@ pub(crate) fn csf_slot(id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
 }
 
 /// The slot a CSF id names: a slot itself, or the slot holding the program a fixed id is
-/// reserved for (see [`crate::fixed`]).
-fn slot_of_csf(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+/// reserved for (see [`crate::fixed`]), as `handle` last found it.
+fn slot_of_csf(dev: &Dev, handle: &Handle, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
     if !crate::fixed::is_fixed(id) {
         return csf_slot(id);
     }
+    let lock = || handle.fixed.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&pind) = lock().get(&id) {
+        return Ok(pind);
+    }
+    let pind = look_up_fixed(dev, id)?;
+    lock().insert(id, pind);
+    Ok(pind)
+}
+
+/// The slot holding the program fixed id `id` is reserved for, from the device's table
+/// and its slots.
+fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
     let table = crate::manage::fixed_ids(dev)?;
     let name = crate::fixed::id_of_name(&table, id).ok_or(Fail {
         status: CS_INVALID_ID,
@@ -836,8 +893,8 @@ fn slot_of_csf(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
 }
 
 fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
-    let dev = device(h(dev))?;
-    let mut request = ExecuteRequest::new(slot_of_csf(&dev, csf)?);
+    let (dev, handle) = device_and_handle(h(dev))?;
+    let mut request = ExecuteRequest::new(slot_of_csf(&dev, &handle, csf)?);
     let mut windows = 0usize;
     let mut values: Vec<u64> = Vec::new();
     let mut params: Vec<u8> = Vec::new();
@@ -892,16 +949,24 @@ fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
     if !params.is_empty() {
         request = request.params(params);
     }
-    // The device's own time limit (device.json) bounds a request that names none; fuel
-    // is left to it too unless csxSetComputeLimits set one, so a long CSF runs until the
-    // device's time limit rather than a fixed instruction budget.
+    Ok(Op::Compute {
+        request: with_limits(&dev, request),
+        dev,
+        handle,
+        csf,
+    })
+}
+
+/// The device's own time limit (device.json) bounds a request that names none; fuel is
+/// left to it too unless csxSetComputeLimits set one, so a long CSF runs until the
+/// device's time limit rather than a fixed instruction budget.
+fn with_limits(dev: &Dev, request: ExecuteRequest) -> ExecuteRequest {
     let fuel = dev.fuel.load(Ordering::Relaxed);
-    request = request.fuel(if fuel > 0 { fuel } else { FUEL_MAX });
-    let ms = dev.time_limit_ms.load(Ordering::Relaxed);
-    if ms > 0 {
-        request = request.time_limit_ms(ms);
+    let request = request.fuel(if fuel > 0 { fuel } else { FUEL_MAX });
+    match dev.time_limit_ms.load(Ordering::Relaxed) {
+        0 => request,
+        ms => request.time_limit_ms(ms),
     }
-    Ok(Op::Compute { dev, request, csf })
 }
 
 /// Runs a queued request on its worker (see [`crate::queue`]).
@@ -960,7 +1025,12 @@ fn run_op(op: &Op, req: Option<&Request>) -> R<u64> {
             dev.device.fill_mem(*mem, *offset, *bytes, *byte)?;
             Ok(*bytes)
         }
-        Op::Compute { dev, request, csf } => run_compute(dev, request, *csf, req),
+        Op::Compute {
+            dev,
+            handle,
+            request,
+            csf,
+        } => run_compute((dev, handle), request, *csf, req),
         Op::Batch { entries } => run_batch(entries, req),
     }
 }
@@ -988,34 +1058,59 @@ fn run_copy(
     Ok(len as u64)
 }
 
-/// An execution: waited for here, or (queued) submitted so that `csAbortRequest` can
-/// reach it; a trap is `CS_ERROR_IN_EXECUTION` naming it.
+/// An execution, submitted through the handle's session and waited for outside its
+/// lock (queued: recorded so that `csAbortRequest` can reach it); a trap is
+/// `CS_ERROR_IN_EXECUTION` naming it. A fixed id whose remembered slot was emptied (or
+/// holds a program not activated) meanwhile is looked up again and run once more.
 fn run_compute(
-    dev: &Arc<Dev>,
+    (dev, handle): (&Arc<Dev>, &Arc<Handle>),
     request: &ExecuteRequest,
     csf: CsCsfId,
     req: Option<&Request>,
 ) -> R<u64> {
-    let result = match req {
-        None => dev.device.execute(request),
-        Some(q) => {
-            let id = q.start_exec(dev, || Ok(dev.device.submit_execute(request)?))?;
-            let r = dev.device.wait_execute(id, None);
-            q.end_exec();
-            r.map(|e| e.expect("a wait without a timeout returns a completion"))
+    let result = match execute(dev, handle, request, req)? {
+        Err(SessionError::Device {
+            source: CallError::NoProgram(_) | CallError::ProgramNotActivated(_),
+            ..
+        }) if crate::fixed::is_fixed(csf) => {
+            handle.forget_slot(request.pind);
+            let mut again = request.clone();
+            again.pind = slot_of_csf(dev, handle, csf)?;
+            execute(dev, handle, &again, req)?
         }
+        other => other,
     };
     match result {
-        Ok(run) if run.trapped() => fail(
-            CS_ERROR_IN_EXECUTION,
-            format!(
-                "CSF {csf} trapped: {}",
-                run.trap.map_or_else(|| "?".to_string(), |t| t.to_string())
-            ),
-        ),
         Ok(run) => Ok(run.r0),
+        Err(SessionError::Trap { trap, .. }) => {
+            fail(CS_ERROR_IN_EXECUTION, format!("CSF {csf} trapped: {trap}"))
+        }
         Err(e) => Err(Fail::from(e)),
     }
+}
+
+/// One execution on the handle's session: submitted under its lock, waited for outside.
+/// The outer error: a queued request aborted before it started.
+fn execute(
+    dev: &Arc<Dev>,
+    handle: &Handle,
+    request: &ExecuteRequest,
+    req: Option<&Request>,
+) -> R<Result<csx_host::Execution, SessionError>> {
+    let submit = || handle.session().submit_execute(request);
+    let submitted = match req {
+        None => submit(),
+        Some(q) => q.start_exec(dev, submit)?,
+    };
+    let run = match submitted {
+        Ok(run) => run,
+        Err(e) => return Ok(Err(e)),
+    };
+    let result = run.wait_on(&dev.device);
+    if let Some(q) = req {
+        q.end_exec();
+    }
+    Ok(handle.session().finish_submitted(run, result))
 }
 
 /// A batch's entries in order, stopping at the first failure or an abort.
@@ -1105,9 +1200,11 @@ pub(crate) fn open_shared(name: &str) -> R<u64> {
             Arc::new(Dev::new(canonical, device))
         }
     };
+    let handle = Arc::new(Handle::new(&dev));
     Ok(registry::with(|r| {
         let key = r.key();
         r.devices.insert(key, dev);
+        r.handles.insert(key, handle);
         key
     }))
 }
@@ -1150,33 +1247,37 @@ pub extern "C" fn csCloseCSx(DevHandle: CsDevHandle) -> CsStatus {
 pub(crate) fn close_handle(handle: CsDevHandle) -> R<CsStatus> {
     device(handle)?;
     let key = key_of(handle);
-    let (dev, mine, last) = registry::with(|r| {
-        let mine: Vec<Mem> = r.mems.values().filter(|m| m.dev == key).cloned().collect();
+    let (dev, handle, last) = registry::with(|r| {
         r.mems.retain(|_, m| m.dev != key);
         let dev = r.devices.remove(&key);
         let last = dev
             .as_ref()
             .is_some_and(|d| !r.devices.values().any(|o| Arc::ptr_eq(o, d)));
-        (dev, mine, last)
+        (dev, r.handles.remove(&key), last)
     });
-    let Some(dev) = dev else {
+    let (Some(dev), Some(handle)) = (dev, handle) else {
         return fail(
             CS_INVALID_HANDLE,
             format!("device handle {key} is not open"),
         );
     };
+    if last {
+        dev.worker.shutdown();
+    }
+    // The handle's session frees its memory (the device stays open for its other
+    // handles, or closes below).
+    let _ = handle.release();
+    drop(handle);
     if !last {
-        // The device stays open for its other handles: free this handle's memory on it.
-        for m in mine {
-            let _ = dev.device.free(m.handle);
-        }
         return Ok(CS_SUCCESS);
     }
-    dev.worker.shutdown();
     // Another thread in a call on it (or a batch using it) keeps it alive: the last one
     // out closes the connection when it drops it.
-    if let Ok(dev) = Arc::try_unwrap(dev) {
-        dev.device.close()?;
+    if let Some(device) = Arc::try_unwrap(dev)
+        .ok()
+        .and_then(|dev| Arc::try_unwrap(dev.device).ok())
+    {
+        device.close()?;
     }
     Ok(CS_SUCCESS)
 }
@@ -1262,6 +1363,17 @@ pub unsafe extern "C" fn csAllocMem(
     })
 }
 
+/// `Bytes` of an allocation, checked.
+fn alloc_size(bytes: c_int) -> R<u64> {
+    match u64::try_from(bytes) {
+        Ok(size) if (1..=SLM_ALLOC_SIZE_MAX).contains(&size) => Ok(size),
+        _ => fail(
+            CS_INVALID_LENGTH,
+            format!("Bytes {bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
+        ),
+    }
+}
+
 /// # Safety
 /// `handle_out` and `vaddr` are null or writable.
 pub(crate) unsafe fn alloc_mem(
@@ -1271,17 +1383,11 @@ pub(crate) unsafe fn alloc_mem(
     handle_out: *mut CsMemHandle,
     vaddr: *mut *mut c_void,
 ) -> R<CsStatus> {
-    let dev = device(dev_handle)?;
+    let (dev, session) = device_and_handle(dev_handle)?;
     // SAFETY: the caller's contract.
     let handle_out = unsafe { out(handle_out, "MemHandle") }?;
     let init = init_value(flags)?;
-    let size = u64::try_from(bytes).unwrap_or(0);
-    if size == 0 || size > SLM_ALLOC_SIZE_MAX {
-        return fail(
-            CS_INVALID_LENGTH,
-            format!("Bytes {bytes} is not within 1..={SLM_ALLOC_SIZE_MAX}"),
-        );
-    }
+    let size = alloc_size(bytes)?;
     // SAFETY: the caller's contract.
     let vaddr = unsafe { vaddr.as_mut() };
     if vaddr.is_some() && !can_map(&dev) {
@@ -1296,7 +1402,8 @@ pub(crate) unsafe fn alloc_mem(
     } else {
         size
     };
-    let handle = dev.device.alloc(reserve)?;
+    let dev_key = key_of(dev_handle);
+    let handle = session.session().alloc(reserve)?;
     let init_device = || -> R<Option<Arc<Mapping>>> {
         if let Some(byte) = init {
             dev.device.fill_mem(handle, 0, size, byte)?;
@@ -1309,11 +1416,10 @@ pub(crate) unsafe fn alloc_mem(
     let map = match init_device() {
         Ok(m) => m,
         Err(e) => {
-            let _ = dev.device.free(handle);
+            let _ = session.session().free(handle);
             return Err(e);
         }
     };
-    let dev_key = key_of(dev_handle);
     let addr = map.as_ref().map(|m| m.addr());
     let key = registry::with(|r| {
         let key = r.key();
@@ -1359,7 +1465,7 @@ pub(crate) fn free_mem(handle: CsMemHandle, flags: Option<&CsMemFlags>) -> R<CsS
     if let Some(byte) = init {
         dev.device.fill_mem(m.handle, 0, m.size, byte)?;
     }
-    dev.device.free(m.handle)?;
+    handle_state(m.dev)?.session().free(m.handle)?;
     registry::with(|r| r.mems.remove(&key_of(handle)));
     Ok(CS_SUCCESS)
 }

@@ -15,8 +15,22 @@ use csx_host::{CallError, Device};
 
 use crate::api::CSX_BUILTIN_CSF_BASE;
 
+/// The library's own directory in the device's file store.
+pub const LIBRARY_DIR: &str = "/.csx";
+
 /// Where the table lives in the device's file store.
 pub const FIXED_IDS_PATH: &str = "/.csx/csf-ids";
+
+/// Whether a listing of `dir` shows `path`: the library's directory ([`LIBRARY_DIR`]) is
+/// left out of listings of the directories above it (`csx ls /`), and is still listed
+/// and read by its exact path.
+pub fn listed(dir: &str, path: &str) -> bool {
+    let inside = |p: &str| {
+        p.strip_prefix(LIBRARY_DIR)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    !inside(path) || inside(dir.trim_end_matches('/'))
+}
 
 /// The smallest fixed id: the first past the program slots.
 pub const FIXED_ID_MIN: u32 = PROGRAM_SLOTS_COUNT as u32;
@@ -114,7 +128,7 @@ pub fn reserve(device: &Device, id: u32, name: &str) -> Result<(), FixedIdError>
     table.push((id, name.to_string()));
     table.sort();
     let text: String = table.iter().map(|(i, n)| format!("{i} {n}\n")).collect();
-    match device.mkdir("/.csx") {
+    match device.mkdir(LIBRARY_DIR) {
         Ok(()) | Err(CallError::FileExists(_)) => {}
         Err(e) => return Err(e.into()),
     }
@@ -138,5 +152,18 @@ mod tests {
             assert!(e.contains("line 1") && e.contains(bad), "{e}");
         }
         assert!(is_fixed(64) && is_fixed(65535) && !is_fixed(63) && !is_fixed(65536));
+    }
+
+    #[test]
+    fn the_library_directory_is_listed_only_from_inside() {
+        for dir in ["/", ""] {
+            assert!(!listed(dir, "/.csx/csf-ids"), "{dir:?}");
+            assert!(!listed(dir, "/.csx"), "{dir:?}");
+            assert!(listed(dir, "/.csxdata"), "{dir:?}");
+            assert!(listed(dir, "/data/.csx/x"), "{dir:?}");
+        }
+        for dir in ["/.csx", "/.csx/"] {
+            assert!(listed(dir, "/.csx/csf-ids"), "{dir:?}");
+        }
     }
 }

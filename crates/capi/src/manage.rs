@@ -9,10 +9,10 @@ use csx_host::proto::limits::{PROGRAM_SIZE_MAX, WINDOWS_MAX};
 use csx_host::proto::{EngineKind, ProgramIndex, ProgramState, ProgramType};
 
 use crate::api::{
-    close_handle, csf_slot, device, fail, inp, open_shared, out, run, string, Fail,
+    close_handle, csf_slot, device, fail, handle_state, inp, open_shared, out, run, string, Fail,
     CSX_BUILTIN_CSF_BASE, R,
 };
-use crate::registry::{self, handle_of, Dev};
+use crate::registry::{self, handle_of, key_of, Dev, Handle};
 use crate::status::*;
 use crate::types::*;
 
@@ -433,12 +433,14 @@ fn slot(index: i32) -> R<Option<ProgramIndex>> {
         })
 }
 
-/// Loads (or with `unload`, empties) a slot: the shared body of the download calls.
+/// Loads (or with `unload`, empties) a slot through the handle's session: the shared
+/// body of the download calls. A downloaded CSF is device state: it stays loaded when
+/// the handle closes.
 ///
 /// # Safety
 /// `data` is null or readable for `length` bytes.
 unsafe fn download(
-    dev: &Dev,
+    handle: &Handle,
     sub_type: i32,
     index: i32,
     unload: bool,
@@ -453,7 +455,8 @@ unsafe fn download(
                 "Unload needs a slot Index, not CSX_ANY_INDEX",
             );
         };
-        dev.device.unload(pind)?;
+        handle.session().unload_slot(pind)?;
+        handle.forget_slot(pind);
         return Ok(pind);
     }
     let ptype = match sub_type {
@@ -478,13 +481,17 @@ unsafe fn download(
     // SAFETY: DataBuffer is readable for Length bytes (the caller's contract); Length is
     // at most PROGRAM_SIZE_MAX.
     let image = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length as usize) };
-    Ok(match slot(index)? {
-        None => dev.device.load_program_any_slot(ptype, image, entry)?,
+    let name = entry.unwrap_or("the CSF");
+    let mut session = handle.session();
+    let pind = match slot(index)? {
+        None => session.load_program_entry(name, entry, ptype, image)?,
         Some(pind) => {
-            dev.device.load_program(pind, ptype, image, entry)?;
+            session.load_program_at(name, entry, pind, ptype, image)?;
             pind
         }
-    })
+    };
+    session.leave_loaded(pind);
+    Ok(pind)
 }
 
 /// v0.5: downloads an eBPF program (`Type` CS_BPF_PROGRAM, `SubType` CSX_BPF_ELF or
@@ -500,7 +507,7 @@ pub unsafe extern "C" fn csDownload(
     Info: *const CsDownloadInfo,
 ) -> CsStatus {
     run("csDownload", || {
-        let dev = device(DevHandle)?;
+        device(DevHandle)?;
         // SAFETY: the caller's contract.
         let info = unsafe { inp(Info, "Info") }?;
         if info.type_ != CS_BPF_PROGRAM {
@@ -515,7 +522,7 @@ pub unsafe extern "C" fn csDownload(
         // SAFETY: forwarded contract.
         unsafe {
             download(
-                &dev,
+                &*handle_state(key_of(DevHandle))?,
                 info.sub_type,
                 info.index,
                 info.unload != 0,
@@ -544,7 +551,7 @@ pub unsafe extern "C" fn csCSFDownload(
     CSFId: *mut u32,
 ) -> CsStatus {
     run("csCSFDownload", || {
-        let dev = device(DevHandle)?;
+        device(DevHandle)?;
         // SAFETY: the caller's contract.
         let info = unsafe { inp(Info, "Info") }?;
         if info.type_ != CS_CSF_BPF_PROGRAM {
@@ -570,7 +577,7 @@ pub unsafe extern "C" fn csCSFDownload(
         // SAFETY: forwarded contract.
         let pind = unsafe {
             download(
-                &dev,
+                &*handle_state(key_of(DevHandle))?,
                 info.sub_type,
                 info.index as i32,
                 info.common.unload != 0,

@@ -22,6 +22,7 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 
 use csx_host::proto::CommandId;
+use csx_host::{SessionError, Submitted};
 
 use crate::api::{perform, Completion, Fail, Work};
 use crate::registry::{self, Dev};
@@ -105,23 +106,25 @@ impl Request {
         Ok(())
     }
 
-    /// Starts a device execution with `submit` unless the request was aborted, recording
-    /// its command id for [`abort`] (atomically: an abort sees the request either before
-    /// it started or with its execution).
+    /// Starts a device execution with `submit` unless the request was aborted (the
+    /// error), recording its command id for [`abort`] (atomically: an abort sees the
+    /// request either before it started or with its execution).
     pub fn start_exec(
         &self,
         dev: &Arc<Dev>,
-        submit: impl FnOnce() -> R<CommandId>,
-    ) -> R<CommandId> {
+        submit: impl FnOnce() -> Result<Submitted, SessionError>,
+    ) -> R<Result<Submitted, SessionError>> {
         let mut phase = lock(&self.phase);
         if self.aborted() {
             return Err(self.aborted_error());
         }
-        let id = submit()?;
-        *phase = Phase::Running {
-            exec: Some((Arc::clone(dev), id)),
-        };
-        Ok(id)
+        let submitted = submit();
+        if let Ok(run) = &submitted {
+            *phase = Phase::Running {
+                exec: Some((Arc::clone(dev), run.id())),
+            };
+        }
+        Ok(submitted)
     }
 
     /// The execution [`Request::start_exec`] started has completed.

@@ -8,8 +8,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use csx_host::proto::MemHandle;
-use csx_host::Device;
+use csx_host::proto::{MemHandle, ProgramIndex};
+use csx_host::{Device, Session, SessionError};
 
 use crate::status::CsStatus;
 
@@ -17,7 +17,8 @@ use crate::status::CsStatus;
 #[derive(Debug)]
 pub struct Dev {
     pub name: String,
-    pub device: Device,
+    /// Shared with the sessions of its handles ([`Handle`]).
+    pub device: Arc<Device>,
     /// `csxSetComputeLimits`: the fuel of this handle's compute requests (0: the device's
     /// default).
     pub fuel: AtomicU64,
@@ -31,11 +32,54 @@ impl Dev {
     pub fn new(name: String, device: Device) -> Dev {
         Dev {
             name,
-            device,
+            device: Arc::new(device),
             fuel: AtomicU64::new(0),
             time_limit_ms: AtomicU32::new(0),
             worker: crate::queue::Worker::default(),
         }
+    }
+}
+
+/// What one device handle holds on its device: a [`Session`] with the memory allocated
+/// and the CSFs downloaded through the handle (the memory is freed when the handle
+/// closes; downloaded CSFs are device state and stay loaded), and its fixed-id lookups.
+#[derive(Debug)]
+pub struct Handle {
+    /// Locked for one short command at a time (an allocation, a free, a load, the
+    /// submission of an execution), never while an execution runs.
+    session: Mutex<Session<'static>>,
+    /// Fixed CSF id -> the slot its program was found in. Ids are never released; an
+    /// entry goes when this handle unloads its slot, or when a run finds the slot empty
+    /// or holding another program (the lookup is then made again).
+    pub fixed: Mutex<HashMap<u32, ProgramIndex>>,
+}
+
+impl Handle {
+    pub fn new(dev: &Dev) -> Handle {
+        Handle {
+            session: Mutex::new(Session::shared(Arc::clone(&dev.device))),
+            fixed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The session, for one short step.
+    pub fn session(&self) -> MutexGuard<'_, Session<'static>> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the fixed ids found in slot `pind`.
+    pub fn forget_slot(&self, pind: ProgramIndex) {
+        let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+        fixed.retain(|_, p| *p != pind);
+    }
+
+    /// Frees the memory allocated through the handle (the handle is closing); the
+    /// first failure.
+    pub fn release(&self) -> Result<(), SessionError> {
+        let mut s = self.session();
+        let freed = s.free_all();
+        let forgotten = s.unload_all();
+        freed.and(forgotten)
     }
 }
 
@@ -72,6 +116,8 @@ pub struct Batch {
 pub struct Registry {
     next: u64,
     pub devices: HashMap<u64, Arc<Dev>>,
+    /// What each open device handle holds (same keys as `devices`).
+    pub handles: HashMap<u64, Arc<Handle>>,
     pub mems: HashMap<u64, Mem>,
     pub events: HashMap<u64, Event>,
     pub batches: HashMap<u64, Batch>,

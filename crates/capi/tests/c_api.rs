@@ -44,17 +44,18 @@ fn lib_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
-/// Builds the C test and the filter program into `work`: (api_test, filter.o).
-fn build(work: &Path) -> (PathBuf, PathBuf) {
+/// Builds the C program `tests/c/NAME.c` against libcsx (installed as `work/lib/libcsx.so`)
+/// into `work/NAME`.
+fn c_client(work: &Path, name: &str) -> PathBuf {
     let lib = work.join("lib");
     std::fs::create_dir_all(&lib).unwrap();
     std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
-    let exe = work.join("api_test");
+    let exe = work.join(name);
     run_tool(
         Command::new("gcc")
             .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
             .arg(repo().join("sdk/include"))
-            .arg(repo().join("crates/capi/tests/c/api_test.c"))
+            .arg(repo().join(format!("crates/capi/tests/c/{name}.c")))
             .arg("-L")
             .arg(&lib)
             .arg("-lcsx")
@@ -62,6 +63,12 @@ fn build(work: &Path) -> (PathBuf, PathBuf) {
             .arg("-o")
             .arg(&exe),
     );
+    exe
+}
+
+/// Builds the C test and the filter program into `work`: (api_test, filter.o).
+fn build(work: &Path) -> (PathBuf, PathBuf) {
+    let exe = c_client(work, "api_test");
     let elf = work.join("filter.o");
     compile_bpf(&repo().join("sdk/programs/filter.c"), &elf);
     (exe, elf)
@@ -524,7 +531,7 @@ fn v05_device(work: &Path, name: &str, time_limit_ms: u32) -> PathBuf {
 
 /// Runs the CSF "count" for `rounds` through the C entry point (csQueueComputeRequest).
 fn count_through_c(device: &str, rounds: u64) -> i32 {
-    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
     use csx_capi::manage::csGetFunction;
     use csx_capi::types::*;
     let name = std::ffi::CString::new(device).unwrap();
@@ -536,26 +543,7 @@ fn count_through_c(device: &str, rounds: u64) -> i32 {
     // SAFETY: a string and a writable id.
     let found = unsafe { csGetFunction(dev, c"count".as_ptr(), std::ptr::null_mut(), &mut id) };
     assert_eq!(found, 0);
-    let req = CsComputeRequest {
-        dev_handle: dev,
-        csf_id: id,
-        num_args: 1,
-        args: [CsComputeArg {
-            type_: CS_64BIT_VALUE_TYPE,
-            u: CsComputeArgValue { value64: rounds },
-        }],
-    };
-    let mut r0 = 0u64;
-    // SAFETY: a request with its one argument, synchronous.
-    let status = unsafe {
-        csQueueComputeRequest(
-            &req,
-            std::ptr::null_mut(),
-            None,
-            std::ptr::null_mut(),
-            &mut r0,
-        )
-    };
+    let (status, _) = compute_id(dev, id, rounds);
     assert_eq!(csCloseCSx(dev), 0);
     status
 }
@@ -693,22 +681,7 @@ fn v05_programs_compile_unchanged_and_run() {
 #[test]
 fn c_programs_open_an_array_by_its_uri() {
     let work = tempfile::tempdir().unwrap();
-    let lib = work.path().join("lib");
-    std::fs::create_dir_all(&lib).unwrap();
-    std::fs::copy(lib_dir().join("libcsx_capi.so"), lib.join("libcsx.so")).unwrap();
-    let exe = work.path().join("array_test");
-    run_tool(
-        Command::new("gcc")
-            .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
-            .arg(repo().join("sdk/include"))
-            .arg(repo().join("crates/capi/tests/c/array_test.c"))
-            .arg("-L")
-            .arg(&lib)
-            .arg("-lcsx")
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-o")
-            .arg(&exe),
-    );
+    let exe = c_client(work.path(), "array_test");
     let dir = work.path().join("arr");
     let member_nvm = 8u64 << 20;
     let config = DeviceConfig {
@@ -789,24 +762,25 @@ fn a_mapping_is_the_device_memory(uri: &str) {
     assert_eq!(csCloseCSx(dev), CS_SUCCESS);
 }
 
+/// A daemon serving the device in `dir` over shm (`tag` names the queue): it and its URI.
+fn serve_shm(dir: &Path, tag: &str) -> (csx_server::Server, String) {
+    use csx_server::{ListenAddr, Server, ServerConfig};
+    let name = format!("csx-capi-{tag}-{}", std::process::id());
+    let config = ServerConfig {
+        listen: vec![ListenAddr::Shm(name)],
+        token: None,
+    };
+    let server = Server::open(dir, config).expect("serve the device");
+    let uri = server.uris()[0].clone();
+    (server, uri)
+}
+
 #[test]
 fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
-    use csx_server::{ListenAddr, Server, ServerConfig};
     let work = tempfile::tempdir().unwrap();
     let dir = device_dir(work.path());
     a_mapping_is_the_device_memory(dir.to_str().unwrap());
-    let server = Server::open(
-        &dir,
-        ServerConfig {
-            listen: vec![ListenAddr::Shm(format!(
-                "csx-capi-map-{}",
-                std::process::id()
-            ))],
-            token: None,
-        },
-    )
-    .expect("serve the device");
-    let uri = server.uris()[0].clone();
+    let (server, uri) = serve_shm(&dir, "map");
     a_mapping_is_the_device_memory(&uri);
     server.shutdown().unwrap();
 }
@@ -816,11 +790,11 @@ fn a_mapping_is_the_device_memory_embedded_and_over_shm() {
 /// id nobody reserved is refused by name.
 #[test]
 fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
-    use csx_capi::api::{csCloseCSx, csOpenCSx, csQueueComputeRequest};
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
     use csx_capi::fixed::{read, reserve, FixedIdError};
     use csx_capi::manage::csGetCSFId;
     use csx_capi::status::{CS_INVALID_ID, CS_SUCCESS};
-    use csx_capi::types::{CsComputeArg, CsComputeArgValue, CsComputeRequest, CsfIdInfo};
+    use csx_capi::types::CsfIdInfo;
     let work = tempfile::tempdir().unwrap();
     let dir = v05_device(work.path(), "dev", 5_000);
     // v05_device reserved 100 and closed the device: the table outlived it.
@@ -864,26 +838,275 @@ fn fixed_csf_ids_survive_a_restart_and_refuse_misuse() {
         )
     };
     assert_eq!((st, count, info[0].csf_id), (CS_SUCCESS, 1, 100));
-    let request = CsComputeRequest {
+    assert_eq!(compute_id(h, 103, 0).0, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+}
+
+/// A daemon serving shm clients of every user maps device memory only into processes of
+/// its own user: `tests/c/map_probe.c`, run as `nobody` (this test runs as root, as CI
+/// does, and fails when it cannot switch user), is refused the mapping with
+/// CS_COULD_NOT_MAP_MEMORY and still gets memory it does not ask to map.
+#[test]
+fn another_user_is_refused_the_shm_mapping() {
+    use csx_server::{ListenAddr, Server, ServerConfig, ServerOptions};
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    assert_eq!(
+        me, 0,
+        "this test switches to user nobody with runuser, which needs root (CI runs as root)"
+    );
+    let work = tempfile::tempdir().unwrap();
+    // nobody reaches the probe and its library through the work directory.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = c_client(work.path(), "map_probe");
+    let dir = device_dir(work.path());
+    let name = format!("csx-capi-other-user-{}", std::process::id());
+    let server = Server::open_with(
+        &dir,
+        ServerConfig {
+            listen: vec![ListenAddr::Shm(name.clone())],
+            token: None,
+        },
+        ServerOptions::default().shm_other_users(true),
+    )
+    .expect("serve the device to every user");
+    // The socket directory is this user's; a daemon serving other users makes it 0711
+    // when it creates it. One made earlier by a daemon serving only its user is 0700:
+    // open it the same way (traversable, nothing in it readable).
+    let sockets = csx_host::transport::shm::socket_dir();
+    let mode = std::fs::metadata(&sockets).unwrap().permissions().mode() & 0o7777;
+    if mode & 0o001 == 0 {
+        std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+    }
+    let out = run_tool(
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "env"])
+            .arg(format!("CSX_SHM_DIR={}", sockets.display()))
+            .arg(&exe)
+            .arg(format!("shm://{name}")),
+    );
+    server.shutdown().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("map_probe: ok"), "{stdout}");
+    let refused = stdout
+        .lines()
+        .find(|l| l.contains("refused"))
+        .unwrap_or_default();
+    assert!(
+        !refused.contains("uid 0 ") && refused.contains("its own user"),
+        "{stdout}"
+    );
+}
+
+/// Runs CSF `id` with `rounds` on the open device handle `h`: the status and r0.
+fn compute_id(h: csx_capi::types::CsDevHandle, id: u32, rounds: u64) -> (i32, u64) {
+    use csx_capi::api::csQueueComputeRequest;
+    use csx_capi::types::*;
+    let req = CsComputeRequest {
         dev_handle: h,
-        csf_id: 103,
-        num_args: 0,
+        csf_id: id,
+        num_args: 1,
         args: [CsComputeArg {
-            type_: 0,
-            u: CsComputeArgValue { value64: 0 },
+            type_: CS_64BIT_VALUE_TYPE,
+            u: CsComputeArgValue { value64: rounds },
         }],
     };
     let mut r0 = 0u64;
-    // SAFETY: a request without arguments, synchronous.
-    let st = unsafe {
+    // SAFETY: a request with its one argument, synchronous.
+    let status = unsafe {
         csQueueComputeRequest(
-            &request,
+            &req,
             std::ptr::null_mut(),
             None,
             std::ptr::null_mut(),
             &mut r0,
         )
     };
-    assert_eq!(st, CS_INVALID_ID);
+    (status, r0)
+}
+
+/// A fixed id's slot is looked up once per device handle (the table is read again only
+/// by a fresh handle, shown here by taking the table away), again when the run finds
+/// its slot emptied behind the handle's back (the program moved to another slot), and
+/// again after the handle unloads the slot itself.
+#[test]
+fn a_fixed_id_is_looked_up_once_per_handle_and_again_when_its_slot_empties() {
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
+    use csx_capi::fixed::{reserve, FIXED_IDS_PATH};
+    use csx_capi::manage::csDownload;
+    use csx_capi::status::{CS_INVALID_ID, CS_SUCCESS};
+    use csx_capi::types::{CsDownloadInfo, CS_BPF_PROGRAM};
+    use csx_host::proto::{EngineKind, ProgramType};
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 5_000);
+    let other = Device::open(dir.to_str().unwrap()).unwrap();
+    reserve(&other, 101, "count").unwrap();
+    let slot_of_count = || {
+        let p = other.programs().unwrap();
+        p.iter()
+            .find(|p| p.persistent.as_deref() == Some("count"))
+            .map(|p| p.pind)
+            .expect("count is loaded")
+    };
+    let open = || {
+        let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+        let mut h = std::ptr::null_mut();
+        // SAFETY: a C string and a writable handle.
+        let st = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+        assert_eq!(st, CS_SUCCESS);
+        h
+    };
+    let h = open();
+    let (st, expected) = compute_id(h, 101, 10);
+    assert_eq!(st, CS_SUCCESS);
+
+    // Another host moves "count" to another slot: the run finds the old slot empty,
+    // looks again and runs there.
+    let old = slot_of_count();
+    other.unload(old).unwrap();
+    let elf = std::fs::read(work.path().join("csfs.o")).unwrap();
+    let moved = csx_host::proto::ProgramIndex(csx_host::proto::limits::PROGRAM_SLOTS_COUNT - 1);
+    other
+        .load_program(moved, ProgramType::Elf, &elf, Some("count"))
+        .unwrap();
+    assert_ne!(moved, old);
+    other.activate(moved, EngineKind::Interpreter).unwrap();
+    other.persist_program(moved, "count").unwrap();
+    assert_eq!(compute_id(h, 101, 10), (CS_SUCCESS, expected));
+
+    // The table is not read again by this handle; a fresh one reads it.
+    other.delete_file(FIXED_IDS_PATH).unwrap();
+    assert_eq!(compute_id(h, 101, 10), (CS_SUCCESS, expected));
+    let fresh = open();
+    assert_eq!(compute_id(fresh, 101, 10).0, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(fresh), CS_SUCCESS);
+
+    // The handle unloads the slot itself: the id is looked up again, and is refused.
+    let unload = CsDownloadInfo {
+        type_: CS_BPF_PROGRAM,
+        sub_type: 0,
+        index: i32::from(moved.0),
+        unload: 1,
+        length: 0,
+        data_buffer: std::ptr::null(),
+    };
+    // SAFETY: a readable download description (no data to read for an unload).
+    assert_eq!(unsafe { csDownload(h, &unload) }, CS_SUCCESS);
+    assert_eq!(compute_id(h, 101, 10).0, CS_INVALID_ID);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+    other.close().unwrap();
+}
+
+/// Map requests with hostile values get typed refusals and never wedge the daemon:
+/// handles that are nobody's, another client's, not whole pages; a thousand repeats of a
+/// good one; allocations of zero, negative and huge sizes asked mapped through libcsx.
+/// The daemon serves every client after all of it.
+#[test]
+fn hostile_map_requests_get_typed_refusals_and_the_daemon_serves_on() {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csOpenCSx};
+    use csx_capi::status::{CS_INVALID_LENGTH, CS_NOT_ENOUGH_MEMORY, CS_SUCCESS};
+    use csx_host::proto::MemHandle;
+    use std::io::ErrorKind;
+    let work = tempfile::tempdir().unwrap();
+    let dir = device_dir(work.path());
+    let (server, uri) = serve_shm(&dir, "hostile-map");
+    let dev = Device::open(&uri).unwrap();
+    let refused = |h: MemHandle| match dev.client().share_mem(h) {
+        Err(csx_host::TransportError::Io { source, .. }) => (source.kind(), source.to_string()),
+        other => panic!("map of {h:?}: {other:?}"),
+    };
+    for h in [0, 1, 12345, u32::MAX] {
+        let (kind, message) = refused(MemHandle(h));
+        assert_eq!(kind, ErrorKind::NotFound, "{h}: {message}");
+    }
+    let not_pages = dev.alloc(100).unwrap();
+    let (kind, message) = refused(not_pages);
+    assert_eq!(kind, ErrorKind::InvalidInput, "{message}");
+    assert!(message.contains("whole pages"), "{message}");
+    let theirs = Device::open(&uri).unwrap();
+    let their_page = theirs.alloc(4096).unwrap();
+    assert_eq!(refused(their_page).0, ErrorKind::NotFound);
+    // A good request again and again: each answered with the one memory file.
+    let page = dev.alloc(4096).unwrap();
+    for _ in 0..1000 {
+        drop(dev.client().share_mem(page).unwrap());
+    }
+    // Sizes through libcsx, mapped: refused by value, nothing allocated.
+    let name = std::ffi::CString::new(uri.as_str()).unwrap();
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
+    let free_before = dev.identify().unwrap().slm_free_bytes;
+    for (bytes, expected) in [
+        (0, CS_INVALID_LENGTH),
+        (-1, CS_INVALID_LENGTH),
+        (i32::MIN, CS_INVALID_LENGTH),
+        (i32::MAX, CS_NOT_ENOUGH_MEMORY),
+        (32 << 20, CS_NOT_ENOUGH_MEMORY),
+    ] {
+        let (mut mem, mut va) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(h, bytes, std::ptr::null(), &mut mem, &mut va) };
+        assert_eq!(
+            (st, mem.is_null(), va.is_null()),
+            (expected, true, true),
+            "{bytes}"
+        );
+    }
+    assert_eq!(dev.identify().unwrap().slm_free_bytes, free_before);
+    assert_eq!(csCloseCSx(h), CS_SUCCESS);
+    // Every client is still served, and the mapping still works.
+    theirs.close().unwrap();
+    assert_eq!(dev.read_mem(page, 0, 4).unwrap(), [0; 4]);
+    drop(dev.client().share_mem(page).unwrap());
+    dev.close().unwrap();
+    let late = Device::open(&uri).unwrap();
+    late.identify().unwrap();
+    late.close().unwrap();
+    server.shutdown().unwrap();
+}
+
+/// One device handle's calls run at once: while a compute request busy-waits 3 s on one
+/// engine, another thread allocates, frees and runs a compute on the other engine
+/// through the same handle and is done before it (the handle's session is locked only
+/// to submit, never while an execution runs).
+#[test]
+fn calls_on_one_handle_run_while_its_long_compute_runs() {
+    use csx_capi::api::{csAllocMem, csCloseCSx, csFreeMem, csOpenCSx};
+    use csx_capi::status::CS_SUCCESS;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 10_000);
+    let name = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut h = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut h) };
+    assert_eq!(opened, CS_SUCCESS);
+    let key = h as usize;
+    let long_done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let long = scope.spawn(|| {
+            // id 100 is "sleep": cparam1 milliseconds.
+            let result = compute_id(key as csx_capi::types::CsDevHandle, 100, 3_000);
+            long_done.store(true, Ordering::SeqCst);
+            result
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let h = key as csx_capi::types::CsDevHandle;
+        let (mut mem, mut va) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: writable outputs, no flags.
+        let st = unsafe { csAllocMem(h, 4096, std::ptr::null(), &mut mem, &mut va) };
+        assert_eq!(st, CS_SUCCESS);
+        // SAFETY: a handle from csAllocMem.
+        assert_eq!(unsafe { csFreeMem(mem, std::ptr::null()) }, CS_SUCCESS);
+        assert_eq!(compute_id(h, 100, 0), (CS_SUCCESS, 0));
+        assert!(
+            !long_done.load(Ordering::SeqCst),
+            "the short calls waited for the long compute"
+        );
+        assert_eq!(long.join().unwrap(), (CS_SUCCESS, 0));
+    });
     assert_eq!(csCloseCSx(h), CS_SUCCESS);
 }

@@ -298,9 +298,12 @@ pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         return crate::array_cmd::ls(&dir, &args.dir, args.json);
     }
     let dev = connect::open(global)?;
-    let list = dev
+    let mut list = dev
         .list_files(&args.dir)
         .with_context(|| format!("cannot list {}", args.dir))?;
+    // libcsx's own files (`/.csx`) show only when that directory is listed.
+    list.files
+        .retain(|f| csx_capi::fixed::listed(&args.dir, &f.path));
     if args.json {
         println!(
             "{}",

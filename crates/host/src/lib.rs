@@ -52,7 +52,7 @@ pub use device::{
 pub use error::{CallError, DeviceFailure, OpenError, TransportError};
 pub use execute::{ExecuteRequest, Execution};
 pub use files::FileTransferError;
-pub use session::{Meter, Params, PendingCopy, Session, SessionError};
+pub use session::{Meter, Params, PendingCopy, Session, SessionError, Submitted};
 pub use uri::DeviceUri;
 
 /// The protocol crate, re-exported so users name the same types.

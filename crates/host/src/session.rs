@@ -8,10 +8,12 @@
 //!
 //! ```text
 //! load / load_program + activate   a program into a free slot     (unloaded at the end)
+//! load_program_at, leave_loaded    into a named slot; kept past the end on request
 //! alloc / fill / write / free      device memory                  (freed at the end)
 //! copy_file, start_copy_file+wait  file -> memory, on the device  (media bytes)
 //! copy_to_file                     memory -> file, on the device
 //! execute, execute_all             one run, or a batch at once on the engines
+//! submit_execute + wait / abort    one run, waited for later (or elsewhere), abortable
 //! read, read_file                  memory or a file -> the host   (bytes to host)
 //! close                            release everything, the meter  (Drop: best effort)
 //! ```
@@ -159,6 +161,31 @@ pub struct PendingCopy {
     path: String,
     offset: u64,
     len: u64,
+}
+
+/// An execution [`Session::submit_execute`] started, not yet waited for: its command id
+/// for [`Session::abort`], waited for with [`Session::wait_submitted`] or, by a caller
+/// that keeps its session behind a lock, with [`Submitted::wait_on`] outside it and
+/// [`Session::finish_submitted`] back inside.
+#[derive(Debug)]
+#[must_use = "every submitted execution must be waited for"]
+pub struct Submitted {
+    id: CommandId,
+    pind: ProgramIndex,
+}
+
+impl Submitted {
+    /// The execution's command id.
+    pub fn id(&self) -> CommandId {
+        self.id
+    }
+
+    /// Waits for the run on `dev`, the session's device, without the session: hand the
+    /// result to [`Session::finish_submitted`].
+    pub fn wait_on(&self, dev: &Device) -> Result<Execution, CallError> {
+        let c = dev.client().wait(self.id, None)?;
+        Execution::from_completion(c.expect("a wait without a timeout returns a completion"))
+    }
 }
 
 /// A parameter block (`args->params`): little-endian fields in order, each named as
@@ -437,6 +464,39 @@ impl<'d> Session<'d> {
             self.meter.setup_ns += c.timing.modelled_ns;
             self.meter.bytes_from_host += data.len() as u64;
         }
+        Ok(())
+    }
+
+    /// Loads `image` into slot `pind` (which must be empty), held by the session like
+    /// [`Session::load_program`]'s; `entry` as for [`Session::load_program_entry`].
+    pub fn load_program_at(
+        &mut self,
+        name: &str,
+        entry: Option<&str>,
+        pind: ProgramIndex,
+        ptype: ProgramType,
+        image: &[u8],
+    ) -> Result<(), SessionError> {
+        self.load_into((name, entry), pind, ptype, image)
+            .map_err(|e| {
+                SessionError::device(format!("loading program {name} into slot {}", pind.0), e)
+            })
+    }
+
+    /// Leaves the program in `pind` loaded when the session ends (the session still
+    /// names it in errors; [`Session::unload_slot`] still unloads it).
+    pub fn leave_loaded(&mut self, pind: ProgramIndex) {
+        for h in self.programs.iter_mut().filter(|h| h.pind == pind) {
+            h.owned = false;
+        }
+    }
+
+    /// Unloads whatever program slot `pind` holds, whoever loaded it, and forgets it.
+    pub fn unload_slot(&mut self, pind: ProgramIndex) -> Result<(), SessionError> {
+        let name = self.program_name(pind);
+        self.programs.retain(|h| h.pind != pind);
+        let what = || format!("unloading program {name}");
+        self.call(what, Op::UnloadProgram { pind }, true)?;
         Ok(())
     }
 
@@ -838,12 +898,43 @@ impl<'d> Session<'d> {
     /// Runs one execution. A trap is an error ([`SessionError::Trap`]); r0 is the
     /// caller's to read (a negative `CSX_E*` may be an answer).
     pub fn execute(&mut self, run: &ExecuteRequest) -> Result<Execution, SessionError> {
+        let s = self.submit_execute(run)?;
+        self.wait_submitted(s)
+    }
+
+    /// Starts one execution without waiting (see [`Submitted`]); the session waits for
+    /// it before freeing memory if nobody else does.
+    pub fn submit_execute(&mut self, run: &ExecuteRequest) -> Result<Submitted, SessionError> {
         let id = self.submit(run)?;
-        let result = self.wait_execution(id);
-        let x = self.finish(run.pind, result)?;
+        Ok(Submitted { id, pind: run.pind })
+    }
+
+    /// Waits for a submitted execution: [`Session::execute`]'s result.
+    pub fn wait_submitted(&mut self, s: Submitted) -> Result<Execution, SessionError> {
+        let result = s.wait_on(&self.dev);
+        self.finish_submitted(s, result)
+    }
+
+    /// Meters a submitted execution that [`Submitted::wait_on`] waited for; a trap is an
+    /// error, as in [`Session::execute`].
+    pub fn finish_submitted(
+        &mut self,
+        s: Submitted,
+        result: Result<Execution, CallError>,
+    ) -> Result<Execution, SessionError> {
+        self.in_flight.retain(|&i| i != s.id);
+        let x = self.finish(s.pind, result)?;
         self.meter.modelled_ns += x.timing.modelled_ns;
         self.meter.execute_span_ns += x.timing.execute_ns;
         Ok(x)
+    }
+
+    /// Asks the device to stop a submitted execution (NVMe's Abort): its wait then
+    /// returns the error `CallError::Aborted`. Whether it was still in flight.
+    pub fn abort(&self, s: &Submitted) -> Result<bool, SessionError> {
+        self.dev.client().abort(s.id).map_err(|e| {
+            SessionError::device(format!("aborting program {}", self.program_name(s.pind)), e)
+        })
     }
 
     /// Runs every execution of `runs` at once (their output windows must not overlap):

@@ -40,16 +40,20 @@ fn footprint(dev: &Device) -> (u64, usize) {
     (info.slm_free_bytes, dev.programs().unwrap().len())
 }
 
+/// Loads "seven" (`returns(7)`) into `s`, activated.
+fn load_seven(s: &mut Session) -> ProgramIndex {
+    s.load(
+        "seven",
+        ProgramType::Raw,
+        &returns(7),
+        EngineKind::Interpreter,
+    )
+    .unwrap()
+}
+
 /// Loads a program and allocates and stages memory in `s`.
 fn hold_things(s: &mut Session) -> (ProgramIndex, MemHandle) {
-    let pind = s
-        .load(
-            "seven",
-            ProgramType::Raw,
-            &returns(7),
-            EngineKind::Interpreter,
-        )
-        .unwrap();
+    let pind = load_seven(s);
     let h = s.alloc(1 << 16).unwrap();
     s.copy_file("/data", 0, 4096, h, 0).unwrap();
     (pind, h)
@@ -280,4 +284,67 @@ fn kept_allocations_are_reused_freed_to_make_room_and_released_at_the_end() {
     s.keep(h, n);
     drop(s);
     assert_eq!(footprint(&dev), before);
+}
+
+#[test]
+fn a_program_loaded_into_a_named_slot_is_held_left_loaded_or_unloaded_on_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    let before = footprint(&dev);
+    let (a, b) = (ProgramIndex(5), ProgramIndex(6));
+    let mut s = Session::new(&dev);
+    s.load_program_at("five", None, a, ProgramType::Raw, &returns(5))
+        .unwrap();
+    s.load_program_at("six", None, b, ProgramType::Raw, &returns(6))
+        .unwrap();
+    // An occupied slot is refused, naming it; the session still holds one program there.
+    let e = s
+        .load_program_at("again", None, a, ProgramType::Raw, &returns(1))
+        .unwrap_err();
+    assert!(e.to_string().contains("into slot 5"), "{e}");
+    assert_eq!(s.program_name(a), "five");
+    s.activate(a, EngineKind::Interpreter).unwrap();
+    assert_eq!(s.execute(&ExecuteRequest::new(a)).unwrap().r0, 5);
+    // Slot 6 is left loaded past the session; slot 5 goes with it.
+    s.leave_loaded(b);
+    s.close().unwrap();
+    let slots: Vec<_> = dev.programs().unwrap().iter().map(|p| p.pind).collect();
+    assert_eq!(slots, vec![b]);
+    // unload_slot empties a slot the session did not load.
+    let mut s = Session::new(&dev);
+    s.unload_slot(b).unwrap();
+    assert_eq!(s.close().unwrap().commands, 1);
+    assert_eq!(footprint(&dev), before);
+}
+
+#[test]
+fn a_submitted_execution_is_waited_for_outside_the_session_or_aborted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = device(tmp.path());
+    let mut s = Session::new(&dev);
+    let seven = load_seven(&mut s);
+    // Waited for without the session, then metered by it.
+    let run = s.submit_execute(&ExecuteRequest::new(seven)).unwrap();
+    let result = run.wait_on(&dev);
+    let before = s.meter;
+    assert_eq!(s.finish_submitted(run, result).unwrap().r0, 7);
+    assert_eq!(s.meter.since(&before).executions, 1);
+
+    // A run that would spin for its whole time limit stops when aborted.
+    let spin = s
+        .load("spin", ProgramType::Raw, &spins(), EngineKind::Interpreter)
+        .unwrap();
+    let long = ExecuteRequest::new(spin)
+        .fuel(csx_proto::limits::FUEL_MAX)
+        .time_limit_ms(600_000);
+    let run = s.submit_execute(&long).unwrap();
+    assert!(s.abort(&run).unwrap(), "the run was in flight");
+    let e = s.wait_submitted(run).unwrap_err();
+    assert!(
+        matches!(&e, SessionError::Device { source: CallError::Aborted(_), what } if what.contains("spin")),
+        "{e}"
+    );
+    // Forgotten submissions are waited for before the session frees its memory.
+    let _forgotten = s.submit_execute(&ExecuteRequest::new(seven)).unwrap();
+    s.close().unwrap();
 }
