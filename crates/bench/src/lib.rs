@@ -4,7 +4,8 @@
 //! Every benchmark prints a human table by default and one JSON object with `--json`,
 //! and times work with [`measure`] so numbers from different benchmarks mean the same.
 //!
-//! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang.
+//! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang
+//! (csx-build's one C-to-eBPF path); [`kernels`] lists them with their inputs.
 
 #![warn(clippy::too_many_lines)]
 
@@ -25,6 +26,17 @@ pub mod plot;
 mod ssb;
 mod vm;
 mod workloads;
+
+/// The `csx bench vm` kernels and their inputs, for a tool that runs one kernel alone
+/// (`examples/kernel_run.rs`, under a profiler).
+pub mod kernels {
+    pub use crate::vm::{CompiledKernel, Input, Native, KERNELS};
+
+    /// The input `csx bench vm` gives kernel `name` (full size).
+    pub fn input(name: &str) -> Input {
+        crate::vm::make_input(name, crate::vm::Scale::Full)
+    }
+}
 
 /// Measure csx.
 #[derive(Debug, Args)]
