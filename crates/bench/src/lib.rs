@@ -30,11 +30,35 @@ mod workloads;
 /// The `csx bench vm` kernels and their inputs, for a tool that runs one kernel alone
 /// (`examples/kernel_run.rs`, under a profiler).
 pub mod kernels {
-    pub use crate::vm::{CompiledKernel, Input, Native, KERNELS};
+    /// A kernel of `sdk/bench` as the bench runs it on the VM.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Kernel {
+        /// The file stem in `sdk/bench`.
+        pub name: &'static str,
+        /// The entry function's symbol in `bpf_object`.
+        pub symbol: &'static str,
+        /// The eBPF object `build.rs` compiled.
+        pub bpf_object: &'static [u8],
+    }
 
-    /// The input `csx bench vm` gives kernel `name` (full size).
-    pub fn input(name: &str) -> Input {
+    /// Every built-in kernel, sorted by name.
+    pub fn all() -> Vec<Kernel> {
+        crate::vm::KERNELS
+            .iter()
+            .map(|k| Kernel {
+                name: k.name,
+                symbol: k.symbol,
+                bpf_object: k.bpf_object,
+            })
+            .collect()
+    }
+
+    /// The bytes `csx bench vm` gives kernel `name` (full size), which it maps read-only
+    /// with r1 their address and r2 their length.
+    pub fn input(name: &str) -> Vec<u8> {
         crate::vm::make_input(name, crate::vm::Scale::Full)
+            .bytes()
+            .to_vec()
     }
 }
 
