@@ -65,7 +65,10 @@ fn main() -> anyhow::Result<()> {
     let (engine, _) = build_engine(kind, program)?;
     let got = measured(engine.as_ref(), &mut map, r, runs);
     if got != want {
-        bail!("{} returned {got:#x}, the interpreter {want:#x}", kind.name());
+        bail!(
+            "{} returned {got:#x}, the interpreter {want:#x}",
+            kind.name()
+        );
     }
     println!("{name} {got:#x}");
     Ok(())

@@ -1073,7 +1073,7 @@ mod tests {
     use super::*;
 
     /// A chunk of a raw image (no entry name) from `client`.
-    fn raw_chunk(
+    pub(super) fn raw_chunk(
         p: &Programs,
         client: ClientId,
         pind: ProgramIndex,
@@ -1429,7 +1429,7 @@ mod tiering_tests {
         for pind in [jit, interp] {
             let img = loop_image();
             let len = img.len() as u32;
-            raw_chunk(&p, ClientId(1), pind, len, 0, &img).unwrap();
+            tests::raw_chunk(&p, ClientId(1), pind, len, 0, &img).unwrap();
         }
         let timing = p.activate(jit, EngineKind::Jit).unwrap();
         p.activate(interp, EngineKind::Interpreter).unwrap();
@@ -1472,7 +1472,7 @@ mod tiering_tests {
         let p = Programs::new(Arc::new(FunctionTable::new()), true, None).with_tiering(false);
         let img = loop_image();
         let pind = ProgramIndex(0);
-        raw_chunk(&p, ClientId(1), pind, img.len() as u32, 0, &img).unwrap();
+        tests::raw_chunk(&p, ClientId(1), pind, img.len() as u32, 0, &img).unwrap();
         p.activate(pind, EngineKind::Jit).unwrap();
         assert_eq!(p.jit_tier(pind).unwrap(), None);
         p.optimize(pind).unwrap();

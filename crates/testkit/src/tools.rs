@@ -129,9 +129,9 @@ fn scratch(extension: &str) -> PathBuf {
 /// Writes `text` to a scratch `.c` file and compiles it; the panic message shows the text.
 fn compile_text(compiler: &Path, text: &str, flags: &[&str], includes: &[&Path]) -> Vec<u8> {
     let source = scratch("c");
-    std::fs::write(&source, text)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", source.display()));
-    let object = std::panic::catch_unwind(|| compile(compiler, &source, flags, includes, Some(text)));
+    std::fs::write(&source, text).unwrap_or_else(|e| panic!("writing {}: {e}", source.display()));
+    let object =
+        std::panic::catch_unwind(|| compile(compiler, &source, flags, includes, Some(text)));
     let _ = std::fs::remove_file(&source);
     object.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
@@ -161,7 +161,11 @@ fn compile(
         Ok(Err(e)) => panic!("reading the object of {what}: {e}"),
         Err(e) => panic!("{} failed on {what}: {e}{shown}", compiler.display()),
     };
-    assert!(!bytes.is_empty(), "{} wrote no object for {what}", compiler.display());
+    assert!(
+        !bytes.is_empty(),
+        "{} wrote no object for {what}",
+        compiler.display()
+    );
     bytes
 }
 
@@ -211,9 +215,8 @@ mod tests {
 
     #[test]
     fn compiles_a_program_with_the_sdk_header() {
-        let object = compile_program_source(
-            "#include \"csx.h\"\nCSX_PROGRAM(p) { return win0_len; }\n",
-        );
+        let object =
+            compile_program_source("#include \"csx.h\"\nCSX_PROGRAM(p) { return win0_len; }\n");
         assert_eq!(&object[..4], b"\x7fELF");
     }
 

@@ -9,7 +9,6 @@
 //! tcp run auto requests on their devices. Then the failures: an object that does not
 //! load and a λ that traps on one member's bytes, each a typed error naming the member.
 
-
 use csx_array::lambda::{read_lambda, ArrayLambdaOptions, LambdaImage, Request};
 use csx_array::{Array, ArrayError, LinkModel, Placement};
 use csx_lambda::{LambdaArgs, LambdaOptions, LambdaOutput, Mode, Ran};
