@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use csx_build::{c_sources, error, out_dir, repo_path, Clang, SDK_PROGRAM_FLAGS};
+use csx_build::{c_sources, error, out_dir, repo_path, Clang, BPF_FLAGS, SDK_PROGRAM_FLAGS};
 
 fn main() {
     let out_dir = out_dir();
@@ -23,6 +23,11 @@ fn main() {
         Err(e) => return error(&format!("the csx bench kernels need clang: {e}")),
     };
     println!("cargo:rustc-env=CSX_BENCH_CLANG_VERSION={version}");
+    let bpf_flags: Vec<&str> = BPF_FLAGS.iter().chain(SDK_PROGRAM_FLAGS).copied().collect();
+    println!(
+        "cargo:rustc-env=CSX_BENCH_BPF_CFLAGS={}",
+        bpf_flags.join(" ")
+    );
     let sources = match c_sources(&source_dir) {
         Ok(s) => s,
         Err(e) => return error(&e),
