@@ -40,16 +40,12 @@ if ! command -v c++ >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ >/dev/null
 fi
 
-# Starting inputs for an empty corpus: valid frames, PDUs, entries and programs
-# (crates/fuzzing/examples/seeds.rs), and the SDK's programs compiled to ELF.
+# Starting inputs for an empty corpus: valid frames, PDUs, entries and programs, and the
+# SDK's programs compiled to ELF (crates/fuzzing/examples/seeds.rs; it needs clang, and
+# names scripts/setup.sh when clang is missing).
 seeds=$(mktemp -d)
 trap 'rm -rf "$seeds"' EXIT
 cargo run -q -p csx-fuzzing --example seeds -- "$seeds" . >/dev/null
-mkdir -p "$seeds/elf"
-for c in sdk/programs/*.c; do
-    clang -O2 -target bpf -mcpu=v3 -c -fno-common -I sdk/include "$c" -o "$seeds/elf/$(basename "$c" .c)" ||
-        { echo "fuzz: clang cannot build $c for BPF: run scripts/setup.sh" >&2; exit 2; }
-done
 for t in $TARGETS; do
     if [ -d "$seeds/$t" ] && [ -z "$(ls -A "fuzz/corpus/$t" 2>/dev/null)" ]; then
         mkdir -p "fuzz/corpus/$t"

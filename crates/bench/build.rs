@@ -1,8 +1,9 @@
 //! Compiles the `csx bench vm` kernels (`sdk/bench/*.c`) twice with clang: natively
-//! (`clang -O2`) into a static library linked into `csx`, and to eBPF
-//! (`clang -O2 -target bpf`) into objects the binary embeds. The binary then needs no
-//! compiler at run time, and both builds always come from the same source. The shared
-//! steps (finding clang, the eBPF compile, the sources) are csx-build's.
+//! (`clang -O2`) into a static library linked into `csx`, and to eBPF (csx-build's one
+//! path and flags, as every device program) into objects the binary embeds. The binary
+//! then needs no compiler at run time, and both builds always come from the same
+//! source. The shared steps (finding clang, the eBPF compile, the sources) are
+//! csx-build's.
 //!
 //! It also writes `bench_kernels.rs` into `OUT_DIR`: one entry per kernel with its name,
 //! its eBPF object and its native entry point, so adding a kernel is adding a `.c` file.
@@ -11,7 +12,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use csx_build::{c_sources, error, out_dir, repo_path, Clang};
+use csx_build::{c_sources, error, out_dir, repo_path, Clang, BPF_FLAGS, SDK_PROGRAM_FLAGS};
 
 fn main() {
     let out_dir = out_dir();
@@ -22,6 +23,11 @@ fn main() {
         Err(e) => return error(&format!("the csx bench kernels need clang: {e}")),
     };
     println!("cargo:rustc-env=CSX_BENCH_CLANG_VERSION={version}");
+    let bpf_flags: Vec<&str> = BPF_FLAGS.iter().chain(SDK_PROGRAM_FLAGS).copied().collect();
+    println!(
+        "cargo:rustc-env=CSX_BENCH_BPF_CFLAGS={}",
+        bpf_flags.join(" ")
+    );
     let sources = match c_sources(&source_dir) {
         Ok(s) => s,
         Err(e) => return error(&e),
@@ -38,11 +44,9 @@ fn main() {
         .include(&source_dir);
     for (name, path) in &sources {
         native.file(path);
-        // As a device program is compiled, except the ISA version: the recorded
-        // `csx bench vm` figures are of version 1 kernels (clang 14's default), so
-        // they stay comparable until the bench is re-measured at csx-build's v3.
+        // As the SDK's programs are compiled: csx-build's flags and warnings.
         let object = out_dir.join(format!("{name}.bpf.o"));
-        if let Err(e) = clang.bpf(path, &object, &["-mcpu=v1", "-Wall", "-Wextra"], &[]) {
+        if let Err(e) = clang.bpf(path, &object, SDK_PROGRAM_FLAGS, &[]) {
             return error(&e);
         }
     }

@@ -280,8 +280,7 @@ fn measure(args: &CapiBenchArgs) -> anyhow::Result<Report> {
     let uri = device_uri(args, temp.path())?;
     let (dev, shared) = open_c(&uri)?;
     let device = &shared.device;
-    // mov r0, 0; exit
-    let noop: [u8; 16] = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let noop = crate::device::assemble(crate::device::NOOP_ASM)?;
     let pind = device.load_program_any_slot(ProgramType::Raw, &noop, None)?;
     let engine = if device.identify()?.jit {
         EngineKind::Jit

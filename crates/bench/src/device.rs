@@ -67,7 +67,8 @@ const SUM_1MIB_RUNS: usize = 300;
 /// Whole-file passes of each side; the best is reported.
 const FILE_PASSES: usize = 3;
 
-const NOOP_ASM: &str = "mov %r0, 0\nexit\n";
+/// `mov r0, 0; exit`: the program whose runs measure the path around a program.
+pub(crate) const NOOP_ASM: &str = "mov %r0, 0\nexit\n";
 
 /// Sums window 0 (r1 = address, r2 = length) as little-endian u64s; a trailing partial
 /// word is ignored.
@@ -285,7 +286,8 @@ fn load_average() -> Option<[f64; 3]> {
     Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
-fn assemble(src: &str) -> anyhow::Result<Vec<u8>> {
+/// The image of the assembly `src` (csx-ebpf's assembler): the benchmarks' own programs.
+pub(crate) fn assemble(src: &str) -> anyhow::Result<Vec<u8>> {
     let insns = csx_ebpf::asm::assemble(src).context("assembling a benchmark program")?;
     Ok(csx_ebpf::isa::encode_all(&insns))
 }

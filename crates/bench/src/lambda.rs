@@ -560,14 +560,7 @@ fn scenario(
 /// The counts of the applications' runs together.
 fn sum_accounts(runs: &[AppRun]) -> RunAccount {
     runs.iter().fold(RunAccount::default(), |mut t, r| {
-        let a = r.account;
-        t.requests_host += a.requests_host;
-        t.requests_device += a.requests_device;
-        t.requests_profiled += a.requests_profiled;
-        t.link_bytes += a.link_bytes;
-        t.media_bytes += a.media_bytes;
-        t.insns += a.insns;
-        t.input_bytes += a.input_bytes;
+        t += r.account;
         t
     })
 }

@@ -258,8 +258,7 @@ fn open(uri: &str) -> anyhow::Result<Driver> {
 }
 
 fn setup(driver: &mut Driver, next: &mut u64) -> anyhow::Result<Setup> {
-    // mov64 r0, 0; exit
-    let image = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let image = crate::device::assemble(crate::device::NOOP_ASM)?;
     let listed = call(driver, next, Op::ListPrograms)?;
     let Reply::Programs(programs) = listed.reply else {
         bail!("list-programs answered without a listing");
@@ -276,7 +275,7 @@ fn setup(driver: &mut Driver, next: &mut u64) -> anyhow::Result<Setup> {
             ptype: ProgramType::Raw,
             total_size_bytes: image.len() as u32,
             offset: 0,
-            data: image.to_vec(),
+            data: image,
             entry: None,
         },
     )?;

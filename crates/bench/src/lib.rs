@@ -4,7 +4,8 @@
 //! Every benchmark prints a human table by default and one JSON object with `--json`,
 //! and times work with [`measure`] so numbers from different benchmarks mean the same.
 //!
-//! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang.
+//! `build.rs` compiles the `csx bench vm` kernels (`sdk/bench/*.c`) with clang
+//! (csx-build's one C-to-eBPF path); [`kernels`] lists them with their inputs.
 
 #![warn(clippy::too_many_lines)]
 
@@ -25,6 +26,41 @@ pub mod plot;
 mod ssb;
 mod vm;
 mod workloads;
+
+/// The `csx bench vm` kernels and their inputs, for a tool that runs one kernel alone
+/// (`examples/kernel_run.rs`, under a profiler).
+pub mod kernels {
+    /// A kernel of `sdk/bench` as the bench runs it on the VM.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Kernel {
+        /// The file stem in `sdk/bench`.
+        pub name: &'static str,
+        /// The entry function's symbol in `bpf_object`.
+        pub symbol: &'static str,
+        /// The eBPF object `build.rs` compiled.
+        pub bpf_object: &'static [u8],
+    }
+
+    /// Every built-in kernel, sorted by name.
+    pub fn all() -> Vec<Kernel> {
+        crate::vm::KERNELS
+            .iter()
+            .map(|k| Kernel {
+                name: k.name,
+                symbol: k.symbol,
+                bpf_object: k.bpf_object,
+            })
+            .collect()
+    }
+
+    /// The bytes `csx bench vm` gives kernel `name` (full size), which it maps read-only
+    /// with r1 their address and r2 their length.
+    pub fn input(name: &str) -> Vec<u8> {
+        crate::vm::make_input(name, crate::vm::Scale::Full)
+            .bytes()
+            .to_vec()
+    }
+}
 
 /// Measure csx.
 #[derive(Debug, Args)]

@@ -965,7 +965,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
         quick,
         clang: env!("CSX_BENCH_CLANG_VERSION"),
         native_cflags: "-O2",
-        bpf_cflags: "-O2 -target bpf",
+        bpf_cflags: env!("CSX_BENCH_BPF_CFLAGS"),
         rbpf: cfg!(feature = "rbpf").then_some("0.4.1 (interpreter, x86-64 JIT)"),
         load_average_before: None,
         load_average_after: None,

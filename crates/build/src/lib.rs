@@ -13,7 +13,9 @@
 //! * [`object_table`]: the Rust source of a `(name, eBPF object)` table that embeds the
 //!   objects with `include_bytes!`.
 //! * [`embed_folder`]: the whole build script of a folder of device programs: each
-//!   `.c` file compiled with the SDK header, and the table of their objects written.
+//!   `.c` file compiled with the SDK header, and the table of their objects written;
+//!   [`embed_folder_variants`] also compiles a file several times, once per
+//!   [`Variant`] (a `-D` choosing a strategy), under the variants' names.
 //! * [`error`]: reports a failure the cargo way (`cargo::error=`), which fails the build.
 
 #![warn(clippy::too_many_lines)]
@@ -51,8 +53,9 @@ pub fn out_dir() -> PathBuf {
 /// adds warnings or include directories, never another target or optimisation level.
 pub const BPF_FLAGS: &[&str] = &["-O2", "-target", "bpf", "-mcpu=v3", "-fno-common"];
 
-/// The extra flags of the SDK's own programs: they compile without a warning.
-pub const SDK_PROGRAM_FLAGS: &[&str] = &["-Wall", "-Werror"];
+/// The extra flags of the programs csx ships (`sdk/programs`, `sdk/ops`, `sdk/ssb`,
+/// `sdk/bench`): they compile without a warning.
+pub const SDK_PROGRAM_FLAGS: &[&str] = &["-Wall", "-Wextra", "-Werror"];
 
 /// Why a C-to-eBPF compile failed.
 #[derive(Debug)]
@@ -256,10 +259,29 @@ pub struct Folder<'a> {
     pub doc: &'a str,
 }
 
+/// One program compiled from a source of a [`Folder`] with extra flags, under its own
+/// name (`filter_bitmask` from `filter.c` with `-DSSB_STRATEGY=1`).
+#[derive(Clone, Copy, Debug)]
+pub struct Variant<'a> {
+    /// The program's name in the table (and its object's stem).
+    pub name: &'a str,
+    /// The stem of the source file it is compiled from (`filter`).
+    pub source: &'a str,
+    /// Flags after the folder's.
+    pub flags: &'a [&'a str],
+}
+
 /// Compiles every program of `folder` (`<stem>.bpf.o` in OUT_DIR) and writes the
 /// `OBJECTS` table of them; a failure is reported to cargo ([`error`]), which fails
 /// the build.
 pub fn embed_folder(folder: &Folder<'_>) {
+    embed_folder_variants(folder, &[]);
+}
+
+/// [`embed_folder`], except that a source some of `variants` name is compiled once per
+/// variant (with its flags, under its name) instead of once under its stem. The table
+/// lists the programs in the order of the sources, a source's variants in their order.
+pub fn embed_folder_variants(folder: &Folder<'_>, variants: &[Variant<'_>]) {
     let out = out_dir();
     let source_dir = repo_path(folder.sources);
     let include_dir = repo_path("../../sdk/include");
@@ -272,16 +294,45 @@ pub fn embed_folder(folder: &Folder<'_>) {
         Ok(s) => s,
         Err(e) => return error(&e),
     };
+    if let Some(v) = variants
+        .iter()
+        .find(|v| !sources.iter().any(|(stem, _)| stem == v.source))
+    {
+        return error(&format!(
+            "variant {} names {}.c, which is not in {}",
+            v.name,
+            v.source,
+            source_dir.display()
+        ));
+    }
     let mut objects = Vec::new();
-    for (name, path) in &sources {
-        let object = out.join(format!("{name}.bpf.o"));
-        if let Err(e) = clang.bpf(path, &object, folder.flags, &[&include_dir, &source_dir]) {
-            return error(&e);
+    for (stem, path) in &sources {
+        for (name, extra) in programs_of(stem, variants) {
+            let object = out.join(format!("{name}.bpf.o"));
+            let flags: Vec<&str> = folder.flags.iter().chain(extra).copied().collect();
+            if let Err(e) = clang.bpf(path, &object, &flags, &[&include_dir, &source_dir]) {
+                return error(&e);
+            }
+            objects.push((name.to_string(), object));
         }
-        objects.push((name.clone(), object));
     }
     let table = object_table(folder.generated_by, folder.doc, "OBJECTS", &objects);
     fs::write(out.join(folder.table_file), table).expect("OUT_DIR is writable");
+}
+
+/// The `(name, extra flags)` of the programs compiled from the source `stem`: its
+/// variants, or the stem itself with none.
+fn programs_of<'a>(stem: &'a str, variants: &[Variant<'a>]) -> Vec<(&'a str, &'a [&'a str])> {
+    let named: Vec<_> = variants
+        .iter()
+        .filter(|v| v.source == stem)
+        .map(|v| (v.name, v.flags))
+        .collect();
+    if named.is_empty() {
+        vec![(stem, &[][..])]
+    } else {
+        named
+    }
 }
 
 #[cfg(test)]
@@ -335,6 +386,27 @@ mod tests {
             text.contains("broken.c") && text.contains("no_such_name"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_source_with_variants_is_compiled_once_per_variant() {
+        let variants = [
+            Variant {
+                name: "f_one",
+                source: "f",
+                flags: &["-DN=1"],
+            },
+            Variant {
+                name: "f_two",
+                source: "f",
+                flags: &["-DN=2"],
+            },
+        ];
+        assert_eq!(
+            programs_of("f", &variants),
+            [("f_one", &["-DN=1"][..]), ("f_two", &["-DN=2"][..])]
+        );
+        assert_eq!(programs_of("g", &variants), [("g", &[][..])]);
     }
 
     #[test]

@@ -207,9 +207,7 @@ fn bpf_program(work: &Path, name: &str) -> PathBuf {
 /// Compiles the C program `source` to the eBPF object `elf` the way every csx compile
 /// does (csx-build's flags, through csx-testkit), with the SDK's headers.
 fn compile_bpf(source: &Path, elf: &Path) {
-    let include = repo().join("sdk/include");
-    let flags = [std::ffi::OsStr::new("-I"), include.as_os_str()];
-    let object = csx_testkit::tools::compile_bpf(csx_testkit::tools::clang(), source, flags);
+    let object = csx_testkit::tools::compile_program(source);
     std::fs::write(elf, object).unwrap();
 }
 

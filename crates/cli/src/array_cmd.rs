@@ -673,18 +673,7 @@ fn member_accounts(
             .max(1);
         let ns = a.modelled_ns(threads, engines);
         acc.modelled_ns = acc.modelled_ns.max(ns);
-        let t = &mut acc.total;
-        t.requests_host += a.requests_host;
-        t.requests_device += a.requests_device;
-        t.requests_profiled += a.requests_profiled;
-        t.input_bytes += a.input_bytes;
-        t.link_bytes += a.link_bytes;
-        t.media_bytes += a.media_bytes;
-        t.media_ns += a.media_ns;
-        t.link_ns += a.link_ns;
-        t.host_compute_ns += a.host_compute_ns;
-        t.device_compute_ns += a.device_compute_ns;
-        t.request_ns += a.request_ns;
+        acc.total += *a;
         acc.rows.push((*m, *a, ns));
     }
     Ok(acc)

@@ -22,12 +22,12 @@ mod compiled {
 
 /// Every operator: `(name, eBPF object)`.
 pub fn programs() -> &'static [(&'static str, &'static [u8])] {
-    compiled::PROGRAMS
+    compiled::OBJECTS
 }
 
 /// The eBPF object of operator `name`.
 pub fn program(name: &str) -> Option<&'static [u8]> {
-    compiled::PROGRAMS
+    compiled::OBJECTS
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, o)| *o)

@@ -21,14 +21,15 @@ fn main() {
     };
     let dev = DeviceRuntime::init(dir.path(), config).expect("init");
     let qp = dev.queue_pair(8).expect("queue pair");
-    // mov r0, 0; exit
-    let noop = [0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+    let noop = csx_ebpf::isa::encode_all(
+        &csx_ebpf::asm::assemble("mov %r0, 0\nexit").expect("the no-op assembles"),
+    );
     let load = Op::LoadProgram {
         pind: ProgramIndex(0),
         ptype: ProgramType::Raw,
         total_size_bytes: 16,
         offset: 0,
-        data: noop.to_vec(),
+        data: noop,
         entry: None,
     };
     assert!(qp

@@ -231,6 +231,20 @@ fn empty_slot(inner: &mut Inner, idx: usize) {
     *slot = Slot::default();
 }
 
+/// One Load Program chunk: the fields of the command ([`Programs::load_chunk`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LoadChunk<'a> {
+    pub pind: ProgramIndex,
+    pub ptype: ProgramType,
+    /// The whole image's size, the same in every chunk.
+    pub total_size_bytes: u32,
+    /// Where `data` goes in the image; a load starts with offset 0.
+    pub offset: u32,
+    pub data: &'a [u8],
+    /// The entry function of an ELF image (`None`: its only one).
+    pub entry: Option<&'a str>,
+}
+
 /// The compute namespace.
 pub struct Programs {
     inner: Mutex<Inner>,
@@ -280,10 +294,9 @@ fn start_load(
     slot: &mut Slot,
     bytes_total: &mut u64,
     client: ClientId,
-    ptype: ProgramType,
-    total_size_bytes: u32,
-    entry: Option<&str>,
+    chunk: &LoadChunk<'_>,
 ) -> Result<(), ProgramError> {
+    let total_size_bytes = chunk.total_size_bytes;
     *bytes_total -= u64::from(slot.total_size_bytes);
     let total = *bytes_total + u64::from(total_size_bytes);
     if total > PROGRAM_BYTES_TOTAL_MAX {
@@ -294,10 +307,10 @@ fn start_load(
         });
     }
     *bytes_total = total;
-    slot.ptype = Some(ptype);
+    slot.ptype = Some(chunk.ptype);
     slot.total_size_bytes = total_size_bytes;
     slot.image = Vec::with_capacity(total_size_bytes as usize);
-    slot.entry = entry.map(str::to_owned);
+    slot.entry = chunk.entry.map(str::to_owned);
     slot.loader = Some(client);
     slot.set_state(ProgramState::Loading);
     Ok(())
@@ -306,20 +319,14 @@ fn start_load(
 /// Why a chunk after the first does not continue the load in `slot`, if it does not:
 /// it must start where the image ends, repeat the first chunk's size and type, and not
 /// name the entry.
-fn next_chunk_fits(
-    slot: &Slot,
-    offset: u32,
-    total_size_bytes: u32,
-    ptype: ProgramType,
-    entry: Option<&str>,
-) -> Result<(), String> {
-    if slot.image.len() != offset as usize {
+fn next_chunk_fits(slot: &Slot, chunk: &LoadChunk<'_>) -> Result<(), String> {
+    if slot.image.len() != chunk.offset as usize {
         return Err(format!("expected offset {}", slot.image.len()));
     }
-    if slot.total_size_bytes != total_size_bytes || slot.ptype != Some(ptype) {
+    if slot.total_size_bytes != chunk.total_size_bytes || slot.ptype != Some(chunk.ptype) {
         return Err("total size or program type differs from the first chunk".into());
     }
-    if entry.is_some() {
+    if chunk.entry.is_some() {
         return Err("only the first chunk may name the entry".into());
     }
     Ok(())
@@ -392,17 +399,8 @@ impl Programs {
     /// silently restart each other's loads. The load is released when its pair
     /// restarts or unloads it, or goes away ([`Programs::abandon_loads`]); an Unload
     /// from any pair also empties it.
-    #[allow(clippy::too_many_arguments)] // The sender and the fields of one command.
-    pub fn load_chunk(
-        &self,
-        client: ClientId,
-        pind: ProgramIndex,
-        ptype: ProgramType,
-        total_size_bytes: u32,
-        offset: u32,
-        data: &[u8],
-        entry: Option<&str>,
-    ) -> Result<u32, ProgramError> {
+    pub fn load_chunk(&self, client: ClientId, chunk: LoadChunk<'_>) -> Result<u32, ProgramError> {
+        let (pind, offset, total_size_bytes) = (chunk.pind, chunk.offset, chunk.total_size_bytes);
         let idx = slot_index(pind)?;
         if total_size_bytes > PROGRAM_SIZE_MAX {
             return Err(ProgramError::TooBig {
@@ -429,26 +427,20 @@ impl Programs {
                     reason: "another queue pair is loading a program into it",
                 })
             }
-            (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => start_load(
-                slot,
-                &mut inner.bytes_total,
-                client,
-                ptype,
-                total_size_bytes,
-                entry,
-            )?,
+            (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
+                start_load(slot, &mut inner.bytes_total, client, &chunk)?;
+            }
             (ProgramState::Empty, _) => {
                 return Err(bad("no load in progress; the first chunk has offset 0"))
             }
             (ProgramState::Loading, _) => {
-                next_chunk_fits(slot, offset, total_size_bytes, ptype, entry)
-                    .map_err(|r| bad(&r))?;
+                next_chunk_fits(slot, &chunk).map_err(|r| bad(&r))?;
             }
         }
-        if offset as usize + data.len() > total_size_bytes as usize {
+        if offset as usize + chunk.data.len() > total_size_bytes as usize {
             return Err(bad("chunk runs past the program's total size"));
         }
-        slot.image.extend_from_slice(data);
+        slot.image.extend_from_slice(chunk.data);
         let received = slot.image.len() as u32;
         if received < total_size_bytes {
             return Ok(received);
@@ -1023,12 +1015,14 @@ impl Programs {
         // Replay the load (owned by nobody), then name it.
         self.load_chunk(
             DEVICE_CLIENT,
-            pind,
-            ptype,
-            size,
-            0,
-            &image,
-            record.entry.as_deref(),
+            LoadChunk {
+                pind,
+                ptype,
+                total_size_bytes: size,
+                offset: 0,
+                data: &image,
+                entry: record.entry.as_deref(),
+            },
         )?;
         let (name, engine) = match &record.name {
             Some(name) => (name.clone(), record.engine.as_deref()),
@@ -1077,6 +1071,26 @@ fn engine_name(k: EngineKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chunk of a raw image (no entry name) from `client`.
+    pub(super) fn raw_chunk(
+        p: &Programs,
+        client: ClientId,
+        pind: ProgramIndex,
+        total_size_bytes: u32,
+        offset: u32,
+        data: &[u8],
+    ) -> Result<u32, ProgramError> {
+        let chunk = LoadChunk {
+            pind,
+            ptype: ProgramType::Raw,
+            total_size_bytes,
+            offset,
+            data,
+            entry: None,
+        };
+        p.load_chunk(client, chunk)
+    }
     use crate::status::ToStatus;
     use csx_ebpf::isa::Insn;
     use csx_proto::Status;
@@ -1105,47 +1119,28 @@ mod tests {
         let p = programs();
         let pind = ProgramIndex(4);
         let img = ret42();
-        assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
-                .unwrap(),
-            8
-        );
+        assert_eq!(raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap(), 8);
         for offset in [0, 8] {
             let chunk = &img[offset as usize..];
-            let e = p
-                .load_chunk(C2, pind, ProgramType::Raw, 16, offset, chunk, None)
-                .unwrap_err();
+            let e = raw_chunk(&p, C2, pind, 16, offset, chunk).unwrap_err();
             assert_eq!(e.status(), Status::ProgramInUse, "{e}");
             assert!(e.to_string().contains("another queue pair"), "{e}");
         }
         // The owner's load was not disturbed: it restarts, then completes.
-        assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
-                .unwrap(),
-            8
-        );
-        assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 8, &img[8..], None)
-                .unwrap(),
-            16
-        );
+        assert_eq!(raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap(), 8);
+        assert_eq!(raw_chunk(&p, C1, pind, 16, 8, &img[8..]).unwrap(), 16);
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
         assert_eq!(p.abandon_loads(C1), 0, "a loaded program is not abandoned");
         p.unload(pind).unwrap();
 
         // A pair that goes away mid-load releases the slot and its bytes.
-        p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
-            .unwrap();
+        raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap();
         assert_eq!(p.lock().bytes_total, 16);
         assert_eq!(p.abandon_loads(C2), 0);
         assert_eq!(p.abandon_loads(C1), 1);
         assert!(p.list().is_empty());
         assert_eq!(p.lock().bytes_total, 0);
-        assert_eq!(
-            p.load_chunk(C2, pind, ProgramType::Raw, 16, 0, &img, None)
-                .unwrap(),
-            16
-        );
+        assert_eq!(raw_chunk(&p, C2, pind, 16, 0, &img).unwrap(), 16);
     }
 
     #[test]
@@ -1171,29 +1166,19 @@ mod tests {
             Status::InvalidProgramIndex
         );
         let img = ret42();
-        assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img[..8], None)
-                .unwrap(),
-            8
-        );
+        assert_eq!(raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap(), 8);
         assert_eq!(p.list()[0].state, ProgramState::Loading);
         assert_eq!(p.begin_run(pind).unwrap_err().status(), Status::NoProgram);
         assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 4, &img[8..12], None)
+            raw_chunk(&p, C1, pind, 16, 4, &img[8..12])
                 .unwrap_err()
                 .status(),
             Status::InvalidField
         );
-        assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 8, &img[8..], None)
-                .unwrap(),
-            16
-        );
+        assert_eq!(raw_chunk(&p, C1, pind, 16, 8, &img[8..]).unwrap(), 16);
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
         assert_eq!(
-            p.load_chunk(C1, pind, ProgramType::Raw, 16, 0, &img, None)
-                .unwrap_err()
-                .status(),
+            raw_chunk(&p, C1, pind, 16, 0, &img).unwrap_err().status(),
             Status::ProgramInUse
         );
         assert_eq!(
@@ -1224,35 +1209,26 @@ mod tests {
     #[test]
     fn bad_images_are_refused_at_load() {
         let p = programs();
-        let e = p
-            .load_chunk(
-                C1,
-                ProgramIndex(0),
-                ProgramType::Raw,
-                5,
-                0,
-                &[1, 2, 3, 4, 5],
-                None,
-            )
-            .unwrap_err();
+        let e = raw_chunk(&p, C1, ProgramIndex(0), 5, 0, &[1, 2, 3, 4, 5]).unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         let e = p
             .load_chunk(
                 C1,
-                ProgramIndex(0),
-                ProgramType::Elf,
-                4,
-                0,
-                b"\x7fELX",
-                None,
+                LoadChunk {
+                    pind: ProgramIndex(0),
+                    ptype: ProgramType::Elf,
+                    total_size_bytes: 4,
+                    offset: 0,
+                    data: b"\x7fELX",
+                    entry: None,
+                },
             )
             .unwrap_err();
         assert_eq!(e.status(), Status::InvalidProgramData);
         assert!(p.list().is_empty());
         // An unverifiable program loads (it parses) but does not activate: jump out of range.
         let bad = [0x05, 0, 0x10, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
-        p.load_chunk(C1, ProgramIndex(1), ProgramType::Raw, 16, 0, &bad, None)
-            .unwrap();
+        raw_chunk(&p, C1, ProgramIndex(1), 16, 0, &bad).unwrap();
         let e = p
             .activate(ProgramIndex(1), EngineKind::Interpreter)
             .unwrap_err();
@@ -1265,8 +1241,7 @@ mod tests {
         let p = programs();
         let img = ret42();
         for i in 0..=PROGRAMS_ACTIVE_MAX {
-            p.load_chunk(C1, ProgramIndex(i), ProgramType::Raw, 16, 0, &img, None)
-                .unwrap();
+            raw_chunk(&p, C1, ProgramIndex(i), 16, 0, &img).unwrap();
         }
         for i in 0..PROGRAMS_ACTIVE_MAX {
             p.activate(ProgramIndex(i), EngineKind::Interpreter)
@@ -1280,20 +1255,9 @@ mod tests {
         let big = (PROGRAM_BYTES_TOTAL_MAX / u64::from(PROGRAM_SIZE_MAX)) as u16 - 1;
         for i in 0..big {
             let pind = ProgramIndex(40 + i);
-            p.load_chunk(C1, pind, ProgramType::Raw, PROGRAM_SIZE_MAX, 0, &img, None)
-                .unwrap();
+            raw_chunk(&p, C1, pind, PROGRAM_SIZE_MAX, 0, &img).unwrap();
         }
-        let e = p
-            .load_chunk(
-                C1,
-                ProgramIndex(60),
-                ProgramType::Raw,
-                PROGRAM_SIZE_MAX,
-                0,
-                &img,
-                None,
-            )
-            .unwrap_err();
+        let e = raw_chunk(&p, C1, ProgramIndex(60), PROGRAM_SIZE_MAX, 0, &img).unwrap_err();
         assert_eq!(e.status(), Status::MaximumProgramBytesExceeded);
     }
 
@@ -1303,16 +1267,7 @@ mod tests {
         let table = Arc::new(FunctionTable::new());
         let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
         for pind in [2, 5, 6, 7] {
-            p.load_chunk(
-                C1,
-                ProgramIndex(pind),
-                ProgramType::Raw,
-                16,
-                0,
-                &ret42(),
-                None,
-            )
-            .unwrap();
+            raw_chunk(&p, C1, ProgramIndex(pind), 16, 0, &ret42()).unwrap();
         }
         p.activate(ProgramIndex(2), EngineKind::Interpreter)
             .unwrap();
@@ -1353,21 +1308,11 @@ mod tests {
     fn programs_go_with_their_owner_unless_persistent() {
         let p = programs();
         for pind in [1, 2, 3] {
-            p.load_chunk(
-                C1,
-                ProgramIndex(pind),
-                ProgramType::Raw,
-                16,
-                0,
-                &ret42(),
-                None,
-            )
-            .unwrap();
+            raw_chunk(&p, C1, ProgramIndex(pind), 16, 0, &ret42()).unwrap();
             p.activate(ProgramIndex(pind), EngineKind::Interpreter)
                 .unwrap();
         }
-        p.load_chunk(C2, ProgramIndex(4), ProgramType::Raw, 16, 0, &ret42(), None)
-            .unwrap();
+        raw_chunk(&p, C2, ProgramIndex(4), 16, 0, &ret42()).unwrap();
         let e = p.persist_as(C2, ProgramIndex(3), "x").unwrap_err();
         assert_eq!(e.status(), Status::ProgramInUse);
         p.persist_as(C1, ProgramIndex(3), "x").unwrap();
@@ -1484,8 +1429,7 @@ mod tiering_tests {
         for pind in [jit, interp] {
             let img = loop_image();
             let len = img.len() as u32;
-            p.load_chunk(ClientId(1), pind, ProgramType::Raw, len, 0, &img, None)
-                .unwrap();
+            tests::raw_chunk(&p, ClientId(1), pind, len, 0, &img).unwrap();
         }
         let timing = p.activate(jit, EngineKind::Jit).unwrap();
         p.activate(interp, EngineKind::Interpreter).unwrap();
@@ -1528,16 +1472,7 @@ mod tiering_tests {
         let p = Programs::new(Arc::new(FunctionTable::new()), true, None).with_tiering(false);
         let img = loop_image();
         let pind = ProgramIndex(0);
-        p.load_chunk(
-            ClientId(1),
-            pind,
-            ProgramType::Raw,
-            img.len() as u32,
-            0,
-            &img,
-            None,
-        )
-        .unwrap();
+        tests::raw_chunk(&p, ClientId(1), pind, img.len() as u32, 0, &img).unwrap();
         p.activate(pind, EngineKind::Jit).unwrap();
         assert_eq!(p.jit_tier(pind).unwrap(), None);
         p.optimize(pind).unwrap();

@@ -108,9 +108,27 @@ impl Engine for Interpreter {
         let mut run_mem = RunMemory::new(&self.program);
         let stop = opts.stop.unwrap_or(StopFlag::never());
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            self.execute::<false>(&self.ops, mem, fp, args, opts.fuel, stop, host, None)
+            let start = Start {
+                frame_pointer: fp,
+                args,
+                budget: opts.fuel,
+                stop,
+                counts: None,
+            };
+            self.execute::<false>(&self.ops, mem, host, start)
         })
     }
+}
+
+/// How a run of the dispatch loop starts: the frame pointer, r1-r5, the fuel, the stop
+/// flag, and the block counters of a counted run.
+#[derive(Clone, Copy)]
+struct Start<'r> {
+    frame_pointer: u64,
+    args: [u64; 5],
+    budget: u64,
+    stop: &'r StopFlag,
+    counts: Option<&'r ExecCounts>,
 }
 
 impl Interpreter {
@@ -138,7 +156,14 @@ impl Interpreter {
         let mut run_mem = RunMemory::new(&self.program);
         let stop = opts.stop.unwrap_or(StopFlag::never());
         run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            self.execute::<true>(ops, mem, fp, args, opts.fuel, stop, host, Some(counts))
+            let start = Start {
+                frame_pointer: fp,
+                args,
+                budget: opts.fuel,
+                stop,
+                counts: Some(counts),
+            };
+            self.execute::<true>(ops, mem, host, start)
         })
     }
 }
@@ -1242,19 +1267,22 @@ impl Interpreter {
     // `COUNT`: bump `counts` at block leaders (`crate::count`); `ops` must then be
     // decoded with the leaders, so that the loop reaches every leader slot it
     // enters (the `j<eq|ne> +1; ja` ops bump their `ja`'s block themselves).
-    #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
+    #[allow(clippy::too_many_lines)]
     #[inline(always)]
     fn execute<const COUNT: bool>(
         &self,
         ops: &[Slot],
         mem: &mut MemoryMap<'_>,
-        frame_pointer: u64,
-        args: [u64; 5],
-        budget: u64,
-        stop: &StopFlag,
         host: &mut dyn HelperHost,
-        counts: Option<&ExecCounts>,
+        start: Start<'_>,
     ) -> RunOutcome {
+        let Start {
+            frame_pointer,
+            args,
+            budget,
+            stop,
+            counts,
+        } = start;
         let leaders: &[u32] = if COUNT {
             self.program.blocks().block_table()
         } else {

@@ -1,7 +1,7 @@
 //! Writes starting inputs for the fuzz targets into `DIR/NAME/` (`scripts/fuzz.sh` runs
 //! it for a target whose corpus is empty): valid frames, PDUs, entries and programs, so
-//! the fuzzers start from the formats instead of from nothing. ELF seeds come from
-//! clang in `scripts/fuzz.sh`.
+//! the fuzzers start from the formats instead of from nothing. The ELF seeds are the
+//! SDK's programs, compiled as `csx build` compiles them (which needs clang).
 //!
 //! Usage: `cargo run -p csx-fuzzing --example seeds -- DIR [REPO_ROOT]`
 
@@ -68,7 +68,9 @@ fn commands() -> Vec<Command> {
             ptype: ProgramType::Raw,
             total_size_bytes: 16,
             offset: 0,
-            data: vec![0xb7, 0, 0, 0, 0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0],
+            data: csx_ebpf::isa::encode_all(
+                &csx_ebpf::asm::assemble("mov %r0, 0\nexit").expect("the no-op assembles"),
+            ),
             entry: None,
         },
         Op::UnloadProgram {
@@ -283,4 +285,22 @@ fn main() {
         })
         .collect();
     write(&dir, "jit_differential", &gen);
+
+    write(&dir, "elf", &sdk_program_objects(&root));
+}
+
+/// The ELF objects of the SDK's programs (`sdk/programs/*.c` under `root`), compiled as
+/// `csx build` compiles (csx-testkit, through csx-build).
+fn sdk_program_objects(root: &Path) -> Vec<Vec<u8>> {
+    let dir = root.join("sdk/programs");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
+    sources.sort();
+    sources
+        .iter()
+        .map(|p| csx_testkit::tools::compile_program(p))
+        .collect()
 }

@@ -46,6 +46,25 @@ pub struct RunAccount {
     pub insns: u64,
 }
 
+/// The totals of two runs together, field by field (applications side by side, or an
+/// array's members).
+impl std::ops::AddAssign for RunAccount {
+    fn add_assign(&mut self, o: RunAccount) {
+        self.requests_host += o.requests_host;
+        self.requests_device += o.requests_device;
+        self.requests_profiled += o.requests_profiled;
+        self.input_bytes += o.input_bytes;
+        self.link_bytes += o.link_bytes;
+        self.media_bytes += o.media_bytes;
+        self.media_ns += o.media_ns;
+        self.link_ns += o.link_ns;
+        self.host_compute_ns += o.host_compute_ns;
+        self.device_compute_ns += o.device_compute_ns;
+        self.request_ns += o.request_ns;
+        self.insns += o.insns;
+    }
+}
+
 impl RunAccount {
     fn add_side(&mut self, c: &SideCost, host: bool) {
         self.link_bytes += c.link_bytes;

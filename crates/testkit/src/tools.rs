@@ -5,9 +5,9 @@
 //! the variable to set); nothing is skipped.
 
 use std::ffi::OsStr;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// What a failure message tells the reader to do.
@@ -55,22 +55,38 @@ fn find_compiler(env: &str, default: &str) -> PathBuf {
     }
 }
 
-/// Compiles the C file `source` for BPF: `COMPILER BPF_FLAGS -c FLAGS SOURCE`, with
-/// csx-build's one flag set ([`csx_build::BPF_FLAGS`]); a later `-mcpu` in `flags` wins
-/// (the loader's tests compile at v1 and v4 on purpose).
+/// `sdk/include`: the SDK header's directory, on the include path of the programs csx ships.
+pub fn sdk_include() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/include")
+}
+
+/// Compiles the C file `source` as `csx build` compiles a device program: [`clang`],
+/// csx-build's one path and flags ([`csx_build::compile_bpf`]) and [`sdk_include`].
+/// Returns the object's bytes; panics with clang's messages when it fails.
+pub fn compile_program(source: &Path) -> Vec<u8> {
+    let include = sdk_include();
+    compile(clang(), source, &[], &[&include], None)
+}
+
+/// [`compile_program`] of C source text.
+pub fn compile_program_source(source: &str) -> Vec<u8> {
+    let include = sdk_include();
+    compile_text(clang(), source, &[], &[&include])
+}
+
+/// Compiles the C file `source` for BPF through csx-build's one path
+/// ([`csx_build::compile_bpf`]: `COMPILER BPF_FLAGS FLAGS -c SOURCE`) with the extra
+/// `flags` a test varies (a later `-mcpu` wins: the loader's tests compile at v1 and v4
+/// on purpose) or needs (`-I DIR`, a warning switch).
 /// Returns the object's bytes; panics with the compiler's messages when it fails.
 pub fn compile_bpf<I>(compiler: &Path, source: &Path, flags: I) -> Vec<u8>
 where
     I: IntoIterator,
     I::Item: AsRef<OsStr>,
 {
-    let mut cmd = Command::new(compiler);
-    cmd.args(csx_build::BPF_FLAGS)
-        .arg("-c")
-        .args(flags)
-        .arg(source)
-        .args(["-o", "-"]);
-    run_compiler(cmd, &source.display().to_string(), None)
+    let flags = strings(flags);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    compile(compiler, source, &flags, &[], None)
 }
 
 /// Compiles C source text for BPF, as [`compile_bpf`] does a file.
@@ -79,45 +95,78 @@ where
     I: IntoIterator,
     I::Item: AsRef<OsStr>,
 {
-    let mut cmd = Command::new(compiler);
-    cmd.args(csx_build::BPF_FLAGS)
-        .arg("-c")
-        .args(flags)
-        .args(["-x", "c", "-", "-o", "-"]);
-    run_compiler(cmd, "<source text>", Some(source))
+    let flags = strings(flags);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    compile_text(compiler, source, &flags, &[])
 }
 
-fn run_compiler(mut cmd: Command, what: &str, stdin: Option<&str>) -> Vec<u8> {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {shown} ({e}): {SETUP_HINT}"));
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        pipe.write_all(text.as_bytes())
-            .unwrap_or_else(|e| panic!("writing {what} to the compiler: {e}"));
-    }
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("waiting for {shown}: {e}"));
+fn strings<I>(flags: I) -> Vec<String>
+where
+    I: IntoIterator,
+    I::Item: AsRef<OsStr>,
+{
+    flags
+        .into_iter()
+        .map(|f| {
+            let f = f.as_ref();
+            f.to_str()
+                .unwrap_or_else(|| panic!("compiler flag {f:?} is not UTF-8"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// A fresh path in the temporary directory, unique in this process and among processes.
+fn scratch(extension: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "csx-testkit-{}-{n}.{extension}",
+        std::process::id()
+    ))
+}
+
+/// Writes `text` to a scratch `.c` file and compiles it; the panic message shows the text.
+fn compile_text(compiler: &Path, text: &str, flags: &[&str], includes: &[&Path]) -> Vec<u8> {
+    let source = scratch("c");
+    std::fs::write(&source, text).unwrap_or_else(|e| panic!("writing {}: {e}", source.display()));
+    let object =
+        std::panic::catch_unwind(|| compile(compiler, &source, flags, includes, Some(text)));
+    let _ = std::fs::remove_file(&source);
+    object.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// One compile through [`csx_build::compile_bpf`] into a scratch object, read back.
+/// `text` is the source when it came as text (shown on failure instead of its path).
+fn compile(
+    compiler: &Path,
+    source: &Path,
+    flags: &[&str],
+    includes: &[&Path],
+    text: Option<&str>,
+) -> Vec<u8> {
+    let what = match text {
+        Some(_) => "<source text>".to_string(),
+        None => source.display().to_string(),
+    };
+    let object = scratch("o");
+    let result = csx_build::compile_bpf(compiler, source, &object, flags, includes);
+    let bytes = result.map(|()| std::fs::read(&object));
+    let _ = std::fs::remove_file(&object);
+    let shown = text
+        .map(|s| format!("\n--- source ---\n{s}"))
+        .unwrap_or_default();
+    let bytes = match bytes {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => panic!("reading the object of {what}: {e}"),
+        Err(e) => panic!("{} failed on {what}: {e}{shown}", compiler.display()),
+    };
     assert!(
-        out.status.success(),
-        "{shown} failed on {what} ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        stdin
-            .map(|s| format!("\n--- source ---\n{s}"))
-            .unwrap_or_default()
+        !bytes.is_empty(),
+        "{} wrote no object for {what}",
+        compiler.display()
     );
-    assert!(!out.stdout.is_empty(), "{shown} wrote no object for {what}");
-    out.stdout
+    bytes
 }
 
 /// The shared directory: `$CSX_SHARED_DIR`, else the first `shared` directory holding
@@ -162,6 +211,13 @@ mod tests {
         assert_eq!(&object[..4], b"\x7fELF");
         // e_machine 247 is EM_BPF.
         assert_eq!(u16::from_le_bytes([object[18], object[19]]), 247);
+    }
+
+    #[test]
+    fn compiles_a_program_with_the_sdk_header() {
+        let object =
+            compile_program_source("#include \"csx.h\"\nCSX_PROGRAM(p) { return win0_len; }\n");
+        assert_eq!(&object[..4], b"\x7fELF");
     }
 
     #[test]

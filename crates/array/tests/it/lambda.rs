@@ -9,9 +9,6 @@
 //! tcp run auto requests on their devices. Then the failures: an object that does not
 //! load and a λ that traps on one member's bytes, each a typed error naming the member.
 
-use std::ffi::OsStr;
-use std::path::PathBuf;
-
 use csx_array::lambda::{read_lambda, ArrayLambdaOptions, LambdaImage, Request};
 use csx_array::{Array, ArrayError, LinkModel, Placement};
 use csx_lambda::{LambdaArgs, LambdaOptions, LambdaOutput, Mode, Ran};
@@ -48,14 +45,7 @@ CSX_PROGRAM(traps_on_ff)
 "#;
 
 fn compile(source: &str) -> Vec<u8> {
-    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk/include");
-    let flags = [
-        OsStr::new("-mcpu=v3"),
-        OsStr::new("-fno-common"),
-        OsStr::new("-I"),
-        include.as_os_str(),
-    ];
-    tools::compile_bpf_source(tools::clang(), source, flags)
+    tools::compile_program_source(source)
 }
 
 /// Runs `image` over `path`; the requests and outputs in the order the sink saw them.

@@ -1,8 +1,8 @@
 //! `csx bench vm --kernels FILE.c`: a user's own C file as benchmark kernels.
 //!
 //! The file is compiled twice with clang into a temporary directory, as the built-in
-//! kernels are: to eBPF (`-O2 -target bpf`) and natively (`-O2 -fPIC -shared`, loaded
-//! with `dlopen`). Every global function of the eBPF object is a kernel; each must
+//! kernels are: to eBPF (csx-build's one path and flags, [`csx_build::compile_bpf`]) and
+//! natively (`-O2 -fPIC -shared`, loaded with `dlopen`). Every global function of the eBPF object is a kernel; each must
 //! have the form `u64 NAME(void *mem, u64 len)` and gets 64 KiB of seeded random bytes.
 //! As for the built-in kernels, the interpreter runs each first on the read-only input
 //! and must not trap before the native build is called on the same bytes.
@@ -38,7 +38,7 @@ pub(super) fn compile(file: &Path) -> anyhow::Result<&'static [CompiledKernel]> 
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let object = dir.path().join("kernels.bpf.o");
     let library = dir.path().join("kernels.so");
-    run_clang(&clang, file, &["-O2", "-target", "bpf", "-c"], &object)?;
+    csx_build::compile_bpf(Path::new(&clang), file, &object, &[], &[])?;
     run_clang(&clang, file, &["-O2", "-fPIC", "-shared"], &library)?;
 
     let bpf_object: &'static [u8] = Box::leak(
@@ -70,7 +70,8 @@ pub(super) fn compile(file: &Path) -> anyhow::Result<&'static [CompiledKernel]> 
     Ok(Box::leak(kernels.into_boxed_slice()))
 }
 
-/// Runs `clang FLAGS file -o out`, failing loudly with what to install.
+/// Runs `clang FLAGS file -o out` (the native build), failing loudly with what to
+/// install.
 fn run_clang(clang: &str, file: &Path, flags: &[&str], out: &Path) -> anyhow::Result<()> {
     let output = Command::new(clang)
         .args(flags)

@@ -9,6 +9,7 @@ use csx_proto::limits::*;
 use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, ABI_VERSION};
 
 use super::{ns, Shared};
+use crate::programs::LoadChunk;
 use crate::status::{fail_with, ok, with_reply, ToStatus};
 
 /// The completion of a command that returns nothing: success (value 0) or its error.
@@ -35,15 +36,15 @@ impl Shared {
                 entry,
             } => {
                 let start = Instant::now();
-                let r = self.programs.load_chunk(
-                    client,
-                    *pind,
-                    *ptype,
-                    *total_size_bytes,
-                    *offset,
+                let chunk = LoadChunk {
+                    pind: *pind,
+                    ptype: *ptype,
+                    total_size_bytes: *total_size_bytes,
+                    offset: *offset,
                     data,
-                    entry.as_deref(),
-                );
+                    entry: entry.as_deref(),
+                };
+                let r = self.programs.load_chunk(client, chunk);
                 let mut c = match r {
                     Ok(received) => ok(u64::from(received)),
                     Err(e) => fail_with(&e),

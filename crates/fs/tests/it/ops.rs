@@ -526,9 +526,7 @@ fn unknown_names_are_errors_that_list_the_valid_ones() {
 
 /// A user operator built from C, as `csx build` builds one.
 fn user_object(dir: &std::path::Path, name: &str, source: &str) -> std::path::PathBuf {
-    let include = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sdk/include");
-    let flags = ["-mcpu=v3", "-I", include];
-    let object = csx_testkit::tools::compile_bpf_source(csx_testkit::tools::clang(), source, flags);
+    let object = csx_testkit::tools::compile_program_source(source);
     let path = dir.join(format!("{name}.o"));
     std::fs::write(&path, object).unwrap();
     path

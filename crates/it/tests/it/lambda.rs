@@ -10,7 +10,6 @@
 //! λ, an out-of-range request, the host side without a local image) and the host cache
 //! (ratio 0 after a drop, 1 after a read, the budget, a λ-write's invalidation).
 
-use std::ffi::OsStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -31,16 +30,10 @@ fn options() -> LambdaOptions {
 
 /// Compiles `sdk/programs/<name>.c` as `csx build` does.
 fn sdk_program(name: &str) -> Vec<u8> {
-    let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk");
-    let include = sdk.join("include");
-    let flags = [
-        OsStr::new("-mcpu=v3"),
-        OsStr::new("-fno-common"),
-        OsStr::new("-I"),
-        include.as_os_str(),
-    ];
-    let source = sdk.join("programs").join(format!("{name}.c"));
-    tools::compile_bpf(tools::clang(), &source, flags)
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../sdk/programs")
+        .join(format!("{name}.c"));
+    tools::compile_program(&source)
 }
 
 /// splitmix64: seeded test data.
