@@ -434,6 +434,9 @@ enum Kind {
     AddRLdxDw,
     /// `and dst, imm; neg dst; and dst, src` (a mask from one bit: bitwise CRC).
     AndNegAnd,
+    /// `and32 dst, imm; neg32 dst; and32 dst, imm2` (the same at `-mcpu=v3`, `imm2`
+    /// kept in `target`).
+    AndNegAnd32I,
     /// `ldx<size> dst, [src + off]; mov aux, aux2`.
     LdxBMov,
     LdxWMov,
@@ -656,6 +659,11 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 src: c.src,
                 ..a
             },
+            (And32I, Neg32) if b.dst == a.dst && c.kind == And32I && c.dst == a.dst => Slot {
+                kind: AndNegAnd32I,
+                target: c.imm as u32,
+                ..a
+            },
             (LdxW, Lsh64I)
                 if b.dst == a.dst
                     && b.imm == 32
@@ -865,7 +873,7 @@ fn span(kind: Kind) -> usize {
         MovAddLdxSW => 5,
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
-        | MovJeqIJa | MovJneIJa | AndNegAnd => 3,
+        | MovJeqIJa | MovJneIJa | AndNegAnd | AndNegAnd32I => 3,
         Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
         | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
         | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
@@ -1972,6 +1980,11 @@ impl Interpreter {
                     let mask = (r!(s.dst) & s.imm64()).wrapping_neg();
                     r!(s.dst) = mask;
                     r!(s.dst) = mask & r!(s.src);
+                    next = next.wrapping_add(2);
+                }
+                Kind::AndNegAnd32I => {
+                    let mask = (lo(r!(s.dst)) & lo(s.imm64())).wrapping_neg();
+                    r!(s.dst) = u64::from(mask & s.target);
                     next = next.wrapping_add(2);
                 }
                 Kind::LdxBMov => {
@@ -3950,7 +3963,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..28,
+                0u8..29,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -4015,6 +4028,11 @@ mod tests {
                                 ldx(size, a, d, off),
                             ],
                             20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
+                            23 => vec![
+                                alu32(ALU_AND, d, imm),
+                                Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
+                                alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
+                            ],
                             // Stack accesses at `r10 + off`, at and past both ends of
                             // the proven range (`frame_access`), stored then loaded.
                             21 | 22 => {
