@@ -298,9 +298,12 @@ pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         return crate::array_cmd::ls(&dir, &args.dir, args.json);
     }
     let dev = connect::open(global)?;
-    let list = dev
+    let mut list = dev
         .list_files(&args.dir)
         .with_context(|| format!("cannot list {}", args.dir))?;
+    // Files a mount keeps for handles still open after an unlink have no name to show.
+    list.files
+        .retain(|f| !csx_fs::unlinked::is_unlinked(&f.path));
     if args.json {
         println!(
             "{}",
