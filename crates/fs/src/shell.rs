@@ -328,7 +328,7 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
         let holders = pipe_holders(target, fd);
         let seen: Vec<(u32, bool, Holder)> = holders
             .iter()
-            .map(|&(pid, at_std)| (pid, at_std, assess(pid, mount, &ancestors)))
+            .map(|&(pid, at_std)| (pid, at_std, assess(pid, target, mount, &ancestors)))
             .collect();
         let decided = |end: End, why: String| Decision {
             fd,
@@ -412,7 +412,7 @@ impl Holder {
     }
 }
 
-fn assess(pid: u32, mount: &Path, ancestors: &[u32]) -> Holder {
+fn assess(pid: u32, target: &str, mount: &Path, ancestors: &[u32]) -> Holder {
     if matches!(peer_kind(pid, mount), PeerKind::Proxy) {
         return Holder::Proxy;
     }
@@ -421,10 +421,11 @@ fn assess(pid: u32, mount: &Path, ancestors: &[u32]) -> Holder {
         .unwrap_or_default();
     let may_turn = ancestors.contains(&pid)
         || is_copy_of_parent(pid)
-        || matches!(peer_kind(pid, mount), PeerKind::Maybe);
+        || matches!(peer_kind(pid, mount), PeerKind::Maybe)
+        || mid_exec(pid);
     if !may_turn {
         Holder::Program(name)
-    } else if is_busy(pid) {
+    } else if is_busy(pid, target) {
         Holder::Busy(name)
     } else {
         Holder::Waiting(name)
@@ -454,12 +455,54 @@ const SPAWNING: &[u64] = &[220, 221, 281, 435]; // clone, execve, execveat, clon
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const SPAWNING: &[u64] = &[];
 
-/// Whether `pid` runs, or sleeps in a fork or an exec ("/proc/PID/syscall"; its state in
-/// "/proc/PID/stat" when that cannot be read).
-fn is_busy(pid: u32) -> bool {
+/// Whether `pid` is in a fork or an exec now, or shows no command line (as in the middle
+/// of an exec): what it turns into is not known yet.
+fn mid_exec(pid: u32) -> bool {
+    let no_cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty());
+    let spawning = std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|sc| {
+        sc.split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| SPAWNING.contains(&n))
+    });
+    (no_cmdline || spawning) && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// System calls that read or write one descriptor, their first argument.
+#[cfg(target_arch = "x86_64")]
+const FD_IO: &[u64] = &[0, 1, 19, 20]; // read, write, readv, writev
+#[cfg(target_arch = "aarch64")]
+const FD_IO: &[u64] = &[63, 64, 65, 66]; // read, write, readv, writev
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const FD_IO: &[u64] = &[];
+
+/// Whether `pid` runs or is on its way to another program: it runs, sleeps in a fork or
+/// an exec, or sleeps reading or writing another pipe than `target` (a shell's child
+/// before its exec waits on a pipe for its siblings to be forked; a Python parent waits
+/// on one for its child's exec). Asleep on `target` itself, it is that pipe's reader or
+/// writer; asleep in any other call (`poll`, `wait4`), it starts nobody now.
+/// "/proc/PID/syscall" says which; its state in "/proc/PID/stat" when that cannot be read.
+fn is_busy(pid: u32, target: &str) -> bool {
     if let Ok(sc) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) {
-        let first = sc.split_whitespace().next().unwrap_or("");
-        return first == "running" || first.parse::<u64>().is_ok_and(|n| SPAWNING.contains(&n));
+        let mut words = sc.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first == "running" {
+            return true;
+        }
+        let Ok(nr) = first.parse::<u64>() else {
+            return false;
+        };
+        if SPAWNING.contains(&nr) {
+            return true;
+        }
+        if !FD_IO.contains(&nr) {
+            return false;
+        }
+        let fd = words
+            .next()
+            .and_then(|a| u32::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        let on = fd.and_then(|fd| readlink_fd(&pid.to_string(), fd));
+        return on.is_some_and(|on| on.starts_with("pipe:[") && on != target);
     }
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
