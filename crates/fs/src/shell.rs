@@ -208,7 +208,10 @@ fn trace(reg: &Registration, decisions: &[Decision], outcome: &Outcome) {
         .open(&path)
         .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
     if let Err(e) = written {
-        eprintln!("csx: cannot write the proxy trace {}: {e}", Path::new(&path).display());
+        eprintln!(
+            "csx: cannot write the proxy trace {}: {e}",
+            Path::new(&path).display()
+        );
     }
 }
 
@@ -366,7 +369,11 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
                 End::Host,
                 format!(
                     "peer is not a proxy: no process that may become one holds the other end ({})",
-                    if others.is_empty() { "nobody else does".to_owned() } else { others.join(", ") }
+                    if others.is_empty() {
+                        "nobody else does".to_owned()
+                    } else {
+                        others.join(", ")
+                    }
                 ),
             );
         }
@@ -407,7 +414,9 @@ impl Holder {
             Holder::Proxy => "is a proxy".to_owned(),
             Holder::Program(n) => format!("({n}) is another program"),
             Holder::Busy(n) => format!("({n}) runs and may still start a proxy"),
-            Holder::Waiting(n) => format!("({n}) waits in a system call, reading or writing the pipe itself"),
+            Holder::Waiting(n) => {
+                format!("({n}) waits in a system call, reading or writing the pipe itself")
+            }
         }
     }
 }

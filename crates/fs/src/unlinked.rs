@@ -64,12 +64,22 @@ fn host() -> String {
         .replace('/', "_")
 }
 
-/// When process `pid` started, in clock ticks since boot ("/proc/PID/stat" field 22).
+/// When process `pid` started, in clock ticks since boot ("/proc/PID/stat" field 22);
+/// `None` when it is not running (gone, or a zombie nobody has reaped yet).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     // `rest` begins with field 3 (the state).
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Whether process `pid` runs (a zombie nobody has reaped yet does not).
+pub fn is_running(pid: u32) -> bool {
+    start_time(pid).is_some()
 }
 
 impl Owner {
@@ -219,5 +229,29 @@ mod tests {
         assert!(!Owner::running(&old_boot));
         assert!(Owner::running("00000000.1.1.some-other-host"));
         assert!(!Owner::running("junk"));
+    }
+
+    #[test]
+    fn a_killed_owner_not_yet_reaped_is_not_running() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let token = format!("{}.{pid}.{}.{}", boot(), start_time(pid).unwrap(), host());
+        assert!(Owner::running(&token));
+        child.kill().unwrap();
+        // Not waited for: a zombie until reaped.
+        let start = std::time::Instant::now();
+        while is_running(pid) {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(20),
+                "no zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!Owner::running(&token));
+        child.wait().unwrap();
+        assert!(!Owner::running(&token));
     }
 }

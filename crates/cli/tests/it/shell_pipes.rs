@@ -323,6 +323,16 @@ fn trace_of<'a>(traces: &'a [serde_json::Value], op: &str) -> &'a serde_json::Va
         .unwrap_or_else(|| panic!("no trace of {op}: {traces:?}"))
 }
 
+/// Asserts that decision `d` sent the pipe through the host without waiting out
+/// `PEER_WAIT` for a proxy.
+fn host_at_once(d: &serde_json::Value, case: &str) {
+    assert_eq!(
+        (&d["end"], &d["timed_out"]),
+        (&"host".into(), &false.into()),
+        "{case}: {d}"
+    );
+}
+
 /// Runs `script` with `shell`, MNT set to the mount point and the proxies tracing to
 /// `trace`.
 fn traced(m: &Mount, shell: &str, script: &str, trace: &Path) -> std::process::Output {
@@ -344,7 +354,12 @@ fn a_shell_reading_the_pipe_itself_is_seen_at_once_to_be_no_proxy() {
     take_traces(&trace);
     fs::write(m.mnt.join("f"), b"one\ntwo\n").unwrap();
     for shell in ["sh", "bash"] {
-        let out = ok(&traced(&m, shell, &format!("x=$({chain}); echo \"$x\""), &trace));
+        let out = ok(&traced(
+            &m,
+            shell,
+            &format!("x=$({chain}); echo \"$x\""),
+            &trace,
+        ));
         assert_eq!(out, plain, "{shell}");
         let t = take_traces(&trace);
         // The reader of the last stage is the shell itself: known at once, no wait.
@@ -352,28 +367,40 @@ fn a_shell_reading_the_pipe_itself_is_seen_at_once_to_be_no_proxy() {
         assert_eq!(last["end"], "host", "{shell}: {last}");
         assert_eq!(last["timed_out"], false, "{shell}: {last}");
         assert!(
-            last["why"].as_str().unwrap().starts_with("peer is not a proxy"),
+            last["why"]
+                .as_str()
+                .unwrap()
+                .starts_with("peer is not a proxy"),
             "{shell}: {last}"
         );
         // The two stages still fused on the device.
         let first = trace_of(&t, "datagen");
-        assert!(first["decisions"][1]["end"]["peer"].is_u64(), "{shell}: {first}");
+        assert!(
+            first["decisions"][1]["end"]["peer"].is_u64(),
+            "{shell}: {first}"
+        );
         assert_eq!(first["outcome"]["stages"], 2, "{shell}: {first}");
         // A failing stage alone inside `$(...)` fails at once too.
         let out = traced(&m, shell, "x=$($MNT/.ops/grep --bogus x < $MNT/f)", &trace);
         assert!(!out.status.success(), "{shell}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bogus"),
+            "{shell}"
+        );
         let t = take_traces(&trace);
         let d = &trace_of(&t, "grep")["decisions"][1];
-        assert_eq!((&d["end"], &d["timed_out"]), (&"host".into(), &false.into()), "{shell}: {d}");
+        host_at_once(d, shell);
     }
     // A subshell that reads the pipe (a loop, a group) is its reader, not a proxy to be.
-    for reader in ["while read -r l; do :; done", "{ read -r l; cat > /dev/null; }"] {
+    for reader in [
+        "while read -r l; do :; done",
+        "{ read -r l; cat > /dev/null; }",
+    ] {
         let script = format!("$MNT/.ops/datagen --size 4096 --modulo 1 | {reader}");
         ok(&traced(&m, "bash", &script, &trace));
         let t = take_traces(&trace);
         let d = &trace_of(&t, "datagen")["decisions"][1];
-        assert_eq!((&d["end"], &d["timed_out"]), (&"host".into(), &false.into()), "{reader}: {d}");
+        host_at_once(d, reader);
     }
 }
 
@@ -394,9 +421,8 @@ sys.exit(a.wait() or b.returncode)
 fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
     let m = Mount::new();
     let trace = m.mnt.with_file_name("trace.jsonl");
-    let shell = ok(&m.sh(
-        "$MNT/.ops/datagen --size 8MiB --modulo 1000 | $MNT/.ops/aggregate --text",
-    ));
+    let shell =
+        ok(&m.sh("$MNT/.ops/datagen --size 8MiB --modulo 1000 | $MNT/.ops/aggregate --text"));
     // Each run races the parent's second spawn against the first stage's look at its
     // pipe: several runs.
     for _ in 0..8 {

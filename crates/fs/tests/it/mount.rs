@@ -233,11 +233,14 @@ fn mode_of(p: &std::path::Path) -> u32 {
     fs::metadata(p).unwrap().mode() & 0o7777
 }
 
-#[test]
-fn modes_owners_and_times_are_kept_enforced_and_survive_a_remount() {
-    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+/// A fresh device and an empty mount point that other users may walk to (the kernel
+/// asks the mount only then).
+fn device_for_others() -> (
+    tempfile::TempDir,
+    std::sync::Arc<csx_fs::MetalFs>,
+    std::path::PathBuf,
+) {
     let (dir, dev) = crate::device(64);
-    // Other users must be able to walk to the mount point for the kernel to ask the mount.
     fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -246,16 +249,30 @@ fn modes_owners_and_times_are_kept_enforced_and_survive_a_remount() {
     let fs_ = std::sync::Arc::new(csx_fs::MetalFs::new(dev));
     let mnt = dir.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
-    let open = |allow_other: bool| {
-        let fuse = m::fuse_fs(fs_.clone()).unwrap();
-        m::spawn_with(
-            fuse,
-            &m::fs_name(&fs_),
-            &mnt,
-            &m::MountOptions { allow_other },
-        )
-        .expect("mounts (needs /dev/fuse and root)")
-    };
+    (dir, fs_, mnt)
+}
+
+/// Mounts `fs_` at `mnt`, to other users too when `allow_other`.
+fn mount_with(
+    fs_: &std::sync::Arc<csx_fs::MetalFs>,
+    mnt: &std::path::Path,
+    allow_other: bool,
+) -> m::Mounted {
+    let fuse = m::fuse_fs(fs_.clone()).unwrap();
+    m::spawn_with(
+        fuse,
+        &m::fs_name(fs_),
+        mnt,
+        &m::MountOptions { allow_other },
+    )
+    .expect("mounts (needs /dev/fuse and root)")
+}
+
+#[test]
+fn modes_owners_and_times_are_kept_enforced_and_survive_a_remount() {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+    let (_dir, fs_, mnt) = device_for_others();
+    let open = |allow_other: bool| mount_with(&fs_, &mnt, allow_other);
     let mount = open(true);
     // A create mode and a mkdir mode, less the umask the caller passes.
     let mut f = fs::OpenOptions::new()
@@ -643,11 +660,32 @@ fn git_sqlite_and_mmap_work_on_the_mount() {
     let git = |args: &[&str]| run_in(&repo, "git", args);
     git(&["init", "-q"]);
     git(&["add", "README", "src"]);
-    git(&["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-q",
+        "-m",
+        "first",
+    ]);
     fs::write(repo.join("README"), b"changed\n").unwrap();
-    git(&["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-am", "second"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.com",
+        "commit",
+        "-q",
+        "-am",
+        "second",
+    ]);
     assert_eq!(git(&["log", "--format=%s"]), "second\nfirst\n");
-    assert_eq!(git(&["show", "HEAD~1:src/main.c"]), "int main(void) { return 0; }\n");
+    assert_eq!(
+        git(&["show", "HEAD~1:src/main.c"]),
+        "int main(void) { return 0; }\n"
+    );
     assert_eq!(git(&["status", "--porcelain"]), "");
     git(&["fsck", "--strict"]);
     // sqlite through python3's module.
@@ -674,23 +712,8 @@ fn git_sqlite_and_mmap_work_on_the_mount() {
 fn another_user_cannot_reach_a_removed_open_file() {
     use std::os::unix::fs::OpenOptionsExt as _;
     use std::os::unix::io::AsRawFd as _;
-    let (dir, dev) = crate::device(64);
-    fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let fs_ = std::sync::Arc::new(csx_fs::MetalFs::new(dev));
-    let mnt = dir.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let fuse = m::fuse_fs(fs_.clone()).unwrap();
-    let mount = m::spawn_with(
-        fuse,
-        &m::fs_name(&fs_),
-        &mnt,
-        &m::MountOptions { allow_other: true },
-    )
-    .expect("mounts (needs /dev/fuse and root)");
+    let (_dir, fs_, mnt) = device_for_others();
+    let mount = mount_with(&fs_, &mnt, true);
     let mut f = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -702,7 +725,9 @@ fn another_user_cannot_reach_a_removed_open_file() {
     fs::remove_file(mnt.join("secret")).unwrap();
     let kept = kept_unlinked(&fs_);
     assert_eq!(kept.len(), 1);
-    let owner_dir = fs_.list(csx_fs::unlinked::UNLINKED_DIR).unwrap()[0].name.clone();
+    let owner_dir = fs_.list(csx_fs::unlinked::UNLINKED_DIR).unwrap()[0]
+        .name
+        .clone();
     let hidden = mnt
         .join(csx_fs::unlinked::UNLINKED_DIR.trim_start_matches('/'))
         .join(&owner_dir)
@@ -710,9 +735,20 @@ fn another_user_cannot_reach_a_removed_open_file() {
     let p = |x: &std::path::Path| x.to_str().unwrap().to_owned();
     for args in [
         vec!["cat".to_owned(), p(&hidden)],
-        vec!["ls".to_owned(), "-a".to_owned(), p(&hidden.parent().unwrap().to_path_buf())],
-        vec!["cat".to_owned(), format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd())],
-        vec!["sh".to_owned(), "-c".to_owned(), format!("echo x > {}", p(&hidden))],
+        vec![
+            "ls".to_owned(),
+            "-a".to_owned(),
+            p(&hidden.parent().unwrap().to_path_buf()),
+        ],
+        vec![
+            "cat".to_owned(),
+            format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()),
+        ],
+        vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!("echo x > {}", p(&hidden)),
+        ],
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = as_nobody(&args);
