@@ -738,7 +738,7 @@ fn another_user_cannot_reach_a_removed_open_file() {
         vec![
             "ls".to_owned(),
             "-a".to_owned(),
-            p(&hidden.parent().unwrap().to_path_buf()),
+            p(hidden.parent().unwrap()),
         ],
         vec![
             "cat".to_owned(),
