@@ -361,21 +361,7 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
             .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
             .collect();
         if busy.is_empty() {
-            let others: Vec<String> = seen
-                .iter()
-                .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
-                .collect();
-            return decided(
-                End::Host,
-                format!(
-                    "peer is not a proxy: no process that may become one holds the other end ({})",
-                    if others.is_empty() {
-                        "nobody else does".to_owned()
-                    } else {
-                        others.join(", ")
-                    }
-                ),
-            );
+            return decided(End::Host, nobody_may_become_one(&seen));
         }
         if start.elapsed() > PEER_WAIT {
             return Decision {
@@ -392,6 +378,23 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
         }
         std::thread::sleep(Duration::from_millis(3));
     }
+}
+
+/// Why a pipe whose other end no process that may become a proxy holds goes through
+/// the host.
+fn nobody_may_become_one(seen: &[(u32, bool, Holder)]) -> String {
+    let others: Vec<String> = seen
+        .iter()
+        .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
+        .collect();
+    format!(
+        "peer is not a proxy: no process that may become one holds the other end ({})",
+        if others.is_empty() {
+            "nobody else does".to_owned()
+        } else {
+            others.join(", ")
+        }
+    )
 }
 
 /// What a process holding the other end of a proxy's pipe is.

@@ -658,29 +658,22 @@ fn git_sqlite_and_mmap_work_on_the_mount() {
     fs::create_dir(repo.join("src")).unwrap();
     fs::write(repo.join("src/main.c"), b"int main(void) { return 0; }\n").unwrap();
     let git = |args: &[&str]| run_in(&repo, "git", args);
+    let commit = |args: &[&str]| {
+        let who = [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+        ];
+        git(&[&who[..], args].concat())
+    };
     git(&["init", "-q"]);
     git(&["add", "README", "src"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.com",
-        "commit",
-        "-q",
-        "-m",
-        "first",
-    ]);
+    commit(&["-m", "first"]);
     fs::write(repo.join("README"), b"changed\n").unwrap();
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@example.com",
-        "commit",
-        "-q",
-        "-am",
-        "second",
-    ]);
+    commit(&["-am", "second"]);
     assert_eq!(git(&["log", "--format=%s"]), "second\nfirst\n");
     assert_eq!(
         git(&["show", "HEAD~1:src/main.c"]),
