@@ -301,9 +301,11 @@ pub fn run_ls(args: LsArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let mut list = dev
         .list_files(&args.dir)
         .with_context(|| format!("cannot list {}", args.dir))?;
-    // libcsx's own files (`/.csx`) show only when that directory is listed.
-    list.files
-        .retain(|f| csx_capi::fixed::listed(&args.dir, &f.path));
+    // libcsx's own files (`/.csx`) show only when that directory is listed; files a
+    // mount keeps for handles still open after an unlink have no name to show.
+    list.files.retain(|f| {
+        csx_capi::fixed::listed(&args.dir, &f.path) && !csx_fs::unlinked::is_unlinked(&f.path)
+    });
     if args.json {
         println!(
             "{}",

@@ -3,8 +3,10 @@
 //!
 //! - Inodes: a path gets a number when the kernel first looks it up (the root is 1); a
 //!   rename renumbers nothing but moves the paths of the inode and everything below it;
-//!   unlink and rmdir drop the path. An open file that is unlinked or renamed by another
-//!   client answers `ENOENT` (no POSIX "open unlinked file" semantics).
+//!   unlink and rmdir drop the path. A file this mount has open that is unlinked, or that
+//!   a rename replaces, stays readable and writable through its handles until the last
+//!   one closes (see [`crate::unlinked`]); one removed or renamed by another client
+//!   answers `ENOENT`.
 //! - Attributes are never cached by the kernel (TTL 0), so several processes, and clients
 //!   outside the mount, see each other's changes at once.
 //! - Durability: `fsync`, and the `close` (FUSE flush) of a handle that wrote, flush the
@@ -36,6 +38,7 @@ use fuser::{
 
 use crate::attrs::{self, Attrs, Meta, MODE_MASK};
 use crate::core::{Attr, FsError, MetalFs};
+use crate::unlinked::{self, Owner};
 
 const TTL: Duration = Duration::ZERO;
 /// Files at least this large are counted by their extents in `statfs`.
@@ -177,6 +180,8 @@ pub struct FuseFs {
     capacity: u64,
     /// The last `statfs` answer and when it was counted.
     usage: Mutex<Option<(std::time::Instant, u64)>>,
+    /// This mount, as the owner of the files it keeps for open handles after an unlink.
+    owner: Owner,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -212,6 +217,8 @@ impl FuseFs {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let attrs = Attrs::load(&fs, uid, gid)?;
         let capacity = fs.device().identify()?.nvm_size_bytes;
+        let owner = Owner::current();
+        unlinked::clean_leftovers(&fs, &attrs, &owner)?;
         Ok(FuseFs {
             fs,
             inodes: Mutex::new(Inodes::new()),
@@ -223,6 +230,7 @@ impl FuseFs {
             attrs,
             capacity,
             usage: Mutex::new(None),
+            owner,
         })
     }
 
@@ -295,7 +303,7 @@ impl FuseFs {
     /// The path of `name` in `parent`; the mount's own bookkeeping is out of reach.
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
         let path = child(&self.path(parent)?, name)?;
-        if attrs::is_hidden(&path) {
+        if attrs::is_hidden(&path) || unlinked::is_unlinked(&path) {
             return Err(Errno::EACCES);
         }
         Ok(path)
@@ -360,7 +368,12 @@ impl FuseFs {
         let a = self.fs.stat(path).map_err(|e| errno(&e))?;
         let ino = lock(&self.inodes).ino(path);
         let meta = self.attrs.get(path, a.kind == EntryKind::Dir);
-        Ok(self.attr_with(ino, &a, &meta))
+        let mut attr = self.attr_with(ino, &a, &meta);
+        if unlinked::is_unlinked(path) {
+            // Reached only through a handle: the file has no name left.
+            attr.nlink = 0;
+        }
+        Ok(attr)
     }
 
     /// Records `meta` for `path` (a directory when `dir`).
@@ -556,6 +569,94 @@ impl FuseFs {
     }
 }
 
+/// Files removed while this mount has them open (see [`crate::unlinked`]).
+impl FuseFs {
+    /// The inode of the file at `path` when this mount has a handle open on it.
+    fn open_ino(&self, path: &str) -> Option<u64> {
+        let ino = *lock(&self.inodes).by_path.get(path)?;
+        lock(&self.files)
+            .values()
+            .any(|h| h.ino == ino)
+            .then_some(ino)
+    }
+
+    /// Moves `path`, open as inode `ino`, to the owner's directory instead of deleting
+    /// it: its handles keep it until the last one closes.
+    fn keep_unlinked(&self, ino: u64, path: &str) -> Result<(), Errno> {
+        let hidden = self.owner.hidden(ino);
+        {
+            // `df` counts afresh once the move is done, never from before it.
+            let mut usage = lock(&self.usage);
+            self.fs.rename(path, &hidden).map_err(|e| errno(&e))?;
+            *usage = None;
+        }
+        lock(&self.inodes).rename(path, &hidden);
+        self.attrs
+            .rename(&self.fs, path, &hidden)
+            .map_err(|e| errno(&e))?;
+        self.sync_namespace()
+    }
+
+    /// Renames `from` over `to`, a file open as inode `ino`: `to` moves aside (with a
+    /// note of where it was, so a mount killed now is put back by the next one), `from`
+    /// moves in, and the aside copy becomes an unlinked file its handles keep.
+    fn rename_over_open(&self, from: &str, to: &str, ino: u64) -> Result<(), Errno> {
+        if self.fs.stat(from).map_err(|e| errno(&e))?.kind == EntryKind::Dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let (pending, note) = (self.owner.pending(ino), self.owner.note(ino));
+        let io = |e: FsError| errno(&e);
+        self.fs.write(&note, 0, to.as_bytes()).map_err(io)?;
+        if let Err(e) = self.fs.rename(to, &pending) {
+            let _ = self.fs.unlink(&note);
+            return Err(errno(&e));
+        }
+        if let Err(e) = self.fs.rename(from, to) {
+            let _ = self.fs.rename(&pending, to);
+            let _ = self.fs.unlink(&note);
+            return Err(errno(&e));
+        }
+        let hidden = self.owner.hidden(ino);
+        self.fs.rename(&pending, &hidden).map_err(io)?;
+        self.fs.unlink(&note).map_err(io)?;
+        {
+            let mut inodes = lock(&self.inodes);
+            inodes.rename(to, &hidden);
+            inodes.rename(from, to);
+        }
+        self.attrs.rename(&self.fs, to, &hidden).map_err(io)?;
+        self.attrs.rename(&self.fs, from, to).map_err(io)?;
+        self.sync_namespace()
+    }
+
+    /// Deletes the file of inode `ino` if it was unlinked while open and its last handle
+    /// just closed. Not flushed: a crash before the next flush leaves it to the next
+    /// mount's clean-up.
+    fn free_if_unlinked(&self, ino: u64) {
+        if lock(&self.files).values().any(|h| h.ino == ino) {
+            return;
+        }
+        let Some(path) = lock(&self.inodes).by_ino.get(&ino).cloned() else {
+            return;
+        };
+        if !unlinked::is_unlinked(&path) {
+            return;
+        }
+        let r = {
+            // `df` counts it as used until now, and afresh from now on.
+            let mut usage = lock(&self.usage);
+            let r = self.fs.unlink(&path);
+            *usage = None;
+            r
+        };
+        if let Err(e) = r.and_then(|()| self.attrs.remove(&self.fs, &path)) {
+            eprintln!("csx: cannot free the unlinked file {path}: {e}");
+        }
+        lock(&self.inodes).forget_path(&path);
+        let _ = self.fs.rmdir(&self.owner.dir());
+    }
+}
+
 impl Filesystem for FuseFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Best effort: the kernel may cap either below what we ask.
@@ -667,6 +768,9 @@ impl Filesystem for FuseFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.child_path(parent, name).and_then(|path| {
+            if let Some(ino) = self.open_ino(&path) {
+                return self.keep_unlinked(ino, &path);
+            }
             self.fs.unlink(&path).map_err(|e| errno(&e))?;
             lock(&self.inodes).forget_path(&path);
             self.attrs.remove(&self.fs, &path).map_err(|e| errno(&e))?;
@@ -709,6 +813,9 @@ impl Filesystem for FuseFs {
             }
             if flags.contains(RenameFlags::RENAME_NOREPLACE) && self.fs.stat(&to).is_ok() {
                 return Err(Errno::EEXIST);
+            }
+            if let Some(ino) = self.open_ino(&to).filter(|_| from != to) {
+                return self.rename_over_open(&from, &to, ino);
             }
             self.fs.rename(&from, &to).map_err(|e| errno(&e))?;
             lock(&self.inodes).rename(&from, &to);
@@ -869,13 +976,21 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let wrote = lock(&self.files)
-            .remove(&fh.0)
+        let handle = lock(&self.files).remove(&fh.0);
+        let wrote = handle
+            .as_ref()
             .is_some_and(|h| h.wrote.load(Ordering::Relaxed));
-        if wrote {
-            self.sync_reply(reply);
+        let synced = if wrote {
+            self.fs.sync().map_err(|e| errno(&e))
         } else {
-            reply.ok();
+            Ok(())
+        };
+        if let Some(h) = handle {
+            self.free_if_unlinked(h.ino);
+        }
+        match synced {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -920,7 +1035,7 @@ impl Filesystem for FuseFs {
             }
             for e in entries {
                 let p = child(&path, OsStr::new(&e.name))?;
-                if attrs::is_hidden(&p) {
+                if attrs::is_hidden(&p) || unlinked::is_unlinked(&p) {
                     continue;
                 }
                 listing.push((inodes.ino(&p), kind_of(e.attr.kind), e.name));

@@ -11,6 +11,8 @@
 //!   pipeline's stages name them and their parameters.
 //! - [`pipe`]: running a pipeline of operators on the device, chunk by chunk through
 //!   device memory (`csx pipe`).
+//! - [`unlinked`]: files removed while the mount has them open, kept until their last
+//!   close.
 //! - [`shell`]: the mount's `.ops/` executables, their proxies and the mount's server that
 //!   fuses shell pipes of operators into one device pipeline.
 //!
@@ -26,5 +28,6 @@ pub mod mount;
 pub mod ops;
 pub mod pipe;
 pub mod shell;
+pub mod unlinked;
 
 pub use crate::core::{Attr, Entry, FsError, MetalFs};

@@ -124,8 +124,8 @@ pub fn ops_dir(exe: &Path, socket: &Path, mount: &Path) -> crate::fuse::OpsDir {
 /// exit status the chain ended with.
 pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> {
     let mount = std::fs::canonicalize(mount).unwrap_or_else(|_| mount.to_path_buf());
-    let input = classify(0, &mount);
-    let output = classify(1, &mount);
+    let decisions = [decide(0, &mount), decide(1, &mount)];
+    let (input, output) = (decisions[0].end.clone(), decisions[1].end.clone());
     let reg = Registration {
         pid: std::process::id(),
         words,
@@ -180,6 +180,7 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
                     other => other?,
                 }
                 let outcome: Outcome = serde_json::from_slice(&body).map_err(io::Error::other)?;
+                trace(&reg, &decisions, &outcome);
                 if !outcome.ok && !outcome.quiet {
                     eprintln!("csx: {}", outcome.message);
                 }
@@ -190,95 +191,338 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
     }
 }
 
+/// Appends this proxy's decisions and outcome to the file [`TRACE_ENV`] names, if set.
+fn trace(reg: &Registration, decisions: &[Decision], outcome: &Outcome) {
+    let Some(path) = std::env::var_os(TRACE_ENV) else {
+        return;
+    };
+    let line = serde_json::json!({
+        "pid": reg.pid,
+        "words": reg.words,
+        "decisions": decisions,
+        "outcome": outcome,
+    });
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        eprintln!(
+            "csx: cannot write the proxy trace {}: {e}",
+            Path::new(&path).display()
+        );
+    }
+}
+
 fn readlink_fd(pid: &str, fd: u32) -> Option<String> {
     std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
         .ok()
         .map(|p| p.display().to_string())
 }
 
+/// How a proxy decided what one of its standard descriptors is: written to the file
+/// named by [`TRACE_ENV`] when it is set, so a run can be checked without timing it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// 0 (stdin) or 1 (stdout).
+    pub fd: u32,
+    pub end: End,
+    /// Why, in words ("peer is not a proxy: ...", "peer is a proxy", ...).
+    pub why: String,
+    /// Whether it gave up waiting after [`PEER_WAIT`] for a process that might have
+    /// become a proxy.
+    pub timed_out: bool,
+    /// Times it looked at the pipe's other end.
+    pub looks: u32,
+}
+
+/// When set, a proxy appends one JSON line to this file as it ends: its pid, its words,
+/// its [`Decision`]s and the [`Outcome`] of its chain.
+pub const TRACE_ENV: &str = "CSX_OP_TRACE";
+
 /// What fd `fd` (0 or 1) of this process is.
 pub fn classify(fd: u32, mount: &Path) -> End {
+    decide(fd, mount).end
+}
+
+/// What fd `fd` (0 or 1) of this process is, and why.
+pub fn decide(fd: u32, mount: &Path) -> Decision {
+    let d = |end: End, why: &str| Decision {
+        fd,
+        end,
+        why: why.to_owned(),
+        timed_out: false,
+        looks: 0,
+    };
     let Some(target) = readlink_fd("self", fd) else {
-        return End::Host;
+        return d(End::Host, "not open");
     };
     if target == "/dev/null" {
-        return if fd == 1 { End::Null } else { End::Host };
+        return if fd == 1 {
+            d(End::Null, "/dev/null")
+        } else {
+            d(End::Host, "/dev/null")
+        };
     }
     if target.starts_with("pipe:[") {
-        return pipe_peer(&target, fd, mount).map_or(End::Host, End::Peer);
+        return pipe_peer(&target, fd, mount);
     }
     let m = mount.display().to_string();
     match target.strip_prefix(&m) {
-        Some(rest) if rest.starts_with('/') => End::File(rest.to_owned()),
-        _ => End::Host,
+        Some(rest) if rest.starts_with('/') => d(End::File(rest.to_owned()), "a file of the mount"),
+        _ => d(End::Host, "not a pipe or a file of the mount"),
     }
 }
 
-/// The pid of the proxy at the other end of pipe `target`, if it is one. The other end
-/// is the process holding the pipe at the other standard descriptor; a shell holding it
-/// (a forked child before it execs, or the parent before it closes its copy) may still
-/// turn into a proxy, so it is looked at again, for at most [`PEER_WAIT`].
-fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Option<u32> {
-    let other_fd = if fd == 0 { 1 } else { 0 };
+/// The processes (other than this one) holding the other end of pipe `target` from our
+/// fd `fd`: (pid, whether at its other standard descriptor).
+fn pipe_holders(target: &str, fd: u32) -> Vec<(u32, bool)> {
+    let other_fd = if fd == 0 { "1" } else { "0" };
     let me = std::process::id();
-    // A process this one descends from (the shell of a `$(...)` reading the pipe) is
-    // never a peer: a pipeline's proxies are siblings, and an ancestor that forked us
-    // does not turn into one.
+    let mut holders = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return holders;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{name}/fd")) else {
+            continue;
+        };
+        let mut held = None;
+        for f in fds.flatten() {
+            if std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == target) {
+                let fd_name = f.file_name().to_string_lossy().into_owned();
+                // Only the other end of the pipe: a process that shares our end (the
+                // shell whose own stdout we inherited) is no peer.
+                if holds_other_end(&name, &fd_name, fd) {
+                    held = Some(held.unwrap_or(false) || fd_name == other_fd);
+                }
+            }
+        }
+        if let Some(at_std) = held {
+            holders.push((pid, at_std));
+        }
+    }
+    holders
+}
+
+/// The proxy at the other end of pipe `target`, or why there is none.
+///
+/// A process holding the other end is a proxy (its command line says so), another
+/// program, or one that may still turn into a proxy: an ancestor of ours (a Python parent
+/// that will hand the pipe to its next child), a forked copy of its parent or a shell
+/// (a child before it execs). Such a process is waited for only while it runs (or is in
+/// the middle of a fork or an exec): one that sleeps in any other system call (a
+/// `$(...)` shell reading the pipe, a subshell's `read`) is the pipe's reader or writer
+/// itself, and the pipe goes through the host at once. The wait ends at [`PEER_WAIT`].
+fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
     let ancestors = ancestors();
     let start = Instant::now();
+    let mut looks = 0;
     loop {
-        // (pid, whether it holds the pipe at the other standard descriptor)
-        let mut holders: Vec<(u32, bool)> = Vec::new();
-        if let Ok(dir) = std::fs::read_dir("/proc") {
-            for e in dir.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let Ok(pid) = name.parse::<u32>() else {
-                    continue;
-                };
-                if pid == me || ancestors.contains(&pid) {
-                    continue;
-                }
-                let Ok(fds) = std::fs::read_dir(format!("/proc/{name}/fd")) else {
-                    continue;
-                };
-                let mut held = None;
-                for f in fds.flatten() {
-                    if std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == target) {
-                        let fd_name = f.file_name().to_string_lossy().into_owned();
-                        // Only the other end of the pipe: a process that shares our end
-                        // (the shell whose own stdout we inherited) is no peer.
-                        if !holds_other_end(&name, &fd_name, fd) {
-                            continue;
-                        }
-                        let at_std = fd_name == other_fd.to_string();
-                        held = Some(held.unwrap_or(false) || at_std);
-                    }
-                }
-                if let Some(at_std) = held {
-                    holders.push((pid, at_std));
-                }
-            }
-        }
-        let std_holders: Vec<u32> = holders.iter().filter(|h| h.1).map(|h| h.0).collect();
-        let look_at = if std_holders.is_empty() {
-            holders.iter().map(|h| h.0).collect()
-        } else {
-            std_holders.clone()
+        looks += 1;
+        let holders = pipe_holders(target, fd);
+        let seen: Vec<(u32, bool, Holder)> = holders
+            .iter()
+            .map(|&(pid, at_std)| (pid, at_std, assess(pid, target, mount, &ancestors)))
+            .collect();
+        let decided = |end: End, why: String| Decision {
+            fd,
+            end,
+            why,
+            timed_out: false,
+            looks,
         };
-        let mut maybe = false;
-        for &pid in &look_at {
-            match peer_kind(pid, mount) {
-                PeerKind::Proxy if !std_holders.is_empty() => return Some(pid),
-                PeerKind::Other if !std_holders.is_empty() => return None,
-                PeerKind::Proxy | PeerKind::Maybe => maybe = true,
-                PeerKind::Other => {}
-            }
+        if let Some((pid, ..)) = seen
+            .iter()
+            .find(|(pid, at_std, h)| *at_std && *h == Holder::Proxy && !ancestors.contains(pid))
+        {
+            return decided(End::Peer(*pid), format!("peer is a proxy (pid {pid})"));
         }
-        if !maybe || start.elapsed() > PEER_WAIT {
-            return None;
+        if let Some((pid, _, h)) = seen
+            .iter()
+            .find(|(_, at_std, h)| *at_std && matches!(h, Holder::Program(_) | Holder::Waiting(_)))
+        {
+            return decided(
+                End::Host,
+                format!("peer is not a proxy: pid {pid} {}", h.describe()),
+            );
+        }
+        let busy: Vec<String> = seen
+            .iter()
+            .filter(|(_, _, h)| matches!(h, Holder::Proxy | Holder::Busy(_)))
+            .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
+            .collect();
+        if busy.is_empty() {
+            return decided(End::Host, nobody_may_become_one(&seen));
+        }
+        if start.elapsed() > PEER_WAIT {
+            return Decision {
+                timed_out: true,
+                ..decided(
+                    End::Host,
+                    format!(
+                        "no proxy came within {} s: {}",
+                        PEER_WAIT.as_secs(),
+                        busy.join(", ")
+                    ),
+                )
+            };
         }
         std::thread::sleep(Duration::from_millis(3));
     }
+}
+
+/// Why a pipe whose other end no process that may become a proxy holds goes through
+/// the host.
+fn nobody_may_become_one(seen: &[(u32, bool, Holder)]) -> String {
+    let others: Vec<String> = seen
+        .iter()
+        .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
+        .collect();
+    format!(
+        "peer is not a proxy: no process that may become one holds the other end ({})",
+        if others.is_empty() {
+            "nobody else does".to_owned()
+        } else {
+            others.join(", ")
+        }
+    )
+}
+
+/// What a process holding the other end of a proxy's pipe is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Holder {
+    /// A proxy of this mount (or its script before it execs the proxy).
+    Proxy,
+    /// Another program: its name.
+    Program(String),
+    /// An ancestor, a forked copy or a shell that runs (or forks or execs): it may still
+    /// start or become a proxy.
+    Busy(String),
+    /// The same, asleep in another system call: it reads or writes the pipe itself.
+    Waiting(String),
+}
+
+impl Holder {
+    fn describe(&self) -> String {
+        match self {
+            Holder::Proxy => "is a proxy".to_owned(),
+            Holder::Program(n) => format!("({n}) is another program"),
+            Holder::Busy(n) => format!("({n}) runs and may still start a proxy"),
+            Holder::Waiting(n) => {
+                format!("({n}) waits in a system call, reading or writing the pipe itself")
+            }
+        }
+    }
+}
+
+fn assess(pid: u32, target: &str, mount: &Path, ancestors: &[u32]) -> Holder {
+    if matches!(peer_kind(pid, mount), PeerKind::Proxy) {
+        return Holder::Proxy;
+    }
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_default();
+    let may_turn = ancestors.contains(&pid)
+        || is_copy_of_parent(pid)
+        || matches!(peer_kind(pid, mount), PeerKind::Maybe)
+        || mid_exec(pid);
+    if !may_turn {
+        Holder::Program(name)
+    } else if is_busy(pid, target) {
+        Holder::Busy(name)
+    } else {
+        Holder::Waiting(name)
+    }
+}
+
+/// Whether `pid` is a forked copy of its parent that has not exec'd (same executable
+/// and command line).
+fn is_copy_of_parent(pid: u32) -> bool {
+    let Some(ppid) = parent_of(pid) else {
+        return false;
+    };
+    let same = |what: &str| {
+        let a = std::fs::read(format!("/proc/{pid}/{what}"));
+        let b = std::fs::read(format!("/proc/{ppid}/{what}"));
+        matches!((a, b), (Ok(a), Ok(b)) if a == b)
+    };
+    let exe = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+    same("cmdline") && exe(pid).is_some() && exe(pid) == exe(ppid)
+}
+
+/// System calls a process makes on its way to starting another program.
+#[cfg(target_arch = "x86_64")]
+const SPAWNING: &[u64] = &[56, 57, 58, 59, 322, 435]; // clone, fork, vfork, execve, execveat, clone3
+#[cfg(target_arch = "aarch64")]
+const SPAWNING: &[u64] = &[220, 221, 281, 435]; // clone, execve, execveat, clone3
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const SPAWNING: &[u64] = &[];
+
+/// Whether `pid` is in a fork or an exec now, or shows no command line (as in the middle
+/// of an exec): what it turns into is not known yet.
+fn mid_exec(pid: u32) -> bool {
+    let no_cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty());
+    let spawning = std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|sc| {
+        sc.split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| SPAWNING.contains(&n))
+    });
+    (no_cmdline || spawning) && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// System calls that read or write one descriptor, their first argument.
+#[cfg(target_arch = "x86_64")]
+const FD_IO: &[u64] = &[0, 1, 19, 20]; // read, write, readv, writev
+#[cfg(target_arch = "aarch64")]
+const FD_IO: &[u64] = &[63, 64, 65, 66]; // read, write, readv, writev
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const FD_IO: &[u64] = &[];
+
+/// Whether `pid` runs or is on its way to another program: it runs, sleeps in a fork or
+/// an exec, or sleeps reading or writing another pipe than `target` (a shell's child
+/// before its exec waits on a pipe for its siblings to be forked; a Python parent waits
+/// on one for its child's exec). Asleep on `target` itself, it is that pipe's reader or
+/// writer; asleep in any other call (`poll`, `wait4`), it starts nobody now.
+/// "/proc/PID/syscall" says which; its state in "/proc/PID/stat" when that cannot be read.
+fn is_busy(pid: u32, target: &str) -> bool {
+    if let Ok(sc) = std::fs::read_to_string(format!("/proc/{pid}/syscall")) {
+        let mut words = sc.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first == "running" {
+            return true;
+        }
+        let Ok(nr) = first.parse::<u64>() else {
+            return false;
+        };
+        if SPAWNING.contains(&nr) {
+            return true;
+        }
+        if !FD_IO.contains(&nr) {
+            return false;
+        }
+        let fd = words
+            .next()
+            .and_then(|a| u32::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        let on = fd.and_then(|fd| readlink_fd(&pid.to_string(), fd));
+        return on.is_some_and(|on| on.starts_with("pipe:[") && on != target);
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned));
+    matches!(state.as_deref(), Some("R" | "D"))
 }
 
 /// This process's parent, its parent's parent, and so on up to init.

@@ -304,3 +304,142 @@ fn a_chain_whose_proxies_all_died_is_cancelled_and_umount_ends_the_mount() {
     assert!(!chain.success(), "the stopped chain reported success");
     assert!(m.log().contains("the mount is ending"), "{}", m.log());
 }
+
+/// The records the proxies of a run wrote to the file named by `CSX_OP_TRACE`, one per
+/// proxy, after the file is emptied for the next run.
+fn take_traces(path: &Path) -> Vec<serde_json::Value> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let _ = fs::remove_file(path);
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The trace of the proxy whose operator is `op`.
+fn trace_of<'a>(traces: &'a [serde_json::Value], op: &str) -> &'a serde_json::Value {
+    traces
+        .iter()
+        .find(|t| t["words"][0] == op)
+        .unwrap_or_else(|| panic!("no trace of {op}: {traces:?}"))
+}
+
+/// Asserts that decision `d` sent the pipe through the host without waiting out
+/// `PEER_WAIT` for a proxy.
+fn host_at_once(d: &serde_json::Value, case: &str) {
+    assert_eq!(
+        (&d["end"], &d["timed_out"]),
+        (&"host".into(), &false.into()),
+        "{case}: {d}"
+    );
+}
+
+/// Runs `script` with `shell`, MNT set to the mount point and the proxies tracing to
+/// `trace`.
+fn traced(m: &Mount, shell: &str, script: &str, trace: &Path) -> std::process::Output {
+    Command::new(shell)
+        .arg("-c")
+        .arg(script)
+        .env("MNT", &m.mnt)
+        .env("CSX_OP_TRACE", trace)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_shell_reading_the_pipe_itself_is_seen_at_once_to_be_no_proxy() {
+    let m = Mount::new();
+    let trace = m.mnt.with_file_name("trace.jsonl");
+    let chain = "$MNT/.ops/datagen --size 64MiB | $MNT/.ops/aggregate --text";
+    let plain = ok(&traced(&m, "sh", chain, &trace));
+    take_traces(&trace);
+    fs::write(m.mnt.join("f"), b"one\ntwo\n").unwrap();
+    for shell in ["sh", "bash"] {
+        let out = ok(&traced(
+            &m,
+            shell,
+            &format!("x=$({chain}); echo \"$x\""),
+            &trace,
+        ));
+        assert_eq!(out, plain, "{shell}");
+        let t = take_traces(&trace);
+        // The reader of the last stage is the shell itself: known at once, no wait.
+        let last = &trace_of(&t, "aggregate")["decisions"][1];
+        assert_eq!(last["end"], "host", "{shell}: {last}");
+        assert_eq!(last["timed_out"], false, "{shell}: {last}");
+        assert!(
+            last["why"]
+                .as_str()
+                .unwrap()
+                .starts_with("peer is not a proxy"),
+            "{shell}: {last}"
+        );
+        // The two stages still fused on the device.
+        let first = trace_of(&t, "datagen");
+        assert!(
+            first["decisions"][1]["end"]["peer"].is_u64(),
+            "{shell}: {first}"
+        );
+        assert_eq!(first["outcome"]["stages"], 2, "{shell}: {first}");
+        // A failing stage alone inside `$(...)` fails at once too.
+        let out = traced(&m, shell, "x=$($MNT/.ops/grep --bogus x < $MNT/f)", &trace);
+        assert!(!out.status.success(), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("bogus"),
+            "{shell}"
+        );
+        let t = take_traces(&trace);
+        let d = &trace_of(&t, "grep")["decisions"][1];
+        host_at_once(d, shell);
+    }
+    // A subshell that reads the pipe (a loop, a group) is its reader, not a proxy to be.
+    for reader in [
+        "while read -r l; do :; done",
+        "{ read -r l; cat > /dev/null; }",
+    ] {
+        let script = format!("$MNT/.ops/datagen --size 4096 --modulo 1 | {reader}");
+        ok(&traced(&m, "bash", &script, &trace));
+        let t = take_traces(&trace);
+        let d = &trace_of(&t, "datagen")["decisions"][1];
+        host_at_once(d, reader);
+    }
+}
+
+/// Two stages chained by one Python parent, as a shell would: the first's stdout is a
+/// pipe the parent hands to the second.
+const POPEN_CHAIN: &str = r#"
+import subprocess, sys
+ops = sys.argv[1] + "/.ops/"
+a = subprocess.Popen([ops + "datagen", "--size", "8MiB", "--modulo", "1000"], stdout=subprocess.PIPE)
+b = subprocess.Popen([ops + "aggregate", "--text"], stdin=a.stdout, stdout=subprocess.PIPE)
+a.stdout.close()
+out = b.communicate()[0]
+sys.stdout.buffer.write(out)
+sys.exit(a.wait() or b.returncode)
+"#;
+
+#[test]
+fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
+    let m = Mount::new();
+    let trace = m.mnt.with_file_name("trace.jsonl");
+    let shell =
+        ok(&m.sh("$MNT/.ops/datagen --size 8MiB --modulo 1000 | $MNT/.ops/aggregate --text"));
+    // Each run races the parent's second spawn against the first stage's look at its
+    // pipe: several runs.
+    for _ in 0..8 {
+        let out = Command::new("python3")
+            .args(["-c", POPEN_CHAIN])
+            .arg(&m.mnt)
+            .env("CSX_OP_TRACE", &trace)
+            .output()
+            .expect("python3 runs");
+        assert_eq!(ok(&out), shell);
+        let t = take_traces(&trace);
+        let (a, b) = (trace_of(&t, "datagen"), trace_of(&t, "aggregate"));
+        assert_eq!(a["decisions"][1]["end"]["peer"], b["pid"], "{a}\n{b}");
+        assert_eq!(b["decisions"][0]["end"]["peer"], a["pid"], "{a}\n{b}");
+        for p in [a, b] {
+            assert_eq!(p["outcome"]["stages"], 2, "{p}");
+            assert_eq!(p["outcome"]["ok"], true, "{p}");
+        }
+    }
+}

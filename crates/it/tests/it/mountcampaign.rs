@@ -294,3 +294,58 @@ fn a_truncating_open_then_close_is_durable() {
         got.len()
     );
 }
+
+/// The files under the directory where a mount keeps unlinked open files, on the device.
+fn kept_unlinked(dev: &Device) -> Vec<String> {
+    // A directory that is gone lists as nothing (or as not found).
+    dev.list_files(csx_fs::unlinked::UNLINKED_DIR)
+        .map(|l| l.files.into_iter().map(|f| f.path).collect())
+        .unwrap_or_default()
+}
+
+/// A mount killed while it keeps a removed file for an open handle leaks nothing past
+/// the next mount: the next mount of the device frees it.
+#[test]
+fn a_mount_killed_with_an_unlinked_file_open_leaves_nothing_after_the_next_mount() {
+    let dir = fresh_device();
+    let state = dir.path().join("dev");
+    let mnt = dir.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let (_daemon, uri) = start_daemon(&state, false, None);
+    let mount = start_mount(&uri, &mnt);
+    let path = mnt.join("held");
+    fs::write(&path, seeded(1 << 20, 3)).unwrap();
+    let f = File::open(&path).unwrap();
+    fs::remove_file(&path).unwrap();
+    let dev = Device::open(&uri).unwrap();
+    assert_eq!(
+        kept_unlinked(&dev).len(),
+        1,
+        "the removed open file is kept"
+    );
+    // SIGKILL, and not reaped yet when the next mount starts (a zombie is not a
+    // running owner).
+    let mut mount = mount;
+    mount.0.kill().unwrap();
+    let start = std::time::Instant::now();
+    while csx_fs::unlinked::is_running(mount.0.id()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the killed mount never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    detach(&mnt);
+    drop(f);
+    assert_eq!(
+        kept_unlinked(&dev).len(),
+        1,
+        "nobody freed it: its mount died with the handle"
+    );
+    let _mount = start_mount(&uri, &mnt);
+    assert_eq!(kept_unlinked(&dev), Vec::<String>::new());
+    drop(mount);
+    assert!(fs::read_dir(&mnt).unwrap().next().is_none());
+    drop(_mount);
+    detach(&mnt);
+}
