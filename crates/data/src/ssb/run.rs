@@ -46,6 +46,7 @@ use crate::scan::{
 };
 use crate::ssb::probe::{self, ProbeDim, ProbeLayout, ProbeMode};
 use crate::ssb::queries::{DimSpec, KeyRange, Lit, QuerySpec};
+use crate::ssb::resident::ResidentTables;
 
 /// Where the work happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -185,6 +186,19 @@ pub struct QueryRun {
     /// With [`RunOptions::resident`]: per column file staged, the bytes staged and those
     /// the device served from resident memory (not read from its media again).
     pub reuse: Vec<ColumnReuse>,
+    /// Of a run through [`ResidentTables`]: what it found kept.
+    pub kept: Option<KeptReuse>,
+}
+
+/// What a run through [`ResidentTables`] found kept on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptReuse {
+    /// LINEORDER's staged columns were kept and unchanged: no staging at all.
+    pub lineorder_reused: bool,
+    /// Programs found loaded and activated.
+    pub programs_reused: u64,
+    /// Device memory kept after the run, bytes.
+    pub kept_bytes: u64,
 }
 
 /// One column file's staging in a resident run.
@@ -499,6 +513,18 @@ pub fn run(
     q: &'static QuerySpec,
     opts: &RunOptions,
 ) -> Result<QueryRun, DataError> {
+    run_kept(dev, data_dir, q, opts, None)
+}
+
+/// [`run`], staging LINEORDER into and loading the programs from `keep` when given
+/// ([`ResidentTables::run`]).
+pub(crate) fn run_kept(
+    dev: &Device,
+    data_dir: &str,
+    q: &'static QuerySpec,
+    opts: &RunOptions,
+    mut keep: Option<&mut ResidentTables<'_>>,
+) -> Result<QueryRun, DataError> {
     let started = Instant::now();
     let data_dir = data_dir.trim_end_matches('/');
     let mut s = Session::new(dev);
@@ -512,8 +538,13 @@ pub fn run(
     let answer = if opts.split == Split::Host {
         on_host(&mut s, data_dir, q, &mut phases)?
     } else {
-        Plan::new(data_dir, q, opts, partitions)?.run(&mut s, &mut phases)?
+        Plan::new(data_dir, q, opts, partitions)?.run(&mut s, keep.as_deref_mut(), &mut phases)?
     };
+    let kept = keep.map(|k| KeptReuse {
+        lineorder_reused: k.reused_entries > 0,
+        programs_reused: k.reused_programs,
+        kept_bytes: k.kept_bytes(),
+    });
     let reuse = (s.reuse().iter())
         .map(|(path, &(staged_bytes, resident_bytes))| ColumnReuse {
             path: path.clone(),
@@ -533,6 +564,7 @@ pub fn run(
         partitions,
         joined: answer.joined,
         reuse,
+        kept,
     })
 }
 
@@ -832,6 +864,10 @@ struct Lineorder {
     partitions: u64,
     sets: u64,
     slots: Vec<MemHandle>,
+    /// The resident entry the slots are kept under, and whether they hold every round
+    /// already (nothing to stage).
+    kept: Option<String>,
+    staged_already: bool,
     /// The columns' files and the staged-block buffers, made at the first staging.
     staging: std::cell::RefCell<Option<LoStaging>>,
 }
@@ -847,7 +883,7 @@ struct LoStaging {
 impl Lineorder {
     fn plan(
         s: &mut Session,
-        dir: String,
+        (dir, keep): (String, Option<&mut ResidentTables<'_>>),
         q: &QuerySpec,
         opts: &RunOptions,
         partitions: u32,
@@ -876,10 +912,29 @@ impl Lineorder {
                 limit: i32::MAX as u64,
             });
         }
-        let sets = if rounds > 1 { 2 } else { 1 };
-        let slots = (0..sets * u64::from(partitions))
-            .map(|_| ops::alloc(s, in_bytes))
-            .collect::<Result<_, _>>()?;
+        let key = format!(
+            "{dir} rows {rows} round {round} partitions {partitions} columns {cols:?} selections {filters:?} slot {in_bytes}"
+        );
+        let files = (cols.iter())
+            .map(|c| Ok(format!("{dir}/{}", schema.column(c)?.file_name())))
+            .collect::<Result<Vec<_>, DataError>>()?;
+        let kept = match keep {
+            Some(k) => {
+                let sizes = vec![in_bytes; (rounds * u64::from(partitions)) as usize];
+                k.entry(s, &key, &sizes, &files)?
+            }
+            None => None,
+        };
+        let (sets, slots, kept, staged_already) = match kept {
+            Some((slots, staged)) => (rounds, slots, Some(key), staged),
+            None => {
+                let sets = if rounds > 1 { 2 } else { 1 };
+                let slots = (0..sets * u64::from(partitions))
+                    .map(|_| ops::alloc(s, in_bytes))
+                    .collect::<Result<_, _>>()?;
+                (sets, slots, None, false)
+            }
+        };
         Ok(Lineorder {
             dir,
             rows,
@@ -895,6 +950,8 @@ impl Lineorder {
             partitions: u64::from(partitions),
             sets,
             slots,
+            kept,
+            staged_already,
             staging: std::cell::RefCell::new(None),
         })
     }
@@ -1141,21 +1198,27 @@ impl<'a> Plan<'a> {
 
     /// The phases: load (the dimensions, then round 0's copies started), prepare
     /// (overlapping them), dims, probe (rounds), merge, then the decoding.
-    fn run(mut self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Answer, DataError> {
+    fn run(
+        mut self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<Answer, DataError> {
         let clock = Clock::start(s);
         let dims = self.load_dims(s)?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
-        let lo = Lineorder::plan(s, lo_dir, self.q, &self.opts, self.partitions, &dims)?;
+        let lo_keep = (lo_dir, keep.as_deref_mut());
+        let lo = Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims)?;
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
         // Round 0's copies run while the operators are loaded and compiled and the
         // dimensions are built.
-        let mut pending = if self.empty {
+        let mut pending = if self.empty || lo.staged_already {
             None
         } else {
             Some(lo.stage(s, 0, 0)?)
         };
         clock.phase(s, "load", phases);
-        let mut ops = self.prepare(s, phases)?;
+        let mut ops = self.prepare(s, keep.as_deref_mut(), phases)?;
         let groups = self.build_dims(s, &ops, &dims, phases)?;
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];
@@ -1170,25 +1233,32 @@ impl<'a> Plan<'a> {
         }
         if self.emitted {
             let clock = Clock::start(s);
-            ops.probe = Some(self.load_emitted_probe(s, &dims, &lo, &groups)?);
+            let probe = self.load_emitted_probe(s, keep.as_deref_mut(), &dims, &lo, &groups)?;
+            ops.probe = Some(probe);
             clock.phase(s, "prepare", phases);
         }
         let out = self.probe_out(s, &lo, groups.total)?;
         for r in 0..lo.rounds {
             let clock = Clock::start(s);
-            let copies = match pending.take() {
-                Some(c) => c,
-                None => lo.stage(s, r, r % lo.sets)?,
-            };
-            lo.wait(s, copies)?;
-            if r + 1 < lo.rounds {
-                pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+            if !lo.staged_already {
+                let copies = match pending.take() {
+                    Some(c) => c,
+                    None => lo.stage(s, r, r % lo.sets)?,
+                };
+                lo.wait(s, copies)?;
+                if r + 1 < lo.rounds {
+                    pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+                }
             }
             // Waiting for the staged columns is loading, as in Delilah's breakdown.
             clock.phase(s, "load", phases);
             let clock = Clock::start(s);
             self.probe_round(s, &ops, r, (&dims, &lo, &groups, &out))?;
             clock.phase(s, "probe", phases);
+        }
+        if let (Some(k), Some(key)) = (keep, &lo.kept) {
+            // Every round is staged in the kept slots now.
+            k.staged(key);
         }
         if self.opts.split == Split::Offload {
             let clock = Clock::start(s);
@@ -1201,15 +1271,24 @@ impl<'a> Plan<'a> {
     /// Loads and activates (JIT-compiles) every operator first, so the phases after
     /// time execution alone (Delilah: "a series of operations": transfer, prepare,
     /// execute).
-    fn prepare(&self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Operators, DataError> {
+    fn prepare(
+        &self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<Operators, DataError> {
         let clock = Clock::start(s);
         let engine = self.opts.engine;
+        let mut load = |s: &mut Session, name: &str| match keep.as_deref_mut() {
+            Some(k) => k.program(s, name, None, engine),
+            None => ops::load(s, name, engine),
+        };
         let ops = Operators {
-            filter: ops::load(s, self.opts.strategy.operator(), engine)?,
-            dim: ops::load(s, "ssb_dim", engine)?,
-            merge: ops::load(s, "ssb_merge", engine)?,
+            filter: load(s, self.opts.strategy.operator())?,
+            dim: load(s, "ssb_dim")?,
+            merge: load(s, "ssb_merge")?,
             probe: match self.opts.probe {
-                ProbeKind::Operator => Some(ops::load(s, "ssb_probe", engine)?),
+                ProbeKind::Operator => Some(load(s, "ssb_probe")?),
                 ProbeKind::Emitted => None,
             },
         };
@@ -1284,6 +1363,7 @@ impl<'a> Plan<'a> {
     fn load_emitted_probe(
         &self,
         s: &mut Session,
+        keep: Option<&mut ResidentTables<'_>>,
         dims: &[StagedDim],
         lo: &Lineorder,
         groups: &Groups,
@@ -1320,7 +1400,10 @@ impl<'a> Plan<'a> {
             in_bytes: lo.in_bytes,
         };
         let image = probe::emit(&layout)?;
-        Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?)
+        match keep {
+            Some(k) => k.program(s, EMITTED_PROBE, Some(&image), self.opts.engine),
+            None => Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?),
+        }
     }
 
     /// Allocates what the probes write (see [`ProbeOut`]).

@@ -64,3 +64,86 @@ fn resident_runs_reuse_columns_and_see_writes() {
         "the written column was read again"
     );
 }
+
+/// Runs through resident tables: the second run of a query stages nothing from
+/// LINEORDER and loads no program, with the fresh run's answer; another query in
+/// between keeps its own entry; a write to a staged column is seen; a budget too small
+/// to keep anything still answers right.
+#[test]
+fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
+    use csx_data::ssb::resident::ResidentTables;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 1, &mut |_, _, _| {}).unwrap();
+    csx_data::columnar::dataset_as_raw(&data).unwrap();
+    let config = csx_device::DeviceConfig {
+        resident_bytes: Some(64 << 20),
+        ..Default::default()
+    };
+    let dev = csx_host::Device::init(&tmp.path().join("dev"), config).unwrap();
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let opts = RunOptions {
+        resident: true,
+        round_rows: 1 << 14,
+        ..Default::default()
+    };
+    let fresh = |name: &str| run(&dev, "/ssb", query(name).unwrap(), &opts).unwrap();
+    let mut tables = ResidentTables::new(&dev, 256 << 20);
+    let q11 = query("Q1.1").unwrap();
+    let first = tables.run("/ssb", q11, &opts).unwrap();
+    let kept = first
+        .kept
+        .expect("a run through resident tables says what it kept");
+    assert!(
+        !kept.lineorder_reused && kept.programs_reused == 0,
+        "{kept:?}"
+    );
+    assert!(kept.kept_bytes > 0);
+    assert_eq!(first.rows, fresh("Q1.1").rows);
+    let other = tables.run("/ssb", query("Q3.2").unwrap(), &opts).unwrap();
+    assert_eq!(other.rows, fresh("Q3.2").rows);
+    let second = tables.run("/ssb", q11, &opts).unwrap();
+    assert_eq!(second.rows, first.rows);
+    let kept = second.kept.unwrap();
+    assert!(kept.lineorder_reused, "{kept:?}");
+    // the filter, dim and merge operators and the emitted probe
+    assert_eq!(kept.programs_reused, 4, "{kept:?}");
+    assert!(
+        second
+            .reuse
+            .iter()
+            .all(|c| !c.path.contains("/lineorder/") || c.staged_bytes <= 64),
+        "only LINEORDER's sentinels were copied: {:?}",
+        second.reuse
+    );
+    let load: u64 = (second.phases.iter())
+        .filter(|p| p.name == "load")
+        .map(|p| p.commands)
+        .sum();
+    let first_load: u64 = (first.phases.iter())
+        .filter(|p| p.name == "load")
+        .map(|p| p.commands)
+        .sum();
+    assert!(load < first_load, "load commands {first_load}, then {load}");
+    // Every discount becomes 2: the kept columns are stale and must be staged again.
+    let path = "/ssb/lineorder/lo_discount.col";
+    let size = dev.stat(path).unwrap().size_bytes;
+    let twos: Vec<u8> = (0..size / 4).flat_map(|_| 2u32.to_le_bytes()).collect();
+    dev.write_file(path, 0, &twos).unwrap();
+    let after = tables.run("/ssb", q11, &opts).unwrap();
+    assert!(!after.kept.unwrap().lineorder_reused);
+    assert_eq!(after.rows, fresh("Q1.1").rows, "a kept run sees the write");
+    assert_ne!(after.rows, first.rows, "the write changed the answer");
+    let again = tables.run("/ssb", q11, &opts).unwrap();
+    assert!(again.kept.unwrap().lineorder_reused);
+    assert_eq!(again.rows, after.rows);
+    tables.close().unwrap();
+    // Too small a budget keeps no columns: every run stages, and answers the same.
+    let mut small = ResidentTables::new(&dev, 1 << 10);
+    for _ in 0..2 {
+        let r = small.run("/ssb", q11, &opts).unwrap();
+        assert!(!r.kept.unwrap().lineorder_reused);
+        assert_eq!(r.rows, after.rows);
+    }
+    small.close().unwrap();
+}
