@@ -3,10 +3,11 @@
 //!
 //! [`ResidentTables`] holds a session of its own on the device. Its memory keeps, per
 //! LINEORDER staging plan (the columns, the rounds, the partitions, the selections' zone
-//! maps), every round's staged and expanded columns; its programs keep the operators and each emitted probe activated (the JIT's
+//! maps), every round's staged and expanded columns, and per dimension (and its
+//! selections) the dimension's staged columns; its programs keep the operators and each emitted probe activated (the JIT's
 //! background tier lands once, not per run). A run through it ([`ResidentTables::run`])
-//! stages and loads only what it does not hold yet; it still stages the dimensions
-//! (small), builds their tables, probes every row and merges, as a fresh run does.
+//! stages and loads only what it does not hold yet; it still builds the dimensions'
+//! tables, probes every row and merges, as a fresh run does.
 //!
 //! Staleness: before reusing a file's staged columns, a run copies a small sentinel
 //! range of the file as a resident copy (`Session::set_resident`). The device serves a
@@ -17,7 +18,9 @@
 //! device without resident memory) restages the file's entry. Evicting is only ever
 //! slower, never wrong.
 //!
-//! Memory: whole entries are kept within a byte budget, least recently used first out.
+//! Memory: LINEORDER's entries are kept within a byte budget, least recently used
+//! first out; a dimension's entry (its columns, a few hundred KB at SF 1) is kept in a
+//! session of its own until it is stale or the keeper closes.
 
 use std::collections::HashMap;
 
@@ -27,10 +30,10 @@ use csx_host::Device;
 use crate::error::DataError;
 use crate::ops::{self, Meter, Session};
 use crate::ssb::queries::QuerySpec;
-use crate::ssb::run::{QueryRun, RunOptions};
+use crate::ssb::run::{QueryRun, RunOptions, StagedDim};
 
-/// Bytes of a file copied as its sentinel (less when the file is shorter).
-const SENTINEL_BYTES: u64 = 64;
+/// Bytes of a file copied as its sentinel: its first.
+const SENTINEL_BYTES: u64 = 1;
 
 /// One kept entry: its allocations, their bytes, whether its staging completed, and
 /// when it was last used.
@@ -40,6 +43,15 @@ struct Kept {
     bytes: u64,
     staged: bool,
     used: u64,
+}
+
+/// A dimension's staged columns, in a session of their own (closing it frees every
+/// allocation staging made), and the files they came from.
+#[derive(Debug)]
+struct KeptDim<'d> {
+    session: Session<'d>,
+    dim: StagedDim,
+    files: Vec<String>,
 }
 
 /// Staged columns and prepared programs of SSB runs, kept on one device between runs
@@ -54,8 +66,11 @@ pub struct ResidentTables<'d> {
     sentinel: Option<MemHandle>,
     programs: HashMap<(String, EngineKind, Vec<u8>), ProgramIndex>,
     entries: HashMap<String, Kept>,
-    /// What the last run reused: entries found staged, and programs found loaded.
+    dims: HashMap<String, KeptDim<'d>>,
+    /// What the last run reused: entries found staged, dimensions found staged, and
+    /// programs found loaded.
     pub(crate) reused_entries: u64,
+    pub(crate) reused_dims: u64,
     pub(crate) reused_programs: u64,
 }
 
@@ -71,7 +86,9 @@ impl<'d> ResidentTables<'d> {
             sentinel: None,
             programs: HashMap::new(),
             entries: HashMap::new(),
+            dims: HashMap::new(),
             reused_entries: 0,
+            reused_dims: 0,
             reused_programs: 0,
         }
     }
@@ -85,6 +102,7 @@ impl<'d> ResidentTables<'d> {
         opts: &RunOptions,
     ) -> Result<QueryRun, DataError> {
         self.reused_entries = 0;
+        self.reused_dims = 0;
         self.reused_programs = 0;
         let dev = self.dev;
         crate::ssb::run::run_kept(dev, data_dir, q, opts, Some(self))
@@ -97,7 +115,52 @@ impl<'d> ResidentTables<'d> {
 
     /// Frees everything kept; what keeping it cost.
     pub fn close(self) -> Result<Meter, DataError> {
-        Ok(self.session.close()?)
+        let mut first = Ok(());
+        for (_, d) in self.dims {
+            if let Err(e) = d.session.close() {
+                first = first.and(Err(e));
+            }
+        }
+        let meter = self.session.close()?;
+        first?;
+        Ok(meter)
+    }
+
+    /// Dimension entry `key`: kept and unchanged, or staged now by `stage` into a
+    /// session of its own (`files` names the files it stages from, read with the run's
+    /// session; their sentinels are copied before the staging starts).
+    pub(crate) fn dim(
+        &mut self,
+        run: &mut Session,
+        key: &str,
+        resident: bool,
+        files: impl FnOnce(&mut Session) -> Result<Vec<String>, DataError>,
+        stage: impl FnOnce(&mut Session<'d>) -> Result<StagedDim, DataError>,
+    ) -> Result<StagedDim, DataError> {
+        if let Some(kept) = self.dims.get(key) {
+            let files = kept.files.clone();
+            if self.files_unchanged(run, &files)? {
+                self.reused_dims += 1;
+                return Ok(self.dims[key].dim.clone());
+            }
+            let stale = self.dims.remove(key).expect("an entry just found");
+            stale.session.close()?;
+        }
+        let files = files(run)?;
+        self.files_unchanged(run, &files)?;
+        let mut session = Session::new(self.dev);
+        session.set_resident(resident);
+        let staged = stage(&mut session);
+        run.meter.add(&session.meter);
+        let dim = staged?;
+        session.meter = Meter::default();
+        let kept = KeptDim {
+            session,
+            dim: dim.clone(),
+            files,
+        };
+        self.dims.insert(key.to_string(), kept);
+        Ok(dim)
     }
 
     /// The keeper's own session, for staging into kept memory; `run` is the query's
@@ -158,16 +221,13 @@ impl<'d> ResidentTables<'d> {
         };
         let mut unchanged = true;
         for path in files {
-            let size = (self.dev.stat(path))
-                .map_err(|e| DataError::device(format!("column file {path}"), e))?
-                .size_bytes;
-            let len = size.min(SENTINEL_BYTES);
-            if len == 0 {
-                continue;
-            }
             let before = self.session.meter.resident_bytes;
-            self.with_session(run, true, |k| Ok(k.copy_file(path, 0, len, sentinel, 0)?))?;
-            unchanged &= self.session.meter.resident_bytes - before == len;
+            // A file that cannot give its first byte (gone, empty) is not unchanged;
+            // the staging that follows reports it.
+            let copied = self.with_session(run, true, |k| {
+                Ok(k.copy_file(path, 0, SENTINEL_BYTES, sentinel, 0).is_ok())
+            })?;
+            unchanged &= copied && self.session.meter.resident_bytes - before == SENTINEL_BYTES;
         }
         Ok(unchanged)
     }

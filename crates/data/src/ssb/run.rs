@@ -195,6 +195,8 @@ pub struct QueryRun {
 pub struct KeptReuse {
     /// LINEORDER's staged columns were kept and unchanged: no staging at all.
     pub lineorder_reused: bool,
+    /// Dimensions whose staged columns were kept and unchanged.
+    pub dims_reused: u64,
     /// Programs found loaded and activated.
     pub programs_reused: u64,
     /// Device memory kept after the run, bytes.
@@ -544,6 +546,7 @@ pub(crate) fn run_kept(
         lineorder_reused: k.reused_entries > 0,
         programs_reused: k.reused_programs,
         kept_bytes: k.kept_bytes(),
+        dims_reused: k.reused_dims,
     });
     let reuse = (s.reuse().iter())
         .map(|(path, &(staged_bytes, resident_bytes))| ColumnReuse {
@@ -634,6 +637,7 @@ fn stage_column(
 }
 
 /// A dimension's group column staged on the device.
+#[derive(Clone, Debug)]
 struct StagedGroup {
     column: MemHandle,
     /// Values it may hold, and the smallest.
@@ -643,7 +647,8 @@ struct StagedGroup {
 }
 
 /// A dimension staged on the device.
-struct StagedDim {
+#[derive(Clone, Debug)]
+pub(crate) struct StagedDim {
     spec: &'static DimSpec,
     rows: u64,
     keys: MemHandle,
@@ -777,6 +782,25 @@ impl StagedDim {
             base,
             dict,
         }))
+    }
+
+    /// The files staging dimension `spec` (the table at `dir`) reads: the schema, and
+    /// the key, selection and group columns with their dictionaries.
+    fn files(s: &mut Session, dir: &str, spec: &DimSpec) -> Result<Vec<String>, DataError> {
+        let schema = device_schema(s, dir)?;
+        let mut files = vec![format!("{dir}/{}", crate::columnar::SCHEMA_FILE)];
+        let group = spec.group.map(|(g, _)| g);
+        let names = std::iter::once(spec.key).chain(spec.preds.iter().map(|p| p.0));
+        for name in names.chain(group) {
+            let c = schema.column(name)?;
+            files.push(format!("{dir}/{}", c.file_name()));
+            if c.ty == ColumnType::Dict {
+                files.push(format!("{dir}/{}", c.dict_file_name()));
+            }
+        }
+        files.sort();
+        files.dedup();
+        Ok(files)
     }
 
     fn mask_window(&self) -> Window {
@@ -1205,7 +1229,7 @@ impl<'a> Plan<'a> {
         phases: &mut Vec<Phase>,
     ) -> Result<Answer, DataError> {
         let clock = Clock::start(s);
-        let dims = self.load_dims(s)?;
+        let dims = self.load_dims(s, keep.as_deref_mut())?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
         let lo_keep = (lo_dir, keep.as_deref_mut());
         let lo = Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims)?;
@@ -1296,8 +1320,13 @@ impl<'a> Plan<'a> {
         Ok(ops)
     }
 
-    /// Stages every dimension; their lookup tables must fit the shared state.
-    fn load_dims(&self, s: &mut Session) -> Result<Vec<StagedDim>, DataError> {
+    /// Stages every dimension (or finds it kept in `keep`); their lookup tables must fit
+    /// the shared state.
+    fn load_dims(
+        &self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+    ) -> Result<Vec<StagedDim>, DataError> {
         let state_size = s
             .device()
             .identify()
@@ -1307,7 +1336,16 @@ impl<'a> Plan<'a> {
         let mut lut_at = self.opts.state_offset.next_multiple_of(8);
         for spec in self.q.dims {
             let dir = format!("{}/{}", self.data_dir, spec.table);
-            let d = StagedDim::stage(s, &dir, spec, self.opts.strategy, lut_at)?;
+            let strategy = self.opts.strategy;
+            let d = match keep.as_deref_mut() {
+                Some(k) => {
+                    let key = format!("{dir} {spec:?} {strategy:?} at {lut_at}");
+                    let files = |s: &mut Session| StagedDim::files(s, &dir, spec);
+                    let stage = |k: &mut Session| StagedDim::stage(k, &dir, spec, strategy, lut_at);
+                    k.dim(s, &key, self.opts.resident, files, stage)?
+                }
+                None => StagedDim::stage(s, &dir, spec, strategy, lut_at)?,
+            };
             lut_at = (lut_at + 2 * u64::from(d.lut_entries)).next_multiple_of(8);
             dims.push(d);
         }

@@ -105,7 +105,7 @@ fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
     let second = tables.run("/ssb", q11, &opts).unwrap();
     assert_eq!(second.rows, first.rows);
     let kept = second.kept.unwrap();
-    assert!(kept.lineorder_reused, "{kept:?}");
+    assert!(kept.lineorder_reused && kept.dims_reused == 1, "{kept:?}");
     // the filter, dim and merge operators and the emitted probe
     assert_eq!(kept.programs_reused, 4, "{kept:?}");
     assert!(
@@ -131,19 +131,34 @@ fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
     let twos: Vec<u8> = (0..size / 4).flat_map(|_| 2u32.to_le_bytes()).collect();
     dev.write_file(path, 0, &twos).unwrap();
     let after = tables.run("/ssb", q11, &opts).unwrap();
-    assert!(!after.kept.unwrap().lineorder_reused);
+    let kept = after.kept.unwrap();
+    assert!(!kept.lineorder_reused && kept.dims_reused == 1, "{kept:?}");
     assert_eq!(after.rows, fresh("Q1.1").rows, "a kept run sees the write");
     assert_ne!(after.rows, first.rows, "the write changed the answer");
     let again = tables.run("/ssb", q11, &opts).unwrap();
     assert!(again.kept.unwrap().lineorder_reused);
     assert_eq!(again.rows, after.rows);
+    // Every date is in 1993 now (Q1.1's year): the kept dimension is stale.
+    let path = "/ssb/date/d_year.col";
+    let size = dev.stat(path).unwrap().size_bytes;
+    let years: Vec<u8> = (0..size / 4).flat_map(|_| 1993u32.to_le_bytes()).collect();
+    dev.write_file(path, 0, &years).unwrap();
+    let dated = tables.run("/ssb", q11, &opts).unwrap();
+    let kept = dated.kept.unwrap();
+    assert!(kept.lineorder_reused && kept.dims_reused == 0, "{kept:?}");
+    assert_eq!(
+        dated.rows,
+        fresh("Q1.1").rows,
+        "a kept run sees the dimension's write"
+    );
+    assert_ne!(dated.rows, after.rows, "the write changed the answer");
     tables.close().unwrap();
     // Too small a budget keeps no columns: every run stages, and answers the same.
     let mut small = ResidentTables::new(&dev, 1 << 10);
     for _ in 0..2 {
         let r = small.run("/ssb", q11, &opts).unwrap();
         assert!(!r.kept.unwrap().lineorder_reused);
-        assert_eq!(r.rows, after.rows);
+        assert_eq!(r.rows, dated.rows);
     }
     small.close().unwrap();
 }
