@@ -14,6 +14,10 @@
 //! * answers: every implemented query on every split (the offloaded ones on both engines
 //!   and both probes) and every timed case against DuckDB over the dataset's Parquet
 //!   copy; any difference fails the benchmark;
+//! * side by side: Q3.3 and Q1.1 offloaded with fresh staging, with resident file
+//!   ranges, and through `ResidentTables` (staged columns and programs kept between
+//!   runs), beside DuckDB over the Parquet copy and from its own memory, interleaved,
+//!   each timed in its own process warm; the goals' verdicts in the table and the JSON;
 //! * modelled offload: Q3.3 and Q1.1 offloaded and host-only under the `daisy` and
 //!   `lambda-io` profiles (a second device of the same dataset for the profile not
 //!   `--profile`'s), offload's speedup and the verdict against daisy's goal (offload at
@@ -856,7 +860,7 @@ fn print_table(args: &SsbBenchArgs, cases: &[Case], side: &[Side], m: &Summary) 
 fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     let ms = |ns: u64| ns as f64 / 1e6;
     println!(
-        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included); modelled under {}:",
+        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included; resident: file ranges kept on the device; tables: staged columns and programs kept, ResidentTables); modelled under {}:",
         args.profile
     );
     println!(

@@ -145,6 +145,9 @@ pub const ROUND_ROWS_DEFAULT: u64 = 1 << 20;
 const EMITTED_PROBE: &str = "ssb_probe_emitted";
 /// Most partitions probed at once.
 pub const PARTITIONS_MAX: u32 = 16;
+/// Most runs submitted in one batch when every round is staged (well within a queue
+/// pair's depth).
+const RUNS_AT_ONCE_MAX: usize = 32;
 /// Most groups a query's result may have (the probes' sum arrays are dense).
 pub const GROUPS_MAX: u64 = 1 << 20;
 
@@ -1186,6 +1189,9 @@ struct Plan<'a> {
     opts: RunOptions,
     partitions: u32,
     emitted: bool,
+    /// Every round is staged already (kept): the emitted probe runs every round's
+    /// partitions in one batch, each into its own sums.
+    all_at_once: bool,
     /// Nothing can join: a selection selects nothing, or a table or dimension is
     /// empty.
     empty: bool,
@@ -1213,6 +1219,7 @@ impl<'a> Plan<'a> {
             opts: *opts,
             partitions,
             emitted: opts.probe == ProbeKind::Emitted,
+            all_at_once: false,
             empty: false,
             sums: Vec::new(),
             joined: 0,
@@ -1234,6 +1241,7 @@ impl<'a> Plan<'a> {
         let lo_keep = (lo_dir, keep.as_deref_mut());
         let lo = Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims)?;
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
+        self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
         // Round 0's copies run while the operators are loaded and compiled and the
         // dimensions are built.
         let mut pending = if self.empty || lo.staged_already {
@@ -1262,7 +1270,21 @@ impl<'a> Plan<'a> {
             clock.phase(s, "prepare", phases);
         }
         let out = self.probe_out(s, &lo, groups.total)?;
-        for r in 0..lo.rounds {
+        if self.all_at_once {
+            let clock = Clock::start(s);
+            let probe = ops.probe.expect("the emitted probe is loaded");
+            let runs: Vec<ExecuteRequest> = (0..lo.rounds)
+                .flat_map(|r| self.emitted_runs(probe, r, &lo, &groups, &out))
+                .collect();
+            let mut joined = 0;
+            for batch in runs.chunks(RUNS_AT_ONCE_MAX) {
+                joined += s.execute_all_r0(batch)?.iter().sum::<u64>();
+            }
+            self.joined += joined;
+            clock.phase(s, "probe", phases);
+        }
+        let rounds = if self.all_at_once { 0 } else { lo.rounds };
+        for r in 0..rounds {
             let clock = Clock::start(s);
             if !lo.staged_already {
                 let copies = match pending.take() {
@@ -1460,7 +1482,7 @@ impl<'a> Plan<'a> {
             true => Some(ops::alloc(s, 3 * lo.round / 8)?),
             false => None,
         };
-        let partials = match self.emitted {
+        let partials = match self.emitted && !self.all_at_once {
             true => lo.partitions,
             false => lo.rounds * lo.partitions,
         };
@@ -1496,15 +1518,7 @@ impl<'a> Plan<'a> {
         let parts = round_parts(lo.round_rows(r).1, lo.partitions);
         let probe = ops.probe.expect("a probe is loaded before the rounds");
         let runs: Vec<ExecuteRequest> = if self.emitted {
-            (parts.iter().enumerate())
-                .map(|(p, &(off, len))| {
-                    let w = [
-                        (lo.slot(set, p), 0, lo.in_bytes),
-                        self.out_window(out, groups, r, p, (off, len)),
-                    ];
-                    ops::run(probe, &w).cparams(len, 0)
-                })
-                .collect()
+            self.emitted_runs(probe, r, lo, groups, out)
         } else {
             self.filter_round(s, ops.filter, lo, out, set, &parts)?;
             (parts.iter().enumerate())
@@ -1524,6 +1538,28 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
+    /// The emitted probe's runs of round `r` (staged), one per partition.
+    fn emitted_runs(
+        &self,
+        probe: ProgramIndex,
+        r: u64,
+        lo: &Lineorder,
+        groups: &Groups,
+        out: &ProbeOut,
+    ) -> Vec<ExecuteRequest> {
+        let set = r % lo.sets;
+        let parts = round_parts(lo.round_rows(r).1, lo.partitions);
+        (parts.iter().enumerate())
+            .map(|(p, &(off, len))| {
+                let w = [
+                    (lo.slot(set, p), 0, lo.in_bytes),
+                    self.out_window(out, groups, r, p, (off, len)),
+                ];
+                ops::run(probe, &w).cparams(len, 0)
+            })
+            .collect()
+    }
+
     /// Window of partition `p`'s output in round `r`.
     fn out_window(
         &self,
@@ -1535,7 +1571,7 @@ impl<'a> Plan<'a> {
     ) -> Window {
         let sums = groups.total * 8;
         match self.opts.split {
-            Split::Offload if self.emitted => (out.out, p as u64 * sums, sums),
+            Split::Offload if self.emitted && !self.all_at_once => (out.out, p as u64 * sums, sums),
             Split::Offload => {
                 let partial = r * u64::from(self.partitions) + p as u64;
                 (out.out, partial * sums, sums)
