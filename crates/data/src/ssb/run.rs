@@ -945,23 +945,11 @@ impl Lineorder {
         let files = (cols.iter())
             .map(|c| Ok(format!("{dir}/{}", schema.column(c)?.file_name())))
             .collect::<Result<Vec<_>, DataError>>()?;
-        let kept = match keep {
-            Some(k) => {
-                let sizes = vec![in_bytes; (rounds * u64::from(partitions)) as usize];
-                k.entry(s, &key, &sizes, &files)?
-            }
-            None => None,
-        };
-        let (sets, slots, kept, staged_already) = match kept {
-            Some((slots, staged)) => (rounds, slots, Some(key), staged),
-            None => {
-                let sets = if rounds > 1 { 2 } else { 1 };
-                let slots = (0..sets * u64::from(partitions))
-                    .map(|_| ops::alloc(s, in_bytes))
-                    .collect::<Result<_, _>>()?;
-                (sets, slots, None, false)
-            }
-        };
+        let (sets, slots, kept, staged_already) = Lineorder::place(
+            s,
+            (keep, key, &files),
+            (rounds, u64::from(partitions), in_bytes),
+        )?;
         Ok(Lineorder {
             dir,
             rows,
@@ -980,6 +968,35 @@ impl Lineorder {
             kept,
             staged_already,
             staging: std::cell::RefCell::new(None),
+        })
+    }
+
+    /// Where the rounds are staged: `(sets, slots, kept entry, staged already)`. With
+    /// `keep` able to keep them (entry `key`, staged from `files`), a slot set for every
+    /// round, kept, and maybe staged already; else two sets (one for a single round) of
+    /// the run's own.
+    #[allow(clippy::type_complexity)]
+    fn place(
+        s: &mut Session,
+        (keep, key, files): (Option<&mut ResidentTables<'_>>, String, &[String]),
+        (rounds, partitions, in_bytes): (u64, u64, u64),
+    ) -> Result<(u64, Vec<MemHandle>, Option<String>, bool), DataError> {
+        let kept = match keep {
+            Some(k) => {
+                let sizes = vec![in_bytes; (rounds * partitions) as usize];
+                k.entry(s, &key, &sizes, files)?
+            }
+            None => None,
+        };
+        Ok(match kept {
+            Some((slots, staged)) => (rounds, slots, Some(key), staged),
+            None => {
+                let sets = if rounds > 1 { 2 } else { 1 };
+                let slots = (0..sets * partitions)
+                    .map(|_| ops::alloc(s, in_bytes))
+                    .collect::<Result<_, _>>()?;
+                (sets, slots, None, false)
+            }
         })
     }
 
@@ -1255,12 +1272,7 @@ impl<'a> Plan<'a> {
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];
         if self.empty {
-            if let Some(c) = pending.take() {
-                let clock = Clock::start(s);
-                lo.wait(s, c)?;
-                clock.phase(s, "load", phases);
-            }
-            Clock::start(s).phase(s, "probe", phases);
+            Plan::nothing_to_probe(s, &lo, pending.take(), phases)?;
             return Ok(self.answer(&dims, &groups));
         }
         if self.emitted {
@@ -1271,17 +1283,7 @@ impl<'a> Plan<'a> {
         }
         let out = self.probe_out(s, &lo, groups.total)?;
         if self.all_at_once {
-            let clock = Clock::start(s);
-            let probe = ops.probe.expect("the emitted probe is loaded");
-            let runs: Vec<ExecuteRequest> = (0..lo.rounds)
-                .flat_map(|r| self.emitted_runs(probe, r, &lo, &groups, &out))
-                .collect();
-            let mut joined = 0;
-            for batch in runs.chunks(RUNS_AT_ONCE_MAX) {
-                joined += s.execute_all_r0(batch)?.iter().sum::<u64>();
-            }
-            self.joined += joined;
-            clock.phase(s, "probe", phases);
+            self.probe_kept(s, &ops, (&lo, &groups, &out), phases)?;
         }
         let rounds = if self.all_at_once { 0 } else { lo.rounds };
         for r in 0..rounds {
@@ -1312,6 +1314,44 @@ impl<'a> Plan<'a> {
             clock.phase(s, "merge", phases);
         }
         Ok(self.answer(&dims, &groups))
+    }
+
+    /// Nothing can join: round 0's copies (if started) waited for, an empty probe
+    /// phase.
+    fn nothing_to_probe(
+        s: &mut Session,
+        lo: &Lineorder,
+        pending: Option<crate::stage::Staging>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<(), DataError> {
+        if let Some(c) = pending {
+            let clock = Clock::start(s);
+            lo.wait(s, c)?;
+            clock.phase(s, "load", phases);
+        }
+        Clock::start(s).phase(s, "probe", phases);
+        Ok(())
+    }
+
+    /// Every round of a kept LINEORDER (all staged) probed by the emitted probe in
+    /// batches of every round's partitions, each run into its own sums.
+    fn probe_kept(
+        &mut self,
+        s: &mut Session,
+        ops: &Operators,
+        (lo, groups, out): (&Lineorder, &Groups, &ProbeOut),
+        phases: &mut Vec<Phase>,
+    ) -> Result<(), DataError> {
+        let clock = Clock::start(s);
+        let probe = ops.probe.expect("the emitted probe is loaded");
+        let runs: Vec<ExecuteRequest> = (0..lo.rounds)
+            .flat_map(|r| self.emitted_runs(probe, r, lo, groups, out))
+            .collect();
+        for batch in runs.chunks(RUNS_AT_ONCE_MAX) {
+            self.joined += s.execute_all_r0(batch)?.iter().sum::<u64>();
+        }
+        clock.phase(s, "probe", phases);
+        Ok(())
     }
 
     /// Loads and activates (JIT-compiles) every operator first, so the phases after
