@@ -62,15 +62,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.joined,
             r.meter.commands
         );
-        for p in &r.phases {
-            println!(
-                "  {:8} {:7.2} ms wall, {:6.2} ms vm, {} commands",
-                p.name,
-                p.wall_ns as f64 / 1e6,
-                p.vm_ns as f64 / 1e6,
-                p.commands
-            );
-        }
+        let phases: Vec<String> = (r.phases.iter())
+            .map(|p| {
+                let (wall, vm) = (p.wall_ns as f64 / 1e6, p.vm_ns as f64 / 1e6);
+                format!("{} {wall:.2}/{vm:.2} ms {}c", p.name, p.commands)
+            })
+            .collect();
+        println!("  phases (wall/vm, commands): {}", phases.join(", "));
         if let Some(k) = r.kept {
             println!("  kept: {k:?}");
         }

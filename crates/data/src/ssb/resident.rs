@@ -307,14 +307,15 @@ impl<'d> ResidentTables<'d> {
 
     /// Frees least recently used entries until `bytes` more fit the budget.
     fn evict_for(&mut self, bytes: u64) -> Result<(), DataError> {
-        while self.used_bytes + bytes > self.budget {
-            let Some(oldest) = (self.entries.iter())
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-            else {
+        let mut by_age: Vec<(u64, String)> = (self.entries.iter())
+            .map(|(k, e)| (e.used, k.clone()))
+            .collect();
+        by_age.sort_unstable();
+        for (_, key) in by_age {
+            if self.used_bytes + bytes <= self.budget {
                 break;
-            };
-            let e = self.entries.remove(&oldest).expect("an entry just found");
+            }
+            let e = self.entries.remove(&key).expect("a kept entry");
             for h in e.handles {
                 self.session.free(h)?;
             }

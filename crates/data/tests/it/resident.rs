@@ -5,14 +5,14 @@
 use csx_data::ssb::queries::query;
 use csx_data::ssb::run::{run, RunOptions};
 
-#[test]
-fn resident_runs_reuse_columns_and_see_writes() {
+/// SSB at SF 0.01 under `/ssb` of a fresh device with 64 MiB of resident memory, in raw
+/// (first-version) column files: the tests rewrite a column's values in place, and an
+/// encoded block spans several of their small rounds (so an encoded table's first run
+/// already reuses blocks it staged for an earlier round).
+fn raw_dataset() -> (tempfile::TempDir, csx_host::Device) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("ssb");
     csx_data::ssb::gen::generate(&data, 0.01, 1, &mut |_, _, _| {}).unwrap();
-    // Raw (first-version) column files: the test rewrites a column's values in place,
-    // and an encoded block spans several of these small rounds (so an encoded table's
-    // first run already reuses blocks it staged for an earlier round).
     csx_data::columnar::dataset_as_raw(&data).unwrap();
     let config = csx_device::DeviceConfig {
         perf: csx_device::perf::PerfModel::lambda_io(),
@@ -21,6 +21,19 @@ fn resident_runs_reuse_columns_and_see_writes() {
     };
     let dev = csx_host::Device::init(&tmp.path().join("dev"), config).unwrap();
     csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    (tmp, dev)
+}
+
+/// Overwrites every value of the raw u32 column file at `path` with `v`.
+fn fill_u32(dev: &csx_host::Device, path: &str, v: u32) {
+    let size = dev.stat(path).unwrap().size_bytes;
+    let values: Vec<u8> = (0..size / 4).flat_map(|_| v.to_le_bytes()).collect();
+    dev.write_file(path, 0, &values).unwrap();
+}
+
+#[test]
+fn resident_runs_reuse_columns_and_see_writes() {
+    let (_tmp, dev) = raw_dataset();
     let q = query("Q1.1").unwrap();
     let resident = RunOptions {
         resident: true,
@@ -49,9 +62,7 @@ fn resident_runs_reuse_columns_and_see_writes() {
     // Every discount becomes 2 (inside Q1.1's 1..3): the answer grows, and the resident
     // run must see it exactly as a fresh one does.
     let path = "/ssb/lineorder/lo_discount.col";
-    let size = dev.stat(path).unwrap().size_bytes;
-    let twos: Vec<u8> = (0..size / 4).flat_map(|_| 2u32.to_le_bytes()).collect();
-    dev.write_file(path, 0, &twos).unwrap();
+    fill_u32(&dev, path, 2);
     let after = run(&dev, "/ssb", q, &resident).unwrap();
     let fresh = run(&dev, "/ssb", q, &RunOptions::default()).unwrap();
     assert_eq!(after.rows, fresh.rows, "a resident run sees the write");
@@ -72,16 +83,7 @@ fn resident_runs_reuse_columns_and_see_writes() {
 #[test]
 fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
     use csx_data::ssb::resident::ResidentTables;
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("ssb");
-    csx_data::ssb::gen::generate(&data, 0.01, 1, &mut |_, _, _| {}).unwrap();
-    csx_data::columnar::dataset_as_raw(&data).unwrap();
-    let config = csx_device::DeviceConfig {
-        resident_bytes: Some(64 << 20),
-        ..Default::default()
-    };
-    let dev = csx_host::Device::init(&tmp.path().join("dev"), config).unwrap();
-    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let (_tmp, dev) = raw_dataset();
     let opts = RunOptions {
         resident: true,
         round_rows: 1 << 14,
@@ -127,9 +129,7 @@ fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
     assert!(load < first_load, "load commands {first_load}, then {load}");
     // Every discount becomes 2: the kept columns are stale and must be staged again.
     let path = "/ssb/lineorder/lo_discount.col";
-    let size = dev.stat(path).unwrap().size_bytes;
-    let twos: Vec<u8> = (0..size / 4).flat_map(|_| 2u32.to_le_bytes()).collect();
-    dev.write_file(path, 0, &twos).unwrap();
+    fill_u32(&dev, path, 2);
     let after = tables.run("/ssb", q11, &opts).unwrap();
     let kept = after.kept.unwrap();
     assert!(!kept.lineorder_reused && kept.dims_reused == 1, "{kept:?}");
@@ -139,10 +139,7 @@ fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
     assert!(again.kept.unwrap().lineorder_reused);
     assert_eq!(again.rows, after.rows);
     // Every date is in 1993 now (Q1.1's year): the kept dimension is stale.
-    let path = "/ssb/date/d_year.col";
-    let size = dev.stat(path).unwrap().size_bytes;
-    let years: Vec<u8> = (0..size / 4).flat_map(|_| 1993u32.to_le_bytes()).collect();
-    dev.write_file(path, 0, &years).unwrap();
+    fill_u32(&dev, "/ssb/date/d_year.col", 1993);
     let dated = tables.run("/ssb", q11, &opts).unwrap();
     let kept = dated.kept.unwrap();
     assert!(kept.lineorder_reused && kept.dims_reused == 0, "{kept:?}");
