@@ -3,7 +3,7 @@
 //! is seen by the next run.
 
 use csx_data::ssb::queries::query;
-use csx_data::ssb::run::{run, RunOptions};
+use csx_data::ssb::run::{run, ProbeKind, RunOptions, Split};
 
 /// SSB at SF 0.01 under `/ssb` of a fresh device with 64 MiB of resident memory, in raw
 /// (first-version) column files: the tests rewrite a column's values in place, and an
@@ -149,6 +149,26 @@ fn resident_tables_keep_staged_columns_and_programs_and_see_writes() {
         "a kept run sees the dimension's write"
     );
     assert_ne!(dated.rows, after.rows, "the write changed the answer");
+    // The operator probe and aggregation on the host over kept rounds: the fresh answers.
+    for variant in [
+        RunOptions {
+            probe: ProbeKind::Operator,
+            ..opts
+        },
+        RunOptions {
+            split: Split::HostAgg,
+            ..opts
+        },
+    ] {
+        let want = run(&dev, "/ssb", q11, &variant).unwrap().rows;
+        for _ in 0..2 {
+            assert_eq!(
+                tables.run("/ssb", q11, &variant).unwrap().rows,
+                want,
+                "{variant:?}"
+            );
+        }
+    }
     tables.close().unwrap();
     // Too small a budget keeps no columns: every run stages, and answers the same.
     let mut small = ResidentTables::new(&dev, 1 << 10);
