@@ -36,6 +36,10 @@ def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
     for side in ("duckdb_parquet", "duckdb_parquet_cold", "duckdb_memory"):
         assert q6[side]["bytes_to_host"] == 0 and q6[side]["wall_ns"] > 0, side
     assert r["meta"]["duckdb_threads"] == 2 and r["meta"]["cold_drop"]
+    # The side-by-side verdicts, as the walls say.
+    for side in ("duckdb_parquet", "duckdb_memory"):
+        met = r["goals"][f"q6_pushdown_le_{side}_met"]
+        assert met == (q6["pushdown"]["wall_ns"] <= q6[side]["wall_ns"]), side
     # Offload against host-only, modelled under both profiles, with daisy's verdict.
     m = r["goals"]["modelled_offload"]
     assert set(m) == {"daisy", "lambda-io"}

@@ -14,6 +14,10 @@
 //! * answers: every implemented query on every split (the offloaded ones on both engines
 //!   and both probes) and every timed case against DuckDB over the dataset's Parquet
 //!   copy; any difference fails the benchmark;
+//! * side by side: Q3.3 and Q1.1 offloaded with fresh staging, with resident file
+//!   ranges, and through `ResidentTables` (staged columns and programs kept between
+//!   runs), beside DuckDB over the Parquet copy and from its own memory, interleaved,
+//!   each timed in its own process warm; the goals' verdicts in the table and the JSON;
 //! * modelled offload: Q3.3 and Q1.1 offloaded and host-only under the `daisy` and
 //!   `lambda-io` profiles (a second device of the same dataset for the profile not
 //!   `--profile`'s), offload's speedup and the verdict against daisy's goal (offload at
@@ -32,6 +36,7 @@ use clap::Args;
 use csx_data::scan::FilterStrategy;
 use csx_data::ssb::differences;
 use csx_data::ssb::queries::{query, QuerySpec, QUERIES};
+use csx_data::ssb::resident::ResidentTables;
 use csx_data::ssb::run::{run, ProbeKind, QueryRun, ResultRow, RunOptions, Split};
 use csx_device::perf::PerfModel;
 use csx_host::proto::EngineKind;
@@ -463,14 +468,17 @@ fn measure_cases(dev: &Device, args: &SsbBenchArgs) -> anyhow::Result<Vec<Case>>
 /// The queries csx and DuckDB run side by side.
 const SIDE_QUERIES: [&str; 2] = ["Q3.3", "Q1.1"];
 
-/// One query side by side: csx offloaded (fresh staging, and resident), DuckDB on the
-/// host over the Parquet copy and from its own memory; best wall of the interleaved
-/// rounds.
+/// One query side by side: csx offloaded (fresh staging; resident file ranges; resident
+/// tables), DuckDB on the host over the Parquet copy and from its own memory; best wall
+/// of the interleaved rounds. Every one is timed in its own process, warm: csx's runs
+/// inside this one (the device embedded), DuckDB's inside its own.
 struct Side {
     query: &'static str,
     rounds: u32,
     csx_ns: u64,
     csx_resident_ns: u64,
+    /// Through `ResidentTables`: LINEORDER's staged columns and the programs kept.
+    csx_tables_ns: u64,
     duckdb_parquet_ns: u64,
     duckdb_memory_ns: u64,
     /// The offloaded run's modelled time (the device's profile), media bytes, and the
@@ -479,6 +487,19 @@ struct Side {
     media_bytes: u64,
     resident_media_bytes: u64,
     resident_bytes: u64,
+    tables_media_bytes: u64,
+}
+
+impl Side {
+    /// The goals: csx with fresh staging at most DuckDB over Parquet; csx resident (its
+    /// tables kept) at most DuckDB from memory.
+    fn parquet_goal_met(&self) -> bool {
+        self.csx_ns <= self.duckdb_parquet_ns
+    }
+
+    fn memory_goal_met(&self) -> bool {
+        self.csx_tables_ns <= self.duckdb_memory_ns
+    }
 }
 
 /// DuckDB's threads beside csx (this machine's cores).
@@ -493,56 +514,76 @@ fn side_by_side(
 ) -> anyhow::Result<Vec<Side>> {
     eprintln!("bench ssb: side by side with DuckDB (threads {DUCKDB_THREADS})");
     let mut duck = DuckDb::start(parquet, DUCKDB_THREADS)?;
+    let mut tables = ResidentTables::new(dev, RESIDENT_BYTES);
     let mut out = Vec::new();
     for name in SIDE_QUERIES {
         let q = query(name).expect("a known query");
-        let fresh = RunOptions::default();
-        let resident = RunOptions {
-            resident: true,
-            ..fresh
-        };
         let rounds = args.runs.max(SIDE_ROUNDS_MIN);
-        let mut best = [u64::MAX; 4];
+        let mut best = [u64::MAX; 5];
         let mut last = None;
         // Round 0 warms everything (and fills the resident memory); it is not counted.
         for round in 0..=rounds {
-            let a = run(dev, DIR, q, &fresh).with_context(|| format!("side: {name}"))?;
-            let b = run(dev, DIR, q, &resident).with_context(|| format!("side: {name}"))?;
-            anyhow::ensure!(
-                a.rows == b.rows,
-                "{name}: the resident run's answer differs"
-            );
-            let c = duck.time(Source::Parquet, q.sql)?;
-            let d = duck.time(Source::Memory, q.sql)?;
-            anyhow::ensure!(
-                c.rows == d.rows && c.rows == a.rows.len() as u64,
-                "{name}: DuckDB gave {} and {} rows, csx {}",
-                c.rows,
-                d.rows,
-                a.rows.len()
-            );
+            let (times, runs) = side_round(dev, &mut tables, &mut duck, q)?;
             if round > 0 {
-                for (x, ns) in best.iter_mut().zip([a.wall_ns, b.wall_ns, c.ns, d.ns]) {
+                for (x, ns) in best.iter_mut().zip(times) {
                     *x = (*x).min(ns);
                 }
             }
-            last = Some((a, b));
+            last = Some(runs);
         }
-        let (a, b) = last.expect("at least one round");
+        let [a, b, t] = last.expect("at least one round");
         out.push(Side {
             query: q.name,
             rounds,
             csx_ns: best[0],
             csx_resident_ns: best[1],
-            duckdb_parquet_ns: best[2],
-            duckdb_memory_ns: best[3],
+            csx_tables_ns: best[2],
+            duckdb_parquet_ns: best[3],
+            duckdb_memory_ns: best[4],
             modelled_ns: a.meter.modelled_ns,
             media_bytes: a.meter.media_bytes,
             resident_media_bytes: b.meter.media_bytes,
             resident_bytes: b.meter.resident_bytes,
+            tables_media_bytes: t.meter.media_bytes,
         });
     }
+    tables.close().context("closing the resident tables")?;
     Ok(out)
+}
+
+/// One interleaved round of query `q`: csx fresh, csx with resident file ranges, csx
+/// through the resident tables, DuckDB over Parquet, DuckDB from memory (their walls, in
+/// that order), every answer checked against the fresh run's; and csx's three runs.
+fn side_round(
+    dev: &Device,
+    tables: &mut ResidentTables,
+    duck: &mut DuckDb,
+    q: &'static QuerySpec,
+) -> anyhow::Result<([u64; 5], [QueryRun; 3])> {
+    let name = q.name;
+    let fresh = RunOptions::default();
+    let resident = RunOptions {
+        resident: true,
+        ..fresh
+    };
+    let a = run(dev, DIR, q, &fresh).with_context(|| format!("side: {name}"))?;
+    let b = run(dev, DIR, q, &resident).with_context(|| format!("side: {name}"))?;
+    let t = (tables.run(DIR, q, &resident)).with_context(|| format!("side: {name}, tables"))?;
+    anyhow::ensure!(
+        a.rows == b.rows && a.rows == t.rows,
+        "{name}: a resident run's answer differs"
+    );
+    let c = duck.time(Source::Parquet, q.sql)?;
+    let d = duck.time(Source::Memory, q.sql)?;
+    anyhow::ensure!(
+        c.rows == d.rows && c.rows == a.rows.len() as u64,
+        "{name}: DuckDB gave {} and {} rows, csx {}",
+        c.rows,
+        d.rows,
+        a.rows.len()
+    );
+    let times = [a.wall_ns, b.wall_ns, t.wall_ns, c.ns, d.ns];
+    Ok((times, [a, b, t]))
 }
 
 /// Every implemented query on every split (and, offloaded, on both engines and both
@@ -740,10 +781,14 @@ fn side_json(args: &SsbBenchArgs, s: &Side) -> serde_json::Value {
         "side_by_side": s.query, "sf": args.sf, "profile": args.profile, "rounds": s.rounds,
         "duckdb_threads": DUCKDB_THREADS, "csx_wall_ns_best": s.csx_ns,
         "csx_resident_wall_ns_best": s.csx_resident_ns,
+        "csx_resident_tables_wall_ns_best": s.csx_tables_ns,
         "duckdb_parquet_ns_best": s.duckdb_parquet_ns, "duckdb_memory_ns_best": s.duckdb_memory_ns,
         "csx_modelled_ns": s.modelled_ns, "csx_media_bytes": s.media_bytes,
         "csx_resident_media_bytes": s.resident_media_bytes,
         "csx_resident_bytes_reused": s.resident_bytes,
+        "csx_resident_tables_media_bytes": s.tables_media_bytes,
+        "goal_fresh_le_duckdb_parquet_met": s.parquet_goal_met(),
+        "goal_resident_le_duckdb_memory_met": s.memory_goal_met(),
     })
 }
 
@@ -815,14 +860,15 @@ fn print_table(args: &SsbBenchArgs, cases: &[Case], side: &[Side], m: &Summary) 
 fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     let ms = |ns: u64| ns as f64 / 1e6;
     println!(
-        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included); modelled under {}:",
+        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included; resident: file ranges kept on the device; tables: staged columns and programs kept, ResidentTables); modelled under {}:",
         args.profile
     );
     println!(
-        "{:<6} {:>9} {:>13} {:>15} {:>14} {:>13} {:>12} {:>14}",
+        "{:<6} {:>9} {:>13} {:>11} {:>15} {:>14} {:>13} {:>12} {:>14}",
         "query",
         "csx ms",
         "resident ms",
+        "tables ms",
         "duckdb pq ms",
         "duckdb mem ms",
         "modelled ms",
@@ -831,15 +877,25 @@ fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     );
     for s in side {
         println!(
-            "{:<6} {:>9.1} {:>13.1} {:>15.1} {:>14.1} {:>13.3} {:>12.1} {:>14.1}",
+            "{:<6} {:>9.1} {:>13.1} {:>11.1} {:>15.1} {:>14.1} {:>13.3} {:>12.1} {:>14.1}",
             s.query,
             ms(s.csx_ns),
             ms(s.csx_resident_ns),
+            ms(s.csx_tables_ns),
             ms(s.duckdb_parquet_ns),
             ms(s.duckdb_memory_ns),
             ms(s.modelled_ns),
             s.media_bytes as f64 / 1e6,
             s.resident_media_bytes as f64 / 1e6
+        );
+    }
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    for s in side {
+        println!(
+            "{}: csx fresh <= DuckDB over Parquet: {}; csx resident tables <= DuckDB from memory: {}",
+            s.query,
+            verdict(s.parquet_goal_met()),
+            verdict(s.memory_goal_met())
         );
     }
 }
@@ -955,6 +1011,7 @@ fn side_chart(args: &SsbBenchArgs, side: &[Side]) -> BarChart {
         vec![
             ("csx".to_string(), ms(s.csx_ns)),
             ("csx resident".to_string(), ms(s.csx_resident_ns)),
+            ("csx resident tables".to_string(), ms(s.csx_tables_ns)),
             ("DuckDB Parquet".to_string(), ms(s.duckdb_parquet_ns)),
             ("DuckDB memory".to_string(), ms(s.duckdb_memory_ns)),
             (

@@ -1,8 +1,11 @@
 //! One SSB query's device run, timed: generates the dataset and an embedded device
 //! holding it under WORK the first time, then runs the query RUNS times.
 //! `cargo run --release -p csx-data --example ssb_time -- WORK [SF] [RUNS] [QUERY] [SPLIT]`
-//! (defaults: 0.1, 5, Q3.3, offload). Prints each run's wall ms, modelled ms and
-//! answer rows, then the median wall ms.
+//! (defaults: 0.1, 5, Q3.3, offload). Prints each run's wall ms, modelled ms, answer
+//! rows and its phases (wall ms, device commands), then the median wall ms.
+//! `RESIDENT=1` asks for resident staging (the device is made with resident memory);
+//! `KEEP=1` runs through `csx_data::ssb::resident::ResidentTables` (staged LINEORDER
+//! and loaded programs kept between the runs).
 
 use csx_data::ssb::queries::query;
 use csx_data::ssb::run::{run, RunOptions, Split};
@@ -27,17 +30,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         csx_host::Device::open(state.to_str().ok_or("a UTF-8 path")?)?
     } else {
         csx_data::ssb::gen::generate(&data, sf, 1, &mut |_, _, _| {})?;
-        let dev = csx_host::Device::init(&state, Default::default())?;
+        let config = csx_host::transport::inproc::DeviceConfig {
+            resident_bytes: Some(1 << 30),
+            slm_size_bytes: 2 << 30,
+            ..Default::default()
+        };
+        let dev = csx_host::Device::init(&state, config)?;
         csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {})?;
         dev
     };
     let opts = RunOptions {
         split,
+        resident: std::env::var("RESIDENT").is_ok_and(|v| v == "1"),
         ..RunOptions::default()
     };
+    let mut keep = std::env::var("KEEP")
+        .is_ok_and(|v| v == "1")
+        .then(|| csx_data::ssb::resident::ResidentTables::new(&dev, 1 << 30));
     let mut walls = Vec::new();
     for _ in 0..runs {
-        let r = run(&dev, "/ssb", q, &opts)?;
+        let r = match keep.as_mut() {
+            Some(k) => k.run("/ssb", q, &opts)?,
+            None => run(&dev, "/ssb", q, &opts)?,
+        };
         println!(
             "wall {:.2} ms, modelled {:.3} ms, {} rows summing {}, {} joined, {} commands",
             r.wall_ns as f64 / 1e6,
@@ -47,12 +62,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.joined,
             r.meter.commands
         );
+        let phases: Vec<String> = (r.phases.iter())
+            .map(|p| {
+                let (wall, vm) = (p.wall_ns as f64 / 1e6, p.vm_ns as f64 / 1e6);
+                format!("{} {wall:.2}/{vm:.2} ms {}c", p.name, p.commands)
+            })
+            .collect();
+        println!("  phases (wall/vm, commands): {}", phases.join(", "));
+        if let Some(k) = r.kept {
+            println!("  kept: {k:?}");
+        }
         walls.push(r.wall_ns);
     }
     walls.sort_unstable();
     if let Some(m) = walls.get(walls.len() / 2) {
         println!("median wall {:.2} ms", *m as f64 / 1e6);
     }
+    keep.map(|k| k.close()).transpose()?;
     dev.close()?;
     Ok(())
 }

@@ -138,7 +138,10 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 /// Reads and validates a table's schema on the device, and checks the size of every
-/// column file it names.
+/// column file it names when its files are raw values (an encoded file's size is
+/// checked against its header when it is opened for staging,
+/// `crate::stage::device_column`: a table's schema costs two commands, not one per
+/// column).
 pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, DataError> {
     let path = join(table_dir, SCHEMA_FILE);
     let st = session
@@ -154,6 +157,9 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
     }
     let bytes = session.read_file(&path, 0, st.size_bytes)?;
     let schema = Schema::parse(&bytes, &path)?;
+    if schema.encoded() {
+        return Ok(schema);
+    }
     for c in &schema.columns {
         let p = join(table_dir, &c.file_name());
         let found = session
@@ -161,11 +167,6 @@ pub fn device_schema(session: &mut Session, table_dir: &str) -> Result<Schema, D
             .stat(&p)
             .map_err(|e| DataError::device(format!("column file {p}"), e))?
             .size_bytes;
-        if schema.encoded() {
-            // An encoded file's size is checked against its header when it is opened
-            // for staging (`crate::stage::device_column`).
-            continue;
-        }
         let expected = schema.rows * c.ty.width();
         if found != expected {
             return Err(DataError::ColumnLength {

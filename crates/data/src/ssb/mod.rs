@@ -5,6 +5,7 @@
 pub mod gen;
 pub mod probe;
 pub mod queries;
+pub mod resident;
 pub mod run;
 
 use std::path::Path;

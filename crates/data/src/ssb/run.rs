@@ -46,6 +46,7 @@ use crate::scan::{
 };
 use crate::ssb::probe::{self, ProbeDim, ProbeLayout, ProbeMode};
 use crate::ssb::queries::{DimSpec, KeyRange, Lit, QuerySpec};
+use crate::ssb::resident::ResidentTables;
 
 /// Where the work happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,6 +145,9 @@ pub const ROUND_ROWS_DEFAULT: u64 = 1 << 20;
 const EMITTED_PROBE: &str = "ssb_probe_emitted";
 /// Most partitions probed at once.
 pub const PARTITIONS_MAX: u32 = 16;
+/// Most runs submitted in one batch when every round is staged (well within a queue
+/// pair's depth).
+const RUNS_AT_ONCE_MAX: usize = 32;
 /// Most groups a query's result may have (the probes' sum arrays are dense).
 pub const GROUPS_MAX: u64 = 1 << 20;
 
@@ -185,6 +189,21 @@ pub struct QueryRun {
     /// With [`RunOptions::resident`]: per column file staged, the bytes staged and those
     /// the device served from resident memory (not read from its media again).
     pub reuse: Vec<ColumnReuse>,
+    /// Of a run through [`ResidentTables`]: what it found kept.
+    pub kept: Option<KeptReuse>,
+}
+
+/// What a run through [`ResidentTables`] found kept on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptReuse {
+    /// LINEORDER's staged columns were kept and unchanged: no staging at all.
+    pub lineorder_reused: bool,
+    /// Dimensions whose staged columns were kept and unchanged.
+    pub dims_reused: u64,
+    /// Programs found loaded and activated.
+    pub programs_reused: u64,
+    /// Device memory kept after the run, bytes.
+    pub kept_bytes: u64,
 }
 
 /// One column file's staging in a resident run.
@@ -499,6 +518,18 @@ pub fn run(
     q: &'static QuerySpec,
     opts: &RunOptions,
 ) -> Result<QueryRun, DataError> {
+    run_kept(dev, data_dir, q, opts, None)
+}
+
+/// [`run`], staging LINEORDER into and loading the programs from `keep` when given
+/// ([`ResidentTables::run`]).
+pub(crate) fn run_kept(
+    dev: &Device,
+    data_dir: &str,
+    q: &'static QuerySpec,
+    opts: &RunOptions,
+    mut keep: Option<&mut ResidentTables<'_>>,
+) -> Result<QueryRun, DataError> {
     let started = Instant::now();
     let data_dir = data_dir.trim_end_matches('/');
     let mut s = Session::new(dev);
@@ -512,8 +543,14 @@ pub fn run(
     let answer = if opts.split == Split::Host {
         on_host(&mut s, data_dir, q, &mut phases)?
     } else {
-        Plan::new(data_dir, q, opts, partitions)?.run(&mut s, &mut phases)?
+        Plan::new(data_dir, q, opts, partitions)?.run(&mut s, keep.as_deref_mut(), &mut phases)?
     };
+    let kept = keep.map(|k| KeptReuse {
+        lineorder_reused: k.reused_entries > 0,
+        programs_reused: k.reused_programs,
+        kept_bytes: k.kept_bytes(),
+        dims_reused: k.reused_dims,
+    });
     let reuse = (s.reuse().iter())
         .map(|(path, &(staged_bytes, resident_bytes))| ColumnReuse {
             path: path.clone(),
@@ -533,6 +570,7 @@ pub fn run(
         partitions,
         joined: answer.joined,
         reuse,
+        kept,
     })
 }
 
@@ -602,6 +640,7 @@ fn stage_column(
 }
 
 /// A dimension's group column staged on the device.
+#[derive(Clone, Debug)]
 struct StagedGroup {
     column: MemHandle,
     /// Values it may hold, and the smallest.
@@ -611,7 +650,8 @@ struct StagedGroup {
 }
 
 /// A dimension staged on the device.
-struct StagedDim {
+#[derive(Clone, Debug)]
+pub(crate) struct StagedDim {
     spec: &'static DimSpec,
     rows: u64,
     keys: MemHandle,
@@ -747,6 +787,25 @@ impl StagedDim {
         }))
     }
 
+    /// The files staging dimension `spec` (the table at `dir`) reads: the schema, and
+    /// the key, selection and group columns with their dictionaries.
+    fn files(s: &mut Session, dir: &str, spec: &DimSpec) -> Result<Vec<String>, DataError> {
+        let schema = device_schema(s, dir)?;
+        let mut files = vec![format!("{dir}/{}", crate::columnar::SCHEMA_FILE)];
+        let group = spec.group.map(|(g, _)| g);
+        let names = std::iter::once(spec.key).chain(spec.preds.iter().map(|p| p.0));
+        for name in names.chain(group) {
+            let c = schema.column(name)?;
+            files.push(format!("{dir}/{}", c.file_name()));
+            if c.ty == ColumnType::Dict {
+                files.push(format!("{dir}/{}", c.dict_file_name()));
+            }
+        }
+        files.sort();
+        files.dedup();
+        Ok(files)
+    }
+
     fn mask_window(&self) -> Window {
         (self.mask, 0, self.rows.div_ceil(64) * 8)
     }
@@ -832,6 +891,10 @@ struct Lineorder {
     partitions: u64,
     sets: u64,
     slots: Vec<MemHandle>,
+    /// The resident entry the slots are kept under, and whether they hold every round
+    /// already (nothing to stage).
+    kept: Option<String>,
+    staged_already: bool,
     /// The columns' files and the staged-block buffers, made at the first staging.
     staging: std::cell::RefCell<Option<LoStaging>>,
 }
@@ -847,7 +910,7 @@ struct LoStaging {
 impl Lineorder {
     fn plan(
         s: &mut Session,
-        dir: String,
+        (dir, keep): (String, Option<&mut ResidentTables<'_>>),
         q: &QuerySpec,
         opts: &RunOptions,
         partitions: u32,
@@ -876,10 +939,17 @@ impl Lineorder {
                 limit: i32::MAX as u64,
             });
         }
-        let sets = if rounds > 1 { 2 } else { 1 };
-        let slots = (0..sets * u64::from(partitions))
-            .map(|_| ops::alloc(s, in_bytes))
-            .collect::<Result<_, _>>()?;
+        let key = format!(
+            "{dir} rows {rows} round {round} partitions {partitions} columns {cols:?} selections {filters:?} slot {in_bytes}"
+        );
+        let files = (cols.iter())
+            .map(|c| Ok(format!("{dir}/{}", schema.column(c)?.file_name())))
+            .collect::<Result<Vec<_>, DataError>>()?;
+        let (sets, slots, kept, staged_already) = Lineorder::place(
+            s,
+            (keep, key, &files),
+            (rounds, u64::from(partitions), in_bytes),
+        )?;
         Ok(Lineorder {
             dir,
             rows,
@@ -895,7 +965,38 @@ impl Lineorder {
             partitions: u64::from(partitions),
             sets,
             slots,
+            kept,
+            staged_already,
             staging: std::cell::RefCell::new(None),
+        })
+    }
+
+    /// Where the rounds are staged: `(sets, slots, kept entry, staged already)`. With
+    /// `keep` able to keep them (entry `key`, staged from `files`), a slot set for every
+    /// round, kept, and maybe staged already; else two sets (one for a single round) of
+    /// the run's own.
+    #[allow(clippy::type_complexity)]
+    fn place(
+        s: &mut Session,
+        (keep, key, files): (Option<&mut ResidentTables<'_>>, String, &[String]),
+        (rounds, partitions, in_bytes): (u64, u64, u64),
+    ) -> Result<(u64, Vec<MemHandle>, Option<String>, bool), DataError> {
+        let kept = match keep {
+            Some(k) => {
+                let sizes = vec![in_bytes; (rounds * partitions) as usize];
+                k.entry(s, &key, &sizes, files)?
+            }
+            None => None,
+        };
+        Ok(match kept {
+            Some((slots, staged)) => (rounds, slots, Some(key), staged),
+            None => {
+                let sets = if rounds > 1 { 2 } else { 1 };
+                let slots = (0..sets * partitions)
+                    .map(|_| ops::alloc(s, in_bytes))
+                    .collect::<Result<_, _>>()?;
+                (sets, slots, None, false)
+            }
         })
     }
 
@@ -1105,6 +1206,9 @@ struct Plan<'a> {
     opts: RunOptions,
     partitions: u32,
     emitted: bool,
+    /// Every round is staged already (kept): the emitted probe runs every round's
+    /// partitions in one batch, each into its own sums.
+    all_at_once: bool,
     /// Nothing can join: a selection selects nothing, or a table or dimension is
     /// empty.
     empty: bool,
@@ -1132,6 +1236,7 @@ impl<'a> Plan<'a> {
             opts: *opts,
             partitions,
             emitted: opts.probe == ProbeKind::Emitted,
+            all_at_once: false,
             empty: false,
             sums: Vec::new(),
             joined: 0,
@@ -1141,54 +1246,67 @@ impl<'a> Plan<'a> {
 
     /// The phases: load (the dimensions, then round 0's copies started), prepare
     /// (overlapping them), dims, probe (rounds), merge, then the decoding.
-    fn run(mut self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Answer, DataError> {
+    fn run(
+        mut self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<Answer, DataError> {
         let clock = Clock::start(s);
-        let dims = self.load_dims(s)?;
+        let dims = self.load_dims(s, keep.as_deref_mut())?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
-        let lo = Lineorder::plan(s, lo_dir, self.q, &self.opts, self.partitions, &dims)?;
+        let lo_keep = (lo_dir, keep.as_deref_mut());
+        let lo = Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims)?;
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
+        self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
         // Round 0's copies run while the operators are loaded and compiled and the
         // dimensions are built.
-        let mut pending = if self.empty {
+        let mut pending = if self.empty || lo.staged_already {
             None
         } else {
             Some(lo.stage(s, 0, 0)?)
         };
         clock.phase(s, "load", phases);
-        let mut ops = self.prepare(s, phases)?;
+        let mut ops = self.prepare(s, keep.as_deref_mut(), phases)?;
         let groups = self.build_dims(s, &ops, &dims, phases)?;
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];
         if self.empty {
-            if let Some(c) = pending.take() {
-                let clock = Clock::start(s);
-                lo.wait(s, c)?;
-                clock.phase(s, "load", phases);
-            }
-            Clock::start(s).phase(s, "probe", phases);
+            Plan::nothing_to_probe(s, &lo, pending.take(), phases)?;
             return Ok(self.answer(&dims, &groups));
         }
         if self.emitted {
             let clock = Clock::start(s);
-            ops.probe = Some(self.load_emitted_probe(s, &dims, &lo, &groups)?);
+            let probe = self.load_emitted_probe(s, keep.as_deref_mut(), &dims, &lo, &groups)?;
+            ops.probe = Some(probe);
             clock.phase(s, "prepare", phases);
         }
         let out = self.probe_out(s, &lo, groups.total)?;
-        for r in 0..lo.rounds {
+        if self.all_at_once {
+            self.probe_kept(s, &ops, (&lo, &groups, &out), phases)?;
+        }
+        let rounds = if self.all_at_once { 0 } else { lo.rounds };
+        for r in 0..rounds {
             let clock = Clock::start(s);
-            let copies = match pending.take() {
-                Some(c) => c,
-                None => lo.stage(s, r, r % lo.sets)?,
-            };
-            lo.wait(s, copies)?;
-            if r + 1 < lo.rounds {
-                pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+            if !lo.staged_already {
+                let copies = match pending.take() {
+                    Some(c) => c,
+                    None => lo.stage(s, r, r % lo.sets)?,
+                };
+                lo.wait(s, copies)?;
+                if r + 1 < lo.rounds {
+                    pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+                }
             }
             // Waiting for the staged columns is loading, as in Delilah's breakdown.
             clock.phase(s, "load", phases);
             let clock = Clock::start(s);
             self.probe_round(s, &ops, r, (&dims, &lo, &groups, &out))?;
             clock.phase(s, "probe", phases);
+        }
+        if let (Some(k), Some(key)) = (keep, &lo.kept) {
+            // Every round is staged in the kept slots now.
+            k.staged(key);
         }
         if self.opts.split == Split::Offload {
             let clock = Clock::start(s);
@@ -1198,18 +1316,65 @@ impl<'a> Plan<'a> {
         Ok(self.answer(&dims, &groups))
     }
 
+    /// Nothing can join: round 0's copies (if started) waited for, an empty probe
+    /// phase.
+    fn nothing_to_probe(
+        s: &mut Session,
+        lo: &Lineorder,
+        pending: Option<crate::stage::Staging>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<(), DataError> {
+        if let Some(c) = pending {
+            let clock = Clock::start(s);
+            lo.wait(s, c)?;
+            clock.phase(s, "load", phases);
+        }
+        Clock::start(s).phase(s, "probe", phases);
+        Ok(())
+    }
+
+    /// Every round of a kept LINEORDER (all staged) probed by the emitted probe in
+    /// batches of every round's partitions, each run into its own sums.
+    fn probe_kept(
+        &mut self,
+        s: &mut Session,
+        ops: &Operators,
+        (lo, groups, out): (&Lineorder, &Groups, &ProbeOut),
+        phases: &mut Vec<Phase>,
+    ) -> Result<(), DataError> {
+        let clock = Clock::start(s);
+        let probe = ops.probe.expect("the emitted probe is loaded");
+        let runs: Vec<ExecuteRequest> = (0..lo.rounds)
+            .flat_map(|r| self.emitted_runs(probe, r, lo, groups, out))
+            .collect();
+        for batch in runs.chunks(RUNS_AT_ONCE_MAX) {
+            self.joined += s.execute_all_r0(batch)?.iter().sum::<u64>();
+        }
+        clock.phase(s, "probe", phases);
+        Ok(())
+    }
+
     /// Loads and activates (JIT-compiles) every operator first, so the phases after
     /// time execution alone (Delilah: "a series of operations": transfer, prepare,
     /// execute).
-    fn prepare(&self, s: &mut Session, phases: &mut Vec<Phase>) -> Result<Operators, DataError> {
+    fn prepare(
+        &self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<Operators, DataError> {
         let clock = Clock::start(s);
         let engine = self.opts.engine;
+        let mut load = |s: &mut Session, name: &str| match keep.as_deref_mut() {
+            Some(k) => k.program(s, name, None, engine),
+            None => ops::load(s, name, engine),
+        };
         let ops = Operators {
-            filter: ops::load(s, self.opts.strategy.operator(), engine)?,
-            dim: ops::load(s, "ssb_dim", engine)?,
-            merge: ops::load(s, "ssb_merge", engine)?,
+            filter: load(s, self.opts.strategy.operator())?,
+            dim: load(s, "ssb_dim")?,
+            merge: load(s, "ssb_merge")?,
             probe: match self.opts.probe {
-                ProbeKind::Operator => Some(ops::load(s, "ssb_probe", engine)?),
+                ProbeKind::Operator => Some(load(s, "ssb_probe")?),
                 ProbeKind::Emitted => None,
             },
         };
@@ -1217,8 +1382,13 @@ impl<'a> Plan<'a> {
         Ok(ops)
     }
 
-    /// Stages every dimension; their lookup tables must fit the shared state.
-    fn load_dims(&self, s: &mut Session) -> Result<Vec<StagedDim>, DataError> {
+    /// Stages every dimension (or finds it kept in `keep`); their lookup tables must fit
+    /// the shared state.
+    fn load_dims(
+        &self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+    ) -> Result<Vec<StagedDim>, DataError> {
         let state_size = s
             .device()
             .identify()
@@ -1228,7 +1398,16 @@ impl<'a> Plan<'a> {
         let mut lut_at = self.opts.state_offset.next_multiple_of(8);
         for spec in self.q.dims {
             let dir = format!("{}/{}", self.data_dir, spec.table);
-            let d = StagedDim::stage(s, &dir, spec, self.opts.strategy, lut_at)?;
+            let strategy = self.opts.strategy;
+            let d = match keep.as_deref_mut() {
+                Some(k) => {
+                    let key = format!("{dir} {spec:?} {strategy:?} at {lut_at}");
+                    let files = |s: &mut Session| StagedDim::files(s, &dir, spec);
+                    let stage = |k: &mut Session| StagedDim::stage(k, &dir, spec, strategy, lut_at);
+                    k.dim(s, &key, self.opts.resident, files, stage)?
+                }
+                None => StagedDim::stage(s, &dir, spec, strategy, lut_at)?,
+            };
             lut_at = (lut_at + 2 * u64::from(d.lut_entries)).next_multiple_of(8);
             dims.push(d);
         }
@@ -1284,6 +1463,7 @@ impl<'a> Plan<'a> {
     fn load_emitted_probe(
         &self,
         s: &mut Session,
+        keep: Option<&mut ResidentTables<'_>>,
         dims: &[StagedDim],
         lo: &Lineorder,
         groups: &Groups,
@@ -1320,7 +1500,10 @@ impl<'a> Plan<'a> {
             in_bytes: lo.in_bytes,
         };
         let image = probe::emit(&layout)?;
-        Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?)
+        match keep {
+            Some(k) => k.program(s, EMITTED_PROBE, Some(&image), self.opts.engine),
+            None => Ok(s.load(EMITTED_PROBE, ProgramType::Raw, &image, self.opts.engine)?),
+        }
     }
 
     /// Allocates what the probes write (see [`ProbeOut`]).
@@ -1339,7 +1522,7 @@ impl<'a> Plan<'a> {
             true => Some(ops::alloc(s, 3 * lo.round / 8)?),
             false => None,
         };
-        let partials = match self.emitted {
+        let partials = match self.emitted && !self.all_at_once {
             true => lo.partitions,
             false => lo.rounds * lo.partitions,
         };
@@ -1375,15 +1558,7 @@ impl<'a> Plan<'a> {
         let parts = round_parts(lo.round_rows(r).1, lo.partitions);
         let probe = ops.probe.expect("a probe is loaded before the rounds");
         let runs: Vec<ExecuteRequest> = if self.emitted {
-            (parts.iter().enumerate())
-                .map(|(p, &(off, len))| {
-                    let w = [
-                        (lo.slot(set, p), 0, lo.in_bytes),
-                        self.out_window(out, groups, r, p, (off, len)),
-                    ];
-                    ops::run(probe, &w).cparams(len, 0)
-                })
-                .collect()
+            self.emitted_runs(probe, r, lo, groups, out)
         } else {
             self.filter_round(s, ops.filter, lo, out, set, &parts)?;
             (parts.iter().enumerate())
@@ -1403,6 +1578,28 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
+    /// The emitted probe's runs of round `r` (staged), one per partition.
+    fn emitted_runs(
+        &self,
+        probe: ProgramIndex,
+        r: u64,
+        lo: &Lineorder,
+        groups: &Groups,
+        out: &ProbeOut,
+    ) -> Vec<ExecuteRequest> {
+        let set = r % lo.sets;
+        let parts = round_parts(lo.round_rows(r).1, lo.partitions);
+        (parts.iter().enumerate())
+            .map(|(p, &(off, len))| {
+                let w = [
+                    (lo.slot(set, p), 0, lo.in_bytes),
+                    self.out_window(out, groups, r, p, (off, len)),
+                ];
+                ops::run(probe, &w).cparams(len, 0)
+            })
+            .collect()
+    }
+
     /// Window of partition `p`'s output in round `r`.
     fn out_window(
         &self,
@@ -1414,7 +1611,7 @@ impl<'a> Plan<'a> {
     ) -> Window {
         let sums = groups.total * 8;
         match self.opts.split {
-            Split::Offload if self.emitted => (out.out, p as u64 * sums, sums),
+            Split::Offload if self.emitted && !self.all_at_once => (out.out, p as u64 * sums, sums),
             Split::Offload => {
                 let partial = r * u64::from(self.partitions) + p as u64;
                 (out.out, partial * sums, sums)
