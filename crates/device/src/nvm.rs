@@ -29,6 +29,10 @@
 //!   pages do not stay cached for later reads. This is best effort: the read itself may
 //!   hit pages that were already cached, and on tmpfs the page cache is the storage.
 //!
+//! With the `media_reads` setting at [`MediaReads::Cached`] ([`Nvm::set_media_reads`]),
+//! "uncached" reads go through the page cache too: a warm image is then read as a host
+//! engine reads a file. Writes and their durability are the same in both.
+//!
 //! The mode is detected at open and reported by [`Nvm::uncached_mode`]; a direct read that
 //! later fails with `EINVAL` switches the namespace to `Fadvise` for good.
 //!
@@ -170,6 +174,42 @@ pub enum UncachedMode {
     Fadvise,
 }
 
+/// How the device reads its media for Memory Copies and device functions (the
+/// `media_reads` setting of `device.json`). Writes are the same either way: buffered,
+/// durable at [`Nvm::sync`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaReads {
+    /// Uncached ([`UncachedMode`]): the device reads its own media, never the host's page
+    /// cache of the image, as a drive would. The default: modelled and measured device
+    /// reads then cost what the media costs.
+    #[default]
+    Direct,
+    /// Through the host's page cache of the image, as a host engine reading a file does:
+    /// a warm image is read from memory. For side-by-side runs with such an engine.
+    Cached,
+}
+
+impl std::fmt::Display for MediaReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MediaReads::Direct => "direct",
+            MediaReads::Cached => "cached",
+        })
+    }
+}
+
+impl std::str::FromStr for MediaReads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MediaReads, String> {
+        match s {
+            "direct" => Ok(MediaReads::Direct),
+            "cached" => Ok(MediaReads::Cached),
+            other => Err(format!("media reads {other:?}, must be direct or cached")),
+        }
+    }
+}
+
 const MODE_DIRECT: u8 = 0;
 const MODE_FADVISE: u8 = 1;
 
@@ -183,6 +223,8 @@ pub struct Nvm {
     direct: Option<File>,
     /// `MODE_DIRECT` or `MODE_FADVISE`; only ever moves from direct to fadvise.
     mode: AtomicU8,
+    /// [`MediaReads::Cached`]: "uncached" reads go through the page cache.
+    cached_reads: std::sync::atomic::AtomicBool,
     size_bytes: u64,
     /// Test-only record of what writes since the last sync overwrote, to simulate a power
     /// loss (see [`Nvm::simulate_power_loss`]).
@@ -301,6 +343,7 @@ impl Nvm {
             file,
             direct,
             mode: AtomicU8::new(MODE_DIRECT),
+            cached_reads: std::sync::atomic::AtomicBool::new(false),
             size_bytes,
             #[cfg(test)]
             undo: std::sync::Mutex::new(None),
@@ -345,6 +388,22 @@ impl Nvm {
         match self.mode.load(Ordering::Relaxed) {
             MODE_DIRECT => UncachedMode::Direct,
             _ => UncachedMode::Fadvise,
+        }
+    }
+
+    /// Sets how the device reads its media ([`MediaReads`]); [`MediaReads::Direct`] at
+    /// open.
+    pub fn set_media_reads(&self, reads: MediaReads) {
+        self.cached_reads
+            .store(reads == MediaReads::Cached, Ordering::Relaxed);
+    }
+
+    /// How the device reads its media.
+    pub fn media_reads(&self) -> MediaReads {
+        if self.cached_reads.load(Ordering::Relaxed) {
+            MediaReads::Cached
+        } else {
+            MediaReads::Direct
         }
     }
 
@@ -417,6 +476,9 @@ impl Nvm {
         self.check_range(offset, buf.len())?;
         if buf.is_empty() {
             return Ok(());
+        }
+        if self.media_reads() == MediaReads::Cached {
+            return self.read_at(offset, buf);
         }
         if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
             match self.read_direct(direct, offset, buf) {
@@ -491,6 +553,10 @@ impl Nvm {
             *bounce = Some(AlignedBuf::new(n.max(DIRECT_PIECE_SIZE)));
         }
         let chunk = &mut bounce.as_mut().expect("set above").as_mut()[..n];
+        if self.media_reads() == MediaReads::Cached {
+            self.read_at(at, chunk)?;
+            return Ok(chunk);
+        }
         if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
             match direct.read_exact_at(chunk, at) {
                 Ok(()) => return Ok(chunk),
@@ -1181,6 +1247,24 @@ mod tests {
                 });
             }
         });
+    }
+
+    #[test]
+    fn cached_media_reads_see_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 512 * BLOCK_SIZE).unwrap();
+        assert_eq!(nvm.media_reads(), MediaReads::Direct);
+        nvm.set_media_reads(MediaReads::Cached);
+        assert_eq!(nvm.media_reads(), MediaReads::Cached);
+        let data = pattern(512 * BLOCK_SIZE as usize, 4);
+        nvm.write_at(0, &data).unwrap();
+        let mut got = vec![0u8; 300_001];
+        nvm.read_at_uncached(4095, &mut got).unwrap();
+        assert!(got == data[4095..4095 + got.len()]);
+        let ok = |_: u64, _: &[u8]| -> Result<(), NvmError> { Ok(()) };
+        nvm.read_blocks_checked((8192, 100 * BLOCK_SIZE), (3, &mut got[..1000]), &ok)
+            .unwrap();
+        assert!(got[..1000] == data[8195..9195]);
     }
 
     #[test]
