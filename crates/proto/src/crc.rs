@@ -161,6 +161,32 @@ mod tests {
     }
 
     #[test]
+    fn hardware_and_table_agree_on_random_inputs() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..300 {
+            let len = (next() % 5000) as usize;
+            let data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let start = !(next() as u32);
+            assert_eq!(
+                update(start, &data),
+                update_table(start, &data),
+                "length {len}"
+            );
+            let cut = if len == 0 { 0 } else { (next() as usize) % len };
+            assert_eq!(
+                crc32c_append(crc32c(&data[..cut]), &data[cut..]),
+                crc32c(&data)
+            );
+        }
+    }
+
+    #[test]
     fn paths_agree() {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
         for len in [0, 1, 7, 8, 9, 63, 4096, 4099, 20_000] {
