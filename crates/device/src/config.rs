@@ -323,6 +323,9 @@ mod tests {
             Err(ConfigError::Parse { .. })
         ));
         assert_eq!("cached".parse::<MediaReads>(), Ok(MediaReads::Cached));
-        assert!("Direct".parse::<MediaReads>().unwrap_err().contains("direct or cached"));
+        assert!("Direct"
+            .parse::<MediaReads>()
+            .unwrap_err()
+            .contains("direct or cached"));
     }
 }

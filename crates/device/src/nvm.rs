@@ -876,7 +876,10 @@ mod pool {
                     if let Some(t) = queue.pop_front() {
                         break t;
                     }
-                    queue = pool.ready.wait(queue).unwrap_or_else(PoisonError::into_inner);
+                    queue = pool
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
             };
             // SAFETY: the batch is alive: its caller waits in `Recall::drop` until this
@@ -908,13 +911,13 @@ mod pool {
                 let Some(task) = lock(&self.tasks).next() else {
                     return;
                 };
-                let failure =
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| (self.work)(task, bounce)))
-                    {
-                        Ok(Ok(())) => continue,
-                        Ok(Err(e)) => Failure::Error(e),
-                        Err(panic) => Failure::Panic(panic),
-                    };
+                let failure = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    (self.work)(task, bounce)
+                })) {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => Failure::Error(e),
+                    Err(panic) => Failure::Panic(panic),
+                };
                 self.failed.store(true, Ordering::Relaxed);
                 lock(&self.failure).get_or_insert(failure);
                 return;
@@ -958,7 +961,11 @@ mod pool {
         let recall = (helpers > 0).then(|| invite(&batch, helpers)).flatten();
         batch.help();
         drop(recall);
-        match batch.failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        match batch
+            .failure
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
             None => Ok(()),
             Some(Failure::Error(e)) => Err(e),
             Some(Failure::Panic(panic)) => std::panic::resume_unwind(panic),
@@ -1206,7 +1213,9 @@ mod tests {
         let err = nvm
             .read_blocks_checked((0, len), (0, &mut got), &refuse)
             .unwrap_err();
-        assert!(matches!(err, NvmError::OutOfRange { offset, .. } if offset == 2 * DIRECT_PIECE_SIZE as u64));
+        assert!(
+            matches!(err, NvmError::OutOfRange { offset, .. } if offset == 2 * DIRECT_PIECE_SIZE as u64)
+        );
         let panics = |at: u64, _: &[u8]| -> Result<(), NvmError> {
             assert!(at != DIRECT_PIECE_SIZE as u64, "a check that panics");
             Ok(())
