@@ -96,6 +96,10 @@ const _: () = assert!(NVM_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!(BLOCK_SIZE.is_multiple_of(DIRECT_IO_ALIGNMENT as u64));
 const _: () = assert!(BOUNCE_SIZE_MAX.is_multiple_of(DIRECT_IO_ALIGNMENT));
 
+/// What [`Nvm::read_blocks_checked`] asks of each piece it read: its offset from the
+/// range's start and its bytes; an error fails the read.
+pub type PieceCheck<'a, E> = dyn Fn(u64, &[u8]) -> Result<(), E> + Sync + 'a;
+
 /// Errors of the NVM namespace.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -505,7 +509,7 @@ impl Nvm {
         &self,
         (offset, len): (u64, u64),
         (skip, dst): (usize, &mut [u8]),
-        check: &(dyn Fn(u64, &[u8]) -> Result<(), E> + Sync),
+        check: &PieceCheck<'_, E>,
     ) -> Result<(), E> {
         self.check_range(offset, len as usize)?;
         assert!(

@@ -99,7 +99,7 @@ fn update(crc: u32, data: &[u8]) -> u32 {
 }
 
 /// `a * b` modulo the polynomial, both reflected (bit 31 is x^0).
-fn mul_mod(a: u32, mut b: u32) -> u32 {
+const fn mul_mod(a: u32, mut b: u32) -> u32 {
     let mut product = 0u32;
     let mut m = 1u32 << 31;
     while m != 0 {
@@ -118,18 +118,7 @@ static X2N: [u32; 64] = {
     t[0] = 1 << 30; // x^1
     let mut k = 1;
     while k < 64 {
-        // Squaring: the const-evaluable form of `mul_mod(t[k - 1], t[k - 1])`.
-        let (a, mut b) = (t[k - 1], t[k - 1]);
-        let mut product = 0u32;
-        let mut m = 1u32 << 31;
-        while m != 0 {
-            if a & m != 0 {
-                product ^= b;
-            }
-            m >>= 1;
-            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
-        }
-        t[k] = product;
+        t[k] = mul_mod(t[k - 1], t[k - 1]);
         k += 1;
     }
     t
