@@ -71,6 +71,11 @@ pub struct InitArgs {
     /// most 3600000): a program running longer is stopped.
     #[arg(long, value_name = "MS")]
     time_limit_ms: Option<u32>,
+    /// How the device reads its media: direct (its own media, never the host's page
+    /// cache of the image; the default) or cached (through the page cache, as a host
+    /// engine reads a file: a warm image is read from memory). Writes are durable alike.
+    #[arg(long, value_name = "direct|cached")]
+    media_reads: Option<csx_device::nvm::MediaReads>,
     /// Performance profile of the emulated device: unthrottled, lambda-io or daisy.
     #[arg(long, value_name = "NAME", default_value = "unthrottled")]
     profile: String,
@@ -155,6 +160,7 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
         engines: args.engines,
         time_limit_ms: args.time_limit_ms,
         resident_bytes: args.resident_memory,
+        media_reads: args.media_reads,
         ..connect::default_config()
     };
     apply_perf(&mut config, &args)?;
@@ -170,6 +176,7 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
             "state_size_bytes": config.state_size_bytes,
             "engines": info.engines,
             "time_limit_ms": config.time_limit_ms_effective(),
+            "media_reads": config.media_reads.unwrap_or_default().to_string(),
         });
         println!("{out:#}");
     } else {

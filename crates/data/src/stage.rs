@@ -353,6 +353,13 @@ impl Staging {
     /// Waits for the copies, then expands every target's pieces on the engines (the
     /// targets at once). A bad block is an error naming its table, column and block.
     pub fn finish(self, s: &mut Session) -> Result<(), DataError> {
+        self.wait_copies(s)?.expand(s)
+    }
+
+    /// Waits for the copies (after writing the expected headers): what is left is the
+    /// expansion, which the caller may run after starting the next staging's copies, so
+    /// the media reads of one staging overlap the decoding of the one before.
+    pub fn wait_copies(self, s: &mut Session) -> Result<Expansion, DataError> {
         let Staging {
             copies, targets, ..
         } = self;
@@ -365,6 +372,30 @@ impl Staging {
             }
         };
         s.wait_copies(copies)?;
+        Ok(Expansion { targets, bases })
+    }
+
+    /// Waits for the copies in flight, expanding nothing (after a failure).
+    pub fn abandon(self, s: &mut Session) {
+        let _ = s.wait_copies(self.copies);
+    }
+}
+
+/// A staging whose copies are done: the expansion of its encoded blocks
+/// ([`Staging::wait_copies`]).
+#[derive(Debug)]
+#[must_use = "staged blocks must be expanded"]
+pub struct Expansion {
+    targets: Vec<Target>,
+    /// Where each target's expected headers lie in its staged buffer.
+    bases: Vec<u64>,
+}
+
+impl Expansion {
+    /// Expands every target's pieces on the engines (the targets at once). A bad block
+    /// is an error naming its table, column and block.
+    pub fn expand(self, s: &mut Session) -> Result<(), DataError> {
+        let Expansion { targets, bases } = self;
         let most = targets.iter().map(|t| t.pieces.len()).max().unwrap_or(0);
         if most == 0 {
             return Ok(());
@@ -400,11 +431,6 @@ impl Staging {
             }
         }
         Ok(())
-    }
-
-    /// Waits for the copies in flight, expanding nothing (after a failure).
-    pub fn abandon(self, s: &mut Session) {
-        let _ = s.wait_copies(self.copies);
     }
 }
 

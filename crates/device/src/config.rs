@@ -14,6 +14,7 @@ use csx_proto::limits::{
     ENGINES_MAX, NVM_SIZE_MAX, SLM_SIZE_MAX, STATE_SIZE_MAX, TIME_LIMIT_MS_MAX,
 };
 
+use crate::nvm::MediaReads;
 use crate::perf::{PerfError, PerfModel};
 use crate::state::write_atomic;
 
@@ -97,6 +98,10 @@ pub struct DeviceConfig {
     /// [`TIME_LIMIT_MS_DEFAULT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_ms: Option<u32>,
+    /// How the device reads its media (`"direct"` or `"cached"`); `None`:
+    /// [`MediaReads::Direct`], the device's own media, never the host's page cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_reads: Option<MediaReads>,
 }
 
 impl Default for DeviceConfig {
@@ -113,6 +118,7 @@ impl Default for DeviceConfig {
             perf: PerfModel::default(),
             resident_bytes: None,
             time_limit_ms: None,
+            media_reads: None,
         }
     }
 }
@@ -291,5 +297,35 @@ mod tests {
             DeviceConfig::load(dir.path()),
             Err(ConfigError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn media_reads_round_trip_and_default_to_direct() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DeviceConfig {
+            media_reads: Some(MediaReads::Cached),
+            ..DeviceConfig::default()
+        };
+        c.save(dir.path()).unwrap();
+        let text = fs::read_to_string(dir.path().join(CONFIG_FILE_NAME)).unwrap();
+        assert!(text.contains("\"media_reads\": \"cached\""), "{text}");
+        assert_eq!(DeviceConfig::load(dir.path()).unwrap(), c);
+        // A file from before the setting: direct.
+        DeviceConfig::default().save(dir.path()).unwrap();
+        let text = fs::read_to_string(dir.path().join(CONFIG_FILE_NAME)).unwrap();
+        assert!(!text.contains("media_reads"), "{text}");
+        let old = DeviceConfig::load(dir.path()).unwrap();
+        assert_eq!(old.media_reads.unwrap_or_default(), MediaReads::Direct);
+        let bad = text.replacen('{', "{\"media_reads\": \"mmap\",", 1);
+        fs::write(dir.path().join(CONFIG_FILE_NAME), bad).unwrap();
+        assert!(matches!(
+            DeviceConfig::load(dir.path()),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert_eq!("cached".parse::<MediaReads>(), Ok(MediaReads::Cached));
+        assert!("Direct"
+            .parse::<MediaReads>()
+            .unwrap_err()
+            .contains("direct or cached"));
     }
 }

@@ -29,6 +29,10 @@
 //!   pages do not stay cached for later reads. This is best effort: the read itself may
 //!   hit pages that were already cached, and on tmpfs the page cache is the storage.
 //!
+//! With the `media_reads` setting at [`MediaReads::Cached`] ([`Nvm::set_media_reads`]),
+//! "uncached" reads go through the page cache too: a warm image is then read as a host
+//! engine reads a file. Writes and their durability are the same in both.
+//!
 //! The mode is detected at open and reported by [`Nvm::uncached_mode`]; a direct read that
 //! later fails with `EINVAL` switches the namespace to `Fadvise` for good.
 //!
@@ -91,6 +95,10 @@ const _: () = assert!(DIRECT_PIECE_SIZE <= BOUNCE_SIZE_MAX);
 const _: () = assert!(NVM_SIZE_MAX.is_multiple_of(BLOCK_SIZE));
 const _: () = assert!(BLOCK_SIZE.is_multiple_of(DIRECT_IO_ALIGNMENT as u64));
 const _: () = assert!(BOUNCE_SIZE_MAX.is_multiple_of(DIRECT_IO_ALIGNMENT));
+
+/// What [`Nvm::read_blocks_checked`] asks of each piece it read: its offset from the
+/// range's start and its bytes; an error fails the read.
+pub type PieceCheck<'a, E> = dyn Fn(u64, &[u8]) -> Result<(), E> + Sync + 'a;
 
 /// Errors of the NVM namespace.
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +178,42 @@ pub enum UncachedMode {
     Fadvise,
 }
 
+/// How the device reads its media for Memory Copies and device functions (the
+/// `media_reads` setting of `device.json`). Writes are the same either way: buffered,
+/// durable at [`Nvm::sync`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaReads {
+    /// Uncached ([`UncachedMode`]): the device reads its own media, never the host's page
+    /// cache of the image, as a drive would. The default: modelled and measured device
+    /// reads then cost what the media costs.
+    #[default]
+    Direct,
+    /// Through the host's page cache of the image, as a host engine reading a file does:
+    /// a warm image is read from memory. For side-by-side runs with such an engine.
+    Cached,
+}
+
+impl std::fmt::Display for MediaReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MediaReads::Direct => "direct",
+            MediaReads::Cached => "cached",
+        })
+    }
+}
+
+impl std::str::FromStr for MediaReads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MediaReads, String> {
+        match s {
+            "direct" => Ok(MediaReads::Direct),
+            "cached" => Ok(MediaReads::Cached),
+            other => Err(format!("media reads {other:?}, must be direct or cached")),
+        }
+    }
+}
+
 const MODE_DIRECT: u8 = 0;
 const MODE_FADVISE: u8 = 1;
 
@@ -183,6 +227,8 @@ pub struct Nvm {
     direct: Option<File>,
     /// `MODE_DIRECT` or `MODE_FADVISE`; only ever moves from direct to fadvise.
     mode: AtomicU8,
+    /// [`MediaReads::Cached`]: "uncached" reads go through the page cache.
+    cached_reads: std::sync::atomic::AtomicBool,
     size_bytes: u64,
     /// Test-only record of what writes since the last sync overwrote, to simulate a power
     /// loss (see [`Nvm::simulate_power_loss`]).
@@ -301,6 +347,7 @@ impl Nvm {
             file,
             direct,
             mode: AtomicU8::new(MODE_DIRECT),
+            cached_reads: std::sync::atomic::AtomicBool::new(false),
             size_bytes,
             #[cfg(test)]
             undo: std::sync::Mutex::new(None),
@@ -345,6 +392,22 @@ impl Nvm {
         match self.mode.load(Ordering::Relaxed) {
             MODE_DIRECT => UncachedMode::Direct,
             _ => UncachedMode::Fadvise,
+        }
+    }
+
+    /// Sets how the device reads its media ([`MediaReads`]); [`MediaReads::Direct`] at
+    /// open.
+    pub fn set_media_reads(&self, reads: MediaReads) {
+        self.cached_reads
+            .store(reads == MediaReads::Cached, Ordering::Relaxed);
+    }
+
+    /// How the device reads its media.
+    pub fn media_reads(&self) -> MediaReads {
+        if self.cached_reads.load(Ordering::Relaxed) {
+            MediaReads::Cached
+        } else {
+            MediaReads::Direct
         }
     }
 
@@ -418,6 +481,9 @@ impl Nvm {
         if buf.is_empty() {
             return Ok(());
         }
+        if self.media_reads() == MediaReads::Cached {
+            return self.read_at(offset, buf);
+        }
         if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
             match self.read_direct(direct, offset, buf) {
                 Ok(()) => return Ok(()),
@@ -429,6 +495,83 @@ impl Nvm {
             }
         }
         self.read_fadvise(offset, buf)
+    }
+
+    /// Reads the whole blocks `[offset, offset + len)` (both multiples of [`BLOCK_SIZE`])
+    /// as [`Nvm::read_at_uncached`] does, in one queued read: each piece (at most
+    /// [`DIRECT_PIECE_SIZE`], aligned) is read into its reader's own buffer and handed to
+    /// `check` with its offset from `offset`; once `check` accepts it, the piece's bytes
+    /// inside the range's bytes `[skip, skip + dst.len())` are copied to their place in
+    /// `dst`. So a caller that must see whole blocks (to verify their checksums) reads a
+    /// range that does not start or end on a block with no separate reads of its edges,
+    /// and the checks run on the readers, beside the reads.
+    pub fn read_blocks_checked<E: From<NvmError> + Send>(
+        &self,
+        (offset, len): (u64, u64),
+        (skip, dst): (usize, &mut [u8]),
+        check: &PieceCheck<'_, E>,
+    ) -> Result<(), E> {
+        self.check_range(offset, len as usize)?;
+        assert!(
+            offset.is_multiple_of(BLOCK_SIZE)
+                && len.is_multiple_of(BLOCK_SIZE)
+                && skip as u64 + dst.len() as u64 <= len,
+            "whole blocks, and the wanted bytes inside them"
+        );
+        let piece = piece_size(len);
+        let mut tasks = Vec::with_capacity(len.div_ceil(piece) as usize);
+        let (want_lo, want_hi) = (skip as u64, (skip + dst.len()) as u64);
+        let mut rest = dst;
+        let mut at = 0u64;
+        while at < len {
+            let end = (at + piece).min(len);
+            // The wanted bytes inside this piece, `lo - at` bytes into it.
+            let lo = at.max(want_lo);
+            let hi = end.min(want_hi).max(lo);
+            let from = if hi > lo { lo - at } else { 0 };
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) as usize);
+            tasks.push((at, (end - at) as usize, from as usize, part));
+            rest = tail;
+            at = end;
+        }
+        let work = |(at, n, from, part): (u64, usize, usize, &mut [u8]),
+                    bounce: &mut Option<AlignedBuf>|
+         -> Result<(), E> {
+            let bytes = self.read_block_piece(offset + at, n, bounce)?;
+            check(at, bytes)?;
+            part.copy_from_slice(&bytes[from..from + part.len()]);
+            Ok(())
+        };
+        pool::run(tasks, &work)
+    }
+
+    /// Reads `n` bytes at the aligned `at` into `bounce` (grown as needed), as an
+    /// uncached read does: direct, or by `pread` and `POSIX_FADV_DONTNEED`.
+    fn read_block_piece<'b>(
+        &self,
+        at: u64,
+        n: usize,
+        bounce: &'b mut Option<AlignedBuf>,
+    ) -> Result<&'b [u8], NvmError> {
+        if bounce.as_ref().is_none_or(|b| b.len < n) {
+            *bounce = Some(AlignedBuf::new(n.max(DIRECT_PIECE_SIZE)));
+        }
+        let chunk = &mut bounce.as_mut().expect("set above").as_mut()[..n];
+        if self.media_reads() == MediaReads::Cached {
+            self.read_at(at, chunk)?;
+            return Ok(chunk);
+        }
+        if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
+            match direct.read_exact_at(chunk, at) {
+                Ok(()) => return Ok(chunk),
+                Err(source) if source.raw_os_error() == Some(libc::EINVAL) => {
+                    self.mode.store(MODE_FADVISE, Ordering::Relaxed);
+                }
+                Err(source) => return Err(self.read_error(at, n, source)),
+            }
+        }
+        self.read_fadvise(at, chunk)?;
+        Ok(chunk)
     }
 
     /// Checks that `len` bytes at `offset` lie inside the namespace.
@@ -460,57 +603,13 @@ impl Nvm {
 
     /// One uncached read through `O_DIRECT`, queued: the range, widened to aligned
     /// boundaries, is cut into pieces of [`DIRECT_PIECE_SIZE`] at aligned file offsets,
-    /// and up to [`DIRECT_QUEUE_DEPTH`] threads read them at once (see the module docs).
+    /// which the caller and the reader pool read at once (see the module docs).
     fn read_direct(&self, direct: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let pieces = direct_pieces(offset, buf);
-        let workers = pieces.len().min(DIRECT_QUEUE_DEPTH);
-        if workers <= 1 {
-            return BOUNCE.with_borrow_mut(|bounce| {
-                for (at, skip, dst) in pieces {
-                    read_piece(direct, at, skip, dst, bounce)?;
-                }
-                Ok(())
-            });
-        }
-        let queue = std::sync::Mutex::new(pieces.into_iter());
-        let failed = std::sync::atomic::AtomicBool::new(false);
-        let work = || -> io::Result<()> {
-            BOUNCE.with_borrow_mut(|bounce| loop {
-                if failed.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                // A poisoned queue means another worker panicked; its panic is re-raised
-                // by the scope, so this one just stops.
-                let next = match queue.lock() {
-                    Ok(mut q) => q.next(),
-                    Err(_) => return Ok(()),
-                };
-                let Some((at, skip, dst)) = next else {
-                    return Ok(());
-                };
-                if let Err(e) = read_piece(direct, at, skip, dst, bounce) {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(e);
-                }
-            })
+        let work = |(at, skip, dst): (u64, usize, &mut [u8]), bounce: &mut Option<AlignedBuf>| {
+            read_piece(direct, at, skip, dst, bounce)
         };
-        std::thread::scope(|scope| {
-            // A helper that cannot be started (the system is out of threads) is simply
-            // not there: the others, and at least the caller, read its pieces.
-            let helpers: Vec<_> = (1..workers)
-                .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
-                .collect();
-            let mut result = work();
-            for h in helpers {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                if result.is_ok() {
-                    result = r;
-                }
-            }
-            result
-        })
+        pool::run(pieces, &work)
     }
 
     /// One uncached read by `pread` and `POSIX_FADV_DONTNEED`.
@@ -679,6 +778,237 @@ fn read_piece(
     Ok(())
 }
 
+/// The reader pool: [`DIRECT_QUEUE_DEPTH`]` - 1` threads started at the first queued read
+/// and kept for the life of the process, asleep on a condition variable between reads. A
+/// queued read puts tickets to its batch of pieces on the pool's queue, then reads pieces
+/// itself; a reader that takes a ticket reads pieces of that batch until none are left.
+/// The caller, done with its own, takes back the tickets no reader took yet and waits for
+/// the readers still in its batch: a read never waits for a thread to start, and no batch
+/// outlives its caller's call.
+mod pool {
+    use std::any::Any;
+    use std::collections::VecDeque;
+    use std::panic::AssertUnwindSafe;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+
+    use super::{AlignedBuf, BOUNCE, DIRECT_QUEUE_DEPTH};
+
+    /// What a piece's reader does with it; its bounce buffer is the thread's own.
+    pub(super) type Work<'a, T, E> =
+        dyn Fn(T, &mut Option<AlignedBuf>) -> Result<(), E> + Sync + 'a;
+
+    /// A batch a reader can help with: it takes pieces until none are left, catching
+    /// every panic (a reader thread never unwinds).
+    trait Help: Sync {
+        fn help(&self);
+    }
+
+    /// Tickets of one batch still out: the batch may go once none are.
+    struct Latch {
+        left: Mutex<usize>,
+        zero: Condvar,
+    }
+
+    impl Latch {
+        fn count_down(&self, n: usize) {
+            let mut left = lock(&self.left);
+            *left -= n;
+            if *left == 0 {
+                self.zero.notify_all();
+            }
+        }
+
+        fn wait(&self) {
+            let mut left = lock(&self.left);
+            while *left > 0 {
+                left = self.zero.wait(left).unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+    }
+
+    /// A reader's invitation to a batch. The latch is shared, not part of the batch, so
+    /// counting it down touches nothing the caller may already have freed.
+    struct Ticket {
+        batch: *const (dyn Help + 'static),
+        latch: Arc<Latch>,
+    }
+
+    // SAFETY: `batch` points to a `Help`, which is `Sync`, so using it from another
+    // thread is sound; it stays valid while the ticket's latch is above zero, and the
+    // latch is counted down for this ticket only after its last use (see `run`).
+    unsafe impl Send for Ticket {}
+
+    struct Pool {
+        queue: Mutex<VecDeque<Ticket>>,
+        ready: Condvar,
+        threads: usize,
+    }
+
+    static POOL: OnceLock<Pool> = OnceLock::new();
+
+    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pool, its threads started at the first call. A thread that cannot be started
+    /// (the system is out of threads) is simply not there: callers read their own pieces.
+    fn pool() -> &'static Pool {
+        POOL.get_or_init(|| {
+            let threads = (1..DIRECT_QUEUE_DEPTH)
+                .filter(|i| {
+                    std::thread::Builder::new()
+                        .name(format!("csx-nvm-read-{i}"))
+                        .spawn(reader)
+                        .is_ok()
+                })
+                .count();
+            Pool {
+                queue: Mutex::new(VecDeque::new()),
+                ready: Condvar::new(),
+                threads,
+            }
+        })
+    }
+
+    fn reader() {
+        let pool = pool();
+        loop {
+            let ticket = {
+                let mut queue = lock(&pool.queue);
+                loop {
+                    if let Some(t) = queue.pop_front() {
+                        break t;
+                    }
+                    queue = pool
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            // SAFETY: the batch is alive: its caller waits in `Recall::drop` until this
+            // ticket's latch is counted down, which happens only below, after `help`.
+            unsafe { &*ticket.batch }.help();
+            ticket.latch.count_down(1);
+        }
+    }
+
+    /// A failed piece: its error, or the panic of its work.
+    enum Failure<E> {
+        Error(E),
+        Panic(Box<dyn Any + Send>),
+    }
+
+    struct Batch<'a, T, E> {
+        tasks: Mutex<std::vec::IntoIter<T>>,
+        work: &'a Work<'a, T, E>,
+        failed: AtomicBool,
+        failure: Mutex<Option<Failure<E>>>,
+    }
+
+    impl<T: Send, E: Send> Help for Batch<'_, T, E> {
+        fn help(&self) {
+            BOUNCE.with_borrow_mut(|bounce| loop {
+                if self.failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(task) = lock(&self.tasks).next() else {
+                    return;
+                };
+                let failure = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    (self.work)(task, bounce)
+                })) {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => Failure::Error(e),
+                    Err(panic) => Failure::Panic(panic),
+                };
+                self.failed.store(true, Ordering::Relaxed);
+                lock(&self.failure).get_or_insert(failure);
+                return;
+            });
+        }
+    }
+
+    /// Takes back a batch's tickets no reader took and waits for the readers in it; on
+    /// drop, so even an unwinding caller never leaves a reader with a dangling batch.
+    struct Recall {
+        pool: &'static Pool,
+        latch: Arc<Latch>,
+    }
+
+    impl Drop for Recall {
+        fn drop(&mut self) {
+            let untaken = {
+                let mut queue = lock(&self.pool.queue);
+                let before = queue.len();
+                queue.retain(|t| !Arc::ptr_eq(&t.latch, &self.latch));
+                before - queue.len()
+            };
+            if untaken > 0 {
+                self.latch.count_down(untaken);
+            }
+            self.latch.wait();
+        }
+    }
+
+    /// Runs `work` on every task, on the caller and up to [`DIRECT_QUEUE_DEPTH`]` - 1`
+    /// readers at once; the first failure stops the batch and is returned (a panic in
+    /// `work` is re-raised here).
+    pub(super) fn run<T: Send, E: Send>(tasks: Vec<T>, work: &Work<'_, T, E>) -> Result<(), E> {
+        let helpers = tasks.len().min(DIRECT_QUEUE_DEPTH).saturating_sub(1);
+        let batch = Batch {
+            tasks: Mutex::new(tasks.into_iter()),
+            work,
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        };
+        let recall = (helpers > 0).then(|| invite(&batch, helpers)).flatten();
+        batch.help();
+        drop(recall);
+        match batch
+            .failure
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            None => Ok(()),
+            Some(Failure::Error(e)) => Err(e),
+            Some(Failure::Panic(panic)) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Puts up to `helpers` tickets to `batch` on the pool's queue.
+    fn invite<T: Send, E: Send>(batch: &Batch<'_, T, E>, helpers: usize) -> Option<Recall> {
+        let pool = pool();
+        let helpers = helpers.min(pool.threads);
+        if helpers == 0 {
+            return None;
+        }
+        let batch: *const (dyn Help + '_) = batch;
+        // SAFETY: only the lifetime is erased. The `Recall` returned is dropped by `run`
+        // before the batch, and its drop returns only when no ticket to the batch is
+        // left in the queue or in a reader.
+        let batch: *const (dyn Help + 'static) = unsafe { std::mem::transmute(batch) };
+        let latch = Arc::new(Latch {
+            left: Mutex::new(helpers),
+            zero: Condvar::new(),
+        });
+        let mut queue = lock(&pool.queue);
+        for _ in 0..helpers {
+            queue.push_back(Ticket {
+                batch,
+                latch: latch.clone(),
+            });
+        }
+        drop(queue);
+        if helpers == 1 {
+            pool.ready.notify_one();
+        } else {
+            pool.ready.notify_all();
+        }
+        Some(Recall { pool, latch })
+    }
+}
+
 fn check_size(path: &Path, size_bytes: u64) -> Result<(), NvmError> {
     if size_bytes == 0 || size_bytes > NVM_SIZE_MAX {
         return Err(NvmError::SizeOutOfRange {
@@ -826,6 +1156,128 @@ mod tests {
         assert_eq!((pieces[1].0, pieces[1].1), (2 * piece - 4096, 0));
         assert_eq!(pieces.iter().map(|p| p.2.len()).sum::<usize>(), len);
         assert!(pieces.iter().all(|p| p.1 + p.2.len() <= DIRECT_PIECE_SIZE));
+    }
+
+    #[test]
+    fn checked_block_reads_hand_every_piece_over_once_and_copy_the_wanted_bytes() {
+        let piece = DIRECT_PIECE_SIZE as u64;
+        let blocks = (12 * piece) / BLOCK_SIZE;
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), blocks * BLOCK_SIZE).unwrap();
+        let data = pattern((blocks * BLOCK_SIZE) as usize, 5);
+        nvm.write_at(0, &data).unwrap();
+        let cases: &[(u64, u64, usize, usize)] = &[
+            (0, 12 * piece, 0, (12 * piece) as usize),
+            (4096, 10 * piece, 4095, (9 * piece) as usize + 3),
+            (piece, 4096, 17, 100),
+            (8192, 3 * 4096, 0, 0),
+            (0, 2 << 20, (2 << 20) - 1, 1),
+        ];
+        for &(offset, len, skip, n) in cases {
+            let seen = std::sync::Mutex::new(Vec::new());
+            let mut got = vec![0u8; n];
+            let check = |at: u64, bytes: &[u8]| -> Result<(), NvmError> {
+                let from = (offset + at) as usize;
+                assert_eq!(bytes, &data[from..from + bytes.len()], "piece at {at}");
+                seen.lock().unwrap().push((at, bytes.len() as u64));
+                Ok(())
+            };
+            nvm.read_blocks_checked((offset, len), (skip, &mut got), &check)
+                .unwrap();
+            let from = offset as usize + skip;
+            assert!(got == data[from..from + n], "{offset} {len} {skip} {n}");
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort_unstable();
+            let mut next = 0;
+            for (at, l) in seen {
+                assert_eq!(at, next, "pieces tile the range");
+                next = at + l;
+            }
+            assert_eq!(next, len);
+        }
+    }
+
+    #[test]
+    fn a_refused_or_panicking_piece_fails_the_whole_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 1024 * BLOCK_SIZE).unwrap();
+        let len = 1024 * BLOCK_SIZE;
+        let mut got = vec![0u8; len as usize];
+        let refuse = |at: u64, _: &[u8]| -> Result<(), NvmError> {
+            if at == 2 * DIRECT_PIECE_SIZE as u64 {
+                Err(NvmError::OutOfRange {
+                    offset: at,
+                    len: 1,
+                    size_bytes: 0,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let err = nvm
+            .read_blocks_checked((0, len), (0, &mut got), &refuse)
+            .unwrap_err();
+        assert!(
+            matches!(err, NvmError::OutOfRange { offset, .. } if offset == 2 * DIRECT_PIECE_SIZE as u64)
+        );
+        let panics = |at: u64, _: &[u8]| -> Result<(), NvmError> {
+            assert!(at != DIRECT_PIECE_SIZE as u64, "a check that panics");
+            Ok(())
+        };
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            nvm.read_blocks_checked((0, len), (0, &mut got), &panics)
+        }));
+        assert!(caught.is_err(), "the panic reaches the caller");
+        // The readers survive both: the next read is whole.
+        nvm.write_at(0, &pattern(len as usize, 8)).unwrap();
+        nvm.read_at_uncached(0, &mut got).unwrap();
+        assert!(got == pattern(len as usize, 8));
+        // Out of range and misaligned requests are refused before any read.
+        assert!(nvm
+            .read_blocks_checked((len, BLOCK_SIZE), (0, &mut []), &refuse)
+            .is_err());
+    }
+
+    #[test]
+    fn concurrent_queued_reads_share_the_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocks = 4096;
+        let nvm = Nvm::create(dir.path().join("nvm.img"), blocks * BLOCK_SIZE).unwrap();
+        let data = pattern((blocks * BLOCK_SIZE) as usize, 11);
+        nvm.write_at(0, &data).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..6u64 {
+                let (nvm, data) = (&nvm, &data);
+                scope.spawn(move || {
+                    for round in 0..20u64 {
+                        let offset = (t * 997 + round * 4099) % (blocks * BLOCK_SIZE / 2);
+                        let len = (3 << 20) + (t as usize * 513);
+                        let mut got = vec![0u8; len];
+                        nvm.read_at_uncached(offset, &mut got).unwrap();
+                        let o = offset as usize;
+                        assert!(got == data[o..o + len], "thread {t} round {round}");
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn cached_media_reads_see_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 512 * BLOCK_SIZE).unwrap();
+        assert_eq!(nvm.media_reads(), MediaReads::Direct);
+        nvm.set_media_reads(MediaReads::Cached);
+        assert_eq!(nvm.media_reads(), MediaReads::Cached);
+        let data = pattern(512 * BLOCK_SIZE as usize, 4);
+        nvm.write_at(0, &data).unwrap();
+        let mut got = vec![0u8; 300_001];
+        nvm.read_at_uncached(4095, &mut got).unwrap();
+        assert!(got == data[4095..4095 + got.len()]);
+        let ok = |_: u64, _: &[u8]| -> Result<(), NvmError> { Ok(()) };
+        nvm.read_blocks_checked((8192, 100 * BLOCK_SIZE), (3, &mut got[..1000]), &ok)
+            .unwrap();
+        assert!(got[..1000] == data[8195..9195]);
     }
 
     #[test]

@@ -1293,9 +1293,17 @@ impl<'a> Plan<'a> {
                     Some(c) => c,
                     None => lo.stage(s, r, r % lo.sets)?,
                 };
-                lo.wait(s, copies)?;
+                // The next round's copies start before this round's blocks are expanded,
+                // so its media reads overlap the decoding.
+                let expansion = copies.wait_copies(s)?;
                 if r + 1 < lo.rounds {
                     pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+                }
+                if let Err(e) = expansion.expand(s) {
+                    if let Some(next) = pending.take() {
+                        next.abandon(s);
+                    }
+                    return Err(e);
                 }
             }
             // Waiting for the staged columns is loading, as in Delilah's breakdown.

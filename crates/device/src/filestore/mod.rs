@@ -660,6 +660,9 @@ impl FileStore {
         run: &MappedRun<'_>,
         dst: &mut [u8],
     ) -> Result<(), FileStoreError> {
+        if run.uncached {
+            return self.read_verified_queued(st, run, dst);
+        }
         let read = |at: u64, to: &mut [u8]| -> Result<(), FileStoreError> {
             if run.uncached {
                 self.nvm.read_at_uncached(at, to)?;
@@ -706,6 +709,31 @@ impl FileStore {
             verify_run(st, run, direct_lo, part)?;
         }
         Ok(())
+    }
+
+    /// [`FileStore::read_verified`] for an uncached read: the run's whole blocks in one
+    /// queued read ([`Nvm::read_blocks_checked`]), each piece verified on its reader, so
+    /// a range that starts or ends inside a block costs no separate read of that block.
+    fn read_verified_queued(
+        &self,
+        st: &State,
+        run: &MappedRun<'_>,
+        dst: &mut [u8],
+    ) -> Result<(), FileStoreError> {
+        let bs = BLOCK_SIZE;
+        let blocks = (run.in_block + dst.len() as u64).div_ceil(bs);
+        let check = |at: u64, piece: &[u8]| -> Result<(), FileStoreError> {
+            let first = at / bs;
+            // The file's last block is checksummed over the bytes the file holds.
+            let held = run.size.saturating_sub((run.block + first) * bs);
+            let n = (piece.len() as u64).min(held) as usize;
+            verify_run(st, run, first, &piece[..n])
+        };
+        self.nvm.read_blocks_checked(
+            (run.nvm_block * bs, blocks * bs),
+            (run.in_block as usize, dst),
+            &check,
+        )
     }
 
     /// Sets the file's size to `len`. Shrinking unmaps the blocks past the new end (they

@@ -285,6 +285,7 @@ impl DeviceRuntime {
         // The configuration is written last: a directory without it is not a device, so
         // an interrupted init is never mistaken for a working one.
         let nvm = Arc::new(Nvm::create(dir.join(NVM_FILE_NAME), config.nvm_size_bytes)?);
+        nvm.set_media_reads(config.media_reads.unwrap_or_default());
         let files = FileStore::create(dir, Arc::clone(&nvm))?;
         let state = SharedState::create(dir, config.state_size_bytes)?;
         let programs_dir = dir.join(PROGRAMS_DIR_NAME);
@@ -303,6 +304,7 @@ impl DeviceRuntime {
         let lock = lock_dir(dir)?;
         let config = DeviceConfig::load(dir)?;
         let nvm = Arc::new(Nvm::open(dir.join(NVM_FILE_NAME))?);
+        nvm.set_media_reads(config.media_reads.unwrap_or_default());
         if nvm.size() != config.nvm_size_bytes {
             return Err(DeviceError::NvmSizeMismatch {
                 found: nvm.size(),

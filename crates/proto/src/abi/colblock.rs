@@ -342,7 +342,7 @@ fn expand_runs(
     let mut row = 0usize; // first row of run r
     let mut i = 0usize; // values written
     for r in 0..runs {
-        let len = field(lens, r, h.run_bits) as usize;
+        let len = field_at(lens, r, h.run_bits) as usize;
         let end = row + len;
         if len == 0 || end > h.rows as usize {
             return Err((
@@ -356,7 +356,7 @@ fn expand_runs(
         let lo = row.max(first);
         let hi = end.min(first + n);
         if lo < hi {
-            let v = h.reference.wrapping_add(field(values, r, h.bits)) & mask;
+            let v = h.reference.wrapping_add(field_at(values, r, h.bits)) & mask;
             fill(&mut out[i * width..(i + hi - lo) * width], width, v);
             i += hi - lo;
         }
@@ -369,6 +369,20 @@ fn expand_runs(
         ));
     }
     Ok(())
+}
+
+/// [`field`], by one 8-byte load where the field and its shift fit in one (at most 56
+/// bits, not at the payload's last bytes): the runs' values and lengths are read so.
+fn field_at(words: &[u8], i: usize, bits: u8) -> u64 {
+    let b = usize::from(bits);
+    let bit = i * b;
+    if b <= 56 {
+        if let Some(w) = words.get(bit / 8..bit / 8 + 8) {
+            let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            return (w >> (bit % 8)) & ((1u64 << b) - 1);
+        }
+    }
+    field(words, i, bits)
 }
 
 /// Packed field `i` of `bits` bits (0 to 64) of little-endian words `words`.
@@ -392,55 +406,106 @@ fn field(words: &[u8], i: usize, bits: u8) -> u64 {
     }
 }
 
-/// Bit-packed rows `[first, first + n)` into `out`.
+/// Bit-packed rows `[first, first + n)` into `out`: the rows before the first whole group
+/// of eight and after the last one value by value, the groups between by a kernel made
+/// for the block's width and bits.
 fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mut [u8]) {
     let bits = usize::from(h.bits);
     let width = usize::from(h.width);
-    let mask = width_mask(h.width);
     let reference = h.reference;
     if bits == 0 {
-        fill(&mut out[..n * width], width, reference & mask);
+        fill(
+            &mut out[..n * width],
+            width,
+            reference & width_mask(h.width),
+        );
         return;
     }
-    let field = if bits == 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
+    // Rows [head_end, body_end) are whole groups of eight, their bytes and the 16 after
+    // them in the payload (the kernels' windows).
+    let head_end = first.next_multiple_of(8).min(first + n);
+    let groups_in_payload = payload.len().saturating_sub(16) / bits;
+    let body_end = head_end
+        + ((first + n - head_end) / 8).min(groups_in_payload.saturating_sub(head_end / 8)) * 8;
+    let one = |row: usize, o: &mut [u8]| {
+        let v = reference.wrapping_add(field_at(payload, row, h.bits));
+        o.copy_from_slice(&v.to_le_bytes()[..width]);
     };
-    let words = payload.len() / 8;
-    let word = |k: usize| -> u64 {
-        if k < words {
-            le_u64(payload, k * 8)
-        } else {
-            0
-        }
-    };
+    let (head, rest) = out.split_at_mut((head_end - first) * width);
+    let (body, tail) = rest.split_at_mut((body_end - head_end) * width);
+    for (i, o) in head.chunks_exact_mut(width).enumerate() {
+        one(first + i, o);
+    }
+    let src = &payload[head_end / 8 * bits..];
     if width == 4 {
-        for (i, o) in out.chunks_exact_mut(4).enumerate() {
-            let bit = (first + i) * bits;
-            let (k, s) = (bit / 64, bit % 64);
-            let mut v = word(k) >> s;
-            if s + bits > 64 {
-                v |= word(k + 1) << (64 - s);
-            }
-            let x = reference.wrapping_add(v & field) as u32;
-            let o: &mut [u8; 4] = o.try_into().expect("4-byte chunks");
-            *o = x.to_le_bytes();
-        }
+        KERNELS_4[bits - 1](src, body, reference);
     } else {
-        for (i, o) in out.chunks_exact_mut(8).enumerate() {
-            let bit = (first + i) * bits;
-            let (k, s) = (bit / 64, bit % 64);
-            let mut v = word(k) >> s;
-            if s > 0 && s + bits > 64 {
-                v |= word(k + 1) << (64 - s);
-            }
-            let x = reference.wrapping_add(v & field);
-            let o: &mut [u8; 8] = o.try_into().expect("8-byte chunks");
-            *o = x.to_le_bytes();
+        KERNELS_8[bits - 1](src, body, reference);
+    }
+    for (i, o) in tail.chunks_exact_mut(width).enumerate() {
+        one(body_end + i, o);
+    }
+}
+
+/// A kernel: whole groups of eight `B`-bit values from `src` (group g at byte `g * B`,
+/// with at least 16 bytes after the last group's) into `out`, each plus the reference.
+type Kernel = fn(&[u8], &mut [u8], u64);
+
+/// Groups of eight `B`-bit values (B at most 32) into 4-byte values. Value j of a group
+/// starts `j * B / 8` bytes into it, `j * B % 8` bits into that byte: one 8-byte load
+/// covers it, at offsets the compiler knows, so the window's bounds are checked once a
+/// group.
+fn unpack_group4<const B: usize>(src: &[u8], out: &mut [u8], reference: u64) {
+    let mask = (1u64 << B) - 1;
+    for (g, o) in out.chunks_exact_mut(32).enumerate() {
+        let win = &src[g * B..][..B + 8];
+        for j in 0..8 {
+            let (at, shift) = (j * B / 8, j * B % 8);
+            let w = u64::from_le_bytes(win[at..at + 8].try_into().expect("8 bytes"));
+            let v = reference.wrapping_add((w >> shift) & mask) as u32;
+            o[4 * j..4 * j + 4].copy_from_slice(&v.to_le_bytes());
         }
     }
 }
+
+/// Groups of eight `B`-bit values into 8-byte values: as [`unpack_group4`], with a
+/// 16-byte load where a value and its shift pass 64 bits (B above 57).
+fn unpack_group8<const B: usize>(src: &[u8], out: &mut [u8], reference: u64) {
+    let mask = if B == 64 {
+        u64::MAX
+    } else {
+        (1u64 << (B % 64)) - 1
+    };
+    for (g, o) in out.chunks_exact_mut(64).enumerate() {
+        let win = &src[g * B..][..B + 16];
+        for j in 0..8 {
+            let (at, shift) = (j * B / 8, j * B % 8);
+            let raw = if B <= 57 {
+                u64::from_le_bytes(win[at..at + 8].try_into().expect("8 bytes")) >> shift
+            } else {
+                let w = u128::from_le_bytes(win[at..at + 16].try_into().expect("16 bytes"));
+                (w >> shift) as u64
+            };
+            let v = reference.wrapping_add(raw & mask);
+            o[8 * j..8 * j + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+macro_rules! kernels {
+    ($f:ident, $($b:literal)*) => {
+        [$($f::<$b> as Kernel,)*]
+    };
+}
+
+/// The kernels of 4-byte values by bits - 1.
+static KERNELS_4: [Kernel; 32] = kernels!(unpack_group4,
+    1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32);
+/// The kernels of 8-byte values by bits - 1.
+static KERNELS_8: [Kernel; 64] = kernels!(unpack_group8,
+    1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
+    33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62
+    63 64);
 
 /// Decodes rows `[first, first + out.len() / width)` of a sequence of blocks stored back
 /// to back in `src` (as in a column file), each block's header and payload checked
@@ -571,6 +636,97 @@ mod tests {
             ..BlockHeader::default()
         };
         (h, payload)
+    }
+
+    /// A packed block of `rows` pseudo-random `bits`-bit offsets of `width`-byte
+    /// values, and the values `field` (the value-at-a-time reference) reads from it.
+    fn random_packed(
+        width: u8,
+        bits: u8,
+        rows: usize,
+        seed: u64,
+    ) -> (BlockHeader, Vec<u8>, Vec<u64>) {
+        let mask = u64::MAX >> (64 - u32::from(bits)).min(63);
+        let mask = if bits == 0 { 0 } else { mask };
+        let mut x = seed | 1;
+        let mut words = vec![0u64; (rows * usize::from(bits)).div_ceil(64)];
+        for i in 0..rows {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = x & mask;
+            if bits == 0 {
+                continue;
+            }
+            let (k, sh) = (i * usize::from(bits) / 64, i * usize::from(bits) % 64);
+            words[k] |= v << sh;
+            if sh + usize::from(bits) > 64 {
+                words[k + 1] |= v >> (64 - sh);
+            }
+        }
+        let payload: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let reference = x.rotate_left(7);
+        let values = (0..rows)
+            .map(|i| reference.wrapping_add(field(&payload, i, bits)) & width_mask(width))
+            .collect();
+        let h = BlockHeader {
+            encoding: ENC_PACKED,
+            width,
+            bits,
+            rows: rows as u32,
+            payload_len: payload.len() as u32,
+            reference,
+            payload_crc: crc32c(&payload),
+            ..BlockHeader::default()
+        };
+        (h, payload, values)
+    }
+
+    #[test]
+    fn one_load_fields_equal_the_word_by_word_reading() {
+        for bits in 0..=64u8 {
+            let (_, payload, _) = random_packed(8, bits, 301, u64::from(bits) + 7);
+            for i in 0..301 {
+                assert_eq!(
+                    field_at(&payload, i, bits),
+                    field(&payload, i, bits),
+                    "{bits} {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn packed_kernels_equal_the_value_at_a_time_reading_for_every_width_and_bits() {
+        for (width, most) in [(4u8, 32u8), (8, 64)] {
+            for bits in 0..=most {
+                for rows in [1usize, 7, 8, 9, 63, 64, 65, 200, 1001] {
+                    let seed = u64::from(bits) * 1000 + rows as u64;
+                    let (h, payload, values) = random_packed(width, bits, rows, seed);
+                    let w = usize::from(width);
+                    for (first, n) in [
+                        (0, rows),
+                        (1, rows - 1),
+                        (rows / 3, rows - rows / 3),
+                        (rows - 1, 1),
+                        (rows / 2, rows / 4),
+                    ] {
+                        let mut out = vec![0xAAu8; n * w];
+                        decode_block(&h, &payload, first as u64, &mut out).unwrap();
+                        for (i, o) in out.chunks_exact(w).enumerate() {
+                            let mut b = [0u8; 8];
+                            b[..w].copy_from_slice(o);
+                            assert_eq!(
+                                u64::from_le_bytes(b),
+                                values[first + i],
+                                "width {width} bits {bits} rows {rows} row {}",
+                                first + i
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
