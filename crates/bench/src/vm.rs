@@ -726,8 +726,10 @@ fn checked_engine(
 
 /// The kernel as the raw bytecode the peers (rbpf, uBPF) load, which resolve no ELF:
 /// a preamble that sets r2 to the input's length (rbpf passes only r1; a `--kernels`
-/// function reads its length from r2) and jumps to the entry, then the verified
-/// program. Jumps and calls are relative, so the preamble moves none of them.
+/// function reads its length from r2) and jumps to the entry, then the span of the
+/// verified program that the entry reaches (a `--kernels` file is one section holding
+/// every function; rbpf's JIT has room for one). Jumps and calls are relative and stay
+/// inside that span, so cutting it out and the preamble move none of them.
 fn peer_bytecode(program: &VerifiedProgram, input_len: usize) -> Result<Vec<u8>, String> {
     use csx_ebpf::isa::{Insn, ALU_MOV, CLASS_ALU64, CLASS_JMP, JMP_JA, SRC_K};
     if !program.globals().is_empty() {
@@ -735,14 +737,66 @@ fn peer_bytecode(program: &VerifiedProgram, input_len: usize) -> Result<Vec<u8>,
     }
     let len = i32::try_from(input_len)
         .map_err(|_| format!("an input of {input_len} bytes does not fit an immediate"))?;
-    let entry = i16::try_from(program.entry())
-        .map_err(|_| format!("entry {} is past a jump's reach", program.entry()))?;
+    let (first, last) = reachable_span(program.insns(), program.entry() as usize);
+    let entry = program.entry() as usize - first;
+    let entry =
+        i16::try_from(entry).map_err(|_| format!("entry {entry} is past a jump's reach"))?;
     let mut insns = vec![Insn::new(CLASS_ALU64 | ALU_MOV | SRC_K, 2, 0, 0, len)];
     if entry != 0 {
         insns.push(Insn::new(CLASS_JMP | JMP_JA, 0, 0, entry, 0));
     }
-    insns.extend_from_slice(program.insns());
+    insns.extend_from_slice(&program.insns()[first..=last]);
     Ok(csx_ebpf::isa::encode_all(&insns))
+}
+
+/// The first and last slot reachable from `entry` (of a verified program: every jump
+/// and call lands inside it), following jumps, both arms of branches and local calls.
+fn reachable_span(insns: &[csx_ebpf::isa::Insn], entry: usize) -> (usize, usize) {
+    use csx_ebpf::isa::{CLASS_JMP, CLASS_JMP32, JMP_CALL, JMP_EXIT, JMP_JA};
+    /// `lddw`, the one instruction of two slots.
+    const LDDW: u8 = 0x18;
+    /// `src` of a call to a local function (`imm` is relative).
+    const LOCAL_CALL: u8 = 1;
+    let mut seen = vec![false; insns.len()];
+    let mut todo = vec![entry];
+    let relative = |pc: usize, delta: i64| usize::try_from(pc as i64 + 1 + delta).ok();
+    while let Some(pc) = todo.pop() {
+        if pc >= insns.len() || seen[pc] {
+            continue;
+        }
+        seen[pc] = true;
+        let insn = insns[pc];
+        let (class, op) = (insn.class(), insn.opc & 0xf0);
+        if insn.opc == LDDW {
+            if let Some(s) = seen.get_mut(pc + 1) {
+                *s = true;
+            }
+            todo.push(pc + 2);
+            continue;
+        }
+        if class != CLASS_JMP && class != CLASS_JMP32 {
+            todo.push(pc + 1);
+            continue;
+        }
+        match op {
+            JMP_EXIT => {}
+            JMP_CALL => {
+                if insn.src == LOCAL_CALL {
+                    todo.extend(relative(pc, i64::from(insn.imm)));
+                }
+                todo.push(pc + 1);
+            }
+            JMP_JA if class == CLASS_JMP32 => todo.extend(relative(pc, i64::from(insn.imm))),
+            JMP_JA => todo.extend(relative(pc, i64::from(insn.off))),
+            _ => {
+                todo.extend(relative(pc, i64::from(insn.off)));
+                todo.push(pc + 1);
+            }
+        }
+    }
+    let first = seen.iter().position(|&s| s).unwrap_or(entry);
+    let last = seen.iter().rposition(|&s| s).unwrap_or(entry);
+    (first, last)
 }
 
 /// One kernel's timed cells.
@@ -978,7 +1032,10 @@ mod peer {
         answer: u64,
     ) -> Result<(rbpf::EbpfVmRaw<'_>, Input), String> {
         let mut vm = rbpf::EbpfVmRaw::new(Some(code)).map_err(|e| format!("load: {e}"))?;
-        vm.jit_compile().map_err(|e| format!("compile: {e}"))?;
+        // rbpf's JIT asserts (panics) when the code outgrows its fixed buffer.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| vm.jit_compile()))
+            .map_err(|_| "compile: rbpf's JIT panicked (code too large for its buffer?)")?
+            .map_err(|e| format!("compile: {e}"))?;
         // SAFETY: rbpf's JIT does not check memory accesses. This bytecode ran on
         // rbpf's bounds-checked interpreter over an identical copy of these bytes and
         // returned the right answer; the kernels are deterministic functions of their
@@ -1496,6 +1553,18 @@ mod tests {
         let code = peer_bytecode(&p.program, p.input.bytes().len());
         let columns = peer::Columns::new(&code, &p.input, p.answer);
         assert_eq!(columns.note, None);
+    }
+
+    /// The span the entry reaches: a local call's callee before the entry counts, a
+    /// function after the last reachable slot does not.
+    #[test]
+    fn the_peers_get_the_reachable_span() {
+        let src = "ja +2\nmov %r0, 1\nexit\ncall local -3\nexit\nmov %r0, 9\nexit\n";
+        let insns = csx_ebpf::asm::assemble(src).expect("assembles");
+        assert_eq!(insns.len(), 7);
+        assert_eq!(reachable_span(&insns, 3), (1, 4));
+        assert_eq!(reachable_span(&insns, 0), (0, 4));
+        assert_eq!(reachable_span(&insns, 5), (5, 6));
     }
 
     #[cfg(feature = "rbpf")]
