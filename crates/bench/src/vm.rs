@@ -30,7 +30,7 @@ use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::program::VerifiedProgram;
 use serde::Serialize;
 
-use super::measure::{geomean, Measurement, Sampler, BATCHES_PER_BUDGET};
+use super::measure::{geomean, wall_clock, Clock, Measurement, Sampler, BATCHES_PER_BUDGET};
 use crate::engine::{build_engine, verify_program, EngineKind};
 use crate::exit;
 
@@ -121,6 +121,11 @@ pub struct VmBenchArgs {
     /// Measure each cell for 50 ms instead of 300 ms (same inputs, noisier numbers).
     #[arg(long)]
     quick: bool,
+    /// Time each batch by the CPU time of the thread that runs it (the peer runners'
+    /// too) instead of wall time: on a loaded machine the time spent preempted is left
+    /// out (other processes still share the caches).
+    #[arg(long)]
+    cpu_time: bool,
     /// Run only these kernels (repeatable; with --kernels, these functions).
     #[arg(long, value_name = "NAME")]
     kernel: Vec<String>,
@@ -522,6 +527,8 @@ struct BenchReport {
     ubpf: String,
     cell_budget_ms: u128,
     quick: bool,
+    /// Batches timed by thread CPU time (`--cpu-time`), not wall time.
+    cpu_time: bool,
     clang: &'static str,
     native_cflags: &'static str,
     bpf_cflags: &'static str,
@@ -622,10 +629,11 @@ fn time_columns(
     columns: &mut [(&'static str, Work<'_>)],
     external: &mut [External<'_>],
     budget: Duration,
+    clock: Clock,
 ) -> anyhow::Result<Vec<Measurement>> {
     let mut samplers: Vec<Sampler> = columns
         .iter_mut()
-        .map(|(_, work)| Sampler::new(budget / BATCHES_PER_BUDGET, work))
+        .map(|(_, work)| Sampler::new(budget / BATCHES_PER_BUDGET, work).with_clock(clock))
         .chain(
             external
                 .iter()
@@ -811,9 +819,22 @@ struct Cells {
     ubpf_jit: Option<Measurement>,
 }
 
+/// Nanoseconds of CPU time of the calling thread.
+fn thread_cpu_clock() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on
+    // every Linux the bench runs on, and on failure `t` stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 fn bench_kernel(
     kernel: &'static CompiledKernel,
     budget: Duration,
+    cpu_time: bool,
     ubpf_runner: Option<&Path>,
 ) -> anyhow::Result<KernelReport> {
     let name = kernel.name;
@@ -826,7 +847,7 @@ fn bench_kernel(
     let mut rbpf = peer::Columns::new(&peer_code, &p.input, answer);
     let rbpf_note = rbpf.note.clone();
     let batch = budget / BATCHES_PER_BUDGET;
-    let mut ubpf = ubpf::Columns::start(ubpf_runner, &peer_code, &p.input, answer, batch);
+    let mut ubpf = ubpf::Columns::start(ubpf_runner, &peer_code, &p.input, answer, batch, cpu_time);
     let (interp_map, args) = map_input(&p.input)?;
     let (jit_map, _) = map_input(&p.input)?;
     let (quick_map, _) = map_input(&p.input)?;
@@ -864,7 +885,12 @@ fn bench_kernel(
             *at = Some(columns.len() + external.len() - 1);
         }
     }
-    let m = time_columns(&mut columns, &mut external, budget)
+    let clock: Clock = if cpu_time {
+        thread_cpu_clock
+    } else {
+        wall_clock
+    };
+    let m = time_columns(&mut columns, &mut external, budget, clock)
         .with_context(|| format!("kernel {name}"))?;
     let at = |i: Option<usize>| i.map(|i| m[i]);
     let cells = Cells {
@@ -1111,12 +1137,13 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
     table.header(budget, load_before, &ubpf_status);
     let mut kernels = Vec::with_capacity(selected.len());
     for kernel in selected {
-        let report = bench_kernel(kernel, budget, ubpf_runner.as_deref())?;
+        let report = bench_kernel(kernel, budget, args.cpu_time, ubpf_runner.as_deref())?;
         table.row(&report);
         kernels.push(report);
     }
     let mut report = summarize(kernels, budget, args.quick);
     report.ubpf = ubpf_status;
+    report.cpu_time = args.cpu_time;
     report.jit_compile_4k_us = Some(measure_compile_time(EngineKind::Jit)?);
     if QUICK_TIER {
         report.quick_compile_4k_us = Some(measure_compile_time(EngineKind::Quick)?);
@@ -1184,6 +1211,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
         kernels,
         cell_budget_ms: budget.as_millis(),
         quick,
+        cpu_time: false,
         clang: env!("CSX_BENCH_CLANG_VERSION"),
         native_cflags: "-O2",
         bpf_cflags: "-O2 -target bpf",
@@ -1511,6 +1539,7 @@ mod tests {
             &Input::raw(&[0; 8]),
             0,
             Duration::from_millis(1),
+            false,
         )
         .expect("starts");
         let mut calls = 0u64;
@@ -1522,7 +1551,13 @@ mod tests {
             }),
         )];
         let mut external = [("peer", &mut r)];
-        let m = time_columns(&mut columns, &mut external, Duration::from_millis(5)).expect("times");
+        let m = time_columns(
+            &mut columns,
+            &mut external,
+            Duration::from_millis(5),
+            wall_clock,
+        )
+        .expect("times");
         drop(columns);
         assert_eq!(m.len(), 2);
         assert!(calls > 0);

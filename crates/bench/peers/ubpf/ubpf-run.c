@@ -2,12 +2,13 @@
  * A runner that lets `csx bench vm --peer ubpf=PATH` time uBPF (github.com/iovisor/ubpf)
  * beside csx's engines. It is built against a uBPF build outside this tree (build.sh).
  *
- *   ubpf-run MODE CODE INPUT ANSWER BATCH_NS
+ *   ubpf-run MODE CODE INPUT ANSWER BATCH_NS [CLOCK]
  *
  * MODE is `interp` (uBPF's interpreter, its default bounds checks on) or `jit` (uBPF's
  * x86-64 JIT, which checks nothing). CODE is raw eBPF bytecode (8-byte instructions, no
  * ELF), INPUT the bytes whose address and length the program gets in r1 and r2, ANSWER
- * the r0 every run must return (hex), BATCH_NS how long one timed batch should take.
+ * the r0 every run must return (hex), BATCH_NS how long one timed batch should take,
+ * CLOCK `wall` (the default) or `cpu` (batches timed by this thread's CPU time).
  *
  * It loads the code, runs it once (the warm-up) and checks the answer, then prints
  *   ready CALLS_PER_BATCH
@@ -71,10 +72,17 @@ static int run_once(const struct runner *r, uint64_t *out) {
     return ubpf_exec(r->vm, r->input, r->input_len, out);
 }
 
-static uint64_t now_ns(void) {
+/* The clock that times batches: CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID. */
+static clockid_t batch_clock = CLOCK_MONOTONIC;
+
+static uint64_t clock_ns(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static uint64_t now_ns(void) {
+    return clock_ns(CLOCK_MONOTONIC);
 }
 
 static void load(struct runner *r, const char *mode, const char *code_path) {
@@ -103,13 +111,13 @@ static void run_batches(const struct runner *r, uint64_t calls, uint64_t budget_
     size_t used = (size_t)snprintf(line, sizeof line, "batches");
     uint64_t started = now_ns();
     do {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = clock_ns(batch_clock);
         for (uint64_t i = 0; i < calls; i++) {
             uint64_t got = 0;
             if (run_once(r, &got) != 0 || got != answer)
                 wrong++;
         }
-        double per_call = (double)(now_ns() - t0) / (double)calls;
+        double per_call = (double)(clock_ns(batch_clock) - t0) / (double)calls;
         if (used + 32 < sizeof line)
             used += (size_t)snprintf(line + used, sizeof line - used, " %.1f", per_call);
     } while (now_ns() - started < budget_ns);
@@ -121,10 +129,14 @@ static void run_batches(const struct runner *r, uint64_t calls, uint64_t budget_
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s interp|jit CODE INPUT ANSWER_HEX BATCH_NS\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s interp|jit CODE INPUT ANSWER_HEX BATCH_NS [wall|cpu]\n", argv[0]);
         return 2;
     }
+    if (argc == 7 && strcmp(argv[6], "cpu") == 0)
+        batch_clock = CLOCK_THREAD_CPUTIME_ID;
+    else if (argc == 7 && strcmp(argv[6], "wall") != 0)
+        fail("unknown clock (want wall or cpu)", argv[6]);
     struct runner r = {0};
     load(&r, argv[1], argv[2]);
     r.input = read_file(argv[3], &r.input_len);

@@ -58,6 +58,7 @@ impl Runner {
         input: &Input,
         answer: u64,
         batch: Duration,
+        cpu_time: bool,
     ) -> anyhow::Result<Runner> {
         let files = tempfile::tempdir().context("creating a temporary directory")?;
         let code_path = files.path().join("kernel.bin");
@@ -70,6 +71,7 @@ impl Runner {
             .arg(&input_path)
             .arg(format!("{answer:x}"))
             .arg(batch.as_nanos().max(1).to_string())
+            .arg(if cpu_time { "cpu" } else { "wall" })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -157,6 +159,7 @@ impl Columns {
         input: &Input,
         answer: u64,
         batch: Duration,
+        cpu_time: bool,
     ) -> Columns {
         let mut columns = Columns::default();
         let Some(runner) = runner else {
@@ -169,7 +172,7 @@ impl Columns {
                 return columns;
             }
         };
-        match Runner::start(runner, Mode::Interp, code, input, answer, batch) {
+        match Runner::start(runner, Mode::Interp, code, input, answer, batch, cpu_time) {
             Ok(r) => columns.interp = Some(r),
             Err(e) => {
                 columns.note = Some(format!(
@@ -178,7 +181,7 @@ impl Columns {
                 return columns;
             }
         }
-        match Runner::start(runner, Mode::Jit, code, input, answer, batch) {
+        match Runner::start(runner, Mode::Jit, code, input, answer, batch, cpu_time) {
             Ok(r) => columns.jit = Some(r),
             Err(e) => columns.note = Some(format!("uBPF JIT: {e:#}")),
         }
@@ -238,7 +241,7 @@ pub(super) mod tests {
         let runner = fake_runner(
             dir.path(),
             &format!(
-                "echo \"$1 $4 $(wc -c < \"$2\") $(wc -c < \"$3\")\" > {}\necho ready 3\n\
+                "echo \"$1 $4 $(wc -c < \"$2\") $(wc -c < \"$3\") $6\" > {}\necho ready 3\n\
                  while read cmd ms; do echo batches 10.5 12; done",
                 log.display()
             ),
@@ -250,6 +253,7 @@ pub(super) mod tests {
             &input(),
             0xabc,
             Duration::from_millis(1),
+            true,
         );
         assert_eq!(columns.note, None);
         let jit = columns.jit.as_mut().expect("the JIT column starts");
@@ -259,7 +263,7 @@ pub(super) mod tests {
             [10.5, 12.0]
         );
         let args = std::fs::read_to_string(&log).expect("the runner ran");
-        assert_eq!(args.trim(), "jit abc 16 64");
+        assert_eq!(args.trim(), "jit abc 16 64 cpu");
     }
 
     /// A runner that refuses the program leaves a note naming why, and the unchecked
@@ -269,15 +273,30 @@ pub(super) mod tests {
         let dir = tempfile::tempdir().expect("temporary directory");
         let code = Ok(vec![0u8; 8]);
         let runner = fake_runner(dir.path(), "echo 'error ubpf_load: bad opcode'; exit 1");
-        let columns = Columns::start(Some(&runner), &code, &input(), 1, Duration::from_millis(1));
+        let columns = Columns::start(
+            Some(&runner),
+            &code,
+            &input(),
+            1,
+            Duration::from_millis(1),
+            false,
+        );
         assert!(columns.interp.is_none() && columns.jit.is_none());
         let note = columns.note.expect("a note");
         assert!(note.contains("ubpf_load: bad opcode"), "{note}");
         assert!(note.contains("JIT was not run"), "{note}");
 
         let runner = fake_runner(dir.path(), "echo ready 1; read cmd; echo wrong 2");
-        let mut r = Runner::start(&runner, Mode::Interp, &[0; 8], &input(), 1, Duration::ZERO)
-            .expect("starts");
+        let mut r = Runner::start(
+            &runner,
+            Mode::Interp,
+            &[0; 8],
+            &input(),
+            1,
+            Duration::ZERO,
+            false,
+        )
+        .expect("starts");
         let err = format!(
             "{:#}",
             r.run_for(Duration::from_millis(1)).expect_err("wrong")
@@ -285,9 +304,17 @@ pub(super) mod tests {
         assert!(err.contains("2 timed runs"), "{err}");
 
         let runner = fake_runner(dir.path(), "exit 0");
-        let err = Runner::start(&runner, Mode::Jit, &[0; 8], &input(), 1, Duration::ZERO)
-            .err()
-            .expect("no reply");
+        let err = Runner::start(
+            &runner,
+            Mode::Jit,
+            &[0; 8],
+            &input(),
+            1,
+            Duration::ZERO,
+            false,
+        )
+        .err()
+        .expect("no reply");
         assert!(format!("{err:#}").contains("without a reply"), "{err:#}");
 
         let err = Columns::start(
@@ -296,11 +323,14 @@ pub(super) mod tests {
             &input(),
             1,
             Duration::ZERO,
+            false,
         );
         assert_eq!(err.note.as_deref(), Some("no"));
-        assert!(Columns::start(None, &code, &input(), 1, Duration::ZERO)
-            .note
-            .is_none());
+        assert!(
+            Columns::start(None, &code, &input(), 1, Duration::ZERO, false)
+                .note
+                .is_none()
+        );
     }
 
     #[test]
