@@ -874,17 +874,7 @@ fn bench_kernel(
     });
     let rbpf_columns = rbpf.push_into(&mut columns);
     let mut external: Vec<External<'_>> = Vec::new();
-    let mut ubpf_at = [None, None];
-    let runners = [
-        ("ubpf interp", ubpf.interp.as_mut()),
-        ("ubpf jit", ubpf.jit.as_mut()),
-    ];
-    for (at, (column, runner)) in ubpf_at.iter_mut().zip(runners) {
-        if let Some(runner) = runner {
-            external.push((column, runner));
-            *at = Some(columns.len() + external.len() - 1);
-        }
-    }
+    let ubpf_at = push_runners(&mut ubpf, columns.len(), &mut external);
     let clock: Clock = if cpu_time {
         thread_cpu_clock
     } else {
@@ -906,6 +896,27 @@ fn bench_kernel(
     drop(external);
     let notes = [rbpf_note, ubpf.note.take()];
     Ok(kernel_report(name, &p, &engines, &cells, notes))
+}
+
+/// Adds uBPF's runners that started to `external`; their indices among all columns
+/// (after `local` in-process ones), interpreter and JIT.
+fn push_runners<'a>(
+    ubpf: &'a mut ubpf::Columns,
+    local: usize,
+    external: &mut Vec<External<'a>>,
+) -> [Option<usize>; 2] {
+    let mut at = [None, None];
+    let runners = [
+        ("ubpf interp", ubpf.interp.as_mut()),
+        ("ubpf jit", ubpf.jit.as_mut()),
+    ];
+    for (at, (column, runner)) in at.iter_mut().zip(runners) {
+        if let Some(runner) = runner {
+            external.push((column, runner));
+            *at = Some(local + external.len() - 1);
+        }
+    }
+    at
 }
 
 /// A kernel's report from its timed cells; `notes` say why an rbpf or uBPF column is
