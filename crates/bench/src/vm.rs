@@ -11,12 +11,14 @@
 //!    [`super::measure`]), with every safety check on: bounds-checked memory, fuel
 //!    metering, the default fuel budget;
 //! 4. does the same for the `rbpf` crate's interpreter and JIT where they can run the
-//!    kernel (feature `rbpf`), as a peer column; a failure there is noted, not fatal.
+//!    kernel (feature `rbpf`), and for uBPF's when its runner is given (`--peer
+//!    ubpf=PATH`, [`ubpf`]), as peer columns; a failure there is noted, not fatal.
 //!
 //! Kernels take one pointer, to a 64-byte header followed by their data (`bench.h`),
 //! so runtimes that pass only r1 can drive them. Our engines also get r2 = the length,
 //! which the kernels ignore.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ use csx_ebpf::memory::{MemoryMap, RegionIdx};
 use csx_ebpf::program::VerifiedProgram;
 use serde::Serialize;
 
-use super::measure::{geomean, Measurement, Sampler, BATCHES_PER_BUDGET};
+use super::measure::{geomean, wall_clock, Clock, Measurement, Sampler, BATCHES_PER_BUDGET};
 use crate::engine::{build_engine, verify_program, EngineKind};
 use crate::exit;
 
@@ -56,6 +58,7 @@ pub enum Native {
     MemLen(unsafe extern "C" fn(*const u8, u64) -> u64),
 }
 
+mod ubpf;
 mod user;
 
 mod kernels {
@@ -100,18 +103,29 @@ const CELL_BUDGET_QUICK: Duration = Duration::from_millis(50);
 ///
 /// `--kernels FILE.c` measures your own code the same way: every function
 /// `u64 NAME(void *mem, u64 len)` in FILE.c becomes a kernel.
+///
+/// `--peer ubpf=PATH` (or the environment variable CSX_BENCH_UBPF=PATH) adds uBPF's
+/// interpreter and JIT as columns, run by the runner that
+/// crates/bench/peers/ubpf/build.sh builds against a uBPF checkout; without it the
+/// output says uBPF was not measured.
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct VmBenchArgs {
     /// Print one JSON object: {"kernels": [{name, native_ns, interp_ns, jit_ns,
-    /// jit_compile_us, interp_ratio, jit_ratio, quick_*, rbpf_*...}], geomean_jit,
+    /// jit_compile_us, interp_ratio, jit_ratio, quick_*, rbpf_*, ubpf_*...}], geomean_jit,
     /// geomean_interp, geomean_quick, geomean_rbpf_interp, geomean_rbpf_jit,
+    /// geomean_ubpf_interp, geomean_ubpf_jit, ubpf (the runner, or why not measured),
     /// jit_compile_4k_us, quick_compile_4k_us, ...}.
     #[arg(long)]
     json: bool,
     /// Measure each cell for 50 ms instead of 300 ms (same inputs, noisier numbers).
     #[arg(long)]
     quick: bool,
+    /// Time each batch by the CPU time of the thread that runs it (the peer runners'
+    /// too) instead of wall time: on a loaded machine the time spent preempted is left
+    /// out (other processes still share the caches).
+    #[arg(long)]
+    cpu_time: bool,
     /// Run only these kernels (repeatable; with --kernels, these functions).
     #[arg(long, value_name = "NAME")]
     kernel: Vec<String>,
@@ -121,6 +135,10 @@ pub struct VmBenchArgs {
     /// seeded random bytes (read-only). Set CSX_CLANG to choose the compiler.
     #[arg(long, value_name = "FILE.c")]
     kernels: Option<std::path::PathBuf>,
+    /// A peer engine's runner, as NAME=PATH; the peer known is `ubpf` (the runner built
+    /// by crates/bench/peers/ubpf/build.sh). Defaults to CSX_BENCH_UBPF if set.
+    #[arg(long, value_name = "NAME=PATH")]
+    peer: Vec<String>,
 }
 
 /// How big a kernel's input is.
@@ -461,6 +479,13 @@ struct KernelReport {
     rbpf_jit_ratio: Option<f64>,
     /// Why an rbpf column is empty.
     rbpf_note: Option<String>,
+    /// uBPF's interpreter (bounds checks on) and JIT (no checks), with `--peer ubpf`.
+    ubpf_interp_ns: Option<f64>,
+    ubpf_jit_ns: Option<f64>,
+    ubpf_interp_ratio: Option<f64>,
+    ubpf_jit_ratio: Option<f64>,
+    /// Why a uBPF column is empty although the runner was given.
+    ubpf_note: Option<String>,
     /// Fastest and slowest batch (ns per run) of each measured cell.
     spread_ns: Spread,
 }
@@ -473,6 +498,8 @@ struct Spread {
     quick: Option<[f64; 2]>,
     rbpf_interp: Option<[f64; 2]>,
     rbpf_jit: Option<[f64; 2]>,
+    ubpf_interp: Option<[f64; 2]>,
+    ubpf_jit: Option<[f64; 2]>,
 }
 
 fn spread(m: &Measurement) -> [f64; 2] {
@@ -492,8 +519,16 @@ struct BenchReport {
     geomean_rbpf_interp: Option<f64>,
     geomean_rbpf_jit: Option<f64>,
     rbpf_kernels: Vec<&'static str>,
+    /// Over the kernels uBPF ran (`ubpf_kernels`), with `--peer ubpf`.
+    geomean_ubpf_interp: Option<f64>,
+    geomean_ubpf_jit: Option<f64>,
+    ubpf_kernels: Vec<&'static str>,
+    /// The uBPF runner given, or why uBPF was not measured.
+    ubpf: String,
     cell_budget_ms: u128,
     quick: bool,
+    /// Batches timed by thread CPU time (`--cpu-time`), not wall time.
+    cpu_time: bool,
     clang: &'static str,
     native_cflags: &'static str,
     bpf_cflags: &'static str,
@@ -583,16 +618,27 @@ const ROUNDS: u32 = 5;
 /// A timed column: one run of a kernel, reporting whether it returned the answer.
 type Work<'a> = Box<dyn FnMut() -> bool + 'a>;
 
+/// A column timed by a peer's runner process, which reports its own batches.
+type External<'a> = (&'static str, &'a mut ubpf::Runner);
+
 /// Times the columns of one kernel interleaved: [`ROUNDS`] rounds, each giving every
-/// column an equal slice of `budget`, so a change in the machine's load hits them all
-/// alike. Every timed run must return the right answer.
+/// column (`columns`, then the runners in `external`) an equal slice of `budget`, so a
+/// change in the machine's load hits them all alike. Every timed run must return the
+/// right answer. The measurements come in that order.
 fn time_columns(
     columns: &mut [(&'static str, Work<'_>)],
+    external: &mut [External<'_>],
     budget: Duration,
+    clock: Clock,
 ) -> anyhow::Result<Vec<Measurement>> {
     let mut samplers: Vec<Sampler> = columns
         .iter_mut()
-        .map(|(_, work)| Sampler::new(budget / BATCHES_PER_BUDGET, work))
+        .map(|(_, work)| Sampler::new(budget / BATCHES_PER_BUDGET, work).with_clock(clock))
+        .chain(
+            external
+                .iter()
+                .map(|(_, r)| Sampler::external(r.batch_calls)),
+        )
         .collect();
     let mut wrong = vec![0u64; columns.len()];
     for _ in 0..ROUNDS {
@@ -602,6 +648,12 @@ fn time_columns(
                     wrong[i] += 1;
                 }
             });
+        }
+        for (j, (column, runner)) in external.iter_mut().enumerate() {
+            let batches = runner
+                .run_for(budget / ROUNDS)
+                .with_context(|| format!("timing {column}"))?;
+            samplers[columns.len() + j].record(&batches);
         }
     }
     for ((column, _), wrong) in columns.iter().zip(&wrong) {
@@ -636,38 +688,166 @@ fn engine_column<'a>(
     })
 }
 
-fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Result<KernelReport> {
-    let name = kernel.name;
-    let p = prepare(kernel, Scale::Full)?;
-    let answer = p.answer;
+/// Our engines for one kernel, each checked once against native's answer.
+struct Engines {
+    interp: Box<dyn Engine>,
+    jit: Box<dyn Engine>,
+    jit_compile: Duration,
+    /// The quick tier and its compile time (x86-64 hosts).
+    quick: Option<(Box<dyn Engine>, Duration)>,
+}
+
+fn checked_engines(name: &str, p: &Prepared) -> anyhow::Result<Engines> {
     let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&p.program))?;
-    let (jit, compile_time) = build_engine(EngineKind::Jit, Arc::clone(&p.program))?;
-    let jit_answer =
-        run_once(jit.as_ref(), &p.input).with_context(|| format!("kernel {name} on the JIT"))?;
-    if jit_answer != answer {
-        bail!("kernel {name}: the JIT returned {jit_answer:#x}, native code {answer:#x}");
-    }
+    let (jit, jit_compile) = checked_engine(name, "JIT", EngineKind::Jit, p)?;
     let quick = if QUICK_TIER {
-        let (quick, compile_time) = build_engine(EngineKind::Quick, Arc::clone(&p.program))?;
-        let got = run_once(quick.as_ref(), &p.input)
-            .with_context(|| format!("kernel {name} on the quick tier"))?;
-        if got != answer {
-            bail!("kernel {name}: the quick tier returned {got:#x}, native code {answer:#x}");
-        }
-        Some((quick, compile_time))
+        Some(checked_engine(name, "quick tier", EngineKind::Quick, p)?)
     } else {
         None
     };
+    Ok(Engines {
+        interp,
+        jit,
+        jit_compile,
+        quick,
+    })
+}
+
+/// Builds the `kind` engine and runs it once: it must return native's answer.
+fn checked_engine(
+    name: &str,
+    label: &str,
+    kind: EngineKind,
+    p: &Prepared,
+) -> anyhow::Result<(Box<dyn Engine>, Duration)> {
+    let (engine, compile_time) = build_engine(kind, Arc::clone(&p.program))?;
+    let got = run_once(engine.as_ref(), &p.input)
+        .with_context(|| format!("kernel {name} on the {label}"))?;
+    if got != p.answer {
+        bail!(
+            "kernel {name}: the {label} returned {got:#x}, native code {:#x}",
+            p.answer
+        );
+    }
+    Ok((engine, compile_time))
+}
+
+/// The kernel as the raw bytecode the peers (rbpf, uBPF) load, which resolve no ELF:
+/// a preamble that sets r2 to the input's length (rbpf passes only r1; a `--kernels`
+/// function reads its length from r2) and jumps to the entry, then the span of the
+/// verified program that the entry reaches (a `--kernels` file is one section holding
+/// every function; rbpf's JIT has room for one). Jumps and calls are relative and stay
+/// inside that span, so cutting it out and the preamble move none of them.
+fn peer_bytecode(program: &VerifiedProgram, input_len: usize) -> Result<Vec<u8>, String> {
+    use csx_ebpf::isa::{Insn, ALU_MOV, CLASS_ALU64, CLASS_JMP, JMP_JA, SRC_K};
+    if !program.globals().is_empty() {
+        return Err("uses global data, which the peers' raw-bytecode loaders cannot map".into());
+    }
+    let len = i32::try_from(input_len)
+        .map_err(|_| format!("an input of {input_len} bytes does not fit an immediate"))?;
+    let (first, last) = reachable_span(program.insns(), program.entry() as usize);
+    let entry = program.entry() as usize - first;
+    let entry =
+        i16::try_from(entry).map_err(|_| format!("entry {entry} is past a jump's reach"))?;
+    let mut insns = vec![Insn::new(CLASS_ALU64 | ALU_MOV | SRC_K, 2, 0, 0, len)];
+    if entry != 0 {
+        insns.push(Insn::new(CLASS_JMP | JMP_JA, 0, 0, entry, 0));
+    }
+    insns.extend_from_slice(&program.insns()[first..=last]);
+    Ok(csx_ebpf::isa::encode_all(&insns))
+}
+
+/// The first and last slot reachable from `entry` (of a verified program: every jump
+/// and call lands inside it), following jumps, both arms of branches and local calls.
+fn reachable_span(insns: &[csx_ebpf::isa::Insn], entry: usize) -> (usize, usize) {
+    use csx_ebpf::isa::{CLASS_JMP, CLASS_JMP32, JMP_CALL, JMP_EXIT, JMP_JA};
+    /// `lddw`, the one instruction of two slots.
+    const LDDW: u8 = 0x18;
+    /// `src` of a call to a local function (`imm` is relative).
+    const LOCAL_CALL: u8 = 1;
+    let mut seen = vec![false; insns.len()];
+    let mut todo = vec![entry];
+    let relative = |pc: usize, delta: i64| usize::try_from(pc as i64 + 1 + delta).ok();
+    while let Some(pc) = todo.pop() {
+        if pc >= insns.len() || seen[pc] {
+            continue;
+        }
+        seen[pc] = true;
+        let insn = insns[pc];
+        let (class, op) = (insn.class(), insn.opc & 0xf0);
+        if insn.opc == LDDW {
+            if let Some(s) = seen.get_mut(pc + 1) {
+                *s = true;
+            }
+            todo.push(pc + 2);
+            continue;
+        }
+        if class != CLASS_JMP && class != CLASS_JMP32 {
+            todo.push(pc + 1);
+            continue;
+        }
+        match op {
+            JMP_EXIT => {}
+            JMP_CALL => {
+                if insn.src == LOCAL_CALL {
+                    todo.extend(relative(pc, i64::from(insn.imm)));
+                }
+                todo.push(pc + 1);
+            }
+            JMP_JA if class == CLASS_JMP32 => todo.extend(relative(pc, i64::from(insn.imm))),
+            JMP_JA => todo.extend(relative(pc, i64::from(insn.off))),
+            _ => {
+                todo.extend(relative(pc, i64::from(insn.off)));
+                todo.push(pc + 1);
+            }
+        }
+    }
+    let first = seen.iter().position(|&s| s).unwrap_or(entry);
+    let last = seen.iter().rposition(|&s| s).unwrap_or(entry);
+    (first, last)
+}
+
+/// One kernel's timed cells.
+struct Cells {
+    native: Measurement,
+    interp: Measurement,
+    jit: Measurement,
+    quick: Option<Measurement>,
+    rbpf_interp: Option<Measurement>,
+    rbpf_jit: Option<Measurement>,
+    ubpf_interp: Option<Measurement>,
+    ubpf_jit: Option<Measurement>,
+}
+
+/// Nanoseconds of CPU time of the calling thread.
+fn thread_cpu_clock() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on
+    // every Linux the bench runs on, and on failure `t` stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn bench_kernel(
+    kernel: &'static CompiledKernel,
+    budget: Duration,
+    cpu_time: bool,
+    ubpf_runner: Option<&Path>,
+) -> anyhow::Result<KernelReport> {
+    let name = kernel.name;
+    let p = prepare(kernel, Scale::Full)?;
+    let answer = p.answer;
+    let engines = checked_engines(name, &p)?;
 
     // Declared before the columns, which borrow them.
-    let peer_code = match kernel.native {
-        Native::Header(_) => peer::bytecode(&p.program),
-        Native::MemLen(_) => {
-            Err("rbpf passes only r1, and a --kernels function takes (mem, len)".into())
-        }
-    };
-    let mut peer = peer::Columns::new(&peer_code, &p.input, answer);
-    let peer_note = peer.note.clone();
+    let peer_code = peer_bytecode(&p.program, p.input.bytes().len());
+    let mut rbpf = peer::Columns::new(&peer_code, &p.input, answer);
+    let rbpf_note = rbpf.note.clone();
+    let batch = budget / BATCHES_PER_BUDGET;
+    let mut ubpf = ubpf::Columns::start(ubpf_runner, &peer_code, &p.input, answer, batch, cpu_time);
     let (interp_map, args) = map_input(&p.input)?;
     let (jit_map, _) = map_input(&p.input)?;
     let (quick_map, _) = map_input(&p.input)?;
@@ -678,72 +858,120 @@ fn bench_kernel(kernel: &'static CompiledKernel, budget: Duration) -> anyhow::Re
         ),
         (
             "interp",
-            engine_column(interp.as_ref(), interp_map, args, answer),
+            engine_column(engines.interp.as_ref(), interp_map, args, answer),
         ),
-        ("jit", engine_column(jit.as_ref(), jit_map, args, answer)),
+        (
+            "jit",
+            engine_column(engines.jit.as_ref(), jit_map, args, answer),
+        ),
     ];
-    let quick_column = quick.as_ref().map(|(engine, _)| {
+    let quick_column = engines.quick.as_ref().map(|(engine, _)| {
         columns.push((
             "quick",
             engine_column(engine.as_ref(), quick_map, args, answer),
         ));
         columns.len() - 1
     });
-    let peer_columns = peer.push_into(&mut columns);
-    let m = time_columns(&mut columns, budget).with_context(|| format!("kernel {name}"))?;
-    let (native, interp_m, jit_m) = (m[0], m[1], m[2]);
-    let quick_m = quick_column.map(|i| m[i]);
-    let rbpf_interp = peer_columns.0.map(|i| m[i]);
-    let rbpf_jit = peer_columns.1.map(|i| m[i]);
+    let rbpf_columns = rbpf.push_into(&mut columns);
+    let mut external: Vec<External<'_>> = Vec::new();
+    let ubpf_at = push_runners(&mut ubpf, columns.len(), &mut external);
+    let clock: Clock = if cpu_time {
+        thread_cpu_clock
+    } else {
+        wall_clock
+    };
+    let m = time_columns(&mut columns, &mut external, budget, clock)
+        .with_context(|| format!("kernel {name}"))?;
+    let at = |i: Option<usize>| i.map(|i| m[i]);
+    let cells = Cells {
+        native: m[0],
+        interp: m[1],
+        jit: m[2],
+        quick: at(quick_column),
+        rbpf_interp: at(rbpf_columns.0),
+        rbpf_jit: at(rbpf_columns.1),
+        ubpf_interp: at(ubpf_at[0]),
+        ubpf_jit: at(ubpf_at[1]),
+    };
+    drop(external);
+    let notes = [rbpf_note, ubpf.note.take()];
+    Ok(kernel_report(name, &p, &engines, &cells, notes))
+}
 
-    let ratio = |m: &Measurement| m.median_ns / native.median_ns;
-    Ok(KernelReport {
+/// Adds uBPF's runners that started to `external`; their indices among all columns
+/// (after `local` in-process ones), interpreter and JIT.
+fn push_runners<'a>(
+    ubpf: &'a mut ubpf::Columns,
+    local: usize,
+    external: &mut Vec<External<'a>>,
+) -> [Option<usize>; 2] {
+    let mut at = [None, None];
+    let runners = [
+        ("ubpf interp", ubpf.interp.as_mut()),
+        ("ubpf jit", ubpf.jit.as_mut()),
+    ];
+    for (at, (column, runner)) in at.iter_mut().zip(runners) {
+        if let Some(runner) = runner {
+            external.push((column, runner));
+            *at = Some(local + external.len() - 1);
+        }
+    }
+    at
+}
+
+/// A kernel's report from its timed cells; `notes` say why an rbpf or uBPF column is
+/// empty.
+fn kernel_report(
+    name: &'static str,
+    p: &Prepared,
+    engines: &Engines,
+    c: &Cells,
+    notes: [Option<String>; 2],
+) -> KernelReport {
+    let ratio = |m: &Measurement| m.median_ns / c.native.median_ns;
+    let ns = |m: &Option<Measurement>| m.map(|m| m.median_ns);
+    let ratio_of = |m: &Option<Measurement>| m.as_ref().map(ratio);
+    let [rbpf_note, ubpf_note] = notes;
+    KernelReport {
         name,
         input_bytes: p.input.bytes().len(),
-        answer: format!("{answer:#x}"),
-        native_ns: native.median_ns,
-        interp_ns: interp_m.median_ns,
-        jit_ns: jit_m.median_ns,
-        jit_compile_us: compile_time.as_secs_f64() * 1e6,
-        interp_ratio: ratio(&interp_m),
-        jit_ratio: ratio(&jit_m),
-        quick_ns: quick_m.map(|m| m.median_ns),
-        quick_ratio: quick_m.as_ref().map(ratio),
-        quick_compile_us: quick.as_ref().map(|(_, t)| t.as_secs_f64() * 1e6),
-        rbpf_interp_ns: rbpf_interp.map(|m| m.median_ns),
-        rbpf_jit_ns: rbpf_jit.map(|m| m.median_ns),
-        rbpf_interp_ratio: rbpf_interp.as_ref().map(ratio),
-        rbpf_jit_ratio: rbpf_jit.as_ref().map(ratio),
-        rbpf_note: peer_note,
+        answer: format!("{:#x}", p.answer),
+        native_ns: c.native.median_ns,
+        interp_ns: c.interp.median_ns,
+        jit_ns: c.jit.median_ns,
+        jit_compile_us: engines.jit_compile.as_secs_f64() * 1e6,
+        interp_ratio: ratio(&c.interp),
+        jit_ratio: ratio(&c.jit),
+        quick_ns: ns(&c.quick),
+        quick_ratio: ratio_of(&c.quick),
+        quick_compile_us: engines.quick.as_ref().map(|(_, t)| t.as_secs_f64() * 1e6),
+        rbpf_interp_ns: ns(&c.rbpf_interp),
+        rbpf_jit_ns: ns(&c.rbpf_jit),
+        rbpf_interp_ratio: ratio_of(&c.rbpf_interp),
+        rbpf_jit_ratio: ratio_of(&c.rbpf_jit),
+        rbpf_note,
+        ubpf_interp_ns: ns(&c.ubpf_interp),
+        ubpf_jit_ns: ns(&c.ubpf_jit),
+        ubpf_interp_ratio: ratio_of(&c.ubpf_interp),
+        ubpf_jit_ratio: ratio_of(&c.ubpf_jit),
+        ubpf_note,
         spread_ns: Spread {
-            native: spread(&native),
-            interp: spread(&interp_m),
-            jit: spread(&jit_m),
-            quick: quick_m.as_ref().map(spread),
-            rbpf_interp: rbpf_interp.as_ref().map(spread),
-            rbpf_jit: rbpf_jit.as_ref().map(spread),
+            native: spread(&c.native),
+            interp: spread(&c.interp),
+            jit: spread(&c.jit),
+            quick: c.quick.as_ref().map(spread),
+            rbpf_interp: c.rbpf_interp.as_ref().map(spread),
+            rbpf_jit: c.rbpf_jit.as_ref().map(spread),
+            ubpf_interp: c.ubpf_interp.as_ref().map(spread),
+            ubpf_jit: c.ubpf_jit.as_ref().map(spread),
         },
-    })
+    }
 }
 
 /// The rbpf crate as a peer runtime: its interpreter and its x86-64 JIT.
 #[cfg(feature = "rbpf")]
 mod peer {
-    use csx_ebpf::program::VerifiedProgram;
-
     use super::{Input, Work};
-
-    /// The program as the raw bytecode rbpf takes, if it is self-contained: rbpf has no
-    /// loader, so programs with global data or an entry past slot 0 are out.
-    pub fn bytecode(program: &VerifiedProgram) -> Result<Vec<u8>, String> {
-        if !program.globals().is_empty() {
-            return Err("uses global data, which rbpf cannot map".into());
-        }
-        if program.entry() != 0 {
-            return Err("entry is not the first instruction".into());
-        }
-        Ok(csx_ebpf::isa::encode_all(program.insns()))
-    }
 
     /// rbpf's columns for one kernel, each checked once on the kernel's input. Each
     /// owns a copy of the input (the same bytes), because rbpf wants it writable.
@@ -841,7 +1069,10 @@ mod peer {
         answer: u64,
     ) -> Result<(rbpf::EbpfVmRaw<'_>, Input), String> {
         let mut vm = rbpf::EbpfVmRaw::new(Some(code)).map_err(|e| format!("load: {e}"))?;
-        vm.jit_compile().map_err(|e| format!("compile: {e}"))?;
+        // rbpf's JIT asserts (panics) when the code outgrows its fixed buffer.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| vm.jit_compile()))
+            .map_err(|_| "compile: rbpf's JIT panicked (code too large for its buffer?)")?
+            .map_err(|e| format!("compile: {e}"))?;
         // SAFETY: rbpf's JIT does not check memory accesses. This bytecode ran on
         // rbpf's bounds-checked interpreter over an identical copy of these bytes and
         // returned the right answer; the kernels are deterministic functions of their
@@ -859,22 +1090,16 @@ mod peer {
 /// Without the `rbpf` feature the peer columns are empty.
 #[cfg(not(feature = "rbpf"))]
 mod peer {
-    use csx_ebpf::program::VerifiedProgram;
-
     use super::{Input, Work};
-
-    pub fn bytecode(_: &VerifiedProgram) -> Result<Vec<u8>, String> {
-        Err("built without feature `rbpf`".into())
-    }
 
     pub struct Columns {
         pub note: Option<String>,
     }
 
     impl Columns {
-        pub fn new(code: &Result<Vec<u8>, String>, _: &Input, _: u64) -> Columns {
+        pub fn new(_: &Result<Vec<u8>, String>, _: &Input, _: u64) -> Columns {
             Columns {
-                note: code.as_ref().err().cloned(),
+                note: Some("built without feature `rbpf`".into()),
             }
         }
 
@@ -908,16 +1133,28 @@ pub fn run(args: VmBenchArgs) -> anyhow::Result<u8> {
         }
     }
 
+    let ubpf_runner = ubpf::runner_path(&args.peer)?;
+    let ubpf_status = match &ubpf_runner {
+        Some(path) => format!("runner {}", path.display()),
+        None => format!(
+            "not measured: no runner given (--peer ubpf=PATH or {}=PATH; \
+             crates/bench/peers/ubpf/build.sh builds one)",
+            ubpf::RUNNER_ENV
+        ),
+    };
+
     let load_before = load_average();
     let table = Table::new(!args.json);
-    table.header(budget, load_before);
+    table.header(budget, load_before, &ubpf_status);
     let mut kernels = Vec::with_capacity(selected.len());
     for kernel in selected {
-        let report = bench_kernel(kernel, budget)?;
+        let report = bench_kernel(kernel, budget, args.cpu_time, ubpf_runner.as_deref())?;
         table.row(&report);
         kernels.push(report);
     }
     let mut report = summarize(kernels, budget, args.quick);
+    report.ubpf = ubpf_status;
+    report.cpu_time = args.cpu_time;
     report.jit_compile_4k_us = Some(measure_compile_time(EngineKind::Jit)?);
     if QUICK_TIER {
         report.quick_compile_4k_us = Some(measure_compile_time(EngineKind::Quick)?);
@@ -941,28 +1178,51 @@ fn load_average() -> Option<[f64; 3]> {
     Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
+/// The geometric means of a peer's interpreter and JIT ratios, over the kernels where
+/// both of its columns exist, and those kernels.
+fn peer_means(
+    kernels: &[KernelReport],
+    columns: impl Fn(&KernelReport) -> (Option<f64>, Option<f64>),
+) -> (Option<f64>, Option<f64>, Vec<&'static str>) {
+    let both: Vec<(f64, f64, &'static str)> = kernels
+        .iter()
+        .filter_map(|k| match columns(k) {
+            (Some(interp), Some(jit)) => Some((interp, jit, k.name)),
+            _ => None,
+        })
+        .collect();
+    let interp: Vec<f64> = both.iter().map(|b| b.0).collect();
+    let jit: Vec<f64> = both.iter().map(|b| b.1).collect();
+    (
+        geomean(&interp),
+        geomean(&jit),
+        both.iter().map(|b| b.2).collect(),
+    )
+}
+
 fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> BenchReport {
     let interp: Vec<f64> = kernels.iter().map(|k| k.interp_ratio).collect();
     let jit: Vec<f64> = kernels.iter().map(|k| k.jit_ratio).collect();
     let quick_tier: Vec<f64> = kernels.iter().filter_map(|k| k.quick_ratio).collect();
-    // The rbpf means cover only the kernels where both rbpf columns exist.
-    let peer: Vec<&KernelReport> = kernels
-        .iter()
-        .filter(|k| k.rbpf_interp_ratio.is_some() && k.rbpf_jit_ratio.is_some())
-        .collect();
-    let rbpf_interp: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_interp_ratio).collect();
-    let rbpf_jit: Vec<f64> = peer.iter().filter_map(|k| k.rbpf_jit_ratio).collect();
-    let rbpf_kernels = peer.iter().map(|k| k.name).collect();
+    let (geomean_rbpf_interp, geomean_rbpf_jit, rbpf_kernels) =
+        peer_means(&kernels, |k| (k.rbpf_interp_ratio, k.rbpf_jit_ratio));
+    let (geomean_ubpf_interp, geomean_ubpf_jit, ubpf_kernels) =
+        peer_means(&kernels, |k| (k.ubpf_interp_ratio, k.ubpf_jit_ratio));
     BenchReport {
         geomean_jit: geomean(&jit),
         geomean_interp: geomean(&interp),
         geomean_quick: geomean(&quick_tier),
-        geomean_rbpf_interp: geomean(&rbpf_interp),
-        geomean_rbpf_jit: geomean(&rbpf_jit),
+        geomean_rbpf_interp,
+        geomean_rbpf_jit,
         rbpf_kernels,
+        geomean_ubpf_interp,
+        geomean_ubpf_jit,
+        ubpf_kernels,
+        ubpf: String::new(),
         kernels,
         cell_budget_ms: budget.as_millis(),
         quick,
+        cpu_time: false,
         clang: env!("CSX_BENCH_CLANG_VERSION"),
         native_cflags: "-O2",
         bpf_cflags: env!("CSX_BENCH_BPF_CFLAGS"),
@@ -979,7 +1239,7 @@ struct Table {
     enabled: bool,
 }
 
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 12] = [
     "kernel",
     "input",
     "native",
@@ -990,8 +1250,10 @@ const COLUMNS: [&str; 10] = [
     "quick comp",
     "rbpf interp",
     "rbpf jit",
+    "ubpf interp",
+    "ubpf jit",
 ];
-const WIDTHS: [usize; 10] = [8, 8, 10, 19, 17, 12, 17, 10, 19, 17];
+const WIDTHS: [usize; 12] = [8, 8, 10, 19, 17, 12, 17, 10, 19, 17, 19, 17];
 
 impl Table {
     fn new(enabled: bool) -> Table {
@@ -1006,7 +1268,7 @@ impl Table {
         println!("{}", out.trim_end());
     }
 
-    fn header(&self, budget: Duration, load: Option<[f64; 3]>) {
+    fn header(&self, budget: Duration, load: Option<[f64; 3]>, ubpf: &str) {
         if !self.enabled {
             return;
         }
@@ -1021,6 +1283,7 @@ impl Table {
         if let Some([l1, l5, l15]) = load {
             println!("load average before: {l1:.2} {l5:.2} {l15:.2}");
         }
+        println!("uBPF: {ubpf}");
         println!();
         self.line(&COLUMNS.map(String::from));
     }
@@ -1045,6 +1308,8 @@ impl Table {
                 .map_or("n/a".to_string(), |us| format!("{us:.0} µs")),
             with_ratio(k.rbpf_interp_ns, k.rbpf_interp_ratio),
             with_ratio(k.rbpf_jit_ns, k.rbpf_jit_ratio),
+            with_ratio(k.ubpf_interp_ns, k.ubpf_interp_ratio),
+            with_ratio(k.ubpf_jit_ns, k.ubpf_jit_ratio),
         ]);
     }
 
@@ -1053,16 +1318,21 @@ impl Table {
             return;
         }
         let g = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("({})", format_ratio(v)));
-        let mut cells = [""; 10].map(String::from);
+        let mut cells = [""; 12].map(String::from);
         cells[0] = "geomean".into();
         cells[3] = g(r.geomean_interp);
         cells[4] = g(r.geomean_jit);
         cells[6] = g(r.geomean_quick);
         cells[8] = g(r.geomean_rbpf_interp);
         cells[9] = g(r.geomean_rbpf_jit);
+        cells[10] = g(r.geomean_ubpf_interp);
+        cells[11] = g(r.geomean_ubpf_jit);
         self.line(&cells);
         if r.rbpf_kernels.len() != r.kernels.len() {
             println!("rbpf geomeans cover only: {}", r.rbpf_kernels.join(", "));
+        }
+        if !r.ubpf_kernels.is_empty() && r.ubpf_kernels.len() != r.kernels.len() {
+            println!("uBPF geomeans cover only: {}", r.ubpf_kernels.join(", "));
         }
         for (tier, c) in [
             ("jit", r.jit_compile_4k_us),
@@ -1082,6 +1352,13 @@ impl Table {
         }
         for k in &r.kernels {
             if let Some(note) = &k.rbpf_note {
+                println!("{}: {note}", k.name);
+            }
+            if let Some(note) = k
+                .ubpf_note
+                .as_ref()
+                .filter(|n| k.rbpf_note.as_ref() != Some(n))
+            {
                 println!("{}: {note}", k.name);
             }
         }
@@ -1257,13 +1534,92 @@ mod tests {
         prepare(kernel, Scale::Test).expect("runs").answer
     }
 
+    /// A peer's column sits beside our own: the runner's batches are its measurement,
+    /// in the order of the columns.
+    #[test]
+    fn peer_runners_are_timed_between_our_columns() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let runner = ubpf::tests::fake_runner(
+            dir.path(),
+            "echo ready 2\nwhile read cmd ms; do echo batches 7 9 8; done",
+        );
+        let mut r = ubpf::Runner::start(
+            &runner,
+            ubpf::Mode::Jit,
+            &[0; 8],
+            &Input::raw(&[0; 8]),
+            0,
+            Duration::from_millis(1),
+            false,
+        )
+        .expect("starts");
+        let mut calls = 0u64;
+        let mut columns: Vec<(&'static str, Work<'_>)> = vec![(
+            "local",
+            Box::new(|| {
+                calls += 1;
+                true
+            }),
+        )];
+        let mut external = [("peer", &mut r)];
+        let m = time_columns(
+            &mut columns,
+            &mut external,
+            Duration::from_millis(5),
+            wall_clock,
+        )
+        .expect("times");
+        drop(columns);
+        assert_eq!(m.len(), 2);
+        assert!(calls > 0);
+        assert_eq!(m[1].median_ns, 8.0);
+        assert_eq!((m[1].min_ns, m[1].max_ns), (7.0, 9.0));
+        assert_eq!(m[1].calls, 2 * 3 * u64::from(ROUNDS));
+    }
+
+    /// rbpf runs a `--kernels` function that is not the first in its file and reads its
+    /// length from r2: the peers' bytecode sets r2 and jumps to the entry.
+    #[cfg(feature = "rbpf")]
+    #[test]
+    fn rbpf_runs_a_users_second_function() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let file = dir.path().join("two.c");
+        std::fs::write(
+            &file,
+            "typedef unsigned long long u64;\n\
+             u64 first(void *mem, u64 len) { return len * 3 + ((unsigned char *)mem)[0]; }\n\
+             u64 second(void *mem, u64 len) { unsigned char *p = mem; u64 s = 7;\n\
+               for (u64 i = 0; i < len; i++) s = s * 31 + p[i]; return s ^ len; }\n",
+        )
+        .expect("writable");
+        let kernels = user::compile(&file).expect("compiles");
+        let second = kernels.iter().find(|k| k.name == "second").expect("second");
+        let p = prepare(second, Scale::Test).expect("prepares");
+        assert_ne!(p.program.entry(), 0, "the test needs an entry past slot 0");
+        let code = peer_bytecode(&p.program, p.input.bytes().len());
+        let columns = peer::Columns::new(&code, &p.input, p.answer);
+        assert_eq!(columns.note, None);
+    }
+
+    /// The span the entry reaches: a local call's callee before the entry counts, a
+    /// function after the last reachable slot does not.
+    #[test]
+    fn the_peers_get_the_reachable_span() {
+        let src = "ja +2\nmov %r0, 1\nexit\ncall local -3\nexit\nmov %r0, 9\nexit\n";
+        let insns = csx_ebpf::asm::assemble(src).expect("assembles");
+        assert_eq!(insns.len(), 7);
+        assert_eq!(reachable_span(&insns, 3), (1, 4));
+        assert_eq!(reachable_span(&insns, 0), (0, 4));
+        assert_eq!(reachable_span(&insns, 5), (5, 6));
+    }
+
     #[cfg(feature = "rbpf")]
     #[test]
     fn rbpf_runs_the_kernels() {
         // rbpf maps no global data (crc32t's table).
         for kernel in KERNELS.iter().filter(|k| k.name != "crc32t") {
             let p = prepare(kernel, Scale::Test).expect("prepares");
-            let code = peer::bytecode(&p.program);
+            let code = peer_bytecode(&p.program, p.input.bytes().len());
             let columns = peer::Columns::new(&code, &p.input, p.answer);
             assert_eq!(columns.note, None, "kernel {}", kernel.name);
         }
