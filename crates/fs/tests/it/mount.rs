@@ -432,7 +432,13 @@ fn kept_unlinked(fs_: &csx_fs::MetalFs) -> Vec<String> {
     };
     for o in owners {
         let dir = format!("{}/{}", csx_fs::unlinked::UNLINKED_DIR, o.name);
-        out.extend(fs_.list(&dir).unwrap().into_iter().map(|e| e.name));
+        // The mount removes an owner's directory once its last kept file goes: one
+        // listed a moment ago may be gone, and then holds nothing.
+        match fs_.list(&dir) {
+            Ok(entries) => out.extend(entries.into_iter().map(|e| e.name)),
+            Err(e) if e.errno == libc::ENOENT => {}
+            Err(e) => panic!("{dir}: {e:?}"),
+        }
     }
     out
 }

@@ -241,6 +241,19 @@ pub fn prepare_dir(for_other_users: bool) -> Result<PathBuf, String> {
         Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
     }
     check_dir(&dir)?;
+    if for_other_users {
+        // A directory made earlier for this user alone: other users must be able to
+        // reach a socket in it (search only; nothing in it becomes listable).
+        use std::os::unix::fs::MetadataExt;
+        let now = std::fs::metadata(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?
+            .mode()
+            & 0o7777;
+        if now & 0o011 != 0o011 {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(now | 0o011))
+                .map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+    }
     Ok(dir)
 }
 
