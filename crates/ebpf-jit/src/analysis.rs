@@ -750,8 +750,7 @@ fn frame_slots(off: i16, size: i64) -> (u64, Option<u32>) {
             mask |= 1 << i;
         }
     }
-    let exact =
-        (size == 8 && lo % 8 == 0 && (-512..0).contains(&lo)).then(|| (-lo / 8 - 1) as u32);
+    let exact = (size == 8 && lo % 8 == 0 && (-512..0).contains(&lo)).then(|| (-lo / 8 - 1) as u32);
     (mask, exact)
 }
 
