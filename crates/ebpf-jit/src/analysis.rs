@@ -366,7 +366,7 @@ fn plan_function(
     stamp: u32,
     speculate: bool,
 ) -> Result<(FunctionPlan, Vec<u32>), PlanError> {
-    let reach = reach(insns, lddw_tails, start, visited, stamp)?;
+    let reach = reach(insns, lddw_tails, start, (visited, stamp))?;
     let conv = conversions(insns, &reach, speculate);
     let mut leaders = leaders(insns, start, &reach, &conv)?;
     let (regions, cold) = if speculate {
@@ -404,15 +404,15 @@ struct Reach {
     flows: BTreeMap<u32, Flow>,
 }
 
-/// The slots reachable from `start` (marking them `stamp` in `visited`), with the
-/// jumps into each and the callees met.
+/// The slots reachable from `start` (marking them `stamp` in `visited`: `mark`), with
+/// the jumps into each and the callees met.
 fn reach(
     insns: &[Insn],
     lddw_tails: &BTreeSet<u32>,
     start: u32,
-    visited: &mut [u32],
-    stamp: u32,
+    mark: (&mut [u32], u32),
 ) -> Result<Reach, PlanError> {
+    let (visited, stamp) = mark;
     let mut r = Reach {
         pcs: Vec::new(),
         callees: Vec::new(),
