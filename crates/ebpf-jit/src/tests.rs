@@ -1612,6 +1612,33 @@ fn two_charges_per_iteration_match_at_every_budget() {
     every_budget_runs_out_or_matches(&p, &full);
 }
 
+/// [`two_charges`] with a load in its header, so it is versioned: fuel bounds a loop
+/// whose iterations charge once (the `ja` to the header) or twice (first a backward jump
+/// into its middle), and it matches the interpreter at every budget.
+#[test]
+fn iterations_charging_once_or_twice_match_at_every_budget() {
+    let with_load = |n: u32| {
+        two_charges(n).replace(
+            "head:\nadd %r6, 1\n",
+            "head:\nldxb %r5, [%r1+5]\nadd %r0, %r5\nadd %r6, 1\n",
+        )
+    };
+    let p = program(&with_load(9), vec![]);
+    let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let f = &plan.functions[0];
+    let costs: Vec<_> = loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+        .iter()
+        .map(|l| loops::iteration_cost(p.insns(), f, l))
+        .collect();
+    // `ja head` (slot 11 to 2) costs 10; `jne %r3, 2, mid` (12 to 9) 4; `ja mid` (14 to
+    // 9) 6.
+    assert_eq!(costs, vec![span(10, 16)]);
+    for n in [0, 1, 2, 3, 9, 20] {
+        let out = check_every_budget(&with_load(n));
+        assert!(out.result.is_ok(), "{n}: {out:?}");
+    }
+}
+
 /// A run over many slices uses the interpreter's fuel, and at every budget around the
 /// first few slice boundaries it runs out at the interpreter's pc with its fuel: the
 /// slice is refilled from the reserve exactly, and the last charge that fits runs.
