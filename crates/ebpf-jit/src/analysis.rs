@@ -355,9 +355,9 @@ fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
     tails
 }
 
-// One walk over the function's slots fills every field of its plan; its steps share the walk's
-// tables (not split yet).
-#[allow(clippy::too_many_lines)]
+/// One function's plan: the slots reachable from `start`, the branches converted to
+/// straight-line code, the block starts, the speculative regions and the stack-based
+/// accesses; also the starts of the functions it calls.
 fn plan_function(
     insns: &[Insn],
     lddw_tails: &BTreeSet<u32>,
@@ -366,73 +366,144 @@ fn plan_function(
     stamp: u32,
     speculate: bool,
 ) -> Result<(FunctionPlan, Vec<u32>), PlanError> {
-    // Reachability by depth-first search; `sources` counts jumps into each slot.
-    let mut pcs = Vec::new();
-    let mut callees = Vec::new();
-    let mut sources: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    let mut flows: BTreeMap<u32, Flow> = BTreeMap::new();
+    let reach = reach(insns, lddw_tails, start, (visited, stamp))?;
+    let conv = conversions(insns, &reach, speculate);
+    let mut leaders = leaders(insns, start, &reach, &conv)?;
+    let (regions, cold) = if speculate {
+        speculative_regions(insns, &reach, &conv.ifconv, &mut leaders)
+    } else {
+        (BTreeMap::new(), BTreeSet::new())
+    };
+    let stack_bases = stack_bases(insns, &reach.pcs, &reach.flows, start)?;
+    let Reach { pcs, callees, .. } = reach;
+    Ok((
+        FunctionPlan {
+            start,
+            pcs,
+            leaders,
+            ifconv: conv.ifconv,
+            arms: conv.arms,
+            regions,
+            cold,
+            is_callee: false,
+            stack_bases,
+        },
+        callees,
+    ))
+}
+
+/// What a depth-first search from a function's start finds.
+struct Reach {
+    /// The slots reached, in order.
+    pcs: Vec<u32>,
+    /// The starts of local calls' callees, in the order met.
+    callees: Vec<u32>,
+    /// The jumps (`ja` and conditional) into each slot.
+    sources: BTreeMap<u32, Vec<u32>>,
+    /// How control leaves each slot reached.
+    flows: BTreeMap<u32, Flow>,
+}
+
+/// The slots reachable from `start` (marking them `stamp` in `visited`: `mark`), with
+/// the jumps into each and the callees met.
+fn reach(
+    insns: &[Insn],
+    lddw_tails: &BTreeSet<u32>,
+    start: u32,
+    mark: (&mut [u32], u32),
+) -> Result<Reach, PlanError> {
+    let (visited, stamp) = mark;
+    let mut r = Reach {
+        pcs: Vec::new(),
+        callees: Vec::new(),
+        sources: BTreeMap::new(),
+        flows: BTreeMap::new(),
+    };
     let mut stack = vec![start];
     visited[start as usize] = stamp;
     while let Some(pc) = stack.pop() {
-        pcs.push(pc);
+        r.pcs.push(pc);
         let f = flow(insns, lddw_tails, pc)?;
-        flows.insert(pc, f);
-        let mut succ = |t: u32, stack: &mut Vec<u32>| {
+        r.flows.insert(pc, f);
+        match f {
+            Flow::CallLocal(callee) => r.callees.push(callee),
+            Flow::Jump(t) | Flow::Branch(t) => r.sources.entry(t).or_default().push(pc),
+            Flow::Next | Flow::Exit => {}
+        }
+        for t in successors(insns, f, pc)?.into_iter().flatten() {
             if visited[t as usize] != stamp {
                 visited[t as usize] = stamp;
                 stack.push(t);
             }
-        };
-        match f {
-            Flow::Next => succ(next_pc(insns, pc)?, &mut stack),
-            Flow::CallLocal(callee) => {
-                callees.push(callee);
-                succ(next_pc(insns, pc)?, &mut stack);
-            }
-            Flow::Jump(t) => {
-                sources.entry(t).or_default().push(pc);
-                succ(t, &mut stack);
-            }
-            Flow::Branch(t) => {
-                sources.entry(t).or_default().push(pc);
-                succ(t, &mut stack);
-                succ(next_pc(insns, pc)?, &mut stack);
-            }
-            Flow::Exit => {}
         }
     }
-    pcs.sort_unstable();
+    r.pcs.sort_unstable();
+    Ok(r)
+}
 
-    // Pick the branches to convert, then the block starts the rest need.
-    let mut ifconv = BTreeMap::new();
-    let mut arms = BTreeMap::new();
-    let mut absorbed_jumps = BTreeSet::new();
-    for &pc in &pcs {
-        let Flow::Branch(t) = flows[&pc] else {
+/// Where control goes after slot `pc`, which leaves by `f`: the branch target first
+/// (a local call's callee is not a successor: the call returns to the next slot).
+fn successors(insns: &[Insn], f: Flow, pc: u32) -> Result<[Option<u32>; 2], PlanError> {
+    Ok(match f {
+        Flow::Next | Flow::CallLocal(_) => [Some(next_pc(insns, pc)?), None],
+        Flow::Jump(t) => [Some(t), None],
+        Flow::Branch(t) => [Some(t), Some(next_pc(insns, pc)?)],
+        Flow::Exit => [None, None],
+    })
+}
+
+/// The branches a function translates as straight-line code.
+struct Conversions {
+    ifconv: BTreeMap<u32, IfConv>,
+    /// Both arms of each branch converted as [`IfConv::Paths`].
+    arms: BTreeMap<u32, [PathArm; 2]>,
+    /// The `ja`s an if-conversion absorbs (they start no block).
+    absorbed_jumps: BTreeSet<u32>,
+}
+
+/// Picks the branches to convert: if-conversions, then (with `speculate`, never in the
+/// counting variant, whose counters follow the slot layout) path conversions.
+fn conversions(insns: &[Insn], reach: &Reach, speculate: bool) -> Conversions {
+    let mut c = Conversions {
+        ifconv: BTreeMap::new(),
+        arms: BTreeMap::new(),
+        absorbed_jumps: BTreeSet::new(),
+    };
+    for &pc in &reach.pcs {
+        let Flow::Branch(t) = reach.flows[&pc] else {
             continue;
         };
-        if let Some((shape, ja)) = if_conversion(insns, &flows, &sources, pc, t) {
-            ifconv.insert(pc, shape);
-            absorbed_jumps.extend(ja);
+        if let Some((shape, ja)) = if_conversion(insns, &reach.flows, &reach.sources, pc, t) {
+            c.ifconv.insert(pc, shape);
+            c.absorbed_jumps.extend(ja);
         } else if speculate {
-            // Not in the counting variant: its counters follow the slot layout.
-            if let Some((join, both)) = path_conversion(insns, &flows, pc, t) {
-                ifconv.insert(pc, IfConv::Paths { join });
-                arms.insert(pc, both);
+            if let Some((join, both)) = path_conversion(insns, &reach.flows, pc, t) {
+                c.ifconv.insert(pc, IfConv::Paths { join });
+                c.arms.insert(pc, both);
             }
         }
     }
+    c
+}
+
+/// The block starts the unconverted jumps and the conversions need.
+fn leaders(
+    insns: &[Insn],
+    start: u32,
+    reach: &Reach,
+    conv: &Conversions,
+) -> Result<BTreeSet<u32>, PlanError> {
     let mut leaders = BTreeSet::from([start]);
-    for &pc in &pcs {
-        match flows[&pc] {
-            Flow::Jump(t) if !absorbed_jumps.contains(&pc) => {
+    for &pc in &reach.pcs {
+        match reach.flows[&pc] {
+            Flow::Jump(t) if !conv.absorbed_jumps.contains(&pc) => {
                 leaders.insert(t);
             }
-            Flow::Branch(t) if !ifconv.contains_key(&pc) => {
+            Flow::Branch(t) if !conv.ifconv.contains_key(&pc) => {
                 leaders.insert(t);
                 leaders.insert(next_pc(insns, pc)?);
             }
-            Flow::Branch(t) => match ifconv.get(&pc) {
+            Flow::Branch(t) => match conv.ifconv.get(&pc) {
                 Some(IfConv::BackTriangle { head, .. }) => {
                     leaders.insert(*head);
                 }
@@ -446,40 +517,36 @@ fn plan_function(
             _ => {}
         }
     }
+    Ok(leaders)
+}
 
-    // Speculative regions, outermost first, on branches left unconverted.
+/// Speculative regions, outermost first, on the branches left unconverted: each
+/// region's head and its join (added to `leaders`), and the cold block starts inside
+/// the regions.
+fn speculative_regions(
+    insns: &[Insn],
+    reach: &Reach,
+    ifconv: &BTreeMap<u32, IfConv>,
+    leaders: &mut BTreeSet<u32>,
+) -> (BTreeMap<u32, u32>, BTreeSet<u32>) {
     let mut regions = BTreeMap::new();
     let mut cold = BTreeSet::new();
     let mut covered_until = 0;
-    for &pc in &pcs {
-        if !speculate || pc < covered_until || ifconv.contains_key(&pc) {
+    for &pc in &reach.pcs {
+        if pc < covered_until || ifconv.contains_key(&pc) {
             continue;
         }
-        let Flow::Branch(t) = flows[&pc] else {
+        let Flow::Branch(t) = reach.flows[&pc] else {
             continue;
         };
-        if let Some(join) = speculative_region(insns, &flows, &sources, pc, t) {
+        if let Some(join) = speculative_region(insns, &reach.flows, &reach.sources, pc, t) {
             regions.insert(pc, join);
             leaders.insert(join);
             cold.extend(leaders.iter().copied().filter(|&l| l > pc && l < join));
             covered_until = join;
         }
     }
-    let stack_bases = stack_bases(insns, &pcs, &flows, start)?;
-    Ok((
-        FunctionPlan {
-            start,
-            pcs,
-            leaders,
-            ifconv,
-            arms,
-            regions,
-            cold,
-            is_callee: false,
-            stack_bases,
-        },
-        callees,
-    ))
+    (regions, cold)
 }
 
 /// Most slots of a callee inlined at its calls.
@@ -525,49 +592,92 @@ pub(crate) fn inlinable(insns: &[Insn], f: &FunctionPlan) -> bool {
 /// worklist. Stores through other pointers are assumed not to overwrite spill slots.
 /// It only picks which fast check an access tries first: every access is still checked
 /// exactly, so a wrong guess costs a cold miss, never safety.
-// One worklist data-flow with its transfer function inline (not split yet).
-#[allow(clippy::too_many_lines)]
 fn stack_bases(
     insns: &[Insn],
     pcs: &[u32],
     flows: &BTreeMap<u32, Flow>,
     start: u32,
 ) -> Result<BTreeSet<u32>, PlanError> {
-    use csx_ebpf::isa::{ALU_ADD, ALU_MOV, ALU_SUB, MODE_ATOMIC, MODE_MEM, SIZE_B, SIZE_H, SIZE_W};
-    const FP: u16 = 1 << REG_FP;
-    let bit = |r: u8| if r <= 10 { 1u16 << r } else { 0 };
-    // The frame slots an access of `size` bytes at r10 + `off` overlaps, as a mask, and
-    // the slot it exactly covers (an aligned 8-byte access), if any.
-    let slots = |off: i16, size: i64| -> (u64, Option<u32>) {
-        let lo = i64::from(off);
-        let hi = lo + size;
-        let mut mask = 0u64;
-        for i in 0..64i64 {
-            let (slo, shi) = (-8 * (i + 1), -8 * i);
-            if lo < shi && slo < hi {
-                mask |= 1 << i;
-            }
-        }
-        let exact =
-            (size == 8 && lo % 8 == 0 && (-512..0).contains(&lo)).then(|| (-lo / 8 - 1) as u32);
-        (mask, exact)
-    };
-    let size_of = |insn: &Insn| match insn.opc & 0x18 {
-        SIZE_B => 1,
-        SIZE_H => 2,
-        SIZE_W => 4,
-        _ => 8,
-    };
     // Entry state of each slot; slots not reached yet hold every bit (the top).
-    let mut state: BTreeMap<u32, (u16, u64)> =
-        pcs.iter().map(|&pc| (pc, (u16::MAX, u64::MAX))).collect();
-    state.insert(start, (FP, 0));
+    let mut state: BTreeMap<u32, StackFacts> = pcs
+        .iter()
+        .map(|&pc| {
+            let top = StackFacts {
+                regs: u16::MAX,
+                frame: u64::MAX,
+            };
+            (pc, top)
+        })
+        .collect();
+    state.insert(
+        start,
+        StackFacts {
+            regs: FP_BIT,
+            frame: 0,
+        },
+    );
     let mut work = BTreeSet::from([start]);
     while let Some(pc) = work.pop_first() {
-        let insn = &insns[pc as usize];
-        let (mut s, mut frame) = state[&pc];
-        s |= FP;
-        let (dst, src) = (bit(insn.dst), bit(insn.src));
+        let out = state[&pc].after(&insns[pc as usize]);
+        for t in successors(insns, flows[&pc], pc)?.into_iter().flatten() {
+            if let Some(old) = state.get_mut(&t) {
+                let met = old.meet(out);
+                if met != *old {
+                    *old = met;
+                    work.insert(t);
+                }
+            }
+        }
+    }
+    Ok(pcs
+        .iter()
+        .copied()
+        .filter(|&pc| {
+            let insn = &insns[pc as usize];
+            let base = match insn.class() {
+                CLASS_LDX => insn.src,
+                CLASS_ST | CLASS_STX => insn.dst,
+                _ => return false,
+            };
+            (state[&pc].regs | FP_BIT) & reg_bit(base) != 0
+        })
+        .collect())
+}
+
+/// r10's bit in [`StackFacts::regs`].
+const FP_BIT: u16 = 1 << REG_FP;
+
+/// Register `r`'s bit in [`StackFacts::regs`] (none for an out-of-range number).
+fn reg_bit(r: u8) -> u16 {
+    if r <= 10 {
+        1u16 << r
+    } else {
+        0
+    }
+}
+
+/// What [`stack_bases`] knows before one slot: the registers (bit `r`) and the
+/// eight-byte frame slots (bit `i` for r10 - 8(i+1)) that hold a stack address.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct StackFacts {
+    regs: u16,
+    frame: u64,
+}
+
+impl StackFacts {
+    /// At a join: what holds on every incoming path.
+    fn meet(self, other: StackFacts) -> StackFacts {
+        StackFacts {
+            regs: self.regs & other.regs,
+            frame: self.frame & other.frame,
+        }
+    }
+
+    /// The facts after `insn` runs (the transfer function).
+    fn after(self, insn: &Insn) -> StackFacts {
+        use csx_ebpf::isa::{ALU_ADD, ALU_MOV, ALU_SUB, MODE_ATOMIC, MODE_MEM};
+        let (mut s, mut frame) = (self.regs | FP_BIT, self.frame);
+        let (dst, src) = (reg_bit(insn.dst), reg_bit(insn.src));
         let by_reg = insn.opc & SRC_X != 0;
         let mode = insn.opc & 0xe0;
         match insn.class() {
@@ -584,13 +694,13 @@ fn stack_bases(
             CLASS_LDX => {
                 let reloaded = insn.src == REG_FP
                     && mode == MODE_MEM
-                    && slots(insn.off, size_of(insn))
+                    && frame_slots(insn.off, access_size(insn))
                         .1
                         .is_some_and(|i| frame & (1 << i) != 0);
                 s = if reloaded { s | dst } else { s & !dst };
             }
             CLASS_ST | CLASS_STX if insn.dst == REG_FP => {
-                let (mask, exact) = slots(insn.off, size_of(insn));
+                let (mask, exact) = frame_slots(insn.off, access_size(insn));
                 frame &= !mask;
                 if insn.class() == CLASS_STX && mode == MODE_MEM && s & src != 0 {
                     if let Some(i) = exact {
@@ -610,39 +720,38 @@ fn stack_bases(
             CLASS_JMP if insn.opc & 0xf0 == JMP_CALL => s &= !0b11_1111,
             _ => {}
         }
-        s |= FP;
-        let mut flow_to = |t: u32| {
-            if let Some(old) = state.get_mut(&t) {
-                let met = (old.0 & s, old.1 & frame);
-                if met != *old {
-                    *old = met;
-                    work.insert(t);
-                }
-            }
-        };
-        match flows[&pc] {
-            Flow::Next | Flow::CallLocal(_) => flow_to(next_pc(insns, pc)?),
-            Flow::Jump(t) => flow_to(t),
-            Flow::Branch(t) => {
-                flow_to(t);
-                flow_to(next_pc(insns, pc)?);
-            }
-            Flow::Exit => {}
+        StackFacts {
+            regs: s | FP_BIT,
+            frame,
         }
     }
-    Ok(pcs
-        .iter()
-        .copied()
-        .filter(|&pc| {
-            let insn = &insns[pc as usize];
-            let base = match insn.class() {
-                CLASS_LDX => insn.src,
-                CLASS_ST | CLASS_STX => insn.dst,
-                _ => return false,
-            };
-            (state[&pc].0 | FP) & bit(base) != 0
-        })
-        .collect())
+}
+
+/// The bytes a load or store moves.
+fn access_size(insn: &Insn) -> i64 {
+    use csx_ebpf::isa::{SIZE_B, SIZE_H, SIZE_W};
+    match insn.opc & 0x18 {
+        SIZE_B => 1,
+        SIZE_H => 2,
+        SIZE_W => 4,
+        _ => 8,
+    }
+}
+
+/// The frame slots an access of `size` bytes at r10 + `off` overlaps, as a mask, and
+/// the slot it exactly covers (an aligned 8-byte access), if any.
+fn frame_slots(off: i16, size: i64) -> (u64, Option<u32>) {
+    let lo = i64::from(off);
+    let hi = lo + size;
+    let mut mask = 0u64;
+    for i in 0..64i64 {
+        let (slo, shi) = (-8 * (i + 1), -8 * i);
+        if lo < shi && slo < hi {
+            mask |= 1 << i;
+        }
+    }
+    let exact = (size == 8 && lo % 8 == 0 && (-512..0).contains(&lo)).then(|| (-lo / 8 - 1) as u32);
+    (mask, exact)
 }
 
 /// The end (exclusive) of the speculative region headed by the conditional jump at

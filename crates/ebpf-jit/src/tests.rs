@@ -1422,6 +1422,27 @@ fn unrolled_loops_match_the_interpreter_at_every_trip_count_and_budget() {
 }
 
 #[test]
+fn an_unrolled_reduction_through_a_register_copy_keeps_its_terms_in_registers() {
+    // cksum's shape: each term is built in r3, added to the sum in r0 and copied back
+    // (`add %r3, %r0; mov %r0, %r3`), so r0 is read in each copy's block before that
+    // block has its value. The sum comes first in each addition, so the group computes
+    // its 16 terms one after the other instead of all of them before the first
+    // addition (which spilled most of them: 2,736 code bytes, 2,416 in order).
+    let src = "mov %r0, 0\nmov %r2, 0\nmov %r6, %r1\nmov %r7, 0\n\
+               loop:\nldxh %r4, [%r6+0]\nadd %r2, %r4\nldxb %r3, [%r6+0]\nlsh %r3, 8\n\
+               ldxb %r5, [%r6+1]\nor %r3, %r5\nadd %r3, %r0\nmov %r0, %r3\nadd %r6, 2\n\
+               add %r7, 1\njlt %r7, 32, loop\nxor %r0, %r2\nexit";
+    assert_eq!(unroll_plans(src).len(), 1);
+    let out = check_every_budget(src);
+    let words = (0..32u64).map(|i| (2 * i, 2 * i + 1));
+    let sum: u64 = words.clone().map(|(a, b)| (a << 8) | b).sum();
+    let le: u64 = words.map(|(a, b)| a | (b << 8)).sum();
+    assert_eq!(out.result, Ok(sum ^ le));
+    let jit = JitProgram::compile(program(src, vec![])).unwrap();
+    assert!(jit.code_size() < 2_560, "{} code bytes", jit.code_size());
+}
+
+#[test]
 fn unrolled_loops_keep_their_other_exits_and_traps() {
     // knn's shape: a 16-trip inner loop (exit in the middle) entered for every point.
     let nest = "mov %r0, 0\nmov %r8, 0\nmov %r9, %r1\n\
@@ -1508,7 +1529,59 @@ fn many_slices_programs() -> Vec<(&'static str, String)> {
                 .into(),
         ),
         ("two charges", two_charges(60_000)),
+        (
+            "back-edges of two costs into a slot before the header",
+            format!(
+                "mov %r0, 0\nmov %r6, %r1\nmov %r7, 0\nja head\n\
+                 latch:\nadd %r0, %r4\nadd %r7, 1\njlt %r7, 45000, head\nexit\n\
+                 head:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nmov %r4, %r7\nand %r4, 3\n\
+                 jgt %r4, 1, latch\n{CONVERTED_ARM}\nja latch"
+            ),
+        ),
     ]
+}
+
+/// The arm of [`rotated_two_costs`] that becomes selects with its closing branch.
+const CONVERTED_ARM: &str = "add %r4, 5";
+
+/// An arm that keeps its closing branch a branch (a store is no pure ALU instruction).
+const STORING_ARM: &str = "stxb [%r10-1], %r4\nadd %r4, 5";
+
+/// stats32's loop shape: entered at its header in the middle (`ja head`), whose closing
+/// branch and the `ja` after its `arm` both go back to a slot before the header
+/// (`latch`, 4) at different costs (slot 12 to 4: 9; the `ja`: 11 or more), and whose
+/// latch branches forward to the header. `n` iterations over region 2's 64 bytes; the
+/// load (slot 9) traps in the 65th.
+fn rotated_two_costs(n: u32, arm: &str) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nmov %r7, 0\nja head\n\
+         latch:\nadd %r0, %r4\nadd %r6, 1\nadd %r7, 1\njlt %r7, {n}, head\nexit\n\
+         head:\nldxb %r3, [%r6+0]\nmov %r4, %r3\nand %r4, 3\njgt %r4, 1, latch\n\
+         {arm}\nja latch"
+    )
+}
+
+/// [`rotated_two_costs`] matches the interpreter at every budget, through both paths of
+/// each iteration, up to the region's end and trapping past it.
+#[test]
+fn back_edges_of_two_costs_into_a_slot_before_the_header_match_at_every_budget() {
+    let want = |n: u64| -> u64 {
+        (0..n)
+            .map(|i| if i & 3 > 1 { i & 3 } else { (i & 3) + 5 })
+            .sum()
+    };
+    for arm in [CONVERTED_ARM, STORING_ARM] {
+        for n in [1u32, 2, 3, 5, 17, 63, 64] {
+            let out = check_every_budget(&rotated_two_costs(n, arm));
+            assert_eq!(out.result, Ok(want(u64::from(n))), "{arm} {n}");
+        }
+        for n in [65u32, 70] {
+            let out = check_every_budget(&rotated_two_costs(n, arm));
+            let trap = trap_of(&out);
+            assert_eq!(trap.pc, 9, "{arm} {n}");
+            assert!(matches!(trap.kind, TrapKind::OutOfBounds { .. }), "{trap}");
+        }
+    }
 }
 
 /// A loop of `n` iterations in grep's shape: a conditional backward branch into the
@@ -1536,6 +1609,33 @@ fn two_charges_per_iteration_match_at_every_budget() {
         .sum();
     assert_eq!(full.result, Ok(want));
     every_budget_runs_out_or_matches(&p, &full);
+}
+
+/// [`two_charges`] with a load in its header, so it is versioned: fuel bounds a loop
+/// whose iterations charge once (the `ja` to the header) or twice (first a backward jump
+/// into its middle), and it matches the interpreter at every budget.
+#[test]
+fn iterations_charging_once_or_twice_match_at_every_budget() {
+    let with_load = |n: u32| {
+        two_charges(n).replace(
+            "head:\nadd %r6, 1\n",
+            "head:\nldxb %r5, [%r1+5]\nadd %r0, %r5\nadd %r6, 1\n",
+        )
+    };
+    let p = program(&with_load(9), vec![]);
+    let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let f = &plan.functions[0];
+    let costs: Vec<_> = loops::plan_loops(p.insns(), f, !plan.calls_helpers)
+        .iter()
+        .map(|l| loops::iteration_cost(p.insns(), f, l))
+        .collect();
+    // `ja head` (slot 11 to 2) costs 10; `jne %r3, 2, mid` (12 to 9) 4; `ja mid` (14 to
+    // 9) 6.
+    assert_eq!(costs, vec![span(10, 16)]);
+    for n in [0, 1, 2, 3, 9, 20] {
+        let out = check_every_budget(&with_load(n));
+        assert!(out.result.is_ok(), "{n}: {out:?}");
+    }
 }
 
 /// A run over many slices uses the interpreter's fuel, and at every budget around the
@@ -1584,12 +1684,17 @@ fn many_slices_programs_cover_groups_and_fuel_bounded_loops() {
     };
     assert_eq!(unroll_plans(&progs[0].1).len(), 1);
     assert_eq!(unroll_plans(&progs[1].1).len(), 0);
-    assert_eq!(costs(&progs[1].1), vec![Some(104)]);
+    assert_eq!(costs(&progs[1].1), vec![span(104, 104)]);
+    assert_eq!(costs(&progs[5].1), vec![span(9, 11)]);
 }
 
-/// Which loops fuel bounds (`loops::iteration_cost`): a loop whose only charge is its
-/// back-edge, not one with a second back-edge of another cost, a call, or a header
-/// that is not its first slot.
+fn span(least: u64, most: u64) -> Option<loops::IterationFuel> {
+    Some(loops::IterationFuel { least, most })
+}
+
+/// Which loops fuel bounds (`loops::iteration_cost`), with the least and most fuel one
+/// iteration charges: one with back-edges of different costs, or entered at a header
+/// that is not its first slot, too; not one with a call.
 #[test]
 fn iteration_costs_of_versioned_loops() {
     let cost = |src: &str| {
@@ -1602,11 +1707,11 @@ fn iteration_costs_of_versioned_loops() {
             .collect::<Vec<_>>()
     };
     // Slots 4-8, the back-edge at slot 8: 5 per iteration.
-    assert_eq!(cost(&strided_sum(0, 4, 16, "ldxw")), vec![Some(5)]);
+    assert_eq!(cost(&strided_sum(0, 4, 16, "ldxw")), vec![span(5, 5)]);
     // Two back-edges of different lengths.
     let two = "mov %r0, 0\nmov %r7, 0\nloop:\nldxb %r3, [%r1+0]\nadd %r1, 1\nadd %r7, 1\n\
                jeq %r3, 3, loop\nadd %r0, %r3\njlt %r7, 16, loop\nexit";
-    assert_eq!(cost(two), vec![None]);
+    assert_eq!(cost(two), vec![span(4, 6)]);
     // A local call in the body.
     let call = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
                 add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
@@ -1614,8 +1719,14 @@ fn iteration_costs_of_versioned_loops() {
     // Entered in the middle: the header (slot 3) is not the body's first slot.
     let rotated = "mov %r0, 0\nmov %r7, 0\nja head\nbody:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
                    add %r1, 1\nadd %r7, 1\nhead:\njlt %r7, 16, body\nexit";
-    let c = cost(rotated);
-    assert!(c.iter().all(|c| c.is_none() || *c == Some(5)), "{c:?}");
+    assert_eq!(cost(rotated), vec![span(5, 5)]);
+    // Back-edges into a slot before the header, of costs 9 and 11 (a converted closing
+    // branch) or 9 and 12 (a store in the arm keeps it a branch).
+    assert_eq!(
+        cost(&rotated_two_costs(16, CONVERTED_ARM)),
+        vec![span(9, 11)]
+    );
+    assert_eq!(cost(&rotated_two_costs(16, STORING_ARM)), vec![span(9, 12)]);
     for src in [two, call, rotated] {
         let p = program(src, vec![]);
         let full = check_program(p.clone(), u64::MAX);

@@ -393,14 +393,19 @@ struct Translator<'a, 'f> {
 /// (`leave`, `exits`), so values the checked code needs (constants, which Cranelift
 /// makes again at each use) are made there, not in every iteration.
 ///
-/// Two ways to count the iterations: a counter, or (when every iteration charges the
-/// same fuel `cost`, once, on its back-edge; `loops::iteration_cost`) the fuel slice
-/// itself: the guard lets the unchecked copy run only iterations the slice pays for,
-/// so its back-edges charge with a subtract alone, and the latch goes on while the
-/// slice is above `limit` (the slice at the guard minus those iterations' fuel). The
-/// checked loop's back-edges then resume, after refilling the slice, at a second copy
-/// of the guard (`reguard`, cold), so the guard where the loop is entered keeps only
-/// the entry as a predecessor and Cranelift can still fold what is constant there.
+/// Two ways to count the iterations: a counter, or (when every charge in the loop is a
+/// backward jump, whatever its cost and target in the loop; `loops::iteration_cost`)
+/// the fuel slice itself. With `n` the iterations the accesses allow and `least`/`most`
+/// the fuel one iteration charges at least/most, the guard sets `limit` to the larger
+/// of the slice minus `n * least` (`n` first cut to what the slice pays at `least`) and
+/// `most - 1`; an iteration starts while the slice is above `limit`. So an iteration
+/// starts only with `most` in the slice (its charges subtract alone), and only before
+/// `n` iterations have run (each spent at least `least`). The checked loop's charges
+/// resume, after refilling the slice, at a second copy of the guard (`reguard`, cold)
+/// when they go to the header, so the guard where the loop is entered keeps only the
+/// entry as a predecessor and Cranelift can still fold what is constant there; charges
+/// to another slot of the loop resume there, setting `pending`, and the checked loop's
+/// edges into the header go through `recheck`, which takes `reguard` when it is set.
 struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
@@ -418,13 +423,20 @@ struct LoopCopy {
     exits: BTreeMap<u32, Block>,
     /// Unchecked iterations left (when `cost` is `None`).
     counter: Variable,
-    /// The fuel every iteration charges on its back-edge, when fuel bounds iterations
-    /// (never in a loop with an unrolled copy, whose one-by-one copy keeps `counter`).
-    cost: Option<u64>,
+    /// The fuel one iteration charges, when fuel bounds iterations (never in a loop
+    /// with an unrolled copy, whose one-by-one copy keeps `counter`).
+    cost: Option<loops::IterationFuel>,
     /// The slice below which the unchecked copy stops, set by the guards (with `cost`).
     limit: Option<Variable>,
     /// The guard a refill at the checked loop's back-edge resumes at (with `cost`).
     reguard: Option<Block>,
+    /// Set where a refill in the checked loop resumed at a slot other than the header;
+    /// cleared by the guards (with `cost`, when some charge goes to such a slot).
+    pending: Option<Variable>,
+    /// The checked loop's way into its header when `pending` is kept.
+    recheck: Option<Block>,
+    /// Where a refill at a charge to each such slot resumes (cold; sets `pending`).
+    refilled: BTreeMap<u32, Block>,
     /// Host minus virtual address of each unchecked access's region, set by the guards.
     deltas: BTreeMap<u32, Variable>,
     /// The unrolled copy, when the loop has one.
@@ -674,6 +686,9 @@ fn loop_copies(
             block
         });
         let limit = cost.map(|_| b.declare_var(types::I64));
+        let mid = cost.is_some() && loops::enters_inside(env.insns, &l);
+        let pending = mid.then(|| b.declare_var(types::I64));
+        let recheck = mid.then(|| b.create_block());
         let deltas = l
             .accesses
             .iter()
@@ -693,6 +708,9 @@ fn loop_copies(
             cost,
             limit,
             reguard,
+            pending,
+            recheck,
+            refilled: BTreeMap::new(),
             deltas,
             group,
         });
@@ -793,7 +811,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let b = &mut self.b;
                 return *l.exits.entry(t).or_insert_with(|| b.create_block());
             } else if t == l.header {
-                return l.checked_head;
+                return l.recheck.unwrap_or(l.checked_head);
             }
         }
         self.blocks[&t]
@@ -890,6 +908,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
+            self.resume_blocks(i);
             if let Some(reguard) = self.loops[i].reguard {
                 self.b.switch_to_block(reguard);
                 self.guard(i);
@@ -928,15 +947,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             n = self.b.ins().umin(n, m);
         }
         if let Some(cost) = self.loops[i].cost {
-            // As many iterations as the slice pays for (it is below 2^32, so `div`
-            // applies), and the slice left after them.
-            let slice = self.b.use_var(self.fuel_left);
-            let paid = div(&mut self.b, slice, cost as i64);
-            n = self.b.ins().umin(n, paid);
-            let spent = self.b.ins().imul_imm_s(n, cost as i64);
-            let limit = self.b.ins().isub(slice, spent);
-            let var = self.loops[i].limit.expect("a loop with a cost has a limit");
-            self.b.def_var(var, limit);
+            self.fuel_limit(i, n, cost);
         }
         let l = &self.loops[i];
         let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
@@ -959,6 +970,54 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
         };
         self.b.ins().brif(go, head, &[], checked, &[]);
+    }
+
+    /// For the guard of loop `i`, whose accesses allow `n` iterations and whose
+    /// iterations charge `cost`: the slice above which an iteration may start (see
+    /// [`LoopCopy`]). The slice is below 2^32, so `div` applies, and `n` cut to what it
+    /// pays at `least` keeps the subtraction from wrapping.
+    fn fuel_limit(&mut self, i: usize, n: Value, cost: loops::IterationFuel) {
+        let slice = self.b.use_var(self.fuel_left);
+        let least = cost.least as i64;
+        let paid = div(&mut self.b, slice, least);
+        let n = self.b.ins().umin(n, paid);
+        let spent = self.b.ins().imul_imm_s(n, least);
+        let mut limit = self.b.ins().isub(slice, spent);
+        if cost.most != cost.least {
+            let floor = self.b.ins().iconst(types::I64, cost.most as i64 - 1);
+            limit = self.b.ins().umax(limit, floor);
+        }
+        let var = self.loops[i].limit.expect("a loop with a cost has a limit");
+        self.b.def_var(var, limit);
+        if let Some(pending) = self.loops[i].pending {
+            let zero = self.b.ins().iconst(types::I64, 0);
+            self.b.def_var(pending, zero);
+        }
+    }
+
+    /// Loop `i`'s blocks where a refill in its checked loop resumes at a slot other than
+    /// the header (noting that the header should guard again), and its checked way into
+    /// the header, which does (see [`LoopCopy`]).
+    fn resume_blocks(&mut self, i: usize) {
+        let Some(pending) = self.loops[i].pending else {
+            return;
+        };
+        for (t, block) in std::mem::take(&mut self.loops[i].refilled) {
+            self.enter(block);
+            let one = self.b.ins().iconst(types::I64, 1);
+            self.b.def_var(pending, one);
+            let to = self.blocks[&t];
+            self.b.ins().jump(to, &[]);
+        }
+        let l = &self.loops[i];
+        let (recheck, reguard, head) = (l.recheck, l.reguard, l.checked_head);
+        let (recheck, reguard) = (
+            recheck.expect("kept with pending"),
+            reguard.expect("a cost"),
+        );
+        self.enter(recheck);
+        let set = self.b.use_var(pending);
+        self.b.ins().brif(set, reguard, &[], head, &[]);
     }
 
     /// For the guard: how many iterations, from the registers on entry `regs`, keep
@@ -2232,6 +2291,48 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
+    /// The loop being translated, when fuel bounds its iterations and `target` is one of
+    /// its slots.
+    fn fuel_bounded(&self, target: u32) -> Option<usize> {
+        self.in_loop
+            .filter(|&i| self.loops[i].cost.is_some() && self.loops[i].body.contains(&target))
+    }
+
+    /// Charges `cost` for a backward jump to `target` at the pc `trap_pc` makes. In a
+    /// loop fuel bounds, to one of its slots (see [`LoopCopy`]): the unchecked copy
+    /// subtracts alone (the latch or guard saw the slice pay for the iteration); the
+    /// checked loop, after a refill, resumes at `reguard` for the header, else at a block
+    /// that sets `pending` and goes on to `target`. Elsewhere, an ordinary charge.
+    fn back_charge(
+        &mut self,
+        cost: Value,
+        trap_pc: impl Fn(&mut FunctionBuilder<'f>) -> Value,
+        target: u32,
+    ) {
+        let Some(i) = self.fuel_bounded(target) else {
+            self.charge_value(cost, trap_pc, None);
+            return;
+        };
+        if self.unchecked {
+            let left = self.b.use_var(self.fuel_left);
+            let left = self.b.ins().isub(left, cost);
+            self.b.def_var(self.fuel_left, left);
+            return;
+        }
+        let resume = if target == self.loops[i].header {
+            self.loops[i].reguard
+        } else {
+            let b = &mut self.b;
+            let block = *self.loops[i].refilled.entry(target).or_insert_with(|| {
+                let block = b.create_block();
+                b.set_cold_block(block);
+                block
+            });
+            Some(block)
+        };
+        self.charge_value(cost, trap_pc, resume);
+    }
+
     /// A back-edge charge the slice is already known to cover (a versioned loop's guard,
     /// or an unrolled group's start, checked it): a subtract, no test.
     fn charge_proven(&mut self, cost: u64) {
@@ -2242,27 +2343,20 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// An unconditional transfer to `target`, charging fuel if it goes backwards.
     ///
-    /// The back-edge of a loop whose iterations fuel bounds (`LoopCopy::cost`): in the
-    /// unchecked copy the guard proved the slice pays for it, so it only subtracts; in
-    /// the checked loop, a refill of the slice resumes at the guard, which can go back
-    /// to the unchecked copy.
+    /// A backward jump inside a loop whose iterations fuel bounds (`LoopCopy::cost`): in
+    /// the unchecked copy the latch or guard saw the slice pay for it, so it only
+    /// subtracts; in the checked loop, a refill of the slice leads back to the guard,
+    /// which can go back to the unchecked copy ([`Self::back_charge`]).
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        let paid = self
-            .in_loop
-            .filter(|&i| self.loops[i].header == target && self.loops[i].cost.is_some());
         if cost > 0 && self.group.is_some() {
             // The group's start made sure the slice covers it.
             self.charge_proven(cost);
-        } else if let Some(i) = paid {
-            debug_assert_eq!(self.loops[i].cost, Some(cost));
-            if self.unchecked {
-                self.charge_proven(cost);
-            } else {
-                let guard = self.loops[i].reguard;
-                let cost = self.b.ins().iconst(types::I64, cost as i64);
-                self.charge_value(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), guard);
-            }
+        } else if cost > 0 && self.unchecked && self.fuel_bounded(target).is_some() {
+            self.charge_proven(cost);
+        } else if cost > 0 && self.fuel_bounded(target).is_some() {
+            let cost = self.b.ins().iconst(types::I64, cost as i64);
+            self.back_charge(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), target);
         } else if cost > 0 {
             // A one-by-one back-edge of a loop with groups tries a group again after a
             // refill (see `unroll`).
@@ -2441,14 +2535,14 @@ impl<'a, 'f> Translator<'a, 'f> {
                 .ins()
                 .iconst(types::I64, rules::jump_cost(ja, head) as i64);
             let cost = b.ins().select(cond, taken_cost, fall_cost);
-            self.charge_value(
+            self.back_charge(
                 cost,
                 |b| {
                     let pc_taken = b.ins().iconst(types::I64, i64::from(pc));
                     let pc_fall = b.ins().iconst(types::I64, i64::from(ja));
                     b.ins().select(cond, pc_taken, pc_fall)
                 },
-                None,
+                head,
             );
             let block = self.target(head);
             self.b.ins().jump(block, &[]);

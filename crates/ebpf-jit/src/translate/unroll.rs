@@ -322,13 +322,30 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// depth first. A group's reduction (`acc += x * y`, eight times) is one chain used
     /// only at the group's end; with the new term first (`r7 += r3`), every term of the
     /// chain is computed before the first addition and all are live at once. The older
-    /// operand (the accumulator: a lower value number) first computes them in order.
+    /// operand (the accumulator) first computes them in order. The accumulator is the
+    /// operand not computed in the current block (each copy has its own blocks, and a
+    /// register read there may be a parameter the SSA builder made while the block was
+    /// open, numbered after every value of the copy); between two values of the block,
+    /// the lower value number.
     pub(super) fn group_operands(&self, op: u8, d: Value, s: Value) -> (Value, Value) {
         let commutes = matches!(op, ALU_ADD | ALU_MUL | ALU_OR | ALU_AND | ALU_XOR);
-        if self.group.is_some() && commutes && s < d {
-            (s, d)
-        } else {
-            (d, s)
+        if self.group.is_none() || !commutes {
+            return (d, s);
+        }
+        let here = |v: Value| {
+            let func = &self.b.func;
+            match func.dfg.value_def(func.dfg.resolve_aliases(v)) {
+                cranelift_codegen::ir::ValueDef::Result(inst, _) => {
+                    func.layout.inst_block(inst) == self.b.current_block()
+                }
+                _ => false,
+            }
+        };
+        match (here(d), here(s)) {
+            (true, false) => (s, d),
+            (false, true) => (d, s),
+            _ if s < d => (s, d),
+            _ => (d, s),
         }
     }
 }
