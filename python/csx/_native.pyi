@@ -9,10 +9,12 @@ __all__ = [
     "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
     "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
     "table_read", "local_table_read", "table_write",
-    "ABI_VERSION", "__version__",
+    "filter_types", "filter_domain", "filter_raw_ranges",
+    "ABI_VERSION", "RANGES_MAX", "__version__",
 ]
 
 ABI_VERSION: int
+RANGES_MAX: int
 __version__: str
 
 def statuses() -> List[Tuple[int, str, str]]: ...
@@ -164,6 +166,11 @@ class Scanner:
 def get_timed(device: Device, path: str) -> Tuple[Buffer, int]: ...
 def table_schema(device: Device, table: str) -> Tuple[str, int, List[Tuple[str, str, int, int]]]: ...
 def table_dictionary(device: Device, table: str, column: str) -> List[str]: ...
+def filter_types() -> List[str]: ...
+def filter_domain(ty: str) -> Tuple[int, int]: ...
+def filter_raw_ranges(
+    column: str, ty: str, predicates: List[Tuple[str, str, List[int]]]
+) -> Optional[List[Tuple[int, int]]]: ...
 
 _SchemaInfo = Tuple[str, int, int, List[Tuple[str, str, int, int]]]
 _ColumnRead = Tuple[str, Buffer, Optional[List[str]]]

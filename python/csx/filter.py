@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _native
 from .errors import QueryError, UnsupportedFilterError
 
 __all__ = ["Comparison", "Range", "parse", "bind"]
@@ -356,14 +357,8 @@ def parse(text: str) -> List[Comparison]:
 # -- binding to a schema ------------------------------------------------------------
 
 _EPOCH = _dt.date(1970, 1, 1)
-_BOUNDS = {
-    "int32": (-(1 << 31), (1 << 31) - 1),
-    "date": (-(1 << 31), (1 << 31) - 1),
-    "int64": (-(1 << 63), (1 << 63) - 1),
-    "decimal": (-(1 << 63), (1 << 63) - 1),
-    "uint32": (0, (1 << 32) - 1),
-    "dict": (0, (1 << 32) - 1),
-}
+#: The smallest and largest stored value of each column type (csx-data's domain).
+_BOUNDS: Dict[str, Tuple[int, int]] = {t: _native.filter_domain(t) for t in _native.filter_types()}
 
 
 def _floor(x: Fraction) -> int:
@@ -499,33 +494,20 @@ def _in_values(col: Any, c: Comparison, dictionaries: Mapping[str, Sequence[str]
 
 
 #: Most value ranges the device's filter evaluates on one column (csx-data's RANGES_MAX).
-RANGES_MAX = 16
+RANGES_MAX: int = _native.RANGES_MAX
 
 
 def raw_ranges(r: Range, type: str) -> int:
     """How many ranges of raw (unsigned) values the device's filter needs for ``r`` on
     a column of ``type``: at most :data:`RANGES_MAX` compile (a signed interval across
-    zero is two)."""
-    lo_b, hi_b = _BOUNDS[type]
+    zero is two). csx-data's compilation counts them, the one the scan runs."""
     if r.empty:
         return 0
-    pieces: List[Tuple[int, int]] = []
+    preds: List[Tuple[str, str, List[int]]] = []
     if r.values is not None:
-        vals = sorted(r.values)
-        for v in vals:
-            if pieces and v == pieces[-1][1] + 1:
-                pieces[-1] = (pieces[-1][0], v)
-            else:
-                pieces.append((v, v))
+        preds.append((r.column, "in", list(r.values)))
     else:
-        a = r.lo
-        for e in sorted(r.excluded):
-            if a <= e - 1:
-                pieces.append((a, e - 1))
-            a = e + 1
-        if a <= r.hi:
-            pieces.append((a, r.hi))
-    if pieces == [(lo_b, hi_b)]:
-        return 0
-    signed = lo_b < 0
-    return sum(2 if signed and a < 0 <= b else 1 for a, b in pieces)
+        preds.append((r.column, "between", [r.lo, r.hi]))
+        preds += [(r.column, "!=", [e]) for e in r.excluded]
+    ranges = _native.filter_raw_ranges(r.column, type, preds)
+    return 0 if ranges is None else len(ranges)

@@ -19,6 +19,7 @@ mod buffer;
 mod data;
 mod device;
 mod errors;
+mod filter;
 mod scan;
 mod server;
 mod table;
@@ -37,6 +38,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(filter::filter_types, m)?)?;
+    m.add_function(wrap_pyfunction!(filter::filter_domain, m)?)?;
+    m.add_function(wrap_pyfunction!(filter::filter_raw_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_read, m)?)?;
     m.add_function(wrap_pyfunction!(table::local_table_read, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_write, m)?)?;
@@ -50,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::sdk_program, m)?)?;
     m.add_function(wrap_pyfunction!(device::sdk_programs, m)?)?;
     m.add_function(wrap_pyfunction!(errors::statuses, m)?)?;
+    m.add("RANGES_MAX", csx_data::predicate::RANGES_MAX)?;
     m.add("ABI_VERSION", csx_host::proto::abi::ABI_VERSION)?;
     // The package's one version: the workspace's (Cargo.toml), which maturin also
     // writes into the wheel's metadata.

@@ -202,6 +202,27 @@ def test_filter_binding_rounds_decimals_and_dates_exactly():
     assert csx.filter.parse("s >= date '2000-01-31' + interval '1' month")[0].value == dt.date(2000, 2, 29)
 
 
+def test_raw_range_counts_are_csx_datas_compilation():
+    R = csx.filter.Range
+    i32 = (-(1 << 31), (1 << 31) - 1)
+    cases = [
+        (R("i", -5, 5), "int32", 2),  # a signed interval across zero is two raw ranges
+        (R("i", *i32), "int32", 0),  # every value: no filter run
+        (R("i", *i32, excluded=(3,)), "int32", 3),
+        (R("u", 0, 10, excluded=(3,)), "uint32", 2),
+        (R("i", *i32, values=(-1, 0, 1, 2, 3, 7)), "int32", 3),  # adjacent values merge
+        (R("i", 4, 3), "int32", 0),  # empty
+        (R("i", *i32, values=tuple(range(0, 80, 2))), "int32", 40),  # over the limit: counted
+        (R("d", -(1 << 63), -1), "decimal", 1),
+    ]
+    for r, ty, want in cases:
+        assert csx.filter.raw_ranges(r, ty) == want, (r, ty)
+    assert csx.filter.RANGES_MAX == 16
+    assert csx.filter._BOUNDS["dict"] == (0, (1 << 32) - 1) and csx.filter._BOUNDS["date"] == i32
+    with pytest.raises(ValueError, match='column type "text" is not one of'):
+        csx.filter.raw_ranges(R("i", 1, 2), "text")
+
+
 def test_a_query_shape_is_built_and_loaded_once_per_device(dev, table):
     flt = "l_quantity < 5 and l_discount >= 0.09"
     first = csx.scan.scan(dev, table, ["l_orderkey"], flt)

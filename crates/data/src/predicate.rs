@@ -64,8 +64,9 @@ impl Predicate {
 /// An inclusive range of raw (unsigned) values.
 pub type RawRange = (u64, u64);
 
-/// The domain of a column type as signed i128 bounds.
-fn domain(ty: ColumnType) -> (i128, i128) {
+/// The domain of a column type as signed i128 bounds: the values a column of that type
+/// holds, in its number line (what a comparison's open side extends to).
+pub fn domain(ty: ColumnType) -> (i128, i128) {
     match (ty.width(), ty.signed()) {
         (4, true) => (i128::from(i32::MIN), i128::from(i32::MAX)),
         (4, false) => (0, i128::from(u32::MAX)),
