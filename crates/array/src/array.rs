@@ -687,13 +687,7 @@ impl Array {
     ) -> Result<Vec<u8>, ArrayError> {
         let mpath = self.member_path(entry.id);
         let end = offset.saturating_add(len).min(entry.size_bytes);
-        let (stripe, order) = match &entry.layout {
-            Layout::Single { member } => (u64::MAX, vec![*member]),
-            Layout::Striped {
-                stripe_bytes,
-                members,
-            } => (*stripe_bytes, members.clone()),
-        };
+        let (stripe, order) = stripes(&entry.layout);
         let n = order.len() as u64;
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         let mut pos = offset;
@@ -850,13 +844,7 @@ impl Array {
         let path = normalize_path(path)?;
         let entry = self.stat(&path)?;
         let mpath = self.member_path(entry.id);
-        let (stripe, order) = match &entry.layout {
-            Layout::Single { member } => (u64::MAX, vec![*member]),
-            Layout::Striped {
-                stripe_bytes,
-                members,
-            } => (*stripe_bytes, members.clone()),
-        };
+        let (stripe, order) = stripes(&entry.layout);
         let n = order.len() as u64;
         let mut extents = Vec::new();
         let mut truncated = false;
@@ -959,6 +947,18 @@ impl Source<'_> {
                 Ok(buf)
             }
         }
+    }
+}
+
+/// A layout's stripe size (`u64::MAX` for a file on one member: one stripe) and its
+/// members in stripe order.
+pub fn stripes(layout: &Layout) -> (u64, Vec<u16>) {
+    match layout {
+        Layout::Single { member } => (u64::MAX, vec![*member]),
+        Layout::Striped {
+            stripe_bytes,
+            members,
+        } => (*stripe_bytes, members.clone()),
     }
 }
 

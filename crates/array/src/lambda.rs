@@ -101,13 +101,7 @@ pub struct ArrayLambdaReport {
 
 /// The requests of a `size`-byte file of `layout`, in file order (see the module doc).
 pub fn plan(size: u64, layout: &Layout, chunk: u64) -> Vec<Request> {
-    let (stripe, order) = match layout {
-        Layout::Single { member } => (u64::MAX, vec![*member]),
-        Layout::Striped {
-            stripe_bytes,
-            members,
-        } => (*stripe_bytes, members.clone()),
-    };
+    let (stripe, order) = crate::array::stripes(layout);
     let n = order.len() as u64;
     let mut out = Vec::new();
     let mut off = 0u64;
