@@ -818,10 +818,10 @@ fn scratch_churn(store: &FileStore, scratch: &str, generation: u64) -> Result<()
         generation * 1000 % 50_000,
         &seeded(20_000, generation),
     )?;
-    if generation % 3 == 0 {
+    if generation.is_multiple_of(3) {
         store.truncate(scratch, 3000)?;
     }
-    if generation % 5 == 0 {
+    if generation.is_multiple_of(5) {
         store.rename(scratch, "/scratch/renamed")?;
         store.delete("/scratch/renamed")?;
     }
