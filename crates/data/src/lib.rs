@@ -22,6 +22,7 @@ pub mod calendar;
 pub mod columnar;
 pub mod encoding;
 pub mod error;
+pub mod filter;
 pub mod gen;
 pub mod names;
 pub mod ops;
