@@ -9,7 +9,7 @@ __all__ = [
     "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
     "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
     "table_read", "local_table_read", "table_write",
-    "filter_types", "filter_domain", "filter_raw_ranges",
+    "filter_types", "filter_domain", "filter_raw_ranges", "filter_parse", "filter_bind",
     "ABI_VERSION", "RANGES_MAX", "__version__",
 ]
 
@@ -171,6 +171,20 @@ def filter_domain(ty: str) -> Tuple[int, int]: ...
 def filter_raw_ranges(
     column: str, ty: str, predicates: List[Tuple[str, str, List[int]]]
 ) -> Optional[List[Tuple[int, int]]]: ...
+
+# A filter constant (kind, text, count) and comparison (column, op, constants, text);
+# a failure (kind, message, part).
+_FilterConstant = Tuple[str, str, int]
+_FilterComparison = Tuple[str, str, List[_FilterConstant], str]
+_FilterError = Tuple[str, str, str]
+
+def filter_parse(text: str) -> Tuple[List[_FilterComparison], Optional[_FilterError]]: ...
+def filter_bind(
+    table: str,
+    columns: List[Tuple[str, str, int]],
+    comparisons: List[_FilterComparison],
+    dictionaries: Dict[str, List[str]],
+) -> Tuple[List[Tuple[str, int, int, List[int], Optional[List[int]]]], Optional[_FilterError]]: ...
 
 _SchemaInfo = Tuple[str, int, int, List[Tuple[str, str, int, int]]]
 _ColumnRead = Tuple[str, Buffer, Optional[List[str]]]

@@ -41,6 +41,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(filter::filter_types, m)?)?;
     m.add_function(wrap_pyfunction!(filter::filter_domain, m)?)?;
     m.add_function(wrap_pyfunction!(filter::filter_raw_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(filter::filter_parse, m)?)?;
+    m.add_function(wrap_pyfunction!(filter::filter_bind, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_read, m)?)?;
     m.add_function(wrap_pyfunction!(table::local_table_read, m)?)?;
     m.add_function(wrap_pyfunction!(table::table_write, m)?)?;

@@ -30,7 +30,7 @@ mod parse;
 mod value;
 
 pub use bind::{bind, bound, Range};
-pub use value::{Constant, Num, Unit, DATE_MAX, DATE_MIN};
+pub use value::{parse_date, Constant, Num, Unit, DATE_MAX, DATE_MIN};
 
 /// A comparison operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
