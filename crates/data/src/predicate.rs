@@ -9,8 +9,8 @@
 //! ones in order, so a signed interval is one raw range or two. Several predicates on
 //! one column intersect.
 
-use crate::calendar;
 use crate::columnar::{ColumnSchema, ColumnType};
+use crate::filter::{self, Constant, Num, Op};
 use crate::error::DataError;
 
 /// Most ranges one device filter run evaluates (`SSB_RANGES_MAX` of `sdk/ssb/ssb.h`).
@@ -182,55 +182,47 @@ pub fn compile_within(
     Ok(Compiled::Ranges(raw))
 }
 
-/// A value of column `col` written as text: an integer, a date `yyyy-mm-dd` (date
-/// columns), a decimal `12.34` (decimal columns, exact to the column's scale), or a
-/// string (dict columns: its code in `dictionary`; `None` when it is not in it, which
-/// matches no row).
+/// A value of column `col` written as text: a number (integer columns; decimal
+/// columns, scaled), a date `yyyy-mm-dd` (date columns), or a string (dict columns: its
+/// code in `dictionary`). `None` when no stored value equals it (a string not in the
+/// dictionary, a decimal with more places than the column's scale, a number outside
+/// the column's domain), which matches no row. Bound as filter strings are
+/// ([`crate::filter::bound`]).
 pub fn literal(
     col: &ColumnSchema,
     dictionary: Option<&[String]>,
     text: &str,
 ) -> Result<Option<i64>, DataError> {
-    let bad = |why: &str| {
+    if col.ty == ColumnType::Dict && dictionary.is_none() {
+        return Err(DataError::Invalid(format!(
+            "{text:?} is not a value of column {} (dict): no dictionary given",
+            col.name
+        )));
+    }
+    let c = literal_constant(col, text)?;
+    let (lo, hi, _) = filter::bound(col, dictionary, Op::Eq, &c, text)
+        .map_err(|e| DataError::Invalid(e.to_string()))?;
+    let (lo_b, hi_b) = domain(col.ty);
+    Ok((lo == hi && lo_b <= lo && lo <= hi_b).then_some(lo as i64))
+}
+
+/// The text of a literal as a filter constant of `col`'s kind: a string for dict
+/// columns, a `yyyy-mm-dd` date for date columns, a number for the others.
+pub fn literal_constant(col: &ColumnSchema, text: &str) -> Result<Constant, DataError> {
+    let bad = |want: &str| {
         DataError::Invalid(format!(
-            "{text:?} is not a value of column {} ({}): {why}",
+            "{text:?} is not a value of column {} ({}): expected {want}",
             col.name,
             col.ty.name()
         ))
     };
-    match col.ty {
-        ColumnType::Dict => {
-            let dict = dictionary.ok_or_else(|| bad("no dictionary given"))?;
-            Ok(dict
-                .binary_search_by(|e| e.as_str().cmp(text))
-                .ok()
-                .map(|i| i as i64))
+    Ok(match col.ty {
+        ColumnType::Dict => Constant::Str(text.to_string()),
+        ColumnType::Date => {
+            Constant::Date(filter::parse_date(text).ok_or_else(|| bad("yyyy-mm-dd"))?)
         }
-        ColumnType::Date => calendar::parse_iso(text)
-            .map(|d| Some(i64::from(d)))
-            .ok_or_else(|| bad("expected yyyy-mm-dd")),
-        ColumnType::Decimal => {
-            let t = text.trim();
-            let (neg, t) = t.strip_prefix('-').map_or((false, t), |r| (true, r));
-            let (int, frac) = t.split_once('.').unwrap_or((t, ""));
-            if int.is_empty() && frac.is_empty() {
-                return Err(bad("empty"));
-            }
-            if frac.len() > col.scale as usize {
-                return Err(bad(&format!("more than {} decimal places", col.scale)));
-            }
-            let digits = format!("{int}{frac:0<width$}", width = col.scale as usize);
-            let v: i64 = digits
-                .parse()
-                .map_err(|_| bad("expected a decimal number"))?;
-            Ok(Some(if neg { -v } else { v }))
-        }
-        _ => text
-            .trim()
-            .parse::<i64>()
-            .map(Some)
-            .map_err(|_| bad("expected an integer")),
-    }
+        _ => Constant::Number(Num::parse(text.trim()).ok_or_else(|| bad("a number"))?),
+    })
 }
 
 #[cfg(test)]
@@ -305,7 +297,10 @@ mod tests {
         let dec = ColumnSchema::decimal("l_discount", 2);
         assert_eq!(literal(&dec, None, "0.05").unwrap(), Some(5));
         assert_eq!(literal(&dec, None, "24").unwrap(), Some(2400));
-        assert!(literal(&dec, None, "0.055").is_err());
+        // More places than the scale: no stored value equals it.
+        assert_eq!(literal(&dec, None, "0.055").unwrap(), None);
+        assert_eq!(literal(&dec, None, "-0.5").unwrap(), Some(-50));
+        assert!(literal(&dec, None, "five").is_err());
         let date = ColumnSchema::new("l_shipdate", ColumnType::Date);
         assert_eq!(literal(&date, None, "1994-01-01").unwrap(), Some(8766));
         let dict = ColumnSchema::new("c", ColumnType::Dict);

@@ -39,7 +39,8 @@ use crate::error::DataError;
 use crate::ops::{
     self, filter_params, DimParams, Meter, ProbeDimParams, ProbeParams, Session, Window, NO_WINDOW,
 };
-use crate::predicate::{literal, Cmp, Compiled, Predicate};
+use crate::filter::{self, Op};
+use crate::predicate::{literal_constant, Cmp, Compiled, Predicate};
 use crate::scan::{
     compile_predicates, device_dictionary, device_schema, FilterStrategy, COMBINE_AND,
     COMBINE_WRITE,
@@ -307,40 +308,40 @@ impl ColumnSource for DeviceSource<'_, '_> {
 // ---------------------------------------------------------------------------------------
 // Literals.
 
-/// A literal comparison on column `col` as a [`Cmp`] in stored units.
+/// A literal comparison on column `col` as a [`Cmp`] in stored units, bound as filter
+/// strings are ([`crate::filter::bound`]): a decimal with more places than the column's
+/// scale rounds per operator, a string absent from the dictionary orders between its
+/// entries.
 pub fn cmp_of(col: &ColumnSchema, dict: Option<&[String]>, lit: Lit) -> Result<Cmp, DataError> {
-    let one = |t: &str| literal(col, dict, t);
-    // The first code at or after a string (dict columns are sorted).
-    let code_at = |t: &str| -> Result<i64, DataError> {
-        match dict {
-            Some(d) if col.ty == ColumnType::Dict => {
-                Ok(d.partition_point(|e| e.as_str() < t) as i64)
-            }
-            _ => one(t).map(|v| v.unwrap_or(0)),
-        }
+    let range = |op: Op, t: &str| -> Result<(i128, i128), DataError> {
+        let (lo, hi, _) = filter::bound(col, dict, op, &literal_constant(col, t)?, t)
+            .map_err(|e| DataError::Invalid(e.to_string()))?;
+        Ok((lo, hi))
     };
-    Ok(match lit {
-        Lit::Eq(t) => match one(t)? {
-            Some(v) => Cmp::Eq(v),
-            None => Cmp::In(Vec::new()),
-        },
-        Lit::Lt(t) => Cmp::Lt(code_at(t)?),
+    let (lo, hi) = match lit {
+        Lit::Eq(t) => range(Op::Eq, t)?,
+        Lit::Lt(t) => range(Op::Lt, t)?,
         Lit::Between(a, b) => {
-            let hi = match (dict, col.ty) {
-                (Some(d), ColumnType::Dict) => d.partition_point(|e| e.as_str() <= b) as i64 - 1,
-                _ => code_at(b)?,
-            };
-            Cmp::Between(code_at(a)?, hi)
+            let ((lo, _), (_, hi)) = (range(Op::Ge, a)?, range(Op::Le, b)?);
+            (lo, hi)
         }
         Lit::In(list) => {
             let mut v = Vec::new();
             for t in list {
-                if let Some(x) = one(t)? {
-                    v.push(x);
+                let (lo, hi) = range(Op::Eq, t)?;
+                if lo == hi {
+                    v.push(lo as i64);
                 }
             }
-            Cmp::In(v)
+            return Ok(Cmp::In(v));
         }
+    };
+    let (lo_b, hi_b) = crate::predicate::domain(col.ty);
+    let (lo, hi) = (lo.max(lo_b) as i64, hi.min(hi_b) as i64);
+    Ok(match (lo, hi) {
+        _ if lo > hi => Cmp::In(Vec::new()),
+        _ if lo == hi => Cmp::Eq(lo),
+        _ => Cmp::Between(lo, hi),
     })
 }
 
@@ -1773,4 +1774,32 @@ impl<'a> Plan<'a> {
 
 fn le_u32(c: &[u8]) -> u32 {
     u32::from_le_bytes(c.try_into().expect("4 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_bind_as_filter_strings_do() {
+        let dec = ColumnSchema::decimal("lo_discount", 2);
+        let min = i64::MIN;
+        // More places than the scale: each operator rounds its own way.
+        assert_eq!(cmp_of(&dec, None, Lit::Lt("0.055")).unwrap(), Cmp::Between(min, 5));
+        let between = cmp_of(&dec, None, Lit::Between("0.055", "0.075")).unwrap();
+        assert_eq!(between, Cmp::Between(6, 7));
+        assert_eq!(cmp_of(&dec, None, Lit::Eq("0.055")).unwrap(), Cmp::In(vec![]));
+        assert_eq!(cmp_of(&dec, None, Lit::Eq("0.05")).unwrap(), Cmp::Eq(5));
+        let list = cmp_of(&dec, None, Lit::In(&["0.05", "0.055", "1"])).unwrap();
+        assert_eq!(list, Cmp::In(vec![5, 100]));
+        // Strings absent from the dictionary order between its entries.
+        let city = ColumnSchema::new("c_city", ColumnType::Dict);
+        let d: Vec<String> = ["AIR", "MAIL", "SHIP"].map(String::from).to_vec();
+        let d = Some(d.as_slice());
+        assert_eq!(cmp_of(&city, d, Lit::Lt("zzz")).unwrap(), Cmp::Between(0, 2));
+        assert_eq!(cmp_of(&city, d, Lit::Between("B", "RAIL")).unwrap(), Cmp::Eq(1));
+        assert_eq!(cmp_of(&city, d, Lit::Eq("RAIL")).unwrap(), Cmp::In(vec![]));
+        let e = cmp_of(&dec, None, Lit::Eq("five")).unwrap_err().to_string();
+        assert!(e.contains("\"five\"") && e.contains("lo_discount"), "{e}");
+    }
 }
