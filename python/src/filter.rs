@@ -133,7 +133,8 @@ pub fn filter_parse(text: &str) -> (Vec<PyComparison>, Option<PyFilterError>) {
 fn comparison_of_py((column, op, values, text): &PyComparison) -> Result<Comparison> {
     let op = Op::of_name(op).ok_or_else(|| {
         Error::value(format!(
-            "comparison operator {op:?} is not one of = != < <= > >= between in"
+            "comparison operator {} is not one of = != < <= > >= between in",
+            cfilter::py_repr(op)
         ))
     })?;
     let want = match op {
@@ -143,7 +144,8 @@ fn comparison_of_py((column, op, values, text): &PyComparison) -> Result<Compari
     };
     if values.len() != want {
         return Err(Error::value(format!(
-            "comparison {text:?} ({}) takes {want} value(s), got {}",
+            "comparison {} ({}) takes {want} value(s), got {}",
+            cfilter::py_repr(text),
             op.name(),
             values.len()
         )));

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::{Comparison, Constant, FilterError, Num, Op};
 use crate::columnar::{ColumnSchema, ColumnType, Schema};
+use crate::error::DataError;
 use crate::predicate::domain;
 
 /// The rows whose stored value `v` of `column` has `lo <= v <= hi` and `v` not in
@@ -57,21 +58,18 @@ pub fn bind(
 }
 
 fn column<'s>(schema: &'s Schema, c: &Comparison) -> Result<&'s ColumnSchema, FilterError> {
-    schema
-        .columns
-        .iter()
-        .find(|col| col.name == c.column)
-        .ok_or_else(|| FilterError::UnknownColumn {
+    schema.column(&c.column).map_err(|e| {
+        let known = match e {
+            DataError::UnknownColumn { known, .. } => known,
+            other => other.to_string(),
+        };
+        FilterError::UnknownColumn {
             part: c.text.clone(),
             table: schema.table.clone(),
             column: c.column.clone(),
-            known: schema
-                .columns
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
+            known,
+        }
+    })
 }
 
 /// One comparison's range (not yet settled against the domain).
