@@ -121,7 +121,12 @@ pub fn filter_parse(text: &str) -> (Vec<PyComparison>, Option<PyFilterError>) {
             cmps.iter()
                 .map(|c| {
                     let values = c.values.iter().map(constant_to_py).collect();
-                    (c.column.clone(), c.op.name().to_string(), values, c.text.clone())
+                    (
+                        c.column.clone(),
+                        c.op.name().to_string(),
+                        values,
+                        c.text.clone(),
+                    )
                 })
                 .collect(),
             None,

@@ -10,8 +10,8 @@
 //! one column intersect.
 
 use crate::columnar::{ColumnSchema, ColumnType};
-use crate::filter::{self, Constant, Num, Op};
 use crate::error::DataError;
+use crate::filter::{self, Constant, Num, Op};
 
 /// Most ranges one device filter run evaluates (`SSB_RANGES_MAX` of `sdk/ssb/ssb.h`).
 pub const RANGES_MAX: usize = 16;

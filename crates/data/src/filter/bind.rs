@@ -40,12 +40,16 @@ pub fn bind(
     for c in comparisons {
         let col = column(schema, c)?;
         let dict = match col.ty {
-            ColumnType::Dict => Some(dictionaries.get(&col.name).ok_or_else(|| {
-                FilterError::NoDictionary {
-                    part: c.text.clone(),
-                    column: col.name.clone(),
-                }
-            })?),
+            ColumnType::Dict => {
+                Some(
+                    dictionaries
+                        .get(&col.name)
+                        .ok_or_else(|| FilterError::NoDictionary {
+                            part: c.text.clone(),
+                            column: col.name.clone(),
+                        })?,
+                )
+            }
             _ => None,
         };
         let one = bind_one(col, dict.map(Vec::as_slice), c)?;

@@ -58,7 +58,11 @@ fn token_at(s: &str) -> Option<(Kind, usize)> {
     let digits = |from: usize| from + b[from..].iter().take_while(|x| x.is_ascii_digit()).count();
     if c.is_ascii_digit() {
         let int = digits(0);
-        let len = if b.get(int) == Some(&b'.') { digits(int + 1) } else { int };
+        let len = if b.get(int) == Some(&b'.') {
+            digits(int + 1)
+        } else {
+            int
+        };
         return Some((Kind::Num, len));
     }
     if c == '.' && b.get(1).is_some_and(u8::is_ascii_digit) {
@@ -138,7 +142,10 @@ mod tests {
             ]
         );
         // An unclosed string: the last doubled quote closes it, else it is no string.
-        assert_eq!(kinds("'a''b"), vec![(Str, "'a'"), (Other, "'"), (Ident, "b")]);
+        assert_eq!(
+            kinds("'a''b"),
+            vec![(Str, "'a'"), (Other, "'"), (Ident, "b")]
+        );
         assert_eq!(kinds("'ab"), vec![(Other, "'"), (Ident, "ab")]);
         assert_eq!(kinds("x.y"), vec![(Ident, "x"), (Other, "."), (Ident, "y")]);
     }

@@ -118,7 +118,11 @@ pub enum FilterError {
     /// A part of the filter the device cannot evaluate, or that is malformed; `at` is
     /// its byte offset in the filter.
     #[error("unsupported filter part {}: {why}; the device evaluates conjunctions (AND) of comparisons and BETWEENs of a column with constants", py_repr(.part))]
-    Unsupported { part: String, why: String, at: usize },
+    Unsupported {
+        part: String,
+        why: String,
+        at: usize,
+    },
     /// A comparison's constant is not of its column's kind.
     #[error("unsupported filter part {}: {why}", py_repr(.part))]
     Mismatch { part: String, why: String },

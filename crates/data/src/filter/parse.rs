@@ -229,8 +229,18 @@ impl<'a> Parser<'a> {
         Err(self.unsupported_from(start, &why))
     }
 
-    fn comparison(&self, start: usize, column: String, op: Op, values: Vec<Constant>) -> Comparison {
-        let end = if self.i > 0 { self.toks[self.i - 1].end } else { 0 };
+    fn comparison(
+        &self,
+        start: usize,
+        column: String,
+        op: Op,
+        values: Vec<Constant>,
+    ) -> Comparison {
+        let end = if self.i > 0 {
+            self.toks[self.i - 1].end
+        } else {
+            0
+        };
         Comparison {
             column,
             op,
@@ -298,7 +308,10 @@ impl<'a> Parser<'a> {
                 })
             }
             (Constant::Number(x), Constant::Number(y)) => Ok(Constant::Number(x.add(&y, minus))),
-            _ => Err(self.unsupported_from(start, "only numbers add to numbers and intervals to dates")),
+            _ => {
+                Err(self
+                    .unsupported_from(start, "only numbers add to numbers and intervals to dates"))
+            }
         }
     }
 
@@ -395,6 +408,8 @@ fn python_int(text: &str) -> Option<i64> {
     let v = digits
         .bytes()
         .filter(u8::is_ascii_digit)
-        .fold(0i64, |v, b| v.saturating_mul(10).saturating_add(i64::from(b - b'0')));
+        .fold(0i64, |v, b| {
+            v.saturating_mul(10).saturating_add(i64::from(b - b'0'))
+        });
     Some(if neg { -v } else { v })
 }

@@ -21,8 +21,11 @@ fn dicts() -> HashMap<String, Vec<String>> {
     HashMap::from([("c".to_string(), entries)])
 }
 
-/// (column, lo, hi, excluded) of each range, or the error's message.
-fn bound_text(text: &str) -> Result<Vec<(String, i128, i128, Vec<i128>)>, String> {
+/// (column, lo, hi, excluded) of a range.
+type Bounds = (String, i128, i128, Vec<i128>);
+
+/// The bounds of each range, or the error's message.
+fn bound_text(text: &str) -> Result<Vec<Bounds>, String> {
     let cmps = parse(text).map_err(|e| e.to_string())?;
     let ranges = bind(&cmps, &schema(), &dicts()).map_err(|e| e.to_string())?;
     Ok(ranges
@@ -49,7 +52,10 @@ fn decimals_with_more_places_than_the_scale_round_per_operator() {
     assert_eq!(bound_text("d < 0.055").unwrap()[0].2, 5);
     assert_eq!(bound_text("d <= -0.055").unwrap()[0].2, -6);
     assert_eq!(bound_text("d > -0.055").unwrap()[0].1, -5);
-    assert_eq!(bound_text("d != 0.055").unwrap()[0], ("d".into(), lo, hi, vec![]));
+    assert_eq!(
+        bound_text("d != 0.055").unwrap()[0],
+        ("d".into(), lo, hi, vec![])
+    );
     let cmps = parse("d = 0.055").unwrap();
     assert!(bind(&cmps, &schema(), &dicts()).unwrap()[0].is_empty());
     let sum = bound_text("d between 0.06 - 0.01 and 0.06 + 0.01").unwrap();
@@ -88,17 +94,49 @@ fn dates_intervals_and_mirrors() {
 fn unsupported_parts_are_named_with_their_offset() {
     let err = |t: &str| parse(t).unwrap_err();
     let cases = [
-        ("a < 24 or b > 0.05", "a < 24 or b > 0.05", "OR is not supported"),
-        ("a < 24 and b in (1, 2)", "b in (1, 2)", "IN is not supported"),
+        (
+            "a < 24 or b > 0.05",
+            "a < 24 or b > 0.05",
+            "OR is not supported",
+        ),
+        (
+            "a < 24 and b in (1, 2)",
+            "b in (1, 2)",
+            "IN is not supported",
+        ),
         ("a < b", "a < b", "comparing two columns is not supported"),
-        ("year(a) = 1994", "year(a) = 1994", "function year() is not supported"),
-        ("a between 1 and 3 and b ~ 2", "~", "unexpected character '~'"),
+        (
+            "year(a) = 1994",
+            "year(a) = 1994",
+            "function year() is not supported",
+        ),
+        (
+            "a between 1 and 3 and b ~ 2",
+            "~",
+            "unexpected character '~'",
+        ),
         ("a = 1 and", "a = 1 and", "a predicate is missing"),
         ("(a = 1", "(a = 1", "a parenthesis is not closed"),
-        ("a = date '1994-13-01'", "a = date '1994-13-01'", "'1994-13-01' is not a yyyy-mm-dd date"),
-        ("a = interval '1' week", "a = interval '1' week", "INTERVAL unit 'week' is not DAY, MONTH or YEAR"),
-        ("a = 1 + date '1994-01-01'", "a = 1 + date '1994-01-01'", "only numbers add"),
-        ("a = date '9999-12-31' + interval '1' day", "a = date '9999-12-31' + interval '1' day", "outside the years 1 to 9999"),
+        (
+            "a = date '1994-13-01'",
+            "a = date '1994-13-01'",
+            "'1994-13-01' is not a yyyy-mm-dd date",
+        ),
+        (
+            "a = interval '1' week",
+            "a = interval '1' week",
+            "INTERVAL unit 'week' is not DAY, MONTH or YEAR",
+        ),
+        (
+            "a = 1 + date '1994-01-01'",
+            "a = 1 + date '1994-01-01'",
+            "only numbers add",
+        ),
+        (
+            "a = date '9999-12-31' + interval '1' day",
+            "a = date '9999-12-31' + interval '1' day",
+            "outside the years 1 to 9999",
+        ),
     ];
     for (text, part, why) in cases {
         let e = err(text);
@@ -114,15 +152,24 @@ fn unsupported_parts_are_named_with_their_offset() {
 #[test]
 fn binding_errors_name_the_comparison_and_column() {
     let e = bound_text("i < 3 and nosuch > 3").unwrap_err();
-    assert_eq!(e, "filter 'nosuch > 3': table t has no column 'nosuch'; columns: d, s, i, c");
+    assert_eq!(
+        e,
+        "filter 'nosuch > 3': table t has no column 'nosuch'; columns: d, s, i, c"
+    );
     let e = bound_text("s > 5").unwrap_err();
-    assert!(e.contains("column s is a date; compare it with DATE"), "{e}");
+    assert!(
+        e.contains("column s is a date; compare it with DATE"),
+        "{e}"
+    );
     let e = bound_text("s > 'May 1st'").unwrap_err();
     assert_eq!(e, "s > 'May 1st': 'May 1st' is not a yyyy-mm-dd date");
     let e = bound_text("c = 3").unwrap_err();
     assert!(e.contains("column c holds strings"), "{e}");
     let e = bound_text("i = 'x'").unwrap_err();
-    assert!(e.contains("column i is int32; compare it with a number"), "{e}");
+    assert!(
+        e.contains("column i is int32; compare it with a number"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -32,7 +32,15 @@ impl Num {
 
     /// The integer `v`.
     pub fn int(v: i128) -> Num {
-        Num::new(v < 0, v.unsigned_abs().to_string().bytes().map(|b| b - b'0').collect(), 0)
+        Num::new(
+            v < 0,
+            v.unsigned_abs()
+                .to_string()
+                .bytes()
+                .map(|b| b - b'0')
+                .collect(),
+            0,
+        )
     }
 
     fn new(neg: bool, mut digits: Vec<u8>, frac: usize) -> Num {
@@ -235,10 +243,9 @@ pub fn parse_date(text: &str) -> Option<i32> {
     let s = super::trim(text).as_bytes();
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let part = s.get(r)?;
-        part.iter().all(u8::is_ascii_digit).then(|| {
-            part.iter()
-                .fold(0i64, |v, &b| v * 10 + i64::from(b - b'0'))
-        })
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0i64, |v, &b| v * 10 + i64::from(b - b'0')))
     };
     let year = num(0..4)?;
     match s.len() {
@@ -335,7 +342,13 @@ mod tests {
         assert_eq!(parse_date(" 19940101 "), Some(8766));
         assert_eq!(parse_date("1994-W01-1"), parse_date("1994-01-03"));
         assert_eq!(parse_date("2020-W53-7"), parse_date("2021-01-03"));
-        for bad in ["1994-W53-1", "1994-1-1", "0000-01-01", "1994-02-29", "1994-001"] {
+        for bad in [
+            "1994-W53-1",
+            "1994-1-1",
+            "0000-01-01",
+            "1994-02-29",
+            "1994-001",
+        ] {
             assert_eq!(parse_date(bad), None, "{bad}");
         }
         let d = parse_date("2000-01-31").unwrap();

@@ -36,10 +36,10 @@ use serde_json::Value;
 
 use crate::columnar::{ColumnSchema, ColumnType, LocalTable, Schema, Values};
 use crate::error::DataError;
+use crate::filter::{self, Op};
 use crate::ops::{
     self, filter_params, DimParams, Meter, ProbeDimParams, ProbeParams, Session, Window, NO_WINDOW,
 };
-use crate::filter::{self, Op};
 use crate::predicate::{literal_constant, Cmp, Compiled, Predicate};
 use crate::scan::{
     compile_predicates, device_dictionary, device_schema, FilterStrategy, COMBINE_AND,
@@ -1785,10 +1785,16 @@ mod tests {
         let dec = ColumnSchema::decimal("lo_discount", 2);
         let min = i64::MIN;
         // More places than the scale: each operator rounds its own way.
-        assert_eq!(cmp_of(&dec, None, Lit::Lt("0.055")).unwrap(), Cmp::Between(min, 5));
+        assert_eq!(
+            cmp_of(&dec, None, Lit::Lt("0.055")).unwrap(),
+            Cmp::Between(min, 5)
+        );
         let between = cmp_of(&dec, None, Lit::Between("0.055", "0.075")).unwrap();
         assert_eq!(between, Cmp::Between(6, 7));
-        assert_eq!(cmp_of(&dec, None, Lit::Eq("0.055")).unwrap(), Cmp::In(vec![]));
+        assert_eq!(
+            cmp_of(&dec, None, Lit::Eq("0.055")).unwrap(),
+            Cmp::In(vec![])
+        );
         assert_eq!(cmp_of(&dec, None, Lit::Eq("0.05")).unwrap(), Cmp::Eq(5));
         let list = cmp_of(&dec, None, Lit::In(&["0.05", "0.055", "1"])).unwrap();
         assert_eq!(list, Cmp::In(vec![5, 100]));
@@ -1796,8 +1802,14 @@ mod tests {
         let city = ColumnSchema::new("c_city", ColumnType::Dict);
         let d: Vec<String> = ["AIR", "MAIL", "SHIP"].map(String::from).to_vec();
         let d = Some(d.as_slice());
-        assert_eq!(cmp_of(&city, d, Lit::Lt("zzz")).unwrap(), Cmp::Between(0, 2));
-        assert_eq!(cmp_of(&city, d, Lit::Between("B", "RAIL")).unwrap(), Cmp::Eq(1));
+        assert_eq!(
+            cmp_of(&city, d, Lit::Lt("zzz")).unwrap(),
+            Cmp::Between(0, 2)
+        );
+        assert_eq!(
+            cmp_of(&city, d, Lit::Between("B", "RAIL")).unwrap(),
+            Cmp::Eq(1)
+        );
         assert_eq!(cmp_of(&city, d, Lit::Eq("RAIL")).unwrap(), Cmp::In(vec![]));
         let e = cmp_of(&dec, None, Lit::Eq("five")).unwrap_err().to_string();
         assert!(e.contains("\"five\"") && e.contains("lo_discount"), "{e}");
