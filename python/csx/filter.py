@@ -9,7 +9,7 @@ Comparisons: ``=``, ``==``, ``!=``, ``<>``, ``<``, ``<=``, ``>``, ``>=`` and
 ``BETWEEN a AND b`` (inclusive), with the column on the left (or on the right of a
 comparison, which is mirrored). Constants: integers, decimals, ``'strings'``,
 ``DATE 'yyyy-mm-dd'``, a date plus or minus ``INTERVAL 'n' DAY|MONTH|YEAR``, and sums
-and differences of numbers. Parentheses group conjunctions.
+and differences of numbers (written in ASCII digits). Parentheses group conjunctions.
 
 Anything else (``OR``, ``NOT``, ``IN``, ``LIKE``, ``IS NULL``, functions, arithmetic on a
 column, a comparison of two columns) raises :class:`csx.UnsupportedFilterError` whose
@@ -143,12 +143,7 @@ def bind(comparisons: Sequence[Comparison], schema: Any, dictionaries: Mapping[s
     entries."""
     cmps = []
     for c in comparisons:
-        if c.op == "between":
-            values = list(c.value)
-        elif c.op == "in":
-            values = list(c.value)
-        else:
-            values = [c.value]
+        values = list(c.value) if c.op in ("between", "in") else [c.value]
         cmps.append((c.column, c.op, [_native_constant(v) for v in values], c.text))
     dicts = {c.column: list(dictionaries[c.column]) for c in comparisons if c.column in dictionaries}
     columns = [(col.name, col.type, col.scale) for col in schema.columns]
