@@ -131,3 +131,12 @@ def test_binding_errors_name_the_comparison():
     assert str(e.value) == "s > 'May 1st': 'May 1st' is not a yyyy-mm-dd date" and e.value.part == "s > 'May 1st'"
     with pytest.raises(csx.UnsupportedFilterError, match="column c holds strings"):
         ranges("c = 3")
+
+
+def test_hostile_filters_are_typed_errors_naming_the_limit():
+    deep = "(" * 100_000 + "i = 1" + ")" * 100_000
+    with pytest.raises(csx.UnsupportedFilterError, match="nest deeper than the limit of 100"):
+        cf.parse(deep)
+    with pytest.raises(csx.UnsupportedFilterError, match="longer than the limit of 1000") as e:
+        cf.parse("i < " + "9" * 5000)
+    assert e.value.part == "9" * 5000

@@ -8,13 +8,18 @@ const KEYWORDS: [&str; 10] = [
     "AND", "BETWEEN", "DATE", "INTERVAL", "OR", "NOT", "IN", "LIKE", "IS", "NULL",
 ];
 
-/// A constant while parsing: intervals only exist inside a sum.
 type Res<T> = Result<T, FilterError>;
+
+/// Most parentheses nested in a filter (the parser recurses once per level).
+pub const NESTING_MAX: usize = 100;
+/// Most digits in one number of a filter.
+pub const DIGITS_MAX: usize = 1000;
 
 pub(super) struct Parser<'a> {
     text: &'a str,
     toks: Vec<Tok>,
     i: usize,
+    depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -23,6 +28,7 @@ impl<'a> Parser<'a> {
             text,
             toks: tokens(text),
             i: 0,
+            depth: 0,
         }
     }
 
@@ -111,6 +117,13 @@ impl<'a> Parser<'a> {
                 let why = format!("unexpected character {}", py_repr(self.s(t)));
                 return Err(self.unsupported(t.start, t.end, &why));
             }
+            if t.kind == Kind::Num && t.end - t.start > DIGITS_MAX {
+                let why = format!(
+                    "a number of {} characters is longer than the limit of {DIGITS_MAX}",
+                    t.end - t.start
+                );
+                return Err(self.unsupported(t.start, t.end, &why));
+            }
         }
         let preds = self.conjunction()?;
         if let Some(rest) = self.peek(0) {
@@ -154,8 +167,14 @@ impl<'a> Parser<'a> {
             .ok_or_else(|| self.unsupported(n, n, "a predicate is missing"))?;
         let start = t.start;
         if self.s(t) == "(" {
+            if self.depth == NESTING_MAX {
+                let why = format!("parentheses nest deeper than the limit of {NESTING_MAX}");
+                return Err(self.unsupported(start, t.end, &why));
+            }
             self.take()?;
+            self.depth += 1;
             let inner = self.conjunction()?;
+            self.depth -= 1;
             match self.peek(0) {
                 Some(c) if self.s(c) == ")" => {}
                 _ => return Err(self.unsupported(start, n, "a parenthesis is not closed")),

@@ -178,3 +178,19 @@ fn python_reprs() {
     assert_eq!(py_repr("a'\"b"), "'a\\'\"b'");
     assert_eq!(py_repr("\u{1c}\té\u{2028}"), "'\\x1c\\té\\u2028'");
 }
+
+#[test]
+fn deep_nesting_and_long_numbers_are_errors_naming_the_limit() {
+    let deep = format!("{}i = 1{}", "(".repeat(100_000), ")".repeat(100_000));
+    let e = parse(&deep).unwrap_err().to_string();
+    assert!(e.contains("nest deeper than the limit of 100"), "{e}");
+    let ok = format!("{}i = 1{}", "(".repeat(100), ")".repeat(100));
+    assert_eq!(parse(&ok).unwrap().len(), 1);
+    let long = format!("i < {}", "9".repeat(1001));
+    let e = parse(&long).unwrap_err();
+    assert!(e
+        .to_string()
+        .contains("a number of 1001 characters is longer than the limit of 1000"));
+    assert_eq!(e.part().len(), 1001);
+    assert!(parse(&format!("i < {}", "9".repeat(1000))).is_ok());
+}
