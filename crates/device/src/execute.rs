@@ -338,11 +338,8 @@ impl Shared {
         let prepare_ns = ns(prepare_start.elapsed());
         let limit_ms = time_limit_ms.unwrap_or_else(|| self.config.time_limit_ms_effective());
         let run_start = Instant::now();
-        let watch = self.watchdog.watch(
-            run_start + Duration::from_millis(u64::from(limit_ms)),
-            stop,
-            leash,
-        );
+        let deadline = run_start + Duration::from_millis(u64::from(limit_ms));
+        let watch = self.watchdog.watch(deadline, stop, leash);
         let outcome = run_with_state(ticket.engine.as_ref(), &mut leases, &state, &call, &mut ctx);
         let run = run_start.elapsed();
         drop(watch);

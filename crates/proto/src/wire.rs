@@ -834,6 +834,36 @@ const EXECUTE_HAS_TIME_LIMIT: u8 = 2;
 /// (after the time limit, when there is one).
 const EXECUTE_HAS_GENERATION: u8 = 4;
 
+/// An Execute's windows from its tag, its rsid and its inline ranges (only one of the
+/// two may name windows).
+fn execute_windows(tag: u8, rsid: u16, ranges: Vec<MemRange>) -> Result<Windows, WireError> {
+    match tag {
+        0 => {
+            if rsid != 0 {
+                return Err(WireError::Reserved {
+                    field: "rsid",
+                    value: u64::from(rsid),
+                });
+            }
+            Ok(Windows::Inline(ranges))
+        }
+        1 => {
+            if !ranges.is_empty() {
+                return Err(WireError::TooMany {
+                    field: "ranges with rsid",
+                    count: ranges.len() as u64,
+                    limit: 0,
+                });
+            }
+            Ok(Windows::RangeSet(RangeSetId(rsid)))
+        }
+        v => Err(WireError::BadTag {
+            field: "windows tag",
+            value: u64::from(v),
+        }),
+    }
+}
+
 fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let pind = decode_pind(r)?;
     let tag = r.u8("windows tag")?;
@@ -850,34 +880,7 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let cparam1 = r.u64("cparam1")?;
     let cparam2 = r.u64("cparam2")?;
     let fuel_raw = r.u64("fuel")?;
-    let ranges = decode_ranges(r)?;
-    let windows = match tag {
-        0 => {
-            if rsid != 0 {
-                return Err(WireError::Reserved {
-                    field: "rsid",
-                    value: u64::from(rsid),
-                });
-            }
-            Windows::Inline(ranges)
-        }
-        1 => {
-            if !ranges.is_empty() {
-                return Err(WireError::TooMany {
-                    field: "ranges with rsid",
-                    count: ranges.len() as u64,
-                    limit: 0,
-                });
-            }
-            Windows::RangeSet(RangeSetId(rsid))
-        }
-        v => {
-            return Err(WireError::BadTag {
-                field: "windows tag",
-                value: u64::from(v),
-            })
-        }
-    };
+    let windows = execute_windows(tag, rsid, decode_ranges(r)?)?;
     if !has_fuel && fuel_raw != 0 {
         return Err(WireError::Reserved {
             field: "fuel",

@@ -222,11 +222,13 @@ enum Expect {
     Refusal(fn(&[u8]) -> Result<(), String>),
 }
 
+/// Writes an attack (it may sleep between bytes).
+type Action = Box<dyn FnOnce(&mut dyn Peer) + Send>;
+
 struct Attack {
     name: String,
-    connect: Box<dyn FnOnce() -> Box<dyn Peer> + Send>,
-    /// Writes the attack (may sleep between bytes).
-    act: Box<dyn FnOnce(&mut dyn Peer) + Send>,
+    connect: Connect,
+    act: Action,
     expect: Expect,
 }
 
@@ -263,13 +265,12 @@ fn icreq() -> Vec<u8> {
 }
 
 /// A TLS ClientHello's first bytes, as a real client sends them.
-fn client_hello(addr: &str, ca: &std::path::Path) -> Vec<u8> {
+fn client_hello(ca: &std::path::Path) -> Vec<u8> {
     let config = csx_host::transport::tcp::conn::tls::client_config(ca).unwrap();
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
     let mut conn = rustls::ClientConnection::new(config, name).unwrap();
     let mut out = Vec::new();
     conn.write_tls(&mut out).unwrap();
-    let _ = addr;
     out
 }
 
@@ -301,220 +302,182 @@ fn term_naming(b: &[u8], words: &[&str]) -> Result<(), String> {
     }
 }
 
+type Connect = Box<dyn FnOnce() -> Box<dyn Peer> + Send>;
+
+fn unix_to(path: &std::path::Path) -> Connect {
+    let path = path.to_path_buf();
+    Box::new(move || Box::new(UnixStream::connect(&path).unwrap()) as Box<dyn Peer>)
+}
+
+fn tcp_to(addr: &str) -> Connect {
+    let addr = addr.to_string();
+    Box::new(move || Box::new(TcpStream::connect(&addr).unwrap()) as Box<dyn Peer>)
+}
+
+fn tls_to(addr: &str, ca: &std::path::Path) -> Connect {
+    let (addr, ca) = (addr.to_string(), ca.to_path_buf());
+    Box::new(move || {
+        let config = csx_host::transport::tcp::conn::tls::client_config(&ca).unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(config, name).unwrap();
+        let sock = TcpStream::connect(&addr).unwrap();
+        Box::new(rustls::StreamOwned::new(conn, sock)) as Box<dyn Peer>
+    })
+}
+
+/// The attacks every transport gets, `handshake` being its first message: 4 KiB of
+/// random bytes, half the handshake then a close, half of it then silence, and all
+/// but its last byte one a second. Each must end in a close.
+fn plain_attacks(
+    transport: &str,
+    connect: impl Fn() -> Connect,
+    handshake: &[u8],
+    rng: &mut Rng,
+) -> Vec<Attack> {
+    let half = handshake[..handshake.len() / 2].to_vec();
+    let kinds: [(&str, Action); 4] = [
+        ("random bytes", send(rng.bytes(4096))),
+        (
+            "half a handshake, then a close",
+            half_then_close(handshake.to_vec()),
+        ),
+        ("half a handshake, then silence", send(half)),
+        ("one byte a second", trickle(handshake.to_vec())),
+    ];
+    kinds
+        .into_iter()
+        .map(|(what, act)| {
+            attack(
+                &format!("{transport} {what}"),
+                connect(),
+                act,
+                Expect::Close,
+            )
+        })
+        .collect()
+}
+
 /// The shm attacks.
 fn shm_attacks(d: &Daemon, rng: &mut Rng) -> Vec<Attack> {
     let path = csx_host::transport::shm::socket_path(&d.shm);
-    let connect = move || {
-        let path = path.clone();
-        Box::new(move || Box::new(UnixStream::connect(&path).unwrap()) as Box<dyn Peer>)
-            as Box<dyn FnOnce() -> Box<dyn Peer> + Send>
-    };
-    let random = rng.bytes(4096);
+    let mut attacks = plain_attacks("shm", || unix_to(&path), &hello(), rng);
     let mut huge = hello();
     huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+    attacks.push(attack(
+        "shm hello with huge depth and host memory",
+        unix_to(&path),
+        send(huge),
+        Expect::Refusal(|b| {
+            let w = shm_welcome(b)?;
+            let named = w
+                .message
+                .contains("host memory of 18446744073709551615 bytes");
+            match w.status == WelcomeStatus::BadHostMemory && named {
+                true => Ok(()),
+                false => Err(format!("{w:?}")),
+            }
+        }),
+    ));
     let garbage = rng.bytes(64);
-    vec![
-        attack("shm random bytes", connect(), send(random), Expect::Close),
-        attack(
-            "shm half a hello, then a close",
-            connect(),
-            half_then_close(hello()),
-            Expect::Close,
-        ),
-        attack(
-            "shm half a hello, then silence",
-            connect(),
-            send(hello()[..16].to_vec()),
-            Expect::Close,
-        ),
-        attack(
-            "shm hello with huge depth and host memory",
-            connect(),
-            send(huge),
-            Expect::Refusal(|b| {
-                let w = shm_welcome(b)?;
-                if w.status == WelcomeStatus::BadHostMemory
-                    && w.message
-                        .contains("host memory of 18446744073709551615 bytes")
-                {
-                    Ok(())
-                } else {
-                    Err(format!("{w:?}"))
-                }
-            }),
-        ),
-        attack(
-            "shm hello, then garbage on the socket",
-            connect(),
-            Box::new(move |p: &mut dyn Peer| {
-                let _ = p.write_all(&hello());
-                // The welcome first (its descriptors are dropped unread), then garbage.
-                let mut w = [0u8; 32];
-                if p.read_exact(&mut w).is_ok() {
-                    let _ = p.write_all(&garbage);
-                }
-            }),
-            Expect::Close,
-        ),
-        attack(
-            "shm one byte a second",
-            connect(),
-            trickle(hello()),
-            Expect::Close,
-        ),
-    ]
+    let after_welcome: Action = Box::new(move |p: &mut dyn Peer| {
+        let _ = p.write_all(&hello());
+        // The welcome first (its descriptors are dropped unread), then garbage.
+        let mut w = [0u8; 32];
+        if p.read_exact(&mut w).is_ok() {
+            let _ = p.write_all(&garbage);
+        }
+    });
+    attacks.push(attack(
+        "shm hello, then garbage on the socket",
+        unix_to(&path),
+        after_welcome,
+        Expect::Close,
+    ));
+    attacks
 }
 
 /// The tcp attacks.
 fn tcp_attacks(d: &Daemon, rng: &mut Rng) -> Vec<Attack> {
-    let addr = d.tcp.clone();
-    let connect = move || {
-        let addr = addr.clone();
-        Box::new(move || Box::new(TcpStream::connect(&addr).unwrap()) as Box<dyn Peer>)
-            as Box<dyn FnOnce() -> Box<dyn Peer> + Send>
-    };
-    let random = rng.bytes(4096);
+    let addr = d.tcp.as_str();
+    let mut attacks = plain_attacks("tcp", || tcp_to(addr), &icreq(), rng);
     let mut huge = icreq();
     huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    attacks.push(attack(
+        "tcp connect request announcing 4 GiB",
+        tcp_to(addr),
+        send(huge),
+        Expect::Refusal(|b| term_naming(b, &["4294967295"])),
+    ));
     let mut huge_token = icreq();
-    huge_token[PDU_HEADER_SIZE + 6..PDU_HEADER_SIZE + 8].copy_from_slice(&u16::MAX.to_le_bytes());
+    let at = PDU_HEADER_SIZE + 6;
+    huge_token[at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+    attacks.push(attack(
+        "tcp connect request with a 64 KiB token length",
+        tcp_to(addr),
+        send(huge_token),
+        Expect::Refusal(|b| term_naming(b, &["token", "65535"])),
+    ));
     let garbage = rng.bytes(64 << 10);
-    vec![
-        attack("tcp random bytes", connect(), send(random), Expect::Close),
-        attack(
-            "tcp half a connect request, then a close",
-            connect(),
-            half_then_close(icreq()),
-            Expect::Close,
-        ),
-        attack(
-            "tcp half a connect request, then silence",
-            connect(),
-            send(icreq()[..12].to_vec()),
-            Expect::Close,
-        ),
-        attack(
-            "tcp connect request announcing 4 GiB",
-            connect(),
-            send(huge),
-            Expect::Refusal(|b| term_naming(b, &["4294967295"])),
-        ),
-        attack(
-            "tcp connect request with a 64 KiB token length",
-            connect(),
-            send(huge_token),
-            Expect::Refusal(|b| term_naming(b, &["token", "65535"])),
-        ),
-        attack(
-            "tcp connect request, then garbage",
-            connect(),
-            Box::new(move |p: &mut dyn Peer| {
-                let _ = p.write_all(&icreq());
-                let mut h = [0u8; PDU_HEADER_SIZE];
-                if p.read_exact(&mut h).is_ok() {
-                    let plen = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
-                    let mut body = vec![0u8; plen - PDU_HEADER_SIZE];
-                    let _ = p.read_exact(&mut body);
-                    let resp = ICResp::decode(&body).expect("a connect response");
-                    assert_eq!(resp.status, ConnectStatus::Accepted);
-                    let _ = p.write_all(&garbage);
-                }
-            }),
-            Expect::Close,
-        ),
-        attack(
-            "tcp one byte a second",
-            connect(),
-            trickle(icreq()),
-            Expect::Close,
-        ),
-    ]
+    let after_accept: Action = Box::new(move |p: &mut dyn Peer| {
+        let _ = p.write_all(&icreq());
+        let mut h = [0u8; PDU_HEADER_SIZE];
+        if p.read_exact(&mut h).is_ok() {
+            let plen = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
+            let mut body = vec![0u8; plen - PDU_HEADER_SIZE];
+            let _ = p.read_exact(&mut body);
+            let resp = ICResp::decode(&body).expect("a connect response");
+            assert_eq!(resp.status, ConnectStatus::Accepted);
+            let _ = p.write_all(&garbage);
+        }
+    });
+    attacks.push(attack(
+        "tcp connect request, then garbage",
+        tcp_to(addr),
+        after_accept,
+        Expect::Close,
+    ));
+    attacks
 }
 
 /// The tcps attacks: garbage before TLS, in TLS's record layer, and inside a session.
 fn tcps_attacks(d: &Daemon, rng: &mut Rng) -> Vec<Attack> {
-    let addr = d.tcps.clone();
-    let connect = {
-        let addr = addr.clone();
-        move || {
-            let addr = addr.clone();
-            Box::new(move || Box::new(TcpStream::connect(&addr).unwrap()) as Box<dyn Peer>)
-                as Box<dyn FnOnce() -> Box<dyn Peer> + Send>
-        }
-    };
-    let tls = {
-        let ca = d.ca.clone();
-        move || {
-            let (addr, ca) = (addr.clone(), ca.clone());
-            Box::new(move || {
-                let config = csx_host::transport::tcp::conn::tls::client_config(&ca).unwrap();
-                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-                let conn = rustls::ClientConnection::new(config, name).unwrap();
-                let sock = TcpStream::connect(&addr).unwrap();
-                Box::new(rustls::StreamOwned::new(conn, sock)) as Box<dyn Peer>
-            }) as Box<dyn FnOnce() -> Box<dyn Peer> + Send>
-        }
-    };
-    let hello = client_hello(&d.tcps, &d.ca);
+    let addr = d.tcps.as_str();
+    let hello = client_hello(&d.ca);
+    let mut attacks = plain_attacks("tcps", || tcp_to(addr), &hello, rng);
+    attacks.push(attack(
+        "tcps plain connect request",
+        tcp_to(addr),
+        send(icreq()),
+        Expect::Close,
+    ));
     // A handshake record announcing 64 KiB - 1 bytes (more than TLS allows).
     let huge = vec![0x16, 0x03, 0x01, 0xff, 0xff, 0x01, 0x00, 0xff, 0xfb];
-    let random = rng.bytes(4096);
+    attacks.push(attack(
+        "tcps record announcing 64 KiB",
+        tcp_to(addr),
+        send(huge),
+        Expect::Close,
+    ));
     let garbage = rng.bytes(64 << 10);
-    vec![
-        attack("tcps random bytes", connect(), send(random), Expect::Close),
-        attack(
-            "tcps plain connect request",
-            connect(),
-            send(icreq()),
-            Expect::Close,
-        ),
-        attack(
-            "tcps half a client hello, then a close",
-            connect(),
-            half_then_close(hello.clone()),
-            Expect::Close,
-        ),
-        attack(
-            "tcps half a client hello, then silence",
-            connect(),
-            send(hello[..hello.len() / 2].to_vec()),
-            Expect::Close,
-        ),
-        attack(
-            "tcps record announcing 64 KiB",
-            connect(),
-            send(huge),
-            Expect::Close,
-        ),
-        attack(
-            "tcps one byte a second",
-            connect(),
-            trickle(hello),
-            Expect::Close,
-        ),
-        attack(
-            "tcps session, then garbage inside it",
-            tls(),
-            Box::new(move |p: &mut dyn Peer| {
-                // Through the session: the handshake, the connect request, garbage.
-                let _ = p.write_all(&icreq());
-                let mut h = [0u8; PDU_HEADER_SIZE];
-                if p.read_exact(&mut h).is_ok() {
-                    let _ = p.write_all(&garbage);
-                }
-            }),
-            Expect::Close,
-        ),
-    ]
+    // Through the session: the handshake, the connect request, then garbage.
+    let inside: Action = Box::new(move |p: &mut dyn Peer| {
+        let _ = p.write_all(&icreq());
+        let mut h = [0u8; PDU_HEADER_SIZE];
+        if p.read_exact(&mut h).is_ok() {
+            let _ = p.write_all(&garbage);
+        }
+    });
+    attacks.push(attack(
+        "tcps session, then garbage inside it",
+        tls_to(addr, &d.ca),
+        inside,
+        Expect::Close,
+    ));
+    attacks
 }
 
-fn attack(
-    name: &str,
-    connect: Box<dyn FnOnce() -> Box<dyn Peer> + Send>,
-    act: Box<dyn FnOnce(&mut dyn Peer) + Send>,
-    expect: Expect,
-) -> Attack {
+fn attack(name: &str, connect: Connect, act: Action, expect: Expect) -> Attack {
     Attack {
         name: name.to_string(),
         connect,
@@ -523,14 +486,14 @@ fn attack(
     }
 }
 
-fn send(bytes: Vec<u8>) -> Box<dyn FnOnce(&mut dyn Peer) + Send> {
+fn send(bytes: Vec<u8>) -> Action {
     Box::new(move |p: &mut dyn Peer| {
         let _ = p.write_all(&bytes);
         let _ = p.flush();
     })
 }
 
-fn half_then_close(bytes: Vec<u8>) -> Box<dyn FnOnce(&mut dyn Peer) + Send> {
+fn half_then_close(bytes: Vec<u8>) -> Action {
     Box::new(move |p: &mut dyn Peer| {
         let _ = p.write_all(&bytes[..bytes.len() / 2]);
         p.shut_write();
@@ -539,7 +502,7 @@ fn half_then_close(bytes: Vec<u8>) -> Box<dyn FnOnce(&mut dyn Peer) + Send> {
 
 /// One byte a second of `bytes` (the last never sent), from a thread of its own so the
 /// attack can wait for the close meanwhile.
-fn trickle(bytes: Vec<u8>) -> Box<dyn FnOnce(&mut dyn Peer) + Send> {
+fn trickle(bytes: Vec<u8>) -> Action {
     Box::new(move |p: &mut dyn Peer| {
         for b in &bytes[..bytes.len() - 1] {
             if p.write_all(&[*b]).is_err() {
