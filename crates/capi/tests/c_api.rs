@@ -1026,10 +1026,8 @@ fn a_fixed_id_never_runs_another_program(work: &Path, device: &str) {
     let name = std::ffi::CString::new(device).unwrap();
     let mut a = std::ptr::null_mut();
     // SAFETY: a C string and a writable handle.
-    assert_eq!(
-        unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut a) },
-        CS_SUCCESS
-    );
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut a) };
+    assert_eq!(opened, CS_SUCCESS);
     let (st, expected) = compute_id(a, 101, 10);
     assert_eq!(st, CS_SUCCESS);
     assert_ne!(expected, IMPOSTOR as u64);
