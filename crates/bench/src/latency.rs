@@ -137,6 +137,7 @@ impl Driver {
                 params: Vec::new(),
                 fuel: None,
                 time_limit_ms: None,
+                generation: None,
             },
             Case::Read(n) => Op::MemRead {
                 handle,

@@ -29,7 +29,7 @@ use csx_host::{CallError, DeviceUri, ExecuteRequest, SessionError};
 
 use crate::mapping::Mapping;
 use crate::queue::{Job, Kind, Request, Worker};
-use crate::registry::{self, handle_of, key_of, Dev, Event, Handle, Mem};
+use crate::registry::{self, handle_of, key_of, Dev, Event, FixedSlot, Handle, Mem};
 use crate::status::*;
 use crate::types::*;
 
@@ -854,24 +854,35 @@ pub(crate) fn csf_slot(id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
         .or_else(|_| fail(CS_INVALID_ID, format!("CSFId {id} is not a program slot")))
 }
 
-/// The slot a CSF id names: a slot itself, or the slot holding the program a fixed id is
-/// reserved for (see [`crate::fixed`]), as `handle` last found it.
-fn slot_of_csf(dev: &Dev, handle: &Handle, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+/// The program a CSF id names: a slot itself (whatever program it holds), or the
+/// program a fixed id is reserved for (see [`crate::fixed`]), as `handle` last found
+/// it: its slot and its generation, which the run names so that the device refuses it
+/// if another program took the slot meanwhile.
+fn slot_of_csf(dev: &Dev, handle: &Handle, id: CsCsfId) -> R<FixedSlot> {
     if !crate::fixed::is_fixed(id) {
-        return csf_slot(id);
+        return csf_slot(id).map(|pind| FixedSlot {
+            pind,
+            generation: None,
+        });
     }
     let lock = || handle.fixed.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(&pind) = lock().get(&id) {
-        return Ok(pind);
+    if let Some(&found) = lock().get(&id) {
+        return Ok(found);
     }
-    let pind = look_up_fixed(dev, id)?;
-    lock().insert(id, pind);
-    Ok(pind)
+    let found = look_up_fixed(dev, id)?;
+    lock().insert(id, found);
+    Ok(found)
 }
 
-/// The slot holding the program fixed id `id` is reserved for, from the device's table
-/// and its slots.
-fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
+/// The run of `request` on the program `found`.
+fn aimed(mut request: ExecuteRequest, found: FixedSlot) -> ExecuteRequest {
+    request.pind = found.pind;
+    request.generation = found.generation;
+    request
+}
+
+/// The program fixed id `id` is reserved for, from the device's table and its slots.
+fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<FixedSlot> {
     let table = crate::manage::fixed_ids(dev)?;
     let name = crate::fixed::id_of_name(&table, id).ok_or(Fail {
         status: CS_INVALID_ID,
@@ -880,8 +891,8 @@ fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
             dev.name
         ),
     })?;
-    match crate::manage::slots_named(dev, &name)?.first() {
-        Some(&slot) => Ok(csx_host::proto::ProgramIndex(slot as u16)),
+    match crate::manage::programs_named(dev, &name)?.first() {
+        Some(&found) => Ok(found),
         None => fail(
             CS_UNKNOWN_COMPUTE_FUNCTION,
             format!(
@@ -894,7 +905,8 @@ fn look_up_fixed(dev: &Dev, id: CsCsfId) -> R<csx_host::proto::ProgramIndex> {
 
 fn prepare_compute(dev: usize, csf: CsCsfId, args: &[ArgDesc]) -> R<Op> {
     let (dev, handle) = device_and_handle(h(dev))?;
-    let mut request = ExecuteRequest::new(slot_of_csf(&dev, &handle, csf)?);
+    let found = slot_of_csf(&dev, &handle, csf)?;
+    let mut request = aimed(ExecuteRequest::new(found.pind), found);
     let mut windows = 0usize;
     let mut values: Vec<u64> = Vec::new();
     let mut params: Vec<u8> = Vec::new();
@@ -1060,8 +1072,10 @@ fn run_copy(
 
 /// An execution, submitted through the handle's session and waited for outside its
 /// lock (queued: recorded so that `csAbortRequest` can reach it); a trap is
-/// `CS_ERROR_IN_EXECUTION` naming it. A fixed id whose remembered slot was emptied (or
-/// holds a program not activated) meanwhile is looked up again and run once more.
+/// `CS_ERROR_IN_EXECUTION` naming it. A fixed id whose remembered program left its
+/// slot meanwhile (the slot is empty, holds a program not activated, or holds another
+/// program: the device refuses a run naming a generation the slot no longer holds) is
+/// looked up again and run once more.
 fn run_compute(
     (dev, handle): (&Arc<Dev>, &Arc<Handle>),
     request: &ExecuteRequest,
@@ -1070,12 +1084,14 @@ fn run_compute(
 ) -> R<u64> {
     let result = match execute(dev, handle, request, req)? {
         Err(SessionError::Device {
-            source: CallError::NoProgram(_) | CallError::ProgramNotActivated(_),
+            source:
+                CallError::NoProgram(_)
+                | CallError::ProgramNotActivated(_)
+                | CallError::ProgramChanged(_),
             ..
         }) if crate::fixed::is_fixed(csf) => {
             handle.forget_slot(request.pind);
-            let mut again = request.clone();
-            again.pind = slot_of_csf(dev, handle, csf)?;
+            let again = aimed(request.clone(), slot_of_csf(dev, handle, csf)?);
             execute(dev, handle, &again, req)?
         }
         other => other,

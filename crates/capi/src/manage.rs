@@ -655,15 +655,38 @@ pub unsafe extern "C" fn csConfig(CSEHandle: CsDevHandle, Info: *const CsConfigI
 /// The slots holding a CSF named `name`, by the name it was kept under (`csx program
 /// load NAME`) or by its entry function (active ones first, then by slot).
 pub(crate) fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
-    let mut found: Vec<(bool, u16)> = dev
-        .device
-        .programs()?
+    Ok(programs_named(dev, name)?
+        .into_iter()
+        .map(|found| u32::from(found.pind.0))
+        .collect())
+}
+
+/// The programs named `name` (persistent or entry name), active ones first, each with
+/// its generation from the same listing (so a slot and its generation always describe
+/// one program). A device that predates generations (it refuses the listing as an
+/// unknown opcode) is listed the old way, without generations.
+pub(crate) fn programs_named(dev: &Dev, name: &str) -> R<Vec<crate::registry::FixedSlot>> {
+    let programs = match dev.device.programs_with_generations() {
+        Err(csx_host::CallError::InvalidField(f))
+            if f.status == csx_host::proto::Status::InvalidOpcode =>
+        {
+            dev.device.programs()?
+        }
+        listed => listed?,
+    };
+    let mut found: Vec<(bool, u16, Option<u64>)> = programs
         .into_iter()
         .filter(|p| p.persistent.as_deref() == Some(name) || p.name == name)
-        .map(|p| (p.state != ProgramState::Active, p.pind.0))
+        .map(|p| (p.state != ProgramState::Active, p.pind.0, p.generation))
         .collect();
     found.sort_unstable();
-    Ok(found.into_iter().map(|(_, s)| u32::from(s)).collect())
+    Ok(found
+        .into_iter()
+        .map(|(_, pind, generation)| crate::registry::FixedSlot {
+            pind: ProgramIndex(pind),
+            generation,
+        })
+        .collect())
 }
 
 /// The ids of the CSFs named `name`: its fixed id when it has one and is loaded, else

@@ -40,6 +40,14 @@ impl Dev {
     }
 }
 
+/// Where a fixed CSF id's program was found: its slot and its generation (`None` from a
+/// device that predates generations: the run then names none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedSlot {
+    pub pind: ProgramIndex,
+    pub generation: Option<u64>,
+}
+
 /// What one device handle holds on its device: a [`Session`] with the memory allocated
 /// and the CSFs downloaded through the handle (the memory is freed when the handle
 /// closes; downloaded CSFs are device state and stay loaded), and its fixed-id lookups.
@@ -48,10 +56,12 @@ pub struct Handle {
     /// Locked for one short command at a time (an allocation, a free, a load, the
     /// submission of an execution), never while an execution runs.
     session: Mutex<Session<'static>>,
-    /// Fixed CSF id -> the slot its program was found in. Ids are never released; an
-    /// entry goes when this handle unloads its slot, or when a run finds the slot empty
-    /// or holding another program (the lookup is then made again).
-    pub fixed: Mutex<HashMap<u32, ProgramIndex>>,
+    /// Fixed CSF id -> the slot its program was found in and the program's generation
+    /// (`None` from a device that predates generations), which each run names so the
+    /// device refuses it if the slot holds another program. Ids are never released; an
+    /// entry goes when this handle unloads its slot, or when a run finds the slot empty,
+    /// inactive or holding another program (the lookup is then made again).
+    pub fixed: Mutex<HashMap<u32, FixedSlot>>,
 }
 
 impl Handle {
@@ -70,7 +80,7 @@ impl Handle {
     /// Forgets the fixed ids found in slot `pind`.
     pub fn forget_slot(&self, pind: ProgramIndex) {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
-        fixed.retain(|_, p| *p != pind);
+        fixed.retain(|_, found| found.pind != pind);
     }
 
     /// Frees the memory allocated through the handle (the handle is closing); the

@@ -69,6 +69,7 @@ pub fn call_status(e: &CallError) -> CsStatus {
         CallError::Internal(_) => CS_DEVICE_ERROR,
         CallError::Aborted(_) => CSX_ABORTED,
         CallError::TimeLimitExceeded(_) => CS_ERROR_IN_EXECUTION,
+        CallError::ProgramChanged(_) => CS_UNKNOWN_COMPUTE_FUNCTION,
         CallError::NamespaceNotReachable(_) => CS_ENTITY_NOT_ON_DEVICE,
         CallError::InsufficientResources(_) => CS_NOT_ENOUGH_MEMORY,
         CallError::InsufficientProgramResources(_) => CS_OUT_OF_RESOURCES,

@@ -992,6 +992,85 @@ fn a_fixed_id_is_looked_up_once_per_handle_and_again_when_its_slot_empties() {
     other.close().unwrap();
 }
 
+/// A raw program that returns `r0` (mov r0, imm; exit).
+fn returns(r0: i32) -> Vec<u8> {
+    let mut image = vec![0xb7, 0, 0, 0];
+    image.extend_from_slice(&r0.to_le_bytes());
+    image.extend_from_slice(&[0x95, 0, 0, 0, 0, 0, 0, 0]);
+    image
+}
+
+/// Client B unloads the program a fixed id names and loads another program into the
+/// very slot between two runs of client A's long-lived handle: A never runs B's
+/// program. Its next run is refused by the device (the program generation it names is
+/// gone), libcsx looks the id up again and finds the name loaded nowhere (a typed
+/// error); once B loads the named program again, elsewhere, A runs it there. Embedded,
+/// and through a daemon (the generation crosses the wire).
+#[test]
+fn a_fixed_id_never_runs_a_program_another_client_put_in_its_slot() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = v05_device(work.path(), "dev", 5_000);
+    a_fixed_id_never_runs_another_program(work.path(), dir.to_str().unwrap());
+    let (server, uri) = serve_shm(&dir, "replaced-slot");
+    a_fixed_id_never_runs_another_program(work.path(), &uri);
+    server.shutdown().unwrap();
+}
+
+fn a_fixed_id_never_runs_another_program(work: &Path, device: &str) {
+    use csx_capi::api::{csCloseCSx, csOpenCSx};
+    use csx_capi::status::{CS_SUCCESS, CS_UNKNOWN_COMPUTE_FUNCTION};
+    use csx_host::proto::{EngineKind, ProgramType};
+    const IMPOSTOR: i32 = 0x5bad;
+    let b = Device::open(device).unwrap();
+    csx_capi::fixed::reserve(&b, 101, "count").unwrap();
+    let name = std::ffi::CString::new(device).unwrap();
+    let mut a = std::ptr::null_mut();
+    // SAFETY: a C string and a writable handle.
+    let opened = unsafe { csOpenCSx(name.as_ptr(), std::ptr::null_mut(), &mut a) };
+    assert_eq!(opened, CS_SUCCESS);
+    let (st, expected) = compute_id(a, 101, 10);
+    assert_eq!(st, CS_SUCCESS);
+    assert_ne!(expected, IMPOSTOR as u64);
+
+    // B replaces "count" in its own slot with a program of its own, active.
+    let slot = b
+        .programs()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.persistent.as_deref() == Some("count"))
+        .expect("count is loaded")
+        .pind;
+    b.unload(slot).unwrap();
+    b.load_program(slot, ProgramType::Raw, &returns(IMPOSTOR), None)
+        .unwrap();
+    b.activate(slot, EngineKind::Interpreter).unwrap();
+    let (st, r0) = compute_id(a, 101, 10);
+    assert_ne!(
+        (st, r0),
+        (CS_SUCCESS, IMPOSTOR as u64),
+        "{device}: A ran B's program"
+    );
+    assert_eq!(st, CS_UNKNOWN_COMPUTE_FUNCTION, "{device}: r0 {r0}");
+
+    // B loads "count" again into another slot: A finds it there.
+    let elf = std::fs::read(work.join("csfs.o")).unwrap();
+    let moved = b
+        .load_program_any_slot(ProgramType::Elf, &elf, Some("count"))
+        .unwrap();
+    assert_ne!(moved, slot);
+    b.activate(moved, EngineKind::Interpreter).unwrap();
+    b.persist_program(moved, "count").unwrap();
+    assert_eq!(compute_id(a, 101, 10), (CS_SUCCESS, expected), "{device}");
+    // B's program still answers by its slot (a slot id names whatever the slot holds).
+    assert_eq!(
+        compute_id(a, u32::from(slot.0), 0),
+        (CS_SUCCESS, IMPOSTOR as u64)
+    );
+    assert_eq!(csCloseCSx(a), CS_SUCCESS);
+    b.unload(slot).unwrap();
+    b.close().unwrap();
+}
+
 /// Map requests with hostile values get typed refusals and never wedge the daemon:
 /// handles that are nobody's, another client's, not whole pages; a thousand repeats of a
 /// good one; allocations of zero, negative and huge sizes asked mapped through libcsx.

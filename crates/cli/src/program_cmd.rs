@@ -293,6 +293,7 @@ mod tests {
             executions: 0,
             owner: persistent.is_none().then_some(ClientId(3)),
             persistent: persistent.map(str::to_owned),
+            generation: None,
         }
     }
 

@@ -65,6 +65,7 @@ fn main() {
                 params: Vec::new(),
                 fuel: Some(FUEL_MAX),
                 time_limit_ms: Some(TIME_LIMIT_MS_MAX),
+                generation: None,
             };
             qp.submit(Command::new(id, exec)).expect("submit");
             std::thread::sleep(Duration::from_millis(5));

@@ -56,6 +56,7 @@ fn main() {
             params: Vec::new(),
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         };
         let start = Instant::now();
         let c = qp.call(Command::new(CommandId(i as u64), op)).unwrap();

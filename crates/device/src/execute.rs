@@ -272,12 +272,12 @@ impl Shared {
     fn admit<'a>(
         &'a self,
         client: ClientId,
-        pind: ProgramIndex,
+        (pind, generation): (ProgramIndex, Option<u64>),
         windows: &'a Windows,
     ) -> Result<(RunTicket<'a>, WindowRanges<'a>, Leases), Refusal> {
         let ticket = self
             .programs
-            .begin_run(pind)
+            .begin_run_of(pind, generation)
             .map_err(|e| Box::new(fail_with(&e)))?;
         let resolved = self.resolve_windows(client, windows)?;
         let leases = self.lease_windows(client, resolved.ranges())?;
@@ -301,6 +301,7 @@ impl Shared {
             params,
             fuel,
             time_limit_ms,
+            generation,
         } = op
         else {
             unreachable!("execute is only called for Execute");
@@ -309,10 +310,11 @@ impl Shared {
             return c;
         }
         let prepare_start = Instant::now();
-        let (ticket, _resolved, mut leases) = match self.admit(client, *pind, windows) {
-            Ok(admitted) => admitted,
-            Err(c) => return *c,
-        };
+        let (ticket, _resolved, mut leases) =
+            match self.admit(client, (*pind, *generation), windows) {
+                Ok(admitted) => admitted,
+                Err(c) => return *c,
+            };
         // Next, build the argument block and the region table, and run.
         let state = self.state.map();
         // Where the profile models compute from work (`PerfModel::counts_work`), the
@@ -336,11 +338,8 @@ impl Shared {
         let prepare_ns = ns(prepare_start.elapsed());
         let limit_ms = time_limit_ms.unwrap_or_else(|| self.config.time_limit_ms_effective());
         let run_start = Instant::now();
-        let watch = self.watchdog.watch(
-            run_start + Duration::from_millis(u64::from(limit_ms)),
-            stop,
-            leash,
-        );
+        let deadline = run_start + Duration::from_millis(u64::from(limit_ms));
+        let watch = self.watchdog.watch(deadline, stop, leash);
         let outcome = run_with_state(ticket.engine.as_ref(), &mut leases, &state, &call, &mut ctx);
         let run = run_start.elapsed();
         drop(watch);

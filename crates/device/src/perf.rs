@@ -615,6 +615,7 @@ mod tests {
             params: Vec::new(),
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         };
         // 4000 fuel × 250 ps = 1 µs on the host, 1.6 µs on the device.
         assert_eq!(m.modelled_ns(&exec, &c), 10_000 + 1_600);

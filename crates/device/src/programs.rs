@@ -122,6 +122,8 @@ pub enum ProgramError {
     NameTaken { name: String, pind: u16 },
     #[error("slot {pind} belongs to another client; only its loader may make it persistent")]
     NotOwner { pind: u16 },
+    #[error("slot {pind} holds program generation {current}, not generation {named} the execute names (that program was unloaded and another loaded); nothing ran")]
+    Changed { pind: u16, named: u64, current: u64 },
 }
 
 struct ActiveEngine {
@@ -153,6 +155,9 @@ struct Slot {
     /// Its owner is gone while executions were in flight: it is unloaded when the last
     /// one ends, and no new one begins.
     doomed: bool,
+    /// The program's generation (`ProgramInfo::generation`), given when its load
+    /// starts; 0 only in an empty slot.
+    generation: u64,
 }
 
 /// `ProgramState` with a `Default`.
@@ -185,6 +190,21 @@ struct Inner {
     slots: Vec<Slot>,
     bytes_total: u64,
     active_count: u16,
+    /// The generation the next load gets (see [`first_generation`]).
+    next_generation: u64,
+}
+
+/// The first generation a compute namespace gives: the wall clock in nanoseconds, so
+/// generations keep growing across restarts of the device (a restarted device's loads
+/// never reuse a number a client remembers from before) unless the clock steps back
+/// by more than the loads since.
+fn first_generation() -> u64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since_epoch.as_nanos())
+        .unwrap_or(u64::MAX >> 1)
+        .max(1)
 }
 
 /// An execution's hold on an active program.
@@ -292,7 +312,7 @@ pub struct ActivationTiming {
 /// from `bytes_total`, then reserves `total_size_bytes` under the device's total.
 fn start_load(
     slot: &mut Slot,
-    bytes_total: &mut u64,
+    (bytes_total, next_generation): (&mut u64, &mut u64),
     client: ClientId,
     chunk: &LoadChunk<'_>,
 ) -> Result<(), ProgramError> {
@@ -312,6 +332,8 @@ fn start_load(
     slot.image = Vec::with_capacity(total_size_bytes as usize);
     slot.entry = chunk.entry.map(str::to_owned);
     slot.loader = Some(client);
+    slot.generation = *next_generation;
+    *next_generation += 1;
     slot.set_state(ProgramState::Loading);
     Ok(())
 }
@@ -348,6 +370,7 @@ impl Programs {
                 slots: (0..PROGRAM_SLOTS_COUNT).map(|_| Slot::default()).collect(),
                 bytes_total: 0,
                 active_count: 0,
+                next_generation: first_generation(),
             }),
             functions,
             jit_enabled,
@@ -428,7 +451,8 @@ impl Programs {
                 })
             }
             (ProgramState::Empty, 0) | (ProgramState::Loading, 0) => {
-                start_load(slot, &mut inner.bytes_total, client, &chunk)?;
+                let counters = (&mut inner.bytes_total, &mut inner.next_generation);
+                start_load(slot, counters, client, &chunk)?;
             }
             (ProgramState::Empty, _) => {
                 return Err(bad("no load in progress; the first chunk has offset 0"))
@@ -853,6 +877,17 @@ impl Programs {
 
     /// Borrows the slot's engine for one execution.
     pub fn begin_run(&self, pind: ProgramIndex) -> Result<RunTicket<'_>, ProgramError> {
+        self.begin_run_of(pind, None)
+    }
+
+    /// Borrows the slot's engine for one execution of the program of generation
+    /// `generation` (`None`: whichever program the slot holds). Another program in
+    /// the slot is refused ([`ProgramError::Changed`]) before anything runs.
+    pub fn begin_run_of(
+        &self,
+        pind: ProgramIndex,
+        generation: Option<u64>,
+    ) -> Result<RunTicket<'_>, ProgramError> {
         let idx = slot_index(pind)?;
         let mut inner = self.lock();
         let slot = &mut inner.slots[idx];
@@ -860,6 +895,11 @@ impl Programs {
             ProgramState::Empty | ProgramState::Loading => {
                 Err(ProgramError::NoProgram { pind: pind.0 })
             }
+            _ if generation.is_some_and(|g| g != slot.generation) => Err(ProgramError::Changed {
+                pind: pind.0,
+                named: generation.unwrap_or_default(),
+                current: slot.generation,
+            }),
             ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
             // Its owner is gone; it is unloaded when the runs in flight end.
             ProgramState::Active if slot.doomed => Err(ProgramError::NoProgram { pind: pind.0 }),
@@ -882,7 +922,7 @@ impl Programs {
         }
     }
 
-    /// The occupied slots (TP4091 log page 82h).
+    /// The occupied slots (TP4091 log page 82h), with their programs' generations.
     pub fn list(&self) -> Vec<ProgramInfo> {
         let inner = self.lock();
         inner
@@ -901,6 +941,7 @@ impl Programs {
                 executions: s.executions,
                 owner: s.owner,
                 persistent: s.persistent.clone(),
+                generation: Some(s.generation),
             })
             .collect()
     }
@@ -1299,6 +1340,57 @@ mod tests {
                 (5, ProgramState::Loaded, Some("five".to_string()), None)
             ]
         );
+    }
+
+    /// The generation of the program in `pind`, as listed.
+    fn generation_of(p: &Programs, pind: ProgramIndex) -> u64 {
+        let listed = p.list().into_iter().find(|i| i.pind == pind);
+        listed.and_then(|i| i.generation).expect("an occupied slot")
+    }
+
+    /// Every load gives its program a generation no other program had, kept while it
+    /// stays loaded (activation, runs, persistence); a run naming a generation the slot
+    /// no longer holds is refused with ProgramChanged naming both, and nothing runs. A
+    /// restarted device's programs get generations past every earlier one.
+    #[test]
+    fn a_run_naming_a_replaced_programs_generation_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = Arc::new(FunctionTable::new());
+        let p = Programs::new(Arc::clone(&table), true, Some(dir.path().to_path_buf()));
+        let pind = ProgramIndex(3);
+        raw_chunk(&p, C1, pind, 16, 0, &ret42()).unwrap();
+        let first = generation_of(&p, pind);
+        p.activate(pind, EngineKind::Interpreter).unwrap();
+        drop(p.begin_run_of(pind, Some(first)).unwrap());
+        assert_eq!(generation_of(&p, pind), first);
+        p.unload(pind).unwrap();
+        assert_eq!(
+            p.begin_run_of(pind, Some(first)).unwrap_err().status(),
+            Status::NoProgram
+        );
+        raw_chunk(&p, C2, pind, 16, 0, &ret42()).unwrap();
+        let second = generation_of(&p, pind);
+        assert!(second > first);
+        for state in ["loaded", "active"] {
+            let e = p.begin_run_of(pind, Some(first)).unwrap_err();
+            assert_eq!(e.status(), Status::ProgramChanged, "{state}");
+            let text = e.to_string();
+            assert!(text.contains(&first.to_string()) && text.contains(&second.to_string()));
+            p.activate(pind, EngineKind::Interpreter)
+                .unwrap_or_default();
+        }
+        assert_eq!(p.list()[0].executions, 0, "the refused runs did not count");
+        drop(p.begin_run_of(pind, Some(second)).unwrap());
+        drop(p.begin_run_of(pind, None).unwrap());
+        p.persist_as(C2, pind, "three").unwrap();
+        assert_eq!(generation_of(&p, pind), second);
+        drop(p);
+        let q = Programs::new(table, true, Some(dir.path().to_path_buf()));
+        assert!(q.restore().is_empty());
+        let restored = generation_of(&q, pind);
+        assert!(restored > second);
+        let e = q.begin_run_of(pind, Some(second)).unwrap_err();
+        assert_eq!(e.status(), Status::ProgramChanged);
     }
 
     /// A program goes with its owner (at once, or when its last run ends, no run

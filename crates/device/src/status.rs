@@ -135,6 +135,7 @@ impl ToStatus for ProgramError {
             ProgramError::Load { .. } | ProgramError::Verify { .. } => Status::InvalidProgramData,
             ProgramError::Jit { .. } => Status::InsufficientProgramResources,
             ProgramError::Persist { .. } => Status::IoError,
+            ProgramError::Changed { .. } => Status::ProgramChanged,
         }
     }
 

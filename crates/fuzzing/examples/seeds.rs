@@ -92,6 +92,7 @@ fn commands() -> Vec<Command> {
             params: vec![1, 2, 3],
             fuel: Some(1000),
             time_limit_ms: Some(250),
+            generation: None,
         },
         Op::Abort {
             target: CommandId(7),

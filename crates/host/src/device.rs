@@ -273,6 +273,20 @@ impl Device {
         }
     }
 
+    /// The occupied slots with each program's generation (an Execute may name it:
+    /// [`crate::ExecuteRequest::generation`]). A device that predates generations
+    /// refuses the command (`CallError::InvalidField`, unknown opcode).
+    pub fn programs_with_generations(&self) -> Result<Vec<ProgramInfo>, CallError> {
+        match self.call(Op::ListProgramsWithGenerations)?.reply {
+            Reply::Programs(p) => Ok(p),
+            other => Err(unexpected(
+                "list-programs-with-generations",
+                "programs",
+                &other,
+            )),
+        }
+    }
+
     /// Loads `image` into slot `pind` in chunks. `entry` names the ELF function to run.
     pub fn load_program(
         &self,

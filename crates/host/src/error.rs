@@ -168,6 +168,9 @@ call_errors! {
     Aborted => Aborted;
     /// The execution ran past its time limit (the detail names the limit).
     TimeLimitExceeded => TimeLimitExceeded;
+    /// The Execute named a program generation and the slot holds another program
+    /// (unloaded and replaced meanwhile); nothing ran.
+    ProgramChanged => ProgramChanged;
     /// A namespace the command names is not reachable.
     NamespaceNotReachable => NamespaceNotReachable;
     /// Device memory (SLM) or another resource is exhausted.

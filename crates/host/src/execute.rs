@@ -28,6 +28,11 @@ pub struct ExecuteRequest {
     /// Milliseconds the run may take; `None`: the device's default (1 s unless its
     /// `device.json` says otherwise).
     pub time_limit_ms: Option<u32>,
+    /// The generation of the program meant (`ProgramInfo::generation` from
+    /// `Device::programs_with_generations`): the device refuses the run with
+    /// `CallError::ProgramChanged` when the slot holds another program. `None`: whatever
+    /// the slot holds.
+    pub generation: Option<u64>,
 }
 
 impl ExecuteRequest {
@@ -41,6 +46,7 @@ impl ExecuteRequest {
             params: Vec::new(),
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         }
     }
 
@@ -87,6 +93,13 @@ impl ExecuteRequest {
         self
     }
 
+    /// Runs only the program of generation `generation` (see
+    /// [`ExecuteRequest::generation`]).
+    pub fn generation(mut self, generation: u64) -> ExecuteRequest {
+        self.generation = Some(generation);
+        self
+    }
+
     /// The command.
     pub fn to_op(&self) -> Op {
         Op::Execute {
@@ -97,6 +110,7 @@ impl ExecuteRequest {
             params: self.params.clone(),
             fuel: self.fuel,
             time_limit_ms: self.time_limit_ms,
+            generation: self.generation,
         }
     }
 }

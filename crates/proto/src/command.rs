@@ -122,8 +122,12 @@ pub enum Op {
     Identify,
     /// The registered device functions. Reply: `Reply::Functions`.
     ListFunctions,
-    /// The occupied program slots (TP4091 log page 82h). Reply: `Reply::Programs`.
+    /// The occupied program slots (TP4091 log page 82h). Reply: `Reply::Programs`,
+    /// without generations (`ProgramInfo::generation` is `None`).
     ListPrograms,
+    /// The occupied program slots with each program's generation
+    /// (`ProgramInfo::generation`), which an Execute may name. Reply: `Reply::Programs`.
+    ListProgramsWithGenerations,
     /// One chunk of a program image (TP4091 Load Program, SEL = 0). Chunks arrive in
     /// order: `offset` is the bytes received so far (0 starts over). The slot holds a
     /// loaded program once `offset + data.len() == total_size_bytes`. `entry` names the
@@ -204,6 +208,11 @@ pub enum Op {
         /// (`time_limit_ms` in `device.json`, 1 s unless set). A run past it stops and
         /// completes with [`Status::TimeLimitExceeded`].
         time_limit_ms: Option<u32>,
+        /// The generation of the program the caller means (`ProgramInfo::generation`,
+        /// never 0): the device refuses the run with [`Status::ProgramChanged`] when
+        /// the slot holds another program (another client unloaded it and loaded a
+        /// different one). `None` runs whatever the slot holds.
+        generation: Option<u64>,
     },
     /// Stop the executions with command id `target` of this queue pair (NVMe's Abort,
     /// scoped to the submitting queue pair): a queued one completes without running, a
@@ -627,6 +636,20 @@ fn check_time_limit(ms: Option<u32>) -> Result<(), FieldError> {
     }
 }
 
+/// A named program generation is never 0 (no program has it).
+pub(crate) fn check_generation(generation: Option<u64>) -> Result<(), FieldError> {
+    match generation {
+        Some(0) => Err(FieldError::NotInRange {
+            field: "program generation",
+            value: 0,
+            unit: "",
+            min: 1,
+            max: u64::MAX,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A directory read asks for `1..=FILE_LIST_ENTRIES_MAX` entries.
 fn check_entry_count(max: u32) -> Result<(), FieldError> {
     if max == 0 || max as usize > FILE_LIST_ENTRIES_MAX {
@@ -646,7 +669,11 @@ impl Op {
     /// only commands that pass; the wire encoder encodes only those.
     pub fn validate(&self) -> Result<(), FieldError> {
         match self {
-            Op::Identify | Op::ListFunctions | Op::ListPrograms | Op::Flush => Ok(()),
+            Op::Identify
+            | Op::ListFunctions
+            | Op::ListPrograms
+            | Op::ListProgramsWithGenerations
+            | Op::Flush => Ok(()),
             Op::LoadProgram {
                 pind,
                 total_size_bytes,
@@ -676,13 +703,15 @@ impl Op {
                 params,
                 fuel,
                 time_limit_ms,
+                generation,
                 ..
             } => {
                 check_pind(*pind)?;
                 check_windows(windows)?;
                 check_len("params", params.len() as u64, PARAMS_SIZE_MAX as u64)?;
                 check_fuel(*fuel)?;
-                check_time_limit(*time_limit_ms)
+                check_time_limit(*time_limit_ms)?;
+                check_generation(*generation)
             }
             Op::Abort { .. } => Ok(()),
             Op::ClearState { offset, len } => check_span("clear", *offset, *len),
@@ -795,6 +824,7 @@ impl Op {
             Op::Identify => 0x01,
             Op::ListFunctions => 0x02,
             Op::ListPrograms => 0x03,
+            Op::ListProgramsWithGenerations => 0x0E,
             Op::LoadProgram { .. } => 0x04,
             Op::UnloadProgram { .. } => 0x05,
             Op::ActivateProgram { .. } => 0x06,
@@ -834,6 +864,7 @@ impl Op {
             Op::Identify => "identify",
             Op::ListFunctions => "list-functions",
             Op::ListPrograms => "list-programs",
+            Op::ListProgramsWithGenerations => "list-programs-with-generations",
             Op::LoadProgram { .. } => "load-program",
             Op::UnloadProgram { .. } => "unload-program",
             Op::ActivateProgram { .. } => "activate-program",
@@ -986,6 +1017,7 @@ mod tests {
             params: vec![0; params],
             fuel,
             time_limit_ms: None,
+            generation: None,
         };
         assert!(exec(vec![r; WINDOWS_MAX], PARAMS_SIZE_MAX, None)
             .validate()
@@ -1010,6 +1042,7 @@ mod tests {
             params: vec![],
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         };
         assert_eq!(
             rs0.validate().unwrap_err().status(),
@@ -1023,6 +1056,7 @@ mod tests {
             params: vec![],
             fuel: None,
             time_limit_ms: Some(ms),
+            generation: None,
         };
         assert!(timed(1).validate().is_ok());
         assert!(timed(TIME_LIMIT_MS_MAX).validate().is_ok());

@@ -331,8 +331,19 @@ impl Reply {
             }
             Reply::Programs(ps) => {
                 check_count("programs", ps.len(), PROGRAM_SLOTS_COUNT as usize)?;
-                ps.iter()
-                    .try_for_each(|p| check_str("name", &p.name, NAME_SIZE_MAX))
+                // A listing reports every program's generation or none (the wire
+                // carries them as a separate reply kind).
+                let with = ps.iter().any(|p| p.generation.is_some());
+                for p in ps {
+                    check_str("name", &p.name, NAME_SIZE_MAX)?;
+                    if with && p.generation.is_none() {
+                        return Err(FieldError::Empty {
+                            field: "program generation in a listing with generations",
+                        });
+                    }
+                    crate::command::check_generation(p.generation)?;
+                }
+                Ok(())
             }
             Reply::Files { files, .. } => {
                 check_count("files", files.len(), FILE_LIST_ENTRIES_MAX)?;
@@ -497,6 +508,11 @@ pub struct ProgramInfo {
     /// The name a persistent program is kept under (`Op::PersistProgram`); `None` for a
     /// program that lives only as long as its owner.
     pub persistent: Option<String>,
+    /// The program's generation: a number the device gives each program it loads and
+    /// never gives another (it changes when the slot is unloaded and loaded again), so
+    /// an Execute can name the program it means (`Op::Execute::generation`). Reported
+    /// only by `Op::ListProgramsWithGenerations`; `None` from `Op::ListPrograms`.
+    pub generation: Option<u64>,
 }
 
 /// A device file's metadata.

@@ -298,7 +298,11 @@ const RANGE_SIZE: usize = 20;
 #[allow(clippy::too_many_lines)]
 fn encode_op(w: &mut Writer<'_>, op: &Op) {
     match op {
-        Op::Identify | Op::ListFunctions | Op::ListPrograms | Op::Flush => {}
+        Op::Identify
+        | Op::ListFunctions
+        | Op::ListPrograms
+        | Op::ListProgramsWithGenerations
+        | Op::Flush => {}
         Op::LoadProgram {
             pind,
             ptype,
@@ -386,6 +390,7 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             params,
             fuel,
             time_limit_ms,
+            generation,
         } => {
             w.u16(pind.0);
             let (tag, rsid, ranges): (u8, u16, &[MemRange]) = match windows {
@@ -400,6 +405,9 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             if time_limit_ms.is_some() {
                 flags |= EXECUTE_HAS_TIME_LIMIT;
             }
+            if generation.is_some() {
+                flags |= EXECUTE_HAS_GENERATION;
+            }
             w.u8(flags);
             w.u16(rsid);
             w.u64(*cparam1);
@@ -410,6 +418,9 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             w.bytes(params);
             if let Some(ms) = time_limit_ms {
                 w.u32(*ms);
+            }
+            if let Some(g) = generation {
+                w.u64(*g);
             }
         }
         Op::Abort { target } => w.u64(target.0),
@@ -586,6 +597,7 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
         0x01 => Op::Identify,
         0x02 => Op::ListFunctions,
         0x03 => Op::ListPrograms,
+        0x0E => Op::ListProgramsWithGenerations,
         0x04 => decode_load(r)?,
         0x05 => Op::UnloadProgram {
             pind: decode_pind(r)?,
@@ -818,12 +830,45 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
 const EXECUTE_HAS_FUEL: u8 = 1;
 /// Bit of Execute's flags byte: a time limit follows the parameter bytes.
 const EXECUTE_HAS_TIME_LIMIT: u8 = 2;
+/// Bit of Execute's flags byte: the program generation the run is meant for follows
+/// (after the time limit, when there is one).
+const EXECUTE_HAS_GENERATION: u8 = 4;
+
+/// An Execute's windows from its tag, its rsid and its inline ranges (only one of the
+/// two may name windows).
+fn execute_windows(tag: u8, rsid: u16, ranges: Vec<MemRange>) -> Result<Windows, WireError> {
+    match tag {
+        0 => {
+            if rsid != 0 {
+                return Err(WireError::Reserved {
+                    field: "rsid",
+                    value: u64::from(rsid),
+                });
+            }
+            Ok(Windows::Inline(ranges))
+        }
+        1 => {
+            if !ranges.is_empty() {
+                return Err(WireError::TooMany {
+                    field: "ranges with rsid",
+                    count: ranges.len() as u64,
+                    limit: 0,
+                });
+            }
+            Ok(Windows::RangeSet(RangeSetId(rsid)))
+        }
+        v => Err(WireError::BadTag {
+            field: "windows tag",
+            value: u64::from(v),
+        }),
+    }
+}
 
 fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let pind = decode_pind(r)?;
     let tag = r.u8("windows tag")?;
     let flags = r.u8("execute flags")?;
-    let unknown = flags & !(EXECUTE_HAS_FUEL | EXECUTE_HAS_TIME_LIMIT);
+    let unknown = flags & !(EXECUTE_HAS_FUEL | EXECUTE_HAS_TIME_LIMIT | EXECUTE_HAS_GENERATION);
     if unknown != 0 {
         return Err(WireError::Reserved {
             field: "execute flags",
@@ -835,34 +880,7 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     let cparam1 = r.u64("cparam1")?;
     let cparam2 = r.u64("cparam2")?;
     let fuel_raw = r.u64("fuel")?;
-    let ranges = decode_ranges(r)?;
-    let windows = match tag {
-        0 => {
-            if rsid != 0 {
-                return Err(WireError::Reserved {
-                    field: "rsid",
-                    value: u64::from(rsid),
-                });
-            }
-            Windows::Inline(ranges)
-        }
-        1 => {
-            if !ranges.is_empty() {
-                return Err(WireError::TooMany {
-                    field: "ranges with rsid",
-                    count: ranges.len() as u64,
-                    limit: 0,
-                });
-            }
-            Windows::RangeSet(RangeSetId(rsid))
-        }
-        v => {
-            return Err(WireError::BadTag {
-                field: "windows tag",
-                value: u64::from(v),
-            })
-        }
-    };
+    let windows = execute_windows(tag, rsid, decode_ranges(r)?)?;
     if !has_fuel && fuel_raw != 0 {
         return Err(WireError::Reserved {
             field: "fuel",
@@ -876,6 +894,11 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
     } else {
         None
     };
+    let generation = if flags & EXECUTE_HAS_GENERATION != 0 {
+        Some(r.u64("program generation")?)
+    } else {
+        None
+    };
     Ok(Op::Execute {
         pind,
         windows,
@@ -884,6 +907,7 @@ fn decode_execute(r: &mut Reader<'_>) -> Result<Op, WireError> {
         params,
         fuel,
         time_limit_ms,
+        generation,
     })
 }
 
@@ -945,6 +969,10 @@ fn reply_kind(r: &Reply) -> u8 {
         Reply::Data(_) => 1,
         Reply::Device(_) => 2,
         Reply::Functions(_) => 3,
+        // A listing with generations is its own kind, so a decoder that predates
+        // generations refuses it (`BadTag`) instead of misreading it; it is sent only
+        // to the command that asks for one (`Op::ListProgramsWithGenerations`).
+        Reply::Programs(ps) if ps.iter().any(|p| p.generation.is_some()) => 11,
         Reply::Programs(_) => 4,
         Reply::Files { .. } => 5,
         Reply::File(_) => 6,
@@ -1065,6 +1093,9 @@ fn encode_reply(w: &mut Writer<'_>, reply: &Reply) {
                 w.bool(p.persistent.is_some());
                 if let Some(name) = &p.persistent {
                     w.str(name);
+                }
+                if let Some(g) = p.generation {
+                    w.u64(g);
                 }
             }
         }
@@ -1301,11 +1332,16 @@ fn decode_reply(r: &mut Reader<'_>, kind: u8) -> Result<Reply, WireError> {
             }
             Reply::Functions(fs)
         }
-        4 => {
+        4 | 11 => {
+            let with_generations = kind == 11;
             let n = r.count("programs", PROGRAM_SLOTS_COUNT as usize, 25)?;
             let mut ps = Vec::with_capacity(n);
             for _ in 0..n {
-                ps.push(decode_program_info(r)?);
+                let mut p = decode_program_info(r)?;
+                if with_generations {
+                    p.generation = Some(r.u64("program generation")?);
+                }
+                ps.push(p);
             }
             Reply::Programs(ps)
         }
@@ -1442,6 +1478,7 @@ fn decode_program_info(r: &mut Reader<'_>) -> Result<ProgramInfo, WireError> {
         } else {
             None
         },
+        generation: None,
     })
 }
 
@@ -1532,6 +1569,111 @@ mod tests {
     fn invalid_commands_are_not_encoded() {
         let cmd = Command::new(CommandId(1), Op::MemAlloc { size_bytes: 0 });
         assert!(matches!(encode_command(&cmd), Err(WireError::Invalid(_))));
+    }
+
+    fn execute(generation: Option<u64>, time_limit_ms: Option<u32>) -> Command {
+        Command::new(
+            CommandId(3),
+            Op::Execute {
+                pind: ProgramIndex(5),
+                windows: Windows::Inline(Vec::new()),
+                cparam1: 7,
+                cparam2: 0,
+                params: Vec::new(),
+                fuel: None,
+                time_limit_ms,
+                generation,
+            },
+        )
+    }
+
+    /// An Execute that names no generation is the frame it was before generations, byte
+    /// for byte (an old device reads it); one that names a generation sets flag bit 2,
+    /// which an old decoder refuses as a reserved bit, and carries it last.
+    #[test]
+    fn a_program_generation_is_an_execute_flag_and_a_trailing_field() {
+        let old: Vec<u8> = [
+            &[0x20, WIRE_VERSION, 0, 0, 38, 0, 0, 0][..],
+            &3u64.to_le_bytes(),
+            &[5, 0, 0, 0, 0, 0],
+            &7u64.to_le_bytes(),
+            &[0; 8],
+            &[0; 8],
+            &[0; 4],
+            &[0; 4],
+        ]
+        .concat();
+        assert_eq!(encode_command(&execute(None, None)).unwrap(), old);
+        assert_eq!(decode_command(&old).unwrap(), execute(None, None));
+        for limit in [None, Some(250)] {
+            let cmd = execute(Some(0xfeed_0000_0001), limit);
+            let b = encode_command(&cmd).unwrap();
+            assert_eq!(
+                b[COMMAND_HEADER_SIZE + 3],
+                4 | if limit.is_some() { 2 } else { 0 }
+            );
+            assert_eq!(&b[b.len() - 8..], &0xfeed_0000_0001u64.to_le_bytes());
+            assert_eq!(decode_command(&b).unwrap(), cmd);
+        }
+        // Generation 0 names no program: refused both ways.
+        assert!(matches!(
+            encode_command(&execute(Some(0), None)),
+            Err(WireError::Invalid(_))
+        ));
+        let mut zero = encode_command(&execute(Some(1), None)).unwrap();
+        let at = zero.len() - 8;
+        zero[at..].copy_from_slice(&0u64.to_le_bytes());
+        assert!(decode_command(&zero).is_err());
+        // A frame cut before its generation is truncated, not misread.
+        let mut cut = encode_command(&execute(Some(9), None)).unwrap();
+        cut.truncate(cut.len() - 8);
+        let body_len = (cut.len() - COMMAND_HEADER_SIZE) as u32;
+        cut[4..8].copy_from_slice(&body_len.to_le_bytes());
+        assert!(matches!(
+            decode_command(&cut),
+            Err(WireError::Truncated { .. })
+        ));
+    }
+
+    /// A listing without generations keeps reply kind 4 and its layout; one with them
+    /// is kind 11 (an old decoder refuses the kind); a listing giving some programs a
+    /// generation and not others is not encoded.
+    #[test]
+    fn a_listing_with_generations_is_its_own_reply_kind() {
+        let info = |generation| ProgramInfo {
+            pind: ProgramIndex(2),
+            state: ProgramState::Active,
+            ptype: ProgramType::Raw,
+            size_bytes: 16,
+            loaded_bytes: 16,
+            name: String::new(),
+            engine: Some(EngineKind::Interpreter),
+            executions: 1,
+            owner: None,
+            persistent: None,
+            generation,
+        };
+        let listing = |ps: Vec<ProgramInfo>| {
+            let mut c = Completion::new(CommandId(1), Status::Success);
+            c.reply = Reply::Programs(ps);
+            c
+        };
+        let old = encode_completion(&listing(vec![info(None)])).unwrap();
+        assert_eq!(old[3], 4);
+        let new = encode_completion(&listing(vec![info(Some(77))])).unwrap();
+        assert_eq!(new[3], 11);
+        assert_eq!(new.len(), old.len() + 8);
+        assert_eq!(&new[..3], &old[..3]);
+        assert_eq!(
+            &new[COMPLETION_HEADER_SIZE..old.len()],
+            &old[COMPLETION_HEADER_SIZE..]
+        );
+        assert_eq!(
+            decode_completion(&new).unwrap(),
+            listing(vec![info(Some(77))])
+        );
+        assert!(encode_completion(&listing(vec![info(Some(77)), info(None)])).is_err());
+        assert!(encode_completion(&listing(vec![info(Some(0))])).is_err());
     }
 
     #[test]

@@ -26,7 +26,13 @@ impl Shared {
             Op::Abort { .. } => ok(0),
             Op::Identify => with_reply(Reply::Device(self.identify())),
             Op::ListFunctions => with_reply(Reply::Functions(self.infos.clone())),
-            Op::ListPrograms => with_reply(Reply::Programs(self.programs.list())),
+            Op::ListPrograms => {
+                // The listing a client that predates generations can decode.
+                let mut list = self.programs.list();
+                list.iter_mut().for_each(|p| p.generation = None);
+                with_reply(Reply::Programs(list))
+            }
+            Op::ListProgramsWithGenerations => with_reply(Reply::Programs(self.programs.list())),
             Op::LoadProgram {
                 pind,
                 ptype,

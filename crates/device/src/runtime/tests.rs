@@ -167,6 +167,7 @@ fn short_commands_run_inline() {
         params: vec![],
         fuel: None,
         time_limit_ms: None,
+        generation: None,
     };
     assert!(!shared.is_short(&job(exec.clone(), None)), "never ran");
     shared.execute_ns_last[3].store(INLINE_EXECUTE_NS_MAX, Ordering::Relaxed);
@@ -225,6 +226,7 @@ fn execute(pind: u16, fuel: u64, time_limit_ms: u32) -> Op {
         params: vec![],
         fuel: Some(fuel),
         time_limit_ms: Some(time_limit_ms),
+        generation: None,
     }
 }
 
@@ -429,6 +431,7 @@ fn ops_go_to_their_pool() {
         params: vec![],
         fuel: None,
         time_limit_ms: None,
+        generation: None,
     };
     assert_eq!(class_of(&exec), Class::Compute);
     let copy = |sources| Op::MemCopy {

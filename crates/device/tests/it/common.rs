@@ -165,6 +165,7 @@ impl Harness {
             params: params.to_vec(),
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         })
     }
 

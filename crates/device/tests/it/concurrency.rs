@@ -62,6 +62,7 @@ fn concurrent_submitters_lose_and_duplicate_nothing() {
                                 params: vec![],
                                 fuel: None,
                                 time_limit_ms: None,
+                                generation: None,
                             },
                             1 => Op::Execute {
                                 pind: ProgramIndex(1),
@@ -71,6 +72,7 @@ fn concurrent_submitters_lose_and_duplicate_nothing() {
                                 params: vec![],
                                 fuel: None,
                                 time_limit_ms: None,
+                                generation: None,
                             },
                             _ => Op::MemRead {
                                 handle,
@@ -145,6 +147,7 @@ fn close_completes_everything_in_flight() {
                 params: vec![],
                 fuel: None,
                 time_limit_ms: None,
+                generation: None,
             },
         ))
         .unwrap();

@@ -24,6 +24,7 @@ fn windows_cparams_params_r0_on_both_engines() {
             params: vec![1, 2, 9],
             fuel: Some(1_000_000),
             time_limit_ms: None,
+            generation: None,
         });
         assert_eq!(
             c.value,
@@ -83,6 +84,7 @@ fn traps_are_reported() {
             params: vec![],
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         });
         assert_eq!(c.status, Status::Trap);
         assert!(
@@ -105,6 +107,7 @@ fn traps_are_reported() {
             params: vec![],
             fuel: Some(10_000),
             time_limit_ms: None,
+            generation: None,
         });
         assert_eq!(c.status, Status::Trap);
         assert_eq!(
@@ -203,6 +206,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
             params: vec![],
             fuel: Some(FUEL_MAX),
             time_limit_ms: Some(TIME_LIMIT_MS_MAX),
+            generation: None,
         },
     ))
     .unwrap();
@@ -229,6 +233,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
                 params: vec![],
                 fuel: None,
                 time_limit_ms: None,
+                generation: None,
             },
         ))
         .unwrap();
@@ -271,6 +276,7 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
             params: vec![],
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         },
     ))
     .unwrap();
@@ -311,6 +317,7 @@ fn spin_op(pind: u16, fuel: Option<u64>, time_limit_ms: Option<u32>) -> Op {
         params: vec![],
         fuel,
         time_limit_ms,
+        generation: None,
     }
 }
 
@@ -386,6 +393,7 @@ fn sort_loop_op(pind: u16, window: MemRange, time_limit_ms: u32) -> Op {
         // calls (not the slice running out) can stop it before its fuel does.
         fuel: Some(40_000),
         time_limit_ms: Some(time_limit_ms),
+        generation: None,
     }
 }
 
@@ -461,6 +469,7 @@ fn one_call_past_the_time_limit_is_reported_past_it() {
             params: vec![],
             fuel: None,
             time_limit_ms: Some(1),
+            generation: None,
         };
         let c = h.fails(op, Status::TimeLimitExceeded);
         assert!(

@@ -77,6 +77,7 @@ fn small_op() -> impl Strategy<Value = Op> {
                 params: b"/f/a".to_vec(),
                 fuel: Some(100_000),
                 time_limit_ms: None,
+                generation: None,
             }
         ),
         pind.clone().prop_map(|pind| Op::DeactivateProgram { pind }),

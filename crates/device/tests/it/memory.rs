@@ -161,6 +161,7 @@ fn range_sets() {
         params: vec![],
         fuel: None,
         time_limit_ms: None,
+        generation: None,
     });
     assert_eq!(c.value, 200 + 1_000_000 * 4096 + 100_000_000 * 200);
     h.ok(Op::RangeSetDelete { rsid });
@@ -174,6 +175,7 @@ fn range_sets() {
             params: vec![],
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         },
         Status::InvalidMemoryRangeSetId,
     );
@@ -194,6 +196,7 @@ fn range_sets() {
             params: vec![],
             fuel: None,
             time_limit_ms: None,
+            generation: None,
         },
         Status::InvalidMemoryNamespace,
     );

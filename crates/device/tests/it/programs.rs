@@ -28,6 +28,7 @@ fn lifecycle_and_status_codes() {
         params: vec![],
         fuel: None,
         time_limit_ms: None,
+        generation: None,
     };
     h.fails(exec(), Status::NoProgram);
     // Chunked load in 100-byte pieces; the slot lists as loading in between.
@@ -364,6 +365,7 @@ fn programs_go_with_their_queue_pair_unless_persistent() {
                 params: vec![],
                 fuel: Some(FUEL_MAX),
                 time_limit_ms: Some(TIME_LIMIT_MS_MAX),
+                generation: None,
             },
         ))
         .unwrap();
@@ -390,6 +392,7 @@ fn programs_go_with_their_queue_pair_unless_persistent() {
                 params: vec![],
                 fuel: None,
                 time_limit_ms: None,
+                generation: None,
             },
         ))
         .unwrap();

@@ -99,16 +99,20 @@ fn execute() -> impl Strategy<Value = Op> {
         bytes(PARAMS_SIZE_MAX),
         option::of(1u64..=FUEL_MAX),
         option::of(1u32..=TIME_LIMIT_MS_MAX),
+        option::of(1u64..),
     )
         .prop_map(
-            |(pind, windows, cparam1, cparam2, params, fuel, time_limit_ms)| Op::Execute {
-                pind,
-                windows,
-                cparam1,
-                cparam2,
-                params,
-                fuel,
-                time_limit_ms,
+            |(pind, windows, cparam1, cparam2, params, fuel, time_limit_ms, generation)| {
+                Op::Execute {
+                    pind,
+                    windows,
+                    cparam1,
+                    cparam2,
+                    params,
+                    fuel,
+                    time_limit_ms,
+                    generation,
+                }
             },
         )
 }
@@ -118,6 +122,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(Op::Identify),
         Just(Op::ListFunctions),
         Just(Op::ListPrograms),
+        Just(Op::ListProgramsWithGenerations),
         Just(Op::Flush),
         any::<u64>().prop_map(|id| Op::Abort {
             target: CommandId(id)
@@ -318,46 +323,62 @@ fn reply() -> impl Strategy<Value = Reply> {
             0..8
         )
         .prop_map(Reply::Functions),
-        vec(
-            (
-                pind(),
-                0u8..4,
-                any::<bool>(),
-                0u8..3,
-                any::<u32>(),
-                any::<u32>(),
-                "[a-z]{0,10}",
-                any::<u64>()
-            )
-                .prop_map(
-                    |(pind, st, elf, eng, size_bytes, loaded_bytes, name, executions)| {
-                        ProgramInfo {
-                            pind,
-                            state: [
-                                ProgramState::Empty,
-                                ProgramState::Loading,
-                                ProgramState::Loaded,
-                                ProgramState::Active,
-                            ][st as usize],
-                            ptype: if elf {
-                                ProgramType::Elf
-                            } else {
-                                ProgramType::Raw
-                            },
-                            size_bytes,
-                            loaded_bytes,
-                            name,
-                            engine: [None, Some(EngineKind::Interpreter), Some(EngineKind::Jit)]
-                                [eng as usize],
-                            executions,
-                            owner: (executions % 2 == 1).then_some(ClientId(size_bytes | 1)),
-                            persistent: (loaded_bytes % 2 == 1).then(|| format!("p{executions}")),
+        (
+            vec(
+                (
+                    pind(),
+                    0u8..4,
+                    any::<bool>(),
+                    0u8..3,
+                    any::<u32>(),
+                    any::<u32>(),
+                    "[a-z]{0,10}",
+                    any::<u64>()
+                )
+                    .prop_map(
+                        |(pind, st, elf, eng, size_bytes, loaded_bytes, name, executions)| {
+                            ProgramInfo {
+                                pind,
+                                state: [
+                                    ProgramState::Empty,
+                                    ProgramState::Loading,
+                                    ProgramState::Loaded,
+                                    ProgramState::Active,
+                                ][st as usize],
+                                ptype: if elf {
+                                    ProgramType::Elf
+                                } else {
+                                    ProgramType::Raw
+                                },
+                                size_bytes,
+                                loaded_bytes,
+                                name,
+                                engine: [
+                                    None,
+                                    Some(EngineKind::Interpreter),
+                                    Some(EngineKind::Jit),
+                                ][eng as usize],
+                                executions,
+                                owner: (executions % 2 == 1).then_some(ClientId(size_bytes | 1)),
+                                persistent: (loaded_bytes % 2 == 1)
+                                    .then(|| format!("p{executions}")),
+                                generation: None,
+                            }
                         }
-                    }
-                ),
-            0..8
+                    ),
+                0..8
+            ),
+            any::<bool>()
         )
-        .prop_map(Reply::Programs),
+            .prop_map(|(mut ps, with_generations)| {
+                // A listing gives every program a generation, or none.
+                if with_generations {
+                    for p in &mut ps {
+                        p.generation = Some(p.executions | 1);
+                    }
+                }
+                Reply::Programs(ps)
+            }),
         (vec(file_info(), 0..8), any::<bool>())
             .prop_map(|(files, truncated)| Reply::Files { files, truncated }),
         file_info().prop_map(Reply::File),
@@ -513,5 +534,5 @@ fn every_opcode_is_generated() {
         let cmd = command().new_tree(&mut runner).unwrap().current();
         seen.insert(cmd.op.opcode());
     }
-    assert_eq!(seen.len(), 33, "opcodes seen: {seen:x?}");
+    assert_eq!(seen.len(), 34, "opcodes seen: {seen:x?}");
 }

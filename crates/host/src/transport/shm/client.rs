@@ -507,6 +507,7 @@ fn is_listing(op: &Op) -> bool {
             | Op::FileExtents { .. }
             | Op::ListFunctions
             | Op::ListPrograms
+            | Op::ListProgramsWithGenerations
             | Op::Identify
             | Op::FileStat { .. }
             | Op::DirRead { .. }
