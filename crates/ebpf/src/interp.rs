@@ -75,6 +75,17 @@ impl Interpreter {
         }
     }
 
+    /// The op each slot's dispatch runs (its kind's name) and how many instruction slots
+    /// it stands for (more than one for a fused sequence), slot by slot: for tools that
+    /// count which sequences a program runs fused and which it still dispatches one by
+    /// one (`csx-bench`'s `fuse_profile` example).
+    pub fn decoded_ops(&self) -> Vec<(String, usize)> {
+        self.ops
+            .iter()
+            .map(|s| (format!("{:?}", s.kind), span(s.kind)))
+            .collect()
+    }
+
     /// `program` decoded one slot per instruction, without [`fuse`]: the reference the
     /// tests hold the fused form to.
     #[cfg(test)]
@@ -366,7 +377,8 @@ enum Kind {
     Exit,
     // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
     // next one to four, which keep their own kinds for the jumps that land on them.
-    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
+    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom; the
+    /// `mov` may be a `mov32`, whose result is the same).
     MovZx32x3,
     /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
     MovSx32x3,
@@ -403,6 +415,8 @@ enum Kind {
     AddJleR,
     /// `add dst, imm; mov aux, aux2`.
     AddIMov,
+    /// `add dst, imm; mov32 aux, aux2`.
+    AddIMov32,
     /// `add dst, imm; add aux, target` (the second immediate kept in `target`).
     AddIAddI,
     /// `add dst, src; add aux, target` (the immediate kept in `target`).
@@ -420,6 +434,19 @@ enum Kind {
     MovJneI,
     /// `mov dst, src; ja target`.
     MovJa,
+    /// `mov32 dst, src; j<cmp> aux, aux2, target` (64-bit, unsigned or equality,
+    /// registers): a loop latch after a 32-bit copy.
+    Mov32JeqR,
+    Mov32JneR,
+    Mov32JgtR,
+    Mov32JgeR,
+    Mov32JltR,
+    Mov32JleR,
+    /// `mov32 dst, src; j<eq|ne> aux, imm, +1; ja target`.
+    Mov32JeqIJa,
+    Mov32JneIJa,
+    /// `mov32 dst, src; ja target`.
+    Mov32Ja,
     /// `jeq dst, imm, +1; ja target`: a loop's exit test and back-edge, as one
     /// inverted test (`target` is the `ja`'s; fuel and traps are the `ja`'s).
     JeqIJa,
@@ -451,6 +478,25 @@ enum Kind {
     LshMovAddLdxDw,
     /// `xor dst, src; mul dst, aux` (a multiplicative hash's step).
     XorMul,
+    /// `ldxw dst, [src + off]; mov32 aux, aux2`.
+    LdxWMov32,
+    /// `mov32 dst, src; and32 dst, imm`: a masked copy.
+    Mov32AndI,
+    /// `mov32 dst, src; add32 dst, imm`.
+    Mov32AddI,
+    /// `mov32 dst, src; rsh32 dst, imm`.
+    Mov32RshI,
+    /// `rsh dst, imm; and dst, imm2` (a bit field; `imm2` kept in `target`).
+    RshIAndI,
+    /// `lddw dst, imm/target; add dst, src`: an address inside a global, such as a
+    /// table's entry.
+    LddwAdd,
+    /// `lddw aux2, imm/target; add aux2, aux; ldx<size> dst, [aux2 + off]`: a load from
+    /// a global table at an index.
+    LddwAddLdxB,
+    LddwAddLdxH,
+    LddwAddLdxW,
+    LddwAddLdxDw,
     // Stack accesses at `r10 + off` proven in range when decoded ([`frame_access`]):
     // they index the current frame's host memory directly, with no region lookup.
     /// `ldx<size> dst, [r10 + off]`.
@@ -588,11 +634,12 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
         let (a, b, c) = (at(0), at(1), at(2));
         let shift32 = |s: Slot, kind: Kind| s.kind == kind && s.imm == 32 && s.dst == a.dst;
         let fused = match (a.kind, b.kind) {
-            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
+            // `mov32` keeps the low half too, so it extends the same way.
+            (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
                 kind: MovZx32x3,
                 ..a
             },
-            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
+            (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
                 kind: MovSx32x3,
                 ..a
             },
@@ -703,6 +750,54 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     ..Slot::EMPTY
                 }
             }
+            (LdxW, Mov32R) => Slot {
+                kind: LdxWMov32,
+                aux: b.dst,
+                aux2: b.src,
+                ..a
+            },
+            (Mov32R, And32I | Add32I | Rsh32I) if b.dst == a.dst => Slot {
+                kind: match b.kind {
+                    And32I => Mov32AndI,
+                    Add32I => Mov32AddI,
+                    _ => Mov32RshI,
+                },
+                imm: b.imm,
+                ..a
+            },
+            (Rsh64I, And64I) if b.dst == a.dst => Slot {
+                kind: RshIAndI,
+                target: b.imm as u32,
+                ..a
+            },
+            // `lddw a, K; add a, b; [ldx<size> d, [a + off]]`: a table's address, and the
+            // load from it (the `lddw` takes two slots: `b` is its second).
+            (Lddw, _) if c.kind == Add64R && c.dst == a.dst && c.src != a.dst => {
+                let d = at(3);
+                let load = match d.kind {
+                    _ if d.src != a.dst => None,
+                    LdxB => Some(LddwAddLdxB),
+                    LdxH => Some(LddwAddLdxH),
+                    LdxW => Some(LddwAddLdxW),
+                    LdxDw => Some(LddwAddLdxDw),
+                    _ => None,
+                };
+                match load {
+                    Some(kind) => Slot {
+                        kind,
+                        dst: d.dst,
+                        aux: c.src,
+                        aux2: a.dst,
+                        off: d.off,
+                        ..a
+                    },
+                    None => Slot {
+                        kind: LddwAdd,
+                        src: c.src,
+                        ..a
+                    },
+                }
+            }
             (Xor64R, Mul64R) if b.dst == a.dst => Slot {
                 kind: XorMul,
                 aux: b.src,
@@ -714,14 +809,20 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 aux2: b.src,
                 ..a
             },
-            (Mov64R, Jeq64R | Jne64R | Jgt64R | Jge64R | Jlt64R | Jle64R) => Slot {
-                kind: match b.kind {
-                    Jeq64R => MovJeqR,
-                    Jne64R => MovJneR,
-                    Jgt64R => MovJgtR,
-                    Jge64R => MovJgeR,
-                    Jlt64R => MovJltR,
-                    _ => MovJleR,
+            (Mov64R | Mov32R, Jeq64R | Jne64R | Jgt64R | Jge64R | Jlt64R | Jle64R) => Slot {
+                kind: match (a.kind == Mov32R, b.kind) {
+                    (false, Jeq64R) => MovJeqR,
+                    (false, Jne64R) => MovJneR,
+                    (false, Jgt64R) => MovJgtR,
+                    (false, Jge64R) => MovJgeR,
+                    (false, Jlt64R) => MovJltR,
+                    (false, _) => MovJleR,
+                    (true, Jeq64R) => Mov32JeqR,
+                    (true, Jne64R) => Mov32JneR,
+                    (true, Jgt64R) => Mov32JgtR,
+                    (true, Jge64R) => Mov32JgeR,
+                    (true, Jlt64R) => Mov32JltR,
+                    (true, _) => Mov32JleR,
                 },
                 dst: a.dst,
                 src: a.src,
@@ -731,11 +832,12 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 ..Slot::EMPTY
             },
             // `mov; j<eq|ne> +1; ja`.
-            (Mov64R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
-                kind: if b.kind == Jeq64I {
-                    MovJeqIJa
-                } else {
-                    MovJneIJa
+            (Mov64R | Mov32R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
+                kind: match (a.kind == Mov32R, b.kind == Jeq64I) {
+                    (false, true) => MovJeqIJa,
+                    (false, false) => MovJneIJa,
+                    (true, true) => Mov32JeqIJa,
+                    (true, false) => Mov32JneIJa,
                 },
                 dst: a.dst,
                 src: a.src,
@@ -753,8 +855,8 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 target: b.target,
                 ..Slot::EMPTY
             },
-            (Mov64R, Ja) => Slot {
-                kind: MovJa,
+            (Mov64R | Mov32R, Ja) => Slot {
+                kind: if a.kind == Mov32R { Mov32Ja } else { MovJa },
                 target: b.target,
                 ..a
             },
@@ -782,11 +884,12 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     Jlt64R => AddJltR,
                     Jle64R => AddJleR,
                     Mov64R => AddIMov,
+                    Mov32R => AddIMov32,
                     Add64I => AddIAddI,
                     _ => continue,
                 };
                 match kind {
-                    AddIMov => Slot {
+                    AddIMov | AddIMov32 => Slot {
                         kind,
                         aux: b.dst,
                         aux2: b.src,
@@ -872,12 +975,17 @@ fn span(kind: Kind) -> usize {
     match kind {
         MovAddLdxSW => 5,
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
+        // An `lddw` takes two slots.
+        LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
+        LddwAdd => 3,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
-        | MovJeqIJa | MovJneIJa | AndNegAnd | AndNegAnd32I => 3,
+        | MovJeqIJa | MovJneIJa | Mov32JeqIJa | Mov32JneIJa | AndNegAnd | AndNegAnd32I => 3,
         Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
         | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
         | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
-        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul => 2,
+        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul
+        | LdxWMov32 | Mov32AndI | Mov32AddI | Mov32RshI | RshIAndI | AddIMov32 | Mov32JeqR
+        | Mov32JneR | Mov32JgtR | Mov32JgeR | Mov32JltR | Mov32JleR | Mov32Ja => 2,
         _ => 1,
     }
 }
@@ -888,7 +996,7 @@ fn span(kind: Kind) -> usize {
 fn inner_ja(kind: Kind) -> Option<usize> {
     match kind {
         Kind::JeqIJa | Kind::JneIJa => Some(1),
-        Kind::MovJeqIJa | Kind::MovJneIJa => Some(2),
+        Kind::MovJeqIJa | Kind::MovJneIJa | Kind::Mov32JeqIJa | Kind::Mov32JneIJa => Some(2),
         _ => None,
     }
 }
@@ -1480,13 +1588,23 @@ impl Interpreter {
         // interpreter ran 1.5x slower on every kernel (measured by shifting the function
         // 0/16/32/48 bytes: docs/benchmarks-history.md, "The interpreter's dispatch and 64-byte
         // code lines"), so before this its speed changed with unrelated code elsewhere
-        // in the binary. After changing this loop, check with `objdump -d` that the
-        // header, from the loop's label to its `jmp *`, lies in one 64-byte line.
+        // in the binary. The compiler places one op's code between here and the header
+        // (the op that falls through into it), so the header's offset in its line also
+        // depends on that op's size: the 32 bytes of no-ops after the line start put it
+        // at offset 16 of the next line as the loop is now, and the counting copy's at 12
+        // (without them the uncounted header was at offset 48, straddling two lines, and
+        // kernels ran 1.1-1.4x slower). After changing this loop, check with `objdump -d`
+        // that both headers, from the loop's label to its `jmp *`, lie in one 64-byte
+        // line, in the `csx` binary's release build.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        // SAFETY: an assembler alignment directive and nothing else: it pads the code
-        // with no-ops (run once per run), touching no register, flag or memory.
+        // SAFETY: assembler alignment and padding directives and nothing else: they pad
+        // the code with no-ops (run once per run), touching no register, flag or memory.
         unsafe {
-            std::arch::asm!(".p2align 6", options(nomem, nostack, preserves_flags));
+            std::arch::asm!(
+                ".p2align 6",
+                ".skip 32, 0x90",
+                options(nomem, nostack, preserves_flags)
+            );
         }
         loop {
             debug_assert!(pc!() < ops.len());
@@ -2052,6 +2170,123 @@ impl Interpreter {
                     r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.aux));
                     next = next.wrapping_add(1);
                 }
+                Kind::AddIMov32 => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32JeqR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) == r!(s.aux2), s.target);
+                }
+                Kind::Mov32JneR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) != r!(s.aux2), s.target);
+                }
+                Kind::Mov32JgtR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) > r!(s.aux2), s.target);
+                }
+                Kind::Mov32JgeR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
+                }
+                Kind::Mov32JltR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) < r!(s.aux2), s.target);
+                }
+                Kind::Mov32JleR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
+                }
+                Kind::Mov32JeqIJa => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(2);
+                    if r!(s.aux) != s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
+                }
+                Kind::Mov32JneIJa => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(2);
+                    if r!(s.aux) == s.imm64() {
+                        // The `ja` runs: it leads a block (it follows a jump).
+                        if COUNT {
+                            bump!(pc!() - 1);
+                        }
+                        jump!(s.target);
+                    }
+                }
+                Kind::Mov32Ja => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump!(s.target);
+                }
+                Kind::LdxWMov32 => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 4);
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32AndI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)) & lo(s.imm64()));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32AddI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)).wrapping_add(lo(s.imm64())));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32RshI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)) >> (s.imm64() & 31));
+                    next = next.wrapping_add(1);
+                }
+                Kind::RshIAndI => {
+                    let mask = i64::from(s.target as i32) as u64;
+                    r!(s.dst) = (r!(s.dst) >> (s.imm64() & 63)) & mask;
+                    next = next.wrapping_add(1);
+                }
+                Kind::LddwAdd => {
+                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
+                    r!(s.dst) = k.wrapping_add(r!(s.src));
+                    next = next.wrapping_add(2);
+                }
+                Kind::LddwAddLdxB => {
+                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
+                    let base = k.wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load_at!(base, s.off, 1);
+                }
+                Kind::LddwAddLdxH => {
+                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
+                    let base = k.wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load_at!(base, s.off, 2);
+                }
+                Kind::LddwAddLdxW => {
+                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
+                    let base = k.wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load_at!(base, s.off, 4);
+                }
+                Kind::LddwAddLdxDw => {
+                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
+                    let base = k.wrapping_add(r!(s.aux));
+                    r!(s.aux2) = base;
+                    next = next.wrapping_add(3);
+                    r!(s.dst) = load_at!(base, s.off, 8);
+                }
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc!() - 1
@@ -2071,6 +2306,9 @@ fn write_back_atomic(regs: &mut [u64; REG_FILE_SIZE], op: AtomicOp, src: u8, old
         _ => regs[usize::from(src)] = old,
     }
 }
+
+#[cfg(test)]
+mod fused_tests;
 
 #[cfg(test)]
 mod tests {
@@ -3963,7 +4201,7 @@ mod tests {
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..29,
+                0u8..36,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -4033,6 +4271,31 @@ mod tests {
                                 Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
                                 alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
                             ],
+                            // The same shapes with `mov32` copies.
+                            24 => vec![alu32x(ALU_MOV, d, s), jx],
+                            25 => vec![alu64(ALU_ADD, d, imm), alu32x(ALU_MOV, a, s)],
+                            26 => {
+                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                                let test = jmp(test, a, imm2, 1);
+                                let copy = alu32x(ALU_MOV, d, s);
+                                return (vec![copy, test, ja(off)], vec![false, true, false]);
+                            }
+                            27 => vec![alu32x(ALU_MOV, d, s), ja(off)],
+                            28 => {
+                                let op = [ALU_AND, ALU_ADD, ALU_RSH][usize::from(b % 3)];
+                                vec![ldx(SIZE_W, d, s, off), alu32x(ALU_MOV, a, b), alu32x(ALU_MOV, d, s), alu32(op, d, imm & 31)]
+                            }
+                            29 => {
+                                let shift = if imm2 < 0 { ALU_ARSH } else { ALU_RSH };
+                                vec![alu32x(ALU_MOV, d, s), alu64(ALU_LSH, d, 32), alu64(shift, d, 32), alu64(ALU_RSH, a, imm & 63), alu64(ALU_AND, a, imm2)]
+                            }
+                            // A global's address (the buffer's, or near it) plus an
+                            // index, then a load from it.
+                            30 => {
+                                let near = MEM.wrapping_add((i64::from(imm2) * 8) as u64);
+                                let [l0, l1] = lddw(d, near);
+                                vec![l0, l1, alu64x(ALU_ADD, d, b), ldx(size, a, d, off)]
+                            }
                             // Stack accesses at `r10 + off`, at and past both ends of
                             // the proven range (`frame_access`), stored then loaded.
                             21 | 22 => {
