@@ -57,7 +57,9 @@ struct Profile {
 
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let dir = args.first().ok_or("usage: fuse_profile DIR [--top N | --run KERNEL RUNS]")?;
+    let dir = args
+        .first()
+        .ok_or("usage: fuse_profile DIR [--top N | --run KERNEL RUNS]")?;
     let kernels = load(Path::new(dir))?;
     if args.get(1).map(String::as_str) == Some("--run") {
         let name = args.get(2).ok_or("--run KERNEL RUNS")?;
@@ -142,8 +144,8 @@ fn hot(k: &Kernel) -> Res<()> {
     bl.sort_by_key(|&(s, e, c)| std::cmp::Reverse(c * (e - s) as u64));
     for &(start, end, c) in bl.iter().take(8) {
         println!("block {start}..{end} x{c}");
-        for s in start..end {
-            println!("  {s:>5} {:<40} {}", format_insn(insns, s), ops[s].0);
+        for (s, (kind, _)) in ops.iter().enumerate().take(end).skip(start) {
+            println!("  {s:>5} {:<40} {kind}", format_insn(insns, s));
         }
     }
     Ok(())
@@ -209,7 +211,9 @@ fn weigh(name: &str, program: &VerifiedProgram, interp: &Interpreter, counts: &[
         }
         // A `ja` run inside the exit-test op before it is no dispatch of its own.
         let covered = start > 0 && ops[start - 1].0.ends_with("IJa")
-            || start > 1 && ops[start - 2].0.starts_with("MovJ") && ops[start - 2].0.ends_with("IJa");
+            || start > 1
+                && ops[start - 2].0.starts_with("MovJ")
+                && ops[start - 2].0.ends_with("IJa");
         if covered {
             continue;
         }
@@ -309,7 +313,7 @@ fn canonical(insns: &[Insn], s: usize, names: &mut Vec<String>) -> String {
             }
             let in_mem = out.ends_with(|c: char| c.is_ascii_lowercase()) && out.contains('[');
             if in_mem {
-                out.push_str("o");
+                out.push('o');
             } else if is_jump && (ch == '+' || ch == '-') && j == chars.len() {
                 out.push_str(if ch == '-' { "back" } else { "fwd" });
             } else if keep_imm {
@@ -326,9 +330,15 @@ fn canonical(insns: &[Insn], s: usize, names: &mut Vec<String>) -> String {
     out
 }
 
+/// A sequence's score over a set, and each kernel's share in it.
+type Scored<'a> = (f64, Vec<(f64, &'a str)>);
+
 fn report(set: &str, profiles: &[Profile], top: usize) {
     println!("== {set}: {} kernels", profiles.len());
-    println!("{:<14} {:>12} {:>12} {:>6}", "kernel", "insns", "dispatches", "i/d");
+    println!(
+        "{:<14} {:>12} {:>12} {:>6}",
+        "kernel", "insns", "dispatches", "i/d"
+    );
     for p in profiles {
         println!(
             "{:<14} {:>12} {:>12} {:>6.3}",
@@ -345,7 +355,7 @@ fn report(set: &str, profiles: &[Profile], top: usize) {
         ("dispatched sequences", 0),
         ("plain instruction sequences", 1),
     ] {
-        let mut all: HashMap<&str, (f64, Vec<(f64, &str)>)> = HashMap::new();
+        let mut all: HashMap<&str, Scored<'_>> = HashMap::new();
         for p in profiles {
             let m = if pick == 0 { &p.fused } else { &p.plain };
             for (k, &v) in m {

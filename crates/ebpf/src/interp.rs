@@ -832,20 +832,22 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 ..Slot::EMPTY
             },
             // `mov; j<eq|ne> +1; ja`.
-            (Mov64R | Mov32R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
-                kind: match (a.kind == Mov32R, b.kind == Jeq64I) {
-                    (false, true) => MovJeqIJa,
-                    (false, false) => MovJneIJa,
-                    (true, true) => Mov32JeqIJa,
-                    (true, false) => Mov32JneIJa,
-                },
-                dst: a.dst,
-                src: a.src,
-                aux: b.dst,
-                imm: b.imm,
-                target: c.target,
-                ..Slot::EMPTY
-            },
+            (Mov64R | Mov32R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => {
+                Slot {
+                    kind: match (a.kind == Mov32R, b.kind == Jeq64I) {
+                        (false, true) => MovJeqIJa,
+                        (false, false) => MovJneIJa,
+                        (true, true) => Mov32JeqIJa,
+                        (true, false) => Mov32JneIJa,
+                    },
+                    dst: a.dst,
+                    src: a.src,
+                    aux: b.dst,
+                    imm: b.imm,
+                    target: c.target,
+                    ..Slot::EMPTY
+                }
+            }
             (Mov64R, Jeq64I | Jne64I) => Slot {
                 kind: if b.kind == Jeq64I { MovJeqI } else { MovJneI },
                 dst: a.dst,
@@ -1590,19 +1592,20 @@ impl Interpreter {
         // code lines"), so before this its speed changed with unrelated code elsewhere
         // in the binary. The compiler places one op's code between here and the header
         // (the op that falls through into it), so the header's offset in its line also
-        // depends on that op's size: the 32 bytes of no-ops after the line start put it
-        // at offset 16 of the next line as the loop is now, and the counting copy's at 12
+        // depends on that op's size: the 24 bytes of no-ops after the line start put it
+        // at offset 0 of the next line as the loop is now, and the counting copy's at 4
         // (without them the uncounted header was at offset 48, straddling two lines, and
-        // kernels ran 1.1-1.4x slower). After changing this loop, check with `objdump -d`
-        // that both headers, from the loop's label to its `jmp *`, lie in one 64-byte
-        // line, in the `csx` binary's release build.
+        // kernels ran 1.1-1.4x slower; at offset 16, across a 32-byte fetch window, up to
+        // 1.2x). After changing this loop, check with `objdump -d` that both headers, from
+        // the loop's label to its `jmp *`, lie in one 32-byte-aligned window, in the
+        // `csx` binary's release build.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         // SAFETY: assembler alignment and padding directives and nothing else: they pad
         // the code with no-ops (run once per run), touching no register, flag or memory.
         unsafe {
             std::arch::asm!(
                 ".p2align 6",
-                ".skip 32, 0x90",
+                ".skip 24, 0x90",
                 options(nomem, nostack, preserves_flags)
             );
         }
@@ -4191,17 +4194,22 @@ mod tests {
                 .prop_map(|(opc, dst, src, off, imm)| sanitize(opc, dst, src, off, imm))
         }
 
-        /// One sequence [`fuse`] may fuse, with random registers and operands (an
-        /// indexed load, add/mov pairs, mov or add before a compare, `jcc +1; ja`,
-        /// clang's extension idioms), or one random instruction. The second result
-        /// marks the slots whose jump offset must survive [`retarget`].
+        /// One sequence [`fuse`] may fuse, with random registers and operands, or one
+        /// random instruction. The second result marks the slots whose jump offset
+        /// must survive [`retarget`].
         fn chunk() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            prop_oneof![3 => chunk_64(), 1 => chunk_32()]
+        }
+
+        /// [`chunk`]'s sequences of 64-bit ops: an indexed load, add/mov pairs, mov or
+        /// add before a compare, `jcc +1; ja`, clang's extension idioms.
+        fn chunk_64() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
             let jcc = prop::sample::select(vec![
                 JMP_JEQ, JMP_JNE, JMP_JGT, JMP_JGE, JMP_JLT, JMP_JLE, JMP_JSGT,
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..36,
+                0u8..29,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
@@ -4271,31 +4279,6 @@ mod tests {
                                 Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
                                 alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
                             ],
-                            // The same shapes with `mov32` copies.
-                            24 => vec![alu32x(ALU_MOV, d, s), jx],
-                            25 => vec![alu64(ALU_ADD, d, imm), alu32x(ALU_MOV, a, s)],
-                            26 => {
-                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
-                                let test = jmp(test, a, imm2, 1);
-                                let copy = alu32x(ALU_MOV, d, s);
-                                return (vec![copy, test, ja(off)], vec![false, true, false]);
-                            }
-                            27 => vec![alu32x(ALU_MOV, d, s), ja(off)],
-                            28 => {
-                                let op = [ALU_AND, ALU_ADD, ALU_RSH][usize::from(b % 3)];
-                                vec![ldx(SIZE_W, d, s, off), alu32x(ALU_MOV, a, b), alu32x(ALU_MOV, d, s), alu32(op, d, imm & 31)]
-                            }
-                            29 => {
-                                let shift = if imm2 < 0 { ALU_ARSH } else { ALU_RSH };
-                                vec![alu32x(ALU_MOV, d, s), alu64(ALU_LSH, d, 32), alu64(shift, d, 32), alu64(ALU_RSH, a, imm & 63), alu64(ALU_AND, a, imm2)]
-                            }
-                            // A global's address (the buffer's, or near it) plus an
-                            // index, then a load from it.
-                            30 => {
-                                let near = MEM.wrapping_add((i64::from(imm2) * 8) as u64);
-                                let [l0, l1] = lddw(d, near);
-                                vec![l0, l1, alu64x(ALU_ADD, d, b), ldx(size, a, d, off)]
-                            }
                             // Stack accesses at `r10 + off`, at and past both ends of
                             // the proven range (`frame_access`), stored then loaded.
                             21 | 22 => {
@@ -4318,6 +4301,64 @@ mod tests {
                         (insns, keep)
                     },
                 )
+        }
+
+        /// [`chunk`]'s sequences with 32-bit copies and masks (`mov32` before a compare,
+        /// a `ja`, an exit test or after an `add` or a load; `mov32; <op>32 imm`), bit
+        /// fields, and an `lddw` address plus an index, loaded from.
+        fn chunk_32() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            let jcc = prop::sample::select(vec![
+                JMP_JEQ, JMP_JNE, JMP_JGT, JMP_JGE, JMP_JLT, JMP_JLE, JMP_JSGT,
+            ]);
+            let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
+            (
+                0u8..7,
+                (0u8..10, 0u8..11, 0u8..10, 0u8..11),
+                (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
+                (jcc, size, -8i16..8),
+            )
+                .prop_map(|(which, (d, s, a, b), (imm, imm2), (op, size, off))| {
+                    let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
+                    let insns = match which {
+                        0 => vec![alu32x(ALU_MOV, d, s), jx],
+                        1 => vec![alu64(ALU_ADD, d, imm), alu32x(ALU_MOV, a, s)],
+                        2 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, a, imm2, 1);
+                            let copy = alu32x(ALU_MOV, d, s);
+                            return (vec![copy, test, ja(off)], vec![false, true, false]);
+                        }
+                        3 => vec![alu32x(ALU_MOV, d, s), ja(off)],
+                        4 => {
+                            let op = [ALU_AND, ALU_ADD, ALU_RSH][usize::from(b % 3)];
+                            vec![
+                                ldx(SIZE_W, d, s, off),
+                                alu32x(ALU_MOV, a, b),
+                                alu32x(ALU_MOV, d, s),
+                                alu32(op, d, imm & 31),
+                            ]
+                        }
+                        5 => {
+                            let shift = if imm2 < 0 { ALU_ARSH } else { ALU_RSH };
+                            vec![
+                                alu32x(ALU_MOV, d, s),
+                                alu64(ALU_LSH, d, 32),
+                                alu64(shift, d, 32),
+                                alu64(ALU_RSH, a, imm & 63),
+                                alu64(ALU_AND, a, imm2),
+                            ]
+                        }
+                        // A global's address (the buffer's, or near it) plus an index,
+                        // then a load from it.
+                        _ => {
+                            let near = MEM.wrapping_add((i64::from(imm2) * 8) as u64);
+                            let [l0, l1] = lddw(d, near);
+                            vec![l0, l1, alu64x(ALU_ADD, d, b), ldx(size, a, d, off)]
+                        }
+                    };
+                    let keep = vec![false; insns.len()];
+                    (insns, keep)
+                })
         }
 
         proptest! {

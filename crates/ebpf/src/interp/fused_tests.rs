@@ -60,7 +60,10 @@ fn agree(src: &str, fused: &[(usize, Kind)], args: [u64; 5]) -> RunOutcome {
     let whole = run(&plain, 1 << 20, false, args).0;
     for fuel in 0..=whole.fuel_used + 1 {
         for counted in [false, true] {
-            let (a, b) = (run(&fast, fuel, counted, args), run(&plain, fuel, counted, args));
+            let (a, b) = (
+                run(&fast, fuel, counted, args),
+                run(&plain, fuel, counted, args),
+            );
             assert_eq!(a, b, "fuel {fuel}, counted {counted}");
         }
     }
@@ -161,9 +164,7 @@ fn mov32_before_each_compare() {
         ("jle", Mov32JleR),
     ];
     for (op, kind) in cases {
-        let src = format!(
-            "mov %r0, 0\n mov32 %r4, %r1\n {op} %r4, %r2, +1\n mov %r0, 1\n exit"
-        );
+        let src = format!("mov %r0, 0\n mov32 %r4, %r1\n {op} %r4, %r2, +1\n mov %r0, 1\n exit");
         let pairs = [
             (0xffff_ffff_0000_0002u64, 2u64),
             (0x1_0000_0001, 0x1_0000_0001),
