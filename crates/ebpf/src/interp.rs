@@ -550,6 +550,13 @@ impl Slot {
         i64::from(self.imm) as u64
     }
 
+    /// The 64-bit value of an `lddw` slot (or a fused op that starts with one): `imm`
+    /// the low half, `target` the high half.
+    #[inline(always)]
+    fn lddw_value(&self) -> u64 {
+        u64::from(self.imm as u32) | (u64::from(self.target) << 32)
+    }
+
     const EMPTY: Slot = Slot {
         kind: Kind::Invalid,
         dst: 0,
@@ -1542,6 +1549,17 @@ impl Interpreter {
                 }
             }};
         }
+        // The `LddwAddLdx...` kinds of slot `$s`: `aux2 = lddw value + aux`, then `$size`
+        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot.
+        macro_rules! table_load {
+            ($s:expr, $size:expr) => {{
+                let s: &Slot = $s;
+                let base = s.lddw_value().wrapping_add(r!(s.aux));
+                r!(s.aux2) = base;
+                next = next.wrapping_add(3);
+                r!(s.dst) = load_at!(base, s.off, $size);
+            }};
+        }
         macro_rules! store {
             ($dst:expr, $off:expr, $size:expr, $value:expr) => {{
                 let a = addr!($dst, $off);
@@ -2258,38 +2276,13 @@ impl Interpreter {
                     next = next.wrapping_add(1);
                 }
                 Kind::LddwAdd => {
-                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    r!(s.dst) = k.wrapping_add(r!(s.src));
+                    r!(s.dst) = s.lddw_value().wrapping_add(r!(s.src));
                     next = next.wrapping_add(2);
                 }
-                Kind::LddwAddLdxB => {
-                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    let base = k.wrapping_add(r!(s.aux));
-                    r!(s.aux2) = base;
-                    next = next.wrapping_add(3);
-                    r!(s.dst) = load_at!(base, s.off, 1);
-                }
-                Kind::LddwAddLdxH => {
-                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    let base = k.wrapping_add(r!(s.aux));
-                    r!(s.aux2) = base;
-                    next = next.wrapping_add(3);
-                    r!(s.dst) = load_at!(base, s.off, 2);
-                }
-                Kind::LddwAddLdxW => {
-                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    let base = k.wrapping_add(r!(s.aux));
-                    r!(s.aux2) = base;
-                    next = next.wrapping_add(3);
-                    r!(s.dst) = load_at!(base, s.off, 4);
-                }
-                Kind::LddwAddLdxDw => {
-                    let k = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
-                    let base = k.wrapping_add(r!(s.aux));
-                    r!(s.aux2) = base;
-                    next = next.wrapping_add(3);
-                    r!(s.dst) = load_at!(base, s.off, 8);
-                }
+                Kind::LddwAddLdxB => table_load!(s, 1),
+                Kind::LddwAddLdxH => table_load!(s, 2),
+                Kind::LddwAddLdxW => table_load!(s, 4),
+                Kind::LddwAddLdxDw => table_load!(s, 8),
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc!() - 1
