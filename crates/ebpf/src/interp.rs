@@ -1523,6 +1523,18 @@ impl Interpreter {
                 }
             };
         }
+        // The `ja` a fused `j<eq|ne> +1; ja` op ends with, run when `$cond` (with `next`
+        // past the `ja`): it leads a block (it follows a jump), so a counted run bumps it.
+        macro_rules! ja_if {
+            ($cond:expr, $target:expr) => {
+                if $cond {
+                    if COUNT {
+                        bump!(pc!() - 1);
+                    }
+                    jump!($target);
+                }
+            };
+        }
         macro_rules! jump_if {
             ($cond:expr, $target:expr) => {
                 if $cond {
@@ -1949,24 +1961,12 @@ impl Interpreter {
                 Kind::MovJeqIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    if r!(s.aux) != s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) != s.imm64(), s.target);
                 }
                 Kind::MovJneIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    if r!(s.aux) == s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
@@ -2067,23 +2067,11 @@ impl Interpreter {
                 // successor) or falls through to it.
                 Kind::JeqIJa => {
                     next = next.wrapping_add(1);
-                    if r!(s.dst) != s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.dst) != s.imm64(), s.target);
                 }
                 Kind::JneIJa => {
                     next = next.wrapping_add(1);
-                    if r!(s.dst) == s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.dst) == s.imm64(), s.target);
                 }
                 Kind::MovAddI => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64());
@@ -2229,24 +2217,12 @@ impl Interpreter {
                 Kind::Mov32JeqIJa => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
                     next = next.wrapping_add(2);
-                    if r!(s.aux) != s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) != s.imm64(), s.target);
                 }
                 Kind::Mov32JneIJa => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
                     next = next.wrapping_add(2);
-                    if r!(s.aux) == s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::Mov32Ja => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
@@ -4194,123 +4170,121 @@ mod tests {
             prop_oneof![3 => chunk_64(), 1 => chunk_32()]
         }
 
-        /// [`chunk`]'s sequences of 64-bit ops: an indexed load, add/mov pairs, mov or
-        /// add before a compare, `jcc +1; ja`, clang's extension idioms.
-        fn chunk_64() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+        /// Registers `(d, s, a, b)`, immediates `(imm, imm2)`, and a compare, a size and
+        /// an offset.
+        type Operands = ((u8, u8, u8, u8), (i32, i32), (u8, u8, i16));
+
+        /// A chunk's random operands: registers `(d, s, a, b)` (`s` and `b` may be r10),
+        /// immediates `(imm, imm2)`, and a compare, a size and an offset.
+        fn operands() -> impl Strategy<Value = Operands> {
             let jcc = prop::sample::select(vec![
                 JMP_JEQ, JMP_JNE, JMP_JGT, JMP_JGE, JMP_JLT, JMP_JLE, JMP_JSGT,
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..29,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
-                insn(),
             )
-                .prop_map(
-                    |(which, (d, s, a, b), (imm, imm2), (op, size, off), any)| {
-                        let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
-                        let ji = Insn::new(CLASS_JMP | op | SRC_K, a, 0, off, imm);
-                        let insns = match which {
-                            0 => vec![movx(d, s), alu64x(ALU_ADD, d, b), ldx(size, a, d, off)],
-                            1 => vec![alu64(ALU_ADD, d, imm), movx(a, s)],
-                            2 => vec![alu64(ALU_ADD, d, imm), alu64(ALU_ADD, a, imm2)],
-                            3 => vec![alu64x(ALU_ADD, d, s), alu64(ALU_ADD, a, imm2)],
-                            4 => vec![movx(d, s), jx],
-                            5 => vec![movx(d, s), ji],
-                            6 => vec![movx(d, s), ja(off)],
-                            7 => {
-                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
-                                let test = jmp(test, d, imm2, 1);
-                                return (vec![test, ja(off)], vec![true, false]);
-                            }
-                            8 => vec![alu64(ALU_ADD, d, imm2), jx],
-                            9 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_RSH, d, 32)],
-                            10 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_ARSH, d, 32)],
-                            11 => vec![movx(d, s), alu64(ALU_ADD, d, imm)],
-                            12 => vec![alu64x(ALU_ADD, d, s), ldx(size, a, d, off)],
-                            13 => vec![
-                                alu64(ALU_AND, d, imm),
-                                Insn::new(CLASS_ALU64 | ALU_NEG, d, 0, 0, 0),
-                                alu64x(ALU_AND, d, s),
-                            ],
-                            14 => {
-                                let size = if size == SIZE_B { SIZE_B } else { SIZE_W };
-                                vec![ldx(size, d, s, off), movx(a, b)]
-                            }
-                            15 => {
-                                let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
-                                vec![alu64(shift, d, imm), movx(a, b)]
-                            }
-                            16 => vec![
-                                movx(d, s),
-                                alu64x(ALU_ADD, d, b),
-                                ldx(SIZE_W, a, d, off),
-                                alu64(ALU_LSH, a, 32),
-                                alu64(ALU_ARSH, a, 32),
-                            ],
-                            17 => vec![
-                                ldx(SIZE_W, d, s, off),
-                                alu64(ALU_LSH, d, 32),
-                                alu64(ALU_ARSH, d, 32),
-                            ],
-                            18 => {
-                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
-                                let test = jmp(test, a, imm2, 1);
-                                return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
-                            }
-                            19 => vec![
-                                alu64(ALU_LSH, a, imm2 & 3),
-                                movx(d, s),
-                                alu64x(ALU_ADD, d, b),
-                                ldx(size, a, d, off),
-                            ],
-                            20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
-                            23 => vec![
-                                alu32(ALU_AND, d, imm),
-                                Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
-                                alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
-                            ],
-                            // Stack accesses at `r10 + off`, at and past both ends of
-                            // the proven range (`frame_access`), stored then loaded.
-                            21 | 22 => {
-                                let bytes = [4i16, 2, 1, 8][usize::from(size >> 3)];
-                                let off = match imm2 {
-                                    -8..=-6 => -512 - off.abs() % 2,
-                                    -5..=-3 => -bytes + 1 - off.abs() % 2,
-                                    _ => -8 * (off.abs() + 1) - imm2 as i16,
-                                };
-                                let st = if which == 21 {
-                                    stx(size, REG_FP, s, off)
-                                } else {
-                                    st(size, REG_FP, off, imm)
-                                };
-                                vec![st, ldx(size, d, REG_FP, off), ldx(size, a, REG_FP, off - 1)]
-                            }
-                            _ => any,
-                        };
-                        let keep = vec![false; insns.len()];
-                        (insns, keep)
-                    },
-                )
+        }
+
+        /// [`chunk`]'s sequences of 64-bit ops: an indexed load, add/mov pairs, mov or
+        /// add before a compare, `jcc +1; ja`, clang's extension idioms.
+        fn chunk_64() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            (0u8..29, operands(), insn()).prop_map(
+                |(which, ((d, s, a, b), (imm, imm2), (op, size, off)), any)| {
+                    let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
+                    let ji = Insn::new(CLASS_JMP | op | SRC_K, a, 0, off, imm);
+                    let insns = match which {
+                        0 => vec![movx(d, s), alu64x(ALU_ADD, d, b), ldx(size, a, d, off)],
+                        1 => vec![alu64(ALU_ADD, d, imm), movx(a, s)],
+                        2 => vec![alu64(ALU_ADD, d, imm), alu64(ALU_ADD, a, imm2)],
+                        3 => vec![alu64x(ALU_ADD, d, s), alu64(ALU_ADD, a, imm2)],
+                        4 => vec![movx(d, s), jx],
+                        5 => vec![movx(d, s), ji],
+                        6 => vec![movx(d, s), ja(off)],
+                        7 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, d, imm2, 1);
+                            return (vec![test, ja(off)], vec![true, false]);
+                        }
+                        8 => vec![alu64(ALU_ADD, d, imm2), jx],
+                        9 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_RSH, d, 32)],
+                        10 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_ARSH, d, 32)],
+                        11 => vec![movx(d, s), alu64(ALU_ADD, d, imm)],
+                        12 => vec![alu64x(ALU_ADD, d, s), ldx(size, a, d, off)],
+                        13 => vec![
+                            alu64(ALU_AND, d, imm),
+                            Insn::new(CLASS_ALU64 | ALU_NEG, d, 0, 0, 0),
+                            alu64x(ALU_AND, d, s),
+                        ],
+                        14 => {
+                            let size = if size == SIZE_B { SIZE_B } else { SIZE_W };
+                            vec![ldx(size, d, s, off), movx(a, b)]
+                        }
+                        15 => {
+                            let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
+                            vec![alu64(shift, d, imm), movx(a, b)]
+                        }
+                        16 => vec![
+                            movx(d, s),
+                            alu64x(ALU_ADD, d, b),
+                            ldx(SIZE_W, a, d, off),
+                            alu64(ALU_LSH, a, 32),
+                            alu64(ALU_ARSH, a, 32),
+                        ],
+                        17 => vec![
+                            ldx(SIZE_W, d, s, off),
+                            alu64(ALU_LSH, d, 32),
+                            alu64(ALU_ARSH, d, 32),
+                        ],
+                        18 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, a, imm2, 1);
+                            return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
+                        }
+                        19 => vec![
+                            alu64(ALU_LSH, a, imm2 & 3),
+                            movx(d, s),
+                            alu64x(ALU_ADD, d, b),
+                            ldx(size, a, d, off),
+                        ],
+                        20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
+                        23 => vec![
+                            alu32(ALU_AND, d, imm),
+                            Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
+                            alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
+                        ],
+                        // Stack accesses at `r10 + off`, at and past both ends of
+                        // the proven range (`frame_access`), stored then loaded.
+                        21 | 22 => {
+                            let bytes = [4i16, 2, 1, 8][usize::from(size >> 3)];
+                            let off = match imm2 {
+                                -8..=-6 => -512 - off.abs() % 2,
+                                -5..=-3 => -bytes + 1 - off.abs() % 2,
+                                _ => -8 * (off.abs() + 1) - imm2 as i16,
+                            };
+                            let st = if which == 21 {
+                                stx(size, REG_FP, s, off)
+                            } else {
+                                st(size, REG_FP, off, imm)
+                            };
+                            vec![st, ldx(size, d, REG_FP, off), ldx(size, a, REG_FP, off - 1)]
+                        }
+                        _ => any,
+                    };
+                    let keep = vec![false; insns.len()];
+                    (insns, keep)
+                },
+            )
         }
 
         /// [`chunk`]'s sequences with 32-bit copies and masks (`mov32` before a compare,
         /// a `ja`, an exit test or after an `add` or a load; `mov32; <op>32 imm`), bit
         /// fields, and an `lddw` address plus an index, loaded from.
         fn chunk_32() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
-            let jcc = prop::sample::select(vec![
-                JMP_JEQ, JMP_JNE, JMP_JGT, JMP_JGE, JMP_JLT, JMP_JLE, JMP_JSGT,
-            ]);
-            let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
-            (
-                0u8..7,
-                (0u8..10, 0u8..11, 0u8..10, 0u8..11),
-                (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
-                (jcc, size, -8i16..8),
-            )
-                .prop_map(|(which, (d, s, a, b), (imm, imm2), (op, size, off))| {
+            (0u8..7, operands()).prop_map(
+                |(which, ((d, s, a, b), (imm, imm2), (op, size, off)))| {
                     let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
                     let insns = match which {
                         0 => vec![alu32x(ALU_MOV, d, s), jx],
@@ -4351,7 +4325,8 @@ mod tests {
                     };
                     let keep = vec![false; insns.len()];
                     (insns, keep)
-                })
+                },
+            )
         }
 
         proptest! {
