@@ -9,7 +9,9 @@
 //! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
 //! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
-//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`) into the
+//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`; for cpu v3
+//! code, whose copies are `mov32`, the same with `mov32` and `mov32; and32|add32|rsh32`,
+//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table) into the
 //! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
 //! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
@@ -629,8 +631,11 @@ fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[
 /// advances `pc` to the jump's successor before it jumps, so the fuel charge and any
 /// fuel or stop trap are the jump's own, at its pc. A fused load reports its own slot's
 /// pc if it traps. The sequences were picked by counting, over all `csx bench vm`
-/// kernels, which adjacent pairs and triples run most (each kernel weighted equally);
-/// the test `fused_and_unfused_agree` holds every one to the unfused decoding.
+/// kernels, which adjacent pairs and triples run most (each kernel weighted equally;
+/// `cargo run -p csx-ebpf --example fuse_profile` counts them on the kernels that
+/// csx-bench's `kernel_dump` example writes, compiled at `-mcpu=v3`); the test
+/// `fused_and_unfused_agree` and the tests of `fused_tests` hold every one to the
+/// unfused decoding.
 // One match over the fused sequences, a table read top to bottom: split, the
 // sequences and their guards would be apart.
 #[allow(clippy::too_many_lines)]
