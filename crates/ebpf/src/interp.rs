@@ -9,7 +9,9 @@
 //! with `lsh 32; arsh 32` after it for signed 32-bit elements, `ldxw; lsh 32; arsh 32`,
 //! `add; ldx`, `add; jcc` and `mov; jcc` loop latches, `[mov;] jeq +1; ja` exit tests,
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
-//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`) into the
+//! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`; for cpu v3
+//! code, whose copies are `mov32`, the same with `mov32` and `mov32; and32|add32|rsh32`,
+//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table) into the
 //! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
 //! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
@@ -73,6 +75,17 @@ impl Interpreter {
             ops,
             counted_ops: OnceLock::new(),
         }
+    }
+
+    /// The op each slot's dispatch runs (its kind's name) and how many instruction slots
+    /// it stands for (more than one for a fused sequence), slot by slot: for tools that
+    /// count which sequences a program runs fused and which it still dispatches one by
+    /// one (`csx-bench`'s `fuse_profile` example).
+    pub fn decoded_ops(&self) -> Vec<(String, usize)> {
+        self.ops
+            .iter()
+            .map(|s| (format!("{:?}", s.kind), span(s.kind)))
+            .collect()
     }
 
     /// `program` decoded one slot per instruction, without [`fuse`]: the reference the
@@ -366,7 +379,8 @@ enum Kind {
     Exit,
     // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
     // next one to four, which keep their own kinds for the jumps that land on them.
-    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom).
+    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom; the
+    /// `mov` may be a `mov32`, whose result is the same).
     MovZx32x3,
     /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
     MovSx32x3,
@@ -403,6 +417,8 @@ enum Kind {
     AddJleR,
     /// `add dst, imm; mov aux, aux2`.
     AddIMov,
+    /// `add dst, imm; mov32 aux, aux2`.
+    AddIMov32,
     /// `add dst, imm; add aux, target` (the second immediate kept in `target`).
     AddIAddI,
     /// `add dst, src; add aux, target` (the immediate kept in `target`).
@@ -420,6 +436,19 @@ enum Kind {
     MovJneI,
     /// `mov dst, src; ja target`.
     MovJa,
+    /// `mov32 dst, src; j<cmp> aux, aux2, target` (64-bit, unsigned or equality,
+    /// registers): a loop latch after a 32-bit copy.
+    Mov32JeqR,
+    Mov32JneR,
+    Mov32JgtR,
+    Mov32JgeR,
+    Mov32JltR,
+    Mov32JleR,
+    /// `mov32 dst, src; j<eq|ne> aux, imm, +1; ja target`.
+    Mov32JeqIJa,
+    Mov32JneIJa,
+    /// `mov32 dst, src; ja target`.
+    Mov32Ja,
     /// `jeq dst, imm, +1; ja target`: a loop's exit test and back-edge, as one
     /// inverted test (`target` is the `ja`'s; fuel and traps are the `ja`'s).
     JeqIJa,
@@ -451,6 +480,25 @@ enum Kind {
     LshMovAddLdxDw,
     /// `xor dst, src; mul dst, aux` (a multiplicative hash's step).
     XorMul,
+    /// `ldxw dst, [src + off]; mov32 aux, aux2`.
+    LdxWMov32,
+    /// `mov32 dst, src; and32 dst, imm`: a masked copy.
+    Mov32AndI,
+    /// `mov32 dst, src; add32 dst, imm`.
+    Mov32AddI,
+    /// `mov32 dst, src; rsh32 dst, imm`.
+    Mov32RshI,
+    /// `rsh dst, imm; and dst, imm2` (a bit field; `imm2` kept in `target`).
+    RshIAndI,
+    /// `lddw dst, imm/target; add dst, src`: an address inside a global, such as a
+    /// table's entry.
+    LddwAdd,
+    /// `lddw aux2, imm/target; add aux2, aux; ldx<size> dst, [aux2 + off]`: a load from
+    /// a global table at an index.
+    LddwAddLdxB,
+    LddwAddLdxH,
+    LddwAddLdxW,
+    LddwAddLdxDw,
     // Stack accesses at `r10 + off` proven in range when decoded ([`frame_access`]):
     // they index the current frame's host memory directly, with no region lookup.
     /// `ldx<size> dst, [r10 + off]`.
@@ -502,6 +550,13 @@ impl Slot {
     #[inline(always)]
     fn imm64(&self) -> u64 {
         i64::from(self.imm) as u64
+    }
+
+    /// The 64-bit value of an `lddw` slot (or a fused op that starts with one): `imm`
+    /// the low half, `target` the high half.
+    #[inline(always)]
+    fn lddw_value(&self) -> u64 {
+        u64::from(self.imm as u32) | (u64::from(self.target) << 32)
     }
 
     const EMPTY: Slot = Slot {
@@ -576,8 +631,11 @@ fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[
 /// advances `pc` to the jump's successor before it jumps, so the fuel charge and any
 /// fuel or stop trap are the jump's own, at its pc. A fused load reports its own slot's
 /// pc if it traps. The sequences were picked by counting, over all `csx bench vm`
-/// kernels, which adjacent pairs and triples run most (each kernel weighted equally);
-/// the test `fused_and_unfused_agree` holds every one to the unfused decoding.
+/// kernels, which adjacent pairs and triples run most (each kernel weighted equally;
+/// `cargo run -p csx-ebpf --example fuse_profile` counts them on the kernels that
+/// csx-bench's `kernel_dump` example writes, compiled at `-mcpu=v3`); the test
+/// `fused_and_unfused_agree` and the tests of `fused_tests` hold every one to the
+/// unfused decoding.
 // One match over the fused sequences, a table read top to bottom: split, the
 // sequences and their guards would be apart.
 #[allow(clippy::too_many_lines)]
@@ -588,11 +646,12 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
         let (a, b, c) = (at(0), at(1), at(2));
         let shift32 = |s: Slot, kind: Kind| s.kind == kind && s.imm == 32 && s.dst == a.dst;
         let fused = match (a.kind, b.kind) {
-            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
+            // `mov32` keeps the low half too, so it extends the same way.
+            (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
                 kind: MovZx32x3,
                 ..a
             },
-            (Mov64R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
+            (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
                 kind: MovSx32x3,
                 ..a
             },
@@ -703,6 +762,54 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     ..Slot::EMPTY
                 }
             }
+            (LdxW, Mov32R) => Slot {
+                kind: LdxWMov32,
+                aux: b.dst,
+                aux2: b.src,
+                ..a
+            },
+            (Mov32R, And32I | Add32I | Rsh32I) if b.dst == a.dst => Slot {
+                kind: match b.kind {
+                    And32I => Mov32AndI,
+                    Add32I => Mov32AddI,
+                    _ => Mov32RshI,
+                },
+                imm: b.imm,
+                ..a
+            },
+            (Rsh64I, And64I) if b.dst == a.dst => Slot {
+                kind: RshIAndI,
+                target: b.imm as u32,
+                ..a
+            },
+            // `lddw a, K; add a, b; [ldx<size> d, [a + off]]`: a table's address, and the
+            // load from it (the `lddw` takes two slots: `b` is its second).
+            (Lddw, _) if c.kind == Add64R && c.dst == a.dst && c.src != a.dst => {
+                let d = at(3);
+                let load = match d.kind {
+                    _ if d.src != a.dst => None,
+                    LdxB => Some(LddwAddLdxB),
+                    LdxH => Some(LddwAddLdxH),
+                    LdxW => Some(LddwAddLdxW),
+                    LdxDw => Some(LddwAddLdxDw),
+                    _ => None,
+                };
+                match load {
+                    Some(kind) => Slot {
+                        kind,
+                        dst: d.dst,
+                        aux: c.src,
+                        aux2: a.dst,
+                        off: d.off,
+                        ..a
+                    },
+                    None => Slot {
+                        kind: LddwAdd,
+                        src: c.src,
+                        ..a
+                    },
+                }
+            }
             (Xor64R, Mul64R) if b.dst == a.dst => Slot {
                 kind: XorMul,
                 aux: b.src,
@@ -714,14 +821,20 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 aux2: b.src,
                 ..a
             },
-            (Mov64R, Jeq64R | Jne64R | Jgt64R | Jge64R | Jlt64R | Jle64R) => Slot {
-                kind: match b.kind {
-                    Jeq64R => MovJeqR,
-                    Jne64R => MovJneR,
-                    Jgt64R => MovJgtR,
-                    Jge64R => MovJgeR,
-                    Jlt64R => MovJltR,
-                    _ => MovJleR,
+            (Mov64R | Mov32R, Jeq64R | Jne64R | Jgt64R | Jge64R | Jlt64R | Jle64R) => Slot {
+                kind: match (a.kind == Mov32R, b.kind) {
+                    (false, Jeq64R) => MovJeqR,
+                    (false, Jne64R) => MovJneR,
+                    (false, Jgt64R) => MovJgtR,
+                    (false, Jge64R) => MovJgeR,
+                    (false, Jlt64R) => MovJltR,
+                    (false, _) => MovJleR,
+                    (true, Jeq64R) => Mov32JeqR,
+                    (true, Jne64R) => Mov32JneR,
+                    (true, Jgt64R) => Mov32JgtR,
+                    (true, Jge64R) => Mov32JgeR,
+                    (true, Jlt64R) => Mov32JltR,
+                    (true, _) => Mov32JleR,
                 },
                 dst: a.dst,
                 src: a.src,
@@ -731,19 +844,22 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 ..Slot::EMPTY
             },
             // `mov; j<eq|ne> +1; ja`.
-            (Mov64R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
-                kind: if b.kind == Jeq64I {
-                    MovJeqIJa
-                } else {
-                    MovJneIJa
-                },
-                dst: a.dst,
-                src: a.src,
-                aux: b.dst,
-                imm: b.imm,
-                target: c.target,
-                ..Slot::EMPTY
-            },
+            (Mov64R | Mov32R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => {
+                Slot {
+                    kind: match (a.kind == Mov32R, b.kind == Jeq64I) {
+                        (false, true) => MovJeqIJa,
+                        (false, false) => MovJneIJa,
+                        (true, true) => Mov32JeqIJa,
+                        (true, false) => Mov32JneIJa,
+                    },
+                    dst: a.dst,
+                    src: a.src,
+                    aux: b.dst,
+                    imm: b.imm,
+                    target: c.target,
+                    ..Slot::EMPTY
+                }
+            }
             (Mov64R, Jeq64I | Jne64I) => Slot {
                 kind: if b.kind == Jeq64I { MovJeqI } else { MovJneI },
                 dst: a.dst,
@@ -753,8 +869,8 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 target: b.target,
                 ..Slot::EMPTY
             },
-            (Mov64R, Ja) => Slot {
-                kind: MovJa,
+            (Mov64R | Mov32R, Ja) => Slot {
+                kind: if a.kind == Mov32R { Mov32Ja } else { MovJa },
                 target: b.target,
                 ..a
             },
@@ -782,11 +898,12 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     Jlt64R => AddJltR,
                     Jle64R => AddJleR,
                     Mov64R => AddIMov,
+                    Mov32R => AddIMov32,
                     Add64I => AddIAddI,
                     _ => continue,
                 };
                 match kind {
-                    AddIMov => Slot {
+                    AddIMov | AddIMov32 => Slot {
                         kind,
                         aux: b.dst,
                         aux2: b.src,
@@ -872,12 +989,17 @@ fn span(kind: Kind) -> usize {
     match kind {
         MovAddLdxSW => 5,
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
+        // An `lddw` takes two slots.
+        LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
+        LddwAdd => 3,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
-        | MovJeqIJa | MovJneIJa | AndNegAnd | AndNegAnd32I => 3,
+        | MovJeqIJa | MovJneIJa | Mov32JeqIJa | Mov32JneIJa | AndNegAnd | AndNegAnd32I => 3,
         Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
         | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
         | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
-        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul => 2,
+        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul
+        | LdxWMov32 | Mov32AndI | Mov32AddI | Mov32RshI | RshIAndI | AddIMov32 | Mov32JeqR
+        | Mov32JneR | Mov32JgtR | Mov32JgeR | Mov32JltR | Mov32JleR | Mov32Ja => 2,
         _ => 1,
     }
 }
@@ -888,7 +1010,7 @@ fn span(kind: Kind) -> usize {
 fn inner_ja(kind: Kind) -> Option<usize> {
     match kind {
         Kind::JeqIJa | Kind::JneIJa => Some(1),
-        Kind::MovJeqIJa | Kind::MovJneIJa => Some(2),
+        Kind::MovJeqIJa | Kind::MovJneIJa | Kind::Mov32JeqIJa | Kind::Mov32JneIJa => Some(2),
         _ => None,
     }
 }
@@ -1406,6 +1528,18 @@ impl Interpreter {
                 }
             };
         }
+        // The `ja` a fused `j<eq|ne> +1; ja` op ends with, run when `$cond` (with `next`
+        // past the `ja`): it leads a block (it follows a jump), so a counted run bumps it.
+        macro_rules! ja_if {
+            ($cond:expr, $target:expr) => {
+                if $cond {
+                    if COUNT {
+                        bump!(pc!() - 1);
+                    }
+                    jump!($target);
+                }
+            };
+        }
         macro_rules! jump_if {
             ($cond:expr, $target:expr) => {
                 if $cond {
@@ -1430,6 +1564,17 @@ impl Interpreter {
                     Ok(v) => v,
                     Err(kind) => trap!(kind),
                 }
+            }};
+        }
+        // The `LddwAddLdx...` kinds of slot `$s`: `aux2 = lddw value + aux`, then `$size`
+        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot.
+        macro_rules! table_load {
+            ($s:expr, $size:expr) => {{
+                let s: &Slot = $s;
+                let base = s.lddw_value().wrapping_add(r!(s.aux));
+                r!(s.aux2) = base;
+                next = next.wrapping_add(3);
+                r!(s.dst) = load_at!(base, s.off, $size);
             }};
         }
         macro_rules! store {
@@ -1480,13 +1625,24 @@ impl Interpreter {
         // interpreter ran 1.5x slower on every kernel (measured by shifting the function
         // 0/16/32/48 bytes: docs/benchmarks-history.md, "The interpreter's dispatch and 64-byte
         // code lines"), so before this its speed changed with unrelated code elsewhere
-        // in the binary. After changing this loop, check with `objdump -d` that the
-        // header, from the loop's label to its `jmp *`, lies in one 64-byte line.
+        // in the binary. The compiler places one op's code between here and the header
+        // (the op that falls through into it), so the header's offset in its line also
+        // depends on that op's size: the 24 bytes of no-ops after the line start put it
+        // at offset 0 of the next line as the loop is now, and the counting copy's at 4
+        // (without them the uncounted header was at offset 48, straddling two lines, and
+        // kernels ran 1.1-1.4x slower; at offset 16, across a 32-byte fetch window, up to
+        // 1.2x). After changing this loop, check with `objdump -d` that both headers, from
+        // the loop's label to its `jmp *`, lie in one 32-byte-aligned window, in the
+        // `csx` binary's release build.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        // SAFETY: an assembler alignment directive and nothing else: it pads the code
-        // with no-ops (run once per run), touching no register, flag or memory.
+        // SAFETY: assembler alignment and padding directives and nothing else: they pad
+        // the code with no-ops (run once per run), touching no register, flag or memory.
         unsafe {
-            std::arch::asm!(".p2align 6", options(nomem, nostack, preserves_flags));
+            std::arch::asm!(
+                ".p2align 6",
+                ".skip 24, 0x90",
+                options(nomem, nostack, preserves_flags)
+            );
         }
         loop {
             debug_assert!(pc!() < ops.len());
@@ -1810,24 +1966,12 @@ impl Interpreter {
                 Kind::MovJeqIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    if r!(s.aux) != s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) != s.imm64(), s.target);
                 }
                 Kind::MovJneIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
-                    if r!(s.aux) == s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
@@ -1928,23 +2072,11 @@ impl Interpreter {
                 // successor) or falls through to it.
                 Kind::JeqIJa => {
                     next = next.wrapping_add(1);
-                    if r!(s.dst) != s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.dst) != s.imm64(), s.target);
                 }
                 Kind::JneIJa => {
                     next = next.wrapping_add(1);
-                    if r!(s.dst) == s.imm64() {
-                        // The `ja` runs: it leads a block (it follows a jump).
-                        if COUNT {
-                            bump!(pc!() - 1);
-                        }
-                        jump!(s.target);
-                    }
+                    ja_if!(r!(s.dst) == s.imm64(), s.target);
                 }
                 Kind::MovAddI => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64());
@@ -2052,6 +2184,86 @@ impl Interpreter {
                     r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.aux));
                     next = next.wrapping_add(1);
                 }
+                Kind::AddIMov32 => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32JeqR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) == r!(s.aux2), s.target);
+                }
+                Kind::Mov32JneR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) != r!(s.aux2), s.target);
+                }
+                Kind::Mov32JgtR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) > r!(s.aux2), s.target);
+                }
+                Kind::Mov32JgeR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
+                }
+                Kind::Mov32JltR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) < r!(s.aux2), s.target);
+                }
+                Kind::Mov32JleR => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
+                }
+                Kind::Mov32JeqIJa => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(2);
+                    ja_if!(r!(s.aux) != s.imm64(), s.target);
+                }
+                Kind::Mov32JneIJa => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(2);
+                    ja_if!(r!(s.aux) == s.imm64(), s.target);
+                }
+                Kind::Mov32Ja => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)));
+                    next = next.wrapping_add(1);
+                    jump!(s.target);
+                }
+                Kind::LdxWMov32 => {
+                    r!(s.dst) = load!(s.dst, s.src, s.off, 4);
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32AndI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)) & lo(s.imm64()));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32AddI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)).wrapping_add(lo(s.imm64())));
+                    next = next.wrapping_add(1);
+                }
+                Kind::Mov32RshI => {
+                    r!(s.dst) = u64::from(lo(r!(s.src)) >> (s.imm64() & 31));
+                    next = next.wrapping_add(1);
+                }
+                Kind::RshIAndI => {
+                    let mask = i64::from(s.target as i32) as u64;
+                    r!(s.dst) = (r!(s.dst) >> (s.imm64() & 63)) & mask;
+                    next = next.wrapping_add(1);
+                }
+                Kind::LddwAdd => {
+                    r!(s.dst) = s.lddw_value().wrapping_add(r!(s.src));
+                    next = next.wrapping_add(2);
+                }
+                Kind::LddwAddLdxB => table_load!(s, 1),
+                Kind::LddwAddLdxH => table_load!(s, 2),
+                Kind::LddwAddLdxW => table_load!(s, 4),
+                Kind::LddwAddLdxDw => table_load!(s, 8),
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc!() - 1
@@ -2071,6 +2283,9 @@ fn write_back_atomic(regs: &mut [u64; REG_FILE_SIZE], op: AtomicOp, src: u8, old
         _ => regs[usize::from(src)] = old,
     }
 }
+
+#[cfg(test)]
+mod fused_tests;
 
 #[cfg(test)]
 mod tests {
@@ -3953,108 +4168,170 @@ mod tests {
                 .prop_map(|(opc, dst, src, off, imm)| sanitize(opc, dst, src, off, imm))
         }
 
-        /// One sequence [`fuse`] may fuse, with random registers and operands (an
-        /// indexed load, add/mov pairs, mov or add before a compare, `jcc +1; ja`,
-        /// clang's extension idioms), or one random instruction. The second result
-        /// marks the slots whose jump offset must survive [`retarget`].
+        /// One sequence [`fuse`] may fuse, with random registers and operands, or one
+        /// random instruction. The second result marks the slots whose jump offset
+        /// must survive [`retarget`].
         fn chunk() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            prop_oneof![3 => chunk_64(), 1 => chunk_32()]
+        }
+
+        /// Registers `(d, s, a, b)`, immediates `(imm, imm2)`, and a compare, a size and
+        /// an offset.
+        type Operands = ((u8, u8, u8, u8), (i32, i32), (u8, u8, i16));
+
+        /// A chunk's random operands: registers `(d, s, a, b)` (`s` and `b` may be r10),
+        /// immediates `(imm, imm2)`, and a compare, a size and an offset.
+        fn operands() -> impl Strategy<Value = Operands> {
             let jcc = prop::sample::select(vec![
                 JMP_JEQ, JMP_JNE, JMP_JGT, JMP_JGE, JMP_JLT, JMP_JLE, JMP_JSGT,
             ]);
             let size = prop::sample::select(vec![SIZE_B, SIZE_H, SIZE_W, SIZE_DW]);
             (
-                0u8..29,
                 (0u8..10, 0u8..11, 0u8..10, 0u8..11),
                 (prop_oneof![-8i32..8, Just(32), any::<i32>()], -8i32..8),
                 (jcc, size, -8i16..8),
-                insn(),
             )
-                .prop_map(
-                    |(which, (d, s, a, b), (imm, imm2), (op, size, off), any)| {
-                        let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
-                        let ji = Insn::new(CLASS_JMP | op | SRC_K, a, 0, off, imm);
-                        let insns = match which {
-                            0 => vec![movx(d, s), alu64x(ALU_ADD, d, b), ldx(size, a, d, off)],
-                            1 => vec![alu64(ALU_ADD, d, imm), movx(a, s)],
-                            2 => vec![alu64(ALU_ADD, d, imm), alu64(ALU_ADD, a, imm2)],
-                            3 => vec![alu64x(ALU_ADD, d, s), alu64(ALU_ADD, a, imm2)],
-                            4 => vec![movx(d, s), jx],
-                            5 => vec![movx(d, s), ji],
-                            6 => vec![movx(d, s), ja(off)],
-                            7 => {
-                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
-                                let test = jmp(test, d, imm2, 1);
-                                return (vec![test, ja(off)], vec![true, false]);
-                            }
-                            8 => vec![alu64(ALU_ADD, d, imm2), jx],
-                            9 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_RSH, d, 32)],
-                            10 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_ARSH, d, 32)],
-                            11 => vec![movx(d, s), alu64(ALU_ADD, d, imm)],
-                            12 => vec![alu64x(ALU_ADD, d, s), ldx(size, a, d, off)],
-                            13 => vec![
-                                alu64(ALU_AND, d, imm),
-                                Insn::new(CLASS_ALU64 | ALU_NEG, d, 0, 0, 0),
-                                alu64x(ALU_AND, d, s),
-                            ],
-                            14 => {
-                                let size = if size == SIZE_B { SIZE_B } else { SIZE_W };
-                                vec![ldx(size, d, s, off), movx(a, b)]
-                            }
-                            15 => {
-                                let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
-                                vec![alu64(shift, d, imm), movx(a, b)]
-                            }
-                            16 => vec![
-                                movx(d, s),
-                                alu64x(ALU_ADD, d, b),
-                                ldx(SIZE_W, a, d, off),
-                                alu64(ALU_LSH, a, 32),
-                                alu64(ALU_ARSH, a, 32),
-                            ],
-                            17 => vec![
+        }
+
+        /// [`chunk`]'s sequences of 64-bit ops: an indexed load, add/mov pairs, mov or
+        /// add before a compare, `jcc +1; ja`, clang's extension idioms.
+        fn chunk_64() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            (0u8..29, operands(), insn()).prop_map(
+                |(which, ((d, s, a, b), (imm, imm2), (op, size, off)), any)| {
+                    let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
+                    let ji = Insn::new(CLASS_JMP | op | SRC_K, a, 0, off, imm);
+                    let insns = match which {
+                        0 => vec![movx(d, s), alu64x(ALU_ADD, d, b), ldx(size, a, d, off)],
+                        1 => vec![alu64(ALU_ADD, d, imm), movx(a, s)],
+                        2 => vec![alu64(ALU_ADD, d, imm), alu64(ALU_ADD, a, imm2)],
+                        3 => vec![alu64x(ALU_ADD, d, s), alu64(ALU_ADD, a, imm2)],
+                        4 => vec![movx(d, s), jx],
+                        5 => vec![movx(d, s), ji],
+                        6 => vec![movx(d, s), ja(off)],
+                        7 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, d, imm2, 1);
+                            return (vec![test, ja(off)], vec![true, false]);
+                        }
+                        8 => vec![alu64(ALU_ADD, d, imm2), jx],
+                        9 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_RSH, d, 32)],
+                        10 => vec![movx(d, s), alu64(ALU_LSH, d, 32), alu64(ALU_ARSH, d, 32)],
+                        11 => vec![movx(d, s), alu64(ALU_ADD, d, imm)],
+                        12 => vec![alu64x(ALU_ADD, d, s), ldx(size, a, d, off)],
+                        13 => vec![
+                            alu64(ALU_AND, d, imm),
+                            Insn::new(CLASS_ALU64 | ALU_NEG, d, 0, 0, 0),
+                            alu64x(ALU_AND, d, s),
+                        ],
+                        14 => {
+                            let size = if size == SIZE_B { SIZE_B } else { SIZE_W };
+                            vec![ldx(size, d, s, off), movx(a, b)]
+                        }
+                        15 => {
+                            let shift = if imm2 < 0 { ALU_LSH } else { ALU_RSH };
+                            vec![alu64(shift, d, imm), movx(a, b)]
+                        }
+                        16 => vec![
+                            movx(d, s),
+                            alu64x(ALU_ADD, d, b),
+                            ldx(SIZE_W, a, d, off),
+                            alu64(ALU_LSH, a, 32),
+                            alu64(ALU_ARSH, a, 32),
+                        ],
+                        17 => vec![
+                            ldx(SIZE_W, d, s, off),
+                            alu64(ALU_LSH, d, 32),
+                            alu64(ALU_ARSH, d, 32),
+                        ],
+                        18 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, a, imm2, 1);
+                            return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
+                        }
+                        19 => vec![
+                            alu64(ALU_LSH, a, imm2 & 3),
+                            movx(d, s),
+                            alu64x(ALU_ADD, d, b),
+                            ldx(size, a, d, off),
+                        ],
+                        20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
+                        23 => vec![
+                            alu32(ALU_AND, d, imm),
+                            Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
+                            alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
+                        ],
+                        // Stack accesses at `r10 + off`, at and past both ends of
+                        // the proven range (`frame_access`), stored then loaded.
+                        21 | 22 => {
+                            let bytes = [4i16, 2, 1, 8][usize::from(size >> 3)];
+                            let off = match imm2 {
+                                -8..=-6 => -512 - off.abs() % 2,
+                                -5..=-3 => -bytes + 1 - off.abs() % 2,
+                                _ => -8 * (off.abs() + 1) - imm2 as i16,
+                            };
+                            let st = if which == 21 {
+                                stx(size, REG_FP, s, off)
+                            } else {
+                                st(size, REG_FP, off, imm)
+                            };
+                            vec![st, ldx(size, d, REG_FP, off), ldx(size, a, REG_FP, off - 1)]
+                        }
+                        _ => any,
+                    };
+                    let keep = vec![false; insns.len()];
+                    (insns, keep)
+                },
+            )
+        }
+
+        /// [`chunk`]'s sequences with 32-bit copies and masks (`mov32` before a compare,
+        /// a `ja`, an exit test or after an `add` or a load; `mov32; <op>32 imm`), bit
+        /// fields, and an `lddw` address plus an index, loaded from.
+        fn chunk_32() -> impl Strategy<Value = (Vec<Insn>, Vec<bool>)> {
+            (0u8..7, operands()).prop_map(
+                |(which, ((d, s, a, b), (imm, imm2), (op, size, off)))| {
+                    let jx = Insn::new(CLASS_JMP | op | SRC_X, a, b, off, 0);
+                    let insns = match which {
+                        0 => vec![alu32x(ALU_MOV, d, s), jx],
+                        1 => vec![alu64(ALU_ADD, d, imm), alu32x(ALU_MOV, a, s)],
+                        2 => {
+                            let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
+                            let test = jmp(test, a, imm2, 1);
+                            let copy = alu32x(ALU_MOV, d, s);
+                            return (vec![copy, test, ja(off)], vec![false, true, false]);
+                        }
+                        3 => vec![alu32x(ALU_MOV, d, s), ja(off)],
+                        4 => {
+                            let op = [ALU_AND, ALU_ADD, ALU_RSH][usize::from(b % 3)];
+                            vec![
                                 ldx(SIZE_W, d, s, off),
+                                alu32x(ALU_MOV, a, b),
+                                alu32x(ALU_MOV, d, s),
+                                alu32(op, d, imm & 31),
+                            ]
+                        }
+                        5 => {
+                            let shift = if imm2 < 0 { ALU_ARSH } else { ALU_RSH };
+                            vec![
+                                alu32x(ALU_MOV, d, s),
                                 alu64(ALU_LSH, d, 32),
-                                alu64(ALU_ARSH, d, 32),
-                            ],
-                            18 => {
-                                let test = if imm2 < 0 { JMP_JEQ } else { JMP_JNE };
-                                let test = jmp(test, a, imm2, 1);
-                                return (vec![movx(d, s), test, ja(off)], vec![false, true, false]);
-                            }
-                            19 => vec![
-                                alu64(ALU_LSH, a, imm2 & 3),
-                                movx(d, s),
-                                alu64x(ALU_ADD, d, b),
-                                ldx(size, a, d, off),
-                            ],
-                            20 => vec![alu64x(ALU_XOR, d, s), alu64x(ALU_MUL, d, b)],
-                            23 => vec![
-                                alu32(ALU_AND, d, imm),
-                                Insn::new(CLASS_ALU | ALU_NEG, d, 0, 0, 0),
-                                alu32(ALU_AND, d, imm2.wrapping_mul(0x1357_9bdf)),
-                            ],
-                            // Stack accesses at `r10 + off`, at and past both ends of
-                            // the proven range (`frame_access`), stored then loaded.
-                            21 | 22 => {
-                                let bytes = [4i16, 2, 1, 8][usize::from(size >> 3)];
-                                let off = match imm2 {
-                                    -8..=-6 => -512 - off.abs() % 2,
-                                    -5..=-3 => -bytes + 1 - off.abs() % 2,
-                                    _ => -8 * (off.abs() + 1) - imm2 as i16,
-                                };
-                                let st = if which == 21 {
-                                    stx(size, REG_FP, s, off)
-                                } else {
-                                    st(size, REG_FP, off, imm)
-                                };
-                                vec![st, ldx(size, d, REG_FP, off), ldx(size, a, REG_FP, off - 1)]
-                            }
-                            _ => any,
-                        };
-                        let keep = vec![false; insns.len()];
-                        (insns, keep)
-                    },
-                )
+                                alu64(shift, d, 32),
+                                alu64(ALU_RSH, a, imm & 63),
+                                alu64(ALU_AND, a, imm2),
+                            ]
+                        }
+                        // A global's address (the buffer's, or near it) plus an index,
+                        // then a load from it.
+                        _ => {
+                            let near = MEM.wrapping_add((i64::from(imm2) * 8) as u64);
+                            let [l0, l1] = lddw(d, near);
+                            vec![l0, l1, alu64x(ALU_ADD, d, b), ldx(size, a, d, off)]
+                        }
+                    };
+                    let keep = vec![false; insns.len()];
+                    (insns, keep)
+                },
+            )
         }
 
         proptest! {

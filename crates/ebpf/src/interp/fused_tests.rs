@@ -1,0 +1,387 @@
+//! The fused ops picked for `-mcpu=v3` code (32-bit copies and masks before jumps and
+//! loads, bit fields, loads from a global table), each run fused and unfused at every
+//! fuel budget, counted and not: the same value or trap (at the same pc), the same fuel
+//! used, the same bytes and block counts. Each program is a loop around the sequence, so
+//! the budgets run out at every iteration; the load sequences also walk off their
+//! buffer, so a run traps at the fused load.
+
+use std::sync::Arc;
+
+use super::{decode_program, Interpreter, Kind};
+use crate::asm::assemble;
+use crate::count::ExecCounts;
+use crate::engine::{Engine, RunOptions, RunOutcome};
+use crate::helper::{ConformanceHost, FunctionTable};
+use crate::memory::{MemoryMap, RegionIdx};
+use crate::program::Program;
+use crate::trap::{Trap, TrapKind};
+use crate::verifier::verify;
+
+/// Where the 64-byte read-write buffer of every run is mapped.
+const MEM: u64 = RegionIdx::EMBEDDER_FIRST.vaddr(0);
+
+/// What one run gives: its outcome, the buffer after it, the block counts if counted.
+type Seen = (RunOutcome, Vec<u8>, Option<Vec<u64>>);
+
+fn run(engine: &Interpreter, fuel: u64, counted: bool, args: [u64; 5]) -> Seen {
+    let counts = ExecCounts::new(engine.program.blocks());
+    let opts = RunOptions {
+        fuel,
+        counts: counted.then_some(&counts),
+        ..RunOptions::default()
+    };
+    // Bytes with the top bit set as often as not.
+    let mut buf: Vec<u8> = (0..64u8)
+        .map(|i| i.wrapping_mul(73).wrapping_add(0x9d))
+        .collect();
+    let mut map = MemoryMap::new();
+    let at = map
+        .map_read_write(RegionIdx::EMBEDDER_FIRST, &mut buf)
+        .expect("maps");
+    assert_eq!(at, MEM);
+    let out = engine.run(&mut map, args, &opts, &mut ConformanceHost);
+    (out, buf, counted.then(|| counts.values()))
+}
+
+/// Assembles `src`, asserts that each `(slot, kind)` of `fused` is what the fused
+/// decoding runs there, then runs the program fused and unfused at every fuel budget
+/// from 0 to one past a whole run's, counted and not, asserting they agree. Returns the
+/// whole run's outcome.
+fn agree(src: &str, fused: &[(usize, Kind)], args: [u64; 5]) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let ops = decode_program(&insns, true, None);
+    for &(slot, kind) in fused {
+        assert_eq!(ops[slot].kind, kind, "slot {slot}");
+    }
+    let table = Arc::new(FunctionTable::conformance());
+    let v = verify(Program::from_insns("fused", insns), table).unwrap_or_else(|e| panic!("{e}"));
+    let v = Arc::new(v);
+    let (fast, plain) = (Interpreter::new(Arc::clone(&v)), Interpreter::unfused(v));
+    let whole = run(&plain, 1 << 20, false, args).0;
+    for fuel in 0..=whole.fuel_used + 1 {
+        for counted in [false, true] {
+            let (a, b) = (
+                run(&fast, fuel, counted, args),
+                run(&plain, fuel, counted, args),
+            );
+            assert_eq!(a, b, "fuel {fuel}, counted {counted}");
+        }
+    }
+    whole
+}
+
+/// The low half of `x`, zero-extended.
+fn lo(x: u64) -> u64 {
+    x & 0xffff_ffff
+}
+
+/// A fuel trap at `pc` is what ends a run whose budget is one short: the loops' fuel
+/// is charged at their back-edges, so this is where the sweep's traps land.
+fn fuel_trap_at(src: &str, args: [u64; 5], whole: &RunOutcome, pc: u32) {
+    let insns = assemble(src).unwrap();
+    let table = Arc::new(FunctionTable::conformance());
+    let v = Arc::new(verify(Program::from_insns("fused", insns), table).unwrap());
+    let out = run(&Interpreter::new(v), whole.fuel_used - 1, false, args).0;
+    let kind = TrapKind::FuelExhausted {
+        budget: whole.fuel_used - 1,
+    };
+    assert_eq!(out.result, Err(Trap { pc, kind }));
+}
+
+#[test]
+fn mov32_extension_idioms() {
+    use Kind::*;
+    // `mov32; lsh 32; arsh 32` and `mov32; lsh 32; rsh 32` on a value whose low half
+    // has its sign bit set and whose high half is not zero.
+    let src = "
+        mov %r6, 6
+        mov %r0, 0
+    loop:
+        mov32 %r3, %r2
+        lsh %r3, 32
+        arsh %r3, 32
+        add %r0, %r3
+        mov32 %r4, %r2
+        lsh %r4, 32
+        rsh %r4, 32
+        xor %r0, %r4
+        mul %r2, %r5
+        add %r6, -1
+        jne %r6, 0, loop
+        exit";
+    let (r2, r5) = (0x1234_5678_9abc_def0u64, 0x9e37_79b9_7f4a_7c15u64);
+    let whole = agree(src, &[(2, MovSx32x3), (6, MovZx32x3)], [MEM, r2, 0, 0, r5]);
+    let mut want = 0u64;
+    let mut x = r2;
+    for _ in 0..6 {
+        want = want.wrapping_add(x as u32 as i32 as i64 as u64) ^ lo(x);
+        x = x.wrapping_mul(r5);
+    }
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, [MEM, r2, 0, 0, r5], &whole, 12);
+}
+
+#[test]
+fn mov32_before_a_loop_latch() {
+    use Kind::*;
+    // `add; mov32` and a latch `mov32; jlt` whose compare reads the 32-bit copy: the
+    // counter's high half is set, so a 64-bit copy would leave the loop at once.
+    let src = "
+        mov %r0, 0
+        lddw %r3, 0x7fffffff00000000
+        mov %r7, 10
+    loop:
+        xor %r0, %r4
+        add %r3, 1
+        mov32 %r4, %r2
+        add %r2, %r5
+        mov32 %r6, %r3
+        jlt %r6, %r7, loop
+        exit";
+    let (r2, r5) = (0xdead_beef_8000_0001u64, 0x1_7000_0003u64);
+    let args = [MEM, r2, 0, 0, r5];
+    let whole = agree(src, &[(5, AddIMov32), (8, Mov32JltR)], args);
+    let (mut want, mut x, mut r4) = (0u64, r2, 0u64);
+    for _ in 0..10 {
+        want ^= r4;
+        r4 = lo(x);
+        x = x.wrapping_add(r5);
+    }
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, args, &whole, 9);
+}
+
+#[test]
+fn mov32_before_each_compare() {
+    use Kind::*;
+    // r0 = 1 unless `mov32 r4, r1; j<cmp> r4, r2` jumps: the compare sees the low half.
+    let cases = [
+        ("jeq", Mov32JeqR),
+        ("jne", Mov32JneR),
+        ("jgt", Mov32JgtR),
+        ("jge", Mov32JgeR),
+        ("jlt", Mov32JltR),
+        ("jle", Mov32JleR),
+    ];
+    for (op, kind) in cases {
+        let src = format!("mov %r0, 0\n mov32 %r4, %r1\n {op} %r4, %r2, +1\n mov %r0, 1\n exit");
+        let pairs = [
+            (0xffff_ffff_0000_0002u64, 2u64),
+            (0x1_0000_0001, 0x1_0000_0001),
+            (5, 4),
+            (4, 5),
+        ];
+        for (a, b) in pairs {
+            let taken = match op {
+                "jeq" => lo(a) == b,
+                "jne" => lo(a) != b,
+                "jgt" => lo(a) > b,
+                "jge" => lo(a) >= b,
+                "jlt" => lo(a) < b,
+                _ => lo(a) <= b,
+            };
+            let out = agree(&src, &[(1, kind)], [a, b, 0, 0, 0]);
+            assert_eq!(out.result, Ok(u64::from(!taken)), "{op} on {a:#x}, {b:#x}");
+        }
+    }
+}
+
+#[test]
+fn mov32_before_exit_tests_and_ja() {
+    use Kind::*;
+    // `mov32; jeq +1; ja` as a loop's exit test and back-edge (five rounds), `mov32;
+    // jne +1; ja` as one that loops while equal (two rounds), and `mov32; ja`.
+    let src = "
+        mov %r0, 0
+    up:
+        add32 %r0, 1
+        mov32 %r3, %r1
+        jeq %r0, 5, +1
+        ja up
+        mov %r6, 2
+    down:
+        add32 %r6, 1
+        mov32 %r4, %r2
+        jne %r6, 3, +1
+        ja down
+        add %r0, %r4
+        mov32 %r5, %r2
+        ja +0
+        add %r0, %r5
+        add %r0, %r3
+        add %r0, %r6
+        exit";
+    let (r1, r2) = (0xffff_ffff_0000_0009u64, 0xaaaa_aaaa_0000_0007u64);
+    let fused = [(2, Mov32JeqIJa), (7, Mov32JneIJa), (11, Mov32Ja)];
+    let whole = agree(src, &fused, [r1, r2, 0, 0, 0]);
+    assert_eq!(whole.result, Ok(5 + 7 + 7 + 9 + 4));
+    fuel_trap_at(src, [r1, r2, 0, 0, 0], &whole, 9);
+}
+
+#[test]
+fn load_then_mov32() {
+    use Kind::*;
+    // `ldxw; mov32` walking the buffer: ten words, then (from further in) off its end.
+    let src = "
+        mov %r0, 0
+        mov %r6, 10
+    loop:
+        ldxw %r4, [%r1]
+        mov32 %r5, %r2
+        add %r0, %r4
+        xor %r0, %r5
+        add %r1, 4
+        add %r2, %r3
+        add %r6, -1
+        jne %r6, 0, loop
+        exit";
+    let (r2, r3) = (0x8000_0000_ffff_fff0u64, 0x3_0000_0007u64);
+    let whole = agree(src, &[(2, LdxWMov32)], [MEM, r2, r3, 0, 0]);
+    let mut want = 0u64;
+    let mut x = r2;
+    for i in 0..10u8 {
+        let word: Vec<u8> = (4 * i..4 * i + 4)
+            .map(|b| b.wrapping_mul(73).wrapping_add(0x9d))
+            .collect();
+        let word = u64::from(u32::from_le_bytes(word.try_into().unwrap()));
+        want = want.wrapping_add(word) ^ lo(x);
+        x = x.wrapping_add(r3);
+    }
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, [MEM, r2, r3, 0, 0], &whole, 9);
+    // From 40 bytes in, the fourth load reads past the buffer: a trap at the load.
+    let out = agree(src, &[(2, LdxWMov32)], [MEM + 40, r2, r3, 0, 0]);
+    assert!(
+        matches!(out.result, Err(Trap { pc: 2, .. })),
+        "{:?}",
+        out.result
+    );
+}
+
+#[test]
+fn mov32_then_immediate_op() {
+    use Kind::*;
+    // A masked copy, a 32-bit add (wrapping in the low half) and a 32-bit shift.
+    let src = "
+        mov %r0, 0
+        mov %r6, 12
+    loop:
+        mov32 %r3, %r2
+        and32 %r3, -16
+        mov32 %r4, %r2
+        add32 %r4, -7
+        mov32 %r5, %r2
+        rsh32 %r5, 13
+        add %r0, %r3
+        xor %r0, %r4
+        add %r0, %r5
+        mul %r2, %r7
+        add %r6, -1
+        jne %r6, 0, loop
+        exit";
+    let (r2, r7) = (0xf00d_0000_0000_0003u64, 0x9e37_79b9_7f4a_7c15u64);
+    let args = [MEM, r2, 0, 0, 0];
+    let fused = [(2, Mov32AndI), (4, Mov32AddI), (6, Mov32RshI)];
+    // r7 is not an argument: set it first.
+    let src = format!("lddw %r7, {r7:#x}\n{src}");
+    let fused: Vec<(usize, Kind)> = fused.iter().map(|&(s, k)| (s + 2, k)).collect();
+    let whole = agree(&src, &fused, args);
+    let mut want = 0u64;
+    let mut x = r2;
+    for _ in 0..12 {
+        let l = x as u32;
+        let a = u64::from(l & 0xffff_fff0);
+        let b = u64::from(l.wrapping_sub(7));
+        let c = u64::from(l >> 13);
+        want = (want.wrapping_add(a) ^ b).wrapping_add(c);
+        x = x.wrapping_mul(r7);
+    }
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(&src, args, &whole, 15);
+}
+
+#[test]
+fn bit_field_shift_and_mask() {
+    use Kind::*;
+    // `rsh; and` with a mask that sign-extends (-256) and a small one.
+    let src = "
+        mov %r0, 0
+        mov %r6, 9
+    loop:
+        mov %r3, %r2
+        rsh %r3, 5
+        and %r3, -256
+        add %r0, %r3
+        mov %r4, %r2
+        rsh %r4, 60
+        and %r4, 5
+        xor %r0, %r4
+        mul %r2, %r5
+        add %r6, -1
+        jne %r6, 0, loop
+        exit";
+    let (r2, r5) = (0xfedc_ba98_7654_3210u64, 0x9e37_79b9_7f4a_7c15u64);
+    let whole = agree(src, &[(3, RshIAndI), (7, RshIAndI)], [MEM, r2, 0, 0, r5]);
+    let mut want = 0u64;
+    let mut x = r2;
+    for _ in 0..9 {
+        want = want.wrapping_add((x >> 5) & !0xff) ^ ((x >> 60) & 5);
+        x = x.wrapping_mul(r5);
+    }
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, [MEM, r2, 0, 0, r5], &whole, 12);
+}
+
+#[test]
+fn global_table_address_and_load() {
+    use Kind::*;
+    // `lddw; add; ldx<size>` for every size, and `lddw; add` whose address is used
+    // later: the "table" is the buffer, indexed by r6 until a load leaves it.
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r6, 0
+    loop:
+        lddw %r3, {MEM:#x}
+        add %r3, %r6
+        ldxb %r4, [%r3+1]
+        add %r0, %r4
+        lddw %r5, {m8:#x}
+        add %r5, %r6
+        ldxh %r4, [%r5-2]
+        xor %r0, %r4
+        lddw %r7, {MEM:#x}
+        add %r7, %r6
+        ldxw %r4, [%r7]
+        add %r0, %r4
+        lddw %r8, {MEM:#x}
+        add %r8, %r6
+        ldxdw %r4, [%r8+16]
+        xor %r0, %r4
+        lddw %r9, {MEM:#x}
+        add %r9, %r6
+        lsh %r0, 1
+        ldxb %r4, [%r9]
+        add %r0, %r4
+        lddw %r3, {MEM:#x}
+        add %r3, %r3
+        add %r6, 5
+        ja loop",
+        m8 = MEM + 8
+    );
+    let fused = [
+        (2, LddwAddLdxB),
+        (7, LddwAddLdxH),
+        (12, LddwAddLdxW),
+        (17, LddwAddLdxDw),
+        (22, LddwAdd),
+        (28, Kind::Lddw),
+    ];
+    let whole = agree(&src, &fused, [0; 5]);
+    // r6 = 45: the doubleword at 16 + 45 ends past the 64 bytes.
+    assert!(
+        matches!(whole.result, Err(Trap { pc: 20, .. })),
+        "{:?}",
+        whole.result
+    );
+}
