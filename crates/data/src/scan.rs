@@ -22,6 +22,7 @@
 //! (`csx ssb run --filter`); the scan does not.
 
 pub mod program;
+pub mod resident;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -131,6 +132,8 @@ pub struct ScanResult {
     pub meter: Meter,
     /// Wall-clock time on this machine.
     pub wall_ns: u64,
+    /// The staged inputs came from a resident entry: nothing was staged.
+    pub reused: bool,
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -296,6 +299,9 @@ pub struct Scanner<'d> {
     staged: Option<Staged>,
     ready: VecDeque<Chunk>,
     setup: Meter,
+    /// Per chunk, its input window kept by a [`resident::ResidentScans`] entry, and
+    /// whether the entry already holds the staged columns.
+    resident: Option<(Vec<MemHandle>, bool)>,
 }
 
 /// Each filtered column's value ranges (at most [`SCAN_RANGES_MAX`]), and whether a
@@ -486,7 +492,67 @@ impl<'d> Scanner<'d> {
             staged: None,
             ready: VecDeque::new(),
             setup,
+            resident: None,
         })
+    }
+
+    /// What a resident entry for this scan holds: its key (the table, the staged
+    /// columns in input order, the chunk size and the rows), each chunk's input window
+    /// bytes, and the files it is staged from (the schema first); `None` when the scan
+    /// runs no chunk.
+    pub fn resident_plan(&self) -> Option<(String, Vec<u64>, Vec<String>)> {
+        if self.chunks == 0 {
+            return None;
+        }
+        let names: Vec<&str> = self.inputs.iter().map(|c| c.name.as_str()).collect();
+        let key = format!(
+            "{}|{}|{}|{}",
+            self.table_dir,
+            names.join(","),
+            self.chunk,
+            self.schema.rows
+        );
+        let sizes = vec![self.layout.in_bytes.max(64); self.chunks as usize];
+        let files = std::iter::once(join(&self.table_dir, SCHEMA_FILE))
+            .chain(self.inputs.iter().map(|c| self.path(c)))
+            .collect();
+        Some((key, sizes, files))
+    }
+
+    /// Reads chunk `c`'s inputs from `chunks[c]` (a resident entry's, of the sizes
+    /// [`Scanner::resident_plan`] gave) instead of buffers of its own: `staged` says
+    /// they hold the staged columns already (nothing is staged), else the scan stages
+    /// into them, every block (a zone map skips none: the entry serves any predicate).
+    /// Call before the first chunk.
+    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool) {
+        assert_eq!(chunks.len() as u64, self.chunks, "one window per chunk");
+        if !staged {
+            self.skip.iter_mut().for_each(|s| *s = false);
+        }
+        self.resident = Some((chunks, staged));
+    }
+
+    /// Whether every chunk ran (so a resident entry staged by this scan is complete).
+    pub fn finished(&self) -> bool {
+        self.next == self.chunks
+    }
+
+    /// Adds `m` to what the scan cost (a resident entry's checks).
+    pub fn charge(&mut self, m: &Meter) {
+        self.session.meter.add(m);
+    }
+
+    /// Chunk `c`'s input window and the buffer set's slot `k` it would use.
+    fn input_of(&self, c: u64, k: usize) -> MemHandle {
+        match &self.resident {
+            Some((chunks, _)) => chunks[c as usize],
+            None => self.buffers[k].0,
+        }
+    }
+
+    /// The resident entry already holds every chunk's staged columns.
+    fn resident_staged(&self) -> bool {
+        matches!(self.resident, Some((_, true)))
     }
 
     /// The table's schema.
@@ -550,11 +616,15 @@ impl<'d> Scanner<'d> {
                 *self.program.insert(p)
             }
         };
-        while (self.buffers.len() as u64) < self.slots * self.sets {
-            let input = ops::alloc(&mut self.session, self.layout.in_bytes)?;
+        let sets = if self.resident_staged() { 1 } else { self.sets };
+        while (self.buffers.len() as u64) < self.slots * sets {
+            let input = match self.resident {
+                Some(_) => MemHandle::NONE,
+                None => ops::alloc(&mut self.session, self.layout.in_bytes)?,
+            };
             let output = ops::alloc(&mut self.session, self.layout.out_bytes)?;
             self.buffers.push((input, output));
-            if self.staged_len > 0 {
+            if self.staged_len > 0 && !self.resident_staged() {
                 let b = ops::alloc(&mut self.session, self.staged_len)?;
                 self.staged_bufs.push(b);
             }
@@ -572,7 +642,7 @@ impl<'d> Scanner<'d> {
         let mut copies = Staging::default();
         for (i, c) in (start..end).enumerate() {
             let k = (set * self.slots) as usize + i;
-            let (input, _) = self.buffers[k];
+            let input = self.input_of(c, k);
             let staged = self.staged_bufs.get(k).copied().unwrap_or(MemHandle::NONE);
             let t = copies.target(Target::new(
                 staged,
@@ -618,6 +688,12 @@ impl<'d> Scanner<'d> {
         let pind = self.prepare()?;
         let current = match self.staged.take() {
             Some(s) => s,
+            None if self.resident_staged() => Staged {
+                start: self.next,
+                count: self.slots.min(self.chunks - self.next),
+                set: 0,
+                copies: Staging::default(),
+            },
             None => self.stage(self.next, 0)?,
         };
         let result = self.run_staged(pind, current);
@@ -636,7 +712,7 @@ impl<'d> Scanner<'d> {
         } = current;
         copies.finish(&mut self.session)?;
         let after = start + count;
-        if self.sets == 2 && after < self.chunks {
+        if self.sets == 2 && after < self.chunks && !self.resident_staged() {
             self.staged = Some(self.stage(after, 1 - set)?);
         }
         let base = (set * self.slots) as usize;
@@ -644,7 +720,8 @@ impl<'d> Scanner<'d> {
             .enumerate()
             .map(|(i, c)| {
                 let first = c * self.chunk;
-                let (input, output) = self.buffers[base + i];
+                let output = self.buffers[base + i].1;
+                let input = self.input_of(c, base + i);
                 (
                     first,
                     self.chunk.min(self.schema.rows - first),
@@ -759,9 +836,52 @@ pub fn scan(
     predicates: &[Predicate],
     opts: &ScanOptions,
 ) -> Result<ScanResult, DataError> {
+    scan_kept(dev, table_dir, columns, predicates, opts, None)
+}
+
+/// [`scan`], its staged inputs kept by `keeper` when given (see [`resident`]): a scan
+/// whose entry is kept and unchanged stages nothing ([`ScanResult::reused`]).
+pub fn scan_kept(
+    dev: &Device,
+    table_dir: &str,
+    columns: &[&str],
+    predicates: &[Predicate],
+    opts: &ScanOptions,
+    keeper: Option<&mut resident::ResidentScans<'_>>,
+) -> Result<ScanResult, DataError> {
     let started = Instant::now();
     let session = Session::new(dev);
     let mut sc = Scanner::open(session, table_dir, columns, predicates, opts)?;
+    let mut out = result_columns(&mut sc, table_dir)?;
+    let mut lease = None;
+    if let (Some(k), Some((key, sizes, files))) = (keeper, sc.resident_plan()) {
+        let mut m = Meter::default();
+        lease = k.acquire(&key, &sizes, &files, &mut m)?.map(|l| (k, l));
+        sc.charge(&m);
+    }
+    if let Some((_, l)) = &lease {
+        sc.use_resident(l.chunks.clone(), l.staged);
+    }
+    let reused = lease.as_ref().is_some_and(|(_, l)| l.staged);
+    let rows = collect_chunks(&mut sc, &mut out);
+    if let Some((k, l)) = lease {
+        k.release(l, rows.is_ok() && sc.finished());
+    }
+    let rows = rows?;
+    let rows_scanned = sc.schema().rows;
+    let meter = sc.close()?;
+    Ok(ScanResult {
+        columns: out,
+        rows,
+        rows_scanned,
+        meter,
+        wall_ns: started.elapsed().as_nanos() as u64,
+        reused,
+    })
+}
+
+/// The result's columns, empty, with their dictionaries.
+fn result_columns(sc: &mut Scanner<'_>, table_dir: &str) -> Result<Vec<ScanColumn>, DataError> {
     let mut out = Vec::new();
     for c in sc.columns().to_vec() {
         let dictionary = if c.ty == ColumnType::Dict {
@@ -783,6 +903,11 @@ pub fn scan(
             dictionary,
         });
     }
+    Ok(out)
+}
+
+/// Runs every chunk, appending its kept values to `out`; the rows kept.
+fn collect_chunks(sc: &mut Scanner<'_>, out: &mut [ScanColumn]) -> Result<u64, DataError> {
     let mut rows = 0;
     while let Some(chunk) = sc.next_chunk()? {
         rows += chunk.kept;
@@ -790,15 +915,7 @@ pub fn scan(
             col.values.extend(Values::from_le_bytes(col.ty, bytes));
         }
     }
-    let rows_scanned = sc.schema().rows;
-    let meter = sc.close()?;
-    Ok(ScanResult {
-        columns: out,
-        rows,
-        rows_scanned,
-        meter,
-        wall_ns: started.elapsed().as_nanos() as u64,
-    })
+    Ok(rows)
 }
 
 /// The host reference: the same scan over a local table, from the predicates'
