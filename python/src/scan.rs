@@ -102,7 +102,9 @@ impl ResidentScans {
     /// Bytes of device memory kept now.
     #[getter]
     fn kept_bytes(&self) -> u64 {
-        lock_keeper(&self.inner).as_ref().map_or(0, |k| k.kept_bytes())
+        lock_keeper(&self.inner)
+            .as_ref()
+            .map_or(0, |k| k.kept_bytes())
     }
 
     /// Entries kept now (one per table and set of staged columns).
