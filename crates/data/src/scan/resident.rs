@@ -235,18 +235,18 @@ impl<'d> ResidentScans<'d> {
         Ok(())
     }
 
-    /// Frees least recently used entries no scan holds until `bytes` more fit.
+    /// Frees least recently used entries no scan holds until `bytes` more fit (or
+    /// every entry left is in use).
     fn evict_for(&mut self, bytes: u64) -> Result<(), DataError> {
-        let mut by_age: Vec<(u64, String)> = (self.entries.iter())
-            .filter(|(_, e)| !e.busy)
-            .map(|(k, e)| (e.used, k.clone()))
-            .collect();
-        by_age.sort_unstable();
-        for (_, key) in by_age {
-            if self.used_bytes + bytes <= self.budget {
-                break;
+        while self.used_bytes + bytes > self.budget {
+            let oldest = (self.entries.iter())
+                .filter(|(_, e)| !e.busy)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(key) => self.remove(&key)?,
+                None => break,
             }
-            self.remove(&key)?;
         }
         Ok(())
     }
