@@ -150,10 +150,10 @@ fn lend(sc: &mut csx_data::Scanner<'static>, keeper: &Keeper) -> Result<Option<L
         return Ok(None);
     };
     let mut m = csx_data::ops::Meter::default();
-    let lease = k.acquire(&key, &sizes, &files, &mut m)?;
+    let lease = k.acquire(&key, &sizes, &files, sc.output_windows(), &mut m)?;
     sc.charge(&m);
     if let Some(l) = &lease {
-        sc.use_resident(l.chunks.clone(), l.staged);
+        sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
     }
     Ok(lease)
 }

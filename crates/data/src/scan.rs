@@ -519,15 +519,25 @@ impl<'d> Scanner<'d> {
         Some((key, sizes, files))
     }
 
+    /// The output windows a scan whose inputs are all staged uses: how many, and
+    /// bytes each.
+    pub fn output_windows(&self) -> (u64, u64) {
+        (self.slots, self.layout.out_bytes.max(64))
+    }
+
     /// Reads chunk `c`'s inputs from `chunks[c]` (a resident entry's, of the sizes
     /// [`Scanner::resident_plan`] gave) instead of buffers of its own: `staged` says
     /// they hold the staged columns already (nothing is staged), else the scan stages
     /// into them, every block (a zone map skips none: the entry serves any predicate).
-    /// Call before the first chunk.
-    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool) {
+    /// `outputs`: with `staged`, the [`Scanner::output_windows`] to write into (else
+    /// the scan allocates its own). Call before the first chunk.
+    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool, outputs: &[MemHandle]) {
         assert_eq!(chunks.len() as u64, self.chunks, "one window per chunk");
         if !staged {
             self.skip.iter_mut().for_each(|s| *s = false);
+        }
+        if staged && outputs.len() as u64 == self.slots && self.buffers.is_empty() {
+            self.buffers = outputs.iter().map(|&o| (MemHandle::NONE, o)).collect();
         }
         self.resident = Some((chunks, staged));
     }
@@ -856,11 +866,14 @@ pub fn scan_kept(
     let mut lease = None;
     if let (Some(k), Some((key, sizes, files))) = (keeper, sc.resident_plan()) {
         let mut m = Meter::default();
-        lease = k.acquire(&key, &sizes, &files, &mut m)?.map(|l| (k, l));
+        let outputs = sc.output_windows();
+        lease = k
+            .acquire(&key, &sizes, &files, outputs, &mut m)?
+            .map(|l| (k, l));
         sc.charge(&m);
     }
     if let Some((_, l)) = &lease {
-        sc.use_resident(l.chunks.clone(), l.staged);
+        sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
     }
     let reused = lease.as_ref().is_some_and(|(_, l)| l.staged);
     let rows = collect_chunks(&mut sc, &mut out);

@@ -19,7 +19,10 @@
 //!
 //! Memory: entries stay within a byte budget, least recently used first out; an entry
 //! a scan is using (staging or reading it) is never evicted nor lent to a second scan
-//! (that one stages into its own memory, as a fresh scan).
+//! (that one stages into its own memory, as a fresh scan). A scan whose entry is staged
+//! also borrows its output windows from the keeper (fresh device memory costs the host
+//! a page fault and a zeroed page per 4 KiB: for Q6 at SF 1 as much time as the scan's
+//! program), within the same budget.
 
 use std::collections::HashMap;
 
@@ -49,12 +52,22 @@ struct Kept {
 }
 
 /// An entry lent to one scan: per chunk its input window's allocation, and whether it
-/// already holds the chunk's staged columns (`staged`: the scan stages nothing).
+/// already holds the chunk's staged columns (`staged`: the scan stages nothing); with a
+/// staged entry, the output windows asked for (empty when the budget has no room).
 #[derive(Debug)]
 pub struct Lease {
     pub key: String,
     pub chunks: Vec<MemHandle>,
     pub staged: bool,
+    pub outputs: Vec<MemHandle>,
+}
+
+/// A kept output window: its allocation, bytes, and whether a scan holds it.
+#[derive(Debug)]
+struct Scratch {
+    handle: MemHandle,
+    bytes: u64,
+    busy: bool,
 }
 
 /// What the keeper holds (see the module doc).
@@ -66,6 +79,7 @@ pub struct ResidentScans<'d> {
     clock: u64,
     sentinel: Option<MemHandle>,
     entries: HashMap<String, Kept>,
+    scratch: Vec<Scratch>,
 }
 
 impl<'d> ResidentScans<'d> {
@@ -79,6 +93,7 @@ impl<'d> ResidentScans<'d> {
             clock: 0,
             sentinel: None,
             entries: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -92,23 +107,74 @@ impl<'d> ResidentScans<'d> {
     }
 
     /// The entry `key` for a scan (`sizes`: bytes of each chunk's input window;
-    /// `files`: the files it is staged from), checked against its files; `None` when
-    /// it cannot be kept within the budget or another scan holds it. What the check
-    /// and the allocations cost is added to `meter`.
+    /// `files`: the files it is staged from), checked against its files, and when it
+    /// is staged `outputs.0` output windows of `outputs.1` bytes; `None` when it cannot
+    /// be kept within the budget or another scan holds it. What the check and the
+    /// allocations cost is added to `meter`.
     pub fn acquire(
         &mut self,
         key: &str,
         sizes: &[u64],
         files: &[String],
+        outputs: (u64, u64),
         meter: &mut Meter,
     ) -> Result<Option<Lease>, DataError> {
         if self.entries.get(key).is_some_and(|e| e.busy) {
             return Ok(None);
         }
         let before = self.session.meter;
-        let out = self.acquire_free(key, sizes, files);
+        let mut out = self.acquire_free(key, sizes, files);
+        if let Ok(Some(l)) = &mut out {
+            if l.staged {
+                l.outputs = self.lend_outputs(outputs.0, outputs.1.max(64))?;
+            }
+        }
         meter.add(&self.session.meter.since(&before));
         out
+    }
+
+    /// `n` idle output windows of at least `bytes` each, made when missing (idle smaller
+    /// ones freed first); none when they do not fit the budget.
+    fn lend_outputs(&mut self, n: u64, bytes: u64) -> Result<Vec<MemHandle>, DataError> {
+        let fits = |s: &Scratch| !s.busy && s.bytes >= bytes;
+        let idle = self.scratch.iter().filter(|s| fits(s)).count() as u64;
+        if idle < n {
+            let small: Vec<usize> = (0..self.scratch.len())
+                .filter(|&i| !self.scratch[i].busy && self.scratch[i].bytes < bytes)
+                .collect();
+            for i in small.into_iter().rev() {
+                let s = self.scratch.remove(i);
+                self.used_bytes -= s.bytes;
+                self.session.free(s.handle)?;
+            }
+            let more = (n - idle) * bytes;
+            self.evict_for(more)?;
+            if self.used_bytes + more > self.budget {
+                return Ok(Vec::new());
+            }
+            for _ in idle..n {
+                let handle = ops::alloc(&mut self.session, bytes)?;
+                self.used_bytes += bytes;
+                self.scratch.push(Scratch {
+                    handle,
+                    bytes,
+                    busy: false,
+                });
+            }
+        }
+        let mut out = Vec::new();
+        for s in self
+            .scratch
+            .iter_mut()
+            .filter(|s| !s.busy && s.bytes >= bytes)
+        {
+            if out.len() as u64 == n {
+                break;
+            }
+            s.busy = true;
+            out.push(s.handle);
+        }
+        Ok(out)
     }
 
     fn acquire_free(
@@ -129,6 +195,7 @@ impl<'d> ResidentScans<'d> {
                     key: key.to_string(),
                     chunks: e.chunks.clone(),
                     staged: e.staged,
+                    outputs: Vec::new(),
                 }));
             }
             self.remove(key)?;
@@ -167,12 +234,18 @@ impl<'d> ResidentScans<'d> {
             key: key.to_string(),
             chunks,
             staged: false,
+            outputs: Vec::new(),
         }))
     }
 
     /// Gives the entry back: `complete` says every chunk of it is staged (a scan that
     /// failed or stopped early leaves it to be staged again).
     pub fn release(&mut self, lease: Lease, complete: bool) {
+        for s in &mut self.scratch {
+            if lease.outputs.contains(&s.handle) {
+                s.busy = false;
+            }
+        }
         if let Some(e) = self.entries.get_mut(&lease.key) {
             e.busy = false;
             e.staged = lease.staged || complete;
