@@ -60,6 +60,7 @@ fn resident_scans_reuse_staged_inputs_for_any_predicate() {
         ],
     ];
     let mut media = Vec::new();
+    let mut kept_bytes = Vec::new();
     for (i, preds) in cases.iter().enumerate() {
         let want = scan_local(&local, &["k", "v"], preds).unwrap();
         let fresh = scan(&dev, "/t", &["k", "v"], preds, &OPTS).unwrap();
@@ -70,7 +71,10 @@ fn resident_scans_reuse_staged_inputs_for_any_predicate() {
         assert_eq!(values(&kept), want, "case {i}: resident");
         assert_eq!(kept.reused, i > 0, "case {i}");
         media.push(kept.meter.media_bytes);
+        kept_bytes.push(keeper.kept_bytes());
     }
+    // The first reuse also kept its output windows for the next; the second found them.
+    assert!(kept_bytes[0] < kept_bytes[1] && kept_bytes[1] == kept_bytes[2]);
     assert!(keeper.kept_bytes() > 0 && keeper.entries() == 1);
     assert!(
         media[1] * 100 < media[0],
