@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use csx_data::scan::resident::{self, Lease};
+use csx_data::stage::DeviceColumn;
 use csx_data::{Cmp, Predicate};
 use csx_host::proto::{Op, ProgramIndex, Reply};
 use csx_host::Device;
@@ -140,50 +141,6 @@ pub struct Scanner {
     reused: bool,
 }
 
-/// Lends `sc` the keeper's entry for its plan, when the keeper can keep one.
-fn lend(sc: &mut csx_data::Scanner<'static>, keeper: &Keeper) -> Result<Option<Lease>> {
-    let Some((key, sizes, files)) = sc.resident_plan() else {
-        return Ok(None);
-    };
-    let mut guard = lock_keeper(keeper);
-    let Some(k) = guard.as_mut() else {
-        return Ok(None);
-    };
-    let mut m = csx_data::ops::Meter::default();
-    let lease = k.acquire(&key, &sizes, &files, sc.output_windows(), &mut m)?;
-    sc.charge(&m);
-    if let Some(l) = &lease {
-        sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
-    }
-    Ok(lease)
-}
-
-impl Scanner {
-    /// Gives the resident entry back (`complete`: every chunk staged into it).
-    fn release(&self, complete: bool) {
-        let taken = self.lease.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some((keeper, lease)) = taken {
-            if let Some(k) = lock_keeper(&keeper).as_mut() {
-                k.release(lease, complete);
-            }
-        }
-    }
-
-    fn with<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut csx_data::Scanner<'static>) -> Result<T> + Send,
-    ) -> Result<T> {
-        py.detach(|| {
-            let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            match guard.as_mut() {
-                Some(s) => f(s),
-                None => Err(Error::value("the scan is closed")),
-            }
-        })
-    }
-}
-
 #[pymethods]
 impl Scanner {
     /// Opens the scan of `columns` of the table at `table` on `device`, keeping the
@@ -214,12 +171,16 @@ impl Scanner {
             let session = csx_host::Session::shared(dev);
             let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
             let opts = csx_data::ScanOptions { engine, chunk_rows };
-            let mut sc = csx_data::Scanner::open(session, &table, &cols, &preds, &opts)?;
-            let lease = match &k {
-                Some(k) => lend(&mut sc, k)?,
-                None => None,
-            };
-            Ok((sc, lease))
+            let mut guard = k.as_ref().map(lock_keeper);
+            match guard.as_mut().and_then(|g| g.as_mut()) {
+                Some(keeper) => Ok(csx_data::Scanner::open_kept(
+                    session, &table, &cols, &preds, &opts, keeper,
+                )?),
+                None => Ok((
+                    csx_data::Scanner::open(session, &table, &cols, &preds, &opts)?,
+                    None,
+                )),
+            }
         })?;
         let (resident, reused) = (lease.is_some(), lease.as_ref().is_some_and(|l| l.staged));
         Ok(Scanner {
@@ -277,10 +238,14 @@ impl Scanner {
     /// by the device's time limit).
     fn next(&self, py: Python<'_>) -> PyResult<Option<ScanChunk>> {
         py.check_signals()?;
-        let chunk = match self.with(py, |s| Ok((s.next_chunk()?, s.finished()))) {
+        let chunk = self.with(py, |s| {
+            let c = s.next_chunk()?;
+            Ok((c, s.finished().then(|| s.input_files())))
+        });
+        let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
-                self.release(false);
+                self.release(None);
                 return Err(e.into());
             }
         };
@@ -320,7 +285,7 @@ impl Scanner {
 
     /// Frees the scan's device memory (idempotent).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.release(false);
+        self.release(None);
         let taken = {
             let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             guard.take()

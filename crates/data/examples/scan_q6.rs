@@ -48,11 +48,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let cols = ["l_extendedprice", "l_discount"];
         let r = scan_kept(&dev, table, &cols, &preds, &opts, keeper.as_mut())?;
         println!(
-            "wall {:.1} ms, execute {:.1} ms (span {:.1} ms), {} executions, kept {}, reused {}",
+            "wall {:.1} ms, execute {:.1} ms (span {:.1} ms), {} executions, {} commands, kept {}, reused {}",
             r.wall_ns as f64 / 1e6,
             r.meter.execute_ns as f64 / 1e6,
             r.meter.execute_span_ns as f64 / 1e6,
             r.meter.executions,
+            r.meter.commands,
             r.rows,
             r.reused
         );

@@ -406,11 +406,20 @@ fn open_inputs(
     let files = (inputs.iter())
         .map(|c| device_column(session, table_dir, schema, &c.name).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
-    let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(&files))
+    let skip = zone_skips(inputs, &files, ranges);
+    Ok((files, skip))
+}
+
+/// The blocks the staged columns' zone maps exclude under `ranges`.
+fn zone_skips(
+    inputs: &[ColumnSchema],
+    files: &[Arc<DeviceColumn>],
+    ranges: &BTreeMap<String, Vec<RawRange>>,
+) -> Vec<bool> {
+    let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(files))
         .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
         .collect();
-    let skip = skipped_blocks(&zone);
-    Ok((files, skip))
+    skipped_blocks(&zone)
 }
 
 /// How many chunks run at once (slots, at most one per engine) and in how many buffer
@@ -431,6 +440,73 @@ fn buffer_sets(per_slot: u64, chunks: u64, engines: u64) -> (u64, u64) {
     (slots, sets)
 }
 
+/// A scan's plan: what opening decides before it reads any column file.
+struct Plan {
+    schema: Schema,
+    projected: Vec<ColumnSchema>,
+    ranges: BTreeMap<String, Vec<RawRange>>,
+    nothing: bool,
+    inputs: Vec<ColumnSchema>,
+    layout: Layout,
+    chunks: u64,
+}
+
+impl Plan {
+    /// Reads and checks the schema, compiles the predicates and lays out the program.
+    fn new(
+        session: &mut Session<'_>,
+        table_dir: &str,
+        columns: &[&str],
+        predicates: &[Predicate],
+        opts: &ScanOptions,
+    ) -> Result<Plan, DataError> {
+        let chunk_rows = opts.chunk_rows;
+        if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
+            return Err(DataError::Invalid(format!(
+                "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
+            )));
+        }
+        let schema = device_schema(session, table_dir)?;
+        let projected = columns
+            .iter()
+            .map(|c| schema.column(c).cloned())
+            .collect::<Result<Vec<_>, _>>()?;
+        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
+        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let chunks = match nothing {
+            true => 0,
+            false => schema.rows.div_ceil(layout.chunk_rows),
+        };
+        Ok(Plan {
+            schema,
+            projected,
+            ranges,
+            nothing,
+            inputs,
+            layout,
+            chunks,
+        })
+    }
+}
+
+/// What a resident entry for `plan` holds: its key (the table, the staged columns in
+/// input order, the chunk size and the rows), each chunk's input window bytes, and
+/// the files it is staged from (the schema first); `None` when the scan runs no chunk.
+fn resident_plan_of(table_dir: &str, plan: &Plan) -> Option<(String, Vec<u64>, Vec<String>)> {
+    if plan.chunks == 0 {
+        return None;
+    }
+    let dir = table_dir.trim_end_matches('/');
+    let names: Vec<&str> = plan.inputs.iter().map(|c| c.name.as_str()).collect();
+    let chunk = plan.layout.chunk_rows;
+    let key = format!("{dir}|{}|{chunk}|{}", names.join(","), plan.schema.rows);
+    let sizes = vec![plan.layout.in_bytes.max(64); plan.chunks as usize];
+    let files = std::iter::once(join(dir, SCHEMA_FILE))
+        .chain(plan.inputs.iter().map(|c| join(dir, &c.file_name())))
+        .collect();
+    Some((key, sizes, files))
+}
+
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
     /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
@@ -442,26 +518,78 @@ impl<'d> Scanner<'d> {
         predicates: &[Predicate],
         opts: &ScanOptions,
     ) -> Result<Scanner<'d>, DataError> {
-        let chunk_rows = opts.chunk_rows;
-        if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
-            return Err(DataError::Invalid(format!(
-                "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
-            )));
-        }
-        let schema = device_schema(&mut session, table_dir)?;
-        let projected = columns
-            .iter()
-            .map(|c| schema.column(c).cloned())
-            .collect::<Result<Vec<_>, _>>()?;
-        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
-        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
-        let chunk = layout.chunk_rows;
-        let chunks = if nothing {
-            0
-        } else {
-            schema.rows.div_ceil(chunk)
+        let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
+        Scanner::with_inputs(session, table_dir, plan, opts, None)
+    }
+
+    /// [`Scanner::open`] through `keeper`: the scan's entry lent when it can be kept
+    /// (its columns' headers and directories not read again when it is staged and
+    /// unchanged), and with a staged entry its output windows; give the lease back
+    /// with [`resident::ResidentScans::release`] once the scan ends.
+    pub fn open_kept(
+        mut session: Session<'d>,
+        table_dir: &str,
+        columns: &[&str],
+        predicates: &[Predicate],
+        opts: &ScanOptions,
+        keeper: &mut resident::ResidentScans<'_>,
+    ) -> Result<(Scanner<'d>, Option<resident::Lease>), DataError> {
+        let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
+        let mut m = Meter::default();
+        let mut lease = match resident_plan_of(table_dir, &plan) {
+            Some((key, sizes, files)) => keeper.acquire(&key, &sizes, &files, &mut m)?,
+            None => None,
         };
-        let (files, skip) = open_inputs(&mut session, table_dir, &schema, &inputs, &ranges)?;
+        let known = lease
+            .as_ref()
+            .filter(|l| l.staged)
+            .and_then(|l| l.columns.clone());
+        let mut sc = match Scanner::with_inputs(session, table_dir, plan, opts, known) {
+            Ok(sc) => sc,
+            Err(e) => {
+                if let Some(l) = lease {
+                    keeper.release(l, false, None);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(l) = &mut lease {
+            if l.staged {
+                let (n, bytes) = sc.output_windows();
+                l.outputs = keeper.lend_outputs(n, bytes, &mut m)?;
+            }
+            sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
+        }
+        sc.charge(&m);
+        Ok((sc, lease))
+    }
+
+    /// The scan of `plan`, its inputs' files `known` (the same columns, opened before
+    /// and unchanged since) or opened now.
+    fn with_inputs(
+        mut session: Session<'d>,
+        table_dir: &str,
+        plan: Plan,
+        opts: &ScanOptions,
+        known: Option<Vec<Arc<DeviceColumn>>>,
+    ) -> Result<Scanner<'d>, DataError> {
+        let Plan {
+            schema,
+            projected,
+            ranges,
+            nothing,
+            inputs,
+            layout,
+            chunks,
+        } = plan;
+        let chunk = layout.chunk_rows;
+        let (files, skip) = match known {
+            Some(files) if files.len() == inputs.len() => {
+                let skip = zone_skips(&inputs, &files, &ranges);
+                (files, skip)
+            }
+            _ => open_inputs(&mut session, table_dir, &schema, &inputs, &ranges)?,
+        };
         let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;
@@ -496,27 +624,9 @@ impl<'d> Scanner<'d> {
         })
     }
 
-    /// What a resident entry for this scan holds: its key (the table, the staged
-    /// columns in input order, the chunk size and the rows), each chunk's input window
-    /// bytes, and the files it is staged from (the schema first); `None` when the scan
-    /// runs no chunk.
-    pub fn resident_plan(&self) -> Option<(String, Vec<u64>, Vec<String>)> {
-        if self.chunks == 0 {
-            return None;
-        }
-        let names: Vec<&str> = self.inputs.iter().map(|c| c.name.as_str()).collect();
-        let key = format!(
-            "{}|{}|{}|{}",
-            self.table_dir,
-            names.join(","),
-            self.chunk,
-            self.schema.rows
-        );
-        let sizes = vec![self.layout.in_bytes.max(64); self.chunks as usize];
-        let files = std::iter::once(join(&self.table_dir, SCHEMA_FILE))
-            .chain(self.inputs.iter().map(|c| self.path(c)))
-            .collect();
-        Some((key, sizes, files))
+    /// The staged columns' files (for [`resident::ResidentScans::release`]).
+    pub fn input_files(&self) -> Vec<Arc<DeviceColumn>> {
+        self.files.clone()
     }
 
     /// The output windows a scan whose inputs are all staged uses: how many, and
@@ -861,24 +971,30 @@ pub fn scan_kept(
 ) -> Result<ScanResult, DataError> {
     let started = Instant::now();
     let session = Session::new(dev);
-    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts)?;
-    let mut out = result_columns(&mut sc, table_dir)?;
-    let mut lease = None;
-    if let (Some(k), Some((key, sizes, files))) = (keeper, sc.resident_plan()) {
-        let mut m = Meter::default();
-        let outputs = sc.output_windows();
-        lease = k
-            .acquire(&key, &sizes, &files, outputs, &mut m)?
-            .map(|l| (k, l));
-        sc.charge(&m);
-    }
-    if let Some((_, l)) = &lease {
-        sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
-    }
+    let (mut sc, mut lease) = match keeper {
+        Some(k) => {
+            let (sc, l) = Scanner::open_kept(session, table_dir, columns, predicates, opts, k)?;
+            (sc, l.map(|l| (k, l)))
+        }
+        None => (
+            Scanner::open(session, table_dir, columns, predicates, opts)?,
+            None,
+        ),
+    };
+    let mut out = match result_columns(&mut sc, table_dir) {
+        Ok(out) => out,
+        Err(e) => {
+            if let Some((k, l)) = lease.take() {
+                k.release(l, false, None);
+            }
+            return Err(e);
+        }
+    };
     let reused = lease.as_ref().is_some_and(|(_, l)| l.staged);
     let rows = collect_chunks(&mut sc, &mut out);
     if let Some((k, l)) = lease {
-        k.release(l, rows.is_ok() && sc.finished());
+        let complete = rows.is_ok() && sc.finished();
+        k.release(l, complete, complete.then(|| sc.input_files()));
     }
     let rows = rows?;
     let rows_scanned = sc.schema().rows;

@@ -25,12 +25,14 @@
 //! program), within the same budget.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use csx_host::proto::limits::COPY_SOURCES_MAX;
 use csx_host::proto::{CopySource, MemHandle, Op, Reply};
 
 use crate::error::DataError;
 use crate::ops::{self, Meter, Session};
+use crate::stage::DeviceColumn;
 
 /// Bytes of a file copied as its sentinel: its first.
 const SENTINEL_BYTES: u64 = 1;
@@ -49,6 +51,8 @@ struct Kept {
     /// A scan holds it ([`Lease`]).
     busy: bool,
     used: u64,
+    /// The staged columns' files as the staging opened them (headers and directories).
+    columns: Option<Vec<Arc<DeviceColumn>>>,
 }
 
 /// An entry lent to one scan: per chunk its input window's allocation, and whether it
@@ -60,6 +64,8 @@ pub struct Lease {
     pub chunks: Vec<MemHandle>,
     pub staged: bool,
     pub outputs: Vec<MemHandle>,
+    /// With `staged`, the staged columns' files as opened when they were staged.
+    pub columns: Option<Vec<Arc<DeviceColumn>>>,
 }
 
 /// A kept output window: its allocation, bytes, and whether a scan holds it.
@@ -107,35 +113,41 @@ impl<'d> ResidentScans<'d> {
     }
 
     /// The entry `key` for a scan (`sizes`: bytes of each chunk's input window;
-    /// `files`: the files it is staged from), checked against its files, and when it
-    /// is staged `outputs.0` output windows of `outputs.1` bytes; `None` when it cannot
-    /// be kept within the budget or another scan holds it. What the check and the
-    /// allocations cost is added to `meter`.
+    /// `files`: the files it is staged from), checked against its files; `None` when
+    /// it cannot be kept within the budget or another scan holds it. What the check
+    /// and the allocations cost is added to `meter`.
     pub fn acquire(
         &mut self,
         key: &str,
         sizes: &[u64],
         files: &[String],
-        outputs: (u64, u64),
         meter: &mut Meter,
     ) -> Result<Option<Lease>, DataError> {
         if self.entries.get(key).is_some_and(|e| e.busy) {
             return Ok(None);
         }
         let before = self.session.meter;
-        let mut out = self.acquire_free(key, sizes, files);
-        if let Ok(Some(l)) = &mut out {
-            if l.staged {
-                l.outputs = self.lend_outputs(outputs.0, outputs.1.max(64))?;
-            }
-        }
+        let out = self.acquire_free(key, sizes, files);
         meter.add(&self.session.meter.since(&before));
         out
     }
 
-    /// `n` idle output windows of at least `bytes` each, made when missing (idle smaller
-    /// ones freed first); none when they do not fit the budget.
-    fn lend_outputs(&mut self, n: u64, bytes: u64) -> Result<Vec<MemHandle>, DataError> {
+    /// `n` idle output windows of at least `bytes` each for a scan (given back with
+    /// its lease), made when missing (idle smaller ones freed first); none when they
+    /// do not fit the budget. What allocating cost is added to `meter`.
+    pub fn lend_outputs(
+        &mut self,
+        n: u64,
+        bytes: u64,
+        meter: &mut Meter,
+    ) -> Result<Vec<MemHandle>, DataError> {
+        let before = self.session.meter;
+        let out = self.lend_idle(n, bytes.max(64));
+        meter.add(&self.session.meter.since(&before));
+        out
+    }
+
+    fn lend_idle(&mut self, n: u64, bytes: u64) -> Result<Vec<MemHandle>, DataError> {
         let fits = |s: &Scratch| !s.busy && s.bytes >= bytes;
         let idle = self.scratch.iter().filter(|s| fits(s)).count() as u64;
         if idle < n {
@@ -196,6 +208,7 @@ impl<'d> ResidentScans<'d> {
                     chunks: e.chunks.clone(),
                     staged: e.staged,
                     outputs: Vec::new(),
+                    columns: e.columns.clone().filter(|_| e.staged),
                 }));
             }
             self.remove(key)?;
@@ -228,6 +241,7 @@ impl<'d> ResidentScans<'d> {
             staged: false,
             busy: true,
             used: self.clock,
+            columns: None,
         };
         self.entries.insert(key.to_string(), kept);
         Ok(Some(Lease {
@@ -235,12 +249,19 @@ impl<'d> ResidentScans<'d> {
             chunks,
             staged: false,
             outputs: Vec::new(),
+            columns: None,
         }))
     }
 
     /// Gives the entry back: `complete` says every chunk of it is staged (a scan that
-    /// failed or stopped early leaves it to be staged again).
-    pub fn release(&mut self, lease: Lease, complete: bool) {
+    /// failed or stopped early leaves it to be staged again); `columns`: the staged
+    /// columns' files the scan opened (kept for the next scan while the entry is).
+    pub fn release(
+        &mut self,
+        lease: Lease,
+        complete: bool,
+        columns: Option<Vec<Arc<DeviceColumn>>>,
+    ) {
         for s in &mut self.scratch {
             if lease.outputs.contains(&s.handle) {
                 s.busy = false;
@@ -249,6 +270,9 @@ impl<'d> ResidentScans<'d> {
         if let Some(e) = self.entries.get_mut(&lease.key) {
             e.busy = false;
             e.staged = lease.staged || complete;
+            if complete && !lease.staged {
+                e.columns = columns;
+            }
         }
     }
 
