@@ -114,8 +114,8 @@ impl ResidentScans {
         lock_keeper(&self.inner).as_ref().map_or(0, |k| k.entries())
     }
 
-    /// Frees everything kept (idempotent); a scan holding an entry keeps working on
-    /// memory the device frees when it ends.
+    /// Frees everything kept (idempotent); a scan still reading an entry then fails
+    /// with the device's error for freed memory, never a wrong answer.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let taken = lock_keeper(&self.inner).take();
         if let Some(k) = taken {
@@ -139,6 +139,33 @@ pub struct Scanner {
     /// Whether its inputs were kept (`resident`) and found staged (`reused`).
     resident: bool,
     reused: bool,
+}
+
+impl Scanner {
+    /// Gives the resident entry back; `complete`: every chunk was staged into it,
+    /// from these files.
+    fn release(&self, complete: Option<Vec<Arc<DeviceColumn>>>) {
+        let taken = self.lease.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((keeper, lease)) = taken {
+            if let Some(k) = lock_keeper(&keeper).as_mut() {
+                k.release(lease, complete.is_some(), complete);
+            }
+        }
+    }
+
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut csx_data::Scanner<'static>) -> Result<T> + Send,
+    ) -> Result<T> {
+        py.detach(|| {
+            let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            match guard.as_mut() {
+                Some(s) => f(s),
+                None => Err(Error::value("the scan is closed")),
+            }
+        })
+    }
 }
 
 #[pymethods]

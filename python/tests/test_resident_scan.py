@@ -99,3 +99,23 @@ def test_resident_bad_arguments(rdev):
     s = csx.scan.scan(rdev, "/tpch/lineitem", ["l_discount"], "l_quantity < 24", resident=small)
     n = s.to_table().num_rows
     assert n > 0 and not s.stats.resident and small.entries == 0
+
+
+def test_closing_the_keeper_under_a_running_scan_is_an_error_not_a_wrong_answer(rdev):
+    t = lineitem(ROWS, seed=6)
+    csx.arrow.put_table(rdev, "/tpch/lineitem", t)
+    keeper = csx.scan.ResidentScans(rdev)
+    cols, flt = ["l_extendedprice", "l_discount"], "l_quantity < 24"
+    want = csx.scan.scan(rdev, "/tpch/lineitem", cols, flt, chunk_rows=5_000).to_table()
+    assert csx.scan.scan(rdev, "/tpch/lineitem", cols, flt, chunk_rows=5_000, resident=keeper).to_table() == want
+    s = csx.scan.scan(rdev, "/tpch/lineitem", cols, flt, chunk_rows=5_000, resident=keeper)
+    assert s.stats.reused
+    batches = s.batches()
+    first = next(batches)
+    keeper.close()
+    # The next chunks would read freed device memory: the device refuses.
+    with pytest.raises(csx.CsxError):
+        list(batches)
+    assert first.num_rows > 0
+    # The device still serves fresh scans.
+    assert csx.scan.scan(rdev, "/tpch/lineitem", cols, flt, chunk_rows=5_000).to_table() == want
