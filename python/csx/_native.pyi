@@ -5,7 +5,7 @@ from os import PathLike
 from typing import Any, Dict, List, Optional, Tuple, Union, final
 
 __all__ = [
-    "Buffer", "Device", "ExecResult", "LambdaResult", "Server", "ScanChunk", "Scanner",
+    "Buffer", "Device", "ExecResult", "LambdaResult", "Server", "ScanChunk", "Scanner", "ResidentScans",
     "get_timed", "generate", "write_parquet", "put_dir", "SsbRun", "ssb_run", "ssb_queries",
     "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
     "table_read", "local_table_read", "table_write",
@@ -169,6 +169,7 @@ class Scanner:
     def next(self) -> Optional[ScanChunk]: ...
     def close(self) -> None: ...
 
+@final
 class ResidentScans:
     def __new__(cls, device: Device, budget: Optional[int] = None) -> ResidentScans: ...
     @property
