@@ -573,23 +573,21 @@ impl<'d> Scanner<'d> {
         opts: &ScanOptions,
         known: Option<Vec<Arc<DeviceColumn>>>,
     ) -> Result<Scanner<'d>, DataError> {
-        let Plan {
-            schema,
-            projected,
-            ranges,
-            nothing,
-            inputs,
-            layout,
-            chunks,
-        } = plan;
-        let chunk = layout.chunk_rows;
+        let (chunk, chunks) = (plan.layout.chunk_rows, plan.chunks);
         let (files, skip) = match known {
-            Some(files) if files.len() == inputs.len() => {
-                let skip = zone_skips(&inputs, &files, &ranges);
+            Some(files) if files.len() == plan.inputs.len() => {
+                let skip = zone_skips(&plan.inputs, &files, &plan.ranges);
                 (files, skip)
             }
-            _ => open_inputs(&mut session, table_dir, &schema, &inputs, &ranges)?,
+            _ => open_inputs(
+                &mut session,
+                table_dir,
+                &plan.schema,
+                &plan.inputs,
+                &plan.ranges,
+            )?,
         };
+        let layout = plan.layout;
         let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;
@@ -598,14 +596,14 @@ impl<'d> Scanner<'d> {
         Ok(Scanner {
             session,
             table_dir: table_dir.trim_end_matches('/').to_string(),
-            schema,
-            inputs,
-            projected,
+            schema: plan.schema,
+            inputs: plan.inputs,
+            projected: plan.projected,
             layout,
             image,
             engine: opts.engine,
             program: None,
-            nothing,
+            nothing: plan.nothing,
             chunk,
             chunks,
             next: 0,
