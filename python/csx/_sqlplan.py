@@ -7,6 +7,11 @@ statement is DuckDB's own rendering of the changed tree (``json_deserialize_sql`
 constant expressions (``DATE '1994-01-01' + INTERVAL '1' YEAR``, ``0.06 - 0.01``) are
 evaluated by DuckDB. Nothing here parses SQL text.
 
+DuckDB's answers are kept (a statement's parse tree by its text, an expression's
+rendering and a constant's value by the expression's tree: all pure functions of their
+input), so planning a statement again asks DuckDB only for the rewritten statement's
+text; the planning connection is one per thread, kept.
+
 A conjunct of a SELECT's WHERE runs on the device when it is a comparison (``= != <>
 < <= > >=``), ``BETWEEN``, ``IN`` or an ``OR`` of equalities and ``IN`` lists, of one
 column of one csx table reference with constants, and that reference is reached from
@@ -22,6 +27,8 @@ import copy
 import datetime as _dt
 import decimal
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -88,29 +95,76 @@ class Plan:
     conjuncts: List[Conjunct]
 
 
+class _Memo:
+    """The last ``size`` answers of a pure function, by key (shared by threads)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.items: "OrderedDict[str, Any]" = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = make()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+
+_TREES = _Memo()
+_TEMPLATE = _Memo(1)
+_RENDERED = _Memo()
+_VALUES = _Memo()
+_private = threading.local()
+
+
+def private_connection() -> Any:
+    """This thread's planning connection (DuckDB's parser and constant folding; it
+    holds no data), made once."""
+    con = getattr(_private, "con", None)
+    if con is None:
+        import duckdb
+
+        con = _private.con = duckdb.connect()
+    return con
+
+
 class _Folder:
     """Evaluates constant expressions with DuckDB (a private connection)."""
 
     def __init__(self, con: Any) -> None:
         self.con = con
-        tpl = json.loads(con.execute("SELECT json_serialize_sql('SELECT 1')").fetchone()[0])
-        self.template = tpl
+        raw = _TEMPLATE.get(
+            "", lambda: con.execute("SELECT json_serialize_sql('SELECT 1')").fetchone()[0]
+        )
+        self.template = json.loads(raw)
 
     def render(self, expr: Dict[str, Any]) -> str:
-        stmt = copy.deepcopy(self.template)
-        stmt["statements"][0]["node"]["select_list"] = [expr]
-        text = str(self.con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(stmt)]).fetchone()[0])
-        text = text.strip().rstrip(";")
-        return text[len("SELECT ") :] if text.upper().startswith("SELECT ") else text
+        def make() -> str:
+            stmt = copy.deepcopy(self.template)
+            stmt["statements"][0]["node"]["select_list"] = [expr]
+            text = str(self.con.execute("SELECT json_deserialize_sql(?::JSON)", [json.dumps(stmt)]).fetchone()[0])
+            text = text.strip().rstrip(";")
+            return text[len("SELECT ") :] if text.upper().startswith("SELECT ") else text
+
+        text: str = _RENDERED.get(json.dumps(expr, sort_keys=True), make)
+        return text
 
     def value(self, expr: Dict[str, Any]) -> Any:
-        text = self.render(expr)
-        row = self.con.execute("SELECT " + text).fetchone()
-        return row[0]
+        def make() -> Any:
+            row = self.con.execute("SELECT " + self.render(expr)).fetchone()
+            return row[0]
+
+        return _VALUES.get(json.dumps(expr, sort_keys=True), make)
 
 
 def parse(con: Any, sql: str) -> Dict[str, Any]:
-    raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
+    raw = _TREES.get(sql, lambda: con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
     tree: Dict[str, Any] = json.loads(raw)
     if tree.get("error"):
         raise QueryError(f"DuckDB cannot parse the statement: {tree.get('error_message', tree)}")

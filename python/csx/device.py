@@ -337,6 +337,8 @@ class Device:
         # Programs kept loaded for reuse (csx.scan's per-query programs), by key;
         # unloaded by close().
         self._kept: Dict[str, Program] = {}
+        # The device's own csx.scan.ResidentScans (resident=True), closed by close().
+        self._resident_scans: Any = None
 
     def _kept_program(self, key: str, image: bytes, engine: str) -> Program:
         """A program loaded once per device and key, kept until close()."""
@@ -370,13 +372,17 @@ class Device:
         slm_size: Optional[int] = None,
         state_size: Optional[int] = None,
         engines: Optional[int] = None,
+        resident_memory: Optional[int] = None,
     ) -> "Device":
         """Creates an embedded device in the state directory ``path`` and opens it.
 
         ``profile``: the performance profile (``"unthrottled"``, ``"lambda-io"``,
         ``"daisy"``); sizes in bytes (defaults: 4 GiB NVM, sparse; 1 GiB device
         memory; 1 MiB shared state); ``engines``: compute engines (one per core when
-        None)."""
+        None); ``resident_memory``: bytes of device memory that keep file ranges
+        copies ask to keep, valid until the file changes (none when None; resident
+        scans, :class:`csx.scan.ResidentScans`, need it to know their entries are
+        current)."""
         p = _local_path("path", path)
         if profile is not None:
             _check_str("profile", profile)
@@ -388,6 +394,7 @@ class Device:
                 slm_size=_check_opt_int("slm_size", slm_size, 1),
                 state_size=_check_opt_int("state_size", state_size, 1),
                 engines=_check_opt_int("engines", engines, 1, 1024),
+                resident_memory=_check_opt_int("resident_memory", resident_memory, 0),
             )
         )
 
@@ -406,6 +413,9 @@ class Device:
     def close(self) -> None:
         """Closes the device; an embedded device whose last client this is shuts down
         and saves its state. Closing twice does nothing."""
+        if self._resident_scans is not None:
+            self._resident_scans.close()
+            self._resident_scans = None
         if not self._native.closed:
             for prog in self._kept.values():
                 try:

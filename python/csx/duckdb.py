@@ -44,7 +44,7 @@ from . import _sqlplan
 from . import arrow as carrow
 from .device import Device
 from .errors import NotFoundError, QueryError
-from .scan import Scan, ScanStats, table_dictionary, table_schema
+from .scan import ResidentScans, Scan, ScanStats, table_dictionary, table_schema
 from .scan import scan as _scan
 
 try:
@@ -71,13 +71,14 @@ def scan(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
+    resident: Union[bool, ResidentScans, None] = None,
 ) -> Any:
     """A DuckDB relation of the rows of device table ``table`` that pass ``filter``,
     with ``columns`` (all when None); the filter and the projection run on the device.
-    The relation reads its stream once. ``chunk_rows``/``engine``: see
+    The relation reads its stream once. ``chunk_rows``/``engine``/``resident``: see
     :func:`csx.scan.scan`."""
     _check_con(con)
-    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
+    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, resident=resident)
     return con.from_arrow(s.reader())
 
 
@@ -91,13 +92,14 @@ def register(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
+    resident: Union[bool, ResidentScans, None] = None,
 ) -> Scan:
     """Registers the pushdown scan as the view ``name`` of ``con`` (for SQL; it can be
     read once) and returns the scan, whose ``stats`` fill in as DuckDB reads it."""
     _check_con(con)
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier, got {name!r}")
-    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
+    s = _scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, resident=resident)
     con.register(name, s.reader())
     return s
 
@@ -165,9 +167,12 @@ class PushdownStats:
             if not t.on_device:
                 lines.append("    device filter: none (every row)")
             for s in t.scans:
+                kept = ""
+                if s.resident:
+                    kept = ", staged columns reused from resident memory" if s.reused else ", staged columns kept resident"
                 lines.append(
                     f"    ran: {s.rows_kept}/{s.rows_scanned} rows kept, {s.bytes_to_host} bytes to the host, "
-                    f"{s.bytes_staged} bytes staged, modelled {s.modelled_ns} ns"
+                    f"{s.bytes_staged} bytes staged, modelled {s.modelled_ns} ns{kept}"
                 )
         for text, why in self.in_duckdb:
             lines.append(f"  in DuckDB: {text}  ({why})")
@@ -180,9 +185,19 @@ class _DeviceStream:
     asks for is a new lazy pushdown scan, started only when DuckDB reads its first
     batch (DuckDB also asks for streams only to learn the schema)."""
 
-    def __init__(self, device: Device, ref: Any, arrow_schema: "pa.Schema", into: TablePushdown, chunk_rows: Optional[int], engine: str) -> None:
+    def __init__(
+        self,
+        device: Device,
+        ref: Any,
+        arrow_schema: "pa.Schema",
+        into: TablePushdown,
+        chunk_rows: Optional[int],
+        engine: str,
+        resident: Union[bool, ResidentScans, None],
+    ) -> None:
         self.device, self.ref, self.schema = device, ref, arrow_schema
         self.into, self.chunk_rows, self.engine = into, chunk_rows, engine
+        self.resident = resident
         self._lock = threading.Lock()
 
     def _batches(self) -> Iterator["pa.RecordBatch"]:
@@ -193,6 +208,7 @@ class _DeviceStream:
             list(self.ref.comparisons),
             chunk_rows=self.chunk_rows,
             engine=self.engine,
+            resident=self.resident,
         )
         with self._lock:
             self.into.scans.append(s.stats)
@@ -261,6 +277,7 @@ def sql(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
+    resident: Union[bool, ResidentScans, None] = None,
 ) -> Query:
     """One SQL statement over csx tables, its device-evaluable WHERE conjuncts run on
     the device (see the module doc). ``tables``: a device directory whose
@@ -268,7 +285,9 @@ def sql(
     the device's root by default), or a mapping of table names to device table
     directories. A table name the
     statement uses that is not a csx table is left to DuckDB (its own tables and
-    views). Returns a :class:`Query`."""
+    views). ``resident``: keep each scan's staged columns on the device for the next
+    statement (see :mod:`csx.scan`; ``stats`` say what was reused). Returns a
+    :class:`Query`."""
     _check_con(con)
     if not isinstance(device, Device):
         raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
@@ -316,11 +335,7 @@ def sql(
         return dict_cache[key]
 
     prefix = f"csx_view_{next(_views)}_"
-    private = _duckdb.connect()
-    try:
-        plan = _sqlplan.Planner(private, query, resolve, dictionaries, prefix).plan()
-    finally:
-        private.close()
+    plan = _sqlplan.Planner(_sqlplan.private_connection(), query, resolve, dictionaries, prefix).plan()
     infos = []
     for ref in plan.refs:
         infos.append(TablePushdown(ref.name, ref.alias, ref.path, list(ref.columns), list(ref.pushed)))
@@ -335,7 +350,7 @@ def sql(
     try:
         for ref, info in zip(plan.refs, infos):
             schema = pa.schema([(c, carrow.arrow_type(ref.schema.column(c))) for c in ref.columns])
-            con.register(ref.view, _DeviceStream(device, ref, schema, info, chunk_rows, engine))
+            con.register(ref.view, _DeviceStream(device, ref, schema, info, chunk_rows, engine, resident))
             views.append(ref.view)
         relation = con.sql(plan.duckdb_sql)
     except BaseException:

@@ -19,6 +19,14 @@ the host, where they become Arrow arrays without a further copy.
 The program also checks every dictionary code it reads against the dictionary's size
 and stops at the first bad one; the scan then reads the staged codes back and names
 the file and the row, so a corrupt column file is an error, never a wrong answer.
+
+Resident scans (``resident=True``, or a :class:`ResidentScans` of your own): the staged
+columns of each chunk stay in device memory after the scan, under a byte budget (least
+recently used out), and the next scan over the same table and columns, whatever its
+predicate, stages nothing and only runs its program over them. Any write to the table's
+files since is seen: the scan stages them again (the device must have resident memory,
+``csx.Device.init(..., resident_memory=...)``, for an entry to be known current; without
+it every scan stages). ``stats.resident``/``stats.reused`` say what happened.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from .device import Device, _check_opt_int
 from .errors import QueryError
 from .filter import _BOUNDS, Comparison, Range, bind, parse
 
-__all__ = ["Scan", "ScanStats", "scan", "predicates"]
+__all__ = ["Scan", "ScanStats", "ResidentScans", "scan", "predicates"]
 
 #: Rows per chunk when not given: bounded so a chunk's windows fit in device memory.
 CHUNK_ROWS_DEFAULT = 1 << 20
@@ -62,6 +70,52 @@ class ScanStats:
     program_build_ns: int = 0
     setup_ns: int = 0
     fuel_used: int = 0
+    #: The staged columns are kept by a resident entry, and were found there (nothing
+    #: was staged: ``bytes_staged`` is the entry's check alone).
+    resident: bool = False
+    reused: bool = False
+
+
+class ResidentScans:
+    """Staged scan inputs kept in ``device``'s memory between scans, at most ``budget``
+    bytes (default 1 GiB), each entry invalidated by any write to its table's files
+    (see the module doc). ``kept_bytes`` and ``entries`` say what is kept; :meth:`close`
+    frees it (closing the device does too for the device's own, ``resident=True``)."""
+
+    def __init__(self, device: Device, budget: Optional[int] = None) -> None:
+        if not isinstance(device, Device):
+            raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
+        self._native = _native.ResidentScans(device._dev(), budget=_check_opt_int("budget", budget, 0))
+
+    @property
+    def kept_bytes(self) -> int:
+        return int(self._native.kept_bytes)
+
+    @property
+    def entries(self) -> int:
+        return int(self._native.entries)
+
+    def close(self) -> None:
+        self._native.close()
+
+
+def device_resident_scans(device: Device) -> ResidentScans:
+    """The device's own :class:`ResidentScans` (default budget), made on first use and
+    closed with the device."""
+    if device._resident_scans is None:
+        device._resident_scans = ResidentScans(device)
+    keeper: ResidentScans = device._resident_scans
+    return keeper
+
+
+def _keeper(device: Device, resident: Union[bool, ResidentScans, None]) -> Optional[ResidentScans]:
+    if resident is None or resident is False:
+        return None
+    if resident is True:
+        return device_resident_scans(device)
+    if isinstance(resident, ResidentScans):
+        return resident
+    raise TypeError(f"resident must be a bool or a csx.scan.ResidentScans, not {type(resident).__name__}")
 
 
 def table_schema(device: Device, table: str) -> carrow.TableSchema:
@@ -113,9 +167,11 @@ class Scan:
         *,
         chunk_rows: Optional[int] = None,
         engine: str = "jit",
+        resident: Union[bool, ResidentScans, None] = None,
     ) -> None:
         if not isinstance(device, Device):
             raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
+        keeper = _keeper(device, resident)
         if engine not in ("jit", "interp"):
             raise ValueError(f"engine must be 'jit' or 'interp', got {engine!r}")
         t_setup = time.perf_counter_ns()
@@ -159,7 +215,10 @@ class Scan:
             [] if self.empty else predicates(self.ranges, info),
             engine=engine,
             chunk_rows=self.chunk_rows,
+            resident=None if keeper is None else keeper._native,
         )
+        self.stats.resident = bool(self._native.resident)
+        self.stats.reused = bool(self._native.reused)
         self._consumed = False
         self.stats.setup_ns += time.perf_counter_ns() - t_setup
 
@@ -238,13 +297,15 @@ def scan(
     *,
     chunk_rows: Optional[int] = None,
     engine: str = "jit",
+    resident: Union[bool, ResidentScans, None] = None,
 ) -> Scan:
     """A pushdown scan of the device table ``table`` (see :class:`Scan`): ``columns``
     to return (all when None), ``filter`` evaluated on the device (see
     :mod:`csx.filter`; :class:`csx.UnsupportedFilterError` names a part it cannot
     evaluate), ``chunk_rows`` rows per chunk (default 1Mi), ``engine`` "jit" or
-    "interp"."""
-    return Scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine)
+    "interp", ``resident`` True (the device's :class:`ResidentScans`) or a keeper of
+    your own to keep the staged columns for the next scan."""
+    return Scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, resident=resident)
 
 
 def host_table(device: Device, table: str, columns: Sequence[str]) -> "tuple[pa.Table, Dict[str, int]]":

@@ -415,7 +415,8 @@ impl PyDevice {
 
     /// Creates an embedded device in the state directory `path` and opens it.
     #[staticmethod]
-    #[pyo3(signature = (path, profile=None, nvm_size=None, slm_size=None, state_size=None, engines=None))]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path, profile=None, nvm_size=None, slm_size=None, state_size=None, engines=None, resident_memory=None))]
     fn init(
         py: Python<'_>,
         path: PathBuf,
@@ -424,6 +425,7 @@ impl PyDevice {
         slm_size: Option<u64>,
         state_size: Option<u64>,
         engines: Option<u32>,
+        resident_memory: Option<u64>,
     ) -> PyResult<PyDevice> {
         let dev = py.detach(move || -> Result<Device> {
             let mut config = DeviceConfig {
@@ -431,6 +433,7 @@ impl PyDevice {
                 slm_size_bytes: slm_size.unwrap_or(1 << 30),
                 state_size_bytes: state_size.unwrap_or(1 << 20),
                 engines,
+                resident_bytes: resident_memory,
                 ..DeviceConfig::default()
             };
             if let Some(p) = &profile {

@@ -35,6 +35,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::PyServer>()?;
     m.add_class::<scan::ScanChunk>()?;
     m.add_class::<scan::Scanner>()?;
+    m.add_class::<scan::ResidentScans>()?;
     m.add_function(wrap_pyfunction!(scan::get_timed, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_schema, m)?)?;
     m.add_function(wrap_pyfunction!(scan::table_dictionary, m)?)?;

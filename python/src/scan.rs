@@ -9,8 +9,10 @@
 //! them and only the kept values are read to the host. `meter` adds up what every
 //! command cost (modelled ns under the device's performance profile, bytes, fuel).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use csx_data::scan::resident::{self, Lease};
+use csx_data::stage::DeviceColumn;
 use csx_data::{Cmp, Predicate};
 use csx_host::proto::{Op, ProgramIndex, Reply};
 use csx_host::Device;
@@ -69,6 +71,60 @@ pub(crate) fn predicate_of((column, op, values): &(String, String, Vec<i64>)) ->
     Ok(Predicate::new(column, cmp))
 }
 
+type Keeper = Arc<Mutex<Option<resident::ResidentScans<'static>>>>;
+
+/// Staged scan inputs kept in device memory between scans on one device, under a byte
+/// budget, invalidated by any write to their files (`csx_data::scan::resident`).
+#[pyclass(module = "csx._native", frozen)]
+#[derive(Debug)]
+pub struct ResidentScans {
+    /// `None` once closed.
+    inner: Keeper,
+}
+
+fn lock_keeper(k: &Keeper) -> std::sync::MutexGuard<'_, Option<resident::ResidentScans<'static>>> {
+    k.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[pymethods]
+impl ResidentScans {
+    /// Nothing kept yet on `device`; at most `budget` bytes of device memory kept.
+    #[new]
+    #[pyo3(signature = (device, budget=None))]
+    fn new(device: &Bound<'_, PyDevice>, budget: Option<u64>) -> PyResult<ResidentScans> {
+        let dev = device.get().device()?;
+        let budget = budget.unwrap_or(resident::RESIDENT_BUDGET_DEFAULT);
+        let keeper = resident::ResidentScans::new(csx_host::Session::shared(dev), budget);
+        Ok(ResidentScans {
+            inner: Arc::new(Mutex::new(Some(keeper))),
+        })
+    }
+
+    /// Bytes of device memory kept now.
+    #[getter]
+    fn kept_bytes(&self) -> u64 {
+        lock_keeper(&self.inner)
+            .as_ref()
+            .map_or(0, |k| k.kept_bytes())
+    }
+
+    /// Entries kept now (one per table and set of staged columns).
+    #[getter]
+    fn entries(&self) -> usize {
+        lock_keeper(&self.inner).as_ref().map_or(0, |k| k.entries())
+    }
+
+    /// Frees everything kept (idempotent); a scan still reading an entry then fails
+    /// with the device's error for freed memory, never a wrong answer.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = lock_keeper(&self.inner).take();
+        if let Some(k) = taken {
+            py.detach(move || k.close()).map_err(Error::from)?;
+        }
+        Ok(())
+    }
+}
+
 /// csx-data's pushdown scan of one table (see the module doc).
 #[pyclass(module = "csx._native", frozen)]
 #[derive(Debug)]
@@ -78,9 +134,25 @@ pub struct Scanner {
     program: Vec<u8>,
     chunk_rows: u64,
     chunks: u64,
+    /// The resident entry the scan holds until it ends.
+    lease: Mutex<Option<(Keeper, Lease)>>,
+    /// Whether its inputs were kept (`resident`) and found staged (`reused`).
+    resident: bool,
+    reused: bool,
 }
 
 impl Scanner {
+    /// Gives the resident entry back; `complete`: every chunk was staged into it,
+    /// from these files.
+    fn release(&self, complete: Option<Vec<Arc<DeviceColumn>>>) {
+        let taken = self.lease.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((keeper, lease)) = taken {
+            if let Some(k) = lock_keeper(&keeper).as_mut() {
+                k.release(lease, complete.is_some(), complete);
+            }
+        }
+    }
+
     fn with<T: Send>(
         &self,
         py: Python<'_>,
@@ -101,7 +173,8 @@ impl Scanner {
     /// Opens the scan of `columns` of the table at `table` on `device`, keeping the
     /// rows that satisfy every predicate (column, op, values).
     #[new]
-    #[pyo3(signature = (device, table, columns, predicates, engine="jit", chunk_rows=None))]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (device, table, columns, predicates, engine="jit", chunk_rows=None, resident=None))]
     fn new(
         py: Python<'_>,
         device: &Bound<'_, PyDevice>,
@@ -110,6 +183,7 @@ impl Scanner {
         predicates: Vec<(String, String, Vec<i64>)>,
         engine: &str,
         chunk_rows: Option<u64>,
+        resident: Option<&Bound<'_, ResidentScans>>,
     ) -> PyResult<Scanner> {
         let engine = crate::data::engine_of(engine)?;
         let preds = predicates
@@ -118,20 +192,45 @@ impl Scanner {
             .collect::<Result<Vec<_>>>()?;
         let dev = device.get().device()?;
         let chunk_rows = chunk_rows.unwrap_or(csx_data::scan::CHUNK_ROWS_DEFAULT);
-        let scanner = py.detach(move || -> Result<csx_data::Scanner<'static>> {
+        let keeper = resident.map(|r| r.get().inner.clone());
+        let k = keeper.clone();
+        let (scanner, lease) = py.detach(move || -> Result<_> {
             let session = csx_host::Session::shared(dev);
             let cols: Vec<&str> = columns.iter().map(String::as_str).collect();
             let opts = csx_data::ScanOptions { engine, chunk_rows };
-            Ok(csx_data::Scanner::open(
-                session, &table, &cols, &preds, &opts,
-            )?)
+            let mut guard = k.as_ref().map(lock_keeper);
+            match guard.as_mut().and_then(|g| g.as_mut()) {
+                Some(keeper) => Ok(csx_data::Scanner::open_kept(
+                    session, &table, &cols, &preds, &opts, keeper,
+                )?),
+                None => Ok((
+                    csx_data::Scanner::open(session, &table, &cols, &preds, &opts)?,
+                    None,
+                )),
+            }
         })?;
+        let (resident, reused) = (lease.is_some(), lease.as_ref().is_some_and(|l| l.staged));
         Ok(Scanner {
             program: scanner.program().to_vec(),
             chunk_rows: scanner.chunk_rows(),
             chunks: scanner.chunks(),
             inner: Mutex::new(Some(scanner)),
+            lease: Mutex::new(keeper.zip(lease)),
+            resident,
+            reused,
         })
+    }
+
+    /// Whether the scan's staged inputs are kept by a ResidentScans entry.
+    #[getter]
+    fn resident(&self) -> bool {
+        self.resident
+    }
+
+    /// Whether that entry held them already (the scan stages nothing).
+    #[getter]
+    fn reused(&self) -> bool {
+        self.reused
     }
 
     /// The scan program's raw eBPF image.
@@ -166,8 +265,19 @@ impl Scanner {
     /// by the device's time limit).
     fn next(&self, py: Python<'_>) -> PyResult<Option<ScanChunk>> {
         py.check_signals()?;
-        let chunk = self.with(py, |s| Ok(s.next_chunk()?))?;
-        let Some(c) = chunk else {
+        let chunk = self.with(py, |s| {
+            let c = s.next_chunk()?;
+            Ok((c, s.finished().then(|| s.input_files())))
+        });
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                self.release(None);
+                return Err(e.into());
+            }
+        };
+        let Some(c) = chunk.0 else {
+            self.release(chunk.1);
             return Ok(None);
         };
         let columns = c
@@ -202,6 +312,7 @@ impl Scanner {
 
     /// Frees the scan's device memory (idempotent).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.release(None);
         let taken = {
             let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             guard.take()

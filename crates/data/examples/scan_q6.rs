@@ -1,10 +1,12 @@
 //! TPC-H Q6's pushdown scan on an existing device holding /tpch/lineitem, timed:
-//! `cargo run --release -p csx-data --example scan_q6 -- DEVICE_DIR [RUNS] [jit|interp]`.
-//! Prints each run's wall ms, the device's execute ms (summed over runs at once and
-//! their span) and the rows kept.
+//! `cargo run --release -p csx-data --example scan_q6 -- DEVICE_DIR [RUNS] [jit|interp]
+//! [resident]`. Prints each run's wall ms, the device's execute ms (summed over runs at
+//! once and their span) and the rows kept; `resident`: through resident scans (the
+//! first run stages, the others reuse; the device needs resident memory).
 
 use csx_data::predicate::{literal, Cmp, Predicate};
-use csx_data::scan::{device_schema, scan, ScanOptions};
+use csx_data::scan::resident::{ResidentScans, RESIDENT_BUDGET_DEFAULT};
+use csx_data::scan::{device_schema, scan_kept, ScanOptions};
 use csx_host::proto::EngineKind;
 use csx_host::Session;
 
@@ -40,23 +42,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         engine,
         ..ScanOptions::default()
     };
+    let mut keeper = (args.get(4).map(String::as_str) == Some("resident"))
+        .then(|| ResidentScans::new(Session::new(&dev), RESIDENT_BUDGET_DEFAULT));
     for _ in 0..runs {
-        let r = scan(
-            &dev,
-            table,
-            &["l_extendedprice", "l_discount"],
-            &preds,
-            &opts,
-        )?;
+        let cols = ["l_extendedprice", "l_discount"];
+        let r = scan_kept(&dev, table, &cols, &preds, &opts, keeper.as_mut())?;
         println!(
-            "wall {:.1} ms, execute {:.1} ms (span {:.1} ms), {} executions, kept {}",
+            "wall {:.1} ms, execute {:.1} ms (span {:.1} ms), {} executions, {} commands, kept {}, reused {}",
             r.wall_ns as f64 / 1e6,
             r.meter.execute_ns as f64 / 1e6,
             r.meter.execute_span_ns as f64 / 1e6,
             r.meter.executions,
-            r.rows
+            r.meter.commands,
+            r.rows,
+            r.reused
         );
     }
+    keeper.map(ResidentScans::close).transpose()?;
     dev.close()?;
     Ok(())
 }

@@ -42,4 +42,6 @@ pub use error::DataError;
 pub use gen::{Benchmark, Dataset};
 pub use ops::Meter;
 pub use predicate::{Cmp, Predicate};
-pub use scan::{scan, Chunk, FilterStrategy, ScanColumn, ScanOptions, ScanResult, Scanner};
+pub use scan::{
+    scan, scan_kept, Chunk, FilterStrategy, ScanColumn, ScanOptions, ScanResult, Scanner,
+};

@@ -22,6 +22,7 @@
 //! (`csx ssb run --filter`); the scan does not.
 
 pub mod program;
+pub mod resident;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -131,6 +132,8 @@ pub struct ScanResult {
     pub meter: Meter,
     /// Wall-clock time on this machine.
     pub wall_ns: u64,
+    /// The staged inputs came from a resident entry: nothing was staged.
+    pub reused: bool,
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -296,6 +299,9 @@ pub struct Scanner<'d> {
     staged: Option<Staged>,
     ready: VecDeque<Chunk>,
     setup: Meter,
+    /// Per chunk, its input window kept by a [`resident::ResidentScans`] entry, and
+    /// whether the entry already holds the staged columns.
+    resident: Option<(Vec<MemHandle>, bool)>,
 }
 
 /// Each filtered column's value ranges (at most [`SCAN_RANGES_MAX`]), and whether a
@@ -400,11 +406,20 @@ fn open_inputs(
     let files = (inputs.iter())
         .map(|c| device_column(session, table_dir, schema, &c.name).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
-    let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(&files))
+    let skip = zone_skips(inputs, &files, ranges);
+    Ok((files, skip))
+}
+
+/// The blocks the staged columns' zone maps exclude under `ranges`.
+fn zone_skips(
+    inputs: &[ColumnSchema],
+    files: &[Arc<DeviceColumn>],
+    ranges: &BTreeMap<String, Vec<RawRange>>,
+) -> Vec<bool> {
+    let zone: Vec<(&EncodedColumn, &[RawRange])> = (inputs.iter().zip(files))
         .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
         .collect();
-    let skip = skipped_blocks(&zone);
-    Ok((files, skip))
+    skipped_blocks(&zone)
 }
 
 /// How many chunks run at once (slots, at most one per engine) and in how many buffer
@@ -425,6 +440,73 @@ fn buffer_sets(per_slot: u64, chunks: u64, engines: u64) -> (u64, u64) {
     (slots, sets)
 }
 
+/// A scan's plan: what opening decides before it reads any column file.
+struct Plan {
+    schema: Schema,
+    projected: Vec<ColumnSchema>,
+    ranges: BTreeMap<String, Vec<RawRange>>,
+    nothing: bool,
+    inputs: Vec<ColumnSchema>,
+    layout: Layout,
+    chunks: u64,
+}
+
+impl Plan {
+    /// Reads and checks the schema, compiles the predicates and lays out the program.
+    fn new(
+        session: &mut Session<'_>,
+        table_dir: &str,
+        columns: &[&str],
+        predicates: &[Predicate],
+        opts: &ScanOptions,
+    ) -> Result<Plan, DataError> {
+        let chunk_rows = opts.chunk_rows;
+        if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
+            return Err(DataError::Invalid(format!(
+                "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
+            )));
+        }
+        let schema = device_schema(session, table_dir)?;
+        let projected = columns
+            .iter()
+            .map(|c| schema.column(c).cloned())
+            .collect::<Result<Vec<_>, _>>()?;
+        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
+        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let chunks = match nothing {
+            true => 0,
+            false => schema.rows.div_ceil(layout.chunk_rows),
+        };
+        Ok(Plan {
+            schema,
+            projected,
+            ranges,
+            nothing,
+            inputs,
+            layout,
+            chunks,
+        })
+    }
+}
+
+/// What a resident entry for `plan` holds: its key (the table, the staged columns in
+/// input order, the chunk size and the rows), each chunk's input window bytes, and
+/// the files it is staged from (the schema first); `None` when the scan runs no chunk.
+fn resident_plan_of(table_dir: &str, plan: &Plan) -> Option<(String, Vec<u64>, Vec<String>)> {
+    if plan.chunks == 0 {
+        return None;
+    }
+    let dir = table_dir.trim_end_matches('/');
+    let names: Vec<&str> = plan.inputs.iter().map(|c| c.name.as_str()).collect();
+    let chunk = plan.layout.chunk_rows;
+    let key = format!("{dir}|{}|{chunk}|{}", names.join(","), plan.schema.rows);
+    let sizes = vec![plan.layout.in_bytes.max(64); plan.chunks as usize];
+    let files = std::iter::once(join(dir, SCHEMA_FILE))
+        .chain(plan.inputs.iter().map(|c| join(dir, &c.file_name())))
+        .collect();
+    Some((key, sizes, files))
+}
+
 impl<'d> Scanner<'d> {
     /// Plans the scan of `columns` of the table at `table_dir`, keeping the rows that
     /// satisfy every predicate, on `opts`' engine kind and chunk size. Nothing runs
@@ -436,26 +518,76 @@ impl<'d> Scanner<'d> {
         predicates: &[Predicate],
         opts: &ScanOptions,
     ) -> Result<Scanner<'d>, DataError> {
-        let chunk_rows = opts.chunk_rows;
-        if chunk_rows == 0 || chunk_rows > CHUNK_ROWS_MAX {
-            return Err(DataError::Invalid(format!(
-                "chunk of {chunk_rows} rows, must be 1 to {CHUNK_ROWS_MAX}"
-            )));
-        }
-        let schema = device_schema(&mut session, table_dir)?;
-        let projected = columns
-            .iter()
-            .map(|c| schema.column(c).cloned())
-            .collect::<Result<Vec<_>, _>>()?;
-        let (ranges, nothing) = scan_ranges(&schema, predicates)?;
-        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
-        let chunk = layout.chunk_rows;
-        let chunks = if nothing {
-            0
-        } else {
-            schema.rows.div_ceil(chunk)
+        let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
+        Scanner::with_inputs(session, table_dir, plan, opts, None)
+    }
+
+    /// [`Scanner::open`] through `keeper`: the scan's entry lent when it can be kept
+    /// (its columns' headers and directories not read again when it is staged and
+    /// unchanged), and with a staged entry its output windows; give the lease back
+    /// with [`resident::ResidentScans::release`] once the scan ends.
+    pub fn open_kept(
+        mut session: Session<'d>,
+        table_dir: &str,
+        columns: &[&str],
+        predicates: &[Predicate],
+        opts: &ScanOptions,
+        keeper: &mut resident::ResidentScans<'_>,
+    ) -> Result<(Scanner<'d>, Option<resident::Lease>), DataError> {
+        let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
+        let mut m = Meter::default();
+        let mut lease = match resident_plan_of(table_dir, &plan) {
+            Some((key, sizes, files)) => keeper.acquire(&key, &sizes, &files, &mut m)?,
+            None => None,
         };
-        let (files, skip) = open_inputs(&mut session, table_dir, &schema, &inputs, &ranges)?;
+        let known = lease
+            .as_ref()
+            .filter(|l| l.staged)
+            .and_then(|l| l.columns.clone());
+        let mut sc = match Scanner::with_inputs(session, table_dir, plan, opts, known) {
+            Ok(sc) => sc,
+            Err(e) => {
+                if let Some(l) = lease {
+                    keeper.release(l, false, None);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(l) = &mut lease {
+            if l.staged {
+                let (n, bytes) = sc.output_windows();
+                l.outputs = keeper.lend_outputs(n, bytes, &mut m)?;
+            }
+            sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
+        }
+        sc.charge(&m);
+        Ok((sc, lease))
+    }
+
+    /// The scan of `plan`, its inputs' files `known` (the same columns, opened before
+    /// and unchanged since) or opened now.
+    fn with_inputs(
+        mut session: Session<'d>,
+        table_dir: &str,
+        plan: Plan,
+        opts: &ScanOptions,
+        known: Option<Vec<Arc<DeviceColumn>>>,
+    ) -> Result<Scanner<'d>, DataError> {
+        let (chunk, chunks) = (plan.layout.chunk_rows, plan.chunks);
+        let (files, skip) = match known {
+            Some(files) if files.len() == plan.inputs.len() => {
+                let skip = zone_skips(&plan.inputs, &files, &plan.ranges);
+                (files, skip)
+            }
+            _ => open_inputs(
+                &mut session,
+                table_dir,
+                &plan.schema,
+                &plan.inputs,
+                &plan.ranges,
+            )?,
+        };
+        let layout = plan.layout;
         let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;
@@ -464,14 +596,14 @@ impl<'d> Scanner<'d> {
         Ok(Scanner {
             session,
             table_dir: table_dir.trim_end_matches('/').to_string(),
-            schema,
-            inputs,
-            projected,
+            schema: plan.schema,
+            inputs: plan.inputs,
+            projected: plan.projected,
             layout,
             image,
             engine: opts.engine,
             program: None,
-            nothing,
+            nothing: plan.nothing,
             chunk,
             chunks,
             next: 0,
@@ -486,7 +618,59 @@ impl<'d> Scanner<'d> {
             staged: None,
             ready: VecDeque::new(),
             setup,
+            resident: None,
         })
+    }
+
+    /// The staged columns' files (for [`resident::ResidentScans::release`]).
+    pub fn input_files(&self) -> Vec<Arc<DeviceColumn>> {
+        self.files.clone()
+    }
+
+    /// The output windows a scan whose inputs are all staged uses: how many, and
+    /// bytes each.
+    pub fn output_windows(&self) -> (u64, u64) {
+        (self.slots, self.layout.out_bytes.max(64))
+    }
+
+    /// Reads chunk `c`'s inputs from `chunks[c]` (a resident entry's, of the sizes
+    /// [`Scanner::resident_plan`] gave) instead of buffers of its own: `staged` says
+    /// they hold the staged columns already (nothing is staged), else the scan stages
+    /// into them, every block (a zone map skips none: the entry serves any predicate).
+    /// `outputs`: with `staged`, the [`Scanner::output_windows`] to write into (else
+    /// the scan allocates its own). Call before the first chunk.
+    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool, outputs: &[MemHandle]) {
+        assert_eq!(chunks.len() as u64, self.chunks, "one window per chunk");
+        if !staged {
+            self.skip.iter_mut().for_each(|s| *s = false);
+        }
+        if staged && outputs.len() as u64 == self.slots && self.buffers.is_empty() {
+            self.buffers = outputs.iter().map(|&o| (MemHandle::NONE, o)).collect();
+        }
+        self.resident = Some((chunks, staged));
+    }
+
+    /// Whether every chunk ran (so a resident entry staged by this scan is complete).
+    pub fn finished(&self) -> bool {
+        self.next == self.chunks
+    }
+
+    /// Adds `m` to what the scan cost (a resident entry's checks).
+    pub fn charge(&mut self, m: &Meter) {
+        self.session.meter.add(m);
+    }
+
+    /// Chunk `c`'s input window and the buffer set's slot `k` it would use.
+    fn input_of(&self, c: u64, k: usize) -> MemHandle {
+        match &self.resident {
+            Some((chunks, _)) => chunks[c as usize],
+            None => self.buffers[k].0,
+        }
+    }
+
+    /// The resident entry already holds every chunk's staged columns.
+    fn resident_staged(&self) -> bool {
+        matches!(self.resident, Some((_, true)))
     }
 
     /// The table's schema.
@@ -550,11 +734,15 @@ impl<'d> Scanner<'d> {
                 *self.program.insert(p)
             }
         };
-        while (self.buffers.len() as u64) < self.slots * self.sets {
-            let input = ops::alloc(&mut self.session, self.layout.in_bytes)?;
+        let sets = if self.resident_staged() { 1 } else { self.sets };
+        while (self.buffers.len() as u64) < self.slots * sets {
+            let input = match self.resident {
+                Some(_) => MemHandle::NONE,
+                None => ops::alloc(&mut self.session, self.layout.in_bytes)?,
+            };
             let output = ops::alloc(&mut self.session, self.layout.out_bytes)?;
             self.buffers.push((input, output));
-            if self.staged_len > 0 {
+            if self.staged_len > 0 && !self.resident_staged() {
                 let b = ops::alloc(&mut self.session, self.staged_len)?;
                 self.staged_bufs.push(b);
             }
@@ -572,7 +760,7 @@ impl<'d> Scanner<'d> {
         let mut copies = Staging::default();
         for (i, c) in (start..end).enumerate() {
             let k = (set * self.slots) as usize + i;
-            let (input, _) = self.buffers[k];
+            let input = self.input_of(c, k);
             let staged = self.staged_bufs.get(k).copied().unwrap_or(MemHandle::NONE);
             let t = copies.target(Target::new(
                 staged,
@@ -618,6 +806,12 @@ impl<'d> Scanner<'d> {
         let pind = self.prepare()?;
         let current = match self.staged.take() {
             Some(s) => s,
+            None if self.resident_staged() => Staged {
+                start: self.next,
+                count: self.slots.min(self.chunks - self.next),
+                set: 0,
+                copies: Staging::default(),
+            },
             None => self.stage(self.next, 0)?,
         };
         let result = self.run_staged(pind, current);
@@ -636,7 +830,7 @@ impl<'d> Scanner<'d> {
         } = current;
         copies.finish(&mut self.session)?;
         let after = start + count;
-        if self.sets == 2 && after < self.chunks {
+        if self.sets == 2 && after < self.chunks && !self.resident_staged() {
             self.staged = Some(self.stage(after, 1 - set)?);
         }
         let base = (set * self.slots) as usize;
@@ -644,7 +838,8 @@ impl<'d> Scanner<'d> {
             .enumerate()
             .map(|(i, c)| {
                 let first = c * self.chunk;
-                let (input, output) = self.buffers[base + i];
+                let output = self.buffers[base + i].1;
+                let input = self.input_of(c, base + i);
                 (
                     first,
                     self.chunk.min(self.schema.rows - first),
@@ -759,9 +954,61 @@ pub fn scan(
     predicates: &[Predicate],
     opts: &ScanOptions,
 ) -> Result<ScanResult, DataError> {
+    scan_kept(dev, table_dir, columns, predicates, opts, None)
+}
+
+/// [`scan`], its staged inputs kept by `keeper` when given (see [`resident`]): a scan
+/// whose entry is kept and unchanged stages nothing ([`ScanResult::reused`]).
+pub fn scan_kept(
+    dev: &Device,
+    table_dir: &str,
+    columns: &[&str],
+    predicates: &[Predicate],
+    opts: &ScanOptions,
+    keeper: Option<&mut resident::ResidentScans<'_>>,
+) -> Result<ScanResult, DataError> {
     let started = Instant::now();
     let session = Session::new(dev);
-    let mut sc = Scanner::open(session, table_dir, columns, predicates, opts)?;
+    let (mut sc, mut lease) = match keeper {
+        Some(k) => {
+            let (sc, l) = Scanner::open_kept(session, table_dir, columns, predicates, opts, k)?;
+            (sc, l.map(|l| (k, l)))
+        }
+        None => (
+            Scanner::open(session, table_dir, columns, predicates, opts)?,
+            None,
+        ),
+    };
+    let mut out = match result_columns(&mut sc, table_dir) {
+        Ok(out) => out,
+        Err(e) => {
+            if let Some((k, l)) = lease.take() {
+                k.release(l, false, None);
+            }
+            return Err(e);
+        }
+    };
+    let reused = lease.as_ref().is_some_and(|(_, l)| l.staged);
+    let rows = collect_chunks(&mut sc, &mut out);
+    if let Some((k, l)) = lease {
+        let complete = rows.is_ok() && sc.finished();
+        k.release(l, complete, complete.then(|| sc.input_files()));
+    }
+    let rows = rows?;
+    let rows_scanned = sc.schema().rows;
+    let meter = sc.close()?;
+    Ok(ScanResult {
+        columns: out,
+        rows,
+        rows_scanned,
+        meter,
+        wall_ns: started.elapsed().as_nanos() as u64,
+        reused,
+    })
+}
+
+/// The result's columns, empty, with their dictionaries.
+fn result_columns(sc: &mut Scanner<'_>, table_dir: &str) -> Result<Vec<ScanColumn>, DataError> {
     let mut out = Vec::new();
     for c in sc.columns().to_vec() {
         let dictionary = if c.ty == ColumnType::Dict {
@@ -783,6 +1030,11 @@ pub fn scan(
             dictionary,
         });
     }
+    Ok(out)
+}
+
+/// Runs every chunk, appending its kept values to `out`; the rows kept.
+fn collect_chunks(sc: &mut Scanner<'_>, out: &mut [ScanColumn]) -> Result<u64, DataError> {
     let mut rows = 0;
     while let Some(chunk) = sc.next_chunk()? {
         rows += chunk.kept;
@@ -790,15 +1042,7 @@ pub fn scan(
             col.values.extend(Values::from_le_bytes(col.ty, bytes));
         }
     }
-    let rows_scanned = sc.schema().rows;
-    let meter = sc.close()?;
-    Ok(ScanResult {
-        columns: out,
-        rows,
-        rows_scanned,
-        meter,
-        wall_ns: started.elapsed().as_nanos() as u64,
-    })
+    Ok(rows)
 }
 
 /// The host reference: the same scan over a local table, from the predicates'

@@ -8,6 +8,7 @@ mod oracle;
 mod put_gen;
 mod resident;
 mod scan;
+mod scan_resident;
 mod ssb;
 
 /// An embedded device under the lambda-io profile (so modelled times are not zero).

@@ -1,0 +1,355 @@
+//! Resident scans: the staged input columns of pushdown scans, kept in device memory
+//! between scans on one device so that the next scan over the same columns stages
+//! nothing and only runs its program over them.
+//!
+//! An entry holds, per chunk of a scan's plan (the table, the staged columns in the
+//! program's input order, the chunk size and the row count: [`crate::Scanner::resident_plan`]),
+//! the chunk's input window exactly as a fresh scan stages it, every block included (a
+//! zone map skips nothing when staging into an entry), so any predicate over the same
+//! columns may reuse it. The programs differ per predicate; the staged values do not.
+//!
+//! Staleness: before an entry is used, a one-byte sentinel of each of its files (the
+//! schema and the column files) is copied as a resident range
+//! (`CopySource::ResidentFile`). The device serves a resident range only while the
+//! file's content version is the one it was read at, and the sentinels are first copied
+//! before the entry is staged: a sentinel served from resident memory means no write,
+//! truncate, rename or delete touched the file since. Any other answer (a write, the
+//! device evicted the sentinel, a device without resident memory) restages the entry:
+//! never a stale answer, at worst a fresh scan's cost.
+//!
+//! Memory: entries stay within a byte budget, least recently used first out; an entry
+//! a scan is using (staging or reading it) is never evicted nor lent to a second scan
+//! (that one stages into its own memory, as a fresh scan). A scan whose entry is staged
+//! also borrows its output windows from the keeper (fresh device memory costs the host
+//! a page fault and a zeroed page per 4 KiB: for Q6 at SF 1 as much time as the scan's
+//! program), within the same budget.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use csx_host::proto::limits::COPY_SOURCES_MAX;
+use csx_host::proto::{CopySource, MemHandle, Op, Reply};
+
+use crate::error::DataError;
+use crate::ops::{self, Meter, Session};
+use crate::stage::DeviceColumn;
+
+/// Bytes of a file copied as its sentinel: its first.
+const SENTINEL_BYTES: u64 = 1;
+
+/// Device memory resident scans keep by default: 1 GiB.
+pub const RESIDENT_BUDGET_DEFAULT: u64 = 1 << 30;
+
+/// One kept entry.
+#[derive(Debug)]
+struct Kept {
+    chunks: Vec<MemHandle>,
+    bytes: u64,
+    files: Vec<String>,
+    /// Its content is complete and was current at the last check.
+    staged: bool,
+    /// A scan holds it ([`Lease`]).
+    busy: bool,
+    used: u64,
+    /// The staged columns' files as the staging opened them (headers and directories).
+    columns: Option<Vec<Arc<DeviceColumn>>>,
+}
+
+/// An entry lent to one scan: per chunk its input window's allocation, and whether it
+/// already holds the chunk's staged columns (`staged`: the scan stages nothing); with a
+/// staged entry, the output windows asked for (empty when the budget has no room).
+#[derive(Debug)]
+pub struct Lease {
+    pub key: String,
+    pub chunks: Vec<MemHandle>,
+    pub staged: bool,
+    pub outputs: Vec<MemHandle>,
+    /// With `staged`, the staged columns' files as opened when they were staged.
+    pub columns: Option<Vec<Arc<DeviceColumn>>>,
+}
+
+/// A kept output window: its allocation, bytes, and whether a scan holds it.
+#[derive(Debug)]
+struct Scratch {
+    handle: MemHandle,
+    bytes: u64,
+    busy: bool,
+}
+
+/// What the keeper holds (see the module doc).
+#[derive(Debug)]
+pub struct ResidentScans<'d> {
+    session: Session<'d>,
+    budget: u64,
+    used_bytes: u64,
+    clock: u64,
+    sentinel: Option<MemHandle>,
+    entries: HashMap<String, Kept>,
+    scratch: Vec<Scratch>,
+}
+
+impl<'d> ResidentScans<'d> {
+    /// Nothing kept yet; allocations made in `session` (closing the keeper frees
+    /// them), at most `budget` bytes.
+    pub fn new(session: Session<'d>, budget: u64) -> ResidentScans<'d> {
+        ResidentScans {
+            session,
+            budget,
+            used_bytes: 0,
+            clock: 0,
+            sentinel: None,
+            entries: HashMap::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Bytes of device memory kept now, and entries.
+    pub fn kept_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The entry `key` for a scan (`sizes`: bytes of each chunk's input window;
+    /// `files`: the files it is staged from), checked against its files; `None` when
+    /// it cannot be kept within the budget or another scan holds it. What the check
+    /// and the allocations cost is added to `meter`.
+    pub fn acquire(
+        &mut self,
+        key: &str,
+        sizes: &[u64],
+        files: &[String],
+        meter: &mut Meter,
+    ) -> Result<Option<Lease>, DataError> {
+        if self.entries.get(key).is_some_and(|e| e.busy) {
+            return Ok(None);
+        }
+        let before = self.session.meter;
+        let out = self.acquire_free(key, sizes, files);
+        meter.add(&self.session.meter.since(&before));
+        out
+    }
+
+    /// `n` idle output windows of at least `bytes` each for a scan (given back with
+    /// its lease), made when missing (idle smaller ones freed first); none when they
+    /// do not fit the budget. What allocating cost is added to `meter`.
+    pub fn lend_outputs(
+        &mut self,
+        n: u64,
+        bytes: u64,
+        meter: &mut Meter,
+    ) -> Result<Vec<MemHandle>, DataError> {
+        let before = self.session.meter;
+        let out = self.lend_idle(n, bytes.max(64));
+        meter.add(&self.session.meter.since(&before));
+        out
+    }
+
+    fn lend_idle(&mut self, n: u64, bytes: u64) -> Result<Vec<MemHandle>, DataError> {
+        let fits = |s: &Scratch| !s.busy && s.bytes >= bytes;
+        let idle = self.scratch.iter().filter(|s| fits(s)).count() as u64;
+        if idle < n {
+            let small: Vec<usize> = (0..self.scratch.len())
+                .filter(|&i| !self.scratch[i].busy && self.scratch[i].bytes < bytes)
+                .collect();
+            for i in small.into_iter().rev() {
+                let s = self.scratch.remove(i);
+                self.used_bytes -= s.bytes;
+                self.session.free(s.handle)?;
+            }
+            let more = (n - idle) * bytes;
+            self.evict_for(more)?;
+            if self.used_bytes + more > self.budget {
+                return Ok(Vec::new());
+            }
+            for _ in idle..n {
+                let handle = ops::alloc(&mut self.session, bytes)?;
+                self.used_bytes += bytes;
+                self.scratch.push(Scratch {
+                    handle,
+                    bytes,
+                    busy: false,
+                });
+            }
+        }
+        let mut out = Vec::new();
+        for s in self
+            .scratch
+            .iter_mut()
+            .filter(|s| !s.busy && s.bytes >= bytes)
+        {
+            if out.len() as u64 == n {
+                break;
+            }
+            s.busy = true;
+            out.push(s.handle);
+        }
+        Ok(out)
+    }
+
+    fn acquire_free(
+        &mut self,
+        key: &str,
+        sizes: &[u64],
+        files: &[String],
+    ) -> Result<Option<Lease>, DataError> {
+        let unchanged = self.files_unchanged(files)?;
+        self.clock += 1;
+        let bytes: u64 = sizes.iter().map(|&b| b.max(64)).sum();
+        if let Some(e) = self.entries.get_mut(key) {
+            if e.bytes == bytes && e.files == files {
+                e.used = self.clock;
+                e.staged &= unchanged;
+                e.busy = true;
+                return Ok(Some(Lease {
+                    key: key.to_string(),
+                    chunks: e.chunks.clone(),
+                    staged: e.staged,
+                    outputs: Vec::new(),
+                    columns: e.columns.clone().filter(|_| e.staged),
+                }));
+            }
+            self.remove(key)?;
+        }
+        if bytes > self.budget {
+            return Ok(None);
+        }
+        self.evict_for(bytes)?;
+        if self.used_bytes + bytes > self.budget {
+            // Every other entry is in use.
+            return Ok(None);
+        }
+        let mut chunks = Vec::with_capacity(sizes.len());
+        for &b in sizes {
+            match ops::alloc(&mut self.session, b) {
+                Ok(h) => chunks.push(h),
+                Err(e) => {
+                    for h in chunks {
+                        let _ = self.session.free(h);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.used_bytes += bytes;
+        let kept = Kept {
+            chunks: chunks.clone(),
+            bytes,
+            files: files.to_vec(),
+            staged: false,
+            busy: true,
+            used: self.clock,
+            columns: None,
+        };
+        self.entries.insert(key.to_string(), kept);
+        Ok(Some(Lease {
+            key: key.to_string(),
+            chunks,
+            staged: false,
+            outputs: Vec::new(),
+            columns: None,
+        }))
+    }
+
+    /// Gives the entry back: `complete` says every chunk of it is staged (a scan that
+    /// failed or stopped early leaves it to be staged again); `columns`: the staged
+    /// columns' files the scan opened (kept for the next scan while the entry is).
+    pub fn release(
+        &mut self,
+        lease: Lease,
+        complete: bool,
+        columns: Option<Vec<Arc<DeviceColumn>>>,
+    ) {
+        for s in &mut self.scratch {
+            if lease.outputs.contains(&s.handle) {
+                s.busy = false;
+            }
+        }
+        if let Some(e) = self.entries.get_mut(&lease.key) {
+            e.busy = false;
+            e.staged = lease.staged || complete;
+            if complete && !lease.staged {
+                e.columns = columns;
+            }
+        }
+    }
+
+    /// Whether every file of `files` is unchanged since its sentinel was first copied
+    /// (served from the device's resident memory); copying marks the versions a
+    /// staging that follows starts from. One Memory Copy per [`COPY_SOURCES_MAX`] files.
+    fn files_unchanged(&mut self, files: &[String]) -> Result<bool, DataError> {
+        let sentinel = match self.sentinel {
+            Some(h) => h,
+            None => {
+                let h = ops::alloc(&mut self.session, SENTINEL_BYTES * COPY_SOURCES_MAX as u64)?;
+                *self.sentinel.insert(h)
+            }
+        };
+        let mut unchanged = true;
+        for group in files.chunks(COPY_SOURCES_MAX) {
+            let sources = group
+                .iter()
+                .map(|path| CopySource::ResidentFile {
+                    path: path.clone(),
+                    offset: 0,
+                    len: SENTINEL_BYTES,
+                })
+                .collect();
+            let want = SENTINEL_BYTES * group.len() as u64;
+            let op = Op::MemCopy {
+                dst: sentinel,
+                dst_offset: 0,
+                sources,
+            };
+            // A file without a first byte is not unchanged; the staging reports it.
+            let Ok(c) = self.session.device().client().call_ok(op) else {
+                unchanged = false;
+                continue;
+            };
+            let served = match c.reply {
+                Reply::Copied { resident_bytes } => resident_bytes.min(c.value),
+                _ => 0,
+            };
+            let m = &mut self.session.meter;
+            m.commands += 1;
+            m.modelled_ns += c.timing.modelled_ns;
+            m.media_bytes += c.value - served;
+            m.resident_bytes += served;
+            unchanged &= c.value == want && served == want;
+        }
+        Ok(unchanged)
+    }
+
+    fn remove(&mut self, key: &str) -> Result<(), DataError> {
+        if let Some(e) = self.entries.remove(key) {
+            self.used_bytes -= e.bytes;
+            for h in e.chunks {
+                self.session.free(h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees least recently used entries no scan holds until `bytes` more fit (or
+    /// every entry left is in use).
+    fn evict_for(&mut self, bytes: u64) -> Result<(), DataError> {
+        while self.used_bytes + bytes > self.budget {
+            let oldest = (self.entries.iter())
+                .filter(|(_, e)| !e.busy)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(key) => self.remove(&key)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees everything kept; what keeping it cost.
+    pub fn close(self) -> Result<Meter, DataError> {
+        Ok(self.session.close()?)
+    }
+}

@@ -1,0 +1,125 @@
+//! Resident scans: a scan through a keeper reuses the staged inputs of an earlier scan
+//! over the same columns (any predicate), with a fresh scan's answer, and a write to
+//! the table between two scans is seen by the second.
+
+use csx_data::columnar::{copy_as_raw, ColumnSchema, ColumnType, LocalTable, TableWriter, Values};
+use csx_data::predicate::{Cmp, Predicate};
+use csx_data::scan::resident::ResidentScans;
+use csx_data::scan::{scan, scan_kept, scan_local, ScanOptions};
+use csx_data::ScanResult;
+use csx_host::{Device, Session};
+
+/// A table `t` of a clustered i64 `k` and an i32 `v` (several blocks, so zone maps skip
+/// some), on a device with resident memory as `/t` (encoded) and `/raw` (raw values).
+fn setup(tmp: &std::path::Path) -> (Device, LocalTable) {
+    let dir = tmp.join("t");
+    let rows: i64 = 5 * i64::from(csx_data::encoding::BLOCK_ROWS) + 123;
+    let cols = vec![
+        ColumnSchema::new("k", ColumnType::Int64),
+        ColumnSchema::new("v", ColumnType::Int32),
+    ];
+    let mut w = TableWriter::create(&dir, "t", cols).unwrap();
+    for i in 0..rows {
+        w.i64(0, i - 70_000).unwrap();
+        w.i32(1, ((i * 7919) % 1000) as i32 - 500).unwrap();
+    }
+    w.finish(&[]).unwrap();
+    copy_as_raw(&dir, &tmp.join("raw")).unwrap();
+    let config = csx_device::DeviceConfig {
+        perf: csx_device::perf::PerfModel::lambda_io(),
+        resident_bytes: Some(16 << 20),
+        ..Default::default()
+    };
+    let dev = Device::init(&tmp.join("dev"), config).unwrap();
+    csx_data::put::put_dir(&dev, &dir, "/t", &mut |_, _| {}).unwrap();
+    csx_data::put::put_dir(&dev, &tmp.join("raw"), "/raw", &mut |_, _| {}).unwrap();
+    (dev, LocalTable::open(&dir).unwrap())
+}
+
+fn values(r: &ScanResult) -> Vec<Values> {
+    r.columns.iter().map(|c| c.values.clone()).collect()
+}
+
+const OPTS: ScanOptions = ScanOptions {
+    engine: csx_host::proto::EngineKind::Jit,
+    chunk_rows: 100_000,
+};
+
+#[test]
+fn resident_scans_reuse_staged_inputs_for_any_predicate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, local) = setup(tmp.path());
+    let mut keeper = ResidentScans::new(Session::new(&dev), 64 << 20);
+    // Zone maps would skip most blocks for each; every case needs other blocks.
+    let cases = [
+        vec![Predicate::new("k", Cmp::Le(-65_000))],
+        vec![Predicate::new("k", Cmp::Between(150_000, 150_100))],
+        vec![
+            Predicate::new("v", Cmp::In(vec![-499, 7, 498])),
+            Predicate::new("k", Cmp::Gt(250_000)),
+        ],
+    ];
+    let mut media = Vec::new();
+    let mut kept_bytes = Vec::new();
+    for (i, preds) in cases.iter().enumerate() {
+        let want = scan_local(&local, &["k", "v"], preds).unwrap();
+        let fresh = scan(&dev, "/t", &["k", "v"], preds, &OPTS).unwrap();
+        let kept = scan_kept(&dev, "/t", &["k", "v"], preds, &OPTS, Some(&mut keeper)).unwrap();
+        assert_eq!(values(&fresh), want, "case {i}");
+        // A block a zone map excluded for an earlier predicate is staged whole, so a
+        // later one that needs its rows finds them.
+        assert_eq!(values(&kept), want, "case {i}: resident");
+        assert_eq!(kept.reused, i > 0, "case {i}");
+        media.push(kept.meter.media_bytes);
+        kept_bytes.push(keeper.kept_bytes());
+    }
+    // The first reuse also kept its output windows for the next; the second found them.
+    assert!(kept_bytes[0] < kept_bytes[1] && kept_bytes[1] == kept_bytes[2]);
+    assert!(keeper.kept_bytes() > 0 && keeper.entries() == 1);
+    assert!(
+        media[1] * 100 < media[0],
+        "a reused entry reads only its sentinels: {media:?}"
+    );
+    // Other columns: an entry of their own.
+    let p = [Predicate::new("v", Cmp::Gt(400))];
+    let r = scan_kept(&dev, "/t", &["v"], &p, &OPTS, Some(&mut keeper)).unwrap();
+    assert!(!r.reused && keeper.entries() == 2);
+    assert_eq!(values(&r), scan_local(&local, &["v"], &p).unwrap());
+    keeper.close().unwrap();
+    dev.close().unwrap();
+}
+
+#[test]
+fn a_write_between_resident_scans_is_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, _) = setup(tmp.path());
+    let mut keeper = ResidentScans::new(Session::new(&dev), 64 << 20);
+    let preds = [Predicate::new("v", Cmp::In(vec![-500, 3, 499]))];
+    let run = |keeper: &mut ResidentScans| {
+        scan_kept(&dev, "/raw", &["k"], &preds, &OPTS, Some(keeper)).unwrap()
+    };
+    let first = run(&mut keeper);
+    let second = run(&mut keeper);
+    assert!(!first.reused && second.reused);
+    assert_eq!(values(&first), values(&second));
+    // Every v becomes 3: every row passes.
+    let path = "/raw/v.col";
+    let size = dev.stat(path).unwrap().size_bytes;
+    let threes: Vec<u8> = (0..size / 4).flat_map(|_| 3i32.to_le_bytes()).collect();
+    dev.write_file(path, 0, &threes).unwrap();
+    let after = run(&mut keeper);
+    let fresh = scan(&dev, "/raw", &["k"], &preds, &OPTS).unwrap();
+    assert!(!after.reused, "the written column is staged again");
+    assert_eq!(
+        values(&after),
+        values(&fresh),
+        "a resident scan sees the write"
+    );
+    assert_eq!(after.rows, size / 4);
+    assert_ne!(after.rows, first.rows);
+    let again = run(&mut keeper);
+    assert!(again.reused);
+    assert_eq!(again.rows, after.rows);
+    keeper.close().unwrap();
+    dev.close().unwrap();
+}
