@@ -52,9 +52,7 @@ fn loads_at_the_top_of_the_stack_through_a_data_index() {
             // Bytes 0 .. m - 1 of region 2: every index in range, read at every budget.
             let legal = src.replacen("mov %r0, 0", &format!("mov %r0, 0\nmov %r2, {}", m - 1), 1);
             let want: u64 = (0..m - 1)
-                .map(|k| {
-                    (0..size).fold(0, |v, j| v | bytes[(k + j) as usize] << (8 * j))
-                })
+                .map(|k| (0..size).fold(0, |v, j| v | bytes[(k + j) as usize] << (8 * j)))
                 .sum();
             assert_eq!(every_budget(&legal).result, Ok(want), "{load} {index}");
             // All 64 bytes: byte m - 1 gives the index one past the top.
@@ -97,6 +95,30 @@ fn stores_at_the_top_of_the_stack_through_a_data_index() {
             addr: stack_top(),
             size: 1,
             write: true
+        }
+    );
+}
+
+#[test]
+fn speculative_loads_at_the_top_of_the_stack() {
+    // The load sits in a speculative region (a branch that never goes over it): its
+    // check raises the region's fault flag only past r10, where the ordinary
+    // translation then traps at the load's pc.
+    let access = "jeq %r3, 1000, skip\nldxb %r5, [%r5+0]\nadd %r0, %r5\nskip:";
+    let src = top_of_frame_program("mod %r4, 9", access);
+    let p = program(&src, vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(plan.functions[0].regions.len(), 1, "the load is speculated");
+    let legal = src.replacen("mov %r0, 0", "mov %r0, 0\nmov %r2, 8", 1);
+    assert_eq!(every_budget(&legal).result, Ok((1..=8).sum()));
+    let out = every_budget(&src);
+    assert_eq!(trap_of(&out).pc, ACCESS_PC + 1);
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::OutOfBounds {
+            addr: stack_top(),
+            size: 1,
+            write: false
         }
     );
 }
