@@ -28,7 +28,8 @@
 //!   masked by a constant, ...), that stay inside the current 512-byte frame need no
 //!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
 //!   check keeps every frame inside it. Other addresses computed from r10 are checked
-//!   against the stack first (a constant check) rather than the region caches, so a
+//!   against the stack first (a constant check, exact for the access's size, so the
+//!   frame's top bytes pass) rather than the region caches, so a
 //!   stack array indexed by data does not evict the input region from the cache; so
 //!   are accesses through a register that `analysis::stack_bases` finds holding such
 //!   an address on every path (carried by block parameters or through spill slots,
