@@ -2,8 +2,9 @@
 //! profiler: `kernel_run KERNEL RUNS [jit|quick|interp]` (jit when omitted).
 //!
 //! The kernel is the object `csx bench vm` runs (`sdk/bench/KERNEL.c`, built in) on its
-//! full-size input (`csx_bench::kernels::input`), mapped as the bench maps it (r1 its
-//! address, r2 its length). The result is checked against the interpreter's; the runs
+//! full-size input (`csx_bench::kernels::input`), or with KERNEL `FILE.c:NAME` function
+//! NAME of a `csx bench vm --kernels FILE.c` file on its input, mapped as the bench maps
+//! it (r1 its address, r2 its length). The result is checked against the interpreter's; the runs
 //! happen in `measured`, so a profiler can count only them
 //! (`valgrind --tool=callgrind --toggle-collect='*measured*'`).
 
@@ -45,15 +46,27 @@ fn main() -> anyhow::Result<()> {
         "interp" => EngineKind::Interp,
         other => bail!("unknown engine {other}: jit, quick or interp"),
     };
-    let kernel = kernels::all()
-        .into_iter()
-        .find(|k| k.name == name)
-        .with_context(|| format!("no kernel {name} in sdk/bench"))?;
+    // `FILE.c:NAME`: function NAME of a `csx bench vm --kernels` file, on its input.
+    let (kernel, bytes) = match name.rsplit_once(':') {
+        Some((file, name)) => {
+            let kernel = kernels::from_file(std::path::Path::new(file))?
+                .into_iter()
+                .find(|k| k.name == name)
+                .with_context(|| format!("no function {name} in {file}"))?;
+            (kernel, kernels::file_input(name))
+        }
+        None => {
+            let kernel = kernels::all()
+                .into_iter()
+                .find(|k| k.name == name)
+                .with_context(|| format!("no kernel {name} in sdk/bench"))?;
+            (kernel, kernels::input(name))
+        }
+    };
     let functions = Arc::new(FunctionTable::new());
     let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(kernel.symbol), &functions)?;
     let program = verify_program(name, program, functions)?;
 
-    let bytes = kernels::input(name);
     let mut map = MemoryMap::new();
     let addr = map.map_read_only(RegionIdx::EMBEDDER_FIRST, &bytes)?;
     let r = [addr, bytes.len() as u64, 0, 0, 0];

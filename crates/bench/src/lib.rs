@@ -60,6 +60,26 @@ pub mod kernels {
             .bytes()
             .to_vec()
     }
+
+    /// The kernels of a C file as `csx bench vm --kernels FILE` compiles them: every
+    /// global function `u64 NAME(void *mem, u64 len)`.
+    pub fn from_file(file: &std::path::Path) -> anyhow::Result<Vec<Kernel>> {
+        Ok(crate::vm::user::compile(file)?
+            .iter()
+            .map(|k| Kernel {
+                name: k.name,
+                symbol: k.symbol,
+                bpf_object: k.bpf_object,
+            })
+            .collect())
+    }
+
+    /// The bytes `csx bench vm --kernels FILE` gives its kernel `name` (full size).
+    pub fn file_input(name: &str) -> Vec<u8> {
+        crate::vm::user::input(name, crate::vm::Scale::Full)
+            .bytes()
+            .to_vec()
+    }
 }
 
 /// Measure csx.

@@ -59,7 +59,7 @@ pub enum Native {
 }
 
 mod ubpf;
-mod user;
+pub(crate) mod user;
 
 mod kernels {
     use super::{CompiledKernel, Native};

@@ -23,6 +23,7 @@ use crate::analysis::IfConv;
 
 mod count_tests;
 mod region_tests;
+mod stack_tests;
 
 /// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with
 /// 0xab, 3 aborts, 4 panics, 6 unmaps the stack.

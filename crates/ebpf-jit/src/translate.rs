@@ -28,7 +28,8 @@
 //!   masked by a constant, ...), that stay inside the current 512-byte frame need no
 //!   check: the stack region is always mapped with `STACK_SIZE` bytes and the depth
 //!   check keeps every frame inside it. Other addresses computed from r10 are checked
-//!   against the stack first (a constant check) rather than the region caches, so a
+//!   against the stack first (a constant check, exact for the access's size, so the
+//!   frame's top bytes pass) rather than the region caches, so a
 //!   stack array indexed by data does not evict the input region from the cache; so
 //!   are accesses through a register that `analysis::stack_bases` finds holding such
 //!   an address on every path (carried by block parameters or through spill slots,
@@ -1717,7 +1718,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// global section an address was computed from, else the region cache.
     fn first_check(&mut self, pc: u32, v: Value, size: i64, write: bool) -> CacheValues {
         if self.stack_based(pc, v) {
-            return self.stack_cache();
+            return self.stack_cache(size);
         }
         if let Some(c) = self.global_cache(v, size, write) {
             return c;
@@ -1747,13 +1748,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         })
     }
 
-    /// The stack as a region cache: constant, always valid (the stack is always mapped
-    /// with `STACK_SIZE` bytes and never moves during a run).
-    fn stack_cache(&mut self) -> CacheValues {
+    /// The stack as a region cache for an access of `size` bytes: constant, always
+    /// valid (the stack is always mapped with `STACK_SIZE` bytes, for loads and stores,
+    /// and never moves during a run), with its exact bound (`STACK_SIZE - size`, not a
+    /// cache's `len - 8`): a byte array in the frame's top 8 bytes, such as a small
+    /// table indexed by data (`pat[k]`), hits, rather than taking the table check and
+    /// evicting the input's region from the read cache on every access.
+    fn stack_cache(&mut self, size: i64) -> CacheValues {
         let lo = RegionIdx::STACK.vaddr(0) as i64;
         CacheValues {
             neg_lo: self.b.ins().iconst(types::I64, lo.wrapping_neg()),
-            limit: self.b.ins().iconst(types::I64, STACK_SIZE as i64 - 8),
+            limit: self.b.ins().iconst(types::I64, STACK_SIZE as i64 - size),
             delta: self.stack_delta,
         }
     }
@@ -1865,7 +1870,8 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Whether an access of at most 8 bytes at `v + off` lies in the cached region:
     /// `(v - lo) + off <= len - 8`, unsigned. Safe for every size, because a cached
     /// `len` is at least [`CACHE_LEN_MIN`] (so `len - 8` does not wrap) and below 2^32
-    /// (so an address in any other region gives a larger difference).
+    /// (so an address in any other region gives a larger difference). The constant
+    /// checks of the stack and of global sections pass `len - size` as the limit: exact.
     fn cache_hit(&mut self, cache: &CacheValues, v: Value, off: i16) -> Value {
         let b = &mut self.b;
         let rel = b.ins().iadd(v, cache.neg_lo);

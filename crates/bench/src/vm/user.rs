@@ -20,7 +20,7 @@ const INPUT_BYTES: usize = 64 << 10;
 const INPUT_BYTES_TEST: usize = 2 << 10;
 
 /// The input of user kernel `name`: random bytes from a seed that mixes in the name.
-pub(super) fn input(name: &str, scale: Scale) -> Input {
+pub(crate) fn input(name: &str, scale: Scale) -> Input {
     let len = if scale == Scale::Full {
         INPUT_BYTES
     } else {
@@ -33,7 +33,7 @@ pub(super) fn input(name: &str, scale: Scale) -> Input {
 
 /// Compiles `file` both ways and returns one kernel per global function. The kernels
 /// and the loaded native library live until the process exits.
-pub(super) fn compile(file: &Path) -> anyhow::Result<&'static [CompiledKernel]> {
+pub(crate) fn compile(file: &Path) -> anyhow::Result<&'static [CompiledKernel]> {
     let clang = std::env::var("CSX_CLANG").unwrap_or_else(|_| "clang".to_string());
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let object = dir.path().join("kernels.bpf.o");
