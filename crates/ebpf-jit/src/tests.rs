@@ -22,6 +22,7 @@ use super::*;
 use crate::analysis::IfConv;
 
 mod count_tests;
+mod loop_tests;
 mod region_tests;
 
 /// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with
