@@ -2,9 +2,9 @@
 //! their memory accesses that copy may make without a bounds check.
 //!
 //! For a natural loop (one header `h` dominating its body; loops inside it are
-//! summarized, see `evaluate`; no calls), every register is evaluated symbolically over one iteration as an
-//! affine form of the register values at the header (`c0*r0 + ... + c10*r10 + k`, mod
-//! 2^64), or as unknown. A register whose value at every edge back to the header is its
+//! summarized, see `evaluate`; no calls), every register is evaluated symbolically
+//! over one iteration as an affine form of the register values at the header
+//! (`c0*r0 + ... + c10*r10 + k`, mod 2^64), or as unknown. A register whose value at every edge back to the header is its
 //! own header value plus one constant (the same on every back-edge) is an *induction
 //! variable* with that step (step 0: invariant); the rest are unknown at the header. An
 //! access whose address is an affine form of induction variables moves by a constant
@@ -475,7 +475,10 @@ fn version_loop(
         steps: &steps,
     };
     let accesses = strided_accesses(&walk);
-    if accesses.is_empty() || (shape.nested && !worth_nesting(plan, &walk, &accesses)) {
+    if accesses.is_empty()
+        || (shape.nested && !worth_nesting(plan, &walk, &accesses))
+        || (inner && !unchecked_around_inner(g, shape, &walk, &accesses))
+    {
         return None;
     }
     let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
@@ -697,16 +700,43 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
     accesses
 }
 
+/// Whether a loop holding inner loops repays its guard and the fuel bound's test at
+/// each iteration: every access outside the inner loops goes unchecked (or is at r10
+/// plus a constant). grep's scan does (its byte load; the match loop runs at a first
+/// byte only); a hash probe whose table loads stay checked (hashjoin) took 20% more
+/// instructions versioned.
+fn unchecked_around_inner(
+    g: &Graph,
+    shape: &LoopShape<'_>,
+    w: &Walk<'_>,
+    accesses: &[LoopAccess],
+) -> bool {
+    let mut inside = vec![false; g.n];
+    for &(latch, header) in &shape.inner_back {
+        for (u, b) in natural_body(g, header, &[latch]).into_iter().enumerate() {
+            inside[u] |= b;
+        }
+    }
+    w.order
+        .iter()
+        .filter(|&&u| !inside[u])
+        .all(|&u| unchecked_at(w, u, accesses))
+}
+
+/// Whether node `u` makes no access, or one that goes unchecked, or one at r10 plus a
+/// constant.
+fn unchecked_at(w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
+    let pc = w.g.pcs[u];
+    let insn = &w.insns[pc as usize];
+    let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
+    !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
+}
+
 /// Whether a loop inside another repays its guard (see [`version_loop`]). An access
 /// through a base that holds an address computed from r10 on every path
 /// (`FunctionPlan::stack_bases`) counts as a stack access here.
 fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
-    let all_unchecked = w.order.iter().all(|&u| {
-        let pc = w.g.pcs[u];
-        let insn = &w.insns[pc as usize];
-        let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
-        !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
-    });
+    let all_unchecked = w.order.iter().all(|&u| unchecked_at(w, u, accesses));
     let counted = w.order.iter().all(|&u| {
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
