@@ -1,10 +1,10 @@
-//! Loop versioning: which innermost loops get a second, unchecked copy, and which of
+//! Loop versioning: which loops get a second, unchecked copy, and which of
 //! their memory accesses that copy may make without a bounds check.
 //!
-//! For an innermost natural loop (one header `h` dominating its body, no other cycle
-//! inside, no calls), every register is evaluated symbolically over one iteration as an
-//! affine form of the register values at the header (`c0*r0 + ... + c10*r10 + k`, mod
-//! 2^64), or as unknown. A register whose value at every edge back to the header is its
+//! For a natural loop (one header `h` dominating its body; loops inside it are
+//! summarized, see `evaluate`; no calls), every register is evaluated symbolically
+//! over one iteration as an affine form of the register values at the header
+//! (`c0*r0 + ... + c10*r10 + k`, mod 2^64), or as unknown. A register whose value at every edge back to the header is its
 //! own header value plus one constant (the same on every back-edge) is an *induction
 //! variable* with that step (step 0: invariant); the rest are unknown at the header. An
 //! access whose address is an affine form of induction variables moves by a constant
@@ -102,7 +102,8 @@ pub(crate) struct LoopAccess {
     pub stack: bool,
 }
 
-/// An innermost loop with at least one access that can go unchecked.
+/// A loop (holding no other versioned loop) with at least one access that can go
+/// unchecked.
 #[derive(Clone, Debug)]
 pub(crate) struct VersionedLoop {
     pub header: u32,
@@ -115,6 +116,11 @@ pub(crate) struct VersionedLoop {
     pub narrow: Vec<Narrow>,
     /// The least and most fuel one iteration charges.
     pub fuel: Option<IterationFuel>,
+    /// Slots at or after an inner loop's header in an iteration: when fuel bounds the
+    /// iterations, a backward jump there charges with a check in the unchecked copy
+    /// too (an inner loop runs any number of times, so the slice an iteration starts
+    /// with cannot cover it), and a refill there resumes in the checked loop.
+    pub checked_charges: BTreeSet<u32>,
 }
 
 /// A 32-bit result (a zero-extension: an ALU32 `mov`, `add`, `sub` or `lsh`, or
@@ -183,16 +189,38 @@ pub(crate) fn plan_loops(
             .iter()
             .enumerate()
             .any(|(j, body)| j != i && body[*h]);
+        // The back-edges of the loops inside this one.
+        let inner_back = headers
+            .iter()
+            .filter(|(h2, _)| h2 != h && bodies[i][*h2])
+            .flat_map(|(h2, l2)| l2.iter().map(|&u| (u, *h2)))
+            .collect();
         let shape = LoopShape {
             h: *h,
             latches,
             nested,
+            inner_back,
         };
         if let Some(l) = choose_variant(insns, plan, &graph, &shape) {
             loops.push(l);
         }
     }
+    innermost_versioned(loops)
+}
+
+/// The versioned loops with no other versioned loop inside: a slot's translation
+/// belongs to one loop's copies, and a loop holding inner loops is versioned only where
+/// none of them is (the inner loop's own plan is the finer one).
+fn innermost_versioned(loops: Vec<VersionedLoop>) -> Vec<VersionedLoop> {
+    let headers: Vec<u32> = loops.iter().map(|l| l.header).collect();
     loops
+        .into_iter()
+        .filter(|l| {
+            !headers
+                .iter()
+                .any(|&h| h != l.header && l.body.contains(&h))
+        })
+        .collect()
 }
 
 fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
@@ -353,6 +381,8 @@ struct LoopShape<'a> {
     h: usize,
     latches: &'a [usize],
     nested: bool,
+    /// The back-edges `(latch, header)` of the loops inside it.
+    inner_back: Vec<(usize, usize)>,
 }
 
 /// The versioning plan of a loop, taking 32-bit results as the forms they extend (see
@@ -393,9 +423,16 @@ fn natural_body(g: &Graph, h: usize, latches: &[usize]) -> Vec<bool> {
     in_body
 }
 
-/// The versioning plan for the natural loop `shape`, if it is innermost, call-free,
-/// translated as whole blocks, and has an access that can go unchecked. `narrow`: take
-/// 32-bit results as the forms they extend (see [`Narrow`]).
+/// The versioning plan for the natural loop `shape`, if it is call-free, translated as
+/// whole blocks, and has an access that can go unchecked. `narrow`: take 32-bit results
+/// as the forms they extend (see [`Narrow`]).
+///
+/// A loop holding other loops (grep's scan, whose pattern match is a loop of its own)
+/// is evaluated over the acyclic body left without the inner back-edges, each inner
+/// header taking as unknown every register that differs along them (see [`evaluate`]);
+/// it is not unrolled, and 32-bit results are never taken as forms. Fuel may bound its
+/// iterations (see [`iteration_cost`]) over that acyclic body, the charges at or after
+/// an inner header excepted ([`VersionedLoop::checked_charges`]).
 ///
 /// A loop inside another runs its guard at every entry, so it is versioned only when it
 /// looks long enough to repay it, or the guard is cheap: every access goes unchecked,
@@ -423,7 +460,11 @@ fn version_loop(
     if !whole_shapes(plan, &body) {
         return None;
     }
-    let order = body_order(g, &in_body, shape.h, nodes.len())?;
+    let inner = !shape.inner_back.is_empty();
+    if inner && narrow {
+        return None;
+    }
+    let order = body_order(g, &in_body, shape, nodes.len())?;
     let (states, steps) = induction(insns, g, &in_body, shape, &order, narrow);
     let walk = Walk {
         insns,
@@ -434,12 +475,27 @@ fn version_loop(
         steps: &steps,
     };
     let accesses = strided_accesses(&walk);
-    if accesses.is_empty() || (shape.nested && !worth_nesting(plan, &walk, &accesses)) {
+    if accesses.is_empty()
+        || (shape.nested && !worth_nesting(plan, &walk, &accesses))
+        || (inner && !unchecked_around_inner(g, shape, &walk, &accesses))
+    {
         return None;
     }
     let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
-    let unroll = unroll_plan(plan, &walk, &body);
-    let fuel = iteration_fuel(&walk, shape.h);
+    let checked_charges = after_inner(g, &in_body, shape, &order);
+    let (unroll, fuel) = if inner {
+        // A loop's closing branch converted with its arm charges a select: never one
+        // of the checked ones.
+        let converted = checked_charges
+            .iter()
+            .any(|pc| matches!(plan.ifconv.get(pc), Some(IfConv::BackTriangle { .. })));
+        (None, iteration_fuel(&walk, shape).filter(|_| !converted))
+    } else {
+        (
+            unroll_plan(plan, &walk, &body),
+            iteration_fuel(&walk, shape),
+        )
+    };
     let mut l = VersionedLoop {
         header: g.pcs[shape.h],
         body,
@@ -447,11 +503,34 @@ fn version_loop(
         unroll,
         narrow,
         fuel,
+        checked_charges,
     };
     if shape.nested && !charged_once_at_header(insns, &l) {
         l.fuel = None;
     }
     Some(l)
+}
+
+/// The slots an iteration of `shape` reaches from an inner loop's header (those
+/// headers included), over the acyclic body in topological `order`.
+fn after_inner(
+    g: &Graph,
+    in_body: &[bool],
+    shape: &LoopShape<'_>,
+    order: &[usize],
+) -> BTreeSet<u32> {
+    let mut after = vec![false; g.n];
+    for &(_, v) in &shape.inner_back {
+        after[v] = true;
+    }
+    for &u in order {
+        if after[u] {
+            for &v in &g.succ[u] {
+                after[v] |= forward_edge(shape, in_body, u, v);
+            }
+        }
+    }
+    (0..g.n).filter(|&u| after[u]).map(|u| g.pcs[u]).collect()
 }
 
 /// Whether every iteration of `l` charges the same fuel on a back-edge to the header,
@@ -475,23 +554,34 @@ fn whole_shapes(plan: &FunctionPlan, body: &BTreeSet<u32>) -> bool {
     })
 }
 
-/// The body's nodes in topological order without the back-edges to `h`, or `None` when
-/// there is a cycle left (an inner loop).
-fn body_order(g: &Graph, in_body: &[bool], h: usize, len: usize) -> Option<Vec<usize>> {
+/// Whether the edge `u -> v` of the loop `shape` stays in its acyclic body: it ends in
+/// the body, and is neither a back-edge to the header nor one of an inner loop.
+fn forward_edge(shape: &LoopShape<'_>, in_body: &[bool], u: usize, v: usize) -> bool {
+    in_body[v] && v != shape.h && !shape.inner_back.contains(&(u, v))
+}
+
+/// The body's nodes in topological order without the back-edges to the header and
+/// those of inner loops, or `None` when there is a cycle left (an irreducible one).
+fn body_order(
+    g: &Graph,
+    in_body: &[bool],
+    shape: &LoopShape<'_>,
+    len: usize,
+) -> Option<Vec<usize>> {
     let mut indeg: BTreeMap<usize, usize> = BTreeMap::new();
     for u in (0..g.n).filter(|&u| in_body[u]) {
         for &v in &g.succ[u] {
-            if in_body[v] && v != h {
+            if forward_edge(shape, in_body, u, v) {
                 *indeg.entry(v).or_default() += 1;
             }
         }
     }
     let mut order = Vec::with_capacity(len);
-    let mut ready = vec![h];
+    let mut ready = vec![shape.h];
     while let Some(u) = ready.pop() {
         order.push(u);
         for &v in &g.succ[u] {
-            if in_body[v] && v != h {
+            if forward_edge(shape, in_body, u, v) {
                 let d = indeg.get_mut(&v).expect("counted");
                 *d -= 1;
                 if *d == 0 {
@@ -520,7 +610,7 @@ fn induction(
         let mut header: State =
             std::array::from_fn(|r| if good[r] { Sym::reg(r) } else { Sym::Unknown });
         header[10] = Sym::reg(10);
-        let states = evaluate(insns, g, in_body, shape.h, order, header, narrow);
+        let states = evaluate(insns, g, in_body, shape, order, header, narrow);
         let mut steps: [Option<i64>; 11] = [None; 11];
         steps[10] = Some(0);
         let mut changed = false;
@@ -610,16 +700,43 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
     accesses
 }
 
+/// Whether a loop holding inner loops repays its guard and the fuel bound's test at
+/// each iteration: every access outside the inner loops goes unchecked (or is at r10
+/// plus a constant). grep's scan does (its byte load; the match loop runs at a first
+/// byte only); a hash probe whose table loads stay checked (hashjoin) took 20% more
+/// instructions versioned.
+fn unchecked_around_inner(
+    g: &Graph,
+    shape: &LoopShape<'_>,
+    w: &Walk<'_>,
+    accesses: &[LoopAccess],
+) -> bool {
+    let mut inside = vec![false; g.n];
+    for &(latch, header) in &shape.inner_back {
+        for (u, b) in natural_body(g, header, &[latch]).into_iter().enumerate() {
+            inside[u] |= b;
+        }
+    }
+    w.order
+        .iter()
+        .filter(|&&u| !inside[u])
+        .all(|&u| unchecked_at(w, u, accesses))
+}
+
+/// Whether node `u` makes no access, or one that goes unchecked, or one at r10 plus a
+/// constant.
+fn unchecked_at(w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
+    let pc = w.g.pcs[u];
+    let insn = &w.insns[pc as usize];
+    let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
+    !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
+}
+
 /// Whether a loop inside another repays its guard (see [`version_loop`]). An access
 /// through a base that holds an address computed from r10 on every path
 /// (`FunctionPlan::stack_bases`) counts as a stack access here.
 fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
-    let all_unchecked = w.order.iter().all(|&u| {
-        let pc = w.g.pcs[u];
-        let insn = &w.insns[pc as usize];
-        let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
-        !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
-    });
+    let all_unchecked = w.order.iter().all(|&u| unchecked_at(w, u, accesses));
     let counted = w.order.iter().all(|&u| {
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
@@ -678,35 +795,70 @@ fn induction_test(insn: &Insn, s: &State) -> bool {
 }
 
 /// The state at the entry of each body node, given the header's.
+///
+/// Inner loops: their back-edges are left out of `order`, so a first pass gives each
+/// inner header the merge of its entries only. Every register whose value along an
+/// inner back-edge differs from the header's is then taken as unknown at that header,
+/// and the pass runs again, until no back-edge brings a new difference (each round
+/// makes one more register unknown, so this ends). The states are then those of the
+/// whole body, every path through the inner loops included.
 fn evaluate(
     insns: &[Insn],
     g: &Graph,
     in_body: &[bool],
-    h: usize,
+    shape: &LoopShape<'_>,
     order: &[usize],
     header: State,
     narrow: bool,
 ) -> BTreeMap<usize, State> {
-    let mut states: BTreeMap<usize, State> = BTreeMap::from([(h, header)]);
-    for &u in order {
-        let after = transfer(insns, g.pcs[u], &states[&u], narrow);
-        for &v in &g.succ[u] {
-            if !in_body[v] || v == h {
-                continue;
+    // One pass over the acyclic body, `unknown` holding for inner headers the
+    // registers taken as unknown there.
+    let once = |unknown: &BTreeMap<usize, [bool; 11]>| {
+        let mut states: BTreeMap<usize, State> = BTreeMap::from([(shape.h, header)]);
+        for &u in order {
+            let s = states.get_mut(&u).expect("a node's entries come before it");
+            if let Some(mask) = unknown.get(&u) {
+                for r in (0..11).filter(|&r| mask[r]) {
+                    s[r] = Sym::Unknown;
+                }
             }
-            states
-                .entry(v)
-                .and_modify(|s| {
-                    for r in 0..11 {
-                        if s[r] != after[r] {
-                            s[r] = Sym::Unknown;
+            let after = transfer(insns, g.pcs[u], s, narrow);
+            for &v in g.succ[u]
+                .iter()
+                .filter(|&&v| forward_edge(shape, in_body, u, v))
+            {
+                states
+                    .entry(v)
+                    .and_modify(|s| {
+                        for r in 0..11 {
+                            if s[r] != after[r] {
+                                s[r] = Sym::Unknown;
+                            }
                         }
-                    }
-                })
-                .or_insert(after);
+                    })
+                    .or_insert(after);
+            }
+        }
+        states
+    };
+    let mut unknown: BTreeMap<usize, [bool; 11]> = BTreeMap::new();
+    loop {
+        let states = once(&unknown);
+        let mut changed = false;
+        for &(u, v) in &shape.inner_back {
+            let after = transfer(insns, g.pcs[u], &states[&u], narrow);
+            let mask = unknown.entry(v).or_insert([false; 11]);
+            for r in 0..11 {
+                if !mask[r] && states[&v][r] != after[r] && states[&v][r] != Sym::Unknown {
+                    mask[r] = true;
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return states;
         }
     }
-    states
 }
 
 /// A 32-bit result as the form it extends, and the form that must lie in `[0, 2^32)`
@@ -817,8 +969,9 @@ fn transfer(insns: &[Insn], pc: u32, s: &State, narrow: bool) -> State {
 }
 
 /// The least and the most fuel one iteration of a versioned loop charges: over every
-/// path from the header back to it (the body without its edges into the header is
-/// acyclic), the sum of the costs of the backward jumps it takes. Every such path holds
+/// path from the header back to it (the body without its edges into the header and
+/// the back-edges of inner loops is acyclic), the sum of the costs of the backward
+/// jumps it takes (an inner loop's back-edges, charged with a check, not counted). Every such path holds
 /// one (it goes back in slot order somewhere), so `least` is at least 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct IterationFuel {
@@ -828,7 +981,8 @@ pub(crate) struct IterationFuel {
 
 /// The fuel span of one iteration (see [`IterationFuel`]), from the body's topological
 /// order; `None` when a sum overflows.
-fn iteration_fuel(w: &Walk<'_>, h: usize) -> Option<IterationFuel> {
+fn iteration_fuel(w: &Walk<'_>, shape: &LoopShape<'_>) -> Option<IterationFuel> {
+    let h = shape.h;
     let merge = |slot: &mut Option<(u64, u64)>, (lo, hi): (u64, u64)| {
         *slot = Some(slot.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
     };
@@ -839,7 +993,8 @@ fn iteration_fuel(w: &Walk<'_>, h: usize) -> Option<IterationFuel> {
         let Some(&Some((lo, hi))) = reach.get(&u) else {
             continue;
         };
-        for &v in w.g.succ[u].iter().filter(|&&v| w.in_body[v]) {
+        let next = |v: &&usize| **v == h || forward_edge(shape, w.in_body, u, **v);
+        for &v in w.g.succ[u].iter().filter(next) {
             let c = csx_ebpf::engine::rules::jump_cost(w.g.pcs[u], w.g.pcs[v]);
             let path = (lo.checked_add(c)?, hi.checked_add(c)?);
             if v == h {

@@ -442,6 +442,9 @@ struct LoopCopy {
     deltas: BTreeMap<u32, Variable>,
     /// The unrolled copy, when the loop has one.
     group: Option<unroll::GroupCopy>,
+    /// Slots whose charges keep their check in the unchecked copy (see
+    /// `loops::VersionedLoop::checked_charges`).
+    checked_charges: BTreeSet<u32>,
 }
 
 /// The memory flags of a function's loads and stores: context, region table (movable
@@ -714,6 +717,7 @@ fn loop_copies(
             refilled: BTreeMap::new(),
             deltas,
             group,
+            checked_charges: l.checked_charges,
         });
     }
     (loop_copies, loop_at)
@@ -2306,20 +2310,22 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// Charges `cost` for a backward jump to `target` at the pc `trap_pc` makes. In a
     /// loop fuel bounds, to one of its slots (see [`LoopCopy`]): the unchecked copy
-    /// subtracts alone (the latch or guard saw the slice pay for the iteration); the
-    /// checked loop, after a refill, resumes at `reguard` for the header, else at a block
+    /// subtracts alone (the latch or guard saw the slice pay for the iteration) unless
+    /// `slot` is one of the loop's checked charges; the checked loop (and such a
+    /// charge), after a refill, resumes at `reguard` for the header, else at a block
     /// that sets `pending` and goes on to `target`. Elsewhere, an ordinary charge.
     fn back_charge(
         &mut self,
         cost: Value,
         trap_pc: impl Fn(&mut FunctionBuilder<'f>) -> Value,
         target: u32,
+        slot: u32,
     ) {
         let Some(i) = self.fuel_bounded(target) else {
             self.charge_value(cost, trap_pc, None);
             return;
         };
-        if self.unchecked {
+        if self.unchecked && !self.loops[i].checked_charges.contains(&slot) {
             let left = self.b.use_var(self.fuel_left);
             let left = self.b.ins().isub(left, cost);
             self.b.def_var(self.fuel_left, left);
@@ -2358,11 +2364,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         if cost > 0 && self.group.is_some() {
             // The group's start made sure the slice covers it.
             self.charge_proven(cost);
-        } else if cost > 0 && self.unchecked && self.fuel_bounded(target).is_some() {
+        } else if cost > 0
+            && self.unchecked
+            && self
+                .fuel_bounded(target)
+                .is_some_and(|i| !self.loops[i].checked_charges.contains(&pc))
+        {
             self.charge_proven(cost);
         } else if cost > 0 && self.fuel_bounded(target).is_some() {
             let cost = self.b.ins().iconst(types::I64, cost as i64);
-            self.back_charge(cost, |b| b.ins().iconst(types::I64, i64::from(pc)), target);
+            let at = |b: &mut FunctionBuilder<'f>| b.ins().iconst(types::I64, i64::from(pc));
+            self.back_charge(cost, at, target, pc);
         } else if cost > 0 {
             // A one-by-one back-edge of a loop with groups tries a group again after a
             // refill (see `unroll`).
@@ -2549,6 +2561,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                     b.ins().select(cond, pc_taken, pc_fall)
                 },
                 head,
+                pc,
             );
             let block = self.target(head);
             self.b.ins().jump(block, &[]);

@@ -1,0 +1,188 @@
+//! Loops holding other loops: the outer loop's strided accesses go unchecked while the
+//! inner loops run checked inside its unchecked copy, and value, trap (pc, kind) and
+//! fuel stay the interpreter's at every budget.
+
+use super::*;
+
+/// Runs `src` on every engine once with all the fuel it needs, then on the interpreter
+/// and the JIT (each compiled once) at every budget up to one past that, requiring the
+/// same outcome and memory; returns the full run's outcome.
+fn sweep(src: &str) -> RunOutcome {
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    let interp = Interpreter::new(p.clone());
+    let jit = JitProgram::compile(p).unwrap_or_else(|e| panic!("{e}"));
+    for fuel in 0..=full.fuel_used + 1 {
+        assert_eq!(run_on(&jit, fuel), run_on(&interp, fuel), "fuel {fuel}");
+    }
+    full
+}
+
+/// grep's shape by hand: a scan over region 2 (`text[i]`, stride 1) that, at every
+/// byte divisible by 8, runs an inner loop comparing up to `m - 1` following bytes
+/// (`text[i + j] - j == text[i]`, always true on region 2's `0, 1, 2, ...`); `n` bytes
+/// scanned. r0 counts the inner iterations.
+fn scan_with_match(n: u32, m: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\n\
+         outer:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\nmov %r2, %r3\nand %r2, 7\n\
+         jne %r2, 0, next\nmov %r7, 1\n\
+         inner:\nmov %r5, %r4\nadd %r5, %r7\nldxb %r8, [%r5+0]\nsub %r8, %r7\n\
+         jne %r8, %r3, next\nadd %r0, 1\nadd %r7, 1\njlt %r7, {m}, inner\n\
+         next:\nadd %r6, 1\njlt %r6, {n}, outer\nexit"
+    )
+}
+
+/// The outer scan of [`scan_with_match`] is versioned (its load at slot 4, stride 1);
+/// the inner match's load (slot 11) moves with `j`, which the inner loop changes, so it
+/// stays checked, and the inner loop on its own (a search on loaded data, nested) is not
+/// versioned.
+#[test]
+fn an_outer_loop_holding_a_search_loop_is_versioned() {
+    assert_eq!(
+        unchecked_accesses(&scan_with_match(64, 4)),
+        vec![(2, vec![(4, 1)])]
+    );
+    // With a data-indexed load outside the match (`text[text[i]]`, checked), the scan
+    // is left as it was: its guard would remove one check of two.
+    let indexed = scan_with_match(64, 4).replace(
+        "mov %r2, %r3\n",
+        "mov %r2, %r1\nadd %r2, %r3\nldxb %r2, [%r2+0]\nmov %r2, %r3\n",
+    );
+    assert_eq!(unchecked_accesses(&indexed), vec![]);
+    assert!(sweep(&indexed).result.is_ok());
+}
+
+#[test]
+fn an_outer_loop_holding_a_search_loop_matches_at_every_budget() {
+    // A do-while match: at least one inner iteration.
+    let want = |n: u64, m: u64| (0..n).filter(|i| i % 8 == 0).count() as u64 * (m - 1).max(1);
+    for (n, m) in [(1, 2), (9, 3), (17, 8), (57, 8), (64, 1), (64, 2)] {
+        let out = sweep(&scan_with_match(n, m));
+        assert_eq!(out.result, Ok(want(u64::from(n), u64::from(m))), "{n} {m}");
+    }
+    // The last inner match runs past the region's end (56 + 8): it traps at the inner
+    // load, which the outer loop's guard does not cover.
+    let out = sweep(&scan_with_match(64, 9));
+    assert_eq!(trap_of(&out).pc, 11);
+    // The scan itself runs past the end: the unchecked copy stops where the guard's
+    // bound does, and the checked loop traps at the outer load.
+    let out = sweep(&scan_with_match(70, 2));
+    assert_eq!(trap_of(&out).pc, 4);
+    assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+}
+
+/// An outer loop (`r9` counts its iterations, and `text[r9]` is read) around a search
+/// that reads `*r6` and moves `r6` on until it has read a byte that is 3 mod 4: 4 bytes
+/// per outer iteration. Without looking along the inner back-edge, `r6` would seem to
+/// move 1 byte per outer iteration, and its load would go unchecked.
+fn pointer_moved_inside(n: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nmov %r9, 0\n\
+         outer:\nmov %r4, %r1\nadd %r4, %r9\nldxb %r3, [%r4+0]\nadd %r0, %r3\nmov %r7, 0\n\
+         inner:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nand %r3, 3\njne %r3, 3, inner\n\
+         add %r9, 1\njlt %r9, {n}, outer\nexit"
+    )
+}
+
+#[test]
+fn a_register_an_inner_loop_changes_is_not_an_induction_variable() {
+    // Only `text[r9]` (slot 5) goes unchecked, not `*r6` (slot 8).
+    assert_eq!(
+        unchecked_accesses(&pointer_moved_inside(8)),
+        vec![(3, vec![(5, 1)])]
+    );
+    let want: u64 = (0..16u64).map(|i| 17 * i + 6).sum();
+    assert_eq!(sweep(&pointer_moved_inside(16)).result, Ok(want));
+    // The search leaves the region in the 17th outer iteration.
+    let out = sweep(&pointer_moved_inside(20));
+    assert_eq!(trap_of(&out).pc, 8);
+}
+
+/// An outer loop with an affine access around a counted inner loop over the same
+/// region that is versioned on its own.
+fn rows_of_sums(rows: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nmov %r9, 0\n\
+         outer:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nmov %r7, 0\n\
+         inner:\nmov %r4, %r6\nadd %r4, %r7\nldxb %r3, [%r4+0]\nadd %r0, %r3\n\
+         add %r7, 1\njlt %r7, 8, inner\n\
+         add %r6, 8\nadd %r9, 1\njlt %r9, {rows}, outer\nexit"
+    )
+}
+
+#[test]
+fn an_outer_loop_is_not_versioned_around_a_versioned_inner_loop() {
+    // The inner loop (header at slot 6) keeps its plan; the outer one, which could
+    // make its own load at slot 3 unchecked, is left checked.
+    let plans = unchecked_accesses(&rows_of_sums(8));
+    assert_eq!(plans, vec![(6, vec![(8, 1)])]);
+    let want: u64 = (0..8u64)
+        .map(|r| 8 * r + (0..8).map(|j| 8 * r + j).sum::<u64>())
+        .sum();
+    assert_eq!(sweep(&rows_of_sums(8)).result, Ok(want));
+    let out = sweep(&rows_of_sums(9));
+    assert_eq!(trap_of(&out).pc, 3);
+}
+
+/// Runs `p` with region 2 holding `bytes` (read-only; r1 its address, r2 its length)
+/// on the interpreter and the JIT at every budget up to one past what it needs, and
+/// requires the same outcome; returns the full run's.
+fn sweep_on_input(p: &Arc<VerifiedProgram>, bytes: &[u8]) -> RunOutcome {
+    let run = |engine: &dyn Engine, fuel: u64| {
+        let mut map = MemoryMap::new();
+        let a = map.map_read_only(RegionIdx(2), bytes).unwrap();
+        let opts = RunOptions {
+            fuel,
+            ..RunOptions::default()
+        };
+        engine.run(
+            &mut map,
+            [a, bytes.len() as u64, 0, 0, 0],
+            &opts,
+            &mut TestHost,
+        )
+    };
+    let interp = Interpreter::new(p.clone());
+    let jit = JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let full = run(&interp, u64::MAX);
+    assert_eq!(run(&jit, u64::MAX), full, "the whole run");
+    for fuel in 0..=full.fuel_used + 1 {
+        assert_eq!(run(&jit, fuel), run(&interp, fuel), "fuel {fuel}");
+    }
+    full
+}
+
+/// `sdk/bench/grep.c`'s input: the pattern in the header (length at 16, bytes from
+/// 24), then `text` from byte 64 (its length at 8).
+fn grep_input(pattern: &[u8], text: &[u8]) -> Vec<u8> {
+    let mut input = vec![0u8; 64];
+    input[8..16].copy_from_slice(&(text.len() as u64).to_le_bytes());
+    input[16..24].copy_from_slice(&(pattern.len() as u64).to_le_bytes());
+    input[24..24 + pattern.len()].copy_from_slice(pattern);
+    input.extend_from_slice(text);
+    input
+}
+
+/// The grep kernel as clang compiles it: a scan with two backward jumps into its middle
+/// and a pattern match loop inside. Its scan is versioned, and it matches the
+/// interpreter at every budget, also when the header claims more text than the region
+/// holds (the scan traps at its load past the end).
+#[test]
+fn the_grep_kernel_matches_at_every_budget() {
+    let p = program(GREP_KERNEL, vec![]);
+    let plan = analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let loops = loops::plan_loops(p.insns(), &plan.functions[0], !plan.calls_helpers);
+    assert_eq!(loops.len(), 1);
+    assert!(loops[0].body.len() > 30, "the scan, not the match");
+    // Fuel bounds its iterations; the match loop's charges keep their check.
+    assert!(loops[0].fuel.is_some());
+    assert!(!loops[0].checked_charges.is_empty());
+    let text = b"ab abc\nxabcab\n\nabab abc abcabc\nno\nabc";
+    let out = sweep_on_input(&p, &grep_input(b"abc", text));
+    assert!(out.result.is_ok());
+    let mut long = grep_input(b"ab", text);
+    long[8..16].copy_from_slice(&(text.len() as u64 + 3).to_le_bytes());
+    let out = sweep_on_input(&p, &long);
+    assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+}
