@@ -387,7 +387,9 @@ fn the_emitted_probe_tests_several_selections_together() {
         .map(|(k, r)| {
             let vals = values(r);
             let step = [7usize, 11, 13, 17, 19][k];
-            (0..n as usize).map(|i| vals[(i * step + i / 3) % vals.len()]).collect()
+            (0..n as usize)
+                .map(|i| vals[(i * step + i / 3) % vals.len()])
+                .collect()
         })
         .collect();
     let fk: Vec<u32> = (0..n as u32).map(|i| i % 4 + 1).collect();
@@ -395,14 +397,19 @@ fn the_emitted_probe_tests_several_selections_together() {
     let lut: [u16; 4] = [1, 1, 0, 1];
     let (mut want_sum, mut want_rows) = (0u64, 0i64);
     for i in 0..n as usize {
-        let passes = (filters.iter().zip(&cols))
-            .all(|(r, c)| r.iter().any(|&(lo, hi)| (lo..=hi).contains(&u64::from(c[i]))));
+        let passes = (filters.iter().zip(&cols)).all(|(r, c)| {
+            r.iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&u64::from(c[i])))
+        });
         if passes && lut[fk[i] as usize - 1] == 1 {
             want_sum += u64::from(measure[i]);
             want_rows += 1;
         }
     }
-    assert!(want_rows > 10 && want_rows < n as i64 / 2, "{want_rows} rows pass");
+    assert!(
+        want_rows > 10 && want_rows < n as i64 / 2,
+        "{want_rows} rows pass"
+    );
     let layout = ProbeLayout {
         rows_max: n,
         filters: (filters.iter().enumerate())
