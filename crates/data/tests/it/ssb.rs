@@ -197,6 +197,29 @@ fn poke_program() -> Vec<u8> {
     .collect()
 }
 
+/// One run of the probe `image` on `engine` over `rows` rows with windows `[input,
+/// output]` (handle, length, from byte 0): its r0, signed (a trap fails the test).
+fn run_probe(
+    dev: &csx_host::Device,
+    image: &[u8],
+    engine: EngineKind,
+    rows: u64,
+    [(input, in_len), (out, out_len)]: [(csx_host::proto::MemHandle, u64); 2],
+) -> i64 {
+    let pind = dev
+        .load_program_any_slot(csx_host::proto::ProgramType::Raw, image, Some("probe"))
+        .unwrap();
+    dev.activate(pind, engine).unwrap();
+    let req = csx_host::ExecuteRequest::new(pind)
+        .cparams(rows, 0)
+        .window(input, 0, in_len)
+        .window(out, 0, out_len);
+    let r = dev.execute(&req).unwrap();
+    dev.unload(pind).unwrap();
+    assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
+    r.r0_signed()
+}
+
 /// Writes the u16 `v` at byte `at` of the shared state with the poke program `p`.
 fn poke(dev: &csx_host::Device, p: csx_host::proto::ProgramIndex, at: u64, v: u16) {
     let req = csx_host::ExecuteRequest::new(p).cparams(at, u64::from(v));
@@ -207,7 +230,6 @@ fn poke(dev: &csx_host::Device, p: csx_host::proto::ProgramIndex, at: u64, v: u1
 fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
     use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
     use csx_host::proto::ProgramType;
-    use csx_host::ExecuteRequest;
 
     let tmp = tempfile::tempdir().unwrap();
     let dev = crate::device(&tmp.path().join("dev"));
@@ -287,22 +309,9 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
             put(64 + 2 * i as u64, v);
         }
         let run = |l: &ProbeLayout, rows: u64, out_len: u64| {
-            let pind = dev
-                .load_program_any_slot(ProgramType::Raw, &emit(l).unwrap(), Some("probe"))
-                .unwrap();
-            dev.activate(pind, engine).unwrap();
             dev.fill_mem(out, 0, 1024, 0).unwrap();
-            let r = dev
-                .execute(
-                    &ExecuteRequest::new(pind)
-                        .cparams(rows, 0)
-                        .window(input, 0, 5 * seg + 128)
-                        .window(out, 0, out_len),
-                )
-                .unwrap();
-            dev.unload(pind).unwrap();
-            assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
-            r.r0_signed()
+            let windows = [(input, 5 * seg + 128), (out, out_len)];
+            run_probe(&dev, &emit(l).unwrap(), engine, rows, windows)
         };
         let words = |bytes: Vec<u8>| -> Vec<u64> {
             bytes
@@ -359,7 +368,6 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
 fn the_emitted_probe_tests_several_selections_together() {
     use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
     use csx_host::proto::ProgramType;
-    use csx_host::ExecuteRequest;
 
     let tmp = tempfile::tempdir().unwrap();
     let dev = crate::device(&tmp.path().join("dev"));
@@ -444,24 +452,12 @@ fn the_emitted_probe_tests_several_selections_together() {
         for (i, &v) in lut.iter().enumerate() {
             poke(&dev, p, 2 * i as u64, v);
         }
-        let pind = dev
-            .load_program_any_slot(ProgramType::Raw, &image, Some("probe"))
-            .unwrap();
-        dev.activate(pind, engine).unwrap();
         dev.fill_mem(out, 0, 64, 0).unwrap();
-        let r = dev
-            .execute(
-                &ExecuteRequest::new(pind)
-                    .cparams(n, 0)
-                    .window(input, 0, layout.in_bytes)
-                    .window(out, 0, 8),
-            )
-            .unwrap();
-        assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
-        assert_eq!(r.r0_signed(), want_rows, "{engine:?}");
+        let windows = [(input, layout.in_bytes), (out, 8)];
+        let joined = run_probe(&dev, &image, engine, n, windows);
+        assert_eq!(joined, want_rows, "{engine:?}");
         let sum = u64::from_le_bytes(dev.read_mem(out, 0, 8).unwrap().try_into().unwrap());
         assert_eq!(sum, want_sum, "{engine:?}");
-        dev.unload(pind).unwrap();
         dev.unload(p).unwrap();
     }
     dev.close().unwrap();
