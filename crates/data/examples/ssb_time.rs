@@ -5,7 +5,9 @@
 //! rows and its phases (wall ms, device commands), then the median wall ms.
 //! `RESIDENT=1` asks for resident staging (the device is made with resident memory);
 //! `KEEP=1` runs through `csx_data::ssb::resident::ResidentTables` (staged LINEORDER
-//! and loaded programs kept between the runs).
+//! and loaded programs kept between the runs); `ENGINE=interp` runs the programs on the
+//! interpreter (default: the JIT); `MEDIA=cached` makes a new device read its media
+//! through the page cache (`media_reads`, a warm image; default: direct).
 
 use csx_data::ssb::queries::query;
 use csx_data::ssb::run::{run, RunOptions, Split};
@@ -33,6 +35,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let config = csx_host::transport::inproc::DeviceConfig {
             resident_bytes: Some(1 << 30),
             slm_size_bytes: 2 << 30,
+            media_reads: Some(
+                std::env::var("MEDIA").map_or(Ok(Default::default()), |m| m.parse())?,
+            ),
             ..Default::default()
         };
         let dev = csx_host::Device::init(&state, config)?;
@@ -42,6 +47,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = RunOptions {
         split,
         resident: std::env::var("RESIDENT").is_ok_and(|v| v == "1"),
+        engine: match std::env::var("ENGINE").as_deref() {
+            Ok("interp") => csx_host::proto::EngineKind::Interpreter,
+            _ => csx_host::proto::EngineKind::Jit,
+        },
         ..RunOptions::default()
     };
     let mut keep = std::env::var("KEEP")

@@ -5,8 +5,8 @@
 //! [`TieredProgram`] is an [`Engine`]. It holds the quick code and a slot for the
 //! optimised code; [`Promotion`] says when the optimising compile starts: on a
 //! background thread at once, on a background thread after a number of runs, or only
-//! when the embedder calls [`TieredProgram::optimize`] (the hook, which also waits for
-//! a compile already running). The slot is a `OnceLock`: a run reads it with one
+//! when the embedder calls [`TieredProgram::optimize`] (the hook: it compiles on the
+//! caller's thread unless the optimised code is there already). The slot is a `OnceLock`: a run reads it with one
 //! acquire load and takes the optimised code once it is there, so the switch is atomic
 //! and runs already in progress finish on the quick code they started on. Both tiers
 //! give the same result, trap and fuel (each matches the interpreter), so when the
@@ -16,6 +16,14 @@
 //! stays on the quick tier and [`TieredProgram::optimize`] reports the error. On hosts
 //! without the quick tier (not x86-64), construction compiles with Cranelift directly
 //! and the program is optimised from the start.
+//!
+//! Priority: the background compile runs on a thread of idle priority (Linux's
+//! `SCHED_IDLE`, or nice 19 where that is refused), so it takes only the time that the
+//! runs, the device's media reads and its decoding leave idle: an optimising compile
+//! never slows the work it would speed up, and on a busy host the program stays on the
+//! quick tier longer. [`TieredProgram::optimize`] therefore does not wait for a
+//! background compile (it could wait behind every busy thread of the host): it compiles
+//! at its caller's priority, and whichever compile lands first is kept.
 //!
 //! Counting: a program built [`TieredProgram::with_counting`] is for an embedder whose
 //! every run counts its work (`RunOptions::counts`): the quick tier's counting variant is
@@ -53,6 +61,29 @@ pub enum Tier {
     Quick,
     /// Cranelift's optimised code.
     Optimized,
+}
+
+/// The nice value of the background compile's thread where `SCHED_IDLE` is refused.
+pub const BACKGROUND_NICE: i32 = 19;
+
+/// Moves the calling thread to idle priority (`SCHED_IDLE`; where that is refused, nice
+/// [`BACKGROUND_NICE`]). Off Linux, or refused both, the thread keeps its priority.
+fn idle_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 names the
+        // calling thread (Linux schedules threads, not processes), so no other thread
+        // changes.
+        let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if idle != 0 {
+            // SAFETY: no pointers; `who = 0` with PRIO_PROCESS is the calling thread on
+            // Linux, whose nice value is its own.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, 0, BACKGROUND_NICE);
+            }
+        }
+    }
 }
 
 type Slot = Arc<OnceLock<Result<JitProgram, JitError>>>;
@@ -183,14 +214,24 @@ impl TieredProgram {
         self.optimized.get().and_then(|r| r.as_ref().err())
     }
 
-    /// Runs the optimising compile on this thread unless it is done, or waits for the
-    /// one already running; returns its error if it failed (the program then stays on
-    /// the quick tier).
+    /// Runs the optimising compile on this thread unless its outcome is there already
+    /// (a background compile still running is not waited for: the first outcome to land
+    /// is kept); returns its error if it failed (the program then stays on the quick
+    /// tier).
     pub fn optimize(&self) -> Result<(), JitError> {
         self.started.store(true, Ordering::Relaxed);
-        let program = self.program.clone();
-        let (optimizer, counting) = (self.optimizer, self.counting);
-        match self.optimized.get_or_init(|| optimizer(program, counting)) {
+        let outcome = match self.optimized.get() {
+            Some(done) => done,
+            None => {
+                let compiled = (self.optimizer)(self.program.clone(), self.counting);
+                // Another compile may have landed meanwhile: its outcome stays.
+                let _ = self.optimized.set(compiled);
+                self.optimized
+                    .get()
+                    .expect("set above or by another compile")
+            }
+        };
+        match outcome {
             Ok(_) => Ok(()),
             Err(e) => Err(e.clone()),
         }
@@ -207,7 +248,10 @@ impl TieredProgram {
         let spawned = std::thread::Builder::new()
             .name("csx-jit-optimize".into())
             .spawn(move || {
-                slot.get_or_init(|| optimizer(program, counting));
+                idle_priority();
+                if slot.get().is_none() {
+                    let _ = slot.set(optimizer(program, counting));
+                }
             });
         // Without a thread the program stays on the quick tier (correct, slower);
         // `optimize` can still promote it.
@@ -328,7 +372,6 @@ mod tests {
         }
         agrees(&t, &interp); // runs 3 and 4: the compile starts
         assert!(t.started.load(Ordering::Relaxed));
-        // Waits for the background compile.
         t.optimize().unwrap();
         assert_eq!(t.tier(), Tier::Optimized);
         agrees(&t, &interp);
@@ -426,5 +469,118 @@ mod tests {
         t.optimize().unwrap();
         assert_eq!(t.tier(), Tier::Optimized);
         assert_eq!(run(&t, 1000), want);
+    }
+
+    /// The calling thread's scheduling policy and nice value (fields 41 and 19 of
+    /// proc(5)'s stat).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn policy_and_nice() -> (u32, i32) {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after_name.split(' ').collect();
+        // The fields after the name start at field 3.
+        (
+            fields[41 - 3].parse().unwrap(),
+            fields[19 - 3].parse().unwrap(),
+        )
+    }
+
+    /// What [`recording_optimizer`] saw: the policy and nice value of each thread it
+    /// ran on.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    static SEEN: std::sync::Mutex<Vec<(u32, i32)>> = std::sync::Mutex::new(Vec::new());
+
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    fn recording_optimizer(
+        program: Arc<VerifiedProgram>,
+        counting: bool,
+    ) -> Result<JitProgram, JitError> {
+        SEEN.lock().unwrap().push(policy_and_nice());
+        cranelift(program, counting)
+    }
+
+    /// The background compile runs on a thread of idle priority; the threads that
+    /// build and run the program keep theirs.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn the_background_compile_runs_at_idle_priority() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let mine = policy_and_nice();
+        let t = TieredProgram::build(p, Promotion::Background, false, recording_optimizer).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while t.tier() != Tier::Optimized {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no promotion in 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let seen = SEEN.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        // Linux lets any thread lower itself to SCHED_IDLE (nice 19 alone would not
+        // show under a test run that is itself at nice 19).
+        let (policy, nice) = seen[0];
+        assert_eq!(
+            policy,
+            libc::SCHED_IDLE as u32,
+            "the compile ran at policy {policy}, nice {nice}"
+        );
+        assert_eq!(
+            policy_and_nice(),
+            mine,
+            "the building thread keeps its priority"
+        );
+        agrees(&t, &interp);
+    }
+
+    /// Whether [`gated_optimizer`]'s background compiles may finish.
+    #[cfg(target_arch = "x86_64")]
+    static GATE: (std::sync::Mutex<bool>, std::sync::Condvar) =
+        (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+    /// Cranelift, except that on the background thread it first waits for the gate: a
+    /// background compile that does not finish.
+    #[cfg(target_arch = "x86_64")]
+    fn gated_optimizer(
+        program: Arc<VerifiedProgram>,
+        counting: bool,
+    ) -> Result<JitProgram, JitError> {
+        if std::thread::current().name() == Some("csx-jit-optimize") {
+            let (open, cv) = &GATE;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }
+        cranelift(program, counting)
+    }
+
+    /// `optimize` does not wait for a background compile that has not finished (at idle
+    /// priority on a busy host it might not for long): it compiles on its caller's
+    /// thread, and the background compile's later outcome changes nothing.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn optimize_does_not_wait_for_the_background_compile() {
+        let p = program();
+        let interp = Interpreter::new(p.clone());
+        let t = Arc::new(
+            TieredProgram::build(p, Promotion::Background, true, gated_optimizer).unwrap(),
+        );
+        assert!(t.started.load(Ordering::Relaxed));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let caller = Arc::clone(&t);
+        std::thread::spawn(move || tx.send(caller.optimize()).unwrap());
+        let done = rx.recv_timeout(Duration::from_secs(120));
+        let (open, cv) = &GATE;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+        done.expect("optimize waited for the stalled background compile")
+            .unwrap();
+        assert_eq!(t.tier(), Tier::Optimized);
+        agrees(&t, &interp);
+        for fuel in [10, 1000] {
+            assert_eq!(run_counted(&*t, fuel), run_counted(&interp, fuel));
+        }
     }
 }

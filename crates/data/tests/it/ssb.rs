@@ -181,17 +181,10 @@ fn queries_the_device_cannot_run_are_errors_naming_the_operator_or_limit() {
 /// computation, and its refusals (rows or windows that do not fit its layout, tables
 /// past the shared state, a table entry above its dimension's groups), on both
 /// engine kinds.
-#[test]
-fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
-    use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
+/// A program that writes the u16 cparam2 at byte cparam1 of the shared state.
+fn poke_program() -> Vec<u8> {
     use csx_ebpf::isa::*;
-    use csx_host::proto::ProgramType;
-    use csx_host::ExecuteRequest;
-
-    let tmp = tempfile::tempdir().unwrap();
-    let dev = crate::device(&tmp.path().join("dev"));
-    // A program that writes the u16 cparam2 at byte cparam1 of the shared state.
-    let poke: Vec<u8> = [
+    [
         Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 1, 5, 0, 0),
         Insn::new(CLASS_LDX | MODE_MEM | SIZE_DW, 2, 5, 8, 0),
         Insn::new(CLASS_ALU64 | ALU_ADD | SRC_X, 3, 1, 0, 0),
@@ -201,7 +194,46 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
     ]
     .iter()
     .flat_map(|i| i.encode())
-    .collect();
+    .collect()
+}
+
+/// One run of the probe `image` on `engine` over `rows` rows with windows `[input,
+/// output]` (handle, length, from byte 0): its r0, signed (a trap fails the test).
+fn run_probe(
+    dev: &csx_host::Device,
+    image: &[u8],
+    engine: EngineKind,
+    rows: u64,
+    [(input, in_len), (out, out_len)]: [(csx_host::proto::MemHandle, u64); 2],
+) -> i64 {
+    let pind = dev
+        .load_program_any_slot(csx_host::proto::ProgramType::Raw, image, Some("probe"))
+        .unwrap();
+    dev.activate(pind, engine).unwrap();
+    let req = csx_host::ExecuteRequest::new(pind)
+        .cparams(rows, 0)
+        .window(input, 0, in_len)
+        .window(out, 0, out_len);
+    let r = dev.execute(&req).unwrap();
+    dev.unload(pind).unwrap();
+    assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
+    r.r0_signed()
+}
+
+/// Writes the u16 `v` at byte `at` of the shared state with the poke program `p`.
+fn poke(dev: &csx_host::Device, p: csx_host::proto::ProgramIndex, at: u64, v: u16) {
+    let req = csx_host::ExecuteRequest::new(p).cparams(at, u64::from(v));
+    assert_eq!(dev.execute(&req).unwrap().r0, 0);
+}
+
+#[test]
+fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
+    use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
+    use csx_host::proto::ProgramType;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let poke_image = poke_program();
     // Dimension 0: keys 1..=8 (a folded base), table at state byte 0; dimension 1:
     // keys 20_000_000..=20_000_003 (subtracted), table at byte 64. Two groups each.
     let lut0: [u16; 8] = [1, 0, 2, 1, 0, 0, 1, 2];
@@ -266,15 +298,10 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
     let out = dev.alloc(1024).unwrap();
     for engine in [EngineKind::Interpreter, EngineKind::Jit] {
         let p = dev
-            .load_program_any_slot(ProgramType::Raw, &poke, Some("poke"))
+            .load_program_any_slot(ProgramType::Raw, &poke_image, Some("poke"))
             .unwrap();
         dev.activate(p, engine).unwrap();
-        let put = |at: u64, v: u16| {
-            let r = dev
-                .execute(&ExecuteRequest::new(p).cparams(at, u64::from(v)))
-                .unwrap();
-            assert_eq!(r.r0, 0);
-        };
+        let put = |at: u64, v: u16| poke(&dev, p, at, v);
         for (i, &v) in lut0.iter().enumerate() {
             put(2 * i as u64, v);
         }
@@ -282,22 +309,9 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
             put(64 + 2 * i as u64, v);
         }
         let run = |l: &ProbeLayout, rows: u64, out_len: u64| {
-            let pind = dev
-                .load_program_any_slot(ProgramType::Raw, &emit(l).unwrap(), Some("probe"))
-                .unwrap();
-            dev.activate(pind, engine).unwrap();
             dev.fill_mem(out, 0, 1024, 0).unwrap();
-            let r = dev
-                .execute(
-                    &ExecuteRequest::new(pind)
-                        .cparams(rows, 0)
-                        .window(input, 0, 5 * seg + 128)
-                        .window(out, 0, out_len),
-                )
-                .unwrap();
-            dev.unload(pind).unwrap();
-            assert!(r.trap.is_none(), "{engine:?}: {:?}", r.trap);
-            r.r0_signed()
+            let windows = [(input, 5 * seg + 128), (out, out_len)];
+            run_probe(&dev, &emit(l).unwrap(), engine, rows, windows)
         };
         let words = |bytes: Vec<u8>| -> Vec<u64> {
             bytes
@@ -343,5 +357,108 @@ fn the_emitted_probe_joins_sums_and_refuses_what_does_not_fit() {
     dev.free(input).unwrap();
     dev.free(out).unwrap();
     assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+}
+
+/// Several one-range selections tested together (one branch a row), beside one of two
+/// ranges tested alone: ranges from 0, past 2^31 and as wide as the domain allows, with
+/// every boundary value (the one below and above each range, 0 and u32::MAX), on both
+/// engines, give the host's sum and count.
+#[test]
+fn the_emitted_probe_tests_several_selections_together() {
+    use csx_data::ssb::probe::{emit, ProbeDim, ProbeLayout, ProbeMode};
+    use csx_host::proto::ProgramType;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let filters: [Vec<(u64, u64)>; 5] = [
+        vec![(1, 3)],
+        vec![(0, 24)],
+        vec![(1 << 31, u64::from(u32::MAX) - 1)],
+        vec![(1, u64::from(u32::MAX))],
+        vec![(2, 3), (7, 9)],
+    ];
+    // Each column's values: mostly in its ranges, and every boundary.
+    let values = |ranges: &[(u64, u64)]| -> Vec<u32> {
+        let mut v = Vec::new();
+        for &(lo, hi) in ranges {
+            v.extend([lo, hi, lo + (hi - lo) / 2, lo, hi]);
+            v.extend(lo.checked_sub(1));
+            v.extend((hi < u64::from(u32::MAX)).then_some(hi + 1));
+        }
+        v.extend([0, u64::from(u32::MAX)]);
+        v.into_iter().map(|x| x as u32).collect()
+    };
+    let n = 2000u64;
+    let seg = 8192u64;
+    let cols: Vec<Vec<u32>> = (filters.iter().enumerate())
+        .map(|(k, r)| {
+            let vals = values(r);
+            let step = [7usize, 11, 13, 17, 19][k];
+            (0..n as usize)
+                .map(|i| vals[(i * step + i / 3) % vals.len()])
+                .collect()
+        })
+        .collect();
+    let fk: Vec<u32> = (0..n as u32).map(|i| i % 4 + 1).collect();
+    let measure: Vec<u32> = (0..n as u32).map(|i| i * 3 + 1).collect();
+    let lut: [u16; 4] = [1, 1, 0, 1];
+    let (mut want_sum, mut want_rows) = (0u64, 0i64);
+    for i in 0..n as usize {
+        let passes = (filters.iter().zip(&cols)).all(|(r, c)| {
+            r.iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&u64::from(c[i])))
+        });
+        if passes && lut[fk[i] as usize - 1] == 1 {
+            want_sum += u64::from(measure[i]);
+            want_rows += 1;
+        }
+    }
+    assert!(
+        want_rows > 10 && want_rows < n as i64 / 2,
+        "{want_rows} rows pass"
+    );
+    let layout = ProbeLayout {
+        rows_max: n,
+        filters: (filters.iter().enumerate())
+            .map(|(k, r)| ((2 + k as u64) * seg, r.clone()))
+            .collect(),
+        dims: vec![ProbeDim {
+            fk_segment: 0,
+            lut_segment: 7 * seg,
+            lut_offset: 0,
+            entries: 4,
+            key_base: 1,
+            groups: 1,
+            stride: 1,
+        }],
+        measure: vec![seg],
+        mode: ProbeMode::Aggregate { groups: 1 },
+        in_bytes: 7 * seg + 64,
+    };
+    let input = dev.alloc(layout.in_bytes).unwrap();
+    let all = [&fk, &measure].into_iter().chain(cols.iter());
+    for (k, col) in all.enumerate() {
+        let bytes: Vec<u8> = col.iter().flat_map(|v| v.to_le_bytes()).collect();
+        dev.write_mem(input, k as u64 * seg, &bytes).unwrap();
+    }
+    let out = dev.alloc(64).unwrap();
+    let image = emit(&layout).unwrap();
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let p = dev
+            .load_program_any_slot(ProgramType::Raw, &poke_program(), Some("poke"))
+            .unwrap();
+        dev.activate(p, engine).unwrap();
+        for (i, &v) in lut.iter().enumerate() {
+            poke(&dev, p, 2 * i as u64, v);
+        }
+        dev.fill_mem(out, 0, 64, 0).unwrap();
+        let windows = [(input, layout.in_bytes), (out, 8)];
+        let joined = run_probe(&dev, &image, engine, n, windows);
+        assert_eq!(joined, want_rows, "{engine:?}");
+        let sum = u64::from_le_bytes(dev.read_mem(out, 0, 8).unwrap().try_into().unwrap());
+        assert_eq!(sum, want_sum, "{engine:?}");
+        dev.unload(p).unwrap();
+    }
     dev.close().unwrap();
 }
