@@ -144,7 +144,8 @@ class InvalidProgramError(DeviceError):
 
 
 class ProgramStateError(DeviceError):
-    """The slot is empty, the program not activated, or the slot index invalid."""
+    """The slot is empty, the program not activated, the slot index invalid, or the
+    slot now holds another program than the one a run named."""
 
 
 class BusyError(DeviceError):
@@ -265,6 +266,7 @@ STATUS_CLASSES: Dict[str, Type[DeviceError]] = {
     "NoProgram": ProgramStateError,
     "ProgramNotActivated": ProgramStateError,
     "ProgramIndexNotDownloadable": ProgramStateError,
+    "ProgramChanged": ProgramStateError,
     "ProgramInUse": BusyError,
     "MemoryRangeSetInUse": BusyError,
     "Trap": TrapError,

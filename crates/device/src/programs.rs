@@ -120,10 +120,29 @@ pub enum ProgramError {
     Persist { pind: u16, message: String },
     #[error("the name {name:?} is taken by the program in slot {pind}")]
     NameTaken { name: String, pind: u16 },
-    #[error("slot {pind} belongs to another client; only its loader may make it persistent")]
-    NotOwner { pind: u16 },
+    #[error("slot {pind} belongs to another client; only its loader may {action}")]
+    NotOwner { pind: u16, action: &'static str },
     #[error("slot {pind} holds program generation {current}, not generation {named} the execute names (that program was unloaded and another loaded); nothing ran")]
     Changed { pind: u16, named: u64, current: u64 },
+}
+
+/// Refuses `client` a change to `slot` when another client loaded the program in it and
+/// still owns it (the device itself may change any slot).
+fn owned_by_another(
+    slot: &Slot,
+    client: ClientId,
+    pind: ProgramIndex,
+    action: &'static str,
+) -> Result<(), ProgramError> {
+    match slot.owner {
+        Some(owner) if owner != client && client != DEVICE_CLIENT => {
+            Err(ProgramError::NotOwner {
+                pind: pind.0,
+                action,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 struct ActiveEngine {
@@ -548,7 +567,12 @@ impl Programs {
                 })
             }
             (None, Some(owner)) if owner == client && !slot.doomed => {}
-            _ => return Err(ProgramError::NotOwner { pind: pind.0 }),
+            _ => {
+                return Err(ProgramError::NotOwner {
+                    pind: pind.0,
+                    action: "make it persistent",
+                })
+            }
         }
         slot.persistent = Some(name.to_string());
         slot.owner = None;
@@ -629,12 +653,15 @@ impl Programs {
         abandoned
     }
 
-    /// Empties a slot (deactivating it first). Refused while runs are in flight.
-    pub fn unload(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
+    /// Empties a slot (deactivating it first) for `client`. Refused while runs are in
+    /// flight, and for a program another client loaded and still owns (a persistent
+    /// program has no owner: any client may unload it).
+    pub fn unload(&self, client: ClientId, pind: ProgramIndex) -> Result<(), ProgramError> {
         let idx = slot_index(pind)?;
         let mut guard = self.lock();
         let inner = &mut *guard;
         let slot = &mut inner.slots[idx];
+        owned_by_another(slot, client, pind, "unload it")?;
         match slot.state() {
             ProgramState::Empty => return Err(ProgramError::NoProgram { pind: pind.0 }),
             _ if slot.runs_in_flight > 0 => {
@@ -810,11 +837,12 @@ impl Programs {
     }
 
     /// Releases the slot's engine. Refused while runs are in flight.
-    pub fn deactivate(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
+    pub fn deactivate(&self, client: ClientId, pind: ProgramIndex) -> Result<(), ProgramError> {
         let idx = slot_index(pind)?;
         let mut guard = self.lock();
         let inner = &mut *guard;
         let slot = &mut inner.slots[idx];
+        owned_by_another(slot, client, pind, "deactivate it")?;
         match slot.state() {
             ProgramState::Empty | ProgramState::Loading => {
                 return Err(ProgramError::NoProgram { pind: pind.0 })
@@ -1072,7 +1100,7 @@ impl Programs {
             None => (format!("slot{}", pind.0), None),
         };
         if !self.claim_name(pind, &name) {
-            let _ = self.unload(pind);
+            let _ = self.unload(DEVICE_CLIENT, pind);
             return Err(bad(format!(
                 "{}: the name {name:?} is invalid or taken by another slot",
                 json.display()
@@ -1172,7 +1200,7 @@ mod tests {
         assert_eq!(raw_chunk(&p, C1, pind, 16, 8, &img[8..]).unwrap(), 16);
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
         assert_eq!(p.abandon_loads(C1), 0, "a loaded program is not abandoned");
-        p.unload(pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind).unwrap();
 
         // A pair that goes away mid-load releases the slot and its bytes.
         raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap();
@@ -1227,7 +1255,7 @@ mod tests {
             Status::ProgramNotActivated
         );
         assert_eq!(
-            p.deactivate(pind).unwrap_err().status(),
+            p.deactivate(DEVICE_CLIENT, pind).unwrap_err().status(),
             Status::ProgramNotActivated
         );
         p.activate(pind, EngineKind::Interpreter).unwrap();
@@ -1235,16 +1263,16 @@ mod tests {
             let t = p.begin_run(pind).unwrap();
             assert_eq!(t.engine.program().insns().len(), 2);
             assert_eq!(
-                p.deactivate(pind).unwrap_err().status(),
+                p.deactivate(DEVICE_CLIENT, pind).unwrap_err().status(),
                 Status::ProgramInUse
             );
-            assert_eq!(p.unload(pind).unwrap_err().status(), Status::ProgramInUse);
+            assert_eq!(p.unload(DEVICE_CLIENT, pind).unwrap_err().status(), Status::ProgramInUse);
         }
         assert_eq!(p.list()[0].executions, 1);
-        p.deactivate(pind).unwrap();
-        p.unload(pind).unwrap();
+        p.deactivate(DEVICE_CLIENT, pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind).unwrap();
         assert!(p.list().is_empty());
-        assert_eq!(p.unload(pind).unwrap_err().status(), Status::NoProgram);
+        assert_eq!(p.unload(DEVICE_CLIENT, pind).unwrap_err().status(), Status::NoProgram);
     }
 
     #[test]
@@ -1315,7 +1343,7 @@ mod tests {
         p.persist_as(C1, ProgramIndex(2), "two").unwrap();
         p.persist_as(C1, ProgramIndex(5), "five").unwrap();
         p.persist_as(C1, ProgramIndex(6), "six").unwrap();
-        p.unload(ProgramIndex(6)).unwrap();
+        p.unload(DEVICE_CLIENT, ProgramIndex(6)).unwrap();
         // Slot 7 is loaded and active but not persistent: never written.
         p.activate(ProgramIndex(7), EngineKind::Interpreter)
             .unwrap();
@@ -1363,7 +1391,7 @@ mod tests {
         p.activate(pind, EngineKind::Interpreter).unwrap();
         drop(p.begin_run_of(pind, Some(first)).unwrap());
         assert_eq!(generation_of(&p, pind), first);
-        p.unload(pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind).unwrap();
         assert_eq!(
             p.begin_run_of(pind, Some(first)).unwrap_err().status(),
             Status::NoProgram
@@ -1436,6 +1464,33 @@ mod tests {
         assert_eq!(p.lock().bytes_total, 32);
         assert_eq!(p.release_client(C2), 1);
         assert_eq!(p.list().len(), 1);
+    }
+
+    /// Only a program's owner may unload or deactivate it: another client (of the same
+    /// user or another) cannot empty the slot and put its own program where the owner's
+    /// next run would hand it the owner's memory. A persistent program has no owner.
+    #[test]
+    fn only_the_owner_unloads_or_deactivates_its_program() {
+        let p = programs();
+        raw_chunk(&p, C1, ProgramIndex(1), 16, 0, &ret42()).unwrap();
+        p.activate(ProgramIndex(1), EngineKind::Interpreter)
+            .unwrap();
+        for e in [
+            p.unload(C2, ProgramIndex(1)).unwrap_err(),
+            p.deactivate(C2, ProgramIndex(1)).unwrap_err(),
+        ] {
+            assert!(matches!(e, ProgramError::NotOwner { pind: 1, .. }), "{e}");
+            assert_eq!(e.status(), Status::ProgramInUse);
+            assert!(e.to_string().contains("only its loader may"), "{e}");
+        }
+        assert_eq!(p.list().len(), 1, "the slot is untouched");
+        assert!(p.begin_run(ProgramIndex(1)).is_ok());
+        p.deactivate(C1, ProgramIndex(1)).unwrap();
+        p.unload(C1, ProgramIndex(1)).unwrap();
+        raw_chunk(&p, C1, ProgramIndex(2), 16, 0, &ret42()).unwrap();
+        p.persist_as(C1, ProgramIndex(2), "shared").unwrap();
+        p.unload(C2, ProgramIndex(2)).unwrap();
+        assert!(p.list().is_empty());
     }
 
     /// A state directory from before programs had owners: its records carry no name.
@@ -1547,7 +1602,7 @@ mod tiering_tests {
             assert_eq!(run(&p, jit, n, fuel), want, "n {n} fuel {fuel}, optimized");
         }
         // Neither query nor promotion applies to an empty or inactive slot.
-        p.deactivate(jit).unwrap();
+        p.deactivate(DEVICE_CLIENT, jit).unwrap();
         assert_eq!(
             p.jit_tier(jit).unwrap_err().status(),
             csx_proto::Status::ProgramNotActivated

@@ -58,7 +58,7 @@ impl Shared {
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
             }
-            Op::UnloadProgram { pind } => done(self.programs.unload(*pind)),
+            Op::UnloadProgram { pind } => done(self.programs.unload(client, *pind)),
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);
@@ -70,7 +70,7 @@ impl Shared {
             Op::PersistProgram { pind, name } => {
                 done(self.programs.persist_as(client, *pind, name))
             }
-            Op::DeactivateProgram { pind } => done(self.programs.deactivate(*pind)),
+            Op::DeactivateProgram { pind } => done(self.programs.deactivate(client, *pind)),
             Op::RangeSetCreate { ranges } => match self.rangesets.create(&self.slm, client, ranges)
             {
                 Ok(rsid) => ok(u64::from(rsid.0)),
