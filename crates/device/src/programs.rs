@@ -135,12 +135,10 @@ fn owned_by_another(
     action: &'static str,
 ) -> Result<(), ProgramError> {
     match slot.owner {
-        Some(owner) if owner != client && client != DEVICE_CLIENT => {
-            Err(ProgramError::NotOwner {
-                pind: pind.0,
-                action,
-            })
-        }
+        Some(owner) if owner != client && client != DEVICE_CLIENT => Err(ProgramError::NotOwner {
+            pind: pind.0,
+            action,
+        }),
         _ => Ok(()),
     }
 }
@@ -1266,13 +1264,19 @@ mod tests {
                 p.deactivate(DEVICE_CLIENT, pind).unwrap_err().status(),
                 Status::ProgramInUse
             );
-            assert_eq!(p.unload(DEVICE_CLIENT, pind).unwrap_err().status(), Status::ProgramInUse);
+            assert_eq!(
+                p.unload(DEVICE_CLIENT, pind).unwrap_err().status(),
+                Status::ProgramInUse
+            );
         }
         assert_eq!(p.list()[0].executions, 1);
         p.deactivate(DEVICE_CLIENT, pind).unwrap();
         p.unload(DEVICE_CLIENT, pind).unwrap();
         assert!(p.list().is_empty());
-        assert_eq!(p.unload(DEVICE_CLIENT, pind).unwrap_err().status(), Status::NoProgram);
+        assert_eq!(
+            p.unload(DEVICE_CLIENT, pind).unwrap_err().status(),
+            Status::NoProgram
+        );
     }
 
     #[test]

@@ -255,11 +255,22 @@ fn one_client_cannot_hold_more_program_slots_than_its_limit() {
         let b = Device::open(&uri).unwrap();
         load(&b, 2).unwrap();
         load(&b, 3).unwrap();
-        // An unload by anyone frees the loader's count.
-        b.unload(ProgramIndex(0)).unwrap();
+        // Another client may not unload a's program (it could put its own program
+        // where a's next run would hand it a's memory); a's own unload frees its count.
+        let e = b.unload(ProgramIndex(0)).unwrap_err();
+        assert_eq!(status_of(&e), Some(Status::ProgramInUse), "{kind}: {e}");
+        assert!(
+            e.to_string().contains("only its loader may unload it"),
+            "{kind}: {e}"
+        );
+        assert!(load(&a, 4).is_err(), "{kind}: a still holds two slots");
+        a.unload(ProgramIndex(0)).unwrap();
         load(&a, 4).unwrap();
-        for p in [1, 2, 3, 4] {
+        for p in [1, 4] {
             a.unload(ProgramIndex(p)).unwrap();
+        }
+        for p in [2, 3] {
+            b.unload(ProgramIndex(p)).unwrap();
         }
         a.close().unwrap();
         b.close().unwrap();
