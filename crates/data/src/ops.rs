@@ -8,7 +8,8 @@
 //! nanoseconds (the device's performance model, the same on every machine), bytes to
 //! and from the host, bytes read from the media and fuel.
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
+use csx_host::proto::limits::COPY_SOURCES_MAX;
+use csx_host::proto::{CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply};
 use csx_host::session::{Params, SessionError};
 use csx_host::ExecuteRequest;
 
@@ -31,6 +32,53 @@ pub fn program(name: &str) -> Option<&'static [u8]> {
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, o)| *o)
+}
+
+/// Device memory a [`files_unchanged`] check copies its sentinels into: one byte for
+/// each of [`COPY_SOURCES_MAX`] files.
+pub const SENTINELS_BYTES: u64 = COPY_SOURCES_MAX as u64;
+
+/// Whether every file of `files` is unchanged since its sentinel (its first byte) was
+/// first copied: the copy is served from the device's resident memory only while the
+/// file's content version is the one it was read at, so a write, rename or delete since
+/// (or an eviction, or a device without resident memory) answers `false`. Copying also
+/// marks the versions a staging that follows starts from. One Memory Copy per
+/// [`COPY_SOURCES_MAX`] files into `sentinel` ([`SENTINELS_BYTES`] bytes), charged to
+/// the session's meter. A file that cannot give its first byte (gone, empty) is not unchanged; the
+/// staging that follows reports it.
+pub fn files_unchanged(s: &mut Session, sentinel: MemHandle, files: &[String]) -> bool {
+    let mut unchanged = true;
+    for group in files.chunks(COPY_SOURCES_MAX) {
+        let sources = group
+            .iter()
+            .map(|path| CopySource::ResidentFile {
+                path: path.clone(),
+                offset: 0,
+                len: 1,
+            })
+            .collect();
+        let want = group.len() as u64;
+        let op = Op::MemCopy {
+            dst: sentinel,
+            dst_offset: 0,
+            sources,
+        };
+        let Ok(c) = s.device().client().call_ok(op) else {
+            unchanged = false;
+            continue;
+        };
+        let resident = match c.reply {
+            Reply::Copied { resident_bytes } => resident_bytes.min(c.value),
+            _ => 0,
+        };
+        let meter = &mut s.meter;
+        meter.commands += 1;
+        meter.modelled_ns += c.timing.modelled_ns;
+        meter.media_bytes += c.value - resident;
+        meter.resident_bytes += resident;
+        unchanged &= c.value == want && resident == want;
+    }
+    unchanged
 }
 
 /// Fuel of one operator run: 2^36, far above the ~10 fuel per row the operators use.

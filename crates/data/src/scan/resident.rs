@@ -27,15 +27,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use csx_host::proto::limits::COPY_SOURCES_MAX;
-use csx_host::proto::{CopySource, MemHandle, Op, Reply};
+use csx_host::proto::MemHandle;
 
 use crate::error::DataError;
 use crate::ops::{self, Meter, Session};
 use crate::stage::DeviceColumn;
-
-/// Bytes of a file copied as its sentinel: its first.
-const SENTINEL_BYTES: u64 = 1;
 
 /// Device memory resident scans keep by default: 1 GiB.
 pub const RESIDENT_BUDGET_DEFAULT: u64 = 1 << 30;
@@ -277,49 +273,15 @@ impl<'d> ResidentScans<'d> {
     }
 
     /// Whether every file of `files` is unchanged since its sentinel was first copied
-    /// (served from the device's resident memory); copying marks the versions a
-    /// staging that follows starts from. One Memory Copy per [`COPY_SOURCES_MAX`] files.
+    /// ([`ops::files_unchanged`]).
     fn files_unchanged(&mut self, files: &[String]) -> Result<bool, DataError> {
         let sentinel = match self.sentinel {
             Some(h) => h,
-            None => {
-                let h = ops::alloc(&mut self.session, SENTINEL_BYTES * COPY_SOURCES_MAX as u64)?;
-                *self.sentinel.insert(h)
-            }
+            None => *self
+                .sentinel
+                .insert(ops::alloc(&mut self.session, ops::SENTINELS_BYTES)?),
         };
-        let mut unchanged = true;
-        for group in files.chunks(COPY_SOURCES_MAX) {
-            let sources = group
-                .iter()
-                .map(|path| CopySource::ResidentFile {
-                    path: path.clone(),
-                    offset: 0,
-                    len: SENTINEL_BYTES,
-                })
-                .collect();
-            let want = SENTINEL_BYTES * group.len() as u64;
-            let op = Op::MemCopy {
-                dst: sentinel,
-                dst_offset: 0,
-                sources,
-            };
-            // A file without a first byte is not unchanged; the staging reports it.
-            let Ok(c) = self.session.device().client().call_ok(op) else {
-                unchanged = false;
-                continue;
-            };
-            let served = match c.reply {
-                Reply::Copied { resident_bytes } => resident_bytes.min(c.value),
-                _ => 0,
-            };
-            let m = &mut self.session.meter;
-            m.commands += 1;
-            m.modelled_ns += c.timing.modelled_ns;
-            m.media_bytes += c.value - served;
-            m.resident_bytes += served;
-            unchanged &= c.value == want && served == want;
-        }
-        Ok(unchanged)
+        Ok(ops::files_unchanged(&mut self.session, sentinel, files))
     }
 
     fn remove(&mut self, key: &str) -> Result<(), DataError> {

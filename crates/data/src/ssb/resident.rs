@@ -24,19 +24,13 @@
 
 use std::collections::HashMap;
 
-use csx_host::proto::limits::COPY_SOURCES_MAX;
-use csx_host::proto::{CopySource, EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply};
+use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
 use csx_host::Device;
 
 use crate::error::DataError;
 use crate::ops::{self, Meter, Session};
 use crate::ssb::queries::QuerySpec;
 use crate::ssb::run::{QueryRun, RunOptions, StagedDim};
-
-/// Bytes of a file copied as its sentinel: its first.
-const SENTINEL_BYTES: u64 = 1;
-/// Sentinels copied by one Memory Copy (one source each).
-const SENTINELS_AT_ONCE: usize = COPY_SOURCES_MAX;
 
 /// One kept entry: its allocations, their bytes, whether its staging completed, and
 /// when it was last used.
@@ -210,52 +204,18 @@ impl<'d> ResidentTables<'d> {
         Ok(pind)
     }
 
-    /// Whether every file of `files` is unchanged since it was last checked (its
-    /// sentinel served from the device's resident memory); copying the sentinels also
-    /// marks the versions a staging that follows starts from. One Memory Copy per
-    /// [`SENTINELS_AT_ONCE`] files, charged to the run's meter.
+    /// Whether every file of `files` is unchanged since it was last checked
+    /// ([`ops::files_unchanged`]), charged to the run's meter.
     fn files_unchanged(&mut self, run: &mut Session, files: &[String]) -> Result<bool, DataError> {
         let sentinel = match self.sentinel {
             Some(h) => h,
             None => {
-                let bytes = SENTINEL_BYTES * SENTINELS_AT_ONCE as u64;
-                let h = self.with_session(run, false, |k| ops::alloc(k, bytes))?;
+                let h = self.with_session(run, false, |k| ops::alloc(k, ops::SENTINELS_BYTES))?;
                 self.sentinel = Some(h);
                 h
             }
         };
-        let mut unchanged = true;
-        for chunk in files.chunks(SENTINELS_AT_ONCE) {
-            let sources = (chunk.iter())
-                .map(|path| CopySource::ResidentFile {
-                    path: path.clone(),
-                    offset: 0,
-                    len: SENTINEL_BYTES,
-                })
-                .collect();
-            let op = Op::MemCopy {
-                dst: sentinel,
-                dst_offset: 0,
-                sources,
-            };
-            let want = SENTINEL_BYTES * chunk.len() as u64;
-            // A file that cannot give its first byte (gone, empty) is not unchanged;
-            // the staging that follows reports it.
-            let Ok(c) = self.dev.client().call_ok(op) else {
-                unchanged = false;
-                continue;
-            };
-            let resident = match c.reply {
-                Reply::Copied { resident_bytes } => resident_bytes.min(c.value),
-                _ => 0,
-            };
-            run.meter.commands += 1;
-            run.meter.modelled_ns += c.timing.modelled_ns;
-            run.meter.media_bytes += c.value - resident;
-            run.meter.resident_bytes += resident;
-            unchanged &= c.value == want && resident == want;
-        }
-        Ok(unchanged)
+        Ok(ops::files_unchanged(run, sentinel, files))
     }
 
     /// The kept allocations of entry `key` (`sizes` bytes each, staged from `files`):
