@@ -876,9 +876,10 @@ impl Programs {
         Ok(self.tiered(pind)?.map(|t| t.tier()))
     }
 
-    /// Promotes a tiered JIT activation to Cranelift's code now, or waits for the
-    /// promotion already running; a failed compile is reported (the program keeps
-    /// running on the quick tier). Nothing to do for an engine that is not tiered.
+    /// Promotes a tiered JIT activation to Cranelift's code now (compiling on this thread
+    /// unless the optimised code is there already; a background compile still running is
+    /// not waited for); a failed compile is reported (the program keeps running on the
+    /// quick tier). Nothing to do for an engine that is not tiered.
     pub fn optimize(&self, pind: ProgramIndex) -> Result<(), ProgramError> {
         match self.tiered(pind)? {
             Some(t) => t.optimize().map_err(|e| ProgramError::Jit {
