@@ -39,7 +39,7 @@ use crate::error::DataError;
 use crate::ops::{self, Meter, Session};
 use crate::predicate::{compile, compile_within, Cmp, Compiled, Predicate, RawRange};
 use crate::stage::{device_column, DeviceColumn, Staging, Target};
-use program::{Input, Layout, Output, BAD_CODE_BASE, SEGMENT_MAX};
+use program::{Input, Layout, Output, BAD_CODE_BASE, PASS_UNKNOWN, SEGMENT_MAX};
 use std::sync::Arc;
 
 /// How the SSB operators compute a selection (Delilah's filter strategies).
@@ -371,6 +371,7 @@ fn plan_layout(
             segment: at,
             dict_entries: (c.ty == ColumnType::Dict).then_some(c.entries),
             ranges: ranges.get(&c.name).cloned(),
+            pass_ppm: PASS_UNKNOWN,
         });
         at += chunk * c.ty.width();
     }
@@ -420,6 +421,48 @@ fn zone_skips(
         .filter_map(|(c, f)| Some((f.encoded()?, ranges.get(&c.name)?.as_slice())))
         .collect();
     skipped_blocks(&zone)
+}
+
+/// Each filtered input's [`Input::pass_ppm`] from its zone maps (encoded columns), so
+/// the program tests first the input that rejects the most rows.
+fn estimate_passes(layout: &mut Layout, files: &[Arc<DeviceColumn>]) {
+    for (input, f) in layout.inputs.iter_mut().zip(files) {
+        if let (Some(ranges), Some(col)) = (&input.ranges, f.encoded()) {
+            input.pass_ppm = pass_estimate(col, ranges);
+        }
+    }
+}
+
+/// The share of `col`'s rows its zone maps suggest are in `ranges` (raw values, as
+/// [`crate::encoding::excluded`] reads them), parts per million: per block, the part
+/// of `[min, max]` the ranges cover, the values taken as spread evenly.
+fn pass_estimate(col: &EncodedColumn, ranges: &[RawRange]) -> u32 {
+    let mask = if col.header.ty.width() == 4 {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    let (mut passing, mut rows) = (0f64, 0f64);
+    for h in &col.blocks {
+        let (min, max) = (h.min, h.max.max(h.min));
+        let raw: Vec<(u64, u64)> = if !col.header.ty.signed() || min >= 0 || max < 0 {
+            vec![((min as u64) & mask, (max as u64) & mask)]
+        } else {
+            vec![(0, max as u64), ((min as u64) & mask, mask)]
+        };
+        let span = (max as i128 - min as i128 + 1) as f64;
+        let covered: f64 = (raw.iter())
+            .flat_map(|&(a, b)| ranges.iter().map(move |&(lo, hi)| (a.max(lo), b.min(hi))))
+            .filter(|(lo, hi)| lo <= hi)
+            .map(|(lo, hi)| (hi - lo) as f64 + 1.0)
+            .sum();
+        passing += f64::from(h.rows) * (covered / span).min(1.0);
+        rows += f64::from(h.rows);
+    }
+    if rows == 0.0 {
+        return PASS_UNKNOWN;
+    }
+    (passing / rows * f64::from(PASS_UNKNOWN)) as u32
 }
 
 /// How many chunks run at once (slots, at most one per engine) and in how many buffer
@@ -587,7 +630,8 @@ impl<'d> Scanner<'d> {
                 &plan.ranges,
             )?,
         };
-        let layout = plan.layout;
+        let mut layout = plan.layout;
+        estimate_passes(&mut layout, &files);
         let staged_len: u64 = files.iter().map(|f| f.staged_bound(chunk)).sum();
         let image = program::emit(&layout)?;
         let per_slot = layout.in_bytes.max(64) + layout.out_bytes.max(64) + staged_len;

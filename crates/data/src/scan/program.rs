@@ -16,6 +16,11 @@
 //!            every output: copy the value, kept += 1
 //! ```
 //!
+//! Three forms of that loop: the unrolled one (no dictionary input; the usual case) tests
+//! the input expected to reject the most rows first, eight rows a loop, and loads the
+//! other inputs of a row only when its tests so far passed (`emit_unrolled`); the
+//! pointer form and the shared-base form (above) load every input of every row.
+//!
 //! The program returns the rows kept, `-22` (CSX_EINVAL) when its windows or row count
 //! do not fit the layout it was made for, or `BAD_CODE_BASE - k` at the first
 //! dictionary code of input `k` out of range (the host then finds the row).
@@ -43,7 +48,13 @@ pub struct Input {
     /// The raw (unsigned) values a row must have in this column: sorted, disjoint
     /// inclusive ranges; `None`: no condition.
     pub ranges: Option<Vec<RawRange>>,
+    /// Rows expected to pass `ranges`, parts per million ([`PASS_UNKNOWN`]: not
+    /// estimated); the unrolled form tests the inputs with the fewest first.
+    pub pass_ppm: u32,
 }
+
+/// [`Input::pass_ppm`] without an estimate: every row.
+pub const PASS_UNKNOWN: u32 = 1_000_000;
 
 /// One column the program writes: a copy of input `input`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +95,13 @@ enum Label {
     Bad(usize),
     /// The end of input `k`'s range test: the value passed.
     Pass(usize),
+    /// The unrolled form's: the end of row `u` of a group (or of the tail's row,
+    /// `u` = [`UNROLL`]), where a failed test goes.
+    Skip(usize),
+    /// The end of input `k`'s range test in row `u`.
+    PassAt(usize, usize),
+    /// The unrolled form's loop of single rows after the last full group.
+    Tail,
 }
 
 type Emitter = csx_ebpf::emit::Emitter<Label>;
@@ -128,7 +146,9 @@ pub fn emit(layout: &Layout) -> Result<Vec<u8>, csx_ebpf::emit::EmitError> {
     let mut e = Emitter::new();
     let n = layout.inputs.len();
     let m = layout.outputs.len();
-    if n > 0 && n + m + 1 + usize::from(m == 0) <= COLUMN_REGS {
+    if unrolled_fits(layout) {
+        emit_unrolled(&mut e, layout);
+    } else if n > 0 && n + m + 1 + usize::from(m == 0) <= COLUMN_REGS {
         emit_pointers(&mut e, layout);
     } else {
         emit_shared(&mut e, layout);
@@ -355,4 +375,147 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
     e.alu_x(ALU_MOV, R0, KEPT);
     e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
     exits(e, layout);
+}
+
+/// Rows per group of the unrolled form.
+pub const UNROLL: usize = 8;
+
+/// The unrolled form's own registers (P4, P8, O4, O8 and KEPT are the shared form's):
+/// the first tested input at the group's first row, its value past the last full
+/// group, and past the last row.
+const FIRST: u8 = 2;
+const GROUP_END: u8 = 3;
+const TAIL_END: u8 = 9;
+
+/// Whether the unrolled form serves `layout`: an input with ranges to test first and
+/// no dictionary input (every code of one is checked, and this form loads an input
+/// only for the rows whose earlier tests passed).
+fn unrolled_fits(layout: &Layout) -> bool {
+    layout.inputs.iter().any(|i| i.ranges.is_some())
+        && layout.inputs.iter().all(|i| i.dict_entries.is_none())
+        && layout.in_bytes + UNROLL as u64 * 8 <= SEGMENT_MAX
+}
+
+/// The inputs with ranges, in the order the unrolled form tests them: the fewest rows
+/// expected to pass first ([`Input::pass_ppm`]), layout order among equals.
+fn test_order(layout: &Layout) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..layout.inputs.len())
+        .filter(|&k| layout.inputs[k].ranges.is_some())
+        .collect();
+    order.sort_by_key(|&k| layout.inputs[k].pass_ppm);
+    order
+}
+
+/// Unrolled form: rows in groups of [`UNROLL`], then one at a time. A row loads the
+/// first tested input only (through FIRST, its place in the group in the offset), and
+/// each other input only when the tests before it passed (from P4/P8, window 0 plus
+/// the group's first row times the width, at the input's segment); so a row that
+/// fails its first test costs a load and one or two jumps, and the loop's own
+/// instructions are shared by a group.
+///
+/// ```text
+///   loop:  if FIRST >= GROUP_END goto tail
+///          row u of 0..UNROLL: tests (fail: goto skip u), outputs copied, kept += 1
+///          skip u: ...; FIRST, P4, P8 += UNROLL rows; goto loop
+///   tail:  if FIRST >= TAIL_END goto done
+///          one row the same way; FIRST, P4, P8 += 1 row; goto tail
+///   done:  r0 = kept
+/// ```
+fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
+    let order = test_order(layout);
+    check_args(e, layout, R0);
+    unrolled_setup(e, layout, order[0]);
+    e.label(Label::Loop);
+    e.jump(jmp_x(JMP_JGE, FIRST, GROUP_END), Label::Tail);
+    for u in 0..UNROLL {
+        unrolled_row(e, layout, &order, u, u);
+    }
+    unrolled_advance(e, layout, order[0], UNROLL as u64);
+    e.goto(Label::Loop);
+    e.label(Label::Tail);
+    e.jump(jmp_x(JMP_JGE, FIRST, TAIL_END), Label::Done);
+    unrolled_row(e, layout, &order, UNROLL, 0);
+    unrolled_advance(e, layout, order[0], 1);
+    e.goto(Label::Tail);
+    e.label(Label::Done);
+    e.alu_x(ALU_MOV, R0, KEPT);
+    e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
+    exits(e, layout);
+}
+
+/// The unrolled form's registers set from the args (r0 holds the rows): O4/O8 at
+/// window 1, P4/P8 at window 0, FIRST at input `first`'s segment, the two ends, and
+/// the kept counter zeroed.
+fn unrolled_setup(e: &mut Emitter, layout: &Layout, first: usize) {
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
+    e.alu_x(ALU_MOV, O8, O4);
+    e.op(CLASS_LDX | MODE_MEM | SIZE_DW, P4, ARGS, 24, 0);
+    // r5 (args) is P8 from here.
+    e.alu_x(ALU_MOV, P8, P4);
+    e.alu_x(ALU_MOV, FIRST, P4);
+    let input = &layout.inputs[first];
+    if input.segment > 0 {
+        e.alu_k(ALU_ADD, FIRST, input.segment as i32);
+    }
+    let shift = input.width.trailing_zeros() as i32;
+    e.alu_x(ALU_MOV, TAIL_END, R0);
+    e.alu_k(ALU_LSH, TAIL_END, shift);
+    e.alu_x(ALU_ADD, TAIL_END, FIRST);
+    e.alu_x(ALU_MOV, GROUP_END, R0);
+    e.alu_k(ALU_AND, GROUP_END, -(UNROLL as i32));
+    e.alu_k(ALU_LSH, GROUP_END, shift);
+    e.alu_x(ALU_ADD, GROUP_END, FIRST);
+    e.alu_k(ALU_MOV, KEPT, 0);
+}
+
+/// Input `k`'s value of row `u` of the group into r0 (r1 may be clobbered).
+fn unrolled_load(e: &mut Emitter, layout: &Layout, first: usize, k: usize, u: usize) {
+    let input = &layout.inputs[k];
+    let size = size_of(input.width);
+    let at = u as u64 * input.width;
+    if k == first {
+        e.ldx(size, R0, FIRST, at as i16);
+        return;
+    }
+    let base = if input.width == 4 { P4 } else { P8 };
+    let (reg, off) = address(e, base, input.segment + at);
+    e.ldx(size, R0, reg, off);
+}
+
+/// Row `u` of the group: every test (a failure goes to `Skip(label)`), then the
+/// outputs copied and the row counted.
+fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize, u: usize) {
+    for &k in order {
+        let input = &layout.inputs[k];
+        let ranges = input.ranges.as_deref().unwrap_or_default();
+        unrolled_load(e, layout, order[0], k, u);
+        e.range_test(
+            input.width,
+            ranges,
+            Label::Skip(label),
+            Label::PassAt(label, k),
+        );
+    }
+    for out in &layout.outputs {
+        let width = layout.inputs[out.input].width;
+        unrolled_load(e, layout, order[0], out.input, u);
+        store(e, width, out.segment, R0);
+    }
+    for (w, reg) in [(4, O4), (8, O8)] {
+        if (layout.outputs.iter()).any(|o| layout.inputs[o.input].width == w) {
+            e.alu_k(ALU_ADD, reg, w as i32);
+        }
+    }
+    e.alu_k(ALU_ADD, KEPT, 1);
+    e.label(Label::Skip(label));
+}
+
+/// FIRST, and the bases of the widths other inputs read through, moved `rows` rows on.
+fn unrolled_advance(e: &mut Emitter, layout: &Layout, first: usize, rows: u64) {
+    e.alu_k(ALU_ADD, FIRST, (rows * layout.inputs[first].width) as i32);
+    for (w, reg) in [(4, P4), (8, P8)] {
+        if (layout.inputs.iter().enumerate()).any(|(k, i)| k != first && i.width == w) {
+            e.alu_k(ALU_ADD, reg, (rows * w) as i32);
+        }
+    }
 }

@@ -8,6 +8,7 @@ mod oracle;
 mod put_gen;
 mod resident;
 mod scan;
+mod scan_program;
 mod scan_resident;
 mod ssb;
 

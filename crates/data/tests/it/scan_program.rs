@@ -1,0 +1,244 @@
+//! The emitted scan program alone on a device: random layouts (4- and 8-byte inputs,
+//! several ranges, any outputs, row counts around the unrolled form's group size)
+//! against a reference written the obvious way, on both engine kinds; what a rejected
+//! row costs in instructions; and the argument checks.
+
+use csx_data::rng::Stream;
+use csx_data::scan::program::{emit, Input, Layout, Output, PASS_UNKNOWN, UNROLL};
+use csx_host::proto::{EngineKind, MemHandle, ProgramType};
+use csx_host::{Device, Execution, ExecuteRequest};
+
+/// A random layout of `chunk_rows` rows: 1-5 inputs (widest first), each filtered or
+/// not (at least one is), 0-3 outputs.
+fn random_layout(rng: &mut Stream, chunk_rows: u64) -> Layout {
+    let n = rng.range(1, 5) as usize;
+    let mut widths: Vec<u64> = (0..n).map(|_| rng.pick(&[4u64, 8])).collect();
+    widths.sort_by_key(|&w| std::cmp::Reverse(w));
+    let mut inputs = Vec::new();
+    let mut at = 0;
+    for (k, &width) in widths.iter().enumerate() {
+        let filtered = k == n - 1 || rng.range(0, 2) > 0;
+        let ranges = filtered.then(|| {
+            let mut lo = rng.range(0, 20) as u64;
+            let mut r = Vec::new();
+            for _ in 0..rng.range(1, 3) {
+                let hi = lo + rng.range(0, 15) as u64;
+                r.push((lo, hi));
+                lo = hi + 2 + rng.range(0, 10) as u64;
+            }
+            r
+        });
+        inputs.push(Input {
+            width,
+            segment: at,
+            dict_entries: None,
+            ranges,
+            pass_ppm: rng.range(0, i64::from(PASS_UNKNOWN)) as u32,
+        });
+        at += chunk_rows * width;
+    }
+    let m = rng.range(0, 3) as usize;
+    let picks: Vec<usize> = (0..m).map(|_| rng.range(0, n as i64 - 1) as usize).collect();
+    let mut out_at = 0;
+    let outputs = picks
+        .iter()
+        .map(|&input| {
+            let o = Output {
+                input,
+                segment: out_at,
+            };
+            out_at += chunk_rows * widths[input];
+            o
+        })
+        .collect();
+    Layout {
+        inputs,
+        outputs,
+        chunk_rows,
+        in_bytes: at,
+        out_bytes: out_at,
+    }
+}
+
+fn value(window: &[u8], input: &Input, row: u64) -> u64 {
+    let at = (input.segment + row * input.width) as usize;
+    let mut b = [0u8; 8];
+    b[..input.width as usize].copy_from_slice(&window[at..at + input.width as usize]);
+    u64::from_le_bytes(b)
+}
+
+/// The rows kept and the output window, the obvious way.
+fn reference(layout: &Layout, window: &[u8], rows: u64) -> (u64, Vec<u8>) {
+    let mut out = vec![0u8; layout.out_bytes.max(64) as usize];
+    let mut kept = 0;
+    for row in 0..rows {
+        let pass = layout.inputs.iter().all(|i| match &i.ranges {
+            None => true,
+            Some(r) => {
+                let v = value(window, i, row);
+                r.iter().any(|&(lo, hi)| lo <= v && v <= hi)
+            }
+        });
+        if !pass {
+            continue;
+        }
+        for o in &layout.outputs {
+            let input = &layout.inputs[o.input];
+            let w = input.width as usize;
+            let v = value(window, input, row).to_le_bytes();
+            let at = (o.segment + kept * input.width) as usize;
+            out[at..at + w].copy_from_slice(&v[..w]);
+        }
+        kept += 1;
+    }
+    (kept, out)
+}
+
+struct Run<'a> {
+    dev: &'a Device,
+    input: MemHandle,
+    output: MemHandle,
+}
+
+impl Run<'_> {
+    /// Runs `layout`'s program over `rows` rows of the input window (`windows`: bytes
+    /// of each window given), the output zeroed first.
+    fn run(&self, layout: &Layout, engine: EngineKind, rows: u64, windows: [u64; 2]) -> Execution {
+        let image = emit(layout).unwrap();
+        let p = (self.dev)
+            .load_program_any_slot(ProgramType::Raw, &image, Some("scan"))
+            .unwrap();
+        self.dev.activate(p, engine).unwrap();
+        self.dev.fill_mem(self.output, 0, windows[1], 0).unwrap();
+        let req = ExecuteRequest::new(p)
+            .cparams(rows, 0)
+            .window(self.input, 0, windows[0])
+            .window(self.output, 0, windows[1]);
+        let x = self.dev.execute(&req).unwrap();
+        self.dev.unload(p).unwrap();
+        assert!(x.trap.is_none(), "{engine:?}: {:?}", x.trap);
+        x
+    }
+}
+
+fn setup(dev: &Device, bytes: u64) -> Run<'_> {
+    Run {
+        dev,
+        input: dev.alloc(bytes).unwrap(),
+        output: dev.alloc(bytes).unwrap(),
+    }
+}
+
+#[test]
+fn the_scan_program_keeps_what_the_reference_keeps_on_random_layouts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let chunk_rows = 3 * UNROLL as u64 + 5;
+    let bytes = 5 * 8 * chunk_rows + 64;
+    let run = setup(&dev, bytes);
+    let mut rng = Stream::new(17, "scan program");
+    for case in 0..40 {
+        let layout = random_layout(&mut rng, chunk_rows);
+        // Small values, so 4- and 8-byte inputs alike land in and out of the ranges.
+        let mut window = vec![0u8; bytes as usize];
+        for i in &layout.inputs {
+            for row in 0..chunk_rows {
+                let at = (i.segment + row * i.width) as usize;
+                window[at] = rng.range(0, 40) as u8;
+            }
+        }
+        dev.write_mem(run.input, 0, &window).unwrap();
+        let u = UNROLL as u64;
+        for rows in [0, 1, u - 1, u, u + 1, 2 * u, chunk_rows] {
+            let (want, want_out) = reference(&layout, &window, rows);
+            for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+                let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
+                let x = run.run(&layout, engine, rows, windows);
+                let what = format!("case {case}, {rows} rows, {engine:?}: {layout:?}");
+                assert_eq!(x.r0_signed(), want as i64, "{what}");
+                let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
+                assert_eq!(got, want_out, "{what}");
+            }
+        }
+    }
+    dev.close().unwrap();
+}
+
+/// Q6's shape: three filtered 8-byte inputs and a 4-byte one, two outputs.
+fn q6_layout(chunk_rows: u64, first_pass_ppm: u32) -> Layout {
+    let input = |width, segment, ranges, pass_ppm| Input {
+        width,
+        segment,
+        dict_entries: None,
+        ranges,
+        pass_ppm,
+    };
+    let c = chunk_rows;
+    Layout {
+        inputs: vec![
+            input(8, 0, Some(vec![(5, 7)]), PASS_UNKNOWN),
+            input(8, 8 * c, Some(vec![(0, 23)]), PASS_UNKNOWN),
+            input(8, 16 * c, None, PASS_UNKNOWN),
+            input(4, 24 * c, Some(vec![(100, 200)]), first_pass_ppm),
+        ],
+        outputs: vec![
+            Output {
+                input: 2,
+                segment: 0,
+            },
+            Output {
+                input: 0,
+                segment: 8 * c,
+            },
+        ],
+        chunk_rows: c,
+        in_bytes: 28 * c,
+        out_bytes: 16 * c,
+    }
+}
+
+/// A row rejected by the first input tested costs its load, at most two jumps and a
+/// share of the loop's instructions: fewer than 4 instructions a row, where a program
+/// advancing a pointer per input spends about 8.
+#[test]
+fn a_row_the_first_test_rejects_costs_under_four_instructions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let rows = 4000u64;
+    let layout = q6_layout(rows, 10_000);
+    let run = setup(&dev, layout.in_bytes);
+    // The 4-byte input (estimated to pass least, so tested first) rejects every row.
+    let window = vec![1u8; layout.in_bytes as usize];
+    dev.write_mem(run.input, 0, &window).unwrap();
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let x = run.run(&layout, engine, rows, [layout.in_bytes, layout.out_bytes]);
+        assert_eq!(x.r0_signed(), 0);
+        let insns: u64 = x.work.iter().sum();
+        assert!(insns > 0, "{engine:?}: the device counts work");
+        assert!(insns < 4 * rows, "{engine:?}: {insns} instructions for {rows} rows");
+    }
+    dev.close().unwrap();
+}
+
+/// Too many rows for the layout, or a window smaller than it: CSX_EINVAL, nothing
+/// written.
+#[test]
+fn the_scan_program_refuses_rows_and_windows_that_do_not_fit_its_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let layout = q6_layout(100, PASS_UNKNOWN);
+    let run = setup(&dev, layout.in_bytes);
+    dev.write_mem(run.input, 0, &vec![6u8; layout.in_bytes as usize])
+        .unwrap();
+    let full = [layout.in_bytes, layout.out_bytes];
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        assert_eq!(run.run(&layout, engine, 101, full).r0_signed(), -22);
+        let short_in = [layout.in_bytes - 8, layout.out_bytes];
+        assert_eq!(run.run(&layout, engine, 100, short_in).r0_signed(), -22);
+        let short_out = [layout.in_bytes, layout.out_bytes - 8];
+        assert_eq!(run.run(&layout, engine, 100, short_out).r0_signed(), -22);
+        let out = dev.read_mem(run.output, 0, layout.out_bytes).unwrap();
+        assert!(out.iter().all(|&b| b == 0), "{engine:?}");
+    }
+    dev.close().unwrap();
+}
