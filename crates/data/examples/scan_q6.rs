@@ -6,8 +6,8 @@
 //! modelled ms and fuel are printed too.
 //!
 //! `scan_q6 --init DEVICE_DIR SF PROFILE`: makes the device (performance profile
-//! `PROFILE`: unthrottled, lambda-io or daisy) with TPC-H lineitem at scale `SF` in
-//! /tpch/lineitem.
+//! `PROFILE`: unthrottled, lambda-io or daisy; resident memory, as the tpch bench's)
+//! with TPC-H lineitem at scale `SF` in /tpch/lineitem.
 
 use csx_data::predicate::{literal, Cmp, Predicate};
 use csx_data::scan::resident::{ResidentScans, RESIDENT_BUDGET_DEFAULT};
@@ -20,8 +20,12 @@ fn init(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let [dir, sf, profile] = args else {
         return Err("usage: scan_q6 --init DEVICE_DIR SF PROFILE".into());
     };
+    // As `python -m csx.bench tpch` makes its devices: room for resident scans.
     let config = csx_device::DeviceConfig {
         perf: csx_device::perf::PerfModel::profile(profile)?,
+        nvm_size_bytes: 8 << 30,
+        slm_size_bytes: 2 << 30,
+        resident_bytes: Some(16 << 20),
         ..Default::default()
     };
     let dev = csx_host::Device::init(std::path::Path::new(dir), config)?;

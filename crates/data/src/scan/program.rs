@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Three forms of that loop: the unrolled one (no dictionary input; the usual case) tests
-//! the input expected to reject the most rows first, eight rows a loop, and loads the
+//! the input expected to reject the most rows first, sixteen rows a loop, and loads the
 //! other inputs of a row only when its tests so far passed (`emit_unrolled`); the
 //! pointer form and the shared-base form (above) load every input of every row.
 //!
@@ -130,6 +130,46 @@ fn store(e: &mut Emitter, width: u64, segment: u64, src: u8) {
     // The value is in r0: the address may use r1.
     let (reg, off) = address(e, base, segment);
     e.stx(size_of(width), reg, src, off);
+}
+
+/// `if r0 <cmp> v goto to`, unsigned, as a 64-bit jump: a 4-byte value is loaded
+/// zero-extended, so it compares as its 8 bytes do, and a 64-bit jump costs a device
+/// core less than a 32-bit one (which clears the upper half first). `v` goes in the
+/// imm when it sign-extends to itself, else through r1 (clobbered).
+fn jump_cmp64(e: &mut Emitter, cmp: u8, v: u64, to: Label) {
+    match i32::try_from(v as i64) {
+        Ok(imm) => e.jump(jmp_k(cmp, R0, imm), to),
+        Err(_) => {
+            e.mov64(R1, v);
+            e.jump(jmp_x(cmp, R0, R1), to);
+        }
+    }
+}
+
+/// The range test of the value in r0 (zero-extended): one in none of `ranges`
+/// (sorted, disjoint, inclusive) jumps to `fail`; one in a range goes on past the
+/// test, where `pass` is placed. `max`: the largest value of the width.
+fn range_test(e: &mut Emitter, width: u64, ranges: &[RawRange], fail: Label, pass: Label) {
+    let max = if width == 4 {
+        u64::from(u32::MAX)
+    } else {
+        u64::MAX
+    };
+    for (j, &(lo, hi)) in ranges.iter().enumerate() {
+        // Reaching range j means the value is above range j-1.
+        if lo > 0 {
+            jump_cmp64(e, JMP_JLT, lo, fail);
+        }
+        if j + 1 < ranges.len() {
+            jump_cmp64(e, JMP_JLE, hi, pass);
+        } else if hi < max {
+            jump_cmp64(e, JMP_JGT, hi, fail);
+        }
+    }
+    if ranges.is_empty() {
+        e.goto(fail);
+    }
+    e.label(pass);
 }
 
 /// The largest segment or window size the program can address (an imm32).
@@ -290,7 +330,7 @@ fn pointers_body(e: &mut Emitter, layout: &Layout, r: &PointerRegs) {
                 0,
                 0,
             );
-            e.jump_cmp(JMP_JGE, R0, input.width, entries, Label::Bad(k));
+            jump_cmp64(e, JMP_JGE, entries, Label::Bad(k));
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
@@ -302,7 +342,7 @@ fn pointers_body(e: &mut Emitter, layout: &Layout, r: &PointerRegs) {
                 0,
                 0,
             );
-            e.range_test(input.width, ranges, Label::Next, Label::Pass(k));
+            range_test(e, input.width, ranges, Label::Next, Label::Pass(k));
         }
     }
     for (j, out) in layout.outputs.iter().enumerate() {
@@ -335,13 +375,13 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(entries) = input.dict_entries {
             load(e, R0, input);
-            e.jump_cmp(JMP_JGE, R0, input.width, entries, Label::Bad(k));
+            jump_cmp64(e, JMP_JGE, entries, Label::Bad(k));
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(ranges) = &input.ranges {
             load(e, R0, input);
-            e.range_test(input.width, ranges, Label::Next, Label::Pass(k));
+            range_test(e, input.width, ranges, Label::Next, Label::Pass(k));
         }
     }
     for out in &layout.outputs {
@@ -378,14 +418,16 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
 }
 
 /// Rows per group of the unrolled form.
-pub const UNROLL: usize = 8;
+pub const UNROLL: usize = 16;
 
 /// The unrolled form's own registers (P4, P8, O4, O8 and KEPT are the shared form's):
 /// the first tested input at the group's first row, its value past the last full
-/// group, and past the last row.
+/// group, and the second tested input at the group's first row. FIRST's value past the
+/// last row is at [r10 + TAIL_END].
 const FIRST: u8 = 2;
 const GROUP_END: u8 = 3;
-const TAIL_END: u8 = 9;
+const SECOND: u8 = 9;
+const TAIL_END: i16 = -8;
 
 /// Whether the unrolled form serves `layout`: an input with ranges to test first and
 /// no dictionary input (every code of one is checked, and this form loads an input
@@ -408,34 +450,36 @@ fn test_order(layout: &Layout) -> Vec<usize> {
 
 /// Unrolled form: rows in groups of [`UNROLL`], then one at a time. A row loads the
 /// first tested input only (through FIRST, its place in the group in the offset), and
-/// each other input only when the tests before it passed (from P4/P8, window 0 plus
-/// the group's first row times the width, at the input's segment); so a row that
+/// each other input only when the tests before it passed (the second tested through
+/// SECOND, the others from P4/P8, window 0 plus the group's first row times the width,
+/// at the input's segment); so a row that
 /// fails its first test costs a load and one or two jumps, and the loop's own
 /// instructions are shared by a group.
 ///
 /// ```text
 ///   loop:  if FIRST >= GROUP_END goto tail
 ///          row u of 0..UNROLL: tests (fail: goto skip u), outputs copied, kept += 1
-///          skip u: ...; FIRST, P4, P8 += UNROLL rows; goto loop
+///          skip u: ...; FIRST, SECOND, P4, P8 += UNROLL rows; goto loop
 ///   tail:  if FIRST >= TAIL_END goto done
-///          one row the same way; FIRST, P4, P8 += 1 row; goto tail
+///          one row the same way; the same += 1 row; goto tail
 ///   done:  r0 = kept
 /// ```
 fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
     let order = test_order(layout);
     check_args(e, layout, R0);
-    unrolled_setup(e, layout, order[0]);
+    unrolled_setup(e, layout, &order);
     e.label(Label::Loop);
     e.jump(jmp_x(JMP_JGE, FIRST, GROUP_END), Label::Tail);
     for u in 0..UNROLL {
         unrolled_row(e, layout, &order, u, u);
     }
-    unrolled_advance(e, layout, order[0], UNROLL as u64);
+    unrolled_advance(e, layout, &order, UNROLL as u64);
     e.goto(Label::Loop);
     e.label(Label::Tail);
-    e.jump(jmp_x(JMP_JGE, FIRST, TAIL_END), Label::Done);
+    e.ldx(SIZE_DW, R1, 10, TAIL_END);
+    e.jump(jmp_x(JMP_JGE, FIRST, R1), Label::Done);
     unrolled_row(e, layout, &order, UNROLL, 0);
-    unrolled_advance(e, layout, order[0], 1);
+    unrolled_advance(e, layout, &order, 1);
     e.goto(Label::Tail);
     e.label(Label::Done);
     e.alu_x(ALU_MOV, R0, KEPT);
@@ -444,23 +488,25 @@ fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
 }
 
 /// The unrolled form's registers set from the args (r0 holds the rows): O4/O8 at
-/// window 1, P4/P8 at window 0, FIRST at input `first`'s segment, the two ends, and
-/// the kept counter zeroed.
-fn unrolled_setup(e: &mut Emitter, layout: &Layout, first: usize) {
+/// window 1, P4/P8 at window 0, FIRST and SECOND at the segments of the first two
+/// inputs of `order`, the two ends, and the kept counter zeroed.
+fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize]) {
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
     e.alu_x(ALU_MOV, O8, O4);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, P4, ARGS, 24, 0);
     // r5 (args) is P8 from here.
     e.alu_x(ALU_MOV, P8, P4);
-    e.alu_x(ALU_MOV, FIRST, P4);
-    let input = &layout.inputs[first];
-    if input.segment > 0 {
-        e.alu_k(ALU_ADD, FIRST, input.segment as i32);
+    for (&k, reg) in order.iter().zip([FIRST, SECOND]) {
+        e.alu_x(ALU_MOV, reg, P4);
+        if layout.inputs[k].segment > 0 {
+            e.alu_k(ALU_ADD, reg, layout.inputs[k].segment as i32);
+        }
     }
-    let shift = input.width.trailing_zeros() as i32;
-    e.alu_x(ALU_MOV, TAIL_END, R0);
-    e.alu_k(ALU_LSH, TAIL_END, shift);
-    e.alu_x(ALU_ADD, TAIL_END, FIRST);
+    let shift = layout.inputs[order[0]].width.trailing_zeros() as i32;
+    e.alu_x(ALU_MOV, R1, R0);
+    e.alu_k(ALU_LSH, R1, shift);
+    e.alu_x(ALU_ADD, R1, FIRST);
+    e.stx(SIZE_DW, 10, R1, TAIL_END);
     e.alu_x(ALU_MOV, GROUP_END, R0);
     e.alu_k(ALU_AND, GROUP_END, -(UNROLL as i32));
     e.alu_k(ALU_LSH, GROUP_END, shift);
@@ -468,13 +514,14 @@ fn unrolled_setup(e: &mut Emitter, layout: &Layout, first: usize) {
     e.alu_k(ALU_MOV, KEPT, 0);
 }
 
-/// Input `k`'s value of row `u` of the group into r0 (r1 may be clobbered).
-fn unrolled_load(e: &mut Emitter, layout: &Layout, first: usize, k: usize, u: usize) {
+/// Input `k`'s value of row `u` of the group into r0 (r1 may be clobbered): through
+/// FIRST or SECOND for the first two inputs of `order`, else from P4/P8.
+fn unrolled_load(e: &mut Emitter, layout: &Layout, order: &[usize], k: usize, u: usize) {
     let input = &layout.inputs[k];
     let size = size_of(input.width);
     let at = u as u64 * input.width;
-    if k == first {
-        e.ldx(size, R0, FIRST, at as i16);
+    if let Some(j) = order.iter().take(2).position(|&o| o == k) {
+        e.ldx(size, R0, [FIRST, SECOND][j], at as i16);
         return;
     }
     let base = if input.width == 4 { P4 } else { P8 };
@@ -488,8 +535,8 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
     for &k in order {
         let input = &layout.inputs[k];
         let ranges = input.ranges.as_deref().unwrap_or_default();
-        unrolled_load(e, layout, order[0], k, u);
-        e.range_test(
+        unrolled_load(e, layout, order, k, u);
+        range_test(e, 
             input.width,
             ranges,
             Label::Skip(label),
@@ -498,7 +545,7 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
     }
     for out in &layout.outputs {
         let width = layout.inputs[out.input].width;
-        unrolled_load(e, layout, order[0], out.input, u);
+        unrolled_load(e, layout, order, out.input, u);
         store(e, width, out.segment, R0);
     }
     for (w, reg) in [(4, O4), (8, O8)] {
@@ -510,11 +557,15 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
     e.label(Label::Skip(label));
 }
 
-/// FIRST, and the bases of the widths other inputs read through, moved `rows` rows on.
-fn unrolled_advance(e: &mut Emitter, layout: &Layout, first: usize, rows: u64) {
-    e.alu_k(ALU_ADD, FIRST, (rows * layout.inputs[first].width) as i32);
+/// FIRST, SECOND, and the bases of the widths other inputs read through, moved
+/// `rows` rows on.
+fn unrolled_advance(e: &mut Emitter, layout: &Layout, order: &[usize], rows: u64) {
+    for (&k, reg) in order.iter().zip([FIRST, SECOND]) {
+        e.alu_k(ALU_ADD, reg, (rows * layout.inputs[k].width) as i32);
+    }
     for (w, reg) in [(4, P4), (8, P8)] {
-        if (layout.inputs.iter().enumerate()).any(|(k, i)| k != first && i.width == w) {
+        let other = |k: usize| !order.iter().take(2).any(|&o| o == k);
+        if (layout.inputs.iter().enumerate()).any(|(k, i)| other(k) && i.width == w) {
             e.alu_k(ALU_ADD, reg, (rows * w) as i32);
         }
     }

@@ -137,7 +137,7 @@ fn the_scan_program_keeps_what_the_reference_keeps_on_random_layouts() {
     let bytes = 5 * 8 * chunk_rows + 64;
     let run = setup(&dev, bytes);
     let mut rng = Stream::new(17, "scan program");
-    for case in 0..40 {
+    for case in 0..16 {
         let layout = random_layout(&mut rng, chunk_rows);
         // Small values, so 4- and 8-byte inputs alike land in and out of the ranges.
         let mut window = vec![0u8; bytes as usize];
@@ -149,7 +149,7 @@ fn the_scan_program_keeps_what_the_reference_keeps_on_random_layouts() {
         }
         dev.write_mem(run.input, 0, &window).unwrap();
         let u = UNROLL as u64;
-        for rows in [0, 1, u - 1, u, u + 1, 2 * u, chunk_rows] {
+        for rows in [0, u - 1, u + 1, chunk_rows] {
             let (want, want_out) = reference(&layout, &window, rows);
             for engine in [EngineKind::Interpreter, EngineKind::Jit] {
                 let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
