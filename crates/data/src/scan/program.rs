@@ -536,7 +536,8 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
         let input = &layout.inputs[k];
         let ranges = input.ranges.as_deref().unwrap_or_default();
         unrolled_load(e, layout, order, k, u);
-        range_test(e, 
+        range_test(
+            e,
             input.width,
             ranges,
             Label::Skip(label),

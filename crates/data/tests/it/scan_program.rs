@@ -6,7 +6,7 @@
 use csx_data::rng::Stream;
 use csx_data::scan::program::{emit, Input, Layout, Output, PASS_UNKNOWN, UNROLL};
 use csx_host::proto::{EngineKind, MemHandle, ProgramType};
-use csx_host::{Device, Execution, ExecuteRequest};
+use csx_host::{Device, ExecuteRequest, Execution};
 
 /// A random layout of `chunk_rows` rows: 1-5 inputs (widest first), each filtered or
 /// not (at least one is), 0-3 outputs.
@@ -38,7 +38,9 @@ fn random_layout(rng: &mut Stream, chunk_rows: u64) -> Layout {
         at += chunk_rows * width;
     }
     let m = rng.range(0, 3) as usize;
-    let picks: Vec<usize> = (0..m).map(|_| rng.range(0, n as i64 - 1) as usize).collect();
+    let picks: Vec<usize> = (0..m)
+        .map(|_| rng.range(0, n as i64 - 1) as usize)
+        .collect();
     let mut out_at = 0;
     let outputs = picks
         .iter()
@@ -215,7 +217,10 @@ fn a_row_the_first_test_rejects_costs_under_four_instructions() {
         assert_eq!(x.r0_signed(), 0);
         let insns: u64 = x.work.iter().sum();
         assert!(insns > 0, "{engine:?}: the device counts work");
-        assert!(insns < 4 * rows, "{engine:?}: {insns} instructions for {rows} rows");
+        assert!(
+            insns < 4 * rows,
+            "{engine:?}: {insns} instructions for {rows} rows"
+        );
     }
     dev.close().unwrap();
 }
