@@ -132,44 +132,18 @@ fn store(e: &mut Emitter, width: u64, segment: u64, src: u8) {
     e.stx(size_of(width), reg, src, off);
 }
 
-/// `if r0 <cmp> v goto to`, unsigned, as a 64-bit jump: a 4-byte value is loaded
+/// The range test of the value in r0, as 64-bit jumps: a 4-byte value is loaded
 /// zero-extended, so it compares as its 8 bytes do, and a 64-bit jump costs a device
-/// core less than a 32-bit one (which clears the upper half first). `v` goes in the
-/// imm when it sign-extends to itself, else through r1 (clobbered).
-fn jump_cmp64(e: &mut Emitter, cmp: u8, v: u64, to: Label) {
-    match i32::try_from(v as i64) {
-        Ok(imm) => e.jump(jmp_k(cmp, R0, imm), to),
-        Err(_) => {
-            e.mov64(R1, v);
-            e.jump(jmp_x(cmp, R0, R1), to);
-        }
-    }
-}
-
-/// The range test of the value in r0 (zero-extended): one in none of `ranges`
-/// (sorted, disjoint, inclusive) jumps to `fail`; one in a range goes on past the
-/// test, where `pass` is placed. `max`: the largest value of the width.
+/// core less than a 32-bit one (which clears the upper half first). A last range up to
+/// the width's largest value is open above (no test).
 fn range_test(e: &mut Emitter, width: u64, ranges: &[RawRange], fail: Label, pass: Label) {
-    let max = if width == 4 {
-        u64::from(u32::MAX)
-    } else {
-        u64::MAX
-    };
-    for (j, &(lo, hi)) in ranges.iter().enumerate() {
-        // Reaching range j means the value is above range j-1.
-        if lo > 0 {
-            jump_cmp64(e, JMP_JLT, lo, fail);
-        }
-        if j + 1 < ranges.len() {
-            jump_cmp64(e, JMP_JLE, hi, pass);
-        } else if hi < max {
-            jump_cmp64(e, JMP_JGT, hi, fail);
+    let mut ranges = ranges.to_vec();
+    if let Some(last) = ranges.last_mut() {
+        if width == 4 && last.1 >= u64::from(u32::MAX) {
+            last.1 = u64::MAX;
         }
     }
-    if ranges.is_empty() {
-        e.goto(fail);
-    }
-    e.label(pass);
+    e.range_test(8, &ranges, fail, pass);
 }
 
 /// The largest segment or window size the program can address (an imm32).
@@ -330,7 +304,7 @@ fn pointers_body(e: &mut Emitter, layout: &Layout, r: &PointerRegs) {
                 0,
                 0,
             );
-            jump_cmp64(e, JMP_JGE, entries, Label::Bad(k));
+            e.jump_cmp(JMP_JGE, R0, 8, entries, Label::Bad(k));
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
@@ -375,7 +349,7 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
     for (k, input) in layout.inputs.iter().enumerate() {
         if let Some(entries) = input.dict_entries {
             load(e, R0, input);
-            jump_cmp64(e, JMP_JGE, entries, Label::Bad(k));
+            e.jump_cmp(JMP_JGE, R0, 8, entries, Label::Bad(k));
         }
     }
     for (k, input) in layout.inputs.iter().enumerate() {
