@@ -443,3 +443,43 @@ fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
         }
     }
 }
+
+/// Two stages chained by one Python parent whose second child sleeps before its exec:
+/// the first stage sees, at its pipe's other end, a forked Python asleep (no proxy, so
+/// the host); the second, once it runs, sees the first stage (a proxy). The two claims
+/// disagree, and the mount runs the pipe through the host instead of failing or waiting.
+const POPEN_LATE_SECOND: &str = r#"
+import subprocess, sys, time
+ops = sys.argv[1] + "/.ops/"
+a = subprocess.Popen([ops + "datagen", "--size", "1MiB", "--modulo", "1000"], stdout=subprocess.PIPE)
+b = subprocess.Popen([ops + "aggregate", "--text"], stdin=a.stdout, stdout=subprocess.PIPE,
+                     preexec_fn=lambda: time.sleep(1.5))
+a.stdout.close()
+out = b.communicate()[0]
+sys.stdout.buffer.write(out)
+sys.exit(a.wait() or b.returncode)
+"#;
+
+#[test]
+fn stages_whose_claims_about_their_pipe_disagree_run_it_through_the_host() {
+    let m = Mount::new();
+    let trace = m.mnt.with_file_name("trace.jsonl");
+    let shell =
+        ok(&m.sh("$MNT/.ops/datagen --size 1MiB --modulo 1000 | $MNT/.ops/aggregate --text"));
+    let out = Command::new("python3")
+        .args(["-c", POPEN_LATE_SECOND])
+        .arg(&m.mnt)
+        .env("CSX_OP_TRACE", &trace)
+        .output()
+        .expect("python3 runs");
+    assert_eq!(ok(&out), shell);
+    let t = take_traces(&trace);
+    let (a, b) = (trace_of(&t, "datagen"), trace_of(&t, "aggregate"));
+    // The first stage decided while the second slept in its fork: the claims disagree.
+    assert_eq!(a["decisions"][1]["end"], "host", "{a}");
+    assert_eq!(b["decisions"][0]["end"]["peer"], a["pid"], "{b}");
+    for p in [a, b] {
+        assert_eq!(p["outcome"]["ok"], true, "{p}");
+        assert_eq!(p["outcome"]["stages"], 1, "{p}");
+    }
+}
