@@ -86,7 +86,13 @@ pub(crate) fn accept_loop(
                 };
                 let tls = tls.clone();
                 let source = crate::Source::Address(peer.ip());
-                let spawned = ctx.spawn_connection(name, source, move |ctx| {
+                let Ok(hang_up) = stream.try_clone() else {
+                    continue;
+                };
+                let hang_up = Box::new(move || {
+                    let _ = hang_up.shutdown(std::net::Shutdown::Both);
+                });
+                let spawned = ctx.spawn_connection(name, source, hang_up, move |ctx| {
                     let conn = match tls {
                         None => Conn::Plain(stream),
                         Some(config) => {
