@@ -700,13 +700,24 @@ impl Drop for OpsServer {
 fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: bool) {
     let pool: Arc<Mutex<HashMap<u32, Agent>>> = Arc::new(Mutex::new(HashMap::new()));
     let mut placed = HashSet::new();
+    let registering = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut runners = Vec::new();
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = register(stream, &pool) {
-                    eprintln!("csx: operator proxy refused: {e}");
+                // Read on a thread of its own: a proxy slow to register holds up no other.
+                if registering.load(Ordering::Acquire) >= REGISTERING_MAX {
+                    eprintln!("csx: operator proxy refused: {REGISTERING_MAX} registrations are being read");
+                    continue;
                 }
+                registering.fetch_add(1, Ordering::AcqRel);
+                let (pool, registering) = (Arc::clone(&pool), Arc::clone(&registering));
+                std::thread::spawn(move || {
+                    if let Err(e) = register(stream, &pool) {
+                        eprintln!("csx: operator proxy refused: {e}");
+                    }
+                    registering.fetch_sub(1, Ordering::AcqRel);
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5));
@@ -774,13 +785,11 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
         ));
     }
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
+    let line = registration_line(&mut reader)?;
     reader.get_ref().set_read_timeout(None)?;
-    let reg: Registration = serde_json::from_str(&line).map_err(|e| {
+    let reg: Registration = serde_json::from_slice(&line).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidData, format!("bad registration: {e}"))
     })?;
     if reg.pid != peer_pid {
@@ -803,6 +812,67 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
         },
     );
     Ok(())
+}
+
+/// The most a registration line may hold: a proxy's words and two ends.
+const REGISTRATION_SIZE_MAX: usize = 64 << 10;
+/// How long a proxy may take to send its registration, all of it (a proxy sends it at
+/// once; a peer that trickles it is ended).
+const REGISTER_WAIT: Duration = Duration::from_secs(2);
+/// Registrations read at once (each on its own thread); more connections are refused.
+const REGISTERING_MAX: usize = 64;
+
+/// The first line from a proxy, under one deadline for all of it and a size limit;
+/// bytes after it stay in `reader` (a host stdin's first payload).
+fn registration_line(reader: &mut BufReader<UnixStream>) -> io::Result<Vec<u8>> {
+    let deadline = Instant::now() + REGISTER_WAIT;
+    let mut line = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no whole registration within {} s ({} bytes came)",
+                    REGISTER_WAIT.as_secs(),
+                    line.len()
+                ),
+            ));
+        }
+        reader.get_ref().set_read_timeout(Some(left))?;
+        let buf = match reader.fill_buf() {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            other => other?,
+        };
+        if buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the proxy closed its socket before its registration ended",
+            ));
+        }
+        let (n, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..n]);
+        reader.consume(n);
+        if line.len() > REGISTRATION_SIZE_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a registration longer than {REGISTRATION_SIZE_MAX} bytes"),
+            ));
+        }
+        if done {
+            return Ok(line);
+        }
+    }
 }
 
 /// Whether process `pid` exists.
