@@ -438,16 +438,19 @@ impl Holder {
     }
 }
 
+/// One look at `pid`: its command line is read once, so a process that finishes an exec
+/// between two reads (empty, then a proxy's) is never taken for another program.
 fn assess(pid: u32, target: &str, mount: &Path, ancestors: &[u32]) -> Holder {
-    if matches!(peer_kind(pid, mount), PeerKind::Proxy) {
+    let kind = peer_kind(pid, mount);
+    if matches!(kind, PeerKind::Proxy) {
         return Holder::Proxy;
     }
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim().to_owned())
         .unwrap_or_default();
     let may_turn = ancestors.contains(&pid)
+        || matches!(kind, PeerKind::Maybe | PeerKind::Unknown)
         || is_copy_of_parent(pid)
-        || matches!(peer_kind(pid, mount), PeerKind::Maybe)
         || mid_exec(pid);
     if !may_turn {
         Holder::Program(name)
@@ -597,6 +600,8 @@ enum PeerKind {
     Proxy,
     /// A shell (a forked child that may still exec a proxy).
     Maybe,
+    /// No command line: in the middle of an exec (or a zombie).
+    Unknown,
     Other,
 }
 
@@ -604,6 +609,9 @@ fn peer_kind(pid: u32, mount: &Path) -> PeerKind {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return PeerKind::Other;
     };
+    if cmdline.is_empty() {
+        return PeerKind::Unknown;
+    }
     let args: Vec<String> = cmdline
         .split(|&b| b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
