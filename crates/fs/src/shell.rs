@@ -26,7 +26,7 @@
 //! Differences from Metal FS: payload at a host end crosses the socket (Metal FS maps a
 //! 2 × 64 MiB shared memory buffer); several chains may run at once (Metal FS runs one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,9 @@ pub struct Outcome {
 
 const TAG_DATA: u8 = b'D';
 const TAG_END: u8 = b'E';
+/// Sent to a proxy whose stdin claim was a peer that does not claim it back: stream
+/// stdin to the mount after all.
+const TAG_FEED: u8 = b'F';
 /// How long a proxy waits for a pipe's other process to become a proxy (it may still be
 /// the shell's forked child before exec).
 const PEER_WAIT: Duration = Duration::from_secs(5);
@@ -144,19 +147,14 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
     let mut line = serde_json::to_vec(&reg).map_err(io::Error::other)?;
     line.push(b'\n');
     stream.write_all(&line)?;
-    let feeder = if input == End::Host {
-        let mut w = stream.try_clone()?;
-        Some(std::thread::spawn(move || {
-            let mut stdin = io::stdin().lock();
-            // A chain that ends early closes the socket: stop quietly.
-            let _ = io::copy(&mut stdin, &mut w);
-            let _ = w.shutdown(std::net::Shutdown::Write);
-        }))
+    // A proxy that claims a peer at its stdin still feeds it when the mount says the
+    // peer never agreed (the pipe then goes through the host).
+    let mut feeder = if input == End::Host {
+        Some(feed(&stream)?)
     } else {
-        stream.shutdown(std::net::Shutdown::Write)?;
         None
     };
-    let mut r = BufReader::new(stream);
+    let mut r = BufReader::new(stream.try_clone()?);
     let mut stdout = io::stdout().lock();
     loop {
         let mut head = [0u8; 9];
@@ -174,6 +172,11 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(SIGPIPE_STATUS),
                 other => other?,
             },
+            TAG_FEED => {
+                if feeder.is_none() {
+                    feeder = Some(feed(&stream)?);
+                }
+            }
             _ => {
                 match stdout.flush() {
                     Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(SIGPIPE_STATUS),
@@ -189,6 +192,17 @@ pub fn proxy(socket: &Path, mount: &Path, words: Vec<String>) -> io::Result<u8> 
             }
         }
     }
+}
+
+/// Copies this process's stdin to the mount over `stream`, on a thread.
+fn feed(stream: &UnixStream) -> io::Result<std::thread::JoinHandle<()>> {
+    let mut w = stream.try_clone()?;
+    Ok(std::thread::spawn(move || {
+        let mut stdin = io::stdin().lock();
+        // A chain that ends early closes the socket: stop quietly.
+        let _ = io::copy(&mut stdin, &mut w);
+        let _ = w.shutdown(std::net::Shutdown::Write);
+    }))
 }
 
 /// Appends this proxy's decisions and outcome to the file [`TRACE_ENV`] names, if set.
@@ -424,16 +438,19 @@ impl Holder {
     }
 }
 
+/// One look at `pid`: its command line is read once, so a process that finishes an exec
+/// between two reads (empty, then a proxy's) is never taken for another program.
 fn assess(pid: u32, target: &str, mount: &Path, ancestors: &[u32]) -> Holder {
-    if matches!(peer_kind(pid, mount), PeerKind::Proxy) {
+    let kind = peer_kind(pid, mount);
+    if matches!(kind, PeerKind::Proxy) {
         return Holder::Proxy;
     }
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim().to_owned())
         .unwrap_or_default();
     let may_turn = ancestors.contains(&pid)
+        || matches!(kind, PeerKind::Maybe | PeerKind::Unknown)
         || is_copy_of_parent(pid)
-        || matches!(peer_kind(pid, mount), PeerKind::Maybe)
         || mid_exec(pid);
     if !may_turn {
         Holder::Program(name)
@@ -488,8 +505,9 @@ const FD_IO: &[u64] = &[63, 64, 65, 66]; // read, write, readv, writev
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const FD_IO: &[u64] = &[];
 
-/// Whether `pid` runs or is on its way to another program: it runs, sleeps in a fork or
-/// an exec, or sleeps reading or writing another pipe than `target` (a shell's child
+/// Whether `pid` runs or is on its way to another program: it runs (or waits for a
+/// CPU), is in a page fault or an uninterruptible sleep, sleeps in a fork or an exec, or
+/// sleeps reading or writing another pipe than `target` (a shell's child
 /// before its exec waits on a pipe for its siblings to be forked; a Python parent waits
 /// on one for its child's exec). Asleep on `target` itself, it is that pipe's reader or
 /// writer; asleep in any other call (`poll`, `wait4`), it starts nobody now.
@@ -501,9 +519,16 @@ fn is_busy(pid: u32, target: &str) -> bool {
         if first == "running" {
             return true;
         }
+        // "-1": not in a system call, yet not running: in a page fault (asleep on the
+        // disk under memory pressure) or stopped. It waits on nothing of its own.
         let Ok(nr) = first.parse::<u64>() else {
-            return false;
+            return true;
         };
+        // In uninterruptible sleep (the disk, memory reclaim) inside any call: it is on
+        // its way, not waiting for another process.
+        if state_of(pid).as_deref() == Some("D") {
+            return true;
+        }
         if SPAWNING.contains(&nr) {
             return true;
         }
@@ -516,13 +541,14 @@ fn is_busy(pid: u32, target: &str) -> bool {
         let on = fd.and_then(|fd| readlink_fd(&pid.to_string(), fd));
         return on.is_some_and(|on| on.starts_with("pipe:[") && on != target);
     }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned));
-    matches!(state.as_deref(), Some("R" | "D"))
+    matches!(state_of(pid).as_deref(), Some("R" | "D"))
+}
+
+/// The state letter of `pid` in "/proc/PID/stat" (R, S, D, T, ...).
+fn state_of(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let i = stat.rfind(')')?;
+    stat[i + 1..].split_whitespace().next().map(str::to_owned)
 }
 
 /// This process's parent, its parent's parent, and so on up to init.
@@ -574,6 +600,8 @@ enum PeerKind {
     Proxy,
     /// A shell (a forked child that may still exec a proxy).
     Maybe,
+    /// No command line: in the middle of an exec (or a zombie).
+    Unknown,
     Other,
 }
 
@@ -581,6 +609,9 @@ fn peer_kind(pid: u32, mount: &Path) -> PeerKind {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return PeerKind::Other;
     };
+    if cmdline.is_empty() {
+        return PeerKind::Unknown;
+    }
     let args: Vec<String> = cmdline
         .split(|&b| b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
@@ -676,13 +707,25 @@ impl Drop for OpsServer {
 
 fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: bool) {
     let pool: Arc<Mutex<HashMap<u32, Agent>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut placed = HashSet::new();
+    let registering = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut runners = Vec::new();
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if let Err(e) = register(stream, &pool) {
-                    eprintln!("csx: operator proxy refused: {e}");
+                // Read on a thread of its own: a proxy slow to register holds up no other.
+                if registering.load(Ordering::Acquire) >= REGISTERING_MAX {
+                    eprintln!("csx: operator proxy refused: {REGISTERING_MAX} registrations are being read");
+                    continue;
                 }
+                registering.fetch_add(1, Ordering::AcqRel);
+                let (pool, registering) = (Arc::clone(&pool), Arc::clone(&registering));
+                std::thread::spawn(move || {
+                    if let Err(e) = register(stream, &pool) {
+                        eprintln!("csx: operator proxy refused: {e}");
+                    }
+                    registering.fetch_sub(1, Ordering::AcqRel);
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(5));
@@ -692,12 +735,14 @@ fn serve(listener: UnixListener, fs: Arc<MetalFs>, stop: Arc<AtomicBool>, log: b
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        placed.retain(|&pid| alive(pid));
         let chains = {
             let mut p = pool.lock().unwrap_or_else(|e| e.into_inner());
-            expire(&mut p);
+            reconcile(&mut p, &placed, log);
             ready_chains(&mut p)
         };
         for chain in chains {
+            placed.extend(chain.iter().map(|a| a.reg.pid));
             let fs = Arc::clone(&fs);
             let stop = Arc::clone(&stop);
             runners.push(std::thread::spawn(move || {
@@ -748,13 +793,11 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
         ));
     }
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let writer = stream.try_clone()?;
     let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
+    let line = registration_line(&mut reader)?;
     reader.get_ref().set_read_timeout(None)?;
-    let reg: Registration = serde_json::from_str(&line).map_err(|e| {
+    let reg: Registration = serde_json::from_slice(&line).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidData, format!("bad registration: {e}"))
     })?;
     if reg.pid != peer_pid {
@@ -779,35 +822,117 @@ fn register(stream: UnixStream, pool: &Mutex<HashMap<u32, Agent>>) -> io::Result
     Ok(())
 }
 
-/// Ends agents whose claimed peers never came (or died).
-fn expire(pool: &mut HashMap<u32, Agent>) {
-    let dead: Vec<u32> = pool
+/// The most a registration line may hold: a proxy's words and two ends.
+const REGISTRATION_SIZE_MAX: usize = 64 << 10;
+/// How long a proxy may take to send its registration, all of it (a proxy sends it at
+/// once; a peer that trickles it is ended).
+const REGISTER_WAIT: Duration = Duration::from_secs(2);
+/// Registrations read at once (each on its own thread); more connections are refused.
+const REGISTERING_MAX: usize = 64;
+
+/// The first line from a proxy, under one deadline for all of it and a size limit;
+/// bytes after it stay in `reader` (a host stdin's first payload).
+fn registration_line(reader: &mut BufReader<UnixStream>) -> io::Result<Vec<u8>> {
+    let deadline = Instant::now() + REGISTER_WAIT;
+    let mut line = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no whole registration within {} s ({} bytes came)",
+                    REGISTER_WAIT.as_secs(),
+                    line.len()
+                ),
+            ));
+        }
+        reader.get_ref().set_read_timeout(Some(left))?;
+        let buf = match reader.fill_buf() {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            other => other?,
+        };
+        if buf.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the proxy closed its socket before its registration ended",
+            ));
+        }
+        let (n, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..n]);
+        reader.consume(n);
+        if line.len() > REGISTRATION_SIZE_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a registration longer than {REGISTRATION_SIZE_MAX} bytes"),
+            ));
+        }
+        if done {
+            return Ok(line);
+        }
+    }
+}
+
+/// Whether process `pid` exists.
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Turns every peer claim that cannot become a link into a host end, so that both sides
+/// of a pipe agree. Each proxy decides alone, at its own moment, what is at the other
+/// end of its pipe (the other side may not have exec'd yet, or may sleep in a fork), so
+/// two neighbours can disagree: one saw a proxy, the other did not. A claim is denied
+/// when its peer registered claiming something else (now, or earlier: `placed` holds the
+/// proxies already taken into a chain), died without registering, or has not come
+/// within [`LINK_WAIT`]. A denied stdin claim tells that proxy to stream its stdin; a
+/// denied stdout claim needs nothing (the proxy writes what the mount sends it).
+fn reconcile(pool: &mut HashMap<u32, Agent>, placed: &HashSet<u32>, log: bool) {
+    let denied = |a: &Agent, claim: &End, back: fn(&Registration) -> &End| {
+        let End::Peer(p) = *claim else {
+            return false;
+        };
+        match pool.get(&p) {
+            Some(b) => *back(&b.reg) != End::Peer(a.reg.pid),
+            None => placed.contains(&p) || !alive(p) || a.since.elapsed() > LINK_WAIT,
+        }
+    };
+    let changes: Vec<(u32, bool, bool)> = pool
         .values()
-        .filter(|a| {
-            let gone = |e: &End| {
-                matches!(e, End::Peer(p) if !pool.contains_key(p)
-                    && !Path::new(&format!("/proc/{p}")).exists())
-            };
-            a.since.elapsed() > LINK_WAIT || gone(&a.reg.input) || gone(&a.reg.output)
+        .map(|a| {
+            (
+                a.reg.pid,
+                denied(a, &a.reg.input, |r| &r.output),
+                denied(a, &a.reg.output, |r| &r.input),
+            )
         })
-        .map(|a| a.reg.pid)
+        .filter(|&(_, i, o)| i || o)
         .collect();
-    for pid in dead {
-        if let Some(mut a) = pool.remove(&pid) {
-            let _ = send_end(
-                &mut a.writer,
-                &Outcome {
-                    ok: false,
-                    status: 1,
-                    message: format!(
-                        "{}: the operator it is piped to never registered with the mount",
-                        a.reg.words.first().map_or("operator", String::as_str)
-                    ),
-                    stages: 0,
-                    host_bytes: 0,
-                    quiet: false,
-                },
+    for (pid, input, output) in changes {
+        let a = pool.get_mut(&pid).expect("in the pool");
+        if log {
+            eprintln!(
+                "csx: operator `{}` (pid {pid}) claimed an operator at its {} that does not claim it back: that pipe goes through the host",
+                a.reg.words.join(" "),
+                if input { "stdin" } else { "stdout" }
             );
+        }
+        if input {
+            a.reg.input = End::Host;
+            // A proxy that is gone is seen when its chain runs.
+            let _ = send_frame(&mut a.writer, TAG_FEED, &[]);
+        }
+        if output {
+            a.reg.output = End::Host;
         }
     }
 }
@@ -867,10 +992,14 @@ impl Write for FrameWriter {
 
 fn send_end(w: &mut UnixStream, o: &Outcome) -> io::Result<()> {
     let body = serde_json::to_vec(o).map_err(io::Error::other)?;
-    let mut head = [TAG_END; 9];
+    send_frame(w, TAG_END, &body)
+}
+
+fn send_frame(w: &mut UnixStream, tag: u8, body: &[u8]) -> io::Result<()> {
+    let mut head = [tag; 9];
     head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
     w.write_all(&head)?;
-    w.write_all(&body)
+    w.write_all(body)
 }
 
 /// Whether the process at the other end of `s` is gone: it closed its socket (at exit,

@@ -9,6 +9,8 @@
 //! ```text
 //! load / load_program + activate   a program into a free slot     (unloaded at the end)
 //! load_program_at, leave_loaded    into a named slot; kept past the end on request
+//! adopt, adopt_persistent          another's program, by slot or by persistent name
+//!                                  (runs name its generation: never a replacement)
 //! alloc / fill / write / free      device memory                  (freed at the end)
 //! copy_file, start_copy_file+wait  file -> memory, on the device  (media bytes)
 //! copy_to_file                     memory -> file, on the device
@@ -135,6 +137,9 @@ pub enum SessionError {
         found: u64,
         expected: u64,
     },
+    /// No persistent program is kept under this name (any more).
+    #[error("no program is kept under the name {program:?} on the device (csx program list shows the names)")]
+    NotLoaded { program: String },
     /// A read returned fewer bytes than asked.
     #[error("{what}: read {found} bytes, expected {expected}")]
     ShortRead {
@@ -250,6 +255,28 @@ struct Held {
     name: String,
     pind: ProgramIndex,
     owned: bool,
+    /// The generation of the program meant, when known: every run names it, so a
+    /// program another client put in the slot meanwhile is refused, not run.
+    generation: Option<u64>,
+    /// Found by its persistent name ([`Session::adopt_persistent`]): a run refused for
+    /// another program in the slot looks the name up again.
+    by_name: bool,
+    /// The slot the program is in now: `pind` (the caller's handle) unless a lookup
+    /// by name found it moved.
+    at: ProgramIndex,
+}
+
+impl Held {
+    fn owned(name: &str, pind: ProgramIndex) -> Held {
+        Held {
+            name: name.to_string(),
+            pind,
+            owned: true,
+            generation: None,
+            by_name: false,
+            at: pind,
+        }
+    }
 }
 
 /// Programs, memory and accounting of one piece of work on one device (see the module
@@ -418,11 +445,7 @@ impl<'d> Session<'d> {
             Some(e) => e,
             None => match self.dev.load_program_any_slot(ptype, image, entry) {
                 Ok(pind) => {
-                    self.programs.push(Held {
-                        name: name.to_string(),
-                        pind,
-                        owned: true,
-                    });
+                    self.programs.push(Held::owned(name, pind));
                     return Ok(pind);
                 }
                 Err(e) => e,
@@ -454,11 +477,7 @@ impl<'d> Session<'d> {
                 entry: entry.filter(|_| i == 0).map(str::to_string),
             })?;
             if i == 0 {
-                self.programs.push(Held {
-                    name: name.to_string(),
-                    pind,
-                    owned: true,
-                });
+                self.programs.push(Held::owned(name, pind));
             }
             self.meter.commands += 1;
             self.meter.setup_ns += c.timing.modelled_ns;
@@ -513,13 +532,56 @@ impl<'d> Session<'d> {
     }
 
     /// Runs the program someone else loaded into `pind` under `name`; the session
-    /// never unloads it.
+    /// never unloads it. Its runs name the generation the slot holds now (listed with
+    /// opcode 0Eh; none on a device that predates generations), so a program put in
+    /// the slot later is refused ([`CallError::ProgramChanged`]), never run.
     pub fn adopt(&mut self, name: &str, pind: ProgramIndex) {
+        let generation = self.dev.programs_with_generations().ok().and_then(|list| {
+            list.into_iter()
+                .find(|p| p.pind == pind)
+                .and_then(|p| p.generation)
+        });
         self.programs.push(Held {
             name: name.to_string(),
             pind,
             owned: false,
+            generation,
+            by_name: false,
+            at: pind,
         });
+    }
+
+    /// Runs the persistent program kept under `name` (`csx program load NAME`): its
+    /// slot, from the listing with generations. Each run names the generation found; a
+    /// run the device refuses because another program is in the slot now looks `name`
+    /// up once more and runs it where it is (or fails naming it:
+    /// [`SessionError::NotLoaded`]). The session never unloads it.
+    pub fn adopt_persistent(&mut self, name: &str) -> Result<ProgramIndex, SessionError> {
+        let (pind, generation) = self.look_up(name)?;
+        self.programs.push(Held {
+            name: name.to_string(),
+            pind,
+            owned: false,
+            generation: Some(generation),
+            by_name: true,
+            at: pind,
+        });
+        Ok(pind)
+    }
+
+    /// The slot and generation of the persistent program `name`.
+    fn look_up(&mut self, name: &str) -> Result<(ProgramIndex, u64), SessionError> {
+        let list = self
+            .dev
+            .programs_with_generations()
+            .map_err(|e| SessionError::device(format!("looking up program {name}"), e))?;
+        self.meter.commands += 1;
+        list.into_iter()
+            .find(|p| p.persistent.as_deref() == Some(name))
+            .and_then(|p| Some((p.pind, p.generation?)))
+            .ok_or_else(|| SessionError::NotLoaded {
+                program: name.to_string(),
+            })
     }
 
     /// Unloads a program the session loaded, before the session ends.
@@ -897,9 +959,40 @@ impl<'d> Session<'d> {
 
     /// Runs one execution. A trap is an error ([`SessionError::Trap`]); r0 is the
     /// caller's to read (a negative `CSX_E*` may be an answer).
+    ///
+    /// A program adopted by its persistent name ([`Session::adopt_persistent`]) that
+    /// the device finds replaced in its slot (or gone from it) is looked up by name
+    /// once more and run where it is now.
     pub fn execute(&mut self, run: &ExecuteRequest) -> Result<Execution, SessionError> {
+        match self.execute_once(run) {
+            Err(SessionError::Device {
+                source: CallError::ProgramChanged(_) | CallError::NoProgram(_),
+                ..
+            }) if self.held_by_name(run.pind).is_some() => {
+                let name = self.held_by_name(run.pind).expect("just seen");
+                let (at, generation) = self.look_up(&name)?;
+                for h in self.programs.iter_mut().filter(|h| h.pind == run.pind) {
+                    (h.at, h.generation) = (at, Some(generation));
+                }
+                self.execute_once(run)
+            }
+            r => r,
+        }
+    }
+
+    fn execute_once(&mut self, run: &ExecuteRequest) -> Result<Execution, SessionError> {
         let s = self.submit_execute(run)?;
         self.wait_submitted(s)
+    }
+
+    /// The persistent name of the program held as `pind`, when it was adopted by it.
+    fn held_by_name(&self, pind: ProgramIndex) -> Option<String> {
+        self.programs
+            .iter()
+            .rev()
+            .find(|h| h.pind == pind)
+            .filter(|h| h.by_name)
+            .map(|h| h.name.clone())
     }
 
     /// Starts one execution without waiting (see [`Submitted`]); the session waits for
@@ -1013,7 +1106,22 @@ impl<'d> Session<'d> {
     }
 
     fn submit(&mut self, run: &ExecuteRequest) -> Result<CommandId, SessionError> {
-        let id = self.dev.client().submit_private(run.to_op()).map_err(|e| {
+        let mut op = run.to_op();
+        // A program held with its generation runs only if the slot still holds it.
+        if let (
+            Op::Execute {
+                pind, generation, ..
+            },
+            Some(h),
+        ) = (
+            &mut op,
+            self.programs.iter().rev().find(|h| h.pind == run.pind),
+        ) {
+            if generation.is_none() && h.generation.is_some() {
+                (*pind, *generation) = (h.at, h.generation);
+            }
+        }
+        let id = self.dev.client().submit_private(op).map_err(|e| {
             SessionError::device(
                 format!("running program {}", self.program_name(run.pind)),
                 e,

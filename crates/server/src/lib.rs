@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use csx_device::{DeviceError, DeviceRuntime};
 
@@ -67,6 +67,16 @@ pub use csx_proto::limits::SERVER_CONNECTIONS_MAX as CONNECTIONS_MAX;
 /// [`CONNECTIONS_MAX`] threads to everyone else.
 pub const CONNECTIONS_PER_SOURCE_DEFAULT: usize = CONNECTIONS_MAX - 8;
 
+/// Connections one source may have in their handshake at once (they count against its
+/// [`CONNECTIONS_PER_SOURCE_DEFAULT`] too): connections that never send their hello hold
+/// at most these, however many a source opens, and never its whole share.
+pub const HANDSHAKES_PER_SOURCE: usize = 16;
+
+/// How long a connection may stay in its handshake before a newer one of its source,
+/// finding [`HANDSHAKES_PER_SOURCE`] in their handshake, hangs it up to take its place
+/// (a client's own handshake takes milliseconds).
+pub const HANDSHAKE_EVICT_AFTER: Duration = Duration::from_millis(500);
+
 /// Where a connection comes from, for [`CONNECTIONS_PER_SOURCE_DEFAULT`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Source {
@@ -90,6 +100,9 @@ pub(crate) enum Refusal {
     Full,
     /// This source holds its limit.
     SourceFull { source: Source, limit: usize },
+    /// This source has [`HANDSHAKES_PER_SOURCE`] connections in their handshake, none
+    /// of them for longer than [`HANDSHAKE_EVICT_AFTER`].
+    Handshakes { source: Source },
 }
 
 impl std::fmt::Display for Refusal {
@@ -102,6 +115,11 @@ impl std::fmt::Display for Refusal {
             Refusal::SourceFull { source, limit } => write!(
                 f,
                 "{source} holds {limit} connections, its limit per source (the device serves {CONNECTIONS_MAX} connections in all); close some and try again"
+            ),
+            Refusal::Handshakes { source } => write!(
+                f,
+                "{source} has {HANDSHAKES_PER_SOURCE} connections in their handshake, its limit per source; try again in {} ms",
+                HANDSHAKE_EVICT_AFTER.as_millis()
             ),
         }
     }
@@ -123,6 +141,28 @@ impl Drop for SourceGuard {
             }
         }
     }
+}
+
+/// A connection in its handshake: how to hang it up when a newer one of its source
+/// takes its place.
+struct Handshaking {
+    id: u64,
+    since: Instant,
+    hang_up: Box<dyn Fn() + Send>,
+}
+
+impl std::fmt::Debug for Handshaking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handshaking")
+            .field("id", &self.id)
+            .field("since", &self.since)
+            .finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    /// The connection this thread serves, while it is in its handshake: (source, id).
+    static HANDSHAKE: std::cell::Cell<Option<(Source, u64)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Why the server could not start or stop cleanly.
@@ -322,6 +362,9 @@ pub(crate) struct Context {
     /// Live connections by source, and the most one source may hold.
     sources: Mutex<std::collections::HashMap<Source, usize>>,
     source_max: usize,
+    /// Connections in their handshake by source, oldest first.
+    handshaking: Mutex<std::collections::HashMap<Source, std::collections::VecDeque<Handshaking>>>,
+    next_connection: AtomicU64,
 }
 
 impl Context {
@@ -336,10 +379,71 @@ impl Context {
     /// Runs `serve` on a new thread for one connection from `source`, or refuses when
     /// [`CONNECTIONS_MAX`] are running or `source` holds its limit (the caller then tells
     /// the client and closes the connection).
+    ///
+    /// The connection counts as in its handshake until its thread calls
+    /// [`Context::client_connected`]; `hang_up` ends it (shuts its socket down) when a
+    /// newer connection of `source` takes its place (see [`HANDSHAKES_PER_SOURCE`]).
     pub(crate) fn spawn_connection(
         self: &Arc<Self>,
         name: String,
         source: Source,
+        hang_up: Box<dyn Fn() + Send>,
+        serve: impl FnOnce(Arc<Context>) + Send + 'static,
+    ) -> Result<(), Refusal> {
+        let id = self.make_room_to_handshake(source, hang_up)?;
+        let spawned = self.spawn_counted(name, source, id, serve);
+        if spawned.is_err() {
+            self.handshake_over(source, id);
+        }
+        spawned
+    }
+
+    /// Takes a handshake place for a new connection of `source`: a free one, or the
+    /// place of its oldest connection in its handshake for longer than
+    /// [`HANDSHAKE_EVICT_AFTER`], which is hung up.
+    fn make_room_to_handshake(
+        &self,
+        source: Source,
+        hang_up: Box<dyn Fn() + Send>,
+    ) -> Result<u64, Refusal> {
+        let mut all = self.handshaking.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = all.entry(source).or_default();
+        if mine.len() >= HANDSHAKES_PER_SOURCE {
+            if mine
+                .front()
+                .is_some_and(|h| h.since.elapsed() < HANDSHAKE_EVICT_AFTER)
+            {
+                return Err(Refusal::Handshakes { source });
+            }
+            let oldest = mine.pop_front().expect("not empty");
+            tracing::warn!(%source, "hanging up a connection silent in its handshake for a newer one");
+            (oldest.hang_up)();
+        }
+        let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
+        mine.push_back(Handshaking {
+            id,
+            since: Instant::now(),
+            hang_up,
+        });
+        Ok(id)
+    }
+
+    /// Connection `id` of `source` left its handshake (connected, or gone).
+    fn handshake_over(&self, source: Source, id: u64) {
+        let mut all = self.handshaking.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mine) = all.get_mut(&source) {
+            mine.retain(|h| h.id != id);
+            if mine.is_empty() {
+                all.remove(&source);
+            }
+        }
+    }
+
+    fn spawn_counted(
+        self: &Arc<Self>,
+        name: String,
+        source: Source,
+        id: u64,
         serve: impl FnOnce(Arc<Context>) + Send + 'static,
     ) -> Result<(), Refusal> {
         let mut connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
@@ -370,7 +474,12 @@ impl Context {
         let ctx = Arc::clone(self);
         match std::thread::Builder::new().name(name).spawn(move || {
             let _guard = guard;
-            serve(ctx)
+            HANDSHAKE.with(|h| h.set(Some((source, id))));
+            serve(Arc::clone(&ctx));
+            // A connection whose handshake failed leaves its place too.
+            if let Some((source, id)) = HANDSHAKE.with(std::cell::Cell::take) {
+                ctx.handshake_over(source, id);
+            }
         }) {
             Ok(h) => {
                 connections.push(h);
@@ -383,8 +492,11 @@ impl Context {
         }
     }
 
-    /// A connection got its queue pair.
+    /// A connection got its queue pair (called on its thread: it leaves its handshake).
     pub(crate) fn client_connected(&self) {
+        if let Some((source, id)) = HANDSHAKE.with(std::cell::Cell::take) {
+            self.handshake_over(source, id);
+        }
         Context::count(&self.clients_connected, 1);
         Context::count(&self.clients_total, 1);
     }
@@ -578,6 +690,8 @@ impl Server {
             connections: Mutex::new(Vec::new()),
             sources: Mutex::new(std::collections::HashMap::new()),
             source_max,
+            handshaking: Mutex::new(std::collections::HashMap::new()),
+            next_connection: AtomicU64::new(0),
         });
         let mut server = Server {
             ctx: Some(ctx),

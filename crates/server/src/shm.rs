@@ -116,6 +116,15 @@ fn refuse_early(stream: &mut UnixStream, status: WelcomeStatus, message: String)
     let _ = stream.write_all(&w.encode());
 }
 
+/// Hangs a connection in its handshake up from another thread (a newer connection of
+/// its user takes its place).
+fn hang_up(stream: &UnixStream) -> Option<Box<dyn Fn() + Send>> {
+    let s = stream.try_clone().ok()?;
+    Some(Box::new(move || {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }))
+}
+
 /// Accepts clients until the server stops.
 pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
     let mut next = 0u64;
@@ -131,9 +140,13 @@ pub(crate) fn accept_loop(listener: UnixListener, ctx: &Arc<Context>) {
                 };
                 next += 1;
                 let mut refusal = stream.try_clone().ok();
+                let Some(hang_up) = hang_up(&stream) else {
+                    continue;
+                };
                 let spawned = ctx.spawn_connection(
                     format!("csx-shm-{next}"),
                     crate::Source::User(uid),
+                    hang_up,
                     move |ctx| serve(stream, &ctx),
                 );
                 if let Err(why) = spawned {
@@ -1264,6 +1277,39 @@ mod tests {
             assert_eq!(status_of(&good), (CommandId(9), Status::Success));
             Box::new(good).close().unwrap();
         }
+        server.shutdown().unwrap();
+    }
+
+    /// One user's connections that never send their hello hold at most
+    /// `HANDSHAKES_PER_SOURCE` places, and only until a newer connection of that user
+    /// needs one: the user's real client, after a burst of 300 silent ones, is served
+    /// long before the handshake deadline ends them.
+    #[test]
+    fn silent_connections_never_starve_their_users_real_clients() {
+        let (_dir, server, name) = served();
+        let path = super::socket_path(&name);
+        let silent: Vec<std::os::unix::net::UnixStream> = (0..300)
+            .filter_map(|_| std::os::unix::net::UnixStream::connect(&path).ok())
+            .collect();
+        assert!(
+            silent.len() >= crate::HANDSHAKES_PER_SOURCE,
+            "{}",
+            silent.len()
+        );
+        // Past the eviction age, well inside the handshake deadline.
+        std::thread::sleep(crate::HANDSHAKE_EVICT_AFTER + Duration::from_millis(100));
+        assert!(crate::HANDSHAKE_EVICT_AFTER * 2 < csx_host::transport::shm::HANDSHAKE_TIMEOUT);
+        let options = ShmOptions {
+            queue_depth: 8,
+            host_memory_bytes: HOST_MEMORY_MIN,
+        };
+        let good = ShmTransport::connect(&name, &options)
+            .unwrap_or_else(|e| panic!("the user's real client is refused: {e}"));
+        good.submit(Command::new(CommandId(1), Op::Identify))
+            .unwrap();
+        assert_eq!(status_of(&good), (CommandId(1), Status::Success));
+        Box::new(good).close().unwrap();
+        drop(silent);
         server.shutdown().unwrap();
     }
 }

@@ -56,6 +56,15 @@ const PLEN_MAX: usize = PDU_HEADER_SIZE
         DATA_PSH_SIZE + DATA_PDU_SIZE_MAX
     };
 
+/// Hangs a connection in its handshake up from another thread (a newer connection of
+/// its source takes its place).
+fn hang_up(stream: &std::net::TcpStream) -> Option<Box<dyn Fn() + Send>> {
+    let s = stream.try_clone().ok()?;
+    Some(Box::new(move || {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }))
+}
+
 /// Accepts connections until the server stops.
 /// With `tls`, each connection is a TLS server connection with that configuration.
 pub(crate) fn accept_loop(
@@ -86,7 +95,10 @@ pub(crate) fn accept_loop(
                 };
                 let tls = tls.clone();
                 let source = crate::Source::Address(peer.ip());
-                let spawned = ctx.spawn_connection(name, source, move |ctx| {
+                let Some(hang_up) = hang_up(&stream) else {
+                    continue;
+                };
+                let spawned = ctx.spawn_connection(name, source, hang_up, move |ctx| {
                     let conn = match tls {
                         None => Conn::Plain(stream),
                         Some(config) => {

@@ -405,17 +405,34 @@ fn a_shell_reading_the_pipe_itself_is_seen_at_once_to_be_no_proxy() {
 }
 
 /// Two stages chained by one Python parent, as a shell would: the first's stdout is a
-/// pipe the parent hands to the second.
+/// pipe the parent hands to the second (whose child sleeps argv[2] seconds, if given,
+/// between its fork and its exec).
 const POPEN_CHAIN: &str = r#"
-import subprocess, sys
+import subprocess, sys, time
 ops = sys.argv[1] + "/.ops/"
+late = float(sys.argv[2]) if len(sys.argv) > 2 else 0
+kw = {"preexec_fn": lambda: time.sleep(late)} if late else {}
 a = subprocess.Popen([ops + "datagen", "--size", "8MiB", "--modulo", "1000"], stdout=subprocess.PIPE)
-b = subprocess.Popen([ops + "aggregate", "--text"], stdin=a.stdout, stdout=subprocess.PIPE)
+b = subprocess.Popen([ops + "aggregate", "--text"], stdin=a.stdout, stdout=subprocess.PIPE, **kw)
 a.stdout.close()
 out = b.communicate()[0]
 sys.stdout.buffer.write(out)
 sys.exit(a.wait() or b.returncode)
 "#;
+
+/// Runs [`POPEN_CHAIN`] (with `late` as its second argument), checks its output is
+/// `shell`'s, and returns its proxies' traces.
+fn popen_chain(m: &Mount, trace: &Path, late: &[&str], shell: &str) -> Vec<serde_json::Value> {
+    let out = Command::new("python3")
+        .args(["-c", POPEN_CHAIN])
+        .arg(&m.mnt)
+        .args(late)
+        .env("CSX_OP_TRACE", trace)
+        .output()
+        .expect("python3 runs");
+    assert_eq!(ok(&out), shell);
+    take_traces(trace)
+}
 
 #[test]
 fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
@@ -426,14 +443,7 @@ fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
     // Each run races the parent's second spawn against the first stage's look at its
     // pipe: several runs.
     for _ in 0..8 {
-        let out = Command::new("python3")
-            .args(["-c", POPEN_CHAIN])
-            .arg(&m.mnt)
-            .env("CSX_OP_TRACE", &trace)
-            .output()
-            .expect("python3 runs");
-        assert_eq!(ok(&out), shell);
-        let t = take_traces(&trace);
+        let t = popen_chain(&m, &trace, &[], &shell);
         let (a, b) = (trace_of(&t, "datagen"), trace_of(&t, "aggregate"));
         assert_eq!(a["decisions"][1]["end"]["peer"], b["pid"], "{a}\n{b}");
         assert_eq!(b["decisions"][0]["end"]["peer"], a["pid"], "{a}\n{b}");
@@ -441,5 +451,26 @@ fn stages_chained_by_python_popen_pair_up_on_the_device_as_in_a_shell() {
             assert_eq!(p["outcome"]["stages"], 2, "{p}");
             assert_eq!(p["outcome"]["ok"], true, "{p}");
         }
+    }
+}
+
+/// Two stages chained by one Python parent whose second child sleeps before its exec:
+/// the first stage sees, at its pipe's other end, a forked Python asleep (no proxy, so
+/// the host); the second, once it runs, sees the first stage (a proxy). The two claims
+/// disagree, and the mount runs the pipe through the host instead of failing or waiting.
+#[test]
+fn stages_whose_claims_about_their_pipe_disagree_run_it_through_the_host() {
+    let m = Mount::new();
+    let trace = m.mnt.with_file_name("trace.jsonl");
+    let shell =
+        ok(&m.sh("$MNT/.ops/datagen --size 8MiB --modulo 1000 | $MNT/.ops/aggregate --text"));
+    let t = popen_chain(&m, &trace, &["1.5"], &shell);
+    let (a, b) = (trace_of(&t, "datagen"), trace_of(&t, "aggregate"));
+    // The first stage decided while the second slept in its fork: the claims disagree.
+    assert_eq!(a["decisions"][1]["end"], "host", "{a}");
+    assert_eq!(b["decisions"][0]["end"]["peer"], a["pid"], "{b}");
+    for p in [a, b] {
+        assert_eq!(p["outcome"]["ok"], true, "{p}");
+        assert_eq!(p["outcome"]["stages"], 1, "{p}");
     }
 }

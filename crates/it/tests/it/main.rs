@@ -12,6 +12,7 @@
 //! (`programs`).
 
 mod abort;
+mod adopt;
 mod campaign;
 mod codemap;
 mod concurrency;
