@@ -1390,7 +1390,7 @@ impl<'a> Plan<'a> {
     > {
         let (dims, dim_copies) = self.load_dims(s, keep.as_deref_mut())?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
-        let lo_keep = (lo_dir, keep.as_deref_mut());
+        let lo_keep = (lo_dir, keep);
         let lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
             Ok(lo) => lo,
             Err(e) => {
