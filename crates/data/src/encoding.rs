@@ -602,6 +602,19 @@ mod tests {
         for (i, &v) in values.iter().enumerate() {
             assert_eq!(got.get_i64(i), v, "{ty:?} row {i} of {}", values.len());
         }
+        // Row ranges that start and end inside runs and groups of eight.
+        let n = values.len();
+        for (lo, hi) in [(1, n), (n / 3, 2 * n / 3 + 1), (n - 1, n), (5, 13), (7, 8)] {
+            if lo >= hi || hi > n {
+                continue;
+            }
+            let mut part = vec![0u8; (hi - lo) * ty.width() as usize];
+            colblock::decode_blocks(&bytes, lo as u64, &mut part, &mut || false).unwrap();
+            let got = Values::from_le_bytes(ty, &part);
+            for (i, &v) in values[lo..hi].iter().enumerate() {
+                assert_eq!(got.get_i64(i), v, "{ty:?} row {} of {lo}..{hi}", lo + i);
+            }
+        }
         assert_eq!(
             (h.min, h.max),
             (*values.iter().min().unwrap(), *values.iter().max().unwrap())

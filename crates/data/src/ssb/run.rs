@@ -678,23 +678,38 @@ impl StagedDim {
         strategy: FilterStrategy,
         lut_offset: u64,
     ) -> Result<StagedDim, DataError> {
+        // Every column of the dimension staged together, expanded in one batch.
+        let mut batch = crate::stage::Staging::default();
+        match StagedDim::start(s, dir, spec, strategy, lut_offset, &mut batch) {
+            Ok(d) => {
+                batch.finish(s)?;
+                Ok(d)
+            }
+            Err(e) => {
+                batch.abandon(s);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`StagedDim::stage`] with the copies started in `batch`: the dimension's columns
+    /// hold their values once `batch` is finished.
+    fn start(
+        s: &mut Session,
+        dir: &str,
+        spec: &'static DimSpec,
+        strategy: FilterStrategy,
+        lut_offset: u64,
+        batch: &mut crate::stage::Staging,
+    ) -> Result<StagedDim, DataError> {
         let schema = device_schema(s, dir)?;
         let rows = schema.rows;
         let (key_base, key_last) = match spec.keys {
             KeyRange::Dense => (1u32, rows as u32),
             KeyRange::Fixed(lo, hi) => (lo, hi),
         };
-        // Every column of the dimension staged together, expanded in one batch.
-        let mut batch = crate::stage::Staging::default();
-        let staged = StagedDim::stage_columns(s, dir, &schema, spec, &mut batch);
-        let (keys, filters, nothing, group) = match staged {
-            Ok(x) => x,
-            Err(e) => {
-                batch.abandon(s);
-                return Err(e);
-            }
-        };
-        batch.finish(s)?;
+        let (keys, filters, nothing, group) =
+            StagedDim::stage_columns(s, dir, &schema, spec, batch)?;
         let words = rows.div_ceil(64).max(1);
         let mask = ops::alloc(s, words * 8)?;
         let scratch = match strategy {
@@ -1245,8 +1260,9 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// The phases: load (the dimensions, then round 0's copies started), prepare
-    /// (overlapping them), dims, probe (rounds), merge, then the decoding.
+    /// The phases: load (every dimension's copies, then LINEORDER round 0's, started),
+    /// prepare (overlapping them), load (the dimensions' blocks expanded while round 0's
+    /// copies run), dims, probe (rounds), merge, then the decoding.
     fn run(
         mut self,
         s: &mut Session,
@@ -1254,21 +1270,10 @@ impl<'a> Plan<'a> {
         phases: &mut Vec<Phase>,
     ) -> Result<Answer, DataError> {
         let clock = Clock::start(s);
-        let dims = self.load_dims(s, keep.as_deref_mut())?;
-        let lo_dir = format!("{}/lineorder", self.data_dir);
-        let lo_keep = (lo_dir, keep.as_deref_mut());
-        let lo = Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims)?;
-        self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
-        self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
-        // Round 0's copies run while the operators are loaded and compiled and the
-        // dimensions are built.
-        let mut pending = if self.empty || lo.staged_already {
-            None
-        } else {
-            Some(lo.stage(s, 0, 0)?)
-        };
+        let (dims, lo, dim_copies, mut pending) = self.start_loading(s, keep.as_deref_mut())?;
         clock.phase(s, "load", phases);
-        let mut ops = self.prepare(s, keep.as_deref_mut(), phases)?;
+        let mut ops =
+            self.prepare_over_copies(s, keep.as_deref_mut(), dim_copies, &mut pending, phases)?;
         let groups = self.build_dims(s, &ops, &dims, phases)?;
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];
@@ -1290,22 +1295,7 @@ impl<'a> Plan<'a> {
         for r in 0..rounds {
             let clock = Clock::start(s);
             if !lo.staged_already {
-                let copies = match pending.take() {
-                    Some(c) => c,
-                    None => lo.stage(s, r, r % lo.sets)?,
-                };
-                // The next round's copies start before this round's blocks are expanded,
-                // so its media reads overlap the decoding.
-                let expansion = copies.wait_copies(s)?;
-                if r + 1 < lo.rounds {
-                    pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
-                }
-                if let Err(e) = expansion.expand(s) {
-                    if let Some(next) = pending.take() {
-                        next.abandon(s);
-                    }
-                    return Err(e);
-                }
+                Plan::stage_round(s, &lo, r, &mut pending)?;
             }
             // Waiting for the staged columns is loading, as in Delilah's breakdown.
             clock.phase(s, "load", phases);
@@ -1323,6 +1313,105 @@ impl<'a> Plan<'a> {
             clock.phase(s, "merge", phases);
         }
         Ok(self.answer(&dims, &groups))
+    }
+
+    /// Round `r` staged (its copies `pending`, or started now) and expanded; the next
+    /// round's copies start before this round's blocks are expanded, so its media reads
+    /// overlap the decoding (and they are left in `pending`).
+    fn stage_round(
+        s: &mut Session,
+        lo: &Lineorder,
+        r: u64,
+        pending: &mut Option<crate::stage::Staging>,
+    ) -> Result<(), DataError> {
+        let copies = match pending.take() {
+            Some(c) => c,
+            None => lo.stage(s, r, r % lo.sets)?,
+        };
+        let expansion = copies.wait_copies(s)?;
+        if r + 1 < lo.rounds {
+            *pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+        }
+        if let Err(e) = expansion.expand(s) {
+            if let Some(next) = pending.take() {
+                next.abandon(s);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The operators loaded and compiled while the first copies run, then the
+    /// dimensions' copies finished (their waiting and expansion is loading). On an error
+    /// LINEORDER's copies in `pending` are waited for too.
+    fn prepare_over_copies(
+        &self,
+        s: &mut Session,
+        keep: Option<&mut ResidentTables<'_>>,
+        dim_copies: crate::stage::Staging,
+        pending: &mut Option<crate::stage::Staging>,
+        phases: &mut Vec<Phase>,
+    ) -> Result<Operators, DataError> {
+        let prepared = self.prepare(s, keep, phases);
+        let clock = Clock::start(s);
+        let finished = match prepared {
+            Ok(ops) => dim_copies.finish(s).map(|()| ops),
+            Err(e) => {
+                dim_copies.abandon(s);
+                Err(e)
+            }
+        };
+        if finished.is_err() {
+            if let Some(p) = pending.take() {
+                p.abandon(s);
+            }
+        }
+        clock.phase(s, "load", phases);
+        finished
+    }
+
+    /// The load phase's start: every dimension's copies, then LINEORDER's plan and round
+    /// 0's copies (a dimension kept in `keep` is staged, or found, on its own). The
+    /// caller finishes the dimensions' copies (their blocks expanded while LINEORDER's
+    /// copies run); round 0's go on while the dimensions are built.
+    #[allow(clippy::type_complexity)]
+    fn start_loading(
+        &mut self,
+        s: &mut Session,
+        mut keep: Option<&mut ResidentTables<'_>>,
+    ) -> Result<
+        (
+            Vec<StagedDim>,
+            Lineorder,
+            crate::stage::Staging,
+            Option<crate::stage::Staging>,
+        ),
+        DataError,
+    > {
+        let (dims, dim_copies) = self.load_dims(s, keep.as_deref_mut())?;
+        let lo_dir = format!("{}/lineorder", self.data_dir);
+        let lo_keep = (lo_dir, keep);
+        let lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
+            Ok(lo) => lo,
+            Err(e) => {
+                dim_copies.abandon(s);
+                return Err(e);
+            }
+        };
+        self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
+        self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
+        let pending = if self.empty || lo.staged_already {
+            None
+        } else {
+            match lo.stage(s, 0, 0) {
+                Ok(st) => Some(st),
+                Err(e) => {
+                    dim_copies.abandon(s);
+                    return Err(e);
+                }
+            }
+        };
+        Ok((dims, lo, dim_copies, pending))
     }
 
     /// Nothing can join: round 0's copies (if started) waited for, an empty probe
@@ -1391,12 +1480,30 @@ impl<'a> Plan<'a> {
         Ok(ops)
     }
 
-    /// Stages every dimension (or finds it kept in `keep`); their lookup tables must fit
-    /// the shared state.
+    /// Starts staging every dimension into one batch, returned with them for the caller
+    /// to finish (a dimension kept in `keep` is staged, or found, on its own, finished);
+    /// their lookup tables must fit the shared state.
     fn load_dims(
         &self,
         s: &mut Session,
+        keep: Option<&mut ResidentTables<'_>>,
+    ) -> Result<(Vec<StagedDim>, crate::stage::Staging), DataError> {
+        let mut batch = crate::stage::Staging::default();
+        match self.start_dims(s, keep, &mut batch) {
+            Ok(dims) => Ok((dims, batch)),
+            Err(e) => {
+                batch.abandon(s);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Plan::load_dims`]'s work, the fresh dimensions' copies started in `batch`.
+    fn start_dims(
+        &self,
+        s: &mut Session,
         mut keep: Option<&mut ResidentTables<'_>>,
+        batch: &mut crate::stage::Staging,
     ) -> Result<Vec<StagedDim>, DataError> {
         let state_size = s
             .device()
@@ -1415,7 +1522,7 @@ impl<'a> Plan<'a> {
                     let stage = |k: &mut Session| StagedDim::stage(k, &dir, spec, strategy, lut_at);
                     k.dim(s, &key, self.opts.resident, files, stage)?
                 }
-                None => StagedDim::stage(s, &dir, spec, strategy, lut_at)?,
+                None => StagedDim::start(s, &dir, spec, strategy, lut_at, batch)?,
             };
             lut_at = (lut_at + 2 * u64::from(d.lut_entries)).next_multiple_of(8);
             dims.push(d);

@@ -177,6 +177,59 @@ fn queries_the_device_cannot_run_are_errors_naming_the_operator_or_limit() {
     dev.close().unwrap();
 }
 
+/// A flipped bit in block 0 of a dimension's column (staged in one batch with the other
+/// dimensions, expanded while LINEORDER's first copies run) or of a LINEORDER column is
+/// an error naming table, column, block and part; with the good file back, the answer is
+/// the host reference's.
+#[test]
+fn a_flipped_bit_in_a_staged_ssb_block_names_table_column_and_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 3, &mut |_, _, _| {}).unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let q = query("Q3.3").unwrap();
+    let want = sorted(reference(&mut LocalSource::new(&data), q).unwrap());
+    for (table, column, ty) in [
+        ("customer", "c_city", ColumnType::Dict),
+        ("date", "d_year", ColumnType::Uint32),
+        ("lineorder", "lo_revenue", ColumnType::Uint32),
+    ] {
+        let local = data.join(table).join(format!("{column}.col"));
+        let rows = csx_data::LocalTable::open(&data.join(table))
+            .unwrap()
+            .schema
+            .rows;
+        let (col, good) =
+            csx_data::encoding::EncodedColumn::open_local(table, column, &local, ty, rows).unwrap();
+        let on_dev = format!("/ssb/{table}/{column}.col");
+        let b0 = col.blocks[0];
+        for (at, part) in [(b0.at + 64 + 1, "bad data"), (b0.at + 6, "bad header")] {
+            let mut bad = good.clone();
+            bad[at as usize] ^= 0x40;
+            dev.put_bytes(&on_dev, &bad).unwrap();
+            for probe in ProbeKind::ALL {
+                let opts = RunOptions {
+                    probe,
+                    round_rows: 1 << 14,
+                    ..Default::default()
+                };
+                let e = run(&dev, "/ssb", q, &opts).unwrap_err().to_string();
+                let named = format!("table {table}, column {column}, block 0");
+                assert!(
+                    e.contains(&named) && e.contains(part),
+                    "{on_dev} at {at}: {e}"
+                );
+            }
+        }
+        dev.put_bytes(&on_dev, &good).unwrap();
+        let got = run(&dev, "/ssb", q, &RunOptions::default()).unwrap();
+        assert_eq!(sorted(got.rows), want, "{on_dev} restored");
+    }
+    assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+}
+
 /// The emitted probe on a hand-made partition: its sums and tuples against a direct
 /// computation, and its refusals (rows or windows that do not fit its layout, tables
 /// past the shared state, a table entry above its dimension's groups), on both

@@ -326,7 +326,9 @@ fn check_block(
 }
 
 /// Run-length rows `[first, first + out.len() / width)` into `out`; every run must be
-/// non-empty and the runs must cover the block exactly.
+/// non-empty and the runs must cover the block exactly. Every run's length is read (to
+/// check the cover), its value only when it holds wanted rows; a run's values are
+/// written by whole groups of eight where `out` has room ([`splat`]).
 fn expand_runs(
     payload: &[u8],
     h: &BlockHeader,
@@ -339,11 +341,12 @@ fn expand_runs(
     let runs = h.runs as usize;
     let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
     let (values, lens) = payload.split_at(value_words);
+    let (want_lo, want_hi) = (first, first + n);
     let mut row = 0usize; // first row of run r
     let mut i = 0usize; // values written
     for r in 0..runs {
         let len = field_at(lens, r, h.run_bits) as usize;
-        let end = row + len;
+        let end = row.saturating_add(len);
         if len == 0 || end > h.rows as usize {
             return Err((
                 BlockPart::Data,
@@ -353,12 +356,15 @@ fn expand_runs(
                 ),
             ));
         }
-        let lo = row.max(first);
-        let hi = end.min(first + n);
-        if lo < hi {
+        if end > want_lo && row < want_hi {
+            let count = end.min(want_hi) - row.max(want_lo);
             let v = h.reference.wrapping_add(field_at(values, r, h.bits)) & mask;
-            fill(&mut out[i * width..(i + hi - lo) * width], width, v);
-            i += hi - lo;
+            if width == 4 {
+                splat::<4, 32>(out, i, count, v);
+            } else {
+                splat::<8, 64>(out, i, count, v);
+            }
+            i += count;
         }
         row = end;
     }
@@ -371,8 +377,35 @@ fn expand_runs(
     Ok(())
 }
 
+/// Sets values `[i, i + count)` of `out` (values of `W` bytes; `G` = 8 values' bytes)
+/// to `v`, by stores of eight values while they fit in `out`: the last group may also
+/// set values after the run, which the runs after it set again (each run's own values
+/// are set last by itself, since a run only writes from its own first value on).
+#[inline(always)]
+fn splat<const W: usize, const G: usize>(out: &mut [u8], i: usize, count: usize, v: u64) {
+    let one = v.to_le_bytes();
+    let mut group = [0u8; G];
+    for g in group.chunks_exact_mut(W) {
+        g.copy_from_slice(&one[..W]);
+    }
+    let (mut at, end) = (i * W, (i + count) * W);
+    while at < end {
+        match out.get_mut(at..at + G) {
+            Some(dst) => dst.copy_from_slice(&group),
+            None => {
+                for o in out[at..end].chunks_exact_mut(W) {
+                    o.copy_from_slice(&one[..W]);
+                }
+                return;
+            }
+        }
+        at += G;
+    }
+}
+
 /// [`field`], by one 8-byte load where the field and its shift fit in one (at most 56
 /// bits, not at the payload's last bytes): the runs' values and lengths are read so.
+#[inline(always)]
 fn field_at(words: &[u8], i: usize, bits: u8) -> u64 {
     let b = usize::from(bits);
     let bit = i * b;
