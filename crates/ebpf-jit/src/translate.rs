@@ -82,6 +82,7 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod proven;
 mod unroll;
 
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
@@ -384,6 +385,9 @@ struct Translator<'a, 'f> {
     plans: &'a [FunctionPlan],
     /// While a callee is being inlined: the block its `exit`s jump to.
     inline_exit: Option<Block>,
+    /// While code that may run where its branch did not go is being translated (see
+    /// `proven`): the plan's value ranges do not hold there.
+    speculating: bool,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -794,6 +798,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             abis: env.abis,
             plans: env.plans,
             inline_exit: None,
+            speculating: false,
         }
     }
 
@@ -1295,54 +1300,38 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             None
         };
-        let (bd, bs) = self.alu_bound(insn, d, s, result);
+        let (bd, bs) = self.alu_bound(pc, insn, (d, s), result);
         if insn.class() == CLASS_ALU64 {
             self.pointer_facts(insn, (d, bd), (s, bs), result);
         }
         Ok(())
     }
 
-    /// Records the unsigned bound of ALU result `result` (of `insn` on `d` and `s`, the
-    /// source register's value if it has one); returns the operands' bounds.
-    fn alu_bound(&mut self, insn: &Insn, d: Value, s: Option<Value>, result: Value) -> (u64, u64) {
+    /// Records the unsigned bound of ALU result `result` (of `insn` at `pc` on `d` and
+    /// `s`, the source register's value if it has one); returns the operands' bounds.
+    /// Those include what the plan's value ranges prove at `pc` (see `proven`).
+    fn alu_bound(
+        &mut self,
+        pc: u32,
+        insn: &Insn,
+        (d, s): (Value, Option<Value>),
+        result: Value,
+    ) -> (u64, u64) {
         let is64 = insn.class() == CLASS_ALU64;
-        let op = insn.opc & 0xf0;
-        let by_reg = s.is_some();
         let width_max = if is64 { u64::MAX } else { u64::from(u32::MAX) };
-        let bits = if is64 { 64 } else { 32 };
+        let bd = self.bound_of(d).min(self.proven_bound(pc, insn.dst));
+        let bs = s.map(|s| self.bound_of(s).min(self.proven_bound(pc, insn.src)));
+        let bound = crate::ranges::alu_result_bound(insn, bd, bs);
+        // A `mov` gives back its source: a bound proven at `pc` only is not that value's.
+        if bound < u64::MAX && result != d && Some(result) != s {
+            self.bounds.insert(result, bound);
+        }
         let imm = if is64 {
             i64::from(insn.imm) as u64
         } else {
             u64::from(insn.imm as u32)
         };
-        let bd = self.bound_of(d).min(width_max);
-        let bs = s.map_or(imm, |s| self.bound_of(s)).min(width_max);
-        let bound = match op {
-            ALU_AND => bd.min(bs),
-            // Every bit set in either operand, at most.
-            ALU_OR | ALU_XOR => match bd | bs {
-                0 => 0,
-                x => u64::MAX >> x.leading_zeros(),
-            },
-            ALU_ADD => bd.saturating_add(bs),
-            ALU_MUL => bd.saturating_mul(bs),
-            ALU_RSH if !by_reg => bd >> (imm % bits),
-            ALU_LSH if !by_reg => {
-                let k = (imm % bits) as u32;
-                if bd.leading_zeros() >= k + (64 - bits as u32) {
-                    bd << k
-                } else {
-                    width_max
-                }
-            }
-            ALU_MOD if !by_reg && insn.off == 0 && imm != 0 => bd.min(imm - 1),
-            ALU_MOV if insn.off == 0 => bs,
-            _ => width_max,
-        };
-        if bound <= width_max && bound < u64::MAX {
-            self.bounds.insert(result, bound);
-        }
-        (bd, bs)
+        (bd.min(width_max), bs.unwrap_or(imm).min(width_max))
     }
 
     /// Records where a 64-bit ALU result `result` points (of `insn` on `d` and `s`, each
@@ -1780,6 +1769,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Nor does an access proven inside the global section its address came from.
         if let Some((host, disp, fl)) = self.global_access(v, off, size, op.writes()) {
             return Ok(self.emit_op_with(host, disp, op, fl));
+        }
+        // Nor one the plan's value ranges prove inside the frame.
+        if let Some(host) = self.proven_frame_access(pc, reg, v, off, size) {
+            return Ok(self.emit_op(host, i32::from(off), op));
         }
         // In a loop's unchecked copy, the guard proved this access in bounds.
         if self.unchecked {
@@ -2288,11 +2281,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let cond = self.condition(pc, insn, is32)?;
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
                 if let Some(&shape) = self.plan.ifconv.get(&pc) {
-                    self.if_convert(cond, pc, shape)?;
+                    self.speculating(|t| t.if_convert(cond, pc, shape))?;
                     return Ok(shape.resume(pc));
                 }
                 if let Some(&join) = self.plan.regions.get(&pc) {
-                    self.speculate(pc, cond, target, join)?;
+                    self.speculating(|t| t.speculate(pc, cond, target, join))?;
                     return Ok(next);
                 }
                 self.branch(pc, cond, target, next);
