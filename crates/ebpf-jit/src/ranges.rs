@@ -21,8 +21,8 @@
 //! * **Frame pointers** (r10 plus constants and bounded indexes), carried across blocks
 //!   and loops, so that an access through one proven inside the frame needs no check.
 //!
-//! Loops: a slot whose state grew twice has each growing bound widened to the next of a
-//! few thresholds (the program's compare and mask constants, one either side of each,
+//! Loops: the target of a backward jump (every cycle has one) whose state grew twice has
+//! each growing bound widened to the next of a few thresholds (the program's compare and mask constants, one either side of each,
 //! and the unsigned type bounds); a frame pointer's range that keeps growing becomes
 //! unknown. Each bound then grows a bounded number of times, so the pass ends.
 //!
@@ -250,7 +250,8 @@ pub(crate) fn ranges(
         };
         for (t, s) in edges {
             let (Some(t), Some(s)) = (t, s) else { continue };
-            if merge(&mut states, t, s, &thresholds) {
+            let widen = t <= pc;
+            if merge(&mut states, t, s, widen.then_some(&thresholds[..])) {
                 work.insert(t);
             }
         }
@@ -260,13 +261,19 @@ pub(crate) fn ranges(
     })
 }
 
-/// Joins `s` into the state before `t`; whether that changed it.
-fn merge(states: &mut BTreeMap<u32, (State, u8)>, t: u32, s: State, thresholds: &[u64]) -> bool {
+/// Joins `s` into the state before `t`; whether that changed it. Along a backward jump
+/// (`thresholds` given), a state that grew before is widened.
+fn merge(
+    states: &mut BTreeMap<u32, (State, u8)>,
+    t: u32,
+    s: State,
+    thresholds: Option<&[u64]>,
+) -> bool {
     let Some((old, grown)) = states.get_mut(&t) else {
         states.insert(t, (s, 0));
         return true;
     };
-    let widen = *grown >= GROWTH_BEFORE_WIDENING;
+    let widen = thresholds.filter(|_| *grown >= GROWTH_BEFORE_WIDENING);
     let mut changed = false;
     let pairs = old
         .regs
@@ -274,7 +281,7 @@ fn merge(states: &mut BTreeMap<u32, (State, u8)>, t: u32, s: State, thresholds: 
         .zip(s.regs)
         .chain(old.slots.iter_mut().zip(s.slots));
     for (o, n) in pairs {
-        let j = if widen {
+        let j = if let Some(thresholds) = widen {
             Val::widen(*o, n, thresholds)
         } else {
             o.join(n)
@@ -494,4 +501,25 @@ fn refine(out: &State, insn: &Insn, taken: bool) -> Option<State> {
         Rel::Ne => {}
     }
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges_of(src: &str) -> Ranges {
+        let insns = csx_ebpf::asm::assemble(src).unwrap();
+        let plan = crate::analysis::plan_program(&insns, 0).unwrap();
+        plan.functions[0].ranges.clone()
+    }
+
+    #[test]
+    fn a_rotated_loop_counter_is_bounded_by_its_exit_test() {
+        let r = ranges_of(
+            "mov %r3, 0\nloop:\nmov %r5, %r10\nadd %r5, -64\nadd %r5, %r3\nstxb [%r5+0], %r3\n\
+             add %r3, 1\njne %r3, 64, loop\nexit",
+        );
+        assert_eq!(r.bound(3, 3), 63);
+        assert_eq!(r.frame(4, 5), Some((-64, -1)));
+    }
 }

@@ -7,6 +7,7 @@
 //! the interpreter, which traps.
 
 use super::*;
+use csx_ebpf::isa::Insn;
 
 /// The stack's first byte past its top (the entry's r10).
 fn stack_top() -> u64 {
