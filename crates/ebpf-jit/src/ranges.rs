@@ -257,7 +257,10 @@ pub(crate) fn ranges(
         }
     }
     Ok(Ranges {
-        at: states.into_iter().map(|(pc, (s, _))| (pc, s.regs)).collect(),
+        at: states
+            .into_iter()
+            .map(|(pc, (s, _))| (pc, s.regs))
+            .collect(),
     })
 }
 

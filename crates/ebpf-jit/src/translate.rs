@@ -754,7 +754,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
         b.set_cold_block(propagate);
-
         Translator {
             b,
             insns: env.insns,
@@ -1647,10 +1646,25 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
-    /// Where an access of `size` bytes at `v + off` lies inside the current frame,
-    /// `[r10 - 512, r10)`, whatever the value of any index added to r10: its host base
-    /// and displacement. Such an access needs no check (see the module doc).
-    fn frame_access(&mut self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
+    /// Where an access of `size` bytes at `v + off` (register `reg` at slot `pc`) lies
+    /// inside the current frame, `[r10 - 512, r10)`, whatever the value of any index
+    /// added to r10 (or as the plan's value ranges prove): its host base and
+    /// displacement. Such an access needs no check (see the module doc).
+    fn frame_access(
+        &mut self,
+        (pc, reg): (u32, u8),
+        v: Value,
+        off: i16,
+        size: i64,
+    ) -> Option<(Value, i32)> {
+        self.known_frame_access(v, off, size).or_else(|| {
+            let host = self.proven_frame_access(pc, reg, v, off, size)?;
+            Some((host, i32::from(off)))
+        })
+    }
+
+    /// [`Self::frame_access`] from what is known of the value `v` itself.
+    fn known_frame_access(&self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
         let f = *self.pointers.get(&v)?;
         if f.anchor != Anchor::Frame {
             return None;
@@ -1763,16 +1777,12 @@ impl<'a, 'f> Translator<'a, 'f> {
         let v = self.reg(pc, reg)?;
 
         // The current frame, `[r10 - 512, r10)`, needs no check (see the module doc).
-        if let Some((host, disp)) = self.frame_access(v, off, size) {
+        if let Some((host, disp)) = self.frame_access((pc, reg), v, off, size) {
             return Ok(self.emit_op(host, disp, op));
         }
         // Nor does an access proven inside the global section its address came from.
         if let Some((host, disp, fl)) = self.global_access(v, off, size, op.writes()) {
             return Ok(self.emit_op_with(host, disp, op, fl));
-        }
-        // Nor one the plan's value ranges prove inside the frame.
-        if let Some(host) = self.proven_frame_access(pc, reg, v, off, size) {
-            return Ok(self.emit_op(host, i32::from(off), op));
         }
         // In a loop's unchecked copy, the guard proved this access in bounds.
         if self.unchecked {
@@ -2722,7 +2732,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let size = i64::from(op.size());
         let off = insn.off;
         let v = self.reg(pc, insn.src)?;
-        if let Some((host, disp)) = self.frame_access(v, off, size) {
+        if let Some((host, disp)) = self.frame_access((pc, insn.src), v, off, size) {
             let value = self.emit_op(host, disp, op).expect("loads produce a value");
             self.note_load_bound(op, value);
             self.set_reg(pc, insn.dst, value)?;

@@ -81,8 +81,6 @@ fn compares_bound_the_index_they_dominate() {
         assert!(out.result.is_ok(), "{guard}: {out:?}");
         // One more lets index 8 through: r10 itself, one byte past the stack.
         let edge = guarded_store(guard, 9);
-        let (_, proven) = proven_at(&edge, is_edge_store, 5, 1);
-        assert!(!proven, "{guard}: the store at the edge is checked");
         let out = every_budget(&edge);
         assert_eq!(trap_of(&out).pc, pc, "{guard}");
         assert_eq!(
@@ -94,6 +92,8 @@ fn compares_bound_the_index_they_dominate() {
             },
             "{guard}"
         );
+        let (_, proven) = proven_at(&edge, is_edge_store, 5, 1);
+        assert!(!proven, "{guard}: the store at the edge is checked");
     }
 }
 
@@ -112,9 +112,10 @@ fn a_rotated_loop_exit_bounds_its_counter() {
     let (pc, proven) = proven_at(&rotated_loop(64), is_edge_store, 5, 1);
     assert!(proven, "the store needs no check");
     let out = every_budget(&rotated_loop(64));
-    assert_eq!(out.result, Ok(u64::from_le_bytes([56, 57, 58, 59, 60, 61, 62, 63])));
-    let (_, proven) = proven_at(&rotated_loop(65), is_edge_store, 5, 1);
-    assert!(!proven);
+    assert_eq!(
+        out.result,
+        Ok(u64::from_le_bytes([56, 57, 58, 59, 60, 61, 62, 63]))
+    );
     let out = every_budget(&rotated_loop(65));
     assert_eq!(trap_of(&out).pc, pc);
     assert_eq!(
@@ -125,6 +126,8 @@ fn a_rotated_loop_exit_bounds_its_counter() {
             write: true
         }
     );
+    let (_, proven) = proven_at(&rotated_loop(65), is_edge_store, 5, 1);
+    assert!(!proven, "the store at the edge is checked");
 }
 
 /// A frame pointer r10 - `base` made before the loop, spilled to r10 - 16 and reloaded
@@ -145,9 +148,10 @@ fn frame_pointers_carried_through_spill_slots() {
     let (pc, proven) = proven_at(&spilled_base(8), is_edge_store, 5, 1);
     assert!(proven, "the store needs no check");
     let out = every_budget(&spilled_base(8));
-    assert_eq!(out.result, Ok(u64::from_le_bytes([8, 9, 10, 11, 4, 5, 6, 7])));
-    let (_, proven) = proven_at(&spilled_base(7), is_edge_store, 5, 1);
-    assert!(!proven);
+    assert_eq!(
+        out.result,
+        Ok(u64::from_le_bytes([8, 9, 10, 11, 4, 5, 6, 7]))
+    );
     let out = every_budget(&spilled_base(7));
     assert_eq!(trap_of(&out).pc, pc);
     assert_eq!(
@@ -158,6 +162,8 @@ fn frame_pointers_carried_through_spill_slots() {
             write: true
         }
     );
+    let (_, proven) = proven_at(&spilled_base(7), is_edge_store, 5, 1);
+    assert!(!proven, "the store at the edge is checked");
 }
 
 #[test]
@@ -169,9 +175,8 @@ fn spill_slots_are_forgotten_where_memory_may_change() {
     let spill = "mov %r6, %r10\nadd %r6, -8\nstxdw [%r10-16], %r6\n";
     let after = "ldxdw %r5, [%r10-16]\nstxb [%r5+0], %r0\nmov %r0, 0\nexit";
     let by_helper = format!("{spill}mov %r1, %r10\nadd %r1, -16\nmov %r2, 8\ncall 2\n{after}");
-    let by_store = format!(
-        "{spill}mov %r7, %r1\nsub %r7, %r1\nadd %r7, %r10\nstdw [%r7-16], 4096\n{after}"
-    );
+    let by_store =
+        format!("{spill}mov %r7, %r1\nsub %r7, %r1\nadd %r7, %r10\nstdw [%r7-16], 4096\n{after}");
     for (src, addr) in [(by_helper, 0xabab_abab_abab_abab), (by_store, 4096)] {
         let (pc, proven) = proven_at(&src, is_edge_store, 5, 1);
         assert!(!proven, "{src}");
