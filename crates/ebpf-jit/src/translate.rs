@@ -38,6 +38,9 @@
 //!   computed from an `lddw` of one (plus constants and bounded indexes) is checked
 //!   against its constant bounds first, and not at all when its offset is proven in
 //!   range (`lut[b & 15]`); loads from a read-only section are pure values to Cranelift.
+//!   The plan's value ranges (`crate::ranges`: bounds from compares, loop exits and
+//!   spill slots, frame pointers carried across blocks) drop the check of a frame
+//!   access they prove in the frame, and bound the indexes computed from them (`proven`).
 //!   Helpers may remap regions, so every helper call resets the caches (to the stack,
 //!   which the trampoline guarantees is unchanged, as it does the global sections).
 //! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
