@@ -733,7 +733,7 @@ impl StackFacts {
 }
 
 /// The bytes a load or store moves.
-fn access_size(insn: &Insn) -> i64 {
+pub(crate) fn access_size(insn: &Insn) -> i64 {
     use csx_ebpf::isa::{SIZE_B, SIZE_H, SIZE_W};
     match insn.opc & 0x18 {
         SIZE_B => 1,

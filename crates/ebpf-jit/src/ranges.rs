@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
 
-use crate::analysis::{flow, insn_len, Flow, PlanError};
+use crate::analysis::{access_size, flow, insn_len, Flow, PlanError};
 
 /// Largest offset from r10 (either way), and largest index added to a frame pointer,
 /// the pass keeps: far from overflow, far beyond a frame.
@@ -421,16 +421,6 @@ fn store(s: &mut State, insn: &Insn) {
         // A fetch writes its source register; a compare-exchange, r0.
         s.set(insn.src, TOP);
         s.set(0, TOP);
-    }
-}
-
-/// Bytes a load or store moves.
-fn access_size(insn: &Insn) -> i64 {
-    match insn.opc & 0x18 {
-        SIZE_B => 1,
-        SIZE_H => 2,
-        SIZE_W => 4,
-        _ => 8,
     }
 }
 

@@ -6,21 +6,9 @@
 //! an unsound bound would leave that access unchecked, and the JIT would differ from
 //! the interpreter, which traps.
 
+use super::stack_tests::{assert_traps_at_the_top, every_budget};
 use super::*;
 use csx_ebpf::isa::Insn;
-
-/// The stack's first byte past its top (the entry's r10).
-fn stack_top() -> u64 {
-    RegionIdx::STACK.vaddr(csx_ebpf::limits::STACK_SIZE as u32)
-}
-
-/// Every budget; returns the full run's outcome.
-fn every_budget(src: &str) -> RunOutcome {
-    let p = program(src, vec![]);
-    let full = check_program(p.clone(), u64::MAX);
-    every_budget_runs_out_or_matches(&p, &full);
-    full
-}
 
 /// The slot of the first instruction of `src` that satisfies `is`, and whether the entry
 /// function's value ranges prove an access of `size` bytes through `reg` there inside
@@ -81,17 +69,7 @@ fn compares_bound_the_index_they_dominate() {
         assert!(out.result.is_ok(), "{guard}: {out:?}");
         // One more lets index 8 through: r10 itself, one byte past the stack.
         let edge = guarded_store(guard, 9);
-        let out = every_budget(&edge);
-        assert_eq!(trap_of(&out).pc, pc, "{guard}");
-        assert_eq!(
-            trap_of(&out).kind,
-            TrapKind::OutOfBounds {
-                addr: stack_top(),
-                size: 1,
-                write: true
-            },
-            "{guard}"
-        );
+        assert_traps_at_the_top(&edge, pc);
         let (_, proven) = proven_at(&edge, is_edge_store, 5, 1);
         assert!(!proven, "{guard}: the store at the edge is checked");
     }
@@ -116,16 +94,7 @@ fn a_rotated_loop_exit_bounds_its_counter() {
         out.result,
         Ok(u64::from_le_bytes([56, 57, 58, 59, 60, 61, 62, 63]))
     );
-    let out = every_budget(&rotated_loop(65));
-    assert_eq!(trap_of(&out).pc, pc);
-    assert_eq!(
-        trap_of(&out).kind,
-        TrapKind::OutOfBounds {
-            addr: stack_top(),
-            size: 1,
-            write: true
-        }
-    );
+    assert_traps_at_the_top(&rotated_loop(65), pc);
     let (_, proven) = proven_at(&rotated_loop(65), is_edge_store, 5, 1);
     assert!(!proven, "the store at the edge is checked");
 }
@@ -152,16 +121,7 @@ fn frame_pointers_carried_through_spill_slots() {
         out.result,
         Ok(u64::from_le_bytes([8, 9, 10, 11, 4, 5, 6, 7]))
     );
-    let out = every_budget(&spilled_base(7));
-    assert_eq!(trap_of(&out).pc, pc);
-    assert_eq!(
-        trap_of(&out).kind,
-        TrapKind::OutOfBounds {
-            addr: stack_top(),
-            size: 1,
-            write: true
-        }
-    );
+    assert_traps_at_the_top(&spilled_base(7), pc);
     let (_, proven) = proven_at(&spilled_base(7), is_edge_store, 5, 1);
     assert!(!proven, "the store at the edge is checked");
 }
