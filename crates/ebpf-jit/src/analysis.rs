@@ -40,6 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::ranges::Ranges;
 use csx_ebpf::isa::{
     Insn, CALL_SRC_LOCAL, CLASS_ALU, CLASS_ALU64, CLASS_JMP, CLASS_JMP32, CLASS_LD, CLASS_LDX,
     CLASS_ST, CLASS_STX, JMP_CALL, JMP_EXIT, JMP_JA, OP_LDDW, REG_FP, SRC_X,
@@ -153,6 +154,8 @@ pub(crate) struct FunctionPlan {
     /// path that reaches them ([`stack_bases`]): translation checks them against the
     /// stack rather than the region caches.
     pub stack_bases: BTreeSet<u32>,
+    /// What each register holds before each slot, on every execution (`ranges`).
+    pub ranges: Ranges,
 }
 
 /// Every function of a program, the entry first.
@@ -375,6 +378,7 @@ fn plan_function(
         (BTreeMap::new(), BTreeSet::new())
     };
     let stack_bases = stack_bases(insns, &reach.pcs, &reach.flows, start)?;
+    let ranges = crate::ranges::ranges(insns, lddw_tails, &reach.pcs, start)?;
     let Reach { pcs, callees, .. } = reach;
     Ok((
         FunctionPlan {
@@ -387,6 +391,7 @@ fn plan_function(
             cold,
             is_callee: false,
             stack_bases,
+            ranges,
         },
         callees,
     ))
@@ -728,7 +733,7 @@ impl StackFacts {
 }
 
 /// The bytes a load or store moves.
-fn access_size(insn: &Insn) -> i64 {
+pub(crate) fn access_size(insn: &Insn) -> i64 {
     use csx_ebpf::isa::{SIZE_B, SIZE_H, SIZE_W};
     match insn.opc & 0x18 {
         SIZE_B => 1,

@@ -38,6 +38,7 @@ mod loops;
 mod params;
 #[cfg(target_arch = "x86_64")]
 mod quick;
+mod ranges;
 mod runtime;
 mod tiered;
 mod translate;

@@ -38,6 +38,9 @@
 //!   computed from an `lddw` of one (plus constants and bounded indexes) is checked
 //!   against its constant bounds first, and not at all when its offset is proven in
 //!   range (`lut[b & 15]`); loads from a read-only section are pure values to Cranelift.
+//!   The plan's value ranges (`crate::ranges`: bounds from compares, loop exits and
+//!   spill slots, frame pointers carried across blocks) drop the check of a frame
+//!   access they prove in the frame, and bound the indexes computed from them (`proven`).
 //!   Helpers may remap regions, so every helper call resets the caches (to the stack,
 //!   which the trampoline guarantees is unchanged, as it does the global sections).
 //! * **Fuel.** Charged at taken backward jumps and calls exactly as `csx_ebpf::engine`
@@ -82,6 +85,7 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod proven;
 mod unroll;
 
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
@@ -384,6 +388,9 @@ struct Translator<'a, 'f> {
     plans: &'a [FunctionPlan],
     /// While a callee is being inlined: the block its `exit`s jump to.
     inline_exit: Option<Block>,
+    /// While code that may run where its branch did not go is being translated (see
+    /// `proven`): the plan's value ranges do not hold there.
+    speculating: bool,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -750,7 +757,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
         b.set_cold_block(propagate);
-
         Translator {
             b,
             insns: env.insns,
@@ -794,6 +800,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             abis: env.abis,
             plans: env.plans,
             inline_exit: None,
+            speculating: false,
         }
     }
 
@@ -1295,54 +1302,38 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             None
         };
-        let (bd, bs) = self.alu_bound(insn, d, s, result);
+        let (bd, bs) = self.alu_bound(pc, insn, (d, s), result);
         if insn.class() == CLASS_ALU64 {
             self.pointer_facts(insn, (d, bd), (s, bs), result);
         }
         Ok(())
     }
 
-    /// Records the unsigned bound of ALU result `result` (of `insn` on `d` and `s`, the
-    /// source register's value if it has one); returns the operands' bounds.
-    fn alu_bound(&mut self, insn: &Insn, d: Value, s: Option<Value>, result: Value) -> (u64, u64) {
+    /// Records the unsigned bound of ALU result `result` (of `insn` at `pc` on `d` and
+    /// `s`, the source register's value if it has one); returns the operands' bounds.
+    /// Those include what the plan's value ranges prove at `pc` (see `proven`).
+    fn alu_bound(
+        &mut self,
+        pc: u32,
+        insn: &Insn,
+        (d, s): (Value, Option<Value>),
+        result: Value,
+    ) -> (u64, u64) {
         let is64 = insn.class() == CLASS_ALU64;
-        let op = insn.opc & 0xf0;
-        let by_reg = s.is_some();
         let width_max = if is64 { u64::MAX } else { u64::from(u32::MAX) };
-        let bits = if is64 { 64 } else { 32 };
+        let bd = self.bound_of(d).min(self.proven_bound(pc, insn.dst));
+        let bs = s.map(|s| self.bound_of(s).min(self.proven_bound(pc, insn.src)));
+        let bound = crate::ranges::alu_result_bound(insn, bd, bs);
+        // A `mov` gives back its source: a bound proven at `pc` only is not that value's.
+        if bound < u64::MAX && result != d && Some(result) != s {
+            self.bounds.insert(result, bound);
+        }
         let imm = if is64 {
             i64::from(insn.imm) as u64
         } else {
             u64::from(insn.imm as u32)
         };
-        let bd = self.bound_of(d).min(width_max);
-        let bs = s.map_or(imm, |s| self.bound_of(s)).min(width_max);
-        let bound = match op {
-            ALU_AND => bd.min(bs),
-            // Every bit set in either operand, at most.
-            ALU_OR | ALU_XOR => match bd | bs {
-                0 => 0,
-                x => u64::MAX >> x.leading_zeros(),
-            },
-            ALU_ADD => bd.saturating_add(bs),
-            ALU_MUL => bd.saturating_mul(bs),
-            ALU_RSH if !by_reg => bd >> (imm % bits),
-            ALU_LSH if !by_reg => {
-                let k = (imm % bits) as u32;
-                if bd.leading_zeros() >= k + (64 - bits as u32) {
-                    bd << k
-                } else {
-                    width_max
-                }
-            }
-            ALU_MOD if !by_reg && insn.off == 0 && imm != 0 => bd.min(imm - 1),
-            ALU_MOV if insn.off == 0 => bs,
-            _ => width_max,
-        };
-        if bound <= width_max && bound < u64::MAX {
-            self.bounds.insert(result, bound);
-        }
-        (bd, bs)
+        (bd.min(width_max), bs.unwrap_or(imm).min(width_max))
     }
 
     /// Records where a 64-bit ALU result `result` points (of `insn` on `d` and `s`, each
@@ -1658,10 +1649,25 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
-    /// Where an access of `size` bytes at `v + off` lies inside the current frame,
-    /// `[r10 - 512, r10)`, whatever the value of any index added to r10: its host base
-    /// and displacement. Such an access needs no check (see the module doc).
-    fn frame_access(&mut self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
+    /// Where an access of `size` bytes at `v + off` (register `reg` at slot `pc`) lies
+    /// inside the current frame, `[r10 - 512, r10)`, whatever the value of any index
+    /// added to r10 (or as the plan's value ranges prove): its host base and
+    /// displacement. Such an access needs no check (see the module doc).
+    fn frame_access(
+        &mut self,
+        (pc, reg): (u32, u8),
+        v: Value,
+        off: i16,
+        size: i64,
+    ) -> Option<(Value, i32)> {
+        self.known_frame_access(v, off, size).or_else(|| {
+            let host = self.proven_frame_access(pc, reg, v, off, size)?;
+            Some((host, i32::from(off)))
+        })
+    }
+
+    /// [`Self::frame_access`] from what is known of the value `v` itself.
+    fn known_frame_access(&self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
         let f = *self.pointers.get(&v)?;
         if f.anchor != Anchor::Frame {
             return None;
@@ -1774,7 +1780,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let v = self.reg(pc, reg)?;
 
         // The current frame, `[r10 - 512, r10)`, needs no check (see the module doc).
-        if let Some((host, disp)) = self.frame_access(v, off, size) {
+        if let Some((host, disp)) = self.frame_access((pc, reg), v, off, size) {
             return Ok(self.emit_op(host, disp, op));
         }
         // Nor does an access proven inside the global section its address came from.
@@ -2288,11 +2294,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let cond = self.condition(pc, insn, is32)?;
                 let target = (i64::from(pc) + i64::from(insn.off) + 1) as u32;
                 if let Some(&shape) = self.plan.ifconv.get(&pc) {
-                    self.if_convert(cond, pc, shape)?;
+                    self.speculating(|t| t.if_convert(cond, pc, shape))?;
                     return Ok(shape.resume(pc));
                 }
                 if let Some(&join) = self.plan.regions.get(&pc) {
-                    self.speculate(pc, cond, target, join)?;
+                    self.speculating(|t| t.speculate(pc, cond, target, join))?;
                     return Ok(next);
                 }
                 self.branch(pc, cond, target, next);
@@ -2729,7 +2735,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         let size = i64::from(op.size());
         let off = insn.off;
         let v = self.reg(pc, insn.src)?;
-        if let Some((host, disp)) = self.frame_access(v, off, size) {
+        if let Some((host, disp)) = self.frame_access((pc, insn.src), v, off, size) {
             let value = self.emit_op(host, disp, op).expect("loads produce a value");
             self.note_load_bound(op, value);
             self.set_reg(pc, insn.dst, value)?;

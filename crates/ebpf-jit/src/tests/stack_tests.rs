@@ -21,16 +21,32 @@ fn top_of_frame_program(index: &str, access: &str) -> String {
 const ACCESS_PC: u32 = 12;
 
 /// The virtual address one past the stack's last byte (the entry's r10).
-fn stack_top() -> u64 {
+pub(super) fn stack_top() -> u64 {
     RegionIdx::STACK.vaddr(csx_ebpf::limits::STACK_SIZE as u32)
 }
 
 /// Every budget; returns the full run's outcome.
-fn every_budget(src: &str) -> RunOutcome {
+pub(super) fn every_budget(src: &str) -> RunOutcome {
     let p = program(src, vec![]);
     let full = check_program(p.clone(), u64::MAX);
     every_budget_runs_out_or_matches(&p, &full);
     full
+}
+
+/// Runs `src` at every budget and asserts it traps at `pc` writing one byte at the
+/// stack's top, as the interpreter does.
+pub(super) fn assert_traps_at_the_top(src: &str, pc: u32) {
+    let out = every_budget(src);
+    assert_eq!(trap_of(&out).pc, pc, "{src}");
+    assert_eq!(
+        trap_of(&out).kind,
+        TrapKind::OutOfBounds {
+            addr: stack_top(),
+            size: 1,
+            write: true
+        },
+        "{src}"
+    );
 }
 
 #[test]
@@ -87,16 +103,7 @@ fn stores_at_the_top_of_the_stack_through_a_data_index() {
             .fold(0u64, u64::wrapping_add)
     };
     assert_eq!(every_budget(&legal).result, Ok(sums(8)));
-    let out = every_budget(&src);
-    assert_eq!(trap_of(&out).pc, ACCESS_PC);
-    assert_eq!(
-        trap_of(&out).kind,
-        TrapKind::OutOfBounds {
-            addr: stack_top(),
-            size: 1,
-            write: true
-        }
-    );
+    assert_traps_at_the_top(&src, ACCESS_PC);
 }
 
 #[test]
