@@ -385,3 +385,104 @@ fn global_table_address_and_load() {
         whole.result
     );
 }
+
+#[test]
+fn stack_array_at_an_index() {
+    use Kind::*;
+    // `mov t, r10; add t, K; add t, i` then a load or store at `t + off`, every size;
+    // two whose index leads out of the stack into the buffer (the checked path); the
+    // address alone; one whose index is the temporary (not fused). The index grows
+    // until the `ldxh` reads past the stack's top.
+    let src = "
+        mov %r0, 0
+        mov %r6, 0
+        mov %r7, %r1
+        sub %r7, %r10
+        add %r7, 64
+    loop:
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r6
+        stxb [%r3+1], %r6
+        mov %r3, %r10
+        add %r3, -96
+        add %r3, %r6
+        stxh [%r3], %r0
+        mov %r3, %r10
+        add %r3, -128
+        add %r3, %r6
+        stxw [%r3-2], %r3
+        mov %r3, %r10
+        add %r3, -160
+        add %r3, %r6
+        stxdw [%r3], %r6
+        mov %r4, %r10
+        add %r4, -64
+        add %r4, %r6
+        ldxb %r4, [%r4+1]
+        add %r0, %r4
+        mov %r8, %r6
+        lsh %r8, 1
+        mov %r3, %r10
+        add %r3, -97
+        add %r3, %r8
+        ldxh %r5, [%r3+1]
+        xor %r0, %r5
+        mov %r3, %r10
+        add %r3, -128
+        add %r3, %r6
+        ldxw %r5, [%r3-2]
+        add %r0, %r5
+        mov %r3, %r10
+        add %r3, -160
+        add %r3, %r6
+        ldxdw %r5, [%r3]
+        xor %r0, %r5
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r7
+        ldxdw %r5, [%r3+8]
+        add %r0, %r5
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r7
+        stxb [%r3+3], %r0
+        mov %r5, %r1
+        add %r5, 2
+        add %r5, %r6
+        xor %r0, %r5
+        mov %r5, %r10
+        add %r5, -8
+        add %r5, %r5
+        add %r0, %r5
+        add %r6, 5
+        ja loop";
+    let fused = [
+        (5, FpIdxStxB),
+        (9, FpIdxStxH),
+        (13, FpIdxStxW),
+        (17, FpIdxStxDw),
+        (21, FpIdxLdxB),
+        (27, Lsh64I),
+        (28, FpIdxLdxH),
+        (33, FpIdxLdxW),
+        (38, FpIdxLdxDw),
+        (43, FpIdxLdxDw),
+        (48, FpIdxStxB),
+        (52, MovAddIAddR),
+        (56, MovAddI),
+    ];
+    let whole = agree(src, &fused, [MEM, 0, 0, 0, 0]);
+    // r6 = 50: the halfword at r10 - 97 + 100 + 1 lies past the stack's top.
+    assert!(
+        matches!(
+            whole.result,
+            Err(Trap {
+                pc: 31,
+                kind: TrapKind::OutOfBounds { size: 2, .. }
+            })
+        ),
+        "{:?}",
+        whole.result
+    );
+}
