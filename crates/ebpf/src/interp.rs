@@ -1641,7 +1641,7 @@ impl Interpreter {
         macro_rules! load_at {
             ($base:expr, $off:expr, $size:expr) => {{
                 let a = $base.wrapping_add($off as i64 as u64);
-                match mem.load(a, $size) {
+                match load_small(mem, a, $size) {
                     Ok(v) => v,
                     Err(kind) => trap!(kind),
                 }
@@ -1661,7 +1661,7 @@ impl Interpreter {
         macro_rules! store {
             ($dst:expr, $off:expr, $size:expr, $value:expr) => {{
                 let a = addr!($dst, $off);
-                if let Err(kind) = mem.store(a, $size, $value) {
+                if let Err(kind) = store_small(mem, a, $size, $value) {
                     trap!(kind)
                 }
             }};
@@ -1732,7 +1732,7 @@ impl Interpreter {
                 let a = fp_index_addr!(s);
                 let p = in_stack!(a, $size);
                 if p.is_null() {
-                    if let Err(kind) = mem.store(a, $size, r!(s.src)) {
+                    if let Err(kind) = store_small(mem, a, $size, r!(s.src)) {
                         trap!(kind)
                     }
                 } else {
@@ -2417,6 +2417,37 @@ impl Interpreter {
             }
         }
     }
+}
+
+/// [`MemoryMap::load`] of 1, 2, 4 or 8 bytes, its check in one comparison: `off + size`
+/// cannot overflow when `off` is a 32-bit offset, so `off + size <= read_len` is the
+/// same test as `translate`'s overflow-proof pair.
+#[inline(always)]
+fn load_small(mem: &MemoryMap<'_>, addr: u64, size: u8) -> Result<u64, TrapKind> {
+    let off = addr & 0xffff_ffff;
+    if let Some(e) = mem.entries().get((addr >> 32) as usize) {
+        if off + u64::from(size) <= e.read_len {
+            // SAFETY: a row's `base` is valid for reads of `read_len` bytes while the map
+            // lives (`crate::memory`'s invariant), and `off + size <= read_len`.
+            return Ok(unsafe { read_host(e.base.wrapping_add(off as usize), u64::from(size)) });
+        }
+    }
+    Err(mem.classify_fault(addr, u64::from(size), false))
+}
+
+/// [`MemoryMap::store`] of 1, 2, 4 or 8 bytes, checked as in [`load_small`].
+#[inline(always)]
+fn store_small(mem: &mut MemoryMap<'_>, addr: u64, size: u8, value: u64) -> Result<(), TrapKind> {
+    let off = addr & 0xffff_ffff;
+    if let Some(e) = mem.entries().get((addr >> 32) as usize) {
+        if off + u64::from(size) <= e.write_len {
+            // SAFETY: a row's `base` is valid for writes of `write_len` bytes while the
+            // map lives (`crate::memory`'s invariant), and `off + size <= write_len`.
+            unsafe { write_host(e.base.wrapping_add(off as usize), u64::from(size), value) };
+            return Ok(());
+        }
+    }
+    Err(mem.classify_fault(addr, u64::from(size), true))
 }
 
 /// Writes an atomic's fetched value: into `s.src` for the fetch variants and `xchg`, into
