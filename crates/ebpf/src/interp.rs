@@ -499,6 +499,14 @@ enum Kind {
     LddwAddLdxH,
     LddwAddLdxW,
     LddwAddLdxDw,
+    /// `add dst, imm; mov aux, aux2; jlt x, y, target` (a loop latch after a copy; `x`
+    /// and `y` packed in `src`, `x` in its low four bits).
+    AddIMovJltR,
+    /// `add dst, imm; mov32 aux, aux2; jlt x, y, target`, likewise.
+    AddIMov32JltR,
+    /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
+    /// the second immediate, which fits 16 bits, kept in `off`).
+    AddIAddIJltR,
     /// `mov dst, src; add dst, imm; add dst, aux` (`aux` not `dst`): a base, a constant
     /// offset and an index, such as a stack array's element address.
     MovAddIAddR,
@@ -913,6 +921,23 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     ..Slot::EMPTY
                 }
             }
+            (Add64I, Mov64R | Mov32R | Add64I)
+                if c.kind == Jlt64R && (b.kind != Add64I || i16::try_from(b.imm).is_ok()) =>
+            {
+                Slot {
+                    kind: match b.kind {
+                        Mov64R => AddIMovJltR,
+                        Mov32R => AddIMov32JltR,
+                        _ => AddIAddIJltR,
+                    },
+                    src: c.dst | (c.src << 4),
+                    aux: b.dst,
+                    aux2: b.src,
+                    off: i16::try_from(b.imm).unwrap_or(0),
+                    target: c.target,
+                    ..a
+                }
+            }
             (Add64I, jump) => {
                 let kind = match jump {
                     Jeq64R => AddJeqR,
@@ -1063,7 +1088,7 @@ fn span(kind: Kind) -> usize {
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         // An `lddw` takes two slots.
         LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
-        LddwAdd | MovAddIAddR => 3,
+        LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR => 3,
         FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxH | FpIdxStxW
         | FpIdxStxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
@@ -2398,6 +2423,25 @@ impl Interpreter {
                 Kind::LddwAddLdxH => table_load!(s, 2),
                 Kind::LddwAddLdxW => table_load!(s, 4),
                 Kind::LddwAddLdxDw => table_load!(s, 8),
+                // The compare's registers are packed in `src` (low four bits first).
+                Kind::AddIMovJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = r!(s.aux2);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::AddIMov32JltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::AddIAddIJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = r!(s.aux).wrapping_add(s.off as i64 as u64);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
                 Kind::MovAddIAddR => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64()).wrapping_add(r!(s.aux));
                     next = next.wrapping_add(2);

@@ -486,3 +486,64 @@ fn stack_array_at_an_index() {
         whole.result
     );
 }
+
+#[test]
+fn loop_latches_after_two_steps() {
+    use Kind::*;
+    // `add; mov; jlt`, `add; mov32; jlt` (a 64-bit copy would compare 0x1_0000_0005),
+    // each after an op that does not fuse with the `add`,
+    // `add; add; jlt` with a compare register above r7 (the packing's high half), and
+    // `add; add` whose immediate does not fit 16 bits (not a latch).
+    let src = "
+        mov %r0, 0
+        mov %r6, 0
+        mov %r7, 40
+        lddw %r9, 0x100000005
+    loop1:
+        xor %r0, %r6
+        add %r6, 3
+        mov %r8, %r0
+        jlt %r6, %r7, loop1
+        mov %r6, 0
+    loop2:
+        xor %r0, %r8
+        add %r6, 1
+        mov32 %r8, %r9
+        jlt %r6, %r8, loop2
+        mov %r9, 12
+        mov %r4, 0
+    loop3:
+        xor %r0, %r1
+        add %r4, 1
+        add %r1, -2
+        jlt %r4, %r9, loop3
+    loop4:
+        add %r0, %r4
+        add %r4, 1
+        add %r1, 100000
+        jlt %r4, %r7, loop4
+        add %r0, %r1
+        exit";
+    let fused = [
+        (6, AddIMovJltR),
+        (11, AddIMov32JltR),
+        (17, AddIAddIJltR),
+        (21, AddIAddI),
+    ];
+    let r1 = 0x0123_4567_89ab_cdefu64;
+    let whole = agree(src, &fused, [r1, 0, 0, 0, 0]);
+    let mut want: u64 = (0..14).fold(0, |w, k| w ^ (3 * k));
+    want ^= want;
+    for _ in 0..4 {
+        want ^= 5;
+    }
+    let mut x = r1;
+    for _ in 0..12 {
+        want ^= x;
+        x = x.wrapping_sub(2);
+    }
+    want += (12..40).sum::<u64>();
+    want = want.wrapping_add(x + 28 * 100_000);
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, [r1, 0, 0, 0, 0], &whole, 23);
+}
