@@ -11,7 +11,9 @@
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
 //! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`; for cpu v3
 //! code, whose copies are `mov32`, the same with `mov32` and `mov32; and32|add32|rsh32`,
-//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table) into the
+//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table; a stack
+//! array's element, `mov t, r10; add t, K; add t, i[; ldx|stx]`, read or written straight
+//! in the stack's host memory; `add; mov|mov32|add; jlt` loop latches) into the
 //! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
 //! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
