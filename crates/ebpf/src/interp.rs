@@ -11,7 +11,9 @@
 //! `add; mov`, `add; add`, `ldx; mov`, `shift; mov`, `mov; mov`, bitwise CRC's
 //! `and; neg; and`, `lsh; mov; add; ldx` scaled indexing, a hash's `xor; mul`; for cpu v3
 //! code, whose copies are `mov32`, the same with `mov32` and `mov32; and32|add32|rsh32`,
-//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table) into the
+//! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table; a stack
+//! array's element, `mov t, r10; add t, K; add t, i[; ldx|stx]`, read or written straight
+//! in the stack's host memory; `add; mov|mov32|add; jlt` loop latches) into the
 //! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
 //! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
@@ -499,6 +501,30 @@ enum Kind {
     LddwAddLdxH,
     LddwAddLdxW,
     LddwAddLdxDw,
+    /// `add dst, imm; mov aux, aux2; jlt x, y, target` (a loop latch after a copy; `x`
+    /// and `y` packed in `src`, `x` in its low four bits).
+    AddIMovJltR,
+    /// `add dst, imm; mov32 aux, aux2; jlt x, y, target`, likewise.
+    AddIMov32JltR,
+    /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
+    /// the second immediate, which fits 16 bits, kept in `off`).
+    AddIAddIJltR,
+    /// `mov dst, src; add dst, imm; add dst, aux` (`aux` not `dst`): a base, a constant
+    /// offset and an index, such as a stack array's element address.
+    MovAddIAddR,
+    /// `mov aux2, r10; add aux2, imm; add aux2, aux; ldx<size> dst, [aux2 + off]`: a load
+    /// from a stack array at an index ([`fp_index`]); an address inside the stack is read
+    /// straight from its host memory, any other takes the checked path.
+    FpIdxLdxB,
+    FpIdxLdxH,
+    FpIdxLdxW,
+    FpIdxLdxDw,
+    /// `mov aux2, r10; add aux2, imm; add aux2, aux; stx<size> [aux2 + off], src`: a store
+    /// into a stack array at an index, likewise.
+    FpIdxStxB,
+    FpIdxStxH,
+    FpIdxStxW,
+    FpIdxStxDw,
     // Stack accesses at `r10 + off` proven in range when decoded ([`frame_access`]):
     // they index the current frame's host memory directly, with no region lookup.
     /// `ldx<size> dst, [r10 + off]`.
@@ -695,6 +721,9 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     },
                 }
             }
+            (Mov64R, Add64I) if b.dst == a.dst && fp_index(a, b, c, at(3)).is_some() => {
+                fp_index(a, b, c, at(3)).unwrap_or(Slot::EMPTY)
+            }
             (Mov64R, Add64I) if b.dst == a.dst => Slot {
                 kind: MovAddI,
                 imm: b.imm,
@@ -815,7 +844,8 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 aux: b.src,
                 ..a
             },
-            (Lsh64I | Rsh64I, Mov64R) => Slot {
+            // Unless the `mov` starts an indexed address ([`fp_index`]), which saves more.
+            (Lsh64I | Rsh64I, Mov64R) if fp_index(b, c, at(3), at(4)).is_none() => Slot {
                 kind: if a.kind == Lsh64I { LshIMov } else { RshIMov },
                 aux: b.dst,
                 aux2: b.src,
@@ -881,14 +911,35 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 ..a
             },
             // Unless the second `mov` starts a longer sequence of its own.
-            (Mov64R, Mov64R) if !matches!(c.kind, Lsh64I | Add64R) => Slot {
-                kind: MovMov,
-                dst: a.dst,
-                src: a.src,
-                aux: b.dst,
-                aux2: b.src,
-                ..Slot::EMPTY
-            },
+            (Mov64R, Mov64R)
+                if !matches!(c.kind, Lsh64I | Add64R) && fp_index(b, c, at(3), at(4)).is_none() =>
+            {
+                Slot {
+                    kind: MovMov,
+                    dst: a.dst,
+                    src: a.src,
+                    aux: b.dst,
+                    aux2: b.src,
+                    ..Slot::EMPTY
+                }
+            }
+            (Add64I, Mov64R | Mov32R | Add64I)
+                if c.kind == Jlt64R && (b.kind != Add64I || i16::try_from(b.imm).is_ok()) =>
+            {
+                Slot {
+                    kind: match b.kind {
+                        Mov64R => AddIMovJltR,
+                        Mov32R => AddIMov32JltR,
+                        _ => AddIAddIJltR,
+                    },
+                    src: c.dst | (c.src << 4),
+                    aux: b.dst,
+                    aux2: b.src,
+                    off: i16::try_from(b.imm).unwrap_or(0),
+                    target: c.target,
+                    ..a
+                }
+            }
             (Add64I, jump) => {
                 let kind = match jump {
                     Jeq64R => AddJeqR,
@@ -945,6 +996,54 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
     }
 }
 
+/// The fused op for `mov t, base; add t, imm; add t, index` (slots `a`, `b`, `c`) and,
+/// when `base` is r10 and `d` loads or stores at `t + off`, that access too: a stack
+/// array's element ([`Kind::FpIdxLdxB`] ...). `None` when the slots are not that shape,
+/// or `index` is `t` (the third op would then double `t`).
+fn fp_index(a: Slot, b: Slot, c: Slot, d: Slot) -> Option<Slot> {
+    use Kind::*;
+    let t = a.dst;
+    if a.kind != Mov64R || b.kind != Add64I || b.dst != t {
+        return None;
+    }
+    if c.kind != Add64R || c.dst != t || c.src == t {
+        return None;
+    }
+    let access = match d.kind {
+        _ if a.src != REG_FP => None,
+        LdxB if d.src == t => Some(FpIdxLdxB),
+        LdxH if d.src == t => Some(FpIdxLdxH),
+        LdxW if d.src == t => Some(FpIdxLdxW),
+        LdxDw if d.src == t => Some(FpIdxLdxDw),
+        StxB if d.dst == t => Some(FpIdxStxB),
+        StxH if d.dst == t => Some(FpIdxStxH),
+        StxW if d.dst == t => Some(FpIdxStxW),
+        StxDw if d.dst == t => Some(FpIdxStxDw),
+        _ => None,
+    };
+    Some(match access {
+        // A load's `dst` is the loaded register, a store's `src` the stored one.
+        Some(kind) => Slot {
+            kind,
+            dst: d.dst,
+            src: d.src,
+            aux: c.src,
+            aux2: t,
+            off: d.off,
+            imm: b.imm,
+            ..Slot::EMPTY
+        },
+        None => Slot {
+            kind: MovAddIAddR,
+            dst: t,
+            src: a.src,
+            aux: c.src,
+            imm: b.imm,
+            ..Slot::EMPTY
+        },
+    })
+}
+
 /// The kind of `slot` once its stack access is proven in range: a plain load or store
 /// at `r10 + off` becomes a `...Fp...` kind when `-STACK_FRAME_SIZE <= off <= -size`,
 /// else (or for any other slot) its kind is unchanged. The proof: the verifier rejects
@@ -991,7 +1090,9 @@ fn span(kind: Kind) -> usize {
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         // An `lddw` takes two slots.
         LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
-        LddwAdd => 3,
+        LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR => 3,
+        FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxH | FpIdxStxW
+        | FpIdxStxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
         | MovJeqIJa | MovJneIJa | Mov32JeqIJa | Mov32JneIJa | AndNegAnd | AndNegAnd32I => 3,
         Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
@@ -1191,6 +1292,13 @@ const REG_FILE_SIZE: usize = 256;
 /// The register file's entry for the host address of the current frame's top (what r10
 /// stands for): past r10, so no verified program names it.
 const FRAME_HOST: usize = REG_FP as usize + 1;
+
+/// The register file's entry for the host address of the stack's first byte, for the
+/// `FpIdx...` kinds: past r10 too.
+const STACK_HOST: usize = FRAME_HOST + 1;
+
+/// The virtual address of the stack's first byte.
+const STACK_VADDR: u64 = RegionIdx::STACK.vaddr(0);
 
 /// Registers saved by a local call (RFC 9669 §4.3.1: r6-r9 are callee-saved).
 #[derive(Clone, Copy, Default)]
@@ -1435,9 +1543,8 @@ impl Interpreter {
                 && frame_pointer == RegionIdx::STACK.vaddr(STACK_SIZE as u32),
             "the interpreter runs with its stack mapped by RunMemory"
         );
-        let frame_host = mem.entries()[RegionIdx::STACK.0 as usize]
-            .base
-            .wrapping_add(STACK_SIZE);
+        let stack_host = mem.entries()[RegionIdx::STACK.0 as usize].base;
+        let frame_host = stack_host.wrapping_add(STACK_SIZE);
         // One entry per possible `u8` register number, so that indexing by a decoded
         // register needs neither a bounds check nor a mask; only r0-r10 are ever named
         // by a verified program.
@@ -1447,6 +1554,7 @@ impl Interpreter {
         // In the register file's memory, not a local: a local took a machine register
         // from the dispatch loop and made every kernel pay for it in spills.
         regs[FRAME_HOST] = frame_host.expose_provenance() as u64;
+        regs[STACK_HOST] = stack_host.expose_provenance() as u64;
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
         // Frames saved by local calls: live frames are `depth + 1`.
         let mut depth = 0usize;
@@ -1560,7 +1668,7 @@ impl Interpreter {
         macro_rules! load_at {
             ($base:expr, $off:expr, $size:expr) => {{
                 let a = $base.wrapping_add($off as i64 as u64);
-                match mem.load(a, $size) {
+                match load_small(mem, a, $size) {
                     Ok(v) => v,
                     Err(kind) => trap!(kind),
                 }
@@ -1580,7 +1688,7 @@ impl Interpreter {
         macro_rules! store {
             ($dst:expr, $off:expr, $size:expr, $value:expr) => {{
                 let a = addr!($dst, $off);
-                if let Err(kind) = mem.store(a, $size, $value) {
+                if let Err(kind) = store_small(mem, a, $size, $value) {
                     trap!(kind)
                 }
             }};
@@ -1606,6 +1714,59 @@ impl Interpreter {
                 // SAFETY: as in `frame_load`; the stack is mapped writable.
                 unsafe { write_host(frame_at!($off), $size, $value) }
             };
+        }
+        // The `FpIdx...` kinds of slot `$s`: `aux2 = r10 + imm + aux`, `next` past the
+        // access (so a trap reports its slot); the access's address, `aux2 + off`.
+        macro_rules! fp_index_addr {
+            ($s:expr) => {{
+                let t = r!(REG_FP).wrapping_add($s.imm64()).wrapping_add(r!($s.aux));
+                r!($s.aux2) = t;
+                next = next.wrapping_add(3);
+                t.wrapping_add($s.off as i64 as u64)
+            }};
+        }
+        // The host address of `$size` bytes at virtual address `$addr` if they lie inside
+        // the stack (`STACK_SIZE` bytes at `STACK_VADDR`, mapped read-write at
+        // `regs[STACK_HOST]` for the whole run: asserted above, and a helper that remaps
+        // it aborts the run), else null.
+        macro_rules! in_stack {
+            ($addr:expr, $size:expr) => {{
+                let o = $addr.wrapping_sub(STACK_VADDR);
+                if o <= (STACK_SIZE - $size) as u64 {
+                    std::ptr::with_exposed_provenance_mut::<u8>(regs[STACK_HOST] as usize)
+                        .wrapping_add(o as usize)
+                } else {
+                    std::ptr::null_mut()
+                }
+            }};
+        }
+        macro_rules! fp_index_load {
+            ($s:expr, $size:expr) => {{
+                let s: &Slot = $s;
+                let a = fp_index_addr!(s);
+                let p = in_stack!(a, $size);
+                r!(s.dst) = if p.is_null() {
+                    load_at!(a, 0, $size)
+                } else {
+                    // SAFETY: `in_stack` gave `p` only for `$size` bytes inside the stack.
+                    unsafe { read_host(p, $size) }
+                };
+            }};
+        }
+        macro_rules! fp_index_store {
+            ($s:expr, $size:expr) => {{
+                let s: &Slot = $s;
+                let a = fp_index_addr!(s);
+                let p = in_stack!(a, $size);
+                if p.is_null() {
+                    if let Err(kind) = store_small(mem, a, $size, r!(s.src)) {
+                        trap!(kind)
+                    }
+                } else {
+                    // SAFETY: as in `fp_index_load`; the stack is mapped writable.
+                    unsafe { write_host(p, $size, r!(s.src)) }
+                }
+            }};
         }
         macro_rules! helper {
             ($id:expr) => {{
@@ -2264,6 +2425,37 @@ impl Interpreter {
                 Kind::LddwAddLdxH => table_load!(s, 2),
                 Kind::LddwAddLdxW => table_load!(s, 4),
                 Kind::LddwAddLdxDw => table_load!(s, 8),
+                // The compare's registers are packed in `src` (low four bits first).
+                Kind::AddIMovJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = r!(s.aux2);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::AddIMov32JltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = u64::from(lo(r!(s.aux2)));
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::AddIAddIJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
+                    r!(s.aux) = r!(s.aux).wrapping_add(s.off as i64 as u64);
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::MovAddIAddR => {
+                    r!(s.dst) = r!(s.src).wrapping_add(s.imm64()).wrapping_add(r!(s.aux));
+                    next = next.wrapping_add(2);
+                }
+                Kind::FpIdxLdxB => fp_index_load!(s, 1),
+                Kind::FpIdxLdxH => fp_index_load!(s, 2),
+                Kind::FpIdxLdxW => fp_index_load!(s, 4),
+                Kind::FpIdxLdxDw => fp_index_load!(s, 8),
+                Kind::FpIdxStxB => fp_index_store!(s, 1),
+                Kind::FpIdxStxH => fp_index_store!(s, 2),
+                Kind::FpIdxStxW => fp_index_store!(s, 4),
+                Kind::FpIdxStxDw => fp_index_store!(s, 8),
                 Kind::Invalid => unreachable!(
                     "pc {}: the verifier admitted an instruction the interpreter cannot run",
                     pc!() - 1
@@ -2271,6 +2463,37 @@ impl Interpreter {
             }
         }
     }
+}
+
+/// [`MemoryMap::load`] of 1, 2, 4 or 8 bytes, its check in one comparison: `off + size`
+/// cannot overflow when `off` is a 32-bit offset, so `off + size <= read_len` is the
+/// same test as `translate`'s overflow-proof pair.
+#[inline(always)]
+fn load_small(mem: &MemoryMap<'_>, addr: u64, size: u8) -> Result<u64, TrapKind> {
+    let off = addr & 0xffff_ffff;
+    if let Some(e) = mem.entries().get((addr >> 32) as usize) {
+        if off + u64::from(size) <= e.read_len {
+            // SAFETY: a row's `base` is valid for reads of `read_len` bytes while the map
+            // lives (`crate::memory`'s invariant), and `off + size <= read_len`.
+            return Ok(unsafe { read_host(e.base.wrapping_add(off as usize), u64::from(size)) });
+        }
+    }
+    Err(mem.classify_fault(addr, u64::from(size), false))
+}
+
+/// [`MemoryMap::store`] of 1, 2, 4 or 8 bytes, checked as in [`load_small`].
+#[inline(always)]
+fn store_small(mem: &mut MemoryMap<'_>, addr: u64, size: u8, value: u64) -> Result<(), TrapKind> {
+    let off = addr & 0xffff_ffff;
+    if let Some(e) = mem.entries().get((addr >> 32) as usize) {
+        if off + u64::from(size) <= e.write_len {
+            // SAFETY: a row's `base` is valid for writes of `write_len` bytes while the
+            // map lives (`crate::memory`'s invariant), and `off + size <= write_len`.
+            unsafe { write_host(e.base.wrapping_add(off as usize), u64::from(size), value) };
+            return Ok(());
+        }
+    }
+    Err(mem.classify_fault(addr, u64::from(size), true))
 }
 
 /// Writes an atomic's fetched value: into `s.src` for the fetch variants and `xchg`, into

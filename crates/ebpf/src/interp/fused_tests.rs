@@ -385,3 +385,165 @@ fn global_table_address_and_load() {
         whole.result
     );
 }
+
+#[test]
+fn stack_array_at_an_index() {
+    use Kind::*;
+    // `mov t, r10; add t, K; add t, i` then a load or store at `t + off`, every size;
+    // two whose index leads out of the stack into the buffer (the checked path); the
+    // address alone; one whose index is the temporary (not fused). The index grows
+    // until the `ldxh` reads past the stack's top.
+    let src = "
+        mov %r0, 0
+        mov %r6, 0
+        mov %r7, %r1
+        sub %r7, %r10
+        add %r7, 64
+    loop:
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r6
+        stxb [%r3+1], %r6
+        mov %r3, %r10
+        add %r3, -96
+        add %r3, %r6
+        stxh [%r3], %r0
+        mov %r3, %r10
+        add %r3, -128
+        add %r3, %r6
+        stxw [%r3-2], %r3
+        mov %r3, %r10
+        add %r3, -160
+        add %r3, %r6
+        stxdw [%r3], %r6
+        mov %r4, %r10
+        add %r4, -64
+        add %r4, %r6
+        ldxb %r4, [%r4+1]
+        add %r0, %r4
+        mov %r8, %r6
+        lsh %r8, 1
+        mov %r3, %r10
+        add %r3, -97
+        add %r3, %r8
+        ldxh %r5, [%r3+1]
+        xor %r0, %r5
+        mov %r3, %r10
+        add %r3, -128
+        add %r3, %r6
+        ldxw %r5, [%r3-2]
+        add %r0, %r5
+        mov %r3, %r10
+        add %r3, -160
+        add %r3, %r6
+        ldxdw %r5, [%r3]
+        xor %r0, %r5
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r7
+        ldxdw %r5, [%r3+8]
+        add %r0, %r5
+        mov %r3, %r10
+        add %r3, -64
+        add %r3, %r7
+        stxb [%r3+3], %r0
+        mov %r5, %r1
+        add %r5, 2
+        add %r5, %r6
+        xor %r0, %r5
+        mov %r5, %r10
+        add %r5, -8
+        add %r5, %r5
+        add %r0, %r5
+        add %r6, 5
+        ja loop";
+    let fused = [
+        (5, FpIdxStxB),
+        (9, FpIdxStxH),
+        (13, FpIdxStxW),
+        (17, FpIdxStxDw),
+        (21, FpIdxLdxB),
+        (27, Lsh64I),
+        (28, FpIdxLdxH),
+        (33, FpIdxLdxW),
+        (38, FpIdxLdxDw),
+        (43, FpIdxLdxDw),
+        (48, FpIdxStxB),
+        (52, MovAddIAddR),
+        (56, MovAddI),
+    ];
+    let whole = agree(src, &fused, [MEM, 0, 0, 0, 0]);
+    // r6 = 50: the halfword at r10 - 97 + 100 + 1 lies past the stack's top.
+    assert!(
+        matches!(
+            whole.result,
+            Err(Trap {
+                pc: 31,
+                kind: TrapKind::OutOfBounds { size: 2, .. }
+            })
+        ),
+        "{:?}",
+        whole.result
+    );
+}
+
+#[test]
+fn loop_latches_after_two_steps() {
+    use Kind::*;
+    // `add; mov; jlt`, `add; mov32; jlt` (a 64-bit copy would compare 0x1_0000_0005),
+    // each after an op that does not fuse with the `add`,
+    // `add; add; jlt` with a compare register above r7 (the packing's high half), and
+    // `add; add` whose immediate does not fit 16 bits (not a latch).
+    let src = "
+        mov %r0, 0
+        mov %r6, 0
+        mov %r7, 40
+        lddw %r9, 0x100000005
+    loop1:
+        xor %r0, %r6
+        add %r6, 3
+        mov %r8, %r0
+        jlt %r6, %r7, loop1
+        mov %r6, 0
+    loop2:
+        xor %r0, %r8
+        add %r6, 1
+        mov32 %r8, %r9
+        jlt %r6, %r8, loop2
+        mov %r9, 12
+        mov %r4, 0
+    loop3:
+        xor %r0, %r1
+        add %r4, 1
+        add %r1, -2
+        jlt %r4, %r9, loop3
+    loop4:
+        add %r0, %r4
+        add %r4, 1
+        add %r1, 100000
+        jlt %r4, %r7, loop4
+        add %r0, %r1
+        exit";
+    let fused = [
+        (6, AddIMovJltR),
+        (11, AddIMov32JltR),
+        (17, AddIAddIJltR),
+        (21, AddIAddI),
+    ];
+    let r1 = 0x0123_4567_89ab_cdefu64;
+    let whole = agree(src, &fused, [r1, 0, 0, 0, 0]);
+    let mut want: u64 = (0..14).fold(0, |w, k| w ^ (3 * k));
+    want ^= want;
+    for _ in 0..4 {
+        want ^= 5;
+    }
+    let mut x = r1;
+    for _ in 0..12 {
+        want ^= x;
+        x = x.wrapping_sub(2);
+    }
+    want += (12..40).sum::<u64>();
+    want = want.wrapping_add(x + 28 * 100_000);
+    assert_eq!(whole.result, Ok(want));
+    fuel_trap_at(src, [r1, 0, 0, 0, 0], &whole, 23);
+}
