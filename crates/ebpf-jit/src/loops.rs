@@ -1111,10 +1111,7 @@ struct Walk<'a> {
 }
 
 /// Whether and how the versioned loop `body` is unrolled: it needs a counted exit, no
-/// calls, and every fuel charge at a plain jump or at a closing branch converted with
-/// its arm ([`IfConv::BackTriangle`]: stats64's `min = x < min ? x : min` as clang lays
-/// it out, two back-edges of different costs), none inside a converted path. `charge`
-/// adds the costs of every jump and branch of the body, so it covers the dearest path.
+/// calls, and every fuel charge at a plain jump (none selected by an if-conversion).
 fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Option<Unroll> {
     let tails = lddw_tails(w.insns);
     let mut charge: u64 = 0;
@@ -1125,10 +1122,12 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
         if insn.class() == CLASS_JMP && insn.opc & 0xf0 == JMP_CALL {
             return None;
         }
-        if matches!(plan.ifconv.get(&pc), Some(IfConv::Paths { .. }))
-            && plan.arms[&pc].iter().any(|a| a.back_jump.is_some())
-        {
-            return None;
+        match plan.ifconv.get(&pc) {
+            Some(IfConv::BackTriangle { .. }) => return None,
+            Some(IfConv::Paths { .. }) if plan.arms[&pc].iter().any(|a| a.back_jump.is_some()) => {
+                return None
+            }
+            _ => {}
         }
         if let Ok(Flow::Jump(t) | Flow::Branch(t)) = flow(w.insns, &tails, pc) {
             charge = charge.checked_add(csx_ebpf::engine::rules::jump_cost(pc, t))?;

@@ -903,7 +903,6 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.b.def_var(counter, left);
                 left
             };
-            let head = self.one_by_one_next(i).unwrap_or(head);
             self.b.ins().brif(more, head, &[], leave, &[]);
             self.enter(leave);
             self.b.ins().jump(checked, &[]);
@@ -2322,9 +2321,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         target: u32,
         slot: u32,
     ) {
-        if self.group_charge(cost, target) {
-            return;
-        }
         let Some(i) = self.fuel_bounded(target) else {
             self.charge_value(cost, trap_pc, None);
             return;
@@ -2347,22 +2343,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             Some(block)
         };
         self.charge_value(cost, trap_pc, resume);
-    }
-
-    /// A charge (`cost`, a value) of a jump back to `target` inside a group of the loop
-    /// being translated: the group's start saw the slice cover every charge of its
-    /// iterations (see `unroll`), so it subtracts; returns whether it did.
-    fn group_charge(&mut self, cost: Value, target: u32) -> bool {
-        let inside = self
-            .in_loop
-            .is_some_and(|i| self.loops[i].body.contains(&target));
-        if self.group.is_none() || !inside {
-            return false;
-        }
-        let left = self.b.use_var(self.fuel_left);
-        let left = self.b.ins().isub(left, cost);
-        self.b.def_var(self.fuel_left, left);
-        true
     }
 
     /// A back-edge charge the slice is already known to cover (a versioned loop's guard,

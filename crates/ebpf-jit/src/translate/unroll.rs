@@ -97,16 +97,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         g.copies[k].get(&t).copied()
     }
 
-    /// Where the one-by-one copy of loop `i` goes on after an iteration that leaves
-    /// iterations proven (its latch counted it off), when the loop has groups: the
-    /// group start, which runs a group when one fits in the counter and the slice, else
-    /// goes on one by one (or to the checked loop when none is left), as the latch
-    /// would. A slice refilled by a charge inside the body (a loop whose back-edges go
-    /// to a slot after its header, stats64's) so lets groups run from then on.
-    pub(super) fn one_by_one_next(&self, i: usize) -> Option<Block> {
-        self.loops[i].group.as_ref().map(|g| g.head)
-    }
-
     /// Whether the conditional jump at `pc` is the counted exit of the group copy being
     /// translated, and not its last copy's: then it is translated as a transfer to its
     /// successor in the loop.
