@@ -1425,27 +1425,6 @@ fn unrolled_loops_match_the_interpreter_at_every_trip_count_and_budget() {
 }
 
 #[test]
-fn an_unrolled_reduction_through_a_register_copy_keeps_its_terms_in_registers() {
-    // cksum's shape: each term is built in r3, added to the sum in r0 and copied back
-    // (`add %r3, %r0; mov %r0, %r3`), so r0 is read in each copy's block before that
-    // block has its value. The sum comes first in each addition, so the group computes
-    // its 16 terms one after the other instead of all of them before the first
-    // addition (which spilled most of them: 2,736 code bytes, 2,416 in order).
-    let src = "mov %r0, 0\nmov %r2, 0\nmov %r6, %r1\nmov %r7, 0\n\
-               loop:\nldxh %r4, [%r6+0]\nadd %r2, %r4\nldxb %r3, [%r6+0]\nlsh %r3, 8\n\
-               ldxb %r5, [%r6+1]\nor %r3, %r5\nadd %r3, %r0\nmov %r0, %r3\nadd %r6, 2\n\
-               add %r7, 1\njlt %r7, 32, loop\nxor %r0, %r2\nexit";
-    assert_eq!(unroll_plans(src).len(), 1);
-    let out = check_every_budget(src);
-    let words = (0..32u64).map(|i| (2 * i, 2 * i + 1));
-    let sum: u64 = words.clone().map(|(a, b)| (a << 8) | b).sum();
-    let le: u64 = words.map(|(a, b)| a | (b << 8)).sum();
-    assert_eq!(out.result, Ok(sum ^ le));
-    let jit = JitProgram::compile(program(src, vec![])).unwrap();
-    assert!(jit.code_size() < 2_560, "{} code bytes", jit.code_size());
-}
-
-#[test]
 fn unrolled_loops_keep_their_other_exits_and_traps() {
     // knn's shape: a 16-trip inner loop (exit in the middle) entered for every point.
     let nest = "mov %r0, 0\nmov %r8, 0\nmov %r9, %r1\n\

@@ -326,26 +326,49 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// operand not computed in the current block (each copy has its own blocks, and a
     /// register read there may be a parameter the SSA builder made while the block was
     /// open, numbered after every value of the copy); between two values of the block,
-    /// the lower value number.
+    /// the lower value number. A 32-bit operation's operands are narrowed copies made
+    /// for it (`w3 += w0`: both in the current block, the term's copy made first), so
+    /// age is read from the value a change of width was made from.
     pub(super) fn group_operands(&self, op: u8, d: Value, s: Value) -> (Value, Value) {
         let commutes = matches!(op, ALU_ADD | ALU_MUL | ALU_OR | ALU_AND | ALU_XOR);
         if self.group.is_none() || !commutes {
             return (d, s);
         }
+        let (rd, rs) = (self.widened_from(d), self.widened_from(s));
         let here = |v: Value| {
             let func = &self.b.func;
-            match func.dfg.value_def(func.dfg.resolve_aliases(v)) {
+            match func.dfg.value_def(v) {
                 cranelift_codegen::ir::ValueDef::Result(inst, _) => {
                     func.layout.inst_block(inst) == self.b.current_block()
                 }
                 _ => false,
             }
         };
-        match (here(d), here(s)) {
+        match (here(rd), here(rs)) {
             (true, false) => (s, d),
             (false, true) => (d, s),
-            _ if s < d => (s, d),
+            _ if rs < rd => (s, d),
             _ => (d, s),
         }
+    }
+
+    /// The value `v` is a change of width of (through `ireduce`, `uextend` and
+    /// `sextend`, repeatedly), or `v` itself.
+    fn widened_from(&self, v: Value) -> Value {
+        let dfg = &self.b.func.dfg;
+        let mut v = dfg.resolve_aliases(v);
+        while let cranelift_codegen::ir::ValueDef::Result(inst, 0) = dfg.value_def(v) {
+            match dfg.insts[inst] {
+                cranelift_codegen::ir::InstructionData::Unary {
+                    opcode:
+                        cranelift_codegen::ir::Opcode::Ireduce
+                        | cranelift_codegen::ir::Opcode::Uextend
+                        | cranelift_codegen::ir::Opcode::Sextend,
+                    arg,
+                } => v = dfg.resolve_aliases(arg),
+                _ => break,
+            }
+        }
+        v
     }
 }
