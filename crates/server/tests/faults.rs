@@ -178,28 +178,40 @@ fn a_trickling_tcp_handshake_is_cut_at_the_deadline() {
 }
 
 /// A client refused because every connection thread is taken hears that, not "it
-/// closed the connection".
+/// closed the connection". The device opens at most 64 queue pairs and one source may
+/// hold only a few connections silent in their handshake, so the threads are taken by
+/// clients connected over IPv6 loopback and silent ones over IPv4 loopback (another
+/// source), all on one dual-stack listener, which accepts them in order; the client
+/// refused comes over IPv6, which has no handshake pending.
 #[test]
 fn a_client_beyond_the_connection_limit_is_told_so() {
-    let (_dir, server) = serve("tcp://127.0.0.1:0", ServerOptions::new());
-    let addr = server.uris()[0].strip_prefix("tcp://").unwrap().to_string();
-    let idle: Vec<TcpStream> = (0..CONNECTIONS_MAX)
-        .map(|_| TcpStream::connect(&addr).unwrap())
+    let options = ServerOptions::new().connections_per_source(CONNECTIONS_MAX);
+    let (_dir, server) = serve("tcp://[::]:0", options);
+    let port = server.uris()[0].rsplit(':').next().unwrap().to_string();
+    let (addr, addr4) = (format!("[::1]:{port}"), format!("127.0.0.1:{port}"));
+    let tcp = TcpOptions {
+        queue_depth: 4,
+        token: None,
+    };
+    let pairs = csx_host::proto::limits::QUEUE_PAIRS_MAX as usize;
+    let silent = CONNECTIONS_MAX - pairs;
+    assert!(
+        silent <= csx_server::HANDSHAKES_PER_SOURCE,
+        "{silent} silent ones fit one source"
+    );
+    let connected: Vec<TcpTransport> = (0..pairs)
+        .map(|i| TcpTransport::connect(&addr, &tcp).unwrap_or_else(|e| panic!("client {i}: {e}")))
         .collect();
-    let e = TcpTransport::connect(
-        &addr,
-        &TcpOptions {
-            queue_depth: 4,
-            token: None,
-        },
-    )
-    .expect_err("every connection thread is taken");
+    let idle: Vec<TcpStream> = (0..silent)
+        .map(|_| TcpStream::connect(&addr4).unwrap())
+        .collect();
+    let e = TcpTransport::connect(&addr, &tcp).expect_err("every connection thread is taken");
     let text = e.to_string();
     assert!(
         matches!(e, TransportError::Refused { .. }) && text.contains("connections, its limit"),
         "{text}"
     );
-    drop(idle);
+    drop((idle, connected));
     server.shutdown().unwrap();
 }
 
