@@ -69,8 +69,10 @@ pub const CONNECTIONS_PER_SOURCE_DEFAULT: usize = CONNECTIONS_MAX - 8;
 
 /// Connections one source may have in their handshake at once (they count against its
 /// [`CONNECTIONS_PER_SOURCE_DEFAULT`] too): connections that never send their hello hold
-/// at most these, however many a source opens, and never its whole share.
-pub const HANDSHAKES_PER_SOURCE: usize = 16;
+/// at most these, however many a source opens, and never its whole share. Many real
+/// clients of one host (one tcp source) handshake at once under load, so this is most of
+/// the share: what frees a place for them is [`HANDSHAKE_EVICT_AFTER`], not a small cap.
+pub const HANDSHAKES_PER_SOURCE: usize = CONNECTIONS_PER_SOURCE_DEFAULT - 8;
 
 /// How long a connection may stay in its handshake before a newer one of its source,
 /// finding [`HANDSHAKES_PER_SOURCE`] in their handshake, hangs it up to take its place
