@@ -424,7 +424,12 @@ fn mark_stop(
         }) if stop.is_set() => stopped(c, *pc, stop.reason(), outcome.fuel_used, limit_ms),
         // The run ended on its own, but after its time limit passed (inside one long
         // call, which the flag could not interrupt): past its limit, not a success.
-        Ok(_) if StopReason::from_code(stop.reason()) == Some(StopReason::TimeLimit) => {
+        // The watchdog's flag is one witness; the run's own clock is the other, so a
+        // watchdog thread delayed past the run's end (a loaded machine) changes nothing.
+        Ok(_)
+            if StopReason::from_code(stop.reason()) == Some(StopReason::TimeLimit)
+                || run > Duration::from_millis(u64::from(limit_ms)) =>
+        {
             overran(c, outcome.fuel_used, limit_ms, run);
         }
         _ => {}

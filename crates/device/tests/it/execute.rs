@@ -239,6 +239,12 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
         .unwrap();
         let c = loop {
             let c = qp.reap(None).unwrap();
+            // The waiting run can only end when the gate opens; if it ended, say how.
+            assert_ne!(
+                c.id.0, 1000,
+                "the waiting run ended before any probe was refused: {:?} {:?} {:?}",
+                c.status, c.detail, c.trap
+            );
             if c.id.0 >= 2000 {
                 break c;
             }
