@@ -11,6 +11,7 @@
 //!   pipeline's stages name them and their parameters.
 //! - [`pipe`]: running a pipeline of operators on the device, chunk by chunk through
 //!   device memory (`csx pipe`).
+//! - [`procstat`]: the fields of "/proc/PID/stat" the mount reads (state, parent, start).
 //! - [`unlinked`]: files removed while the mount has them open, kept until their last
 //!   close.
 //! - [`shell`]: the mount's `.ops/` executables, their proxies and the mount's server that
@@ -27,6 +28,7 @@ pub mod fuse;
 pub mod mount;
 pub mod ops;
 pub mod pipe;
+pub mod procstat;
 pub mod shell;
 pub mod unlinked;
 

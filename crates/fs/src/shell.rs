@@ -332,20 +332,25 @@ fn pipe_holders(target: &str, fd: u32) -> Vec<(u32, bool)> {
 /// A process holding the other end is a proxy (its command line says so), another
 /// program, or one that may still turn into a proxy: an ancestor of ours (a Python parent
 /// that will hand the pipe to its next child), a forked copy of its parent or a shell
-/// (a child before it execs). Such a process is waited for only while it runs (or is in
-/// the middle of a fork or an exec): one that sleeps in any other system call (a
+/// (a child before it execs). Such a process is waited for only while it runs, forks,
+/// execs or sets up its descriptors (an `open` of a redirection on this very mount
+/// sleeps until the mount answers): one that sleeps in any other system call (a
 /// `$(...)` shell reading the pipe, a subshell's `read`) is the pipe's reader or writer
-/// itself, and the pipe goes through the host at once. The wait ends at [`PEER_WAIT`].
+/// itself, and the pipe goes through the host at once. [`judge`] decides from one look;
+/// the wait ends at [`PEER_WAIT`].
 fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
     let ancestors = ancestors();
     let start = Instant::now();
     let mut looks = 0;
     loop {
         looks += 1;
-        let holders = pipe_holders(target, fd);
-        let seen: Vec<(u32, bool, Holder)> = holders
-            .iter()
-            .map(|&(pid, at_std)| (pid, at_std, assess(pid, target, mount, &ancestors)))
+        let seen: Vec<Seen> = pipe_holders(target, fd)
+            .into_iter()
+            .map(|(pid, at_std)| Seen {
+                pid,
+                at_std,
+                holder: assess(pid, target, mount, &ancestors),
+            })
             .collect();
         let decided = |end: End, why: String| Decision {
             fd,
@@ -354,29 +359,13 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
             timed_out: false,
             looks,
         };
-        if let Some((pid, ..)) = seen
-            .iter()
-            .find(|(pid, at_std, h)| *at_std && *h == Holder::Proxy && !ancestors.contains(pid))
-        {
-            return decided(End::Peer(*pid), format!("peer is a proxy (pid {pid})"));
-        }
-        if let Some((pid, _, h)) = seen
-            .iter()
-            .find(|(_, at_std, h)| *at_std && matches!(h, Holder::Program(_) | Holder::Waiting(_)))
-        {
-            return decided(
-                End::Host,
-                format!("peer is not a proxy: pid {pid} {}", h.describe()),
-            );
-        }
-        let busy: Vec<String> = seen
-            .iter()
-            .filter(|(_, _, h)| matches!(h, Holder::Proxy | Holder::Busy(_)))
-            .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
-            .collect();
-        if busy.is_empty() {
-            return decided(End::Host, nobody_may_become_one(&seen));
-        }
+        let busy = match judge(&seen, &ancestors) {
+            Verdict::Peer(pid) => {
+                return decided(End::Peer(pid), format!("peer is a proxy (pid {pid})"))
+            }
+            Verdict::Host(why) => return decided(End::Host, why),
+            Verdict::Wait(busy) => busy,
+        };
         if start.elapsed() > PEER_WAIT {
             return Decision {
                 timed_out: true,
@@ -394,12 +383,85 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
     }
 }
 
+/// One process holding the other end of a proxy's pipe, as one look saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    pid: u32,
+    /// Whether it holds the pipe at its other standard descriptor (a writer's 1, a
+    /// reader's 0): where a program it runs or becomes reads or writes.
+    at_std: bool,
+    holder: Holder,
+}
+
+/// What one look at a pipe's other end decides.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The proxy with this pid is the pipe's only reader or writer.
+    Peer(u32),
+    /// The pipe goes through the host, for this reason.
+    Host(String),
+    /// Not known yet: these processes may still become a proxy or go away.
+    Wait(Vec<String>),
+}
+
+/// Decides from one look at a pipe's other end (`seen`; `ancestors` are ours).
+///
+/// A proxy is the peer only when it is the one process at a standard descriptor of the
+/// other end: another one there (a subshell in `{ op; echo x; } | op`, which writes
+/// into the pipe after the operator) would read or write bytes the device never sees,
+/// so the pipe goes through the host; while that other one may still turn into
+/// something else (it runs, forks, execs), the look is repeated. A process holding the
+/// other end at another descriptor (the shell or Python parent that made the pipe and
+/// closes its copy once the next stage is started) does not count.
+fn judge(seen: &[Seen], ancestors: &[u32]) -> Verdict {
+    let is_peer = |s: &Seen| s.at_std && s.holder == Holder::Proxy && !ancestors.contains(&s.pid);
+    let proxies: Vec<u32> = seen.iter().filter(|s| is_peer(s)).map(|s| s.pid).collect();
+    let settled = seen
+        .iter()
+        .find(|s| s.at_std && matches!(s.holder, Holder::Program(_) | Holder::Waiting(..)));
+    match (proxies.as_slice(), settled) {
+        ([], Some(s)) => {
+            return Verdict::Host(format!(
+                "peer is not a proxy: pid {} {}",
+                s.pid,
+                s.holder.describe()
+            ))
+        }
+        ([p, ..], Some(s)) => {
+            return Verdict::Host(format!(
+                "the proxy pid {p} shares the pipe with pid {} {}",
+                s.pid,
+                s.holder.describe()
+            ))
+        }
+        ([_, _, ..], None) => {
+            return Verdict::Host(format!(
+                "more than one proxy holds the other end (pids {proxies:?})"
+            ))
+        }
+        _ => {}
+    }
+    let others_at_std = seen.iter().any(|s| s.at_std && !is_peer(s));
+    if let ([p], false) = (proxies.as_slice(), others_at_std) {
+        return Verdict::Peer(*p);
+    }
+    let busy: Vec<String> = seen
+        .iter()
+        .filter(|s| matches!(s.holder, Holder::Proxy | Holder::Busy(_)))
+        .map(|s| format!("pid {} {}", s.pid, s.holder.describe()))
+        .collect();
+    if busy.is_empty() {
+        return Verdict::Host(nobody_may_become_one(seen));
+    }
+    Verdict::Wait(busy)
+}
+
 /// Why a pipe whose other end no process that may become a proxy holds goes through
 /// the host.
-fn nobody_may_become_one(seen: &[(u32, bool, Holder)]) -> String {
+fn nobody_may_become_one(seen: &[Seen]) -> String {
     let others: Vec<String> = seen
         .iter()
-        .map(|(pid, _, h)| format!("pid {pid} {}", h.describe()))
+        .map(|s| format!("pid {} {}", s.pid, s.holder.describe()))
         .collect();
     format!(
         "peer is not a proxy: no process that may become one holds the other end ({})",
@@ -421,8 +483,9 @@ enum Holder {
     /// An ancestor, a forked copy or a shell that runs (or forks or execs): it may still
     /// start or become a proxy.
     Busy(String),
-    /// The same, asleep in another system call: it reads or writes the pipe itself.
-    Waiting(String),
+    /// The same, asleep in another system call (its number, as "/proc/PID/syscall"
+    /// shows it): it reads or writes the pipe itself.
+    Waiting(String, String),
 }
 
 impl Holder {
@@ -431,9 +494,9 @@ impl Holder {
             Holder::Proxy => "is a proxy".to_owned(),
             Holder::Program(n) => format!("({n}) is another program"),
             Holder::Busy(n) => format!("({n}) runs and may still start a proxy"),
-            Holder::Waiting(n) => {
-                format!("({n}) waits in a system call, reading or writing the pipe itself")
-            }
+            Holder::Waiting(n, call) => format!(
+                "({n}) waits in system call {call}, reading or writing the pipe itself"
+            ),
         }
     }
 }
@@ -457,7 +520,11 @@ fn assess(pid: u32, target: &str, mount: &Path, ancestors: &[u32]) -> Holder {
     } else if is_busy(pid, target) {
         Holder::Busy(name)
     } else {
-        Holder::Waiting(name)
+        let call = std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .ok()
+            .and_then(|sc| sc.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| "?".to_owned());
+        Holder::Waiting(name, call)
     }
 }
 
@@ -484,6 +551,22 @@ const SPAWNING: &[u64] = &[220, 221, 281, 435]; // clone, execve, execveat, clon
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const SPAWNING: &[u64] = &[];
 
+/// System calls a process makes while it sets up its descriptors and finds a program
+/// (a shell's child between its fork and its exec opens, duplicates and closes its
+/// redirections, looks up the program): each sleeps until the file system answers when
+/// the file is on a slow one, such as this very mount under load.
+#[cfg(target_arch = "x86_64")]
+const PREPARING: &[u64] = &[
+    2, 3, 4, 5, 6, 21, 33, 89, 257, 262, 267, 269, 292, 332, 436, 437, 439,
+]; // open, close, stat, fstat, lstat, access, dup2, readlink, openat, newfstatat,
+   // readlinkat, faccessat, dup3, statx, close_range, openat2, faccessat2
+#[cfg(target_arch = "aarch64")]
+const PREPARING: &[u64] = &[24, 48, 56, 57, 78, 79, 80, 291, 436, 437, 439];
+// dup3, faccessat, openat, close, readlinkat, newfstatat, fstat, statx, close_range,
+// openat2, faccessat2
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const PREPARING: &[u64] = &[];
+
 /// Whether `pid` is in a fork or an exec now, or shows no command line (as in the middle
 /// of an exec): what it turns into is not known yet.
 fn mid_exec(pid: u32) -> bool {
@@ -506,7 +589,8 @@ const FD_IO: &[u64] = &[63, 64, 65, 66]; // read, write, readv, writev
 const FD_IO: &[u64] = &[];
 
 /// Whether `pid` runs or is on its way to another program: it runs (or waits for a
-/// CPU), is in a page fault or an uninterruptible sleep, sleeps in a fork or an exec, or
+/// CPU), is in a page fault or an uninterruptible sleep, sleeps in a fork or an exec or
+/// in setting up its descriptors ([`PREPARING`]: an `open` of a file of this mount), or
 /// sleeps reading or writing another pipe than `target` (a shell's child
 /// before its exec waits on a pipe for its siblings to be forked; a Python parent waits
 /// on one for its child's exec). Asleep on `target` itself, it is that pipe's reader or
@@ -526,10 +610,10 @@ fn is_busy(pid: u32, target: &str) -> bool {
         };
         // In uninterruptible sleep (the disk, memory reclaim) inside any call: it is on
         // its way, not waiting for another process.
-        if state_of(pid).as_deref() == Some("D") {
+        if state_of(pid) == Some('D') {
             return true;
         }
-        if SPAWNING.contains(&nr) {
+        if SPAWNING.contains(&nr) || PREPARING.contains(&nr) {
             return true;
         }
         if !FD_IO.contains(&nr) {
@@ -541,14 +625,12 @@ fn is_busy(pid: u32, target: &str) -> bool {
         let on = fd.and_then(|fd| readlink_fd(&pid.to_string(), fd));
         return on.is_some_and(|on| on.starts_with("pipe:[") && on != target);
     }
-    matches!(state_of(pid).as_deref(), Some("R" | "D"))
+    matches!(state_of(pid), Some('R' | 'D'))
 }
 
 /// The state letter of `pid` in "/proc/PID/stat" (R, S, D, T, ...).
-fn state_of(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let i = stat.rfind(')')?;
-    stat[i + 1..].split_whitespace().next().map(str::to_owned)
+fn state_of(pid: u32) -> Option<char> {
+    crate::procstat::of(pid).map(|s| s.state)
 }
 
 /// This process's parent, its parent's parent, and so on up to init.
@@ -566,12 +648,9 @@ fn ancestors() -> Vec<u32> {
     out
 }
 
-/// The parent pid of `pid`, from "/proc/PID/stat" (the field after the state, which
-/// follows the command name in parentheses).
+/// The parent pid of `pid`, from "/proc/PID/stat".
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    crate::procstat::of(pid).map(|s| s.ppid)
 }
 
 /// Whether descriptor `fd_name` of process `pid` is the other end of a pipe from our fd
@@ -1175,5 +1254,83 @@ fn finish_chain(
     }
     for a in &mut chain {
         let _ = send_end(&mut a.writer, &outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(pid: u32, at_std: bool, holder: Holder) -> Seen {
+        Seen {
+            pid,
+            at_std,
+            holder,
+        }
+    }
+
+    fn waiting(name: &str) -> Holder {
+        Holder::Waiting(name.to_owned(), "61".to_owned())
+    }
+
+    #[test]
+    fn the_one_proxy_at_the_other_end_is_the_peer() {
+        // The parent shell still holds the other end at another descriptor: no matter.
+        let look = [
+            seen(10, true, Holder::Proxy),
+            seen(1, false, Holder::Busy("sh".into())),
+        ];
+        assert_eq!(judge(&look, &[1]), Verdict::Peer(10));
+        let look = [seen(10, true, Holder::Proxy), seen(1, false, waiting("sh"))];
+        assert_eq!(judge(&look, &[1]), Verdict::Peer(10));
+    }
+
+    #[test]
+    fn a_proxy_sharing_its_end_with_another_reader_or_writer_is_no_peer() {
+        // `{ op < f; echo x; } | op`: the subshell waits for the first operator, then
+        // writes into the same pipe.
+        for other in [waiting("sh"), Holder::Program("cat".into())] {
+            let look = [seen(10, true, Holder::Proxy), seen(11, true, other.clone())];
+            let Verdict::Host(why) = judge(&look, &[]) else {
+                panic!("{other:?} shares the pipe, yet the proxy was taken for the peer")
+            };
+            assert!(why.contains("pid 10") && why.contains("pid 11"), "{why}");
+        }
+        // While that other one may still become something else, look again.
+        let look = [
+            seen(10, true, Holder::Proxy),
+            seen(11, true, Holder::Busy("sh".into())),
+        ];
+        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        // Two proxies at the other end (`op | { op; op; }`) are no one peer either.
+        let look = [seen(10, true, Holder::Proxy), seen(11, true, Holder::Proxy)];
+        assert!(matches!(judge(&look, &[]), Verdict::Host(_)));
+    }
+
+    #[test]
+    fn a_process_that_may_still_become_a_proxy_is_waited_for() {
+        let look = [seen(10, true, Holder::Busy("sh".into()))];
+        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        // A forked child before its dup2: it holds the pipe at another descriptor yet.
+        let look = [seen(10, false, Holder::Busy("sh".into()))];
+        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        // An ancestor that is a proxy is no peer, and is not waited for beyond the limit.
+        let look = [seen(3, true, Holder::Proxy)];
+        assert!(matches!(judge(&look, &[3]), Verdict::Wait(_)));
+    }
+
+    #[test]
+    fn a_settled_reader_or_nobody_sends_the_pipe_through_the_host() {
+        let look = [seen(10, true, waiting("bash"))];
+        let Verdict::Host(why) = judge(&look, &[]) else {
+            panic!("a waiting shell was taken for a proxy to be")
+        };
+        assert!(
+            why.starts_with("peer is not a proxy") && why.contains("system call 61"),
+            "{why}"
+        );
+        assert!(matches!(judge(&[], &[]), Verdict::Host(_)));
+        let look = [seen(1, false, waiting("python3"))];
+        assert!(matches!(judge(&look, &[1]), Verdict::Host(_)));
     }
 }

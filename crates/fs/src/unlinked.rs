@@ -67,14 +67,9 @@ fn host() -> String {
 /// When process `pid` started, in clock ticks since boot ("/proc/PID/stat" field 22);
 /// `None` when it is not running (gone, or a zombie nobody has reaped yet).
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // `rest` begins with field 3 (the state).
-    let mut fields = rest.split_whitespace();
-    if matches!(fields.next(), Some("Z" | "X")) {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
+    crate::procstat::of(pid)
+        .filter(|s| !s.ended())
+        .map(|s| s.start_time)
 }
 
 /// Whether process `pid` runs (a zombie nobody has reaped yet does not).

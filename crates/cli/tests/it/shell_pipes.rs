@@ -474,3 +474,78 @@ fn stages_whose_claims_about_their_pipe_disagree_run_it_through_the_host() {
         assert_eq!(p["outcome"]["stages"], 1, "{p}");
     }
 }
+
+/// The pid among `parent`'s children whose command line holds `word`.
+fn child_running(parent: u32, word: &str) -> Option<u32> {
+    children_of(parent).into_iter().find(|&p| {
+        fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+    })
+}
+
+/// A shell's child sleeps in the `open` of its redirection (a FIFO nobody writes yet, as
+/// an `open` of a file of the mount sleeps until the mount answers under load) while the
+/// next stage looks at its pipe: that child is on its way to its exec, not the pipe's
+/// writer, so the next stage waits for it and the two stages fuse on the device.
+#[test]
+fn a_stage_whose_neighbour_sleeps_in_an_open_before_its_exec_still_fuses() {
+    let m = Mount::new();
+    let trace = m.mnt.with_file_name("trace.jsonl");
+    let fifo = m.mnt.with_file_name("in.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let shell = Command::new("sh")
+        .arg("-c")
+        .arg("$MNT/.ops/grep --pattern o < \"$FIFO\" | $MNT/.ops/grep --pattern t")
+        .env("MNT", &m.mnt)
+        .env("FIFO", &fifo)
+        .env("CSX_OP_TRACE", &trace)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second stage looks at its pipe while the first one's child sleeps in the
+    // `open` of the FIFO: it has connected to the mount (decided) or has looked for a
+    // second (still waiting).
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500)
+        && !child_running(shell.id(), "proxy").is_some_and(holds_socket)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The writer is a process of its own, killed if the first stage never opens the FIFO.
+    let mut writer = Command::new("sh")
+        .arg("-c")
+        .arg("printf 'one\\ntwo\\nthree\\nfour\\n' > \"$FIFO\"")
+        .env("FIFO", &fifo)
+        .spawn()
+        .unwrap();
+    let out = shell.wait_with_output().unwrap();
+    let _ = writer.kill();
+    let _ = writer.wait();
+    assert_eq!(ok(&out), "two\n");
+    let t = take_traces(&trace);
+    assert_eq!(t.len(), 2, "{t:?}");
+    let (a, b) = (&t[0], &t[1]);
+    for p in [a, b] {
+        assert_eq!(p["outcome"]["stages"], 2, "{a}\n{b}");
+    }
+}
+
+/// `{ op; echo x; } | op`: the subshell writes into the pipe after the first operator, so
+/// the second operator's stdin has two writers; fusing the operators would lose what
+/// the subshell writes. The pipe goes through the host and nothing is lost.
+#[test]
+fn an_operator_sharing_its_pipe_with_another_writer_runs_it_through_the_host() {
+    let m = Mount::new();
+    fs::write(m.mnt.join("f"), b"one\ntwo\nthree\n").unwrap();
+    for shell in ["sh", "bash"] {
+        let out = Command::new(shell)
+            .arg("-c")
+            .arg("{ $MNT/.ops/grep --pattern o < $MNT/f; echo tooo; } | $MNT/.ops/grep --pattern o")
+            .env("MNT", &m.mnt)
+            .output()
+            .unwrap();
+        assert_eq!(ok(&out), "one\ntwo\ntooo\n", "{shell}");
+    }
+}
