@@ -494,9 +494,9 @@ impl Holder {
             Holder::Proxy => "is a proxy".to_owned(),
             Holder::Program(n) => format!("({n}) is another program"),
             Holder::Busy(n) => format!("({n}) runs and may still start a proxy"),
-            Holder::Waiting(n, call) => format!(
-                "({n}) waits in system call {call}, reading or writing the pipe itself"
-            ),
+            Holder::Waiting(n, call) => {
+                format!("({n}) waits in system call {call}, reading or writing the pipe itself")
+            }
         }
     }
 }
