@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
 use csx_host::proto::{EngineKind, MemHandle, ProgramIndex};
-use csx_host::ExecuteRequest;
 use csx_host::session::Params;
+use csx_host::ExecuteRequest;
 
 use crate::columnar::{ColumnType, Schema, Values, FORMAT_VERSION};
 use crate::encoding::{constant_block, EncodedColumn, FileHeader, FILE_HEADER_SIZE};

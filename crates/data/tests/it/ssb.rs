@@ -264,7 +264,11 @@ fn a_flipped_bit_in_a_later_round_names_its_block() {
     let on_dev = "/ssb/lineorder/lo_extendedprice.col";
     for (block, part) in [(2usize, "bad data"), (1, "bad header")] {
         let b = col.blocks[block];
-        let at = if part == "bad data" { b.at + 64 + 3 } else { b.at + 6 };
+        let at = if part == "bad data" {
+            b.at + 64 + 3
+        } else {
+            b.at + 6
+        };
         let mut bad = good.clone();
         bad[at as usize] ^= 0x10;
         dev.put_bytes(on_dev, &bad).unwrap();
