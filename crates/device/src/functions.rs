@@ -826,12 +826,7 @@ fn merge_overlap(
     out: (*mut u8, u64),
     taken: (*mut u8, u64),
 ) -> Option<String> {
-    let overlap = |(p, plen): (*mut u8, u64), (q, qlen): (*mut u8, u64)| {
-        plen > 0
-            && qlen > 0
-            && (p as usize) < q as usize + qlen as usize
-            && (q as usize) < p as usize + plen as usize
-    };
+    let overlap = host_ranges_overlap;
     for (i, &run) in runs.iter().enumerate() {
         if overlap(run, out) || overlap(run, taken) {
             return Some(format!("the output or taken overlaps run {i}"));
@@ -1113,26 +1108,57 @@ impl CallContext<'_> {
     fn unpack(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
         const F: &str = "csx_unpack";
         let (src, src_len, first, dst, dst_len) = (a[0], a[1], a[2], a[3], a[4]);
-        // The input is copied out first (it is smaller than the output), so the two may
-        // lie anywhere in the program's memory.
-        let input = match mem.slice(src, src_len) {
-            Ok(d) => d.to_vec(),
+        let (xs, xd) = match mem
+            .translate(src, src_len, false)
+            .and_then(|s| Ok((s, mem.translate(dst, dst_len, true)?)))
+        {
+            Ok(p) => p,
             Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
         };
-        let out = match mem.slice_mut(dst, dst_len) {
-            Ok(o) => o,
-            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+        if src_len == 0 || dst_len == 0 || host_ranges_overlap((xs, src_len), (xd, dst_len)) {
+            // The input is copied out first (it is smaller than the output), so the
+            // output may be written over it.
+            let input = match mem.slice(src, src_len) {
+                Ok(d) => d.to_vec(),
+                Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+            };
+            let out = match mem.slice_mut(dst, dst_len) {
+                Ok(o) => o,
+                Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+            };
+            return self.unpack_into(&input, first, out);
+        }
+        // SAFETY: `translate` checked that `src_len` (non-zero) bytes from `xs` lie in a
+        // region mapped readable and `dst_len` bytes from `xd` in one mapped writable;
+        // the two host ranges share no byte (checked above), and `mem` stays mutably
+        // borrowed by this call, so no other slice of it is made while these live.
+        let (input, out) = unsafe {
+            (
+                std::slice::from_raw_parts(xs, src_len as usize),
+                std::slice::from_raw_parts_mut(xd, dst_len as usize),
+            )
         };
-        // Block by block (at most BLOCK_ROWS_MAX rows each), looking at the stop flag
-        // between blocks.
+        self.unpack_into(input, first, out)
+    }
+
+    /// Decodes the blocks of `input` from row `first` into `out`, block by block (at
+    /// most `BLOCK_ROWS_MAX` rows each), looking at the stop flag between blocks.
+    fn unpack_into(&mut self, input: &[u8], first: u64, out: &mut [u8]) -> CallResult {
         let stop = self.stop;
         let mut stopped = || stop.is_some_and(StopFlag::is_set);
-        match abi::colblock::decode_blocks(&input, first, out, &mut stopped) {
+        match abi::colblock::decode_blocks(input, first, out, &mut stopped) {
             Ok(Some(rows)) => Ok(rows),
             Ok(None) => Err(stopped_abort()),
-            Err(e) => self.fail(F, CSX_EBADMSG, e.to_string()),
+            Err(e) => self.fail("csx_unpack", CSX_EBADMSG, e.to_string()),
         }
     }
+}
+
+/// Whether host ranges `a` and `b` (start, length) share a byte (an empty one shares
+/// none).
+fn host_ranges_overlap(a: (*mut u8, u64), b: (*mut u8, u64)) -> bool {
+    let (a0, b0) = (a.0 as usize as u64, b.0 as usize as u64);
+    a.1 > 0 && b.1 > 0 && a0 < b0.saturating_add(b.1) && b0 < a0.saturating_add(a.1)
 }
 
 impl HelperHost for CallContext<'_> {
@@ -1910,12 +1936,10 @@ mod tests {
         assert_eq!(bad, Ok(CSX_EBADMSG as u64));
     }
 
-    /// csx_unpack expands constant and raw blocks stored back to back, any row range;
-    /// a flipped bit in a header or a payload is CSX_EBADMSG naming the block's offset
-    /// and the part; bad pointers are CSX_EFAULT; a set stop flag stops the run.
-    #[test]
-    fn unpack_expands_blocks_checks_them_and_stops() {
-        use abi::colblock::{crc32c, BlockHeader, BLOCK_HEADER_SIZE, ENC_CONSTANT, ENC_RAW};
+    /// A constant block of 30 sevens, then a raw block of 0, 3, .., 147, back to back;
+    /// and the 80 values they hold.
+    fn two_unpack_blocks() -> (Vec<u8>, Vec<u32>) {
+        use abi::colblock::{crc32c, BlockHeader, ENC_CONSTANT, ENC_RAW};
         let raw: Vec<u8> = (0..50u32).flat_map(|v| (v * 3).to_le_bytes()).collect();
         let blocks = [
             BlockHeader {
@@ -1943,6 +1967,23 @@ mod tests {
         let mut src = blocks[0].encode().to_vec();
         src.extend_from_slice(&blocks[1].encode());
         src.extend_from_slice(&raw);
+        let values = (0..80u32).map(|i| if i < 30 { 7 } else { (i - 30) * 3 });
+        (src, values.collect())
+    }
+
+    fn u32s(bytes: &[u8]) -> Vec<u32> {
+        let v = bytes.chunks_exact(4);
+        v.map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// csx_unpack expands constant and raw blocks stored back to back, any row range;
+    /// a flipped bit in a header or a payload is CSX_EBADMSG naming the block's offset
+    /// and the part; bad pointers are CSX_EFAULT; a set stop flag stops the run.
+    #[test]
+    fn unpack_expands_blocks_checks_them_and_stops() {
+        use abi::colblock::BLOCK_HEADER_SIZE;
+        let (mut src, _) = two_unpack_blocks();
         let mut out = vec![0u8; 80 * 4];
         let mut ctx = CallContext::without_files(Instant::now());
         let mut mem = MemoryMap::new();
@@ -1952,12 +1993,7 @@ mod tests {
         let f = ids::CSX_UNPACK;
         // Rows 25..35: five constants, then the raw block's first five.
         assert_eq!(ctx.call(f, [s, n, 25, d, 40], &mut mem), Ok(10));
-        let got: Vec<u32> = mem
-            .slice(d, 40)
-            .unwrap()
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let got = u32s(mem.slice(d, 40).unwrap());
         assert_eq!(got, [7, 7, 7, 7, 7, 0, 3, 6, 9, 12]);
         assert_eq!(ctx.call(f, [s, n, 0, d, 320], &mut mem), Ok(80));
         assert!(ctx.detail.is_none());
@@ -2002,6 +2038,27 @@ mod tests {
         flag.stop(1);
         let mut ctx = CallContext::without_files(Instant::now()).with_stop(&flag);
         assert!(ctx.call(f, [s, n, 0, d, 320], &mut mem).is_err());
+    }
+
+    /// csx_unpack's output may overlap its input (the same window, the output over the
+    /// blocks or beginning inside them): the rows decode as from a separate copy.
+    #[test]
+    fn unpack_into_its_own_input_decodes_as_from_a_copy() {
+        let (src, want) = two_unpack_blocks();
+        let n = src.len() as u64;
+        // Output at the input's first byte, 64 bytes into it, and ending inside it.
+        for (at, rows) in [(0u64, 80u64), (64, 80), (8, 40)] {
+            let mut buf = src.clone();
+            buf.resize(src.len() + 400, 0);
+            let mut ctx = CallContext::without_files(Instant::now());
+            let mut mem = MemoryMap::new();
+            let b = mem.map_read_write(RegionIdx(4), &mut buf).unwrap();
+            let f = ids::CSX_UNPACK;
+            let r = ctx.call(f, [b, n, 0, b + at, rows * 4], &mut mem);
+            assert_eq!(r, Ok(rows), "output at {at}: {:?}", ctx.detail);
+            let got = u32s(mem.slice(b + at, rows * 4).unwrap());
+            assert_eq!(got, want[..rows as usize], "output at {at}");
+        }
     }
 
     /// The filters' contract written the obvious way: every value read, then the bitmap.

@@ -230,6 +230,59 @@ fn a_flipped_bit_in_a_staged_ssb_block_names_table_column_and_block() {
     dev.close().unwrap();
 }
 
+/// A bad block of LINEORDER in a later round (decoded beside the probe of the round
+/// before it) is an error naming it, never a wrong answer; the query answers again once
+/// the column is whole.
+#[test]
+fn a_flipped_bit_in_a_later_round_names_its_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    // 180,000 rows: three blocks of LINEORDER, a round each.
+    csx_data::ssb::gen::generate(&data, 0.03, 5, &mut |_, _, _| {}).unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let q = query("Q1.1").unwrap();
+    let want = sorted(reference(&mut LocalSource::new(&data), q).unwrap());
+    assert!(!want.is_empty(), "Q1.1 selects rows at this scale");
+    let opts = RunOptions {
+        round_rows: 1 << 16,
+        ..Default::default()
+    };
+    let local = data.join("lineorder").join("lo_extendedprice.col");
+    let rows = (csx_data::LocalTable::open(&data.join("lineorder")).unwrap())
+        .schema
+        .rows;
+    let (col, good) = csx_data::encoding::EncodedColumn::open_local(
+        "lineorder",
+        "lo_extendedprice",
+        &local,
+        ColumnType::Uint32,
+        rows,
+    )
+    .unwrap();
+    assert_eq!(col.blocks.len(), 3, "the test needs three rounds");
+    let on_dev = "/ssb/lineorder/lo_extendedprice.col";
+    for (block, part) in [(2usize, "bad data"), (1, "bad header")] {
+        let b = col.blocks[block];
+        let at = if part == "bad data" {
+            b.at + 64 + 3
+        } else {
+            b.at + 6
+        };
+        let mut bad = good.clone();
+        bad[at as usize] ^= 0x10;
+        dev.put_bytes(on_dev, &bad).unwrap();
+        let e = run(&dev, "/ssb", q, &opts).unwrap_err().to_string();
+        let named = format!("table lineorder, column lo_extendedprice, block {block}");
+        assert!(e.contains(&named) && e.contains(part), "{e}");
+    }
+    dev.put_bytes(on_dev, &good).unwrap();
+    let got = run(&dev, "/ssb", q, &opts).unwrap();
+    assert_eq!(sorted(got.rows), want);
+    assert!(dev.programs().unwrap().is_empty());
+    dev.close().unwrap();
+}
+
 /// The emitted probe on a hand-made partition: its sums and tuples against a direct
 /// computation, and its refusals (rows or windows that do not fit its layout, tables
 /// past the shared state, a table entry above its dimension's groups), on both

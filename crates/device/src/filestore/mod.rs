@@ -100,7 +100,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::nvm::{sync_parent_dir, Nvm, BLOCK_SIZE};
+use crate::nvm::{sync_parent_dir, MediaReads, Nvm, BLOCK_SIZE};
 use alloc::{Allocator, BlockRange};
 use csx_proto::limits::PARTIAL_DIR;
 use record::{ExtentRec, FileRecord, Mapping};
@@ -653,14 +653,17 @@ impl FileStore {
     /// Reads `dst.len()` bytes of a mapped run and verifies every block they touch
     /// against its checksum. Blocks whose checksummed bytes `dst` holds exactly (every
     /// block but a partly read first or last one) are verified in `dst`; the others are
-    /// read whole into a scratch block, verified there and copied out.
+    /// read whole into a scratch block, verified there and copied out. An uncached read
+    /// of media read direct is queued instead ([`FileStore::read_verified_queued`]); of
+    /// media read through the page cache it is this read, straight into `dst` (no
+    /// bounce buffer between the page cache and `dst`).
     fn read_verified(
         &self,
         st: &State,
         run: &MappedRun<'_>,
         dst: &mut [u8],
     ) -> Result<(), FileStoreError> {
-        if run.uncached {
+        if run.uncached && self.nvm.media_reads() != MediaReads::Cached {
             return self.read_verified_queued(st, run, dst);
         }
         let read = |at: u64, to: &mut [u8]| -> Result<(), FileStoreError> {

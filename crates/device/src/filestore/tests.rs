@@ -1343,7 +1343,15 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
         for bit in [0u8, 7] {
             flip_bit(&dir.path().join(NVM_FILE), nvm_offset, bit);
             let store = reopen(&dir);
-            for uncached in [false, true] {
+            // Uncached reads of media read through the page cache go straight into the
+            // destination, and are verified there.
+            let modes = [
+                (false, MediaReads::Direct),
+                (true, MediaReads::Direct),
+                (true, MediaReads::Cached),
+            ];
+            for (uncached, media) in modes {
+                store.nvm.set_media_reads(media);
                 let mut buf = vec![0u8; data.len()];
                 let err = store.read_impl("/f", 0, &mut buf, uncached).unwrap_err();
                 match &err {
@@ -1379,6 +1387,7 @@ fn a_flipped_bit_in_a_block_is_an_error_naming_the_file_and_block() {
                 let from = (other * BLOCK_SIZE + 7) as usize;
                 assert_eq!(piece, data[from..from + 300]);
             }
+            store.nvm.set_media_reads(MediaReads::Direct);
             // A partial write into the bad block is refused and changes nothing.
             let err = store
                 .write_at("/f", block * BLOCK_SIZE + 1, b"xy")
