@@ -262,7 +262,11 @@ fn one_bounded_range_keeps_exactly_its_values_at_every_edge() {
         (8, 0x1_0000_0000, 0x8000_0000_0000_0005),
     ];
     for (width, lo, hi) in cases {
-        let max = if width == 4 { u64::from(u32::MAX) } else { u64::MAX };
+        let max = if width == 4 {
+            u64::from(u32::MAX)
+        } else {
+            u64::MAX
+        };
         let values = [0, 1, lo - 1, lo, lo + 1, hi - 1, hi, hi + 1, max - 1, max];
         let rows = 3 * UNROLL as u64 + values.len() as u64;
         let mut window = vec![0u8; (rows * (width + 8)) as usize];
