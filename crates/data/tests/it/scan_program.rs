@@ -123,6 +123,29 @@ impl Run<'_> {
     }
 }
 
+/// Runs `layout`'s program over `rows` rows of `window` (written to the input already)
+/// on both engine kinds, checking r0 and the output window against the reference;
+/// the rows kept.
+fn check_both_engines(
+    dev: &Device,
+    run: &Run<'_>,
+    layout: &Layout,
+    window: &[u8],
+    rows: u64,
+    what: &str,
+) -> u64 {
+    let (want, want_out) = reference(layout, window, rows);
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
+        let x = run.run(layout, engine, rows, windows);
+        let what = format!("{what}, {engine:?}: {layout:?}");
+        assert_eq!(x.r0_signed(), want as i64, "{what}");
+        let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
+        assert_eq!(got, want_out, "{what}");
+    }
+    want
+}
+
 fn setup(dev: &Device, bytes: u64) -> Run<'_> {
     Run {
         dev,
@@ -152,15 +175,8 @@ fn the_scan_program_keeps_what_the_reference_keeps_on_random_layouts() {
         dev.write_mem(run.input, 0, &window).unwrap();
         let u = UNROLL as u64;
         for rows in [0, u - 1, u + 1, chunk_rows] {
-            let (want, want_out) = reference(&layout, &window, rows);
-            for engine in [EngineKind::Interpreter, EngineKind::Jit] {
-                let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
-                let x = run.run(&layout, engine, rows, windows);
-                let what = format!("case {case}, {rows} rows, {engine:?}: {layout:?}");
-                assert_eq!(x.r0_signed(), want as i64, "{what}");
-                let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
-                assert_eq!(got, want_out, "{what}");
-            }
+            let what = format!("case {case}, {rows} rows");
+            check_both_engines(&dev, &run, &layout, &window, rows, &what);
         }
     }
     dev.close().unwrap();
@@ -311,16 +327,8 @@ fn one_bounded_range_keeps_exactly_its_values_at_every_edge() {
             let run = setup(&dev, layout.in_bytes.max(64));
             dev.write_mem(run.input, 0, &window[..layout.in_bytes as usize])
                 .unwrap();
-            let (want, want_out) = reference(&layout, &window, rows);
+            let want = check_both_engines(&dev, &run, &layout, &window, rows, "an edge");
             assert!(want > 0 && want < rows, "{width} {lo} {hi}: {want} kept");
-            for engine in [EngineKind::Interpreter, EngineKind::Jit] {
-                let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
-                let x = run.run(&layout, engine, rows, windows);
-                let what = format!("{engine:?}, dict {dict}: {layout:?}");
-                assert_eq!(x.r0_signed(), want as i64, "{what}");
-                let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
-                assert_eq!(got, want_out, "{what}");
-            }
         }
     }
     dev.close().unwrap();
