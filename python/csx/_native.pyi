@@ -10,12 +10,16 @@ __all__ = [
     "build", "sdk_program", "sdk_programs", "statuses", "table_schema", "table_dictionary",
     "table_read", "local_table_read", "table_write",
     "filter_types", "filter_domain", "filter_raw_ranges", "filter_parse", "filter_bind",
-    "ABI_VERSION", "RANGES_MAX", "__version__",
+    "ABI_VERSION", "RANGES_MAX", "__version__", "BUILD_PROFILE", "BUILD_OPT_LEVEL",
 ]
 
 ABI_VERSION: int
 RANGES_MAX: int
 __version__: str
+#: The Cargo profile the module was built with: "dev" or "release".
+BUILD_PROFILE: str
+#: Its optimisation level (Cargo's OPT_LEVEL: "1" for dev, "3" for release).
+BUILD_OPT_LEVEL: str
 
 def statuses() -> List[Tuple[int, str, str]]: ...
 

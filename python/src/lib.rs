@@ -62,5 +62,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The package's one version: the workspace's (Cargo.toml), which maturin also
     // writes into the wheel's metadata.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The Cargo profile ("dev" or "release") and the optimisation level this module
+    // was built with (python/build.rs): the dev profile runs the device unoptimised.
+    m.add("BUILD_PROFILE", env!("CSX_BUILD_PROFILE"))?;
+    m.add("BUILD_OPT_LEVEL", env!("CSX_BUILD_OPT_LEVEL"))?;
     Ok(())
 }

@@ -15,6 +15,11 @@ def test_bench_tpch_runs_and_accounts_bytes(tmp_path):
         check=True,
     )
     r = json.loads(out.stdout)
+    # The build of the module the embedded device ran (the tests import the dev build).
+    from csx import _native
+
+    assert r["meta"]["native_build"] == f"{_native.BUILD_PROFILE} (opt-level {_native.BUILD_OPT_LEVEL})"
+    assert _native.BUILD_PROFILE in ("dev", "release")
     rows = r["meta"]["rows"]
     assert 10_000 < rows < 14_000  # csx gen tpch at SF 0.002: about 6e6 * SF lines
     q6 = r["results"]["q6"]

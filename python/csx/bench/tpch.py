@@ -133,6 +133,18 @@ def _commit() -> str:
         return "unknown"
 
 
+def native_build() -> str:
+    """The Cargo profile and optimisation level ``csx._native`` was built with: the
+    device embedded in this process runs that code ("dev": unoptimised workspace
+    crates, what scripts/python-test.sh builds; scripts/python-release.sh builds and
+    runs "release")."""
+    from csx import _native
+
+    profile = getattr(_native, "BUILD_PROFILE", "unknown")
+    opt = getattr(_native, "BUILD_OPT_LEVEL", "unknown")
+    return f"{profile} (opt-level {opt})"
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -396,7 +408,8 @@ def _plot(path: str, results: Dict[str, Any], meta: Dict[str, Any]) -> None:
         ax.set_title(label, fontsize=10)
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        f"TPC-H SF {meta['sf']:g} on csx ({meta['rows']:,} LINEITEM rows; commit {meta['commit']}, load {meta['loadavg_before']})",
+        f"TPC-H SF {meta['sf']:g} on csx ({meta['rows']:,} LINEITEM rows; commit {meta['commit']}, "
+        f"csx._native {meta['native_build']}, load {meta['loadavg_before']})",
         fontsize=10,
     )
     fig.tight_layout()
@@ -431,6 +444,7 @@ def run(args: Any) -> int:
         "command": "python -m csx.bench tpch " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["tpch"] else sys.argv[1:]),
         "loadavg_before": _loadavg(),
         "duckdb": duckdb.__version__,
+        "native_build": native_build(),
     }
     try:
         t, data_dir, parquet, source = _load_lineitem(args, work, quiet)
@@ -520,7 +534,7 @@ def run(args: Any) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"TPC-H SF {args.sf:g}: {meta['rows']:,} LINEITEM rows ({meta['data']})")
-    print(f"machine {meta['machine']}; commit {meta['commit']}; duckdb {meta['duckdb']}")
+    print(f"machine {meta['machine']}; commit {meta['commit']}; duckdb {meta['duckdb']}; csx._native {meta['native_build']}")
     print(f"load average before {meta['loadavg_before']}, after {meta['loadavg_after']}; median of {args.repeat} runs")
     print(f"{'query':6} {'side':19} {'wall ms':>9} {'modelled ms':>12} {'device ms':>10} {'host ms':>8} {'to host MB':>11}")
     for name, r in results.items():

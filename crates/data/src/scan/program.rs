@@ -132,15 +132,34 @@ fn store(e: &mut Emitter, width: u64, segment: u64, src: u8) {
     e.stx(size_of(width), reg, src, off);
 }
 
-/// The range test of the value in r0, as 64-bit jumps: a 4-byte value is loaded
-/// zero-extended, so it compares as its 8 bytes do, and a 64-bit jump costs a device
-/// core less than a 32-bit one (which clears the upper half first). A last range up to
-/// the width's largest value is open above (no test).
+/// The range test of the value in r0 (which it may clobber, and r1), as 64-bit jumps: a
+/// 4-byte value is loaded zero-extended, so it compares as its 8 bytes do, and a 64-bit
+/// jump costs a device core less than a 32-bit one (which clears the upper half first).
+/// A last range up to the width's largest value is open above (no test).
+///
+/// One range bounded on both sides is one compare: `r0 -= lo; if r0 > hi - lo goto
+/// fail` (a value below `lo` wraps above `hi - lo`), so a row costs one branch, not
+/// two; a branch a row's value decides is mispredicted often (Q6's dates: about half),
+/// and each costs the host core more than the subtraction.
 fn range_test(e: &mut Emitter, width: u64, ranges: &[RawRange], fail: Label, pass: Label) {
     let mut ranges = ranges.to_vec();
     if let Some(last) = ranges.last_mut() {
         if width == 4 && last.1 >= u64::from(u32::MAX) {
             last.1 = u64::MAX;
+        }
+    }
+    if let [(lo, hi)] = ranges[..] {
+        if lo > 0 && hi < u64::MAX {
+            match i32::try_from(lo) {
+                Ok(k) => e.alu_k(ALU_SUB, R0, k),
+                Err(_) => {
+                    e.mov64(R1, lo);
+                    e.alu_x(ALU_SUB, R0, R1);
+                }
+            }
+            e.jump_cmp(JMP_JGT, R0, 8, hi - lo, fail);
+            e.label(pass);
+            return;
         }
     }
     e.range_test(8, &ranges, fail, pass);

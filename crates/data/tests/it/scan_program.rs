@@ -123,6 +123,29 @@ impl Run<'_> {
     }
 }
 
+/// Runs `layout`'s program over `rows` rows of `window` (written to the input already)
+/// on both engine kinds, checking r0 and the output window against the reference;
+/// the rows kept.
+fn check_both_engines(
+    dev: &Device,
+    run: &Run<'_>,
+    layout: &Layout,
+    window: &[u8],
+    rows: u64,
+    what: &str,
+) -> u64 {
+    let (want, want_out) = reference(layout, window, rows);
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
+        let x = run.run(layout, engine, rows, windows);
+        let what = format!("{what}, {engine:?}: {layout:?}");
+        assert_eq!(x.r0_signed(), want as i64, "{what}");
+        let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
+        assert_eq!(got, want_out, "{what}");
+    }
+    want
+}
+
 fn setup(dev: &Device, bytes: u64) -> Run<'_> {
     Run {
         dev,
@@ -152,15 +175,8 @@ fn the_scan_program_keeps_what_the_reference_keeps_on_random_layouts() {
         dev.write_mem(run.input, 0, &window).unwrap();
         let u = UNROLL as u64;
         for rows in [0, u - 1, u + 1, chunk_rows] {
-            let (want, want_out) = reference(&layout, &window, rows);
-            for engine in [EngineKind::Interpreter, EngineKind::Jit] {
-                let windows = [layout.in_bytes.max(64), layout.out_bytes.max(64)];
-                let x = run.run(&layout, engine, rows, windows);
-                let what = format!("case {case}, {rows} rows, {engine:?}: {layout:?}");
-                assert_eq!(x.r0_signed(), want as i64, "{what}");
-                let got = dev.read_mem(run.output, 0, windows[1]).unwrap();
-                assert_eq!(got, want_out, "{what}");
-            }
+            let what = format!("case {case}, {rows} rows");
+            check_both_engines(&dev, &run, &layout, &window, rows, &what);
         }
     }
     dev.close().unwrap();
@@ -244,6 +260,76 @@ fn the_scan_program_refuses_rows_and_windows_that_do_not_fit_its_layout() {
         assert_eq!(run.run(&layout, engine, 100, short_out).r0_signed(), -22);
         let out = dev.read_mem(run.output, 0, layout.out_bytes).unwrap();
         assert!(out.iter().all(|&b| b == 0), "{engine:?}");
+    }
+    dev.close().unwrap();
+}
+
+/// A range bounded on both sides is tested with one compare of `value - lo`: values
+/// just below `lo` (which wrap), at both bounds, just above `hi`, zero and the largest
+/// the width holds, for a `lo` an immediate holds and one it does not, in every form.
+#[test]
+fn one_bounded_range_keeps_exactly_its_values_at_every_edge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let cases: [(u64, u64, u64); 4] = [
+        (4, 8766, 9130),
+        (4, 0x8000_0001, 0xffff_fff0),
+        (8, 5, 7),
+        (8, 0x1_0000_0000, 0x8000_0000_0000_0005),
+    ];
+    for (width, lo, hi) in cases {
+        let max = if width == 4 {
+            u64::from(u32::MAX)
+        } else {
+            u64::MAX
+        };
+        let values = [0, 1, lo - 1, lo, lo + 1, hi - 1, hi, hi + 1, max - 1, max];
+        let rows = 3 * UNROLL as u64 + values.len() as u64;
+        let mut window = vec![0u8; (rows * (width + 8)) as usize];
+        let mut layout = Layout {
+            inputs: vec![Input {
+                width,
+                segment: 0,
+                dict_entries: None,
+                ranges: Some(vec![(lo, hi)]),
+                pass_ppm: PASS_UNKNOWN,
+            }],
+            outputs: vec![Output {
+                input: 0,
+                segment: 0,
+            }],
+            chunk_rows: rows,
+            in_bytes: rows * width,
+            out_bytes: rows * width,
+        };
+        for row in 0..rows {
+            let v = values[(row as usize * 7) % values.len()];
+            let at = (row * width) as usize;
+            window[at..at + width as usize].copy_from_slice(&v.to_le_bytes()[..width as usize]);
+        }
+        // The unrolled form, then the pointer form (a dictionary input rules the
+        // unrolled one out: an 8-byte column of codes all 0).
+        for dict in [false, true] {
+            if dict {
+                layout.inputs.insert(
+                    0,
+                    Input {
+                        width: 8,
+                        segment: rows * width,
+                        dict_entries: Some(1),
+                        ranges: None,
+                        pass_ppm: PASS_UNKNOWN,
+                    },
+                );
+                layout.in_bytes += rows * 8;
+                layout.outputs[0].input = 1;
+            }
+            let run = setup(&dev, layout.in_bytes.max(64));
+            dev.write_mem(run.input, 0, &window[..layout.in_bytes as usize])
+                .unwrap();
+            let want = check_both_engines(&dev, &run, &layout, &window, rows, "an edge");
+            assert!(want > 0 && want < rows, "{width} {lo} {hi}: {want} kept");
+        }
     }
     dev.close().unwrap();
 }
