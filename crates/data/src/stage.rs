@@ -26,9 +26,8 @@
 use std::sync::Arc;
 
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex};
+use csx_host::proto::{EngineKind, MemHandle};
 use csx_host::session::Params;
-use csx_host::ExecuteRequest;
 
 use crate::columnar::{ColumnType, Schema, Values, FORMAT_VERSION};
 use crate::encoding::{constant_block, EncodedColumn, FileHeader, FILE_HEADER_SIZE};
@@ -396,107 +395,42 @@ impl Expansion {
     /// Expands every target's pieces on the engines (the targets at once). A bad block
     /// is an error naming its table, column and block.
     pub fn expand(self, s: &mut Session) -> Result<(), DataError> {
-        let most = self.most_pieces();
+        let Expansion { targets, bases } = self;
+        let most = targets.iter().map(|t| t.pieces.len()).max().unwrap_or(0);
         if most == 0 {
             return Ok(());
         }
-        let pind = unpack_program(s)?;
-        for round in (0..most).step_by(PIECES_PER_RUN) {
-            let (runs, which) = self.runs_from(pind, round);
-            let done = s.execute_all(&runs)?;
-            self.check(s, &done, &which)?;
-        }
-        Ok(())
-    }
-
-    /// The expansion as one batch of col_unpack runs (one per target), for the caller
-    /// to execute beside other runs of its own and then hand their executions to
-    /// [`Expansion::checked`]; `None` when a target has more pieces than one run takes
-    /// (then [`Expansion::expand`] runs it in turns).
-    pub fn one_batch(&self, s: &mut Session) -> Result<Option<ExpansionBatch>, DataError> {
-        let most = self.most_pieces();
-        if most > PIECES_PER_RUN {
-            return Ok(None);
-        }
-        let (runs, which) = match most {
-            0 => (Vec::new(), Vec::new()),
-            _ => self.runs_from(unpack_program(s)?, 0),
+        let pind = match s.find_program(UNPACK_OPERATOR) {
+            Some(p) => p,
+            None => ops::load(s, UNPACK_OPERATOR, EngineKind::Interpreter)?,
         };
-        Ok(Some(ExpansionBatch { runs, which }))
-    }
-
-    /// The outcome of [`Expansion::one_batch`]'s runs, `done` in their order: a refused
-    /// piece is the error naming its block.
-    pub fn checked(
-        self,
-        s: &mut Session,
-        batch: &ExpansionBatch,
-        done: &[csx_host::Execution],
-    ) -> Result<(), DataError> {
-        self.check(s, done, &batch.which)
-    }
-
-    fn most_pieces(&self) -> usize {
-        let pieces = self.targets.iter().map(|t| t.pieces.len());
-        pieces.max().unwrap_or(0)
-    }
-
-    /// The col_unpack runs of each target's pieces `[round, round + PIECES_PER_RUN)`,
-    /// and for each run its target and `round`.
-    fn runs_from(
-        &self,
-        pind: ProgramIndex,
-        round: usize,
-    ) -> (Vec<ExecuteRequest>, Vec<(usize, usize)>) {
-        let mut runs = Vec::new();
-        let mut which = Vec::new();
-        for (ti, t) in self.targets.iter().enumerate() {
-            let n = t.pieces.len();
-            let pieces = &t.pieces[round.min(n)..(round + PIECES_PER_RUN).min(n)];
-            if pieces.is_empty() {
-                continue;
+        for round in (0..most).step_by(PIECES_PER_RUN) {
+            let mut runs = Vec::new();
+            let mut which = Vec::new();
+            for (ti, t) in targets.iter().enumerate() {
+                let pieces = &t.pieces
+                    [round.min(t.pieces.len())..(round + PIECES_PER_RUN).min(t.pieces.len())];
+                if pieces.is_empty() {
+                    continue;
+                }
+                let mut params = Vec::with_capacity(pieces.len() * PIECE_PARAMS_SIZE);
+                for p in pieces {
+                    params.extend_from_slice(&p.params(bases[ti]).into_bytes());
+                }
+                let w = [(t.staged, 0, t.staged_len.max(64)), (t.dst, 0, t.dst_len)];
+                runs.push(
+                    ops::run(pind, &w)
+                        .cparams(pieces.len() as u64, 0)
+                        .params(params),
+                );
+                which.push((ti, round));
             }
-            let mut params = Vec::with_capacity(pieces.len() * PIECE_PARAMS_SIZE);
-            for p in pieces {
-                params.extend_from_slice(&p.params(self.bases[ti]).into_bytes());
+            let done = s.execute_all(&runs)?;
+            for (x, &(ti, round)) in done.iter().zip(&which) {
+                check_unpacked(s, x, &targets[ti], round)?;
             }
-            let w = [(t.staged, 0, t.staged_len.max(64)), (t.dst, 0, t.dst_len)];
-            runs.push(
-                ops::run(pind, &w)
-                    .cparams(pieces.len() as u64, 0)
-                    .params(params),
-            );
-            which.push((ti, round));
-        }
-        (runs, which)
-    }
-
-    fn check(
-        &self,
-        s: &mut Session,
-        done: &[csx_host::Execution],
-        which: &[(usize, usize)],
-    ) -> Result<(), DataError> {
-        for (x, &(ti, round)) in done.iter().zip(which) {
-            check_unpacked(s, x, &self.targets[ti], round)?;
         }
         Ok(())
-    }
-}
-
-/// An expansion's col_unpack runs, to execute with others ([`Expansion::one_batch`]).
-#[derive(Debug)]
-pub struct ExpansionBatch {
-    pub runs: Vec<ExecuteRequest>,
-    /// Each run's target and first piece.
-    which: Vec<(usize, usize)>,
-}
-
-/// The decoding program, loaded (on the interpreter) if the session has not yet.
-fn unpack_program(s: &mut Session) -> Result<ProgramIndex, DataError> {
-    match s.find_program(UNPACK_OPERATOR) {
-        Some(p) => Ok(p),
-        None => ops::load(s, UNPACK_OPERATOR, EngineKind::Interpreter),
     }
 }
 

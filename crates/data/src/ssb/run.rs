@@ -1068,15 +1068,6 @@ impl Lineorder {
         Ok((cols, filters, nothing))
     }
 
-    /// Whether a round's staging writes only the staged-block buffers (every staged
-    /// column encoded): then it may run while the slots are probed. Known once the
-    /// first round has been staged; false before.
-    fn stages_only_blocks(&self) -> bool {
-        let st = self.staging.borrow();
-        st.as_ref()
-            .is_some_and(|st| st.files.iter().all(|f| f.encoded().is_some()))
-    }
-
     /// Where column `c` sits in a slot.
     fn segment(&self, c: &str) -> u64 {
         let i = self
@@ -1301,16 +1292,7 @@ impl<'a> Plan<'a> {
             self.probe_kept(s, &ops, (&lo, &groups, &out), phases)?;
         }
         let rounds = if self.all_at_once { 0 } else { lo.rounds };
-        let piped = rounds > 0 && self.pipelined(&lo);
-        if piped {
-            let ctx = (&dims[..], &lo, &groups, &out);
-            let piped = self.probe_pipelined(s, &ops, ctx, &mut pending, phases);
-            if let Some(p) = pending.take() {
-                p.abandon(s);
-            }
-            piped?;
-        }
-        for r in 0..if piped { 0 } else { rounds } {
+        for r in 0..rounds {
             let clock = Clock::start(s);
             if !lo.staged_already {
                 Plan::stage_round(s, &lo, r, &mut pending)?;
@@ -1331,81 +1313,6 @@ impl<'a> Plan<'a> {
             clock.phase(s, "merge", phases);
         }
         Ok(self.answer(&dims, &groups))
-    }
-
-    /// Whether the rounds run pipelined ([`Plan::probe_pipelined`]): staged fresh, every
-    /// staged column encoded (its copies land in the staged-block buffers, never in the
-    /// slots a probe reads), probed by the emitted probe, fully offloaded.
-    fn pipelined(&self, lo: &Lineorder) -> bool {
-        self.emitted
-            && self.opts.split == Split::Offload
-            && !lo.staged_already
-            && lo.stages_only_blocks()
-    }
-
-    /// Every round, round `r`'s probe and round `r + 1`'s expansion in one batch of runs
-    /// (they read and write different slot sets), so the engines have both at once and
-    /// no batch waits on the slowest run of a batch of decoding alone. Round `r + 2`'s
-    /// copies start once round `r + 1`'s are done, into the staged-block buffers round
-    /// `r`'s expansion has finished with; they run while the batch does. Copies still
-    /// in flight on an error are left in `pending` for the caller to wait for.
-    fn probe_pipelined(
-        &mut self,
-        s: &mut Session,
-        ops: &Operators,
-        (dims, lo, groups, out): (&[StagedDim], &Lineorder, &Groups, &ProbeOut),
-        pending: &mut Option<crate::stage::Staging>,
-        phases: &mut Vec<Phase>,
-    ) -> Result<(), DataError> {
-        let clock = Clock::start(s);
-        Plan::stage_round(s, lo, 0, pending)?;
-        clock.phase(s, "load", phases);
-        for r in 0..lo.rounds {
-            let clock = Clock::start(s);
-            let next = match pending.take() {
-                Some(c) => Some(c.wait_copies(s)?),
-                None => None,
-            };
-            if r + 2 < lo.rounds {
-                *pending = Some(lo.stage(s, r + 2, (r + 2) % lo.sets)?);
-            }
-            clock.phase(s, "load", phases);
-            let clock = Clock::start(s);
-            self.probe_and_expand(s, ops, r, next, (dims, lo, groups, out))?;
-            clock.phase(s, "probe", phases);
-        }
-        Ok(())
-    }
-
-    /// Round `r`'s emitted probe and the expansion `next` (of round `r + 1`) in one
-    /// batch of runs.
-    fn probe_and_expand(
-        &mut self,
-        s: &mut Session,
-        ops: &Operators,
-        r: u64,
-        next: Option<crate::stage::Expansion>,
-        (_, lo, groups, out): (&[StagedDim], &Lineorder, &Groups, &ProbeOut),
-    ) -> Result<(), DataError> {
-        let probe = ops.probe.expect("a probe is loaded before the rounds");
-        let mut runs = self.emitted_runs(probe, r, lo, groups, out);
-        let probes = runs.len();
-        let batch = match &next {
-            Some(e) => e.one_batch(s)?,
-            None => None,
-        };
-        if let Some(b) = &batch {
-            runs.extend(b.runs.iter().cloned());
-        }
-        let done = s.execute_all(&runs)?;
-        for (run, x) in runs.iter().zip(&done).take(probes) {
-            self.joined += run_count(s, run.pind, x)?;
-        }
-        match (next, batch) {
-            (Some(e), Some(b)) => e.checked(s, &b, &done[probes..]),
-            (Some(e), None) => e.expand(s),
-            (None, _) => Ok(()),
-        }
     }
 
     /// Round `r` staged (its copies `pending`, or started now) and expanded; the next
@@ -1970,25 +1877,6 @@ impl<'a> Plan<'a> {
             joined: self.joined,
         }
     }
-}
-
-/// An execution's r0 as a count (the emitted probe's rows joined): a negative one is
-/// the run's failure, as `Session::execute_all_r0` reports it.
-fn run_count(s: &Session, pind: ProgramIndex, x: &csx_host::Execution) -> Result<u64, DataError> {
-    let r0 = x.r0_signed();
-    if r0 >= 0 {
-        return Ok(x.r0);
-    }
-    let detail = (x.detail.as_ref())
-        .map(|d| format!(" ({}: {})", d.function, d.message))
-        .unwrap_or_default();
-    Err(csx_host::session::SessionError::Failed {
-        program: s.program_name(pind),
-        r0,
-        code: csx_host::proto::abi::errno::name(r0),
-        detail,
-    }
-    .into())
 }
 
 fn le_u32(c: &[u8]) -> u32 {
