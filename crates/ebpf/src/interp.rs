@@ -514,6 +514,17 @@ enum Kind {
     /// `add dst, src; add aux, imm; jlt x, y, target` (a latch after an accumulation;
     /// `x` and `y` packed in `aux2`, `x` in its low four bits).
     AddRAddIJltR,
+    /// `mov32 dst, src; and32 dst, off; lsh dst, aux2; lddw aux, imm/target; add aux,
+    /// dst`: a masked index, scaled, and the address of a table's entry at it.
+    Mov32AndILshLddwAdd,
+    /// `rsh x, aux2; and x, imm; lddw t, T; add t, x; ldx<size> dst, [t + off]`, the
+    /// load proven inside global section `n` ([`known`]): `x` and `t` packed in `aux`
+    /// (`x` in its low four bits), `src` the host address's entry (`GLOBAL_HOST + n`)
+    /// and `target` T's offset in the section.
+    RshAndLddwAddLdxGlobalB,
+    RshAndLddwAddLdxGlobalH,
+    RshAndLddwAddLdxGlobalW,
+    RshAndLddwAddLdxGlobalDw,
     /// `mov32 dst, src; and32 dst, imm; lsh dst, aux` (a masked index, scaled).
     Mov32AndILsh,
     /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
@@ -714,7 +725,50 @@ fn decode_known(program: &VerifiedProgram, leaders: Option<&[u32]>) -> Box<[Slot
             },
         };
     }
+    for i in 0..slots.len() {
+        let Some(fused) = rsh_and_table_load(slots[i], slots.get(i + 2).copied()) else {
+            continue;
+        };
+        if leaders.is_none_or(|table| stays_in_block(i, fused.kind, table)) {
+            slots[i] = fused;
+        }
+    }
     slots
+}
+
+/// The `RshAndLddwAddLdxGlobal...` op for a `rsh x, k; and x, m` op `a` followed by a
+/// proven table load `b` (`lddw t, T; add t, x; ldx`, `t` not `x`), if they are that.
+fn rsh_and_table_load(a: Slot, b: Option<Slot>) -> Option<Slot> {
+    use Kind::*;
+    let b = b?;
+    let kind = match b.kind {
+        LddwAddLdxGlobalB => RshAndLddwAddLdxGlobalB,
+        LddwAddLdxGlobalH => RshAndLddwAddLdxGlobalH,
+        LddwAddLdxGlobalW => RshAndLddwAddLdxGlobalW,
+        LddwAddLdxGlobalDw => RshAndLddwAddLdxGlobalDw,
+        _ => return None,
+    };
+    // `b`: `aux` the added index, `aux2` the address register.
+    if a.kind != RshIAndI || b.aux != a.dst || b.aux2 == a.dst || a.imm < 0 || a.imm > 63 {
+        return None;
+    }
+    // The proof made the table's address an offset in the section its entry names;
+    // the op rebuilds the address from the two.
+    let section = u32::from(b.src) - GLOBAL_HOST as u32;
+    if b.target != RegionIdx::GLOBALS_FIRST.0 + section {
+        return None;
+    }
+    Some(Slot {
+        kind,
+        dst: b.dst,
+        src: b.src,
+        aux: a.dst | (b.aux2 << 4),
+        aux2: a.imm as u8,
+        off: b.off,
+        imm: a.target as i32,
+        target: b.imm as u32,
+        ..Slot::EMPTY
+    })
 }
 
 /// Replaces the first slot of each common sequence of two to five ops with one fused op
@@ -862,6 +916,15 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 kind: LdxWMov32,
                 aux: b.dst,
                 aux2: b.src,
+                ..a
+            },
+            (Mov32R, And32I) if table_index(a, b, c, at(3), at(5)) => Slot {
+                kind: Mov32AndILshLddwAdd,
+                aux: at(3).dst,
+                aux2: (c.imm & 63) as u8,
+                off: b.imm as i16,
+                imm: at(3).imm,
+                target: at(3).target,
                 ..a
             },
             (Mov32R, And32I) if b.dst == a.dst && c.kind == Lsh64I && c.dst == a.dst => Slot {
@@ -1077,6 +1140,25 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
     }
 }
 
+/// Whether `a`-`e` (slots `i`, `i + 1`, `i + 2`, `i + 3` and `i + 5`) are `mov32 x, y;
+/// and32 x, m; lsh x, k; lddw t, T; add t, x` with `m` fitting 16 bits and `t` not `x`:
+/// a masked index, scaled, added to a table's address ([`Kind::Mov32AndILshLddwAdd`]).
+fn table_index(a: Slot, b: Slot, c: Slot, d: Slot, e: Slot) -> bool {
+    use Kind::*;
+    let x = a.dst;
+    a.kind == Mov32R
+        && b.kind == And32I
+        && b.dst == x
+        && i16::try_from(b.imm).is_ok()
+        && c.kind == Lsh64I
+        && c.dst == x
+        && d.kind == Lddw
+        && d.dst != x
+        && e.kind == Add64R
+        && e.dst == d.dst
+        && e.src == x
+}
+
 /// The fused op for `mov t, base; add t, imm; add t, index` (slots `a`, `b`, `c`) and,
 /// when `base` is r10 and `d` loads or stores at `t + off`, that access too: a stack
 /// array's element ([`Kind::FpIdxLdxB`] ...). `None` when the slots are not that shape,
@@ -1174,6 +1256,11 @@ fn span(kind: Kind) -> usize {
         LddwAddLdxGlobalB | LddwAddLdxGlobalH | LddwAddLdxGlobalW | LddwAddLdxGlobalDw => 4,
         LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR | AddRAddIJltR
         | Mov32AndILsh => 3,
+        Mov32AndILshLddwAdd
+        | RshAndLddwAddLdxGlobalB
+        | RshAndLddwAddLdxGlobalH
+        | RshAndLddwAddLdxGlobalW
+        | RshAndLddwAddLdxGlobalDw => 6,
         FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxH | FpIdxStxW
         | FpIdxStxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
@@ -1796,6 +1883,23 @@ impl Interpreter {
                 let base = s.lddw_value().wrapping_add(r!(s.aux));
                 r!(s.aux2) = base;
                 next = next.wrapping_add(3);
+                r!(s.dst) = global_load!(s.src, base, s.off, $size);
+            }};
+        }
+        // `RshAndLddwAddLdxGlobal...`: the index `(x >> k) & imm` into `x`, the table's
+        // entry address into `t`, then the proven load.
+        macro_rules! rsh_and_table_load {
+            ($s:expr, $size:expr) => {{
+                let s: &Slot = $s;
+                let (x, t) = (s.aux & 15, s.aux >> 4);
+                let index = (r!(x) >> s.aux2) & s.imm64();
+                r!(x) = index;
+                let n = u64::from(s.src) - GLOBAL_HOST as u64;
+                let table =
+                    ((u64::from(RegionIdx::GLOBALS_FIRST.0) + n) << 32) | u64::from(s.target);
+                let base = table.wrapping_add(index);
+                r!(t) = base;
+                next = next.wrapping_add(5);
                 r!(s.dst) = global_load!(s.src, base, s.off, $size);
             }};
         }
@@ -2572,6 +2676,17 @@ impl Interpreter {
                     next = next.wrapping_add(2);
                     jump_if!(r!(s.aux2 & 15) < r!(s.aux2 >> 4), s.target);
                 }
+                Kind::Mov32AndILshLddwAdd => {
+                    let masked = u64::from(lo(r!(s.src)) & (s.off as i32 as u32));
+                    let index = masked << s.aux2;
+                    r!(s.dst) = index;
+                    r!(s.aux) = s.lddw_value().wrapping_add(index);
+                    next = next.wrapping_add(5);
+                }
+                Kind::RshAndLddwAddLdxGlobalB => rsh_and_table_load!(s, 1),
+                Kind::RshAndLddwAddLdxGlobalH => rsh_and_table_load!(s, 2),
+                Kind::RshAndLddwAddLdxGlobalW => rsh_and_table_load!(s, 4),
+                Kind::RshAndLddwAddLdxGlobalDw => rsh_and_table_load!(s, 8),
                 Kind::Mov32AndILsh => {
                     let masked = u64::from(lo(r!(s.src)) & lo(s.imm64()));
                     r!(s.dst) = masked << s.aux;

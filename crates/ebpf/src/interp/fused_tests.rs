@@ -649,7 +649,8 @@ fn table_loads_at_masked_indexes() {
         (22, LddwAddLdxGlobalH),
         (30, LddwAddLdxGlobalDw),
         (37, LddwAddLdxGlobalB),
-        (5, Mov32AndILsh),
+        (5, Mov32AndILshLddwAdd),
+        (11, RshAndLddwAddLdxGlobalW),
         (41, AddRAddIJltR),
     ];
     let whole = agree_program(with_tables(&src), &fused, [MEM, 64, 0, 0, 0]);
@@ -912,4 +913,94 @@ fn accumulating_latch_and_scaled_mask() {
     }
     assert_eq!(whole.result, Ok(want.wrapping_add(r9).wrapping_add(r7)));
     fuel_trap_at(src, [r1, r2, 0, 0, r5], &whole, 18);
+}
+
+#[test]
+fn table_index_and_load_in_one() {
+    use Kind::*;
+    // `rsh; and; lddw; add; ldx` for every size with the load proven (one whose index
+    // is also the loaded register, one the address register), and one whose load is
+    // not proven (not fused); `mov32; and32; lsh; lddw; add` from a register into
+    // itself, then with a mask too wide for 16 bits and with the address register the
+    // index (neither fused).
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r3, 0
+    loop:
+        ldxdw %r6, [%r1]
+        add %r1, 1
+        mov %r4, %r6
+        rsh %r4, 58
+        and %r4, 63
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxb %r4, [%r5]
+        add %r0, %r4
+        mov %r4, %r6
+        rsh %r4, 3
+        and %r4, 62
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxh %r5, [%r5]
+        add %r0, %r5
+        mov %r4, %r6
+        rsh %r4, 40
+        and %r4, 60
+        lddw %r5, {t4:#x}
+        add %r5, %r4
+        ldxw %r4, [%r5-4]
+        add %r0, %r4
+        mov %r4, %r6
+        rsh %r4, 7
+        and %r4, 56
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxdw %r4, [%r5]
+        xor %r0, %r4
+        mov %r4, %r6
+        rsh %r4, 7
+        and %r4, 60
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxdw %r4, [%r5]
+        xor %r0, %r4
+        mov32 %r6, %r6
+        and32 %r6, 15
+        lsh %r6, 2
+        lddw %r7, {TABLE:#x}
+        add %r7, %r6
+        ldxw %r4, [%r7]
+        add %r0, %r4
+        mov32 %r4, %r3
+        and32 %r4, 0x10000
+        lsh %r4, 2
+        lddw %r7, {MEM:#x}
+        add %r7, %r4
+        add %r0, %r7
+        mov32 %r4, %r3
+        and32 %r4, 7
+        lsh %r4, 2
+        lddw %r4, {TABLE:#x}
+        add %r4, %r4
+        add %r0, %r4
+        add %r3, 1
+        ja loop",
+        t4 = TABLE + 4
+    );
+    let fused = [
+        (5, RshAndLddwAddLdxGlobalB),
+        (13, RshAndLddwAddLdxGlobalH),
+        (21, RshAndLddwAddLdxGlobalW),
+        (29, RshAndLddwAddLdxGlobalDw),
+        (37, RshIAndI),
+        (39, LddwAddLdxDw),
+        (44, Mov32AndILshLddwAdd),
+        (52, Mov32AndILsh),
+        (59, Mov32AndILsh),
+    ];
+    let whole = agree_program(with_tables(&src), &fused, [MEM, 0, 0, 0, 0]);
+    // The unproven `ldxdw` at index 60 reads past the table (first at r1 = 17 bytes in,
+    // before the loop's first load leaves the buffer).
+    traps_at(&whole, 42);
 }
