@@ -1852,15 +1852,21 @@ impl Interpreter {
             }};
         }
         // The `LddwAddLdx...` kinds of slot `$s`: `aux2 = lddw value + aux`, then `$size`
-        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot.
+        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot; or, for the
+        // `LddwAddLdxGlobal...` kinds (`global`), the load proven.
         macro_rules! table_load {
-            ($s:expr, $size:expr) => {{
-                let s: &Slot = $s;
-                let base = s.lddw_value().wrapping_add(r!(s.aux));
-                r!(s.aux2) = base;
+            ($s:expr, |$base:ident| $load:expr) => {{
+                let $base = $s.lddw_value().wrapping_add(r!($s.aux));
+                r!($s.aux2) = $base;
                 next = next.wrapping_add(3);
-                r!(s.dst) = load_at!(base, s.off, $size);
+                r!($s.dst) = $load;
             }};
+            ($s:expr, global $size:expr) => {
+                table_load!($s, |base| global_load!($s.src, base, $s.off, $size))
+            };
+            ($s:expr, $size:expr) => {
+                table_load!($s, |base| load_at!(base, $s.off, $size))
+            };
         }
         // The `...Global...` kinds: `$size` bytes at `$base + $off`, an address [`known`]
         // proved inside the global section whose host address is in `regs[$host]`.
@@ -1874,16 +1880,6 @@ impl Interpreter {
                 // reads of the length the proof used, in `regs[$host]`; a helper that
                 // remaps the section aborts the run.
                 unsafe { read_host(p.wrapping_add(at), $size) }
-            }};
-        }
-        // `LddwAddLdxGlobal...`: as `table_load`, its load proven.
-        macro_rules! global_table_load {
-            ($s:expr, $size:expr) => {{
-                let s: &Slot = $s;
-                let base = s.lddw_value().wrapping_add(r!(s.aux));
-                r!(s.aux2) = base;
-                next = next.wrapping_add(3);
-                r!(s.dst) = global_load!(s.src, base, s.off, $size);
             }};
         }
         // `RshAndLddwAddLdxGlobal...`: the index `(x >> k) & imm` into `x`, the table's
@@ -2643,10 +2639,10 @@ impl Interpreter {
                 Kind::LdxGlobalH => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 2),
                 Kind::LdxGlobalW => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 4),
                 Kind::LdxGlobalDw => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 8),
-                Kind::LddwAddLdxGlobalB => global_table_load!(s, 1),
-                Kind::LddwAddLdxGlobalH => global_table_load!(s, 2),
-                Kind::LddwAddLdxGlobalW => global_table_load!(s, 4),
-                Kind::LddwAddLdxGlobalDw => global_table_load!(s, 8),
+                Kind::LddwAddLdxGlobalB => table_load!(s, global 1),
+                Kind::LddwAddLdxGlobalH => table_load!(s, global 2),
+                Kind::LddwAddLdxGlobalW => table_load!(s, global 4),
+                Kind::LddwAddLdxGlobalDw => table_load!(s, global 8),
                 Kind::LddwAddLdxB => table_load!(s, 1),
                 Kind::LddwAddLdxH => table_load!(s, 2),
                 Kind::LddwAddLdxW => table_load!(s, 4),
