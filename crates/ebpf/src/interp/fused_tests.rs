@@ -923,48 +923,36 @@ fn table_index_and_load_in_one() {
     // not proven (not fused); `mov32; and32; lsh; lddw; add` from a register into
     // itself, then with a mask too wide for 16 bits and with the address register the
     // index (neither fused).
-    let src = format!(
+    // Each `rsh; and; lddw; add; ldx<size> dst, [r5 + off]; <op> r0, dst`.
+    let lookups = [
+        (58, 63, TABLE, "ldxb", 4, 0, "add"),
+        (3, 62, TABLE, "ldxh", 5, 0, "add"),
+        (40, 60, TABLE + 4, "ldxw", 4, -4, "add"),
+        (7, 56, TABLE, "ldxdw", 4, 0, "xor"),
+        (7, 60, TABLE, "ldxdw", 4, 0, "xor"),
+    ];
+    let mut src = String::from(
         "
         mov %r0, 0
         mov %r3, 0
     loop:
         ldxdw %r6, [%r1]
-        add %r1, 1
-        mov %r4, %r6
-        rsh %r4, 58
-        and %r4, 63
-        lddw %r5, {TABLE:#x}
-        add %r5, %r4
-        ldxb %r4, [%r5]
-        add %r0, %r4
-        mov %r4, %r6
-        rsh %r4, 3
-        and %r4, 62
-        lddw %r5, {TABLE:#x}
-        add %r5, %r4
-        ldxh %r5, [%r5]
-        add %r0, %r5
-        mov %r4, %r6
-        rsh %r4, 40
-        and %r4, 60
-        lddw %r5, {t4:#x}
-        add %r5, %r4
-        ldxw %r4, [%r5-4]
-        add %r0, %r4
-        mov %r4, %r6
-        rsh %r4, 7
-        and %r4, 56
-        lddw %r5, {TABLE:#x}
-        add %r5, %r4
-        ldxdw %r4, [%r5]
-        xor %r0, %r4
-        mov %r4, %r6
-        rsh %r4, 7
-        and %r4, 60
-        lddw %r5, {TABLE:#x}
-        add %r5, %r4
-        ldxdw %r4, [%r5]
-        xor %r0, %r4
+        add %r1, 1",
+    );
+    for (k, m, table, ld, d, off, op) in lookups {
+        src += &format!(
+            "
+            mov %r4, %r6
+            rsh %r4, {k}
+            and %r4, {m}
+            lddw %r5, {table:#x}
+            add %r5, %r4
+            {ld} %r{d}, [%r5{off:+}]
+            {op} %r0, %r{d}"
+        );
+    }
+    src += &format!(
+        "
         mov32 %r6, %r6
         and32 %r6, 15
         lsh %r6, 2
@@ -985,8 +973,7 @@ fn table_index_and_load_in_one() {
         add %r4, %r4
         add %r0, %r4
         add %r3, 1
-        ja loop",
-        t4 = TABLE + 4
+        ja loop"
     );
     let fused = [
         (5, RshAndLddwAddLdxGlobalB),
