@@ -13,8 +13,11 @@
 //! code, whose copies are `mov32`, the same with `mov32` and `mov32; and32|add32|rsh32`,
 //! `rsh; and` bit fields and `lddw; add[; ldx]` loads from a global table; a stack
 //! array's element, `mov t, r10; add t, K; add t, i[; ldx|stx]`, read or written straight
-//! in the stack's host memory; `add; mov|mov32|add; jlt` loop latches) into the
-//! first slot of each ([`fuse`]). Runs that count executed blocks ([`crate::count`]) use
+//! in the stack's host memory; `add; mov|mov32|add; jlt` and `add reg; add; jlt` loop
+//! latches, `mov32; and32; lsh` scaled masked indexes) into the first slot of each
+//! ([`fuse`]). A load that [`known`] proves inside a global section on every path (a
+//! table at a masked or shifted index, say) reads the section's host memory with no
+//! check ([`decode_known`]). Runs that count executed blocks ([`crate::count`]) use
 //! a second decoding whose fused ops stay inside one block, its leaders' slots marked.
 //! [`Interpreter::run`] is then one `match` per instruction over that array, each arm
 //! reading only the fields it uses, with no allocation after the run's stack.
@@ -48,6 +51,8 @@ use crate::memory::{read_host, write_host, MemoryMap, RegionIdx};
 use crate::program::VerifiedProgram;
 use crate::trap::{Trap, TrapKind};
 
+mod known;
+
 /// The interpreter for one verified program. Cheap to share across threads; every run
 /// has its own registers, stack and writable globals.
 pub struct Interpreter {
@@ -71,7 +76,7 @@ impl fmt::Debug for Interpreter {
 impl Interpreter {
     /// Pre-decodes `program`.
     pub fn new(program: Arc<VerifiedProgram>) -> Interpreter {
-        let ops = decode_program(program.insns(), true, None);
+        let ops = decode_known(&program, None);
         Interpreter {
             program,
             ops,
@@ -166,7 +171,7 @@ impl Interpreter {
         );
         let ops = self.counted_ops.get_or_init(|| {
             let leaders = self.program.blocks().block_table();
-            decode_program(self.program.insns(), true, Some(leaders))
+            decode_known(&self.program, Some(leaders))
         });
         let mut run_mem = RunMemory::new(&self.program);
         let stop = opts.stop.unwrap_or(StopFlag::never());
@@ -506,6 +511,22 @@ enum Kind {
     AddIMovJltR,
     /// `add dst, imm; mov32 aux, aux2; jlt x, y, target`, likewise.
     AddIMov32JltR,
+    /// `add dst, src; add aux, imm; jlt x, y, target` (a latch after an accumulation;
+    /// `x` and `y` packed in `aux2`, `x` in its low four bits).
+    AddRAddIJltR,
+    /// `mov32 dst, src; and32 dst, off; lsh dst, aux2; lddw aux, imm/target; add aux,
+    /// dst`: a masked index, scaled, and the address of a table's entry at it.
+    Mov32AndILshLddwAdd,
+    /// `rsh x, aux2; and x, imm; lddw t, T; add t, x; ldx<size> dst, [t + off]`, the
+    /// load proven inside global section `n` ([`known`]): `x` and `t` packed in `aux`
+    /// (`x` in its low four bits), `src` the host address's entry (`GLOBAL_HOST + n`)
+    /// and `target` T's offset in the section.
+    RshAndLddwAddLdxGlobalB,
+    RshAndLddwAddLdxGlobalH,
+    RshAndLddwAddLdxGlobalW,
+    RshAndLddwAddLdxGlobalDw,
+    /// `mov32 dst, src; and32 dst, imm; lsh dst, aux` (a masked index, scaled).
+    Mov32AndILsh,
     /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
     /// the second immediate, which fits 16 bits, kept in `off`).
     AddIAddIJltR,
@@ -542,6 +563,20 @@ enum Kind {
     StFpH,
     StFpW,
     StFpDw,
+    // Loads proven inside a global section when decoded ([`known`]): they read the
+    // section's host memory directly, its address in the register file's entry
+    // `GLOBAL_HOST + n` for section `n`.
+    /// `ldx<size> dst, [src + off]` (the host address's entry in `aux`).
+    LdxGlobalB,
+    LdxGlobalH,
+    LdxGlobalW,
+    LdxGlobalDw,
+    /// `lddw aux2, imm/target; add aux2, aux; ldx<size> dst, [aux2 + off]` (the host
+    /// address's entry in `src`).
+    LddwAddLdxGlobalB,
+    LddwAddLdxGlobalH,
+    LddwAddLdxGlobalW,
+    LddwAddLdxGlobalDw,
     /// The second slot of an `lddw`, or anything the verifier would have rejected:
     /// never executed.
     Invalid,
@@ -648,6 +683,92 @@ fn decode_program(insns: &[Insn], fused: bool, leaders: Option<&[u32]>) -> Box<[
         slot.lead = u8::from(b != NOT_A_LEADER);
     }
     slots.into_boxed_slice()
+}
+
+/// The fused decoding of `program` ([`decode_program`], with `leaders` for counted
+/// runs), where every load [`known::proven_loads`] proves inside a global section reads
+/// it unchecked: a plain load, or the load of an `lddw; add; ldx` table access.
+fn decode_known(program: &VerifiedProgram, leaders: Option<&[u32]>) -> Box<[Slot]> {
+    use Kind::*;
+    let insns = program.insns();
+    let mut slots = decode_program(insns, true, leaders);
+    let plain = decode_program(insns, false, None);
+    let proven = known::proven_loads(&plain, program.globals(), program.blocks().block_table());
+    for (i, slot) in slots.iter_mut().enumerate() {
+        // The register file's entry of section `n`'s host address, for `proven[i] = n + 1`.
+        let host = |k: usize| match proven.get(i + k) {
+            Some(&n) if n > 0 => Some((GLOBAL_HOST + usize::from(n) - 1) as u8),
+            _ => None,
+        };
+        let (kind, entry) = match slot.kind {
+            LdxB => (LdxGlobalB, host(0)),
+            LdxH => (LdxGlobalH, host(0)),
+            LdxW => (LdxGlobalW, host(0)),
+            LdxDw => (LdxGlobalDw, host(0)),
+            LddwAddLdxB => (LddwAddLdxGlobalB, host(3)),
+            LddwAddLdxH => (LddwAddLdxGlobalH, host(3)),
+            LddwAddLdxW => (LddwAddLdxGlobalW, host(3)),
+            LddwAddLdxDw => (LddwAddLdxGlobalDw, host(3)),
+            _ => continue,
+        };
+        let Some(entry) = entry else { continue };
+        *slot = match kind {
+            LdxGlobalB | LdxGlobalH | LdxGlobalW | LdxGlobalDw => Slot {
+                kind,
+                aux: entry,
+                ..*slot
+            },
+            _ => Slot {
+                kind,
+                src: entry,
+                ..*slot
+            },
+        };
+    }
+    for i in 0..slots.len() {
+        let Some(fused) = rsh_and_table_load(slots[i], slots.get(i + 2).copied()) else {
+            continue;
+        };
+        if leaders.is_none_or(|table| stays_in_block(i, fused.kind, table)) {
+            slots[i] = fused;
+        }
+    }
+    slots
+}
+
+/// The `RshAndLddwAddLdxGlobal...` op for a `rsh x, k; and x, m` op `a` followed by a
+/// proven table load `b` (`lddw t, T; add t, x; ldx`, `t` not `x`), if they are that.
+fn rsh_and_table_load(a: Slot, b: Option<Slot>) -> Option<Slot> {
+    use Kind::*;
+    let b = b?;
+    let kind = match b.kind {
+        LddwAddLdxGlobalB => RshAndLddwAddLdxGlobalB,
+        LddwAddLdxGlobalH => RshAndLddwAddLdxGlobalH,
+        LddwAddLdxGlobalW => RshAndLddwAddLdxGlobalW,
+        LddwAddLdxGlobalDw => RshAndLddwAddLdxGlobalDw,
+        _ => return None,
+    };
+    // `b`: `aux` the added index, `aux2` the address register.
+    if a.kind != RshIAndI || b.aux != a.dst || b.aux2 == a.dst || a.imm < 0 || a.imm > 63 {
+        return None;
+    }
+    // The proof made the table's address an offset in the section its entry names;
+    // the op rebuilds the address from the two.
+    let section = u32::from(b.src) - GLOBAL_HOST as u32;
+    if b.target != RegionIdx::GLOBALS_FIRST.0 + section {
+        return None;
+    }
+    Some(Slot {
+        kind,
+        dst: b.dst,
+        src: b.src,
+        aux: a.dst | (b.aux2 << 4),
+        aux2: a.imm as u8,
+        off: b.off,
+        imm: a.target as i32,
+        target: b.imm as u32,
+        ..Slot::EMPTY
+    })
 }
 
 /// Replaces the first slot of each common sequence of two to five ops with one fused op
@@ -795,6 +916,21 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 kind: LdxWMov32,
                 aux: b.dst,
                 aux2: b.src,
+                ..a
+            },
+            (Mov32R, And32I) if table_index(a, b, c, at(3), at(5)) => Slot {
+                kind: Mov32AndILshLddwAdd,
+                aux: at(3).dst,
+                aux2: (c.imm & 63) as u8,
+                off: b.imm as i16,
+                imm: at(3).imm,
+                target: at(3).target,
+                ..a
+            },
+            (Mov32R, And32I) if b.dst == a.dst && c.kind == Lsh64I && c.dst == a.dst => Slot {
+                kind: Mov32AndILsh,
+                imm: b.imm,
+                aux: (c.imm & 63) as u8,
                 ..a
             },
             (Mov32R, And32I | Add32I | Rsh32I) if b.dst == a.dst => Slot {
@@ -977,6 +1113,14 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     },
                 }
             }
+            (Add64R, Add64I) if c.kind == Jlt64R => Slot {
+                kind: AddRAddIJltR,
+                aux: b.dst,
+                aux2: c.dst | (c.src << 4),
+                imm: b.imm,
+                target: c.target,
+                ..a
+            },
             (Add64R, Add64I) => Slot {
                 kind: AddRAddI,
                 aux: b.dst,
@@ -994,6 +1138,25 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
         }
         slots[i] = fused;
     }
+}
+
+/// Whether `a`-`e` (slots `i`, `i + 1`, `i + 2`, `i + 3` and `i + 5`) are `mov32 x, y;
+/// and32 x, m; lsh x, k; lddw t, T; add t, x` with `m` fitting 16 bits and `t` not `x`:
+/// a masked index, scaled, added to a table's address ([`Kind::Mov32AndILshLddwAdd`]).
+fn table_index(a: Slot, b: Slot, c: Slot, d: Slot, e: Slot) -> bool {
+    use Kind::*;
+    let x = a.dst;
+    a.kind == Mov32R
+        && b.kind == And32I
+        && b.dst == x
+        && i16::try_from(b.imm).is_ok()
+        && c.kind == Lsh64I
+        && c.dst == x
+        && d.kind == Lddw
+        && d.dst != x
+        && e.kind == Add64R
+        && e.dst == d.dst
+        && e.src == x
 }
 
 /// The fused op for `mov t, base; add t, imm; add t, index` (slots `a`, `b`, `c`) and,
@@ -1090,7 +1253,14 @@ fn span(kind: Kind) -> usize {
         LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         // An `lddw` takes two slots.
         LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
-        LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR => 3,
+        LddwAddLdxGlobalB | LddwAddLdxGlobalH | LddwAddLdxGlobalW | LddwAddLdxGlobalDw => 4,
+        LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR | AddRAddIJltR
+        | Mov32AndILsh => 3,
+        Mov32AndILshLddwAdd
+        | RshAndLddwAddLdxGlobalB
+        | RshAndLddwAddLdxGlobalH
+        | RshAndLddwAddLdxGlobalW
+        | RshAndLddwAddLdxGlobalDw => 6,
         FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxH | FpIdxStxW
         | FpIdxStxDw => 4,
         MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
@@ -1296,6 +1466,12 @@ const FRAME_HOST: usize = REG_FP as usize + 1;
 /// The register file's entry for the host address of the stack's first byte, for the
 /// `FpIdx...` kinds: past r10 too.
 const STACK_HOST: usize = FRAME_HOST + 1;
+
+/// The register file's entry for the host address of global section 0's first byte;
+/// section `n`'s is `GLOBAL_HOST + n`, for the loads [`known`] proves: past r10 too.
+const GLOBAL_HOST: usize = STACK_HOST + 1;
+
+const _: () = assert!(GLOBAL_HOST + RegionIdx::GLOBALS_COUNT as usize <= REG_FILE_SIZE);
 
 /// The virtual address of the stack's first byte.
 const STACK_VADDR: u64 = RegionIdx::STACK.vaddr(0);
@@ -1555,6 +1731,7 @@ impl Interpreter {
         // from the dispatch loop and made every kernel pay for it in spills.
         regs[FRAME_HOST] = frame_host.expose_provenance() as u64;
         regs[STACK_HOST] = stack_host.expose_provenance() as u64;
+        self.map_globals(mem, &mut regs);
         let mut frames = [Frame::default(); CALL_DEPTH_MAX];
         // Frames saved by local calls: live frames are `depth + 1`.
         let mut depth = 0usize;
@@ -1675,14 +1852,51 @@ impl Interpreter {
             }};
         }
         // The `LddwAddLdx...` kinds of slot `$s`: `aux2 = lddw value + aux`, then `$size`
-        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot.
+        // bytes at `aux2 + off` into `dst`, trapping at the load's own slot; or, for the
+        // `LddwAddLdxGlobal...` kinds (`global`), the load proven.
         macro_rules! table_load {
+            ($s:expr, |$base:ident| $load:expr) => {{
+                let $base = $s.lddw_value().wrapping_add(r!($s.aux));
+                r!($s.aux2) = $base;
+                next = next.wrapping_add(3);
+                r!($s.dst) = $load;
+            }};
+            ($s:expr, global $size:expr) => {
+                table_load!($s, |base| global_load!($s.src, base, $s.off, $size))
+            };
+            ($s:expr, $size:expr) => {
+                table_load!($s, |base| load_at!(base, $s.off, $size))
+            };
+        }
+        // The `...Global...` kinds: `$size` bytes at `$base + $off`, an address [`known`]
+        // proved inside the global section whose host address is in `regs[$host]`.
+        macro_rules! global_load {
+            ($host:expr, $base:expr, $off:expr, $size:expr) => {{
+                let at = $base.wrapping_add($off as i64 as u64) as u32 as usize;
+                let p = std::ptr::with_exposed_provenance::<u8>(regs[usize::from($host)] as usize);
+                // SAFETY: `known::proven_loads` admitted the load only when its `$size`
+                // bytes lie inside the section on every path (`at` is then their offset
+                // in it), and `map_globals` put the section's host address, valid for
+                // reads of the length the proof used, in `regs[$host]`; a helper that
+                // remaps the section aborts the run.
+                unsafe { read_host(p.wrapping_add(at), $size) }
+            }};
+        }
+        // `RshAndLddwAddLdxGlobal...`: the index `(x >> k) & imm` into `x`, the table's
+        // entry address into `t`, then the proven load.
+        macro_rules! rsh_and_table_load {
             ($s:expr, $size:expr) => {{
                 let s: &Slot = $s;
-                let base = s.lddw_value().wrapping_add(r!(s.aux));
-                r!(s.aux2) = base;
-                next = next.wrapping_add(3);
-                r!(s.dst) = load_at!(base, s.off, $size);
+                let (x, t) = (s.aux & 15, s.aux >> 4);
+                let index = (r!(x) >> s.aux2) & s.imm64();
+                r!(x) = index;
+                let n = u64::from(s.src) - GLOBAL_HOST as u64;
+                let table =
+                    ((u64::from(RegionIdx::GLOBALS_FIRST.0) + n) << 32) | u64::from(s.target);
+                let base = table.wrapping_add(index);
+                r!(t) = base;
+                next = next.wrapping_add(5);
+                r!(s.dst) = global_load!(s.src, base, s.off, $size);
             }};
         }
         macro_rules! store {
@@ -2421,6 +2635,14 @@ impl Interpreter {
                     r!(s.dst) = s.lddw_value().wrapping_add(r!(s.src));
                     next = next.wrapping_add(2);
                 }
+                Kind::LdxGlobalB => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 1),
+                Kind::LdxGlobalH => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 2),
+                Kind::LdxGlobalW => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 4),
+                Kind::LdxGlobalDw => r!(s.dst) = global_load!(s.aux, r!(s.src), s.off, 8),
+                Kind::LddwAddLdxGlobalB => table_load!(s, global 1),
+                Kind::LddwAddLdxGlobalH => table_load!(s, global 2),
+                Kind::LddwAddLdxGlobalW => table_load!(s, global 4),
+                Kind::LddwAddLdxGlobalDw => table_load!(s, global 8),
                 Kind::LddwAddLdxB => table_load!(s, 1),
                 Kind::LddwAddLdxH => table_load!(s, 2),
                 Kind::LddwAddLdxW => table_load!(s, 4),
@@ -2443,6 +2665,28 @@ impl Interpreter {
                     r!(s.aux) = r!(s.aux).wrapping_add(s.off as i64 as u64);
                     next = next.wrapping_add(2);
                     jump_if!(r!(s.src & 15) < r!(s.src >> 4), s.target);
+                }
+                Kind::AddRAddIJltR => {
+                    r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src));
+                    r!(s.aux) = r!(s.aux).wrapping_add(s.imm64());
+                    next = next.wrapping_add(2);
+                    jump_if!(r!(s.aux2 & 15) < r!(s.aux2 >> 4), s.target);
+                }
+                Kind::Mov32AndILshLddwAdd => {
+                    let masked = u64::from(lo(r!(s.src)) & (s.off as i32 as u32));
+                    let index = masked << s.aux2;
+                    r!(s.dst) = index;
+                    r!(s.aux) = s.lddw_value().wrapping_add(index);
+                    next = next.wrapping_add(5);
+                }
+                Kind::RshAndLddwAddLdxGlobalB => rsh_and_table_load!(s, 1),
+                Kind::RshAndLddwAddLdxGlobalH => rsh_and_table_load!(s, 2),
+                Kind::RshAndLddwAddLdxGlobalW => rsh_and_table_load!(s, 4),
+                Kind::RshAndLddwAddLdxGlobalDw => rsh_and_table_load!(s, 8),
+                Kind::Mov32AndILsh => {
+                    let masked = u64::from(lo(r!(s.src)) & lo(s.imm64()));
+                    r!(s.dst) = masked << s.aux;
+                    next = next.wrapping_add(2);
                 }
                 Kind::MovAddIAddR => {
                     r!(s.dst) = r!(s.src).wrapping_add(s.imm64()).wrapping_add(r!(s.aux));
@@ -2504,6 +2748,26 @@ fn write_back_atomic(regs: &mut [u64; REG_FILE_SIZE], op: AtomicOp, src: u8, old
         AtomicOp::Add | AtomicOp::Or | AtomicOp::And | AtomicOp::Xor => {}
         AtomicOp::CmpXchg => regs[0] = old,
         _ => regs[usize::from(src)] = old,
+    }
+}
+
+impl Interpreter {
+    /// Puts each global section's host address in the register file (`GLOBAL_HOST + n`),
+    /// for the loads [`known`] proved inside it when the program was decoded: the proof
+    /// took the section's length from the program, so this checks that the run maps it
+    /// with that length, as `RunMemory::with_mapped` does.
+    #[inline(never)]
+    fn map_globals(&self, mem: &MemoryMap<'_>, regs: &mut [u64; REG_FILE_SIZE]) {
+        let sections = self.program.globals().iter();
+        for (n, g) in sections.take(RegionIdx::GLOBALS_COUNT as usize).enumerate() {
+            let row = &mem.entries()[RegionIdx::GLOBALS_FIRST.0 as usize + n];
+            assert_eq!(
+                row.read_len,
+                g.data.len() as u64,
+                "the interpreter runs with its global sections mapped by RunMemory"
+            );
+            regs[GLOBAL_HOST + n] = row.base.expose_provenance() as u64;
+        }
     }
 }
 

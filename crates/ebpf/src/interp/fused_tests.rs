@@ -13,7 +13,7 @@ use crate::count::ExecCounts;
 use crate::engine::{Engine, RunOptions, RunOutcome};
 use crate::helper::{ConformanceHost, FunctionTable};
 use crate::memory::{MemoryMap, RegionIdx};
-use crate::program::Program;
+use crate::program::{GlobalSection, Program};
 use crate::trap::{Trap, TrapKind};
 use crate::verifier::verify;
 
@@ -53,10 +53,19 @@ fn agree(src: &str, fused: &[(usize, Kind)], args: [u64; 5]) -> RunOutcome {
     for &(slot, kind) in fused {
         assert_eq!(ops[slot].kind, kind, "slot {slot}");
     }
+    agree_program(Program::from_insns("fused", insns), fused, args)
+}
+
+/// [`agree`] for a whole program (one with global sections): the kinds of `fused` are
+/// those of the interpreter's own decoding, loads proven in range included.
+fn agree_program(program: Program, fused: &[(usize, Kind)], args: [u64; 5]) -> RunOutcome {
     let table = Arc::new(FunctionTable::conformance());
-    let v = verify(Program::from_insns("fused", insns), table).unwrap_or_else(|e| panic!("{e}"));
+    let v = verify(program, table).unwrap_or_else(|e| panic!("{e}"));
     let v = Arc::new(v);
     let (fast, plain) = (Interpreter::new(Arc::clone(&v)), Interpreter::unfused(v));
+    for &(slot, kind) in fused {
+        assert_eq!(fast.ops[slot].kind, kind, "slot {slot}");
+    }
     let whole = run(&plain, 1 << 20, false, args).0;
     for fuel in 0..=whole.fuel_used + 1 {
         for counted in [false, true] {
@@ -546,4 +555,439 @@ fn loop_latches_after_two_steps() {
     want = want.wrapping_add(x + 28 * 100_000);
     assert_eq!(whole.result, Ok(want));
     fuel_trap_at(src, [r1, 0, 0, 0, 0], &whole, 23);
+}
+
+/// Where global sections 0 and 1 of [`with_tables`] are mapped.
+const TABLE: u64 = RegionIdx::GLOBALS_FIRST.vaddr(0);
+const SCRATCH: u64 = RegionIdx(RegionIdx::GLOBALS_FIRST.0 + 1).vaddr(0);
+
+/// `src` assembled with two global sections: a read-only 64-byte table (byte `k` is
+/// `k * 37 + 11`) at [`TABLE`] and a writable 16-byte one at [`SCRATCH`].
+fn with_tables(src: &str) -> Program {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let table = GlobalSection {
+        name: ".rodata".into(),
+        data: (0..64u8)
+            .map(|k| k.wrapping_mul(37).wrapping_add(11))
+            .collect(),
+        writable: false,
+    };
+    let scratch = GlobalSection {
+        name: ".bss".into(),
+        data: vec![0; 16],
+        writable: true,
+    };
+    Program {
+        globals: vec![table, scratch],
+        ..Program::from_insns("tables", insns)
+    }
+}
+
+/// The table of [`with_tables`] read as `size` little-endian bytes at `at`.
+fn table_at(at: usize, size: usize) -> u64 {
+    (0..size).fold(0, |v, k| {
+        v | u64::from(((at + k) as u8).wrapping_mul(37).wrapping_add(11)) << (8 * k)
+    })
+}
+
+#[test]
+fn table_loads_at_masked_indexes() {
+    use Kind::*;
+    // The probe's shape (`lut[p[i] & 15] * lut[p[i] >> 4]`, four-byte entries), then
+    // every size at a masked index, each at the section's last bytes with a positive
+    // or negative offset: all proven. The walk over the buffer's 64 bytes ends with a
+    // load past the buffer, which traps.
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r3, 0
+    loop:
+        mov %r4, %r1
+        add %r4, %r3
+        ldxb %r4, [%r4]
+        mov32 %r5, %r4
+        and32 %r5, 15
+        lsh %r5, 2
+        lddw %r6, {TABLE:#x}
+        add %r6, %r5
+        rsh %r4, 2
+        and %r4, 60
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxw %r4, [%r5]
+        ldxw %r5, [%r6]
+        mul32 %r4, %r5
+        add %r0, %r4
+        mov %r4, %r3
+        and %r4, 62
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxh %r4, [%r5]
+        add %r0, %r4
+        mov %r4, %r3
+        and %r4, 7
+        lsh %r4, 3
+        lddw %r5, {t8:#x}
+        add %r5, %r4
+        ldxdw %r4, [%r5-8]
+        xor %r0, %r4
+        mov %r4, %r3
+        and %r4, 63
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxb %r4, [%r5]
+        add %r0, %r4
+        add %r3, 1
+        jlt %r3, %r2, loop
+        exit",
+        t8 = TABLE + 8
+    );
+    let fused = [
+        (2, MovAddLdxB),
+        (13, LddwAddLdxGlobalW),
+        (17, LdxGlobalW),
+        (22, LddwAddLdxGlobalH),
+        (30, LddwAddLdxGlobalDw),
+        (37, LddwAddLdxGlobalB),
+        (5, Mov32AndILshLddwAdd),
+        (11, RshAndLddwAddLdxGlobalW),
+        (41, AddRAddIJltR),
+    ];
+    let whole = agree_program(with_tables(&src), &fused, [MEM, 64, 0, 0, 0]);
+    let buf: Vec<u8> = (0..64u8)
+        .map(|i| i.wrapping_mul(73).wrapping_add(0x9d))
+        .collect();
+    let mut want = 0u64;
+    for (i, &b) in buf.iter().enumerate() {
+        let lut = |k: usize| table_at(4 * k, 4);
+        let p = lut(usize::from(b & 15)) as u32;
+        let q = lut(usize::from(b >> 4)) as u32;
+        want = want.wrapping_add(u64::from(p.wrapping_mul(q)));
+        want = want.wrapping_add(table_at(i & 62, 2));
+        want ^= table_at((i & 7) * 8, 8);
+        want = want.wrapping_add(table_at(i & 63, 1));
+    }
+    assert_eq!(whole.result, Ok(want));
+    // One byte past the buffer: the probe's first load traps at its own slot.
+    let past = agree_program(with_tables(&src), &fused, [MEM, 65, 0, 0, 0]);
+    assert!(
+        matches!(
+            past.result,
+            Err(Trap {
+                pc: 4,
+                kind: TrapKind::OutOfBounds { .. }
+            })
+        ),
+        "{:?}",
+        past.result
+    );
+}
+
+/// `body` (which indexes with r3 and adds what it loads to r0) in a loop over r3 from 0
+/// to r2 = `n`, in a program with [`with_tables`]'s sections, the body from slot 2; the
+/// run fused and unfused agree at every budget, and slot `at.0` decodes to `at.1`.
+fn table_loop(body: &str, at: (usize, Kind), n: u64) -> RunOutcome {
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r3, 0
+    loop:
+        {body}
+        add %r3, 1
+        jlt %r3, %r2, loop
+        exit"
+    );
+    agree_program(with_tables(&src), &[at], [MEM, n, 0, 0, 0])
+}
+
+/// Asserts that `out` is an out-of-bounds trap at `pc`.
+fn traps_at(out: &RunOutcome, pc: u32) {
+    assert!(
+        matches!(out.result, Err(Trap { pc: p, kind: TrapKind::OutOfBounds { .. } }) if p == pc),
+        "{:?}",
+        out.result
+    );
+}
+
+#[test]
+fn table_loads_left_checked() {
+    use Kind::*;
+    // Slot 2 `mov`, 3 `and`, 4-5 `lddw`, 6 `add`, 7 the load. A mask one too wide for
+    // a four-byte entry: index 61 reads past the table's end.
+    let wide = format!(
+        "mov %r4, %r3
+        and %r4, 63
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxw %r4, [%r5]
+        add %r0, %r4"
+    );
+    traps_at(&table_loop(&wide, (4, LddwAddLdxW), 64), 7);
+    let sum: u64 = (0..61).map(|i| table_at(i, 4)).sum();
+    assert_eq!(table_loop(&wide, (4, LddwAddLdxW), 61).result, Ok(sum));
+    // The same with a mask that fits: proven.
+    let fits = wide.replace("63", "60");
+    let sum: u64 = (0..64).map(|i| table_at(i & 60, 4)).sum();
+    assert_eq!(
+        table_loop(&fits, (4, LddwAddLdxGlobalW), 64).result,
+        Ok(sum)
+    );
+    // An offset before the table's start: traps at once.
+    let before = format!(
+        "mov %r4, %r3
+        and %r4, 15
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxb %r4, [%r5-1]
+        add %r0, %r4"
+    );
+    traps_at(&table_loop(&before, (4, LddwAddLdxB), 4), 7);
+    // A negative mask bounds nothing: index 64 leaves the table.
+    let negative = before.replace("15", "-2").replace("[%r5-1]", "[%r5]");
+    traps_at(&table_loop(&negative, (4, LddwAddLdxB), 70), 7);
+    // The buffer's address as a constant: not a global section, so checked; index 64
+    // leaves it.
+    let constant = format!(
+        "mov %r4, %r3
+        and %r4, 127
+        lddw %r5, {MEM:#x}
+        add %r5, %r4
+        ldxb %r4, [%r5]
+        add %r0, %r4"
+    );
+    traps_at(&table_loop(&constant, (4, LddwAddLdxB), 70), 7);
+    // `(i & 15) | 48` for a four-byte entry: 61 and up read past the end (at i = 13).
+    let or = format!(
+        "mov %r4, %r3
+        and %r4, 15
+        or %r4, 48
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+        ldxw %r4, [%r5]
+        add %r0, %r4"
+    );
+    traps_at(&table_loop(&or, (5, LddwAddLdxW), 64), 8);
+    let or = or.replace("48", "16");
+    let sum: u64 = (0..64).map(|i| table_at((i & 15) | 16, 4)).sum();
+    assert_eq!(table_loop(&or, (5, LddwAddLdxGlobalW), 64).result, Ok(sum));
+}
+
+#[test]
+fn table_loads_at_xor_indexes() {
+    use Kind::*;
+    // A table-driven CRC's shape, four bits at a time: the index is the low bits of
+    // the state xor a byte's high half, bounded by both; the state's 32-bit shift,
+    // xor and copy keep it unknown.
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r3, 0
+        mov32 %r4, -1
+    loop:
+        mov %r5, %r1
+        add %r5, %r3
+        ldxb %r5, [%r5]
+        rsh %r5, 4
+        mov32 %r0, %r4
+        and32 %r0, 15
+        xor32 %r0, %r5
+        lsh %r0, 2
+        lddw %r5, {TABLE:#x}
+        add %r5, %r0
+        ldxw %r0, [%r5]
+        rsh32 %r4, 4
+        xor32 %r0, %r4
+        add %r3, 1
+        mov32 %r4, %r0
+        jlt %r3, %r2, loop
+        exit"
+    );
+    let fused = [(3, MovAddLdxB), (7, Mov32AndI), (11, LddwAddLdxGlobalW)];
+    let whole = agree_program(with_tables(&src), &fused, [MEM, 64, 0, 0, 0]);
+    let mut crc = u32::MAX;
+    for i in 0..64u8 {
+        let b = i.wrapping_mul(73).wrapping_add(0x9d) >> 4;
+        let at = usize::from((crc as u8 & 15) ^ b) * 4;
+        crc = table_at(at, 4) as u32 ^ (crc >> 4);
+    }
+    assert_eq!(whole.result, Ok(u64::from(crc)));
+}
+
+#[test]
+fn table_loads_known_only_inside_a_block() {
+    use Kind::*;
+    // An in-range table load right after a block leader stays checked: falling
+    // through, its address is inside the table, but a jump lands there with the
+    // buffer's address 64 + r3 bytes in, which leaves it. The writable section read back
+    // after a store is the run's own copy.
+    let src = format!(
+        "
+        mov %r0, 0
+        mov %r3, 0
+    loop:
+        lddw %r8, {SCRATCH:#x}
+        mov %r4, %r3
+        and %r4, 12
+        add %r8, %r4
+        stxw [%r8], %r3
+        ldxw %r4, [%r8]
+        add %r0, %r4
+        mov %r5, %r1
+        add %r5, %r3
+        add %r5, 60
+        jge %r3, 4, load
+        mov %r4, %r3
+        and %r4, 15
+        lddw %r5, {TABLE:#x}
+        add %r5, %r4
+    load:
+        ldxb %r4, [%r5]
+        add %r0, %r4
+        add %r3, 1
+        jlt %r3, %r2, loop
+        exit"
+    );
+    let fused = [(8, LdxGlobalW), (19, LdxB)];
+    let out = agree_program(with_tables(&src), &fused, [MEM, 8, 0, 0, 0]);
+    traps_at(&out, 19);
+    let sum: u64 = (0..4).map(|i| i + table_at(i as usize, 1)).sum();
+    let ok = agree_program(with_tables(&src), &fused, [MEM, 4, 0, 0, 0]);
+    assert_eq!(ok.result, Ok(sum));
+}
+
+#[test]
+fn accumulating_latch_and_scaled_mask() {
+    use Kind::*;
+    // `mov32; and32; lsh` with a negative mask (all 32 bits) and a shift past 32, then
+    // from a register into itself; `add r, s; add i, k; jlt` whose sum and step are the
+    // same register, then one comparing registers above r7 (the packing's high half).
+    let src = "
+        mov %r0, 0
+        mov %r6, -3
+        mov %r7, 0
+        mov %r9, 100
+    loop1:
+        mov32 %r4, %r2
+        and32 %r4, -1
+        lsh %r4, 33
+        xor %r0, %r4
+        mov32 %r2, %r2
+        and32 %r2, 0x7f0f
+        lsh %r2, 3
+        add %r2, %r5
+        add %r7, %r2
+        add %r7, 1
+        jlt %r7, %r1, loop1
+        mov %r8, 0
+    loop2:
+        add %r9, %r6
+        add %r8, 2
+        jlt %r8, %r9, loop2
+        add %r0, %r9
+        add %r0, %r7
+        exit";
+    let fused = [
+        (4, Mov32AndILsh),
+        (8, Mov32AndILsh),
+        (12, AddRAddIJltR),
+        (16, AddRAddIJltR),
+    ];
+    let (r1, r2, r5) = (2_000_000u64, 0xdead_beef_1234_5678u64, 1000u64);
+    let whole = agree(src, &fused, [r1, r2, 0, 0, r5]);
+    let (mut want, mut x, mut r7) = (0u64, r2, 0u64);
+    loop {
+        want ^= lo(x) << 33;
+        x = ((lo(x) & 0x7f0f) << 3) + r5;
+        r7 += x + 1;
+        if r7 >= r1 {
+            break;
+        }
+    }
+    let (mut r8, mut r9) = (0u64, 100u64);
+    loop {
+        r9 -= 3;
+        r8 += 2;
+        if r8 >= r9 {
+            break;
+        }
+    }
+    assert_eq!(whole.result, Ok(want.wrapping_add(r9).wrapping_add(r7)));
+    fuel_trap_at(src, [r1, r2, 0, 0, r5], &whole, 18);
+}
+
+#[test]
+fn table_index_and_load_in_one() {
+    use Kind::*;
+    // `rsh; and; lddw; add; ldx` for every size with the load proven (one whose index
+    // is also the loaded register, one the address register), and one whose load is
+    // not proven (not fused); `mov32; and32; lsh; lddw; add` from a register into
+    // itself, then with a mask too wide for 16 bits and with the address register the
+    // index (neither fused).
+    // Each `rsh; and; lddw; add; ldx<size> dst, [r5 + off]; <op> r0, dst`.
+    let lookups = [
+        (58, 63, TABLE, "ldxb", 4, 0, "add"),
+        (3, 62, TABLE, "ldxh", 5, 0, "add"),
+        (40, 60, TABLE + 4, "ldxw", 4, -4, "add"),
+        (7, 56, TABLE, "ldxdw", 4, 0, "xor"),
+        (7, 60, TABLE, "ldxdw", 4, 0, "xor"),
+    ];
+    let mut src = String::from(
+        "
+        mov %r0, 0
+        mov %r3, 0
+    loop:
+        ldxdw %r6, [%r1]
+        add %r1, 1",
+    );
+    for (k, m, table, ld, d, off, op) in lookups {
+        src += &format!(
+            "
+            mov %r4, %r6
+            rsh %r4, {k}
+            and %r4, {m}
+            lddw %r5, {table:#x}
+            add %r5, %r4
+            {ld} %r{d}, [%r5{off:+}]
+            {op} %r0, %r{d}"
+        );
+    }
+    src += &format!(
+        "
+        mov32 %r6, %r6
+        and32 %r6, 15
+        lsh %r6, 2
+        lddw %r7, {TABLE:#x}
+        add %r7, %r6
+        ldxw %r4, [%r7]
+        add %r0, %r4
+        mov32 %r4, %r3
+        and32 %r4, 0x10000
+        lsh %r4, 2
+        lddw %r7, {MEM:#x}
+        add %r7, %r4
+        add %r0, %r7
+        mov32 %r4, %r3
+        and32 %r4, 7
+        lsh %r4, 2
+        lddw %r4, {TABLE:#x}
+        add %r4, %r4
+        add %r0, %r4
+        add %r3, 1
+        ja loop"
+    );
+    let fused = [
+        (5, RshAndLddwAddLdxGlobalB),
+        (13, RshAndLddwAddLdxGlobalH),
+        (21, RshAndLddwAddLdxGlobalW),
+        (29, RshAndLddwAddLdxGlobalDw),
+        (37, RshIAndI),
+        (39, LddwAddLdxDw),
+        (44, Mov32AndILshLddwAdd),
+        (52, Mov32AndILsh),
+        (59, Mov32AndILsh),
+    ];
+    let whole = agree_program(with_tables(&src), &fused, [MEM, 0, 0, 0, 0]);
+    // The unproven `ldxdw` at index 60 reads past the table (first at r1 = 17 bytes in,
+    // before the loop's first load leaves the buffer).
+    traps_at(&whole, 42);
 }
