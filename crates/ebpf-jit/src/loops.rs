@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
 
-use crate::analysis::{flow, insn_len, Flow, FunctionPlan, IfConv};
+use crate::analysis::{access_size, flow, insn_len, Flow, FunctionPlan, IfConv};
 
 /// Most slots in a versioned loop (the symbolic pass keeps a state per slot).
 const BODY_MAX: usize = 256;
@@ -121,6 +121,57 @@ pub(crate) struct VersionedLoop {
     /// too (an inner loop runs any number of times, so the slice an iteration starts
     /// with cannot cover it), and a refill there resumes in the checked loop.
     pub checked_charges: BTreeSet<u32>,
+}
+
+/// Most bytes one [`GuardSpan`] covers in an iteration.
+const SPAN_MAX: i64 = 4096;
+
+/// Accesses of a versioned loop that its guard bounds as one: those through the same
+/// pointer form (the same coefficients, so the same stride) in the same direction,
+/// whose bytes in an iteration lie within [`SPAN_MAX`] of each other, as the span of
+/// bytes they cover (`[k, k + len)` past the form). An iteration whose span lies in one
+/// region has each of those accesses in it, so the guard computes one count for
+/// clang's unrolled runs of loads (`out[k + 0] ... out[k + 7]`) instead of one each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GuardSpan {
+    pub coef: [i64; 11],
+    pub k: i64,
+    pub len: i64,
+    pub stride: i64,
+    pub write: bool,
+    pub stack: bool,
+    /// The slots of the accesses it covers.
+    pub pcs: Vec<u32>,
+}
+
+/// The spans the guard of a loop with `accesses` bounds (see [`GuardSpan`]).
+pub(crate) fn guard_spans(accesses: &[LoopAccess]) -> Vec<GuardSpan> {
+    let mut sorted: Vec<&LoopAccess> = accesses.iter().collect();
+    sorted.sort_by_key(|a| (a.coef, a.write, a.k));
+    let mut spans: Vec<GuardSpan> = Vec::new();
+    for a in sorted {
+        let end = a.k.checked_add(i64::from(a.size));
+        if let Some(s) = spans.last_mut() {
+            let len = end.and_then(|e| e.checked_sub(s.k));
+            if let Some(len) =
+                len.filter(|&l| s.coef == a.coef && s.write == a.write && l <= SPAN_MAX)
+            {
+                s.len = s.len.max(len);
+                s.pcs.push(a.pc);
+                continue;
+            }
+        }
+        spans.push(GuardSpan {
+            coef: a.coef,
+            k: a.k,
+            len: i64::from(a.size),
+            stride: a.stride,
+            write: a.write,
+            stack: a.stack,
+            pcs: vec![a.pc],
+        });
+    }
+    spans
 }
 
 /// A 32-bit result (a zero-extension: an ALU32 `mov`, `add`, `sub` or `lsh`, or
@@ -477,7 +528,7 @@ fn version_loop(
     let accesses = strided_accesses(&walk);
     if accesses.is_empty()
         || (shape.nested && !worth_nesting(plan, &walk, &accesses))
-        || (inner && !unchecked_around_inner(g, shape, &walk, &accesses))
+        || (inner && !unchecked_around_inner(plan, g, shape, &walk, &accesses))
     {
         return None;
     }
@@ -706,6 +757,7 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
 /// byte only); a hash probe whose table loads stay checked (hashjoin) took 20% more
 /// instructions versioned.
 fn unchecked_around_inner(
+    plan: &FunctionPlan,
     g: &Graph,
     shape: &LoopShape<'_>,
     w: &Walk<'_>,
@@ -720,23 +772,40 @@ fn unchecked_around_inner(
     w.order
         .iter()
         .filter(|&&u| !inside[u])
-        .all(|&u| unchecked_at(w, u, accesses))
+        .all(|&u| unchecked_at(plan, w, u, accesses))
 }
 
-/// Whether node `u` makes no access, or one that goes unchecked, or one at r10 plus a
-/// constant.
-fn unchecked_at(w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
+/// Whether node `u` makes no access, or one that goes unchecked: in the unchecked copy,
+/// at r10 plus a constant, or where the plan's value ranges prove it inside the frame
+/// (a stack table indexed by a masked byte, `cnt[p[i] >> 4]++`).
+fn unchecked_at(plan: &FunctionPlan, w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
     let pc = w.g.pcs[u];
     let insn = &w.insns[pc as usize];
     let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
-    !memory || accesses.iter().any(|a| a.pc == pc) || frame_constant(insn, &w.states[&u])
+    !memory
+        || accesses.iter().any(|a| a.pc == pc)
+        || frame_constant(insn, &w.states[&u])
+        || proven_in_frame(plan, insn, pc)
+}
+
+/// Whether the plan's value ranges prove the access `insn` at `pc` inside the current
+/// frame (translation then emits it without a check, see `translate::proven`).
+fn proven_in_frame(plan: &FunctionPlan, insn: &Insn, pc: u32) -> bool {
+    let base = match insn.class() {
+        CLASS_LDX => insn.src,
+        CLASS_ST | CLASS_STX if insn.opc & 0xe0 == MODE_MEM => insn.dst,
+        _ => return false,
+    };
+    let frame = csx_ebpf::limits::STACK_FRAME_SIZE as i64;
+    plan.ranges
+        .in_frame(pc, base, insn.off, access_size(insn), frame)
 }
 
 /// Whether a loop inside another repays its guard (see [`version_loop`]). An access
 /// through a base that holds an address computed from r10 on every path
 /// (`FunctionPlan::stack_bases`) counts as a stack access here.
 fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
-    let all_unchecked = w.order.iter().all(|&u| unchecked_at(w, u, accesses));
+    let all_unchecked = w.order.iter().all(|&u| unchecked_at(plan, w, u, accesses));
     let counted = w.order.iter().all(|&u| {
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
