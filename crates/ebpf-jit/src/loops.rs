@@ -438,24 +438,29 @@ struct LoopShape<'a> {
 
 /// The versioning plan of a loop, taking 32-bit results as the forms they extend (see
 /// [`Narrow`]) only where that makes more accesses unchecked than without, and never in
-/// place of a plan with an unrolled copy.
+/// place of a plan with an unrolled copy. A loop inside another that neither plan
+/// versions may still be versioned around accesses that keep the stack's check (see
+/// [`unchecked_at`]); one that is keeps the plan it had without them.
 fn choose_variant(
     insns: &[Insn],
     plan: &FunctionPlan,
     g: &Graph,
     shape: &LoopShape<'_>,
 ) -> Option<VersionedLoop> {
-    let exact = version_loop(insns, plan, g, shape, false);
-    if exact.as_ref().is_some_and(|l| l.unroll.is_some()) {
-        return exact;
-    }
-    let narrowed = version_loop(insns, plan, g, shape, true);
-    let count = |l: &Option<VersionedLoop>| l.as_ref().map_or(0, |l| l.accesses.len());
-    if count(&narrowed) > count(&exact) {
-        narrowed
-    } else {
-        exact
-    }
+    let pick = |stack_checks: bool| {
+        let exact = version_loop(insns, plan, g, shape, (false, stack_checks));
+        if exact.as_ref().is_some_and(|l| l.unroll.is_some()) {
+            return exact;
+        }
+        let narrowed = version_loop(insns, plan, g, shape, (true, stack_checks));
+        let count = |l: &Option<VersionedLoop>| l.as_ref().map_or(0, |l| l.accesses.len());
+        if count(&narrowed) > count(&exact) {
+            narrowed
+        } else {
+            exact
+        }
+    };
+    pick(false).or_else(|| pick(true))
 }
 
 /// The natural loop of header `h` with back-edges from `latches`: the header and every
@@ -497,7 +502,7 @@ fn version_loop(
     plan: &FunctionPlan,
     g: &Graph,
     shape: &LoopShape<'_>,
-    narrow: bool,
+    (narrow, stack_checks): (bool, bool),
 ) -> Option<VersionedLoop> {
     let in_body = natural_body(g, shape.h, shape.latches);
     if in_body.iter().filter(|&&b| b).count() > BODY_MAX {
@@ -524,6 +529,7 @@ fn version_loop(
         order: &order,
         states: &states,
         steps: &steps,
+        stack_checks,
     };
     let accesses = strided_accesses(&walk);
     if accesses.is_empty()
@@ -777,7 +783,11 @@ fn unchecked_around_inner(
 
 /// Whether node `u` makes no access, or one that goes unchecked: in the unchecked copy,
 /// at r10 plus a constant, or where the plan's value ranges prove it inside the frame
-/// (a stack table indexed by a masked byte, `cnt[p[i] >> 4]++`).
+/// (a stack table indexed by a masked byte, `cnt[p[i] >> 4]++`); or one that keeps
+/// only the stack's constant check (a base computed from r10 on every path,
+/// `FunctionPlan::stack_bases`: a scatter into a stack buffer at a loaded index,
+/// `out[cnt[v]++] = v`), which costs a compare, not a region cache's loads, when the
+/// walk `w` allows those.
 fn unchecked_at(plan: &FunctionPlan, w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
     let pc = w.g.pcs[u];
     let insn = &w.insns[pc as usize];
@@ -786,6 +796,7 @@ fn unchecked_at(plan: &FunctionPlan, w: &Walk<'_>, u: usize, accesses: &[LoopAcc
         || accesses.iter().any(|a| a.pc == pc)
         || frame_constant(insn, &w.states[&u])
         || proven_in_frame(plan, insn, pc)
+        || (w.stack_checks && plan.stack_bases.contains(&pc) && insn.opc & 0xe0 != MODE_ATOMIC)
 }
 
 /// Whether the plan's value ranges prove the access `insn` at `pc` inside the current
@@ -1177,6 +1188,9 @@ struct Walk<'a> {
     order: &'a [usize],
     states: &'a BTreeMap<usize, State>,
     steps: &'a [Option<i64>; 11],
+    /// Whether an access that keeps only the stack's constant check counts as unchecked
+    /// in a nested loop's cost (see [`unchecked_at`]).
+    stack_checks: bool,
 }
 
 /// Whether and how the versioned loop `body` is unrolled: it needs a counted exit, no

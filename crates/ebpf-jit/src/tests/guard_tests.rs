@@ -118,3 +118,31 @@ fn a_stack_histogram_inside_a_block_loop_is_versioned() {
     assert_eq!(trap_of(&out).pc, 9);
     assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
 }
+
+/// A scatter of each byte of `blocks` blocks of 8 bytes of region 2 into a stack buffer
+/// at an index loaded from the data (`out[8 p[i]] = p[i]`, past the frame's top for a
+/// byte of 8 or more), the inner loop over a block inside the loop over blocks; r0 sums
+/// the words stored.
+fn block_scatter(blocks: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nmov %r8, 0\n\
+         outer:\nmov %r7, 0\n\
+         inner:\nmov %r4, %r6\nadd %r4, %r7\nldxb %r3, [%r4+0]\nmov %r2, %r3\nlsh %r2, 3\n\
+         mov %r9, %r10\nadd %r9, -64\nadd %r9, %r2\nstxdw [%r9+0], %r3\nldxdw %r5, [%r9+0]\n\
+         add %r0, %r5\nadd %r7, 1\njlt %r7, 8, inner\n\
+         add %r6, 8\nadd %r8, 1\njlt %r8, {blocks}, outer\nexit"
+    )
+}
+
+#[test]
+fn a_scatter_into_the_stack_inside_a_block_loop_is_versioned() {
+    // The inner loop (header at slot 4) goes unchecked: its input load (slot 6) moves a
+    // byte per iteration; the store and load at a loaded index keep the stack's check.
+    let plans = unchecked_accesses(&block_scatter(1));
+    assert!(plans.contains(&(4, vec![(6, 1)])), "{plans:?}");
+    assert_eq!(sweep(&block_scatter(1)).result, Ok((0..8).sum()));
+    // The second block's first byte is 8: its store lands past the frame and traps.
+    let out = sweep(&block_scatter(2));
+    assert_eq!(trap_of(&out).pc, 12);
+    assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+}
