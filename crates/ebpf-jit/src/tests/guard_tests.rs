@@ -146,3 +146,14 @@ fn a_scatter_into_the_stack_inside_a_block_loop_is_versioned() {
     assert_eq!(trap_of(&out).pc, 12);
     assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
 }
+
+#[test]
+fn a_scatter_between_stack_buffers_inside_a_block_loop_stays_unversioned() {
+    // The same scatter reading its bytes from the stack: the versioned copy would leave
+    // every region access as it was (the stack's checks stay), so the inner loop (now at
+    // slot 5) keeps one copy.
+    let src = block_scatter(2).replace("mov %r6, %r1", "mov %r6, %r10\nadd %r6, -128");
+    let plans = unchecked_accesses(&src);
+    assert!(plans.iter().all(|(h, _)| *h != 5), "{plans:?}");
+    assert_eq!(sweep(&src).result, Ok(0));
+}
