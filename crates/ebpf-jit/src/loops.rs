@@ -12,7 +12,8 @@
 //! is computed from the register values on entry.
 //!
 //! The translation (see `translate`) then emits, where the loop is entered, a guard that
-//! computes for each such access how many iterations keep it inside one mapped region,
+//! computes for each such access (or span of accesses through one pointer, see
+//! [`GuardSpan`]) how many iterations keep it inside one mapped region,
 //! takes the minimum `n`, and runs the unchecked copy for at most `n` iterations (a
 //! counter on the back-edges, or, when fuel can bound the iterations ([`iteration_cost`]:
 //! every charge in the body a backward jump, of any cost, to any slot of the body), the
