@@ -22,6 +22,7 @@ use super::*;
 use crate::analysis::IfConv;
 
 mod count_tests;
+mod guard_tests;
 mod loop_tests;
 mod range_tests;
 mod region_tests;

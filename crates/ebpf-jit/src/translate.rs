@@ -938,20 +938,22 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// runs the fewest of those, and the checked loop takes over when that is none or
     /// they are done.
     fn guard(&mut self, i: usize) {
-        let accesses = self.loops[i].accesses.clone();
+        let spans = loops::guard_spans(&self.loops[i].accesses);
         let regs = self.snapshot();
         let mut n: Option<Value> = None;
         // Accesses through the same pointer (the same form but for the constant) must
         // stay in the region the first of them starts in: (index, row, delta) by form.
         let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
-        for a in &accesses {
-            let (count, delta) = self.access_trips(a, &regs, &mut groups);
+        for span in &spans {
+            let (count, delta) = self.access_trips(span, &regs, &mut groups);
             n = Some(match n {
                 Some(m) => self.b.ins().umin(m, count),
                 None => count,
             });
-            let var = self.loops[i].deltas[&a.pc];
-            self.b.def_var(var, delta);
+            for pc in &span.pcs {
+                let var = self.loops[i].deltas[pc];
+                self.b.def_var(var, delta);
+            }
         }
         let mut n = n.expect("a versioned loop has an unchecked access");
         for w in self.loops[i].narrow.clone() {
@@ -1033,12 +1035,12 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// For the guard: how many iterations, from the registers on entry `regs`, keep
-    /// access `a` inside the region it starts in (0 when it starts outside), and the host
-    /// minus virtual address of that region. `groups` holds the region of each pointer
-    /// form seen so far.
+    /// the bytes of span `a` inside the region they start in (0 when they start outside),
+    /// and the host minus virtual address of that region. `groups` holds the region of
+    /// each pointer form seen so far.
     fn access_trips(
         &mut self,
-        a: &LoopAccess,
+        a: &loops::GuardSpan,
         regs: &[Value; 10],
         groups: &mut BTreeMap<[i64; 11], (Value, Value, Value)>,
     ) -> (Value, Value) {
@@ -1077,7 +1079,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             (b.ins().icmp(IntCC::Equal, idx, gidx), len, delta)
         };
         let b = &mut self.b;
-        let end = b.ins().iadd_imm_s(off, i64::from(a.size));
+        let end = b.ins().iadd_imm_s(off, a.len);
         let fits = b.ins().icmp(IntCC::UnsignedLessThanOrEqual, end, len);
         let ok = b.ins().band(same, fits);
         let count = match a.stride.signum() {

@@ -7,7 +7,7 @@ use super::*;
 /// Runs `src` on every engine once with all the fuel it needs, then on the interpreter
 /// and the JIT (each compiled once) at every budget up to one past that, requiring the
 /// same outcome and memory; returns the full run's outcome.
-fn sweep(src: &str) -> RunOutcome {
+pub(super) fn sweep(src: &str) -> RunOutcome {
     let p = program(src, vec![]);
     let full = check_program(p.clone(), u64::MAX);
     let interp = Interpreter::new(p.clone());
