@@ -196,21 +196,25 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
     let a = h.alloc(64);
     let qp = h.qp();
     // Hold window a in a run that waits on the gate.
-    qp.submit(Command::new(
-        CommandId(1000),
-        Op::Execute {
-            pind: ProgramIndex(0),
-            windows: Windows::Inline(vec![range(a, 0, 64)]),
-            cparam1: 0,
-            cparam2: 0,
-            params: vec![],
-            fuel: Some(FUEL_MAX),
-            time_limit_ms: Some(TIME_LIMIT_MS_MAX),
-            generation: None,
-        },
-    ))
-    .unwrap();
-    // Probe the window until the waiting run holds it (a probe that ran before is harmless).
+    let wait = || {
+        Command::new(
+            CommandId(1000),
+            Op::Execute {
+                pind: ProgramIndex(0),
+                windows: Windows::Inline(vec![range(a, 0, 64)]),
+                cparam1: 0,
+                cparam2: 0,
+                params: vec![],
+                fuel: Some(FUEL_MAX),
+                time_limit_ms: Some(TIME_LIMIT_MS_MAX),
+                generation: None,
+            },
+        )
+    };
+    qp.submit(wait()).unwrap();
+    // Probe the window until the waiting run holds it (a probe that ran before is harmless;
+    // one that held the window on another engine when the waiting run started refused
+    // that run, which is then submitted again).
     // Bounded by time, not by a count of probes: on a loaded machine the engine thread that
     // takes the waiting run may not be scheduled for a long while; the deadline only guards
     // against a hang.
@@ -239,7 +243,12 @@ fn concurrent_use_of_a_window_is_refused_in_use() {
         .unwrap();
         let c = loop {
             let c = qp.reap(None).unwrap();
-            // The waiting run can only end when the gate opens; if it ended, say how.
+            if c.id.0 == 1000 && c.status == Status::MemoryRangeSetInUse {
+                qp.submit(wait()).unwrap();
+                continue;
+            }
+            // Otherwise the waiting run can only end when the gate opens; if it ended,
+            // say how.
             assert_ne!(
                 c.id.0, 1000,
                 "the waiting run ended before any probe was refused: {:?} {:?} {:?}",
