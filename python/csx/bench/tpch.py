@@ -124,13 +124,16 @@ def _loadavg() -> str:
 
 
 def _commit() -> str:
-    try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        return subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    # The package's own checkout, else the working directory's (a release build runs the
+    # package from an install outside the tree, started from the tree's root).
+    for where in (os.path.dirname(os.path.abspath(__file__)), os.getcwd()):
+        try:
+            return subprocess.run(
+                ["git", "-C", where, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    return "unknown"
 
 
 def native_build() -> str:
