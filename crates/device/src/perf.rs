@@ -522,27 +522,31 @@ impl PerfModel {
 
     /// The real-time floor of `op`: its modelled duration, and for an execution that ran
     /// to its end (returned or trapped) at least its measured run time × the compute
-    /// scale (the program may run slower here than the fuel constant assumes). An
-    /// execution stopped by an abort or its time limit is not held back.
-    pub fn floor_ns(&self, op: &Op, c: &Completion, modelled_ns: u64) -> u64 {
+    /// scale (the program may run slower here than the fuel constant assumes). The run
+    /// time is the run's wall (`execute_ns`) or the worker thread's CPU time for the
+    /// command (`cpu_ns`), whichever is less: with more engines than host cores a run's
+    /// wall also counts its waits for a core, which a device's own cores do not have.
+    /// An execution stopped by an abort or its time limit is not held back.
+    pub fn floor_ns(&self, op: &Op, c: &Completion, modelled_ns: u64, cpu_ns: u64) -> u64 {
         match op {
             Op::Execute { .. } if matches!(c.status, Status::Success | Status::Trap) => {
-                modelled_ns.max(self.scale_ns(c.timing.execute_ns))
+                modelled_ns.max(self.scale_ns(c.timing.execute_ns.min(cpu_ns)))
             }
             _ => modelled_ns,
         }
     }
 
     /// Stamps `c` with its modelled duration and, when throttling, waits until the
-    /// command has taken its real-time floor since `started`. The device runtime calls
-    /// this for every command before posting its completion.
-    pub fn apply(&self, op: &Op, c: &mut Completion, started: Instant) {
+    /// command has taken its real-time floor since `started` (`cpu_ns`: the CPU time the
+    /// worker thread spent on it). The device runtime calls this for every command
+    /// before posting its completion.
+    pub fn apply(&self, op: &Op, c: &mut Completion, started: Instant, cpu_ns: u64) {
         let modelled = self.modelled_ns(op, c);
         c.timing.modelled_ns = modelled;
         if !self.throttle {
             return;
         }
-        let floor = Duration::from_nanos(self.floor_ns(op, c, modelled));
+        let floor = Duration::from_nanos(self.floor_ns(op, c, modelled, cpu_ns));
         let elapsed = started.elapsed();
         if let Some(rest) = floor.checked_sub(elapsed) {
             // `sleep` never returns early, so the floor holds; its overshoot is the
@@ -638,10 +642,17 @@ mod tests {
         c.timing.execute_ns = 1_000_000;
         let scaled = m.scale_ns(1_000_000);
         assert!(scaled > 11_600);
-        assert_eq!(m.floor_ns(&exec, &c, 11_600), scaled);
+        assert_eq!(m.floor_ns(&exec, &c, 11_600, u64::MAX), scaled);
+        // A run that waited for a host core is floored at its CPU time, not its wall.
+        assert_eq!(m.floor_ns(&exec, &c, 11_600, 400_000), m.scale_ns(400_000));
+        assert_eq!(m.floor_ns(&exec, &c, 11_600, 1), 11_600);
         for stopped in [Status::Aborted, Status::TimeLimitExceeded] {
             c.status = stopped;
-            assert_eq!(m.floor_ns(&exec, &c, 10_000), 10_000, "{stopped:?}");
+            assert_eq!(
+                m.floor_ns(&exec, &c, 10_000, u64::MAX),
+                10_000,
+                "{stopped:?}"
+            );
         }
         // With counts, an execution is priced from its work, per class, not its fuel.
         c.status = Status::Success;

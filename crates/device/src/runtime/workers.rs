@@ -159,6 +159,7 @@ impl Shared {
     /// Runs `job` on this thread and posts its completion.
     pub(super) fn run(&self, job: Job) {
         let started = Instant::now();
+        let cpu_started = thread_cpu_ns();
         // A panic here is a device bug; it fails this command, not the worker (and so
         // not every later command). The tables recover from lock poisoning.
         if let Some(stop) = &job.stop {
@@ -206,7 +207,8 @@ impl Shared {
         }
         // The performance model stamps the modelled time and holds the completion
         // until the command has taken it in real time (crate::perf).
-        self.config.perf.apply(&job.cmd.op, &mut c, started);
+        let cpu_ns = thread_cpu_ns().saturating_sub(cpu_started);
+        self.config.perf.apply(&job.cmd.op, &mut c, started, cpu_ns);
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
         c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
@@ -218,4 +220,10 @@ impl Shared {
         }
         post(&job.qp, c);
     }
+}
+
+/// The CPU time the calling thread has used, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
