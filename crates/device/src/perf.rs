@@ -538,8 +538,8 @@ impl PerfModel {
 
     /// Stamps `c` with its modelled duration and, when throttling, waits until the
     /// command has taken its real-time floor since `started` (`cpu_ns`: the CPU time the
-    /// worker thread spent on it). The device runtime calls this for every command
-    /// before posting its completion.
+    /// worker thread spent on it, `u64::MAX` when not measured). The device runtime calls
+    /// this for every command before posting its completion.
     pub fn apply(&self, op: &Op, c: &mut Completion, started: Instant, cpu_ns: u64) {
         let modelled = self.modelled_ns(op, c);
         c.timing.modelled_ns = modelled;

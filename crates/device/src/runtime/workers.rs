@@ -159,7 +159,9 @@ impl Shared {
     /// Runs `job` on this thread and posts its completion.
     pub(super) fn run(&self, job: Job) {
         let started = Instant::now();
-        let cpu_started = thread_cpu_ns();
+        // Only a throttled execution's floor needs its CPU time (a system call each way).
+        let timed = self.config.perf.throttle && matches!(job.cmd.op, Op::Execute { .. });
+        let cpu_started = timed.then(thread_cpu_ns);
         // A panic here is a device bug; it fails this command, not the worker (and so
         // not every later command). The tables recover from lock poisoning.
         if let Some(stop) = &job.stop {
@@ -207,7 +209,7 @@ impl Shared {
         }
         // The performance model stamps the modelled time and holds the completion
         // until the command has taken it in real time (crate::perf).
-        let cpu_ns = thread_cpu_ns().saturating_sub(cpu_started);
+        let cpu_ns = cpu_started.map_or(u64::MAX, |at| thread_cpu_ns().saturating_sub(at));
         self.config.perf.apply(&job.cmd.op, &mut c, started, cpu_ns);
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
