@@ -1106,25 +1106,24 @@ impl CallContext<'_> {
 /// The columnar format's decoder: encoded column blocks into plain values.
 impl CallContext<'_> {
     fn unpack(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
-        const F: &str = "csx_unpack";
         let (src, src_len, first, dst, dst_len) = (a[0], a[1], a[2], a[3], a[4]);
         let (xs, xd) = match mem
             .translate(src, src_len, false)
             .and_then(|s| Ok((s, mem.translate(dst, dst_len, true)?)))
         {
             Ok(p) => p,
-            Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+            Err(t) => return self.fail(UNPACK, CSX_EFAULT, t.to_string()),
         };
         if src_len == 0 || dst_len == 0 || host_ranges_overlap((xs, src_len), (xd, dst_len)) {
             // The input is copied out first (it is smaller than the output), so the
             // output may be written over it.
             let input = match mem.slice(src, src_len) {
                 Ok(d) => d.to_vec(),
-                Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+                Err(t) => return self.fail(UNPACK, CSX_EFAULT, t.to_string()),
             };
             let out = match mem.slice_mut(dst, dst_len) {
                 Ok(o) => o,
-                Err(t) => return self.fail(F, CSX_EFAULT, t.to_string()),
+                Err(t) => return self.fail(UNPACK, CSX_EFAULT, t.to_string()),
             };
             return self.unpack_into(&input, first, out);
         }
@@ -1149,10 +1148,13 @@ impl CallContext<'_> {
         match abi::colblock::decode_blocks(input, first, out, &mut stopped) {
             Ok(Some(rows)) => Ok(rows),
             Ok(None) => Err(stopped_abort()),
-            Err(e) => self.fail("csx_unpack", CSX_EBADMSG, e.to_string()),
+            Err(e) => self.fail(UNPACK, CSX_EBADMSG, e.to_string()),
         }
     }
 }
+
+/// The name csx_unpack's errors carry.
+const UNPACK: &str = "csx_unpack";
 
 /// Whether host ranges `a` and `b` (start, length) share a byte (an empty one shares
 /// none).
