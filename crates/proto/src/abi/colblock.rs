@@ -197,6 +197,15 @@ impl BlockHeader {
         if b[3] & !1 != 0 {
             return Err(format!("unknown flags {:#x}", b[3]));
         }
+        h.check()?;
+        Ok(h)
+    }
+
+    /// Checks every field's range and the payload length the encoding implies (what
+    /// [`BlockHeader::parse`] checks after the checksum and magic); the error message
+    /// says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let h = self;
         if h.width != 4 && h.width != 8 {
             return Err(format!("width {}, must be 4 or 8", h.width));
         }
@@ -223,7 +232,7 @@ impl BlockHeader {
                 "payload of {} bytes, the encoding needs {n}",
                 h.payload_len
             )),
-            Some(_) => Ok(h),
+            Some(_) => Ok(()),
         }
     }
 
@@ -267,15 +276,15 @@ pub fn decode_block(
     first: u64,
     out: &mut [u8],
 ) -> Result<(), (BlockPart, String)> {
+    check_block(h, payload, first, out.len())?;
     let width = usize::from(h.width);
     let n = out.len() / width;
-    check_block(h, payload, first, out.len())?;
     let first = first as usize;
     let mask = width_mask(h.width);
     match h.encoding {
         ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
         ENC_CONSTANT => fill(out, width, h.reference & mask),
-        ENC_PACKED => unpack_bits(payload, h, first, n, out),
+        ENC_PACKED => unpack_bits(payload, Packing::values(h), first, out),
         ENC_RUNS => expand_runs(payload, h, first, out)?,
         e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
     }
@@ -290,6 +299,7 @@ fn check_block(
     first: u64,
     out_len: usize,
 ) -> Result<(), (BlockPart, String)> {
+    h.check().map_err(|m| (BlockPart::Header, m))?;
     let width = usize::from(h.width);
     let n = out_len / width;
     if !out_len.is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
@@ -325,46 +335,54 @@ fn check_block(
     Ok(())
 }
 
+/// Runs a step of [`expand_runs`] takes: their lengths (and, when they hold wanted rows,
+/// their values) unpacked by the group kernels into buffers on the stack first.
+const RUN_STEP: usize = 256;
+
 /// Run-length rows `[first, first + out.len() / width)` into `out`; every run must be
 /// non-empty and the runs must cover the block exactly. Every run's length is read (to
-/// check the cover), its value only when it holds wanted rows; a run's values are
-/// written by whole groups of eight where `out` has room ([`splat`]).
+/// check the cover), its value only when a step of runs holds wanted rows; a run's
+/// values are written by whole groups of eight where `out` has room ([`splat`]).
 fn expand_runs(
     payload: &[u8],
     h: &BlockHeader,
     first: usize,
     out: &mut [u8],
 ) -> Result<(), (BlockPart, String)> {
-    let width = usize::from(h.width);
-    let n = out.len() / width;
-    let mask = width_mask(h.width);
+    if h.width == 4 {
+        expand_runs_of::<4, 32>(payload, h, first, out)
+    } else {
+        expand_runs_of::<8, 64>(payload, h, first, out)
+    }
+}
+
+/// [`expand_runs`] for values of `W` bytes (`G`: eight values' bytes).
+fn expand_runs_of<const W: usize, const G: usize>(
+    payload: &[u8],
+    h: &BlockHeader,
+    first: usize,
+    out: &mut [u8],
+) -> Result<(), (BlockPart, String)> {
     let runs = h.runs as usize;
-    let value_words = (runs * usize::from(h.bits)).div_ceil(64) * 8;
-    let (values, lens) = payload.split_at(value_words);
-    let (want_lo, want_hi) = (first, first + n);
-    let mut row = 0usize; // first row of run r
-    let mut i = 0usize; // values written
-    for r in 0..runs {
-        let len = field_at(lens, r, h.run_bits) as usize;
-        let end = row.saturating_add(len);
-        if len == 0 || end > h.rows as usize {
-            return Err((
-                BlockPart::Data,
-                format!(
-                    "run {r} of {len} rows ends at row {end}, the block has {}",
-                    h.rows
-                ),
-            ));
-        }
-        if end > want_lo && row < want_hi {
-            let count = end.min(want_hi) - row.max(want_lo);
-            let v = h.reference.wrapping_add(field_at(values, r, h.bits)) & mask;
-            if width == 4 {
-                splat::<4, 32>(out, i, count, v);
-            } else {
-                splat::<8, 64>(out, i, count, v);
-            }
-            i += count;
+    let value_bytes = (runs * usize::from(h.bits)).div_ceil(64) * 8;
+    let lengths = Packing {
+        bits: h.run_bits,
+        width: 4,
+        reference: 0,
+    };
+    let want = (first, first + out.len() / W);
+    let mut lens = [0u8; 4 * RUN_STEP];
+    let mut values = [0u8; 8 * RUN_STEP];
+    let mut row = 0usize; // first row of run r0
+    for r0 in (0..runs).step_by(RUN_STEP) {
+        let m = (runs - r0).min(RUN_STEP);
+        let lens = &mut lens[..4 * m];
+        unpack_bits(&payload[value_bytes..], lengths, r0, lens);
+        let end = check_runs(lens, r0, row, h.rows)?;
+        if end > want.0 && row < want.1 {
+            let values = &mut values[..W * m];
+            unpack_bits(payload, Packing::values(h), r0, values);
+            splat_runs::<W, G>(lens, values, row, want, out);
         }
         row = end;
     }
@@ -375,6 +393,66 @@ fn expand_runs(
         ));
     }
     Ok(())
+}
+
+/// Checks the lengths `lens` (4 bytes each) of runs `r0..`, the first starting at row
+/// `row`: none empty, none ending past the block's `rows`. Returns the row after them.
+fn check_runs(lens: &[u8], r0: usize, row: usize, rows: u32) -> Result<usize, (BlockPart, String)> {
+    let mut end = row;
+    let mut empty = false;
+    for l in lens.chunks_exact(4) {
+        let len = u32::from_le_bytes(l.try_into().expect("4 bytes"));
+        empty |= len == 0;
+        end += len as usize;
+    }
+    if !empty && end <= rows as usize {
+        return Ok(end);
+    }
+    // Find the first bad run, to name it.
+    let mut end = row;
+    for (k, l) in lens.chunks_exact(4).enumerate() {
+        let len = u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize;
+        end += len;
+        if len == 0 || end > rows as usize {
+            return Err((
+                BlockPart::Data,
+                format!(
+                    "run {} of {len} rows ends at row {end}, the block has {rows}",
+                    r0 + k
+                ),
+            ));
+        }
+    }
+    unreachable!("a step of runs with an empty run or past the block names it")
+}
+
+/// Writes the wanted rows `[want.0, want.1)` of a step of runs (lengths `lens`, 4 bytes
+/// each, values `values`, `W` bytes each, the first run starting at row `row`) into
+/// `out` (row `want.0` at its start).
+#[inline(always)]
+fn splat_runs<const W: usize, const G: usize>(
+    lens: &[u8],
+    values: &[u8],
+    mut row: usize,
+    want: (usize, usize),
+    out: &mut [u8],
+) {
+    for (l, v) in lens.chunks_exact(4).zip(values.chunks_exact(W)) {
+        let len = u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize;
+        let end = row + len;
+        if end > want.0 && row < want.1 {
+            let lo = row.max(want.0);
+            let mut one = [0u8; 8];
+            one[..W].copy_from_slice(v);
+            splat::<W, G>(
+                out,
+                lo - want.0,
+                end.min(want.1) - lo,
+                u64::from_le_bytes(one),
+            );
+        }
+        row = end;
+    }
 }
 
 /// Sets values `[i, i + count)` of `out` (values of `W` bytes; `G` = 8 values' bytes)
@@ -439,18 +517,39 @@ fn field(words: &[u8], i: usize, bits: u8) -> u64 {
     }
 }
 
-/// Bit-packed rows `[first, first + n)` into `out`: the rows before the first whole group
-/// of eight and after the last one value by value, the groups between by a kernel made
-/// for the block's width and bits.
-fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mut [u8]) {
-    let bits = usize::from(h.bits);
-    let width = usize::from(h.width);
-    let reference = h.reference;
+/// How fields are packed: `bits` each, expanded into values of `width` bytes (4 or 8),
+/// each plus `reference` (modulo `2^(8 * width)`).
+#[derive(Clone, Copy)]
+struct Packing {
+    bits: u8,
+    width: u8,
+    reference: u64,
+}
+
+impl Packing {
+    /// A block's values (bit-packed, or the runs' values).
+    fn values(h: &BlockHeader) -> Packing {
+        Packing {
+            bits: h.bits,
+            width: h.width,
+            reference: h.reference,
+        }
+    }
+}
+
+/// Packed fields `[first, first + n)` of `payload` into `out` (`n` values of `p.width`
+/// bytes): the fields before the first whole group of eight and after the last one
+/// value by value, the groups between by a kernel made for the width and bits.
+fn unpack_bits(payload: &[u8], p: Packing, first: usize, out: &mut [u8]) {
+    let bits = usize::from(p.bits);
+    let width = usize::from(p.width);
+    let n = out.len() / width;
+    let reference = p.reference;
     if bits == 0 {
         fill(
             &mut out[..n * width],
             width,
-            reference & width_mask(h.width),
+            reference & width_mask(p.width),
         );
         return;
     }
@@ -461,7 +560,7 @@ fn unpack_bits(payload: &[u8], h: &BlockHeader, first: usize, n: usize, out: &mu
     let body_end = head_end
         + ((first + n - head_end) / 8).min(groups_in_payload.saturating_sub(head_end / 8)) * 8;
     let one = |row: usize, o: &mut [u8]| {
-        let v = reference.wrapping_add(field_at(payload, row, h.bits));
+        let v = reference.wrapping_add(field_at(payload, row, p.bits));
         o.copy_from_slice(&v.to_le_bytes()[..width]);
     };
     let (head, rest) = out.split_at_mut((head_end - first) * width);
@@ -809,5 +908,221 @@ mod tests {
             calls > 1
         });
         assert_eq!(r, Ok(None));
+    }
+
+    /// A xorshift generator for the randomised tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Field `i` of `bits` bits, read bit by bit (the plain reference).
+    fn bit_field(bytes: &[u8], i: usize, bits: usize) -> u64 {
+        (0..bits).fold(0, |v, j| {
+            let k = i * bits + j;
+            v | (u64::from(bytes[k / 8] >> (k % 8) & 1) << j)
+        })
+    }
+
+    /// `fields` packed at `bits` each, bit by bit, into whole little-endian words.
+    fn bit_pack(fields: &[u64], bits: usize) -> Vec<u8> {
+        let mut out = vec![0u8; (fields.len() * bits).div_ceil(64) * 8];
+        for (i, f) in fields.iter().enumerate() {
+            for j in 0..bits {
+                let k = i * bits + j;
+                out[k / 8] |= ((f >> j & 1) as u8) << (k % 8);
+            }
+        }
+        out
+    }
+
+    /// Rows `[first, first + n)` of a block decoded the plain way: every value from its
+    /// definition in the module doc, no kernels, no runs skipped.
+    fn reference_decode(h: &BlockHeader, payload: &[u8], first: usize, n: usize) -> Vec<u64> {
+        let (w, bits) = (usize::from(h.width), usize::from(h.bits));
+        let mask = width_mask(h.width);
+        let all: Vec<u64> = match h.encoding {
+            ENC_RAW => (payload.chunks_exact(w))
+                .map(|c| c.iter().rev().fold(0, |v, &b| v << 8 | u64::from(b)))
+                .collect(),
+            ENC_CONSTANT => vec![h.reference & mask; h.rows as usize],
+            ENC_PACKED => (0..h.rows as usize)
+                .map(|i| h.reference.wrapping_add(bit_field(payload, i, bits)) & mask)
+                .collect(),
+            _ => {
+                let runs = h.runs as usize;
+                let lens = &payload[(runs * bits).div_ceil(64) * 8..];
+                let mut v = Vec::new();
+                for r in 0..runs {
+                    let value = h.reference.wrapping_add(bit_field(payload, r, bits)) & mask;
+                    let len = bit_field(lens, r, usize::from(h.run_bits));
+                    v.extend(std::iter::repeat_n(value, len as usize));
+                }
+                v
+            }
+        };
+        all[first..first + n].to_vec()
+    }
+
+    /// A random block: encoding `enc`, `width` bytes, random bits, rows and (for runs)
+    /// run lengths.
+    fn random_block(rng: &mut Rng, enc: u8, width: u8) -> (BlockHeader, Vec<u8>) {
+        let most = if rng.below(4) == 0 { 5000 } else { 300 };
+        let rows = 1 + rng.below(most) as usize;
+        let bits = rng.below(u64::from(8 * width) + 1) as usize;
+        let field = |rng: &mut Rng| rng.next() & (u64::MAX >> (64 - bits.max(1)));
+        let field = |rng: &mut Rng| if bits == 0 { 0 } else { field(rng) };
+        let mut h = BlockHeader {
+            encoding: enc,
+            width,
+            rows: rows as u32,
+            reference: rng.next(),
+            ..BlockHeader::default()
+        };
+        let payload = match enc {
+            ENC_RAW => (0..rows * usize::from(width))
+                .map(|_| rng.next() as u8)
+                .collect(),
+            ENC_CONSTANT => Vec::new(),
+            ENC_PACKED => {
+                h.bits = bits as u8;
+                bit_pack(&(0..rows).map(|_| field(rng)).collect::<Vec<_>>(), bits)
+            }
+            _ => {
+                let most = if rng.below(2) == 0 { 8 } else { 300 };
+                let longest = 1 + rng.below(most);
+                let mut lens = Vec::new();
+                let mut left = rows as u64;
+                while left > 0 {
+                    let l = (1 + rng.below(longest)).min(left);
+                    lens.push(l);
+                    left -= l;
+                }
+                let values: Vec<u64> = lens.iter().map(|_| field(rng)).collect();
+                let run_bits = 64 - lens.iter().max().unwrap().leading_zeros() as usize;
+                let run_bits = run_bits + rng.below((33 - run_bits) as u64) as usize;
+                h.bits = bits as u8;
+                h.runs = lens.len() as u32;
+                h.run_bits = run_bits as u8;
+                let mut p = bit_pack(&values, bits);
+                p.extend(bit_pack(&lens, run_bits));
+                p
+            }
+        };
+        h.payload_len = payload.len() as u32;
+        h.payload_crc = crc32c(&payload);
+        (h, payload)
+    }
+
+    #[test]
+    fn random_blocks_of_every_encoding_and_width_decode_as_the_plain_reading() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for round in 0..600 {
+            for enc in [ENC_RAW, ENC_CONSTANT, ENC_PACKED, ENC_RUNS] {
+                for width in [4u8, 8] {
+                    let (h, payload) = random_block(&mut rng, enc, width);
+                    let rows = h.rows as usize;
+                    let first = rng.below(rows as u64) as usize;
+                    let n = rng.below((rows - first) as u64 + 1) as usize;
+                    let (first, n) = match round % 4 {
+                        0 => (0, rows),
+                        _ => (first, n),
+                    };
+                    let w = usize::from(width);
+                    let mut out = vec![0xA5u8; n * w];
+                    decode_block(&h, &payload, first as u64, &mut out)
+                        .unwrap_or_else(|e| panic!("{h:?}: {e:?}"));
+                    let got: Vec<u64> = (out.chunks_exact(w))
+                        .map(|c| c.iter().rev().fold(0, |v, &b| v << 8 | u64::from(b)))
+                        .collect();
+                    let want = reference_decode(&h, &payload, first, n);
+                    assert_eq!(got, want, "{h:?} rows {first}+{n}");
+                }
+            }
+        }
+    }
+
+    /// Run lengths `lens` of one-bit values at 8 bits each: a runs block whose checksum
+    /// is right, whatever its lengths say.
+    fn runs_block(lens: &[u64], rows: u32) -> (BlockHeader, Vec<u8>) {
+        let mut payload = bit_pack(&vec![1; lens.len()], 1);
+        payload.extend(bit_pack(lens, 8));
+        let h = BlockHeader {
+            encoding: ENC_RUNS,
+            width: 4,
+            bits: 1,
+            rows,
+            runs: lens.len() as u32,
+            run_bits: 8,
+            payload_len: payload.len() as u32,
+            payload_crc: crc32c(&payload),
+            ..BlockHeader::default()
+        };
+        (h, payload)
+    }
+
+    #[test]
+    fn hostile_headers_and_runs_are_errors_never_values_or_panics() {
+        // Runs: an empty one, one past the block, too few rows, in every step of runs.
+        let many = |at: usize, len: u64| {
+            let mut l = vec![1u64; 700];
+            l[at] = len;
+            l
+        };
+        for (lens, rows, says) in [
+            (vec![3, 0, 2], 5, "run 1 of 0 rows"),
+            (many(600, 0), 700, "run 600 of 0 rows"),
+            (vec![3, 4], 5, "run 1 of 4 rows ends at row 7"),
+            (many(699, 2), 700, "run 699 of 2 rows ends at row 701"),
+            (vec![1, 1], 5, "the runs cover 2 rows"),
+        ] {
+            let (h, payload) = runs_block(&lens, rows);
+            for (first, n) in [(0u64, rows as usize), (0, 1), (rows as u64 - 1, 1)] {
+                let mut out = vec![0u8; 4 * n];
+                let e = decode_block(&h, &payload, first, &mut out).unwrap_err();
+                assert!(e.0 == BlockPart::Data && e.1.contains(says), "{e:?}");
+            }
+        }
+        // Header fields a decoder is handed without parsing: refused, not used.
+        let (good, payload) = runs_block(&[2, 3], 5);
+        let cases: [(fn(&mut BlockHeader), &str); 7] = [
+            (|h| h.bits = 33, "33 bits per value of 4 bytes"),
+            (|h| h.width = 0, "width 0"),
+            (|h| h.width = 3, "width 3"),
+            (|h| h.rows = u32::MAX, "rows, must be 1 to"),
+            (|h| h.run_bits = 40, "runs of 40 bits"),
+            (|h| h.runs = 0, "0 runs"),
+            (|h| h.encoding = 9, "unknown encoding 9"),
+        ];
+        for (edit, says) in cases {
+            let mut h = good;
+            edit(&mut h);
+            let mut out = vec![0u8; 4];
+            let e = decode_block(&h, &payload, 0, &mut out).unwrap_err();
+            assert!(e.0 == BlockPart::Header && e.1.contains(says), "{e:?}");
+        }
+        // A payload cut short, or one flipped bit in it.
+        let mut out = vec![0u8; 20];
+        let e = decode_block(&good, &payload[..8], 0, &mut out).unwrap_err();
+        assert_eq!(e.0, BlockPart::Data, "{e:?}");
+        let mut bad = payload.clone();
+        bad[9] ^= 4;
+        let e = decode_block(&good, &bad, 0, &mut out).unwrap_err();
+        assert!(e.1.contains("payload checksum"), "{e:?}");
+        // Rows past the block, however far.
+        for first in [4, 5, u64::MAX] {
+            let e = decode_block(&good, &payload, first, &mut out[..8]).unwrap_err();
+            assert_eq!(e.0, BlockPart::Header, "{e:?}");
+        }
     }
 }
