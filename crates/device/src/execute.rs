@@ -260,6 +260,7 @@ impl Shared {
                 offset: r.offset,
                 len: r.len,
                 write: true,
+                overwrite: false,
             })
             .collect();
         self.slm

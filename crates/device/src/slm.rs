@@ -96,6 +96,11 @@ pub struct LeaseRequest {
     pub offset: u64,
     pub len: u64,
     pub write: bool,
+    /// The command writes every byte of the range before anything reads it and reads
+    /// none of it (a copy's destination): bytes a previous allocation left there need not
+    /// be zeroed first. Until [`Leases::overwritten`] says the command did so, they stay
+    /// marked for zeroing before any other lease.
+    pub overwrite: bool,
 }
 
 #[derive(Debug)]
@@ -113,6 +118,10 @@ struct Allocation {
     orphaned: bool,
     /// The memory file whose pages back it since [`Slm::share`] (until it is freed).
     shared: Option<OwnedFd>,
+    /// Absolute ranges that may still hold a previous allocation's bytes: zeroed when a
+    /// lease that may read them is granted (or the allocation is shared), or dropped
+    /// once an overwriting lease has written them whole.
+    unzeroed: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -423,17 +432,18 @@ impl Slm {
                 lease_count: 0,
                 orphaned: false,
                 shared: None,
+                unzeroed: dirty.clone(),
             },
         );
         drop(inner);
-        // Allocations start zeroed, so no client sees another's old bytes: the bytes
-        // ever handed out are zeroed; the never-touched rest is the OS's zero pages,
-        // which large allocations map at once (cheaper than a fault per page when the
-        // client fills them, as it does: staging, merges).
+        // Allocations read as zeros, so no client sees another's old bytes: the bytes
+        // ever handed out are zeroed before the first lease that may read them (a copy
+        // that overwrites them whole spares that), the never-touched rest is the OS's
+        // zero pages, which large allocations map at once (cheaper than a fault per page
+        // when the client fills them, as it does: staging, merges).
         let mut at = start;
         for &(s, e) in &dirty {
             self.populate_fresh(at, s);
-            self.zero(s, e - s);
             at = e;
         }
         self.populate_fresh(at, start + reserved_bytes);
@@ -448,10 +458,33 @@ impl Slm {
         }
     }
 
+    /// Zeroes the parts of `a`'s unzeroed ranges inside `[start, end)` and forgets them.
+    /// Called under the lock, before a lease on the range is granted (or the allocation
+    /// is shared).
+    fn zero_unzeroed(&self, a: &mut Allocation, start: u64, end: u64) {
+        let mut keep = Vec::new();
+        for &(s, e) in &a.unzeroed {
+            let (lo, hi) = (s.max(start), e.min(end));
+            if lo >= hi {
+                keep.push((s, e));
+                continue;
+            }
+            self.zero(lo, hi - lo);
+            if s < lo {
+                keep.push((s, lo));
+            }
+            if hi < e {
+                keep.push((hi, e));
+            }
+        }
+        a.unzeroed = keep;
+    }
+
     fn zero(&self, start: u64, len: u64) {
-        // SAFETY: the range was just taken from the free list under the lock, so no lease
-        // and no other allocation covers it; it lies inside the buffer (asserted by the
-        // caller), and no handle to it has been returned yet.
+        // SAFETY: the range lies inside an allocation (so inside the buffer) whose
+        // bookkeeping the caller holds under the lock, and no lease covers it: the lease
+        // about to be granted on it is not yet recorded (nor handed out), and any other
+        // lease on it would have conflicted or found these bytes zeroed already.
         unsafe {
             std::ptr::write_bytes(self.buffer.as_ptr().add(start as usize), 0, len as usize);
         }
@@ -507,6 +540,9 @@ impl Slm {
             }
             .into());
         }
+        // The host maps every byte of it: none may be a previous allocation's.
+        let (start, end) = (a.start, a.start + a.reserved_bytes);
+        self.zero_unzeroed(a, start, end);
         let fd = self.remap_shared(handle, a.start, a.reserved_bytes)?;
         let out = fd.try_clone()?;
         a.shared = Some(fd);
@@ -639,6 +675,13 @@ impl Slm {
                 });
             }
         }
+        // Then, a range that may be read has its old bytes zeroed first.
+        for (r, &(start, end)) in requests.iter().zip(&spans) {
+            if !(r.write && r.overwrite) {
+                let a = inner.allocs.get_mut(&r.handle).expect("resolved above");
+                self.zero_unzeroed(a, start, end);
+            }
+        }
         // Finally, record them.
         let mut granted = Vec::with_capacity(requests.len());
         for (r, &(start, end)) in requests.iter().zip(&spans) {
@@ -703,6 +746,7 @@ impl Slm {
             offset,
             len: buf.len() as u64,
             write: false,
+            overwrite: false,
         };
         let leases = self.lease(owner, &[req])?;
         buf.copy_from_slice(leases.slice(0));
@@ -722,9 +766,11 @@ impl Slm {
             offset,
             len: data.len() as u64,
             write: true,
+            overwrite: true,
         };
         let mut leases = self.lease(owner, &[req])?;
         leases.slice_mut(0).copy_from_slice(data);
+        leases.overwritten(0);
         Ok(())
     }
 
@@ -742,9 +788,11 @@ impl Slm {
             offset,
             len,
             write: true,
+            overwrite: true,
         };
         let mut leases = self.lease(owner, &[req])?;
         leases.slice_mut(0).fill(byte);
+        leases.overwritten(0);
         Ok(())
     }
 
@@ -873,6 +921,31 @@ impl Leases {
     }
 }
 
+impl Leases {
+    /// Says that the command wrote range `i` (leased to overwrite) whole: none of its
+    /// bytes is a previous allocation's any more, so no later lease zeroes them.
+    pub fn overwritten(&self, i: usize) {
+        let g = self.granted[i];
+        assert!(g.write, "range {i} was leased read-only");
+        let mut inner = self.slm.lock();
+        let a = inner
+            .allocs
+            .get_mut(&g.handle)
+            .expect("a leased allocation is not freed");
+        let (start, end) = (g.start, g.start + g.len);
+        let mut keep = Vec::new();
+        for &(s, e) in &a.unzeroed {
+            if s < start.min(e) {
+                keep.push((s, start.min(e)));
+            }
+            if end.max(s) < e {
+                keep.push((end.max(s), e));
+            }
+        }
+        a.unzeroed = keep;
+    }
+}
+
 impl Drop for Leases {
     fn drop(&mut self) {
         self.slm.release(&self.granted);
@@ -899,6 +972,7 @@ mod tests {
             offset,
             len,
             write: true,
+            overwrite: false,
         }
     }
 
@@ -988,6 +1062,7 @@ mod tests {
                     offset: 0,
                     len: 10,
                     write: false,
+                    overwrite: false,
                 }],
             )
             .unwrap();
@@ -999,6 +1074,7 @@ mod tests {
                     offset: 5,
                     len: 10,
                     write: false,
+                    overwrite: false,
                 }],
             )
             .unwrap();
@@ -1242,5 +1318,59 @@ mod tests {
         drop(v);
         assert_eq!(l.slice(0), &[1; 8]);
         assert_eq!(l.slice(1), &[2; 8]);
+    }
+
+    /// Memory freed dirty and allocated again is never read with its old bytes: a lease
+    /// to overwrite skips the zeroing only until it says it wrote the range whole; one
+    /// that fails (drops without saying so) leaves its range to be zeroed before the
+    /// next lease, and the parts it did not cover are zeroed for any reader.
+    #[test]
+    fn old_bytes_are_zeroed_before_any_read_unless_overwritten_whole() {
+        let s = slm(1 << 16);
+        let dirty = |s: &Arc<Slm>| {
+            let a = s.alloc(A, 4096).unwrap();
+            s.fill(A, a, 0, 4096, 0xEE).unwrap();
+            s.free(A, a).unwrap();
+            let b = s.alloc(A, 4096).unwrap();
+            assert!(s.lock().allocs[&b].unzeroed.iter().any(|&(x, y)| x < y));
+            b
+        };
+        let ow = |h, offset, len| LeaseRequest {
+            overwrite: true,
+            ..w(h, offset, len)
+        };
+        // Overwritten whole: the new bytes stay; the rest reads as zeros.
+        let b = dirty(&s);
+        let mut l = s.lease(A, &[ow(b, 100, 200)]).unwrap();
+        l.slice_mut(0).fill(7);
+        l.overwritten(0);
+        drop(l);
+        let mut buf = vec![1u8; 4096];
+        s.read(A, b, 0, &mut buf).unwrap();
+        assert!(buf[..100].iter().all(|&x| x == 0));
+        assert!(buf[100..300].iter().all(|&x| x == 7));
+        assert!(buf[300..].iter().all(|&x| x == 0));
+        s.free(A, b).unwrap();
+        // A copy that failed half-way: its bytes are zeroed before the next read.
+        let b = dirty(&s);
+        let mut l = s.lease(A, &[ow(b, 0, 4096)]).unwrap();
+        l.slice_mut(0)[..10].fill(7);
+        drop(l);
+        s.read(A, b, 0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&x| x == 0));
+        s.free(A, b).unwrap();
+        // A lease that may read (a program's window) zeroes first; so does sharing.
+        let b = dirty(&s);
+        let l = s.lease(A, &[w(b, 0, 4096)]).unwrap();
+        assert!(l.slice(0).iter().all(|&x| x == 0));
+        drop(l);
+        s.free(A, b).unwrap();
+        let b = dirty(&s);
+        let fd = s.share(A, b).unwrap();
+        let mut shared = vec![1u8; 4096];
+        let file = std::fs::File::from(fd);
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut shared, 0).unwrap();
+        assert!(shared.iter().all(|&x| x == 0));
+        s.check();
     }
 }

@@ -29,6 +29,7 @@ impl Shared {
             offset,
             len,
             write,
+            overwrite: false,
         };
         let mut c = match self.slm.lease(client, &[req]) {
             Ok(mut leases) if write => {
@@ -88,6 +89,7 @@ impl Shared {
                     offset: src.offset,
                     len: src.len,
                     write: false,
+                    overwrite: false,
                 };
                 match self.slm.lease(client, &[req]) {
                     Ok(leases) => match self.files.write_at(path, *offset, leases.slice(0)) {
@@ -148,6 +150,8 @@ impl Shared {
             }
             pos += len;
         }
+        // Every byte of the destination is the sources' now.
+        leases.overwritten(0);
         let mut c = ok(total);
         if sources
             .iter()
@@ -357,6 +361,7 @@ fn copy_leases(
         offset: dst_offset,
         len: total,
         write: true,
+        overwrite: true,
     }];
     for s in sources {
         if let CopySource::Mem {
@@ -370,6 +375,7 @@ fn copy_leases(
                 offset,
                 len,
                 write: false,
+                overwrite: false,
             });
         }
     }

@@ -382,7 +382,12 @@ fn expand_runs_of<const W: usize, const G: usize>(
         if end > want.0 && row < want.1 {
             let values = &mut values[..W * m];
             unpack_bits(payload, Packing::values(h), r0, values);
-            splat_runs::<W, G>(lens, values, row, want, out);
+            let (out, _) = out.as_chunks_mut::<W>();
+            if row >= want.0 && end <= want.1 {
+                fill_runs::<W>(lens, values, row - want.0, out);
+            } else {
+                splat_runs::<W, G>(lens, values, row, want, out.as_flattened_mut());
+            }
         }
         row = end;
     }
@@ -424,6 +429,23 @@ fn check_runs(lens: &[u8], r0: usize, row: usize, rows: u32) -> Result<usize, (B
         }
     }
     unreachable!("a step of runs with an empty run or past the block names it")
+}
+
+/// Writes a step of runs that are wanted whole (lengths `lens`, 4 bytes each, values
+/// `values`, `W` bytes each) into `out` from value `i` on: a run of at most eight values
+/// by one store of eight where `out` has room (the runs after it set the extra values
+/// again), a longer one value by value.
+#[inline(always)]
+fn fill_runs<const W: usize>(lens: &[u8], values: &[u8], mut i: usize, out: &mut [[u8; W]]) {
+    for (l, v) in lens.chunks_exact(4).zip(values.chunks_exact(W)) {
+        let len = u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize;
+        let v: [u8; W] = v.try_into().expect("a value");
+        match out.get_mut(i..i + 8) {
+            Some(group) if len <= 8 => group.copy_from_slice(&[v; 8]),
+            _ => out[i..i + len].fill(v),
+        }
+        i += len;
+    }
 }
 
 /// Writes the wanted rows `[want.0, want.1)` of a step of runs (lengths `lens`, 4 bytes
