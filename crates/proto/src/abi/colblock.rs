@@ -1117,7 +1117,8 @@ mod tests {
         }
         // Header fields a decoder is handed without parsing: refused, not used.
         let (good, payload) = runs_block(&[2, 3], 5);
-        let cases: [(fn(&mut BlockHeader), &str); 7] = [
+        type Edit = fn(&mut BlockHeader);
+        let cases: [(Edit, &str); 7] = [
             (|h| h.bits = 33, "33 bits per value of 4 bytes"),
             (|h| h.width = 0, "width 0"),
             (|h| h.width = 3, "width 3"),
