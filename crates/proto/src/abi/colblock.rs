@@ -932,15 +932,15 @@ mod tests {
         assert_eq!(r, Ok(None));
     }
 
-    /// A xorshift generator for the randomised tests.
+    /// A splitmix64 generator for the randomised tests.
     struct Rng(u64);
 
     impl Rng {
         fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
         }
 
         fn below(&mut self, n: u64) -> u64 {
