@@ -330,16 +330,50 @@ fn scan_ranges(
     Ok((ranges, nothing))
 }
 
+/// Chunks under this many rows are not made smaller to spread a table over the
+/// engines (a chunk's commands cost the same whatever its rows).
+pub const SPREAD_MIN_ROWS: u64 = 1 << 16;
+
+/// The rows of a scan's chunk: `asked` (already within the table and
+/// [`SEGMENT_MAX`]), or less so that the table splits into a multiple of `engines`
+/// chunks of equal size, each small enough that two buffer sets of `engines` chunks
+/// (at `slot_row_bytes` bytes a row) fit [`SCAN_MEMORY_BUDGET`]: every batch then
+/// gives every engine a chunk (the last batch may have one short chunk: chunks are
+/// whole encoded blocks where that fits). `asked` when that would make chunks under
+/// [`SPREAD_MIN_ROWS`] (or under `asked`, when smaller).
+fn spread_chunk(rows: u64, asked: u64, slot_row_bytes: u64, engines: u64) -> u64 {
+    let engines = engines.max(1);
+    let fit = (SCAN_MEMORY_BUDGET / (2 * engines * slot_row_bytes.max(1))).max(1);
+    let chunks = rows.div_ceil(asked.min(fit)).div_ceil(engines) * engines;
+    if chunks == 0 {
+        return asked;
+    }
+    let mut chunk = rows.div_ceil(chunks);
+    // Whole encoded blocks a chunk where that fits and keeps the chunks: a block
+    // split between two chunks is decoded for each.
+    let whole = chunk.next_multiple_of(u64::from(crate::encoding::BLOCK_ROWS));
+    if whole <= asked.min(fit) && rows.div_ceil(whole) == chunks {
+        chunk = whole;
+    }
+    if chunk < SPREAD_MIN_ROWS.min(asked) {
+        asked
+    } else {
+        chunk
+    }
+}
+
 /// The staged columns and the scan program's layout: the filtered columns, then the
 /// projected ones, widest first so every segment is aligned; projected column j is
 /// output j (outputs widest first too); chunks no larger than asked nor than
-/// [`SEGMENT_MAX`] allows.
+/// [`SEGMENT_MAX`] allows, spread evenly over the device's `engines`
+/// ([`spread_chunk`]).
 fn plan_layout(
     schema: &Schema,
     columns: &[&str],
     projected: &[ColumnSchema],
     ranges: &BTreeMap<String, Vec<RawRange>>,
     chunk_rows: u64,
+    engines: u64,
 ) -> Result<(Vec<ColumnSchema>, Layout), DataError> {
     let mut inputs: Vec<ColumnSchema> = Vec::new();
     for name in ranges
@@ -357,6 +391,7 @@ fn plan_layout(
     let chunk = chunk_rows
         .min(schema.rows.max(1))
         .min(SEGMENT_MAX / in_row.max(out_row).max(1));
+    let chunk = spread_chunk(schema.rows, chunk, 2 * in_row + out_row, engines);
     let mut layout = Layout {
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -515,7 +550,9 @@ impl Plan {
             .map(|c| schema.column(c).cloned())
             .collect::<Result<Vec<_>, _>>()?;
         let (ranges, nothing) = scan_ranges(&schema, predicates)?;
-        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let engines = session.engines()?;
+        let (inputs, layout) =
+            plan_layout(&schema, columns, &projected, &ranges, chunk_rows, engines)?;
         let chunks = match nothing {
             true => 0,
             false => schema.rows.div_ceil(layout.chunk_rows),
@@ -1118,4 +1155,35 @@ pub fn scan_local(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_table_splits_into_a_multiple_of_the_engines_in_whole_blocks() {
+        // TPC-H Q6 at SF 1: three 8-byte inputs and a 4-byte one, two 8-byte outputs.
+        let rows = 6_002_926;
+        let chunk = spread_chunk(rows, 1 << 20, 2 * 28 + 16, 4);
+        assert_eq!(chunk % u64::from(crate::encoding::BLOCK_ROWS), 0);
+        assert_eq!(rows.div_ceil(chunk) % 4, 0, "chunk {chunk}");
+        // Two sets of four slots fit the scan's memory.
+        assert!(2 * 4 * chunk * 72 <= SCAN_MEMORY_BUDGET);
+        // A table of one asked chunk is spread too.
+        for rows in [300_000_u64, 600_000] {
+            let one = spread_chunk(rows, rows, 72, 4);
+            assert_eq!(rows.div_ceil(one), 4, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn small_chunks_and_one_engine_keep_the_chunk_asked() {
+        assert_eq!(spread_chunk(20_000, 7_001, 12, 4), 7_001);
+        assert_eq!(spread_chunk(50_000, 50_000, 12, 4), 50_000);
+        assert_eq!(spread_chunk(6_002_926, 1 << 20, 72, 1), 1 << 20);
+        assert_eq!(spread_chunk(0, 1, 72, 4), 1);
+        // Already a multiple of the engines: as asked.
+        assert_eq!(spread_chunk(400_000, 100_000, 12, 4), 100_000);
+    }
 }
