@@ -27,7 +27,7 @@ pub mod resident;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
+use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply};
 use csx_host::Device;
 
 use crate::columnar::{
@@ -940,6 +940,8 @@ impl<'d> Scanner<'d> {
             })
             .collect();
         let done = self.session.execute_all(&runs)?;
+        let mut reads = Vec::new();
+        let mut kept_of = Vec::with_capacity(batch.len());
         for (&(first, rows, input, output), x) in batch.iter().zip(done) {
             let r0 = x.r0_signed();
             if r0 < 0 {
@@ -952,20 +954,18 @@ impl<'d> Scanner<'d> {
                     message: format!("kept {kept} of the {rows} rows {first}..{}", first + rows),
                 });
             }
-            let mut columns = Vec::with_capacity(self.projected.len());
             for (c, o) in self.projected.iter().zip(&self.layout.outputs) {
-                let len = kept * c.ty.width();
-                columns.push(if len == 0 {
-                    Vec::new()
-                } else {
-                    self.session.read(output, o.segment, len)?
-                });
+                reads.push((output, o.segment, kept * c.ty.width()));
             }
+            kept_of.push(kept);
+        }
+        let mut values = read_all(&mut self.session, &reads)?.into_iter();
+        for (&(first, rows, _, _), kept) in batch.iter().zip(kept_of) {
             self.ready.push_back(Chunk {
                 first_row: first,
                 rows,
                 kept,
-                columns,
+                columns: values.by_ref().take(self.projected.len()).collect(),
             });
         }
         self.next = after;
@@ -1124,6 +1124,75 @@ fn collect_chunks(sc: &mut Scanner<'_>, out: &mut [ScanColumn]) -> Result<u64, D
         }
     }
     Ok(rows)
+}
+
+/// Reads every `(handle, offset, len)` of device memory to the host at once (a batch's
+/// kept values): every Memory Read submitted, then each waited for (even after a
+/// failure), metered as [`Session::read`] meters one; an empty read sends nothing.
+fn read_all(
+    session: &mut Session<'_>,
+    reads: &[(MemHandle, u64, u64)],
+) -> Result<Vec<Vec<u8>>, DataError> {
+    let piece = csx_host::proto::limits::MEM_IO_SIZE_MAX;
+    let client = session.device().client();
+    let mut ids = Vec::new();
+    let mut failure = None;
+    for (i, &(handle, offset, len)) in reads.iter().enumerate() {
+        let mut at = 0;
+        while at < len && failure.is_none() {
+            let n = (len - at).min(piece);
+            let op = Op::MemRead {
+                handle,
+                offset: offset + at,
+                len: n,
+            };
+            match client.submit_private(op) {
+                Ok(id) => ids.push((i, id, n)),
+                Err(e) => failure = Some(DataError::device("reading kept values", e)),
+            }
+            at += n;
+        }
+    }
+    let mut out: Vec<Vec<u8>> = reads
+        .iter()
+        .map(|r| Vec::with_capacity(r.2 as usize))
+        .collect();
+    let (mut commands, mut modelled, mut bytes) = (0, 0, 0);
+    for (i, id, n) in ids {
+        let c = match client.wait(id, None) {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                failure.get_or_insert(DataError::device("reading kept values", e));
+                continue;
+            }
+        };
+        commands += 1;
+        modelled += c.timing.modelled_ns;
+        if !c.status.is_success() {
+            let e = csx_host::CallError::from_completion("mem-read", c);
+            failure.get_or_insert(DataError::device("reading kept values", e));
+            continue;
+        }
+        match c.reply {
+            Reply::Data(d) if d.len() as u64 == n => {
+                out[i].extend_from_slice(&d);
+                bytes += n;
+            }
+            _ => {
+                failure.get_or_insert(DataError::Invalid(format!(
+                    "reading kept values: the device answered a read of {n} bytes with another length"
+                )));
+            }
+        }
+    }
+    session.meter.commands += commands;
+    session.meter.modelled_ns += modelled;
+    session.meter.bytes_to_host += bytes;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// The host reference: the same scan over a local table, from the predicates'
