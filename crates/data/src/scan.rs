@@ -336,14 +336,15 @@ pub const SPREAD_MIN_ROWS: u64 = 1 << 16;
 
 /// The rows of a scan's chunk: `asked` (already within the table and
 /// [`SEGMENT_MAX`]), or less so that the table splits into a multiple of `engines`
-/// chunks of equal size, each small enough that two buffer sets of `engines` chunks
-/// (at `slot_row_bytes` bytes a row) fit [`SCAN_MEMORY_BUDGET`]: every batch then
-/// gives every engine a chunk (the last batch may have one short chunk: chunks are
-/// whole encoded blocks where that fits). `asked` when that would make chunks under
+/// chunks of equal size, each small enough that a buffer set of `engines` chunks (at
+/// `slot_row_bytes` bytes a row) fits [`SCAN_MEMORY_BUDGET`]: every batch then gives
+/// every engine a chunk (the last batch may have one short chunk: chunks are whole
+/// encoded blocks where that fits), in as few batches as fit (each batch's commands
+/// wait for the one before). `asked` when that would make chunks under
 /// [`SPREAD_MIN_ROWS`] (or under `asked`, when smaller).
 fn spread_chunk(rows: u64, asked: u64, slot_row_bytes: u64, engines: u64) -> u64 {
     let engines = engines.max(1);
-    let fit = (SCAN_MEMORY_BUDGET / (2 * engines * slot_row_bytes.max(1))).max(1);
+    let fit = (SCAN_MEMORY_BUDGET / (engines * slot_row_bytes.max(1))).max(1);
     let chunks = rows.div_ceil(asked.min(fit)).div_ceil(engines) * engines;
     if chunks == 0 {
         return asked;
@@ -502,16 +503,20 @@ fn pass_estimate(col: &EncodedColumn, ranges: &[RawRange]) -> u32 {
 
 /// How many chunks run at once (slots, at most one per engine) and in how many buffer
 /// sets (two when they fit the scan's memory budget, so staging overlaps the runs), for
-/// `per_slot` bytes of device memory a chunk.
+/// `per_slot` bytes of device memory a chunk: more engines at work first, then the
+/// overlap.
 fn buffer_sets(per_slot: u64, chunks: u64, engines: u64) -> (u64, u64) {
-    let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
-        2
-    } else {
-        1
+    let slots_in = |sets: u64| {
+        (SCAN_MEMORY_BUDGET / (sets * per_slot.max(1)))
+            .clamp(1, engines)
+            .min(chunks.max(1))
     };
-    let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
-        .clamp(1, engines)
-        .min(chunks.max(1));
+    let (one, two) = (slots_in(1), slots_in(2));
+    let (slots, mut sets) = if one > two || 2 * per_slot > SCAN_MEMORY_BUDGET {
+        (one, 1)
+    } else {
+        (two, 2)
+    };
     if chunks <= slots {
         sets = 1;
     }
@@ -1237,13 +1242,28 @@ mod tests {
         let chunk = spread_chunk(rows, 1 << 20, 2 * 28 + 16, 4);
         assert_eq!(chunk % u64::from(crate::encoding::BLOCK_ROWS), 0);
         assert_eq!(rows.div_ceil(chunk) % 4, 0, "chunk {chunk}");
-        // Two sets of four slots fit the scan's memory.
-        assert!(2 * 4 * chunk * 72 <= SCAN_MEMORY_BUDGET);
+        // A set of four slots fits the scan's memory, in two batches.
+        assert!(4 * chunk * 72 <= SCAN_MEMORY_BUDGET);
+        assert_eq!(rows.div_ceil(chunk), 8, "chunk {chunk}");
         // A table of one asked chunk is spread too.
         for rows in [300_000_u64, 600_000] {
             let one = spread_chunk(rows, rows, 72, 4);
             assert_eq!(rows.div_ceil(one), 4, "{rows} rows");
         }
+    }
+
+    #[test]
+    fn every_engine_gets_a_chunk_before_staging_overlaps_the_runs() {
+        let mib = 1 << 20;
+        // Four chunks of 50 MiB fit once, not twice: four at once, one set.
+        assert_eq!(buffer_sets(50 * mib, 8, 4), (4, 1));
+        // Twice fits: four at once, two sets.
+        assert_eq!(buffer_sets(20 * mib, 8, 4), (4, 2));
+        // Neither: as many as fit once.
+        assert_eq!(buffer_sets(100 * mib, 8, 4), (2, 1));
+        assert_eq!(buffer_sets(300 * mib, 8, 4), (1, 1));
+        // No batch after the first: one set.
+        assert_eq!(buffer_sets(mib, 3, 4), (3, 1));
     }
 
     #[test]
