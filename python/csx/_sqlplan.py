@@ -253,6 +253,8 @@ class Planner:
         self.conjuncts: List[Conjunct] = []
         self.cte_names: Set[str] = set()
         self._resolved: Dict[str, Optional[Tuple[str, Any]]] = {}
+        #: The name each resolution was asked for (as the statement spells it).
+        self._asked: Dict[str, str] = {}
 
     # -- table references ----------------------------------------------------------
 
@@ -260,6 +262,7 @@ class Planner:
         key = name.lower()
         if key not in self._resolved:
             self._resolved[key] = self.resolve(name)
+            self._asked[key] = name
         return self._resolved[key]
 
     def _is_csx(self, node: Dict[str, Any]) -> bool:
@@ -560,3 +563,83 @@ def _name(schema: Any, col: str) -> str:
         if c.lower() == col.lower():
             return str(c)
     return col
+
+
+@dataclass
+class _Kept:
+    plan: Plan
+    prefix: str
+    #: Every table name the plan resolved (as spelled) and what it resolved to.
+    resolved: List[Tuple[str, Optional[Tuple[str, Any]]]]
+
+
+class _Plans:
+    """The plans of the last ``size`` statements, by their text, each kept with the
+    resolutions of its table names (device path and schema). A plan depends on
+    nothing else but DuckDB's own pure answers, so it serves the same text again when
+    every name resolves the same (each table's schema read again, as planning reads
+    it: a table rewritten, removed or added since is planned anew). A plan that bound
+    a value through a dict column's dictionary is not kept (a dictionary is not part
+    of the schema)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self.items: "OrderedDict[str, _Kept]" = OrderedDict()
+        self.lock = threading.Lock()
+
+    def find(self, sql: str, resolve: Callable[[str], Optional[Tuple[str, Any]]], prefix: str) -> Optional[Plan]:
+        with self.lock:
+            kept = self.items.get(sql)
+            if kept is not None:
+                self.items.move_to_end(sql)
+        if kept is None:
+            return None
+        for name, was in kept.resolved:
+            if resolve(name) != was:
+                return None
+        return _renamed(kept.plan, kept.prefix, prefix)
+
+    def put(self, sql: str, kept: _Kept) -> None:
+        with self.lock:
+            self.items[sql] = kept
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+_PLANS = _Plans()
+
+
+def _renamed(plan: Plan, old: str, new: str) -> Plan:
+    """``plan`` with its views named from prefix ``new`` instead of ``old``."""
+    refs = [copy.copy(r) for r in plan.refs]
+    for r in refs:
+        r.view = new + r.view[len(old) :]
+    return Plan(sql=plan.sql, duckdb_sql=plan.duckdb_sql.replace(old, new), refs=refs, conjuncts=plan.conjuncts)
+
+
+def plan_statement(
+    con: Any,
+    sql: str,
+    resolve: Callable[[str], Optional[Tuple[str, Any]]],
+    dictionaries: Callable[[Any, str], List[str]],
+    view_prefix: str,
+) -> Plan:
+    """The plan of ``sql`` (see :class:`Planner`), its views named from
+    ``view_prefix``: a kept one when the statement was planned before over the same
+    tables (see :class:`_Plans`)."""
+    hit = _PLANS.find(sql, resolve, view_prefix)
+    if hit is not None:
+        return hit
+    used_dictionary = [False]
+
+    def dicts(ref: Any, column: str) -> List[str]:
+        used_dictionary[0] = True
+        return dictionaries(ref, column)
+
+    planner = Planner(con, sql, resolve, dicts, view_prefix)
+    plan = planner.plan()
+    # A prefix the statement itself spells could not be told from the views.
+    if not used_dictionary[0] and view_prefix not in sql:
+        resolved = [(planner._asked[k], v) for k, v in planner._resolved.items()]
+        _PLANS.put(sql, _Kept(plan=_renamed(plan, view_prefix, view_prefix), prefix=view_prefix, resolved=resolved))
+    return plan

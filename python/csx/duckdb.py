@@ -335,7 +335,7 @@ def sql(
         return dict_cache[key]
 
     prefix = f"csx_view_{next(_views)}_"
-    plan = _sqlplan.Planner(_sqlplan.private_connection(), query, resolve, dictionaries, prefix).plan()
+    plan = _sqlplan.plan_statement(_sqlplan.private_connection(), query, resolve, dictionaries, prefix)
     infos = []
     for ref in plan.refs:
         infos.append(TablePushdown(ref.name, ref.alias, ref.path, list(ref.columns), list(ref.pushed)))

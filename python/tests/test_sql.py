@@ -230,3 +230,45 @@ def test_tables_default_to_the_device_root(dev):
     assert q.stats.on_device == ["(n.a < 10)"] and [t.table for t in q.stats.tables] == ["nums"]
     assert "reads relations that are not csx tables" not in q.explain()
     assert q.stats.tables[0].scans[0].rows_kept == 10
+
+
+def test_a_statement_planned_again_reuses_its_plan_until_a_table_changes(dev, monkeypatch):
+    import numpy as np
+    import pyarrow as pa
+
+    import csx._sqlplan
+    import csx.arrow
+
+    planned = []
+    real_plan = csx._sqlplan.Planner.plan
+    monkeypatch.setattr(csx._sqlplan.Planner, "plan", lambda self: planned.append(self.sql) or real_plan(self))
+
+    def put(values, ty=pa.int64()):
+        n = len(values)
+        csx.arrow.put_table(dev, "/cache_t", pa.table({"a": pa.array(values, ty), "s": pa.array(["x", "y"] * (n // 2))}))
+
+    put(np.arange(100))
+    con = duckdb.connect()
+    text = "select sum(a), count(*) from cache_t where a >= 90"
+    answers = [csx.duckdb.sql(con, dev, text).fetchall() for _ in range(3)]
+    assert answers == [[(945, 10)]] * 3
+    assert len(planned) == 1, "the same text over the same tables is planned once"
+    # New values, the same schema: the kept plan, the new data's answer.
+    put(np.arange(100) + 1)
+    assert csx.duckdb.sql(con, dev, text).fetchall() == [(1045, 11)] and len(planned) == 1
+    # More rows, then another type: the schema changed, so the statement is planned anew.
+    put(np.arange(200))
+    assert csx.duckdb.sql(con, dev, text).fetchall() == [(sum(range(90, 200)), 110)] and len(planned) == 2
+    put(np.arange(200), pa.int32())
+    q = csx.duckdb.sql(con, dev, text)
+    assert q.fetchall() == [(sum(range(90, 200)), 110)] and len(planned) == 3
+    assert q.stats.on_device == ["(a >= 90)"]
+    # The schema removed: the name is DuckDB's again (an error there), never the old plan.
+    dev.rm("/cache_t/schema.json")
+    with pytest.raises(duckdb.Error):
+        csx.duckdb.sql(con, dev, text).fetchall()
+    # A value bound through a dict column's dictionary is planned every time.
+    put(np.arange(100))
+    ds = "select count(*) from cache_t where s = 'y'"
+    assert [csx.duckdb.sql(con, dev, ds).fetchall() for _ in range(2)] == [[(50,)]] * 2
+    assert planned.count(ds) == 2

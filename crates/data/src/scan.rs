@@ -27,7 +27,7 @@ pub mod resident;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
-use csx_host::proto::{EngineKind, MemHandle, ProgramIndex, ProgramType};
+use csx_host::proto::{EngineKind, MemHandle, Op, ProgramIndex, ProgramType, Reply};
 use csx_host::Device;
 
 use crate::columnar::{
@@ -330,16 +330,51 @@ fn scan_ranges(
     Ok((ranges, nothing))
 }
 
+/// Chunks under this many rows are not made smaller to spread a table over the
+/// engines (a chunk's commands cost the same whatever its rows).
+pub const SPREAD_MIN_ROWS: u64 = 1 << 16;
+
+/// The rows of a scan's chunk: `asked` (already within the table and
+/// [`SEGMENT_MAX`]), or less so that the table splits into a multiple of `engines`
+/// chunks of equal size, each small enough that a buffer set of `engines` chunks (at
+/// `slot_row_bytes` bytes a row) fits [`SCAN_MEMORY_BUDGET`]: every batch then gives
+/// every engine a chunk (the last batch may have one short chunk: chunks are whole
+/// encoded blocks where that fits), in as few batches as fit (each batch's commands
+/// wait for the one before). `asked` when that would make chunks under
+/// [`SPREAD_MIN_ROWS`] (or under `asked`, when smaller).
+fn spread_chunk(rows: u64, asked: u64, slot_row_bytes: u64, engines: u64) -> u64 {
+    let engines = engines.max(1);
+    let fit = (SCAN_MEMORY_BUDGET / (engines * slot_row_bytes.max(1))).max(1);
+    let chunks = rows.div_ceil(asked.min(fit)).div_ceil(engines) * engines;
+    if chunks == 0 {
+        return asked;
+    }
+    let mut chunk = rows.div_ceil(chunks);
+    // Whole encoded blocks a chunk where that fits and keeps the chunks: a block
+    // split between two chunks is decoded for each.
+    let whole = chunk.next_multiple_of(u64::from(crate::encoding::BLOCK_ROWS));
+    if whole <= asked.min(fit) && rows.div_ceil(whole) == chunks {
+        chunk = whole;
+    }
+    if chunk < SPREAD_MIN_ROWS.min(asked) {
+        asked
+    } else {
+        chunk
+    }
+}
+
 /// The staged columns and the scan program's layout: the filtered columns, then the
 /// projected ones, widest first so every segment is aligned; projected column j is
 /// output j (outputs widest first too); chunks no larger than asked nor than
-/// [`SEGMENT_MAX`] allows.
+/// [`SEGMENT_MAX`] allows, spread evenly over the device's `engines`
+/// ([`spread_chunk`]).
 fn plan_layout(
     schema: &Schema,
     columns: &[&str],
     projected: &[ColumnSchema],
     ranges: &BTreeMap<String, Vec<RawRange>>,
     chunk_rows: u64,
+    engines: u64,
 ) -> Result<(Vec<ColumnSchema>, Layout), DataError> {
     let mut inputs: Vec<ColumnSchema> = Vec::new();
     for name in ranges
@@ -357,6 +392,7 @@ fn plan_layout(
     let chunk = chunk_rows
         .min(schema.rows.max(1))
         .min(SEGMENT_MAX / in_row.max(out_row).max(1));
+    let chunk = spread_chunk(schema.rows, chunk, 2 * in_row + out_row, engines);
     let mut layout = Layout {
         inputs: Vec::new(),
         outputs: Vec::new(),
@@ -467,16 +503,20 @@ fn pass_estimate(col: &EncodedColumn, ranges: &[RawRange]) -> u32 {
 
 /// How many chunks run at once (slots, at most one per engine) and in how many buffer
 /// sets (two when they fit the scan's memory budget, so staging overlaps the runs), for
-/// `per_slot` bytes of device memory a chunk.
+/// `per_slot` bytes of device memory a chunk: more engines at work first, then the
+/// overlap.
 fn buffer_sets(per_slot: u64, chunks: u64, engines: u64) -> (u64, u64) {
-    let mut sets = if 2 * per_slot <= SCAN_MEMORY_BUDGET {
-        2
-    } else {
-        1
+    let slots_in = |sets: u64| {
+        (SCAN_MEMORY_BUDGET / (sets * per_slot.max(1)))
+            .clamp(1, engines)
+            .min(chunks.max(1))
     };
-    let slots = (SCAN_MEMORY_BUDGET / (sets * per_slot))
-        .clamp(1, engines)
-        .min(chunks.max(1));
+    let (one, two) = (slots_in(1), slots_in(2));
+    let (slots, mut sets) = if one > two || 2 * per_slot > SCAN_MEMORY_BUDGET {
+        (one, 1)
+    } else {
+        (two, 2)
+    };
     if chunks <= slots {
         sets = 1;
     }
@@ -515,7 +555,9 @@ impl Plan {
             .map(|c| schema.column(c).cloned())
             .collect::<Result<Vec<_>, _>>()?;
         let (ranges, nothing) = scan_ranges(&schema, predicates)?;
-        let (inputs, layout) = plan_layout(&schema, columns, &projected, &ranges, chunk_rows)?;
+        let engines = session.engines()?;
+        let (inputs, layout) =
+            plan_layout(&schema, columns, &projected, &ranges, chunk_rows, engines)?;
         let chunks = match nothing {
             true => 0,
             false => schema.rows.div_ceil(layout.chunk_rows),
@@ -903,6 +945,8 @@ impl<'d> Scanner<'d> {
             })
             .collect();
         let done = self.session.execute_all(&runs)?;
+        let mut reads = Vec::new();
+        let mut kept_of = Vec::with_capacity(batch.len());
         for (&(first, rows, input, output), x) in batch.iter().zip(done) {
             let r0 = x.r0_signed();
             if r0 < 0 {
@@ -915,20 +959,18 @@ impl<'d> Scanner<'d> {
                     message: format!("kept {kept} of the {rows} rows {first}..{}", first + rows),
                 });
             }
-            let mut columns = Vec::with_capacity(self.projected.len());
             for (c, o) in self.projected.iter().zip(&self.layout.outputs) {
-                let len = kept * c.ty.width();
-                columns.push(if len == 0 {
-                    Vec::new()
-                } else {
-                    self.session.read(output, o.segment, len)?
-                });
+                reads.push((output, o.segment, kept * c.ty.width()));
             }
+            kept_of.push(kept);
+        }
+        let mut values = read_all(&mut self.session, &reads)?.into_iter();
+        for (&(first, rows, _, _), kept) in batch.iter().zip(kept_of) {
             self.ready.push_back(Chunk {
                 first_row: first,
                 rows,
                 kept,
-                columns,
+                columns: values.by_ref().take(self.projected.len()).collect(),
             });
         }
         self.next = after;
@@ -1089,6 +1131,75 @@ fn collect_chunks(sc: &mut Scanner<'_>, out: &mut [ScanColumn]) -> Result<u64, D
     Ok(rows)
 }
 
+/// Reads every `(handle, offset, len)` of device memory to the host at once (a batch's
+/// kept values): every Memory Read submitted, then each waited for (even after a
+/// failure), metered as [`Session::read`] meters one; an empty read sends nothing.
+fn read_all(
+    session: &mut Session<'_>,
+    reads: &[(MemHandle, u64, u64)],
+) -> Result<Vec<Vec<u8>>, DataError> {
+    let piece = csx_host::proto::limits::MEM_IO_SIZE_MAX;
+    let client = session.device().client();
+    let mut ids = Vec::new();
+    let mut failure = None;
+    for (i, &(handle, offset, len)) in reads.iter().enumerate() {
+        let mut at = 0;
+        while at < len && failure.is_none() {
+            let n = (len - at).min(piece);
+            let op = Op::MemRead {
+                handle,
+                offset: offset + at,
+                len: n,
+            };
+            match client.submit_private(op) {
+                Ok(id) => ids.push((i, id, n)),
+                Err(e) => failure = Some(DataError::device("reading kept values", e)),
+            }
+            at += n;
+        }
+    }
+    let mut out: Vec<Vec<u8>> = reads
+        .iter()
+        .map(|r| Vec::with_capacity(r.2 as usize))
+        .collect();
+    let (mut commands, mut modelled, mut bytes) = (0, 0, 0);
+    for (i, id, n) in ids {
+        let c = match client.wait(id, None) {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(e) => {
+                failure.get_or_insert(DataError::device("reading kept values", e));
+                continue;
+            }
+        };
+        commands += 1;
+        modelled += c.timing.modelled_ns;
+        if !c.status.is_success() {
+            let e = csx_host::CallError::from_completion("mem-read", c);
+            failure.get_or_insert(DataError::device("reading kept values", e));
+            continue;
+        }
+        match c.reply {
+            Reply::Data(d) if d.len() as u64 == n => {
+                out[i].extend_from_slice(&d);
+                bytes += n;
+            }
+            _ => {
+                failure.get_or_insert(DataError::Invalid(format!(
+                    "reading kept values: the device answered a read of {n} bytes with another length"
+                )));
+            }
+        }
+    }
+    session.meter.commands += commands;
+    session.meter.modelled_ns += modelled;
+    session.meter.bytes_to_host += bytes;
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 /// The host reference: the same scan over a local table, from the predicates'
 /// definitions.
 pub fn scan_local(
@@ -1118,4 +1229,50 @@ pub fn scan_local(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_table_splits_into_a_multiple_of_the_engines_in_whole_blocks() {
+        // TPC-H Q6 at SF 1: three 8-byte inputs and a 4-byte one, two 8-byte outputs.
+        let rows = 6_002_926;
+        let chunk = spread_chunk(rows, 1 << 20, 2 * 28 + 16, 4);
+        assert_eq!(chunk % u64::from(crate::encoding::BLOCK_ROWS), 0);
+        assert_eq!(rows.div_ceil(chunk) % 4, 0, "chunk {chunk}");
+        // A set of four slots fits the scan's memory, in two batches.
+        assert!(4 * chunk * 72 <= SCAN_MEMORY_BUDGET);
+        assert_eq!(rows.div_ceil(chunk), 8, "chunk {chunk}");
+        // A table of one asked chunk is spread too.
+        for rows in [300_000_u64, 600_000] {
+            let one = spread_chunk(rows, rows, 72, 4);
+            assert_eq!(rows.div_ceil(one), 4, "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn every_engine_gets_a_chunk_before_staging_overlaps_the_runs() {
+        let mib = 1 << 20;
+        // Four chunks of 50 MiB fit once, not twice: four at once, one set.
+        assert_eq!(buffer_sets(50 * mib, 8, 4), (4, 1));
+        // Twice fits: four at once, two sets.
+        assert_eq!(buffer_sets(20 * mib, 8, 4), (4, 2));
+        // Neither: as many as fit once.
+        assert_eq!(buffer_sets(100 * mib, 8, 4), (2, 1));
+        assert_eq!(buffer_sets(300 * mib, 8, 4), (1, 1));
+        // No batch after the first: one set.
+        assert_eq!(buffer_sets(mib, 3, 4), (3, 1));
+    }
+
+    #[test]
+    fn small_chunks_and_one_engine_keep_the_chunk_asked() {
+        assert_eq!(spread_chunk(20_000, 7_001, 12, 4), 7_001);
+        assert_eq!(spread_chunk(50_000, 50_000, 12, 4), 50_000);
+        assert_eq!(spread_chunk(6_002_926, 1 << 20, 72, 1), 1 << 20);
+        assert_eq!(spread_chunk(0, 1, 72, 4), 1);
+        // Already a multiple of the engines: as asked.
+        assert_eq!(spread_chunk(400_000, 100_000, 12, 4), 100_000);
+    }
 }
