@@ -58,7 +58,9 @@ impl Shared {
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
             }
-            Op::UnloadProgram { pind } => done(self.programs.unload(client, *pind)),
+            Op::UnloadProgram { pind, generation } => {
+                done(self.programs.unload(client, *pind, *generation))
+            }
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);
