@@ -369,7 +369,7 @@ fn may_hold_our_pipes(pid: u32, session_start: Option<u64>) -> bool {
     let Some(stat) = crate::procstat::of(pid) else {
         return false;
     };
-    !stat.kernel_thread && !stat.ended() && session_start.map_or(true, |s| stat.start_time >= s)
+    !stat.kernel_thread && !stat.ended() && session_start.is_none_or(|s| stat.start_time >= s)
 }
 
 /// The proxy at the other end of pipe `target`, or why there is none.
@@ -547,10 +547,12 @@ fn unseen_or_elsewhere(seen: &[Seen], hidden: &[u32], ancestors: &[u32]) -> Opti
         settled_copy.holder.describe(),
         settled_copy.elsewhere.unwrap_or_default()
     );
-    Some(match seen.iter().find(|s| s.at_std && s.holder == Holder::Proxy) {
-        Some(p) => format!("the proxy pid {} shares the pipe with {copy}", p.pid),
-        None => format!("peer is not a proxy: {copy}"),
-    })
+    Some(
+        match seen.iter().find(|s| s.at_std && s.holder == Holder::Proxy) {
+            Some(p) => format!("the proxy pid {} shares the pipe with {copy}", p.pid),
+            None => format!("peer is not a proxy: {copy}"),
+        },
+    )
 }
 
 /// Why a pipe whose other end no process that may become a proxy holds goes through
