@@ -321,13 +321,8 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             }
             w.bytes(data);
         }
-        Op::UnloadProgram { pind, generation } => {
-            w.u16(pind.0);
-            if let Some(g) = generation {
-                w.u64(*g);
-            }
-        }
-        Op::DeactivateProgram { pind } => w.u16(pind.0),
+        Op::UnloadProgram { pind, generation } => encode_slot(w, *pind, *generation),
+        Op::DeactivateProgram { pind } => encode_slot(w, *pind, None),
         Op::PersistProgram { pind, name } => {
             w.u16(pind.0);
             w.str(name);
@@ -828,6 +823,15 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
         dst_offset,
         sources,
     })
+}
+
+/// A slot, and the generation of the program meant in it when one is named (an
+/// Unload's body; see [`decode_unload`]).
+fn encode_slot(w: &mut Writer<'_>, pind: ProgramIndex, generation: Option<u64>) {
+    w.u16(pind.0);
+    if let Some(g) = generation {
+        w.u64(g);
+    }
 }
 
 /// An Unload's body is its slot, then (when the caller names one) the generation of

@@ -1236,7 +1236,7 @@ mod tests {
     /// there stays and still runs), an empty slot, a slot past the table.
     #[test]
     fn bad_unload_frames_are_refused_and_unload_nothing() {
-        use csx_proto::{ProgramIndex, ProgramType, Reply, Windows};
+        use csx_proto::{ProgramIndex, ProgramType, Reply};
         let (_dir, server, name) = served();
         let t = connect(&name);
         let slot = ProgramIndex(2);
@@ -1284,31 +1284,24 @@ mod tests {
         cut.truncate(cut.len() - 5);
         let body = (cut.len() - csx_proto::wire::COMMAND_HEADER_SIZE) as u32;
         cut[4..8].copy_from_slice(&body.to_le_bytes());
+        // A slot past the table does not encode: written over a valid frame's.
+        let mut past = unload(8, 3, generation);
+        let at = csx_proto::wire::COMMAND_HEADER_SIZE;
+        past[at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
         let bad = [
             (4, zero, Status::InvalidField),
             (5, cut, Status::InvalidField),
             (6, unload(6, 2, generation + 1), Status::ProgramChanged),
             (7, unload(7, 3, generation), Status::NoProgram),
-            (
-                8,
-                unload(8, u16::MAX, generation),
-                Status::InvalidProgramIndex,
-            ),
+            (8, past, Status::InvalidProgramIndex),
         ];
         for (id, f, want) in bad {
             t.post_raw(CommandId(id), f, |_| {}).unwrap();
             assert_eq!(status_of(&t), (CommandId(id), want), "frame {id}");
         }
-        let run = Op::Execute {
-            pind: slot,
-            windows: Windows::Inline(Vec::new()),
-            cparam1: 0,
-            cparam2: 0,
-            params: Vec::new(),
-            fuel: None,
-            time_limit_ms: None,
-            generation: Some(generation),
-        };
+        let mut run = csx_host::ExecuteRequest::new(slot);
+        run.generation = Some(generation);
+        let run = run.to_op();
         t.post_raw(CommandId(9), frame(9, run), |_| {}).unwrap();
         let c = t.reap(Some(Duration::from_secs(10))).unwrap().unwrap();
         assert_eq!((c.status, c.value), (Status::Success, 7));
