@@ -1430,6 +1430,17 @@ mod tests {
         );
     }
 
+    /// Out of sight, a process counts as a possible holder unless it is gone or started
+    /// before the session's leader (compared by start time).
+    #[test]
+    fn a_process_out_of_sight_counts_unless_older_than_the_session() {
+        let me = std::process::id();
+        assert!(may_hold_our_pipes(me, session_start()));
+        assert!(may_hold_our_pipes(me, None));
+        assert!(!may_hold_our_pipes(me, Some(u64::MAX)));
+        assert!(!may_hold_our_pipes(u32::MAX, None));
+    }
+
     #[test]
     fn a_proxy_sharing_its_end_with_another_reader_or_writer_is_no_peer() {
         // `{ op < f; echo x; } | op`: the subshell waits for the first operator, then
