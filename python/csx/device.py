@@ -228,10 +228,15 @@ class Program:
     """A program loaded into a device slot and activated; run it many times with
     :meth:`run`, then :meth:`unload` (or use it as a context manager)."""
 
-    def __init__(self, device: "Device", slot: int, name: str) -> None:
+    def __init__(
+        self, device: "Device", slot: int, name: str, generation: Optional[int] = None
+    ) -> None:
         self._device = device
         self.slot = slot
         self.name = name
+        # The loaded program's generation: the unload names it, so it never removes
+        # another program put in the slot since (None from an older device).
+        self._generation = generation
         self._loaded = True
 
     def run(
@@ -313,7 +318,7 @@ class Program:
         """Frees the slot. Unloading twice does nothing."""
         if self._loaded:
             self._loaded = False
-            self._device._dev().unload(self.slot)
+            self._device._dev().unload(self.slot, self._generation)
 
     def __enter__(self) -> "Program":
         return self
@@ -553,8 +558,10 @@ class Device:
         if entry is not None:
             _check_str("entry", entry)
             name = entry
-        slot = self._native.load(image, entry, _check_choice("engine", engine, _ENGINES))
-        return Program(self, int(slot), name)
+        slot, generation = self._native.load(
+            image, entry, _check_choice("engine", engine, _ENGINES)
+        )
+        return Program(self, int(slot), name, generation)
 
     def exec(
         self,

@@ -601,7 +601,9 @@ impl PyDevice {
     }
 
     /// Loads a program image into a free slot and activates it on `engine`; returns the
-    /// slot. The slot is unloaded again if activation fails.
+    /// slot and the loaded program's generation (`None` from a device that predates
+    /// generations), which `unload` names. The slot is unloaded again if activation
+    /// fails.
     #[pyo3(signature = (image, entry=None, engine="jit"))]
     fn load(
         &self,
@@ -609,32 +611,32 @@ impl PyDevice {
         image: Vec<u8>,
         entry: Option<String>,
         engine: &str,
-    ) -> PyResult<u16> {
+    ) -> PyResult<(u16, Option<u64>)> {
         let engine = engine_of(engine)?;
         let dev = self.device()?;
-        let pind = py.detach(move || -> Result<ProgramIndex> {
+        let (pind, generation) = py.detach(move || -> Result<(ProgramIndex, Option<u64>)> {
             let pind =
                 dev.load_program_any_slot(program_type_of(&image), &image, entry.as_deref())?;
             if let Err(e) = dev.activate(pind, engine) {
                 let _ = dev.unload(pind);
                 return Err(e.into());
             }
-            Ok(pind)
+            let listed = dev.programs_with_generations_if_known()?;
+            let found = listed.into_iter().find(|p| p.pind == pind);
+            Ok((pind, found.and_then(|p| p.generation)))
         })?;
-        Ok(pind.0)
+        Ok((pind.0, generation))
     }
 
-    /// Deactivates and unloads the program in `slot`.
-    fn unload(&self, py: Python<'_>, slot: u16) -> PyResult<()> {
+    /// Unloads the program in `slot` (the device deactivates it first). With
+    /// `generation` (as `load` returned it), only that program: another one in the
+    /// slot stays, and `csx.ProgramStateError` (status ProgramChanged) is raised.
+    #[pyo3(signature = (slot, generation=None))]
+    fn unload(&self, py: Python<'_>, slot: u16, generation: Option<u64>) -> PyResult<()> {
         let dev = self.device()?;
         py.detach(move || -> Result<()> {
             let pind = pind_of(slot);
-            // A program that is only loaded has nothing to deactivate.
-            match dev.deactivate(pind) {
-                Ok(()) | Err(csx_host::CallError::ProgramNotActivated(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-            Ok(dev.unload(pind)?)
+            Ok(dev.unload_generation(pind, generation)?)
         })?;
         Ok(())
     }

@@ -108,6 +108,20 @@ def test_program_loaded_once_run_many(dev, stats64):
     assert "unloaded" in repr(prog)
 
 
+def test_unload_names_the_generation_loaded(any_dev, stats64):
+    """An unload naming another program generation than the slot holds is refused
+    (status ProgramChanged) and the program stays; Program.unload names its own."""
+    prog = any_dev.load(stats64)
+    assert prog._generation is not None
+    with pytest.raises(csx.ProgramStateError) as e:
+        any_dev._native.unload(prog.slot, prog._generation + 1)
+    assert f"slot {prog.slot}" in str(e.value) and str(prog._generation) in str(e.value)
+    any_dev.put("/two", np.arange(2, dtype="<u8"))
+    assert prog.run("/two", output_size=32).array("<u8")[0] == 2
+    prog.unload()
+    assert "unloaded" in repr(prog)
+
+
 def test_program_from_c_source(dev, tmp_path):
     src = tmp_path / "twice.c"
     src.write_text(

@@ -303,7 +303,14 @@ fn setup(driver: &mut Driver, next: &mut u64) -> anyhow::Result<Setup> {
 }
 
 fn teardown(driver: &mut Driver, next: &mut u64, setup: &Setup) -> anyhow::Result<()> {
-    call(driver, next, Op::UnloadProgram { pind: setup.pind })?;
+    call(
+        driver,
+        next,
+        Op::UnloadProgram {
+            pind: setup.pind,
+            generation: None,
+        },
+    )?;
     for &handle in &setup.handles {
         call(driver, next, Op::MemFree { handle })?;
     }

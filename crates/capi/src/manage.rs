@@ -455,7 +455,10 @@ unsafe fn download(
                 "Unload needs a slot Index, not CSX_ANY_INDEX",
             );
         };
-        handle.session().unload_slot(pind)?;
+        // The program this handle found there, when it found one: never another
+        // client's program put in the slot since.
+        let generation = handle.generation_in(pind);
+        handle.session().unload_slot(pind, generation)?;
         handle.forget_slot(pind);
         return Ok(pind);
     }
@@ -666,14 +669,7 @@ pub(crate) fn slots_named(dev: &Dev, name: &str) -> R<Vec<u32>> {
 /// one program). A device that predates generations (it refuses the listing as an
 /// unknown opcode) is listed the old way, without generations.
 pub(crate) fn programs_named(dev: &Dev, name: &str) -> R<Vec<crate::registry::FixedSlot>> {
-    let programs = match dev.device.programs_with_generations() {
-        Err(csx_host::CallError::InvalidField(f))
-            if f.status == csx_host::proto::Status::InvalidOpcode =>
-        {
-            dev.device.programs()?
-        }
-        listed => listed?,
-    };
+    let programs = dev.device.programs_with_generations_if_known()?;
     let mut found: Vec<(bool, u16, Option<u64>)> = programs
         .into_iter()
         .filter(|p| p.persistent.as_deref() == Some(name) || p.name == name)

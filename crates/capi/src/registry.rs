@@ -77,6 +77,16 @@ impl Handle {
         self.session.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The generation of the program this handle found in slot `pind` by a fixed id,
+    /// when it knows one.
+    pub fn generation_in(&self, pind: ProgramIndex) -> Option<u64> {
+        let fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());
+        fixed
+            .values()
+            .find(|found| found.pind == pind)
+            .and_then(|found| found.generation)
+    }
+
     /// Forgets the fixed ids found in slot `pind`.
     pub fn forget_slot(&self, pind: ProgramIndex) {
         let mut fixed = self.fixed.lock().unwrap_or_else(|p| p.into_inner());

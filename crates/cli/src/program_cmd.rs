@@ -227,14 +227,14 @@ fn list(dev: &Device, a: &ListArgs) -> anyhow::Result<u8> {
     Ok(exit::SUCCESS)
 }
 
-/// The slot `target` names: a slot number, or a persistent program's name.
-fn resolve(programs: &[ProgramInfo], target: &str) -> anyhow::Result<ProgramIndex> {
+/// The program `target` names: a slot number, or a persistent program's name.
+fn resolve<'a>(programs: &'a [ProgramInfo], target: &str) -> anyhow::Result<&'a ProgramInfo> {
     if !target.is_empty() && target.bytes().all(|b| b.is_ascii_digit()) {
         let slot: u16 = target
             .parse()
             .map_err(|_| anyhow::anyhow!("slot {target} is not a slot number"))?;
         if let Some(p) = programs.iter().find(|p| p.pind.0 == slot) {
-            return Ok(p.pind);
+            return Ok(p);
         }
         let slots: Vec<String> = programs.iter().map(|p| p.pind.0.to_string()).collect();
         bail!(
@@ -250,7 +250,7 @@ fn resolve(programs: &[ProgramInfo], target: &str) -> anyhow::Result<ProgramInde
         .iter()
         .find(|p| p.persistent.as_deref() == Some(target))
     {
-        return Ok(p.pind);
+        return Ok(p);
     }
     let names: Vec<&str> = programs
         .iter()
@@ -268,12 +268,26 @@ fn resolve(programs: &[ProgramInfo], target: &str) -> anyhow::Result<ProgramInde
 }
 
 fn unload(dev: &Device, a: &UnloadArgs) -> anyhow::Result<u8> {
-    let programs = dev.programs().context("cannot list programs")?;
-    let pind = resolve(&programs, &a.target)?;
-    dev.unload(pind)
-        .with_context(|| format!("cannot unload {} (slot {})", a.target, pind.0))?;
+    let programs = dev
+        .programs_with_generations_if_known()
+        .context("cannot list programs")?;
+    let pind = unload_listed(dev, &programs, &a.target)?;
     println!("unloaded slot {}", pind.0);
     Ok(exit::SUCCESS)
+}
+
+/// Unloads the program `target` names in `programs` (a listing taken before), naming
+/// its generation when listed: a program another client put in the slot since the
+/// listing stays, and the unload fails saying so.
+fn unload_listed(
+    dev: &Device,
+    programs: &[ProgramInfo],
+    target: &str,
+) -> anyhow::Result<ProgramIndex> {
+    let p = resolve(programs, target)?;
+    dev.unload_generation(p.pind, p.generation)
+        .with_context(|| format!("cannot unload {target} (slot {})", p.pind.0))?;
+    Ok(p.pind)
 }
 
 #[cfg(test)]
@@ -300,13 +314,58 @@ mod tests {
     #[test]
     fn targets_are_slots_or_names() {
         let ps = [info(2, Some("grep")), info(5, None)];
-        assert_eq!(resolve(&ps, "grep").unwrap(), ProgramIndex(2));
-        assert_eq!(resolve(&ps, "5").unwrap(), ProgramIndex(5));
+        assert_eq!(resolve(&ps, "grep").unwrap().pind, ProgramIndex(2));
+        assert_eq!(resolve(&ps, "5").unwrap().pind, ProgramIndex(5));
         let e = resolve(&ps, "nope").unwrap_err().to_string();
         assert!(e.contains("the named programs are: grep"), "{e}");
         let e = resolve(&ps, "9").unwrap_err().to_string();
         assert!(e.contains("the occupied slots are: 2, 5"), "{e}");
         let e = resolve(&ps, "99999999999").unwrap_err().to_string();
         assert!(e.contains("not a slot number"), "{e}");
+    }
+
+    /// A raw program returning `r0`, loaded into `slot`, activated and kept as "keep".
+    fn keep(dev: &Device, slot: ProgramIndex, r0: u8) {
+        let image = [0xb7, 0, 0, 0, r0, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        dev.load_program(slot, ProgramType::Raw, &image, None)
+            .unwrap();
+        dev.activate(slot, EngineKind::Interpreter).unwrap();
+        dev.persist_program(slot, "keep").unwrap();
+    }
+
+    /// `csx program unload NAME` names the generation it listed: a program another
+    /// client put in the slot under the same name after the listing stays loaded.
+    #[test]
+    fn an_unload_never_removes_a_program_put_in_the_slot_after_its_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("dev");
+        let config = csx_host::transport::inproc::DeviceConfig {
+            nvm_size_bytes: 16 << 20,
+            slm_size_bytes: 16 << 20,
+            ..Default::default()
+        };
+        Device::init(&state, config).unwrap().close().unwrap();
+        let path = state.to_str().unwrap();
+        let (a, b) = (Device::open(path).unwrap(), Device::open(path).unwrap());
+        let slot = ProgramIndex(3);
+        keep(&b, slot, 1);
+        let listed = a.programs_with_generations_if_known().unwrap();
+        b.unload(slot).unwrap();
+        keep(&b, slot, 2);
+        let e = format!("{:#}", unload_listed(&a, &listed, "keep").unwrap_err());
+        assert!(
+            e.contains("cannot unload keep (slot 3)") && e.contains("generation"),
+            "{e}"
+        );
+        let now = a.programs().unwrap();
+        assert_eq!(now.len(), 1, "the replacement stays: {now:?}");
+        assert_eq!(now[0].persistent.as_deref(), Some("keep"));
+        let run = a.execute(&csx_host::ExecuteRequest::new(slot)).unwrap();
+        assert_eq!(run.r0, 2);
+        let fresh = a.programs_with_generations_if_known().unwrap();
+        assert_eq!(unload_listed(&a, &fresh, "keep").unwrap(), slot);
+        assert!(a.programs().unwrap().is_empty());
+        a.close().unwrap();
+        b.close().unwrap();
     }
 }

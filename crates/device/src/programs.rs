@@ -122,8 +122,16 @@ pub enum ProgramError {
     NameTaken { name: String, pind: u16 },
     #[error("slot {pind} belongs to another client; only its loader may {action}")]
     NotOwner { pind: u16, action: &'static str },
-    #[error("slot {pind} holds program generation {current}, not generation {named} the execute names (that program was unloaded and another loaded); nothing ran")]
-    Changed { pind: u16, named: u64, current: u64 },
+    #[error("slot {pind} holds program generation {current}, not generation {named} the {op} names (that program was unloaded and another loaded); {outcome}")]
+    Changed {
+        pind: u16,
+        named: u64,
+        current: u64,
+        /// The refused command: "execute" or "unload".
+        op: &'static str,
+        /// What the refusal left: "nothing ran", "the slot's program stays".
+        outcome: &'static str,
+    },
 }
 
 /// Refuses `client` a change to `slot` when another client loaded the program in it and
@@ -652,9 +660,15 @@ impl Programs {
     }
 
     /// Empties a slot (deactivating it first) for `client`. Refused while runs are in
-    /// flight, and for a program another client loaded and still owns (a persistent
-    /// program has no owner: any client may unload it).
-    pub fn unload(&self, client: ClientId, pind: ProgramIndex) -> Result<(), ProgramError> {
+    /// flight, for a program another client loaded and still owns (a persistent
+    /// program has no owner: any client may unload it), and, when the caller names the
+    /// generation of the program it means, for any other program in the slot.
+    pub fn unload(
+        &self,
+        client: ClientId,
+        pind: ProgramIndex,
+        generation: Option<u64>,
+    ) -> Result<(), ProgramError> {
         let idx = slot_index(pind)?;
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -662,6 +676,15 @@ impl Programs {
         owned_by_another(slot, client, pind, "unload it")?;
         match slot.state() {
             ProgramState::Empty => return Err(ProgramError::NoProgram { pind: pind.0 }),
+            _ if generation.is_some_and(|g| g != slot.generation) => {
+                return Err(ProgramError::Changed {
+                    pind: pind.0,
+                    named: generation.unwrap_or_default(),
+                    current: slot.generation,
+                    op: "unload",
+                    outcome: "the slot's program stays",
+                })
+            }
             _ if slot.runs_in_flight > 0 => {
                 return Err(ProgramError::InUse {
                     pind: pind.0,
@@ -926,6 +949,8 @@ impl Programs {
                 pind: pind.0,
                 named: generation.unwrap_or_default(),
                 current: slot.generation,
+                op: "execute",
+                outcome: "nothing ran",
             }),
             ProgramState::Loaded => Err(ProgramError::NotActivated { pind: pind.0 }),
             // Its owner is gone; it is unloaded when the runs in flight end.
@@ -1099,7 +1124,7 @@ impl Programs {
             None => (format!("slot{}", pind.0), None),
         };
         if !self.claim_name(pind, &name) {
-            let _ = self.unload(DEVICE_CLIENT, pind);
+            let _ = self.unload(DEVICE_CLIENT, pind, None);
             return Err(bad(format!(
                 "{}: the name {name:?} is invalid or taken by another slot",
                 json.display()
@@ -1199,7 +1224,7 @@ mod tests {
         assert_eq!(raw_chunk(&p, C1, pind, 16, 8, &img[8..]).unwrap(), 16);
         assert_eq!(p.list()[0].state, ProgramState::Loaded);
         assert_eq!(p.abandon_loads(C1), 0, "a loaded program is not abandoned");
-        p.unload(DEVICE_CLIENT, pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind, None).unwrap();
 
         // A pair that goes away mid-load releases the slot and its bytes.
         raw_chunk(&p, C1, pind, 16, 0, &img[..8]).unwrap();
@@ -1266,16 +1291,16 @@ mod tests {
                 Status::ProgramInUse
             );
             assert_eq!(
-                p.unload(DEVICE_CLIENT, pind).unwrap_err().status(),
+                p.unload(DEVICE_CLIENT, pind, None).unwrap_err().status(),
                 Status::ProgramInUse
             );
         }
         assert_eq!(p.list()[0].executions, 1);
         p.deactivate(DEVICE_CLIENT, pind).unwrap();
-        p.unload(DEVICE_CLIENT, pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind, None).unwrap();
         assert!(p.list().is_empty());
         assert_eq!(
-            p.unload(DEVICE_CLIENT, pind).unwrap_err().status(),
+            p.unload(DEVICE_CLIENT, pind, None).unwrap_err().status(),
             Status::NoProgram
         );
     }
@@ -1348,7 +1373,7 @@ mod tests {
         p.persist_as(C1, ProgramIndex(2), "two").unwrap();
         p.persist_as(C1, ProgramIndex(5), "five").unwrap();
         p.persist_as(C1, ProgramIndex(6), "six").unwrap();
-        p.unload(DEVICE_CLIENT, ProgramIndex(6)).unwrap();
+        p.unload(DEVICE_CLIENT, ProgramIndex(6), None).unwrap();
         // Slot 7 is loaded and active but not persistent: never written.
         p.activate(ProgramIndex(7), EngineKind::Interpreter)
             .unwrap();
@@ -1396,7 +1421,7 @@ mod tests {
         p.activate(pind, EngineKind::Interpreter).unwrap();
         drop(p.begin_run_of(pind, Some(first)).unwrap());
         assert_eq!(generation_of(&p, pind), first);
-        p.unload(DEVICE_CLIENT, pind).unwrap();
+        p.unload(DEVICE_CLIENT, pind, None).unwrap();
         assert_eq!(
             p.begin_run_of(pind, Some(first)).unwrap_err().status(),
             Status::NoProgram
@@ -1424,6 +1449,42 @@ mod tests {
         assert!(restored > second);
         let e = q.begin_run_of(pind, Some(second)).unwrap_err();
         assert_eq!(e.status(), Status::ProgramChanged);
+    }
+
+    /// An unload naming a generation the slot no longer holds is refused with
+    /// ProgramChanged naming the slot and both generations, and the program in the slot
+    /// stays loaded and active; one naming the generation the slot holds unloads it.
+    #[test]
+    fn an_unload_naming_a_replaced_programs_generation_is_refused() {
+        let p = programs();
+        let pind = ProgramIndex(2);
+        raw_chunk(&p, C1, pind, 16, 0, &ret42()).unwrap();
+        p.persist_as(C1, pind, "shared").unwrap();
+        let looked_up = generation_of(&p, pind);
+        // Another client replaces it between the look-up and the unload.
+        p.unload(C2, pind, None).unwrap();
+        raw_chunk(&p, C2, pind, 16, 0, &ret42()).unwrap();
+        p.persist_as(C2, pind, "shared").unwrap();
+        p.activate(pind, EngineKind::Interpreter).unwrap();
+        let replacement = generation_of(&p, pind);
+        let e = p.unload(C1, pind, Some(looked_up)).unwrap_err();
+        assert_eq!(e.status(), Status::ProgramChanged);
+        let text = e.to_string();
+        for named in [
+            "slot 2",
+            &looked_up.to_string(),
+            &replacement.to_string(),
+            "unload",
+        ] {
+            assert!(text.contains(named), "{named} in {text}");
+        }
+        assert_eq!(generation_of(&p, pind), replacement);
+        assert_eq!(p.list()[0].state, ProgramState::Active);
+        drop(p.begin_run_of(pind, Some(replacement)).unwrap());
+        p.unload(C1, pind, Some(replacement)).unwrap();
+        assert!(p.list().is_empty());
+        let e = p.unload(C1, pind, Some(replacement)).unwrap_err();
+        assert_eq!(e.status(), Status::NoProgram);
     }
 
     /// A program goes with its owner (at once, or when its last run ends, no run
@@ -1481,7 +1542,7 @@ mod tests {
         p.activate(ProgramIndex(1), EngineKind::Interpreter)
             .unwrap();
         for e in [
-            p.unload(C2, ProgramIndex(1)).unwrap_err(),
+            p.unload(C2, ProgramIndex(1), None).unwrap_err(),
             p.deactivate(C2, ProgramIndex(1)).unwrap_err(),
         ] {
             assert!(matches!(e, ProgramError::NotOwner { pind: 1, .. }), "{e}");
@@ -1491,10 +1552,10 @@ mod tests {
         assert_eq!(p.list().len(), 1, "the slot is untouched");
         assert!(p.begin_run(ProgramIndex(1)).is_ok());
         p.deactivate(C1, ProgramIndex(1)).unwrap();
-        p.unload(C1, ProgramIndex(1)).unwrap();
+        p.unload(C1, ProgramIndex(1), None).unwrap();
         raw_chunk(&p, C1, ProgramIndex(2), 16, 0, &ret42()).unwrap();
         p.persist_as(C1, ProgramIndex(2), "shared").unwrap();
-        p.unload(C2, ProgramIndex(2)).unwrap();
+        p.unload(C2, ProgramIndex(2), None).unwrap();
         assert!(p.list().is_empty());
     }
 

@@ -1,5 +1,6 @@
-//! The fields of "/proc/PID/stat" the mount reads: a process's state, its parent and
-//! when it started.
+//! The fields of "/proc/PID/stat" the mount reads: a process's state, its parent, its
+//! session, whether it is a kernel thread and when it started. Anyone may read these,
+//! also of another user's process.
 //!
 //! The second field is the command name in parentheses, and a command name may hold
 //! spaces and parentheses itself (`prctl(PR_SET_NAME)` sets any 15 bytes), so the
@@ -12,9 +13,16 @@ pub struct Stat {
     pub state: char,
     /// Field 4: the parent's pid.
     pub ppid: u32,
+    /// Field 6: the session id (its leader's pid).
+    pub session: u32,
+    /// Field 9 has `PF_KTHREAD`: a kernel thread, which holds no descriptors.
+    pub kernel_thread: bool,
     /// Field 22: when the process started, in clock ticks since boot.
     pub start_time: u64,
 }
+
+/// `PF_KTHREAD` in the flags of "/proc/PID/stat" (field 9).
+const PF_KTHREAD: u64 = 0x0020_0000;
 
 impl Stat {
     /// Whether the process has ended (a zombie nobody has reaped yet, or dead).
@@ -37,9 +45,12 @@ pub fn parse(line: &str) -> Option<Stat> {
     let (Some(state), None) = (state.next(), state.next()) else {
         return None;
     };
+    let flags: u64 = fields.get(6)?.parse().ok()?;
     Some(Stat {
         state,
         ppid: fields.get(1)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        kernel_thread: flags & PF_KTHREAD != 0,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -51,7 +62,7 @@ mod tests {
     /// A stat line of a process named `comm`, fields 3 to 52 as Linux writes them.
     fn line(comm: &str) -> String {
         format!(
-            "4242 ({comm}) S 17 4242 4242 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 1 0 987654 \
+            "4242 ({comm}) S 17 4242 4240 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 1 0 987654 \
              5472256 230 18446744073709551615 1 1 0 0 0 0 0 0 65536 0 0 0 17 1 0 0 0 0 0 \
              0 0 0 0 0 0 0 0\n"
         )
@@ -65,10 +76,14 @@ mod tests {
             Stat {
                 state: 'S',
                 ppid: 17,
+                session: 4240,
+                kernel_thread: false,
                 start_time: 987_654
             }
         );
         assert!(!s.ended());
+        let kthread = line("kworker/0:1").replace(" 4194560 ", " 69238880 ");
+        assert!(parse(&kthread).unwrap().kernel_thread);
     }
 
     #[test]
@@ -79,6 +94,8 @@ mod tests {
                 Some(Stat {
                     state: 'S',
                     ppid: 17,
+                    session: 4240,
+                    kernel_thread: false,
                     start_time: 987_654
                 }),
                 "{comm:?}"
@@ -107,6 +124,8 @@ mod tests {
         let me = of(std::process::id()).unwrap();
         assert!(!me.ended());
         assert_eq!(me.ppid, std::os::unix::process::parent_id());
+        assert!(!me.kernel_thread);
+        assert!(me.session > 0);
         assert!(me.start_time > 0);
         assert_eq!(of(u32::MAX), None);
     }

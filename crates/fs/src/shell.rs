@@ -289,12 +289,24 @@ pub fn decide(fd: u32, mount: &Path) -> Decision {
     }
 }
 
+/// Who holds the other end of a pipe, as one scan of "/proc" saw it.
+#[derive(Debug, Default)]
+struct Holders {
+    /// Processes (other than this one) holding it: (pid, whether at its other standard
+    /// descriptor, the lowest other descriptor it holds it at).
+    held: Vec<(u32, bool, Option<u32>)>,
+    /// Processes whose descriptors this one may not read (another user's) and that may
+    /// hold it: not kernel threads, nor processes older than this session's leader.
+    hidden: Vec<u32>,
+}
+
 /// The processes (other than this one) holding the other end of pipe `target` from our
-/// fd `fd`: (pid, whether at its other standard descriptor).
-fn pipe_holders(target: &str, fd: u32) -> Vec<(u32, bool)> {
-    let other_fd = if fd == 0 { "1" } else { "0" };
+/// fd `fd`, at any descriptor, and those whose descriptors cannot be seen (see
+/// [`may_hold_our_pipes`]).
+fn pipe_holders(target: &str, fd: u32, session_start: Option<u64>) -> Holders {
+    let other_fd = if fd == 0 { 1 } else { 0 };
     let me = std::process::id();
-    let mut holders = Vec::new();
+    let mut holders = Holders::default();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return holders;
     };
@@ -306,25 +318,58 @@ fn pipe_holders(target: &str, fd: u32) -> Vec<(u32, bool)> {
         if pid == me {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{name}/fd")) else {
-            continue;
+        let fds = match std::fs::read_dir(format!("/proc/{name}/fd")) {
+            Ok(fds) => fds,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                if may_hold_our_pipes(pid, session_start) {
+                    holders.hidden.push(pid);
+                }
+                continue;
+            }
+            Err(_) => continue,
         };
-        let mut held = None;
+        let (mut at_std, mut elsewhere, mut holds) = (false, None::<u32>, false);
         for f in fds.flatten() {
             if std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == target) {
                 let fd_name = f.file_name().to_string_lossy().into_owned();
                 // Only the other end of the pipe: a process that shares our end (the
                 // shell whose own stdout we inherited) is no peer.
-                if holds_other_end(&name, &fd_name, fd) {
-                    held = Some(held.unwrap_or(false) || fd_name == other_fd);
+                if !holds_other_end(&name, &fd_name, fd) {
+                    continue;
+                }
+                holds = true;
+                match fd_name.parse::<u32>() {
+                    Ok(n) if n == other_fd => at_std = true,
+                    Ok(n) => elsewhere = Some(elsewhere.map_or(n, |e| e.min(n))),
+                    Err(_) => {}
                 }
             }
         }
-        if let Some(at_std) = held {
-            holders.push((pid, at_std));
+        if holds {
+            holders.held.push((pid, at_std, elsewhere));
         }
     }
     holders
+}
+
+/// The start (clock ticks since boot) of this process's session leader, when it still
+/// runs: a pipe of this session was made after it started.
+fn session_start() -> Option<u64> {
+    let session = crate::procstat::of(std::process::id())?.session;
+    let leader = crate::procstat::of(session)?;
+    (session != 0 && leader.session == session && !leader.ended()).then_some(leader.start_time)
+}
+
+/// Whether `pid`, whose descriptors this process may not read, may hold a pipe of
+/// ours: any process may, but a kernel thread (no descriptors) and one that started
+/// before this session's leader (`session_start`), so before the pipe was made (it
+/// could only have been handed the pipe over a socket, which no shell does). Without a
+/// leader to compare with, every such process may.
+fn may_hold_our_pipes(pid: u32, session_start: Option<u64>) -> bool {
+    let Some(stat) = crate::procstat::of(pid) else {
+        return false;
+    };
+    !stat.kernel_thread && !stat.ended() && session_start.is_none_or(|s| stat.start_time >= s)
 }
 
 /// The proxy at the other end of pipe `target`, or why there is none.
@@ -340,15 +385,19 @@ fn pipe_holders(target: &str, fd: u32) -> Vec<(u32, bool)> {
 /// the wait ends at [`PEER_WAIT`].
 fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
     let ancestors = ancestors();
+    let session = session_start();
     let start = Instant::now();
     let mut looks = 0;
     loop {
         looks += 1;
-        let seen: Vec<Seen> = pipe_holders(target, fd)
+        let holders = pipe_holders(target, fd, session);
+        let seen: Vec<Seen> = holders
+            .held
             .into_iter()
-            .map(|(pid, at_std)| Seen {
+            .map(|(pid, at_std, elsewhere)| Seen {
                 pid,
                 at_std,
+                elsewhere,
                 holder: assess(pid, target, mount, &ancestors),
             })
             .collect();
@@ -359,7 +408,7 @@ fn pipe_peer(target: &str, fd: u32, mount: &Path) -> Decision {
             timed_out: false,
             looks,
         };
-        let busy = match judge(&seen, &ancestors) {
+        let busy = match judge(&seen, &holders.hidden, &ancestors) {
             Verdict::Peer(pid) => {
                 return decided(End::Peer(pid), format!("peer is a proxy (pid {pid})"))
             }
@@ -390,6 +439,9 @@ struct Seen {
     /// Whether it holds the pipe at its other standard descriptor (a writer's 1, a
     /// reader's 0): where a program it runs or becomes reads or writes.
     at_std: bool,
+    /// The lowest other descriptor it holds the pipe at (`2>&1`, `3>&1`, a shell's or
+    /// Python's own copy before it closes it): it may read or write there too.
+    elsewhere: Option<u32>,
     holder: Holder,
 }
 
@@ -404,16 +456,23 @@ enum Verdict {
     Wait(Vec<String>),
 }
 
-/// Decides from one look at a pipe's other end (`seen`; `ancestors` are ours).
+/// Decides from one look at a pipe's other end (`seen`; `hidden`: processes whose
+/// descriptors could not be read; `ancestors` are ours).
 ///
-/// A proxy is the peer only when it is the one process at a standard descriptor of the
-/// other end: another one there (a subshell in `{ op; echo x; } | op`, which writes
-/// into the pipe after the operator) would read or write bytes the device never sees,
-/// so the pipe goes through the host; while that other one may still turn into
-/// something else (it runs, forks, execs), the look is repeated. A process holding the
-/// other end at another descriptor (the shell or Python parent that made the pipe and
-/// closes its copy once the next stage is started) does not count.
-fn judge(seen: &[Seen], ancestors: &[u32]) -> Verdict {
+/// A proxy is the peer only when it is the one process holding the other end, and holds
+/// it only at its standard descriptor: another process holding it at any descriptor
+/// (a subshell in `{ op; echo x; } | op`, which writes into the pipe after the operator,
+/// or one that holds a copy at descriptor 3 from `exec 3>&1`), or the proxy holding a
+/// second copy (`op 2>&1 | op`), could read or write bytes the device never sees, so
+/// the pipe goes through the host; so it does when some process's descriptors cannot
+/// be read (another user's: it may hold the pipe). While such another process may
+/// still turn into something else or close its copy (it runs, forks, execs: the shell
+/// or Python parent that made the pipe and closes its copy once the next stage is
+/// started), the look is repeated.
+fn judge(seen: &[Seen], hidden: &[u32], ancestors: &[u32]) -> Verdict {
+    if let Some(why) = unseen_or_elsewhere(seen, hidden, ancestors) {
+        return Verdict::Host(why);
+    }
     let is_peer = |s: &Seen| s.at_std && s.holder == Holder::Proxy && !ancestors.contains(&s.pid);
     let proxies: Vec<u32> = seen.iter().filter(|s| is_peer(s)).map(|s| s.pid).collect();
     let settled = seen
@@ -441,8 +500,8 @@ fn judge(seen: &[Seen], ancestors: &[u32]) -> Verdict {
         }
         _ => {}
     }
-    let others_at_std = seen.iter().any(|s| s.at_std && !is_peer(s));
-    if let ([p], false) = (proxies.as_slice(), others_at_std) {
+    let others = seen.iter().any(|s| !is_peer(s));
+    if let ([p], false) = (proxies.as_slice(), others) {
         return Verdict::Peer(*p);
     }
     let busy: Vec<String> = seen
@@ -454,6 +513,46 @@ fn judge(seen: &[Seen], ancestors: &[u32]) -> Verdict {
         return Verdict::Host(nobody_may_become_one(seen));
     }
     Verdict::Wait(busy)
+}
+
+/// Why the pipe goes through the host at once whatever else holds it: a process
+/// whose descriptors cannot be read, a proxy at the other end that holds a second copy,
+/// or a process that holds the pipe at another descriptor only and will not close it
+/// soon (it does not run, fork or exec: it sleeps, or runs another program).
+fn unseen_or_elsewhere(seen: &[Seen], hidden: &[u32], ancestors: &[u32]) -> Option<String> {
+    if let Some(pid) = hidden.first() {
+        return Some(format!(
+            "the descriptors of pid {pid} cannot be read (another user's process): it may hold the pipe"
+        ));
+    }
+    let proxy_with_copy = seen.iter().find(|s| {
+        s.at_std
+            && s.holder == Holder::Proxy
+            && !ancestors.contains(&s.pid)
+            && s.elsewhere.is_some()
+    });
+    if let Some(s) = proxy_with_copy {
+        return Some(format!(
+            "the proxy pid {} also holds the pipe at descriptor {}, which it or a child may read or write",
+            s.pid,
+            s.elsewhere.unwrap_or_default()
+        ));
+    }
+    let settled_copy = seen
+        .iter()
+        .find(|s| !s.at_std && !matches!(s.holder, Holder::Busy(_)))?;
+    let copy = format!(
+        "pid {} {}, at descriptor {}",
+        settled_copy.pid,
+        settled_copy.holder.describe(),
+        settled_copy.elsewhere.unwrap_or_default()
+    );
+    Some(
+        match seen.iter().find(|s| s.at_std && s.holder == Holder::Proxy) {
+            Some(p) => format!("the proxy pid {} shares the pipe with {copy}", p.pid),
+            None => format!("peer is not a proxy: {copy}"),
+        },
+    )
 }
 
 /// Why a pipe whose other end no process that may become a proxy holds goes through
@@ -1261,10 +1360,13 @@ fn finish_chain(
 mod tests {
     use super::*;
 
+    /// A holder at its other standard descriptor only, or (`at_std` false) at
+    /// descriptor 3 only.
     fn seen(pid: u32, at_std: bool, holder: Holder) -> Seen {
         Seen {
             pid,
             at_std,
+            elsewhere: (!at_std).then_some(3),
             holder,
         }
     }
@@ -1275,14 +1377,68 @@ mod tests {
 
     #[test]
     fn the_one_proxy_at_the_other_end_is_the_peer() {
-        // The parent shell still holds the other end at another descriptor: no matter.
+        let look = [seen(10, true, Holder::Proxy)];
+        assert_eq!(judge(&look, &[], &[1]), Verdict::Peer(10));
+        // The parent shell still holds the other end at another descriptor while it
+        // starts the next stage: look again (it closes its copy then).
         let look = [
             seen(10, true, Holder::Proxy),
             seen(1, false, Holder::Busy("sh".into())),
         ];
-        assert_eq!(judge(&look, &[1]), Verdict::Peer(10));
-        let look = [seen(10, true, Holder::Proxy), seen(1, false, waiting("sh"))];
-        assert_eq!(judge(&look, &[1]), Verdict::Peer(10));
+        assert!(matches!(judge(&look, &[], &[1]), Verdict::Wait(_)));
+    }
+
+    /// A process holding the pipe at another descriptor only and not about to close it
+    /// (`exec 3>&1`, a parent that keeps its copy and waits) may read or write it; so
+    /// may the proxy itself through a second copy (`op 2>&1 | op`), and a process whose
+    /// descriptors cannot be read: the pipe goes through the host, naming it.
+    #[test]
+    fn a_copy_of_the_pipe_at_another_descriptor_or_out_of_sight_sends_it_through_the_host() {
+        for other in [
+            waiting("sh"),
+            Holder::Program("sleep".into()),
+            Holder::Proxy,
+        ] {
+            let look = [
+                seen(10, true, Holder::Proxy),
+                seen(11, false, other.clone()),
+            ];
+            let Verdict::Host(why) = judge(&look, &[], &[1]) else {
+                panic!("{other:?} holds a copy, yet the proxy was taken for the peer")
+            };
+            assert!(
+                why.contains("pid 11") && why.contains("descriptor 3"),
+                "{why}"
+            );
+        }
+        let mut both = seen(10, true, Holder::Proxy);
+        both.elsewhere = Some(2);
+        let Verdict::Host(why) = judge(&[both], &[], &[]) else {
+            panic!("a proxy holding a second copy was taken for the peer")
+        };
+        assert!(
+            why.contains("pid 10") && why.contains("descriptor 2"),
+            "{why}"
+        );
+        let look = [seen(10, true, Holder::Proxy)];
+        let Verdict::Host(why) = judge(&look, &[77], &[]) else {
+            panic!("a process out of sight was taken to hold nothing")
+        };
+        assert!(
+            why.contains("pid 77") && why.contains("cannot be read"),
+            "{why}"
+        );
+    }
+
+    /// Out of sight, a process counts as a possible holder unless it is gone or started
+    /// before the session's leader (compared by start time).
+    #[test]
+    fn a_process_out_of_sight_counts_unless_older_than_the_session() {
+        let me = std::process::id();
+        assert!(may_hold_our_pipes(me, session_start()));
+        assert!(may_hold_our_pipes(me, None));
+        assert!(!may_hold_our_pipes(me, Some(u64::MAX)));
+        assert!(!may_hold_our_pipes(u32::MAX, None));
     }
 
     #[test]
@@ -1291,7 +1447,7 @@ mod tests {
         // writes into the same pipe.
         for other in [waiting("sh"), Holder::Program("cat".into())] {
             let look = [seen(10, true, Holder::Proxy), seen(11, true, other.clone())];
-            let Verdict::Host(why) = judge(&look, &[]) else {
+            let Verdict::Host(why) = judge(&look, &[], &[]) else {
                 panic!("{other:?} shares the pipe, yet the proxy was taken for the peer")
             };
             assert!(why.contains("pid 10") && why.contains("pid 11"), "{why}");
@@ -1301,36 +1457,36 @@ mod tests {
             seen(10, true, Holder::Proxy),
             seen(11, true, Holder::Busy("sh".into())),
         ];
-        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        assert!(matches!(judge(&look, &[], &[]), Verdict::Wait(_)));
         // Two proxies at the other end (`op | { op; op; }`) are no one peer either.
         let look = [seen(10, true, Holder::Proxy), seen(11, true, Holder::Proxy)];
-        assert!(matches!(judge(&look, &[]), Verdict::Host(_)));
+        assert!(matches!(judge(&look, &[], &[]), Verdict::Host(_)));
     }
 
     #[test]
     fn a_process_that_may_still_become_a_proxy_is_waited_for() {
         let look = [seen(10, true, Holder::Busy("sh".into()))];
-        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        assert!(matches!(judge(&look, &[], &[]), Verdict::Wait(_)));
         // A forked child before its dup2: it holds the pipe at another descriptor yet.
         let look = [seen(10, false, Holder::Busy("sh".into()))];
-        assert!(matches!(judge(&look, &[]), Verdict::Wait(_)));
+        assert!(matches!(judge(&look, &[], &[]), Verdict::Wait(_)));
         // An ancestor that is a proxy is no peer, and is not waited for beyond the limit.
         let look = [seen(3, true, Holder::Proxy)];
-        assert!(matches!(judge(&look, &[3]), Verdict::Wait(_)));
+        assert!(matches!(judge(&look, &[], &[3]), Verdict::Wait(_)));
     }
 
     #[test]
     fn a_settled_reader_or_nobody_sends_the_pipe_through_the_host() {
         let look = [seen(10, true, waiting("bash"))];
-        let Verdict::Host(why) = judge(&look, &[]) else {
+        let Verdict::Host(why) = judge(&look, &[], &[]) else {
             panic!("a waiting shell was taken for a proxy to be")
         };
         assert!(
             why.starts_with("peer is not a proxy") && why.contains("system call 61"),
             "{why}"
         );
-        assert!(matches!(judge(&[], &[]), Verdict::Host(_)));
+        assert!(matches!(judge(&[], &[], &[]), Verdict::Host(_)));
         let look = [seen(1, false, waiting("python3"))];
-        assert!(matches!(judge(&look, &[1]), Verdict::Host(_)));
+        assert!(matches!(judge(&look, &[], &[1]), Verdict::Host(_)));
     }
 }

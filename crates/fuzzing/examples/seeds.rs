@@ -75,6 +75,7 @@ fn commands() -> Vec<Command> {
         },
         Op::UnloadProgram {
             pind: ProgramIndex(3),
+            generation: None,
         },
         Op::ActivateProgram {
             pind: ProgramIndex(3),

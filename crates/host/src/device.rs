@@ -287,6 +287,16 @@ impl Device {
         }
     }
 
+    /// The occupied slots, with each program's generation when the device gives them
+    /// ([`Device::programs_with_generations`]); a device that predates generations (it
+    /// refuses that listing as an unknown opcode) is listed the old way, without them.
+    pub fn programs_with_generations_if_known(&self) -> Result<Vec<ProgramInfo>, CallError> {
+        match self.programs_with_generations() {
+            Err(CallError::InvalidField(f)) if f.status == Status::InvalidOpcode => self.programs(),
+            listed => listed,
+        }
+    }
+
     /// Loads `image` into slot `pind` in chunks. `entry` names the ELF function to run.
     pub fn load_program(
         &self,
@@ -379,9 +389,21 @@ impl Device {
         .map(drop)
     }
 
-    /// Empties slot `pind`.
+    /// Empties slot `pind`, whatever program it holds.
     pub fn unload(&self, pind: ProgramIndex) -> Result<(), CallError> {
-        self.call(Op::UnloadProgram { pind }).map(drop)
+        self.unload_generation(pind, None)
+    }
+
+    /// Empties slot `pind` if it holds the program of `generation` (as listed by
+    /// [`Device::programs_with_generations`]); another program there stays and the
+    /// unload fails with `CallError::ProgramChanged`. `None` empties the slot whatever
+    /// it holds.
+    pub fn unload_generation(
+        &self,
+        pind: ProgramIndex,
+        generation: Option<u64>,
+    ) -> Result<(), CallError> {
+        self.call(Op::UnloadProgram { pind, generation }).map(drop)
     }
 
     /// The state of slot `pind` (`Empty` when it is not listed).

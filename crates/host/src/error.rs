@@ -168,8 +168,8 @@ call_errors! {
     Aborted => Aborted;
     /// The execution ran past its time limit (the detail names the limit).
     TimeLimitExceeded => TimeLimitExceeded;
-    /// The Execute named a program generation and the slot holds another program
-    /// (unloaded and replaced meanwhile); nothing ran.
+    /// The Execute or Unload named a program generation and the slot holds another
+    /// program (unloaded and replaced meanwhile); nothing ran or was unloaded.
     ProgramChanged => ProgramChanged;
     /// A namespace the command names is not reachable.
     NamespaceNotReachable => NamespaceNotReachable;

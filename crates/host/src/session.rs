@@ -510,13 +510,42 @@ impl<'d> Session<'d> {
         }
     }
 
-    /// Unloads whatever program slot `pind` holds, whoever loaded it, and forgets it.
-    pub fn unload_slot(&mut self, pind: ProgramIndex) -> Result<(), SessionError> {
+    /// Unloads the program slot `pind` holds, whoever loaded it, and forgets it. When
+    /// the generation of the program meant there is known (`generation`, else that of
+    /// a program the session adopted in that slot), the unload names it: a program
+    /// another client put in the slot since stays and the unload fails
+    /// ([`CallError::ProgramChanged`]).
+    pub fn unload_slot(
+        &mut self,
+        pind: ProgramIndex,
+        generation: Option<u64>,
+    ) -> Result<(), SessionError> {
         let name = self.program_name(pind);
+        let held = self
+            .programs
+            .iter()
+            .find(|h| h.pind == pind && h.at == pind);
+        let generation = generation.or(held.and_then(|h| h.generation));
         self.programs.retain(|h| h.pind != pind);
         let what = || format!("unloading program {name}");
-        self.call(what, Op::UnloadProgram { pind }, true)?;
+        let op = Op::UnloadProgram { pind, generation };
+        self.call(what, op, true)?;
         Ok(())
+    }
+
+    /// Unloads the persistent program kept under `name`: its slot and generation from
+    /// one listing, and the unload names that generation, so a program another client
+    /// put in the slot between the listing and the unload stays (the unload fails
+    /// with [`CallError::ProgramChanged`]). Returns the slot it was in.
+    pub fn unload_persistent(&mut self, name: &str) -> Result<ProgramIndex, SessionError> {
+        let (pind, generation) = self.look_up(name)?;
+        let what = || format!("unloading program {name} (slot {})", pind.0);
+        let op = Op::UnloadProgram {
+            pind,
+            generation: Some(generation),
+        };
+        self.call(what, op, true)?;
+        Ok(pind)
     }
 
     /// Verifies and prepares (for the JIT: compiles) the program in `pind` for `engine`.
@@ -592,7 +621,11 @@ impl<'d> Session<'d> {
         let held = self.programs.remove(i);
         if held.owned {
             let what = || format!("unloading program {}", held.name);
-            self.call(what, Op::UnloadProgram { pind }, true)?;
+            let op = Op::UnloadProgram {
+                pind: held.at,
+                generation: held.generation,
+            };
+            self.call(what, op, true)?;
         }
         Ok(())
     }

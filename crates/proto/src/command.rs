@@ -143,7 +143,15 @@ pub enum Op {
     },
     /// Empty a slot (TP4091 Load Program, SEL = 1). An active program is deactivated
     /// first; a program with executions in flight is refused.
-    UnloadProgram { pind: ProgramIndex },
+    UnloadProgram {
+        pind: ProgramIndex,
+        /// The generation of the program the caller means (`ProgramInfo::generation`,
+        /// never 0): the device refuses the unload with [`Status::ProgramChanged`] when
+        /// the slot holds another program (the one looked up was unloaded and another
+        /// loaded since), and the other program stays. `None` unloads whatever the slot
+        /// holds.
+        generation: Option<u64>,
+    },
     /// Verify the program and prepare its engine (TP4091 Program Activation
     /// Management, activate).
     ActivateProgram {
@@ -682,9 +690,11 @@ impl Op {
                 entry,
                 ..
             } => validate_load(*pind, *total_size_bytes, *offset, data, entry.as_deref()),
-            Op::UnloadProgram { pind }
-            | Op::ActivateProgram { pind, .. }
-            | Op::DeactivateProgram { pind } => check_pind(*pind),
+            Op::UnloadProgram { pind, generation } => {
+                check_pind(*pind)?;
+                check_generation(*generation)
+            }
+            Op::ActivateProgram { pind, .. } | Op::DeactivateProgram { pind } => check_pind(*pind),
             Op::PersistProgram { pind, name } => {
                 check_pind(*pind)?;
                 validate_program_name(name)

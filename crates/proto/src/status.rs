@@ -119,8 +119,8 @@ statuses! {
     NotEmpty = 0xC8, "directory not empty";
     /// The execution ran past its time limit and was stopped; the detail names the limit.
     TimeLimitExceeded = 0xC9, "execution time limit exceeded";
-    /// The Execute named a program generation and the slot holds another program (it
-    /// was unloaded and a different one loaded meanwhile); nothing ran.
+    /// The Execute or Unload named a program generation and the slot holds another program (it
+    /// was unloaded and a different one loaded meanwhile); nothing ran or was unloaded.
     ProgramChanged = 0xCA, "program changed";
 }
 

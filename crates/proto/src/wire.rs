@@ -321,7 +321,8 @@ fn encode_op(w: &mut Writer<'_>, op: &Op) {
             }
             w.bytes(data);
         }
-        Op::UnloadProgram { pind } | Op::DeactivateProgram { pind } => w.u16(pind.0),
+        Op::UnloadProgram { pind, generation } => encode_slot(w, *pind, *generation),
+        Op::DeactivateProgram { pind } => encode_slot(w, *pind, None),
         Op::PersistProgram { pind, name } => {
             w.u16(pind.0);
             w.str(name);
@@ -599,9 +600,7 @@ fn decode_op(r: &mut Reader<'_>, opcode: u8) -> Result<Op, WireError> {
         0x03 => Op::ListPrograms,
         0x0E => Op::ListProgramsWithGenerations,
         0x04 => decode_load(r)?,
-        0x05 => Op::UnloadProgram {
-            pind: decode_pind(r)?,
-        },
+        0x05 => decode_unload(r)?,
         0x06 => Op::ActivateProgram {
             pind: decode_pind(r)?,
             engine: match r.u8("engine")? {
@@ -824,6 +823,29 @@ fn decode_copy(r: &mut Reader<'_>) -> Result<Op, WireError> {
         dst_offset,
         sources,
     })
+}
+
+/// A slot, and the generation of the program meant in it when one is named (an
+/// Unload's body; see [`decode_unload`]).
+fn encode_slot(w: &mut Writer<'_>, pind: ProgramIndex, generation: Option<u64>) {
+    w.u16(pind.0);
+    if let Some(g) = generation {
+        w.u64(g);
+    }
+}
+
+/// An Unload's body is its slot, then (when the caller names one) the generation of
+/// the program it means: a frame without one is the frame it was before generations,
+/// and a decoder that predates them refuses one with it as trailing bytes instead of
+/// unloading whatever the slot holds.
+fn decode_unload(r: &mut Reader<'_>) -> Result<Op, WireError> {
+    let pind = decode_pind(r)?;
+    let generation = if r.remaining() == 0 {
+        None
+    } else {
+        Some(r.u64("program generation")?)
+    };
+    Ok(Op::UnloadProgram { pind, generation })
 }
 
 /// Bit of Execute's flags byte: a fuel budget is given.
@@ -1633,6 +1655,58 @@ mod tests {
             decode_command(&cut),
             Err(WireError::Truncated { .. })
         ));
+    }
+
+    fn unload(generation: Option<u64>) -> Command {
+        Command::new(
+            CommandId(4),
+            Op::UnloadProgram {
+                pind: ProgramIndex(6),
+                generation,
+            },
+        )
+    }
+
+    /// An Unload that names no generation is the frame it was before generations (its
+    /// slot only); one that names a generation carries it after the slot, which an old
+    /// decoder refuses as trailing bytes. Generation 0 and a cut generation are refused.
+    #[test]
+    fn an_unloads_generation_follows_its_slot() {
+        let old: Vec<u8> = [
+            &[0x05, WIRE_VERSION, 0, 0, 2, 0, 0, 0][..],
+            &4u64.to_le_bytes(),
+            &[6, 0],
+        ]
+        .concat();
+        assert_eq!(encode_command(&unload(None)).unwrap(), old);
+        assert_eq!(decode_command(&old).unwrap(), unload(None));
+        let named = encode_command(&unload(Some(0xfeed_0000_0002))).unwrap();
+        assert_eq!(named.len(), old.len() + 8);
+        assert_eq!(&named[..4], &old[..4]);
+        assert_eq!(
+            &named[named.len() - 8..],
+            &0xfeed_0000_0002u64.to_le_bytes()
+        );
+        assert_eq!(
+            decode_command(&named).unwrap(),
+            unload(Some(0xfeed_0000_0002))
+        );
+        assert!(matches!(
+            encode_command(&unload(Some(0))),
+            Err(WireError::Invalid(_))
+        ));
+        let mut zero = named.clone();
+        let at = zero.len() - 8;
+        zero[at..].copy_from_slice(&0u64.to_le_bytes());
+        assert!(decode_command(&zero).is_err());
+        for keep in 1..8 {
+            let mut cut = named[..old.len() + keep].to_vec();
+            cut[4..8].copy_from_slice(&(2 + keep as u32).to_le_bytes());
+            assert!(
+                matches!(decode_command(&cut), Err(WireError::Truncated { .. })),
+                "{keep} bytes of a generation"
+            );
+        }
     }
 
     /// A listing without generations keeps reply kind 4 and its layout; one with them

@@ -277,7 +277,7 @@ fn tracked_of(op: &Op) -> Option<Tracked> {
             first: *offset == 0,
             last: u64::from(*offset) + data.len() as u64 >= u64::from(*total_size_bytes),
         },
-        Op::UnloadProgram { pind } => Tracked::Unload { pind: pind.0 },
+        Op::UnloadProgram { pind, .. } => Tracked::Unload { pind: pind.0 },
         _ => return None,
     })
 }

@@ -1231,6 +1231,87 @@ mod tests {
         server.shutdown().unwrap();
     }
 
+    /// Unload frames that are wrong get typed refusals and change nothing: generation
+    /// 0, a generation cut short, a generation the slot no longer holds (the program
+    /// there stays and still runs), an empty slot, a slot past the table.
+    #[test]
+    fn bad_unload_frames_are_refused_and_unload_nothing() {
+        use csx_proto::{ProgramIndex, ProgramType, Reply};
+        let (_dir, server, name) = served();
+        let t = connect(&name);
+        let slot = ProgramIndex(2);
+        let image = vec![0xb7, 0, 0, 0, 7, 0, 0, 0, 0x95, 0, 0, 0, 0, 0, 0, 0];
+        let load = Op::LoadProgram {
+            pind: slot,
+            ptype: ProgramType::Raw,
+            total_size_bytes: 16,
+            offset: 0,
+            data: image,
+            entry: None,
+        };
+        let activate = Op::ActivateProgram {
+            pind: slot,
+            engine: csx_proto::EngineKind::Interpreter,
+        };
+        for (id, op) in [(1, load), (2, activate)] {
+            t.post_raw(CommandId(id), frame(id, op), |_| {}).unwrap();
+            assert_eq!(status_of(&t), (CommandId(id), Status::Success));
+        }
+        t.post_raw(
+            CommandId(3),
+            frame(3, Op::ListProgramsWithGenerations),
+            |_| {},
+        )
+        .unwrap();
+        let c = t.reap(Some(Duration::from_secs(10))).unwrap().unwrap();
+        let Reply::Programs(listed) = c.reply else {
+            panic!("{:?}", c.reply)
+        };
+        let generation = listed[0].generation.unwrap();
+        let unload = |id: u64, pind: u16, generation: u64| {
+            frame(
+                id,
+                Op::UnloadProgram {
+                    pind: ProgramIndex(pind),
+                    generation: Some(generation),
+                },
+            )
+        };
+        let mut zero = unload(4, 2, 1);
+        let at = zero.len() - 8;
+        zero[at..].copy_from_slice(&0u64.to_le_bytes());
+        let mut cut = unload(5, 2, generation);
+        cut.truncate(cut.len() - 5);
+        let body = (cut.len() - csx_proto::wire::COMMAND_HEADER_SIZE) as u32;
+        cut[4..8].copy_from_slice(&body.to_le_bytes());
+        // A slot past the table does not encode: written over a valid frame's.
+        let mut past = unload(8, 3, generation);
+        let at = csx_proto::wire::COMMAND_HEADER_SIZE;
+        past[at..at + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+        let bad = [
+            (4, zero, Status::InvalidField),
+            (5, cut, Status::InvalidField),
+            (6, unload(6, 2, generation + 1), Status::ProgramChanged),
+            (7, unload(7, 3, generation), Status::NoProgram),
+            (8, past, Status::InvalidProgramIndex),
+        ];
+        for (id, f, want) in bad {
+            t.post_raw(CommandId(id), f, |_| {}).unwrap();
+            assert_eq!(status_of(&t), (CommandId(id), want), "frame {id}");
+        }
+        let mut run = csx_host::ExecuteRequest::new(slot);
+        run.generation = Some(generation);
+        let run = run.to_op();
+        t.post_raw(CommandId(9), frame(9, run), |_| {}).unwrap();
+        let c = t.reap(Some(Duration::from_secs(10))).unwrap().unwrap();
+        assert_eq!((c.status, c.value), (Status::Success, 7));
+        t.post_raw(CommandId(10), unload(10, 2, generation), |_| {})
+            .unwrap();
+        assert_eq!(status_of(&t), (CommandId(10), Status::Success));
+        Box::new(t).close().unwrap();
+        server.shutdown().unwrap();
+    }
+
     /// Entries that cannot be answered, or ring indices out of range, end the
     /// connection; the server serves the next client.
     #[test]

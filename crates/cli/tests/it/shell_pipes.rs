@@ -551,3 +551,40 @@ fn an_operator_sharing_its_pipe_with_another_writer_runs_it_through_the_host() {
         assert_eq!(ok(&out), "one\ntwo\ntooo\n", "{shell}");
     }
 }
+
+/// Layouts in which a process other than the two operators holds a copy of the pipe
+/// between them at another descriptor and writes into it after the first operator
+/// ends: with plain `grep` the reader gets those bytes; with the operators fused on the
+/// device the pipe's payload never crosses the pipe, so the operators must see the copy
+/// and run the pipe through the host. `{}` is where the first stage goes, `[]` the
+/// second; `$IN` is the input file.
+const COPY_LAYOUTS: &[&str] = &[
+    // A sibling keeps a copy at descriptor 3 (`exec 3>&1`); the operator holds none.
+    "{ ( sleep 1; echo extra-three >&3 ) >/dev/null & exec 3>&-; exec {} < $IN; } 3>&1 | []",
+    // The same, and the first operator holds the copy at descriptor 3 too.
+    "{ ( sleep 1; echo extra-three >&3 ) >/dev/null & exec {} < $IN; } 3>&1 | []",
+    // The copy is a stderr (`2>&1`).
+    "{ ( sleep 1; echo extra-three >&2 ) >/dev/null & exec {} < $IN 2>/dev/null; } 2>&1 | []",
+];
+
+#[test]
+fn a_copy_of_the_pipe_at_another_descriptor_keeps_its_bytes() {
+    let m = Mount::new();
+    fs::write(m.mnt.join("in.txt"), "one\ntwo\nthree\nfour\nten\n").unwrap();
+    let local = m.mnt.with_file_name("in.txt");
+    fs::copy(m.mnt.join("in.txt"), &local).unwrap();
+    for layout in COPY_LAYOUTS {
+        let plain = layout.replace("{}", "grep t").replace("[]", "grep e");
+        let want = ok(&m.sh(&plain.replace("$IN", &local.display().to_string())));
+        assert_eq!(want, "three\nten\nextra-three\n", "{plain}");
+        let ops = layout
+            .replace("{}", "$MNT/.ops/grep --pattern t")
+            .replace("[]", "$MNT/.ops/grep --pattern e")
+            .replace("$IN", "$MNT/in.txt");
+        // Whether the proxies look before or after the sibling forks is up to the
+        // scheduler: several runs.
+        for run in 0..4 {
+            assert_eq!(ok(&m.sh(&ops)), want, "run {run}: {ops}\n{}", m.log());
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use csx_ebpf::engine::StopFlag;
 use csx_proto::limits::*;
-use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, Reply, ABI_VERSION};
+use csx_proto::{ClientId, Command, Completion, DeviceInfo, Op, ProgramIndex, Reply, ABI_VERSION};
 
 use super::{ns, Shared};
 use crate::programs::LoadChunk;
@@ -18,6 +18,12 @@ fn done<E: ToStatus>(r: Result<(), E>) -> Completion {
 }
 
 impl Shared {
+    /// Empties slot `pind` for `client` if it holds the program of `generation` (any
+    /// program when `None`).
+    fn unload(&self, client: ClientId, pind: ProgramIndex, generation: Option<u64>) -> Completion {
+        done(self.programs.unload(client, pind, generation))
+    }
+
     pub(super) fn handle(&self, client: ClientId, cmd: &Command) -> Completion {
         match &cmd.op {
             // Workers run executes with the flag registered at submission (`run`).
@@ -58,7 +64,7 @@ impl Shared {
                 c.timing.transfer_ns = ns(start.elapsed());
                 c
             }
-            Op::UnloadProgram { pind } => done(self.programs.unload(client, *pind)),
+            Op::UnloadProgram { pind, generation } => self.unload(client, *pind, *generation),
             Op::ActivateProgram { pind, engine } => match self.programs.activate(*pind, *engine) {
                 Ok(t) => {
                     let mut c = ok(0);

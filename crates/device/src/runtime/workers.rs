@@ -204,7 +204,7 @@ impl Shared {
             // Another program, or the same one on another engine: its runs are unknown.
             Op::ActivateProgram { pind, .. }
             | Op::DeactivateProgram { pind }
-            | Op::UnloadProgram { pind } => self.set_execute_guess(*pind, u64::MAX),
+            | Op::UnloadProgram { pind, .. } => self.set_execute_guess(*pind, u64::MAX),
             _ => {}
         }
         // The performance model stamps the modelled time and holds the completion

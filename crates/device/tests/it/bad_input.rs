@@ -56,7 +56,10 @@ fn every_command_with_bad_input() {
             Status::InvalidField,
         ),
         (
-            Op::UnloadProgram { pind: p(u16::MAX) },
+            Op::UnloadProgram {
+                pind: p(u16::MAX),
+                generation: None,
+            },
             Status::InvalidProgramIndex,
         ),
         (

@@ -89,7 +89,10 @@ fn small_op() -> impl Strategy<Value = Op> {
                 EngineKind::Interpreter
             },
         }),
-        pind.prop_map(|pind| Op::UnloadProgram { pind }),
+        pind.prop_map(|pind| Op::UnloadProgram {
+            pind,
+            generation: None,
+        }),
         (path.clone(), 0u64..100, vec(any::<u8>(), 0..100)).prop_map(|(path, offset, data)| {
             Op::FileWrite {
                 path,

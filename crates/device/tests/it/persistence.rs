@@ -106,6 +106,7 @@ fn shared_state_files_and_programs_survive_reopen() {
     // Unloaded programs stay gone.
     h.ok(Op::UnloadProgram {
         pind: ProgramIndex(1),
+        generation: None,
     });
     h.reopen();
     let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {

@@ -19,7 +19,13 @@ fn lifecycle_and_status_codes() {
         Status::NoProgram,
     );
     h.fails(Op::DeactivateProgram { pind: p }, Status::NoProgram);
-    h.fails(Op::UnloadProgram { pind: p }, Status::NoProgram);
+    h.fails(
+        Op::UnloadProgram {
+            pind: p,
+            generation: None,
+        },
+        Status::NoProgram,
+    );
     let exec = || Op::Execute {
         pind: p,
         windows: Windows::Inline(vec![]),
@@ -118,7 +124,10 @@ fn lifecycle_and_status_codes() {
         );
         h.ok(Op::DeactivateProgram { pind: p });
     }
-    h.ok(Op::UnloadProgram { pind: p });
+    h.ok(Op::UnloadProgram {
+        pind: p,
+        generation: None,
+    });
     let Reply::Programs(list) = h.ok(Op::ListPrograms).reply else {
         panic!()
     };
@@ -414,6 +423,7 @@ fn programs_go_with_their_queue_pair_unless_persistent() {
             h.id(),
             Op::UnloadProgram {
                 pind: ProgramIndex(5),
+                generation: None,
             },
         ))
         .unwrap();

@@ -312,7 +312,7 @@ fn a_program_loaded_into_a_named_slot_is_held_left_loaded_or_unloaded_on_request
     assert_eq!(slots, vec![b]);
     // unload_slot empties a slot the session did not load.
     let mut s = Session::new(&dev);
-    s.unload_slot(b).unwrap();
+    s.unload_slot(b, None).unwrap();
     assert_eq!(s.close().unwrap().commands, 1);
     assert_eq!(footprint(&dev), before);
 }

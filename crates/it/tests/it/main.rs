@@ -29,6 +29,7 @@ mod open;
 mod persistence;
 mod programs;
 mod served;
+mod unload_race;
 
 use std::path::{Path, PathBuf};
 

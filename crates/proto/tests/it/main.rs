@@ -128,7 +128,8 @@ fn op() -> impl Strategy<Value = Op> {
             target: CommandId(id)
         }),
         load(),
-        pind().prop_map(|pind| Op::UnloadProgram { pind }),
+        (pind(), proptest::option::of(1u64..))
+            .prop_map(|(pind, generation)| Op::UnloadProgram { pind, generation }),
         (pind(), any::<bool>()).prop_map(|(pind, jit)| Op::ActivateProgram {
             pind,
             engine: if jit {
