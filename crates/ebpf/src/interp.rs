@@ -1917,20 +1917,21 @@ impl Interpreter {
         // code lines"), so before this its speed changed with unrelated code elsewhere
         // in the binary. The compiler places one op's code between here and the header
         // (the op that falls through into it), so the header's offset in its line also
-        // depends on that op's size: the 24 bytes of no-ops after the line start put it
-        // at offset 0 of the next line as the loop is now, and the counting copy's at 4
-        // (without them the uncounted header was at offset 48, straddling two lines, and
-        // kernels ran 1.1-1.4x slower; at offset 16, across a 32-byte fetch window, up to
-        // 1.2x). After changing this loop, check with `objdump -d` that both headers, from
-        // the loop's label to its `jmp *`, lie in one 32-byte-aligned window, in the
-        // `csx` binary's release build.
+        // depends on that op's size, and the compiler may align that op's last block to
+        // 16 bytes. As the loop is now, the 56 bytes of no-ops after the line start put
+        // the uncounted header (21 bytes) at offset 12 of a line, inside it (with 24 bytes
+        // it sat at offset 44, straddling two lines, and stats32 and stats64 ran 1.5-2x
+        // slower; earlier layouts measured 1.1-1.4x slower at offset 48, and up to 1.2x at
+        // offset 16, across a 32-byte fetch window). After changing this loop, check with
+        // `objdump -d` that the uncounted header, from the loop's label to its `jmp *`,
+        // lies in one 64-byte line, in the `csx` binary's release build.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         // SAFETY: assembler alignment and padding directives and nothing else: they pad
         // the code with no-ops (run once per run), touching no register, flag or memory.
         unsafe {
             std::arch::asm!(
                 ".p2align 6",
-                ".skip 24, 0x90",
+                ".skip 56, 0x90",
                 options(nomem, nostack, preserves_flags)
             );
         }
