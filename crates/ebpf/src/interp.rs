@@ -4125,6 +4125,38 @@ mod tests {
     }
 
     #[test]
+    fn out_of_line_memory_ops_trap_at_their_own_pc() {
+        // `ldxs`, `st` of an immediate and atomics run out of the dispatch loop: a trap
+        // still names the op's own pc and the fuel used up to it.
+        let mut mem = [0u8; 8];
+        let oob = |addr: u64, size: u32, write: bool| TrapKind::OutOfBounds { addr, size, write };
+        let cases = [
+            (ldxs(SIZE_H, 0, 1, 7), oob(MEM + 7, 2, false)),
+            (st(SIZE_W, 1, 6, 1), oob(MEM + 6, 4, true)),
+            (
+                atomic(SIZE_DW, 1, 2, 1, ATOMIC_ADD | ATOMIC_FETCH),
+                oob(MEM + 1, 8, true),
+            ),
+            (atomic(SIZE_W, 1, 2, -1, ATOMIC_XCHG), oob(MEM - 1, 4, true)),
+        ];
+        for (op, kind) in cases {
+            // Two taken back-edges of cost 2 before the op at pc 4.
+            let insns = prog![
+                mov(0, 0),
+                alu64(ALU_ADD, 0, 1),
+                jmp(JMP_JLT, 0, 3, -2),
+                mov(2, 2),
+                op,
+                EXIT
+            ];
+            let out = run_full(insns, &mut mem, 100);
+            assert_eq!(out.result, Err(Trap { pc: 4, kind }));
+            assert_eq!(out.fuel_used, 4);
+        }
+        assert_eq!(mem, [0; 8], "a failed op writes nothing");
+    }
+
+    #[test]
     fn unaligned_atomics() {
         // At offset 1 of an 8-byte-aligned buffer the host address is misaligned: the
         // operation falls back to a plain read-modify-write with the same result.
