@@ -82,6 +82,9 @@ fn main() -> Res<()> {
         }
         return Ok(());
     }
+    if args.get(1).map(String::as_str) == Some("--kinds") {
+        return kinds(&kernels);
+    }
     let top = match args.get(1).map(String::as_str) {
         Some("--top") => args.get(2).ok_or("--top N")?.parse()?,
         _ => 30,
@@ -172,6 +175,72 @@ fn profile(k: &Kernel) -> Res<Profile> {
     let counts = block_counts(k)?;
     let interp = Interpreter::new(Arc::clone(&k.program));
     Ok(weigh(&k.name, &k.program, &interp, &counts))
+}
+
+/// Prints, for every op the dispatch loop runs on the kernels, its dispatches in each
+/// set and how many kernels run it: which fused ops earn their place in the loop.
+fn kinds(kernels: &[Kernel]) -> Res<()> {
+    // op -> set -> (dispatches, kernels that run it)
+    let mut all: HashMap<String, HashMap<String, (u64, u32)>> = HashMap::new();
+    let mut sets: Vec<String> = Vec::new();
+    for k in kernels {
+        if !sets.contains(&k.set) {
+            sets.push(k.set.clone());
+        }
+        let counts = block_counts(k)?;
+        let interp = Interpreter::new(Arc::clone(&k.program));
+        for (op, n) in dispatch_counts(&k.program, &interp, &counts) {
+            let e = all.entry(op).or_default().entry(k.set.clone()).or_default();
+            e.0 += n;
+            e.1 += 1;
+        }
+    }
+    let mut rows: Vec<_> = all.into_iter().collect();
+    rows.sort_by_key(|(_, by)| std::cmp::Reverse(by.values().map(|v| v.0).sum::<u64>()));
+    for (op, by) in rows {
+        let cells: Vec<String> = sets
+            .iter()
+            .map(|s| {
+                let (n, k) = by.get(s).copied().unwrap_or_default();
+                format!("{n:>12} {k:>3}")
+            })
+            .collect();
+        println!("{op:<28} {}", cells.join(" | "));
+    }
+    println!("sets: {}", sets.join(" | "));
+    Ok(())
+}
+
+/// How often each op (by kind name) is dispatched over a run with block counts `counts`:
+/// walking each entered block from its leader as [`weigh`] does.
+fn dispatch_counts(
+    program: &VerifiedProgram,
+    interp: &Interpreter,
+    counts: &[u64],
+) -> HashMap<String, u64> {
+    let insns = program.insns();
+    let ops = interp.decoded_ops();
+    let mut out: HashMap<String, u64> = HashMap::new();
+    for (start, end, c) in blocks(program, counts) {
+        let covered = start > 0 && ops[start - 1].0.ends_with("IJa")
+            || start > 1
+                && ops[start - 2].0.starts_with("MovJ")
+                && ops[start - 2].0.ends_with("IJa");
+        if c == 0 || covered {
+            continue;
+        }
+        let mut s = start;
+        while s < end {
+            let (kind, span) = &ops[s];
+            *out.entry(kind.clone()).or_default() += c;
+            s += if *span == 1 && insns[s].opc == OP_LDDW {
+                2
+            } else {
+                *span
+            };
+        }
+    }
+    out
 }
 
 /// The slot ranges of each block with its count.

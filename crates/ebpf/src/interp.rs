@@ -52,6 +52,7 @@ use crate::program::VerifiedProgram;
 use crate::trap::{Trap, TrapKind};
 
 mod known;
+mod rare;
 
 /// The interpreter for one verified program. Cheap to share across threads; every run
 /// has its own registers, stack and writable globals.
@@ -386,10 +387,8 @@ enum Kind {
     Exit,
     // Fused sequences (see [`fuse`]): each stands for the ops of its own slot and of the
     // next one to four, which keep their own kinds for the jumps that land on them.
-    /// `mov dst, src; lsh dst, 32; rsh dst, 32` (clang's zero-extension idiom; the
+    /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom; the
     /// `mov` may be a `mov32`, whose result is the same).
-    MovZx32x3,
-    /// `mov dst, src; lsh dst, 32; arsh dst, 32` (clang's sign-extension idiom).
     MovSx32x3,
     /// `lsh dst, 32; rsh dst, 32`.
     Zx32x2,
@@ -399,29 +398,18 @@ enum Kind {
     MovAdd,
     /// `mov aux2, src; add aux2, aux; ldx<size> dst, [aux2 + off]`: an indexed load.
     MovAddLdxB,
-    MovAddLdxH,
     MovAddLdxW,
     MovAddLdxDw,
     /// `mov aux2, src; add aux2, aux; ldxw dst, [aux2 + off]; lsh dst, 32; arsh dst, 32`:
     /// an indexed load of a signed 32-bit element (clang's `(i64)int_array[i]`).
     MovAddLdxSW,
-    /// `ldxw dst, [src + off]; lsh dst, 32; arsh dst, 32`: `ldxsw` in cpu v3 code.
-    LdxWSx,
     /// `mov dst, src; jeq aux, imm, +1; ja target` (a loop's exit test and back-edge
     /// after a copy; fuel and traps are the `ja`'s).
     MovJeqIJa,
-    /// `mov dst, src; jne aux, imm, +1; ja target`.
-    MovJneIJa,
     /// `mov dst, src; mov aux, aux2`.
     MovMov,
-    /// `add dst, imm; j<cmp> src, aux, target` (64-bit, unsigned or equality,
-    /// registers): a loop latch.
-    AddJeqR,
-    AddJneR,
-    AddJgtR,
-    AddJgeR,
+    /// `add dst, imm; jlt src, aux, target` (64-bit, registers): a loop latch.
     AddJltR,
-    AddJleR,
     /// `add dst, imm; mov aux, aux2`.
     AddIMov,
     /// `add dst, imm; mov32 aux, aux2`.
@@ -430,30 +418,18 @@ enum Kind {
     AddIAddI,
     /// `add dst, src; add aux, target` (the immediate kept in `target`).
     AddRAddI,
-    /// `mov dst, src; j<cmp> aux, aux2, target` (64-bit, unsigned or equality,
-    /// registers).
-    MovJeqR,
-    MovJneR,
-    MovJgtR,
-    MovJgeR,
+    /// `mov dst, src; jlt aux, aux2, target` (64-bit, registers).
     MovJltR,
-    MovJleR,
     /// `mov dst, src; j<cmp> aux, imm, target` (64-bit, equality).
     MovJeqI,
     MovJneI,
     /// `mov dst, src; ja target`.
     MovJa,
-    /// `mov32 dst, src; j<cmp> aux, aux2, target` (64-bit, unsigned or equality,
-    /// registers): a loop latch after a 32-bit copy.
-    Mov32JeqR,
-    Mov32JneR,
-    Mov32JgtR,
-    Mov32JgeR,
+    /// `mov32 dst, src; jlt aux, aux2, target` (64-bit, registers): a loop latch
+    /// after a 32-bit copy.
     Mov32JltR,
-    Mov32JleR,
-    /// `mov32 dst, src; j<eq|ne> aux, imm, +1; ja target`.
+    /// `mov32 dst, src; jeq aux, imm, +1; ja target`.
     Mov32JeqIJa,
-    Mov32JneIJa,
     /// `mov32 dst, src; ja target`.
     Mov32Ja,
     /// `jeq dst, imm, +1; ja target`: a loop's exit test and back-edge, as one
@@ -465,13 +441,10 @@ enum Kind {
     MovAddI,
     /// `add aux, src; ldx<size> dst, [aux + off]`.
     AddRLdxB,
-    AddRLdxH,
     AddRLdxW,
     AddRLdxDw,
-    /// `and dst, imm; neg dst; and dst, src` (a mask from one bit: bitwise CRC).
-    AndNegAnd,
-    /// `and32 dst, imm; neg32 dst; and32 dst, imm2` (the same at `-mcpu=v3`, `imm2`
-    /// kept in `target`).
+    /// `and32 dst, imm; neg32 dst; and32 dst, imm2` (a mask from one bit: bitwise
+    /// CRC; `imm2` kept in `target`).
     AndNegAnd32I,
     /// `ldx<size> dst, [src + off]; mov aux, aux2`.
     LdxBMov,
@@ -481,7 +454,6 @@ enum Kind {
     RshIMov,
     /// `lsh aux, imm; mov aux2, src; add aux2, target; ldx<size> dst, [aux2 + off]`: a
     /// scaled indexed load (`target` is the `add`'s source register).
-    LshMovAddLdxB,
     LshMovAddLdxH,
     LshMovAddLdxW,
     LshMovAddLdxDw,
@@ -517,14 +489,11 @@ enum Kind {
     /// `mov32 dst, src; and32 dst, off; lsh dst, aux2; lddw aux, imm/target; add aux,
     /// dst`: a masked index, scaled, and the address of a table's entry at it.
     Mov32AndILshLddwAdd,
-    /// `rsh x, aux2; and x, imm; lddw t, T; add t, x; ldx<size> dst, [t + off]`, the
+    /// `rsh x, aux2; and x, imm; lddw t, T; add t, x; ldxw dst, [t + off]`, the
     /// load proven inside global section `n` ([`known`]): `x` and `t` packed in `aux`
     /// (`x` in its low four bits), `src` the host address's entry (`GLOBAL_HOST + n`)
     /// and `target` T's offset in the section.
-    RshAndLddwAddLdxGlobalB,
-    RshAndLddwAddLdxGlobalH,
     RshAndLddwAddLdxGlobalW,
-    RshAndLddwAddLdxGlobalDw,
     /// `mov32 dst, src; and32 dst, imm; lsh dst, aux` (a masked index, scaled).
     Mov32AndILsh,
     /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
@@ -543,7 +512,6 @@ enum Kind {
     /// `mov aux2, r10; add aux2, imm; add aux2, aux; stx<size> [aux2 + off], src`: a store
     /// into a stack array at an index, likewise.
     FpIdxStxB,
-    FpIdxStxH,
     FpIdxStxW,
     FpIdxStxDw,
     // Stack accesses at `r10 + off` proven in range when decoded ([`frame_access`]):
@@ -742,10 +710,7 @@ fn rsh_and_table_load(a: Slot, b: Option<Slot>) -> Option<Slot> {
     use Kind::*;
     let b = b?;
     let kind = match b.kind {
-        LddwAddLdxGlobalB => RshAndLddwAddLdxGlobalB,
-        LddwAddLdxGlobalH => RshAndLddwAddLdxGlobalH,
         LddwAddLdxGlobalW => RshAndLddwAddLdxGlobalW,
-        LddwAddLdxGlobalDw => RshAndLddwAddLdxGlobalDw,
         _ => return None,
     };
     // `b`: `aux` the added index, `aux2` the address register.
@@ -794,10 +759,6 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
         let shift32 = |s: Slot, kind: Kind| s.kind == kind && s.imm == 32 && s.dst == a.dst;
         let fused = match (a.kind, b.kind) {
             // `mov32` keeps the low half too, so it extends the same way.
-            (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Rsh64I) => Slot {
-                kind: MovZx32x3,
-                ..a
-            },
             (Mov64R | Mov32R, Lsh64I) if shift32(b, Lsh64I) && shift32(c, Arsh64I) => Slot {
                 kind: MovSx32x3,
                 ..a
@@ -806,7 +767,6 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 // `a.dst` is the temporary, `a.src + b.src` the address.
                 let indexed = match c.kind {
                     LdxB => Some(MovAddLdxB),
-                    LdxH => Some(MovAddLdxH),
                     LdxW => Some(MovAddLdxW),
                     LdxDw => Some(MovAddLdxDw),
                     _ => None,
@@ -850,10 +810,9 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 imm: b.imm,
                 ..a
             },
-            (Add64R, LdxB | LdxH | LdxW | LdxDw) if b.src == a.dst => Slot {
+            (Add64R, LdxB | LdxW | LdxDw) if b.src == a.dst => Slot {
                 kind: match b.kind {
                     LdxB => AddRLdxB,
-                    LdxH => AddRLdxH,
                     LdxW => AddRLdxW,
                     _ => AddRLdxDw,
                 },
@@ -863,25 +822,11 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 off: b.off,
                 ..Slot::EMPTY
             },
-            (And64I, Neg64) if b.dst == a.dst && c.kind == And64R && c.dst == a.dst => Slot {
-                kind: AndNegAnd,
-                src: c.src,
-                ..a
-            },
             (And32I, Neg32) if b.dst == a.dst && c.kind == And32I && c.dst == a.dst => Slot {
                 kind: AndNegAnd32I,
                 target: c.imm as u32,
                 ..a
             },
-            (LdxW, Lsh64I)
-                if b.dst == a.dst
-                    && b.imm == 32
-                    && c.kind == Arsh64I
-                    && c.dst == a.dst
-                    && c.imm == 32 =>
-            {
-                Slot { kind: LdxWSx, ..a }
-            }
             (LdxB | LdxW, Mov64R) => Slot {
                 kind: if a.kind == LdxB { LdxBMov } else { LdxWMov },
                 aux: b.dst,
@@ -892,12 +837,11 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 if c.kind == Add64R
                     && c.dst == b.dst
                     && at(3).src == b.dst
-                    && matches!(at(3).kind, LdxB | LdxH | LdxW | LdxDw) =>
+                    && matches!(at(3).kind, LdxH | LdxW | LdxDw) =>
             {
                 let d = at(3);
                 Slot {
                     kind: match d.kind {
-                        LdxB => LshMovAddLdxB,
                         LdxH => LshMovAddLdxH,
                         LdxW => LshMovAddLdxW,
                         _ => LshMovAddLdxDw,
@@ -987,21 +931,8 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 aux2: b.src,
                 ..a
             },
-            (Mov64R | Mov32R, Jeq64R | Jne64R | Jgt64R | Jge64R | Jlt64R | Jle64R) => Slot {
-                kind: match (a.kind == Mov32R, b.kind) {
-                    (false, Jeq64R) => MovJeqR,
-                    (false, Jne64R) => MovJneR,
-                    (false, Jgt64R) => MovJgtR,
-                    (false, Jge64R) => MovJgeR,
-                    (false, Jlt64R) => MovJltR,
-                    (false, _) => MovJleR,
-                    (true, Jeq64R) => Mov32JeqR,
-                    (true, Jne64R) => Mov32JneR,
-                    (true, Jgt64R) => Mov32JgtR,
-                    (true, Jge64R) => Mov32JgeR,
-                    (true, Jlt64R) => Mov32JltR,
-                    (true, _) => Mov32JleR,
-                },
+            (Mov64R | Mov32R, Jlt64R) => Slot {
+                kind: if a.kind == Mov32R { Mov32JltR } else { MovJltR },
                 dst: a.dst,
                 src: a.src,
                 aux: b.dst,
@@ -1010,22 +941,19 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                 ..Slot::EMPTY
             },
             // `mov; j<eq|ne> +1; ja`.
-            (Mov64R | Mov32R, Jeq64I | Jne64I) if b.target as usize == i + 3 && c.kind == Ja => {
-                Slot {
-                    kind: match (a.kind == Mov32R, b.kind == Jeq64I) {
-                        (false, true) => MovJeqIJa,
-                        (false, false) => MovJneIJa,
-                        (true, true) => Mov32JeqIJa,
-                        (true, false) => Mov32JneIJa,
-                    },
-                    dst: a.dst,
-                    src: a.src,
-                    aux: b.dst,
-                    imm: b.imm,
-                    target: c.target,
-                    ..Slot::EMPTY
-                }
-            }
+            (Mov64R | Mov32R, Jeq64I) if b.target as usize == i + 3 && c.kind == Ja => Slot {
+                kind: if a.kind == Mov32R {
+                    Mov32JeqIJa
+                } else {
+                    MovJeqIJa
+                },
+                dst: a.dst,
+                src: a.src,
+                aux: b.dst,
+                imm: b.imm,
+                target: c.target,
+                ..Slot::EMPTY
+            },
             (Mov64R, Jeq64I | Jne64I) => Slot {
                 kind: if b.kind == Jeq64I { MovJeqI } else { MovJneI },
                 dst: a.dst,
@@ -1078,12 +1006,7 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
             }
             (Add64I, jump) => {
                 let kind = match jump {
-                    Jeq64R => AddJeqR,
-                    Jne64R => AddJneR,
-                    Jgt64R => AddJgtR,
-                    Jge64R => AddJgeR,
                     Jlt64R => AddJltR,
-                    Jle64R => AddJleR,
                     Mov64R => AddIMov,
                     Mov32R => AddIMov32,
                     Add64I => AddIAddI,
@@ -1179,7 +1102,6 @@ fn fp_index(a: Slot, b: Slot, c: Slot, d: Slot) -> Option<Slot> {
         LdxW if d.src == t => Some(FpIdxLdxW),
         LdxDw if d.src == t => Some(FpIdxLdxDw),
         StxB if d.dst == t => Some(FpIdxStxB),
-        StxH if d.dst == t => Some(FpIdxStxH),
         StxW if d.dst == t => Some(FpIdxStxW),
         StxDw if d.dst == t => Some(FpIdxStxDw),
         _ => None,
@@ -1250,27 +1172,20 @@ fn span(kind: Kind) -> usize {
     use Kind::*;
     match kind {
         MovAddLdxSW => 5,
-        LshMovAddLdxB | LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
+        LshMovAddLdxH | LshMovAddLdxW | LshMovAddLdxDw => 4,
         // An `lddw` takes two slots.
         LddwAddLdxB | LddwAddLdxH | LddwAddLdxW | LddwAddLdxDw => 4,
         LddwAddLdxGlobalB | LddwAddLdxGlobalH | LddwAddLdxGlobalW | LddwAddLdxGlobalDw => 4,
         LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR | AddRAddIJltR
         | Mov32AndILsh => 3,
-        Mov32AndILshLddwAdd
-        | RshAndLddwAddLdxGlobalB
-        | RshAndLddwAddLdxGlobalH
-        | RshAndLddwAddLdxGlobalW
-        | RshAndLddwAddLdxGlobalDw => 6,
-        FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxH | FpIdxStxW
-        | FpIdxStxDw => 4,
-        MovZx32x3 | MovSx32x3 | MovAddLdxB | MovAddLdxH | MovAddLdxW | MovAddLdxDw | LdxWSx
-        | MovJeqIJa | MovJneIJa | Mov32JeqIJa | Mov32JneIJa | AndNegAnd | AndNegAnd32I => 3,
-        Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJeqR | AddJneR | AddJgtR | AddJgeR | AddJltR
-        | AddJleR | AddIMov | AddIAddI | AddRAddI | MovJeqR | MovJneR | MovJgtR | MovJgeR
-        | MovJltR | MovJleR | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB
-        | AddRLdxH | AddRLdxW | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul
-        | LdxWMov32 | Mov32AndI | Mov32AddI | Mov32RshI | RshIAndI | AddIMov32 | Mov32JeqR
-        | Mov32JneR | Mov32JgtR | Mov32JgeR | Mov32JltR | Mov32JleR | Mov32Ja => 2,
+        Mov32AndILshLddwAdd | RshAndLddwAddLdxGlobalW => 6,
+        FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxW | FpIdxStxDw => 4,
+        MovSx32x3 | MovAddLdxB | MovAddLdxW | MovAddLdxDw | MovJeqIJa | Mov32JeqIJa
+        | AndNegAnd32I => 3,
+        Zx32x2 | Sx32x2 | MovAdd | MovMov | AddJltR | AddIMov | AddIAddI | AddRAddI | MovJltR
+        | MovJeqI | MovJneI | MovJa | JeqIJa | JneIJa | MovAddI | AddRLdxB | AddRLdxW
+        | AddRLdxDw | LdxBMov | LdxWMov | LshIMov | RshIMov | XorMul | LdxWMov32 | Mov32AndI
+        | Mov32AddI | Mov32RshI | RshIAndI | AddIMov32 | Mov32JltR | Mov32Ja => 2,
         _ => 1,
     }
 }
@@ -1281,7 +1196,7 @@ fn span(kind: Kind) -> usize {
 fn inner_ja(kind: Kind) -> Option<usize> {
     match kind {
         Kind::JeqIJa | Kind::JneIJa => Some(1),
-        Kind::MovJeqIJa | Kind::MovJneIJa | Kind::Mov32JeqIJa | Kind::Mov32JneIJa => Some(2),
+        Kind::MovJeqIJa | Kind::Mov32JeqIJa => Some(2),
         _ => None,
     }
 }
@@ -2002,20 +1917,21 @@ impl Interpreter {
         // code lines"), so before this its speed changed with unrelated code elsewhere
         // in the binary. The compiler places one op's code between here and the header
         // (the op that falls through into it), so the header's offset in its line also
-        // depends on that op's size: the 24 bytes of no-ops after the line start put it
-        // at offset 0 of the next line as the loop is now, and the counting copy's at 4
-        // (without them the uncounted header was at offset 48, straddling two lines, and
-        // kernels ran 1.1-1.4x slower; at offset 16, across a 32-byte fetch window, up to
-        // 1.2x). After changing this loop, check with `objdump -d` that both headers, from
-        // the loop's label to its `jmp *`, lie in one 32-byte-aligned window, in the
-        // `csx` binary's release build.
+        // depends on that op's size, and the compiler may align that op's last block to
+        // 16 bytes. As the loop is now, the 56 bytes of no-ops after the line start put
+        // the uncounted header (21 bytes) at offset 12 of a line, inside it (with 24 bytes
+        // it sat at offset 44, straddling two lines, and stats32 and stats64 ran 1.5-2x
+        // slower; earlier layouts measured 1.1-1.4x slower at offset 48, and up to 1.2x at
+        // offset 16, across a 32-byte fetch window). After changing this loop, check with
+        // `objdump -d` that the uncounted header, from the loop's label to its `jmp *`,
+        // lies in one 64-byte line, in the `csx` binary's release build.
         #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         // SAFETY: assembler alignment and padding directives and nothing else: they pad
         // the code with no-ops (run once per run), touching no register, flag or memory.
         unsafe {
             std::arch::asm!(
                 ".p2align 6",
-                ".skip 24, 0x90",
+                ".skip 56, 0x90",
                 options(nomem, nostack, preserves_flags)
             );
         }
@@ -2034,12 +1950,7 @@ impl Interpreter {
             // Each arm reads only the fields it uses, straight from the slot.
             match s.kind {
                 Kind::Add64I => r!(s.dst) = r!(s.dst).wrapping_add(s.imm64()),
-                Kind::Sub64I => r!(s.dst) = r!(s.dst).wrapping_sub(s.imm64()),
                 Kind::Mul64I => r!(s.dst) = r!(s.dst).wrapping_mul(s.imm64()),
-                Kind::Div64I => r!(s.dst) = div64(r!(s.dst), s.imm64()),
-                Kind::SDiv64I => r!(s.dst) = sdiv64(r!(s.dst), s.imm64()),
-                Kind::Mod64I => r!(s.dst) = mod64(r!(s.dst), s.imm64()),
-                Kind::SMod64I => r!(s.dst) = smod64(r!(s.dst), s.imm64()),
                 Kind::Or64I => r!(s.dst) |= s.imm64(),
                 Kind::And64I => r!(s.dst) &= s.imm64(),
                 // Shift amounts are masked to the operand width (RFC 9669 §4.1).
@@ -2048,33 +1959,20 @@ impl Interpreter {
                 Kind::Arsh64I => r!(s.dst) = ((r!(s.dst) as i64) >> (s.imm64() & 63)) as u64,
                 Kind::Xor64I => r!(s.dst) ^= s.imm64(),
                 Kind::Mov64I => r!(s.dst) = s.imm64(),
-                Kind::Neg64 => r!(s.dst) = r!(s.dst).wrapping_neg(),
                 Kind::Add64R => r!(s.dst) = r!(s.dst).wrapping_add(r!(s.src)),
                 Kind::Sub64R => r!(s.dst) = r!(s.dst).wrapping_sub(r!(s.src)),
                 Kind::Mul64R => r!(s.dst) = r!(s.dst).wrapping_mul(r!(s.src)),
-                Kind::Div64R => r!(s.dst) = div64(r!(s.dst), r!(s.src)),
-                Kind::SDiv64R => r!(s.dst) = sdiv64(r!(s.dst), r!(s.src)),
-                Kind::Mod64R => r!(s.dst) = mod64(r!(s.dst), r!(s.src)),
-                Kind::SMod64R => r!(s.dst) = smod64(r!(s.dst), r!(s.src)),
                 Kind::Or64R => r!(s.dst) |= r!(s.src),
                 Kind::And64R => r!(s.dst) &= r!(s.src),
                 Kind::Lsh64R => r!(s.dst) <<= r!(s.src) & 63,
                 Kind::Rsh64R => r!(s.dst) >>= r!(s.src) & 63,
-                Kind::Arsh64R => r!(s.dst) = ((r!(s.dst) as i64) >> (r!(s.src) & 63)) as u64,
                 Kind::Xor64R => r!(s.dst) ^= r!(s.src),
                 Kind::Mov64R => r!(s.dst) = r!(s.src),
-                Kind::MovSx8To64 => r!(s.dst) = r!(s.src) as i8 as i64 as u64,
-                Kind::MovSx16To64 => r!(s.dst) = r!(s.src) as i16 as i64 as u64,
-                Kind::MovSx32To64 => r!(s.dst) = r!(s.src) as i32 as i64 as u64,
 
                 // ALU32: operate on the low halves; the result is zero-extended.
                 Kind::Add32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(s.imm64()))),
-                Kind::Sub32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(s.imm64()))),
                 Kind::Mul32I => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(s.imm64()))),
                 Kind::Div32I => r!(s.dst) = div32(r!(s.dst), s.imm64()),
-                Kind::SDiv32I => r!(s.dst) = sdiv32(r!(s.dst), s.imm64()),
-                Kind::Mod32I => r!(s.dst) = mod32(r!(s.dst), s.imm64()),
-                Kind::SMod32I => r!(s.dst) = smod32(r!(s.dst), s.imm64()),
                 Kind::Or32I => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo(s.imm64())),
                 Kind::And32I => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo(s.imm64())),
                 Kind::Lsh32I => r!(s.dst) = u64::from(lo(r!(s.dst)) << (s.imm64() & 31)),
@@ -2084,34 +1982,77 @@ impl Interpreter {
                 }
                 Kind::Xor32I => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo(s.imm64())),
                 Kind::Mov32I => r!(s.dst) = u64::from(lo(s.imm64())),
-                Kind::Neg32 => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_neg()),
                 Kind::Add32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_add(lo(r!(s.src)))),
                 Kind::Sub32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_sub(lo(r!(s.src)))),
                 Kind::Mul32R => r!(s.dst) = u64::from(lo(r!(s.dst)).wrapping_mul(lo(r!(s.src)))),
                 Kind::Div32R => r!(s.dst) = div32(r!(s.dst), r!(s.src)),
-                Kind::SDiv32R => r!(s.dst) = sdiv32(r!(s.dst), r!(s.src)),
-                Kind::Mod32R => r!(s.dst) = mod32(r!(s.dst), r!(s.src)),
-                Kind::SMod32R => r!(s.dst) = smod32(r!(s.dst), r!(s.src)),
                 Kind::Or32R => r!(s.dst) = u64::from(lo(r!(s.dst)) | lo(r!(s.src))),
                 Kind::And32R => r!(s.dst) = u64::from(lo(r!(s.dst)) & lo(r!(s.src))),
                 Kind::Lsh32R => r!(s.dst) = u64::from(lo(r!(s.dst)) << (r!(s.src) & 31)),
                 Kind::Rsh32R => r!(s.dst) = u64::from(lo(r!(s.dst)) >> (r!(s.src) & 31)),
-                Kind::Arsh32R => {
-                    r!(s.dst) = u64::from(((lo(r!(s.dst)) as i32) >> (r!(s.src) & 31)) as u32)
-                }
                 Kind::Xor32R => r!(s.dst) = u64::from(lo(r!(s.dst)) ^ lo(r!(s.src))),
                 // `mov32 reg` zero-extends too.
                 Kind::Mov32R => r!(s.dst) = u64::from(lo(r!(s.src))),
-                Kind::MovSx8To32 => r!(s.dst) = u64::from(r!(s.src) as i8 as i32 as u32),
-                Kind::MovSx16To32 => r!(s.dst) = u64::from(r!(s.src) as i16 as i32 as u32),
 
-                Kind::Trunc16 => r!(s.dst) = u64::from(r!(s.dst) as u16),
-                Kind::Trunc32 => r!(s.dst) = u64::from(r!(s.dst) as u32),
-                Kind::Swap16 => r!(s.dst) = u64::from((r!(s.dst) as u16).swap_bytes()),
-                Kind::Swap32 => r!(s.dst) = u64::from((r!(s.dst) as u32).swap_bytes()),
-                Kind::Swap64 => r!(s.dst) = r!(s.dst).swap_bytes(),
-                Kind::Nop => {}
-
+                // Out of line ([`rare`]): ops that kernels seldom run.
+                Kind::Sub64I
+                | Kind::Div64I
+                | Kind::SDiv64I
+                | Kind::Mod64I
+                | Kind::SMod64I
+                | Kind::Div64R
+                | Kind::SDiv64R
+                | Kind::Mod64R
+                | Kind::SMod64R
+                | Kind::Arsh64R
+                | Kind::Neg64
+                | Kind::MovSx8To64
+                | Kind::MovSx16To64
+                | Kind::MovSx32To64
+                | Kind::Sub32I
+                | Kind::SDiv32I
+                | Kind::Mod32I
+                | Kind::SMod32I
+                | Kind::SDiv32R
+                | Kind::Mod32R
+                | Kind::SMod32R
+                | Kind::Arsh32R
+                | Kind::Neg32
+                | Kind::MovSx8To32
+                | Kind::MovSx16To32
+                | Kind::Trunc16
+                | Kind::Trunc32
+                | Kind::Swap16
+                | Kind::Swap32
+                | Kind::Swap64
+                | Kind::Nop => {
+                    r!(s.dst) = rare::alu(s, r!(s.dst), r!(s.src));
+                }
+                Kind::Jge64I
+                | Kind::Jle64I
+                | Kind::Jsge64I
+                | Kind::Jslt64I
+                | Kind::Jsle64I
+                | Kind::Jset64I
+                | Kind::Jeq64R
+                | Kind::Jne64R
+                | Kind::Jsge64R
+                | Kind::Jslt64R
+                | Kind::Jsle64R
+                | Kind::Jset64R
+                | Kind::Jge32I
+                | Kind::Jle32I
+                | Kind::Jsge32I
+                | Kind::Jslt32I
+                | Kind::Jsle32I
+                | Kind::Jset32I
+                | Kind::Jsgt32R
+                | Kind::Jsge32R
+                | Kind::Jslt32R
+                | Kind::Jsle32R
+                | Kind::Jset32R => {
+                    jump_if!(rare::jump_taken(s, r!(s.dst), r!(s.src)), s.target)
+                }
                 Kind::Lddw => {
                     r!(s.dst) = u64::from(s.imm as u32) | (u64::from(s.target) << 32);
                     next = next.wrapping_add(1);
@@ -2121,62 +2062,34 @@ impl Interpreter {
                 Kind::LdxW => r!(s.dst) = load!(s.dst, s.src, s.off, 4),
                 Kind::LdxDw => r!(s.dst) = load!(s.dst, s.src, s.off, 8),
                 // Sign-extending loads (cpu v4, RFC 9669 §5.2).
-                Kind::LdxSB => r!(s.dst) = load!(s.dst, s.src, s.off, 1) as i8 as i64 as u64,
-                Kind::LdxSH => r!(s.dst) = load!(s.dst, s.src, s.off, 2) as i16 as i64 as u64,
-                Kind::LdxSW => r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64,
-                Kind::StB => store!(s.dst, s.off, 1, s.imm64()),
-                Kind::StH => store!(s.dst, s.off, 2, s.imm64()),
-                Kind::StW => store!(s.dst, s.off, 4, s.imm64()),
-                Kind::StDw => store!(s.dst, s.off, 8, s.imm64()),
                 Kind::StxB => store!(s.dst, s.off, 1, r!(s.src)),
                 Kind::StxH => store!(s.dst, s.off, 2, r!(s.src)),
                 Kind::StxW => store!(s.dst, s.off, 4, r!(s.src)),
                 Kind::StxDw => store!(s.dst, s.off, 8, r!(s.src)),
-                Kind::Atomic32 => {
-                    let op = AtomicOp::from_u8(s.aux);
-                    let p = match mem.translate(addr!(s.dst, s.off), 4, true) {
-                        Ok(p) => p,
-                        Err(kind) => trap!(kind),
-                    };
-                    // SAFETY: `translate` proved 4 writable (hence readable) bytes at
-                    // `p` in s.src region mapped for this run; concurrent accessors of s.src
-                    // shared region are the embedder's contract (`map_raw`).
-                    let old = unsafe { atomic32(p, op, r!(s.src), regs[0]) };
-                    write_back_atomic(&mut regs, op, s.src, old);
-                }
-                Kind::Atomic64 => {
-                    let op = AtomicOp::from_u8(s.aux);
-                    let p = match mem.translate(addr!(s.dst, s.off), 8, true) {
-                        Ok(p) => p,
-                        Err(kind) => trap!(kind),
-                    };
-                    // SAFETY: as for `Atomic32`, with 8 bytes.
-                    let old = unsafe { atomic64(p, op, r!(s.src), regs[0]) };
-                    write_back_atomic(&mut regs, op, s.src, old);
+                // Out of line: sign-extending loads, stores of an immediate outside the
+                // frame, atomics.
+                Kind::LdxSB
+                | Kind::LdxSH
+                | Kind::LdxSW
+                | Kind::StB
+                | Kind::StH
+                | Kind::StW
+                | Kind::StDw
+                | Kind::Atomic32
+                | Kind::Atomic64 => {
+                    if let Err(kind) = rare_memory_op(s, &mut regs, mem) {
+                        trap!(kind)
+                    }
                 }
 
                 Kind::Ja => jump!(s.target),
                 Kind::Jeq64I => jump_if!(r!(s.dst) == s.imm64(), s.target),
                 Kind::Jne64I => jump_if!(r!(s.dst) != s.imm64(), s.target),
                 Kind::Jgt64I => jump_if!(r!(s.dst) > s.imm64(), s.target),
-                Kind::Jge64I => jump_if!(r!(s.dst) >= s.imm64(), s.target),
                 Kind::Jlt64I => jump_if!(r!(s.dst) < s.imm64(), s.target),
-                Kind::Jle64I => jump_if!(r!(s.dst) <= s.imm64(), s.target),
                 Kind::Jsgt64I => {
                     jump_if!((r!(s.dst) as i64) > s.imm64() as i64, s.target)
                 }
-                Kind::Jsge64I => {
-                    jump_if!((r!(s.dst) as i64) >= s.imm64() as i64, s.target)
-                }
-                Kind::Jslt64I => {
-                    jump_if!((r!(s.dst) as i64) < s.imm64() as i64, s.target)
-                }
-                Kind::Jsle64I => {
-                    jump_if!((r!(s.dst) as i64) <= s.imm64() as i64, s.target)
-                }
-                Kind::Jset64I => jump_if!(r!(s.dst) & s.imm64() != 0, s.target),
-                Kind::Jeq64R => jump_if!(r!(s.dst) == r!(s.src), s.target),
-                Kind::Jne64R => jump_if!(r!(s.dst) != r!(s.src), s.target),
                 Kind::Jgt64R => jump_if!(r!(s.dst) > r!(s.src), s.target),
                 Kind::Jge64R => jump_if!(r!(s.dst) >= r!(s.src), s.target),
                 Kind::Jlt64R => jump_if!(r!(s.dst) < r!(s.src), s.target),
@@ -2184,36 +2097,12 @@ impl Interpreter {
                 Kind::Jsgt64R => {
                     jump_if!((r!(s.dst) as i64) > r!(s.src) as i64, s.target)
                 }
-                Kind::Jsge64R => {
-                    jump_if!((r!(s.dst) as i64) >= r!(s.src) as i64, s.target)
-                }
-                Kind::Jslt64R => {
-                    jump_if!((r!(s.dst) as i64) < r!(s.src) as i64, s.target)
-                }
-                Kind::Jsle64R => {
-                    jump_if!((r!(s.dst) as i64) <= r!(s.src) as i64, s.target)
-                }
-                Kind::Jset64R => jump_if!(r!(s.dst) & r!(s.src) != 0, s.target),
                 Kind::Jeq32I => jump_if!(lo(r!(s.dst)) == lo(s.imm64()), s.target),
                 Kind::Jne32I => jump_if!(lo(r!(s.dst)) != lo(s.imm64()), s.target),
                 Kind::Jgt32I => jump_if!(lo(r!(s.dst)) > lo(s.imm64()), s.target),
-                Kind::Jge32I => jump_if!(lo(r!(s.dst)) >= lo(s.imm64()), s.target),
                 Kind::Jlt32I => jump_if!(lo(r!(s.dst)) < lo(s.imm64()), s.target),
-                Kind::Jle32I => jump_if!(lo(r!(s.dst)) <= lo(s.imm64()), s.target),
                 Kind::Jsgt32I => {
                     jump_if!((lo(r!(s.dst)) as i32) > lo(s.imm64()) as i32, s.target)
-                }
-                Kind::Jsge32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) >= lo(s.imm64()) as i32, s.target)
-                }
-                Kind::Jslt32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) < lo(s.imm64()) as i32, s.target)
-                }
-                Kind::Jsle32I => {
-                    jump_if!((lo(r!(s.dst)) as i32) <= lo(s.imm64()) as i32, s.target)
-                }
-                Kind::Jset32I => {
-                    jump_if!(lo(r!(s.dst)) & lo(s.imm64()) != 0, s.target)
                 }
                 Kind::Jeq32R => {
                     jump_if!(lo(r!(s.dst)) == lo(r!(s.src)), s.target)
@@ -2228,21 +2117,6 @@ impl Interpreter {
                 Kind::Jlt32R => jump_if!(lo(r!(s.dst)) < lo(r!(s.src)), s.target),
                 Kind::Jle32R => {
                     jump_if!(lo(r!(s.dst)) <= lo(r!(s.src)), s.target)
-                }
-                Kind::Jsgt32R => {
-                    jump_if!((lo(r!(s.dst)) as i32) > lo(r!(s.src)) as i32, s.target)
-                }
-                Kind::Jsge32R => {
-                    jump_if!((lo(r!(s.dst)) as i32) >= lo(r!(s.src)) as i32, s.target)
-                }
-                Kind::Jslt32R => {
-                    jump_if!((lo(r!(s.dst)) as i32) < lo(r!(s.src)) as i32, s.target)
-                }
-                Kind::Jsle32R => {
-                    jump_if!((lo(r!(s.dst)) as i32) <= lo(r!(s.src)) as i32, s.target)
-                }
-                Kind::Jset32R => {
-                    jump_if!(lo(r!(s.dst)) & lo(r!(s.src)) != 0, s.target)
                 }
 
                 // Helper calls: r1-r5 are passed, r0 receives the result; r1-r5 keep
@@ -2281,10 +2155,6 @@ impl Interpreter {
                     regs[FRAME_HOST] += STACK_FRAME_SIZE as u64;
                     next = base.wrapping_add(frame.return_pc as usize);
                 }
-                Kind::MovZx32x3 => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(2);
-                }
                 Kind::MovSx32x3 => {
                     r!(s.dst) = r!(s.src) as i32 as i64 as u64;
                     next = next.wrapping_add(2);
@@ -2308,12 +2178,6 @@ impl Interpreter {
                     next = next.wrapping_add(2);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
-                Kind::MovAddLdxH => {
-                    let base = r!(s.src).wrapping_add(r!(s.aux));
-                    r!(s.aux2) = base;
-                    next = next.wrapping_add(2);
-                    r!(s.dst) = load_at!(base, s.off, 2);
-                }
                 Kind::MovAddLdxW => {
                     let base = r!(s.src).wrapping_add(r!(s.aux));
                     r!(s.aux2) = base;
@@ -2333,55 +2197,21 @@ impl Interpreter {
                     r!(s.dst) = load_at!(base, s.off, 4) as i32 as i64 as u64;
                     next = next.wrapping_add(2);
                 }
-                Kind::LdxWSx => {
-                    r!(s.dst) = load!(s.dst, s.src, s.off, 4) as i32 as i64 as u64;
-                    next = next.wrapping_add(2);
-                }
                 // As `JeqIJa`, after the copy.
                 Kind::MovJeqIJa => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(2);
                     ja_if!(r!(s.aux) != s.imm64(), s.target);
                 }
-                Kind::MovJneIJa => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(2);
-                    ja_if!(r!(s.aux) == s.imm64(), s.target);
-                }
                 Kind::MovMov => {
                     r!(s.dst) = r!(s.src);
                     r!(s.aux) = r!(s.aux2);
                     next = next.wrapping_add(1);
                 }
-                Kind::AddJeqR => {
-                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.src) == r!(s.aux), s.target);
-                }
-                Kind::AddJneR => {
-                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.src) != r!(s.aux), s.target);
-                }
-                Kind::AddJgtR => {
-                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.src) > r!(s.aux), s.target);
-                }
-                Kind::AddJgeR => {
-                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.src) >= r!(s.aux), s.target);
-                }
                 Kind::AddJltR => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
                     next = next.wrapping_add(1);
                     jump_if!(r!(s.src) < r!(s.aux), s.target);
-                }
-                Kind::AddJleR => {
-                    r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.src) <= r!(s.aux), s.target);
                 }
                 Kind::AddIMov => {
                     r!(s.dst) = r!(s.dst).wrapping_add(s.imm64());
@@ -2398,35 +2228,10 @@ impl Interpreter {
                     r!(s.aux) = r!(s.aux).wrapping_add(i64::from(s.target as i32) as u64);
                     next = next.wrapping_add(1);
                 }
-                Kind::MovJeqR => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) == r!(s.aux2), s.target);
-                }
-                Kind::MovJneR => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) != r!(s.aux2), s.target);
-                }
-                Kind::MovJgtR => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) > r!(s.aux2), s.target);
-                }
-                Kind::MovJgeR => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
-                }
                 Kind::MovJltR => {
                     r!(s.dst) = r!(s.src);
                     next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) < r!(s.aux2), s.target);
-                }
-                Kind::MovJleR => {
-                    r!(s.dst) = r!(s.src);
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
                 }
                 Kind::MovJeqI => {
                     r!(s.dst) = r!(s.src);
@@ -2463,12 +2268,6 @@ impl Interpreter {
                     next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 1);
                 }
-                Kind::AddRLdxH => {
-                    let base = r!(s.aux).wrapping_add(r!(s.src));
-                    r!(s.aux) = base;
-                    next = next.wrapping_add(1);
-                    r!(s.dst) = load_at!(base, s.off, 2);
-                }
                 Kind::AddRLdxW => {
                     let base = r!(s.aux).wrapping_add(r!(s.src));
                     r!(s.aux) = base;
@@ -2480,14 +2279,6 @@ impl Interpreter {
                     r!(s.aux) = base;
                     next = next.wrapping_add(1);
                     r!(s.dst) = load_at!(base, s.off, 8);
-                }
-                Kind::AndNegAnd => {
-                    // `src` may be `dst`: it then reads the negated mask, as the third
-                    // op alone would.
-                    let mask = (r!(s.dst) & s.imm64()).wrapping_neg();
-                    r!(s.dst) = mask;
-                    r!(s.dst) = mask & r!(s.src);
-                    next = next.wrapping_add(2);
                 }
                 Kind::AndNegAnd32I => {
                     let mask = (lo(r!(s.dst)) & lo(s.imm64())).wrapping_neg();
@@ -2513,13 +2304,6 @@ impl Interpreter {
                     r!(s.dst) >>= s.imm64() & 63;
                     r!(s.aux) = r!(s.aux2);
                     next = next.wrapping_add(1);
-                }
-                Kind::LshMovAddLdxB => {
-                    r!(s.aux) <<= s.imm64() & 63;
-                    r!(s.aux2) = r!(s.src);
-                    r!(s.aux2) = r!(s.aux2).wrapping_add(r!(s.target as u8));
-                    next = next.wrapping_add(3);
-                    r!(s.dst) = load!(s.dst, s.aux2, s.off, 1);
                 }
                 Kind::LshMovAddLdxH => {
                     r!(s.aux) <<= s.imm64() & 63;
@@ -2564,45 +2348,15 @@ impl Interpreter {
                     r!(s.aux) = u64::from(lo(r!(s.aux2)));
                     next = next.wrapping_add(1);
                 }
-                Kind::Mov32JeqR => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) == r!(s.aux2), s.target);
-                }
-                Kind::Mov32JneR => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) != r!(s.aux2), s.target);
-                }
-                Kind::Mov32JgtR => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) > r!(s.aux2), s.target);
-                }
-                Kind::Mov32JgeR => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) >= r!(s.aux2), s.target);
-                }
                 Kind::Mov32JltR => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
                     next = next.wrapping_add(1);
                     jump_if!(r!(s.aux) < r!(s.aux2), s.target);
                 }
-                Kind::Mov32JleR => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(1);
-                    jump_if!(r!(s.aux) <= r!(s.aux2), s.target);
-                }
                 Kind::Mov32JeqIJa => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
                     next = next.wrapping_add(2);
                     ja_if!(r!(s.aux) != s.imm64(), s.target);
-                }
-                Kind::Mov32JneIJa => {
-                    r!(s.dst) = u64::from(lo(r!(s.src)));
-                    next = next.wrapping_add(2);
-                    ja_if!(r!(s.aux) == s.imm64(), s.target);
                 }
                 Kind::Mov32Ja => {
                     r!(s.dst) = u64::from(lo(r!(s.src)));
@@ -2679,10 +2433,7 @@ impl Interpreter {
                     r!(s.aux) = s.lddw_value().wrapping_add(index);
                     next = next.wrapping_add(5);
                 }
-                Kind::RshAndLddwAddLdxGlobalB => rsh_and_table_load!(s, 1),
-                Kind::RshAndLddwAddLdxGlobalH => rsh_and_table_load!(s, 2),
                 Kind::RshAndLddwAddLdxGlobalW => rsh_and_table_load!(s, 4),
-                Kind::RshAndLddwAddLdxGlobalDw => rsh_and_table_load!(s, 8),
                 Kind::Mov32AndILsh => {
                     let masked = u64::from(lo(r!(s.src)) & lo(s.imm64()));
                     r!(s.dst) = masked << s.aux;
@@ -2697,7 +2448,6 @@ impl Interpreter {
                 Kind::FpIdxLdxW => fp_index_load!(s, 4),
                 Kind::FpIdxLdxDw => fp_index_load!(s, 8),
                 Kind::FpIdxStxB => fp_index_store!(s, 1),
-                Kind::FpIdxStxH => fp_index_store!(s, 2),
                 Kind::FpIdxStxW => fp_index_store!(s, 4),
                 Kind::FpIdxStxDw => fp_index_store!(s, 8),
                 Kind::Invalid => unreachable!(
@@ -2738,6 +2488,58 @@ fn store_small(mem: &mut MemoryMap<'_>, addr: u64, size: u8, value: u64) -> Resu
         }
     }
     Err(mem.classify_fault(addr, u64::from(size), true))
+}
+
+/// The memory ops [`Interpreter::execute`] runs out of line, as seldom run: `ldxs<size>`
+/// (sign-extending loads), `st<size>` of an immediate at an address not proven inside
+/// the frame, and atomics. `Err` is the trap, at the op's own pc.
+#[cold]
+#[inline(never)]
+fn rare_memory_op(
+    s: &Slot,
+    regs: &mut [u64; REG_FILE_SIZE],
+    mem: &mut MemoryMap<'_>,
+) -> Result<(), TrapKind> {
+    let addr = regs[usize::from(s.dst)].wrapping_add(s.off as i64 as u64);
+    let load = |size| {
+        load_small(
+            mem,
+            regs[usize::from(s.src)].wrapping_add(s.off as i64 as u64),
+            size,
+        )
+    };
+    let atomic = |size| {
+        let op = AtomicOp::from_u8(s.aux);
+        let p = mem.translate(addr, size, true)?;
+        let (value, expected) = (regs[usize::from(s.src)], regs[0]);
+        // SAFETY: `translate` proved `size` writable (hence readable) bytes at `p` in a
+        // region mapped for this run; concurrent accessors of a shared region are the
+        // embedder's contract (`map_raw`).
+        let old = unsafe {
+            if size == 4 {
+                atomic32(p, op, value, expected)
+            } else {
+                atomic64(p, op, value, expected)
+            }
+        };
+        Ok((op, old))
+    };
+    match s.kind {
+        // Sign-extending loads (cpu v4, RFC 9669 §5.2).
+        Kind::LdxSB => regs[usize::from(s.dst)] = load(1)? as i8 as i64 as u64,
+        Kind::LdxSH => regs[usize::from(s.dst)] = load(2)? as i16 as i64 as u64,
+        Kind::LdxSW => regs[usize::from(s.dst)] = load(4)? as i32 as i64 as u64,
+        Kind::StB => store_small(mem, addr, 1, s.imm64())?,
+        Kind::StH => store_small(mem, addr, 2, s.imm64())?,
+        Kind::StW => store_small(mem, addr, 4, s.imm64())?,
+        Kind::StDw => store_small(mem, addr, 8, s.imm64())?,
+        Kind::Atomic32 | Kind::Atomic64 => {
+            let (op, old) = atomic(if s.kind == Kind::Atomic32 { 4 } else { 8 })?;
+            write_back_atomic(regs, op, s.src, old);
+        }
+        other => unreachable!("{other:?} is not a rare memory op"),
+    }
+    Ok(())
 }
 
 /// Writes an atomic's fetched value: into `s.src` for the fetch variants and `xchg`, into
@@ -3726,14 +3528,15 @@ mod tests {
     #[test]
     fn fused_mov_and_compare() {
         use Kind::*;
-        // r0 = 1 unless `r4 = r1; j<cmp> r4, r2` jumps: the compare sees the moved value.
+        // r0 = 1 unless `r4 = r1; j<cmp> r4, r2` jumps: the compare sees the moved value
+        // (fused with the copy for `jlt` only, the loop latch kernels run).
         let cases = [
-            (JMP_JEQ, MovJeqR),
-            (JMP_JNE, MovJneR),
-            (JMP_JGT, MovJgtR),
-            (JMP_JGE, MovJgeR),
+            (JMP_JEQ, Mov64R),
+            (JMP_JNE, Mov64R),
+            (JMP_JGT, Mov64R),
+            (JMP_JGE, Mov64R),
             (JMP_JLT, MovJltR),
-            (JMP_JLE, MovJleR),
+            (JMP_JLE, Mov64R),
         ];
         for (op, kind) in cases {
             let insns = prog![
@@ -4319,6 +4122,38 @@ mod tests {
             EXIT
         ];
         assert_eq!(run(insns), 0);
+    }
+
+    #[test]
+    fn out_of_line_memory_ops_trap_at_their_own_pc() {
+        // `ldxs`, `st` of an immediate and atomics run out of the dispatch loop: a trap
+        // still names the op's own pc and the fuel used up to it.
+        let mut mem = [0u8; 8];
+        let oob = |addr: u64, size: u32, write: bool| TrapKind::OutOfBounds { addr, size, write };
+        let cases = [
+            (ldxs(SIZE_H, 0, 1, 7), oob(MEM + 7, 2, false)),
+            (st(SIZE_W, 1, 6, 1), oob(MEM + 6, 4, true)),
+            (
+                atomic(SIZE_DW, 1, 2, 1, ATOMIC_ADD | ATOMIC_FETCH),
+                oob(MEM + 1, 8, true),
+            ),
+            (atomic(SIZE_W, 1, 2, -1, ATOMIC_XCHG), oob(MEM - 1, 4, true)),
+        ];
+        for (op, kind) in cases {
+            // Two taken back-edges of cost 2 before the op at pc 4.
+            let insns = prog![
+                mov(0, 0),
+                alu64(ALU_ADD, 0, 1),
+                jmp(JMP_JLT, 0, 3, -2),
+                mov(2, 2),
+                op,
+                EXIT
+            ];
+            let out = run_full(insns, &mut mem, 100);
+            assert_eq!(out.result, Err(Trap { pc: 4, kind }));
+            assert_eq!(out.fuel_used, 4);
+        }
+        assert_eq!(mem, [0; 8], "a failed op writes nothing");
     }
 
     #[test]
