@@ -23,6 +23,7 @@ use crate::analysis::IfConv;
 
 mod count_tests;
 mod guard_tests;
+mod cache_tests;
 mod loop_tests;
 mod range_tests;
 mod region_tests;
