@@ -122,10 +122,6 @@ pub(crate) struct VersionedLoop {
     /// too (an inner loop runs any number of times, so the slice an iteration starts
     /// with cannot cover it), and a refill there resumes in the checked loop.
     pub checked_charges: BTreeSet<u32>,
-    /// Whether the unchecked copy may start each iteration with the region caches
-    /// pointed at the stack: no access outside the inner loops goes through them (see
-    /// [`cache_free`]).
-    pub fresh_caches: bool,
 }
 
 /// Most bytes one [`GuardSpan`] covers in an iteration.
@@ -551,13 +547,12 @@ fn version_loop(
     let accesses = strided_accesses(&walk);
     if accesses.is_empty()
         || (shape.nested && !worth_nesting(plan, &walk, &accesses))
-        || (inner && !unchecked_around_inner(plan, g, shape, &walk, &accesses, false))
+        || (inner && !unchecked_around_inner(plan, g, shape, &walk, &accesses))
     {
         return None;
     }
     let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
     let checked_charges = after_inner(g, &in_body, shape, &order);
-    let fresh_caches = cache_free(plan, g, shape, &walk, &accesses);
     let (unroll, fuel) = if inner {
         // A loop's closing branch converted with its arm charges a select: never one
         // of the checked ones.
@@ -579,7 +574,6 @@ fn version_loop(
         narrow,
         fuel,
         checked_charges,
-        fresh_caches,
     };
     if shape.nested && !charged_once_at_header(insns, &l) {
         l.fuel = None;
@@ -780,15 +774,13 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
 /// each iteration: every access outside the inner loops goes unchecked (or is at r10
 /// plus a constant). grep's scan does (its byte load; the match loop runs at a first
 /// byte only); a hash probe whose table loads stay checked (hashjoin) took 20% more
-/// instructions versioned. `stack_based`: count an access through a stack base as
-/// unchecked whatever the walk allows.
+/// instructions versioned.
 fn unchecked_around_inner(
     plan: &FunctionPlan,
     g: &Graph,
     shape: &LoopShape<'_>,
     w: &Walk<'_>,
     accesses: &[LoopAccess],
-    stack_based: bool,
 ) -> bool {
     let mut inside = vec![false; g.n];
     for &(latch, header) in &shape.inner_back {
@@ -799,24 +791,7 @@ fn unchecked_around_inner(
     w.order
         .iter()
         .filter(|&&u| !inside[u])
-        .all(|&u| unchecked_at(plan, w, u, accesses, stack_based))
-}
-
-/// Whether no access of the loop outside its inner loops uses the region caches in the
-/// unchecked copy (each is unchecked, in the frame, or checked against the stack's
-/// constant bounds). Then that copy may point the caches at the stack at the top of
-/// every iteration: the values they held on entry are not carried through the loop
-/// (a loop-carried value each, which crowded the registers the iteration needs: grep's
-/// scan reloaded its index and bounds from spill slots at every byte), and an inner
-/// loop that reads a region misses once per entry, not per iteration.
-fn cache_free(
-    plan: &FunctionPlan,
-    g: &Graph,
-    shape: &LoopShape<'_>,
-    w: &Walk<'_>,
-    accesses: &[LoopAccess],
-) -> bool {
-    unchecked_around_inner(plan, g, shape, w, accesses, true)
+        .all(|&u| unchecked_at(plan, w, u, accesses))
 }
 
 /// Whether node `u` makes no access, or one that goes unchecked: in the unchecked copy,
@@ -826,13 +801,7 @@ fn cache_free(
 /// `FunctionPlan::stack_bases`: a scatter into a stack buffer at a loaded index,
 /// `out[cnt[v]++] = v`), which costs a compare, not a region cache's loads, when the
 /// walk `w` allows those.
-fn unchecked_at(
-    plan: &FunctionPlan,
-    w: &Walk<'_>,
-    u: usize,
-    accesses: &[LoopAccess],
-    stack_based: bool,
-) -> bool {
+fn unchecked_at(plan: &FunctionPlan, w: &Walk<'_>, u: usize, accesses: &[LoopAccess]) -> bool {
     let pc = w.g.pcs[u];
     let insn = &w.insns[pc as usize];
     let memory = matches!(insn.class(), CLASS_LDX | CLASS_ST | CLASS_STX);
@@ -840,9 +809,7 @@ fn unchecked_at(
         || accesses.iter().any(|a| a.pc == pc)
         || frame_constant(insn, &w.states[&u])
         || proven_in_frame(plan, insn, pc)
-        || ((w.stack_checks || stack_based)
-            && plan.stack_bases.contains(&pc)
-            && insn.opc & 0xe0 != MODE_ATOMIC)
+        || (w.stack_checks && plan.stack_bases.contains(&pc) && insn.opc & 0xe0 != MODE_ATOMIC)
 }
 
 /// Whether the plan's value ranges prove the access `insn` at `pc` inside the current
@@ -862,7 +829,7 @@ fn proven_in_frame(plan: &FunctionPlan, insn: &Insn, pc: u32) -> bool {
 /// through a base that holds an address computed from r10 on every path
 /// (`FunctionPlan::stack_bases`) counts as a stack access here.
 fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> bool {
-    let all_unchecked = w.order.iter().all(|&u| unchecked_at(plan, w, u, accesses, false));
+    let all_unchecked = w.order.iter().all(|&u| unchecked_at(plan, w, u, accesses));
     let counted = w.order.iter().all(|&u| {
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])

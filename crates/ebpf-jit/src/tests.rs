@@ -21,9 +21,9 @@ use csx_ebpf::verifier::verify;
 use super::*;
 use crate::analysis::IfConv;
 
+mod cache_tests;
 mod count_tests;
 mod guard_tests;
-mod cache_tests;
 mod loop_tests;
 mod range_tests;
 mod region_tests;

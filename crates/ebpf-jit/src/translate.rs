@@ -452,9 +452,6 @@ struct LoopCopy {
     /// Slots whose charges keep their check in the unchecked copy (see
     /// `loops::VersionedLoop::checked_charges`).
     checked_charges: BTreeSet<u32>,
-    /// Whether the unchecked copy points the region caches at the stack at the top of
-    /// each iteration (see `loops::VersionedLoop::fresh_caches`).
-    fresh_caches: bool,
 }
 
 /// The memory flags of a function's loads and stores: context, region table (movable
@@ -728,7 +725,6 @@ fn loop_copies(
             deltas,
             group,
             checked_charges: l.checked_charges,
-            fresh_caches: l.fresh_caches,
         });
     }
     (loop_copies, loop_at)
@@ -887,9 +883,6 @@ impl<'a, 'f> Translator<'a, 'f> {
                     }
                     self.b.switch_to_block(block);
                     self.open = true;
-                    if pc == self.loops[i].header {
-                        self.fresh_caches(i);
-                    }
                 }
                 assert!(self.open, "slot {pc} of a loop copy is in an open block");
                 if let Some(c) = &self.counters {
@@ -919,20 +912,17 @@ impl<'a, 'f> Translator<'a, 'f> {
             };
             self.b.ins().brif(more, head, &[], leave, &[]);
             self.enter(leave);
-            self.fresh_caches(i);
             self.b.ins().jump(checked, &[]);
             self.group_copies(i)?;
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
-                self.fresh_caches(i);
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
             self.resume_blocks(i);
             if let Some(reguard) = self.loops[i].reguard {
                 self.b.switch_to_block(reguard);
-                self.fresh_caches(i);
                 self.guard(i);
             }
         }
@@ -1028,7 +1018,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         };
         for (t, block) in std::mem::take(&mut self.loops[i].refilled) {
             self.enter(block);
-            self.fresh_caches(i);
             let one = self.b.ins().iconst(types::I64, 1);
             self.b.def_var(pending, one);
             let to = self.blocks[&t];
@@ -1935,31 +1924,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.def_var(c.neg_lo, neg_lo);
             self.b.def_var(c.limit, limit);
             self.b.def_var(c.delta, delta);
-        }
-    }
-
-    /// Points both region caches at the stack where loop `i` has fresh caches (see
-    /// `loops::VersionedLoop::fresh_caches`): at the top of each iteration of its
-    /// unchecked copy and on every way out of that copy (the exits, the latch's way to
-    /// the checked loop, and where a refill resumes), so that no value a cache held is
-    /// live through the copy, and one an inner loop refilled it with dies at the
-    /// iteration's end instead of being merged with the others at each join.
-    fn fresh_caches(&mut self, i: usize) {
-        if self.loops[i].fresh_caches {
-            self.stack_caches();
-        }
-    }
-
-    /// Points both region caches at the stack through the function's stack delta:
-    /// constants (made again where used) and a value live throughout.
-    fn stack_caches(&mut self) {
-        let lo = RegionIdx::STACK.vaddr(0) as i64;
-        let neg_lo = self.b.ins().iconst(types::I64, lo.wrapping_neg());
-        let limit = self.b.ins().iconst(types::I64, STACK_SIZE as i64 - 8);
-        for c in self.caches {
-            self.b.def_var(c.neg_lo, neg_lo);
-            self.b.def_var(c.limit, limit);
-            self.b.def_var(c.delta, self.stack_delta);
         }
     }
 

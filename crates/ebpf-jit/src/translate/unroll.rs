@@ -266,9 +266,6 @@ impl<'a, 'f> Translator<'a, 'f> {
                     }
                     self.b.switch_to_block(block);
                     self.open = true;
-                    if k == 0 && pc == self.loops[i].header {
-                        self.fresh_caches(i);
-                    }
                 }
                 assert!(self.open, "slot {pc} of a group copy is in an open block");
                 resume = self.insn(pc)?;
