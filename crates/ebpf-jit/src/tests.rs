@@ -21,6 +21,7 @@ use csx_ebpf::verifier::verify;
 use super::*;
 use crate::analysis::IfConv;
 
+mod cache_tests;
 mod count_tests;
 mod guard_tests;
 mod loop_tests;
