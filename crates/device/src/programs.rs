@@ -64,6 +64,9 @@ use csx_proto::{ClientId, EngineKind, ProgramIndex, ProgramInfo, ProgramState, P
 
 use crate::state::write_atomic;
 
+mod cache;
+use cache::{Built, EngineCache, EngineKey};
+
 /// Directory of persisted programs in the state directory.
 pub const PROGRAMS_DIR_NAME: &str = "programs";
 
@@ -301,6 +304,9 @@ pub struct Programs {
     /// How a JIT activation is tiered, if it is (see [`Programs::with_tiering`]).
     tiering: Option<Promotion>,
     dir: Option<PathBuf>,
+    /// Engines of recent activations, reused by an activation of the same image
+    /// (see `cache`).
+    engines: Mutex<EngineCache>,
 }
 
 impl std::fmt::Debug for Programs {
@@ -402,6 +408,7 @@ impl Programs {
             count_work: false,
             tiering: Some(Promotion::Background),
             dir,
+            engines: Mutex::new(EngineCache::default()),
         }
     }
 
@@ -792,7 +799,42 @@ impl Programs {
         )))
     }
 
+    /// The slot's engine: a kept one built from the same image (see `cache`), or a new
+    /// one, then kept.
     fn build(
+        &self,
+        ptype: ProgramType,
+        image: &[u8],
+        entry: Option<&str>,
+        pind: ProgramIndex,
+        kind: EngineKind,
+    ) -> Result<(ActiveEngine, ActivationTiming), ProgramError> {
+        let key = EngineKey::new(ptype, kind, entry, pind, image);
+        let kept = self.engine_cache().take(&key);
+        if let Some(Built { engine, tiered }) = kept {
+            let active = ActiveEngine {
+                kind,
+                engine,
+                tiered,
+            };
+            return Ok((active, ActivationTiming::default()));
+        }
+        let (active, timing) = self.build_engine(ptype, image, entry, pind, kind)?;
+        let built = Built {
+            engine: Arc::clone(&active.engine),
+            tiered: active.tiered.clone(),
+        };
+        self.engine_cache().keep(key, built);
+        Ok((active, timing))
+    }
+
+    fn engine_cache(&self) -> MutexGuard<'_, EngineCache> {
+        // The cache is changed by whole statements: a panic cannot leave it half-updated.
+        self.engines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Parses and verifies the image and builds its engine.
+    fn build_engine(
         &self,
         ptype: ProgramType,
         image: &[u8],
@@ -1677,6 +1719,39 @@ mod tiering_tests {
             p.optimize(ProgramIndex(9)).unwrap_err().status(),
             csx_proto::Status::NoProgram
         );
+    }
+
+    /// Activating an image again takes the engine built last time (already promoted
+    /// here), with the same results; the same raw image in another slot, or on the
+    /// interpreter, does not.
+    #[test]
+    fn activating_the_same_image_again_reuses_its_engine() {
+        let p = Programs::new(Arc::new(FunctionTable::new()), true, None)
+            .with_promotion(Some(Promotion::Manual));
+        let img = loop_image();
+        let (a, b) = (ProgramIndex(1), ProgramIndex(2));
+        for pind in [a, b] {
+            tests::raw_chunk(&p, ClientId(1), pind, img.len() as u32, 0, &img).unwrap();
+        }
+        p.activate(a, EngineKind::Jit).unwrap();
+        p.optimize(a).unwrap();
+        let want = run(&p, a, 100, 1_000_000);
+        p.deactivate(DEVICE_CLIENT, a).unwrap();
+        let timing = p.activate(a, EngineKind::Jit).unwrap();
+        assert_eq!(p.jit_tier(a).unwrap(), Some(Tier::Optimized), "kept engine");
+        assert_eq!(timing.compile, Duration::ZERO, "nothing compiled");
+        assert_eq!(run(&p, a, 100, 1_000_000), want);
+        let first = if cfg!(target_arch = "x86_64") {
+            Tier::Quick
+        } else {
+            Tier::Optimized
+        };
+        p.activate(b, EngineKind::Jit).unwrap();
+        assert_eq!(p.jit_tier(b).unwrap(), Some(first), "a raw image's slot is its name");
+        p.deactivate(DEVICE_CLIENT, a).unwrap();
+        p.activate(a, EngineKind::Interpreter).unwrap();
+        assert_eq!(p.jit_tier(a).unwrap(), None, "the interpreter is another engine");
+        assert_eq!(run(&p, a, 100, 1_000_000), want);
     }
 
     /// Without tiering, activation waits for Cranelift: the program is not tiered.
