@@ -1747,10 +1747,18 @@ mod tiering_tests {
             Tier::Optimized
         };
         p.activate(b, EngineKind::Jit).unwrap();
-        assert_eq!(p.jit_tier(b).unwrap(), Some(first), "a raw image's slot is its name");
+        assert_eq!(
+            p.jit_tier(b).unwrap(),
+            Some(first),
+            "a raw image's slot is its name"
+        );
         p.deactivate(DEVICE_CLIENT, a).unwrap();
         p.activate(a, EngineKind::Interpreter).unwrap();
-        assert_eq!(p.jit_tier(a).unwrap(), None, "the interpreter is another engine");
+        assert_eq!(
+            p.jit_tier(a).unwrap(),
+            None,
+            "the interpreter is another engine"
+        );
         assert_eq!(run(&p, a, 100, 1_000_000), want);
     }
 

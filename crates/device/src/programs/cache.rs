@@ -120,11 +120,9 @@ mod tests {
     fn built() -> Built {
         let insns = csx_ebpf::asm::assemble("mov %r0, 7\nexit").expect("assembles");
         let program = Program::from_insns("t", insns);
-        let verified = csx_ebpf::verifier::verify(
-            program,
-            Arc::new(csx_ebpf::helper::FunctionTable::new()),
-        )
-        .expect("verifies");
+        let verified =
+            csx_ebpf::verifier::verify(program, Arc::new(csx_ebpf::helper::FunctionTable::new()))
+                .expect("verifies");
         Built {
             engine: Arc::new(csx_ebpf::interp::Interpreter::new(Arc::new(verified))),
             tiered: None,
