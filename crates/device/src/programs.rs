@@ -819,7 +819,7 @@ impl Programs {
             };
             return Ok((active, ActivationTiming::default()));
         }
-        let (active, timing) = self.build_engine(ptype, image, entry, pind, kind)?;
+        let (active, timing) = self.build_engine(&key, pind)?;
         let built = Built {
             engine: Arc::clone(&active.engine),
             tiered: active.tiered.clone(),
@@ -833,15 +833,14 @@ impl Programs {
         self.engines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Parses and verifies the image and builds its engine.
+    /// Parses and verifies the image `key` names and builds its engine.
     fn build_engine(
         &self,
-        ptype: ProgramType,
-        image: &[u8],
-        entry: Option<&str>,
+        key: &EngineKey,
         pind: ProgramIndex,
-        kind: EngineKind,
     ) -> Result<(ActiveEngine, ActivationTiming), ProgramError> {
+        let (ptype, image, entry, kind) =
+            (key.ptype, &key.image[..], key.entry.as_deref(), key.kind);
         let start = Instant::now();
         let program = self.parse(ptype, image, entry, pind)?;
         let verified =
