@@ -197,8 +197,12 @@ fn throttled_commands_take_at_least_their_modelled_time() {
     assert_eq!(c.status, Status::Success, "{:?}", c.detail);
     assert!(c.timing.total_ns >= c.timing.modelled_ns);
     assert!(wall >= c.timing.modelled_ns);
-    // And at least the measured run at the device's speed.
-    assert!(c.timing.total_ns >= c.timing.execute_ns * 200);
+    // And at least the run itself. The floor at the device's speed is the compute scale
+    // times the run's wall or its worker thread's CPU time, whichever is less; the CPU
+    // time is not in the completion, and on a loaded machine (tests in parallel) it is
+    // far below the wall, so `execute_ns * 200` is no bound here: `PerfModel::floor_ns`'s
+    // unit tests check the scaled floor for both cases.
+    assert!(c.timing.total_ns >= c.timing.execute_ns);
 }
 
 #[test]
