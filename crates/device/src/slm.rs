@@ -462,22 +462,7 @@ impl Slm {
     /// Called under the lock, before a lease on the range is granted (or the allocation
     /// is shared).
     fn zero_unzeroed(&self, a: &mut Allocation, start: u64, end: u64) {
-        let mut keep = Vec::new();
-        for &(s, e) in &a.unzeroed {
-            let (lo, hi) = (s.max(start), e.min(end));
-            if lo >= hi {
-                keep.push((s, e));
-                continue;
-            }
-            self.zero(lo, hi - lo);
-            if s < lo {
-                keep.push((s, lo));
-            }
-            if hi < e {
-                keep.push((hi, e));
-            }
-        }
-        a.unzeroed = keep;
+        cut_ranges(&mut a.unzeroed, start, end, |lo, hi| self.zero(lo, hi - lo));
     }
 
     fn zero(&self, start: u64, len: u64) {
@@ -932,18 +917,29 @@ impl Leases {
             .allocs
             .get_mut(&g.handle)
             .expect("a leased allocation is not freed");
-        let (start, end) = (g.start, g.start + g.len);
-        let mut keep = Vec::new();
-        for &(s, e) in &a.unzeroed {
-            if s < start.min(e) {
-                keep.push((s, start.min(e)));
-            }
-            if end.max(s) < e {
-                keep.push((end.max(s), e));
-            }
-        }
-        a.unzeroed = keep;
+        cut_ranges(&mut a.unzeroed, g.start, g.start + g.len, |_, _| {});
     }
+}
+
+/// Removes `[start, end)` from `ranges` (half-open, absolute), calling `cut` with each
+/// part removed.
+fn cut_ranges(ranges: &mut Vec<(u64, u64)>, start: u64, end: u64, mut cut: impl FnMut(u64, u64)) {
+    let mut keep = Vec::with_capacity(ranges.len());
+    for &(s, e) in ranges.iter() {
+        let (lo, hi) = (s.max(start), e.min(end));
+        if lo >= hi {
+            keep.push((s, e));
+            continue;
+        }
+        cut(lo, hi);
+        if s < lo {
+            keep.push((s, lo));
+        }
+        if hi < e {
+            keep.push((hi, e));
+        }
+    }
+    *ranges = keep;
 }
 
 impl Drop for Leases {
