@@ -125,7 +125,14 @@ mod tests {
         assert!(!me.ended());
         assert_eq!(me.ppid, std::os::unix::process::parent_id());
         assert!(!me.kernel_thread);
-        assert!(me.session > 0);
+        // The session as "/proc/PID/status" writes it (its "NSsid" line's last field); 0
+        // where no ancestor ever called setsid (under a container's or VM's init, as in CI).
+        let status = std::fs::read_to_string(format!("/proc/{}/status", std::process::id()));
+        let sid = status.unwrap().lines().find_map(|l| {
+            l.strip_prefix("NSsid:")
+                .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
+        });
+        assert_eq!(Some(me.session), sid);
         assert!(me.start_time > 0);
         assert_eq!(of(u32::MAX), None);
     }
