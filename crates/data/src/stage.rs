@@ -26,6 +26,7 @@
 use std::sync::Arc;
 
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
+use csx_host::proto::limits::COPY_SOURCES_MAX;
 use csx_host::proto::{EngineKind, MemHandle};
 use csx_host::session::Params;
 
@@ -229,11 +230,46 @@ impl Target {
     }
 }
 
+/// A Memory Copy being gathered: file ranges that land back to back in one buffer
+/// (a target's columns, one after the other), started as one copy, so the device reads
+/// them as one queued read; adjacent ranges of one file become one range.
+#[derive(Debug)]
+struct OpenCopy {
+    dst: MemHandle,
+    dst_offset: u64,
+    len: u64,
+    /// `(path, offset, len)`, in destination order.
+    ranges: Vec<(String, u64, u64)>,
+}
+
+impl OpenCopy {
+    /// Adds `len` bytes of `path` at `at` if they land right after the copy's bytes in
+    /// its buffer (`several`: the copy may read more than one file); whether they did.
+    fn extend(&mut self, (path, at, len): (&str, u64, u64), (dst, dst_off): (MemHandle, u64), several: bool) -> bool {
+        if dst != self.dst || dst_off != self.dst_offset + self.len {
+            return false;
+        }
+        let last = self.ranges.last_mut().expect("an open copy has a range");
+        if last.0 == path && last.1 + last.2 == at {
+            last.2 += len;
+        } else if several && self.ranges.len() < COPY_SOURCES_MAX {
+            self.ranges.push((path.to_string(), at, len));
+        } else {
+            return false;
+        }
+        self.len += len;
+        true
+    }
+}
+
 /// Copies in flight and the expansions that follow them.
 #[derive(Debug, Default)]
 #[must_use = "a staging must be finished (its copies waited for)"]
 pub struct Staging {
     copies: Vec<PendingCopy>,
+    /// The copy being gathered, started by [`Staging::submit`] (or when a range does not
+    /// continue it).
+    open: Option<OpenCopy>,
     targets: Vec<Target>,
     /// Blocks a zone map excluded (not read).
     pub skipped: u64,
@@ -264,9 +300,7 @@ impl Staging {
             DeviceColumn::Raw { path, ty } => {
                 let w = ty.width();
                 let dst = self.targets[t].dst;
-                let c = s.start_copy_file(path, first * w, rows * w, dst, dst_off)?;
-                self.copies.push(c);
-                return Ok(());
+                return self.copy(s, (path, first * w, rows * w), (dst, dst_off));
             }
             DeviceColumn::Encoded(c) => c,
         };
@@ -340,13 +374,53 @@ impl Staging {
             self.skipped += (e - b) as u64;
         } else {
             let at = col.blocks[b].at;
-            let c = s.start_copy_file(&col.path, at, len, target.staged, target.used)?;
-            self.copies.push(c);
             for h in &col.blocks[b..e] {
                 target.expect.extend_from_slice(&h.encode());
             }
+            let dst = (target.staged, target.used);
+            target.used += len;
+            return self.copy(s, (&col.path, at, len), dst);
         }
         target.used += len;
+        Ok(())
+    }
+
+    /// Copies `len` bytes of `path` at `at` to `dst` at `dst_off`: added to the copy
+    /// being gathered when they land right after it, else that copy is started and a
+    /// new one gathered.
+    fn copy(
+        &mut self,
+        s: &mut Session,
+        (path, at, len): (&str, u64, u64),
+        (dst, dst_off): (MemHandle, u64),
+    ) -> Result<(), DataError> {
+        let several = !s.is_resident();
+        if let Some(open) = &mut self.open {
+            if open.extend((path, at, len), (dst, dst_off), several) {
+                return Ok(());
+            }
+        }
+        self.submit(s)?;
+        self.open = Some(OpenCopy {
+            dst,
+            dst_offset: dst_off,
+            len,
+            ranges: vec![(path.to_string(), at, len)],
+        });
+        Ok(())
+    }
+
+    /// Starts the copy being gathered, if any: the caller calls it once it has staged
+    /// what it means to before doing other work, so the copies run meanwhile.
+    pub fn submit(&mut self, s: &mut Session) -> Result<(), DataError> {
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let ranges: Vec<(&str, u64, u64)> = (open.ranges.iter())
+            .map(|(p, at, len)| (p.as_str(), *at, *len))
+            .collect();
+        let c = s.start_copy_files(&ranges, open.dst, open.dst_offset)?;
+        self.copies.push(c);
         Ok(())
     }
 
@@ -359,7 +433,11 @@ impl Staging {
     /// Waits for the copies (after writing the expected headers): what is left is the
     /// expansion, which the caller may run after starting the next staging's copies, so
     /// the media reads of one staging overlap the decoding of the one before.
-    pub fn wait_copies(self, s: &mut Session) -> Result<Expansion, DataError> {
+    pub fn wait_copies(mut self, s: &mut Session) -> Result<Expansion, DataError> {
+        if let Err(e) = self.submit(s) {
+            self.abandon(s);
+            return Err(e);
+        }
         let Staging {
             copies, targets, ..
         } = self;
@@ -375,7 +453,8 @@ impl Staging {
         Ok(Expansion { targets, bases })
     }
 
-    /// Waits for the copies in flight, expanding nothing (after a failure).
+    /// Waits for the copies in flight, expanding nothing (after a failure); the copy
+    /// being gathered is never started.
     pub fn abandon(self, s: &mut Session) {
         let _ = s.wait_copies(self.copies);
     }
@@ -573,6 +652,8 @@ pub fn stage_whole_into(
     };
     let t = staging.target(Target::new(staged, bound, h, bytes.max(64)));
     staging.stage_rows(s, &column, (0, schema.rows), &[], t, 0)?;
+    // A column has buffers of its own: nothing after it continues its copy.
+    staging.submit(s)?;
     Ok(h)
 }
 

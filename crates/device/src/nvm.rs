@@ -100,6 +100,93 @@ const _: () = assert!(BOUNCE_SIZE_MAX.is_multiple_of(DIRECT_IO_ALIGNMENT));
 /// range's start and its bytes; an error fails the read.
 pub type PieceCheck<'a, E> = dyn Fn(u64, &[u8]) -> Result<(), E> + Sync + 'a;
 
+/// What [`Nvm::read_runs_checked`] asks of each piece it read: the run's index, the
+/// piece's offset from the run's start and its bytes; an error fails the read.
+pub type RunCheck<'a, E> = dyn Fn(usize, u64, &[u8]) -> Result<(), E> + Sync + 'a;
+
+/// One run of [`Nvm::read_runs_checked`]: the whole blocks `[offset, offset + len)` of
+/// the namespace, and where the bytes `[skip, skip + dst.len())` of them go.
+#[derive(Debug)]
+pub struct BlockRun<'a> {
+    pub offset: u64,
+    pub len: u64,
+    pub skip: usize,
+    pub dst: &'a mut [u8],
+}
+
+/// The media reads of queued uncached reads ([`Nvm::read_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MediaReadStats {
+    /// Reads issued to the image (one per piece).
+    pub reads: u64,
+    /// The most reads in flight at once.
+    pub in_flight_max: u64,
+}
+
+/// The counters behind [`MediaReadStats`].
+#[derive(Debug, Default)]
+struct ReadCounters {
+    reads: std::sync::atomic::AtomicU64,
+    in_flight: std::sync::atomic::AtomicU64,
+    in_flight_max: std::sync::atomic::AtomicU64,
+}
+
+impl ReadCounters {
+    /// Counts a read starting; it ends when the guard drops.
+    fn start(&self) -> InFlight<'_> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        self.in_flight_max.fetch_max(now, Ordering::AcqRel);
+        InFlight(self)
+    }
+}
+
+/// A read in flight ([`ReadCounters::start`]).
+struct InFlight<'a>(&'a ReadCounters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One piece of [`Nvm::read_runs_checked`]: run `run` (at namespace offset `offset`),
+/// its `n` bytes from `at`, and the part of the destination the wanted bytes of it
+/// fill, `from` bytes into the piece.
+struct PieceTask<'a> {
+    run: usize,
+    offset: u64,
+    at: u64,
+    n: usize,
+    from: usize,
+    part: &'a mut [u8],
+}
+
+/// Cuts `run` (index `i`) into pieces of `piece` bytes (the last one shorter).
+fn run_pieces<'a>(i: usize, run: BlockRun<'a>, piece: u64, tasks: &mut Vec<PieceTask<'a>>) {
+    let (want_lo, want_hi) = (run.skip as u64, (run.skip + run.dst.len()) as u64);
+    let mut rest = run.dst;
+    let mut at = 0u64;
+    while at < run.len {
+        let end = (at + piece).min(run.len);
+        // The wanted bytes inside this piece, `lo - at` bytes into it.
+        let lo = at.max(want_lo);
+        let hi = end.min(want_hi).max(lo);
+        let from = if hi > lo { lo - at } else { 0 };
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) as usize);
+        tasks.push(PieceTask {
+            run: i,
+            offset: run.offset,
+            at,
+            n: (end - at) as usize,
+            from: from as usize,
+            part,
+        });
+        rest = tail;
+        at = end;
+    }
+}
+
 /// Errors of the NVM namespace.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -230,6 +317,8 @@ pub struct Nvm {
     /// [`MediaReads::Cached`]: "uncached" reads go through the page cache.
     cached_reads: std::sync::atomic::AtomicBool,
     size_bytes: u64,
+    /// The queued reads' media reads, counted.
+    stats: ReadCounters,
     /// Test-only record of what writes since the last sync overwrote, to simulate a power
     /// loss (see [`Nvm::simulate_power_loss`]).
     #[cfg(test)]
@@ -349,6 +438,7 @@ impl Nvm {
             mode: AtomicU8::new(MODE_DIRECT),
             cached_reads: std::sync::atomic::AtomicBool::new(false),
             size_bytes,
+            stats: ReadCounters::default(),
             #[cfg(test)]
             undo: std::sync::Mutex::new(None),
             undo_file: match std::env::var_os(UNDO_LOG_ENV).filter(|p| !p.is_empty()) {
@@ -499,50 +589,97 @@ impl Nvm {
 
     /// Reads the whole blocks `[offset, offset + len)` (both multiples of [`BLOCK_SIZE`])
     /// as [`Nvm::read_at_uncached`] does, in one queued read: each piece (at most
-    /// [`DIRECT_PIECE_SIZE`], aligned) is read into its reader's own buffer and handed to
-    /// `check` with its offset from `offset`; once `check` accepts it, the piece's bytes
-    /// inside the range's bytes `[skip, skip + dst.len())` are copied to their place in
-    /// `dst`. So a caller that must see whole blocks (to verify their checksums) reads a
-    /// range that does not start or end on a block with no separate reads of its edges,
-    /// and the checks run on the readers, beside the reads.
+    /// [`DIRECT_PIECE_SIZE`], aligned) is handed to `check` with its offset from
+    /// `offset`; once `check` accepts it, the piece's bytes inside the range's bytes
+    /// `[skip, skip + dst.len())` are in their place in `dst`. So a caller that must see
+    /// whole blocks (to verify their checksums) reads a range that does not start or end
+    /// on a block with no separate reads of its edges, and the checks run on the
+    /// readers, beside the reads. [`Nvm::read_runs_checked`] of one run.
     pub fn read_blocks_checked<E: From<NvmError> + Send>(
         &self,
         (offset, len): (u64, u64),
         (skip, dst): (usize, &mut [u8]),
         check: &PieceCheck<'_, E>,
     ) -> Result<(), E> {
-        self.check_range(offset, len as usize)?;
-        assert!(
-            offset.is_multiple_of(BLOCK_SIZE)
-                && len.is_multiple_of(BLOCK_SIZE)
-                && skip as u64 + dst.len() as u64 <= len,
-            "whole blocks, and the wanted bytes inside them"
-        );
-        let piece = piece_size(len);
-        let mut tasks = Vec::with_capacity(len.div_ceil(piece) as usize);
-        let (want_lo, want_hi) = (skip as u64, (skip + dst.len()) as u64);
-        let mut rest = dst;
-        let mut at = 0u64;
-        while at < len {
-            let end = (at + piece).min(len);
-            // The wanted bytes inside this piece, `lo - at` bytes into it.
-            let lo = at.max(want_lo);
-            let hi = end.min(want_hi).max(lo);
-            let from = if hi > lo { lo - at } else { 0 };
-            let (part, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) as usize);
-            tasks.push((at, (end - at) as usize, from as usize, part));
-            rest = tail;
-            at = end;
+        let run = BlockRun {
+            offset,
+            len,
+            skip,
+            dst,
+        };
+        self.read_runs_checked(vec![run], &|_, at, bytes| check(at, bytes))
+            .map_err(|(_, e)| e)
+    }
+
+    /// [`Nvm::read_blocks_checked`] of several runs in one queued read: the pieces of
+    /// every run (cut to fill the queue with all of them together, never across a run's
+    /// end) go to the readers as one batch, so many short runs (the blocks of several
+    /// column files, say) keep [`DIRECT_QUEUE_DEPTH`] reads in flight as one long run
+    /// does. `check` gets the run's index, the piece's offset from the run's start and
+    /// its bytes. A piece wanted whole, aligned in `dst`, is read straight into `dst`
+    /// (and checked there); the others through the reader's bounce buffer. The first
+    /// failure ends the read: the run it was in, and the error.
+    pub fn read_runs_checked<E: From<NvmError> + Send>(
+        &self,
+        runs: Vec<BlockRun<'_>>,
+        check: &RunCheck<'_, E>,
+    ) -> Result<(), (usize, E)> {
+        for (i, r) in runs.iter().enumerate() {
+            self.check_range(r.offset, r.len as usize)
+                .map_err(|e| (i, E::from(e)))?;
+            assert!(
+                r.offset.is_multiple_of(BLOCK_SIZE)
+                    && r.len.is_multiple_of(BLOCK_SIZE)
+                    && r.skip as u64 + r.dst.len() as u64 <= r.len,
+                "whole blocks, and the wanted bytes inside them"
+            );
         }
-        let work = |(at, n, from, part): (u64, usize, usize, &mut [u8]),
-                    bounce: &mut Option<AlignedBuf>|
-         -> Result<(), E> {
-            let bytes = self.read_block_piece(offset + at, n, bounce)?;
-            check(at, bytes)?;
-            part.copy_from_slice(&bytes[from..from + part.len()]);
-            Ok(())
+        let piece = piece_size(runs.iter().map(|r| r.len).sum());
+        let mut tasks = Vec::new();
+        for (i, run) in runs.into_iter().enumerate() {
+            run_pieces(i, run, piece, &mut tasks);
+        }
+        let work = |t: PieceTask<'_>, bounce: &mut Option<AlignedBuf>| -> Result<(), (usize, E)> {
+            let run = t.run;
+            self.read_task(t, bounce, check).map_err(|e| (run, e))
         };
         pool::run(tasks, &work)
+    }
+
+    /// Reads and checks one piece of [`Nvm::read_runs_checked`]: straight into its part
+    /// of the destination when it is wanted whole and can be read there, else through
+    /// `bounce`, the checked bytes then copied to the part.
+    fn read_task<E: From<NvmError>>(
+        &self,
+        t: PieceTask<'_>,
+        bounce: &mut Option<AlignedBuf>,
+        check: &RunCheck<'_, E>,
+    ) -> Result<(), E> {
+        let PieceTask {
+            run,
+            offset,
+            at,
+            n,
+            from,
+            part,
+        } = t;
+        let straight = from == 0 && part.len() == n && self.reads_into(part);
+        if straight {
+            self.read_aligned(offset + at, part)?;
+            return check(run, at, part);
+        }
+        let bytes = self.read_block_piece(offset + at, n, bounce)?;
+        check(run, at, bytes)?;
+        part.copy_from_slice(&bytes[from..from + part.len()]);
+        Ok(())
+    }
+
+    /// Whether an uncached read of whole blocks may land in `buf` itself: a direct read
+    /// needs its address aligned; the other modes read into any buffer.
+    fn reads_into(&self, buf: &[u8]) -> bool {
+        self.media_reads() == MediaReads::Cached
+            || self.mode.load(Ordering::Relaxed) != MODE_DIRECT
+            || (buf.as_ptr() as usize).is_multiple_of(DIRECT_IO_ALIGNMENT)
     }
 
     /// Reads `n` bytes at the aligned `at` into `bounce` (grown as needed), as an
@@ -557,21 +694,38 @@ impl Nvm {
             *bounce = Some(AlignedBuf::new(n.max(DIRECT_PIECE_SIZE)));
         }
         let chunk = &mut bounce.as_mut().expect("set above").as_mut()[..n];
+        self.read_aligned(at, chunk)?;
+        Ok(chunk)
+    }
+
+    /// One media read of whole blocks at `at` into `buf` (its address aligned when the
+    /// read is direct), as an uncached read does: direct, or by `pread` and
+    /// `POSIX_FADV_DONTNEED`, or through the page cache under [`MediaReads::Cached`].
+    /// Counted in [`Nvm::read_stats`].
+    fn read_aligned(&self, at: u64, buf: &mut [u8]) -> Result<(), NvmError> {
+        let _counted = self.stats.start();
         if self.media_reads() == MediaReads::Cached {
-            self.read_at(at, chunk)?;
-            return Ok(chunk);
+            return self.read_at(at, buf);
         }
         if let (MODE_DIRECT, Some(direct)) = (self.mode.load(Ordering::Relaxed), &self.direct) {
-            match direct.read_exact_at(chunk, at) {
-                Ok(()) => return Ok(chunk),
+            match direct.read_exact_at(buf, at) {
+                Ok(()) => return Ok(()),
                 Err(source) if source.raw_os_error() == Some(libc::EINVAL) => {
                     self.mode.store(MODE_FADVISE, Ordering::Relaxed);
                 }
-                Err(source) => return Err(self.read_error(at, n, source)),
+                Err(source) => return Err(self.read_error(at, buf.len(), source)),
             }
         }
-        self.read_fadvise(at, chunk)?;
-        Ok(chunk)
+        self.read_fadvise(at, buf)
+    }
+
+    /// The media reads of queued uncached reads since open: how many, and the most
+    /// that were in flight at once.
+    pub fn read_stats(&self) -> MediaReadStats {
+        MediaReadStats {
+            reads: self.stats.reads.load(Ordering::Relaxed),
+            in_flight_max: self.stats.in_flight_max.load(Ordering::Relaxed),
+        }
     }
 
     /// Checks that `len` bytes at `offset` lie inside the namespace.
@@ -607,6 +761,7 @@ impl Nvm {
     fn read_direct(&self, direct: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let pieces = direct_pieces(offset, buf);
         let work = |(at, skip, dst): (u64, usize, &mut [u8]), bounce: &mut Option<AlignedBuf>| {
+            let _counted = self.stats.start();
             read_piece(direct, at, skip, dst, bounce)
         };
         pool::run(pieces, &work)

@@ -166,6 +166,8 @@ pub struct PendingCopy {
     path: String,
     offset: u64,
     len: u64,
+    /// Files after the first of a copy of several ([`Session::start_copy_files`]).
+    more: usize,
 }
 
 /// An execution [`Session::submit_execute`] started, not yet waited for: its command id
@@ -779,6 +781,12 @@ impl<'d> Session<'d> {
         self.resident = on;
     }
 
+    /// Whether file copies ask the device to keep their ranges resident
+    /// ([`Session::set_resident`]).
+    pub fn is_resident(&self) -> bool {
+        self.resident
+    }
+
     /// Per file copied while [`Session::set_resident`] was on: (bytes copied, bytes
     /// the device served from resident memory), by path.
     pub fn reuse(&self) -> &std::collections::BTreeMap<String, (u64, u64)> {
@@ -866,6 +874,65 @@ impl<'d> Session<'d> {
             path: path.to_string(),
             offset,
             len,
+            more: 0,
+        })
+    }
+
+    /// [`Session::start_copy_file`] of several file ranges, `(path, offset, len)` each,
+    /// copied back to back into `dst` from `dst_offset` by one Memory Copy: the device
+    /// reads all of them as one queued read of its media. At most
+    /// [`csx_proto::limits::COPY_SOURCES_MAX`] ranges.
+    ///
+    /// # Panics
+    ///
+    /// With no range, or ranges of several files in a session with
+    /// [`Session::set_resident`] on (the device reports what it served resident per
+    /// copy, and the session keeps that per file).
+    pub fn start_copy_files(
+        &mut self,
+        ranges: &[(&str, u64, u64)],
+        dst: MemHandle,
+        dst_offset: u64,
+    ) -> Result<PendingCopy, SessionError> {
+        let (path, offset, _) = *ranges.first().expect("a copy of at least one file range");
+        assert!(
+            !self.resident || ranges.iter().all(|r| r.0 == path),
+            "a resident session copies one file at a time"
+        );
+        let len = ranges.iter().map(|r| r.2).sum();
+        let op = match self.copy_op(path, offset, len, dst, dst_offset) {
+            Op::MemCopy { dst, dst_offset, sources } if ranges.len() > 1 => {
+                let file = |&(path, offset, len): &(&str, u64, u64)| match sources[0] {
+                    CopySource::ResidentFile { .. } => CopySource::ResidentFile {
+                        path: path.to_string(),
+                        offset,
+                        len,
+                    },
+                    _ => CopySource::File {
+                        path: path.to_string(),
+                        offset,
+                        len,
+                    },
+                };
+                Op::MemCopy {
+                    dst,
+                    dst_offset,
+                    sources: ranges.iter().map(file).collect(),
+                }
+            }
+            op => op,
+        };
+        let id = self.dev.client().submit_private(op).map_err(|e| {
+            let what = format!("staging {len} bytes of {path} at {offset} and more ranges");
+            SessionError::device(what, e)
+        })?;
+        self.in_flight.push(id);
+        Ok(PendingCopy {
+            id,
+            path: path.to_string(),
+            offset,
+            len,
+            more: ranges.len() - 1,
         })
     }
 
@@ -883,7 +950,13 @@ impl<'d> Session<'d> {
 
     fn wait_copy(&mut self, p: PendingCopy) -> Result<(), SessionError> {
         self.in_flight.retain(|&i| i != p.id);
-        let what = || format!("staging {} bytes of {} at {}", p.len, p.path, p.offset);
+        let what = || match p.more {
+            0 => format!("staging {} bytes of {} at {}", p.len, p.path, p.offset),
+            n => format!(
+                "staging {} bytes of {} at {} and {n} more ranges",
+                p.len, p.path, p.offset
+            ),
+        };
         let c = match self.dev.client().wait(p.id, None) {
             Ok(Some(c)) => c,
             Ok(None) => return Ok(()),

@@ -1147,6 +1147,11 @@ impl Lineorder {
                 }
             }
         }
+        // The last partition's columns, gathered into one copy, start now too.
+        if let Err(e) = staging.submit(s) {
+            staging.abandon(s);
+            return Err(e);
+        }
         Ok(staging)
     }
 

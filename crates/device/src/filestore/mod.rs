@@ -82,6 +82,7 @@
 //! See `dirs.rs`.
 
 mod alloc;
+mod batch;
 use csx_proto::crc;
 mod dirs;
 mod error;
@@ -106,6 +107,7 @@ use csx_proto::limits::PARTIAL_DIR;
 use record::{ExtentRec, FileRecord, Mapping};
 use sums::{BlockSums, Group};
 
+pub use batch::RangeRead;
 pub use dirs::{DirEntry, EntryKind, DIRS_MAX};
 pub use error::FileStoreError;
 pub use path::{PathError, NAME_SIZE_MAX, PATH_SIZE_MAX};

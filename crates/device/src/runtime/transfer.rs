@@ -10,7 +10,7 @@ use csx_proto::{
 
 use super::{ns, Shared};
 use crate::dma::DmaBuffer;
-use crate::filestore::FileStoreError;
+use crate::filestore::{FileStoreError, RangeRead};
 use crate::slm::LeaseRequest;
 use crate::status::{fail, fail_with, fail_with_context, ok, with_reply};
 
@@ -124,12 +124,13 @@ impl Shared {
         let out = head[0]
             .as_mut()
             .expect("the destination is leased writable");
-        let mut pos = 0usize;
-        let mut mem_sources = rest.iter();
         let mut resident_bytes = 0;
+        let mut files = Vec::new();
+        let mut mem_sources = rest.iter();
+        let mut rest_out: &mut [u8] = out;
         for (i, s) in sources.iter().enumerate() {
-            let len = s.len() as usize;
-            let piece = &mut out[pos..pos + len];
+            let (piece, tail) = std::mem::take(&mut rest_out).split_at_mut(s.len() as usize);
+            rest_out = tail;
             let done = match s {
                 CopySource::Mem { .. } => {
                     let src: &[u8] = match mem_sources.next().expect("one lease per memory source")
@@ -143,12 +144,18 @@ impl Shared {
                 CopySource::ResidentFile { path, offset, len } => self
                     .copy_resident(i, path, *offset, *len, piece)
                     .map(|hit| resident_bytes += if hit { *len } else { 0 }),
+                CopySource::File { path, offset, .. } => {
+                    files.push((i, RangeRead { path, offset: *offset, dst: piece }));
+                    Ok(())
+                }
                 _ => self.copy_from_storage(i, s, piece),
             };
             if let Err(c) = done {
                 return *c;
             }
-            pos += len;
+        }
+        if let Err(c) = self.copy_files(files) {
+            return *c;
         }
         // Every byte of the destination is the sources' now.
         leases.overwritten(0);
@@ -160,6 +167,31 @@ impl Shared {
             c.reply = Reply::Copied { resident_bytes };
         }
         c
+    }
+
+    /// The file sources of a copy (`(source index, range)`), exactly, from the media in
+    /// one queued read ([`crate::filestore::FileStore::read_ranges_uncached`]): the
+    /// blocks of every source in flight together.
+    fn copy_files(&self, mut files: Vec<(usize, RangeRead<'_>)>) -> Result<(), Box<Completion>> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let (index, mut ranges): (Vec<usize>, Vec<RangeRead<'_>>) = files.drain(..).unzip();
+        let got = match self.files.read_ranges_uncached(&mut ranges) {
+            Ok(got) => got,
+            Err((k, e)) => {
+                let context = format!("source {}", index[k]);
+                return Err(Box::new(fail_with_context(&e, &context)));
+            }
+        };
+        for ((r, n), i) in ranges.iter().zip(got).zip(index) {
+            if n != r.dst.len() {
+                let (path, len, offset) = (r.path, r.dst.len(), r.offset);
+                let message = format!("source {i}: {path} has {n} of {len} bytes at {offset}");
+                return Err(Box::new(fail(Status::OutOfRange, "filestore", message)));
+            }
+        }
+        Ok(())
     }
 
     /// A resident source: from the device's resident memory when the range is there at
