@@ -1393,6 +1393,133 @@ mod tests {
             .is_err());
     }
 
+    /// Runs of one batch are in flight together: the caller's check of run 0 waits
+    /// until a reader has checked run 5 (it would wait for ever if the runs were read
+    /// one after another). Every byte lands, the reads are counted, never more than
+    /// the queue depth in flight, and a refused piece names its run.
+    #[test]
+    fn several_runs_are_read_as_one_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocks = 2048u64;
+        let nvm = Nvm::create(dir.path().join("nvm.img"), blocks * BLOCK_SIZE).unwrap();
+        let data = pattern((blocks * BLOCK_SIZE) as usize, 9);
+        nvm.write_at(0, &data).unwrap();
+        // Six runs of 40 blocks, 100 blocks apart, each wanted from byte 5 of it.
+        let starts: Vec<u64> = (0..6).map(|i| (i * 100 + 3) * BLOCK_SIZE).collect();
+        let len = 40 * BLOCK_SIZE;
+        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; len as usize - 5]; 6];
+        let seen_last = (std::sync::Mutex::new(false), std::sync::Condvar::new());
+        let check = |run: usize, _: u64, bytes: &[u8]| -> Result<(), NvmError> {
+            let (seen, cv) = &seen_last;
+            if run == 5 {
+                *seen.lock().unwrap() = true;
+                cv.notify_all();
+            }
+            if run == 0 {
+                // A guard against a hang, not a time bound: the readers pick run 5 up
+                // as soon as they are scheduled.
+                let guard = seen.lock().unwrap();
+                let (guard, _) = cv
+                    .wait_timeout_while(guard, std::time::Duration::from_secs(300), |s| !*s)
+                    .unwrap();
+                assert!(*guard, "run 5 was not read while run 0 was being checked");
+            }
+            assert!(!bytes.is_empty());
+            Ok(())
+        };
+        let before = nvm.read_stats();
+        let runs = (starts.iter().zip(bufs.iter_mut()))
+            .map(|(&offset, dst)| BlockRun {
+                offset,
+                len,
+                skip: 5,
+                dst,
+            })
+            .collect();
+        nvm.read_runs_checked(runs, &check).unwrap();
+        for (&offset, got) in starts.iter().zip(&bufs) {
+            let from = offset as usize + 5;
+            assert!(got[..] == data[from..from + got.len()], "run at {offset}");
+        }
+        let after = nvm.read_stats();
+        // 240 blocks in pieces of the smallest size: 2 pieces a run.
+        let piece = piece_size(6 * len);
+        assert_eq!(after.reads - before.reads, 6 * len.div_ceil(piece));
+        assert!(after.in_flight_max <= DIRECT_QUEUE_DEPTH as u64, "{after:?}");
+
+        let refuse = |run: usize, _: u64, _: &[u8]| -> Result<(), NvmError> {
+            match run {
+                3 => Err(NvmError::OutOfRange {
+                    offset: 3,
+                    len: 1,
+                    size_bytes: 0,
+                }),
+                _ => Ok(()),
+            }
+        };
+        let runs = (starts.iter().zip(bufs.iter_mut()))
+            .map(|(&offset, dst)| BlockRun {
+                offset,
+                len,
+                skip: 5,
+                dst,
+            })
+            .collect();
+        let (run, e) = nvm.read_runs_checked(runs, &refuse).unwrap_err();
+        assert_eq!(run, 3);
+        assert!(matches!(e, NvmError::OutOfRange { offset: 3, .. }));
+        // A run past the namespace is refused before any read, naming it.
+        let mut one = [0u8; 1];
+        let runs = vec![
+            BlockRun {
+                offset: 0,
+                len: BLOCK_SIZE,
+                skip: 0,
+                dst: &mut bufs[0][..1],
+            },
+            BlockRun {
+                offset: blocks * BLOCK_SIZE,
+                len: BLOCK_SIZE,
+                skip: 0,
+                dst: &mut one,
+            },
+        ];
+        let reads = nvm.read_stats().reads;
+        let (run, _) = nvm.read_runs_checked::<NvmError>(runs, &|_, _, _| Ok(())).unwrap_err();
+        assert_eq!((run, nvm.read_stats().reads), (1, reads));
+    }
+
+    /// A piece wanted whole lands straight in an aligned destination (no bounce copy):
+    /// the check sees the destination's own bytes.
+    #[test]
+    fn aligned_whole_pieces_are_read_into_the_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvm = Nvm::create(dir.path().join("nvm.img"), 256 * BLOCK_SIZE).unwrap();
+        let data = pattern(256 * BLOCK_SIZE as usize, 2);
+        nvm.write_at(0, &data).unwrap();
+        let mut buf = AlignedBuf::new(64 * BLOCK_SIZE as usize);
+        let dst = buf.as_mut();
+        let (lo, hi) = (dst.as_ptr() as usize, dst.as_ptr() as usize + dst.len());
+        let in_dst = std::sync::atomic::AtomicU64::new(0);
+        let check = |_: usize, _: u64, bytes: &[u8]| -> Result<(), NvmError> {
+            let p = bytes.as_ptr() as usize;
+            if p >= lo && p < hi {
+                in_dst.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            Ok(())
+        };
+        let run = BlockRun {
+            offset: 8 * BLOCK_SIZE,
+            len: 64 * BLOCK_SIZE,
+            skip: 0,
+            dst,
+        };
+        nvm.read_runs_checked(vec![run], &check).unwrap();
+        assert!(buf.as_mut()[..] == data[8 * 4096..72 * 4096]);
+        // Whatever the mode (direct, or fadvise where the file system refuses it).
+        assert_eq!(in_dst.load(Ordering::Relaxed), 64 * BLOCK_SIZE);
+    }
+
     #[test]
     fn concurrent_queued_reads_share_the_readers() {
         let dir = tempfile::tempdir().unwrap();

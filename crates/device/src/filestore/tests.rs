@@ -1568,3 +1568,64 @@ fn appends_after_a_flush_keep_the_flushed_bytes_readable_after_a_crash() {
     let store = reopen(&dir);
     assert_eq!(read_all(&store, "/log"), want);
 }
+
+/// Several ranges of several files in one uncached read: each range's bytes as
+/// `read_at` gives them (holes as zeros, short at the end of its file), a missing file
+/// or a bad block named by its range's index and the block.
+#[test]
+fn ranges_of_several_files_read_in_one_batch() {
+    let (_dir, store) = new_store(256);
+    let a = seeded(3 * BLOCK_SIZE as usize + 100, 1);
+    store.write_at("/a", 0, &a).unwrap();
+    // /b: a hole of five blocks, then data.
+    let b_data = seeded(2 * BLOCK_SIZE as usize + 7, 2);
+    store.write_at("/b", 5 * BLOCK_SIZE + 11, &b_data).unwrap();
+    store.write_at("/c", 0, &seeded(300, 3)).unwrap();
+    let wanted: [(&str, u64, usize); 4] = [
+        ("/a", 10, 2 * BLOCK_SIZE as usize + 50),
+        ("/b", 3, 6 * BLOCK_SIZE as usize),
+        ("/c", 100, 1000),
+        ("/a", 4 * BLOCK_SIZE, 10),
+    ];
+    let mut bufs: Vec<Vec<u8>> = wanted.iter().map(|w| vec![0xEE; w.2]).collect();
+    let mut ranges: Vec<RangeRead<'_>> = (wanted.iter().zip(bufs.iter_mut()))
+        .map(|(&(path, offset, _), dst)| RangeRead { path, offset, dst })
+        .collect();
+    let got = store.read_ranges_uncached(&mut ranges).unwrap();
+    drop(ranges);
+    assert_eq!(got, [2 * BLOCK_SIZE as usize + 50, 6 * BLOCK_SIZE as usize, 200, 0]);
+    for ((&(path, offset, len), buf), n) in wanted.iter().zip(&bufs).zip(&got) {
+        let mut want = vec![0u8; len];
+        let m = store.read_at(path, offset, &mut want).unwrap();
+        assert_eq!(m, *n);
+        assert_eq!(buf[..*n], want[..m], "{path} at {offset}");
+    }
+
+    let mut one = [0u8; 10];
+    let mut two = [0u8; 10];
+    let mut ranges = [
+        RangeRead { path: "/a", offset: 0, dst: &mut one },
+        RangeRead { path: "/nope", offset: 0, dst: &mut two },
+    ];
+    let (i, e) = store.read_ranges_uncached(&mut ranges).unwrap_err();
+    assert_eq!(i, 1);
+    assert!(matches!(e, FileStoreError::NotFound { .. }), "{e}");
+
+    // A bit flipped behind the store's back in /b's second data block.
+    let ext = store.extents("/b").unwrap();
+    let block = ext[0].file_offset / BLOCK_SIZE + 1;
+    let at = ext[0].nvm_offset + BLOCK_SIZE + 17;
+    let mut byte = [0u8; 1];
+    store.nvm.read_at(at, &mut byte).unwrap();
+    store.nvm.write_at(at, &[byte[0] ^ 4]).unwrap();
+    let mut bufs: Vec<Vec<u8>> = wanted.iter().map(|w| vec![0; w.2]).collect();
+    let mut ranges: Vec<RangeRead<'_>> = (wanted.iter().zip(bufs.iter_mut()))
+        .map(|(&(path, offset, _), dst)| RangeRead { path, offset, dst })
+        .collect();
+    let (i, e) = store.read_ranges_uncached(&mut ranges).unwrap_err();
+    assert_eq!(i, 1, "{e}");
+    match e {
+        FileStoreError::Checksum { path, block: b, .. } => assert_eq!((path.as_str(), b), ("/b", block)),
+        other => panic!("expected a checksum error, got {other}"),
+    }
+}
