@@ -568,3 +568,72 @@ fn the_emitted_probe_tests_several_selections_together() {
     }
     dev.close().unwrap();
 }
+
+/// A partition's columns land back to back in its buffer of staged blocks: their ranges
+/// go to the device as one Memory Copy (read there as one queued read), and expand to
+/// the columns' values; a flipped bit in the third column's block, staged in that one
+/// copy, is still an error naming its table, column and block.
+#[test]
+fn a_partitions_columns_are_staged_by_one_copy() {
+    use csx_data::stage::{device_column, DeviceColumn, Staging, Target};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 3, &mut |_, _, _| {}).unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let names = ["lo_custkey", "lo_suppkey", "lo_revenue", "lo_orderdate"];
+    let local = csx_data::LocalTable::open(&data.join("lineorder")).unwrap();
+    let rows = local.schema.rows;
+    let (first, n) = (1000u64, rows - 3000);
+    let stage = |dev: &csx_host::Device| -> Result<(Vec<u8>, u64), csx_data::DataError> {
+        let mut s = csx_data::ops::Session::new(dev);
+        let schema = csx_data::scan::device_schema(&mut s, "/ssb/lineorder")?;
+        let cols: Vec<Arc<DeviceColumn>> = (names.iter())
+            .map(|c| device_column(&mut s, "/ssb/lineorder", &schema, c).map(Arc::new))
+            .collect::<Result<_, _>>()?;
+        assert!(cols.iter().all(|c| c.encoded().is_some()));
+        let bound: u64 = cols.iter().map(|c| c.staged_bound(n)).sum();
+        let staged = s.alloc(bound)?;
+        let dst = s.alloc(4 * n * 4)?;
+        let mut st = Staging::default();
+        let t = st.target(Target::new(staged, bound, dst, 4 * n * 4));
+        for (i, c) in cols.iter().enumerate() {
+            st.stage_rows(&mut s, c, (first, n), &[], t, i as u64 * n * 4)?;
+        }
+        st.submit(&mut s)?;
+        let before = s.meter.commands;
+        let expansion = st.wait_copies(&mut s)?;
+        let copies = s.meter.commands - before;
+        expansion.expand(&mut s)?;
+        Ok((s.read(dst, 0, 4 * n * 4)?, copies))
+    };
+    let (bytes, commands) = stage(&dev).unwrap();
+    // One copy, and one write of the expected headers.
+    assert_eq!(commands, 2);
+    for (i, c) in names.iter().enumerate() {
+        let Values::U32(want) = local.read(c).unwrap() else {
+            panic!("{c} is a column of u32")
+        };
+        let got = &bytes[i * n as usize * 4..][..n as usize * 4];
+        let got: Vec<u32> = (got.chunks_exact(4))
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert!(got[..] == want[first as usize..(first + n) as usize], "{c}");
+    }
+    let path = data.join("lineorder").join("lo_revenue.col");
+    let (col, good) = csx_data::encoding::EncodedColumn::open_local(
+        "lineorder",
+        "lo_revenue",
+        &path,
+        ColumnType::Uint32,
+        rows,
+    )
+    .unwrap();
+    let mut bad = good.clone();
+    bad[col.blocks[0].at as usize + 64 + 9] ^= 0x02;
+    dev.put_bytes("/ssb/lineorder/lo_revenue.col", &bad).unwrap();
+    let e = stage(&dev).unwrap_err().to_string();
+    assert!(e.contains("table lineorder, column lo_revenue, block 0"), "{e}");
+    dev.close().unwrap();
+}

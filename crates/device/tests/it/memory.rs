@@ -316,3 +316,81 @@ fn memory_copy_from_files_nvm_and_memory() {
         Status::OverlappingMemoryRanges,
     );
 }
+
+/// A copy of many file ranges (as a staging gathers a partition's column blocks) reads
+/// each into its place, whatever their sizes and alignments; a range of a missing file
+/// or past its file's end fails the copy, named by its source index.
+#[test]
+fn memory_copy_of_many_file_ranges_names_the_bad_one() {
+    let h = Harness::new();
+    let files: Vec<(String, Vec<u8>)> = (0..5u8)
+        .map(|i| {
+            let len = 70_000 + usize::from(i) * 40_961;
+            let bytes = (0..len).map(|k| (k as u8).wrapping_mul(7) ^ i).collect();
+            (format!("/cols/c{i}.col"), bytes)
+        })
+        .collect();
+    for (path, bytes) in &files {
+        h.ok(Op::FileWrite {
+            path: path.clone(),
+            offset: 0,
+            data: bytes.clone(),
+            mode: WriteMode::Truncate,
+        });
+    }
+    // From byte 4096 * i + 13 of file i to 5 bytes before its end.
+    let ranges: Vec<(usize, u64, u64)> = (0..files.len())
+        .map(|i| {
+            let at = 4096 * i as u64 + 13;
+            (i, at, files[i].1.len() as u64 - at - 5)
+        })
+        .collect();
+    let total: u64 = ranges.iter().map(|r| r.2).sum();
+    let dst = h.alloc(total + 4096);
+    let source = |&(i, offset, len): &(usize, u64, u64)| CopySource::File {
+        path: files[i].0.clone(),
+        offset,
+        len,
+    };
+    let c = h.ok(Op::MemCopy {
+        dst,
+        dst_offset: 100,
+        sources: ranges.iter().map(source).collect(),
+    });
+    assert_eq!(c.value, total);
+    let got = h.read(dst, 100, total);
+    let mut at = 0usize;
+    for &(i, offset, len) in &ranges {
+        let want = &files[i].1[offset as usize..(offset + len) as usize];
+        assert!(got[at..at + len as usize] == *want, "source {i}");
+        at += len as usize;
+    }
+    let mut bad = ranges.clone();
+    bad[3].2 += 6;
+    let c = h.fails(
+        Op::MemCopy {
+            dst,
+            dst_offset: 0,
+            sources: bad.iter().map(source).collect(),
+        },
+        Status::OutOfRange,
+    );
+    let message = c.detail.map(|d| d.message).unwrap_or_default();
+    assert!(message.contains("source 3"), "{message}");
+    let mut missing: Vec<CopySource> = ranges.iter().map(source).collect();
+    missing[2] = CopySource::File {
+        path: "/cols/none.col".into(),
+        offset: 0,
+        len: 10,
+    };
+    let c = h.fails(
+        Op::MemCopy {
+            dst,
+            dst_offset: 0,
+            sources: missing,
+        },
+        Status::NotFound,
+    );
+    let message = c.detail.map(|d| d.message).unwrap_or_default();
+    assert!(message.contains("source 2"), "{message}");
+}
