@@ -11,6 +11,13 @@
 //!                             and their rows expanded into the destination
 //! ```
 //!
+//! The copies of one staging are gathered: ranges that land back to back in one buffer
+//! (a partition's columns, one after another in its buffer of staged blocks; adjacent
+//! blocks of one file as one range) go to the device as one Memory Copy of several
+//! sources, which the device reads as one queued read of its media (every source's
+//! pieces in flight together), so a partition of short column ranges is read at the
+//! queue depth of one long read. [`Staging::submit`] starts what is gathered.
+//!
 //! The device trusts no inline header: the host writes, after a target's staged blocks,
 //! the header it expects for each (its checked directory entry, or the stand-in it
 //! wrote), and col_unpack refuses a piece whose staged headers differ or do not tile it,

@@ -46,6 +46,9 @@
 //! scoped helpers) read at once, each straight into the caller's buffer when the piece is
 //! aligned there, else through its own bounce buffer. `csx bench device` compares this
 //! with `fio` and `dd` at the same block size and queue depth on the same file.
+//! [`Nvm::read_runs_checked`] reads several runs of blocks (the ranges of a Memory Copy
+//! of several file sources) as one such batch, its pieces cut to fill the queue with all
+//! the runs together; [`Nvm::read_stats`] counts the media reads and the most in flight.
 
 use std::fs::{File, OpenOptions};
 use std::io;
