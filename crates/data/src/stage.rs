@@ -33,7 +33,7 @@
 use std::sync::Arc;
 
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
-use csx_host::proto::limits::COPY_SOURCES_MAX;
+use csx_host::proto::limits::{COPY_SIZE_MAX, COPY_SOURCES_MAX};
 use csx_host::proto::{EngineKind, MemHandle};
 use csx_host::session::Params;
 
@@ -252,8 +252,16 @@ struct OpenCopy {
 impl OpenCopy {
     /// Adds `len` bytes of `path` at `at` if they land right after the copy's bytes in
     /// its buffer (`several`: the copy may read more than one file); whether they did.
-    fn extend(&mut self, (path, at, len): (&str, u64, u64), (dst, dst_off): (MemHandle, u64), several: bool) -> bool {
-        if dst != self.dst || dst_off != self.dst_offset + self.len {
+    fn extend(
+        &mut self,
+        (path, at, len): (&str, u64, u64),
+        (dst, dst_off): (MemHandle, u64),
+        several: bool,
+    ) -> bool {
+        if dst != self.dst
+            || dst_off != self.dst_offset + self.len
+            || self.len + len > COPY_SIZE_MAX
+        {
             return false;
         }
         let last = self.ranges.last_mut().expect("an open copy has a range");

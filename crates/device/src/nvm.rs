@@ -1448,7 +1448,10 @@ mod tests {
         // 240 blocks in pieces of the smallest size: 2 pieces a run.
         let piece = piece_size(6 * len);
         assert_eq!(after.reads - before.reads, 6 * len.div_ceil(piece));
-        assert!(after.in_flight_max <= DIRECT_QUEUE_DEPTH as u64, "{after:?}");
+        assert!(
+            after.in_flight_max <= DIRECT_QUEUE_DEPTH as u64,
+            "{after:?}"
+        );
 
         let refuse = |run: usize, _: u64, _: &[u8]| -> Result<(), NvmError> {
             match run {
@@ -1488,7 +1491,9 @@ mod tests {
             },
         ];
         let reads = nvm.read_stats().reads;
-        let (run, _) = nvm.read_runs_checked::<NvmError>(runs, &|_, _, _| Ok(())).unwrap_err();
+        let (run, _) = nvm
+            .read_runs_checked::<NvmError>(runs, &|_, _, _| Ok(()))
+            .unwrap_err();
         assert_eq!((run, nvm.read_stats().reads), (1, reads));
     }
 

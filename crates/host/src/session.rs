@@ -901,7 +901,11 @@ impl<'d> Session<'d> {
         );
         let len = ranges.iter().map(|r| r.2).sum();
         let op = match self.copy_op(path, offset, len, dst, dst_offset) {
-            Op::MemCopy { dst, dst_offset, sources } if ranges.len() > 1 => {
+            Op::MemCopy {
+                dst,
+                dst_offset,
+                sources,
+            } if ranges.len() > 1 => {
                 let file = |&(path, offset, len): &(&str, u64, u64)| match sources[0] {
                     CopySource::ResidentFile { .. } => CopySource::ResidentFile {
                         path: path.to_string(),

@@ -586,13 +586,17 @@ fn a_partitions_columns_are_staged_by_one_copy() {
     let local = csx_data::LocalTable::open(&data.join("lineorder")).unwrap();
     let rows = local.schema.rows;
     let (first, n) = (1000u64, rows - 3000);
-    let stage = |dev: &csx_host::Device| -> Result<(Vec<u8>, u64), csx_data::DataError> {
+    // `between`: what happens to the files after their directories were read.
+    let stage = |dev: &csx_host::Device,
+                 between: &dyn Fn()|
+     -> Result<(Vec<u8>, u64), csx_data::DataError> {
         let mut s = csx_data::ops::Session::new(dev);
         let schema = csx_data::scan::device_schema(&mut s, "/ssb/lineorder")?;
         let cols: Vec<Arc<DeviceColumn>> = (names.iter())
             .map(|c| device_column(&mut s, "/ssb/lineorder", &schema, c).map(Arc::new))
             .collect::<Result<_, _>>()?;
         assert!(cols.iter().all(|c| c.encoded().is_some()));
+        between();
         let bound: u64 = cols.iter().map(|c| c.staged_bound(n)).sum();
         let staged = s.alloc(bound)?;
         let dst = s.alloc(4 * n * 4)?;
@@ -608,7 +612,7 @@ fn a_partitions_columns_are_staged_by_one_copy() {
         expansion.expand(&mut s)?;
         Ok((s.read(dst, 0, 4 * n * 4)?, copies))
     };
-    let (bytes, commands) = stage(&dev).unwrap();
+    let (bytes, commands) = stage(&dev, &|| {}).unwrap();
     // One copy, and one write of the expected headers.
     assert_eq!(commands, 2);
     for (i, c) in names.iter().enumerate() {
@@ -632,8 +636,22 @@ fn a_partitions_columns_are_staged_by_one_copy() {
     .unwrap();
     let mut bad = good.clone();
     bad[col.blocks[0].at as usize + 64 + 9] ^= 0x02;
-    dev.put_bytes("/ssb/lineorder/lo_revenue.col", &bad).unwrap();
-    let e = stage(&dev).unwrap_err().to_string();
-    assert!(e.contains("table lineorder, column lo_revenue, block 0"), "{e}");
+    dev.put_bytes("/ssb/lineorder/lo_revenue.col", &bad)
+        .unwrap();
+    let e = stage(&dev, &|| {}).unwrap_err().to_string();
+    assert!(
+        e.contains("table lineorder, column lo_revenue, block 0"),
+        "{e}"
+    );
+    // Cut short after its directory was read: the copy fails naming the file.
+    dev.put_bytes("/ssb/lineorder/lo_revenue.col", &good)
+        .unwrap();
+    let cut = || {
+        let half = &good[..col.blocks[0].at as usize + 100];
+        dev.put_bytes("/ssb/lineorder/lo_revenue.col", half)
+            .unwrap();
+    };
+    let e = stage(&dev, &cut).unwrap_err().to_string();
+    assert!(e.contains("/ssb/lineorder/lo_revenue.col"), "{e}");
     dev.close().unwrap();
 }

@@ -36,7 +36,10 @@ impl FileStore {
     ) -> Result<Vec<usize>, (usize, FileStoreError)> {
         if self.nvm.media_reads() == MediaReads::Cached {
             return (ranges.iter_mut().enumerate())
-                .map(|(i, r)| self.read_at_uncached(r.path, r.offset, r.dst).map_err(|e| (i, e)))
+                .map(|(i, r)| {
+                    self.read_at_uncached(r.path, r.offset, r.dst)
+                        .map_err(|e| (i, e))
+                })
                 .collect();
         }
         let paths = (ranges.iter().enumerate())
@@ -47,8 +50,8 @@ impl FileStore {
         let mut runs = Vec::new();
         let mut lens = Vec::with_capacity(ranges.len());
         for (i, r) in ranges.iter_mut().enumerate() {
-            let n = plan_range(&st, (i, &paths[i]), r, &mut planned, &mut runs)
-                .map_err(|e| (i, e))?;
+            let n =
+                plan_range(&st, (i, &paths[i]), r, &mut planned, &mut runs).map_err(|e| (i, e))?;
             lens.push(n);
         }
         let check = |k: usize, at: u64, piece: &[u8]| -> Result<(), FileStoreError> {

@@ -1593,7 +1593,15 @@ fn ranges_of_several_files_read_in_one_batch() {
         .collect();
     let got = store.read_ranges_uncached(&mut ranges).unwrap();
     drop(ranges);
-    assert_eq!(got, [2 * BLOCK_SIZE as usize + 50, 6 * BLOCK_SIZE as usize, 200, 0]);
+    assert_eq!(
+        got,
+        [
+            2 * BLOCK_SIZE as usize + 50,
+            6 * BLOCK_SIZE as usize,
+            200,
+            0
+        ]
+    );
     for ((&(path, offset, len), buf), n) in wanted.iter().zip(&bufs).zip(&got) {
         let mut want = vec![0u8; len];
         let m = store.read_at(path, offset, &mut want).unwrap();
@@ -1604,8 +1612,16 @@ fn ranges_of_several_files_read_in_one_batch() {
     let mut one = [0u8; 10];
     let mut two = [0u8; 10];
     let mut ranges = [
-        RangeRead { path: "/a", offset: 0, dst: &mut one },
-        RangeRead { path: "/nope", offset: 0, dst: &mut two },
+        RangeRead {
+            path: "/a",
+            offset: 0,
+            dst: &mut one,
+        },
+        RangeRead {
+            path: "/nope",
+            offset: 0,
+            dst: &mut two,
+        },
     ];
     let (i, e) = store.read_ranges_uncached(&mut ranges).unwrap_err();
     assert_eq!(i, 1);
@@ -1625,7 +1641,9 @@ fn ranges_of_several_files_read_in_one_batch() {
     let (i, e) = store.read_ranges_uncached(&mut ranges).unwrap_err();
     assert_eq!(i, 1, "{e}");
     match e {
-        FileStoreError::Checksum { path, block: b, .. } => assert_eq!((path.as_str(), b), ("/b", block)),
+        FileStoreError::Checksum { path, block: b, .. } => {
+            assert_eq!((path.as_str(), b), ("/b", block))
+        }
         other => panic!("expected a checksum error, got {other}"),
     }
 }

@@ -145,7 +145,14 @@ impl Shared {
                     .copy_resident(i, path, *offset, *len, piece)
                     .map(|hit| resident_bytes += if hit { *len } else { 0 }),
                 CopySource::File { path, offset, .. } => {
-                    files.push((i, RangeRead { path, offset: *offset, dst: piece }));
+                    files.push((
+                        i,
+                        RangeRead {
+                            path,
+                            offset: *offset,
+                            dst: piece,
+                        },
+                    ));
                     Ok(())
                 }
                 _ => self.copy_from_storage(i, s, piece),
