@@ -165,8 +165,12 @@ struct PieceTask<'a> {
     part: &'a mut [u8],
 }
 
-/// Cuts `run` (index `i`) into pieces of `piece` bytes (the last one shorter).
+/// Cuts `run` (index `i`) into as many pieces as pieces of `piece` bytes take, of about
+/// equal size (whole blocks; the last one may be shorter), so that a run's last piece
+/// is not a short read beside full ones.
 fn run_pieces<'a>(i: usize, run: BlockRun<'a>, piece: u64, tasks: &mut Vec<PieceTask<'a>>) {
+    let count = run.len.div_ceil(piece).max(1);
+    let piece = run.len.div_ceil(count).next_multiple_of(BLOCK_SIZE);
     let (want_lo, want_hi) = (run.skip as u64, (run.skip + run.dst.len()) as u64);
     let mut rest = run.dst;
     let mut at = 0u64;
@@ -1396,6 +1400,22 @@ mod tests {
             .is_err());
     }
 
+    /// Runs of `len` bytes at `starts`, each wanted from its byte 5 into its buffer.
+    fn runs_from_byte_5<'a>(
+        starts: &[u64],
+        len: u64,
+        bufs: &'a mut [Vec<u8>],
+    ) -> Vec<BlockRun<'a>> {
+        (starts.iter().zip(bufs.iter_mut()))
+            .map(|(&offset, dst)| BlockRun {
+                offset,
+                len,
+                skip: 5,
+                dst,
+            })
+            .collect()
+    }
+
     /// Runs of one batch are in flight together: the caller's check of run 0 waits
     /// until a reader has checked run 5 (it would wait for ever if the runs were read
     /// one after another). Every byte lands, the reads are counted, never more than
@@ -1431,14 +1451,7 @@ mod tests {
             Ok(())
         };
         let before = nvm.read_stats();
-        let runs = (starts.iter().zip(bufs.iter_mut()))
-            .map(|(&offset, dst)| BlockRun {
-                offset,
-                len,
-                skip: 5,
-                dst,
-            })
-            .collect();
+        let runs = runs_from_byte_5(&starts, len, &mut bufs);
         nvm.read_runs_checked(runs, &check).unwrap();
         for (&offset, got) in starts.iter().zip(&bufs) {
             let from = offset as usize + 5;
@@ -1463,14 +1476,7 @@ mod tests {
                 _ => Ok(()),
             }
         };
-        let runs = (starts.iter().zip(bufs.iter_mut()))
-            .map(|(&offset, dst)| BlockRun {
-                offset,
-                len,
-                skip: 5,
-                dst,
-            })
-            .collect();
+        let runs = runs_from_byte_5(&starts, len, &mut bufs);
         let (run, e) = nvm.read_runs_checked(runs, &refuse).unwrap_err();
         assert_eq!(run, 3);
         assert!(matches!(e, NvmError::OutOfRange { offset: 3, .. }));

@@ -864,18 +864,7 @@ impl<'d> Session<'d> {
         dst: MemHandle,
         dst_offset: u64,
     ) -> Result<PendingCopy, SessionError> {
-        let op = self.copy_op(path, offset, len, dst, dst_offset);
-        let id = self.dev.client().submit_private(op).map_err(|e| {
-            SessionError::device(format!("staging {len} bytes of {path} at {offset}"), e)
-        })?;
-        self.in_flight.push(id);
-        Ok(PendingCopy {
-            id,
-            path: path.to_string(),
-            offset,
-            len,
-            more: 0,
-        })
+        self.start_copy_files(&[(path, offset, len)], dst, dst_offset)
     }
 
     /// [`Session::start_copy_file`] of several file ranges, `(path, offset, len)` each,
@@ -927,7 +916,13 @@ impl<'d> Session<'d> {
             op => op,
         };
         let id = self.dev.client().submit_private(op).map_err(|e| {
-            let what = format!("staging {len} bytes of {path} at {offset} and more ranges");
+            let what = match ranges.len() {
+                1 => format!("staging {len} bytes of {path} at {offset}"),
+                n => format!(
+                    "staging {len} bytes of {path} at {offset} and {} more ranges",
+                    n - 1
+                ),
+            };
             SessionError::device(what, e)
         })?;
         self.in_flight.push(id);
