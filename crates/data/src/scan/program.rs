@@ -506,8 +506,9 @@ pub fn group_rows(layout: &Layout) -> usize {
 /// Unrolled form: rows in groups of G = [`group_rows`], then one at a time. A row loads the
 /// first tested input only (through FIRST, its place in the group in the offset), and
 /// each other input only when the tests before it passed (the second tested through
-/// SECOND, the others from P4/P8, window 0 plus the group's first row times the width,
-/// at the input's segment); so a row that
+/// SECOND, the others at their segment's offset from FIRST or SECOND when one of them
+/// reads a column of their width, else from P4/P8, window 0 plus the group's first row
+/// times the width: [`width_base`]); so a row that
 /// fails its first test costs a load and one or two jumps, and the loop's own
 /// instructions are shared by a group.
 ///
@@ -580,9 +581,23 @@ fn unrolled_load(e: &mut Emitter, layout: &Layout, order: &[usize], k: usize, u:
         e.ldx(size, R0, [FIRST, SECOND][j], at as i16);
         return;
     }
-    let base = if input.width == 4 { P4 } else { P8 };
-    let (reg, off) = address(e, base, input.segment + at);
+    let (base, from) = width_base(layout, order, input.width);
+    // A segment before the base's is a negative offset (wrapping, within an imm32).
+    let (reg, off) = address(e, base, input.segment.wrapping_sub(from).wrapping_add(at));
     e.ldx(size, R0, reg, off);
+}
+
+/// The register the unrolled form reaches an input of `width` bytes (other than the
+/// first two tested) through, and the segment it points into at the group's first row:
+/// FIRST or SECOND when one of them reads a column of that width (so no pointer of
+/// its own moves with the rows), else P4/P8 (window 0's start).
+fn width_base(layout: &Layout, order: &[usize], width: u64) -> (u8, u64) {
+    for (&k, reg) in order.iter().zip([FIRST, SECOND]) {
+        if layout.inputs[k].width == width {
+            return (reg, layout.inputs[k].segment);
+        }
+    }
+    (if width == 4 { P4 } else { P8 }, 0)
 }
 
 /// Row `u` of the group: every test (a failure goes to `Skip(label)`), then the
@@ -622,7 +637,8 @@ fn unrolled_advance(e: &mut Emitter, layout: &Layout, order: &[usize], rows: u64
     }
     for (w, reg) in [(4, P4), (8, P8)] {
         let other = |k: usize| !order.iter().take(2).any(|&o| o == k);
-        if (layout.inputs.iter().enumerate()).any(|(k, i)| other(k) && i.width == w) {
+        let own = width_base(layout, order, w).0 == reg;
+        if own && (layout.inputs.iter().enumerate()).any(|(k, i)| other(k) && i.width == w) {
             e.alu_k(ALU_ADD, reg, (rows * w) as i32);
         }
     }
