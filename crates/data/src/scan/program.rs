@@ -141,6 +141,10 @@ fn store(e: &mut Emitter, width: u64, segment: u64, src: u8) {
 /// fail` (a value below `lo` wraps above `hi - lo`), so a row costs one branch, not
 /// two; a branch a row's value decides is mispredicted often (Q6's dates: about half),
 /// and each costs the host core more than the subtraction.
+///
+/// An 8-byte column's ranges that make one interval of signed values (a decimal's
+/// `x < 24` is `[0, 2399]` and every negative value) are tested as that interval
+/// ([`signed_interval`]): one signed jump when it is open on one side.
 fn range_test(e: &mut Emitter, width: u64, ranges: &[RawRange], fail: Label, pass: Label) {
     let mut ranges = ranges.to_vec();
     if let Some(last) = ranges.last_mut() {
@@ -148,21 +152,53 @@ fn range_test(e: &mut Emitter, width: u64, ranges: &[RawRange], fail: Label, pas
             last.1 = u64::MAX;
         }
     }
+    if let Some((lo, hi)) = signed_interval(width, &ranges) {
+        match (lo, hi) {
+            (i64::MIN, i64::MAX) => {}
+            (0, hi) => e.jump_cmp(JMP_JGT, R0, 8, hi as u64, fail),
+            (i64::MIN, hi) => e.jump_cmp(JMP_JSGT, R0, 8, hi as u64, fail),
+            (lo, i64::MAX) => e.jump_cmp(JMP_JSLT, R0, 8, lo as u64, fail),
+            (lo, hi) => one_compare(e, lo as u64, hi as u64, fail),
+        }
+        e.label(pass);
+        return;
+    }
     if let [(lo, hi)] = ranges[..] {
         if lo > 0 && hi < u64::MAX {
-            match i32::try_from(lo) {
-                Ok(k) => e.alu_k(ALU_SUB, R0, k),
-                Err(_) => {
-                    e.mov64(R1, lo);
-                    e.alu_x(ALU_SUB, R0, R1);
-                }
-            }
-            e.jump_cmp(JMP_JGT, R0, 8, hi - lo, fail);
+            one_compare(e, lo, hi, fail);
             e.label(pass);
             return;
         }
     }
     e.range_test(8, &ranges, fail, pass);
+}
+
+/// `r0 -= lo; if r0 > hi - lo goto fail`, wrapping: keeps the values from `lo` up to
+/// `hi`, going past `u64::MAX` to 0 when `hi < lo`.
+fn one_compare(e: &mut Emitter, lo: u64, hi: u64, fail: Label) {
+    match i32::try_from(lo as i64) {
+        Ok(k) => e.alu_k(ALU_SUB, R0, k),
+        Err(_) => {
+            e.mov64(R1, lo);
+            e.alu_x(ALU_SUB, R0, R1);
+        }
+    }
+    e.jump_cmp(JMP_JGT, R0, 8, hi.wrapping_sub(lo), fail);
+}
+
+/// The signed interval `[lo, hi]` an 8-byte column's raw `ranges` (sorted, disjoint)
+/// hold exactly, if they make one: a range on one side of the sign, or the
+/// non-negative values up to `hi` with the negative ones from `lo` up.
+fn signed_interval(width: u64, ranges: &[RawRange]) -> Option<(i64, i64)> {
+    const SIGN: u64 = 1 << 63;
+    if width != 8 {
+        return None;
+    }
+    match ranges[..] {
+        [(lo, hi)] if hi < SIGN || lo >= SIGN => Some((lo as i64, hi as i64)),
+        [(0, hi), (lo, u64::MAX)] if hi < SIGN && lo >= SIGN => Some((lo as i64, hi as i64)),
+        _ => None,
+    }
 }
 
 /// The largest segment or window size the program can address (an imm32).
@@ -410,8 +446,19 @@ fn emit_shared(e: &mut Emitter, layout: &Layout) {
     exits(e, layout);
 }
 
-/// Rows per group of the unrolled form.
+/// Most rows per group of the unrolled form ([`group_rows`] picks a group's rows).
 pub const UNROLL: usize = 16;
+
+/// Most instruction slots the unrolled form's group loop may span: the device's JIT
+/// versions a loop of up to 256 slots (a copy whose strided loads need no bounds check,
+/// run for as many iterations as a guard at its entry proves in bounds), so a loop of
+/// more runs every load of every row through a check, and at Q6's shape (16 rows of
+/// about 20 slots) took 23 machine instructions a row against about 7.
+pub const GROUP_SLOTS_MAX: usize = 240;
+
+/// Slots of the group loop besides its rows: at most four pointers advanced, the test
+/// that jumps back.
+const GROUP_OVERHEAD: usize = 5;
 
 /// The unrolled form's own registers (P4, P8, O4, O8 and KEPT are the shared form's):
 /// the first tested input at the group's first row, its value past the last full
@@ -441,33 +488,50 @@ fn test_order(layout: &Layout) -> Vec<usize> {
     order
 }
 
-/// Unrolled form: rows in groups of [`UNROLL`], then one at a time. A row loads the
+/// Rows per group of the unrolled form for `layout`: the most, a power of two up to
+/// [`UNROLL`], whose group loop fits [`GROUP_SLOTS_MAX`] slots (each row measured as
+/// emitted at the group's last place, where its offsets are largest), at least one.
+pub fn group_rows(layout: &Layout) -> usize {
+    let order = test_order(layout);
+    let mut probe = Emitter::new();
+    unrolled_row(&mut probe, layout, &order, UNROLL - 1, UNROLL - 1);
+    let row = probe.len().max(1);
+    let mut group = UNROLL;
+    while group > 1 && group * row + GROUP_OVERHEAD > GROUP_SLOTS_MAX {
+        group /= 2;
+    }
+    group
+}
+
+/// Unrolled form: rows in groups of G = [`group_rows`], then one at a time. A row loads the
 /// first tested input only (through FIRST, its place in the group in the offset), and
 /// each other input only when the tests before it passed (the second tested through
-/// SECOND, the others from P4/P8, window 0 plus the group's first row times the width,
-/// at the input's segment); so a row that
+/// SECOND, the others at their segment's offset from FIRST or SECOND when one of them
+/// reads a column of their width, else from P4/P8, window 0 plus the group's first row
+/// times the width: [`width_base`]); so a row that
 /// fails its first test costs a load and one or two jumps, and the loop's own
 /// instructions are shared by a group.
 ///
 /// ```text
-///   loop:  if FIRST >= GROUP_END goto tail
-///          row u of 0..UNROLL: tests (fail: goto skip u), outputs copied, kept += 1
-///          skip u: ...; FIRST, SECOND, P4, P8 += UNROLL rows; goto loop
+///          if FIRST >= GROUP_END goto tail
+///   loop:  row u of 0..G: tests (fail: goto skip u), outputs copied, kept += 1
+///          skip u: ...; FIRST, SECOND, P4, P8 += G rows; if FIRST < GROUP_END goto loop
 ///   tail:  if FIRST >= TAIL_END goto done
 ///          one row the same way; the same += 1 row; goto tail
 ///   done:  r0 = kept
 /// ```
 fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
     let order = test_order(layout);
+    let group = group_rows(layout);
     check_args(e, layout, R0);
-    unrolled_setup(e, layout, &order);
-    e.label(Label::Loop);
+    unrolled_setup(e, layout, &order, group);
     e.jump(jmp_x(JMP_JGE, FIRST, GROUP_END), Label::Tail);
-    for u in 0..UNROLL {
+    e.label(Label::Loop);
+    for u in 0..group {
         unrolled_row(e, layout, &order, u, u);
     }
-    unrolled_advance(e, layout, &order, UNROLL as u64);
-    e.goto(Label::Loop);
+    unrolled_advance(e, layout, &order, group as u64);
+    e.jump(jmp_x(JMP_JLT, FIRST, GROUP_END), Label::Loop);
     e.label(Label::Tail);
     e.ldx(SIZE_DW, R1, 10, TAIL_END);
     e.jump(jmp_x(JMP_JGE, FIRST, R1), Label::Done);
@@ -483,7 +547,7 @@ fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
 /// The unrolled form's registers set from the args (r0 holds the rows): O4/O8 at
 /// window 1, P4/P8 at window 0, FIRST and SECOND at the segments of the first two
 /// inputs of `order`, the two ends, and the kept counter zeroed.
-fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize]) {
+fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize], group: usize) {
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
     e.alu_x(ALU_MOV, O8, O4);
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, P4, ARGS, 24, 0);
@@ -501,7 +565,7 @@ fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize]) {
     e.alu_x(ALU_ADD, R1, FIRST);
     e.stx(SIZE_DW, 10, R1, TAIL_END);
     e.alu_x(ALU_MOV, GROUP_END, R0);
-    e.alu_k(ALU_AND, GROUP_END, -(UNROLL as i32));
+    e.alu_k(ALU_AND, GROUP_END, -(group as i32));
     e.alu_k(ALU_LSH, GROUP_END, shift);
     e.alu_x(ALU_ADD, GROUP_END, FIRST);
     e.alu_k(ALU_MOV, KEPT, 0);
@@ -517,9 +581,23 @@ fn unrolled_load(e: &mut Emitter, layout: &Layout, order: &[usize], k: usize, u:
         e.ldx(size, R0, [FIRST, SECOND][j], at as i16);
         return;
     }
-    let base = if input.width == 4 { P4 } else { P8 };
-    let (reg, off) = address(e, base, input.segment + at);
+    let (base, from) = width_base(layout, order, input.width);
+    // A segment before the base's is a negative offset (wrapping, within an imm32).
+    let (reg, off) = address(e, base, input.segment.wrapping_sub(from).wrapping_add(at));
     e.ldx(size, R0, reg, off);
+}
+
+/// The register the unrolled form reaches an input of `width` bytes (other than the
+/// first two tested) through, and the segment it points into at the group's first row:
+/// FIRST or SECOND when one of them reads a column of that width (so no pointer of
+/// its own moves with the rows), else P4/P8 (window 0's start).
+fn width_base(layout: &Layout, order: &[usize], width: u64) -> (u8, u64) {
+    for (&k, reg) in order.iter().zip([FIRST, SECOND]) {
+        if layout.inputs[k].width == width {
+            return (reg, layout.inputs[k].segment);
+        }
+    }
+    (if width == 4 { P4 } else { P8 }, 0)
 }
 
 /// Row `u` of the group: every test (a failure goes to `Skip(label)`), then the
@@ -559,7 +637,8 @@ fn unrolled_advance(e: &mut Emitter, layout: &Layout, order: &[usize], rows: u64
     }
     for (w, reg) in [(4, P4), (8, P8)] {
         let other = |k: usize| !order.iter().take(2).any(|&o| o == k);
-        if (layout.inputs.iter().enumerate()).any(|(k, i)| other(k) && i.width == w) {
+        let own = width_base(layout, order, w).0 == reg;
+        if own && (layout.inputs.iter().enumerate()).any(|(k, i)| other(k) && i.width == w) {
             e.alu_k(ALU_ADD, reg, (rows * w) as i32);
         }
     }

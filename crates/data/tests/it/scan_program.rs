@@ -333,3 +333,79 @@ fn one_bounded_range_keeps_exactly_its_values_at_every_edge() {
     }
     dev.close().unwrap();
 }
+
+/// An 8-byte column's ranges that make one interval of signed values (a decimal's
+/// `x < 24`: `[0, 2399]` and every negative value; `x >= 5`; two negative bounds; every
+/// value) keep exactly their values: each bound, its neighbours, zero, -1 and both
+/// extremes, on both engine kinds.
+#[test]
+fn signed_intervals_keep_exactly_their_values_at_every_edge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    let sign = 1u64 << 63;
+    let cases: [Vec<(u64, u64)>; 5] = [
+        vec![(0, 2399), (sign, u64::MAX)],
+        vec![(5, sign - 1)],
+        vec![(sign + 5, u64::MAX - 3)],
+        vec![(0, 7), (u64::MAX - 9, u64::MAX)],
+        vec![(0, sign - 1), (sign, u64::MAX)],
+    ];
+    for ranges in cases {
+        let mut values = vec![0, 1, u64::MAX, u64::MAX - 1, sign, sign + 1, sign - 1];
+        for &(lo, hi) in &ranges {
+            values.extend([
+                lo,
+                hi,
+                lo.wrapping_sub(1),
+                hi.wrapping_add(1),
+                lo + 1,
+                hi - 1,
+            ]);
+        }
+        let rows = 3 * UNROLL as u64 + values.len() as u64;
+        let layout = Layout {
+            inputs: vec![Input {
+                width: 8,
+                segment: 0,
+                dict_entries: None,
+                ranges: Some(ranges.clone()),
+                pass_ppm: PASS_UNKNOWN,
+            }],
+            outputs: vec![Output {
+                input: 0,
+                segment: 0,
+            }],
+            chunk_rows: rows,
+            in_bytes: rows * 8,
+            out_bytes: rows * 8,
+        };
+        let mut window = vec![0u8; (rows * 8) as usize];
+        for row in 0..rows as usize {
+            let v = values[(row * 7) % values.len()];
+            window[8 * row..8 * row + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let run = setup(&dev, layout.in_bytes);
+        dev.write_mem(run.input, 0, &window).unwrap();
+        let want = check_both_engines(&dev, &run, &layout, &window, rows, "a signed edge");
+        assert!(want > 0, "{ranges:?}: nothing kept");
+    }
+    dev.close().unwrap();
+}
+
+/// Q6's group loop is small enough for the JIT to version it (its loads then go
+/// unchecked): eight rows a group, and the rows a group holds at most [`UNROLL`].
+#[test]
+fn q6s_group_loop_fits_the_slots_the_jit_versions() {
+    use csx_data::scan::program::{group_rows, GROUP_SLOTS_MAX};
+    let layout = q6_layout(786_432, 144_000);
+    let group = group_rows(&layout);
+    assert_eq!(group, 8);
+    let image = emit(&layout).unwrap();
+    // The whole program (checks, setup, the group loop, the tail, exits) is within
+    // twice the loop's bound: the loop itself is under it.
+    assert!(
+        image.len() / 8 < 2 * GROUP_SLOTS_MAX,
+        "{} slots",
+        image.len() / 8
+    );
+}
