@@ -33,7 +33,7 @@ use crate::loops::{CountedExit, Unroll};
 /// The unrolled copy's blocks and state.
 pub(super) struct GroupCopy {
     plan: Unroll,
-    head: Block,
+    pub(super) head: Block,
     after: Block,
     latch: Block,
     /// Where a one-by-one back-edge whose charge refilled the slice goes on: it counts
@@ -113,14 +113,15 @@ impl<'a, 'f> Translator<'a, 'f> {
         let Some(g) = &self.loops[i].group else {
             return false;
         };
-        let (exit, slack, head) = (g.plan.exit.clone(), g.slack, g.head);
+        let (exit, slack) = (g.plan.exit.clone(), g.slack);
         let stays = self.exit_lower_bound(&exit, regs);
         let b = &mut self.b;
         let one_more = b.ins().iadd_imm_s(stays, 1);
         let m = b.ins().umin(n, one_more);
         let s = b.ins().isub(n, m);
         b.def_var(slack, s);
-        b.ins().jump(head, &[]);
+        let enter = self.loops[i].enter;
+        self.b.ins().jump(enter, &[]);
         true
     }
 
@@ -228,7 +229,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Otherwise: one by one for what is left of the iterations in bounds.
         self.b.switch_to_block(after);
         let n = self.b.use_var(counter);
-        self.b.ins().brif(n, unchecked_head, &[], checked, &[]);
+        let out = self.leave_copy(i, checked);
+        self.b.ins().brif(n, unchecked_head, &[], out, &[]);
 
         self.b.switch_to_block(latch);
         let b = &mut self.b;
