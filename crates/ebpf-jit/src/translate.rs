@@ -65,8 +65,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, AliasRegionData, AtomicRmwOp, Block, BlockArg, Endianness, FuncRef,
-    InstBuilder, MemFlagsData, SigRef, Signature, StackSlot, StackSlotData, StackSlotKind, Type,
-    Value,
+    InstBuilder, MemFlagsData, SigRef, Signature, Type, Value,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, Variable};
@@ -306,9 +305,6 @@ struct Flags {
     table: MemFlagsData,
     heap: MemFlagsData,
     heap_aligned: MemFlagsData,
-    /// The function's own slot holding the region caches while an unchecked loop copy
-    /// runs (see [`LoopCopy`]).
-    slot: MemFlagsData,
 }
 
 /// Translates the function `plan` into `builder`'s function.
@@ -395,9 +391,6 @@ struct Translator<'a, 'f> {
     /// While code that may run where its branch did not go is being translated (see
     /// `proven`): the plan's value ranges do not hold there.
     speculating: bool,
-    /// Where the region caches live while an unchecked loop copy runs (made when first
-    /// needed; see [`LoopCopy`]).
-    cache_slot: Option<StackSlot>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -421,16 +414,6 @@ struct Translator<'a, 'f> {
 /// entry as a predecessor and Cranelift can still fold what is constant there; charges
 /// to another slot of the loop resume there, setting `pending`, and the checked loop's
 /// edges into the header go through `recheck`, which takes `reguard` when it is set.
-///
-/// While the unchecked copy runs, the region caches it checks accesses with live in a
-/// slot of the function's frame, not in variables: stored on the way in (`enter`),
-/// read and refilled there by the copy's checked accesses, and loaded back into the
-/// variables on every way out (`leave`, `exits`, `outs`). So the caches, which the
-/// copy's hot path seldom needs (its strided accesses are unchecked), do not take three
-/// or six registers across its iterations, where they pushed the loop's own values
-/// into spills. A way out that missed the reload would still be correct: the copy calls
-/// no helper, so the variables' values from before the copy still describe mapped
-/// regions.
 struct LoopCopy {
     header: u32,
     body: BTreeSet<u32>,
@@ -469,14 +452,6 @@ struct LoopCopy {
     /// Slots whose charges keep their check in the unchecked copy (see
     /// `loops::VersionedLoop::checked_charges`).
     checked_charges: BTreeSet<u32>,
-    /// Where the guards go to start the unchecked copy (or its groups): it first
-    /// stores the region caches the copy uses into the function's cache slot.
-    enter: Block,
-    /// Blocks by which the unchecked copy leaves for other code, each with where it
-    /// goes: they load the region caches back from the slot first.
-    outs: Vec<(Block, Block)>,
-    /// Which region caches (read, write) the unchecked copy checks accesses with.
-    slot_used: [bool; 2],
 }
 
 /// The memory flags of a function's loads and stores: context, region table (movable
@@ -488,11 +463,10 @@ fn mem_flags(b: &mut FunctionBuilder<'_>, env: &ProgramEnv<'_>) -> Flags {
             description: what.into(),
         }))
     };
-    let (ctx_r, table_r, heap_r, slot_r) = (
+    let (ctx_r, table_r, heap_r) = (
         region(1, "context"),
         region(2, "region table"),
         region(3, "program memory"),
-        region(4, "region cache slot"),
     );
     let mut table = MemFlagsData::trusted().with_alias_region(table_r);
     if !env.calls_helpers {
@@ -509,7 +483,6 @@ fn mem_flags(b: &mut FunctionBuilder<'_>, env: &ProgramEnv<'_>) -> Flags {
         table,
         heap,
         heap_aligned: heap.with_aligned(),
-        slot: MemFlagsData::trusted().with_alias_region(slot_r),
     }
 }
 
@@ -752,9 +725,6 @@ fn loop_copies(
             deltas,
             group,
             checked_charges: l.checked_charges,
-            enter: b.create_block(),
-            outs: Vec::new(),
-            slot_used: [false; 2],
         });
     }
     (loop_copies, loop_at)
@@ -831,7 +801,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             plans: env.plans,
             inline_exit: None,
             speculating: false,
-            cache_slot: None,
         }
     }
 
@@ -942,19 +911,15 @@ impl<'a, 'f> Translator<'a, 'f> {
                 left
             };
             self.b.ins().brif(more, head, &[], leave, &[]);
-            self.group_copies(i)?;
             self.enter(leave);
-            self.reload_caches(i);
             self.b.ins().jump(checked, &[]);
+            self.group_copies(i)?;
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
-                self.reload_caches(i);
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
-            // Before `resume_blocks` seals the blocks some ways out go to.
-            self.cache_slot_edges(i);
             self.resume_blocks(i);
             if let Some(reguard) = self.loops[i].reguard {
                 self.b.switch_to_block(reguard);
@@ -964,76 +929,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.in_loop = None;
         self.unchecked = false;
         Ok(())
-    }
-
-    /// Fills loop `i`'s way into its unchecked copy (storing the region caches the copy
-    /// uses into the cache slot) and its other ways out (loading them back).
-    fn cache_slot_edges(&mut self, i: usize) {
-        for (out, to) in std::mem::take(&mut self.loops[i].outs) {
-            self.enter(out);
-            self.reload_caches(i);
-            self.b.ins().jump(to, &[]);
-        }
-        let l = &self.loops[i];
-        let (enter, used) = (l.enter, l.slot_used);
-        let head = match &l.group {
-            Some(g) => g.head,
-            None => l.unchecked[&l.header],
-        };
-        self.b.switch_to_block(enter);
-        for write in [false, true].into_iter().filter(|&w| used[usize::from(w)]) {
-            let vars = self.caches[usize::from(write)];
-            for (k, var) in [vars.neg_lo, vars.limit, vars.delta].into_iter().enumerate() {
-                let v = self.b.use_var(var);
-                let addr = self.slot_addr(write, k);
-                self.b.ins().store(self.flags.slot, v, addr, 0);
-            }
-        }
-        self.b.ins().jump(head, &[]);
-    }
-
-    /// A block by which loop `i`'s unchecked copy leaves for `to` (see
-    /// [`Self::cache_slot_edges`]).
-    fn leave_copy(&mut self, i: usize, to: Block) -> Block {
-        let out = self.b.create_block();
-        if self.b.func.layout.is_cold(to) {
-            self.b.set_cold_block(out);
-        }
-        self.loops[i].outs.push((out, to));
-        out
-    }
-
-    /// On a way out of loop `i`'s unchecked copy: the region caches the copy kept in
-    /// the cache slot become the variables again, and `pending` is clear (the guards
-    /// cleared it and nothing in the copy sets it), so neither is live in the copy.
-    fn reload_caches(&mut self, i: usize) {
-        let used = self.loops[i].slot_used;
-        for write in [false, true].into_iter().filter(|&w| used[usize::from(w)]) {
-            let vars = self.caches[usize::from(write)];
-            for (k, var) in [vars.neg_lo, vars.limit, vars.delta].into_iter().enumerate() {
-                let addr = self.slot_addr(write, k);
-                let v = self.b.ins().load(types::I64, self.flags.slot, addr, 0);
-                self.b.def_var(var, v);
-            }
-        }
-        if let Some(pending) = self.loops[i].pending {
-            let zero = self.b.ins().iconst(types::I64, 0);
-            self.b.def_var(pending, zero);
-        }
-    }
-
-    /// The address of word `k` (neg_lo, limit, delta) of the read (or write) region
-    /// cache in the cache slot.
-    fn slot_addr(&mut self, write: bool, k: usize) -> Value {
-        let slot = *self.cache_slot.get_or_insert_with(|| {
-            self.b.create_sized_stack_slot(StackSlotData::new(
-                StackSlotKind::ExplicitSlot,
-                48,
-                3,
-            ))
-        });
-        let off = (usize::from(write) * 3 + k) as i32 * 8;
-        self.b.ins().stack_addr(types::I64, slot, off)
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
@@ -1069,7 +964,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.fuel_limit(i, n, cost);
         }
         let l = &self.loops[i];
-        let (counter, head, checked) = (l.counter, l.enter, l.checked_head);
+        let (counter, head, checked) = (l.counter, l.unchecked[&l.header], l.checked_head);
         let go = match l.limit {
             // Some iteration is paid for exactly when the limit is below the slice.
             // Testing that here (not `n`) makes Cranelift compute the limit here: its
@@ -1909,6 +1804,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Hit: the access lies in the cached region. An address computed from r10 is
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
+        let cache = self.cache(op.writes());
         let first = self.first_check(pc, v, size, op.writes());
         let hit = self.cache_hit(&first, v, off);
         // The hit runs the operation in its own block (falling through, with the
@@ -1959,7 +1855,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
         let host = self.b.ins().iadd(base, lo);
         let r = self.emit_op(host, 0, op);
-        self.refill(op.writes(), addr, base, len);
+        self.refill(op.writes(), &cache, addr, base, len);
         self.jump_with(cont, r);
 
         self.enter(cont);
@@ -1975,18 +1871,6 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// The current values of the read (or write) region cache.
     fn cache(&mut self, write: bool) -> CacheValues {
-        if let Some(i) = self.in_loop.filter(|_| self.unchecked) {
-            self.loops[i].slot_used[usize::from(write)] = true;
-            let [neg_lo, limit, delta] = [0, 1, 2].map(|k| {
-                let addr = self.slot_addr(write, k);
-                self.b.ins().load(types::I64, self.flags.slot, addr, 0)
-            });
-            return CacheValues {
-                neg_lo,
-                limit,
-                delta,
-            };
-        }
         let vars = self.caches[usize::from(write)];
         CacheValues {
             neg_lo: self.b.use_var(vars.neg_lo),
@@ -2010,10 +1894,8 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// After a miss at `addr` passed the exact check: caches its region (base `base`,
     /// length `len` for this kind of access) unless it is too short to cache.
-    fn refill(&mut self, write: bool, addr: Value, base: Value, len: Value) {
-        let old = self.cache(write);
+    fn refill(&mut self, write: bool, old: &CacheValues, addr: Value, base: Value, len: Value) {
         let vars = self.caches[usize::from(write)];
-        let unchecked = self.in_loop.is_some() && self.unchecked;
         let b = &mut self.b;
         let keep = b
             .ins()
@@ -2025,13 +1907,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         let limit = b.ins().iadd_imm_s(len, -8);
         let limit = b.ins().select(keep, old.limit, limit);
         let delta = b.ins().select(keep, old.delta, region_delta);
-        if unchecked {
-            for (k, v) in [neg_lo, limit, delta].into_iter().enumerate() {
-                let addr = self.slot_addr(write, k);
-                self.b.ins().store(self.flags.slot, v, addr, 0);
-            }
-            return;
-        }
         b.def_var(vars.neg_lo, neg_lo);
         b.def_var(vars.limit, limit);
         b.def_var(vars.delta, delta);
@@ -2464,7 +2339,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.b.def_var(self.fuel_left, left);
             return;
         }
-        let mut resume = if target == self.loops[i].header {
+        let resume = if target == self.loops[i].header {
             self.loops[i].reguard
         } else {
             let b = &mut self.b;
@@ -2475,9 +2350,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             });
             Some(block)
         };
-        if self.unchecked {
-            resume = resume.map(|to| self.leave_copy(i, to));
-        }
         self.charge_value(cost, trap_pc, resume);
     }
 

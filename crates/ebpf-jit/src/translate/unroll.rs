@@ -33,7 +33,7 @@ use crate::loops::{CountedExit, Unroll};
 /// The unrolled copy's blocks and state.
 pub(super) struct GroupCopy {
     plan: Unroll,
-    pub(super) head: Block,
+    head: Block,
     after: Block,
     latch: Block,
     /// Where a one-by-one back-edge whose charge refilled the slice goes on: it counts
@@ -113,15 +113,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         let Some(g) = &self.loops[i].group else {
             return false;
         };
-        let (exit, slack) = (g.plan.exit.clone(), g.slack);
+        let (exit, slack, head) = (g.plan.exit.clone(), g.slack, g.head);
         let stays = self.exit_lower_bound(&exit, regs);
         let b = &mut self.b;
         let one_more = b.ins().iadd_imm_s(stays, 1);
         let m = b.ins().umin(n, one_more);
         let s = b.ins().isub(n, m);
         b.def_var(slack, s);
-        let enter = self.loops[i].enter;
-        self.b.ins().jump(enter, &[]);
+        b.ins().jump(head, &[]);
         true
     }
 
@@ -229,8 +228,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Otherwise: one by one for what is left of the iterations in bounds.
         self.b.switch_to_block(after);
         let n = self.b.use_var(counter);
-        let out = self.leave_copy(i, checked);
-        self.b.ins().brif(n, unchecked_head, &[], out, &[]);
+        self.b.ins().brif(n, unchecked_head, &[], checked, &[]);
 
         self.b.switch_to_block(latch);
         let b = &mut self.b;
