@@ -912,11 +912,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             };
             self.b.ins().brif(more, head, &[], leave, &[]);
             self.enter(leave);
+            self.clear_pending(i);
             self.b.ins().jump(checked, &[]);
             self.group_copies(i)?;
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
+                self.clear_pending(i);
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
@@ -929,6 +931,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.in_loop = None;
         self.unchecked = false;
         Ok(())
+    }
+
+    /// On the unchecked copy's way out to the checked loop or past the loop: `pending`
+    /// is clear there (the guards clear it, and nothing in the copy sets it; a refill in
+    /// the copy resumes at a guard or at a block that sets it), so saying so keeps it
+    /// from being carried around the copy's iterations in a register.
+    fn clear_pending(&mut self, i: usize) {
+        if let Some(pending) = self.loops[i].pending {
+            let zero = self.b.ins().iconst(types::I64, 0);
+            self.b.def_var(pending, zero);
+        }
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
