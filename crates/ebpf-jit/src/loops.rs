@@ -1170,6 +1170,9 @@ pub(crate) struct Unroll {
     /// Whether the loop writes no memory (no store, no atomic): then the group's loads
     /// that move with the iterations may be treated as pure (see `translate::unroll`).
     pub read_only: bool,
+    /// Whether a charge is selected by a converted branch: a refill there cannot try a
+    /// group again, so the one-by-one copy tries one at each iteration's end instead.
+    pub selected: bool,
 }
 
 /// An exit of a loop that compares an induction variable with an invariant: the loop
@@ -1207,11 +1210,14 @@ struct Walk<'a> {
 }
 
 /// Whether and how the versioned loop `body` is unrolled: it needs a counted exit, no
-/// calls, and every fuel charge at a plain jump (none selected by an if-conversion).
+/// calls, and every fuel charge at a plain jump or at a loop's closing branch converted
+/// with its arm ([`IfConv::BackTriangle`], whose two paths charge different fuel: the
+/// group charges the one taken, and `charge` counts both, more than either path).
 fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Option<Unroll> {
     let tails = lddw_tails(w.insns);
     let mut charge: u64 = 0;
     let mut read_only = true;
+    let mut selected = false;
     for &pc in body {
         let insn = &w.insns[pc as usize];
         read_only &= !matches!(insn.class(), CLASS_ST | CLASS_STX);
@@ -1219,7 +1225,7 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
             return None;
         }
         match plan.ifconv.get(&pc) {
-            Some(IfConv::BackTriangle { .. }) => return None,
+            Some(IfConv::BackTriangle { .. }) => selected = true,
             Some(IfConv::Paths { .. }) if plan.arms[&pc].iter().any(|a| a.back_jump.is_some()) => {
                 return None
             }
@@ -1243,6 +1249,7 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
         charge,
         exit,
         read_only,
+        selected,
     })
 }
 

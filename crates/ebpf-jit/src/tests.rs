@@ -2022,3 +2022,44 @@ fn a_32_bit_index_leaving_its_range_matches_the_interpreter_at_every_budget() {
         }
     }
 }
+
+/// stats64's loop as clang lays it out: entered at its loads (`ja head`), the running
+/// maximum a forward triangle, the running minimum the loop's closing branch converted
+/// with its arm (`jlt ... latch; mov; ja latch`: 24 or 26 fuel, by the path), and the
+/// sum, the pointer and the count moved at `latch`, which leaves after `count` bytes.
+fn min_max_sum(count: u32) -> String {
+    format!(
+        "mov %r2, 0\nmov %r4, -1\nmov %r0, 0\nmov %r7, -1\nmov %r6, 0\nmov %r5, 0\n\
+         mov %r8, 0\nja head\n\
+         latch:\nadd %r0, %r6\nadd %r1, 1\nadd %r5, 1\nmov %r6, %r0\nmov %r8, %r2\n\
+         mov %r7, %r4\njlt %r5, {count}, head\n\
+         mul %r0, 1000003\nxor %r0, %r4\nmul %r0, 1000003\nxor %r0, %r2\nexit\n\
+         head:\nldxb %r0, [%r1+0]\nxor %r0, 0x2b\nmul %r0, 37\nand %r0, 63\nmov %r2, %r0\n\
+         jgt %r0, %r8, above\nmov %r2, %r8\n\
+         above:\nmov %r4, %r0\njlt %r0, %r7, latch\nmov %r4, %r7\nja latch"
+    )
+}
+
+#[test]
+fn loops_whose_paths_charge_different_fuel_run_in_groups_at_every_budget() {
+    // The loop has groups, although its two paths charge different fuel.
+    let plans = unroll_plans(&min_max_sum(64));
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    assert!(plans[0].1 >= 2, "{plans:?}");
+    let want = |count: u64| {
+        let xs: Vec<u64> = (0..count).map(|i| ((i ^ 0x2b) * 37) & 63).collect();
+        let (min, max) = (xs.iter().min().unwrap(), xs.iter().max().unwrap());
+        let sum: u64 = xs.iter().sum();
+        ((sum.wrapping_mul(1_000_003) ^ min).wrapping_mul(1_000_003)) ^ max
+    };
+    // Around multiples of the factor; at every budget the value, the trap's pc and the
+    // fuel used are the interpreter's (`check_program`), so a group charging one path's
+    // cost for the other's is seen at the budgets near its end.
+    for count in [1, 2, 7, 8, 9, 15, 16, 17, 33, 63, 64] {
+        let out = check_every_budget(&min_max_sum(count));
+        assert_eq!(out.result, Ok(want(u64::from(count))), "{count}");
+    }
+    // Past the region's end: the checked loop traps at the load.
+    let out = check(&min_max_sum(70));
+    assert_eq!(trap_of(&out).pc, 20);
+}

@@ -815,7 +815,12 @@ impl<'a, 'f> Translator<'a, 'f> {
             let l = &mut self.loops[i];
             if self.unchecked {
                 if t == l.header {
-                    return l.latch;
+                    // A one-by-one iteration of a loop with a selected charge ends by
+                    // trying a group (see `loops::Unroll::selected`).
+                    return match &l.group {
+                        Some(g) if g.selected() => g.regroup,
+                        _ => l.latch,
+                    };
                 }
                 if let Some(&b) = l.unchecked.get(&t) {
                     return b;
@@ -912,11 +917,13 @@ impl<'a, 'f> Translator<'a, 'f> {
             };
             self.b.ins().brif(more, head, &[], leave, &[]);
             self.enter(leave);
+            self.clear_pending(i);
             self.b.ins().jump(checked, &[]);
             self.group_copies(i)?;
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
+                self.clear_pending(i);
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
@@ -929,6 +936,17 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.in_loop = None;
         self.unchecked = false;
         Ok(())
+    }
+
+    /// On the unchecked copy's way out to the checked loop or past the loop: `pending`
+    /// is clear there (the guards clear it, and nothing in the copy sets it; a refill in
+    /// the copy resumes at a guard or at a block that sets it), so saying so keeps it
+    /// from being carried around the copy's iterations in a register.
+    fn clear_pending(&mut self, i: usize) {
+        if let Some(pending) = self.loops[i].pending {
+            let zero = self.b.ins().iconst(types::I64, 0);
+            self.b.def_var(pending, zero);
+        }
     }
 
     /// Emits loop `i`'s guard in the current block (the header's, entered from outside
@@ -2316,7 +2334,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             .filter(|&i| self.loops[i].cost.is_some() && self.loops[i].body.contains(&target))
     }
 
-    /// Charges `cost` for a backward jump to `target` at the pc `trap_pc` makes. In a
+    /// Charges `cost` for a backward jump to `target` at the pc `trap_pc` makes. In an
+    /// unrolled group, a subtraction (the group's start saw the slice pay for it). In a
     /// loop fuel bounds, to one of its slots (see [`LoopCopy`]): the unchecked copy
     /// subtracts alone (the latch or guard saw the slice pay for the iteration) unless
     /// `slot` is one of the loop's checked charges; the checked loop (and such a
@@ -2329,16 +2348,22 @@ impl<'a, 'f> Translator<'a, 'f> {
         target: u32,
         slot: u32,
     ) {
-        let Some(i) = self.fuel_bounded(target) else {
-            self.charge_value(cost, trap_pc, None);
-            return;
-        };
-        if self.unchecked && !self.loops[i].checked_charges.contains(&slot) {
+        let bounded = self.fuel_bounded(target);
+        let proven = self.group.is_some()
+            || bounded
+                .is_some_and(|i| self.unchecked && !self.loops[i].checked_charges.contains(&slot));
+        if proven {
+            // A group's start, or the unchecked copy's latch or guard, saw the slice
+            // pay for the iteration.
             let left = self.b.use_var(self.fuel_left);
             let left = self.b.ins().isub(left, cost);
             self.b.def_var(self.fuel_left, left);
             return;
         }
+        let Some(i) = bounded else {
+            self.charge_value(cost, trap_pc, None);
+            return;
+        };
         let resume = if target == self.loops[i].header {
             self.loops[i].reguard
         } else {

@@ -219,3 +219,48 @@ fn an_unrolled_reduction_through_a_register_copy_keeps_its_terms_in_registers() 
         );
     }
 }
+
+/// A scan over region 2 (`text[i]`, stride 1, unchecked in the loop's unchecked copy)
+/// that also reads region 3 at a data index (`ro[text[i] & mask]`, checked: the read
+/// cache moves to region 3 inside the copy) and writes region 2 at a data index (the
+/// write cache moves to region 2), then, after the loop, reads and writes through both
+/// caches again; `n` bytes scanned.
+fn scan_with_data_indexed_accesses(n: u32, mask: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\n\
+         loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nand %r5, {mask}\n\
+         mov %r7, %r3\nadd %r7, %r5\nldxb %r8, [%r7+0]\nadd %r0, %r8\n\
+         mov %r9, %r1\nadd %r9, %r5\nstxb [%r9+48], %r8\n\
+         add %r6, 1\njlt %r6, {n}, loop\n\
+         mov %r5, %r0\nand %r5, 15\nmov %r7, %r3\nadd %r7, %r5\nldxb %r8, [%r7+0]\n\
+         add %r0, %r8\nmov %r5, %r0\nand %r5, 63\nmov %r7, %r1\nadd %r7, %r5\n\
+         ldxb %r8, [%r7+0]\nadd %r0, %r8\nmov %r5, %r0\nand %r5, 31\nmov %r7, %r1\n\
+         add %r7, %r5\nstxb [%r7+0], %r0\nexit"
+    )
+}
+
+/// Inside a versioned loop's unchecked copy the region caches live in the function's
+/// frame (stored where the copy starts, loaded back where it leaves): the caches the
+/// copy moved to other regions are the ones the code after it checks with, and value,
+/// memory, trap (pc, address) and fuel stay the interpreter's at every budget.
+#[test]
+fn region_caches_moved_inside_an_unchecked_copy_serve_the_code_after_it() {
+    let src = scan_with_data_indexed_accesses(40, 15);
+    assert_eq!(unchecked_accesses(&src), vec![(2, vec![(4, 1)])]);
+    let full = sweep(&src);
+    assert!(full.result.is_ok());
+    // Region 3 holds 16 bytes: with a mask of 31 the data index passes its end at
+    // `text[16]`, inside the unchecked copy, at the checked load (slot 8).
+    let out = sweep(&scan_with_data_indexed_accesses(40, 31));
+    let (pc, kind) = (trap_of(&out).pc, &trap_of(&out).kind);
+    let past_end = (3 << 32) + 16;
+    assert!(
+        pc == 8
+            && matches!(kind, TrapKind::OutOfBounds { addr, size: 1, write: false } if *addr == past_end),
+        "{pc} {kind:?}"
+    );
+    // The scan leaves region 2 (64 bytes) at `text[64]`: the checked loop traps at the
+    // strided load (slot 4) after the unchecked copy ran out.
+    let out = sweep(&scan_with_data_indexed_accesses(70, 15));
+    assert_eq!(trap_of(&out).pc, 4);
+}

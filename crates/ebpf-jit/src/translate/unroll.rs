@@ -19,10 +19,14 @@
 //!   iteration off and goes back to `head` (`regroup`): a loop entered with a short slice
 //!   (the first loop of a run: the slice starts empty) still runs in groups after its
 //!   first refill;
+//!   A loop whose closing branch is converted with its arm charges a cost selected by
+//!   the path taken, and a refill there is not at an iteration's end: its one-by-one
+//!   iterations all end at `regroup` instead (`loops::Unroll::selected`);
 //! * the back-edges inside a group charge their cost by a plain subtraction from the
-//!   slice (it cannot run short, so no compare), so fuel used is the interpreter's at
-//!   every instruction, a trap inside a group included; the last copy's back-edge
-//!   reaches `latch`, which counts the group off.
+//!   slice (it cannot run short, so no compare), the selected cost of the path taken
+//!   included, so fuel used is the interpreter's at every instruction, a trap inside a
+//!   group included; the last copy's back-edge reaches `latch`, which counts the group
+//!   off.
 //!
 //! A stop raised while a group runs is seen at the next refill of the slice, within
 //! `rules::STOP_SLICE` fuel, as anywhere else in the JIT's code.
@@ -80,6 +84,13 @@ impl GroupCopy {
             copies,
             slack: b.declare_var(types::I64),
         })
+    }
+}
+
+impl GroupCopy {
+    /// Whether the one-by-one copy's iterations end by trying a group.
+    pub(super) fn selected(&self) -> bool {
+        self.plan.selected
     }
 }
 
