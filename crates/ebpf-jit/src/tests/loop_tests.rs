@@ -239,10 +239,10 @@ fn scan_with_data_indexed_accesses(n: u32, mask: u32) -> String {
     )
 }
 
-/// Inside a versioned loop's unchecked copy the region caches live in the function's
-/// frame (stored where the copy starts, loaded back where it leaves): the caches the
-/// copy moved to other regions are the ones the code after it checks with, and value,
-/// memory, trap (pc, address) and fuel stay the interpreter's at every budget.
+/// Data-indexed accesses inside a versioned loop's unchecked copy move the region
+/// caches to other regions: the caches the copy left are the ones the code after it
+/// checks with, and value, memory, trap (pc, address) and fuel stay the interpreter's
+/// at every budget.
 #[test]
 fn region_caches_moved_inside_an_unchecked_copy_serve_the_code_after_it() {
     let src = scan_with_data_indexed_accesses(40, 15);
