@@ -1,7 +1,7 @@
 //! Uncached reads of several file ranges at once: the mapped runs of every range go to
 //! the media as one queued read ([`Nvm::read_runs_checked`]), each piece verified
-//! against its blocks' checksums on its reader, as [`FileStore::read_at_uncached`] does
-//! for one range.
+//! against its blocks' checksums on its reader. [`FileStore::read_at_uncached`] of
+//! media read direct is this read of one range.
 
 use super::record::Mapping;
 use super::{canonical, verify_run, FileStore, FileStoreError, MappedRun, State};
@@ -37,7 +37,7 @@ impl FileStore {
         if self.nvm.media_reads() == MediaReads::Cached {
             return (ranges.iter_mut().enumerate())
                 .map(|(i, r)| {
-                    self.read_at_uncached(r.path, r.offset, r.dst)
+                    self.read_impl(r.path, r.offset, r.dst, true)
                         .map_err(|e| (i, e))
                 })
                 .collect();

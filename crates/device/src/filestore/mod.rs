@@ -602,7 +602,17 @@ impl FileStore {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<usize, FileStoreError> {
-        self.read_impl(path, offset, buf, true)
+        if self.nvm.media_reads() == MediaReads::Cached {
+            return self.read_impl(path, offset, buf, true);
+        }
+        // Media read direct: every mapped run of the range in one queued read.
+        let mut range = [RangeRead {
+            path,
+            offset,
+            dst: buf,
+        }];
+        let got = self.read_ranges_uncached(&mut range).map_err(|(_, e)| e)?;
+        Ok(got[0])
     }
 
     fn read_impl(
@@ -656,7 +666,7 @@ impl FileStore {
     /// against its checksum. Blocks whose checksummed bytes `dst` holds exactly (every
     /// block but a partly read first or last one) are verified in `dst`; the others are
     /// read whole into a scratch block, verified there and copied out. An uncached read
-    /// of media read direct is queued instead ([`FileStore::read_verified_queued`]); of
+    /// of media read direct does not come here ([`FileStore::read_ranges_uncached`]); of
     /// media read through the page cache it is this read, straight into `dst` (no
     /// bounce buffer between the page cache and `dst`).
     fn read_verified(
@@ -665,9 +675,6 @@ impl FileStore {
         run: &MappedRun<'_>,
         dst: &mut [u8],
     ) -> Result<(), FileStoreError> {
-        if run.uncached && self.nvm.media_reads() != MediaReads::Cached {
-            return self.read_verified_queued(st, run, dst);
-        }
         let read = |at: u64, to: &mut [u8]| -> Result<(), FileStoreError> {
             if run.uncached {
                 self.nvm.read_at_uncached(at, to)?;
@@ -714,31 +721,6 @@ impl FileStore {
             verify_run(st, run, direct_lo, part)?;
         }
         Ok(())
-    }
-
-    /// [`FileStore::read_verified`] for an uncached read: the run's whole blocks in one
-    /// queued read ([`Nvm::read_blocks_checked`]), each piece verified on its reader, so
-    /// a range that starts or ends inside a block costs no separate read of that block.
-    fn read_verified_queued(
-        &self,
-        st: &State,
-        run: &MappedRun<'_>,
-        dst: &mut [u8],
-    ) -> Result<(), FileStoreError> {
-        let bs = BLOCK_SIZE;
-        let blocks = (run.in_block + dst.len() as u64).div_ceil(bs);
-        let check = |at: u64, piece: &[u8]| -> Result<(), FileStoreError> {
-            let first = at / bs;
-            // The file's last block is checksummed over the bytes the file holds.
-            let held = run.size.saturating_sub((run.block + first) * bs);
-            let n = (piece.len() as u64).min(held) as usize;
-            verify_run(st, run, first, &piece[..n])
-        };
-        self.nvm.read_blocks_checked(
-            (run.nvm_block * bs, blocks * bs),
-            (run.in_block as usize, dst),
-            &check,
-        )
     }
 
     /// Sets the file's size to `len`. Shrinking unmaps the blocks past the new end (they
