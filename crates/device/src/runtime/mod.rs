@@ -7,6 +7,8 @@
 //!  QueuePair::submit ──▶ validate ──▶ route ──┬─▶ compute queue ──▶ N engine threads (Execute)
 //!  (any thread, returns                       ├─▶ transfer queue ─▶ M transfer workers
 //!   immediately)                              │                     (Memory Read/Write/Fill/Copy, files)
+//!                                             │                     └─▶ copiers (Memory Copies from
+//!                                             │                         the media, several at once)
 //!                                             └─▶ admin queue ────▶ 1 admin worker
 //!                                                                   (programs, range sets, SLM
 //!                                                                    allocation, state, identify)
@@ -61,6 +63,8 @@
 //! - `queue_pair`: [`QueuePair`], submission (validation, routing, inline runs) and
 //!   reaping;
 //! - `workers`: the worker pools, and running one command to its completion;
+//! - `copies`: Memory Copies from the media, several in flight beside the transfer
+//!   workers, in the queue's order against every other transfer command;
 //! - `admin`: the command dispatch and the admin commands (programs, range sets, SLM
 //!   allocation, state, identify, flush);
 //! - `transfer`: data movement (memory and file commands, DMA buffers);
@@ -95,6 +99,7 @@ use watchdog::Watchdog;
 use workers::{worker, Class, Pool};
 
 mod admin;
+mod copies;
 mod dirs;
 mod queue_pair;
 #[cfg(test)]
@@ -210,6 +215,8 @@ pub(crate) struct Shared {
     pub(crate) watchdog: Watchdog,
     /// How this device reaches its peers (see [`crate::peer`]); unset: it does not.
     pub(crate) peers: std::sync::OnceLock<Arc<dyn crate::peer::PeerLink>>,
+    /// Memory Copies from the media handed out by the transfer workers (`copies`).
+    copies: copies::Copies,
 }
 
 /// A csx device: NVM namespace with its file store, SLM, shared state, program slots
@@ -217,6 +224,8 @@ pub(crate) struct Shared {
 pub struct DeviceRuntime {
     shared: Option<Arc<Shared>>,
     threads: Vec<JoinHandle<()>>,
+    /// The copier threads (`copies`), which end after the transfer workers.
+    copiers: Vec<JoinHandle<()>>,
     _lock: File,
 }
 
@@ -377,10 +386,12 @@ impl DeviceRuntime {
             live_pairs: AtomicU32::new(0),
             watchdog: Watchdog::default(),
             peers: std::sync::OnceLock::new(),
+            copies: copies::Copies::default(),
         });
         let mut device = DeviceRuntime {
             shared: Some(Arc::clone(&shared)),
             threads: Vec::new(),
+            copiers: Vec::new(),
             _lock: lock,
         };
         device.spawn_threads(&shared, engines, transfer_workers)?;
@@ -409,6 +420,14 @@ impl DeviceRuntime {
                     .map_err(|source| DeviceError::Spawn { source })?;
                 self.threads.push(handle);
             }
+        }
+        for i in 0..copies::COPIES_IN_FLIGHT_MAX {
+            let s = Arc::clone(shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("csx-copier-{i}"))
+                .spawn(move || copies::copier(&s))
+                .map_err(|source| DeviceError::Spawn { source })?;
+            self.copiers.push(handle);
         }
         let s = Arc::clone(shared);
         let handle = std::thread::Builder::new()
@@ -507,6 +526,11 @@ impl DeviceRuntime {
         for t in self.threads.drain(..) {
             // A worker that panicked has already posted nothing more; the rest of the
             // shutdown still runs so the file store is flushed.
+            let _ = t.join();
+        }
+        // The transfer workers hand out no more copies now.
+        shared.copies.close();
+        for t in self.copiers.drain(..) {
             let _ = t.join();
         }
         // Commands a transport thread runs inline (`QueuePair::submit_inline`, short by

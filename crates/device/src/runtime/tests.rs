@@ -506,3 +506,147 @@ fn a_long_inline_execute_calls_the_overrun_hook_and_its_abort_stops_it() {
     drop(qp);
     dev.close().expect("close");
 }
+
+/// A file of `data` at `path`, written whole.
+fn put_file(qp: &QueuePair, id: CommandId, path: &str, data: &[u8]) {
+    let op = Op::FileWrite {
+        path: path.to_string(),
+        offset: 0,
+        data: data.to_vec(),
+        mode: csx_proto::WriteMode::Write,
+    };
+    let c = qp.call(Command::new(id, op)).expect("submit");
+    assert_eq!(c.status, Status::Success, "{c:?}");
+}
+
+/// An allocation of `len` bytes.
+fn alloc_mem(qp: &QueuePair, id: CommandId, len: u64) -> MemHandle {
+    let c = qp
+        .call(Command::new(id, Op::MemAlloc { size_bytes: len }))
+        .expect("submit");
+    assert_eq!(c.status, Status::Success, "{c:?}");
+    MemHandle(c.value as u32)
+}
+
+/// A read's bytes.
+fn read_data(c: &Completion) -> Vec<u8> {
+    match &c.reply {
+        Reply::Data(d) => d.clone(),
+        other => panic!("a read's data, found {other:?}"),
+    }
+}
+
+/// Memory Copies from the media run several at once beside the transfer workers
+/// (`copies`), yet every other transfer command of the queue still sees them in the
+/// queue's order: submitted together without waiting, a copy then a read of its
+/// destination, a copy then a write over its destination, a copy then a write of its
+/// source file, and two copies into the same bytes, each end as if run one at a time.
+/// Method: MiB copies (so each is in flight while the next commands are taken)
+/// followed at once by the dependent commands, every completion checked. Without the
+/// transfer worker's wait for the copies before it, the read finds zeros.
+#[test]
+fn copies_keep_the_queue_order_against_dependent_commands() {
+    const LEN: usize = 6 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = DeviceConfig {
+        nvm_size_bytes: 64 << 20,
+        slm_size_bytes: 64 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let qp = dev.queue_pair(16).expect("queue pair");
+    let pattern = |seed: u8| -> Vec<u8> {
+        (0..LEN)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    };
+    let (a, b) = (pattern(1), pattern(2));
+    let ids = (1u64..).map(CommandId);
+    let mut ids = ids.into_iter();
+    let mut next = || ids.next().expect("ids enough");
+    put_file(&qp, next(), "/a", &a);
+    put_file(&qp, next(), "/b", &b);
+    let h1 = alloc_mem(&qp, next(), LEN as u64);
+    let h2 = alloc_mem(&qp, next(), LEN as u64);
+    let h3 = alloc_mem(&qp, next(), LEN as u64);
+    let copy = |dst: MemHandle, path: &str| Op::MemCopy {
+        dst,
+        dst_offset: 0,
+        sources: vec![CopySource::File {
+            path: path.to_string(),
+            offset: 0,
+            len: LEN as u64,
+        }],
+    };
+    let tail = (LEN - 64) as u64;
+    let read = |handle: MemHandle, offset: u64| Op::MemRead {
+        handle,
+        offset,
+        len: 64,
+    };
+    let ops = [
+        // 1: a copy, then a read of its last bytes.
+        copy(h1, "/a"),
+        read(h1, tail),
+        // 2: a copy, then a write over its last bytes.
+        copy(h2, "/a"),
+        Op::MemWrite {
+            handle: h2,
+            offset: tail,
+            data: vec![0xee; 64],
+        },
+        // 3: two copies into the same bytes: the second's stay.
+        copy(h3, "/a"),
+        copy(h3, "/b"),
+        // 4: a copy of /b (into h1, after the read above), then a write of /b.
+        copy(h1, "/b"),
+        Op::FileWrite {
+            path: "/b".to_string(),
+            offset: tail,
+            data: vec![0x55; 64],
+            mode: csx_proto::WriteMode::Write,
+        },
+    ];
+    let sent: Vec<CommandId> = ops
+        .into_iter()
+        .map(|op| {
+            let id = next();
+            qp.submit(Command::new(id, op)).expect("submit");
+            id
+        })
+        .collect();
+    let done = reap_n(&qp, sent.len());
+    for id in &sent {
+        assert_eq!(done[id].status, Status::Success, "{:?}", done[id]);
+    }
+    let seen = read_data(&done[&sent[1]]);
+    assert_eq!(seen, a[LEN - 64..], "the read saw the copy before it");
+    let mut read_now = |h: MemHandle, offset: u64| {
+        read_data(
+            &qp.call(Command::new(next(), read(h, offset)))
+                .expect("submit"),
+        )
+    };
+    let over = read_now(h2, tail);
+    assert_eq!(
+        over,
+        vec![0xee; 64],
+        "the write went over the copy before it"
+    );
+    assert_eq!(read_now(h3, 0), b[..64], "the later copy's bytes stay");
+    assert_eq!(
+        read_now(h3, tail),
+        b[LEN - 64..],
+        "the later copy's bytes stay"
+    );
+    let before = read_now(h1, tail);
+    assert_eq!(
+        before,
+        b[LEN - 64..],
+        "the copy read /b before the write after it"
+    );
+    drop(qp);
+    dev.close().expect("close");
+}

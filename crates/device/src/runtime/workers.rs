@@ -115,6 +115,15 @@ pub(super) fn worker(shared: &Shared, class: Class) {
     let pool = shared.pool(class);
     while let Some(job) = pool.queue.pop(WORKER_SPIN, None) {
         pool.running.fetch_add(1, Ordering::AcqRel);
+        if class == Class::Transfer {
+            // A copy from the media runs on a copier (still counted as running until
+            // it ends); anything else waits for the copies before it (`copies`).
+            if let Some(dst) = super::copies::detachable(&job) {
+                shared.copies.hand_off(job, dst);
+                continue;
+            }
+            shared.copies.drain();
+        }
         shared.run(job);
         pool.running.fetch_sub(1, Ordering::AcqRel);
     }

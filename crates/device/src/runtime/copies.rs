@@ -1,0 +1,169 @@
+//! Memory Copies from the media, run beside the transfer workers: up to
+//! [`COPIES_IN_FLIGHT_MAX`] at once, each a queued read of its own, so that a staging of
+//! many copies (a partition's columns, a dimension's) keeps the media busy across the
+//! copies' ends instead of draining the read queue at each one.
+//!
+//! A transfer worker takes its queue in order, as before. A Memory Copy whose sources
+//! all read the media (`File`, `ResidentFile`, `Nvm`) it hands to a copier thread and
+//! goes on; anything else it runs itself, only once every copy handed out has ended
+//! (it drains them). So, against every other transfer command, copies keep the order of
+//! the queue: a file written and then copied, a copy and then a read or write of its
+//! destination, see each other in that order, as with one worker running everything.
+//! Two copies in flight together only read the media, and a copy waits for any copy in
+//! flight into overlapping bytes of the same allocation, so the last one submitted
+//! writes them last.
+//!
+//! A copy handed out stays counted in the transfer pool's `running` until it ends, so a
+//! short command run inline on a submitting thread (`Pool::claim_idle`) also waits its
+//! turn, and shutdown waits for it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use csx_proto::{CopySource, MemHandle, Op};
+
+use super::queue_pair::Job;
+use super::Shared;
+
+/// Memory Copies from the media in flight at once: with the media reader pool's
+/// `DIRECT_QUEUE_DEPTH` reads, enough that one copy's last pieces overlap the next
+/// copies' first.
+pub(super) const COPIES_IN_FLIGHT_MAX: usize = 4;
+
+/// Bytes a copy writes: its allocation and `[start, end)` in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Destination {
+    handle: MemHandle,
+    start: u64,
+    end: u64,
+}
+
+impl Destination {
+    fn overlaps(&self, other: &Destination) -> bool {
+        self.handle == other.handle && self.start < other.end && other.start < self.end
+    }
+}
+
+/// The destination of `job` when it is a copy that only reads the media (and so may run
+/// beside other such copies); `None` for any other command.
+pub(super) fn detachable(job: &Job) -> Option<Destination> {
+    if job.dma.is_some() || job.stop.is_some() {
+        return None;
+    }
+    let Op::MemCopy {
+        dst,
+        dst_offset,
+        sources,
+    } = &job.cmd.op
+    else {
+        return None;
+    };
+    let media = |s: &CopySource| {
+        matches!(
+            s,
+            CopySource::File { .. } | CopySource::ResidentFile { .. } | CopySource::Nvm { .. }
+        )
+    };
+    if sources.is_empty() || !sources.iter().all(media) {
+        return None;
+    }
+    let len = sources.iter().fold(0u64, |n, s| n.saturating_add(s.len()));
+    Some(Destination {
+        handle: *dst,
+        start: *dst_offset,
+        end: dst_offset
+            .saturating_add(len)
+            .max(dst_offset.saturating_add(1)),
+    })
+}
+
+#[derive(Default)]
+struct State {
+    /// Copies handed out, not yet taken by a copier.
+    queue: VecDeque<(Job, Destination)>,
+    /// Destinations of the copies handed out and not yet ended (queued or running).
+    in_flight: Vec<Destination>,
+    closed: bool,
+}
+
+/// The copies handed out by the transfer workers and the copiers' queue.
+#[derive(Default)]
+pub(super) struct Copies {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Copies {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed.wait(g).unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `job` (writing `dst`) to the copiers, once fewer than
+    /// [`COPIES_IN_FLIGHT_MAX`] are in flight and none writes bytes of `dst`.
+    pub(super) fn hand_off(&self, job: Job, dst: Destination) {
+        let mut g = self.lock();
+        while g.in_flight.len() >= COPIES_IN_FLIGHT_MAX
+            || g.in_flight.iter().any(|d| d.overlaps(&dst))
+        {
+            g = self.wait(g);
+        }
+        g.in_flight.push(dst);
+        g.queue.push_back((job, dst));
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// Waits until every copy handed out has ended.
+    pub(super) fn drain(&self) {
+        let mut g = self.lock();
+        while !g.in_flight.is_empty() {
+            g = self.wait(g);
+        }
+    }
+
+    /// The next copy to run; `None` once closed and empty.
+    fn take(&self) -> Option<(Job, Destination)> {
+        let mut g = self.lock();
+        loop {
+            if let Some(next) = g.queue.pop_front() {
+                return Some(next);
+            }
+            if g.closed {
+                return None;
+            }
+            g = self.wait(g);
+        }
+    }
+
+    fn ended(&self, dst: Destination) {
+        let mut g = self.lock();
+        if let Some(i) = g.in_flight.iter().position(|d| *d == dst) {
+            g.in_flight.swap_remove(i);
+        }
+        drop(g);
+        self.changed.notify_all();
+    }
+
+    /// No more copies come: the copiers end once the queue is empty. Called after the
+    /// transfer workers have ended.
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_all();
+    }
+}
+
+/// A copier thread: runs the copies handed out until closed.
+pub(super) fn copier(shared: &Shared) {
+    while let Some((job, dst)) = shared.copies.take() {
+        shared.run(job);
+        // Ended before it stops counting as running: whoever sees the pool idle sees no
+        // copy in flight either.
+        shared.copies.ended(dst);
+        shared.transfer.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
