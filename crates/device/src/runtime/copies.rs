@@ -13,6 +13,9 @@
 //! flight into overlapping bytes of the same allocation, so the last one submitted
 //! writes them last.
 //!
+//! A throttled device (`PerfModel::throttle`) holds each command to its modelled time,
+//! so there copies run on the transfer worker one at a time, as the model assumes.
+//!
 //! A copy handed out stays counted in the transfer pool's `running` until it ends, so a
 //! short command run inline on a submitting thread (`Pool::claim_idle`) also waits its
 //! turn, and shutdown waits for it.

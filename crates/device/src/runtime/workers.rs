@@ -117,12 +117,16 @@ pub(super) fn worker(shared: &Shared, class: Class) {
         pool.running.fetch_add(1, Ordering::AcqRel);
         if class == Class::Transfer {
             // A copy from the media runs on a copier (still counted as running until
-            // it ends); anything else waits for the copies before it (`copies`).
-            if let Some(dst) = super::copies::detachable(&job) {
-                shared.copies.hand_off(job, dst);
-                continue;
+            // it ends); anything else waits for the copies before it (`copies`). A
+            // throttled device holds each command to its modelled time, so copies in
+            // flight together would beat its modelled media: there they run here.
+            match super::copies::detachable(&job) {
+                Some(dst) if !shared.config.perf.throttle => {
+                    shared.copies.hand_off(job, dst);
+                    continue;
+                }
+                _ => shared.copies.drain(),
             }
-            shared.copies.drain();
         }
         shared.run(job);
         pool.running.fetch_sub(1, Ordering::AcqRel);
