@@ -1007,8 +1007,11 @@ impl Lineorder {
         Ok(match kept {
             Some((slots, staged)) => (rounds, slots, Some(key), staged),
             None => {
+                // Only the first set now: the second is allocated once round 0's
+                // copies are in flight (`Lineorder::alloc_second_set`), so the device
+                // maps its pages while the media is read.
                 let sets = if rounds > 1 { 2 } else { 1 };
-                let slots = (0..sets * partitions)
+                let slots = (0..partitions)
                     .map(|_| ops::alloc(s, in_bytes))
                     .collect::<Result<_, _>>()?;
                 (sets, slots, None, false)
@@ -1078,6 +1081,16 @@ impl Lineorder {
         i as u64 * self.col_bytes
     }
 
+    /// Allocates the slots of every set not allocated yet ([`Lineorder::place`] leaves
+    /// the second to this, called once round 0's copies are in flight).
+    fn alloc_second_set(&mut self, s: &mut Session) -> Result<(), DataError> {
+        let want = (self.sets * self.partitions) as usize;
+        while self.slots.len() < want {
+            self.slots.push(ops::alloc(s, self.in_bytes)?);
+        }
+        Ok(())
+    }
+
     /// Partition `p`'s slot in set `set`.
     fn slot(&self, set: u64, p: usize) -> MemHandle {
         self.slots[(set * self.partitions) as usize + p]
@@ -1109,8 +1122,8 @@ impl Lineorder {
         let skip = crate::encoding::skipped_blocks(&zone);
         let bound: u64 = files.iter().map(|f| f.staged_bound(self.part_max)).sum();
         let staged = match bound {
-            0 => vec![(MemHandle::NONE, 0); self.slots.len()],
-            _ => (0..self.slots.len())
+            0 => vec![(MemHandle::NONE, 0); (self.sets * self.partitions) as usize],
+            _ => (0..self.sets * self.partitions)
                 .map(|_| Ok((ops::alloc(s, bound)?, bound)))
                 .collect::<Result<_, DataError>>()?,
         };
@@ -1396,7 +1409,7 @@ impl<'a> Plan<'a> {
         let (dims, dim_copies) = self.load_dims(s, keep.as_deref_mut())?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
         let lo_keep = (lo_dir, keep);
-        let lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
+        let mut lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
             Ok(lo) => lo,
             Err(e) => {
                 dim_copies.abandon(s);
@@ -1416,6 +1429,13 @@ impl<'a> Plan<'a> {
                 }
             }
         };
+        if let Err(e) = lo.alloc_second_set(s) {
+            dim_copies.abandon(s);
+            if let Some(p) = pending {
+                p.abandon(s);
+            }
+            return Err(e);
+        }
         Ok((dims, lo, dim_copies, pending))
     }
 
