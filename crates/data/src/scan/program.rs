@@ -468,8 +468,6 @@ const FIRST: u8 = 2;
 const GROUP_END: u8 = 3;
 const SECOND: u8 = 9;
 const TAIL_END: i16 = -8;
-/// Window 1's address, in the masked form (which counts the kept rows from it).
-const OUT_START: i16 = -16;
 
 /// Whether the unrolled form serves `layout`: an input with ranges to test first and
 /// no dictionary input (every code of one is checked, and this form loads an input
@@ -541,17 +539,7 @@ fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
     unrolled_advance(e, layout, &order, 1);
     e.goto(Label::Tail);
     e.label(Label::Done);
-    if masked_acc(layout, &order).is_some() {
-        // The rows kept: how far an output pointer moved.
-        let w8 = (layout.outputs.iter()).any(|o| layout.inputs[o.input].width == 8);
-        let (reg, shift) = if w8 { (O8, 3) } else { (O4, 2) };
-        e.alu_x(ALU_MOV, R0, reg);
-        e.ldx(SIZE_DW, R1, 10, OUT_START);
-        e.alu_x(ALU_SUB, R0, R1);
-        e.alu_k(ALU_RSH, R0, shift);
-    } else {
-        e.alu_x(ALU_MOV, R0, KEPT);
-    }
+    e.alu_x(ALU_MOV, R0, KEPT);
     e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
     exits(e, layout);
 }
@@ -581,9 +569,6 @@ fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize], group: usiz
     e.alu_k(ALU_LSH, GROUP_END, shift);
     e.alu_x(ALU_ADD, GROUP_END, FIRST);
     e.alu_k(ALU_MOV, KEPT, 0);
-    if masked_acc(layout, order).is_some() {
-        e.stx(SIZE_DW, 10, O4, OUT_START);
-    }
 }
 
 /// Input `k`'s value of row `u` of the group into r0 (r1 may be clobbered): through
@@ -618,13 +603,6 @@ fn width_base(layout: &Layout, order: &[usize], width: u64) -> (u8, u64) {
 /// Row `u` of the group: every test (a failure goes to `Skip(label)`), then the
 /// outputs copied and the row counted.
 fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize, u: usize) {
-    if let Some(acc) = masked_acc(layout, order) {
-        masked_tests(e, layout, order, acc, u);
-        e.jump_cmp(JMP_JSLT, acc, 8, 0, Label::Skip(label));
-        unrolled_outputs(e, layout, order, u);
-        e.label(Label::Skip(label));
-        return;
-    }
     for &k in order {
         let input = &layout.inputs[k];
         let ranges = input.ranges.as_deref().unwrap_or_default();
@@ -637,13 +615,6 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
             Label::PassAt(label, k),
         );
     }
-    unrolled_outputs(e, layout, order, u);
-    e.alu_k(ALU_ADD, KEPT, 1);
-    e.label(Label::Skip(label));
-}
-
-/// Row `u`'s outputs copied, the output pointers moved on.
-fn unrolled_outputs(e: &mut Emitter, layout: &Layout, order: &[usize], u: usize) {
     for out in &layout.outputs {
         let width = layout.inputs[out.input].width;
         unrolled_load(e, layout, order, out.input, u);
@@ -654,90 +625,8 @@ fn unrolled_outputs(e: &mut Emitter, layout: &Layout, order: &[usize], u: usize)
             e.alu_k(ALU_ADD, reg, w as i32);
         }
     }
-}
-
-/// The interval of raw values `[lo, lo + span]` (wrapping past `u64::MAX` to 0) that an
-/// input's `ranges` hold exactly, as its values are loaded (a 4-byte value
-/// zero-extended): one range, a signed interval ([`signed_interval`]), or the two ends
-/// of the value space.
-fn interval(width: u64, ranges: &[RawRange]) -> Option<(u64, u64)> {
-    if let Some((lo, hi)) = signed_interval(width, ranges) {
-        return Some((lo as u64, (hi as u64).wrapping_sub(lo as u64)));
-    }
-    let top = if width == 4 {
-        u64::from(u32::MAX)
-    } else {
-        u64::MAX
-    };
-    match ranges[..] {
-        [(lo, hi)] => Some((lo, hi - lo)),
-        [(0, a), (b, end)] if end >= top && width == 8 => Some((b, a.wrapping_sub(b))),
-        _ => None,
-    }
-}
-
-/// The register the masked form of the unrolled row gathers its tests' verdicts in, when
-/// that form serves `layout`: every tested input's ranges one interval ([`interval`]),
-/// at least one output (the kept rows are then counted from the output pointer, and
-/// KEPT is the form's scratch register), and P8 or P4 not a base any load uses.
-///
-/// The masked form tests every row's inputs without a jump each (`t = value - lo`; the
-/// value is out of `[lo, lo + span]` when bit 63 of `(span - t) | t` is set, or of
-/// `(span - t) & t` for a span of 2^63 or more; the bits of every test ORed), and jumps
-/// once a row, past its copy, when the result's bit 63 is set: a row costs a few more
-/// instructions but one jump, taken by the rows kept, where a branch a test's value
-/// decides is mispredicted for a good share of rows (Q6's ship dates: 1 in 7), and a
-/// row is one block (the JIT's counting variant bumps one counter a row, not one a
-/// test).
-fn masked_acc(layout: &Layout, order: &[usize]) -> Option<u8> {
-    if layout.outputs.is_empty() {
-        return None;
-    }
-    let intervals = order.iter().all(|&k| {
-        let i = &layout.inputs[k];
-        interval(i.width, i.ranges.as_deref().unwrap_or_default()).is_some()
-    });
-    if !intervals {
-        return None;
-    }
-    let used = |w: u64, reg: u8| {
-        width_base(layout, order, w).0 == reg
-            && (layout.inputs.iter().enumerate())
-                .any(|(k, i)| i.width == w && !order.iter().take(2).any(|&o| o == k))
-    };
-    [(8, P8), (4, P4)]
-        .into_iter()
-        .find(|&(w, reg)| !used(w, reg))
-        .map(|(_, reg)| reg)
-}
-
-/// Row `u`'s tests of the masked form (see [`masked_acc`]): bit 63 of `acc` set when
-/// a value is out of its interval. Clobbers r0, r1 and KEPT.
-fn masked_tests(e: &mut Emitter, layout: &Layout, order: &[usize], acc: u8, u: usize) {
-    for (n, &k) in order.iter().enumerate() {
-        let input = &layout.inputs[k];
-        let ranges = input.ranges.as_deref().unwrap_or_default();
-        let (lo, span) = interval(input.width, ranges).expect("masked_acc checked it");
-        let dst = if n == 0 { acc } else { KEPT };
-        unrolled_load(e, layout, order, k, u);
-        if let Ok(k) = i32::try_from(lo as i64) {
-            if k != 0 {
-                e.alu_k(ALU_SUB, R0, k);
-            }
-        } else if let Ok(k) = i32::try_from(lo.wrapping_neg() as i64) {
-            e.alu_k(ALU_ADD, R0, k);
-        } else {
-            e.mov64(dst, lo);
-            e.alu_x(ALU_SUB, R0, dst);
-        }
-        e.mov64(dst, span);
-        e.alu_x(ALU_SUB, dst, R0);
-        let combine = if span < 1 << 63 { ALU_OR } else { ALU_AND };
-        e.alu_x(combine, dst, R0);
-        if n > 0 {
-            e.alu_x(ALU_OR, acc, KEPT);
-        }
-    }
+    e.alu_k(ALU_ADD, KEPT, 1);
+    e.label(Label::Skip(label));
 }
 
 /// FIRST, SECOND, and the bases of the widths other inputs read through, moved
