@@ -226,7 +226,19 @@ impl<'d> ResidentScans<'d> {
                 return Ok(Vec::new());
             }
             for &i in &missing {
-                let handle = ops::alloc(&mut self.session, sizes[i])?;
+                let handle = match ops::alloc(&mut self.session, sizes[i]) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        // The device's memory is short (idle windows of ours may be
+                        // what holds it): give up lending, keep nothing idle, and
+                        // let the scan allocate its own as it would without a keeper.
+                        for k in taken.into_iter().flatten() {
+                            self.scratch[k].busy = false;
+                        }
+                        self.free_idle_windows()?;
+                        return Ok(Vec::new());
+                    }
+                };
                 self.used_bytes += sizes[i];
                 self.scratch.push(Scratch {
                     handle,
@@ -240,6 +252,24 @@ impl<'d> ResidentScans<'d> {
             .into_iter()
             .map(|k| self.scratch[k.expect("every size was given a window")].handle)
             .collect())
+    }
+
+    /// Frees every window no scan holds.
+    fn free_idle_windows(&mut self) -> Result<(), DataError> {
+        let mut first = None;
+        for k in (0..self.scratch.len()).rev() {
+            if !self.scratch[k].busy {
+                let s = self.scratch.remove(k);
+                self.used_bytes -= s.bytes;
+                if let Err(e) = self.session.free(s.handle) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     fn acquire_free(
