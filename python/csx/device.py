@@ -342,8 +342,10 @@ class Device:
         # Programs kept loaded for reuse (csx.scan's per-query programs), by key;
         # unloaded by close().
         self._kept: Dict[str, Program] = {}
-        # The device's own csx.scan.ResidentScans (resident=True), closed by close().
+        # The device's own csx.scan.ResidentScans (resident=True), and the windows its
+        # other scans keep between scans (csx.scan.device_scan_windows), closed by close().
         self._resident_scans: Any = None
+        self._scan_windows: Any = None
 
     def _kept_program(self, key: str, image: bytes, engine: str) -> Program:
         """A program loaded once per device and key, kept until close()."""
@@ -421,6 +423,9 @@ class Device:
         if self._resident_scans is not None:
             self._resident_scans.close()
             self._resident_scans = None
+        if self._scan_windows is not None:
+            self._scan_windows.close()
+            self._scan_windows = None
         if not self._native.closed:
             for prog in self._kept.values():
                 try:

@@ -209,6 +209,7 @@ class _DeviceStream:
             chunk_rows=self.chunk_rows,
             engine=self.engine,
             resident=self.resident,
+            _schema_info=self.ref.schema,
         )
         with self._lock:
             self.into.scans.append(s.stats)

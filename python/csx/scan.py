@@ -27,6 +27,11 @@ predicate, stages nothing and only runs its program over them. Any write to the 
 files since is seen: the scan stages them again (the device must have resident memory,
 ``csx.Device.init(..., resident_memory=...)``, for an entry to be known current; without
 it every scan stages). ``stats.resident``/``stats.reused`` say what happened.
+
+Windows: a scan's device memory (input, output and staged-block windows) is kept between
+scans by the device (:func:`device_scan_windows`, at most :data:`SCAN_WINDOWS_BUDGET`
+bytes; freed when the device closes), so the next scan stages into memory that is mapped
+and needs no zeroing; ``resident=False`` allocates and frees a scan's own instead.
 """
 
 from __future__ import annotations
@@ -82,10 +87,12 @@ class ResidentScans:
     (see the module doc). ``kept_bytes`` and ``entries`` say what is kept; :meth:`close`
     frees it (closing the device does too for the device's own, ``resident=True``)."""
 
-    def __init__(self, device: Device, budget: Optional[int] = None) -> None:
+    def __init__(self, device: Device, budget: Optional[int] = None, *, keep_inputs: bool = True) -> None:
         if not isinstance(device, Device):
             raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
-        self._native = _native.ResidentScans(device._dev(), budget=_check_opt_int("budget", budget, 0))
+        self._native = _native.ResidentScans(
+            device._dev(), budget=_check_opt_int("budget", budget, 0), keep_inputs=bool(keep_inputs)
+        )
 
     @property
     def kept_bytes(self) -> int:
@@ -108,9 +115,27 @@ def device_resident_scans(device: Device) -> ResidentScans:
     return keeper
 
 
+#: Device memory the windows of scans that keep no inputs stay in between scans
+#: (:func:`device_scan_windows`): a scan's windows at SF 1 Q6 take about 200 MB.
+SCAN_WINDOWS_BUDGET = 256 << 20
+
+
+def device_scan_windows(device: Device) -> ResidentScans:
+    """The windows the device's scans without resident inputs (``resident=None``) keep
+    between scans, at most :data:`SCAN_WINDOWS_BUDGET` bytes (made on first use,
+    closed with the device): such a scan stages every chunk from the media as before,
+    into device memory that is mapped already and needs no zeroing."""
+    if device._scan_windows is None:
+        device._scan_windows = ResidentScans(device, SCAN_WINDOWS_BUDGET, keep_inputs=False)
+    keeper: ResidentScans = device._scan_windows
+    return keeper
+
+
 def _keeper(device: Device, resident: Union[bool, ResidentScans, None]) -> Optional[ResidentScans]:
-    if resident is None or resident is False:
+    if resident is False:
         return None
+    if resident is None:
+        return device_scan_windows(device)
     if resident is True:
         return device_resident_scans(device)
     if isinstance(resident, ResidentScans):
@@ -168,6 +193,7 @@ class Scan:
         chunk_rows: Optional[int] = None,
         engine: str = "jit",
         resident: Union[bool, ResidentScans, None] = None,
+        _schema_info: Optional[carrow.TableSchema] = None,
     ) -> None:
         if not isinstance(device, Device):
             raise TypeError(f"device must be a csx.Device, not {type(device).__name__}")
@@ -177,7 +203,9 @@ class Scan:
         t_setup = time.perf_counter_ns()
         self.device = device
         self.engine = engine
-        self.schema_info = table_schema(device, table)
+        # A caller that read the schema already (csx.duckdb's planning) passes it; the
+        # native scan reads and checks it again on the device either way.
+        self.schema_info = _schema_info if _schema_info is not None else table_schema(device, table)
         info = self.schema_info
         names = info.names if columns is None else carrow._column_names(columns)
         self.outputs = [info.column(n) for n in names]
@@ -235,7 +263,7 @@ class Scan:
         info = self.schema_info
         sc = self._native
         try:
-            if self.empty or info.rows == 0 or sc.chunks == 0:
+            if self.empty or sc.chunks == 0:
                 return
             image = bytes(sc.program)
             t = time.perf_counter_ns()
@@ -304,7 +332,9 @@ def scan(
     :mod:`csx.filter`; :class:`csx.UnsupportedFilterError` names a part it cannot
     evaluate), ``chunk_rows`` rows per chunk (default 1Mi), ``engine`` "jit" or
     "interp", ``resident`` True (the device's :class:`ResidentScans`) or a keeper of
-    your own to keep the staged columns for the next scan."""
+    your own to keep the staged columns for the next scan, None (the default: the scan
+    stages, into windows the device keeps between scans) or False (its own windows,
+    freed when it ends)."""
     return Scan(device, table, columns, filter, chunk_rows=chunk_rows, engine=engine, resident=resident)
 
 

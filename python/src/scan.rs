@@ -89,12 +89,22 @@ fn lock_keeper(k: &Keeper) -> std::sync::MutexGuard<'_, Option<resident::Residen
 #[pymethods]
 impl ResidentScans {
     /// Nothing kept yet on `device`; at most `budget` bytes of device memory kept.
+    /// `keep_inputs=False`: keeps no staged inputs, only the scans' windows between
+    /// scans (every scan stages, into windows already mapped).
     #[new]
-    #[pyo3(signature = (device, budget=None))]
-    fn new(device: &Bound<'_, PyDevice>, budget: Option<u64>) -> PyResult<ResidentScans> {
+    #[pyo3(signature = (device, budget=None, keep_inputs=true))]
+    fn new(
+        device: &Bound<'_, PyDevice>,
+        budget: Option<u64>,
+        keep_inputs: bool,
+    ) -> PyResult<ResidentScans> {
         let dev = device.get().device()?;
         let budget = budget.unwrap_or(resident::RESIDENT_BUDGET_DEFAULT);
-        let keeper = resident::ResidentScans::new(csx_host::Session::shared(dev), budget);
+        let session = csx_host::Session::shared(dev);
+        let keeper = match keep_inputs {
+            true => resident::ResidentScans::new(session, budget),
+            false => resident::ResidentScans::windows_only(session, budget),
+        };
         Ok(ResidentScans {
             inner: Arc::new(Mutex::new(Some(keeper))),
         })
@@ -168,6 +178,14 @@ impl Scanner {
     }
 }
 
+impl Drop for Scanner {
+    /// A scan dropped unread (DuckDB may ask for a stream it never reads) gives its
+    /// lease back: the keeper's windows are not held for good.
+    fn drop(&mut self) {
+        self.release(None);
+    }
+}
+
 #[pymethods]
 impl Scanner {
     /// Opens the scan of `columns` of the table at `table` on `device`, keeping the
@@ -209,7 +227,8 @@ impl Scanner {
                 )),
             }
         })?;
-        let (resident, reused) = (lease.is_some(), lease.as_ref().is_some_and(|l| l.staged));
+        let resident = lease.as_ref().is_some_and(|l| l.keeps_inputs());
+        let reused = lease.as_ref().is_some_and(|l| l.staged);
         Ok(Scanner {
             program: scanner.program().to_vec(),
             chunk_rows: scanner.chunk_rows(),
@@ -272,6 +291,12 @@ impl Scanner {
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) => {
+                // Copies of the batch after may still be in flight: they end before the
+                // windows go back to the keeper (another scan may borrow them).
+                let taken = (self.inner.lock().unwrap_or_else(|e| e.into_inner())).take();
+                if let Some(s) = taken {
+                    let _ = py.detach(move || s.close());
+                }
                 self.release(None);
                 return Err(e.into());
             }

@@ -57,6 +57,24 @@ def test_a_resident_run_equals_a_fresh_run_and_stages_nothing(rdev, tmp_path):
     assert keeper.kept_bytes == 0
 
 
+def test_fresh_scans_stage_into_the_devices_kept_windows(rdev, tmp_path):
+    t = lineitem(ROWS, seed=5)
+    csx.arrow.put_table(rdev, "/tpch/lineitem", t)
+    own, so, _ = run(rdev, False)
+    assert rdev._scan_windows is None
+    fresh, s1, _ = run(rdev, None)
+    windows = csx.scan.device_scan_windows(rdev)
+    kept = windows.kept_bytes
+    # The second query stages into the first one's windows: no more are made.
+    again, s2, _ = run(rdev, None)
+    assert own == fresh == again == oracle(t, tmp_path)
+    assert not s1.resident and not s2.resident and not s2.reused
+    assert s1.bytes_staged == s2.bytes_staged == so.bytes_staged
+    assert kept > 0 and windows.entries == 0 and windows.kept_bytes == kept
+    rdev.close()
+    assert rdev._scan_windows is None
+
+
 def test_a_write_between_resident_queries_is_seen(rdev, tmp_path):
     t = lineitem(ROWS, seed=4)
     csx.arrow.put_table(rdev, "/tpch/lineitem", t)

@@ -638,12 +638,25 @@ impl<'d> Scanner<'d> {
                 return Err(e);
             }
         };
-        if let Some(l) = &mut lease {
-            if l.staged {
-                let (n, bytes) = sc.output_windows();
-                l.outputs = keeper.lend_outputs(n, bytes, &mut m)?;
+        if let Some(l) = &lease {
+            sc.use_resident(l.chunks.clone(), l.staged);
+        }
+        if sc.chunks > 0 {
+            let windows = match keeper.lend_windows(&sc.window_sizes(), &mut m) {
+                Ok(w) => w,
+                Err(e) => {
+                    if let Some(l) = lease {
+                        keeper.release(l, false, None);
+                    }
+                    return Err(e);
+                }
+            };
+            sc.use_windows(&windows);
+            match &mut lease {
+                Some(l) => l.windows = windows,
+                None if !windows.is_empty() => lease = Some(resident::Lease::windows(windows)),
+                None => {}
             }
-            sc.use_resident(l.chunks.clone(), l.staged, &l.outputs);
         }
         sc.charge(&m);
         Ok((sc, lease))
@@ -713,27 +726,76 @@ impl<'d> Scanner<'d> {
         self.files.clone()
     }
 
-    /// The output windows a scan whose inputs are all staged uses: how many, and
-    /// bytes each.
-    pub fn output_windows(&self) -> (u64, u64) {
-        (self.slots, self.layout.out_bytes.max(64))
-    }
-
     /// Reads chunk `c`'s inputs from `chunks[c]` (a resident entry's, of the sizes
     /// [`Scanner::resident_plan`] gave) instead of buffers of its own: `staged` says
     /// they hold the staged columns already (nothing is staged), else the scan stages
     /// into them, every block (a zone map skips none: the entry serves any predicate).
-    /// `outputs`: with `staged`, the [`Scanner::output_windows`] to write into (else
-    /// the scan allocates its own). Call before the first chunk.
-    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool, outputs: &[MemHandle]) {
+    /// Call before the first chunk (and before [`Scanner::window_sizes`]).
+    pub fn use_resident(&mut self, chunks: Vec<MemHandle>, staged: bool) {
         assert_eq!(chunks.len() as u64, self.chunks, "one window per chunk");
         if !staged {
             self.skip.iter_mut().for_each(|s| *s = false);
         }
-        if staged && outputs.len() as u64 == self.slots && self.buffers.is_empty() {
-            self.buffers = outputs.iter().map(|&o| (MemHandle::NONE, o)).collect();
-        }
         self.resident = Some((chunks, staged));
+    }
+
+    /// Buffer sets the scan's windows make (one when a resident entry holds every
+    /// chunk's staged columns: nothing is staged while a batch runs).
+    fn sets_used(&self) -> u64 {
+        if self.resident_staged() {
+            1
+        } else {
+            self.sets
+        }
+    }
+
+    /// Bytes of each window the scan uses besides a resident entry's input windows, in
+    /// the order [`Scanner::use_windows`] takes them: per slot of each buffer set, its
+    /// input window (without an entry), its output window, and (while staging an
+    /// encoded table) its staged blocks' buffer.
+    pub fn window_sizes(&self) -> Vec<u64> {
+        let staging = self.staged_len > 0 && !self.resident_staged();
+        let mut sizes = Vec::new();
+        for _ in 0..self.slots * self.sets_used() {
+            if self.resident.is_none() {
+                sizes.push(self.layout.in_bytes.max(64));
+            }
+            sizes.push(self.layout.out_bytes.max(64));
+            if staging {
+                sizes.push(self.staged_len);
+            }
+        }
+        sizes
+    }
+
+    /// Uses `windows` (of at least [`Scanner::window_sizes`]' bytes, in its order) for
+    /// the scan's windows instead of allocating them: windows kept between scans (a
+    /// [`resident::ResidentScans`]' lent ones) are mapped already and need no zeroing.
+    /// Their bytes may be anything: a chunk's windows are written before they are read.
+    /// Empty: the scan allocates its own. Call before the first chunk.
+    pub fn use_windows(&mut self, windows: &[MemHandle]) {
+        if windows.is_empty() || !self.buffers.is_empty() {
+            return;
+        }
+        assert_eq!(
+            windows.len(),
+            self.window_sizes().len(),
+            "one window per size"
+        );
+        let staging = self.staged_len > 0 && !self.resident_staged();
+        let mut it = windows.iter().copied();
+        let mut next = || it.next().expect("counted above");
+        for _ in 0..self.slots * self.sets_used() {
+            let input = match self.resident {
+                None => next(),
+                Some(_) => MemHandle::NONE,
+            };
+            let output = next();
+            self.buffers.push((input, output));
+            if staging {
+                self.staged_bufs.push(next());
+            }
+        }
     }
 
     /// Whether every chunk ran (so a resident entry staged by this scan is complete).
@@ -820,8 +882,7 @@ impl<'d> Scanner<'d> {
                 *self.program.insert(p)
             }
         };
-        let sets = if self.resident_staged() { 1 } else { self.sets };
-        while (self.buffers.len() as u64) < self.slots * sets {
+        while (self.buffers.len() as u64) < self.slots * self.sets_used() {
             let input = match self.resident {
                 Some(_) => MemHandle::NONE,
                 None => ops::alloc(&mut self.session, self.layout.in_bytes)?,
@@ -1076,6 +1137,10 @@ pub fn scan_kept(
     };
     let reused = lease.as_ref().is_some_and(|(_, l)| l.staged);
     let rows = collect_chunks(&mut sc, &mut out);
+    if rows.is_err() {
+        // Copies still in flight end before their windows go back to the keeper.
+        sc.drain();
+    }
     if let Some((k, l)) = lease {
         let complete = rows.is_ok() && sc.finished();
         k.release(l, complete, complete.then(|| sc.input_files()));

@@ -19,10 +19,13 @@
 //!
 //! Memory: entries stay within a byte budget, least recently used first out; an entry
 //! a scan is using (staging or reading it) is never evicted nor lent to a second scan
-//! (that one stages into its own memory, as a fresh scan). A scan whose entry is staged
-//! also borrows its output windows from the keeper (fresh device memory costs the host
-//! a page fault and a zeroed page per 4 KiB: for Q6 at SF 1 as much time as the scan's
-//! program), within the same budget.
+//! (that one stages into its own memory, as a fresh scan). A scan also borrows its
+//! other windows (outputs, input windows without an entry, staged blocks) from the
+//! keeper, kept between scans within the same budget: fresh device memory costs the host
+//! a page fault and a zeroed page per 4 KiB, and memory a previous allocation used is
+//! zeroed before a command may read it (for Q6 at SF 1 as much time as the scan's
+//! program). A keeper made [`ResidentScans::windows_only`] keeps no inputs: every scan
+//! through it stages, into kept windows.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,16 +55,36 @@ struct Kept {
 }
 
 /// An entry lent to one scan: per chunk its input window's allocation, and whether it
-/// already holds the chunk's staged columns (`staged`: the scan stages nothing); with a
-/// staged entry, the output windows asked for (empty when the budget has no room).
+/// already holds the chunk's staged columns (`staged`: the scan stages nothing); and the
+/// scan's other windows lent with it (outputs, and staged blocks while staging; empty
+/// when the budget has no room). A lease of [`Lease::windows`] alone holds no entry.
 #[derive(Debug)]
 pub struct Lease {
     pub key: String,
     pub chunks: Vec<MemHandle>,
     pub staged: bool,
-    pub outputs: Vec<MemHandle>,
+    pub windows: Vec<MemHandle>,
     /// With `staged`, the staged columns' files as opened when they were staged.
     pub columns: Option<Vec<Arc<DeviceColumn>>>,
+}
+
+impl Lease {
+    /// A lease of windows alone (no entry: the scan stages into `windows`, which holds
+    /// every window it uses).
+    pub fn windows(windows: Vec<MemHandle>) -> Lease {
+        Lease {
+            key: String::new(),
+            chunks: Vec::new(),
+            staged: false,
+            windows,
+            columns: None,
+        }
+    }
+
+    /// Whether it lends an entry (the scan's staged inputs are kept).
+    pub fn keeps_inputs(&self) -> bool {
+        !self.key.is_empty()
+    }
 }
 
 /// A kept output window: its allocation, bytes, and whether a scan holds it.
@@ -82,6 +105,8 @@ pub struct ResidentScans<'d> {
     sentinel: Option<MemHandle>,
     entries: HashMap<String, Kept>,
     scratch: Vec<Scratch>,
+    /// Keeps staged inputs (else it only lends windows: [`ResidentScans::windows_only`]).
+    keeps_inputs: bool,
 }
 
 impl<'d> ResidentScans<'d> {
@@ -96,6 +121,17 @@ impl<'d> ResidentScans<'d> {
             sentinel: None,
             entries: HashMap::new(),
             scratch: Vec::new(),
+            keeps_inputs: true,
+        }
+    }
+
+    /// A keeper that keeps no staged inputs, only scans' windows between scans (every
+    /// scan through it stages, as a fresh one, into windows that are already mapped and
+    /// need no zeroing: see [`ResidentScans::lend_windows`]).
+    pub fn windows_only(session: Session<'d>, budget: u64) -> ResidentScans<'d> {
+        ResidentScans {
+            keeps_inputs: false,
+            ..ResidentScans::new(session, budget)
         }
     }
 
@@ -119,7 +155,7 @@ impl<'d> ResidentScans<'d> {
         files: &[String],
         meter: &mut Meter,
     ) -> Result<Option<Lease>, DataError> {
-        if self.entries.get(key).is_some_and(|e| e.busy) {
+        if !self.keeps_inputs || self.entries.get(key).is_some_and(|e| e.busy) {
             return Ok(None);
         }
         let before = self.session.meter;
@@ -128,61 +164,112 @@ impl<'d> ResidentScans<'d> {
         out
     }
 
-    /// `n` idle output windows of at least `bytes` each for a scan (given back with
-    /// its lease), made when missing (idle smaller ones freed first); none when they
-    /// do not fit the budget. What allocating cost is added to `meter`.
-    pub fn lend_outputs(
+    /// One idle window of at least `sizes[i]` bytes for each `i`, in that order, for a
+    /// scan (given back with its lease: [`Lease::windows`]), made when missing (idle
+    /// windows that fit no size asked freed first); none at all when they do not fit
+    /// the budget. Each size gets the smallest idle window that fits it, the largest
+    /// sizes first, so a scan asking for the windows it had before gets them back (a
+    /// reused window needs no zeroing nor fresh pages: for Q6 at SF 1 as much host
+    /// time as staging). What allocating cost is added to `meter`.
+    pub fn lend_windows(
         &mut self,
-        n: u64,
-        bytes: u64,
+        sizes: &[u64],
         meter: &mut Meter,
     ) -> Result<Vec<MemHandle>, DataError> {
         let before = self.session.meter;
-        let out = self.lend_idle(n, bytes.max(64));
+        let out = self.lend_idle(sizes);
         meter.add(&self.session.meter.since(&before));
         out
     }
 
-    fn lend_idle(&mut self, n: u64, bytes: u64) -> Result<Vec<MemHandle>, DataError> {
-        let fits = |s: &Scratch| !s.busy && s.bytes >= bytes;
-        let idle = self.scratch.iter().filter(|s| fits(s)).count() as u64;
-        if idle < n {
-            let small: Vec<usize> = (0..self.scratch.len())
-                .filter(|&i| !self.scratch[i].busy && self.scratch[i].bytes < bytes)
+    fn lend_idle(&mut self, sizes: &[u64]) -> Result<Vec<MemHandle>, DataError> {
+        let sizes: Vec<u64> = sizes.iter().map(|&b| b.max(64)).collect();
+        let mut order: Vec<usize> = (0..sizes.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+        let mut taken: Vec<Option<usize>> = vec![None; sizes.len()];
+        let mut missing = Vec::new();
+        for &i in &order {
+            let best = (0..self.scratch.len())
+                .filter(|&k| !self.scratch[k].busy && self.scratch[k].bytes >= sizes[i])
+                .min_by_key(|&k| self.scratch[k].bytes);
+            match best {
+                Some(k) => {
+                    self.scratch[k].busy = true;
+                    taken[i] = Some(k);
+                }
+                None => missing.push(i),
+            }
+        }
+        if !missing.is_empty() {
+            // Idle windows no size fits are freed first, then least recently used
+            // entries, to make room.
+            let more: u64 = missing.iter().map(|&i| sizes[i]).sum();
+            let unfit: Vec<usize> = (0..self.scratch.len())
+                .filter(|&k| !self.scratch[k].busy)
+                .filter(|_| self.used_bytes + more > self.budget)
                 .collect();
-            for i in small.into_iter().rev() {
-                let s = self.scratch.remove(i);
+            for k in unfit.into_iter().rev() {
+                let s = self.scratch.remove(k);
                 self.used_bytes -= s.bytes;
                 self.session.free(s.handle)?;
+                for t in taken.iter_mut().flatten() {
+                    if *t > k {
+                        *t -= 1;
+                    }
+                }
             }
-            let more = (n - idle) * bytes;
             self.evict_for(more)?;
             if self.used_bytes + more > self.budget {
+                for k in taken.into_iter().flatten() {
+                    self.scratch[k].busy = false;
+                }
                 return Ok(Vec::new());
             }
-            for _ in idle..n {
-                let handle = ops::alloc(&mut self.session, bytes)?;
-                self.used_bytes += bytes;
+            for &i in &missing {
+                let handle = match ops::alloc(&mut self.session, sizes[i]) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        // The device's memory is short (idle windows of ours may be
+                        // what holds it): give up lending, keep nothing idle, and
+                        // let the scan allocate its own as it would without a keeper.
+                        for k in taken.into_iter().flatten() {
+                            self.scratch[k].busy = false;
+                        }
+                        self.free_idle_windows()?;
+                        return Ok(Vec::new());
+                    }
+                };
+                self.used_bytes += sizes[i];
                 self.scratch.push(Scratch {
                     handle,
-                    bytes,
-                    busy: false,
+                    bytes: sizes[i],
+                    busy: true,
                 });
+                taken[i] = Some(self.scratch.len() - 1);
             }
         }
-        let mut out = Vec::new();
-        for s in self
-            .scratch
-            .iter_mut()
-            .filter(|s| !s.busy && s.bytes >= bytes)
-        {
-            if out.len() as u64 == n {
-                break;
+        Ok(taken
+            .into_iter()
+            .map(|k| self.scratch[k.expect("every size was given a window")].handle)
+            .collect())
+    }
+
+    /// Frees every window no scan holds.
+    fn free_idle_windows(&mut self) -> Result<(), DataError> {
+        let mut first = None;
+        for k in (0..self.scratch.len()).rev() {
+            if !self.scratch[k].busy {
+                let s = self.scratch.remove(k);
+                self.used_bytes -= s.bytes;
+                if let Err(e) = self.session.free(s.handle) {
+                    first.get_or_insert(e);
+                }
             }
-            s.busy = true;
-            out.push(s.handle);
         }
-        Ok(out)
+        match first {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
 
     fn acquire_free(
@@ -203,7 +290,7 @@ impl<'d> ResidentScans<'d> {
                     key: key.to_string(),
                     chunks: e.chunks.clone(),
                     staged: e.staged,
-                    outputs: Vec::new(),
+                    windows: Vec::new(),
                     columns: e.columns.clone().filter(|_| e.staged),
                 }));
             }
@@ -244,7 +331,7 @@ impl<'d> ResidentScans<'d> {
             key: key.to_string(),
             chunks,
             staged: false,
-            outputs: Vec::new(),
+            windows: Vec::new(),
             columns: None,
         }))
     }
@@ -259,7 +346,7 @@ impl<'d> ResidentScans<'d> {
         columns: Option<Vec<Arc<DeviceColumn>>>,
     ) {
         for s in &mut self.scratch {
-            if lease.outputs.contains(&s.handle) {
+            if lease.windows.contains(&s.handle) {
                 s.busy = false;
             }
         }
