@@ -28,6 +28,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use csx_ebpf::isa::*;
+use csx_ebpf::limits::STACK_FRAME_SIZE;
 
 use crate::analysis::{access_size, flow, insn_len, Flow, FunctionPlan, IfConv};
 
@@ -44,7 +45,19 @@ const HIGH: i64 = 1 << 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sym {
     Unknown,
-    Affine { coef: [i64; 11], k: i64 },
+    Affine {
+        coef: [i64; 11],
+        k: i64,
+    },
+    /// What a load of `size` bytes (zero-extended) from the frame at `r10 + off` read
+    /// in this iteration. In a loop that calls nothing and never writes those bytes
+    /// (`KeptSlots`), that is the slot's value on entry, an invariant (clang's spilled
+    /// loop bound, reloaded for every compare); elsewhere it is as good as unknown, and
+    /// only [`counted_exit`] looks at it.
+    Slot {
+        off: i16,
+        size: u8,
+    },
 }
 
 impl Sym {
@@ -74,7 +87,7 @@ impl Sym {
                 coef: coef.map(|c| c.wrapping_mul(m)),
                 k: k.wrapping_mul(m),
             },
-            Sym::Unknown => Sym::Unknown,
+            Sym::Unknown | Sym::Slot { .. } => Sym::Unknown,
         }
     }
 
@@ -989,11 +1002,28 @@ fn narrowing(insn: &Insn, s: &State) -> Option<(Sym, Sym)> {
         },
         _ => return None,
     };
-    if form == Sym::Unknown {
+    if !matches!(form, Sym::Affine { .. }) {
         return None;
     }
     let bias = if op == ALU_ARSH { 1 << 31 } else { 0 };
     Some((form, form.add(Sym::konst(bias), 1)))
+}
+
+/// The frame slot a load reads, when it is a zero-extending load of 4 or 8 bytes at
+/// `r10 + off` wholly inside the frame (so it never traps).
+fn frame_slot(insn: &Insn) -> Option<Sym> {
+    let size = access_size(insn);
+    let off = i64::from(insn.off);
+    (insn.class() == CLASS_LDX
+        && insn.opc & 0xe0 == MODE_MEM
+        && insn.src == 10
+        && matches!(size, 4 | 8)
+        && off >= -(STACK_FRAME_SIZE as i64)
+        && off + size <= 0)
+        .then_some(Sym::Slot {
+            off: insn.off,
+            size: size as u8,
+        })
 }
 
 /// The state after the instruction at `pc`; `narrow`: with 32-bit results taken as the
@@ -1044,7 +1074,7 @@ fn transfer(insns: &[Insn], pc: u32, s: &State, narrow: bool) -> State {
             out[dst] =
                 Sym::konst((u64::from(insn.imm as u32) | u64::from(high as u32) << 32) as i64);
         }
-        CLASS_LDX if dst < 10 => out[dst] = Sym::Unknown,
+        CLASS_LDX if dst < 10 => out[dst] = frame_slot(insn).unwrap_or(Sym::Unknown),
         // A call returns r0 (a local callee r1-r5 too) and keeps r6-r9 and r10.
         CLASS_JMP if insn.opc & 0xf0 == JMP_CALL => {
             out[..6].fill(Sym::Unknown);
@@ -1175,6 +1205,38 @@ pub(crate) struct Unroll {
     pub selected: bool,
 }
 
+/// Which frame slots a loop leaves as they were on entry: it calls nothing (checked
+/// by [`unroll_plan`]), and every store in it (atomics included) is at `r10` plus a
+/// constant, so it writes only the frame bytes those constants name. A store through
+/// any other register could reach the frame, so after one no slot is kept.
+#[derive(Default)]
+struct KeptSlots {
+    /// `[off, off + size)` of each store at `r10 + off`.
+    frame_stores: Vec<(i64, i64)>,
+    /// Whether some store goes through another register.
+    other_stores: bool,
+}
+
+impl KeptSlots {
+    fn note(&mut self, insn: &Insn) {
+        if !matches!(insn.class(), CLASS_ST | CLASS_STX) {
+            return;
+        }
+        if insn.dst == 10 {
+            let off = i64::from(insn.off);
+            self.frame_stores.push((off, off + access_size(insn)));
+        } else {
+            self.other_stores = true;
+        }
+    }
+
+    /// Whether the `size` bytes at `r10 + off` keep their value on entry.
+    fn keeps(&self, off: i16, size: u8) -> bool {
+        let (lo, hi) = (i64::from(off), i64::from(off) + i64::from(size));
+        !self.other_stores && self.frame_stores.iter().all(|&(a, b)| b <= lo || hi <= a)
+    }
+}
+
 /// An exit of a loop that compares an induction variable with an invariant: the loop
 /// leaves at `pc` when `iv` has reached `bound` (moving `step` per iteration: up for a
 /// positive step, down for a negative one, in the signedness `signed`, on the low 32
@@ -1190,8 +1252,13 @@ pub(crate) struct CountedExit {
     pub iv: ([i64; 11], i64),
     /// What `iv` adds per iteration (never 0).
     pub step: i64,
-    /// The invariant side, as a form of the header's registers on entry.
+    /// The invariant side, as a form of the header's registers on entry, plus the
+    /// value of `bound_slot` when there is one.
     pub bound: ([i64; 11], i64),
+    /// A frame slot `(off, size)` the loop reads at `r10 + off` and never writes (it
+    /// calls nothing and stores only at other constant offsets from r10, see
+    /// `KeptSlots`): its value on entry is part of the bound.
+    pub bound_slot: Option<(i16, u8)>,
     pub signed: bool,
     pub is32: bool,
 }
@@ -1217,10 +1284,12 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
     let tails = lddw_tails(w.insns);
     let mut charge: u64 = 0;
     let mut read_only = true;
+    let mut kept = KeptSlots::default();
     let mut selected = false;
     for &pc in body {
         let insn = &w.insns[pc as usize];
         read_only &= !matches!(insn.class(), CLASS_ST | CLASS_STX);
+        kept.note(insn);
         if insn.class() == CLASS_JMP && insn.opc & 0xf0 == JMP_CALL {
             return None;
         }
@@ -1242,7 +1311,7 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
     let exit = w
         .order
         .iter()
-        .filter_map(|&u| counted_exit(plan, w, u))
+        .filter_map(|&u| counted_exit(plan, w, u, &kept))
         .min_by_key(|e| e.pc)?;
     Some(Unroll {
         factor: factor as u32,
@@ -1255,7 +1324,12 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
 
 /// The exit at node `u`, if it is a conditional jump with one successor in the loop that
 /// compares an induction variable moving towards an invariant bound.
-fn counted_exit(plan: &FunctionPlan, w: &Walk<'_>, u: usize) -> Option<CountedExit> {
+fn counted_exit(
+    plan: &FunctionPlan,
+    w: &Walk<'_>,
+    u: usize,
+    kept: &KeptSlots,
+) -> Option<CountedExit> {
     let pc = w.g.pcs[u];
     let insn = &w.insns[pc as usize];
     let is32 = insn.class() == CLASS_JMP32;
@@ -1284,31 +1358,40 @@ fn counted_exit(plan: &FunctionPlan, w: &Walk<'_>, u: usize) -> Option<CountedEx
         _ => return None,
     };
     let s = &w.states[&u];
-    let form = |sym: Sym| match sym {
-        Sym::Affine { coef, k } => Some((coef, k)),
-        Sym::Unknown => None,
-    };
-    let a = form(s[usize::from(insn.dst)])?;
+    let a = s[usize::from(insn.dst)];
     let b = if insn.opc & SRC_X != 0 {
-        form(*s.get(usize::from(insn.src))?)?
+        *s.get(usize::from(insn.src))?
     } else if is32 {
-        ([0; 11], i64::from(insn.imm as u32))
+        Sym::konst(i64::from(insn.imm as u32))
     } else {
-        ([0; 11], i64::from(insn.imm))
+        Sym::konst(i64::from(insn.imm))
     };
-    let stride = |(coef, _): ([i64; 11], i64)| {
-        (0..11).try_fold(0i64, |acc, r| {
+    // What a side moves per iteration: a frame slot a read-only loop never writes is
+    // invariant.
+    let stride = |sym: Sym| match sym {
+        Sym::Affine { coef, .. } => (0..11).try_fold(0i64, |acc, r| {
             if coef[r] == 0 {
                 return Some(acc);
             }
             acc.checked_add(coef[r].checked_mul(w.steps[r]?)?)
-        })
+        }),
+        Sym::Slot { off, size } if kept.keeps(off, size) => Some(0),
+        Sym::Slot { .. } | Sym::Unknown => None,
     };
     // `iv` on the left, moving; `bound` invariant.
     let (iv, bound, step, leaves_when) = match (stride(a)?, stride(b)?) {
         (d, 0) if d != 0 => (a, b, d, leaves_when),
         (0, d) if d != 0 => (b, a, d, mirror(leaves_when)),
         _ => return None,
+    };
+    let Sym::Affine { coef, k } = iv else {
+        return None;
+    };
+    let iv = (coef, k);
+    let (bound, bound_slot) = match bound {
+        Sym::Affine { coef, k } => ((coef, k), None),
+        Sym::Slot { off, size } => (([0; 11], 0), Some((off, size))),
+        Sym::Unknown => return None,
     };
     if !(-STRIDE_MAX..=STRIDE_MAX).contains(&step) {
         return None;
@@ -1325,6 +1408,7 @@ fn counted_exit(plan: &FunctionPlan, w: &Walk<'_>, u: usize) -> Option<CountedEx
         iv,
         step,
         bound,
+        bound_slot,
         signed,
         is32,
     })

@@ -1312,14 +1312,21 @@ fn a_set_stop_flag_stops_at_the_first_charge_of_a_converted_path() {
 /// The unrolled copies `loops` plans in `src`'s entry function: (header, factor, most
 /// charge per iteration, counted exit's slot, its step, signed, 32-bit) of each.
 fn unroll_plans(src: &str) -> Vec<(u32, u32, u64, u32, i64, bool, bool)> {
+    unroll_exits(src)
+        .into_iter()
+        .map(|(h, f, c, e)| (h, f, c, e.pc, e.step, e.signed, e.is32))
+        .collect()
+}
+
+/// Each unrolled loop's header, factor, charge and counted exit.
+fn unroll_exits(src: &str) -> Vec<(u32, u32, u64, crate::loops::CountedExit)> {
     let p = program(src, vec![]);
     let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
     crate::loops::plan_loops(p.insns(), &plan.functions[0], !plan.calls_helpers)
         .into_iter()
         .filter_map(|l| {
             let u = l.unroll?;
-            let e = &u.exit;
-            Some((l.header, u.factor, u.charge, e.pc, e.step, e.signed, e.is32))
+            Some((l.header, u.factor, u.charge, u.exit))
         })
         .collect()
 }
@@ -2062,4 +2069,73 @@ fn loops_whose_paths_charge_different_fuel_run_in_groups_at_every_budget() {
     // Past the region's end: the checked loop traps at the load.
     let out = check(&min_max_sum(70));
     assert_eq!(trap_of(&out).pc, 20);
+}
+
+/// pred32's loop as clang lays it out: the count spilled to the frame before the loop
+/// (`[r10 - 8]`) and reloaded for the exit's compare in every iteration, the loop
+/// entered at its load (`ja head`) and closed by a converted branch (`jgt ... latch;
+/// mov; ja latch`, two paths charging different fuel). `write` is put in the body
+/// right after the reload (see [`SLOT_WRITES`]).
+fn spilled_bound(count: u32, write: &str) -> String {
+    format!(
+        "mov %r3, {count}\nstxdw [%r10-8], %r3\nmov %r3, 0\nmov %r0, 0\nmov %r4, 0\n\
+         ja head\n\
+         latch:\nadd %r0, %r6\nadd %r1, 1\nadd %r4, 1\nldxdw %r3, [%r10-8]\n{write}\
+         jlt %r4, %r3, head\nexit\n\
+         head:\nldxb %r5, [%r1+0]\nmov %r6, %r5\nmul %r6, 3\njgt %r5, 20, latch\n\
+         mov %r6, 1\nja latch"
+    )
+}
+
+/// Stores [`spilled_bound`]'s body may make, and whether the count's slot keeps its
+/// value: none; a spill of r0 to another slot; the count taken down by one through
+/// r10, or through a copy of r10 (not a constant offset from r10, so any slot may
+/// change).
+const SLOT_WRITES: [(&str, bool); 4] = [
+    ("", true),
+    ("stxdw [%r10-16], %r0\nstw [%r10-20], 7\n", true),
+    ("add %r3, -1\nstxdw [%r10-8], %r3\n", false),
+    ("mov %r2, %r10\nadd %r3, -1\nstxdw [%r2-8], %r3\n", false),
+];
+
+#[test]
+fn a_bound_spilled_to_the_frame_gives_a_counted_exit_at_every_budget() {
+    // The exit compares with the slot's value, invariant when the loop does not write
+    // it: a counted exit, and groups. Written (or perhaps written), no counted exit.
+    for (write, kept) in SLOT_WRITES {
+        let exits = unroll_exits(&spilled_bound(64, write));
+        if kept {
+            assert_eq!(exits.len(), 1, "{write}: {exits:?}");
+            assert_eq!(exits[0].3.bound_slot, Some((-8, 8)), "{exits:?}");
+            assert!(exits[0].1 >= 2, "{exits:?}");
+        } else {
+            assert_eq!(exits, vec![], "{write}");
+        }
+    }
+    let want = |count: u64| {
+        (0..count)
+            .map(|x| if x > 20 { x * 3 } else { 1 })
+            .sum::<u64>()
+    };
+    // Value, trap pc and fuel at every budget, around multiples of the factor; a count
+    // written down in the loop meets the index at half of it.
+    for (write, kept) in SLOT_WRITES {
+        for count in [1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 40, 63, 64] {
+            let out = check_every_budget(&spilled_bound(count, write));
+            let n = if kept {
+                u64::from(count)
+            } else {
+                u64::from(count).div_ceil(2)
+            };
+            assert_eq!(out.result, Ok(want(n)), "{write} {count}");
+        }
+    }
+    // Past the region's end, inside the iterations the slot's count gives the groups:
+    // the checked loop traps at the load, at every budget.
+    for (write, _) in &SLOT_WRITES[..2] {
+        let out = check_every_budget(&spilled_bound(70, write));
+        let load = 12 + write.matches('\n').count() as u32;
+        assert_eq!(trap_of(&out).pc, load, "{write}");
+        assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+    }
 }

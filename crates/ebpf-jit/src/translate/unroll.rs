@@ -142,7 +142,18 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// meet the exit's condition (see `loops::CountedExit`).
     fn exit_lower_bound(&mut self, exit: &CountedExit, regs: &[Value; 10]) -> Value {
         let iv = self.eval_form(exit.iv, regs);
-        let bound = self.eval_form(exit.bound, regs);
+        let mut bound = self.eval_form(exit.bound, regs);
+        if let Some((off, size)) = exit.bound_slot {
+            // In the frame (`loops::frame_slot`), so no check; the loop never writes it.
+            let fl = self.flags.heap;
+            let b = &mut self.b;
+            let slot = if size == 4 {
+                b.ins().uload32(fl, self.fp_host, i32::from(off))
+            } else {
+                b.ins().load(types::I64, fl, self.fp_host, i32::from(off))
+            };
+            bound = b.ins().iadd(bound, slot);
+        }
         let b = &mut self.b;
         let ext = |b: &mut FunctionBuilder<'f>, v: Value| {
             if !exit.is32 {
