@@ -53,9 +53,19 @@ pub struct CompiledKernel {
     pub native: Native,
 }
 
-/// A kernel's native entry point, by calling convention.
+/// Where a kernel's native build is.
 #[derive(Clone, Copy)]
 pub enum Native {
+    /// A built-in kernel's shared object (`clang -O2 -fPIC -shared`), embedded; its entry
+    /// point `symbol` is [`NativeEntry::Header`] once loaded (`native.rs`).
+    Bundled(&'static [u8]),
+    /// A user's `u64 NAME(void *mem, u64 len)` (`--kernels`), already loaded.
+    MemLen(unsafe extern "C" fn(*const u8, u64) -> u64),
+}
+
+/// A kernel's native entry point, by calling convention.
+#[derive(Clone, Copy)]
+enum NativeEntry {
     /// `u64 csx_bench_NAME(const struct csx_bench_input *in)` (`sdk/bench/bench.h`). It
     /// must be called with a pointer to a valid, 8-byte aligned input: the header and
     /// all the data the header describes.
@@ -65,6 +75,7 @@ pub enum Native {
     MemLen(unsafe extern "C" fn(*const u8, u64) -> u64),
 }
 
+mod native;
 mod ubpf;
 pub(crate) mod user;
 
@@ -409,6 +420,7 @@ struct Prepared {
     program: Arc<VerifiedProgram>,
     input: Input,
     answer: u64,
+    native: NativeEntry,
 }
 
 /// Loads `kernel`'s eBPF object and checks it on the interpreter against the native
@@ -416,9 +428,15 @@ struct Prepared {
 /// input, which is what makes calling the native build on it sound.
 fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prepared> {
     let name = kernel.name;
-    let input = match kernel.native {
-        Native::Header(_) => make_input(name, scale),
-        Native::MemLen(_) => user::input(name, scale),
+    let (input, native) = match kernel.native {
+        Native::Bundled(image) => (
+            make_input(name, scale),
+            NativeEntry::Header(
+                native::bundled(image, kernel.symbol)
+                    .with_context(|| format!("the native build of kernel {name}"))?,
+            ),
+        ),
+        Native::MemLen(f) => (user::input(name, scale), NativeEntry::MemLen(f)),
     };
     let functions = Arc::new(FunctionTable::new());
     let program = csx_ebpf::loader::load_elf(kernel.bpf_object, Some(kernel.symbol), &functions)
@@ -427,19 +445,23 @@ fn prepare(kernel: &'static CompiledKernel, scale: Scale) -> anyhow::Result<Prep
     let (interp, _) = build_engine(EngineKind::Interp, Arc::clone(&program))?;
     let answer = run_once(interp.as_ref(), &input)
         .with_context(|| format!("kernel {name} on the interpreter"))?;
-    let native = run_native(kernel, &input);
-    if native != answer {
-        bail!("kernel {name}: the interpreter returned {answer:#x}, native code {native:#x}");
+    let native_answer = run_native(native, &input);
+    if native_answer != answer {
+        bail!(
+            "kernel {name}: the interpreter returned {answer:#x}, native code {native_answer:#x}"
+        );
     }
     Ok(Prepared {
         program,
         input,
         answer,
+        native,
     })
 }
 
-/// Calls the native build of `kernel` on `input`.
-fn run_native(kernel: &CompiledKernel, input: &Input) -> u64 {
+/// Calls a kernel's native build `native` on `input`; both must come from the same
+/// `prepare` of the kernel.
+fn run_native(native: NativeEntry, input: &Input) -> u64 {
     let bytes = input.bytes();
     // SAFETY: `input` is a whole, 8-byte aligned input built for this kernel (by
     // `Input::new` with its header, or `Input::raw` for a user's function, which gets
@@ -448,9 +470,9 @@ fn run_native(kernel: &CompiledKernel, input: &Input) -> u64 {
     // a trap, so the native build reads only inside them and writes nothing. The
     // kernels keep no state.
     unsafe {
-        match kernel.native {
-            Native::Header(f) => f(bytes.as_ptr()),
-            Native::MemLen(f) => f(bytes.as_ptr(), bytes.len() as u64),
+        match native {
+            NativeEntry::Header(f) => f(bytes.as_ptr()),
+            NativeEntry::MemLen(f) => f(bytes.as_ptr(), bytes.len() as u64),
         }
     }
 }
@@ -555,6 +577,9 @@ struct BenchReport {
     cpu_time: bool,
     clang: &'static str,
     native_cflags: &'static str,
+    /// How the native builds are linked: each built-in kernel is its own shared object,
+    /// loaded with `dlopen`, so its code layout does not follow the Rust build.
+    native_build: &'static str,
     bpf_cflags: &'static str,
     rbpf: Option<&'static str>,
     /// `/proc/loadavg` (1, 5, 15 minutes) before and after: other work on the machine
@@ -886,7 +911,7 @@ fn bench_kernel(
     let mut columns: Vec<(&'static str, Work<'_>)> = vec![
         (
             "native",
-            Box::new(|| run_native(kernel, &p.input) == answer),
+            Box::new(|| run_native(p.native, &p.input) == answer),
         ),
         (
             "interp",
@@ -1268,6 +1293,7 @@ fn summarize(kernels: Vec<KernelReport>, budget: Duration, quick: bool) -> Bench
         cpu_time: false,
         clang: env!("CSX_BENCH_CLANG_VERSION"),
         native_cflags: "-O2",
+        native_build: "shared object per kernel (-O2 -fPIC -shared), dlopen",
         bpf_cflags: env!("CSX_BENCH_BPF_CFLAGS"),
         rbpf: cfg!(feature = "rbpf").then_some("0.4.1 (interpreter, x86-64 JIT)"),
         load_average_before: None,

@@ -2,17 +2,17 @@
 //!
 //! The file is compiled twice with clang into a temporary directory, as the built-in
 //! kernels are: to eBPF (csx-build's one path and flags, [`csx_build::compile_bpf`]) and
-//! natively (`-O2 -fPIC -shared`, loaded with `dlopen`). Every global function of the eBPF object is a kernel; each must
+//! natively (`-O2 -fPIC -shared`, loaded with `dlopen`, `native.rs`). Every global function of the eBPF object is a kernel; each must
 //! have the form `u64 NAME(void *mem, u64 len)` and gets 64 KiB of seeded random bytes.
 //! As for the built-in kernels, the interpreter runs each first on the read-only input
 //! and must not trap before the native build is called on the same bytes.
 
-use std::ffi::{CStr, CString};
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context as _};
 
+use super::native::{user_function, Library};
 use super::{CompiledKernel, Input, Native, Rng, Scale};
 
 /// Bytes of a user kernel's input (and for tests).
@@ -54,10 +54,10 @@ pub(crate) fn compile(file: &Path) -> anyhow::Result<&'static [CompiledKernel]> 
             file.display()
         );
     }
-    let handle = open_library(&library)?;
+    let handle = Library::open(&library)?;
     let mut kernels = Vec::with_capacity(functions.len());
     for f in functions {
-        let native = symbol(handle, &f.name)
+        let native = user_function(handle, &f.name)
             .with_context(|| format!("function {} in the native build", f.name))?;
         let name: &'static str = Box::leak(f.name.into_boxed_str());
         kernels.push(CompiledKernel {
@@ -92,56 +92,6 @@ fn run_clang(clang: &str, file: &Path, flags: &[&str], out: &Path) -> anyhow::Re
         );
     }
     Ok(())
-}
-
-/// A `dlopen` handle, never closed: the kernels' code must outlive every call.
-#[derive(Clone, Copy)]
-struct Library(*mut libc::c_void);
-
-fn open_library(path: &Path) -> anyhow::Result<Library> {
-    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-        .context("the temporary path contains a NUL byte")?;
-    // SAFETY: `c_path` is a valid NUL-terminated string. The library is our own build of
-    // the user's file: loading it runs no constructors of ours, and the user asked for
-    // their code to run.
-    let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        bail!("dlopen {}: {}", path.display(), dl_error());
-    }
-    Ok(Library(handle))
-}
-
-/// The address of `name` in `lib`, as a kernel entry point.
-fn symbol(lib: Library, name: &str) -> anyhow::Result<unsafe extern "C" fn(*const u8, u64) -> u64> {
-    let c_name = CString::new(name).context("the symbol name contains a NUL byte")?;
-    // SAFETY: `lib.0` is a live handle from `dlopen` (never closed) and `c_name` a valid
-    // NUL-terminated string.
-    let address = unsafe { libc::dlsym(lib.0, c_name.as_ptr()) };
-    if address.is_null() {
-        bail!("dlsym {name}: {}", dl_error());
-    }
-    // SAFETY: `address` is the code of the global function `name`, which the user
-    // declares as `u64 NAME(void *mem, u64 len)` (the documented form of --kernels);
-    // the eBPF build of the same function was verified, so it is a function.
-    Ok(unsafe {
-        std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*const u8, u64) -> u64>(
-            address,
-        )
-    })
-}
-
-/// The last `dlerror` message.
-fn dl_error() -> String {
-    // SAFETY: `dlerror` returns NULL or a valid C string that stays valid until the
-    // next dl* call on this thread; it is copied at once.
-    unsafe {
-        let e = libc::dlerror();
-        if e.is_null() {
-            "unknown error".to_string()
-        } else {
-            CStr::from_ptr(e).to_string_lossy().into_owned()
-        }
-    }
 }
 
 #[cfg(test)]
