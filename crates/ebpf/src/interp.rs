@@ -486,12 +486,6 @@ enum Kind {
     /// `add dst, src; add aux, imm; jlt x, y, target` (a latch after an accumulation;
     /// `x` and `y` packed in `aux2`, `x` in its low four bits).
     AddRAddIJltR,
-    /// `mul32 dst, src; add aux, dst; add i, imm; jlt x, y, target`: a product summed in
-    /// a loop's latch (`s += a * b`; `i` in `off`, `x` and `y` packed in `aux2`, `x` in
-    /// its low four bits).
-    Mul32RAddRAddIJltR,
-    /// `mul dst, src; add aux, dst; add i, imm; jlt x, y, target`, likewise.
-    Mul64RAddRAddIJltR,
     /// `mov32 dst, src; and32 dst, off; lsh dst, aux2; lddw aux, imm/target; add aux,
     /// dst`: a masked index, scaled, and the address of a table's entry at it.
     Mov32AndILshLddwAdd,
@@ -500,10 +494,6 @@ enum Kind {
     /// (`x` in its low four bits), `src` the host address's entry (`GLOBAL_HOST + n`)
     /// and `target` T's offset in the section.
     RshAndLddwAddLdxGlobalW,
-    /// `RshAndLddwAddLdxGlobalW` with no offset, then `ldxw d, [a]` proven inside the
-    /// same section (`d` and `a` packed in `off`, `d` in its low four bits): two entries
-    /// of one table, such as `lut[x & 15] * lut[x >> 4]`.
-    RshAndLddwAddLdxGlobalWLdxGlobalW,
     /// `mov32 dst, src; and32 dst, imm; lsh dst, aux` (a masked index, scaled).
     Mov32AndILsh,
     /// `add dst, imm; add aux, off; jlt x, y, target` (a latch stepping two registers;
@@ -711,35 +701,7 @@ fn decode_known(program: &VerifiedProgram, leaders: Option<&[u32]>) -> Box<[Slot
             slots[i] = fused;
         }
     }
-    for i in 0..slots.len() {
-        let Some(fused) = table_load_pair(slots[i], slots.get(i + 6).copied()) else {
-            continue;
-        };
-        if leaders.is_none_or(|table| stays_in_block(i, fused.kind, table)) {
-            slots[i] = fused;
-        }
-    }
     slots
-}
-
-/// The `RshAndLddwAddLdxGlobalWLdxGlobalW` op for an `RshAndLddwAddLdxGlobalW` op `a`
-/// with no offset followed by `b`, a proven `ldxw` with no offset from the same section,
-/// if they are that.
-fn table_load_pair(a: Slot, b: Option<Slot>) -> Option<Slot> {
-    let b = b?;
-    if a.kind != Kind::RshAndLddwAddLdxGlobalW
-        || b.kind != Kind::LdxGlobalW
-        || a.off != 0
-        || b.off != 0
-        || b.aux != a.src
-    {
-        return None;
-    }
-    Some(Slot {
-        kind: Kind::RshAndLddwAddLdxGlobalWLdxGlobalW,
-        off: i16::from(b.dst | (b.src << 4)),
-        ..a
-    })
 }
 
 /// The `RshAndLddwAddLdxGlobal...` op for a `rsh x, k; and x, m` op `a` followed by a
@@ -1074,24 +1036,6 @@ fn fuse(slots: &mut [Slot], leaders: Option<&[u32]>) {
                     },
                 }
             }
-            (Mul32R | Mul64R, Add64R)
-                if b.src == a.dst && c.kind == Add64I && at(3).kind == Jlt64R =>
-            {
-                let d = at(3);
-                Slot {
-                    kind: if a.kind == Mul32R {
-                        Mul32RAddRAddIJltR
-                    } else {
-                        Mul64RAddRAddIJltR
-                    },
-                    aux: b.dst,
-                    aux2: d.dst | (d.src << 4),
-                    off: i16::from(c.dst),
-                    imm: c.imm,
-                    target: d.target,
-                    ..a
-                }
-            }
             (Add64R, Add64I) if c.kind == Jlt64R => Slot {
                 kind: AddRAddIJltR,
                 aux: b.dst,
@@ -1235,8 +1179,6 @@ fn span(kind: Kind) -> usize {
         LddwAdd | MovAddIAddR | AddIMovJltR | AddIMov32JltR | AddIAddIJltR | AddRAddIJltR
         | Mov32AndILsh => 3,
         Mov32AndILshLddwAdd | RshAndLddwAddLdxGlobalW => 6,
-        RshAndLddwAddLdxGlobalWLdxGlobalW => 7,
-        Mul32RAddRAddIJltR | Mul64RAddRAddIJltR => 4,
         FpIdxLdxB | FpIdxLdxH | FpIdxLdxW | FpIdxLdxDw | FpIdxStxB | FpIdxStxW | FpIdxStxDw => 4,
         MovSx32x3 | MovAddLdxB | MovAddLdxW | MovAddLdxDw | MovJeqIJa | Mov32JeqIJa
         | AndNegAnd32I => 3,
@@ -2484,24 +2426,6 @@ impl Interpreter {
                     next = next.wrapping_add(2);
                     jump_if!(r!(s.aux2 & 15) < r!(s.aux2 >> 4), s.target);
                 }
-                // Each step reads the registers the one before wrote (any of them may
-                // be the same register); the product stays in a host register.
-                Kind::Mul32RAddRAddIJltR => {
-                    let product = u64::from(lo(r!(s.dst)).wrapping_mul(lo(r!(s.src))));
-                    r!(s.dst) = product;
-                    r!(s.aux) = r!(s.aux).wrapping_add(product);
-                    r!(s.off as u8) = r!(s.off as u8).wrapping_add(s.imm64());
-                    next = next.wrapping_add(3);
-                    jump_if!(r!(s.aux2 & 15) < r!(s.aux2 >> 4), s.target);
-                }
-                Kind::Mul64RAddRAddIJltR => {
-                    let product = r!(s.dst).wrapping_mul(r!(s.src));
-                    r!(s.dst) = product;
-                    r!(s.aux) = r!(s.aux).wrapping_add(product);
-                    r!(s.off as u8) = r!(s.off as u8).wrapping_add(s.imm64());
-                    next = next.wrapping_add(3);
-                    jump_if!(r!(s.aux2 & 15) < r!(s.aux2 >> 4), s.target);
-                }
                 Kind::Mov32AndILshLddwAdd => {
                     let masked = u64::from(lo(r!(s.src)) & (s.off as i32 as u32));
                     let index = masked << s.aux2;
@@ -2510,21 +2434,6 @@ impl Interpreter {
                     next = next.wrapping_add(5);
                 }
                 Kind::RshAndLddwAddLdxGlobalW => rsh_and_table_load!(s, 4),
-                Kind::RshAndLddwAddLdxGlobalWLdxGlobalW => {
-                    let s: &Slot = s;
-                    let (x, t) = (s.aux & 15, s.aux >> 4);
-                    let index = (r!(x) >> s.aux2) & s.imm64();
-                    r!(x) = index;
-                    let n = u64::from(s.src) - GLOBAL_HOST as u64;
-                    let table =
-                        ((u64::from(RegionIdx::GLOBALS_FIRST.0) + n) << 32) | u64::from(s.target);
-                    let base = table.wrapping_add(index);
-                    r!(t) = base;
-                    next = next.wrapping_add(6);
-                    r!(s.dst) = global_load!(s.src, base, 0, 4);
-                    let (d, a) = (s.off as u8 & 15, (s.off as u8) >> 4);
-                    r!(d) = global_load!(s.src, r!(a), 0, 4);
-                }
                 Kind::Mov32AndILsh => {
                     let masked = u64::from(lo(r!(s.src)) & lo(s.imm64()));
                     r!(s.dst) = masked << s.aux;
