@@ -2090,12 +2090,20 @@ fn spilled_bound(count: u32, write: &str) -> String {
 /// Stores [`spilled_bound`]'s body may make, and whether the count's slot keeps its
 /// value: none; a spill of r0 to another slot; the count taken down by one through
 /// r10, or through a copy of r10 (not a constant offset from r10, so any slot may
-/// change).
+/// change), and reloaded from the slot for the compare (so the compare reads the slot:
+/// without the check that the loop never writes it, both the plan and the every-budget
+/// sweep below fail).
 const SLOT_WRITES: [(&str, bool); 4] = [
     ("", true),
     ("stxdw [%r10-16], %r0\nstw [%r10-20], 7\n", true),
-    ("add %r3, -1\nstxdw [%r10-8], %r3\n", false),
-    ("mov %r2, %r10\nadd %r3, -1\nstxdw [%r2-8], %r3\n", false),
+    (
+        "add %r3, -1\nstxdw [%r10-8], %r3\nldxdw %r3, [%r10-8]\n",
+        false,
+    ),
+    (
+        "mov %r2, %r10\nadd %r3, -1\nstxdw [%r2-8], %r3\nldxdw %r3, [%r10-8]\n",
+        false,
+    ),
 ];
 
 #[test]
@@ -2137,5 +2145,115 @@ fn a_bound_spilled_to_the_frame_gives_a_counted_exit_at_every_budget() {
         let load = 12 + write.matches('\n').count() as u32;
         assert_eq!(trap_of(&out).pc, load, "{write}");
         assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+    }
+}
+
+/// A scan loop as clang lays one out under register pressure: the bound (`r6`) and
+/// the byte sought (`r9`) spilled before the loop and reloaded on its rare path, which
+/// spills and reloads the hit count too (the shape of the grep kernel's loop). `count`
+/// bytes are scanned: past the 64 of memory, the load traps inside the loop. `reload`
+/// is the byte's reload, plain or sign-extending.
+fn spilled_scan(count: u32, reload: &str) -> String {
+    format!(
+        "mov %r6, {count}\nstxdw [%r10-16], %r6\nldxb %r9, [%r1+0]\nand %r9, 7\n\
+         stxw [%r10-24], %r9\nmov %r5, 0\nmov %r4, 0\nmov %r0, 0\n\
+         head:\nmov %r2, %r1\nadd %r2, %r5\nldxb %r2, [%r2+0]\nand %r2, 7\n\
+         jne %r2, %r9, next\n\
+         stxdw [%r10-8], %r4\nmov %r6, 0\nmov %r9, 0\nmov %r4, %r5\nadd %r0, %r4\n\
+         ldxdw %r4, [%r10-8]\nadd %r4, 1\n{reload} %r9, [%r10-24]\nldxdw %r6, [%r10-16]\n\
+         next:\nadd %r5, 1\njlt %r5, %r6, head\n\
+         mul %r0, 1000003\nadd %r0, %r4\nexit"
+    )
+}
+
+#[test]
+fn spilled_values_reloaded_in_a_loop_are_the_values_stored_at_every_budget() {
+    // The three slots are kept in variables.
+    let p = program(&spilled_scan(64, "ldxw"), vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let slots = crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs);
+    assert_eq!(
+        slots.into_iter().collect::<Vec<_>>(),
+        vec![(-24, 4), (-16, 8), (-8, 8)]
+    );
+    // Memory holds 0..64: a byte's low 3 bits are 0 every 8 bytes.
+    let want = |count: u64| {
+        let hits: Vec<u64> = (0..count).filter(|i| i % 8 == 0).collect();
+        (hits.iter().sum::<u64>() * 1_000_003) + hits.len() as u64
+    };
+    for reload in ["ldxw", "ldxsw"] {
+        for count in [1, 2, 8, 9, 17, 63, 64] {
+            let out = check_every_budget(&spilled_scan(count, reload));
+            assert_eq!(out.result, Ok(want(u64::from(count))), "{reload} {count}");
+        }
+        // Past memory's end: the load in the loop traps, at every budget.
+        let out = check_every_budget(&spilled_scan(70, reload));
+        assert_eq!(trap_of(&out).pc, 10, "{reload}");
+        assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+    }
+}
+
+#[test]
+fn slots_in_variables_extend_and_write_through_as_memory_does() {
+    // Each width stored from a value with every byte set, loaded zero- and
+    // sign-extended; an immediate store; and a load of a slot through an address made
+    // without r10 (the stack's virtual address), which reads the bytes the stores
+    // wrote (they still go to the frame).
+    let top = RegionIdx::STACK.vaddr(0) + csx_ebpf::limits::STACK_SIZE as u64;
+    let src = format!(
+        "lddw %r3, 0x89abcdeffedcba98\n\
+         stxw [%r10-8], %r3\nldxw %r4, [%r10-8]\nldxsw %r5, [%r10-8]\n\
+         stxh [%r10-16], %r3\nldxh %r6, [%r10-16]\nldxsh %r7, [%r10-16]\n\
+         stxb [%r10-24], %r3\nldxb %r8, [%r10-24]\nldxsb %r9, [%r10-24]\n\
+         stdw [%r10-32], -5\nldxdw %r1, [%r10-32]\n\
+         lddw %r2, {}\nldxdw %r2, [%r2+0]\n\
+         mov %r0, %r4\nmul %r0, 31\nadd %r0, %r5\nmul %r0, 31\nadd %r0, %r6\n\
+         mul %r0, 31\nadd %r0, %r7\nmul %r0, 31\nadd %r0, %r8\nmul %r0, 31\n\
+         add %r0, %r9\nmul %r0, 31\nadd %r0, %r1\nmul %r0, 31\nadd %r0, %r2\nexit",
+        top - 32
+    );
+    let p = program(&src, vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let slots = crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs);
+    assert_eq!(slots.len(), 4, "{slots:?}");
+    let want = [
+        0xfedc_ba98u64,
+        0xffff_ffff_fedc_ba98,
+        0xba98,
+        0xffff_ffff_ffff_ba98,
+        0x98,
+        0xffff_ffff_ffff_ff98,
+        (-5i64) as u64,
+        (-5i64) as u64,
+    ]
+    .iter()
+    .fold(0u64, |acc, &x| acc.wrapping_mul(31).wrapping_add(x));
+    let out = check_every_budget(&src);
+    assert_eq!(out.result, Ok(want));
+}
+
+#[test]
+fn slots_stay_in_memory_when_something_else_may_change_them() {
+    let slots = |src: &str| {
+        let p = program(src, vec![]);
+        let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+        crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs)
+    };
+    let base = "stxdw [%r10-8], %r1\nldxdw %r0, [%r10-8]\n";
+    assert_eq!(slots(&format!("{base}exit")).len(), 1);
+    // r10 copied; stored; a store through another register; an overlapping access of
+    // another width; an atomic on the slot; a call.
+    let spoilers = [
+        "mov %r2, %r10\n",
+        "stxdw [%r10-16], %r10\n",
+        "stxb [%r1+0], %r0\n",
+        "ldxw %r3, [%r10-4]\n",
+        "lock add [%r10-8], %r1\n",
+        "call 1\n",
+    ];
+    for s in spoilers {
+        assert_eq!(slots(&format!("{base}{s}exit")), BTreeSet::new(), "{s}");
+        let out = check_every_budget(&format!("{base}{s}exit"));
+        assert!(out.result.is_ok(), "{s}: {out:?}");
     }
 }
