@@ -732,60 +732,6 @@ impl StackFacts {
     }
 }
 
-/// The frame slots `(off, size)` whose value translation keeps in a variable, so that
-/// a load of one is the value last stored to it (clang's spills, reloaded in loops,
-/// become the values they hold, and a loop-invariant one stays invariant). Stores
-/// still write the frame, so anything else reading it sees the same bytes. Kept only
-/// when nothing but the function's own `r10 + off` accesses can change those bytes: the
-/// function calls nothing, uses r10 only as the base of loads and stores (never copies
-/// or stores it), stores through no other register (an address may be forged), and
-/// every access overlapping the slot is a plain load or store of exactly those bytes.
-/// Slots neither loaded nor stored in the function are left out.
-pub(crate) fn register_slots(insns: &[Insn], pcs: &[u32]) -> BTreeSet<(i16, u8)> {
-    use csx_ebpf::isa::{MODE_MEM, MODE_MEMSX};
-    let frame = csx_ebpf::limits::STACK_FRAME_SIZE as i64;
-    // Each r10 access: its bytes, whether a plain load or store, and whether it stores.
-    let mut spans: Vec<(i16, u8, bool, bool)> = Vec::new();
-    for &pc in pcs {
-        let insn = &insns[pc as usize];
-        let mode = insn.opc & 0xe0;
-        match insn.class() {
-            CLASS_LDX if insn.src == REG_FP => {
-                let plain = matches!(mode, MODE_MEM | MODE_MEMSX);
-                spans.push((insn.off, access_size(insn) as u8, plain, false));
-            }
-            CLASS_LDX if insn.dst != REG_FP => {}
-            CLASS_ST | CLASS_STX if insn.dst == REG_FP && insn.src != REG_FP => {
-                let plain = mode == MODE_MEM;
-                spans.push((insn.off, access_size(insn) as u8, plain, true));
-            }
-            CLASS_JMP if insn.opc & 0xf0 == JMP_CALL => return BTreeSet::new(),
-            _ if insn.dst == REG_FP || insn.src == REG_FP => return BTreeSet::new(),
-            CLASS_ST | CLASS_STX => return BTreeSet::new(),
-            _ => {}
-        }
-    }
-    let overlaps = |(a, n): (i16, u8), (b, m): (i16, u8)| {
-        let (a, b) = (i64::from(a), i64::from(b));
-        a < b + i64::from(m) && b < a + i64::from(n)
-    };
-    let mut kept = BTreeSet::new();
-    for &(off, size, _, _) in &spans {
-        let slot = (off, size);
-        let inside = i64::from(off) >= -frame && i64::from(off) + i64::from(size) <= 0;
-        let alike = spans
-            .iter()
-            .filter(|s| overlaps(slot, (s.0, s.1)))
-            .all(|s| (s.0, s.1) == slot && s.2);
-        let loaded = spans.iter().any(|s| (s.0, s.1) == slot && !s.3);
-        let stored = spans.iter().any(|s| (s.0, s.1) == slot && s.3);
-        if inside && alike && loaded && stored {
-            kept.insert(slot);
-        }
-    }
-    kept
-}
-
 /// The bytes a load or store moves.
 pub(crate) fn access_size(insn: &Insn) -> i64 {
     use csx_ebpf::isa::{SIZE_B, SIZE_H, SIZE_W};

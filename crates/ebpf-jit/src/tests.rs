@@ -2167,15 +2167,7 @@ fn spilled_scan(count: u32, reload: &str) -> String {
 }
 
 #[test]
-fn spilled_values_reloaded_in_a_loop_are_the_values_stored_at_every_budget() {
-    // The three slots are kept in variables.
-    let p = program(&spilled_scan(64, "ldxw"), vec![]);
-    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
-    let slots = crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs);
-    assert_eq!(
-        slots.into_iter().collect::<Vec<_>>(),
-        vec![(-24, 4), (-16, 8), (-8, 8)]
-    );
+fn a_scan_with_spills_reloaded_on_its_rare_path_at_every_budget() {
     // Memory holds 0..64: a byte's low 3 bits are 0 every 8 bytes.
     let want = |count: u64| {
         let hits: Vec<u64> = (0..count).filter(|i| i % 8 == 0).collect();
@@ -2194,11 +2186,13 @@ fn spilled_values_reloaded_in_a_loop_are_the_values_stored_at_every_budget() {
 }
 
 #[test]
-fn slots_in_variables_extend_and_write_through_as_memory_does() {
+fn frame_loads_of_each_width_and_through_a_made_address_read_what_was_stored() {
     // Each width stored from a value with every byte set, loaded zero- and
     // sign-extended; an immediate store; and a load of a slot through an address made
-    // without r10 (the stack's virtual address), which reads the bytes the stores
-    // wrote (they still go to the frame).
+    // without r10 (the stack's virtual address), which reads the bytes stored through
+    // r10. (Written for a change that kept frame slots in variables, measured slower
+    // and reverted: a JIT that forwards stores to loads must still extend them as
+    // memory does and still write the frame.)
     let top = RegionIdx::STACK.vaddr(0) + csx_ebpf::limits::STACK_SIZE as u64;
     let src = format!(
         "lddw %r3, 0x89abcdeffedcba98\n\
@@ -2212,10 +2206,6 @@ fn slots_in_variables_extend_and_write_through_as_memory_does() {
          add %r0, %r9\nmul %r0, 31\nadd %r0, %r1\nmul %r0, 31\nadd %r0, %r2\nexit",
         top - 32
     );
-    let p = program(&src, vec![]);
-    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
-    let slots = crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs);
-    assert_eq!(slots.len(), 4, "{slots:?}");
     let want = [
         0xfedc_ba98u64,
         0xffff_ffff_fedc_ba98,
@@ -2230,30 +2220,4 @@ fn slots_in_variables_extend_and_write_through_as_memory_does() {
     .fold(0u64, |acc, &x| acc.wrapping_mul(31).wrapping_add(x));
     let out = check_every_budget(&src);
     assert_eq!(out.result, Ok(want));
-}
-
-#[test]
-fn slots_stay_in_memory_when_something_else_may_change_them() {
-    let slots = |src: &str| {
-        let p = program(src, vec![]);
-        let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
-        crate::analysis::register_slots(p.insns(), &plan.functions[0].pcs)
-    };
-    let base = "stxdw [%r10-8], %r1\nldxdw %r0, [%r10-8]\n";
-    assert_eq!(slots(&format!("{base}exit")).len(), 1);
-    // r10 copied; stored; a store through another register; an overlapping access of
-    // another width; an atomic on the slot; a call.
-    let spoilers = [
-        "mov %r2, %r10\n",
-        "stxdw [%r10-16], %r10\n",
-        "stxb [%r1+0], %r0\n",
-        "ldxw %r3, [%r10-4]\n",
-        "lock add [%r10-8], %r1\n",
-        "call 1\n",
-    ];
-    for s in spoilers {
-        assert_eq!(slots(&format!("{base}{s}exit")), BTreeSet::new(), "{s}");
-        let out = check_every_budget(&format!("{base}{s}exit"));
-        assert!(out.result.is_ok(), "{s}: {out:?}");
-    }
 }

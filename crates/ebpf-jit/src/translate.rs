@@ -335,9 +335,6 @@ struct Translator<'a, 'f> {
     /// The block of each leader slot.
     blocks: BTreeMap<u32, Block>,
     regs: [Variable; 10],
-    /// Frame slots kept in variables (`analysis::register_slots`), each holding the
-    /// slot's bytes zero-extended.
-    slots: BTreeMap<(i16, u8), Variable>,
     /// The slice of fuel this code holds (see "Fuel" in the module doc).
     fuel_left: Variable,
     ctx: Value,
@@ -588,32 +585,6 @@ impl EntryState {
     }
 }
 
-/// A variable for each frame slot `analysis::register_slots` keeps, set (in the entry
-/// block) to the slot's bytes as they are on entry.
-fn register_slot_vars(
-    b: &mut FunctionBuilder<'_>,
-    flags: &Flags,
-    insns: &[Insn],
-    plan: &FunctionPlan,
-    fp_host: Value,
-) -> BTreeMap<(i16, u8), Variable> {
-    let mut slots = BTreeMap::new();
-    for (off, size) in crate::analysis::register_slots(insns, &plan.pcs) {
-        let var = b.declare_var(types::I64);
-        let fl = flags.heap;
-        let disp = i32::from(off);
-        let v = match size {
-            1 => b.ins().uload8(types::I64, fl, fp_host, disp),
-            2 => b.ins().uload16(types::I64, fl, fp_host, disp),
-            4 => b.ins().uload32(fl, fp_host, disp),
-            _ => b.ins().load(types::I64, fl, fp_host, disp),
-        };
-        b.def_var(var, v);
-        slots.insert((off, size), var);
-    }
-    slots
-}
-
 /// The entry's r0 and r6-r9 start at 0; a callee's registers are its arguments (after
 /// the context, the fuel slice and, when it takes one, the frame pointer).
 fn passed_params(
@@ -776,7 +747,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             .blocks
             .map(|m| Counters::new(&mut b, m, env.insns, plan));
         let blocks = leader_blocks(&mut b, plan);
-        let slots = register_slot_vars(&mut b, &flags, env.insns, plan, start.fp_host);
         let caches = [(); 2].map(|()| CacheVars {
             neg_lo: b.declare_var(types::I64),
             limit: b.declare_var(types::I64),
@@ -794,7 +764,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             flags,
             blocks,
             regs: start.regs,
-            slots,
             fuel_left: start.fuel_left,
             ctx: start.ctx,
             fp: start.fp,
@@ -1717,45 +1686,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         })
     }
 
-    /// An access at `r10 + off` to a slot kept in a variable (see [`Self::slots`]): a
-    /// load is the variable's value, extended as the load asks; a store sets the
-    /// variable and returns `None`, and the caller still writes the frame.
-    fn slot_access(&mut self, reg: u8, off: i16, op: MemOp) -> Option<Value> {
-        if reg != REG_FP {
-            return None;
-        }
-        let var = *self.slots.get(&(off, op.size()))?;
-        match op {
-            MemOp::Load { size, signed } => {
-                let v = self.b.use_var(var);
-                if !signed || size == 8 {
-                    return Some(v);
-                }
-                let ty = match size {
-                    1 => types::I8,
-                    2 => types::I16,
-                    _ => types::I32,
-                };
-                let low = self.b.ins().ireduce(ty, v);
-                Some(self.b.ins().sextend(types::I64, low))
-            }
-            MemOp::Store { size, value } => {
-                let mask = u64::MAX >> (64 - 8 * u32::from(size));
-                let fits = self.bounds.get(&value).is_some_and(|&m| m <= mask);
-                let v = if size == 8 || fits {
-                    value
-                } else {
-                    self.b.ins().band_imm_s(value, mask as i64)
-                };
-                self.b.def_var(var, v);
-                None
-            }
-            MemOp::Atomic { .. } => {
-                unreachable!("`register_slots` keeps no slot an atomic touches")
-            }
-        }
-    }
-
     /// [`Self::frame_access`] from what is known of the value `v` itself.
     fn known_frame_access(&self, v: Value, off: i16, size: i64) -> Option<(Value, i32)> {
         let f = *self.pointers.get(&v)?;
@@ -1867,9 +1797,6 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// (or old) value, zero- or sign-extended to 64 bits.
     fn access(&mut self, pc: u32, reg: u8, off: i16, op: MemOp) -> TResult<Option<Value>> {
         let size = i64::from(op.size());
-        if let Some(v) = self.slot_access(reg, off, op) {
-            return Ok(Some(v));
-        }
         let v = self.reg(pc, reg)?;
 
         // The current frame, `[r10 - 512, r10)`, needs no check (see the module doc).
@@ -2834,11 +2761,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         let op = self.load_op(pc, insn)?;
         let size = i64::from(op.size());
         let off = insn.off;
-        if let Some(value) = self.slot_access(insn.src, off, op) {
-            self.note_load_bound(op, value);
-            self.set_reg(pc, insn.dst, value)?;
-            return Ok(None);
-        }
         let v = self.reg(pc, insn.src)?;
         if let Some((host, disp)) = self.frame_access((pc, insn.src), v, off, size) {
             let value = self.emit_op(host, disp, op).expect("loads produce a value");
