@@ -2090,12 +2090,20 @@ fn spilled_bound(count: u32, write: &str) -> String {
 /// Stores [`spilled_bound`]'s body may make, and whether the count's slot keeps its
 /// value: none; a spill of r0 to another slot; the count taken down by one through
 /// r10, or through a copy of r10 (not a constant offset from r10, so any slot may
-/// change).
+/// change), and reloaded from the slot for the compare (so the compare reads the slot:
+/// without the check that the loop never writes it, both the plan and the every-budget
+/// sweep below fail).
 const SLOT_WRITES: [(&str, bool); 4] = [
     ("", true),
     ("stxdw [%r10-16], %r0\nstw [%r10-20], 7\n", true),
-    ("add %r3, -1\nstxdw [%r10-8], %r3\n", false),
-    ("mov %r2, %r10\nadd %r3, -1\nstxdw [%r2-8], %r3\n", false),
+    (
+        "add %r3, -1\nstxdw [%r10-8], %r3\nldxdw %r3, [%r10-8]\n",
+        false,
+    ),
+    (
+        "mov %r2, %r10\nadd %r3, -1\nstxdw [%r2-8], %r3\nldxdw %r3, [%r10-8]\n",
+        false,
+    ),
 ];
 
 #[test]
@@ -2138,4 +2146,78 @@ fn a_bound_spilled_to_the_frame_gives_a_counted_exit_at_every_budget() {
         assert_eq!(trap_of(&out).pc, load, "{write}");
         assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
     }
+}
+
+/// A scan loop as clang lays one out under register pressure: the bound (`r6`) and
+/// the byte sought (`r9`) spilled before the loop and reloaded on its rare path, which
+/// spills and reloads the hit count too (the shape of the grep kernel's loop). `count`
+/// bytes are scanned: past the 64 of memory, the load traps inside the loop. `reload`
+/// is the byte's reload, plain or sign-extending.
+fn spilled_scan(count: u32, reload: &str) -> String {
+    format!(
+        "mov %r6, {count}\nstxdw [%r10-16], %r6\nldxb %r9, [%r1+0]\nand %r9, 7\n\
+         stxw [%r10-24], %r9\nmov %r5, 0\nmov %r4, 0\nmov %r0, 0\n\
+         head:\nmov %r2, %r1\nadd %r2, %r5\nldxb %r2, [%r2+0]\nand %r2, 7\n\
+         jne %r2, %r9, next\n\
+         stxdw [%r10-8], %r4\nmov %r6, 0\nmov %r9, 0\nmov %r4, %r5\nadd %r0, %r4\n\
+         ldxdw %r4, [%r10-8]\nadd %r4, 1\n{reload} %r9, [%r10-24]\nldxdw %r6, [%r10-16]\n\
+         next:\nadd %r5, 1\njlt %r5, %r6, head\n\
+         mul %r0, 1000003\nadd %r0, %r4\nexit"
+    )
+}
+
+#[test]
+fn a_scan_with_spills_reloaded_on_its_rare_path_at_every_budget() {
+    // Memory holds 0..64: a byte's low 3 bits are 0 every 8 bytes.
+    let want = |count: u64| {
+        let hits: Vec<u64> = (0..count).filter(|i| i % 8 == 0).collect();
+        (hits.iter().sum::<u64>() * 1_000_003) + hits.len() as u64
+    };
+    for reload in ["ldxw", "ldxsw"] {
+        for count in [1, 2, 8, 9, 17, 63, 64] {
+            let out = check_every_budget(&spilled_scan(count, reload));
+            assert_eq!(out.result, Ok(want(u64::from(count))), "{reload} {count}");
+        }
+        // Past memory's end: the load in the loop traps, at every budget.
+        let out = check_every_budget(&spilled_scan(70, reload));
+        assert_eq!(trap_of(&out).pc, 10, "{reload}");
+        assert!(matches!(trap_of(&out).kind, TrapKind::OutOfBounds { .. }));
+    }
+}
+
+#[test]
+fn frame_loads_of_each_width_and_through_a_made_address_read_what_was_stored() {
+    // Each width stored from a value with every byte set, loaded zero- and
+    // sign-extended; an immediate store; and a load of a slot through an address made
+    // without r10 (the stack's virtual address), which reads the bytes stored through
+    // r10. (Written for a change that kept frame slots in variables, measured slower
+    // and reverted: a JIT that forwards stores to loads must still extend them as
+    // memory does and still write the frame.)
+    let top = RegionIdx::STACK.vaddr(0) + csx_ebpf::limits::STACK_SIZE as u64;
+    let src = format!(
+        "lddw %r3, 0x89abcdeffedcba98\n\
+         stxw [%r10-8], %r3\nldxw %r4, [%r10-8]\nldxsw %r5, [%r10-8]\n\
+         stxh [%r10-16], %r3\nldxh %r6, [%r10-16]\nldxsh %r7, [%r10-16]\n\
+         stxb [%r10-24], %r3\nldxb %r8, [%r10-24]\nldxsb %r9, [%r10-24]\n\
+         stdw [%r10-32], -5\nldxdw %r1, [%r10-32]\n\
+         lddw %r2, {}\nldxdw %r2, [%r2+0]\n\
+         mov %r0, %r4\nmul %r0, 31\nadd %r0, %r5\nmul %r0, 31\nadd %r0, %r6\n\
+         mul %r0, 31\nadd %r0, %r7\nmul %r0, 31\nadd %r0, %r8\nmul %r0, 31\n\
+         add %r0, %r9\nmul %r0, 31\nadd %r0, %r1\nmul %r0, 31\nadd %r0, %r2\nexit",
+        top - 32
+    );
+    let want = [
+        0xfedc_ba98u64,
+        0xffff_ffff_fedc_ba98,
+        0xba98,
+        0xffff_ffff_ffff_ba98,
+        0x98,
+        0xffff_ffff_ffff_ff98,
+        (-5i64) as u64,
+        (-5i64) as u64,
+    ]
+    .iter()
+    .fold(0u64, |acc, &x| acc.wrapping_mul(31).wrapping_add(x));
+    let out = check_every_budget(&src);
+    assert_eq!(out.result, Ok(want));
 }
