@@ -1144,6 +1144,19 @@ impl Lineorder {
         Ok(())
     }
 
+    /// Rounds whose copies may be in flight while a round is expanded and probed:
+    /// [`ROUNDS_AHEAD`], but one when raw columns are copied straight into the slots
+    /// (two sets: round `r + 2`'s copies would overwrite round `r`'s columns), unless
+    /// every round has slots of its own (kept).
+    fn rounds_ahead(&self) -> u64 {
+        let guard = self.staging.borrow();
+        let raw = (guard.as_ref()).is_some_and(|st| st.files.iter().any(|f| f.encoded().is_none()));
+        match raw && self.sets < self.rounds {
+            true => self.sets - 1,
+            false => ROUNDS_AHEAD,
+        }
+    }
+
     /// Partition `p`'s slot in set `set` (allocated: [`Lineorder::ensure_slots`]).
     fn slot(&self, set: u64, p: usize) -> MemHandle {
         self.slots.borrow()[(set * self.partitions) as usize + p]
@@ -1434,7 +1447,7 @@ impl<'a> Plan<'a> {
         if let Ok(expansion) = done {
             done = (|| {
                 let ahead = r + 1 + pending.len() as u64;
-                for next in ahead..lo.rounds.min(r + 1 + ROUNDS_AHEAD) {
+                for next in ahead..lo.rounds.min(r + 1 + lo.rounds_ahead()) {
                     pending.push_back(lo.stage(s, next)?);
                 }
                 Ok(expansion)
