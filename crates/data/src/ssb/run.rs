@@ -1511,14 +1511,21 @@ impl<'a> Plan<'a> {
         };
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
         self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
+        // Round 0's copies, and the rounds' staged ahead of it, so that the media
+        // keeps reading while the operators are prepared and the dimensions built.
         let mut pending = Pending::new();
         if !(self.empty || lo.staged_already) {
-            match lo.stage(s, 0) {
-                Ok(st) => pending.push_back(st),
-                Err(e) => {
-                    dim_copies.abandon(s);
-                    return Err(e);
+            let mut r = 0;
+            while r < lo.rounds && r <= lo.rounds_ahead() {
+                match lo.stage(s, r) {
+                    Ok(st) => pending.push_back(st),
+                    Err(e) => {
+                        dim_copies.abandon(s);
+                        abandon_all(s, &mut pending);
+                        return Err(e);
+                    }
                 }
+                r += 1;
             }
         }
         Ok((dims, lo, dim_copies, pending))
