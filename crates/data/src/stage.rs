@@ -98,30 +98,67 @@ pub fn device_column(
     schema: &Schema,
     name: &str,
 ) -> Result<DeviceColumn, DataError> {
-    let c = schema.column(name)?;
-    let path = format!("{}/{}", dir.trim_end_matches('/'), c.file_name());
+    let mut one = device_columns(s, dir, schema, &[name])?;
+    Ok(one.pop().expect("one column asked, one opened"))
+}
+
+/// [`device_column`] of several columns of one table at once: their files' sizes,
+/// then their headers, then their directories, each step asked for every column
+/// together, so opening a table's columns takes three round trips to the device, not
+/// three per column.
+pub fn device_columns(
+    s: &mut Session,
+    dir: &str,
+    schema: &Schema,
+    names: &[&str],
+) -> Result<Vec<DeviceColumn>, DataError> {
+    let dir = dir.trim_end_matches('/');
+    let columns = (names.iter())
+        .map(|n| schema.column(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let paths: Vec<String> = (columns.iter())
+        .map(|c| format!("{dir}/{}", c.file_name()))
+        .collect();
     if schema.version != FORMAT_VERSION {
-        return Ok(DeviceColumn::Raw { path, ty: c.ty });
+        return Ok((columns.iter().zip(paths))
+            .map(|(c, path)| DeviceColumn::Raw { path, ty: c.ty })
+            .collect());
     }
-    let size = s
-        .device()
-        .stat(&path)
-        .map_err(|e| DataError::device(format!("column file {path}"), e))?
-        .size_bytes;
-    let corrupt = |message: String| DataError::CorruptColumn {
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let sizes = s.stat_files(&refs).map_err(|e| match e {
+        csx_host::SessionError::Device { what, source } => {
+            DataError::device(format!("column {what}"), source)
+        }
+        e => e.into(),
+    })?;
+    let corrupt = |i: usize, message: String| DataError::CorruptColumn {
         table: schema.table.clone(),
-        column: name.to_string(),
-        path: path.clone(),
+        column: names[i].to_string(),
+        path: paths[i].clone(),
         message,
     };
-    if size < FILE_HEADER_SIZE {
-        return Err(corrupt(format!("{size} bytes, shorter than its header")));
+    for (i, &size) in sizes.iter().enumerate() {
+        if size < FILE_HEADER_SIZE {
+            return Err(corrupt(i, format!("{size} bytes, shorter than its header")));
+        }
     }
-    let head = s.read_file(&path, 0, FILE_HEADER_SIZE)?;
-    let header = FileHeader::parse(&head, c.ty, schema.rows, size).map_err(corrupt)?;
-    let dir_bytes = s.read_file(&path, header.dir_offset, size - header.dir_offset)?;
-    let col = EncodedColumn::parse(&schema.table, name, &path, header, &dir_bytes)?;
-    Ok(DeviceColumn::Encoded(col))
+    let heads: Vec<(&str, u64, u64)> = refs.iter().map(|&p| (p, 0, FILE_HEADER_SIZE)).collect();
+    let heads = s.read_files(&heads)?;
+    let headers = (heads.iter().enumerate())
+        .map(|(i, head)| {
+            FileHeader::parse(head, columns[i].ty, schema.rows, sizes[i]).map_err(|m| corrupt(i, m))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let dirs: Vec<(&str, u64, u64)> = (headers.iter().enumerate())
+        .map(|(i, h)| (refs[i], h.dir_offset, sizes[i] - h.dir_offset))
+        .collect();
+    let dirs = s.read_files(&dirs)?;
+    (headers.into_iter().zip(dirs).enumerate())
+        .map(|(i, (header, dir_bytes))| {
+            let col = EncodedColumn::parse(&schema.table, names[i], &paths[i], header, &dir_bytes)?;
+            Ok(DeviceColumn::Encoded(col))
+        })
+        .collect()
 }
 
 /// A whole column read to the host (the host-only split): encoded blocks are sent as
@@ -297,6 +334,15 @@ impl Staging {
         self.targets.len() - 1
     }
 
+    /// Sets target `t`'s destination, when it was made without one
+    /// ([`MemHandle::NONE`]): its encoded rows are expanded there, so it must be set
+    /// before [`Staging::finish`] (or [`Expansion::expand`]). A target without a
+    /// destination stages no raw rows.
+    pub fn set_dst(&mut self, t: usize, dst: MemHandle) {
+        debug_assert_eq!(self.targets[t].dst, MemHandle::NONE);
+        self.targets[t].dst = dst;
+    }
+
     /// Starts staging rows `[first, first + rows)` of `column` into target `t` at
     /// `dst_off`; `skip[b]`: block b is excluded by a zone map (not read).
     pub fn stage_rows(
@@ -315,6 +361,10 @@ impl Staging {
             DeviceColumn::Raw { path, ty } => {
                 let w = ty.width();
                 let dst = self.targets[t].dst;
+                assert!(
+                    dst != MemHandle::NONE,
+                    "raw rows need the destination first"
+                );
                 return self.copy(s, (path, first * w, rows * w), (dst, dst_off));
             }
             DeviceColumn::Encoded(c) => c,
@@ -657,16 +707,27 @@ pub fn stage_whole_into(
     name: &str,
     staging: &mut Staging,
 ) -> Result<MemHandle, DataError> {
-    let column = Arc::new(device_column(s, dir, schema, name)?);
-    let bytes = schema.rows * column.ty().width();
+    let column = device_column(s, dir, schema, name)?;
+    stage_opened_into(s, column, schema.rows, staging)
+}
+
+/// [`stage_whole_into`] of a column opened already (its `rows` rows).
+pub fn stage_opened_into(
+    s: &mut Session,
+    column: DeviceColumn,
+    rows: u64,
+    staging: &mut Staging,
+) -> Result<MemHandle, DataError> {
+    let column = Arc::new(column);
+    let bytes = rows * column.ty().width();
     let h = ops::alloc(s, bytes)?;
-    let bound = column.staged_bound(schema.rows);
+    let bound = column.staged_bound(rows);
     let staged = match bound {
         0 => MemHandle::NONE,
         n => ops::alloc(s, n)?,
     };
     let t = staging.target(Target::new(staged, bound, h, bytes.max(64)));
-    staging.stage_rows(s, &column, (0, schema.rows), &[], t, 0)?;
+    staging.stage_rows(s, &column, (0, rows), &[], t, 0)?;
     // A column has buffers of its own: nothing after it continues its copy.
     staging.submit(s)?;
     Ok(h)

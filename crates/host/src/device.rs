@@ -88,7 +88,7 @@ pub struct Device {
     uri: DeviceUri,
 }
 
-fn unexpected(op: &'static str, expected: &'static str, reply: &Reply) -> CallError {
+pub(crate) fn unexpected(op: &'static str, expected: &'static str, reply: &Reply) -> CallError {
     let found = match reply {
         Reply::None => "none",
         Reply::Data(_) => "data",

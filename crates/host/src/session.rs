@@ -1026,6 +1026,94 @@ impl<'d> Session<'d> {
         Ok(out)
     }
 
+    /// The sizes of the device files `paths`, asked all at once: every stat is
+    /// submitted before the first is waited for, so the device answers them back to
+    /// back instead of one round trip each.
+    pub fn stat_files(&mut self, paths: &[&str]) -> Result<Vec<u64>, SessionError> {
+        let ops = paths.iter().map(|p| Op::FileStat {
+            path: p.to_string(),
+        });
+        let mut sizes = Vec::with_capacity(paths.len());
+        let mut commands = 0;
+        let r = self.dev.pipeline(ops, |_, c| {
+            commands += 1;
+            match c.reply {
+                Reply::File(f) => {
+                    sizes.push(f.size_bytes);
+                    Ok(())
+                }
+                other => Err(crate::device::unexpected("file-stat", "file", &other)),
+            }
+        });
+        self.meter.commands += commands;
+        r.map_err(|e| {
+            let at = sizes.len().min(paths.len().saturating_sub(1));
+            SessionError::device(format!("file {}", paths.get(at).unwrap_or(&"")), e)
+        })?;
+        Ok(sizes)
+    }
+
+    /// [`Session::read_file`] of several ranges, `(path, offset, len)` each, asked all
+    /// at once (as [`Session::stat_files`]): their bytes, in order. A file that ends
+    /// before its range does is an error.
+    pub fn read_files(
+        &mut self,
+        ranges: &[(&str, u64, u64)],
+    ) -> Result<Vec<Vec<u8>>, SessionError> {
+        // Each range in reads of at most FILE_IO_SIZE_MAX, tagged with its range.
+        let mut reads = Vec::new();
+        for (i, &(path, offset, len)) in ranges.iter().enumerate() {
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(FILE_IO_SIZE_MAX);
+                reads.push((i, path, offset + at, n));
+                at += n;
+            }
+        }
+        let ops = reads.iter().map(|&(_, path, offset, len)| Op::FileRead {
+            path: path.to_string(),
+            offset,
+            len,
+        });
+        let mut out: Vec<Vec<u8>> = ranges.iter().map(|_| Vec::new()).collect();
+        let mut failed: Option<SessionError> = None;
+        let mut modelled = 0;
+        let mut commands = 0;
+        let r = self.dev.pipeline(ops, |k, c| {
+            commands += 1;
+            modelled += c.timing.modelled_ns;
+            let (i, _, _, n) = reads[k];
+            match c.reply {
+                Reply::Data(d) if d.len() as u64 == n => {
+                    out[i].extend_from_slice(&d);
+                    Ok(())
+                }
+                other => {
+                    let found = match &other {
+                        Reply::Data(d) => out[i].len() as u64 + d.len() as u64,
+                        _ => out[i].len() as u64,
+                    };
+                    let (path, offset, len) = ranges[i];
+                    failed.get_or_insert(SessionError::ShortRead {
+                        what: format!("{path} from {offset}"),
+                        found,
+                        expected: len,
+                    });
+                    // Stops the reads; the short read is the error returned.
+                    Err(crate::device::unexpected("file-read", "data", &other))
+                }
+            }
+        });
+        self.meter.commands += commands;
+        self.meter.modelled_ns += modelled;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        r.map_err(|e| SessionError::device("reading files".to_string(), e))?;
+        self.meter.bytes_to_host += ranges.iter().map(|r| r.2).sum::<u64>();
+        Ok(out)
+    }
+
     /// Reads `len` bytes of the device file `path` from `offset` to the host (File
     /// Reads: media and link). A file that ends first is an error.
     pub fn read_file(

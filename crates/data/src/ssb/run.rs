@@ -142,6 +142,10 @@ impl Default for RunOptions {
 /// LINEORDER rows staged at a time by default: 4 MiB per 32-bit column (rounds are
 /// small so the first one, the only one not staged during another's probe, is short).
 pub const ROUND_ROWS_DEFAULT: u64 = 1 << 20;
+/// LINEORDER rounds whose copies are in flight while a round is expanded and probed:
+/// with two, the media keeps reading while a round's decoding and probe take longer
+/// than the next round's reads.
+const ROUNDS_AHEAD: u64 = 2;
 /// The operator name of the emitted probe in a run's session.
 const EMITTED_PROBE: &str = "ssb_probe_emitted";
 /// Most partitions probed at once.
@@ -494,6 +498,15 @@ impl Clock {
     fn phase(self, s: &Session, name: &'static str, phases: &mut Vec<Phase>) {
         let d = s.meter.since(&self.at);
         let wall_ns = self.started.elapsed().as_nanos() as u64;
+        if std::env::var_os("CSX_STAGE_TRACE").is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            eprintln!(
+                "HTRACE phase {name} start {} end {now}",
+                now - wall_ns / 1000
+            );
+        }
         match phases.iter_mut().find(|p| p.name == name) {
             Some(p) => {
                 p.modelled_ns += d.modelled_ns;
@@ -627,19 +640,6 @@ fn bind(
     Ok(out)
 }
 
-/// Starts staging column `col` of the table at `dir` (schema `schema`) into fresh
-/// device memory as plain values, as part of `batch` (an encoded column is expanded on
-/// the device when the batch is finished: `crate::stage`).
-fn stage_column(
-    s: &mut Session,
-    dir: &str,
-    schema: &Schema,
-    col: &str,
-    batch: &mut crate::stage::Staging,
-) -> Result<MemHandle, DataError> {
-    crate::stage::stage_whole_into(s, dir, schema, col, batch)
-}
-
 /// A dimension's group column staged on the device.
 #[derive(Clone, Debug)]
 struct StagedGroup {
@@ -751,35 +751,64 @@ impl StagedDim {
         ),
         DataError,
     > {
-        let keys = stage_column(s, dir, schema, spec.key, batch)?;
         let preds = bind(s, dir, schema, spec.preds)?;
+        let compiled = compile_predicates(schema, &preds)?;
+        // Every column staged opened together: the key, the selected ones, the group.
+        let mut names = vec![spec.key.to_string()];
+        let selected = (compiled.iter())
+            .filter(|(_, _, c)| matches!(c, Compiled::Ranges(_)))
+            .map(|(col, _, _)| col.as_str());
+        for name in selected.chain(spec.group.map(|(g, _)| g)) {
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut opened = crate::stage::device_columns(s, dir, schema, &refs)?
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>();
+        let mut staged: Vec<Option<MemHandle>> = vec![None; names.len()];
+        // Stages column `name` (opened above) once; its memory (a selection and the
+        // group on one column share it: both only read it).
+        let mut stage = |s: &mut Session, name: &str, batch: &mut crate::stage::Staging| {
+            let i = names.iter().position(|n| n == name).expect("opened above");
+            if let Some(h) = staged[i] {
+                return Ok(h);
+            }
+            let column = opened[i].take().expect("each column staged once");
+            let h = crate::stage::stage_opened_into(s, column, schema.rows, batch)?;
+            staged[i] = Some(h);
+            Ok::<MemHandle, DataError>(h)
+        };
+        let keys = stage(s, spec.key, batch)?;
         let mut filters = Vec::new();
         let mut nothing = false;
-        for (col, _, compiled) in compile_predicates(schema, &preds)? {
+        for (col, _, compiled) in compiled {
             match compiled {
                 Compiled::Nothing => nothing = true,
                 Compiled::All => {}
-                Compiled::Ranges(r) => {
-                    filters.push((stage_column(s, dir, schema, &col, batch)?, r));
-                }
+                Compiled::Ranges(r) => filters.push((stage(s, &col, batch)?, r)),
             }
         }
-        let group = StagedDim::stage_group(s, dir, schema, spec, batch)?;
+        let group = match spec.group {
+            Some((g, range)) => {
+                let column = stage(s, g, batch)?;
+                Some(StagedDim::group(s, (dir, schema), (g, range), column)?)
+            }
+            None => None,
+        };
         Ok((keys, filters, nothing, group))
     }
 
-    fn stage_group(
+    /// The dimension's group column `g` (value range `range`), staged at `column`.
+    fn group(
         s: &mut Session,
-        dir: &str,
-        schema: &Schema,
-        spec: &DimSpec,
-        batch: &mut crate::stage::Staging,
-    ) -> Result<Option<StagedGroup>, DataError> {
-        let Some((g, range)) = spec.group else {
-            return Ok(None);
-        };
+        (dir, schema): (&str, &Schema),
+        (g, range): (&str, Option<(u32, u32)>),
+        column: MemHandle,
+    ) -> Result<StagedGroup, DataError> {
         let c = schema.column(g)?;
-        let column = stage_column(s, dir, schema, g, batch)?;
         let (count, base, dict) = match (c.ty, range) {
             (ColumnType::Dict, _) => (
                 c.entries as u32,
@@ -790,17 +819,17 @@ impl StagedDim {
             (_, None) => {
                 return Err(DataError::Invalid(format!(
                     "group column {g} of {} is {} without a value range",
-                    spec.table,
+                    schema.table,
                     c.ty.name()
                 )))
             }
         };
-        Ok(Some(StagedGroup {
+        Ok(StagedGroup {
             column,
             count: count.max(1),
             base,
             dict,
-        }))
+        })
     }
 
     /// The files staging dimension `spec` (the table at `dir`) reads: the schema, and
@@ -877,6 +906,16 @@ impl StagedDim {
     }
 }
 
+/// LINEORDER rounds whose copies are in flight, in round order.
+type Pending = std::collections::VecDeque<crate::stage::Staging>;
+
+/// Waits for every round's copies in `pending`, expanding nothing (after a failure).
+fn abandon_all(s: &mut Session, pending: &mut Pending) {
+    for p in pending.drain(..) {
+        p.abandon(s);
+    }
+}
+
 /// The partitions of a round of `n` rows: `(first row, rows)`, 64-row aligned.
 fn round_parts(n: u64, partitions: u64) -> Vec<(u64, u64)> {
     let part = n.div_ceil(partitions).next_multiple_of(64);
@@ -891,7 +930,10 @@ fn round_parts(n: u64, partitions: u64) -> Vec<(u64, u64)> {
 /// emitted probe, room for the lookup tables' copies), in two sets when there are
 /// several rounds, so that the next round is staged while this one is probed:
 /// `slots[set * partitions + p]` holds partition p's columns, column `i` at
-/// `i * col_bytes`.
+/// `i * col_bytes`. The copies of a round land in buffers of staged blocks, free again
+/// once the round is expanded: with one more set of those than rounds staged ahead
+/// ([`ROUNDS_AHEAD`]), round `r + 2`'s copies start while round `r + 1`'s are still
+/// in flight, before round `r` is expanded and probed.
 struct Lineorder {
     dir: String,
     rows: u64,
@@ -906,20 +948,27 @@ struct Lineorder {
     lut_segments: Vec<u64>,
     partitions: u64,
     sets: u64,
-    slots: Vec<MemHandle>,
+    /// Sets of buffers of staged blocks (`LoStaging::staged`).
+    staged_sets: u64,
+    slots: std::cell::RefCell<Vec<MemHandle>>,
     /// The resident entry the slots are kept under, and whether they hold every round
     /// already (nothing to stage).
     kept: Option<String>,
     staged_already: bool,
     /// The columns' files and the staged-block buffers, made at the first staging.
     staging: std::cell::RefCell<Option<LoStaging>>,
+    /// The table's schema, read once by [`Lineorder::plan`].
+    schema: Schema,
 }
 
 /// LINEORDER's staging state: each staged column's file (`cols` order), the blocks a
-/// zone map excludes, and a buffer of staged blocks per slot.
+/// zone map excludes, and the buffers of staged blocks (`bound` bytes each) of each
+/// staging set, one per partition (`staged[set * partitions + p]`), allocated as the
+/// sets are first used.
 struct LoStaging {
     files: Vec<std::sync::Arc<crate::stage::DeviceColumn>>,
     skip: Vec<bool>,
+    bound: u64,
     staged: Vec<(MemHandle, u64)>,
 }
 
@@ -980,10 +1029,15 @@ impl Lineorder {
             lut_segments,
             partitions: u64::from(partitions),
             sets,
-            slots,
+            staged_sets: match kept {
+                Some(_) => sets,
+                None => rounds.min(ROUNDS_AHEAD + 1),
+            },
+            slots: std::cell::RefCell::new(slots),
             kept,
             staged_already,
             staging: std::cell::RefCell::new(None),
+            schema,
         })
     }
 
@@ -1007,14 +1061,11 @@ impl Lineorder {
         Ok(match kept {
             Some((slots, staged)) => (rounds, slots, Some(key), staged),
             None => {
-                // Only the first set now: the second is allocated once round 0's
-                // copies are in flight (`Lineorder::alloc_second_set`), so the device
-                // maps its pages while the media is read.
+                // None yet: each set is allocated when its first round's copies are
+                // in flight (`Lineorder::ensure_slots`), so the device maps its pages
+                // while the media is read.
                 let sets = if rounds > 1 { 2 } else { 1 };
-                let slots = (0..partitions)
-                    .map(|_| ops::alloc(s, in_bytes))
-                    .collect::<Result<_, _>>()?;
-                (sets, slots, None, false)
+                (sets, Vec::new(), None, false)
             }
         })
     }
@@ -1081,19 +1132,34 @@ impl Lineorder {
         i as u64 * self.col_bytes
     }
 
-    /// Allocates the slots of every set not allocated yet ([`Lineorder::place`] leaves
-    /// the second to this, called once round 0's copies are in flight).
-    fn alloc_second_set(&mut self, s: &mut Session) -> Result<(), DataError> {
-        let want = (self.sets * self.partitions) as usize;
-        while self.slots.len() < want {
-            self.slots.push(ops::alloc(s, self.in_bytes)?);
+    /// Allocates the slots of sets up to `set` not allocated yet ([`Lineorder::place`]
+    /// leaves a run's own to this: [`Lineorder::stage`] calls it once the set's first
+    /// round's copies are in flight).
+    fn ensure_slots(&self, s: &mut Session, set: u64) -> Result<(), DataError> {
+        let want = ((set + 1) * self.partitions) as usize;
+        while self.slots.borrow().len() < want {
+            let h = ops::alloc(s, self.in_bytes)?;
+            self.slots.borrow_mut().push(h);
         }
         Ok(())
     }
 
-    /// Partition `p`'s slot in set `set`.
+    /// Rounds whose copies may be in flight while a round is expanded and probed:
+    /// [`ROUNDS_AHEAD`], but one when raw columns are copied straight into the slots
+    /// (two sets: round `r + 2`'s copies would overwrite round `r`'s columns), unless
+    /// every round has slots of its own (kept).
+    fn rounds_ahead(&self) -> u64 {
+        let guard = self.staging.borrow();
+        let raw = (guard.as_ref()).is_some_and(|st| st.files.iter().any(|f| f.encoded().is_none()));
+        match raw && self.sets < self.rounds {
+            true => self.sets - 1,
+            false => ROUNDS_AHEAD,
+        }
+    }
+
+    /// Partition `p`'s slot in set `set` (allocated: [`Lineorder::ensure_slots`]).
     fn slot(&self, set: u64, p: usize) -> MemHandle {
-        self.slots[(set * self.partitions) as usize + p]
+        self.slots.borrow()[(set * self.partitions) as usize + p]
     }
 
     /// Round `r`'s rows: `(first row, rows)`.
@@ -1109,10 +1175,8 @@ impl Lineorder {
         if self.staging.borrow().is_some() {
             return Ok(());
         }
-        let schema = device_schema(s, &self.dir)?;
-        let files = (self.cols.iter())
-            .map(|c| crate::stage::device_column(s, &self.dir, &schema, c).map(std::sync::Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        let files = crate::stage::device_columns(s, &self.dir, &self.schema, &self.cols)?;
+        let files: Vec<_> = files.into_iter().map(std::sync::Arc::new).collect();
         let zone: Vec<(&crate::encoding::EncodedColumn, &[(u64, u64)])> = (self.filters.iter())
             .filter_map(|(c, r)| {
                 let i = self.cols.iter().position(|x| x == c)?;
@@ -1121,37 +1185,59 @@ impl Lineorder {
             .collect();
         let skip = crate::encoding::skipped_blocks(&zone);
         let bound: u64 = files.iter().map(|f| f.staged_bound(self.part_max)).sum();
-        let staged = match bound {
-            0 => vec![(MemHandle::NONE, 0); (self.sets * self.partitions) as usize],
-            _ => (0..self.sets * self.partitions)
-                .map(|_| Ok((ops::alloc(s, bound)?, bound)))
-                .collect::<Result<_, DataError>>()?,
-        };
         *self.staging.borrow_mut() = Some(LoStaging {
             files,
             skip,
-            staged,
+            bound,
+            staged: Vec::new(),
         });
+        Ok(())
+    }
+
+    /// Allocates the buffers of staged blocks of staging sets up to `set` not
+    /// allocated yet (none for raw columns).
+    fn ensure_staged(&self, s: &mut Session, set: u64) -> Result<(), DataError> {
+        let want = ((set + 1) * self.partitions) as usize;
+        let mut guard = self.staging.borrow_mut();
+        let st = guard.as_mut().expect("the staging state is made first");
+        while st.staged.len() < want {
+            let buf = match st.bound {
+                0 => (MemHandle::NONE, 0),
+                n => (ops::alloc(s, n)?, n),
+            };
+            st.staged.push(buf);
+        }
         Ok(())
     }
 
     /// Starts staging round `r` into slot set `set`: the Memory Copies of its columns
     /// (of an encoded column, of the blocks no zone map excludes) run on the device's
     /// transfer workers; [`Lineorder::wait`] waits for them and expands the blocks.
-    fn stage(&self, s: &mut Session, r: u64, set: u64) -> Result<crate::stage::Staging, DataError> {
+    /// When every column is encoded, the copies land in the staged-block buffers and
+    /// the set's slots are only written by the expansion: a set not allocated yet is
+    /// allocated once the copies are in flight.
+    fn stage(&self, s: &mut Session, r: u64) -> Result<crate::stage::Staging, DataError> {
+        let (set, staged_set) = (r % self.sets, r % self.staged_sets);
         self.staging_state(s)?;
+        self.ensure_staged(s, staged_set)?;
         let guard = self.staging.borrow();
         let st = guard.as_ref().expect("the staging state was just made");
+        let raw = st.files.iter().any(|f| f.encoded().is_none());
+        if raw {
+            self.ensure_slots(s, set)?;
+        }
+        let allocated = self.slots.borrow().len() as u64 > set * self.partitions;
         let (start, n) = self.round_rows(r);
         let mut staging = crate::stage::Staging::default();
+        let mut targets = Vec::new();
         for (p, (off, len)) in round_parts(n, self.partitions).into_iter().enumerate() {
-            let (buf, buf_len) = st.staged[(set * self.partitions) as usize + p];
-            let t = staging.target(crate::stage::Target::new(
-                buf,
-                buf_len,
-                self.slot(set, p),
-                self.in_bytes,
-            ));
+            let (buf, buf_len) = st.staged[(staged_set * self.partitions) as usize + p];
+            let dst = match allocated {
+                true => self.slot(set, p),
+                false => MemHandle::NONE,
+            };
+            let t = staging.target(crate::stage::Target::new(buf, buf_len, dst, self.in_bytes));
+            targets.push((t, p));
             for (i, f) in st.files.iter().enumerate() {
                 let dst = i as u64 * self.col_bytes;
                 if let Err(e) = staging.stage_rows(s, f, (start + off, len), &st.skip, t, dst) {
@@ -1164,6 +1250,15 @@ impl Lineorder {
         if let Err(e) = staging.submit(s) {
             staging.abandon(s);
             return Err(e);
+        }
+        if !allocated {
+            if let Err(e) = self.ensure_slots(s, set) {
+                staging.abandon(s);
+                return Err(e);
+            }
+            for (t, p) in targets {
+                staging.set_dst(t, self.slot(set, p));
+            }
         }
         Ok(staging)
     }
@@ -1296,7 +1391,7 @@ impl<'a> Plan<'a> {
         let groups = Groups::new(self.q, groups, dims.len())?;
         self.sums = vec![0; groups.total as usize];
         if self.empty {
-            Plan::nothing_to_probe(s, &lo, pending.take(), phases)?;
+            Plan::nothing_to_probe(s, &lo, pending.pop_front(), phases)?;
             return Ok(self.answer(&dims, &groups));
         }
         if self.emitted {
@@ -1333,30 +1428,38 @@ impl<'a> Plan<'a> {
         Ok(self.answer(&dims, &groups))
     }
 
-    /// Round `r` staged (its copies `pending`, or started now) and expanded; the next
-    /// round's copies start before this round's blocks are expanded, so its media reads
-    /// overlap the decoding (and they are left in `pending`).
+    /// Round `r` staged (its copies first in `pending`, or started now) and expanded;
+    /// the next rounds' copies, up to [`ROUNDS_AHEAD`] of them, start before this
+    /// round's blocks are expanded, so their media reads overlap the decoding and the
+    /// probe (and they are left in `pending`). On an error every round's copies in
+    /// `pending` are waited for.
     fn stage_round(
         s: &mut Session,
         lo: &Lineorder,
         r: u64,
-        pending: &mut Option<crate::stage::Staging>,
+        pending: &mut Pending,
     ) -> Result<(), DataError> {
-        let copies = match pending.take() {
-            Some(c) => c,
-            None => lo.stage(s, r, r % lo.sets)?,
+        let copies = match pending.pop_front() {
+            Some(c) => Ok(c),
+            None => lo.stage(s, r),
         };
-        let expansion = copies.wait_copies(s)?;
-        if r + 1 < lo.rounds {
-            *pending = Some(lo.stage(s, r + 1, (r + 1) % lo.sets)?);
+        let mut done = copies.and_then(|c| c.wait_copies(s));
+        if let Ok(expansion) = done {
+            done = (|| {
+                let ahead = r + 1 + pending.len() as u64;
+                for next in ahead..lo.rounds.min(r + 1 + lo.rounds_ahead()) {
+                    pending.push_back(lo.stage(s, next)?);
+                }
+                Ok(expansion)
+            })();
         }
-        if let Err(e) = expansion.expand(s) {
-            if let Some(next) = pending.take() {
-                next.abandon(s);
+        match done.and_then(|expansion| expansion.expand(s)) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                abandon_all(s, pending);
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(())
     }
 
     /// The operators loaded and compiled while the first copies run, then the
@@ -1367,7 +1470,7 @@ impl<'a> Plan<'a> {
         s: &mut Session,
         keep: Option<&mut ResidentTables<'_>>,
         dim_copies: crate::stage::Staging,
-        pending: &mut Option<crate::stage::Staging>,
+        pending: &mut Pending,
         phases: &mut Vec<Phase>,
     ) -> Result<Operators, DataError> {
         let prepared = self.prepare(s, keep, phases);
@@ -1380,9 +1483,7 @@ impl<'a> Plan<'a> {
             }
         };
         if finished.is_err() {
-            if let Some(p) = pending.take() {
-                p.abandon(s);
-            }
+            abandon_all(s, pending);
         }
         clock.phase(s, "load", phases);
         finished
@@ -1397,19 +1498,11 @@ impl<'a> Plan<'a> {
         &mut self,
         s: &mut Session,
         mut keep: Option<&mut ResidentTables<'_>>,
-    ) -> Result<
-        (
-            Vec<StagedDim>,
-            Lineorder,
-            crate::stage::Staging,
-            Option<crate::stage::Staging>,
-        ),
-        DataError,
-    > {
+    ) -> Result<(Vec<StagedDim>, Lineorder, crate::stage::Staging, Pending), DataError> {
         let (dims, dim_copies) = self.load_dims(s, keep.as_deref_mut())?;
         let lo_dir = format!("{}/lineorder", self.data_dir);
         let lo_keep = (lo_dir, keep);
-        let mut lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
+        let lo = match Lineorder::plan(s, lo_keep, self.q, &self.opts, self.partitions, &dims) {
             Ok(lo) => lo,
             Err(e) => {
                 dim_copies.abandon(s);
@@ -1418,23 +1511,22 @@ impl<'a> Plan<'a> {
         };
         self.empty = lo.nothing || lo.rows == 0 || dims.iter().any(|d| d.nothing || d.rows == 0);
         self.all_at_once = self.emitted && self.opts.split == Split::Offload && lo.staged_already;
-        let pending = if self.empty || lo.staged_already {
-            None
-        } else {
-            match lo.stage(s, 0, 0) {
-                Ok(st) => Some(st),
-                Err(e) => {
-                    dim_copies.abandon(s);
-                    return Err(e);
+        // Round 0's copies, and the rounds' staged ahead of it, so that the media
+        // keeps reading while the operators are prepared and the dimensions built.
+        let mut pending = Pending::new();
+        if !(self.empty || lo.staged_already) {
+            let mut r = 0;
+            while r < lo.rounds && r <= lo.rounds_ahead() {
+                match lo.stage(s, r) {
+                    Ok(st) => pending.push_back(st),
+                    Err(e) => {
+                        dim_copies.abandon(s);
+                        abandon_all(s, &mut pending);
+                        return Err(e);
+                    }
                 }
+                r += 1;
             }
-        };
-        if let Err(e) = lo.alloc_second_set(s) {
-            dim_copies.abandon(s);
-            if let Some(p) = pending {
-                p.abandon(s);
-            }
-            return Err(e);
         }
         Ok((dims, lo, dim_copies, pending))
     }

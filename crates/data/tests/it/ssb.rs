@@ -655,3 +655,72 @@ fn a_partitions_columns_are_staged_by_one_copy() {
     assert!(e.contains("/ssb/lineorder/lo_revenue.col"), "{e}");
     dev.close().unwrap();
 }
+
+/// Columns opened together (`device_columns`: their sizes, headers and directories
+/// each asked for all of them at once) are the columns opened one by one; a target
+/// given its destination only once its copies are in flight (`Staging::set_dst`, as
+/// LINEORDER's slots are) expands there; a missing or cut file among those opened
+/// together is an error naming it.
+#[test]
+fn columns_opened_together_stage_into_a_destination_given_after_the_copies() {
+    use csx_data::stage::{device_column, device_columns, Staging, Target};
+    use csx_host::proto::MemHandle;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 3, &mut |_, _, _| {}).unwrap();
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let dir = "/ssb/lineorder";
+    let names = ["lo_custkey", "lo_suppkey", "lo_revenue", "lo_orderdate"];
+    let local = csx_data::LocalTable::open(&data.join("lineorder")).unwrap();
+    let rows = local.schema.rows;
+    let mut s = csx_data::ops::Session::new(&dev);
+    let schema = csx_data::scan::device_schema(&mut s, dir).unwrap();
+    let together = device_columns(&mut s, dir, &schema, &names).unwrap();
+    assert_eq!(together.len(), names.len());
+    for (c, name) in together.iter().zip(names) {
+        let one = device_column(&mut s, dir, &schema, name).unwrap();
+        assert!(c.encoded().is_some(), "{name}");
+        assert_eq!(format!("{c:?}"), format!("{one:?}"), "{name}");
+    }
+    // Staged with no destination yet; the destination given once the copy is in flight.
+    let cols: Vec<Arc<_>> = together.into_iter().map(Arc::new).collect();
+    let bound: u64 = cols.iter().map(|c| c.staged_bound(rows)).sum();
+    let staged = s.alloc(bound).unwrap();
+    let len = names.len() as u64 * rows * 4;
+    let mut st = Staging::default();
+    let t = st.target(Target::new(staged, bound, MemHandle::NONE, len));
+    for (i, c) in cols.iter().enumerate() {
+        st.stage_rows(&mut s, c, (0, rows), &[], t, i as u64 * rows * 4)
+            .unwrap();
+    }
+    st.submit(&mut s).unwrap();
+    let dst = s.alloc(len).unwrap();
+    st.set_dst(t, dst);
+    st.finish(&mut s).unwrap();
+    let bytes = s.read(dst, 0, len).unwrap();
+    for (i, c) in names.iter().enumerate() {
+        let Values::U32(want) = local.read(c).unwrap() else {
+            panic!("{c} is a column of u32")
+        };
+        let got: Vec<u32> = (bytes[i * rows as usize * 4..][..rows as usize * 4].chunks_exact(4))
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert!(got == want, "{c}");
+    }
+    // A file cut below its header, then one missing: each named.
+    dev.put_bytes("/ssb/lineorder/lo_revenue.col", &[0u8; 10])
+        .unwrap();
+    let e = device_columns(&mut s, dir, &schema, &names)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lo_revenue"), "{e}");
+    dev.delete_file("/ssb/lineorder/lo_suppkey.col").unwrap();
+    let e = device_columns(&mut s, dir, &schema, &names)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/ssb/lineorder/lo_suppkey.col"), "{e}");
+    drop(s);
+    dev.close().unwrap();
+}

@@ -6,9 +6,14 @@
 //! A transfer worker takes its queue in order, as before. A Memory Copy whose sources
 //! all read the media (`File`, `ResidentFile`, `Nvm`) it hands to a copier thread and
 //! goes on; anything else it runs itself, only once every copy handed out has ended
-//! (it drains them). So, against every other transfer command, copies keep the order of
-//! the queue: a file written and then copied, a copy and then a read or write of its
-//! destination, see each other in that order, as with one worker running everything.
+//! (it drains them), except a Memory Read or Write, which waits only for the copies in
+//! flight into bytes it touches. So, against every other transfer command, copies keep
+//! the order of the queue: a file written and then copied, a copy and then a read or
+//! write of its destination, see each other in that order, as with one worker running
+//! everything; a read or write of other bytes (a staging's next headers, a result read
+//! back) does not wait for copies it cannot see, nor they for it (copies in flight read
+//! only the media, and the worker ends the read or write before it takes the next
+//! command).
 //! Two copies in flight together only read the media, and a copy waits for any copy in
 //! flight into overlapping bytes of the same allocation, so the last one submitted
 //! writes them last.
@@ -81,6 +86,32 @@ pub(super) fn detachable(job: &Job) -> Option<Destination> {
     })
 }
 
+/// The device memory `job` reads or writes when it is a Memory Read or Write (which
+/// waits only for copies in flight into those bytes); `None` for any other command.
+pub(super) fn memory_access(job: &Job) -> Option<Destination> {
+    if job.dma.is_some() || job.stop.is_some() {
+        return None;
+    }
+    let (handle, start, len) = match &job.cmd.op {
+        Op::MemRead {
+            handle,
+            offset,
+            len,
+        } => (*handle, *offset, *len),
+        Op::MemWrite {
+            handle,
+            offset,
+            data,
+        } => (*handle, *offset, data.len() as u64),
+        _ => return None,
+    };
+    Some(Destination {
+        handle,
+        start,
+        end: start.saturating_add(len).max(start.saturating_add(1)),
+    })
+}
+
 #[derive(Default)]
 struct State {
     /// Copies handed out, not yet taken by a copier.
@@ -125,6 +156,19 @@ impl Copies {
     pub(super) fn drain(&self) {
         let mut g = self.lock();
         while !g.in_flight.is_empty() {
+            g = self.wait(g);
+        }
+    }
+
+    /// Waits until the copies `job` must follow have ended: for a Memory Read or
+    /// Write ([`memory_access`]), those into bytes it touches; for anything else,
+    /// every copy handed out.
+    pub(super) fn wait_before(&self, job: &Job) {
+        let Some(bytes) = memory_access(job) else {
+            return self.drain();
+        };
+        let mut g = self.lock();
+        while g.in_flight.iter().any(|d| d.overlaps(&bytes)) {
             g = self.wait(g);
         }
     }

@@ -536,6 +536,96 @@ fn read_data(c: &Completion) -> Vec<u8> {
     }
 }
 
+/// A Memory Read or Write of bytes no copy in flight writes does not wait for the
+/// copies (`copies::wait_before`): submitted right behind a long copy, a write into
+/// another allocation and a read of it complete before the copy does, with their own
+/// bytes, and the copy's bytes are whole. Without the rule the worker drains the copy
+/// first, so the copy's completion comes first.
+#[test]
+fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
+    // The largest file write: the copy's media read takes far longer than the worker
+    // takes to run the write and the read.
+    const LEN: usize = 16 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = DeviceConfig {
+        nvm_size_bytes: 64 << 20,
+        slm_size_bytes: 64 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let qp = dev.queue_pair(16).expect("queue pair");
+    let a: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(29)).collect();
+    let mut ids = (1u64..).map(CommandId);
+    let mut next = || ids.next().expect("ids enough");
+    put_file(&qp, next(), "/a", &a);
+    let h1 = alloc_mem(&qp, next(), LEN as u64);
+    let h2 = alloc_mem(&qp, next(), 4096);
+    let ops = [
+        Op::MemCopy {
+            dst: h1,
+            dst_offset: 0,
+            sources: vec![CopySource::File {
+                path: "/a".to_string(),
+                offset: 0,
+                len: LEN as u64,
+            }],
+        },
+        Op::MemWrite {
+            handle: h2,
+            offset: 64,
+            data: vec![0x7e; 64],
+        },
+        Op::MemRead {
+            handle: h2,
+            offset: 64,
+            len: 64,
+        },
+    ];
+    let sent: Vec<CommandId> = (ops.into_iter())
+        .map(|op| {
+            let id = next();
+            qp.submit(Command::new(id, op)).expect("submit");
+            id
+        })
+        .collect();
+    let order: Vec<Completion> = (0..sent.len())
+        .map(|_| qp.reap(None).expect("a completion"))
+        .collect();
+    for c in &order {
+        assert_eq!(c.status, Status::Success, "{c:?}");
+    }
+    let ids: Vec<CommandId> = order.iter().map(|c| c.id).collect();
+    assert_eq!(
+        ids,
+        [sent[1], sent[2], sent[0]],
+        "the write and read of other bytes end before the copy"
+    );
+    assert_eq!(
+        read_data(&order[1]),
+        vec![0x7e; 64],
+        "the read saw the write"
+    );
+    let tail = qp
+        .call(Command::new(
+            next(),
+            Op::MemRead {
+                handle: h1,
+                offset: (LEN - 64) as u64,
+                len: 64,
+            },
+        ))
+        .expect("submit");
+    assert_eq!(
+        read_data(&tail),
+        a[LEN - 64..],
+        "the copy's bytes are whole"
+    );
+    drop(qp);
+    dev.close().expect("close");
+}
+
 /// Memory Copies from the media run several at once beside the transfer workers
 /// (`copies`), yet every other transfer command of the queue still sees them in the
 /// queue's order: submitted together without waiting, a copy then a read of its
