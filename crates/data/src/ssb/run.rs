@@ -498,15 +498,6 @@ impl Clock {
     fn phase(self, s: &Session, name: &'static str, phases: &mut Vec<Phase>) {
         let d = s.meter.since(&self.at);
         let wall_ns = self.started.elapsed().as_nanos() as u64;
-        if std::env::var_os("CSX_STAGE_TRACE").is_some() {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as u64);
-            eprintln!(
-                "HTRACE phase {name} start {} end {now}",
-                now - wall_ns / 1000
-            );
-        }
         match phases.iter_mut().find(|p| p.name == name) {
             Some(p) => {
                 p.modelled_ns += d.modelled_ns;

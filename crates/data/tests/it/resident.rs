@@ -17,6 +17,7 @@ fn raw_dataset() -> (tempfile::TempDir, csx_host::Device) {
     let config = csx_device::DeviceConfig {
         perf: csx_device::perf::PerfModel::lambda_io(),
         resident_bytes: Some(64 << 20),
+        time_limit_ms: Some(csx_host::proto::limits::TIME_LIMIT_MS_MAX),
         ..Default::default()
     };
     let dev = csx_host::Device::init(&tmp.path().join("dev"), config).unwrap();

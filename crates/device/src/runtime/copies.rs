@@ -119,6 +119,10 @@ struct State {
     /// Destinations of the copies handed out and not yet ended (queued or running).
     in_flight: Vec<Destination>,
     closed: bool,
+    /// Tests only: the copiers take nothing while set (the copies handed out stay in
+    /// flight), so a test can order commands against a copy without racing it.
+    #[cfg(test)]
+    held: bool,
 }
 
 /// The copies handed out by the transfer workers and the copiers' queue.
@@ -177,8 +181,14 @@ impl Copies {
     fn take(&self) -> Option<(Job, Destination)> {
         let mut g = self.lock();
         loop {
-            if let Some(next) = g.queue.pop_front() {
-                return Some(next);
+            #[cfg(test)]
+            let held = g.held;
+            #[cfg(not(test))]
+            let held = false;
+            if !held {
+                if let Some(next) = g.queue.pop_front() {
+                    return Some(next);
+                }
             }
             if g.closed {
                 return None;
@@ -193,6 +203,13 @@ impl Copies {
             g.in_flight.swap_remove(i);
         }
         drop(g);
+        self.changed.notify_all();
+    }
+
+    /// Tests only: holds the copiers (`true`) or lets them go on (`false`).
+    #[cfg(test)]
+    pub(super) fn hold(&self, on: bool) {
+        self.lock().held = on;
         self.changed.notify_all();
     }
 

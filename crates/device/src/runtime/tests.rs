@@ -537,15 +537,14 @@ fn read_data(c: &Completion) -> Vec<u8> {
 }
 
 /// A Memory Read or Write of bytes no copy in flight writes does not wait for the
-/// copies (`copies::wait_before`): submitted right behind a long copy, a write into
-/// another allocation and a read of it complete before the copy does, with their own
-/// bytes, and the copy's bytes are whole. Without the rule the worker drains the copy
-/// first, so the copy's completion comes first.
+/// copies (`copies::wait_before`): with the copiers held, so the copy stays in flight
+/// for as long as the test wants, a write into another allocation and a read of it
+/// complete, with their own bytes; then the copy, released, ends whole. Without the
+/// rule the worker drains the held copy first, and the write never completes (the
+/// reap below gives up after a minute, a deadlock's bound, not a speed goal).
 #[test]
 fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
-    // The largest file write: the copy's media read takes far longer than the worker
-    // takes to run the write and the read.
-    const LEN: usize = 16 << 20;
+    const LEN: usize = 1 << 20;
     let dir = tempfile::tempdir().expect("temp dir");
     let config = DeviceConfig {
         nvm_size_bytes: 64 << 20,
@@ -562,6 +561,7 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
     put_file(&qp, next(), "/a", &a);
     let h1 = alloc_mem(&qp, next(), LEN as u64);
     let h2 = alloc_mem(&qp, next(), 4096);
+    dev.shared().copies.hold(true);
     let ops = [
         Op::MemCopy {
             dst: h1,
@@ -590,9 +590,14 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
             id
         })
         .collect();
-    let order: Vec<Completion> = (0..sent.len())
-        .map(|_| qp.reap(None).expect("a completion"))
+    let deadlock = Some(std::time::Duration::from_secs(60));
+    let while_held: Vec<Option<Completion>> = (0..2).map(|_| qp.reap(deadlock)).collect();
+    // Released before any assertion: a held copy would keep the device from closing.
+    dev.shared().copies.hold(false);
+    let mut order: Vec<Completion> = (while_held.into_iter())
+        .map(|c| c.expect("the write and read end while the copy is held"))
         .collect();
+    order.push(qp.reap(None).expect("the copy's completion"));
     for c in &order {
         assert_eq!(c.status, Status::Success, "{c:?}");
     }

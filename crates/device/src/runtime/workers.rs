@@ -118,9 +118,9 @@ pub(super) fn worker(shared: &Shared, class: Class) {
         if class == Class::Transfer {
             // A copy from the media runs on a copier (still counted as running until
             // it ends); anything else waits for the copies before it that it may see
-            // (`copies`). A
-            // throttled device holds each command to its modelled time, so copies in
-            // flight together would beat its modelled media: there they run here.
+            // (`copies`). A throttled device holds each command to its modelled time,
+            // so copies in flight together would beat its modelled media: there they
+            // run here.
             match super::copies::detachable(&job) {
                 Some(dst) if !shared.config.perf.throttle => {
                     shared.copies.hand_off(job, dst);
@@ -228,27 +228,6 @@ impl Shared {
         c.id = job.cmd.id;
         c.timing.queued_ns = started.duration_since(job.submitted).as_nanos() as u64;
         c.timing.total_ns = job.submitted.elapsed().as_nanos() as u64;
-        {
-            static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-            if *TRACE.get_or_init(|| std::env::var_os("CSX_STAGE_TRACE").is_some()) {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_micros() as u64);
-                let ran = started.elapsed().as_micros() as u64;
-                let len = match &job.cmd.op {
-                    Op::MemCopy { sources, .. } => sources.iter().map(|s| s.len()).sum::<u64>(),
-                    _ => 0,
-                };
-                eprintln!(
-                    "DTRACE {:?} submit {} start {} end {now} op {} len {len} thread {}",
-                    job.cmd.id,
-                    now - c.timing.total_ns / 1000,
-                    now - ran,
-                    job.cmd.op.name(),
-                    std::thread::current().name().unwrap_or("?"),
-                );
-            }
-        }
         // The buffer goes before the completion: the transport may reuse its memory as
         // soon as the host reaps.
         drop(job.dma);
