@@ -570,8 +570,8 @@ fn kept_from(layout: &Layout) -> Option<(u8, u64)> {
 
 /// The unrolled form's registers set from the args (r0 holds the rows): O4/O8 at
 /// window 1, P4/P8 at window 0, FIRST and SECOND at the segments of the first two
-/// inputs of `order`, the two ends, and the kept counter zeroed (or, with outputs,
-/// window 1's address saved at [r10 + OUT_START]).
+/// inputs of `order`, the two ends, the kept counter zeroed, and with outputs
+/// window 1's address saved at [r10 + OUT_START] (the rows kept are counted from it).
 fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize], group: usize) {
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
     e.alu_x(ALU_MOV, O8, O4);
