@@ -9,7 +9,7 @@
 //! window 0   the input columns, column k at byte inputs[k].segment (widest first)
 //! window 1   the output columns, output j at byte outputs[j].segment
 //! r2 row i   r3 rows   r4 win0 + 4i   r5 win0 + 8i   r6 win1 + 4*kept   r7 win1 + 8*kept
-//! r8 kept    r0, r1 scratch
+//! r8 kept (the unrolled form with outputs counts by r6/r7 instead)    r0, r1 scratch
 //!
 //! per row:   every dict input: code < entries, else return BAD_CODE_BASE - k
 //!            every input with ranges: value in one of them, else next row
@@ -514,11 +514,12 @@ pub fn group_rows(layout: &Layout) -> usize {
 ///
 /// ```text
 ///          if FIRST >= GROUP_END goto tail
-///   loop:  row u of 0..G: tests (fail: goto skip u), outputs copied, kept += 1
+///   loop:  row u of 0..G: tests (fail: goto skip u), outputs copied (the output
+///          pointers moved on), kept += 1 (only without outputs)
 ///          skip u: ...; FIRST, SECOND, P4, P8 += G rows; if FIRST < GROUP_END goto loop
 ///   tail:  if FIRST >= TAIL_END goto done
 ///          one row the same way; the same += 1 row; goto tail
-///   done:  r0 = kept
+///   done:  r0 = kept, or (O8 - window 1) / 8 (else O4's / 4: [`kept_from`])
 /// ```
 fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
     let order = test_order(layout);
@@ -539,14 +540,38 @@ fn emit_unrolled(e: &mut Emitter, layout: &Layout) {
     unrolled_advance(e, layout, &order, 1);
     e.goto(Label::Tail);
     e.label(Label::Done);
-    e.alu_x(ALU_MOV, R0, KEPT);
+    match kept_from(layout) {
+        // kept = (the output pointer - window 1) / its width.
+        Some((reg, w)) => {
+            e.alu_x(ALU_MOV, R0, reg);
+            e.ldx(SIZE_DW, R1, 10, OUT_START);
+            e.alu_x(ALU_SUB, R0, R1);
+            e.alu_k(ALU_RSH, R0, w.trailing_zeros() as i32);
+        }
+        None => e.alu_x(ALU_MOV, R0, KEPT),
+    }
     e.op(CLASS_JMP | JMP_EXIT, 0, 0, 0, 0);
     exits(e, layout);
 }
 
+/// Where window 1's address is kept on the stack by the unrolled form when it counts
+/// the rows kept by an output pointer ([`kept_from`]).
+const OUT_START: i16 = -16;
+
+/// The output pointer (O8, else O4) and its width the unrolled form counts the rows
+/// kept by, when it has outputs: it moves one width per kept row, so no register of
+/// its own counts them (one register fewer live in the loop, one instruction fewer a
+/// kept row).
+fn kept_from(layout: &Layout) -> Option<(u8, u64)> {
+    [(O8, 8), (O4, 4)]
+        .into_iter()
+        .find(|&(_, w)| (layout.outputs.iter()).any(|o| layout.inputs[o.input].width == w))
+}
+
 /// The unrolled form's registers set from the args (r0 holds the rows): O4/O8 at
 /// window 1, P4/P8 at window 0, FIRST and SECOND at the segments of the first two
-/// inputs of `order`, the two ends, and the kept counter zeroed.
+/// inputs of `order`, the two ends, the kept counter zeroed, and with outputs
+/// window 1's address saved at [r10 + OUT_START] (the rows kept are counted from it).
 fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize], group: usize) {
     e.op(CLASS_LDX | MODE_MEM | SIZE_DW, O4, ARGS, 24 + 16, 0);
     e.alu_x(ALU_MOV, O8, O4);
@@ -569,6 +594,9 @@ fn unrolled_setup(e: &mut Emitter, layout: &Layout, order: &[usize], group: usiz
     e.alu_k(ALU_LSH, GROUP_END, shift);
     e.alu_x(ALU_ADD, GROUP_END, FIRST);
     e.alu_k(ALU_MOV, KEPT, 0);
+    if kept_from(layout).is_some() {
+        e.stx(SIZE_DW, 10, O4, OUT_START);
+    }
 }
 
 /// Input `k`'s value of row `u` of the group into r0 (r1 may be clobbered): through
@@ -625,7 +653,9 @@ fn unrolled_row(e: &mut Emitter, layout: &Layout, order: &[usize], label: usize,
             e.alu_k(ALU_ADD, reg, w as i32);
         }
     }
-    e.alu_k(ALU_ADD, KEPT, 1);
+    if kept_from(layout).is_none() {
+        e.alu_k(ALU_ADD, KEPT, 1);
+    }
     e.label(Label::Skip(label));
 }
 

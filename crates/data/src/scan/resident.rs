@@ -204,17 +204,18 @@ impl<'d> ResidentScans<'d> {
             // Idle windows no size fits are freed first, then least recently used
             // entries, to make room.
             let more: u64 = missing.iter().map(|&i| sizes[i]).sum();
-            let unfit: Vec<usize> = (0..self.scratch.len())
-                .filter(|&k| !self.scratch[k].busy)
-                .filter(|_| self.used_bytes + more > self.budget)
-                .collect();
-            for k in unfit.into_iter().rev() {
-                let s = self.scratch.remove(k);
-                self.used_bytes -= s.bytes;
-                self.session.free(s.handle)?;
-                for t in taken.iter_mut().flatten() {
-                    if *t > k {
-                        *t -= 1;
+            if self.used_bytes + more > self.budget {
+                let unfit: Vec<usize> = (0..self.scratch.len())
+                    .filter(|&k| !self.scratch[k].busy)
+                    .collect();
+                for k in unfit.into_iter().rev() {
+                    let s = self.scratch.remove(k);
+                    self.used_bytes -= s.bytes;
+                    self.session.free(s.handle)?;
+                    for t in taken.iter_mut().flatten() {
+                        if *t > k {
+                            *t -= 1;
+                        }
                     }
                 }
             }

@@ -163,3 +163,53 @@ fn a_write_between_resident_scans_is_seen() {
     keeper.close().unwrap();
     dev.close().unwrap();
 }
+
+#[test]
+fn a_scan_gets_the_memory_idle_windows_hold_when_the_device_is_short() {
+    // One engine (the windows' sizes do not depend on the machine's cores) and 10 MiB of
+    // device memory: the first scan's windows (3.9 MB: an input and an output window of
+    // 82k rows in each of two buffer sets) fit, and so do the second's (7.9 MB: twice the
+    // rows a chunk), but not both.
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, local) = setup(tmp.path());
+    let config = csx_device::DeviceConfig {
+        perf: csx_device::perf::PerfModel::unthrottled(),
+        slm_size_bytes: 10 << 20,
+        engines: Some(1),
+        ..Default::default()
+    };
+    let dev = Device::init(&tmp.path().join("small"), config).unwrap();
+    csx_data::put::put_dir(&dev, &tmp.path().join("raw"), "/raw", &mut |_, _| {}).unwrap();
+    // A budget far above the device's memory: the keeper frees nothing for it.
+    let mut keeper = ResidentScans::windows_only(Session::new(&dev), 1 << 30);
+    let preds = [Predicate::new("v", Cmp::Gt(400))];
+    let want = scan_local(&local, &["k", "v"], &preds).unwrap();
+    let small = ScanOptions {
+        chunk_rows: 90_000,
+        ..OPTS
+    };
+    let first = scan_kept(&dev, "/raw", &["k", "v"], &preds, &small, Some(&mut keeper)).unwrap();
+    assert_eq!(values(&first), want);
+    let idle = keeper.kept_bytes();
+    assert!(
+        idle > 3 << 20,
+        "the first scan's windows stay idle: {idle} bytes"
+    );
+    // No idle window fits the second scan's sizes, and the device has no room for new
+    // ones beside them: the keeper frees its idle windows and lends none, and the scan
+    // allocates its own.
+    let large = ScanOptions {
+        chunk_rows: 180_000,
+        ..OPTS
+    };
+    let second = scan_kept(&dev, "/raw", &["k", "v"], &preds, &large, Some(&mut keeper))
+        .expect("the keeper's idle windows give way to a scan that needs the memory");
+    assert_eq!(values(&second), want);
+    assert_eq!(keeper.kept_bytes(), 0, "nothing lent, nothing idle");
+    // The next scan lends windows again.
+    let third = scan_kept(&dev, "/raw", &["k", "v"], &preds, &large, Some(&mut keeper)).unwrap();
+    assert_eq!(values(&third), want);
+    assert!(keeper.kept_bytes() > 0);
+    keeper.close().unwrap();
+    dev.close().unwrap();
+}
