@@ -28,6 +28,7 @@ fn setup(tmp: &std::path::Path) -> (Device, LocalTable) {
     let config = csx_device::DeviceConfig {
         perf: csx_device::perf::PerfModel::lambda_io(),
         resident_bytes: Some(16 << 20),
+        time_limit_ms: Some(csx_host::proto::limits::TIME_LIMIT_MS_MAX),
         ..Default::default()
     };
     let dev = Device::init(&tmp.join("dev"), config).unwrap();
@@ -176,6 +177,7 @@ fn a_scan_gets_the_memory_idle_windows_hold_when_the_device_is_short() {
         perf: csx_device::perf::PerfModel::unthrottled(),
         slm_size_bytes: 10 << 20,
         engines: Some(1),
+        time_limit_ms: Some(csx_host::proto::limits::TIME_LIMIT_MS_MAX),
         ..Default::default()
     };
     let dev = Device::init(&tmp.path().join("small"), config).unwrap();
