@@ -76,6 +76,7 @@ class Device:
         state_size: Optional[int] = None,
         engines: Optional[int] = None,
         resident_memory: Optional[int] = None,
+        throttle: Optional[bool] = None,
     ) -> Device: ...
     @property
     def uri(self) -> str: ...

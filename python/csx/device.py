@@ -380,6 +380,7 @@ class Device:
         state_size: Optional[int] = None,
         engines: Optional[int] = None,
         resident_memory: Optional[int] = None,
+        throttle: Optional[bool] = None,
     ) -> "Device":
         """Creates an embedded device in the state directory ``path`` and opens it.
 
@@ -389,10 +390,15 @@ class Device:
         None); ``resident_memory``: bytes of device memory that keep file ranges
         copies ask to keep, valid until the file changes (none when None; resident
         scans, :class:`csx.scan.ResidentScans`, need it to know their entries are
-        current)."""
+        current); ``throttle``: whether each command is held to the profile's modelled
+        time, so wall clocks see the modelled device (None: the profile's own, on for
+        ``"lambda-io"`` and ``"daisy"``); False keeps the profile's modelled times and
+        runs at this machine's speed, as the benchmarks' wall-time devices do."""
         p = _local_path("path", path)
         if profile is not None:
             _check_str("profile", profile)
+        if throttle is not None and not isinstance(throttle, bool):
+            raise TypeError(f"throttle must be a bool or None, not {type(throttle).__name__}")
         return cls(
             _native.Device.init(
                 p,
@@ -402,6 +408,7 @@ class Device:
                 state_size=_check_opt_int("state_size", state_size, 1),
                 engines=_check_opt_int("engines", engines, 1, 1024),
                 resident_memory=_check_opt_int("resident_memory", resident_memory, 0),
+                throttle=throttle,
             )
         )
 

@@ -416,7 +416,7 @@ impl PyDevice {
     /// Creates an embedded device in the state directory `path` and opens it.
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, profile=None, nvm_size=None, slm_size=None, state_size=None, engines=None, resident_memory=None))]
+    #[pyo3(signature = (path, profile=None, nvm_size=None, slm_size=None, state_size=None, engines=None, resident_memory=None, throttle=None))]
     fn init(
         py: Python<'_>,
         path: PathBuf,
@@ -426,6 +426,7 @@ impl PyDevice {
         state_size: Option<u64>,
         engines: Option<u32>,
         resident_memory: Option<u64>,
+        throttle: Option<bool>,
     ) -> PyResult<PyDevice> {
         let dev = py.detach(move || -> Result<Device> {
             let mut config = DeviceConfig {
@@ -440,6 +441,9 @@ impl PyDevice {
                 config
                     .set_profile(p)
                     .map_err(|e| Error::value(format!("profile {p:?}: {e}")))?;
+            }
+            if let Some(t) = throttle {
+                config.perf.throttle = t;
             }
             Ok(Device::init(&path, config)?)
         })?;

@@ -280,6 +280,26 @@ def test_embedded_device_persists_across_open(tmp_path):
         assert bytes(d2.get("/keep")) == b"persistent"
 
 
+def test_init_throttle_keeps_the_profile_and_sets_the_real_time_hold(tmp_path):
+    import json
+
+    from conftest import new_device
+
+    def perf(name, **kw):
+        new_device(tmp_path / name, profile="lambda-io", **kw).close()
+        with open(tmp_path / name / "device.json") as f:
+            return json.load(f)["perf"]
+
+    assert perf("own")["throttle"] is True
+    off = perf("off", throttle=False)
+    assert off["throttle"] is False
+    assert off["profile"] == "lambda-io"
+    assert off["media_bytes_per_sec"] == perf("own2")["media_bytes_per_sec"]
+    with pytest.raises(TypeError) as e:
+        new_device(tmp_path / "bad", throttle="no")
+    assert "throttle" in str(e.value)
+
+
 def test_threads_share_a_device(dev, stats64):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,7 +1,8 @@
 """TPC-H Q6 and Q1: DuckDB alone against DuckDB with device pushdown.
 
 Both sides start from the same LINEITEM on the same device (an embedded device under a
-performance profile, lambda-io by default, in a temporary directory):
+performance profile, lambda-io by default, in a temporary directory; throttling off, as
+in `csx bench ssb`: wall times are this machine's, modelled times the profile's):
 
   alone     the query's columns are read whole to the host (File Read commands) as
             Arrow, and DuckDB runs the whole query over them;
@@ -322,7 +323,12 @@ def _model_profiles(args: Any, work: str, data_dir: Optional[str], t: Optional[p
     for prof in profiles:
         _progress(f"modelling under {prof}", quiet)
         dev = csx.Device.init(
-            os.path.join(work, f"dev-{prof}"), profile=prof, nvm_size=8 << 30, slm_size=2 << 30, resident_memory=RESIDENT_MEMORY
+            os.path.join(work, f"dev-{prof}"),
+            profile=prof,
+            nvm_size=8 << 30,
+            slm_size=2 << 30,
+            resident_memory=RESIDENT_MEMORY,
+            throttle=False,
         )
         try:
             if t is not None:
@@ -441,6 +447,7 @@ def run(args: Any) -> int:
     meta: Dict[str, Any] = {
         "sf": args.sf,
         "profile": args.profile,
+        "throttle": False,
         "repeat": args.repeat,
         "machine": f"{platform.node()}: {os.cpu_count()} cores, {_cpu()}",
         "commit": _commit(),
@@ -455,7 +462,12 @@ def run(args: Any) -> int:
         meta["engines"] = engines
         _progress(f"creating an embedded device ({args.profile}) and putting LINEITEM on it", quiet)
         dev = csx.Device.init(
-            os.path.join(work, "dev"), profile=args.profile, nvm_size=8 << 30, slm_size=2 << 30, resident_memory=RESIDENT_MEMORY
+            os.path.join(work, "dev"),
+            profile=args.profile,
+            nvm_size=8 << 30,
+            slm_size=2 << 30,
+            resident_memory=RESIDENT_MEMORY,
+            throttle=False,
         )
         try:
             if t is not None:
