@@ -536,6 +536,18 @@ fn read_data(c: &Completion) -> Vec<u8> {
     }
 }
 
+/// A device with room for a few MiB copies and one engine, for the copies' ordering tests.
+fn copies_device(dir: &std::path::Path) -> DeviceRuntime {
+    let config = DeviceConfig {
+        nvm_size_bytes: 64 << 20,
+        slm_size_bytes: 64 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    DeviceRuntime::init(dir, config).expect("init")
+}
+
 /// A Memory Read or Write of bytes no copy in flight writes does not wait for the
 /// copies (`copies::wait_before`): with the copiers held, so the copy stays in flight
 /// for as long as the test wants, a write into another allocation and a read of it
@@ -546,14 +558,7 @@ fn read_data(c: &Completion) -> Vec<u8> {
 fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
     const LEN: usize = 1 << 20;
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = DeviceConfig {
-        nvm_size_bytes: 64 << 20,
-        slm_size_bytes: 64 << 20,
-        state_size_bytes: 4096,
-        engines: Some(1),
-        ..DeviceConfig::default()
-    };
-    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let dev = copies_device(dir.path());
     let qp = dev.queue_pair(16).expect("queue pair");
     let a: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(29)).collect();
     let mut ids = (1u64..).map(CommandId);
@@ -643,14 +648,7 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
 fn copies_keep_the_queue_order_against_dependent_commands() {
     const LEN: usize = 6 << 20;
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = DeviceConfig {
-        nvm_size_bytes: 64 << 20,
-        slm_size_bytes: 64 << 20,
-        state_size_bytes: 4096,
-        engines: Some(1),
-        ..DeviceConfig::default()
-    };
-    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let dev = copies_device(dir.path());
     let qp = dev.queue_pair(16).expect("queue pair");
     let pattern = |seed: u8| -> Vec<u8> {
         (0..LEN)
