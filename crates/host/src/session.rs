@@ -1053,9 +1053,10 @@ impl<'d> Session<'d> {
         Ok(sizes)
     }
 
-    /// [`Session::read_file`] of several ranges, `(path, offset, len)` each, asked all
-    /// at once (as [`Session::stat_files`]): their bytes, in order. A file that ends
-    /// before its range does is an error.
+    /// Reads several ranges of device files, `(path, offset, len)` each, to the host
+    /// (File Reads of at most `FILE_IO_SIZE_MAX` bytes, asked all at once as
+    /// [`Session::stat_files`] does): their bytes, in order. A file that ends before its
+    /// range does is an error; one naming the file.
     pub fn read_files(
         &mut self,
         ranges: &[(&str, u64, u64)],
@@ -1109,7 +1110,11 @@ impl<'d> Session<'d> {
         if let Some(e) = failed {
             return Err(e);
         }
-        r.map_err(|e| SessionError::device("reading files".to_string(), e))?;
+        // Completions come in order: the failed read is the first not done.
+        r.map_err(|e| {
+            let path = reads.get(commands as usize).map_or("", |r| r.1);
+            SessionError::device(format!("reading {path}"), e)
+        })?;
         self.meter.bytes_to_host += ranges.iter().map(|r| r.2).sum::<u64>();
         Ok(out)
     }
@@ -1122,29 +1127,8 @@ impl<'d> Session<'d> {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, SessionError> {
-        let mut out = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-        while (out.len() as u64) < len {
-            let at = offset + out.len() as u64;
-            let n = (len - out.len() as u64).min(FILE_IO_SIZE_MAX);
-            let op = Op::FileRead {
-                path: path.to_string(),
-                offset: at,
-                len: n,
-            };
-            let c = self.call(|| format!("reading {path}"), op, false)?;
-            match c.reply {
-                Reply::Data(d) if !d.is_empty() => out.extend_from_slice(&d),
-                _ => {
-                    return Err(SessionError::ShortRead {
-                        what: format!("{path} from {offset}"),
-                        found: out.len() as u64,
-                        expected: len,
-                    })
-                }
-            }
-        }
-        self.meter.bytes_to_host += len;
-        Ok(out)
+        let mut one = self.read_files(&[(path, offset, len)])?;
+        Ok(one.pop().expect("one range asked, one read"))
     }
 
     // ---------------------------------------------------------------------------------
