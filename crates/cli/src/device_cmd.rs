@@ -18,6 +18,7 @@ Examples:
   csx device init --state ./dev0
   csx device init --state /var/lib/csx/dev1 --nvm-size 16GiB --slm-size 2GiB --engines 4
   csx device init --state ./dev2 --profile lambda-io --link-bandwidth 2GB/s
+  csx device init --state ./dev3 --profile daisy --throttle off
   CSX_DEVICE=./dev0 csx device info";
 
 /// Create and manage devices.
@@ -79,6 +80,11 @@ pub struct InitArgs {
     /// Performance profile of the emulated device: unthrottled, lambda-io or daisy.
     #[arg(long, value_name = "NAME", default_value = "unthrottled")]
     profile: String,
+    /// Hold each command to the profile's modelled time (on), or run at this machine's
+    /// speed while still reporting the modelled times (off). If absent: on for lambda-io,
+    /// daisy and any overridden profile, off for unthrottled.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    throttle: Option<bool>,
     /// Override the profile's host link bandwidth, e.g. 2GB/s, 10Gbps, unlimited.
     #[arg(long, value_name = "RATE", value_parser = parse_rate)]
     link_bandwidth: Option<u64>,
@@ -118,7 +124,17 @@ fn parse_rate(text: &str) -> Result<u64, String> {
     csx_array::link::parse_bandwidth(text).map_err(|e| e.to_string())
 }
 
-/// The profile and its overrides (`custom` in the profile name once overridden).
+/// `on` or `off`, naming the bad text otherwise.
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected on or off, not {text:?}")),
+    }
+}
+
+/// The profile and its overrides (`custom` in the profile name once overridden; a
+/// custom profile throttles unless `--throttle off`).
 fn apply_perf(config: &mut DeviceConfig, args: &InitArgs) -> anyhow::Result<()> {
     config.set_profile(&args.profile)?;
     let perf = &mut config.perf;
@@ -149,6 +165,9 @@ fn apply_perf(config: &mut DeviceConfig, args: &InitArgs) -> anyhow::Result<()> 
         perf.profile = format!("{}+custom", args.profile);
         perf.throttle = true;
     }
+    if let Some(on) = args.throttle {
+        perf.throttle = on;
+    }
     Ok(())
 }
 
@@ -177,6 +196,8 @@ fn init(args: InitArgs) -> anyhow::Result<u8> {
             "engines": info.engines,
             "time_limit_ms": config.time_limit_ms_effective(),
             "media_reads": config.media_reads.unwrap_or_default().to_string(),
+            "profile": config.perf.profile,
+            "throttle": config.perf.throttle,
         });
         println!("{out:#}");
     } else {

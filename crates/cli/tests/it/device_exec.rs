@@ -412,3 +412,58 @@ fn init_sets_the_time_limit_exec_reports_it() {
         "{stdout}"
     );
 }
+
+/// `csx device init --throttle on|off` decides whether commands are held to the
+/// profile's modelled time; absent, the profile decides (daisy and any overridden
+/// profile throttle). The choice is what the device keeps in its device.json, and a bad
+/// value is refused naming it.
+#[test]
+fn init_throttle_overrides_the_profile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], bool); 5] = [
+        (&["--profile", "daisy"], true),
+        (&["--profile", "daisy", "--throttle", "off"], false),
+        (&["--profile", "unthrottled", "--throttle", "on"], true),
+        (&["--profile", "lambda-io", "--media-gbps", "2"], true),
+        (
+            &[
+                "--profile",
+                "lambda-io",
+                "--media-gbps",
+                "2",
+                "--throttle",
+                "off",
+            ],
+            false,
+        ),
+    ];
+    for (k, (flags, throttle)) in cases.iter().enumerate() {
+        let dev = tmp.path().join(format!("dev{k}"));
+        let init = json(
+            csx()
+                .args(["device", "init", "--state"])
+                .arg(&dev)
+                .args(["--nvm-size", "16MiB", "--slm-size", "16MiB", "--json"])
+                .args(*flags)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(init["throttle"], *throttle, "{flags:?}: {init}");
+        let kept: Value =
+            serde_json::from_slice(&std::fs::read(dev.join("device.json")).unwrap()).unwrap();
+        assert_eq!(kept["perf"]["throttle"], *throttle, "{flags:?}: {kept}");
+    }
+    let out = csx()
+        .args(["device", "init", "--state"])
+        .arg(tmp.path().join("bad"))
+        .args(["--throttle", "yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--throttle") && err.contains("\"yes\""),
+        "{err}"
+    );
+    assert!(!tmp.path().join("bad").exists());
+}
