@@ -4,7 +4,8 @@
 //! `cargo run --release -p csx-data --example q6_program -- [RUNS] [ROWS] [jit|cranelift|interp]`.
 //! Prints each run's rows kept, instructions counted (the model's), fuel and execute ns;
 //! run it under `valgrind --tool=callgrind` to count the JIT-compiled code's own
-//! machine instructions (the unnamed object).
+//! machine instructions (the unnamed object). `CSX_Q6_IMAGE=PATH` writes the program's
+//! raw image to PATH (`csx vm disasm PATH` reads it).
 
 use csx_data::rng::Stream;
 use csx_data::scan::program::{emit, Input, Layout, Output, PASS_UNKNOWN};
@@ -77,6 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let mut perf = csx_device::perf::PerfModel::lambda_io();
     perf.throttle = false;
+    // CSX_Q6_COUNT=0: runs not counted (the code a profile without device instruction
+    // costs runs); counted by default, as under lambda-io and daisy.
+    if std::env::var("CSX_Q6_COUNT").is_ok_and(|v| v == "0") {
+        perf.count_work = Some(false);
+    }
     // "cranelift": no tiering, every run on Cranelift's code; "jit": tiered (the quick
     // tier until the background compile lands).
     let config = csx_device::DeviceConfig {
@@ -90,6 +96,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     dev.write_mem(input, 0, &window)?;
     let image = emit(&layout)?;
     println!("program: {} slots", image.len() / 8);
+    if let Some(path) = std::env::var_os("CSX_Q6_IMAGE") {
+        // The raw image, for `csx vm disasm`.
+        std::fs::write(path, &image)?;
+    }
     let p = dev.load_program_any_slot(ProgramType::Raw, &image, Some("scan"))?;
     dev.activate(p, engine)?;
     for _ in 0..runs {

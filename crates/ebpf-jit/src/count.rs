@@ -12,7 +12,12 @@
 //! * a **chain**: `b`'s only predecessor is `a` and `a`'s only successor is `b`;
 //! * a **join**: `b`'s predecessors are a branch `h` and the arm(s) `h` branches to,
 //!   each arm entered only from `h` and leaving only to `b` (an if-then triangle, or an
-//!   if-then-else diamond of two arms): every pass through `h` reaches `b` once.
+//!   if-then-else diamond of two arms): every pass through `h` reaches `b` once;
+//! * a **region**: more generally, `h` is `b`'s lowest earlier predecessor and every
+//!   block between them (its arms: reached from `h` without passing `b`) is entered only
+//!   from `h` and the arms, and leaves only to arms or `b` (never back to `h`, out of the
+//!   function or through a local call), as are `b`'s own entries: a row's tests that
+//!   each skip to the next row ([`region_parent`]).
 //!
 //! A pass through a class can stop early only at a trap (a function's `exit` has no
 //! successor, so it never has a block after it in a class). A trap in a block *before*
@@ -248,11 +253,51 @@ fn parent_of(nodes: &HashMap<u32, Node>, b: u32) -> Option<(u32, Vec<u32>)> {
             {
                 Some((np.preds[0], vec![p, q]))
             } else {
-                None
+                region_parent(nodes, b)
             }
         }
-        _ => None,
+        _ => region_parent(nodes, b),
     }
+}
+
+/// Most blocks between a region's entry and its join ([`region_parent`]).
+const REGION_BLOCKS_MAX: usize = 64;
+
+/// The would-be parent of `b` as the join of a *region*: its lowest predecessor `h`
+/// before it, when every block reached from `h` without passing `b` (the arms) is
+/// entered only from `h` and the arms, never returns to `h`, leaves the function, or
+/// ends in a local call, and `b` is entered only from them too. Every pass through `h`
+/// then reaches `b` exactly once (a trap aside), whatever the arms do: the tests of a
+/// row that each may skip the rest of it, the scan program's shape (an if-then with
+/// several exits to one join, which the triangle and diamond do not cover).
+fn region_parent(nodes: &HashMap<u32, Node>, b: u32) -> Option<(u32, Vec<u32>)> {
+    let bn = &nodes[&b];
+    let h = *bn.preds.iter().find(|&&p| p < b)?;
+    if h == OUTSIDE || nodes[&h].local_call {
+        return None;
+    }
+    let mut arms: Vec<u32> = Vec::new();
+    let mut work: Vec<u32> = nodes[&h].succs.clone();
+    while let Some(x) = work.pop() {
+        if x == b || arms.contains(&x) {
+            continue;
+        }
+        let n = nodes.get(&x)?;
+        if x == h || n.local_call || n.succs.is_empty() || arms.len() == REGION_BLOCKS_MAX {
+            return None;
+        }
+        arms.push(x);
+        work.extend(n.succs.iter().copied());
+    }
+    let inside = |p: &u32| *p == h || arms.contains(p);
+    if arms.is_empty() || !bn.preds.iter().all(inside) {
+        return None;
+    }
+    if !arms.iter().all(|a| nodes[a].preds.iter().all(inside)) {
+        return None;
+    }
+    arms.sort_unstable();
+    Some((h, arms))
 }
 
 /// Each member's slot ranges before it, and its head.

@@ -209,3 +209,45 @@ fn a_trap_inside_a_class_counts_like_the_interpreter() {
     let (out, _) = work_of(abort, 100_000);
     assert!(out.result.is_err());
 }
+
+/// A row of tests in a loop, each able to skip to the next row (the scan program's
+/// shape): the skip block joins the loop head's class as a region's join, and a load
+/// trapping in an arm at some pass, or fuel running out anywhere, still leaves every
+/// block's count equal to the interpreter's.
+#[test]
+fn a_region_with_several_exits_shares_its_head_counter() {
+    let src = |limit: u32, off: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\n\
+             loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\njgt %r3, 40, skip\n\
+             ldxb %r5, [%r4+{off}]\njset %r5, 1, skip\n\
+             add %r0, %r5\njgt %r5, 30, skip\n\
+             add %r0, 1\nstxb [%r4+0], %r0\n\
+             skip:\nadd %r6, 1\njlt %r6, {limit}, loop\nexit"
+        )
+    };
+    let p = program(&src(5, 0), vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    let classes = crate::count::plan(p.insns(), p.blocks(), &plan.functions[0]);
+    assert_eq!(p.blocks().leaders(), [0, 2, 6, 8, 10, 12, 14]);
+    let shape: Vec<Vec<u32>> = classes
+        .iter()
+        .map(|c| c.members.iter().map(|m| m.leader).collect())
+        .collect();
+    // Entry 0; row head 2 with its join 12; the arms 6, 8, 10 alone; exit 14.
+    assert_eq!(
+        shape,
+        vec![vec![0], vec![2, 12], vec![6], vec![8], vec![10], vec![14]]
+    );
+    assert_eq!(
+        classes[1].members[1].before,
+        vec![(2, 12)],
+        "the head and every arm"
+    );
+    for (limit, off) in [(5, 0), (20, 0), (20, 50), (40, 30), (64, 1)] {
+        let src = src(limit, off);
+        for fuel in [0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 100_000] {
+            work_of(&src, fuel);
+        }
+    }
+}
