@@ -34,6 +34,7 @@ mod analysis;
 mod code_memory;
 mod compiled;
 mod count;
+mod extend;
 mod loops;
 mod params;
 #[cfg(target_arch = "x86_64")]
@@ -118,9 +119,20 @@ fn plan_of(program: &VerifiedProgram, counting: bool) -> Result<ProgramPlan, Jit
 fn host_module(
     codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
 ) -> Result<JITModule, JitError> {
+    Ok(JITModule::new(JITBuilder::with_isa(
+        host_isa(codegen, "speed")?,
+        cranelift_module::default_libcall_names(),
+    )))
+}
+
+/// The host ISA at Cranelift's `opt_level`.
+fn host_isa(
+    codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
+    opt_level: &str,
+) -> Result<cranelift_codegen::isa::OwnedTargetIsa, JitError> {
     let mut flags = settings::builder();
     for (flag, value) in [
-        ("opt_level", "speed"),
+        ("opt_level", opt_level),
         ("use_colocated_libcalls", "false"),
         ("is_pic", "false"),
         (
@@ -134,16 +146,35 @@ fn host_module(
     ] {
         flags.set(flag, value).map_err(|e| codegen(&e))?;
     }
-    let isa = cranelift_native::builder()
+    cranelift_native::builder()
         .map_err(|m| JitError::UnsupportedHost {
             message: m.to_string(),
         })?
         .finish(settings::Flags::new(flags))
-        .map_err(|e| codegen(&e))?;
-    Ok(JITModule::new(JITBuilder::with_isa(
-        isa,
-        cranelift_module::default_libcall_names(),
-    )))
+        .map_err(|e| codegen(&e))
+}
+
+/// Compiles `ctx`'s function into `module` as `id`: a function with narrow loads to
+/// fold goes through `extend::define` and `lowering`, the host ISA with the mid-end
+/// off (made on first use).
+fn define(
+    module: &mut JITModule,
+    lowering: &mut Option<cranelift_codegen::isa::OwnedTargetIsa>,
+    id: cranelift_module::FuncId,
+    ctx: &mut cranelift_codegen::Context,
+    codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
+) -> Result<(), JitError> {
+    if extend::has_narrow_loads(&ctx.func) {
+        if lowering.is_none() {
+            *lowering = Some(host_isa(codegen, "none")?);
+        }
+        let lowering = lowering.as_deref().expect("made just now");
+        extend::define(module, lowering, id, ctx).map_err(|e| codegen(&e))
+    } else {
+        module
+            .define_function(id, ctx)
+            .map_err(|e| codegen(&format_args!("{e:?}")))
+    }
 }
 
 impl compiled::Backend for Cranelift {
@@ -163,6 +194,9 @@ impl compiled::Backend for Cranelift {
         let insns = program.insns();
         let plan = plan_of(program, counting)?;
         let mut module = host_module(&codegen)?;
+        // The host ISA with Cranelift's mid-end off, for functions whose narrow loads
+        // are folded into their extensions after the mid-end (see `extend`).
+        let mut lowering_isa = None;
         let call_conv = module.isa().default_call_conv();
 
         // Declare every function first, so calls can refer to any of them: the entry
@@ -233,9 +267,7 @@ impl compiled::Backend for Cranelift {
             if dump {
                 ctx.set_disasm(true);
             }
-            module
-                .define_function(id, &mut ctx)
-                .map_err(|e| codegen(&format_args!("{e:?}")))?;
+            define(&mut module, &mut lowering_isa, id, &mut ctx, &codegen)?;
             if dump {
                 if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
                     eprintln!("== {} function {}\n{v}", program.name(), f.start);

@@ -264,3 +264,52 @@ fn region_caches_moved_inside_an_unchecked_copy_serve_the_code_after_it() {
     let out = sweep(&scan_with_data_indexed_accesses(70, 15));
     assert_eq!(trap_of(&out).pc, 4);
 }
+
+/// A 32-bit sum of zero-extended byte, halfword and word loads over `n` bytes of a
+/// read-only region (cksum's shape: an unrolled group whose loads are pure values, the
+/// sum used on both ways out of the loop, so each load is folded into its extension
+/// after Cranelift's mid-end, `extend`), and a 64-bit sum of the bytes beside it.
+fn narrow_sums(n: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r2, 0\nmov %r6, %r1\nmov %r7, 0\n\
+         loop:\nldxb %r3, [%r6+0]\nlsh32 %r3, 8\nldxb %r4, [%r6+1]\nor32 %r3, %r4\n\
+         ldxh %r5, [%r6+0]\nadd32 %r3, %r5\nldxw %r5, [%r6+0]\nadd32 %r3, %r5\n\
+         add32 %r0, %r3\nldxb %r4, [%r6+3]\nadd %r2, %r4\n\
+         add %r6, 2\nadd %r7, 2\njlt %r7, {n}, loop\nlsh %r2, 32\nor %r0, %r2\nexit"
+    )
+}
+
+/// Narrow loads folded into their extensions read what the interpreter reads, bytes
+/// with the high bit set included (a sign extension, or a load one byte off, fails),
+/// at every budget and every trip count around the group size; a scan that runs past
+/// the region's end traps at the first load past it, with the interpreter's fuel.
+#[test]
+fn narrow_loads_folded_into_their_extensions_match_at_every_budget() {
+    let bytes: Vec<u8> = (0..96u32).map(|i| (i * 37 + 0x80) as u8).collect();
+    let at = |i: usize| u64::from(bytes[i]);
+    for n in [2, 30, 32, 34, 64, 90] {
+        let p = program(&narrow_sums(n), vec![]);
+        assert_eq!(unroll_plans(&narrow_sums(n)).len(), 1);
+        let out = sweep_on_input(&p, &bytes);
+        let (mut sum, mut wide) = (0u32, 0u64);
+        for i in (0..n as usize).step_by(2) {
+            let half = (at(i) | at(i + 1) << 8) as u32;
+            let word = half | ((at(i + 2) | at(i + 3) << 8) as u32) << 16;
+            let term = ((at(i) << 8) as u32 | at(i + 1) as u32)
+                .wrapping_add(half)
+                .wrapping_add(word);
+            sum = sum.wrapping_add(term);
+            wide += at(i + 3);
+        }
+        assert_eq!(out.result, Ok(u64::from(sum) | wide << 32), "{n} bytes");
+    }
+    // 96 bytes mapped: the word load (slot 10) at 94 reads past the end.
+    let out = sweep_on_input(&program(&narrow_sums(120), vec![]), &bytes);
+    let trap = trap_of(&out);
+    let at_94 = (2 << 32) + 94;
+    assert!(
+        trap.pc == 10
+            && matches!(trap.kind, TrapKind::OutOfBounds { addr, size: 4, write: false } if addr == at_94),
+        "{trap:?}"
+    );
+}

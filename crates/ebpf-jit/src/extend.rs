@@ -1,0 +1,222 @@
+//! Narrow loads folded into their extensions after Cranelift's mid-end.
+//!
+//! The translation gives Cranelift a narrow load from memory that cannot change during
+//! the run as a pure `load.i8`/`i16`/`i32` and an extension (`Translator::pure_load`),
+//! so the mid-end may merge, hoist and schedule it beside its use. x86-64 lowering folds
+//! such a load into its extension (`movzbl (mem)`) only when the loaded value is used
+//! once *and* no value computed from it is used twice: a sum carried around an unrolled
+//! loop is used on both of the loop's ways out, which marks every value it was computed
+//! from as used twice (Cranelift's `compute_use_states`), so each load became a `movzx`
+//! from memory followed by a second `movzx` of the register (cksum: 48 of them in a
+//! group of 16 iterations). Making the loads extending loads (`uload8` ...) before the
+//! mid-end does not help: those are effects, so the mid-end computes every value they
+//! feed just before its first effectful use, all the group's loads live at once.
+//!
+//! So a function with such loads ([`has_narrow_loads`]) is [`define`]d in three steps:
+//! Cranelift's mid-end at the module's ISA; [`fold_narrow_loads`], which replaces each
+//! load used only by its extension with the extending load at the extension's place
+//! (where the mid-end put it); lowering at the same ISA with the mid-end off.
+//! Only zero extensions: folding sign extensions as well (`movswq (mem)`) made a
+//! held-out 7-tap FIR over `i16` samples 1.23x slower (the allocator then reloaded the
+//! base pointer before each folded load), and no kernel faster than the unsigned folds
+//! alone (interleaved A/B, docs/benchmarks-history.md).
+
+use cranelift_codegen::ir::{Function, Inst, InstBuilder, InstructionData, Opcode, ValueDef};
+use cranelift_codegen::isa::TargetIsa;
+use cranelift_codegen::Context;
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Module, ModuleReloc};
+
+/// A zero extension of a movable read-only narrow `load` that nothing else uses:
+/// `(extension, load)`.
+fn candidates(func: &Function) -> Vec<(Inst, Inst)> {
+    let mut uses = std::collections::BTreeMap::new();
+    let mut extends = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                *uses.entry(v).or_insert(0u32) += 1;
+            }
+            if let InstructionData::Unary {
+                opcode: Opcode::Uextend,
+                arg,
+            } = func.dfg.insts[inst]
+            {
+                extends.push((inst, arg));
+            }
+        }
+    }
+    extends
+        .into_iter()
+        .filter_map(|(ext, arg)| {
+            let ValueDef::Result(load, _) = func.dfg.value_def(arg) else {
+                return None;
+            };
+            let InstructionData::Load {
+                opcode: Opcode::Load,
+                flags,
+                ..
+            } = func.dfg.insts[load]
+            else {
+                return None;
+            };
+            let fl = func.dfg.mem_flags[flags];
+            let movable = fl.readonly() && fl.can_move();
+            (movable && uses[&arg] == 1 && func.layout.inst_block(load).is_some())
+                .then_some((ext, load))
+        })
+        .collect()
+}
+
+/// Whether `func` has a narrow load [`fold_narrow_loads`] would fold.
+pub(crate) fn has_narrow_loads(func: &Function) -> bool {
+    !candidates(func).is_empty()
+}
+
+/// Replaces every zero extension of a movable read-only narrow `load` used by nothing
+/// else with the extending load (`uload8`, `uload16`, `uload32`) at the extension's
+/// place, and removes the load. Same value: the memory cannot change during the run, and the
+/// address is valid wherever the mid-end could have put the load (`can_move`).
+pub(crate) fn fold_narrow_loads(func: &mut Function) {
+    for (ext, load) in candidates(func) {
+        let InstructionData::Load {
+            flags,
+            arg: addr,
+            offset,
+            ..
+        } = func.dfg.insts[load]
+        else {
+            unreachable!("a candidate's load is a load");
+        };
+        let fl = func.dfg.mem_flags[flags];
+        let from = func.dfg.value_type(func.dfg.first_result(load));
+        let to = func.dfg.ctrl_typevar(ext);
+        let r = func.replace(ext);
+        match from.bits() {
+            8 => r.uload8(to, fl, addr, offset),
+            16 => r.uload16(to, fl, addr, offset),
+            32 => r.uload32(fl, addr, offset),
+            _ => unreachable!("an extended value is narrower than 64 bits"),
+        };
+        func.layout.remove_inst(load);
+    }
+}
+
+/// Defines function `id` in `module` from `ctx`: Cranelift's mid-end at the module's
+/// ISA, [`fold_narrow_loads`], then lowering with `lowering` (the same host ISA at
+/// `opt_level` none, so the mid-end does not run again and move the values the
+/// extending loads feed, see the module doc).
+pub(crate) fn define(
+    module: &mut JITModule,
+    lowering: &dyn TargetIsa,
+    id: FuncId,
+    ctx: &mut Context,
+) -> Result<(), String> {
+    let mut plane = cranelift_codegen::control::ControlPlane::default();
+    ctx.optimize(module.isa(), &mut plane)
+        .map_err(|e| format!("{e:?}"))?;
+    fold_narrow_loads(&mut ctx.func);
+    ctx.compile(lowering, &mut plane)
+        .map_err(|e| format!("{:?}", e.inner))?;
+    let compiled = ctx.compiled_code().expect("compiled just now");
+    let align = u64::from(compiled.buffer.alignment)
+        .max(u64::from(module.isa().function_alignment().minimum))
+        .max(module.isa().symbol_alignment());
+    let relocs: Vec<ModuleReloc> = compiled
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .collect();
+    let bytes = compiled.code_buffer().to_vec();
+    module
+        .define_function_bytes(id, align, &bytes, &relocs)
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use cranelift_codegen::ir::types;
+    use cranelift_codegen::ir::{AbiParam, MemFlagsData, Signature, UserFuncName};
+    use cranelift_codegen::isa::CallConv;
+    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+
+    use super::*;
+
+    /// A function loading a byte at `p` with `flags`, zero-extending it to 32 bits and
+    /// returning the sum of the extension with itself (used twice, as a sum carried
+    /// around a loop is); `extra_use`: the loaded byte is also returned.
+    fn byte_sum(flags: MemFlagsData, extra_use: bool) -> Function {
+        let mut sig = Signature::new(CallConv::SystemV);
+        sig.params.push(AbiParam::new(types::I64));
+        sig.returns.push(AbiParam::new(types::I32));
+        sig.returns.push(AbiParam::new(types::I8));
+        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut ctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut ctx);
+        let entry = b.create_block();
+        b.append_block_params_for_function_params(entry);
+        b.switch_to_block(entry);
+        let p = b.block_params(entry)[0];
+        let byte = b.ins().load(types::I8, flags, p, 3);
+        let wide = b.ins().uextend(types::I32, byte);
+        let sum = b.ins().iadd(wide, wide);
+        let other = if extra_use {
+            byte
+        } else {
+            b.ins().iconst(types::I8, 0)
+        };
+        b.ins().return_(&[sum, other]);
+        b.seal_all_blocks();
+        let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        b.finalize(isa.frontend_config());
+        func
+    }
+
+    fn opcodes(func: &Function) -> Vec<Opcode> {
+        let block = func.layout.entry_block().expect("an entry block");
+        func.layout
+            .block_insts(block)
+            .map(|i| func.dfg.insts[i].opcode())
+            .collect()
+    }
+
+    #[test]
+    fn a_movable_read_only_narrow_load_used_once_becomes_an_extending_load() {
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        let mut func = byte_sum(fixed, false);
+        assert!(has_narrow_loads(&func));
+        fold_narrow_loads(&mut func);
+        assert_eq!(
+            opcodes(&func),
+            [Opcode::Uload8, Opcode::Iadd, Opcode::Iconst, Opcode::Return]
+        );
+        let block = func.layout.entry_block().expect("an entry block");
+        let first = func.layout.first_inst(block).expect("a first instruction");
+        let InstructionData::Load { offset, .. } = func.dfg.insts[first] else {
+            panic!("{:?}", func.dfg.insts[first]);
+        };
+        assert_eq!(i32::from(offset), 3);
+        assert_eq!(
+            func.dfg.value_type(func.dfg.first_result(first)),
+            types::I32
+        );
+        assert!(!has_narrow_loads(&func));
+    }
+
+    #[test]
+    fn loads_that_may_change_or_have_other_uses_stay() {
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        for func in [
+            byte_sum(MemFlagsData::trusted(), false),
+            byte_sum(MemFlagsData::trusted().with_readonly(), false),
+            byte_sum(fixed, true),
+        ] {
+            assert!(!has_narrow_loads(&func));
+            let mut folded = func.clone();
+            fold_narrow_loads(&mut folded);
+            assert_eq!(opcodes(&folded), opcodes(&func));
+            assert_eq!(opcodes(&func)[..2], [Opcode::Load, Opcode::Uextend]);
+        }
+    }
+}
