@@ -6,7 +6,7 @@
 //! A transfer worker takes its queue in order, as before. A Memory Copy whose sources
 //! all read the media (`File`, `ResidentFile`, `Nvm`) it hands to a copier thread and
 //! goes on; anything else it runs itself, only once every copy handed out has ended
-//! (it drains them), except a Memory Read or Write, which waits only for the copies in
+//! (it drains them), except a Memory Read, Write or Fill, which waits only for the copies in
 //! flight into bytes it touches. So, against every other transfer command, copies keep
 //! the order of the queue: a file written and then copied, a copy and then a read or
 //! write of its destination, see each other in that order, as with one worker running
@@ -17,6 +17,13 @@
 //! Two copies in flight together only read the media, and a copy waits for any copy in
 //! flight into overlapping bytes of the same allocation, so the last one submitted
 //! writes them last.
+//!
+//! Handing a copy out does not wait for a copier: up to [`COPIES_QUEUED_MAX`] wait in
+//! the copiers' queue, so the transfer worker goes on to the commands behind a burst of
+//! copies (a staging's expected headers, written while its copies and the next ones
+//! are read) instead of holding them until all but the last few copies have started.
+//! A copier takes the first queued copy that writes no bytes of a copy running or
+//! queued before it.
 //!
 //! A throttled device (`PerfModel::throttle`) holds each command to its modelled time,
 //! so there copies run on the transfer worker one at a time, as the model assumes.
@@ -38,6 +45,13 @@ use super::Shared;
 /// `DIRECT_QUEUE_DEPTH` reads, enough that one copy's last pieces overlap the next
 /// copies' first.
 pub(super) const COPIES_IN_FLIGHT_MAX: usize = 4;
+
+/// Memory Copies handed out and not yet ended (queued for a copier or running): the
+/// bound of the copiers' queue, past which a transfer worker waits to hand one out.
+/// A staging's copies (a few rounds of a partition each) fit.
+pub(super) const COPIES_QUEUED_MAX: usize = 64;
+
+const _: () = assert!(COPIES_IN_FLIGHT_MAX <= COPIES_QUEUED_MAX);
 
 /// Bytes a copy writes: its allocation and `[start, end)` in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,8 +100,9 @@ pub(super) fn detachable(job: &Job) -> Option<Destination> {
     })
 }
 
-/// The device memory `job` reads or writes when it is a Memory Read or Write (which
-/// waits only for copies in flight into those bytes); `None` for any other command.
+/// The device memory `job` reads or writes when it is a Memory Read, Write or Fill
+/// (which waits only for copies in flight into those bytes); `None` for any other
+/// command.
 pub(super) fn memory_access(job: &Job) -> Option<Destination> {
     if job.dma.is_some() || job.stop.is_some() {
         return None;
@@ -103,6 +118,12 @@ pub(super) fn memory_access(job: &Job) -> Option<Destination> {
             offset,
             data,
         } => (*handle, *offset, data.len() as u64),
+        Op::MemFill {
+            handle,
+            offset,
+            len,
+            ..
+        } => (*handle, *offset, *len),
         _ => return None,
     };
     Some(Destination {
@@ -118,6 +139,8 @@ struct State {
     queue: VecDeque<(Job, Destination)>,
     /// Destinations of the copies handed out and not yet ended (queued or running).
     in_flight: Vec<Destination>,
+    /// Destinations of the copies running on a copier.
+    running: Vec<Destination>,
     closed: bool,
     /// Tests only: the copiers take nothing while set (the copies handed out stay in
     /// flight), so a test can order commands against a copy without racing it.
@@ -142,12 +165,11 @@ impl Copies {
     }
 
     /// Hands `job` (writing `dst`) to the copiers, once fewer than
-    /// [`COPIES_IN_FLIGHT_MAX`] are in flight and none writes bytes of `dst`.
+    /// [`COPIES_QUEUED_MAX`] are in flight; it runs once no copy handed out before it
+    /// writes bytes of `dst` ([`Copies::take`]).
     pub(super) fn hand_off(&self, job: Job, dst: Destination) {
         let mut g = self.lock();
-        while g.in_flight.len() >= COPIES_IN_FLIGHT_MAX
-            || g.in_flight.iter().any(|d| d.overlaps(&dst))
-        {
+        while g.in_flight.len() >= COPIES_QUEUED_MAX {
             g = self.wait(g);
         }
         g.in_flight.push(dst);
@@ -164,7 +186,7 @@ impl Copies {
         }
     }
 
-    /// Waits until the copies `job` must follow have ended: for a Memory Read or
+    /// Waits until the copies `job` must follow have ended: for a Memory Read, Fill or
     /// Write ([`memory_access`]), those into bytes it touches; for anything else,
     /// every copy handed out.
     pub(super) fn wait_before(&self, job: &Job) {
@@ -186,7 +208,16 @@ impl Copies {
             #[cfg(not(test))]
             let held = false;
             if !held {
-                if let Some(next) = g.queue.pop_front() {
+                // The first queued copy whose bytes no copy before it (running, or
+                // queued ahead of it) writes: overlapping copies run in queue order.
+                let st = &mut *g;
+                let ready = (0..st.queue.len()).find(|&i| {
+                    let dst = &st.queue[i].1;
+                    !st.running.iter().any(|d| d.overlaps(dst))
+                        && !st.queue.iter().take(i).any(|(_, d)| d.overlaps(dst))
+                });
+                if let Some(next) = ready.and_then(|i| st.queue.remove(i)) {
+                    st.running.push(next.1);
                     return Some(next);
                 }
             }
@@ -201,6 +232,9 @@ impl Copies {
         let mut g = self.lock();
         if let Some(i) = g.in_flight.iter().position(|d| *d == dst) {
             g.in_flight.swap_remove(i);
+        }
+        if let Some(i) = g.running.iter().position(|d| *d == dst) {
+            g.running.swap_remove(i);
         }
         drop(g);
         self.changed.notify_all();

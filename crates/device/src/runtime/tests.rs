@@ -636,6 +636,100 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
     dev.close().expect("close");
 }
 
+/// Handing a copy to the copiers does not wait for a copier (`copies::hand_off`, up to
+/// `COPIES_QUEUED_MAX`): with the copiers held, more copies than run at once (the last
+/// into the bytes of the first), then a Memory Fill and a Memory Write of other bytes, all
+/// submitted at once; the fill and the write complete while every copy waits. Released,
+/// the copies end, and the bytes both the first and the last copy write hold the last
+/// one's (a copier never starts a copy before an earlier one into the same bytes has
+/// ended). Without the rule the worker waits to hand out the fifth copy, so the fill
+/// never completes (the reap gives up after a minute, a deadlock's bound, not a speed
+/// goal); with a fill draining the copies as before, it never completes either.
+#[test]
+fn fills_and_writes_pass_more_copies_than_run_at_once() {
+    const LEN: usize = 64 << 10;
+    let copies = super::copies::COPIES_IN_FLIGHT_MAX + 1;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let dev = copies_device(dir.path());
+    let qp = dev.queue_pair(32).expect("queue pair");
+    let a: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(29)).collect();
+    let b: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(7) ^ 0x55).collect();
+    let mut ids = (1u64..).map(CommandId);
+    let mut next = || ids.next().expect("ids enough");
+    put_file(&qp, next(), "/a", &a);
+    put_file(&qp, next(), "/b", &b);
+    let h1 = alloc_mem(&qp, next(), (copies * LEN) as u64);
+    let h2 = alloc_mem(&qp, next(), 4096);
+    dev.shared().copies.hold(true);
+    let copy = |path: &str, at: usize| Op::MemCopy {
+        dst: h1,
+        dst_offset: at as u64,
+        sources: vec![CopySource::File {
+            path: path.to_string(),
+            offset: 0,
+            len: LEN as u64,
+        }],
+    };
+    let mut ops: Vec<Op> = (0..copies).map(|i| copy("/a", i * LEN)).collect();
+    ops.push(copy("/b", 0));
+    ops.push(Op::MemFill {
+        handle: h2,
+        offset: 0,
+        len: 4096,
+        byte: 0x5a,
+    });
+    ops.push(Op::MemWrite {
+        handle: h2,
+        offset: 64,
+        data: vec![0x7e; 64],
+    });
+    let sent: Vec<CommandId> = (ops.into_iter())
+        .map(|op| {
+            let id = next();
+            qp.submit(Command::new(id, op)).expect("submit");
+            id
+        })
+        .collect();
+    let deadlock = Some(std::time::Duration::from_secs(60));
+    let while_held: Vec<Option<Completion>> = (0..2).map(|_| qp.reap(deadlock)).collect();
+    // Released before any assertion: a held copy would keep the device from closing.
+    dev.shared().copies.hold(false);
+    let first: Vec<Completion> = (while_held.into_iter())
+        .map(|c| c.expect("the fill and the write end while the copies are held"))
+        .collect();
+    let ids: Vec<CommandId> = first.iter().map(|c| c.id).collect();
+    assert_eq!(
+        ids,
+        sent[copies + 1..],
+        "the fill, then the write, before any copy"
+    );
+    for _ in 0..=copies {
+        let c = qp.reap(None).expect("a copy's completion");
+        assert_eq!(c.status, Status::Success, "{c:?}");
+    }
+    let read = |id: CommandId, handle: MemHandle, offset: usize, len: usize| {
+        let op = Op::MemRead {
+            handle,
+            offset: offset as u64,
+            len: len as u64,
+        };
+        read_data(&qp.call(Command::new(id, op)).expect("submit"))
+    };
+    let last = read(next(), h1, 0, LEN);
+    assert_eq!(last, b, "the last copy into the bytes wrote them last");
+    let other = read(next(), h1, LEN, LEN);
+    assert_eq!(other, a, "the other copies' bytes are whole");
+    let mut want = vec![0x5a; 4096];
+    want[64..128].fill(0x7e);
+    assert_eq!(
+        read(next(), h2, 0, 4096),
+        want,
+        "the write follows the fill"
+    );
+    drop(qp);
+    dev.close().expect("close");
+}
+
 /// Memory Copies from the media run several at once beside the transfer workers
 /// (`copies`), yet every other transfer command of the queue still sees them in the
 /// queue's order: submitted together without waiting, a copy then a read of its
