@@ -548,6 +548,30 @@ fn copies_device(dir: &std::path::Path) -> DeviceRuntime {
     DeviceRuntime::init(dir, config).expect("init")
 }
 
+/// Submits `ops` in order on `qp` (ids from `next`) while the copiers are held, reaps
+/// `n` completions, each within a minute (a deadlock's bound, not a speed goal: `None`
+/// when none came), and releases the copiers before any assertion (a held copy would
+/// keep the device from closing); the ids sent and the completions reaped.
+fn submit_reap_held(
+    dev: &DeviceRuntime,
+    qp: &QueuePair,
+    next: &mut dyn FnMut() -> CommandId,
+    ops: impl IntoIterator<Item = Op>,
+    n: usize,
+) -> (Vec<CommandId>, Vec<Option<Completion>>) {
+    let sent: Vec<CommandId> = (ops.into_iter())
+        .map(|op| {
+            let id = next();
+            qp.submit(Command::new(id, op)).expect("submit");
+            id
+        })
+        .collect();
+    let deadlock = Some(std::time::Duration::from_secs(60));
+    let reaped = (0..n).map(|_| qp.reap(deadlock)).collect();
+    dev.shared().copies.hold(false);
+    (sent, reaped)
+}
+
 /// A Memory Read or Write of bytes no copy in flight writes does not wait for the
 /// copies (`copies::wait_before`): with the copiers held, so the copy stays in flight
 /// for as long as the test wants, a write into another allocation and a read of it
@@ -588,17 +612,7 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
             len: 64,
         },
     ];
-    let sent: Vec<CommandId> = (ops.into_iter())
-        .map(|op| {
-            let id = next();
-            qp.submit(Command::new(id, op)).expect("submit");
-            id
-        })
-        .collect();
-    let deadlock = Some(std::time::Duration::from_secs(60));
-    let while_held: Vec<Option<Completion>> = (0..2).map(|_| qp.reap(deadlock)).collect();
-    // Released before any assertion: a held copy would keep the device from closing.
-    dev.shared().copies.hold(false);
+    let (sent, while_held) = submit_reap_held(&dev, &qp, &mut next, ops, 2);
     let mut order: Vec<Completion> = (while_held.into_iter())
         .map(|c| c.expect("the write and read end while the copy is held"))
         .collect();
@@ -683,17 +697,7 @@ fn fills_and_writes_pass_more_copies_than_run_at_once() {
         offset: 64,
         data: vec![0x7e; 64],
     });
-    let sent: Vec<CommandId> = (ops.into_iter())
-        .map(|op| {
-            let id = next();
-            qp.submit(Command::new(id, op)).expect("submit");
-            id
-        })
-        .collect();
-    let deadlock = Some(std::time::Duration::from_secs(60));
-    let while_held: Vec<Option<Completion>> = (0..2).map(|_| qp.reap(deadlock)).collect();
-    // Released before any assertion: a held copy would keep the device from closing.
-    dev.shared().copies.hold(false);
+    let (sent, while_held) = submit_reap_held(&dev, &qp, &mut next, ops, 2);
     let first: Vec<Completion> = (while_held.into_iter())
         .map(|c| c.expect("the fill and the write end while the copies are held"))
         .collect();

@@ -166,15 +166,8 @@ fn a_trap_inside_a_class_counts_like_the_interpreter() {
     };
     // The classes: the head's class takes the triangle's join, the block after the
     // helper call and the diamond's join (the arms and the exit count alone).
-    let p = program(&src(5, 0), vec![]);
-    let plan = analysis::plan_program(p.insns(), 0).unwrap();
-    let classes = crate::count::plan(p.insns(), p.blocks(), &plan.functions[0]);
-    let leaders = p.blocks().leaders();
+    let (classes, leaders, shape) = classes_of(&src(5, 0));
     assert_eq!(leaders, [0, 2, 7, 8, 12, 18, 20, 21, 28]);
-    let shape: Vec<Vec<u32>> = classes
-        .iter()
-        .map(|c| c.members.iter().map(|m| m.leader).collect())
-        .collect();
     // Entry 0; loop 2; arm 7; join 8; after the call 12; even arm 18; odd arm 20;
     // joined 21; exit 28.
     assert_eq!(
@@ -210,6 +203,19 @@ fn a_trap_inside_a_class_counts_like_the_interpreter() {
     assert!(out.result.is_err());
 }
 
+/// The counter classes of `src`'s entry function, its blocks' leaders, and each class's
+/// members by leader.
+fn classes_of(src: &str) -> (Vec<crate::count::Class>, Vec<u32>, Vec<Vec<u32>>) {
+    let p = program(src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    let classes = crate::count::plan(p.insns(), p.blocks(), &plan.functions[0]);
+    let shape = classes
+        .iter()
+        .map(|c| c.members.iter().map(|m| m.leader).collect())
+        .collect();
+    (classes, p.blocks().leaders().to_vec(), shape)
+}
+
 /// A row of tests in a loop, each able to skip to the next row (the scan program's
 /// shape): the skip block joins the loop head's class as a region's join, and a load
 /// trapping in an arm at some pass, or fuel running out anywhere, still leaves every
@@ -226,14 +232,8 @@ fn a_region_with_several_exits_shares_its_head_counter() {
              skip:\nadd %r6, 1\njlt %r6, {limit}, loop\nexit"
         )
     };
-    let p = program(&src(5, 0), vec![]);
-    let plan = analysis::plan_program(p.insns(), 0).unwrap();
-    let classes = crate::count::plan(p.insns(), p.blocks(), &plan.functions[0]);
-    assert_eq!(p.blocks().leaders(), [0, 2, 6, 8, 10, 12, 14]);
-    let shape: Vec<Vec<u32>> = classes
-        .iter()
-        .map(|c| c.members.iter().map(|m| m.leader).collect())
-        .collect();
+    let (classes, leaders, shape) = classes_of(&src(5, 0));
+    assert_eq!(leaders, [0, 2, 6, 8, 10, 12, 14]);
     // Entry 0; row head 2 with its join 12; the arms 6, 8, 10 alone; exit 14.
     assert_eq!(
         shape,
