@@ -137,8 +137,6 @@ pub(super) fn memory_access(job: &Job) -> Option<Destination> {
 struct State {
     /// Copies handed out, not yet taken by a copier.
     queue: VecDeque<(Job, Destination)>,
-    /// Destinations of the copies handed out and not yet ended (queued or running).
-    in_flight: Vec<Destination>,
     /// Destinations of the copies running on a copier.
     running: Vec<Destination>,
     closed: bool,
@@ -146,6 +144,13 @@ struct State {
     /// flight), so a test can order commands against a copy without racing it.
     #[cfg(test)]
     held: bool,
+}
+
+impl State {
+    /// Destinations of the copies handed out and not yet ended (queued or running).
+    fn in_flight(&self) -> impl Iterator<Item = &Destination> {
+        self.queue.iter().map(|(_, d)| d).chain(&self.running)
+    }
 }
 
 /// The copies handed out by the transfer workers and the copiers' queue.
@@ -169,10 +174,9 @@ impl Copies {
     /// writes bytes of `dst` ([`Copies::take`]).
     pub(super) fn hand_off(&self, job: Job, dst: Destination) {
         let mut g = self.lock();
-        while g.in_flight.len() >= COPIES_QUEUED_MAX {
+        while g.queue.len() + g.running.len() >= COPIES_QUEUED_MAX {
             g = self.wait(g);
         }
-        g.in_flight.push(dst);
         g.queue.push_back((job, dst));
         drop(g);
         self.changed.notify_all();
@@ -181,7 +185,7 @@ impl Copies {
     /// Waits until every copy handed out has ended.
     pub(super) fn drain(&self) {
         let mut g = self.lock();
-        while !g.in_flight.is_empty() {
+        while g.in_flight().next().is_some() {
             g = self.wait(g);
         }
     }
@@ -194,7 +198,7 @@ impl Copies {
             return self.drain();
         };
         let mut g = self.lock();
-        while g.in_flight.iter().any(|d| d.overlaps(&bytes)) {
+        while g.in_flight().any(|d| d.overlaps(&bytes)) {
             g = self.wait(g);
         }
     }
@@ -230,9 +234,6 @@ impl Copies {
 
     fn ended(&self, dst: Destination) {
         let mut g = self.lock();
-        if let Some(i) = g.in_flight.iter().position(|d| *d == dst) {
-            g.in_flight.swap_remove(i);
-        }
         if let Some(i) = g.running.iter().position(|d| *d == dst) {
             g.running.swap_remove(i);
         }
