@@ -5,8 +5,8 @@ use std::io::IsTerminal as _;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use csx_data::scan::FilterStrategy;
-use csx_data::ssb::queries;
 use csx_data::ssb::run::{run, ProbeKind, QueryRun, RunOptions, Split};
+use csx_data::ssb::{queries, yardstick};
 use csx_host::proto::EngineKind;
 use serde_json::json;
 
@@ -90,6 +90,12 @@ struct RunArgs {
     /// says which columns were reused and the bytes not read again).
     #[arg(long)]
     resident: bool,
+    /// Then read the bytes the run copied from the media again, straight from the
+    /// device's image (an embedded device) with O_DIRECT in 1 MiB requests, one at a time
+    /// and 4 in flight (fio's psync and libaio --iodepth=4), and report their bandwidth
+    /// beside the load phase's: the staging's yardstick for the same bytes.
+    #[arg(long)]
+    yardstick: bool,
     #[arg(long)]
     json: bool,
 }
@@ -137,18 +143,100 @@ pub fn run_cmd(args: SsbArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
         resident: args.resident,
         ..Default::default()
     };
+    let image = match args.yardstick {
+        true => Some(image_path(global)?),
+        false => None,
+    };
     let result = run(&dev, &dir, q, &opts).with_context(|| format!("running {} on {dir}", q.name));
+    let yard = match (&result, &image) {
+        (Ok(r), Some(image)) => Some(
+            yardstick::measure(&dev, image, &r.file_copies, &[1, yardstick::QUEUED_DEPTH])
+                .with_context(|| {
+                    format!("reading the staged bytes again from {}", image.display())
+                }),
+        ),
+        _ => None,
+    };
     dev.close().context("closing the device")?;
     let result = result?;
+    let yard = yard.transpose()?;
     if args.json {
-        println!(
-            "{}",
-            crate::output::Json(run_json(&result, args.sf, &dir, generated))
-        );
+        let mut j = run_json(&result, args.sf, &dir, generated);
+        if let Some(y) = &yard {
+            j["yardstick"] = yardstick_json(&result, y);
+        }
+        println!("{}", crate::output::Json(j));
     } else {
         print_run(&result, &dir);
+        if let Some(y) = &yard {
+            print_yardstick(&result, y);
+        }
     }
     Ok(exit::SUCCESS)
+}
+
+/// The image of the embedded device the command line names (the yardstick reads it).
+fn image_path(global: &GlobalArgs) -> anyhow::Result<std::path::PathBuf> {
+    let dir = match global.device.as_deref() {
+        None => connect::default_device_dir()?,
+        Some(uri) => match csx_host::DeviceUri::parse(uri)? {
+            csx_host::DeviceUri::Embedded(dir) => dir,
+            _ => anyhow::bail!(
+                "--yardstick reads the device's image: it needs an embedded device (--device DIR), not {uri}"
+            ),
+        },
+    };
+    Ok(dir.join(csx_device::offload::NVM_FILE_NAME))
+}
+
+/// The load phase's wall ns (every wait for copies) and its bandwidth over the run's
+/// media bytes.
+fn load_phase(r: &QueryRun) -> (u64, f64) {
+    let ns = (r.phases.iter())
+        .filter(|p| p.name == "load")
+        .map(|p| p.wall_ns)
+        .sum::<u64>();
+    (ns, yardstick::mib_per_s(r.meter.media_bytes, ns))
+}
+
+/// The yardstick as JSON: the plan, each direct read's bandwidth over the same media
+/// bytes, and the load phase's bandwidth as a fraction of each.
+fn yardstick_json(r: &QueryRun, y: &yardstick::Yardstick) -> serde_json::Value {
+    let (load_ns, load_mib_s) = load_phase(r);
+    let reads: Vec<_> = (y.reads.iter())
+        .map(|d| {
+            let mib_s = yardstick::mib_per_s(y.plan.media_bytes, d.wall_ns);
+            json!({ "depth": d.depth, "requests": d.requests, "read_bytes": d.read_bytes,
+                    "wall_ns": d.wall_ns, "mib_s": mib_s, "load_ratio": load_mib_s / mib_s })
+        })
+        .collect();
+    json!({
+        "file_ranges": y.plan.file_ranges, "media_ranges": y.plan.ranges.len(),
+        "media_bytes": y.plan.media_bytes, "hole_bytes": y.plan.hole_bytes,
+        "load_wall_ns": load_ns, "load_mib_s": load_mib_s, "reads": reads,
+    })
+}
+
+fn print_yardstick(r: &QueryRun, y: &yardstick::Yardstick) {
+    let (load_ns, load_mib_s) = load_phase(r);
+    println!(
+        "yardstick: {} of {} file ranges ({} on the media); load {:.3} ms, {:.0} MiB/s",
+        connect::format_size(y.plan.media_bytes),
+        y.plan.file_ranges,
+        y.plan.ranges.len(),
+        load_ns as f64 / 1e6,
+        load_mib_s
+    );
+    for d in &y.reads {
+        let mib_s = yardstick::mib_per_s(y.plan.media_bytes, d.wall_ns);
+        println!(
+            "  O_DIRECT 1 MiB, {} in flight: {:.3} ms, {:.0} MiB/s (load at {:.0}%)",
+            d.depth,
+            d.wall_ns as f64 / 1e6,
+            mib_s,
+            100.0 * load_mib_s / mib_s
+        );
+    }
 }
 
 /// A run as JSON (shared with `csx bench ssb`).

@@ -168,6 +168,8 @@ pub struct PendingCopy {
     len: u64,
     /// Files after the first of a copy of several ([`Session::start_copy_files`]).
     more: usize,
+    /// Every range of the copy, `(path, offset, len)`.
+    ranges: Vec<(String, u64, u64)>,
 }
 
 /// An execution [`Session::submit_execute`] started, not yet waited for: its command id
@@ -298,6 +300,9 @@ pub struct Session<'d> {
     resident: bool,
     /// Per file copied with `resident` set: (bytes copied, bytes served resident).
     reuse: std::collections::BTreeMap<String, (u64, u64)>,
+    /// Every file range of the copies waited for, `(path, offset, len)`, in the order
+    /// they were waited for ([`Session::file_copies`]).
+    file_copies: Vec<(String, u64, u64)>,
     pub meter: Meter,
 }
 
@@ -322,6 +327,7 @@ impl<'d> Session<'d> {
             in_flight: Vec::new(),
             resident: false,
             reuse: std::collections::BTreeMap::new(),
+            file_copies: Vec::new(),
             meter: Meter::default(),
         }
     }
@@ -793,6 +799,16 @@ impl<'d> Session<'d> {
         &self.reuse
     }
 
+    /// Every file range of the session's Memory Copies that completed and were waited
+    /// for, `(path, offset, len)`, in the order they were waited for (a copy of several
+    /// ranges adds each, in its order): the file bytes [`Meter::media_bytes`] counts
+    /// (and, with [`Session::set_resident`], those served from resident memory). A
+    /// copy started and never waited for (released at the end) is not among them. A
+    /// media yardstick reads the same bytes again.
+    pub fn file_copies(&self) -> &[(String, u64, u64)] {
+        &self.file_copies
+    }
+
     fn copy_op(&self, path: &str, offset: u64, len: u64, dst: MemHandle, dst_offset: u64) -> Op {
         let path = path.to_string();
         let source = match self.resident {
@@ -820,7 +836,9 @@ impl<'d> Session<'d> {
         let op = self.copy_op(path, offset, len, dst, dst_offset);
         let what = || format!("staging {len} bytes of {path} at {offset}");
         let c = self.call(what, op, false)?;
-        self.copied(path, offset, len, &c)
+        self.copied(path, offset, len, &c)?;
+        self.file_copies.push((path.to_string(), offset, len));
+        Ok(())
     }
 
     fn copied(
@@ -932,6 +950,9 @@ impl<'d> Session<'d> {
             offset,
             len,
             more: ranges.len() - 1,
+            ranges: (ranges.iter())
+                .map(|&(p, o, l)| (p.to_string(), o, l))
+                .collect(),
         })
     }
 
@@ -967,7 +988,9 @@ impl<'d> Session<'d> {
             let e = CallError::from_completion("mem-copy", c);
             return Err(SessionError::device(what(), e));
         }
-        self.copied(&p.path, p.offset, p.len, &c)
+        self.copied(&p.path, p.offset, p.len, &c)?;
+        self.file_copies.extend(p.ranges);
+        Ok(())
     }
 
     /// Writes `src` into the device file `path` at `offset`, on the device; returns the

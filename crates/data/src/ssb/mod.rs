@@ -7,6 +7,7 @@ pub mod probe;
 pub mod queries;
 pub mod resident;
 pub mod run;
+pub mod yardstick;
 
 use std::path::Path;
 

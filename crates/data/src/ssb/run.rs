@@ -196,6 +196,11 @@ pub struct QueryRun {
     pub reuse: Vec<ColumnReuse>,
     /// Of a run through [`ResidentTables`]: what it found kept.
     pub kept: Option<KeptReuse>,
+    /// Every file range the run copied into device memory and waited for, `(path,
+    /// offset, len)`, in the order waited for ([`csx_host::Session::file_copies`]):
+    /// the bytes [`Meter::media_bytes`] counts, which [`crate::ssb::yardstick`] reads
+    /// again.
+    pub file_copies: Vec<(String, u64, u64)>,
 }
 
 /// What a run through [`ResidentTables`] found kept on the device.
@@ -563,6 +568,7 @@ pub(crate) fn run_kept(
             resident_bytes,
         })
         .collect();
+    let file_copies = s.file_copies().to_vec();
     let meter = s.close()?;
     Ok(QueryRun {
         query: q.name,
@@ -576,6 +582,7 @@ pub(crate) fn run_kept(
         joined: answer.joined,
         reuse,
         kept,
+        file_copies,
     })
 }
 

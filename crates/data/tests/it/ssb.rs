@@ -724,3 +724,63 @@ fn columns_opened_together_stage_into_a_destination_given_after_the_copies() {
     drop(s);
     dev.close().unwrap();
 }
+
+/// The media yardstick reads exactly the bytes a run staged: one file range per range
+/// the run copied, their lengths summing to the run's media bytes, and the image bytes
+/// at the mapped namespace ranges, in order, equal to the files' bytes at the copied
+/// ranges (a wrong extent mapping, a range left out or read twice, fails this).
+#[test]
+fn the_media_yardstick_reads_exactly_the_staged_bytes() {
+    use csx_data::ssb::yardstick;
+    use std::os::unix::fs::FileExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("ssb");
+    csx_data::ssb::gen::generate(&data, 0.01, 3, &mut |_, _, _| {}).unwrap();
+    let dir = tmp.path().join("dev");
+    let dev = crate::device(&dir);
+    csx_data::put::put_dir(&dev, &data, "/ssb", &mut |_, _| {}).unwrap();
+    let opts = RunOptions {
+        round_rows: 1 << 14,
+        ..Default::default()
+    };
+    let got = run(&dev, "/ssb", query("Q3.3").unwrap(), &opts).unwrap();
+    let copies = &got.file_copies;
+    // Every column of the query: 3 of LINEORDER's 4 rounds at least, and the dimensions.
+    assert!(copies.len() > 8, "{} file ranges copied", copies.len());
+    let plan = yardstick::plan(&dev, copies).unwrap();
+    assert_eq!(plan.file_ranges, copies.len() as u64);
+    assert_eq!(plan.file_bytes, copies.iter().map(|c| c.2).sum::<u64>());
+    assert_eq!(plan.hole_bytes, 0, "column files are written whole");
+    assert_eq!(plan.media_bytes, got.meter.media_bytes);
+    assert_eq!(
+        plan.ranges.iter().map(|r| r.len).sum::<u64>(),
+        got.meter.media_bytes
+    );
+    let image = std::fs::File::open(dir.join("nvm.img")).unwrap();
+    let mut on_media = Vec::new();
+    for r in &plan.ranges {
+        let mut b = vec![0u8; r.len as usize];
+        image.read_exact_at(&mut b, r.offset).unwrap();
+        on_media.extend_from_slice(&b);
+    }
+    let mut staged = Vec::new();
+    for (path, offset, len) in copies {
+        staged.extend_from_slice(&dev.read_file(path, *offset, *len).unwrap());
+    }
+    assert!(
+        on_media == staged,
+        "the image's bytes differ from the files'"
+    );
+    // The direct read covers them, widened to whole blocks (where the file system
+    // takes O_DIRECT at all).
+    let reqs = yardstick::requests(&plan.ranges);
+    assert!(reqs.iter().all(|r| r.1 <= yardstick::REQUEST_SIZE));
+    match yardstick::read_direct(&dir.join("nvm.img"), &reqs, yardstick::QUEUED_DEPTH) {
+        Ok(r) => {
+            assert_eq!(r.requests, reqs.len() as u64);
+            assert!(r.read_bytes >= plan.media_bytes);
+        }
+        Err(e) => assert!(e.to_string().contains("nvm.img"), "{e}"),
+    }
+    dev.close().unwrap();
+}
