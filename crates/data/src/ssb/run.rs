@@ -491,6 +491,17 @@ struct Clock {
     at: Meter,
 }
 
+/// With `CSX_SSB_TRACE` set, a timeline of the run on stderr: each phase's spans and
+/// the load phase's steps, in ms since the process's first trace (a measuring aid, not
+/// output).
+fn trace(what: std::fmt::Arguments<'_>) {
+    static ORIGIN: std::sync::OnceLock<Option<Instant>> = std::sync::OnceLock::new();
+    let origin = ORIGIN.get_or_init(|| std::env::var_os("CSX_SSB_TRACE").map(|_| Instant::now()));
+    if let Some(o) = origin {
+        eprintln!("trace {:9.3} {what}", o.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
 impl Clock {
     fn start(s: &Session) -> Clock {
         Clock {
@@ -503,6 +514,10 @@ impl Clock {
     fn phase(self, s: &Session, name: &'static str, phases: &mut Vec<Phase>) {
         let d = s.meter.since(&self.at);
         let wall_ns = self.started.elapsed().as_nanos() as u64;
+        trace(format_args!(
+            "phase {name} span {:.3} ms",
+            wall_ns as f64 / 1e6
+        ));
         match phases.iter_mut().find(|p| p.name == name) {
             Some(p) => {
                 p.modelled_ns += d.modelled_ns;
@@ -1136,9 +1151,11 @@ impl Lineorder {
     fn ensure_slots(&self, s: &mut Session, set: u64) -> Result<(), DataError> {
         let want = ((set + 1) * self.partitions) as usize;
         while self.slots.borrow().len() < want {
+            trace(format_args!("slot alloc {} bytes", self.in_bytes));
             let h = ops::alloc(s, self.in_bytes)?;
             self.slots.borrow_mut().push(h);
         }
+        trace(format_args!("slots of set {set} allocated"));
         Ok(())
     }
 
@@ -1199,6 +1216,7 @@ impl Lineorder {
         let mut guard = self.staging.borrow_mut();
         let st = guard.as_mut().expect("the staging state is made first");
         while st.staged.len() < want {
+            trace(format_args!("staged-block buffer alloc {} bytes", st.bound));
             let buf = match st.bound {
                 0 => (MemHandle::NONE, 0),
                 n => (ops::alloc(s, n)?, n),
@@ -1216,6 +1234,7 @@ impl Lineorder {
     /// allocated once the copies are in flight.
     fn stage(&self, s: &mut Session, r: u64) -> Result<crate::stage::Staging, DataError> {
         let (set, staged_set) = (r % self.sets, r % self.staged_sets);
+        trace(format_args!("round {r}: stage"));
         self.staging_state(s)?;
         self.ensure_staged(s, staged_set)?;
         let guard = self.staging.borrow();
@@ -1249,6 +1268,7 @@ impl Lineorder {
             staging.abandon(s);
             return Err(e);
         }
+        trace(format_args!("round {r}: copies started"));
         if !allocated {
             if let Err(e) = self.ensure_slots(s, set) {
                 staging.abandon(s);
@@ -1380,6 +1400,7 @@ impl<'a> Plan<'a> {
         mut keep: Option<&mut ResidentTables<'_>>,
         phases: &mut Vec<Phase>,
     ) -> Result<Answer, DataError> {
+        trace(format_args!("plan run"));
         let clock = Clock::start(s);
         let (dims, lo, dim_copies, mut pending) = self.start_loading(s, keep.as_deref_mut())?;
         clock.phase(s, "load", phases);
@@ -1441,7 +1462,9 @@ impl<'a> Plan<'a> {
             Some(c) => Ok(c),
             None => lo.stage(s, r),
         };
+        trace(format_args!("round {r}: wait copies"));
         let mut done = copies.and_then(|c| c.wait_copies(s));
+        trace(format_args!("round {r}: copies done"));
         if let Ok(expansion) = done {
             done = (|| {
                 let ahead = r + 1 + pending.len() as u64;
@@ -1451,8 +1474,12 @@ impl<'a> Plan<'a> {
                 Ok(expansion)
             })();
         }
+        trace(format_args!("round {r}: expand"));
         match done.and_then(|expansion| expansion.expand(s)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                trace(format_args!("round {r}: expanded"));
+                Ok(())
+            }
             Err(e) => {
                 abandon_all(s, pending);
                 Err(e)
