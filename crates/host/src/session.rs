@@ -168,7 +168,8 @@ pub struct PendingCopy {
     len: u64,
     /// Files after the first of a copy of several ([`Session::start_copy_files`]).
     more: usize,
-    /// Every range of the copy, `(path, offset, len)`.
+    /// Every range of the copy, `(path, offset, len)`, when the session records them
+    /// ([`Session::record_file_copies`]); empty otherwise.
     ranges: Vec<(String, u64, u64)>,
 }
 
@@ -300,9 +301,10 @@ pub struct Session<'d> {
     resident: bool,
     /// Per file copied with `resident` set: (bytes copied, bytes served resident).
     reuse: std::collections::BTreeMap<String, (u64, u64)>,
-    /// Every file range of the copies waited for, `(path, offset, len)`, in the order
-    /// they were waited for ([`Session::file_copies`]).
-    file_copies: Vec<(String, u64, u64)>,
+    /// With [`Session::record_file_copies`] on, every file range of the copies waited
+    /// for, `(path, offset, len)`, in the order they were waited for
+    /// ([`Session::file_copies`]); `None` (nothing kept) otherwise.
+    file_copies: Option<Vec<(String, u64, u64)>>,
     pub meter: Meter,
 }
 
@@ -327,7 +329,7 @@ impl<'d> Session<'d> {
             in_flight: Vec::new(),
             resident: false,
             reuse: std::collections::BTreeMap::new(),
-            file_copies: Vec::new(),
+            file_copies: None,
             meter: Meter::default(),
         }
     }
@@ -805,8 +807,15 @@ impl<'d> Session<'d> {
     /// (and, with [`Session::set_resident`], those served from resident memory). A
     /// copy started and never waited for (released at the end) is not among them. A
     /// media yardstick reads the same bytes again.
+    /// Empty unless [`Session::record_file_copies`] was turned on first.
     pub fn file_copies(&self) -> &[(String, u64, u64)] {
-        &self.file_copies
+        self.file_copies.as_deref().unwrap_or_default()
+    }
+
+    /// Keep every waited copy's file ranges for [`Session::file_copies`] from now on
+    /// (off by default: a long session would otherwise hold one entry per copy).
+    pub fn record_file_copies(&mut self) {
+        self.file_copies.get_or_insert_with(Vec::new);
     }
 
     fn copy_op(&self, path: &str, offset: u64, len: u64, dst: MemHandle, dst_offset: u64) -> Op {
@@ -837,7 +846,9 @@ impl<'d> Session<'d> {
         let what = || format!("staging {len} bytes of {path} at {offset}");
         let c = self.call(what, op, false)?;
         self.copied(path, offset, len, &c)?;
-        self.file_copies.push((path.to_string(), offset, len));
+        if let Some(kept) = &mut self.file_copies {
+            kept.push((path.to_string(), offset, len));
+        }
         Ok(())
     }
 
@@ -950,9 +961,12 @@ impl<'d> Session<'d> {
             offset,
             len,
             more: ranges.len() - 1,
-            ranges: (ranges.iter())
-                .map(|&(p, o, l)| (p.to_string(), o, l))
-                .collect(),
+            ranges: match self.file_copies {
+                Some(_) => (ranges.iter())
+                    .map(|&(p, o, l)| (p.to_string(), o, l))
+                    .collect(),
+                None => Vec::new(),
+            },
         })
     }
 
@@ -989,7 +1003,9 @@ impl<'d> Session<'d> {
             return Err(SessionError::device(what(), e));
         }
         self.copied(&p.path, p.offset, p.len, &c)?;
-        self.file_copies.extend(p.ranges);
+        if let Some(kept) = &mut self.file_copies {
+            kept.extend(p.ranges);
+        }
         Ok(())
     }
 

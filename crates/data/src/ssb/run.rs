@@ -559,6 +559,8 @@ pub(crate) fn run_kept(
     let data_dir = data_dir.trim_end_matches('/');
     let mut s = Session::new(dev);
     s.set_resident(opts.resident);
+    // One run's copies (a few hundred), for `QueryRun::file_copies`.
+    s.record_file_copies();
     let partitions = match opts.partitions {
         Some(p) => p,
         None => s.engines()? as u32,

@@ -271,28 +271,4 @@ mod tests {
             ]
         );
     }
-
-    /// Not a test: the reader beside `fio` on one range of a file, to check they agree
-    /// (`CSX_YARD_FILE=IMG CSX_YARD_OFFSET=N CSX_YARD_LEN=N cargo test -p csx-data --lib
-    /// yardstick_beside_fio -- --ignored --nocapture`, then `fio --direct=1 --bs=1M
-    /// --rw=read --offset=N --size=N` over the same range).
-    #[test]
-    #[ignore = "a measurement: needs CSX_YARD_FILE, CSX_YARD_OFFSET and CSX_YARD_LEN"]
-    fn yardstick_beside_fio() {
-        let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"));
-        let file = var("CSX_YARD_FILE");
-        let offset: u64 = var("CSX_YARD_OFFSET").parse().unwrap();
-        let len: u64 = var("CSX_YARD_LEN").parse().unwrap();
-        let reqs = requests(&[MediaRange { offset, len }]);
-        for depth in [1, QUEUED_DEPTH] {
-            let r = read_direct(Path::new(&file), &reqs, depth).unwrap();
-            println!(
-                "depth {depth}: {} requests, {} bytes, {:.3} ms, {:.0} MiB/s",
-                r.requests,
-                r.read_bytes,
-                r.wall_ns as f64 / 1e6,
-                mib_per_s(r.read_bytes, r.wall_ns)
-            );
-        }
-    }
 }
