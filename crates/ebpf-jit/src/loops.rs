@@ -135,6 +135,14 @@ pub(crate) struct VersionedLoop {
     /// too (an inner loop runs any number of times, so the slice an iteration starts
     /// with cannot cover it), and a refill there resumes in the checked loop.
     pub checked_charges: BTreeSet<u32>,
+    /// The loops inside it, each header with the slots of its natural body, when each
+    /// of them makes a memory access (else none): the unchecked copy leaves for the
+    /// checked loop where one is entered (see `translate/inner.rs`).
+    pub inner: BTreeMap<u32, BTreeSet<u32>>,
+    /// Slots outside the inner loops every path from which enters an inner loop before
+    /// the iteration ends (grep's match setup): cold in the unchecked copy, which leaves
+    /// there (see `translate`'s `inner`).
+    pub to_inner: BTreeSet<u32>,
 }
 
 /// Most bytes one [`GuardSpan`] covers in an iteration.
@@ -566,6 +574,19 @@ fn version_loop(
     }
     let narrow = if narrow { narrowed(&walk)? } else { Vec::new() };
     let checked_charges = after_inner(g, &in_body, shape, &order);
+    let mut inner_bodies = inner_bodies(g, shape);
+    // A copy leaves at its inner loops only when each makes a memory access (grep's
+    // match): one without (a bit count's `x &= x - 1`) is entered on most iterations,
+    // and leaving there cost a guard each time (popsum 7% slower).
+    let touches = |slots: &BTreeSet<u32>| {
+        slots
+            .iter()
+            .any(|&pc| matches!(insns[pc as usize].class(), CLASS_LDX | CLASS_ST | CLASS_STX))
+    };
+    if !inner_bodies.values().all(touches) {
+        inner_bodies.clear();
+    }
+    let to_inner = to_inner(g, shape, &walk, &inner_bodies);
     let (unroll, fuel) = if inner {
         // A loop's closing branch converted with its arm charges a select: never one
         // of the checked ones.
@@ -587,6 +608,8 @@ fn version_loop(
         narrow,
         fuel,
         checked_charges,
+        inner: inner_bodies,
+        to_inner,
     };
     if shape.nested && !charged_once_at_header(insns, &l) {
         l.fuel = None;
@@ -614,6 +637,54 @@ fn after_inner(
         }
     }
     (0..g.n).filter(|&u| after[u]).map(|u| g.pcs[u]).collect()
+}
+
+/// The headers of the loops inside `shape`, each with the slots of its natural body
+/// (the union over its back-edges).
+fn inner_bodies(g: &Graph, shape: &LoopShape<'_>) -> BTreeMap<u32, BTreeSet<u32>> {
+    let mut latches: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for &(latch, header) in &shape.inner_back {
+        latches.entry(header).or_default().push(latch);
+    }
+    latches
+        .into_iter()
+        .map(|(h, ls)| {
+            let body = natural_body(g, h, &ls);
+            let slots = (0..g.n).filter(|&u| body[u]).map(|u| g.pcs[u]).collect();
+            (g.pcs[h], slots)
+        })
+        .collect()
+}
+
+/// The slots of `shape` outside its inner loops from which every path enters an inner
+/// loop before it leaves the loop or goes back to the header (see
+/// [`VersionedLoop::to_inner`]).
+fn to_inner(
+    g: &Graph,
+    shape: &LoopShape<'_>,
+    w: &Walk<'_>,
+    inner: &BTreeMap<u32, BTreeSet<u32>>,
+) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    if inner.is_empty() {
+        return out;
+    }
+    let in_inner = |pc: u32| inner.values().any(|b| b.contains(&pc));
+    for &u in w.order.iter().rev() {
+        let pc = g.pcs[u];
+        if in_inner(pc) {
+            continue;
+        }
+        let doomed = !g.succ[u].is_empty()
+            && g.succ[u].iter().all(|&v| {
+                let t = g.pcs[v];
+                w.in_body[v] && v != shape.h && (inner.contains_key(&t) || out.contains(&t))
+            });
+        if doomed {
+            out.insert(pc);
+        }
+    }
+    out
 }
 
 /// Whether every iteration of `l` charges the same fuel on a back-edge to the header,

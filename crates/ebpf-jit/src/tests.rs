@@ -24,6 +24,7 @@ use crate::analysis::IfConv;
 mod cache_tests;
 mod count_tests;
 mod guard_tests;
+mod inner_tests;
 mod loop_tests;
 mod range_tests;
 mod region_tests;

@@ -85,6 +85,7 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod inner;
 mod proven;
 mod unroll;
 
@@ -377,6 +378,8 @@ struct Translator<'a, 'f> {
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
     unchecked: bool,
+    /// The slot being translated in an unchecked copy (where its jumps come from).
+    at: u32,
     /// Which copy of `in_loop`'s unrolled groups is being translated (see `unroll`).
     group: Option<usize>,
     entry: Entry,
@@ -452,6 +455,11 @@ struct LoopCopy {
     /// Slots whose charges keep their check in the unchecked copy (see
     /// `loops::VersionedLoop::checked_charges`).
     checked_charges: BTreeSet<u32>,
+    /// The loops inside it, by header, with their slots (see `inner`).
+    inner: BTreeMap<u32, BTreeSet<u32>>,
+    /// The unchecked copy's ways into each inner header from outside its loop (see
+    /// `inner`), by header.
+    inner_entries: BTreeMap<u32, Block>,
 }
 
 /// The memory flags of a function's loads and stores: context, region table (movable
@@ -679,11 +687,17 @@ fn loop_copies(
         for &pc in &l.body {
             loop_at.insert(pc, loop_copies.len());
         }
+        // A copy that leaves at its inner loops (see `inner`) never runs the slots
+        // leading only there but to leave: cold.
+        let leaves = !l.inner.is_empty() && loops::iteration_cost(env.insns, plan, &l).is_some();
         let mut unchecked = BTreeMap::new();
         for &pc in &l.body {
             if blocks.contains_key(&pc) {
                 let block = b.create_block();
-                if plan.cold.contains(&pc) {
+                if plan.cold.contains(&pc)
+                    || (leaves
+                        && (l.to_inner.contains(&pc) || inner::equal_side(env.insns, &l, pc)))
+                {
                     b.set_cold_block(block);
                 }
                 unchecked.insert(pc, block);
@@ -697,7 +711,7 @@ fn loop_copies(
             block
         });
         let limit = cost.map(|_| b.declare_var(types::I64));
-        let mid = cost.is_some() && loops::enters_inside(env.insns, &l);
+        let mid = cost.is_some() && (loops::enters_inside(env.insns, &l) || !l.inner.is_empty());
         let pending = mid.then(|| b.declare_var(types::I64));
         let recheck = mid.then(|| b.create_block());
         let deltas = l
@@ -725,6 +739,8 @@ fn loop_copies(
             deltas,
             group,
             checked_charges: l.checked_charges,
+            inner: l.inner,
+            inner_entries: BTreeMap::new(),
         });
     }
     (loop_copies, loop_at)
@@ -794,6 +810,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             loop_at,
             in_loop: None,
             unchecked: false,
+            at: 0,
             group: None,
             entry: entry_kind,
             uses: start.uses,
@@ -822,6 +839,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                         _ => l.latch,
                     };
                 }
+                if let Some(b) = self.inner_entry(i, t) {
+                    return b;
+                }
+                let l = &mut self.loops[i];
                 if let Some(&b) = l.unchecked.get(&t) {
                     return b;
                 }
@@ -881,6 +902,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                 if pc < resume || !self.loops[i].body.contains(&pc) {
                     continue;
                 }
+                if self.skipped_inner(i, pc) {
+                    continue;
+                }
                 if let Some(&block) = self.loops[i].unchecked.get(&pc) {
                     if self.open {
                         let to = self.target(pc);
@@ -893,6 +917,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 if let Some(c) = &self.counters {
                     c.enter(&mut self.b, pc);
                 }
+                self.at = pc;
                 resume = self.insn(pc)?;
             }
             assert!(!self.open, "a loop copy ends its last block");
@@ -927,6 +952,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
             }
+            self.inner_entry_blocks(i);
             self.resume_blocks(i);
             if let Some(reguard) = self.loops[i].reguard {
                 self.b.switch_to_block(reguard);
@@ -2350,8 +2376,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     ) {
         let bounded = self.fuel_bounded(target);
         let proven = self.group.is_some()
-            || bounded
-                .is_some_and(|i| self.unchecked && !self.loops[i].checked_charges.contains(&slot));
+            || bounded.is_some_and(|i| self.unchecked && !self.charge_checked_in_copy(i, slot));
         if proven {
             // A group's start, or the unchecked copy's latch or guard, saw the slice
             // pay for the iteration.
@@ -2401,7 +2426,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             && self.unchecked
             && self
                 .fuel_bounded(target)
-                .is_some_and(|i| !self.loops[i].checked_charges.contains(&pc))
+                .is_some_and(|i| !self.charge_checked_in_copy(i, pc))
         {
             self.charge_proven(cost);
         } else if cost > 0 && self.fuel_bounded(target).is_some() {
