@@ -770,14 +770,19 @@ struct Steps {
 }
 
 impl Steps {
+    /// Whether a form moves by the same amount every iteration (its registers are all
+    /// induction variables with exact steps).
+    fn exact_form(&self, coef: &[i64; 11]) -> bool {
+        (0..11).all(|r| coef[r] == 0 || self.exact[r].is_some())
+    }
+
     /// The stride a guard may bound a form of the header's registers by: what it
     /// moves per iteration, or for a form that moves by a bounded amount, all of one
     /// sign, the most it moves that way (the hull of its values over `n` iterations
     /// is then what a guard of that stride checks); `None` when it moves both ways, a
     /// register in it is neither kind of induction variable, or it overflows.
     fn stride_bound(&self, coef: &[i64; 11]) -> Option<i64> {
-        let exact = (0..11).all(|r| coef[r] == 0 || self.exact[r].is_some());
-        if exact {
+        if self.exact_form(coef) {
             // Induction variables only: the exact stride, wrapping (as addresses do).
             return Some((0..11).fold(0i64, |stride, r| {
                 let step = self.exact[r].unwrap_or(0);
@@ -899,6 +904,15 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
         let Some(stride) = w.steps.stride_bound(&coef) else {
             continue;
         };
+        // Through a bounded induction variable, stores only (an output cursor, which
+        // the guard bounds by the most it moves, as far as the loop runs when every row
+        // is kept): loads through cursors moved on different paths (a merge's two
+        // inputs, each moved on only when its value is taken) get a guard that bounds
+        // both moving every iteration, which stopped the unchecked copy of the merge
+        // sort's loop early (`msort` 20-37% slower).
+        if !write && (reach != 0 || !w.steps.exact_form(&coef)) {
+            continue;
+        }
         // r10 plus a constant: the frame check of `translate` covers it already.
         if stack && coef[..10].iter().all(|&c| c == 0) {
             continue;

@@ -52,6 +52,10 @@ fn stores_through_a_cursor_moved_for_kept_rows_go_unchecked() {
         plan,
         vec![(5, vec![(5, 2), (a, -2), (b, -2), (15, 2), (c, -2), (d, -2)])]
     );
+    // A load through the cursor (a merge's input, moved on when its value is taken)
+    // stays checked: its guard would bound the cursor moving every iteration.
+    let src = filter(1, 16, 1, 0, 32, &[1]).replace("stxb [%r9+0], %r4", "ldxb %r2, [%r9+0]");
+    assert_eq!(unchecked_accesses(&src), vec![(5, vec![(5, 1), (9, 1)])]);
     // Up in one row and down in the other: no bound of one sign, the stores stay
     // checked.
     let plan = unchecked_accesses(&filter(2, 16, 1, 32, 8, &[1, -1]));
