@@ -23,6 +23,7 @@ use crate::analysis::IfConv;
 
 mod cache_tests;
 mod count_tests;
+mod cursor_tests;
 mod guard_tests;
 mod inner_tests;
 mod loop_tests;

@@ -15,6 +15,7 @@ fn access(pc: u32, r: usize, k: i64, size: u8, write: bool) -> LoopAccess {
         pc,
         coef,
         k,
+        reach: 0,
         stride: 8,
         size,
         write,
