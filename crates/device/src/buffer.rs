@@ -87,34 +87,6 @@ impl RawBuffer {
         }
     }
 
-    /// Maps the whole pages of `[start, start + len)` in advance, writable (Linux
-    /// `madvise(MADV_POPULATE_WRITE)`): one call instead of one page fault per page when
-    /// the bytes are first written. Contents do not change (fresh pages read as zeros
-    /// either way); a kernel without it refuses, and the pages fault in lazily as before.
-    pub(crate) fn populate(&self, start: usize, len: usize) {
-        assert!(start.checked_add(len).is_some_and(|end| end <= self.len));
-        #[cfg(target_os = "linux")]
-        {
-            const PAGE: usize = 4096;
-            let base = self.as_ptr() as usize;
-            let from = (base + start).next_multiple_of(PAGE);
-            let to = (base + start + len) / PAGE * PAGE;
-            if to > from {
-                // SAFETY: `[from, to)` is a page-aligned range inside the buffer's
-                // allocation (asserted above), which lives as long as `self`.
-                // MADV_POPULATE_WRITE only faults the pages in, as a write would, without
-                // changing a byte, so no reference into the buffer sees a difference.
-                unsafe {
-                    libc::madvise(
-                        from as *mut libc::c_void,
-                        to - from,
-                        libc::MADV_POPULATE_WRITE,
-                    );
-                }
-            }
-        }
-    }
-
     /// Bytes in the buffer.
     pub(crate) fn len(&self) -> usize {
         self.len
