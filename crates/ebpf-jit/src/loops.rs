@@ -30,10 +30,10 @@
 //! a register whose back-edge values all lie within a span of one sign past its header
 //! value is a *bounded* induction variable (a filter's output cursor, moved on for the
 //! rows it keeps: the scan program's stores of the rows kept). A store through one (loads
-//! stay checked, see [`strided_accesses`]) moves by a different amount each iteration, but always between 0 and the span's far
-//! end, so its bytes over `n` iterations lie inside what a guard bounds with that end as
-//! the stride and the span as extra length ([`Steps::stride_bound`],
-//! [`LoopAccess::reach`]).
+//! stay checked, see [`strided_accesses`]) moves by a different amount each iteration,
+//! but always between 0 and the span's far end, so its bytes over `n` iterations lie
+//! inside what a guard bounds with that end as the stride and the span as extra length
+//! ([`Steps::stride_bound`], [`LoopAccess::reach`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -689,14 +689,18 @@ fn loop_copies(
         }
         // A copy that leaves at its inner loops (see `inner`) never runs the slots
         // leading only there but to leave: cold.
-        let leaves = !l.inner.is_empty() && loops::iteration_cost(env.insns, plan, &l).is_some();
+        let iteration_cost = loops::iteration_cost(env.insns, plan, &l);
+        let leaves = !l.inner.is_empty() && iteration_cost.is_some();
+        let equal_sides = match leaves {
+            true => inner::equal_sides(env.insns, &l),
+            false => BTreeSet::new(),
+        };
         let mut unchecked = BTreeMap::new();
         for &pc in &l.body {
             if blocks.contains_key(&pc) {
                 let block = b.create_block();
                 if plan.cold.contains(&pc)
-                    || (leaves
-                        && (l.to_inner.contains(&pc) || inner::equal_side(env.insns, &l, pc)))
+                    || (leaves && (l.to_inner.contains(&pc) || equal_sides.contains(&pc)))
                 {
                     b.set_cold_block(block);
                 }
@@ -704,7 +708,7 @@ fn loop_copies(
             }
         }
         let group = unroll::GroupCopy::new(b, &l, blocks, plan, env.blocks.is_some());
-        let cost = loops::iteration_cost(env.insns, plan, &l).filter(|_| group.is_none());
+        let cost = iteration_cost.filter(|_| group.is_none());
         let reguard = cost.map(|_| {
             let block = b.create_block();
             b.set_cold_block(block);

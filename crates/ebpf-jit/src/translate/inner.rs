@@ -24,7 +24,7 @@
 //! to_inner`) and the equal side of each equality test in the loop (`jne`'s fall-through,
 //! `jeq`'s target: a byte equal to a newline or to the pattern's first) are cold, so the
 //! copy's hot path is laid out straight: grep's scan took three taken branches a byte,
-//! and its speed followed them, not its instruction count (translate's `equal_side`).
+//! and its speed followed them, not its instruction count (`equal_sides`).
 //!
 //! Only loops whose inner loops all make a memory access leave there (see
 //! `loops::VersionedLoop::inner`).
@@ -35,24 +35,24 @@
 
 use super::*;
 
-/// Whether slot `pc` of loop `l` is where an equality test in the loop goes when its
-/// operands are equal (`jne`'s fall-through, `jeq`'s target): taken as the rare side.
-pub(super) fn equal_side(insns: &[Insn], l: &loops::VersionedLoop, pc: u32) -> bool {
-    if pc == l.header {
-        return false;
-    }
-    l.body.iter().any(|&q| {
+/// The slots of loop `l` where an equality test in the loop goes when its operands are
+/// equal (`jne`'s fall-through, `jeq`'s target), its header aside: taken as the rare side.
+pub(super) fn equal_sides(insns: &[Insn], l: &loops::VersionedLoop) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for &q in &l.body {
         let insn = &insns[q as usize];
         if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
-            return false;
+            continue;
         }
         let target = (i64::from(q) + i64::from(insn.off) + 1) as u32;
         match insn.opc & 0xf0 {
-            JMP_JNE => q + 1 == pc && target != pc,
-            JMP_JEQ => target == pc && q + 1 != pc,
+            JMP_JNE if target != q + 1 => out.insert(q + 1),
+            JMP_JEQ if target != q + 1 => out.insert(target),
             _ => false,
-        }
-    })
+        };
+    }
+    out.remove(&l.header);
+    out
 }
 
 impl Translator<'_, '_> {
