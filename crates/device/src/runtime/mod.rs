@@ -284,7 +284,18 @@ impl DeviceRuntime {
     /// opens it.
     pub fn init(dir: &Path, config: DeviceConfig) -> Result<DeviceRuntime, DeviceError> {
         config.validate()?;
-        fs::create_dir_all(dir).map_err(io_err(dir, "create"))?;
+        // A directory made here is its user's alone (0700, whatever the umask): the
+        // image and the metadata hold every stored byte, and another local user must go
+        // through a daemon's checks, not read them. A directory given that exists keeps
+        // the mode its owner chose.
+        {
+            use std::os::unix::fs::DirBuilderExt as _;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io_err(dir, "create"))?;
+        }
         if dir.join(CONFIG_FILE_NAME).exists() {
             return Err(DeviceError::AlreadyInitialized {
                 dir: dir.to_path_buf(),

@@ -841,3 +841,27 @@ fn copies_keep_the_queue_order_against_dependent_commands() {
     drop(qp);
     dev.close().expect("close");
 }
+
+/// A state directory `init` makes is its user's alone whatever the umask (the image and
+/// metadata hold every stored byte); one that exists keeps its owner's mode.
+#[test]
+fn init_makes_the_state_directory_its_users_alone() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let parent = tempfile::tempdir().expect("temp dir");
+    let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    let config = || DeviceConfig {
+        nvm_size_bytes: 1 << 20,
+        slm_size_bytes: 1 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        ..DeviceConfig::default()
+    };
+    let made = parent.path().join("made/dev");
+    drop(DeviceRuntime::init(&made, config()).expect("init"));
+    assert_eq!(mode(&made), 0o700);
+    let given = parent.path().join("given");
+    fs::create_dir(&given).expect("mkdir");
+    fs::set_permissions(&given, fs::Permissions::from_mode(0o751)).expect("chmod");
+    drop(DeviceRuntime::init(&given, config()).expect("init"));
+    assert_eq!(mode(&given), 0o751);
+}
