@@ -404,6 +404,7 @@ impl Nvm {
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(PRIVATE_FILE_MODE)
             .open(path)
             .map_err(|source| match source.kind() {
                 io::ErrorKind::AlreadyExists => NvmError::AlreadyExists {
@@ -411,6 +412,7 @@ impl Nvm {
                 },
                 _ => io_error(path, "create", source),
             })?;
+        make_private(&file).map_err(|source| io_error(path, "chmod", source))?;
         file.set_len(size_bytes)
             .map_err(|source| io_error(path, "size", source))?;
         file.sync_all()
@@ -1196,6 +1198,17 @@ fn io_error(path: &Path, op: &'static str, source: io::Error) -> NvmError {
         op,
         source,
     }
+}
+
+/// The mode of a state file the device creates: its owner's alone. The image and the
+/// metadata hold every stored byte; another local user goes through a daemon's checks.
+pub(crate) const PRIVATE_FILE_MODE: u32 = 0o600;
+
+/// Sets a file the device just created to [`PRIVATE_FILE_MODE`] exactly: the mode given at
+/// open is masked by the umask, and a stale temporary file kept the mode it had.
+pub(crate) fn make_private(file: &File) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))
 }
 
 /// Makes a directory entry created in `path`'s parent durable.

@@ -17,10 +17,12 @@
 
 use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use crate::buffer::RawBuffer;
+use crate::nvm::{make_private, PRIVATE_FILE_MODE};
 
 /// File name of the shared state in the state directory.
 pub const STATE_FILE_NAME: &str = "state.bin";
@@ -176,7 +178,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
         }
     };
     let tmp = path.with_extension("tmp");
-    let mut f = fs::File::create(&tmp).map_err(io("create"))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(PRIVATE_FILE_MODE)
+        .open(&tmp)
+        .map_err(io("create"))?;
+    // A new file is its owner's alone; a replaced one keeps the mode its owner chose.
+    match fs::metadata(path) {
+        Ok(old) => f.set_permissions(old.permissions()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => make_private(&f),
+        Err(e) => Err(e),
+    }
+    .map_err(io("chmod"))?;
     f.write_all(bytes).map_err(io("write"))?;
     f.sync_all().map_err(io("sync"))?;
     drop(f);
@@ -192,6 +207,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_atomic_makes_new_files_private_and_keeps_a_chosen_mode() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let mode = || fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        write_atomic(&path, b"one").unwrap();
+        assert_eq!(mode(), 0o600);
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(mode(), 0o640);
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        // A stale temporary file's mode is not inherited by a new file.
+        let fresh = dir.path().join("g.bin");
+        fs::write(fresh.with_extension("tmp"), b"stale").unwrap();
+        fs::set_permissions(
+            fresh.with_extension("tmp"),
+            fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        write_atomic(&fresh, b"new").unwrap();
+        assert_eq!(
+            fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
 
     #[test]
     fn persists_and_clears() {

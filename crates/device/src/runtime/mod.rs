@@ -279,6 +279,16 @@ fn lock_dir(dir: &Path) -> Result<File, DeviceError> {
     }
 }
 
+/// Creates `dir` and any missing parents with mode 0700 whatever the umask; a directory
+/// that exists keeps its mode.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 impl DeviceRuntime {
     /// Creates a device in `dir` (created if missing; it must not hold a device) and
     /// opens it.
@@ -288,14 +298,7 @@ impl DeviceRuntime {
         // image and the metadata hold every stored byte, and another local user must go
         // through a daemon's checks, not read them. A directory given that exists keeps
         // the mode its owner chose.
-        {
-            use std::os::unix::fs::DirBuilderExt as _;
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(io_err(dir, "create"))?;
-        }
+        create_private_dir(dir).map_err(io_err(dir, "create"))?;
         if dir.join(CONFIG_FILE_NAME).exists() {
             return Err(DeviceError::AlreadyInitialized {
                 dir: dir.to_path_buf(),
@@ -309,7 +312,7 @@ impl DeviceRuntime {
         let files = FileStore::create(dir, Arc::clone(&nvm))?;
         let state = SharedState::create(dir, config.state_size_bytes)?;
         let programs_dir = dir.join(PROGRAMS_DIR_NAME);
-        fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
+        create_private_dir(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
         config.save(dir)?;
         DeviceRuntime::start(dir, config, nvm, files, state, lock)
     }
@@ -334,7 +337,7 @@ impl DeviceRuntime {
         let files = FileStore::open(dir, Arc::clone(&nvm))?;
         let state = SharedState::open(dir, config.state_size_bytes)?;
         let programs_dir = dir.join(PROGRAMS_DIR_NAME);
-        fs::create_dir_all(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
+        create_private_dir(&programs_dir).map_err(io_err(&programs_dir, "create"))?;
         DeviceRuntime::start(dir, config, nvm, files, state, lock)
     }
 

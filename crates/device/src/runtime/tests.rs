@@ -864,4 +864,11 @@ fn init_makes_the_state_directory_its_users_alone() {
     fs::set_permissions(&given, fs::Permissions::from_mode(0o751)).expect("chmod");
     drop(DeviceRuntime::init(&given, config()).expect("init"));
     assert_eq!(mode(&given), 0o751);
+    // Whatever the directory's mode, the files holding stored bytes are the owner's alone.
+    for dev in [&made, &given] {
+        for name in [NVM_FILE_NAME, "meta.redb", "state.bin", CONFIG_FILE_NAME] {
+            assert_eq!(mode(&dev.join(name)), 0o600, "{name} in {}", dev.display());
+        }
+        assert_eq!(mode(&dev.join(PROGRAMS_DIR_NAME)), 0o700);
+    }
 }
