@@ -5,9 +5,11 @@
 //!
 //! A transfer worker takes its queue in order, as before. A Memory Copy whose sources
 //! all read the media (`File`, `ResidentFile`, `Nvm`) it hands to a copier thread and
-//! goes on; anything else it runs itself, only once every copy handed out has ended
-//! (it drains them), except a Memory Read, Write or Fill, which waits only for the copies in
-//! flight into bytes it touches. So, against every other transfer command, copies keep
+//! goes on; anything else it runs itself, only once every copy handed out before it has
+//! ended (it drains them), except a Memory Read, Write or Fill, which waits only for the
+//! copies handed out before it into bytes it touches. Copies handed out after a command
+//! began to wait (by another transfer worker) never hold it: a client that keeps
+//! submitting copies cannot starve another's file commands. So, against every other transfer command, copies keep
 //! the order of the queue: a file written and then copied, a copy and then a read or
 //! write of its destination, see each other in that order, as with one worker running
 //! everything; a read or write of other bytes (a staging's next headers, a result read
@@ -133,23 +135,38 @@ pub(super) fn memory_access(job: &Job) -> Option<Destination> {
     })
 }
 
+/// A copy's place in the order copies were handed out.
+type Ticket = u64;
+
 #[derive(Default)]
 struct State {
     /// Copies handed out, not yet taken by a copier.
-    queue: VecDeque<(Job, Destination)>,
-    /// Destinations of the copies running on a copier.
-    running: Vec<Destination>,
+    queue: VecDeque<(Job, Destination, Ticket)>,
+    /// The copies running on a copier.
+    running: Vec<(Destination, Ticket)>,
+    /// The ticket of the next copy handed out.
+    next: Ticket,
     closed: bool,
-    /// Tests only: the copiers take nothing while set (the copies handed out stay in
-    /// flight), so a test can order commands against a copy without racing it.
+    /// Tests only: the copiers take no copy of this ticket or later while set (those
+    /// handed out stay in flight), so a test can order commands against a copy without
+    /// racing it.
     #[cfg(test)]
-    held: bool,
+    held_from: Option<Ticket>,
+    /// Tests only: commands waiting for copies now.
+    #[cfg(test)]
+    waiting: usize,
 }
 
 impl State {
-    /// Destinations of the copies handed out and not yet ended (queued or running).
-    fn in_flight(&self) -> impl Iterator<Item = &Destination> {
-        self.queue.iter().map(|(_, d)| d).chain(&self.running)
+    /// The copies handed out and not yet ended (queued or running).
+    fn in_flight(&self) -> impl Iterator<Item = (&Destination, Ticket)> {
+        (self.queue.iter().map(|(_, d, t)| (d, *t)))
+            .chain(self.running.iter().map(|(d, t)| (d, *t)))
+    }
+
+    /// Whether a copy handed out before `ticket` for which `holds` is true is in flight.
+    fn holds_before(&self, ticket: Ticket, holds: impl Fn(&Destination) -> bool) -> bool {
+        self.in_flight().any(|(d, t)| t < ticket && holds(d))
     }
 }
 
@@ -177,53 +194,67 @@ impl Copies {
         while g.queue.len() + g.running.len() >= COPIES_QUEUED_MAX {
             g = self.wait(g);
         }
-        g.queue.push_back((job, dst));
+        let ticket = g.next;
+        g.next += 1;
+        g.queue.push_back((job, dst, ticket));
         drop(g);
         self.changed.notify_all();
     }
 
-    /// Waits until every copy handed out has ended.
+    /// Waits until every copy handed out before now has ended.
     pub(super) fn drain(&self) {
+        self.wait_for(|_| true);
+    }
+
+    /// Waits until no copy handed out before now for which `holds` is true is in
+    /// flight.
+    fn wait_for(&self, holds: impl Fn(&Destination) -> bool) {
         let mut g = self.lock();
-        while g.in_flight().next().is_some() {
+        let now = g.next;
+        #[cfg(test)]
+        {
+            g.waiting += 1;
+            self.changed.notify_all();
+        }
+        while g.holds_before(now, &holds) {
             g = self.wait(g);
+        }
+        #[cfg(test)]
+        {
+            g.waiting -= 1;
         }
     }
 
-    /// Waits until the copies `job` must follow have ended: for a Memory Read, Fill or
-    /// Write ([`memory_access`]), those into bytes it touches; for anything else,
-    /// every copy handed out.
+    /// Waits until the copies `job` must follow have ended, of those handed out before
+    /// now: for a Memory Read, Fill or Write ([`memory_access`]), those into bytes it
+    /// touches; for anything else, every one.
     pub(super) fn wait_before(&self, job: &Job) {
-        let Some(bytes) = memory_access(job) else {
-            return self.drain();
-        };
-        let mut g = self.lock();
-        while g.in_flight().any(|d| d.overlaps(&bytes)) {
-            g = self.wait(g);
+        match memory_access(job) {
+            Some(bytes) => self.wait_for(|d| d.overlaps(&bytes)),
+            None => self.drain(),
         }
     }
 
     /// The next copy to run; `None` once closed and empty.
-    fn take(&self) -> Option<(Job, Destination)> {
+    fn take(&self) -> Option<(Job, Ticket)> {
         let mut g = self.lock();
         loop {
             #[cfg(test)]
-            let held = g.held;
+            let held_from = g.held_from.unwrap_or(Ticket::MAX);
             #[cfg(not(test))]
-            let held = false;
-            if !held {
-                // The first queued copy whose bytes no copy before it (running, or
-                // queued ahead of it) writes: overlapping copies run in queue order.
-                let st = &mut *g;
-                let ready = (0..st.queue.len()).find(|&i| {
-                    let dst = &st.queue[i].1;
-                    !st.running.iter().any(|d| d.overlaps(dst))
-                        && !st.queue.iter().take(i).any(|(_, d)| d.overlaps(dst))
-                });
-                if let Some(next) = ready.and_then(|i| st.queue.remove(i)) {
-                    st.running.push(next.1);
-                    return Some(next);
-                }
+            let held_from = Ticket::MAX;
+            // The first queued copy whose bytes no copy before it (running, or queued
+            // ahead of it) writes: overlapping copies run in queue order.
+            let st = &mut *g;
+            let ready = (0..st.queue.len()).find(|&i| {
+                let (_, dst, ticket) = &st.queue[i];
+                *ticket < held_from
+                    && !st.running.iter().any(|(d, _)| d.overlaps(dst))
+                    && !st.queue.iter().take(i).any(|(_, d, _)| d.overlaps(dst))
+            });
+            if let Some((job, dst, ticket)) = ready.and_then(|i| st.queue.remove(i)) {
+                st.running.push((dst, ticket));
+                return Some((job, ticket));
             }
             if g.closed {
                 return None;
@@ -232,9 +263,9 @@ impl Copies {
         }
     }
 
-    fn ended(&self, dst: Destination) {
+    fn ended(&self, ticket: Ticket) {
         let mut g = self.lock();
-        if let Some(i) = g.running.iter().position(|d| *d == dst) {
+        if let Some(i) = g.running.iter().position(|(_, t)| *t == ticket) {
             g.running.swap_remove(i);
         }
         drop(g);
@@ -244,8 +275,25 @@ impl Copies {
     /// Tests only: holds the copiers (`true`) or lets them go on (`false`).
     #[cfg(test)]
     pub(super) fn hold(&self, on: bool) {
-        self.lock().held = on;
+        self.hold_from(on.then_some(0));
+    }
+
+    /// Tests only: the copiers take no copy handed out as the `n`th (from 0) or later
+    /// (`Some(n)`), or take every copy (`None`).
+    #[cfg(test)]
+    pub(super) fn hold_from(&self, n: Option<Ticket>) {
+        self.lock().held_from = n;
         self.changed.notify_all();
+    }
+
+    /// Tests only: waits until `waiting` commands wait for copies and `queued` copies
+    /// wait for a copier.
+    #[cfg(test)]
+    pub(super) fn wait_until(&self, waiting: usize, queued: usize) {
+        let mut g = self.lock();
+        while g.waiting != waiting || g.queue.len() != queued {
+            g = self.wait(g);
+        }
     }
 
     /// No more copies come: the copiers end once the queue is empty. Called after the
@@ -258,11 +306,11 @@ impl Copies {
 
 /// A copier thread: runs the copies handed out until closed.
 pub(super) fn copier(shared: &Shared) {
-    while let Some((job, dst)) = shared.copies.take() {
+    while let Some((job, ticket)) = shared.copies.take() {
         shared.run(job);
         // Ended before it stops counting as running: whoever sees the pool idle sees no
         // copy in flight either.
-        shared.copies.ended(dst);
+        shared.copies.ended(ticket);
         shared.transfer.running.fetch_sub(1, Ordering::AcqRel);
     }
 }

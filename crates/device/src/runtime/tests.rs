@@ -650,6 +650,82 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
     dev.close().expect("close");
 }
 
+/// A command that waits for copies waits only for those handed out before it
+/// (`copies::wait_before`), so a client that keeps submitting copies cannot hold another
+/// client's file commands. Two transfer workers; with the copiers held, client A's copy
+/// 0 is in flight when client B's File Stat starts to wait; A's copy 1, handed out
+/// after, stays held while copy 0 runs. B's stat completes, and then A's copies, whole.
+/// Before the rule the stat waited for every copy in flight, so it never completed
+/// while A's copies kept coming (the reap gives up after a minute, a deadlock's bound,
+/// not a speed goal).
+#[test]
+fn a_command_waits_only_for_copies_handed_out_before_it() {
+    const LEN: usize = 64 << 10;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = DeviceConfig {
+        nvm_size_bytes: 64 << 20,
+        slm_size_bytes: 64 << 20,
+        state_size_bytes: 4096,
+        engines: Some(1),
+        transfer_workers: Some(2),
+        ..DeviceConfig::default()
+    };
+    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let (qa, qb) = (
+        dev.queue_pair(8).expect("pair"),
+        dev.queue_pair(8).expect("pair"),
+    );
+    let a: Vec<u8> = (0..LEN)
+        .map(|i| (i as u8).wrapping_mul(13) ^ 0x3c)
+        .collect();
+    let mut ids = (1u64..).map(CommandId);
+    let mut next = || ids.next().expect("ids enough");
+    put_file(&qa, next(), "/a", &a);
+    let h = alloc_mem(&qa, next(), 2 * LEN as u64);
+    let copies = &dev.shared().copies;
+    copies.hold(true);
+    let copy = |at: usize| Op::MemCopy {
+        dst: h,
+        dst_offset: at as u64,
+        sources: vec![CopySource::File {
+            path: "/a".to_string(),
+            offset: 0,
+            len: LEN as u64,
+        }],
+    };
+    qa.submit(Command::new(next(), copy(0))).expect("submit");
+    copies.wait_until(0, 1);
+    let stat = next();
+    let op = Op::FileStat {
+        path: "/a".to_string(),
+    };
+    qb.submit(Command::new(stat, op)).expect("submit");
+    copies.wait_until(1, 1);
+    qa.submit(Command::new(next(), copy(LEN))).expect("submit");
+    copies.wait_until(1, 2);
+    copies.hold_from(Some(1));
+    let deadlock = Some(std::time::Duration::from_secs(60));
+    let got = qb.reap(deadlock);
+    let first = qa.reap(deadlock);
+    copies.hold(false);
+    let got = got.expect("the stat ends while a later copy is held");
+    assert_eq!((got.id, got.status), (stat, Status::Success), "{got:?}");
+    let first = first.expect("copy 0 ends while copy 1 is held");
+    assert_eq!(first.status, Status::Success, "{first:?}");
+    let second = qa.reap(deadlock).expect("copy 1 ends once released");
+    assert_eq!(second.status, Status::Success, "{second:?}");
+    let op = Op::MemRead {
+        handle: h,
+        offset: 0,
+        len: 2 * LEN as u64,
+    };
+    let both = read_data(&qa.call(Command::new(next(), op)).expect("submit"));
+    assert_eq!(both[..LEN], a[..], "copy 0's bytes");
+    assert_eq!(both[LEN..], a[..], "copy 1's bytes");
+    drop((qa, qb));
+    dev.close().expect("close");
+}
+
 /// Handing a copy to the copiers does not wait for a copier (`copies::hand_off`, up to
 /// `COPIES_QUEUED_MAX`): with the copiers held, more copies than run at once (the last
 /// into the bytes of the first), then a Memory Fill and a Memory Write of other bytes, all
