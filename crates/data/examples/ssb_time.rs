@@ -7,7 +7,8 @@
 //! `KEEP=1` runs through `csx_data::ssb::resident::ResidentTables` (staged LINEORDER
 //! and loaded programs kept between the runs); `ENGINE=interp` runs the programs on the
 //! interpreter (default: the JIT); `MEDIA=cached` makes a new device read its media
-//! through the page cache (`media_reads`, a warm image; default: direct).
+//! through the page cache (`media_reads`, a warm image; default: direct); `ROUND_ROWS=N`
+//! stages LINEORDER in rounds of N rows.
 
 use csx_data::ssb::queries::query;
 use csx_data::ssb::run::{run, RunOptions, Split};
@@ -51,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok("interp") => csx_host::proto::EngineKind::Interpreter,
             _ => csx_host::proto::EngineKind::Jit,
         },
+        round_rows: std::env::var("ROUND_ROWS")
+            .map_or(Ok(RunOptions::default().round_rows), |v| v.parse())?,
         ..RunOptions::default()
     };
     let mut keep = std::env::var("KEEP")

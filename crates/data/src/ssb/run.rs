@@ -139,9 +139,13 @@ impl Default for RunOptions {
     }
 }
 
-/// LINEORDER rows staged at a time by default: 4 MiB per 32-bit column (rounds are
-/// small so the first one, the only one not staged during another's probe, is short).
-pub const ROUND_ROWS_DEFAULT: u64 = 1 << 20;
+/// LINEORDER rows staged at a time by default: 2 MiB per 32-bit column. Rounds are
+/// small so the first one, the only one not staged during another's probe, is short,
+/// and because a run's device memory is mostly its slot set and staged-block buffers,
+/// sized by the round and mapped page by page by their first writes: at SF 1, a
+/// process running Q3.3 takes ~8,200 minor page faults with rounds of 2^19 rows against
+/// ~12,400 with 2^20 (~6,100 with 2^18, twice the rounds).
+pub const ROUND_ROWS_DEFAULT: u64 = 1 << 19;
 /// LINEORDER rounds whose copies are in flight while a round is expanded and probed:
 /// with two, the media keeps reading while a round's decoding and probe take longer
 /// than the next round's reads.
@@ -942,10 +946,12 @@ fn round_parts(n: u64, partitions: u64) -> Vec<(u64, u64)> {
 
 /// LINEORDER's side of a run: the columns the probe reads, its own selections, and the
 /// staging slots, one buffer per partition (its columns back to back, then, for the
-/// emitted probe, room for the lookup tables' copies), in two sets when there are
-/// several rounds, so that the next round is staged while this one is probed:
-/// `slots[set * partitions + p]` holds partition p's columns, column `i` at
-/// `i * col_bytes`. The copies of a round land in buffers of staged blocks, free again
+/// emitted probe, room for the lookup tables' copies): `slots[set * partitions + p]`
+/// holds partition p's columns, column `i` at `i * col_bytes`. A run's own slots are
+/// one set when every staged column is encoded (the copies land in buffers of staged
+/// blocks, and a round's expansion, which alone writes the slots, runs after the round
+/// before is probed), else two when there are several rounds, so that raw columns are
+/// copied into the next round's slots while this one is probed. The copies of a round land in buffers of staged blocks, free again
 /// once the round is expanded: with one more set of those than rounds staged ahead
 /// ([`ROUNDS_AHEAD`]), round `r + 2`'s copies start while round `r + 1`'s are still
 /// in flight, before round `r` is expanded and probed.
@@ -962,7 +968,9 @@ struct Lineorder {
     in_bytes: u64,
     lut_segments: Vec<u64>,
     partitions: u64,
-    sets: u64,
+    /// Slot sets: see the type's doc ([`Lineorder::staging_state`] narrows a run's own
+    /// two to one).
+    sets: std::cell::Cell<u64>,
     /// Sets of buffers of staged blocks (`LoStaging::staged`).
     staged_sets: u64,
     slots: std::cell::RefCell<Vec<MemHandle>>,
@@ -1043,7 +1051,7 @@ impl Lineorder {
             in_bytes,
             lut_segments,
             partitions: u64::from(partitions),
-            sets,
+            sets: std::cell::Cell::new(sets),
             staged_sets: match kept {
                 Some(_) => sets,
                 None => rounds.min(ROUNDS_AHEAD + 1),
@@ -1168,8 +1176,8 @@ impl Lineorder {
     fn rounds_ahead(&self) -> u64 {
         let guard = self.staging.borrow();
         let raw = (guard.as_ref()).is_some_and(|st| st.files.iter().any(|f| f.encoded().is_none()));
-        match raw && self.sets < self.rounds {
-            true => self.sets - 1,
+        match raw && self.sets.get() < self.rounds {
+            true => self.sets.get() - 1,
             false => ROUNDS_AHEAD,
         }
     }
@@ -1194,6 +1202,12 @@ impl Lineorder {
         }
         let files = crate::stage::device_columns(s, &self.dir, &self.schema, &self.cols)?;
         let files: Vec<_> = files.into_iter().map(std::sync::Arc::new).collect();
+        if self.kept.is_none() && files.iter().all(|f| f.encoded().is_some()) {
+            // Only the expansions write the slots, each after the round before is
+            // probed (`Plan::run`): one set serves every round, so a run maps half the
+            // fresh device memory.
+            self.sets.set(1);
+        }
         let zone: Vec<(&crate::encoding::EncodedColumn, &[(u64, u64)])> = (self.filters.iter())
             .filter_map(|(c, r)| {
                 let i = self.cols.iter().position(|x| x == c)?;
@@ -1235,9 +1249,9 @@ impl Lineorder {
     /// the set's slots are only written by the expansion: a set not allocated yet is
     /// allocated once the copies are in flight.
     fn stage(&self, s: &mut Session, r: u64) -> Result<crate::stage::Staging, DataError> {
-        let (set, staged_set) = (r % self.sets, r % self.staged_sets);
         trace(format_args!("round {r}: stage"));
         self.staging_state(s)?;
+        let (set, staged_set) = (r % self.sets.get(), r % self.staged_sets);
         self.ensure_staged(s, staged_set)?;
         let guard = self.staging.borrow();
         let st = guard.as_ref().expect("the staging state was just made");
@@ -1814,7 +1828,7 @@ impl<'a> Plan<'a> {
         r: u64,
         (dims, lo, groups, out): (&[StagedDim], &Lineorder, &Groups, &ProbeOut),
     ) -> Result<(), DataError> {
-        let set = r % lo.sets;
+        let set = r % lo.sets.get();
         let parts = round_parts(lo.round_rows(r).1, lo.partitions);
         let probe = ops.probe.expect("a probe is loaded before the rounds");
         let runs: Vec<ExecuteRequest> = if self.emitted {
@@ -1847,7 +1861,7 @@ impl<'a> Plan<'a> {
         groups: &Groups,
         out: &ProbeOut,
     ) -> Vec<ExecuteRequest> {
-        let set = r % lo.sets;
+        let set = r % lo.sets.get();
         let parts = round_parts(lo.round_rows(r).1, lo.partitions);
         (parts.iter().enumerate())
             .map(|(p, &(off, len))| {

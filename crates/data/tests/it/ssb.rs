@@ -94,6 +94,18 @@ fn ssb_queries_on_the_device_equal_duckdb_and_the_host_reference() {
         let old = run(&dev, "/ssb-raw", q, &RunOptions::default()).unwrap();
         let new = run(&dev, "/ssb", q, &RunOptions::default()).unwrap();
         assert_eq!((&old.rows, &new.rows), (&want, &want), "{name}");
+        // Rounds of 2^16 rows: raw columns copied into two slot sets in turn, encoded
+        // ones expanded into one set, round after probed round.
+        let rounds = RunOptions {
+            round_rows: 1 << 16,
+            ..Default::default()
+        };
+        for probe in ProbeKind::ALL {
+            let opts = RunOptions { probe, ..rounds };
+            let old = run(&dev, "/ssb-raw", q, &opts).unwrap();
+            let new = run(&dev, "/ssb", q, &opts).unwrap();
+            assert_eq!((&old.rows, &new.rows), (&want, &want), "{name} {probe:?}");
+        }
         assert!(
             new.meter.media_bytes * 2 < old.meter.media_bytes,
             "{name}: {} encoded vs {} raw media bytes",
