@@ -538,11 +538,17 @@ fn read_data(c: &Completion) -> Vec<u8> {
 
 /// A device with room for a few MiB copies and one engine, for the copies' ordering tests.
 fn copies_device(dir: &std::path::Path) -> DeviceRuntime {
+    copies_device_with(dir, None)
+}
+
+/// [`copies_device`] with `transfer_workers` (the default's when `None`).
+fn copies_device_with(dir: &std::path::Path, transfer_workers: Option<u32>) -> DeviceRuntime {
     let config = DeviceConfig {
         nvm_size_bytes: 64 << 20,
         slm_size_bytes: 64 << 20,
         state_size_bytes: 4096,
         engines: Some(1),
+        transfer_workers,
         ..DeviceConfig::default()
     };
     DeviceRuntime::init(dir, config).expect("init")
@@ -662,15 +668,7 @@ fn memory_reads_and_writes_of_other_bytes_pass_copies_in_flight() {
 fn a_command_waits_only_for_copies_handed_out_before_it() {
     const LEN: usize = 64 << 10;
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = DeviceConfig {
-        nvm_size_bytes: 64 << 20,
-        slm_size_bytes: 64 << 20,
-        state_size_bytes: 4096,
-        engines: Some(1),
-        transfer_workers: Some(2),
-        ..DeviceConfig::default()
-    };
-    let dev = DeviceRuntime::init(dir.path(), config).expect("init");
+    let dev = copies_device_with(dir.path(), Some(2));
     let (qa, qb) = (
         dev.queue_pair(8).expect("pair"),
         dev.queue_pair(8).expect("pair"),
