@@ -27,6 +27,7 @@ mod cursor_tests;
 mod guard_tests;
 mod inner_tests;
 mod loop_tests;
+mod order_tests;
 mod range_tests;
 mod region_tests;
 mod stack_tests;
