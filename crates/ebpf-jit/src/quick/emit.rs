@@ -31,7 +31,11 @@
 //! through an address computed from an `lddw` of the section's address, in the same
 //! straight-line run of code ([`Known`]), whose offset is proven in range for every
 //! value of the indexes added (masks, shifts, byte loads), needs no check: its host
-//! address is the section's base plus the offset.
+//! address is the section's base plus the offset. Likewise for the stack: an address
+//! computed from r10 (`mov rX, r10`, constants and bounded indexes added) whose every
+//! value lands in the current frame needs no check (the same condition as for r10 plus a
+//! constant); its host address is the stack row's base plus `rX - ` the stack's virtual
+//! base.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -127,18 +131,28 @@ enum Target {
 }
 
 /// What the one pass knows of a register's value since the last jump target or call
-/// (where everything is forgotten): an unsigned bound, and whether it is the address of
-/// global section `n` plus an offset in `[lo, hi]`.
+/// (where everything is forgotten): an unsigned bound, and whether it is an address
+/// [`Base`] plus an offset in `[lo, hi]`.
 #[derive(Clone, Copy, Debug)]
 struct Known {
     bound: u64,
-    global: Option<(usize, i64, i64)>,
+    addr: Option<(Base, i64, i64)>,
+}
+
+/// What a [`Known`] address is relative to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Base {
+    /// The first byte of global section `n`.
+    Global(usize),
+    /// The virtual address r10 holds (the current frame's top; calls, which move it,
+    /// forget everything).
+    Fp,
 }
 
 impl Known {
     const NOTHING: Known = Known {
         bound: u64::MAX,
-        global: None,
+        addr: None,
     };
 }
 
@@ -631,17 +645,24 @@ impl Emitter<'_> {
         if base == REG_FP && i32::from(off) >= frame && end <= 0 {
             return Ok(mem(FP, i32::from(off)));
         }
-        // Inside a global section whatever the indexes (see the module doc): the
-        // section's host base plus the offset, `base + (v - vaddr)`.
+        // Inside a global section, or the current frame, whatever the indexes (see the
+        // module doc): the region's host base plus the offset, `base + (v - vaddr)`.
         if let Some(&Known {
-            global: Some((n, lo, hi)),
+            addr: Some((region, lo, hi)),
             ..
         }) = self.known.get(usize::from(base))
         {
-            let len = self.globals[n].len(write) as i64;
+            // The accepted offsets from the region's base, as `[start, end)`.
+            let (start, end, idx) = match region {
+                Base::Global(n) => (
+                    0,
+                    self.globals[n].len(write) as i64,
+                    RegionIdx::GLOBALS_FIRST.0 as usize + n,
+                ),
+                Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
+            };
             let off64 = i64::from(off);
-            if lo + off64 >= 0 && hi + off64 + i64::from(size) <= len {
-                let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
+            if lo + off64 >= start && hi + off64 + i64::from(size) <= end {
                 let row = (idx * RegionEntry::SIZE) as i32;
                 let vaddr = RegionIdx(idx as u32).vaddr(0);
                 let b = MAP[usize::from(base)];
@@ -706,7 +727,7 @@ impl Emitter<'_> {
                     (MODE_MEM, SIZE_W) => 0xffff_ffff,
                     _ => u64::MAX,
                 },
-                global: None,
+                addr: None,
             },
             CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
                 // An atomic may write its source (fetch) or r0 (cmpxchg).
@@ -733,7 +754,15 @@ impl Emitter<'_> {
     fn learn_alu(&self, insn: &Insn) -> Known {
         let by_reg = insn.opc & SRC_X != 0;
         let op = insn.opc & 0xf0;
-        let get = |k: &[Known; 10], r: u8| k.get(usize::from(r)).copied().unwrap_or(Known::NOTHING);
+        let get = |k: &[Known; 10], r: u8| match k.get(usize::from(r)) {
+            Some(k) => *k,
+            // r10 is its own frame's top for as long as anything is known.
+            None if r == REG_FP => Known {
+                bound: u64::MAX,
+                addr: Some((Base::Fp, 0, 0)),
+            },
+            None => Known::NOTHING,
+        };
         let wide = insn.class() == CLASS_ALU64;
         let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
         let d = get(&self.known, insn.dst);
@@ -769,16 +798,16 @@ impl Emitter<'_> {
             (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
             _ => width,
         };
-        let global = match (wide, op, by_reg) {
-            (true, ALU_MOV, true) if insn.off == 0 => s.global,
-            (true, ALU_ADD | ALU_SUB, false) => d.global.and_then(|(n, lo, hi)| {
+        let addr = match (wide, op, by_reg) {
+            (true, ALU_MOV, true) if insn.off == 0 => s.addr,
+            (true, ALU_ADD | ALU_SUB, false) => d.addr.and_then(|(n, lo, hi)| {
                 let k = i64::from(insn.imm);
                 let k = if op == ALU_ADD { k } else { -k };
                 let (lo, hi) = (lo + k, hi + k);
                 (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
                     .then_some((n, lo, hi))
             }),
-            (true, ALU_ADD, true) => match (d.global, s.global) {
+            (true, ALU_ADD, true) => match (d.addr, s.addr) {
                 (Some(g), None) => Some((g, s.bound)),
                 (None, Some(g)) => Some((g, d.bound)),
                 _ => None,
@@ -789,7 +818,7 @@ impl Emitter<'_> {
             }),
             _ => None,
         };
-        Known { bound, global }
+        Known { bound, addr }
     }
 
     /// What is [`Known`] of an `lddw`'s value (whose second slot is `tail`): the value
@@ -802,10 +831,10 @@ impl Emitter<'_> {
             .checked_sub(RegionIdx::GLOBALS_FIRST.0)
             .map(|n| n as usize)
             .filter(|&n| self.globals.get(n).is_some_and(|g| off <= g.read_len))
-            .map(|n| (n, off as i64, off as i64));
+            .map(|n| (Base::Global(n), off as i64, off as i64));
         Known {
             bound: value,
-            global,
+            addr: global,
         }
     }
 

@@ -311,3 +311,97 @@ fn atomics_write_back_where_the_interpreter_does() {
          lock fetch add [%r1+8], %r4\nlock xchg32 [%r1+12], %r4\nadd %r0, %r4\nexit",
     );
 }
+
+/// Runs `src` on the interpreter and the quick tier at every budget from 0 to what a
+/// full run uses (and a generous one): value, trap (kind and pc) and fuel agree at each.
+fn agree_at_every_budget(src: &str) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = verified(insns).expect("verifies");
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let run_at = |engine: &dyn Engine, fuel: u64| {
+        let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel,
+            ..RunOptions::default()
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
+        (out, rw)
+    };
+    let full = run_at(&interp, 100_000);
+    assert_eq!(run_at(&quick, 100_000), full, "quick vs interpreter");
+    for fuel in 0..=full.0.fuel_used {
+        assert_eq!(
+            run_at(&quick, fuel),
+            run_at(&interp, fuel),
+            "quick vs interpreter at budget {fuel}"
+        );
+    }
+    agree(&p);
+    full.0
+}
+
+/// `r10 + k + index` with the index bounded by a mask, a shift or a byte load goes
+/// unchecked when every value lands in the current frame, and is checked otherwise:
+/// an index the bound does not keep in the frame still traps where the interpreter
+/// does (the input bytes are `3i + 1`: byte 42 is 127, byte 63 is 190).
+#[test]
+fn stack_arrays_at_bounded_indexes() {
+    // In range: a byte masked to 0..63 times 4 from r10-256 (written, then read).
+    for at in [0, 42, 63] {
+        let out = agree_at_every_budget(&format!(
+            "ldxb %r2, [%r1+{at}]\nand %r2, 63\nlsh %r2, 2\nmov %r3, %r10\nadd %r3, -256\n\
+             add %r3, %r2\nstw [%r3+0], 77\nldxw %r0, [%r3+0]\nadd %r0, %r2\nexit"
+        ));
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+    // Not provably in range: 8 bytes at up to r10-4 (byte 42 reaches it, past the
+    // stack's top in the entry frame), and a byte times 4 from r10-256 unmasked (byte
+    // 63 reaches r10+504).
+    let out = agree_at_every_budget(
+        "ldxb %r2, [%r1+42]\nand %r2, 63\nlsh %r2, 2\nmov %r3, %r10\nadd %r3, -256\n\
+         add %r3, %r2\nldxdw %r0, [%r3+0]\nexit",
+    );
+    assert!(out.result.is_err(), "{out:?}");
+    let out = agree_at_every_budget(
+        "ldxb %r2, [%r1+63]\nlsh %r2, 2\nmov %r3, %r10\nadd %r3, -256\nadd %r3, %r2\n\
+         ldxw %r0, [%r3+0]\nexit",
+    );
+    assert!(out.result.is_err(), "{out:?}");
+    // The same index in a callee's frame lands in its caller's: checked, and allowed.
+    let out = agree_at_every_budget(
+        "stw [%r10-8], 5\ncall local f\nexit\n\
+         f:\nldxb %r2, [%r1+63]\nlsh %r2, 2\nmov %r3, %r10\nadd %r3, -256\nadd %r3, %r2\n\
+         ldxw %r0, [%r3+0]\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+    // What one path knows is forgotten where another joins it: r3 is r10+8 on the
+    // jumping path.
+    let out = agree_at_every_budget(
+        "ldxb %r2, [%r1+0]\nmov %r3, %r10\nadd %r3, 8\njeq %r2, 1, +2\nmov %r3, %r10\n\
+         add %r3, -64\nldxdw %r0, [%r3+0]\nexit",
+    );
+    assert!(out.result.is_err(), "{out:?}");
+}
+
+/// A histogram on the stack (`count[b[i] & 15]++`, the `hist` kernel's shape) in a
+/// loop, then summed: the same counts as the interpreter at every budget.
+#[test]
+fn a_stack_histogram_agrees() {
+    let mut src = String::new();
+    for k in 1..=16 {
+        src.push_str(&format!("stdw [%r10-{}], 0\n", 8 * k));
+    }
+    src.push_str(
+        "mov %r6, 0\n\
+         top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r2, [%r4+0]\nand %r2, 15\nlsh %r2, 3\n\
+         mov %r3, %r10\nadd %r3, -128\nadd %r3, %r2\nldxdw %r5, [%r3+0]\nadd %r5, 1\n\
+         stxdw [%r3+0], %r5\nadd %r6, 1\njlt %r6, 64, top\n\
+         mov %r0, 0\nldxdw %r5, [%r10-128]\nadd %r0, %r5\nldxdw %r5, [%r10-120]\nmul %r0, 31\n\
+         add %r0, %r5\nldxdw %r5, [%r10-16]\nmul %r0, 31\nadd %r0, %r5\nexit",
+    );
+    let out = agree_at_every_budget(&src);
+    assert!(out.result.is_ok(), "{out:?}");
+}
