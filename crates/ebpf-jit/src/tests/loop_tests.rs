@@ -129,6 +129,11 @@ fn an_outer_loop_is_not_versioned_around_a_versioned_inner_loop() {
 /// on the interpreter and the JIT at every budget up to one past what it needs, and
 /// requires the same outcome; returns the full run's.
 fn sweep_on_input(p: &Arc<VerifiedProgram>, bytes: &[u8]) -> RunOutcome {
+    sweep_on_input_r2(p, bytes, bytes.len() as u64)
+}
+
+/// [`sweep_on_input`] with r2 = `r2` instead of the input's length.
+pub(super) fn sweep_on_input_r2(p: &Arc<VerifiedProgram>, bytes: &[u8], r2: u64) -> RunOutcome {
     let run = |engine: &dyn Engine, fuel: u64| {
         let mut map = MemoryMap::new();
         let a = map.map_read_only(RegionIdx(2), bytes).unwrap();
@@ -136,12 +141,7 @@ fn sweep_on_input(p: &Arc<VerifiedProgram>, bytes: &[u8]) -> RunOutcome {
             fuel,
             ..RunOptions::default()
         };
-        engine.run(
-            &mut map,
-            [a, bytes.len() as u64, 0, 0, 0],
-            &opts,
-            &mut TestHost,
-        )
+        engine.run(&mut map, [a, r2, 0, 0, 0], &opts, &mut TestHost)
     };
     let interp = Interpreter::new(p.clone());
     let jit = JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));

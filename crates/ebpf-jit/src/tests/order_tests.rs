@@ -23,23 +23,7 @@ const RUNNING_MIN: &str = "\
 /// needs, requiring the same outcome; returns the full run's.
 fn sweep_values(p: &Arc<VerifiedProgram>, values: &[u64], claimed: u64) -> RunOutcome {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let run = |engine: &dyn Engine, fuel: u64| {
-        let mut map = MemoryMap::new();
-        let a = map.map_read_only(RegionIdx(2), &bytes).unwrap();
-        let opts = RunOptions {
-            fuel,
-            ..RunOptions::default()
-        };
-        engine.run(&mut map, [a, claimed, 0, 0, 0], &opts, &mut TestHost)
-    };
-    let interp = Interpreter::new(p.clone());
-    let jit = JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let full = run(&interp, u64::MAX);
-    assert_eq!(run(&jit, u64::MAX), full, "the whole run");
-    for fuel in 0..=full.fuel_used + 1 {
-        assert_eq!(run(&jit, fuel), run(&interp, fuel), "fuel {fuel}");
-    }
-    full
+    super::loop_tests::sweep_on_input_r2(p, &bytes, claimed)
 }
 
 /// Values whose running minimum and maximum change often (and ties with the minimum,
