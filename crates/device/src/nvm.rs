@@ -400,19 +400,16 @@ impl Nvm {
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> Result<Nvm, NvmError> {
         let path = path.as_ref();
         check_size(path, size_bytes)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(PRIVATE_FILE_MODE)
-            .open(path)
-            .map_err(|source| match source.kind() {
-                io::ErrorKind::AlreadyExists => NvmError::AlreadyExists {
-                    path: path.to_path_buf(),
-                },
-                _ => io_error(path, "create", source),
-            })?;
-        make_private(&file).map_err(|source| io_error(path, "chmod", source))?;
+        let file = open_private(
+            OpenOptions::new().read(true).write(true).create_new(true),
+            path,
+        )
+        .map_err(|source| match source.kind() {
+            io::ErrorKind::AlreadyExists => NvmError::AlreadyExists {
+                path: path.to_path_buf(),
+            },
+            _ => io_error(path, "create", source),
+        })?;
         file.set_len(size_bytes)
             .map_err(|source| io_error(path, "size", source))?;
         file.sync_all()
@@ -1204,11 +1201,14 @@ fn io_error(path: &Path, op: &'static str, source: io::Error) -> NvmError {
 /// metadata hold every stored byte; another local user goes through a daemon's checks.
 pub(crate) const PRIVATE_FILE_MODE: u32 = 0o600;
 
-/// Sets a file the device just created to [`PRIVATE_FILE_MODE`] exactly: the mode given at
-/// open is masked by the umask, and a stale temporary file kept the mode it had.
-pub(crate) fn make_private(file: &File) -> io::Result<()> {
+/// Opens `path` with `options` as a file the device creates: mode [`PRIVATE_FILE_MODE`]
+/// exactly, whatever the umask (which masks the mode given at open) or the mode a stale
+/// file of that name had.
+pub(crate) fn open_private(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
     use std::os::unix::fs::PermissionsExt as _;
-    file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))
+    let file = options.mode(PRIVATE_FILE_MODE).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(PRIVATE_FILE_MODE))?;
+    Ok(file)
 }
 
 /// Makes a directory entry created in `path`'s parent durable.

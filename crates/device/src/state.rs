@@ -17,12 +17,11 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard};
 
 use crate::buffer::RawBuffer;
-use crate::nvm::{make_private, PRIVATE_FILE_MODE};
+use crate::nvm::open_private;
 
 /// File name of the shared state in the state directory.
 pub const STATE_FILE_NAME: &str = "state.bin";
@@ -178,17 +177,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StateError> {
         }
     };
     let tmp = path.with_extension("tmp");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(PRIVATE_FILE_MODE)
-        .open(&tmp)
-        .map_err(io("create"))?;
+    let mut f = open_private(
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
+        &tmp,
+    )
+    .map_err(io("create"))?;
     // A new file is its owner's alone; a replaced one keeps the mode its owner chose.
     match fs::metadata(path) {
         Ok(old) => f.set_permissions(old.permissions()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => make_private(&f),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
     .map_err(io("chmod"))?;

@@ -101,7 +101,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::nvm::{make_private, sync_parent_dir, MediaReads, Nvm, BLOCK_SIZE, PRIVATE_FILE_MODE};
+use crate::nvm::{open_private, sync_parent_dir, MediaReads, Nvm, BLOCK_SIZE};
 use alloc::{Allocator, BlockRange};
 use csx_proto::limits::PARTIAL_DIR;
 use record::{ExtentRec, FileRecord, Mapping};
@@ -1314,23 +1314,13 @@ fn init_meta(path: &Path, nvm_size: u64) -> Result<(), FileStoreError> {
     let meta = |err: redb::Error| meta_error(path, err);
     // The file is made here, private, for redb to fill: redb would create it with the
     // umask's mode, readable by every local user.
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let state_dir_err = |op| {
-            move |source| FileStoreError::StateDir {
-                path: path.to_path_buf(),
-                op,
-                source,
-            }
-        };
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(PRIVATE_FILE_MODE)
-            .open(path)
-            .map_err(state_dir_err("create"))?;
-        make_private(&file).map_err(state_dir_err("chmod"))?;
-    }
+    open_private(fs::OpenOptions::new().write(true).create_new(true), path).map_err(|source| {
+        FileStoreError::StateDir {
+            path: path.to_path_buf(),
+            op: "create",
+            source,
+        }
+    })?;
     let db = Database::builder()
         .set_cache_size(META_CACHE_BYTES)
         .create(path)

@@ -9,13 +9,13 @@
 //! ended (it drains them), except a Memory Read, Write or Fill, which waits only for the
 //! copies handed out before it into bytes it touches. Copies handed out after a command
 //! began to wait (by another transfer worker) never hold it: a client that keeps
-//! submitting copies cannot starve another's file commands. So, against every other transfer command, copies keep
-//! the order of the queue: a file written and then copied, a copy and then a read or
-//! write of its destination, see each other in that order, as with one worker running
-//! everything; a read or write of other bytes (a staging's next headers, a result read
-//! back) does not wait for copies it cannot see, nor they for it (copies in flight read
-//! only the media, and the worker ends the read or write before it takes the next
-//! command).
+//! submitting copies cannot starve another's file commands. So, against every other
+//! transfer command, copies keep the order of the queue: a file written and then copied,
+//! a copy and then a read or write of its destination, see each other in that order, as
+//! with one worker running everything; a read or write of other bytes (a staging's next
+//! headers, a result read back) does not wait for copies it cannot see, nor they for it
+//! (copies in flight read only the media, and the worker ends the read or write before it
+//! takes the next command).
 //! Two copies in flight together only read the media, and a copy waits for any copy in
 //! flight into overlapping bytes of the same allocation, so the last one submitted
 //! writes them last.
