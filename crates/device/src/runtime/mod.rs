@@ -149,6 +149,13 @@ pub enum DeviceError {
     AlreadyInitialized { dir: PathBuf },
     #[error("{} is not a device state directory (no {CONFIG_FILE_NAME}); run `csx device init`", dir.display())]
     NotInitialized { dir: PathBuf },
+    #[error(
+        "{} holds an unfinished device (its {NVM_FILE_NAME} but no {CONFIG_FILE_NAME}: an \
+         earlier init was interrupted, or {CONFIG_FILE_NAME} was removed); if it holds nothing \
+         you need, remove the directory and run `csx device init` again",
+        dir.display()
+    )]
+    Unfinished { dir: PathBuf },
     #[error("{} is in use by another device", dir.display())]
     Locked { dir: PathBuf },
     #[error("cannot {op} {}: {source}", path.display())]
@@ -305,6 +312,13 @@ impl DeviceRuntime {
             });
         }
         let lock = lock_dir(dir)?;
+        // An init killed part way leaves files but no configuration. They are not removed
+        // here: the same state is a device whose configuration was deleted by hand.
+        if dir.join(NVM_FILE_NAME).exists() {
+            return Err(DeviceError::Unfinished {
+                dir: dir.to_path_buf(),
+            });
+        }
         // The configuration is written last: a directory without it is not a device, so
         // an interrupted init is never mistaken for a working one.
         let nvm = Arc::new(Nvm::create(dir.join(NVM_FILE_NAME), config.nvm_size_bytes)?);

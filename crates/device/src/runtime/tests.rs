@@ -938,6 +938,16 @@ fn init_makes_the_state_directory_its_users_alone() {
     fs::set_permissions(&given, fs::Permissions::from_mode(0o751)).expect("chmod");
     drop(DeviceRuntime::init(&given, config()).expect("init"));
     assert_eq!(mode(&given), 0o751);
+    // An init that stopped before its configuration (or a device whose configuration was
+    // removed) is named as such, not as a clash over the image.
+    fs::remove_file(given.join(CONFIG_FILE_NAME)).expect("rm");
+    match DeviceRuntime::init(&given, config()) {
+        Err(e @ DeviceError::Unfinished { .. }) => {
+            assert!(e.to_string().contains("interrupted"), "{e}")
+        }
+        other => panic!("an unfinished device, got {other:?}"),
+    }
+    config().save(&given).expect("save");
     // Whatever the directory's mode, the files holding stored bytes are the owner's alone.
     for dev in [&made, &given] {
         for name in [NVM_FILE_NAME, "meta.redb", "state.bin", CONFIG_FILE_NAME] {
