@@ -30,6 +30,7 @@ mod loop_tests;
 mod order_tests;
 mod range_tests;
 mod region_tests;
+mod span_tests;
 mod stack_tests;
 
 /// Helpers of the test table: 1 sums its arguments, 2 fills `r2` bytes at `r1` with

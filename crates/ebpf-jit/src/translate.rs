@@ -88,6 +88,7 @@ use crate::runtime::{
 mod inner;
 mod order;
 mod proven;
+pub(crate) mod spans;
 mod unroll;
 
 // The call-depth check reads the depth off the frame pointer: frame `d` (1-based) has
@@ -395,6 +396,10 @@ struct Translator<'a, 'f> {
     /// While code that may run where its branch did not go is being translated (see
     /// `proven`): the plan's value ranges do not hold there.
     speculating: bool,
+    /// The access groups checked as one span, by first slot (see `spans`).
+    span_groups: BTreeMap<u32, spans::SpanGroup>,
+    /// While a group's fast copy is being translated (see `spans`).
+    fast_group: Option<spans::FastGroup>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -823,6 +828,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             plans: env.plans,
             inline_exit: None,
             speculating: false,
+            span_groups: spans::span_groups(env.insns, &plan.pcs, &plan.leaders, &plan.stack_bases),
+            fast_group: None,
         }
     }
 
@@ -890,7 +897,10 @@ impl<'a, 'f> Translator<'a, 'f> {
             if let Some(c) = &self.counters {
                 c.enter(&mut self.b, pc);
             }
-            resume = self.insn(pc)?;
+            resume = match self.span_group(pc)? {
+                Some(next) => next,
+                None => self.insn(pc)?,
+            };
         }
         assert!(!self.open, "the last reachable instruction ends its block");
         Ok(())
@@ -1849,6 +1859,11 @@ impl<'a, 'f> Translator<'a, 'f> {
                 let host = self.b.ins().iadd(delta, v);
                 return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
             }
+        }
+
+        // In the fast copy of a span group, its span check proved this access in bounds.
+        if let Some(host) = self.group_member(pc, v, op.writes()) {
+            return Ok(self.emit_op(host, i32::from(off), op));
         }
 
         // Hit: the access lies in the cached region. An address computed from r10 is

@@ -20,7 +20,7 @@ impl Translator<'_, '_> {
     }
 
     /// Whether the value ranges hold for the code being translated.
-    fn ranges_hold(&self) -> bool {
+    pub(super) fn ranges_hold(&self) -> bool {
         !self.speculating && self.inline_exit.is_none()
     }
 
