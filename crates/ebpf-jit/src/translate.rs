@@ -2415,10 +2415,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         target: u32,
         slot: u32,
     ) {
-        if self.charged_at_top(target) {
-            // Charged at the header's top (see `bounded`).
-            return;
-        }
         if self.fast_charge(target) {
             // A fast copy's guard saw the slice pay for it.
             let left = self.b.use_var(self.fuel_left);
@@ -2471,9 +2467,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// which can go back to the unchecked copy ([`Self::back_charge`]).
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        if cost > 0 && self.charged_at_top(target) {
-            // Charged at the header's top (see `bounded`).
-        } else if cost > 0 && self.fast_charge(target) {
+        if cost > 0 && self.fast_charge(target) {
             // A fast copy's guard saw the slice pay for it (see `bounded`).
             self.charge_proven(cost);
         } else if cost > 0 && self.group.is_some() {
@@ -2514,10 +2508,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     fn branch(&mut self, pc: u32, cond: Value, target: u32, next: u32) {
-        if rules::jump_cost(pc, target) > 0
-            && self.fast_charge(target)
-            && !self.charged_at_top(target)
-        {
+        if rules::jump_cost(pc, target) > 0 && self.fast_charge(target) {
             self.fast_back_branch(pc, cond, target, next);
             return;
         }

@@ -44,10 +44,6 @@ pub(crate) struct BoundedLoop {
     pub most: u64,
     /// Register pairs the bound takes as equal at the header: the guard compares them.
     pub equal: Vec<(u8, u8)>,
-    /// The cost of every edge back to the header, when they all cost the same (more
-    /// than 0): the fast copy then charges it at the top of the header instead (see
-    /// `translate/bounded.rs`).
-    pub back_cost: Option<u64>,
 }
 
 impl BoundedLoop {
@@ -69,18 +65,6 @@ pub(crate) fn bounded_loops(
         .into_iter()
         .filter(|l| !skip.contains(&l.header))
         .filter_map(|l| bound(insns, &l))
-        .map(|mut b| {
-            // A converted branch charges its path's backward `ja` itself.
-            let converted = b.body.iter().any(|pc| {
-                plan.arms
-                    .get(pc)
-                    .is_some_and(|arms| arms.iter().any(|a| a.back_jump.is_some()))
-            });
-            if converted {
-                b.back_cost = None;
-            }
-            b
-        })
         .filter(|b| b.need() <= NEED_MAX)
         .collect()
 }
@@ -98,23 +82,12 @@ fn bound(insns: &[Insn], l: &PlainLoop) -> Option<BoundedLoop> {
             equal.push((rep, r));
         }
     }
-    let costs: BTreeSet<u64> = l
-        .succ
-        .iter()
-        .flat_map(|(&u, vs)| vs.iter().filter(|&&v| v == l.header).map(move |&v| (u, v)))
-        .map(|(u, v)| rules::jump_cost(u, v))
-        .collect();
-    let back_cost = match costs.len() {
-        1 => costs.first().copied().filter(|&c| c > 0),
-        _ => None,
-    };
     Some(BoundedLoop {
         header: l.header,
         body: l.body.clone(),
         trips,
         most,
         equal,
-        back_cost,
     })
 }
 

@@ -3,12 +3,9 @@
 //! slice with what every charge of the entry can add up to (`BoundedLoop::need`: the
 //! most back-edges an entry takes, plus one, times the most one pass charges) and the
 //! register pairs the bound takes as equal; when both hold, the entry runs a *fast copy*
-//! of the loop whose charges inside it subtract without a check. When every edge back to
-//! the header costs the same, the header's top charges it (the guard adds it to the slice
-//! first, for the entry), so the back-edge's branch charges nothing and goes straight to
-//! the header, one fuel value carried around the loop; else a conditional back-edge
-//! subtracts before its branch, which goes straight to the header, a fall-through exit
-//! adding the charge back. Either way an iteration takes one taken branch.
+//! of the loop whose charges inside it subtract without a check, and whose conditional
+//! back-edges subtract before the branch (the branch goes straight to the header, a
+//! fall-through exit adding the charge back), so an iteration takes one taken branch.
 //! Otherwise the entry runs the loop as translated in its context (the checked loop),
 //! every charge checked, so the out-of-fuel pc and the fuel used are the interpreter's.
 //!
@@ -99,17 +96,6 @@ impl Translator<'_, '_> {
             .is_some_and(|k| self.bounded[k].plan.body.contains(&target))
     }
 
-    /// Whether an edge to `target` in the fast copy being translated goes back to the
-    /// header of a loop whose back-edges all cost the same: the header's top charges it
-    /// (the guard adding it to the slice first, for the entry), so the edge charges
-    /// nothing and the back-edge's branch goes straight to the header.
-    pub(super) fn charged_at_top(&self, target: u32) -> bool {
-        self.fast.is_some_and(|k| {
-            let plan = &self.bounded[k].plan;
-            target == plan.header && plan.back_cost.is_some()
-        })
-    }
-
     /// A conditional backward branch of the fast copy to `target` in the loop: the
     /// charge subtracts before the branch, which goes straight to `target`; the
     /// fall-through adds it back and goes on to `next`.
@@ -143,24 +129,7 @@ impl Translator<'_, '_> {
             let head = self.target(header);
             self.b.switch_to_block(guard);
             let go = self.bounded_guard(k);
-            let pay = match self.bounded[k].plan.back_cost {
-                Some(cost) => {
-                    // The entry's slice plus the cost the header's top takes again.
-                    let pre = self.b.create_block();
-                    self.b.ins().brif(go, pre, &[], fail, &[]);
-                    self.enter(pre);
-                    let left = self.b.use_var(self.fuel_left);
-                    let more = self.b.ins().iadd_imm_s(left, cost as i64);
-                    self.b.def_var(self.fuel_left, more);
-                    pre
-                }
-                None => guard,
-            };
-            if pay == guard {
-                self.b.ins().brif(go, head, &[], fail, &[]);
-            } else {
-                self.b.ins().jump(head, &[]);
-            }
+            self.b.ins().brif(go, head, &[], fail, &[]);
             self.fast_copy(k)?;
             self.fast = None;
             self.bounded[k].fast.clear();
@@ -202,13 +171,6 @@ impl Translator<'_, '_> {
                 }
                 self.b.switch_to_block(block);
                 self.open = true;
-                if let Some(cost) = self.bounded[k]
-                    .plan
-                    .back_cost
-                    .filter(|_| pc == self.bounded[k].plan.header)
-                {
-                    self.charge_proven(cost);
-                }
             }
             assert!(self.open, "slot {pc} of a fast copy is in an open block");
             self.at = pc;
