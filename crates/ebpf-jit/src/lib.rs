@@ -43,6 +43,7 @@ mod ranges;
 mod runtime;
 mod tiered;
 mod translate;
+mod trips;
 
 pub use compiled::Compiled;
 #[cfg(target_arch = "x86_64")]

@@ -1666,3 +1666,75 @@ fn mirror(op: u8) -> u8 {
         other => other,
     }
 }
+
+// ---- natural loops for `trips` -------------------------------------------------------
+
+/// A natural loop with no loop inside it and no call, its body translated in whole
+/// shapes (see `trips`, which bounds such loops' trip counts).
+#[derive(Clone, Debug)]
+pub(crate) struct PlainLoop {
+    pub header: u32,
+    /// Every slot of the loop (the header included).
+    pub body: BTreeSet<u32>,
+    /// The body's slots in a topological order of its edges without those into the
+    /// header (the header first).
+    pub order: Vec<u32>,
+    /// Each slot's successors (in the body or not).
+    pub succ: BTreeMap<u32, Vec<u32>>,
+}
+
+/// The innermost call-free natural loops of `plan` (see [`PlainLoop`]).
+pub(crate) fn plain_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<PlainLoop> {
+    let tails = lddw_tails(insns);
+    let Some(g) = Graph::new(insns, &tails, plan, false) else {
+        return Vec::new();
+    };
+    let idom = g.dominators();
+    let mut by_header: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for u in 0..g.n {
+        for &h in &g.succ[u] {
+            if g.dominates(&idom, h, u) {
+                by_header.entry(h).or_default().push(u);
+            }
+        }
+    }
+    let bodies: Vec<(usize, Vec<bool>)> = by_header
+        .iter()
+        .map(|(&h, latches)| (h, natural_body(&g, h, latches)))
+        .collect();
+    let mut out = Vec::new();
+    for (i, (h, in_body)) in bodies.iter().enumerate() {
+        let holds_loop = bodies
+            .iter()
+            .enumerate()
+            .any(|(j, (h2, _))| j != i && in_body[*h2]);
+        let nodes: Vec<usize> = (0..g.n).filter(|&u| in_body[u]).collect();
+        if holds_loop || nodes.len() > BODY_MAX || nodes.iter().any(|&u| g.calls[u]) {
+            continue;
+        }
+        let body: BTreeSet<u32> = nodes.iter().map(|&u| g.pcs[u]).collect();
+        if !whole_shapes(plan, &body) {
+            continue;
+        }
+        let shape = LoopShape {
+            h: *h,
+            latches: &by_header[h],
+            nested: false,
+            inner_back: Vec::new(),
+        };
+        let Some(order) = body_order(&g, in_body, &shape, nodes.len()) else {
+            continue;
+        };
+        let succ = nodes
+            .iter()
+            .map(|&u| (g.pcs[u], g.succ[u].iter().map(|&v| g.pcs[v]).collect()))
+            .collect();
+        out.push(PlainLoop {
+            header: g.pcs[*h],
+            body,
+            order: order.iter().map(|&u| g.pcs[u]).collect(),
+            succ,
+        });
+    }
+    out
+}

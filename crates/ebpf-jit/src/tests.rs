@@ -21,6 +21,7 @@ use csx_ebpf::verifier::verify;
 use super::*;
 use crate::analysis::IfConv;
 
+mod bounded_tests;
 mod cache_tests;
 mod count_tests;
 mod cursor_tests;

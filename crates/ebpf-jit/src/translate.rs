@@ -85,6 +85,7 @@ use crate::runtime::{
     helper_trampoline, offsets, trap_code, STATUS_OK, STATUS_TRAP, TRAP_AUX_WRITE,
 };
 
+mod bounded;
 mod inner;
 mod order;
 mod proven;
@@ -380,7 +381,7 @@ struct Translator<'a, 'f> {
     in_loop: Option<usize>,
     /// Whether the unchecked copy of `in_loop` is being translated.
     unchecked: bool,
-    /// The slot being translated in an unchecked copy (where its jumps come from).
+    /// The slot being translated (where its jumps come from).
     at: u32,
     /// Which copy of `in_loop`'s unrolled groups is being translated (see `unroll`).
     group: Option<usize>,
@@ -400,6 +401,11 @@ struct Translator<'a, 'f> {
     span_groups: BTreeMap<u32, spans::SpanGroup>,
     /// While a group's fast copy is being translated (see `spans`).
     fast_group: Option<spans::FastGroup>,
+    /// Loops with a bounded trip count (see `bounded`), and the one of each header.
+    bounded: Vec<bounded::BoundedCopy>,
+    bounded_at: BTreeMap<u32, usize>,
+    /// The bounded loop whose fast copy is being translated.
+    fast: Option<usize>,
 }
 
 /// A versioned loop's blocks. Entries from outside reach the guard (the header's own
@@ -779,6 +785,22 @@ impl<'a, 'f> Translator<'a, 'f> {
             delta: b.declare_var(types::I64),
         });
         let (loop_copies, loop_at) = loop_copies(&mut b, env, plan, &blocks);
+        // Not in the counting variant, whose counters follow the copies it knows.
+        let bounded: Vec<bounded::BoundedCopy> = match env.blocks {
+            Some(_) => Vec::new(),
+            None => {
+                let versioned = loop_copies.iter().map(|l| l.header).collect();
+                crate::trips::bounded_loops(env.insns, plan, &versioned)
+                    .into_iter()
+                    .map(bounded::BoundedCopy::new)
+                    .collect()
+            }
+        };
+        let bounded_at = bounded
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (c.plan.header, k))
+            .collect();
         let trap_exit = b.create_block();
         b.set_cold_block(trap_exit);
         let propagate = b.create_block();
@@ -830,6 +852,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             speculating: false,
             span_groups: spans::span_groups(env.insns, &plan.pcs, &plan.leaders, &plan.stack_bases),
             fast_group: None,
+            bounded,
+            bounded_at,
+            fast: None,
         }
     }
 
@@ -837,6 +862,14 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// a versioned loop, its header means the back-edge of the copy being translated,
     /// and a slot outside the unchecked copy one of its exit blocks.
     fn target(&mut self, t: u32) -> Block {
+        match self.bounded_target(t) {
+            Some(b) => b,
+            None => self.context_target(t),
+        }
+    }
+
+    /// [`Self::target`] but for bounded loops (see `bounded`).
+    fn context_target(&mut self, t: u32) -> Block {
         if let Some(i) = self.in_loop {
             if let Some(b) = self.group.and_then(|k| self.group_target(i, k, t)) {
                 return b;
@@ -897,13 +930,14 @@ impl<'a, 'f> Translator<'a, 'f> {
             if let Some(c) = &self.counters {
                 c.enter(&mut self.b, pc);
             }
+            self.at = pc;
             resume = match self.span_group(pc)? {
                 Some(next) => next,
                 None => self.insn(pc)?,
             };
         }
         assert!(!self.open, "the last reachable instruction ends its block");
-        Ok(())
+        self.bounded_copies()
     }
 
     /// Translates the unchecked copy of every versioned loop, and its latch.
@@ -936,6 +970,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 resume = self.insn(pc)?;
             }
             assert!(!self.open, "a loop copy ends its last block");
+            self.bounded_copies()?;
             let l = &self.loops[i];
             let (latch, leave, counter, head, checked) = (
                 l.latch,
@@ -2395,6 +2430,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         target: u32,
         slot: u32,
     ) {
+        if self.fast_charge(target) {
+            // A fast copy's guard saw the slice pay for it.
+            let left = self.b.use_var(self.fuel_left);
+            let left = self.b.ins().isub(left, cost);
+            self.b.def_var(self.fuel_left, left);
+            return;
+        }
         let bounded = self.fuel_bounded(target);
         let proven = self.group.is_some()
             || bounded.is_some_and(|i| self.unchecked && !self.charge_checked_in_copy(i, slot));
@@ -2440,7 +2482,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// which can go back to the unchecked copy ([`Self::back_charge`]).
     fn jump_to(&mut self, pc: u32, target: u32) {
         let cost = rules::jump_cost(pc, target);
-        if cost > 0 && self.group.is_some() {
+        if cost > 0 && self.fast_charge(target) {
+            // A fast copy's guard saw the slice pay for it (see `bounded`).
+            self.charge_proven(cost);
+        } else if cost > 0 && self.group.is_some() {
             // The group's start made sure the slice covers it.
             self.charge_proven(cost);
         } else if cost > 0
@@ -2478,6 +2523,10 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     fn branch(&mut self, pc: u32, cond: Value, target: u32, next: u32) {
+        if rules::jump_cost(pc, target) > 0 && self.fast_charge(target) {
+            self.fast_back_branch(pc, cond, target, next);
+            return;
+        }
         let taken = self.target(target);
         let fall = self.target(next);
         if rules::jump_cost(pc, target) > 0 {

@@ -247,6 +247,7 @@ impl Translator<'_, '_> {
                     c.enter(&mut self.b, pc);
                 }
             }
+            self.at = pc;
             self.insn(pc)?;
         }
         Ok(())
