@@ -2226,3 +2226,50 @@ fn frame_loads_of_each_width_and_through_a_made_address_read_what_was_stored() {
     let out = check_every_budget(&src);
     assert_eq!(out.result, Ok(want));
 }
+
+/// A scan over the stack (the shape of the partition kernel's two scans): an offset from
+/// r10 starting at `start` (plus a byte of memory, 0, so the start is not a constant to
+/// the JIT) moves by `step`, and the word at r10 plus it is read each iteration until it
+/// is the 7 stored at `r10 - 16`.
+fn stack_scan(start: i64, step: i64) -> String {
+    format!(
+        "stdw [%r10-16], 7\nldxb %r3, [%r1+0]\nmov %r2, %r3\nadd %r2, {start}\nmov %r0, 0\n\
+         loop:\nmov %r5, %r10\nadd %r5, %r2\nldxdw %r4, [%r5+0]\nadd %r0, 1\n\
+         add %r2, {step}\njeq %r4, 0, loop\nexit"
+    )
+}
+
+#[test]
+fn stack_scans_are_guarded_at_the_stacks_bounds() {
+    // The guard of a versioned loop through the stack compares the offset from the
+    // stack's first byte with the last offset at which the word fits: a start at either
+    // end, straddling either end (below the stack, the address is in region 0) or past
+    // it; value, trap pc and address, fuel at every budget. (Fails with that offset one
+    // byte too high: the unchecked copy reads past the stack's end.)
+    let top = RegionIdx::STACK.vaddr(0) + csx_ebpf::limits::STACK_SIZE as u64;
+    let found = [(-4096, 8, 511), (-24, 8, 2), (-8, -8, 2), (-16, -8, 1)];
+    for (start, step, want) in found {
+        let out = check_every_budget(&stack_scan(start, step));
+        assert_eq!(out.result, Ok(want), "{start} {step}");
+    }
+    let traps = [
+        (-8, 8, top),
+        (-4, 8, top - 4),
+        (-7, 8, top - 7),
+        (-15, 8, top - 7),
+        (-4100, 8, top - 4100),
+        (-4097, 8, top - 4097),
+        (-4104, 8, top - 4104),
+        (-24, -8, top - 4096 - 8),
+        (-4100, -8, top - 4100),
+    ];
+    for (start, step, addr) in traps {
+        let out = check_every_budget(&stack_scan(start, step));
+        let trap = trap_of(&out);
+        assert_eq!(trap.pc, 7, "{start} {step}");
+        assert!(
+            matches!(trap.kind, TrapKind::OutOfBounds { addr: a, size: 8, write: false } if a == addr),
+            "{start} {step}: {trap}"
+        );
+    }
+}

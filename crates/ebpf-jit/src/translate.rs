@@ -1140,6 +1140,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         groups: &mut BTreeMap<[i64; 11], (Value, Value, Value)>,
     ) -> (Value, Value) {
         let addr = self.eval_form((a.coef, a.k), regs);
+        if a.stack {
+            return (self.stack_trips(a, addr), self.stack_delta);
+        }
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(addr, 32);
         let off = b.ins().band_imm_s(addr, 0xffff_ffff);
@@ -1191,6 +1194,38 @@ impl<'a, 'f> Translator<'a, 'f> {
         };
         let zero = b.ins().iconst(types::I64, 0);
         (b.ins().select(ok, count, zero), delta)
+    }
+
+    /// [`Self::access_trips`] for a span through the stack, whose region and length are
+    /// constants: the offset from the stack's first byte (wrapped, so an address in
+    /// another region is above any bound) compared once with the last offset at which
+    /// the span's bytes fit, instead of the region index and the end compared apart.
+    fn stack_trips(&mut self, a: &loops::GuardSpan, addr: Value) -> Value {
+        let b = &mut self.b;
+        let last = STACK_SIZE as i64 - a.len;
+        if last < 0 {
+            return b.ins().iconst(types::I64, 0);
+        }
+        let start = RegionIdx::STACK.vaddr(0) as i64;
+        let rel = b.ins().iadd_imm_s(addr, start.wrapping_neg());
+        let fits = b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, rel, last);
+        let count = match a.stride.signum() {
+            1 => {
+                let top = b.ins().iconst(types::I64, last);
+                let room = b.ins().isub(top, rel);
+                let q = div(b, room, a.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            -1 => {
+                let q = div(b, rel, -a.stride);
+                b.ins().iadd_imm_s(q, 1)
+            }
+            _ => b.ins().iconst(types::I64, i64::MAX),
+        };
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().select(fits, count, zero)
     }
 
     /// How many iterations, from the registers on entry `regs`, keep the form of `w` in
