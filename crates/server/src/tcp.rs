@@ -634,8 +634,13 @@ impl Connection<'_> {
             let _ = side.stream.set_read_timeout(Some(HELP_READ_TIMEOUT));
             let ending = 'read: loop {
                 loop {
+                    // Once the inline run has ended, what is buffered is the connection
+                    // thread's to take: the next command may be one it runs inline.
+                    if !self.lend.lent.load(Ordering::SeqCst) {
+                        break 'read None;
+                    }
                     match self.step(&mut side) {
-                        Ok(Step::Submit(cmd)) => self.submit(cmd),
+                        Ok(Step::Submit(cmd)) => self.submit_as(cmd, false),
                         Ok(Step::Handled) => {}
                         Ok(Step::Read) => break,
                         Err(ending) => break 'read Some(ending),
@@ -819,6 +824,13 @@ impl Connection<'_> {
     /// (`QueuePair::submit_inline`) and this thread sends its completion, so a round
     /// trip wakes neither an engine nor the completion thread.
     fn submit(&self, cmd: Command) {
+        self.submit_as(cmd, true)
+    }
+
+    /// [`Connection::submit`]; `inline`: whether a short command may run on this thread
+    /// (the helper never runs one: it holds the read side, so a run on its thread would
+    /// leave the run's Abort unread until the run ends).
+    fn submit_as(&self, cmd: Command, inline: bool) {
         let id = cmd.id;
         // A read waits here while the client has too many replies unread: this
         // connection takes no more of its commands meanwhile (see `crate::replies`).
@@ -848,7 +860,11 @@ impl Connection<'_> {
         if let Err(refusal) = self.quota.admit(&cmd, &self.ctx.slot_owners) {
             return self.answer(*refusal);
         }
-        let submitted = self.qp.submit_inline(cmd, None);
+        let submitted = if inline {
+            self.qp.submit_inline(cmd, None)
+        } else {
+            self.qp.submit(cmd)
+        };
         if submitted.is_err() {
             self.quota.not_submitted(id, &self.ctx.slot_owners);
         }
