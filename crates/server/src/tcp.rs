@@ -587,6 +587,8 @@ impl Connection<'_> {
                         drop(side);
                         self.lend.lent.store(true, Ordering::SeqCst);
                         self.submit(cmd);
+                        #[cfg(test)]
+                        tests::hold_after_inline_run(self.side.try_lock().is_err());
                         self.lend.lent.store(false, Ordering::SeqCst);
                         // The helper, if it read meanwhile, hands it back within its
                         // read timeout.
@@ -1029,3 +1031,6 @@ fn send_completions(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
