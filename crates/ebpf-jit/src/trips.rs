@@ -1,8 +1,8 @@
 //! Trip bounds: loops an entry can go around only a few times, whatever the data (a
-//! bit count's `x &= x - 1`, a shift right until zero, decimal digits' `x /= 10`, a
-//! trailing-zero strip's `while (!(x & 1)) x >>= 1`), so that a guard where the loop
-//! is entered can see the fuel slice pay for every charge the entry can make, and the
-//! loop runs a copy whose charges subtract without a check (`translate/bounded.rs`).
+//! bit count's `x &= x - 1`, a shift right until zero, decimal digits' `x /= 10`), so
+//! that a guard where the loop is entered can see the fuel slice pay for every charge
+//! the entry can make, and the loop runs a copy whose charges subtract without a check
+//! (`translate/bounded.rs`).
 //!
 //! The bound comes from a *measure* register `m`: on every path from the header back
 //! to it, `m`'s next value is its value at the header shrunk (`m & (m - 1)`: one bit
@@ -13,10 +13,6 @@
 //! an iteration that goes back starts with `m != 0`, and its measure (population
 //! count, bit length, or their sum, at most 64, 64 or 128) drops by at least the least
 //! drop `d` of any back-edge: an entry takes at most `(max - 1) / d + 1` back-edges.
-//!
-//! A trailing-zero strip tests a low bit, not `m`, and goes around forever on zero; its
-//! bound (at most 63 back-edges, or 31 in 32 bits) holds where the entry has `m != 0`,
-//! which the guard checks (see [`low_trips_at`]).
 //!
 //! clang keeps `x` in two registers (`r6 = r5` before the loop, `r6 += -1; r6 &= r5;
 //! r5 = r6` in it), so the header may take registers as equal: a partition of the
@@ -50,9 +46,6 @@ pub(crate) struct BoundedLoop {
     pub most: u64,
     /// Register pairs the bound takes as equal at the header: the guard compares them.
     pub equal: Vec<(u8, u8)>,
-    /// The trailing-zero rule's conditions on the measure at the header, when the bound
-    /// is that rule's: the guard checks them.
-    pub low: Option<LowBits>,
 }
 
 impl BoundedLoop {
@@ -80,12 +73,9 @@ pub(crate) fn bounded_loops(
 
 fn bound(insns: &[Insn], l: &PlainLoop) -> Option<BoundedLoop> {
     let classes = header_classes(insns, l);
-    let shrinks = (0..10u8).filter_map(|m| Some((trips_by(insns, l, &classes, m)?, None)));
-    let low = (0..10u8).filter_map(|m| {
-        let (trips, bits) = low_trips(insns, l, &classes, m)?;
-        Some((trips, Some(bits)))
-    });
-    let (trips, low) = shrinks.chain(low).min_by_key(|&(trips, _)| trips)?;
+    let trips = (0..10u8)
+        .filter_map(|m| trips_by(insns, l, &classes, m))
+        .min()?;
     let most = most_fuel(l)?;
     let mut equal = Vec::new();
     for r in 0..10u8 {
@@ -100,7 +90,6 @@ fn bound(insns: &[Insn], l: &PlainLoop) -> Option<BoundedLoop> {
         trips,
         most,
         equal,
-        low,
     })
 }
 
@@ -383,243 +372,4 @@ fn most_fuel(l: &PlainLoop) -> Option<u64> {
         }
     }
     Some(most)
-}
-
-// ---- trailing zeros ------------------------------------------------------------------
-
-/// The trailing-zero rule's check at the entry (`while (!(x & 1)) x >>= 1`): register
-/// `reg`'s low `width` bits are not all zero and its low `zeros` bits are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LowBits {
-    pub reg: u8,
-    pub width: u32,
-    pub zeros: u32,
-}
-
-/// What a register holds in terms of the measure register's value `m` at the header,
-/// for the trailing-zero rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Low {
-    Unknown,
-    /// `m >> j` (`narrow`: `(m as u32) >> j`).
-    Shr {
-        j: u32,
-        narrow: bool,
-    },
-    /// A value holding every set bit of `(m >> j) & mask` (and perhaps others), so that
-    /// where it is zero, `m`'s bits `mask << j` are.
-    Covers {
-        j: u32,
-        mask: u64,
-    },
-}
-
-impl Low {
-    fn cover(self) -> Option<(u32, u64)> {
-        match self {
-            Low::Unknown => None,
-            Low::Shr { j, narrow } => Some((j, low_mask(if narrow { 32 } else { 64 } - j))),
-            Low::Covers { j, mask } => Some((j, mask)),
-        }
-    }
-
-    /// The bits of `m` that are zero where this value's low `width` bits are.
-    fn zero_when_zero(self, width: u32) -> u64 {
-        self.cover()
-            .map_or(0, |(j, mask)| (mask & low_mask(width)) << j)
-    }
-
-    fn covers(j: u32, mask: u64) -> Low {
-        if j >= 64 || mask == 0 {
-            Low::Unknown
-        } else {
-            Low::Covers { j, mask }
-        }
-    }
-}
-
-/// A mask of the low `n` bits.
-fn low_mask(n: u32) -> u64 {
-    if n >= 64 {
-        u64::MAX
-    } else {
-        (1 << n) - 1
-    }
-}
-
-fn low_transfer(insn: &Insn, regs: &mut [Low; 11]) {
-    let (d, s) = (insn.dst as usize, insn.src as usize);
-    let x = insn.opc & SRC_X != 0;
-    let class = insn.class();
-    let narrow = class == CLASS_ALU;
-    let width: u32 = if narrow { 32 } else { 64 };
-    let k = insn.imm;
-    match class {
-        CLASS_ALU | CLASS_ALU64 => {
-            let a = regs[d];
-            regs[d] = match insn.opc & 0xf0 {
-                ALU_MOV if x && insn.off == 0 && !narrow => regs[s],
-                ALU_MOV if x && insn.off == 0 => match regs[s] {
-                    Low::Shr { j: 0, .. } => Low::Shr { j: 0, narrow: true },
-                    Low::Shr { j, narrow: true } => Low::Shr { j, narrow: true },
-                    v => v.cover().map_or(Low::Unknown, |(j, mask)| {
-                        Low::covers(j, mask & low_mask(32))
-                    }),
-                },
-                ALU_RSH if !x && insn.off == 0 && (1..width as i32).contains(&k) => {
-                    let k = k as u32;
-                    match (a, narrow) {
-                        (Low::Shr { j, narrow: n }, false) => Low::Shr {
-                            j: j + k,
-                            narrow: n,
-                        },
-                        (Low::Shr { j: 0, .. }, true) => Low::Shr { j: k, narrow: true },
-                        (Low::Shr { j, narrow: true }, true) => Low::Shr {
-                            j: j + k,
-                            narrow: true,
-                        },
-                        (v, _) => v.cover().map_or(Low::Unknown, |(j, mask)| {
-                            Low::covers(j + k, (mask & low_mask(width)) >> k)
-                        }),
-                    }
-                }
-                ALU_AND if !x => {
-                    let imm = if narrow {
-                        u64::from(k as u32)
-                    } else {
-                        k as i64 as u64
-                    };
-                    a.cover().map_or(Low::Unknown, |(j, mask)| {
-                        Low::covers(j, mask & imm & low_mask(width))
-                    })
-                }
-                // Where `a | b` is zero, both are: either's cover stays.
-                ALU_OR => {
-                    let b = if x { regs[s] } else { Low::Unknown };
-                    a.cover().or(b.cover()).map_or(Low::Unknown, |(j, mask)| {
-                        Low::covers(j, mask & low_mask(width))
-                    })
-                }
-                _ => Low::Unknown,
-            };
-            // `Shr` past the value's width is zero, which the rule cannot use.
-            if let Low::Shr { j, narrow } = regs[d] {
-                if j >= if narrow { 32 } else { 64 } {
-                    regs[d] = Low::Unknown;
-                }
-            }
-        }
-        CLASS_LDX | CLASS_LD => regs[d] = Low::Unknown,
-        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
-            regs[s] = Low::Unknown;
-            regs[0] = Low::Unknown;
-        }
-        _ => {}
-    }
-}
-
-/// The bits of `m` a conditional jump's edge (taken or not) shows are zero.
-fn zero_on(insn: &Insn, taken: bool, regs: &[Low; 11]) -> u64 {
-    let x = insn.opc & SRC_X != 0;
-    let width = if insn.class() == CLASS_JMP32 { 32 } else { 64 };
-    let v = regs[insn.dst as usize];
-    let imm = insn.imm;
-    match (insn.opc & 0xf0, taken) {
-        (JMP_JEQ, true) | (JMP_JNE, false) if !x && imm == 0 => v.zero_when_zero(width),
-        (JMP_JLE, true) | (JMP_JGT, false) if !x && imm == 0 => v.zero_when_zero(width),
-        (JMP_JLT, true) | (JMP_JGE, false) if !x && imm == 1 => v.zero_when_zero(width),
-        (JMP_JSET, false) if !x => {
-            let imm = if width == 32 {
-                u64::from(imm as u32)
-            } else {
-                imm as i64 as u64
-            };
-            v.cover()
-                .map_or(0, |(j, mask)| (mask & imm & low_mask(width)) << j)
-        }
-        _ => 0,
-    }
-}
-
-/// The most back-edges an entry of `l` takes by the trailing zeros of `m` (see
-/// [`low_trips_at`]), with the check the entry makes; the fewest low zero bits the
-/// entry is checked for that make a bound.
-fn low_trips(insns: &[Insn], l: &PlainLoop, classes: &[u8; 11], m: u8) -> Option<(u64, LowBits)> {
-    (0..4).find_map(|zeros| low_trips_at(insns, l, classes, m, zeros))
-}
-
-/// The trailing-zero rule: say `m`'s low `zeros` bits are zero at the header and its
-/// low `w` bits are not all zero (32 when a back-edge's `m` is a 32-bit result, else
-/// 64), so `t`, the index of `m`'s lowest set bit, is below `w`. Every path back sets
-/// `m` to `m >> j` (`j >= 1`, in 32 or 64 bits) having shown (a tested bit, a mask
-/// compared with zero, the header's zeros) that `m`'s low `j` bits are zero, so
-/// `t >= j`: the new `m`'s lowest set bit is `t - j`, inside its low `w` bits, and its
-/// low `zeros` bits are shown zero too. So the header's conditions hold again, `t`
-/// drops by `j` on every back-edge and is at least `j` before it: an entry takes at
-/// most `(w - 1) / j_min` back-edges. The guard checks the conditions at the entry.
-fn low_trips_at(
-    insns: &[Insn],
-    l: &PlainLoop,
-    classes: &[u8; 11],
-    m: u8,
-    zeros: u32,
-) -> Option<(u64, LowBits)> {
-    let mut start = [Low::Unknown; 11];
-    for r in 0..10 {
-        if classes[r] == classes[m as usize] {
-            start[r] = Low::Shr {
-                j: 0,
-                narrow: false,
-            };
-        }
-    }
-    let mut at: BTreeMap<u32, ([Low; 11], u64)> =
-        BTreeMap::from([(l.header, (start, low_mask(zeros)))]);
-    let (mut least, mut narrow) = (u32::MAX, false);
-    for &pc in &l.order {
-        let (mut regs, zero) = *at.get(&pc)?;
-        let insn = &insns[pc as usize];
-        low_transfer(insn, &mut regs);
-        let succ = &l.succ[&pc];
-        for &v in succ {
-            let mut zero = zero;
-            if conditional(insn) && succ.len() == 2 {
-                zero |= zero_on(insn, v == target(insn, pc), &regs);
-            }
-            if v == l.header {
-                let Low::Shr { j, narrow: n } = regs[m as usize] else {
-                    return None;
-                };
-                if j == 0 || zero.trailing_ones() < j || (zero >> j).trailing_ones() < zeros {
-                    return None;
-                }
-                least = least.min(j);
-                narrow |= n;
-            } else if l.body.contains(&v) {
-                at.entry(v)
-                    .and_modify(|(have, known)| {
-                        for r in 0..11 {
-                            if have[r] != regs[r] {
-                                have[r] = Low::Unknown;
-                            }
-                        }
-                        *known &= zero;
-                    })
-                    .or_insert((regs, zero));
-            }
-        }
-    }
-    if least == u32::MAX {
-        return None;
-    }
-    let width = if narrow { 32 } else { 64 };
-    let trips = u64::from((width - 1) / least);
-    Some((
-        trips,
-        LowBits {
-            reg: m,
-            width,
-            zeros,
-        },
-    ))
 }

@@ -1,9 +1,8 @@
 //! Loops with a bounded trip count (`trips`): a bit count's `while (x) x &= x - 1`, a
-//! shift right or a division by a constant until zero, a trailing-zero strip. Where
-//! such a loop is entered, a guard compares the fuel slice with what every charge of
-//! the entry can add up to (`BoundedLoop::need`: the most back-edges an entry takes,
-//! plus one, times the most one pass charges), the register pairs the bound takes as
-//! equal, and (a trailing-zero strip) that the measure has a set bit; when all hold,
+//! shift right or a division by a constant until zero. Where such a loop is entered, a
+//! guard compares the fuel slice with what every charge of the entry can add up to
+//! (`BoundedLoop::need`: the most back-edges an entry takes, plus one, times the most
+//! one pass charges) and the register pairs the bound takes as equal; when both hold,
 //! the entry runs a *fast copy* of the loop whose charges inside it subtract without a
 //! check, and whose conditional back-edges subtract before the branch (the branch goes
 //! straight to the header, a fall-through exit adding the charge back), so an
@@ -140,9 +139,8 @@ impl Translator<'_, '_> {
         Ok(())
     }
 
-    /// The guard's condition: the slice holds the loop's need, the registers the
-    /// bound takes as equal are, and the trailing-zero rule's measure has a set bit in
-    /// its low `width` bits and none in its low `zeros`.
+    /// The guard's condition: the slice holds the loop's need, and the registers the
+    /// bound takes as equal are.
     fn bounded_guard(&mut self, k: usize) -> Value {
         let need = self.bounded[k].plan.need() as i64;
         let slice = self.b.use_var(self.fuel_left);
@@ -155,21 +153,6 @@ impl Translator<'_, '_> {
             let y = self.b.use_var(self.regs[c as usize]);
             let same = self.b.ins().icmp(IntCC::Equal, x, y);
             go = self.b.ins().band(go, same);
-        }
-        if let Some(low) = self.bounded[k].plan.low {
-            let m = self.b.use_var(self.regs[low.reg as usize]);
-            let b = &mut self.b;
-            let kept = match low.width {
-                64 => m,
-                _ => b.ins().band_imm_s(m, (1i64 << low.width) - 1),
-            };
-            let set = b.ins().icmp_imm_s(IntCC::NotEqual, kept, 0);
-            go = b.ins().band(go, set);
-            if low.zeros > 0 {
-                let bits = b.ins().band_imm_s(m, (1i64 << low.zeros) - 1);
-                let clear = b.ins().icmp_imm_s(IntCC::Equal, bits, 0);
-                go = b.ins().band(go, clear);
-            }
         }
         go
     }
