@@ -323,36 +323,22 @@ pub(crate) fn plan_loops(
     let Some(graph) = Graph::new(insns, &tails, plan, local_calls_ok) else {
         return Vec::new();
     };
-    let idom = graph.dominators();
-    let mut by_header: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for u in 0..graph.n {
-        for &h in &graph.succ[u] {
-            if graph.dominates(&idom, h, u) {
-                by_header.entry(h).or_default().push(u);
-            }
-        }
-    }
-    let mut headers: Vec<_> = by_header.into_iter().collect();
-    headers.sort_unstable();
-    let bodies: Vec<Vec<bool>> = headers
-        .iter()
-        .map(|(h, latches)| natural_body(&graph, *h, latches))
-        .collect();
+    let found = natural_loops(&graph);
     let mut loops = Vec::new();
-    for (i, (h, latches)) in headers.iter().enumerate() {
-        let nested = bodies
+    for (i, l) in found.iter().enumerate() {
+        let nested = found
             .iter()
             .enumerate()
-            .any(|(j, body)| j != i && body[*h]);
+            .any(|(j, other)| j != i && other.body[l.h]);
         // The back-edges of the loops inside this one.
-        let inner_back = headers
+        let inner_back = found
             .iter()
-            .filter(|(h2, _)| h2 != h && bodies[i][*h2])
-            .flat_map(|(h2, l2)| l2.iter().map(|&u| (u, *h2)))
+            .filter(|inner| inner.h != l.h && l.body[inner.h])
+            .flat_map(|inner| inner.latches.iter().map(|&u| (u, inner.h)))
             .collect();
         let shape = LoopShape {
-            h: *h,
-            latches,
+            h: l.h,
+            latches: &l.latches,
             nested,
             inner_back,
         };
@@ -577,6 +563,36 @@ fn unchecks_a_region(plan: &FunctionPlan, l: &VersionedLoop) -> bool {
     l.accesses
         .iter()
         .any(|a| !a.stack && !plan.stack_bases.contains(&a.pc))
+}
+
+/// A natural loop of a [`Graph`]: its header, the nodes with back-edges to it, and its
+/// body (by node).
+struct NaturalLoop {
+    h: usize,
+    latches: Vec<usize>,
+    body: Vec<bool>,
+}
+
+/// The natural loops of `g`, by header (a back-edge is an edge to a node that
+/// dominates its source).
+fn natural_loops(g: &Graph) -> Vec<NaturalLoop> {
+    let idom = g.dominators();
+    let mut by_header: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for u in 0..g.n {
+        for &h in &g.succ[u] {
+            if g.dominates(&idom, h, u) {
+                by_header.entry(h).or_default().push(u);
+            }
+        }
+    }
+    by_header
+        .into_iter()
+        .map(|(h, latches)| NaturalLoop {
+            h,
+            body: natural_body(g, h, &latches),
+            latches,
+        })
+        .collect()
 }
 
 /// The natural loop of header `h` with back-edges from `latches`: the header and every
@@ -1689,25 +1705,14 @@ pub(crate) fn plain_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<PlainLoop>
     let Some(g) = Graph::new(insns, &tails, plan, false) else {
         return Vec::new();
     };
-    let idom = g.dominators();
-    let mut by_header: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for u in 0..g.n {
-        for &h in &g.succ[u] {
-            if g.dominates(&idom, h, u) {
-                by_header.entry(h).or_default().push(u);
-            }
-        }
-    }
-    let bodies: Vec<(usize, Vec<bool>)> = by_header
-        .iter()
-        .map(|(&h, latches)| (h, natural_body(&g, h, latches)))
-        .collect();
+    let found = natural_loops(&g);
     let mut out = Vec::new();
-    for (i, (h, in_body)) in bodies.iter().enumerate() {
-        let holds_loop = bodies
+    for (i, l) in found.iter().enumerate() {
+        let in_body = &l.body;
+        let holds_loop = found
             .iter()
             .enumerate()
-            .any(|(j, (h2, _))| j != i && in_body[*h2]);
+            .any(|(j, inner)| j != i && in_body[inner.h]);
         let nodes: Vec<usize> = (0..g.n).filter(|&u| in_body[u]).collect();
         if holds_loop || nodes.len() > BODY_MAX || nodes.iter().any(|&u| g.calls[u]) {
             continue;
@@ -1717,8 +1722,8 @@ pub(crate) fn plain_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<PlainLoop>
             continue;
         }
         let shape = LoopShape {
-            h: *h,
-            latches: &by_header[h],
+            h: l.h,
+            latches: &l.latches,
             nested: false,
             inner_back: Vec::new(),
         };
@@ -1730,7 +1735,7 @@ pub(crate) fn plain_loops(insns: &[Insn], plan: &FunctionPlan) -> Vec<PlainLoop>
             .map(|&u| (g.pcs[u], g.succ[u].iter().map(|&v| g.pcs[v]).collect()))
             .collect();
         out.push(PlainLoop {
-            header: g.pcs[*h],
+            header: g.pcs[l.h],
             body,
             order: order.iter().map(|&u| g.pcs[u]).collect(),
             succ,

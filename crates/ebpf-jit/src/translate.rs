@@ -1208,24 +1208,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
         let start = RegionIdx::STACK.vaddr(0) as i64;
         let rel = b.ins().iadd_imm_s(addr, start.wrapping_neg());
-        let fits = b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, rel, last);
-        let count = match a.stride.signum() {
-            1 => {
-                let top = b.ins().iconst(types::I64, last);
-                let room = b.ins().isub(top, rel);
-                let q = div(b, room, a.stride);
-                b.ins().iadd_imm_s(q, 1)
-            }
-            -1 => {
-                let q = div(b, rel, -a.stride);
-                b.ins().iadd_imm_s(q, 1)
-            }
-            _ => b.ins().iconst(types::I64, i64::MAX),
-        };
-        let zero = b.ins().iconst(types::I64, 0);
-        b.ins().select(fits, count, zero)
+        trips_within(b, rel, last, a.stride)
     }
 
     /// How many iterations, from the registers on entry `regs`, keep the form of `w` in
@@ -1233,25 +1216,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// it stands for is that form.
     fn narrow_trips(&mut self, w: &loops::Narrow, regs: &[Value; 10]) -> Value {
         let v = self.eval_form((w.coef, w.k), regs);
-        let b = &mut self.b;
-        let ok = b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThanOrEqual, v, 0xffff_ffff);
-        let count = match w.stride.signum() {
-            1 => {
-                let top = b.ins().iconst(types::I64, 0xffff_ffff);
-                let room = b.ins().isub(top, v);
-                let q = div(b, room, w.stride);
-                b.ins().iadd_imm_s(q, 1)
-            }
-            -1 => {
-                let q = div(b, v, -w.stride);
-                b.ins().iadd_imm_s(q, 1)
-            }
-            _ => b.ins().iconst(types::I64, i64::MAX),
-        };
-        let zero = b.ins().iconst(types::I64, 0);
-        b.ins().select(ok, count, zero)
+        trips_within(&mut self.b, v, 0xffff_ffff, w.stride)
     }
 
     /// Fills the shared exits and completes the function.
@@ -3115,6 +3080,29 @@ pub(crate) fn atomic_op_supported(op: i32) -> bool {
         ATOMIC_ADD | ATOMIC_OR | ATOMIC_AND | ATOMIC_XOR
     ) || op == ATOMIC_XCHG
         || op == ATOMIC_CMPXCHG
+}
+
+/// How many steps of `stride` keep `v` in `[0, top]` (`top < 2^32`), counting the
+/// step at `v` itself: `(top - v) / stride + 1` going up, `v / -stride + 1` going down,
+/// up to two fewer (see [`div`]), and 0 when `v` starts outside (above `top`, unsigned,
+/// so below 0 too). A stride of 0 keeps it there for good.
+fn trips_within(b: &mut FunctionBuilder<'_>, v: Value, top: i64, stride: i64) -> Value {
+    let inside = b.ins().icmp_imm_s(IntCC::UnsignedLessThanOrEqual, v, top);
+    let count = match stride.signum() {
+        1 => {
+            let top = b.ins().iconst(types::I64, top);
+            let room = b.ins().isub(top, v);
+            let q = div(b, room, stride);
+            b.ins().iadd_imm_s(q, 1)
+        }
+        -1 => {
+            let q = div(b, v, -stride);
+            b.ins().iadd_imm_s(q, 1)
+        }
+        _ => b.ins().iconst(types::I64, i64::MAX),
+    };
+    let zero = b.ins().iconst(types::I64, 0);
+    b.ins().select(inside, count, zero)
 }
 
 /// `x / d` for `x < 2^32` and `d > 0`, or (for a `d` not a power of two) up to two less:

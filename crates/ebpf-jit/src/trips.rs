@@ -1,16 +1,18 @@
 //! Trip bounds: loops an entry can go around only a few times, whatever the data (a
-//! bit count's `x &= x - 1`, a shift right until zero), so that a guard where the loop
-//! is entered can see the fuel slice pay for every charge the entry can make, and the
-//! loop runs a copy whose charges subtract without a check (`translate/bounded.rs`).
+//! bit count's `x &= x - 1`, a shift right until zero, decimal digits' `x /= 10`), so
+//! that a guard where the loop is entered can see the fuel slice pay for every charge
+//! the entry can make, and the loop runs a copy whose charges subtract without a check
+//! (`translate/bounded.rs`).
 //!
 //! The bound comes from a *measure* register `m`: on every path from the header back
 //! to it, `m`'s next value is its value at the header shrunk (`m & (m - 1)`: one bit
-//! fewer; `m >> k`: `k` fewer significant bits; either masked by anything), and the path
-//! takes a branch that holds only when a value derived from `m` (so `m` itself) is not
-//! zero. Each value derived from `m` is zero when `m` is, so an iteration that goes back
-//! starts with `m != 0`, and its measure (population count, bit length, or their sum,
-//! at most 64, 64 or 128) drops by at least the least drop `d` of any back-edge: an
-//! entry takes at most `(max - 1) / d + 1` back-edges.
+//! fewer; `m >> k`: `k` fewer significant bits; `m / d` for a constant `d >= 2`,
+//! unsigned: `log2 d` fewer significant bits, perhaps more set ones; any of them masked
+//! by anything), and the path takes a branch that holds only when a value derived from
+//! `m` (so `m` itself) is not zero. Each value derived from `m` is zero when `m` is, so
+//! an iteration that goes back starts with `m != 0`, and its measure (population
+//! count, bit length, or their sum, at most 64, 64 or 128) drops by at least the least
+//! drop `d` of any back-edge: an entry takes at most `(max - 1) / d + 1` back-edges.
 //!
 //! clang keeps `x` in two registers (`r6 = r5` before the loop, `r6 += -1; r6 &= r5;
 //! r5 = r6` in it), so the header may take registers as equal: a partition of the
@@ -205,24 +207,29 @@ enum Der {
     Exact,
     /// `m - 1` (in 64 or 32 bits).
     Dec,
-    /// A value that is zero when `m` is, with at most `pop` fewer set bits and `bits`
-    /// fewer significant bits than `m` (none fewer than zero).
+    /// A value that is zero when `m` is, with at least `bits` fewer significant bits
+    /// than `m` (none fewer than zero) and, when `pop` is some, at least that many fewer
+    /// set bits (`None`: perhaps more set bits than `m`, as `m / 10` may have).
     Shrunk {
-        pop: u32,
+        pop: Option<u32>,
         bits: u32,
     },
 }
 
+/// The drops of a [`Der::Shrunk`]: set bits (`None` ordering below every drop, as no
+/// drop at all), significant bits.
+type Drops = (Option<u32>, u32);
+
 impl Der {
-    fn drops(self) -> Option<(u32, u32)> {
+    fn drops(self) -> Option<Drops> {
         match self {
-            Der::Exact => Some((0, 0)),
+            Der::Exact => Some((Some(0), 0)),
             Der::Shrunk { pop, bits } => Some((pop, bits)),
             Der::Unknown | Der::Dec => None,
         }
     }
 
-    fn shrunk((pop, bits): (u32, u32)) -> Der {
+    fn shrunk((pop, bits): Drops) -> Der {
         Der::Shrunk { pop, bits }
     }
 
@@ -255,7 +262,7 @@ fn transfer(insn: &Insn, regs: &mut [Der; 11]) {
                 ALU_ADD if !x && insn.imm == -1 && a == Der::Exact => Der::Dec,
                 ALU_SUB if !x && insn.imm == 1 && a == Der::Exact => Der::Dec,
                 ALU_AND if x => match (a, regs[s]) {
-                    (Der::Exact, Der::Dec) | (Der::Dec, Der::Exact) => Der::shrunk((1, 0)),
+                    (Der::Exact, Der::Dec) | (Der::Dec, Der::Exact) => Der::shrunk((Some(1), 0)),
                     (p, q) => match (p.drops(), q.drops()) {
                         (Some((p1, b1)), Some((p2, b2))) => Der::shrunk((p1.max(p2), b1.max(b2))),
                         (Some(k), None) | (None, Some(k)) => Der::shrunk(k),
@@ -266,6 +273,14 @@ fn transfer(insn: &Insn, regs: &mut [Der; 11]) {
                 ALU_RSH if !x && insn.off == 0 && (1..width).contains(&insn.imm) => a
                     .drops()
                     .map_or(Der::Unknown, |(p, b)| Der::shrunk((p, b + insn.imm as u32))),
+                // An unsigned division by a constant `d >= 2` drops `log2 d` bits at
+                // least (a 32-bit one divides the low half, no longer than `m`); it may
+                // set more bits. Not `sdiv` (offset 1), nor a divisor in a register.
+                ALU_DIV if !x && insn.off == 0 && insn.imm >= 2 => {
+                    a.drops().map_or(Der::Unknown, |(_, b)| {
+                        Der::shrunk((None, b + insn.imm.ilog2()))
+                    })
+                }
                 _ => Der::Unknown,
             };
         }
@@ -289,7 +304,7 @@ fn trips_by(insns: &[Insn], l: &PlainLoop, classes: &[u8; 11], m: u8) -> Option<
     }
     let mut at: BTreeMap<u32, State> = BTreeMap::from([(l.header, (start, false))]);
     // The drops of `m` at each back-edge.
-    let mut back: Vec<(u32, u32)> = Vec::new();
+    let mut back: Vec<Drops> = Vec::new();
     for &pc in &l.order {
         let (mut regs, nonzero) = *at.get(&pc)?;
         let insn = &insns[pc as usize];
@@ -305,7 +320,7 @@ fn trips_by(insns: &[Insn], l: &PlainLoop, classes: &[u8; 11], m: u8) -> Option<
             }
             if v == l.header {
                 let (pop, bits) = regs[m as usize].drops()?;
-                if !shown || pop + bits == 0 {
+                if !shown || pop.unwrap_or(0) + bits == 0 {
                     return None;
                 }
                 back.push((pop, bits));
@@ -321,13 +336,14 @@ fn trips_by(insns: &[Insn], l: &PlainLoop, classes: &[u8; 11], m: u8) -> Option<
             }
         }
     }
-    // The measure each back-edge drops by at least `d`, at most `max` on entry.
-    let least = |f: fn(&(u32, u32)) -> u32| back.iter().map(f).min();
+    // The measure each back-edge drops by at least `d`, at most `max` on entry (a
+    // measure some back-edge has no drop of bounds nothing).
+    let least = |f: fn(&Drops) -> Option<u32>| back.iter().map(f).min().flatten();
     let by = |max: u64, d: Option<u32>| d.filter(|&d| d > 0).map(|d| (max - 1) / u64::from(d) + 1);
     [
         by(64, least(|&(p, _)| p)),
-        by(64, least(|&(_, b)| b)),
-        by(128, least(|&(p, b)| p + b)),
+        by(64, least(|&(_, b)| Some(b))),
+        by(128, least(|&(p, b)| p.map(|p| p + b))),
     ]
     .into_iter()
     .flatten()

@@ -110,3 +110,64 @@ fn unbounded_loops_are_not_bounded() {
         assert!(bounded_of(&src).is_empty(), "{src}");
     }
 }
+
+/// itoa's digit loop (`do { *--p = '0' + x % 10; x /= 10; } while (x)`, the test on
+/// the copy made before the division), 64-bit or 32-bit, for each of region 2's 8 words
+/// `w`: `x = w ^ start`, `d` the divisor, and the loop goes back while the old `x` is
+/// above `above`. r0 sums the digits. Its test lies before its header (slot 16), which
+/// jumps back to it: every pass charges, the one that leaves too, so the guard's need
+/// (one pass more than the back-edges) is exact.
+fn digits(narrow: bool, d: i32, above: i32, start: u64) -> String {
+    let s = if narrow { "32" } else { "" };
+    format!(
+        "mov %r0, 0\nmov %r3, 0\nlddw %r9, {start:#x}\nja word\n\
+         test:\nmov{s} %r8, %r5\nsub{s} %r8, %r7\nadd %r0, %r8\njgt{s} %r5, {above}, digit\n\
+         add %r3, 1\njge %r3, 8, done\n\
+         word:\nmov %r6, %r3\nlsh %r6, 3\nadd %r6, %r1\nldxdw %r4, [%r6+0]\nxor %r4, %r9\n\
+         digit:\nmov{s} %r5, %r4\ndiv{s} %r4, {d}\nmov{s} %r7, %r4\nmul{s} %r7, {d}\nja test\n\
+         done:\nexit"
+    )
+}
+
+/// A division by a constant `d >= 2` drops `log2 d` significant bits at least: the
+/// digit loop is bounded by `63 / log2 d + 1` back-edges. Halving until
+/// the old value is zero takes exactly 64 from `u64::MAX`, so that bound is tight: a
+/// bound one lower lets the fast copy run past the slice, and the sweep fails.
+#[test]
+fn a_division_by_a_constant_is_bounded_and_matches_at_every_budget() {
+    for (narrow, d, above, trips) in [(false, 10, 9, 22), (true, 10, 9, 22), (false, 2, 0, 64)] {
+        let loops = bounded_of(&digits(narrow, d, above, 0));
+        assert_eq!(loops.len(), 1, "narrow {narrow} d {d}");
+        let l = &loops[0];
+        assert_eq!((l.header, l.trips), (16, trips));
+    }
+    for (narrow, d, above) in [(false, 10, 9), (true, 10, 9), (false, 2, 0), (true, 3, 0)] {
+        for start in [
+            0,
+            u64::MAX,
+            1 << 63,
+            0xffff_ffff,
+            12_345_678_901_234_567_890,
+        ] {
+            let out = sweep(&digits(narrow, d, above, start));
+            assert!(out.result.is_ok(), "narrow {narrow} d {d} start {start:#x}");
+        }
+    }
+}
+
+/// Divisions that bound nothing: by a register, by one, signed (`sdiv`), a remainder.
+#[test]
+fn divisions_that_do_not_shrink_are_not_bounded() {
+    let cases = [
+        "ldxdw %r5, [%r1+0]\nldxdw %r2, [%r1+8]\nloop:\nmov %r6, %r5\ndiv %r5, %r2\njgt %r6, 9, loop\nexit",
+        "ldxdw %r5, [%r1+0]\nloop:\nmov %r6, %r5\ndiv %r5, 1\njgt %r6, 9, loop\nexit",
+        "ldxdw %r5, [%r1+0]\nloop:\nmov %r6, %r5\nsdiv %r5, 10\njgt %r6, 9, loop\nexit",
+        "ldxdw %r5, [%r1+0]\nloop:\nmov %r6, %r5\nsdiv32 %r5, 10\njgt %r6, 9, loop\nexit",
+        "ldxdw %r5, [%r1+0]\nloop:\nmov %r6, %r5\nmod %r5, 10\njgt %r6, 9, loop\nexit",
+        "ldxdw %r5, [%r1+0]\nloop:\nmov %r6, %r5\ndiv %r5, -1\njgt %r6, 9, loop\nexit",
+    ];
+    for src in cases {
+        let src = format!("mov %r0, 1\n{src}");
+        assert!(bounded_of(&src).is_empty(), "{src}");
+    }
+}

@@ -1,11 +1,12 @@
 //! Loops with a bounded trip count (`trips`): a bit count's `while (x) x &= x - 1`, a
-//! shift right until zero. Where such a loop is entered, a guard compares the fuel
-//! slice with what every charge of the entry can add up to (`BoundedLoop::need`: the
-//! most back-edges an entry takes, plus one, times the most one pass charges) and the
-//! register pairs the bound takes as equal; when both hold, the entry runs a *fast copy*
-//! of the loop whose charges inside it subtract without a check, and whose conditional
-//! back-edges subtract before the branch (the branch goes straight to the header, a
-//! fall-through exit adding the charge back), so an iteration takes one taken branch.
+//! shift right or a division by a constant until zero. Where such a loop is entered, a
+//! guard compares the fuel slice with what every charge of the entry can add up to
+//! (`BoundedLoop::need`: the most back-edges an entry takes, plus one, times the most
+//! one pass charges) and the register pairs the bound takes as equal; when both hold,
+//! the entry runs a *fast copy* of the loop whose charges inside it subtract without a
+//! check, and whose conditional back-edges subtract before the branch (the branch goes
+//! straight to the header, a fall-through exit adding the charge back), so an
+//! iteration takes one taken branch.
 //! Otherwise the entry runs the loop as translated in its context (the checked loop),
 //! every charge checked, so the out-of-fuel pc and the fuel used are the interpreter's.
 //!
