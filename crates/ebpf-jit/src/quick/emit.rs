@@ -16,26 +16,43 @@
 //! Keeping r10 as a host address makes a stack access at r10 plus a constant inside
 //! the current 512-byte frame one `[rbp + off]` operand with no check (the stack region
 //! always holds `STACK_SIZE` bytes and the depth check keeps every frame inside it). When
-//! a program reads r10 as a value, its virtual address is rebuilt in r9 (base of the
-//! stack row subtracted, region index 1 set).
+//! a program reads r10 as a value, its virtual address is rebuilt in r9 (rbp minus the
+//! stack's host base minus its virtual base, kept in the context for the run).
 //!
 //! # Memory
-//! Every other access checks the region table inline, exactly as
-//! `MemoryMap::translate`: index `addr >> 32` below `REGIONS_MAX`, then
-//! `(addr as u32) + size <= len` with the row's read or write length; a failure jumps to
-//! a per-site stub that records (pc, addr, size, write) and leaves. The precise kind
-//! (out of bounds or read-only) is worked out after the run by `runtime::decode_trap`,
-//! as for the Cranelift tier. Nothing is cached, so a helper remapping a region needs
-//! no special care. One exception: a global section's bounds are fixed by the program
-//! (`translate::KnownRegion`; engines trap a helper that remaps one), so an access
-//! through an address computed from an `lddw` of the section's address, in the same
-//! straight-line run of code ([`Known`]), whose offset is proven in range for every
-//! value of the indexes added (masks, shifts, byte loads), needs no check: its host
-//! address is the section's base plus the offset. Likewise for the stack: an address
-//! computed from r10 (`mov rX, r10`, constants and bounded indexes added) whose every
-//! value lands in the current frame needs no check (the same condition as for r10 plus a
-//! constant); its host address is the stack row's base plus `rX - ` the stack's virtual
-//! base.
+//! Every other access is checked against a *region cache* (one for loads, one for
+//! stores and atomics, three words each in the context's unused register slots): the
+//! region an access of that kind last went to, as `-lo` (`lo` its first virtual
+//! address), `len - 8` (its length for that kind, less 8) and its host base. A hit is
+//! `addr - lo <= len - 8`, unsigned (so the address lies in the region with room for 8
+//! bytes: right for every size, since lengths are below 2^32), and the host address is
+//! the base plus `addr - lo`: five instructions and three loads from the context, none
+//! depending on another. A miss calls a shared routine per kind that checks the access
+//! exactly as `MemoryMap::translate` (index `addr >> 32` below `REGIONS_MAX`, then
+//! `(addr as u32) + size <= len` with the row's read or write length), fills the cache
+//! with the region (unless shorter than 8 bytes), and comes back with the host address;
+//! a failure records (pc, addr, size, write) and leaves. The precise kind (out of
+//! bounds or read-only) is worked out after the run by `runtime::decode_trap`, as for
+//! the Cranelift tier. Both caches point at the stack at entry and after every helper
+//! call (a helper may remap regions; the stack itself never changes during a run, so
+//! its host base minus its virtual base is kept for the whole run too).
+//!
+//! Two or more accesses of one kind through one register in a straight run of slots
+//! ([`Group`]: nothing between writes the register or uses r11) are checked once, as the
+//! span of their offsets, and then address memory from r11 with no check; where the span
+//! is not all in the cached region, a second copy of the run with every access checked
+//! on its own runs instead ([`SlowCopy`]), so a trap comes at the same pc, after the
+//! same stores, as on the interpreter.
+//!
+//! A global section's bounds are fixed by the program (`translate::KnownRegion`; engines
+//! trap a helper that remaps one), so an access through an address computed from an
+//! `lddw` of the section's address, in the same straight-line run of code ([`Known`]),
+//! whose offset is proven in range for every value of the indexes added (masks, shifts,
+//! byte loads), needs no check: its host address is the section's base plus the offset.
+//! Likewise for the stack: an address computed from r10 (`mov rX, r10`, constants and
+//! bounded indexes added) whose every value lands in the current frame needs no check
+//! (the same condition as for r10 plus a constant); its host address is the register
+//! plus the stack's host base minus its virtual base.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -88,11 +105,44 @@ const FP: Reg = RBP;
 /// the Cranelift tier's local calls use.
 const ENTRY_RSP: i32 = offsets::reg(10);
 
+/// The region caches (see "Memory" in the module doc), for loads and for stores: three
+/// words each in the context's r1-r6 slots, which the quick tier reads only in its
+/// prologue (`runtime::execute` writes them before every run).
+const CACHE_READ: i32 = offsets::reg(1);
+const CACHE_WRITE: i32 = offsets::reg(4);
+/// A cache's `-(idx << 32)` for its region `idx`: adding it to an address gives the
+/// offset into the region when the address lies in it, else 2^32 or more.
+const CACHE_NEG_LO: i32 = 0;
+/// A cache's region length for its kind of access, minus 8: an offset at most this
+/// has room for any access of up to 8 bytes.
+const CACHE_LIMIT: i32 = 8;
+/// A cache's region's host base.
+const CACHE_BASE: i32 = 16;
+/// Shortest region the caches hold: its `len - 8` must not wrap.
+const CACHE_LEN_MIN: i32 = 8;
+const _: () = assert!(STACK_SIZE >= CACHE_LEN_MIN as usize);
+
+/// The stack's host base minus its virtual base, in the context's r7 slot for the whole
+/// run (the stack row never changes during a run: a helper that remaps it traps): a
+/// stack address plus this is its host address.
+const STACK_DELTA: i32 = offsets::reg(7);
+
+/// The cache of loads (`write` false) or of stores and atomics.
+fn cache(write: bool) -> i32 {
+    if write {
+        CACHE_WRITE
+    } else {
+        CACHE_READ
+    }
+}
+
 /// Byte offset of the stack's row in the region table.
 const STACK_ROW: i32 = RegionIdx::STACK.0 as i32 * RegionEntry::SIZE as i32;
 // r10's virtual address is rebuilt by setting bit 32 over the stack offset.
 const _: () = assert!(RegionIdx::STACK.0 == 1);
 const _: () = assert!(REGIONS_MAX == 32);
+// The miss routine sets the write flag of a memory trap with one `bts`.
+const _: () = assert!(TRAP_AUX_WRITE.count_ones() == 1 && TRAP_AUX_WRITE > 0);
 
 /// Why a program could not be translated (the verifier rules all of these out).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,12 +160,14 @@ enum Stub {
     Trap { code: i64, pc: u32 },
     /// A charge the slice could not pay for at `pc`: refill it, come back to `back`.
     Refill { pc: u32, back: usize },
-    /// A failed bounds check of the access at `base + off`.
-    Memory {
+    /// An access at pc `pc` of `size` bytes that its region cache does not hold (r11 is
+    /// the address minus the cache's `lo`): the shared miss routine checks it on the
+    /// region table, refills the cache, and comes back to `back`.
+    Miss {
         pc: u32,
-        base: Reg,
-        off: i16,
-        aux: u64,
+        size: u8,
+        write: bool,
+        back: usize,
     },
 }
 
@@ -123,9 +175,13 @@ enum Stub {
 #[derive(Clone, Copy, Debug)]
 enum Target {
     Slot(u32),
+    /// The slow copy of span group `n`.
+    Slow(usize),
     Stub(usize),
     /// The shared refill routine.
     Refill,
+    /// The shared miss routine of the read (false) or write cache.
+    Miss(bool),
     Exit,
     Unwind,
 }
@@ -181,6 +237,8 @@ pub(crate) fn emit_program(
         targets: jump_targets(insns, entry),
         known: [Known::NOTHING; 10],
         globals,
+        group: None,
+        slow: Vec::new(),
     };
     e.prologue(entry);
     let mut pc = 0usize;
@@ -194,8 +252,32 @@ pub(crate) fn emit_program(
         if e.targets[pc] {
             e.known = [Known::NOTHING; 10];
         }
+        if let Some(next) = insns.get(pc + 1) {
+            let leader =
+                e.targets[pc + 1] || blocks.is_some_and(|m| m.block_at(pc as u32 + 1).is_some());
+            if !leader && e.extension(&insn, next) {
+                e.learn(&insn, Some(next));
+                e.slot_pos[pc + 1] = e.a.pos();
+                e.learn(next, insns.get(pc + 2));
+                pc += 2;
+                falls_through = true;
+                continue;
+            }
+        }
+        if e.group.is_none() {
+            if let Some(g) = e.find_group(pc, blocks) {
+                e.open_group(pc as u32, g);
+            }
+        }
         let (next, falls) = e.insn(pc as u32, &insn)?;
         e.learn(&insn, insns.get(pc + 1));
+        if e.group.is_some_and(|g| g.last <= pc as u32) {
+            e.group = None;
+            let resume = e.a.pos();
+            if let Some(s) = e.slow.last_mut() {
+                s.resume = resume;
+            }
+        }
         falls_through = falls;
         pc = next as usize;
     }
@@ -250,6 +332,42 @@ struct Emitter<'a> {
     /// Displacements to patch: (field offset, target, pc of the jump).
     fixups: Vec<(usize, Target, u32)>,
     stubs: Vec<Stub>,
+    /// The span group being emitted (its fast copy), if any.
+    group: Option<Group>,
+    /// Every span group's slow copy, emitted after the code.
+    slow: Vec<SlowCopy>,
+}
+
+/// Two or more accesses of one kind (loads, or stores) through one register `base`, in
+/// one straight run of slots in which nothing writes `base` or uses r11 otherwise (no
+/// other checked access, no shift by a register, no division): one check against the
+/// region cache proves every offset in `[min, end)` from `base` in the cached region, and
+/// leaves r11 at the host address of `base + min` for all of them. Where the check
+/// fails, the run's slow copy ([`SlowCopy`]) runs instead, every access checked on its
+/// own, so a trap is the interpreter's (pc, and nothing after it done).
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    base: u8,
+    write: bool,
+    min: i32,
+    end: i32,
+    /// The first and the last member's slot.
+    first: u32,
+    last: u32,
+}
+
+/// Widest span a [`Group`] covers.
+const GROUP_SPAN_MAX: i32 = 1 << 12;
+
+/// A span group's slots `start..=end` emitted again with every access checked, entered
+/// when the group's check fails, and leaving to `resume` (the fast copy's code after the
+/// last member), with `known` what was known at `start`.
+#[derive(Clone, Copy, Debug)]
+struct SlowCopy {
+    start: u32,
+    end: u32,
+    known: [Known; 10],
+    resume: usize,
 }
 
 impl Emitter<'_> {
@@ -303,17 +421,10 @@ impl Emitter<'_> {
             .mov_rm(dst, mem(dst, STACK_ROW + RegionEntry::OFFSET_BASE));
     }
 
-    /// r9 = the virtual address r10 holds (clobbers r11).
+    /// r9 = the virtual address r10 holds.
     fn fp_value(&mut self) -> Reg {
         self.a.mov_rr(true, R9, FP);
-        self.ctx_load(R11, offsets::REGIONS);
-        self.a.alu_rm(
-            Alu::Sub,
-            true,
-            R9,
-            mem(R11, STACK_ROW + RegionEntry::OFFSET_BASE),
-        );
-        self.a.bts(R9, 32);
+        self.a.alu_rm(Alu::Sub, true, R9, mem(CTX, STACK_DELTA));
         R9
     }
 
@@ -324,8 +435,7 @@ impl Emitter<'_> {
             .ok_or_else(|| self.unsupported(pc))
     }
 
-    /// The host register holding eBPF register `r`'s value (r10's in r9, clobbering
-    /// r11).
+    /// The host register holding eBPF register `r`'s value (r10's rebuilt in r9).
     fn src(&mut self, pc: u32, r: u8) -> EResult<Reg> {
         match r {
             0..=9 => Ok(MAP[usize::from(r)]),
@@ -365,7 +475,12 @@ impl Emitter<'_> {
             self.a.alu_rr(Alu::Xor, false, MAP[r], MAP[r]);
         }
         self.stack_base(FP);
+        self.a
+            .mov_imm(R11, RegionIdx::STACK.vaddr(0).wrapping_neg());
+        self.a.alu_rr(Alu::Add, true, R11, FP);
+        self.a.mov_mr(mem(CTX, STACK_DELTA), R11);
         self.a.alu_ri(Alu::Add, true, FP, STACK_SIZE as i32);
+        self.reset_caches();
         // An empty slice: the run's first charge refills it (the runtime put the whole
         // budget in the reserve).
         self.a.store_imm(8, mem(CTX, offsets::FUEL_USED), 0);
@@ -397,6 +512,28 @@ impl Emitter<'_> {
     }
 
     // ---- instructions ------------------------------------------------------------------
+
+    /// `lsh rX, 32` then `rsh rX, 32` (or `arsh`), clang's zero- (sign-) extension of a
+    /// 32-bit value: emits it as one `mov r32, r32` (`movsxd`) and returns true, or
+    /// emits nothing and returns false. The caller fuses only where `next` is no
+    /// block's leader, so nothing can jump or count between the two.
+    fn extension(&mut self, insn: &Insn, next: &Insn) -> bool {
+        let shift = |i: &Insn, op: u8| {
+            i.opc == CLASS_ALU64 | op | SRC_K && i.imm == 32 && i.dst == insn.dst
+        };
+        if !shift(insn, ALU_LSH) || usize::from(insn.dst) >= MAP.len() {
+            return false;
+        }
+        let d = MAP[usize::from(insn.dst)];
+        if shift(next, ALU_RSH) {
+            self.a.mov_rr(false, d, d);
+        } else if shift(next, ALU_ARSH) {
+            self.a.movsx_rr(32, true, d, d);
+        } else {
+            return false;
+        }
+        true
+    }
 
     /// Emits slot `pc`; returns the next slot and whether control may fall through.
     fn insn(&mut self, pc: u32, insn: &Insn) -> EResult<(u32, bool)> {
@@ -640,6 +777,11 @@ impl Emitter<'_> {
     /// The operand for an access of `size` bytes at eBPF register `base` plus `off`,
     /// checked (see the module doc). A checked operand is `[r11 - size]`.
     fn access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> EResult<Mem> {
+        if let Some(g) = self.group {
+            if g.base == base && g.write == write && (g.first..=g.last).contains(&pc) {
+                return Ok(mem(R11, i32::from(off) - g.min));
+            }
+        }
         let frame = -(STACK_FRAME_SIZE as i32);
         let end = i32::from(off) + i32::from(size);
         if base == REG_FP && i32::from(off) >= frame && end <= 0 {
@@ -662,6 +804,11 @@ impl Emitter<'_> {
                 Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
             };
             let off64 = i64::from(off);
+            if lo + off64 >= start && hi + off64 + i64::from(size) <= end && region == Base::Fp {
+                self.a.mov_rr(true, R11, MAP[usize::from(base)]);
+                self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+                return Ok(mem(R11, i32::from(off)));
+            }
             if lo + off64 >= start && hi + off64 + i64::from(size) <= end {
                 let row = (idx * RegionEntry::SIZE) as i32;
                 let vaddr = RegionIdx(idx as u32).vaddr(0);
@@ -675,36 +822,199 @@ impl Emitter<'_> {
                 return Ok(mem(R11, i32::from(off)));
             }
         }
+        // The region cache: `addr - lo <= len - 8`, unsigned, then the host address
+        // `base + (addr - lo)`; a miss goes to the shared routine, which comes back with
+        // r11 set so that the same `add` gives the host address.
         let b = self.src(pc, base)?;
+        let c = cache(write);
         let a = &mut self.a;
-        a.lea(R11, mem(b, i32::from(off)));
-        a.mov_rr(true, R10, R11);
-        a.shift_ri(Shift::Shr, true, R10, 32);
-        a.alu_ri(Alu::Cmp, true, R10, REGIONS_MAX as i32);
-        let stub = Stub::Memory {
-            pc,
-            base: b,
-            off,
-            aux: u64::from(size) | if write { TRAP_AUX_WRITE as u64 } else { 0 },
-        };
-        self.jcc_stub(Cond::Ae, stub);
-        let a = &mut self.a;
-        a.shift_ri(Shift::Shl, false, R10, RegionEntry::SIZE_SHIFT as u8);
-        a.alu_rm(Alu::Add, true, R10, mem(CTX, offsets::REGIONS));
-        a.mov_rr(false, R11, R11);
-        a.alu_ri(Alu::Add, true, R11, i32::from(size));
-        let len = if write {
-            RegionEntry::OFFSET_WRITE_LEN
+        if off == 0 {
+            a.mov_rr(true, R11, b);
         } else {
-            RegionEntry::OFFSET_READ_LEN
-        };
-        a.alu_rm(Alu::Cmp, true, R11, mem(R10, len));
-        self.stubs.push(stub);
+            a.lea(R11, mem(b, i32::from(off)));
+        }
+        a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_NEG_LO));
+        a.alu_rm(Alu::Cmp, true, R11, mem(CTX, c + CACHE_LIMIT));
+        self.stubs.push(Stub::Miss {
+            pc,
+            size,
+            write,
+            back: 0,
+        });
         let n = self.stubs.len() - 1;
         self.jcc(Cond::A, Target::Stub(n));
+        let back = self.a.pos();
+        if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
+            *b = back;
+        }
+        self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        Ok(mem(R11, 0))
+    }
+
+    /// The memory access of `insn` that would take the region cache's check: its base
+    /// register, offset, size and kind; `None` for any other instruction (atomics
+    /// included) and for accesses proven in bounds without r11 (r10 plus a constant in
+    /// the frame).
+    fn cache_access(&self, insn: &Insn) -> Option<(u8, i16, u8, bool)> {
+        let size = match insn.opc & 0x18 {
+            SIZE_B => 1,
+            SIZE_H => 2,
+            SIZE_W => 4,
+            _ => 8,
+        };
+        let (base, write) = match (insn.class(), insn.opc & 0xe0) {
+            (CLASS_LDX, MODE_MEM | MODE_MEMSX) => (insn.src, false),
+            (CLASS_ST | CLASS_STX, MODE_MEM) => (insn.dst, true),
+            _ => return None,
+        };
+        let end = i32::from(insn.off) + size;
+        if base == REG_FP && i32::from(insn.off) >= -(STACK_FRAME_SIZE as i32) && end <= 0 {
+            return None;
+        }
+        Some((base, insn.off, size as u8, write))
+    }
+
+    /// The [`Group`] starting at slot `pc`, if its access and at least one more form one
+    /// (see [`Group`]); `blocks`' leaders end a run too.
+    fn find_group(&self, pc: usize, blocks: Option<&BlockMap>) -> Option<Group> {
+        let (base, off, size, write) = self.cache_access(&self.insns[pc])?;
+        // r10's accesses outside the frame, and registers the one pass proves in a
+        // region, keep their own paths.
+        if base == REG_FP
+            || usize::from(base) >= MAP.len()
+            || self.known[usize::from(base)].addr.is_some()
+        {
+            return None;
+        }
+        let mut g = Group {
+            base,
+            write,
+            min: i32::from(off),
+            end: i32::from(off) + i32::from(size),
+            first: pc as u32,
+            last: pc as u32,
+        };
+        let writes_base = |i: &Insn| match i.class() {
+            CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => i.dst == base,
+            _ => false,
+        };
+        if writes_base(&self.insns[pc]) {
+            return None;
+        }
+        let mut at = pc + 1;
+        while let Some(insn) = self.insns.get(at) {
+            if self.targets[at] || blocks.is_some_and(|m| m.block_at(at as u32).is_some()) {
+                break;
+            }
+            match insn.class() {
+                CLASS_JMP | CLASS_JMP32 => break,
+                CLASS_LD => {
+                    if writes_base(insn) {
+                        break;
+                    }
+                    at += 2;
+                    continue;
+                }
+                CLASS_ALU | CLASS_ALU64 => {
+                    let op = insn.opc & 0xf0;
+                    let shift_by_reg =
+                        matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
+                    if writes_base(insn) || shift_by_reg || matches!(op, ALU_DIV | ALU_MOD) {
+                        break;
+                    }
+                }
+                _ => match self.cache_access(insn) {
+                    Some((b, off, size, w)) if b == base && w == write => {
+                        let min = g.min.min(i32::from(off));
+                        let end = g.end.max(i32::from(off) + i32::from(size));
+                        if end - min > GROUP_SPAN_MAX {
+                            break;
+                        }
+                        (g.min, g.end, g.last) = (min, end, at as u32);
+                        if writes_base(insn) {
+                            break;
+                        }
+                    }
+                    Some(_) => break,
+                    // An atomic, or r10 plus a constant in the frame (no r11).
+                    None if insn.opc & 0xe0 == MODE_ATOMIC => break,
+                    None if writes_base(insn) => break,
+                    None => {}
+                },
+            }
+            at += 1;
+        }
+        (g.last > g.first).then_some(g)
+    }
+
+    /// Emits the check of span group `g` (see [`Group`]) before its first member at `pc`,
+    /// and starts its fast copy.
+    fn open_group(&mut self, pc: u32, g: Group) {
+        let c = cache(g.write);
+        let b = MAP[usize::from(g.base)];
+        let n = self.slow.len();
+        self.slow.push(SlowCopy {
+            start: pc,
+            end: g.last,
+            known: self.known,
+            resume: 0,
+        });
+        let a = &mut self.a;
+        a.lea(R11, mem(b, g.min));
+        a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_NEG_LO));
+        a.alu_rm(Alu::Cmp, true, R11, mem(CTX, c + CACHE_LIMIT));
+        self.jcc(Cond::A, Target::Slow(n));
+        // Below `len - 8` at `base + min` (so in the region) and at `base + end - 8`:
+        // the whole span is in the region.
+        let wide = g.end - g.min - CACHE_LEN_MIN;
+        if wide > 0 {
+            self.a.lea(R10, mem(R11, wide));
+            self.a
+                .alu_rm(Alu::Cmp, true, R10, mem(CTX, c + CACHE_LIMIT));
+            self.jcc(Cond::A, Target::Slow(n));
+        }
+        self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        self.group = Some(g);
+    }
+
+    /// Emits every span group's slow copy (see [`SlowCopy`]); returns their positions.
+    fn emit_slow_copies(&mut self) -> EResult<Vec<usize>> {
+        let mut pos = Vec::with_capacity(self.slow.len());
+        for s in std::mem::take(&mut self.slow) {
+            pos.push(self.a.pos());
+            self.known = s.known;
+            self.group = None;
+            let mut pc = s.start;
+            while pc <= s.end {
+                let insn = self.insns[pc as usize];
+                let (next, _) = self.insn(pc, &insn)?;
+                self.learn(&insn, self.insns.get(pc as usize + 1));
+                pc = next;
+            }
+            let at = self.a.jmp_rel32();
+            self.a.patch_rel32(at, s.resume);
+        }
+        Ok(pos)
+    }
+
+    /// Points both region caches at the stack, which is always mapped with
+    /// `STACK_SIZE` bytes for loads and stores: in the prologue, and after a helper
+    /// call (a helper may remap regions). Clobbers r11.
+    fn reset_caches(&mut self) {
+        self.stack_base(R11);
+        for c in [CACHE_READ, CACHE_WRITE] {
+            self.a.mov_mr(mem(CTX, c + CACHE_BASE), R11);
+        }
         self.a
-            .alu_rm(Alu::Add, true, R11, mem(R10, RegionEntry::OFFSET_BASE));
-        Ok(mem(R11, -i32::from(size)))
+            .mov_imm(R11, RegionIdx::STACK.vaddr(0).wrapping_neg());
+        for c in [CACHE_READ, CACHE_WRITE] {
+            self.a.mov_mr(mem(CTX, c + CACHE_NEG_LO), R11);
+            self.a.store_imm(
+                8,
+                mem(CTX, c + CACHE_LIMIT),
+                STACK_SIZE as i32 - CACHE_LEN_MIN,
+            );
+        }
     }
 
     /// Updates what is [`Known`] after `insn` (whose `lddw` tail is `tail`) ran.
@@ -1077,6 +1387,7 @@ impl Emitter<'_> {
                 pc,
             },
         );
+        self.reset_caches();
         Ok(())
     }
 
@@ -1084,8 +1395,10 @@ impl Emitter<'_> {
 
     /// Emits the stubs and shared exits, then patches every displacement.
     fn finish(mut self) -> EResult<Emitted> {
-        let (stub_pos, to_mem_trap, mut to_set_trap) = self.emit_stubs();
+        let slow_pos = self.emit_slow_copies()?;
+        let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs();
         let refill = self.emit_refill(&mut to_set_trap);
+        let miss = [false, true].map(|write| self.emit_miss(write, &mut to_mem_trap));
         let (unwind, exit) = self.emit_exits(to_mem_trap, to_set_trap);
         for (at, target, pc) in std::mem::take(&mut self.fixups) {
             let dest = match target {
@@ -1099,7 +1412,9 @@ impl Emitter<'_> {
                     p => p,
                 },
                 Target::Stub(n) => stub_pos[n],
+                Target::Slow(n) => slow_pos[n],
                 Target::Refill => refill,
+                Target::Miss(write) => miss[usize::from(write)],
                 Target::Exit => exit,
                 Target::Unwind => unwind,
             };
@@ -1112,7 +1427,7 @@ impl Emitter<'_> {
     /// and the set-trap paths.
     fn emit_stubs(&mut self) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
-        let mut to_mem_trap = Vec::new();
+        let to_mem_trap = Vec::new();
         let mut to_set_trap = Vec::new();
         for stub in std::mem::take(&mut self.stubs) {
             stub_pos.push(self.a.pos());
@@ -1135,11 +1450,20 @@ impl Emitter<'_> {
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
                 }
-                Stub::Memory { pc, base, off, aux } => {
-                    self.a.lea(R11, mem(base, i32::from(off)));
-                    self.a.mov_imm(R10, u64::from(pc));
-                    self.a.mov_imm(R9, aux);
-                    to_mem_trap.push(self.a.jmp_rel32());
+                Stub::Miss {
+                    pc,
+                    size,
+                    write,
+                    back,
+                } => {
+                    // r11 back to the address; r10 = pc and size for the routine.
+                    self.a
+                        .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                    self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
+                    let at = self.a.call_rel32();
+                    self.fixups.push((at, Target::Miss(write), pc));
+                    let at = self.a.jmp_rel32();
+                    self.a.patch_rel32(at, back);
                 }
             }
         }
@@ -1181,6 +1505,76 @@ impl Emitter<'_> {
             to_set_trap.push(a.jmp_rel32());
         }
         refill
+    }
+
+    /// Emits the miss routine of the read (`write` false) or write cache and returns its
+    /// position; its trap joins `to_mem_trap`. A [`Stub::Miss`] calls it with r11 = the
+    /// address and r10 = pc | size << 32. It checks the access exactly as
+    /// `MemoryMap::translate` (index below `REGIONS_MAX`, `offset + size <= len`); on
+    /// success it refills the cache with the region (unless shorter than
+    /// [`CACHE_LEN_MIN`]) and returns r11 = host address minus the cache's base, which
+    /// the access site adds back. It keeps r9 (r10's value, the source of a store).
+    fn emit_miss(&mut self, write: bool, to_mem_trap: &mut Vec<usize>) -> usize {
+        let c = cache(write);
+        let len = if write {
+            RegionEntry::OFFSET_WRITE_LEN
+        } else {
+            RegionEntry::OFFSET_READ_LEN
+        };
+        let routine = self.a.pos();
+        let a = &mut self.a;
+        // [rsp] the address, [rsp+8] pc | size << 32, [rsp+16] r9, [rsp+24] the return.
+        a.push(R9);
+        a.push(R10);
+        a.push(R11);
+        a.mov_rr(true, R10, R11);
+        a.shift_ri(Shift::Shr, true, R10, 32);
+        a.alu_ri(Alu::Cmp, true, R10, REGIONS_MAX as i32);
+        let mut fail = vec![a.jcc_rel32(Cond::Ae)];
+        a.shift_ri(Shift::Shl, false, R10, RegionEntry::SIZE_SHIFT as u8);
+        a.alu_rm(Alu::Add, true, R10, mem(CTX, offsets::REGIONS));
+        a.mov_rm(R9, mem(RSP, 8));
+        a.shift_ri(Shift::Shr, true, R9, 32);
+        a.mov_rr(false, R11, R11);
+        a.alu_rr(Alu::Add, true, R11, R9);
+        a.alu_rm(Alu::Cmp, true, R11, mem(R10, len));
+        fail.push(a.jcc_rel32(Cond::A));
+        // In bounds: r11 = host address.
+        a.alu_rr(Alu::Sub, true, R11, R9);
+        a.alu_rm(Alu::Add, true, R11, mem(R10, RegionEntry::OFFSET_BASE));
+        a.mov_rm(R9, mem(R10, len));
+        a.alu_ri(Alu::Cmp, true, R9, CACHE_LEN_MIN);
+        let short = a.jcc_rel32(Cond::B);
+        a.alu_ri(Alu::Sub, true, R9, CACHE_LEN_MIN);
+        a.mov_mr(mem(CTX, c + CACHE_LIMIT), R9);
+        a.mov_rm(R9, mem(R10, RegionEntry::OFFSET_BASE));
+        a.mov_mr(mem(CTX, c + CACHE_BASE), R9);
+        a.mov_rm(R9, mem(RSP, 0));
+        a.shift_ri(Shift::Shr, true, R9, 32);
+        a.shift_ri(Shift::Shl, true, R9, 32);
+        a.unary(Unary::Neg, true, R9);
+        a.mov_mr(mem(CTX, c + CACHE_NEG_LO), R9);
+        a.bind_here(short);
+        a.alu_rm(Alu::Sub, true, R11, mem(CTX, c + CACHE_BASE));
+        a.alu_ri(Alu::Add, true, RSP, 16);
+        a.pop(R9);
+        a.ret();
+        // Out of bounds: the memory trap path takes r11 = address, r9 = size and write
+        // flag, r10 = pc, with rsp as at the access.
+        for at in fail {
+            a.bind_here(at);
+        }
+        a.pop(R11);
+        a.pop(R10);
+        a.alu_ri(Alu::Add, true, RSP, 16);
+        a.mov_rr(true, R9, R10);
+        a.shift_ri(Shift::Shr, true, R9, 32);
+        if write {
+            a.bts(R9, TRAP_AUX_WRITE.trailing_zeros() as u8);
+        }
+        a.mov_rr(false, R10, R10);
+        to_mem_trap.push(a.jmp_rel32());
+        routine
     }
 
     /// Emits the trap paths and the two exits (trap unwind, normal exit) with their

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 use csx_ebpf::asm::assemble;
 use csx_ebpf::count::ExecCounts;
 use csx_ebpf::engine::{Engine, RunOptions, RunOutcome};
-use csx_ebpf::helper::{ConformanceHost, FunctionTable};
+use csx_ebpf::helper::{ConformanceHost, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::interp::Interpreter;
 use csx_ebpf::isa::*;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
@@ -403,5 +403,244 @@ fn a_stack_histogram_agrees() {
          add %r0, %r5\nldxdw %r5, [%r10-16]\nmul %r0, 31\nadd %r0, %r5\nexit",
     );
     let out = agree_at_every_budget(&src);
+    assert!(out.result.is_ok(), "{out:?}");
+}
+
+/// Region 3 of [`every_budget_with`]: 4 read-only bytes, shorter than any region the
+/// caches hold.
+static SHORT: [u8; 4] = [0xa1, 0xb2, 0xc3, 0xd4];
+
+/// A host whose helper 5 maps [`SHORT`] at region 2 (in place of its 64 bytes) and
+/// returns 0.
+struct RemapHost;
+
+impl HelperHost for RemapHost {
+    fn call(&mut self, id: u32, _: [u64; 5], mem: &mut MemoryMap<'_>) -> Result<u64, HelperAbort> {
+        assert_eq!(id, 5);
+        mem.map_read_only(RegionIdx(2), &SHORT).unwrap();
+        Ok(0)
+    }
+}
+
+/// Runs `src` on the interpreter and the quick tier at every budget from 0 to what a
+/// full run uses (and a generous one), with r1 = region 2 (64 writable bytes `3i + 1`),
+/// r2 = 64, r3 = region 3 ([`SHORT`], read-only), and [`RemapHost`]'s helper: value,
+/// trap (kind and pc), fuel and memory agree at each, and so do block counts.
+fn every_budget_with_regions(src: &str) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = verified(insns).expect("verifies");
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
+        let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let b = map.map_read_only(RegionIdx(3), &SHORT).unwrap();
+        let opts = RunOptions {
+            fuel,
+            counts,
+            ..RunOptions::default()
+        };
+        let out = engine.run(&mut map, [a, 64, b, 0, 0], &opts, &mut RemapHost);
+        (out, rw)
+    };
+    let full = run_at(&interp, 100_000, None);
+    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
+    for fuel in 0..=full.0.fuel_used {
+        assert_eq!(
+            run_at(&quick, fuel, None),
+            run_at(&interp, fuel, None),
+            "quick vs interpreter at budget {fuel}"
+        );
+    }
+    // The counting variant: the same outcome and block counts.
+    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
+    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
+    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
+    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
+    full.0
+}
+
+fn trap_pc(out: &RunOutcome) -> u32 {
+    match &out.result {
+        Err(t) => t.pc,
+        Ok(v) => panic!("no trap: {v}"),
+    }
+}
+
+/// The region caches (one for loads, one for stores) hold the region an access last
+/// went to; a hit is `offset <= len - 8`. Each case is a loop whose accesses leave the
+/// cached region or its last 8 bytes at some iteration: value, trap pc and fuel stay the
+/// interpreter's at every budget.
+#[test]
+fn region_caches_follow_the_region_table() {
+    // 8-byte loads at every offset of region 2: 56 is the last a hit serves, 57 reaches
+    // a byte past the region (a cache limit of `len` rather than `len - 8` reads it).
+    let scan = |last: u32, size: &str| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldx{size} %r5, [%r4+0]\nadd %r0, %r5\n\
+             mul %r0, 3\nadd %r6, 1\njle %r6, {last}, top\nexit"
+        )
+    };
+    assert!(every_budget_with_regions(&scan(56, "dw")).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&scan(57, "dw"))), 4);
+    // 4- and 1-byte accesses in the last 8 bytes miss and are served by the table.
+    assert!(every_budget_with_regions(&scan(60, "w")).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&scan(61, "w"))), 4);
+    assert!(every_budget_with_regions(&scan(63, "b")).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&scan(64, "b"))), 4);
+    // Loads alternating between region 2 and the 4-byte region 3 (never cached: its
+    // `len - 8` would wrap), the fourth pass reading past region 3's end.
+    let alternate = |passes: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxw %r5, [%r4+8]\nadd %r0, %r5\n\
+             mov %r4, %r3\nadd %r4, %r6\nldxb %r5, [%r4+0]\nxor %r0, %r5\n\
+             add %r6, 1\njlt %r6, {passes}, top\nexit"
+        )
+    };
+    assert!(every_budget_with_regions(&alternate(4)).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&alternate(5))), 8);
+    // A store after loads of the same region: the store cache is filled from the
+    // region's write length, so a store into the read-only region 3 traps (a hit in a
+    // cache shared with loads would let it through), and stores into region 2 land.
+    let out = every_budget_with_regions(
+        "mov %r6, 0\n\
+         top:\nmov %r4, %r1\nadd %r4, %r6\nldxdw %r5, [%r4+0]\nadd %r5, 1\n\
+         stxdw [%r4+8], %r5\nadd %r6, 8\njlt %r6, 48, top\nldxdw %r0, [%r1+48]\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+    let out = every_budget_with_regions(
+        "mov %r6, 0\n\
+         top:\nldxb %r5, [%r3+0]\nmov %r4, %r1\nadd %r4, %r6\nstxb [%r4+0], %r5\n\
+         add %r6, 1\njlt %r6, 3, top\nldxb %r0, [%r3+1]\nstxb [%r3+1], %r0\nexit",
+    );
+    assert_eq!(trap_pc(&out), 8);
+    // Just below region 2 (the last bytes of region 1's 4 GiB of offsets) and past the
+    // table's last region, with region 2 cached.
+    let out = every_budget_with_regions(
+        "ldxdw %r0, [%r1+0]\nmov %r4, %r1\nadd %r4, -4\nldxdw %r5, [%r4+0]\nexit",
+    );
+    assert_eq!(trap_pc(&out), 3);
+    let out = every_budget_with_regions(
+        "ldxdw %r0, [%r1+0]\nlddw %r4, 0x2000000000\nstxb [%r4+0], %r0\nexit",
+    );
+    assert_eq!(trap_pc(&out), 3);
+}
+
+/// A helper may remap regions: the caches forget what they held at every helper call,
+/// so a load of region 2 at offset 40 after its 64 bytes were replaced by 4 traps.
+#[test]
+fn a_helper_that_remaps_a_region_empties_the_caches() {
+    let src = |k: u32| {
+        format!(
+            "mov %r6, %r1\nldxdw %r7, [%r6+40]\nstxdw [%r6+32], %r7\nmov %r1, 0\ncall 5\n\
+             ldxb %r0, [%r6+{k}]\nexit"
+        )
+    };
+    assert_eq!(every_budget_with_regions(&src(3)).result, Ok(0xd4));
+    assert_eq!(trap_pc(&every_budget_with_regions(&src(40))), 5);
+}
+
+/// `lsh 32` then `rsh 32` (`arsh 32`) on one register is emitted as one zero- (sign-)
+/// extension; a pair whose second half is a jump target, another register's shift or
+/// another count stays two shifts.
+#[test]
+fn shift_pairs_extend_like_the_two_shifts() {
+    let values = [
+        0x8000_0000_8000_0001,
+        0xffff_ffff_7fff_ffff,
+        0x1234_5678_9abc_def0,
+        u64::MAX,
+        0,
+        0x0000_0001_ffff_fffe,
+        1 << 63,
+        0x7fff_ffff,
+        0x8000_0000,
+        0xdead_beef_cafe_f00d,
+    ];
+    let shift = |op: u8, r: u8, k: i32| Insn::new(CLASS_ALU64 | op, r, 0, 0, k);
+    for second in [ALU_RSH, ALU_ARSH] {
+        let mut body = Vec::new();
+        for r in 0..10 {
+            body.push(shift(ALU_LSH, r, 32));
+            body.push(shift(second, r, 32));
+        }
+        agree(&verified(all_registers(&values, &body)).unwrap());
+        // Not fused: another register, another count.
+        let body = [
+            shift(ALU_LSH, 3, 32),
+            shift(second, 4, 32),
+            shift(ALU_LSH, 5, 32),
+            shift(second, 5, 31),
+            shift(ALU_LSH, 6, 31),
+            shift(second, 6, 32),
+        ];
+        agree(&verified(all_registers(&values, &body)).unwrap());
+        // The second shift is a jump target: reached with r1 unshifted when r2 is odd.
+        let body = [
+            Insn::new(CLASS_JMP | JMP_JSET, 2, 0, 1, 1),
+            shift(ALU_LSH, 1, 32),
+            shift(second, 1, 32),
+        ];
+        for v2 in [0u64, 1] {
+            let mut values = values;
+            values[2] = v2;
+            agree(&verified(all_registers(&values, &body)).unwrap());
+        }
+    }
+}
+
+/// Accesses through one register in a straight run are checked once as a span (a span
+/// group); where the span leaves the cached region, the run's slow copy checks each one,
+/// so a trap comes at the first access out of bounds, with the stores before it done.
+/// Region 2 holds 64 bytes.
+#[test]
+fn span_groups_trap_at_the_first_access_out_of_bounds() {
+    // A byte at +0 and a word at +1, stored then loaded, at every offset up to `last`:
+    // at 60 the word ends at 65, past the region, after the byte's store at 60 (the
+    // stores are seen in the memory compared).
+    let stores = |last: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nstb [%r4+0], 7\nstxw [%r4+1], %r6\n\
+             stdw [%r10-8], 5\nadd %r0, %r6\nadd %r6, 1\njle %r6, {last}, top\n\
+             ldxdw %r0, [%r1+56]\nexit"
+        )
+    };
+    assert!(every_budget_with_regions(&stores(59)).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&stores(60))), 5);
+    // Loads at -4, +6 and +12 (a span of 20 bytes, checked at both ends) from r1 + 4 +
+    // 4i, with r10's frame read between them and the base overwritten by the last: 12
+    // passes end at byte 64, the 13th reads past it.
+    let loads = |passes: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\nstdw [%r10-8], 3\n\
+             top:\nmov %r4, %r6\nlsh %r4, 2\nadd %r4, %r1\nadd %r4, 4\n\
+             ldxw %r5, [%r4-4]\nldxdw %r7, [%r10-8]\nadd %r0, %r7\nadd %r0, %r5\n\
+             ldxh %r5, [%r4+6]\nxor %r0, %r5\nldxw %r4, [%r4+12]\nmul %r0, 31\nadd %r0, %r4\n\
+             add %r6, 1\njlt %r6, {passes}, top\nexit"
+        )
+    };
+    assert!(every_budget_with_regions(&loads(12)).result.is_ok());
+    assert_eq!(trap_pc(&every_budget_with_regions(&loads(13))), 13);
+    // Below the region: the span's low end, not its first access, is out of bounds.
+    let out = every_budget_with_regions(
+        "ldxb %r0, [%r1+0]\nldxb %r5, [%r1+3]\nldxb %r6, [%r1-1]\nadd %r0, %r6\nexit",
+    );
+    assert_eq!(trap_pc(&out), 2);
+    // The read-only region 3 (never cached): a store group there goes to the slow copy,
+    // which traps at the first store; a load group reads it.
+    let out = every_budget_with_regions(
+        "ldxb %r0, [%r3+0]\nldxb %r5, [%r3+3]\nadd %r0, %r5\nstb [%r3+0], 1\nstb [%r3+1], 2\nexit",
+    );
+    assert_eq!(trap_pc(&out), 3);
+    // A group in a counted block whose second member is another block's leader: the
+    // counts agree (checked by the sweep).
+    let out = every_budget_with_regions(
+        "mov %r6, 0\ntop:\nldxb %r0, [%r1+0]\njeq %r6, 1, +1\nldxb %r5, [%r1+1]\n\
+         ldxb %r5, [%r1+2]\nadd %r6, 1\njlt %r6, 3, top\nexit",
+    );
     assert!(out.result.is_ok(), "{out:?}");
 }
