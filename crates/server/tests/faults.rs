@@ -21,6 +21,7 @@ use csx_server::{ListenAddr, Server, ServerConfig, ServerOptions, CONNECTIONS_MA
 
 mod common;
 use common::tls_files;
+use csx_testkit::programs::COUNT_DOWN;
 
 fn device(dir: &std::path::Path) -> DeviceRuntime {
     let config = DeviceConfig {
@@ -410,16 +411,6 @@ fn helper_daemon() {
     std::io::stdout().flush().unwrap();
     std::thread::sleep(Duration::from_secs(120));
 }
-
-/// `r1 = args->cparam1; r0 = 0; while r1 != 0 { r1 -= 1 }; exit`.
-const COUNT_DOWN: [u8; 48] = [
-    0x79, 0x51, 0, 0, 0, 0, 0, 0, // ldxdw r1, [r5 + 0]
-    0xb7, 0x00, 0, 0, 0, 0, 0, 0, // mov r0, 0
-    0x15, 0x01, 2, 0, 0, 0, 0, 0, // jeq r1, 0, +2
-    0x17, 0x01, 0, 0, 1, 0, 0, 0, // sub r1, 1
-    0x05, 0x00, 0xfd, 0xff, 0, 0, 0, 0, // ja -3
-    0x95, 0, 0, 0, 0, 0, 0, 0, // exit
-];
 
 fn open_with(uri: &str, timeouts: Timeouts) -> Result<Device, TransportError> {
     let t: Box<dyn csx_host::transport::Transport> = match uri.split_once("://").unwrap() {

@@ -8,17 +8,7 @@ use csx_device::{DeviceConfig, DeviceRuntime};
 use csx_host::proto::{EngineKind, ProgramType};
 use csx_host::{CallError, Device, ExecuteRequest};
 use csx_server::{ListenAddr, Server, ServerConfig};
-
-/// `r1 = args->cparam1; r0 = 0; while r1 != 0 { r1 -= 1 }; exit`: as long as cparam1
-/// says (a data-dependent loop).
-const COUNT_DOWN: [u8; 48] = [
-    0x79, 0x51, 0, 0, 0, 0, 0, 0, // ldxdw r1, [r5 + 0]
-    0xb7, 0x00, 0, 0, 0, 0, 0, 0, // mov r0, 0
-    0x15, 0x01, 2, 0, 0, 0, 0, 0, // jeq r1, 0, +2
-    0x17, 0x01, 0, 0, 1, 0, 0, 0, // sub r1, 1
-    0x05, 0x00, 0xfd, 0xff, 0, 0, 0, 0, // ja -3
-    0x95, 0, 0, 0, 0, 0, 0, 0, // exit
-];
+use csx_testkit::programs::COUNT_DOWN;
 
 /// The long run's time limit: only an Abort that is never read waits for it.
 const TIME_LIMIT_MS: u32 = 60_000;

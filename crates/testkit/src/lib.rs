@@ -7,6 +7,7 @@
 //! place from `../shared/conformance`; [`vectors`] reads our own `.data` vectors from
 //! `tests/vectors`. One runner drives every vector through every engine and compares
 //! value, trap and fuel, so a vector is never copied per backend.
+//! [`programs`] (no feature needed) holds small raw images the daemon's tests load.
 
 #![warn(clippy::too_many_lines)]
 
@@ -17,6 +18,7 @@ pub mod conformance;
 pub mod engines;
 #[cfg(feature = "ebpf")]
 pub mod gen;
+pub mod programs;
 pub mod tools;
 #[cfg(feature = "ebpf")]
 pub mod vectors;

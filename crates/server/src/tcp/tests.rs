@@ -12,6 +12,7 @@ use csx_host::proto::{limits::FUEL_MAX, EngineKind, ProgramType};
 use csx_host::{CallError, Device, ExecuteRequest};
 
 use crate::{ListenAddr, Server, ServerConfig};
+use csx_testkit::programs::COUNT_DOWN;
 
 /// Whether a connection thread that has just ended an inline run waits before taking its
 /// read side back, and how many times one waited.
@@ -52,17 +53,6 @@ impl Drop for Hold {
         RELEASED.notify_all();
     }
 }
-
-/// `r1 = args->cparam1; r0 = 0; while r1 != 0 { r1 -= 1 }; exit`: as long as cparam1
-/// says.
-const COUNT_DOWN: [u8; 48] = [
-    0x79, 0x51, 0, 0, 0, 0, 0, 0, // ldxdw r1, [r5 + 0]
-    0xb7, 0x00, 0, 0, 0, 0, 0, 0, // mov r0, 0
-    0x15, 0x01, 2, 0, 0, 0, 0, 0, // jeq r1, 0, +2
-    0x17, 0x01, 0, 0, 1, 0, 0, 0, // sub r1, 1
-    0x05, 0x00, 0xfd, 0xff, 0, 0, 0, 0, // ja -3
-    0x95, 0, 0, 0, 0, 0, 0, 0, // exit
-];
 
 /// A long run's time limit: an Abort that goes unread lets the run reach it, and the
 /// run's result says so.
