@@ -88,7 +88,9 @@ fn place(code: &[u8]) -> Result<CodeMemory, String> {
         .declare_function("ebpf_quick", Linkage::Local, &signature)
         .map_err(|e| e.to_string())?;
     module
-        .define_function_bytes(id, 16, code, &[])
+        // 64-byte placement: the loop heads' alignment (`emit`) is then the same in
+        // memory.
+        .define_function_bytes(id, 64, code, &[])
         .map_err(|e| e.to_string())?;
     CodeMemory::new(module, id, code.len())
 }

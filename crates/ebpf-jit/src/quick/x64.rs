@@ -177,6 +177,27 @@ impl Asm {
         self.buf.len()
     }
 
+    /// Pads with multi-byte `nop`s up to the next multiple of `align`.
+    pub(crate) fn align_with_nops(&mut self, align: usize) {
+        const NOPS: [&[u8]; 9] = [
+            &[0x90],
+            &[0x66, 0x90],
+            &[0x0f, 0x1f, 0x00],
+            &[0x0f, 0x1f, 0x40, 0x00],
+            &[0x0f, 0x1f, 0x44, 0x00, 0x00],
+            &[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00],
+            &[0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00],
+            &[0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+            &[0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00],
+        ];
+        let mut gap = (align - self.pos() % align) % align;
+        while gap > 0 {
+            let n = gap.min(NOPS.len());
+            self.buf.extend_from_slice(NOPS[n - 1]);
+            gap -= n;
+        }
+    }
+
     fn byte(&mut self, b: u8) {
         self.buf.push(b);
     }
