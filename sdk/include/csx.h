@@ -246,11 +246,14 @@ extern long csx_merge_runs_u64(void *out, unsigned long out_len, const void *run
                                unsigned long n, unsigned long *taken);
 
 /*
- * csx_unpack (id 25, version 1): expands encoded column blocks (the columnar format's
+ * csx_unpack (id 25, version 2): expands encoded column blocks (the columnar format's
  * version 2, stored back to back at blocks) into plain values: rows first_row ..
  * first_row + dst_len/width into dst; each block's header and payload CRC-32C checked
  * before it is decoded; returns the rows written, or CSX_EBADMSG for a bad block or rows
  * past the blocks (the detail names the block's byte offset in blocks and the bad part).
+ * Version 2: first_row's top byte (CSX_UNPACK_AS_SHIFT, 56) may ask for values of 4 bytes
+ * from blocks of 8 whose zone maps fit 4 (0: the blocks' width); a block that does not
+ * fit is CSX_EBADMSG.
  */
 extern long csx_unpack(const void *blocks, unsigned long blocks_len,
                        unsigned long first_row, void *dst, unsigned long dst_len);

@@ -1106,7 +1106,9 @@ impl CallContext<'_> {
 /// The columnar format's decoder: encoded column blocks into plain values.
 impl CallContext<'_> {
     fn unpack(&mut self, a: [u64; 5], mem: &mut MemoryMap<'_>) -> CallResult {
-        let (src, src_len, first, dst, dst_len) = (a[0], a[1], a[2], a[3], a[4]);
+        let (src, src_len, dst, dst_len) = (a[0], a[1], a[3], a[4]);
+        let shift = abi::functions::CSX_UNPACK_AS_SHIFT;
+        let (first, width) = (a[2] & ((1 << shift) - 1), (a[2] >> shift) as u8);
         let (xs, xd) = match mem
             .translate(src, src_len, false)
             .and_then(|s| Ok((s, mem.translate(dst, dst_len, true)?)))
@@ -1125,7 +1127,7 @@ impl CallContext<'_> {
                 Ok(o) => o,
                 Err(t) => return self.fail(UNPACK, CSX_EFAULT, t.to_string()),
             };
-            return self.unpack_into(&input, first, out);
+            return self.unpack_into(&input, (first, width), out);
         }
         // SAFETY: `translate` checked that `src_len` (non-zero) bytes from `xs` lie in a
         // region mapped readable and `dst_len` bytes from `xd` in one mapped writable;
@@ -1137,15 +1139,21 @@ impl CallContext<'_> {
                 std::slice::from_raw_parts_mut(xd, dst_len as usize),
             )
         };
-        self.unpack_into(input, first, out)
+        self.unpack_into(input, (first, width), out)
     }
 
-    /// Decodes the blocks of `input` from row `first` into `out`, block by block (at
-    /// most `BLOCK_ROWS_MAX` rows each), looking at the stop flag between blocks.
-    fn unpack_into(&mut self, input: &[u8], first: u64, out: &mut [u8]) -> CallResult {
+    /// Decodes the blocks of `input` from row `first` into `out` as values of `width`
+    /// bytes (0: the blocks' own), block by block (at most `BLOCK_ROWS_MAX` rows each),
+    /// looking at the stop flag between blocks.
+    fn unpack_into(
+        &mut self,
+        input: &[u8],
+        (first, width): (u64, u8),
+        out: &mut [u8],
+    ) -> CallResult {
         let stop = self.stop;
         let mut stopped = || stop.is_some_and(StopFlag::is_set);
-        match abi::colblock::decode_blocks(input, first, out, &mut stopped) {
+        match abi::colblock::decode_blocks_as(input, first, out, width, &mut stopped) {
             Ok(Some(rows)) => Ok(rows),
             Ok(None) => Err(stopped_abort()),
             Err(e) => self.fail(UNPACK, CSX_EBADMSG, e.to_string()),
@@ -1999,6 +2007,17 @@ mod tests {
         assert_eq!(got, [7, 7, 7, 7, 7, 0, 3, 6, 9, 12]);
         assert_eq!(ctx.call(f, [s, n, 0, d, 320], &mut mem), Ok(80));
         assert!(ctx.detail.is_none());
+        // first_row's top byte asks for a width: these blocks' own is served, none other
+        // (only 8-byte values narrow, to 4: colblock's tests).
+        let as_width = |w: u64| 25 | w << abi::functions::CSX_UNPACK_AS_SHIFT;
+        assert_eq!(ctx.call(f, [s, n, as_width(4), d, 40], &mut mem), Ok(10));
+        assert_eq!(u32s(mem.slice(d, 40).unwrap()), got);
+        for w in [8, 2, 3, 255] {
+            let r = ctx.call(f, [s, n, as_width(w), d, 40], &mut mem);
+            assert_eq!(r, Ok(CSX_EBADMSG as u64), "width {w}");
+            let m = &ctx.detail.take().unwrap().message;
+            assert!(m.contains("narrows"), "{m}");
+        }
         // Past the last row; an output that is not whole values.
         assert_eq!(
             ctx.call(f, [s, n, 75, d, 24], &mut mem),

@@ -276,17 +276,94 @@ pub fn decode_block(
     first: u64,
     out: &mut [u8],
 ) -> Result<(), (BlockPart, String)> {
-    check_block(h, payload, first, out.len())?;
-    let width = usize::from(h.width);
-    let n = out.len() / width;
+    decode_block_as(h, payload, first, out, h.width)
+}
+
+/// [`decode_block`] into values of `width` bytes: the block's own width, or 4 for a
+/// block of 8-byte values that [`narrows_to`] 4 bytes (each value's low 4 bytes, which
+/// are the value itself as a 4-byte integer of the block's sign).
+pub fn decode_block_as(
+    h: &BlockHeader,
+    payload: &[u8],
+    first: u64,
+    out: &mut [u8],
+    width: u8,
+) -> Result<(), (BlockPart, String)> {
+    check_block(h, payload, first, out.len(), width)?;
+    let w = usize::from(width);
+    let n = out.len() / w;
     let first = first as usize;
-    let mask = width_mask(h.width);
+    let mask = width_mask(width);
     match h.encoding {
-        ENC_RAW => out.copy_from_slice(&payload[first * width..(first + n) * width]),
-        ENC_CONSTANT => fill(out, width, h.reference & mask),
-        ENC_PACKED => unpack_bits(payload, Packing::values(h), first, out),
-        ENC_RUNS => expand_runs(payload, h, first, out)?,
+        ENC_RAW if width == h.width => {
+            out.copy_from_slice(&payload[first * w..(first + n) * w]);
+        }
+        ENC_RAW => narrow_raw(h, &payload[first * 8..(first + n) * 8], out)?,
+        ENC_CONSTANT => fill(out, w, h.reference & mask),
+        ENC_PACKED => unpack_bits(payload, Packing::values(h, width), first, out),
+        ENC_RUNS => expand_runs(payload, h, first, out, width)?,
         e => return Err((BlockPart::Header, format!("unknown encoding {e}"))),
+    }
+    Ok(())
+}
+
+/// Whether every value of block `h` fits `width` bytes as an integer of its sign, by
+/// its zone map (and, for packed values, at most 32 bits a field): the condition on
+/// decoding it into values of `width` bytes. `Err` says why not.
+pub fn narrows_to(h: &BlockHeader, width: u8) -> Result<(), String> {
+    if width == h.width {
+        return Ok(());
+    }
+    if width != 4 || h.width != 8 {
+        return Err(format!(
+            "values of {} bytes asked as {width} bytes (only 8 to 4 narrows)",
+            h.width
+        ));
+    }
+    let (lo, hi) = match h.signed {
+        true => (i64::from(i32::MIN), i64::from(i32::MAX)),
+        false => (0, i64::from(u32::MAX)),
+    };
+    if h.min < lo || h.max > hi || h.min > h.max {
+        return Err(format!(
+            "zone map [{}, {}] outside 4-byte values",
+            h.min, h.max
+        ));
+    }
+    if matches!(h.encoding, ENC_PACKED | ENC_RUNS) && h.bits > 32 {
+        return Err(format!("{} bits a value, over 4 bytes", h.bits));
+    }
+    if h.encoding == ENC_CONSTANT && !(lo..=hi).contains(&(h.reference as i64)) {
+        return Err(format!(
+            "constant {} outside 4-byte values",
+            h.reference as i64
+        ));
+    }
+    Ok(())
+}
+
+/// Raw 8-byte values `src` into 4-byte `out`, each checked to fit (a raw payload's
+/// values are read anyway, so a zone map that lies is found here, not trusted).
+fn narrow_raw(h: &BlockHeader, src: &[u8], out: &mut [u8]) -> Result<(), (BlockPart, String)> {
+    let (src, _) = src.as_chunks::<8>();
+    let (out, _) = out.as_chunks_mut::<4>();
+    let mut bad = false;
+    for (o, v) in out.iter_mut().zip(src) {
+        let v = i64::from_le_bytes(*v);
+        bad |= match h.signed {
+            true => i64::from(v as i32) != v,
+            false => (v as u64) > u64::from(u32::MAX),
+        };
+        *o = (v as u32).to_le_bytes();
+    }
+    if bad {
+        return Err((
+            BlockPart::Data,
+            format!(
+                "a value outside 4 bytes, where the zone map says [{}, {}]",
+                h.min, h.max
+            ),
+        ));
     }
     Ok(())
 }
@@ -298,9 +375,11 @@ fn check_block(
     payload: &[u8],
     first: u64,
     out_len: usize,
+    width: u8,
 ) -> Result<(), (BlockPart, String)> {
     h.check().map_err(|m| (BlockPart::Header, m))?;
-    let width = usize::from(h.width);
+    narrows_to(h, width).map_err(|m| (BlockPart::Header, m))?;
+    let width = usize::from(width);
     let n = out_len / width;
     if !out_len.is_multiple_of(width) || first.saturating_add(n as u64) > u64::from(h.rows) {
         return Err((
@@ -348,8 +427,9 @@ fn expand_runs(
     h: &BlockHeader,
     first: usize,
     out: &mut [u8],
+    width: u8,
 ) -> Result<(), (BlockPart, String)> {
-    if h.width == 4 {
+    if width == 4 {
         expand_runs_of::<4, 32>(payload, h, first, out)
     } else {
         expand_runs_of::<8, 64>(payload, h, first, out)
@@ -381,7 +461,7 @@ fn expand_runs_of<const W: usize, const G: usize>(
         let end = check_runs(lens, r0, row, h.rows)?;
         if end > want.0 && row < want.1 {
             let values = &mut values[..W * m];
-            unpack_bits(payload, Packing::values(h), r0, values);
+            unpack_bits(payload, Packing::values(h, W as u8), r0, values);
             let (out, _) = out.as_chunks_mut::<W>();
             if row >= want.0 && end <= want.1 {
                 fill_runs::<W>(lens, values, row - want.0, out);
@@ -549,11 +629,11 @@ struct Packing {
 }
 
 impl Packing {
-    /// A block's values (bit-packed, or the runs' values).
-    fn values(h: &BlockHeader) -> Packing {
+    /// A block's values (bit-packed, or the runs' values), as values of `width` bytes.
+    fn values(h: &BlockHeader, width: u8) -> Packing {
         Packing {
             bits: h.bits,
-            width: h.width,
+            width,
             reference: h.reference,
         }
     }
@@ -671,10 +751,25 @@ pub fn decode_blocks(
     out: &mut [u8],
     stop: &mut dyn FnMut() -> bool,
 ) -> Result<Option<u64>, BlockError> {
+    decode_blocks_as(src, first, out, 0, stop)
+}
+
+/// [`decode_blocks`] into values of `as_width` bytes (0: the first block's width), each
+/// block decoded by [`decode_block_as`]: a block that does not narrow to it
+/// ([`narrows_to`]) is a [`BlockError`] of its header.
+pub fn decode_blocks_as(
+    src: &[u8],
+    first: u64,
+    out: &mut [u8],
+    as_width: u8,
+    stop: &mut dyn FnMut() -> bool,
+) -> Result<Option<u64>, BlockError> {
     let mut at = 0usize;
     let mut row = 0u64; // first row of the block at `at`
     let mut written = 0usize; // bytes of out written
     let mut width = 0usize;
+    // The blocks' own width (the first block's), which every block must have.
+    let mut own = 0u8;
     while written < out.len() || width == 0 {
         if stop() {
             return Ok(None);
@@ -697,12 +792,13 @@ pub fn decode_blocks(
         }
         let h = BlockHeader::parse(rest).map_err(|m| bad(BlockPart::Header, m))?;
         if width == 0 {
-            width = usize::from(h.width);
+            own = h.width;
+            width = usize::from(if as_width == 0 { h.width } else { as_width }).max(1);
             if out.is_empty() {
                 return Ok(Some(0));
             }
         }
-        check_width(&h, width, out.len()).map_err(|m| bad(BlockPart::Header, m))?;
+        check_width(&h, own, width, out.len()).map_err(|m| bad(BlockPart::Header, m))?;
         let end = BLOCK_HEADER_SIZE + h.payload_len as usize;
         if rest.len() < end {
             return Err(bad(
@@ -719,11 +815,12 @@ pub fn decode_blocks(
         if want < block_end {
             let from = want - row;
             let n = ((block_end - want) as usize).min((out.len() - written) / width);
-            decode_block(
+            decode_block_as(
                 &h,
                 &rest[BLOCK_HEADER_SIZE..end],
                 from,
                 &mut out[written..written + n * width],
+                width as u8,
             )
             .map_err(|(part, m)| bad(part, m))?;
             written += n * width;
@@ -734,11 +831,13 @@ pub fn decode_blocks(
     Ok(Some((written / width.max(1)) as u64))
 }
 
-/// A block's width must be the first block's `width`, and the output whole values of it.
-fn check_width(h: &BlockHeader, width: usize, out_len: usize) -> Result<(), String> {
-    if usize::from(h.width) != width {
-        return Err(format!("width {} after blocks of width {width}", h.width));
+/// A block's width must be the first block's (`own`), and the output whole values of
+/// `width` bytes.
+fn check_width(h: &BlockHeader, own: u8, width: usize, out_len: usize) -> Result<(), String> {
+    if h.width != own {
+        return Err(format!("width {} after blocks of width {own}", h.width));
     }
+    narrows_to(h, width as u8)?;
     if !out_len.is_multiple_of(width) {
         return Err(format!(
             "output of {out_len} bytes is not whole values of {width} bytes"
@@ -1071,6 +1170,112 @@ mod tests {
                     assert_eq!(got, want, "{h:?} rows {first}+{n}");
                 }
             }
+        }
+    }
+
+    /// A random 8-byte block whose values fit 4 bytes in about half the rounds, with
+    /// an honest zone map; the values as i64.
+    fn random_narrowable(rng: &mut Rng, enc: u8) -> (BlockHeader, Vec<u8>, Vec<i64>) {
+        loop {
+            let (mut h, mut payload) = random_block(rng, enc, 8);
+            if matches!(enc, ENC_PACKED | ENC_RUNS) && h.bits > 33 {
+                continue;
+            }
+            let small = rng.below(2) == 0;
+            let near = |rng: &mut Rng, bits: u32| {
+                (rng.next() as i32 as i64 >> bits.min(31)) - (1 << bits.min(31)) / 2
+            };
+            if small {
+                h.reference = near(rng, u32::from(h.bits)) as u64;
+            }
+            if enc == ENC_RAW && small {
+                payload = (0..h.rows)
+                    .flat_map(|_| near(rng, 0).to_le_bytes())
+                    .collect();
+                h.payload_crc = crc32c(&payload);
+            }
+            let values: Vec<i64> = reference_decode(&h, &payload, 0, h.rows as usize)
+                .into_iter()
+                .map(|v| v as i64)
+                .collect();
+            h.signed = true;
+            h.min = *values.iter().min().unwrap();
+            h.max = *values.iter().max().unwrap();
+            return (h, payload, values);
+        }
+    }
+
+    #[test]
+    fn blocks_of_8_byte_values_narrow_to_4_bytes_exactly_when_every_value_fits() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut narrowed = [0usize; 4];
+        for _ in 0..400 {
+            for (e, enc) in [ENC_RAW, ENC_CONSTANT, ENC_PACKED, ENC_RUNS]
+                .into_iter()
+                .enumerate()
+            {
+                let (h, payload, values) = random_narrowable(&mut rng, enc);
+                let rows = h.rows as usize;
+                let first = rng.below(rows as u64) as usize;
+                let n = rng.below((rows - first) as u64 + 1) as usize;
+                let mut out = vec![0xA5u8; n * 4];
+                let got = decode_block_as(&h, &payload, first as u64, &mut out, 4);
+                let fits = values.iter().all(|&v| i64::from(v as i32) == v);
+                let fits = fits && (h.bits <= 32 || enc == ENC_RAW || enc == ENC_CONSTANT);
+                if !fits {
+                    let (part, _) = got.expect_err("values over 4 bytes refused");
+                    assert_eq!(part, BlockPart::Header, "{h:?}");
+                    continue;
+                }
+                got.unwrap_or_else(|e| panic!("{h:?}: {e:?}"));
+                narrowed[e] += 1;
+                let got: Vec<i64> = (out.chunks_exact(4))
+                    .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
+                    .collect();
+                assert_eq!(got, values[first..first + n], "{h:?} rows {first}+{n}");
+                // The whole block through decode_blocks_as, and its own width unchanged.
+                let mut src = h.encode().to_vec();
+                src.extend_from_slice(&payload);
+                let mut out = vec![0u8; rows * 4];
+                let r = decode_blocks_as(&src, 0, &mut out, 4, &mut || false).unwrap();
+                assert_eq!(r, Some(rows as u64));
+                let mut wide = vec![0u8; rows * 8];
+                decode_blocks_as(&src, 0, &mut wide, 0, &mut || false).unwrap();
+                let wide: Vec<i64> = (wide.chunks_exact(8))
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                assert_eq!(wide, values);
+            }
+        }
+        assert!(narrowed.iter().all(|&k| k > 20), "narrowed {narrowed:?}");
+    }
+
+    #[test]
+    fn a_raw_block_whose_zone_map_lies_about_its_width_is_refused_as_bad_data() {
+        let values: [i64; 3] = [5, -7, 1 << 40];
+        let payload: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let h = BlockHeader {
+            encoding: ENC_RAW,
+            width: 8,
+            signed: true,
+            rows: 3,
+            payload_len: 24,
+            min: -7,
+            max: 5,
+            payload_crc: crc32c(&payload),
+            ..BlockHeader::default()
+        };
+        let mut out = [0u8; 12];
+        let (part, m) = decode_block_as(&h, &payload, 0, &mut out, 4).unwrap_err();
+        assert_eq!(part, BlockPart::Data, "{m}");
+        assert!(m.contains("outside 4 bytes"), "{m}");
+        // The first two rows alone hold no such value.
+        decode_block_as(&h, &payload, 0, &mut out[..8], 4).unwrap();
+        assert_eq!(out[..8], [5, 0, 0, 0, 0xF9, 0xFF, 0xFF, 0xFF]);
+        // Only 8 bytes narrow, and only to 4.
+        for (from, to) in [(8u8, 2u8), (8, 1), (4, 8), (8, 16)] {
+            let h = BlockHeader { width: from, ..h };
+            assert!(narrows_to(&h, to).is_err(), "{from} -> {to}");
         }
     }
 

@@ -28,6 +28,9 @@ pub const CSX_CHACHA20: u32 = 22;
 pub const CSX_MERGE_INTO_U64: u32 = 23;
 pub const CSX_MERGE_RUNS_U64: u32 = 24;
 pub const CSX_UNPACK: u32 = 25;
+/// csx_unpack's `first_row` argument: the output width asked for in its top byte (0:
+/// the blocks' own), the first row below it.
+pub const CSX_UNPACK_AS_SHIFT: u32 = 56;
 
 /// One registered function's signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,9 +193,9 @@ pub const FUNCTIONS: &[FunctionSpec] = &[
         id: CSX_UNPACK,
         name: "csx_unpack",
         args: &[PtrIn { len_arg: 1 }, Scalar, Scalar, PtrOut { len_arg: 4 }, Scalar],
-        version: 1,
+        version: 2,
         c_decl: "long csx_unpack(const void *blocks, unsigned long blocks_len, unsigned long first_row, void *dst, unsigned long dst_len);",
-        doc: "expands encoded column blocks (the columnar format's version 2, stored back to back at blocks) into plain values: rows first_row .. first_row + dst_len/width into dst; each block's header and payload CRC-32C checked before it is decoded; returns the rows written, or CSX_EBADMSG for a bad block or rows past the blocks (the detail names the block's byte offset in blocks and the bad part)",
+        doc: "expands encoded column blocks (the columnar format's version 2, stored back to back at blocks) into plain values: rows first_row .. first_row + dst_len/width into dst; each block's header and payload CRC-32C checked before it is decoded; returns the rows written, or CSX_EBADMSG for a bad block or rows past the blocks (the detail names the block's byte offset in blocks and the bad part). Version 2: first_row's top byte (CSX_UNPACK_AS_SHIFT, 56) may ask for values of 4 bytes from blocks of 8 whose zone maps fit 4 (0: the blocks' width); a block that does not fit is CSX_EBADMSG",
     },
 ];
 
