@@ -182,6 +182,35 @@ pub fn compile_within(
     Ok(Compiled::Ranges(raw))
 }
 
+/// The raw ranges of 8-byte values `ranges` as ranges of the same values stored in 4
+/// bytes (`signed`: two's complement, else unsigned), for a column staged narrowed: the
+/// values 4 bytes cannot hold are dropped (no staged value is one of them). Sorted and
+/// disjoint, as given; empty when no 4-byte value is in them.
+pub fn narrow_ranges(ranges: &[RawRange], signed: bool) -> Vec<RawRange> {
+    // The 8-byte raw values 4 bytes hold, and what to subtract to get their 4-byte raw.
+    let parts: &[(u64, u64, u64)] = match signed {
+        true => &[
+            (0, i32::MAX as u64, 0),
+            (
+                i32::MIN as i64 as u64,
+                u64::MAX,
+                u64::MAX - u64::from(u32::MAX),
+            ),
+        ],
+        false => &[(0, u32::MAX as u64, 0)],
+    };
+    let mut out = Vec::new();
+    for &(plo, phi, shift) in parts {
+        for &(lo, hi) in ranges {
+            let (a, b) = (lo.max(plo), hi.min(phi));
+            if a <= b {
+                out.push((a - shift, b - shift));
+            }
+        }
+    }
+    out
+}
+
 /// A value of column `col` written as text: a number (integer columns; decimal
 /// columns, scaled), a date `yyyy-mm-dd` (date columns), or a string (dict columns: its
 /// code in `dictionary`). `None` when no stored value equals it (a string not in the
@@ -235,6 +264,52 @@ mod tests {
             Compiled::Nothing => false,
             Compiled::Ranges(r) => r.iter().any(|&(a, b)| a <= raw && raw <= b),
         }
+    }
+
+    /// Narrowed ranges hold a 4-byte raw value exactly when the 8-byte ranges hold the
+    /// same value's 8-byte raw, for values at and around every edge.
+    #[test]
+    fn narrowed_ranges_select_the_same_values_in_4_bytes() {
+        let cases: Vec<(ColumnType, Vec<Cmp>)> = vec![
+            (ColumnType::Decimal, vec![Cmp::Lt(2400)]),
+            (ColumnType::Decimal, vec![Cmp::Between(5, 7)]),
+            (ColumnType::Int64, vec![Cmp::Ge(-3)]),
+            (ColumnType::Int64, vec![Cmp::Ne(0)]),
+            (
+                ColumnType::Int64,
+                vec![Cmp::In(vec![-1 << 40, -5, 9, 1 << 35])],
+            ),
+            (ColumnType::Int64, vec![Cmp::Gt(1 << 33)]),
+            (ColumnType::Int64, vec![Cmp::Lt(-(1 << 33))]),
+            (
+                ColumnType::Int64,
+                vec![Cmp::Between(-(1 << 33), i64::from(i32::MIN) + 2)],
+            ),
+        ];
+        let mut values = vec![0i64, 1, -1, 5, 7, 8, 2399, 2400, -3, -4, 9];
+        values
+            .extend([i32::MIN, i32::MIN + 1, i32::MIN + 2, i32::MIN + 3, i32::MAX].map(i64::from));
+        for (ty, cmps) in &cases {
+            let refs: Vec<&Cmp> = cmps.iter().collect();
+            let Compiled::Ranges(wide) = compile("c", *ty, &refs).unwrap() else {
+                panic!("{cmps:?} compiles to ranges");
+            };
+            let narrow = narrow_ranges(&wide, true);
+            assert!(narrow.windows(2).all(|w| w[0].1 < w[1].0), "{narrow:?}");
+            for &v in &values {
+                let want = cmps
+                    .iter()
+                    .all(|c| Predicate::new("c", c.clone()).matches(v));
+                let raw4 = u64::from(v as i32 as u32);
+                let got = narrow.iter().any(|&(a, b)| a <= raw4 && raw4 <= b);
+                assert_eq!(got, want, "{cmps:?} value {v}: {narrow:?} from {wide:?}");
+            }
+        }
+        assert_eq!(narrow_ranges(&[(1 << 40, 1 << 41)], true), vec![]);
+        assert_eq!(
+            narrow_ranges(&[(7, u64::MAX)], false),
+            vec![(7, u64::from(u32::MAX))]
+        );
     }
 
     #[test]

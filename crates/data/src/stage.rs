@@ -32,6 +32,7 @@
 
 use std::sync::Arc;
 
+use csx_host::proto::abi;
 use csx_host::proto::abi::colblock::{self, BLOCK_HEADER_SIZE};
 use csx_host::proto::limits::{COPY_SIZE_MAX, COPY_SOURCES_MAX};
 use csx_host::proto::{EngineKind, MemHandle};
@@ -72,6 +73,19 @@ impl DeviceColumn {
         match self {
             DeviceColumn::Encoded(c) => Some(c),
             DeviceColumn::Raw { .. } => None,
+        }
+    }
+
+    /// Whether it may be staged as 4-byte values though its type has 8: an encoded
+    /// column every block of which narrows to 4 bytes by its zone map
+    /// ([`colblock::narrows_to`]). A raw column never is (nothing says its values fit).
+    pub fn narrows_to_4(&self) -> bool {
+        match self {
+            DeviceColumn::Raw { .. } => false,
+            DeviceColumn::Encoded(c) => {
+                c.header.ty.width() == 8
+                    && (c.blocks.iter()).all(|h| colblock::narrows_to(h, 4).is_ok())
+            }
         }
     }
 
@@ -198,6 +212,9 @@ struct Piece {
     src_off: u64,
     src_len: u64,
     first_row: u64,
+    /// The width its values are expanded to: 0, the blocks' own, or 4 for 8-byte values
+    /// narrowed ([`Staging::stage_rows_as`]).
+    as_width: u8,
     dst_off: u64,
     dst_len: u64,
     /// The piece's expected block headers: byte offset in its target's `expect`, and
@@ -237,7 +254,8 @@ impl Piece {
         piece_params(&PieceParams {
             src_off: self.src_off,
             src_len: self.src_len,
-            first_row: self.first_row,
+            first_row: self.first_row
+                | u64::from(self.as_width) << abi::functions::CSX_UNPACK_AS_SHIFT,
             dst_off: self.dst_off,
             dst_len: self.dst_len,
             expect_off: expect_base + self.expect_off,
@@ -349,10 +367,26 @@ impl Staging {
         &mut self,
         s: &mut Session,
         column: &Arc<DeviceColumn>,
-        (first, rows): (u64, u64),
+        rows: (u64, u64),
         skip: &[bool],
         t: usize,
         dst_off: u64,
+    ) -> Result<(), DataError> {
+        let width = column.ty().width();
+        self.stage_rows_as(s, column, rows, skip, (t, dst_off), width)
+    }
+
+    /// [`Staging::stage_rows`] as values of `width` bytes: the column's own, or 4 for an
+    /// encoded column of 8-byte values every block of which narrows to 4
+    /// ([`DeviceColumn::narrows_to_4`]; the device refuses a block that does not).
+    pub fn stage_rows_as(
+        &mut self,
+        s: &mut Session,
+        column: &Arc<DeviceColumn>,
+        (first, rows): (u64, u64),
+        skip: &[bool],
+        (t, dst_off): (usize, u64),
+        width: u64,
     ) -> Result<(), DataError> {
         if rows == 0 {
             return Ok(());
@@ -360,6 +394,7 @@ impl Staging {
         let col = match column.as_ref() {
             DeviceColumn::Raw { path, ty } => {
                 let w = ty.width();
+                assert_eq!(w, width, "raw columns are staged at their own width");
                 let dst = self.targets[t].dst;
                 assert!(
                     dst != MemHandle::NONE,
@@ -390,8 +425,13 @@ impl Staging {
             src_off: start,
             src_len: target.used - start,
             first_row: first - b0 as u64 * br,
+            as_width: if width == col.header.ty.width() {
+                0
+            } else {
+                width as u8
+            },
             dst_off,
-            dst_len: rows * col.header.ty.width(),
+            dst_len: rows * width,
             expect_off,
             expect_count: (b1 + 1 - b0) as u64,
         });
@@ -639,7 +679,7 @@ fn diagnose(s: &mut Session, t: &Target, p: &Piece, detail: &str) -> DataError {
         return col.corrupt((p.first_block + k) as u64, "header", message);
     }
     let mut out = vec![0u8; p.dst_len as usize];
-    match colblock::decode_blocks(&bytes, p.first_row, &mut out, &mut || false) {
+    match colblock::decode_blocks_as(&bytes, p.first_row, &mut out, p.as_width, &mut || false) {
         Err(e) => {
             // The block whose header starts at byte e.at of the piece.
             let mut at = 0usize;
