@@ -461,8 +461,8 @@ fn zone_skips(
     skipped_blocks(&zone)
 }
 
-/// Stages as 4-byte values every input of 8 whose blocks all narrow to 4 by their zone
-/// maps ([`DeviceColumn::narrows_to_4`]; a decimal price or quantity): a row's values
+/// Stages as 4-byte values every input of 8 whose blocks all narrow to 4
+/// ([`DeviceColumn::narrows_to_4`]; a decimal price or quantity): a row's values
 /// then take fewer cache lines, which a scan over resident columns is bound by (Q6's
 /// scan program 1.7x faster with its three decimals in 4 bytes than in 8). Its ranges
 /// become the same values' 4-byte ones ([`narrow_ranges`]), the segments are laid out

@@ -77,8 +77,8 @@ impl DeviceColumn {
     }
 
     /// Whether it may be staged as 4-byte values though its type has 8: an encoded
-    /// column every block of which narrows to 4 bytes by its zone map
-    /// ([`colblock::narrows_to`]). A raw column never is (nothing says its values fit).
+    /// column every block of which narrows to 4 bytes ([`colblock::narrows_to`]: by
+    /// what its encoding can hold). A raw column never is (nothing says its values fit).
     pub fn narrows_to_4(&self) -> bool {
         match self {
             DeviceColumn::Raw { .. } => false,

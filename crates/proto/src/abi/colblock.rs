@@ -307,9 +307,12 @@ pub fn decode_block_as(
     Ok(())
 }
 
-/// Whether every value of block `h` fits `width` bytes as an integer of its sign, by
-/// its zone map (and, for packed values, at most 32 bits a field): the condition on
-/// decoding it into values of `width` bytes. `Err` says why not.
+/// Whether every value of block `h` fits `width` bytes as an integer of its sign: the
+/// condition on decoding it into values of `width` bytes. Decided by what the encoding
+/// can hold, never by the zone map alone: a constant's value, every value a packed or
+/// runs block's reference and bits can make (`reference + [0, 2^bits)`); a raw block by
+/// its zone map, and each of its values is checked as it is decoded ([`narrow_raw`]). So
+/// a zone map that lies is never a truncated value. `Err` says why not.
 pub fn narrows_to(h: &BlockHeader, width: u8) -> Result<(), String> {
     if width == h.width {
         return Ok(());
@@ -321,22 +324,21 @@ pub fn narrows_to(h: &BlockHeader, width: u8) -> Result<(), String> {
         ));
     }
     let (lo, hi) = match h.signed {
-        true => (i64::from(i32::MIN), i64::from(i32::MAX)),
-        false => (0, i64::from(u32::MAX)),
+        true => (i128::from(i32::MIN), i128::from(i32::MAX)),
+        false => (0, i128::from(u32::MAX)),
     };
-    if h.min < lo || h.max > hi || h.min > h.max {
+    let reference = match h.signed {
+        true => i128::from(h.reference as i64),
+        false => i128::from(h.reference),
+    };
+    let (least, most) = match h.encoding {
+        ENC_RAW => (i128::from(h.min), i128::from(h.max)),
+        ENC_CONSTANT => (reference, reference),
+        _ => (reference, reference + (1i128 << h.bits) - 1),
+    };
+    if least < lo || most > hi {
         return Err(format!(
-            "zone map [{}, {}] outside 4-byte values",
-            h.min, h.max
-        ));
-    }
-    if matches!(h.encoding, ENC_PACKED | ENC_RUNS) && h.bits > 32 {
-        return Err(format!("{} bits a value, over 4 bytes", h.bits));
-    }
-    if h.encoding == ENC_CONSTANT && !(lo..=hi).contains(&(h.reference as i64)) {
-        return Err(format!(
-            "constant {} outside 4-byte values",
-            h.reference as i64
+            "values from {least} to {most} may be in the block, outside 4 bytes"
         ));
     }
     Ok(())
@@ -1221,7 +1223,15 @@ mod tests {
                 let mut out = vec![0xA5u8; n * 4];
                 let got = decode_block_as(&h, &payload, first as u64, &mut out, 4);
                 let fits = values.iter().all(|&v| i64::from(v as i32) == v);
-                let fits = fits && (h.bits <= 32 || enc == ENC_RAW || enc == ENC_CONSTANT);
+                // Packed and runs blocks: every value their reference and bits can make.
+                let reference = h.reference as i64 as i128;
+                let can = reference..=reference + (1i128 << h.bits) - 1;
+                let fits = match enc {
+                    ENC_PACKED | ENC_RUNS => {
+                        (can.start() >= &i32::MIN.into()) && (can.end() <= &i32::MAX.into())
+                    }
+                    _ => fits,
+                };
                 if !fits {
                     let (part, _) = got.expect_err("values over 4 bytes refused");
                     assert_eq!(part, BlockPart::Header, "{h:?}");
@@ -1272,6 +1282,26 @@ mod tests {
         // The first two rows alone hold no such value.
         decode_block_as(&h, &payload, 0, &mut out[..8], 4).unwrap();
         assert_eq!(out[..8], [5, 0, 0, 0, 0xF9, 0xFF, 0xFF, 0xFF]);
+        // A packed block narrows by what its reference and bits can make, whatever its
+        // zone map says.
+        let packed = |reference: i64, bits: u8| BlockHeader {
+            encoding: ENC_PACKED,
+            reference: reference as u64,
+            bits,
+            ..h
+        };
+        let min = i64::from(i32::MIN);
+        for (reference, bits, ok) in [
+            (0, 31, true),
+            (1, 31, false),
+            (0, 33, false),
+            (min, 31, true),
+            (min - 1, 3, false),
+            (-5, 0, true),
+        ] {
+            let r = narrows_to(&packed(reference, bits), 4);
+            assert_eq!(r.is_ok(), ok, "reference {reference} bits {bits}: {r:?}");
+        }
         // Only 8 bytes narrow, and only to 4.
         for (from, to) in [(8u8, 2u8), (8, 1), (4, 8), (8, 16)] {
             let h = BlockHeader { width: from, ..h };
