@@ -466,9 +466,10 @@ fn zone_skips(
 /// then take fewer cache lines, which a scan over resident columns is bound by (Q6's
 /// scan program 1.7x faster with its three decimals in 4 bytes than in 8). Its ranges
 /// become the same values' 4-byte ones ([`narrow_ranges`]), the segments are laid out
-/// again (in the same order, each aligned to its width: never more bytes than before), and the
-/// outputs of a narrowed input are widened back on the host ([`widen`]). Depends on
-/// the files alone, never the predicate, so a resident entry serves every predicate.
+/// again (in the same order, each aligned to its width: never more bytes than before),
+/// and the outputs of a narrowed input are widened back on the host ([`widen`]). Depends
+/// on the files alone, never the predicate, so a resident entry serves every predicate
+/// (its windows keep the sizes of the unnarrowed plan, made before the files are read).
 fn narrow_inputs(layout: &mut Layout, inputs: &[ColumnSchema], files: &[Arc<DeviceColumn>]) {
     let chunk = layout.chunk_rows;
     let mut at = 0;
@@ -894,7 +895,6 @@ impl<'d> Scanner<'d> {
         &self.image
     }
 
-    /// Rows per chunk, and chunks (0 when a predicate selects nothing).
     /// Each staged input's name and the bytes a value takes staged: its type's width,
     /// or 4 for an 8-byte column narrowed ([`narrow_inputs`]).
     pub fn staged_widths(&self) -> Vec<(&str, u64)> {
@@ -903,6 +903,7 @@ impl<'d> Scanner<'d> {
             .collect()
     }
 
+    /// Rows per chunk, and chunks (0 when a predicate selects nothing).
     pub fn chunk_rows(&self) -> u64 {
         self.chunk
     }
