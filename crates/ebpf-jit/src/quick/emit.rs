@@ -61,7 +61,10 @@
 //! per-site stub, which calls the shared refill routine. That routine takes the charge
 //! from all the fuel left (trapping when the budget is exceeded), looks at the stop flag
 //! (so a flag set before the run stops it at its first charge: the slice starts empty)
-//! and refills the slice from the reserve; the stub then jumps back. The epilogues turn
+//! and refills the slice from the reserve; the stub then jumps back. A loop's back edge
+//! (a backward conditional jump, or `jcc +1; ja back`) charges before its compare and
+//! undoes the charge where it falls through, so an iteration takes one branch
+//! ([`Emitter::back_edge`]). The epilogues turn
 //! the fuel left back into fuel used. Traps record code and pc in the context and go to one
 //! unwind path: at the entry frame (rsp equal to the one the prologue saved in the
 //! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
@@ -160,6 +163,19 @@ enum Stub {
     Trap { code: i64, pc: u32 },
     /// A charge the slice could not pay for at `pc`: refill it, come back to `back`.
     Refill { pc: u32, back: usize },
+    /// A backward conditional jump whose charge the slice could not pay for (see
+    /// [`Emitter::back_edge`]): the slot `compare` is compared again (its condition
+    /// inverted when `invert`); taken, the refill routine is called for `pc` (the slice
+    /// already holds the charge) and control goes to slot `target`; not taken, the
+    /// charge of `cost` is undone and control comes back to `back`.
+    BackEdge {
+        pc: u32,
+        compare: u32,
+        invert: bool,
+        cost: i32,
+        target: u32,
+        back: usize,
+    },
     /// An access at pc `pc` of `size` bytes that its region cache does not hold (r11 is
     /// the address minus the cache's `lo`): the shared miss routine checks it on the
     /// region table, refills the cache, and comes back to `back`.
@@ -263,6 +279,17 @@ pub(crate) fn emit_program(
                 e.learn(&insn, Some(next));
                 e.slot_pos[pc + 1] = e.a.pos();
                 e.learn(next, insns.get(pc + 2));
+                pc += 2;
+                falls_through = true;
+                continue;
+            }
+        }
+        if let Some(next) = insns.get(pc + 1) {
+            if blocks.is_none()
+                && !e.targets[pc + 1]
+                && e.jump_over_back_edge(pc as u32, &insn, next)?
+            {
+                e.slot_pos[pc + 1] = e.a.pos();
                 pc += 2;
                 falls_through = true;
                 continue;
@@ -1299,7 +1326,20 @@ impl Emitter<'_> {
     }
 
     fn conditional(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool) -> EResult<()> {
-        let cc = match insn.opc & 0xf0 {
+        let cc = self.condition(pc, insn)?;
+        let target = self.check_target(pc, insn.off.into())?;
+        let cost = rules::jump_cost(pc, target);
+        if cost > 0 {
+            return self.back_edge(pc, pc, false, target);
+        }
+        self.compare(pc, insn, wide, by_reg)?;
+        let at = self.a.jcc_rel32(cc);
+        self.fixup_slot(at, pc, insn.off.into())
+    }
+
+    /// The condition code of conditional jump `insn`.
+    fn condition(&self, pc: u32, insn: &Insn) -> EResult<Cond> {
+        Ok(match insn.opc & 0xf0 {
             JMP_JEQ => Cond::E,
             JMP_JNE | JMP_JSET => Cond::Ne,
             JMP_JGT => Cond::A,
@@ -1311,8 +1351,11 @@ impl Emitter<'_> {
             JMP_JSLT => Cond::L,
             JMP_JSLE => Cond::Le,
             _ => return Err(self.unsupported(pc)),
-        };
-        let target = self.check_target(pc, insn.off.into())?;
+        })
+    }
+
+    /// Sets the flags for conditional jump `insn` (`cmp` or `test`).
+    fn compare(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool) -> EResult<()> {
         let a = self.src(pc, insn.dst)?;
         let test = insn.opc & 0xf0 == JMP_JSET;
         if by_reg {
@@ -1327,18 +1370,62 @@ impl Emitter<'_> {
         } else {
             self.a.alu_ri(Alu::Cmp, wide, a, insn.imm);
         }
-        let cost = rules::jump_cost(pc, target);
-        if cost == 0 {
-            let at = self.a.jcc_rel32(cc);
-            return self.fixup_slot(at, pc, insn.off.into());
-        }
-        // A taken backward jump charges fuel first.
-        let skip = self.a.jcc_rel32(cc.invert());
-        self.charge(pc, cost);
-        let at = self.a.jmp_rel32();
-        self.fixup_slot(at, pc, insn.off.into())?;
-        self.a.bind_here(skip);
         Ok(())
+    }
+
+    /// A loop's back edge: the conditional jump at slot `compare` (its condition
+    /// inverted when `invert`) taken goes to slot `target` (before it) charging fuel at
+    /// `pc`. The charge comes first, then the compare and one `jcc` to the loop head,
+    /// and the fall-through undoes the charge: one taken branch and two not taken an
+    /// iteration, where a charge on the taken path needs a jump over it too. Nothing
+    /// reads the slice between the charge and its undoing; a slice too short for the
+    /// charge goes to a [`Stub::BackEdge`], which compares again and either refills
+    /// (taken: the refill routine sees the charge at `pc`, as if it were made on the
+    /// taken path) or undoes the charge (not taken).
+    fn back_edge(&mut self, pc: u32, compare: u32, invert: bool, target: u32) -> EResult<()> {
+        let cost = i32::try_from(rules::jump_cost(pc, target))
+            .expect("jump costs are below the program length");
+        let insn = self.insns[compare as usize];
+        let mut cc = self.condition(compare, &insn)?;
+        if invert {
+            cc = cc.invert();
+        }
+        let fuel = mem(CTX, offsets::FUEL_USED);
+        self.a.alu_mi(Alu::Sub, true, fuel, cost);
+        self.stubs.push(Stub::BackEdge {
+            pc,
+            compare,
+            invert,
+            cost,
+            target,
+            back: 0,
+        });
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::B, Target::Stub(n));
+        let wide = insn.class() == CLASS_JMP;
+        self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
+        let at = self.a.jcc_rel32(cc);
+        self.fixups.push((at, Target::Slot(target), pc));
+        self.a.alu_mi(Alu::Add, true, fuel, cost);
+        if let Stub::BackEdge { back, .. } = &mut self.stubs[n] {
+            *back = self.a.pos();
+        }
+        Ok(())
+    }
+
+    /// `jcc +1` at `pc` then `ja` back at `pc + 1` (clang's loop bottom when the exit
+    /// test is not the back edge's): emitted as one [`Emitter::back_edge`] with the
+    /// condition inverted, and returns true; false (nothing emitted) for any other pair.
+    /// The caller fuses only where `pc + 1` is no block's leader.
+    fn jump_over_back_edge(&mut self, pc: u32, insn: &Insn, next: &Insn) -> EResult<bool> {
+        let conditional = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+            && !matches!(insn.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
+        if !conditional || insn.off != 1 || next.opc != OP_JA || next.off >= 0 {
+            return Ok(false);
+        }
+        let target = self.check_target(pc + 1, next.off.into())?;
+        self.back_edge(pc + 1, pc, true, target)?;
+        Ok(true)
     }
 
     /// A bpf-to-bpf call (see "Calls" in the module doc).
@@ -1423,7 +1510,7 @@ impl Emitter<'_> {
     /// Emits the stubs and shared exits, then patches every displacement.
     fn finish(mut self) -> EResult<Emitted> {
         let slow_pos = self.emit_slow_copies()?;
-        let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs();
+        let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs()?;
         let refill = self.emit_refill(&mut to_set_trap);
         let miss = [false, true].map(|write| self.emit_miss(write, &mut to_mem_trap));
         let (unwind, exit) = self.emit_exits(to_mem_trap, to_set_trap);
@@ -1452,7 +1539,7 @@ impl Emitter<'_> {
 
     /// Emits every stub: their positions, and the jumps still to bind to the memory-trap
     /// and the set-trap paths.
-    fn emit_stubs(&mut self) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    fn emit_stubs(&mut self) -> EResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
         let to_mem_trap = Vec::new();
         let mut to_set_trap = Vec::new();
@@ -1465,17 +1552,34 @@ impl Emitter<'_> {
                     to_set_trap.push(self.a.jmp_rel32());
                 }
                 Stub::Refill { pc, back } => {
-                    // r9 and r10 may hold a value across the charge (r10's, read
-                    // into r9 before a `callx`): kept; r11 is free at a charge.
-                    self.a.push(R10);
-                    self.a.push(R9);
-                    self.a.mov_imm(R10, u64::from(pc));
-                    let at = self.a.call_rel32();
-                    self.fixups.push((at, Target::Refill, pc));
-                    self.a.pop(R9);
-                    self.a.pop(R10);
+                    self.call_refill(pc);
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
+                }
+                Stub::BackEdge {
+                    pc,
+                    compare,
+                    invert,
+                    cost,
+                    target,
+                    back,
+                } => {
+                    let insn = self.insns[compare as usize];
+                    let mut cc = self.condition(compare, &insn)?;
+                    if invert {
+                        cc = cc.invert();
+                    }
+                    let wide = insn.class() == CLASS_JMP;
+                    self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
+                    let taken = self.a.jcc_rel32(cc);
+                    self.a
+                        .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost);
+                    let at = self.a.jmp_rel32();
+                    self.a.patch_rel32(at, back);
+                    self.a.bind_here(taken);
+                    self.call_refill(pc);
+                    let at = self.a.jmp_rel32();
+                    self.fixups.push((at, Target::Slot(target), pc));
                 }
                 Stub::Miss {
                     pc,
@@ -1494,7 +1598,20 @@ impl Emitter<'_> {
                 }
             }
         }
-        (stub_pos, to_mem_trap, to_set_trap)
+        Ok((stub_pos, to_mem_trap, to_set_trap))
+    }
+
+    /// Calls the refill routine for a charge at `pc`. r9 and r10 may hold a value
+    /// across the charge (r10's, read into r9 before a `callx`): kept; r11 is free at a
+    /// charge.
+    fn call_refill(&mut self, pc: u32) {
+        self.a.push(R10);
+        self.a.push(R9);
+        self.a.mov_imm(R10, u64::from(pc));
+        let at = self.a.call_rel32();
+        self.fixups.push((at, Target::Refill, pc));
+        self.a.pop(R9);
+        self.a.pop(R10);
     }
 
     /// Emits the refill routine and returns its position; its fuel and stop traps join

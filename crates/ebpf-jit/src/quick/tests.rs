@@ -644,3 +644,34 @@ fn span_groups_trap_at_the_first_access_out_of_bounds() {
     );
     assert!(out.result.is_ok(), "{out:?}");
 }
+
+/// A backward conditional jump charges its fuel before the compare and undoes the
+/// charge when it falls through (`Emitter::back_edge`), and `jcc +1; ja back` is one
+/// such jump with its condition inverted: value, trap pc and fuel stay the
+/// interpreter's at every budget, for every kind of compare (unsigned, signed, 32-bit,
+/// `jset`, r10 as an operand), with the exit iteration's charge made and undone (the
+/// budget that a full run uses leaves the slice empty there), and where the `ja` is a
+/// jump target of its own (not fused).
+#[test]
+fn back_edges_charge_first_and_undo_on_exit() {
+    let loops = [
+        "mov %r6, 0\ntop:\nadd %r0, %r6\nadd %r6, 1\njlt %r6, 20, top\n",
+        "mov %r7, 0\ntop:\nadd %r0, %r7\nadd %r7, 3\njeq %r7, 30, +1\nja top\n",
+        "mov32 %r8, -10\ntop:\nadd32 %r8, 1\nadd %r0, 1\njslt32 %r8, 0, top\n",
+        "mov %r9, 0xff\ntop:\nrsh %r9, 1\nadd %r0, 2\njset %r9, 0x7f, top\n",
+        "mov %r5, %r10\nadd %r5, -40\ntop:\nadd %r5, 8\nadd %r0, 1\njlt %r5, %r10, top\n",
+        "mov %r5, %r10\nadd %r5, -40\ntop:\nadd %r5, 8\nadd %r0, 1\njgt %r10, %r5, +1\n\
+         ja +1\nja top\n",
+        // The `ja` is also the target of the jump before the loop: not fused.
+        "mov %r7, 0\njeq %r7, 0, back\ntop:\nadd %r0, %r7\nadd %r7, 5\njeq %r7, 40, +1\n\
+         back:\nja top\n",
+        // Nested: the inner loop's exit falls into the outer loop's back edge.
+        "mov %r6, 0\nouter:\nmov %r7, 0\ninner:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
+         add %r7, 1\njlt %r7, 4, inner\nadd %r6, 1\njeq %r6, 5, +1\nja outer\n",
+    ];
+    for body in loops {
+        let out = agree_at_every_budget(&format!("mov %r0, 0\n{body}exit"));
+        assert!(out.result.is_ok(), "{body}: {out:?}");
+        assert!(out.fuel_used > 0, "{body}: {out:?}");
+    }
+}
