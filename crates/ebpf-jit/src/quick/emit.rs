@@ -10,14 +10,16 @@
 //!  r6 rbx   r7 r13   r8 r14   r9 r15
 //!  r10      rbp holds the *host* address r10 stands for
 //!  r12      the run's JitContext
-//!  r9 r10 r11  scratch
+//!  r9       the read cache's host base (see "Memory")
+//!  r10 r11  scratch
 //! ```
 //!
 //! Keeping r10 as a host address makes a stack access at r10 plus a constant inside
 //! the current 512-byte frame one `[rbp + off]` operand with no check (the stack region
 //! always holds `STACK_SIZE` bytes and the depth check keeps every frame inside it). When
-//! a program reads r10 as a value, its virtual address is rebuilt in r9 (rbp minus the
-//! stack's host base minus its virtual base, kept in the context for the run).
+//! a program reads r10 as a value, its virtual address is rebuilt in r10 (rbp minus the
+//! stack's host base minus its virtual base, kept in the context for the run), or in the
+//! destination of a `mov`.
 //!
 //! # Memory
 //! Every other access is checked against a *region cache* (one for loads, one for
@@ -27,7 +29,9 @@
 //! `addr - lo <= len - 8`, unsigned (so the address lies in the region with room for 8
 //! bytes: right for every size, since lengths are below 2^32), and the host address is
 //! the base plus `addr - lo`: five instructions and three loads from the context, none
-//! depending on another. A miss calls a shared routine per kind that checks the access
+//! depending on another. The read cache's base is also kept in r9 for the whole run
+//! (set wherever the context's copy changes, reloaded after every native call), so a
+//! load addresses `[r11 + r9]`: four instructions and two loads. A miss calls a shared routine per kind that checks the access
 //! exactly as `MemoryMap::translate` (index `addr >> 32` below `REGIONS_MAX`, then
 //! `(addr as u32) + size <= len` with the row's read or write length), fills the cache
 //! with the region (unless shorter than 8 bytes), and comes back with the host address;
@@ -124,6 +128,12 @@ const CACHE_BASE: i32 = 16;
 /// Shortest region the caches hold: its `len - 8` must not wrap.
 const CACHE_LEN_MIN: i32 = 8;
 const _: () = assert!(STACK_SIZE >= CACHE_LEN_MIN as usize);
+
+/// The read cache's host base, always equal to the context's copy
+/// (`CACHE_READ + CACHE_BASE`): set by the prologue, the read miss routine and
+/// [`Emitter::reset_caches`], reloaded after a division and an atomic's callout (which
+/// use r9 as a scratch).
+const READ_BASE: Reg = R9;
 
 /// The stack's host base minus its virtual base, in the context's r7 slot for the whole
 /// run (the stack row never changes during a run: a helper that remaps it traps): a
@@ -396,7 +406,8 @@ struct Emitter<'a> {
 /// one straight run of slots in which nothing writes `base` or uses r11 otherwise (no
 /// other checked access, no shift by a register, no division): one check against the
 /// region cache proves every offset in `[min, end)` from `base` in the cached region, and
-/// leaves r11 at the host address of `base + min` for all of them. Where the check
+/// leaves r11 at the host address of `base + min` for all of them (loads: r11 plus r9,
+/// which nothing in the run changes). Where the check
 /// fails, the run's slow copy ([`SlowCopy`]) runs instead, every access checked on its
 /// own, so a trap is the interpreter's (pc, and nothing after it done).
 #[derive(Clone, Copy, Debug)]
@@ -475,11 +486,21 @@ impl Emitter<'_> {
             .mov_rm(dst, mem(dst, STACK_ROW + RegionEntry::OFFSET_BASE));
     }
 
-    /// r9 = the virtual address r10 holds.
+    /// r10 = the virtual address r10 holds.
     fn fp_value(&mut self) -> Reg {
-        self.a.mov_rr(true, R9, FP);
-        self.a.alu_rm(Alu::Sub, true, R9, mem(CTX, STACK_DELTA));
-        R9
+        self.fp_value_into(R10);
+        R10
+    }
+
+    /// `dst` = the virtual address r10 holds.
+    fn fp_value_into(&mut self, dst: Reg) {
+        self.a.mov_rr(true, dst, FP);
+        self.a.alu_rm(Alu::Sub, true, dst, mem(CTX, STACK_DELTA));
+    }
+
+    /// r9 = the read cache's host base again, after code that used r9.
+    fn reload_read_base(&mut self) {
+        self.ctx_load(READ_BASE, CACHE_READ + CACHE_BASE);
     }
 
     /// The host register holding eBPF register `r` for writing.
@@ -489,7 +510,7 @@ impl Emitter<'_> {
             .ok_or_else(|| self.unsupported(pc))
     }
 
-    /// The host register holding eBPF register `r`'s value (r10's rebuilt in r9).
+    /// The host register holding eBPF register `r`'s value (r10's rebuilt in r10).
     fn src(&mut self, pc: u32, r: u8) -> EResult<Reg> {
         match r {
             0..=9 => Ok(MAP[usize::from(r)]),
@@ -676,6 +697,7 @@ impl Emitter<'_> {
             }
             // `movsx` for offsets 8/16/32 (8/16 in ALU32); any other offset is a plain
             // `mov`, as the interpreter decodes it. `mov32` zero-extends.
+            ALU_MOV if wide && insn.off == 0 && insn.src == REG_FP => self.fp_value_into(d),
             ALU_MOV => {
                 let s = self.src(pc, insn.src)?;
                 match (wide, insn.off) {
@@ -762,6 +784,7 @@ impl Emitter<'_> {
         self.a.mov_rr(true, R11, if div { RAX } else { RDX });
         self.a.mov_rr(true, RAX, R10);
         self.a.mov_rr(true, RDX, R9);
+        self.reload_read_base();
         self.a.mov_rr(true, d, R11);
         if special.is_empty() {
             return Ok(());
@@ -833,7 +856,12 @@ impl Emitter<'_> {
     fn access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> EResult<Mem> {
         if let Some(g) = self.group {
             if g.base == base && g.write == write && (g.first..=g.last).contains(&pc) {
-                return Ok(mem(R11, i32::from(off) - g.min));
+                let disp = i32::from(off) - g.min;
+                return Ok(if write {
+                    mem(R11, disp)
+                } else {
+                    mem_index(R11, READ_BASE, disp)
+                });
             }
         }
         let frame = -(STACK_FRAME_SIZE as i32);
@@ -900,6 +928,9 @@ impl Emitter<'_> {
         let back = self.a.pos();
         if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
             *b = back;
+        }
+        if !write {
+            return Ok(mem_index(R11, READ_BASE, 0));
         }
         self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
         Ok(mem(R11, 0))
@@ -1027,7 +1058,9 @@ impl Emitter<'_> {
                 .alu_rm(Alu::Cmp, true, R10, mem(CTX, c + CACHE_LIMIT));
             self.jcc(Cond::A, Target::Slow(n));
         }
-        self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        if g.write {
+            self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        }
         self.group = Some(g);
     }
 
@@ -1053,9 +1086,10 @@ impl Emitter<'_> {
 
     /// Points both region caches at the stack, which is always mapped with
     /// `STACK_SIZE` bytes for loads and stores: in the prologue, and after a helper
-    /// call (a helper may remap regions). Clobbers r11.
+    /// call (a helper may remap regions), with r9 the read cache's base. Clobbers r11.
     fn reset_caches(&mut self) {
         self.stack_base(R11);
+        self.a.mov_rr(true, READ_BASE, R11);
         for c in [CACHE_READ, CACHE_WRITE] {
             self.a.mov_mr(mem(CTX, c + CACHE_BASE), R11);
         }
@@ -1230,9 +1264,10 @@ impl Emitter<'_> {
                 self.a.store_imm(size, m, insn.imm);
             }
             (CLASS_STX, MODE_MEM) => {
-                // The value first: rebuilding r10 into r9 clobbers r11.
-                let v = self.src(pc, insn.src)?;
+                // The address first: its check may use r10 (a miss's stub, a global's
+                // offset), where r10's value is rebuilt; rebuilding it leaves r11 alone.
                 let m = self.access(pc, insn.dst, insn.off, size, true)?;
+                let v = self.src(pc, insn.src)?;
                 self.a.store(size, m, v);
             }
             (CLASS_STX, MODE_ATOMIC) if size >= 4 => self.atomic(pc, insn, size)?,
@@ -1252,8 +1287,9 @@ impl Emitter<'_> {
         if !valid || (fetches && op != ATOMIC_CMPXCHG && insn.src > 9) {
             return Err(self.unsupported(pc));
         }
-        let v = self.src(pc, insn.src)?;
+        // The address first, as for a store.
         let m = self.access(pc, insn.dst, insn.off, size, true)?;
+        let v = self.src(pc, insn.src)?;
         let a = &mut self.a;
         a.lea(R11, m);
         a.mov_rr(true, R10, v);
@@ -1277,6 +1313,7 @@ impl Emitter<'_> {
         } else if fetches {
             a.mov_rr(true, MAP[usize::from(insn.src)], R11);
         }
+        self.reload_read_base();
         Ok(())
     }
 
@@ -1601,9 +1638,8 @@ impl Emitter<'_> {
         Ok((stub_pos, to_mem_trap, to_set_trap))
     }
 
-    /// Calls the refill routine for a charge at `pc`. r9 and r10 may hold a value
-    /// across the charge (r10's, read into r9 before a `callx`): kept; r11 is free at a
-    /// charge.
+    /// Calls the refill routine for a charge at `pc`. r9 (the read cache's base) and r10
+    /// (r10's value, read before a `callx`'s charge) are kept; r11 is free at a charge.
     fn call_refill(&mut self, pc: u32) {
         self.a.push(R10);
         self.a.push(R9);
@@ -1657,7 +1693,8 @@ impl Emitter<'_> {
     /// `MemoryMap::translate` (index below `REGIONS_MAX`, `offset + size <= len`); on
     /// success it refills the cache with the region (unless shorter than
     /// [`CACHE_LEN_MIN`]) and returns r11 = host address minus the cache's base, which
-    /// the access site adds back. It keeps r9 (r10's value, the source of a store).
+    /// the access site adds back; the read routine sets r9 to the read cache's base, the
+    /// write routine keeps r9.
     fn emit_miss(&mut self, write: bool, to_mem_trap: &mut Vec<usize>) -> usize {
         let c = cache(write);
         let len = if write {
@@ -1702,6 +1739,10 @@ impl Emitter<'_> {
         a.alu_rm(Alu::Sub, true, R11, mem(CTX, c + CACHE_BASE));
         a.alu_ri(Alu::Add, true, RSP, 16);
         a.pop(R9);
+        if !write {
+            // r9 is the read cache's base (the access adds it back).
+            a.mov_rm(READ_BASE, mem(CTX, c + CACHE_BASE));
+        }
         a.ret();
         // Out of bounds: the memory trap path takes r11 = address, r9 = size and write
         // flag, r10 = pc, with rsp as at the access.

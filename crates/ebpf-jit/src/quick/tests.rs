@@ -675,3 +675,24 @@ fn back_edges_charge_first_and_undo_on_exit() {
         assert!(out.fuel_used > 0, "{body}: {out:?}");
     }
 }
+
+/// Loads address `[r11 + r9]`, r9 being the read cache's host base for the whole run
+/// (`emit::READ_BASE`): it stays right across what uses r9 or changes the cache (a
+/// division, an atomic's callout, a read miss to a region too short to cache, a miss in
+/// a local callee, a store of r10's value through the write cache, a span group of
+/// loads; the first load hits the stack through the cache the prologue set): value, trap pc, fuel and memory are the interpreter's at every budget.
+#[test]
+fn the_read_base_survives_what_uses_r9() {
+    let src = "mov %r8, 0\nmov %r6, 0\nmov %r2, %r10\nstdw [%r10-8], 5\n\
+               top:\nldxdw %r4, [%r2-8]\nadd %r8, %r4\nldxb %r4, [%r1+5]\nadd %r8, %r4\nmov %r5, 7\ndiv %r4, %r5\n\
+               ldxb %r4, [%r1+9]\nadd %r8, %r4\nldxb %r4, [%r3+1]\nadd %r8, %r4\n\
+               ldxb %r4, [%r1+11]\nadd %r8, %r4\nstxdw [%r1+16], %r10\nldxdw %r4, [%r1+16]\n\
+               sub %r4, %r10\nadd %r8, %r4\nmov %r7, 1\nlock fetch add [%r1+32], %r7\n\
+               ldxb %r4, [%r1+13]\nadd %r8, %r4\nadd %r8, %r7\ncall local f\nadd %r8, %r0\n\
+               ldxb %r4, [%r1+20]\nldxb %r5, [%r1+21]\nadd %r8, %r4\nadd %r8, %r5\n\
+               mod %r8, 100003\nldxh %r4, [%r1+24]\nadd %r8, %r4\n\
+               add %r6, 1\njlt %r6, 3, top\nmov %r0, %r8\nexit\n\
+               f:\nldxb %r0, [%r3+2]\nldxb %r4, [%r1+40]\nadd %r0, %r4\nexit";
+    let out = every_budget_with_regions(src);
+    assert!(out.result.is_ok(), "{out:?}");
+}
