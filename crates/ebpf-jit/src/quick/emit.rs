@@ -56,7 +56,9 @@
 //! Likewise for the stack: an address computed from r10 (`mov rX, r10`, constants and
 //! bounded indexes added) whose every value lands in the current frame needs no check
 //! (the same condition as for r10 plus a constant); its host address is the register
-//! plus the stack's host base minus its virtual base.
+//! plus the stack's host base minus its virtual base. Later such accesses through the
+//! same register in the same straight run use that host address, left in r11, again
+//! (`Emitter::proven_host`): a histogram's `count[i]++` computes it once.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -265,6 +267,7 @@ pub(crate) fn emit_program(
         globals,
         group: None,
         slow: Vec::new(),
+        proven_host: None,
     };
     e.prologue(entry);
     let heads = loop_heads(insns);
@@ -282,10 +285,17 @@ pub(crate) fn emit_program(
         if e.targets[pc] {
             e.known = [Known::NOTHING; 10];
         }
+        let leader = e.targets[pc] || blocks.is_some_and(|m| m.block_at(pc as u32).is_some());
+        if leader || !e.keeps_proven_host(&insn) {
+            e.proven_host = None;
+        }
         if let Some(next) = insns.get(pc + 1) {
             let leader =
                 e.targets[pc + 1] || blocks.is_some_and(|m| m.block_at(pc as u32 + 1).is_some());
             if !leader && e.extension(&insn, next) {
+                if e.proven_host == Some(insn.dst) {
+                    e.proven_host = None;
+                }
                 e.learn(&insn, Some(next));
                 e.slot_pos[pc + 1] = e.a.pos();
                 e.learn(next, insns.get(pc + 2));
@@ -311,6 +321,9 @@ pub(crate) fn emit_program(
             }
         }
         let (next, falls) = e.insn(pc as u32, &insn)?;
+        if e.proven_host.is_some_and(|r| writes_register(&insn, r)) {
+            e.proven_host = None;
+        }
         e.learn(&insn, insns.get(pc + 1));
         if e.group.is_some_and(|g| g.last <= pc as u32) {
             e.group = None;
@@ -382,6 +395,17 @@ fn jump_targets(insns: &[Insn], entry: u32) -> Vec<bool> {
     t
 }
 
+/// Whether `insn` may write eBPF register `r` (`lddw`, ALU and loads write their
+/// destination; atomics their source or r0; calls every caller-saved register).
+fn writes_register(insn: &Insn, r: u8) -> bool {
+    match insn.class() {
+        CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => insn.dst == r,
+        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => insn.src == r || r == 0,
+        CLASS_ST | CLASS_STX => false,
+        _ => true,
+    }
+}
+
 struct Emitter<'a> {
     a: Asm,
     insns: &'a [Insn],
@@ -400,6 +424,10 @@ struct Emitter<'a> {
     group: Option<Group>,
     /// Every span group's slow copy, emitted after the code.
     slow: Vec<SlowCopy>,
+    /// The register whose host address r11 holds, from an access proven in its region
+    /// (a global section or the frame) at an earlier slot of this straight run: later
+    /// such accesses through it use r11 as it is ([`Emitter::keeps_proven_host`]).
+    proven_host: Option<u8>,
 }
 
 /// Two or more accesses of one kind (loads, or stores) through one register `base`, in
@@ -869,6 +897,8 @@ impl Emitter<'_> {
         if base == REG_FP && i32::from(off) >= frame && end <= 0 {
             return Ok(mem(FP, i32::from(off)));
         }
+        // Every path below but the first sets r11 anew.
+        let held = self.proven_host.take();
         // Inside a global section, or the current frame, whatever the indexes (see the
         // module doc): the region's host base plus the offset, `base + (v - vaddr)`.
         if let Some(&Known {
@@ -886,12 +916,19 @@ impl Emitter<'_> {
                 Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
             };
             let off64 = i64::from(off);
-            if lo + off64 >= start && hi + off64 + i64::from(size) <= end && region == Base::Fp {
+            let proven = lo + off64 >= start && hi + off64 + i64::from(size) <= end;
+            if proven {
+                self.proven_host = Some(base);
+                if held == Some(base) {
+                    return Ok(mem(R11, i32::from(off)));
+                }
+            }
+            if proven && region == Base::Fp {
                 self.a.mov_rr(true, R11, MAP[usize::from(base)]);
                 self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
                 return Ok(mem(R11, i32::from(off)));
             }
-            if lo + off64 >= start && hi + off64 + i64::from(size) <= end {
+            if proven {
                 let row = (idx * RegionEntry::SIZE) as i32;
                 let vaddr = RegionIdx(idx as u32).vaddr(0);
                 let b = MAP[usize::from(base)];
@@ -934,6 +971,32 @@ impl Emitter<'_> {
         }
         self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
         Ok(mem(R11, 0))
+    }
+
+    /// Whether r11 still holds [`Emitter::proven_host`]'s host address when `insn`'s code
+    /// starts, given that it held it after the slot before (which was no leader): ALU
+    /// instructions leave r11 alone (but shifts by a register and divisions), and so do
+    /// accesses through that register or at r10 plus a constant in the frame; anything
+    /// else (another access, jumps, calls, atomics) may use it. A proven access through
+    /// the register itself checks again that its offset is proven, and writing the
+    /// register ends the run after its slot ([`writes_register`]).
+    fn keeps_proven_host(&self, insn: &Insn) -> bool {
+        let Some(r) = self.proven_host else {
+            return false;
+        };
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => {
+                let op = insn.opc & 0xf0;
+                let shift_by_reg =
+                    matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
+                !shift_by_reg && !matches!(op, ALU_DIV | ALU_MOD)
+            }
+            CLASS_LDX | CLASS_ST | CLASS_STX => {
+                insn.opc & 0xe0 != MODE_ATOMIC
+                    && self.cache_access(insn).is_none_or(|(base, ..)| base == r)
+            }
+            _ => false,
+        }
     }
 
     /// The memory access of `insn` that would take the region cache's check: its base
@@ -1073,6 +1136,7 @@ impl Emitter<'_> {
             self.group = None;
             let mut pc = s.start;
             while pc <= s.end {
+                self.proven_host = None;
                 let insn = self.insns[pc as usize];
                 let (next, _) = self.insn(pc, &insn)?;
                 self.learn(&insn, self.insns.get(pc as usize + 1));

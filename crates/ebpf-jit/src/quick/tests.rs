@@ -696,3 +696,25 @@ fn the_read_base_survives_what_uses_r9() {
     let out = every_budget_with_regions(src);
     assert!(out.result.is_ok(), "{out:?}");
 }
+
+/// Accesses through one register proven in the frame, in a straight run, compute its
+/// host address once (`Emitter::proven_host`) and use it again until the register is
+/// written or something else uses r11 (a division, a shift by a register, another
+/// register's checked access); an access at r10 plus a constant keeps it. Value, fuel
+/// and memory are the interpreter's at every budget, for each byte the index comes from.
+#[test]
+fn proven_accesses_share_a_host_address_until_it_changes() {
+    for at in [0, 5, 63] {
+        let out = agree_at_every_budget(&format!(
+            "ldxb %r2, [%r1+{at}]\nand %r2, 15\nlsh %r2, 3\nmov %r3, %r10\nadd %r3, -256\n\
+             add %r3, %r2\nstdw [%r3+0], 11\nldxdw %r4, [%r3+0]\nadd %r3, 8\n\
+             stdw [%r3+0], 22\nldxdw %r5, [%r3-8]\nadd %r4, %r5\nmov %r6, 7\ndiv %r6, 3\n\
+             ldxdw %r5, [%r3+0]\nadd %r4, %r5\nldxb %r7, [%r1+3]\nldxdw %r5, [%r3+0]\n\
+             add %r4, %r5\nmov %r8, 3\nlsh %r6, %r8\nstxdw [%r3+8], %r4\n\
+             stdw [%r10-8], 9\nldxdw %r5, [%r3+8]\nadd %r4, %r5\nldxdw %r5, [%r10-8]\n\
+             add %r4, %r5\nmov %r3, %r10\nadd %r3, -64\nldxdw %r0, [%r3+0]\n\
+             add %r0, %r4\nadd %r0, %r6\nadd %r0, %r7\nexit"
+        ));
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+}
