@@ -718,3 +718,28 @@ fn proven_accesses_share_a_host_address_until_it_changes() {
         assert!(out.result.is_ok(), "{out:?}");
     }
 }
+
+/// Loop heads are aligned (`emit::loop_heads`) but where the slot before falls in from
+/// a loop not nested in the head's: csv's shape (a digit loop falling into the head of
+/// the loop its separators close) leaves that head unpadded; an inner loop's head, and
+/// a head after a `ja`, stay aligned. The programs agree with the interpreter.
+#[test]
+fn loop_heads_fallen_into_by_another_loop_are_not_padded() {
+    let heads = |src: &str| {
+        let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+        let heads = super::emit::loop_heads(&insns);
+        agree_at_every_budget(src);
+        (0..insns.len()).filter(|&i| heads[i]).collect::<Vec<_>>()
+    };
+    let csv = "mov %r0, 0\nmov %r5, 0\ntop:\nldxb %r8, [%r1+0]\njgt %r8, 100, sep\n\
+               add %r0, %r8\nnext:\nadd %r5, 1\njlt %r5, 10, top\nexit\n\
+               sep:\nadd %r0, 1\nja next";
+    assert_eq!(heads(csv), [2]);
+    let nested = "mov %r0, 0\nmov %r6, 0\nouter:\nmov %r7, 0\ninner:\nadd %r0, 1\n\
+                  add %r7, 1\njlt %r7, 4, inner\nadd %r6, 1\njlt %r6, 4, outer\nexit";
+    assert_eq!(heads(nested), [2, 3]);
+    // The second loop's head follows a `ja`: nothing falls into it.
+    let after_ja = "mov %r0, 0\nmov %r5, 0\ntop:\nadd %r0, 3\nja skip\nnext:\nadd %r0, 1\n\
+                    skip:\nadd %r5, 1\njlt %r5, 10, top\njlt %r0, 50, next\nexit";
+    assert_eq!(heads(after_ja), [2, 4]);
+}
