@@ -67,10 +67,10 @@
 //! per-site stub, which calls the shared refill routine. That routine takes the charge
 //! from all the fuel left (trapping when the budget is exceeded), looks at the stop flag
 //! (so a flag set before the run stops it at its first charge: the slice starts empty)
-//! and refills the slice from the reserve; the stub then jumps back. A loop's back edge
-//! (a backward conditional jump, or `jcc +1; ja back`) charges before its compare and
-//! undoes the charge where it falls through, so an iteration takes one branch
-//! ([`Emitter::back_edge`]). The epilogues turn
+//! and refills the slice from the reserve; the stub then jumps back. A loop's closing
+//! back edge (the last backward conditional jump to its head, or `jcc +1; ja back`)
+//! charges before its compare and undoes the charge where it falls through, so an
+//! iteration takes one branch ([`Emitter::back_edge`]). The epilogues turn
 //! the fuel left back into fuel used. Traps record code and pc in the context and go to one
 //! unwind path: at the entry frame (rsp equal to the one the prologue saved in the
 //! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
@@ -268,9 +268,11 @@ pub(crate) fn emit_program(
         group: None,
         slow: Vec::new(),
         proven_host: None,
+        bottoms: Vec::new(),
     };
     e.prologue(entry);
     let heads = loop_heads(insns);
+    e.bottoms = loop_bottoms(insns);
     let mut pc = 0usize;
     let mut falls_through = false;
     while pc < insns.len() {
@@ -360,20 +362,8 @@ pub(super) fn loop_heads(insns: &[Insn]) -> Vec<bool> {
     // Every back edge, as (head, source).
     let mut edges = Vec::new();
     for (pc, i) in insns.iter().enumerate() {
-        let jump = matches!(i.class(), CLASS_JMP | CLASS_JMP32)
-            && !matches!(i.opc & 0xf0, JMP_CALL | JMP_EXIT);
-        let rel = if i.class() == CLASS_JMP32 && i.opc & 0xf0 == JMP_JA {
-            i.imm
-        } else {
-            i32::from(i.off)
-        };
-        if jump && rel < 0 {
-            if let Some(h) = usize::try_from(pc as i64 + i64::from(rel) + 1)
-                .ok()
-                .filter(|&h| h < insns.len())
-            {
-                edges.push((h, pc));
-            }
+        if let Some(h) = back_edge_target(pc, i).filter(|&h| h < insns.len()) {
+            edges.push((h, pc));
         }
     }
     // Each head's last back edge: where its loop ends.
@@ -401,6 +391,41 @@ pub(super) fn loop_heads(insns: &[Insn]) -> Vec<bool> {
         heads[t] = !(falls_in && crossed);
     }
     heads
+}
+
+/// The back edges that close their loop: for each loop head, the last backward jump to
+/// it, where control usually goes round again. [`Emitter::back_edge`] emits these with
+/// the charge before the compare (one instruction and one branch fewer when taken,
+/// three instructions more when not); an earlier backward jump to the same head (an
+/// inner `continue`, or hashjoin's probe that jumps back on a match) keeps the charge on
+/// its taken path, cheaper when it is mostly not taken.
+pub(super) fn loop_bottoms(insns: &[Insn]) -> Vec<bool> {
+    let mut last = vec![None; insns.len()];
+    for (pc, i) in insns.iter().enumerate() {
+        if let Some(h) = back_edge_target(pc, i).filter(|&h| h < insns.len()) {
+            last[h] = Some(pc);
+        }
+    }
+    let mut bottoms = vec![false; insns.len()];
+    for pc in last.into_iter().flatten() {
+        bottoms[pc] = true;
+    }
+    bottoms
+}
+
+/// The slot a backward jump (not a call) at `pc` goes to, if `insn` is one.
+fn back_edge_target(pc: usize, insn: &Insn) -> Option<usize> {
+    let jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+        && !matches!(insn.opc & 0xf0, JMP_CALL | JMP_EXIT);
+    let rel = if insn.class() == CLASS_JMP32 && insn.opc & 0xf0 == JMP_JA {
+        insn.imm
+    } else {
+        i32::from(insn.off)
+    };
+    if !jump || rel >= 0 {
+        return None;
+    }
+    usize::try_from(pc as i64 + i64::from(rel) + 1).ok()
 }
 
 /// Whether control may go from `insn` to the next slot (anything but `ja` and `exit`;
@@ -474,6 +499,8 @@ struct Emitter<'a> {
     /// (a global section or the frame) at an earlier slot of this straight run: later
     /// such accesses through it use r11 as it is ([`Emitter::keeps_proven_host`]).
     proven_host: Option<u8>,
+    /// [`loop_bottoms`]: the back edges emitted as [`Emitter::back_edge`].
+    bottoms: Vec<bool>,
 }
 
 /// Two or more accesses of one kind (loads, or stores) through one register `base`, in
@@ -1476,12 +1503,21 @@ impl Emitter<'_> {
         let cc = self.condition(pc, insn)?;
         let target = self.check_target(pc, insn.off.into())?;
         let cost = rules::jump_cost(pc, target);
-        if cost > 0 {
+        if cost > 0 && self.bottoms[pc as usize] {
             return self.back_edge(pc, pc, false, target);
         }
         self.compare(pc, insn, wide, by_reg)?;
-        let at = self.a.jcc_rel32(cc);
-        self.fixup_slot(at, pc, insn.off.into())
+        if cost == 0 {
+            let at = self.a.jcc_rel32(cc);
+            return self.fixup_slot(at, pc, insn.off.into());
+        }
+        // Any other backward jump charges fuel on its taken path, jumped over.
+        let skip = self.a.jcc_rel32(cc.invert());
+        self.charge(pc, cost);
+        let at = self.a.jmp_rel32();
+        self.fixup_slot(at, pc, insn.off.into())?;
+        self.a.bind_here(skip);
+        Ok(())
     }
 
     /// The condition code of conditional jump `insn`.
@@ -1520,9 +1556,9 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// A loop's back edge: the conditional jump at slot `compare` (its condition
-    /// inverted when `invert`) taken goes to slot `target` (before it) charging fuel at
-    /// `pc`. The charge comes first, then the compare and one `jcc` to the loop head,
+    /// A loop's back edge ([`loop_bottoms`]): the conditional jump at slot `compare`
+    /// (its condition inverted when `invert`) taken goes to slot `target` (before it)
+    /// charging fuel at `pc`. The charge comes first, then the compare and one `jcc` to the loop head,
     /// and the fall-through undoes the charge: one taken branch and two not taken an
     /// iteration, where a charge on the taken path needs a jump over it too. Nothing
     /// reads the slice between the charge and its undoing; a slice too short for the
@@ -1568,6 +1604,9 @@ impl Emitter<'_> {
         let conditional = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
             && !matches!(insn.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
         if !conditional || insn.off != 1 || next.opc != OP_JA || next.off >= 0 {
+            return Ok(false);
+        }
+        if !self.bottoms[pc as usize + 1] {
             return Ok(false);
         }
         let target = self.check_target(pc + 1, next.off.into())?;

@@ -645,9 +645,10 @@ fn span_groups_trap_at_the_first_access_out_of_bounds() {
     assert!(out.result.is_ok(), "{out:?}");
 }
 
-/// A backward conditional jump charges its fuel before the compare and undoes the
-/// charge when it falls through (`Emitter::back_edge`), and `jcc +1; ja back` is one
-/// such jump with its condition inverted: value, trap pc and fuel stay the
+/// A loop's last backward conditional jump charges its fuel before the compare and
+/// undoes the charge when it falls through (`Emitter::back_edge`), and `jcc +1; ja back`
+/// is one such jump with its condition inverted; an earlier backward jump to the same
+/// head charges on its taken path: value, trap pc and fuel stay the
 /// interpreter's at every budget, for every kind of compare (unsigned, signed, 32-bit,
 /// `jset`, r10 as an operand), with the exit iteration's charge made and undone (the
 /// budget that a full run uses leaves the slice empty there), and where the `ja` is a
@@ -665,6 +666,9 @@ fn back_edges_charge_first_and_undo_on_exit() {
         // The `ja` is also the target of the jump before the loop: not fused.
         "mov %r7, 0\njeq %r7, 0, back\ntop:\nadd %r0, %r7\nadd %r7, 5\njeq %r7, 40, +1\n\
          back:\nja top\n",
+        // Two backward jumps to one head: the earlier one (taken once) keeps its charge
+        // on the taken path, the last closes the loop.
+        "mov %r6, 0\ntop:\nadd %r6, 1\njeq %r6, 3, top\nadd %r0, %r6\njlt %r6, 10, top\n",
         // Nested: the inner loop's exit falls into the outer loop's back edge.
         "mov %r6, 0\nouter:\nmov %r7, 0\ninner:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
          add %r7, 1\njlt %r7, 4, inner\nadd %r6, 1\njeq %r6, 5, +1\nja outer\n",
