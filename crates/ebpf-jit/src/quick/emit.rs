@@ -196,6 +196,10 @@ enum Stub {
         size: u8,
         write: bool,
         back: usize,
+        /// From a global's bounds check ([`Emitter::access`]): r11 is the address
+        /// itself, and the access at `back` is `[r11 + r10]`, so r10 comes back as the
+        /// cache's base.
+        global: bool,
     },
 }
 
@@ -221,6 +225,10 @@ enum Target {
 struct Known {
     bound: u64,
     addr: Option<(Base, i64, i64)>,
+    /// A global section `n`'s address plus indexes the pass does not bound (so no
+    /// `addr`): accesses through it are checked against the section's length
+    /// ([`Emitter::access`]).
+    in_global: Option<usize>,
 }
 
 /// What a [`Known`] address is relative to.
@@ -237,6 +245,7 @@ impl Known {
     const NOTHING: Known = Known {
         bound: u64::MAX,
         addr: None,
+        in_global: None,
     };
 }
 
@@ -1014,6 +1023,9 @@ impl Emitter<'_> {
                 return Ok(mem(R11, i32::from(off)));
             }
         }
+        if let Some(m) = self.unbounded_global(pc, base, off, size, write) {
+            return Ok(m);
+        }
         // The region cache: `addr - lo <= len - 8`, unsigned, then the host address
         // `base + (addr - lo)`; a miss goes to the shared routine, which comes back with
         // r11 set so that the same `add` gives the host address.
@@ -1032,6 +1044,7 @@ impl Emitter<'_> {
             size,
             write,
             back: 0,
+            global: false,
         });
         let n = self.stubs.len() - 1;
         self.jcc(Cond::A, Target::Stub(n));
@@ -1070,6 +1083,63 @@ impl Emitter<'_> {
             }
             _ => false,
         }
+    }
+
+    /// An access through a global's address at an offset the pass cannot bound
+    /// ([`Known::in_global`], or an `addr` not proven in range), checked against the
+    /// section's fixed length instead of the cache (a loop reading its input and a
+    /// table through one cache would miss on every access): `offset <= len - size`, then
+    /// `[base + offset]`; outside the section, the miss routine decides exactly as for
+    /// any other access. The operand, or `None` when the base is no global's address
+    /// (or no access of this kind fits in the section).
+    fn unbounded_global(
+        &mut self,
+        pc: u32,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+    ) -> Option<Mem> {
+        let global = self
+            .known
+            .get(usize::from(base))
+            .and_then(|k| match k.addr {
+                Some((Base::Global(n), ..)) => Some(n),
+                _ => k.in_global,
+            });
+        let limit = global.and_then(|n| {
+            let len = i64::try_from(self.globals[n].len(write)).ok()?;
+            i32::try_from(len - i64::from(size))
+                .ok()
+                .filter(|&l| l >= 0)
+        });
+        if let (Some(n), Some(limit)) = (global, limit) {
+            let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
+            let row = (idx * RegionEntry::SIZE) as i32;
+            let vaddr = RegionIdx(idx as u32).vaddr(0);
+            let b = MAP[usize::from(base)];
+            self.a.lea(R11, mem(b, i32::from(off)));
+            self.a.mov_imm(R10, vaddr.wrapping_neg());
+            self.a.alu_rr(Alu::Add, true, R10, R11);
+            self.a.alu_ri(Alu::Cmp, true, R10, limit);
+            self.stubs.push(Stub::Miss {
+                pc,
+                size,
+                write,
+                back: 0,
+                global: true,
+            });
+            let n = self.stubs.len() - 1;
+            self.jcc(Cond::A, Target::Stub(n));
+            self.ctx_load(R11, offsets::REGIONS);
+            self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+            let back = self.a.pos();
+            if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
+                *b = back;
+            }
+            return Some(mem_index(R11, R10, 0));
+        }
+        None
     }
 
     /// The memory access of `insn` that would take the region cache's check: its base
@@ -1263,6 +1333,7 @@ impl Emitter<'_> {
                     _ => u64::MAX,
                 },
                 addr: None,
+                in_global: None,
             },
             CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
                 // An atomic may write its source (fetch) or r0 (cmpxchg).
@@ -1295,6 +1366,7 @@ impl Emitter<'_> {
             None if r == REG_FP => Known {
                 bound: u64::MAX,
                 addr: Some((Base::Fp, 0, 0)),
+                in_global: None,
             },
             None => Known::NOTHING,
         };
@@ -1353,7 +1425,26 @@ impl Emitter<'_> {
             }),
             _ => None,
         };
-        Known { bound, addr }
+        // The global an address came from, through adds of anything and constants.
+        let global = |k: &Known| match k.addr {
+            Some((Base::Global(n), ..)) => Some(n),
+            _ => k.in_global,
+        };
+        let in_global = match (wide, op, by_reg) {
+            _ if addr.is_some() => None,
+            (true, ALU_MOV, true) if insn.off == 0 => global(&s),
+            (true, ALU_ADD | ALU_SUB, false) => global(&d),
+            (true, ALU_ADD, true) => match (global(&d), global(&s)) {
+                (Some(n), None) | (None, Some(n)) => Some(n),
+                _ => None,
+            },
+            _ => None,
+        };
+        Known {
+            bound,
+            addr,
+            in_global,
+        }
     }
 
     /// What is [`Known`] of an `lddw`'s value (whose second slot is `tail`): the value
@@ -1370,6 +1461,7 @@ impl Emitter<'_> {
         Known {
             bound: value,
             addr: global,
+            in_global: None,
         }
     }
 
@@ -1772,13 +1864,24 @@ impl Emitter<'_> {
                     size,
                     write,
                     back,
+                    global,
                 } => {
                     // r11 back to the address; r10 = pc and size for the routine.
-                    self.a
-                        .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                    if !global {
+                        self.a
+                            .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                    }
                     self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
                     let at = self.a.call_rel32();
                     self.fixups.push((at, Target::Miss(write), pc));
+                    if global {
+                        // The routine left r11 = host address minus the cache's base.
+                        if write {
+                            self.ctx_load(R10, CACHE_WRITE + CACHE_BASE);
+                        } else {
+                            self.a.mov_rr(true, R10, READ_BASE);
+                        }
+                    }
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
                 }

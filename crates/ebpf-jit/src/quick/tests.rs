@@ -17,7 +17,7 @@ use csx_ebpf::helper::{ConformanceHost, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::interp::Interpreter;
 use csx_ebpf::isa::*;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
-use csx_ebpf::program::{Program, VerifiedProgram};
+use csx_ebpf::program::{GlobalSection, Program, VerifiedProgram};
 use csx_ebpf::verifier::verify;
 
 use super::QuickProgram;
@@ -746,4 +746,101 @@ fn loop_heads_fallen_into_by_another_loop_are_not_padded() {
     let after_ja = "mov %r0, 0\nmov %r5, 0\ntop:\nadd %r0, 3\nja skip\nnext:\nadd %r0, 1\n\
                     skip:\nadd %r5, 1\njlt %r5, 10, top\njlt %r0, 50, next\nexit";
     assert_eq!(heads(after_ja), [2, 4]);
+}
+
+/// Runs `src` with `globals` on the interpreter and the quick tier at every budget from
+/// 0 to what a full run uses: value, trap (kind and pc), fuel and memory agree at each,
+/// and block counts too.
+fn every_budget_with_globals(src: &str, globals: Vec<GlobalSection>) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = Program {
+        insns,
+        entry: 0,
+        globals,
+        name: "quick-test".into(),
+    };
+    let p = Arc::new(
+        verify(p, Arc::new(FunctionTable::conformance())).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
+        let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel,
+            counts,
+            ..RunOptions::default()
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
+        (out, rw)
+    };
+    let full = run_at(&interp, 100_000, None);
+    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
+    for fuel in 0..=full.0.fuel_used {
+        assert_eq!(
+            run_at(&quick, fuel, None),
+            run_at(&interp, fuel, None),
+            "quick vs interpreter at budget {fuel}"
+        );
+    }
+    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
+    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
+    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
+    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
+    full.0
+}
+
+/// An access through a global's address at an offset the one pass cannot bound (a DFA's
+/// `next[state * 5 + class]`, the state loaded in the loop before) is checked against
+/// the section's length, not the region cache, and goes to the miss routine outside it:
+/// in range; past the table's end (a trap at the interpreter's pc); below its start (in
+/// no region); 2^32 past it (in the next section, which the interpreter reads and
+/// writes); and stores into a writable section: value, trap, fuel and memory agree at
+/// every budget.
+#[test]
+fn globals_at_unbounded_offsets_agree() {
+    let sections = |table_len: usize| {
+        vec![
+            GlobalSection {
+                name: ".rodata".into(),
+                data: (0..table_len).map(|i| (i * 3 % 8) as u8).collect(),
+                writable: false,
+            },
+            GlobalSection {
+                name: ".data".into(),
+                data: vec![5; 16],
+                writable: true,
+            },
+        ]
+    };
+    let dfa = |extra: &str| {
+        format!(
+            "mov %r0, 0\nmov %r5, 0\nmov %r6, 0\ntop:\nlddw %r7, 0x1600000000\n\
+             lddw %r9, 0x1700000000\nmov %r8, %r1\nadd %r8, %r6\nldxb %r3, [%r8+0]\nand %r3, 7\n\
+             mul %r5, 5\nadd %r5, %r3\nmov %r4, %r7\nadd %r4, %r5\n{extra}\
+             ldxb %r5, [%r4+0]\nadd %r0, %r5\nmov %r2, %r9\nadd %r2, %r5\nstxb [%r2+0], %r6\n\
+             add %r6, 1\njlt %r6, 20, top\nlddw %r9, 0x1700000000\nldxdw %r2, [%r9+8]\n\
+             add %r0, %r2\nexit"
+        )
+    };
+    // Every index is below 43: in range.
+    let out = every_budget_with_globals(&dfa(""), sections(43));
+    assert!(out.result.is_ok(), "{out:?}");
+    // A shorter table: some index reaches past its end.
+    let out = every_budget_with_globals(&dfa(""), sections(30));
+    assert!(out.result.is_err(), "{out:?}");
+    // Below the table's start: region 0x15, unmapped.
+    let out = every_budget_with_globals(&dfa("add %r4, -8\n"), sections(43));
+    assert!(out.result.is_err(), "{out:?}");
+    // 2^32 on: the next section (16 bytes), read where the index stays in it.
+    let out = every_budget_with_globals(
+        &dfa(
+            "mov %r2, %r5\nand %r2, 15\nlddw %r4, 0x100000000\nadd %r2, %r4\n\
+              mov %r4, %r7\nadd %r4, %r2\n",
+        ),
+        sections(43),
+    );
+    assert!(out.result.is_ok(), "{out:?}");
 }
