@@ -58,7 +58,10 @@
 //! (the same condition as for r10 plus a constant); its host address is the register
 //! plus the stack's host base minus its virtual base. Later such accesses through the
 //! same register in the same straight run use that host address, left in r11, again
-//! (`Emitter::proven_host`): a histogram's `count[i]++` computes it once.
+//! (`Emitter::proven_host`): a histogram's `count[i]++` computes it once. An address
+//! computed from a global's address at an offset the pass cannot bound (a DFA's
+//! `next[state * k + class]`) is checked against the section's fixed length rather than
+//! the cache, which it would otherwise take from the loop's input on every access.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
