@@ -10,14 +10,16 @@
 //!  r6 rbx   r7 r13   r8 r14   r9 r15
 //!  r10      rbp holds the *host* address r10 stands for
 //!  r12      the run's JitContext
-//!  r9 r10 r11  scratch
+//!  r9       the read cache's host base (see "Memory")
+//!  r10 r11  scratch
 //! ```
 //!
 //! Keeping r10 as a host address makes a stack access at r10 plus a constant inside
 //! the current 512-byte frame one `[rbp + off]` operand with no check (the stack region
 //! always holds `STACK_SIZE` bytes and the depth check keeps every frame inside it). When
-//! a program reads r10 as a value, its virtual address is rebuilt in r9 (rbp minus the
-//! stack's host base minus its virtual base, kept in the context for the run).
+//! a program reads r10 as a value, its virtual address is rebuilt in r10 (rbp minus the
+//! stack's host base minus its virtual base, kept in the context for the run), or in the
+//! destination of a `mov`.
 //!
 //! # Memory
 //! Every other access is checked against a *region cache* (one for loads, one for
@@ -27,7 +29,9 @@
 //! `addr - lo <= len - 8`, unsigned (so the address lies in the region with room for 8
 //! bytes: right for every size, since lengths are below 2^32), and the host address is
 //! the base plus `addr - lo`: five instructions and three loads from the context, none
-//! depending on another. A miss calls a shared routine per kind that checks the access
+//! depending on another. The read cache's base is also kept in r9 for the whole run
+//! (set wherever the context's copy changes, reloaded after every native call), so a
+//! load addresses `[r11 + r9]`: four instructions and two loads. A miss calls a shared routine per kind that checks the access
 //! exactly as `MemoryMap::translate` (index `addr >> 32` below `REGIONS_MAX`, then
 //! `(addr as u32) + size <= len` with the row's read or write length), fills the cache
 //! with the region (unless shorter than 8 bytes), and comes back with the host address;
@@ -52,7 +56,12 @@
 //! Likewise for the stack: an address computed from r10 (`mov rX, r10`, constants and
 //! bounded indexes added) whose every value lands in the current frame needs no check
 //! (the same condition as for r10 plus a constant); its host address is the register
-//! plus the stack's host base minus its virtual base.
+//! plus the stack's host base minus its virtual base. Later such accesses through the
+//! same register in the same straight run use that host address, left in r11, again
+//! (`Emitter::proven_host`): a histogram's `count[i]++` computes it once. An address
+//! computed from a global's address at an offset the pass cannot bound (a DFA's
+//! `next[state * k + class]`) is checked against the section's fixed length rather than
+//! the cache, which it would otherwise take from the loop's input on every access.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -61,7 +70,10 @@
 //! per-site stub, which calls the shared refill routine. That routine takes the charge
 //! from all the fuel left (trapping when the budget is exceeded), looks at the stop flag
 //! (so a flag set before the run stops it at its first charge: the slice starts empty)
-//! and refills the slice from the reserve; the stub then jumps back. The epilogues turn
+//! and refills the slice from the reserve; the stub then jumps back. A loop's closing
+//! back edge (the last backward conditional jump to its head, or `jcc +1; ja back`)
+//! charges before its compare and undoes the charge where it falls through, so an
+//! iteration takes one branch ([`Emitter::back_edge`]). The epilogues turn
 //! the fuel left back into fuel used. Traps record code and pc in the context and go to one
 //! unwind path: at the entry frame (rsp equal to the one the prologue saved in the
 //! context's r10 slot) it returns `STATUS_TRAP`; in a local callee it returns to the
@@ -122,6 +134,12 @@ const CACHE_BASE: i32 = 16;
 const CACHE_LEN_MIN: i32 = 8;
 const _: () = assert!(STACK_SIZE >= CACHE_LEN_MIN as usize);
 
+/// The read cache's host base, always equal to the context's copy
+/// (`CACHE_READ + CACHE_BASE`): set by the prologue, the read miss routine and
+/// [`Emitter::reset_caches`], reloaded after a division and an atomic's callout (which
+/// use r9 as a scratch).
+const READ_BASE: Reg = R9;
+
 /// The stack's host base minus its virtual base, in the context's r7 slot for the whole
 /// run (the stack row never changes during a run: a helper that remaps it traps): a
 /// stack address plus this is its host address.
@@ -160,6 +178,19 @@ enum Stub {
     Trap { code: i64, pc: u32 },
     /// A charge the slice could not pay for at `pc`: refill it, come back to `back`.
     Refill { pc: u32, back: usize },
+    /// A backward conditional jump whose charge the slice could not pay for (see
+    /// [`Emitter::back_edge`]): the slot `compare` is compared again (its condition
+    /// inverted when `invert`); taken, the refill routine is called for `pc` (the slice
+    /// already holds the charge) and control goes to slot `target`; not taken, the
+    /// charge of `cost` is undone and control comes back to `back`.
+    BackEdge {
+        pc: u32,
+        compare: u32,
+        invert: bool,
+        cost: i32,
+        target: u32,
+        back: usize,
+    },
     /// An access at pc `pc` of `size` bytes that its region cache does not hold (r11 is
     /// the address minus the cache's `lo`): the shared miss routine checks it on the
     /// region table, refills the cache, and comes back to `back`.
@@ -168,6 +199,10 @@ enum Stub {
         size: u8,
         write: bool,
         back: usize,
+        /// From a global's bounds check ([`Emitter::access`]): r11 is the address
+        /// itself, and the access at `back` is `[r11 + r10]`, so r10 comes back as the
+        /// cache's base.
+        global: bool,
     },
 }
 
@@ -193,6 +228,10 @@ enum Target {
 struct Known {
     bound: u64,
     addr: Option<(Base, i64, i64)>,
+    /// A global section `n`'s address plus indexes the pass does not bound (so no
+    /// `addr`): accesses through it are checked against the section's length
+    /// ([`Emitter::access`]).
+    in_global: Option<usize>,
 }
 
 /// What a [`Known`] address is relative to.
@@ -209,6 +248,7 @@ impl Known {
     const NOTHING: Known = Known {
         bound: u64::MAX,
         addr: None,
+        in_global: None,
     };
 }
 
@@ -239,9 +279,12 @@ pub(crate) fn emit_program(
         globals,
         group: None,
         slow: Vec::new(),
+        proven_host: None,
+        bottoms: Vec::new(),
     };
     e.prologue(entry);
     let heads = loop_heads(insns);
+    e.bottoms = loop_bottoms(insns);
     let mut pc = 0usize;
     let mut falls_through = false;
     while pc < insns.len() {
@@ -256,13 +299,31 @@ pub(crate) fn emit_program(
         if e.targets[pc] {
             e.known = [Known::NOTHING; 10];
         }
+        let leader = e.targets[pc] || blocks.is_some_and(|m| m.block_at(pc as u32).is_some());
+        if leader || !e.keeps_proven_host(&insn) {
+            e.proven_host = None;
+        }
         if let Some(next) = insns.get(pc + 1) {
             let leader =
                 e.targets[pc + 1] || blocks.is_some_and(|m| m.block_at(pc as u32 + 1).is_some());
             if !leader && e.extension(&insn, next) {
+                if e.proven_host == Some(insn.dst) {
+                    e.proven_host = None;
+                }
                 e.learn(&insn, Some(next));
                 e.slot_pos[pc + 1] = e.a.pos();
                 e.learn(next, insns.get(pc + 2));
+                pc += 2;
+                falls_through = true;
+                continue;
+            }
+        }
+        if let Some(next) = insns.get(pc + 1) {
+            if blocks.is_none()
+                && !e.targets[pc + 1]
+                && e.jump_over_back_edge(pc as u32, &insn, next)?
+            {
+                e.slot_pos[pc + 1] = e.a.pos();
                 pc += 2;
                 falls_through = true;
                 continue;
@@ -274,6 +335,9 @@ pub(crate) fn emit_program(
             }
         }
         let (next, falls) = e.insn(pc as u32, &insn)?;
+        if e.proven_host.is_some_and(|r| writes_register(&insn, r)) {
+            e.proven_host = None;
+        }
         e.learn(&insn, insns.get(pc + 1));
         if e.group.is_some_and(|g| g.last <= pc as u32) {
             e.group = None;
@@ -298,22 +362,91 @@ pub(crate) fn emit_program(
 /// iteration by where it lay (docs/benchmarks-history.md, "code placement").
 const LOOP_HEAD_ALIGN: usize = 32;
 
-/// The targets of backward jumps (loop heads), whose code [`emit_program`] aligns.
-fn loop_heads(insns: &[Insn]) -> Vec<bool> {
-    let mut heads = vec![false; insns.len()];
+/// The targets of backward jumps (loop heads) whose code [`emit_program`] aligns: every
+/// one but a head that the slot before falls into from inside a loop that is not nested
+/// in the head's own (a back edge from `h < t` that jumps from inside the head's loop,
+/// before its last back edge). That fall-through is then the other loop's path on every
+/// iteration, and the padding would run each time: csv's digit loop falls into the head
+/// of the loop its separators close (docs/benchmarks-history.md, "csv and hist"). A
+/// head entered by falling through once per entry of its loop (an inner loop's) keeps
+/// its alignment.
+pub(super) fn loop_heads(insns: &[Insn]) -> Vec<bool> {
+    // Every back edge, as (head, source).
+    let mut edges = Vec::new();
     for (pc, i) in insns.iter().enumerate() {
-        let jump = matches!(i.class(), CLASS_JMP | CLASS_JMP32)
-            && !matches!(i.opc & 0xf0, JMP_CALL | JMP_EXIT);
-        if jump && i.off < 0 {
-            if let Some(h) = usize::try_from(pc as i64 + i64::from(i.off) + 1)
-                .ok()
-                .and_then(|t| heads.get_mut(t))
-            {
-                *h = true;
-            }
+        if let Some(h) = back_edge_target(pc, i).filter(|&h| h < insns.len()) {
+            edges.push((h, pc));
         }
     }
+    // Each head's last back edge: where its loop ends.
+    let mut last = vec![None; insns.len()];
+    for &(h, s) in &edges {
+        last[h] = last[h].max(Some(s));
+    }
+    edges.sort_unstable();
+    // Sweeping the slots: the sources of the back edges to heads before the slot that
+    // jump from it or after it, least first.
+    let mut open = std::collections::BinaryHeap::new();
+    let mut next = 0;
+    let mut heads = vec![false; insns.len()];
+    for (t, end) in last.iter().enumerate() {
+        let Some(end) = *end else { continue };
+        while let Some(&(_, s)) = edges.get(next).filter(|&&(h, _)| h < t) {
+            open.push(std::cmp::Reverse(s));
+            next += 1;
+        }
+        while open.peek().is_some_and(|&std::cmp::Reverse(s)| s < t) {
+            open.pop();
+        }
+        let falls_in = t > 0 && falls_through(&insns[t - 1]);
+        let crossed = open.peek().is_some_and(|&std::cmp::Reverse(s)| s < end);
+        heads[t] = !(falls_in && crossed);
+    }
     heads
+}
+
+/// The back edges that close their loop: for each loop head, the last backward jump to
+/// it, where control usually goes round again. [`Emitter::back_edge`] emits these with
+/// the charge before the compare (one instruction and one branch fewer when taken,
+/// three instructions more when not); an earlier backward jump to the same head (an
+/// inner `continue`, or hashjoin's probe that jumps back on a match) keeps the charge on
+/// its taken path, cheaper when it is mostly not taken.
+pub(super) fn loop_bottoms(insns: &[Insn]) -> Vec<bool> {
+    let mut last = vec![None; insns.len()];
+    for (pc, i) in insns.iter().enumerate() {
+        if let Some(h) = back_edge_target(pc, i).filter(|&h| h < insns.len()) {
+            last[h] = Some(pc);
+        }
+    }
+    let mut bottoms = vec![false; insns.len()];
+    for pc in last.into_iter().flatten() {
+        bottoms[pc] = true;
+    }
+    bottoms
+}
+
+/// The slot a backward jump (not a call) at `pc` goes to, if `insn` is one.
+fn back_edge_target(pc: usize, insn: &Insn) -> Option<usize> {
+    let jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+        && !matches!(insn.opc & 0xf0, JMP_CALL | JMP_EXIT);
+    let rel = if insn.class() == CLASS_JMP32 && insn.opc & 0xf0 == JMP_JA {
+        insn.imm
+    } else {
+        i32::from(insn.off)
+    };
+    if !jump || rel >= 0 {
+        return None;
+    }
+    usize::try_from(pc as i64 + i64::from(rel) + 1).ok()
+}
+
+/// Whether control may go from `insn` to the next slot (anything but `ja` and `exit`;
+/// an `lddw`'s second slot too).
+fn falls_through(insn: &Insn) -> bool {
+    let class = insn.class();
+    let op = insn.opc & 0xf0;
+    !(matches!(class, CLASS_JMP | CLASS_JMP32) && op == JMP_JA
+        || class == CLASS_JMP && op == JMP_EXIT)
 }
 
 /// The slots control can reach other than by falling through: the entry, and the
@@ -345,6 +478,17 @@ fn jump_targets(insns: &[Insn], entry: u32) -> Vec<bool> {
     t
 }
 
+/// Whether `insn` may write eBPF register `r` (`lddw`, ALU and loads write their
+/// destination; atomics their source or r0; calls every caller-saved register).
+fn writes_register(insn: &Insn, r: u8) -> bool {
+    match insn.class() {
+        CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => insn.dst == r,
+        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => insn.src == r || r == 0,
+        CLASS_ST | CLASS_STX => false,
+        _ => true,
+    }
+}
+
 struct Emitter<'a> {
     a: Asm,
     insns: &'a [Insn],
@@ -363,13 +507,20 @@ struct Emitter<'a> {
     group: Option<Group>,
     /// Every span group's slow copy, emitted after the code.
     slow: Vec<SlowCopy>,
+    /// The register whose host address r11 holds, from an access proven in its region
+    /// (a global section or the frame) at an earlier slot of this straight run: later
+    /// such accesses through it use r11 as it is ([`Emitter::keeps_proven_host`]).
+    proven_host: Option<u8>,
+    /// [`loop_bottoms`]: the back edges emitted as [`Emitter::back_edge`].
+    bottoms: Vec<bool>,
 }
 
 /// Two or more accesses of one kind (loads, or stores) through one register `base`, in
 /// one straight run of slots in which nothing writes `base` or uses r11 otherwise (no
 /// other checked access, no shift by a register, no division): one check against the
 /// region cache proves every offset in `[min, end)` from `base` in the cached region, and
-/// leaves r11 at the host address of `base + min` for all of them. Where the check
+/// leaves r11 at the host address of `base + min` for all of them (loads: r11 plus r9,
+/// which nothing in the run changes). Where the check
 /// fails, the run's slow copy ([`SlowCopy`]) runs instead, every access checked on its
 /// own, so a trap is the interpreter's (pc, and nothing after it done).
 #[derive(Clone, Copy, Debug)]
@@ -448,11 +599,21 @@ impl Emitter<'_> {
             .mov_rm(dst, mem(dst, STACK_ROW + RegionEntry::OFFSET_BASE));
     }
 
-    /// r9 = the virtual address r10 holds.
+    /// r10 = the virtual address r10 holds.
     fn fp_value(&mut self) -> Reg {
-        self.a.mov_rr(true, R9, FP);
-        self.a.alu_rm(Alu::Sub, true, R9, mem(CTX, STACK_DELTA));
-        R9
+        self.fp_value_into(R10);
+        R10
+    }
+
+    /// `dst` = the virtual address r10 holds.
+    fn fp_value_into(&mut self, dst: Reg) {
+        self.a.mov_rr(true, dst, FP);
+        self.a.alu_rm(Alu::Sub, true, dst, mem(CTX, STACK_DELTA));
+    }
+
+    /// r9 = the read cache's host base again, after code that used r9.
+    fn reload_read_base(&mut self) {
+        self.ctx_load(READ_BASE, CACHE_READ + CACHE_BASE);
     }
 
     /// The host register holding eBPF register `r` for writing.
@@ -462,7 +623,7 @@ impl Emitter<'_> {
             .ok_or_else(|| self.unsupported(pc))
     }
 
-    /// The host register holding eBPF register `r`'s value (r10's rebuilt in r9).
+    /// The host register holding eBPF register `r`'s value (r10's rebuilt in r10).
     fn src(&mut self, pc: u32, r: u8) -> EResult<Reg> {
         match r {
             0..=9 => Ok(MAP[usize::from(r)]),
@@ -649,6 +810,7 @@ impl Emitter<'_> {
             }
             // `movsx` for offsets 8/16/32 (8/16 in ALU32); any other offset is a plain
             // `mov`, as the interpreter decodes it. `mov32` zero-extends.
+            ALU_MOV if wide && insn.off == 0 && insn.src == REG_FP => self.fp_value_into(d),
             ALU_MOV => {
                 let s = self.src(pc, insn.src)?;
                 match (wide, insn.off) {
@@ -735,6 +897,7 @@ impl Emitter<'_> {
         self.a.mov_rr(true, R11, if div { RAX } else { RDX });
         self.a.mov_rr(true, RAX, R10);
         self.a.mov_rr(true, RDX, R9);
+        self.reload_read_base();
         self.a.mov_rr(true, d, R11);
         if special.is_empty() {
             return Ok(());
@@ -806,7 +969,12 @@ impl Emitter<'_> {
     fn access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> EResult<Mem> {
         if let Some(g) = self.group {
             if g.base == base && g.write == write && (g.first..=g.last).contains(&pc) {
-                return Ok(mem(R11, i32::from(off) - g.min));
+                let disp = i32::from(off) - g.min;
+                return Ok(if write {
+                    mem(R11, disp)
+                } else {
+                    mem_index(R11, READ_BASE, disp)
+                });
             }
         }
         let frame = -(STACK_FRAME_SIZE as i32);
@@ -814,6 +982,8 @@ impl Emitter<'_> {
         if base == REG_FP && i32::from(off) >= frame && end <= 0 {
             return Ok(mem(FP, i32::from(off)));
         }
+        // Every path below but the first sets r11 anew.
+        let held = self.proven_host.take();
         // Inside a global section, or the current frame, whatever the indexes (see the
         // module doc): the region's host base plus the offset, `base + (v - vaddr)`.
         if let Some(&Known {
@@ -831,12 +1001,19 @@ impl Emitter<'_> {
                 Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
             };
             let off64 = i64::from(off);
-            if lo + off64 >= start && hi + off64 + i64::from(size) <= end && region == Base::Fp {
+            let proven = lo + off64 >= start && hi + off64 + i64::from(size) <= end;
+            if proven {
+                self.proven_host = Some(base);
+                if held == Some(base) {
+                    return Ok(mem(R11, i32::from(off)));
+                }
+            }
+            if proven && region == Base::Fp {
                 self.a.mov_rr(true, R11, MAP[usize::from(base)]);
                 self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
                 return Ok(mem(R11, i32::from(off)));
             }
-            if lo + off64 >= start && hi + off64 + i64::from(size) <= end {
+            if proven {
                 let row = (idx * RegionEntry::SIZE) as i32;
                 let vaddr = RegionIdx(idx as u32).vaddr(0);
                 let b = MAP[usize::from(base)];
@@ -848,6 +1025,9 @@ impl Emitter<'_> {
                 a.alu_rr(Alu::Add, true, R11, R10);
                 return Ok(mem(R11, i32::from(off)));
             }
+        }
+        if let Some(m) = self.unbounded_global(pc, base, off, size, write) {
+            return Ok(m);
         }
         // The region cache: `addr - lo <= len - 8`, unsigned, then the host address
         // `base + (addr - lo)`; a miss goes to the shared routine, which comes back with
@@ -867,6 +1047,7 @@ impl Emitter<'_> {
             size,
             write,
             back: 0,
+            global: false,
         });
         let n = self.stubs.len() - 1;
         self.jcc(Cond::A, Target::Stub(n));
@@ -874,8 +1055,94 @@ impl Emitter<'_> {
         if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
             *b = back;
         }
+        if !write {
+            return Ok(mem_index(R11, READ_BASE, 0));
+        }
         self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
         Ok(mem(R11, 0))
+    }
+
+    /// Whether r11 still holds [`Emitter::proven_host`]'s host address when `insn`'s code
+    /// starts, given that it held it after the slot before (which was no leader): ALU
+    /// instructions leave r11 alone (but shifts by a register and divisions), and so do
+    /// accesses through that register or at r10 plus a constant in the frame; anything
+    /// else (another access, jumps, calls, atomics) may use it. A proven access through
+    /// the register itself checks again that its offset is proven, and writing the
+    /// register ends the run after its slot ([`writes_register`]).
+    fn keeps_proven_host(&self, insn: &Insn) -> bool {
+        let Some(r) = self.proven_host else {
+            return false;
+        };
+        match insn.class() {
+            CLASS_ALU | CLASS_ALU64 => {
+                let op = insn.opc & 0xf0;
+                let shift_by_reg =
+                    matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
+                !shift_by_reg && !matches!(op, ALU_DIV | ALU_MOD)
+            }
+            CLASS_LDX | CLASS_ST | CLASS_STX => {
+                insn.opc & 0xe0 != MODE_ATOMIC
+                    && self.cache_access(insn).is_none_or(|(base, ..)| base == r)
+            }
+            _ => false,
+        }
+    }
+
+    /// An access through a global's address at an offset the pass cannot bound
+    /// ([`Known::in_global`], or an `addr` not proven in range), checked against the
+    /// section's fixed length instead of the cache (a loop reading its input and a
+    /// table through one cache would miss on every access): `offset <= len - size`, then
+    /// `[base + offset]`; outside the section, the miss routine decides exactly as for
+    /// any other access. The operand, or `None` when the base is no global's address
+    /// (or no access of this kind fits in the section).
+    fn unbounded_global(
+        &mut self,
+        pc: u32,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+    ) -> Option<Mem> {
+        let global = self
+            .known
+            .get(usize::from(base))
+            .and_then(|k| match k.addr {
+                Some((Base::Global(n), ..)) => Some(n),
+                _ => k.in_global,
+            });
+        let limit = global.and_then(|n| {
+            let len = i64::try_from(self.globals[n].len(write)).ok()?;
+            i32::try_from(len - i64::from(size))
+                .ok()
+                .filter(|&l| l >= 0)
+        });
+        if let (Some(n), Some(limit)) = (global, limit) {
+            let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
+            let row = (idx * RegionEntry::SIZE) as i32;
+            let vaddr = RegionIdx(idx as u32).vaddr(0);
+            let b = MAP[usize::from(base)];
+            self.a.lea(R11, mem(b, i32::from(off)));
+            self.a.mov_imm(R10, vaddr.wrapping_neg());
+            self.a.alu_rr(Alu::Add, true, R10, R11);
+            self.a.alu_ri(Alu::Cmp, true, R10, limit);
+            self.stubs.push(Stub::Miss {
+                pc,
+                size,
+                write,
+                back: 0,
+                global: true,
+            });
+            let n = self.stubs.len() - 1;
+            self.jcc(Cond::A, Target::Stub(n));
+            self.ctx_load(R11, offsets::REGIONS);
+            self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+            let back = self.a.pos();
+            if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
+                *b = back;
+            }
+            return Some(mem_index(R11, R10, 0));
+        }
+        None
     }
 
     /// The memory access of `insn` that would take the region cache's check: its base
@@ -1000,7 +1267,9 @@ impl Emitter<'_> {
                 .alu_rm(Alu::Cmp, true, R10, mem(CTX, c + CACHE_LIMIT));
             self.jcc(Cond::A, Target::Slow(n));
         }
-        self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        if g.write {
+            self.a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_BASE));
+        }
         self.group = Some(g);
     }
 
@@ -1013,6 +1282,7 @@ impl Emitter<'_> {
             self.group = None;
             let mut pc = s.start;
             while pc <= s.end {
+                self.proven_host = None;
                 let insn = self.insns[pc as usize];
                 let (next, _) = self.insn(pc, &insn)?;
                 self.learn(&insn, self.insns.get(pc as usize + 1));
@@ -1026,9 +1296,10 @@ impl Emitter<'_> {
 
     /// Points both region caches at the stack, which is always mapped with
     /// `STACK_SIZE` bytes for loads and stores: in the prologue, and after a helper
-    /// call (a helper may remap regions). Clobbers r11.
+    /// call (a helper may remap regions), with r9 the read cache's base. Clobbers r11.
     fn reset_caches(&mut self) {
         self.stack_base(R11);
+        self.a.mov_rr(true, READ_BASE, R11);
         for c in [CACHE_READ, CACHE_WRITE] {
             self.a.mov_mr(mem(CTX, c + CACHE_BASE), R11);
         }
@@ -1065,6 +1336,7 @@ impl Emitter<'_> {
                     _ => u64::MAX,
                 },
                 addr: None,
+                in_global: None,
             },
             CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
                 // An atomic may write its source (fetch) or r0 (cmpxchg).
@@ -1097,6 +1369,7 @@ impl Emitter<'_> {
             None if r == REG_FP => Known {
                 bound: u64::MAX,
                 addr: Some((Base::Fp, 0, 0)),
+                in_global: None,
             },
             None => Known::NOTHING,
         };
@@ -1155,7 +1428,26 @@ impl Emitter<'_> {
             }),
             _ => None,
         };
-        Known { bound, addr }
+        // The global an address came from, through adds of anything and constants.
+        let global = |k: &Known| match k.addr {
+            Some((Base::Global(n), ..)) => Some(n),
+            _ => k.in_global,
+        };
+        let in_global = match (wide, op, by_reg) {
+            _ if addr.is_some() => None,
+            (true, ALU_MOV, true) if insn.off == 0 => global(&s),
+            (true, ALU_ADD | ALU_SUB, false) => global(&d),
+            (true, ALU_ADD, true) => match (global(&d), global(&s)) {
+                (Some(n), None) | (None, Some(n)) => Some(n),
+                _ => None,
+            },
+            _ => None,
+        };
+        Known {
+            bound,
+            addr,
+            in_global,
+        }
     }
 
     /// What is [`Known`] of an `lddw`'s value (whose second slot is `tail`): the value
@@ -1172,6 +1464,7 @@ impl Emitter<'_> {
         Known {
             bound: value,
             addr: global,
+            in_global: None,
         }
     }
 
@@ -1203,9 +1496,10 @@ impl Emitter<'_> {
                 self.a.store_imm(size, m, insn.imm);
             }
             (CLASS_STX, MODE_MEM) => {
-                // The value first: rebuilding r10 into r9 clobbers r11.
-                let v = self.src(pc, insn.src)?;
+                // The address first: its check may use r10 (a miss's stub, a global's
+                // offset), where r10's value is rebuilt; rebuilding it leaves r11 alone.
                 let m = self.access(pc, insn.dst, insn.off, size, true)?;
+                let v = self.src(pc, insn.src)?;
                 self.a.store(size, m, v);
             }
             (CLASS_STX, MODE_ATOMIC) if size >= 4 => self.atomic(pc, insn, size)?,
@@ -1225,8 +1519,9 @@ impl Emitter<'_> {
         if !valid || (fetches && op != ATOMIC_CMPXCHG && insn.src > 9) {
             return Err(self.unsupported(pc));
         }
-        let v = self.src(pc, insn.src)?;
+        // The address first, as for a store.
         let m = self.access(pc, insn.dst, insn.off, size, true)?;
+        let v = self.src(pc, insn.src)?;
         let a = &mut self.a;
         a.lea(R11, m);
         a.mov_rr(true, R10, v);
@@ -1250,6 +1545,7 @@ impl Emitter<'_> {
         } else if fetches {
             a.mov_rr(true, MAP[usize::from(insn.src)], R11);
         }
+        self.reload_read_base();
         Ok(())
     }
 
@@ -1299,7 +1595,29 @@ impl Emitter<'_> {
     }
 
     fn conditional(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool) -> EResult<()> {
-        let cc = match insn.opc & 0xf0 {
+        let cc = self.condition(pc, insn)?;
+        let target = self.check_target(pc, insn.off.into())?;
+        let cost = rules::jump_cost(pc, target);
+        if cost > 0 && self.bottoms[pc as usize] {
+            return self.back_edge(pc, pc, false, target);
+        }
+        self.compare(pc, insn, wide, by_reg)?;
+        if cost == 0 {
+            let at = self.a.jcc_rel32(cc);
+            return self.fixup_slot(at, pc, insn.off.into());
+        }
+        // Any other backward jump charges fuel on its taken path, jumped over.
+        let skip = self.a.jcc_rel32(cc.invert());
+        self.charge(pc, cost);
+        let at = self.a.jmp_rel32();
+        self.fixup_slot(at, pc, insn.off.into())?;
+        self.a.bind_here(skip);
+        Ok(())
+    }
+
+    /// The condition code of conditional jump `insn`.
+    fn condition(&self, pc: u32, insn: &Insn) -> EResult<Cond> {
+        Ok(match insn.opc & 0xf0 {
             JMP_JEQ => Cond::E,
             JMP_JNE | JMP_JSET => Cond::Ne,
             JMP_JGT => Cond::A,
@@ -1311,8 +1629,11 @@ impl Emitter<'_> {
             JMP_JSLT => Cond::L,
             JMP_JSLE => Cond::Le,
             _ => return Err(self.unsupported(pc)),
-        };
-        let target = self.check_target(pc, insn.off.into())?;
+        })
+    }
+
+    /// Sets the flags for conditional jump `insn` (`cmp` or `test`).
+    fn compare(&mut self, pc: u32, insn: &Insn, wide: Wide, by_reg: bool) -> EResult<()> {
         let a = self.src(pc, insn.dst)?;
         let test = insn.opc & 0xf0 == JMP_JSET;
         if by_reg {
@@ -1327,18 +1648,65 @@ impl Emitter<'_> {
         } else {
             self.a.alu_ri(Alu::Cmp, wide, a, insn.imm);
         }
-        let cost = rules::jump_cost(pc, target);
-        if cost == 0 {
-            let at = self.a.jcc_rel32(cc);
-            return self.fixup_slot(at, pc, insn.off.into());
-        }
-        // A taken backward jump charges fuel first.
-        let skip = self.a.jcc_rel32(cc.invert());
-        self.charge(pc, cost);
-        let at = self.a.jmp_rel32();
-        self.fixup_slot(at, pc, insn.off.into())?;
-        self.a.bind_here(skip);
         Ok(())
+    }
+
+    /// A loop's back edge ([`loop_bottoms`]): the conditional jump at slot `compare`
+    /// (its condition inverted when `invert`) taken goes to slot `target` (before it)
+    /// charging fuel at `pc`. The charge comes first, then the compare and one `jcc` to the loop head,
+    /// and the fall-through undoes the charge: one taken branch and two not taken an
+    /// iteration, where a charge on the taken path needs a jump over it too. Nothing
+    /// reads the slice between the charge and its undoing; a slice too short for the
+    /// charge goes to a [`Stub::BackEdge`], which compares again and either refills
+    /// (taken: the refill routine sees the charge at `pc`, as if it were made on the
+    /// taken path) or undoes the charge (not taken).
+    fn back_edge(&mut self, pc: u32, compare: u32, invert: bool, target: u32) -> EResult<()> {
+        let cost = i32::try_from(rules::jump_cost(pc, target))
+            .expect("jump costs are below the program length");
+        let insn = self.insns[compare as usize];
+        let mut cc = self.condition(compare, &insn)?;
+        if invert {
+            cc = cc.invert();
+        }
+        let fuel = mem(CTX, offsets::FUEL_USED);
+        self.a.alu_mi(Alu::Sub, true, fuel, cost);
+        self.stubs.push(Stub::BackEdge {
+            pc,
+            compare,
+            invert,
+            cost,
+            target,
+            back: 0,
+        });
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::B, Target::Stub(n));
+        let wide = insn.class() == CLASS_JMP;
+        self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
+        let at = self.a.jcc_rel32(cc);
+        self.fixups.push((at, Target::Slot(target), pc));
+        self.a.alu_mi(Alu::Add, true, fuel, cost);
+        if let Stub::BackEdge { back, .. } = &mut self.stubs[n] {
+            *back = self.a.pos();
+        }
+        Ok(())
+    }
+
+    /// `jcc +1` at `pc` then `ja` back at `pc + 1` (clang's loop bottom when the exit
+    /// test is not the back edge's): emitted as one [`Emitter::back_edge`] with the
+    /// condition inverted, and returns true; false (nothing emitted) for any other pair.
+    /// The caller fuses only where `pc + 1` is no block's leader.
+    fn jump_over_back_edge(&mut self, pc: u32, insn: &Insn, next: &Insn) -> EResult<bool> {
+        let conditional = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+            && !matches!(insn.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
+        if !conditional || insn.off != 1 || next.opc != OP_JA || next.off >= 0 {
+            return Ok(false);
+        }
+        if !self.bottoms[pc as usize + 1] {
+            return Ok(false);
+        }
+        let target = self.check_target(pc + 1, next.off.into())?;
+        self.back_edge(pc + 1, pc, true, target)?;
+        Ok(true)
     }
 
     /// A bpf-to-bpf call (see "Calls" in the module doc).
@@ -1423,7 +1791,7 @@ impl Emitter<'_> {
     /// Emits the stubs and shared exits, then patches every displacement.
     fn finish(mut self) -> EResult<Emitted> {
         let slow_pos = self.emit_slow_copies()?;
-        let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs();
+        let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs()?;
         let refill = self.emit_refill(&mut to_set_trap);
         let miss = [false, true].map(|write| self.emit_miss(write, &mut to_mem_trap));
         let (unwind, exit) = self.emit_exits(to_mem_trap, to_set_trap);
@@ -1452,7 +1820,7 @@ impl Emitter<'_> {
 
     /// Emits every stub: their positions, and the jumps still to bind to the memory-trap
     /// and the set-trap paths.
-    fn emit_stubs(&mut self) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    fn emit_stubs(&mut self) -> EResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
         let to_mem_trap = Vec::new();
         let mut to_set_trap = Vec::new();
@@ -1465,36 +1833,76 @@ impl Emitter<'_> {
                     to_set_trap.push(self.a.jmp_rel32());
                 }
                 Stub::Refill { pc, back } => {
-                    // r9 and r10 may hold a value across the charge (r10's, read
-                    // into r9 before a `callx`): kept; r11 is free at a charge.
-                    self.a.push(R10);
-                    self.a.push(R9);
-                    self.a.mov_imm(R10, u64::from(pc));
-                    let at = self.a.call_rel32();
-                    self.fixups.push((at, Target::Refill, pc));
-                    self.a.pop(R9);
-                    self.a.pop(R10);
+                    self.call_refill(pc);
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
+                }
+                Stub::BackEdge {
+                    pc,
+                    compare,
+                    invert,
+                    cost,
+                    target,
+                    back,
+                } => {
+                    let insn = self.insns[compare as usize];
+                    let mut cc = self.condition(compare, &insn)?;
+                    if invert {
+                        cc = cc.invert();
+                    }
+                    let wide = insn.class() == CLASS_JMP;
+                    self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
+                    let taken = self.a.jcc_rel32(cc);
+                    self.a
+                        .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost);
+                    let at = self.a.jmp_rel32();
+                    self.a.patch_rel32(at, back);
+                    self.a.bind_here(taken);
+                    self.call_refill(pc);
+                    let at = self.a.jmp_rel32();
+                    self.fixups.push((at, Target::Slot(target), pc));
                 }
                 Stub::Miss {
                     pc,
                     size,
                     write,
                     back,
+                    global,
                 } => {
                     // r11 back to the address; r10 = pc and size for the routine.
-                    self.a
-                        .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                    if !global {
+                        self.a
+                            .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                    }
                     self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
                     let at = self.a.call_rel32();
                     self.fixups.push((at, Target::Miss(write), pc));
+                    if global {
+                        // The routine left r11 = host address minus the cache's base.
+                        if write {
+                            self.ctx_load(R10, CACHE_WRITE + CACHE_BASE);
+                        } else {
+                            self.a.mov_rr(true, R10, READ_BASE);
+                        }
+                    }
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
                 }
             }
         }
-        (stub_pos, to_mem_trap, to_set_trap)
+        Ok((stub_pos, to_mem_trap, to_set_trap))
+    }
+
+    /// Calls the refill routine for a charge at `pc`. r9 (the read cache's base) and r10
+    /// (r10's value, read before a `callx`'s charge) are kept; r11 is free at a charge.
+    fn call_refill(&mut self, pc: u32) {
+        self.a.push(R10);
+        self.a.push(R9);
+        self.a.mov_imm(R10, u64::from(pc));
+        let at = self.a.call_rel32();
+        self.fixups.push((at, Target::Refill, pc));
+        self.a.pop(R9);
+        self.a.pop(R10);
     }
 
     /// Emits the refill routine and returns its position; its fuel and stop traps join
@@ -1540,7 +1948,8 @@ impl Emitter<'_> {
     /// `MemoryMap::translate` (index below `REGIONS_MAX`, `offset + size <= len`); on
     /// success it refills the cache with the region (unless shorter than
     /// [`CACHE_LEN_MIN`]) and returns r11 = host address minus the cache's base, which
-    /// the access site adds back. It keeps r9 (r10's value, the source of a store).
+    /// the access site adds back; the read routine sets r9 to the read cache's base, the
+    /// write routine keeps r9.
     fn emit_miss(&mut self, write: bool, to_mem_trap: &mut Vec<usize>) -> usize {
         let c = cache(write);
         let len = if write {
@@ -1585,6 +1994,10 @@ impl Emitter<'_> {
         a.alu_rm(Alu::Sub, true, R11, mem(CTX, c + CACHE_BASE));
         a.alu_ri(Alu::Add, true, RSP, 16);
         a.pop(R9);
+        if !write {
+            // r9 is the read cache's base (the access adds it back).
+            a.mov_rm(READ_BASE, mem(CTX, c + CACHE_BASE));
+        }
         a.ret();
         // Out of bounds: the memory trap path takes r11 = address, r9 = size and write
         // flag, r10 = pc, with rsp as at the access.

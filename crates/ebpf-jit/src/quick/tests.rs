@@ -17,7 +17,7 @@ use csx_ebpf::helper::{ConformanceHost, FunctionTable, HelperAbort, HelperHost};
 use csx_ebpf::interp::Interpreter;
 use csx_ebpf::isa::*;
 use csx_ebpf::memory::{MemoryMap, RegionIdx};
-use csx_ebpf::program::{Program, VerifiedProgram};
+use csx_ebpf::program::{GlobalSection, Program, VerifiedProgram};
 use csx_ebpf::verifier::verify;
 
 use super::QuickProgram;
@@ -641,6 +641,206 @@ fn span_groups_trap_at_the_first_access_out_of_bounds() {
     let out = every_budget_with_regions(
         "mov %r6, 0\ntop:\nldxb %r0, [%r1+0]\njeq %r6, 1, +1\nldxb %r5, [%r1+1]\n\
          ldxb %r5, [%r1+2]\nadd %r6, 1\njlt %r6, 3, top\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+}
+
+/// A loop's last backward conditional jump charges its fuel before the compare and
+/// undoes the charge when it falls through (`Emitter::back_edge`), and `jcc +1; ja back`
+/// is one such jump with its condition inverted; an earlier backward jump to the same
+/// head charges on its taken path: value, trap pc and fuel stay the
+/// interpreter's at every budget, for every kind of compare (unsigned, signed, 32-bit,
+/// `jset`, r10 as an operand), with the exit iteration's charge made and undone (the
+/// budget that a full run uses leaves the slice empty there), and where the `ja` is a
+/// jump target of its own (not fused).
+#[test]
+fn back_edges_charge_first_and_undo_on_exit() {
+    let loops = [
+        "mov %r6, 0\ntop:\nadd %r0, %r6\nadd %r6, 1\njlt %r6, 20, top\n",
+        "mov %r7, 0\ntop:\nadd %r0, %r7\nadd %r7, 3\njeq %r7, 30, +1\nja top\n",
+        "mov32 %r8, -10\ntop:\nadd32 %r8, 1\nadd %r0, 1\njslt32 %r8, 0, top\n",
+        "mov %r9, 0xff\ntop:\nrsh %r9, 1\nadd %r0, 2\njset %r9, 0x7f, top\n",
+        "mov %r5, %r10\nadd %r5, -40\ntop:\nadd %r5, 8\nadd %r0, 1\njlt %r5, %r10, top\n",
+        "mov %r5, %r10\nadd %r5, -40\ntop:\nadd %r5, 8\nadd %r0, 1\njgt %r10, %r5, +1\n\
+         ja +1\nja top\n",
+        // The `ja` is also the target of the jump before the loop: not fused.
+        "mov %r7, 0\njeq %r7, 0, back\ntop:\nadd %r0, %r7\nadd %r7, 5\njeq %r7, 40, +1\n\
+         back:\nja top\n",
+        // Two backward jumps to one head: the earlier one (taken once) keeps its charge
+        // on the taken path, the last closes the loop.
+        "mov %r6, 0\ntop:\nadd %r6, 1\njeq %r6, 3, top\nadd %r0, %r6\njlt %r6, 10, top\n",
+        // Nested: the inner loop's exit falls into the outer loop's back edge.
+        "mov %r6, 0\nouter:\nmov %r7, 0\ninner:\nldxb %r3, [%r1+0]\nadd %r0, %r3\n\
+         add %r7, 1\njlt %r7, 4, inner\nadd %r6, 1\njeq %r6, 5, +1\nja outer\n",
+    ];
+    for body in loops {
+        let out = agree_at_every_budget(&format!("mov %r0, 0\n{body}exit"));
+        assert!(out.result.is_ok(), "{body}: {out:?}");
+        assert!(out.fuel_used > 0, "{body}: {out:?}");
+    }
+}
+
+/// Loads address `[r11 + r9]`, r9 being the read cache's host base for the whole run
+/// (`emit::READ_BASE`): it stays right across what uses r9 or changes the cache (a
+/// division, an atomic's callout, a read miss to a region too short to cache, a miss in
+/// a local callee, a store of r10's value through the write cache, a span group of
+/// loads; the first load hits the stack through the cache the prologue set): value, trap pc, fuel and memory are the interpreter's at every budget.
+#[test]
+fn the_read_base_survives_what_uses_r9() {
+    let src = "mov %r8, 0\nmov %r6, 0\nmov %r2, %r10\nstdw [%r10-8], 5\n\
+               top:\nldxdw %r4, [%r2-8]\nadd %r8, %r4\nldxb %r4, [%r1+5]\nadd %r8, %r4\nmov %r5, 7\ndiv %r4, %r5\n\
+               ldxb %r4, [%r1+9]\nadd %r8, %r4\nldxb %r4, [%r3+1]\nadd %r8, %r4\n\
+               ldxb %r4, [%r1+11]\nadd %r8, %r4\nstxdw [%r1+16], %r10\nldxdw %r4, [%r1+16]\n\
+               sub %r4, %r10\nadd %r8, %r4\nmov %r7, 1\nlock fetch add [%r1+32], %r7\n\
+               ldxb %r4, [%r1+13]\nadd %r8, %r4\nadd %r8, %r7\ncall local f\nadd %r8, %r0\n\
+               ldxb %r4, [%r1+20]\nldxb %r5, [%r1+21]\nadd %r8, %r4\nadd %r8, %r5\n\
+               mod %r8, 100003\nldxh %r4, [%r1+24]\nadd %r8, %r4\n\
+               add %r6, 1\njlt %r6, 3, top\nmov %r0, %r8\nexit\n\
+               f:\nldxb %r0, [%r3+2]\nldxb %r4, [%r1+40]\nadd %r0, %r4\nexit";
+    let out = every_budget_with_regions(src);
+    assert!(out.result.is_ok(), "{out:?}");
+}
+
+/// Accesses through one register proven in the frame, in a straight run, compute its
+/// host address once (`Emitter::proven_host`) and use it again until the register is
+/// written or something else uses r11 (a division, a shift by a register, another
+/// register's checked access); an access at r10 plus a constant keeps it. Value, fuel
+/// and memory are the interpreter's at every budget, for each byte the index comes from.
+#[test]
+fn proven_accesses_share_a_host_address_until_it_changes() {
+    for at in [0, 5, 63] {
+        let out = agree_at_every_budget(&format!(
+            "ldxb %r2, [%r1+{at}]\nand %r2, 15\nlsh %r2, 3\nmov %r3, %r10\nadd %r3, -256\n\
+             add %r3, %r2\nstdw [%r3+0], 11\nldxdw %r4, [%r3+0]\nadd %r3, 8\n\
+             stdw [%r3+0], 22\nldxdw %r5, [%r3-8]\nadd %r4, %r5\nmov %r6, 7\ndiv %r6, 3\n\
+             ldxdw %r5, [%r3+0]\nadd %r4, %r5\nldxb %r7, [%r1+3]\nldxdw %r5, [%r3+0]\n\
+             add %r4, %r5\nmov %r8, 3\nlsh %r6, %r8\nstxdw [%r3+8], %r4\n\
+             stdw [%r10-8], 9\nldxdw %r5, [%r3+8]\nadd %r4, %r5\nldxdw %r5, [%r10-8]\n\
+             add %r4, %r5\nmov %r3, %r10\nadd %r3, -64\nldxdw %r0, [%r3+0]\n\
+             add %r0, %r4\nadd %r0, %r6\nadd %r0, %r7\nexit"
+        ));
+        assert!(out.result.is_ok(), "{out:?}");
+    }
+}
+
+/// Loop heads are aligned (`emit::loop_heads`) but where the slot before falls in from
+/// a loop not nested in the head's: csv's shape (a digit loop falling into the head of
+/// the loop its separators close) leaves that head unpadded; an inner loop's head, and
+/// a head after a `ja`, stay aligned. The programs agree with the interpreter.
+#[test]
+fn loop_heads_fallen_into_by_another_loop_are_not_padded() {
+    let heads = |src: &str| {
+        let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+        let heads = super::emit::loop_heads(&insns);
+        agree_at_every_budget(src);
+        (0..insns.len()).filter(|&i| heads[i]).collect::<Vec<_>>()
+    };
+    let csv = "mov %r0, 0\nmov %r5, 0\ntop:\nldxb %r8, [%r1+0]\njgt %r8, 100, sep\n\
+               add %r0, %r8\nnext:\nadd %r5, 1\njlt %r5, 10, top\nexit\n\
+               sep:\nadd %r0, 1\nja next";
+    assert_eq!(heads(csv), [2]);
+    let nested = "mov %r0, 0\nmov %r6, 0\nouter:\nmov %r7, 0\ninner:\nadd %r0, 1\n\
+                  add %r7, 1\njlt %r7, 4, inner\nadd %r6, 1\njlt %r6, 4, outer\nexit";
+    assert_eq!(heads(nested), [2, 3]);
+    // The second loop's head follows a `ja`: nothing falls into it.
+    let after_ja = "mov %r0, 0\nmov %r5, 0\ntop:\nadd %r0, 3\nja skip\nnext:\nadd %r0, 1\n\
+                    skip:\nadd %r5, 1\njlt %r5, 10, top\njlt %r0, 50, next\nexit";
+    assert_eq!(heads(after_ja), [2, 4]);
+}
+
+/// Runs `src` with `globals` on the interpreter and the quick tier at every budget from
+/// 0 to what a full run uses: value, trap (kind and pc), fuel and memory agree at each,
+/// and block counts too.
+fn every_budget_with_globals(src: &str, globals: Vec<GlobalSection>) -> RunOutcome {
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = Program {
+        insns,
+        entry: 0,
+        globals,
+        name: "quick-test".into(),
+    };
+    let p = Arc::new(
+        verify(p, Arc::new(FunctionTable::conformance())).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
+        let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel,
+            counts,
+            ..RunOptions::default()
+        };
+        let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
+        (out, rw)
+    };
+    let full = run_at(&interp, 100_000, None);
+    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
+    for fuel in 0..=full.0.fuel_used {
+        assert_eq!(
+            run_at(&quick, fuel, None),
+            run_at(&interp, fuel, None),
+            "quick vs interpreter at budget {fuel}"
+        );
+    }
+    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
+    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
+    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
+    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
+    full.0
+}
+
+/// An access through a global's address at an offset the one pass cannot bound (a DFA's
+/// `next[state * 5 + class]`, the state loaded in the loop before) is checked against
+/// the section's length, not the region cache, and goes to the miss routine outside it:
+/// in range; past the table's end (a trap at the interpreter's pc); below its start (in
+/// no region); 2^32 past it (in the next section, which the interpreter reads and
+/// writes); and stores into a writable section: value, trap, fuel and memory agree at
+/// every budget.
+#[test]
+fn globals_at_unbounded_offsets_agree() {
+    let sections = |table_len: usize| {
+        vec![
+            GlobalSection {
+                name: ".rodata".into(),
+                data: (0..table_len).map(|i| (i * 3 % 8) as u8).collect(),
+                writable: false,
+            },
+            GlobalSection {
+                name: ".data".into(),
+                data: vec![5; 16],
+                writable: true,
+            },
+        ]
+    };
+    let dfa = |extra: &str| {
+        format!(
+            "mov %r0, 0\nmov %r5, 0\nmov %r6, 0\ntop:\nlddw %r7, 0x1600000000\n\
+             lddw %r9, 0x1700000000\nmov %r8, %r1\nadd %r8, %r6\nldxb %r3, [%r8+0]\nand %r3, 7\n\
+             mul %r5, 5\nadd %r5, %r3\nmov %r4, %r7\nadd %r4, %r5\n{extra}\
+             ldxb %r5, [%r4+0]\nadd %r0, %r5\nmov %r2, %r9\nadd %r2, %r5\nstxb [%r2+0], %r6\n\
+             add %r6, 1\njlt %r6, 20, top\nlddw %r9, 0x1700000000\nldxdw %r2, [%r9+8]\n\
+             add %r0, %r2\nexit"
+        )
+    };
+    // Every index is below 43: in range.
+    let out = every_budget_with_globals(&dfa(""), sections(43));
+    assert!(out.result.is_ok(), "{out:?}");
+    // A shorter table: some index reaches past its end.
+    let out = every_budget_with_globals(&dfa(""), sections(30));
+    assert!(out.result.is_err(), "{out:?}");
+    // Below the table's start: region 0x15, unmapped.
+    let out = every_budget_with_globals(&dfa("add %r4, -8\n"), sections(43));
+    assert!(out.result.is_err(), "{out:?}");
+    // 2^32 on: the next section (16 bytes), read where the index stays in it.
+    let out = every_budget_with_globals(
+        &dfa(
+            "mov %r2, %r5\nand %r2, 15\nlddw %r4, 0x100000000\nadd %r2, %r4\n\
+              mov %r4, %r7\nadd %r4, %r2\n",
+        ),
+        sections(43),
     );
     assert!(out.result.is_ok(), "{out:?}");
 }

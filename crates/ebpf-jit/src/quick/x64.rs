@@ -36,16 +36,31 @@ impl Reg {
     }
 }
 
-/// A memory operand `[base + disp]`.
+/// A memory operand `[base + index + disp]` (no index, or one scaled by 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Mem {
     pub base: Reg,
+    pub index: Option<Reg>,
     pub disp: i32,
 }
 
 /// `[base + disp]`.
 pub(crate) fn mem(base: Reg, disp: i32) -> Mem {
-    Mem { base, disp }
+    Mem {
+        base,
+        index: None,
+        disp,
+    }
+}
+
+/// `[base + index + disp]`; `index` is not rsp (which a SIB byte cannot name as one).
+pub(crate) fn mem_index(base: Reg, index: Reg, disp: i32) -> Mem {
+    assert_ne!(index, RSP, "rsp is no index");
+    Mem {
+        base,
+        index: Some(index),
+        disp,
+    }
 }
 
 /// The r/m operand of an instruction.
@@ -213,11 +228,15 @@ impl Asm {
         if p66 {
             self.byte(0x66);
         }
-        let base = match rm {
-            Rm::Reg(r) => r,
-            Rm::Mem(m) => m.base,
+        let (base, index) = match rm {
+            Rm::Reg(r) => (r, None),
+            Rm::Mem(m) => (m.base, m.index),
         };
-        let rex = 0x40 | (u8::from(wide) << 3) | (((reg >> 3) & 1) << 2) | base.high();
+        let rex = 0x40
+            | (u8::from(wide) << 3)
+            | (((reg >> 3) & 1) << 2)
+            | (index.map_or(0, Reg::high) << 1)
+            | base.high();
         if rex != 0x40 || byte_regs {
             self.byte(rex);
         }
@@ -234,10 +253,19 @@ impl Asm {
                     Some(_) => (0x40, 1),
                     None => (0x80, 4),
                 };
-                self.byte(mode | reg | base.low());
-                // rsp/r12 as a base need a SIB byte (no index).
-                if base.low() == 4 {
-                    self.byte(0x24);
+                match index {
+                    // A SIB byte: scale 1, the index, the base.
+                    Some(i) => {
+                        self.byte(mode | reg | 4);
+                        self.byte((i.low() << 3) | base.low());
+                    }
+                    None => {
+                        self.byte(mode | reg | base.low());
+                        // rsp/r12 as a base need a SIB byte (no index).
+                        if base.low() == 4 {
+                            self.byte(0x24);
+                        }
+                    }
                 }
                 match disp_len {
                     0 => {}
@@ -661,6 +689,24 @@ mod tests {
         assert_eq!(
             enc(|a| a.lea(R11, mem(RDI, 300))),
             [0x4c, 0x8d, 0x9f, 0x2c, 1, 0, 0]
+        );
+        // Base plus index: `movzx edx, byte [r11+r9]`, `mov eax, [r11+r9+0x10]`,
+        // `mov [rcx+r9-4], r8d`, and r13 as a base still with a displacement.
+        assert_eq!(
+            enc(|a| a.load(Load::U8, RDX, mem_index(R11, R9, 0))),
+            [0x43, 0x0f, 0xb6, 0x14, 0x0b]
+        );
+        assert_eq!(
+            enc(|a| a.load(Load::U32, RAX, mem_index(R11, R9, 16))),
+            [0x43, 0x8b, 0x44, 0x0b, 0x10]
+        );
+        assert_eq!(
+            enc(|a| a.store(4, mem_index(RCX, R9, -4), R8)),
+            [0x46, 0x89, 0x44, 0x09, 0xfc]
+        );
+        assert_eq!(
+            enc(|a| a.mov_rm(RSI, mem_index(R13, RAX, 0))),
+            [0x49, 0x8b, 0x74, 0x05, 0x00]
         );
     }
 
