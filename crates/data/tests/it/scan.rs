@@ -504,3 +504,67 @@ fn columns_whose_values_fit_4_bytes_are_staged_narrow_with_the_same_answers() {
     }
     dev.close().unwrap();
 }
+
+/// A crafted file whose raw blocks' zone maps (inline and in the directory, every
+/// checksum right) say the values fit 4 bytes when they do not: the scan stages the
+/// column narrow, and the device finds the first value over 4 bytes as it decodes, an
+/// error naming table, column and block, never a truncated value.
+#[test]
+fn a_zone_map_that_lies_about_4_bytes_is_an_error_not_a_truncated_value() {
+    use csx_host::proto::abi::colblock::{BlockHeader, BLOCK_HEADER_SIZE};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t");
+    let rows = 2 * u64::from(csx_data::encoding::BLOCK_ROWS);
+    let mut w =
+        TableWriter::create(&dir, "t", vec![ColumnSchema::new("v", ColumnType::Int64)]).unwrap();
+    // Values over the whole domain: raw blocks.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..rows {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.i64(0, x as i64).unwrap();
+    }
+    w.finish(&[]).unwrap();
+    let p = dir.join("v.col");
+    let mut bad = std::fs::read(&p).unwrap();
+    let (col, _) = EncodedColumn::open_local("t", "v", &p, ColumnType::Int64, rows).unwrap();
+    let dir0 = col.header.dir_offset as usize;
+    for (k, b) in col.blocks.iter().enumerate() {
+        let at = b.at as usize;
+        let mut h = BlockHeader::parse(&bad[at..at + BLOCK_HEADER_SIZE]).unwrap();
+        assert_eq!(h.encoding, 0, "the test needs raw blocks");
+        (h.min, h.max) = (-5, 5);
+        let lie = h.encode();
+        bad[at..at + BLOCK_HEADER_SIZE].copy_from_slice(&lie);
+        let d = dir0 + k * BLOCK_HEADER_SIZE;
+        bad[d..d + BLOCK_HEADER_SIZE].copy_from_slice(&lie);
+    }
+    let dev = crate::device(&tmp.path().join("dev"));
+    csx_data::put::put_dir(&dev, &dir, "/t", &mut |_, _| {}).unwrap();
+    dev.put_bytes("/t/v.col", &bad).unwrap();
+    for engine in [EngineKind::Interpreter, EngineKind::Jit] {
+        let opts = ScanOptions {
+            engine,
+            ..Default::default()
+        };
+        let e = scan(&dev, "/t", &["v"], &[], &opts).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(
+                e,
+                csx_data::DataError::CorruptBlock {
+                    block: 0,
+                    part: "data",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("table t, column v, block 0") && text.contains("outside 4 bytes"),
+            "{text}"
+        );
+    }
+    dev.close().unwrap();
+}
