@@ -317,29 +317,46 @@ fn atomics_write_back_where_the_interpreter_does() {
 fn agree_at_every_budget(src: &str) -> RunOutcome {
     let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
     let p = verified(insns).expect("verifies");
-    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let interp = Interpreter::new(p.clone());
-    let run_at = |engine: &dyn Engine, fuel: u64| {
+    let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
         let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
         let mut map = MemoryMap::new();
         let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
         let opts = RunOptions {
             fuel,
+            counts,
             ..RunOptions::default()
         };
         let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
         (out, rw)
     };
-    let full = run_at(&interp, 100_000);
-    assert_eq!(run_at(&quick, 100_000), full, "quick vs interpreter");
+    quick_matches_at_every_budget(&p, run_at)
+}
+
+/// The every-budget comparison the helpers above share: `p` compiled by the quick tier
+/// and interpreted, each run by `run_at` (engine, budget, block counts to fill or none).
+/// At a generous budget and at every budget from 0 to what the full run uses, value,
+/// trap (kind and pc), fuel and memory agree; counted, so do block counts. Returns the
+/// full run's outcome.
+fn quick_matches_at_every_budget(
+    p: &Arc<VerifiedProgram>,
+    run_at: impl Fn(&dyn Engine, u64, Option<&ExecCounts>) -> (RunOutcome, Vec<u8>),
+) -> RunOutcome {
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let full = run_at(&interp, 100_000, None);
+    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
     for fuel in 0..=full.0.fuel_used {
         assert_eq!(
-            run_at(&quick, fuel),
-            run_at(&interp, fuel),
+            run_at(&quick, fuel, None),
+            run_at(&interp, fuel, None),
             "quick vs interpreter at budget {fuel}"
         );
     }
-    agree(&p);
+    // The counting variant: the same outcome and block counts.
+    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
+    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
+    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
+    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
     full.0
 }
 
@@ -429,8 +446,6 @@ impl HelperHost for RemapHost {
 fn every_budget_with_regions(src: &str) -> RunOutcome {
     let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
     let p = verified(insns).expect("verifies");
-    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let interp = Interpreter::new(p.clone());
     let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
         let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
         let mut map = MemoryMap::new();
@@ -444,21 +459,7 @@ fn every_budget_with_regions(src: &str) -> RunOutcome {
         let out = engine.run(&mut map, [a, 64, b, 0, 0], &opts, &mut RemapHost);
         (out, rw)
     };
-    let full = run_at(&interp, 100_000, None);
-    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
-    for fuel in 0..=full.0.fuel_used {
-        assert_eq!(
-            run_at(&quick, fuel, None),
-            run_at(&interp, fuel, None),
-            "quick vs interpreter at budget {fuel}"
-        );
-    }
-    // The counting variant: the same outcome and block counts.
-    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
-    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
-    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
-    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
-    full.0
+    quick_matches_at_every_budget(&p, run_at)
 }
 
 fn trap_pc(out: &RunOutcome) -> u32 {
@@ -762,8 +763,6 @@ fn every_budget_with_globals(src: &str, globals: Vec<GlobalSection>) -> RunOutco
     let p = Arc::new(
         verify(p, Arc::new(FunctionTable::conformance())).unwrap_or_else(|e| panic!("{e}")),
     );
-    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
-    let interp = Interpreter::new(p.clone());
     let run_at = |engine: &dyn Engine, fuel: u64, counts: Option<&ExecCounts>| {
         let mut rw: Vec<u8> = (0..64).map(|i| i * 3 + 1).collect();
         let mut map = MemoryMap::new();
@@ -776,20 +775,7 @@ fn every_budget_with_globals(src: &str, globals: Vec<GlobalSection>) -> RunOutco
         let out = engine.run(&mut map, [a, 64, 0, 0, 0], &opts, &mut ConformanceHost);
         (out, rw)
     };
-    let full = run_at(&interp, 100_000, None);
-    assert_eq!(run_at(&quick, 100_000, None), full, "quick vs interpreter");
-    for fuel in 0..=full.0.fuel_used {
-        assert_eq!(
-            run_at(&quick, fuel, None),
-            run_at(&interp, fuel, None),
-            "quick vs interpreter at budget {fuel}"
-        );
-    }
-    let (by_interp, by_quick) = (ExecCounts::new(p.blocks()), ExecCounts::new(p.blocks()));
-    assert_eq!(run_at(&interp, 100_000, Some(&by_interp)), full);
-    assert_eq!(run_at(&quick, 100_000, Some(&by_quick)), full, "counted");
-    assert_eq!(by_quick.values(), by_interp.values(), "block counts");
-    full.0
+    quick_matches_at_every_budget(&p, run_at)
 }
 
 /// An access through a global's address at an offset the one pass cannot bound (a DFA's
