@@ -413,14 +413,8 @@ fn plan_layout(
         });
         at += chunk * c.ty.width();
     }
-    let mut order: Vec<usize> = (0..projected.len()).collect();
-    order.sort_by_key(|&j| std::cmp::Reverse(projected[j].ty.width()));
-    let mut segments = vec![0; projected.len()];
-    let mut at = 0;
-    for &j in &order {
-        segments[j] = at;
-        at += chunk * projected[j].ty.width();
-    }
+    let widths: Vec<u64> = projected.iter().map(|c| c.ty.width()).collect();
+    let (segments, _) = output_segments(&widths, chunk);
     for (j, c) in projected.iter().enumerate() {
         let input = (inputs.iter())
             .position(|i| i.name == c.name)
@@ -486,19 +480,28 @@ fn narrow_inputs(layout: &mut Layout, inputs: &[ColumnSchema], files: &[Arc<Devi
     }
     debug_assert!(at <= layout.in_bytes, "narrowing never grows the inputs");
     layout.in_bytes = at;
-    let width = |o: &Output| layout.inputs[o.input].width;
-    let mut order: Vec<usize> = (0..layout.outputs.len()).collect();
-    order.sort_by_key(|&j| std::cmp::Reverse(width(&layout.outputs[j])));
-    let mut segments = vec![0; layout.outputs.len()];
-    let mut at = 0;
-    for &j in &order {
-        segments[j] = at;
-        at += chunk * width(&layout.outputs[j]);
-    }
+    let widths: Vec<u64> = (layout.outputs.iter())
+        .map(|o| layout.inputs[o.input].width)
+        .collect();
+    let (segments, out_bytes) = output_segments(&widths, chunk);
     for (o, s) in layout.outputs.iter_mut().zip(segments) {
         o.segment = s;
     }
-    layout.out_bytes = at;
+    layout.out_bytes = out_bytes;
+}
+
+/// The output window's layout for outputs of `widths` bytes a value, `chunk` rows each:
+/// each output's segment (widest first, so every segment is aligned) and the bytes in all.
+fn output_segments(widths: &[u64], chunk: u64) -> (Vec<u64>, u64) {
+    let mut order: Vec<usize> = (0..widths.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(widths[j]));
+    let mut segments = vec![0; widths.len()];
+    let mut at = 0;
+    for &j in &order {
+        segments[j] = at;
+        at += chunk * widths[j];
+    }
+    (segments, at)
 }
 
 /// Kept values of `staged` bytes each (`bytes`) as values of column type `ty`'s width:
