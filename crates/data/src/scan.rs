@@ -1037,6 +1037,28 @@ impl<'d> Scanner<'d> {
         result
     }
 
+    /// Each chunk of `chunks`, run from buffer set `set`: its first row, its rows, its
+    /// input window and its output window.
+    fn batch_windows(
+        &self,
+        chunks: std::ops::Range<u64>,
+        set: u64,
+    ) -> Vec<(u64, u64, MemHandle, MemHandle)> {
+        let base = (set * self.slots) as usize;
+        (chunks.enumerate())
+            .map(|(i, c)| {
+                let first = c * self.chunk;
+                let rows = self.chunk.min(self.schema.rows - first);
+                (
+                    first,
+                    rows,
+                    self.input_of(c, base + i),
+                    self.buffers[base + i].1,
+                )
+            })
+            .collect()
+    }
+
     fn run_staged(&mut self, pind: ProgramIndex, current: Staged) -> Result<(), DataError> {
         let Staged {
             start,
@@ -1049,21 +1071,7 @@ impl<'d> Scanner<'d> {
         if self.sets == 2 && after < self.chunks && !self.resident_staged() {
             self.staged = Some(self.stage(after, 1 - set)?);
         }
-        let base = (set * self.slots) as usize;
-        let batch: Vec<(u64, u64, MemHandle, MemHandle)> = (start..after)
-            .enumerate()
-            .map(|(i, c)| {
-                let first = c * self.chunk;
-                let output = self.buffers[base + i].1;
-                let input = self.input_of(c, base + i);
-                (
-                    first,
-                    self.chunk.min(self.schema.rows - first),
-                    input,
-                    output,
-                )
-            })
-            .collect();
+        let batch = self.batch_windows(start..after, set);
         let runs: Vec<_> = batch
             .iter()
             .map(|&(_, rows, input, output)| {

@@ -769,9 +769,8 @@ pub fn decode_blocks_as(
     let mut at = 0usize;
     let mut row = 0u64; // first row of the block at `at`
     let mut written = 0usize; // bytes of out written
-    let mut width = 0usize;
-    // The blocks' own width (the first block's), which every block must have.
-    let mut own = 0u8;
+    let mut width = 0usize; // of the values written
+    let mut own = 0u8; // the first block's width, which every block must have
     while written < out.len() || width == 0 {
         if stop() {
             return Ok(None);
@@ -782,20 +781,18 @@ pub fn decode_blocks_as(
             if out.is_empty() && at == src.len() {
                 return Ok(Some(0));
             }
-            return Err(bad(
-                BlockPart::Header,
-                format!(
-                    "the input ends ({} bytes) before row {} of {} asked",
-                    src.len(),
-                    first.saturating_add((written / width.max(1)) as u64),
-                    first.saturating_add((out.len() / width.max(1)) as u64)
-                ),
-            ));
+            let rows = |bytes: usize| first.saturating_add((bytes / width.max(1)) as u64);
+            let (from, last) = (rows(written), rows(out.len()));
+            let message = format!(
+                "the input ends ({} bytes) before row {from} of {last} asked",
+                src.len()
+            );
+            return Err(bad(BlockPart::Header, message));
         }
         let h = BlockHeader::parse(rest).map_err(|m| bad(BlockPart::Header, m))?;
         if width == 0 {
             own = h.width;
-            width = usize::from(if as_width == 0 { h.width } else { as_width }).max(1);
+            width = usize::from(if as_width == 0 { h.width } else { as_width });
             if out.is_empty() {
                 return Ok(Some(0));
             }
