@@ -1820,6 +1820,35 @@ impl Emitter<'_> {
 
     /// Emits every stub: their positions, and the jumps still to bind to the memory-trap
     /// and the set-trap paths.
+    /// A [`Stub::BackEdge`]'s out-of-line part: the compare again; not taken, the
+    /// charge undone and back to the fall-through; taken, the refill and on to the head.
+    fn back_edge_stub(
+        &mut self,
+        pc: u32,
+        (compare, invert): (u32, bool),
+        cost: i32,
+        target: u32,
+        back: usize,
+    ) -> EResult<()> {
+        let insn = self.insns[compare as usize];
+        let mut cc = self.condition(compare, &insn)?;
+        if invert {
+            cc = cc.invert();
+        }
+        let wide = insn.class() == CLASS_JMP;
+        self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
+        let taken = self.a.jcc_rel32(cc);
+        self.a
+            .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost);
+        let at = self.a.jmp_rel32();
+        self.a.patch_rel32(at, back);
+        self.a.bind_here(taken);
+        self.call_refill(pc);
+        let at = self.a.jmp_rel32();
+        self.fixups.push((at, Target::Slot(target), pc));
+        Ok(())
+    }
+
     fn emit_stubs(&mut self) -> EResult<(Vec<usize>, Vec<usize>, Vec<usize>)> {
         let mut stub_pos = Vec::with_capacity(self.stubs.len());
         let to_mem_trap = Vec::new();
@@ -1844,24 +1873,7 @@ impl Emitter<'_> {
                     cost,
                     target,
                     back,
-                } => {
-                    let insn = self.insns[compare as usize];
-                    let mut cc = self.condition(compare, &insn)?;
-                    if invert {
-                        cc = cc.invert();
-                    }
-                    let wide = insn.class() == CLASS_JMP;
-                    self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
-                    let taken = self.a.jcc_rel32(cc);
-                    self.a
-                        .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost);
-                    let at = self.a.jmp_rel32();
-                    self.a.patch_rel32(at, back);
-                    self.a.bind_here(taken);
-                    self.call_refill(pc);
-                    let at = self.a.jmp_rel32();
-                    self.fixups.push((at, Target::Slot(target), pc));
-                }
+                } => self.back_edge_stub(pc, (compare, invert), cost, target, back)?,
                 Stub::Miss {
                     pc,
                     size,
