@@ -634,10 +634,10 @@ impl Plan {
     }
 }
 
-/// What a resident entry for `plan` holds: its key (the table, the staged columns in
-/// input order, the chunk size and the rows), each chunk's input window bytes, and
-/// the files it is staged from (the schema first); `None` when the scan runs no chunk.
-fn resident_plan_of(table_dir: &str, plan: &Plan) -> Option<(String, Vec<u64>, Vec<String>)> {
+/// The resident entry a scan of `plan` may keep: its key (the table, the staged columns
+/// in input order, the chunk size and the rows) and the files it is staged from (the
+/// schema first); `None` when the scan runs no chunk.
+fn resident_key_of(table_dir: &str, plan: &Plan) -> Option<(String, Vec<String>)> {
     if plan.chunks == 0 {
         return None;
     }
@@ -645,11 +645,10 @@ fn resident_plan_of(table_dir: &str, plan: &Plan) -> Option<(String, Vec<u64>, V
     let names: Vec<&str> = plan.inputs.iter().map(|c| c.name.as_str()).collect();
     let chunk = plan.layout.chunk_rows;
     let key = format!("{dir}|{}|{chunk}|{}", names.join(","), plan.schema.rows);
-    let sizes = vec![plan.layout.in_bytes.max(64); plan.chunks as usize];
     let files = std::iter::once(join(dir, SCHEMA_FILE))
         .chain(plan.inputs.iter().map(|c| join(dir, &c.file_name())))
         .collect();
-    Some((key, sizes, files))
+    Some((key, files))
 }
 
 impl<'d> Scanner<'d> {
@@ -681,14 +680,15 @@ impl<'d> Scanner<'d> {
     ) -> Result<(Scanner<'d>, Option<resident::Lease>), DataError> {
         let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
         let mut m = Meter::default();
-        let mut lease = match resident_plan_of(table_dir, &plan) {
-            Some((key, sizes, files)) => keeper.acquire(&key, &sizes, &files, &mut m)?,
+        let target = resident_key_of(table_dir, &plan);
+        // A staged entry serves the scan with the files it was staged from; without one,
+        // the files are read first, so the entry is sized by what the scan stages
+        // (narrowed columns: `narrow_inputs`).
+        let mut lease = match &target {
+            Some((key, files)) => keeper.reuse(key, files, &mut m)?,
             None => None,
         };
-        let known = lease
-            .as_ref()
-            .filter(|l| l.staged)
-            .and_then(|l| l.columns.clone());
+        let known = lease.as_ref().and_then(|l| l.columns.clone());
         let mut sc = match Scanner::with_inputs(session, table_dir, plan, opts, known) {
             Ok(sc) => sc,
             Err(e) => {
@@ -698,6 +698,15 @@ impl<'d> Scanner<'d> {
                 return Err(e);
             }
         };
+        let sizes = vec![sc.layout.in_bytes.max(64); sc.chunks as usize];
+        if let Some(mut l) = lease.take_if(|l| l.bytes != sizes.iter().sum::<u64>()) {
+            // Staged at other sizes than this scan's: staged again, into windows of its own.
+            l.staged = false;
+            keeper.release(l, false, None);
+        }
+        if let (None, Some((key, files))) = (&lease, &target) {
+            lease = keeper.acquire(key, &sizes, files, &mut m)?;
+        }
         if let Some(l) = &lease {
             sc.use_resident(l.chunks.clone(), l.staged);
         }
@@ -788,7 +797,7 @@ impl<'d> Scanner<'d> {
     }
 
     /// Reads chunk `c`'s inputs from `chunks[c]` (a resident entry's, of the sizes
-    /// [`Scanner::resident_plan`] gave) instead of buffers of its own: `staged` says
+    /// `open_kept`'s sizes) instead of buffers of its own: `staged` says
     /// they hold the staged columns already (nothing is staged), else the scan stages
     /// into them, every block (a zone map skips none: the entry serves any predicate).
     /// Call before the first chunk (and before [`Scanner::window_sizes`]).

@@ -3,7 +3,7 @@
 //! nothing and only runs its program over them.
 //!
 //! An entry holds, per chunk of a scan's plan (the table, the staged columns in the
-//! program's input order, the chunk size and the row count: [`crate::Scanner::resident_plan`]),
+//! program's input order, the chunk size and the row count),
 //! the chunk's input window exactly as a fresh scan stages it, every block included (a
 //! zone map skips nothing when staging into an entry), so any predicate over the same
 //! columns may reuse it. The programs differ per predicate; the staged values do not.
@@ -63,6 +63,8 @@ pub struct Lease {
     pub key: String,
     pub chunks: Vec<MemHandle>,
     pub staged: bool,
+    /// Bytes of `chunks`, summed (each chunk's window at least 64).
+    pub bytes: u64,
     pub windows: Vec<MemHandle>,
     /// With `staged`, the staged columns' files as opened when they were staged.
     pub columns: Option<Vec<Arc<DeviceColumn>>>,
@@ -76,6 +78,7 @@ impl Lease {
             key: String::new(),
             chunks: Vec::new(),
             staged: false,
+            bytes: 0,
             windows,
             columns: None,
         }
@@ -140,8 +143,50 @@ impl<'d> ResidentScans<'d> {
         self.used_bytes
     }
 
+    /// Bytes the entries' staged inputs take (the rest of [`ResidentScans::kept_bytes`]
+    /// is windows lent to scans).
+    pub fn entry_bytes(&self) -> u64 {
+        self.entries.values().map(|e| e.bytes).sum()
+    }
+
     pub fn entries(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The entry `key`, staged from `files` and unchanged since, for a scan that stages
+    /// nothing; `None` when there is none or another scan holds it (the scan then reads
+    /// its files and asks [`ResidentScans::acquire`] for an entry of its own sizes). What
+    /// the check cost is added to `meter`.
+    pub fn reuse(
+        &mut self,
+        key: &str,
+        files: &[String],
+        meter: &mut Meter,
+    ) -> Result<Option<Lease>, DataError> {
+        let usable = |e: &Kept| !e.busy && e.staged && e.files == files;
+        if !self.keeps_inputs || !self.entries.get(key).is_some_and(usable) {
+            return Ok(None);
+        }
+        let before = self.session.meter;
+        let unchanged = self.files_unchanged(files);
+        meter.add(&self.session.meter.since(&before));
+        let unchanged = unchanged?;
+        self.clock += 1;
+        let e = self.entries.get_mut(key).expect("checked above");
+        e.used = self.clock;
+        e.staged = unchanged;
+        if !unchanged {
+            return Ok(None);
+        }
+        e.busy = true;
+        Ok(Some(Lease {
+            key: key.to_string(),
+            chunks: e.chunks.clone(),
+            staged: true,
+            bytes: e.bytes,
+            windows: Vec::new(),
+            columns: e.columns.clone(),
+        }))
     }
 
     /// The entry `key` for a scan (`sizes`: bytes of each chunk's input window;
@@ -291,6 +336,7 @@ impl<'d> ResidentScans<'d> {
                     key: key.to_string(),
                     chunks: e.chunks.clone(),
                     staged: e.staged,
+                    bytes,
                     windows: Vec::new(),
                     columns: e.columns.clone().filter(|_| e.staged),
                 }));
@@ -332,6 +378,7 @@ impl<'d> ResidentScans<'d> {
             key: key.to_string(),
             chunks,
             staged: false,
+            bytes,
             windows: Vec::new(),
             columns: None,
         }))

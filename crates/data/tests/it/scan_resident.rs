@@ -91,6 +91,35 @@ fn resident_scans_reuse_staged_inputs_for_any_predicate() {
 }
 
 #[test]
+fn an_entry_is_sized_by_the_widths_it_stages() {
+    // Every value of the i64 `k` fits 4 bytes, so it is staged at 4 bytes a row (as the
+    // i32 `v` is), and its entry takes as much device memory as `v`'s, not twice it.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, local) = setup(tmp.path());
+    let mut keeper = ResidentScans::new(Session::new(&dev), 64 << 20);
+    let mut entry_bytes = Vec::new();
+    for (col, cmp) in [("k", Cmp::Gt(250_000)), ("v", Cmp::Gt(400))] {
+        let p = [Predicate::new(col, cmp)];
+        let before = keeper.entry_bytes();
+        for i in 0..2 {
+            let r = scan_kept(&dev, "/t", &[col], &p, &OPTS, Some(&mut keeper)).unwrap();
+            assert_eq!(
+                values(&r),
+                scan_local(&local, &[col], &p).unwrap(),
+                "{col} {i}"
+            );
+            assert_eq!(r.reused, i == 1, "{col} {i}");
+        }
+        entry_bytes.push(keeper.entry_bytes() - before);
+    }
+    let rows = 5 * u64::from(csx_data::encoding::BLOCK_ROWS) + 123;
+    assert!(entry_bytes[1] >= rows * 4, "{entry_bytes:?}");
+    assert_eq!(entry_bytes[0], entry_bytes[1], "k's entry and v's");
+    keeper.close().unwrap();
+    dev.close().unwrap();
+}
+
+#[test]
 fn scans_through_a_windows_only_keeper_stage_into_kept_windows() {
     let tmp = tempfile::tempdir().unwrap();
     let (dev, local) = setup(tmp.path());
