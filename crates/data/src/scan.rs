@@ -680,13 +680,17 @@ impl<'d> Scanner<'d> {
     ) -> Result<(Scanner<'d>, Option<resident::Lease>), DataError> {
         let plan = Plan::new(&mut session, table_dir, columns, predicates, opts)?;
         let mut m = Meter::default();
-        let target = resident_key_of(table_dir, &plan);
         // A staged entry serves the scan with the files it was staged from; without one,
-        // the files are read first, so the entry is sized by what the scan stages
-        // (narrowed columns: `narrow_inputs`).
-        let mut lease = match &target {
-            Some((key, files)) => keeper.reuse(key, files, &mut m)?,
-            None => None,
+        // the files are read first (after their sentinels: `reuse`), so the entry is sized
+        // by what the scan stages (narrowed columns: `narrow_inputs`).
+        let found = match resident_key_of(table_dir, &plan) {
+            Some((key, files)) => keeper.reuse(&key, &files, &mut m)?,
+            None => resident::Reuse::Nothing,
+        };
+        let (mut lease, checked) = match found {
+            resident::Reuse::Staged(l) => (Some(l), None),
+            resident::Reuse::Checked(c) => (None, Some(c)),
+            resident::Reuse::Nothing => (None, None),
         };
         let known = lease.as_ref().and_then(|l| l.columns.clone());
         let mut sc = match Scanner::with_inputs(session, table_dir, plan, opts, known) {
@@ -700,12 +704,13 @@ impl<'d> Scanner<'d> {
         };
         let sizes = vec![sc.layout.in_bytes.max(64); sc.chunks as usize];
         if let Some(mut l) = lease.take_if(|l| l.bytes != sizes.iter().sum::<u64>()) {
-            // Staged at other sizes than this scan's: staged again, into windows of its own.
+            // Staged at other sizes than this scan's (never, for unchanged files): this
+            // scan stages into windows of its own, and the next one into a new entry.
             l.staged = false;
             keeper.release(l, false, None);
         }
-        if let (None, Some((key, files))) = (&lease, &target) {
-            lease = keeper.acquire(key, &sizes, files, &mut m)?;
+        if let Some(c) = checked {
+            lease = keeper.acquire(c, &sizes, &mut m)?;
         }
         if let Some(l) = &lease {
             sc.use_resident(l.chunks.clone(), l.staged);

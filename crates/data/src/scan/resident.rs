@@ -90,6 +90,25 @@ impl Lease {
     }
 }
 
+/// What [`ResidentScans::reuse`] found for a scan.
+#[derive(Debug)]
+pub enum Reuse {
+    /// The entry, staged and unchanged: the scan stages nothing.
+    Staged(Lease),
+    /// The files were checked: [`ResidentScans::acquire`] gives the scan an entry to
+    /// stage into once it knows its sizes.
+    Checked(Checked),
+    /// Nothing is kept for this scan (a keeper of windows only, or the entry is in use).
+    Nothing,
+}
+
+/// A scan's entry and files, their sentinels copied before the scan opened the files.
+#[derive(Debug)]
+pub struct Checked {
+    key: String,
+    files: Vec<String>,
+}
+
 /// A kept output window: its allocation, bytes, and whether a scan holds it.
 #[derive(Debug)]
 struct Scratch {
@@ -153,34 +172,41 @@ impl<'d> ResidentScans<'d> {
         self.entries.len()
     }
 
-    /// The entry `key`, staged from `files` and unchanged since, for a scan that stages
-    /// nothing; `None` when there is none or another scan holds it (the scan then reads
-    /// its files and asks [`ResidentScans::acquire`] for an entry of its own sizes). What
-    /// the check cost is added to `meter`.
+    /// What the keeper has for a scan of entry `key` staged from `files`, their sentinels
+    /// copied first (before the scan opens the files, so a write after this check is
+    /// seen by the next one): the entry, staged and unchanged since, for a scan that
+    /// stages nothing; or the files checked, for [`ResidentScans::acquire`] once the scan
+    /// knows its sizes; or nothing to keep (a keeper of windows only, or another scan
+    /// holds the entry). What the check cost is added to `meter`.
     pub fn reuse(
         &mut self,
         key: &str,
         files: &[String],
         meter: &mut Meter,
-    ) -> Result<Option<Lease>, DataError> {
-        let usable = |e: &Kept| !e.busy && e.staged && e.files == files;
-        if !self.keeps_inputs || !self.entries.get(key).is_some_and(usable) {
-            return Ok(None);
+    ) -> Result<Reuse, DataError> {
+        if !self.keeps_inputs || self.entries.get(key).is_some_and(|e| e.busy) {
+            return Ok(Reuse::Nothing);
         }
         let before = self.session.meter;
         let unchanged = self.files_unchanged(files);
         meter.add(&self.session.meter.since(&before));
         let unchanged = unchanged?;
         self.clock += 1;
-        let e = self.entries.get_mut(key).expect("checked above");
+        let checked = Checked {
+            key: key.to_string(),
+            files: files.to_vec(),
+        };
+        let Some(e) = self.entries.get_mut(key) else {
+            return Ok(Reuse::Checked(checked));
+        };
         e.used = self.clock;
-        e.staged = unchanged;
-        if !unchanged {
-            return Ok(None);
+        e.staged &= unchanged && e.files == files;
+        if !e.staged {
+            return Ok(Reuse::Checked(checked));
         }
         e.busy = true;
-        Ok(Some(Lease {
-            key: key.to_string(),
+        Ok(Reuse::Staged(Lease {
+            key: checked.key,
             chunks: e.chunks.clone(),
             staged: true,
             bytes: e.bytes,
@@ -189,22 +215,18 @@ impl<'d> ResidentScans<'d> {
         }))
     }
 
-    /// The entry `key` for a scan (`sizes`: bytes of each chunk's input window;
-    /// `files`: the files it is staged from), checked against its files; `None` when
-    /// it cannot be kept within the budget or another scan holds it. What the check
-    /// and the allocations cost is added to `meter`.
+    /// An entry to stage into for the scan [`ResidentScans::reuse`] checked (`sizes`:
+    /// bytes of each chunk's input window): the entry's memory when it has these sizes,
+    /// else new memory; `None` when it does not fit the budget. What allocating cost is
+    /// added to `meter`.
     pub fn acquire(
         &mut self,
-        key: &str,
+        checked: Checked,
         sizes: &[u64],
-        files: &[String],
         meter: &mut Meter,
     ) -> Result<Option<Lease>, DataError> {
-        if !self.keeps_inputs || self.entries.get(key).is_some_and(|e| e.busy) {
-            return Ok(None);
-        }
         let before = self.session.meter;
-        let out = self.acquire_free(key, sizes, files);
+        let out = self.acquire_free(&checked.key, sizes, &checked.files);
         meter.add(&self.session.meter.since(&before));
         out
     }
@@ -324,21 +346,19 @@ impl<'d> ResidentScans<'d> {
         sizes: &[u64],
         files: &[String],
     ) -> Result<Option<Lease>, DataError> {
-        let unchanged = self.files_unchanged(files)?;
-        self.clock += 1;
         let bytes: u64 = sizes.iter().map(|&b| b.max(64)).sum();
         if let Some(e) = self.entries.get_mut(key) {
             if e.bytes == bytes && e.files == files {
-                e.used = self.clock;
-                e.staged &= unchanged;
+                // Not staged ([`ResidentScans::reuse`] lent it otherwise): staged again.
+                e.staged = false;
                 e.busy = true;
                 return Ok(Some(Lease {
                     key: key.to_string(),
                     chunks: e.chunks.clone(),
-                    staged: e.staged,
+                    staged: false,
                     bytes,
                     windows: Vec::new(),
-                    columns: e.columns.clone().filter(|_| e.staged),
+                    columns: None,
                 }));
             }
             self.remove(key)?;

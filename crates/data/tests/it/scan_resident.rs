@@ -4,7 +4,8 @@
 
 use csx_data::columnar::{copy_as_raw, ColumnSchema, ColumnType, LocalTable, TableWriter, Values};
 use csx_data::predicate::{Cmp, Predicate};
-use csx_data::scan::resident::ResidentScans;
+use csx_data::ops::Meter;
+use csx_data::scan::resident::{ResidentScans, Reuse};
 use csx_data::scan::{scan, scan_kept, scan_local, ScanOptions};
 use csx_data::ScanResult;
 use csx_host::{Device, Session};
@@ -115,6 +116,34 @@ fn an_entry_is_sized_by_the_widths_it_stages() {
     let rows = 5 * u64::from(csx_data::encoding::BLOCK_ROWS) + 123;
     assert!(entry_bytes[1] >= rows * 4, "{entry_bytes:?}");
     assert_eq!(entry_bytes[0], entry_bytes[1], "k's entry and v's");
+    keeper.close().unwrap();
+    dev.close().unwrap();
+}
+
+#[test]
+fn a_write_while_a_scan_opens_its_files_is_seen_by_the_next_scan() {
+    // The keeper checks an entry's files before the scan reads them (`reuse`), not after
+    // (`acquire` checks nothing): a write in between, which the scan's view of the
+    // file may miss, makes the next scan stage again.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dev, _) = setup(tmp.path());
+    let mut keeper = ResidentScans::new(Session::new(&dev), 64 << 20);
+    let files = vec!["/raw/v.col".to_string()];
+    let mut m = Meter::default();
+    let Reuse::Checked(checked) = keeper.reuse("e", &files, &mut m).unwrap() else {
+        panic!("a new entry is checked, not staged");
+    };
+    dev.write_file("/raw/v.col", 0, &7i32.to_le_bytes()).unwrap();
+    let lease = keeper.acquire(checked, &[4096], &mut m).unwrap().unwrap();
+    assert!(!lease.staged);
+    keeper.release(lease, true, None);
+    let Reuse::Checked(checked) = keeper.reuse("e", &files, &mut m).unwrap() else {
+        panic!("the write after the check makes the entry stale");
+    };
+    let lease = keeper.acquire(checked, &[4096], &mut m).unwrap().unwrap();
+    keeper.release(lease, true, None);
+    // Nothing written since: the entry serves the next scan.
+    assert!(matches!(keeper.reuse("e", &files, &mut m).unwrap(), Reuse::Staged(_)));
     keeper.close().unwrap();
     dev.close().unwrap();
 }
