@@ -3,8 +3,8 @@
 //! the table between two scans is seen by the second.
 
 use csx_data::columnar::{copy_as_raw, ColumnSchema, ColumnType, LocalTable, TableWriter, Values};
-use csx_data::predicate::{Cmp, Predicate};
 use csx_data::ops::Meter;
+use csx_data::predicate::{Cmp, Predicate};
 use csx_data::scan::resident::{ResidentScans, Reuse};
 use csx_data::scan::{scan, scan_kept, scan_local, ScanOptions};
 use csx_data::ScanResult;
@@ -133,7 +133,8 @@ fn a_write_while_a_scan_opens_its_files_is_seen_by_the_next_scan() {
     let Reuse::Checked(checked) = keeper.reuse("e", &files, &mut m).unwrap() else {
         panic!("a new entry is checked, not staged");
     };
-    dev.write_file("/raw/v.col", 0, &7i32.to_le_bytes()).unwrap();
+    dev.write_file("/raw/v.col", 0, &7i32.to_le_bytes())
+        .unwrap();
     let lease = keeper.acquire(checked, &[4096], &mut m).unwrap().unwrap();
     assert!(!lease.staged);
     keeper.release(lease, true, None);
@@ -143,7 +144,10 @@ fn a_write_while_a_scan_opens_its_files_is_seen_by_the_next_scan() {
     let lease = keeper.acquire(checked, &[4096], &mut m).unwrap().unwrap();
     keeper.release(lease, true, None);
     // Nothing written since: the entry serves the next scan.
-    assert!(matches!(keeper.reuse("e", &files, &mut m).unwrap(), Reuse::Staged(_)));
+    assert!(matches!(
+        keeper.reuse("e", &files, &mut m).unwrap(),
+        Reuse::Staged(_)
+    ));
     keeper.close().unwrap();
     dev.close().unwrap();
 }
