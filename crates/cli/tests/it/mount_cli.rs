@@ -190,7 +190,7 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
         .args(["fs", "mount", "--foreground"])
         .arg(&mnt)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(fs::File::create(tmp.path().join("mount.err")).unwrap())
         .spawn()
         .unwrap();
     wait_mounted(&mnt, &mut child);
@@ -236,7 +236,8 @@ fn umount_of_a_busy_mount_is_refused_unless_lazy_and_sigterm_unmounts() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(status.success(), "{status}");
+    let log = fs::read_to_string(tmp.path().join("mount.err")).unwrap_or_default();
+    assert!(status.success(), "{status}; the mount said: {log}");
     assert!(!mounted(&mnt));
     let out = csx()
         .env("CSX_DEVICE", &dev)
