@@ -291,63 +291,7 @@ pub(crate) fn emit_program(
         if heads[pc] {
             e.a.align_with_nops(LOOP_HEAD_ALIGN);
         }
-        e.slot_pos[pc] = e.a.pos();
-        if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
-            e.count_block(b);
-        }
-        let insn = insns[pc];
-        if e.targets[pc] {
-            e.known = [Known::NOTHING; 10];
-        }
-        let leader = e.targets[pc] || blocks.is_some_and(|m| m.block_at(pc as u32).is_some());
-        if leader || !e.keeps_proven_host(&insn) {
-            e.proven_host = None;
-        }
-        if let Some(next) = insns.get(pc + 1) {
-            let leader =
-                e.targets[pc + 1] || blocks.is_some_and(|m| m.block_at(pc as u32 + 1).is_some());
-            if !leader && e.extension(&insn, next) {
-                if e.proven_host == Some(insn.dst) {
-                    e.proven_host = None;
-                }
-                e.learn(&insn, Some(next));
-                e.slot_pos[pc + 1] = e.a.pos();
-                e.learn(next, insns.get(pc + 2));
-                pc += 2;
-                falls_through = true;
-                continue;
-            }
-        }
-        if let Some(next) = insns.get(pc + 1) {
-            if blocks.is_none()
-                && !e.targets[pc + 1]
-                && e.jump_over_back_edge(pc as u32, &insn, next)?
-            {
-                e.slot_pos[pc + 1] = e.a.pos();
-                pc += 2;
-                falls_through = true;
-                continue;
-            }
-        }
-        if e.group.is_none() {
-            if let Some(g) = e.find_group(pc, blocks) {
-                e.open_group(pc as u32, g);
-            }
-        }
-        let (next, falls) = e.insn(pc as u32, &insn)?;
-        if e.proven_host.is_some_and(|r| writes_register(&insn, r)) {
-            e.proven_host = None;
-        }
-        e.learn(&insn, insns.get(pc + 1));
-        if e.group.is_some_and(|g| g.last <= pc as u32) {
-            e.group = None;
-            let resume = e.a.pos();
-            if let Some(s) = e.slow.last_mut() {
-                s.resume = resume;
-            }
-        }
-        falls_through = falls;
-        pc = next as usize;
+        (pc, falls_through) = e.slot(pc, blocks)?;
     }
     if falls_through {
         // The verifier rules out reaching the end; should it happen anyway the run ends
@@ -486,6 +430,94 @@ fn writes_register(insn: &Insn, r: u8) -> bool {
         CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => insn.src == r || r == 0,
         CLASS_ST | CLASS_STX => false,
         _ => true,
+    }
+}
+
+/// The unsigned bound [`Emitter::learn_alu`] knows of ALU instruction `insn`'s result,
+/// from what is known of its destination `d` and source `s` before it.
+fn alu_bound(insn: &Insn, d: &Known, s: &Known) -> u64 {
+    let by_reg = insn.opc & SRC_X != 0;
+    let wide = insn.class() == CLASS_ALU64;
+    let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
+    let imm = if wide {
+        i64::from(insn.imm) as u64
+    } else {
+        u64::from(insn.imm as u32)
+    };
+    let bits = if wide { 64 } else { 32 };
+    let bd = d.bound.min(width);
+    match (insn.opc & 0xf0, by_reg) {
+        (ALU_AND, false) => bd.min(imm),
+        (ALU_AND, true) => bd.min(s.bound),
+        // Every bit set in either operand, at most.
+        (ALU_OR | ALU_XOR, _) => {
+            let bs = if by_reg { s.bound.min(width) } else { imm };
+            match bd | bs {
+                0 => 0,
+                x => u64::MAX >> x.leading_zeros(),
+            }
+        }
+        (ALU_RSH, false) => bd >> (imm % bits),
+        (ALU_LSH, false) => {
+            let k = (imm % bits) as u32;
+            if bd.leading_zeros() >= k + (64 - bits as u32) {
+                bd << k
+            } else {
+                width
+            }
+        }
+        (ALU_MOV, false) => imm,
+        (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
+        _ => width,
+    }
+}
+
+/// The [`Known`] address (base and offset range) of ALU instruction `insn`'s result:
+/// moved, a constant added or subtracted, or a bounded index added.
+fn alu_addr(insn: &Insn, d: &Known, s: &Known) -> Option<(Base, i64, i64)> {
+    let op = insn.opc & 0xf0;
+    match (insn.class() == CLASS_ALU64, op, insn.opc & SRC_X != 0) {
+        (true, ALU_MOV, true) if insn.off == 0 => s.addr,
+        (true, ALU_ADD | ALU_SUB, false) => d.addr.and_then(|(n, lo, hi)| {
+            let k = i64::from(insn.imm);
+            let k = if op == ALU_ADD { k } else { -k };
+            let (lo, hi) = (lo + k, hi + k);
+            (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+        }),
+        (true, ALU_ADD, true) => match (d.addr, s.addr) {
+            (Some(g), None) => Some((g, s.bound)),
+            (None, Some(g)) => Some((g, d.bound)),
+            _ => None,
+        }
+        .and_then(|((n, lo, hi), index)| {
+            let hi = i64::try_from(index).ok()?.checked_add(hi)?;
+            (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+        }),
+        _ => None,
+    }
+}
+
+/// The global section ALU instruction `insn`'s result is an address in at an offset
+/// the pass does not bound ([`Known::in_global`]; none where `has_addr`, the offset
+/// being known): through moves and adds of anything and constants.
+fn alu_in_global(insn: &Insn, has_addr: bool, d: &Known, s: &Known) -> Option<usize> {
+    let global = |k: &Known| match k.addr {
+        Some((Base::Global(n), ..)) => Some(n),
+        _ => k.in_global,
+    };
+    match (
+        insn.class() == CLASS_ALU64,
+        insn.opc & 0xf0,
+        insn.opc & SRC_X != 0,
+    ) {
+        _ if has_addr => None,
+        (true, ALU_MOV, true) if insn.off == 0 => global(s),
+        (true, ALU_ADD | ALU_SUB, false) => global(d),
+        (true, ALU_ADD, true) => match (global(d), global(s)) {
+            (Some(n), None) | (None, Some(n)) => Some(n),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -697,6 +729,81 @@ impl Emitter<'_> {
         let off = i32::try_from(b * 8).expect("a program has at most 2^20 slots");
         self.ctx_load(R11, offsets::COUNTS);
         self.a.alu_mi(Alu::Add, true, mem(R11, off), 1);
+    }
+
+    // ---- the pass ----------------------------------------------------------------------
+
+    /// Whether a block of the counting variant (`blocks`) starts at slot `pc`.
+    fn counted_leader(blocks: Option<&BlockMap>, pc: usize) -> bool {
+        blocks.is_some_and(|m| m.block_at(pc as u32).is_some())
+    }
+
+    /// Emits slot `pc` (or a fused pair from it) in [`emit_program`]'s pass: what is
+    /// known and the proven host address forgotten where they must be, a span group
+    /// opened where one starts and closed after its last member. Returns the next slot
+    /// and whether control may fall through to it.
+    fn slot(&mut self, pc: usize, blocks: Option<&BlockMap>) -> EResult<(usize, bool)> {
+        self.slot_pos[pc] = self.a.pos();
+        if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
+            self.count_block(b);
+        }
+        let insn = self.insns[pc];
+        if self.targets[pc] {
+            self.known = [Known::NOTHING; 10];
+        }
+        let leader = self.targets[pc] || Self::counted_leader(blocks, pc);
+        if leader || !self.keeps_proven_host(&insn) {
+            self.proven_host = None;
+        }
+        if self.fused_pair(pc, &insn, blocks)? {
+            return Ok((pc + 2, true));
+        }
+        if self.group.is_none() {
+            if let Some(g) = self.find_group(pc, blocks) {
+                self.open_group(pc as u32, g);
+            }
+        }
+        let (next, falls) = self.insn(pc as u32, &insn)?;
+        if self.proven_host.is_some_and(|r| writes_register(&insn, r)) {
+            self.proven_host = None;
+        }
+        self.learn(&insn, self.insns.get(pc + 1));
+        if self.group.is_some_and(|g| g.last <= pc as u32) {
+            self.group = None;
+            let resume = self.a.pos();
+            if let Some(s) = self.slow.last_mut() {
+                s.resume = resume;
+            }
+        }
+        Ok((next as usize, falls))
+    }
+
+    /// Slots `pc` and `pc + 1` emitted together where the second is no leader: a shift
+    /// pair as one extension ([`Emitter::extension`]), or `jcc +1; ja back` as one back
+    /// edge ([`Emitter::jump_over_back_edge`], uncounted code only). Returns whether
+    /// it emitted them.
+    fn fused_pair(&mut self, pc: usize, insn: &Insn, blocks: Option<&BlockMap>) -> EResult<bool> {
+        let Some(next) = self.insns.get(pc + 1) else {
+            return Ok(false);
+        };
+        let leader = self.targets[pc + 1] || Self::counted_leader(blocks, pc + 1);
+        if !leader && self.extension(insn, next) {
+            if self.proven_host == Some(insn.dst) {
+                self.proven_host = None;
+            }
+            self.learn(insn, Some(next));
+            self.slot_pos[pc + 1] = self.a.pos();
+            self.learn(next, self.insns.get(pc + 2));
+            return Ok(true);
+        }
+        if blocks.is_none()
+            && !self.targets[pc + 1]
+            && self.jump_over_back_edge(pc as u32, insn, next)?
+        {
+            self.slot_pos[pc + 1] = self.a.pos();
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     // ---- instructions ------------------------------------------------------------------
@@ -984,54 +1091,82 @@ impl Emitter<'_> {
         }
         // Every path below but the first sets r11 anew.
         let held = self.proven_host.take();
-        // Inside a global section, or the current frame, whatever the indexes (see the
-        // module doc): the region's host base plus the offset, `base + (v - vaddr)`.
-        if let Some(&Known {
-            addr: Some((region, lo, hi)),
-            ..
-        }) = self.known.get(usize::from(base))
-        {
-            // The accepted offsets from the region's base, as `[start, end)`.
-            let (start, end, idx) = match region {
-                Base::Global(n) => (
-                    0,
-                    self.globals[n].len(write) as i64,
-                    RegionIdx::GLOBALS_FIRST.0 as usize + n,
-                ),
-                Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
-            };
-            let off64 = i64::from(off);
-            let proven = lo + off64 >= start && hi + off64 + i64::from(size) <= end;
-            if proven {
-                self.proven_host = Some(base);
-                if held == Some(base) {
-                    return Ok(mem(R11, i32::from(off)));
-                }
-            }
-            if proven && region == Base::Fp {
-                self.a.mov_rr(true, R11, MAP[usize::from(base)]);
-                self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
-                return Ok(mem(R11, i32::from(off)));
-            }
-            if proven {
-                let row = (idx * RegionEntry::SIZE) as i32;
-                let vaddr = RegionIdx(idx as u32).vaddr(0);
-                let b = MAP[usize::from(base)];
-                self.ctx_load(R11, offsets::REGIONS);
-                let a = &mut self.a;
-                a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
-                a.mov_imm(R10, vaddr.wrapping_neg());
-                a.alu_rr(Alu::Add, true, R10, b);
-                a.alu_rr(Alu::Add, true, R11, R10);
-                return Ok(mem(R11, i32::from(off)));
-            }
+        if let Some(m) = self.proven_access(base, off, size, write, held) {
+            return Ok(m);
         }
         if let Some(m) = self.unbounded_global(pc, base, off, size, write) {
             return Ok(m);
         }
-        // The region cache: `addr - lo <= len - 8`, unsigned, then the host address
-        // `base + (addr - lo)`; a miss goes to the shared routine, which comes back with
-        // r11 set so that the same `add` gives the host address.
+        self.cached_access(pc, base, off, size, write)
+    }
+
+    /// An access through a register [`Known`] to be a global section's or the frame's
+    /// address at offsets all in range (see the module doc): the region's host base plus
+    /// the offset, `base + (v - vaddr)`, or r11 as it is where it still holds that
+    /// register's host address (`held`, [`Emitter::proven_host`]). `None` (nothing
+    /// emitted) when the register is no such address or the offsets are not all in
+    /// range.
+    fn proven_access(
+        &mut self,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+        held: Option<u8>,
+    ) -> Option<Mem> {
+        let Some(&Known {
+            addr: Some((region, lo, hi)),
+            ..
+        }) = self.known.get(usize::from(base))
+        else {
+            return None;
+        };
+        // The accepted offsets from the region's base, as `[start, end)`.
+        let (start, end, idx) = match region {
+            Base::Global(n) => (
+                0,
+                self.globals[n].len(write) as i64,
+                RegionIdx::GLOBALS_FIRST.0 as usize + n,
+            ),
+            Base::Fp => (-(STACK_FRAME_SIZE as i64), 0, RegionIdx::STACK.0 as usize),
+        };
+        let off64 = i64::from(off);
+        if lo + off64 < start || hi + off64 + i64::from(size) > end {
+            return None;
+        }
+        self.proven_host = Some(base);
+        if held == Some(base) {
+            return Some(mem(R11, i32::from(off)));
+        }
+        let b = MAP[usize::from(base)];
+        if region == Base::Fp {
+            self.a.mov_rr(true, R11, b);
+            self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+            return Some(mem(R11, i32::from(off)));
+        }
+        let row = (idx * RegionEntry::SIZE) as i32;
+        let vaddr = RegionIdx(idx as u32).vaddr(0);
+        self.ctx_load(R11, offsets::REGIONS);
+        let a = &mut self.a;
+        a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+        a.mov_imm(R10, vaddr.wrapping_neg());
+        a.alu_rr(Alu::Add, true, R10, b);
+        a.alu_rr(Alu::Add, true, R11, R10);
+        Some(mem(R11, i32::from(off)))
+    }
+
+    /// An access checked against its kind's region cache: `addr - lo <= len - 8`,
+    /// unsigned, then the host address `base + (addr - lo)`; a miss goes to a stub
+    /// ([`Stub::Miss`]), which comes back with r11 set so that the same `add` gives the
+    /// host address.
+    fn cached_access(
+        &mut self,
+        pc: u32,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+    ) -> EResult<Mem> {
         let b = self.src(pc, base)?;
         let c = cache(write);
         let a = &mut self.a;
@@ -1361,8 +1496,6 @@ impl Emitter<'_> {
 
     /// What is [`Known`] of an ALU instruction's result (not a byte swap).
     fn learn_alu(&self, insn: &Insn) -> Known {
-        let by_reg = insn.opc & SRC_X != 0;
-        let op = insn.opc & 0xf0;
         let get = |k: &[Known; 10], r: u8| match k.get(usize::from(r)) {
             Some(k) => *k,
             // r10 is its own frame's top for as long as anything is known.
@@ -1373,80 +1506,13 @@ impl Emitter<'_> {
             },
             None => Known::NOTHING,
         };
-        let wide = insn.class() == CLASS_ALU64;
-        let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
         let d = get(&self.known, insn.dst);
         let s = get(&self.known, insn.src);
-        let imm = if wide {
-            i64::from(insn.imm) as u64
-        } else {
-            u64::from(insn.imm as u32)
-        };
-        let bits = if wide { 64 } else { 32 };
-        let bd = d.bound.min(width);
-        let bound = match (op, by_reg) {
-            (ALU_AND, false) => bd.min(imm),
-            (ALU_AND, true) => bd.min(s.bound),
-            // Every bit set in either operand, at most.
-            (ALU_OR | ALU_XOR, _) => {
-                let bs = if by_reg { s.bound.min(width) } else { imm };
-                match bd | bs {
-                    0 => 0,
-                    x => u64::MAX >> x.leading_zeros(),
-                }
-            }
-            (ALU_RSH, false) => bd >> (imm % bits),
-            (ALU_LSH, false) => {
-                let k = (imm % bits) as u32;
-                if bd.leading_zeros() >= k + (64 - bits as u32) {
-                    bd << k
-                } else {
-                    width
-                }
-            }
-            (ALU_MOV, false) => imm,
-            (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
-            _ => width,
-        };
-        let addr = match (wide, op, by_reg) {
-            (true, ALU_MOV, true) if insn.off == 0 => s.addr,
-            (true, ALU_ADD | ALU_SUB, false) => d.addr.and_then(|(n, lo, hi)| {
-                let k = i64::from(insn.imm);
-                let k = if op == ALU_ADD { k } else { -k };
-                let (lo, hi) = (lo + k, hi + k);
-                (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
-                    .then_some((n, lo, hi))
-            }),
-            (true, ALU_ADD, true) => match (d.addr, s.addr) {
-                (Some(g), None) => Some((g, s.bound)),
-                (None, Some(g)) => Some((g, d.bound)),
-                _ => None,
-            }
-            .and_then(|((n, lo, hi), index)| {
-                let hi = i64::try_from(index).ok()?.checked_add(hi)?;
-                (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
-            }),
-            _ => None,
-        };
-        // The global an address came from, through adds of anything and constants.
-        let global = |k: &Known| match k.addr {
-            Some((Base::Global(n), ..)) => Some(n),
-            _ => k.in_global,
-        };
-        let in_global = match (wide, op, by_reg) {
-            _ if addr.is_some() => None,
-            (true, ALU_MOV, true) if insn.off == 0 => global(&s),
-            (true, ALU_ADD | ALU_SUB, false) => global(&d),
-            (true, ALU_ADD, true) => match (global(&d), global(&s)) {
-                (Some(n), None) | (None, Some(n)) => Some(n),
-                _ => None,
-            },
-            _ => None,
-        };
+        let addr = alu_addr(insn, &d, &s);
         Known {
-            bound,
+            bound: alu_bound(insn, &d, &s),
             addr,
-            in_global,
+            in_global: alu_in_global(insn, addr.is_some(), &d, &s),
         }
     }
 
