@@ -1600,8 +1600,10 @@ impl Emitter<'_> {
         a.mov_rr(true, RDX, R10);
         a.mov_imm(RSI, u64::from(op as u32) | (u64::from(size) << 32));
         a.mov_rr(true, RDI, R11);
-        a.mov_imm(RAX, atomic_callout as *const () as usize as u64);
-        a.call_r(RAX);
+        // Called through r9, so the read cache's base must be reloaded after it
+        // (whatever the callout's own code does with r9).
+        a.mov_imm(READ_BASE, atomic_callout as *const () as usize as u64);
+        a.call_r(READ_BASE);
         a.mov_rr(true, R11, RAX);
         for r in CALLER_SAVED.iter().rev() {
             a.pop(*r);
