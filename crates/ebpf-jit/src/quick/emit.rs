@@ -35,7 +35,11 @@
 //! exactly as `MemoryMap::translate` (index `addr >> 32` below `REGIONS_MAX`, then
 //! `(addr as u32) + size <= len` with the row's read or write length), fills the cache
 //! with the region (unless shorter than 8 bytes), and comes back with the host address;
-//! a failure records (pc, addr, size, write) and leaves. The precise kind (out of
+//! a failure records (pc, addr, size, write) and leaves. Before calling it, a miss's
+//! stub checks whether the access lies in the stack (whose row never changes during a
+//! run) and, if so, goes back with its host address without refilling the cache: a
+//! loop that reads its input and a stack array through a register the pass cannot
+//! place keeps the cache on the input ([`Emitter::miss_in_stack`]). The precise kind (out of
 //! bounds or read-only) is worked out after the run by `runtime::decode_trap`, as for
 //! the Cranelift tier. Both caches point at the stack at entry and after every helper
 //! call (a helper may remap regions; the stack itself never changes during a run, so
@@ -1953,6 +1957,7 @@ impl Emitter<'_> {
                     if !global {
                         self.a
                             .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+                        self.miss_in_stack(size, write, back);
                     }
                     self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
                     let at = self.a.call_rel32();
@@ -1971,6 +1976,34 @@ impl Emitter<'_> {
             }
         }
         Ok((stub_pos, to_mem_trap, to_set_trap))
+    }
+
+    /// The first part of a cache miss's stub (r11 the address): an access of `size` bytes
+    /// that lies in the stack goes back to the access at `back` with r11 its host address
+    /// minus the cache's base, as the miss routine would leave it, but without refilling
+    /// the cache. A loop that reads its input and the stack through registers the pass
+    /// cannot place (a pointer into a stack array kept across the loop's head) keeps the
+    /// cache on the input and pays this short path for its stack accesses, where the
+    /// two would evict each other on every iteration. The stack's row never changes
+    /// during a run and holds `STACK_SIZE` bytes for loads and stores, so this is
+    /// `MemoryMap::translate`'s answer for the stack; anything else falls through to the
+    /// miss routine. Clobbers r10.
+    fn miss_in_stack(&mut self, size: u8, write: bool, back: usize) {
+        let limit = STACK_SIZE as i32 - i32::from(size);
+        let a = &mut self.a;
+        a.mov_imm(R10, RegionIdx::STACK.vaddr(0).wrapping_neg());
+        a.alu_rr(Alu::Add, true, R10, R11);
+        a.alu_ri(Alu::Cmp, true, R10, limit);
+        let elsewhere = a.jcc_rel32(Cond::A);
+        a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+        if write {
+            a.alu_rm(Alu::Sub, true, R11, mem(CTX, CACHE_WRITE + CACHE_BASE));
+        } else {
+            a.alu_rr(Alu::Sub, true, R11, READ_BASE);
+        }
+        let at = a.jmp_rel32();
+        a.patch_rel32(at, back);
+        a.bind_here(elsewhere);
     }
 
     /// Calls the refill routine for a charge at `pc`. r9 (the read cache's base) and r10

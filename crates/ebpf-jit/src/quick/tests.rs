@@ -830,3 +830,37 @@ fn globals_at_unbounded_offsets_agree() {
     );
     assert!(out.result.is_ok(), "{out:?}");
 }
+
+/// A loop reading its input and a stack array through a register the pass cannot place
+/// (kept in a stack slot and loaded back, as clang spills a pointer): the read cache
+/// stays on the input, and the stack's accesses are served by the miss stub's stack
+/// check (`Emitter::miss_in_stack`) without refilling it; stores alternate the write
+/// cache the same way. Value, trap pc, fuel and memory are the interpreter's at every
+/// budget, in the stack, straddling its top (8 bytes at 4 below it), past its top, and
+/// below its base.
+#[test]
+fn stack_accesses_through_unplaced_registers_keep_the_caches() {
+    let src = |start: i32, passes: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\nmov %r3, %r10\nadd %r3, {start}\nstxdw [%r10-200], %r3\n\
+             ldxdw %r3, [%r10-200]\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+             ldxdw %r5, [%r3+0]\nadd %r0, %r5\nmul %r0, 3\nstxdw [%r3+0], %r0\n\
+             stxb [%r4+0], %r5\nldxw %r5, [%r3+4]\nadd %r0, %r5\nstxh [%r3+6], %r0\n\
+             add %r3, 8\nadd %r6, 1\njlt %r6, {passes}, top\nldxdw %r5, [%r10-64]\n\
+             add %r0, %r5\nexit"
+        )
+    };
+    // Eight passes over r10-64..r10: in the stack.
+    assert!(agree_at_every_budget(&src(-64, 8)).result.is_ok());
+    // The second pass's 8-byte load at r10-4 reaches 4 bytes past the stack's top.
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-12, 3))), 10);
+    // The third pass's load at r10.
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-16, 3))), 10);
+    // 8 bytes below the stack's first byte (the entry frame is the top of 8).
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-4104, 2))), 10);
+    // The stack's last 8 bytes (a 4-byte load and a 2-byte store ending at its top) and
+    // its first 8.
+    assert!(agree_at_every_budget(&src(-8, 1)).result.is_ok());
+    assert!(agree_at_every_budget(&src(-4096, 1)).result.is_ok());
+}
