@@ -585,7 +585,7 @@ struct Hints {
     /// Each loop head's last back edge ([`loop_bottoms`]).
     loop_end: Vec<Option<usize>>,
     /// Per slot, the registers it writes otherwise than by adding to them or
-    /// subtracting from them ([`keeps_region`]), one bit each.
+    /// subtracting from them ([`clobber_mask`]), one bit each.
     clobbers: Vec<u16>,
     /// The region hint of the register last stored, 8 bytes, at r10 - 8 (i + 1) (by
     /// the pass's order of slots, whatever the path): an 8-byte load from there takes
@@ -605,10 +605,7 @@ impl Hints {
                 loop_end[h] = Some(pc);
             }
         }
-        let clobbers = insns
-            .iter()
-            .map(|i| (0..10u8).fold(0, |m, r| m | u16::from(!keeps_region(i, r)) << r))
-            .collect();
+        let clobbers = insns.iter().map(clobber_mask).collect();
         Hints {
             at_jumps: std::collections::HashMap::new(),
             loop_end,
@@ -623,14 +620,17 @@ fn meet(a: [Option<Base>; 10], b: [Option<Base>; 10]) -> [Option<Base>; 10] {
     std::array::from_fn(|r| if a[r] == b[r] { a[r] } else { None })
 }
 
-/// Whether `insn` leaves eBPF register `r` in the region it pointed into, as far as a
-/// hint goes: it does not write `r`, or adds to it or subtracts from it (a pointer
-/// stepping through an array).
-fn keeps_region(insn: &Insn, r: u8) -> bool {
+/// The registers `insn` may move out of the region they pointed into, as far as a hint
+/// goes, one bit each: what it writes ([`writes_register`]; a call r0-r5), but for a
+/// 64-bit add or subtract (a pointer stepping through an array).
+fn clobber_mask(insn: &Insn) -> u16 {
+    let bit = |r: u8| if r < 10 { 1u16 << r } else { 0 };
     match insn.class() {
-        CLASS_ALU64 if insn.dst == r => matches!(insn.opc & 0xf0, ALU_ADD | ALU_SUB),
-        CLASS_JMP | CLASS_JMP32 => insn.opc & 0xf0 != JMP_CALL || r > 5,
-        _ => !writes_register(insn, r),
+        CLASS_ALU64 if matches!(insn.opc & 0xf0, ALU_ADD | ALU_SUB) => 0,
+        CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => bit(insn.dst),
+        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => bit(insn.src) | 1,
+        CLASS_JMP | CLASS_JMP32 if insn.opc & 0xf0 == JMP_CALL => 0b11_1111,
+        _ => 0,
     }
 }
 
