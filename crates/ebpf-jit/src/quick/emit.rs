@@ -59,9 +59,13 @@
 //! plus the stack's host base minus its virtual base. Later such accesses through the
 //! same register in the same straight run use that host address, left in r11, again
 //! (`Emitter::proven_host`): a histogram's `count[i]++` computes it once. An address
-//! computed from a global's address at an offset the pass cannot bound (a DFA's
-//! `next[state * k + class]`) is checked against the section's fixed length rather than
-//! the cache, which it would otherwise take from the loop's input on every access.
+//! computed from a global's address, or from r10, at an offset the pass cannot bound
+//! (a DFA's `next[state * k + class]`, a pointer stepping through a stack array) is
+//! checked against the section's or the stack's fixed bounds rather than the cache,
+//! which it would otherwise take from the loop's input on every access. Which region
+//! such a register points into is kept across jump targets as a hint
+//! ([`Known::within`], [`Emitter::hints_at`]): it picks the check, and a wrong hint
+//! fails it and goes to the miss routine.
 //!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
@@ -199,11 +203,25 @@ enum Stub {
         size: u8,
         write: bool,
         back: usize,
-        /// From a global's bounds check ([`Emitter::access`]): r11 is the address
-        /// itself, and the access at `back` is `[r11 + r10]`, so r10 comes back as the
-        /// cache's base.
-        global: bool,
+        /// Which check missed, and so what r11 holds and how the access at `back`
+        /// addresses memory.
+        check: Check,
     },
+}
+
+/// The check a [`Stub::Miss`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Check {
+    /// The region cache's ([`Emitter::cached_access`]): r11 is the address minus the
+    /// cache's `lo`.
+    Cache,
+    /// A global section's bounds ([`Emitter::unbounded_region`]): r11 is the address
+    /// itself, and the access at `back` is `[r11 + r10]`, so r10 comes back as the
+    /// cache's base.
+    Global,
+    /// The stack's bounds ([`Emitter::stack_access`]): r11 is the address, and the
+    /// access at `back` adds the stack's host base minus its virtual base.
+    Stack,
 }
 
 /// Where a 32-bit displacement must point.
@@ -222,16 +240,21 @@ enum Target {
 }
 
 /// What the one pass knows of a register's value since the last jump target or call
-/// (where everything is forgotten): an unsigned bound, and whether it is an address
+/// (where everything but the [`Known::within`] hint is forgotten): an unsigned bound,
+/// and whether it is an address
 /// [`Base`] plus an offset in `[lo, hi]`.
 #[derive(Clone, Copy, Debug)]
 struct Known {
     bound: u64,
     addr: Option<(Base, i64, i64)>,
-    /// A global section `n`'s address plus indexes the pass does not bound (so no
-    /// `addr`): accesses through it are checked against the section's length
-    /// ([`Emitter::access`]).
-    in_global: Option<usize>,
+    /// An address in a region with fixed bounds plus indexes the pass does not bound
+    /// (so no `addr`): a global section's (`Base::Global`), or the stack's (`Base::Fp`:
+    /// r10's value plus anything). Accesses through it are checked against the region's
+    /// fixed bounds rather than the cache ([`Emitter::unbounded_region`]). Only a
+    /// choice of check: a register that is not in the region at run time fails the
+    /// check and the miss routine decides, so this survives jump targets as a hint
+    /// ([`Emitter::hints_at`]) where nothing else does.
+    within: Option<Base>,
 }
 
 /// What a [`Known`] address is relative to.
@@ -248,8 +271,14 @@ impl Known {
     const NOTHING: Known = Known {
         bound: u64::MAX,
         addr: None,
-        in_global: None,
+        within: None,
     };
+
+    /// The region [`Emitter::unbounded_region`] checks an access through this value
+    /// against: its address's base, or where it is [`Known::within`].
+    fn region(&self) -> Option<Base> {
+        self.addr.map(|(b, ..)| b).or(self.within)
+    }
 }
 
 /// Largest offset range a [`Known`] address keeps: far from overflow.
@@ -281,6 +310,7 @@ pub(crate) fn emit_program(
         slow: Vec::new(),
         proven_host: None,
         bottoms: Vec::new(),
+        hints: Hints::new(insns),
     };
     e.prologue(entry);
     let heads = loop_heads(insns);
@@ -291,63 +321,7 @@ pub(crate) fn emit_program(
         if heads[pc] {
             e.a.align_with_nops(LOOP_HEAD_ALIGN);
         }
-        e.slot_pos[pc] = e.a.pos();
-        if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
-            e.count_block(b);
-        }
-        let insn = insns[pc];
-        if e.targets[pc] {
-            e.known = [Known::NOTHING; 10];
-        }
-        let leader = e.targets[pc] || blocks.is_some_and(|m| m.block_at(pc as u32).is_some());
-        if leader || !e.keeps_proven_host(&insn) {
-            e.proven_host = None;
-        }
-        if let Some(next) = insns.get(pc + 1) {
-            let leader =
-                e.targets[pc + 1] || blocks.is_some_and(|m| m.block_at(pc as u32 + 1).is_some());
-            if !leader && e.extension(&insn, next) {
-                if e.proven_host == Some(insn.dst) {
-                    e.proven_host = None;
-                }
-                e.learn(&insn, Some(next));
-                e.slot_pos[pc + 1] = e.a.pos();
-                e.learn(next, insns.get(pc + 2));
-                pc += 2;
-                falls_through = true;
-                continue;
-            }
-        }
-        if let Some(next) = insns.get(pc + 1) {
-            if blocks.is_none()
-                && !e.targets[pc + 1]
-                && e.jump_over_back_edge(pc as u32, &insn, next)?
-            {
-                e.slot_pos[pc + 1] = e.a.pos();
-                pc += 2;
-                falls_through = true;
-                continue;
-            }
-        }
-        if e.group.is_none() {
-            if let Some(g) = e.find_group(pc, blocks) {
-                e.open_group(pc as u32, g);
-            }
-        }
-        let (next, falls) = e.insn(pc as u32, &insn)?;
-        if e.proven_host.is_some_and(|r| writes_register(&insn, r)) {
-            e.proven_host = None;
-        }
-        e.learn(&insn, insns.get(pc + 1));
-        if e.group.is_some_and(|g| g.last <= pc as u32) {
-            e.group = None;
-            let resume = e.a.pos();
-            if let Some(s) = e.slow.last_mut() {
-                s.resume = resume;
-            }
-        }
-        falls_through = falls;
-        pc = next as usize;
+        (pc, falls_through) = e.slot(pc, blocks, falls_through)?;
     }
     if falls_through {
         // The verifier rules out reaching the end; should it happen anyway the run ends
@@ -489,6 +463,91 @@ fn writes_register(insn: &Insn, r: u8) -> bool {
     }
 }
 
+/// The unsigned bound [`Emitter::learn_alu`] knows of ALU instruction `insn`'s result,
+/// from what is known of its destination `d` and source `s` before it.
+fn alu_bound(insn: &Insn, d: &Known, s: &Known) -> u64 {
+    let by_reg = insn.opc & SRC_X != 0;
+    let wide = insn.class() == CLASS_ALU64;
+    let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
+    let imm = if wide {
+        i64::from(insn.imm) as u64
+    } else {
+        u64::from(insn.imm as u32)
+    };
+    let bits = if wide { 64 } else { 32 };
+    let bd = d.bound.min(width);
+    match (insn.opc & 0xf0, by_reg) {
+        (ALU_AND, false) => bd.min(imm),
+        (ALU_AND, true) => bd.min(s.bound),
+        // Every bit set in either operand, at most.
+        (ALU_OR | ALU_XOR, _) => {
+            let bs = if by_reg { s.bound.min(width) } else { imm };
+            match bd | bs {
+                0 => 0,
+                x => u64::MAX >> x.leading_zeros(),
+            }
+        }
+        (ALU_RSH, false) => bd >> (imm % bits),
+        (ALU_LSH, false) => {
+            let k = (imm % bits) as u32;
+            if bd.leading_zeros() >= k + (64 - bits as u32) {
+                bd << k
+            } else {
+                width
+            }
+        }
+        (ALU_MOV, false) => imm,
+        (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
+        _ => width,
+    }
+}
+
+/// The [`Known`] address (base and offset range) of ALU instruction `insn`'s result:
+/// moved, a constant added or subtracted, or a bounded index added.
+fn alu_addr(insn: &Insn, d: &Known, s: &Known) -> Option<(Base, i64, i64)> {
+    let op = insn.opc & 0xf0;
+    match (insn.class() == CLASS_ALU64, op, insn.opc & SRC_X != 0) {
+        (true, ALU_MOV, true) if insn.off == 0 => s.addr,
+        (true, ALU_ADD | ALU_SUB, false) => d.addr.and_then(|(n, lo, hi)| {
+            let k = i64::from(insn.imm);
+            let k = if op == ALU_ADD { k } else { -k };
+            let (lo, hi) = (lo + k, hi + k);
+            (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+        }),
+        (true, ALU_ADD, true) => match (d.addr, s.addr) {
+            (Some(g), None) => Some((g, s.bound)),
+            (None, Some(g)) => Some((g, d.bound)),
+            _ => None,
+        }
+        .and_then(|((n, lo, hi), index)| {
+            let hi = i64::try_from(index).ok()?.checked_add(hi)?;
+            (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
+        }),
+        _ => None,
+    }
+}
+
+/// The region ALU instruction `insn`'s result is an address in at an offset the pass
+/// does not bound ([`Known::within`]; none where `has_addr`, the offset being known):
+/// through moves and adds of anything and constants.
+fn alu_within(insn: &Insn, has_addr: bool, d: &Known, s: &Known) -> Option<Base> {
+    let global = Known::region;
+    match (
+        insn.class() == CLASS_ALU64,
+        insn.opc & 0xf0,
+        insn.opc & SRC_X != 0,
+    ) {
+        _ if has_addr => None,
+        (true, ALU_MOV, true) if insn.off == 0 => global(s),
+        (true, ALU_ADD | ALU_SUB, false) => global(d),
+        (true, ALU_ADD, true) => match (global(d), global(s)) {
+            (Some(n), None) | (None, Some(n)) => Some(n),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 struct Emitter<'a> {
     a: Asm,
     insns: &'a [Insn],
@@ -513,6 +572,66 @@ struct Emitter<'a> {
     proven_host: Option<u8>,
     /// [`loop_bottoms`]: the back edges emitted as [`Emitter::back_edge`].
     bottoms: Vec<bool>,
+    /// Which registers keep their [`Known::within`] across jump targets.
+    hints: Hints,
+}
+
+/// What [`Known::within`] survives a jump target (see [`Emitter::hints_at`]): the hints
+/// at the forward jumps to each slot, and what a loop's body does to each register.
+struct Hints {
+    /// The hints every forward jump to a slot emitted so far had (no entry: no such
+    /// jump yet), one per register, `None` where they differ.
+    at_jumps: std::collections::HashMap<usize, [Option<Base>; 10]>,
+    /// Each loop head's last back edge ([`loop_bottoms`]).
+    loop_end: Vec<Option<usize>>,
+    /// Per slot, the registers it writes otherwise than by adding to them or
+    /// subtracting from them ([`clobber_mask`]), one bit each.
+    clobbers: Vec<u16>,
+    /// The region hint of the register last stored, 8 bytes, at r10 - 8 (i + 1) (by
+    /// the pass's order of slots, whatever the path): an 8-byte load from there takes
+    /// it, so a pointer clang spills and loads back in a loop keeps its hint
+    /// ([`Emitter::learn_spill`]).
+    spills: [Option<Base>; SPILL_SLOTS],
+}
+
+/// The 8-byte slots of a frame [`Hints::spills`] follows.
+const SPILL_SLOTS: usize = STACK_FRAME_SIZE / 8;
+
+impl Hints {
+    fn new(insns: &[Insn]) -> Hints {
+        let mut loop_end = vec![None; insns.len()];
+        for (pc, i) in insns.iter().enumerate() {
+            if let Some(h) = back_edge_target(pc, i).filter(|&h| h < insns.len()) {
+                loop_end[h] = Some(pc);
+            }
+        }
+        let clobbers = insns.iter().map(clobber_mask).collect();
+        Hints {
+            at_jumps: std::collections::HashMap::new(),
+            loop_end,
+            clobbers,
+            spills: [None; SPILL_SLOTS],
+        }
+    }
+}
+
+/// Each register's hint where `a` and `b` agree.
+fn meet(a: [Option<Base>; 10], b: [Option<Base>; 10]) -> [Option<Base>; 10] {
+    std::array::from_fn(|r| if a[r] == b[r] { a[r] } else { None })
+}
+
+/// The registers `insn` may move out of the region they pointed into, as far as a hint
+/// goes, one bit each: what it writes ([`writes_register`]; a call r0-r5), but for a
+/// 64-bit add or subtract (a pointer stepping through an array).
+fn clobber_mask(insn: &Insn) -> u16 {
+    let bit = |r: u8| if r < 10 { 1u16 << r } else { 0 };
+    match insn.class() {
+        CLASS_ALU64 if matches!(insn.opc & 0xf0, ALU_ADD | ALU_SUB) => 0,
+        CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => bit(insn.dst),
+        CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => bit(insn.src) | 1,
+        CLASS_JMP | CLASS_JMP32 if insn.opc & 0xf0 == JMP_CALL => 0b11_1111,
+        _ => 0,
+    }
 }
 
 /// Two or more accesses of one kind (loads, or stores) through one register `base`, in
@@ -532,10 +651,15 @@ struct Group {
     /// The first and the last member's slot.
     first: u32,
     last: u32,
+    /// `base` is [`Known::within`] the stack: the span is checked against the stack's
+    /// bounds, as [`Emitter::stack_access`] checks one access, and r11 is the host
+    /// address of `base + min` for loads too.
+    stack: bool,
 }
 
 /// Widest span a [`Group`] covers.
 const GROUP_SPAN_MAX: i32 = 1 << 12;
+const _: () = assert!(GROUP_SPAN_MAX as usize <= STACK_SIZE);
 
 /// A span group's slots `start..=end` emitted again with every access checked, entered
 /// when the group's check fails, and leaving to `resume` (the fast copy's code after the
@@ -697,6 +821,147 @@ impl Emitter<'_> {
         let off = i32::try_from(b * 8).expect("a program has at most 2^20 slots");
         self.ctx_load(R11, offsets::COUNTS);
         self.a.alu_mi(Alu::Add, true, mem(R11, off), 1);
+    }
+
+    // ---- the pass ----------------------------------------------------------------------
+
+    /// Whether a block of the counting variant (`blocks`) starts at slot `pc`.
+    fn counted_leader(blocks: Option<&BlockMap>, pc: usize) -> bool {
+        blocks.is_some_and(|m| m.block_at(pc as u32).is_some())
+    }
+
+    /// Emits slot `pc` (or a fused pair from it) in [`emit_program`]'s pass: what is
+    /// known and the proven host address forgotten where they must be, a span group
+    /// opened where one starts and closed after its last member. Returns the next slot
+    /// and whether control may fall through to it.
+    fn slot(
+        &mut self,
+        pc: usize,
+        blocks: Option<&BlockMap>,
+        falls_in: bool,
+    ) -> EResult<(usize, bool)> {
+        self.slot_pos[pc] = self.a.pos();
+        if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
+            self.count_block(b);
+        }
+        let insn = self.insns[pc];
+        if self.targets[pc] {
+            self.known = self.hints_at(pc, falls_in).map(|within| Known {
+                within,
+                ..Known::NOTHING
+            });
+        }
+        let leader = self.targets[pc] || Self::counted_leader(blocks, pc);
+        if leader || !self.keeps_proven_host(&insn) {
+            self.proven_host = None;
+        }
+        if self.fused_pair(pc, &insn, blocks)? {
+            return Ok((pc + 2, true));
+        }
+        if self.group.is_none() {
+            if let Some(g) = self.find_group(pc, blocks) {
+                self.open_group(pc as u32, g);
+            }
+        }
+        let (next, falls) = self.insn(pc as u32, &insn)?;
+        if self.proven_host.is_some_and(|r| writes_register(&insn, r)) {
+            self.proven_host = None;
+        }
+        self.learn(&insn, self.insns.get(pc + 1));
+        self.note_forward_jump(pc, &insn);
+        if self.group.is_some_and(|g| g.last <= pc as u32) {
+            self.group = None;
+            let resume = self.a.pos();
+            if let Some(s) = self.slow.last_mut() {
+                s.resume = resume;
+            }
+        }
+        Ok((next as usize, falls))
+    }
+
+    /// Slots `pc` and `pc + 1` emitted together where the second is no leader: a shift
+    /// pair as one extension ([`Emitter::extension`]), or `jcc +1; ja back` as one back
+    /// edge ([`Emitter::jump_over_back_edge`], uncounted code only). Returns whether
+    /// it emitted them.
+    fn fused_pair(&mut self, pc: usize, insn: &Insn, blocks: Option<&BlockMap>) -> EResult<bool> {
+        let Some(next) = self.insns.get(pc + 1) else {
+            return Ok(false);
+        };
+        let leader = self.targets[pc + 1] || Self::counted_leader(blocks, pc + 1);
+        if !leader && self.extension(insn, next) {
+            if self.proven_host == Some(insn.dst) {
+                self.proven_host = None;
+            }
+            self.learn(insn, Some(next));
+            self.slot_pos[pc + 1] = self.a.pos();
+            self.learn(next, self.insns.get(pc + 2));
+            return Ok(true);
+        }
+        if blocks.is_none()
+            && !self.targets[pc + 1]
+            && self.jump_over_back_edge(pc as u32, insn, next)?
+        {
+            self.note_forward_jump(pc, insn);
+            self.slot_pos[pc + 1] = self.a.pos();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The [`Known::within`] hints at jump target `pc`, where everything else is
+    /// forgotten: those on which the slot before (when control falls in from it,
+    /// `falls_in`, or `pc` is a loop head no forward jump reaches) and every forward
+    /// jump to `pc` agree, and at a loop head only for
+    /// registers that the loop's body (the head to its last back edge) changes by adds
+    /// and subtracts at most. A hint only picks the check (see [`Known::within`]), so
+    /// being wrong costs time, never a different result.
+    fn hints_at(&self, pc: usize, falls_in: bool) -> [Option<Base>; 10] {
+        // A loop head that only back edges reach (clang's rotated loops, entered by a
+        // jump into the body) takes what the slot before left: the loop's own entry is
+        // usually just before it.
+        let jumps = self.hints.at_jumps.get(&pc).copied();
+        let rotated = jumps.is_none() && self.hints.loop_end[pc].is_some();
+        let before = (falls_in || rotated).then(|| self.known.map(|k| k.region()));
+        let mut hints = match (before, jumps) {
+            (Some(a), Some(b)) => meet(a, b),
+            (a, b) => a.or(b).unwrap_or([None; 10]),
+        };
+        if hints.iter().all(Option::is_none) {
+            return hints;
+        }
+        if let Some(end) = self.hints.loop_end[pc] {
+            let body = self.hints.clobbers[pc..=end].iter().fold(0, |m, c| m | c);
+            for (r, h) in hints.iter_mut().enumerate() {
+                if body & 1 << r != 0 {
+                    *h = None;
+                }
+            }
+        }
+        hints
+    }
+
+    /// Records the hints at a forward jump (conditional or not) at slot `pc` for its
+    /// target ([`Emitter::hints_at`]).
+    fn note_forward_jump(&mut self, pc: usize, insn: &Insn) {
+        let jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+            && !matches!(insn.opc & 0xf0, JMP_CALL | JMP_EXIT);
+        let rel = if insn.class() == CLASS_JMP32 && insn.opc & 0xf0 == JMP_JA {
+            insn.imm
+        } else {
+            i32::from(insn.off)
+        };
+        let Ok(target) = usize::try_from(pc as i64 + i64::from(rel) + 1) else {
+            return;
+        };
+        if !jump || rel < 0 || target >= self.insns.len() {
+            return;
+        }
+        let now = self.known.map(|k| k.region());
+        self.hints
+            .at_jumps
+            .entry(target)
+            .and_modify(|h| *h = meet(*h, now))
+            .or_insert(now);
     }
 
     // ---- instructions ------------------------------------------------------------------
@@ -970,7 +1235,7 @@ impl Emitter<'_> {
         if let Some(g) = self.group {
             if g.base == base && g.write == write && (g.first..=g.last).contains(&pc) {
                 let disp = i32::from(off) - g.min;
-                return Ok(if write {
+                return Ok(if write || g.stack {
                     mem(R11, disp)
                 } else {
                     mem_index(R11, READ_BASE, disp)
@@ -984,54 +1249,82 @@ impl Emitter<'_> {
         }
         // Every path below but the first sets r11 anew.
         let held = self.proven_host.take();
-        // Inside a global section, or the current frame, whatever the indexes (see the
-        // module doc): the region's host base plus the offset, `base + (v - vaddr)`.
-        if let Some(&Known {
+        if let Some(m) = self.proven_access(base, off, size, write, held) {
+            return Ok(m);
+        }
+        if let Some(m) = self.unbounded_region(pc, base, off, size, write) {
+            return Ok(m);
+        }
+        self.cached_access(pc, base, off, size, write)
+    }
+
+    /// An access through a register [`Known`] to be a global section's or the frame's
+    /// address at offsets all in range (see the module doc): the region's host base plus
+    /// the offset, `base + (v - vaddr)`, or r11 as it is where it still holds that
+    /// register's host address (`held`, [`Emitter::proven_host`]). `None` (nothing
+    /// emitted) when the register is no such address or the offsets are not all in
+    /// range.
+    fn proven_access(
+        &mut self,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+        held: Option<u8>,
+    ) -> Option<Mem> {
+        let Some(&Known {
             addr: Some((region, lo, hi)),
             ..
         }) = self.known.get(usize::from(base))
-        {
-            // The accepted offsets from the region's base, as `[start, end)`.
-            let (start, end, idx) = match region {
-                Base::Global(n) => (
-                    0,
-                    self.globals[n].len(write) as i64,
-                    RegionIdx::GLOBALS_FIRST.0 as usize + n,
-                ),
-                Base::Fp => (i64::from(frame), 0, RegionIdx::STACK.0 as usize),
-            };
-            let off64 = i64::from(off);
-            let proven = lo + off64 >= start && hi + off64 + i64::from(size) <= end;
-            if proven {
-                self.proven_host = Some(base);
-                if held == Some(base) {
-                    return Ok(mem(R11, i32::from(off)));
-                }
-            }
-            if proven && region == Base::Fp {
-                self.a.mov_rr(true, R11, MAP[usize::from(base)]);
-                self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
-                return Ok(mem(R11, i32::from(off)));
-            }
-            if proven {
-                let row = (idx * RegionEntry::SIZE) as i32;
-                let vaddr = RegionIdx(idx as u32).vaddr(0);
-                let b = MAP[usize::from(base)];
-                self.ctx_load(R11, offsets::REGIONS);
-                let a = &mut self.a;
-                a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
-                a.mov_imm(R10, vaddr.wrapping_neg());
-                a.alu_rr(Alu::Add, true, R10, b);
-                a.alu_rr(Alu::Add, true, R11, R10);
-                return Ok(mem(R11, i32::from(off)));
-            }
+        else {
+            return None;
+        };
+        // The accepted offsets from the region's base, as `[start, end)`.
+        let (start, end, idx) = match region {
+            Base::Global(n) => (
+                0,
+                self.globals[n].len(write) as i64,
+                RegionIdx::GLOBALS_FIRST.0 as usize + n,
+            ),
+            Base::Fp => (-(STACK_FRAME_SIZE as i64), 0, RegionIdx::STACK.0 as usize),
+        };
+        let off64 = i64::from(off);
+        if lo + off64 < start || hi + off64 + i64::from(size) > end {
+            return None;
         }
-        if let Some(m) = self.unbounded_global(pc, base, off, size, write) {
-            return Ok(m);
+        self.proven_host = Some(base);
+        if held == Some(base) {
+            return Some(mem(R11, i32::from(off)));
         }
-        // The region cache: `addr - lo <= len - 8`, unsigned, then the host address
-        // `base + (addr - lo)`; a miss goes to the shared routine, which comes back with
-        // r11 set so that the same `add` gives the host address.
+        let b = MAP[usize::from(base)];
+        if region == Base::Fp {
+            self.a.mov_rr(true, R11, b);
+            self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+            return Some(mem(R11, i32::from(off)));
+        }
+        let row = (idx * RegionEntry::SIZE) as i32;
+        let vaddr = RegionIdx(idx as u32).vaddr(0);
+        self.ctx_load(R11, offsets::REGIONS);
+        let a = &mut self.a;
+        a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+        a.mov_imm(R10, vaddr.wrapping_neg());
+        a.alu_rr(Alu::Add, true, R10, b);
+        a.alu_rr(Alu::Add, true, R11, R10);
+        Some(mem(R11, i32::from(off)))
+    }
+
+    /// An access checked against its kind's region cache: `addr - lo <= len - 8`,
+    /// unsigned, then the host address `base + (addr - lo)`; a miss goes to a stub
+    /// ([`Stub::Miss`]), which comes back with r11 set so that the same `add` gives the
+    /// host address.
+    fn cached_access(
+        &mut self,
+        pc: u32,
+        base: u8,
+        off: i16,
+        size: u8,
+        write: bool,
+    ) -> EResult<Mem> {
         let b = self.src(pc, base)?;
         let c = cache(write);
         let a = &mut self.a;
@@ -1047,7 +1340,7 @@ impl Emitter<'_> {
             size,
             write,
             back: 0,
-            global: false,
+            check: Check::Cache,
         });
         let n = self.stubs.len() - 1;
         self.jcc(Cond::A, Target::Stub(n));
@@ -1088,14 +1381,15 @@ impl Emitter<'_> {
         }
     }
 
-    /// An access through a global's address at an offset the pass cannot bound
-    /// ([`Known::in_global`], or an `addr` not proven in range), checked against the
-    /// section's fixed length instead of the cache (a loop reading its input and a
-    /// table through one cache would miss on every access): `offset <= len - size`, then
-    /// `[base + offset]`; outside the section, the miss routine decides exactly as for
-    /// any other access. The operand, or `None` when the base is no global's address
-    /// (or no access of this kind fits in the section).
-    fn unbounded_global(
+    /// An access through an address in a region with fixed bounds (a global section,
+    /// or the stack) at an offset the pass cannot bound ([`Known::within`], or an
+    /// `addr` not proven in range), checked against the region's fixed length instead
+    /// of the cache (a loop reading its input and a table or a stack array through one
+    /// cache would miss on every access): `offset <= len - size`, then
+    /// `[base + offset]`; outside the region, the miss routine decides exactly as for
+    /// any other access. The operand, or `None` when the base is in no such region (or
+    /// no access of this kind fits in it).
+    fn unbounded_region(
         &mut self,
         pc: u32,
         base: u8,
@@ -1103,46 +1397,75 @@ impl Emitter<'_> {
         size: u8,
         write: bool,
     ) -> Option<Mem> {
-        let global = self
-            .known
-            .get(usize::from(base))
-            .and_then(|k| match k.addr {
-                Some((Base::Global(n), ..)) => Some(n),
-                _ => k.in_global,
-            });
-        let limit = global.and_then(|n| {
-            let len = i64::try_from(self.globals[n].len(write)).ok()?;
-            i32::try_from(len - i64::from(size))
-                .ok()
-                .filter(|&l| l >= 0)
+        let (idx, len) = match self.known.get(usize::from(base))?.region()? {
+            Base::Global(n) => (
+                RegionIdx::GLOBALS_FIRST.0 as usize + n,
+                i64::try_from(self.globals[n].len(write)).ok()?,
+            ),
+            Base::Fp => return Some(self.stack_access(pc, base, off, size, write)),
+        };
+        let limit = i32::try_from(len - i64::from(size))
+            .ok()
+            .filter(|&l| l >= 0)?;
+        let row = (idx * RegionEntry::SIZE) as i32;
+        let vaddr = RegionIdx(idx as u32).vaddr(0);
+        let b = MAP[usize::from(base)];
+        self.a.lea(R11, mem(b, i32::from(off)));
+        self.a.mov_imm(R10, vaddr.wrapping_neg());
+        self.a.alu_rr(Alu::Add, true, R10, R11);
+        self.a.alu_ri(Alu::Cmp, true, R10, limit);
+        self.stubs.push(Stub::Miss {
+            pc,
+            size,
+            write,
+            back: 0,
+            check: Check::Global,
         });
-        if let (Some(n), Some(limit)) = (global, limit) {
-            let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
-            let row = (idx * RegionEntry::SIZE) as i32;
-            let vaddr = RegionIdx(idx as u32).vaddr(0);
-            let b = MAP[usize::from(base)];
-            self.a.lea(R11, mem(b, i32::from(off)));
-            self.a.mov_imm(R10, vaddr.wrapping_neg());
-            self.a.alu_rr(Alu::Add, true, R10, R11);
-            self.a.alu_ri(Alu::Cmp, true, R10, limit);
-            self.stubs.push(Stub::Miss {
-                pc,
-                size,
-                write,
-                back: 0,
-                global: true,
-            });
-            let n = self.stubs.len() - 1;
-            self.jcc(Cond::A, Target::Stub(n));
-            self.ctx_load(R11, offsets::REGIONS);
-            self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
-            let back = self.a.pos();
-            if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
-                *b = back;
-            }
-            return Some(mem_index(R11, R10, 0));
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::A, Target::Stub(n));
+        self.ctx_load(R11, offsets::REGIONS);
+        self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+        let back = self.a.pos();
+        if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
+            *b = back;
         }
-        None
+        Some(mem_index(R11, R10, 0))
+    }
+
+    /// An access through a register in the stack at an offset the pass cannot bound,
+    /// checked against the stack's bounds (its row holds `STACK_SIZE` bytes both ways
+    /// and never changes during a run): `addr - vbase <= STACK_SIZE - size`, unsigned,
+    /// then `[addr + (host base - vbase)]` ([`STACK_DELTA`]): six instructions. Anywhere
+    /// else, the stub calls the miss routine, which decides exactly.
+    fn stack_access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> Mem {
+        let b = MAP[usize::from(base)];
+        let limit = STACK_SIZE as i32 - i32::from(size);
+        self.stack_offset(b, i32::from(off));
+        self.a.alu_ri(Alu::Cmp, true, R10, limit);
+        self.stubs.push(Stub::Miss {
+            pc,
+            size,
+            write,
+            back: 0,
+            check: Check::Stack,
+        });
+        let n = self.stubs.len() - 1;
+        self.jcc(Cond::A, Target::Stub(n));
+        let back = self.a.pos();
+        if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
+            *b = back;
+        }
+        self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+        mem(R11, 0)
+    }
+
+    /// r11 = `b + off`, and r10 = its offset from the stack's virtual base (wrapped when
+    /// below it).
+    fn stack_offset(&mut self, b: Reg, off: i32) {
+        self.a.lea(R11, mem(b, off));
+        self.a
+            .mov_imm(R10, RegionIdx::STACK.vaddr(0).wrapping_neg());
+        self.a.alu_rr(Alu::Add, true, R10, R11);
     }
 
     /// The memory access of `insn` that would take the region cache's check: its base
@@ -1187,6 +1510,7 @@ impl Emitter<'_> {
             end: i32::from(off) + i32::from(size),
             first: pc as u32,
             last: pc as u32,
+            stack: self.known[usize::from(base)].within == Some(Base::Fp),
         };
         let writes_base = |i: &Insn| match i.class() {
             CLASS_ALU | CLASS_ALU64 | CLASS_LDX | CLASS_LD => i.dst == base,
@@ -1253,6 +1577,16 @@ impl Emitter<'_> {
             known: self.known,
             resume: 0,
         });
+        if g.stack {
+            // The span `[min, end)` is at most `GROUP_SPAN_MAX`, the stack's size.
+            self.stack_offset(b, g.min);
+            self.a
+                .alu_ri(Alu::Cmp, true, R10, STACK_SIZE as i32 - (g.end - g.min));
+            self.jcc(Cond::A, Target::Slow(n));
+            self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
+            self.group = Some(g);
+            return;
+        }
         let a = &mut self.a;
         a.lea(R11, mem(b, g.min));
         a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_NEG_LO));
@@ -1336,7 +1670,13 @@ impl Emitter<'_> {
                     _ => u64::MAX,
                 },
                 addr: None,
-                in_global: None,
+                within: self
+                    .spill_slot(
+                        insn.src,
+                        insn.off,
+                        insn.opc == CLASS_LDX | MODE_MEM | SIZE_DW,
+                    )
+                    .and_then(|i| self.hints.spills[i]),
             },
             CLASS_STX if insn.opc & 0xe0 == MODE_ATOMIC => {
                 // An atomic may write its source (fetch) or r0 (cmpxchg).
@@ -1347,7 +1687,10 @@ impl Emitter<'_> {
                 }
                 return;
             }
-            CLASS_ST | CLASS_STX => return,
+            CLASS_ST | CLASS_STX => {
+                self.learn_spill(insn);
+                return;
+            }
             _ if op == JMP_CALL => {
                 self.known = [Known::NOTHING; 10];
                 return;
@@ -1359,94 +1702,60 @@ impl Emitter<'_> {
         }
     }
 
+    /// The slot of [`Hints::spills`] an access at `base + off` touches, when `base` is
+    /// r10 and the access lies in the frame; `None` otherwise, and where `whole` (an
+    /// 8-byte access at a multiple of 8) is false.
+    fn spill_slot(&self, base: u8, off: i16, whole: bool) -> Option<usize> {
+        let frame = STACK_FRAME_SIZE as i32;
+        let off = i32::from(off);
+        (base == REG_FP && whole && off < 0 && off >= -frame && off % 8 == 0)
+            .then(|| (-off / 8 - 1) as usize)
+    }
+
+    /// A store at r10 plus a constant: an 8-byte store of a register keeps the
+    /// register's region hint for the slot ([`Hints::spills`]); any other store into the
+    /// slot forgets it.
+    fn learn_spill(&mut self, insn: &Insn) {
+        if insn.dst != REG_FP || insn.opc & 0xe0 != MODE_MEM {
+            return;
+        }
+        let whole = insn.opc & 0x18 == SIZE_DW && insn.class() == CLASS_STX;
+        let region = match insn.src {
+            REG_FP => Some(Base::Fp),
+            r => self.known.get(usize::from(r)).and_then(Known::region),
+        };
+        let aligned = i32::from(insn.off).div_euclid(8) * 8;
+        let Ok(aligned) = i16::try_from(aligned) else {
+            return;
+        };
+        if let Some(i) = self.spill_slot(REG_FP, aligned, true) {
+            self.hints.spills[i] = if whole && aligned == insn.off {
+                region
+            } else {
+                None
+            };
+        }
+    }
+
     /// What is [`Known`] of an ALU instruction's result (not a byte swap).
     fn learn_alu(&self, insn: &Insn) -> Known {
-        let by_reg = insn.opc & SRC_X != 0;
-        let op = insn.opc & 0xf0;
         let get = |k: &[Known; 10], r: u8| match k.get(usize::from(r)) {
             Some(k) => *k,
             // r10 is its own frame's top for as long as anything is known.
             None if r == REG_FP => Known {
                 bound: u64::MAX,
                 addr: Some((Base::Fp, 0, 0)),
-                in_global: None,
+                within: None,
             },
             None => Known::NOTHING,
         };
-        let wide = insn.class() == CLASS_ALU64;
-        let width = if wide { u64::MAX } else { u64::from(u32::MAX) };
         let d = get(&self.known, insn.dst);
         let s = get(&self.known, insn.src);
-        let imm = if wide {
-            i64::from(insn.imm) as u64
-        } else {
-            u64::from(insn.imm as u32)
-        };
-        let bits = if wide { 64 } else { 32 };
-        let bd = d.bound.min(width);
-        let bound = match (op, by_reg) {
-            (ALU_AND, false) => bd.min(imm),
-            (ALU_AND, true) => bd.min(s.bound),
-            // Every bit set in either operand, at most.
-            (ALU_OR | ALU_XOR, _) => {
-                let bs = if by_reg { s.bound.min(width) } else { imm };
-                match bd | bs {
-                    0 => 0,
-                    x => u64::MAX >> x.leading_zeros(),
-                }
-            }
-            (ALU_RSH, false) => bd >> (imm % bits),
-            (ALU_LSH, false) => {
-                let k = (imm % bits) as u32;
-                if bd.leading_zeros() >= k + (64 - bits as u32) {
-                    bd << k
-                } else {
-                    width
-                }
-            }
-            (ALU_MOV, false) => imm,
-            (ALU_MOV, true) if insn.off == 0 => s.bound.min(width),
-            _ => width,
-        };
-        let addr = match (wide, op, by_reg) {
-            (true, ALU_MOV, true) if insn.off == 0 => s.addr,
-            (true, ALU_ADD | ALU_SUB, false) => d.addr.and_then(|(n, lo, hi)| {
-                let k = i64::from(insn.imm);
-                let k = if op == ALU_ADD { k } else { -k };
-                let (lo, hi) = (lo + k, hi + k);
-                (lo.abs() <= KNOWN_OFFSET_MAX && hi.abs() <= KNOWN_OFFSET_MAX)
-                    .then_some((n, lo, hi))
-            }),
-            (true, ALU_ADD, true) => match (d.addr, s.addr) {
-                (Some(g), None) => Some((g, s.bound)),
-                (None, Some(g)) => Some((g, d.bound)),
-                _ => None,
-            }
-            .and_then(|((n, lo, hi), index)| {
-                let hi = i64::try_from(index).ok()?.checked_add(hi)?;
-                (hi <= KNOWN_OFFSET_MAX).then_some((n, lo, hi))
-            }),
-            _ => None,
-        };
-        // The global an address came from, through adds of anything and constants.
-        let global = |k: &Known| match k.addr {
-            Some((Base::Global(n), ..)) => Some(n),
-            _ => k.in_global,
-        };
-        let in_global = match (wide, op, by_reg) {
-            _ if addr.is_some() => None,
-            (true, ALU_MOV, true) if insn.off == 0 => global(&s),
-            (true, ALU_ADD | ALU_SUB, false) => global(&d),
-            (true, ALU_ADD, true) => match (global(&d), global(&s)) {
-                (Some(n), None) | (None, Some(n)) => Some(n),
-                _ => None,
-            },
-            _ => None,
-        };
+        let addr = alu_addr(insn, &d, &s);
         Known {
-            bound,
+            bound: alu_bound(insn, &d, &s),
             addr,
-            in_global,
+            within: alu_within(insn, addr.is_some(), &d, &s),
         }
     }
 
@@ -1464,7 +1773,7 @@ impl Emitter<'_> {
         Known {
             bound: value,
             addr: global,
-            in_global: None,
+            within: None,
         }
     }
 
@@ -1534,8 +1843,10 @@ impl Emitter<'_> {
         a.mov_rr(true, RDX, R10);
         a.mov_imm(RSI, u64::from(op as u32) | (u64::from(size) << 32));
         a.mov_rr(true, RDI, R11);
-        a.mov_imm(RAX, atomic_callout as *const () as usize as u64);
-        a.call_r(RAX);
+        // Called through r9, so the read cache's base must be reloaded after it
+        // (whatever the callout's own code does with r9).
+        a.mov_imm(READ_BASE, atomic_callout as *const () as usize as u64);
+        a.call_r(READ_BASE);
         a.mov_rr(true, R11, RAX);
         for r in CALLER_SAVED.iter().rev() {
             a.pop(*r);
@@ -1879,30 +2190,44 @@ impl Emitter<'_> {
                     size,
                     write,
                     back,
-                    global,
-                } => {
-                    // r11 back to the address; r10 = pc and size for the routine.
-                    if !global {
-                        self.a
-                            .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
-                    }
-                    self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
-                    let at = self.a.call_rel32();
-                    self.fixups.push((at, Target::Miss(write), pc));
-                    if global {
-                        // The routine left r11 = host address minus the cache's base.
-                        if write {
-                            self.ctx_load(R10, CACHE_WRITE + CACHE_BASE);
-                        } else {
-                            self.a.mov_rr(true, R10, READ_BASE);
-                        }
-                    }
-                    let at = self.a.jmp_rel32();
-                    self.a.patch_rel32(at, back);
-                }
+                    check,
+                } => self.miss_stub(pc, size, write, back, check),
             }
         }
         Ok((stub_pos, to_mem_trap, to_set_trap))
+    }
+
+    /// A [`Stub::Miss`]: r11 back to the address, the miss routine called (r10 = pc and
+    /// size), and r11 (and r10 for a global's check) made what the access at `back`
+    /// expects.
+    fn miss_stub(&mut self, pc: u32, size: u8, write: bool, back: usize, check: Check) {
+        match check {
+            Check::Cache => {
+                self.a
+                    .alu_rm(Alu::Sub, true, R11, mem(CTX, cache(write) + CACHE_NEG_LO));
+            }
+            Check::Stack | Check::Global => {}
+        }
+        self.a.mov_imm(R10, u64::from(pc) | u64::from(size) << 32);
+        let at = self.a.call_rel32();
+        self.fixups.push((at, Target::Miss(write), pc));
+        // The routine left r11 = host address minus the cache's base.
+        match check {
+            Check::Cache => {}
+            Check::Global if write => self.ctx_load(R10, CACHE_WRITE + CACHE_BASE),
+            Check::Global => self.a.mov_rr(true, R10, READ_BASE),
+            Check::Stack => {
+                if write {
+                    self.a
+                        .alu_rm(Alu::Add, true, R11, mem(CTX, CACHE_WRITE + CACHE_BASE));
+                } else {
+                    self.a.alu_rr(Alu::Add, true, R11, READ_BASE);
+                }
+                self.a.alu_rm(Alu::Sub, true, R11, mem(CTX, STACK_DELTA));
+            }
+        }
+        let at = self.a.jmp_rel32();
+        self.a.patch_rel32(at, back);
     }
 
     /// Calls the refill routine for a charge at `pc`. r9 (the read cache's base) and r10

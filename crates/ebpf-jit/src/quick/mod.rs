@@ -66,10 +66,35 @@ fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitErr
             },
         },
     )?;
+    dump(&name, counting, &emitted.code);
     place(&emitted.code).map_err(|message| JitError::Codegen {
         program: name.clone(),
         message,
     })
+}
+
+/// With `CSX_QUICK_DUMP` set to a directory (read once per compile), writes the
+/// emitted code to `DIR/NAME.quick.bin` (`NAME.quick-counting.bin` for the counting
+/// variant), for reading beside `CSX_JIT_DISASM`'s
+/// (`objdump -D -b binary -mi386:x86-64 FILE`). A failed write is ignored: the dump is a
+/// reading aid, never part of compiling.
+fn dump(name: &str, counting: bool, code: &[u8]) {
+    let Some(dir) = std::env::var_os("CSX_QUICK_DUMP") else {
+        return;
+    };
+    let file: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let variant = if counting { "quick-counting" } else { "quick" };
+    let path = std::path::Path::new(&dir).join(format!("{file}.{variant}.bin"));
+    let _ = std::fs::write(path, code);
 }
 
 /// Copies `code` into executable memory through a `JITModule`, as one function with

@@ -830,3 +830,67 @@ fn globals_at_unbounded_offsets_agree() {
     );
     assert!(out.result.is_ok(), "{out:?}");
 }
+
+/// A loop reading its input and a stack array through a pointer kept in a stack slot
+/// and loaded back (as clang spills one): the slot keeps the pointer's region hint
+/// (`Hints::spills`), so its accesses are checked against the stack's bounds and the
+/// read cache stays on the input; stores alternate the same way. Value, trap pc, fuel
+/// and memory are the interpreter's at every budget, in the stack, straddling its top
+/// (8 bytes at 4 below it), past its top, and below its base.
+#[test]
+fn spilled_stack_pointers_keep_their_region() {
+    let src = |start: i32, passes: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\nmov %r3, %r10\nadd %r3, {start}\nstxdw [%r10-200], %r3\n\
+             ldxdw %r3, [%r10-200]\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+             ldxdw %r5, [%r3+0]\nadd %r0, %r5\nmul %r0, 3\nstxdw [%r3+0], %r0\n\
+             stxb [%r4+0], %r5\nldxw %r5, [%r3+4]\nadd %r0, %r5\nstxh [%r3+6], %r0\n\
+             add %r3, 8\nadd %r6, 1\njlt %r6, {passes}, top\nldxdw %r5, [%r10-64]\n\
+             add %r0, %r5\nexit"
+        )
+    };
+    // Eight passes over r10-64..r10: in the stack.
+    assert!(agree_at_every_budget(&src(-64, 8)).result.is_ok());
+    // The second pass's 8-byte load at r10-4 reaches 4 bytes past the stack's top.
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-12, 3))), 10);
+    // The third pass's load at r10.
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-16, 3))), 10);
+    // 8 bytes below the stack's first byte (the entry frame is the top of 8).
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-4104, 2))), 10);
+    // The stack's last 8 bytes (a 4-byte load and a 2-byte store ending at its top) and
+    // its first 8.
+    assert!(agree_at_every_budget(&src(-8, 1)).result.is_ok());
+    assert!(agree_at_every_budget(&src(-4096, 1)).result.is_ok());
+}
+
+/// A pointer into a stack array set before a loop and stepped by adds in it (colsum24's
+/// `cols[c] += m[i * 24 + c]`) keeps its region across the loop's head as a hint
+/// (`Known::within`): its accesses are checked against the stack's fixed bounds, not
+/// the cache the input's loads use. The hint only picks the check: a register hinted
+/// as the stack that holds an input address (r10 plus the input's distance from it)
+/// fails it and the miss routine serves it. Value, trap pc, fuel and memory are the
+/// interpreter's at every budget: in the stack, straddling its top, below its base.
+#[test]
+fn stack_pointers_carried_into_loops_are_checked_against_the_stack() {
+    let src = |start: i32, passes: u32| {
+        format!(
+            "mov %r0, 0\nmov %r6, 0\nmov %r3, %r10\nadd %r3, {start}\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+             ldxw %r7, [%r3+0]\nadd %r7, %r5\nstxw [%r3+0], %r7\nadd %r0, %r7\n\
+             ldxdw %r5, [%r3+0]\nxor %r0, %r5\nadd %r3, 4\nadd %r6, 1\n\
+             jlt %r6, {passes}, top\nldxdw %r5, [%r10-64]\nadd %r0, %r5\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&src(-64, 14)).result.is_ok());
+    // The 8-byte load at r10-4 (the third pass from r10-12) reaches past the top.
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-12, 3))), 12);
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(-4100, 2))), 8);
+    // Hinted as the stack, pointing at the input: r3 = r10 + (r1 - r10).
+    let out = agree_at_every_budget(
+        "mov %r0, 0\nmov %r6, 0\nmov %r3, %r1\nsub %r3, %r10\nmov %r2, %r10\nadd %r2, %r3\n\
+         top:\nldxb %r5, [%r2+0]\nadd %r0, %r5\nstxb [%r2+1], %r0\nadd %r2, 1\n\
+         add %r6, 1\njlt %r6, 70, top\nexit",
+    );
+    assert_eq!(trap_pc(&out), 8);
+}

@@ -657,6 +657,10 @@ mod tests {
             enc(|a| a.load(Load::S16, RAX, mem(RSP, 16))),
             [0x48, 0x0f, 0xbf, 0x44, 0x24, 0x10]
         );
+    }
+
+    #[test]
+    fn stores_and_memory_operands() {
         // A byte store from sil needs a REX prefix.
         assert_eq!(
             enc(|a| a.store(1, mem(R11, -1), RSI)),
@@ -690,6 +694,10 @@ mod tests {
             enc(|a| a.lea(R11, mem(RDI, 300))),
             [0x4c, 0x8d, 0x9f, 0x2c, 1, 0, 0]
         );
+    }
+
+    #[test]
+    fn base_plus_index_forms() {
         // Base plus index: `movzx edx, byte [r11+r9]`, `mov eax, [r11+r9+0x10]`,
         // `mov [rcx+r9-4], r8d`, and r13 as a base still with a displacement.
         assert_eq!(
