@@ -1335,19 +1335,8 @@ impl Emitter<'_> {
         }
         a.alu_rm(Alu::Add, true, R11, mem(CTX, c + CACHE_NEG_LO));
         a.alu_rm(Alu::Cmp, true, R11, mem(CTX, c + CACHE_LIMIT));
-        self.stubs.push(Stub::Miss {
-            pc,
-            size,
-            write,
-            back: 0,
-            check: Check::Cache,
-        });
-        let n = self.stubs.len() - 1;
-        self.jcc(Cond::A, Target::Stub(n));
-        let back = self.a.pos();
-        if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
-            *b = back;
-        }
+        let n = self.miss_branch(pc, size, write, Check::Cache);
+        self.miss_returns_here(n);
         if !write {
             return Ok(mem_index(R11, READ_BASE, 0));
         }
@@ -1414,22 +1403,34 @@ impl Emitter<'_> {
         self.a.mov_imm(R10, vaddr.wrapping_neg());
         self.a.alu_rr(Alu::Add, true, R10, R11);
         self.a.alu_ri(Alu::Cmp, true, R10, limit);
+        let n = self.miss_branch(pc, size, write, Check::Global);
+        self.ctx_load(R11, offsets::REGIONS);
+        self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+        self.miss_returns_here(n);
+        Some(mem_index(R11, R10, 0))
+    }
+
+    /// Jumps to a new miss stub for the access at `pc` when the compare just emitted says
+    /// above (unsigned); its index, for [`Emitter::miss_returns_here`].
+    fn miss_branch(&mut self, pc: u32, size: u8, write: bool, check: Check) -> usize {
         self.stubs.push(Stub::Miss {
             pc,
             size,
             write,
             back: 0,
-            check: Check::Global,
+            check,
         });
         let n = self.stubs.len() - 1;
         self.jcc(Cond::A, Target::Stub(n));
-        self.ctx_load(R11, offsets::REGIONS);
-        self.a.mov_rm(R11, mem(R11, row + RegionEntry::OFFSET_BASE));
+        n
+    }
+
+    /// Miss stub `n` returns to the code emitted next.
+    fn miss_returns_here(&mut self, n: usize) {
         let back = self.a.pos();
         if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
             *b = back;
         }
-        Some(mem_index(R11, R10, 0))
     }
 
     /// An access through a register in the stack at an offset the pass cannot bound,
@@ -1442,19 +1443,8 @@ impl Emitter<'_> {
         let limit = STACK_SIZE as i32 - i32::from(size);
         self.stack_offset(b, i32::from(off));
         self.a.alu_ri(Alu::Cmp, true, R10, limit);
-        self.stubs.push(Stub::Miss {
-            pc,
-            size,
-            write,
-            back: 0,
-            check: Check::Stack,
-        });
-        let n = self.stubs.len() - 1;
-        self.jcc(Cond::A, Target::Stub(n));
-        let back = self.a.pos();
-        if let Stub::Miss { back: b, .. } = &mut self.stubs[n] {
-            *b = back;
-        }
+        let n = self.miss_branch(pc, size, write, Check::Stack);
+        self.miss_returns_here(n);
         self.a.alu_rm(Alu::Add, true, R11, mem(CTX, STACK_DELTA));
         mem(R11, 0)
     }
