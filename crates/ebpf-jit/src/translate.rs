@@ -1156,16 +1156,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             let (gidx, row, delta) = match groups.get(&a.coef) {
                 Some(&g) => g,
                 None => {
-                    // The table's address never changes during a run: in a guard
-                    // inside another loop, its load (and, without helpers, the row's)
-                    // may move out of that loop with the rest of an invariant span's
-                    // count (knn's query vector, the same at every point).
-                    let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
-                    let regions = self
-                        .b
-                        .ins()
-                        .load(types::I64, fixed, self.ctx, offsets::REGIONS);
-                    let row = self.row_in(regions, addr);
+                    let (row, _) = self.row_of(addr);
                     let b = &mut self.b;
                     let base =
                         b.ins()
