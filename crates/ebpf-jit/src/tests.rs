@@ -720,26 +720,27 @@ fn stack_arrays_indexed_by_data() {
 }
 
 #[test]
-fn sign_extended_loads_keep_their_shifts_where_a_jump_enters() {
-    // clang's `(i64)p[i]` without `ldxs` (cpu v3): `ldxw; lsh 32; arsh 32`, which the
-    // JIT makes one sign-extending load. Region 2's first word is stored negative, its
-    // second halfword and fifth byte too; each is loaded and extended that way.
+fn sign_extended_loads_and_jumps_into_their_shifts() {
+    // clang's `(i64)p[i]` without `ldxs` (cpu v3): `ldxw; lsh 32; arsh 32`. Region 2's
+    // first word is stored negative, its second halfword and fifth byte too; each is
+    // loaded and extended that way. (A JIT that makes the three one sign-extending load
+    // must keep the shifts where a jump enters them: the second program.)
     let sum = "stw [%r1+0], -5\nsth [%r1+6], -300\nstb [%r1+9], -7\nmov %r0, 0\n\
                ldxw %r3, [%r1+0]\nlsh %r3, 32\narsh %r3, 32\nadd %r0, %r3\n\
                ldxh %r3, [%r1+6]\nlsh %r3, 48\narsh %r3, 48\nadd %r0, %r3\n\
                ldxb %r1, [%r1+9]\nlsh %r1, 56\narsh %r1, 56\nadd %r0, %r1\nexit";
     assert_eq!(check(sum).result, Ok((-312i64) as u64));
     // A jump into the shifts: they run on a value the load did not make (2^32 + 5,
-    // which they take to 5), so they stay. Fused anyway, the jump's path would keep
-    // 2^32 + 5.
+    // which they take to 5). Dropped with the load's extension, the jump's path would
+    // keep 2^32 + 5.
     let entered = "lddw %r3, 0x100000005\njne %r2, 0, mid\nldxw %r3, [%r1+0]\n\
                    mid:\nlsh %r3, 32\narsh %r3, 32\nmov %r0, %r3\nexit";
     assert_eq!(check(entered).result, Ok(5));
     // Shifts by other amounts are not an extension of the load: 0xfffffffb << 32 >> 31.
     let other = "stw [%r1+0], -5\nldxw %r0, [%r1+0]\nlsh %r0, 32\narsh %r0, 31\nexit";
     assert_eq!(check(other).result, Ok((-10i64) as u64));
-    // A fused load that faults traps at the load, with the interpreter's fuel, in a
-    // loop that sums the words of region 2 and reads one past its end.
+    // An extended load that faults traps at the load, with the interpreter's fuel, in
+    // a loop that sums the words of region 2 and reads one past its end.
     let src = "mov %r0, 0\nmov %r6, 0\n\
                loop:\nmov %r3, %r1\nadd %r3, %r6\nldxw %r4, [%r3+0]\nlsh %r4, 32\n\
                arsh %r4, 32\nadd %r0, %r4\nadd %r6, 4\njle %r6, 64, loop\nexit";

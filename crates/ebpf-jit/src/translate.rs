@@ -1343,10 +1343,6 @@ impl<'a, 'f> Translator<'a, 'f> {
         if op == ALU_END {
             return self.byte_swap(pc, insn, is64, by_reg);
         }
-        if matches!(self.extended_at(pc), Some(1 | 2)) {
-            // The shifts of a sign extension the load made (see `extended_at`).
-            return Ok(());
-        }
         let ty = if is64 { types::I64 } else { types::I32 };
         let d = self.reg_as(pc, insn.dst, ty)?;
         let s = if by_reg {
@@ -1695,46 +1691,11 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// `ldx` and the sign-extending `ldxs` (RFC 9669 §5.1, §5.2).
     fn load(&mut self, pc: u32, insn: &Insn) -> TResult<()> {
-        let mut op = self.load_op(pc, insn)?;
-        if let MemOp::Load { size, .. } = op {
-            if self.extended_at(pc).is_some() {
-                op = MemOp::Load { size, signed: true };
-            }
-        }
+        let op = self.load_op(pc, insn)?;
         let v = self.access(pc, insn.src, insn.off, op)?;
         let v = v.expect("loads produce a value");
         self.note_load_bound(op, v);
         self.set_reg(pc, insn.dst, v)
-    }
-
-    /// clang's sign extension of a narrow load, `ldxw d; d <<= 32; d s>>= 32` (cpu v3
-    /// has no `ldxsw`), when `pc` is its load or one of its shifts (an offset 0, 1 or
-    /// 2 from the load) and no jump enters it after the load: the load is then
-    /// translated as a sign-extending load, and the shifts, which leave its value as
-    /// it is, as nothing (x86-64 makes it one `movslq` from memory).
-    fn extended_at(&self, pc: u32) -> Option<u32> {
-        let at = |p: u32| self.insns.get(p as usize);
-        (0..3).find_map(|back| {
-            let first = pc.checked_sub(back)?;
-            let load = at(first)?;
-            let size = match (load.class(), load.opc & 0xe0, load.opc & 0x18) {
-                (CLASS_LDX, MODE_MEM, SIZE_B) => 1,
-                (CLASS_LDX, MODE_MEM, SIZE_H) => 2,
-                (CLASS_LDX, MODE_MEM, SIZE_W) => 4,
-                _ => return None,
-            };
-            let k = 64 - 8 * size;
-            let shift = |p: u32, op: u8| {
-                at(p).is_some_and(|i| {
-                    i.opc == CLASS_ALU64 | op | SRC_K
-                        && i.dst == load.dst
-                        && i.imm == k
-                        && !self.plan.leaders.contains(&p)
-                })
-            };
-            (load.dst <= 9 && shift(first + 1, ALU_LSH) && shift(first + 2, ALU_ARSH))
-                .then_some(back)
-        })
     }
 
     /// `st` (immediate), `stx` (register) and the atomics (RFC 9669 §5.3).
@@ -2090,13 +2051,6 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// the index is past the table) and the offset part of `v`.
     fn row_of(&mut self, v: Value) -> (Value, Value) {
         let regions = self.regions();
-        let row = self.row_in(regions, v);
-        let lo = self.b.ins().band_imm_s(v, 0xffff_ffff);
-        (row, lo)
-    }
-
-    /// [`Self::row_of`]'s row, in the table at `regions`.
-    fn row_in(&mut self, regions: Value, v: Value) -> Value {
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(v, 32);
         let in_table = b
@@ -2105,7 +2059,9 @@ impl<'a, 'f> Translator<'a, 'f> {
         let zero = b.ins().iconst(types::I64, 0);
         let idx = b.ins().select(in_table, idx, zero);
         let row_off = b.ins().ishl_imm_s(idx, i64::from(RegionEntry::SIZE_SHIFT));
-        b.ins().iadd(regions, row_off)
+        let row = b.ins().iadd(regions, row_off);
+        let lo = b.ins().band_imm_s(v, 0xffff_ffff);
+        (row, lo)
     }
 
     /// Performs `op` at the checked host address `host + disp`.
