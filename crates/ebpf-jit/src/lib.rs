@@ -156,8 +156,8 @@ fn host_isa(
 }
 
 /// Compiles `ctx`'s function into `module` as `id`: a function with narrow loads to
-/// fold goes through `extend::define` and `lowering`, the host ISA with the mid-end
-/// off (made on first use).
+/// fold goes through `extend::define` (which also moves address constants into
+/// offsets) and `lowering`, the host ISA with the mid-end off (made on first use).
 fn define(
     module: &mut JITModule,
     lowering: &mut Option<cranelift_codegen::isa::OwnedTargetIsa>,
