@@ -18,9 +18,8 @@
 //! load used only by its extension with the extending load at the extension's place
 //! (where the mid-end put it), and [`fold_address_constants`], which moves the constants
 //! of a three-term address into the access's offset (the mid-end leaves them inside, so
-//! an unrolled group's `p[i + 1]`, `p[i + 2]` each took an `lea`: held-out dot8 37%
-//! fewer instructions, crc64t 18%, knn 5.6%); lowering at the same ISA with the mid-end
-//! off. Functions without such loads keep Cranelift's one step: the address fold alone,
+//! an unrolled group's `p[i + 1]`, `p[i + 2]` each took an `lea`: held-out dot8 29%
+//! fewer instructions, knn 3.2%); lowering at the same ISA with the mid-end off. Functions without such loads keep Cranelift's one step: the address fold alone,
 //! through the three steps, gave editdist 3.9% more instructions and no other kernel
 //! fewer (cachegrind, docs/benchmarks-history.md).
 //! Only zero extensions: folding sign extensions as well (`movswq (mem)`) made a
@@ -114,50 +113,61 @@ pub(crate) fn fold_narrow_loads(func: &mut Function) {
     }
 }
 
-/// How deep [`linear_terms`] looks through additions (an unrolled group's induction
-/// variable is a chain of one addition per copy).
+/// How deep [`without_constants`] looks through additions (an unrolled group's
+/// induction variable is a chain of one addition per copy).
 const TERMS_DEPTH: u32 = 24;
 
-/// `v` as the sum of the values pushed on `terms` (at most three: a sum of more is kept
-/// whole, as one term) and the constant returned (wrapping), through `iadd`s and
-/// `iconst`s at most `depth` deep.
-fn linear_terms(dfg: &DataFlowGraph, v: Value, depth: u32, terms: &mut Vec<Value>) -> i64 {
-    let v = dfg.resolve_aliases(v);
-    if let ValueDef::Result(inst, 0) = dfg.value_def(v) {
-        match dfg.insts[inst] {
+/// `v` as a sum without constants, the constant (wrapping) and how many values the sum
+/// adds, through `iadd`s and `iconst`s at most `depth` deep; an addition of more than
+/// three values is kept whole, as one. The sum keeps `v`'s own association (the
+/// mid-end's: a loop-invariant pair stays one value, computed outside the loop), and is
+/// new only where a constant left it (`None`: `v` is a constant). Additions made for a
+/// part kept whole are left unused (not lowered).
+fn without_constants(
+    cur: &mut FuncCursor<'_>,
+    v: Value,
+    depth: u32,
+) -> (Option<Value>, i64, usize) {
+    let v = cur.func.dfg.resolve_aliases(v);
+    if let ValueDef::Result(inst, 0) = cur.func.dfg.value_def(v) {
+        match cur.func.dfg.insts[inst] {
             InstructionData::UnaryImm {
                 opcode: Opcode::Iconst,
                 imm,
-            } => return imm.bits(),
+            } => return (None, imm.bits(), 0),
             InstructionData::Binary {
                 opcode: Opcode::Iadd,
-                args,
+                args: [a, b],
             } if depth > 0 => {
-                let mut inner = terms.clone();
-                let a = linear_terms(dfg, args[0], depth - 1, &mut inner);
-                let b = linear_terms(dfg, args[1], depth - 1, &mut inner);
-                if inner.len() <= 3 {
-                    *terms = inner;
-                    return a.wrapping_add(b);
+                let (sa, ka, na) = without_constants(cur, a, depth - 1);
+                let (sb, kb, nb) = without_constants(cur, b, depth - 1);
+                if na + nb <= 3 {
+                    let sum = match (sa, sb) {
+                        (None, None) => None,
+                        (Some(x), None) | (None, Some(x)) => Some(x),
+                        (Some(x), Some(y)) if x == a && y == b => Some(v),
+                        (Some(x), Some(y)) => Some(cur.ins().iadd(x, y)),
+                    };
+                    return (sum, ka.wrapping_add(kb), na + nb);
                 }
             }
             _ => {}
         }
     }
-    terms.push(v);
-    0
+    (Some(v), 0, 1)
 }
 
 /// Moves the constants of a load's or store's address into its offset where the rest
-/// is a sum of two or three values: `base + (i + 4)`, `base + (i + 8)`, ... (an
+/// is a sum of three values: `delta + (p + (i + 4))`, `delta + (p + (i + 8))`, ... (an
 /// unrolled group's `p[i + 1]`, `p[i + 2]` through a host base, a pointer and an
-/// index) become accesses at offsets 4, 8, ... from one sum of the three, computed
-/// once in the block, where each took an `lea` of its own (the mid-end keeps the
-/// constant inside, and x86-64 addresses two registers). Same address: the sum and
-/// the offset add up to it, wrapping as addresses do.
+/// index) become accesses at offsets 4, 8, ... from one sum of the three, made once in
+/// the block, where each took an `lea` of its own (the mid-end keeps the constant
+/// inside, and x86-64 addresses two registers and a constant). Same address: the sum
+/// and the offset add up to it, wrapping as addresses do.
 pub(crate) fn fold_address_constants(func: &mut Function) {
     let blocks: Vec<_> = func.layout.blocks().collect();
     for block in blocks {
+        // The sums made in this block, by the values they add.
         let mut sums: BTreeMap<Vec<Value>, Value> = BTreeMap::new();
         let insts: Vec<Inst> = func.layout.block_insts(block).collect();
         for inst in insts {
@@ -166,27 +176,18 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
                 InstructionData::Store { args, offset, .. } => (args[1], offset),
                 _ => continue,
             };
-            let mut terms = Vec::new();
-            let k = linear_terms(&func.dfg, addr, TERMS_DEPTH, &mut terms);
+            let mut cur = FuncCursor::new(func).at_inst(inst);
+            let (sum, k, n) = without_constants(&mut cur, addr, TERMS_DEPTH);
             let moved = i64::from(offset)
                 .checked_add(k)
                 .and_then(|o| i32::try_from(o).ok());
-            let Some(moved) = moved.filter(|_| k != 0 && (2..=3).contains(&terms.len())) else {
+            let (Some(sum), Some(moved), true) = (sum, moved, k != 0 && n == 3) else {
                 continue;
             };
-            terms.sort_unstable();
-            let base = match sums.get(&terms) {
-                Some(&sum) => sum,
-                None => {
-                    let mut cur = FuncCursor::new(func).at_inst(inst);
-                    let mut sum = terms[0];
-                    for &t in &terms[1..] {
-                        sum = cur.ins().iadd(sum, t);
-                    }
-                    sums.insert(terms, sum);
-                    sum
-                }
-            };
+            let mut key = Vec::new();
+            terms_of(&func.dfg, sum, &mut key);
+            key.sort_unstable();
+            let base = *sums.entry(key).or_insert(sum);
             match &mut func.dfg.insts[inst] {
                 InstructionData::Load { arg, offset, .. } => {
                     *arg = base;
@@ -200,6 +201,24 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
             }
         }
     }
+}
+
+/// The values a sum [`without_constants`] made adds (its `iadd` leaves, at most three).
+fn terms_of(dfg: &DataFlowGraph, v: Value, out: &mut Vec<Value>) {
+    if out.len() < 3 {
+        if let ValueDef::Result(inst, 0) = dfg.value_def(v) {
+            if let InstructionData::Binary {
+                opcode: Opcode::Iadd,
+                args: [a, b],
+            } = dfg.insts[inst]
+            {
+                terms_of(dfg, a, out);
+                terms_of(dfg, b, out);
+                return;
+            }
+        }
+    }
+    out.push(v);
 }
 
 /// Defines function `id` in `module` from `ctx`: Cranelift's mid-end at the module's
@@ -321,9 +340,10 @@ mod tests {
         }
     }
 
-    /// `p + (i + 4 * k)` loaded for k in `ks` (an unrolled group's addresses: a host
-    /// base, an index, a constant), then `(p + i) + 12` and `p + (i + j + 8)` (three
-    /// terms); returns the function and the loads in order.
+    /// `d + (p + (i + 4 * k))` loaded for k in `ks` (an unrolled group's addresses: a
+    /// host base, a pointer, an index, a constant), then `p + (i + 12)` (two values and
+    /// a constant: x86-64 addresses it as it is) and `(d + p) + (i + 8)` (the group's
+    /// three, associated otherwise); returns the function and the loads in order.
     fn group_loads(ks: &[i64]) -> (Function, Vec<Inst>) {
         let mut sig = Signature::new(CallConv::SystemV);
         for _ in 0..3 {
@@ -336,25 +356,29 @@ mod tests {
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
-        let [p, i, j] = [0, 1, 2].map(|n| b.block_params(entry)[n]);
+        let [d, p, i] = [0, 1, 2].map(|n| b.block_params(entry)[n]);
         let fl = MemFlagsData::trusted();
         let mut sum = b.ins().iconst(types::I64, 0);
+        let mut load = |b: &mut FunctionBuilder<'_>, addr| {
+            let v = b.ins().load(types::I64, fl, addr, 0);
+            sum = b.ins().iadd(sum, v);
+        };
         for &k in ks {
             let c = b.ins().iconst(types::I64, 4 * k);
             let ik = b.ins().iadd(i, c);
-            let addr = b.ins().iadd(p, ik);
-            let v = b.ins().load(types::I64, fl, addr, 0);
-            sum = b.ins().iadd(sum, v);
+            let pik = b.ins().iadd(p, ik);
+            let addr = b.ins().iadd(d, pik);
+            load(&mut b, addr);
         }
-        let pi = b.ins().iadd(p, i);
-        let v = b.ins().load(types::I64, fl, pi, 12);
-        sum = b.ins().iadd(sum, v);
-        let ij = b.ins().iadd(i, j);
+        let twelve = b.ins().iconst(types::I64, 12);
+        let i12 = b.ins().iadd(i, twelve);
+        let addr = b.ins().iadd(p, i12);
+        load(&mut b, addr);
+        let dp = b.ins().iadd(d, p);
         let eight = b.ins().iconst(types::I64, 8);
-        let ij8 = b.ins().iadd(ij, eight);
-        let addr = b.ins().iadd(p, ij8);
-        let v = b.ins().load(types::I64, fl, addr, 0);
-        sum = b.ins().iadd(sum, v);
+        let i8 = b.ins().iadd(i, eight);
+        let addr = b.ins().iadd(dp, i8);
+        load(&mut b, addr);
         b.ins().return_(&[sum]);
         b.seal_all_blocks();
         let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
@@ -371,6 +395,7 @@ mod tests {
     #[test]
     fn address_constants_move_into_the_offset_of_one_shared_sum() {
         let (mut func, loads) = group_loads(&[1, 2, 3]);
+        let before: Vec<_> = loads.iter().map(|&l| func.dfg.insts[l]).collect();
         fold_address_constants(&mut func);
         let at = |inst: Inst| match func.dfg.insts[inst] {
             InstructionData::Load { arg, offset, .. } => (arg, i32::from(offset)),
@@ -380,28 +405,28 @@ mod tests {
         assert_eq!(first, 4);
         assert_eq!(at(loads[1]), (base, 8));
         assert_eq!(at(loads[2]), (base, 12));
-        // `p + i` was already the base: offset 12 stays, the same two terms.
-        assert_eq!(at(loads[3]).1, 12);
-        // Three terms and 8: a sum of its own.
-        let (three, off) = at(loads[4]);
-        assert_eq!(off, 8);
-        assert_ne!(three, base);
-        // The shared base is `p + i`, computed once, before the first load.
-        let ValueDef::Result(def, _) = func.dfg.value_def(base) else {
-            panic!("a base is computed");
-        };
-        let InstructionData::Binary {
-            opcode: Opcode::Iadd,
-            args,
-        } = func.dfg.insts[def]
-        else {
-            panic!("{:?}", func.dfg.insts[def]);
-        };
+        // Two values and a constant stay as they were.
+        assert_eq!(func.dfg.insts[loads[3]], before[3]);
+        // The same three values associated otherwise: the same sum.
+        assert_eq!(at(loads[4]), (base, 8));
+        // The sum is `d + (p + i)`, made before the first load.
         let block = func.layout.entry_block().expect("an entry block");
-        let params = func.dfg.block_params(block);
-        let mut args = args.to_vec();
-        args.sort_unstable();
-        assert_eq!(args, [params[0], params[1]]);
+        let params = func.dfg.block_params(block).to_vec();
+        let add = |v: Value| {
+            let ValueDef::Result(def, _) = func.dfg.value_def(v) else {
+                panic!("{v} is computed");
+            };
+            match func.dfg.insts[def] {
+                InstructionData::Binary {
+                    opcode: Opcode::Iadd,
+                    args,
+                } => (def, args),
+                ref other => panic!("{other:?}"),
+            }
+        };
+        let (def, [d, pi]) = add(base);
+        assert_eq!(d, params[0]);
+        assert_eq!(add(pi).1, [params[1], params[2]]);
         assert!(func.layout.pp_cmp(def, loads[0]).is_lt());
     }
 
