@@ -19,7 +19,8 @@
 //! (where the mid-end put it), and [`fold_address_constants`], which moves the constants
 //! of a three-term address into the access's offset (the mid-end leaves them inside, so
 //! an unrolled group's `p[i + 1]`, `p[i + 2]` each took an `lea`: held-out dot8 29%
-//! fewer instructions, knn 3.2%); lowering at the same ISA with the mid-end off. Functions without such loads keep Cranelift's one step: the address fold alone,
+//! fewer instructions, knn 3.2%); lowering at the same ISA with the mid-end off.
+//! Functions without such loads keep Cranelift's one step: the address fold alone,
 //! through the three steps, gave editdist 3.9% more instructions and no other kernel
 //! fewer (cachegrind, docs/benchmarks-history.md).
 //! Only zero extensions: folding sign extensions as well (`movswq (mem)`) made a
@@ -113,34 +114,62 @@ pub(crate) fn fold_narrow_loads(func: &mut Function) {
     }
 }
 
-/// How deep [`without_constants`] looks through additions (an unrolled group's
-/// induction variable is a chain of one addition per copy).
+/// How deep [`split_sum`] looks through additions (an unrolled group's induction
+/// variable is a chain of one addition per copy).
 const TERMS_DEPTH: u32 = 24;
 
-/// `v` as a sum without constants, the constant (wrapping) and how many values the sum
-/// adds, through `iadd`s and `iconst`s at most `depth` deep; an addition of more than
-/// three values is kept whole, as one. The sum keeps `v`'s own association (the
-/// mid-end's: a loop-invariant pair stays one value, computed outside the loop), and is
-/// new only where a constant left it (`None`: `v` is a constant). Additions made for a
-/// part kept whole are left unused (not lowered).
-fn without_constants(
-    cur: &mut FuncCursor<'_>,
-    v: Value,
-    depth: u32,
-) -> (Option<Value>, i64, usize) {
+/// `v` as a sum of values (pushed on `terms`) and a constant (returned, wrapping),
+/// through `iadd`s and `iconst`s at most `depth` deep; an addition of more than three
+/// values is kept whole, as one.
+fn split_sum(dfg: &DataFlowGraph, v: Value, depth: u32, terms: &mut Vec<Value>) -> i64 {
+    let v = dfg.resolve_aliases(v);
+    if let ValueDef::Result(inst, 0) = dfg.value_def(v) {
+        match dfg.insts[inst] {
+            InstructionData::UnaryImm {
+                opcode: Opcode::Iconst,
+                imm,
+            } => return imm.bits(),
+            InstructionData::Binary {
+                opcode: Opcode::Iadd,
+                args: [a, b],
+            } if depth > 0 => {
+                let mut inner = Vec::new();
+                let k = split_sum(dfg, a, depth - 1, &mut inner).wrapping_add(split_sum(
+                    dfg,
+                    b,
+                    depth - 1,
+                    &mut inner,
+                ));
+                if inner.len() <= 3 {
+                    terms.extend(inner);
+                    return k;
+                }
+            }
+            _ => {}
+        }
+    }
+    terms.push(v);
+    0
+}
+
+/// The sum of [`split_sum`]'s values of `v` (`None`: `v` is a constant) and how many
+/// it adds, made at the cursor in `v`'s own association (the mid-end's: a
+/// loop-invariant pair stays one value, computed outside the loop), with a new
+/// addition only where a constant left one.
+fn without_constants(cur: &mut FuncCursor<'_>, v: Value, depth: u32) -> (Option<Value>, usize) {
     let v = cur.func.dfg.resolve_aliases(v);
     if let ValueDef::Result(inst, 0) = cur.func.dfg.value_def(v) {
         match cur.func.dfg.insts[inst] {
             InstructionData::UnaryImm {
                 opcode: Opcode::Iconst,
-                imm,
-            } => return (None, imm.bits(), 0),
+                ..
+            } => return (None, 0),
             InstructionData::Binary {
                 opcode: Opcode::Iadd,
                 args: [a, b],
             } if depth > 0 => {
-                let (sa, ka, na) = without_constants(cur, a, depth - 1);
-                let (sb, kb, nb) = without_constants(cur, b, depth - 1);
+                let (sa, na) = without_constants(cur, a, depth - 1);
+                let (sb, nb) = without_constants(cur, b, depth - 1);
                 if na + nb <= 3 {
                     let sum = match (sa, sb) {
                         (None, None) => None,
@@ -148,13 +177,13 @@ fn without_constants(
                         (Some(x), Some(y)) if x == a && y == b => Some(v),
                         (Some(x), Some(y)) => Some(cur.ins().iadd(x, y)),
                     };
-                    return (sum, ka.wrapping_add(kb), na + nb);
+                    return (sum, na + nb);
                 }
             }
             _ => {}
         }
     }
-    (Some(v), 0, 1)
+    (Some(v), 1)
 }
 
 /// Moves the constants of a load's or store's address into its offset where the rest
@@ -176,18 +205,25 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
                 InstructionData::Store { args, offset, .. } => (args[1], offset),
                 _ => continue,
             };
-            let mut cur = FuncCursor::new(func).at_inst(inst);
-            let (sum, k, n) = without_constants(&mut cur, addr, TERMS_DEPTH);
+            let mut terms = Vec::new();
+            let k = split_sum(&func.dfg, addr, TERMS_DEPTH, &mut terms);
             let moved = i64::from(offset)
                 .checked_add(k)
                 .and_then(|o| i32::try_from(o).ok());
-            let (Some(sum), Some(moved), true) = (sum, moved, k != 0 && n == 3) else {
+            let Some(moved) = moved.filter(|_| k != 0 && terms.len() == 3) else {
                 continue;
             };
-            let mut key = Vec::new();
-            terms_of(&func.dfg, sum, &mut key);
-            key.sort_unstable();
-            let base = *sums.entry(key).or_insert(sum);
+            terms.sort_unstable();
+            let base = match sums.get(&terms) {
+                Some(&sum) => sum,
+                None => {
+                    let mut cur = FuncCursor::new(func).at_inst(inst);
+                    let (sum, _) = without_constants(&mut cur, addr, TERMS_DEPTH);
+                    let sum = sum.expect("three values, not a constant");
+                    sums.insert(terms, sum);
+                    sum
+                }
+            };
             match &mut func.dfg.insts[inst] {
                 InstructionData::Load { arg, offset, .. } => {
                     *arg = base;
@@ -201,24 +237,6 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
             }
         }
     }
-}
-
-/// The values a sum [`without_constants`] made adds (its `iadd` leaves, at most three).
-fn terms_of(dfg: &DataFlowGraph, v: Value, out: &mut Vec<Value>) {
-    if out.len() < 3 {
-        if let ValueDef::Result(inst, 0) = dfg.value_def(v) {
-            if let InstructionData::Binary {
-                opcode: Opcode::Iadd,
-                args: [a, b],
-            } = dfg.insts[inst]
-            {
-                terms_of(dfg, a, out);
-                terms_of(dfg, b, out);
-                return;
-            }
-        }
-    }
-    out.push(v);
 }
 
 /// Defines function `id` in `module` from `ctx`: Cranelift's mid-end at the module's
