@@ -34,6 +34,7 @@ mod analysis;
 mod code_memory;
 mod compiled;
 mod count;
+mod divides;
 mod extend;
 mod loops;
 mod params;
@@ -262,6 +263,7 @@ impl compiled::Backend for Cranelift {
                     }
                 },
             )?;
+            divides::fold_divisibility_tests(&mut ctx.func);
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();

@@ -2308,3 +2308,67 @@ fn stack_scans_are_guarded_at_the_stacks_bounds() {
         );
     }
 }
+
+#[test]
+fn remainder_tests_against_zero_keep_their_truth() {
+    // `x % c == 0` as clang's eBPF writes it (divide, multiply back, subtract, branch
+    // on zero), which the JIT makes a multiply by an inverse and a compare (`divides`):
+    // both widths, odd, even and large divisors, both senses of the branch, and `mod`
+    // itself; the value is mixed from the input so it covers all 64 bits.
+    let cases = [
+        ("32", "7"),
+        ("32", "12"),
+        ("32", "1"),
+        ("32", "0x80000000"),
+        ("32", "-3"),
+        ("", "7"),
+        ("", "96"),
+        ("", "0x7fffffff"),
+        ("", "-1"),
+    ];
+    for (w, c) in cases {
+        for branch in ["jeq", "jne"] {
+            for rem in [
+                format!("mov{w} %r9, %r3\ndiv{w} %r9, {c}\nmul{w} %r9, {c}\nsub{w} %r3, %r9"),
+                format!("mod{w} %r3, {c}"),
+            ] {
+                let src = format!(
+                    "mov %r0, 0\nmov %r6, 0\nlddw %r7, 0x9e3779b97f4a7c15\n\
+                     loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\n\
+                     mul %r3, %r7\nxor %r3, %r6\n\
+                     {rem}\n{branch}{w} %r3, 0, hit\nja next\nhit:\nadd %r0, 1\n\
+                     next:\nadd %r6, 1\njlt %r6, %r2, loop\nexit"
+                );
+                let out = check(&src);
+                let want = (0..64u64)
+                    .filter(|&i| {
+                        let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i;
+                        let zero = if w == "32" {
+                            let c = parse_imm(c) as u32;
+                            (x as u32).is_multiple_of(c)
+                        } else {
+                            let c = parse_imm(c) as i32 as i64 as u64;
+                            x.is_multiple_of(c)
+                        };
+                        zero == (branch == "jeq")
+                    })
+                    .count() as u64;
+                assert_eq!(out.result, Ok(want), "{src}");
+            }
+        }
+    }
+}
+
+/// An immediate of the test sources above, as the assembler reads it.
+fn parse_imm(s: &str) -> i64 {
+    let (neg, s) = s.strip_prefix('-').map_or((false, s), |r| (true, r));
+    let v = s.strip_prefix("0x").map_or_else(
+        || s.parse().unwrap(),
+        |h| i64::from_str_radix(h, 16).unwrap(),
+    );
+    if neg {
+        -v
+    } else {
+        v
+    }
+}
