@@ -2372,3 +2372,27 @@ fn parse_imm(s: &str) -> i64 {
         v
     }
 }
+
+#[test]
+fn picked_charges_on_a_bit_match_at_every_budget() {
+    // A u8 filter shaped as clang writes pred32's: the two tests become bits (`w7`,
+    // `w8`, triangles the JIT converts), their `or` decides the loop-closing branch,
+    // and both ways jump back to the latch from different slots (a backward triangle
+    // whose charge is picked by a bit, paid as arithmetic on it in the unrolled group).
+    let src = "mov %r0, 0\nmov %r2, 0\nmov %r6, 0\nja head\n\
+               latch:\nadd %r0, %r5\nadd %r2, %r8\nadd %r6, 1\njge %r6, 64, done\n\
+               head:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\n\
+               mov32 %r7, 1\njgt32 %r5, 40, big\nmov32 %r7, 0\nbig:\n\
+               mov32 %r8, %r5\nand32 %r8, 3\nmov32 %r3, 1\njeq32 %r8, 0, four\nmov32 %r3, 0\nfour:\n\
+               mov32 %r8, %r7\nor32 %r8, %r3\n\
+               jne32 %r8, 0, latch\nmov %r5, 0\nja latch\n\
+               done:\nlsh %r0, 8\nor %r0, %r2\nexit";
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    let picked: Vec<u64> = (0..64u64)
+        .filter(|&b| b > 40 || b.is_multiple_of(4))
+        .collect();
+    let sum: u64 = picked.iter().sum();
+    assert_eq!(full.result, Ok((sum << 8) | picked.len() as u64));
+    every_budget_runs_out_or_matches(&p, &full);
+}
