@@ -605,6 +605,88 @@ fn speculative_region_faults_only_when_the_load_runs() {
     assert_eq!(trap_of(&out).pc, 3);
 }
 
+/// clang's eBPF for a four-state byte machine (held-out `states`, with a multiply to
+/// spread the test region's bytes over the classes): outside a token, in a word, in a
+/// number, after a backslash; returns words << 40 ^ numbers << 20 ^ moves. Its
+/// classification (slots 20-40) is one speculative region whose join merges r6 from
+/// five paths, inside a loop whose byte load the guard proves.
+fn state_machine(len: &str) -> String {
+    format!(
+        "mov %r4, 0\nmov %r0, 0\nmov %r3, 0\nmov %r2, {len}\njeq %r2, 0, done\n\
+         mov %r5, 0\nmov32 %r6, 0\nja top\n\
+         number:\nadd %r0, 1\nnext:\nadd %r5, 1\njlt %r5, %r2, top\n\
+         done:\nlsh %r4, 40\nlsh %r0, 20\nxor %r0, %r4\nxor %r0, %r3\nexit\n\
+         top:\nmov32 %r7, %r6\nmov32 %r6, 0\njeq32 %r7, 3, moved\n\
+         mov %r8, %r1\nadd %r8, %r5\nmov32 %r6, 3\nldxb %r8, [%r8+0]\n\
+         mul32 %r8, 45\nand32 %r8, 127\njeq32 %r8, 92, moved\n\
+         mov32 %r6, %r8\nadd32 %r6, -48\nand32 %r6, 255\njgt32 %r6, 9, letter\n\
+         mov32 %r6, 1\njeq32 %r7, 1, moved\nmov32 %r6, 2\nja moved\n\
+         letter:\nmov32 %r6, 1\nor32 %r8, 32\nadd32 %r8, -97\nand32 %r8, 255\n\
+         jlt32 %r8, 26, moved\nmov32 %r6, 0\n\
+         moved:\njeq32 %r6, %r7, next\nadd %r3, 1\njeq32 %r7, 2, number\n\
+         jne32 %r7, 1, next\nadd %r4, 1\nja next"
+    )
+}
+
+#[test]
+fn speculative_regions_select_on_their_own_branches() {
+    // The region's join takes r6 from five paths (the selects on the region's branch
+    // conditions, see `Translator::merge_edges`), in both loop copies; the load in it
+    // is unchecked in the unchecked copy. Every answer, trap and fuel count is the
+    // interpreter's, at every budget.
+    const LOAD: u32 = 22;
+    let src = state_machine("%r2");
+    let p = program(&src, vec![]);
+    let plan = analysis::plan_program(p.insns(), 0).unwrap();
+    assert_eq!(
+        plan.functions[0].regions.len(),
+        1,
+        "{:?}",
+        plan.functions[0]
+    );
+    let loops = unchecked_accesses(&src);
+    assert!(
+        loops.iter().any(|(_, a)| a.contains(&(LOAD, 1))),
+        "the guard proves the load: {loops:?}"
+    );
+    let (mut state, mut words, mut numbers, mut moves) = (0u32, 0u64, 0u64, 0u64);
+    for b in 0u32..64 {
+        let c = b.wrapping_mul(45) & 127;
+        let next = if state == 3 {
+            0
+        } else if c == 92 {
+            3
+        } else if (48..=57).contains(&c) {
+            if state == 1 {
+                1
+            } else {
+                2
+            }
+        } else if (97..=122).contains(&(c | 32)) {
+            1
+        } else {
+            0
+        };
+        if next != state {
+            moves += 1;
+            match state {
+                1 => words += 1,
+                2 => numbers += 1,
+                _ => {}
+            }
+        }
+        state = next;
+    }
+    assert!(words > 0 && numbers > 0, "the bytes reach every state");
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok((words << 40) ^ (numbers << 20) ^ moves));
+    every_budget_runs_out_or_matches(&p, &full);
+    // Past the region's end the guard hands over to the checked loop, which traps at
+    // the load.
+    let out = check(&state_machine("80"));
+    assert_eq!(trap_of(&out).pc, LOAD);
+}
+
 #[test]
 fn backward_triangles_charge_the_path_taken() {
     // A running maximum whose loop closes with `jle ... loop; mov; ja loop` (clang's

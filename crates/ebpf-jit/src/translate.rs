@@ -65,7 +65,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, AliasRegionData, AtomicRmwOp, Block, BlockArg, Endianness, FuncRef,
-    InstBuilder, MemFlagsData, SigRef, Signature, Type, Value,
+    InstBuilder, MemFlagsData, SigRef, Signature, Type, Value, ValueDef,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, Variable};
@@ -98,6 +98,14 @@ mod unroll;
 // r10 at offset `STACK_SIZE - (d - 1) * STACK_FRAME_SIZE`, so it relies on the stack
 // holding exactly one frame per permitted depth.
 const _: () = assert!(STACK_SIZE == STACK_FRAME_SIZE * CALL_DEPTH_MAX);
+
+/// How a block of a speculative region ends ([`Translator::speculate`]): it goes on to a
+/// slot, or branches on a condition (taken, fall-through).
+#[derive(Clone, Copy, Debug)]
+enum Exit {
+    To(u32),
+    Branch(Value, u32, u32),
+}
 
 /// Why an instruction could not be translated. The verifier rejects all of these, so
 /// one means the verifier and the JIT disagree on the instruction set.
@@ -2757,9 +2765,15 @@ impl<'a, 'f> Translator<'a, 'f> {
         let mut incoming: BTreeMap<u32, Vec<(Value, [Value; 10])>> = BTreeMap::new();
         incoming.entry(target).or_default().push((cond, entry));
         incoming.entry(next).or_default().push((not_cond, entry));
+        // How each block translated so far ends (the head's branch too), by its first slot.
+        let mut exits: BTreeMap<u32, (Exit, [Value; 10])> = BTreeMap::new();
+        exits.insert(head, (Exit::Branch(cond, target, next), entry));
+        // The selects merging registers where blocks join (see `speculative_load`).
+        let mut merged: BTreeSet<Value> = BTreeSet::new();
         let mut fault: Option<Value> = None;
-        // The running block's predicate, or `None` between blocks.
+        // The running block's predicate and first slot, or `None` between blocks.
         let mut pred: Option<Value> = None;
+        let mut block = head;
         let first = plan.pcs.partition_point(|&p| p <= head);
         let last = plan.pcs.partition_point(|&p| p < join);
         for &q in &plan.pcs[first..last] {
@@ -2767,8 +2781,10 @@ impl<'a, 'f> Translator<'a, 'f> {
                 if let Some(p) = pred {
                     let regs = self.snapshot();
                     edges.push((p, regs));
+                    exits.insert(block, (Exit::To(q), regs));
                 }
-                pred = Some(self.merge_edges(edges));
+                pred = Some(self.merge_edges(q, &edges, &exits, &mut merged));
+                block = q;
             }
             let Some(p) = pred else { continue };
             let insn = self.insns[q as usize];
@@ -2776,7 +2792,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                 CLASS_ALU | CLASS_ALU64 => self.alu(q, &insn)?,
                 CLASS_LD => self.lddw(q, &insn)?,
                 CLASS_LDX => {
-                    let bad = self.speculative_load(q, &insn)?;
+                    let bad = self.speculative_load(q, &insn, &merged)?;
                     if let Some(bad) = bad {
                         let bad = self.b.ins().band(bad, p);
                         fault = Some(match fault {
@@ -2792,6 +2808,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                         let rel = if is32 { insn.imm } else { i32::from(insn.off) };
                         let t = (i64::from(q) + i64::from(rel) + 1) as u32;
                         incoming.entry(t).or_default().push((p, regs));
+                        exits.insert(block, (Exit::To(t), regs));
                     } else {
                         let c = self.condition(q, &insn, is32)?;
                         let t = (i64::from(q) + i64::from(insn.off) + 1) as u32;
@@ -2800,6 +2817,7 @@ impl<'a, 'f> Translator<'a, 'f> {
                         let fall = self.b.ins().band(p, not_c);
                         incoming.entry(t).or_default().push((taken, regs));
                         incoming.entry(q + 1).or_default().push((fall, regs));
+                        exits.insert(block, (Exit::Branch(c, t, q + 1), regs));
                     }
                     pred = None;
                 }
@@ -2809,12 +2827,13 @@ impl<'a, 'f> Translator<'a, 'f> {
         if let Some(p) = pred {
             let regs = self.snapshot();
             edges.push((p, regs));
+            exits.insert(block, (Exit::To(join), regs));
         }
         debug_assert!(
             incoming.is_empty(),
             "every edge in a region goes forward to a block"
         );
-        self.merge_edges(edges);
+        self.merge_edges(join, &edges, &exits, &mut merged);
 
         let join_block = self.target(join);
         match fault {
@@ -2836,28 +2855,108 @@ impl<'a, 'f> Translator<'a, 'f> {
         Ok(())
     }
 
-    /// Sets the registers to the merge of `edges`, exactly one of whose predicates holds
-    /// when the merged block runs; returns the block's predicate.
-    fn merge_edges(&mut self, edges: Vec<(Value, [Value; 10])>) -> Value {
-        let (mut pred, mut regs) = *edges.last().expect("a reached block has an edge");
-        for (p, other) in edges[..edges.len() - 1].iter().rev() {
-            for r in 0..10 {
-                if other[r] != regs[r] {
-                    regs[r] = self.b.ins().select(*p, other[r], regs[r]);
-                }
-            }
+    /// Enters block `k` of a speculative region from `edges` (exactly one of whose
+    /// predicates holds when `k` really runs): sets the registers to those control
+    /// arrives with and returns the block's predicate (the `or` of the edges').
+    ///
+    /// The registers are selects on the region's own branch conditions, not on the
+    /// edges' predicates (gated SSA's gamma): walking back from `k` over the blocks
+    /// before it (`exits`, each block's end), a block's way out that reaches `k` brings
+    /// its registers there, one that jumps past `k` never reaches it (the region only
+    /// goes forward) and does not count, and a branch both of whose ways reach `k`
+    /// selects between them on its condition. So a nested `c1 ? x : c2 ? y : z` costs a
+    /// compare and a conditional move per branch, where the predicates (a chain of
+    /// `and`s per path, materialized as bytes) cost several instructions more per edge.
+    /// When `k` does not run, its registers are some path's values, which only other
+    /// speculated work reads (loads are checked and their faults gated by predicates).
+    fn merge_edges(
+        &mut self,
+        k: u32,
+        edges: &[(Value, [Value; 10])],
+        exits: &BTreeMap<u32, (Exit, [Value; 10])>,
+        merged: &mut BTreeSet<Value>,
+    ) -> Value {
+        let mut pred = edges.last().expect("a reached block has an edge").0;
+        for (p, _) in edges[..edges.len() - 1].iter().rev() {
             pred = self.b.ins().bor(pred, *p);
         }
+        let regs = if let [(_, regs)] = edges {
+            *regs
+        } else {
+            self.arrivals(k, exits, merged)
+        };
         for (r, v) in regs.iter().enumerate() {
             self.b.def_var(self.regs[r], *v);
         }
         pred
     }
 
+    /// The registers control arrives at slot `k` with from the region's head (see
+    /// [`Self::merge_edges`]): every block in `exits` begins before `k`. The selects
+    /// made go into `merged`.
+    fn arrivals(
+        &mut self,
+        k: u32,
+        exits: &BTreeMap<u32, (Exit, [Value; 10])>,
+        merged: &mut BTreeSet<Value>,
+    ) -> [Value; 10] {
+        // What arrives at `k` from the end of each block, latest block first (a block
+        // only goes forward, so the blocks it reaches are done by then).
+        let mut reaches: BTreeMap<u32, Option<[Value; 10]>> = BTreeMap::new();
+        let arrive = |reaches: &BTreeMap<u32, Option<[Value; 10]>>, to: u32, regs| {
+            if to == k {
+                Some(regs)
+            } else if to > k {
+                None
+            } else {
+                debug_assert!(reaches.contains_key(&to), "slot {to} starts a block");
+                reaches.get(&to).copied().flatten()
+            }
+        };
+        for (&start, &(exit, regs)) in exits.iter().rev() {
+            debug_assert!(start < k);
+            let out = match exit {
+                Exit::To(to) => arrive(&reaches, to, regs),
+                Exit::Branch(c, taken, fall) => {
+                    match (arrive(&reaches, taken, regs), arrive(&reaches, fall, regs)) {
+                        (Some(t), Some(f)) => Some(std::array::from_fn(|r| {
+                            if t[r] == f[r] {
+                                t[r]
+                            } else {
+                                let v = self.b.ins().select(c, t[r], f[r]);
+                                merged.insert(v);
+                                v
+                            }
+                        })),
+                        (t, f) => t.or(f),
+                    }
+                }
+            };
+            reaches.insert(start, out);
+        }
+        let (&head, _) = exits.first_key_value().expect("the head's exit");
+        reaches[&head].expect("a block with edges is reached from the head")
+    }
+
     /// A load that may run although its block does not: on a failed bounds check it
     /// reads the current frame instead. Returns the failed-check flag (`None` when the
     /// load needs no check).
-    fn speculative_load(&mut self, pc: u32, insn: &Insn) -> TResult<Option<Value>> {
+    ///
+    /// In a loop's unchecked copy, a load whose slot the guard proved (`deltas`) needs
+    /// no check either when its address is not computed from `merged`, the selects of
+    /// registers where the region's blocks join: then it is the same function of the
+    /// region's entry registers on every path, the affine form of the iteration that
+    /// `loops` evaluated symbolically (branch conditions play no part in a form), and
+    /// so in bounds whether or not its block really runs. (Checked against the region
+    /// cache instead, it missed on every pass: nothing in the unchecked copy fills the
+    /// cache, so the fault flag sent every iteration to the cold translation.) An
+    /// address that a join selects may be another path's garbage, and stays checked.
+    fn speculative_load(
+        &mut self,
+        pc: u32,
+        insn: &Insn,
+        merged: &BTreeSet<Value>,
+    ) -> TResult<Option<Value>> {
         let op = self.load_op(pc, insn)?;
         let size = i64::from(op.size());
         let off = insn.off;
@@ -2876,6 +2975,20 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
+        let delta = self
+            .in_loop
+            .filter(|_| self.unchecked)
+            .and_then(|i| self.loops[i].deltas.get(&pc).copied());
+        if let Some(delta) = delta.filter(|_| !self.computed_from(v, merged)) {
+            let delta = self.b.use_var(delta);
+            let host = self.b.ins().iadd(delta, v);
+            let value = self
+                .emit_unchecked(pc, host, i32::from(off), op)
+                .expect("loads produce a value");
+            self.note_load_bound(op, value);
+            self.set_reg(pc, insn.dst, value)?;
+            return Ok(None);
+        }
         let cache = self.first_check(pc, v, size, false);
         let ok = self.cache_hit(&cache, v, off);
         let b = &mut self.b;
@@ -2887,6 +3000,34 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.note_load_bound(op, value);
         self.set_reg(pc, insn.dst, value)?;
         Ok(Some(self.b.ins().bxor_imm_s(ok, 1)))
+    }
+
+    /// Whether `v` is computed from any of `values`, looking through the instructions
+    /// of the current block (where a speculative region is translated, and so every
+    /// select it makes).
+    fn computed_from(&self, v: Value, values: &BTreeSet<Value>) -> bool {
+        if values.is_empty() {
+            return false;
+        }
+        let func = &self.b.func;
+        let here = self.b.current_block();
+        let mut todo = vec![v];
+        let mut seen = BTreeSet::new();
+        while let Some(v) = todo.pop() {
+            let v = func.dfg.resolve_aliases(v);
+            if values.contains(&v) {
+                return true;
+            }
+            if !seen.insert(v) {
+                continue;
+            }
+            if let ValueDef::Result(inst, _) = func.dfg.value_def(v) {
+                if func.layout.inst_block(inst) == here {
+                    todo.extend_from_slice(func.dfg.inst_args(inst));
+                }
+            }
+        }
+        false
     }
 
     /// `exit`: the entry hands r0 and the fuel count back through the context; a
