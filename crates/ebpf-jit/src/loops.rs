@@ -25,6 +25,12 @@
 //! proven in bounds (and whose fuel is paid), so value, trap and fuel are the
 //! interpreter's.
 //!
+//! A register that is no induction variable but equals one plus a constant after every
+//! back-edge (clang's rotated loops keep the index before its increment in a second
+//! register, `r8 = r3` after `r3 += 1`, and address through it at the top of the next
+//! iteration) is taken as that form at the header, and the guard checks that it holds
+//! on entry too ([`VersionedLoop::lags`]); then an access through it is strided.
+//!
 //! Where paths that moved a register by different constants meet, it is a
 //! [`Sym::Within`] (the form plus some constant in a short span) instead of unknown, and
 //! a register whose back-edge values all lie within a span of one sign past its header
@@ -225,6 +231,10 @@ pub(crate) struct VersionedLoop {
     /// the iteration ends (grep's match setup): cold in the unchecked copy, which leaves
     /// there (see `translate`'s `inner`).
     pub to_inner: BTreeSet<u32>,
+    /// Registers the forms take as an induction variable plus a constant at the header,
+    /// `(r, t, d)`: `r = t + d` (see [`induction`]); the guard runs the unchecked copy
+    /// only when the registers on entry satisfy each.
+    pub lags: Vec<(u8, u8, i64)>,
 }
 
 /// Most bytes one [`GuardSpan`] covers in an iteration.
@@ -698,7 +708,11 @@ fn version_loop(
             iteration_fuel(&walk, shape),
         )
     };
+    let lags = (0..10)
+        .filter_map(|r| walk.steps.lag[r].map(|(t, d)| (r as u8, t as u8, d)))
+        .collect();
     let mut l = VersionedLoop {
+        lags,
         header: g.pcs[shape.h],
         body,
         accesses,
@@ -854,6 +868,11 @@ fn body_order(
 struct Steps {
     exact: [Option<i64>; 11],
     bounded: [Option<(i64, i64)>; 11],
+    /// A register that is no induction variable itself but, on every back-edge, an
+    /// exact induction variable `t` plus a constant `d` (clang's rotated loops keep
+    /// the index before its increment in a second register: `r8 = r3` then `r3 += 1`
+    /// at the top): `Some((t, d))`, and the header takes it as `t + d`.
+    lag: [Option<(usize, i64)>; 11],
 }
 
 impl Steps {
@@ -900,6 +919,13 @@ impl Steps {
 /// back-edge value is neither `header + step` (same step everywhere) nor `header` plus
 /// a bounded step ([`Steps`]), until stable. The states at each node's entry, and each
 /// register's step (`None` in both of [`Steps`]: not an induction variable).
+///
+/// A register dropped so whose value on every back-edge is an exact induction variable
+/// `t`'s plus one constant `d` equals `t + d` at the header from the second iteration
+/// on, and on the first too when its value on entry does: the header takes it as that
+/// form ([`Steps::lag`]) and the guard checks the entry (`VersionedLoop::lags`), so an
+/// access through it is strided. Only in loops without inner loops, whose unchecked
+/// copy is entered through the guard alone.
 fn induction(
     insns: &[Insn],
     g: &Graph,
@@ -909,14 +935,24 @@ fn induction(
     narrow: bool,
 ) -> (BTreeMap<usize, State>, Steps) {
     let mut good = [true; 11];
+    let mut lag: [Option<(usize, i64)>; 11] = [None; 11];
+    // Registers whose relation failed once: never tried again, so the loop ends. One
+    // that no iteration reads before writing it needs none (its value at the header
+    // matters to nothing, and requiring the relation on entry could only fail).
+    let read = read_at_header(insns, g, in_body, shape, order);
+    let mut no_lag: [bool; 11] = std::array::from_fn(|r| !shape.inner_back.is_empty() || !read[r]);
     loop {
-        let mut header: State =
-            std::array::from_fn(|r| if good[r] { Sym::reg(r) } else { Sym::Unknown });
+        let mut header: State = std::array::from_fn(|r| match lag[r] {
+            Some((t, d)) => Sym::reg(t).add(Sym::konst(d), 1),
+            None if good[r] => Sym::reg(r),
+            None => Sym::Unknown,
+        });
         header[10] = Sym::reg(10);
         let states = evaluate(insns, g, in_body, shape, order, header, narrow);
         let mut steps = Steps {
             exact: [None; 11],
             bounded: [None; 11],
+            lag,
         };
         steps.exact[10] = Some(0);
         let mut changed = false;
@@ -930,10 +966,113 @@ fn induction(
                 }
             }
         }
+        if changed {
+            // Settle the induction variables first (a relation names one).
+            lag = [None; 11];
+            continue;
+        }
+        for r in 0..10 {
+            if good[r] || no_lag[r] {
+                continue;
+            }
+            let found = (0..10)
+                .filter(|&t| t != r && good[t] && steps.exact[t].is_some())
+                .find_map(|t| latch_offset(insns, g, shape, &states, narrow, r, t).map(|d| (t, d)));
+            match (lag[r], found) {
+                (Some(had), Some(now)) if had == now => {}
+                (None, Some(now)) => {
+                    lag[r] = Some(now);
+                    changed = true;
+                }
+                (Some(_), _) => {
+                    lag[r] = None;
+                    no_lag[r] = true;
+                    changed = true;
+                }
+                (None, None) => no_lag[r] = true,
+            }
+        }
         if !changed {
             return (states, steps);
         }
     }
+}
+
+/// Which registers some iteration reads with the value they had at the header: a read
+/// reached from the header on a path that does not write the register first.
+fn read_at_header(
+    insns: &[Insn],
+    g: &Graph,
+    in_body: &[bool],
+    shape: &LoopShape<'_>,
+    order: &[usize],
+) -> [bool; 11] {
+    // The registers still holding their header value at each node's entry, as bits.
+    let mut held: BTreeMap<usize, u16> = BTreeMap::from([(shape.h, 0x7ff)]);
+    let mut read = 0u16;
+    for &u in order {
+        let here = held.get(&u).copied().unwrap_or(0);
+        let (reads, writes) = reads_writes(&insns[g.pcs[u] as usize]);
+        read |= here & reads;
+        let after = here & !writes;
+        for &v in g.succ[u]
+            .iter()
+            .filter(|&&v| forward_edge(shape, in_body, u, v))
+        {
+            *held.entry(v).or_insert(0) |= after;
+        }
+    }
+    std::array::from_fn(|r| read & (1 << r) != 0)
+}
+
+/// The registers `insn` reads and writes, as bits (a register field that may be read
+/// counts as read: safe for [`read_at_header`], whose answer only picks relations to
+/// check).
+fn reads_writes(insn: &Insn) -> (u16, u16) {
+    let bit = |r: u8| if r <= 10 { 1u16 << r } else { 0 };
+    let src = if insn.opc & SRC_X != 0 {
+        bit(insn.src)
+    } else {
+        0
+    };
+    match insn.class() {
+        CLASS_ALU | CLASS_ALU64 if insn.opc & 0xf0 == ALU_MOV => (src, bit(insn.dst)),
+        CLASS_ALU | CLASS_ALU64 => (bit(insn.dst) | src, bit(insn.dst)),
+        CLASS_LDX => (bit(insn.src), bit(insn.dst)),
+        CLASS_LD => (0, bit(insn.dst)),
+        CLASS_ST => (bit(insn.dst), 0),
+        // An atomic may write its source register (fetch) or r0 (cmpxchg).
+        CLASS_STX => (bit(insn.dst) | bit(insn.src) | 1, bit(insn.src) | 1),
+        _ => match insn.opc & 0xf0 {
+            JMP_JA => (0, 0),
+            JMP_EXIT => (1, 0),
+            JMP_CALL => (0x3ff, 0x3f),
+            _ => (bit(insn.dst) | src, 0),
+        },
+    }
+}
+
+/// The constant `d` with register `r` equal to `t + d` after every back-edge of
+/// `shape`, if there is one.
+fn latch_offset(
+    insns: &[Insn],
+    g: &Graph,
+    shape: &LoopShape<'_>,
+    states: &BTreeMap<usize, State>,
+    narrow: bool,
+    r: usize,
+    t: usize,
+) -> Option<i64> {
+    let mut offset = None;
+    for &u in shape.latches {
+        let after = transfer(insns, g.pcs[u], &states[&u], narrow);
+        let d = after[r].add(after[t], -1).as_const()?;
+        if offset.is_some_and(|o| o != d) {
+            return None;
+        }
+        offset = Some(d);
+    }
+    offset
 }
 
 /// The least and most register `r` moves from the header along the back-edges of

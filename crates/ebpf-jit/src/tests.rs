@@ -1021,6 +1021,48 @@ fn strided_sum(start: i32, step: i32, count: u32, load: &str) -> String {
     )
 }
 
+/// clang's rotated loop that keeps the index before its increment in a second
+/// register (`r8 = r3` after `r3 += 1`, read through `r8` at the top of the next
+/// iteration): `r8` starts at `start` and `r3` at 0, bytes are read at `r1 + r8` until
+/// `r3` reaches `end`; the exit is a flag set at the header, as clang writes it. A short
+/// loop first fills the fuel slice, so the loop's guard runs on entry (a run's first
+/// charge refills the slice, and a loop entered with an empty one guards only after its
+/// first iteration, when the relation holds whatever the registers were).
+fn lagging_index(start: i32, end: i32) -> String {
+    format!(
+        "mov %r6, 0\nwarm:\nadd %r6, 1\njlt %r6, 3, warm\n\
+         mov %r0, 0\nmov %r3, 0\nmov %r8, {start}\nja head\n\
+         body:\nmov %r5, %r1\nadd %r5, %r8\nldxb %r4, [%r5+0]\nadd %r0, %r4\n\
+         mov %r8, %r3\njeq %r9, 0, head\nexit\n\
+         head:\nadd %r3, 1\nmov %r9, 0\njne %r3, {end}, body\nmov %r9, 1\nja body"
+    )
+}
+
+#[test]
+fn a_lagging_copy_of_an_index_is_an_induction_variable() {
+    // `r8` is `r3 - 0` at the header from the second iteration on, and on the first
+    // when they start equal: the load through it is strided, and the guard checks the
+    // relation on entry (`loops::VersionedLoop::lags`).
+    const LOAD: u32 = 9;
+    let src = lagging_index(0, 64);
+    assert_eq!(unchecked_accesses(&src), vec![(14, vec![(LOAD, 1)])]);
+    let p = program(&src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok((0..64).sum()));
+    every_budget_runs_out_or_matches(&p, &full);
+    // Started apart, the relation fails on entry: the checked loop runs every
+    // iteration (the first reads byte 5).
+    let apart = check(&lagging_index(5, 64));
+    assert_eq!(apart.result, Ok(5 + (1..64).sum::<u64>()));
+    // (Unchecked, a first read far past the region would not trap.)
+    let far = check(&lagging_index(1000, 64));
+    assert_eq!(trap_of(&far).pc, LOAD);
+    // Past the region's end the copy stops where the guard said and the checked loop
+    // traps at the load.
+    let out = check(&lagging_index(0, 70));
+    assert_eq!(trap_of(&out).pc, LOAD);
+}
+
 #[test]
 fn versioned_loops_are_found_with_their_strides() {
     // The loop at slot 4: its load (slot 4) moves 4 bytes per iteration.

@@ -445,6 +445,8 @@ struct LoopCopy {
     accesses: Vec<LoopAccess>,
     /// 32-bit results the plan took as the forms they extend (see `loops::Narrow`).
     narrow: Vec<loops::Narrow>,
+    /// Registers the plan took as another plus a constant (`loops::VersionedLoop::lags`).
+    lags: Vec<(u8, u8, i64)>,
     /// The checked loop's header block (back-edges of the checked loop go here).
     checked_head: Block,
     /// The unchecked copy's block of each leader in the loop.
@@ -750,6 +752,7 @@ fn loop_copies(
             body: l.body,
             accesses: l.accesses,
             narrow: l.narrow,
+            lags: l.lags,
             checked_head: b.create_block(),
             unchecked,
             latch: b.create_block(),
@@ -1064,6 +1067,18 @@ impl<'a, 'f> Translator<'a, 'f> {
         for w in self.loops[i].narrow.clone() {
             let m = self.narrow_trips(&w, &regs);
             n = self.b.ins().umin(n, m);
+        }
+        // The forms take a lagging register as its induction variable plus a constant
+        // (`loops::VersionedLoop::lags`): none of the unchecked copy's iterations when
+        // the registers on entry do not say so.
+        for (r, t, d) in self.loops[i].lags.clone() {
+            let diff = self
+                .b
+                .ins()
+                .isub(regs[usize::from(r)], regs[usize::from(t)]);
+            let holds = self.b.ins().icmp_imm_s(IntCC::Equal, diff, d);
+            let none = self.b.ins().iconst(types::I64, 0);
+            n = self.b.ins().select(holds, n, none);
         }
         if let Some(cost) = self.loops[i].cost {
             self.fuel_limit(i, n, cost);
