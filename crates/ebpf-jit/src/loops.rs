@@ -1225,6 +1225,16 @@ fn worth_nesting(plan: &FunctionPlan, w: &Walk<'_>, accesses: &[LoopAccess]) -> 
         let leaves = w.g.succ[u].iter().any(|&v| !w.in_body[v]);
         !leaves || induction_test(&w.insns[w.g.pcs[u] as usize], &w.states[&u])
     });
+    // Or every branch in the body tests induction variables or a flag that only
+    // constants were written to: such a flag was picked by those tests too (clang's
+    // rotated loops exit on one), so no data decides how long the loop runs.
+    let counted = counted
+        || w.order.iter().all(|&u| {
+            let insn = &w.insns[w.g.pcs[u] as usize];
+            let branch = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+                && !matches!(insn.opc & 0xf0, JMP_JA | JMP_EXIT | JMP_CALL);
+            !branch || induction_test(insn, &w.states[&u]) || flag_test(insn, &w.states[&u])
+        });
     let stack = |a: &LoopAccess| a.stack || plan.stack_bases.contains(&a.pc);
     all_unchecked && (counted || accesses.iter().all(stack))
 }
@@ -1265,6 +1275,17 @@ fn frame_constant(insn: &Insn, s: &State) -> bool {
     r10[10] = 1;
     matches!(s.get(base as usize), Some(Sym::Affine { coef, .. }) if *coef == r10)
         && insn.opc & 0xe0 != MODE_ATOMIC
+}
+
+/// Whether `insn`, a conditional jump, compares a register holding one of a few
+/// constants (paths that wrote different constants met) with a constant or an affine
+/// form.
+fn flag_test(insn: &Insn, s: &State) -> bool {
+    let flag =
+        matches!(s.get(usize::from(insn.dst)), Some(Sym::Within { coef, .. }) if *coef == [0; 11]);
+    let other =
+        insn.opc & SRC_X == 0 || matches!(s.get(usize::from(insn.src)), Some(Sym::Affine { .. }));
+    flag && other
 }
 
 /// Whether `insn`, a loop exit, is a conditional jump comparing affine forms of

@@ -1064,6 +1064,27 @@ fn a_lagging_copy_of_an_index_is_an_induction_variable() {
 }
 
 #[test]
+fn a_nested_loop_exiting_on_a_flag_is_versioned() {
+    // `lagging_index`'s loop twice over, inside an outer loop: a nested loop is
+    // versioned only when no data decides how long it runs, and this one exits on a
+    // flag that only its induction test writes (`loops::worth_nesting`).
+    const LOAD: u32 = 7;
+    let src = "mov %r0, 0\nmov %r7, 0\n\
+               outer:\nmov %r3, 0\nmov %r8, 0\nja head\n\
+               body:\nmov %r5, %r1\nadd %r5, %r8\nldxb %r4, [%r5+0]\nadd %r0, %r4\n\
+               mov %r8, %r3\njeq %r9, 0, head\nadd %r7, 1\njlt %r7, 2, outer\nexit\n\
+               head:\nadd %r3, 1\nmov %r9, 0\njne %r3, 64, body\nmov %r9, 1\nja body";
+    assert_eq!(unchecked_accesses(src), vec![(14, vec![(LOAD, 1)])]);
+    let p = program(src, vec![]);
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(2 * (0..64).sum::<u64>()));
+    every_budget_runs_out_or_matches(&p, &full);
+    // A flag that data picks (a byte compared) leaves it checked.
+    let data = src.replace("mov %r9, 0\njne", "mov %r9, 0\njeq %r4, 200, body\njne");
+    assert_eq!(unchecked_accesses(&data), vec![]);
+}
+
+#[test]
 fn versioned_loops_are_found_with_their_strides() {
     // The loop at slot 4: its load (slot 4) moves 4 bytes per iteration.
     assert_eq!(
