@@ -1910,15 +1910,8 @@ impl<'a, 'f> Translator<'a, 'f> {
             return Ok(self.emit_op_with(host, disp, op, fl));
         }
         // In a loop's unchecked copy, the guard proved this access in bounds.
-        if self.unchecked {
-            let delta = self
-                .in_loop
-                .and_then(|i| self.loops[i].deltas.get(&pc).copied());
-            if let Some(delta) = delta {
-                let delta = self.b.use_var(delta);
-                let host = self.b.ins().iadd(delta, v);
-                return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
-            }
+        if let Some(host) = self.proven_by_guard(pc, v) {
+            return Ok(self.emit_unchecked(pc, host, i32::from(off), op));
         }
 
         // In the fast copy of a span group, its span check proved this access in bounds.
@@ -2976,30 +2969,18 @@ impl<'a, 'f> Translator<'a, 'f> {
         let size = i64::from(op.size());
         let off = insn.off;
         let v = self.reg(pc, insn.src)?;
-        if let Some((host, disp)) = self.frame_access((pc, insn.src), v, off, size) {
-            let value = self.emit_op(host, disp, op).expect("loads produce a value");
-            self.note_load_bound(op, value);
-            self.set_reg(pc, insn.dst, value)?;
-            return Ok(None);
-        }
-        if let Some((host, disp, fl)) = self.global_access(v, off, size, false) {
-            let value = self
-                .emit_op_with(host, disp, op, fl)
-                .expect("loads produce a value");
-            self.note_load_bound(op, value);
-            self.set_reg(pc, insn.dst, value)?;
-            return Ok(None);
-        }
-        let delta = self
-            .in_loop
-            .filter(|_| self.unchecked)
-            .and_then(|i| self.loops[i].deltas.get(&pc).copied());
-        if let Some(delta) = delta.filter(|_| !self.computed_from(v, merged)) {
-            let delta = self.b.use_var(delta);
-            let host = self.b.ins().iadd(delta, v);
-            let value = self
-                .emit_unchecked(pc, host, i32::from(off), op)
-                .expect("loads produce a value");
+        let unchecked = if let Some((host, disp)) = self.frame_access((pc, insn.src), v, off, size)
+        {
+            self.emit_op(host, disp, op)
+        } else if let Some((host, disp, fl)) = self.global_access(v, off, size, false) {
+            self.emit_op_with(host, disp, op, fl)
+        } else if self.unchecked && !self.computed_from(v, merged) {
+            self.proven_by_guard(pc, v)
+                .and_then(|host| self.emit_unchecked(pc, host, i32::from(off), op))
+        } else {
+            None
+        };
+        if let Some(value) = unchecked {
             self.note_load_bound(op, value);
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
@@ -3015,6 +2996,14 @@ impl<'a, 'f> Translator<'a, 'f> {
         self.note_load_bound(op, value);
         self.set_reg(pc, insn.dst, value)?;
         Ok(Some(self.b.ins().bxor_imm_s(ok, 1)))
+    }
+
+    /// In a loop's unchecked copy, the host address of an access at `pc` through `v`
+    /// that the loop's guard proved in bounds (`LoopCopy::deltas`).
+    fn proven_by_guard(&mut self, pc: u32, v: Value) -> Option<Value> {
+        let i = self.in_loop.filter(|_| self.unchecked)?;
+        let delta = self.b.use_var(*self.loops[i].deltas.get(&pc)?);
+        Some(self.b.ins().iadd(delta, v))
     }
 
     /// Whether `v` is computed from any of `values`, looking through the instructions
