@@ -13,16 +13,21 @@
 //! mid-end does not help: those are effects, so the mid-end computes every value they
 //! feed just before its first effectful use, all the group's loads live at once.
 //!
-//! So a function with such loads ([`has_narrow_loads`]) is [`define`]d in three steps:
+//! So a function is [`define`]d in steps, and one with such loads ([`has_narrow_loads`]):
 //! Cranelift's mid-end at the module's ISA; [`fold_narrow_loads`], which replaces each
 //! load used only by its extension with the extending load at the extension's place
 //! (where the mid-end put it), and [`fold_address_constants`], which moves the constants
 //! of a three-term address into the access's offset (the mid-end leaves them inside, so
 //! an unrolled group's `p[i + 1]`, `p[i + 2]` each took an `lea`: held-out dot8 29%
 //! fewer instructions, knn 3.2%); lowering at the same ISA with the mid-end off.
-//! Functions without such loads keep Cranelift's one step: the address fold alone,
-//! through the three steps, gave editdist 3.9% more instructions and no other kernel
-//! fewer (cachegrind, docs/benchmarks-history.md).
+//! Functions without such loads go through the same steps (for `hoist`, which runs
+//! after the folds) but without the folds: the address fold alone gave editdist 3.9%
+//! more instructions and no other kernel fewer (cachegrind,
+//! docs/benchmarks-history.md). Compiling in steps runs Cranelift's removal of
+//! constant block parameters a second time, on what the mid-end left; of the 19
+//! built-in kernels and 68 held-out functions that changed the code of grep, msort and
+//! kmpcount only: kmpcount ran 1.7% more instructions, grep the same, msort's time did
+//! not move (two runs of `csx bench vm`).
 //! Only zero extensions: folding sign extensions as well (`movswq (mem)`) made a
 //! held-out 7-tap FIR over `i16` samples 1.23x slower (the allocator then reloaded the
 //! base pointer before each folded load), and no kernel faster than the unsigned folds
@@ -240,20 +245,26 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
 }
 
 /// Defines function `id` in `module` from `ctx`: Cranelift's mid-end at the module's
-/// ISA, [`fold_narrow_loads`], then lowering with `lowering` (the same host ISA at
-/// `opt_level` none, so the mid-end does not run again and move the values the
-/// extending loads feed, see the module doc).
+/// ISA; [`fold_narrow_loads`] and [`fold_address_constants`] when `narrow` (the
+/// function had narrow loads to fold before the mid-end); `hoist::hoist_invariants`;
+/// then lowering with `lowering` (the same host ISA at `opt_level` none, so the mid-end
+/// does not run again and move the values the extending loads feed, see the module
+/// doc, or sink what was hoisted).
 pub(crate) fn define(
     module: &mut JITModule,
     lowering: &dyn TargetIsa,
     id: FuncId,
     ctx: &mut Context,
+    narrow: bool,
 ) -> Result<(), String> {
     let mut plane = cranelift_codegen::control::ControlPlane::default();
     ctx.optimize(module.isa(), &mut plane)
         .map_err(|e| format!("{e:?}"))?;
-    fold_narrow_loads(&mut ctx.func);
-    fold_address_constants(&mut ctx.func);
+    if narrow {
+        fold_narrow_loads(&mut ctx.func);
+        fold_address_constants(&mut ctx.func);
+    }
+    crate::hoist::hoist_invariants(&mut ctx.func);
     ctx.compile(lowering, &mut plane)
         .map_err(|e| format!("{:?}", e.inner))?;
     let compiled = ctx.compiled_code().expect("compiled just now");

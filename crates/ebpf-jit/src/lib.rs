@@ -36,6 +36,7 @@ mod compiled;
 mod count;
 mod divides;
 mod extend;
+mod hoist;
 mod loops;
 mod params;
 #[cfg(target_arch = "x86_64")]
@@ -156,9 +157,10 @@ fn host_isa(
         .map_err(|e| codegen(&e))
 }
 
-/// Compiles `ctx`'s function into `module` as `id`: a function with narrow loads to
-/// fold goes through `extend::define` (which also moves address constants into
-/// offsets) and `lowering`, the host ISA with the mid-end off (made on first use).
+/// Compiles `ctx`'s function into `module` as `id` through `extend::define`: the
+/// mid-end, then the passes after it (narrow loads and address constants folded when
+/// the function has such loads; loop invariants moved out, `hoist`), then lowering with
+/// `lowering`, the host ISA with the mid-end off (made on first use).
 fn define(
     module: &mut JITModule,
     lowering: &mut Option<cranelift_codegen::isa::OwnedTargetIsa>,
@@ -166,17 +168,12 @@ fn define(
     ctx: &mut cranelift_codegen::Context,
     codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
 ) -> Result<(), JitError> {
-    if extend::has_narrow_loads(&ctx.func) {
-        if lowering.is_none() {
-            *lowering = Some(host_isa(codegen, "none")?);
-        }
-        let lowering = lowering.as_deref().expect("made just now");
-        extend::define(module, lowering, id, ctx).map_err(|e| codegen(&e))
-    } else {
-        module
-            .define_function(id, ctx)
-            .map_err(|e| codegen(&format_args!("{e:?}")))
+    let narrow = extend::has_narrow_loads(&ctx.func);
+    if lowering.is_none() {
+        *lowering = Some(host_isa(codegen, "none")?);
     }
+    let lowering = lowering.as_deref().expect("made just now");
+    extend::define(module, lowering, id, ctx, narrow).map_err(|e| codegen(&e))
 }
 
 impl compiled::Backend for Cranelift {

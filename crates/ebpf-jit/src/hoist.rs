@@ -1,0 +1,313 @@
+//! Loop-invariant values Cranelift's mid-end leaves inside loops, moved out after it.
+//!
+//! The mid-end hoists a pure value out of a loop when every argument is defined
+//! outside, but a constant argument is *rematerialized* (`iconst`, and an `iadd`, `band`
+//! ... with a constant, are copied into each block that uses them, to keep them out of
+//! registers): once a constant has been placed inside a loop, every value computed from
+//! it is placed there too. hashjoin's `mask = (1 << bits) - 1` was computed again at
+//! each probe of its inner loop (`movl $1; shlx; lea -1`, with `bits` reloaded from the
+//! stack), and `32 - bits` at each key.
+//!
+//! [`hoist_invariants`] runs after the mid-end (see `extend::define`): for each loop,
+//! innermost first, a pure instruction in it whose arguments are all defined outside the
+//! loop or are constants moves to the end of the block that immediately dominates the
+//! loop's header (before its branch), its constant arguments copied there. Only values
+//! the mid-end would have hoisted but for a constant: an instruction of the kinds it
+//! rematerializes (an `iadd`, `isub`, `band`, `bor`, `bxor` with a constant, `bnot`),
+//! a conversion (`uextend`, `sextend`, `ireduce`) or a compare (`icmp`, fused into its
+//! branch when left beside it) moves only when an argument is a value this pass moved,
+//! so a chain goes out whole, and the mid-end's choice to keep `p + 64` inside beside
+//! `p` stands.
+//!
+//! Same values: a moved instruction is pure and cannot trap, and its arguments are the
+//! same values at the new place (defined outside the loop, which the new place's block
+//! dominates, or constants), so it computes what it computed in the loop, at most once
+//! more (when the loop is not entered, or the block that held it did not run).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cranelift_codegen::dominator_tree::DominatorTree;
+use cranelift_codegen::flowgraph::ControlFlowGraph;
+use cranelift_codegen::ir::{Block, Function, Inst, InstructionData, Opcode, Value, ValueDef};
+use cranelift_codegen::loop_analysis::{Loop, LoopAnalysis};
+
+/// Whether `op` computes its result from its arguments alone: no memory, no trap, no
+/// control flow, no other effect.
+fn pure(op: Opcode) -> bool {
+    !(op.can_load()
+        || op.can_store()
+        || op.can_trap()
+        || op.other_side_effects()
+        || op.is_branch()
+        || op.is_terminator()
+        || op.is_call())
+}
+
+/// The constant `v` is, if an `iconst` defines it.
+fn constant(func: &Function, v: Value) -> Option<Inst> {
+    match func.dfg.value_def(v) {
+        ValueDef::Result(inst, 0)
+            if matches!(
+                func.dfg.insts[inst],
+                InstructionData::UnaryImm {
+                    opcode: Opcode::Iconst,
+                    ..
+                }
+            ) =>
+        {
+            Some(inst)
+        }
+        _ => None,
+    }
+}
+
+/// Whether the mid-end would copy `inst` into each block using it, or it costs about
+/// as little there (a conversion; a compare, which lowering fuses into the branch that
+/// uses it): such an instruction moves only with a moved argument.
+fn cheap(func: &Function, inst: Inst) -> bool {
+    let data = &func.dfg.insts[inst];
+    match data.opcode() {
+        Opcode::Iadd | Opcode::Isub | Opcode::Band | Opcode::Bor | Opcode::Bxor => func
+            .dfg
+            .inst_args(inst)
+            .iter()
+            .any(|&a| constant(func, a).is_some()),
+        Opcode::Bnot
+        | Opcode::Uextend
+        | Opcode::Sextend
+        | Opcode::Ireduce
+        | Opcode::Iconst
+        | Opcode::Icmp => true,
+        _ => false,
+    }
+}
+
+/// The block where a value is defined.
+fn def_block(func: &Function, v: Value) -> Option<Block> {
+    match func.dfg.value_def(v) {
+        ValueDef::Result(inst, _) => func.layout.inst_block(inst),
+        ValueDef::Param(block, _) => Some(block),
+        _ => None,
+    }
+}
+
+/// Moves loop-invariant values out of their loops (see the module doc); returns how
+/// many instructions moved.
+pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    let mut loops = LoopAnalysis::new();
+    loops.compute(func, &cfg, &domtree);
+    let rpo: Vec<Block> = domtree.cfg_rpo().copied().collect();
+    // Innermost first: what leaves an inner loop may then leave its parent.
+    let mut order: Vec<Loop> = loops.loops().collect();
+    let depth = |lp: Loop| {
+        let mut d = 0;
+        let mut at = loops.loop_parent(lp);
+        while let Some(p) = at {
+            d += 1;
+            at = loops.loop_parent(p);
+        }
+        d
+    };
+    order.sort_by_key(|&lp| std::cmp::Reverse(depth(lp)));
+    let mut moved_values: BTreeSet<Value> = BTreeSet::new();
+    let mut moved = 0;
+    for lp in order {
+        let header = loops.loop_header(lp);
+        let Some(to) = domtree.idom(header) else {
+            continue;
+        };
+        if loops.is_in_loop(to, lp) {
+            continue;
+        }
+        // Constants copied into `to`, by the original, and the instructions moved there.
+        let mut copies: BTreeMap<Inst, Value> = BTreeMap::new();
+        let mut placed: Vec<Inst> = Vec::new();
+        for &block in rpo.iter().filter(|&&b| loops.is_in_loop(b, lp)) {
+            let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+            for inst in insts {
+                let op = func.dfg.insts[inst].opcode();
+                if op == Opcode::Iconst || !pure(op) || func.dfg.inst_results(inst).len() != 1 {
+                    continue;
+                }
+                let args: Vec<Value> = func.dfg.inst_args(inst).to_vec();
+                // Per argument: the constant that defines it, and whether it is
+                // defined outside the loop.
+                let kinds: Vec<(Option<Inst>, bool)> = args
+                    .iter()
+                    .map(|&a| {
+                        let outside = def_block(func, a).is_some_and(|b| !loops.is_in_loop(b, lp));
+                        (constant(func, a), outside)
+                    })
+                    .collect();
+                let invariant = kinds.iter().all(|&(c, outside)| outside || c.is_some());
+                if !invariant
+                    || kinds.iter().all(|&(c, _)| c.is_some())
+                    || (cheap(func, inst) && !args.iter().any(|a| moved_values.contains(a)))
+                {
+                    continue;
+                }
+                let last = func.layout.last_inst(to).expect("a block ends in a branch");
+                for (i, &(c, outside)) in kinds.iter().enumerate() {
+                    let Some(c) = c.filter(|_| !outside) else {
+                        continue;
+                    };
+                    let copy = *copies.entry(c).or_insert_with(|| {
+                        let clone = func.dfg.clone_inst(c);
+                        func.layout.insert_inst(clone, last);
+                        func.dfg.first_result(clone)
+                    });
+                    func.dfg.inst_args_mut(inst)[i] = copy;
+                }
+                func.layout.remove_inst(inst);
+                let result = func.dfg.first_result(inst);
+                let ty = func.dfg.ctrl_typevar(inst);
+                let same = placed.iter().copied().find(|&p| {
+                    func.dfg.ctrl_typevar(p) == ty
+                        && func.dfg.insts[p].eq(&func.dfg.insts[inst], &func.dfg.value_lists)
+                });
+                match same {
+                    // A copy the mid-end made for another block: one is enough.
+                    Some(p) => {
+                        let kept = func.dfg.first_result(p);
+                        func.dfg.change_to_alias(result, kept);
+                    }
+                    None => {
+                        func.layout.insert_inst(inst, last);
+                        placed.push(inst);
+                    }
+                }
+                moved_values.insert(result);
+                moved += 1;
+            }
+        }
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use cranelift_codegen::ir::condcodes::IntCC;
+    use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Signature, UserFuncName};
+    use cranelift_codegen::isa::CallConv;
+    use cranelift_codegen::Context;
+    use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+
+    use super::*;
+
+    /// hashjoin's loops in small: for `j` in `0..n`, for `i` in `0..n`,
+    /// `s += (i + j) & ((1 << bits) - 1)` and `s += p + 64`, and `s += n / bits` when
+    /// `alt` (a division of invariants, which can trap and must stay where it is).
+    /// Returns the function after Cranelift's mid-end, and its blocks: entry, outer
+    /// loop's head, inner loop's body.
+    fn probe_loops(alt: bool) -> (Function, [Block; 3]) {
+        let mut sig = Signature::new(CallConv::SystemV);
+        for _ in 0..3 {
+            sig.params.push(AbiParam::new(types::I64));
+        }
+        sig.returns.push(AbiParam::new(types::I64));
+        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let [entry, outer, inner, body, next, exit] = [(); 6].map(|()| b.create_block());
+        b.append_block_params_for_function_params(entry);
+        let j = b.append_block_param(outer, types::I64);
+        let s = b.append_block_param(outer, types::I64);
+        let i = b.append_block_param(inner, types::I64);
+        let si = b.append_block_param(inner, types::I64);
+        let out = b.append_block_param(exit, types::I64);
+        b.switch_to_block(entry);
+        let [bits, n, p] = [0, 1, 2].map(|k| b.block_params(entry)[k]);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().jump(outer, &[zero.into(), zero.into()]);
+        b.switch_to_block(outer);
+        let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, j, n);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins()
+            .brif(done, exit, &[s.into()], inner, &[zero.into(), s.into()]);
+        b.switch_to_block(inner);
+        let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, n);
+        b.ins().brif(done, next, &[], body, &[]);
+        b.switch_to_block(body);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        let ij = b.ins().iadd(i, j);
+        let one = b.ins().iconst(types::I64, 1);
+        let slots = b.ins().ishl(one, bits);
+        let mask = b.ins().iadd_imm_s(slots, -1);
+        let slot = b.ins().band(ij, mask);
+        let mut s1 = b.ins().iadd(si, slot);
+        let base = b.ins().iadd_imm_s(p, 64);
+        s1 = b.ins().iadd(s1, base);
+        if alt {
+            let q = b.ins().udiv(n, bits);
+            s1 = b.ins().iadd(s1, q);
+        }
+        b.ins().jump(inner, &[i1.into(), s1.into()]);
+        b.switch_to_block(next);
+        let j1 = b.ins().iadd_imm_s(j, 1);
+        b.ins().jump(outer, &[j1.into(), si.into()]);
+        b.switch_to_block(exit);
+        b.ins().return_(&[out]);
+        b.seal_all_blocks();
+        let isa = crate::host_isa(&|e| panic!("{e}"), "speed").expect("the host ISA");
+        b.finalize(isa.frontend_config());
+        let mut ctx = Context::for_function(func);
+        let mut plane = cranelift_codegen::control::ControlPlane::default();
+        ctx.optimize(&*isa, &mut plane).expect("the mid-end runs");
+        (ctx.func, [entry, outer, body])
+    }
+
+    /// The blocks holding an instruction with `op`, in layout order.
+    fn blocks_of(func: &Function, op: Opcode) -> Vec<Block> {
+        func.layout
+            .blocks()
+            .filter(|&b| {
+                func.layout
+                    .block_insts(b)
+                    .any(|i| func.dfg.insts[i].opcode() == op)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_value_computed_from_a_rematerialized_constant_leaves_its_loop() {
+        let (mut func, [entry, outer, body]) = probe_loops(false);
+        let adds = |func: &Function| {
+            func.layout
+                .block_insts(body)
+                .filter(|&i| func.dfg.insts[i].opcode() == Opcode::Iadd)
+                .count()
+        };
+        // The mid-end left the shift in the outer loop (its `1` rematerialized there)
+        // and made the mask again in the inner one (`+ -1` rematerialized).
+        assert_eq!(blocks_of(&func, Opcode::Ishl), [outer]);
+        assert_eq!(adds(&func), 6);
+        // The shift, the mask, and the inner loop's copy of the mask, which becomes
+        // the first one.
+        assert_eq!(hoist_invariants(&mut func), 3, "{}", func.display());
+        assert_eq!(blocks_of(&func, Opcode::Ishl), [entry]);
+        assert_eq!(adds(&func), 5);
+        let band = func
+            .layout
+            .block_insts(body)
+            .find(|&i| func.dfg.insts[i].opcode() == Opcode::Band)
+            .expect("the inner loop still masks");
+        let mask = func.dfg.resolve_aliases(func.dfg.inst_args(band)[1]);
+        assert_eq!(def_block(&func, mask), Some(entry));
+        // `p + 64` stays in the outer loop, where the mid-end put it.
+        assert!(blocks_of(&func, Opcode::Iadd).contains(&outer));
+        let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+    }
+
+    #[test]
+    fn a_division_stays_in_its_loop() {
+        let (mut func, [.., body]) = probe_loops(true);
+        assert_eq!(blocks_of(&func, Opcode::Udiv), [body]);
+        hoist_invariants(&mut func);
+        assert_eq!(blocks_of(&func, Opcode::Udiv), [body]);
+        let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+    }
+}
