@@ -171,6 +171,7 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
                     // A copy the mid-end made for another block: one is enough.
                     Some(p) => {
                         let kept = func.dfg.first_result(p);
+                        func.dfg.detach_inst_results(inst);
                         func.dfg.change_to_alias(result, kept);
                     }
                     None => {
