@@ -19,6 +19,12 @@
 //! so a chain goes out whole, and the mid-end's choice to keep `p + 64` inside beside
 //! `p` stands.
 //!
+//! Before that, a load's or store's address `x + (u + w)` with `x` and `u` defined
+//! outside the loop and `w` inside (a host delta, a pointer and an index) is added as
+//! `(x + u) + w`, `x + u` made in that dominating block: knn loaded `host + (q + 4k)`
+//! with the query pointer reloaded from a spill slot at each load. Same address:
+//! addition wraps, so any grouping of the terms gives the same sum.
+//!
 //! Same values: a moved instruction is pure and cannot trap, and its arguments are the
 //! same values at the new place (defined outside the loop, which the new place's block
 //! dominates, or constants), so it computes what it computed in the loop, at most once
@@ -26,9 +32,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::dominator_tree::DominatorTree;
 use cranelift_codegen::flowgraph::ControlFlowGraph;
-use cranelift_codegen::ir::{Block, Function, Inst, InstructionData, Opcode, Value, ValueDef};
+use cranelift_codegen::ir::{
+    types, Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value, ValueDef,
+};
 use cranelift_codegen::loop_analysis::{Loop, LoopAnalysis};
 
 /// Whether `op` computes its result from its arguments alone: no memory, no trap, no
@@ -91,6 +100,69 @@ fn def_block(func: &Function, v: Value) -> Option<Block> {
     }
 }
 
+/// The address of the load or store `inst` as `x + (u + w)` (either association of
+/// either sum) where `x` and `u` are defined outside the loop (`inside` says which
+/// values are defined in it, constants not) and `w` inside: `(x, u, w)`. grep's scan
+/// loaded `host + (p + i)`, the host delta and the text pointer both invariant; as
+/// `(host + p) + i` the first sum leaves the loop.
+fn regroupable(
+    func: &Function,
+    inst: Inst,
+    inside: &dyn Fn(&Function, Value) -> bool,
+) -> Option<(Value, Value, Value)> {
+    let addr = match func.dfg.insts[inst] {
+        InstructionData::Load { arg, .. } => arg,
+        InstructionData::Store { args, .. } => args[1],
+        _ => return None,
+    };
+    let sum = |v: Value| match func.dfg.value_def(func.dfg.resolve_aliases(v)) {
+        ValueDef::Result(def, 0) => match func.dfg.insts[def] {
+            InstructionData::Binary {
+                opcode: Opcode::Iadd,
+                args: [a, b],
+            } if func.dfg.value_type(a) == types::I64 => Some((a, b)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let outside = |v: Value| !inside(func, v) && constant(func, v).is_none();
+    let (a, b) = sum(addr)?;
+    let (x, y) = if outside(a) && inside(func, b) {
+        (a, b)
+    } else if outside(b) && inside(func, a) {
+        (b, a)
+    } else {
+        return None;
+    };
+    let (c, d) = sum(y)?;
+    if outside(c) && inside(func, d) {
+        Some((x, c, d))
+    } else if outside(d) && inside(func, c) {
+        Some((x, d, c))
+    } else {
+        None
+    }
+}
+
+/// Puts `inst` (in no block) at the end of `to`, before its branch, and returns its
+/// result; or, when an instruction already `placed` there computes the same, returns
+/// that one's result and leaves `inst` out (a copy the mid-end made for another block:
+/// one is enough).
+fn place(func: &mut Function, inst: Inst, to: Block, placed: &mut Vec<Inst>) -> Value {
+    let ty = func.dfg.ctrl_typevar(inst);
+    let same = placed.iter().copied().find(|&p| {
+        func.dfg.ctrl_typevar(p) == ty
+            && func.dfg.insts[p].eq(&func.dfg.insts[inst], &func.dfg.value_lists)
+    });
+    if let Some(p) = same {
+        return func.dfg.first_result(p);
+    }
+    let last = func.layout.last_inst(to).expect("a block ends in a branch");
+    func.layout.insert_inst(inst, last);
+    placed.push(inst);
+    func.dfg.first_result(inst)
+}
+
 /// Moves loop-invariant values out of their loops (see the module doc); returns how
 /// many instructions moved.
 pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
@@ -127,6 +199,25 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
         for &block in rpo.iter().filter(|&&b| loops.is_in_loop(b, lp)) {
             let insts: Vec<Inst> = func.layout.block_insts(block).collect();
             for inst in insts {
+                let inside = |func: &Function, v: Value| {
+                    constant(func, v).is_none()
+                        && def_block(func, v).is_some_and(|b| loops.is_in_loop(b, lp))
+                };
+                if let Some((x, u, w)) = regroupable(func, inst, &inside) {
+                    let fresh = func.dfg.make_inst(InstructionData::Binary {
+                        opcode: Opcode::Iadd,
+                        args: [x, u],
+                    });
+                    func.dfg.make_inst_results(fresh, types::I64);
+                    let sum = place(func, fresh, to, &mut placed);
+                    let addr = FuncCursor::new(func).at_inst(inst).ins().iadd(sum, w);
+                    match &mut func.dfg.insts[inst] {
+                        InstructionData::Load { arg, .. } => *arg = addr,
+                        InstructionData::Store { args, .. } => args[1] = addr,
+                        _ => unreachable!("regroupable is a load or a store"),
+                    }
+                    moved += 1;
+                }
                 let op = func.dfg.insts[inst].opcode();
                 if op == Opcode::Iconst || !pure(op) || func.dfg.inst_results(inst).len() != 1 {
                     continue;
@@ -162,22 +253,10 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
                 }
                 func.layout.remove_inst(inst);
                 let result = func.dfg.first_result(inst);
-                let ty = func.dfg.ctrl_typevar(inst);
-                let same = placed.iter().copied().find(|&p| {
-                    func.dfg.ctrl_typevar(p) == ty
-                        && func.dfg.insts[p].eq(&func.dfg.insts[inst], &func.dfg.value_lists)
-                });
-                match same {
-                    // A copy the mid-end made for another block: one is enough.
-                    Some(p) => {
-                        let kept = func.dfg.first_result(p);
-                        func.dfg.detach_inst_results(inst);
-                        func.dfg.change_to_alias(result, kept);
-                    }
-                    None => {
-                        func.layout.insert_inst(inst, last);
-                        placed.push(inst);
-                    }
+                let kept = place(func, inst, to, &mut placed);
+                if kept != result {
+                    func.dfg.detach_inst_results(inst);
+                    func.dfg.change_to_alias(result, kept);
                 }
                 moved_values.insert(result);
                 moved += 1;
@@ -190,7 +269,7 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
 #[cfg(test)]
 mod tests {
     use cranelift_codegen::ir::condcodes::IntCC;
-    use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Signature, UserFuncName};
+    use cranelift_codegen::ir::{AbiParam, MemFlagsData, Signature, UserFuncName};
     use cranelift_codegen::isa::CallConv;
     use cranelift_codegen::Context;
     use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -298,6 +377,91 @@ mod tests {
         assert_eq!(def_block(&func, mask), Some(entry));
         // `p + 64` stays in the outer loop, where the mid-end put it.
         assert!(blocks_of(&func, Opcode::Iadd).contains(&outer));
+        let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+    }
+
+    /// `s += *(host + (p + i))` for `i` in `0..n` (grep's scan: a host delta, a
+    /// pointer, an index), after the mid-end; returns it and its entry and body blocks.
+    fn scan_loop() -> (Function, [Block; 2]) {
+        let mut sig = Signature::new(CallConv::SystemV);
+        for _ in 0..3 {
+            sig.params.push(AbiParam::new(types::I64));
+        }
+        sig.returns.push(AbiParam::new(types::I64));
+        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let [entry, head, body, exit] = [(); 4].map(|()| b.create_block());
+        b.append_block_params_for_function_params(entry);
+        let i = b.append_block_param(head, types::I64);
+        let s = b.append_block_param(head, types::I64);
+        let out = b.append_block_param(exit, types::I64);
+        b.switch_to_block(entry);
+        let [host, p, n] = [0, 1, 2].map(|k| b.block_params(entry)[k]);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().jump(head, &[zero.into(), zero.into()]);
+        b.switch_to_block(head);
+        let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, n);
+        b.ins().brif(done, exit, &[s.into()], body, &[]);
+        b.switch_to_block(body);
+        let pi = b.ins().iadd(p, i);
+        let addr = b.ins().iadd(host, pi);
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        let byte = b.ins().uload8(types::I64, fixed, addr, 64);
+        let s1 = b.ins().iadd(s, byte);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        b.ins().jump(head, &[i1.into(), s1.into()]);
+        b.switch_to_block(exit);
+        b.ins().return_(&[out]);
+        b.seal_all_blocks();
+        let isa = crate::host_isa(&|e| panic!("{e}"), "speed").expect("the host ISA");
+        b.finalize(isa.frontend_config());
+        let mut ctx = Context::for_function(func);
+        let mut plane = cranelift_codegen::control::ControlPlane::default();
+        ctx.optimize(&*isa, &mut plane).expect("the mid-end runs");
+        (ctx.func, [entry, body])
+    }
+
+    #[test]
+    fn an_address_adds_its_invariant_terms_before_the_loop() {
+        let (mut func, [entry, body]) = scan_loop();
+        let load = || {
+            func.layout
+                .block_insts(body)
+                .find(|&i| func.dfg.insts[i].opcode() == Opcode::Uload8)
+                .expect("the loop loads")
+        };
+        let sum_args = |func: &Function, v: Value| match func.dfg.value_def(v) {
+            ValueDef::Result(def, 0) => match func.dfg.insts[def] {
+                InstructionData::Binary {
+                    opcode: Opcode::Iadd,
+                    args,
+                } => args,
+                ref other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let InstructionData::Load { arg, .. } = func.dfg.insts[load()] else {
+            panic!("a load");
+        };
+        // As built: the host delta plus a sum made in the loop.
+        assert_eq!(def_block(&func, sum_args(&func, arg)[1]), Some(body));
+        assert_eq!(hoist_invariants(&mut func), 1, "{}", func.display());
+        let load = func
+            .layout
+            .block_insts(body)
+            .find(|&i| func.dfg.insts[i].opcode() == Opcode::Uload8)
+            .expect("the loop loads");
+        let InstructionData::Load { arg, offset, .. } = func.dfg.insts[load] else {
+            panic!("a load");
+        };
+        assert_eq!(i32::from(offset), 64);
+        let [outer, index] = sum_args(&func, arg);
+        let params = func.dfg.block_params(entry).to_vec();
+        assert_eq!(def_block(&func, outer), Some(entry));
+        assert_eq!(sum_args(&func, outer), [params[0], params[1]]);
+        assert_eq!(def_block(&func, index).map(|b| b != entry), Some(true));
         let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
         cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
     }
