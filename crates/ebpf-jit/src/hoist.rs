@@ -101,14 +101,14 @@ fn def_block(func: &Function, v: Value) -> Option<Block> {
 }
 
 /// The address of the load or store `inst` as `x + (u + w)` (either association of
-/// either sum) where `x` and `u` are defined outside the loop (`inside` says which
-/// values are defined in it, constants not) and `w` inside: `(x, u, w)`. grep's scan
+/// either sum) where `x` and `u` are defined outside the loop (`outside` says which
+/// values are) and `w` inside, none of them a constant: `(x, u, w)`. grep's scan
 /// loaded `host + (p + i)`, the host delta and the text pointer both invariant; as
 /// `(host + p) + i` the first sum leaves the loop.
 fn regroupable(
     func: &Function,
     inst: Inst,
-    inside: &dyn Fn(&Function, Value) -> bool,
+    outside: &dyn Fn(&Function, Value) -> Option<bool>,
 ) -> Option<(Value, Value, Value)> {
     let addr = match func.dfg.insts[inst] {
         InstructionData::Load { arg, .. } => arg,
@@ -125,23 +125,22 @@ fn regroupable(
         },
         _ => None,
     };
-    let outside = |v: Value| !inside(func, v) && constant(func, v).is_none();
-    let (a, b) = sum(addr)?;
-    let (x, y) = if outside(a) && inside(func, b) {
-        (a, b)
-    } else if outside(b) && inside(func, a) {
-        (b, a)
-    } else {
-        return None;
+    let at = |v: Value| {
+        constant(func, v)
+            .is_none()
+            .then(|| outside(func, v))
+            .flatten()
     };
+    let split = |p: Value, q: Value| match (at(p), at(q)) {
+        (Some(true), Some(false)) => Some((p, q)),
+        (Some(false), Some(true)) => Some((q, p)),
+        _ => None,
+    };
+    let (a, b) = sum(addr)?;
+    let (x, y) = split(a, b)?;
     let (c, d) = sum(y)?;
-    if outside(c) && inside(func, d) {
-        Some((x, c, d))
-    } else if outside(d) && inside(func, c) {
-        Some((x, d, c))
-    } else {
-        None
-    }
+    let (u, w) = split(c, d)?;
+    Some((x, u, w))
 }
 
 /// Puts `inst` (in no block) at the end of `to`, before its branch, and returns its
@@ -196,14 +195,13 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
         // Constants copied into `to`, by the original, and the instructions moved there.
         let mut copies: BTreeMap<Inst, Value> = BTreeMap::new();
         let mut placed: Vec<Inst> = Vec::new();
+        // Whether a value is defined outside the loop (`None`: in no block).
+        let outside =
+            |func: &Function, v: Value| def_block(func, v).map(|b| !loops.is_in_loop(b, lp));
         for &block in rpo.iter().filter(|&&b| loops.is_in_loop(b, lp)) {
             let insts: Vec<Inst> = func.layout.block_insts(block).collect();
             for inst in insts {
-                let inside = |func: &Function, v: Value| {
-                    constant(func, v).is_none()
-                        && def_block(func, v).is_some_and(|b| loops.is_in_loop(b, lp))
-                };
-                if let Some((x, u, w)) = regroupable(func, inst, &inside) {
+                if let Some((x, u, w)) = regroupable(func, inst, &outside) {
                     let fresh = func.dfg.make_inst(InstructionData::Binary {
                         opcode: Opcode::Iadd,
                         args: [x, u],
@@ -227,10 +225,7 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
                 // defined outside the loop.
                 let kinds: Vec<(Option<Inst>, bool)> = args
                     .iter()
-                    .map(|&a| {
-                        let outside = def_block(func, a).is_some_and(|b| !loops.is_in_loop(b, lp));
-                        (constant(func, a), outside)
-                    })
+                    .map(|&a| (constant(func, a), outside(func, a) == Some(true)))
                     .collect();
                 let invariant = kinds.iter().all(|&(c, outside)| outside || c.is_some());
                 if !invariant
@@ -276,18 +271,37 @@ mod tests {
 
     use super::*;
 
+    /// An empty function of three `i64`s returning one.
+    fn three_args() -> Function {
+        let mut sig = Signature::new(CallConv::SystemV);
+        for _ in 0..3 {
+            sig.params.push(AbiParam::new(types::I64));
+        }
+        sig.returns.push(AbiParam::new(types::I64));
+        Function::with_name_signature(UserFuncName::default(), sig)
+    }
+
+    /// The host ISA at `opt_level` speed, as the JIT's module has it.
+    fn speed() -> cranelift_codegen::isa::OwnedTargetIsa {
+        crate::host_isa(&|e| panic!("{e}"), "speed").expect("the host ISA")
+    }
+
+    /// `func` after Cranelift's mid-end.
+    fn after_mid_end(func: Function) -> Function {
+        let mut ctx = Context::for_function(func);
+        let mut plane = cranelift_codegen::control::ControlPlane::default();
+        ctx.optimize(&*speed(), &mut plane)
+            .expect("the mid-end runs");
+        ctx.func
+    }
+
     /// hashjoin's loops in small: for `j` in `0..n`, for `i` in `0..n`,
     /// `s += (i + j) & ((1 << bits) - 1)` and `s += p + 64`, and `s += n / bits` when
     /// `alt` (a division of invariants, which can trap and must stay where it is).
     /// Returns the function after Cranelift's mid-end, and its blocks: entry, outer
     /// loop's head, inner loop's body.
     fn probe_loops(alt: bool) -> (Function, [Block; 3]) {
-        let mut sig = Signature::new(CallConv::SystemV);
-        for _ in 0..3 {
-            sig.params.push(AbiParam::new(types::I64));
-        }
-        sig.returns.push(AbiParam::new(types::I64));
-        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut func = three_args();
         let mut fctx = FunctionBuilderContext::new();
         let mut b = FunctionBuilder::new(&mut func, &mut fctx);
         let [entry, outer, inner, body, next, exit] = [(); 6].map(|()| b.create_block());
@@ -330,12 +344,8 @@ mod tests {
         b.switch_to_block(exit);
         b.ins().return_(&[out]);
         b.seal_all_blocks();
-        let isa = crate::host_isa(&|e| panic!("{e}"), "speed").expect("the host ISA");
-        b.finalize(isa.frontend_config());
-        let mut ctx = Context::for_function(func);
-        let mut plane = cranelift_codegen::control::ControlPlane::default();
-        ctx.optimize(&*isa, &mut plane).expect("the mid-end runs");
-        (ctx.func, [entry, outer, body])
+        b.finalize(speed().frontend_config());
+        (after_mid_end(func), [entry, outer, body])
     }
 
     /// The blocks holding an instruction with `op`, in layout order.
@@ -384,12 +394,7 @@ mod tests {
     /// `s += *(host + (p + i))` for `i` in `0..n` (grep's scan: a host delta, a
     /// pointer, an index), after the mid-end; returns it and its entry and body blocks.
     fn scan_loop() -> (Function, [Block; 2]) {
-        let mut sig = Signature::new(CallConv::SystemV);
-        for _ in 0..3 {
-            sig.params.push(AbiParam::new(types::I64));
-        }
-        sig.returns.push(AbiParam::new(types::I64));
-        let mut func = Function::with_name_signature(UserFuncName::default(), sig);
+        let mut func = three_args();
         let mut fctx = FunctionBuilderContext::new();
         let mut b = FunctionBuilder::new(&mut func, &mut fctx);
         let [entry, head, body, exit] = [(); 4].map(|()| b.create_block());
@@ -415,12 +420,8 @@ mod tests {
         b.switch_to_block(exit);
         b.ins().return_(&[out]);
         b.seal_all_blocks();
-        let isa = crate::host_isa(&|e| panic!("{e}"), "speed").expect("the host ISA");
-        b.finalize(isa.frontend_config());
-        let mut ctx = Context::for_function(func);
-        let mut plane = cranelift_codegen::control::ControlPlane::default();
-        ctx.optimize(&*isa, &mut plane).expect("the mid-end runs");
-        (ctx.func, [entry, body])
+        b.finalize(speed().frontend_config());
+        (after_mid_end(func), [entry, body])
     }
 
     #[test]
