@@ -263,6 +263,8 @@ impl compiled::Backend for Cranelift {
             divides::fold_divisibility_tests(&mut ctx.func);
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
+            #[cfg(test)]
+            translated::note(&ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
             if dump {
                 ctx.set_disasm(true);
@@ -287,6 +289,34 @@ impl compiled::Backend for Cranelift {
         CodeMemory::new(module, entry_id, code_bytes)
             .map(|c| c.with_digest(digest.0))
             .map_err(|e| codegen(&e))
+    }
+}
+
+/// The functions compilations on this thread translated, as Cranelift IR before its
+/// mid-end, for tests that look at what translation emitted.
+#[cfg(test)]
+pub(crate) mod translated {
+    use std::cell::RefCell;
+
+    use cranelift_codegen::ir::Function;
+
+    thread_local! {
+        static SEEN: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    pub(crate) fn note(func: &Function) {
+        SEEN.with(|s| {
+            if let Some(seen) = s.borrow_mut().as_mut() {
+                seen.push(func.display().to_string());
+            }
+        });
+    }
+
+    /// Runs `f`, and returns the functions it translated.
+    pub(crate) fn during(f: impl FnOnce()) -> Vec<String> {
+        SEEN.with(|s| *s.borrow_mut() = Some(Vec::new()));
+        f();
+        SEEN.with(|s| s.borrow_mut().take()).unwrap_or_default()
     }
 }
 

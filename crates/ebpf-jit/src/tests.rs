@@ -2541,3 +2541,30 @@ fn picked_charges_on_a_bit_match_at_every_budget() {
     assert_eq!(full.result, Ok((sum << 8) | picked.len() as u64));
     every_budget_runs_out_or_matches(&p, &full);
 }
+
+#[test]
+fn stack_checks_leave_the_region_cache_alone() {
+    // partition's scan: `do i++ while (a[i] < pivot)` over a stack array, the index
+    // bounded only by the data, between two loads of region 2 through the region
+    // cache. The scan's access takes the stack's constant check, whose miss goes to
+    // the region table; it stops at byte 8 of the array (9 > pivot 5), and 6 is added.
+    let src = "stdw [%r10-64], 0\nstdw [%r10-56], 9\nldxb %r7, [%r1+5]\nmov %r6, -1\n\
+               loop:\nadd %r6, 1\nmov %r4, %r10\nadd %r4, -64\nadd %r4, %r6\n\
+               ldxb %r5, [%r4+0]\njlt %r5, %r7, loop\nldxb %r0, [%r1+6]\nadd %r0, %r6\nexit";
+    let p = program(src, vec![]);
+    let seen = crate::translated::during(|| {
+        assert_eq!(check_program(p.clone(), 100_000).result, Ok(14));
+    });
+    assert!(!seen.is_empty());
+    for func in &seen {
+        // A refill keeps the old region when the new one is shorter than 8 bytes:
+        // `len < 8`, a compare with the constant 8 nothing else here makes.
+        let refills = func
+            .lines()
+            .filter(|l| l.contains("= icmp.i64 ult ") && l.ends_with(" = 8"))
+            .count();
+        // The first load's miss refills the cache the last load reads; the stack
+        // access's miss leaves it be, so the cache is not carried around the scan.
+        assert_eq!(refills, 1, "{func}");
+    }
+}

@@ -1847,15 +1847,22 @@ impl<'a, 'f> Translator<'a, 'f> {
 
     /// The fast check an access of `size` bytes through `v` tries first: the stack's
     /// constant check for an address computed from r10, the constant bounds of the
-    /// global section an address was computed from, else the region cache.
-    fn first_check(&mut self, pc: u32, v: Value, size: i64, write: bool) -> CacheValues {
+    /// global section an address was computed from, else the region cache; and whether
+    /// it is the region cache, which a miss then refills.
+    ///
+    /// A miss of the constant checks leaves the cache as it was (it is only a hint),
+    /// so the cache variables are not redefined inside a loop that reaches the stack
+    /// or a section this way: they are then no loop-carried values its hot path passes
+    /// on. partition's scans over a stack array reloaded the three of them at every
+    /// byte, to hand them to the join after the check.
+    fn first_check(&mut self, pc: u32, v: Value, size: i64, write: bool) -> (CacheValues, bool) {
         if self.stack_based(pc, v) {
-            return self.stack_cache(size);
+            return (self.stack_cache(size), false);
         }
         if let Some(c) = self.global_cache(v, size, write) {
-            return c;
+            return (c, false);
         }
-        self.cache(write)
+        (self.cache(write), true)
     }
 
     /// The global section `v` was computed from as a region cache with its exact,
@@ -1922,8 +1929,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Hit: the access lies in the cached region. An address computed from r10 is
         // checked against the stack instead, so that stack accesses at a variable index
         // do not evict the region another access keeps in the cache.
-        let cache = self.cache(op.writes());
-        let first = self.first_check(pc, v, size, op.writes());
+        // Nor does its miss refill the cache (see `first_check`).
+        let (first, cached) = self.first_check(pc, v, size, op.writes());
         let hit = self.cache_hit(&first, v, off);
         // The hit runs the operation in its own block (falling through, with the
         // `delta + v + off` addressing); the miss is cold: the exact check on the
@@ -1973,7 +1980,9 @@ impl<'a, 'f> Translator<'a, 'f> {
             .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
         let host = self.b.ins().iadd(base, lo);
         let r = self.emit_op(host, 0, op);
-        self.refill(op.writes(), &cache, addr, base, len);
+        if cached {
+            self.refill(op.writes(), &first, addr, base, len);
+        }
         self.jump_with(cont, r);
 
         self.enter(cont);
@@ -2985,7 +2994,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             self.set_reg(pc, insn.dst, value)?;
             return Ok(None);
         }
-        let cache = self.first_check(pc, v, size, false);
+        let (cache, _) = self.first_check(pc, v, size, false);
         let ok = self.cache_hit(&cache, v, off);
         let b = &mut self.b;
         let host = b.ins().iadd(cache.delta, v);
