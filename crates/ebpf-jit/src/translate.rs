@@ -30,7 +30,8 @@
 //!   check keeps every frame inside it. Other addresses computed from r10 are checked
 //!   against the stack first (a constant check, exact for the access's size, so the
 //!   frame's top bytes pass) rather than the region caches, so a
-//!   stack array indexed by data does not evict the input region from the cache; so
+//!   stack array indexed by data does not evict the input region from the cache (a miss
+//!   of that check goes to the table without refilling the caches either); so
 //!   are accesses through a register that `analysis::stack_bases` finds holding such
 //!   an address on every path (carried by block parameters or through spill slots,
 //!   where per-value facts do not reach).
