@@ -257,7 +257,7 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
 
 /// Defines function `id` in `module` from `ctx`: Cranelift's mid-end at the module's
 /// ISA; [`fold_narrow_loads`] and [`fold_address_constants`] when `narrow` (the
-/// function had narrow loads to fold before the mid-end); `hoist::hoist_invariants`;
+/// function had narrow loads to fold before the mid-end); `hoist::tidy_loops`;
 /// then lowering with `lowering` (the same host ISA at `opt_level` none, so the mid-end
 /// does not run again and move the values the extending loads feed, see the module
 /// doc, or sink what was hoisted).
@@ -275,7 +275,7 @@ pub(crate) fn define(
         fold_narrow_loads(&mut ctx.func);
         fold_address_constants(&mut ctx.func);
     }
-    crate::hoist::hoist_invariants(&mut ctx.func);
+    crate::hoist::tidy_loops(ctx, module.isa())?;
     ctx.compile(lowering, &mut plane)
         .map_err(|e| format!("{:?}", e.inner))?;
     let compiled = ctx.compiled_code().expect("compiled just now");

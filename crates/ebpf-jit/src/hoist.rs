@@ -29,6 +29,22 @@
 //! same values at the new place (defined outside the loop, which the new place's block
 //! dominates, or constants), so it computes what it computed in the loop, at most once
 //! more (when the loop is not entered, or the block that held it did not run).
+//!
+//! Both need a value passed around a loop unchanged to be seen as the value it is: the
+//! mid-end removes such block parameters before its rewrites, not after, and its rewrites
+//! make more (a host delta passed back as `delta + 0`). [`tidy_loops`] removes them
+//! again first: grep's scan loaded `delta + (p + i)` with `delta` a parameter of the
+//! loop's head, so the regroup above never saw an invariant term.
+//!
+//! Last, [`sink_exit_values`] moves a pure value computed in a loop but used only after
+//! leaving it down to where it is used (the nearest block dominating every use, outside
+//! every loop that does not hold its definition). The mid-end's value numbering merges
+//! a sum the loop needs with the same sum on an exit path; once the regroup takes the
+//! loop's use away, the sum is still made at every iteration and held across the loop
+//! for the exit: grep's scan made `p + i` at every byte (and reloaded `p` for it) for
+//! the path that compares the rest of the pattern. A sunk value is made at most as often
+//! as before, from the same arguments (its old block dominates its new one, so they are
+//! defined there).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,7 +54,9 @@ use cranelift_codegen::flowgraph::ControlFlowGraph;
 use cranelift_codegen::ir::{
     types, Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value, ValueDef,
 };
+use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::loop_analysis::{Loop, LoopAnalysis};
+use cranelift_codegen::Context;
 
 /// Whether `op` computes its result from its arguments alone: no memory, no trap, no
 /// control flow, no other effect.
@@ -162,6 +180,19 @@ fn place(func: &mut Function, inst: Inst, to: Block, placed: &mut Vec<Inst>) -> 
     func.dfg.first_result(inst)
 }
 
+/// The loop passes after the mid-end, in order (see the module doc): block parameters
+/// that pass one value removed, [`hoist_invariants`], [`sink_exit_values`].
+pub(crate) fn tidy_loops(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
+    ctx.compute_cfg();
+    ctx.compute_domtree();
+    ctx.remove_constant_phis(isa)
+        .map_err(|e| format!("{e:?}"))?;
+    ctx.func.dfg.resolve_all_aliases();
+    hoist_invariants(&mut ctx.func);
+    sink_exit_values(&mut ctx.func);
+    Ok(())
+}
+
 /// Moves loop-invariant values out of their loops (see the module doc); returns how
 /// many instructions moved.
 pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
@@ -261,12 +292,129 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
     moved
 }
 
+/// Removes every pure instruction whose result nothing uses (the regroup's old sums),
+/// and then the ones only those used, so that none keeps its arguments in a loop.
+fn remove_dead(func: &mut Function) {
+    let mut uses: BTreeMap<Value, usize> = BTreeMap::new();
+    let mut all = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                *uses.entry(v).or_default() += 1;
+            }
+            all.push(inst);
+        }
+    }
+    let dead = |func: &Function, uses: &BTreeMap<Value, usize>, inst: Inst| {
+        pure(func.dfg.insts[inst].opcode())
+            && !func.dfg.inst_results(inst).is_empty()
+            && func
+                .dfg
+                .inst_results(inst)
+                .iter()
+                .all(|r| uses.get(r).copied().unwrap_or(0) == 0)
+    };
+    let mut work: Vec<Inst> = all.into_iter().filter(|&i| dead(func, &uses, i)).collect();
+    while let Some(inst) = work.pop() {
+        if func.layout.inst_block(inst).is_none() {
+            continue;
+        }
+        func.layout.remove_inst(inst);
+        let args: Vec<Value> = func.dfg.inst_values(inst).collect();
+        for v in args {
+            let n = uses.entry(v).or_default();
+            *n = n.saturating_sub(1);
+            if let ValueDef::Result(def, _) = func.dfg.value_def(v) {
+                if func.layout.inst_block(def).is_some() && dead(func, &uses, def) {
+                    work.push(def);
+                }
+            }
+        }
+    }
+}
+
+/// Moves a pure value computed in a loop but used only after leaving it to where it
+/// is used (see the module doc); returns how many instructions moved.
+pub(crate) fn sink_exit_values(func: &mut Function) -> usize {
+    let cfg = ControlFlowGraph::with_function(func);
+    let domtree = DominatorTree::with_function(func, &cfg);
+    let mut loops = LoopAnalysis::new();
+    loops.compute(func, &cfg, &domtree);
+    remove_dead(func);
+    // The instructions using each value.
+    let mut users: BTreeMap<Value, Vec<Inst>> = BTreeMap::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                users.entry(v).or_default().push(inst);
+            }
+        }
+    }
+    let order: Vec<Block> = domtree.cfg_postorder().to_vec();
+    let mut moved = 0;
+    for def in order {
+        let Some(lp) = loops.innermost_loop(def) else {
+            continue;
+        };
+        let insts: Vec<Inst> = func.layout.block_insts(def).collect();
+        for inst in insts.into_iter().rev() {
+            let op = func.dfg.insts[inst].opcode();
+            if op == Opcode::Iconst || !pure(op) || func.dfg.inst_results(inst).len() != 1 {
+                continue;
+            }
+            let result = func.dfg.first_result(inst);
+            let Some(uses) = users.get(&result) else {
+                continue;
+            };
+            let blocks: Vec<Block> = uses
+                .iter()
+                .filter_map(|&u| func.layout.inst_block(u))
+                .collect();
+            if blocks.is_empty() || blocks.iter().any(|&b| loops.is_in_loop(b, lp)) {
+                continue;
+            }
+            // The nearest block dominating every use, then out of every loop that
+            // does not hold the definition.
+            let mut to = blocks[0];
+            while !blocks.iter().all(|&b| domtree.block_dominates(to, b)) {
+                match domtree.idom(to) {
+                    Some(up) => to = up,
+                    None => break,
+                }
+            }
+            while let Some(m) = loops.innermost_loop(to) {
+                if loops.is_in_loop(def, m) {
+                    break;
+                }
+                match domtree.idom(to) {
+                    Some(up) => to = up,
+                    None => break,
+                }
+            }
+            if to == def
+                || loops.is_in_loop(to, lp)
+                || !domtree.block_dominates(def, to)
+                || !blocks.iter().all(|&b| domtree.block_dominates(to, b))
+            {
+                continue;
+            }
+            let first = func
+                .layout
+                .first_inst(to)
+                .expect("a block ends in a branch");
+            func.layout.remove_inst(inst);
+            func.layout.insert_inst(inst, first);
+            moved += 1;
+        }
+    }
+    moved
+}
+
 #[cfg(test)]
 mod tests {
     use cranelift_codegen::ir::condcodes::IntCC;
     use cranelift_codegen::ir::{AbiParam, MemFlagsData, Signature, UserFuncName};
     use cranelift_codegen::isa::CallConv;
-    use cranelift_codegen::Context;
     use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 
     use super::*;
@@ -475,5 +623,81 @@ mod tests {
         assert_eq!(blocks_of(&func, Opcode::Udiv), [body]);
         let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
         cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+    }
+
+    /// grep's scan in small, after the mid-end: for `i` in `0..n`, load the byte at
+    /// `d + (p + i) + 64`; when it is a newline, leave with `(p + i) * 7` (the exit path
+    /// makes the same sum, which the mid-end merges with the loop's). With `phi`, the
+    /// host delta `d` is a parameter of the loop's head, passed back as `d + 0` (one
+    /// value around the loop once the mid-end has simplified it). Returns the function
+    /// and its loop body and exit path.
+    fn exit_scan(phi: bool) -> (Function, [Block; 2]) {
+        let mut func = three_args();
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let [entry, head, body, next, found, exit] = [(); 6].map(|()| b.create_block());
+        b.append_block_params_for_function_params(entry);
+        let i = b.append_block_param(head, types::I64);
+        let s = b.append_block_param(head, types::I64);
+        let d = b.append_block_param(head, types::I64);
+        let out = b.append_block_param(exit, types::I64);
+        b.switch_to_block(entry);
+        let [host, p, n] = [0, 1, 2].map(|k| b.block_params(entry)[k]);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().jump(head, &[zero.into(), zero.into(), host.into()]);
+        b.switch_to_block(head);
+        let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, n);
+        b.ins().brif(done, exit, &[s.into()], body, &[]);
+        b.switch_to_block(body);
+        let pi = b.ins().iadd(p, i);
+        let base = if phi { d } else { host };
+        let addr = b.ins().iadd(base, pi);
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        let byte = b.ins().uload8(types::I64, fixed, addr, 64);
+        let newline = b.ins().icmp_imm_s(IntCC::Equal, byte, 10);
+        b.ins().brif(newline, found, &[], next, &[]);
+        b.switch_to_block(next);
+        let s1 = b.ins().iadd(s, byte);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        let d1 = b.ins().iadd_imm_s(d, 0);
+        b.ins().jump(head, &[i1.into(), s1.into(), d1.into()]);
+        b.switch_to_block(found);
+        let again = b.ins().iadd(p, i);
+        let r = b.ins().imul_imm_s(again, 7);
+        b.ins().return_(&[r]);
+        b.switch_to_block(exit);
+        b.ins().return_(&[out]);
+        b.seal_all_blocks();
+        b.finalize(speed().frontend_config());
+        (after_mid_end(func), [body, found])
+    }
+
+    #[test]
+    fn a_sum_only_an_exit_path_uses_is_made_there() {
+        for phi in [false, true] {
+            let (func, [body, found]) = exit_scan(phi);
+            let adds = |func: &Function, block: Block| {
+                func.layout
+                    .block_insts(block)
+                    .filter(|&i| func.dfg.insts[i].opcode() == Opcode::Iadd)
+                    .count()
+            };
+            // As the mid-end leaves it: `p + i` and the address made in the body, the
+            // exit path reusing the first.
+            assert_eq!((adds(&func, body), adds(&func, found)), (2, 0), "{phi}");
+            let mut ctx = Context::for_function(func);
+            tidy_loops(&mut ctx, &*speed()).expect("the loop passes run");
+            let func = &ctx.func;
+            // The body adds the index to a sum made before the loop, and `p + i` is
+            // made on the exit path only.
+            assert_eq!(
+                (adds(func, body), adds(func, found)),
+                (1, 1),
+                "{phi}: {}",
+                func.display()
+            );
+            let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+            cranelift_codegen::verify_function(func, &*isa).expect("still valid IR");
+        }
     }
 }
