@@ -27,7 +27,8 @@
 //! constant block parameters a second time, on what the mid-end left; of the 19
 //! built-in kernels and 68 held-out functions that changed the code of grep, msort and
 //! kmpcount only: kmpcount ran 1.7% more instructions, grep the same, msort's time did
-//! not move (two runs of `csx bench vm`).
+//! not move (two runs of `csx bench vm`). That second removal now runs before `hoist`
+//! (`hoist::tidy_loops`), whose address regroup needs it.
 //! Zero extensions, and the sign extension of a 32-bit load (`movslq (mem)`): folding
 //! the narrower sign extensions as well (`movswq (mem)`) made a held-out 7-tap FIR over
 //! `i16` samples 1.23x slower (the allocator then reloaded the base pointer before each
