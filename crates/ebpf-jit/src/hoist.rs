@@ -8,7 +8,7 @@
 //! each probe of its inner loop (`movl $1; shlx; lea -1`, with `bits` reloaded from the
 //! stack), and `32 - bits` at each key.
 //!
-//! [`hoist_invariants`] runs after the mid-end (see `extend::define`): for each loop,
+//! [`hoist_in`] runs after the mid-end (see `extend::define`): for each loop,
 //! innermost first, a pure instruction in it whose arguments are all defined outside the
 //! loop or are constants moves to the end of the block that immediately dominates the
 //! loop's header (before its branch), its constant arguments copied there. Only values
@@ -36,7 +36,7 @@
 //! again first: grep's scan loaded `delta + (p + i)` with `delta` a parameter of the
 //! loop's head, so the regroup above never saw an invariant term.
 //!
-//! Last, [`sink_exit_values`] moves a pure value computed in a loop but used only after
+//! Last, [`sink_in`] moves a pure value computed in a loop but used only after
 //! leaving it down to where it is used (the nearest block dominating every use, outside
 //! every loop that does not hold its definition). The mid-end's value numbering merges
 //! a sum the loop needs with the same sum on an exit path; once the regroup takes the
@@ -50,7 +50,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cranelift_codegen::cursor::{Cursor, FuncCursor};
 use cranelift_codegen::dominator_tree::DominatorTree;
-use cranelift_codegen::flowgraph::ControlFlowGraph;
+use cranelift_codegen::entity::SecondaryMap;
 use cranelift_codegen::ir::{
     types, Block, Function, Inst, InstBuilder, InstructionData, Opcode, Value, ValueDef,
 };
@@ -181,25 +181,43 @@ fn place(func: &mut Function, inst: Inst, to: Block, placed: &mut Vec<Inst>) -> 
 }
 
 /// The loop passes after the mid-end, in order (see the module doc): block parameters
-/// that pass one value removed, [`hoist_invariants`], [`sink_exit_values`].
+/// that pass one value removed, [`hoist_in`], [`sink_in`].
 pub(crate) fn tidy_loops(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), String> {
     ctx.compute_cfg();
     ctx.compute_domtree();
     ctx.remove_constant_phis(isa)
         .map_err(|e| format!("{e:?}"))?;
     ctx.func.dfg.resolve_all_aliases();
-    hoist_invariants(&mut ctx.func);
-    sink_exit_values(&mut ctx.func);
+    // Neither pass changes the control flow: one dominator tree and loop nest serve both.
+    ctx.compute_loop_analysis();
+    hoist_in(&mut ctx.func, &ctx.domtree, &ctx.loop_analysis);
+    // The hoist makes a copy of an instruction placed twice an alias of the first: the
+    // sink counts uses by the values they name.
+    ctx.func.dfg.resolve_all_aliases();
+    sink_in(&mut ctx.func, &ctx.domtree, &ctx.loop_analysis);
     Ok(())
 }
 
-/// Moves loop-invariant values out of their loops (see the module doc); returns how
-/// many instructions moved.
-pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
-    let cfg = ControlFlowGraph::with_function(func);
+/// `func`'s dominator tree and loop nest.
+#[cfg(test)]
+fn analyses(func: &Function) -> (DominatorTree, LoopAnalysis) {
+    let cfg = cranelift_codegen::flowgraph::ControlFlowGraph::with_function(func);
     let domtree = DominatorTree::with_function(func, &cfg);
     let mut loops = LoopAnalysis::new();
     loops.compute(func, &cfg, &domtree);
+    (domtree, loops)
+}
+
+/// [`hoist_in`] with `func`'s own analyses.
+#[cfg(test)]
+fn hoist_invariants(func: &mut Function) -> usize {
+    let (domtree, loops) = analyses(func);
+    hoist_in(func, &domtree, &loops)
+}
+
+/// Moves loop-invariant values out of their loops (see the module doc), given `func`'s
+/// dominator tree and loop nest; returns how many instructions moved.
+fn hoist_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) -> usize {
     let rpo: Vec<Block> = domtree.cfg_rpo().copied().collect();
     // Innermost first: what leaves an inner loop may then leave its parent.
     let mut order: Vec<Loop> = loops.loops().collect();
@@ -295,24 +313,20 @@ pub(crate) fn hoist_invariants(func: &mut Function) -> usize {
 /// Removes every pure instruction whose result nothing uses (the regroup's old sums),
 /// and then the ones only those used, so that none keeps its arguments in a loop.
 fn remove_dead(func: &mut Function) {
-    let mut uses: BTreeMap<Value, usize> = BTreeMap::new();
+    let mut uses: SecondaryMap<Value, u32> = SecondaryMap::new();
     let mut all = Vec::new();
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
             for v in func.dfg.inst_values(inst) {
-                *uses.entry(v).or_default() += 1;
+                uses[func.dfg.resolve_aliases(v)] += 1;
             }
             all.push(inst);
         }
     }
-    let dead = |func: &Function, uses: &BTreeMap<Value, usize>, inst: Inst| {
+    let dead = |func: &Function, uses: &SecondaryMap<Value, u32>, inst: Inst| {
         pure(func.dfg.insts[inst].opcode())
             && !func.dfg.inst_results(inst).is_empty()
-            && func
-                .dfg
-                .inst_results(inst)
-                .iter()
-                .all(|r| uses.get(r).copied().unwrap_or(0) == 0)
+            && func.dfg.inst_results(inst).iter().all(|&r| uses[r] == 0)
     };
     let mut work: Vec<Inst> = all.into_iter().filter(|&i| dead(func, &uses, i)).collect();
     while let Some(inst) = work.pop() {
@@ -322,8 +336,8 @@ fn remove_dead(func: &mut Function) {
         func.layout.remove_inst(inst);
         let args: Vec<Value> = func.dfg.inst_values(inst).collect();
         for v in args {
-            let n = uses.entry(v).or_default();
-            *n = n.saturating_sub(1);
+            let v = func.dfg.resolve_aliases(v);
+            uses[v] = uses[v].saturating_sub(1);
             if let ValueDef::Result(def, _) = func.dfg.value_def(v) {
                 if func.layout.inst_block(def).is_some() && dead(func, &uses, def) {
                     work.push(def);
@@ -334,22 +348,26 @@ fn remove_dead(func: &mut Function) {
 }
 
 /// Moves a pure value computed in a loop but used only after leaving it to where it
-/// is used (see the module doc); returns how many instructions moved.
-pub(crate) fn sink_exit_values(func: &mut Function) -> usize {
-    let cfg = ControlFlowGraph::with_function(func);
-    let domtree = DominatorTree::with_function(func, &cfg);
-    let mut loops = LoopAnalysis::new();
-    loops.compute(func, &cfg, &domtree);
+/// is used (see the module doc), given `func`'s dominator tree and loop nest; returns
+/// how many instructions moved.
+fn sink_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) -> usize {
+    if loops.loops().next().is_none() {
+        return 0;
+    }
     remove_dead(func);
-    // The instructions using each value.
-    let mut users: BTreeMap<Value, Vec<Inst>> = BTreeMap::new();
+    // The instructions using each value: `(value, user)` pairs sorted by value.
+    let mut users: Vec<(Value, Inst)> = Vec::new();
     for block in func.layout.blocks() {
         for inst in func.layout.block_insts(block) {
-            for v in func.dfg.inst_values(inst) {
-                users.entry(v).or_default().push(inst);
-            }
+            users.extend(
+                func.dfg
+                    .inst_values(inst)
+                    .map(|v| (func.dfg.resolve_aliases(v), inst)),
+            );
         }
     }
+    users.sort_unstable();
+    let mut blocks: Vec<Block> = Vec::new();
     let order: Vec<Block> = domtree.cfg_postorder().to_vec();
     let mut moved = 0;
     for def in order {
@@ -363,13 +381,14 @@ pub(crate) fn sink_exit_values(func: &mut Function) -> usize {
                 continue;
             }
             let result = func.dfg.first_result(inst);
-            let Some(uses) = users.get(&result) else {
-                continue;
-            };
-            let blocks: Vec<Block> = uses
-                .iter()
-                .filter_map(|&u| func.layout.inst_block(u))
-                .collect();
+            let from = users.partition_point(|&(v, _)| v < result);
+            blocks.clear();
+            blocks.extend(
+                users[from..]
+                    .iter()
+                    .take_while(|&&(v, _)| v == result)
+                    .filter_map(|&(_, u)| func.layout.inst_block(u)),
+            );
             if blocks.is_empty() || blocks.iter().any(|&b| loops.is_in_loop(b, lp)) {
                 continue;
             }
