@@ -192,8 +192,7 @@ pub(crate) fn tidy_loops(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), S
     ctx.compute_loop_analysis();
     hoist_in(&mut ctx.func, &ctx.domtree, &ctx.loop_analysis);
     // The hoist makes a copy of an instruction placed twice an alias of the first: the
-    // sink counts uses by the values they name.
-    ctx.func.dfg.resolve_all_aliases();
+    // sink counts each use through the aliases, as a use of the value it resolves to.
     sink_in(&mut ctx.func, &ctx.domtree, &ctx.loop_analysis);
     Ok(())
 }
