@@ -346,6 +346,31 @@ fn remove_dead(func: &mut Function) {
     }
 }
 
+/// Where a value defined in block `def` of loop `lp` and used in `uses` (all outside
+/// `lp`) is made instead: the nearest block dominating every use, then out of every
+/// loop that does not hold `def`; none when that block is `def`, is in `lp`, or is not
+/// dominated by `def`.
+fn exit_block(
+    def: Block,
+    lp: Loop,
+    uses: &[Block],
+    domtree: &DominatorTree,
+    loops: &LoopAnalysis,
+) -> Option<Block> {
+    let mut to = *uses.first()?;
+    while !uses.iter().all(|&b| domtree.block_dominates(to, b)) {
+        to = domtree.idom(to)?;
+    }
+    while let Some(m) = loops.innermost_loop(to) {
+        if loops.is_in_loop(def, m) {
+            break;
+        }
+        to = domtree.idom(to)?;
+    }
+    let fits = to != def && !loops.is_in_loop(to, lp) && domtree.block_dominates(def, to);
+    fits.then_some(to)
+}
+
 /// Moves a pure value computed in a loop but used only after leaving it to where it
 /// is used (see the module doc), given `func`'s dominator tree and loop nest; returns
 /// how many instructions moved.
@@ -391,31 +416,9 @@ fn sink_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) -
             if blocks.is_empty() || blocks.iter().any(|&b| loops.is_in_loop(b, lp)) {
                 continue;
             }
-            // The nearest block dominating every use, then out of every loop that
-            // does not hold the definition.
-            let mut to = blocks[0];
-            while !blocks.iter().all(|&b| domtree.block_dominates(to, b)) {
-                match domtree.idom(to) {
-                    Some(up) => to = up,
-                    None => break,
-                }
-            }
-            while let Some(m) = loops.innermost_loop(to) {
-                if loops.is_in_loop(def, m) {
-                    break;
-                }
-                match domtree.idom(to) {
-                    Some(up) => to = up,
-                    None => break,
-                }
-            }
-            if to == def
-                || loops.is_in_loop(to, lp)
-                || !domtree.block_dominates(def, to)
-                || !blocks.iter().all(|&b| domtree.block_dominates(to, b))
-            {
+            let Some(to) = exit_block(def, lp, &blocks, domtree, loops) else {
                 continue;
-            }
+            };
             let first = func
                 .layout
                 .first_inst(to)
