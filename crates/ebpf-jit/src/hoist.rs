@@ -199,7 +199,7 @@ pub(crate) fn tidy_loops(ctx: &mut Context, isa: &dyn TargetIsa) -> Result<(), S
 
 /// `func`'s dominator tree and loop nest.
 #[cfg(test)]
-fn analyses(func: &Function) -> (DominatorTree, LoopAnalysis) {
+pub(crate) fn analyses(func: &Function) -> (DominatorTree, LoopAnalysis) {
     let cfg = cranelift_codegen::flowgraph::ControlFlowGraph::with_function(func);
     let domtree = DominatorTree::with_function(func, &cfg);
     let mut loops = LoopAnalysis::new();

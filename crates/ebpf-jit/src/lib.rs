@@ -270,6 +270,8 @@ impl compiled::Backend for Cranelift {
                 ctx.set_disasm(true);
             }
             define(&mut module, &mut lowering_isa, id, &mut ctx, &codegen)?;
+            #[cfg(test)]
+            translated::note_optimized(&ctx.func);
             if dump {
                 if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
                     eprintln!("== {} function {}\n{v}", program.name(), f.start);
@@ -293,7 +295,8 @@ impl compiled::Backend for Cranelift {
 }
 
 /// The functions compilations on this thread translated, as Cranelift IR before its
-/// mid-end, for tests that look at what translation emitted.
+/// mid-end and after it, for tests that look at what translation emitted and what the
+/// optimizations made of it.
 #[cfg(test)]
 pub(crate) mod translated {
     use std::cell::RefCell;
@@ -302,6 +305,7 @@ pub(crate) mod translated {
 
     thread_local! {
         static SEEN: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+        static OPTIMIZED: RefCell<Option<Vec<Function>>> = const { RefCell::new(None) };
     }
 
     pub(crate) fn note(func: &Function) {
@@ -312,11 +316,30 @@ pub(crate) mod translated {
         });
     }
 
+    /// Keeps `func` as Cranelift's optimizations left it, when [`optimized`] asks.
+    pub(crate) fn note_optimized(func: &Function) {
+        OPTIMIZED.with(|s| {
+            if let Some(seen) = s.borrow_mut().as_mut() {
+                seen.push(func.clone());
+            }
+        });
+    }
+
     /// Runs `f`, and returns the functions it translated.
     pub(crate) fn during(f: impl FnOnce()) -> Vec<String> {
         SEEN.with(|s| *s.borrow_mut() = Some(Vec::new()));
         f();
         SEEN.with(|s| s.borrow_mut().take()).unwrap_or_default()
+    }
+
+    /// Runs `f`, and returns the functions it compiled, after the mid-end and the loop
+    /// tidy (what is lowered to machine code).
+    pub(crate) fn optimized(f: impl FnOnce()) -> Vec<Function> {
+        OPTIMIZED.with(|s| *s.borrow_mut() = Some(Vec::new()));
+        f();
+        OPTIMIZED
+            .with(|s| s.borrow_mut().take())
+            .unwrap_or_default()
     }
 }
 

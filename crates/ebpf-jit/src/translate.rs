@@ -1182,7 +1182,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             let (gidx, row, delta) = match groups.get(&a.coef) {
                 Some(&g) => g,
                 None => {
-                    let (row, _) = self.row_of(addr);
+                    let (row, _) = self.row_of(addr, true);
                     let b = &mut self.b;
                     let base =
                         b.ins()
@@ -1678,10 +1678,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// during a run (see [`KnownRegion`]), so its load may move and merge freely.
     fn global_base(&mut self, n: usize) -> Value {
         let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
-        let regions = self
-            .b
-            .ins()
-            .load(types::I64, fixed, self.ctx, offsets::REGIONS);
+        let regions = self.fixed_regions();
         let idx = RegionIdx::GLOBALS_FIRST.0 as usize + n;
         let row = (idx * RegionEntry::SIZE) as i32;
         self.b
@@ -1954,7 +1951,7 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         self.enter(miss);
         let addr = self.b.ins().iadd_imm_s(v, i64::from(off));
-        let (row, lo) = self.row_of(addr);
+        let (row, lo) = self.row_of(addr, false);
         let len_field = if op.writes() {
             RegionEntry::OFFSET_WRITE_LEN
         } else {
@@ -2063,6 +2060,15 @@ impl<'a, 'f> Translator<'a, 'f> {
             .load(types::I64, self.flags.ctx, self.ctx, offsets::REGIONS)
     }
 
+    /// The region table, read with flags that let the mid-end merge the read and move
+    /// it out of loops: the field never changes during a run.
+    fn fixed_regions(&mut self) -> Value {
+        let fixed = MemFlagsData::trusted().with_readonly().with_can_move();
+        self.b
+            .ins()
+            .load(types::I64, fixed, self.ctx, offsets::REGIONS)
+    }
+
     /// Host address of the stack region (which never moves during a run).
     fn stack_base(&mut self) -> Value {
         let regions = self.regions();
@@ -2076,9 +2082,17 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// The region-table row address for virtual address `v` (row 0, never mapped, when
-    /// the index is past the table) and the offset part of `v`.
-    fn row_of(&mut self, v: Value) -> (Value, Value) {
-        let regions = self.regions();
+    /// the index is past the table) and the offset part of `v`. With `movable`, the
+    /// table's address is read with flags that let the mid-end move the read out of
+    /// loops (the field never changes during a run), so a row whose address is
+    /// invariant in an outer loop is found once before it. Cold paths keep their read
+    /// where it is: moved, it would hold a register across the function.
+    fn row_of(&mut self, v: Value, movable: bool) -> (Value, Value) {
+        let regions = if movable {
+            self.fixed_regions()
+        } else {
+            self.regions()
+        };
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(v, 32);
         let in_table = b

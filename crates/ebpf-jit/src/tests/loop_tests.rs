@@ -313,3 +313,73 @@ fn narrow_loads_folded_into_their_extensions_match_at_every_budget() {
         "{trap:?}"
     );
 }
+
+/// knn's shape (`sdk/bench/knn.c`): for each of `n` points of `dim` words after a
+/// query of `dim` words, an inner loop sums `p[k] - q[k]`. The query's address does not
+/// change in the outer loop.
+fn distances(dim: u32, n: u32) -> String {
+    let bytes = 4 * dim;
+    format!(
+        "mov %r0, 0\nmov %r6, %r1\nmov %r7, %r1\nadd %r7, {bytes}\nmov %r8, 0\n\
+         outer:\nmov %r2, 0\n\
+         inner:\nmov %r3, %r6\nadd %r3, %r2\nldxw %r4, [%r3+0]\n\
+         mov %r3, %r7\nadd %r3, %r2\nldxw %r5, [%r3+0]\n\
+         sub %r5, %r4\nadd %r0, %r5\nadd %r2, 4\njne %r2, {bytes}, inner\n\
+         add %r7, {bytes}\nadd %r8, 1\njlt %r8, {n}, outer\nexit"
+    )
+}
+
+/// The inner loop is versioned on both loads; the query's region (the same at every
+/// point) is looked up once, outside both loops, not at every point: the region table
+/// is read with flags that let the mid-end move the read out of the outer loop.
+#[test]
+fn an_inner_loops_invariant_region_is_looked_up_outside_the_outer_loop() {
+    use cranelift_codegen::ir::{InstructionData, Opcode};
+    let (dim, n) = (8u32, 7u32);
+    assert_eq!(
+        unchecked_accesses(&distances(dim, n)),
+        vec![(6, vec![(8, 4), (11, 4)])]
+    );
+    let bytes: Vec<u8> = (0..4 * dim * (n + 1)).map(|i| (i * 29 + 3) as u8).collect();
+    let word = |i: u32| {
+        let i = i as usize * 4;
+        u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap())
+    };
+    let want = (1..=n)
+        .flat_map(|pt| (0..dim).map(move |k| (pt, k)))
+        .fold(0u64, |s, (pt, k)| {
+            s.wrapping_add(u64::from(word(pt * dim + k)).wrapping_sub(u64::from(word(k))))
+        });
+    let p = program(&distances(dim, n), vec![]);
+    let funcs = crate::translated::optimized(|| {
+        assert_eq!(sweep_on_input(&p, &bytes).result, Ok(want));
+    });
+    // One past the input: the last point's load (slot 11) traps, at every budget alike.
+    let out = sweep_on_input(&program(&distances(dim, n + 1), vec![]), &bytes);
+    assert_eq!(trap_of(&out).pc, 11);
+    assert!(!funcs.is_empty());
+    for func in &funcs {
+        let (_, loops) = crate::hoist::analyses(func);
+        // Reads of a row's readable length from the region table, outside every loop.
+        let table_row = |inst| {
+            let data = func.dfg.insts[inst];
+            let table = data
+                .alias_region(&func.dfg)
+                .is_some_and(|r| func.dfg.alias_regions[r].user_id == 2);
+            table
+                && matches!(data, InstructionData::Load {
+                    opcode: Opcode::Load,
+                    offset,
+                    ..
+                } if i32::from(offset) == csx_ebpf::memory::RegionEntry::OFFSET_READ_LEN)
+        };
+        let outside = func
+            .layout
+            .blocks()
+            .filter(|&block| loops.innermost_loop(block).is_none())
+            .flat_map(|block| func.layout.block_insts(block))
+            .filter(|&inst| table_row(inst))
+            .count();
+        assert_eq!(outside, 1, "{}", func.display());
+    }
+}
