@@ -1576,11 +1576,16 @@ pub(crate) fn enters_inside(insns: &[Insn], l: &VersionedLoop) -> bool {
 
 // ---- unrolling (see `translate::unroll`) ---------------------------------------------
 
-/// Most slots the unrolled copy of one loop may hold (its factor times the body's).
-const UNROLL_SLOTS_MAX: usize = 192;
-
 /// Largest unroll factor.
 const UNROLL_FACTOR_MAX: usize = 16;
+
+/// Most slots the unrolled copy of one loop may hold (its factor times the body's):
+/// [`UNROLL_FACTOR_MAX`] copies of a body of up to 17 slots, so a 16-trip inner loop
+/// of that size (knn's distance over 16 coordinates) runs whole, with no group loop
+/// around it. Against 12 copies of 16 slots: knn 7.8% fewer executed instructions
+/// (0.92 of the time), held-out functions 1.5% fewer (geomean; fir7 22% fewer,
+/// ringmax 8% more); Cranelift compiles up to a quarter more (knn, hist).
+const UNROLL_SLOTS_MAX: usize = UNROLL_FACTOR_MAX * 17;
 
 /// How a versioned loop's unchecked iterations also run in *groups*: `factor` copies of
 /// the body one after the other, with the counted `exit` test left out of all but the

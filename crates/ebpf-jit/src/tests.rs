@@ -1560,9 +1560,12 @@ fn counted_loops_get_an_unrolled_copy() {
     let call = "mov %r6, 0\nmov %r9, %r1\nloop:\nldxb %r3, [%r9+0]\ncall local f\n\
                 add %r6, 1\njlt %r6, 4, loop\nexit\nf:\nmov %r0, 1\nexit";
     assert_eq!(unroll_plans(call), vec![]);
-    // Long bodies get fewer copies: 34 slots, 4 copies.
+    // Long bodies get fewer copies: 34 slots, 8 copies; 35 slots, 4.
     let long = strided_sum(0, 1, 8, "ldxb").replace("add %r0, %r3\n", &"add %r0, %r3\n".repeat(30));
-    assert_eq!(unroll_plans(&long), vec![(4, 4, 34, 37, 1, false, false)]);
+    assert_eq!(unroll_plans(&long), vec![(4, 8, 34, 37, 1, false, false)]);
+    let longer =
+        strided_sum(0, 1, 8, "ldxb").replace("add %r0, %r3\n", &"add %r0, %r3\n".repeat(31));
+    assert_eq!(unroll_plans(&longer), vec![(4, 4, 35, 38, 1, false, false)]);
     assert_eq!(check(&long).result, Ok(30 * (0..8).sum::<u64>()));
 }
 
@@ -1690,7 +1693,7 @@ fn many_slices_programs() -> Vec<(&'static str, String)> {
                 "mov %r0, 0\nmov %r8, 0\nouter:\nmov %r6, %r1\nmov %r7, 0\n\
                  inner:\nldxb %r3, [%r6+0]\n{}add %r6, 1\nadd %r7, 1\n\
                  jlt %r7, 64, inner\nadd %r8, 1\njlt %r8, 100, outer\nexit",
-                "add %r0, %r3\n".repeat(100)
+                "add %r0, %r3\n".repeat(140)
             ),
         ),
         (
@@ -1860,7 +1863,7 @@ fn many_slices_programs_cover_groups_and_fuel_bounded_loops() {
     };
     assert_eq!(unroll_plans(&progs[0].1).len(), 1);
     assert_eq!(unroll_plans(&progs[1].1).len(), 0);
-    assert_eq!(costs(&progs[1].1), vec![span(104, 104)]);
+    assert_eq!(costs(&progs[1].1), vec![span(144, 144)]);
     assert_eq!(costs(&progs[5].1), vec![span(9, 11)]);
 }
 

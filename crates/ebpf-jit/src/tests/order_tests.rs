@@ -71,7 +71,7 @@ const RUNNING_MIN_LOAD_PC: u32 = 21;
 /// With each charge computed next to the minimum it compares, no intermediate minimum
 /// is kept for the charges: the code is smaller than with every chain first and the
 /// charges last (which spilled 14 values and reloaded 16 a group of 8 in stats64):
-/// 1,912 code bytes here, 2,144 without.
+/// 2,536 code bytes here (groups of 16), 3,048 without.
 #[test]
 fn a_running_minimum_is_not_kept_for_its_charges() {
     let jit = JitProgram::compile(program(RUNNING_MIN, vec![])).unwrap();
@@ -82,4 +82,4 @@ fn a_running_minimum_is_not_kept_for_its_charges() {
     );
 }
 
-const CODE_BYTES_MAX: usize = 2_048;
+const CODE_BYTES_MAX: usize = 2_792;
