@@ -1182,7 +1182,10 @@ impl<'a, 'f> Translator<'a, 'f> {
             let (gidx, row, delta) = match groups.get(&a.coef) {
                 Some(&g) => g,
                 None => {
-                    let (row, _) = self.row_of(addr, true);
+                    // The table's address may leave loops here: a row whose address is
+                    // invariant in an outer loop is then found once, before it.
+                    let regions = self.fixed_regions();
+                    let (row, _) = self.row_of(regions, addr);
                     let b = &mut self.b;
                     let base =
                         b.ins()
@@ -1951,7 +1954,10 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         self.enter(miss);
         let addr = self.b.ins().iadd_imm_s(v, i64::from(off));
-        let (row, lo) = self.row_of(addr, false);
+        // A cold path keeps its read of the table's address where it is: merged with
+        // other reads and moved, it would hold a register across the function.
+        let regions = self.regions();
+        let (row, lo) = self.row_of(regions, addr);
         let len_field = if op.writes() {
             RegionEntry::OFFSET_WRITE_LEN
         } else {
@@ -2082,17 +2088,8 @@ impl<'a, 'f> Translator<'a, 'f> {
     }
 
     /// The region-table row address for virtual address `v` (row 0, never mapped, when
-    /// the index is past the table) and the offset part of `v`. With `movable`, the
-    /// table's address is read with flags that let the mid-end move the read out of
-    /// loops (the field never changes during a run), so a row whose address is
-    /// invariant in an outer loop is found once before it. Cold paths keep their read
-    /// where it is: moved, it would hold a register across the function.
-    fn row_of(&mut self, v: Value, movable: bool) -> (Value, Value) {
-        let regions = if movable {
-            self.fixed_regions()
-        } else {
-            self.regions()
-        };
+    /// the index is past the table at `regions`) and the offset part of `v`.
+    fn row_of(&mut self, regions: Value, v: Value) -> (Value, Value) {
         let b = &mut self.b;
         let idx = b.ins().ushr_imm_s(v, 32);
         let in_table = b
