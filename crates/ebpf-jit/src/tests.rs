@@ -2259,6 +2259,53 @@ fn loops_whose_paths_charge_different_fuel_run_in_groups_at_every_budget() {
     assert_eq!(trap_of(&out).pc, 20);
 }
 
+#[test]
+fn a_rotated_loop_tops_up_the_slice_to_start_its_groups() {
+    // stats64's layout (`min_max_sum`): the back-edges jump to the latch above the
+    // header, so a one-by-one iteration whose charge refilled the slice is not at an
+    // iteration's end and cannot go back to the group start. A run's slice starts
+    // empty: the group start moves fuel from the reserve into it (the stop flag clear)
+    // and tests it again, else the loop ran one by one for the whole run.
+    let src = min_max_sum(64);
+    let plans = unroll_plans(&src);
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    let need = u64::from(plans[0].1) * plans[0].2;
+    let p = program(&src, vec![]);
+    let seen = crate::translated::during(|| {
+        check_program(p.clone(), 1_000_000);
+    });
+    let grouped: Vec<&String> = seen
+        .iter()
+        .filter(|f| f.contains(&format!(" = {need}")))
+        .collect();
+    assert!(!grouped.is_empty(), "{seen:?}");
+    for func in grouped {
+        // The group start's test of the slice, and the same test after the top-up.
+        let tests = func
+            .lines()
+            .filter(|l| {
+                l.contains(" = icmp") && l.contains(" uge ") && l.ends_with(&format!(" = {need}"))
+            })
+            .count();
+        assert_eq!(tests, 2, "{func}");
+    }
+    // A stop flag set before the run: no top-up, so the first charge (a refill of the
+    // empty slice) sees it, as on the interpreter.
+    let stop = StopFlag::new();
+    assert!(stop.stop(3));
+    let out = check_stopped(&p, 1_000_000, &stop);
+    assert!(
+        matches!(
+            out.result,
+            Err(Trap {
+                kind: TrapKind::Stopped { reason: 3 },
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+}
+
 /// pred32's loop as clang lays it out: the count spilled to the frame before the loop
 /// (`[r10 - 8]`) and reloaded for the exit's compare in every iteration, the loop
 /// entered at its load (`ja head`) and closed by a converted branch (`jgt ... latch;

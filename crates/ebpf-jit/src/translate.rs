@@ -2352,13 +2352,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         let pc = trap_pc(&mut self.b);
         self.jump_to_trap_at(trap_code::FUEL, pc, None, 0);
 
-        // The load is atomic, so Cranelift neither hoists it nor merges it with another.
         self.enter(look);
-        let stop = self.b.ins().load(types::I64, fl, self.ctx, offsets::STOP);
-        let flag = self
-            .b
-            .ins()
-            .atomic_load(types::I32, MemFlagsData::trusted(), stop);
+        let flag = self.stop_flag();
         let stop_trap = self.b.create_block();
         let refilled = self.b.create_block();
         self.b.set_cold_block(stop_trap);
@@ -2370,15 +2365,34 @@ impl<'a, 'f> Translator<'a, 'f> {
 
         self.enter(refilled);
         let rest = self.b.ins().iadd(after, reserve);
-        let most = self.b.ins().iconst(types::I64, rules::STOP_SLICE as i64);
-        let slice = self.b.ins().umin(rest, most);
-        let reserve = self.b.ins().isub(rest, slice);
-        self.b
-            .ins()
-            .store(fl, reserve, self.ctx, offsets::FUEL_RESERVE);
+        let slice = self.fill_slice(rest);
         self.b.def_var(self.fuel_left, slice);
         self.b.ins().jump(resume.unwrap_or(cont), &[]);
         self.enter(cont);
+    }
+
+    /// Splits `total`, the fuel left, into a slice of at most `rules::STOP_SLICE`, which
+    /// it returns, and the reserve, which it stores in the context.
+    fn fill_slice(&mut self, total: Value) -> Value {
+        let most = self.b.ins().iconst(types::I64, rules::STOP_SLICE as i64);
+        let slice = self.b.ins().umin(total, most);
+        let reserve = self.b.ins().isub(total, slice);
+        self.b
+            .ins()
+            .store(self.flags.ctx, reserve, self.ctx, offsets::FUEL_RESERVE);
+        slice
+    }
+
+    /// The run's stop flag, read atomically, so Cranelift neither hoists the read nor
+    /// merges it with another.
+    fn stop_flag(&mut self) -> Value {
+        let stop = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
+        self.b
+            .ins()
+            .atomic_load(types::I32, MemFlagsData::trusted(), stop)
     }
 
     /// Stores the fuel used so far (budget minus slice minus reserve) into the context.

@@ -12,9 +12,10 @@
 //!   least `factor`, the next `factor` iterations are in bounds and the first
 //!   `factor - 1` of them stay in the loop, whichever copy ran the iterations before;
 //! * `head` starts a group when that holds and the fuel slice (see `translate`, Fuel)
-//!   covers `factor` iterations' most charge; otherwise `after` goes on in the one-by-one
-//!   unchecked copy for what is left of `n` (whose charges refill the slice, and look at
-//!   the stop flag, as every charge does), or in the checked loop;
+//!   covers `factor` iterations' most charge, a short slice first topped up from the
+//!   reserve unless the stop flag is set (`top_up_slice`); otherwise `after` goes on in
+//!   the one-by-one unchecked copy for what is left of `n` (whose charges refill the
+//!   slice, and look at the stop flag, as every charge does), or in the checked loop;
 //! * a back-edge of the one-by-one copy whose charge refilled the slice counts its
 //!   iteration off and goes back to `head` (`regroup`): a loop entered with a short slice
 //!   (the first loop of a run: the slice starts empty) still runs in groups after its
@@ -135,6 +136,42 @@ impl<'a, 'f> Translator<'a, 'f> {
         true
     }
 
+    /// At a group's start, a slice short of `need`: moves fuel from the reserve into the
+    /// slice, up to `rules::STOP_SLICE`, unless the stop flag is set; returns whether the
+    /// slice now holds `need`. The fuel used (budget minus slice minus reserve) stays the
+    /// same, and no charge is made, so nothing traps here. Without it a loop whose
+    /// one-by-one back-edges do not go to its header (clang's rotated loops, the charge
+    /// on a jump to the exit test above the header) never got its groups: the slice
+    /// starts a run empty, and only such a back-edge's refill went back to `regroup`.
+    /// A stop set before the top-up is seen at the next charge, which refills; one set
+    /// after it within `STOP_SLICE` fuel, as anywhere.
+    fn top_up_slice(&mut self, need: u64) -> Value {
+        let fl = self.flags.ctx;
+        let flag = self.stop_flag();
+        let fill = self.b.create_block();
+        let join = self.b.create_block();
+        let slice = self.b.append_block_param(join, types::I64);
+        self.b.set_cold_block(fill);
+        self.b.set_cold_block(join);
+        let kept = self.b.use_var(self.fuel_left);
+        self.b
+            .ins()
+            .brif(flag, join, &[BlockArg::Value(kept)], fill, &[]);
+        self.b.switch_to_block(fill);
+        let reserve = self
+            .b
+            .ins()
+            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+        let total = self.b.ins().iadd(kept, reserve);
+        let filled = self.fill_slice(total);
+        self.b.ins().jump(join, &[BlockArg::Value(filled)]);
+        self.b.switch_to_block(join);
+        self.b.def_var(self.fuel_left, slice);
+        self.b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, slice, need as i64)
+    }
+
     /// A lower bound, below 2^32, on the iterations in which the counted `exit` does not
     /// leave the loop, from the registers on entry: the distance from `iv` to `bound`
     /// over the step when `iv` starts on the near side of `bound`, else 0. Until then
@@ -244,7 +281,14 @@ impl<'a, 'f> Translator<'a, 'f> {
                 self.b
                     .ins()
                     .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, slice, need as i64);
-            self.b.ins().brif(enough, first, &[], after, &[]);
+            let top_up = self.b.create_block();
+            self.b.set_cold_block(top_up);
+            self.b.ins().brif(enough, first, &[], top_up, &[]);
+            self.b.switch_to_block(top_up);
+            // Back to `head` rather than straight to the group: the group's first block
+            // keeps one way in, so the slice is not a value joined there.
+            let enough = self.top_up_slice(need);
+            self.b.ins().brif(enough, head, &[], after, &[]);
         }
 
         // Otherwise: one by one for what is left of the iterations in bounds.
