@@ -261,8 +261,25 @@ fn raise_in(func: &mut Function) -> usize {
     }
     let blocks: Vec<Block> = func.layout.blocks().collect();
     let mut moved = 0;
+    // Per block: each instruction's index in `order`, and for each value how many of the
+    // block's instructions use it and the last of them. Linear in the block's size but
+    // for the indexes a move shifts.
+    let mut index: SecondaryMap<Inst, usize> = SecondaryMap::new();
+    let mut users: SecondaryMap<Value, (u32, Option<Inst>)> = SecondaryMap::new();
     for block in blocks {
         let mut order: Vec<Inst> = func.layout.block_insts(block).collect();
+        for (k, &inst) in order.iter().enumerate() {
+            index[inst] = k;
+            let mut seen: Vec<Value> = Vec::new();
+            for v in func.dfg.inst_values(inst) {
+                let v = func.dfg.resolve_aliases(v);
+                if !seen.contains(&v) {
+                    seen.push(v);
+                    let u = &mut users[v];
+                    *u = (u.0 + 1, Some(inst));
+                }
+            }
+        }
         let mut i = 0;
         while i < order.len() {
             let inst = order[i];
@@ -279,7 +296,9 @@ fn raise_in(func: &mut Function) -> usize {
             // Just after the last argument made in this block (its parameters are there
             // from the start).
             let at = |v: Value| match func.dfg.value_def(v) {
-                ValueDef::Result(d, _) => order.iter().position(|&x| x == d).map(|p| p + 1),
+                ValueDef::Result(d, _) if func.layout.inst_block(d) == Some(block) => {
+                    Some(index[d] + 1)
+                }
                 _ => None,
             };
             let to = args.iter().filter_map(|&a| at(a)).max().unwrap_or(0);
@@ -289,16 +308,9 @@ fn raise_in(func: &mut Function) -> usize {
             // A link of a chain: an argument is the result of the same operation used
             // only here, or the result is used only by the same operation.
             let op = func.dfg.insts[inst].opcode();
-            let only_user = |v: Value| {
-                if elsewhere[v] {
-                    return None;
-                }
-                let mut users = order.iter().copied().filter(|&x| {
-                    func.dfg
-                        .inst_values(x)
-                        .any(|u| func.dfg.resolve_aliases(u) == v)
-                });
-                users.next().filter(|_| users.next().is_none())
+            let only_user = |v: Value| match users[v] {
+                (1, user) if !elsewhere[v] => user,
+                _ => None,
             };
             let after = args.iter().any(|&a| match func.dfg.value_def(a) {
                 ValueDef::Result(d, _) => {
@@ -315,6 +327,9 @@ fn raise_in(func: &mut Function) -> usize {
             }
             order.remove(i - 1);
             order.insert(to, inst);
+            for (k, &x) in order.iter().enumerate().take(i).skip(to) {
+                index[x] = k;
+            }
             func.layout.remove_inst(inst);
             func.layout.insert_inst(inst, order[to + 1]);
             moved += 1;
