@@ -235,16 +235,10 @@ fn raisable(op: Opcode) -> bool {
     )
 }
 
-/// Moves each link of a chain (see the module doc) up its block to just after the last
-/// of its arguments made there; returns how many instructions moved. A link is a
-/// raisable instruction with an argument that the same operation made in the block and
-/// only it uses, or whose result only the same operation uses: one value of the chain
-/// is live at every point of the block before and after, and each input dies at its
-/// link instead of waiting for the chain.
-fn raise_in(func: &mut Function) -> usize {
-    // Values used outside the block that defines them (branch arguments included).
-    let mut elsewhere: SecondaryMap<Value, bool> = SecondaryMap::new();
-    let home = |func: &Function, v: Value| match func.dfg.value_def(v) {
+/// The values used outside the block that defines them (branch arguments included).
+fn used_elsewhere(func: &Function) -> SecondaryMap<Value, bool> {
+    let mut elsewhere = SecondaryMap::new();
+    let home = |v: Value| match func.dfg.value_def(v) {
         ValueDef::Result(inst, _) => func.layout.inst_block(inst),
         ValueDef::Param(block, _) => Some(block),
         _ => None,
@@ -253,12 +247,45 @@ fn raise_in(func: &mut Function) -> usize {
         for inst in func.layout.block_insts(block) {
             for v in func.dfg.inst_values(inst) {
                 let v = func.dfg.resolve_aliases(v);
-                if home(func, v) != Some(block) {
+                if home(v) != Some(block) {
                     elsewhere[v] = true;
                 }
             }
         }
     }
+    elsewhere
+}
+
+/// For the instructions `order` of one block: each one's index, and for each value they
+/// use, how many of them use it (added to what `users` holds) and the last of them.
+fn count_users(
+    func: &Function,
+    order: &[Inst],
+    index: &mut SecondaryMap<Inst, usize>,
+    users: &mut SecondaryMap<Value, (u32, Option<Inst>)>,
+) {
+    for (k, &inst) in order.iter().enumerate() {
+        index[inst] = k;
+        let mut seen: Vec<Value> = Vec::new();
+        for v in func.dfg.inst_values(inst) {
+            let v = func.dfg.resolve_aliases(v);
+            if !seen.contains(&v) {
+                seen.push(v);
+                let u = &mut users[v];
+                *u = (u.0 + 1, Some(inst));
+            }
+        }
+    }
+}
+
+/// Moves each link of a chain (see the module doc) up its block to just after the last
+/// of its arguments made there; returns how many instructions moved. A link is a
+/// raisable instruction with an argument that the same operation made in the block and
+/// only it uses, or whose result only the same operation uses: one value of the chain
+/// is live at every point of the block before and after, and each input dies at its
+/// link instead of waiting for the chain.
+fn raise_in(func: &mut Function) -> usize {
+    let elsewhere = used_elsewhere(func);
     let blocks: Vec<Block> = func.layout.blocks().collect();
     let mut moved = 0;
     // Per block: each instruction's index in `order`, and for each value how many of the
@@ -268,18 +295,7 @@ fn raise_in(func: &mut Function) -> usize {
     let mut users: SecondaryMap<Value, (u32, Option<Inst>)> = SecondaryMap::new();
     for block in blocks {
         let mut order: Vec<Inst> = func.layout.block_insts(block).collect();
-        for (k, &inst) in order.iter().enumerate() {
-            index[inst] = k;
-            let mut seen: Vec<Value> = Vec::new();
-            for v in func.dfg.inst_values(inst) {
-                let v = func.dfg.resolve_aliases(v);
-                if !seen.contains(&v) {
-                    seen.push(v);
-                    let u = &mut users[v];
-                    *u = (u.0 + 1, Some(inst));
-                }
-            }
-        }
+        count_users(func, &order, &mut index, &mut users);
         let mut i = 0;
         while i < order.len() {
             let inst = order[i];
