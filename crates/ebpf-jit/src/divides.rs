@@ -199,6 +199,101 @@ pub(crate) fn fold_divisibility_tests(func: &mut Function) {
     }
 }
 
+/// The select `v` is (after [`strip`]), as (condition, if true, if false).
+fn select(dfg: &DataFlowGraph, v: Value) -> Option<[Value; 3]> {
+    let ValueDef::Result(inst, 0) = dfg.value_def(strip(dfg, v)) else {
+        return None;
+    };
+    match dfg.insts[inst] {
+        InstructionData::Ternary {
+            opcode: Opcode::Select,
+            args,
+        } => Some(args.map(|a| dfg.resolve_aliases(a))),
+        _ => None,
+    }
+}
+
+/// Whether `zero` is `icmp eq y, 0`.
+fn is_zero_test(dfg: &DataFlowGraph, zero: Value, y: Value) -> bool {
+    let ValueDef::Result(inst, 0) = dfg.value_def(dfg.resolve_aliases(zero)) else {
+        return false;
+    };
+    match dfg.insts[inst] {
+        InstructionData::IntCompare {
+            opcode: Opcode::Icmp,
+            cond: IntCC::Equal,
+            args: [a, b],
+        } => constant(dfg, b) == Some(0) && same(dfg, a, y),
+        _ => false,
+    }
+}
+
+/// `(zero, safe, udiv)` when `x - m` is a remainder by a register: `m = q * y` (either way
+/// round) with `q` the quotient translation emits for `x / y`,
+/// `select(zero, 0, udiv(x, safe))`, where `zero = icmp eq y, 0` and
+/// `safe = select(zero, 1, y)`.
+fn register_remainder(dfg: &DataFlowGraph, x: Value, m: Value) -> Option<(Value, Value, Inst)> {
+    let (Opcode::Imul, [a, b]) = binary(dfg, m)? else {
+        return None;
+    };
+    [(a, b), (b, a)].into_iter().find_map(|(q, y)| {
+        let [zero, z, quotient] = select(dfg, q)?;
+        let (Opcode::Udiv, [dividend, safe]) = binary(dfg, quotient)? else {
+            return None;
+        };
+        let [zero2, one, divisor] = select(dfg, safe)?;
+        let fits = constant(dfg, z) == Some(0)
+            && same(dfg, dividend, x)
+            && zero2 == zero
+            && constant(dfg, one) == Some(1)
+            && same(dfg, divisor, y)
+            && is_zero_test(dfg, zero, y)
+            && dfg.value_type(safe) == dfg.value_type(x);
+        let ValueDef::Result(udiv, 0) = dfg.value_def(strip(dfg, quotient)) else {
+            return None;
+        };
+        fits.then_some((zero, safe, udiv))
+    })
+}
+
+/// Rewrites each `x - (x / y) * y` of a register `y` in `func` (clang's eBPF for
+/// `x % y`, with translation's guard for a zero `y`) as `select(y == 0, x, x % safe)`,
+/// `safe` being the guarded divisor: one hardware divide whose remainder is used
+/// directly, without the multiply and subtraction after it. Both give `x` when `y` is
+/// zero and the remainder otherwise, so no result, trap or fuel count changes. The
+/// quotient's divide goes when nothing else uses it: its divisor is never zero, but
+/// Cranelift keeps every divide for the trap it could raise.
+pub(crate) fn fold_register_remainders(func: &mut Function) {
+    let mut found = Vec::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            if let InstructionData::Binary {
+                opcode: Opcode::Isub,
+                args: [x, m],
+            } = func.dfg.insts[inst]
+            {
+                if let Some((zero, safe, udiv)) = register_remainder(&func.dfg, x, m) {
+                    found.push((inst, x, zero, safe, udiv));
+                }
+            }
+        }
+    }
+    if found.is_empty() {
+        return;
+    }
+    let mut divides = Vec::new();
+    for (inst, x, zero, safe, udiv) in found {
+        let mut cur = FuncCursor::new(func).at_inst(inst);
+        let r = cur.ins().urem(x, safe);
+        func.dfg.insts[inst] = InstructionData::Ternary {
+            opcode: Opcode::Select,
+            args: [zero, x, r],
+        };
+        divides.push(udiv);
+    }
+    crate::hoist::remove_dead_and(func, |inst| divides.contains(&inst));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -469,6 +469,12 @@ fn hoist_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) 
 /// Removes every pure instruction whose result nothing uses (the regroup's old sums),
 /// and then the ones only those used, so that none keeps its arguments in a loop.
 fn remove_dead(func: &mut Function) {
+    remove_dead_and(func, |_| false);
+}
+
+/// [`remove_dead`], counting as pure too each instruction `also` accepts (a division
+/// whose guarded divisor cannot be zero, which Cranelift keeps for its trap).
+pub(crate) fn remove_dead_and(func: &mut Function, also: impl Fn(Inst) -> bool) {
     let mut uses: SecondaryMap<Value, u32> = SecondaryMap::new();
     let mut all = Vec::new();
     for block in func.layout.blocks() {
@@ -480,7 +486,7 @@ fn remove_dead(func: &mut Function) {
         }
     }
     let dead = |func: &Function, uses: &SecondaryMap<Value, u32>, inst: Inst| {
-        pure(func.dfg.insts[inst].opcode())
+        (pure(func.dfg.insts[inst].opcode()) || also(inst))
             && !func.dfg.inst_results(inst).is_empty()
             && func.dfg.inst_results(inst).iter().all(|&r| uses[r] == 0)
     };

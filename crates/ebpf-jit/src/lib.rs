@@ -263,6 +263,7 @@ impl compiled::Backend for Cranelift {
             divides::fold_divisibility_tests(&mut ctx.func);
             params::merge_equal_params(&mut ctx.func);
             params::remove_dead_params(&mut ctx.func);
+            divides::fold_register_remainders(&mut ctx.func);
             #[cfg(test)]
             translated::note(&ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();

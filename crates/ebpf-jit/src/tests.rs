@@ -495,6 +495,58 @@ fn division_edge_cases() {
     }
 }
 
+/// clang's eBPF for `x % y` with a register `y`: `q = x / y; q *= y; x -= q`, at both
+/// widths and with the product either way round, over divisors `0..8` (zero at every
+/// eighth step). Each becomes one hardware remainder: no divide is left in the
+/// optimized code, and every engine gives the host's remainders (`x` for a zero `y`).
+#[test]
+fn remainders_by_registers_are_one_divide() {
+    let src = "mov %r0, 0\nmov %r6, 0\nloop:\nmov %r3, %r1\nadd %r3, %r6\n\
+               ldxdw %r4, [%r3+0]\nldxb %r5, [%r3+0]\nand %r5, 7\n\
+               mov %r7, %r4\ndiv %r7, %r5\nmul %r7, %r5\nmov %r8, %r4\nsub %r8, %r7\n\
+               mul %r0, 31\nadd %r0, %r8\n\
+               mov32 %r7, %r4\ndiv32 %r7, %r5\nmov32 %r9, %r5\nmul32 %r9, %r7\n\
+               mov32 %r8, %r4\nsub32 %r8, %r9\nmul %r0, 31\nadd %r0, %r8\n\
+               add %r6, 1\njlt %r6, 57, loop\nexit";
+    let bytes: Vec<u8> = (0..64).collect();
+    let mut want = 0u64;
+    for i in 0..57usize {
+        let x = u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+        let y = u64::from(bytes[i] & 7);
+        let r64 = if y == 0 { x } else { x % y };
+        let x32 = x as u32;
+        let r32 = if y == 0 { x32 } else { x32 % y as u32 };
+        want = want.wrapping_mul(31).wrapping_add(r64);
+        want = want.wrapping_mul(31).wrapping_add(u64::from(r32));
+    }
+    let p = program(src, vec![]);
+    let funcs = crate::translated::optimized(|| {
+        JitProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    });
+    use cranelift_codegen::ir::Opcode;
+    let count = |op: Opcode| {
+        funcs
+            .iter()
+            .flat_map(|f| {
+                f.layout
+                    .blocks()
+                    .flat_map(|b| f.layout.block_insts(b))
+                    .map(|i| f.dfg.insts[i].opcode())
+            })
+            .filter(|&o| o == op)
+            .count()
+    };
+    // The loop's copies (unrolled groups) each hold their own two remainders.
+    assert_eq!(count(Opcode::Udiv), 0);
+    assert!(count(Opcode::Urem) >= 2);
+    let full = check_program(p.clone(), u64::MAX);
+    assert_eq!(full.result, Ok(want));
+    for fuel in [0, 1, full.fuel_used / 2, full.fuel_used - 1, full.fuel_used] {
+        let out = check_program(p.clone(), fuel);
+        assert_eq!(out.result.is_ok(), fuel >= full.fuel_used, "fuel {fuel}");
+    }
+}
+
 #[test]
 fn if_conversion_keeps_filter_results() {
     // A branchy filter over the 64 input bytes: clamp, count in range, pick the max.
