@@ -17,7 +17,12 @@
 //! a conversion (`uextend`, `sextend`, `ireduce`) or a compare (`icmp`, fused into its
 //! branch when left beside it) moves only when an argument is a value this pass moved,
 //! so a chain goes out whole, and the mid-end's choice to keep `p + 64` inside beside
-//! `p` stands.
+//! `p` stands. Or, but for a compare, when no argument is live in or after the loop
+//! without it (nothing else in the loop uses it, and every use outside runs before the
+//! loop, in no loop holding it): outside, its result is live across the loop where its
+//! argument was. hashjoin's `32 - bits` stayed at each key, `bits` narrowed there;
+//! once `1 << bits` has left, the narrowing and the difference leave too, so each loop
+//! is gone over again while a round moves something (at most [`LOOP_ROUNDS`]).
 //!
 //! Before that, a load's or store's address `x + (u + w)` with `x` and `u` defined
 //! outside the loop and `w` inside (a host delta, a pointer and an index) is added as
@@ -371,6 +376,25 @@ fn hoist_invariants(func: &mut Function) -> usize {
     hoist_in(func, &domtree, &loops)
 }
 
+/// How many times [`hoist_in`] goes over one loop at most.
+const LOOP_ROUNDS: usize = 3;
+
+/// Each value's users in `func`, by instruction (once per instruction).
+fn users_of(func: &Function) -> SecondaryMap<Value, Vec<Inst>> {
+    let mut users: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
+    for block in func.layout.blocks() {
+        for inst in func.layout.block_insts(block) {
+            for v in func.dfg.inst_values(inst) {
+                let v = func.dfg.resolve_aliases(v);
+                if users[v].last() != Some(&inst) {
+                    users[v].push(inst);
+                }
+            }
+        }
+    }
+    users
+}
+
 /// Moves loop-invariant values out of their loops (see the module doc), given `func`'s
 /// dominator tree and loop nest; returns how many instructions moved.
 fn hoist_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) -> usize {
@@ -387,83 +411,179 @@ fn hoist_in(func: &mut Function, domtree: &DominatorTree, loops: &LoopAnalysis) 
         d
     };
     order.sort_by_key(|&lp| std::cmp::Reverse(depth(lp)));
+    let mut users = users_of(func);
     let mut moved_values: BTreeSet<Value> = BTreeSet::new();
     let mut moved = 0;
     for lp in order {
         let header = loops.loop_header(lp);
-        let Some(to) = domtree.idom(header) else {
+        let Some(to) = domtree.idom(header).filter(|&to| !loops.is_in_loop(to, lp)) else {
             continue;
         };
-        if loops.is_in_loop(to, lp) {
-            continue;
-        }
-        // Constants copied into `to`, by the original, and the instructions moved there.
-        let mut copies: BTreeMap<Inst, Value> = BTreeMap::new();
-        let mut placed: Vec<Inst> = Vec::new();
-        // Whether a value is defined outside the loop (`None`: in no block).
-        let outside =
-            |func: &Function, v: Value| def_block(func, v).map(|b| !loops.is_in_loop(b, lp));
-        for &block in rpo.iter().filter(|&&b| loops.is_in_loop(b, lp)) {
-            let insts: Vec<Inst> = func.layout.block_insts(block).collect();
-            for inst in insts {
-                if let Some((x, u, w)) = regroupable(func, inst, &outside) {
-                    let fresh = func.dfg.make_inst(InstructionData::Binary {
-                        opcode: Opcode::Iadd,
-                        args: [x, u],
-                    });
-                    func.dfg.make_inst_results(fresh, types::I64);
-                    let sum = place(func, fresh, to, &mut placed);
-                    let addr = FuncCursor::new(func).at_inst(inst).ins().iadd(sum, w);
-                    match &mut func.dfg.insts[inst] {
-                        InstructionData::Load { arg, .. } => *arg = addr,
-                        InstructionData::Store { args, .. } => args[1] = addr,
-                        _ => unreachable!("regroupable is a load or a store"),
+        let blocks: Vec<Block> = rpo
+            .iter()
+            .copied()
+            .filter(|&b| loops.is_in_loop(b, lp))
+            .collect();
+        let mut out = LoopExit {
+            lp,
+            to,
+            loops,
+            domtree,
+            copies: BTreeMap::new(),
+            placed: Vec::new(),
+        };
+        // A value that leaves may leave another's argument with no other use in the
+        // loop (`bits` fed `1 << bits` and `32 - bits`): one more round then.
+        for _ in 0..LOOP_ROUNDS {
+            let before = moved;
+            for &block in &blocks {
+                let insts: Vec<Inst> = func.layout.block_insts(block).collect();
+                for inst in insts {
+                    moved += usize::from(out.regroup(func, inst, &mut users));
+                    if out.hoistable(func, inst, &users, &moved_values) {
+                        moved_values.insert(out.move_out(func, inst));
+                        moved += 1;
                     }
-                    moved += 1;
                 }
-                let op = func.dfg.insts[inst].opcode();
-                if op == Opcode::Iconst || !pure(op) || func.dfg.inst_results(inst).len() != 1 {
-                    continue;
-                }
-                let args: Vec<Value> = func.dfg.inst_args(inst).to_vec();
-                // Per argument: the constant that defines it, and whether it is
-                // defined outside the loop.
-                let kinds: Vec<(Option<Inst>, bool)> = args
-                    .iter()
-                    .map(|&a| (constant(func, a), outside(func, a) == Some(true)))
-                    .collect();
-                let invariant = kinds.iter().all(|&(c, outside)| outside || c.is_some());
-                if !invariant
-                    || kinds.iter().all(|&(c, _)| c.is_some())
-                    || (cheap(func, inst) && !args.iter().any(|a| moved_values.contains(a)))
-                {
-                    continue;
-                }
-                let last = func.layout.last_inst(to).expect("a block ends in a branch");
-                for (i, &(c, outside)) in kinds.iter().enumerate() {
-                    let Some(c) = c.filter(|_| !outside) else {
-                        continue;
-                    };
-                    let copy = *copies.entry(c).or_insert_with(|| {
-                        let clone = func.dfg.clone_inst(c);
-                        func.layout.insert_inst(clone, last);
-                        func.dfg.first_result(clone)
-                    });
-                    func.dfg.inst_args_mut(inst)[i] = copy;
-                }
-                func.layout.remove_inst(inst);
-                let result = func.dfg.first_result(inst);
-                let kept = place(func, inst, to, &mut placed);
-                if kept != result {
-                    func.dfg.detach_inst_results(inst);
-                    func.dfg.change_to_alias(result, kept);
-                }
-                moved_values.insert(result);
-                moved += 1;
+            }
+            if moved == before {
+                break;
             }
         }
     }
     moved
+}
+
+/// [`hoist_in`] on one loop: where its invariant values go (`to`, the block that
+/// immediately dominates its header), the constants copied there (by the original) and
+/// the instructions moved there.
+struct LoopExit<'a> {
+    lp: Loop,
+    to: Block,
+    loops: &'a LoopAnalysis,
+    domtree: &'a DominatorTree,
+    copies: BTreeMap<Inst, Value>,
+    placed: Vec<Inst>,
+}
+
+impl LoopExit<'_> {
+    /// Whether `v` is defined outside the loop (`None`: in no block).
+    fn outside(&self, func: &Function, v: Value) -> Option<bool> {
+        def_block(func, v).map(|b| !self.loops.is_in_loop(b, self.lp))
+    }
+
+    /// Whether nothing but `inst` in the loop uses `a`, and nothing after it: every use
+    /// outside is in a block that runs before the loop (dominates its head) and in no
+    /// loop holding it. Moved out, `inst`'s result is then live where `a` was.
+    fn dies_in(&self, func: &Function, inst: Inst, users: &[Inst]) -> bool {
+        users.iter().all(|&u| {
+            let Some(b) = func.layout.inst_block(u) else {
+                return true;
+            };
+            if self.loops.is_in_loop(b, self.lp) {
+                return u == inst;
+            }
+            let mut up = self.loops.loop_parent(self.lp);
+            while let Some(p) = up {
+                if self.loops.is_in_loop(b, p) {
+                    return false;
+                }
+                up = self.loops.loop_parent(p);
+            }
+            self.domtree
+                .block_dominates(b, self.loops.loop_header(self.lp))
+        })
+    }
+
+    /// The regroup of the module doc: `x + (u + w)` as `(x + u) + w`, `x + u` made in
+    /// `to`, when `inst` is a load or store with such an address.
+    fn regroup(
+        &mut self,
+        func: &mut Function,
+        inst: Inst,
+        users: &mut SecondaryMap<Value, Vec<Inst>>,
+    ) -> bool {
+        let outside = |func: &Function, v: Value| self.outside(func, v);
+        let Some((x, u, w)) = regroupable(func, inst, &outside) else {
+            return false;
+        };
+        let fresh = func.dfg.make_inst(InstructionData::Binary {
+            opcode: Opcode::Iadd,
+            args: [x, u],
+        });
+        func.dfg.make_inst_results(fresh, types::I64);
+        let sum = place(func, fresh, self.to, &mut self.placed);
+        let addr = FuncCursor::new(func).at_inst(inst).ins().iadd(sum, w);
+        match &mut func.dfg.insts[inst] {
+            InstructionData::Load { arg, .. } => *arg = addr,
+            InstructionData::Store { args, .. } => args[1] = addr,
+            _ => unreachable!("regroupable is a load or a store"),
+        }
+        let add = func.dfg.value_def(addr).unwrap_inst();
+        for (v, user) in [(x, fresh), (u, fresh), (sum, add), (w, add), (addr, inst)] {
+            users[v].push(user);
+        }
+        true
+    }
+
+    /// Whether `inst` moves out: pure, every argument a constant or defined outside
+    /// (not all constants); and, for the kinds the mid-end keeps beside their uses
+    /// ([`cheap`]), an argument this pass moved, or no argument that stays live in
+    /// the loop without it (not for a compare, which its branch fuses).
+    fn hoistable(
+        &self,
+        func: &Function,
+        inst: Inst,
+        users: &SecondaryMap<Value, Vec<Inst>>,
+        moved_values: &BTreeSet<Value>,
+    ) -> bool {
+        let op = func.dfg.insts[inst].opcode();
+        if op == Opcode::Iconst || !pure(op) || func.dfg.inst_results(inst).len() != 1 {
+            return false;
+        }
+        let args = func.dfg.inst_args(inst);
+        let invariant = args
+            .iter()
+            .all(|&a| constant(func, a).is_some() || self.outside(func, a) == Some(true));
+        if !invariant || args.iter().all(|&a| constant(func, a).is_some()) {
+            return false;
+        }
+        !cheap(func, inst)
+            || args.iter().any(|a| moved_values.contains(a))
+            || (op != Opcode::Icmp
+                && args
+                    .iter()
+                    .all(|&a| constant(func, a).is_some() || self.dies_in(func, inst, &users[a])))
+    }
+
+    /// Moves `inst` to the end of `to` (its constants copied there, or merged with an
+    /// instruction placed there that computes the same); returns its old result.
+    fn move_out(&mut self, func: &mut Function, inst: Inst) -> Value {
+        let last = func
+            .layout
+            .last_inst(self.to)
+            .expect("a block ends in a branch");
+        for i in 0..func.dfg.inst_args(inst).len() {
+            let a = func.dfg.inst_args(inst)[i];
+            let Some(c) = constant(func, a).filter(|_| self.outside(func, a) != Some(true)) else {
+                continue;
+            };
+            let copy = *self.copies.entry(c).or_insert_with(|| {
+                let clone = func.dfg.clone_inst(c);
+                func.layout.insert_inst(clone, last);
+                func.dfg.first_result(clone)
+            });
+            func.dfg.inst_args_mut(inst)[i] = copy;
+        }
+        func.layout.remove_inst(inst);
+        let result = func.dfg.first_result(inst);
+        let kept = place(func, inst, self.to, &mut self.placed);
+        if kept != result {
+            func.dfg.detach_inst_results(inst);
+            func.dfg.change_to_alias(result, kept);
+        }
+        result
+    }
 }
 
 /// Removes every pure instruction whose result nothing uses (the regroup's old sums),
@@ -873,6 +993,71 @@ mod tests {
         assert_eq!(sum_args(&func, outer), [params[0], params[1]]);
         assert_eq!(def_block(&func, index).map(|b| b != entry), Some(true));
         let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+    }
+
+    /// hashjoin's key loop as the mid-end left it, built directly: `bits` (a
+    /// parameter) is narrowed and taken from 32 inside the loop, and shifted into a
+    /// mask there too: `s += (i >> (32 - bits)) & ((1 << bits) - 1)` for `i` in `0..n`.
+    /// With `after`, the function also returns `s + bits`, so `bits` is live after the
+    /// loop. Returns it and its entry and body blocks.
+    fn shift_loop(after: bool) -> (Function, [Block; 2]) {
+        let mut func = three_args();
+        let mut fctx = FunctionBuilderContext::new();
+        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let [entry, head, body, exit] = [(); 4].map(|()| b.create_block());
+        b.append_block_params_for_function_params(entry);
+        let i = b.append_block_param(head, types::I64);
+        let s = b.append_block_param(head, types::I64);
+        b.switch_to_block(entry);
+        let [bits, n] = [0, 1].map(|k| b.block_params(entry)[k]);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().jump(head, &[zero.into(), zero.into()]);
+        b.switch_to_block(head);
+        let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, i, n);
+        b.ins().brif(done, exit, &[], body, &[]);
+        b.switch_to_block(body);
+        let narrow = b.ins().ireduce(types::I32, bits);
+        let c32 = b.ins().iconst(types::I32, 32);
+        let shift = b.ins().isub(c32, narrow);
+        let i32 = b.ins().ireduce(types::I32, i);
+        let shifted = b.ins().ushr(i32, shift);
+        let wide = b.ins().uextend(types::I64, shifted);
+        let one = b.ins().iconst(types::I64, 1);
+        let slots = b.ins().ishl(one, bits);
+        let mask = b.ins().iadd_imm_s(slots, -1);
+        let t = b.ins().band(wide, mask);
+        let s1 = b.ins().iadd(s, t);
+        let i1 = b.ins().iadd_imm_s(i, 1);
+        b.ins().jump(head, &[i1.into(), s1.into()]);
+        b.switch_to_block(exit);
+        let out = if after { b.ins().iadd(s, bits) } else { s };
+        b.ins().return_(&[out]);
+        b.seal_all_blocks();
+        b.finalize(speed().frontend_config());
+        (func, [entry, body])
+    }
+
+    /// `32 - bits` leaves the loop once the shift has left it and nothing else there
+    /// uses `bits` (a second round); not when `bits` is live after the loop, where
+    /// moving it out would hold both `bits` and `32 - bits` across the loop.
+    #[test]
+    fn a_narrowed_argument_the_loop_uses_once_leaves_with_its_use() {
+        let (mut func, [entry, body]) = shift_loop(false);
+        // The shift, the mask (made from a moved value), then the narrowing of
+        // `bits` and `32 - bits`.
+        assert_eq!(hoist_invariants(&mut func), 4, "{}", func.display());
+        assert_eq!(blocks_of(&func, Opcode::Isub), [entry]);
+        assert_eq!(blocks_of(&func, Opcode::Ishl), [entry]);
+        // The index's narrowing stays.
+        assert_eq!(blocks_of(&func, Opcode::Ireduce), [entry, body]);
+        let isa = crate::host_isa(&|e| panic!("{e}"), "none").expect("the host ISA");
+        cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
+
+        let (mut func, [entry, body]) = shift_loop(true);
+        assert_eq!(hoist_invariants(&mut func), 2, "{}", func.display());
+        assert_eq!(blocks_of(&func, Opcode::Ishl), [entry]);
+        assert_eq!(blocks_of(&func, Opcode::Isub), [body]);
         cranelift_codegen::verify_function(&func, &*isa).expect("still valid IR");
     }
 
