@@ -261,14 +261,15 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
 /// function had narrow loads to fold before the mid-end); `hoist::tidy_loops`;
 /// then lowering with `lowering` (the same host ISA at `opt_level` none, so the mid-end
 /// does not run again and move the values the extending loads feed, see the module
-/// doc, or sink what was hoisted).
+/// doc, or sink what was hoisted); then the code placed in a line-aligned function
+/// (`place`). Returns how many bytes past a line the code starts.
 pub(crate) fn define(
     module: &mut JITModule,
     lowering: &dyn TargetIsa,
     id: FuncId,
     ctx: &mut Context,
     narrow: bool,
-) -> Result<(), String> {
+) -> Result<u32, String> {
     let mut plane = cranelift_codegen::control::ControlPlane::default();
     ctx.optimize(module.isa(), &mut plane)
         .map_err(|e| format!("{e:?}"))?;
@@ -280,19 +281,28 @@ pub(crate) fn define(
     ctx.compile(lowering, &mut plane)
         .map_err(|e| format!("{:?}", e.inner))?;
     let compiled = ctx.compiled_code().expect("compiled just now");
+    // Aligned to a line, the code placed in it (`place`).
     let align = u64::from(compiled.buffer.alignment)
         .max(u64::from(module.isa().function_alignment().minimum))
-        .max(module.isa().symbol_alignment());
+        .max(module.isa().symbol_alignment())
+        .max(u64::from(crate::place::LINE));
+    let code = compiled.code_buffer();
+    let pad = crate::place::placement(compiled.buffer.alignment);
     let relocs: Vec<ModuleReloc> = compiled
         .buffer
         .relocs()
         .iter()
-        .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+        .map(|r| {
+            let mut r = ModuleReloc::from_mach_reloc(r, &ctx.func, id);
+            r.offset += pad;
+            r
+        })
         .collect();
-    let bytes = compiled.code_buffer().to_vec();
+    let bytes = crate::place::padded(code, pad);
     module
         .define_function_bytes(id, align, &bytes, &relocs)
-        .map_err(|e| format!("{e:?}"))
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(pad)
 }
 
 #[cfg(test)]

@@ -20,7 +20,10 @@
 //! many iterations keep its strided accesses in bounds, and an unchecked copy of the loop
 //! runs those. Setting `CSX_JIT_DISASM` prints each compiled function's machine code
 //! (Cranelift's listing) to stderr, for reading what a kernel became; `CSX_JIT_CLIF`
-//! prints its Cranelift IR after Cranelift's optimisations (where each value ended up).
+//! prints its Cranelift IR after Cranelift's optimisations (where each value ended up);
+//! `CSX_JIT_BYTES=DIR` writes each function's machine code to `DIR` (for `objdump`, to
+//! see where each block falls). `CSX_JIT_PLACE=N` starts every function's code `N`
+//! bytes past a 64-byte line instead of on it (`place`: a measurement knob).
 //!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
 //! current stack frame and its context; it stops only through its exit blocks (no trap
@@ -39,6 +42,7 @@ mod extend;
 mod hoist;
 mod loops;
 mod params;
+mod place;
 #[cfg(target_arch = "x86_64")]
 mod quick;
 mod ranges;
@@ -160,14 +164,15 @@ fn host_isa(
 /// Compiles `ctx`'s function into `module` as `id` through `extend::define`: the
 /// mid-end, then the passes after it (narrow loads and address constants folded when
 /// the function has such loads; loop invariants moved out, `hoist`), then lowering with
-/// `lowering`, the host ISA with the mid-end off (made on first use).
+/// `lowering`, the host ISA with the mid-end off (made on first use), and the code
+/// placed in a line (`place`); returns how many bytes past the line's start it is.
 fn define(
     module: &mut JITModule,
     lowering: &mut Option<cranelift_codegen::isa::OwnedTargetIsa>,
     id: cranelift_module::FuncId,
     ctx: &mut cranelift_codegen::Context,
     codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
-) -> Result<(), JitError> {
+) -> Result<u32, JitError> {
     let narrow = extend::has_narrow_loads(&ctx.func);
     if lowering.is_none() {
         *lowering = Some(host_isa(codegen, "none")?);
@@ -270,19 +275,12 @@ impl compiled::Backend for Cranelift {
             if dump {
                 ctx.set_disasm(true);
             }
-            define(&mut module, &mut lowering_isa, id, &mut ctx, &codegen)?;
+            let pad = define(&mut module, &mut lowering_isa, id, &mut ctx, &codegen)?;
             #[cfg(test)]
             translated::note_optimized(&ctx.func);
-            if dump {
-                if let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
-                    eprintln!("== {} function {}\n{v}", program.name(), f.start);
-                }
-            }
-            if std::env::var_os("CSX_JIT_CLIF").is_some() {
-                eprintln!("== clif {}\n{}", f.start, ctx.func.display());
-            }
+            dump_function(&ctx, &name, f.start, pad, dump);
             if let Some(c) = ctx.compiled_code() {
-                code_bytes += c.code_info().total_size as usize;
+                code_bytes += c.code_info().total_size as usize + pad as usize;
                 digest.write(c.code_buffer());
             }
             module.clear_context(&mut ctx);
@@ -292,6 +290,28 @@ impl compiled::Backend for Cranelift {
         CodeMemory::new(module, entry_id, code_bytes)
             .map(|c| c.with_digest(digest.0))
             .map_err(|e| codegen(&e))
+    }
+}
+
+/// What the reading aids of the module doc ask for, of the function starting at slot
+/// `start` of program `name`, compiled in `ctx` and placed `pad` bytes past a line:
+/// Cranelift's listing (`disasm`: `CSX_JIT_DISASM`), its IR after the mid-end
+/// (`CSX_JIT_CLIF`), its machine code written to a file (`CSX_JIT_BYTES=DIR`).
+fn dump_function(ctx: &cranelift_codegen::Context, name: &str, start: u32, pad: u32, disasm: bool) {
+    let compiled = ctx.compiled_code();
+    if disasm {
+        if let Some(v) = compiled.and_then(|c| c.vcode.as_ref()) {
+            eprintln!("== {name} function {start} (placed {pad} bytes past a line)\n{v}");
+        }
+    }
+    if std::env::var_os("CSX_JIT_CLIF").is_some() {
+        eprintln!("== clif {start}\n{}", ctx.func.display());
+    }
+    if let (Some(dir), Some(c)) = (std::env::var_os("CSX_JIT_BYTES"), compiled) {
+        let path = std::path::Path::new(&dir).join(format!("{name}.{start}.bin"));
+        if let Err(e) = std::fs::write(&path, c.code_buffer()) {
+            eprintln!("CSX_JIT_BYTES: cannot write {}: {e}", path.display());
+        }
     }
 }
 
