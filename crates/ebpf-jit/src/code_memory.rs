@@ -11,6 +11,7 @@ use cranelift_codegen::isa::CallConv;
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Module};
 
+use crate::place::Placements;
 use crate::runtime::JitContext;
 
 /// The type of every compiled eBPF function: takes the run context, returns a status.
@@ -28,7 +29,8 @@ pub(crate) fn compiled_fn_signature(call_conv: CallConv) -> Signature {
 pub(crate) struct CodeMemory {
     /// `Some` until `Drop` frees it.
     module: Option<JITModule>,
-    entry: CompiledFn,
+    /// The entry function, in one copy or several placed differently (`place`).
+    entries: Placements,
     code_bytes: usize,
     /// FNV-1a of the machine code as emitted, before relocation (see `with_digest`).
     digest: Option<u64>,
@@ -39,13 +41,15 @@ pub(crate) struct CodeMemory {
 // code keeps all run state in the context each run passes in, so several threads may
 // run it at once.
 unsafe impl Send for CodeMemory {}
-// SAFETY: as for `Send`: shared access only ever calls the immutable entry point.
+// SAFETY: as for `Send`: shared access only ever calls the immutable entry points, and
+// the choice among them (`Placements`) is atomics and a mutex.
 unsafe impl Sync for CodeMemory {}
 
 impl std::fmt::Debug for CodeMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeMemory")
-            .field("entry", &(self.entry as usize as *const u8))
+            .field("copies", &self.entries.copies())
+            .field("placed", &self.entries.chosen())
             .field("code_bytes", &self.code_bytes)
             .finish()
     }
@@ -53,38 +57,48 @@ impl std::fmt::Debug for CodeMemory {
 
 impl CodeMemory {
     /// Finalizes `module` (relocations, then making the code executable) and keeps the
-    /// address of `entry`, which must have been declared with [`compiled_fn_signature`].
-    /// A failure (making memory executable) is described by the returned message.
+    /// addresses of `entries`, the copies of the entry function with their padding
+    /// (`place`), the unpadded first; each must have been declared with
+    /// [`compiled_fn_signature`]. A failure (making memory executable) is described by
+    /// the returned message.
     pub(crate) fn new(
         mut module: JITModule,
-        entry: FuncId,
+        entries: &[(FuncId, u32)],
         code_bytes: usize,
     ) -> Result<CodeMemory, String> {
         let expected = compiled_fn_signature(module.isa().default_call_conv());
-        assert_eq!(
-            module.declarations().get_function_decl(entry).signature,
-            expected,
-            "the entry function must have the compiled-function signature"
-        );
+        for &(entry, _) in entries {
+            assert_eq!(
+                module.declarations().get_function_decl(entry).signature,
+                expected,
+                "the entry function must have the compiled-function signature"
+            );
+        }
         module.finalize_definitions().map_err(|e| e.to_string())?;
-        let ptr = module.get_finalized_function(entry);
-        assert!(!ptr.is_null());
-        // SAFETY: `ptr` is the finalized, executable code of a function declared (checked
-        // above) with one pointer-sized parameter and one 64-bit result in the host's
-        // default C calling convention, which is `CompiledFn`'s ABI. It stays valid until
-        // `free_memory` in `Drop`.
-        let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(ptr) };
+        let copies = entries
+            .iter()
+            .map(|&(entry, pad)| {
+                let ptr = module.get_finalized_function(entry);
+                assert!(!ptr.is_null());
+                // SAFETY: `ptr` is the finalized, executable code of a function declared
+                // (checked above) with one pointer-sized parameter and one 64-bit result
+                // in the host's default C calling convention, which is `CompiledFn`'s
+                // ABI. It stays valid until `free_memory` in `Drop`.
+                let entry = unsafe { std::mem::transmute::<*const u8, CompiledFn>(ptr) };
+                (pad, entry)
+            })
+            .collect();
         Ok(CodeMemory {
             module: Some(module),
-            entry,
+            entries: Placements::new(copies),
             code_bytes,
             digest: None,
         })
     }
 
-    /// The entry function.
-    pub(crate) fn entry(&self) -> CompiledFn {
-        self.entry
+    /// The entry function's copies and the choice among them.
+    pub(crate) fn entries(&self) -> &Placements {
+        &self.entries
     }
 
     /// Bytes of machine code emitted for the program.
@@ -109,7 +123,7 @@ impl Drop for CodeMemory {
     fn drop(&mut self) {
         if let Some(module) = self.module.take() {
             // SAFETY: `&mut self` means no run is borrowing the program, and the entry
-            // pointer never escapes a run (it is only called inside `runtime::execute`
+            // pointers never escape a run (it is only called inside `runtime::execute`
             // with `&self`), so no code from this module is executing or will be called.
             unsafe { module.free_memory() };
         }

@@ -58,7 +58,7 @@ fn build_guarded<T: Backend>(
 /// A verified program compiled by the tier `T` (see the module doc).
 pub struct Compiled<T> {
     program: Arc<VerifiedProgram>,
-    code: CodeMemory,
+    pub(crate) code: CodeMemory,
     compile_time: Duration,
     /// The counting variant, compiled by the first run that asks for counts.
     counted: OnceLock<Result<CodeMemory, JitError>>,
@@ -102,6 +102,13 @@ impl<T: Backend> Compiled<T> {
     /// Bytes of machine code generated.
     pub fn code_size(&self) -> usize {
         self.code.code_bytes()
+    }
+
+    /// How many bytes past a 64-byte line the entry function's code starts: chosen by
+    /// timing the first runs on each of several copies, so `None` until then
+    /// (`place::Placements`; a tier or a function with one copy has it at once).
+    pub fn placement(&self) -> Option<u32> {
+        self.code.entries().chosen()
     }
 
     /// A hash (FNV-1a) of the machine code as emitted, before relocation, where the tier

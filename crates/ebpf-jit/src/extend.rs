@@ -47,7 +47,7 @@ use cranelift_codegen::ir::{
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::Context;
 use cranelift_jit::JITModule;
-use cranelift_module::{FuncId, Module, ModuleReloc};
+use cranelift_module::{FuncId, Module, ModuleReloc, ModuleRelocTarget};
 
 /// A zero extension of a movable read-only narrow `load` that nothing else uses, or a
 /// sign extension of such a 32-bit load: `(extension, load)`.
@@ -262,14 +262,17 @@ pub(crate) fn fold_address_constants(func: &mut Function) {
 /// then lowering with `lowering` (the same host ISA at `opt_level` none, so the mid-end
 /// does not run again and move the values the extending loads feed, see the module
 /// doc, or sink what was hoisted); then the code placed in a line-aligned function
-/// (`place`). Returns how many bytes past a line the code starts.
+/// (`place`): `id` first, and when `trial` (the program's entry) a copy at each other
+/// placement the trial tries, declared here. Returns each copy's function and how many
+/// bytes past a line its code starts, `id`'s first.
 pub(crate) fn define(
     module: &mut JITModule,
     lowering: &dyn TargetIsa,
     id: FuncId,
     ctx: &mut Context,
     narrow: bool,
-) -> Result<u32, String> {
+    trial: bool,
+) -> Result<Vec<(FuncId, u32)>, String> {
     let mut plane = cranelift_codegen::control::ControlPlane::default();
     ctx.optimize(module.isa(), &mut plane)
         .map_err(|e| format!("{e:?}"))?;
@@ -287,22 +290,37 @@ pub(crate) fn define(
         .max(module.isa().symbol_alignment())
         .max(u64::from(crate::place::LINE));
     let code = compiled.code_buffer();
-    let pad = crate::place::placement(compiled.buffer.alignment);
-    let relocs: Vec<ModuleReloc> = compiled
-        .buffer
-        .relocs()
-        .iter()
-        .map(|r| {
-            let mut r = ModuleReloc::from_mach_reloc(r, &ctx.func, id);
-            r.offset += pad;
-            r
-        })
-        .collect();
-    let bytes = crate::place::padded(code, pad);
-    module
-        .define_function_bytes(id, align, &bytes, &relocs)
-        .map_err(|e| format!("{e:?}"))?;
-    Ok(pad)
+    let pads = crate::place::paddings(compiled.buffer.alignment, trial, code.len());
+    let mut placed = Vec::with_capacity(pads.len());
+    for (n, &pad) in pads.iter().enumerate() {
+        let copy = if n == 0 {
+            id
+        } else {
+            module
+                .declare_anonymous_function(&ctx.func.signature)
+                .map_err(|e| format!("{e:?}"))?
+        };
+        // Every place in the code, and every reference into it, moves by `pad`.
+        let relocs: Vec<ModuleReloc> = compiled
+            .buffer
+            .relocs()
+            .iter()
+            .map(|r| {
+                let mut r = ModuleReloc::from_mach_reloc(r, &ctx.func, copy);
+                r.offset += pad;
+                if let ModuleRelocTarget::FunctionOffset(f, at) = r.name {
+                    r.name = ModuleRelocTarget::FunctionOffset(f, at + pad);
+                }
+                r
+            })
+            .collect();
+        let bytes = crate::place::padded(code, pad);
+        module
+            .define_function_bytes(copy, align, &bytes, &relocs)
+            .map_err(|e| format!("{e:?}"))?;
+        placed.push((copy, pad));
+    }
+    Ok(placed)
 }
 
 #[cfg(test)]

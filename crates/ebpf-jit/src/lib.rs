@@ -22,8 +22,13 @@
 //! (Cranelift's listing) to stderr, for reading what a kernel became; `CSX_JIT_CLIF`
 //! prints its Cranelift IR after Cranelift's optimisations (where each value ended up);
 //! `CSX_JIT_BYTES=DIR` writes each function's machine code to `DIR` (for `objdump`, to
-//! see where each block falls). `CSX_JIT_PLACE=N` starts every function's code `N`
-//! bytes past a 64-byte line instead of on it (`place`: a measurement knob).
+//! see where each block falls).
+//!
+//! The entry function is placed at eight offsets into a 64-byte line, and its first
+//! long runs time each copy to keep the fastest (`place`: where a loop falls moved its
+//! time by up to 1.3x on our hosts). `CSX_JIT_PLACE=N` instead starts every function's
+//! code `N` bytes past a line (a measurement knob); `CSX_JIT_PLACE_LOG` prints each
+//! choice.
 //!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
 //! current stack frame and its context; it stops only through its exit blocks (no trap
@@ -165,20 +170,22 @@ fn host_isa(
 /// mid-end, then the passes after it (narrow loads and address constants folded when
 /// the function has such loads; loop invariants moved out, `hoist`), then lowering with
 /// `lowering`, the host ISA with the mid-end off (made on first use), and the code
-/// placed in a line (`place`); returns how many bytes past the line's start it is.
+/// placed in a line (`place`; copies at each placement a trial tries when `trial`);
+/// returns each copy's function and how many bytes past the line's start it is.
 fn define(
     module: &mut JITModule,
     lowering: &mut Option<cranelift_codegen::isa::OwnedTargetIsa>,
     id: cranelift_module::FuncId,
     ctx: &mut cranelift_codegen::Context,
+    trial: bool,
     codegen: &dyn Fn(&dyn std::fmt::Display) -> JitError,
-) -> Result<u32, JitError> {
+) -> Result<Vec<(cranelift_module::FuncId, u32)>, JitError> {
     let narrow = extend::has_narrow_loads(&ctx.func);
     if lowering.is_none() {
         *lowering = Some(host_isa(codegen, "none")?);
     }
     let lowering = lowering.as_deref().expect("made just now");
-    extend::define(module, lowering, id, ctx, narrow).map_err(|e| codegen(&e))
+    extend::define(module, lowering, id, ctx, narrow, trial).map_err(|e| codegen(&e))
 }
 
 impl compiled::Backend for Cranelift {
@@ -243,6 +250,7 @@ impl compiled::Backend for Cranelift {
         let mut code_bytes = 0;
         let mut digest = Fnv1a::default();
         let mut to_define = Vec::new();
+        let mut entries = Vec::new();
         for f in &plan.functions {
             if f.start == entry_start {
                 to_define.push((f, Entry::Run, entry_id, signature.clone()));
@@ -265,43 +273,71 @@ impl compiled::Backend for Cranelift {
                     }
                 },
             )?;
-            divides::fold_divisibility_tests(&mut ctx.func);
-            params::merge_equal_params(&mut ctx.func);
-            params::remove_dead_params(&mut ctx.func);
-            divides::fold_register_remainders(&mut ctx.func);
-            #[cfg(test)]
-            translated::note(&ctx.func);
+            before_mid_end(&mut ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
             if dump {
                 ctx.set_disasm(true);
             }
-            let pad = define(&mut module, &mut lowering_isa, id, &mut ctx, &codegen)?;
+            // The entry's placement is chosen by timing runs (`place::Placements`),
+            // except in the counting variant.
+            let run = entry == Entry::Run;
+            let placed = define(
+                &mut module,
+                &mut lowering_isa,
+                id,
+                &mut ctx,
+                run && !counting,
+                &codegen,
+            )?;
             #[cfg(test)]
             translated::note_optimized(&ctx.func);
-            dump_function(&ctx, &name, f.start, pad, dump);
+            dump_function(&ctx, &name, f.start, &placed, dump);
             if let Some(c) = ctx.compiled_code() {
-                code_bytes += c.code_info().total_size as usize + pad as usize;
+                code_bytes += c.code_info().total_size as usize + placed[0].1 as usize;
                 digest.write(c.code_buffer());
+            }
+            if run {
+                entries = placed;
             }
             module.clear_context(&mut ctx);
         }
 
         // Finalize: apply relocations and make the code executable.
-        CodeMemory::new(module, entry_id, code_bytes)
+        CodeMemory::new(module, &entries, code_bytes)
             .map(|c| c.with_digest(digest.0))
             .map_err(|e| codegen(&e))
     }
 }
 
+/// The passes over a translated function before Cranelift's mid-end: divisibility
+/// tests and remainders by registers folded (`divides`), equal and dead block
+/// parameters removed (`params`; remainders after, see `divides`).
+fn before_mid_end(func: &mut cranelift_codegen::ir::Function) {
+    divides::fold_divisibility_tests(func);
+    params::merge_equal_params(func);
+    params::remove_dead_params(func);
+    divides::fold_register_remainders(func);
+    #[cfg(test)]
+    translated::note(func);
+}
+
 /// What the reading aids of the module doc ask for, of the function starting at slot
-/// `start` of program `name`, compiled in `ctx` and placed `pad` bytes past a line:
-/// Cranelift's listing (`disasm`: `CSX_JIT_DISASM`), its IR after the mid-end
-/// (`CSX_JIT_CLIF`), its machine code written to a file (`CSX_JIT_BYTES=DIR`).
-fn dump_function(ctx: &cranelift_codegen::Context, name: &str, start: u32, pad: u32, disasm: bool) {
+/// `start` of program `name`, compiled in `ctx` and `placed` (copies, each so many
+/// bytes past a line): Cranelift's listing (`disasm`: `CSX_JIT_DISASM`), its IR after
+/// the mid-end (`CSX_JIT_CLIF`), its machine code written to a file
+/// (`CSX_JIT_BYTES=DIR`).
+fn dump_function(
+    ctx: &cranelift_codegen::Context,
+    name: &str,
+    start: u32,
+    placed: &[(cranelift_module::FuncId, u32)],
+    disasm: bool,
+) {
     let compiled = ctx.compiled_code();
     if disasm {
         if let Some(v) = compiled.and_then(|c| c.vcode.as_ref()) {
-            eprintln!("== {name} function {start} (placed {pad} bytes past a line)\n{v}");
+            let pads: Vec<u32> = placed.iter().map(|p| p.1).collect();
+            eprintln!("== {name} function {start} (placed {pads:?} bytes past a line)\n{v}");
         }
     }
     if std::env::var_os("CSX_JIT_CLIF").is_some() {

@@ -1,4 +1,4 @@
-//! Where a function's code starts within a 64-byte line: a measurement knob.
+//! Where a function's code starts within a 64-byte line, chosen by timing runs.
 //!
 //! Where a loop's code falls moves its time a great deal on the x86-64 hosts we
 //! measure (AMD Zen 4). Over sixteen placements of otherwise identical code, each 4
@@ -16,22 +16,48 @@
 //! which the layout alone does not tell (hashjoin's key loop skips its probe loop and
 //! its miss path on most keys). See `docs/design/vm.md`.
 //!
+//! So the placement is measured: the entry function is placed [`LINE`] / [`STEP`]
+//! times, each copy [`STEP`] bytes further into its line, and [`Placements`] times the
+//! program's first runs on each copy in turn and keeps the one with the least time per
+//! unit of fuel. A program whose runs are too short to time (under [`MIN_FUEL`]) stays
+//! on the unpadded copy, as does every function a local call reaches, the counting
+//! variant, and a function over [`TRIAL_MAX_BYTES`]. `CSX_JIT_PLACE=N` places every
+//! function `N` bytes in, and there is no trial; `CSX_JIT_PLACE_LOG` prints each
+//! trial's choice and what it measured to stderr.
+//!
 //! [`padded`] puts the code `pad` bytes into a function aligned to a line, behind a
 //! jump over the padding (run once a call). Relative jumps and references to the
 //! function's constants move with the code; relocations are shifted by the caller.
 //! The padding is a multiple of the buffer's own alignment, so every constant stays
 //! as aligned as Cranelift placed it.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::code_memory::CompiledFn;
+
 /// The line a function's code is placed in, in bytes.
 pub(crate) const LINE: u32 = 64;
 
-/// The padding before a function's code: none, or `CSX_JIT_PLACE=N` (`N` modulo
-/// [`LINE`], rounded down to a multiple of `align`, the code buffer's alignment).
-pub(crate) fn placement(align: u32) -> u32 {
+/// The paddings to place a function's code at: `CSX_JIT_PLACE=N` alone (`N` modulo
+/// [`LINE`], rounded down to a multiple of `align`, the code buffer's alignment); else
+/// every [`STEP`] bytes of a line when `trial` (an entry function whose placement
+/// [`Placements`] chooses by timing runs) and its code is at most [`TRIAL_MAX_BYTES`];
+/// else none.
+pub(crate) fn paddings(align: u32, trial: bool, bytes: usize) -> Vec<u32> {
     let forced = std::env::var("CSX_JIT_PLACE")
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
-    forced.map_or(0, |n| padding(n, align))
+    match forced {
+        Some(n) => vec![padding(n, align)],
+        None if trial && bytes <= TRIAL_MAX_BYTES => {
+            let mut pads: Vec<u32> = (0..LINE).step_by(STEP).map(|n| padding(n, align)).collect();
+            pads.dedup();
+            pads
+        }
+        None => vec![0],
+    }
 }
 
 /// `n` modulo [`LINE`], rounded down to a multiple of `align`.
@@ -61,6 +87,143 @@ pub(crate) fn padded(code: &[u8], pad: u32) -> Vec<u8> {
     out
 }
 
+/// Candidate placements are this many bytes apart: eight to a line.
+pub(crate) const STEP: usize = 8;
+
+/// The largest function copied once per candidate for a trial (the copies stay mapped
+/// as long as the program): 32 KiB, eight copies 256 KiB.
+pub(crate) const TRIAL_MAX_BYTES: usize = 32 << 10;
+
+/// Timed runs of each copy before the trial chooses.
+const SAMPLES: u32 = 5;
+
+/// A run charged less fuel than this is not timed: a few microseconds at most, where
+/// the clock's own cost and a stray interrupt outweigh where the code lies.
+const MIN_FUEL: u64 = 20_000;
+
+/// A trial that has not timed every copy [`SAMPLES`] times after this many runs a copy
+/// (the program's runs are too short) ends on the first copy, the unpadded one.
+const PATIENCE: u32 = 4 * SAMPLES;
+
+/// [`Placements::chosen`] before the trial has chosen.
+const UNDECIDED: usize = usize::MAX;
+
+/// Copies of a program's entry function, each placed differently in its line, and the
+/// choice among them: the copy whose runs took the least time per unit of fuel (per
+/// eBPF instruction run, near enough) over its fastest of [`SAMPLES`] runs. Until then
+/// runs take the copies in turn (`pick`) and report their time (`record`).
+///
+/// Measured rather than predicted because the layout alone does not tell which
+/// placement is fast (see the module doc). Every copy is the same code, so which one
+/// runs never changes a result, a trap or the fuel charged: only the time.
+pub(crate) struct Placements {
+    /// Each copy's padding and entry point; the first is unpadded.
+    entries: Vec<(u32, CompiledFn)>,
+    /// The index of the chosen copy, or [`UNDECIDED`].
+    chosen: AtomicUsize,
+    /// The next copy in turn during the trial.
+    next: AtomicUsize,
+    trial: Mutex<Trial>,
+}
+
+/// What a trial has seen so far.
+struct Trial {
+    /// Per copy: the least nanoseconds per unit of fuel of a timed run.
+    fastest: Vec<f64>,
+    /// Per copy: runs timed.
+    timed: Vec<u32>,
+    /// Runs recorded, timed or not.
+    runs: u32,
+}
+
+impl Placements {
+    /// The copies `entries` (padding, entry point), the unpadded one first; one copy is
+    /// chosen at once.
+    pub(crate) fn new(entries: Vec<(u32, CompiledFn)>) -> Placements {
+        assert!(!entries.is_empty(), "a program has an entry function");
+        let n = entries.len();
+        Placements {
+            chosen: AtomicUsize::new(if n == 1 { 0 } else { UNDECIDED }),
+            next: AtomicUsize::new(0),
+            trial: Mutex::new(Trial {
+                fastest: vec![f64::INFINITY; n],
+                timed: vec![0; n],
+                runs: 0,
+            }),
+            entries,
+        }
+    }
+
+    /// The copy a run is to call and, during the trial, its index for [`record`].
+    ///
+    /// [`record`]: Placements::record
+    pub(crate) fn pick(&self) -> (CompiledFn, Option<usize>) {
+        match self.chosen.load(Ordering::Acquire) {
+            UNDECIDED => {
+                let i = self.next.fetch_add(1, Ordering::Relaxed) % self.entries.len();
+                (self.entries[i].1, Some(i))
+            }
+            c => (self.entries[c].1, None),
+        }
+    }
+
+    /// Notes that a run of copy `i` took `elapsed` and was charged `fuel`; chooses once
+    /// every copy has been timed enough, or the trial has gone on too long.
+    pub(crate) fn record(&self, i: usize, elapsed: Duration, fuel: u64) {
+        let mut t = self.trial.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.chosen.load(Ordering::Acquire) != UNDECIDED {
+            return;
+        }
+        t.runs += 1;
+        if fuel >= MIN_FUEL {
+            let per_fuel = elapsed.as_nanos() as f64 / fuel as f64;
+            t.fastest[i] = t.fastest[i].min(per_fuel);
+            t.timed[i] += 1;
+        }
+        let choice = if t.timed.iter().all(|&n| n >= SAMPLES) {
+            let fastest = t
+                .fastest
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1.total_cmp(b.1))
+                .map_or(0, |(at, _)| at);
+            Some(fastest)
+        } else if t.runs >= PATIENCE * self.entries.len() as u32 {
+            Some(0)
+        } else {
+            None
+        };
+        if let Some(c) = choice {
+            if std::env::var_os("CSX_JIT_PLACE_LOG").is_some() {
+                let seen: Vec<String> = (self.entries.iter().zip(&t.fastest))
+                    .map(|((pad, _), ns)| format!("{pad}: {ns:.4}"))
+                    .collect();
+                eprintln!(
+                    "csx-jit: placed {} bytes past a line after {} runs (ns per unit of fuel, \
+                     fastest run, by placement: {})",
+                    self.entries[c].0,
+                    t.runs,
+                    seen.join(", ")
+                );
+            }
+            self.chosen.store(c, Ordering::Release);
+        }
+    }
+
+    /// The padding of the chosen copy, once chosen.
+    pub(crate) fn chosen(&self) -> Option<u32> {
+        match self.chosen.load(Ordering::Acquire) {
+            UNDECIDED => None,
+            c => Some(self.entries[c].0),
+        }
+    }
+
+    /// How many copies there are.
+    pub(crate) fn copies(&self) -> usize {
+        self.entries.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +235,75 @@ mod tests {
         assert_eq!(padding(70, 16), 0);
         assert_eq!(padding(40, 16), 32);
         assert_eq!(padding(63, 0), 63);
+    }
+
+    /// An entry point the trial's tests hand out but never call.
+    unsafe extern "C" fn not_called(_: *mut crate::runtime::JitContext) -> u64 {
+        unreachable!("the trial only hands entry points out")
+    }
+
+    fn copies(pads: &[u32]) -> Placements {
+        Placements::new(
+            pads.iter()
+                .map(|&p| (p, not_called as CompiledFn))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_copy_fastest_per_unit_of_fuel_is_chosen() {
+        let p = copies(&[0, 8, 16]);
+        // Copy 1 is the fastest per unit of fuel, though not the fastest run: its runs
+        // do more work. Copy 2 has one fast outlier, slower than copy 1's best.
+        let times = |copy: usize, run: u64| match copy {
+            0 => (Duration::from_micros(50), 50_000),
+            1 => (Duration::from_micros(90 + run), 100_000),
+            _ => (
+                Duration::from_micros(if run == 3 { 46 } else { 60 }),
+                50_000,
+            ),
+        };
+        for run in 0..u64::from(SAMPLES) {
+            for copy in 0..3 {
+                assert_eq!(
+                    p.chosen(),
+                    None,
+                    "chosen before copy {copy} was timed enough"
+                );
+                let (_, turn) = p.pick();
+                assert_eq!(turn, Some(copy), "the copies are taken in turn");
+                let (elapsed, fuel) = times(copy, run);
+                p.record(copy, elapsed, fuel);
+            }
+        }
+        assert_eq!(p.chosen(), Some(8));
+        assert_eq!(p.pick().1, None, "no run is timed once chosen");
+        // A late report (a run that started during the trial) changes nothing.
+        p.record(0, Duration::from_nanos(1), 1 << 40);
+        assert_eq!(p.chosen(), Some(8));
+    }
+
+    #[test]
+    fn short_runs_end_the_trial_on_the_unpadded_copy() {
+        let p = copies(&[0, 8, 16, 24]);
+        let patience = PATIENCE as usize * 4;
+        for run in 0..patience {
+            assert_eq!(p.chosen(), None, "run {run}");
+            let (_, turn) = p.pick();
+            let copy = turn.expect("timed during the trial");
+            // Copy 3's runs are fast but too short to time.
+            let fuel = if copy == 3 { MIN_FUEL - 1 } else { MIN_FUEL };
+            let ns = if copy == 3 { 1 } else { 100_000 + copy as u64 };
+            p.record(copy, Duration::from_nanos(ns), fuel);
+        }
+        assert_eq!(p.chosen(), Some(0));
+    }
+
+    #[test]
+    fn one_copy_is_chosen_at_once() {
+        let p = copies(&[0]);
+        assert_eq!(p.chosen(), Some(0));
+        assert_eq!(p.pick().1, None);
     }
 
     #[test]

@@ -256,8 +256,9 @@ pub(crate) fn execute(
         stop: stop.as_ptr(),
         counts: opts.counts.map_or(std::ptr::null_mut(), |c| c.as_mut_ptr()),
     };
-    let entry = code.entry();
-    // SAFETY: `entry` is the program's compiled entry function, whose signature is
+    let (entry, timed) = code.entries().pick();
+    let started = timed.map(|_| std::time::Instant::now());
+    // SAFETY: `entry` is (a copy of) the program's compiled entry function, whose signature is
     // `extern "C" fn(*mut JitContext) -> u64` (checked by `CodeMemory::new`). The
     // context is fully initialised: `regions` points at the 32-row table of `mem`, which
     // stays borrowed (through `mem_ptr`) until this call returns and whose rows describe
@@ -269,6 +270,10 @@ pub(crate) fn execute(
     // through rows it has bounds-checked, the stack frame the depth check guarantees
     // (see `translate`), and this context; it never unwinds.
     let status = unsafe { entry(&raw mut ctx) };
+    if let (Some(copy), Some(started)) = (timed, started) {
+        code.entries()
+            .record(copy, started.elapsed(), ctx.fuel_used);
+    }
     // Compiled code has returned: from here on `mem` is used directly again.
     let result = match status {
         STATUS_OK => Ok(ctx.regs[0]),

@@ -601,6 +601,52 @@ fn runs_concurrently_from_many_threads() {
     assert!(jit.code_size() > 0);
 }
 
+/// Every copy of a program's entry function (`place`: the same code at each placement
+/// its trial tries) gives the interpreter's outcome, a trap included, and the trial
+/// chooses one of them within its runs.
+#[test]
+fn every_placement_runs_the_same_and_one_is_chosen() {
+    if std::env::var_os("CSX_JIT_PLACE").is_some() {
+        panic!("unset CSX_JIT_PLACE: it forces a single placement, and this test tries them all");
+    }
+    // A loop charged far more fuel than the trial's minimum, so runs are timed; with
+    // r2 = 64 (region 2's length) it ends on a load past the region's end.
+    let sum = "mov %r0, 0\nmov %r4, 9000\nloop:\nadd %r0, %r4\nsub %r4, 1\njne %r4, 0, loop\n";
+    for tail in ["exit", "add %r1, %r2\nldxb %r0, [%r1+0]\nexit"] {
+        let p = program(&format!("{sum}{tail}"), vec![]);
+        let interp = Interpreter::new(p.clone());
+        let jit = JitProgram::compile(p).unwrap();
+        let copies = jit.code.entries().copies();
+        assert_eq!(
+            copies,
+            place::LINE as usize / place::STEP,
+            "a copy at each step of a line"
+        );
+        assert_eq!(jit.placement(), None, "chosen before any run");
+        let (want, want_mem) = run_on(&interp, 1_000_000);
+        assert!(
+            want.fuel_used > 20_000,
+            "the runs are long enough to be timed"
+        );
+        let mut runs = 0;
+        while jit.placement().is_none() {
+            let (got, got_mem) = run_on(&jit, 1_000_000);
+            assert_eq!(got, want, "run {runs}: copy {} of {copies}", runs % copies);
+            assert_eq!(got_mem, want_mem);
+            runs += 1;
+            assert!(runs <= 20 * copies, "the trial ends within its patience");
+        }
+        assert!(
+            runs >= 5 * copies,
+            "each copy was timed five times first ({runs} runs)"
+        );
+        let chosen = jit.placement().unwrap();
+        assert!(chosen < place::LINE && chosen.is_multiple_of(place::STEP as u32));
+        let (got, _) = run_on(&jit, 1_000_000);
+        assert_eq!(got, want, "on the chosen copy");
+    }
+}
+
 /// The loop of clang's eBPF build of `sdk/bench/filter.c`, over 4 records of 16 bytes
 /// at r1 (price, quantity, flags, region as u32), with the parameters on the stack.
 /// `pass = (price < 20 && quantity >= 10) || ((flags & 1) != 0 && region == 3)`.

@@ -117,7 +117,7 @@ fn place(code: &[u8]) -> Result<CodeMemory, String> {
         // memory.
         .define_function_bytes(id, 64, code, &[])
         .map_err(|e| e.to_string())?;
-    CodeMemory::new(module, id, code.len())
+    CodeMemory::new(module, &[(id, 0)], code.len())
 }
 
 #[cfg(test)]
