@@ -88,6 +88,9 @@ enum Sym {
 /// [`induction`], may move in one iteration).
 const REACH_MAX: i64 = 1 << 16;
 
+/// Most bytes past its form a load the unchecked copy makes may lie (`p[i | 7]`).
+const LOAD_REACH_MAX: i64 = 7;
+
 impl Sym {
     fn konst(k: i64) -> Sym {
         Sym::Affine { coef: [0; 11], k }
@@ -161,6 +164,17 @@ impl Sym {
                 Sym::within(a, ka.wrapping_add(lo), hi - lo)
             }
             _ => Sym::Unknown,
+        }
+    }
+
+    /// `self | c` for a constant `c >= 0`: between `self` and `self + c` (the bits of
+    /// `c` that `self` lacks are added, without a carry), so the form with `c` more
+    /// reach. clang writes `p[i + 1]` as `p[i | 1]` where `i` steps by a multiple of 2
+    /// (a word assembled from bytes, `p[i] | p[i | 1] << 8 | ...`).
+    fn or_low(self, c: i64) -> Sym {
+        match self.parts() {
+            Some((coef, k, reach)) => Sym::within(coef, k, reach.saturating_add(c)),
+            None => Sym::Unknown,
         }
     }
 
@@ -1135,8 +1149,9 @@ fn strided_accesses(w: &Walk<'_>) -> Vec<LoopAccess> {
         // is kept): loads through cursors moved on different paths (a merge's two
         // inputs, each moved on only when its value is taken) get a guard that bounds
         // both moving every iteration, which stopped the unchecked copy of the merge
-        // sort's loop early (`msort` 20-37% slower).
-        if !write && (reach != 0 || !w.steps.exact_form(&coef)) {
+        // sort's loop early (`msort` 20-37% slower). A load a few bytes past a form of
+        // induction variables that move by constants (`p[i | 1]`) is bounded exactly.
+        if !write && (reach > LOAD_REACH_MAX || !w.steps.exact_form(&coef)) {
             continue;
         }
         // r10 plus a constant: the frame check of `translate` covers it already.
@@ -1456,6 +1471,7 @@ fn transfer(insns: &[Insn], pc: u32, s: &State, narrow: bool) -> State {
                 },
                 ALU_LSH if !by_reg => d.scale(1i64.wrapping_shl(insn.imm as u32 & 63)),
                 ALU_NEG if !by_reg => d.scale(-1),
+                ALU_OR if !by_reg && insn.imm >= 0 => d.or_low(i64::from(insn.imm)),
                 _ => Sym::Unknown,
             };
         }

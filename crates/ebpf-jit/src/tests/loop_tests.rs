@@ -383,3 +383,72 @@ fn an_inner_loops_invariant_region_is_looked_up_outside_the_outer_loop() {
         assert_eq!(outside, 1, "{}", func.display());
     }
 }
+
+/// A little-endian word assembled from the bytes at `i`, `i | 1`, `i | 2`, `i | 3` past
+/// region 2 + `base` (clang's `p[i] | p[i + 1] << 8 | ...` where `i` steps by 4),
+/// summed while `i < end`, `i` from `start` by 4.
+fn words_from_bytes(base: u32, start: u32, end: u32) -> String {
+    let byte = |k: u32| {
+        format!(
+            "mov %r5, %r6\nor %r5, {k}\nmov %r4, %r1\nadd %r4, %r5\nldxb %r2, [%r4+0]\n\
+             lsh %r2, {}\nor %r3, %r2\n",
+            8 * k
+        )
+    };
+    format!(
+        "mov %r0, 0\nmov %r6, {start}\nadd %r1, {base}\n\
+         loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\n{}{}{}\
+         add %r0, %r3\nadd %r6, 4\njlt %r6, {end}, loop\nexit",
+        byte(1),
+        byte(2),
+        byte(3)
+    )
+}
+
+#[test]
+fn loads_at_an_index_ored_with_a_constant_are_strided() {
+    // The four loads (slots 5, 10, 17, 24) move by 4 an iteration: `i | k` lies within
+    // `k` bytes past `i`.
+    let loads = vec![(5, 4), (10, 4), (17, 4), (24, 4)];
+    assert_eq!(
+        unchecked_accesses(&words_from_bytes(0, 0, 64)),
+        vec![(3, loads)]
+    );
+    // Region 2 holds 0, 1, 2, ... 63. Every word inside it; past its end, a trap at the
+    // first byte out: at `i | 0` (`i` = 64), or in the middle of a word (from 58, the
+    // second word's `i | 2` = 64); an odd start, where `i | 1` is `i` itself. At every
+    // budget.
+    let word = |base: u64, i: u64| {
+        (0..4)
+            .map(|k| ((base + (i | k)) & 0xff) << (8 * k))
+            .sum::<u64>()
+    };
+    for (base, start, end, trap_at) in [
+        (0, 0, 64, None),
+        (0, 0, 68, Some(64)),
+        (0, 1, 65, None),
+        (0, 1, 66, Some(65)),
+        (58, 0, 4, None),
+        (58, 0, 8, Some(64)),
+    ] {
+        let out = sweep(&words_from_bytes(base, start, end));
+        let case = format!("base {base}, start {start}, end {end}");
+        match trap_at {
+            None => {
+                let want: u64 = (u64::from(start)..u64::from(end))
+                    .step_by(4)
+                    .map(|i| word(u64::from(base), i))
+                    .sum();
+                assert_eq!(out.result, Ok(want), "{case}");
+            }
+            Some(at) => match trap_of(&out).kind {
+                TrapKind::OutOfBounds {
+                    addr, write: false, ..
+                } => {
+                    assert_eq!(addr & 0xffff_ffff, at, "{case}: the first byte out");
+                }
+                _ => panic!("{case}: {out:?}"),
+            },
+        }
+    }
+}
