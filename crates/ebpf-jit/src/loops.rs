@@ -31,6 +31,14 @@
 //! iteration) is taken as that form at the header, and the guard checks that it holds
 //! on entry too ([`VersionedLoop::lags`]); then an access through it is strided.
 //!
+//! A value an iteration stores in an 8-byte frame slot and loads back later in the same
+//! iteration is the value stored ([`Slots`]: clang spills an index around an inner loop
+//! that needs the registers, heaptop's `i`), as long as nothing that may write the slot
+//! runs in between: a store whose bytes the plan's value ranges place elsewhere in the
+//! frame does not count, a store through any other pointer or a call does. The same
+//! relation holds of loops with inner loops as of flat ones (a lag is checked by the
+//! guard wherever the unchecked copy is entered, `reguard` included).
+//!
 //! Where paths that moved a register by different constants meet, it is a
 //! [`Sym::Within`] (the form plus some constant in a short span) instead of unknown, and
 //! a register whose back-edge values all lie within a span of one sign past its header
@@ -412,6 +420,88 @@ struct Graph {
     calls: Vec<bool>,
     /// The node of the function's first slot.
     start: usize,
+    /// What each slot may write in the current frame (see [`FrameWrite`]).
+    writes: Vec<FrameWrite>,
+}
+
+/// The frame bytes a slot may write, as offsets from r10 (see [`Slots`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrameWrite {
+    /// None: no store, no call.
+    Nothing,
+    /// Some of `[lo, hi)`: a store through r10, or through a pointer the plan's value
+    /// ranges place in the frame.
+    Within(i64, i64),
+    /// Any: a store through another pointer (it may hold a frame address), a call.
+    Anything,
+}
+
+impl FrameWrite {
+    /// What slot `pc` may write, by the value ranges of `plan`.
+    fn of(insn: &Insn, pc: u32, plan: &FunctionPlan) -> FrameWrite {
+        let size = access_size(insn);
+        let off = i64::from(insn.off);
+        match (insn.class(), insn.opc & 0xe0) {
+            (CLASS_ST | CLASS_STX, MODE_MEM | MODE_ATOMIC) => match plan.ranges.frame(pc, insn.dst)
+            {
+                Some((lo, hi)) => FrameWrite::Within(lo + off, hi + off + size),
+                None => FrameWrite::Anything,
+            },
+            (CLASS_JMP, _) if insn.opc & 0xf0 == JMP_CALL => FrameWrite::Anything,
+            _ => FrameWrite::Nothing,
+        }
+    }
+}
+
+/// What an iteration has stored so far in 8-byte frame slots, by offset from r10: the
+/// value a later 8-byte load there reads (clang spills an index around an inner loop
+/// and reloads it after, heaptop's `i`). A slot leaves the map when anything may have
+/// written one of its bytes since.
+type Slots = BTreeMap<i16, Sym>;
+
+/// `slots` after slot `pc` of `g` runs with the registers `s` before it.
+fn slots_after(insns: &[Insn], g: &Graph, u: usize, s: &State, slots: &Slots) -> Slots {
+    let pc = g.pcs[u];
+    let insn = &insns[pc as usize];
+    let mut out = slots.clone();
+    match g.writes[u] {
+        FrameWrite::Nothing => {}
+        FrameWrite::Anything => out.clear(),
+        FrameWrite::Within(lo, hi) => {
+            out.retain(|&off, _| i64::from(off) + 8 <= lo || hi <= i64::from(off))
+        }
+    }
+    let whole_slot = insn.dst == 10 && insn.opc & 0xe0 == MODE_MEM && access_size(insn) == 8;
+    let stored = match insn.class() {
+        CLASS_STX if whole_slot => s.get(insn.src as usize).copied(),
+        CLASS_ST if whole_slot => Some(Sym::konst(i64::from(insn.imm))),
+        _ => None,
+    };
+    if let Some(v) = stored.filter(|v| v.parts().is_some()) {
+        out.insert(insn.off, v);
+    }
+    out
+}
+
+/// What an 8-byte load from the frame at slot `pc` reads, when an earlier store of the
+/// iteration left it in `slots`.
+fn forwarded(insn: &Insn, slots: &Slots) -> Option<Sym> {
+    (insn.class() == CLASS_LDX
+        && insn.opc & 0xe0 == MODE_MEM
+        && insn.src == 10
+        && access_size(insn) == 8)
+        .then(|| slots.get(&insn.off).copied())
+        .flatten()
+}
+
+/// The slots known where two paths meet: those both know, as the join of the values.
+fn join_slots(a: &Slots, b: &Slots) -> Slots {
+    a.iter()
+        .filter_map(|(&off, &v)| {
+            let j = v.join(*b.get(&off)?);
+            j.parts().is_some().then_some((off, j))
+        })
+        .collect()
 }
 
 impl Graph {
@@ -427,8 +517,10 @@ impl Graph {
         let mut succ = vec![Vec::new(); n];
         let mut pred = vec![Vec::new(); n];
         let mut calls = vec![false; n];
+        let mut writes = vec![FrameWrite::Nothing; n];
         for (i, &pc) in pcs.iter().enumerate() {
             let insn = &insns[pc as usize];
+            writes[i] = FrameWrite::of(insn, pc, plan);
             let next = pc + insn_len(insn);
             let f = flow(insns, tails, pc).ok()?;
             let targets: Vec<u32> = match f {
@@ -460,6 +552,7 @@ impl Graph {
             succ,
             pred,
             calls,
+            writes,
         })
     }
 
@@ -954,7 +1047,7 @@ fn induction(
     // that no iteration reads before writing it needs none (its value at the header
     // matters to nothing, and requiring the relation on entry could only fail).
     let read = read_at_header(insns, g, in_body, shape, order);
-    let mut no_lag: [bool; 11] = std::array::from_fn(|r| !shape.inner_back.is_empty() || !read[r]);
+    let mut no_lag: [bool; 11] = std::array::from_fn(|r| !read[r]);
     loop {
         let mut header: State = std::array::from_fn(|r| match lag[r] {
             Some((t, d)) => Sym::reg(t).add(Sym::konst(d), 1),
@@ -1332,9 +1425,10 @@ fn evaluate(
     narrow: bool,
 ) -> BTreeMap<usize, State> {
     // One pass over the acyclic body, `unknown` holding for inner headers the
-    // registers taken as unknown there.
-    let once = |unknown: &BTreeMap<usize, [bool; 11]>| {
+    // registers taken as unknown there, `forget` the frame slots (see [`Slots`]).
+    let once = |unknown: &BTreeMap<usize, [bool; 11]>, forget: &BTreeMap<usize, BTreeSet<i16>>| {
         let mut states: BTreeMap<usize, State> = BTreeMap::from([(shape.h, header)]);
+        let mut slots: BTreeMap<usize, Slots> = BTreeMap::from([(shape.h, Slots::new())]);
         for &u in order {
             let s = states.get_mut(&u).expect("a node's entries come before it");
             if let Some(mask) = unknown.get(&u) {
@@ -1342,7 +1436,11 @@ fn evaluate(
                     s[r] = Sym::Unknown;
                 }
             }
-            let after = transfer(insns, g.pcs[u], s, narrow);
+            let known = slots.get_mut(&u).expect("a node's entries come before it");
+            if let Some(gone) = forget.get(&u) {
+                known.retain(|off, _| !gone.contains(off));
+            }
+            let (after, after_slots) = step(insns, g, u, s, known, narrow);
             for &v in g.succ[u]
                 .iter()
                 .filter(|&&v| forward_edge(shape, in_body, u, v))
@@ -1355,20 +1453,31 @@ fn evaluate(
                         }
                     })
                     .or_insert(after);
+                slots
+                    .entry(v)
+                    .and_modify(|s| *s = join_slots(s, &after_slots))
+                    .or_insert_with(|| after_slots.clone());
             }
         }
-        states
+        (states, slots)
     };
     let mut unknown: BTreeMap<usize, [bool; 11]> = BTreeMap::new();
+    let mut forget: BTreeMap<usize, BTreeSet<i16>> = BTreeMap::new();
     loop {
-        let states = once(&unknown);
+        let (states, slots) = once(&unknown, &forget);
         let mut changed = false;
         for &(u, v) in &shape.inner_back {
-            let after = transfer(insns, g.pcs[u], &states[&u], narrow);
+            let (after, after_slots) = step(insns, g, u, &states[&u], &slots[&u], narrow);
             let mask = unknown.entry(v).or_insert([false; 11]);
             for r in 0..11 {
                 if !mask[r] && states[&v][r] != after[r] && states[&v][r] != Sym::Unknown {
                     mask[r] = true;
+                    changed = true;
+                }
+            }
+            let gone = forget.entry(v).or_default();
+            for (&off, known) in &slots[&v] {
+                if after_slots.get(&off) != Some(known) && gone.insert(off) {
                     changed = true;
                 }
             }
@@ -1377,6 +1486,24 @@ fn evaluate(
             return states;
         }
     }
+}
+
+/// The registers and frame slots after node `u` of `g` runs from `s` and `slots`: an
+/// 8-byte load from a slot the iteration stored reads what was stored.
+fn step(
+    insns: &[Insn],
+    g: &Graph,
+    u: usize,
+    s: &State,
+    slots: &Slots,
+    narrow: bool,
+) -> (State, Slots) {
+    let insn = &insns[g.pcs[u] as usize];
+    let mut after = transfer(insns, g.pcs[u], s, narrow);
+    if let Some(v) = forwarded(insn, slots) {
+        after[insn.dst as usize] = v;
+    }
+    (after, slots_after(insns, g, u, s, slots))
 }
 
 /// A 32-bit result as the form it extends, and the form that must lie in `[0, 2^32)`

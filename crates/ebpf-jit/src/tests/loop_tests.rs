@@ -452,3 +452,87 @@ fn loads_at_an_index_ored_with_a_constant_are_strided() {
         }
     }
 }
+
+/// A scan over region 2 (`r1[i]`, `i` in r6, stride 1) that, at every byte divisible by
+/// 8, spills `i` to `r10 - 16`, runs an inner loop that reuses r6, and reloads `i`, as
+/// clang does when an inner loop needs the registers; `between` runs after the inner
+/// loop, before the reload. r0 sums the bytes and the inner iterations.
+fn spilled_around_inner(n: u32, between: &str) -> String {
+    format!(
+        "mov %r0, 0\nmov %r6, 0\n\
+         loop:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r3, [%r4+0]\nadd %r0, %r3\n\
+         mov %r2, %r3\nand %r2, 7\njne %r2, 0, next\n\
+         stxdw [%r10-16], %r6\nmov %r6, 0\n\
+         inner:\nadd %r6, 1\nadd %r0, 1\njlt %r6, 3, inner\n\
+         {between}ldxdw %r6, [%r10-16]\n\
+         next:\nadd %r6, 1\njlt %r6, {n}, loop\nexit"
+    )
+}
+
+#[test]
+fn an_index_spilled_around_an_inner_loop_is_an_induction_variable() {
+    // The reload reads what the iteration stored: `i` stays an induction variable, so
+    // the scan's load (slot 4) goes unchecked.
+    assert_eq!(
+        unchecked_accesses(&spilled_around_inner(64, "")),
+        vec![(2, vec![(4, 1)])]
+    );
+    // A store that may overwrite the slot in between: through a pointer the value
+    // ranges place on it, or through one they cannot place (r1, into region 2).
+    for between in [
+        "mov %r5, %r10\nadd %r5, -12\nstw [%r5+0], 9\n",
+        "stxdw [%r1+0], %r3\n",
+    ] {
+        let src = spilled_around_inner(64, between);
+        assert_eq!(unchecked_accesses(&src), vec![], "{between}");
+        assert!(sweep(&src).result.is_ok());
+    }
+    // A store beside the slot keeps it.
+    let beside = spilled_around_inner(64, "mov %r5, %r10\nadd %r5, -24\nstxdw [%r5+0], %r3\n");
+    assert_eq!(unchecked_accesses(&beside), vec![(2, vec![(4, 1)])]);
+    // Region 2 holds 0, 1, ... 63: at every budget, inside it and past its end.
+    let want = |n: u64| (0..n).sum::<u64>() + 3 * (0..n).filter(|i| i % 8 == 0).count() as u64;
+    for n in [1, 9, 64] {
+        assert_eq!(
+            sweep(&spilled_around_inner(n, "")).result,
+            Ok(want(u64::from(n)))
+        );
+        assert_eq!(sweep(&beside).result, Ok(want(64)));
+    }
+    let out = sweep(&spilled_around_inner(70, ""));
+    assert!(matches!(
+        trap_of(&out).kind,
+        TrapKind::OutOfBounds { addr, write: false, .. } if addr & 0xffff_ffff == 64
+    ));
+}
+
+/// A scan whose index lags its successor (`r7 = r6; r6 += 1`, reading through r7), with
+/// an inner loop at every byte divisible by 8; r6 starts at `next`, r7 at 0 (the
+/// relation holds on entry when `next` is 1).
+fn lagging_around_inner(next: u32, n: u32) -> String {
+    format!(
+        "mov %r0, 0\nmov %r7, 0\nmov %r6, {next}\n\
+         loop:\nmov %r4, %r1\nadd %r4, %r7\nldxb %r3, [%r4+0]\nadd %r0, %r3\n\
+         mov %r2, %r3\nand %r2, 7\njne %r2, 0, next\nmov %r8, 0\n\
+         inner:\nadd %r8, 1\nadd %r0, 1\njlt %r8, 3, inner\n\
+         next:\nmov %r7, %r6\nadd %r6, 1\njle %r6, {n}, loop\nexit"
+    )
+}
+
+#[test]
+fn a_lagging_index_around_an_inner_loop_is_strided() {
+    assert_eq!(
+        unchecked_accesses(&lagging_around_inner(1, 64)),
+        vec![(3, vec![(5, 1)])]
+    );
+    // Inside region 2, past its end, and with the relation broken on entry (the guard
+    // then runs the checked loop): the interpreter's outcome at every budget.
+    for (next, n) in [(1, 64), (1, 70), (5, 64), (5, 70)] {
+        sweep(&lagging_around_inner(next, n));
+    }
+    let out = sweep(&lagging_around_inner(1, 70));
+    assert!(matches!(
+        trap_of(&out).kind,
+        TrapKind::OutOfBounds { addr, write: false, .. } if addr & 0xffff_ffff == 64
+    ));
+}
