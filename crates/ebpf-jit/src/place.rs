@@ -45,8 +45,12 @@ pub(crate) const LINE: u32 = 64;
 /// [`LINE`], rounded down to a multiple of `align`, the code buffer's alignment); else
 /// every [`STEP`] bytes of a line when `trial` (an entry function whose placement
 /// [`Placements`] chooses by timing runs) and its code is at most [`TRIAL_MAX_BYTES`];
-/// else none.
+/// else none. Off x86-64, always none.
 pub(crate) fn paddings(align: u32, trial: bool, bytes: usize) -> Vec<u32> {
+    // The padding is x86-64 code (`padded`): elsewhere every function starts on its line.
+    if !cfg!(target_arch = "x86_64") {
+        return vec![0];
+    }
     let forced = std::env::var("CSX_JIT_PLACE")
         .ok()
         .and_then(|v| v.parse::<u32>().ok());
