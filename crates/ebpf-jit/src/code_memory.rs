@@ -30,7 +30,7 @@ pub(crate) struct CodeMemory {
     /// `Some` until `Drop` frees it.
     module: Option<JITModule>,
     /// The entry function, in one copy or several placed differently (`place`).
-    entries: Placements,
+    entries: Placements<CompiledFn>,
     code_bytes: usize,
     /// FNV-1a of the machine code as emitted, before relocation (see `with_digest`).
     digest: Option<u64>,
@@ -97,7 +97,7 @@ impl CodeMemory {
     }
 
     /// The entry function's copies and the choice among them.
-    pub(crate) fn entries(&self) -> &Placements {
+    pub(crate) fn entries(&self) -> &Placements<CompiledFn> {
         &self.entries
     }
 
