@@ -123,7 +123,7 @@ impl Drop for CodeMemory {
     fn drop(&mut self) {
         if let Some(module) = self.module.take() {
             // SAFETY: `&mut self` means no run is borrowing the program, and the entry
-            // pointers never escape a run (it is only called inside `runtime::execute`
+            // pointers never escape a run (they are only called inside `runtime::execute`
             // with `&self`), so no code from this module is executing or will be called.
             unsafe { module.free_memory() };
         }

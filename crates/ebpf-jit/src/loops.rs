@@ -459,7 +459,7 @@ impl FrameWrite {
 /// written one of its bytes since.
 type Slots = BTreeMap<i16, Sym>;
 
-/// `slots` after slot `pc` of `g` runs with the registers `s` before it.
+/// `slots` after node `u` of `g` runs with the registers `s` before it.
 fn slots_after(insns: &[Insn], g: &Graph, u: usize, s: &State, slots: &Slots) -> Slots {
     let pc = g.pcs[u];
     let insn = &insns[pc as usize];
@@ -483,15 +483,13 @@ fn slots_after(insns: &[Insn], g: &Graph, u: usize, s: &State, slots: &Slots) ->
     out
 }
 
-/// What an 8-byte load from the frame at slot `pc` reads, when an earlier store of the
-/// iteration left it in `slots`.
+/// What `insn`, an 8-byte load from a frame slot ([`frame_slot`]), reads when an earlier
+/// store of the iteration left the slot in `slots`.
 fn forwarded(insn: &Insn, slots: &Slots) -> Option<Sym> {
-    (insn.class() == CLASS_LDX
-        && insn.opc & 0xe0 == MODE_MEM
-        && insn.src == 10
-        && access_size(insn) == 8)
-        .then(|| slots.get(&insn.off).copied())
-        .flatten()
+    match frame_slot(insn)? {
+        Sym::Slot { off, size: 8 } => slots.get(&off).copied(),
+        _ => None,
+    }
 }
 
 /// The slots known where two paths meet: those both know, as the join of the values.

@@ -19,12 +19,12 @@
 //! So the placement is measured: the entry function is placed [`LINE`] / [`STEP`]
 //! times, each copy [`STEP`] bytes further into its line, and [`Placements`] times the
 //! program's first runs on each copy in turns of [`TURN`] runs and keeps the one with
-//! the least time per unit of fuel, if it beat the unpadded copy by more than [`MARGIN`]. A program whose
-//! runs are too short to time (under [`MIN_FUEL`]) stays on the unpadded copy, as does
-//! every function a local call reaches, the counting variant, and a function over
-//! [`TRIAL_MAX_BYTES`]. `CSX_JIT_PLACE=N` places every function `N` bytes in, and there
-//! is no trial; `CSX_JIT_PLACE_LOG` prints each trial's choice and what it measured to
-//! stderr.
+//! the least time per unit of fuel, if it beat the unpadded copy by more than
+//! [`MARGIN`]. A program whose runs are too short to time (under [`MIN_FUEL`]) stays on
+//! the unpadded copy, as does every function a local call reaches, the counting
+//! variant, and a function over [`TRIAL_MAX_BYTES`]. `CSX_JIT_PLACE=N` places every
+//! function `N` bytes in, and there is no trial; `CSX_JIT_PLACE_LOG` prints each
+//! trial's choice and what it measured to stderr.
 //!
 //! [`padded`] puts the code `pad` bytes into a function aligned to a line, behind a
 //! jump over the padding (run once a call). Relative jumps and references to the
@@ -126,7 +126,7 @@ const UNDECIDED: usize = usize::MAX;
 /// Copies of a program's entry function, each placed differently in its line, and the
 /// choice among them: the copy whose runs took the least time per unit of fuel (per
 /// eBPF instruction run, near enough) over its fastest of [`SAMPLES`] runs. Until then
-/// runs take the copies in turn (`pick`) and report their time (`record`).
+/// runs take the copies in turns (`pick`) and report their time (`record`).
 ///
 /// Measured rather than predicted because the layout alone does not tell which
 /// placement is fast (see the module doc). Every copy is the same code, so which one
@@ -169,11 +169,12 @@ impl<F: Copy> Placements<F> {
         }
     }
 
-    /// The copy a run is to call and, during the trial, its index for [`record`].
+    /// The copy a run is to call and, when the run is to be timed, its index for
+    /// [`record`]. During the trial the copies take turns of [`TURN`] runs; a turn's
+    /// first run is not timed (it warms the copy's code and branch predictions after
+    /// the other copies).
     ///
     /// [`record`]: Placements::record
-    /// The copies take turns of [`TURN`] runs; a turn's first run is not timed (it
-    /// warms the copy's code, branch history and predictions after the other copies).
     pub(crate) fn pick(&self) -> (F, Option<usize>) {
         match self.chosen.load(Ordering::Acquire) {
             UNDECIDED => {

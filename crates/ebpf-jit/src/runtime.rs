@@ -258,8 +258,8 @@ pub(crate) fn execute(
     };
     let (entry, timed) = code.entries().pick();
     let started = timed.map(|_| std::time::Instant::now());
-    // SAFETY: `entry` is (a copy of) the program's compiled entry function, whose signature is
-    // `extern "C" fn(*mut JitContext) -> u64` (checked by `CodeMemory::new`). The
+    // SAFETY: `entry` is (a copy of) the program's compiled entry function, whose
+    // signature is `extern "C" fn(*mut JitContext) -> u64` (checked by `CodeMemory::new`). The
     // context is fully initialised: `regions` points at the 32-row table of `mem`, which
     // stays borrowed (through `mem_ptr`) until this call returns and whose rows describe
     // live buffers (the `MemoryMap` invariant); the stack row is mapped by the engine
