@@ -257,6 +257,9 @@ pub(crate) struct VersionedLoop {
     /// `(r, t, d)`: `r = t + d` (see [`induction`]); the guard runs the unchecked copy
     /// only when the registers on entry satisfy each.
     pub lags: Vec<(u8, u8, i64)>,
+    /// Whether another loop holds it, so its guard runs at every iteration of that
+    /// loop (see `translate/cached.rs`).
+    pub nested: bool,
 }
 
 /// Most bytes one [`GuardSpan`] covers in an iteration.
@@ -827,6 +830,7 @@ fn version_loop(
         checked_charges,
         inner: inner_bodies,
         to_inner,
+        nested: shape.nested,
     };
     if shape.nested && !charged_once_at_header(insns, &l) {
         l.fuel = None;
@@ -1784,7 +1788,11 @@ impl KeptSlots {
 /// leaves at `pc` when `iv` has reached `bound` (moving `step` per iteration: up for a
 /// positive step, down for a negative one, in the signedness `signed`, on the low 32
 /// bits when `is32`). Until it has, `iv` does not wrap, so from its values on entry the
-/// guard can bound from below the iterations that stay (see the guard's use).
+/// guard can bound from below the iterations that stay (see the guard's use). An exit
+/// taken only when `iv` equals `bound` (`equal`: clang's `jne` closing a loop counted
+/// down to -1 or up to 0) leaves no sooner than the distance from `iv` to `bound` in
+/// the direction of the step, modulo 2^64 (2^32 when `is32`), over the step: wrapping
+/// on the way does not matter to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CountedExit {
     /// The conditional jump, and its successor inside the loop.
@@ -1804,6 +1812,7 @@ pub(crate) struct CountedExit {
     pub bound_slot: Option<(i16, u8)>,
     pub signed: bool,
     pub is32: bool,
+    pub equal: bool,
 }
 
 /// What the symbolic evaluation of a loop found, for [`unroll_plan`].
@@ -1954,6 +1963,7 @@ fn counted_exit(
         bound_slot,
         signed,
         is32,
+        equal: leaves_when == JMP_JEQ,
     })
 }
 

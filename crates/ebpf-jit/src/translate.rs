@@ -88,6 +88,7 @@ use crate::runtime::{
 };
 
 mod bounded;
+mod cached;
 mod charge;
 mod inner;
 mod order;
@@ -473,10 +474,14 @@ struct LoopCopy {
     recheck: Option<Block>,
     /// Where a refill at a charge to each such slot resumes (cold; sets `pending`).
     refilled: BTreeMap<u32, Block>,
-    /// Host minus virtual address of each unchecked access's region, set by the guards.
+    /// Host minus virtual address of each unchecked access's region, set by the guards
+    /// (one variable for the accesses through one pointer form).
     deltas: BTreeMap<u32, Variable>,
     /// The unrolled copy, when the loop has one.
     group: Option<unroll::GroupCopy>,
+    /// Whether another loop holds it (its guard looks at the region cache first, see
+    /// `cached`).
+    nested: bool,
     /// Slots whose charges keep their check in the unchecked copy (see
     /// `loops::VersionedLoop::checked_charges`).
     checked_charges: BTreeSet<u32>,
@@ -743,10 +748,19 @@ fn loop_copies(
         let mid = cost.is_some() && (loops::enters_inside(env.insns, &l) || !l.inner.is_empty());
         let pending = mid.then(|| b.declare_var(types::I64));
         let recheck = mid.then(|| b.create_block());
+        // One variable for the accesses through one pointer form: the guard gives them
+        // one region, and a join of its two ways (see `cached`) then makes one block
+        // parameter for them, not one each (blur3's nine loads took nine registers).
+        let mut by_form: BTreeMap<[i64; 11], Variable> = BTreeMap::new();
         let deltas = l
             .accesses
             .iter()
-            .map(|a| (a.pc, b.declare_var(types::I64)))
+            .map(|a| {
+                let var = *by_form
+                    .entry(a.coef)
+                    .or_insert_with(|| b.declare_var(types::I64));
+                (a.pc, var)
+            })
             .collect();
         loop_copies.push(LoopCopy {
             header: l.header,
@@ -768,6 +782,7 @@ fn loop_copies(
             refilled: BTreeMap::new(),
             deltas,
             group,
+            nested: l.nested,
             checked_charges: l.checked_charges,
             inner: l.inner,
             inner_entries: BTreeMap::new(),
@@ -1049,24 +1064,30 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn guard(&mut self, i: usize) {
         let spans = loops::guard_spans(&self.loops[i].accesses);
         let regs = self.snapshot();
-        let mut n: Option<Value> = None;
-        // Accesses through the same pointer (the same form but for the constant) must
-        // stay in the region the first of them starts in: (index, row, delta) by form.
-        let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
-        for span in &spans {
-            let (count, delta) = self.access_trips(span, &regs, &mut groups);
-            n = Some(match n {
-                Some(m) => self.b.ins().umin(m, count),
-                None => count,
-            });
-            for pc in &span.pcs {
-                let var = self.loops[i].deltas[pc];
-                self.b.def_var(var, delta);
-            }
+        let stays = self
+            .group_exit(i)
+            .map(|exit| self.exit_lower_bound(&exit, &regs));
+        if let Some(stays) = stays.filter(|_| self.loops[i].nested) {
+            // Both ways end the guard: the hit's count is `stays + 1`, so its slack
+            // folds to zero (see `cached`).
+            let (runs, miss) = self.cached_guard(i, &spans, &regs, stays);
+            self.guard_tail(i, runs, &regs, Some(stays));
+            self.enter(miss);
+            let n = self.span_trips(i, &spans, &regs, true);
+            self.guard_tail(i, n, &regs, Some(stays));
+            return;
         }
-        let mut n = n.expect("a versioned loop has an unchecked access");
+        let n = self.span_trips(i, &spans, &regs, false);
+        self.guard_tail(i, n, &regs, stays);
+    }
+
+    /// Ends loop `i`'s guard in the current block, `n` the iterations whose accesses it
+    /// proved in bounds from the registers on entry `regs` (and `stays` the lower bound
+    /// of the counted exit of a loop with groups): the fewer that keep each 32-bit form
+    /// in range and that satisfy the lags, the fuel limit, and the way into the copies.
+    fn guard_tail(&mut self, i: usize, mut n: Value, regs: &[Value; 10], stays: Option<Value>) {
         for w in self.loops[i].narrow.clone() {
-            let m = self.narrow_trips(&w, &regs);
+            let m = self.narrow_trips(&w, regs);
             n = self.b.ins().umin(n, m);
         }
         // The forms take a lagging register as its induction variable plus a constant
@@ -1098,13 +1119,43 @@ impl<'a, 'f> Translator<'a, 'f> {
             }
             None => {
                 self.b.def_var(counter, n);
-                if self.guard_groups(i, n, &regs) {
+                if let Some(stays) = stays {
+                    self.guard_groups(i, n, stays);
                     return;
                 }
                 n
             }
         };
         self.b.ins().brif(go, head, &[], checked, &[]);
+    }
+
+    /// For loop `i`'s guard: how many iterations, from the registers on entry `regs`,
+    /// keep every span in the region it starts in (the fewest of [`Self::access_trips`]),
+    /// each access's delta defined for the unchecked copy. `refill`: the region each span
+    /// starts in is cached for the next guard to find (see `cached`).
+    fn span_trips(
+        &mut self,
+        i: usize,
+        spans: &[loops::GuardSpan],
+        regs: &[Value; 10],
+        refill: bool,
+    ) -> Value {
+        let mut n: Option<Value> = None;
+        // Accesses through the same pointer (the same form but for the constant) must
+        // stay in the region the first of them starts in: (index, row, delta) by form.
+        let mut groups: BTreeMap<[i64; 11], (Value, Value, Value)> = BTreeMap::new();
+        for span in spans {
+            let (count, delta) = self.access_trips(span, regs, &mut groups, refill);
+            n = Some(match n {
+                Some(m) => self.b.ins().umin(m, count),
+                None => count,
+            });
+            for pc in &span.pcs {
+                let var = self.loops[i].deltas[pc];
+                self.b.def_var(var, delta);
+            }
+        }
+        n.expect("a versioned loop has an unchecked access")
     }
 
     /// For the guard of loop `i`, whose accesses allow `n` iterations and whose
@@ -1164,6 +1215,7 @@ impl<'a, 'f> Translator<'a, 'f> {
         a: &loops::GuardSpan,
         regs: &[Value; 10],
         groups: &mut BTreeMap<[i64; 11], (Value, Value, Value)>,
+        refill: bool,
     ) -> (Value, Value) {
         let addr = self.eval_form((a.coef, a.k), regs);
         if a.stack {
@@ -1201,8 +1253,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             } else {
                 RegionEntry::OFFSET_READ_LEN
             };
+            let len = self.b.ins().load(types::I64, self.flags.table, row, field);
+            if refill {
+                self.refill_from_guard(a.write, gidx, delta, len);
+            }
             let b = &mut self.b;
-            let len = b.ins().load(types::I64, self.flags.table, row, field);
             (b.ins().icmp(IntCC::Equal, idx, gidx), len, delta)
         };
         let b = &mut self.b;

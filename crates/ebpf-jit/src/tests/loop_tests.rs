@@ -536,3 +536,133 @@ fn a_lagging_index_around_an_inner_loop_is_strided() {
         TrapKind::OutOfBounds { addr, write: false, .. } if addr & 0xffff_ffff == 64
     ));
 }
+
+/// knn's shape by hand: an outer loop over `rows` rows of `w` bytes of region 2, the
+/// first at byte `start`, each `ostep` bytes past the one before, and for each row an
+/// inner loop over `k` (`0..w`, or `w - 1` down to 0 when `down`) summing
+/// `row[k] * q[k]`, `q` set up by `q_setup` in r9; when `store`, the inner loop also
+/// writes the product back to `row[k]`. r0 is the sum.
+fn rows_against(
+    w: u32,
+    (start, ostep, rows): (i32, i32, u32),
+    q: &str,
+    store: bool,
+    down: bool,
+) -> String {
+    let write = if store { "stxb [%r4+0], %r3\n" } else { "" };
+    let (first, step) = if down {
+        (
+            format!("mov %r7, {}\n", w - 1),
+            "sub %r7, 1\njsge %r7, 0, inner\n".to_string(),
+        )
+    } else {
+        (
+            "mov %r7, 0\n".to_string(),
+            format!("add %r7, 1\njlt %r7, {w}, inner\n"),
+        )
+    };
+    format!(
+        "lddw %r2, 0x0102030405060708\nstxdw [%r10-16], %r2\nstxdw [%r10-8], %r2\n\
+         {q}mov %r0, 0\nmov %r6, {start}\nmov %r8, {rows}\n\
+         outer:\n{first}\
+         inner:\nmov %r4, %r1\nadd %r4, %r6\nadd %r4, %r7\nldxb %r3, [%r4+0]\n\
+         mov %r5, %r9\nadd %r5, %r7\nldxb %r2, [%r5+0]\nmul %r3, %r2\nadd %r0, %r3\n\
+         {write}{step}\
+         add %r6, {ostep}\nsub %r8, 1\njne %r8, 0, outer\nexit"
+    )
+}
+
+/// The inner loop of [`rows_against`] runs in groups, and its guard, entered once a
+/// row, first asks the region caches whether the row and `q` stay in the regions they
+/// hold (`translate/cached.rs`): with `q` in region 2 beside the rows, on the stack, or
+/// in region 3 (the read cache then holds one of the two and the guard makes its
+/// lookups every row), reading or writing the rows, up or down: the interpreter's value,
+/// memory and fuel at every budget; a row that starts inside region 2 and runs past its
+/// end, or one that starts before it, traps at its first byte out, where the
+/// interpreter does, after rows the caches' check let through.
+#[test]
+fn a_nested_loops_guard_tries_the_region_caches_first() {
+    let qs = [
+        "mov %r9, %r1\n",
+        "mov %r9, %r10\nadd %r9, -16\n",
+        "mov %r9, %r3\n",
+    ];
+    let traps_at = |out: &RunOutcome, at: u64| {
+        matches!(
+            trap_of(out).kind,
+            TrapKind::OutOfBounds { addr, write: false, .. } if addr & 0xffff_ffff == at
+        )
+    };
+    for q in qs {
+        for (store, down) in [(false, false), (true, false), (false, true)] {
+            let case = format!("{q} store {store} down {down}");
+            let src = rows_against(8, (8, 8, 7), q, store, down);
+            assert_eq!(unroll_exits(&src).len(), 1, "{case}");
+            assert!(sweep(&src).result.is_ok(), "{case}");
+            // Rows of 12 from byte 8: the fifth is 56..68.
+            let out = sweep(&rows_against(12, (8, 12, 5), q, store, down));
+            assert!(traps_at(&out, if down { 67 } else { 64 }), "{case}");
+            // Rows of 12 down from byte 40: the fifth is -8..4.
+            let out = sweep(&rows_against(12, (40, -12, 5), q, store, down));
+            assert!(
+                traps_at(&out, if down { 0xffff_ffff } else { 0xffff_fff8 }),
+                "{case}"
+            );
+        }
+    }
+    // Rows of 5 (`q`'s span, region 2's first 5 bytes, is shorter than the caches' 8)
+    // ending 4 bytes from region 2's end, and rows of 16 against region 3's 16 bytes.
+    assert!(sweep(&rows_against(5, (5, 5, 11), qs[0], false, false))
+        .result
+        .is_ok());
+    assert!(sweep(&rows_against(16, (16, 16, 3), qs[2], true, false))
+        .result
+        .is_ok());
+}
+
+/// A loop closed by an equality test (`jne`, or `jne32` when `w` is "32"): `k` from
+/// `start`, moving `step` an iteration, leaves when it equals `stop`; each iteration
+/// adds `k` and the next byte of region 2, from its first, to r0.
+fn closed_by_equality(w: &str, (start, step, stop): (i64, i32, i32)) -> String {
+    format!(
+        "lddw %r6, {start:#x}\nmov %r7, %r1\nmov %r0, 0\n\
+         loop:\nldxb %r3, [%r7+0]\nadd %r0, %r3\nadd %r0, %r6\n\
+         add %r7, 1\nadd %r6, {step}\njne{w} %r6, {stop}, loop\nexit"
+    )
+}
+
+/// Loops closed by an equality test run in groups from the wrapped distance to their
+/// bound (`loops::CountedExit::equal`): counted down to -1 (revhash's `jne` after
+/// `k -= 1`) for every trip count from 1 to 48 (the region has room for more, so the
+/// exit alone ends the groups), up to zero, 32-bit ones wrapping through 2^32 or through
+/// zero, and a distance the step does not divide (the test never holds: the pointer
+/// runs past region 2's end). The interpreter's value, trap and fuel at every budget: a
+/// group that left out a test that should have left runs on.
+#[test]
+fn loops_closed_by_an_equality_test_run_in_groups() {
+    let prog = |w: &str, counts: (i64, i32, i32)| {
+        let src = closed_by_equality(w, counts);
+        let exits = unroll_exits(&src);
+        assert_eq!(exits.len(), 1, "{src}");
+        let e = &exits[0].3;
+        assert!(e.equal && e.is32 == (w == "32"), "{e:?}");
+        src
+    };
+    for trips in 1..=48 {
+        let out = sweep(&prog("", (trips - 1, -1, -1)));
+        let want = (0..trips as u64).sum::<u64>() * 2;
+        assert_eq!(out.result, Ok(want), "{trips} trips");
+    }
+    for counts in [(-37, 1, 0), (5, -1, -30), (0, 3, 63)] {
+        assert!(sweep(&prog("", counts)).result.is_ok(), "{counts:?}");
+    }
+    // 32-bit: from 2^32 - 20 up to 12 through zero, 32 steps; from 3 down to -16.
+    assert!(sweep(&prog("32", ((1 << 32) - 20, 1, 12))).result.is_ok());
+    assert!(sweep(&prog("32", (3, -1, -16))).result.is_ok());
+    // Never equal: 2 steps from 1 towards 40, reading bytes until 64.
+    let out = sweep(&prog("", (1, 2, 40)));
+    assert!(matches!(
+        trap_of(&out).kind,
+        TrapKind::OutOfBounds { addr, write: false, .. } if addr & 0xffff_ffff == 64
+    ));
+}

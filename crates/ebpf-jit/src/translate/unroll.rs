@@ -118,22 +118,24 @@ impl<'a, 'f> Translator<'a, 'f> {
         (g.plan.exit.pc == pc && k + 1 < g.copies.len()).then_some(g.plan.exit.stays)
     }
 
-    /// Ends loop `i`'s guard (in its current block, `n` the iterations proven in bounds,
-    /// already in the loop's counter): the slack, then the first group's start. Returns
-    /// false when the loop has no unrolled copy.
-    pub(super) fn guard_groups(&mut self, i: usize, n: Value, regs: &[Value; 10]) -> bool {
-        let Some(g) = &self.loops[i].group else {
-            return false;
-        };
-        let (exit, slack, head) = (g.plan.exit.clone(), g.slack, g.head);
-        let stays = self.exit_lower_bound(&exit, regs);
+    /// The counted exit of loop `i`'s groups, when it has an unrolled copy.
+    pub(super) fn group_exit(&self, i: usize) -> Option<CountedExit> {
+        Some(self.loops[i].group.as_ref()?.plan.exit.clone())
+    }
+
+    /// Ends the guard of loop `i`, which has an unrolled copy (in its current block, `n`
+    /// the iterations proven in bounds, already in the loop's counter, and `stays` the
+    /// [`Self::exit_lower_bound`] of its counted exit): the slack, then the first group's
+    /// start.
+    pub(super) fn guard_groups(&mut self, i: usize, n: Value, stays: Value) {
+        let g = self.loops[i].group.as_ref().expect("a loop with groups");
+        let (slack, head) = (g.slack, g.head);
         let b = &mut self.b;
         let one_more = b.ins().iadd_imm_s(stays, 1);
         let m = b.ins().umin(n, one_more);
         let s = b.ins().isub(n, m);
         b.def_var(slack, s);
         b.ins().jump(head, &[]);
-        true
     }
 
     /// At a group's start, a slice short of `need`: moves fuel from the reserve into the
@@ -176,8 +178,9 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// leave the loop, from the registers on entry: the distance from `iv` to `bound`
     /// over the step when `iv` starts on the near side of `bound`, else 0. Until then
     /// `iv` stays strictly between its start and `bound`, so it does not wrap and cannot
-    /// meet the exit's condition (see `loops::CountedExit`).
-    fn exit_lower_bound(&mut self, exit: &CountedExit, regs: &[Value; 10]) -> Value {
+    /// meet the exit's condition (see `loops::CountedExit`). For an exit on equality,
+    /// the distance is taken wrapped, from either side.
+    pub(super) fn exit_lower_bound(&mut self, exit: &CountedExit, regs: &[Value; 10]) -> Value {
         let iv = self.eval_form(exit.iv, regs);
         let mut bound = self.eval_form(exit.bound, regs);
         if let Some((off, size)) = exit.bound_slot {
@@ -213,8 +216,15 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             IntCC::UnsignedLessThan
         };
-        let near = b.ins().icmp(cc, from, to);
-        let dist = b.ins().isub(to, from);
+        let mut near = b.ins().icmp(cc, from, to);
+        let mut dist = b.ins().isub(to, from);
+        if exit.equal {
+            // Any distance, wrapped (see `loops::CountedExit`).
+            near = b.ins().iconst(types::I8, 1);
+            if exit.is32 {
+                dist = b.ins().band_imm_s(dist, 0xffff_ffff);
+            }
+        }
         let cap = b.ins().iconst(types::I64, u32::MAX as i64);
         let dist = b.ins().umin(dist, cap);
         // `floor(dist / step)` or (for a step not a power of two) up to two less.
