@@ -2081,18 +2081,33 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// After a miss at `addr` passed the exact check: caches its region (base `base`,
     /// length `len` for this kind of access) unless it is too short to cache.
     fn refill(&mut self, write: bool, old: &CacheValues, addr: Value, base: Value, len: Value) {
+        let b = &mut self.b;
+        let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
+        let region_delta = b.ins().isub(base, lo);
+        self.cache_region(write, old, lo, region_delta, len);
+    }
+
+    /// Caches (for accesses that write when `write`) the region starting at virtual
+    /// address `lo`, host minus virtual address `delta`, `len` bytes for this kind of
+    /// access, unless it is shorter than [`CACHE_LEN_MIN`]: then `old` stays.
+    fn cache_region(
+        &mut self,
+        write: bool,
+        old: &CacheValues,
+        lo: Value,
+        delta: Value,
+        len: Value,
+    ) {
         let vars = self.caches[usize::from(write)];
         let b = &mut self.b;
         let keep = b
             .ins()
             .icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
-        let lo = b.ins().band_imm_s(addr, !0xffff_ffff);
         let neg_lo = b.ins().ineg(lo);
-        let region_delta = b.ins().isub(base, lo);
         let neg_lo = b.ins().select(keep, old.neg_lo, neg_lo);
         let limit = b.ins().iadd_imm_s(len, -8);
         let limit = b.ins().select(keep, old.limit, limit);
-        let delta = b.ins().select(keep, old.delta, region_delta);
+        let delta = b.ins().select(keep, old.delta, delta);
         b.def_var(vars.neg_lo, neg_lo);
         b.def_var(vars.limit, limit);
         b.def_var(vars.delta, delta);

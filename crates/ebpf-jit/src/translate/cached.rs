@@ -37,41 +37,8 @@ impl Translator<'_, '_> {
         // delta, and its region, which the form's other spans must share.
         let mut forms: BTreeMap<[i64; 11], CacheValues> = BTreeMap::new();
         for span in spans {
-            let addr = self.eval_form((span.coef, span.k), regs);
-            // A pointer computed from r10 on every path (an array in the frame, through
-            // a register) is checked against the stack: it keeps the input's region in
-            // the read cache.
-            let on_stack = span.pcs.iter().all(|pc| self.plan.stack_bases.contains(pc));
-            let cache = if span.stack || on_stack {
-                self.stack_cache(8)
-            } else {
-                self.cache(span.write)
-            };
+            let (mut both, cache) = self.span_cached(span, regs, stays);
             let b = &mut self.b;
-            // `stays < 2^32` and `|stride| <= 2^24`: no wrap.
-            let moved = b.ins().imul_imm_s(stays, span.stride);
-            let far = b.ins().iadd(addr, moved);
-            let (low, high) = if span.stride < 0 {
-                (far, addr)
-            } else {
-                (addr, far)
-            };
-            // The first byte in the region (`rel <= len - 1`, unsigned: the cache's limit
-            // is `len - 8`, below 2^32, so no wrap), and the end (`rel_end - 8 <= len - 8`)
-            // compared signed: where the first holds, `rel_end - 8` lies in `[-8, 2^57)`,
-            // so the compare is exact, for a span within a region's first 8 bytes too
-            // (a frame array at `r10 - 8`, with the first compare, its last).
-            let first = b.ins().iadd(low, cache.neg_lo);
-            let last = b.ins().iadd(high, cache.neg_lo);
-            let last = b.ins().iadd_imm_s(last, span.len - 8);
-            let last_byte = b.ins().iadd_imm_s(cache.limit, 7);
-            let first_in = b
-                .ins()
-                .icmp(IntCC::UnsignedLessThanOrEqual, first, last_byte);
-            let last_in = b
-                .ins()
-                .icmp(IntCC::SignedLessThanOrEqual, last, cache.limit);
-            let mut both = b.ins().band(first_in, last_in);
             match forms.get(&span.coef) {
                 // Read and write spans of one pointer in one region (the other cache
                 // may hold another).
@@ -106,24 +73,58 @@ impl Translator<'_, '_> {
         (self.b.ins().iadd_imm_s(stays, 1), miss)
     }
 
+    /// Whether the bytes `span` covers over `stays + 1` iterations from the registers
+    /// on entry `regs` lie in the region of the cache it is checked against (returned
+    /// with it: the stack's constants for a span through r10).
+    fn span_cached(
+        &mut self,
+        span: &loops::GuardSpan,
+        regs: &[Value; 10],
+        stays: Value,
+    ) -> (Value, CacheValues) {
+        let addr = self.eval_form((span.coef, span.k), regs);
+        // A pointer computed from r10 on every path (an array in the frame, through a
+        // register) is checked against the stack: it keeps the input's region in the
+        // read cache.
+        let on_stack = span.pcs.iter().all(|pc| self.plan.stack_bases.contains(pc));
+        let cache = if span.stack || on_stack {
+            self.stack_cache(8)
+        } else {
+            self.cache(span.write)
+        };
+        let b = &mut self.b;
+        // `stays < 2^32` and `|stride| <= 2^24`: no wrap.
+        let moved = b.ins().imul_imm_s(stays, span.stride);
+        let far = b.ins().iadd(addr, moved);
+        let (low, high) = if span.stride < 0 {
+            (far, addr)
+        } else {
+            (addr, far)
+        };
+        // The first byte in the region (`rel <= len - 1`, unsigned: the cache's limit is
+        // `len - 8`, below 2^32, so no wrap), and the end (`rel_end - 8 <= len - 8`)
+        // compared signed: where the first holds, `rel_end - 8` lies in `[-8, 2^57)`, so
+        // the compare is exact, for a span within a region's first 8 bytes too (a frame
+        // array at `r10 - 8`, with the first compare, its last).
+        let first = b.ins().iadd(low, cache.neg_lo);
+        let last = b.ins().iadd(high, cache.neg_lo);
+        let last = b.ins().iadd_imm_s(last, span.len - 8);
+        let last_byte = b.ins().iadd_imm_s(cache.limit, 7);
+        let first_in = b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, first, last_byte);
+        let last_in = b
+            .ins()
+            .icmp(IntCC::SignedLessThanOrEqual, last, cache.limit);
+        (b.ins().band(first_in, last_in), cache)
+    }
+
     /// In a guard's lookup: caches (for accesses that write when `write`) the region of
     /// index `idx`, whose row gave `delta` (host minus virtual address) and `len`, unless
     /// it is too short to cache (an index past the table reads row 0, never mapped).
     pub(super) fn refill_from_guard(&mut self, write: bool, idx: Value, delta: Value, len: Value) {
         let old = self.cache(write);
-        let vars = self.caches[usize::from(write)];
-        let b = &mut self.b;
-        let keep = b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThan, len, CACHE_LEN_MIN);
-        let lo = b.ins().ishl_imm_s(idx, 32);
-        let neg_lo = b.ins().ineg(lo);
-        let neg_lo = b.ins().select(keep, old.neg_lo, neg_lo);
-        let limit = b.ins().iadd_imm_s(len, -8);
-        let limit = b.ins().select(keep, old.limit, limit);
-        let delta = b.ins().select(keep, old.delta, delta);
-        b.def_var(vars.neg_lo, neg_lo);
-        b.def_var(vars.limit, limit);
-        b.def_var(vars.delta, delta);
+        let lo = self.b.ins().ishl_imm_s(idx, 32);
+        self.cache_region(write, &old, lo, delta, len);
     }
 }
