@@ -3,7 +3,9 @@
 //! Registers r0-r9 are Cranelift `Variable`s (SSA values, no memory traffic); r10 is a
 //! plain value, fixed for the function. The entry function becomes a Cranelift
 //! function `fn(ctx) -> status` (see `runtime`): it loads r1-r5 from the context and
-//! stores r0 back at `exit`. A function a local call reaches becomes a function of its
+//! stores r0 back at `exit`. The context pointer is kept in a stack slot and read from
+//! it where it is needed (cold paths: refills, traps, fuel, calls), so it holds no
+//! register through loops. A function a local call reaches becomes a function of its
 //! own native signature ([`CalleeAbi`], Cranelift's `tail` convention): the registers
 //! it may read and the fuel left come in as arguments, and the status, the fuel left,
 //! r0 and the r1-r5 it may write go back as return values, all in host registers (an
@@ -66,7 +68,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, AbiParam, AliasRegionData, AtomicRmwOp, Block, BlockArg, Endianness, FuncRef,
-    InstBuilder, MemFlagsData, SigRef, Signature, Type, Value, ValueDef,
+    InstBuilder, MemFlagsData, SigRef, Signature, StackSlot, StackSlotData, StackSlotKind, Type,
+    Value, ValueDef,
 };
 use cranelift_codegen::isa::{CallConv, TargetFrontendConfig};
 use cranelift_frontend::{FunctionBuilder, Variable};
@@ -353,7 +356,11 @@ struct Translator<'a, 'f> {
     regs: [Variable; 10],
     /// The slice of fuel this code holds (see "Fuel" in the module doc).
     fuel_left: Variable,
+    /// The context pointer as the function received it: read only by loads that may
+    /// leave loops (the region table's address, see [`Self::fixed_regions`]).
     ctx: Value,
+    /// The slot the entry stores the context pointer in, read by [`Self::ctx`].
+    ctx_slot: StackSlot,
     /// r10, the virtual frame pointer.
     fp: Value,
     /// Host address r10 stands for.
@@ -554,6 +561,7 @@ fn declare_callees(
 /// frame pointer with its host address.
 struct EntryState {
     ctx: Value,
+    ctx_slot: StackSlot,
     uses: RegUse,
     fuel_left: Variable,
     regs: [Variable; 10],
@@ -577,6 +585,9 @@ impl EntryState {
         b.seal_block(entry);
         let params = b.block_params(entry).to_vec();
         let ctx = params[0];
+        let ctx_slot =
+            b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 8, 3));
+        b.ins().stack_store(types::I64, ctx, ctx_slot, 0);
         let uses = match entry_kind {
             Entry::Run => crate::analysis::reg_use(env.insns, &plan.pcs),
             Entry::Call => env.abis[&plan.start].uses,
@@ -613,6 +624,7 @@ impl EntryState {
         );
         EntryState {
             ctx,
+            ctx_slot,
             uses,
             fuel_left,
             regs,
@@ -843,6 +855,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             regs: start.regs,
             fuel_left: start.fuel_left,
             ctx: start.ctx,
+            ctx_slot: start.ctx_slot,
             fp: start.fp,
             fp_host: start.fp_host,
             caches,
@@ -2128,12 +2141,22 @@ impl<'a, 'f> Translator<'a, 'f> {
         }
     }
 
+    /// The context pointer, read from the entry's slot where it is needed: the
+    /// context is touched on cold paths (refills, traps, fuel, calls), and a value
+    /// live across the function would hold a register through every loop.
+    fn ctx(&mut self) -> Value {
+        self.b
+            .ins()
+            .stack_load(types::I64, types::I64, self.ctx_slot, 0)
+    }
+
     /// The region table, read from the context where it is needed (the cold paths)
     /// rather than kept live across the function.
     fn regions(&mut self) -> Value {
+        let ctx = self.ctx();
         self.b
             .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::REGIONS)
+            .load(types::I64, self.flags.ctx, ctx, offsets::REGIONS)
     }
 
     /// The region table, read with flags that let the mid-end merge the read and move
@@ -2340,7 +2363,7 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// registers (or spilled) on the hot path.
     fn jump_to_trap_with(&mut self, code: Value, pc: Value, addr: Option<Value>, aux: i64) {
         let fl = self.flags.ctx;
-        let ctx = self.ctx;
+        let ctx = self.ctx();
         let b = &mut self.b;
         b.ins().store(fl, code, ctx, offsets::TRAP_CODE);
         b.ins().store(fl, pc, ctx, offsets::TRAP_PC);
@@ -2405,10 +2428,11 @@ impl<'a, 'f> Translator<'a, 'f> {
         let after = self.b.ins().isub(left, cost);
         self.b.def_var(self.fuel_left, after);
         let fl = self.flags.ctx;
+        let ctx = self.ctx();
         let reserve = self
             .b
             .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+            .load(types::I64, fl, ctx, offsets::FUEL_RESERVE);
         // The charge exceeds the budget when the reserve cannot cover what the slice
         // lacks; else what is left after it is slice plus reserve minus cost.
         let lack = self.b.ins().ineg(after);
@@ -2447,19 +2471,21 @@ impl<'a, 'f> Translator<'a, 'f> {
         let most = self.b.ins().iconst(types::I64, rules::STOP_SLICE as i64);
         let slice = self.b.ins().umin(total, most);
         let reserve = self.b.ins().isub(total, slice);
+        let ctx = self.ctx();
         self.b
             .ins()
-            .store(self.flags.ctx, reserve, self.ctx, offsets::FUEL_RESERVE);
+            .store(self.flags.ctx, reserve, ctx, offsets::FUEL_RESERVE);
         slice
     }
 
     /// The run's stop flag, read atomically, so Cranelift neither hoists the read nor
     /// merges it with another.
     fn stop_flag(&mut self) -> Value {
+        let ctx = self.ctx();
         let stop = self
             .b
             .ins()
-            .load(types::I64, self.flags.ctx, self.ctx, offsets::STOP);
+            .load(types::I64, self.flags.ctx, ctx, offsets::STOP);
         self.b
             .ins()
             .atomic_load(types::I32, MemFlagsData::trusted(), stop)
@@ -2468,18 +2494,16 @@ impl<'a, 'f> Translator<'a, 'f> {
     /// Stores the fuel used so far (budget minus slice minus reserve) into the context.
     fn store_fuel(&mut self) {
         let fl = self.flags.ctx;
-        let budget = self
-            .b
-            .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_BUDGET);
+        let ctx = self.ctx();
+        let budget = self.b.ins().load(types::I64, fl, ctx, offsets::FUEL_BUDGET);
         let reserve = self
             .b
             .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+            .load(types::I64, fl, ctx, offsets::FUEL_RESERVE);
         let left = self.b.use_var(self.fuel_left);
         let left = self.b.ins().iadd(left, reserve);
         let used = self.b.ins().isub(budget, left);
-        self.b.ins().store(fl, used, self.ctx, offsets::FUEL_USED);
+        self.b.ins().store(fl, used, ctx, offsets::FUEL_USED);
     }
 
     /// JMP and JMP32 instructions (RFC 9669 §4.3); returns the slot to go on at.
@@ -3153,9 +3177,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         match self.entry {
             Entry::Run => {
                 let r0 = self.b.use_var(self.regs[0]);
-                self.b
-                    .ins()
-                    .store(self.flags.ctx, r0, self.ctx, offsets::reg(0));
+                let ctx = self.ctx();
+                self.b.ins().store(self.flags.ctx, r0, ctx, offsets::reg(0));
                 self.store_fuel();
                 self.b.ins().return_(&[status]);
             }
@@ -3179,7 +3202,8 @@ impl<'a, 'f> Translator<'a, 'f> {
         } else {
             self.b.ins().iconst(types::I64, i64::from(insn.imm))
         };
-        let mut args = vec![self.ctx, id];
+        let ctx = self.ctx();
+        let mut args = vec![ctx, id];
         for r in 1..=5 {
             args.push(self.b.use_var(self.regs[r]));
         }
@@ -3192,12 +3216,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             .ins()
             .call_indirect(self.helper_sig, trampoline, &args);
         let r0 = self.b.inst_results(call)[0];
-        let trapped = self.b.ins().load(
-            types::I64,
-            self.flags.ctx,
-            self.ctx,
-            offsets::HELPER_TRAPPED,
-        );
+        let ctx = self.ctx();
+        let trapped = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.ctx, ctx, offsets::HELPER_TRAPPED);
         self.trap_if(trapped, trap_code::HELPER, pc);
         self.reset_caches();
         self.set_reg(pc, 0, r0)
@@ -3301,7 +3324,8 @@ impl<'a, 'f> Translator<'a, 'f> {
     fn local_call(&mut self, pc: u32, target: u32) {
         self.enter_call(pc);
         let abi = &self.abis[&target];
-        let mut args = vec![self.ctx, self.b.use_var(self.fuel_left)];
+        let ctx = self.ctx();
+        let mut args = vec![ctx, self.b.use_var(self.fuel_left)];
         if abi.fp {
             args.push(self.b.ins().iadd_imm_s(self.fp, -(STACK_FRAME_SIZE as i64)));
         }

@@ -160,10 +160,11 @@ impl<'a, 'f> Translator<'a, 'f> {
             .ins()
             .brif(flag, join, &[BlockArg::Value(kept)], fill, &[]);
         self.b.switch_to_block(fill);
+        let ctx = self.ctx();
         let reserve = self
             .b
             .ins()
-            .load(types::I64, fl, self.ctx, offsets::FUEL_RESERVE);
+            .load(types::I64, fl, ctx, offsets::FUEL_RESERVE);
         let total = self.b.ins().iadd(kept, reserve);
         let filled = self.fill_slice(total);
         self.b.ins().jump(join, &[BlockArg::Value(filled)]);
