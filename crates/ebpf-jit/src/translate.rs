@@ -357,7 +357,8 @@ struct Translator<'a, 'f> {
     /// The slice of fuel this code holds (see "Fuel" in the module doc).
     fuel_left: Variable,
     /// The context pointer as the function received it: read only by loads that may
-    /// leave loops (the region table's address, see [`Self::fixed_regions`]).
+    /// leave loops (the region table's address, see [`Self::fixed_regions`]) and by
+    /// the counting variant's counters; every other use reads [`Self::ctx`].
     ctx: Value,
     /// The slot the entry stores the context pointer in, read by [`Self::ctx`].
     ctx_slot: StackSlot,
