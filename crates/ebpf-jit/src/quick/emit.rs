@@ -67,6 +67,21 @@
 //! ([`Known::within`], [`Emitter::hints_at`]): it picks the check, and a wrong hint
 //! fails it and goes to the miss routine.
 //!
+//! # Versioned loops
+//! A loop of one straight range of slots closed by its only backward jump, whose
+//! accesses the Cranelift tier's loop analysis (`loops::plan_loops`) finds strided (an
+//! address that moves by a constant each iteration), gets a second copy with those
+//! accesses unchecked (`versioned`): `[reg + off + delta]`, the delta (host minus
+//! virtual address of the region) kept in the context. A guard at the loop's header,
+//! where the main code enters it, computes for each strided span how many iterations
+//! keep its bytes in its kind's cached region, and cuts the fuel slice to what that
+//! many iterations charge (moving the rest to the reserve: the fuel left, and every
+//! charge, stay the interpreter's). The copy's back edge charges like the checked
+//! loop's; a slice it cannot pay leaves for the checked loop's back edge with the
+//! charge undone, which charges again, refills (a trap or a stop comes from there) and
+//! goes back through the guard. A span outside the cached region fails the guard, and
+//! the checked loop runs until its next refill.
+//!
 //! # Fuel, stop, traps
 //! While compiled code runs, the context's `fuel_used` holds a *slice* of what is left
 //! of the budget (at most `rules::STOP_SLICE`; the rest is in `fuel_reserve`), as in the
@@ -109,6 +124,9 @@ use csx_ebpf::memory::{RegionEntry, RegionIdx};
 use super::x64::*;
 use crate::runtime::{helper_trampoline, offsets, trap_code, TRAP_AUX_WRITE};
 use crate::translate::KnownRegion;
+use versioned::QuickLoop;
+
+mod versioned;
 
 /// Host register of eBPF r0-r9.
 const MAP: [Reg; 10] = [RAX, RDI, RSI, RDX, RCX, R8, RBX, R13, R14, R15];
@@ -182,6 +200,10 @@ enum Stub {
     Trap { code: i64, pc: u32 },
     /// A charge the slice could not pay for at `pc`: refill it, come back to `back`.
     Refill { pc: u32, back: usize },
+    /// The back edge of an unchecked loop copy whose charge the slice could not pay
+    /// for: the charge of `cost` undone, on to the checked loop's back edge (whose
+    /// compare is at slot `compare`), which charges again.
+    Leave { cost: i32, compare: u32 },
     /// A backward conditional jump whose charge the slice could not pay for (see
     /// [`Emitter::back_edge`]): the slot `compare` is compared again (its condition
     /// inverted when `invert`); taken, the refill routine is called for `pc` (the slice
@@ -228,6 +250,10 @@ enum Check {
 #[derive(Clone, Copy, Debug)]
 enum Target {
     Slot(u32),
+    /// Slot `t` in the unchecked copy of versioned loop `i`.
+    Copy(usize, u32),
+    /// The checked header of versioned loop `i`, after its guard.
+    Head(usize),
     /// The slow copy of span group `n`.
     Slow(usize),
     Stub(usize),
@@ -309,12 +335,25 @@ pub(crate) fn emit_program(
         group: None,
         slow: Vec::new(),
         proven_host: None,
-        bottoms: Vec::new(),
+        bottoms: loop_bottoms(insns),
         hints: Hints::new(insns),
+        vloops: Vec::new(),
+        copying: None,
+        copy_pos: Vec::new(),
+        head_pos: Vec::new(),
+        held_delta: None,
     };
+    if blocks.is_none() {
+        e.vloops = versioned::versioned_loops(insns, entry, &e.targets, &e.bottoms);
+        e.copy_pos = e
+            .vloops
+            .iter()
+            .map(|q| vec![usize::MAX; (q.bottom - q.header + 1) as usize])
+            .collect();
+        e.head_pos = vec![usize::MAX; e.vloops.len()];
+    }
     e.prologue(entry);
     let heads = loop_heads(insns);
-    e.bottoms = loop_bottoms(insns);
     let mut pc = 0usize;
     let mut falls_through = false;
     while pc < insns.len() {
@@ -574,6 +613,17 @@ struct Emitter<'a> {
     bottoms: Vec<bool>,
     /// Which registers keep their [`Known::within`] across jump targets.
     hints: Hints,
+    /// The loops with an unchecked copy, by header (none in the counting variant).
+    vloops: Vec<QuickLoop>,
+    /// The loop whose unchecked copy is being emitted.
+    copying: Option<usize>,
+    /// Code offset of each slot of each loop's copy.
+    copy_pos: Vec<Vec<usize>>,
+    /// Code offset of each loop's checked header, after its guard.
+    head_pos: Vec<usize>,
+    /// In a loop's unchecked copy, whose delta r11 holds (loads' false, stores' true),
+    /// from an unchecked access earlier in this straight run.
+    held_delta: Option<bool>,
 }
 
 /// What [`Known::within`] survives a jump target (see [`Emitter::hints_at`]): the hints
@@ -704,7 +754,8 @@ impl Emitter<'_> {
         let target = i64::from(pc) + rel + 1;
         match u32::try_from(target) {
             Ok(t) if (t as usize) < self.insns.len() => {
-                self.fixups.push((at, Target::Slot(t), pc));
+                let target = self.slot_target(t);
+                self.fixups.push((at, target, pc));
                 Ok(())
             }
             _ => Err(EmitError::BadTarget { pc, target }),
@@ -841,6 +892,11 @@ impl Emitter<'_> {
         falls_in: bool,
     ) -> EResult<(usize, bool)> {
         self.slot_pos[pc] = self.a.pos();
+        if let Some(i) = self.versioned_at(pc as u32) {
+            self.loop_guard(i);
+            self.a.align_with_nops(LOOP_HEAD_ALIGN);
+            self.head_pos[i] = self.a.pos();
+        }
         if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
             self.count_block(b);
         }
@@ -893,7 +949,7 @@ impl Emitter<'_> {
                 self.proven_host = None;
             }
             self.learn(insn, Some(next));
-            self.slot_pos[pc + 1] = self.a.pos();
+            self.mark_slot(pc + 1);
             self.learn(next, self.insns.get(pc + 2));
             return Ok(true);
         }
@@ -902,7 +958,7 @@ impl Emitter<'_> {
             && self.jump_over_back_edge(pc as u32, insn, next)?
         {
             self.note_forward_jump(pc, insn);
-            self.slot_pos[pc + 1] = self.a.pos();
+            self.mark_slot(pc + 1);
             return Ok(true);
         }
         Ok(false)
@@ -1232,6 +1288,9 @@ impl Emitter<'_> {
     /// The operand for an access of `size` bytes at eBPF register `base` plus `off`,
     /// checked (see the module doc). A checked operand is `[r11 - size]`.
     fn access(&mut self, pc: u32, base: u8, off: i16, size: u8, write: bool) -> EResult<Mem> {
+        if let Some(m) = self.unchecked_access(pc, base, off, write) {
+            return Ok(m);
+        }
         if let Some(g) = self.group {
             if g.base == base && g.write == write && (g.first..=g.last).contains(&pc) {
                 let disp = i32::from(off) - g.min;
@@ -1964,6 +2023,14 @@ impl Emitter<'_> {
     fn back_edge(&mut self, pc: u32, compare: u32, invert: bool, target: u32) -> EResult<()> {
         let cost = i32::try_from(rules::jump_cost(pc, target))
             .expect("jump costs are below the program length");
+        if let Some(i) = self.copying {
+            return self.copy_back_edge(i, pc, (compare, invert), cost);
+        }
+        // A versioned loop's checked copy goes round past its guard.
+        let head = match self.versioned_at(target) {
+            Some(i) if self.vloops[i].bottom == pc => Target::Head(i),
+            _ => Target::Slot(target),
+        };
         let insn = self.insns[compare as usize];
         let mut cc = self.condition(compare, &insn)?;
         if invert {
@@ -1984,7 +2051,7 @@ impl Emitter<'_> {
         let wide = insn.class() == CLASS_JMP;
         self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
         let at = self.a.jcc_rel32(cc);
-        self.fixups.push((at, Target::Slot(target), pc));
+        self.fixups.push((at, head, pc));
         self.a.alu_mi(Alu::Add, true, fuel, cost);
         if let Stub::BackEdge { back, .. } = &mut self.stubs[n] {
             *back = self.a.pos();
@@ -2091,6 +2158,7 @@ impl Emitter<'_> {
 
     /// Emits the stubs and shared exits, then patches every displacement.
     fn finish(mut self) -> EResult<Emitted> {
+        self.emit_loop_copies()?;
         let slow_pos = self.emit_slow_copies()?;
         let (stub_pos, mut to_mem_trap, mut to_set_trap) = self.emit_stubs()?;
         let refill = self.emit_refill(&mut to_set_trap);
@@ -2107,6 +2175,8 @@ impl Emitter<'_> {
                     }
                     p => p,
                 },
+                Target::Copy(i, t) => self.copy_pos[i][(t - self.vloops[i].header) as usize],
+                Target::Head(i) => self.head_pos[i],
                 Target::Stub(n) => stub_pos[n],
                 Target::Slow(n) => slow_pos[n],
                 Target::Refill => refill,
@@ -2166,6 +2236,11 @@ impl Emitter<'_> {
                     self.call_refill(pc);
                     let at = self.a.jmp_rel32();
                     self.a.patch_rel32(at, back);
+                }
+                Stub::Leave { cost, compare } => {
+                    self.a
+                        .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost);
+                    self.jump(Target::Slot(compare));
                 }
                 Stub::BackEdge {
                     pc,

@@ -900,3 +900,118 @@ fn stack_pointers_carried_into_loops_are_checked_against_the_stack() {
     );
     assert_eq!(trap_pc(&out), 8);
 }
+
+/// Versioned loops (`emit/versioned.rs`): a guard at the header proves the loop's strided
+/// accesses in the cached region for as many iterations as it lets the fuel slice pay
+/// for, then an unchecked copy runs them; a charge the cut slice cannot pay leaves for
+/// the checked loop, which refills and goes back through the guard. Region 2 holds 64
+/// bytes `3i + 1`; value, trap pc, fuel and memory are the interpreter's at every
+/// budget, for loads and stores, strides up, down, of 1, 3 and 4 bytes, a fused
+/// `jcc +1; ja` back edge, early exits, and loops that run out of their region.
+#[test]
+fn versioned_loops_agree_at_every_budget() {
+    // r1 + i for i up to `last` (63 is the region's last byte).
+    let bytes = |last: u32| {
+        format!(
+            "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\nmul %r0, 3\n\
+             add %r6, 1\njle %r6, {last}, top\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&bytes(63)).result.is_ok());
+    assert_eq!(trap_pc(&agree_at_every_budget(&bytes(64))), 5);
+    // Words through a stepped pointer, down from the end; past the start it traps.
+    let down = |passes: u32| {
+        format!(
+            "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r3, %r1\nadd %r3, 60\nmov %r6, 0\n\
+             top:\nldxw %r5, [%r3+0]\nxor %r0, %r5\nadd %r0, 7\nadd %r3, -4\n\
+             add %r6, 1\njlt %r6, {passes}, top\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&down(16)).result.is_ok());
+    assert_eq!(trap_pc(&agree_at_every_budget(&down(17))), 5);
+    // A stride of 3 (the guard divides), 2-byte loads at +0 and +1 as one span.
+    let threes = |passes: u32| {
+        format!(
+            "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r3, %r1\nmov %r6, 0\n\
+             top:\nldxh %r5, [%r3+0]\nadd %r0, %r5\nldxh %r5, [%r3+1]\nxor %r0, %r5\n\
+             add %r3, 3\nadd %r6, 1\njlt %r6, {passes}, top\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&threes(21)).result.is_ok());
+    assert_eq!(trap_pc(&agree_at_every_budget(&threes(22))), 4);
+    // Stores after a store fills the write cache: a strided fill, then a read back.
+    let fill = |last: u32| {
+        format!(
+            "mov %r0, 0\nstb [%r1+0], 9\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nstxb [%r4+0], %r6\nldxb %r5, [%r4+0]\n\
+             add %r0, %r5\nadd %r6, 1\njle %r6, {last}, top\nldxdw %r0, [%r1+40]\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&fill(63)).result.is_ok());
+    assert_eq!(trap_pc(&agree_at_every_budget(&fill(64))), 5);
+    // `jcc +1; ja top` closing the loop, and an early exit on a byte's value.
+    let out = agree_at_every_budget(
+        "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
+         top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 178, out\n\
+         add %r0, %r5\nadd %r6, 1\njeq %r6, 64, +1\nja top\nout:\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+    // An `exit` inside the loop, and no load before it (the read cache is the stack's
+    // on entry: the guard fails and the checked loop runs).
+    let out = agree_at_every_budget(
+        "mov %r0, 0\nmov %r6, 0\n\
+         top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+         jlt %r0, 1000, +1\nexit\nadd %r6, 1\njlt %r6, 64, top\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+}
+
+/// A versioned loop over 64 KiB: its iterations outlast many slices, and the guard
+/// cuts the slice, so the copy leaves for the checked loop at each refill and comes
+/// back through the guard. Value, trap pc and fuel are the interpreter's at budgets
+/// around the slice's size and its multiples and at the full run's.
+#[test]
+fn versioned_loops_across_refills() {
+    const LEN: usize = 1 << 16;
+    let src = "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
+               top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+               mul %r0, 3\nadd %r6, 1\njlt %r6, %r2, top\nexit";
+    let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+    let p = verified(insns).expect("verifies");
+    let quick = QuickProgram::compile(p.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let interp = Interpreter::new(p.clone());
+    let run_at = |engine: &dyn Engine, fuel: u64, len: usize| {
+        let mut rw: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut map = MemoryMap::new();
+        let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
+        let opts = RunOptions {
+            fuel,
+            ..RunOptions::default()
+        };
+        engine.run(
+            &mut map,
+            [a, len as u64, 0, 0, 0],
+            &opts,
+            &mut ConformanceHost,
+        )
+    };
+    let full = run_at(&interp, 10_000_000, LEN);
+    assert!(full.result.is_ok(), "{full:?}");
+    let slice = csx_ebpf::engine::rules::STOP_SLICE;
+    let mut budgets = vec![10_000_000, full.fuel_used, full.fuel_used - 1];
+    for k in 1..=full.fuel_used / slice {
+        budgets.extend([k * slice - 1, k * slice, k * slice + 1, k * slice + 4]);
+    }
+    for fuel in budgets {
+        assert_eq!(
+            run_at(&quick, fuel, LEN),
+            run_at(&interp, fuel, LEN),
+            "budget {fuel}"
+        );
+    }
+    // One byte past the region: the last iteration traps, after every slice.
+    let past = run_at(&interp, 10_000_000, LEN + 1);
+    assert_eq!(trap_pc(&past), 5);
+    assert_eq!(run_at(&quick, 10_000_000, LEN + 1), past);
+}
