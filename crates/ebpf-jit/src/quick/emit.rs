@@ -344,7 +344,7 @@ pub(crate) fn emit_program(
         held_delta: None,
     };
     if blocks.is_none() {
-        e.vloops = versioned::versioned_loops(insns, entry, &e.targets, &e.bottoms);
+        e.vloops = versioned::versioned_loops(insns, &e.targets, &e.bottoms);
         e.copy_pos = e
             .vloops
             .iter()
@@ -892,11 +892,6 @@ impl Emitter<'_> {
         falls_in: bool,
     ) -> EResult<(usize, bool)> {
         self.slot_pos[pc] = self.a.pos();
-        if let Some(i) = self.versioned_at(pc as u32) {
-            self.loop_guard(i);
-            self.a.align_with_nops(LOOP_HEAD_ALIGN);
-            self.head_pos[i] = self.a.pos();
-        }
         if let Some(b) = blocks.and_then(|m| m.block_at(pc as u32)) {
             self.count_block(b);
         }
@@ -906,6 +901,13 @@ impl Emitter<'_> {
                 within,
                 ..Known::NOTHING
             });
+        }
+        if let Some(i) = self.versioned_at(pc as u32) {
+            if self.prune_spans(i) {
+                self.loop_guard(i);
+                self.a.align_with_nops(LOOP_HEAD_ALIGN);
+            }
+            self.head_pos[i] = self.a.pos();
         }
         let leader = self.targets[pc] || Self::counted_leader(blocks, pc);
         if leader || !self.keeps_proven_host(&insn) {

@@ -2,14 +2,20 @@
 //! that proves its strided accesses in bounds for as many iterations as the fuel slice
 //! lets it run (see "Versioned loops" in the module doc of `emit`).
 //!
-//! Which loops: those `loops::plan_loops` versions for the Cranelift tier (the same
-//! symbolic pass finds their strided accesses, as affine forms of the registers at the
-//! header) that are also one straight range of slots `header..=bottom` with one backward
-//! jump, the last slot (a back edge [`Emitter::back_edge`] emits: a conditional jump,
-//! or `jcc +1; ja header`), no call, no `lddw`, no inner loop, and no condition the
-//! Cranelift guard adds (lags, 32-bit forms). Their accesses through the stack keep
-//! their checks; the rest, as `loops::GuardSpan`s, are proven by the guard against the
-//! region caches.
+//! Which loops: one straight range of slots `header..=bottom` with one backward jump,
+//! the last slot (a back edge [`Emitter::back_edge`] emits: a conditional jump, or
+//! `jcc +1; ja header`), entered only at its header, holding no call and no `lddw`.
+//! One pass over the slots in order ([`strided_accesses`]) follows each register as an
+//! affine form of the registers at the header (forward jumps inside the loop merge what
+//! agrees); a register that ends the iteration as its header value plus a constant is
+//! an induction variable, and an access whose address is a form of induction variables
+//! alone moves by a constant stride. Those accesses, grouped as `loops::GuardSpan`s,
+//! are the ones the guard proves. A pass that cheap keeps the quick tier's compile
+//! fast (`loops::plan_loops`, the Cranelift tier's analysis of the same, took 30 ms for
+//! the 4,000-instruction program); it knows less (no 32-bit indexes, no spilled
+//! registers): those loops stay checked. The main pass drops, at the header, the spans
+//! through registers it takes for the stack's or a global's addresses, which have
+//! checks of their own ([`Emitter::prune_spans`]).
 
 use std::collections::BTreeSet;
 
@@ -17,13 +23,17 @@ use csx_ebpf::engine::rules;
 use csx_ebpf::isa::*;
 
 use super::*;
-use crate::analysis::{plan_program_with, FunctionPlan};
-use crate::loops::{guard_spans, plan_loops, GuardSpan, VersionedLoop};
+use crate::loops::{guard_spans, GuardSpan, LoopAccess};
+
+/// Most slots in a versioned loop.
+const BODY_MAX: u32 = 256;
+
+/// Largest stride (bytes per iteration, either way) an unchecked access may have.
+const STRIDE_MAX: i64 = 1 << 24;
 
 /// The least number of iterations after the first the guard must prove before it
-/// enters the unchecked copy: near a region's end (a loop about to trap, or one whose
-/// output cursor the guard bounds by its longest step) the copy would otherwise run an
-/// iteration or two between refills of the slice it shortened.
+/// enters the unchecked copy: near a region's end (a loop about to trap) the copy
+/// would otherwise run an iteration or two between refills of the slice it shortened.
 const RUN_MIN: i32 = 8;
 
 /// Where the guard keeps the fewest proven iterations while it works: the context's r0
@@ -55,98 +65,248 @@ pub(super) struct QuickLoop {
     pub spans: Vec<GuardSpan>,
     /// The slots of the accesses the spans cover: unchecked in the copy.
     pub unchecked: BTreeSet<u32>,
+    /// Whether the main pass emitted its guard (see [`Emitter::prune_spans`]), and so
+    /// whether it has a copy.
+    pub active: bool,
 }
 
-/// The loops of the program at `entry` the quick tier versions, by header. `targets`
-/// and `bottoms`: [`jump_targets`] and [`loop_bottoms`] of `insns`.
+/// The loops of `insns` the quick tier versions, by header. `targets` and `bottoms`:
+/// [`jump_targets`] and [`loop_bottoms`] of `insns`.
 pub(super) fn versioned_loops(
     insns: &[Insn],
-    entry: u32,
     targets: &[bool],
     bottoms: &[bool],
 ) -> Vec<QuickLoop> {
-    // No speculative regions: they are the Cranelift tier's, and loops would only have
-    // to hold them whole.
-    let Ok(program) = plan_program_with(insns, entry, false) else {
-        return Vec::new();
-    };
-    let mut out: Vec<QuickLoop> = program
-        .functions
-        .iter()
-        .flat_map(|f| {
-            plan_loops(insns, f, false)
-                .into_iter()
-                .filter_map(|l| quick_loop(insns, f, &l, targets, bottoms))
-        })
-        .collect();
+    // The sources of the jumps to each target, for the loops' single entry.
+    let mut sources: std::collections::HashMap<usize, Vec<usize>> = Default::default();
+    for (pc, insn) in insns.iter().enumerate() {
+        if let Some(t) = jump_target(pc, insn) {
+            sources.entry(t).or_default().push(pc);
+        }
+    }
+    let mut out = Vec::new();
+    for (b, _) in bottoms.iter().enumerate().filter(|(_, &x)| x) {
+        let Some(h) = back_edge_target(b, &insns[b]) else {
+            continue;
+        };
+        let inside = |pc: usize| (h..=b).contains(&pc);
+        let entered_inside = (h + 1..=b).filter(|&t| targets[t]).any(|t| {
+            sources
+                .get(&t)
+                .is_some_and(|s| s.iter().any(|&pc| !inside(pc)))
+        });
+        if entered_inside || !one_backward_jump(insns, targets, h, b) {
+            continue;
+        }
+        if let Some(q) = quick_loop(insns, targets, h as u32, b as u32) {
+            out.push(q);
+        }
+    }
     out.sort_by_key(|q| q.header);
     out.dedup_by_key(|q| q.header);
     out
 }
 
-/// `l` as a [`QuickLoop`], or `None` when it is not of the shape the quick tier versions
-/// (see the module doc).
-fn quick_loop(
-    insns: &[Insn],
-    plan: &FunctionPlan,
-    l: &VersionedLoop,
-    targets: &[bool],
-    bottoms: &[bool],
-) -> Option<QuickLoop> {
-    if !(l.inner.is_empty() && l.lags.is_empty() && l.narrow.is_empty()) {
+/// Where the jump (or local call) at `pc` goes, if `insn` is one.
+fn jump_target(pc: usize, insn: &Insn) -> Option<usize> {
+    if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
         return None;
     }
-    let h = l.header;
-    let b = *l.body.last()?;
-    // One straight range of slots (an `lddw` leaves a hole: its tail is no slot).
-    if *l.body.first()? != h || l.body.len() != (b - h + 1) as usize {
-        return None;
+    let rel = match insn.opc & 0xf0 {
+        JMP_EXIT => return None,
+        JMP_CALL if insn.src == CALL_SRC_LOCAL => insn.imm,
+        JMP_CALL => return None,
+        JMP_JA if insn.class() == CLASS_JMP32 => insn.imm,
+        _ => i32::from(insn.off),
+    };
+    usize::try_from(pc as i64 + i64::from(rel) + 1).ok()
+}
+
+/// Whether `h..=b` is at most [`BODY_MAX`] slots holding no call and no `lddw`, whose
+/// only backward jump is `b`'s, emitted as one back edge.
+fn one_backward_jump(insns: &[Insn], targets: &[bool], h: usize, b: usize) -> bool {
+    if b + 1 - h > BODY_MAX as usize {
+        return false;
     }
+    for (pc, insn) in insns.iter().enumerate().take(b + 1).skip(h) {
+        let call = matches!(insn.class(), CLASS_JMP | CLASS_JMP32) && insn.opc & 0xf0 == JMP_CALL;
+        let back = pc != b && back_edge_target(pc, insn).is_some();
+        if call || back || insn.class() == CLASS_LD {
+            return false;
+        }
+    }
+    if insns[b].opc != OP_JA {
+        return true;
+    }
+    // `jcc +1; ja header`, fused into one back edge where the `ja` is no target.
+    let jcc = &insns[b - 1];
+    let conditional = b > h
+        && matches!(jcc.class(), CLASS_JMP | CLASS_JMP32)
+        && !matches!(jcc.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
+    conditional && jcc.off == 1 && !targets[b]
+}
+
+/// A register's value as an affine form of the registers at the header (`coef . r +
+/// k`, mod 2^64), or unknown.
+type Form = Option<([i64; 11], i64)>;
+
+/// The forms of r0-r10 at the header: each its own value.
+fn header_forms() -> [Form; 11] {
+    std::array::from_fn(|r| {
+        let mut coef = [0; 11];
+        coef[r] = 1;
+        Some((coef, 0))
+    })
+}
+
+/// `a + m * b`, when both are known.
+fn form_add(a: Form, b: Form, m: i64) -> Form {
+    let ((ca, ka), (cb, kb)) = (a?, b?);
+    let coef = std::array::from_fn(|r| ca[r].wrapping_add(cb[r].wrapping_mul(m)));
+    Some((coef, ka.wrapping_add(kb.wrapping_mul(m))))
+}
+
+fn form_scale(a: Form, m: i64) -> Form {
+    let (c, k) = a?;
+    Some((c.map(|x| x.wrapping_mul(m)), k.wrapping_mul(m)))
+}
+
+fn constant(k: i64) -> Form {
+    Some(([0; 11], k))
+}
+
+/// Where the forms of two paths meet: what they agree on.
+fn meet_forms(a: &[Form; 11], b: &[Form; 11]) -> [Form; 11] {
+    std::array::from_fn(|r| if a[r] == b[r] { a[r] } else { None })
+}
+
+/// The form of the 64-bit ALU result `insn` writes, from the forms before it.
+fn alu_form(insn: &Insn, s: &[Form; 11]) -> Form {
+    let d = s[usize::from(insn.dst)];
+    let x = if insn.opc & SRC_X != 0 {
+        *s.get(usize::from(insn.src))?
+    } else {
+        constant(i64::from(insn.imm))
+    };
+    match insn.opc & 0xf0 {
+        ALU_MOV if insn.off == 0 => x,
+        ALU_ADD => form_add(d, x, 1),
+        ALU_SUB => form_add(d, x, -1),
+        ALU_MUL => match x? {
+            (c, k) if c == [0; 11] => form_scale(d, k),
+            _ => None,
+        },
+        ALU_LSH if insn.opc & SRC_X == 0 && (0..63).contains(&insn.imm) => {
+            form_scale(d, 1i64 << insn.imm)
+        }
+        ALU_NEG => form_scale(d, -1),
+        _ => None,
+    }
+}
+
+/// The strided accesses of the loop `h..=b` (see the module doc), or `None` when it
+/// makes none.
+fn strided_accesses(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<Vec<LoopAccess>> {
+    let mut state = header_forms();
+    let mut live = true;
+    let mut pending: std::collections::HashMap<u32, [Form; 11]> = Default::default();
+    let mut seen = Vec::new();
     for pc in h..=b {
         let insn = &insns[pc as usize];
-        if insn.class() == CLASS_LD {
-            return None;
-        }
-        if !matches!(insn.class(), CLASS_JMP | CLASS_JMP32) {
-            continue;
-        }
-        match insn.opc & 0xf0 {
-            JMP_CALL => return None,
-            JMP_EXIT => {}
-            _ => {
-                let back = back_edge_target(pc as usize, insn);
-                if back.is_some() && (pc != b || back != Some(h as usize)) {
-                    return None;
-                }
+        if pc > h && targets[pc as usize] {
+            match (live, pending.remove(&pc)) {
+                (true, Some(j)) => state = meet_forms(&state, &j),
+                (false, Some(j)) => (state, live) = (j, true),
+                (_, None) => {}
             }
         }
-    }
-    let last = &insns[b as usize];
-    if last.opc == OP_JA {
-        // `jcc +1; ja header`, fused into one back edge where the `ja` is no target.
-        let c = b.checked_sub(1).filter(|&c| c >= h)?;
-        let jcc = &insns[c as usize];
-        let conditional = matches!(jcc.class(), CLASS_JMP | CLASS_JMP32)
-            && !matches!(jcc.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
-        if !(conditional && jcc.off == 1 && !targets[b as usize]) {
-            return None;
+        if !live {
+            continue;
+        }
+        match insn.class() {
+            CLASS_ALU64 if usize::from(insn.dst) < 10 => {
+                state[usize::from(insn.dst)] = alu_form(insn, &state);
+            }
+            CLASS_ALU if usize::from(insn.dst) < 10 => state[usize::from(insn.dst)] = None,
+            CLASS_LDX | CLASS_ST | CLASS_STX => {
+                let write = insn.class() != CLASS_LDX;
+                let base = if write { insn.dst } else { insn.src };
+                let atomic = insn.opc & 0xe0 == MODE_ATOMIC;
+                if let (Some(Some((coef, k))), false) = (state.get(usize::from(base)), atomic) {
+                    let size = crate::analysis::access_size(insn) as u8;
+                    seen.push((pc, *coef, k.wrapping_add(i64::from(insn.off)), size, write));
+                }
+                if atomic {
+                    state[0] = None;
+                    state[usize::from(insn.src).min(10)] = None;
+                } else if !write {
+                    state[usize::from(insn.dst).min(10)] = None;
+                }
+            }
+            CLASS_JMP | CLASS_JMP32 => {
+                let op = insn.opc & 0xf0;
+                if op == JMP_EXIT {
+                    live = false;
+                } else if let Some(t) = jump_target(pc as usize, insn) {
+                    if pc == b {
+                        break;
+                    }
+                    let t = t as u32;
+                    if t <= b {
+                        let at = pending.entry(t).or_insert(state);
+                        *at = meet_forms(at, &state);
+                    }
+                    live = op != JMP_JA;
+                }
+            }
+            _ => {}
         }
     }
-    if !bottoms[b as usize] || back_edge_target(b as usize, last) != Some(h as usize) {
+    if !live {
         return None;
     }
+    // The back edge at `b` changes no register: `state` is what an iteration leaves.
+    let step: [Option<i64>; 11] = std::array::from_fn(|r| match state[r] {
+        Some((c, k)) if (0..11).all(|x| c[x] == i64::from(x == r)) => Some(k),
+        _ => None,
+    });
+    let accesses: Vec<LoopAccess> = seen
+        .into_iter()
+        .filter_map(|(pc, coef, k, size, write)| {
+            let mut stride = 0i64;
+            for r in 0..11 {
+                if coef[r] != 0 {
+                    stride = stride.checked_add(coef[r].checked_mul(step[r]?)?)?;
+                }
+            }
+            (stride.abs() <= STRIDE_MAX).then_some(LoopAccess {
+                pc,
+                coef,
+                k,
+                reach: 0,
+                stride,
+                size,
+                write,
+                stack: coef[10] != 0,
+            })
+        })
+        .collect();
+    (!accesses.is_empty()).then_some(accesses)
+}
+
+/// The loop `h..=b` as a [`QuickLoop`] (its shape checked by the caller), or `None`
+/// when it has no strided access the guard can prove.
+fn quick_loop(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<QuickLoop> {
+    let accesses = strided_accesses(insns, targets, h, b)?;
     let cost = i32::try_from(rules::jump_cost(b, h)).ok()?;
-    // Through the stack (r10's forms, and pointers made from r10 on every path) the
-    // quick tier has checks of its own, against the stack's fixed bounds.
+    // Through r10 the quick tier has checks of its own, against the stack's bounds.
     let fits = |s: &GuardSpan| {
         !s.stack
-            && !s.pcs.iter().any(|pc| plan.stack_bases.contains(pc))
             && s.coef[10] == 0
             && s.coef.iter().all(|&c| i32::try_from(c).is_ok())
             && (1..=i64::from(GROUP_SPAN_MAX)).contains(&s.len)
-            && s.stride.unsigned_abs() <= 1 << 24
     };
-    let spans: Vec<GuardSpan> = guard_spans(&l.accesses).into_iter().filter(fits).collect();
+    let spans: Vec<GuardSpan> = guard_spans(&accesses).into_iter().filter(fits).collect();
     if spans.is_empty() {
         return None;
     }
@@ -157,6 +317,7 @@ fn quick_loop(
         cost,
         spans,
         unchecked,
+        active: false,
     })
 }
 
@@ -164,6 +325,20 @@ impl Emitter<'_> {
     /// The versioned loop whose header is slot `pc`, if any.
     pub(super) fn versioned_at(&self, pc: u32) -> Option<usize> {
         self.vloops.binary_search_by_key(&pc, |q| q.header).ok()
+    }
+
+    /// Drops loop `i`'s spans through a register the pass takes at its header for an
+    /// address in the stack or a global section ([`Known::region`]: those accesses are
+    /// checked against the region's fixed bounds, never the cache the guard asks), and
+    /// returns whether any span is left, which makes the loop [`QuickLoop::active`].
+    pub(super) fn prune_spans(&mut self, i: usize) -> bool {
+        let known = self.known;
+        let q = &mut self.vloops[i];
+        q.spans
+            .retain(|s| (0..MAP.len()).all(|r| s.coef[r] == 0 || known[r].region().is_none()));
+        q.unchecked = q.spans.iter().flat_map(|s| s.pcs.iter().copied()).collect();
+        q.active = !q.spans.is_empty();
+        q.active
     }
 
     /// Where the code of a jump to slot `t` goes: the unchecked copy's slot while one is
@@ -375,6 +550,9 @@ impl Emitter<'_> {
     /// span groups, and the spans' accesses unchecked.
     pub(super) fn emit_loop_copies(&mut self) -> EResult<()> {
         for i in 0..self.vloops.len() {
+            if !self.vloops[i].active {
+                continue;
+            }
             let (h, b) = (
                 self.vloops[i].header as usize,
                 self.vloops[i].bottom as usize,
@@ -422,7 +600,7 @@ mod tests {
 
     fn loops_of(src: &str) -> Vec<QuickLoop> {
         let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
-        versioned_loops(&insns, 0, &jump_targets(&insns, 0), &loop_bottoms(&insns))
+        versioned_loops(&insns, &jump_targets(&insns, 0), &loop_bottoms(&insns))
     }
 
     /// A loop over its input is versioned, with its strided load unchecked; one that
@@ -448,9 +626,25 @@ mod tests {
                       add %r6, 1\njlt %r6, 4, outer\nexit";
         let found = loops_of(nested);
         assert!(found.iter().all(|q| q.header == 3), "{found:?}");
-        let stack = "mov %r0, 0\nmov %r6, 0\nmov %r3, %r10\nadd %r3, -64\n\
-                     top:\nldxb %r5, [%r3+0]\nadd %r0, %r5\nadd %r3, 1\nadd %r6, 1\n\
-                     jlt %r6, 64, top\nexit";
+        let stack = "mov %r0, 0\nmov %r6, 0\n\
+                     top:\nmov %r3, %r10\nadd %r3, -64\nadd %r3, %r6\nldxb %r5, [%r3+0]\n\
+                     add %r0, %r5\nadd %r6, 1\njlt %r6, 64, top\nexit";
         assert!(loops_of(stack).is_empty());
+        // A 32-bit index, and an index moved on only on one path, stride nothing.
+        let narrow = "mov %r0, 0\nmov %r6, 0\n\
+                      top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+                      add32 %r6, 1\njlt %r6, %r2, top\nexit";
+        assert!(loops_of(narrow).is_empty());
+        let skipped = "mov %r0, 0\nmov %r6, 0\n\
+                       top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 0, +1\n\
+                       add %r6, 1\nadd %r0, 1\njlt %r0, %r2, top\nexit";
+        assert!(loops_of(skipped).is_empty());
+        // Moved on by the same amount on both paths: strided.
+        let both = "mov %r0, 0\nmov %r6, 0\n\
+                    top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 0, +2\n\
+                    add %r6, 2\nja +1\nadd %r6, 2\nadd %r0, 1\njlt %r6, %r2, top\nexit";
+        let found = loops_of(both);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].spans[0].stride, 2);
     }
 }
