@@ -855,6 +855,12 @@ impl Emitter<'_> {
     /// routine (which traps, stops, or refills and comes back).
     fn charge(&mut self, pc: u32, cost: u64) {
         let cost = i32::try_from(cost).expect("jump costs are below the program length");
+        // A refill comes back here: in a loop's unchecked copy that would run
+        // iterations the guard did not prove (`versioned` admits no such charge).
+        debug_assert!(
+            self.copying.is_none(),
+            "a charge in an unchecked copy at {pc}"
+        );
         self.a
             .alu_mi(Alu::Sub, true, mem(CTX, offsets::FUEL_USED), cost);
         self.stubs.push(Stub::Refill { pc, back: 0 });

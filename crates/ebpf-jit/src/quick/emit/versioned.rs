@@ -135,15 +135,17 @@ fn one_backward_jump(insns: &[Insn], targets: &[bool], h: usize, b: usize) -> bo
             return false;
         }
     }
+    // Any other charge in the copy would refill and come back into it, past what the
+    // guard proved: the bottom must be one `Emitter::back_edge` emits.
+    let conditional = |i: &Insn| {
+        matches!(i.class(), CLASS_JMP | CLASS_JMP32)
+            && !matches!(i.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT)
+    };
     if insns[b].opc != OP_JA {
-        return true;
+        return conditional(&insns[b]);
     }
     // `jcc +1; ja header`, fused into one back edge where the `ja` is no target.
-    let jcc = &insns[b - 1];
-    let conditional = b > h
-        && matches!(jcc.class(), CLASS_JMP | CLASS_JMP32)
-        && !matches!(jcc.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
-    conditional && jcc.off == 1 && !targets[b]
+    b > h && conditional(&insns[b - 1]) && insns[b - 1].off == 1 && !targets[b]
 }
 
 /// A register's value as an affine form of the registers at the header (`coef . r +
@@ -620,6 +622,17 @@ mod tests {
                     top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nmov %r7, %r1\n\
                     mov %r1, %r5\ncall 5\nmov %r1, %r7\nadd %r6, 1\njlt %r6, %r2, top\nexit";
         assert!(loops_of(call).is_empty());
+        // Closed by a `ja` alone, or a `gotol`: no back edge of the copy's kind.
+        let ja = "mov %r0, 0\nmov %r6, 0\n\
+                  top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r6, 1\n\
+                  jge %r6, %r2, +2\nadd %r0, %r5\nja top\nexit";
+        assert!(loops_of(ja).is_empty());
+        let mut insns = assemble(sum).unwrap_or_else(|e| panic!("{e}"));
+        insns[7] = Insn::new(CLASS_JMP32 | JMP_JA, 0, 0, 0, -6);
+        let bottoms = loop_bottoms(&insns);
+        assert!(bottoms[7]);
+        assert!(versioned_loops(&insns, &jump_targets(&insns, 0), &bottoms).is_empty());
+        assert!(loops_of("top:\nja top\nexit").is_empty());
         let nested = "mov %r0, 0\nmov %r6, 0\n\
                       outer:\nmov %r7, 0\ninner:\nmov %r4, %r1\nadd %r4, %r7\n\
                       ldxb %r5, [%r4+0]\nadd %r0, %r5\nadd %r7, 1\njlt %r7, 8, inner\n\
