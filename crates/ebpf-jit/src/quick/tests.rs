@@ -907,7 +907,8 @@ fn stack_pointers_carried_into_loops_are_checked_against_the_stack() {
 /// the checked loop, which refills and goes back through the guard. Region 2 holds 64
 /// bytes `3i + 1`; value, trap pc, fuel and memory are the interpreter's at every
 /// budget, for loads and stores, strides up, down, of 1, 3 and 4 bytes, a fused
-/// `jcc +1; ja` back edge, early exits, and loops that run out of their region.
+/// `jcc +1; ja` back edge, loops that run out of their region, and beside them loops
+/// left on what they read or by an `exit` (not versioned: the same code as before).
 #[test]
 fn versioned_loops_agree_at_every_budget() {
     // r1 + i for i up to `last` (63 is the region's last byte).
@@ -950,7 +951,14 @@ fn versioned_loops_agree_at_every_budget() {
     };
     assert!(agree_at_every_budget(&fill(63)).result.is_ok());
     assert_eq!(trap_pc(&agree_at_every_budget(&fill(64))), 5);
-    // `jcc +1; ja top` closing the loop, and an early exit on a byte's value.
+    // `jcc +1; ja top` closing the loop, a branch inside on a byte's value.
+    let out = agree_at_every_budget(
+        "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
+         top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 178, +1\n\
+         add %r0, %r5\nadd %r6, 1\njeq %r6, 64, +1\nja top\nexit",
+    );
+    assert!(out.result.is_ok(), "{out:?}");
+    // An early exit on a byte's value.
     let out = agree_at_every_budget(
         "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
          top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 178, out\n\

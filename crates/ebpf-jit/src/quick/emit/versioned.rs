@@ -4,7 +4,9 @@
 //!
 //! Which loops: one straight range of slots `header..=bottom` with one backward jump,
 //! the last slot (a back edge [`Emitter::back_edge`] emits: a conditional jump, or
-//! `jcc +1; ja header`), entered only at its header, holding no call and no `lddw`.
+//! `jcc +1; ja header`), entered only at its header, holding no call, `lddw` or `exit`,
+//! and left only by compares of values that move by constants (a counted loop: one that
+//! leaves on what it reads, a scan for a token's end, runs too few iterations a guard).
 //! One pass over the slots in order ([`strided_accesses`]) follows each register as an
 //! affine form of the registers at the header (forward jumps inside the loop merge what
 //! agrees); a register that ends the iteration as its header value plus a constant is
@@ -213,6 +215,8 @@ fn strided_accesses(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<
     let mut live = true;
     let mut pending: std::collections::HashMap<u32, [Form; 11]> = Default::default();
     let mut seen = Vec::new();
+    // The operands of each conditional jump that leaves the loop.
+    let mut exits: Vec<[Form; 2]> = Vec::new();
     for pc in h..=b {
         let insn = &insns[pc as usize];
         if pc > h && targets[pc as usize] {
@@ -248,12 +252,20 @@ fn strided_accesses(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<
             CLASS_JMP | CLASS_JMP32 => {
                 let op = insn.opc & 0xf0;
                 if op == JMP_EXIT {
-                    live = false;
+                    return None;
                 } else if let Some(t) = jump_target(pc as usize, insn) {
+                    let t = t as u32;
+                    if op != JMP_JA && (pc == b || t > b) {
+                        let other = if insn.opc & SRC_X != 0 {
+                            *state.get(usize::from(insn.src))?
+                        } else {
+                            constant(0)
+                        };
+                        exits.push([state[usize::from(insn.dst).min(10)], other]);
+                    }
                     if pc == b {
                         break;
                     }
-                    let t = t as u32;
                     if t <= b {
                         let at = pending.entry(t).or_insert(state);
                         *at = meet_forms(at, &state);
@@ -272,6 +284,13 @@ fn strided_accesses(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<
         Some((c, k)) if (0..11).all(|x| c[x] == i64::from(x == r)) => Some(k),
         _ => None,
     });
+    // Every way out tests values that move by constants (a counted loop): a loop that
+    // leaves on what it reads runs a few iterations for each guard, often (a scan for
+    // the end of a token or a match).
+    let affine = |f: &Form| f.is_some_and(|(c, _)| (0..11).all(|r| c[r] == 0 || step[r].is_some()));
+    if !exits.iter().flatten().all(affine) {
+        return None;
+    }
     let accesses: Vec<LoopAccess> = seen
         .into_iter()
         .filter_map(|(pc, coef, k, size, write)| {
@@ -633,6 +652,20 @@ mod tests {
         assert!(bottoms[7]);
         assert!(versioned_loops(&insns, &jump_targets(&insns, 0), &bottoms).is_empty());
         assert!(loops_of("top:\nja top\nexit").is_empty());
+        // Left on a byte it reads, or by an `exit`: not counted.
+        let scan = "mov %r0, 0\nmov %r6, 0\n\
+                    top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 0, +2\n\
+                    add %r6, 1\njlt %r6, %r2, top\nexit";
+        assert!(loops_of(scan).is_empty());
+        let exits = "mov %r0, 0\nmov %r6, 0\n\
+                     top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njne %r5, 0, +1\n\
+                     exit\nadd %r6, 1\njlt %r6, %r2, top\nexit";
+        assert!(loops_of(exits).is_empty());
+        // A branch inside on what it reads, with a counted exit as well: versioned.
+        let inside = "mov %r0, 0\nmov %r6, 0\n\
+                      top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\njeq %r5, 0, +1\n\
+                      add %r0, %r5\nadd %r6, 1\njgt %r6, 4000, +1\nja top\nexit";
+        assert_eq!(loops_of(inside).len(), 1);
         let nested = "mov %r0, 0\nmov %r6, 0\n\
                       outer:\nmov %r7, 0\ninner:\nmov %r4, %r1\nadd %r4, %r7\n\
                       ldxb %r5, [%r4+0]\nadd %r0, %r5\nadd %r7, 1\njlt %r7, 8, inner\n\
