@@ -91,13 +91,18 @@ pub(super) fn versioned_loops(
         let Some(h) = back_edge_target(b, &insns[b]) else {
             continue;
         };
+        // The shape first: it bounds the body, so the scans per loop stay short whatever
+        // the program (a far backward jump at every other slot).
+        if !one_backward_jump(insns, targets, h, b) {
+            continue;
+        }
         let inside = |pc: usize| (h..=b).contains(&pc);
         let entered_inside = (h + 1..=b).filter(|&t| targets[t]).any(|t| {
             sources
                 .get(&t)
                 .is_some_and(|s| s.iter().any(|&pc| !inside(pc)))
         });
-        if entered_inside || !one_backward_jump(insns, targets, h, b) {
+        if entered_inside {
             continue;
         }
         if let Some(q) = quick_loop(insns, targets, h as u32, b as u32) {
