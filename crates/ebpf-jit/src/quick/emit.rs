@@ -438,6 +438,14 @@ pub(super) fn loop_bottoms(insns: &[Insn]) -> Vec<bool> {
     bottoms
 }
 
+/// Whether the code of ALU instruction `insn` leaves r11 alone: all but shifts by a
+/// register and divisions, which use it as scratch.
+fn alu_leaves_r11(insn: &Insn) -> bool {
+    let op = insn.opc & 0xf0;
+    let shift_by_reg = matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
+    !shift_by_reg && !matches!(op, ALU_DIV | ALU_MOD)
+}
+
 /// The slot a backward jump (not a call) at `pc` goes to, if `insn` is one.
 fn back_edge_target(pc: usize, insn: &Insn) -> Option<usize> {
     let jump = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
@@ -1423,12 +1431,7 @@ impl Emitter<'_> {
             return false;
         };
         match insn.class() {
-            CLASS_ALU | CLASS_ALU64 => {
-                let op = insn.opc & 0xf0;
-                let shift_by_reg =
-                    matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
-                !shift_by_reg && !matches!(op, ALU_DIV | ALU_MOD)
-            }
+            CLASS_ALU | CLASS_ALU64 => alu_leaves_r11(insn),
             CLASS_LDX | CLASS_ST | CLASS_STX => {
                 insn.opc & 0xe0 != MODE_ATOMIC
                     && self.cache_access(insn).is_none_or(|(base, ..)| base == r)

@@ -418,12 +418,7 @@ impl Emitter<'_> {
         let unchecked = |i: usize| self.vloops[i].unchecked.contains(&pc);
         match (insn.class(), self.copying) {
             (_, None) => false,
-            (CLASS_ALU | CLASS_ALU64, _) => {
-                let op = insn.opc & 0xf0;
-                let shift_by_reg =
-                    matches!(op, ALU_LSH | ALU_RSH | ALU_ARSH) && insn.opc & SRC_X != 0;
-                !shift_by_reg && !matches!(op, ALU_DIV | ALU_MOD)
-            }
+            (CLASS_ALU | CLASS_ALU64, _) => alu_leaves_r11(insn),
             (CLASS_LDX | CLASS_ST | CLASS_STX, Some(i)) => {
                 insn.opc & 0xe0 != MODE_ATOMIC
                     && (unchecked(i) || self.cache_access(insn).is_none())
