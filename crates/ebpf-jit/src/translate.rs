@@ -76,7 +76,7 @@ use cranelift_frontend::{FunctionBuilder, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Module};
 
-use charge::{cost_value, is_bit_test, is_compare, is_const, pay, Cost};
+use charge::{cost_value, is_bit_test, is_compare, is_const, negate, pay, Cost};
 use csx_ebpf::count::BlockMap;
 use csx_ebpf::engine::rules;
 use csx_ebpf::isa::*;
@@ -2672,8 +2672,21 @@ impl<'a, 'f> Translator<'a, 'f> {
         let taken = self.target(target);
         let fall = self.target(next);
         if rules::jump_cost(pc, target) > 0 {
+            // Cranelift lays a branch's second successor out first after it (its block
+            // order is a reverse postorder that visits successors first to last). In
+            // a versioned loop's unchecked copy the charge on the way back (a subtract
+            // on to the latch) is named second, so iterations fall through into it
+            // where naming it first put the way out of the loop in between: a taken
+            // branch there and another back (held-out partition 13% fewer
+            // instructions, revhash 12%). The checked loops keep their order (turned
+            // too: horspool 13% more instructions, primes and transpose 5% fewer).
             let charge = self.b.create_block();
-            self.b.ins().brif(cond, charge, &[], fall, &[]);
+            if self.unchecked {
+                let leave = negate(&mut self.b, cond);
+                self.b.ins().brif(leave, fall, &[], charge, &[]);
+            } else {
+                self.b.ins().brif(cond, charge, &[], fall, &[]);
+            }
             self.enter(charge);
             self.jump_to(pc, target);
         } else if taken == fall {

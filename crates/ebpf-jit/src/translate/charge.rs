@@ -2,7 +2,7 @@
 //! that condition: whether it is a 0/1 value by how it was made, so that the charge can be
 //! paid as arithmetic on it ([`pay`]).
 
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{CondCode as _, IntCC};
 use cranelift_codegen::ir::{
     types, DataFlowGraph, InstBuilder, InstructionData as D, Opcode as O, Value, ValueDef,
 };
@@ -196,4 +196,21 @@ fn bit_tested(dfg: &DataFlowGraph, cond: Value) -> Option<Value> {
 /// Whether `cond` tests a bit against zero ([`bit_tested`]).
 pub(super) fn is_bit_test(dfg: &DataFlowGraph, cond: Value) -> bool {
     bit_tested(dfg, cond).is_some()
+}
+
+/// `!cond`: the complemented compare when an `icmp` makes `cond` (so the branch on it
+/// still fuses with the compare), else `cond == 0`.
+pub(super) fn negate(b: &mut FunctionBuilder<'_>, cond: Value) -> Value {
+    let dfg = &b.func.dfg;
+    if let ValueDef::Result(inst, 0) = dfg.value_def(dfg.resolve_aliases(cond)) {
+        if let D::IntCompare {
+            cond: cc,
+            args: [x, y],
+            ..
+        } = dfg.insts[inst]
+        {
+            return b.ins().icmp(cc.complement(), x, y);
+        }
+    }
+    b.ins().icmp_imm_s(IntCC::Equal, cond, 0)
 }
