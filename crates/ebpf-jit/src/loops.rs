@@ -803,6 +803,7 @@ fn version_loop(
         inner_bodies.clear();
     }
     let to_inner = to_inner(g, shape, &walk, &inner_bodies);
+    let read = read_at_header(insns, g, &in_body, shape, &order);
     let (unroll, fuel) = if inner {
         // A loop's closing branch converted with its arm charges a select: never one
         // of the checked ones.
@@ -812,7 +813,12 @@ fn version_loop(
         (None, iteration_fuel(&walk, shape).filter(|_| !converted))
     } else {
         (
-            unroll_plan(plan, &walk, &body),
+            unroll_plan(plan, &walk, &body).map(|mut u| {
+                u.carried = (0..10u8)
+                    .filter(|&r| read[r as usize] && walk.steps.exact[r as usize].is_none())
+                    .collect();
+                u
+            }),
             iteration_fuel(&walk, shape),
         )
     };
@@ -1750,6 +1756,9 @@ pub(crate) struct Unroll {
     /// Whether a charge is selected by a converted branch: a refill there cannot try a
     /// group again, so the one-by-one copy tries one at each iteration's end instead.
     pub selected: bool,
+    /// The registers an iteration reads as the last one left them and changes by more
+    /// than a constant (a running sum, not a counter).
+    pub carried: Vec<u8>,
 }
 
 /// Which frame slots a loop leaves as they were on entry: it calls nothing (checked
@@ -1871,6 +1880,7 @@ fn unroll_plan(plan: &FunctionPlan, w: &Walk<'_>, body: &BTreeSet<u32>) -> Optio
         exit,
         read_only,
         selected,
+        carried: Vec::new(),
     })
 }
 

@@ -1862,6 +1862,50 @@ fn back_edges_of_two_costs_into_a_slot_before_the_header_match_at_every_budget()
     }
 }
 
+/// Held-out ringmax's shape over `n` of region 2's bytes (byte `i` is `i`): `v = p[i] ^
+/// 42` kept as the maximum in an 8-byte ring on the stack at `v & 7` (a converted
+/// closing branch: two costs), the slot's new value added to a running sum in r0.
+fn ring_max(n: u32) -> String {
+    format!(
+        "mov %r0, 0\nstdw [%r10-8], 0\nmov %r3, 0\nja head\n\
+         latch:\nstxb [%r5+0], %r4\nadd %r0, %r4\nadd %r3, 1\njlt %r3, {n}, head\nexit\n\
+         head:\nmov %r4, %r1\nadd %r4, %r3\nldxb %r4, [%r4+0]\nxor %r4, 42\nmov %r6, %r4\n\
+         and %r6, 7\nmov %r5, %r10\nadd %r5, -8\nadd %r5, %r6\nldxb %r6, [%r5+0]\n\
+         jgt %r4, %r6, latch\nmov %r4, %r6\nja latch"
+    )
+}
+
+/// The unrolled copy of a loop that writes memory and charges a selected cost knows the
+/// registers it carries (the running sum, not the counter), whose values and the fuel
+/// slice each copy stores (`translate::order`); the groups still match the interpreter
+/// at every budget, through both paths.
+#[test]
+fn a_writing_loop_with_a_selected_charge_carries_its_sum_through_its_groups() {
+    let p = program(&ring_max(40), vec![]);
+    let plan = crate::analysis::plan_program(p.insns(), p.entry()).unwrap();
+    let unrolls: Vec<_> = crate::loops::plan_loops(p.insns(), &plan.functions[0], true)
+        .into_iter()
+        .filter_map(|l| l.unroll)
+        .map(|u| (u.factor, u.selected, u.read_only, u.carried))
+        .collect();
+    assert_eq!(unrolls, vec![(16, true, false, vec![0])]);
+    let want = |n: u32| {
+        let mut ring = [0u64; 8];
+        (0..u64::from(n))
+            .map(|i| {
+                let v = i ^ 42;
+                let slot = &mut ring[(v & 7) as usize];
+                *slot = (*slot).max(v) & 0xff;
+                *slot
+            })
+            .sum::<u64>()
+    };
+    for n in [1u32, 2, 15, 16, 17, 33, 64] {
+        let out = check_every_budget(&ring_max(n));
+        assert_eq!(out.result, Ok(want(n)), "{n}");
+    }
+}
+
 /// A loop of `n` iterations in grep's shape: a conditional backward branch into the
 /// middle of the loop, and a `ja` back to its header, so most iterations charge fuel
 /// twice (and some three times) at different pcs with different costs.

@@ -93,6 +93,12 @@ impl GroupCopy {
     pub(super) fn selected(&self) -> bool {
         self.plan.selected
     }
+
+    /// The registers to anchor at each copy's start after the first, when the copies
+    /// are anchored (see `order`).
+    pub(super) fn anchored(&self) -> Option<&[u8]> {
+        (self.plan.selected && !self.plan.read_only).then_some(&self.plan.carried[..])
+    }
 }
 
 impl<'a, 'f> Translator<'a, 'f> {
@@ -342,6 +348,9 @@ impl<'a, 'f> Translator<'a, 'f> {
                         self.b.ins().jump(to, &[]);
                     }
                     self.b.switch_to_block(block);
+                    if k > 0 && pc == self.loops[i].header {
+                        self.anchor_copy(i);
+                    }
                     self.open = true;
                 }
                 assert!(self.open, "slot {pc} of a group copy is in an open block");
