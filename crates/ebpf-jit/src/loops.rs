@@ -803,7 +803,6 @@ fn version_loop(
         inner_bodies.clear();
     }
     let to_inner = to_inner(g, shape, &walk, &inner_bodies);
-    let read = read_at_header(insns, g, &in_body, shape, &order);
     let (unroll, fuel) = if inner {
         // A loop's closing branch converted with its arm charges a select: never one
         // of the checked ones.
@@ -815,7 +814,9 @@ fn version_loop(
         (
             unroll_plan(plan, &walk, &body).map(|mut u| {
                 u.carried = (0..10u8)
-                    .filter(|&r| read[r as usize] && walk.steps.exact[r as usize].is_none())
+                    .filter(|&r| {
+                        walk.steps.read[r as usize] && walk.steps.exact[r as usize].is_none()
+                    })
                     .collect();
                 u
             }),
@@ -988,6 +989,9 @@ struct Steps {
     /// the index before its increment in a second register: `r8 = r3` then `r3 += 1`
     /// at the top): `Some((t, d))`, and the header takes it as `t + d`.
     lag: [Option<(usize, i64)>; 11],
+    /// The registers some iteration reads with their value at the header
+    /// ([`read_at_header`]).
+    read: [bool; 11],
 }
 
 impl Steps {
@@ -1068,6 +1072,7 @@ fn induction(
             exact: [None; 11],
             bounded: [None; 11],
             lag,
+            read,
         };
         steps.exact[10] = Some(0);
         let mut changed = false;
