@@ -474,18 +474,43 @@ fn conversions(insns: &[Insn], reach: &Reach, speculate: bool) -> Conversions {
         arms: BTreeMap::new(),
         absorbed_jumps: BTreeSet::new(),
     };
+    let mut found = Vec::new();
     for &pc in &reach.pcs {
         let Flow::Branch(t) = reach.flows[&pc] else {
             continue;
         };
         if let Some((shape, ja)) = if_conversion(insns, &reach.flows, &reach.sources, pc, t) {
-            c.ifconv.insert(pc, shape);
-            c.absorbed_jumps.extend(ja);
+            found.push((pc, shape, ja, None));
         } else if speculate {
             if let Some((join, both)) = path_conversion(insns, &reach.flows, pc, t) {
-                c.ifconv.insert(pc, IfConv::Paths { join });
-                c.arms.insert(pc, both);
+                found.push((pc, IfConv::Paths { join }, None, Some(both)));
             }
+        }
+    }
+    // Running extrema stay branches (see `extrema`).
+    let extrema: Vec<(u32, IfConv, u32)> = found
+        .iter()
+        .filter_map(|(pc, shape, _, arms)| {
+            let head = crate::extrema::carried_extremum(
+                insns,
+                &reach.pcs,
+                &reach.flows,
+                *pc,
+                *shape,
+                arms.as_ref(),
+            )?;
+            Some((*pc, *shape, head))
+        })
+        .collect();
+    let kept = crate::extrema::kept(&extrema);
+    for (pc, shape, ja, arms) in found {
+        if kept.contains(&pc) {
+            continue;
+        }
+        c.ifconv.insert(pc, shape);
+        c.absorbed_jumps.extend(ja);
+        if let Some(both) = arms {
+            c.arms.insert(pc, both);
         }
     }
     c

@@ -44,6 +44,7 @@ mod compiled;
 mod count;
 mod divides;
 mod extend;
+mod extrema;
 mod hoist;
 mod loops;
 mod params;

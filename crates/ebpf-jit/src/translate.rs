@@ -1041,7 +1041,6 @@ impl<'a, 'f> Translator<'a, 'f> {
             let exits = std::mem::take(&mut self.loops[i].exits);
             for (t, exit) in exits {
                 self.enter(exit);
-                self.fuel_first(i);
                 self.clear_pending(i);
                 let to = self.blocks[&t];
                 self.b.ins().jump(to, &[]);
