@@ -488,13 +488,14 @@ fn conversions(insns: &[Insn], reach: &Reach, speculate: bool) -> Conversions {
         }
     }
     // Running extrema stay branches (see `extrema`).
+    let ends = crate::extrema::loop_ends(&reach.flows);
     let extrema: Vec<(u32, IfConv, u32)> = found
         .iter()
         .filter_map(|(pc, shape, _, arms)| {
             let head = crate::extrema::carried_extremum(
                 insns,
                 &reach.pcs,
-                &reach.flows,
+                &ends,
                 *pc,
                 *shape,
                 arms.as_ref(),

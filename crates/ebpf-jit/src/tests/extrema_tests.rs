@@ -194,3 +194,21 @@ fn a_running_minimum_charges_at_every_budget() {
 
 /// The slot of the loop's load (`ldxdw %r0, [%r1+0]`).
 const RUNNING_MIN_LOAD_PC: u32 = 21;
+
+/// A loop longer than the extrema are looked for in (`extrema::LOOP_SLOTS_MAX`):
+/// its running minimum stays a select.
+#[test]
+fn a_running_minimum_in_a_long_loop_stays_a_select() {
+    let pad = "add %r9, 1\n".repeat(130);
+    let src = format!(
+        "mov %r0, 255\nmov %r3, 0\nmov %r9, 0\n\
+         head:\nmov %r4, %r1\nadd %r4, %r3\nldxb %r5, [%r4+0]\n{pad}\
+         jge %r5, %r0, next\nmov %r0, %r5\n\
+         next:\nadd %r3, 1\njlt %r3, 64, head\nexit"
+    );
+    let min = slot_of(&src, "jge %r5, %r0");
+    assert!(converted(&src).contains(&min));
+    let short = src.replace(&pad, "");
+    assert!(!converted(&short).contains(&slot_of(&short, "jge %r5, %r0")));
+    assert_eq!(check_program(program(&src, vec![]), u64::MAX).result, Ok(0));
+}
