@@ -1865,18 +1865,23 @@ fn back_edges_of_two_costs_into_a_slot_before_the_header_match_at_every_budget()
 }
 
 /// Held-out ringmax's layout over `n` of region 2's bytes (byte `i` is `i`): `v = p[i] ^
-/// 42` compared with its slot in an 8-byte ring on the stack at `v & 7`; the slot takes
-/// `v` if larger, else 9 (a converted closing branch: two costs; not the running maximum
-/// ringmax keeps, which stays a branch, see `extrema`), and its new value is added to a
-/// running sum in r0.
-fn ring_max(n: u32) -> String {
+/// 42` compared with its slot in an 8-byte ring on the stack at `v & 7`; when `v` is not
+/// larger, `arm` (one instruction) sets r4, the slot's new value, stored back at the
+/// loop's header and added to a running sum in r0.
+fn ring_with(n: u32, arm: &str) -> String {
     format!(
         "mov %r0, 0\nstdw [%r10-8], 0\nmov %r3, 0\nja head\n\
          latch:\nstxb [%r5+0], %r4\nadd %r0, %r4\nadd %r3, 1\njlt %r3, {n}, head\nexit\n\
          head:\nmov %r4, %r1\nadd %r4, %r3\nldxb %r4, [%r4+0]\nxor %r4, 42\nmov %r6, %r4\n\
          and %r6, 7\nmov %r5, %r10\nadd %r5, -8\nadd %r5, %r6\nldxb %r6, [%r5+0]\n\
-         jgt %r4, %r6, latch\nmov %r4, 9\nja latch"
+         jgt %r4, %r6, latch\n{arm}\nja latch"
     )
+}
+
+/// [`ring_with`] storing 9 when `v` is not larger (a converted closing branch: two
+/// costs; not the running maximum ringmax keeps, which stays a branch, see `extrema`).
+fn ring_max(n: u32) -> String {
+    ring_with(n, "mov %r4, 9")
 }
 
 /// The unrolled copy of a loop that writes memory and charges a selected cost knows the
