@@ -346,15 +346,38 @@ fn raise_open_file_limit() {
     }
 }
 
+/// Whether a panic is the standard library's `println!` finding standard output closed:
+/// the reader went away (`csx ... | head` read what it wanted), which ends a command as
+/// quietly as SIGPIPE ends `cat`, not with a panic's message.
+fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied());
+    text.is_some_and(|t| t.starts_with("failed printing to stdout") && t.contains("Broken pipe"))
+}
+
 fn main() -> ExitCode {
     raise_open_file_limit();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_stdout(info.payload()) {
+            default_hook(info);
+        }
+    }));
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(status) => ExitCode::from(status),
-        Err(e) => {
+    // Unwinding from a closed standard output runs every destructor on the way (a file
+    // being replaced is left whole, as after any failed command).
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(Ok(status)) => ExitCode::from(status),
+        Ok(Err(e)) => {
             eprintln!("csx: error: {}", connect::error_line(&e));
             ExitCode::from(exit::ERROR)
         }
+        Err(payload) if is_closed_stdout(payload.as_ref()) => {
+            ExitCode::from(csx_fs::shell::SIGPIPE_STATUS)
+        }
+        Err(payload) => std::panic::resume_unwind(payload),
     }
 }
 

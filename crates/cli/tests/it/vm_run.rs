@@ -74,6 +74,25 @@ fn prints_r0_in_hex_on_both_engines() {
     }
 }
 
+/// `csx vm run P | head -0`: the reader of standard output left before anything was
+/// written. The command ends as SIGPIPE ends `cat` (status 141), with nothing on
+/// standard error (it used to panic: "failed printing to stdout").
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let prog = write(dir.path(), "ret42.bin", RETURN_42);
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = csx()
+        .args(["vm", "run"])
+        .arg(&prog)
+        .stdout(writer)
+        .output()
+        .expect("csx runs");
+    assert_eq!(out.status.code(), Some(141), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
 #[test]
 fn memory_is_r1_and_its_length_r2() {
     let dir = tempfile::tempdir().expect("temp dir");
