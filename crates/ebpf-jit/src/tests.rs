@@ -1720,6 +1720,32 @@ fn unrolled_loops_match_the_interpreter_at_every_trip_count_and_budget() {
         check_every_budget(&src);
         check_every_budget(&src.replace("jlt32", "jlt"));
     }
+    // The widest 32-bit distances, 2^32 - 1 (the guard's count of them is not clamped:
+    // it is below 2^32 already), unsigned and signed: the reads run off region 2 and
+    // trap where the interpreter does, at every budget.
+    // A step of 3 takes the multiply for the division (`div`), which needs them so.
+    for (start, bound, jump, step) in [
+        (0u64, 0xffff_ffffu64, "jlt32", 1),
+        (0, 0xffff_ffff, "jlt32", 3),
+        (0x8000_0000, 0x7fff_ffff, "jslt32", 1),
+        (0xffff_ffff_8000_0000, 0x7fff_ffff, "jslt32", 3),
+    ] {
+        let src = format!(
+            "mov %r0, 0\nmov %r6, %r1\nlddw %r7, {start}\nlddw %r8, {bound}\n\
+             loop:\nldxb %r3, [%r6+0]\nadd %r0, %r3\nadd %r6, 1\nadd %r7, {step}\n\
+             {jump} %r7, %r8, loop\nexit"
+        );
+        let plans = unroll_plans(&src);
+        assert!(
+            matches!(plans[..], [(_, _, _, _, s, _, true)] if s == step),
+            "{plans:?}"
+        );
+        let full = check_every_budget(&src);
+        assert!(
+            matches!(trap_of(&full).kind, TrapKind::OutOfBounds { .. }),
+            "{full:?}"
+        );
+    }
 }
 
 #[test]

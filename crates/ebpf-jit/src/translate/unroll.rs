@@ -232,8 +232,12 @@ impl<'a, 'f> Translator<'a, 'f> {
                 dist = b.ins().band_imm_s(dist, 0xffff_ffff);
             }
         }
-        let cap = b.ins().iconst(types::I64, u32::MAX as i64);
-        let dist = b.ins().umin(dist, cap);
+        // Below 2^32 already for a 32-bit exit: two 32-bit values extended alike, the
+        // near one below the far one (or the wrapped distance masked).
+        if !exit.is32 {
+            let cap = b.ins().iconst(types::I64, u32::MAX as i64);
+            dist = b.ins().umin(dist, cap);
+        }
         // `floor(dist / step)` or (for a step not a power of two) up to two less.
         let step = exit.step.unsigned_abs() as i64;
         let q = if step.count_ones() == 1 {
