@@ -421,7 +421,17 @@ impl FuseFs {
         let mut used = 0u64;
         let mut dirs = vec!["/".to_owned()];
         while let Some(dir) = dirs.pop() {
-            for e in self.fs.list(&dir)? {
+            let entries = match self.fs.list(&dir) {
+                Ok(entries) => entries,
+                // Removed (or replaced by a file) since its parent was listed: it holds
+                // nothing now, and `df` during an `rmdir` or a last close (which removes
+                // the kept file's directory) must not fail.
+                Err(e) if dir != "/" && (e.errno == libc::ENOENT || e.errno == libc::ENOTDIR) => {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            for e in entries {
                 let path = if dir == "/" {
                     format!("/{}", e.name)
                 } else {
