@@ -106,7 +106,7 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     // register at, in a directory of this process's own.
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
-    let ops_dir = private_ops_dir()?;
+    let ops_dir = mount::private_ops_dir()?;
     let socket = ops_dir.join("ops.sock");
     let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
@@ -163,25 +163,6 @@ fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
             .context("cannot install the signal handlers")?;
     }
     Ok(stop)
-}
-
-/// A fresh directory of this process's own in the temporary directory, private to this
-/// user (0700): another user can neither reach a socket in it nor put something in its
-/// place.
-fn private_ops_dir() -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    let ops_dir = std::env::temp_dir().join(format!(
-        "csx-mount-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&ops_dir)
-        .with_context(|| format!("cannot create {}", ops_dir.display()))?;
-    Ok(ops_dir)
 }
 
 /// Records this process as the mount's server, so `csx fs umount` finds it by the mount's

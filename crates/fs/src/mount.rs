@@ -471,6 +471,65 @@ pub fn mount_dev(mountpoint: &Path) -> io::Result<Option<String>> {
         .next_back())
 }
 
+/// The name of a mount process's operator directory in the temporary directory:
+/// this prefix, its pid, `-`, a number of its own.
+const OPS_DIR_PREFIX: &str = "csx-mount-";
+
+/// A fresh directory of this process's own in the temporary directory, for a mount's
+/// operator socket, private to this user (0700): another user can neither reach a
+/// socket in it nor put something in its place. The mount process removes it when it
+/// ends; those a killed mount process left are removed here first ([`sweep_ops_dirs`]).
+pub fn private_ops_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let tmp = std::env::temp_dir();
+    sweep_ops_dirs(&tmp);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = tmp.join(format!("{OPS_DIR_PREFIX}{}-{nanos}", std::process::id()));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+/// Removes the operator directories in `tmp` that a mount process of this user left
+/// when it was killed: named for a pid no process has (in this pid namespace), owned by
+/// this user, a directory (not a link), and with no server listening on its socket (so
+/// a live mount seen from another pid namespace keeps its own). Returns how many went.
+/// Best effort: a directory it cannot read or remove stays, and says nothing.
+pub fn sweep_ops_dirs(tmp: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(OPS_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, n)| n.parse::<u32>().ok().and(pid.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let mine = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if !mine || pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let served = std::os::unix::net::UnixStream::connect(path.join("ops.sock")).is_ok();
+        if !served && fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The directory where mount processes of this user record which mount they serve
 /// (one file per mount, named by its device number, holding the pid), so that `csx
 /// umount` can wait for the process to end. Private to the user (0700).
@@ -752,6 +811,42 @@ mod tests {
         assert_eq!(device_of_fs_name("csx:%4"), None);
         assert_eq!(device_of_fs_name("csx:%zz"), None);
         assert_eq!(device_of_fs_name("sshfs#x"), None);
+    }
+
+    #[test]
+    fn only_the_operator_directories_of_dead_mount_processes_are_swept() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A pid that ran and is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let dir = |name: &str| {
+            let p = tmp.path().join(name);
+            fs::create_dir(&p).unwrap();
+            fs::write(p.join("ops.sock"), b"").unwrap();
+            p
+        };
+        let stale = dir(&format!("{OPS_DIR_PREFIX}{dead}-17"));
+        let live = dir(&format!("{OPS_DIR_PREFIX}{me}-18"));
+        let foreign = dir(&format!("{OPS_DIR_PREFIX}{dead}x-19"));
+        let other = dir("csx-mounts-0");
+        // Named for the dead pid, but a server listens on its socket (a mount seen from
+        // another pid namespace): kept.
+        let listened = tmp.path().join(format!("{OPS_DIR_PREFIX}{dead}-20"));
+        fs::create_dir(&listened).unwrap();
+        let _server = std::os::unix::net::UnixListener::bind(listened.join("ops.sock")).unwrap();
+        // A link with a dead pid's name is not followed nor removed.
+        let link = tmp.path().join(format!("{OPS_DIR_PREFIX}{dead}-21"));
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+
+        assert_eq!(sweep_ops_dirs(tmp.path()), 1);
+        assert!(!stale.exists());
+        for kept in [&live, &foreign, &other, &listened] {
+            assert!(kept.join("ops.sock").exists(), "{}", kept.display());
+        }
+        assert!(fs::symlink_metadata(&link).is_ok());
+        assert_eq!(sweep_ops_dirs(tmp.path()), 0);
     }
 
     #[test]
