@@ -107,7 +107,7 @@ pub fn run_mount(args: MountArgs, global: &GlobalArgs) -> anyhow::Result<u8> {
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot resolve {}", args.mountpoint.display()))?;
     let ops_dir = mount::private_ops_dir()?;
-    let socket = ops_dir.join("ops.sock");
+    let socket = ops_dir.join(mount::OPS_SOCKET);
     let ops_server = csx_fs::shell::OpsServer::start(Arc::clone(&fs), &socket, true)?;
     let exe = std::env::current_exe().context("cannot find the csx executable")?;
     let fuse = mount::fuse_fs(Arc::clone(&fs))?.with_ops(csx_fs::shell::ops_dir(

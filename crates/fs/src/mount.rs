@@ -475,6 +475,9 @@ pub fn mount_dev(mountpoint: &Path) -> io::Result<Option<String>> {
 /// this prefix, its pid, `-`, a number of its own.
 const OPS_DIR_PREFIX: &str = "csx-mount-";
 
+/// The operator socket's name in a mount's operator directory ([`private_ops_dir`]).
+pub const OPS_SOCKET: &str = "ops.sock";
+
 /// A fresh directory of this process's own in the temporary directory, for a mount's
 /// operator socket, private to this user (0700): another user can neither reach a
 /// socket in it nor put something in its place. The mount process removes it when it
@@ -522,7 +525,7 @@ pub fn sweep_ops_dirs(tmp: &Path) -> usize {
         if !mine || pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        let served = std::os::unix::net::UnixStream::connect(path.join("ops.sock")).is_ok();
+        let served = std::os::unix::net::UnixStream::connect(path.join(OPS_SOCKET)).is_ok();
         if !served && fs::remove_dir_all(&path).is_ok() {
             removed += 1;
         }
@@ -824,7 +827,7 @@ mod tests {
         let dir = |name: &str| {
             let p = tmp.path().join(name);
             fs::create_dir(&p).unwrap();
-            fs::write(p.join("ops.sock"), b"").unwrap();
+            fs::write(p.join(OPS_SOCKET), b"").unwrap();
             p
         };
         let stale = dir(&format!("{OPS_DIR_PREFIX}{dead}-17"));
@@ -835,7 +838,7 @@ mod tests {
         // another pid namespace): kept.
         let listened = tmp.path().join(format!("{OPS_DIR_PREFIX}{dead}-20"));
         fs::create_dir(&listened).unwrap();
-        let _server = std::os::unix::net::UnixListener::bind(listened.join("ops.sock")).unwrap();
+        let _server = std::os::unix::net::UnixListener::bind(listened.join(OPS_SOCKET)).unwrap();
         // A link with a dead pid's name is not followed nor removed.
         let link = tmp.path().join(format!("{OPS_DIR_PREFIX}{dead}-21"));
         std::os::unix::fs::symlink(&other, &link).unwrap();
@@ -843,7 +846,7 @@ mod tests {
         assert_eq!(sweep_ops_dirs(tmp.path()), 1);
         assert!(!stale.exists());
         for kept in [&live, &foreign, &other, &listened] {
-            assert!(kept.join("ops.sock").exists(), "{}", kept.display());
+            assert!(kept.join(OPS_SOCKET).exists(), "{}", kept.display());
         }
         assert!(fs::symlink_metadata(&link).is_ok());
         assert_eq!(sweep_ops_dirs(tmp.path()), 0);
