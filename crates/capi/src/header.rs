@@ -542,9 +542,15 @@ pub type Enum = (&'static str, Vec<(&'static str, i64)>);
 /// Every enum of the header, in the spec's numbering (v1.x; `CS_CONFIG_TYPE` is
 /// `CS_CONFIG_TYPE_V05` under `CS_API_V05`). `CS_STATUS` carries the csx extension
 /// status too (outside the spec's range).
-// The table of every enum of the spec header, one entry each, in the header's order.
-#[allow(clippy::too_many_lines)]
 pub fn enums() -> Vec<Enum> {
+    let mut all = resource_enums();
+    all.extend(request_enums());
+    all
+}
+
+/// The enums of status, downloads, resources, configuration and copies (the first part
+/// of [`enums`]).
+fn resource_enums() -> Vec<Enum> {
     let i = |v: i32| i64::from(v);
     vec![
         (
@@ -590,6 +596,14 @@ pub fn enums() -> Vec<Enum> {
                 ("CS_COPY_FROM_DEVICE", i(CS_COPY_FROM_DEVICE)),
             ],
         ),
+    ]
+}
+
+/// The enums of storage requests, compute arguments, batches, statistics, capabilities,
+/// streams, plugins and device-memory flags (the second part of [`enums`]).
+fn request_enums() -> Vec<Enum> {
+    let i = |v: i32| i64::from(v);
+    vec![
         (
             "CS_STORAGE_REQ_MODE",
             vec![
