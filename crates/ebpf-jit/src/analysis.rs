@@ -156,6 +156,29 @@ pub(crate) struct FunctionPlan {
     pub stack_bases: BTreeSet<u32>,
     /// What each register holds before each slot, on every execution (`ranges`).
     pub ranges: Ranges,
+    /// Whether `ranges` carries the entry facts (`ranges`, `entry_args`): what holds when
+    /// the run starts with `r1` pointing into a region that holds `r2` bytes from `r1`.
+    /// Planned for the program's entry when no local call reaches it, in a program with
+    /// no helper call (only a helper changes the region table during a run), in the
+    /// variant whose runs check that precondition first (`compiled::Variant::Fast`).
+    pub entry_facts: bool,
+}
+
+impl FunctionPlan {
+    /// Whether some load of this function, run as the program's entry, is proven inside
+    /// `[r1, r1 + r2)` of the entry by the entry facts ([`FunctionPlan::entry_facts`]):
+    /// then the compiled code reads it unchecked, and a run must check the precondition
+    /// first.
+    pub(crate) fn reads_input(&self, insns: &[Insn]) -> bool {
+        self.entry_facts
+            && self.pcs.iter().any(|&pc| {
+                let insn = &insns[pc as usize];
+                insn.class() == CLASS_LDX
+                    && self
+                        .ranges
+                        .in_input(pc, insn.src, insn.off, access_size(insn))
+            })
+    }
 }
 
 /// Every function of a program, the entry first.
@@ -165,6 +188,14 @@ pub(crate) struct ProgramPlan {
     /// Whether any reachable instruction calls a helper (`call imm` or `callx`); only
     /// then can the region table change during a run.
     pub calls_helpers: bool,
+}
+
+impl ProgramPlan {
+    /// Whether the entry function reads inside the entry's input unchecked
+    /// ([`FunctionPlan::reads_input`]).
+    pub(crate) fn reads_input(&self, insns: &[Insn]) -> bool {
+        self.functions.first().is_some_and(|f| f.reads_input(insns))
+    }
 }
 
 /// What a function does with registers, over every reachable instruction (flow
@@ -293,15 +324,17 @@ fn next_pc(insns: &[Insn], pc: u32) -> Result<u32, PlanError> {
 /// Plans every function reachable from `entry` (the tests' shorthand).
 #[cfg(test)]
 pub(crate) fn plan_program(insns: &[Insn], entry: u32) -> Result<ProgramPlan, PlanError> {
-    plan_program_with(insns, entry, true)
+    plan_program_with(insns, entry, true, true)
 }
 
 /// As [`plan_program`]; `speculate`: whether to plan speculative regions (not in the
-/// variant that counts blocks, see `crate::count`).
+/// variant that counts blocks, see `crate::count`); `entry_facts`: whether the entry's
+/// ranges may carry the entry facts ([`FunctionPlan::entry_facts`]).
 pub(crate) fn plan_program_with(
     insns: &[Insn],
     entry: u32,
     speculate: bool,
+    entry_facts: bool,
 ) -> Result<ProgramPlan, PlanError> {
     if entry as usize >= insns.len() {
         return Err(PlanError::BadTarget {
@@ -318,10 +351,18 @@ pub(crate) fn plan_program_with(
     let mut pending = vec![entry];
     let mut calls_helpers = false;
     let mut callee_starts = BTreeSet::new();
+    // Any helper call, reachable or not, rules the entry facts out.
+    let facts = entry_facts && !insns.iter().any(is_helper_call);
     while let Some(start) = pending.pop() {
         let stamp = functions.len() as u32 + 1;
-        let (plan, callees) =
-            plan_function(insns, &lddw_tails, start, &mut visited, stamp, speculate)?;
+        let args = facts && start == entry;
+        let (plan, callees) = plan_function(
+            insns,
+            (&lddw_tails, args),
+            start,
+            (&mut visited, stamp),
+            speculate,
+        )?;
         calls_helpers |= plan
             .pcs
             .iter()
@@ -336,6 +377,11 @@ pub(crate) fn plan_program_with(
     }
     for f in &mut functions {
         f.is_callee = f.start != entry || callee_starts.contains(&entry);
+        // A called copy of the entry starts with other r1 and r2: no entry facts.
+        if f.entry_facts && f.is_callee {
+            f.ranges = crate::ranges::ranges(insns, &lddw_tails, &f.pcs, entry, false)?;
+            f.entry_facts = false;
+        }
     }
     Ok(ProgramPlan {
         functions,
@@ -363,10 +409,9 @@ fn lddw_tails(insns: &[Insn]) -> BTreeSet<u32> {
 /// accesses; also the starts of the functions it calls.
 fn plan_function(
     insns: &[Insn],
-    lddw_tails: &BTreeSet<u32>,
+    (lddw_tails, entry_facts): (&BTreeSet<u32>, bool),
     start: u32,
-    visited: &mut [u32],
-    stamp: u32,
+    (visited, stamp): (&mut [u32], u32),
     speculate: bool,
 ) -> Result<(FunctionPlan, Vec<u32>), PlanError> {
     let reach = reach(insns, lddw_tails, start, (visited, stamp))?;
@@ -378,7 +423,7 @@ fn plan_function(
         (BTreeMap::new(), BTreeSet::new())
     };
     let stack_bases = stack_bases(insns, &reach.pcs, &reach.flows, start)?;
-    let ranges = crate::ranges::ranges(insns, lddw_tails, &reach.pcs, start)?;
+    let ranges = crate::ranges::ranges(insns, lddw_tails, &reach.pcs, start, entry_facts)?;
     let Reach { pcs, callees, .. } = reach;
     Ok((
         FunctionPlan {
@@ -392,6 +437,7 @@ fn plan_function(
             is_callee: false,
             stack_bases,
             ranges,
+            entry_facts,
         },
         callees,
     ))

@@ -34,6 +34,8 @@ pub(crate) struct CodeMemory {
     code_bytes: usize,
     /// FNV-1a of the machine code as emitted, before relocation (see `with_digest`).
     digest: Option<u64>,
+    /// Whether the code reads the entry's input unchecked (see `needs_input`).
+    needs_input: bool,
 }
 
 // SAFETY: after `new` the module is never mutated or read except to free it in `Drop`
@@ -93,6 +95,7 @@ impl CodeMemory {
             entries: Placements::new(copies),
             code_bytes,
             digest: None,
+            needs_input: false,
         })
     }
 
@@ -116,6 +119,19 @@ impl CodeMemory {
     /// The digest recorded by `with_digest`, if the tier records one.
     pub(crate) fn digest(&self) -> Option<u64> {
         self.digest
+    }
+
+    /// Marks the code as reading inside `[r1, r1 + r2)` of the entry unchecked where the
+    /// entry facts prove it (`compiled::Variant::Fast`).
+    pub(crate) fn with_needs_input(mut self, needs: bool) -> CodeMemory {
+        self.needs_input = needs;
+        self
+    }
+
+    /// Whether a run of this code must first check that `r1` points into a region that
+    /// can be read for `r2` bytes from `r1` (and run other code when it cannot).
+    pub(crate) fn needs_input(&self) -> bool {
+        self.needs_input
     }
 }
 

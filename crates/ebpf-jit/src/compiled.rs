@@ -11,20 +11,35 @@ use std::time::{Duration, Instant};
 
 use csx_ebpf::engine::{Engine, RunMemory, RunOptions, RunOutcome};
 use csx_ebpf::helper::HelperHost;
+use csx_ebpf::interp::Interpreter;
 use csx_ebpf::memory::MemoryMap;
 use csx_ebpf::program::VerifiedProgram;
 
 use crate::code_memory::CodeMemory;
 use crate::JitError;
 
+/// Which code a [`Backend`] builds for a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Variant {
+    /// The code runs use: where the tier can, it reads inside `[r1, r1 + r2)` of the
+    /// entry unchecked where the entry facts prove it (`ranges`, `entry_args`), and
+    /// then says so ([`CodeMemory::needs_input`]): a run checks that precondition first.
+    Fast,
+    /// As `Fast` without the entry facts: for runs whose `r1` and `r2` fail the
+    /// precondition.
+    Plain,
+    /// Adds to the run's block counters (`JitContext::counts`) by the counting rule;
+    /// without the entry facts either.
+    Counting,
+}
+
 /// A tier's code generator.
 pub(crate) trait Backend {
     /// The type's name in `Debug` output.
     const NAME: &'static str;
 
-    /// Compiles `program` into executable code; `counting`: the variant that adds to
-    /// the run's block counters (`JitContext::counts`) by the counting rule.
-    fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError>;
+    /// Compiles `program` into executable code of the variant `variant`.
+    fn build(program: &VerifiedProgram, variant: Variant) -> Result<CodeMemory, JitError>;
 }
 
 /// [`Backend::build`], with a panic inside the compiler (a bug in a tier or in
@@ -33,14 +48,14 @@ pub(crate) trait Backend {
 /// and the device, the daemon or the host application goes on.
 fn build_guarded<T: Backend>(
     program: &VerifiedProgram,
-    counting: bool,
+    variant: Variant,
 ) -> Result<CodeMemory, JitError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         #[cfg(test)]
         if PANIC_IN_BUILD.with(|p| p.get()) {
             panic!("a compiler bug (test)");
         }
-        T::build(program, counting)
+        T::build(program, variant)
     }))
     .unwrap_or_else(|panic| {
         let what = panic
@@ -62,6 +77,9 @@ pub struct Compiled<T> {
     compile_time: Duration,
     /// The counting variant, compiled by the first run that asks for counts.
     counted: OnceLock<Result<CodeMemory, JitError>>,
+    /// The plain variant, compiled by the first run that fails `code`'s precondition
+    /// (when it has one, [`CodeMemory::needs_input`]).
+    pub(crate) plain: OnceLock<Result<CodeMemory, JitError>>,
     tier: PhantomData<fn() -> T>,
 }
 
@@ -71,12 +89,13 @@ impl<T: Backend> Compiled<T> {
     /// Compiles `program` for the host.
     pub fn compile(program: Arc<VerifiedProgram>) -> Result<Compiled<T>, JitError> {
         let started = Instant::now();
-        let code = build_guarded::<T>(&program, false)?;
+        let code = build_guarded::<T>(&program, Variant::Fast)?;
         Ok(Compiled {
             program,
             code,
             compile_time: started.elapsed(),
             counted: OnceLock::new(),
+            plain: OnceLock::new(),
             tier: PhantomData,
         })
     }
@@ -89,9 +108,28 @@ impl<T: Backend> Compiled<T> {
 
     fn counted_code(&self) -> Result<&CodeMemory, JitError> {
         self.counted
-            .get_or_init(|| build_guarded::<T>(&self.program, true))
+            .get_or_init(|| build_guarded::<T>(&self.program, Variant::Counting))
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// The code for a run with `args` over `mem` (stack and globals mapped), from the
+    /// code counts or not (`code`): `code` itself unless it reads the entry's input
+    /// unchecked and `args` fail its precondition; then the plain variant, compiled now
+    /// if no run needed it before (`None` if that failed: a compiler bug).
+    fn code_for<'c>(
+        &'c self,
+        code: &'c CodeMemory,
+        mem: &MemoryMap<'_>,
+        args: [u64; 5],
+    ) -> Option<&'c CodeMemory> {
+        if !code.needs_input() || input_precondition(mem, args[0], args[1]) {
+            return Some(code);
+        }
+        self.plain
+            .get_or_init(|| build_guarded::<T>(&self.program, Variant::Plain))
+            .as_ref()
+            .ok()
     }
 
     /// Wall-clock time [`Compiled::compile`] took.
@@ -164,10 +202,37 @@ impl<T: Backend> Engine for Compiled<T> {
             }
         };
         let mut run_mem = RunMemory::new(&self.program);
-        run_mem.with_mapped(&self.program, mem, |mem, fp| {
-            crate::runtime::execute(code, &self.program, mem, fp, args, opts, host)
+        let outcome = run_mem.with_mapped(&self.program, mem, |mem, fp| {
+            let code = self.code_for(code, mem, args)?;
+            Some(crate::runtime::execute(
+                code,
+                &self.program,
+                mem,
+                fp,
+                args,
+                opts,
+                host,
+            ))
+        });
+        // The fast variant compiled and the plain one did not (a compiler bug): the run
+        // still gets the reference semantics.
+        outcome.unwrap_or_else(|| {
+            Interpreter::new(Arc::clone(&self.program)).run(mem, args, opts, host)
         })
     }
+}
+
+/// The precondition of code that reads the entry's input unchecked (the entry facts,
+/// `ranges`): `r1` points into a region that can be read for `r2` bytes from `r1`.
+/// The region table does not change during such a run (the program calls no helper),
+/// so one check at the start holds for the whole run.
+fn input_precondition(mem: &MemoryMap<'_>, r1: u64, r2: u64) -> bool {
+    let Some(row) = mem.entries().get((r1 >> 32) as usize) else {
+        return false;
+    };
+    (r1 & 0xffff_ffff)
+        .checked_add(r2)
+        .is_some_and(|end| end <= row.read_len)
 }
 
 #[cfg(test)]

@@ -31,10 +31,12 @@
 //! choice.
 //!
 //! Invariants: compiled code touches memory only inside bounds-checked region rows, the
-//! current stack frame and its context; it stops only through its exit blocks (no trap
-//! instructions, no signals); no panic unwinds through it. `unsafe` lives in
-//! `code_memory` (executable memory) and `runtime` (the call into compiled code and the
-//! helper trampoline) only.
+//! current stack frame, its context and, in code whose run first checked that `r1`
+//! points into a region readable for `r2` bytes (`compiled`, `CodeMemory::needs_input`),
+//! the loads the entry facts prove inside `[r1, r1 + r2)` (`ranges`); it stops only
+//! through its exit blocks (no trap instructions, no signals); no panic unwinds through
+//! it. `unsafe` lives in `code_memory` (executable memory) and `runtime` (the call into
+//! compiled code and the helper trampoline) only.
 
 #![warn(clippy::too_many_lines)]
 
@@ -74,6 +76,7 @@ use csx_ebpf::program::VerifiedProgram;
 
 use crate::analysis::{PlanError, ProgramPlan};
 use crate::code_memory::{compiled_fn_signature, CodeMemory};
+use crate::compiled::Variant;
 use crate::translate::{Entry, ProgramEnv, TranslateError};
 
 /// Why a verified program could not be compiled.
@@ -112,10 +115,13 @@ pub type JitProgram = Compiled<Cranelift>;
 #[derive(Debug)]
 pub enum Cranelift {}
 
-/// The program's plan (see `analysis`), its errors as [`JitError`]s.
-fn plan_of(program: &VerifiedProgram, counting: bool) -> Result<ProgramPlan, JitError> {
+/// The program's plan for `variant` (see `analysis`), its errors as [`JitError`]s.
+fn plan_of(program: &VerifiedProgram, variant: Variant) -> Result<ProgramPlan, JitError> {
     let name = program.name();
-    analysis::plan_program_with(program.insns(), program.entry(), !counting).map_err(|e| match e {
+    let counting = variant == Variant::Counting;
+    let facts = variant == Variant::Fast;
+    let plan = analysis::plan_program_with(program.insns(), program.entry(), !counting, facts);
+    plan.map_err(|e| match e {
         PlanError::BadTarget { pc, target } => JitError::BadJumpTarget {
             program: name.to_string(),
             pc,
@@ -192,9 +198,10 @@ fn define(
 impl compiled::Backend for Cranelift {
     const NAME: &'static str = "JitProgram";
 
-    /// Plans, translates and finalizes `program`; `counting`: the variant with block
-    /// counters (see `count`).
-    fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError> {
+    /// Plans, translates and finalizes `program`'s code of `variant` (the counting one
+    /// with block counters, see `count`).
+    fn build(program: &VerifiedProgram, variant: Variant) -> Result<CodeMemory, JitError> {
+        let counting = variant == Variant::Counting;
         let name = program.name().to_string();
         let codegen = |e: &dyn std::fmt::Display| JitError::Codegen {
             program: name.clone(),
@@ -204,7 +211,7 @@ impl compiled::Backend for Cranelift {
         // Plan: which slots each eBPF function reaches, where blocks start, which
         // branches become selects.
         let insns = program.insns();
-        let plan = plan_of(program, counting)?;
+        let plan = plan_of(program, variant)?;
         let mut module = host_module(&codegen)?;
         // The host ISA with Cranelift's mid-end off, for functions whose narrow loads
         // are folded into their extensions after the mid-end (see `extend`).
@@ -263,17 +270,8 @@ impl compiled::Backend for Cranelift {
         for (f, entry, id, sig) in to_define {
             ctx.func.signature = sig;
             let builder = FunctionBuilder::new(&mut ctx.func, &mut builder_ctx);
-            translate::translate_function(&mut module, builder, &env, f, entry).map_err(
-                |e| match e {
-                    TranslateError::Unsupported { pc, opcode } => {
-                        JitError::UnsupportedInstruction {
-                            program: name.clone(),
-                            pc,
-                            opcode,
-                        }
-                    }
-                },
-            )?;
+            translate::translate_function(&mut module, builder, &env, f, entry)
+                .map_err(|e| unsupported(&name, e))?;
             before_mid_end(&mut ctx.func);
             let dump = std::env::var_os("CSX_JIT_DISASM").is_some();
             if dump {
@@ -305,8 +303,22 @@ impl compiled::Backend for Cranelift {
 
         // Finalize: apply relocations and make the code executable.
         CodeMemory::new(module, &entries, code_bytes)
-            .map(|c| c.with_digest(digest.0))
+            .map(|c| {
+                c.with_digest(digest.0)
+                    .with_needs_input(plan.reads_input(insns))
+            })
             .map_err(|e| codegen(&e))
+    }
+}
+
+/// A translation error of program `name` as a [`JitError`].
+fn unsupported(name: &str, e: TranslateError) -> JitError {
+    match e {
+        TranslateError::Unsupported { pc, opcode } => JitError::UnsupportedInstruction {
+            program: name.to_string(),
+            pc,
+            opcode,
+        },
     }
 }
 

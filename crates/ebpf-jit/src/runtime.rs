@@ -268,7 +268,10 @@ pub(crate) fn execute(
     // buffer, which the engine's `run` checked has one `u64` per block its code counts
     // and which outlives the call. Compiled code touches memory only
     // through rows it has bounds-checked, the stack frame the depth check guarantees
-    // (see `translate`), and this context; it never unwinds.
+    // (see `translate`), the entry's input where the entry facts prove the access
+    // inside it (code that does so runs only after `Compiled::run` found `r1` in a
+    // region readable for `r2` bytes, `CodeMemory::needs_input`), and this context; it
+    // never unwinds.
     let status = unsafe { entry(&raw mut ctx) };
     if let (Some(copy), Some(started)) = (timed, started) {
         code.entries()

@@ -28,6 +28,7 @@ mod cursor_tests;
 mod extrema_tests;
 mod guard_tests;
 mod inner_tests;
+mod input_tests;
 mod loop_tests;
 mod range_tests;
 mod region_tests;
@@ -1513,7 +1514,7 @@ fn branches_to_two_paths_become_selects_with_the_fuel_of_the_path_taken() {
     );
     assert_eq!((fall.alu.as_slice(), fall.back_jump), (&[7][..], None));
     // The counting variant keeps the branch (its counters follow the slots).
-    let counting = analysis::plan_program_with(p.insns(), 0, false).unwrap();
+    let counting = analysis::plan_program_with(p.insns(), 0, false, false).unwrap();
     assert_eq!(counting.functions[0].ifconv.get(&6), None);
     // r6 counts the bytes below the limit, r7 twice the others; `join` adds the byte or r7.
     let want = {

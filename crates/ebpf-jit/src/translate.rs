@@ -338,6 +338,9 @@ pub(crate) fn translate_function(
     if t.uses.memory || entry == Entry::Run {
         t.reset_caches();
     }
+    if entry == Entry::Run && plan.reads_input(env.insns) {
+        t.input_delta = Some(t.entry_input_delta());
+    }
     let start = t.blocks[&plan.start];
     t.b.ins().jump(start, &[]);
     t.body()?;
@@ -381,6 +384,10 @@ struct Translator<'a, 'f> {
     bounds: BTreeMap<Value, u64>,
     /// Host address minus virtual address for the stack region (fixed for a run).
     stack_delta: Value,
+    /// Host address minus virtual address for the region the entry's r1 points into,
+    /// where loads the entry facts prove inside `[r1, r1 + r2)` read unchecked (see
+    /// `proven`); `None` elsewhere.
+    input_delta: Option<Value>,
     /// Shared exit for traps, entered with the trap record already stored.
     trap_exit: Block,
     /// Shared exit when a callee trapped: its trap is already recorded.
@@ -873,6 +880,7 @@ impl<'a, 'f> Translator<'a, 'f> {
             stack_derived: BTreeSet::new(),
             bounds: BTreeMap::new(),
             stack_delta: start.stack_delta,
+            input_delta: None,
             trap_exit,
             propagate,
             helper_sig,
@@ -1984,6 +1992,10 @@ impl<'a, 'f> Translator<'a, 'f> {
         // Nor does an access proven inside the global section its address came from.
         if let Some((host, disp, fl)) = self.global_access(v, off, size, op.writes()) {
             return Ok(self.emit_op_with(host, disp, op, fl));
+        }
+        // Nor a load the entry facts prove inside the entry's input.
+        if let Some(host) = self.proven_input_access(pc, reg, v, off, op) {
+            return Ok(self.emit_op(host, i32::from(off), op));
         }
         // In a loop's unchecked copy, the guard proved this access in bounds.
         if let Some(host) = self.proven_by_guard(pc, v) {

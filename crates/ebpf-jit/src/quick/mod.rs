@@ -28,7 +28,7 @@ use cranelift_module::{Linkage, Module};
 use csx_ebpf::program::VerifiedProgram;
 
 use crate::code_memory::{compiled_fn_signature, CodeMemory};
-use crate::compiled::{Backend, Compiled};
+use crate::compiled::{Backend, Compiled, Variant};
 use crate::JitError;
 use emit::EmitError;
 
@@ -42,8 +42,9 @@ pub enum Quick {}
 impl Backend for Quick {
     const NAME: &'static str = "QuickProgram";
 
-    fn build(program: &VerifiedProgram, counting: bool) -> Result<CodeMemory, JitError> {
-        build(program, counting)
+    /// The quick tier has no entry facts: `Fast` and `Plain` are the same code.
+    fn build(program: &VerifiedProgram, variant: Variant) -> Result<CodeMemory, JitError> {
+        build(program, variant == Variant::Counting)
     }
 }
 

@@ -1,7 +1,10 @@
 //! What the plan's value ranges (`crate::ranges`) prove, used where translation emits
 //! ordinary code: a register's bound at a slot (for the bounds of the values computed
 //! there, so a stack array indexed by a loop-carried or compared index goes unchecked),
-//! and accesses through a frame pointer proven inside the current frame.
+//! accesses through a frame pointer proven inside the current frame, and, in the
+//! program's entry, loads proven inside `[r1, r1 + r2)` of the entry by the entry facts
+//! (`FunctionPlan::entry_facts`; such code runs only where the run's start checked that `r1`
+//! points into a region readable for `r2` bytes, `CodeMemory::needs_input`).
 //!
 //! The ranges hold of executions that reach a slot. Code that runs a block whose branch
 //! did not go there (if-converted arms, speculative regions) and an inlined callee's
@@ -47,5 +50,40 @@ impl Translator<'_, '_> {
         let frame = STACK_FRAME_SIZE as i64;
         (self.ranges_hold() && self.plan.ranges.in_frame(pc, reg, off, size, frame))
             .then(|| self.b.ins().iadd(self.stack_delta, v))
+    }
+
+    /// The host address of `v` (register `reg` at slot `pc`) when `op` is a load of the
+    /// program's entry that the entry facts prove inside `[r1, r1 + r2)`: the region of
+    /// r1 at entry, fixed for the run, so the address is `v` moved by its delta.
+    pub(super) fn proven_input_access(
+        &mut self,
+        pc: u32,
+        reg: u8,
+        v: Value,
+        off: i16,
+        op: MemOp,
+    ) -> Option<Value> {
+        let delta = self.input_delta?;
+        let size = i64::from(op.size());
+        let proven = !op.writes()
+            && self.entry == Entry::Run
+            && self.plan.entry_facts
+            && self.ranges_hold()
+            && self.plan.ranges.in_input(pc, reg, off, size);
+        proven.then(|| self.b.ins().iadd(delta, v))
+    }
+
+    /// The host-minus-virtual delta of the region r1 points into, computed in the entry
+    /// block from the entry's r1 (see [`Self::proven_input_access`]).
+    pub(super) fn entry_input_delta(&mut self) -> Value {
+        let r1 = self.b.use_var(self.regs[1]);
+        let regions = self.regions();
+        let (row, lo) = self.row_of(regions, r1);
+        let base = self
+            .b
+            .ins()
+            .load(types::I64, self.flags.table, row, RegionEntry::OFFSET_BASE);
+        let start = self.b.ins().iadd(base, lo);
+        self.b.ins().isub(start, r1)
     }
 }
