@@ -272,3 +272,38 @@ fn random_scans_match_the_interpreter() {
         "{fast} of 400 programs read their input unchecked"
     );
 }
+
+#[test]
+fn threads_meeting_and_failing_the_precondition_at_once_agree() {
+    // The plain variant is compiled by whichever run first fails the precondition,
+    // while other threads run the fast code: every run still matches the interpreter.
+    let p = program(SCAN, vec![]);
+    let jit = Arc::new(JitProgram::compile(p.clone()).unwrap());
+    assert!(jit.code.needs_input());
+    let interp = Interpreter::new(p);
+    let cases: Vec<(Args, (RunOutcome, Vec<u8>))> = MEETS
+        .into_iter()
+        .chain(FAILS)
+        .map(|args| (args, run_with(&interp, 10_000, args)))
+        .collect();
+    let cases = Arc::new(cases);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (jit, cases) = (Arc::clone(&jit), Arc::clone(&cases));
+            std::thread::spawn(move || {
+                for i in 0..60 {
+                    let (args, want) = &cases[(i * 7 + t * 3) % cases.len()];
+                    assert_eq!(
+                        &run_with(jit.as_ref(), 10_000, *args),
+                        want,
+                        "thread {t} run {i}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(matches!(jit.plain.get(), Some(Ok(_))));
+}
