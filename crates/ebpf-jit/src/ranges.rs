@@ -728,14 +728,25 @@ fn refine(out: &State, insn: &Insn, taken: bool) -> Option<State> {
     };
     if let (Some(r), Some(d)) = (x, fact) {
         s.at_most_len_less(r, d);
-        // And the registers it equals plus or minus a constant.
-        if let Some(d) = s.get(r).len_d() {
+        // And the registers it equals plus or minus a constant, and theirs in turn
+        // (`j = i + 4` and a copy `k = i` made before the compare of `j`).
+        let mut todo = vec![r];
+        let mut seen = 1u16 << r;
+        while let Some(r) = todo.pop() {
+            let Some(d) = s.get(r).len_d() else { continue };
             for j in 0..10u8 {
-                if let Some((_, k)) = s.rel[r as usize].filter(|&(o, _)| o == j) {
-                    s.at_most_len_less(j, d + k);
-                }
-                if let Some((_, k)) = s.rel[j as usize].filter(|&(o, _)| o == r) {
-                    s.at_most_len_less(j, d - k);
+                let up = s.rel[r as usize]
+                    .filter(|&(o, _)| o == j)
+                    .map(|(_, k)| d + k);
+                let down = s.rel[j as usize]
+                    .filter(|&(o, _)| o == r)
+                    .map(|(_, k)| d - k);
+                for e in [up, down].into_iter().flatten() {
+                    s.at_most_len_less(j, e);
+                    if seen & (1 << j) == 0 {
+                        seen |= 1 << j;
+                        todo.push(j);
+                    }
                 }
             }
         }
@@ -916,6 +927,16 @@ mod tests {
                 .replace("{test}", "jgt %r4, %r2, out"),
         );
         assert!(r.in_input(ldxb_at(&insns), 8, 3, 1));
+        // A copy of `i` made before the compare of `j = i + 4` (clang's `i = j`-style
+        // loop updates): the compare bounds the copy through `i`.
+        let (insns, r) = entry_ranges_of(
+            &BY_FOUR
+                .replace("mov %r4, %r3\n", "mov %r7, %r3\nmov %r4, %r3\n")
+                .replace("{test}", "jgt %r4, %r2, out")
+                .replace("add %r8, %r3", "add %r8, %r7"),
+        );
+        assert!(r.in_input(ldxb_at(&insns), 8, 3, 1));
+        assert!(!r.in_input(ldxb_at(&insns), 8, 4, 1));
         let (insns, r) = entry_ranges_of(
             "mov %r3, 0\nloop:\nmov %r4, %r3\nadd %r4, 4\njgt %r4, %r2, out\n\
              mov %r8, %r1\nadd %r8, %r4\nldxb %r9, [%r8-1]\nmov %r3, %r4\nja loop\nout:\nexit",

@@ -242,7 +242,7 @@ fn random_scans_match_the_interpreter() {
                 len
             };
             let run = |engine: &dyn Engine, fuel| {
-                let mut rw: Vec<u8> = (0..64).map(|b| b * 7 + 1).collect();
+                let mut rw: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(7) | 1).collect();
                 let mut map = MemoryMap::new();
                 let a = map.map_read_write(RegionIdx(2), &mut rw).unwrap();
                 let opts = RunOptions {
