@@ -255,6 +255,34 @@ impl State {
         }
     }
 
+    /// Passes what is known of register `r`'s `len - d` bound to the registers it equals
+    /// plus or minus a constant, and theirs in turn (`j = i + 4`, and a copy `k = i`
+    /// made before the compare of `j`).
+    fn pass_len_fact_along(&mut self, r: u8) {
+        let mut todo = vec![r];
+        let mut seen = 1u16 << r;
+        while let Some(r) = todo.pop() {
+            let Some(d) = self.get(r).len_d() else {
+                continue;
+            };
+            for j in 0..10u8 {
+                let up = self.rel[r as usize]
+                    .filter(|&(o, _)| o == j)
+                    .map(|(_, k)| d + k);
+                let down = self.rel[j as usize]
+                    .filter(|&(o, _)| o == r)
+                    .map(|(_, k)| d - k);
+                for e in [up, down].into_iter().flatten() {
+                    self.at_most_len_less(j, e);
+                    if seen & (1 << j) == 0 {
+                        seen |= 1 << j;
+                        todo.push(j);
+                    }
+                }
+            }
+        }
+    }
+
     /// Register `r` is at most `len - d` (as well as what was known of it).
     fn at_most_len_less(&mut self, r: u8, d: i64) {
         match self.get(r) {
@@ -685,6 +713,44 @@ enum Rel {
     Ne,
 }
 
+/// What a 64-bit compare (`x rel y`, `k` the immediate) says of the entry facts, into
+/// `s` (from `out`, the state before it): an `x` below (or at most) a `y` at most
+/// `len - d` is at most `len - d - 1` (or `len - d`), as are the registers it equals
+/// plus or minus a constant; a value at most `len - e` that is at least a constant `c`
+/// means `len` is at least `c + e`. (A 32-bit compare sees halves: nothing.)
+fn entry_facts_of_compare(
+    out: &State,
+    s: &mut State,
+    (x, y, rel): (Option<u8>, Option<u8>, &Rel),
+    k: u64,
+) {
+    let len_of = |y: Option<u8>| y.and_then(|r| out.get(r).len_d());
+    let fact = match rel {
+        Rel::Lt => len_of(y).map(|d| d + 1),
+        Rel::Le => len_of(y),
+        _ => None,
+    };
+    if let (Some(r), Some(d)) = (x, fact) {
+        s.at_most_len_less(r, d);
+        s.pass_len_fact_along(r);
+    }
+    let least = match (x, y, rel) {
+        (None, Some(y), Rel::Lt) => Some((y, k.saturating_add(1))),
+        (None, Some(y), Rel::Le) => Some((y, k)),
+        (Some(x), None, Rel::Eq) => Some((x, k)),
+        (Some(x), None, Rel::Ne) if k == 0 => Some((x, 1)),
+        _ => None,
+    };
+    if let Some((r, c)) = least {
+        if let Some(e) = out.get(r).len_d() {
+            let l = i128::from(c) + i128::from(e);
+            if l > 0 {
+                s.len_min = s.len_min.max(l.min(i128::from(OFFSET_MAX)) as u64);
+            }
+        }
+    }
+}
+
 /// The state on one edge of the conditional jump `insn`: its registers bounded by what
 /// the compare says on that edge (`taken`).
 fn refine(out: &State, insn: &Insn, taken: bool) -> Option<State> {
@@ -714,59 +780,8 @@ fn refine(out: &State, insn: &Insn, taken: bool) -> Option<State> {
     };
     let (hx, hy) = (seen(x), seen(y));
     let mut s = out.clone();
-    // What a compare of `x` below (`strict`) or at most `y` says of `x` when `y` is at
-    // most `len - d` and `x` knows nothing better than an entry fact: at most
-    // `len - d - 1` (or `len - d`). 64-bit compares only (a 32-bit one sees halves).
-    let len_of = |y: Option<u8>| match y.map(|r| out.get(r)) {
-        Some(v) if !is32 => v.len_d(),
-        _ => None,
-    };
-    let fact = match rel {
-        Rel::Lt => len_of(y).map(|d| d + 1),
-        Rel::Le => len_of(y),
-        _ => None,
-    };
-    if let (Some(r), Some(d)) = (x, fact) {
-        s.at_most_len_less(r, d);
-        // And the registers it equals plus or minus a constant, and theirs in turn
-        // (`j = i + 4` and a copy `k = i` made before the compare of `j`).
-        let mut todo = vec![r];
-        let mut seen = 1u16 << r;
-        while let Some(r) = todo.pop() {
-            let Some(d) = s.get(r).len_d() else { continue };
-            for j in 0..10u8 {
-                let up = s.rel[r as usize]
-                    .filter(|&(o, _)| o == j)
-                    .map(|(_, k)| d + k);
-                let down = s.rel[j as usize]
-                    .filter(|&(o, _)| o == r)
-                    .map(|(_, k)| d - k);
-                for e in [up, down].into_iter().flatten() {
-                    s.at_most_len_less(j, e);
-                    if seen & (1 << j) == 0 {
-                        seen |= 1 << j;
-                        todo.push(j);
-                    }
-                }
-            }
-        }
-    }
-    // A register at most `len - e` at least `c` (against the immediate): `len` is at
-    // least `c + e`.
-    let least = match (x, y, &rel) {
-        (None, Some(y), Rel::Lt) => Some((y, k.saturating_add(1))),
-        (None, Some(y), Rel::Le) => Some((y, k)),
-        (Some(x), None, Rel::Eq) => Some((x, k)),
-        (Some(x), None, Rel::Ne) if k == 0 => Some((x, 1)),
-        _ => None,
-    };
-    if let Some((r, c)) = least.filter(|_| !is32) {
-        if let Some(e) = out.get(r).len_d() {
-            let l = i128::from(c) + i128::from(e);
-            if l > 0 {
-                s.len_min = s.len_min.max(l.min(i128::from(OFFSET_MAX)) as u64);
-            }
-        }
+    if !is32 {
+        entry_facts_of_compare(out, &mut s, (x, y, &rel), k);
     }
     // Bounds register `r` (when the compare sees all of it) by `h`.
     let mut bound = |r: Option<u8>, h: u64| {
