@@ -123,7 +123,11 @@ impl<T: Backend> Compiled<T> {
         mem: &MemoryMap<'_>,
         args: [u64; 5],
     ) -> Option<&'c CodeMemory> {
-        if !code.needs_input() || input_precondition(mem, args[0], args[1]) {
+        // The precondition of code that reads the entry's input unchecked (the entry
+        // facts, `ranges`): `r1` points into a region that can be read for `r2` bytes.
+        // The region table does not change during such a run (the program calls no
+        // helper), so one check at the start holds for the whole run.
+        if !code.needs_input() || mem.translate(args[0], args[1], false).is_ok() {
             return Some(code);
         }
         self.plain
@@ -220,19 +224,6 @@ impl<T: Backend> Engine for Compiled<T> {
             Interpreter::new(Arc::clone(&self.program)).run(mem, args, opts, host)
         })
     }
-}
-
-/// The precondition of code that reads the entry's input unchecked (the entry facts,
-/// `ranges`): `r1` points into a region that can be read for `r2` bytes from `r1`.
-/// The region table does not change during such a run (the program calls no helper),
-/// so one check at the start holds for the whole run.
-fn input_precondition(mem: &MemoryMap<'_>, r1: u64, r2: u64) -> bool {
-    let Some(row) = mem.entries().get((r1 >> 32) as usize) else {
-        return false;
-    };
-    (r1 & 0xffff_ffff)
-        .checked_add(r2)
-        .is_some_and(|end| end <= row.read_len)
 }
 
 #[cfg(test)]
