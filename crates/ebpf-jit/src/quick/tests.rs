@@ -975,6 +975,32 @@ fn versioned_loops_agree_at_every_budget() {
     assert!(out.result.is_ok(), "{out:?}");
 }
 
+/// A copy that keeps the slice in a register (`emit/versioned.rs`, r9's here: the loop
+/// names every other candidate) gives r9 back and the slice back to the context on
+/// every way out: the loop's end, a jump out of it on its index, and a slice too
+/// short (at every budget); a loop that reads one byte past the region leaves the
+/// copy and traps in the checked loop. Value, trap pc, fuel and memory are the
+/// interpreter's at every budget, with r9 live across the loop.
+#[test]
+fn a_slice_in_a_register_comes_back_on_every_way_out() {
+    let src = |last: u32, exit_at: u32| {
+        format!(
+            "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r9, 0x5a5a\nmov %r6, 0\n\
+             mov %r7, 5\nmov %r8, 11\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+             mul %r0, 3\nadd %r7, %r5\nxor %r8, %r7\nmov %r2, %r8\nmov %r3, %r0\n\
+             jeq %r6, {exit_at}, out\nadd %r6, 1\njle %r6, {last}, top\n\
+             out:\nadd %r0, %r9\nxor %r0, %r2\nmul %r9, %r6\nadd %r0, %r9\nexit"
+        )
+    };
+    let done = agree_at_every_budget(&src(63, 99));
+    assert!(done.result.is_ok(), "{done:?}");
+    let left = agree_at_every_budget(&src(63, 40));
+    assert!(left.result.is_ok(), "{left:?}");
+    assert_ne!(left.result, done.result);
+    assert_eq!(trap_pc(&agree_at_every_budget(&src(64, 99))), 8);
+}
+
 /// A versioned loop over 64 KiB: its iterations outlast many slices, and the guard
 /// cuts the slice, so the copy leaves for the checked loop at each refill and comes
 /// back through the guard. Value, trap pc and fuel are the interpreter's at budgets

@@ -42,6 +42,15 @@ const RUN_MIN: i32 = 8;
 /// slot, which nothing reads during a run (the `exit` of the entry frame writes it).
 const GUARD_RUNS: i32 = offsets::reg(0);
 
+/// Where a copy that keeps the fuel slice in a register keeps that register's own
+/// value while it runs: the guard's slot, free once the guard has entered the copy.
+const SLICE_SAVE: i32 = GUARD_RUNS;
+
+/// The eBPF registers whose host registers a copy may keep the slice in, in order of
+/// preference: none an instruction uses implicitly (r0 and r3 in a division, r4 in a
+/// shift by a register).
+const SLICE_CANDIDATES: [u8; 7] = [9, 8, 7, 6, 5, 2, 1];
+
 /// The host address minus the virtual address of the region the guard proved the
 /// loads (the stores) in: an unchecked access is `[reg + off + delta]`. The context's
 /// r8 and r9 slots, which the quick tier reads nowhere else.
@@ -347,6 +356,35 @@ fn quick_loop(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<QuickL
     })
 }
 
+/// The host register the copy of loop `q` keeps the fuel slice in (see "The slice in
+/// a register" in the module doc): that of an eBPF register no slot of the loop names,
+/// when nothing in the copy can trap (every access one of the unchecked, or at r10
+/// plus a constant inside the frame): a trap's way out reads the slice from the
+/// context. `None`: the copy charges the context's slice.
+fn slice_register(insns: &[Insn], q: &QuickLoop) -> Option<Reg> {
+    let slots = (q.header..=q.bottom).map(|pc| (pc, &insns[pc as usize]));
+    let frame = -(STACK_FRAME_SIZE as i32);
+    let cannot_trap = slots.clone().all(|(pc, insn)| {
+        let base = match insn.class() {
+            CLASS_LDX => insn.src,
+            CLASS_ST | CLASS_STX => insn.dst,
+            _ => return true,
+        };
+        let size = crate::analysis::access_size(insn) as i32;
+        let off = i32::from(insn.off);
+        let in_frame = base == REG_FP && off >= frame && off + size <= 0;
+        insn.opc & 0xe0 != MODE_ATOMIC
+            && (in_frame || (q.unchecked.contains(&pc) && usize::from(base) < MAP.len()))
+    });
+    if !cannot_trap {
+        return None;
+    }
+    SLICE_CANDIDATES
+        .into_iter()
+        .find(|&r| slots.clone().all(|(_, insn)| insn.dst != r && insn.src != r))
+        .map(|r| MAP[usize::from(r)])
+}
+
 impl Emitter<'_> {
     /// The versioned loop whose header is slot `pc`, if any.
     pub(super) fn versioned_at(&self, pc: u32) -> Option<usize> {
@@ -368,14 +406,26 @@ impl Emitter<'_> {
     }
 
     /// Where the code of a jump to slot `t` goes: the unchecked copy's slot while one is
-    /// emitted and `t` is in its loop, else the slot's code.
-    pub(super) fn slot_target(&self, t: u32) -> Target {
-        match self.copying {
-            Some(i) if (self.vloops[i].header..=self.vloops[i].bottom).contains(&t) => {
+    /// emitted and `t` is in its loop, else the slot's code (through a
+    /// [`Stub::CopyExit`] from a copy that keeps the slice in a register).
+    pub(super) fn slot_target(&mut self, t: u32) -> Target {
+        match (self.copying, self.slice) {
+            (Some(i), _) if (self.vloops[i].header..=self.vloops[i].bottom).contains(&t) => {
                 Target::Copy(i, t)
+            }
+            (Some(_), Some(slice)) => {
+                self.stubs.push(Stub::CopyExit { slice, target: t });
+                Target::Stub(self.stubs.len() - 1)
             }
             _ => Target::Slot(t),
         }
+    }
+
+    /// The context's slice, charged in register `slice` since the copy's entry, back in
+    /// the context, and `slice`'s own value back from [`SLICE_SAVE`].
+    pub(super) fn put_slice_back(&mut self, slice: Reg) {
+        self.a.mov_mr(mem(CTX, offsets::FUEL_USED), slice);
+        self.a.mov_rm(slice, mem(CTX, SLICE_SAVE));
     }
 
     /// Records that slot `pc`'s code starts here: in the unchecked copy while one is
@@ -466,7 +516,7 @@ impl Emitter<'_> {
                 a.mov_mr(mem(CTX, delta(write)), R10);
             }
         }
-        self.jump(Target::Copy(i, q.header));
+        self.jump(Target::CopyEntry(i));
         for at in fails {
             self.a.bind_here(at);
         }
@@ -555,13 +605,33 @@ impl Emitter<'_> {
         if invert {
             cc = cc.invert();
         }
-        let fuel = mem(CTX, offsets::FUEL_USED);
-        self.a.alu_mi(Alu::Sub, true, fuel, cost);
-        self.jcc_stub(Cond::B, Stub::Leave { cost, compare });
+        let slice = self.slice;
+        match slice {
+            Some(r) => self.a.alu_ri(Alu::Sub, true, r, cost),
+            None => self
+                .a
+                .alu_mi(Alu::Sub, true, mem(CTX, offsets::FUEL_USED), cost),
+        }
+        self.jcc_stub(
+            Cond::B,
+            Stub::Leave {
+                cost,
+                compare,
+                slice,
+            },
+        );
         let wide = insn.class() == CLASS_JMP;
         self.compare(compare, &insn, wide, insn.opc & SRC_X != 0)?;
         self.jcc(cc, Target::Copy(i, self.vloops[i].header));
-        self.a.alu_mi(Alu::Add, true, fuel, cost);
+        match slice {
+            Some(r) => {
+                self.a.alu_ri(Alu::Add, true, r, cost);
+                self.put_slice_back(r);
+            }
+            None => self
+                .a
+                .alu_mi(Alu::Add, true, mem(CTX, offsets::FUEL_USED), cost),
+        }
         self.jump(Target::Slot(pc + 1));
         Ok(())
     }
@@ -578,6 +648,12 @@ impl Emitter<'_> {
                 self.vloops[i].header as usize,
                 self.vloops[i].bottom as usize,
             );
+            self.slice = slice_register(self.insns, &self.vloops[i]);
+            self.copy_entry[i] = self.a.pos();
+            if let Some(r) = self.slice {
+                self.a.mov_mr(mem(CTX, SLICE_SAVE), r);
+                self.a.mov_rm(r, mem(CTX, offsets::FUEL_USED));
+            }
             self.a.align_with_nops(LOOP_HEAD_ALIGN);
             self.copying = Some(i);
             self.known = [Known::NOTHING; 10];
@@ -609,6 +685,7 @@ impl Emitter<'_> {
                 pc = next as usize;
             }
             self.copying = None;
+            self.slice = None;
         }
         Ok(())
     }
@@ -622,6 +699,37 @@ mod tests {
     fn loops_of(src: &str) -> Vec<QuickLoop> {
         let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
         versioned_loops(&insns, &jump_targets(&insns, 0), &loop_bottoms(&insns))
+    }
+
+    /// The copy keeps the slice in r9's host register when no slot of the loop names r9,
+    /// in r8's when r9 is named, and in none when every candidate is named or when an
+    /// access in the loop could trap (one through a register the guard does not prove).
+    #[test]
+    fn which_register_holds_the_slice() {
+        let body = |uses: &str| {
+            format!(
+                "mov %r0, 0\nmov %r6, 0\n\
+                 top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nadd %r0, %r5\n\
+                 {uses}add %r6, 1\njlt %r6, %r2, top\nexit"
+            )
+        };
+        let slice = |src: &str| {
+            let insns = assemble(src).unwrap_or_else(|e| panic!("{e}"));
+            let found = versioned_loops(&insns, &jump_targets(&insns, 0), &loop_bottoms(&insns));
+            assert_eq!(found.len(), 1, "{src}: {found:?}");
+            slice_register(&insns, &found[0])
+        };
+        assert_eq!(slice(&body("")), Some(MAP[9]));
+        assert_eq!(slice(&body("mov %r9, %r0\n")), Some(MAP[8]));
+        let all = "mov %r9, %r0\nmov %r8, %r0\nmov %r7, %r0\nmov %r3, %r6\nmov %r1, %r1\n";
+        assert_eq!(slice(&body(all)), None);
+        // A stack access at a constant in the frame cannot trap; one below it, or a
+        // load through a pointer the loop does not step, can.
+        let stack = "stxdw [%r10-8], %r0\n";
+        assert_eq!(slice(&body(stack)), Some(MAP[9]));
+        assert_eq!(slice(&body("stxdw [%r10-520], %r0\n")), None);
+        let chase = "ldxdw %r3, [%r4+0]\nldxb %r3, [%r3+0]\n";
+        assert_eq!(slice(&body(chase)), None);
     }
 
     /// A loop over its input is versioned, with its strided load unchecked; one that
