@@ -82,15 +82,16 @@
 //! goes back through the guard. A span outside the cached region fails the guard, and
 //! the checked loop runs until its next refill.
 //!
-//! The slice in a register: a copy in which nothing can trap (every access one the
-//! guard proved, or at r10 plus a constant in the frame) and which names some eBPF
-//! register no slot of the loop uses (r9 first; never r0, r3 or r4, which divisions
-//! and shifts use implicitly) keeps the slice in that register's host register: the
-//! register's value goes to the guard's context slot, free by then, and the slice
-//! comes in from the context on entry; the back edge charges the register; every way
-//! out (the fall-through, the [`Stub::Leave`] of a short slice, a [`Stub::CopyExit`]
-//! for each jump out of the loop) puts the slice back in the context and the register's
-//! value back first. A charge to the context's slice is a read-modify-write of memory
+//! The slice in a register: a copy whose loop never names some eBPF register (r9
+//! first; never r0, r3 or r4, which divisions and shifts use implicitly) keeps the
+//! slice in that register's host register, when its code turns out to hold nothing
+//! that can trap or refill (every access one the guard proved, at r10 plus a constant
+//! in the frame, or proven inside a fixed region; else it is emitted again without):
+//! the way out of a trap reads the slice from the context. The register's value goes
+//! to the guard's context slot, free by then, and the slice comes in from the context
+//! on entry; the back edge charges the register; every way out (the fall-through, the
+//! [`Stub::Leave`] of a short slice, a [`Stub::CopyExit`] for each jump out of the
+//! loop) puts the slice back in the context and the register's value back first. A charge to the context's slice is a read-modify-write of memory
 //! on every iteration's path, which a register charge is not (cksum 0.81, matmul 0.69,
 //! hist 0.71 of the CPU time with the back edges' charges taken out altogether).
 //!

@@ -980,7 +980,8 @@ fn versioned_loops_agree_at_every_budget() {
 /// every way out: the loop's end, a jump out of it on its index, and a slice too
 /// short (at every budget); a loop that reads one byte past the region leaves the
 /// copy and traps in the checked loop. Value, trap pc, fuel and memory are the
-/// interpreter's at every budget, with r9 live across the loop.
+/// interpreter's at every budget, with r9 live across the loop; likewise for a copy
+/// that can trap, which keeps the slice in the context.
 #[test]
 fn a_slice_in_a_register_comes_back_on_every_way_out() {
     let src = |last: u32, exit_at: u32| {
@@ -999,6 +1000,19 @@ fn a_slice_in_a_register_comes_back_on_every_way_out() {
     assert!(left.result.is_ok(), "{left:?}");
     assert_ne!(left.result, done.result);
     assert_eq!(trap_pc(&agree_at_every_budget(&src(64, 99))), 8);
+    // A load at an index read from the input stays checked in the copy, and may trap
+    // there: that copy charges the context's slice (emitted again without the
+    // register), and a trap in it reports the interpreter's fuel.
+    let gather = |mask: u32| {
+        format!(
+            "mov %r0, 0\nldxb %r5, [%r1+0]\nmov %r6, 0\n\
+             top:\nmov %r4, %r1\nadd %r4, %r6\nldxb %r5, [%r4+0]\nand %r5, {mask}\n\
+             mov %r3, %r1\nadd %r3, %r5\nldxb %r7, [%r3+0]\nadd %r0, %r7\n\
+             add %r6, 1\njlt %r6, 64, top\nexit"
+        )
+    };
+    assert!(agree_at_every_budget(&gather(63)).result.is_ok());
+    assert_eq!(trap_pc(&agree_at_every_budget(&gather(255))), 9);
 }
 
 /// A versioned loop over 64 KiB: its iterations outlast many slices, and the guard

@@ -356,32 +356,14 @@ fn quick_loop(insns: &[Insn], targets: &[bool], h: u32, b: u32) -> Option<QuickL
     })
 }
 
-/// The host register the copy of loop `q` keeps the fuel slice in (see "The slice in
-/// a register" in the module doc): that of an eBPF register no slot of the loop names,
-/// when nothing in the copy can trap (every access one of the unchecked, or at r10
-/// plus a constant inside the frame): a trap's way out reads the slice from the
-/// context. `None`: the copy charges the context's slice.
+/// The host register the copy of loop `q` may keep the fuel slice in (see "The slice
+/// in a register" in the module doc): that of the first of [`SLICE_CANDIDATES`] no
+/// slot of the loop names, if any.
 fn slice_register(insns: &[Insn], q: &QuickLoop) -> Option<Reg> {
-    let slots = (q.header..=q.bottom).map(|pc| (pc, &insns[pc as usize]));
-    let frame = -(STACK_FRAME_SIZE as i32);
-    let cannot_trap = slots.clone().all(|(pc, insn)| {
-        let base = match insn.class() {
-            CLASS_LDX => insn.src,
-            CLASS_ST | CLASS_STX => insn.dst,
-            _ => return true,
-        };
-        let size = crate::analysis::access_size(insn) as i32;
-        let off = i32::from(insn.off);
-        let in_frame = base == REG_FP && off >= frame && off + size <= 0;
-        insn.opc & 0xe0 != MODE_ATOMIC
-            && (in_frame || (q.unchecked.contains(&pc) && usize::from(base) < MAP.len()))
-    });
-    if !cannot_trap {
-        return None;
-    }
+    let slots = &insns[q.header as usize..=q.bottom as usize];
     SLICE_CANDIDATES
         .into_iter()
-        .find(|&r| slots.clone().all(|(_, insn)| insn.dst != r && insn.src != r))
+        .find(|&r| slots.iter().all(|insn| insn.dst != r && insn.src != r))
         .map(|r| MAP[usize::from(r)])
 }
 
@@ -644,50 +626,82 @@ impl Emitter<'_> {
             if !self.vloops[i].active {
                 continue;
             }
-            let (h, b) = (
-                self.vloops[i].header as usize,
-                self.vloops[i].bottom as usize,
-            );
+            let mark = (self.a.pos(), self.stubs.len(), self.fixups.len());
             self.slice = slice_register(self.insns, &self.vloops[i]);
-            self.copy_entry[i] = self.a.pos();
-            if let Some(r) = self.slice {
-                self.a.mov_mr(mem(CTX, SLICE_SAVE), r);
-                self.a.mov_rm(r, mem(CTX, offsets::FUEL_USED));
+            self.emit_copy(i)?;
+            if self.slice.is_some() && self.may_trap_since(mark.1, mark.2) {
+                self.a.buf.truncate(mark.0);
+                self.stubs.truncate(mark.1);
+                self.fixups.truncate(mark.2);
+                self.slice = None;
+                self.emit_copy(i)?;
             }
-            self.a.align_with_nops(LOOP_HEAD_ALIGN);
-            self.copying = Some(i);
-            self.known = [Known::NOTHING; 10];
-            self.group = None;
-            self.proven_host = None;
-            self.held_delta = None;
-            let mut pc = h;
-            while pc <= b {
-                self.mark_slot(pc);
-                let insn = self.insns[pc];
-                if self.targets[pc] {
-                    self.known = [Known::NOTHING; 10];
-                }
-                if self.targets[pc] || !self.keeps_proven_host(&insn) {
-                    self.proven_host = None;
-                }
-                if self.targets[pc] || !self.keeps_delta(pc as u32, &insn) {
-                    self.held_delta = None;
-                }
-                if self.fused_pair(pc, &insn, None)? {
-                    pc += 2;
-                    continue;
-                }
-                let (next, _) = self.insn(pc as u32, &insn)?;
-                if self.proven_host.is_some_and(|r| writes_register(&insn, r)) {
-                    self.proven_host = None;
-                }
-                self.learn(&insn, self.insns.get(pc + 1));
-                pc = next as usize;
-            }
-            self.copying = None;
             self.slice = None;
         }
         Ok(())
+    }
+
+    /// Loop `i`'s copy: its entry (taking the slice into [`Emitter::slice`], if
+    /// any), then its slots.
+    fn emit_copy(&mut self, i: usize) -> EResult<()> {
+        let (h, b) = (
+            self.vloops[i].header as usize,
+            self.vloops[i].bottom as usize,
+        );
+        self.copy_entry[i] = self.a.pos();
+        if let Some(r) = self.slice {
+            self.a.mov_mr(mem(CTX, SLICE_SAVE), r);
+            self.a.mov_rm(r, mem(CTX, offsets::FUEL_USED));
+        }
+        self.a.align_with_nops(LOOP_HEAD_ALIGN);
+        self.copying = Some(i);
+        self.known = [Known::NOTHING; 10];
+        self.group = None;
+        self.proven_host = None;
+        self.held_delta = None;
+        let mut pc = h;
+        while pc <= b {
+            self.mark_slot(pc);
+            let insn = self.insns[pc];
+            if self.targets[pc] {
+                self.known = [Known::NOTHING; 10];
+            }
+            if self.targets[pc] || !self.keeps_proven_host(&insn) {
+                self.proven_host = None;
+            }
+            if self.targets[pc] || !self.keeps_delta(pc as u32, &insn) {
+                self.held_delta = None;
+            }
+            if self.fused_pair(pc, &insn, None)? {
+                pc += 2;
+                continue;
+            }
+            let (next, _) = self.insn(pc as u32, &insn)?;
+            if self.proven_host.is_some_and(|r| writes_register(&insn, r)) {
+                self.proven_host = None;
+            }
+            self.learn(&insn, self.insns.get(pc + 1));
+            pc = next as usize;
+        }
+        self.copying = None;
+        Ok(())
+    }
+
+    /// Whether the code emitted since the stubs numbered `stubs` and the fixups
+    /// numbered `fixups` can trap or refill (a memory check's miss, a trap of its
+    /// own, a charge outside the back edge): a way out that reads the slice from
+    /// the context. A copy's own ways out ([`Stub::Leave`], [`Stub::CopyExit`], its
+    /// slots, the main code after the loop) put the slice back first.
+    fn may_trap_since(&self, stubs: usize, fixups: usize) -> bool {
+        let stub = |s: &Stub| !matches!(s, Stub::Leave { .. } | Stub::CopyExit { .. });
+        let target = |t: &Target| {
+            matches!(
+                t,
+                Target::Refill | Target::Miss(_) | Target::Exit | Target::Unwind
+            )
+        };
+        self.stubs[stubs..].iter().any(stub)
+            || self.fixups[fixups..].iter().any(|(_, t, _)| target(t))
     }
 }
 
@@ -701,11 +715,10 @@ mod tests {
         versioned_loops(&insns, &jump_targets(&insns, 0), &loop_bottoms(&insns))
     }
 
-    /// The copy keeps the slice in r9's host register when no slot of the loop names r9,
-    /// in r8's when r9 is named, and in none when every candidate is named or when an
-    /// access in the loop could trap (one through a register the guard does not prove).
+    /// The copy may keep the slice in r9's host register when no slot of the loop
+    /// names r9, in r8's when r9 is named, and in none when every candidate is named.
     #[test]
-    fn which_register_holds_the_slice() {
+    fn which_register_may_hold_the_slice() {
         let body = |uses: &str| {
             format!(
                 "mov %r0, 0\nmov %r6, 0\n\
@@ -721,15 +734,9 @@ mod tests {
         };
         assert_eq!(slice(&body("")), Some(MAP[9]));
         assert_eq!(slice(&body("mov %r9, %r0\n")), Some(MAP[8]));
-        let all = "mov %r9, %r0\nmov %r8, %r0\nmov %r7, %r0\nmov %r3, %r6\nmov %r1, %r1\n";
+        assert_eq!(slice(&body("stxdw [%r10-8], %r9\n")), Some(MAP[8]));
+        let all = "mov %r9, %r0\nmov %r8, %r0\nmov %r7, %r0\n";
         assert_eq!(slice(&body(all)), None);
-        // A stack access at a constant in the frame cannot trap; one below it, or a
-        // load through a pointer the loop does not step, can.
-        let stack = "stxdw [%r10-8], %r0\n";
-        assert_eq!(slice(&body(stack)), Some(MAP[9]));
-        assert_eq!(slice(&body("stxdw [%r10-520], %r0\n")), None);
-        let chase = "ldxdw %r3, [%r4+0]\nldxb %r3, [%r3+0]\n";
-        assert_eq!(slice(&body(chase)), None);
     }
 
     /// A loop over its input is versioned, with its strided load unchecked; one that
