@@ -1001,6 +1001,11 @@ impl Emitter<'_> {
             self.learn(next, self.insns.get(pc + 2));
             return Ok(true);
         }
+        if blocks.is_none() && !self.targets[pc + 1] && self.select_pair(pc as u32, insn, next)? {
+            self.note_forward_jump(pc, insn);
+            self.mark_slot(pc + 1);
+            return Ok(true);
+        }
         if blocks.is_none()
             && !self.targets[pc + 1]
             && self.jump_over_back_edge(pc as u32, insn, next)?
@@ -2100,6 +2105,58 @@ impl Emitter<'_> {
             *back = self.a.pos();
         }
         Ok(())
+    }
+
+    /// `jcc +1` at `pc` over a `mov` at `pc + 1` (clang's way to set a flag or pick one
+    /// of two values, `w8 = 1; if w6 != 0 goto +1; w8 = 0`): emitted as a `cmov` of the
+    /// move's value where the condition does not hold, and returns true; false (nothing
+    /// emitted) for any other pair, or one that reads r10 (whose value is built in the
+    /// scratch register the move's value goes to). A branch on data that goes either
+    /// way costs a misprediction on half the rows; a forward jump charges no fuel, so
+    /// the fuel is the interpreter's. The caller fuses only where `pc + 1` is no block's
+    /// leader.
+    fn select_pair(&mut self, pc: u32, insn: &Insn, next: &Insn) -> EResult<bool> {
+        let conditional = matches!(insn.class(), CLASS_JMP | CLASS_JMP32)
+            && !matches!(insn.opc & 0xf0, JMP_JA | JMP_CALL | JMP_EXIT);
+        let by_reg = insn.opc & SRC_X != 0;
+        let mov = matches!(next.class(), CLASS_ALU | CLASS_ALU64)
+            && next.opc & 0xf0 == ALU_MOV
+            && next.off == 0;
+        let from_reg = next.opc & SRC_X != 0;
+        if !conditional
+            || insn.off != 1
+            || !mov
+            || insn.dst == REG_FP
+            || (by_reg && insn.src == REG_FP)
+            || next.dst >= REG_FP
+            || (from_reg && next.src >= REG_FP)
+        {
+            return Ok(false);
+        }
+        let wide = next.class() == CLASS_ALU64;
+        let value = match (from_reg, wide) {
+            (true, true) => MAP[usize::from(next.src)],
+            (true, false) => {
+                self.a.mov_rr(false, R10, MAP[usize::from(next.src)]);
+                R10
+            }
+            (false, true) => {
+                self.a.mov_imm(R10, i64::from(next.imm) as u64);
+                R10
+            }
+            (false, false) => {
+                self.a.mov_imm(R10, u64::from(next.imm as u32));
+                R10
+            }
+        };
+        let cc = self.condition(pc, insn)?;
+        self.compare(pc, insn, insn.class() == CLASS_JMP, by_reg)?;
+        self.a.cmov(cc.invert(), MAP[usize::from(next.dst)], value);
+        self.known[usize::from(next.dst)] = Known::NOTHING;
+        if self.proven_host == Some(next.dst) {
+            self.proven_host = None;
+        }
+        Ok(true)
     }
 
     /// `jcc +1` at `pc` then `ja` back at `pc + 1` (clang's loop bottom when the exit

@@ -222,6 +222,47 @@ proptest! {
             agree(&p);
         }
     }
+
+    /// `jcc +1` over a `mov` (emitted as a `cmov`, `Emitter::select_pair`): every
+    /// condition on any pair of r0-r10, over a 32- or 64-bit move of an immediate or
+    /// of any register into any of r0-r9, taken or not: the moved register's high
+    /// half, the value moved, and every bystander are the interpreter's.
+    #[test]
+    fn selects_match_the_interpreter(
+        op in proptest::sample::select(&JMP_OPS[..]),
+        wide in any::<bool>(),
+        by_reg in any::<bool>(),
+        dst in 0u8..11,
+        src in 0u8..11,
+        imm in prop_oneof![any::<i32>(), Just(0), Just(-1)],
+        mov_wide in any::<bool>(),
+        mov_reg in any::<bool>(),
+        mov_dst in 0u8..10,
+        mov_src in 0u8..11,
+        mov_imm in prop_oneof![any::<i32>(), Just(0), Just(-1), Just(i32::MIN)],
+        values in proptest::array::uniform10(value()),
+    ) {
+        let class = if wide { CLASS_JMP } else { CLASS_JMP32 };
+        let jcc = Insn::new(
+            class | op | if by_reg { SRC_X } else { SRC_K },
+            dst,
+            if by_reg { src } else { 0 },
+            1,
+            imm,
+        );
+        let mov = Insn::new(
+            if mov_wide { CLASS_ALU64 } else { CLASS_ALU }
+                | ALU_MOV
+                | if mov_reg { SRC_X } else { SRC_K },
+            mov_dst,
+            if mov_reg { mov_src } else { 0 },
+            0,
+            mov_imm,
+        );
+        let p = verified(all_registers(&values, &[jcc, mov]));
+        prop_assume!(p.is_some());
+        agree(&p.unwrap());
+    }
 }
 
 #[test]

@@ -436,6 +436,12 @@ impl Asm {
         self.imm32(imm);
     }
 
+    /// `cmovcc dst, src` (64 bits: a 32-bit `cmov` would clear `dst`'s high half even
+    /// when the condition does not hold).
+    pub(crate) fn cmov(&mut self, cc: Cond, dst: Reg, src: Reg) {
+        self.op(false, true, false, &[0x0f, 0x40 + cc as u8], dst.0, Rm::Reg(src));
+    }
+
     /// `neg`, `div` or `idiv` of `r`.
     pub(crate) fn unary(&mut self, op: Unary, wide: Wide, r: Reg) {
         self.op(false, wide, false, &[0xf7], op as u8, Rm::Reg(r));
