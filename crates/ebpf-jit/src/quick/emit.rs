@@ -1245,6 +1245,10 @@ impl Emitter<'_> {
                 self.divide_by_minus_one(wide, div, d);
                 return Ok(());
             }
+            if !signed && !wide && k > 1 {
+                self.divide_u32_by_constant(div, k, d);
+                return Ok(());
+            }
             self.a.mov_imm(R11, k);
         }
         let mut special = Vec::new();
@@ -1290,6 +1294,38 @@ impl Emitter<'_> {
             self.a.bind_here(at);
         }
         Ok(())
+    }
+
+    /// A 32-bit unsigned `div` or `mod` by a constant `k` (2 to 2^32 - 1) without a
+    /// `div`: the quotient of `x < 2^32` is the high half of `x * m`, `m = ceil(2^64 /
+    /// k)` (with `e = m * k - 2^64 < k`, `x * m / 2^64 = x / k + x * e / (k * 2^64)`,
+    /// and the second term is below `1 / k`, so the floor does not move), and the
+    /// remainder `x - q * k` in 32 bits. A `div` by a constant in a loop (`(x & 0xff) %
+    /// 7`, clang's `q = x / 7; q *= 7; x -= q`) costs its latency on every iteration.
+    fn divide_u32_by_constant(&mut self, div: bool, k: u64, d: Reg) {
+        let m = ((1u128 << 64).div_ceil(u128::from(k))) as u64;
+        // Where `x` is once rax and rdx are in use.
+        let x = match d {
+            RAX => R10,
+            RDX => R9,
+            _ => d,
+        };
+        self.a.mov_rr(true, R10, RAX);
+        self.a.mov_rr(true, R9, RDX);
+        self.a.mov_rr(false, RAX, d);
+        self.a.mov_imm(RDX, m);
+        self.a.unary(Unary::Mul, true, RDX);
+        if div {
+            self.a.mov_rr(true, R11, RDX);
+        } else {
+            self.a.imul_rri(false, R11, RDX, k as u32 as i32);
+            self.a.unary(Unary::Neg, false, R11);
+            self.a.alu_rr(Alu::Add, false, R11, x);
+        }
+        self.a.mov_rr(true, RAX, R10);
+        self.a.mov_rr(true, RDX, R9);
+        self.reload_read_base();
+        self.a.mov_rr(true, d, R11);
     }
 
     fn divide_by_zero(&mut self, wide: Wide, div: bool, d: Reg) {

@@ -265,6 +265,56 @@ proptest! {
     }
 }
 
+/// A 32-bit unsigned `div` or `mod` by a constant (a multiply by `ceil(2^64 / k)`,
+/// `Emitter::divide_u32_by_constant`): at the edges of dividend and divisor (`k - 1`,
+/// `k`, `k + 1`, `2^32 - 1`, a dividend whose high half is set) into r0, r3 (the
+/// registers the multiply uses) and r5, the quotient or remainder and every bystander
+/// are the interpreter's.
+#[test]
+fn divisions_by_constants_at_the_edges() {
+    let divisors: [u32; 10] = [
+        2,
+        3,
+        7,
+        10,
+        641,
+        0x7fff_ffff,
+        0x8000_0000,
+        0x8000_0001,
+        0xffff_fffe,
+        0xffff_ffff,
+    ];
+    for k in divisors {
+        let k64 = u64::from(k);
+        let dividends = [
+            0,
+            1,
+            k64 - 1,
+            k64,
+            k64 + 1,
+            0xffff_ffff,
+            0xffff_fffe,
+            0x1234_5678_9abc_def0,
+            u64::MAX,
+        ];
+        for x in dividends {
+            for (op, dst) in [ALU_DIV, ALU_MOD]
+                .into_iter()
+                .flat_map(|op| [(op, 0u8), (op, 3), (op, 5)])
+            {
+                let mut values = [0xa5a5_a5a5_5a5a_5a5a_u64; 10];
+                for (r, v) in values.iter_mut().enumerate() {
+                    *v ^= r as u64;
+                }
+                values[usize::from(dst)] = x;
+                let insn = Insn::new(CLASS_ALU | op | SRC_K, dst, 0, 0, k as i32);
+                let p = verified(all_registers(&values, &[insn])).expect("verifies");
+                agree(&p);
+            }
+        }
+    }
+}
+
 #[test]
 fn r10_read_as_a_value_is_its_virtual_address() {
     let out = check_src("mov %r0, %r10\nexit");

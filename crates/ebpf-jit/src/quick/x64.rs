@@ -113,6 +113,8 @@ pub(crate) enum Shift {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unary {
     Neg = 3,
+    /// `rdx:rax = rax * r` (unsigned, the whole product).
+    Mul = 4,
     Div = 6,
     Idiv = 7,
 }
@@ -439,10 +441,23 @@ impl Asm {
     /// `cmovcc dst, src` (64 bits: a 32-bit `cmov` would clear `dst`'s high half even
     /// when the condition does not hold).
     pub(crate) fn cmov(&mut self, cc: Cond, dst: Reg, src: Reg) {
-        self.op(false, true, false, &[0x0f, 0x40 + cc as u8], dst.0, Rm::Reg(src));
+        self.op(
+            false,
+            true,
+            false,
+            &[0x0f, 0x40 + cc as u8],
+            dst.0,
+            Rm::Reg(src),
+        );
     }
 
-    /// `neg`, `div` or `idiv` of `r`.
+    /// `imul dst, src, imm`.
+    pub(crate) fn imul_rri(&mut self, wide: Wide, dst: Reg, src: Reg, imm: i32) {
+        self.op(false, wide, false, &[0x69], dst.0, Rm::Reg(src));
+        self.imm32(imm);
+    }
+
+    /// `neg`, `mul`, `div` or `idiv` of `r`.
     pub(crate) fn unary(&mut self, op: Unary, wide: Wide, r: Reg) {
         self.op(false, wide, false, &[0xf7], op as u8, Rm::Reg(r));
     }
