@@ -984,9 +984,10 @@ impl Emitter<'_> {
     }
 
     /// Slots `pc` and `pc + 1` emitted together where the second is no leader: a shift
-    /// pair as one extension ([`Emitter::extension`]), or `jcc +1; ja back` as one back
-    /// edge ([`Emitter::jump_over_back_edge`], uncounted code only). Returns whether
-    /// it emitted them.
+    /// pair as one extension ([`Emitter::extension`]), or, in uncounted code only,
+    /// `jcc +1; mov` as one `cmov` ([`Emitter::select_pair`]) or `jcc +1; ja back` as
+    /// one back edge ([`Emitter::jump_over_back_edge`]). Returns whether it emitted
+    /// them.
     fn fused_pair(&mut self, pc: usize, insn: &Insn, blocks: Option<&BlockMap>) -> EResult<bool> {
         let Some(next) = self.insns.get(pc + 1) else {
             return Ok(false);
@@ -1001,14 +1002,10 @@ impl Emitter<'_> {
             self.learn(next, self.insns.get(pc + 2));
             return Ok(true);
         }
-        if blocks.is_none() && !self.targets[pc + 1] && self.select_pair(pc as u32, insn, next)? {
-            self.note_forward_jump(pc, insn);
-            self.mark_slot(pc + 1);
-            return Ok(true);
-        }
         if blocks.is_none()
             && !self.targets[pc + 1]
-            && self.jump_over_back_edge(pc as u32, insn, next)?
+            && (self.select_pair(pc as u32, insn, next)?
+                || self.jump_over_back_edge(pc as u32, insn, next)?)
         {
             self.note_forward_jump(pc, insn);
             self.mark_slot(pc + 1);
@@ -1231,25 +1228,8 @@ impl Emitter<'_> {
         if by_reg {
             let s = self.src(pc, insn.src)?;
             self.a.mov_rr(true, R11, s);
-        } else {
-            let k = if wide {
-                i64::from(insn.imm) as u64
-            } else {
-                u64::from(insn.imm as u32)
-            };
-            if k == 0 {
-                self.divide_by_zero(wide, div, d);
-                return Ok(());
-            }
-            if signed && insn.imm == -1 {
-                self.divide_by_minus_one(wide, div, d);
-                return Ok(());
-            }
-            if !signed && !wide && k > 1 {
-                self.divide_u32_by_constant(div, k, d);
-                return Ok(());
-            }
-            self.a.mov_imm(R11, k);
+        } else if self.divide_by_immediate(insn, wide, div, signed, d) {
+            return Ok(());
         }
         let mut special = Vec::new();
         if by_reg {
@@ -1260,8 +1240,7 @@ impl Emitter<'_> {
                 special.push((self.a.jcc_rel32(Cond::E), true));
             }
         }
-        self.a.mov_rr(true, R10, RAX);
-        self.a.mov_rr(true, R9, RDX);
+        self.save_rax_rdx();
         if d != RAX {
             self.a.mov_rr(true, RAX, d);
         }
@@ -1273,10 +1252,7 @@ impl Emitter<'_> {
         let op = if signed { Unary::Idiv } else { Unary::Div };
         self.a.unary(op, wide, R11);
         self.a.mov_rr(true, R11, if div { RAX } else { RDX });
-        self.a.mov_rr(true, RAX, R10);
-        self.a.mov_rr(true, RDX, R9);
-        self.reload_read_base();
-        self.a.mov_rr(true, d, R11);
+        self.restore_rax_rdx(d);
         if special.is_empty() {
             return Ok(());
         }
@@ -1296,6 +1272,51 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// The cases of a division by an immediate that need no `div`, emitted (by zero, by
+    /// -1 signed, and 32-bit unsigned by any constant above 1), returning true; else
+    /// r11 = the divisor, returning false.
+    fn divide_by_immediate(
+        &mut self,
+        insn: &Insn,
+        wide: Wide,
+        div: bool,
+        signed: bool,
+        d: Reg,
+    ) -> bool {
+        let k = if wide {
+            i64::from(insn.imm) as u64
+        } else {
+            u64::from(insn.imm as u32)
+        };
+        if k == 0 {
+            self.divide_by_zero(wide, div, d);
+        } else if signed && insn.imm == -1 {
+            self.divide_by_minus_one(wide, div, d);
+        } else if !signed && !wide && k > 1 {
+            self.divide_u32_by_constant(div, k, d);
+        } else {
+            self.a.mov_imm(R11, k);
+            return false;
+        }
+        true
+    }
+
+    /// r0's and r3's values (rax, rdx) to r10 and r9, for code that needs rax and rdx;
+    /// [`Emitter::restore_rax_rdx`] puts them back.
+    fn save_rax_rdx(&mut self) {
+        self.a.mov_rr(true, R10, RAX);
+        self.a.mov_rr(true, R9, RDX);
+    }
+
+    /// rax and rdx back from r10 and r9, r9 the read base again, then `d = r11` (the
+    /// result, which may go to rax or rdx).
+    fn restore_rax_rdx(&mut self, d: Reg) {
+        self.a.mov_rr(true, RAX, R10);
+        self.a.mov_rr(true, RDX, R9);
+        self.reload_read_base();
+        self.a.mov_rr(true, d, R11);
+    }
+
     /// A 32-bit unsigned `div` or `mod` by a constant `k` (2 to 2^32 - 1) without a
     /// `div`: the quotient of `x < 2^32` is the high half of `x * m`, `m = ceil(2^64 /
     /// k)` (with `e = m * k - 2^64 < k`, `x * m / 2^64 = x / k + x * e / (k * 2^64)`,
@@ -1310,8 +1331,7 @@ impl Emitter<'_> {
             RDX => R9,
             _ => d,
         };
-        self.a.mov_rr(true, R10, RAX);
-        self.a.mov_rr(true, R9, RDX);
+        self.save_rax_rdx();
         self.a.mov_rr(false, RAX, d);
         self.a.mov_imm(RDX, m);
         self.a.unary(Unary::Mul, true, RDX);
@@ -1322,10 +1342,7 @@ impl Emitter<'_> {
             self.a.unary(Unary::Neg, false, R11);
             self.a.alu_rr(Alu::Add, false, R11, x);
         }
-        self.a.mov_rr(true, RAX, R10);
-        self.a.mov_rr(true, RDX, R9);
-        self.reload_read_base();
-        self.a.mov_rr(true, d, R11);
+        self.restore_rax_rdx(d);
     }
 
     fn divide_by_zero(&mut self, wide: Wide, div: bool, d: Reg) {

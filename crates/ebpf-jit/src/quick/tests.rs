@@ -114,6 +114,13 @@ fn all_registers(values: &[u64; 10], body: &[Insn]) -> Vec<Insn> {
     insns
 }
 
+/// Instruction `class | op` reading register `src` when `by_reg`, else immediate `imm`
+/// (and src 0).
+fn op_insn(class: u8, op: u8, by_reg: bool, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    let (mode, src) = if by_reg { (SRC_X, src) } else { (SRC_K, 0) };
+    Insn::new(class | op | mode, dst, src, off, imm)
+}
+
 fn value() -> impl Strategy<Value = u64> {
     prop_oneof![
         any::<u64>(),
@@ -168,13 +175,7 @@ proptest! {
             _ => 0,
         };
         let by_reg = by_reg && op != ALU_NEG;
-        let insn = Insn::new(
-            class | op | if by_reg { SRC_X } else { SRC_K },
-            dst,
-            if by_reg { src } else { 0 },
-            off,
-            imm,
-        );
+        let insn = op_insn(class, op, by_reg, dst, src, off, imm);
         let p = verified(all_registers(&values, &[insn]));
         prop_assume!(p.is_some());
         agree(&p.unwrap());
@@ -197,13 +198,7 @@ proptest! {
         values in proptest::array::uniform10(value()),
     ) {
         let class = if wide { CLASS_JMP } else { CLASS_JMP32 };
-        let jcc = |off: i16| Insn::new(
-            class | op | if by_reg { SRC_X } else { SRC_K },
-            dst,
-            if by_reg { src } else { 0 },
-            off,
-            imm,
-        );
+        let jcc = |off: i16| op_insn(class, op, by_reg, dst, src, off, imm);
         // Forward: skip one `add`.
         let forward = [jcc(1), Insn::new(CLASS_ALU64 | ALU_ADD, 6, 0, 0, 0x55)];
         let p = verified(all_registers(&values, &forward));
@@ -243,22 +238,9 @@ proptest! {
         values in proptest::array::uniform10(value()),
     ) {
         let class = if wide { CLASS_JMP } else { CLASS_JMP32 };
-        let jcc = Insn::new(
-            class | op | if by_reg { SRC_X } else { SRC_K },
-            dst,
-            if by_reg { src } else { 0 },
-            1,
-            imm,
-        );
-        let mov = Insn::new(
-            if mov_wide { CLASS_ALU64 } else { CLASS_ALU }
-                | ALU_MOV
-                | if mov_reg { SRC_X } else { SRC_K },
-            mov_dst,
-            if mov_reg { mov_src } else { 0 },
-            0,
-            mov_imm,
-        );
+        let jcc = op_insn(class, op, by_reg, dst, src, 1, imm);
+        let mov_class = if mov_wide { CLASS_ALU64 } else { CLASS_ALU };
+        let mov = op_insn(mov_class, ALU_MOV, mov_reg, mov_dst, mov_src, 0, mov_imm);
         let p = verified(all_registers(&values, &[jcc, mov]));
         prop_assume!(p.is_some());
         agree(&p.unwrap());
